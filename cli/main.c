@@ -1,0 +1,91 @@
+/* kvio: command-line entry point. Parses global flags, then dispatches to a
+ * subcommand; only this file decides the process exit status. */
+#include "cli/cli.h"
+
+#include "kvio/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *summary;
+} command_t;
+
+static const command_t commands[] = {
+    {"run", kvio_cmd_run, "run a workload (file or preset; quickstart by default)"},
+    {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},
+    {"list", kvio_cmd_list, "list the embedded presets"},
+    {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
+    {NULL, NULL, NULL},
+};
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: kvio [-v|-q] COMMAND [ARGS]\n\n"
+                 "kvio is an I/O benchmark and emulator for LLM inference serving\n"
+                 "coupled to online training.\n\ncommands:\n");
+    for (const command_t *command = commands; command->name != NULL; command++)
+        fprintf(out, "  %-10s %s\n", command->name, command->summary);
+    fprintf(out, "\nglobal options:\n"
+                 "  -v, --verbose  more log output (repeat for debug)\n"
+                 "  -q, --quiet    errors only\n"
+                 "  -h, --help     this help; `kvio COMMAND --help` for a command\n"
+                 "  --version      print the version\n\n"
+                 "exit status: 0 success, 1 run failed, 2 usage or input error\n");
+}
+
+int kvio_cli_exit_status(kvio_status_t status)
+{
+    switch (status) {
+    case KVIO_OK:
+        return KVIO_EXIT_OK;
+    case KVIO_ERR_INVALID:
+    case KVIO_ERR_CONFIG:
+    case KVIO_ERR_PARSE:
+    case KVIO_ERR_NOT_FOUND:
+    case KVIO_ERR_EXISTS:
+    case KVIO_ERR_UNSUPPORTED:
+        return KVIO_EXIT_USAGE;
+    default:
+        return KVIO_EXIT_FAILED;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int arg = 1;
+    int verbosity = KVIO_LOG_WARN;
+    for (; arg < argc && argv[arg][0] == '-'; arg++) {
+        const char *flag = argv[arg];
+        if (strcmp(flag, "-v") == 0 || strcmp(flag, "--verbose") == 0) {
+            verbosity++;
+        } else if (strcmp(flag, "-vv") == 0) {
+            verbosity += 2;
+        } else if (strcmp(flag, "-q") == 0 || strcmp(flag, "--quiet") == 0) {
+            verbosity = KVIO_LOG_ERROR;
+        } else if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+            print_usage(stdout);
+            return KVIO_EXIT_OK;
+        } else if (strcmp(flag, "--version") == 0) {
+            printf("kvio %s\n", KVIO_VERSION);
+            return KVIO_EXIT_OK;
+        } else {
+            fprintf(stderr, "kvio: unknown option '%s'\n", flag);
+            print_usage(stderr);
+            return KVIO_EXIT_USAGE;
+        }
+    }
+    kvio_log_set_level(verbosity > KVIO_LOG_DEBUG ? KVIO_LOG_DEBUG : (kvio_log_level_t)verbosity);
+    if (arg >= argc) {
+        print_usage(stderr);
+        return KVIO_EXIT_USAGE;
+    }
+    for (const command_t *command = commands; command->name != NULL; command++) {
+        if (strcmp(command->name, argv[arg]) == 0)
+            return command->main(argc - arg - 1, argv + arg + 1);
+    }
+    fprintf(stderr, "kvio: unknown command '%s' (see kvio --help)\n", argv[arg]);
+    return KVIO_EXIT_USAGE;
+}

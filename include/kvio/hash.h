@@ -1,0 +1,53 @@
+/* Block hashes shared by streams, traces and the KV cache, so that they all
+ * agree: h = XXH3-128(parent || payload). The parent is the previous block's
+ * hash in canonical form (16 bytes, big-endian, as `xxhsum -H2` prints it),
+ * or 16 zero bytes for a request's first block; integers in the payload are
+ * little-endian. See DESIGN.md, "Block hashes". */
+#ifndef KVIO_HASH_H
+#define KVIO_HASH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A 128-bit block hash (XXH128's low and high halves). */
+typedef struct kvio_hash {
+    uint64_t low;
+    uint64_t high;
+} kvio_hash_t;
+
+/* One run of a block's tokens that comes from one piece of content. */
+typedef struct kvio_hash_run {
+    uint64_t content_id;  /* identifies the content (prompt, document, ...) */
+    uint32_t offset;      /* first token of the run within the content */
+    uint32_t length;      /* tokens in the run */
+} kvio_hash_run_t;
+
+/* Explicit tokens: payload = each token id as u32, then extra_key's bytes
+ * (the cache salt on a request's first block; NULL/0 for none). parent may be
+ * NULL for the first block. */
+kvio_hash_t kvio_hash_tokens(const kvio_hash_t *parent, const uint32_t *tokens,
+                             size_t num_tokens, const void *extra_key,
+                             size_t extra_key_len);
+
+/* Segments: payload = (u64 content id, u32 offset, u32 length) per run. */
+kvio_hash_t kvio_hash_runs(const kvio_hash_t *parent, const kvio_hash_run_t *runs,
+                           size_t num_runs);
+
+/* Trace blocks: payload = (u64 trace hash id, u32 index of this engine block
+ * inside the trace block). */
+kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash_id,
+                                  uint32_t index_in_trace_block);
+
+/* Writes the canonical 16 bytes of a hash (the parent form above). */
+void kvio_hash_to_bytes(kvio_hash_t hash, uint8_t bytes_p[16]);
+
+/* Writes 32 lowercase hex digits and a NUL, as xxhsum -H2 prints them. */
+void kvio_hash_format(kvio_hash_t hash, char text_p[33]);
+
+static inline bool kvio_hash_equal(kvio_hash_t a, kvio_hash_t b)
+{
+    return a.low == b.low && a.high == b.high;
+}
+
+#endif

@@ -1,0 +1,155 @@
+/* Shared test helpers: temporary directories, subprocesses, files. */
+#include "tests/helpers.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char *test_tmpdir(void)
+{
+    char template[] = "/tmp/kvio-test-XXXXXX";
+    char *path = mkdtemp(template);
+    cr_assert_not_null(path, "mkdtemp failed");
+    return strdup(path);
+}
+
+void test_rmtree(const char *path)
+{
+    if (path == NULL || strncmp(path, "/tmp/kvio-test-", 15) != 0)
+        return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        execlp("rm", "rm", "-rf", path, (char *)NULL);
+        _exit(127);
+    }
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+}
+
+char *test_write_file(const char *dir, const char *name, const char *text)
+{
+    char *path = NULL;
+    cr_assert(asprintf(&path, "%s/%s", dir, name) > 0);
+    FILE *file = fopen(path, "w");
+    cr_assert_not_null(file, "cannot write %s", path);
+    fputs(text, file);
+    fclose(file);
+    return path;
+}
+
+char *test_read_file(const char *path)
+{
+    FILE *file = fopen(path, "rb");
+    if (file == NULL)
+        return NULL;
+    size_t capacity = 4096, length = 0;
+    char *data = malloc(capacity);
+    size_t got;
+    while (data != NULL && (got = fread(data + length, 1, capacity - length - 1, file)) > 0) {
+        length += got;
+        if (capacity - length - 1 == 0) {
+            capacity *= 2;
+            char *bigger = realloc(data, capacity);
+            if (bigger == NULL) {
+                free(data);
+                data = NULL;
+            }
+            data = bigger;
+        }
+    }
+    fclose(file);
+    if (data != NULL)
+        data[length] = '\0';
+    return data;
+}
+
+static char *slurp_fd(int fd)
+{
+    size_t capacity = 4096, length = 0;
+    char *data = malloc(capacity);
+    cr_assert_not_null(data);
+    ssize_t got;
+    while ((got = read(fd, data + length, capacity - length - 1)) > 0) {
+        length += (size_t)got;
+        if (capacity - length - 1 == 0) {
+            capacity *= 2;
+            data = realloc(data, capacity);
+            cr_assert_not_null(data);
+        }
+    }
+    data[length] = '\0';
+    return data;
+}
+
+test_run_t test_kvio(const char *cwd, const char *arg, ...)
+{
+    const char *argv[64];
+    int argc = 0;
+    argv[argc++] = KVIO_BINARY;
+    va_list args;
+    va_start(args, arg);
+    for (const char *next = arg; next != NULL && argc < 63; next = va_arg(args, const char *))
+        argv[argc++] = next;
+    va_end(args);
+    argv[argc] = NULL;
+
+    char out_path[] = "/tmp/kvio-out-XXXXXX";
+    char err_path[] = "/tmp/kvio-err-XXXXXX";
+    int out_fd = mkstemp(out_path);
+    int err_fd = mkstemp(err_path);
+    cr_assert(out_fd >= 0 && err_fd >= 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_RDONLY);
+        dup2(null_fd, 0);
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        if (cwd != NULL && chdir(cwd) != 0)
+            _exit(126);
+        execv(KVIO_BINARY, (char *const *)argv);
+        _exit(127);
+    }
+    int wait_status = 0;
+    waitpid(pid, &wait_status, 0);
+    test_run_t run;
+    run.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
+                                        : 128 + WTERMSIG(wait_status);
+    lseek(out_fd, 0, SEEK_SET);
+    lseek(err_fd, 0, SEEK_SET);
+    run.out = slurp_fd(out_fd);
+    run.err = slurp_fd(err_fd);
+    close(out_fd);
+    close(err_fd);
+    unlink(out_path);
+    unlink(err_path);
+    return run;
+}
+
+void test_run_free(test_run_t *run)
+{
+    free(run->out);
+    free(run->err);
+    run->out = run->err = NULL;
+}
+
+int test_contains(const char *text, const char *needle)
+{
+    return text != NULL && strstr(text, needle) != NULL;
+}
+
+int test_require(const char *what, int available, const char *reason)
+{
+    if (available)
+        return 1;
+    const char *required = getenv("KVIO_TEST_REQUIRE");
+    if (required != NULL && strstr(required, what) != NULL)
+        cr_assert_fail("%s is required (KVIO_TEST_REQUIRE) but unavailable: %s", what, reason);
+    cr_skip_test("%s unavailable: %s", what, reason);
+    return 0;
+}

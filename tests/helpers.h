@@ -1,0 +1,40 @@
+/* Helpers shared by the Criterion tests: temporary directories, running the
+ * built kvio binary and capturing its output, and reading files. */
+#ifndef KVIO_TESTS_HELPERS_H
+#define KVIO_TESTS_HELPERS_H
+
+#include <stddef.h>
+
+/* Result of running a command: exit status (or 128+signal) and its output. */
+typedef struct test_run {
+    int status;
+    char *out; /* stdout, NUL-terminated; free with test_run_free */
+    char *err; /* stderr */
+} test_run_t;
+
+/* Creates a fresh directory under /tmp; returns a malloc'd path. */
+char *test_tmpdir(void);
+
+/* Removes a directory tree (best effort). */
+void test_rmtree(const char *path);
+
+/* Writes text to dir/name; returns a malloc'd path to the file. */
+char *test_write_file(const char *dir, const char *name, const char *text);
+
+/* Reads a whole file; returns a malloc'd, NUL-terminated buffer or NULL. */
+char *test_read_file(const char *path);
+
+/* Runs the built kvio binary with the arguments (NULL-terminated list), with
+ * cwd as its working directory (NULL: inherit), and captures its output. */
+test_run_t test_kvio(const char *cwd, const char *arg, ...);
+
+void test_run_free(test_run_t *run);
+
+/* True when the substring occurs in text. */
+int test_contains(const char *text, const char *needle);
+
+/* Skips the test (or fails, when KVIO_TEST_REQUIRE lists the dependency) for
+ * want of a dependency named in what ("redis", "mpi", "gpu"). */
+int test_require(const char *what, int available, const char *reason);
+
+#endif
