@@ -1,8 +1,188 @@
-/* kvio run, validate and list: placeholder while the foundation lands. */
+/* kvio run, validate and list: thin shells around kvio_workload_load() and
+ * kvio_run(); they parse arguments, print errors and pick the exit status. */
 #include "cli/cli.h"
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-int kvio_cmd_run(int argc, char **argv) { (void)argc; (void)argv; return KVIO_EXIT_USAGE; }
-int kvio_cmd_validate(int argc, char **argv) { (void)argc; (void)argv; return KVIO_EXIT_USAGE; }
-int kvio_cmd_list(int argc, char **argv) { (void)argc; (void)argv; return KVIO_EXIT_USAGE; }
+#include "kvio/presets.h"
+#include "kvio/run.h"
+
+#define MAX_OVERRIDES 256
+
+/* Arguments shared by run and validate. */
+typedef struct run_args {
+    const char *source;
+    const char *overrides[MAX_OVERRIDES];
+    size_t num_overrides;
+    const char *output_dir;
+    bool force;
+    bool dump;
+    bool help;
+} run_args_t;
+
+/* Returns the value of an option given as "--name value" or "--name=value". */
+static const char *option_value(int argc, char **argv, int *index_p, const char *name)
+{
+    const char *arg = argv[*index_p];
+    size_t length = strlen(name);
+    if (strncmp(arg, name, length) == 0 && arg[length] == '=')
+        return arg + length + 1;
+    if (strcmp(arg, name) == 0) {
+        if (*index_p + 1 >= argc)
+            return NULL;
+        (*index_p)++;
+        return argv[*index_p];
+    }
+    return NULL;
+}
+
+static bool is_option(const char *arg, const char *name)
+{
+    size_t length = strlen(name);
+    return strcmp(arg, name) == 0 || (strncmp(arg, name, length) == 0 && arg[length] == '=');
+}
+
+static int parse_run_args(const char *command, int argc, char **argv, bool allow_output,
+                          run_args_t *args)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            args->help = true;
+        } else if (is_option(arg, "--set")) {
+            const char *value = option_value(argc, argv, &i, "--set");
+            if (value == NULL) {
+                fprintf(stderr, "kvio %s: --set needs KEY=VALUE\n", command);
+                return KVIO_EXIT_USAGE;
+            }
+            if (args->num_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "kvio %s: more than %d --set options\n", command, MAX_OVERRIDES);
+                return KVIO_EXIT_USAGE;
+            }
+            args->overrides[args->num_overrides++] = value;
+        } else if (allow_output && (is_option(arg, "--output") || strcmp(arg, "-o") == 0)) {
+            const char *value = strcmp(arg, "-o") == 0 ? option_value(argc, argv, &i, "-o")
+                                                       : option_value(argc, argv, &i, "--output");
+            if (value == NULL || value[0] == '\0') {
+                fprintf(stderr, "kvio %s: %s needs a directory\n", command, arg);
+                return KVIO_EXIT_USAGE;
+            }
+            args->output_dir = value;
+        } else if (allow_output && strcmp(arg, "--force") == 0) {
+            args->force = true;
+        } else if (!allow_output && strcmp(arg, "--dump") == 0) {
+            args->dump = true;
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            fprintf(stderr, "kvio %s: unknown option '%s' (see kvio %s --help)\n", command, arg,
+                    command);
+            return KVIO_EXIT_USAGE;
+        } else if (args->source == NULL) {
+            args->source = arg;
+        } else {
+            fprintf(stderr, "kvio %s: more than one workload given ('%s' and '%s')\n", command,
+                    args->source, arg);
+            return KVIO_EXIT_USAGE;
+        }
+    }
+    return KVIO_EXIT_OK;
+}
+
+static void print_keys(FILE *out)
+{
+    fprintf(out, "\nworkload keys (YAML; sizes and durations are strings with units):\n");
+    kvio_config_print_help(kvio_workload_options, out);
+}
+
+int kvio_cmd_run(int argc, char **argv)
+{
+    run_args_t args = {0};
+    int exit_status = parse_run_args("run", argc, argv, true, &args);
+    if (exit_status != KVIO_EXIT_OK)
+        return exit_status;
+    if (args.help) {
+        printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n\n"
+               "Runs a workload (default: the quickstart preset) and writes a results\n"
+               "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
+               "An existing output directory is refused unless --force.\n");
+        print_keys(stdout);
+        return KVIO_EXIT_OK;
+    }
+    const char *source = args.source != NULL ? args.source : "quickstart";
+    char error[1024] = "";
+    kvio_workload_t workload;
+    kvio_status_t status = kvio_workload_load(source, args.overrides, args.num_overrides,
+                                              &workload, error, sizeof(error));
+    if (status != KVIO_OK) {
+        fprintf(stderr, "kvio: %s\n", error);
+        return kvio_cli_exit_status(status);
+    }
+    kvio_run_options_t options = {
+        .output_dir = args.output_dir, .force = args.force, .source = source,
+    };
+    kvio_run_result_t result;
+    memset(&result, 0, sizeof(result));
+    status = kvio_run(&workload, &options, &result, error, sizeof(error));
+    kvio_workload_free(&workload);
+    if (status != KVIO_OK) {
+        fprintf(stderr, "kvio: %s\n", error[0] ? error : kvio_strerror(status));
+        return kvio_cli_exit_status(status);
+    }
+    return KVIO_EXIT_OK;
+}
+
+int kvio_cmd_validate(int argc, char **argv)
+{
+    run_args_t args = {0};
+    int exit_status = parse_run_args("validate", argc, argv, false, &args);
+    if (exit_status != KVIO_EXIT_OK)
+        return exit_status;
+    if (args.help) {
+        printf("usage: kvio validate FILE|PRESET [--set KEY=VALUE]... [--dump]\n\n"
+               "Checks a workload: every key, type and bound. --dump prints the\n"
+               "effective configuration (defaults filled in) as JSON.\n");
+        print_keys(stdout);
+        return KVIO_EXIT_OK;
+    }
+    if (args.source == NULL) {
+        fprintf(stderr, "kvio validate: which file? (kvio validate FILE)\n");
+        return KVIO_EXIT_USAGE;
+    }
+    char error[1024] = "";
+    kvio_workload_t workload;
+    kvio_status_t status = kvio_workload_load(args.source, args.overrides, args.num_overrides,
+                                              &workload, error, sizeof(error));
+    if (status != KVIO_OK) {
+        fprintf(stderr, "kvio: %s\n", error);
+        return kvio_cli_exit_status(status);
+    }
+    if (args.dump) {
+        json_t *json = kvio_config_to_json(kvio_workload_options, &workload);
+        char *text = json_dumps(json, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+        printf("%s\n", text != NULL ? text : "{}");
+        free(text);
+        json_decref(json);
+    } else {
+        printf("%s: ok\n", args.source);
+    }
+    kvio_workload_free(&workload);
+    return KVIO_EXIT_OK;
+}
+
+int kvio_cmd_list(int argc, char **argv)
+{
+    if (argc > 0 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
+        printf("usage: kvio list\n\nLists the presets embedded in kvio; run one with kvio run NAME.\n");
+        return KVIO_EXIT_OK;
+    }
+    if (argc > 0) {
+        fprintf(stderr, "kvio list: unexpected argument '%s'\n", argv[0]);
+        return KVIO_EXIT_USAGE;
+    }
+    printf("presets (kvio run NAME):\n");
+    for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
+        printf("  %-20s %s\n", preset->name, preset->description);
+    return KVIO_EXIT_OK;
+}

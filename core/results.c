@@ -1,0 +1,310 @@
+/* Results directories, atomic JSON writes, CSV files and text tables. */
+#include "kvio/results.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvio/clock.h"
+
+struct kvio_results {
+    char *path;
+};
+
+struct kvio_csv {
+    FILE *file;
+    bool failed;
+};
+
+#define KVIO_TABLE_MAX_COLUMNS 16
+
+struct kvio_table {
+    char *title;
+    char ***rows; /* rows[i][j], NULL-terminated per row */
+    size_t num_rows, capacity;
+};
+
+void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len)
+{
+    time_t seconds = (time_t)(wall_ns / 1000000000ull);
+    unsigned milliseconds = (unsigned)(wall_ns % 1000000000ull / 1000000ull);
+    struct tm utc;
+    gmtime_r(&seconds, &utc);
+    char date[32];
+    if (strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &utc) == 0)
+        date[0] = '\0';
+    snprintf(text_p, text_len, "%.20s.%03uZ", date, milliseconds % 1000u);
+}
+
+static kvio_status_t make_dir(const char *path, bool force, char *error_p, size_t error_len)
+{
+    if (mkdir(path, 0755) == 0)
+        return KVIO_OK;
+    int err = errno;
+    if (err == EEXIST) {
+        struct stat info;
+        if (stat(path, &info) == 0 && !S_ISDIR(info.st_mode)) {
+            snprintf(error_p, error_len, "%s: exists and is not a directory", path);
+            return KVIO_ERR_EXISTS;
+        }
+        if (!force) {
+            snprintf(error_p, error_len, "%s: results directory exists (use --force to reuse it)",
+                     path);
+            return KVIO_ERR_EXISTS;
+        }
+        return KVIO_OK;
+    }
+    snprintf(error_p, error_len, "%s: cannot create results directory: %s", path, strerror(err));
+    return kvio_status_from_errno(err) == KVIO_ERR_NOT_FOUND ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
+}
+
+kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
+                                  kvio_results_t **results_p, char *error_p, size_t error_len)
+{
+    char generated[1024];
+    kvio_status_t status;
+    if (dir == NULL) {
+        char stamp[64];
+        kvio_format_utc(kvio_wall_time_ns(), stamp, sizeof(stamp));
+        /* Colons are awkward in file names; keep the rest of ISO 8601. */
+        for (char *c = stamp; *c != '\0'; c++) {
+            if (*c == ':')
+                *c = '-';
+        }
+        snprintf(generated, sizeof(generated), "results/%s-%s-%ld",
+                 name != NULL && name[0] != '\0' ? name : "kvio", stamp, (long)getpid());
+        if (mkdir("results", 0755) != 0 && errno != EEXIST) {
+            snprintf(error_p, error_len, "results: cannot create directory: %s", strerror(errno));
+            return KVIO_ERR_IO;
+        }
+        dir = generated;
+    }
+    status = make_dir(dir, force, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    /* Refuse now, not after the run, when the directory is not writable. */
+    if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(error_p, error_len, "%s: results directory is not writable: %s", dir,
+                 strerror(errno));
+        return KVIO_ERR_IO;
+    }
+    kvio_results_t *results = calloc(1, sizeof(*results));
+    if (results == NULL || (results->path = strdup(dir)) == NULL) {
+        free(results);
+        return KVIO_ERR_NOMEM;
+    }
+    *results_p = results;
+    return KVIO_OK;
+}
+
+void kvio_results_destroy(kvio_results_t *results)
+{
+    if (results == NULL)
+        return;
+    free(results->path);
+    free(results);
+}
+
+const char *kvio_results_path(const kvio_results_t *results)
+{
+    return results->path;
+}
+
+kvio_status_t kvio_json_write_atomic(const char *path, const json_t *value, char *error_p,
+                                     size_t error_len)
+{
+    char temporary[4096];
+    snprintf(temporary, sizeof(temporary), "%s.tmp", path);
+    char *text = json_dumps(value, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    if (text == NULL) {
+        snprintf(error_p, error_len, "%s: cannot serialise JSON", path);
+        return KVIO_ERR_NOMEM;
+    }
+    kvio_status_t status = KVIO_OK;
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        status = kvio_status_from_errno(errno);
+        snprintf(error_p, error_len, "%s: %s", temporary, strerror(errno));
+        goto out;
+    }
+    size_t length = strlen(text), written = 0;
+    while (written < length) {
+        ssize_t got = write(fd, text + written, length - written);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            status = kvio_status_from_errno(got < 0 ? errno : ENOSPC);
+            snprintf(error_p, error_len, "%s: write failed: %s", temporary,
+                     strerror(got < 0 ? errno : ENOSPC));
+            goto close_file;
+        }
+        written += (size_t)got;
+    }
+    if (write(fd, "\n", 1) != 1 || fsync(fd) != 0) {
+        status = kvio_status_from_errno(errno);
+        snprintf(error_p, error_len, "%s: write failed: %s", temporary, strerror(errno));
+        goto close_file;
+    }
+close_file:
+    if (close(fd) != 0 && status == KVIO_OK) {
+        status = kvio_status_from_errno(errno);
+        snprintf(error_p, error_len, "%s: close failed: %s", temporary, strerror(errno));
+    }
+    if (status == KVIO_OK && rename(temporary, path) != 0) {
+        status = kvio_status_from_errno(errno);
+        snprintf(error_p, error_len, "%s: rename failed: %s", path, strerror(errno));
+    }
+    if (status != KVIO_OK)
+        unlink(temporary);
+out:
+    free(text);
+    return status;
+}
+
+kvio_status_t kvio_results_write_json(const kvio_results_t *results, const char *file_name,
+                                      const json_t *value, char *error_p, size_t error_len)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", results->path, file_name);
+    return kvio_json_write_atomic(path, value, error_p, error_len);
+}
+
+kvio_status_t kvio_csv_open(const kvio_results_t *results, const char *file_name,
+                            const char *header, kvio_csv_t **csv_p)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", results->path, file_name);
+    kvio_csv_t *csv = calloc(1, sizeof(*csv));
+    if (csv == NULL)
+        return KVIO_ERR_NOMEM;
+    csv->file = fopen(path, "w");
+    if (csv->file == NULL) {
+        kvio_status_t status = kvio_status_from_errno(errno);
+        free(csv);
+        return status;
+    }
+    if (fprintf(csv->file, "%s\n", header) < 0)
+        csv->failed = true;
+    *csv_p = csv;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    int written = vfprintf(csv->file, fmt, args);
+    va_end(args);
+    if (written < 0 || fputc('\n', csv->file) == EOF) {
+        csv->failed = true;
+        return KVIO_ERR_IO;
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_csv_close(kvio_csv_t *csv)
+{
+    if (csv == NULL)
+        return KVIO_OK;
+    bool failed = csv->failed || fflush(csv->file) != 0 || ferror(csv->file);
+    if (fclose(csv->file) != 0)
+        failed = true;
+    free(csv);
+    return failed ? KVIO_ERR_IO : KVIO_OK;
+}
+
+kvio_status_t kvio_table_create(const char *title, kvio_table_t **table_p)
+{
+    kvio_table_t *table = calloc(1, sizeof(*table));
+    if (table == NULL)
+        return KVIO_ERR_NOMEM;
+    table->title = strdup(title != NULL ? title : "");
+    if (table->title == NULL) {
+        free(table);
+        return KVIO_ERR_NOMEM;
+    }
+    *table_p = table;
+    return KVIO_OK;
+}
+
+void kvio_table_destroy(kvio_table_t *table)
+{
+    if (table == NULL)
+        return;
+    for (size_t i = 0; i < table->num_rows; i++) {
+        for (char **cell = table->rows[i]; *cell != NULL; cell++)
+            free(*cell);
+        free(table->rows[i]);
+    }
+    free(table->rows);
+    free(table->title);
+    free(table);
+}
+
+kvio_status_t kvio_table_add_row(kvio_table_t *table, const char *first, ...)
+{
+    char **row = calloc(KVIO_TABLE_MAX_COLUMNS + 1, sizeof(char *));
+    if (row == NULL)
+        return KVIO_ERR_NOMEM;
+    va_list args;
+    va_start(args, first);
+    size_t count = 0;
+    for (const char *cell = first; cell != NULL && count < KVIO_TABLE_MAX_COLUMNS;
+         cell = va_arg(args, const char *)) {
+        row[count] = strdup(cell);
+        if (row[count] == NULL)
+            break;
+        count++;
+    }
+    va_end(args);
+    if (table->num_rows == table->capacity) {
+        size_t capacity = table->capacity ? 2 * table->capacity : 16;
+        char ***rows = realloc(table->rows, capacity * sizeof(*rows));
+        if (rows == NULL) {
+            for (size_t i = 0; i < count; i++)
+                free(row[i]);
+            free(row);
+            return KVIO_ERR_NOMEM;
+        }
+        table->rows = rows;
+        table->capacity = capacity;
+    }
+    table->rows[table->num_rows++] = row;
+    return KVIO_OK;
+}
+
+void kvio_table_print(const kvio_table_t *table, FILE *out)
+{
+    size_t widths[KVIO_TABLE_MAX_COLUMNS] = {0};
+    for (size_t i = 0; i < table->num_rows; i++) {
+        for (size_t j = 0; table->rows[i][j] != NULL; j++) {
+            size_t width = strlen(table->rows[i][j]);
+            if (width > widths[j])
+                widths[j] = width;
+        }
+    }
+    if (table->title[0] != '\0')
+        fprintf(out, "%s\n", table->title);
+    for (size_t i = 0; i < table->num_rows; i++) {
+        for (size_t j = 0; table->rows[i][j] != NULL; j++) {
+            /* Numbers align right, words left. */
+            const char *cell = table->rows[i][j];
+            bool numeric = j > 0 && (isdigit((unsigned char)cell[0]) ||
+                                     (cell[0] == '-' && isdigit((unsigned char)cell[1])));
+            bool last = table->rows[i][j + 1] == NULL;
+            if (numeric)
+                fprintf(out, "  %*s", (int)widths[j], cell);
+            else if (last)
+                fprintf(out, "  %s", cell);
+            else
+                fprintf(out, "  %-*s", (int)widths[j], cell);
+        }
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,157 @@
+/* Log-linear histogram: bucket = (power of two, one of 128 linear steps).
+ * A bucket spans at most 1/128 of its lower bound, and values are reported
+ * at the bucket's midpoint, so the relative error is at most 1/256. */
+#include "kvio/stats.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct kvio_hist {
+    uint64_t count;
+    double sum;
+    uint64_t min, max;
+    uint64_t buckets[KVIO_HIST_NUM_BUCKETS];
+};
+
+unsigned kvio_hist_bucket_of(uint64_t value)
+{
+    if (value < KVIO_HIST_SUB_BUCKETS)
+        return (unsigned)value;
+    unsigned msb = 63u - (unsigned)__builtin_clzll(value);
+    unsigned shift = msb - 7u;
+    return KVIO_HIST_SUB_BUCKETS * (shift + 1u) + (unsigned)(value >> shift) -
+           KVIO_HIST_SUB_BUCKETS;
+}
+
+void kvio_hist_bucket_bounds(unsigned bucket, uint64_t *low_p, uint64_t *high_p)
+{
+    if (bucket < KVIO_HIST_SUB_BUCKETS) {
+        *low_p = *high_p = bucket;
+        return;
+    }
+    unsigned shift = bucket / KVIO_HIST_SUB_BUCKETS - 1u;
+    uint64_t sub = bucket % KVIO_HIST_SUB_BUCKETS + KVIO_HIST_SUB_BUCKETS;
+    *low_p = sub << shift;
+    *high_p = *low_p + ((uint64_t)1 << shift) - 1u;
+}
+
+kvio_status_t kvio_hist_create(kvio_hist_t **hist_p)
+{
+    kvio_hist_t *hist = calloc(1, sizeof(*hist));
+    if (hist == NULL)
+        return KVIO_ERR_NOMEM;
+    hist->min = UINT64_MAX;
+    *hist_p = hist;
+    return KVIO_OK;
+}
+
+void kvio_hist_destroy(kvio_hist_t *hist)
+{
+    free(hist);
+}
+
+void kvio_hist_reset(kvio_hist_t *hist)
+{
+    memset(hist, 0, sizeof(*hist));
+    hist->min = UINT64_MAX;
+}
+
+void kvio_hist_record_n(kvio_hist_t *hist, uint64_t value, uint64_t count)
+{
+    if (count == 0)
+        return;
+    hist->buckets[kvio_hist_bucket_of(value)] += count;
+    hist->count += count;
+    hist->sum += (double)value * (double)count;
+    if (value < hist->min)
+        hist->min = value;
+    if (value > hist->max)
+        hist->max = value;
+}
+
+void kvio_hist_record(kvio_hist_t *hist, uint64_t value)
+{
+    kvio_hist_record_n(hist, value, 1);
+}
+
+void kvio_hist_merge(kvio_hist_t *dst, const kvio_hist_t *src)
+{
+    if (src->count == 0)
+        return;
+    for (unsigned i = 0; i < KVIO_HIST_NUM_BUCKETS; i++)
+        dst->buckets[i] += src->buckets[i];
+    dst->count += src->count;
+    dst->sum += src->sum;
+    if (src->min < dst->min)
+        dst->min = src->min;
+    if (src->max > dst->max)
+        dst->max = src->max;
+}
+
+uint64_t kvio_hist_count(const kvio_hist_t *hist)
+{
+    return hist->count;
+}
+
+double kvio_hist_mean(const kvio_hist_t *hist)
+{
+    return hist->count ? hist->sum / (double)hist->count : 0.0;
+}
+
+uint64_t kvio_hist_min(const kvio_hist_t *hist)
+{
+    return hist->count ? hist->min : 0;
+}
+
+uint64_t kvio_hist_max(const kvio_hist_t *hist)
+{
+    return hist->max;
+}
+
+double kvio_hist_quantile(const kvio_hist_t *hist, double q)
+{
+    if (hist->count == 0)
+        return 0.0;
+    if (q <= 0)
+        return (double)hist->min;
+    if (q >= 1)
+        return (double)hist->max;
+    /* Rank of the wanted value, 1-based: ceil(q * count). */
+    double exact_rank = q * (double)hist->count;
+    uint64_t rank = (uint64_t)exact_rank;
+    if ((double)rank < exact_rank)
+        rank++;
+    if (rank == 0)
+        rank = 1;
+    uint64_t seen = 0;
+    for (unsigned i = 0; i < KVIO_HIST_NUM_BUCKETS; i++) {
+        seen += hist->buckets[i];
+        if (seen >= rank) {
+            uint64_t low, high;
+            kvio_hist_bucket_bounds(i, &low, &high);
+            double value = ((double)low + (double)high) / 2.0;
+            if (value < (double)hist->min)
+                value = (double)hist->min;
+            if (value > (double)hist->max)
+                value = (double)hist->max;
+            return value;
+        }
+    }
+    return (double)hist->max;
+}
+
+void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
+                         kvio_hist_summary_t *summary_p)
+{
+    kvio_hist_summary_t summary = {
+        .count = hist->count,
+        .mean = kvio_hist_mean(hist) * scale,
+        .min = (double)kvio_hist_min(hist) * scale,
+        .max = (double)kvio_hist_max(hist) * scale,
+        .p50 = kvio_hist_quantile(hist, 0.50) * scale,
+        .p90 = kvio_hist_quantile(hist, 0.90) * scale,
+        .p99 = kvio_hist_quantile(hist, 0.99) * scale,
+        .p999 = kvio_hist_quantile(hist, 0.999) * scale,
+    };
+    *summary_p = summary;
+}

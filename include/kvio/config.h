@@ -1,0 +1,117 @@
+/* Configuration: YAML (libyaml) mapped onto C structs through declarative
+ * option tables (key, type, offset, default, bounds, allowed values, help).
+ * A document is parsed once, `--set a.b=value` overrides edit it, and binding
+ * checks every key against the table. Errors cite origin:line:column and the
+ * key path, e.g. "w.yaml:7:17: serve.kvcache.block_size: 0 is below the
+ * minimum 1". The same table prints help and dumps the effective config. */
+#ifndef KVIO_CONFIG_H
+#define KVIO_CONFIG_H
+
+#include "kvio/dist.h"
+#include "kvio/status.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Option types and the C type each stores at its offset. */
+typedef enum {
+    KVIO_OPT_BOOL,     /* bool */
+    KVIO_OPT_INT,      /* int64_t */
+    KVIO_OPT_DOUBLE,   /* double */
+    KVIO_OPT_STRING,   /* char * (owned; freed by kvio_config_free) */
+    KVIO_OPT_ENUM,     /* int: index into values */
+    KVIO_OPT_SIZE,     /* uint64_t bytes: 512MiB, 4GiB, 4GB, 16384 */
+    KVIO_OPT_DURATION, /* int64_t ns: 250ms, 2s, 1.5h */
+    KVIO_OPT_DIST,     /* kvio_dist_t; numbers take the option's unit */
+    KVIO_OPT_SECTION,  /* a nested struct bound by options */
+    KVIO_OPT_LIST,     /* kvio_opt_list_t of structs bound by options */
+} kvio_opt_type_t;
+
+/* Units for the numbers inside a KVIO_OPT_DIST. */
+typedef enum {
+    KVIO_UNIT_NONE,
+    KVIO_UNIT_SIZE,     /* bytes */
+    KVIO_UNIT_DURATION, /* ns */
+} kvio_unit_t;
+
+#define KVIO_OPT_HAS_MIN 1u
+#define KVIO_OPT_HAS_MAX 2u
+
+typedef struct kvio_opt {
+    const char *key;
+    kvio_opt_type_t type;
+    size_t offset;
+    const char *default_value;       /* YAML text; NULL leaves zero */
+    unsigned flags;                  /* KVIO_OPT_HAS_MIN / HAS_MAX */
+    double min, max;                 /* in stored units */
+    const char *const *values;       /* ENUM: NULL-terminated names */
+    const struct kvio_opt *options;  /* SECTION, LIST: terminated by key NULL */
+    size_t element_size;             /* LIST: size of one element */
+    kvio_unit_t unit;                /* DIST: unit of its numbers */
+    const char *help;
+} kvio_opt_t;
+
+/* Storage of a KVIO_OPT_LIST: count elements of element_size each. */
+typedef struct kvio_opt_list {
+    void *items;
+    size_t count;
+} kvio_opt_list_t;
+
+/* A parsed YAML document with the overrides applied to it. */
+typedef struct kvio_config_doc kvio_config_doc_t;
+
+/* Parses YAML text; origin names it in errors (a path, or "preset NAME").
+ * On error returns KVIO_ERR_CONFIG with the message in error_p. */
+kvio_status_t kvio_config_doc_parse(const char *text, size_t length, const char *origin,
+                                    kvio_config_doc_t **doc_p, char *error_p,
+                                    size_t error_len);
+
+/* Reads and parses a file. */
+kvio_status_t kvio_config_doc_load(const char *path, kvio_config_doc_t **doc_p,
+                                   char *error_p, size_t error_len);
+
+/* Applies an override "a.b.c=value" (value is YAML: a scalar or a flow
+ * mapping/sequence; numeric path parts index sequences). Keys are checked
+ * when the document is bound. */
+kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment,
+                                  char *error_p, size_t error_len);
+
+void kvio_config_doc_destroy(kvio_config_doc_t *doc);
+
+/* Fills config_p with the defaults of options. Zero the struct first. */
+kvio_status_t kvio_config_defaults(const kvio_opt_t *options, void *config_p,
+                                   char *error_p, size_t error_len);
+
+/* Fills config_p with defaults, then binds the document onto it, checking
+ * every key, type and bound. On error the struct is freed and zeroed. */
+kvio_status_t kvio_config_bind(const kvio_opt_t *options, const kvio_config_doc_t *doc,
+                               void *config_p, char *error_p, size_t error_len);
+
+/* Frees what binding allocated (strings, lists, distributions). */
+void kvio_config_free(const kvio_opt_t *options, void *config);
+
+/* The effective configuration as JSON (sizes and durations as strings with
+ * units, so the dump can be read back). The caller owns the reference. */
+json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config);
+
+/* Prints every key with its type, default, bounds and help. */
+void kvio_config_print_help(const kvio_opt_t *options, FILE *out);
+
+/* Parses "4GiB", "512MiB", "4GB", "16384" (bytes). */
+kvio_status_t kvio_parse_size(const char *text, uint64_t *bytes_p, char *error_p,
+                              size_t error_len);
+
+/* Parses "250ms", "2s", "100us", "1.5h" into ns; a unit is required. */
+kvio_status_t kvio_parse_duration(const char *text, int64_t *ns_p, char *error_p,
+                                  size_t error_len);
+
+/* Formats bytes with the largest binary unit that divides them ("4GiB"). */
+void kvio_format_size(uint64_t bytes, char *text_p, size_t text_len);
+
+/* Formats ns with the largest unit that divides them ("250ms"). */
+void kvio_format_duration(int64_t ns, char *text_p, size_t text_len);
+
+#endif

@@ -1,0 +1,67 @@
+/* Results: one directory per run holding summary.json (written to a
+ * temporary name and renamed, so a reader never sees half a file), CSV
+ * files, and a plain-text table renderer for stdout. */
+#ifndef KVIO_RESULTS_H
+#define KVIO_RESULTS_H
+
+#include "kvio/status.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* Version of the summary.json layout; bumped when fields change meaning. */
+#define KVIO_SCHEMA_VERSION 1
+
+typedef struct kvio_results kvio_results_t;
+typedef struct kvio_csv kvio_csv_t;
+typedef struct kvio_table kvio_table_t;
+
+/* Chooses and creates a results directory. With dir NULL the directory is
+ * results/<name>-<UTC time with ms>-<pid> under the working directory. An
+ * existing directory is refused (KVIO_ERR_EXISTS) unless force; a directory
+ * that cannot be created or written is refused before any run starts.
+ * The caller destroys the handle. */
+kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
+                                  kvio_results_t **results_p, char *error_p, size_t error_len);
+
+void kvio_results_destroy(kvio_results_t *results);
+
+/* The directory's path (borrowed). */
+const char *kvio_results_path(const kvio_results_t *results);
+
+/* Writes JSON to dir/file_name atomically: file_name.tmp, fsync, rename. */
+kvio_status_t kvio_results_write_json(const kvio_results_t *results, const char *file_name,
+                                      const json_t *value, char *error_p, size_t error_len);
+
+/* Same, to any path (used by tests and `kvio compare`). */
+kvio_status_t kvio_json_write_atomic(const char *path, const json_t *value, char *error_p,
+                                     size_t error_len);
+
+/* Opens dir/file_name for CSV and writes the header (comma-separated
+ * column names). Caller closes. */
+kvio_status_t kvio_csv_open(const kvio_results_t *results, const char *file_name,
+                            const char *header, kvio_csv_t **csv_p);
+
+/* Appends one row formatted with printf-style arguments (no newline). */
+kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Flushes and closes; returns an error when any write failed. */
+kvio_status_t kvio_csv_close(kvio_csv_t *csv);
+
+/* UTC time of a wall-clock ns value, ISO 8601 with milliseconds. */
+void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len);
+
+/* A table with a title, left-aligned first column and right-aligned rest. */
+kvio_status_t kvio_table_create(const char *title, kvio_table_t **table_p);
+void kvio_table_destroy(kvio_table_t *table);
+
+/* Adds a row of cells (NULL-terminated list of strings, copied). */
+kvio_status_t kvio_table_add_row(kvio_table_t *table, const char *first, ...);
+
+/* Prints the table with aligned columns. */
+void kvio_table_print(const kvio_table_t *table, FILE *out);
+
+#endif

@@ -1,0 +1,55 @@
+/* A whole run as a library call: the workload configuration (composed from
+ * each module's option table), loading it from a file or preset with
+ * overrides, and kvio_run(), which the CLI and the tests both call. */
+#ifndef KVIO_RUN_H
+#define KVIO_RUN_H
+
+#include "kvio/config.h"
+#include "kvio/status.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { KVIO_MODE_SIMULATE = 0, KVIO_MODE_EMULATE = 1 } kvio_mode_t;
+
+/* The workload: the top level of a YAML file. */
+typedef struct kvio_workload {
+    char *name;
+    int64_t seed;
+    int mode;             /* kvio_mode_t */
+    int64_t duration_ns;
+    int64_t warmup_ns;
+} kvio_workload_t;
+
+/* The option table of the top level. */
+extern const kvio_opt_t kvio_workload_options[];
+
+/* Loads source (a file path, or the name of an embedded preset when no such
+ * file exists), applies "a.b=value" overrides, and binds the result into
+ * workload_p. Free with kvio_workload_free. Errors name file:line:column. */
+kvio_status_t kvio_workload_load(const char *source, const char *const *overrides,
+                                 size_t num_overrides, kvio_workload_t *workload_p,
+                                 char *error_p, size_t error_len);
+
+void kvio_workload_free(kvio_workload_t *workload);
+
+/* How to run: where results go and what to print. */
+typedef struct kvio_run_options {
+    const char *output_dir; /* NULL: results/<name>-<time>-<pid> */
+    bool force;             /* reuse an existing output directory */
+    const char *source;     /* what was loaded, for the summary */
+    bool quiet;             /* no table on stdout */
+} kvio_run_options_t;
+
+/* What a run produced. */
+typedef struct kvio_run_result {
+    char results_dir[1024];
+    bool complete;
+} kvio_run_result_t;
+
+/* Runs the workload and writes its results directory. Returns KVIO_OK when
+ * the run completed; on error the message is in error_p. */
+kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
+                       kvio_run_result_t *result_p, char *error_p, size_t error_len);
+
+#endif

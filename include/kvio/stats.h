@@ -1,0 +1,58 @@
+/* Statistics: a log-linear histogram of non-negative integer values
+ * (latencies in ns, token counts) with a relative error of at most 1/256
+ * (0.39%) on any reported value, mergeable across threads and ranks; plus
+ * exact count, sum, min and max. */
+#ifndef KVIO_STATS_H
+#define KVIO_STATS_H
+
+#include "kvio/status.h"
+
+#include <stdint.h>
+
+/* 128 linear sub-buckets per power of two; values below 128 are exact. */
+#define KVIO_HIST_SUB_BUCKETS 128
+#define KVIO_HIST_NUM_BUCKETS (KVIO_HIST_SUB_BUCKETS * 58)
+
+typedef struct kvio_hist kvio_hist_t;
+
+/* A histogram's summary in the units it recorded. */
+typedef struct kvio_hist_summary {
+    uint64_t count;
+    double mean;
+    double min, max;
+    double p50, p90, p99, p999;
+} kvio_hist_summary_t;
+
+/* Creates an empty histogram; the caller owns it (kvio_hist_destroy). */
+kvio_status_t kvio_hist_create(kvio_hist_t **hist_p);
+void kvio_hist_destroy(kvio_hist_t *hist);
+
+/* Empties the histogram. */
+void kvio_hist_reset(kvio_hist_t *hist);
+
+/* Records a value (count times for kvio_hist_record_n). */
+void kvio_hist_record(kvio_hist_t *hist, uint64_t value);
+void kvio_hist_record_n(kvio_hist_t *hist, uint64_t value, uint64_t count);
+
+/* Adds every value recorded in src to dst. */
+void kvio_hist_merge(kvio_hist_t *dst, const kvio_hist_t *src);
+
+uint64_t kvio_hist_count(const kvio_hist_t *hist);
+double kvio_hist_mean(const kvio_hist_t *hist);
+uint64_t kvio_hist_min(const kvio_hist_t *hist);
+uint64_t kvio_hist_max(const kvio_hist_t *hist);
+
+/* The value at quantile q in [0, 1]: the smallest recorded value v such that
+ * at least q of the values are <= v, within the stated relative error, and
+ * clamped to [min, max]. 0 for an empty histogram. */
+double kvio_hist_quantile(const kvio_hist_t *hist, double q);
+
+/* Fills a summary; scale multiplies every value (1e-6 turns ns into ms). */
+void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
+                         kvio_hist_summary_t *summary_p);
+
+/* The bucket index of a value and the bounds of a bucket (for tests). */
+unsigned kvio_hist_bucket_of(uint64_t value);
+void kvio_hist_bucket_bounds(unsigned bucket, uint64_t *low_p, uint64_t *high_p);
+
+#endif

@@ -1,0 +1,68 @@
+/* The workload's top-level option table and loading from a file or an
+ * embedded preset, with --set overrides. Later modules add their sections
+ * here, each bound by its own module's table. */
+#include "kvio/run.h"
+
+#include <stddef.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvio/presets.h"
+
+static const char *const mode_names[] = {"simulate", "emulate", NULL};
+
+const kvio_opt_t kvio_workload_options[] = {
+    {.key = "name", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_workload_t, name),
+     .default_value = "kvio", .help = "run name; used in the results directory name"},
+    {.key = "seed", .type = KVIO_OPT_INT, .offset = offsetof(kvio_workload_t, seed),
+     .default_value = "1", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "seed for every random stream; same seed, same run"},
+    {.key = "mode", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_workload_t, mode),
+     .default_value = "simulate", .values = mode_names,
+     .help = "simulate: virtual clock, no bytes move; emulate: real time, real bytes"},
+    {.key = "duration", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_workload_t, duration_ns), .default_value = "60s",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1e6, .max = 7 * 24 * 3600e9,
+     .help = "how long the run lasts (virtual time in simulate mode)"},
+    {.key = "warmup", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_workload_t, warmup_ns),
+     .default_value = "0s", .help = "initial stretch excluded from the metrics"},
+    {.key = NULL},
+};
+
+kvio_status_t kvio_workload_load(const char *source, const char *const *overrides,
+                                 size_t num_overrides, kvio_workload_t *workload_p,
+                                 char *error_p, size_t error_len)
+{
+    kvio_config_doc_t *doc = NULL;
+    kvio_status_t status;
+    struct stat info;
+    const kvio_preset_t *preset = NULL;
+    if (stat(source, &info) != 0 && (preset = kvio_preset_find(source)) != NULL) {
+        char origin[256];
+        snprintf(origin, sizeof(origin), "preset %s", preset->name);
+        status = kvio_config_doc_parse(preset->text, strlen(preset->text), origin, &doc,
+                                       error_p, error_len);
+    } else {
+        status = kvio_config_doc_load(source, &doc, error_p, error_len);
+        if (status == KVIO_ERR_NOT_FOUND)
+            snprintf(error_p, error_len,
+                     "%s: no such file, and no preset of that name (kvio list shows them)",
+                     source);
+    }
+    if (status != KVIO_OK)
+        return status;
+    for (size_t i = 0; i < num_overrides && status == KVIO_OK; i++)
+        status = kvio_config_doc_set(doc, overrides[i], error_p, error_len);
+    kvio_workload_t workload = {0};
+    if (status == KVIO_OK)
+        status = kvio_config_bind(kvio_workload_options, doc, &workload, error_p, error_len);
+    kvio_config_doc_destroy(doc);
+    if (status == KVIO_OK)
+        *workload_p = workload;
+    return status;
+}
+
+void kvio_workload_free(kvio_workload_t *workload)
+{
+    kvio_config_free(kvio_workload_options, workload);
+}
