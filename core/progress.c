@@ -1,0 +1,66 @@
+/* Progress line: "\r<label> done/total (pct%) elapsed" on a terminal. */
+#include "kvio/progress.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+
+struct kvio_progress {
+    char label[64];
+    uint64_t total;
+    uint64_t start_ns;
+    uint64_t last_draw_ns;
+    bool enabled;
+    bool drawn;
+};
+
+kvio_status_t kvio_progress_create(const char *label, uint64_t total,
+                                   kvio_progress_t **progress_p)
+{
+    kvio_progress_t *progress = calloc(1, sizeof(*progress));
+    if (progress == NULL)
+        return KVIO_ERR_NOMEM;
+    snprintf(progress->label, sizeof(progress->label), "%s", label);
+    progress->total = total;
+    progress->start_ns = kvio_time_ns();
+    progress->enabled = isatty(STDERR_FILENO) && kvio_log_get_level() > KVIO_LOG_ERROR;
+    *progress_p = progress;
+    return KVIO_OK;
+}
+
+bool kvio_progress_enabled(const kvio_progress_t *progress)
+{
+    return progress->enabled;
+}
+
+void kvio_progress_update(kvio_progress_t *progress, uint64_t done)
+{
+    if (!progress->enabled)
+        return;
+    uint64_t now = kvio_time_ns();
+    if (progress->drawn && now - progress->last_draw_ns < 100000000u)
+        return;
+    progress->last_draw_ns = now;
+    progress->drawn = true;
+    double elapsed = (double)(now - progress->start_ns) / 1e9;
+    if (progress->total > 0)
+        fprintf(stderr, "\r%s %llu/%llu (%.0f%%) %.1fs ", progress->label,
+                (unsigned long long)done, (unsigned long long)progress->total,
+                100.0 * (double)done / (double)progress->total, elapsed);
+    else
+        fprintf(stderr, "\r%s %llu %.1fs ", progress->label, (unsigned long long)done, elapsed);
+    fflush(stderr);
+}
+
+void kvio_progress_destroy(kvio_progress_t *progress)
+{
+    if (progress == NULL)
+        return;
+    if (progress->drawn)
+        fprintf(stderr, "\r%*s\r", 79, "");
+    free(progress);
+}

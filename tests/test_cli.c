@@ -1,0 +1,161 @@
+/* Tests for the kvio command as a user runs it: exit status (0 success,
+ * 1 run failed, 2 usage or input error) and messages of each command. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+Test(cli, version_and_help, .timeout = 20)
+{
+    test_run_t run = test_kvio(NULL, "--version", NULL);
+    cr_assert_eq(run.status, 0);
+    cr_assert(test_contains(run.out, "kvio " KVIO_VERSION), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(NULL, "--help", NULL);
+    cr_assert_eq(run.status, 0);
+    cr_assert(test_contains(run.out, "usage: kvio"));
+    cr_assert(test_contains(run.out, "validate"));
+    test_run_free(&run);
+    const char *commands[] = {"run", "validate", "list"};
+    for (size_t i = 0; i < 3; i++) {
+        run = test_kvio(NULL, commands[i], "--help", NULL);
+        cr_assert_eq(run.status, 0, "%s --help", commands[i]);
+        cr_assert(test_contains(run.out, "usage: kvio"), "%s", run.out);
+        test_run_free(&run);
+    }
+}
+
+Test(cli, usage_errors_exit_2, .timeout = 20)
+{
+    test_run_t run = test_kvio(NULL, "frobnicate", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "unknown command 'frobnicate'"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(NULL, NULL);
+    cr_assert_eq(run.status, 2);
+    test_run_free(&run);
+    run = test_kvio(NULL, "run", "--bogus", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "unknown option '--bogus'"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(NULL, "validate", NULL);
+    cr_assert_eq(run.status, 2);
+    test_run_free(&run);
+    run = test_kvio(NULL, "run", "--set", NULL);
+    cr_assert_eq(run.status, 2);
+    test_run_free(&run);
+}
+
+Test(cli, run_quickstart_writes_results, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "results/quickstart-"), "%s", run.out);
+    test_run_free(&run);
+
+    run = test_kvio(dir, "run", "quickstart", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary);
+    cr_assert(test_contains(summary, "\"complete\": true"), "%s", summary);
+    free(summary);
+    test_run_free(&run);
+
+    run = test_kvio(dir, "run", "quickstart", "-o", "out", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "out: results directory exists (use --force"), "%s",
+              run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "quickstart", "-o", "out", "--force", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(cli, bad_workload_exits_2_with_file_line_and_key, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", "name: x\nmode: simulte\n");
+    test_run_t run = test_kvio(dir, "run", file, "-o", "out", NULL);
+    cr_assert_eq(run.status, 2);
+    char expected[1200];
+    snprintf(expected, sizeof(expected),
+             "%s:2:7: mode: 'simulte' is not one of simulate, emulate (did you mean 'simulate'?)",
+             file);
+    cr_assert(test_contains(run.err, expected), "%s", run.err);
+    /* Nothing was written for a refused run. */
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    struct stat info;
+    cr_assert_neq(stat(out, &info), 0);
+    test_run_free(&run);
+
+    run = test_kvio(dir, "run", "nosuchthing", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "nosuchthing: no such file, and no preset"), "%s", run.err);
+    test_run_free(&run);
+
+    run = test_kvio(dir, "run", "quickstart", "--set", "seed=-4", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "--set seed=-4: seed: -4 is below the minimum 0"), "%s",
+              run.err);
+    test_run_free(&run);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(cli, unwritable_output_fails_before_running, .timeout = 20)
+{
+    test_run_t run = test_kvio(NULL, "run", "quickstart", "-o", "/proc/kvio-out", NULL);
+    cr_assert_neq(run.status, 0);
+    cr_assert(test_contains(run.err, "/proc/kvio-out: cannot create results directory"), "%s",
+              run.err);
+    test_run_free(&run);
+}
+
+Test(cli, validate_and_dump, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", "name: v\nduration: 90s\n");
+    test_run_t run = test_kvio(dir, "validate", file, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, ": ok"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(dir, "validate", file, "--dump", "--set", "warmup=5s", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "\"duration\": \"90s\""), "%s", run.out);
+    cr_assert(test_contains(run.out, "\"warmup\": \"5s\""), "%s", run.out);
+    cr_assert(test_contains(run.out, "\"seed\": 1"), "%s", run.out);
+    test_run_free(&run);
+    char *bad = test_write_file(dir, "bad.yaml", "name: v\nduraton: 90s\n");
+    run = test_kvio(dir, "validate", bad, NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "bad.yaml:2:1: duraton: unknown key (did you mean 'duration'?)"),
+              "%s", run.err);
+    test_run_free(&run);
+    free(file);
+    free(bad);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(cli, list_shows_embedded_presets, .timeout = 20)
+{
+    test_run_t run = test_kvio("/", "list", NULL);
+    cr_assert_eq(run.status, 0);
+    cr_assert(test_contains(run.out, "quickstart"), "%s", run.out);
+    test_run_free(&run);
+    /* Presets work from any directory, since they live in the binary. */
+    run = test_kvio("/", "validate", "quickstart", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+}

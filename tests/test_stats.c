@@ -1,0 +1,121 @@
+/* Tests for the log-linear histogram: percentiles within the stated relative
+ * error on known data, and merging equals recording everything in one. */
+#include "kvio/rng.h"
+#include "kvio/stats.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+static int compare_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Exact quantile by the same definition: smallest v with rank ceil(q*n). */
+static uint64_t exact_quantile(const uint64_t *sorted, size_t count, double q)
+{
+    size_t rank = (size_t)ceil(q * (double)count);
+    if (rank < 1)
+        rank = 1;
+    return sorted[rank - 1];
+}
+
+Test(histogram, percentiles_within_stated_error, .timeout = 30)
+{
+    enum { COUNT = 200000 };
+    uint64_t *values = malloc(COUNT * sizeof(uint64_t));
+    kvio_hist_t *hist;
+    cr_assert_eq(kvio_hist_create(&hist), KVIO_OK);
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, 5, 0, "hist");
+    for (size_t i = 0; i < COUNT; i++) {
+        /* Log-uniform over 1 ns .. 100 s exercises every bucket range. */
+        values[i] = (uint64_t)exp(kvio_rng_uniform(&rng) * log(1e11));
+        kvio_hist_record(hist, values[i]);
+    }
+    qsort(values, COUNT, sizeof(uint64_t), compare_u64);
+    const double quantiles[] = {0.001, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999};
+    for (size_t i = 0; i < sizeof(quantiles) / sizeof(quantiles[0]); i++) {
+        double exact = (double)exact_quantile(values, COUNT, quantiles[i]);
+        double estimate = kvio_hist_quantile(hist, quantiles[i]);
+        double error = fabs(estimate - exact) / fmax(exact, 1);
+        cr_expect_leq(error, 1.0 / 256 + 1e-12, "q=%g: %f vs %f (error %f)", quantiles[i],
+                      estimate, exact, error);
+    }
+    cr_assert_eq(kvio_hist_count(hist), COUNT);
+    cr_assert_eq(kvio_hist_min(hist), values[0]);
+    cr_assert_eq(kvio_hist_max(hist), values[COUNT - 1]);
+    double sum = 0;
+    for (size_t i = 0; i < COUNT; i++)
+        sum += (double)values[i];
+    cr_assert_float_eq(kvio_hist_mean(hist), sum / COUNT, 1e-6 * sum / COUNT);
+    kvio_hist_destroy(hist);
+    free(values);
+}
+
+Test(histogram, small_values_are_exact, .timeout = 10)
+{
+    kvio_hist_t *hist;
+    cr_assert_eq(kvio_hist_create(&hist), KVIO_OK);
+    for (uint64_t v = 1; v <= 100; v++)
+        kvio_hist_record(hist, v);
+    cr_assert_float_eq(kvio_hist_quantile(hist, 0.5), 50, 1e-9);
+    cr_assert_float_eq(kvio_hist_quantile(hist, 0.99), 99, 1e-9);
+    cr_assert_float_eq(kvio_hist_quantile(hist, 1.0), 100, 1e-9);
+    kvio_hist_destroy(hist);
+}
+
+Test(histogram, buckets_bound_the_relative_width, .timeout = 10)
+{
+    for (unsigned bucket = 0; bucket < KVIO_HIST_NUM_BUCKETS; bucket += 7) {
+        uint64_t low, high;
+        kvio_hist_bucket_bounds(bucket, &low, &high);
+        cr_assert_eq(kvio_hist_bucket_of(low), bucket);
+        cr_assert_eq(kvio_hist_bucket_of(high), bucket);
+        if (low >= 128)
+            cr_assert_leq((double)(high - low + 1) / (double)low, 1.0 / 128 + 1e-12);
+    }
+    cr_assert_lt(kvio_hist_bucket_of(UINT64_MAX), KVIO_HIST_NUM_BUCKETS);
+}
+
+Test(histogram, merging_equals_recording_in_one, .timeout = 10)
+{
+    kvio_hist_t *parts[3], *all, *merged;
+    cr_assert_eq(kvio_hist_create(&all), KVIO_OK);
+    cr_assert_eq(kvio_hist_create(&merged), KVIO_OK);
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, 11, 0, "merge");
+    for (int p = 0; p < 3; p++) {
+        cr_assert_eq(kvio_hist_create(&parts[p]), KVIO_OK);
+        for (int i = 0; i < 10000; i++) {
+            uint64_t value = kvio_rng_below(&rng, 1000000u * (uint64_t)(p + 1));
+            kvio_hist_record(parts[p], value);
+            kvio_hist_record(all, value);
+        }
+        kvio_hist_merge(merged, parts[p]);
+    }
+    cr_assert_eq(kvio_hist_count(merged), kvio_hist_count(all));
+    cr_assert_eq(kvio_hist_min(merged), kvio_hist_min(all));
+    cr_assert_eq(kvio_hist_max(merged), kvio_hist_max(all));
+    cr_assert_float_eq(kvio_hist_mean(merged), kvio_hist_mean(all), 1e-9);
+    for (double q = 0.01; q < 1; q += 0.01)
+        cr_assert_eq(kvio_hist_quantile(merged, q), kvio_hist_quantile(all, q));
+    for (int p = 0; p < 3; p++)
+        kvio_hist_destroy(parts[p]);
+    kvio_hist_destroy(all);
+    kvio_hist_destroy(merged);
+}
+
+Test(histogram, empty_histogram_reports_zero, .timeout = 10)
+{
+    kvio_hist_t *hist;
+    cr_assert_eq(kvio_hist_create(&hist), KVIO_OK);
+    kvio_hist_summary_t summary;
+    kvio_hist_summarize(hist, 1e-6, &summary);
+    cr_assert_eq(summary.count, 0);
+    cr_assert_eq(summary.p99, 0);
+    cr_assert_eq(summary.mean, 0);
+    kvio_hist_destroy(hist);
+}
