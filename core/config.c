@@ -1045,7 +1045,7 @@ static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *optio
 {
     void *field = (char *)config + option->offset;
     kvio_status_t status;
-    double number;
+    double number = 0;
     switch (option->type) {
     case KVIO_OPT_BOOL: {
         if ((status = expect_scalar(context, node, path, option)) != KVIO_OK)

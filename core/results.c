@@ -42,8 +42,21 @@ void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len)
     snprintf(text_p, text_len, "%.20s.%03uZ", date, milliseconds % 1000u);
 }
 
+/* Creates the parents of path (like mkdir -p), leaving path itself. */
+static void make_parents(const char *path)
+{
+    char buffer[4096];
+    snprintf(buffer, sizeof(buffer), "%s", path);
+    for (char *slash = strchr(buffer + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        mkdir(buffer, 0755);
+        *slash = '/';
+    }
+}
+
 static kvio_status_t make_dir(const char *path, bool force, char *error_p, size_t error_len)
 {
+    make_parents(path);
     if (mkdir(path, 0755) == 0)
         return KVIO_OK;
     int err = errno;
@@ -79,10 +92,6 @@ kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
         }
         snprintf(generated, sizeof(generated), "results/%s-%s-%ld",
                  name != NULL && name[0] != '\0' ? name : "kvio", stamp, (long)getpid());
-        if (mkdir("results", 0755) != 0 && errno != EEXIST) {
-            snprintf(error_p, error_len, "results: cannot create directory: %s", strerror(errno));
-            return KVIO_ERR_IO;
-        }
         dir = generated;
     }
     status = make_dir(dir, force, error_p, error_len);
