@@ -18,6 +18,8 @@ static const command_t commands[] = {
     {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},
     {"list", kvio_cmd_list, "list the embedded presets"},
     {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
+    {"cost", kvio_cmd_cost, "iteration time the cost model gives a batch"},
+    {"fit", kvio_cmd_fit, "fit the linear cost model to measured iterations"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,189 @@
+/* kvio cost (what the cost model says one iteration of a batch takes, with
+ * its FLOP and byte terms) and kvio fit (the linear form's coefficients from
+ * measured iterations). */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/cost.h"
+
+static int parse_count(const char *command, const char *flag, const char *text, uint64_t *value_p)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = strtoull(text != NULL ? text : "", &end, 10);
+    if (text == NULL || end == text || *end != '\0' || errno == ERANGE || text[0] == '-') {
+        fprintf(stderr, "kvio %s: %s needs a non-negative integer, got '%s'\n", command, flag,
+                text != NULL ? text : "");
+        return KVIO_EXIT_USAGE;
+    }
+    *value_p = value;
+    return KVIO_EXIT_OK;
+}
+
+static void cost_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvio cost --model M --gpu G [--tp N] --prefill TOKENS [--batch B]\n"
+            "                 [--cached TOKENS] [--decode SEQS --context TOKENS] [--json]\n"
+            "       kvio cost --list\n\n"
+            "Prints the time the roofline cost model gives one iteration: B sequences\n"
+            "each prefilling TOKENS new tokens (on top of --cached tokens already in\n"
+            "the KV cache) plus SEQS decode sequences with --context tokens each.\n");
+}
+
+int kvio_cmd_cost(int argc, char **argv)
+{
+    const char *model_name = "llama3-8b", *gpu_name = "h200";
+    uint64_t tp = 1, prefill = 0, batch = 1, cached = 0, decode = 0, context = 0;
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        int status = KVIO_EXIT_OK;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            cost_usage(stdout);
+            return KVIO_EXIT_OK;
+        } else if (strcmp(arg, "--list") == 0) {
+            kvio_cost_print_presets(stdout);
+            return KVIO_EXIT_OK;
+        } else if (strcmp(arg, "--json") == 0) {
+            json = true;
+            continue;
+        } else if (next == NULL) {
+            fprintf(stderr, "kvio cost: %s needs a value (see kvio cost --help)\n", arg);
+            return KVIO_EXIT_USAGE;
+        } else if (strcmp(arg, "--model") == 0) {
+            model_name = next;
+        } else if (strcmp(arg, "--gpu") == 0) {
+            gpu_name = next;
+        } else if (strcmp(arg, "--tp") == 0) {
+            status = parse_count("cost", arg, next, &tp);
+        } else if (strcmp(arg, "--prefill") == 0) {
+            status = parse_count("cost", arg, next, &prefill);
+        } else if (strcmp(arg, "--batch") == 0) {
+            status = parse_count("cost", arg, next, &batch);
+        } else if (strcmp(arg, "--cached") == 0) {
+            status = parse_count("cost", arg, next, &cached);
+        } else if (strcmp(arg, "--decode") == 0) {
+            status = parse_count("cost", arg, next, &decode);
+        } else if (strcmp(arg, "--context") == 0) {
+            status = parse_count("cost", arg, next, &context);
+        } else {
+            fprintf(stderr, "kvio cost: unknown option '%s' (see kvio cost --help)\n", arg);
+            return KVIO_EXIT_USAGE;
+        }
+        if (status != KVIO_EXIT_OK)
+            return status;
+        i++;
+    }
+    if (tp < 1 || tp > 64) {
+        fprintf(stderr, "kvio cost: --tp must be 1..64\n");
+        return KVIO_EXIT_USAGE;
+    }
+    if (prefill == 0 && decode == 0) {
+        fprintf(stderr, "kvio cost: give --prefill TOKENS and/or --decode SEQS\n");
+        return KVIO_EXIT_USAGE;
+    }
+    char error[512];
+    kvio_model_t model = {.preset = (char *)model_name, .dtype_bytes = 2};
+    kvio_gpu_t gpu = {.preset = (char *)gpu_name};
+    if (kvio_model_resolve(&model, error, sizeof(error)) != KVIO_OK ||
+        kvio_gpu_resolve(&gpu, error, sizeof(error)) != KVIO_OK) {
+        fprintf(stderr, "kvio cost: %s\n", error);
+        return KVIO_EXIT_USAGE;
+    }
+    kvio_cost_config_t config;
+    memset(&config, 0, sizeof(config));
+    if (kvio_config_defaults(kvio_cost_options, &config, error, sizeof(error)) != KVIO_OK) {
+        fprintf(stderr, "kvio cost: %s\n", error);
+        return KVIO_EXIT_FAILED;
+    }
+    config.tensor_parallel = (int64_t)tp;
+    kvio_cost_t *cost = NULL;
+    kvio_status_t status = kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error));
+    kvio_config_free(kvio_cost_options, &config);
+    if (status != KVIO_OK) {
+        fprintf(stderr, "kvio cost: %s\n", error);
+        return kvio_cli_exit_status(status);
+    }
+    kvio_batch_t work = {0};
+    for (uint64_t i = 0; prefill > 0 && i < batch; i++)
+        kvio_batch_add_prefill(&work, prefill, cached);
+    for (uint64_t i = 0; i < decode; i++)
+        kvio_batch_add_decode(&work, context);
+    kvio_cost_breakdown_t result;
+    kvio_cost_iteration(cost, &work, &result);
+    uint64_t kv_token = kvio_model_kv_bytes_per_token(&model, (int64_t)tp);
+    double weights_gb = (double)kvio_model_weight_bytes(&model) / 1e9;
+    if (json) {
+        printf("{\"model\": \"%s\", \"gpu\": \"%s\", \"tensor_parallel\": %llu, "
+               "\"prefill_tokens\": %llu, \"decode_seqs\": %llu, \"decode_context\": %llu, "
+               "\"flops\": %.6g, \"bytes\": %.6g, \"compute_ms\": %.6g, \"memory_ms\": %.6g, "
+               "\"allreduce_ms\": %.6g, \"overhead_ms\": %.6g, \"time_ms\": %.6g, "
+               "\"bound\": \"%s\", \"kv_bytes_per_token\": %llu, \"weights_gb\": %.4g}\n",
+               model_name, gpu_name, (unsigned long long)tp,
+               (unsigned long long)work.prefill_tokens, (unsigned long long)work.decode_seqs,
+               (unsigned long long)work.decode_context, result.flops, result.bytes,
+               result.compute_s * 1e3, result.memory_s * 1e3, result.allreduce_s * 1e3,
+               result.overhead_s * 1e3, result.time_s * 1e3, result.bound,
+               (unsigned long long)kv_token, weights_gb);
+    } else {
+        printf("%s on %s, tensor parallel %llu (weights %.2f GB, KV %llu bytes/token/GPU)\n",
+               model_name, gpu_name, (unsigned long long)tp, weights_gb,
+               (unsigned long long)kv_token);
+        printf("  batch       %llu prefill tokens in %llu seqs, %llu decode seqs, "
+               "%llu decode context tokens\n",
+               (unsigned long long)work.prefill_tokens, (unsigned long long)work.prefill_seqs,
+               (unsigned long long)work.decode_seqs, (unsigned long long)work.decode_context);
+        printf("  flops       %.4g FLOP -> %.3f ms at the compute efficiency\n", result.flops,
+               result.compute_s * 1e3);
+        printf("  bytes       %.4g B -> %.3f ms at the memory efficiency\n", result.bytes,
+               result.memory_s * 1e3);
+        printf("  all-reduce  %.3f ms\n", result.allreduce_s * 1e3);
+        printf("  overhead    %.3f ms\n", result.overhead_s * 1e3);
+        printf("  iteration   %.3f ms (%s-bound)\n", result.time_s * 1e3, result.bound);
+    }
+    kvio_cost_destroy(cost);
+    return KVIO_EXIT_OK;
+}
+
+int kvio_cmd_fit(int argc, char **argv)
+{
+    if (argc == 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
+        printf("usage: kvio fit STEPS.csv\n\n"
+               "Fits t = c0 + c1*prefill_tokens + c2*decode_seqs + c3*context_tokens (ms)\n"
+               "to measured iterations (CSV with those columns and time_ms) and prints\n"
+               "the coefficients for the cost section (kind: linear) and the fit error.\n");
+        return KVIO_EXIT_OK;
+    }
+    if (argc != 1) {
+        fprintf(stderr, "kvio fit: which file? (kvio fit STEPS.csv)\n");
+        return KVIO_EXIT_USAGE;
+    }
+    char error[512];
+    kvio_cost_sample_t *samples = NULL;
+    size_t count = 0;
+    kvio_status_t status = kvio_cost_read_samples(argv[0], &samples, &count, error, sizeof(error));
+    if (status == KVIO_OK) {
+        kvio_cost_fit_t fit;
+        status = kvio_cost_fit_linear(samples, count, &fit, error, sizeof(error));
+        if (status == KVIO_OK) {
+            printf("# %zu samples; RMSE %.4g ms, max error %.4g ms, R^2 %.6f\n", fit.samples,
+                   fit.rmse_ms, fit.max_abs_error_ms, fit.r_squared);
+            printf("cost: {kind: linear, c0: %.6g, c1: %.6g, c2: %.6g, c3: %.6g}\n", fit.c0,
+                   fit.c1, fit.c2, fit.c3);
+        } else {
+            snprintf(error + strlen(error), sizeof(error) - strlen(error), " (%s)", argv[0]);
+        }
+    }
+    free(samples);
+    if (status != KVIO_OK) {
+        fprintf(stderr, "kvio fit: %s\n", error);
+        return KVIO_EXIT_USAGE;
+    }
+    return KVIO_EXIT_OK;
+}

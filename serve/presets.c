@@ -1,0 +1,115 @@
+/* Model shapes (from each model's published config.json) and GPU specs
+ * (from the vendors' datasheets: dense bf16 tensor FLOP/s without sparsity,
+ * HBM bandwidth, memory, host link and GPU link per direction). */
+#include "serve/serve_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct model_preset {
+    const char *name;
+    const char *description;
+    kvio_model_t shape;
+} model_preset_t;
+
+typedef struct gpu_preset {
+    const char *name;
+    const char *description;
+    kvio_gpu_t spec;
+} gpu_preset_t;
+
+static const model_preset_t model_presets[] = {
+    {"llama3-8b", "Meta Llama 3 8B: 32 layers, GQA 32/8 heads, 128 KiB KV per token in bf16",
+     {.layers = 32, .hidden = 4096, .heads = 32, .kv_heads = 8, .head_dim = 128,
+      .intermediate = 14336, .vocab = 128256, .weight_dtype_bytes = 2}},
+    {"llama3-70b", "Meta Llama 3 70B: 80 layers, GQA 64/8 heads",
+     {.layers = 80, .hidden = 8192, .heads = 64, .kv_heads = 8, .head_dim = 128,
+      .intermediate = 28672, .vocab = 128256, .weight_dtype_bytes = 2}},
+    {"llama3.2-1b", "Meta Llama 3.2 1B: 16 layers, tied embeddings",
+     {.layers = 16, .hidden = 2048, .heads = 32, .kv_heads = 8, .head_dim = 64,
+      .intermediate = 8192, .vocab = 128256, .weight_dtype_bytes = 2, .tied_embeddings = true}},
+    {"qwen2.5-7b", "Qwen2.5 7B: 28 layers, GQA 28/4 heads",
+     {.layers = 28, .hidden = 3584, .heads = 28, .kv_heads = 4, .head_dim = 128,
+      .intermediate = 18944, .vocab = 152064, .weight_dtype_bytes = 2}},
+    {"mistral-7b", "Mistral 7B v0.3: 32 layers, GQA 32/8 heads",
+     {.layers = 32, .hidden = 4096, .heads = 32, .kv_heads = 8, .head_dim = 128,
+      .intermediate = 14336, .vocab = 32768, .weight_dtype_bytes = 2}},
+    /* gpt-oss-20b alternates sliding-window (128 tokens) and full attention,
+     * so only 12 of its 24 layers grow KV with the context; its experts are
+     * stored in MXFP4, about 0.66 bytes per weight over the whole checkpoint. */
+    {"gpt-oss-20b", "OpenAI gpt-oss-20b: MoE 32 experts (4 active), half the layers windowed",
+     {.layers = 24, .hidden = 2880, .heads = 64, .kv_heads = 8, .head_dim = 64,
+      .intermediate = 2880, .vocab = 201088, .num_experts = 32, .experts_per_token = 4,
+      .sliding_window_layers = 12, .sliding_window = 128, .weight_dtype_bytes = 0.66}},
+};
+
+#define GIB 1073741824ull
+
+static const gpu_preset_t gpu_presets[] = {
+    {"a100-80g", "NVIDIA A100 80GB SXM: 312 TFLOP/s, 2.04 TB/s, PCIe 4, NVLink 3",
+     {.flops = 312e12, .hbm_bandwidth = 2.039e12, .memory = 80 * GIB, .host_bandwidth = 32e9,
+      .link_bandwidth = 300e9}},
+    {"h100-sxm", "NVIDIA H100 SXM: 989 TFLOP/s, 3.35 TB/s, PCIe 5, NVLink 4",
+     {.flops = 989e12, .hbm_bandwidth = 3.35e12, .memory = 80 * GIB, .host_bandwidth = 64e9,
+      .link_bandwidth = 450e9}},
+    {"h200", "NVIDIA H200 SXM: 989 TFLOP/s, 4.8 TB/s, 141 GB, PCIe 5, NVLink 4",
+     {.flops = 989e12, .hbm_bandwidth = 4.8e12, .memory = 141000000000ull,
+      .host_bandwidth = 64e9, .link_bandwidth = 450e9}},
+    {"l40s", "NVIDIA L40S: 362 TFLOP/s, 864 GB/s, 48 GB, PCIe 4, no NVLink",
+     {.flops = 362e12, .hbm_bandwidth = 864e9, .memory = 48000000000ull, .host_bandwidth = 32e9,
+      .link_bandwidth = 32e9}},
+    {"rtx-4090", "NVIDIA GeForce RTX 4090: 165 TFLOP/s, 1.01 TB/s, 24 GB, PCIe 4",
+     {.flops = 165.2e12, .hbm_bandwidth = 1.008e12, .memory = 24 * GIB, .host_bandwidth = 32e9,
+      .link_bandwidth = 32e9}},
+    {"rtx-5090", "NVIDIA GeForce RTX 5090: 209.5 TFLOP/s, 1.79 TB/s, 32 GB, PCIe 5",
+     {.flops = 209.5e12, .hbm_bandwidth = 1.792e12, .memory = 32 * GIB,
+      .host_bandwidth = 64e9, .link_bandwidth = 64e9}},
+};
+
+#define COUNT(array) (sizeof(array) / sizeof((array)[0]))
+
+const kvio_model_t *kvio_model_preset_find(const char *name)
+{
+    for (size_t i = 0; i < COUNT(model_presets); i++)
+        if (strcmp(model_presets[i].name, name) == 0)
+            return &model_presets[i].shape;
+    return NULL;
+}
+
+const kvio_gpu_t *kvio_gpu_preset_find(const char *name)
+{
+    for (size_t i = 0; i < COUNT(gpu_presets); i++)
+        if (strcmp(gpu_presets[i].name, name) == 0)
+            return &gpu_presets[i].spec;
+    return NULL;
+}
+
+void kvio_model_preset_names(char *text_p, size_t text_len)
+{
+    text_p[0] = '\0';
+    for (size_t i = 0; i < COUNT(model_presets); i++) {
+        if (i > 0)
+            strncat(text_p, ", ", text_len - strlen(text_p) - 1);
+        strncat(text_p, model_presets[i].name, text_len - strlen(text_p) - 1);
+    }
+}
+
+void kvio_gpu_preset_names(char *text_p, size_t text_len)
+{
+    text_p[0] = '\0';
+    for (size_t i = 0; i < COUNT(gpu_presets); i++) {
+        if (i > 0)
+            strncat(text_p, ", ", text_len - strlen(text_p) - 1);
+        strncat(text_p, gpu_presets[i].name, text_len - strlen(text_p) - 1);
+    }
+}
+
+void kvio_cost_print_presets(FILE *out)
+{
+    fprintf(out, "models:\n");
+    for (size_t i = 0; i < COUNT(model_presets); i++)
+        fprintf(out, "  %-14s %s\n", model_presets[i].name, model_presets[i].description);
+    fprintf(out, "gpus:\n");
+    for (size_t i = 0; i < COUNT(gpu_presets); i++)
+        fprintf(out, "  %-14s %s\n", gpu_presets[i].name, gpu_presets[i].description);
+}

@@ -1,0 +1,270 @@
+/* Tests for the cost model: shapes and KV bytes of the presets, roofline
+ * bounds, tensor parallelism, the linear and table forms, fitting, KV
+ * capacity, and the kvio cost / kvio fit commands. */
+#include "kvio/cost.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers.h"
+
+static kvio_model_t model_of(const char *name)
+{
+    kvio_model_t model = {.preset = (char *)name, .dtype_bytes = 2};
+    char error[256];
+    cr_assert_eq(kvio_model_resolve(&model, error, sizeof(error)), KVIO_OK, "%s", error);
+    return model;
+}
+
+static kvio_gpu_t gpu_of(const char *name)
+{
+    kvio_gpu_t gpu = {.preset = (char *)name};
+    char error[256];
+    cr_assert_eq(kvio_gpu_resolve(&gpu, error, sizeof(error)), KVIO_OK, "%s", error);
+    return gpu;
+}
+
+static kvio_cost_t *cost_of(const kvio_model_t *model, const kvio_gpu_t *gpu, int64_t tp)
+{
+    kvio_cost_config_t config;
+    memset(&config, 0, sizeof(config));
+    char error[256];
+    cr_assert_eq(kvio_config_defaults(kvio_cost_options, &config, error, sizeof(error)), KVIO_OK);
+    config.tensor_parallel = tp;
+    kvio_cost_t *cost = NULL;
+    cr_assert_eq(kvio_cost_create(&config, model, gpu, &cost, error, sizeof(error)), KVIO_OK);
+    kvio_config_free(kvio_cost_options, &config);
+    return cost;
+}
+
+Test(cost, presets_have_published_sizes, .timeout = 10)
+{
+    /* Parameter counts as published: 8.03B, 70.6B, 1.24B, 7.6B, 7.25B, ~21B. */
+    struct { const char *name; double params; } cases[] = {
+        {"llama3-8b", 8.03e9}, {"llama3-70b", 70.55e9}, {"llama3.2-1b", 1.24e9},
+        {"qwen2.5-7b", 7.6e9}, {"mistral-7b", 7.25e9}, {"gpt-oss-20b", 20.9e9},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kvio_model_t model = model_of(cases[i].name);
+        cr_expect_float_eq(kvio_model_params(&model), cases[i].params, 0.02 * cases[i].params,
+                           "%s: %g", cases[i].name, kvio_model_params(&model));
+    }
+}
+
+Test(cost, kv_bytes_per_token_follow_the_formula, .timeout = 10)
+{
+    kvio_model_t llama = model_of("llama3-8b");
+    /* 2 · 32 layers · 8 KV heads · 128 · 2 bytes = 128 KiB */
+    cr_assert_eq(kvio_model_kv_bytes_per_token(&llama, 1), 131072);
+    cr_assert_eq(kvio_model_kv_bytes_per_token(&llama, 2), 65536);
+    kvio_model_t oss = model_of("gpt-oss-20b");
+    /* only the 12 full-attention layers grow with the context */
+    cr_assert_eq(kvio_model_kv_bytes_per_token(&oss, 1), 2 * 12 * 8 * 64 * 2);
+    cr_assert_eq(kvio_model_window_kv_bytes(&oss, 1), 2ull * 12 * 8 * 64 * 2 * 128);
+}
+
+Test(cost, decode_is_memory_bound_and_prefill_compute_bound, .timeout = 10)
+{
+    kvio_model_t model = model_of("llama3-8b");
+    kvio_gpu_t gpu = gpu_of("h100-sxm");
+    kvio_cost_t *cost = cost_of(&model, &gpu, 1);
+    kvio_batch_t decode = {0};
+    kvio_batch_add_decode(&decode, 1000);
+    kvio_cost_breakdown_t result;
+    kvio_cost_iteration(cost, &decode, &result);
+    cr_assert_str_eq(result.bound, "memory");
+    /* One decode step reads the weights: 16.06 GB / (3.35 TB/s · 0.8) + 1 ms. */
+    cr_assert_float_eq(result.time_s, 16.06e9 / (3.35e12 * 0.8) + 1e-3, 2e-4);
+    double short_decode_s = result.time_s;
+    kvio_batch_t prefill = {0};
+    kvio_batch_add_prefill(&prefill, 8192, 0);
+    kvio_cost_iteration(cost, &prefill, &result);
+    cr_assert_str_eq(result.bound, "compute");
+    cr_assert_gt(result.time_s, 0.1);
+    cr_assert_lt(result.time_s, 0.4);
+    /* Longer context costs more. */
+    kvio_batch_t longer = {0};
+    kvio_batch_add_decode(&longer, 100000);
+    kvio_cost_breakdown_t longer_result;
+    kvio_cost_iteration(cost, &longer, &longer_result);
+    cr_assert_gt(longer_result.time_s, short_decode_s + 100000.0 * 131072 / (3.35e12 * 0.8) * 0.99);
+    kvio_cost_destroy(cost);
+}
+
+Test(cost, tensor_parallel_divides_work_and_adds_allreduce, .timeout = 10)
+{
+    kvio_model_t model = model_of("llama3-70b");
+    kvio_gpu_t gpu = gpu_of("h100-sxm");
+    kvio_cost_t *one = cost_of(&model, &gpu, 1), *four = cost_of(&model, &gpu, 4);
+    kvio_batch_t batch = {0};
+    for (int i = 0; i < 32; i++)
+        kvio_batch_add_decode(&batch, 2000);
+    kvio_cost_breakdown_t a, b;
+    kvio_cost_iteration(one, &batch, &a);
+    kvio_cost_iteration(four, &batch, &b);
+    cr_assert_float_eq(b.memory_s, a.memory_s / 4, 1e-9);
+    cr_assert_eq(a.allreduce_s, 0);
+    cr_assert_gt(b.allreduce_s, 0);
+    cr_assert_lt(b.time_s, a.time_s);
+    kvio_cost_destroy(one);
+    kvio_cost_destroy(four);
+}
+
+Test(cost, linear_form_adds_its_terms, .timeout = 10)
+{
+    kvio_model_t model = model_of("llama3-8b");
+    kvio_gpu_t gpu = gpu_of("h200");
+    kvio_cost_config_t config = {.kind = KVIO_COST_LINEAR, .tensor_parallel = 1,
+                                 .linear_c0_ms = 2, .linear_c1_ms = 0.01,
+                                 .linear_c2_ms = 0.1, .linear_c3_ms = 0.0001};
+    kvio_cost_t *cost = NULL;
+    char error[256];
+    cr_assert_eq(kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)), KVIO_OK);
+    kvio_batch_t batch = {0};
+    kvio_batch_add_prefill(&batch, 100, 0);
+    kvio_batch_add_decode(&batch, 1000);
+    kvio_batch_add_decode(&batch, 3000);
+    kvio_cost_breakdown_t result;
+    kvio_cost_iteration(cost, &batch, &result);
+    cr_assert_float_eq(result.time_s * 1e3, 2 + 1 + 0.2 + 0.4, 1e-9);
+    kvio_cost_destroy(cost);
+}
+
+static char *write_grid(const char *dir)
+{
+    /* time = 1 + 0.01·prefill + 0.5·decode + 0.001·context on a 2×2×2 grid */
+    char text[1024] = "prefill_tokens,decode_seqs,context_tokens,time_ms\n";
+    const double prefills[] = {0, 1000}, decodes[] = {0, 10}, contexts[] = {0, 5000};
+    for (int p = 0; p < 2; p++)
+        for (int d = 0; d < 2; d++)
+            for (int c = 0; c < 2; c++) {
+                char row[128];
+                double t = 1 + 0.01 * prefills[p] + 0.5 * decodes[d] + 0.001 * contexts[c];
+                snprintf(row, sizeof(row), "%g,%g,%g,%g\n", prefills[p], decodes[d], contexts[c], t);
+                strcat(text, row);
+            }
+    return test_write_file(dir, "grid.csv", text);
+}
+
+Test(cost, table_form_interpolates_and_extrapolates, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char *grid = write_grid(dir);
+    kvio_model_t model = model_of("llama3-8b");
+    kvio_gpu_t gpu = gpu_of("h200");
+    kvio_cost_config_t config = {.kind = KVIO_COST_TABLE, .tensor_parallel = 1, .table = grid};
+    kvio_cost_t *cost = NULL;
+    char error[512];
+    cr_assert_eq(kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_batch_t batch = {0};
+    kvio_batch_add_prefill(&batch, 500, 0);
+    for (int i = 0; i < 5; i++)
+        kvio_batch_add_decode(&batch, 500);
+    kvio_cost_breakdown_t result;
+    kvio_cost_iteration(cost, &batch, &result);
+    cr_assert_float_eq(result.time_s * 1e3, 1 + 5 + 2.5 + 2.5, 1e-9);
+    kvio_batch_t beyond = {0};
+    kvio_batch_add_prefill(&beyond, 2000, 0);
+    kvio_cost_iteration(cost, &beyond, &result);
+    cr_assert_float_eq(result.time_s * 1e3, 1 + 20, 1e-9);
+    kvio_cost_destroy(cost);
+
+    char *holey = test_write_file(dir, "holey.csv",
+                                  "prefill_tokens,decode_seqs,context_tokens,time_ms\n"
+                                  "0,0,0,1\n1000,0,0,11\n0,10,0,6\n");
+    config.table = holey;
+    cr_assert_eq(kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)),
+                 KVIO_ERR_PARSE);
+    cr_assert(strstr(error, "the grid has no row for prefill_tokens=1000 decode_seqs=10") != NULL,
+              "%s", error);
+    free(grid);
+    free(holey);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(cost, fit_recovers_known_coefficients, .timeout = 10)
+{
+    kvio_cost_sample_t samples[60];
+    for (int i = 0; i < 60; i++) {
+        double p = (i * 37) % 4096, d = (i * 13) % 64, c = (i * 7919) % 100000;
+        double noise = ((i % 3) - 1) * 0.001;
+        samples[i] = (kvio_cost_sample_t){p, d, c, 3 + 0.02 * p + 0.15 * d + 2e-5 * c + noise};
+    }
+    kvio_cost_fit_t fit;
+    char error[256];
+    cr_assert_eq(kvio_cost_fit_linear(samples, 60, &fit, error, sizeof(error)), KVIO_OK, "%s", error);
+    cr_assert_float_eq(fit.c0, 3, 0.01);
+    cr_assert_float_eq(fit.c1, 0.02, 1e-5);
+    cr_assert_float_eq(fit.c2, 0.15, 1e-3);
+    cr_assert_float_eq(fit.c3, 2e-5, 1e-7);
+    cr_assert_gt(fit.r_squared, 0.9999);
+    cr_assert_lt(fit.rmse_ms, 0.002);
+    cr_assert_eq(kvio_cost_fit_linear(samples, 3, &fit, error, sizeof(error)), KVIO_ERR_INVALID);
+}
+
+Test(cost, kv_capacity_subtracts_weights_and_refuses_what_does_not_fit, .timeout = 10)
+{
+    kvio_model_t model = model_of("llama3-8b");
+    kvio_gpu_t gpu = gpu_of("h100-sxm");
+    uint64_t bytes;
+    char error[512];
+    cr_assert_eq(kvio_cost_kv_capacity(&model, &gpu, 1, 0.9, &bytes, error, sizeof(error)), KVIO_OK);
+    cr_assert_float_eq((double)bytes, 0.9 * 80 * 1073741824.0 - 16.06e9, 0.02e9);
+    kvio_model_t big = model_of("llama3-70b");
+    kvio_gpu_t small = gpu_of("rtx-4090");
+    cr_assert_eq(kvio_cost_kv_capacity(&big, &small, 1, 0.9, &bytes, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(strstr(error, "the weights (131.") != NULL && strstr(error, "do not fit") != NULL,
+              "%s", error);
+}
+
+Test(cost, unknown_presets_are_named, .timeout = 10)
+{
+    kvio_model_t model = {.preset = "llama9-1t"};
+    char error[512];
+    cr_assert_eq(kvio_model_resolve(&model, error, sizeof(error)), KVIO_ERR_CONFIG);
+    cr_assert(strstr(error, "unknown model 'llama9-1t' (one of llama3-8b,") != NULL, "%s", error);
+    kvio_gpu_t gpu = {.preset = "b9000"};
+    cr_assert_eq(kvio_gpu_resolve(&gpu, error, sizeof(error)), KVIO_ERR_CONFIG);
+    cr_assert(strstr(error, "unknown GPU 'b9000'") != NULL, "%s", error);
+}
+
+Test(cost, cost_and_fit_commands, .timeout = 20)
+{
+    test_run_t run = test_kvio(NULL, "cost", "--model", "llama3-8b", "--gpu", "h100-sxm",
+                               "--decode", "1", "--context", "1000", "--json", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "\"bound\": \"memory\""), "%s", run.out);
+    cr_assert(test_contains(run.out, "\"kv_bytes_per_token\": 131072"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(NULL, "cost", "--model", "nope", "--prefill", "10", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "unknown model 'nope'"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(NULL, "cost", "--list", NULL);
+    cr_assert_eq(run.status, 0);
+    cr_assert(test_contains(run.out, "rtx-5090") && test_contains(run.out, "gpt-oss-20b"));
+    test_run_free(&run);
+
+    char *dir = test_tmpdir();
+    char *grid = write_grid(dir);
+    run = test_kvio(NULL, "fit", grid, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "cost: {kind: linear, c0: 1, c1: 0.01, c2: 0.5, c3: 0.001}"),
+              "%s", run.out);
+    test_run_free(&run);
+    char *bad = test_write_file(dir, "bad.csv", "prefill_tokens,decode_seqs,context_tokens,time_ms\n1,2,x,4\n");
+    run = test_kvio(NULL, "fit", bad, NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "bad.csv:2: context_tokens: 'x' is not a non-negative number"),
+              "%s", run.err);
+    test_run_free(&run);
+    free(grid);
+    free(bad);
+    test_rmtree(dir);
+    free(dir);
+}
