@@ -1,0 +1,190 @@
+/* The serving engine: one serve rank's scheduler loop with vLLM v1
+ * semantics (token budget, running first, preemption, head-of-line
+ * admission, chunked prefill), over a KV-cache pool, a scheduling policy and
+ * a cost model. The caller owns the clock: kvio_engine_schedule() decides one
+ * iteration and says how long it takes, kvio_engine_complete() applies its
+ * outcome at the end time. Simulate and emulate mode drive the same code. */
+#ifndef KVIO_ENGINE_H
+#define KVIO_ENGINE_H
+
+#include "kvio/config.h"
+#include "kvio/cost.h"
+#include "kvio/hash.h"
+#include "kvio/sched.h"
+#include "kvio/stats.h"
+#include "kvio/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { KVIO_PREEMPT_RECOMPUTE = 0, KVIO_PREEMPT_SWAP = 1 } kvio_preemption_t;
+
+/* The `serve.engine` section. */
+typedef struct kvio_engine_config {
+    int64_t max_num_seqs;
+    int64_t max_num_batched_tokens;
+    bool chunked_prefill;
+    int64_t long_prefill_token_threshold; /* 0: none */
+    int preemption;                       /* kvio_preemption_t */
+} kvio_engine_config_t;
+
+/* The `serve.kvcache` section. */
+typedef struct kvio_kvcache_section {
+    int64_t block_size;
+    uint64_t capacity;             /* bytes of KV per serve rank; 0: from GPU memory */
+    int64_t blocks;                /* usable blocks; overrides capacity when set */
+    double gpu_memory_utilization; /* with capacity 0: fraction of GPU memory for weights + KV */
+    bool prefix_caching;
+    int free_order;                /* kvio_free_order_t */
+    char *eviction;
+} kvio_kvcache_section_t;
+
+extern const kvio_opt_t kvio_engine_options[];
+extern const kvio_opt_t kvio_kvcache_section_options[];
+
+/* A request as the engine takes it. hashes cover the full blocks of the
+ * prompt followed by the output (fewer is allowed: those blocks are never
+ * cached); they are copied. */
+typedef struct kvio_engine_request {
+    uint64_t id;
+    int64_t arrival_ns;
+    uint32_t prompt_tokens;
+    uint32_t output_tokens; /* true output length */
+    uint32_t max_tokens;    /* output limit; 0: none */
+    int32_t priority;
+    const kvio_hash_t *hashes;
+    size_t num_hashes;
+    bool measured;          /* false during warmup: excluded from the metrics */
+    uint64_t tag;           /* the caller's (e.g. model version); reported back */
+} kvio_engine_request_t;
+
+/* What a finished request reports. */
+typedef struct kvio_engine_finished {
+    uint64_t id;
+    uint32_t rank;
+    int64_t arrival_ns, first_token_ns, finish_ns;
+    uint32_t prompt_tokens, output_tokens, cached_tokens;
+    uint32_t preemptions;
+    bool measured;
+    uint64_t tag;
+} kvio_engine_finished_t;
+
+/* One request's share of an iteration. */
+typedef struct kvio_engine_scheduled {
+    uint64_t id;
+    uint32_t tokens;
+} kvio_engine_scheduled_t;
+
+/* One iteration as decided by kvio_engine_schedule. */
+typedef struct kvio_engine_iteration {
+    int64_t start_ns;
+    int64_t duration_ns;  /* cost model time plus swap traffic */
+    kvio_batch_t batch;
+    uint32_t num_scheduled;
+    uint32_t num_preempted;
+    uint64_t swap_bytes;
+    double kv_usage;      /* after scheduling */
+    uint32_t running, waiting;
+} kvio_engine_iteration_t;
+
+/* Per-rank measurements; merge across ranks with kvio_engine_metrics_merge. */
+typedef struct kvio_engine_metrics {
+    kvio_hist_t *ttft, *tpot, *itl, *e2el, *queue; /* ns */
+    uint64_t requests, measured_requests, good_requests;
+    uint64_t input_tokens, output_tokens;
+    uint64_t prefix_queries, prefix_hits;                 /* tokens, first admissions */
+    uint64_t resumed_prefix_queries, resumed_prefix_hits; /* tokens, after preemption */
+    uint64_t preemptions, recomputed_tokens, swapped_bytes;
+    uint64_t iterations;
+    int64_t busy_ns;
+    double usage_time_integral; /* Σ usage × duration (ns) */
+    double max_usage;
+    int64_t first_arrival_ns, last_finish_ns;
+    int64_t measure_start_ns, measure_end_ns; /* first measured arrival, last measured finish */
+} kvio_engine_metrics_t;
+
+/* Service-level objectives for goodput (0: no bound). */
+typedef struct kvio_slo {
+    int64_t ttft_ns;
+    int64_t tpot_ns;
+} kvio_slo_t;
+
+/* Observers, called from schedule/complete (may be NULL). */
+typedef struct kvio_engine_observer {
+    void *context;
+    void (*on_finish)(void *context, const kvio_engine_finished_t *finished);
+    void (*on_iteration)(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration);
+} kvio_engine_observer_t;
+
+/* Everything an engine needs; borrowed pointers must outlive it. */
+typedef struct kvio_engine_params {
+    const kvio_engine_config_t *config;
+    uint32_t num_blocks;       /* usable blocks */
+    uint32_t block_size;
+    bool prefix_caching;
+    int free_order;
+    const char *eviction;
+    const kvio_sched_config_t *sched;
+    uint64_t seed;
+    const kvio_cost_t *cost;   /* borrowed */
+    uint64_t kv_bytes_per_token;
+    double host_bandwidth;     /* bytes/s for swaps */
+    kvio_slo_t slo;
+    uint32_t rank;
+    kvio_engine_observer_t observer;
+} kvio_engine_params_t;
+
+typedef struct kvio_engine kvio_engine_t;
+
+kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine_t **engine_p,
+                                 char *error_p, size_t error_len);
+void kvio_engine_destroy(kvio_engine_t *engine);
+
+/* Queues a request (it joins the waiting queue at the next schedule). */
+kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request);
+
+/* True while requests wait or run. */
+bool kvio_engine_has_work(const kvio_engine_t *engine);
+
+/* Decides the next iteration at now_ns: fills iteration_p (duration 0 and
+ * nothing scheduled when idle or when nothing fits). */
+kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
+                                   kvio_engine_iteration_t *iteration_p);
+
+/* Applies the scheduled iteration's outcome at end_ns: computed tokens,
+ * produced tokens, finished requests. */
+void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns);
+
+/* The last schedule, in order (borrowed until the next schedule). */
+void kvio_engine_last_scheduled(const kvio_engine_t *engine,
+                                const kvio_engine_scheduled_t **items_p, size_t *count_p);
+
+/* Request ids in the running and waiting queues, in order. Returns how many
+ * there are; writes at most max_ids. */
+size_t kvio_engine_running_ids(const kvio_engine_t *engine, uint64_t *ids_p, size_t max_ids);
+size_t kvio_engine_waiting_ids(const kvio_engine_t *engine, uint64_t *ids_p, size_t max_ids);
+
+/* A live request's computed tokens and held blocks; KVIO_ERR_NOT_FOUND when
+ * the id is not waiting or running. */
+kvio_status_t kvio_engine_request_state(const kvio_engine_t *engine, uint64_t id,
+                                        uint32_t *computed_p, uint32_t *blocks_p);
+
+/* Load the router reads: requests waiting + running, free KV blocks, and
+ * the cached prefix (tokens) a prompt would hit here. */
+uint32_t kvio_engine_load(const kvio_engine_t *engine);
+uint32_t kvio_engine_free_blocks(const kvio_engine_t *engine);
+uint32_t kvio_engine_num_blocks(const kvio_engine_t *engine);
+uint64_t kvio_engine_active_decode_blocks(const kvio_engine_t *engine);
+size_t kvio_engine_cached_prefix(const kvio_engine_t *engine, const kvio_hash_t *hashes,
+                                 size_t num_hashes, uint32_t prompt_tokens);
+
+/* The engine's metrics (borrowed). */
+const kvio_engine_metrics_t *kvio_engine_metrics(const kvio_engine_t *engine);
+
+/* Metrics that several engines add into; create/destroy own histograms. */
+kvio_status_t kvio_engine_metrics_init(kvio_engine_metrics_t *metrics);
+void kvio_engine_metrics_fini(kvio_engine_metrics_t *metrics);
+void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_metrics_t *src);
+
+#endif

@@ -1,0 +1,113 @@
+/* Scheduling policies and output-length predictors. A policy orders the
+ * waiting queue, may veto an admission (conservative, pkas), and picks the
+ * victim when a running request cannot get its blocks. Predictors estimate
+ * output lengths for sjf and pkas. Both are ops tables in one registry each;
+ * the engine (serve/) calls them through the kvio_sched_* wrappers. */
+#ifndef KVIO_SCHED_H
+#define KVIO_SCHED_H
+
+#include "kvio/config.h"
+#include "kvio/hash.h"
+#include "kvio/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a policy may know of a request. The engine embeds it in its own
+ * request and keeps it current. */
+typedef struct kvio_sched_request {
+    uint64_t id;
+    int64_t arrival_ns;
+    int32_t priority;          /* lower value first (vLLM) */
+    uint32_t prompt_tokens;
+    uint32_t output_tokens;    /* the true length: only the oracle predictor reads it */
+    uint32_t max_tokens;       /* the request's output limit */
+    uint32_t generated;        /* output tokens produced so far */
+    uint32_t predicted_output; /* set by kvio_sched_predict at arrival */
+    uint32_t hit_tokens;       /* cached prefix at the last lookup (lpm, dfs-weight) */
+    uint64_t admit_seq;        /* order of the latest admission (fcfs victim) */
+    const kvio_hash_t *hashes; /* block hashes of the prompt (dfs-weight) */
+    size_t num_hashes;
+} kvio_sched_request_t;
+
+/* The engine's state as a policy sees it when deciding. */
+typedef struct kvio_sched_view {
+    kvio_sched_request_t *const *running;
+    size_t num_running;
+    uint32_t block_size;
+    uint32_t capacity_blocks;  /* usable KV blocks */
+    uint32_t free_blocks;
+    int64_t now_ns;
+} kvio_sched_view_t;
+
+typedef enum {
+    KVIO_POLICY_FCFS = 0,
+    KVIO_POLICY_PRIORITY,
+    KVIO_POLICY_SJF,
+    KVIO_POLICY_LPM,
+    KVIO_POLICY_DFS_WEIGHT,
+    KVIO_POLICY_CONSERVATIVE,
+    KVIO_POLICY_PKAS,
+} kvio_policy_kind_t;
+
+typedef enum {
+    KVIO_PREDICTOR_ORACLE = 0,
+    KVIO_PREDICTOR_NOISY,
+    KVIO_PREDICTOR_HISTORY,
+    KVIO_PREDICTOR_CONSTANT,
+} kvio_predictor_kind_t;
+
+/* The `serve.scheduler` section. */
+typedef struct kvio_sched_config {
+    int policy;              /* kvio_policy_kind_t */
+    int predictor;           /* kvio_predictor_kind_t */
+    double noise_sigma;      /* noisy: sigma of the lognormal error */
+    int64_t constant;        /* constant: the predicted output */
+    double history_quantile; /* history: quantile of observed outputs */
+    int64_t aging_ns;        /* sjf: a request waiting longer goes first */
+    double pkas_margin;      /* pkas: keep this fraction of KV free in the projection */
+    int64_t lpm_max_queue;   /* lpm: above this many waiting, fall back to fcfs */
+} kvio_sched_config_t;
+
+extern const kvio_opt_t kvio_sched_options[];
+
+/* Capabilities of a policy. */
+#define KVIO_SCHED_CAP_NEEDS_HITS 1u /* order() reads hit_tokens: look them up first */
+
+typedef struct kvio_sched kvio_sched_t;
+
+/* Creates a scheduler (policy + predictor); seed drives the noisy
+ * predictor. Caller destroys. */
+kvio_status_t kvio_sched_create(const kvio_sched_config_t *config, uint64_t seed,
+                                kvio_sched_t **sched_p);
+void kvio_sched_destroy(kvio_sched_t *sched);
+
+const char *kvio_sched_policy_name(const kvio_sched_t *sched);
+unsigned kvio_sched_caps(const kvio_sched_t *sched);
+
+/* Fills request->predicted_output (at least 1, at most max_tokens). */
+void kvio_sched_predict(kvio_sched_t *sched, kvio_sched_request_t *request);
+
+/* Tells the predictor a request finished with request->generated tokens. */
+void kvio_sched_observe(kvio_sched_t *sched, const kvio_sched_request_t *request);
+
+/* Orders waiting (in place) by the policy; the engine passes the queue in
+ * its own FCFS order (preempted requests at the head). */
+void kvio_sched_order(kvio_sched_t *sched, kvio_sched_request_t **waiting, size_t count,
+                      const kvio_sched_view_t *view);
+
+/* True when the policy lets candidate start now (blocks permitting). */
+bool kvio_sched_admit(kvio_sched_t *sched, const kvio_sched_request_t *candidate,
+                      const kvio_sched_view_t *view);
+
+/* Index into view->running of the request to preempt: fcfs and the others
+ * take the last admitted, priority the worst (priority, arrival). */
+size_t kvio_sched_victim(kvio_sched_t *sched, const kvio_sched_view_t *view);
+
+/* The peak KV blocks that the running set plus candidate (may be NULL)
+ * would hold, projected with predicted outputs (pkas; exposed for tests). */
+uint64_t kvio_sched_projected_peak(const kvio_sched_view_t *view,
+                                   const kvio_sched_request_t *candidate);
+
+#endif

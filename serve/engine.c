@@ -1,0 +1,801 @@
+/* One serve rank's engine, following vLLM v1's Scheduler.schedule(): one
+ * token budget per iteration, running requests first and in order, a victim
+ * preempted when a running request cannot get its blocks, waiting requests
+ * admitted only when nothing was preempted, head-of-line, prefix hits never
+ * covering the last prompt token. Metrics are taken here, not in policies. */
+#include "kvio/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/kvcache.h"
+#include "kvio/log.h"
+
+static const char *const preemption_names[] = {"recompute", "swap", NULL};
+static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
+
+const kvio_opt_t kvio_engine_options[] = {
+    {.key = "max_num_seqs", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_engine_config_t, max_num_seqs), .default_value = "256",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 65536,
+     .help = "most requests running at once"},
+    {.key = "max_num_batched_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_engine_config_t, max_num_batched_tokens), .default_value = "8192",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 10000000,
+     .help = "token budget of one iteration"},
+    {.key = "chunked_prefill", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(kvio_engine_config_t, chunked_prefill), .default_value = "true",
+     .help = "split long prompts across iterations"},
+    {.key = "long_prefill_token_threshold", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_engine_config_t, long_prefill_token_threshold),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "most tokens one request gets per iteration (0: no limit)"},
+    {.key = "preemption", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_engine_config_t, preemption), .values = preemption_names,
+     .default_value = "recompute",
+     .help = "recompute: drop the victim's KV; swap: move it to host memory and back"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_kvcache_section_options[] = {
+    {.key = "block_size", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_kvcache_section_t, block_size), .default_value = "16",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 4096,
+     .help = "tokens per KV block"},
+    {.key = "capacity", .type = KVIO_OPT_SIZE,
+     .offset = offsetof(kvio_kvcache_section_t, capacity), .default_value = "0",
+     .help = "KV bytes per serve rank (0: what the GPU holds after the weights)"},
+    {.key = "blocks", .type = KVIO_OPT_INT, .offset = offsetof(kvio_kvcache_section_t, blocks),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0,
+     .max = 1000000000, .help = "usable KV blocks (overrides capacity)"},
+    {.key = "gpu_memory_utilization", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_kvcache_section_t, gpu_memory_utilization),
+     .default_value = "0.9", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.05, .max = 1,
+     .help = "with capacity 0: fraction of GPU memory for weights and KV (vLLM)"},
+    {.key = "prefix_caching", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(kvio_kvcache_section_t, prefix_caching), .default_value = "true",
+     .help = "reuse cached blocks of a common prefix"},
+    {.key = "free_order", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_kvcache_section_t, free_order), .values = free_order_names,
+     .default_value = "append",
+     .help = "append (classic vLLM) or prepend_unhashed (newer vLLM)"},
+    {.key = "eviction", .type = KVIO_OPT_STRING,
+     .offset = offsetof(kvio_kvcache_section_t, eviction), .default_value = "lru",
+     .help = "eviction policy: lru, lfu, fifo, mru, s3fifo"},
+    {.key = NULL},
+};
+
+typedef enum { REQ_WAITING, REQ_RUNNING } req_state_t;
+
+typedef struct engine_req {
+    kvio_sched_request_t sched; /* what policies see */
+    kvio_engine_request_t spec;
+    kvio_hash_t *hashes;        /* prompt + output full blocks (owned) */
+    size_t hashes_given;        /* hashes handed to the pool so far */
+    kvio_kvreq_t *kv;
+    uint32_t target_output;     /* min(output, max_tokens) */
+    uint32_t computed;          /* tokens whose KV exists */
+    uint32_t scheduled;         /* tokens scheduled this iteration */
+    uint32_t cached_tokens;
+    uint32_t preemptions;
+    uint32_t lost_tokens;       /* computed tokens dropped at the last preemption */
+    bool admitted_once;
+    bool swapped;               /* KV sits in host memory (preempted by swap) */
+    int64_t first_token_ns, last_token_ns;
+    req_state_t state;
+} engine_req_t;
+
+typedef struct req_list {
+    engine_req_t **items;
+    size_t count, capacity;
+} req_list_t;
+
+struct kvio_engine {
+    kvio_engine_config_t config;
+    kvio_kvcache_t *cache;
+    kvio_sched_t *sched;
+    const kvio_cost_t *cost;
+    uint32_t block_size;
+    uint32_t num_blocks;
+    uint64_t kv_bytes_per_token;
+    double host_bandwidth;
+    kvio_slo_t slo;
+    uint32_t rank;
+    kvio_engine_observer_t observer;
+    req_list_t running, waiting, incoming;
+    engine_req_t **scratch;     /* scheduled requests of the current iteration */
+    size_t num_scratch, scratch_capacity;
+    kvio_engine_scheduled_t *scheduled;
+    uint64_t admit_counter;
+    int64_t iteration_start_ns;
+    kvio_engine_iteration_t current;
+    kvio_engine_metrics_t metrics;
+};
+
+/* ---------- lists ---------- */
+
+static kvio_status_t list_reserve(req_list_t *list, size_t count)
+{
+    if (count <= list->capacity)
+        return KVIO_OK;
+    size_t capacity = list->capacity ? list->capacity : 16;
+    while (capacity < count)
+        capacity *= 2;
+    engine_req_t **items = realloc(list->items, capacity * sizeof(*items));
+    if (items == NULL)
+        return KVIO_ERR_NOMEM;
+    list->items = items;
+    list->capacity = capacity;
+    return KVIO_OK;
+}
+
+static kvio_status_t list_push(req_list_t *list, engine_req_t *req)
+{
+    kvio_status_t status = list_reserve(list, list->count + 1);
+    if (status == KVIO_OK)
+        list->items[list->count++] = req;
+    return status;
+}
+
+static kvio_status_t list_push_front(req_list_t *list, engine_req_t *req)
+{
+    kvio_status_t status = list_reserve(list, list->count + 1);
+    if (status != KVIO_OK)
+        return status;
+    memmove(list->items + 1, list->items, list->count * sizeof(*list->items));
+    list->items[0] = req;
+    list->count++;
+    return KVIO_OK;
+}
+
+static void list_remove_at(req_list_t *list, size_t index)
+{
+    memmove(list->items + index, list->items + index + 1,
+            (list->count - index - 1) * sizeof(*list->items));
+    list->count--;
+}
+
+/* ---------- metrics ---------- */
+
+kvio_status_t kvio_engine_metrics_init(kvio_engine_metrics_t *metrics)
+{
+    memset(metrics, 0, sizeof(*metrics));
+    metrics->first_arrival_ns = INT64_MAX;
+    metrics->measure_start_ns = INT64_MAX;
+    kvio_hist_t **hists[] = {&metrics->ttft, &metrics->tpot, &metrics->itl, &metrics->e2el,
+                             &metrics->queue};
+    for (size_t i = 0; i < sizeof(hists) / sizeof(hists[0]); i++) {
+        if (kvio_hist_create(hists[i]) != KVIO_OK) {
+            kvio_engine_metrics_fini(metrics);
+            return KVIO_ERR_NOMEM;
+        }
+    }
+    return KVIO_OK;
+}
+
+void kvio_engine_metrics_fini(kvio_engine_metrics_t *metrics)
+{
+    kvio_hist_destroy(metrics->ttft);
+    kvio_hist_destroy(metrics->tpot);
+    kvio_hist_destroy(metrics->itl);
+    kvio_hist_destroy(metrics->e2el);
+    kvio_hist_destroy(metrics->queue);
+    metrics->ttft = metrics->tpot = metrics->itl = metrics->e2el = metrics->queue = NULL;
+}
+
+void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_metrics_t *src)
+{
+    kvio_hist_merge(dst->ttft, src->ttft);
+    kvio_hist_merge(dst->tpot, src->tpot);
+    kvio_hist_merge(dst->itl, src->itl);
+    kvio_hist_merge(dst->e2el, src->e2el);
+    kvio_hist_merge(dst->queue, src->queue);
+    dst->requests += src->requests;
+    dst->measured_requests += src->measured_requests;
+    dst->good_requests += src->good_requests;
+    dst->input_tokens += src->input_tokens;
+    dst->output_tokens += src->output_tokens;
+    dst->prefix_queries += src->prefix_queries;
+    dst->prefix_hits += src->prefix_hits;
+    dst->resumed_prefix_queries += src->resumed_prefix_queries;
+    dst->resumed_prefix_hits += src->resumed_prefix_hits;
+    dst->preemptions += src->preemptions;
+    dst->recomputed_tokens += src->recomputed_tokens;
+    dst->swapped_bytes += src->swapped_bytes;
+    dst->iterations += src->iterations;
+    dst->busy_ns += src->busy_ns;
+    dst->usage_time_integral += src->usage_time_integral;
+    if (src->max_usage > dst->max_usage)
+        dst->max_usage = src->max_usage;
+    if (src->first_arrival_ns < dst->first_arrival_ns)
+        dst->first_arrival_ns = src->first_arrival_ns;
+    if (src->last_finish_ns > dst->last_finish_ns)
+        dst->last_finish_ns = src->last_finish_ns;
+    if (src->measure_start_ns < dst->measure_start_ns)
+        dst->measure_start_ns = src->measure_start_ns;
+    if (src->measure_end_ns > dst->measure_end_ns)
+        dst->measure_end_ns = src->measure_end_ns;
+}
+
+/* ---------- lifetime ---------- */
+
+kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine_t **engine_p,
+                                 char *error_p, size_t error_len)
+{
+    if (params->num_blocks < 1 || params->block_size < 1) {
+        snprintf(error_p, error_len, "serve.kvcache: the KV cache holds no block");
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_engine_t *engine = calloc(1, sizeof(*engine));
+    if (engine == NULL)
+        return KVIO_ERR_NOMEM;
+    engine->config = *params->config;
+    engine->cost = params->cost;
+    engine->block_size = params->block_size;
+    engine->num_blocks = params->num_blocks;
+    engine->kv_bytes_per_token = params->kv_bytes_per_token;
+    engine->host_bandwidth = params->host_bandwidth;
+    engine->slo = params->slo;
+    engine->rank = params->rank;
+    engine->observer = params->observer;
+    kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
+    if (status != KVIO_OK)
+        goto fail;
+    kvio_kvcache_config_t cache_config = {
+        .num_blocks = params->num_blocks + 1, /* plus the null block */
+        .block_size = params->block_size,
+        .enable_prefix_caching = params->prefix_caching,
+        .free_order = (kvio_free_order_t)params->free_order,
+        .eviction = params->eviction,
+    };
+    status = kvio_kvcache_create(&cache_config, &engine->cache);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "serve.kvcache: %s (eviction '%s', %u blocks)",
+                 kvio_strerror(status), params->eviction ? params->eviction : "lru",
+                 params->num_blocks);
+        goto fail;
+    }
+    status = kvio_sched_create(params->sched, params->seed, &engine->sched);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "serve.scheduler: %s", kvio_strerror(status));
+        goto fail;
+    }
+    *engine_p = engine;
+    return KVIO_OK;
+fail:
+    kvio_engine_destroy(engine);
+    return status;
+}
+
+static void req_destroy(engine_req_t *req)
+{
+    if (req == NULL)
+        return;
+    kvio_kvreq_destroy(req->kv);
+    free(req->hashes);
+    free(req);
+}
+
+void kvio_engine_destroy(kvio_engine_t *engine)
+{
+    if (engine == NULL)
+        return;
+    req_list_t *lists[] = {&engine->running, &engine->waiting, &engine->incoming};
+    for (size_t l = 0; l < 3; l++) {
+        for (size_t i = 0; i < lists[l]->count; i++)
+            req_destroy(lists[l]->items[i]);
+        free(lists[l]->items);
+    }
+    free(engine->scratch);
+    free(engine->scheduled);
+    kvio_sched_destroy(engine->sched);
+    kvio_kvcache_destroy(engine->cache);
+    kvio_engine_metrics_fini(&engine->metrics);
+    free(engine);
+}
+
+/* ---------- requests ---------- */
+
+static uint32_t req_num_tokens(const engine_req_t *req)
+{
+    return req->spec.prompt_tokens + req->sched.generated;
+}
+
+/* Hands the pool the hashes of blocks that are full within `tokens`. */
+static size_t hashes_due(const engine_req_t *req, uint32_t tokens, uint32_t block_size)
+{
+    size_t full = tokens / block_size;
+    size_t available = req->spec.num_hashes;
+    return full < available ? full : available;
+}
+
+kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request)
+{
+    if (request->prompt_tokens == 0)
+        return KVIO_ERR_INVALID;
+    engine_req_t *req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return KVIO_ERR_NOMEM;
+    req->spec = *request;
+    if (request->num_hashes > 0) {
+        req->hashes = malloc(request->num_hashes * sizeof(kvio_hash_t));
+        if (req->hashes == NULL) {
+            free(req);
+            return KVIO_ERR_NOMEM;
+        }
+        memcpy(req->hashes, request->hashes, request->num_hashes * sizeof(kvio_hash_t));
+    }
+    req->spec.hashes = req->hashes;
+    req->target_output = request->output_tokens;
+    if (request->max_tokens > 0 && req->target_output > request->max_tokens)
+        req->target_output = request->max_tokens;
+    if (req->target_output == 0)
+        req->target_output = 1;
+    req->hashes_given = hashes_due(req, request->prompt_tokens, engine->block_size);
+    kvio_status_t status = kvio_kvreq_create_hashes(engine->cache, req->hashes, req->hashes_given,
+                                                    request->prompt_tokens, &req->kv);
+    if (status != KVIO_OK) {
+        req_destroy(req);
+        return status;
+    }
+    req->sched = (kvio_sched_request_t){
+        .id = request->id,
+        .arrival_ns = request->arrival_ns,
+        .priority = request->priority,
+        .prompt_tokens = request->prompt_tokens,
+        .output_tokens = req->target_output,
+        .max_tokens = request->max_tokens ? request->max_tokens : req->target_output,
+        .hashes = req->hashes,
+        .num_hashes = req->hashes_given,
+    };
+    kvio_sched_predict(engine->sched, &req->sched);
+    req->state = REQ_WAITING;
+    status = list_push(&engine->waiting, req);
+    if (status != KVIO_OK) {
+        req_destroy(req);
+        return status;
+    }
+    if (request->arrival_ns < engine->metrics.first_arrival_ns)
+        engine->metrics.first_arrival_ns = request->arrival_ns;
+    if (request->measured && request->arrival_ns < engine->metrics.measure_start_ns)
+        engine->metrics.measure_start_ns = request->arrival_ns;
+    return KVIO_OK;
+}
+
+bool kvio_engine_has_work(const kvio_engine_t *engine)
+{
+    return engine->running.count > 0 || engine->waiting.count > 0;
+}
+
+/* ---------- scheduling ---------- */
+
+static void fill_view(const kvio_engine_t *engine, kvio_sched_view_t *view, int64_t now_ns)
+{
+    view->running = (kvio_sched_request_t *const *)engine->running.items;
+    view->num_running = engine->running.count;
+    view->block_size = engine->block_size;
+    view->capacity_blocks = engine->num_blocks;
+    view->free_blocks = kvio_kvcache_num_free_blocks(engine->cache);
+    view->now_ns = now_ns;
+}
+
+static uint64_t req_block_bytes(const kvio_engine_t *engine, const engine_req_t *req)
+{
+    const uint32_t *ids;
+    size_t num_ids;
+    kvio_kvreq_blocks(req->kv, &ids, &num_ids);
+    return (uint64_t)num_ids * engine->block_size * engine->kv_bytes_per_token;
+}
+
+/* Preempts running[index]: recompute frees its KV and restarts it; swap
+ * moves its KV to host memory (charged on the host link) and keeps it. A
+ * victim already scheduled in this iteration gives its tokens back into
+ * *refund_p (vLLM v1 does the same for the priority policy). */
+static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refund_p)
+{
+    engine_req_t *victim = engine->running.items[index];
+    list_remove_at(&engine->running, index);
+    *refund_p = 0;
+    for (size_t i = 0; victim->scheduled > 0 && i < engine->num_scratch; i++) {
+        if (engine->scratch[i] != victim)
+            continue;
+        *refund_p = victim->scheduled;
+        memmove(engine->scratch + i, engine->scratch + i + 1,
+                (engine->num_scratch - i - 1) * sizeof(*engine->scratch));
+        memmove(engine->scheduled + i, engine->scheduled + i + 1,
+                (engine->num_scratch - i - 1) * sizeof(*engine->scheduled));
+        engine->num_scratch--;
+        break;
+    }
+    if (engine->config.preemption == KVIO_PREEMPT_SWAP) {
+        uint64_t bytes = req_block_bytes(engine, victim);
+        engine->current.swap_bytes += bytes;
+        engine->metrics.swapped_bytes += bytes;
+        victim->swapped = true;
+    } else {
+        victim->lost_tokens = victim->computed;
+        victim->computed = 0;
+    }
+    kvio_kvcache_free(engine->cache, victim->kv);
+    victim->preemptions++;
+    victim->scheduled = 0;
+    victim->state = REQ_WAITING;
+    engine->metrics.preemptions++;
+    engine->current.num_preempted++;
+    return list_push_front(&engine->waiting, victim);
+}
+
+static kvio_status_t scratch_push(kvio_engine_t *engine, engine_req_t *req, uint32_t tokens)
+{
+    if (engine->num_scratch == engine->scratch_capacity) {
+        size_t capacity = engine->scratch_capacity ? 2 * engine->scratch_capacity : 64;
+        engine_req_t **scratch = realloc(engine->scratch, capacity * sizeof(*scratch));
+        if (scratch == NULL)
+            return KVIO_ERR_NOMEM;
+        engine->scratch = scratch;
+        kvio_engine_scheduled_t *scheduled =
+            realloc(engine->scheduled, capacity * sizeof(*scheduled));
+        if (scheduled == NULL)
+            return KVIO_ERR_NOMEM;
+        engine->scheduled = scheduled;
+        engine->scratch_capacity = capacity;
+    }
+    req->scheduled = tokens;
+    engine->scheduled[engine->num_scratch] = (kvio_engine_scheduled_t){req->spec.id, tokens};
+    engine->scratch[engine->num_scratch++] = req;
+    return KVIO_OK;
+}
+
+static uint32_t cap_new_tokens(const kvio_engine_t *engine, uint32_t wanted, uint32_t budget)
+{
+    int64_t threshold = engine->config.long_prefill_token_threshold;
+    if (threshold > 0 && (uint32_t)threshold < wanted)
+        wanted = (uint32_t)threshold;
+    return wanted < budget ? wanted : budget;
+}
+
+/* Running requests first, in order (vLLM v1). */
+static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, int64_t now_ns)
+{
+    size_t index = 0;
+    while (index < engine->running.count && *budget > 0) {
+        engine_req_t *req = engine->running.items[index];
+        uint32_t wanted = req_num_tokens(req) - req->computed;
+        uint32_t new_tokens = cap_new_tokens(engine, wanted, *budget);
+        if (new_tokens == 0) {
+            index++;
+            continue;
+        }
+        bool can_schedule = true;
+        for (;;) {
+            kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv,
+                                                         req->computed + new_tokens, NULL);
+            if (status == KVIO_OK)
+                break;
+            if (status != KVIO_ERR_NO_SPACE)
+                return status;
+            kvio_sched_view_t view;
+            fill_view(engine, &view, now_ns);
+            size_t victim = kvio_sched_victim(engine->sched, &view);
+            engine_req_t *victim_req = engine->running.items[victim];
+            uint32_t refund = 0;
+            status = preempt(engine, victim, &refund);
+            if (status != KVIO_OK)
+                return status;
+            *budget += refund;
+            if (victim_req == req) {
+                can_schedule = false;
+                break;
+            }
+            if (victim < index)
+                index--;
+        }
+        if (!can_schedule)
+            break;
+        kvio_status_t status = scratch_push(engine, req, new_tokens);
+        if (status != KVIO_OK)
+            return status;
+        *budget -= new_tokens;
+        index++;
+    }
+    return KVIO_OK;
+}
+
+/* Waiting requests, in the policy's order, while nothing was preempted;
+ * admission stops at the first request that does not fit. */
+static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, int64_t now_ns)
+{
+    if (engine->waiting.count == 0)
+        return KVIO_OK;
+    kvio_sched_view_t view;
+    fill_view(engine, &view, now_ns);
+    if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_NEEDS_HITS) {
+        for (size_t i = 0; i < engine->waiting.count; i++) {
+            engine_req_t *req = engine->waiting.items[i];
+            req->sched.hit_tokens = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
+        }
+    }
+    kvio_sched_order(engine->sched, (kvio_sched_request_t **)engine->waiting.items,
+                     engine->waiting.count, &view);
+    while (engine->waiting.count > 0 && *budget > 0 &&
+           (int64_t)engine->running.count < engine->config.max_num_seqs) {
+        engine_req_t *req = engine->waiting.items[0];
+        uint32_t num_tokens = req_num_tokens(req);
+        uint32_t computed;
+        uint32_t hits = 0;
+        if (req->swapped) {
+            computed = req->computed;
+        } else {
+            hits = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
+            computed = hits;
+        }
+        uint32_t wanted = num_tokens - computed;
+        int64_t threshold = engine->config.long_prefill_token_threshold;
+        if (threshold > 0 && (uint32_t)threshold < wanted)
+            wanted = (uint32_t)threshold;
+        if (!engine->config.chunked_prefill && wanted > *budget)
+            break;
+        uint32_t new_tokens = wanted < *budget ? wanted : *budget;
+        fill_view(engine, &view, now_ns);
+        if (!kvio_sched_admit(engine->sched, &req->sched, &view))
+            break;
+        kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv, computed + new_tokens,
+                                                     NULL);
+        if (status == KVIO_ERR_NO_SPACE)
+            break;
+        if (status != KVIO_OK)
+            return status;
+        list_remove_at(&engine->waiting, 0);
+        status = list_push(&engine->running, req);
+        if (status != KVIO_OK)
+            return status;
+        /* Prefix-cache counters in tokens: first admissions and resumed
+         * (preempted) requests are kept apart. */
+        if (!req->admitted_once) {
+            req->admitted_once = true;
+            req->cached_tokens = hits;
+            engine->metrics.prefix_queries += req->spec.prompt_tokens;
+            engine->metrics.prefix_hits += hits;
+        } else if (req->swapped) {
+            uint64_t bytes = (uint64_t)(computed + engine->block_size - 1) / engine->block_size *
+                             engine->block_size * engine->kv_bytes_per_token;
+            engine->current.swap_bytes += bytes;
+            engine->metrics.swapped_bytes += bytes;
+        } else {
+            engine->metrics.resumed_prefix_queries += num_tokens;
+            engine->metrics.resumed_prefix_hits += hits;
+            if (req->lost_tokens > hits)
+                engine->metrics.recomputed_tokens += req->lost_tokens - hits;
+        }
+        req->swapped = false;
+        req->computed = computed;
+        req->state = REQ_RUNNING;
+        req->sched.admit_seq = ++engine->admit_counter;
+        status = scratch_push(engine, req, new_tokens);
+        if (status != KVIO_OK)
+            return status;
+        *budget -= new_tokens;
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
+                                   kvio_engine_iteration_t *iteration_p)
+{
+    memset(&engine->current, 0, sizeof(engine->current));
+    engine->current.start_ns = now_ns;
+    engine->num_scratch = 0;
+    uint32_t budget = (uint32_t)engine->config.max_num_batched_tokens;
+    kvio_status_t status = schedule_running(engine, &budget, now_ns);
+    if (status == KVIO_OK && engine->current.num_preempted == 0)
+        status = schedule_waiting(engine, &budget, now_ns);
+    if (status != KVIO_OK)
+        return status;
+
+    kvio_batch_t *batch = &engine->current.batch;
+    for (size_t i = 0; i < engine->num_scratch; i++) {
+        engine_req_t *req = engine->scratch[i];
+        bool decode = req->sched.generated > 0 && req->scheduled == 1 &&
+                      req->computed + 1 == req_num_tokens(req);
+        if (decode)
+            kvio_batch_add_decode(batch, req->computed);
+        else
+            kvio_batch_add_prefill(batch, req->scheduled, req->computed);
+    }
+    kvio_cost_breakdown_t cost;
+    kvio_cost_iteration(engine->cost, batch, &cost);
+    double swap_s = engine->host_bandwidth > 0
+                        ? (double)engine->current.swap_bytes / engine->host_bandwidth
+                        : 0;
+    engine->current.duration_ns = engine->num_scratch > 0 || engine->current.swap_bytes > 0
+                                      ? (int64_t)((cost.time_s + swap_s) * 1e9 + 0.5)
+                                      : 0;
+    engine->current.num_scheduled = (uint32_t)engine->num_scratch;
+    engine->current.kv_usage = kvio_kvcache_usage(engine->cache);
+    engine->current.running = (uint32_t)engine->running.count;
+    engine->current.waiting = (uint32_t)engine->waiting.count;
+    if (engine->current.duration_ns > 0) {
+        engine->metrics.iterations++;
+        engine->metrics.busy_ns += engine->current.duration_ns;
+        engine->metrics.usage_time_integral +=
+            engine->current.kv_usage * (double)engine->current.duration_ns;
+        if (engine->current.kv_usage > engine->metrics.max_usage)
+            engine->metrics.max_usage = engine->current.kv_usage;
+    }
+    *iteration_p = engine->current;
+    if (engine->observer.on_iteration != NULL && engine->num_scratch > 0)
+        engine->observer.on_iteration(engine->observer.context, engine->rank, &engine->current);
+    return KVIO_OK;
+}
+
+static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_ns)
+{
+    kvio_engine_metrics_t *metrics = &engine->metrics;
+    metrics->requests++;
+    if (end_ns > metrics->last_finish_ns)
+        metrics->last_finish_ns = end_ns;
+    if (req->spec.measured) {
+        int64_t ttft = req->first_token_ns - req->spec.arrival_ns;
+        int64_t e2el = end_ns - req->spec.arrival_ns;
+        metrics->measured_requests++;
+        metrics->input_tokens += req->spec.prompt_tokens;
+        metrics->output_tokens += req->sched.generated;
+        kvio_hist_record(metrics->ttft, (uint64_t)ttft);
+        kvio_hist_record(metrics->e2el, (uint64_t)e2el);
+        bool good = engine->slo.ttft_ns == 0 || ttft <= engine->slo.ttft_ns;
+        if (req->sched.generated >= 2) {
+            int64_t tpot = (e2el - ttft) / (int64_t)(req->sched.generated - 1);
+            kvio_hist_record(metrics->tpot, (uint64_t)tpot);
+            if (engine->slo.tpot_ns > 0 && tpot > engine->slo.tpot_ns)
+                good = false;
+        }
+        if (good)
+            metrics->good_requests++;
+        if (end_ns > metrics->measure_end_ns)
+            metrics->measure_end_ns = end_ns;
+    }
+    kvio_sched_observe(engine->sched, &req->sched);
+    if (engine->observer.on_finish != NULL) {
+        kvio_engine_finished_t finished = {
+            .id = req->spec.id, .rank = engine->rank, .arrival_ns = req->spec.arrival_ns,
+            .first_token_ns = req->first_token_ns, .finish_ns = end_ns,
+            .prompt_tokens = req->spec.prompt_tokens, .output_tokens = req->sched.generated,
+            .cached_tokens = req->cached_tokens, .preemptions = req->preemptions,
+            .measured = req->spec.measured, .tag = req->spec.tag,
+        };
+        engine->observer.on_finish(engine->observer.context, &finished);
+    }
+}
+
+void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
+{
+    for (size_t i = 0; i < engine->num_scratch; i++) {
+        engine_req_t *req = engine->scratch[i];
+        req->computed += req->scheduled;
+        req->scheduled = 0;
+        if (req->computed < req_num_tokens(req))
+            continue; /* prefill chunk: no token yet */
+        /* The iteration produced a token. */
+        req->sched.generated++;
+        if (req->first_token_ns == 0 && req->sched.generated == 1) {
+            req->first_token_ns = end_ns;
+        } else if (req->spec.measured) {
+            kvio_hist_record(engine->metrics.itl, (uint64_t)(end_ns - req->last_token_ns));
+        }
+        req->last_token_ns = end_ns;
+        if (req->sched.generated >= req->target_output) {
+            record_finish(engine, req, end_ns);
+            for (size_t r = 0; r < engine->running.count; r++) {
+                if (engine->running.items[r] == req) {
+                    list_remove_at(&engine->running, r);
+                    break;
+                }
+            }
+            kvio_kvcache_free(engine->cache, req->kv);
+            engine->scratch[i] = NULL;
+            req_destroy(req);
+            continue;
+        }
+        /* The new token joins the sequence; hash the block it fills. */
+        uint32_t tokens = req_num_tokens(req);
+        size_t due = hashes_due(req, tokens, engine->block_size);
+        size_t new_hashes = due > req->hashes_given ? due - req->hashes_given : 0;
+        if (kvio_kvreq_append_hashes(req->kv, 1, req->hashes + req->hashes_given, new_hashes) ==
+            KVIO_OK)
+            req->hashes_given += new_hashes;
+    }
+    engine->num_scratch = 0;
+}
+
+/* ---------- inspection ---------- */
+
+void kvio_engine_last_scheduled(const kvio_engine_t *engine,
+                                const kvio_engine_scheduled_t **items_p, size_t *count_p)
+{
+    *items_p = engine->scheduled;
+    *count_p = engine->current.num_scheduled;
+}
+
+static size_t list_ids(const req_list_t *list, uint64_t *ids_p, size_t max_ids)
+{
+    for (size_t i = 0; i < list->count && i < max_ids; i++)
+        ids_p[i] = list->items[i]->spec.id;
+    return list->count;
+}
+
+size_t kvio_engine_running_ids(const kvio_engine_t *engine, uint64_t *ids_p, size_t max_ids)
+{
+    return list_ids(&engine->running, ids_p, max_ids);
+}
+
+size_t kvio_engine_waiting_ids(const kvio_engine_t *engine, uint64_t *ids_p, size_t max_ids)
+{
+    return list_ids(&engine->waiting, ids_p, max_ids);
+}
+
+kvio_status_t kvio_engine_request_state(const kvio_engine_t *engine, uint64_t id,
+                                        uint32_t *computed_p, uint32_t *blocks_p)
+{
+    const req_list_t *lists[] = {&engine->running, &engine->waiting};
+    for (size_t l = 0; l < 2; l++) {
+        for (size_t i = 0; i < lists[l]->count; i++) {
+            const engine_req_t *req = lists[l]->items[i];
+            if (req->spec.id != id)
+                continue;
+            const uint32_t *ids;
+            size_t num_ids;
+            kvio_kvreq_blocks(req->kv, &ids, &num_ids);
+            *computed_p = req->computed;
+            *blocks_p = (uint32_t)num_ids;
+            return KVIO_OK;
+        }
+    }
+    return KVIO_ERR_NOT_FOUND;
+}
+
+uint32_t kvio_engine_load(const kvio_engine_t *engine)
+{
+    return (uint32_t)(engine->running.count + engine->waiting.count);
+}
+
+uint32_t kvio_engine_free_blocks(const kvio_engine_t *engine)
+{
+    return kvio_kvcache_num_free_blocks(engine->cache);
+}
+
+uint32_t kvio_engine_num_blocks(const kvio_engine_t *engine)
+{
+    return engine->num_blocks;
+}
+
+uint64_t kvio_engine_active_decode_blocks(const kvio_engine_t *engine)
+{
+    uint64_t blocks = 0;
+    for (size_t i = 0; i < engine->running.count; i++) {
+        const uint32_t *ids;
+        size_t num_ids;
+        kvio_kvreq_blocks(engine->running.items[i]->kv, &ids, &num_ids);
+        blocks += num_ids;
+    }
+    return blocks;
+}
+
+size_t kvio_engine_cached_prefix(const kvio_engine_t *engine, const kvio_hash_t *hashes,
+                                 size_t num_hashes, uint32_t prompt_tokens)
+{
+    size_t full = prompt_tokens / engine->block_size;
+    if (num_hashes > full)
+        num_hashes = full;
+    kvio_kvreq_t *probe = NULL;
+    if (kvio_kvreq_create_hashes(engine->cache, hashes, num_hashes, prompt_tokens, &probe) !=
+        KVIO_OK)
+        return 0;
+    size_t hit = kvio_kvcache_lookup(engine->cache, probe);
+    kvio_kvreq_destroy(probe);
+    return hit;
+}
+
+const kvio_engine_metrics_t *kvio_engine_metrics(const kvio_engine_t *engine)
+{
+    return &engine->metrics;
+}

@@ -1,0 +1,272 @@
+/* Golden cases of the engine's vLLM v1 semantics (block size 16): admission,
+ * chunked prefill with a long-prefill threshold, head-of-line blocking,
+ * preemption by recompute, and priority order; plus the schedulers'
+ * projections. */
+#include "kvio/engine.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/hash.h"
+
+typedef struct fixture {
+    kvio_engine_config_t config;
+    kvio_sched_config_t sched;
+    kvio_cost_t *cost;
+    kvio_engine_t *engine;
+    int64_t now_ns;
+} fixture_t;
+
+/* A linear cost model: every iteration takes 1 ms plus 1 us per token. */
+static kvio_cost_t *linear_cost(void)
+{
+    kvio_model_t model = {.preset = "llama3-8b", .dtype_bytes = 2};
+    kvio_gpu_t gpu = {.preset = "h200"};
+    char error[256];
+    cr_assert_eq(kvio_model_resolve(&model, error, sizeof(error)), KVIO_OK);
+    cr_assert_eq(kvio_gpu_resolve(&gpu, error, sizeof(error)), KVIO_OK);
+    kvio_cost_config_t config = {.kind = KVIO_COST_LINEAR, .tensor_parallel = 1,
+                                 .linear_c0_ms = 1, .linear_c1_ms = 0.001,
+                                 .linear_c2_ms = 0.001};
+    kvio_cost_t *cost = NULL;
+    cr_assert_eq(kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)), KVIO_OK);
+    return cost;
+}
+
+static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
+                  int64_t threshold, uint32_t blocks, bool prefix_caching, int policy)
+{
+    memset(f, 0, sizeof(*f));
+    f->config = (kvio_engine_config_t){.max_num_seqs = max_seqs,
+                                       .max_num_batched_tokens = budget,
+                                       .chunked_prefill = chunked,
+                                       .long_prefill_token_threshold = threshold,
+                                       .preemption = KVIO_PREEMPT_RECOMPUTE};
+    char error[256];
+    cr_assert_eq(kvio_config_defaults(kvio_sched_options, &f->sched, error, sizeof(error)), KVIO_OK);
+    f->sched.policy = policy;
+    f->cost = linear_cost();
+    kvio_engine_params_t params = {
+        .config = &f->config, .num_blocks = blocks, .block_size = 16,
+        .prefix_caching = prefix_caching, .free_order = 0, .eviction = "lru",
+        .sched = &f->sched, .seed = 1, .cost = f->cost, .kv_bytes_per_token = 131072,
+        .host_bandwidth = 64e9,
+    };
+    cr_assert_eq(kvio_engine_create(&params, &f->engine, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+}
+
+static void teardown(fixture_t *f)
+{
+    kvio_engine_destroy(f->engine);
+    kvio_cost_destroy(f->cost);
+    kvio_config_free(kvio_sched_options, &f->sched);
+}
+
+/* Adds a request of distinct content; its hashes cover prompt + output. */
+static void add(fixture_t *f, uint64_t id, uint32_t prompt, uint32_t output, int32_t priority,
+                int64_t arrival_ns)
+{
+    size_t num_hashes = (prompt + output) / 16;
+    kvio_hash_t *hashes = calloc(num_hashes + 1, sizeof(kvio_hash_t));
+    for (size_t b = 0; b < num_hashes; b++) {
+        kvio_hash_run_t run = {.content_id = 1000 + id, .offset = (uint32_t)(b * 16), .length = 16};
+        hashes[b] = kvio_hash_runs(b ? &hashes[b - 1] : NULL, &run, 1);
+    }
+    kvio_engine_request_t request = {.id = id, .arrival_ns = arrival_ns, .prompt_tokens = prompt,
+                                     .output_tokens = output, .priority = priority,
+                                     .hashes = hashes, .num_hashes = num_hashes,
+                                     .measured = true};
+    cr_assert_eq(kvio_engine_add(f->engine, &request), KVIO_OK);
+    free(hashes);
+}
+
+/* Runs one iteration; returns the scheduled (id, tokens) list. */
+static size_t step(fixture_t *f, kvio_engine_scheduled_t *out, size_t max)
+{
+    kvio_engine_iteration_t iteration;
+    cr_assert_eq(kvio_engine_schedule(f->engine, f->now_ns, &iteration), KVIO_OK);
+    const kvio_engine_scheduled_t *items;
+    size_t count;
+    kvio_engine_last_scheduled(f->engine, &items, &count);
+    for (size_t i = 0; i < count && i < max; i++)
+        out[i] = items[i];
+    f->now_ns += iteration.duration_ns;
+    kvio_engine_complete(f->engine, f->now_ns);
+    return count;
+}
+
+Test(engine, short_requests_all_admitted_in_arrival_order, .timeout = 10)
+{
+    fixture_t f;
+    setup(&f, 8192, 16, true, 0, 1000, true, KVIO_POLICY_FCFS);
+    for (uint64_t id = 0; id < 10; id++)
+        add(&f, id, 10, 5, 0, 0);
+    kvio_engine_scheduled_t out[16];
+    cr_assert_eq(step(&f, out, 16), 10);
+    for (uint64_t id = 0; id < 10; id++) {
+        cr_assert_eq(out[id].id, id);
+        cr_assert_eq(out[id].tokens, 10);
+    }
+    uint64_t running[16];
+    cr_assert_eq(kvio_engine_running_ids(f.engine, running, 16), 10);
+    for (uint64_t id = 0; id < 10; id++)
+        cr_assert_eq(running[id], id);
+    teardown(&f);
+}
+
+Test(engine, chunked_prefill_with_long_prefill_threshold, .timeout = 10)
+{
+    fixture_t f;
+    setup(&f, 1024, 3, true, 400, 1000, true, KVIO_POLICY_FCFS);
+    for (uint64_t id = 0; id < 3; id++)
+        add(&f, id, 800, 10, 0, 0);
+    const uint32_t expected[3][3] = {{400, 400, 224}, {400, 400, 224}, {1, 1, 352}};
+    for (int iteration = 0; iteration < 3; iteration++) {
+        kvio_engine_scheduled_t out[4];
+        cr_assert_eq(step(&f, out, 4), 3, "iteration %d", iteration + 1);
+        for (int r = 0; r < 3; r++) {
+            cr_assert_eq(out[r].id, (uint64_t)r);
+            cr_assert_eq(out[r].tokens, expected[iteration][r], "iteration %d request %d: %u",
+                         iteration + 1, r, out[r].tokens);
+        }
+    }
+    teardown(&f);
+}
+
+Test(engine, chunked_prefill_admits_two_and_unchunked_blocks_head_of_line, .timeout = 10)
+{
+    for (int chunked = 1; chunked >= 0; chunked--) {
+        fixture_t f;
+        setup(&f, 1024, 3, chunked, 0, 1000, true, KVIO_POLICY_FCFS);
+        add(&f, 0, 800, 10, 0, 0);
+        add(&f, 1, 800, 10, 0, 0);
+        add(&f, 2, 10, 10, 0, 0);
+        add(&f, 3, 10, 10, 0, 0);
+        kvio_engine_scheduled_t out[4];
+        size_t count = step(&f, out, 4);
+        if (chunked) {
+            cr_assert_eq(count, 2);
+            cr_assert_eq(out[0].tokens, 800);
+            cr_assert_eq(out[1].tokens, 224);
+        } else {
+            /* No skipping ahead to the short requests. */
+            cr_assert_eq(count, 1);
+            cr_assert_eq(out[0].id, 0);
+        }
+        teardown(&f);
+    }
+}
+
+Test(engine, running_request_short_of_blocks_preempts_last_admitted, .timeout = 10)
+{
+    fixture_t f;
+    setup(&f, 100, 16, true, 0, 10, false, KVIO_POLICY_FCFS);
+    add(&f, 0, 72, 40, 0, 0);
+    add(&f, 1, 72, 40, 0, 0);
+    kvio_engine_scheduled_t out[4];
+    step(&f, out, 4); /* 72 + 28 */
+    step(&f, out, 4); /* 1 + 44 */
+    uint32_t computed, blocks;
+    cr_assert_eq(kvio_engine_request_state(f.engine, 0, &computed, &blocks), KVIO_OK);
+    cr_assert_eq(blocks, 5);
+    cr_assert_eq(kvio_engine_request_state(f.engine, 1, &computed, &blocks), KVIO_OK);
+    cr_assert_eq(blocks, 5);
+    cr_assert_eq(kvio_engine_free_blocks(f.engine), 0);
+    /* Decode until request 0 holds 80 tokens and needs a 6th block for the 81st. */
+    for (int i = 0; i < 100; i++) {
+        kvio_engine_request_state(f.engine, 0, &computed, &blocks);
+        if (computed == 80)
+            break;
+        step(&f, out, 4);
+    }
+    cr_assert_eq(computed, 80);
+    uint64_t running[4], waiting[4];
+    cr_assert_eq(kvio_engine_running_ids(f.engine, running, 4), 2);
+    step(&f, out, 4);
+    cr_assert_eq(kvio_engine_running_ids(f.engine, running, 4), 1);
+    cr_assert_eq(running[0], 0);
+    cr_assert_eq(kvio_engine_waiting_ids(f.engine, waiting, 4), 1);
+    cr_assert_eq(waiting[0], 1);
+    cr_assert_eq(kvio_engine_request_state(f.engine, 1, &computed, &blocks), KVIO_OK);
+    cr_assert_eq(computed, 0);
+    cr_assert_eq(blocks, 0);
+    cr_assert_eq(kvio_engine_request_state(f.engine, 0, &computed, &blocks), KVIO_OK);
+    cr_assert_eq(blocks, 6);
+    cr_assert_eq(kvio_engine_metrics(f.engine)->preemptions, 1);
+    teardown(&f);
+}
+
+static void check_priority_order(const int32_t *priorities, const int64_t *arrivals, size_t count,
+                                 int64_t max_seqs, const uint64_t *running_expected,
+                                 size_t num_running, const uint64_t *waiting_expected,
+                                 size_t num_waiting)
+{
+    fixture_t f;
+    setup(&f, 8192, max_seqs, true, 0, 1000, true, KVIO_POLICY_PRIORITY);
+    for (size_t id = 0; id < count; id++)
+        add(&f, id, 20, 10, priorities[id], arrivals[id]);
+    f.now_ns = 10;
+    kvio_engine_scheduled_t out[8];
+    step(&f, out, 8);
+    uint64_t running[8], waiting[8];
+    cr_assert_eq(kvio_engine_running_ids(f.engine, running, 8), num_running);
+    for (size_t i = 0; i < num_running; i++)
+        cr_assert_eq(running[i], running_expected[i], "running[%zu] = %llu", i,
+                     (unsigned long long)running[i]);
+    cr_assert_eq(kvio_engine_waiting_ids(f.engine, waiting, 8), num_waiting);
+    for (size_t i = 0; i < num_waiting; i++)
+        cr_assert_eq(waiting[i], waiting_expected[i]);
+    teardown(&f);
+}
+
+Test(engine, priority_lower_value_first_ties_by_arrival, .timeout = 10)
+{
+    check_priority_order((int32_t[]){2, 0, 1}, (int64_t[]){0, 0, 0}, 3, 16,
+                         (uint64_t[]){1, 2, 0}, 3, NULL, 0);
+    check_priority_order((int32_t[]){0, 0, 0}, (int64_t[]){3, 1, 2}, 3, 16,
+                         (uint64_t[]){1, 2, 0}, 3, NULL, 0);
+    check_priority_order((int32_t[]){3, 1, 2, 0}, (int64_t[]){0, 0, 0, 0}, 4, 2,
+                         (uint64_t[]){3, 1}, 2, (uint64_t[]){2, 0}, 2);
+}
+
+Test(engine, every_request_finishes_once_with_its_output, .timeout = 10)
+{
+    fixture_t f;
+    setup(&f, 256, 8, true, 0, 40, true, KVIO_POLICY_FCFS);
+    for (uint64_t id = 0; id < 30; id++)
+        add(&f, id, 50 + (uint32_t)(id * 7 % 90), 10 + (uint32_t)(id * 13 % 50), 0, 0);
+    kvio_engine_scheduled_t out[64];
+    for (int i = 0; i < 100000 && kvio_engine_has_work(f.engine); i++) {
+        step(&f, out, 64);
+        cr_assert_leq(kvio_engine_free_blocks(f.engine), 40);
+    }
+    cr_assert(!kvio_engine_has_work(f.engine));
+    const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
+    cr_assert_eq(metrics->requests, 30);
+    uint64_t expected_output = 0;
+    for (uint64_t id = 0; id < 30; id++)
+        expected_output += 10 + id * 13 % 50;
+    cr_assert_eq(metrics->output_tokens, expected_output);
+    cr_assert_gt(metrics->preemptions, 0, "the fixture is sized to preempt");
+    cr_assert_leq(metrics->max_usage, 1.0);
+    cr_assert_eq(kvio_engine_free_blocks(f.engine), 40);
+    teardown(&f);
+}
+
+Test(sched, pkas_projection_counts_blocks_until_each_request_ends, .timeout = 10)
+{
+    /* Two running requests of 16 tokens: one ends after 16 more tokens, one
+     * after 48; block 16. Peak just before the first ends (t = 15): 2 + 2. */
+    kvio_sched_request_t a = {.prompt_tokens = 16, .predicted_output = 16};
+    kvio_sched_request_t b = {.prompt_tokens = 16, .predicted_output = 48};
+    kvio_sched_request_t *running[] = {&a, &b};
+    kvio_sched_view_t view = {.running = running, .num_running = 2, .block_size = 16,
+                              .capacity_blocks = 10};
+    /* t = 15: a 31 tokens (2 blocks), b 31 (2); t = 47: b alone 63 (4). */
+    cr_assert_eq(kvio_sched_projected_peak(&view, NULL), 4);
+    kvio_sched_request_t c = {.prompt_tokens = 100, .predicted_output = 50};
+    /* t = 15: 2 + 2 + ceil(115/16)=8 → 12; t = 47: 4 + ceil(147/16)=10 → 14 */
+    cr_assert_eq(kvio_sched_projected_peak(&view, &c), 14);
+}
