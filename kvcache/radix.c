@@ -19,7 +19,6 @@ typedef struct radix_node {
     uint32_t *blocks; /* the node's pages, in order; malloc'd */
     uint32_t num_pages;
     uint32_t lock_count;
-    bool in_use;
 } radix_node_t;
 
 struct kvio_radix {
@@ -100,8 +99,7 @@ kvio_status_t kvio_radix_create(const kvio_radix_config_t *config, kvio_radix_t 
         tree->free_nodes[i] = num_nodes - 1 - i;
     tree->num_free_nodes = num_nodes - 1;
     tree->nodes[ROOT] = (radix_node_t){.parent = NO_NODE, .first_child = NO_NODE,
-                                       .next_sibling = NO_NODE, .prev_sibling = NO_NODE,
-                                       .in_use = true};
+                                       .next_sibling = NO_NODE, .prev_sibling = NO_NODE};
     *tree_p = tree;
     return KVIO_OK;
 
@@ -161,7 +159,7 @@ static uint32_t new_node(kvio_radix_t *tree, uint32_t num_pages)
     }
     tree->nodes[node] = (radix_node_t){.parent = NO_NODE, .first_child = NO_NODE,
                                        .next_sibling = NO_NODE, .prev_sibling = NO_NODE,
-                                       .blocks = blocks, .num_pages = num_pages, .in_use = true};
+                                       .blocks = blocks, .num_pages = num_pages};
     tree->policy_known[node] = 0;
     tree->num_nodes++;
     return node;
