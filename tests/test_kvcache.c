@@ -57,7 +57,7 @@ static void assert_queue(const kvio_kvcache_t *cache, const uint32_t *expected, 
 {
     uint32_t queue[64];
     size_t length;
-    kvio_kvcache_free_queue(cache, queue, 64, &length);
+    kvio_kvcache_free_queue(cache, 64, queue, &length);
     cr_assert_eq(length, count, "queue length %zu, expected %zu", length, count);
     for (size_t i = 0; i < count; i++)
         cr_assert_eq(queue[i], expected[i], "queue[%zu] is %u, expected %u", i, queue[i],
@@ -158,7 +158,7 @@ static void golden_case_4(scenario_t *s, kvio_free_order_t order)
     cr_assert_eq(kvio_kvcache_num_free_blocks(s->cache), 6);
     uint32_t queue[16];
     size_t length;
-    kvio_kvcache_free_queue(s->cache, queue, 16, &length);
+    kvio_kvcache_free_queue(s->cache, 16, queue, &length);
     for (size_t i = 0; i < length; i++)
         cr_assert(queue[i] > 3 && queue[i] != new_block, "block %u still queued", queue[i]);
 }
