@@ -1,12 +1,378 @@
-/* kvio cachesim: placeholder until the KV-cache module lands. */
+/* kvio cachesim: reads a trace (Mooncake JSONL), sorts it by time, and
+ * replays its block ids through caches of several capacities and eviction
+ * policies, printing block and token hit rates as a table, JSON or CSV.
+ * A thin shell: the trace reader is in workloads/, the replay in kvcache/. */
 #include "cli/cli.h"
 
+#include "kvio/cachesim.h"
+#include "kvio/kvcache.h"
+#include "kvio/log.h"
+#include "kvio/trace.h"
+
+#include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_LIST 64
+#define SCHEMA_VERSION 1
+
+static const uint64_t default_capacities[] = {1000, 10000, 30000, 50000, 100000,
+                                              KVIO_CACHESIM_UNLIMITED};
+
+typedef enum { OUTPUT_TABLE, OUTPUT_JSON, OUTPUT_CSV } output_format_t;
+
+typedef struct options {
+    const char *trace_path;
+    const char *format;
+    const char *output_path;
+    uint64_t capacities[MAX_LIST];
+    size_t num_capacities;
+    const char *policies[MAX_LIST];
+    size_t num_policies;
+    char *policy_text; /* owns the strings in policies */
+    uint32_t block_tokens;
+    unsigned threads;
+    bool skip_bad;
+    output_format_t output;
+} options_t;
+
+static void print_help(FILE *out)
+{
+    fprintf(out,
+            "usage: kvio cachesim TRACE [--format mooncake] [--capacity LIST]\n"
+            "                     [--eviction LIST] [--block-tokens N] [--skip-bad]\n"
+            "                     [--threads N] [--json|--csv] [-o FILE]\n\n"
+            "Replays the trace's block hash ids (in timestamp order) through a prefix\n"
+            "cache: each request hits on the longest prefix of its blocks that is cached,\n"
+            "then every block of the request is inserted or touched in order. Prints\n"
+            "block and token hit rates per capacity and eviction policy.\n\n"
+            "  --format NAME       trace format: mooncake (default)\n"
+            "  --capacity LIST     capacities in trace blocks, comma-separated, or\n"
+            "                      'unlimited' (default 1000,10000,30000,50000,100000,unlimited)\n"
+            "  --eviction LIST     policies, comma-separated, or 'all' (default lru):\n");
+    for (size_t i = 0; i < kvio_evict_num_policies(); i++)
+        fprintf(out, "                        %-7s %s\n", kvio_evict_policy_name(i),
+                kvio_evict_policy_description(i));
+    fprintf(out,
+            "  --block-tokens N    tokens per trace block (default 512)\n"
+            "  --skip-bad          skip and count bad trace lines instead of failing\n"
+            "  --threads N         replays run in parallel (default: CPUs)\n"
+            "  --json, --csv       machine-readable output (default: a table)\n"
+            "  -o, --output FILE   write there instead of stdout\n"
+            "  -h, --help          this help\n\n"
+            "exit status: 0 success, 1 run failed, 2 usage or input error\n");
+}
+
+static bool parse_uint(const char *text, uint64_t max, uint64_t *value_p)
+{
+    char *end = NULL;
+    errno = 0;
+    if (text == NULL || *text < '0' || *text > '9')
+        return false;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || value > max)
+        return false;
+    *value_p = value;
+    return true;
+}
+
+static bool parse_capacities(const char *text, options_t *options)
+{
+    char *copy = strdup(text), *save = NULL;
+    bool ok = copy != NULL;
+    options->num_capacities = 0;
+    for (char *item = ok ? strtok_r(copy, ",", &save) : NULL; ok && item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        uint64_t value;
+        if (options->num_capacities == MAX_LIST) {
+            ok = false;
+        } else if (strcmp(item, "unlimited") == 0) {
+            options->capacities[options->num_capacities++] = KVIO_CACHESIM_UNLIMITED;
+        } else if (parse_uint(item, UINT64_MAX - 1, &value) && value > 0) {
+            options->capacities[options->num_capacities++] = value;
+        } else {
+            kvio_error("cachesim: bad capacity '%s' (a positive number of blocks or "
+                       "'unlimited')", item);
+            ok = false;
+        }
+    }
+    free(copy);
+    return ok && options->num_capacities > 0;
+}
+
+static bool parse_policies(const char *text, options_t *options)
+{
+    free(options->policy_text);
+    options->num_policies = 0;
+    if (strcmp(text, "all") == 0) {
+        options->policy_text = NULL;
+        for (size_t i = 0; i < kvio_evict_num_policies() && i < MAX_LIST; i++)
+            options->policies[options->num_policies++] = kvio_evict_policy_name(i);
+        return true;
+    }
+    options->policy_text = strdup(text);
+    if (options->policy_text == NULL)
+        return false;
+    char *save = NULL;
+    for (char *item = strtok_r(options->policy_text, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        if (options->num_policies == MAX_LIST || kvio_evict_check_name(item) != KVIO_OK)
+            return false;
+        options->policies[options->num_policies++] = item;
+    }
+    return options->num_policies > 0;
+}
+
+/* Returns -1 to go on, else an exit status. */
+static int parse_args(int argc, char **argv, options_t *options)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *value = NULL;
+        char name[32] = "";
+        if (strncmp(arg, "--", 2) == 0 && strchr(arg, '=') != NULL) {
+            size_t length = (size_t)(strchr(arg, '=') - arg);
+            if (length < sizeof(name)) {
+                memcpy(name, arg, length);
+                name[length] = '\0';
+                value = strchr(arg, '=') + 1;
+                arg = name;
+            }
+        }
+        bool takes_value = strcmp(arg, "--format") == 0 || strcmp(arg, "--capacity") == 0 ||
+                           strcmp(arg, "--eviction") == 0 || strcmp(arg, "--block-tokens") == 0 ||
+                           strcmp(arg, "--threads") == 0 || strcmp(arg, "-o") == 0 ||
+                           strcmp(arg, "--output") == 0;
+        if (takes_value && value == NULL) {
+            if (i + 1 >= argc) {
+                kvio_error("cachesim: %s needs a value", arg);
+                return KVIO_EXIT_USAGE;
+            }
+            value = argv[++i];
+        }
+        uint64_t number;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_help(stdout);
+            return KVIO_EXIT_OK;
+        } else if (strcmp(arg, "--format") == 0) {
+            options->format = value;
+        } else if (strcmp(arg, "--capacity") == 0) {
+            if (!parse_capacities(value, options))
+                return KVIO_EXIT_USAGE;
+        } else if (strcmp(arg, "--eviction") == 0) {
+            if (!parse_policies(value, options))
+                return KVIO_EXIT_USAGE;
+        } else if (strcmp(arg, "--block-tokens") == 0) {
+            if (!parse_uint(value, UINT32_MAX, &number) || number == 0) {
+                kvio_error("cachesim: bad --block-tokens '%s'", value);
+                return KVIO_EXIT_USAGE;
+            }
+            options->block_tokens = (uint32_t)number;
+        } else if (strcmp(arg, "--threads") == 0) {
+            if (!parse_uint(value, 64, &number) || number == 0) {
+                kvio_error("cachesim: bad --threads '%s' (1 to 64)", value);
+                return KVIO_EXIT_USAGE;
+            }
+            options->threads = (unsigned)number;
+        } else if (strcmp(arg, "-o") == 0 || strcmp(arg, "--output") == 0) {
+            options->output_path = value;
+        } else if (strcmp(arg, "--skip-bad") == 0 && value == NULL) {
+            options->skip_bad = true;
+        } else if (strcmp(arg, "--json") == 0 && value == NULL) {
+            options->output = OUTPUT_JSON;
+        } else if (strcmp(arg, "--csv") == 0 && value == NULL) {
+            options->output = OUTPUT_CSV;
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            kvio_error("cachesim: unknown option '%s' (see kvio cachesim --help)", argv[i]);
+            return KVIO_EXIT_USAGE;
+        } else if (options->trace_path == NULL) {
+            options->trace_path = arg;
+        } else {
+            kvio_error("cachesim: more than one trace given ('%s', '%s')", options->trace_path,
+                       arg);
+            return KVIO_EXIT_USAGE;
+        }
+    }
+    if (options->trace_path == NULL) {
+        kvio_error("cachesim: no trace given (see kvio cachesim --help)");
+        return KVIO_EXIT_USAGE;
+    }
+    return -1;
+}
+
+static void format_capacity(uint64_t capacity, char *text, size_t size)
+{
+    if (capacity == KVIO_CACHESIM_UNLIMITED)
+        snprintf(text, size, "unlimited");
+    else
+        snprintf(text, size, "%llu", (unsigned long long)capacity);
+}
+
+static int write_json(FILE *out, const options_t *options, const kvio_trace_t *trace,
+                      const kvio_cachesim_t *sim, const kvio_cachesim_result_t *results,
+                      size_t num_results)
+{
+    json_t *root = json_object(), *config = json_object(), *capacities = json_array();
+    json_t *policies = json_array(), *rows = json_array(), *trace_info = json_object();
+    for (size_t i = 0; i < options->num_capacities; i++) {
+        char text[32];
+        format_capacity(options->capacities[i], text, sizeof(text));
+        json_array_append_new(capacities, options->capacities[i] == KVIO_CACHESIM_UNLIMITED
+                                              ? json_string(text)
+                                              : json_integer((json_int_t)options->capacities[i]));
+    }
+    for (size_t i = 0; i < options->num_policies; i++)
+        json_array_append_new(policies, json_string(options->policies[i]));
+    json_object_set_new(config, "trace", json_string(options->trace_path));
+    json_object_set_new(config, "format", json_string(options->format));
+    json_object_set_new(config, "block_tokens", json_integer(options->block_tokens));
+    json_object_set_new(config, "skip_bad", json_boolean(options->skip_bad));
+    json_object_set_new(config, "capacities", capacities);
+    json_object_set_new(config, "evictions", policies);
+    json_object_set_new(trace_info, "requests", json_integer((json_int_t)kvio_trace_num_requests(trace)));
+    json_object_set_new(trace_info, "skipped_lines", json_integer((json_int_t)kvio_trace_num_skipped(trace)));
+    json_object_set_new(trace_info, "unique_blocks",
+                        json_integer((json_int_t)kvio_cachesim_num_unique_blocks(sim)));
+    for (size_t i = 0; i < num_results; i++) {
+        const kvio_cachesim_result_t *result = &results[i];
+        json_t *row = json_object();
+        char text[32];
+        format_capacity(result->capacity_blocks, text, sizeof(text));
+        json_object_set_new(row, "eviction", json_string(result->policy));
+        json_object_set_new(row, "capacity_blocks",
+                            result->capacity_blocks == KVIO_CACHESIM_UNLIMITED
+                                ? json_string(text)
+                                : json_integer((json_int_t)result->capacity_blocks));
+        json_object_set_new(row, "block_hit_rate", json_real(result->block_hit_rate));
+        json_object_set_new(row, "token_hit_rate", json_real(result->token_hit_rate));
+        json_object_set_new(row, "hit_blocks", json_integer((json_int_t)result->hit_blocks));
+        json_object_set_new(row, "blocks", json_integer((json_int_t)result->blocks));
+        json_object_set_new(row, "hit_tokens", json_integer((json_int_t)result->hit_tokens));
+        json_object_set_new(row, "tokens", json_integer((json_int_t)result->tokens));
+        json_object_set_new(row, "evictions", json_integer((json_int_t)result->evictions));
+        json_array_append_new(rows, row);
+    }
+    json_object_set_new(root, "schema_version", json_integer(SCHEMA_VERSION));
+    json_object_set_new(root, "kvio_version", json_string(KVIO_VERSION));
+    json_object_set_new(root, "config", config);
+    json_object_set_new(root, "trace", trace_info);
+    json_object_set_new(root, "results", rows);
+    int failed = json_dumpf(root, out, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    fputc('\n', out);
+    json_decref(root);
+    return failed;
+}
+
+static void write_text(FILE *out, const options_t *options, const kvio_trace_t *trace,
+                       const kvio_cachesim_t *sim, const kvio_cachesim_result_t *results,
+                       size_t num_results)
+{
+    if (options->output == OUTPUT_CSV) {
+        fprintf(out, "eviction,capacity_blocks,block_hit_rate,token_hit_rate,hit_blocks,blocks,"
+                     "hit_tokens,tokens,evictions\n");
+    } else {
+        fprintf(out, "%s: requests=%zu skipped=%zu unique_blocks=%zu block_tokens=%u\n",
+                options->trace_path, kvio_trace_num_requests(trace),
+                kvio_trace_num_skipped(trace), kvio_cachesim_num_unique_blocks(sim),
+                options->block_tokens);
+        fprintf(out, "%-8s %15s %10s %10s %12s\n", "eviction", "capacity_blocks", "block_hit",
+                "token_hit", "evictions");
+    }
+    for (size_t i = 0; i < num_results; i++) {
+        const kvio_cachesim_result_t *result = &results[i];
+        char capacity[32];
+        format_capacity(result->capacity_blocks, capacity, sizeof(capacity));
+        if (options->output == OUTPUT_CSV)
+            fprintf(out, "%s,%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu\n", result->policy, capacity,
+                    result->block_hit_rate, result->token_hit_rate,
+                    (unsigned long long)result->hit_blocks, (unsigned long long)result->blocks,
+                    (unsigned long long)result->hit_tokens, (unsigned long long)result->tokens,
+                    (unsigned long long)result->evictions);
+        else
+            fprintf(out, "%-8s %15s %10.4f %10.4f %12llu\n", result->policy, capacity,
+                    result->block_hit_rate, result->token_hit_rate,
+                    (unsigned long long)result->evictions);
+    }
+}
 
 int kvio_cmd_cachesim(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvio: cachesim is not built yet\n");
-    return KVIO_EXIT_USAGE;
+    options_t options = {.format = "mooncake", .block_tokens = 512};
+    kvio_trace_t *trace = NULL;
+    kvio_cachesim_t *sim = NULL;
+    kvio_cachesim_result_t *results = NULL;
+    FILE *out = stdout;
+    int exit_status = parse_args(argc, argv, &options);
+    if (exit_status >= 0)
+        goto cleanup;
+    exit_status = KVIO_EXIT_USAGE;
+    if (options.num_capacities == 0) {
+        memcpy(options.capacities, default_capacities, sizeof(default_capacities));
+        options.num_capacities = sizeof(default_capacities) / sizeof(default_capacities[0]);
+    }
+    if (options.num_policies == 0)
+        parse_policies("lru", &options);
+    if (options.threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        options.threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
+    }
+
+    kvio_trace_format_t format;
+    kvio_status_t status = kvio_trace_format_from_name(options.format, &format);
+    if (status != KVIO_OK)
+        goto cleanup;
+    kvio_trace_options_t trace_options = {.skip_bad = options.skip_bad};
+    status = kvio_trace_read(options.trace_path, format, &trace_options, &trace);
+    if (status != KVIO_OK) {
+        exit_status = kvio_cli_exit_status(status);
+        goto cleanup;
+    }
+    kvio_trace_sort_by_time(trace);
+    status = kvio_cachesim_create(options.block_tokens, &sim);
+    for (size_t i = 0; status == KVIO_OK && i < kvio_trace_num_requests(trace); i++) {
+        const kvio_trace_request_t *request = kvio_trace_request(trace, i);
+        status = kvio_cachesim_add_request(sim, request->hash_ids, request->num_hash_ids,
+                                           request->input_length);
+    }
+    size_t num_results = options.num_policies * options.num_capacities;
+    results = status == KVIO_OK ? calloc(num_results, sizeof(*results)) : NULL;
+    if (status == KVIO_OK && results == NULL)
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK)
+        status = kvio_cachesim_sweep(sim, options.policies, options.num_policies,
+                                     options.capacities, options.num_capacities, options.threads,
+                                     results);
+    if (status != KVIO_OK) {
+        kvio_error("cachesim: %s", kvio_strerror(status));
+        exit_status = KVIO_EXIT_FAILED;
+        goto cleanup;
+    }
+    if (options.output_path != NULL && strcmp(options.output_path, "-") != 0) {
+        out = fopen(options.output_path, "w");
+        if (out == NULL) {
+            kvio_error("%s: %s", options.output_path, strerror(errno));
+            out = stdout;
+            exit_status = KVIO_EXIT_FAILED;
+            goto cleanup;
+        }
+    }
+    if (options.output == OUTPUT_JSON)
+        write_json(out, &options, trace, sim, results, num_results);
+    else
+        write_text(out, &options, trace, sim, results, num_results);
+    exit_status = fflush(out) == 0 && !ferror(out) ? KVIO_EXIT_OK : KVIO_EXIT_FAILED;
+    if (exit_status != KVIO_EXIT_OK)
+        kvio_error("cachesim: writing the output failed");
+
+cleanup:
+    if (out != stdout)
+        fclose(out);
+    free(results);
+    kvio_cachesim_destroy(sim);
+    kvio_trace_destroy(trace);
+    free(options.policy_text);
+    return exit_status;
 }

@@ -1,0 +1,61 @@
+/* cachesim: replays requests, each a sequence of block ids (trace hash ids,
+ * or block hashes reduced to 64 bits), through one cache of a given capacity
+ * and eviction policy, with no engine: per request, the longest cached prefix
+ * is the hit, then every block is inserted or touched in request order. No
+ * reference counts, no last-token rule. For hit-rate-vs-capacity curves. */
+#ifndef KVIO_CACHESIM_H
+#define KVIO_CACHESIM_H
+
+#include "kvio/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvio_cachesim kvio_cachesim_t;
+
+/* Capacity meaning "never evict". */
+#define KVIO_CACHESIM_UNLIMITED UINT64_MAX
+
+typedef struct kvio_cachesim_result {
+    const char *policy;        /* static policy name */
+    uint64_t capacity_blocks;  /* as asked (KVIO_CACHESIM_UNLIMITED possible) */
+    uint64_t requests;
+    uint64_t blocks;           /* block lookups: all blocks of all requests */
+    uint64_t hit_blocks;       /* blocks in the requests' cached prefixes */
+    uint64_t tokens;           /* sum of the requests' token counts */
+    uint64_t hit_tokens;       /* sum of min(hit blocks * block_tokens, tokens) */
+    uint64_t evictions;
+    double block_hit_rate;     /* hit_blocks / blocks (0 when no blocks) */
+    double token_hit_rate;     /* hit_tokens / tokens (0 when no tokens) */
+} kvio_cachesim_result_t;
+
+/* Creates an empty replay; block_tokens (at least 1) converts hit blocks to
+ * tokens. */
+kvio_status_t kvio_cachesim_create(uint32_t block_tokens, kvio_cachesim_t **sim_p);
+
+void kvio_cachesim_destroy(kvio_cachesim_t *sim);
+
+/* Appends a request (replayed in the order added): its block ids (copied)
+ * and its token count. */
+kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *block_ids,
+                                        size_t num_blocks, uint64_t num_tokens);
+
+size_t kvio_cachesim_num_requests(const kvio_cachesim_t *sim);
+size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim);
+
+/* Replays every request through a cache of capacity_blocks (at least 1)
+ * managed by the named policy (lru, lfu, fifo, mru, s3fifo). Does not change
+ * sim, so several runs may go on at once from different threads. Returns
+ * KVIO_ERR_NOT_FOUND for an unknown policy, KVIO_ERR_INVALID for capacity 0. */
+kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
+                                uint64_t capacity_blocks, kvio_cachesim_result_t *result_p);
+
+/* Runs every (policy, capacity) pair, on up to num_threads threads (1: in
+ * the caller's). results_p holds num_policies * num_capacities results,
+ * policy-major. Stops at the first failure. */
+kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const *policies,
+                                  size_t num_policies, const uint64_t *capacities,
+                                  size_t num_capacities, unsigned num_threads,
+                                  kvio_cachesim_result_t *results_p);
+
+#endif

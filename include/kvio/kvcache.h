@@ -1,0 +1,207 @@
+/* The KV-cache manager: a paged block pool with vLLM v1 semantics (null block
+ * 0, free queue in eviction order, lazy eviction, reference counts, hash-chain
+ * prefix index), an SGLang-style radix index, and pluggable eviction
+ * policies. It knows blocks and tokens, not streams or engines; requests give
+ * either token ids or precomputed block hashes. See kvcache/README.md. */
+#ifndef KVIO_KVCACHE_H
+#define KVIO_KVCACHE_H
+
+#include "kvio/hash.h"
+#include "kvio/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Eviction policies ------------------------------------------------- */
+
+/* Number of registered eviction policies (lru, lfu, fifo, mru, s3fifo). */
+size_t kvio_evict_num_policies(void);
+
+/* Name and one-line description of policy index (0 <= index < number). */
+const char *kvio_evict_policy_name(size_t index);
+const char *kvio_evict_policy_description(size_t index);
+
+/* KVIO_OK when name is a registered policy; otherwise logs
+ * "unknown eviction policy 'x' (known: lru, ...)" and returns
+ * KVIO_ERR_NOT_FOUND. */
+kvio_status_t kvio_evict_check_name(const char *name);
+
+/* ---- Block pool with the hash-chain prefix index ------------------------ */
+
+typedef struct kvio_kvcache kvio_kvcache_t;
+typedef struct kvio_kvreq kvio_kvreq_t;
+
+/* Where freed blocks without a hash go in the free queue. */
+typedef enum {
+    KVIO_FREE_ORDER_APPEND = 0,           /* classic vLLM: every freed block at the tail */
+    KVIO_FREE_ORDER_PREPEND_UNHASHED = 1, /* newer vLLM: unhashed ones at the head */
+} kvio_free_order_t;
+
+typedef struct kvio_kvcache_config {
+    uint32_t num_blocks;        /* including the null block 0; at least 2 */
+    uint32_t block_size;        /* tokens per block; at least 1 */
+    bool enable_prefix_caching; /* false: never a hit, blocks never hashed */
+    kvio_free_order_t free_order;
+    const char *eviction;       /* policy name; NULL means "lru" */
+} kvio_kvcache_config_t;
+
+/* Prefix-cache and allocation counters, per run (never windowed). A
+ * request's prompt is counted as a query once, on its first successful
+ * allocation. */
+typedef struct kvio_kvcache_metrics {
+    uint64_t prefix_queries_tokens; /* prompt tokens looked up */
+    uint64_t prefix_hits_tokens;    /* of which found cached */
+    uint64_t prefix_queries_blocks; /* full prompt blocks looked up */
+    uint64_t prefix_hits_blocks;
+    uint64_t evictions;             /* cached blocks whose hash was dropped for reuse */
+    uint64_t blocks_allocated;      /* new blocks taken from the free queue */
+    uint64_t blocks_freed;          /* blocks whose reference count fell to 0 */
+    uint64_t allocations_refused;   /* allocate calls answered "no space" */
+    double peak_usage;              /* highest usage seen, 0..1 */
+} kvio_kvcache_metrics_t;
+
+/* Creates a pool; the config is copied. Returns KVIO_ERR_INVALID for a bad
+ * size, KVIO_ERR_NOT_FOUND for an unknown eviction policy. */
+kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config,
+                                  kvio_kvcache_t **cache_p);
+
+/* Destroys the pool. Requests created on it must be destroyed first. */
+void kvio_kvcache_destroy(kvio_kvcache_t *cache);
+
+/* Usable blocks (num_blocks - 1) and those currently free. */
+uint32_t kvio_kvcache_num_usable_blocks(const kvio_kvcache_t *cache);
+uint32_t kvio_kvcache_num_free_blocks(const kvio_kvcache_t *cache);
+
+/* Usage = 1 - free / usable, in 0..1. */
+double kvio_kvcache_usage(const kvio_kvcache_t *cache);
+
+/* Copies the free queue, head (next to reuse) first, into ids_p (at most
+ * max_ids entries); *num_ids_p is the queue's length. With a policy other
+ * than lru, the queue holds the free blocks but the policy picks among the
+ * cached ones. */
+void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, size_t max_ids, uint32_t *ids_p,
+                             size_t *num_ids_p);
+
+/* Reference count of a block (0 when free). */
+uint32_t kvio_kvcache_block_refcount(const kvio_kvcache_t *cache, uint32_t block_id);
+
+/* The block's hash: KVIO_OK and *hash_p, or KVIO_ERR_NOT_FOUND when the
+ * block holds no hash (never full, or evicted). */
+kvio_status_t kvio_kvcache_block_hash(const kvio_kvcache_t *cache, uint32_t block_id,
+                                      kvio_hash_t *hash_p);
+
+/* Copies the counters. */
+void kvio_kvcache_get_metrics(const kvio_kvcache_t *cache, kvio_kvcache_metrics_t *metrics_p);
+
+/* A request with explicit token ids; the tokens and the salt (the first
+ * block's extra key, may be NULL) are copied. Block hashes are computed as
+ * blocks become full. */
+kvio_status_t kvio_kvreq_create_tokens(kvio_kvcache_t *cache, const uint32_t *tokens,
+                                       size_t num_tokens, const void *salt, size_t salt_len,
+                                       kvio_kvreq_t **req_p);
+
+/* A request of num_tokens tokens whose full blocks have precomputed hashes
+ * (streams, traces): hashes[i] is block i's chained hash; num_hashes may be
+ * less than the number of full blocks (those without one are never cached). */
+kvio_status_t kvio_kvreq_create_hashes(kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                                       size_t num_hashes, size_t num_tokens,
+                                       kvio_kvreq_t **req_p);
+
+/* Decode growth: appends tokens (token requests) ... */
+kvio_status_t kvio_kvreq_append_tokens(kvio_kvreq_t *req, const uint32_t *tokens,
+                                       size_t num_tokens);
+
+/* ... or tokens plus the hashes of blocks they fill (hash requests). */
+kvio_status_t kvio_kvreq_append_hashes(kvio_kvreq_t *req, size_t num_tokens,
+                                       const kvio_hash_t *hashes, size_t num_hashes);
+
+/* Tokens the request has, blocks it holds (borrowed; valid until the next
+ * call on the request), and block i's hash (KVIO_ERR_NOT_FOUND when block i
+ * is not full or has no hash). */
+size_t kvio_kvreq_num_tokens(const kvio_kvreq_t *req);
+void kvio_kvreq_blocks(const kvio_kvreq_t *req, const uint32_t **ids_p, size_t *num_ids_p);
+kvio_status_t kvio_kvreq_block_hash(const kvio_kvreq_t *req, size_t index, kvio_hash_t *hash_p);
+
+/* Destroys a request, freeing its blocks first if it holds any. */
+void kvio_kvreq_destroy(kvio_kvreq_t *req);
+
+/* Longest cached prefix of the request in tokens, whole blocks only, never
+ * covering the last token (vLLM: the engine must compute it). Read-only. */
+size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, const kvio_kvreq_t *req);
+
+/* Makes the request's blocks cover its first num_tokens tokens (at most the
+ * request's length). On the first call it takes the cached prefix. All or
+ * nothing: when more blocks are needed than are free (new blocks plus hit
+ * blocks that must leave the free queue), returns KVIO_ERR_NO_SPACE and
+ * changes nothing. Newly full blocks are hashed. *num_hit_tokens_p (may be
+ * NULL) receives the tokens taken from the cache by this call. */
+kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
+                                    size_t *num_hit_tokens_p);
+
+/* Releases the request's blocks in reverse order (a prefix's tail is
+ * evicted before its head); blocks keep their hashes until reused. The
+ * request may be allocated again (recompute after preemption). */
+void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req);
+
+/* Chained block hashes of a token sequence: one per full block, the salt in
+ * the first block's extra key. hashes_p must hold num_tokens / block_size. */
+void kvio_kvcache_hash_tokens(const uint32_t *tokens, size_t num_tokens, uint32_t block_size,
+                              const void *salt, size_t salt_len, kvio_hash_t *hashes_p);
+
+/* ---- Radix index (SGLang semantics) -------------------------------------- */
+
+typedef struct kvio_radix kvio_radix_t;
+
+/* A node of the tree (an index; 0 is the root). Valid until the tree
+ * changes shape (insert, evict), except while locked. */
+typedef uint32_t kvio_radix_node_t;
+
+typedef struct kvio_radix_config {
+    uint32_t num_blocks; /* blocks the tree may own */
+    uint32_t block_size; /* tokens per block (SGLang's page size) */
+    const char *eviction; /* policy name; NULL means "lru" */
+} kvio_radix_config_t;
+
+/* Creates an empty tree; the config is copied. */
+kvio_status_t kvio_radix_create(const kvio_radix_config_t *config, kvio_radix_t **tree_p);
+void kvio_radix_destroy(kvio_radix_t *tree);
+
+/* Keys are sequences of page keys, one kvio_hash_t per full block (token
+ * requests compute them with kvio_kvcache_hash_tokens). */
+
+/* Longest cached prefix of keys: *node_p is the deepest matched node (the
+ * root when nothing matched), *num_matched_p the matched pages. A match that
+ * ends inside a node splits it (the new parent copies the child's lock
+ * count). Matched nodes count as accessed for the policy. */
+kvio_status_t kvio_radix_match(kvio_radix_t *tree, const kvio_hash_t *keys, size_t num_keys,
+                               kvio_radix_node_t *node_p, size_t *num_matched_p);
+
+/* Inserts keys; the tree takes blocks for the new pages, evicting unlocked
+ * leaves when it must. *num_present_p (may be NULL): pages already present.
+ * KVIO_ERR_NO_SPACE when not enough blocks can be freed (nothing added). */
+kvio_status_t kvio_radix_insert(kvio_radix_t *tree, const kvio_hash_t *keys, size_t num_keys,
+                                size_t *num_present_p);
+
+/* Lock or unlock a node and its ancestors (a running request holds its
+ * prefix); moves tokens between the evictable and protected totals. */
+void kvio_radix_lock(kvio_radix_t *tree, kvio_radix_node_t node);
+void kvio_radix_unlock(kvio_radix_t *tree, kvio_radix_node_t node);
+
+/* Evicts unlocked leaves in policy order until num_tokens tokens are freed
+ * or none is left; *num_evicted_p (may be NULL) receives the tokens freed. */
+void kvio_radix_evict(kvio_radix_t *tree, size_t num_tokens, size_t *num_evicted_p);
+
+/* Token totals: in unlocked nodes, in locked nodes; free blocks; nodes
+ * (root excluded). */
+size_t kvio_radix_evictable_tokens(const kvio_radix_t *tree);
+size_t kvio_radix_protected_tokens(const kvio_radix_t *tree);
+uint32_t kvio_radix_num_free_blocks(const kvio_radix_t *tree);
+size_t kvio_radix_num_nodes(const kvio_radix_t *tree);
+
+/* Pages held by a node, its parent, and its lock count. */
+size_t kvio_radix_node_pages(const kvio_radix_t *tree, kvio_radix_node_t node);
+kvio_radix_node_t kvio_radix_node_parent(const kvio_radix_t *tree, kvio_radix_node_t node);
+uint32_t kvio_radix_node_lock_count(const kvio_radix_t *tree, kvio_radix_node_t node);
+
+#endif

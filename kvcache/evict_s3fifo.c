@@ -1,0 +1,217 @@
+/* s3fifo (Yang et al., SOSP 2023): a small FIFO (10% of the capacity) that
+ * new content enters, a main FIFO with a 2-bit hit counter per entry
+ * (reinserted while the counter is positive), and a ghost FIFO of the keys
+ * recently evicted from the small queue; content found in the ghost goes
+ * straight to main. One-hit wonders and scans leave through the small queue
+ * without disturbing the main one. */
+#include "kvcache/kvcache_int.h"
+
+#include <stdlib.h>
+
+enum { QUEUE_NONE = 0, QUEUE_SMALL = 1, QUEUE_MAIN = 2 };
+
+/* Ghost: a FIFO ring of keys plus an open-addressing multiset for
+ * membership (linear probing, backward-shift deletion). */
+struct ghost {
+    uint64_t *ring;
+    size_t ring_capacity, ring_start, ring_length;
+    uint64_t *slot_keys;
+    uint32_t *slot_counts; /* 0: empty */
+    size_t slot_mask;
+};
+
+struct s3fifo {
+    kvio_list_t small, main;
+    kvio_link_t *links;
+    uint8_t *queue;    /* where the entry is now */
+    uint8_t *home;     /* where it returns after being in use */
+    uint8_t *frequency;
+    uint64_t *keys;
+    uint64_t small_target;
+    struct ghost ghost;
+};
+
+static size_t ghost_slot(const struct ghost *ghost, uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (size_t)key & ghost->slot_mask;
+}
+
+static size_t ghost_find(const struct ghost *ghost, uint64_t key)
+{
+    size_t slot = ghost_slot(ghost, key);
+    while (ghost->slot_counts[slot] != 0 && ghost->slot_keys[slot] != key)
+        slot = (slot + 1) & ghost->slot_mask;
+    return slot;
+}
+
+static bool ghost_contains(const struct ghost *ghost, uint64_t key)
+{
+    return ghost->ring_capacity > 0 && ghost->slot_counts[ghost_find(ghost, key)] != 0;
+}
+
+static void ghost_forget(struct ghost *ghost, uint64_t key)
+{
+    size_t slot = ghost_find(ghost, key);
+    if (ghost->slot_counts[slot] == 0 || --ghost->slot_counts[slot] > 0)
+        return;
+    /* Backward-shift deletion keeps probe chains intact. */
+    size_t hole = slot;
+    for (size_t next = (hole + 1) & ghost->slot_mask; ghost->slot_counts[next] != 0;
+         next = (next + 1) & ghost->slot_mask) {
+        size_t home = ghost_slot(ghost, ghost->slot_keys[next]);
+        bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
+        if (movable) {
+            ghost->slot_keys[hole] = ghost->slot_keys[next];
+            ghost->slot_counts[hole] = ghost->slot_counts[next];
+            ghost->slot_counts[next] = 0;
+            hole = next;
+        }
+    }
+}
+
+static void ghost_push(struct ghost *ghost, uint64_t key)
+{
+    if (ghost->ring_capacity == 0)
+        return;
+    if (ghost->ring_length == ghost->ring_capacity) {
+        ghost_forget(ghost, ghost->ring[ghost->ring_start]);
+        ghost->ring_start = (ghost->ring_start + 1) % ghost->ring_capacity;
+        ghost->ring_length--;
+    }
+    ghost->ring[(ghost->ring_start + ghost->ring_length) % ghost->ring_capacity] = key;
+    ghost->ring_length++;
+    size_t slot = ghost_find(ghost, key);
+    ghost->slot_keys[slot] = key;
+    ghost->slot_counts[slot]++;
+}
+
+static kvio_status_t s3fifo_init(void *priv, uint32_t num_entries, uint64_t capacity)
+{
+    struct s3fifo *policy = priv;
+    size_t n = num_entries ? num_entries : 1;
+    if (capacity == 0 || capacity > num_entries)
+        capacity = num_entries;
+    kvio_list_init(&policy->small);
+    kvio_list_init(&policy->main);
+    policy->small_target = capacity / 10 > 0 ? capacity / 10 : 1;
+    policy->links = malloc(sizeof(*policy->links) * n);
+    policy->queue = calloc(n, 1);
+    policy->home = calloc(n, 1);
+    policy->frequency = calloc(n, 1);
+    policy->keys = calloc(n, sizeof(uint64_t));
+    /* The ghost remembers as many keys as the main queue holds. */
+    struct ghost *ghost = &policy->ghost;
+    ghost->ring_capacity = capacity > policy->small_target ? capacity - policy->small_target : 1;
+    size_t slots = 16;
+    while (slots < 2 * ghost->ring_capacity)
+        slots *= 2;
+    ghost->slot_mask = slots - 1;
+    ghost->ring = malloc(sizeof(uint64_t) * ghost->ring_capacity);
+    ghost->slot_keys = malloc(sizeof(uint64_t) * slots);
+    ghost->slot_counts = calloc(slots, sizeof(uint32_t));
+    if (policy->links == NULL || policy->queue == NULL || policy->home == NULL ||
+        policy->frequency == NULL || policy->keys == NULL || ghost->ring == NULL ||
+        ghost->slot_keys == NULL || ghost->slot_counts == NULL) {
+        free(policy->links);
+        free(policy->queue);
+        free(policy->home);
+        free(policy->frequency);
+        free(policy->keys);
+        free(ghost->ring);
+        free(ghost->slot_keys);
+        free(ghost->slot_counts);
+        return KVIO_ERR_NOMEM;
+    }
+    return KVIO_OK;
+}
+
+static void s3fifo_fini(void *priv)
+{
+    struct s3fifo *policy = priv;
+    free(policy->links);
+    free(policy->queue);
+    free(policy->home);
+    free(policy->frequency);
+    free(policy->keys);
+    free(policy->ghost.ring);
+    free(policy->ghost.slot_keys);
+    free(policy->ghost.slot_counts);
+}
+
+static kvio_list_t *queue_list(struct s3fifo *policy, uint8_t queue)
+{
+    return queue == QUEUE_SMALL ? &policy->small : &policy->main;
+}
+
+static void s3fifo_add(void *priv, uint32_t entry, uint64_t key, bool fresh)
+{
+    struct s3fifo *policy = priv;
+    if (fresh) {
+        policy->frequency[entry] = 0;
+        policy->keys[entry] = key;
+        policy->home[entry] = ghost_contains(&policy->ghost, key) ? QUEUE_MAIN : QUEUE_SMALL;
+    }
+    policy->queue[entry] = policy->home[entry];
+    kvio_list_push_tail(queue_list(policy, policy->queue[entry]), policy->links, entry);
+}
+
+static void s3fifo_remove(void *priv, uint32_t entry)
+{
+    struct s3fifo *policy = priv;
+    if (policy->queue[entry] == QUEUE_NONE)
+        return;
+    kvio_list_unlink(queue_list(policy, policy->queue[entry]), policy->links, entry);
+    policy->queue[entry] = QUEUE_NONE;
+}
+
+static void s3fifo_access(void *priv, uint32_t entry)
+{
+    struct s3fifo *policy = priv;
+    if (policy->frequency[entry] < 3)
+        policy->frequency[entry]++;
+}
+
+static uint32_t s3fifo_victim(void *priv)
+{
+    struct s3fifo *policy = priv;
+    for (;;) {
+        if (policy->small.length > 0 &&
+            (policy->small.length >= policy->small_target || policy->main.length == 0)) {
+            uint32_t entry = kvio_list_pop_head(&policy->small, policy->links);
+            if (policy->frequency[entry] > 0) {
+                /* Hit while in the small queue: promote to main. */
+                policy->queue[entry] = policy->home[entry] = QUEUE_MAIN;
+                kvio_list_push_tail(&policy->main, policy->links, entry);
+                continue;
+            }
+            policy->queue[entry] = QUEUE_NONE;
+            ghost_push(&policy->ghost, policy->keys[entry]);
+            return entry;
+        }
+        if (policy->main.length == 0)
+            return KVIO_EVICT_NONE;
+        uint32_t entry = kvio_list_pop_head(&policy->main, policy->links);
+        if (policy->frequency[entry] > 0) {
+            policy->frequency[entry]--;
+            kvio_list_push_tail(&policy->main, policy->links, entry);
+            continue;
+        }
+        policy->queue[entry] = QUEUE_NONE;
+        return entry;
+    }
+}
+
+const kvio_evict_ops_t kvio_evict_s3fifo_ops = {
+    .name = "s3fifo",
+    .description = "scan-resistant: small probation FIFO, main FIFO with reinsertion, ghost keys",
+    .priv_size = sizeof(struct s3fifo),
+    .init = s3fifo_init,
+    .fini = s3fifo_fini,
+    .add = s3fifo_add,
+    .remove = s3fifo_remove,
+    .access = s3fifo_access,
+    .victim = s3fifo_victim,
+};

@@ -1,0 +1,340 @@
+/* Tests for cachesim (longest-prefix hits, insert-or-touch in request
+ * order, capacities, policies) and the kvio cachesim command on small
+ * fixture traces written by the tests. */
+#include "kvio/cachesim.h"
+
+#include "tests/helpers.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REQUEST(sim, tokens, ...)                                                         \
+    do {                                                                                  \
+        uint64_t ids_[] = {__VA_ARGS__};                                                  \
+        cr_assert_eq(kvio_cachesim_add_request(sim, ids_, sizeof(ids_) / sizeof(ids_[0]), \
+                                               tokens),                                   \
+                     KVIO_OK);                                                            \
+    } while (0)
+
+static kvio_cachesim_t *make_sim(uint32_t block_tokens)
+{
+    kvio_cachesim_t *sim = NULL;
+    cr_assert_eq(kvio_cachesim_create(block_tokens, &sim), KVIO_OK);
+    return sim;
+}
+
+static kvio_cachesim_result_t run(const kvio_cachesim_t *sim, const char *policy, uint64_t capacity)
+{
+    kvio_cachesim_result_t result;
+    cr_assert_eq(kvio_cachesim_run(sim, policy, capacity, &result), KVIO_OK);
+    return result;
+}
+
+Test(cachesim, hit_is_the_longest_cached_prefix_only, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(10);
+    REQUEST(sim, 40, 1, 2, 3, 4);
+    REQUEST(sim, 40, 1, 2, 9, 4); /* 1, 2 hit; 9 misses; 4 is cached but after the gap */
+    REQUEST(sim, 15, 5, 1);       /* first block misses: no hit at all */
+    kvio_cachesim_result_t result = run(sim, "lru", KVIO_CACHESIM_UNLIMITED);
+    cr_assert_eq(result.requests, 3);
+    cr_assert_eq(result.blocks, 10);
+    cr_assert_eq(result.hit_blocks, 2);
+    cr_assert_eq(result.tokens, 95);
+    cr_assert_eq(result.hit_tokens, 20);
+    cr_assert_float_eq(result.block_hit_rate, 0.2, 1e-12);
+    cr_assert_float_eq(result.token_hit_rate, 20.0 / 95.0, 1e-12);
+    cr_assert_eq(kvio_cachesim_num_unique_blocks(sim), 6);
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim, token_hits_never_exceed_the_request_length, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(512);
+    REQUEST(sim, 1000, 7, 8);
+    REQUEST(sim, 700, 7, 8); /* 2 blocks hit = 1024 tokens, capped at 700 */
+    kvio_cachesim_result_t result = run(sim, "lru", 100);
+    cr_assert_eq(result.hit_blocks, 2);
+    cr_assert_eq(result.hit_tokens, 700);
+    kvio_cachesim_destroy(sim);
+}
+
+/* The reference inserts then drops the least recent when over capacity, and
+ * touches every block of a request, hits and misses alike, in order. */
+Test(cachesim, lru_touches_every_block_in_request_order, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    REQUEST(sim, 3, 1, 2, 3); /* cache, least recent first: 1 2 3 */
+    REQUEST(sim, 1, 1);       /* hit; 2 3 1 */
+    REQUEST(sim, 1, 4);       /* miss; 2 dropped: 3 1 4 */
+    REQUEST(sim, 1, 2);       /* miss; 3 dropped: 1 4 2 */
+    REQUEST(sim, 1, 1);       /* hit */
+    REQUEST(sim, 1, 3);       /* miss */
+    kvio_cachesim_result_t result = run(sim, "lru", 3);
+    cr_assert_eq(result.hit_blocks, 2);
+    cr_assert_eq(result.evictions, 3);
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim, a_request_longer_than_the_cache_evicts_its_own_head, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    REQUEST(sim, 4, 1, 2, 3, 4);
+    REQUEST(sim, 4, 1, 2, 3, 4);
+    kvio_cachesim_result_t result = run(sim, "lru", 2);
+    cr_assert_eq(result.hit_blocks, 0, "1 and 2 were pushed out by 3 and 4");
+    kvio_cachesim_destroy(sim);
+}
+
+/* One-block requests make each policy's victim visible in the hit count. */
+typedef struct policy_case {
+    const char *policy;
+    uint64_t capacity;
+    uint64_t expected_hits;
+} policy_case_t;
+
+static uint64_t hits_for(const char *policy, uint64_t capacity, const uint64_t *ids, size_t count)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    for (size_t i = 0; i < count; i++)
+        cr_assert_eq(kvio_cachesim_add_request(sim, &ids[i], 1, 1), KVIO_OK);
+    uint64_t hits = run(sim, policy, capacity).hit_blocks;
+    kvio_cachesim_destroy(sim);
+    return hits;
+}
+
+Test(cachesim, each_policy_picks_its_own_victim, .timeout = 10)
+{
+    /* Capacity 2. A B A C A B: */
+    uint64_t touch_then_insert[] = {1, 2, 1, 3, 1, 2};
+    /* lru: C evicts B (A was touched), A hits again, B misses. */
+    cr_assert_eq(hits_for("lru", 2, touch_then_insert, 6), 2);
+    /* fifo: C evicts A (oldest; hits do not refresh), A misses, B misses. */
+    cr_assert_eq(hits_for("fifo", 2, touch_then_insert, 6), 1);
+    /* mru: C evicts A (just touched), A evicts C, B hits. */
+    cr_assert_eq(hits_for("mru", 2, touch_then_insert, 6), 2);
+    /* A A A B C A B: */
+    uint64_t frequent[] = {1, 1, 1, 2, 3, 1, 2};
+    /* lfu: C evicts B (0 hits against A's 2), A hits, B misses. */
+    cr_assert_eq(hits_for("lfu", 2, frequent, 7), 3);
+    /* lru: C evicts A (B is more recent), A misses, B misses. */
+    cr_assert_eq(hits_for("lru", 2, frequent, 7), 2);
+}
+
+Test(cachesim, s3fifo_keeps_a_hot_set_through_a_scan_that_flushes_lru, .timeout = 10)
+{
+    uint64_t ids[64];
+    size_t count = 0;
+    for (int round = 0; round < 2; round++)
+        for (uint64_t hot = 1; hot <= 3; hot++)
+            ids[count++] = hot;
+    for (uint64_t scan = 100; scan < 120; scan++)
+        ids[count++] = scan;
+    for (uint64_t hot = 1; hot <= 3; hot++)
+        ids[count++] = hot;
+    /* 3 hits in the second round, then 3 after the scan for s3fifo. */
+    cr_assert_eq(hits_for("s3fifo", 10, ids, count), 6);
+    cr_assert_eq(hits_for("lru", 10, ids, count), 3);
+    cr_assert_eq(hits_for("fifo", 10, ids, count), 3);
+}
+
+Test(cachesim, capacity_that_holds_everything_is_the_same_for_every_policy, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(4);
+    for (uint64_t r = 0; r < 50; r++) {
+        uint64_t ids[6];
+        for (uint64_t i = 0; i < 6; i++)
+            ids[i] = (r * 7 + i * 3) % 40;
+        cr_assert_eq(kvio_cachesim_add_request(sim, ids, 6, 22), KVIO_OK);
+    }
+    kvio_cachesim_result_t unlimited = run(sim, "lru", KVIO_CACHESIM_UNLIMITED);
+    const char *policies[] = {"lru", "lfu", "fifo", "mru", "s3fifo"};
+    for (size_t i = 0; i < 5; i++) {
+        kvio_cachesim_result_t result = run(sim, policies[i], 40);
+        cr_assert_eq(result.hit_blocks, unlimited.hit_blocks, "%s", policies[i]);
+        cr_assert_eq(result.evictions, 0);
+        result = run(sim, policies[i], 10);
+        cr_assert_lt(result.hit_blocks, unlimited.hit_blocks, "%s at 10 blocks", policies[i]);
+        cr_assert_gt(result.evictions, 0);
+    }
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim, sweep_on_threads_equals_single_runs, .timeout = 20)
+{
+    kvio_cachesim_t *sim = make_sim(16);
+    uint64_t state = 12345;
+    for (int r = 0; r < 400; r++) {
+        uint64_t ids[32];
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint64_t prefix = (state >> 33) % 20;
+        size_t length = 8 + (state >> 50) % 24;
+        for (size_t i = 0; i < length; i++)
+            ids[i] = i < 6 ? prefix * 1000 + i : (state >> 20) + i + ((uint64_t)1 << 40);
+        cr_assert_eq(kvio_cachesim_add_request(sim, ids, length, length * 16 - 5), KVIO_OK);
+    }
+    const char *policies[] = {"lru", "s3fifo", "lfu"};
+    uint64_t capacities[] = {50, 500, KVIO_CACHESIM_UNLIMITED};
+    kvio_cachesim_result_t results[9];
+    cr_assert_eq(kvio_cachesim_sweep(sim, policies, 3, capacities, 3, 4, results), KVIO_OK);
+    for (size_t i = 0; i < 9; i++) {
+        kvio_cachesim_result_t single = run(sim, policies[i / 3], capacities[i % 3]);
+        cr_assert_eq(results[i].hit_blocks, single.hit_blocks);
+        cr_assert_eq(results[i].hit_tokens, single.hit_tokens);
+        cr_assert_str_eq(results[i].policy, policies[i / 3]);
+        cr_assert_eq(results[i].capacity_blocks, capacities[i % 3]);
+    }
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim, rejects_unknown_policy_and_zero_capacity, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(16);
+    REQUEST(sim, 16, 1);
+    kvio_cachesim_result_t result;
+    cr_assert_eq(kvio_cachesim_run(sim, "clock", 10, &result), KVIO_ERR_NOT_FOUND);
+    cr_assert_eq(kvio_cachesim_run(sim, "lru", 0, &result), KVIO_ERR_INVALID);
+    kvio_cachesim_destroy(sim);
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+/* Sorted by time: [7,8] (input 1000) then [7] (input 100): the hit on 7 is
+ * worth 100 tokens; in file order it would be worth 512. */
+static const char *const order_trace =
+    "{\"timestamp\": 10, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [7]}\n"
+    "{\"timestamp\": 5, \"input_length\": 1000, \"output_length\": 1, \"hash_ids\": [7, 8]}\n";
+
+Test(cachesim_cli, replays_in_timestamp_order_and_prints_rates, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "trace.jsonl", order_trace);
+    test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--format", "mooncake",
+                                      "--capacity", "1,unlimited", "--csv", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    cr_assert(test_contains(run_result.out, "eviction,capacity_blocks,block_hit_rate"));
+    /* unlimited: 1 of 3 blocks, 100 of 1100 tokens. */
+    cr_assert(test_contains(run_result.out, "lru,unlimited,0.333333,0.090909,1,3,100,1100,0"),
+              "%s", run_result.out);
+    /* 1 block: 8 pushed 7 out, so [7] misses. */
+    cr_assert(test_contains(run_result.out, "lru,1,0.000000,0.000000,0,3,0,1100,2"), "%s",
+              run_result.out);
+    test_run_free(&run_result);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+Test(cachesim_cli, json_output_carries_schema_config_and_results, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "trace.jsonl", order_trace);
+    test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--eviction", "lru,s3fifo",
+                                      "--capacity", "unlimited", "--block-tokens", "64",
+                                      "--json", "-o", "out.json", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    char *out_path = NULL;
+    cr_assert(asprintf(&out_path, "%s/out.json", dir) > 0);
+    char *json = test_read_file(out_path);
+    cr_assert_not_null(json);
+    cr_assert(test_contains(json, "\"schema_version\": 1"));
+    cr_assert(test_contains(json, "\"block_tokens\": 64"));
+    cr_assert(test_contains(json, "\"eviction\": \"s3fifo\""));
+    cr_assert(test_contains(json, "\"hit_tokens\": 64"), "%s", json);
+    cr_assert(test_contains(json, "\"capacity_blocks\": \"unlimited\""));
+    free(json);
+    free(out_path);
+    test_run_free(&run_result);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+Test(cachesim_cli, bad_trace_line_exits_2_naming_the_line_unless_skipped, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "trace.jsonl",
+                                 "{\"timestamp\": 1, \"input_length\": 5, \"hash_ids\": [1]}\n"
+                                 "{\"timestamp\": 2, \"input_length\": 5, \"hash_ids\": \"x\"}\n"
+                                 "{\"timestamp\": 3, \"input_length\": 5, \"hash_ids\": [1]}\n");
+    test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", NULL);
+    cr_assert_eq(run_result.status, 2);
+    cr_assert(test_contains(run_result.err, "trace.jsonl:2: hash_ids is not an array"), "%s",
+              run_result.err);
+    test_run_free(&run_result);
+
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--skip-bad", "--capacity", "10", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    cr_assert(test_contains(run_result.out, "requests=2 skipped=1"), "%s", run_result.out);
+    cr_assert(test_contains(run_result.out, "0.5000"), "%s", run_result.out);
+    test_run_free(&run_result);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+Test(cachesim_cli, usage_errors_exit_2, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "trace.jsonl", order_trace);
+    test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--eviction", "clock", NULL);
+    cr_assert_eq(run_result.status, 2);
+    cr_assert(test_contains(run_result.err, "unknown eviction policy 'clock'"), "%s",
+              run_result.err);
+    cr_assert(test_contains(run_result.err, "s3fifo"), "the message lists the known policies");
+    test_run_free(&run_result);
+    const char *bad[][3] = {
+        {"--capacity", "0", NULL},      {"--capacity", "ten", NULL}, {"--format", "azure", NULL},
+        {"--block-tokens", "0", NULL},  {"--frobnicate", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        run_result = test_kvio(dir, "cachesim", "trace.jsonl", bad[i][0], bad[i][1], NULL);
+        cr_assert_eq(run_result.status, 2, "%s %s: status %d", bad[i][0], bad[i][1],
+                     run_result.status);
+        test_run_free(&run_result);
+    }
+    run_result = test_kvio(dir, "cachesim", NULL);
+    cr_assert_eq(run_result.status, 2);
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "missing.jsonl", NULL);
+    cr_assert_eq(run_result.status, 2);
+    cr_assert(test_contains(run_result.err, "missing.jsonl"));
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "--help", NULL);
+    cr_assert_eq(run_result.status, 0);
+    cr_assert(test_contains(run_result.out, "--capacity"));
+    cr_assert(test_contains(run_result.out, "s3fifo"));
+    test_run_free(&run_result);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+/* Two-turn sessions whose second turn comes back after ~230 other blocks:
+ * inside a 300-block LRU cache, but long gone from s3fifo's 30-block small
+ * queue. The README's "when s3fifo loses" case. */
+Test(cachesim, s3fifo_loses_to_lru_when_blocks_are_reused_once_at_long_distance, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    const int lag = 20, sessions = 2000;
+    uint64_t ids[8];
+    for (int i = 0; i < sessions + lag; i++) {
+        if (i < sessions) {
+            for (int b = 0; b < 4; b++)
+                ids[b] = (uint64_t)i * 100 + (uint64_t)b;
+            cr_assert_eq(kvio_cachesim_add_request(sim, ids, 4, 4), KVIO_OK);
+        }
+        if (i >= lag) {
+            for (int b = 0; b < 8; b++)
+                ids[b] = (uint64_t)(i - lag) * 100 + (uint64_t)b;
+            cr_assert_eq(kvio_cachesim_add_request(sim, ids, 8, 8), KVIO_OK);
+        }
+    }
+    double lru = run(sim, "lru", 300).block_hit_rate;
+    double s3fifo = run(sim, "s3fifo", 300).block_hit_rate;
+    cr_assert_float_eq(lru, 1.0 / 3.0, 1e-3, "lru %.4f", lru);
+    cr_assert_lt(s3fifo, 0.05, "s3fifo %.4f", s3fifo);
+    kvio_cachesim_destroy(sim);
+}

@@ -1,0 +1,804 @@
+/* Tests for the KV-cache block pool (the golden cases of issue 3, with
+ * block_size 16 and pool(11) = 10 usable blocks + the null block), the
+ * radix index and the eviction policies. */
+#include "kvio/kvcache.h"
+
+#include "kvio/hash.h"
+#include "kvcache/kvcache_int.h"
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK 16
+
+static kvio_kvcache_t *make_pool(uint32_t num_blocks, kvio_free_order_t order, bool caching)
+{
+    kvio_kvcache_config_t config = {
+        .num_blocks = num_blocks,
+        .block_size = BLOCK,
+        .enable_prefix_caching = caching,
+        .free_order = order,
+        .eviction = "lru",
+    };
+    kvio_kvcache_t *cache = NULL;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+    return cache;
+}
+
+/* count tokens numbered from first: distinct sequences never share blocks. */
+static uint32_t *token_run(uint32_t first, size_t count)
+{
+    uint32_t *tokens = malloc(count * sizeof(uint32_t));
+    for (size_t i = 0; i < count; i++)
+        tokens[i] = first + (uint32_t)i;
+    return tokens;
+}
+
+static kvio_kvreq_t *request(kvio_kvcache_t *cache, const uint32_t *tokens, size_t count)
+{
+    kvio_kvreq_t *req = NULL;
+    cr_assert_eq(kvio_kvreq_create_tokens(cache, tokens, count, NULL, 0, &req), KVIO_OK);
+    return req;
+}
+
+static void assert_blocks(const kvio_kvreq_t *req, const uint32_t *expected, size_t count)
+{
+    const uint32_t *ids;
+    size_t num_ids;
+    kvio_kvreq_blocks(req, &ids, &num_ids);
+    cr_assert_eq(num_ids, count, "request holds %zu blocks, expected %zu", num_ids, count);
+    for (size_t i = 0; i < count; i++)
+        cr_assert_eq(ids[i], expected[i], "block %zu is %u, expected %u", i, ids[i], expected[i]);
+}
+
+static void assert_queue(const kvio_kvcache_t *cache, const uint32_t *expected, size_t count)
+{
+    uint32_t queue[64];
+    size_t length;
+    kvio_kvcache_free_queue(cache, 64, queue, &length);
+    cr_assert_eq(length, count, "queue length %zu, expected %zu", length, count);
+    for (size_t i = 0; i < count; i++)
+        cr_assert_eq(queue[i], expected[i], "queue[%zu] is %u, expected %u", i, queue[i],
+                     expected[i]);
+}
+
+/* The shared scenario of golden cases 1-5: A = 55 tokens, B = A's first 48
+ * + 5 others, C = the same 48 + 6 others, D = 160 unique tokens. */
+typedef struct scenario {
+    kvio_kvcache_t *cache;
+    uint32_t *tokens_a, *tokens_b, *tokens_c, *tokens_d;
+    kvio_kvreq_t *a, *b, *c, *d;
+} scenario_t;
+
+static void scenario_start(scenario_t *s, kvio_free_order_t order)
+{
+    memset(s, 0, sizeof(*s));
+    s->cache = make_pool(11, order, true);
+    s->tokens_a = token_run(1000, 55);
+    s->tokens_b = token_run(1000, 53);
+    for (size_t i = 48; i < 53; i++)
+        s->tokens_b[i] = 5000 + (uint32_t)i;
+    s->tokens_c = token_run(1000, 54);
+    for (size_t i = 48; i < 54; i++)
+        s->tokens_c[i] = 7000 + (uint32_t)i;
+    s->tokens_d = token_run(90000, 160);
+    s->a = request(s->cache, s->tokens_a, 55);
+    s->b = request(s->cache, s->tokens_b, 53);
+    s->c = request(s->cache, s->tokens_c, 54);
+    s->d = request(s->cache, s->tokens_d, 160);
+}
+
+static void scenario_end(scenario_t *s)
+{
+    kvio_kvreq_destroy(s->a);
+    kvio_kvreq_destroy(s->b);
+    kvio_kvreq_destroy(s->c);
+    kvio_kvreq_destroy(s->d);
+    kvio_kvcache_destroy(s->cache);
+    free(s->tokens_a);
+    free(s->tokens_b);
+    free(s->tokens_c);
+    free(s->tokens_d);
+}
+
+static void golden_case_1(scenario_t *s)
+{
+    size_t hit = 99;
+    cr_assert_eq(kvio_kvcache_allocate(s->cache, s->a, 55, &hit), KVIO_OK);
+    cr_assert_eq(hit, 0);
+    assert_blocks(s->a, (uint32_t[]){1, 2, 3, 4}, 4);
+    kvio_hash_t expected[3], got;
+    kvio_kvcache_hash_tokens(s->tokens_a, 55, BLOCK, NULL, 0, expected);
+    for (uint32_t block = 1; block <= 3; block++) {
+        cr_assert_eq(kvio_kvcache_block_hash(s->cache, block, &got), KVIO_OK);
+        cr_assert(kvio_hash_equal(got, expected[block - 1]), "block %u hash", block);
+        cr_assert_eq(kvio_kvcache_block_refcount(s->cache, block), 1);
+    }
+    /* Chained: block 2's hash has block 1's as parent. */
+    kvio_hash_t chained = kvio_hash_tokens(&expected[0], s->tokens_a + 16, 16, NULL, 0);
+    cr_assert(kvio_hash_equal(chained, expected[1]));
+    cr_assert_eq(kvio_kvcache_block_hash(s->cache, 4, &got), KVIO_ERR_NOT_FOUND);
+    cr_assert_eq(kvio_kvcache_block_refcount(s->cache, 4), 1);
+    cr_assert_eq(kvio_kvcache_num_free_blocks(s->cache), 6);
+}
+
+static void golden_case_2(scenario_t *s)
+{
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_lookup(s->cache, s->b), 48);
+    cr_assert_eq(kvio_kvcache_allocate(s->cache, s->b, 53, &hit), KVIO_OK);
+    cr_assert_eq(hit, 48);
+    assert_blocks(s->b, (uint32_t[]){1, 2, 3, 5}, 4);
+    for (uint32_t block = 1; block <= 3; block++)
+        cr_assert_eq(kvio_kvcache_block_refcount(s->cache, block), 2);
+    cr_assert_eq(kvio_kvcache_block_refcount(s->cache, 5), 1);
+    cr_assert_eq(kvio_kvcache_num_free_blocks(s->cache), 5);
+}
+
+static void golden_case_3(scenario_t *s, kvio_free_order_t order)
+{
+    kvio_kvcache_free(s->cache, s->a);
+    kvio_kvcache_free(s->cache, s->b);
+    cr_assert_eq(kvio_kvcache_num_free_blocks(s->cache), 10);
+    if (order == KVIO_FREE_ORDER_APPEND)
+        assert_queue(s->cache, (uint32_t[]){6, 7, 8, 9, 10, 4, 5, 3, 2, 1}, 10);
+    else
+        assert_queue(s->cache, (uint32_t[]){5, 4, 6, 7, 8, 9, 10, 3, 2, 1}, 10);
+}
+
+static void golden_case_4(scenario_t *s, kvio_free_order_t order)
+{
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_allocate(s->cache, s->c, 54, &hit), KVIO_OK);
+    cr_assert_eq(hit, 48);
+    uint32_t new_block = order == KVIO_FREE_ORDER_APPEND ? 6 : 5;
+    assert_blocks(s->c, (uint32_t[]){1, 2, 3, new_block}, 4);
+    cr_assert_eq(kvio_kvcache_num_free_blocks(s->cache), 6);
+    uint32_t queue[16];
+    size_t length;
+    kvio_kvcache_free_queue(s->cache, 16, queue, &length);
+    for (size_t i = 0; i < length; i++)
+        cr_assert(queue[i] > 3 && queue[i] != new_block, "block %u still queued", queue[i]);
+}
+
+static void golden_case_5(scenario_t *s, kvio_free_order_t order)
+{
+    kvio_kvcache_free(s->cache, s->c);
+    cr_assert_eq(kvio_kvcache_allocate(s->cache, s->d, 160, NULL), KVIO_OK);
+    if (order == KVIO_FREE_ORDER_APPEND)
+        assert_blocks(s->d, (uint32_t[]){7, 8, 9, 10, 4, 5, 6, 3, 2, 1}, 10);
+    else
+        assert_blocks(s->d, (uint32_t[]){5, 4, 6, 7, 8, 9, 10, 3, 2, 1}, 10);
+    cr_assert_eq(kvio_kvcache_num_free_blocks(s->cache), 0);
+    assert_queue(s->cache, NULL, 0);
+    /* Blocks 1-3 were cached: reusing them evicted their hashes. */
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(s->cache, &metrics);
+    cr_assert_geq(metrics.evictions, 3);
+    cr_assert_eq(kvio_kvcache_lookup(s->cache, s->c), 0);
+}
+
+Test(kvcache, golden_1_first_request_gets_blocks_1_to_4_and_hashes_full_ones, .timeout = 10)
+{
+    scenario_t s;
+    scenario_start(&s, KVIO_FREE_ORDER_APPEND);
+    golden_case_1(&s);
+    scenario_end(&s);
+}
+
+Test(kvcache, golden_2_shared_prefix_hits_and_raises_refcounts, .timeout = 10)
+{
+    scenario_t s;
+    scenario_start(&s, KVIO_FREE_ORDER_APPEND);
+    golden_case_1(&s);
+    golden_case_2(&s);
+    scenario_end(&s);
+}
+
+Test(kvcache, golden_3_free_order_append_and_prepend_unhashed, .timeout = 10)
+{
+    kvio_free_order_t orders[] = {KVIO_FREE_ORDER_APPEND, KVIO_FREE_ORDER_PREPEND_UNHASHED};
+    for (size_t i = 0; i < 2; i++) {
+        scenario_t s;
+        scenario_start(&s, orders[i]);
+        golden_case_1(&s);
+        golden_case_2(&s);
+        golden_case_3(&s, orders[i]);
+        scenario_end(&s);
+    }
+}
+
+Test(kvcache, golden_4_hit_on_free_blocks_takes_them_out_of_the_queue, .timeout = 10)
+{
+    kvio_free_order_t orders[] = {KVIO_FREE_ORDER_APPEND, KVIO_FREE_ORDER_PREPEND_UNHASHED};
+    for (size_t i = 0; i < 2; i++) {
+        scenario_t s;
+        scenario_start(&s, orders[i]);
+        golden_case_1(&s);
+        golden_case_2(&s);
+        golden_case_3(&s, orders[i]);
+        golden_case_4(&s, orders[i]);
+        scenario_end(&s);
+    }
+}
+
+Test(kvcache, golden_5_new_request_takes_blocks_in_queue_order, .timeout = 10)
+{
+    kvio_free_order_t orders[] = {KVIO_FREE_ORDER_APPEND, KVIO_FREE_ORDER_PREPEND_UNHASHED};
+    for (size_t i = 0; i < 2; i++) {
+        scenario_t s;
+        scenario_start(&s, orders[i]);
+        golden_case_1(&s);
+        golden_case_2(&s);
+        golden_case_3(&s, orders[i]);
+        golden_case_4(&s, orders[i]);
+        golden_case_5(&s, orders[i]);
+        scenario_end(&s);
+    }
+}
+
+Test(kvcache, golden_6_decode_growth_hashes_newly_full_blocks, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *tokens = token_run(1, 78);
+    kvio_kvreq_t *a = request(cache, tokens, 55);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 55, NULL), KVIO_OK);
+    assert_blocks(a, (uint32_t[]){1, 2, 3, 4}, 4);
+
+    cr_assert_eq(kvio_kvreq_append_tokens(a, tokens + 55, 4), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 59, NULL), KVIO_OK);
+    assert_blocks(a, (uint32_t[]){1, 2, 3, 4}, 4);
+    kvio_hash_t hash;
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 4, &hash), KVIO_ERR_NOT_FOUND);
+
+    cr_assert_eq(kvio_kvreq_append_tokens(a, tokens + 59, 19), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 78, NULL), KVIO_OK);
+    assert_blocks(a, (uint32_t[]){1, 2, 3, 4, 5}, 5);
+    kvio_hash_t expected[4];
+    kvio_kvcache_hash_tokens(tokens, 78, BLOCK, NULL, 0, expected);
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 4, &hash), KVIO_OK);
+    cr_assert(kvio_hash_equal(hash, expected[3]));
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 5, &hash), KVIO_ERR_NOT_FOUND);
+    kvio_kvreq_destroy(a);
+    kvio_kvcache_destroy(cache);
+    free(tokens);
+}
+
+static void assert_refcounts(const kvio_kvcache_t *cache, uint32_t first, uint32_t last,
+                             uint32_t expected)
+{
+    for (uint32_t block = first; block <= last; block++)
+        cr_assert_eq(kvio_kvcache_block_refcount(cache, block), expected,
+                     "block %u refcount %u, expected %u", block,
+                     kvio_kvcache_block_refcount(cache, block), expected);
+}
+
+Test(kvcache, golden_7_not_enough_blocks_changes_nothing, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *tokens_r1 = token_run(100, 129); /* X = R1's 96 + 33 more */
+    uint32_t *tokens_r2 = token_run(9000, 32);
+    kvio_kvreq_t *r1 = request(cache, tokens_r1, 96);
+    kvio_kvreq_t *r2 = request(cache, tokens_r2, 32);
+    kvio_kvreq_t *x = request(cache, tokens_r1, 129);
+    cr_assert_eq(kvio_kvcache_allocate(cache, r1, 96, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, r2, 32, NULL), KVIO_OK);
+    assert_blocks(r1, (uint32_t[]){1, 2, 3, 4, 5, 6}, 6);
+    assert_blocks(r2, (uint32_t[]){7, 8}, 2);
+
+    /* 6 hits (in use), 3 new blocks needed, 2 free. */
+    cr_assert_eq(kvio_kvcache_lookup(cache, x), 96);
+    cr_assert_eq(kvio_kvcache_allocate(cache, x, 129, NULL), KVIO_ERR_NO_SPACE);
+    assert_refcounts(cache, 1, 6, 1);
+    assert_queue(cache, (uint32_t[]){9, 10}, 2);
+    assert_blocks(x, NULL, 0);
+
+    /* Variant: R1 finished, its 6 cached blocks in the queue; 9 needed > 8. */
+    kvio_kvcache_free(cache, r1);
+    uint32_t queue_before[] = {9, 10, 6, 5, 4, 3, 2, 1};
+    assert_queue(cache, queue_before, 8);
+    cr_assert_eq(kvio_kvcache_lookup(cache, x), 96);
+    cr_assert_eq(kvio_kvcache_allocate(cache, x, 129, NULL), KVIO_ERR_NO_SPACE);
+    assert_queue(cache, queue_before, 8);
+    assert_refcounts(cache, 1, 6, 0);
+    assert_refcounts(cache, 7, 8, 1);
+    assert_blocks(x, NULL, 0);
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_assert_eq(metrics.allocations_refused, 2);
+    cr_assert_eq(metrics.evictions, 0);
+
+    kvio_kvreq_destroy(x);
+    kvio_kvreq_destroy(r1);
+    kvio_kvreq_destroy(r2);
+    kvio_kvcache_destroy(cache);
+    free(tokens_r1);
+    free(tokens_r2);
+}
+
+Test(kvcache, golden_8_cache_salt_separates_prefixes_through_the_first_block, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *tokens = token_run(40, 48);
+    kvio_kvreq_t *cached = NULL, *same = NULL, *other = NULL, *unsalted = NULL;
+    cr_assert_eq(kvio_kvreq_create_tokens(cache, tokens, 48, "s", 1, &cached), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_create_tokens(cache, tokens, 48, "s", 1, &same), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_create_tokens(cache, tokens, 48, "t", 1, &other), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_create_tokens(cache, tokens, 48, NULL, 0, &unsalted), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, cached, 48, NULL), KVIO_OK);
+    kvio_kvcache_free(cache, cached);
+
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, same, 48, &hit), KVIO_OK);
+    cr_assert_eq(hit, 32, "same salt: %zu tokens hit, expected 32 (last-token rule)", hit);
+    cr_assert_eq(kvio_kvcache_allocate(cache, other, 48, &hit), KVIO_OK);
+    cr_assert_eq(hit, 0);
+    cr_assert_eq(kvio_kvcache_lookup(cache, unsalted), 0);
+
+    /* Only block 0's payload carries the salt; block 1 differs through its
+     * parent alone. */
+    kvio_hash_t salted0, salted1, plain0;
+    cr_assert_eq(kvio_kvreq_block_hash(cached, 0, &salted0), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_block_hash(cached, 1, &salted1), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_block_hash(unsalted, 0, &plain0), KVIO_OK);
+    cr_assert(kvio_hash_equal(salted0, kvio_hash_tokens(NULL, tokens, 16, "s", 1)));
+    cr_assert(!kvio_hash_equal(salted0, plain0));
+    cr_assert(kvio_hash_equal(salted1, kvio_hash_tokens(&salted0, tokens + 16, 16, NULL, 0)));
+
+    kvio_kvreq_destroy(cached);
+    kvio_kvreq_destroy(same);
+    kvio_kvreq_destroy(other);
+    kvio_kvreq_destroy(unsalted);
+    kvio_kvcache_destroy(cache);
+    free(tokens);
+}
+
+Test(kvcache, golden_9_prefix_caching_disabled_never_hits, .timeout = 10)
+{
+    kvio_free_order_t orders[] = {KVIO_FREE_ORDER_APPEND, KVIO_FREE_ORDER_PREPEND_UNHASHED};
+    for (size_t o = 0; o < 2; o++) {
+        kvio_kvcache_t *cache = make_pool(11, orders[o], false);
+        uint32_t *tokens = token_run(1, 55);
+        kvio_kvreq_t *a = request(cache, tokens, 55);
+        kvio_kvreq_t *b = request(cache, tokens, 55);
+        size_t hit = 99;
+        cr_assert_eq(kvio_kvcache_allocate(cache, a, 55, &hit), KVIO_OK);
+        cr_assert_eq(hit, 0);
+        assert_blocks(a, (uint32_t[]){1, 2, 3, 4}, 4);
+        kvio_hash_t hash;
+        cr_assert_eq(kvio_kvcache_block_hash(cache, 1, &hash), KVIO_ERR_NOT_FOUND);
+        kvio_kvcache_free(cache, a);
+        /* Every freed block is appended, in reverse order. */
+        assert_queue(cache, (uint32_t[]){5, 6, 7, 8, 9, 10, 4, 3, 2, 1}, 10);
+        cr_assert_eq(kvio_kvcache_lookup(cache, b), 0);
+        cr_assert_eq(kvio_kvcache_allocate(cache, b, 55, &hit), KVIO_OK);
+        cr_assert_eq(hit, 0);
+        assert_blocks(b, (uint32_t[]){5, 6, 7, 8}, 4);
+        kvio_kvcache_free(cache, b);
+        cr_assert_eq(kvio_kvcache_num_free_blocks(cache), 10);
+        kvio_kvcache_metrics_t metrics;
+        kvio_kvcache_get_metrics(cache, &metrics);
+        cr_assert_eq(metrics.prefix_hits_tokens, 0);
+        cr_assert_eq(metrics.prefix_queries_tokens, 110);
+        cr_assert_eq(metrics.blocks_allocated, 8);
+        cr_assert_eq(metrics.blocks_freed, 8);
+        kvio_kvreq_destroy(a);
+        kvio_kvreq_destroy(b);
+        kvio_kvcache_destroy(cache);
+        free(tokens);
+    }
+}
+
+/* ---- more pool behaviour ------------------------------------------------ */
+
+Test(kvcache, hash_requests_share_prefixes_like_token_requests, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t hashes[3];
+    for (uint32_t i = 0; i < 3; i++)
+        hashes[i] = kvio_hash_trace_block(i ? &hashes[i - 1] : NULL, 77, i);
+    kvio_kvreq_t *first = NULL, *second = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 3, 50, &first), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 2, 40, &second), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 50, NULL), KVIO_OK);
+    assert_blocks(first, (uint32_t[]){1, 2, 3, 4}, 4);
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, second, 40, &hit), KVIO_OK);
+    cr_assert_eq(hit, 32);
+    assert_blocks(second, (uint32_t[]){1, 2, 5}, 3);
+    /* More hashes than full blocks is a caller error. */
+    kvio_kvreq_t *bad = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 3, 47, &bad), KVIO_ERR_INVALID);
+    kvio_kvreq_destroy(first);
+    kvio_kvreq_destroy(second);
+    kvio_kvcache_destroy(cache);
+}
+
+Test(kvcache, duplicate_hash_lookup_returns_the_earliest_block, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *tokens = token_run(500, 33);
+    /* d and e start before either block is full, so each gets its own
+     * block for the same content: the index keeps both (no dedup). */
+    kvio_kvreq_t *d = request(cache, tokens, 33), *e = request(cache, tokens, 33);
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, 10, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, e, 10, NULL), KVIO_OK);
+    assert_blocks(d, (uint32_t[]){1}, 1);
+    assert_blocks(e, (uint32_t[]){2}, 1);
+    cr_assert_eq(kvio_kvcache_allocate(cache, e, 33, NULL), KVIO_OK); /* block 2 hashed first */
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, 33, NULL), KVIO_OK);
+    kvio_hash_t hash_d, hash_e;
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 1, &hash_d), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 2, &hash_e), KVIO_OK);
+    cr_assert(kvio_hash_equal(hash_d, hash_e));
+    kvio_kvreq_t *f = request(cache, tokens, 33);
+    cr_assert_eq(kvio_kvcache_allocate(cache, f, 33, NULL), KVIO_OK);
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(f, &ids, &count);
+    cr_assert_eq(ids[0], 2, "the earliest inserted block (e's) wins");
+    /* d holds [1, 5, 6]; e held [2, 3, 4], f [2, 3, 7]. When e's blocks are
+     * reused for other content, d's are found instead. */
+    kvio_kvreq_destroy(f);
+    kvio_kvreq_destroy(e);
+    assert_queue(cache, (uint32_t[]){8, 9, 10, 7, 4, 3, 2}, 7);
+    uint32_t *filler = token_run(9000, 7 * 16);
+    kvio_kvreq_t *g = request(cache, filler, 7 * 16);
+    cr_assert_eq(kvio_kvcache_allocate(cache, g, 7 * 16, NULL), KVIO_OK);
+    kvio_hash_t reused;
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 2, &reused), KVIO_OK);
+    cr_assert(!kvio_hash_equal(reused, hash_e), "block 2 now holds g's content");
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_assert_eq(metrics.evictions, 2, "e's cached blocks 2 and 3 were evicted (4 was partial)");
+    kvio_kvreq_destroy(d);
+    kvio_kvreq_t *h = request(cache, tokens, 33);
+    cr_assert_eq(kvio_kvcache_allocate(cache, h, 33, NULL), KVIO_OK);
+    assert_blocks(h, (uint32_t[]){1, 5, 6}, 3);
+    kvio_kvreq_destroy(h);
+    kvio_kvreq_destroy(g);
+    kvio_kvcache_destroy(cache);
+    free(tokens);
+    free(filler);
+}
+
+Test(kvcache, metrics_count_queries_hits_and_usage, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *tokens = token_run(1, 64);
+    kvio_kvreq_t *a = request(cache, tokens, 64), *b = request(cache, tokens, 64);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 64, NULL), KVIO_OK);
+    cr_assert_float_eq(kvio_kvcache_usage(cache), 0.4, 1e-12);
+    cr_assert_eq(kvio_kvcache_allocate(cache, b, 64, NULL), KVIO_OK); /* 3 hits + 1 new */
+    cr_assert_float_eq(kvio_kvcache_usage(cache), 0.5, 1e-12);
+    kvio_kvcache_free(cache, a);
+    kvio_kvcache_free(cache, b);
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_assert_eq(metrics.prefix_queries_tokens, 128);
+    cr_assert_eq(metrics.prefix_hits_tokens, 48);
+    cr_assert_eq(metrics.prefix_queries_blocks, 8);
+    cr_assert_eq(metrics.prefix_hits_blocks, 3);
+    cr_assert_eq(metrics.blocks_allocated, 5);
+    cr_assert_eq(metrics.blocks_freed, 5);
+    cr_assert_float_eq(metrics.peak_usage, 0.5, 1e-12);
+    cr_assert_float_eq(kvio_kvcache_usage(cache), 0.0, 1e-12);
+    kvio_kvreq_destroy(a);
+    kvio_kvreq_destroy(b);
+    kvio_kvcache_destroy(cache);
+    free(tokens);
+}
+
+Test(kvcache, non_lru_pool_reuses_unhashed_blocks_before_cached_ones, .timeout = 10)
+{
+    const char *policies[] = {"lfu", "fifo", "mru", "s3fifo"};
+    for (size_t p = 0; p < 4; p++) {
+        kvio_kvcache_config_t config = {.num_blocks = 11, .block_size = BLOCK,
+                                        .enable_prefix_caching = true,
+                                        .free_order = KVIO_FREE_ORDER_APPEND,
+                                        .eviction = policies[p]};
+        kvio_kvcache_t *cache = NULL;
+        cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+        uint32_t *tokens = token_run(1, 48), *fill = token_run(1000, 112);
+        kvio_kvreq_t *a = request(cache, tokens, 48), *b = request(cache, fill, 112);
+        kvio_kvreq_t *again = request(cache, tokens, 48);
+        cr_assert_eq(kvio_kvcache_allocate(cache, a, 48, NULL), KVIO_OK); /* 1-3 cached */
+        kvio_kvcache_free(cache, a);
+        /* 7 blocks fit in the 7 never-used blocks: nothing cached is evicted. */
+        cr_assert_eq(kvio_kvcache_allocate(cache, b, 112, NULL), KVIO_OK);
+        kvio_kvcache_metrics_t metrics;
+        kvio_kvcache_get_metrics(cache, &metrics);
+        cr_assert_eq(metrics.evictions, 0, "%s evicted a cached block", policies[p]);
+        cr_assert_eq(kvio_kvcache_lookup(cache, again), 32, "%s", policies[p]);
+        kvio_kvcache_free(cache, b);
+        kvio_kvreq_destroy(a);
+        kvio_kvreq_destroy(b);
+        kvio_kvreq_destroy(again);
+        kvio_kvcache_destroy(cache);
+        free(tokens);
+        free(fill);
+    }
+}
+
+Test(kvcache, lfu_pool_keeps_the_often_hit_prefix, .timeout = 10)
+{
+    /* Two cached 2-block prefixes; P is hit three times, Q never. A request
+     * that needs 2 cached blocks evicts Q's under lfu, P's tail under lru. */
+    const char *policies[] = {"lfu", "lru"};
+    size_t expected_p_hit[] = {32, 16};
+    for (size_t p = 0; p < 2; p++) {
+        kvio_kvcache_config_t config = {.num_blocks = 5, .block_size = BLOCK,
+                                        .enable_prefix_caching = true,
+                                        .eviction = policies[p]};
+        kvio_kvcache_t *cache = NULL;
+        cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+        uint32_t *prefix_p = token_run(1, 33), *prefix_q = token_run(100, 33);
+        uint32_t *fresh = token_run(5000, 32);
+        kvio_kvreq_t *req;
+        for (int i = 0; i < 3; i++) {
+            req = request(cache, prefix_p, 33);
+            cr_assert_eq(kvio_kvcache_allocate(cache, req, 32, NULL), KVIO_OK);
+            kvio_kvreq_destroy(req);
+        }
+        req = request(cache, prefix_q, 33);
+        cr_assert_eq(kvio_kvcache_allocate(cache, req, 32, NULL), KVIO_OK);
+        kvio_kvreq_destroy(req);
+        /* All 4 blocks are cached and free; take 1 of them. */
+        req = request(cache, fresh, 16);
+        cr_assert_eq(kvio_kvcache_allocate(cache, req, 16, NULL), KVIO_OK);
+        kvio_kvreq_t *probe = request(cache, prefix_p, 33);
+        cr_assert_eq(kvio_kvcache_lookup(cache, probe), expected_p_hit[p], "%s", policies[p]);
+        kvio_kvreq_destroy(probe);
+        kvio_kvreq_destroy(req);
+        kvio_kvcache_destroy(cache);
+        free(prefix_p);
+        free(prefix_q);
+        free(fresh);
+    }
+}
+
+Test(kvcache, unknown_policy_and_bad_sizes_are_refused, .timeout = 10)
+{
+    kvio_kvcache_config_t config = {.num_blocks = 11, .block_size = 16, .eviction = "clock"};
+    kvio_kvcache_t *cache = NULL;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_ERR_NOT_FOUND);
+    config.eviction = NULL;
+    config.num_blocks = 1;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_ERR_INVALID);
+    config.num_blocks = 11;
+    config.block_size = 0;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_ERR_INVALID);
+    cr_assert_eq(kvio_evict_check_name("s3fifo"), KVIO_OK);
+    cr_assert_eq(kvio_evict_check_name("clock"), KVIO_ERR_NOT_FOUND);
+    cr_assert_geq(kvio_evict_num_policies(), 5);
+}
+
+/* ---- policies, through the plug-in interface ----------------------------- */
+
+static uint32_t drain(kvio_evict_t *evict, uint32_t *order_p, size_t max)
+{
+    uint32_t count = 0, victim;
+    while (count < max && (victim = evict->ops->victim(evict->priv)) != KVIO_EVICT_NONE)
+        order_p[count++] = victim;
+    return count;
+}
+
+Test(evict, each_policy_orders_victims_its_way, .timeout = 10)
+{
+    /* Entries 0..3 added in order; 1 is hit twice, 2 once; 3 is removed. */
+    struct {
+        const char *name;
+        uint32_t expected[3];
+    } cases[] = {
+        {"lru", {0, 2, 1}}, /* hits move 1, 2, then 1 to the recent end */
+        {"mru", {1, 2, 0}},
+        {"fifo", {0, 1, 2}},
+        {"lfu", {0, 2, 1}},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        kvio_evict_t evict = {0};
+        cr_assert_eq(kvio_evict_init(&evict, cases[c].name, 8, 8), KVIO_OK);
+        for (uint32_t e = 0; e < 4; e++)
+            evict.ops->add(evict.priv, e, e, true);
+        evict.ops->access(evict.priv, 1);
+        evict.ops->access(evict.priv, 2);
+        evict.ops->access(evict.priv, 1);
+        evict.ops->remove(evict.priv, 3);
+        uint32_t order[8];
+        cr_assert_eq(drain(&evict, order, 8), 3, "%s", cases[c].name);
+        for (size_t i = 0; i < 3; i++)
+            cr_assert_eq(order[i], cases[c].expected[i], "%s: victim %zu is %u, expected %u",
+                         cases[c].name, i, order[i], cases[c].expected[i]);
+        kvio_evict_fini(&evict);
+    }
+}
+
+Test(evict, s3fifo_sends_ghost_hits_to_main_and_promotes_hit_entries, .timeout = 10)
+{
+    kvio_evict_t evict = {0};
+    cr_assert_eq(kvio_evict_init(&evict, "s3fifo", 32, 10), KVIO_OK);
+    /* Small queue target is 1 of 10: with 0 hit, 1 not, 0 survives. */
+    evict.ops->add(evict.priv, 0, 100, true);
+    evict.ops->add(evict.priv, 1, 101, true);
+    evict.ops->access(evict.priv, 0);
+    cr_assert_eq(evict.ops->victim(evict.priv), 1);
+    /* Key 101 is now a ghost: re-added under another entry it goes to main,
+     * so a new small entry (2, key 102) is evicted before it. */
+    evict.ops->add(evict.priv, 3, 101, true);
+    evict.ops->add(evict.priv, 2, 102, true);
+    cr_assert_eq(evict.ops->victim(evict.priv), 2);
+    /* Main holds 0 (one hit left) and 3: 3 goes first, then 0. */
+    cr_assert_eq(evict.ops->victim(evict.priv), 3);
+    cr_assert_eq(evict.ops->victim(evict.priv), 0);
+    cr_assert_eq(evict.ops->victim(evict.priv), KVIO_EVICT_NONE);
+    kvio_evict_fini(&evict);
+}
+
+/* ---- radix index -------------------------------------------------------- */
+
+static kvio_radix_t *make_tree(uint32_t num_blocks, const char *policy)
+{
+    kvio_radix_config_t config = {.num_blocks = num_blocks, .block_size = BLOCK,
+                                  .eviction = policy};
+    kvio_radix_t *tree = NULL;
+    cr_assert_eq(kvio_radix_create(&config, &tree), KVIO_OK);
+    return tree;
+}
+
+/* Page keys: a sequence named by letters, "abcd" -> 4 pages. */
+static size_t keys_of(const char *pages, kvio_hash_t *keys_p)
+{
+    size_t count = strlen(pages);
+    for (size_t i = 0; i < count; i++)
+        keys_p[i] = (kvio_hash_t){.low = (uint64_t)pages[i], .high = i};
+    return count;
+}
+
+static size_t insert(kvio_radix_t *tree, const char *pages)
+{
+    kvio_hash_t keys[32];
+    size_t present = 99;
+    cr_assert_eq(kvio_radix_insert(tree, keys, keys_of(pages, keys), &present), KVIO_OK);
+    return present;
+}
+
+static kvio_radix_node_t match(kvio_radix_t *tree, const char *pages, size_t *matched_p)
+{
+    kvio_hash_t keys[32];
+    kvio_radix_node_t node;
+    cr_assert_eq(kvio_radix_match(tree, keys, keys_of(pages, keys), &node, matched_p), KVIO_OK);
+    return node;
+}
+
+Test(radix, insert_returns_what_was_already_present, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    cr_assert_eq(insert(tree, "abcd"), 0);
+    cr_assert_eq(insert(tree, "abcd"), 4);
+    cr_assert_eq(insert(tree, "abxy"), 2);
+    cr_assert_eq(kvio_radix_num_free_blocks(tree), 16 - 6);
+    cr_assert_eq(kvio_radix_num_nodes(tree), 3, "ab, cd, xy");
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 6 * BLOCK);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, match_ending_inside_a_node_splits_it, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    insert(tree, "abcd");
+    size_t matched;
+    kvio_radix_node_t whole = match(tree, "abcd", &matched);
+    cr_assert_eq(matched, 4);
+    cr_assert_eq(kvio_radix_node_pages(tree, whole), 4);
+    kvio_radix_node_t top = match(tree, "abq", &matched);
+    cr_assert_eq(matched, 2);
+    cr_assert_eq(kvio_radix_num_nodes(tree), 2);
+    cr_assert_eq(kvio_radix_node_pages(tree, top), 2);
+    cr_assert_eq(kvio_radix_node_parent(tree, top), 0);
+    cr_assert_eq(kvio_radix_node_pages(tree, whole), 2, "the old node keeps the tail");
+    cr_assert_eq(kvio_radix_node_parent(tree, whole), top);
+    /* The full key still matches through both nodes. */
+    cr_assert_eq(match(tree, "abcdz", &matched), whole);
+    cr_assert_eq(matched, 4);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 4 * BLOCK, "a split moves no tokens");
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, split_parent_copies_the_lock_count_and_totals_follow_locks, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    insert(tree, "abcd");
+    insert(tree, "xy");
+    size_t matched;
+    kvio_radix_node_t node = match(tree, "abcd", &matched);
+    kvio_radix_lock(tree, node);
+    kvio_radix_lock(tree, node);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 2 * BLOCK);
+    kvio_radix_node_t top = match(tree, "ab", &matched);
+    cr_assert_eq(kvio_radix_node_lock_count(tree, top), 2);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    kvio_radix_unlock(tree, node);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    kvio_radix_unlock(tree, node);
+    cr_assert_eq(kvio_radix_node_lock_count(tree, top), 0);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 0);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 6 * BLOCK);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, locked_nodes_are_never_evicted, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    insert(tree, "abcd");
+    insert(tree, "abxy");
+    insert(tree, "pq");
+    size_t matched, evicted = 0;
+    kvio_radix_node_t held = match(tree, "abcd", &matched);
+    kvio_radix_lock(tree, held);
+    kvio_radix_evict(tree, 1000 * BLOCK, &evicted);
+    cr_assert_eq(evicted, 4 * BLOCK, "xy and pq go; ab and cd are locked");
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 0);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    cr_assert_eq(match(tree, "abcd", &matched), held);
+    cr_assert_eq(matched, 4);
+    match(tree, "pq", &matched);
+    cr_assert_eq(matched, 0);
+    /* Unlocked, the leaf goes first and then its parent, now a leaf. */
+    kvio_radix_unlock(tree, held);
+    kvio_radix_evict(tree, 2 * BLOCK, &evicted);
+    cr_assert_eq(evicted, 2 * BLOCK);
+    match(tree, "abcd", &matched);
+    cr_assert_eq(matched, 2);
+    kvio_radix_evict(tree, 1, &evicted);
+    cr_assert_eq(evicted, 2 * BLOCK);
+    cr_assert_eq(kvio_radix_num_nodes(tree), 0);
+    cr_assert_eq(kvio_radix_num_free_blocks(tree), 16);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, insert_evicts_unlocked_leaves_or_reports_no_space, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(6, "lru");
+    insert(tree, "abc");
+    insert(tree, "xyz");
+    size_t matched;
+    kvio_radix_node_t node = match(tree, "abc", &matched); /* abc most recent */
+    cr_assert_eq(insert(tree, "mn"), 0);                  /* evicts xyz (lru) */
+    match(tree, "xyz", &matched);
+    cr_assert_eq(matched, 0);
+    match(tree, "abc", &matched);
+    cr_assert_eq(matched, 3);
+    kvio_radix_lock(tree, node);
+    node = match(tree, "mn", &matched);
+    kvio_radix_lock(tree, node);
+    kvio_hash_t keys[8];
+    cr_assert_eq(kvio_radix_insert(tree, keys, keys_of("uvw", keys), NULL), KVIO_ERR_NO_SPACE);
+    cr_assert_eq(kvio_radix_num_free_blocks(tree), 1);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, leaves_leave_in_policy_order, .timeout = 10)
+{
+    /* Leaves a, b, c inserted in order; a is matched again. */
+    struct {
+        const char *policy;
+        const char *first_victim;
+    } cases[] = {{"lru", "b"}, {"fifo", "a"}, {"mru", "a"}, {"lfu", "b"}};
+    for (size_t c = 0; c < 4; c++) {
+        kvio_radix_t *tree = make_tree(8, cases[c].policy);
+        insert(tree, "a");
+        insert(tree, "b");
+        insert(tree, "c");
+        size_t matched, evicted;
+        match(tree, "a", &matched);
+        kvio_radix_evict(tree, 1, &evicted);
+        cr_assert_eq(evicted, BLOCK);
+        match(tree, cases[c].first_victim, &matched);
+        cr_assert_eq(matched, 0, "%s should evict %s first", cases[c].policy,
+                     cases[c].first_victim);
+        kvio_radix_destroy(tree);
+    }
+}
