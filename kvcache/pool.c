@@ -208,7 +208,7 @@ double kvio_kvcache_usage(const kvio_kvcache_t *cache)
     return 1.0 - (double)cache->free_queue.length / (double)(cache->num_blocks - 1);
 }
 
-void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, uint32_t *ids_p, size_t max_ids,
+void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, size_t max_ids, uint32_t *ids_p,
                              size_t *num_ids_p)
 {
     size_t count = 0;

@@ -311,3 +311,30 @@ Test(cachesim_cli, usage_errors_exit_2, .timeout = 20)
     free(path);
     free(dir);
 }
+
+/* Two-turn sessions whose second turn comes back after ~230 other blocks:
+ * inside a 300-block LRU cache, but long gone from s3fifo's 30-block small
+ * queue. The README's "when s3fifo loses" case. */
+Test(cachesim, s3fifo_loses_to_lru_when_blocks_are_reused_once_at_long_distance, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    const int lag = 20, sessions = 2000;
+    uint64_t ids[8];
+    for (int i = 0; i < sessions + lag; i++) {
+        if (i < sessions) {
+            for (int b = 0; b < 4; b++)
+                ids[b] = (uint64_t)i * 100 + (uint64_t)b;
+            cr_assert_eq(kvio_cachesim_add_request(sim, ids, 4, 4), KVIO_OK);
+        }
+        if (i >= lag) {
+            for (int b = 0; b < 8; b++)
+                ids[b] = (uint64_t)(i - lag) * 100 + (uint64_t)b;
+            cr_assert_eq(kvio_cachesim_add_request(sim, ids, 8, 8), KVIO_OK);
+        }
+    }
+    double lru = run(sim, "lru", 300).block_hit_rate;
+    double s3fifo = run(sim, "s3fifo", 300).block_hit_rate;
+    cr_assert_float_eq(lru, 1.0 / 3.0, 1e-3, "lru %.4f", lru);
+    cr_assert_lt(s3fifo, 0.05, "s3fifo %.4f", s3fifo);
+    kvio_cachesim_destroy(sim);
+}

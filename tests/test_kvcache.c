@@ -57,7 +57,7 @@ static void assert_queue(const kvio_kvcache_t *cache, const uint32_t *expected, 
 {
     uint32_t queue[64];
     size_t length;
-    kvio_kvcache_free_queue(cache, queue, 64, &length);
+    kvio_kvcache_free_queue(cache, 64, queue, &length);
     cr_assert_eq(length, count, "queue length %zu, expected %zu", length, count);
     for (size_t i = 0; i < count; i++)
         cr_assert_eq(queue[i], expected[i], "queue[%zu] is %u, expected %u", i, queue[i],
@@ -158,7 +158,7 @@ static void golden_case_4(scenario_t *s, kvio_free_order_t order)
     cr_assert_eq(kvio_kvcache_num_free_blocks(s->cache), 6);
     uint32_t queue[16];
     size_t length;
-    kvio_kvcache_free_queue(s->cache, queue, 16, &length);
+    kvio_kvcache_free_queue(s->cache, 16, queue, &length);
     for (size_t i = 0; i < length; i++)
         cr_assert(queue[i] > 3 && queue[i] != new_block, "block %u still queued", queue[i]);
 }
@@ -388,5 +388,417 @@ Test(kvcache, golden_9_prefix_caching_disabled_never_hits, .timeout = 10)
         kvio_kvreq_destroy(b);
         kvio_kvcache_destroy(cache);
         free(tokens);
+    }
+}
+
+/* ---- more pool behaviour ------------------------------------------------ */
+
+Test(kvcache, hash_requests_share_prefixes_like_token_requests, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t hashes[3];
+    for (uint32_t i = 0; i < 3; i++)
+        hashes[i] = kvio_hash_trace_block(i ? &hashes[i - 1] : NULL, 77, i);
+    kvio_kvreq_t *first = NULL, *second = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 3, 50, &first), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 2, 40, &second), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 50, NULL), KVIO_OK);
+    assert_blocks(first, (uint32_t[]){1, 2, 3, 4}, 4);
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, second, 40, &hit), KVIO_OK);
+    cr_assert_eq(hit, 32);
+    assert_blocks(second, (uint32_t[]){1, 2, 5}, 3);
+    /* More hashes than full blocks is a caller error. */
+    kvio_kvreq_t *bad = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 3, 47, &bad), KVIO_ERR_INVALID);
+    kvio_kvreq_destroy(first);
+    kvio_kvreq_destroy(second);
+    kvio_kvcache_destroy(cache);
+}
+
+Test(kvcache, duplicate_hash_lookup_returns_the_earliest_block, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *tokens = token_run(500, 33);
+    /* d and e start before either block is full, so each gets its own
+     * block for the same content: the index keeps both (no dedup). */
+    kvio_kvreq_t *d = request(cache, tokens, 33), *e = request(cache, tokens, 33);
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, 10, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, e, 10, NULL), KVIO_OK);
+    assert_blocks(d, (uint32_t[]){1}, 1);
+    assert_blocks(e, (uint32_t[]){2}, 1);
+    cr_assert_eq(kvio_kvcache_allocate(cache, e, 33, NULL), KVIO_OK); /* block 2 hashed first */
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, 33, NULL), KVIO_OK);
+    kvio_hash_t hash_d, hash_e;
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 1, &hash_d), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 2, &hash_e), KVIO_OK);
+    cr_assert(kvio_hash_equal(hash_d, hash_e));
+    kvio_kvreq_t *f = request(cache, tokens, 33);
+    cr_assert_eq(kvio_kvcache_allocate(cache, f, 33, NULL), KVIO_OK);
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(f, &ids, &count);
+    cr_assert_eq(ids[0], 2, "the earliest inserted block (e's) wins");
+    /* d holds [1, 5, 6]; e held [2, 3, 4], f [2, 3, 7]. When e's blocks are
+     * reused for other content, d's are found instead. */
+    kvio_kvreq_destroy(f);
+    kvio_kvreq_destroy(e);
+    assert_queue(cache, (uint32_t[]){8, 9, 10, 7, 4, 3, 2}, 7);
+    uint32_t *filler = token_run(9000, 7 * 16);
+    kvio_kvreq_t *g = request(cache, filler, 7 * 16);
+    cr_assert_eq(kvio_kvcache_allocate(cache, g, 7 * 16, NULL), KVIO_OK);
+    kvio_hash_t reused;
+    cr_assert_eq(kvio_kvcache_block_hash(cache, 2, &reused), KVIO_OK);
+    cr_assert(!kvio_hash_equal(reused, hash_e), "block 2 now holds g's content");
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_assert_eq(metrics.evictions, 2, "e's cached blocks 2 and 3 were evicted (4 was partial)");
+    kvio_kvreq_destroy(d);
+    kvio_kvreq_t *h = request(cache, tokens, 33);
+    cr_assert_eq(kvio_kvcache_allocate(cache, h, 33, NULL), KVIO_OK);
+    assert_blocks(h, (uint32_t[]){1, 5, 6}, 3);
+    kvio_kvreq_destroy(h);
+    kvio_kvreq_destroy(g);
+    kvio_kvcache_destroy(cache);
+    free(tokens);
+    free(filler);
+}
+
+Test(kvcache, metrics_count_queries_hits_and_usage, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *tokens = token_run(1, 64);
+    kvio_kvreq_t *a = request(cache, tokens, 64), *b = request(cache, tokens, 64);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 64, NULL), KVIO_OK);
+    cr_assert_float_eq(kvio_kvcache_usage(cache), 0.4, 1e-12);
+    cr_assert_eq(kvio_kvcache_allocate(cache, b, 64, NULL), KVIO_OK); /* 3 hits + 1 new */
+    cr_assert_float_eq(kvio_kvcache_usage(cache), 0.5, 1e-12);
+    kvio_kvcache_free(cache, a);
+    kvio_kvcache_free(cache, b);
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_assert_eq(metrics.prefix_queries_tokens, 128);
+    cr_assert_eq(metrics.prefix_hits_tokens, 48);
+    cr_assert_eq(metrics.prefix_queries_blocks, 8);
+    cr_assert_eq(metrics.prefix_hits_blocks, 3);
+    cr_assert_eq(metrics.blocks_allocated, 5);
+    cr_assert_eq(metrics.blocks_freed, 5);
+    cr_assert_float_eq(metrics.peak_usage, 0.5, 1e-12);
+    cr_assert_float_eq(kvio_kvcache_usage(cache), 0.0, 1e-12);
+    kvio_kvreq_destroy(a);
+    kvio_kvreq_destroy(b);
+    kvio_kvcache_destroy(cache);
+    free(tokens);
+}
+
+Test(kvcache, non_lru_pool_reuses_unhashed_blocks_before_cached_ones, .timeout = 10)
+{
+    const char *policies[] = {"lfu", "fifo", "mru", "s3fifo"};
+    for (size_t p = 0; p < 4; p++) {
+        kvio_kvcache_config_t config = {.num_blocks = 11, .block_size = BLOCK,
+                                        .enable_prefix_caching = true,
+                                        .free_order = KVIO_FREE_ORDER_APPEND,
+                                        .eviction = policies[p]};
+        kvio_kvcache_t *cache = NULL;
+        cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+        uint32_t *tokens = token_run(1, 48), *fill = token_run(1000, 112);
+        kvio_kvreq_t *a = request(cache, tokens, 48), *b = request(cache, fill, 112);
+        kvio_kvreq_t *again = request(cache, tokens, 48);
+        cr_assert_eq(kvio_kvcache_allocate(cache, a, 48, NULL), KVIO_OK); /* 1-3 cached */
+        kvio_kvcache_free(cache, a);
+        /* 7 blocks fit in the 7 never-used blocks: nothing cached is evicted. */
+        cr_assert_eq(kvio_kvcache_allocate(cache, b, 112, NULL), KVIO_OK);
+        kvio_kvcache_metrics_t metrics;
+        kvio_kvcache_get_metrics(cache, &metrics);
+        cr_assert_eq(metrics.evictions, 0, "%s evicted a cached block", policies[p]);
+        cr_assert_eq(kvio_kvcache_lookup(cache, again), 32, "%s", policies[p]);
+        kvio_kvcache_free(cache, b);
+        kvio_kvreq_destroy(a);
+        kvio_kvreq_destroy(b);
+        kvio_kvreq_destroy(again);
+        kvio_kvcache_destroy(cache);
+        free(tokens);
+        free(fill);
+    }
+}
+
+Test(kvcache, lfu_pool_keeps_the_often_hit_prefix, .timeout = 10)
+{
+    /* Two cached 2-block prefixes; P is hit three times, Q never. A request
+     * that needs 2 cached blocks evicts Q's under lfu, P's tail under lru. */
+    const char *policies[] = {"lfu", "lru"};
+    size_t expected_p_hit[] = {32, 16};
+    for (size_t p = 0; p < 2; p++) {
+        kvio_kvcache_config_t config = {.num_blocks = 5, .block_size = BLOCK,
+                                        .enable_prefix_caching = true,
+                                        .eviction = policies[p]};
+        kvio_kvcache_t *cache = NULL;
+        cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+        uint32_t *prefix_p = token_run(1, 33), *prefix_q = token_run(100, 33);
+        uint32_t *fresh = token_run(5000, 32);
+        kvio_kvreq_t *req;
+        for (int i = 0; i < 3; i++) {
+            req = request(cache, prefix_p, 33);
+            cr_assert_eq(kvio_kvcache_allocate(cache, req, 32, NULL), KVIO_OK);
+            kvio_kvreq_destroy(req);
+        }
+        req = request(cache, prefix_q, 33);
+        cr_assert_eq(kvio_kvcache_allocate(cache, req, 32, NULL), KVIO_OK);
+        kvio_kvreq_destroy(req);
+        /* All 4 blocks are cached and free; take 1 of them. */
+        req = request(cache, fresh, 16);
+        cr_assert_eq(kvio_kvcache_allocate(cache, req, 16, NULL), KVIO_OK);
+        kvio_kvreq_t *probe = request(cache, prefix_p, 33);
+        cr_assert_eq(kvio_kvcache_lookup(cache, probe), expected_p_hit[p], "%s", policies[p]);
+        kvio_kvreq_destroy(probe);
+        kvio_kvreq_destroy(req);
+        kvio_kvcache_destroy(cache);
+        free(prefix_p);
+        free(prefix_q);
+        free(fresh);
+    }
+}
+
+Test(kvcache, unknown_policy_and_bad_sizes_are_refused, .timeout = 10)
+{
+    kvio_kvcache_config_t config = {.num_blocks = 11, .block_size = 16, .eviction = "clock"};
+    kvio_kvcache_t *cache = NULL;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_ERR_NOT_FOUND);
+    config.eviction = NULL;
+    config.num_blocks = 1;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_ERR_INVALID);
+    config.num_blocks = 11;
+    config.block_size = 0;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_ERR_INVALID);
+    cr_assert_eq(kvio_evict_check_name("s3fifo"), KVIO_OK);
+    cr_assert_eq(kvio_evict_check_name("clock"), KVIO_ERR_NOT_FOUND);
+    cr_assert_geq(kvio_evict_num_policies(), 5);
+}
+
+/* ---- policies, through the plug-in interface ----------------------------- */
+
+static uint32_t drain(kvio_evict_t *evict, uint32_t *order_p, size_t max)
+{
+    uint32_t count = 0, victim;
+    while (count < max && (victim = evict->ops->victim(evict->priv)) != KVIO_EVICT_NONE)
+        order_p[count++] = victim;
+    return count;
+}
+
+Test(evict, each_policy_orders_victims_its_way, .timeout = 10)
+{
+    /* Entries 0..3 added in order; 1 is hit twice, 2 once; 3 is removed. */
+    struct {
+        const char *name;
+        uint32_t expected[3];
+    } cases[] = {
+        {"lru", {0, 2, 1}}, /* hits move 1, 2, then 1 to the recent end */
+        {"mru", {1, 2, 0}},
+        {"fifo", {0, 1, 2}},
+        {"lfu", {0, 2, 1}},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        kvio_evict_t evict = {0};
+        cr_assert_eq(kvio_evict_init(&evict, cases[c].name, 8, 8), KVIO_OK);
+        for (uint32_t e = 0; e < 4; e++)
+            evict.ops->add(evict.priv, e, e, true);
+        evict.ops->access(evict.priv, 1);
+        evict.ops->access(evict.priv, 2);
+        evict.ops->access(evict.priv, 1);
+        evict.ops->remove(evict.priv, 3);
+        uint32_t order[8];
+        cr_assert_eq(drain(&evict, order, 8), 3, "%s", cases[c].name);
+        for (size_t i = 0; i < 3; i++)
+            cr_assert_eq(order[i], cases[c].expected[i], "%s: victim %zu is %u, expected %u",
+                         cases[c].name, i, order[i], cases[c].expected[i]);
+        kvio_evict_fini(&evict);
+    }
+}
+
+Test(evict, s3fifo_sends_ghost_hits_to_main_and_promotes_hit_entries, .timeout = 10)
+{
+    kvio_evict_t evict = {0};
+    cr_assert_eq(kvio_evict_init(&evict, "s3fifo", 32, 10), KVIO_OK);
+    /* Small queue target is 1 of 10: with 0 hit, 1 not, 0 survives. */
+    evict.ops->add(evict.priv, 0, 100, true);
+    evict.ops->add(evict.priv, 1, 101, true);
+    evict.ops->access(evict.priv, 0);
+    cr_assert_eq(evict.ops->victim(evict.priv), 1);
+    /* Key 101 is now a ghost: re-added under another entry it goes to main,
+     * so a new small entry (2, key 102) is evicted before it. */
+    evict.ops->add(evict.priv, 3, 101, true);
+    evict.ops->add(evict.priv, 2, 102, true);
+    cr_assert_eq(evict.ops->victim(evict.priv), 2);
+    /* Main holds 0 (one hit left) and 3: 3 goes first, then 0. */
+    cr_assert_eq(evict.ops->victim(evict.priv), 3);
+    cr_assert_eq(evict.ops->victim(evict.priv), 0);
+    cr_assert_eq(evict.ops->victim(evict.priv), KVIO_EVICT_NONE);
+    kvio_evict_fini(&evict);
+}
+
+/* ---- radix index -------------------------------------------------------- */
+
+static kvio_radix_t *make_tree(uint32_t num_blocks, const char *policy)
+{
+    kvio_radix_config_t config = {.num_blocks = num_blocks, .block_size = BLOCK,
+                                  .eviction = policy};
+    kvio_radix_t *tree = NULL;
+    cr_assert_eq(kvio_radix_create(&config, &tree), KVIO_OK);
+    return tree;
+}
+
+/* Page keys: a sequence named by letters, "abcd" -> 4 pages. */
+static size_t keys_of(const char *pages, kvio_hash_t *keys_p)
+{
+    size_t count = strlen(pages);
+    for (size_t i = 0; i < count; i++)
+        keys_p[i] = (kvio_hash_t){.low = (uint64_t)pages[i], .high = i};
+    return count;
+}
+
+static size_t insert(kvio_radix_t *tree, const char *pages)
+{
+    kvio_hash_t keys[32];
+    size_t present = 99;
+    cr_assert_eq(kvio_radix_insert(tree, keys, keys_of(pages, keys), &present), KVIO_OK);
+    return present;
+}
+
+static kvio_radix_node_t match(kvio_radix_t *tree, const char *pages, size_t *matched_p)
+{
+    kvio_hash_t keys[32];
+    kvio_radix_node_t node;
+    cr_assert_eq(kvio_radix_match(tree, keys, keys_of(pages, keys), &node, matched_p), KVIO_OK);
+    return node;
+}
+
+Test(radix, insert_returns_what_was_already_present, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    cr_assert_eq(insert(tree, "abcd"), 0);
+    cr_assert_eq(insert(tree, "abcd"), 4);
+    cr_assert_eq(insert(tree, "abxy"), 2);
+    cr_assert_eq(kvio_radix_num_free_blocks(tree), 16 - 6);
+    cr_assert_eq(kvio_radix_num_nodes(tree), 3, "ab, cd, xy");
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 6 * BLOCK);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, match_ending_inside_a_node_splits_it, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    insert(tree, "abcd");
+    size_t matched;
+    kvio_radix_node_t whole = match(tree, "abcd", &matched);
+    cr_assert_eq(matched, 4);
+    cr_assert_eq(kvio_radix_node_pages(tree, whole), 4);
+    kvio_radix_node_t top = match(tree, "abq", &matched);
+    cr_assert_eq(matched, 2);
+    cr_assert_eq(kvio_radix_num_nodes(tree), 2);
+    cr_assert_eq(kvio_radix_node_pages(tree, top), 2);
+    cr_assert_eq(kvio_radix_node_parent(tree, top), 0);
+    cr_assert_eq(kvio_radix_node_pages(tree, whole), 2, "the old node keeps the tail");
+    cr_assert_eq(kvio_radix_node_parent(tree, whole), top);
+    /* The full key still matches through both nodes. */
+    cr_assert_eq(match(tree, "abcdz", &matched), whole);
+    cr_assert_eq(matched, 4);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 4 * BLOCK, "a split moves no tokens");
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, split_parent_copies_the_lock_count_and_totals_follow_locks, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    insert(tree, "abcd");
+    insert(tree, "xy");
+    size_t matched;
+    kvio_radix_node_t node = match(tree, "abcd", &matched);
+    kvio_radix_lock(tree, node);
+    kvio_radix_lock(tree, node);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 2 * BLOCK);
+    kvio_radix_node_t top = match(tree, "ab", &matched);
+    cr_assert_eq(kvio_radix_node_lock_count(tree, top), 2);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    kvio_radix_unlock(tree, node);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    kvio_radix_unlock(tree, node);
+    cr_assert_eq(kvio_radix_node_lock_count(tree, top), 0);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 0);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 6 * BLOCK);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, locked_nodes_are_never_evicted, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    insert(tree, "abcd");
+    insert(tree, "abxy");
+    insert(tree, "pq");
+    size_t matched, evicted = 0;
+    kvio_radix_node_t held = match(tree, "abcd", &matched);
+    kvio_radix_lock(tree, held);
+    kvio_radix_evict(tree, 1000 * BLOCK, &evicted);
+    cr_assert_eq(evicted, 4 * BLOCK, "xy and pq go; ab and cd are locked");
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 0);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), 4 * BLOCK);
+    cr_assert_eq(match(tree, "abcd", &matched), held);
+    cr_assert_eq(matched, 4);
+    match(tree, "pq", &matched);
+    cr_assert_eq(matched, 0);
+    /* Unlocked, the leaf goes first and then its parent, now a leaf. */
+    kvio_radix_unlock(tree, held);
+    kvio_radix_evict(tree, 2 * BLOCK, &evicted);
+    cr_assert_eq(evicted, 2 * BLOCK);
+    match(tree, "abcd", &matched);
+    cr_assert_eq(matched, 2);
+    kvio_radix_evict(tree, 1, &evicted);
+    cr_assert_eq(evicted, 2 * BLOCK);
+    cr_assert_eq(kvio_radix_num_nodes(tree), 0);
+    cr_assert_eq(kvio_radix_num_free_blocks(tree), 16);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, insert_evicts_unlocked_leaves_or_reports_no_space, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(6, "lru");
+    insert(tree, "abc");
+    insert(tree, "xyz");
+    size_t matched;
+    kvio_radix_node_t node = match(tree, "abc", &matched); /* abc most recent */
+    cr_assert_eq(insert(tree, "mn"), 0);                  /* evicts xyz (lru) */
+    match(tree, "xyz", &matched);
+    cr_assert_eq(matched, 0);
+    match(tree, "abc", &matched);
+    cr_assert_eq(matched, 3);
+    kvio_radix_lock(tree, node);
+    node = match(tree, "mn", &matched);
+    kvio_radix_lock(tree, node);
+    kvio_hash_t keys[8];
+    cr_assert_eq(kvio_radix_insert(tree, keys, keys_of("uvw", keys), NULL), KVIO_ERR_NO_SPACE);
+    cr_assert_eq(kvio_radix_num_free_blocks(tree), 1);
+    kvio_radix_destroy(tree);
+}
+
+Test(radix, leaves_leave_in_policy_order, .timeout = 10)
+{
+    /* Leaves a, b, c inserted in order; a is matched again. */
+    struct {
+        const char *policy;
+        const char *first_victim;
+    } cases[] = {{"lru", "b"}, {"fifo", "a"}, {"mru", "a"}, {"lfu", "b"}};
+    for (size_t c = 0; c < 4; c++) {
+        kvio_radix_t *tree = make_tree(8, cases[c].policy);
+        insert(tree, "a");
+        insert(tree, "b");
+        insert(tree, "c");
+        size_t matched, evicted;
+        match(tree, "a", &matched);
+        kvio_radix_evict(tree, 1, &evicted);
+        cr_assert_eq(evicted, BLOCK);
+        match(tree, cases[c].first_victim, &matched);
+        cr_assert_eq(matched, 0, "%s should evict %s first", cases[c].policy,
+                     cases[c].first_victim);
+        kvio_radix_destroy(tree);
     }
 }

@@ -80,7 +80,7 @@ double kvio_kvcache_usage(const kvio_kvcache_t *cache);
  * max_ids entries); *num_ids_p is the queue's length. With a policy other
  * than lru, the queue holds the free blocks but the policy picks among the
  * cached ones. */
-void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, uint32_t *ids_p, size_t max_ids,
+void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, size_t max_ids, uint32_t *ids_p,
                              size_t *num_ids_p);
 
 /* Reference count of a block (0 when free). */

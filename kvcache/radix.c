@@ -1,0 +1,360 @@
+/* Radix index with SGLang RadixCache semantics over pages (blocks): nodes
+ * hold runs of pages, a match that ends inside a node splits it (the new
+ * parent copies the child's lock count), lock counts walk to the root and
+ * move tokens between the evictable and protected totals, and eviction pops
+ * unlocked leaves in policy order, pushing a parent that becomes a leaf. The
+ * tree owns its blocks: a block is free only when no node holds it. */
+#include "kvcache/kvcache_int.h"
+
+#include "kvio/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ROOT 0
+#define NO_NODE UINT32_MAX
+
+typedef struct radix_node {
+    uint32_t parent, first_child, next_sibling, prev_sibling;
+    uint32_t *blocks; /* the node's pages, in order; malloc'd */
+    uint32_t num_pages;
+    uint32_t lock_count;
+} radix_node_t;
+
+struct kvio_radix {
+    uint32_t num_blocks, block_size;
+    kvio_hash_t *block_keys;   /* page key held by each block */
+    uint32_t *free_blocks;     /* stack */
+    uint32_t num_free_blocks;
+    radix_node_t *nodes;       /* num_blocks + 1: every non-root node holds a block */
+    uint32_t *free_nodes;      /* stack */
+    uint32_t num_free_nodes;
+    size_t num_nodes;
+    size_t evictable_tokens, protected_tokens;
+    kvio_evict_t evict;
+    uint8_t *in_set;           /* node is an unlocked leaf known to the policy */
+    uint8_t *policy_known;     /* the policy has seen the node since it was made */
+};
+
+static bool is_leaf(const kvio_radix_t *tree, uint32_t node)
+{
+    return tree->nodes[node].first_child == NO_NODE;
+}
+
+static size_t node_tokens(const kvio_radix_t *tree, uint32_t node)
+{
+    return (size_t)tree->nodes[node].num_pages * tree->block_size;
+}
+
+static void policy_add(kvio_radix_t *tree, uint32_t node)
+{
+    if (node == ROOT || tree->in_set[node])
+        return;
+    bool fresh = !tree->policy_known[node];
+    tree->policy_known[node] = 1;
+    tree->in_set[node] = 1;
+    uint64_t key = tree->block_keys[tree->nodes[node].blocks[0]].low;
+    tree->evict.ops->add(tree->evict.priv, node, key, fresh);
+}
+
+static void policy_remove(kvio_radix_t *tree, uint32_t node)
+{
+    if (!tree->in_set[node])
+        return;
+    tree->in_set[node] = 0;
+    tree->evict.ops->remove(tree->evict.priv, node);
+}
+
+kvio_status_t kvio_radix_create(const kvio_radix_config_t *config, kvio_radix_t **tree_p)
+{
+    if (config == NULL || config->num_blocks == 0 || config->block_size == 0 ||
+        config->num_blocks >= UINT32_MAX - 1) {
+        kvio_error("radix: need at least one block and a block size of at least 1");
+        return KVIO_ERR_INVALID;
+    }
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    kvio_radix_t *tree = calloc(1, sizeof(*tree));
+    if (tree == NULL)
+        return KVIO_ERR_NOMEM;
+    uint32_t num_nodes = config->num_blocks + 1;
+    tree->num_blocks = config->num_blocks;
+    tree->block_size = config->block_size;
+    tree->block_keys = calloc(config->num_blocks, sizeof(kvio_hash_t));
+    tree->free_blocks = malloc(config->num_blocks * sizeof(uint32_t));
+    tree->nodes = calloc(num_nodes, sizeof(radix_node_t));
+    tree->free_nodes = malloc(num_nodes * sizeof(uint32_t));
+    tree->in_set = calloc(num_nodes, 1);
+    tree->policy_known = calloc(num_nodes, 1);
+    if (tree->block_keys == NULL || tree->free_blocks == NULL || tree->nodes == NULL ||
+        tree->free_nodes == NULL || tree->in_set == NULL || tree->policy_known == NULL)
+        goto cleanup;
+    status = kvio_evict_init(&tree->evict, config->eviction, num_nodes, config->num_blocks);
+    if (status != KVIO_OK)
+        goto cleanup;
+    /* Blocks are handed out from 0 upwards, nodes from 1 upwards. */
+    for (uint32_t i = 0; i < config->num_blocks; i++)
+        tree->free_blocks[i] = config->num_blocks - 1 - i;
+    tree->num_free_blocks = config->num_blocks;
+    for (uint32_t i = 0; i + 1 < num_nodes; i++)
+        tree->free_nodes[i] = num_nodes - 1 - i;
+    tree->num_free_nodes = num_nodes - 1;
+    tree->nodes[ROOT] = (radix_node_t){.parent = NO_NODE, .first_child = NO_NODE,
+                                       .next_sibling = NO_NODE, .prev_sibling = NO_NODE};
+    *tree_p = tree;
+    return KVIO_OK;
+
+cleanup:
+    kvio_radix_destroy(tree);
+    return status;
+}
+
+void kvio_radix_destroy(kvio_radix_t *tree)
+{
+    if (tree == NULL)
+        return;
+    if (tree->nodes != NULL) {
+        for (uint32_t i = 0; i <= tree->num_blocks; i++)
+            free(tree->nodes[i].blocks);
+    }
+    kvio_evict_fini(&tree->evict);
+    free(tree->block_keys);
+    free(tree->free_blocks);
+    free(tree->nodes);
+    free(tree->free_nodes);
+    free(tree->in_set);
+    free(tree->policy_known);
+    free(tree);
+}
+
+static void link_child(kvio_radix_t *tree, uint32_t parent, uint32_t child)
+{
+    radix_node_t *node = &tree->nodes[child];
+    node->parent = parent;
+    node->prev_sibling = NO_NODE;
+    node->next_sibling = tree->nodes[parent].first_child;
+    if (node->next_sibling != NO_NODE)
+        tree->nodes[node->next_sibling].prev_sibling = child;
+    tree->nodes[parent].first_child = child;
+}
+
+static void unlink_child(kvio_radix_t *tree, uint32_t child)
+{
+    radix_node_t *node = &tree->nodes[child];
+    if (node->prev_sibling != NO_NODE)
+        tree->nodes[node->prev_sibling].next_sibling = node->next_sibling;
+    else
+        tree->nodes[node->parent].first_child = node->next_sibling;
+    if (node->next_sibling != NO_NODE)
+        tree->nodes[node->next_sibling].prev_sibling = node->prev_sibling;
+    node->prev_sibling = node->next_sibling = NO_NODE;
+}
+
+static uint32_t new_node(kvio_radix_t *tree, uint32_t num_pages)
+{
+    uint32_t node = tree->free_nodes[--tree->num_free_nodes];
+    uint32_t *blocks = malloc(num_pages * sizeof(uint32_t));
+    if (blocks == NULL) {
+        tree->num_free_nodes++;
+        return NO_NODE;
+    }
+    tree->nodes[node] = (radix_node_t){.parent = NO_NODE, .first_child = NO_NODE,
+                                       .next_sibling = NO_NODE, .prev_sibling = NO_NODE,
+                                       .blocks = blocks, .num_pages = num_pages};
+    tree->policy_known[node] = 0;
+    tree->num_nodes++;
+    return node;
+}
+
+static uint32_t find_child(const kvio_radix_t *tree, uint32_t parent, kvio_hash_t key)
+{
+    for (uint32_t child = tree->nodes[parent].first_child; child != NO_NODE;
+         child = tree->nodes[child].next_sibling) {
+        if (kvio_hash_equal(tree->block_keys[tree->nodes[child].blocks[0]], key))
+            return child;
+    }
+    return NO_NODE;
+}
+
+/* Splits child after its first pages pages: a new parent takes them (and
+ * the child's place and lock count). Returns the new parent. */
+static uint32_t split(kvio_radix_t *tree, uint32_t child, uint32_t pages)
+{
+    uint32_t parent = new_node(tree, pages);
+    if (parent == NO_NODE)
+        return NO_NODE;
+    radix_node_t *old = &tree->nodes[child];
+    radix_node_t *top = &tree->nodes[parent];
+    memcpy(top->blocks, old->blocks, pages * sizeof(uint32_t));
+    memmove(old->blocks, old->blocks + pages, (old->num_pages - pages) * sizeof(uint32_t));
+    old->num_pages -= pages;
+    top->lock_count = old->lock_count;
+    /* The new node takes the child's place among its siblings. */
+    top->parent = old->parent;
+    top->prev_sibling = old->prev_sibling;
+    top->next_sibling = old->next_sibling;
+    if (top->prev_sibling != NO_NODE)
+        tree->nodes[top->prev_sibling].next_sibling = parent;
+    else
+        tree->nodes[top->parent].first_child = parent;
+    if (top->next_sibling != NO_NODE)
+        tree->nodes[top->next_sibling].prev_sibling = parent;
+    old->prev_sibling = old->next_sibling = NO_NODE;
+    old->parent = parent;
+    top->first_child = child;
+    return parent;
+}
+
+kvio_status_t kvio_radix_match(kvio_radix_t *tree, const kvio_hash_t *keys, size_t num_keys,
+                               kvio_radix_node_t *node_p, size_t *num_matched_p)
+{
+    uint32_t node = ROOT;
+    size_t matched = 0;
+    while (matched < num_keys) {
+        uint32_t child = find_child(tree, node, keys[matched]);
+        if (child == NO_NODE)
+            break;
+        const radix_node_t *candidate = &tree->nodes[child];
+        uint32_t same = 1;
+        while (same < candidate->num_pages && matched + same < num_keys &&
+               kvio_hash_equal(tree->block_keys[candidate->blocks[same]], keys[matched + same]))
+            same++;
+        bool partial = same < candidate->num_pages;
+        if (partial) {
+            child = split(tree, child, same);
+            if (child == NO_NODE)
+                return KVIO_ERR_NOMEM;
+        }
+        /* SGLang refreshes every node on the matched path. */
+        tree->evict.ops->access(tree->evict.priv, child);
+        node = child;
+        matched += same;
+        if (partial)
+            break;
+    }
+    *node_p = node;
+    *num_matched_p = matched;
+    return KVIO_OK;
+}
+
+void kvio_radix_lock(kvio_radix_t *tree, kvio_radix_node_t node)
+{
+    for (uint32_t x = node; x != ROOT && x != NO_NODE; x = tree->nodes[x].parent) {
+        if (tree->nodes[x].lock_count++ == 0) {
+            tree->evictable_tokens -= node_tokens(tree, x);
+            tree->protected_tokens += node_tokens(tree, x);
+            policy_remove(tree, x);
+        }
+    }
+}
+
+void kvio_radix_unlock(kvio_radix_t *tree, kvio_radix_node_t node)
+{
+    for (uint32_t x = node; x != ROOT && x != NO_NODE; x = tree->nodes[x].parent) {
+        if (tree->nodes[x].lock_count == 0)
+            continue;
+        if (--tree->nodes[x].lock_count == 0) {
+            tree->evictable_tokens += node_tokens(tree, x);
+            tree->protected_tokens -= node_tokens(tree, x);
+            if (is_leaf(tree, x))
+                policy_add(tree, x);
+        }
+    }
+}
+
+void kvio_radix_evict(kvio_radix_t *tree, size_t num_tokens, size_t *num_evicted_p)
+{
+    size_t evicted = 0;
+    while (evicted < num_tokens) {
+        uint32_t victim = tree->evict.ops->victim(tree->evict.priv);
+        if (victim == KVIO_EVICT_NONE)
+            break;
+        tree->in_set[victim] = 0;
+        radix_node_t *node = &tree->nodes[victim];
+        for (uint32_t i = 0; i < node->num_pages; i++)
+            tree->free_blocks[tree->num_free_blocks++] = node->blocks[i];
+        size_t tokens = node_tokens(tree, victim);
+        tree->evictable_tokens -= tokens;
+        evicted += tokens;
+        uint32_t parent = node->parent;
+        unlink_child(tree, victim);
+        free(node->blocks);
+        *node = (radix_node_t){0};
+        tree->free_nodes[tree->num_free_nodes++] = victim;
+        tree->num_nodes--;
+        if (parent != ROOT && is_leaf(tree, parent) && tree->nodes[parent].lock_count == 0)
+            policy_add(tree, parent);
+    }
+    if (num_evicted_p != NULL)
+        *num_evicted_p = evicted;
+}
+
+kvio_status_t kvio_radix_insert(kvio_radix_t *tree, const kvio_hash_t *keys, size_t num_keys,
+                                size_t *num_present_p)
+{
+    kvio_radix_node_t node;
+    size_t present;
+    kvio_status_t status = kvio_radix_match(tree, keys, num_keys, &node, &present);
+    if (status != KVIO_OK)
+        return status;
+    size_t pages = num_keys - present;
+    if (pages > 0) {
+        if (pages > tree->num_free_blocks) {
+            /* The matched path must survive the eviction it triggers. */
+            kvio_radix_lock(tree, node);
+            kvio_radix_evict(tree, (pages - tree->num_free_blocks) * tree->block_size, NULL);
+            kvio_radix_unlock(tree, node);
+        }
+        if (pages > tree->num_free_blocks)
+            return KVIO_ERR_NO_SPACE;
+        uint32_t child = new_node(tree, (uint32_t)pages);
+        if (child == NO_NODE)
+            return KVIO_ERR_NOMEM;
+        for (size_t i = 0; i < pages; i++) {
+            uint32_t block = tree->free_blocks[--tree->num_free_blocks];
+            tree->block_keys[block] = keys[present + i];
+            tree->nodes[child].blocks[i] = block;
+        }
+        policy_remove(tree, node); /* no longer a leaf */
+        link_child(tree, node, child);
+        tree->evictable_tokens += node_tokens(tree, child);
+        policy_add(tree, child);
+    }
+    if (num_present_p != NULL)
+        *num_present_p = present;
+    return KVIO_OK;
+}
+
+size_t kvio_radix_evictable_tokens(const kvio_radix_t *tree)
+{
+    return tree->evictable_tokens;
+}
+
+size_t kvio_radix_protected_tokens(const kvio_radix_t *tree)
+{
+    return tree->protected_tokens;
+}
+
+uint32_t kvio_radix_num_free_blocks(const kvio_radix_t *tree)
+{
+    return tree->num_free_blocks;
+}
+
+size_t kvio_radix_num_nodes(const kvio_radix_t *tree)
+{
+    return tree->num_nodes;
+}
+
+size_t kvio_radix_node_pages(const kvio_radix_t *tree, kvio_radix_node_t node)
+{
+    return node <= tree->num_blocks ? tree->nodes[node].num_pages : 0;
+}
+
+kvio_radix_node_t kvio_radix_node_parent(const kvio_radix_t *tree, kvio_radix_node_t node)
+{
+    return node != ROOT && node <= tree->num_blocks ? tree->nodes[node].parent : ROOT;
+}
+
+uint32_t kvio_radix_node_lock_count(const kvio_radix_t *tree, kvio_radix_node_t node)
+{
+    return node <= tree->num_blocks ? tree->nodes[node].lock_count : 0;
+}
