@@ -16,5 +16,6 @@ int kvio_cmd_run(int argc, char **argv);
 int kvio_cmd_validate(int argc, char **argv);
 int kvio_cmd_list(int argc, char **argv);
 int kvio_cmd_cachesim(int argc, char **argv);
+int kvio_cmd_stream(int argc, char **argv);
 
 #endif

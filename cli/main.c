@@ -17,6 +17,7 @@ static const command_t commands[] = {
     {"run", kvio_cmd_run, "run a workload (file or preset; quickstart by default)"},
     {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},
     {"list", kvio_cmd_list, "list the embedded presets"},
+    {"stream", kvio_cmd_stream, "export a workload's request stream (or a trace) as JSONL"},
     {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
     {NULL, NULL, NULL},
 };
