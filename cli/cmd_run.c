@@ -2,6 +2,7 @@
  * kvio_run(); they parse arguments, print errors and pick the exit status. */
 #include "cli/cli.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,16 @@
 #include "kvio/run.h"
 
 #define MAX_OVERRIDES 256
+
+/* Set by SIGINT/SIGTERM: the run stops, writes what it has and marks it
+ * incomplete. A signal handler can only reach a global. */
+static volatile sig_atomic_t stop_requested;
+
+static void request_stop(int signal_number)
+{
+    (void)signal_number;
+    stop_requested = 1;
+}
 
 /* Arguments shared by run and validate. */
 typedef struct run_args {
@@ -121,7 +132,13 @@ int kvio_cmd_run(int argc, char **argv)
     }
     kvio_run_options_t options = {
         .output_dir = args.output_dir, .force = args.force, .source = source,
+        .stop = &stop_requested,
     };
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = request_stop;
+    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGTERM, &action, NULL);
     kvio_run_result_t result;
     memset(&result, 0, sizeof(result));
     status = kvio_run(&workload, &options, &result, error, sizeof(error));

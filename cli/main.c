@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command_t commands[] = {
     {"run", kvio_cmd_run, "run a workload (file or preset; quickstart by default)"},
+    {"compare", kvio_cmd_compare, "run a workload's variants side by side (--vary key=a,b)"},
     {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},
     {"list", kvio_cmd_list, "list the embedded presets"},
     {"stream", kvio_cmd_stream, "export a workload's request stream (or a trace) as JSONL"},

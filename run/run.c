@@ -1,6 +1,7 @@
-/* kvio_run: creates the results directory, runs the parts that exist, and
- * writes summary.json (schema version, effective config, times, which parts
- * ran, complete flag) and a table on stdout. */
+/* kvio_run: checks everything the workload needs (model, GPU, KV capacity,
+ * stream or trace) before creating the results directory, runs the serve
+ * ranks, and writes summary.json (schema version, effective config, times,
+ * which parts ran, complete flag, metrics) and a table on stdout. */
 #include "kvio/run.h"
 
 #include <stdio.h>
@@ -29,25 +30,125 @@ static json_t *parts_json(const run_part_t *parts, size_t count)
     return array;
 }
 
+static double metric(const json_t *metrics, const char *key, const char *field)
+{
+    const json_t *value = json_object_get(metrics, key);
+    if (field != NULL)
+        value = json_object_get(value, field);
+    return json_number_value(value);
+}
+
+static void add_latency_row(kvio_table_t *table, const json_t *metrics, const char *key)
+{
+    char mean[32], p50[32], p90[32], p99[32];
+    snprintf(mean, sizeof(mean), "%.2f", metric(metrics, key, "mean"));
+    snprintf(p50, sizeof(p50), "%.2f", metric(metrics, key, "p50"));
+    snprintf(p90, sizeof(p90), "%.2f", metric(metrics, key, "p90"));
+    snprintf(p99, sizeof(p99), "%.2f", metric(metrics, key, "p99"));
+    kvio_table_add_row(table, key, mean, p50, p90, p99, NULL);
+}
+
+static void print_table(const kvio_workload_t *workload, const json_t *metrics,
+                        const char *results_dir, bool complete)
+{
+    kvio_table_t *table = NULL;
+    char title[256];
+    snprintf(title, sizeof(title), "kvio run %s (%s%s)", workload->name,
+             workload->mode == KVIO_MODE_EMULATE ? "emulate" : "simulate",
+             complete ? "" : ", INCOMPLETE");
+    if (kvio_table_create(title, &table) != KVIO_OK)
+        return;
+    char text[6][64];
+    kvio_table_add_row(table, "latency", "mean", "p50", "p90", "p99", NULL);
+    add_latency_row(table, metrics, "ttft_ms");
+    add_latency_row(table, metrics, "tpot_ms");
+    add_latency_row(table, metrics, "itl_ms");
+    add_latency_row(table, metrics, "e2el_ms");
+    kvio_table_print(table, stdout);
+    kvio_table_destroy(table);
+    if (kvio_table_create("", &table) != KVIO_OK)
+        return;
+    snprintf(text[0], sizeof(text[0]), "%.0f", metric(metrics, "completed", NULL));
+    kvio_table_add_row(table, "requests completed", text[0], NULL);
+    snprintf(text[1], sizeof(text[1]), "%.2f req/s", metric(metrics, "request_throughput", NULL));
+    kvio_table_add_row(table, "request throughput", text[1], NULL);
+    snprintf(text[2], sizeof(text[2]), "%.1f tok/s", metric(metrics, "output_throughput", NULL));
+    kvio_table_add_row(table, "output throughput", text[2], NULL);
+    snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
+    kvio_table_add_row(table, "goodput", text[3], NULL);
+    snprintf(text[4], sizeof(text[4]), "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
+    kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
+    snprintf(text[5], sizeof(text[5]), "%.0f", metric(metrics, "preemptions", NULL));
+    kvio_table_add_row(table, "preemptions", text[5], NULL);
+    char usage[64], au[64], simulated[64];
+    snprintf(usage, sizeof(usage), "%.1f %% mean, %.1f %% max",
+             100 * metric(metrics, "kv_usage_mean", NULL), 100 * metric(metrics, "kv_usage_max", NULL));
+    kvio_table_add_row(table, "KV usage", usage, NULL);
+    snprintf(au, sizeof(au), "%.1f %%", 100 * metric(metrics, "accelerator_utilization", NULL));
+    kvio_table_add_row(table, "accelerator utilization", au, NULL);
+    snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
+    kvio_table_add_row(table, "simulated time", simulated, NULL);
+    kvio_table_add_row(table, "results", results_dir, NULL);
+    kvio_table_print(table, stdout);
+    kvio_table_destroy(table);
+}
+
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
                        kvio_run_result_t *result_p, char *error_p, size_t error_len)
 {
     kvio_results_t *results = NULL;
-    kvio_status_t status = kvio_results_create(options->output_dir, workload->name,
-                                               options->force, &results, error_p, error_len);
+    kvio_stream_t *stream = NULL;
+    json_t *metrics = NULL;
+    bool complete = false;
+    kvio_status_t status;
+
+    if (workload->mode == KVIO_MODE_EMULATE) {
+        snprintf(error_p, error_len,
+                 "mode: emulate is not built yet; use mode: simulate (the virtual clock)");
+        return KVIO_ERR_UNSUPPORTED;
+    }
+    /* Everything that can be refused is checked before the directory exists. */
+    kvio_model_t model = workload->model;
+    kvio_gpu_t gpu = workload->gpu;
+    status = kvio_model_resolve(&model, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_gpu_resolve(&gpu, error_p, error_len);
+    uint32_t blocks = 0;
+    if (status == KVIO_OK)
+        status = kvio_serve_kv_blocks(&workload->serve, &model, &gpu,
+                                      workload->cost.tensor_parallel, &blocks, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                    workload->duration_ns, &stream, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_results_create(options->output_dir, workload->name, options->force,
+                                     &results, error_p, error_len);
     if (status != KVIO_OK)
-        return status;
+        goto out;
 
     uint64_t start_ns = kvio_wall_time_ns();
-    const run_part_t parts[] = {
-        {"config", true, "validated and recorded"},
-        {"results", true, "results directory and summary written"},
-        {"engine", false, "serving engine not built yet"},
-        {"model_updates", false, "training ranks and transports not built yet"},
+    kvio_serve_run_t serve_run = {
+        .serve = &workload->serve,
+        .model = &model,
+        .gpu = &gpu,
+        .cost = &workload->cost,
+        .num_ranks = (uint32_t)workload->ranks.serve,
+        .seed = (uint64_t)workload->seed,
+        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
+        .warmup_ns = workload->warmup_ns,
+        .warmup_requests = workload->warmup_requests,
+        .stream = stream,
+        .results = results,
+        .stop = options->stop,
     };
-    size_t num_parts = sizeof(parts) / sizeof(parts[0]);
+    status = kvio_serve_simulate(&serve_run, &metrics, &complete, error_p, error_len);
     uint64_t end_ns = kvio_wall_time_ns();
 
+    const run_part_t parts[] = {
+        {"config", true, "validated and recorded"},
+        {"engine", status == KVIO_OK, "serve ranks on the virtual clock (simulate)"},
+        {"model_updates", false, "training ranks and transports not built yet"},
+    };
     char start_text[64], end_text[64];
     kvio_format_utc(start_ns, start_text, sizeof(start_text));
     kvio_format_utc(end_ns, end_text, sizeof(end_text));
@@ -56,36 +157,36 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_object_set_new(summary, "kvio_version", json_string(KVIO_VERSION));
     json_object_set_new(summary, "name", json_string(workload->name));
     json_object_set_new(summary, "source", json_string(options->source ? options->source : ""));
-    json_object_set_new(summary, "complete", json_true());
+    json_object_set_new(summary, "complete", json_boolean(status == KVIO_OK && complete));
+    if (status != KVIO_OK)
+        json_object_set_new(summary, "error", json_string(error_p));
     json_object_set_new(summary, "start_time", json_string(start_text));
     json_object_set_new(summary, "end_time", json_string(end_text));
     json_object_set_new(summary, "wall_s", json_real((double)(end_ns - start_ns) / 1e9));
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
-    json_object_set_new(summary, "parts", parts_json(parts, num_parts));
-    json_object_set_new(summary, "metrics", json_object());
-    status = kvio_results_write_json(results, "summary.json", summary, error_p, error_len);
+    json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
+    json_object_set_new(summary, "metrics", metrics != NULL ? json_incref(metrics) : json_object());
+    char write_error[512] = "";
+    kvio_status_t write_status = kvio_results_write_json(results, "summary.json", summary,
+                                                         write_error, sizeof(write_error));
     json_decref(summary);
-
-    if (status == KVIO_OK) {
-        snprintf(result_p->results_dir, sizeof(result_p->results_dir), "%s",
-                 kvio_results_path(results));
-        result_p->complete = true;
-        if (!options->quiet) {
-            kvio_table_t *table = NULL;
-            if (kvio_table_create("kvio run", &table) == KVIO_OK) {
-                kvio_table_add_row(table, "workload", workload->name, NULL);
-                kvio_table_add_row(table, "mode",
-                                   workload->mode == KVIO_MODE_EMULATE ? "emulate" : "simulate",
-                                   NULL);
-                for (size_t i = 0; i < num_parts; i++)
-                    kvio_table_add_row(table, parts[i].name, parts[i].ran ? "ran" : "pending",
-                                       parts[i].note, NULL);
-                kvio_table_add_row(table, "results", kvio_results_path(results), NULL);
-                kvio_table_print(table, stdout);
-                kvio_table_destroy(table);
-            }
-        }
+    if (status == KVIO_OK && write_status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s", write_error);
+        status = write_status;
     }
+    snprintf(result_p->results_dir, sizeof(result_p->results_dir), "%s",
+             kvio_results_path(results));
+    result_p->complete = status == KVIO_OK && complete;
+    if (status == KVIO_OK && !options->quiet)
+        print_table(workload, metrics, kvio_results_path(results), complete);
+    if (status == KVIO_OK && !complete) {
+        snprintf(error_p, error_len, "run interrupted; %s/summary.json says complete: false",
+                 kvio_results_path(results));
+        status = KVIO_ERR_INTERRUPTED;
+    }
+out:
+    json_decref(metrics);
+    kvio_stream_destroy(stream);
     kvio_results_destroy(results);
     return status;
 }

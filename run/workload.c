@@ -11,6 +11,16 @@
 
 static const char *const mode_names[] = {"simulate", "emulate", NULL};
 
+static const kvio_opt_t ranks_options[] = {
+    {.key = "train", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, train),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1024,
+     .help = "training ranks"},
+    {.key = "serve", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, serve),
+     .default_value = "1", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 4096,
+     .help = "serve ranks (each an engine with its own KV cache)"},
+    {.key = NULL},
+};
+
 const kvio_opt_t kvio_workload_options[] = {
     {.key = "name", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_workload_t, name),
      .default_value = "kvio", .help = "run name; used in the results directory name"},
@@ -26,6 +36,21 @@ const kvio_opt_t kvio_workload_options[] = {
      .help = "how long the run lasts (virtual time in simulate mode)"},
     {.key = "warmup", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_workload_t, warmup_ns),
      .default_value = "0s", .help = "initial stretch excluded from the metrics"},
+    {.key = "warmup_requests", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_workload_t, warmup_requests), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "the first N requests are excluded from the metrics"},
+    {.key = "ranks", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, ranks),
+     .options = ranks_options},
+    {.key = "model", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, model),
+     .options = kvio_model_options},
+    {.key = "gpu", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, gpu),
+     .options = kvio_gpu_options},
+    {.key = "cost", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, cost),
+     .options = kvio_cost_options},
+    {.key = "serve", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, serve),
+     .options = kvio_serve_options},
+    {.key = "slo", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, slo),
+     .options = kvio_slo_options},
     {.key = "stream", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, stream),
      .options = kvio_stream_options, .help = "the request stream (workloads/README.md)"},
     {.key = NULL},

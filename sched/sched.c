@@ -294,6 +294,8 @@ static bool admit_conservative(kvio_sched_t *sched, const kvio_sched_request_t *
                                const kvio_sched_view_t *view)
 {
     (void)sched;
+    if (view->num_running == 0)
+        return true; /* nothing to wait for: refusing would starve it */
     uint64_t reserved = blocks_for((uint64_t)candidate->prompt_tokens + candidate->max_tokens,
                                    view->block_size);
     for (size_t i = 0; i < view->num_running; i++) {
@@ -362,6 +364,8 @@ uint64_t kvio_sched_projected_peak(const kvio_sched_view_t *view,
 static bool admit_pkas(kvio_sched_t *sched, const kvio_sched_request_t *candidate,
                        const kvio_sched_view_t *view)
 {
+    if (view->num_running == 0)
+        return true; /* nothing to wait for: refusing would starve it */
     double limit = (double)view->capacity_blocks * (1.0 - sched->config.pkas_margin);
     return (double)kvio_sched_projected_peak(view, candidate) <= limit;
 }
@@ -521,6 +525,11 @@ void kvio_sched_destroy(kvio_sched_t *sched)
 const char *kvio_sched_policy_name(const kvio_sched_t *sched)
 {
     return sched->policy->name;
+}
+
+const char *kvio_policy_kind_name(int kind)
+{
+    return kind >= 0 && kind <= KVIO_POLICY_PKAS ? policy_names[kind] : "?";
 }
 
 unsigned kvio_sched_caps(const kvio_sched_t *sched)

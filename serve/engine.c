@@ -768,6 +768,11 @@ uint32_t kvio_engine_num_blocks(const kvio_engine_t *engine)
     return engine->num_blocks;
 }
 
+uint32_t kvio_engine_block_size(const kvio_engine_t *engine)
+{
+    return engine->block_size;
+}
+
 uint64_t kvio_engine_active_decode_blocks(const kvio_engine_t *engine)
 {
     uint64_t blocks = 0;

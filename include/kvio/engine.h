@@ -175,6 +175,7 @@ kvio_status_t kvio_engine_request_state(const kvio_engine_t *engine, uint64_t id
 uint32_t kvio_engine_load(const kvio_engine_t *engine);
 uint32_t kvio_engine_free_blocks(const kvio_engine_t *engine);
 uint32_t kvio_engine_num_blocks(const kvio_engine_t *engine);
+uint32_t kvio_engine_block_size(const kvio_engine_t *engine);
 uint64_t kvio_engine_active_decode_blocks(const kvio_engine_t *engine);
 size_t kvio_engine_cached_prefix(const kvio_engine_t *engine, const kvio_hash_t *hashes,
                                  size_t num_hashes, uint32_t prompt_tokens);

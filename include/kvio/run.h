@@ -6,12 +6,22 @@
 
 #include "kvio/config.h"
 #include "kvio/status.h"
+#include "kvio/cost.h"
+#include "kvio/serve.h"
 #include "kvio/stream.h"
+
+#include <signal.h>
 
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef enum { KVIO_MODE_SIMULATE = 0, KVIO_MODE_EMULATE = 1 } kvio_mode_t;
+
+/* How many ranks play each role. */
+typedef struct kvio_ranks_config {
+    int64_t train;
+    int64_t serve;
+} kvio_ranks_config_t;
 
 /* The workload: the top level of a YAML file. */
 typedef struct kvio_workload {
@@ -20,6 +30,13 @@ typedef struct kvio_workload {
     int mode;             /* kvio_mode_t */
     int64_t duration_ns;
     int64_t warmup_ns;
+    int64_t warmup_requests;
+    kvio_ranks_config_t ranks;
+    kvio_model_t model;
+    kvio_gpu_t gpu;
+    kvio_cost_config_t cost;
+    kvio_serve_config_t serve;
+    kvio_slo_config_t slo;
     kvio_stream_config_t stream;
 } kvio_workload_t;
 
@@ -41,6 +58,7 @@ typedef struct kvio_run_options {
     bool force;             /* reuse an existing output directory */
     const char *source;     /* what was loaded, for the summary */
     bool quiet;             /* no table on stdout */
+    volatile sig_atomic_t *stop; /* set (e.g. by SIGINT) to stop early; may be NULL */
 } kvio_run_options_t;
 
 /* What a run produced. */

@@ -84,6 +84,9 @@ kvio_status_t kvio_sched_create(const kvio_sched_config_t *config, uint64_t seed
 void kvio_sched_destroy(kvio_sched_t *sched);
 
 const char *kvio_sched_policy_name(const kvio_sched_t *sched);
+
+/* Name of a policy kind ("pkas"), or "?". */
+const char *kvio_policy_kind_name(int kind);
 unsigned kvio_sched_caps(const kvio_sched_t *sched);
 
 /* Fills request->predicted_output (at least 1, at most max_tokens). */

@@ -1,0 +1,430 @@
+/* Simulate mode: a discrete-event loop on a virtual clock. Arrivals from the
+ * stream are routed to serve ranks; each rank's engine runs iterations whose
+ * length the cost model gives. Also the `serve:` and `slo:` option tables,
+ * KV capacity in blocks, and the serving metrics as JSON. */
+#include "kvio/serve.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/log.h"
+#include "kvio/progress.h"
+
+static const char *const router_names[] = {"round_robin", "least_loaded", "prefix_affinity",
+                                           "kv_cost", NULL};
+
+static const kvio_opt_t router_options[] = {
+    {.key = "policy", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_router_config_t, policy),
+     .values = router_names, .default_value = "round_robin",
+     .help = "how requests are spread over serve ranks"},
+    {.key = "load_cap", .type = KVIO_OPT_INT, .offset = offsetof(kvio_router_config_t, load_cap),
+     .default_value = "16", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "prefix_affinity: most requests a rank may have above the least loaded"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_serve_options[] = {
+    {.key = "engine", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, engine),
+     .options = kvio_engine_options},
+    {.key = "scheduler", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_serve_config_t, scheduler), .options = kvio_sched_options},
+    {.key = "kvcache", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, kvcache),
+     .options = kvio_kvcache_section_options},
+    {.key = "router", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, router),
+     .options = router_options},
+    {.key = "max_concurrency", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_serve_config_t, max_concurrency), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "closed loop: at most this many requests in flight (0: open loop)"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_slo_options[] = {
+    {.key = "ttft", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_slo_config_t, ttft_ns),
+     .default_value = "0s", .help = "time-to-first-token bound for goodput (0: none)"},
+    {.key = "tpot", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_slo_config_t, tpot_ns),
+     .default_value = "0s", .help = "time-per-output-token bound for goodput (0: none)"},
+    {.key = NULL},
+};
+
+kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_model_t *model,
+                                   const kvio_gpu_t *gpu, int64_t tensor_parallel,
+                                   uint32_t *blocks_p, char *error_p, size_t error_len)
+{
+    const kvio_kvcache_section_t *kv = &serve->kvcache;
+    uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, tensor_parallel) *
+                           (uint64_t)kv->block_size;
+    uint64_t blocks;
+    if (kv->blocks > 0) {
+        blocks = (uint64_t)kv->blocks;
+    } else {
+        uint64_t capacity = kv->capacity;
+        if (capacity == 0) {
+            kvio_status_t status = kvio_cost_kv_capacity(model, gpu, tensor_parallel,
+                                                         kv->gpu_memory_utilization, &capacity,
+                                                         error_p, error_len);
+            if (status != KVIO_OK)
+                return status;
+        }
+        blocks = block_bytes > 0 ? capacity / block_bytes : 0;
+    }
+    if (blocks < 1) {
+        snprintf(error_p, error_len,
+                 "serve.kvcache: the capacity holds no block of %llu bytes (%lld tokens)",
+                 (unsigned long long)block_bytes, (long long)kv->block_size);
+        return KVIO_ERR_CONFIG;
+    }
+    if (blocks > 1000000000ull) {
+        snprintf(error_p, error_len, "serve.kvcache: %llu blocks is more than kvio supports (1e9)",
+                 (unsigned long long)blocks);
+        return KVIO_ERR_CONFIG;
+    }
+    *blocks_p = (uint32_t)blocks;
+    return KVIO_OK;
+}
+
+/* ---------- metrics ---------- */
+
+static json_t *latency_json(const kvio_hist_t *hist)
+{
+    kvio_hist_summary_t summary;
+    kvio_hist_summarize(hist, 1e-6, &summary);
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)summary.count,
+                     "mean", summary.mean, "p50", summary.p50, "p90", summary.p90, "p99",
+                     summary.p99, "max", summary.max);
+}
+
+json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
+{
+    double window_s = metrics->measure_end_ns > metrics->measure_start_ns
+                          ? (double)(metrics->measure_end_ns - metrics->measure_start_ns) / 1e9
+                          : 0;
+    double span_s = metrics->last_finish_ns > metrics->first_arrival_ns
+                        ? (double)(metrics->last_finish_ns - metrics->first_arrival_ns) / 1e9
+                        : 0;
+    double per_s = window_s > 0 ? 1.0 / window_s : 0;
+    json_t *object = json_object();
+    json_object_set_new(object, "completed", json_integer((json_int_t)metrics->requests));
+    json_object_set_new(object, "measured", json_integer((json_int_t)metrics->measured_requests));
+    json_object_set_new(object, "duration_s", json_real(window_s));
+    json_object_set_new(object, "ttft_ms", latency_json(metrics->ttft));
+    json_object_set_new(object, "tpot_ms", latency_json(metrics->tpot));
+    json_object_set_new(object, "itl_ms", latency_json(metrics->itl));
+    json_object_set_new(object, "e2el_ms", latency_json(metrics->e2el));
+    json_object_set_new(object, "request_throughput",
+                        json_real((double)metrics->measured_requests * per_s));
+    json_object_set_new(object, "input_throughput",
+                        json_real((double)metrics->input_tokens * per_s));
+    json_object_set_new(object, "output_throughput",
+                        json_real((double)metrics->output_tokens * per_s));
+    json_object_set_new(object, "goodput", json_real((double)metrics->good_requests * per_s));
+    json_object_set_new(object, "input_tokens", json_integer((json_int_t)metrics->input_tokens));
+    json_object_set_new(object, "output_tokens", json_integer((json_int_t)metrics->output_tokens));
+    json_object_set_new(object, "prefix_cache_queries",
+                        json_integer((json_int_t)metrics->prefix_queries));
+    json_object_set_new(object, "prefix_cache_hits", json_integer((json_int_t)metrics->prefix_hits));
+    json_object_set_new(object, "hit_rate",
+                        json_real(metrics->prefix_queries
+                                      ? (double)metrics->prefix_hits / (double)metrics->prefix_queries
+                                      : 0));
+    json_object_set_new(object, "resumed_prefix_cache_queries",
+                        json_integer((json_int_t)metrics->resumed_prefix_queries));
+    json_object_set_new(object, "resumed_prefix_cache_hits",
+                        json_integer((json_int_t)metrics->resumed_prefix_hits));
+    json_object_set_new(object, "preemptions", json_integer((json_int_t)metrics->preemptions));
+    json_object_set_new(object, "recomputed_tokens",
+                        json_integer((json_int_t)metrics->recomputed_tokens));
+    json_object_set_new(object, "swapped_bytes", json_integer((json_int_t)metrics->swapped_bytes));
+    json_object_set_new(object, "iterations", json_integer((json_int_t)metrics->iterations));
+    json_object_set_new(object, "kv_usage_mean",
+                        json_real(metrics->busy_ns > 0
+                                      ? metrics->usage_time_integral / (double)metrics->busy_ns
+                                      : 0));
+    json_object_set_new(object, "kv_usage_max", json_real(metrics->max_usage));
+    json_object_set_new(object, "accelerator_utilization",
+                        json_real(span_s > 0 ? (double)metrics->busy_ns / 1e9 / span_s : 0));
+    return object;
+}
+
+/* ---------- the event loop ---------- */
+
+typedef struct simulation {
+    const kvio_serve_run_t *run;
+    uint32_t num_ranks;
+    uint32_t block_size;
+    kvio_cost_t *cost;
+    kvio_engine_t **engines;
+    int64_t *busy_until; /* end of the running iteration; -1: idle */
+    kvio_router_t *router;
+    kvio_csv_t *requests_csv, *iterations_csv;
+    kvio_hash_t *hashes;
+    size_t hashes_capacity;
+    uint64_t in_flight;
+    uint64_t dispatched;
+} simulation_t;
+
+static void on_finish(void *context, const kvio_engine_finished_t *finished)
+{
+    simulation_t *sim = context;
+    sim->in_flight--;
+    if (sim->requests_csv == NULL)
+        return;
+    kvio_csv_row(sim->requests_csv, "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
+                 (unsigned long long)finished->id, finished->rank, finished->arrival_ns / 1e9,
+                 finished->first_token_ns / 1e9, finished->finish_ns / 1e9,
+                 finished->prompt_tokens, finished->output_tokens, finished->cached_tokens,
+                 finished->preemptions, (unsigned long long)finished->tag, finished->measured);
+}
+
+static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
+{
+    simulation_t *sim = context;
+    if (sim->iterations_csv == NULL)
+        return;
+    kvio_csv_row(sim->iterations_csv, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu",
+                 iteration->start_ns / 1e9, rank, iteration->duration_ns / 1e6,
+                 iteration->num_scheduled, (unsigned long long)iteration->batch.prefill_tokens,
+                 (unsigned long long)iteration->batch.decode_seqs, iteration->kv_usage,
+                 iteration->running, iteration->waiting, iteration->num_preempted,
+                 (unsigned long long)iteration->swap_bytes);
+}
+
+static void simulation_free(simulation_t *sim)
+{
+    for (uint32_t r = 0; sim->engines != NULL && r < sim->num_ranks; r++)
+        kvio_engine_destroy(sim->engines[r]);
+    free(sim->engines);
+    free(sim->busy_until);
+    kvio_router_destroy(sim->router);
+    kvio_cost_destroy(sim->cost);
+    free(sim->hashes);
+}
+
+static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *run,
+                                     char *error_p, size_t error_len)
+{
+    memset(sim, 0, sizeof(*sim));
+    sim->run = run;
+    sim->num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
+    sim->block_size = (uint32_t)run->serve->kvcache.block_size;
+    uint32_t blocks;
+    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
+                                                run->cost->tensor_parallel, &blocks, error_p,
+                                                error_len);
+    if (status != KVIO_OK)
+        return status;
+    status = kvio_cost_create(run->cost, run->model, run->gpu, &sim->cost, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    status = kvio_router_create(&run->serve->router, &sim->router);
+    sim->engines = calloc(sim->num_ranks, sizeof(*sim->engines));
+    sim->busy_until = malloc(sim->num_ranks * sizeof(int64_t));
+    if (status != KVIO_OK || sim->engines == NULL || sim->busy_until == NULL)
+        return status != KVIO_OK ? status : KVIO_ERR_NOMEM;
+    for (uint32_t rank = 0; rank < sim->num_ranks; rank++) {
+        sim->busy_until[rank] = -1;
+        kvio_engine_params_t params = {
+            .config = &run->serve->engine,
+            .num_blocks = blocks,
+            .block_size = sim->block_size,
+            .prefix_caching = run->serve->kvcache.prefix_caching,
+            .free_order = run->serve->kvcache.free_order,
+            .eviction = run->serve->kvcache.eviction,
+            .sched = &run->serve->scheduler,
+            .seed = run->seed + rank,
+            .cost = sim->cost,
+            .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
+                                                                run->cost->tensor_parallel),
+            .host_bandwidth = run->gpu->host_bandwidth,
+            .slo = run->slo,
+            .rank = rank,
+            .observer = {.context = sim, .on_finish = on_finish, .on_iteration = on_iteration},
+        };
+        status = kvio_engine_create(&params, &sim->engines[rank], error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+    }
+    return KVIO_OK;
+}
+
+/* Starts rank's next iteration at now, or marks it idle. An idle engine
+ * with waiting requests that cannot start is stuck: that is an error. */
+static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t now_ns,
+                                     char *error_p, size_t error_len)
+{
+    kvio_engine_t *engine = sim->engines[rank];
+    if (!kvio_engine_has_work(engine)) {
+        sim->busy_until[rank] = -1;
+        return KVIO_OK;
+    }
+    kvio_engine_iteration_t iteration;
+    kvio_status_t status = kvio_engine_schedule(engine, now_ns, &iteration);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "serve rank %u: %s", rank, kvio_strerror(status));
+        return status;
+    }
+    if (iteration.duration_ns <= 0) {
+        uint64_t waiting[1] = {0};
+        kvio_engine_waiting_ids(engine, waiting, 1);
+        snprintf(error_p, error_len,
+                 "serve rank %u: request %llu cannot start: it needs more KV blocks than the "
+                 "%u the cache holds (raise serve.kvcache.capacity or shorten the stream's "
+                 "lengths)",
+                 rank, (unsigned long long)waiting[0], kvio_engine_num_blocks(engine));
+        return KVIO_ERR_CONFIG;
+    }
+    sim->busy_until[rank] = now_ns + iteration.duration_ns;
+    return KVIO_OK;
+}
+
+static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, int64_t now_ns,
+                              bool measured, char *error_p, size_t error_len)
+{
+    size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) / sim->block_size;
+    if (num_blocks > sim->hashes_capacity) {
+        size_t capacity = num_blocks + 1024;
+        kvio_hash_t *hashes = realloc(sim->hashes, capacity * sizeof(*hashes));
+        if (hashes == NULL)
+            return KVIO_ERR_NOMEM;
+        sim->hashes = hashes;
+        sim->hashes_capacity = capacity;
+    }
+    kvio_status_t status = kvio_request_block_hashes(request, sim->block_size, 0, num_blocks,
+                                                     NULL, sim->hashes);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "request %llu: cannot derive its block hashes",
+                 (unsigned long long)request->id);
+        return status;
+    }
+    kvio_engine_request_t engine_request = {
+        .id = request->id,
+        .arrival_ns = now_ns,
+        .prompt_tokens = request->input_tokens,
+        .output_tokens = request->output_tokens,
+        .max_tokens = request->max_tokens,
+        .priority = request->priority,
+        .hashes = sim->hashes,
+        .num_hashes = num_blocks,
+        .measured = measured,
+    };
+    if (engine_request.prompt_tokens == 0)
+        return KVIO_OK; /* nothing to serve; streams do not produce these */
+    uint32_t rank = kvio_router_choose(sim->router, sim->engines, sim->num_ranks, &engine_request);
+    status = kvio_engine_add(sim->engines[rank], &engine_request);
+    if (status != KVIO_OK)
+        return status;
+    sim->in_flight++;
+    sim->dispatched++;
+    if (sim->busy_until[rank] < 0)
+        return start_iteration(sim, rank, now_ns, error_p, error_len);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_p,
+                                  bool *complete_p, char *error_p, size_t error_len)
+{
+    simulation_t sim;
+    kvio_status_t status = simulation_init(&sim, run, error_p, error_len);
+    if (status != KVIO_OK)
+        goto out;
+    if (run->results != NULL) {
+        status = kvio_csv_open(run->results, "requests.csv",
+                               "id,rank,arrival_s,first_token_s,finish_s,input_tokens,"
+                               "output_tokens,cached_tokens,preemptions,model_version,measured",
+                               &sim.requests_csv);
+        if (status == KVIO_OK)
+            status = kvio_csv_open(run->results, "iterations.csv",
+                                   "time_s,rank,duration_ms,batch_size,prefill_tokens,"
+                                   "decode_seqs,kv_usage,running,waiting,preempted,swap_bytes",
+                                   &sim.iterations_csv);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "%s: cannot write the CSV files: %s",
+                     kvio_results_path(run->results), kvio_strerror(status));
+            goto out;
+        }
+    }
+    kvio_progress_t *progress = NULL;
+    kvio_progress_create("simulate: requests", 0, &progress);
+
+    const kvio_request_t *next = NULL;
+    status = kvio_stream_next(run->stream, &next);
+    int64_t now_ns = 0;
+    bool stopped = false;
+    uint64_t request_index = 0;
+    while (status == KVIO_OK) {
+        if (run->stop != NULL && *run->stop) {
+            stopped = true;
+            break;
+        }
+        int64_t arrival_ns = INT64_MAX;
+        bool closed = run->serve->max_concurrency > 0 &&
+                      sim.in_flight >= (uint64_t)run->serve->max_concurrency;
+        if (next != NULL && !closed)
+            arrival_ns = next->arrival_ns > now_ns ? next->arrival_ns : now_ns;
+        uint32_t rank = 0;
+        int64_t engine_ns = INT64_MAX;
+        for (uint32_t r = 0; r < sim.num_ranks; r++) {
+            if (sim.busy_until[r] >= 0 && sim.busy_until[r] < engine_ns) {
+                engine_ns = sim.busy_until[r];
+                rank = r;
+            }
+        }
+        if (arrival_ns == INT64_MAX && engine_ns == INT64_MAX)
+            break;
+        if (arrival_ns <= engine_ns) {
+            now_ns = arrival_ns;
+            bool measured = now_ns >= run->warmup_ns &&
+                            request_index >= (uint64_t)run->warmup_requests;
+            status = dispatch(&sim, next, now_ns, measured, error_p, error_len);
+            request_index++;
+            if (status == KVIO_OK)
+                status = kvio_stream_next(run->stream, &next);
+            if (progress != NULL)
+                kvio_progress_update(progress, request_index);
+        } else {
+            now_ns = engine_ns;
+            kvio_engine_complete(sim.engines[rank], now_ns);
+            status = start_iteration(&sim, rank, now_ns, error_p, error_len);
+        }
+    }
+    kvio_progress_destroy(progress);
+    if (status != KVIO_OK && error_p[0] == '\0')
+        snprintf(error_p, error_len, "simulate: %s", kvio_strerror(status));
+    if (status == KVIO_OK) {
+        kvio_engine_metrics_t total;
+        status = kvio_engine_metrics_init(&total);
+        if (status == KVIO_OK) {
+            json_t *per_rank = json_array();
+            for (uint32_t r = 0; r < sim.num_ranks; r++) {
+                const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim.engines[r]);
+                kvio_engine_metrics_merge(&total, metrics);
+                json_array_append_new(per_rank, kvio_serve_metrics_json(metrics));
+            }
+            json_t *metrics = kvio_serve_metrics_json(&total);
+            json_object_set_new(metrics, "serve_ranks", json_integer(sim.num_ranks));
+            json_object_set_new(metrics, "kv_blocks_per_rank",
+                                json_integer(kvio_engine_num_blocks(sim.engines[0])));
+            json_object_set_new(metrics, "block_size", json_integer(sim.block_size));
+            json_object_set_new(metrics, "scheduler",
+                                json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
+            json_object_set_new(metrics, "router", json_string(kvio_router_name(sim.router)));
+            json_object_set_new(metrics, "simulated_s", json_real((double)now_ns / 1e9));
+            json_object_set_new(metrics, "per_rank", per_rank);
+            kvio_engine_metrics_fini(&total);
+            *metrics_p = metrics;
+            *complete_p = !stopped;
+        }
+    }
+out:
+    if (kvio_csv_close(sim.requests_csv) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "requests.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    if (kvio_csv_close(sim.iterations_csv) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "iterations.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    simulation_free(&sim);
+    return status;
+}

@@ -1,0 +1,288 @@
+/* Invariants of whole simulate runs: tokens are conserved and every request
+ * finishes once, KV usage stays within capacity, runs are byte-identical for
+ * a seed, pkas avoids the preemptions fcfs suffers on long contexts, lpm
+ * beats fcfs on shared prefixes, and kvio compare writes its variants. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/run.h"
+#include "kvio/stream.h"
+#include "tests/helpers.h"
+
+/* A stream of long prompts and long outputs against 2,000 blocks of 16
+ * tokens (32K tokens, room for about three requests): 40 requests at time 0,
+ * 6,000–10,000 prompt tokens, 500–1,500 output tokens, so the running set's
+ * growth overflows the KV cache under fcfs. Prefix caching is off, so a
+ * preempted request recomputes its whole context (the PKAS setting; with it
+ * on, the victim's blocks usually survive in the cache and recompute is
+ * cheap). */
+static const char *long_context =
+    "name: long\nseed: 3\nmode: simulate\nduration: 600s\n"
+    "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+    "serve:\n  engine: {max_num_seqs: 64, max_num_batched_tokens: 8192}\n"
+    "  kvcache: {block_size: 16, blocks: 2000, prefix_caching: false}\n"
+    "stream:\n  requests: 40\n  arrival: {process: batch}\n"
+    "  input_tokens: {dist: uniform, low: 6000, high: 10000}\n"
+    "  output_tokens: {dist: uniform, low: 500, high: 1500}\n";
+
+/* Shared system prompts of 1,024 tokens (12 of them, equally popular) with
+ * short unique suffixes, arriving at 40 req/s — above what the rank serves —
+ * into a KV cache that holds about three prompts. */
+static const char *shared_prefix =
+    "name: shared\nseed: 5\nmode: simulate\nduration: 60s\n"
+    "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+    "serve:\n  engine: {max_num_seqs: 16, max_num_batched_tokens: 2048}\n"
+    "  kvcache: {block_size: 16, blocks: 320}\n"
+    "stream:\n  requests: 600\n  arrival: {process: poisson, rate: 40}\n"
+    "  input_tokens: {dist: constant, value: 1100}\n"
+    "  output_tokens: {dist: constant, value: 8}\n"
+    "  prefix: {system_prompts: {count: 12, tokens: 1024, zipf: 0}}\n";
+
+typedef struct run_output {
+    char *dir;
+    json_t *summary;
+} run_output_t;
+
+static run_output_t run_text(const char *text, const char *const *sets, size_t num_sets)
+{
+    run_output_t output;
+    output.dir = test_tmpdir();
+    char *file = test_write_file(output.dir, "w.yaml", text);
+    kvio_workload_t workload;
+    char error[1024];
+    cr_assert_eq(kvio_workload_load(file, sets, num_sets, &workload, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", output.dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file};
+    kvio_run_result_t result;
+    cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    kvio_workload_free(&workload);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    json_error_t json_error;
+    output.summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(output.summary, "%s", json_error.text);
+    free(file);
+    return output;
+}
+
+static void run_free(run_output_t *output)
+{
+    json_decref(output->summary);
+    test_rmtree(output->dir);
+    free(output->dir);
+}
+
+static double metric(const run_output_t *output, const char *key)
+{
+    return json_number_value(json_object_get(json_object_get(output->summary, "metrics"), key));
+}
+
+static char *read_out(const run_output_t *output, const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/%s", output->dir, name);
+    return test_read_file(path);
+}
+
+Test(simulate, every_request_finishes_once_with_its_output, .timeout = 60)
+{
+    run_output_t output = run_text(long_context, NULL, 0);
+    cr_assert_eq(metric(&output, "completed"), 40);
+    cr_assert(json_is_true(json_object_get(output.summary, "complete")));
+    /* The stream's own outputs, regenerated from the same config and seed. */
+    char *file = test_write_file(output.dir, "again.yaml", long_context);
+    kvio_workload_t workload;
+    char error[512];
+    cr_assert_eq(kvio_workload_load(file, NULL, 0, &workload, error, sizeof(error)), KVIO_OK);
+    kvio_stream_t *stream;
+    cr_assert_eq(kvio_stream_create(&workload.stream, (uint64_t)workload.seed,
+                                    workload.duration_ns, &stream, error, sizeof(error)), KVIO_OK);
+    uint64_t expected_output = 0, expected_input = 0;
+    const kvio_request_t *request;
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL) {
+        uint32_t output_tokens = request->output_tokens;
+        if (request->max_tokens > 0 && output_tokens > request->max_tokens)
+            output_tokens = request->max_tokens;
+        expected_output += output_tokens;
+        expected_input += request->input_tokens;
+    }
+    kvio_stream_destroy(stream);
+    kvio_workload_free(&workload);
+    cr_assert_eq(metric(&output, "output_tokens"), (double)expected_output);
+    cr_assert_eq(metric(&output, "input_tokens"), (double)expected_input);
+    /* requests.csv: one row per request, each id once. */
+    char *csv = read_out(&output, "requests.csv");
+    int seen[40] = {0};
+    int rows = 0;
+    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0'; line = strchr(line + 1, '\n')) {
+        unsigned id = (unsigned)strtoul(line + 1, NULL, 10);
+        cr_assert_lt(id, 40);
+        seen[id]++;
+        rows++;
+    }
+    cr_assert_eq(rows, 40);
+    for (int id = 0; id < 40; id++)
+        cr_assert_eq(seen[id], 1, "request %d finished %d times", id, seen[id]);
+    free(csv);
+    free(file);
+    run_free(&output);
+}
+
+Test(simulate, kv_usage_never_exceeds_capacity, .timeout = 60)
+{
+    run_output_t output = run_text(long_context, NULL, 0);
+    cr_assert_leq(metric(&output, "kv_usage_max"), 1.0);
+    char *csv = read_out(&output, "iterations.csv");
+    int lines = 0;
+    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0'; line = strchr(line + 1, '\n')) {
+        /* kv_usage is the 7th column */
+        char *field = line + 1;
+        for (int column = 0; column < 6; column++)
+            field = strchr(field, ',') + 1;
+        cr_assert_leq(strtod(field, NULL), 1.0);
+        lines++;
+    }
+    cr_assert_gt(lines, 100);
+    free(csv);
+    run_free(&output);
+}
+
+Test(simulate, same_seed_gives_identical_results, .timeout = 60)
+{
+    run_output_t first = run_text(shared_prefix, NULL, 0);
+    run_output_t second = run_text(shared_prefix, NULL, 0);
+    char *a = json_dumps(json_object_get(first.summary, "metrics"), JSON_SORT_KEYS);
+    char *b = json_dumps(json_object_get(second.summary, "metrics"), JSON_SORT_KEYS);
+    cr_assert_str_eq(a, b);
+    const char *files[] = {"requests.csv", "iterations.csv"};
+    for (int f = 0; f < 2; f++) {
+        char *x = read_out(&first, files[f]);
+        char *y = read_out(&second, files[f]);
+        cr_assert_str_eq(x, y, "%s differs", files[f]);
+        free(x);
+        free(y);
+    }
+    free(a);
+    free(b);
+    run_free(&first);
+    run_free(&second);
+}
+
+Test(simulate, pkas_avoids_the_preemptions_fcfs_suffers, .timeout = 120)
+{
+    const char *fcfs_sets[] = {"serve.scheduler.policy=fcfs"};
+    const char *pkas_sets[] = {"serve.scheduler.policy=pkas", "serve.scheduler.predictor=oracle"};
+    run_output_t fcfs = run_text(long_context, fcfs_sets, 1);
+    run_output_t pkas = run_text(long_context, pkas_sets, 2);
+    cr_assert_geq(metric(&fcfs, "preemptions"), 1);
+    cr_assert_eq(metric(&pkas, "preemptions"), 0);
+    cr_assert_geq(metric(&pkas, "output_throughput"), metric(&fcfs, "output_throughput"),
+                  "pkas %f < fcfs %f", metric(&pkas, "output_throughput"),
+                  metric(&fcfs, "output_throughput"));
+    run_free(&fcfs);
+    run_free(&pkas);
+}
+
+Test(simulate, lpm_hits_more_than_fcfs_on_shared_prefixes, .timeout = 120)
+{
+    const char *fcfs_sets[] = {"serve.scheduler.policy=fcfs"};
+    const char *lpm_sets[] = {"serve.scheduler.policy=lpm"};
+    run_output_t fcfs = run_text(shared_prefix, fcfs_sets, 1);
+    run_output_t lpm = run_text(shared_prefix, lpm_sets, 1);
+    cr_assert_gt(metric(&lpm, "hit_rate"), metric(&fcfs, "hit_rate"), "lpm %f <= fcfs %f",
+                 metric(&lpm, "hit_rate"), metric(&fcfs, "hit_rate"));
+    run_free(&fcfs);
+    run_free(&lpm);
+}
+
+Test(simulate, swap_preemption_moves_bytes_instead_of_recomputing, .timeout = 60)
+{
+    const char *sets[] = {"serve.engine.preemption=swap"};
+    run_output_t swap = run_text(long_context, sets, 1);
+    cr_assert_geq(metric(&swap, "preemptions"), 1);
+    cr_assert_gt(metric(&swap, "swapped_bytes"), 0);
+    cr_assert_eq(metric(&swap, "recomputed_tokens"), 0);
+    cr_assert_eq(metric(&swap, "completed"), 40);
+    run_free(&swap);
+}
+
+Test(simulate, several_serve_ranks_share_the_stream, .timeout = 60)
+{
+    const char *routers[] = {"round_robin", "least_loaded", "prefix_affinity", "kv_cost"};
+    for (int r = 0; r < 4; r++) {
+        char router[64];
+        snprintf(router, sizeof(router), "serve.router.policy=%s", routers[r]);
+        const char *sets[] = {"ranks.serve=3", router};
+        run_output_t output = run_text(shared_prefix, sets, 2);
+        cr_assert_eq(metric(&output, "completed"), 600, "%s", routers[r]);
+        json_t *per_rank = json_object_get(json_object_get(output.summary, "metrics"), "per_rank");
+        cr_assert_eq(json_array_size(per_rank), 3);
+        double total = 0;
+        for (size_t i = 0; i < 3; i++)
+            total += json_number_value(json_object_get(json_array_get(per_rank, i), "completed"));
+        cr_assert_eq(total, 600);
+        run_free(&output);
+    }
+}
+
+Test(simulate, warmup_requests_are_not_measured, .timeout = 60)
+{
+    const char *sets[] = {"warmup_requests=100"};
+    run_output_t output = run_text(shared_prefix, sets, 1);
+    cr_assert_eq(metric(&output, "completed"), 600);
+    cr_assert_eq(metric(&output, "measured"), 500);
+    run_free(&output);
+}
+
+Test(simulate, compare_runs_each_variant_and_writes_compare_json, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", shared_prefix);
+    test_run_t run = test_kvio(dir, "compare", file, "--vary", "serve.scheduler.policy=fcfs,lpm",
+                               "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "policy=fcfs") && test_contains(run.out, "policy=lpm"),
+              "%s", run.out);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/cmp/compare.json", dir);
+    json_error_t json_error;
+    json_t *compare = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(compare, "%s", json_error.text);
+    cr_assert_eq(json_array_size(json_object_get(compare, "variants")), 2);
+    snprintf(path, sizeof(path), "%s/cmp/policy=lpm/summary.json", dir);
+    cr_assert_not_null(test_read_file(path));
+    json_decref(compare);
+    test_run_free(&run);
+    run = test_kvio(dir, "compare", file, NULL);
+    cr_assert_eq(run.status, 2);
+    test_run_free(&run);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(simulate, request_larger_than_the_cache_is_an_error, .timeout = 30)
+{
+    const char *sets[] = {"serve.kvcache.blocks=300"};
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", long_context);
+    kvio_workload_t workload;
+    char error[1024];
+    cr_assert_eq(kvio_workload_load(file, sets, 1, &workload, error, sizeof(error)), KVIO_OK);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true};
+    kvio_run_result_t result;
+    cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)), KVIO_ERR_CONFIG);
+    cr_assert(strstr(error, "cannot start: it needs more KV blocks than the 300") != NULL, "%s",
+              error);
+    kvio_workload_free(&workload);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
