@@ -33,6 +33,7 @@ struct kvio_kvcache {
     size_t slot_mask;
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
+    uint64_t index_version;   /* bumped whenever a hash enters or leaves the index */
     kvio_kvcache_metrics_t metrics;
 };
 
@@ -76,6 +77,7 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
     cache->same_hash_next[block] = NO_BLOCK;
     cache->block_hash[block] = hash;
     cache->hashed[block] = 1;
+    cache->index_version++;
     cache->policy_known[block] = 0;
     if (cache->slots[slot].block == NO_BLOCK) {
         cache->slots[slot].hash = hash;
@@ -120,6 +122,7 @@ static void index_remove(kvio_kvcache_t *cache, uint32_t block)
             cache->same_hash_next[previous] = cache->same_hash_next[block];
     }
     cache->hashed[block] = 0;
+    cache->index_version++;
 }
 
 /* ---- pool --------------------------------------------------------------- */
@@ -457,6 +460,11 @@ static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req, ui
             hits_p[count] = block;
     }
     return count;
+}
+
+uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache)
+{
+    return cache->index_version;
 }
 
 size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, const kvio_kvreq_t *req)

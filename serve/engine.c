@@ -80,6 +80,9 @@ typedef struct engine_req {
     uint32_t preemptions;
     uint32_t lost_tokens;       /* computed tokens dropped at the last preemption */
     bool admitted_once;
+    bool lookup_valid;          /* lookup_hits holds for index version lookup_version */
+    uint32_t lookup_hits;
+    uint64_t lookup_version;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
     int64_t first_token_ns, last_token_ns;
     req_state_t state;
@@ -369,6 +372,19 @@ bool kvio_engine_has_work(const kvio_engine_t *engine)
 
 /* ---------- scheduling ---------- */
 
+/* Cached prefix of a waiting request, looked up again only when the
+ * index changed since the last lookup (the result is the same otherwise). */
+static uint32_t lookup_hits(kvio_engine_t *engine, engine_req_t *req)
+{
+    uint64_t version = kvio_kvcache_index_version(engine->cache);
+    if (!req->lookup_valid || req->lookup_version != version) {
+        req->lookup_hits = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
+        req->lookup_version = version;
+        req->lookup_valid = true;
+    }
+    return req->lookup_hits;
+}
+
 static void fill_view(const kvio_engine_t *engine, kvio_sched_view_t *view, int64_t now_ns)
 {
     view->running = (kvio_sched_request_t *const *)engine->running.items;
@@ -419,6 +435,7 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
     kvio_kvcache_free(engine->cache, victim->kv);
     victim->preemptions++;
     victim->scheduled = 0;
+    victim->lookup_valid = false;
     victim->state = REQ_WAITING;
     engine->metrics.preemptions++;
     engine->current.num_preempted++;
@@ -512,7 +529,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
     if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_NEEDS_HITS) {
         for (size_t i = 0; i < engine->waiting.count; i++) {
             engine_req_t *req = engine->waiting.items[i];
-            req->sched.hit_tokens = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
+            req->sched.hit_tokens = lookup_hits(engine, req);
         }
     }
     kvio_sched_order(engine->sched, (kvio_sched_request_t **)engine->waiting.items,
@@ -526,7 +543,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         if (req->swapped) {
             computed = req->computed;
         } else {
-            hits = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
+            hits = lookup_hits(engine, req);
             computed = hits;
         }
         uint32_t wanted = num_tokens - computed;
@@ -538,6 +555,12 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         uint32_t new_tokens = wanted < *budget ? wanted : *budget;
         fill_view(engine, &view, now_ns);
         if (!kvio_sched_admit(engine->sched, &req->sched, &view))
+            break;
+        /* The blocks beyond the hits must come from the free queue: when
+         * even those do not fit, the allocation cannot succeed (skip it). */
+        uint32_t needed = (computed + new_tokens + engine->block_size - 1) / engine->block_size -
+                          computed / engine->block_size;
+        if (needed > kvio_kvcache_num_free_blocks(engine->cache))
             break;
         kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv, computed + new_tokens,
                                                      NULL);

@@ -130,6 +130,10 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req);
  * covering the last token (vLLM: the engine must compute it). Read-only. */
 size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, const kvio_kvreq_t *req);
 
+/* A counter that changes whenever a hash enters or leaves the index: a
+ * lookup's result stays valid while the version is unchanged. */
+uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache);
+
 /* Makes the request's blocks cover its first num_tokens tokens (at most the
  * request's length). On the first call it takes the cached prefix. All or
  * nothing: when more blocks are needed than are free (new blocks plus hit
