@@ -141,6 +141,10 @@ static const kvio_opt_t prefix_options[] = {
     {.key = "mutation", .type = KVIO_OPT_SECTION,
      .offset = offsetof(kvio_stream_prefix_config_t, mutation), .options = mutation_options,
      .help = "context rewrites between turns (agent harnesses)"},
+    {.key = "min_unique_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_prefix_config_t, min_unique_tokens), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1000000,
+     .help = "a first turn's unique suffix = max(this, input_tokens - shared prefix)"},
     {.key = NULL},
 };
 

@@ -52,6 +52,7 @@ typedef struct synthetic {
     uint64_t max_context;
     int64_t max_tokens;            /* 0: derived per request */
     int64_t output_max;            /* output_tokens' max, or 0 */
+    uint32_t min_unique_tokens;
     /* catalog of shared content */
     uint32_t *system_prompt_tokens;
     uint32_t num_system_prompts;
@@ -353,7 +354,9 @@ static kvio_status_t emit_first(synthetic_t *generator, int64_t time_ns)
         shared += generator->document_tokens[document];
     }
     uint32_t input = sample_tokens(&generator->input_tokens, &generator->length_rng, 1);
-    uint32_t suffix = input > shared ? (uint32_t)(input - shared) : 1;
+    uint32_t suffix = input > shared + generator->min_unique_tokens
+                          ? (uint32_t)(input - shared)
+                          : generator->min_unique_tokens;
     segments[count++] = (kvio_segment_t){KVIO_CONTENT_UNIQUE | generator->next_unique++, 0,
                                          suffix};
     finish_request(generator, time_ns, (uint32_t)(shared + suffix));
@@ -595,6 +598,7 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
     generator->mutation_unit = prefix->mutation.position_unit;
     generator->max_context = (uint64_t)prefix->sessions.max_context;
     generator->max_tokens = config->max_tokens;
+    generator->min_unique_tokens = (uint32_t)prefix->min_unique_tokens;
     if (config->output_tokens.has_max && config->output_tokens.max >= 1)
         generator->output_max = config->output_tokens.max >= KVIO_STREAM_MAX_TOKENS
                                     ? KVIO_STREAM_MAX_TOKENS
@@ -637,7 +641,8 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
                                  &generator->document_popularity, &generator->documents_zipf);
     if (status != KVIO_OK)
         goto cleanup;
-    if ((uint64_t)longest_prompt + (uint64_t)generator->documents_per_request * longest_document >=
+    if ((uint64_t)longest_prompt + (uint64_t)generator->documents_per_request * longest_document +
+            generator->min_unique_tokens >
         KVIO_STREAM_MAX_TOKENS) {
         status = fail(error_p, error_len, KVIO_ERR_CONFIG,
                       "stream.prefix: system prompt and documents can exceed %s tokens",

@@ -132,6 +132,7 @@ typedef struct kvio_stream_prefix_config {
     kvio_stream_documents_config_t documents;
     kvio_stream_sessions_config_t sessions;
     kvio_stream_mutation_config_t mutation;
+    int64_t min_unique_tokens; /* a first turn's own tokens, after the shared prefix */
 } kvio_stream_prefix_config_t;
 
 typedef enum {
