@@ -286,6 +286,36 @@ Test(stream_trace, kvio_export_import_export_is_identical, .timeout = 30)
     free(dir);
 }
 
+Test(stream_trace, kvio_fixture_imports_and_exports_byte_for_byte, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/out.jsonl", dir);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(FIXTURES "kvio_small.jsonl", KVIO_TRACE_AUTO, &options);
+    char *text = export_to(stream, path, KVIO_EXPORT_KVIO);
+    kvio_stream_destroy(stream);
+    char *original = test_read_file(FIXTURES "kvio_small.jsonl");
+    cr_assert_str_eq(text, original);
+    stream = open_trace(FIXTURES "kvio_small.jsonl", KVIO_TRACE_KVIO, &options);
+    kvio_request_t *requests[16];
+    size_t count = read_all(stream, requests, 16);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 8);
+    cr_assert_eq(requests[0]->id, 10);
+    cr_assert_eq(requests[0]->num_trace_hash_ids, 3);
+    cr_assert_null(requests[0]->segments);
+    cr_assert_eq(requests[2]->session_id, 1);
+    cr_assert_eq(requests[2]->max_tokens, 30);
+    cr_assert_eq(requests[2]->num_segments, 2);
+    cr_assert_eq(requests[2]->segments[1].tokens, 39);
+    free_requests(requests, count);
+    free(text);
+    free(original);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(stream_trace, mooncake_export_of_segments_shares_ids_where_blocks_are_shared,
      .timeout = 10)
 {
@@ -526,6 +556,7 @@ Test(stream_trace, no_mutated_input_crashes_a_reader, .timeout = 120)
         {FIXTURES "azure_small.csv", "azure"},
         {FIXTURES "burstgpt_sessions.csv", "burstgpt"},
         {FIXTURES "burstgpt_small.csv", "burstgpt"},
+        {FIXTURES "kvio_small.jsonl", "kvio"},
     };
     static const char *const inserts[] = {"99999999999", "-1", "\"", ",", "\n", "[", "{",
                                           "1e308", "\"segments\": [[1, 0, 3]]", "0", "\r\n"};

@@ -546,6 +546,26 @@ static kvio_status_t fail(char *error_p, size_t error_len, kvio_status_t status,
     return status;
 }
 
+/* The largest value a distribution yields (its max clamp, or the top of a
+ * bounded kind), or 0 when it is unbounded. */
+static double natural_max(const kvio_dist_t *dist)
+{
+    double top = 0;
+    if (dist->kind == KVIO_DIST_CONSTANT) {
+        top = dist->value;
+    } else if (dist->kind == KVIO_DIST_UNIFORM) {
+        top = dist->high;
+    } else if (dist->kind == KVIO_DIST_EMPIRICAL) {
+        for (size_t i = 0; i < dist->num_values; i++)
+            top = dist->values[i] > top ? dist->values[i] : top;
+    } else if (!dist->has_max) {
+        return 0;
+    }
+    if (dist->has_max && (top == 0 || dist->max < top))
+        top = dist->max;
+    return top;
+}
+
 /* Draws each catalog entry's length once, from its own random stream. */
 static kvio_status_t make_catalog(const kvio_dist_t *tokens, uint64_t seed, const char *purpose,
                                   uint32_t count, uint32_t **lengths_p, uint32_t *longest_p)
@@ -599,10 +619,10 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
     generator->max_context = (uint64_t)prefix->sessions.max_context;
     generator->max_tokens = config->max_tokens;
     generator->min_unique_tokens = (uint32_t)prefix->min_unique_tokens;
-    if (config->output_tokens.has_max && config->output_tokens.max >= 1)
-        generator->output_max = config->output_tokens.max >= KVIO_STREAM_MAX_TOKENS
-                                    ? KVIO_STREAM_MAX_TOKENS
-                                    : llround(config->output_tokens.max);
+    double output_max = natural_max(&config->output_tokens);
+    if (output_max >= 1)
+        generator->output_max = output_max >= KVIO_STREAM_MAX_TOKENS ? KVIO_STREAM_MAX_TOKENS
+                                                                     : llround(output_max);
     const kvio_dist_t *sources[] = {&config->input_tokens, &config->output_tokens,
                                     &config->priority, &prefix->sessions.turns,
                                     &prefix->sessions.think_time, &prefix->sessions.user_tokens,

@@ -160,7 +160,7 @@ typedef struct kvio_stream_config {
     kvio_stream_arrival_config_t arrival;
     kvio_dist_t input_tokens;
     kvio_dist_t output_tokens;
-    int64_t max_tokens;    /* 0: output_tokens' max, or the request's own output */
+    int64_t max_tokens;    /* 0: output_tokens' largest value, or the request's own output */
     kvio_dist_t priority;
     kvio_stream_prefix_config_t prefix;
     kvio_stream_trace_config_t trace;
