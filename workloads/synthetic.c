@@ -301,8 +301,10 @@ static void finish_request(synthetic_t *generator, int64_t time_ns, uint32_t inp
     request->input_tokens = input_tokens;
     request->output_tokens = output;
     request->max_tokens = limit;
-    request->priority = (int32_t)lround(kvio_dist_sample(&generator->priority,
-                                                         &generator->priority_rng));
+    double priority = kvio_dist_sample(&generator->priority, &generator->priority_rng);
+    request->priority = !(priority > -2e9) ? -2000000000
+                        : priority < 2e9   ? (int32_t)lround(priority)
+                                           : 2000000000;
     request->output_content_id = KVIO_CONTENT_UNIQUE | generator->next_unique++;
     request->trace_block_tokens = 0;
     request->num_trace_hash_ids = 0;
@@ -441,9 +443,9 @@ static kvio_status_t emit_turn(synthetic_t *generator, int64_t time_ns, uint32_t
         double where = kvio_dist_sample(&generator->mutation_position, &generator->mutation_rng);
         if (generator->mutation_unit == KVIO_POSITION_FRACTION)
             where *= (double)context;
-        uint64_t position = where > 0 ? (uint64_t)where : 0;
-        if (position >= context)
-            position = context - 1;
+        uint64_t position = !(where > 0)              ? 0
+                            : where < (double)context ? (uint64_t)where
+                                                      : context - 1;
         uint32_t length = sample_tokens(&generator->mutation_tokens, &generator->mutation_rng, 1);
         if (length > context - position)
             length = (uint32_t)(context - position);
