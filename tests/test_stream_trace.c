@@ -566,6 +566,10 @@ Test(stream_trace, no_mutated_input_crashes_a_reader, .timeout = 120)
     kvio_rng_t rng;
     kvio_rng_seed(&rng, 2024, 0, "fuzz");
     int loaded = 0, refused = 0;
+    /* KVIO_FUZZ_ROUNDS raises the rounds for a longer run by hand. */
+    int rounds = getenv("KVIO_FUZZ_ROUNDS") != NULL ? atoi(getenv("KVIO_FUZZ_ROUNDS")) : 600;
+    if (rounds < 600)
+        rounds = 600;
     for (size_t s = 0; s < sizeof(seeds) / sizeof(seeds[0]); s++) {
         char *original = test_read_file(seeds[s][0]);
         cr_assert_not_null(original);
@@ -573,7 +577,7 @@ Test(stream_trace, no_mutated_input_crashes_a_reader, .timeout = 120)
         kvio_trace_format_t format;
         cr_assert_eq(kvio_trace_format_find(seeds[s][1], &format), KVIO_OK);
         char *buffer = malloc(length * 2 + 256);
-        for (int round = 0; round < 600; round++) {
+        for (int round = 0; round < rounds; round++) {
             size_t used = length;
             memcpy(buffer, original, length);
             int edits = 1 + (int)kvio_rng_below(&rng, 4);
