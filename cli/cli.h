@@ -18,5 +18,6 @@ int kvio_cmd_list(int argc, char **argv);
 int kvio_cmd_cachesim(int argc, char **argv);
 int kvio_cmd_cost(int argc, char **argv);
 int kvio_cmd_fit(int argc, char **argv);
+int kvio_cmd_stream(int argc, char **argv);
 
 #endif

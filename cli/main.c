@@ -17,6 +17,7 @@ static const command_t commands[] = {
     {"run", kvio_cmd_run, "run a workload (file or preset; quickstart by default)"},
     {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},
     {"list", kvio_cmd_list, "list the embedded presets"},
+    {"stream", kvio_cmd_stream, "export a workload's request stream (or a trace) as JSONL"},
     {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
     {"cost", kvio_cmd_cost, "iteration time the cost model gives a batch"},
     {"fit", kvio_cmd_fit, "fit the linear cost model to measured iterations"},

@@ -26,6 +26,8 @@ const kvio_opt_t kvio_workload_options[] = {
      .help = "how long the run lasts (virtual time in simulate mode)"},
     {.key = "warmup", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_workload_t, warmup_ns),
      .default_value = "0s", .help = "initial stretch excluded from the metrics"},
+    {.key = "stream", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, stream),
+     .options = kvio_stream_options, .help = "the request stream (workloads/README.md)"},
     {.key = NULL},
 };
 

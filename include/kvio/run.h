@@ -6,6 +6,7 @@
 
 #include "kvio/config.h"
 #include "kvio/status.h"
+#include "kvio/stream.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,6 +20,7 @@ typedef struct kvio_workload {
     int mode;             /* kvio_mode_t */
     int64_t duration_ns;
     int64_t warmup_ns;
+    kvio_stream_config_t stream;
 } kvio_workload_t;
 
 /* The option table of the top level. */

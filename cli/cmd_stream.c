@@ -1,0 +1,319 @@
+/* kvio stream: builds the stream of a workload (synthetic or trace) and
+ * exports it as JSONL (kvio, lossless; or mooncake, lossy) so that other
+ * simulators replay exactly what kvio ran; --stats prints a summary. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/run.h"
+#include "kvio/stream.h"
+
+#define MAX_OVERRIDES 256
+
+typedef struct stream_args {
+    const char *source;
+    const char *overrides[MAX_OVERRIDES];
+    char *owned[MAX_OVERRIDES];  /* overrides built from shortcut options */
+    size_t num_overrides, num_owned;
+    const char *output;
+    kvio_export_format_t format;
+    bool stats;
+    bool help;
+} stream_args_t;
+
+static const char *const usage =
+    "usage: kvio stream [WORKLOAD.yaml|PRESET] [--set KEY=VALUE]... [-o|--output FILE]\n"
+    "                   [--format kvio|mooncake] [--stats]\n"
+    "                   [--trace FILE [--trace-format F] [--skip-bad] [--strict]\n"
+    "                    [--max-tokens N] [--time-scale X] [--start DURATION] [--limit N]]\n\n"
+    "Builds the workload's request stream and writes it as JSONL, one request per\n"
+    "line (-o - writes to stdout). --format kvio (default) is lossless: importing it\n"
+    "(stream.trace.format: kvio) reproduces the stream exactly; mooncake keeps only\n"
+    "timestamp, lengths and 512-token block ids. --stats prints request count, mean\n"
+    "lengths and duration. --trace FILE reads a trace (kvio, mooncake, azure,\n"
+    "burstgpt; detected from the first line) instead; it and the options after it\n"
+    "are shortcuts for --set stream.trace.KEY=VALUE, and need no workload.\n";
+
+/* "--name value" or "--name=value". */
+static const char *option_value(int argc, char **argv, int *index_p, const char *name)
+{
+    const char *arg = argv[*index_p];
+    size_t length = strlen(name);
+    if (strncmp(arg, name, length) == 0 && arg[length] == '=')
+        return arg + length + 1;
+    if (strcmp(arg, name) == 0 && *index_p + 1 < argc) {
+        (*index_p)++;
+        return argv[*index_p];
+    }
+    return NULL;
+}
+
+static bool is_option(const char *arg, const char *name)
+{
+    size_t length = strlen(name);
+    return strncmp(arg, name, length) == 0 && (arg[length] == '\0' || arg[length] == '=');
+}
+
+/* Adds "stream.trace.KEY='VALUE'" (single-quoted YAML, quotes doubled). */
+static int add_trace_override(stream_args_t *args, const char *key, const char *value)
+{
+    if (args->num_overrides == MAX_OVERRIDES) {
+        fprintf(stderr, "kvio stream: too many options\n");
+        return KVIO_EXIT_USAGE;
+    }
+    size_t length = strlen(key) + 2 * strlen(value) + 32;
+    char *text = malloc(length);
+    if (text == NULL)
+        return KVIO_EXIT_FAILED;
+    size_t used = (size_t)snprintf(text, length, "stream.trace.%s='", key);
+    for (const char *c = value; *c; c++) {
+        if (*c == '\'')
+            text[used++] = '\'';
+        text[used++] = *c;
+    }
+    text[used++] = '\'';
+    text[used] = '\0';
+    args->owned[args->num_owned++] = text;
+    args->overrides[args->num_overrides++] = text;
+    return KVIO_EXIT_OK;
+}
+
+static int parse_args(int argc, char **argv, stream_args_t *args)
+{
+    static const struct {
+        const char *option, *key;
+    } shortcuts[] = {
+        {"--trace-format", "format"}, {"--trace", "path"},       {"--max-tokens", "max_tokens"},
+        {"--time-scale", "time_scale"}, {"--start", "start"},    {"--limit", "limit"},
+    };
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *value;
+        bool matched = false;
+        for (size_t s = 0; s < sizeof(shortcuts) / sizeof(shortcuts[0]) && !matched; s++) {
+            if (!is_option(arg, shortcuts[s].option))
+                continue;
+            matched = true;
+            value = option_value(argc, argv, &i, shortcuts[s].option);
+            if (value == NULL) {
+                fprintf(stderr, "kvio stream: %s needs a value\n", shortcuts[s].option);
+                return KVIO_EXIT_USAGE;
+            }
+            int status = add_trace_override(args, shortcuts[s].key, value);
+            if (status != KVIO_EXIT_OK)
+                return status;
+        }
+        if (matched)
+            continue;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            args->help = true;
+        } else if (strcmp(arg, "--skip-bad") == 0 || strcmp(arg, "--strict") == 0) {
+            int status = add_trace_override(args, arg[2] == 's' && arg[3] == 'k' ? "skip_bad"
+                                                                                 : "strict",
+                                            "true");
+            if (status != KVIO_EXIT_OK)
+                return status;
+        } else if (strcmp(arg, "--stats") == 0) {
+            args->stats = true;
+        } else if (is_option(arg, "--set")) {
+            value = option_value(argc, argv, &i, "--set");
+            if (value == NULL) {
+                fprintf(stderr, "kvio stream: --set needs KEY=VALUE\n");
+                return KVIO_EXIT_USAGE;
+            }
+            if (args->num_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "kvio stream: more than %d --set options\n", MAX_OVERRIDES);
+                return KVIO_EXIT_USAGE;
+            }
+            args->overrides[args->num_overrides++] = value;
+        } else if (strcmp(arg, "-o") == 0 || is_option(arg, "--output") ||
+                   is_option(arg, "--out")) {
+            const char *name = strcmp(arg, "-o") == 0        ? "-o"
+                               : is_option(arg, "--output") ? "--output"
+                                                            : "--out";
+            value = option_value(argc, argv, &i, name);
+            if (value == NULL || value[0] == '\0') {
+                fprintf(stderr, "kvio stream: %s needs a file (- for stdout)\n", name);
+                return KVIO_EXIT_USAGE;
+            }
+            args->output = value;
+        } else if (is_option(arg, "--format")) {
+            value = option_value(argc, argv, &i, "--format");
+            if (value != NULL && strcmp(value, "kvio") == 0) {
+                args->format = KVIO_EXPORT_KVIO;
+            } else if (value != NULL && strcmp(value, "mooncake") == 0) {
+                args->format = KVIO_EXPORT_MOONCAKE;
+            } else {
+                fprintf(stderr, "kvio stream: --format takes kvio or mooncake\n");
+                return KVIO_EXIT_USAGE;
+            }
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            fprintf(stderr, "kvio stream: unknown option '%s' (see kvio stream --help)\n", arg);
+            return KVIO_EXIT_USAGE;
+        } else if (args->source == NULL) {
+            args->source = arg;
+        } else {
+            fprintf(stderr, "kvio stream: more than one workload given ('%s' and '%s')\n",
+                    args->source, arg);
+            return KVIO_EXIT_USAGE;
+        }
+    }
+    return KVIO_EXIT_OK;
+}
+
+/* With no workload (only --trace): an empty one, with the overrides. */
+static kvio_status_t load_workload(const stream_args_t *args, kvio_workload_t *workload_p,
+                                   char *error_p, size_t error_len)
+{
+    if (args->source != NULL)
+        return kvio_workload_load(args->source, args->overrides, args->num_overrides,
+                                  workload_p, error_p, error_len);
+    static const char empty[] = "name: stream\n";
+    kvio_config_doc_t *doc = NULL;
+    kvio_status_t status = kvio_config_doc_parse(empty, sizeof(empty) - 1, "command line", &doc,
+                                                 error_p, error_len);
+    for (size_t i = 0; i < args->num_overrides && status == KVIO_OK; i++)
+        status = kvio_config_doc_set(doc, args->overrides[i], error_p, error_len);
+    kvio_workload_t workload = {0};
+    if (status == KVIO_OK)
+        status = kvio_config_bind(kvio_workload_options, doc, &workload, error_p, error_len);
+    kvio_config_doc_destroy(doc);
+    if (status == KVIO_OK)
+        *workload_p = workload;
+    return status;
+}
+
+typedef struct stream_stats {
+    uint64_t requests, sessions;
+    double input_sum, output_sum;
+    uint64_t input_max, output_max;
+    int64_t first_ns, last_ns;
+} stream_stats_t;
+
+static void stats_add(stream_stats_t *stats, const kvio_request_t *request)
+{
+    if (stats->requests == 0)
+        stats->first_ns = request->arrival_ns;
+    stats->requests++;
+    stats->sessions += request->session_id != 0 && request->turn == 0;
+    stats->input_sum += request->input_tokens;
+    stats->output_sum += request->output_tokens;
+    if (request->input_tokens > stats->input_max)
+        stats->input_max = request->input_tokens;
+    if (request->output_tokens > stats->output_max)
+        stats->output_max = request->output_tokens;
+    stats->last_ns = request->arrival_ns;
+}
+
+static void stats_print(const stream_stats_t *stats, uint64_t skipped, FILE *out)
+{
+    double count = stats->requests > 0 ? (double)stats->requests : 1;
+    double span_s = (double)(stats->last_ns - stats->first_ns) / 1e9;
+    fprintf(out, "requests %llu\n", (unsigned long long)stats->requests);
+    fprintf(out, "sessions %llu\n", (unsigned long long)stats->sessions);
+    fprintf(out, "mean_input_tokens %.2f\n", stats->input_sum / count);
+    fprintf(out, "mean_output_tokens %.2f\n", stats->output_sum / count);
+    fprintf(out, "max_input_tokens %llu\n", (unsigned long long)stats->input_max);
+    fprintf(out, "max_output_tokens %llu\n", (unsigned long long)stats->output_max);
+    fprintf(out, "duration_s %.3f\n", span_s);
+    fprintf(out, "request_rate %.3f\n", span_s > 0 ? (double)(stats->requests - 1) / span_s : 0);
+    fprintf(out, "skipped_lines %llu\n", (unsigned long long)skipped);
+}
+
+int kvio_cmd_stream(int argc, char **argv)
+{
+    stream_args_t args = {0};
+    kvio_workload_t workload;
+    bool loaded = false;
+    kvio_stream_t *stream = NULL;
+    kvio_stream_writer_t *writer = NULL;
+    FILE *out = NULL;
+    char error[1024] = "";
+    kvio_status_t status = KVIO_OK;
+    stream_stats_t stats = {0};
+    int exit_status = parse_args(argc, argv, &args);
+    if (exit_status != KVIO_EXIT_OK)
+        goto cleanup;
+    if (args.help) {
+        printf("%s\nstream keys:\n", usage);
+        kvio_config_print_help(kvio_stream_options, stdout);
+        goto cleanup;
+    }
+    if (args.source == NULL && args.num_owned == 0) {
+        fprintf(stderr, "kvio stream: which workload? (kvio stream WORKLOAD.yaml -o FILE)\n");
+        exit_status = KVIO_EXIT_USAGE;
+        goto cleanup;
+    }
+    if (args.output == NULL && !args.stats) {
+        fprintf(stderr, "kvio stream: say where to write (-o FILE, - for stdout) or --stats\n");
+        exit_status = KVIO_EXIT_USAGE;
+        goto cleanup;
+    }
+    status = load_workload(&args, &workload, error, sizeof(error));
+    if (status != KVIO_OK)
+        goto failed;
+    loaded = true;
+    status = kvio_stream_create(&workload.stream, (uint64_t)workload.seed, workload.duration_ns,
+                                &stream, error, sizeof(error));
+    if (status != KVIO_OK)
+        goto failed;
+    if (args.output != NULL) {
+        out = strcmp(args.output, "-") == 0 ? stdout : fopen(args.output, "w");
+        if (out == NULL) {
+            snprintf(error, sizeof(error), "%s: %s", args.output, strerror(errno));
+            status = KVIO_ERR_IO;
+            goto failed;
+        }
+        if (args.format == KVIO_EXPORT_MOONCAKE)
+            fprintf(stderr, "kvio stream: note: the mooncake format is lossy: it keeps "
+                            "timestamps, lengths and 512-token block ids, not segments, "
+                            "max_tokens, priorities or sessions\n");
+        status = kvio_stream_writer_create(out, args.format, &writer);
+        if (status != KVIO_OK)
+            goto failed;
+    }
+    for (;;) {
+        const kvio_request_t *request;
+        status = kvio_stream_next(stream, &request);
+        if (status != KVIO_OK || request == NULL)
+            break;
+        stats_add(&stats, request);
+        if (writer != NULL && (status = kvio_stream_writer_write(writer, request)) != KVIO_OK)
+            break;
+    }
+    if (writer != NULL) {
+        kvio_status_t close_status = kvio_stream_writer_close(writer);
+        writer = NULL;
+        if (status == KVIO_OK)
+            status = close_status;
+    }
+    if (status != KVIO_OK) {
+        snprintf(error, sizeof(error), "%s: %s", args.output ? args.output : "stream",
+                 kvio_strerror(status));
+        goto failed;
+    }
+    if (args.stats)
+        stats_print(&stats, kvio_stream_skipped_lines(stream), out == stdout ? stderr : stdout);
+    goto cleanup;
+
+failed:
+    fprintf(stderr, "kvio: %s\n", error[0] ? error : kvio_strerror(status));
+    exit_status = kvio_cli_exit_status(status);
+cleanup:
+    if (writer != NULL)
+        kvio_stream_writer_close(writer);
+    if (out != NULL && out != stdout && fclose(out) != 0 && exit_status == KVIO_EXIT_OK) {
+        fprintf(stderr, "kvio: %s: %s\n", args.output, strerror(errno));
+        exit_status = KVIO_EXIT_FAILED;
+    }
+    kvio_stream_destroy(stream);
+    if (loaded)
+        kvio_workload_free(&workload);
+    for (size_t i = 0; i < args.num_owned; i++)
+        free(args.owned[i]);
+    return exit_status;
+}

@@ -1,0 +1,405 @@
+/* The stream object and what every source shares: the `stream:` option
+ * tables, creation (synthetic or trace), iteration, request copies and the
+ * derivation of block hashes from segments or trace block ids. */
+#include "workloads/workloads_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const process_names[] = {"poisson", "gamma", "constant", "phases", "batch",
+                                             NULL};
+static const char *const phase_process_names[] = {"poisson", "gamma", "constant", NULL};
+static const char *const position_unit_names[] = {"fraction", "tokens", NULL};
+static const char *const trace_format_names[] = {"auto", "kvio", "mooncake", "azure", "burstgpt",
+                                                 NULL};
+
+#define MAX_TOKENS_TEXT 10000000
+
+static const kvio_opt_t phase_options[] = {
+    {.key = "duration", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_stream_phase_t, duration_ns), .default_value = "60s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1e6, .help = "how long the phase lasts"},
+    {.key = "rate", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_stream_phase_t, rate),
+     .default_value = "10", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e7,
+     .help = "requests per second in this phase (0: idle)"},
+    {.key = "process", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_stream_phase_t, process),
+     .default_value = "poisson", .values = phase_process_names,
+     .help = "arrival process within the phase"},
+    {.key = "cv", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_stream_phase_t, cv),
+     .default_value = "1", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.01,
+     .max = 100, .help = "gamma: coefficient of variation of the gaps"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t arrival_options[] = {
+    {.key = "process", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_stream_arrival_config_t, process), .default_value = "poisson",
+     .values = process_names,
+     .help = "poisson (rate), gamma (rate, cv: bursty), constant (rate), phases (a list), "
+             "batch (every conversation at time 0)"},
+    {.key = "rate", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_stream_arrival_config_t, rate), .default_value = "10",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1e-6, .max = 1e7,
+     .help = "mean requests per second, every turn of a session counted"},
+    {.key = "cv", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_stream_arrival_config_t, cv),
+     .default_value = "1", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.01,
+     .max = 100, .help = "gamma: coefficient of variation of the gaps (1 is poisson)"},
+    {.key = "phases", .type = KVIO_OPT_LIST,
+     .offset = offsetof(kvio_stream_arrival_config_t, phases), .options = phase_options,
+     .element_size = sizeof(kvio_stream_phase_t),
+     .help = "phases: [{duration, rate, process, cv}, ...]; the stream ends after the last"},
+    {.key = "count", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_arrival_config_t, count), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e9,
+     .help = "batch: conversations that arrive at time 0 (0: stream.requests)"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t system_prompt_options[] = {
+    {.key = "count", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_system_prompts_config_t, count), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e6,
+     .help = "distinct system prompts (0: none)"},
+    {.key = "tokens", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_system_prompts_config_t, tokens), .default_value = "600",
+     .help = "length of each system prompt, drawn once per prompt"},
+    {.key = "zipf", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_stream_system_prompts_config_t, zipf), .default_value = "1.1",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 10,
+     .help = "popularity: P(k-th prompt) ~ k^-zipf (0: uniform)"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t document_options[] = {
+    {.key = "count", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_documents_config_t, count), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e7,
+     .help = "documents in the corpus (0: none)"},
+    {.key = "tokens", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_documents_config_t, tokens),
+     .default_value = "{dist: lognormal, mean: 1000, stddev: 500, min: 64, max: 8192}",
+     .help = "length of each document, drawn once per document"},
+    {.key = "zipf", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_stream_documents_config_t, zipf), .default_value = "1.0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 10,
+     .help = "popularity: P(k-th document) ~ k^-zipf (0: uniform)"},
+    {.key = "per_request", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_documents_config_t, per_request), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 64,
+     .help = "distinct documents in each request's prompt, most relevant first"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t session_options[] = {
+    {.key = "turns", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_sessions_config_t, turns), .default_value = "1",
+     .help = "turns per conversation (rounded, 1 to 10000); 1: independent requests"},
+    {.key = "think_time", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_sessions_config_t, think_time),
+     .default_value = "{dist: exponential, mean: 20s}", .unit = KVIO_UNIT_DURATION,
+     .help = "from one turn's arrival to the next turn's (open loop)"},
+    {.key = "user_tokens", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_sessions_config_t, user_tokens),
+     .default_value = "{dist: lognormal, mean: 150, stddev: 150, min: 1, max: 4096}",
+     .help = "new tokens a later turn appends after the previous output"},
+    {.key = "max_context", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_sessions_config_t, max_context), .default_value = "131072",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = MAX_TOKENS_TEXT,
+     .help = "a conversation ends before a turn whose prompt would exceed this"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t mutation_options[] = {
+    {.key = "probability", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_stream_mutation_config_t, probability), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "chance per later turn that the harness rewrites earlier context"},
+    {.key = "position", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_mutation_config_t, position),
+     .default_value = "{dist: uniform, low: 0, high: 1}",
+     .help = "where the rewrite starts: a fraction of the context, or a token index"},
+    {.key = "position_unit", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_stream_mutation_config_t, position_unit),
+     .default_value = "fraction", .values = position_unit_names,
+     .help = "fraction: position in [0,1] of the context; tokens: a token index"},
+    {.key = "tokens", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_mutation_config_t, tokens), .default_value = "16",
+     .help = "tokens rewritten (same length, new content); every block after it changes"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t prefix_options[] = {
+    {.key = "system_prompts", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_stream_prefix_config_t, system_prompts),
+     .options = system_prompt_options, .help = "shared system prompts, first in every prompt"},
+    {.key = "documents", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_stream_prefix_config_t, documents), .options = document_options,
+     .help = "a corpus of documents (RAG), after the system prompt"},
+    {.key = "sessions", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_stream_prefix_config_t, sessions), .options = session_options,
+     .help = "multi-turn conversations: each turn = previous prompt + output + new tokens"},
+    {.key = "mutation", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_stream_prefix_config_t, mutation), .options = mutation_options,
+     .help = "context rewrites between turns (agent harnesses)"},
+    {.key = "min_unique_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_prefix_config_t, min_unique_tokens), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1000000,
+     .help = "a first turn's unique suffix = max(this, input_tokens - shared prefix)"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_stream_trace_options[] = {
+    {.key = "path", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_stream_trace_config_t, path),
+     .help = "trace file to replay instead of generating (relative to the working directory)"},
+    {.key = "format", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_stream_trace_config_t, format), .default_value = "auto",
+     .values = trace_format_names,
+     .help = "kvio or mooncake (JSONL), azure or burstgpt (CSV); auto looks at the first line"},
+    {.key = "time_scale", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_stream_trace_config_t, time_scale), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1e-6, .max = 1e6,
+     .help = "arrival times are multiplied by this (0.5 replays twice as fast)"},
+    {.key = "start", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_stream_trace_config_t, start_ns), .default_value = "0s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "skip requests before this trace time; times then count from it"},
+    {.key = "limit", .type = KVIO_OPT_INT, .offset = offsetof(kvio_stream_trace_config_t, limit),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "replay at most this many requests (0: all)"},
+    {.key = "max_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_trace_config_t, max_tokens), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = MAX_TOKENS_TEXT,
+     .help = "output limit of requests whose trace gives none; longer outputs are cut to it "
+             "(0: each request's own output)"},
+    {.key = "block_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_trace_config_t, block_tokens), .default_value = "512",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1 << 20,
+     .help = "tokens per Mooncake hash id"},
+    {.key = "skip_bad", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(kvio_stream_trace_config_t, skip_bad), .default_value = "false",
+     .help = "skip and count bad lines instead of failing"},
+    {.key = "strict", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(kvio_stream_trace_config_t, strict), .default_value = "false",
+     .help = "refuse timestamps out of order instead of sorting them"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_stream_options[] = {
+    {.key = "requests", .type = KVIO_OPT_INT, .offset = offsetof(kvio_stream_config_t, requests),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e10,
+     .help = "requests in the stream, every turn counted (0: until the workload's duration; "
+             "for a trace: a further limit)"},
+    {.key = "arrival", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, arrival),
+     .options = arrival_options, .help = "when requests arrive"},
+    {.key = "input_tokens", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_config_t, input_tokens),
+     .default_value = "{dist: lognormal, mean: 1200, stddev: 900, min: 1, max: 16384}",
+     .help = "prompt length of a conversation's first turn, shared prefix included"},
+    {.key = "output_tokens", .type = KVIO_OPT_DIST,
+     .offset = offsetof(kvio_stream_config_t, output_tokens),
+     .default_value = "{dist: lognormal, mean: 220, stddev: 200, min: 1, max: 2048}",
+     .help = "true output length of each request"},
+    {.key = "max_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_config_t, max_tokens), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = MAX_TOKENS_TEXT,
+     .help = "each request's output limit (0: the largest output output_tokens can give, "
+             "or, if unbounded, the request's own output)"},
+    {.key = "priority", .type = KVIO_OPT_DIST, .offset = offsetof(kvio_stream_config_t, priority),
+     .default_value = "0", .help = "request priority, rounded (lower is more urgent)"},
+    {.key = "prefix", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, prefix),
+     .options = prefix_options, .help = "shared prompt structure"},
+    {.key = "trace", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, trace),
+     .options = kvio_stream_trace_options,
+     .help = "replay a trace instead (the synthetic keys above are then ignored)"},
+    {.key = NULL},
+};
+
+kvio_status_t kvio_trace_format_find(const char *name, kvio_trace_format_t *format_p)
+{
+    for (int i = 0; trace_format_names[i] != NULL; i++) {
+        if (strcmp(trace_format_names[i], name) == 0) {
+            *format_p = (kvio_trace_format_t)i;
+            return KVIO_OK;
+        }
+    }
+    return KVIO_ERR_NOT_FOUND;
+}
+
+kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t seed,
+                                 int64_t duration_ns, kvio_stream_t **stream_p, char *error_p,
+                                 size_t error_len)
+{
+    if (config->trace.path != NULL && config->trace.path[0] != '\0') {
+        kvio_stream_trace_config_t options = config->trace;
+        if (config->requests > 0 && (options.limit == 0 || options.limit > config->requests))
+            options.limit = config->requests;
+        if (options.max_tokens == 0)
+            options.max_tokens = config->max_tokens;
+        return kvio_stream_open_trace(config->trace.path, (kvio_trace_format_t)options.format,
+                                      &options, stream_p, error_p, error_len);
+    }
+    return kvio_synthetic_create(config, seed, duration_ns, stream_p, error_p, error_len);
+}
+
+kvio_status_t kvio_stream_next(kvio_stream_t *stream, const kvio_request_t **request_p)
+{
+    return stream->ops->next(stream->source, request_p);
+}
+
+uint64_t kvio_stream_skipped_lines(const kvio_stream_t *stream)
+{
+    return stream->skipped_lines;
+}
+
+void kvio_stream_destroy(kvio_stream_t *stream)
+{
+    if (stream == NULL)
+        return;
+    stream->ops->destroy(stream->source);
+    free(stream);
+}
+
+/* ---------- requests ---------- */
+
+kvio_status_t kvio_request_clone(const kvio_request_t *request, kvio_request_t **copy_p)
+{
+    size_t segment_bytes = (size_t)request->num_segments * sizeof(kvio_segment_t);
+    size_t id_bytes = request->trace_hash_ids != NULL
+                          ? (size_t)request->num_trace_hash_ids * sizeof(uint64_t)
+                          : 0;
+    kvio_request_t *copy = malloc(sizeof(*copy) + segment_bytes + id_bytes);
+    if (copy == NULL)
+        return KVIO_ERR_NOMEM;
+    *copy = *request;
+    char *tail = (char *)(copy + 1);
+    if (request->segments != NULL) {
+        memcpy(tail, request->segments, segment_bytes);
+        copy->segments = (const kvio_segment_t *)tail;
+    }
+    if (id_bytes > 0) {
+        memcpy(tail + segment_bytes, request->trace_hash_ids, id_bytes);
+        copy->trace_hash_ids = (const uint64_t *)(tail + segment_bytes);
+    }
+    *copy_p = copy;
+    return KVIO_OK;
+}
+
+void kvio_request_destroy(kvio_request_t *request)
+{
+    free(request);
+}
+
+/* Walks the request's token sequence (prompt, then output) as runs of one
+ * content each; positions only move forward. */
+typedef struct content_cursor {
+    const kvio_request_t *request;
+    uint32_t segment;        /* current segment index */
+    uint64_t segment_start;  /* sequence position of its first token */
+} content_cursor_t;
+
+/* The run that starts at position and ends at the earlier of its content's
+ * end and limit. */
+static kvio_hash_run_t cursor_run(content_cursor_t *cursor, uint64_t position, uint64_t limit)
+{
+    const kvio_request_t *request = cursor->request;
+    kvio_hash_run_t run;
+    uint64_t end;
+    if (position >= request->input_tokens) {
+        run.content_id = request->output_content_id;
+        run.offset = (uint32_t)(position - request->input_tokens);
+        end = limit;
+    } else if (request->segments != NULL) {
+        while (position >= cursor->segment_start + request->segments[cursor->segment].tokens) {
+            cursor->segment_start += request->segments[cursor->segment].tokens;
+            cursor->segment++;
+        }
+        const kvio_segment_t *segment = &request->segments[cursor->segment];
+        run.content_id = segment->content_id;
+        run.offset = segment->offset + (uint32_t)(position - cursor->segment_start);
+        end = cursor->segment_start + segment->tokens;
+    } else {
+        uint64_t block_tokens = request->trace_block_tokens;
+        run.content_id = request->trace_hash_ids[position / block_tokens];
+        run.offset = (uint32_t)(position % block_tokens);
+        end = position - run.offset + block_tokens;
+        if (end > request->input_tokens)
+            end = request->input_tokens;
+    }
+    if (end > limit)
+        end = limit;
+    run.length = (uint32_t)(end - position);
+    return run;
+}
+
+/* Hashes the runs of [start, end) with parent; runs_p is a growable buffer. */
+static kvio_status_t hash_span(content_cursor_t *cursor, uint64_t start, uint64_t end,
+                               const kvio_hash_t *parent, kvio_hash_run_t **runs_p,
+                               size_t *capacity_p, kvio_hash_t *hash_p)
+{
+    size_t count = 0;
+    for (uint64_t position = start; position < end;) {
+        if (count == *capacity_p) {
+            size_t capacity = *capacity_p * 2;
+            kvio_hash_run_t *bigger = malloc(capacity * sizeof(*bigger));
+            if (bigger == NULL)
+                return KVIO_ERR_NOMEM;
+            memcpy(bigger, *runs_p, count * sizeof(*bigger));
+            /* The first buffer is the caller's stack array; later ones are ours. */
+            if (*capacity_p > 64)
+                free(*runs_p);
+            *runs_p = bigger;
+            *capacity_p = capacity;
+        }
+        kvio_hash_run_t run = cursor_run(cursor, position, end);
+        (*runs_p)[count++] = run;
+        position += run.length;
+    }
+    *hash_p = kvio_hash_runs(parent, *runs_p, count);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t block_size,
+                                        size_t first_block, size_t num_blocks,
+                                        const kvio_hash_t *parent, kvio_hash_t *hashes_p)
+{
+    uint64_t total = (uint64_t)request->input_tokens + request->output_tokens;
+    if (block_size == 0 || first_block > total / block_size ||
+        num_blocks > total / block_size - first_block)
+        return KVIO_ERR_INVALID;
+    kvio_hash_run_t stack_runs[64];
+    kvio_hash_run_t *runs = stack_runs;
+    size_t capacity = 64;
+    content_cursor_t cursor = {.request = request};
+    uint64_t trace_block = request->segments == NULL ? request->trace_block_tokens : 0;
+    bool trace_hashing = trace_block > 0 && trace_block % block_size == 0;
+    kvio_status_t status = KVIO_OK;
+    for (size_t i = 0; i < num_blocks; i++) {
+        uint64_t start = (uint64_t)(first_block + i) * block_size;
+        uint64_t end = start + block_size;
+        if (trace_hashing && end <= request->input_tokens) {
+            hashes_p[i] = kvio_hash_trace_block(parent, request->trace_hash_ids[start / trace_block],
+                                                (uint32_t)(start % trace_block / block_size));
+        } else {
+            status = hash_span(&cursor, start, end, parent, &runs, &capacity, &hashes_p[i]);
+            if (status != KVIO_OK)
+                break;
+        }
+        parent = &hashes_p[i];
+    }
+    if (runs != stack_runs)
+        free(runs);
+    return status;
+}
+
+kvio_status_t kvio_request_span_hash(const kvio_request_t *request, uint64_t start, uint64_t end,
+                                     const kvio_hash_t *parent, kvio_hash_t *hash_p)
+{
+    kvio_hash_run_t stack_runs[64];
+    kvio_hash_run_t *runs = stack_runs;
+    size_t capacity = 64;
+    content_cursor_t cursor = {.request = request};
+    kvio_status_t status = hash_span(&cursor, start, end, parent, &runs, &capacity, hash_p);
+    if (runs != stack_runs)
+        free(runs);
+    return status;
+}

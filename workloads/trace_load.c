@@ -1,0 +1,459 @@
+/* Trace loading shared by every format: reads the file, detects its format,
+ * hands each line to the format's plug-in, handles bad lines (error naming
+ * file:line, or skip and count), sorts out-of-order timestamps (or refuses
+ * them under strict), applies start, time scale, limit and max_tokens, and
+ * yields the records as a stream. Also the format registry. */
+#include "workloads/workloads_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/log.h"
+
+static const kvio_trace_format_ops_t *const registry[] = {
+    [KVIO_TRACE_KVIO] = &kvio_trace_jsonl_kvio_ops,
+    [KVIO_TRACE_MOONCAKE] = &kvio_trace_jsonl_mooncake_ops,
+    [KVIO_TRACE_AZURE] = &kvio_trace_csv_azure_ops,
+    [KVIO_TRACE_BURSTGPT] = &kvio_trace_csv_burstgpt_ops,
+};
+
+const kvio_trace_format_ops_t *kvio_trace_format_ops(kvio_trace_format_t format)
+{
+    if ((unsigned)format >= sizeof(registry) / sizeof(registry[0]))
+        return NULL;
+    return registry[format];
+}
+
+/* ---------- pools ---------- */
+
+static bool grow(void **items, size_t *capacity_p, size_t needed, size_t item_size)
+{
+    if (needed <= *capacity_p)
+        return true;
+    size_t capacity = *capacity_p ? *capacity_p : 256;
+    while (capacity < needed)
+        capacity *= 2;
+    void *bigger = realloc(*items, capacity * item_size);
+    if (bigger == NULL)
+        return false;
+    *items = bigger;
+    *capacity_p = capacity;
+    return true;
+}
+
+kvio_trace_record_t *kvio_trace_add_record(kvio_trace_t *trace)
+{
+    if (!grow((void **)&trace->records, &trace->records_capacity, trace->num_records + 1,
+              sizeof(kvio_trace_record_t)))
+        return NULL;
+    kvio_trace_record_t *record = &trace->records[trace->num_records++];
+    memset(record, 0, sizeof(*record));
+    record->line = trace->line;
+    record->segment_start = trace->num_segments;
+    record->hash_id_start = trace->num_hash_ids;
+    record->request.id = UINT64_MAX;
+    return record;
+}
+
+kvio_segment_t *kvio_trace_reserve_segments(kvio_trace_t *trace, size_t count)
+{
+    if (!grow((void **)&trace->segments, &trace->segments_capacity, trace->num_segments + count,
+              sizeof(kvio_segment_t)))
+        return NULL;
+    return trace->segments + trace->num_segments;
+}
+
+uint64_t *kvio_trace_reserve_hash_ids(kvio_trace_t *trace, size_t count)
+{
+    if (!grow((void **)&trace->hash_ids, &trace->hash_ids_capacity, trace->num_hash_ids + count,
+              sizeof(uint64_t)))
+        return NULL;
+    return trace->hash_ids + trace->num_hash_ids;
+}
+
+void kvio_trace_drop_last(kvio_trace_t *trace)
+{
+    if (trace->num_records == 0)
+        return;
+    kvio_trace_record_t *record = &trace->records[--trace->num_records];
+    trace->num_segments = record->segment_start;
+    trace->num_hash_ids = record->hash_id_start;
+}
+
+kvio_status_t kvio_trace_parse_tokens(const char *text, int64_t minimum, uint32_t *tokens_p,
+                                      char *error_p, size_t error_len, const char *what)
+{
+    while (*text == ' ' || *text == '\t')
+        text++;
+    char *end;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    while (end != text && (*end == ' ' || *end == '\t'))
+        end++;
+    if (end == text || *end != '\0' || errno == ERANGE) {
+        snprintf(error_p, error_len, "%s: '%.40s' is not an integer", what, text);
+        return KVIO_ERR_PARSE;
+    }
+    if (value < minimum) {
+        snprintf(error_p, error_len, "%s: %lld is %s", what, value,
+                 value < 0 ? "negative" : "too small");
+        return KVIO_ERR_PARSE;
+    }
+    if (value > (long long)KVIO_STREAM_MAX_TOKENS) {
+        snprintf(error_p, error_len, "%s: %lld tokens is absurd (more than %u)", what, value,
+                 KVIO_STREAM_MAX_TOKENS);
+        return KVIO_ERR_PARSE;
+    }
+    *tokens_p = (uint32_t)value;
+    return KVIO_OK;
+}
+
+/* ---------- the loaded trace as a stream ---------- */
+
+typedef struct trace_source {
+    kvio_trace_t trace;
+    size_t next;
+    kvio_request_t request;
+} trace_source_t;
+
+static kvio_status_t trace_next(void *source, const kvio_request_t **request_p)
+{
+    trace_source_t *replay = source;
+    if (replay->next >= replay->trace.num_records) {
+        *request_p = NULL;
+        return KVIO_OK;
+    }
+    const kvio_trace_record_t *record = &replay->trace.records[replay->next++];
+    replay->request = record->request;
+    replay->request.segments =
+        record->request.num_segments > 0 ? replay->trace.segments + record->segment_start : NULL;
+    replay->request.trace_hash_ids = record->request.num_trace_hash_ids > 0
+                                         ? replay->trace.hash_ids + record->hash_id_start
+                                         : NULL;
+    *request_p = &replay->request;
+    return KVIO_OK;
+}
+
+static void trace_free(kvio_trace_t *trace)
+{
+    free(trace->records);
+    free(trace->segments);
+    free(trace->hash_ids);
+    trace->records = NULL;
+    trace->segments = NULL;
+    trace->hash_ids = NULL;
+}
+
+static void trace_destroy(void *source)
+{
+    trace_source_t *replay = source;
+    if (replay == NULL)
+        return;
+    trace_free(&replay->trace);
+    free(replay);
+}
+
+static const kvio_stream_source_ops_t trace_ops = {
+    .name = "trace",
+    .next = trace_next,
+    .destroy = trace_destroy,
+};
+
+/* ---------- loading ---------- */
+
+/* Reads the whole file; the caller frees *data_p. */
+static kvio_status_t read_file(const char *path, char **data_p, size_t *length_p, char *error_p,
+                               size_t error_len)
+{
+    FILE *file = fopen(path, "rb");
+    if (file == NULL) {
+        int errnum = errno;
+        snprintf(error_p, error_len, "%s: %s", path, strerror(errnum));
+        return errnum == ENOENT ? KVIO_ERR_NOT_FOUND : kvio_status_from_errno(errnum);
+    }
+    size_t capacity = 1 << 16, length = 0;
+    char *data = malloc(capacity + 1);
+    kvio_status_t status = KVIO_OK;
+    while (data != NULL) {
+        size_t got = fread(data + length, 1, capacity - length, file);
+        length += got;
+        if (length < capacity)
+            break;
+        char *bigger = realloc(data, capacity * 2 + 1);
+        if (bigger == NULL) {
+            free(data);
+            data = NULL;
+            break;
+        }
+        data = bigger;
+        capacity *= 2;
+    }
+    if (data == NULL) {
+        snprintf(error_p, error_len, "%s: out of memory reading the trace", path);
+        status = KVIO_ERR_NOMEM;
+    } else if (ferror(file)) {
+        snprintf(error_p, error_len, "%s: read error", path);
+        status = KVIO_ERR_IO;
+        free(data);
+    }
+    fclose(file);
+    if (status != KVIO_OK)
+        return status;
+    data[length] = '\0';
+    *data_p = data;
+    *length_p = length;
+    return KVIO_OK;
+}
+
+static bool blank(const char *line, size_t length)
+{
+    for (size_t i = 0; i < length; i++) {
+        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r')
+            return false;
+    }
+    return true;
+}
+
+static kvio_trace_format_t detect_format(const char *line)
+{
+    while (*line == ' ' || *line == '\t')
+        line++;
+    if (line[0] == '{')
+        return strstr(line, "\"arrival_ns\"") != NULL || strstr(line, "\"segments\"") != NULL
+                   ? KVIO_TRACE_KVIO
+                   : KVIO_TRACE_MOONCAKE;
+    if (strstr(line, "ContextTokens") != NULL)
+        return KVIO_TRACE_AZURE;
+    if (strstr(line, "Request tokens") != NULL)
+        return KVIO_TRACE_BURSTGPT;
+    return KVIO_TRACE_AUTO;
+}
+
+static int compare_records(const void *a, const void *b)
+{
+    const kvio_trace_record_t *x = a, *y = b;
+    if (x->request.arrival_ns != y->request.arrival_ns)
+        return x->request.arrival_ns < y->request.arrival_ns ? -1 : 1;
+    return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* Reads every line into trace; bad lines fail or are counted. */
+static kvio_status_t parse_lines(kvio_trace_t *trace, const kvio_trace_format_ops_t *ops,
+                                 char *data, size_t length, uint64_t *skipped_p, char *error_p,
+                                 size_t error_len)
+{
+    char *cursor = data, *end = data + length;
+    uint64_t skipped = 0;
+    if (length >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0)
+        cursor += 3; /* a UTF-8 byte order mark, as spreadsheets write */
+    while (cursor < end) {
+        char *newline = memchr(cursor, '\n', (size_t)(end - cursor));
+        char *line_end = newline != NULL ? newline : end;
+        size_t line_length = (size_t)(line_end - cursor);
+        *line_end = '\0';
+        trace->line++;
+        char *line = cursor;
+        cursor = line_end + 1;
+        if (line_length > 0 && line[line_length - 1] == '\r')
+            line[--line_length] = '\0';
+        if (blank(line, line_length))
+            continue;
+        char reason[512] = "";
+        kvio_status_t status;
+        size_t records = trace->num_records;
+        if (line_length > KVIO_TRACE_MAX_LINE) {
+            snprintf(reason, sizeof(reason), "line longer than %u bytes", KVIO_TRACE_MAX_LINE);
+            status = KVIO_ERR_PARSE;
+        } else if (memchr(line, '\0', line_length) != NULL) {
+            snprintf(reason, sizeof(reason), "line contains a NUL byte");
+            status = KVIO_ERR_PARSE;
+        } else {
+            status = ops->parse_line(trace, line, line_length, reason, sizeof(reason));
+        }
+        if (status == KVIO_OK || status == KVIO_INPROGRESS)
+            continue;
+        while (trace->num_records > records)
+            kvio_trace_drop_last(trace);
+        if (status == KVIO_ERR_PARSE && trace->options->skip_bad) {
+            skipped++;
+            kvio_debug("%s:%llu: skipped: %s", trace->path, (unsigned long long)trace->line,
+                       reason);
+            continue;
+        }
+        snprintf(error_p, error_len, "%s:%llu: %s", trace->path,
+                 (unsigned long long)trace->line, reason[0] ? reason : kvio_strerror(status));
+        return status;
+    }
+    *skipped_p = skipped;
+    return KVIO_OK;
+}
+
+/* Sorting, origin, start, time scale, limit, ids and max_tokens. */
+static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t *ops,
+                             char *error_p, size_t error_len)
+{
+    const kvio_stream_trace_config_t *options = trace->options;
+    size_t disordered = 0;
+    for (size_t i = 1; i < trace->num_records; i++) {
+        const kvio_trace_record_t *record = &trace->records[i];
+        if (record->request.arrival_ns >= trace->records[i - 1].request.arrival_ns)
+            continue;
+        if (options->strict) {
+            snprintf(error_p, error_len,
+                     "%s:%llu: timestamp out of order (earlier than line %llu's); "
+                     "without strict it would be sorted",
+                     trace->path, (unsigned long long)record->line,
+                     (unsigned long long)trace->records[i - 1].line);
+            return KVIO_ERR_PARSE;
+        }
+        disordered++;
+    }
+    if (disordered > 0) {
+        kvio_warn("%s: %zu requests out of timestamp order; sorted by timestamp", trace->path,
+                  disordered);
+        qsort(trace->records, trace->num_records, sizeof(kvio_trace_record_t), compare_records);
+    }
+    if (ops->finish != NULL) {
+        kvio_status_t status = ops->finish(trace, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+    }
+    int64_t origin = 0;
+    if (ops->absolute_times && trace->num_records > 0)
+        origin = trace->records[0].request.arrival_ns;
+    origin += options->start_ns;
+    size_t kept = 0;
+    uint64_t clamped = 0;
+    for (size_t i = 0; i < trace->num_records; i++) {
+        kvio_trace_record_t record = trace->records[i];
+        kvio_request_t *request = &record.request;
+        if (request->arrival_ns < origin)
+            continue;
+        if (options->limit > 0 && kept >= (size_t)options->limit)
+            break;
+        double scaled = (double)(request->arrival_ns - origin) * options->time_scale;
+        request->arrival_ns = options->time_scale == 1.0 ? request->arrival_ns - origin
+                              : scaled < 9.2e18      ? llround(scaled)
+                                                     : INT64_MAX;
+        if (request->id == UINT64_MAX)
+            request->id = kept;
+        if (request->max_tokens == 0) {
+            request->max_tokens = options->max_tokens > 0 ? (uint32_t)options->max_tokens
+                                                          : request->output_tokens;
+            if (request->output_tokens > request->max_tokens) {
+                request->output_tokens = request->max_tokens;
+                clamped++;
+            }
+        }
+        trace->records[kept++] = record;
+    }
+    trace->num_records = kept;
+    if (clamped > 0)
+        kvio_info("%s: %llu outputs cut to max_tokens %lld", trace->path,
+                  (unsigned long long)clamped, (long long)options->max_tokens);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t format,
+                                     const kvio_stream_trace_config_t *options,
+                                     kvio_stream_t **stream_p, char *error_p, size_t error_len)
+{
+    char *data = NULL;
+    size_t length = 0;
+    trace_source_t *replay = NULL;
+    kvio_stream_t *stream = NULL;
+    const kvio_trace_format_ops_t *ops = NULL;
+    uint64_t skipped = 0;
+    kvio_status_t status = read_file(path, &data, &length, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    if (format == KVIO_TRACE_AUTO) {
+        char *line = length >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0 ? data + 3 : data;
+        while (*line == '\n' || *line == '\r' || *line == ' ' || *line == '\t')
+            line++;
+        char *newline = strchr(line, '\n');
+        if (newline != NULL)
+            *newline = '\0';
+        format = detect_format(line);
+        if (newline != NULL)
+            *newline = '\n';
+        if (format == KVIO_TRACE_AUTO) {
+            snprintf(error_p, error_len,
+                     "%s: cannot tell the trace format from the first line; set "
+                     "stream.trace.format (kvio, mooncake, azure, burstgpt)",
+                     path);
+            status = KVIO_ERR_PARSE;
+            goto cleanup;
+        }
+    }
+    ops = kvio_trace_format_ops(format);
+    if (ops == NULL) {
+        snprintf(error_p, error_len, "%s: unknown trace format", path);
+        status = KVIO_ERR_INVALID;
+        goto cleanup;
+    }
+    replay = calloc(1, sizeof(*replay));
+    if (replay == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto cleanup;
+    }
+    kvio_trace_t *trace = &replay->trace;
+    trace->path = path;
+    trace->options = options;
+    trace->format = format;
+    if (ops->state_size > 0) {
+        trace->format_state = calloc(1, ops->state_size);
+        if (trace->format_state == NULL) {
+            status = KVIO_ERR_NOMEM;
+            goto cleanup;
+        }
+    }
+    status = parse_lines(trace, ops, data, length, &skipped, error_p, error_len);
+    if (status == KVIO_OK && trace->num_records == 0) {
+        snprintf(error_p, error_len, "%s: no requests in the trace%s", path,
+                 skipped > 0 ? " (every line was bad and skipped)" : "");
+        status = KVIO_ERR_PARSE;
+    }
+    if (status == KVIO_OK)
+        status = arrange(trace, ops, error_p, error_len);
+    if (status == KVIO_OK && trace->num_records == 0) {
+        snprintf(error_p, error_len, "%s: no requests after stream.trace.start", path);
+        status = KVIO_ERR_PARSE;
+    }
+    if (status != KVIO_OK)
+        goto cleanup;
+    if (skipped > 0)
+        kvio_warn("%s: skipped %llu bad lines", path, (unsigned long long)skipped);
+    stream = calloc(1, sizeof(*stream));
+    if (stream == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto cleanup;
+    }
+    stream->ops = &trace_ops;
+    stream->source = replay;
+    stream->skipped_lines = skipped;
+    if (ops->fini != NULL)
+        ops->fini(trace);
+    free(trace->format_state);
+    trace->format_state = NULL;
+    trace->path = NULL;
+    trace->options = NULL;
+    free(data);
+    *stream_p = stream;
+    return KVIO_OK;
+
+cleanup:
+    if (status == KVIO_ERR_NOMEM)
+        snprintf(error_p, error_len, "%s: out of memory reading the trace", path);
+    if (replay != NULL) {
+        if (ops != NULL && ops->fini != NULL)
+            ops->fini(&replay->trace);
+        free(replay->trace.format_state);
+        trace_destroy(replay);
+    }
+    free(data);
+    return status;
+}
