@@ -141,6 +141,10 @@ static const kvio_opt_t prefix_options[] = {
     {.key = "mutation", .type = KVIO_OPT_SECTION,
      .offset = offsetof(kvio_stream_prefix_config_t, mutation), .options = mutation_options,
      .help = "context rewrites between turns (agent harnesses)"},
+    {.key = "min_unique_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_prefix_config_t, min_unique_tokens), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1000000,
+     .help = "a first turn's unique suffix = max(this, input_tokens - shared prefix)"},
     {.key = NULL},
 };
 
@@ -198,7 +202,8 @@ const kvio_opt_t kvio_stream_options[] = {
     {.key = "max_tokens", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_stream_config_t, max_tokens), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = MAX_TOKENS_TEXT,
-     .help = "each request's output limit (0: output_tokens' max, else its own output)"},
+     .help = "each request's output limit (0: the largest output output_tokens can give, "
+             "or, if unbounded, the request's own output)"},
     {.key = "priority", .type = KVIO_OPT_DIST, .offset = offsetof(kvio_stream_config_t, priority),
      .default_value = "0", .help = "request priority, rounded (lower is more urgent)"},
     {.key = "prefix", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, prefix),
@@ -228,6 +233,8 @@ kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t se
         kvio_stream_trace_config_t options = config->trace;
         if (config->requests > 0 && (options.limit == 0 || options.limit > config->requests))
             options.limit = config->requests;
+        if (options.max_tokens == 0)
+            options.max_tokens = config->max_tokens;
         return kvio_stream_open_trace(config->trace.path, (kvio_trace_format_t)options.format,
                                       &options, stream_p, error_p, error_len);
     }

@@ -47,14 +47,14 @@ static void flush(kvio_stream_writer_t *writer)
 }
 
 /* Makes room for bytes more; flushes when the buffer is nearly full. */
-static char *room(kvio_stream_writer_t *writer, size_t bytes)
+static inline char *room(kvio_stream_writer_t *writer, size_t bytes)
 {
     if (writer->used + bytes > BUFFER_BYTES)
         flush(writer);
     return writer->buffer + writer->used;
 }
 
-static void put_text(kvio_stream_writer_t *writer, const char *text, size_t length)
+static inline void put_text(kvio_stream_writer_t *writer, const char *text, size_t length)
 {
     if (length > BUFFER_BYTES) {
         flush(writer);
@@ -68,17 +68,49 @@ static void put_text(kvio_stream_writer_t *writer, const char *text, size_t leng
 
 #define PUT_LITERAL(writer, text) put_text(writer, text, sizeof(text) - 1)
 
+static const char digit_pairs[201] = "0001020304050607080910111213141516171819"
+                                     "2021222324252627282930313233343536373839"
+                                     "4041424344454647484950515253545556575859"
+                                     "6061626364656667686970717273747576777879"
+                                     "8081828384858687888990919293949596979899";
+
+/* Writes exactly 8 digits of value (< 10^8), zero-padded, ending at end. */
+static void format_8_digits(char *end, uint32_t value)
+{
+    for (int i = 0; i < 4; i++) {
+        unsigned pair = (value % 100) * 2;
+        value /= 100;
+        *--end = digit_pairs[pair + 1];
+        *--end = digit_pairs[pair];
+    }
+}
+
+/* Decimal digits of value; 32-bit arithmetic in chunks of 8 digits. */
 static size_t format_u64(char *out, uint64_t value)
 {
-    char digits[20];
-    size_t count = 0;
-    do {
-        digits[count++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value != 0);
-    for (size_t i = 0; i < count; i++)
-        out[i] = digits[count - 1 - i];
-    return count;
+    char digits[24];
+    char *end = digits + sizeof(digits), *at = end;
+    while (value >= 100000000) {
+        format_8_digits(at, (uint32_t)(value % 100000000));
+        at -= 8;
+        value /= 100000000;
+    }
+    uint32_t small = (uint32_t)value;
+    while (small >= 100) {
+        unsigned pair = (small % 100) * 2;
+        small /= 100;
+        *--at = digit_pairs[pair + 1];
+        *--at = digit_pairs[pair];
+    }
+    if (small >= 10) {
+        *--at = digit_pairs[small * 2 + 1];
+        *--at = digit_pairs[small * 2];
+    } else {
+        *--at = (char)('0' + small);
+    }
+    size_t length = (size_t)(end - at);
+    memcpy(out, at, length);
+    return length;
 }
 
 static void put_u64(kvio_stream_writer_t *writer, uint64_t value)

@@ -52,6 +52,7 @@ typedef struct synthetic {
     uint64_t max_context;
     int64_t max_tokens;            /* 0: derived per request */
     int64_t output_max;            /* output_tokens' max, or 0 */
+    uint32_t min_unique_tokens;
     /* catalog of shared content */
     uint32_t *system_prompt_tokens;
     uint32_t num_system_prompts;
@@ -300,8 +301,10 @@ static void finish_request(synthetic_t *generator, int64_t time_ns, uint32_t inp
     request->input_tokens = input_tokens;
     request->output_tokens = output;
     request->max_tokens = limit;
-    request->priority = (int32_t)lround(kvio_dist_sample(&generator->priority,
-                                                         &generator->priority_rng));
+    double priority = kvio_dist_sample(&generator->priority, &generator->priority_rng);
+    request->priority = !(priority > -2e9) ? -2000000000
+                        : priority < 2e9   ? (int32_t)lround(priority)
+                                           : 2000000000;
     request->output_content_id = KVIO_CONTENT_UNIQUE | generator->next_unique++;
     request->trace_block_tokens = 0;
     request->num_trace_hash_ids = 0;
@@ -353,7 +356,9 @@ static kvio_status_t emit_first(synthetic_t *generator, int64_t time_ns)
         shared += generator->document_tokens[document];
     }
     uint32_t input = sample_tokens(&generator->input_tokens, &generator->length_rng, 1);
-    uint32_t suffix = input > shared ? (uint32_t)(input - shared) : 1;
+    uint32_t suffix = input > shared + generator->min_unique_tokens
+                          ? (uint32_t)(input - shared)
+                          : generator->min_unique_tokens;
     segments[count++] = (kvio_segment_t){KVIO_CONTENT_UNIQUE | generator->next_unique++, 0,
                                          suffix};
     finish_request(generator, time_ns, (uint32_t)(shared + suffix));
@@ -438,9 +443,9 @@ static kvio_status_t emit_turn(synthetic_t *generator, int64_t time_ns, uint32_t
         double where = kvio_dist_sample(&generator->mutation_position, &generator->mutation_rng);
         if (generator->mutation_unit == KVIO_POSITION_FRACTION)
             where *= (double)context;
-        uint64_t position = where > 0 ? (uint64_t)where : 0;
-        if (position >= context)
-            position = context - 1;
+        uint64_t position = !(where > 0)              ? 0
+                            : where < (double)context ? (uint64_t)where
+                                                      : context - 1;
         uint32_t length = sample_tokens(&generator->mutation_tokens, &generator->mutation_rng, 1);
         if (length > context - position)
             length = (uint32_t)(context - position);
@@ -543,6 +548,26 @@ static kvio_status_t fail(char *error_p, size_t error_len, kvio_status_t status,
     return status;
 }
 
+/* The largest value a distribution yields (its max clamp, or the top of a
+ * bounded kind), or 0 when it is unbounded. */
+static double natural_max(const kvio_dist_t *dist)
+{
+    double top = 0;
+    if (dist->kind == KVIO_DIST_CONSTANT) {
+        top = dist->value;
+    } else if (dist->kind == KVIO_DIST_UNIFORM) {
+        top = dist->high;
+    } else if (dist->kind == KVIO_DIST_EMPIRICAL) {
+        for (size_t i = 0; i < dist->num_values; i++)
+            top = dist->values[i] > top ? dist->values[i] : top;
+    } else if (!dist->has_max) {
+        return 0;
+    }
+    if (dist->has_max && (top == 0 || dist->max < top))
+        top = dist->max;
+    return top;
+}
+
 /* Draws each catalog entry's length once, from its own random stream. */
 static kvio_status_t make_catalog(const kvio_dist_t *tokens, uint64_t seed, const char *purpose,
                                   uint32_t count, uint32_t **lengths_p, uint32_t *longest_p)
@@ -595,10 +620,11 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
     generator->mutation_unit = prefix->mutation.position_unit;
     generator->max_context = (uint64_t)prefix->sessions.max_context;
     generator->max_tokens = config->max_tokens;
-    if (config->output_tokens.has_max && config->output_tokens.max >= 1)
-        generator->output_max = config->output_tokens.max >= KVIO_STREAM_MAX_TOKENS
-                                    ? KVIO_STREAM_MAX_TOKENS
-                                    : llround(config->output_tokens.max);
+    generator->min_unique_tokens = (uint32_t)prefix->min_unique_tokens;
+    double output_max = natural_max(&config->output_tokens);
+    if (output_max >= 1)
+        generator->output_max = output_max >= KVIO_STREAM_MAX_TOKENS ? KVIO_STREAM_MAX_TOKENS
+                                                                     : llround(output_max);
     const kvio_dist_t *sources[] = {&config->input_tokens, &config->output_tokens,
                                     &config->priority, &prefix->sessions.turns,
                                     &prefix->sessions.think_time, &prefix->sessions.user_tokens,
@@ -637,7 +663,8 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
                                  &generator->document_popularity, &generator->documents_zipf);
     if (status != KVIO_OK)
         goto cleanup;
-    if ((uint64_t)longest_prompt + (uint64_t)generator->documents_per_request * longest_document >=
+    if ((uint64_t)longest_prompt + (uint64_t)generator->documents_per_request * longest_document +
+            generator->min_unique_tokens >
         KVIO_STREAM_MAX_TOKENS) {
         status = fail(error_p, error_len, KVIO_ERR_CONFIG,
                       "stream.prefix: system prompt and documents can exceed %s tokens",

@@ -247,6 +247,8 @@ static kvio_status_t parse_lines(kvio_trace_t *trace, const kvio_trace_format_op
 {
     char *cursor = data, *end = data + length;
     uint64_t skipped = 0;
+    if (length >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0)
+        cursor += 3; /* a UTF-8 byte order mark, as spreadsheets write */
     while (cursor < end) {
         char *newline = memchr(cursor, '\n', (size_t)(end - cursor));
         char *line_end = newline != NULL ? newline : end;
@@ -369,7 +371,7 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
     if (status != KVIO_OK)
         return status;
     if (format == KVIO_TRACE_AUTO) {
-        char *line = data;
+        char *line = length >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0 ? data + 3 : data;
         while (*line == '\n' || *line == '\r' || *line == ' ' || *line == '\t')
             line++;
         char *newline = strchr(line, '\n');

@@ -132,6 +132,7 @@ typedef struct kvio_stream_prefix_config {
     kvio_stream_documents_config_t documents;
     kvio_stream_sessions_config_t sessions;
     kvio_stream_mutation_config_t mutation;
+    int64_t min_unique_tokens; /* a first turn's own tokens, after the shared prefix */
 } kvio_stream_prefix_config_t;
 
 typedef enum {
@@ -159,7 +160,7 @@ typedef struct kvio_stream_config {
     kvio_stream_arrival_config_t arrival;
     kvio_dist_t input_tokens;
     kvio_dist_t output_tokens;
-    int64_t max_tokens;    /* 0: output_tokens' max, or the request's own output */
+    int64_t max_tokens;    /* 0: output_tokens' largest value, or the request's own output */
     kvio_dist_t priority;
     kvio_stream_prefix_config_t prefix;
     kvio_stream_trace_config_t trace;

@@ -1,0 +1,702 @@
+/* Tests for trace streams: Mooncake block hashes at engine block sizes 16
+ * and 512 (checked against xxhsum), Azure and BurstGPT parsing and sessions,
+ * kvio export -> import -> export identity, every bad-input case, sorting
+ * and strict mode, replay options, a mutation fuzz, and the kvio stream CLI. */
+#include "kvio/stream.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers.h"
+
+#define FIXTURES KVIO_SOURCE_DIR "/tests/fixtures/"
+
+static kvio_stream_trace_config_t default_options(void)
+{
+    kvio_stream_trace_config_t options;
+    memset(&options, 0, sizeof(options));
+    char error[256];
+    cr_assert_eq(kvio_config_defaults(kvio_stream_trace_options, &options, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    return options;
+}
+
+static kvio_stream_t *open_trace(const char *path, kvio_trace_format_t format,
+                                 const kvio_stream_trace_config_t *options)
+{
+    kvio_stream_t *stream = NULL;
+    char error[1024] = "";
+    kvio_status_t status = kvio_stream_open_trace(path, format, options, &stream, error,
+                                                  sizeof(error));
+    cr_assert_eq(status, KVIO_OK, "%s: %s", path, error);
+    return stream;
+}
+
+/* Copies of every request of a stream (freed with free_requests). */
+static size_t read_all(kvio_stream_t *stream, kvio_request_t **requests, size_t max)
+{
+    const kvio_request_t *request;
+    size_t count = 0;
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL) {
+        cr_assert_lt(count, max);
+        cr_assert_eq(kvio_request_clone(request, &requests[count]), KVIO_OK);
+        count++;
+    }
+    return count;
+}
+
+static void free_requests(kvio_request_t **requests, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        kvio_request_destroy(requests[i]);
+}
+
+static void xxhsum_bytes(const uint8_t *bytes, size_t length, char hex_p[33])
+{
+    char *dir = test_tmpdir();
+    char path[512], command[600];
+    snprintf(path, sizeof(path), "%s/payload", dir);
+    FILE *file = fopen(path, "wb");
+    cr_assert_not_null(file);
+    cr_assert_eq(fwrite(bytes, 1, length, file), length);
+    fclose(file);
+    snprintf(command, sizeof(command), "xxhsum -H2 '%s'", path);
+    FILE *pipe = popen(command, "r");
+    cr_assert_not_null(pipe);
+    char line[256] = "";
+    cr_assert_not_null(fgets(line, sizeof(line), pipe), "xxhsum printed nothing");
+    pclose(pipe);
+    cr_assert(sscanf(line, "%32s", hex_p) == 1);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Expected chain of trace-block hashes (ids[i / per_block], i % per_block)
+ * for count engine blocks, computed with xxhsum over the documented bytes:
+ * parent (16 bytes), u64 trace id, u32 index, little-endian. */
+static void expected_trace_chain(const uint64_t *ids, uint32_t per_block, size_t count,
+                                 char (*hex_p)[33])
+{
+    uint8_t bytes[28] = {0};
+    for (size_t i = 0; i < count; i++) {
+        uint64_t id = ids[i / per_block];
+        uint32_t index = (uint32_t)(i % per_block);
+        for (int b = 0; b < 8; b++)
+            bytes[16 + b] = (uint8_t)(id >> (8 * b));
+        for (int b = 0; b < 4; b++)
+            bytes[24 + b] = (uint8_t)(index >> (8 * b));
+        xxhsum_bytes(bytes, sizeof(bytes), hex_p[i]);
+        for (int b = 0; b < 16; b++) {
+            unsigned value;
+            cr_assert(sscanf(hex_p[i] + 2 * b, "%2x", &value) == 1);
+            bytes[b] = (uint8_t)value;
+        }
+    }
+}
+
+Test(stream_trace, mooncake_fixture_gives_the_expected_block_hashes_at_16_and_512,
+     .timeout = 60)
+{
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(FIXTURES "mooncake_small.jsonl", KVIO_TRACE_AUTO, &options);
+    kvio_request_t *requests[8];
+    size_t count = read_all(stream, requests, 8);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 3);
+    cr_assert_eq(requests[0]->input_tokens, 1100);
+    cr_assert_eq(requests[0]->output_tokens, 10);
+    cr_assert_eq(requests[0]->num_trace_hash_ids, 3);
+    cr_assert_eq(requests[0]->trace_block_tokens, 512);
+    cr_assert_eq(requests[1]->arrival_ns, 5000000);
+    cr_assert_eq(requests[2]->arrival_ns, 7500000);
+    cr_assert_eq(requests[2]->id, 2);
+
+    uint64_t ids0[] = {11, 12, 13};
+    char expected[68][33], actual[33];
+    kvio_hash_t hashes[68];
+    /* Block size 512: two full blocks; the last 76 tokens stay partial. */
+    expected_trace_chain(ids0, 1, 2, expected);
+    cr_assert_eq(kvio_request_block_hashes(requests[0], 512, 0, 2, NULL, hashes), KVIO_OK);
+    for (int i = 0; i < 2; i++) {
+        kvio_hash_format(hashes[i], actual);
+        cr_assert_str_eq(actual, expected[i], "512: block %d", i);
+    }
+    cr_assert_eq(kvio_request_block_hashes(requests[0], 512, 0, 3, NULL, hashes),
+                 KVIO_ERR_INVALID);
+    kvio_hash_t shared;
+    cr_assert_eq(kvio_request_block_hashes(requests[1], 512, 0, 1, NULL, &shared), KVIO_OK);
+    cr_assert(kvio_hash_equal(shared, hashes[0]), "the same first id, the same first block");
+
+    /* Block size 16: 32 engine blocks per trace block; 1100 / 16 = 68 full. */
+    expected_trace_chain(ids0, 32, 68, expected);
+    cr_assert_eq(kvio_request_block_hashes(requests[0], 16, 0, 68, NULL, hashes), KVIO_OK);
+    for (int i = 0; i < 68; i++) {
+        kvio_hash_format(hashes[i], actual);
+        cr_assert_str_eq(actual, expected[i], "16: block %d", i);
+    }
+    kvio_hash_t other[37];
+    cr_assert_eq(kvio_request_block_hashes(requests[1], 16, 0, 37, NULL, other), KVIO_OK);
+    for (int i = 0; i < 37; i++)
+        cr_assert_eq(kvio_hash_equal(other[i], hashes[i]), i < 32, "block %d", i);
+    free_requests(requests, count);
+}
+
+Test(stream_trace, azure_fixture_parses_into_unique_requests_with_relative_times,
+     .timeout = 10)
+{
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(FIXTURES "azure_small.csv", KVIO_TRACE_AUTO, &options);
+    kvio_request_t *requests[8];
+    size_t count = read_all(stream, requests, 8);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 5);
+    cr_assert_eq(requests[0]->arrival_ns, 0);
+    cr_assert_eq(requests[1]->arrival_ns, 52000000);
+    cr_assert_eq(requests[2]->arrival_ns, 98189000);
+    /* Across a month boundary: 23:59:59.5 to 00:00:00.25 is 750 ms. */
+    cr_assert_eq(requests[4]->arrival_ns - requests[3]->arrival_ns, 750000000);
+    cr_assert_eq(requests[0]->input_tokens, 4808);
+    cr_assert_eq(requests[0]->output_tokens, 10);
+    cr_assert_eq(requests[0]->max_tokens, 10);
+    cr_assert_eq(requests[4]->output_tokens, 0);
+    kvio_hash_t a, b;
+    cr_assert_eq(kvio_request_block_hashes(requests[3], 16, 0, 1, NULL, &a), KVIO_OK);
+    cr_assert_eq(kvio_request_block_hashes(requests[4], 16, 0, 1, NULL, &b), KVIO_OK);
+    cr_assert(!kvio_hash_equal(a, b), "Azure requests share nothing");
+    free_requests(requests, count);
+}
+
+Test(stream_trace, burstgpt_without_session_column_has_no_sessions, .timeout = 10)
+{
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(FIXTURES "burstgpt_small.csv", KVIO_TRACE_AUTO, &options);
+    kvio_request_t *requests[8];
+    size_t count = read_all(stream, requests, 8);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 4);
+    cr_assert_eq(requests[0]->arrival_ns, 5000000000LL);
+    cr_assert_eq(requests[3]->arrival_ns, 118500000000LL);
+    cr_assert_eq(requests[1]->input_tokens, 1087);
+    cr_assert_eq(requests[1]->output_tokens, 250);
+    for (size_t i = 0; i < count; i++) {
+        cr_assert_eq(requests[i]->session_id, 0);
+        cr_assert_eq(requests[i]->num_segments, 1);
+    }
+    free_requests(requests, count);
+}
+
+Test(stream_trace, burstgpt_sessions_share_the_previous_context, .timeout = 10)
+{
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream =
+        open_trace(FIXTURES "burstgpt_sessions.csv", KVIO_TRACE_BURSTGPT, &options);
+    kvio_request_t *requests[8];
+    size_t count = read_all(stream, requests, 8);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 5);
+    /* Rows: a(100,20) b(64,10) a(150,30) -(50,5) a(90,7). */
+    cr_assert_eq(requests[0]->session_id, requests[2]->session_id);
+    cr_assert_eq(requests[0]->session_id, requests[4]->session_id);
+    cr_assert_neq(requests[0]->session_id, requests[1]->session_id);
+    cr_assert_eq(requests[3]->session_id, 0);
+    cr_assert_eq(requests[2]->turn, 1);
+    cr_assert_eq(requests[4]->turn, 2);
+    kvio_hash_t first[7], second[9], third[5];
+    /* The first turn's prompt and output: 120 tokens, 7 full blocks. */
+    cr_assert_eq(kvio_request_block_hashes(requests[0], 16, 0, 7, NULL, first), KVIO_OK);
+    cr_assert_eq(kvio_request_block_hashes(requests[2], 16, 0, 9, NULL, second), KVIO_OK);
+    for (int i = 0; i < 7; i++)
+        cr_assert(kvio_hash_equal(first[i], second[i]), "block %d", i);
+    /* The third prompt (90 tokens) is a prefix of the second's context. */
+    cr_assert_eq(kvio_request_block_hashes(requests[4], 16, 0, 5, NULL, third), KVIO_OK);
+    for (int i = 0; i < 5; i++)
+        cr_assert(kvio_hash_equal(third[i], second[i]), "block %d", i);
+    kvio_hash_t other;
+    cr_assert_eq(kvio_request_block_hashes(requests[1], 16, 0, 1, NULL, &other), KVIO_OK);
+    cr_assert(!kvio_hash_equal(other, first[0]));
+    free_requests(requests, count);
+}
+
+/* Exports a stream into a file and returns its text. */
+static char *export_to(kvio_stream_t *stream, const char *path, kvio_export_format_t format)
+{
+    FILE *out = fopen(path, "w");
+    cr_assert_not_null(out);
+    uint64_t count = 0;
+    char error[256];
+    cr_assert_eq(kvio_stream_export(stream, out, format, &count, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    fclose(out);
+    char *text = test_read_file(path);
+    cr_assert_not_null(text);
+    return text;
+}
+
+Test(stream_trace, kvio_export_import_export_is_identical, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *workload = test_write_file(
+        dir, "w.yaml",
+        "seed: 4\nstream:\n  requests: 3000\n  arrival: {process: gamma, rate: 40, cv: 2}\n"
+        "  priority: {dist: uniform, low: 0, high: 3}\n"
+        "  prefix:\n    system_prompts: {count: 3}\n    documents: {count: 30, per_request: 2}\n"
+        "    sessions: {turns: {dist: uniform, low: 1, high: 6}, think_time: 500ms}\n"
+        "    mutation: {probability: 0.5}\n");
+    test_run_t run = test_kvio(dir, "stream", workload, "-o", "first.jsonl", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char first_path[512], second_path[512], third_path[512];
+    snprintf(first_path, sizeof(first_path), "%s/first.jsonl", dir);
+    snprintf(second_path, sizeof(second_path), "%s/second.jsonl", dir);
+    snprintf(third_path, sizeof(third_path), "%s/third.jsonl", dir);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(first_path, KVIO_TRACE_KVIO, &options);
+    char *second = export_to(stream, second_path, KVIO_EXPORT_KVIO);
+    kvio_stream_destroy(stream);
+    char *first = test_read_file(first_path);
+    cr_assert_str_eq(first, second);
+    cr_assert(test_contains(first, "\"segments\""));
+    cr_assert(test_contains(first, "\"turn\": 3"));
+
+    /* Trace requests (block ids) survive the kvio format too. */
+    stream = open_trace(FIXTURES "mooncake_small.jsonl", KVIO_TRACE_MOONCAKE, &options);
+    char *mooncake = export_to(stream, second_path, KVIO_EXPORT_KVIO);
+    kvio_stream_destroy(stream);
+    stream = open_trace(second_path, KVIO_TRACE_AUTO, &options);
+    char *again = export_to(stream, third_path, KVIO_EXPORT_KVIO);
+    kvio_stream_destroy(stream);
+    cr_assert_str_eq(mooncake, again);
+    cr_assert(test_contains(mooncake, "\"hash_ids\": [11, 12, 13]"));
+    /* Mooncake export of a Mooncake trace keeps its lines. */
+    stream = open_trace(FIXTURES "mooncake_small.jsonl", KVIO_TRACE_MOONCAKE, &options);
+    char *plain = export_to(stream, third_path, KVIO_EXPORT_MOONCAKE);
+    kvio_stream_destroy(stream);
+    char *original = test_read_file(FIXTURES "mooncake_small.jsonl");
+    cr_assert_str_eq(plain, original);
+    free(first);
+    free(second);
+    free(mooncake);
+    free(again);
+    free(plain);
+    free(original);
+    free(workload);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, kvio_fixture_imports_and_exports_byte_for_byte, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/out.jsonl", dir);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(FIXTURES "kvio_small.jsonl", KVIO_TRACE_AUTO, &options);
+    char *text = export_to(stream, path, KVIO_EXPORT_KVIO);
+    kvio_stream_destroy(stream);
+    char *original = test_read_file(FIXTURES "kvio_small.jsonl");
+    cr_assert_str_eq(text, original);
+    stream = open_trace(FIXTURES "kvio_small.jsonl", KVIO_TRACE_KVIO, &options);
+    kvio_request_t *requests[16];
+    size_t count = read_all(stream, requests, 16);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 8);
+    cr_assert_eq(requests[0]->id, 10);
+    cr_assert_eq(requests[0]->num_trace_hash_ids, 3);
+    cr_assert_null(requests[0]->segments);
+    cr_assert_eq(requests[2]->session_id, 1);
+    cr_assert_eq(requests[2]->max_tokens, 30);
+    cr_assert_eq(requests[2]->num_segments, 2);
+    cr_assert_eq(requests[2]->segments[1].tokens, 39);
+    free_requests(requests, count);
+    free(text);
+    free(original);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, mooncake_export_of_segments_shares_ids_where_blocks_are_shared,
+     .timeout = 10)
+{
+    kvio_segment_t a_segments[] = {{1, 0, 1024}, {2, 0, 100}};
+    kvio_segment_t b_segments[] = {{1, 0, 1024}, {3, 0, 100}};
+    kvio_request_t a = {.input_tokens = 1124, .output_tokens = 5, .num_segments = 2,
+                        .segments = a_segments, .output_content_id = 8};
+    kvio_request_t b = a;
+    b.segments = b_segments;
+    char *text = NULL;
+    size_t length = 0;
+    FILE *out = open_memstream(&text, &length);
+    kvio_stream_writer_t *writer;
+    cr_assert_eq(kvio_stream_writer_create(out, KVIO_EXPORT_MOONCAKE, &writer), KVIO_OK);
+    cr_assert_eq(kvio_stream_writer_write(writer, &a), KVIO_OK);
+    cr_assert_eq(kvio_stream_writer_write(writer, &b), KVIO_OK);
+    cr_assert_eq(kvio_stream_writer_close(writer), KVIO_OK);
+    fclose(out);
+    unsigned long long ids[2][3];
+    char *second_line = strchr(text, '\n') + 1;
+    cr_assert(sscanf(text, "{\"timestamp\": 0, \"input_length\": 1124, \"output_length\": 5, "
+                           "\"hash_ids\": [%llu, %llu, %llu]}",
+                     &ids[0][0], &ids[0][1], &ids[0][2]) == 3, "%s", text);
+    cr_assert(sscanf(second_line, "{\"timestamp\": 0, \"input_length\": 1124, "
+                                  "\"output_length\": 5, \"hash_ids\": [%llu, %llu, %llu]}",
+                     &ids[1][0], &ids[1][1], &ids[1][2]) == 3);
+    cr_assert_eq(ids[0][0], ids[1][0]);
+    cr_assert_eq(ids[0][1], ids[1][1]);
+    cr_assert_neq(ids[0][2], ids[1][2], "the partial last blocks differ");
+    free(text);
+}
+
+/* One bad-input case: file content, name, format, and what the error says. */
+typedef struct bad_case {
+    const char *name;
+    kvio_trace_format_t format;
+    const char *content;
+    const char *message;
+} bad_case_t;
+
+static const bad_case_t bad_cases[] = {
+    {"json.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n"
+     "{\"timestamp\": 1, \"input_len\n",
+     "json.jsonl:2: not JSON"},
+    {"missing.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": 5, \"hash_ids\": [1]}\n",
+     "missing.jsonl:1: missing field 'output_length'"},
+    {"negative.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": -5, \"output_length\": 1, \"hash_ids\": [1]}\n",
+     "negative.jsonl:1: 'input_length' is -5, negative"},
+    {"absurd.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": 20000000, \"output_length\": 1, \"hash_ids\": [1]}\n",
+     "absurd.jsonl:1: 'input_length' is 20000000, which is absurd"},
+    {"huge.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": 99999999999999999999999, \"output_length\": 1, "
+     "\"hash_ids\": [1]}\n",
+     "huge.jsonl:1: not JSON"},
+    {"ids.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": 3}\n",
+     "ids.jsonl:1: 'hash_ids' is not an array"},
+    {"few.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, \"hash_ids\": [1, 2]}\n",
+     "few.jsonl:1: 'hash_ids' has 2 ids, but input_length 1025 needs 3"},
+    {"time.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": -1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
+     "time.jsonl:1: 'timestamp' -1 ms is negative"},
+    {"array.jsonl", KVIO_TRACE_MOONCAKE, "[1, 2]\n", "array.jsonl:1: not a JSON object"},
+    {"empty.jsonl", KVIO_TRACE_MOONCAKE, "", "empty.jsonl: no requests"},
+    {"blank.jsonl", KVIO_TRACE_MOONCAKE, "\n  \n", "blank.jsonl: no requests"},
+    {"nul.jsonl", KVIO_TRACE_MOONCAKE,
+     "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
+     "nul.jsonl:2: line contains a NUL"},
+    {"sum.jsonl", KVIO_TRACE_KVIO,
+     "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"segments\": [[1, 0, 4]]}\n",
+     "sum.jsonl:1: 'segments' hold 4 tokens but input_length is 5"},
+    {"segment.jsonl", KVIO_TRACE_KVIO,
+     "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"segments\": [[1, 0]]}\n",
+     "segment.jsonl:1: 'segments'[0] is not [content_id, offset, tokens]"},
+    {"nocontent.jsonl", KVIO_TRACE_KVIO,
+     "{\"arrival_ns\": 0, \"input_length\": 5, \"output_length\": 1}\n",
+     "nocontent.jsonl:1: missing field 'segments' or 'hash_ids'"},
+    {"max.jsonl", KVIO_TRACE_KVIO,
+     "{\"arrival_ns\": 0, \"input_length\": 5, \"output_length\": 9, \"max_tokens\": 4, "
+     "\"segments\": [[1, 0, 5]]}\n",
+     "max.jsonl:1: output_length 9 is above max_tokens 4"},
+    {"date.csv", KVIO_TRACE_AZURE,
+     "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,10,1\n2023-13-16 1:2:3,4,5\n",
+     "date.csv:3: TIMESTAMP '2023-13-16 1:2:3' is not a date"},
+    {"fields.csv", KVIO_TRACE_AZURE,
+     "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,10\n",
+     "fields.csv:2: 2 fields, but the header has 3"},
+    {"header.csv", KVIO_TRACE_AZURE, "TIMESTAMP,Context,GeneratedTokens\n",
+     "header.csv:1: the header has no 'ContextTokens' column"},
+    {"tokens.csv", KVIO_TRACE_AZURE,
+     "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,ten,1\n",
+     "tokens.csv:2: ContextTokens: 'ten' is not an integer"},
+    {"negative.csv", KVIO_TRACE_BURSTGPT,
+     "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+     "1,ChatGPT,-4,3,0,API log\n",
+     "negative.csv:2: Request tokens: -4 is negative"},
+    {"absurd.csv", KVIO_TRACE_BURSTGPT,
+     "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+     "1,ChatGPT,4,300000000,0,API log\n",
+     "absurd.csv:2: Response tokens: 300000000 tokens is absurd"},
+    {"quote.csv", KVIO_TRACE_BURSTGPT,
+     "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+     "1,\"Chat,GPT,4,3,7,API log\n",
+     "quote.csv:2: not a CSV row"},
+    {"unknown.txt", KVIO_TRACE_AUTO, "hello\n", "unknown.txt: cannot tell the trace format"},
+};
+
+static char *write_case(const char *dir, const bad_case_t *bad)
+{
+    char *path = NULL;
+    cr_assert(asprintf(&path, "%s/%s", dir, bad->name) > 0);
+    FILE *file = fopen(path, "wb");
+    cr_assert_not_null(file);
+    size_t length = strlen(bad->content);
+    fwrite(bad->content, 1, length, file);
+    if (strcmp(bad->name, "nul.jsonl") == 0)
+        fwrite("{\"a\": 1}\0\n", 1, 10, file);
+    fclose(file);
+    return path;
+}
+
+Test(stream_trace, every_bad_input_is_an_error_naming_file_and_line, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+        const bad_case_t *bad = &bad_cases[i];
+        char *path = write_case(dir, bad);
+        kvio_stream_trace_config_t options = default_options();
+        kvio_stream_t *stream = NULL;
+        char error[1024] = "";
+        kvio_status_t status = kvio_stream_open_trace(path, bad->format, &options, &stream,
+                                                      error, sizeof(error));
+        cr_assert_eq(status, KVIO_ERR_PARSE, "%s: status %d (%s)", bad->name, status, error);
+        cr_assert_null(stream);
+        cr_assert(test_contains(error, bad->message), "%s: got '%s'", bad->name, error);
+        free(path);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, skip_bad_skips_and_counts_bad_lines, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(
+        dir, "mixed.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n"
+        "garbage\n"
+        "{\"timestamp\": 2, \"input_length\": -5, \"output_length\": 1, \"hash_ids\": [1]}\n"
+        "{\"timestamp\": 3, \"input_length\": 600, \"output_length\": 1, \"hash_ids\": [1, 2]}\n");
+    kvio_stream_trace_config_t options = default_options();
+    options.skip_bad = true;
+    kvio_stream_t *stream = open_trace(path, KVIO_TRACE_MOONCAKE, &options);
+    cr_assert_eq(kvio_stream_skipped_lines(stream), 2);
+    kvio_request_t *requests[4];
+    size_t count = read_all(stream, requests, 4);
+    cr_assert_eq(count, 2);
+    cr_assert_eq(requests[1]->input_tokens, 600);
+    cr_assert_eq(requests[1]->trace_hash_ids[1], 2);
+    free_requests(requests, count);
+    kvio_stream_destroy(stream);
+    /* A file of nothing but bad lines is still an error. */
+    char *bad = test_write_file(dir, "bad.jsonl", "x\ny\n");
+    kvio_stream_t *none = NULL;
+    char error[512];
+    cr_assert_eq(kvio_stream_open_trace(bad, KVIO_TRACE_MOONCAKE, &options, &none, error,
+                                        sizeof(error)),
+                 KVIO_ERR_PARSE);
+    cr_assert(test_contains(error, "no requests"), "%s", error);
+    free(bad);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, timestamps_out_of_order_are_sorted_or_refused_under_strict, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(
+        dir, "order.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n"
+        "{\"timestamp\": 10, \"input_length\": 6, \"output_length\": 1, \"hash_ids\": [1]}\n"
+        "{\"timestamp\": 5, \"input_length\": 7, \"output_length\": 1, \"hash_ids\": [1]}\n");
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(path, KVIO_TRACE_MOONCAKE, &options);
+    kvio_request_t *requests[4];
+    size_t count = read_all(stream, requests, 4);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 3);
+    cr_assert_eq(requests[1]->arrival_ns, 5000000);
+    cr_assert_eq(requests[1]->input_tokens, 7);
+    cr_assert_eq(requests[2]->input_tokens, 6);
+    free_requests(requests, count);
+    options.strict = true;
+    char error[512] = "";
+    kvio_stream_t *refused = NULL;
+    cr_assert_eq(kvio_stream_open_trace(path, KVIO_TRACE_MOONCAKE, &options, &refused, error,
+                                        sizeof(error)),
+                 KVIO_ERR_PARSE);
+    cr_assert(test_contains(error, "order.jsonl:3: timestamp out of order"), "%s", error);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, time_scale_start_limit_and_max_tokens_shape_the_replay, .timeout = 10)
+{
+    kvio_stream_trace_config_t options = default_options();
+    options.time_scale = 0.5;
+    options.start_ns = 2000000;
+    options.limit = 1;
+    options.max_tokens = 2;
+    kvio_stream_t *stream = open_trace(FIXTURES "mooncake_small.jsonl", KVIO_TRACE_AUTO, &options);
+    kvio_request_t *requests[4];
+    size_t count = read_all(stream, requests, 4);
+    kvio_stream_destroy(stream);
+    /* Requests at 0, 5 and 7.5 ms; start 2 ms; the first kept is at 5 ms. */
+    cr_assert_eq(count, 1);
+    cr_assert_eq(requests[0]->arrival_ns, 1500000);
+    cr_assert_eq(requests[0]->input_tokens, 600);
+    cr_assert_eq(requests[0]->max_tokens, 2);
+    cr_assert_eq(requests[0]->output_tokens, 2);
+    cr_assert_eq(requests[0]->id, 0);
+    free_requests(requests, count);
+}
+
+/* Mutates valid trace text at random: byte changes, cuts, repeats, huge
+ * numbers. Every result must load (OK) or be refused (parse error). */
+Test(stream_trace, no_mutated_input_crashes_a_reader, .timeout = 120)
+{
+    const char *seeds[][2] = {
+        {FIXTURES "mooncake_small.jsonl", "mooncake"},
+        {FIXTURES "azure_small.csv", "azure"},
+        {FIXTURES "burstgpt_sessions.csv", "burstgpt"},
+        {FIXTURES "burstgpt_small.csv", "burstgpt"},
+        {FIXTURES "kvio_small.jsonl", "kvio"},
+    };
+    static const char *const inserts[] = {"99999999999", "-1", "\"", ",", "\n", "[", "{",
+                                          "1e308", "\"segments\": [[1, 0, 3]]", "0", "\r\n"};
+    char *dir = test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/fuzz", dir);
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, 2024, 0, "fuzz");
+    int loaded = 0, refused = 0;
+    /* KVIO_FUZZ_ROUNDS raises the rounds for a longer run by hand. */
+    int rounds = getenv("KVIO_FUZZ_ROUNDS") != NULL ? atoi(getenv("KVIO_FUZZ_ROUNDS")) : 600;
+    if (rounds < 600)
+        rounds = 600;
+    for (size_t s = 0; s < sizeof(seeds) / sizeof(seeds[0]); s++) {
+        char *original = test_read_file(seeds[s][0]);
+        cr_assert_not_null(original);
+        size_t length = strlen(original);
+        kvio_trace_format_t format;
+        cr_assert_eq(kvio_trace_format_find(seeds[s][1], &format), KVIO_OK);
+        char *buffer = malloc(length * 2 + 256);
+        for (int round = 0; round < rounds; round++) {
+            size_t used = length;
+            memcpy(buffer, original, length);
+            int edits = 1 + (int)kvio_rng_below(&rng, 4);
+            for (int e = 0; e < edits && used > 0; e++) {
+                size_t at = kvio_rng_below(&rng, used);
+                switch (kvio_rng_below(&rng, 4)) {
+                case 0:
+                    buffer[at] = (char)kvio_rng_below(&rng, 256);
+                    break;
+                case 1:
+                    used = at;
+                    break;
+                case 2: {
+                    const char *text = inserts[kvio_rng_below(&rng, 11)];
+                    size_t add = strlen(text);
+                    if (used + add < length * 2 + 200) {
+                        memmove(buffer + at + add, buffer + at, used - at);
+                        memcpy(buffer + at, text, add);
+                        used += add;
+                    }
+                    break;
+                }
+                default: {
+                    size_t span = kvio_rng_below(&rng, used - at) + 1;
+                    memmove(buffer + at, buffer + at + span, used - at - span);
+                    used -= span;
+                    break;
+                }
+                }
+            }
+            FILE *file = fopen(path, "wb");
+            fwrite(buffer, 1, used, file);
+            fclose(file);
+            kvio_stream_trace_config_t options = default_options();
+            options.skip_bad = kvio_rng_below(&rng, 2);
+            kvio_stream_t *stream = NULL;
+            char error[1024];
+            kvio_trace_format_t use = kvio_rng_below(&rng, 3) == 0 ? KVIO_TRACE_AUTO : format;
+            kvio_status_t status = kvio_stream_open_trace(path, use, &options, &stream, error,
+                                                          sizeof(error));
+            cr_assert(status == KVIO_OK || status == KVIO_ERR_PARSE, "status %d: %s", status,
+                      error);
+            if (status != KVIO_OK) {
+                refused++;
+                continue;
+            }
+            loaded++;
+            const kvio_request_t *request;
+            kvio_hash_t hashes[64];
+            while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL) {
+                size_t blocks = request->input_tokens / 16;
+                for (size_t first = 0; first < blocks; first += 64) {
+                    size_t count = blocks - first < 64 ? blocks - first : 64;
+                    cr_assert_eq(kvio_request_block_hashes(request, 16, first, count,
+                                                           first ? &hashes[63] : NULL, hashes),
+                                 KVIO_OK);
+                }
+            }
+            kvio_stream_destroy(stream);
+        }
+        free(buffer);
+        free(original);
+    }
+    cr_assert_gt(loaded, 100);
+    cr_assert_gt(refused, 100);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, cli_exports_presets_and_reports_bad_traces, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "stream", "chat", "--set", "stream.requests=500", "-o",
+                               "chat.jsonl", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/chat.jsonl", dir);
+    char *text = test_read_file(path);
+    cr_assert_not_null(text);
+    size_t lines = 0;
+    for (const char *c = text; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 500);
+    run = test_kvio(dir, "stream", "chat", "--set", "stream.requests=500", "-o", "again.jsonl",
+                    NULL);
+    cr_assert_eq(run.status, 0);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/again.jsonl", dir);
+    char *again = test_read_file(path);
+    cr_assert_str_eq(text, again, "the same preset and seed give the same bytes");
+    free(text);
+    free(again);
+
+    run = test_kvio(dir, "stream", "--trace", FIXTURES "mooncake_small.jsonl", "--format",
+                    "mooncake", "-o", "m.jsonl", "--stats", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.err, "lossy"), "%s", run.err);
+    cr_assert(test_contains(run.out, "requests 3\n"), "%s", run.out);
+    test_run_free(&run);
+
+    char *bad = test_write_file(dir, "bad.jsonl",
+                                "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, "
+                                "\"hash_ids\": [1]}\nnot json\n");
+    run = test_kvio(dir, "stream", "--trace", bad, "-o", "x.jsonl", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "bad.jsonl:2: not JSON"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "stream", "--trace", bad, "--skip-bad", "--stats", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "skipped_lines 1"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(dir, "stream", NULL);
+    cr_assert_eq(run.status, 2);
+    test_run_free(&run);
+    run = test_kvio(dir, "stream", "chat", NULL);
+    cr_assert_eq(run.status, 2, "no output and no --stats");
+    test_run_free(&run);
+    free(bad);
+    test_rmtree(dir);
+    free(dir);
+}
