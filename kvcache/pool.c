@@ -14,8 +14,8 @@
 /* Open-addressing map from a block hash to the earliest inserted block
  * holding it; later blocks with the same hash chain behind it. */
 typedef struct hash_slot {
-    kvio_hash_t hash;
-    uint32_t block; /* NO_BLOCK: empty */
+    uint32_t tag;   /* high half of the hash's high word: most mismatches stop here */
+    uint32_t block; /* NO_BLOCK: empty; block_hash[block] holds the full hash */
 } hash_slot_t;
 
 struct kvio_kvcache {
@@ -58,12 +58,24 @@ static size_t slot_of(const kvio_kvcache_t *cache, kvio_hash_t hash)
     return (size_t)(hash.low ^ (hash.high >> 7)) & cache->slot_mask;
 }
 
+static uint32_t tag_of(kvio_hash_t hash)
+{
+    return (uint32_t)(hash.high >> 32);
+}
+
+/* Slots are 8 bytes (a tag and a block) so the table stays in cache; the
+ * full hash is compared only when the tag matches. */
 static size_t index_find_slot(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
     size_t slot = slot_of(cache, hash);
-    while (cache->slots[slot].block != NO_BLOCK && !kvio_hash_equal(cache->slots[slot].hash, hash))
+    uint32_t tag = tag_of(hash);
+    for (;;) {
+        const hash_slot_t *entry = &cache->slots[slot];
+        if (entry->block == NO_BLOCK ||
+            (entry->tag == tag && kvio_hash_equal(cache->block_hash[entry->block], hash)))
+            return slot;
         slot = (slot + 1) & cache->slot_mask;
-    return slot;
+    }
 }
 
 static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
@@ -80,7 +92,7 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
     cache->index_version++;
     cache->policy_known[block] = 0;
     if (cache->slots[slot].block == NO_BLOCK) {
-        cache->slots[slot].hash = hash;
+        cache->slots[slot].tag = tag_of(hash);
         cache->slots[slot].block = block;
         return;
     }
@@ -95,7 +107,7 @@ static void index_delete_slot(kvio_kvcache_t *cache, size_t hole)
     cache->slots[hole].block = NO_BLOCK;
     for (size_t next = (hole + 1) & cache->slot_mask; cache->slots[next].block != NO_BLOCK;
          next = (next + 1) & cache->slot_mask) {
-        size_t home = slot_of(cache, cache->slots[next].hash);
+        size_t home = slot_of(cache, cache->block_hash[cache->slots[next].block]);
         bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
         if (movable) {
             cache->slots[hole] = cache->slots[next];
