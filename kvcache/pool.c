@@ -266,6 +266,8 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     }
     kvio_list_unlink(&cache->free_queue, cache->links, block);
     if (cache->hashed[block]) {
+        if (cache->config.on_evict != NULL)
+            cache->config.on_evict(cache->config.hook_context, block, cache->block_hash[block]);
         index_remove(cache, block);
         cache->metrics.evictions++;
     }
@@ -538,8 +540,12 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
         size_t full = covered / block_size;
         if (full > req->num_hashes)
             full = req->num_hashes;
-        for (size_t i = req->num_hashed_blocks; i < full; i++)
+        for (size_t i = req->num_hashed_blocks; i < full; i++) {
             index_insert(cache, req->blocks[i], req->hashes[i]);
+            if (cache->config.on_cached != NULL)
+                cache->config.on_cached(cache->config.hook_context, req->blocks[i],
+                                        req->hashes[i]);
+        }
         if (full > req->num_hashed_blocks)
             req->num_hashed_blocks = full;
     }

@@ -44,6 +44,13 @@ typedef struct kvio_kvcache_config {
     bool enable_prefix_caching; /* false: never a hit, blocks never hashed */
     kvio_free_order_t free_order;
     const char *eviction;       /* policy name; NULL means "lru" */
+    /* Optional hooks for lower tiers (may be NULL): on_cached when a block
+     * becomes full and enters the index, on_evict when a cached block is
+     * taken for reuse and its hash leaves the index (its bytes are still
+     * intact during the call). */
+    void (*on_cached)(void *context, uint32_t block_id, kvio_hash_t hash);
+    void (*on_evict)(void *context, uint32_t block_id, kvio_hash_t hash);
+    void *hook_context;
 } kvio_kvcache_config_t;
 
 /* Prefix-cache and allocation counters, per run (never windowed). A
