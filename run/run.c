@@ -33,17 +33,54 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                        kvio_run_result_t *result_p, char *error_p, size_t error_len)
 {
     kvio_results_t *results = NULL;
-    kvio_status_t status = kvio_results_create(options->output_dir, workload->name,
-                                               options->force, &results, error_p, error_len);
-    if (status != KVIO_OK)
+    kvio_rte_world_t *world = NULL;
+    bool updates = kvio_updates_wanted(workload);
+    bool root = true;
+    kvio_status_t status = KVIO_OK;
+    if (updates) {
+        /* What can fail before the ranks start fails here, with its reason. */
+        status = kvio_updates_preflight(workload, error_p, error_len);
+        if (status == KVIO_OK && workload->mode == KVIO_MODE_EMULATE) {
+            kvio_rte_params_t params = {
+                .kind = workload->ranks.runtime,
+                .num_ranks = (int)(workload->ranks.train + workload->ranks.serve),
+                .timeout_ns = workload->ranks.timeout_ns};
+            status = kvio_rte_world_create(&params, &world, error_p, error_len);
+            if (status == KVIO_OK)
+                root = kvio_rte_world_is_root(world);
+        }
+        if (status != KVIO_OK)
+            return status;
+    }
+    if (root)
+        status = kvio_results_create(options->output_dir, workload->name, options->force,
+                                     &results, error_p, error_len);
+    if (status != KVIO_OK) {
+        kvio_rte_world_destroy(world, true);
         return status;
+    }
 
     uint64_t start_ns = kvio_wall_time_ns();
+    json_t *metrics = json_object();
+    const char *updates_note = "no train and serve ranks in this workload";
+    if (updates) {
+        status = kvio_updates_run(workload, world, results, root ? metrics : NULL, error_p,
+                                  error_len);
+        updates_note = workload->mode == KVIO_MODE_EMULATE
+                           ? "trainer published, serve ranks received (updates.csv)"
+                           : "simulated: latency + bytes / bandwidth (updates.csv)";
+    }
+    kvio_rte_world_destroy(world, status != KVIO_OK);
+    if (!root || status != KVIO_OK) {
+        json_decref(metrics);
+        kvio_results_destroy(results);
+        return status;
+    }
     const run_part_t parts[] = {
         {"config", true, "validated and recorded"},
         {"results", true, "results directory and summary written"},
         {"engine", false, "serving engine not built yet"},
-        {"model_updates", false, "training ranks and transports not built yet"},
+        {"model_updates", updates, updates_note},
     };
     size_t num_parts = sizeof(parts) / sizeof(parts[0]);
     uint64_t end_ns = kvio_wall_time_ns();
@@ -62,7 +99,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_object_set_new(summary, "wall_s", json_real((double)(end_ns - start_ns) / 1e9));
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
     json_object_set_new(summary, "parts", parts_json(parts, num_parts));
-    json_object_set_new(summary, "metrics", json_object());
+    json_object_set(summary, "metrics", metrics);
     status = kvio_results_write_json(results, "summary.json", summary, error_p, error_len);
     json_decref(summary);
 
@@ -80,12 +117,36 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                 for (size_t i = 0; i < num_parts; i++)
                     kvio_table_add_row(table, parts[i].name, parts[i].ran ? "ran" : "pending",
                                        parts[i].note, NULL);
+                json_t *model = json_object_get(metrics, "model_updates");
+                if (model != NULL) {
+                    char text[128];
+                    json_t *latency = json_object_get(model, "update_latency_ms");
+                    snprintf(text, sizeof(text), "mean %.3f  p50 %.3f  p99 %.3f  max %.3f",
+                             json_real_value(json_object_get(latency, "mean")),
+                             json_real_value(json_object_get(latency, "p50")),
+                             json_real_value(json_object_get(latency, "p99")),
+                             json_real_value(json_object_get(latency, "max")));
+                    kvio_table_add_row(table, "update latency ms", text, NULL);
+                    snprintf(text, sizeof(text), "%.3f",
+                             json_real_value(json_object_get(
+                                 json_object_get(model, "bandwidth_gbps"), "mean")));
+                    kvio_table_add_row(table, "update bandwidth GB/s", text, NULL);
+                    snprintf(text, sizeof(text), "%lld of %lld, %lld checksum mismatches",
+                             (long long)json_integer_value(
+                                 json_object_get(model, "updates_activated")),
+                             (long long)json_integer_value(
+                                 json_object_get(model, "updates_received")),
+                             (long long)json_integer_value(
+                                 json_object_get(model, "checksum_mismatches")));
+                    kvio_table_add_row(table, "updates activated", text, NULL);
+                }
                 kvio_table_add_row(table, "results", kvio_results_path(results), NULL);
                 kvio_table_print(table, stdout);
                 kvio_table_destroy(table);
             }
         }
     }
+    json_decref(metrics);
     kvio_results_destroy(results);
     return status;
 }

@@ -11,6 +11,23 @@
 
 static const char *const mode_names[] = {"simulate", "emulate", NULL};
 
+static const kvio_opt_t ranks_options[] = {
+    {.key = "train", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, train),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "training ranks (first in rank order; one publisher for now)"},
+    {.key = "serve", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, serve),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 4096,
+     .help = "serving ranks (after the training ranks)"},
+    {.key = "runtime", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_ranks_config_t, runtime),
+     .default_value = "auto",
+     .help = "auto (mpi under mpirun, else local), local (threads) or mpi (processes)"},
+    {.key = "timeout", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_ranks_config_t, timeout_ns), .default_value = "30s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1e6,
+     .help = "bound on every wait for a peer rank; a dead peer is an error after it"},
+    {.key = NULL},
+};
+
 const kvio_opt_t kvio_workload_options[] = {
     {.key = "name", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_workload_t, name),
      .default_value = "kvio", .help = "run name; used in the results directory name"},
@@ -26,6 +43,12 @@ const kvio_opt_t kvio_workload_options[] = {
      .help = "how long the run lasts (virtual time in simulate mode)"},
     {.key = "warmup", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_workload_t, warmup_ns),
      .default_value = "0s", .help = "initial stretch excluded from the metrics"},
+    {.key = "ranks", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, ranks),
+     .options = ranks_options, .help = "ranks of each role and their runtime"},
+    {.key = "train", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, train),
+     .options = kvio_train_options, .help = "training ranks: steps, checkpoints, transport"},
+    {.key = "update", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, update),
+     .options = kvio_update_options, .help = "serve side of model updates"},
     {.key = NULL},
 };
 
