@@ -143,7 +143,7 @@ static kvio_status_t activate(serve_state_t *state)
     }
     kvio_status_t status = add_record(state, &record);
     if (status == KVIO_OK)
-        status = kvio_xfer_ack(state->xfer, receive);
+        status = kvio_xfer_ack(state->xfer, receive, 1 - state->active_slot);
     state->pending = false;
     return status;
 }

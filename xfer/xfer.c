@@ -359,11 +359,14 @@ kvio_status_t kvio_xfer_fetch_step(kvio_xfer_t *xfer, kvio_xfer_receive_t *recei
     return KVIO_OK;
 }
 
-kvio_status_t kvio_xfer_ack(kvio_xfer_t *xfer, const kvio_xfer_receive_t *receive)
+kvio_status_t kvio_xfer_ack(kvio_xfer_t *xfer, const kvio_xfer_receive_t *receive,
+                            int free_slot)
 {
     if (xfer->ops->ack == NULL)
         return KVIO_OK;
-    return checked(xfer, xfer->ops->ack(xfer, &receive->meta), "acknowledging");
+    kvio_xfer_meta_t meta = receive->meta;
+    meta.slot = (uint32_t)free_slot;
+    return checked(xfer, xfer->ops->ack(xfer, &meta), "acknowledging");
 }
 
 void kvio_xfer_progress(kvio_xfer_t *xfer)

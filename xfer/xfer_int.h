@@ -30,7 +30,7 @@ typedef struct kvio_xfer_ops {
      * buffer; *moved_p says how many arrived. */
     kvio_status_t (*fetch)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta, void *buffer,
                            uint64_t offset, uint64_t length, uint64_t *moved_p);
-    /* Receiver: version is active (PUSH: frees the sender's next slot). */
+    /* Receiver: meta->version was handled; meta->slot is now free. */
     kvio_status_t (*ack)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta);
     void (*progress)(kvio_xfer_t *xfer);
 } kvio_xfer_ops_t;

@@ -145,8 +145,10 @@ kvio_status_t kvio_xfer_poll(kvio_xfer_t *xfer, int free_slot, kvio_xfer_receive
  * when all bytes are in (at once for push transports). */
 kvio_status_t kvio_xfer_fetch_step(kvio_xfer_t *xfer, kvio_xfer_receive_t *receive);
 
-/* Receiver: tells the sender that version is active (frees the other slot). */
-kvio_status_t kvio_xfer_ack(kvio_xfer_t *xfer, const kvio_xfer_receive_t *receive);
+/* Receiver: tells the sender that receive's version was handled (activated
+ * or rejected) and which slot is now free for the next one. */
+kvio_status_t kvio_xfer_ack(kvio_xfer_t *xfer, const kvio_xfer_receive_t *receive,
+                            int free_slot);
 
 /* Drives the transport (progress for pushes and chains) without blocking. */
 void kvio_xfer_progress(kvio_xfer_t *xfer);
