@@ -52,6 +52,7 @@ typedef struct serve_state {
     XXH3_state_t *hash;
     uint64_t verified_bytes;
     bool verified;
+    bool corrupted;            /* fault injection done for the pending update */
     int64_t t_verified_ns;     /* when the update was checked (or complete) */
     bool end_seen;
     uint64_t last_version;     /* the end notice's: the last version published */
@@ -86,12 +87,14 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
         kvio_status_t status = kvio_xfer_fetch_step(state->xfer, receive);
         if (status == KVIO_OK && receive->complete && !state->config->verify)
             state->t_verified_ns = kvio_rte_time_ns(state->rte);
-        if (status == KVIO_OK && receive->complete && state->config->corrupt_offset >= 0 &&
-            (uint64_t)state->config->corrupt_offset < receive->meta.bytes) {
-            unsigned char *buffer = kvio_xfer_slot(state->xfer, receive->slot);
-            buffer[state->config->corrupt_offset] ^= 0x01;
-        }
         return status;
+    }
+    if (!state->corrupted && state->config->corrupt_offset >= 0 &&
+        (uint64_t)state->config->corrupt_offset < receive->meta.bytes) {
+        /* Fault injection: one flipped bit once the data is in. */
+        unsigned char *buffer = kvio_xfer_slot(state->xfer, receive->slot);
+        buffer[state->config->corrupt_offset] ^= 0x01;
+        state->corrupted = true;
     }
     if (state->config->verify && !state->verified) {
         *worked_p = true;
@@ -112,6 +115,8 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
 static bool ready_to_activate(const serve_state_t *state)
 {
     return state->pending && state->receive.complete &&
+           (state->config->corrupt_offset < 0 || state->corrupted ||
+            (uint64_t)state->config->corrupt_offset >= state->receive.meta.bytes) &&
            (!state->config->verify || state->verified);
 }
 
@@ -186,6 +191,7 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
     state->receive = receive;
     state->verified = false;
     state->verified_bytes = 0;
+    state->corrupted = false;
     state->t_verified_ns = 0;
     if (receive.complete && !state->config->verify)
         state->t_verified_ns = receive.t_notified_ns;
@@ -281,6 +287,7 @@ done:
     state.result.t_end_ns = kvio_rte_time_ns(rte);
     state.result.polls = kvio_xfer_polls(xfer);
     state.result.active_version = state.active_version;
+    state.result.active_slot = state.active_slot;
     *result_p = state.result;
     return KVIO_OK;
 }

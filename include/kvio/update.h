@@ -53,6 +53,7 @@ typedef struct kvio_update_result {
     int64_t inference_stall_ns;   /* stall: stopped; shadow: iterations overrun */
     int64_t t_start_ns, t_end_ns;
     uint64_t active_version;
+    int active_slot;              /* the transport slot holding it */
 } kvio_update_result_t;
 
 /* Verifies a whole buffer against an XXH3-64 checksum. */
