@@ -19,6 +19,12 @@
 #include "kvio/clock.h"
 #include "tests/helpers.h"
 
+#ifdef KVIO_HAVE_UCX
+#define REQUIRE_UCX() ((void)0)
+#else
+#define REQUIRE_UCX() cr_skip_test("ucx transport not built")
+#endif
+
 static const char *base_workload =
     "name: updates-test\n"
     "mode: emulate\n"
@@ -82,6 +88,7 @@ static int count_lines(const char *text)
 
 Test(updates, emulate_run_writes_updates_csv_and_metrics, .timeout = 30)
 {
+    REQUIRE_UCX();
     char *dir = test_tmpdir();
     outcome_t outcome = run_workload(dir, NULL, 0);
     cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
@@ -121,6 +128,7 @@ Test(updates, emulate_run_writes_updates_csv_and_metrics, .timeout = 30)
 
 Test(updates, stall_apply_counts_inference_stall, .timeout = 30)
 {
+    REQUIRE_UCX();
     char *dir = test_tmpdir();
     const char *overrides[] = {"update.apply=stall", "train.transport.kind=file",
                                "train.transport.file.fsync=false",
@@ -176,6 +184,9 @@ Test(updates, simulate_runs_are_repeatable, .timeout = 30)
 
 Test(updates, redis_url_that_does_not_answer_fails_before_the_run, .timeout = 20)
 {
+#ifndef KVIO_HAVE_REDIS
+    cr_skip_test("redis transport not built");
+#endif
     char *dir = test_tmpdir();
     const char *overrides[] = {"train.transport.kind=redis",
                                "train.transport.redis.url=redis://127.0.0.1:1"};
@@ -191,6 +202,7 @@ Test(updates, redis_url_that_does_not_answer_fails_before_the_run, .timeout = 20
 
 Test(updates, unwritable_directory_is_a_clear_error, .timeout = 20)
 {
+    REQUIRE_UCX();
     char *dir = test_tmpdir();
     /* A path below a regular file cannot be created, even by root. */
     char *file = test_write_file(dir, "plain-file", "x");
@@ -208,6 +220,7 @@ Test(updates, unwritable_directory_is_a_clear_error, .timeout = 20)
 
 Test(updates, directory_without_room_is_refused_before_the_run, .timeout = 20)
 {
+    REQUIRE_UCX();
     char *dir = test_tmpdir();
     char override[1200];
     snprintf(override, sizeof(override), "train.transport.file.dir=%s/versions", dir);
@@ -245,6 +258,7 @@ static void expect_dead_trainer_is_an_error(const char *kind)
 
 Test(updates, trainer_dying_mid_transfer_over_ucx_ends_the_run, .timeout = 30)
 {
+    REQUIRE_UCX();
     expect_dead_trainer_is_an_error("ucx");
 }
 
@@ -265,6 +279,9 @@ Test(updates, trainer_dying_mid_transfer_over_redis_ends_the_run, .timeout = 30)
 
 static int mpirun_available(void)
 {
+#ifndef KVIO_HAVE_MPI
+    return 0; /* the mpi runtime is not built */
+#endif
     return system("command -v mpirun >/dev/null 2>&1") == 0;
 }
 
@@ -320,6 +337,7 @@ static int run_mpirun(const char *dir, int np, const char *const *sets, size_t n
 
 Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
 {
+    REQUIRE_UCX();
     if (!test_require("mpi", mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
@@ -357,6 +375,7 @@ Test(updates, mpirun_with_the_wrong_rank_count_is_refused, .timeout = 60)
 
 Test(updates, mpirun_trainer_dying_mid_transfer_fails_every_rank, .timeout = 60)
 {
+    REQUIRE_UCX();
     if (!test_require("mpi", mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();

@@ -17,6 +17,12 @@
 #include "kvio/update.h"
 #include "tests/helpers.h"
 
+#ifdef KVIO_HAVE_UCX
+#define REQUIRE_UCX() ((void)0)
+#else
+#define REQUIRE_UCX() cr_skip_test("ucx transport not built")
+#endif
+
 #define NUM_SERVE 2
 #define WEIGHTS_BYTES (512u * 1024 + 4096)
 
@@ -147,6 +153,7 @@ static void expect_in_order(const scenario_t *scenario, bool every_version)
 
 Test(xfer, ucx_delivers_every_version_in_order, .timeout = 30)
 {
+    REQUIRE_UCX();
     char *dir = test_tmpdir();
     scenario_t scenario;
     scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
@@ -208,6 +215,7 @@ Test(xfer, redis_delivers_versions_in_order, .timeout = 30)
 
 Test(xfer, corrupted_byte_is_detected, .timeout = 30)
 {
+    REQUIRE_UCX();
     char *dir = test_tmpdir();
     scenario_t scenario;
     scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
