@@ -49,7 +49,7 @@ static void add_latency_row(kvio_table_t *table, const json_t *metrics, const ch
 }
 
 static void print_table(const kvio_workload_t *workload, const json_t *metrics,
-                        const char *results_dir, bool complete)
+                        const char *results_dir, bool complete, bool serving)
 {
     kvio_table_t *table = NULL;
     char title[256];
@@ -59,35 +59,57 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
     if (kvio_table_create(title, &table) != KVIO_OK)
         return;
     char text[6][64];
-    kvio_table_add_row(table, "latency", "mean", "p50", "p90", "p99", NULL);
-    add_latency_row(table, metrics, "ttft_ms");
-    add_latency_row(table, metrics, "tpot_ms");
-    add_latency_row(table, metrics, "itl_ms");
-    add_latency_row(table, metrics, "e2el_ms");
-    kvio_table_print(table, stdout);
-    kvio_table_destroy(table);
-    if (kvio_table_create("", &table) != KVIO_OK)
-        return;
-    snprintf(text[0], sizeof(text[0]), "%.0f", metric(metrics, "completed", NULL));
-    kvio_table_add_row(table, "requests completed", text[0], NULL);
-    snprintf(text[1], sizeof(text[1]), "%.2f req/s", metric(metrics, "request_throughput", NULL));
-    kvio_table_add_row(table, "request throughput", text[1], NULL);
-    snprintf(text[2], sizeof(text[2]), "%.1f tok/s", metric(metrics, "output_throughput", NULL));
-    kvio_table_add_row(table, "output throughput", text[2], NULL);
-    snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
-    kvio_table_add_row(table, "goodput", text[3], NULL);
-    snprintf(text[4], sizeof(text[4]), "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
-    kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
-    snprintf(text[5], sizeof(text[5]), "%.0f", metric(metrics, "preemptions", NULL));
-    kvio_table_add_row(table, "preemptions", text[5], NULL);
     char usage[64], au[64], simulated[64];
-    snprintf(usage, sizeof(usage), "%.1f %% mean, %.1f %% max",
-             100 * metric(metrics, "kv_usage_mean", NULL), 100 * metric(metrics, "kv_usage_max", NULL));
-    kvio_table_add_row(table, "KV usage", usage, NULL);
-    snprintf(au, sizeof(au), "%.1f %%", 100 * metric(metrics, "accelerator_utilization", NULL));
-    kvio_table_add_row(table, "accelerator utilization", au, NULL);
-    snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
-    kvio_table_add_row(table, "simulated time", simulated, NULL);
+    if (serving) {
+        kvio_table_add_row(table, "latency", "mean", "p50", "p90", "p99", NULL);
+        add_latency_row(table, metrics, "ttft_ms");
+        add_latency_row(table, metrics, "tpot_ms");
+        add_latency_row(table, metrics, "itl_ms");
+        add_latency_row(table, metrics, "e2el_ms");
+        kvio_table_print(table, stdout);
+        kvio_table_destroy(table);
+        if (kvio_table_create("", &table) != KVIO_OK)
+            return;
+        snprintf(text[0], sizeof(text[0]), "%.0f", metric(metrics, "completed", NULL));
+        kvio_table_add_row(table, "requests completed", text[0], NULL);
+        snprintf(text[1], sizeof(text[1]), "%.2f req/s", metric(metrics, "request_throughput", NULL));
+        kvio_table_add_row(table, "request throughput", text[1], NULL);
+        snprintf(text[2], sizeof(text[2]), "%.1f tok/s", metric(metrics, "output_throughput", NULL));
+        kvio_table_add_row(table, "output throughput", text[2], NULL);
+        snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
+        kvio_table_add_row(table, "goodput", text[3], NULL);
+        snprintf(text[4], sizeof(text[4]), "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
+        kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
+        snprintf(text[5], sizeof(text[5]), "%.0f", metric(metrics, "preemptions", NULL));
+        kvio_table_add_row(table, "preemptions", text[5], NULL);
+        snprintf(usage, sizeof(usage), "%.1f %% mean, %.1f %% max",
+                 100 * metric(metrics, "kv_usage_mean", NULL),
+                 100 * metric(metrics, "kv_usage_max", NULL));
+        kvio_table_add_row(table, "KV usage", usage, NULL);
+        snprintf(au, sizeof(au), "%.1f %%", 100 * metric(metrics, "accelerator_utilization", NULL));
+        kvio_table_add_row(table, "accelerator utilization", au, NULL);
+        snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
+        kvio_table_add_row(table, "simulated time", simulated, NULL);
+    }
+    const json_t *model = json_object_get(metrics, "model_updates");
+    char latency[128], bandwidth[64], activated[128];
+    if (model != NULL) {
+        const json_t *update_latency = json_object_get(model, "update_latency_ms");
+        snprintf(latency, sizeof(latency), "mean %.3f  p50 %.3f  p99 %.3f  max %.3f",
+                 json_number_value(json_object_get(update_latency, "mean")),
+                 json_number_value(json_object_get(update_latency, "p50")),
+                 json_number_value(json_object_get(update_latency, "p99")),
+                 json_number_value(json_object_get(update_latency, "max")));
+        kvio_table_add_row(table, "update latency ms", latency, NULL);
+        snprintf(bandwidth, sizeof(bandwidth), "%.3f",
+                 json_number_value(json_object_get(json_object_get(model, "bandwidth_gbps"), "mean")));
+        kvio_table_add_row(table, "update bandwidth GB/s", bandwidth, NULL);
+        snprintf(activated, sizeof(activated), "%lld of %lld, %lld checksum mismatches",
+                 (long long)json_integer_value(json_object_get(model, "updates_activated")),
+                 (long long)json_integer_value(json_object_get(model, "updates_received")),
+                 (long long)json_integer_value(json_object_get(model, "checksum_mismatches")));
+        kvio_table_add_row(table, "updates activated", activated, NULL);
+    }
     kvio_table_add_row(table, "results", results_dir, NULL);
     kvio_table_print(table, stdout);
     kvio_table_destroy(table);
@@ -98,56 +120,101 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
 {
     kvio_results_t *results = NULL;
     kvio_stream_t *stream = NULL;
-    json_t *metrics = NULL;
-    bool complete = false;
-    kvio_status_t status;
+    kvio_rte_world_t *world = NULL;
+    json_t *metrics = json_object();
+    bool complete = true;
+    bool root = true;
+    bool updates = kvio_updates_wanted(workload);
+    bool serving = workload->mode == KVIO_MODE_SIMULATE;
+    kvio_status_t status = KVIO_OK;
 
-    if (workload->mode == KVIO_MODE_EMULATE) {
+    if (!serving && !updates) {
         snprintf(error_p, error_len,
-                 "mode: emulate is not built yet; use mode: simulate (the virtual clock)");
-        return KVIO_ERR_UNSUPPORTED;
+                 "mode: emulate runs model updates (ranks.train: 1) for now; the real-time "
+                 "serving engine is not built yet; use mode: simulate for serving");
+        status = KVIO_ERR_UNSUPPORTED;
+        goto out;
     }
     /* Everything that can be refused is checked before the directory exists. */
     kvio_model_t model = workload->model;
     kvio_gpu_t gpu = workload->gpu;
-    status = kvio_model_resolve(&model, error_p, error_len);
-    if (status == KVIO_OK)
-        status = kvio_gpu_resolve(&gpu, error_p, error_len);
-    uint32_t blocks = 0;
-    if (status == KVIO_OK)
-        status = kvio_serve_kv_blocks(&workload->serve, &model, &gpu,
-                                      workload->cost.tensor_parallel, &blocks, error_p, error_len);
-    if (status == KVIO_OK)
-        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    workload->duration_ns, &stream, error_p, error_len);
-    if (status == KVIO_OK)
+    if (serving) {
+        uint32_t blocks = 0;
+        status = kvio_model_resolve(&model, error_p, error_len);
+        if (status == KVIO_OK)
+            status = kvio_gpu_resolve(&gpu, error_p, error_len);
+        if (status == KVIO_OK)
+            status = kvio_serve_kv_blocks(&workload->serve, &model, &gpu,
+                                          workload->cost.tensor_parallel, &blocks, error_p,
+                                          error_len);
+        if (status == KVIO_OK)
+            status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                        workload->duration_ns, &stream, error_p, error_len);
+    }
+    if (status == KVIO_OK && updates) {
+        status = kvio_updates_preflight(workload, error_p, error_len);
+        if (status == KVIO_OK && workload->mode == KVIO_MODE_EMULATE) {
+            kvio_rte_params_t params = {
+                .kind = workload->ranks.runtime,
+                .num_ranks = (int)(workload->ranks.train + workload->ranks.serve),
+                .timeout_ns = workload->ranks.timeout_ns};
+            status = kvio_rte_world_create(&params, &world, error_p, error_len);
+            if (status == KVIO_OK)
+                root = kvio_rte_world_is_root(world);
+        }
+    }
+    if (status == KVIO_OK && root)
         status = kvio_results_create(options->output_dir, workload->name, options->force,
                                      &results, error_p, error_len);
-    if (status != KVIO_OK)
+    if (status != KVIO_OK) {
+        kvio_rte_world_destroy(world, true);
+        world = NULL;
         goto out;
+    }
 
     uint64_t start_ns = kvio_wall_time_ns();
-    kvio_serve_run_t serve_run = {
-        .serve = &workload->serve,
-        .model = &model,
-        .gpu = &gpu,
-        .cost = &workload->cost,
-        .num_ranks = (uint32_t)workload->ranks.serve,
-        .seed = (uint64_t)workload->seed,
-        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
-        .warmup_ns = workload->warmup_ns,
-        .warmup_requests = workload->warmup_requests,
-        .stream = stream,
-        .results = results,
-        .stop = options->stop,
-    };
-    status = kvio_serve_simulate(&serve_run, &metrics, &complete, error_p, error_len);
+    if (serving && root) {
+        kvio_serve_run_t serve_run = {
+            .serve = &workload->serve,
+            .model = &model,
+            .gpu = &gpu,
+            .cost = &workload->cost,
+            .num_ranks = (uint32_t)workload->ranks.serve,
+            .seed = (uint64_t)workload->seed,
+            .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
+            .warmup_ns = workload->warmup_ns,
+            .warmup_requests = workload->warmup_requests,
+            .stream = stream,
+            .results = results,
+            .stop = options->stop,
+        };
+        json_t *serve_metrics = NULL;
+        status = kvio_serve_simulate(&serve_run, &serve_metrics, &complete, error_p, error_len);
+        if (serve_metrics != NULL) {
+            json_object_update(metrics, serve_metrics);
+            json_decref(serve_metrics);
+        }
+    }
+    const char *updates_note = "no train and serve ranks in this workload";
+    if (status == KVIO_OK && updates) {
+        status = kvio_updates_run(workload, world, results, root ? metrics : NULL, error_p,
+                                  error_len);
+        updates_note = workload->mode == KVIO_MODE_EMULATE
+                           ? "trainer published, serve ranks received (updates.csv)"
+                           : "simulated: latency + bytes / bandwidth (updates.csv)";
+    }
+    kvio_rte_world_destroy(world, status != KVIO_OK);
+    world = NULL;
+    if (!root)
+        goto out;
     uint64_t end_ns = kvio_wall_time_ns();
 
     const run_part_t parts[] = {
         {"config", true, "validated and recorded"},
-        {"engine", status == KVIO_OK, "serve ranks on the virtual clock (simulate)"},
-        {"model_updates", false, "training ranks and transports not built yet"},
+        {"engine", serving && status == KVIO_OK,
+         serving ? "serve ranks on the virtual clock (simulate)"
+                 : "the real-time serving engine is not built yet"},
+        {"model_updates", updates && status == KVIO_OK, updates_note},
     };
     char start_text[64], end_text[64];
     kvio_format_utc(start_ns, start_text, sizeof(start_text));
@@ -165,7 +232,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_object_set_new(summary, "wall_s", json_real((double)(end_ns - start_ns) / 1e9));
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
     json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
-    json_object_set_new(summary, "metrics", metrics != NULL ? json_incref(metrics) : json_object());
+    json_object_set(summary, "metrics", metrics);
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(results, "summary.json", summary,
                                                          write_error, sizeof(write_error));
@@ -178,7 +245,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
              kvio_results_path(results));
     result_p->complete = status == KVIO_OK && complete;
     if (status == KVIO_OK && !options->quiet)
-        print_table(workload, metrics, kvio_results_path(results), complete);
+        print_table(workload, metrics, kvio_results_path(results), complete, serving);
     if (status == KVIO_OK && !complete) {
         snprintf(error_p, error_len, "run interrupted; %s/summary.json says complete: false",
                  kvio_results_path(results));

@@ -5,10 +5,13 @@
 #define KVIO_RUN_H
 
 #include "kvio/config.h"
+#include "kvio/rte.h"
 #include "kvio/status.h"
 #include "kvio/cost.h"
 #include "kvio/serve.h"
 #include "kvio/stream.h"
+#include "kvio/train.h"
+#include "kvio/update.h"
 
 #include <signal.h>
 
@@ -17,10 +20,13 @@
 
 typedef enum { KVIO_MODE_SIMULATE = 0, KVIO_MODE_EMULATE = 1 } kvio_mode_t;
 
-/* How many ranks play each role. */
+/* `ranks:` how many ranks of each role (train ranks first in rank order)
+ * and the runtime that hosts them. */
 typedef struct kvio_ranks_config {
     int64_t train;
     int64_t serve;
+    char *runtime;      /* auto | local | mpi */
+    int64_t timeout_ns; /* bound on every wait for a peer */
 } kvio_ranks_config_t;
 
 /* The workload: the top level of a YAML file. */
@@ -37,6 +43,8 @@ typedef struct kvio_workload {
     kvio_cost_config_t cost;
     kvio_serve_config_t serve;
     kvio_slo_config_t slo;
+    kvio_train_config_t train;   /* with train.transport */
+    kvio_update_config_t update; /* the serve side of model updates */
     kvio_stream_config_t stream;
 } kvio_workload_t;
 
@@ -71,5 +79,24 @@ typedef struct kvio_run_result {
  * the run completed; on error the message is in error_p. */
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
                        kvio_run_result_t *result_p, char *error_p, size_t error_len);
+
+struct kvio_results;
+
+/* Model updates (run/updates.c): true when the workload has train and serve
+ * ranks. */
+bool kvio_updates_wanted(const kvio_workload_t *workload);
+
+/* Checks what can fail before any rank starts (Redis answers, directory
+ * writable, transport built). */
+kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,
+                                     size_t error_len);
+
+/* Runs the train and serve ranks (emulate: on world; simulate: world NULL,
+ * on a virtual clock), and on the process of rank 0 writes updates.csv into
+ * results and the model-update metrics into metrics (an object, borrowed).
+ * results and metrics are NULL on other processes. */
+kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
+                               struct kvio_results *results, json_t *metrics,
+                               char *error_p, size_t error_len);
 
 #endif

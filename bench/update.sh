@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Model-update speed on this machine: a 1 GiB model, 1 trainer -> 1 server,
+# over ucx, file (fsync on and off) and redis, with kvio's update latency and
+# bandwidth; then ucx_perftest ucp_put_bw at the same chunk size as the
+# reference for UCX bandwidth. Prints a table and `figure NAME VALUE UNIT`
+# lines. Usage: bench/update.sh [BUILD_DIR] (default build/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+kvio=$build/kvio
+bytes=${KVIO_BENCH_BYTES:-1GiB}
+chunk=${KVIO_BENCH_CHUNK:-4MiB}
+chunk_bytes=$((4 * 1024 * 1024))
+versions=${KVIO_BENCH_VERSIONS:-3}
+[ -x "$kvio" ] || { echo "build kvio first ($kvio not found)" >&2; exit 1; }
+work=$(mktemp -d /tmp/kvio-bench-update-XXXXXX)
+redis_pid=""
+perf_pid=""
+cleanup() {
+    [ -n "$perf_pid" ] && kill "$perf_pid" 2>/dev/null || true
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+cat >"$work/update.yaml" <<YAML
+name: bench-update
+mode: emulate
+ranks: {train: 1, serve: 1, runtime: local, timeout: 120s}
+train:
+  step_time: {dist: constant, value: 2s}   # long enough that updates do not queue
+  steps: $versions
+  bytes: $bytes
+  checkpoint: {policy: every_n_steps, every_n_steps: 1}
+  transport: {kind: ucx, chunk: $chunk, inflight: 8, file: {dir: $work/versions}}
+update: {iteration: 1ms, verify: true}
+YAML
+
+# metric FILE KEY: the mean of metrics.model_updates.KEY in summary.json.
+metric() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["metrics"]["model_updates"]
+value = m[sys.argv[2]]
+print("%.3f" % (value["mean"] if isinstance(value, dict) else value))
+PY
+}
+
+run_case() { # NAME SETS...
+    local name=$1
+    shift
+    timeout 600 "$kvio" -q run "$work/update.yaml" -o "$work/$name" --force "$@" >/dev/null
+    printf '%-14s %12s %12s   %s\n' "$name" "$(metric "$work/$name/summary.json" update_latency_ms)" \
+        "$(metric "$work/$name/summary.json" bandwidth_gbps)" \
+        "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["model_updates"]["transport_info"])' "$work/$name/summary.json")"
+}
+
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --daemonize no >"$work/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+echo "kvio model update, $bytes, 1 trainer -> 1 server, chunk $chunk, $versions versions"
+printf '%-14s %12s %12s   %s\n' transport latency_ms bw_GB/s "what it used"
+run_case ucx
+run_case file_fsync --set train.transport.kind=file --set train.transport.file.fsync=true \
+    --set train.transport.file.discovery=notify
+run_case file_nofsync --set train.transport.kind=file --set train.transport.file.fsync=false \
+    --set train.transport.file.discovery=notify
+run_case redis --set train.transport.kind=redis \
+    --set "train.transport.redis.url=redis://127.0.0.1:$redis_port"
+
+# ucx_perftest ucp_put_bw at the same chunk size (server in the background,
+# both bounded).
+perf_port=$(free_port)
+timeout 120 ucx_perftest -p "$perf_port" >"$work/perf-server.log" 2>&1 &
+perf_pid=$!
+sleep 1
+perf_mbs=$(timeout 120 ucx_perftest 127.0.0.1 -p "$perf_port" -t ucp_put_bw -s $chunk_bytes \
+    -n 500 -w 20 2>/dev/null | awk '/Final:/ {print $(NF-1)}' | tail -1)
+perf_pid=""
+[ -n "$perf_mbs" ] || { echo "ucx_perftest gave no result" >&2; exit 1; }
+
+ucx_ms=$(metric "$work/ucx/summary.json" update_latency_ms)
+ucx_bw=$(metric "$work/ucx/summary.json" bandwidth_gbps)
+file_ms=$(metric "$work/file_nofsync/summary.json" update_latency_ms)
+file_fsync_ms=$(metric "$work/file_fsync/summary.json" update_latency_ms)
+redis_ms=$(metric "$work/redis/summary.json" update_latency_ms)
+# ucx_perftest's MB/s are 2^20 bytes per second.
+perf_gbps=$(python3 -c "print('%.3f' % ($perf_mbs * 1048576 / 1e9))")
+printf '%-14s %12s %12s   %s\n' ucx_perftest - "$perf_gbps" "ucp_put_bw, $chunk_bytes-byte puts"
+echo "figure ucx_vs_perftest $(python3 -c "print('%.2f' % ($ucx_bw / $perf_gbps))") x"
+echo "figure ucx_update_ms $ucx_ms ms"
+echo "figure file_update_ms $file_ms ms"
+echo "figure file_fsync_update_ms $file_fsync_ms ms"
+echo "figure redis_update_ms $redis_ms ms"
+echo "figure file_vs_ucx_latency $(python3 -c "print('%.2f' % ($file_ms / $ucx_ms))") x"

@@ -1,0 +1,537 @@
+/* Runtime framework: the registry of runtimes, the world (which ranks live in
+ * this process and their threads), the clock-offset ping-pong, and the
+ * collectives (barrier, allgather, gather, reduce) built as a star through
+ * rank 0 on the ops' bounded point-to-point messages. */
+#include "core/rte_int.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+
+/* Tags of the framework's own messages (below KVIO_RTE_TAG_USER). */
+enum {
+    TAG_PING = 1,
+    TAG_PONG,
+    TAG_OFFSET,
+    TAG_BARRIER_IN,
+    TAG_BARRIER_OUT,
+    TAG_GATHER,
+    TAG_BROADCAST,
+    TAG_REDUCE,
+};
+
+#define CLOCK_SYNC_ROUNDS 16
+
+struct kvio_rte {
+    kvio_rte_world_t *world;
+    int index;
+    int64_t offset_ns;
+    int64_t uncertainty_ns;
+    kvio_status_t status;
+    char error[512];
+    kvio_rte_main_t body;
+    void *arg;
+};
+
+struct kvio_rte_world {
+    const kvio_rte_ops_t *ops;
+    void *priv;
+    int size;
+    int first_local;
+    int num_local;
+    int64_t timeout_ns;
+};
+
+#ifndef KVIO_HAVE_MPI
+static kvio_status_t mpi_stub_init(void *priv, const kvio_rte_params_t *params, int *size_p,
+                                   int *first_local_p, int *num_local_p, char *error_p,
+                                   size_t error_len)
+{
+    snprintf(error_p, error_len, "mpi runtime not built (configure with KVIO_WITH_MPI=ON)");
+    return KVIO_ERR_UNSUPPORTED;
+}
+
+const kvio_rte_ops_t kvio_rte_mpi_ops = {
+    .name = "mpi", .caps = KVIO_RTE_CAP_MULTI_NODE, .init = mpi_stub_init,
+};
+#endif
+
+static const kvio_rte_ops_t *const rte_registry[] = {&kvio_rte_local_ops, &kvio_rte_mpi_ops,
+                                                     NULL};
+
+const kvio_rte_ops_t *kvio_rte_ops_find(const char *name)
+{
+    for (size_t i = 0; rte_registry[i] != NULL; i++)
+        if (strcmp(rte_registry[i]->name, name) == 0)
+            return rte_registry[i];
+    return NULL;
+}
+
+const char *kvio_rte_detect(void)
+{
+    if (getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMIX_RANK") != NULL)
+        return "mpi";
+    return "local";
+}
+
+kvio_status_t kvio_rte_world_create(const kvio_rte_params_t *params,
+                                    kvio_rte_world_t **world_p, char *error_p,
+                                    size_t error_len)
+{
+    const char *kind = params->kind == NULL || strcmp(params->kind, "auto") == 0
+                           ? kvio_rte_detect()
+                           : params->kind;
+    const kvio_rte_ops_t *ops = kvio_rte_ops_find(kind);
+    if (ops == NULL) {
+        snprintf(error_p, error_len, "unknown runtime '%s' (auto, local or mpi)", kind);
+        return KVIO_ERR_CONFIG;
+    }
+    if (params->num_ranks < 1) {
+        snprintf(error_p, error_len, "a run needs at least one rank");
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    kvio_rte_world_t *world = calloc(1, sizeof(*world));
+    if (world == NULL)
+        goto fail;
+    world->ops = ops;
+    world->timeout_ns = params->timeout_ns > 0 ? params->timeout_ns : 30000000000LL;
+    if (ops->priv_size > 0 && (world->priv = calloc(1, ops->priv_size)) == NULL)
+        goto fail;
+    status = ops->init(world->priv, params, &world->size, &world->first_local,
+                       &world->num_local, error_p, error_len);
+    if (status != KVIO_OK)
+        goto fail;
+    *world_p = world;
+    return KVIO_OK;
+fail:
+    if (status == KVIO_ERR_NOMEM)
+        snprintf(error_p, error_len, "runtime: out of memory");
+    if (world != NULL)
+        free(world->priv);
+    free(world);
+    return status;
+}
+
+void kvio_rte_world_destroy(kvio_rte_world_t *world, bool failed)
+{
+    if (world == NULL)
+        return;
+    if (world->ops->fini != NULL)
+        world->ops->fini(world->priv, failed);
+    free(world->priv);
+    free(world);
+}
+
+const char *kvio_rte_world_kind(const kvio_rte_world_t *world) { return world->ops->name; }
+unsigned kvio_rte_world_caps(const kvio_rte_world_t *world) { return world->ops->caps; }
+int kvio_rte_world_size(const kvio_rte_world_t *world) { return world->size; }
+bool kvio_rte_world_is_root(const kvio_rte_world_t *world) { return world->first_local == 0; }
+
+int kvio_rte_size(const kvio_rte_t *rte) { return rte->world->size; }
+int kvio_rte_index(const kvio_rte_t *rte) { return rte->index; }
+kvio_rte_world_t *kvio_rte_world(kvio_rte_t *rte) { return rte->world; }
+int64_t kvio_rte_timeout_ns(const kvio_rte_t *rte) { return rte->world->timeout_ns; }
+
+void kvio_rte_set_error(kvio_rte_t *rte, const char *fmt, ...)
+{
+    if (rte->error[0] != '\0')
+        return; /* the first error decided the outcome; keep it */
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(rte->error, sizeof(rte->error), fmt, args);
+    va_end(args);
+}
+
+bool kvio_rte_peer_failed(kvio_rte_t *rte, int rank)
+{
+    const kvio_rte_ops_t *ops = rte->world->ops;
+    return ops->peer_failed != NULL && ops->peer_failed(rte->world->priv, rank);
+}
+
+static uint64_t deadline(const kvio_rte_t *rte)
+{
+    return kvio_time_ns() + (uint64_t)rte->world->timeout_ns;
+}
+
+static kvio_status_t raw_send(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
+{
+    if (to < 0 || to >= rte->world->size || length > KVIO_RTE_MAX_MESSAGE)
+        return KVIO_ERR_INVALID;
+    kvio_status_t status = rte->world->ops->send(rte->world->priv, rte->index, to, tag, data,
+                                                 length, deadline(rte));
+    if (status != KVIO_OK)
+        kvio_rte_set_error(rte, "rank %d: sending to rank %d: %s", rte->index, to,
+                           kvio_strerror(status));
+    return status;
+}
+
+static kvio_status_t raw_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
+                              size_t *length_p)
+{
+    if (from < 0 || from >= rte->world->size)
+        return KVIO_ERR_INVALID;
+    kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag,
+                                                 deadline(rte), data_p, length_p);
+    if (status == KVIO_ERR_TIMEOUT)
+        kvio_rte_set_error(rte, "rank %d: no message from rank %d within %.1f s", rte->index,
+                           from, (double)rte->world->timeout_ns / 1e9);
+    else if (status == KVIO_ERR_PEER)
+        kvio_rte_set_error(rte, "rank %d: rank %d failed", rte->index, from);
+    else if (status != KVIO_OK)
+        kvio_rte_set_error(rte, "rank %d: receiving from rank %d: %s", rte->index, from,
+                           kvio_strerror(status));
+    return status;
+}
+
+/* Receives a message that must have exactly length bytes into buffer. */
+static kvio_status_t recv_exact(kvio_rte_t *rte, int from, int tag, void *buffer, size_t length)
+{
+    void *data = NULL;
+    size_t got = 0;
+    kvio_status_t status = raw_recv(rte, from, tag, &data, &got);
+    if (status != KVIO_OK)
+        return status;
+    if (got != length) {
+        kvio_rte_set_error(rte, "rank %d: message of %zu bytes from rank %d, expected %zu",
+                           rte->index, got, from, length);
+        free(data);
+        return KVIO_ERR_INTERNAL;
+    }
+    memcpy(buffer, data, length);
+    free(data);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_rte_send(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
+{
+    if (tag < KVIO_RTE_TAG_USER)
+        return KVIO_ERR_INVALID;
+    return raw_send(rte, to, tag, data, length);
+}
+
+kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, size_t *length_p)
+{
+    if (tag < KVIO_RTE_TAG_USER)
+        return KVIO_ERR_INVALID;
+    return raw_recv(rte, from, tag, data_p, length_p);
+}
+
+kvio_status_t kvio_rte_barrier(kvio_rte_t *rte)
+{
+    char token = 0;
+    kvio_status_t status = KVIO_OK;
+    int size = rte->world->size;
+    if (rte->index == 0) {
+        for (int rank = 1; rank < size && status == KVIO_OK; rank++)
+            status = recv_exact(rte, rank, TAG_BARRIER_IN, &token, 1);
+        for (int rank = 1; rank < size && status == KVIO_OK; rank++)
+            status = raw_send(rte, rank, TAG_BARRIER_OUT, &token, 1);
+        return status;
+    }
+    status = raw_send(rte, 0, TAG_BARRIER_IN, &token, 1);
+    if (status == KVIO_OK)
+        status = recv_exact(rte, 0, TAG_BARRIER_OUT, &token, 1);
+    return status;
+}
+
+void kvio_rte_blobs_free(void **blobs, size_t *lengths, int count)
+{
+    if (blobs != NULL)
+        for (int i = 0; i < count; i++)
+            free(blobs[i]);
+    free(blobs);
+    free(lengths);
+}
+
+kvio_status_t kvio_rte_gather_blobs(kvio_rte_t *rte, const void *data, size_t length,
+                                    void ***blobs_p, size_t **lengths_p)
+{
+    int size = rte->world->size;
+    if (rte->index != 0) {
+        *blobs_p = NULL;
+        *lengths_p = NULL;
+        return raw_send(rte, 0, TAG_GATHER, data, length);
+    }
+    void **blobs = calloc((size_t)size, sizeof(*blobs));
+    size_t *lengths = calloc((size_t)size, sizeof(*lengths));
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    if (blobs == NULL || lengths == NULL || (blobs[0] = malloc(length + 1)) == NULL)
+        goto fail;
+    memcpy(blobs[0], data, length);
+    lengths[0] = length;
+    status = KVIO_OK;
+    for (int rank = 1; rank < size && status == KVIO_OK; rank++)
+        status = raw_recv(rte, rank, TAG_GATHER, &blobs[rank], &lengths[rank]);
+    if (status != KVIO_OK)
+        goto fail;
+    *blobs_p = blobs;
+    *lengths_p = lengths;
+    return KVIO_OK;
+fail:
+    kvio_rte_blobs_free(blobs, lengths, size);
+    return status;
+}
+
+/* Packs blobs as [u64 length, bytes]... for the broadcast of an allgather. */
+static kvio_status_t pack_blobs(void **blobs, const size_t *lengths, int count,
+                                char **packed_p, size_t *packed_length_p)
+{
+    size_t total = 0;
+    for (int i = 0; i < count; i++)
+        total += sizeof(uint64_t) + lengths[i];
+    char *packed = malloc(total + 1);
+    if (packed == NULL)
+        return KVIO_ERR_NOMEM;
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        uint64_t length = lengths[i];
+        memcpy(packed + at, &length, sizeof(length));
+        memcpy(packed + at + sizeof(length), blobs[i], lengths[i]);
+        at += sizeof(length) + lengths[i];
+    }
+    *packed_p = packed;
+    *packed_length_p = total;
+    return KVIO_OK;
+}
+
+static kvio_status_t unpack_blobs(const char *packed, size_t packed_length, int count,
+                                  void **blobs, size_t *lengths)
+{
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        uint64_t length;
+        if (at + sizeof(length) > packed_length)
+            return KVIO_ERR_INTERNAL;
+        memcpy(&length, packed + at, sizeof(length));
+        at += sizeof(length);
+        if (length > packed_length - at)
+            return KVIO_ERR_INTERNAL;
+        if ((blobs[i] = malloc(length + 1)) == NULL)
+            return KVIO_ERR_NOMEM;
+        memcpy(blobs[i], packed + at, length);
+        lengths[i] = length;
+        at += length;
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_rte_allgather_blobs(kvio_rte_t *rte, const void *data, size_t length,
+                                       void ***blobs_p, size_t **lengths_p)
+{
+    int size = rte->world->size;
+    void **blobs = NULL;
+    size_t *lengths = NULL;
+    char *packed = NULL;
+    size_t packed_length = 0;
+    kvio_status_t status = kvio_rte_gather_blobs(rte, data, length, &blobs, &lengths);
+    if (status != KVIO_OK)
+        return status;
+    if (rte->index == 0) {
+        status = pack_blobs(blobs, lengths, size, &packed, &packed_length);
+        for (int rank = 1; rank < size && status == KVIO_OK; rank++)
+            status = raw_send(rte, rank, TAG_BROADCAST, packed, packed_length);
+        free(packed);
+        if (status != KVIO_OK)
+            goto fail;
+    } else {
+        blobs = calloc((size_t)size, sizeof(*blobs));
+        lengths = calloc((size_t)size, sizeof(*lengths));
+        status = KVIO_ERR_NOMEM;
+        if (blobs == NULL || lengths == NULL)
+            goto fail;
+        void *message = NULL;
+        status = raw_recv(rte, 0, TAG_BROADCAST, &message, &packed_length);
+        if (status != KVIO_OK)
+            goto fail;
+        status = unpack_blobs(message, packed_length, size, blobs, lengths);
+        free(message);
+        if (status != KVIO_OK)
+            goto fail;
+    }
+    *blobs_p = blobs;
+    *lengths_p = lengths;
+    return KVIO_OK;
+fail:
+    kvio_rte_blobs_free(blobs, lengths, size);
+    return status;
+}
+
+kvio_status_t kvio_rte_allgather(kvio_rte_t *rte, const void *data, size_t length, void *all_p)
+{
+    void **blobs = NULL;
+    size_t *lengths = NULL;
+    int size = rte->world->size;
+    kvio_status_t status = kvio_rte_allgather_blobs(rte, data, length, &blobs, &lengths);
+    if (status != KVIO_OK)
+        return status;
+    for (int rank = 0; rank < size; rank++) {
+        if (lengths[rank] != length) {
+            status = KVIO_ERR_INTERNAL;
+            break;
+        }
+        memcpy((char *)all_p + (size_t)rank * length, blobs[rank], length);
+    }
+    kvio_rte_blobs_free(blobs, lengths, size);
+    return status;
+}
+
+kvio_status_t kvio_rte_reduce(kvio_rte_t *rte, const double *values, size_t count,
+                              kvio_rte_op_t op, double *result_p)
+{
+    size_t length = count * sizeof(double);
+    if (rte->index != 0)
+        return raw_send(rte, 0, TAG_REDUCE, values, length);
+    double *result = malloc(length + sizeof(double));
+    double *other = malloc(length + sizeof(double));
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    if (result == NULL || other == NULL)
+        goto done;
+    memcpy(result, values, length);
+    status = KVIO_OK;
+    for (int rank = 1; rank < rte->world->size && status == KVIO_OK; rank++) {
+        status = recv_exact(rte, rank, TAG_REDUCE, other, length);
+        for (size_t i = 0; i < count && status == KVIO_OK; i++) {
+            if (op == KVIO_RTE_SUM)
+                result[i] += other[i];
+            else if (op == KVIO_RTE_MIN)
+                result[i] = other[i] < result[i] ? other[i] : result[i];
+            else
+                result[i] = other[i] > result[i] ? other[i] : result[i];
+        }
+    }
+    if (status == KVIO_OK)
+        memcpy(result_p, result, length);
+done:
+    free(result);
+    free(other);
+    return status;
+}
+
+void kvio_rte_clock_offset(const kvio_rte_t *rte, int64_t *offset_ns_p,
+                           int64_t *uncertainty_ns_p)
+{
+    *offset_ns_p = rte->offset_ns;
+    *uncertainty_ns_p = rte->uncertainty_ns;
+}
+
+int64_t kvio_rte_time_ns(const kvio_rte_t *rte)
+{
+    return (int64_t)kvio_time_ns() - rte->offset_ns;
+}
+
+/* Minimum-RTT ping-pong (NTP/Cristian style): rank 0 sends t0, the peer
+ * answers with its clock t_peer, rank 0 reads t1; with the smallest round
+ * trip, offset = t_peer - (t0 + t1) / 2 within +/- (t1 - t0) / 2. */
+static kvio_status_t clock_sync(kvio_rte_t *rte)
+{
+    kvio_status_t status = KVIO_OK;
+    if (rte->index == 0) {
+        for (int rank = 1; rank < rte->world->size && status == KVIO_OK; rank++) {
+            int64_t best_rtt = INT64_MAX, best_offset = 0;
+            for (int round = 0; round < CLOCK_SYNC_ROUNDS && status == KVIO_OK; round++) {
+                int64_t t0 = (int64_t)kvio_time_ns(), peer_time = 0;
+                status = raw_send(rte, rank, TAG_PING, &t0, sizeof(t0));
+                if (status == KVIO_OK)
+                    status = recv_exact(rte, rank, TAG_PONG, &peer_time, sizeof(peer_time));
+                int64_t t1 = (int64_t)kvio_time_ns();
+                if (status == KVIO_OK && t1 - t0 < best_rtt) {
+                    best_rtt = t1 - t0;
+                    best_offset = peer_time - (t0 + t1) / 2;
+                }
+            }
+            int64_t result[2] = {best_offset, (best_rtt + 1) / 2};
+            if (status == KVIO_OK)
+                status = raw_send(rte, rank, TAG_OFFSET, result, sizeof(result));
+        }
+        return status;
+    }
+    for (int round = 0; round < CLOCK_SYNC_ROUNDS && status == KVIO_OK; round++) {
+        int64_t t0;
+        status = recv_exact(rte, 0, TAG_PING, &t0, sizeof(t0));
+        int64_t now = (int64_t)kvio_time_ns();
+        if (status == KVIO_OK)
+            status = raw_send(rte, 0, TAG_PONG, &now, sizeof(now));
+    }
+    int64_t result[2] = {0, 0};
+    if (status == KVIO_OK)
+        status = recv_exact(rte, 0, TAG_OFFSET, result, sizeof(result));
+    rte->offset_ns = result[0];
+    rte->uncertainty_ns = result[1];
+    return status;
+}
+
+static void *rank_thread(void *arg)
+{
+    kvio_rte_t *rte = arg;
+    kvio_status_t status = clock_sync(rte);
+    if (status == KVIO_OK)
+        status = rte->body(rte, rte->arg);
+    if (status != KVIO_OK && rte->error[0] == '\0')
+        kvio_rte_set_error(rte, "rank %d: %s", rte->index, kvio_strerror(status));
+    rte->status = status;
+    if (rte->world->ops->rank_done != NULL)
+        rte->world->ops->rank_done(rte->world->priv, rte->index, status);
+    return NULL;
+}
+
+kvio_status_t kvio_rte_world_run(kvio_rte_world_t *world, kvio_rte_main_t body, void *arg,
+                                 char *error_p, size_t error_len)
+{
+    int count = world->num_local;
+    kvio_rte_t *ranks = calloc((size_t)count, sizeof(*ranks));
+    pthread_t *threads = calloc((size_t)count, sizeof(*threads));
+    bool *started = calloc((size_t)count, sizeof(*started));
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    if (ranks == NULL || threads == NULL || started == NULL) {
+        snprintf(error_p, error_len, "runtime: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < count; i++)
+        ranks[i] = (kvio_rte_t){.world = world, .index = world->first_local + i,
+                                .body = body, .arg = arg};
+    if (count == 1) {
+        rank_thread(&ranks[0]);
+    } else {
+        for (int i = 0; i < count; i++) {
+            if (pthread_create(&threads[i], NULL, rank_thread, &ranks[i]) != 0) {
+                ranks[i].status = KVIO_ERR_NOMEM;
+                kvio_rte_set_error(&ranks[i], "rank %d: cannot start a thread", i);
+                if (world->ops->rank_done != NULL)
+                    world->ops->rank_done(world->priv, ranks[i].index, KVIO_ERR_NOMEM);
+                continue;
+            }
+            started[i] = true;
+        }
+        for (int i = 0; i < count; i++)
+            if (started[i])
+                pthread_join(threads[i], NULL);
+    }
+    /* The first rank that failed for its own reason, not because a peer did. */
+    status = KVIO_OK;
+    int chosen = -1;
+    for (int i = 0; i < count; i++) {
+        if (ranks[i].status == KVIO_OK)
+            continue;
+        if (chosen < 0 || (ranks[chosen].status == KVIO_ERR_PEER &&
+                           ranks[i].status != KVIO_ERR_PEER))
+            chosen = i;
+    }
+    if (chosen >= 0) {
+        status = ranks[chosen].status;
+        snprintf(error_p, error_len, "%s", ranks[chosen].error);
+        for (int i = 0; i < count; i++)
+            if (i != chosen && ranks[i].status != KVIO_OK)
+                kvio_info("%s", ranks[i].error);
+    }
+done:
+    free(ranks);
+    free(threads);
+    free(started);
+    return status;
+}

@@ -1,0 +1,126 @@
+/* Runtime: the ranks of a run and how they talk. Two implementations behind
+ * one ops table: `local` (ranks are threads of this process) and `mpi` (ranks
+ * are MPI processes started by mpirun). Both give size, index, bounded
+ * point-to-point messages, barrier, allgather, gather, reduce and a clock
+ * offset to rank 0 measured by minimum-RTT ping-pong. Every wait is bounded
+ * by the world's timeout; a rank that failed makes its peers fail fast. */
+#ifndef KVIO_RTE_H
+#define KVIO_RTE_H
+
+#include "kvio/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A world: every rank of the run (all of them for local, this process's
+ * one for mpi). */
+typedef struct kvio_rte_world kvio_rte_world_t;
+/* One rank's handle, valid inside kvio_rte_world_run's callback. */
+typedef struct kvio_rte kvio_rte_t;
+
+/* Ranks share one address space (local threads). */
+#define KVIO_RTE_CAP_SHARED_MEMORY 1u
+/* Ranks may be on different nodes (clocks differ). */
+#define KVIO_RTE_CAP_MULTI_NODE 2u
+
+/* Largest message kvio_rte_send accepts. */
+#define KVIO_RTE_MAX_MESSAGE (16u << 20)
+
+/* First tag free for users; lower tags belong to the collectives. */
+#define KVIO_RTE_TAG_USER 64
+
+typedef struct kvio_rte_params {
+    const char *kind;   /* "auto" (mpi under mpirun, else local), "local", "mpi" */
+    int num_ranks;      /* local: threads to start; mpi: required world size */
+    int64_t timeout_ns; /* bound on every wait; <= 0 means 30 s */
+} kvio_rte_params_t;
+
+/* Reduction operators for kvio_rte_reduce. */
+typedef enum { KVIO_RTE_SUM, KVIO_RTE_MIN, KVIO_RTE_MAX } kvio_rte_op_t;
+
+/* A rank's body; its status is the rank's outcome. */
+typedef kvio_status_t (*kvio_rte_main_t)(kvio_rte_t *rte, void *arg);
+
+/* Creates the world (mpi: MPI_Init and a size check). On error the message,
+ * e.g. "mpirun started 4 ranks; ranks: {train: 1, serve: 2} needs 3", is in
+ * error_p. The caller destroys the world. */
+kvio_status_t kvio_rte_world_create(const kvio_rte_params_t *params,
+                                    kvio_rte_world_t **world_p, char *error_p,
+                                    size_t error_len);
+
+/* Tears the world down; failed tells mpi not to finalize collectively. */
+void kvio_rte_world_destroy(kvio_rte_world_t *world, bool failed);
+
+/* The runtime's name ("local", "mpi") and capability bits. */
+const char *kvio_rte_world_kind(const kvio_rte_world_t *world);
+unsigned kvio_rte_world_caps(const kvio_rte_world_t *world);
+int kvio_rte_world_size(const kvio_rte_world_t *world);
+
+/* True when this process hosts rank 0 (and so writes the results). */
+bool kvio_rte_world_is_root(const kvio_rte_world_t *world);
+
+/* Runs body on every rank this process hosts (local: one thread each), after
+ * measuring clock offsets. Returns KVIO_OK when every local rank did, else
+ * the first error; the failing rank's message is in error_p. */
+kvio_status_t kvio_rte_world_run(kvio_rte_world_t *world, kvio_rte_main_t body, void *arg,
+                                 char *error_p, size_t error_len);
+
+int kvio_rte_size(const kvio_rte_t *rte);
+int kvio_rte_index(const kvio_rte_t *rte);
+kvio_rte_world_t *kvio_rte_world(kvio_rte_t *rte);
+int64_t kvio_rte_timeout_ns(const kvio_rte_t *rte);
+
+/* Records this rank's error message (reported by kvio_rte_world_run). */
+void kvio_rte_set_error(kvio_rte_t *rte, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* True when rank has finished with an error or died; cheap, non-blocking. */
+bool kvio_rte_peer_failed(kvio_rte_t *rte, int rank);
+
+/* Sends length bytes (copied) to rank with tag (>= KVIO_RTE_TAG_USER for
+ * users). Bounded by the world's timeout. */
+kvio_status_t kvio_rte_send(kvio_rte_t *rte, int to, int tag, const void *data, size_t length);
+
+/* Receives the next message from rank with tag; *data_p is malloc'd and the
+ * caller frees it. KVIO_ERR_TIMEOUT after the timeout, KVIO_ERR_PEER as soon
+ * as the sender is known to have failed. */
+kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, size_t *length_p);
+
+/* Waits until every rank has arrived. */
+kvio_status_t kvio_rte_barrier(kvio_rte_t *rte);
+
+/* Every rank contributes length bytes; all_p (size * length) receives them in
+ * rank order on every rank. */
+kvio_status_t kvio_rte_allgather(kvio_rte_t *rte, const void *data, size_t length, void *all_p);
+
+/* Variable-size allgather: blobs_p and lengths_p get size entries each,
+ * malloc'd; free with kvio_rte_blobs_free. */
+kvio_status_t kvio_rte_allgather_blobs(kvio_rte_t *rte, const void *data, size_t length,
+                                       void ***blobs_p, size_t **lengths_p);
+
+/* Variable-size gather to rank 0: only rank 0 gets blobs_p and lengths_p
+ * (NULL elsewhere). */
+kvio_status_t kvio_rte_gather_blobs(kvio_rte_t *rte, const void *data, size_t length,
+                                    void ***blobs_p, size_t **lengths_p);
+
+void kvio_rte_blobs_free(void **blobs, size_t *lengths, int count);
+
+/* Element-wise reduction of count doubles to rank 0 (result_p is written on
+ * rank 0 only). */
+kvio_status_t kvio_rte_reduce(kvio_rte_t *rte, const double *values, size_t count,
+                              kvio_rte_op_t op, double *result_p);
+
+/* This rank's clock offset to rank 0 (local - rank 0, ns) and its
+ * uncertainty (half the minimum round trip); 0 and 0 on rank 0. */
+void kvio_rte_clock_offset(const kvio_rte_t *rte, int64_t *offset_ns_p,
+                           int64_t *uncertainty_ns_p);
+
+/* kvio_time_ns() converted to rank 0's timebase. */
+int64_t kvio_rte_time_ns(const kvio_rte_t *rte);
+
+/* Picks the runtime kvio would use under params->kind "auto": "mpi" when the
+ * process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK set). */
+const char *kvio_rte_detect(void);
+
+#endif

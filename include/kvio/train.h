@@ -1,0 +1,103 @@
+/* Training rank: emulated steps (time from a distribution, slept or spun), a
+ * weights buffer that changes between versions, and a checkpoint policy
+ * (every_n_steps, interval, adaptive) that decides when a version is
+ * published over a transport. Each version carries an XXH3-64 checksum of
+ * the whole buffer; the time the step loop is blocked is the training stall. */
+#ifndef KVIO_TRAIN_H
+#define KVIO_TRAIN_H
+
+#include "kvio/config.h"
+#include "kvio/dist.h"
+#include "kvio/rte.h"
+#include "kvio/status.h"
+#include "kvio/xfer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+    KVIO_CHECKPOINT_EVERY_N_STEPS = 0,
+    KVIO_CHECKPOINT_INTERVAL = 1,
+    KVIO_CHECKPOINT_ADAPTIVE = 2,
+} kvio_checkpoint_policy_t;
+
+typedef enum { KVIO_WAIT_SLEEP = 0, KVIO_WAIT_SPIN = 1 } kvio_wait_t;
+
+/* Emulated learning curve L(step) = a * step^-b + c. */
+typedef struct kvio_loss_curve {
+    double a, b, c;
+} kvio_loss_curve_t;
+
+typedef struct kvio_checkpoint_config {
+    int policy;               /* kvio_checkpoint_policy_t */
+    int64_t every_n_steps;
+    int64_t interval_ns;
+    kvio_loss_curve_t loss;
+    double serving_rate;      /* adaptive: requests per second served */
+    double cost_weight;       /* adaptive: loss per request per second of stall */
+    int64_t initial_cost_ns;  /* adaptive: cost assumed before one is measured */
+} kvio_checkpoint_config_t;
+
+typedef struct kvio_train_config {
+    kvio_dist_t step_time;    /* ns */
+    int wait;                 /* kvio_wait_t */
+    int64_t steps;            /* 0: until the run's duration */
+    uint64_t bytes;           /* weights size */
+    kvio_checkpoint_config_t checkpoint;
+    kvio_xfer_config_t transport;
+} kvio_train_config_t;
+
+/* The option table of `train:`. */
+extern const kvio_opt_t kvio_train_options[];
+
+/* The weights size in bytes. Hook: when a model preset module exists, the
+ * size comes from its shape and dtype here; today it is train.bytes. */
+uint64_t kvio_train_weights_bytes(const kvio_train_config_t *config);
+
+/* One published version, as the trainer saw it (rank 0's clock). */
+typedef struct kvio_train_record {
+    uint64_t version;
+    int64_t step;
+    uint64_t checksum;
+    int64_t t_ready_ns;         /* step finished, checkpoint decided */
+    int64_t t_publish_start_ns; /* first byte moved */
+    int64_t t_publish_end_ns;   /* last receiver notified */
+    int64_t stall_ns;           /* step loop blocked: checksum + publish */
+    int64_t credit_ns;          /* of which waiting for receivers' free slots */
+    uint64_t bytes_moved;
+} kvio_train_record_t;
+
+typedef struct kvio_train_result {
+    kvio_train_record_t *records; /* malloc'd; kvio_train_result_free */
+    size_t count;
+    int64_t steps;
+    int64_t t_start_ns, t_end_ns;
+} kvio_train_result_t;
+
+/* The predicted loss at step (>= 1). */
+double kvio_loss_at(const kvio_loss_curve_t *curve, double step);
+
+/* The checkpoint policy: true when a version should be published after step,
+ * given the last published step and time (0 before the first) and the
+ * measured cost of an update (training stall, ns; <= 0: not measured yet).
+ * adaptive: publish when (L(last) - L(step)) * serving_rate
+ *           >= cost_weight * cost_s. */
+bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
+                         int64_t now_ns, int64_t last_step, int64_t last_ns,
+                         int64_t cost_ns);
+
+/* Fills a weights buffer from a seed; changes it for version (one word in
+ * every 4 KiB page, so a stale page cannot pass); checksums it (XXH3-64). */
+void kvio_weights_fill(void *buffer, uint64_t bytes, uint64_t seed);
+void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version);
+uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes);
+
+/* Runs the step loop on a sender transport until config->steps steps or
+ * duration_ns, publishing by the policy, then announces the end. */
+kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
+                             kvio_rte_t *rte, kvio_xfer_t *xfer, int64_t duration_ns,
+                             kvio_train_result_t *result_p, char *error_p, size_t error_len);
+
+void kvio_train_result_free(kvio_train_result_t *result);
+
+#endif

@@ -1,0 +1,73 @@
+/* The serve rank's side of model updates: a receive loop with emulated
+ * iterations that takes versions from a transport into a shadow buffer,
+ * verifies their checksum, and activates them at the next iteration boundary
+ * (apply: shadow) or stops iterating until they are in (apply: stall). It
+ * records the six stages of every update on rank 0's clock. The emulate
+ * engine replaces the loop; the records and the stage meanings stay. */
+#ifndef KVIO_UPDATE_H
+#define KVIO_UPDATE_H
+
+#include "kvio/config.h"
+#include "kvio/rte.h"
+#include "kvio/status.h"
+#include "kvio/xfer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { KVIO_APPLY_SHADOW = 0, KVIO_APPLY_STALL = 1 } kvio_apply_t;
+
+typedef struct kvio_update_config {
+    int apply;              /* kvio_apply_t */
+    bool verify;
+    int64_t iteration_ns;   /* one emulated serving iteration */
+    int64_t corrupt_offset; /* fault injection: flip this byte of every version
+                               received before verifying; -1: never */
+} kvio_update_config_t;
+
+/* The option table of `update:` (the serve side; mountable as serve.update). */
+extern const kvio_opt_t kvio_update_options[];
+
+/* One update as one serve rank saw it; times in ns on rank 0's clock. */
+typedef struct kvio_update_record {
+    uint64_t version;
+    uint64_t bytes;
+    int32_t rank;
+    int32_t checksum_ok;      /* 1 ok (or not verified), 0 mismatch: not activated */
+    int32_t verified;         /* 1 when the checksum was computed */
+    int32_t skipped_before;   /* versions this rank never saw before this one */
+    int64_t t_ready_ns;
+    int64_t t_xfer_start_ns;
+    int64_t t_xfer_end_ns;
+    int64_t t_notified_ns;
+    int64_t t_verified_ns;
+    int64_t t_activated_ns;   /* 0 when not activated */
+} kvio_update_record_t;
+
+typedef struct kvio_update_result {
+    kvio_update_record_t *records; /* malloc'd; kvio_update_result_free */
+    size_t count;
+    uint64_t iterations;
+    uint64_t checksum_mismatches;
+    uint64_t polls;
+    int64_t inference_stall_ns;   /* stall: stopped; shadow: iterations overrun */
+    int64_t t_start_ns, t_end_ns;
+    uint64_t active_version;
+    int active_slot;              /* the transport slot holding it */
+} kvio_update_result_t;
+
+/* Verifies a whole buffer against an XXH3-64 checksum. */
+bool kvio_update_verify(const void *buffer, uint64_t bytes, uint64_t checksum);
+
+/* Runs the receive loop on a receiver transport until the sender's end
+ * notice has arrived and every announced version is handled. Fails with
+ * KVIO_ERR_PEER when the sender rank fails, KVIO_ERR_TIMEOUT when nothing
+ * ends the loop by deadline_ns (rank 0's clock). */
+kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                kvio_update_result_t *result_p, char *error_p,
+                                size_t error_len);
+
+void kvio_update_result_free(kvio_update_result_t *result);
+
+#endif

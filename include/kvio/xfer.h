@@ -1,0 +1,176 @@
+/* Model-update transports: move a weights buffer from one sender rank to its
+ * receiver ranks (ucx, file, redis), behind one ops table and registry. The
+ * framework wrapper (this API) takes every timestamp and counts bytes and
+ * polls; plug-ins only move data. Times are on rank 0's clock (the runtime's
+ * offsets). xfer/ knows buffers and ranks, not trainers or servers. */
+#ifndef KVIO_XFER_H
+#define KVIO_XFER_H
+
+#include "kvio/config.h"
+#include "kvio/rte.h"
+#include "kvio/status.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct kvio_xfer kvio_xfer_t;
+
+/* Transport kinds, in the order of kvio_xfer_kind_names. */
+typedef enum { KVIO_XFER_UCX = 0, KVIO_XFER_FILE = 1, KVIO_XFER_REDIS = 2 } kvio_xfer_kind_t;
+typedef enum { KVIO_XFER_FANOUT_SEQUENTIAL = 0, KVIO_XFER_FANOUT_CHAIN = 1 } kvio_xfer_fanout_t;
+typedef enum { KVIO_XFER_DISCOVER_POLL = 0, KVIO_XFER_DISCOVER_NOTIFY = 1 } kvio_xfer_discovery_t;
+
+extern const char *const kvio_xfer_kind_names[];
+
+/* Capabilities of a transport (bits of its ops table). */
+#define KVIO_XFER_CAP_PUSH 1u         /* sender writes into the receiver's buffer */
+#define KVIO_XFER_CAP_SHARED_STORE 2u /* one publish serves every receiver */
+#define KVIO_XFER_CAP_CHAIN 4u        /* pipelined chain fan-out */
+#define KVIO_XFER_CAP_POLL 8u         /* discovery by polling at an interval */
+
+typedef struct kvio_xfer_file_config {
+    char *dir;
+    bool fsync;
+    bool direct;
+    int discovery;           /* kvio_xfer_discovery_t */
+    int64_t poll_interval_ns;
+    int64_t keep;            /* versions kept in the directory */
+} kvio_xfer_file_config_t;
+
+typedef struct kvio_xfer_redis_config {
+    char *url;
+    char *prefix;
+    int64_t keep;
+} kvio_xfer_redis_config_t;
+
+/* Simulate mode: an update costs latency + bytes / bandwidth (0: the
+ * transport's documented default). */
+typedef struct kvio_xfer_model_config {
+    int64_t latency_ns;
+    double bandwidth_gbps;
+} kvio_xfer_model_config_t;
+
+typedef struct kvio_xfer_config {
+    int kind;        /* kvio_xfer_kind_t */
+    uint64_t chunk;  /* bytes per put / write / SET */
+    int64_t inflight;
+    int fanout;      /* kvio_xfer_fanout_t */
+    kvio_xfer_file_config_t file;
+    kvio_xfer_redis_config_t redis;
+    kvio_xfer_model_config_t model;
+    int64_t die_after_chunks; /* fault injection: the sender stops (as if it
+                                 died) after this many chunks; 0: never */
+} kvio_xfer_config_t;
+
+/* The option table of `train.transport`. */
+extern const kvio_opt_t kvio_xfer_options[];
+
+/* What travels with every update. Same-architecture ranks (host order). */
+#define KVIO_XFER_META_END 1u /* no more versions; version = the last one */
+typedef struct kvio_xfer_meta {
+    uint64_t magic;
+    uint64_t version;
+    uint64_t bytes;
+    uint64_t checksum;            /* XXH3-64 of the whole buffer */
+    uint32_t flags;               /* KVIO_XFER_META_* */
+    uint32_t slot;                /* receive slot (push transports) */
+    int64_t t_ready_ns;           /* trainer finished the step (rank 0 clock) */
+    int64_t t_xfer_start_ns;      /* push: first put to this receiver */
+    int64_t t_xfer_end_ns;        /* push: flush done, data at this receiver */
+} kvio_xfer_meta_t;
+
+#define KVIO_XFER_MAGIC 0x6b76696f75706474ull /* "kvioupdt" */
+
+/* Sender-side times of one publish. */
+typedef struct kvio_xfer_publish_times {
+    int64_t start_ns;     /* first byte moved (to any receiver) */
+    int64_t end_ns;       /* last receiver notified */
+    int64_t credit_ns;    /* time spent waiting for receivers to free a slot */
+    uint64_t bytes_moved; /* bytes written (all receivers) */
+} kvio_xfer_publish_times_t;
+
+/* One update on its way into a receiver, with the stages the wrapper took. */
+typedef struct kvio_xfer_receive {
+    kvio_xfer_meta_t meta;
+    int slot;                 /* where the data lands */
+    uint64_t offset;          /* bytes fetched so far */
+    int64_t t_notified_ns;
+    int64_t t_xfer_start_ns;
+    int64_t t_xfer_end_ns;
+    bool complete;
+} kvio_xfer_receive_t;
+
+typedef enum { KVIO_XFER_SENDER = 0, KVIO_XFER_RECEIVER = 1, KVIO_XFER_BYSTANDER = 2 } kvio_xfer_role_t;
+
+/* Creates this rank's side of a transport; collective over every rank of
+ * rte (all call it, bystanders included, since address exchanges are).
+ * bytes is the weights size; the transport allocates the send buffer
+ * (sender) or two receive slots (receiver) of that size. Errors such as
+ * "redis://127.0.0.1:6390: connection refused" go to error_p. */
+kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte,
+                               kvio_xfer_role_t role, int sender, const int *receivers,
+                               int num_receivers, uint64_t bytes, kvio_xfer_t **xfer_p,
+                               char *error_p, size_t error_len);
+
+/* Tears down; collective like create (a barrier first when clean). */
+void kvio_xfer_destroy(kvio_xfer_t *xfer);
+
+/* Checks, before any rank starts, what can be checked from one process: the
+ * Redis server answers, the directory is writable with room for keep + 1
+ * versions, the transport is built. */
+kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                  char *error_p, size_t error_len);
+
+/* The sender's buffer (sender only; borrowed). */
+void *kvio_xfer_send_buffer(kvio_xfer_t *xfer);
+
+/* A receiver's slot 0 or 1 (borrowed). */
+void *kvio_xfer_slot(kvio_xfer_t *xfer, int slot);
+
+/* Publishes version (checksum of the send buffer) to every receiver and
+ * notifies them. Blocks until the data is out; bounded by the runtime's
+ * timeout. */
+kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t checksum,
+                                int64_t t_ready_ns, kvio_xfer_publish_times_t *times_p);
+
+/* Tells every receiver that no more versions come after last_version. */
+kvio_status_t kvio_xfer_finish(kvio_xfer_t *xfer, uint64_t last_version);
+
+/* Receiver: checks for a new version without blocking. KVIO_OK fills
+ * receive_p (t_notified set) and aims the data at free_slot; KVIO_INPROGRESS
+ * means nothing new. Counts a poll. */
+kvio_status_t kvio_xfer_poll(kvio_xfer_t *xfer, int free_slot, kvio_xfer_receive_t *receive_p);
+
+/* Receiver: moves the next chunk of an update into its slot; sets complete
+ * when all bytes are in (at once for push transports). */
+kvio_status_t kvio_xfer_fetch_step(kvio_xfer_t *xfer, kvio_xfer_receive_t *receive);
+
+/* Receiver: tells the sender that receive's version was handled (activated
+ * or rejected) and which slot is now free for the next one. */
+kvio_status_t kvio_xfer_ack(kvio_xfer_t *xfer, const kvio_xfer_receive_t *receive,
+                            int free_slot);
+
+/* Drives the transport (progress for pushes and chains) without blocking. */
+void kvio_xfer_progress(kvio_xfer_t *xfer);
+
+/* Receiver: how often kvio_xfer_poll should be called: the polling
+ * interval of a transport that discovers by polling, 0 for one that is
+ * notified (call it every turn of the loop). */
+int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer);
+
+/* Polls made by kvio_xfer_poll; a text on what the transport uses (UCX
+ * transports chosen, directory and fsync, Redis URL); name and caps. */
+uint64_t kvio_xfer_polls(const kvio_xfer_t *xfer);
+const char *kvio_xfer_info(const kvio_xfer_t *xfer);
+const char *kvio_xfer_name(const kvio_xfer_t *xfer);
+
+/* The first error a call on this transport reported ("" when none). */
+const char *kvio_xfer_error(const kvio_xfer_t *xfer);
+unsigned kvio_xfer_caps(const kvio_xfer_t *xfer);
+
+/* Simulate mode: when receiver index (0-based) of num_receivers has the
+ * data, in ns after the publish starts, and how long the sender is busy. */
+void kvio_xfer_model(const kvio_xfer_config_t *config, uint64_t bytes, int receiver,
+                     int num_receivers, int64_t *arrival_ns_p, int64_t *sender_busy_ns_p);
+
+#endif

@@ -1,0 +1,536 @@
+/* Model updates as part of a run: assigns roles to ranks (train ranks first),
+ * creates each rank's transport side, runs the trainer or the serve receive
+ * loop, gathers every record to rank 0, and there writes updates.csv and the
+ * metrics (latency, bandwidth, stalls, staleness). Simulate mode runs the
+ * same records through a latency + bytes/bandwidth model on a virtual clock. */
+#include "kvio/run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/log.h"
+#include "kvio/results.h"
+#include "kvio/rng.h"
+#include "kvio/stats.h"
+
+#define TRAIN_RANK 0
+
+/* What each rank sends to rank 0 ahead of its records. */
+typedef struct rank_report {
+    int32_t is_trainer;
+    int32_t rank;
+    uint64_t count;
+    uint64_t iterations;
+    uint64_t polls;
+    uint64_t checksum_mismatches;
+    uint64_t steps;
+    int64_t inference_stall_ns;
+    int64_t t_start_ns, t_end_ns;
+    int64_t clock_uncertainty_ns;
+    int64_t clock_offset_ns;
+    char info[256];
+} rank_report_t;
+
+typedef struct collected {
+    kvio_train_record_t *train;
+    size_t num_train;
+    kvio_update_record_t *updates;
+    size_t num_updates;
+    rank_report_t *reports;
+    int num_reports;
+    char info[256];
+} collected_t;
+
+typedef struct run_context {
+    const kvio_workload_t *workload;
+    kvio_results_t *results;
+    json_t *metrics;
+} run_context_t;
+
+bool kvio_updates_wanted(const kvio_workload_t *workload)
+{
+    return workload->ranks.train > 0 && workload->ranks.serve > 0;
+}
+
+kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,
+                                     size_t error_len)
+{
+    if (workload->mode != KVIO_MODE_EMULATE)
+        return KVIO_OK;
+    return kvio_xfer_preflight(&workload->train.transport,
+                               kvio_train_weights_bytes(&workload->train), error_p, error_len);
+}
+
+/* ---- metrics on rank 0 ---- */
+
+static json_t *summary_json(const kvio_hist_t *hist, double scale)
+{
+    kvio_hist_summary_t summary;
+    kvio_hist_summarize(hist, scale, &summary);
+    json_t *object = json_object();
+    json_object_set_new(object, "count", json_integer((json_int_t)summary.count));
+    json_object_set_new(object, "mean", json_real(summary.mean));
+    json_object_set_new(object, "p50", json_real(summary.p50));
+    json_object_set_new(object, "p99", json_real(summary.p99));
+    json_object_set_new(object, "max", json_real(summary.max));
+    return object;
+}
+
+static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version)
+{
+    for (size_t i = 0; i < all->num_train; i++)
+        if (all->train[i].version == version)
+            return &all->train[i];
+    return NULL;
+}
+
+/* Time-weighted versions-behind of one serve rank over [start, end]: the
+ * newest version ready at the trainer minus the version active there. */
+static void staleness(const collected_t *all, int rank, int64_t start, int64_t end,
+                      double *mean_p, uint64_t *max_p)
+{
+    double area = 0;
+    uint64_t worst = 0;
+    int64_t t = start;
+    while (t < end) {
+        uint64_t ready = 0, active = 0;
+        int64_t next = end;
+        for (size_t i = 0; i < all->num_train; i++) {
+            if (all->train[i].t_ready_ns <= t && all->train[i].version > ready)
+                ready = all->train[i].version;
+            if (all->train[i].t_ready_ns > t && all->train[i].t_ready_ns < next)
+                next = all->train[i].t_ready_ns;
+        }
+        for (size_t i = 0; i < all->num_updates; i++) {
+            const kvio_update_record_t *record = &all->updates[i];
+            if (record->rank != rank || record->t_activated_ns == 0)
+                continue;
+            if (record->t_activated_ns <= t && record->version > active)
+                active = record->version;
+            if (record->t_activated_ns > t && record->t_activated_ns < next)
+                next = record->t_activated_ns;
+        }
+        uint64_t behind = ready > active ? ready - active : 0;
+        area += (double)behind * (double)(next - t);
+        if (behind > worst)
+            worst = behind;
+        t = next;
+    }
+    *mean_p = end > start ? area / (double)(end - start) : 0;
+    *max_p = worst;
+}
+
+static kvio_status_t write_metrics(const run_context_t *context, const collected_t *all,
+                                   int64_t origin_ns, char *error_p, size_t error_len)
+{
+    const kvio_workload_t *workload = context->workload;
+    kvio_hist_t *latency = NULL, *train_stall = NULL, *bandwidth = NULL;
+    kvio_csv_t *csv = NULL;
+    kvio_status_t status = kvio_hist_create(&latency);
+    if (status == KVIO_OK)
+        status = kvio_hist_create(&train_stall);
+    if (status == KVIO_OK)
+        status = kvio_hist_create(&bandwidth);
+    if (status != KVIO_OK)
+        goto done;
+    if (context->results != NULL) {
+        status = kvio_csv_open(context->results, "updates.csv",
+                               "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,"
+                               "t_publish_start_ms,t_publish_end_ms,t_xfer_start_ms,"
+                               "t_xfer_end_ms,t_notified_ms,t_verified_ms,t_activated_ms,"
+                               "latency_ms,training_stall_ms,bandwidth_gbps",
+                               &csv);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "%s/updates.csv: cannot write",
+                     kvio_results_path(context->results));
+            goto done;
+        }
+    }
+    uint64_t activated = 0, mismatches = 0, skipped = 0, polls = 0;
+    double stage_sum[5] = {0};
+    for (size_t i = 0; i < all->num_updates; i++) {
+        const kvio_update_record_t *record = &all->updates[i];
+        const kvio_train_record_t *train = find_train(all, record->version);
+        double xfer_s = (double)(record->t_xfer_end_ns - record->t_xfer_start_ns) / 1e9;
+        double gbps = xfer_s > 0 ? (double)record->bytes / xfer_s / 1e9 : 0;
+        double latency_ms = record->t_activated_ns
+                                ? (double)(record->t_activated_ns - record->t_ready_ns) / 1e6
+                                : NAN;
+        if (record->t_activated_ns) {
+            activated++;
+            kvio_hist_record(latency, (uint64_t)(record->t_activated_ns - record->t_ready_ns));
+            int64_t stages[5] = {record->t_xfer_start_ns, record->t_xfer_end_ns,
+                                 record->t_notified_ns, record->t_verified_ns,
+                                 record->t_activated_ns};
+            for (int s = 0; s < 5; s++)
+                stage_sum[s] += (double)(stages[s] - record->t_ready_ns) / 1e6;
+        }
+        if (gbps > 0)
+            kvio_hist_record(bandwidth, (uint64_t)(gbps * 1e3)); /* MB/s */
+        mismatches += record->checksum_ok ? 0 : 1;
+        skipped += (uint64_t)(record->skipped_before > 0 ? record->skipped_before : 0);
+#define REL(t) ((t) ? (double)((t) - origin_ns) / 1e6 : NAN)
+        if (csv != NULL)
+            kvio_csv_row(csv, "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f",
+                         (unsigned long long)record->version, record->rank,
+                         (unsigned long long)record->bytes, record->checksum_ok,
+                         record->skipped_before, REL(record->t_ready_ns),
+                         train ? REL(train->t_publish_start_ns) : NAN,
+                         train ? REL(train->t_publish_end_ns) : NAN,
+                         REL(record->t_xfer_start_ns), REL(record->t_xfer_end_ns),
+                         REL(record->t_notified_ns), REL(record->t_verified_ns),
+                         REL(record->t_activated_ns), latency_ms,
+                         train ? (double)train->stall_ns / 1e6 : NAN, gbps);
+#undef REL
+    }
+    if (csv != NULL) {
+        status = kvio_csv_close(csv);
+        csv = NULL;
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "updates.csv: write failed");
+            goto done;
+        }
+    }
+    double stall_total_ms = 0;
+    for (size_t i = 0; i < all->num_train; i++) {
+        kvio_hist_record(train_stall, (uint64_t)all->train[i].stall_ns);
+        stall_total_ms += (double)all->train[i].stall_ns / 1e6;
+    }
+    double inference_stall_total = 0, inference_stall_max = 0, staleness_mean = 0;
+    uint64_t staleness_max = 0, iterations = 0;
+    int64_t uncertainty = 0;
+    int num_serve = 0;
+    for (int i = 0; i < all->num_reports; i++) {
+        const rank_report_t *report = &all->reports[i];
+        if (report->clock_uncertainty_ns > uncertainty)
+            uncertainty = report->clock_uncertainty_ns;
+        if (report->is_trainer)
+            continue;
+        num_serve++;
+        double stall_ms = (double)report->inference_stall_ns / 1e6;
+        inference_stall_total += stall_ms;
+        if (stall_ms > inference_stall_max)
+            inference_stall_max = stall_ms;
+        polls += report->polls;
+        iterations += report->iterations;
+        double mean;
+        uint64_t worst;
+        staleness(all, report->rank, report->t_start_ns, report->t_end_ns, &mean, &worst);
+        staleness_mean += mean;
+        if (worst > staleness_max)
+            staleness_max = worst;
+    }
+    json_t *object = json_object();
+    json_object_set_new(object, "transport",
+                        json_string(kvio_xfer_kind_names[workload->train.transport.kind]));
+    json_object_set_new(object, "transport_info", json_string(all->info));
+    json_object_set_new(object, "runtime", json_string(all->num_reports ? "" : "simulate"));
+    json_object_set_new(object, "bytes",
+                        json_integer((json_int_t)kvio_train_weights_bytes(&workload->train)));
+    json_object_set_new(object, "serve_ranks", json_integer(num_serve));
+    json_object_set_new(object, "versions_published", json_integer((json_int_t)all->num_train));
+    json_object_set_new(object, "updates_received", json_integer((json_int_t)all->num_updates));
+    json_object_set_new(object, "updates_activated", json_integer((json_int_t)activated));
+    json_object_set_new(object, "versions_skipped", json_integer((json_int_t)skipped));
+    json_object_set_new(object, "checksum_mismatches", json_integer((json_int_t)mismatches));
+    json_object_set_new(object, "update_latency_ms", summary_json(latency, 1e-6));
+    json_object_set_new(object, "bandwidth_gbps", summary_json(bandwidth, 1e-3));
+    json_object_set_new(object, "training_stall_ms", summary_json(train_stall, 1e-6));
+    json_object_set_new(object, "training_stall_total_ms", json_real(stall_total_ms));
+    json_object_set_new(object, "inference_stall_total_ms", json_real(inference_stall_total));
+    json_object_set_new(object, "inference_stall_max_ms", json_real(inference_stall_max));
+    json_object_set_new(object, "staleness_mean_versions",
+                        json_real(num_serve ? staleness_mean / num_serve : 0));
+    json_object_set_new(object, "staleness_max_versions", json_integer((json_int_t)staleness_max));
+    json_object_set_new(object, "serve_iterations", json_integer((json_int_t)iterations));
+    json_object_set_new(object, "polls", json_integer((json_int_t)polls));
+    json_object_set_new(object, "clock_offset_uncertainty_us", json_real((double)uncertainty / 1e3));
+    json_t *stages = json_object();
+    const char *stage_names[5] = {"xfer_start", "xfer_end", "notified", "verified", "activated"};
+    for (int s = 0; s < 5; s++)
+        json_object_set_new(stages, stage_names[s],
+                            json_real(activated ? stage_sum[s] / (double)activated : 0));
+    json_object_set_new(object, "stage_mean_ms_after_ready", stages);
+    if (mismatches > 0)
+        kvio_warn("model updates: %llu checksum mismatch%s (see updates.csv)",
+                  (unsigned long long)mismatches, mismatches == 1 ? "" : "es");
+    if (context->metrics != NULL)
+        json_object_set_new(context->metrics, "model_updates", object);
+    else
+        json_decref(object);
+done:
+    if (csv != NULL)
+        kvio_csv_close(csv);
+    kvio_hist_destroy(latency);
+    kvio_hist_destroy(train_stall);
+    kvio_hist_destroy(bandwidth);
+    return status;
+}
+
+/* ---- emulate: one rank ---- */
+
+static kvio_status_t pack_report(const rank_report_t *report, const void *records,
+                                 size_t record_size, void **blob_p, size_t *length_p)
+{
+    size_t length = sizeof(*report) + report->count * record_size;
+    char *blob = malloc(length + 1);
+    if (blob == NULL)
+        return KVIO_ERR_NOMEM;
+    memcpy(blob, report, sizeof(*report));
+    if (report->count > 0)
+        memcpy(blob + sizeof(*report), records, report->count * record_size);
+    *blob_p = blob;
+    *length_p = length;
+    return KVIO_OK;
+}
+
+static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_t *all)
+{
+    size_t num_updates = 0;
+    for (int rank = 0; rank < size; rank++) {
+        rank_report_t report;
+        if (lengths[rank] < sizeof(report))
+            return KVIO_ERR_INTERNAL;
+        memcpy(&report, blobs[rank], sizeof(report));
+        size_t record_size = report.is_trainer ? sizeof(kvio_train_record_t)
+                                               : sizeof(kvio_update_record_t);
+        if (lengths[rank] != sizeof(report) + report.count * record_size)
+            return KVIO_ERR_INTERNAL;
+        if (!report.is_trainer)
+            num_updates += report.count;
+    }
+    all->reports = calloc((size_t)size, sizeof(*all->reports));
+    all->updates = calloc(num_updates + 1, sizeof(*all->updates));
+    if (all->reports == NULL || all->updates == NULL)
+        return KVIO_ERR_NOMEM;
+    all->num_reports = size;
+    for (int rank = 0; rank < size; rank++) {
+        rank_report_t *report = &all->reports[rank];
+        memcpy(report, blobs[rank], sizeof(*report));
+        const char *records = (const char *)blobs[rank] + sizeof(*report);
+        if (report->is_trainer) {
+            free(all->train);
+            all->train = calloc(report->count + 1, sizeof(*all->train));
+            if (all->train == NULL)
+                return KVIO_ERR_NOMEM;
+            memcpy(all->train, records, report->count * sizeof(*all->train));
+            all->num_train = report->count;
+            snprintf(all->info, sizeof(all->info), "%s", report->info);
+        } else {
+            memcpy(all->updates + all->num_updates, records,
+                   report->count * sizeof(*all->updates));
+            all->num_updates += report->count;
+        }
+    }
+    return KVIO_OK;
+}
+
+static void collected_free(collected_t *all)
+{
+    free(all->train);
+    free(all->updates);
+    free(all->reports);
+}
+
+static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
+{
+    const run_context_t *context = arg;
+    const kvio_workload_t *workload = context->workload;
+    int self = kvio_rte_index(rte), size = kvio_rte_size(rte);
+    int num_serve = size - 1;
+    char error[768] = "";
+    kvio_xfer_t *xfer = NULL;
+    void *blob = NULL, **blobs = NULL;
+    size_t blob_length = 0, *lengths = NULL;
+    kvio_train_result_t train = {0};
+    kvio_update_result_t serve = {0};
+    collected_t all = {0};
+    int *receivers = calloc((size_t)num_serve + 1, sizeof(int));
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    if (receivers == NULL)
+        goto fail;
+    for (int i = 0; i < num_serve; i++)
+        receivers[i] = 1 + i;
+    uint64_t bytes = kvio_train_weights_bytes(&workload->train);
+    status = kvio_xfer_create(&workload->train.transport, rte,
+                              self == TRAIN_RANK ? KVIO_XFER_SENDER : KVIO_XFER_RECEIVER,
+                              TRAIN_RANK, receivers, num_serve, bytes, &xfer, error,
+                              sizeof(error));
+    if (status != KVIO_OK)
+        goto fail;
+    rank_report_t report = {.is_trainer = self == TRAIN_RANK, .rank = self};
+    kvio_rte_clock_offset(rte, &report.clock_offset_ns, &report.clock_uncertainty_ns);
+    snprintf(report.info, sizeof(report.info), "%s", kvio_xfer_info(xfer));
+    if (self == TRAIN_RANK) {
+        status = kvio_train_run(&workload->train, (uint64_t)workload->seed, rte, xfer,
+                                workload->duration_ns, &train, error, sizeof(error));
+        if (status != KVIO_OK)
+            goto fail;
+        report.count = train.count;
+        report.steps = (uint64_t)train.steps;
+        report.t_start_ns = train.t_start_ns;
+        report.t_end_ns = train.t_end_ns;
+        status = pack_report(&report, train.records, sizeof(*train.records), &blob,
+                             &blob_length);
+    } else {
+        /* The end of updates must come by the run's expected length plus
+         * the peer timeout. */
+        double step_mean = kvio_dist_mean(&workload->train.step_time);
+        int64_t expected = workload->train.steps > 0
+                               ? (int64_t)(4.0 * (double)workload->train.steps *
+                                           fmax(step_mean, 1e6))
+                               : workload->duration_ns;
+        int64_t deadline = kvio_rte_time_ns(rte) + expected + kvio_rte_timeout_ns(rte);
+        status = kvio_update_serve(&workload->update, rte, xfer, TRAIN_RANK, deadline, &serve,
+                                   error, sizeof(error));
+        if (status != KVIO_OK)
+            goto fail;
+        report.count = serve.count;
+        report.iterations = serve.iterations;
+        report.polls = serve.polls;
+        report.checksum_mismatches = serve.checksum_mismatches;
+        report.inference_stall_ns = serve.inference_stall_ns;
+        report.t_start_ns = serve.t_start_ns;
+        report.t_end_ns = serve.t_end_ns;
+        status = pack_report(&report, serve.records, sizeof(*serve.records), &blob,
+                             &blob_length);
+    }
+    if (status != KVIO_OK)
+        goto fail;
+    status = kvio_rte_gather_blobs(rte, blob, blob_length, &blobs, &lengths);
+    if (status != KVIO_OK)
+        goto fail;
+    if (self == 0) {
+        status = collect(blobs, lengths, size, &all);
+        if (status == KVIO_OK)
+            status = write_metrics(context, &all, train.t_start_ns, error, sizeof(error));
+        if (status == KVIO_OK && context->metrics != NULL) {
+            json_t *object = json_object_get(context->metrics, "model_updates");
+            json_object_set_new(object, "runtime",
+                                json_string(kvio_rte_world_kind(kvio_rte_world(rte))));
+        }
+        if (status != KVIO_OK)
+            goto fail;
+    }
+    /* Nobody tears down a transport a peer may still be using. */
+    status = kvio_rte_barrier(rte);
+    if (status != KVIO_OK)
+        goto fail;
+    kvio_xfer_destroy(xfer);
+    xfer = NULL;
+    goto done;
+fail:
+    if (error[0] != '\0')
+        kvio_rte_set_error(rte, "%s", error);
+    else if (xfer != NULL && kvio_xfer_error(xfer)[0] != '\0')
+        kvio_rte_set_error(rte, "%s", kvio_xfer_error(xfer));
+    kvio_xfer_destroy(xfer);
+done:
+    kvio_rte_blobs_free(blobs, lengths, size);
+    collected_free(&all);
+    free(blob);
+    free(receivers);
+    kvio_train_result_free(&train);
+    kvio_update_result_free(&serve);
+    return status;
+}
+
+/* ---- simulate ---- */
+
+static kvio_status_t simulate(const run_context_t *context, char *error_p, size_t error_len)
+{
+    const kvio_workload_t *workload = context->workload;
+    const kvio_train_config_t *config = &workload->train;
+    int num_serve = (int)workload->ranks.serve;
+    uint64_t bytes = kvio_train_weights_bytes(config);
+    int64_t iteration = workload->update.iteration_ns;
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, (uint64_t)workload->seed, TRAIN_RANK, "train.step_time");
+    collected_t all = {0};
+    size_t capacity = 64;
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    all.train = malloc(capacity * sizeof(*all.train));
+    all.updates = malloc(capacity * (size_t)num_serve * sizeof(*all.updates));
+    all.reports = calloc((size_t)num_serve + 1, sizeof(*all.reports));
+    int64_t *stall = calloc((size_t)num_serve + 1, sizeof(*stall));
+    if (all.train == NULL || all.updates == NULL || all.reports == NULL || stall == NULL)
+        goto done;
+    int64_t now = 0, last_ns = 0, last_step = 0, cost = 0, step = 0;
+    /* Verification runs at 10 GB/s (XXH3 on one core), documented. */
+    int64_t verify_ns = workload->update.verify ? (int64_t)((double)bytes / 10.0) : 0;
+    for (;;) {
+        if (config->steps > 0 ? step >= config->steps : now >= workload->duration_ns)
+            break;
+        now += (int64_t)fmax(0.0, kvio_dist_sample(&config->step_time, &rng));
+        step++;
+        if (!kvio_checkpoint_due(&config->checkpoint, step, now, last_step, last_ns, cost))
+            continue;
+        if (all.num_train == capacity) {
+            capacity *= 2;
+            kvio_train_record_t *train = realloc(all.train, capacity * sizeof(*train));
+            kvio_update_record_t *updates =
+                realloc(all.updates, capacity * (size_t)num_serve * sizeof(*updates));
+            if (train != NULL)
+                all.train = train;
+            if (updates != NULL)
+                all.updates = updates;
+            if (train == NULL || updates == NULL)
+                goto done;
+        }
+        int64_t busy = 0;
+        for (int receiver = 0; receiver < num_serve; receiver++) {
+            int64_t arrival;
+            kvio_xfer_model(&config->transport, bytes, receiver, num_serve, &arrival, &busy);
+            int64_t notified = now + arrival, verified = notified + verify_ns;
+            int64_t activated = workload->update.apply == KVIO_APPLY_SHADOW
+                                    ? (verified + iteration - 1) / iteration * iteration
+                                    : verified;
+            if (workload->update.apply == KVIO_APPLY_STALL)
+                stall[receiver] += activated - notified;
+            all.updates[all.num_updates++] = (kvio_update_record_t){
+                .version = all.num_train + 1, .bytes = bytes, .rank = 1 + receiver,
+                .checksum_ok = 1, .verified = workload->update.verify, .t_ready_ns = now,
+                .t_xfer_start_ns = now, .t_xfer_end_ns = notified, .t_notified_ns = notified,
+                .t_verified_ns = verified, .t_activated_ns = activated};
+        }
+        all.train[all.num_train] = (kvio_train_record_t){
+            .version = all.num_train + 1, .step = step, .t_ready_ns = now,
+            .t_publish_start_ns = now, .t_publish_end_ns = now + busy, .stall_ns = busy,
+            .bytes_moved = bytes * (uint64_t)num_serve};
+        all.num_train++;
+        last_step = step;
+        last_ns = now;
+        cost = busy;
+        now += busy; /* the step loop is blocked while publishing */
+    }
+    all.num_reports = num_serve + 1;
+    all.reports[0] = (rank_report_t){.is_trainer = 1, .rank = 0, .t_end_ns = now};
+    for (int receiver = 0; receiver < num_serve; receiver++)
+        all.reports[1 + receiver] = (rank_report_t){
+            .rank = 1 + receiver, .t_start_ns = 0, .t_end_ns = now,
+            .inference_stall_ns = stall[receiver],
+            .iterations = iteration > 0 ? (uint64_t)(now / iteration) : 0};
+    snprintf(all.info, sizeof(all.info), "simulated: latency + bytes / bandwidth");
+    status = write_metrics(context, &all, 0, error_p, error_len);
+    if (status == KVIO_OK && context->metrics != NULL)
+        json_object_set_new(json_object_get(context->metrics, "model_updates"), "runtime",
+                            json_string("simulate"));
+done:
+    if (status == KVIO_ERR_NOMEM)
+        snprintf(error_p, error_len, "model updates: out of memory");
+    collected_free(&all);
+    free(stall);
+    return status;
+}
+
+kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
+                               struct kvio_results *results, json_t *metrics,
+                               char *error_p, size_t error_len)
+{
+    run_context_t context = {.workload = workload, .results = results, .metrics = metrics};
+    if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
+        return simulate(&context, error_p, error_len);
+    return kvio_rte_world_run(world, rank_main, &context, error_p, error_len);
+}

@@ -1,0 +1,299 @@
+/* The serve rank's receive loop: emulated iterations; between them (or, with
+ * apply: shadow, in their idle time) it polls the transport, fetches the new
+ * version chunk by chunk into the shadow slot, verifies it with a streaming
+ * XXH3-64, and swaps slots at an iteration boundary. It stamps t_verified and
+ * t_activated; the transport wrapper stamped the earlier stages. */
+#include "kvio/update.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+
+static const char *const apply_names[] = {"shadow", "stall", NULL};
+
+const kvio_opt_t kvio_update_options[] = {
+    {.key = "apply", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, apply),
+     .values = apply_names, .default_value = "shadow",
+     .help = "shadow: receive beside the active weights, swap at an iteration boundary; "
+             "stall: stop iterating until the update is in"},
+    {.key = "verify", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_update_config_t, verify),
+     .default_value = "true", .help = "checksum the whole buffer before activating it"},
+    {.key = "iteration", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_update_config_t, iteration_ns), .default_value = "20ms",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1000, .help = "one emulated serving iteration"},
+    {.key = "corrupt_offset", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_update_config_t, corrupt_offset), .default_value = "-1",
+     .flags = KVIO_OPT_HAS_MIN, .min = -1,
+     .help = "fault injection: flip this byte of every received version (-1: never)"},
+    {.key = NULL},
+};
+
+/* Bytes checksummed per step of the loop (keeps iterations responsive). */
+#define VERIFY_STEP (4u << 20)
+
+bool kvio_update_verify(const void *buffer, uint64_t bytes, uint64_t checksum)
+{
+    return XXH3_64bits(buffer, bytes) == checksum;
+}
+
+typedef struct serve_state {
+    const kvio_update_config_t *config;
+    kvio_rte_t *rte;
+    kvio_xfer_t *xfer;
+    int active_slot;
+    uint64_t active_version;
+    bool pending;
+    kvio_xfer_receive_t receive;
+    XXH3_state_t *hash;
+    uint64_t verified_bytes;
+    bool verified;
+    bool corrupted;            /* fault injection done for the pending update */
+    int64_t t_verified_ns;     /* when the update was checked (or complete) */
+    bool end_seen;
+    uint64_t last_version;     /* the end notice's: the last version published */
+    kvio_update_result_t result;
+    size_t capacity;
+} serve_state_t;
+
+static kvio_status_t add_record(serve_state_t *state, const kvio_update_record_t *record)
+{
+    if (state->result.count == state->capacity) {
+        size_t capacity = state->capacity ? 2 * state->capacity : 16;
+        kvio_update_record_t *bigger = realloc(state->result.records,
+                                               capacity * sizeof(*bigger));
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        state->result.records = bigger;
+        state->capacity = capacity;
+    }
+    state->result.records[state->result.count++] = *record;
+    return KVIO_OK;
+}
+
+/* One bounded piece of work on the pending update; true when it did some. */
+static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
+{
+    *worked_p = false;
+    if (!state->pending)
+        return KVIO_OK;
+    kvio_xfer_receive_t *receive = &state->receive;
+    if (!receive->complete) {
+        *worked_p = true;
+        kvio_status_t status = kvio_xfer_fetch_step(state->xfer, receive);
+        if (status == KVIO_OK && receive->complete && !state->config->verify)
+            state->t_verified_ns = kvio_rte_time_ns(state->rte);
+        return status;
+    }
+    if (!state->corrupted && state->config->corrupt_offset >= 0 &&
+        (uint64_t)state->config->corrupt_offset < receive->meta.bytes) {
+        /* Fault injection: one flipped bit once the data is in. */
+        unsigned char *buffer = kvio_xfer_slot(state->xfer, receive->slot);
+        buffer[state->config->corrupt_offset] ^= 0x01;
+        state->corrupted = true;
+    }
+    if (state->config->verify && !state->verified) {
+        *worked_p = true;
+        const char *buffer = kvio_xfer_slot(state->xfer, receive->slot);
+        uint64_t length = receive->meta.bytes - state->verified_bytes;
+        if (length > VERIFY_STEP)
+            length = VERIFY_STEP;
+        XXH3_64bits_update(state->hash, buffer + state->verified_bytes, length);
+        state->verified_bytes += length;
+        if (state->verified_bytes >= receive->meta.bytes) {
+            state->verified = true;
+            state->t_verified_ns = kvio_rte_time_ns(state->rte);
+        }
+    }
+    return KVIO_OK;
+}
+
+static bool ready_to_activate(const serve_state_t *state)
+{
+    return state->pending && state->receive.complete &&
+           (state->config->corrupt_offset < 0 || state->corrupted ||
+            (uint64_t)state->config->corrupt_offset >= state->receive.meta.bytes) &&
+           (!state->config->verify || state->verified);
+}
+
+/* At an iteration boundary: swap slots (or reject a bad checksum). */
+static kvio_status_t activate(serve_state_t *state)
+{
+    kvio_xfer_receive_t *receive = &state->receive;
+    int64_t now = kvio_rte_time_ns(state->rte);
+    (void)now;
+    kvio_update_record_t record = {
+        .version = receive->meta.version, .bytes = receive->meta.bytes,
+        .rank = kvio_rte_index(state->rte), .checksum_ok = 1,
+        .verified = state->config->verify,
+        .skipped_before = (int32_t)(receive->meta.version - state->active_version - 1),
+        .t_ready_ns = receive->meta.t_ready_ns, .t_xfer_start_ns = receive->t_xfer_start_ns,
+        .t_xfer_end_ns = receive->t_xfer_end_ns, .t_notified_ns = receive->t_notified_ns,
+        .t_verified_ns = state->t_verified_ns ? state->t_verified_ns : now,
+    };
+    if (state->config->verify && XXH3_64bits_digest(state->hash) != receive->meta.checksum) {
+        record.checksum_ok = 0;
+        state->result.checksum_mismatches++;
+        kvio_warn("rank %d: version %llu failed its checksum; keeping version %llu",
+                  record.rank, (unsigned long long)record.version,
+                  (unsigned long long)state->active_version);
+    } else {
+        state->active_slot = receive->slot;
+        state->active_version = receive->meta.version;
+        record.t_activated_ns = kvio_rte_time_ns(state->rte);
+    }
+    kvio_status_t status = add_record(state, &record);
+    if (status == KVIO_OK)
+        status = kvio_xfer_ack(state->xfer, receive, 1 - state->active_slot);
+    state->pending = false;
+    return status;
+}
+
+static kvio_status_t check_peer(serve_state_t *state, int sender, int64_t deadline_ns,
+                                char *error_p, size_t error_len)
+{
+    int self = kvio_rte_index(state->rte);
+    if (kvio_rte_peer_failed(state->rte, sender)) {
+        snprintf(error_p, error_len, "rank %d: the training rank %d failed%s", self, sender,
+                 state->pending ? " in the middle of an update" : "");
+        return KVIO_ERR_PEER;
+    }
+    if (kvio_rte_time_ns(state->rte) > deadline_ns) {
+        snprintf(error_p, error_len,
+                 "rank %d: no end of updates from training rank %d by the deadline "
+                 "(run time plus ranks.timeout)", self, sender);
+        return KVIO_ERR_TIMEOUT;
+    }
+    return KVIO_OK;
+}
+
+static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error_len)
+{
+    kvio_xfer_receive_t receive;
+    kvio_status_t status = kvio_xfer_poll(state->xfer, 1 - state->active_slot, &receive);
+    if (status == KVIO_INPROGRESS)
+        return KVIO_OK;
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(state->rte),
+                 kvio_xfer_error(state->xfer));
+        return status;
+    }
+    if (receive.meta.flags & KVIO_XFER_META_END) {
+        state->end_seen = true;
+        state->last_version = receive.meta.version;
+        return KVIO_OK;
+    }
+    state->pending = true;
+    state->receive = receive;
+    state->verified = false;
+    state->verified_bytes = 0;
+    state->corrupted = false;
+    state->t_verified_ns = 0;
+    if (receive.complete && !state->config->verify)
+        state->t_verified_ns = receive.t_notified_ns;
+    XXH3_64bits_reset(state->hash);
+    return KVIO_OK;
+}
+
+static void nap(int64_t ns)
+{
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = ns > 100000 ? 100000 : ns};
+    if (pause.tv_nsec > 0)
+        nanosleep(&pause, NULL);
+}
+
+kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                kvio_update_result_t *result_p, char *error_p,
+                                size_t error_len)
+{
+    serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1};
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    if ((state.hash = XXH3_createState()) == NULL) {
+        snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));
+        goto done;
+    }
+    status = KVIO_OK;
+    state.result.t_start_ns = kvio_rte_time_ns(rte);
+    int64_t interval = kvio_xfer_poll_interval_ns(xfer);
+    int64_t next_poll = state.result.t_start_ns;
+    /* Notices arrive in order and the end comes last (file: the end marker is
+     * taken only when no newer version exists), so the end with nothing
+     * pending means every version was handled. */
+    while (status == KVIO_OK && !(state.end_seen && !state.pending)) {
+        int64_t iteration_end = kvio_rte_time_ns(rte) + config->iteration_ns;
+        state.result.iterations++;
+        int64_t now;
+        while (status == KVIO_OK && (now = kvio_rte_time_ns(rte)) < iteration_end) {
+            kvio_xfer_progress(xfer);
+            if (!state.pending && !state.end_seen && now >= next_poll) {
+                status = poll_once(&state, error_p, error_len);
+                next_poll = interval > 0 ? now + interval : now;
+                if (status != KVIO_OK)
+                    break;
+            }
+            bool worked = false;
+            if (config->apply == KVIO_APPLY_SHADOW) {
+                status = work_step(&state, &worked);
+                if (status != KVIO_OK) {
+                    snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
+                             kvio_xfer_error(xfer));
+                    break;
+                }
+            }
+            if (!worked) {
+                status = check_peer(&state, sender, deadline_ns, error_p, error_len);
+                nap(iteration_end - now);
+            }
+        }
+        if (status != KVIO_OK)
+            break;
+        now = kvio_rte_time_ns(rte);
+        if (now > iteration_end)
+            state.result.inference_stall_ns += now - iteration_end; /* overrun */
+        if (config->apply == KVIO_APPLY_STALL && state.pending) {
+            /* Stop serving until the update is in. */
+            int64_t stall_start = now;
+            while (status == KVIO_OK && !ready_to_activate(&state)) {
+                bool worked = false;
+                kvio_xfer_progress(xfer);
+                status = work_step(&state, &worked);
+                if (status != KVIO_OK)
+                    snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
+                             kvio_xfer_error(xfer));
+                else if (!worked)
+                    status = check_peer(&state, sender, deadline_ns, error_p, error_len);
+            }
+            state.result.inference_stall_ns += kvio_rte_time_ns(rte) - stall_start;
+        }
+        if (status == KVIO_OK && ready_to_activate(&state)) {
+            status = activate(&state);
+            if (status != KVIO_OK)
+                snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
+                         kvio_xfer_error(xfer)[0] ? kvio_xfer_error(xfer)
+                                                   : kvio_strerror(status));
+        }
+    }
+done:
+    XXH3_freeState(state.hash);
+    if (status != KVIO_OK) {
+        free(state.result.records);
+        return status;
+    }
+    state.result.t_end_ns = kvio_rte_time_ns(rte);
+    state.result.polls = kvio_xfer_polls(xfer);
+    state.result.active_version = state.active_version;
+    state.result.active_slot = state.active_slot;
+    *result_p = state.result;
+    return KVIO_OK;
+}
+
+void kvio_update_result_free(kvio_update_result_t *result)
+{
+    free(result->records);
+    memset(result, 0, sizeof(*result));
+}

@@ -1,0 +1,174 @@
+/* Tests for the runtime: the local runtime's collectives give every rank the
+ * same answer in rank order, clock offsets between threads are near zero,
+ * and a rank that fails makes its peers fail fast instead of hanging. */
+#include "kvio/rte.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvio/clock.h"
+#include "tests/helpers.h"
+
+#define NUM_RANKS 4
+
+typedef struct collective_results {
+    int sizes[NUM_RANKS];
+    int gathered[NUM_RANKS][NUM_RANKS];
+    char blob_text[NUM_RANKS][64];
+    double sum;
+    double max;
+    int64_t uncertainty[NUM_RANKS];
+    int64_t offset[NUM_RANKS];
+} collective_results_t;
+
+/* Each rank writes only its own row of the results, so no lock is needed. */
+static kvio_status_t collective_body(kvio_rte_t *rte, void *arg)
+{
+    collective_results_t *results = arg;
+    int index = kvio_rte_index(rte);
+    results->sizes[index] = kvio_rte_size(rte);
+    kvio_status_t status = kvio_rte_barrier(rte);
+    if (status != KVIO_OK)
+        return status;
+    int mine = 100 + index;
+    status = kvio_rte_allgather(rte, &mine, sizeof(mine), results->gathered[index]);
+    if (status != KVIO_OK)
+        return status;
+    char text[32];
+    int length = snprintf(text, sizeof(text), "rank-%d%s", index, index % 2 ? "-odd" : "");
+    void **blobs = NULL;
+    size_t *lengths = NULL;
+    status = kvio_rte_allgather_blobs(rte, text, (size_t)length, &blobs, &lengths);
+    if (status != KVIO_OK)
+        return status;
+    /* Rank index concatenates what the others sent, in rank order. */
+    for (int rank = 0; rank < NUM_RANKS; rank++)
+        strncat(results->blob_text[index], blobs[rank],
+                lengths[rank] < 60 - strlen(results->blob_text[index])
+                    ? lengths[rank] : 0);
+    kvio_rte_blobs_free(blobs, lengths, NUM_RANKS);
+    double values[2] = {index + 1.0, index * 10.0}, sums[2], maxima[2];
+    status = kvio_rte_reduce(rte, values, 2, KVIO_RTE_SUM, sums);
+    if (status == KVIO_OK)
+        status = kvio_rte_reduce(rte, values, 2, KVIO_RTE_MAX, maxima);
+    if (status == KVIO_OK && index == 0) {
+        results->sum = sums[0];
+        results->max = maxima[1];
+    }
+    kvio_rte_clock_offset(rte, &results->offset[index], &results->uncertainty[index]);
+    return status;
+}
+
+Test(rte, local_collectives_agree_in_rank_order, .timeout = 20)
+{
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = NUM_RANKS,
+                                .timeout_ns = 5000000000LL};
+    kvio_rte_world_t *world = NULL;
+    char error[256] = "";
+    cr_assert_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    cr_assert_str_eq(kvio_rte_world_kind(world), "local");
+    cr_assert(kvio_rte_world_is_root(world));
+    collective_results_t results;
+    memset(&results, 0, sizeof(results));
+    cr_assert_eq(kvio_rte_world_run(world, collective_body, &results, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    kvio_rte_world_destroy(world, false);
+    for (int rank = 0; rank < NUM_RANKS; rank++) {
+        cr_expect_eq(results.sizes[rank], NUM_RANKS);
+        for (int other = 0; other < NUM_RANKS; other++)
+            cr_expect_eq(results.gathered[rank][other], 100 + other);
+        cr_expect_str_eq(results.blob_text[rank], "rank-0rank-1-oddrank-2rank-3-odd");
+        /* Threads share one clock: the offset is within its own uncertainty
+         * (plus a millisecond for a descheduled thread on a busy machine). */
+        int64_t offset = results.offset[rank] < 0 ? -results.offset[rank] : results.offset[rank];
+        cr_expect_leq(offset, results.uncertainty[rank] + 1000000, "rank %d offset %lld",
+                      rank, (long long)results.offset[rank]);
+    }
+    cr_expect_eq(results.uncertainty[0], 0);
+    cr_expect_float_eq(results.sum, 1.0 + 2.0 + 3.0 + 4.0, 1e-9);
+    cr_expect_float_eq(results.max, 30.0, 1e-9);
+}
+
+typedef struct failure_results {
+    kvio_status_t waiter_status;
+    uint64_t waited_ns;
+} failure_results_t;
+
+static kvio_status_t failing_body(kvio_rte_t *rte, void *arg)
+{
+    failure_results_t *results = arg;
+    if (kvio_rte_index(rte) == 1) {
+        kvio_rte_set_error(rte, "rank 1: injected failure");
+        return KVIO_ERR_IO;
+    }
+    uint64_t start = kvio_time_ns();
+    void *data = NULL;
+    size_t length = 0;
+    kvio_status_t status = kvio_rte_recv(rte, 1, KVIO_RTE_TAG_USER, &data, &length);
+    results->waiter_status = status;
+    results->waited_ns = kvio_time_ns() - start;
+    free(data);
+    return status;
+}
+
+Test(rte, failed_peer_ends_a_wait_before_the_timeout, .timeout = 20)
+{
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = 2,
+                                .timeout_ns = 10000000000LL};
+    kvio_rte_world_t *world = NULL;
+    char error[256] = "";
+    cr_assert_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_OK);
+    failure_results_t results = {0};
+    kvio_status_t status = kvio_rte_world_run(world, failing_body, &results, error,
+                                              sizeof(error));
+    kvio_rte_world_destroy(world, true);
+    cr_expect_eq(status, KVIO_ERR_IO, "the failing rank's own error is reported");
+    cr_expect(test_contains(error, "injected failure"), "%s", error);
+    cr_expect_eq(results.waiter_status, KVIO_ERR_PEER);
+    cr_expect_lt(results.waited_ns, 5000000000ull, "waited %.2f s",
+                 (double)results.waited_ns / 1e9);
+}
+
+static kvio_status_t silent_body(kvio_rte_t *rte, void *arg)
+{
+    if (kvio_rte_index(rte) == 0) {
+        void *data = NULL;
+        size_t length = 0;
+        /* Rank 1 is alive but never sends: the wait ends at the timeout. */
+        kvio_status_t status = kvio_rte_recv(rte, 1, KVIO_RTE_TAG_USER, &data, &length);
+        free(data);
+        return status;
+    }
+    /* Stay alive (so rank 0 cannot tell it failed) past rank 0's timeout. */
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 700000000};
+    nanosleep(&pause, NULL);
+    return KVIO_OK;
+}
+
+Test(rte, silent_peer_times_out, .timeout = 20)
+{
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = 2, .timeout_ns = 300000000LL};
+    kvio_rte_world_t *world = NULL;
+    char error[256] = "";
+    cr_assert_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_OK);
+    uint64_t start = kvio_time_ns();
+    kvio_status_t status = kvio_rte_world_run(world, silent_body, NULL, error, sizeof(error));
+    uint64_t elapsed = kvio_time_ns() - start;
+    kvio_rte_world_destroy(world, true);
+    cr_expect_eq(status, KVIO_ERR_TIMEOUT);
+    cr_expect(test_contains(error, "no message from rank 1 within 0.3 s"), "%s", error);
+    cr_expect_lt(elapsed, 5000000000ull);
+}
+
+Test(rte, unknown_runtime_is_a_config_error, .timeout = 5)
+{
+    kvio_rte_params_t params = {.kind = "carrier-pigeon", .num_ranks = 2};
+    kvio_rte_world_t *world = NULL;
+    char error[256] = "";
+    cr_expect_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_ERR_CONFIG);
+    cr_expect(test_contains(error, "unknown runtime 'carrier-pigeon'"), "%s", error);
+}

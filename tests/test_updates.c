@@ -1,0 +1,394 @@
+/* Tests for model updates as whole runs: an emulate run writes updates.csv
+ * and the update metrics; simulate runs are repeatable; what can be checked
+ * before the run (Redis down, directory not writable or too small) fails
+ * before it; a trainer that dies mid-transfer ends the run with an error
+ * well within the timeout; and mpirun runs 3 ranks as MPI processes. */
+#include "kvio/run.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvio/clock.h"
+#include "tests/helpers.h"
+
+#ifdef KVIO_HAVE_UCX
+#define REQUIRE_UCX() ((void)0)
+#else
+#define REQUIRE_UCX() cr_skip_test("ucx transport not built")
+#endif
+
+static const char *base_workload =
+    "name: updates-test\n"
+    "mode: emulate\n"
+    "ranks: {train: 1, serve: 2, timeout: 10s}\n"
+    "train:\n"
+    "  step_time: {dist: constant, value: 2ms}\n"
+    "  steps: 10\n"
+    "  bytes: 256KiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 2}\n"
+    "  transport: {kind: ucx, chunk: 64KiB}\n"
+    "update: {iteration: 1ms}\n";
+
+typedef struct outcome {
+    kvio_status_t status;
+    char error[1024];
+    char dir[1024];
+    uint64_t elapsed_ns;
+} outcome_t;
+
+/* Runs base_workload with overrides in-process; results go to dir/out. */
+static outcome_t run_workload(const char *dir, const char *const *overrides, size_t count)
+{
+    outcome_t outcome = {0};
+    char *path = test_write_file(dir, "workload.yaml", base_workload);
+    kvio_workload_t workload;
+    outcome.status = kvio_workload_load(path, overrides, count, &workload, outcome.error,
+                                        sizeof(outcome.error));
+    free(path);
+    cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
+    snprintf(outcome.dir, sizeof(outcome.dir), "%s/out", dir);
+    kvio_run_options_t options = {.output_dir = outcome.dir, .quiet = true};
+    kvio_run_result_t result;
+    uint64_t start = kvio_time_ns();
+    outcome.status = kvio_run(&workload, &options, &result, outcome.error,
+                              sizeof(outcome.error));
+    outcome.elapsed_ns = kvio_time_ns() - start;
+    kvio_workload_free(&workload);
+    return outcome;
+}
+
+static json_t *model_updates(const char *results_dir, json_t **summary_p)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", results_dir);
+    json_error_t error;
+    json_t *summary = json_load_file(path, 0, &error);
+    cr_assert_not_null(summary, "%s: %s", path, error.text);
+    *summary_p = summary;
+    json_t *object = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    cr_assert_not_null(object, "summary.json has metrics.model_updates");
+    return object;
+}
+
+static int count_lines(const char *text)
+{
+    int lines = 0;
+    for (const char *c = text; *c; c++)
+        lines += *c == '\n';
+    return lines;
+}
+
+Test(updates, emulate_run_writes_updates_csv_and_metrics, .timeout = 30)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    outcome_t outcome = run_workload(dir, NULL, 0);
+    cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
+    json_t *summary = NULL;
+    json_t *metrics = model_updates(outcome.dir, &summary);
+    cr_expect_eq(json_integer_value(json_object_get(metrics, "versions_published")), 5);
+    cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")), 10,
+                 "5 versions x 2 serve ranks");
+    cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(metrics, "runtime")), "local");
+    cr_expect(test_contains(json_string_value(json_object_get(metrics, "transport_info")),
+                            "lanes"), "the UCX lanes are reported");
+    json_t *latency = json_object_get(metrics, "update_latency_ms");
+    cr_expect_eq(json_integer_value(json_object_get(latency, "count")), 10);
+    cr_expect_gt(json_real_value(json_object_get(latency, "mean")), 0);
+    cr_expect_leq(json_real_value(json_object_get(latency, "p50")),
+                  json_real_value(json_object_get(latency, "max")) + 1e-9);
+    json_t *parts = json_object_get(summary, "parts");
+    bool ran = false;
+    for (size_t i = 0; i < json_array_size(parts); i++) {
+        json_t *part = json_array_get(parts, i);
+        if (strcmp(json_string_value(json_object_get(part, "name")), "model_updates") == 0)
+            ran = json_is_true(json_object_get(part, "ran"));
+    }
+    cr_expect(ran, "model_updates is marked as ran");
+    char csv_path[1200];
+    snprintf(csv_path, sizeof(csv_path), "%s/updates.csv", outcome.dir);
+    char *csv = test_read_file(csv_path);
+    cr_assert_not_null(csv);
+    cr_expect(strncmp(csv, "version,rank,bytes,checksum_ok", 30) == 0);
+    cr_expect_eq(count_lines(csv), 11, "a header and one row per update and serve rank");
+    free(csv);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, stall_apply_counts_inference_stall, .timeout = 30)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    const char *overrides[] = {"update.apply=stall", "train.transport.kind=file",
+                               "train.transport.file.fsync=false",
+                               "train.transport.file.poll_interval=1ms"};
+    char dir_override[1200];
+    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s/versions", dir);
+    const char *all[] = {overrides[0], overrides[1], overrides[2], overrides[3], dir_override};
+    outcome_t outcome = run_workload(dir, all, 5);
+    cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
+    json_t *summary = NULL;
+    json_t *metrics = model_updates(outcome.dir, &summary);
+    cr_expect_gt(json_real_value(json_object_get(metrics, "inference_stall_total_ms")), 0);
+    cr_expect_geq(json_integer_value(json_object_get(metrics, "updates_activated")), 2);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, simulate_runs_are_repeatable, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *texts[2];
+    for (int i = 0; i < 2; i++) {
+        char sub[1200];
+        snprintf(sub, sizeof(sub), "%s/%d", dir, i);
+        mkdir(sub, 0755);
+        const char *overrides[] = {"mode=simulate", "train.bytes=1GB",
+                                   "train.step_time={dist: normal, mean: 100ms, stddev: 10ms}",
+                                   "ranks.serve=4"};
+        outcome_t outcome = run_workload(sub, overrides, 4);
+        cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/updates.csv", outcome.dir);
+        texts[i] = test_read_file(path);
+        cr_assert_not_null(texts[i]);
+    }
+    cr_expect_str_eq(texts[0], texts[1]);
+    cr_expect_eq(count_lines(texts[0]), 1 + 5 * 4);
+    /* ucx defaults: 20 us + 1 GB at 10 GB/s per receiver, in sequence; the
+     * first receiver's update activates at the next 1 ms iteration boundary
+     * after the data and the 10 GB/s checksum. */
+    char *row = strchr(texts[0], '\n') + 1;
+    double latency = 0;
+    cr_assert_eq(sscanf(row, "%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],"
+                             "%*[^,],%*[^,],%*[^,],%*[^,],%lf", &latency), 1, "%s", row);
+    cr_expect_geq(latency, 100.02 + 100.0);
+    cr_expect_leq(latency, 100.02 + 100.0 + 1.0);
+    free(texts[0]);
+    free(texts[1]);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, redis_url_that_does_not_answer_fails_before_the_run, .timeout = 20)
+{
+#ifndef KVIO_HAVE_REDIS
+    cr_skip_test("redis transport not built");
+#endif
+    char *dir = test_tmpdir();
+    const char *overrides[] = {"train.transport.kind=redis",
+                               "train.transport.redis.url=redis://127.0.0.1:1"};
+    outcome_t outcome = run_workload(dir, overrides, 2);
+    cr_expect_eq(outcome.status, KVIO_ERR_CONNECTION);
+    cr_expect(test_contains(outcome.error, "redis://127.0.0.1:1: connection refused"), "%s",
+              outcome.error);
+    struct stat info;
+    cr_expect_neq(stat(outcome.dir, &info), 0, "no results directory: the run never started");
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, unwritable_directory_is_a_clear_error, .timeout = 20)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    /* A path below a regular file cannot be created, even by root. */
+    char *file = test_write_file(dir, "plain-file", "x");
+    char override[1200];
+    snprintf(override, sizeof(override), "train.transport.file.dir=%s/versions", file);
+    const char *overrides[] = {"train.transport.kind=file", override};
+    outcome_t outcome = run_workload(dir, overrides, 2);
+    cr_expect_neq(outcome.status, KVIO_OK);
+    cr_expect(test_contains(outcome.error, "plain-file/versions: cannot create the update "
+                                           "directory: Not a directory"), "%s", outcome.error);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, directory_without_room_is_refused_before_the_run, .timeout = 20)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    char override[1200];
+    snprintf(override, sizeof(override), "train.transport.file.dir=%s/versions", dir);
+    const char *overrides[] = {"train.transport.kind=file", override, "train.bytes=1000TiB"};
+    outcome_t outcome = run_workload(dir, overrides, 3);
+    cr_expect_eq(outcome.status, KVIO_ERR_NO_SPACE, "%s", outcome.error);
+    cr_expect(test_contains(outcome.error, "not enough space"), "%s", outcome.error);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The trainer stops after 2 chunks of its first update, as if it died. */
+static void expect_dead_trainer_is_an_error(const char *kind)
+{
+    char *dir = test_tmpdir();
+    char kind_override[64], dir_override[1200];
+    snprintf(kind_override, sizeof(kind_override), "train.transport.kind=%s", kind);
+    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s/versions", dir);
+    const char *redis = getenv("KVIO_TEST_REDIS_URL");
+    char redis_override[512];
+    snprintf(redis_override, sizeof(redis_override), "train.transport.redis.url=%s",
+             redis ? redis : "redis://127.0.0.1:6379");
+    const char *overrides[] = {kind_override, dir_override, redis_override,
+                               "train.transport.die_after_chunks=2", "ranks.timeout=8s",
+                               "train.transport.file.poll_interval=1ms",
+                               "train.transport.redis.prefix=\"kvio-test-dead:\""};
+    outcome_t outcome = run_workload(dir, overrides, 7);
+    cr_expect_neq(outcome.status, KVIO_OK);
+    cr_expect(test_contains(outcome.error, "injected fault: the sender died after 2 chunks"),
+              "%s", outcome.error);
+    cr_expect_lt(outcome.elapsed_ns, 8000000000ull, "ended well before the timeout");
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, trainer_dying_mid_transfer_over_ucx_ends_the_run, .timeout = 30)
+{
+    REQUIRE_UCX();
+    expect_dead_trainer_is_an_error("ucx");
+}
+
+Test(updates, trainer_dying_mid_transfer_over_file_ends_the_run, .timeout = 30)
+{
+    expect_dead_trainer_is_an_error("file");
+}
+
+Test(updates, trainer_dying_mid_transfer_over_redis_ends_the_run, .timeout = 30)
+{
+    const char *url = getenv("KVIO_TEST_REDIS_URL");
+    if (!test_require("redis", url != NULL, "KVIO_TEST_REDIS_URL is not set"))
+        return;
+    expect_dead_trainer_is_an_error("redis");
+}
+
+/* ---- mpirun ---- */
+
+static int mpirun_available(void)
+{
+#ifndef KVIO_HAVE_MPI
+    return 0; /* the mpi runtime is not built */
+#endif
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
+/* Runs mpirun with np ranks of kvio on the workload; returns its exit
+ * status (128+signal, or -1 when killed after timeout_s) and stderr. */
+static int run_mpirun(const char *dir, int np, const char *const *sets, size_t num_sets,
+                      int timeout_s, char **stderr_p)
+{
+    char *workload = test_write_file(dir, "workload.yaml", base_workload);
+    char err_path[1200], out_dir[1200], np_text[16];
+    snprintf(err_path, sizeof(err_path), "%s/mpirun.err", dir);
+    snprintf(out_dir, sizeof(out_dir), "%s/out", dir);
+    snprintf(np_text, sizeof(np_text), "%d", np);
+    const char *argv[64] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np_text,
+                            KVIO_BINARY, "run", workload, "-o", out_dir};
+    size_t argc = 10;
+    for (size_t i = 0; i < num_sets && argc < 60; i++) {
+        argv[argc++] = "--set";
+        argv[argc++] = sets[i];
+    }
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        FILE *err = freopen(err_path, "w", stderr);
+        FILE *out = freopen("/dev/null", "w", stdout);
+        (void)err;
+        (void)out;
+        execvp("mpirun", (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0, result = -1;
+    uint64_t deadline = kvio_time_ns() + (uint64_t)timeout_s * 1000000000ull;
+    for (;;) {
+        pid_t done = waitpid(pid, &status, WNOHANG);
+        if (done == pid) {
+            result = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            break;
+        }
+        if (kvio_time_ns() > deadline) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+        }
+        struct timespec nap = {.tv_sec = 0, .tv_nsec = 20000000};
+        nanosleep(&nap, NULL);
+    }
+    *stderr_p = test_read_file(err_path);
+    free(workload);
+    return result;
+}
+
+Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
+{
+    REQUIRE_UCX();
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    char *err = NULL;
+    int status = run_mpirun(dir, 3, NULL, 0, 40, &err);
+    cr_assert_eq(status, 0, "mpirun exit %d: %s", status, err ? err : "");
+    char out_dir[1200];
+    snprintf(out_dir, sizeof(out_dir), "%s/out", dir);
+    json_t *summary = NULL;
+    json_t *metrics = model_updates(out_dir, &summary);
+    cr_expect_str_eq(json_string_value(json_object_get(metrics, "runtime")), "mpi");
+    cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")), 10);
+    cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")), 0);
+    cr_expect_geq(json_real_value(json_object_get(metrics, "clock_offset_uncertainty_us")), 0);
+    json_decref(summary);
+    free(err);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, mpirun_with_the_wrong_rank_count_is_refused, .timeout = 60)
+{
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    char *err = NULL;
+    int status = run_mpirun(dir, 2, NULL, 0, 40, &err);
+    cr_expect_neq(status, 0);
+    cr_expect(test_contains(err ? err : "", "mpirun started 2 ranks but the workload's ranks "
+                                            "need 3"), "%s", err ? err : "");
+    free(err);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, mpirun_trainer_dying_mid_transfer_fails_every_rank, .timeout = 60)
+{
+    REQUIRE_UCX();
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    char *err = NULL;
+    const char *sets[] = {"train.transport.die_after_chunks=2", "ranks.timeout=5s"};
+    uint64_t start = kvio_time_ns();
+    int status = run_mpirun(dir, 3, sets, 2, 40, &err);
+    uint64_t elapsed = kvio_time_ns() - start;
+    cr_expect_neq(status, 0, "mpirun exits non-zero");
+    cr_expect_neq(status, -1, "and by itself, not killed by the test");
+    cr_expect(test_contains(err ? err : "", "injected fault"), "%s", err ? err : "");
+    cr_expect_lt(elapsed, 30000000000ull);
+    free(err);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -1,0 +1,241 @@
+/* The training rank: the step loop (emulated step times, slept or spun), the
+ * weights buffer's versions and checksums, and the checkpoint policies. The
+ * loop publishes through the transport wrapper and records, per version, the
+ * time it was ready and how long the loop was blocked (training stall). */
+#include "kvio/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+#include "kvio/rng.h"
+
+static const char *const policy_names[] = {"every_n_steps", "interval", "adaptive", NULL};
+static const char *const wait_names[] = {"sleep", "spin", NULL};
+
+static const kvio_opt_t loss_options[] = {
+    {.key = "a", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_loss_curve_t, a),
+     .default_value = "4.0", .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "L = a*step^-b + c"},
+    {.key = "b", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_loss_curve_t, b),
+     .default_value = "0.5", .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "decay exponent"},
+    {.key = "c", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_loss_curve_t, c),
+     .default_value = "1.5", .help = "irreducible loss"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t checkpoint_options[] = {
+    {.key = "policy", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_checkpoint_config_t, policy), .values = policy_names,
+     .default_value = "every_n_steps",
+     .help = "every_n_steps, interval, or adaptive (learning curve vs measured cost)"},
+    {.key = "every_n_steps", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_checkpoint_config_t, every_n_steps), .default_value = "10",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "publish every this many steps"},
+    {.key = "interval", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_checkpoint_config_t, interval_ns), .default_value = "10s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1000, .help = "publish when this much time has passed"},
+    {.key = "loss", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_checkpoint_config_t, loss),
+     .options = loss_options, .help = "adaptive: learning curve L(step) = a*step^-b + c"},
+    {.key = "serving_rate", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_checkpoint_config_t, serving_rate), .default_value = "100",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "adaptive: requests per second served"},
+    {.key = "cost_weight", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_checkpoint_config_t, cost_weight), .default_value = "1.0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "adaptive: loss-per-request-per-second worth one second of training stall"},
+    {.key = "initial_cost", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_checkpoint_config_t, initial_cost_ns), .default_value = "100ms",
+     .help = "adaptive: update cost assumed before the first one is measured"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_train_options[] = {
+    {.key = "step_time", .type = KVIO_OPT_DIST, .offset = offsetof(kvio_train_config_t, step_time),
+     .unit = KVIO_UNIT_DURATION, .default_value = "{dist: constant, value: 100ms}",
+     .help = "time of one emulated training step"},
+    {.key = "wait", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_train_config_t, wait),
+     .values = wait_names, .default_value = "sleep", .help = "emulate a step by sleeping or spinning"},
+    {.key = "steps", .type = KVIO_OPT_INT, .offset = offsetof(kvio_train_config_t, steps),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "steps to run (0: until the run's duration)"},
+    {.key = "bytes", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_train_config_t, bytes),
+     .default_value = "64MiB", .flags = KVIO_OPT_HAS_MIN, .min = 4096,
+     .help = "size of the weights (until model presets give it from the shape)"},
+    {.key = "checkpoint", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_train_config_t, checkpoint), .options = checkpoint_options,
+     .help = "when a version is published"},
+    {.key = "transport", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_train_config_t, transport), .options = kvio_xfer_options,
+     .help = "how the weights travel to the serve ranks"},
+    {.key = NULL},
+};
+
+uint64_t kvio_train_weights_bytes(const kvio_train_config_t *config)
+{
+    return config->bytes;
+}
+
+double kvio_loss_at(const kvio_loss_curve_t *curve, double step)
+{
+    return curve->a * pow(step < 1 ? 1 : step, -curve->b) + curve->c;
+}
+
+bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
+                         int64_t now_ns, int64_t last_step, int64_t last_ns,
+                         int64_t cost_ns)
+{
+    switch (config->policy) {
+    case KVIO_CHECKPOINT_EVERY_N_STEPS:
+        return step % config->every_n_steps == 0;
+    case KVIO_CHECKPOINT_INTERVAL:
+        return now_ns - last_ns >= config->interval_ns;
+    default: {
+        /* Viper's idea: the loss the servers would shed per second with the
+         * new weights, against what an update costs the trainer. */
+        double gain = (kvio_loss_at(&config->loss, (double)(last_step > 0 ? last_step : 1)) -
+                       kvio_loss_at(&config->loss, (double)step)) * config->serving_rate;
+        double cost_s = (double)(cost_ns > 0 ? cost_ns : config->initial_cost_ns) / 1e9;
+        return gain >= config->cost_weight * cost_s;
+    }
+    }
+}
+
+void kvio_weights_fill(void *buffer, uint64_t bytes, uint64_t seed)
+{
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, seed, 0, "weights");
+    uint64_t *words = buffer;
+    for (uint64_t i = 0; i < bytes / 8; i++)
+        words[i] = kvio_rng_next(&rng);
+    for (uint64_t i = bytes / 8 * 8; i < bytes; i++)
+        ((unsigned char *)buffer)[i] = (unsigned char)kvio_rng_next(&rng);
+}
+
+void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version)
+{
+    /* One word per 4 KiB page, at a page offset that moves with the version. */
+    uint64_t word_offset = (version * 8 * 13) % 4096;
+    for (uint64_t page = 0; page < bytes; page += 4096) {
+        uint64_t at = page + word_offset;
+        if (at + 8 > bytes)
+            at = page;
+        if (at + 8 > bytes)
+            break;
+        uint64_t value;
+        memcpy(&value, (char *)buffer + at, 8);
+        value ^= 0x9e3779b97f4a7c15ull * (version | 1) + page;
+        memcpy((char *)buffer + at, &value, 8);
+    }
+    ((unsigned char *)buffer)[0] ^= (unsigned char)(version | 1);
+}
+
+uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes)
+{
+    return XXH3_64bits(buffer, bytes);
+}
+
+static void wait_until(int wait, uint64_t deadline_ns)
+{
+    if (wait == KVIO_WAIT_SLEEP) {
+        uint64_t now = kvio_time_ns();
+        if (now < deadline_ns) {
+            struct timespec nap = {.tv_sec = (time_t)((deadline_ns - now) / 1000000000ull),
+                                   .tv_nsec = (long)((deadline_ns - now) % 1000000000ull)};
+            nanosleep(&nap, NULL);
+        }
+    }
+    while (kvio_time_ns() < deadline_ns) {
+    }
+}
+
+kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
+                             kvio_rte_t *rte, kvio_xfer_t *xfer, int64_t duration_ns,
+                             kvio_train_result_t *result_p, char *error_p, size_t error_len)
+{
+    uint64_t bytes = kvio_train_weights_bytes(config);
+    void *weights = kvio_xfer_send_buffer(xfer);
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, seed, (uint32_t)kvio_rte_index(rte), "train.step_time");
+    size_t capacity = 16, count = 0;
+    kvio_train_record_t *records = malloc(capacity * sizeof(*records));
+    if (records == NULL) {
+        snprintf(error_p, error_len, "trainer: out of memory");
+        return KVIO_ERR_NOMEM;
+    }
+    kvio_weights_fill(weights, bytes, seed);
+    kvio_status_t status = KVIO_OK;
+    uint64_t version = 0;
+    bool dirty = true; /* the buffer must change before the next checksum */
+    int64_t start_ns = kvio_rte_time_ns(rte), last_ns = start_ns, last_step = 0,
+            cost_ns = 0;
+    int64_t step = 0;
+    for (;;) {
+        if (config->steps > 0 ? step >= config->steps
+                              : kvio_rte_time_ns(rte) - start_ns >= duration_ns)
+            break;
+        uint64_t step_ns = (uint64_t)fmax(0.0, kvio_dist_sample(&config->step_time, &rng));
+        uint64_t step_end = kvio_time_ns() + step_ns;
+        if (dirty) {
+            kvio_weights_mutate(weights, bytes, version + 1); /* the optimizer's writes */
+            dirty = false;
+        }
+        wait_until(config->wait, step_end);
+        step++;
+        int64_t now = kvio_rte_time_ns(rte);
+        if (!kvio_checkpoint_due(&config->checkpoint, step, now - start_ns, last_step,
+                                 last_ns - start_ns, cost_ns))
+            continue;
+        kvio_train_record_t record = {.version = ++version, .step = step, .t_ready_ns = now};
+        record.checksum = kvio_weights_checksum(weights, bytes);
+        kvio_xfer_publish_times_t times;
+        status = kvio_xfer_publish(xfer, version, record.checksum, now, &times);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "trainer: version %llu: %s",
+                     (unsigned long long)version, kvio_xfer_error(xfer));
+            goto done;
+        }
+        record.t_publish_start_ns = times.start_ns;
+        record.t_publish_end_ns = times.end_ns;
+        record.stall_ns = kvio_rte_time_ns(rte) - now;
+        record.credit_ns = times.credit_ns;
+        record.bytes_moved = times.bytes_moved;
+        cost_ns = record.stall_ns;
+        last_step = step;
+        last_ns = now;
+        dirty = true;
+        if (count == capacity) {
+            kvio_train_record_t *bigger = realloc(records, 2 * capacity * sizeof(*records));
+            if (bigger == NULL) {
+                status = KVIO_ERR_NOMEM;
+                snprintf(error_p, error_len, "trainer: out of memory");
+                goto done;
+            }
+            records = bigger;
+            capacity *= 2;
+        }
+        records[count++] = record;
+    }
+    status = kvio_xfer_finish(xfer, version);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "trainer: %s", kvio_xfer_error(xfer));
+done:
+    if (status != KVIO_OK) {
+        free(records);
+        return status;
+    }
+    *result_p = (kvio_train_result_t){.records = records, .count = count, .steps = step,
+                                      .t_start_ns = start_ns,
+                                      .t_end_ns = kvio_rte_time_ns(rte)};
+    return KVIO_OK;
+}
+
+void kvio_train_result_free(kvio_train_result_t *result)
+{
+    free(result->records);
+    memset(result, 0, sizeof(*result));
+}

@@ -1,0 +1,427 @@
+/* Transport framework: the option table, the registry (with stubs for parts
+ * not built), and the wrappers that every publish and receive goes through.
+ * The wrappers take the timestamps (rank 0's clock), count bytes and polls,
+ * and bound every wait; the plug-ins only move data. */
+#include "xfer/xfer_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+
+const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", NULL};
+static const char *const fanout_names[] = {"sequential", "chain", NULL};
+static const char *const discovery_names[] = {"poll", "notify", NULL};
+
+static const kvio_opt_t file_options[] = {
+    {.key = "dir", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_xfer_file_config_t, dir),
+     .default_value = "/tmp/kvio-updates", .help = "directory the versions are written to"},
+    {.key = "fsync", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_xfer_file_config_t, fsync),
+     .default_value = "true", .help = "fsync the file (and directory) before the rename"},
+    {.key = "direct", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_xfer_file_config_t, direct),
+     .default_value = "false", .help = "O_DIRECT writes and reads (bytes and chunk: 4KiB multiples)"},
+    {.key = "discovery", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_xfer_file_config_t, discovery), .values = discovery_names,
+     .default_value = "poll",
+     .help = "poll: list the directory every poll_interval (model repositories); notify: inotify"},
+    {.key = "poll_interval", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_xfer_file_config_t, poll_interval_ns), .default_value = "1s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1000, .help = "time between two polls"},
+    {.key = "keep", .type = KVIO_OPT_INT, .offset = offsetof(kvio_xfer_file_config_t, keep),
+     .default_value = "2", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1000,
+     .help = "versions kept; older ones are deleted"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t redis_options[] = {
+    {.key = "url", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_xfer_redis_config_t, url),
+     .default_value = "redis://127.0.0.1:6379", .help = "redis://[:password@]host:port[/db]"},
+    {.key = "prefix", .type = KVIO_OPT_STRING,
+     .offset = offsetof(kvio_xfer_redis_config_t, prefix), .default_value = "\"kvio:update:\"",
+     .help = "key and channel prefix"},
+    {.key = "keep", .type = KVIO_OPT_INT, .offset = offsetof(kvio_xfer_redis_config_t, keep),
+     .default_value = "2", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1000,
+     .help = "versions kept; older keys are deleted"},
+    {.key = NULL},
+};
+
+static const kvio_opt_t model_options[] = {
+    {.key = "latency", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_xfer_model_config_t, latency_ns), .default_value = "0s",
+     .help = "simulate: fixed cost per update and receiver (0s: transport default)"},
+    {.key = "bandwidth", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_xfer_model_config_t, bandwidth_gbps), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "simulate: GB/s (1e9 bytes/s) per stream (0: transport default)"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_xfer_options[] = {
+    {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, kind),
+     .values = kvio_xfer_kind_names, .default_value = "ucx",
+     .help = "ucx: puts into the receivers' memory; file: a directory; redis: SET + PUBLISH"},
+    {.key = "chunk", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_xfer_config_t, chunk),
+     .default_value = "4MiB", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 4096,
+     .max = 512.0 * 1024 * 1024, .help = "bytes per put, write, SET or GET"},
+    {.key = "inflight", .type = KVIO_OPT_INT, .offset = offsetof(kvio_xfer_config_t, inflight),
+     .default_value = "4", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1024,
+     .help = "ucx: puts in flight; redis: SETs per pipeline"},
+    {.key = "fanout", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, fanout),
+     .values = fanout_names, .default_value = "sequential",
+     .help = "ucx, several receivers: one after the other, or a pipelined chain"},
+    {.key = "die_after_chunks", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_xfer_config_t, die_after_chunks), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "fault injection: the sender stops as if it died after this many chunks"},
+    {.key = "file", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_xfer_config_t, file),
+     .options = file_options, .help = "file transport"},
+    {.key = "redis", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_xfer_config_t, redis),
+     .options = redis_options, .help = "redis transport"},
+    {.key = "model", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_xfer_config_t, model),
+     .options = model_options, .help = "simulate mode: latency + bytes / bandwidth"},
+    {.key = NULL},
+};
+
+#ifndef KVIO_HAVE_UCX
+static kvio_status_t ucx_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                        char *error_p, size_t error_len)
+{
+    snprintf(error_p, error_len, "ucx transport not built (configure with KVIO_WITH_UCX=ON)");
+    return KVIO_ERR_UNSUPPORTED;
+}
+const kvio_xfer_ops_t kvio_xfer_ucx_ops = {.name = "ucx", .preflight = ucx_stub_preflight};
+#endif
+
+#ifndef KVIO_HAVE_REDIS
+static kvio_status_t redis_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                          char *error_p, size_t error_len)
+{
+    snprintf(error_p, error_len,
+             "redis transport not built (configure with KVIO_WITH_REDIS=ON)");
+    return KVIO_ERR_UNSUPPORTED;
+}
+const kvio_xfer_ops_t kvio_xfer_redis_ops = {.name = "redis", .preflight = redis_stub_preflight};
+#endif
+
+/* Indexed by kvio_xfer_kind_t. */
+static const kvio_xfer_ops_t *const xfer_registry[] = {
+    &kvio_xfer_ucx_ops, &kvio_xfer_file_ops, &kvio_xfer_redis_ops};
+
+static const kvio_xfer_ops_t *find_ops(int kind)
+{
+    if (kind < 0 || kind >= (int)(sizeof(xfer_registry) / sizeof(xfer_registry[0])))
+        return NULL;
+    return xfer_registry[kind];
+}
+
+void kvio_xfer_set_error(kvio_xfer_t *xfer, const char *fmt, ...)
+{
+    if (xfer->error[0] != '\0')
+        return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(xfer->error, sizeof(xfer->error), fmt, args);
+    va_end(args);
+}
+
+void *kvio_xfer_aligned_alloc(uint64_t bytes)
+{
+    void *buffer = NULL;
+    if (posix_memalign(&buffer, 4096, bytes > 0 ? bytes : 4096) != 0)
+        return NULL;
+    return buffer;
+}
+
+kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                  char *error_p, size_t error_len)
+{
+    const kvio_xfer_ops_t *ops = find_ops(config->kind);
+    if (ops == NULL) {
+        snprintf(error_p, error_len, "unknown transport kind %d", config->kind);
+        return KVIO_ERR_CONFIG;
+    }
+    if (ops->preflight != NULL)
+        return ops->preflight(config, bytes, error_p, error_len);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte,
+                               kvio_xfer_role_t role, int sender, const int *receivers,
+                               int num_receivers, uint64_t bytes, kvio_xfer_t **xfer_p,
+                               char *error_p, size_t error_len)
+{
+    const kvio_xfer_ops_t *ops = find_ops(config->kind);
+    if (ops == NULL || ops->init == NULL) {
+        if (ops != NULL && ops->preflight != NULL)
+            return ops->preflight(config, bytes, error_p, error_len);
+        snprintf(error_p, error_len, "unknown transport kind %d", config->kind);
+        return KVIO_ERR_CONFIG;
+    }
+    if (config->fanout == KVIO_XFER_FANOUT_CHAIN && !(ops->caps & KVIO_XFER_CAP_CHAIN)) {
+        snprintf(error_p, error_len, "%s transport: fanout: chain is not supported",
+                 ops->name);
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    kvio_xfer_t *xfer = calloc(1, sizeof(*xfer));
+    if (xfer == NULL)
+        goto fail;
+    *xfer = (kvio_xfer_t){.ops = ops, .config = config, .rte = rte, .role = role,
+                          .sender = sender, .num_receivers = num_receivers,
+                          .self_index = -1, .bytes = bytes};
+    xfer->receivers = calloc((size_t)num_receivers + 1, sizeof(int));
+    if (xfer->receivers == NULL)
+        goto fail;
+    for (int i = 0; i < num_receivers; i++) {
+        xfer->receivers[i] = receivers[i];
+        if (receivers[i] == kvio_rte_index(rte))
+            xfer->self_index = i;
+    }
+    if (ops->priv_size > 0 && (xfer->priv = calloc(1, ops->priv_size)) == NULL)
+        goto fail;
+    status = ops->init(xfer, error_p, error_len);
+    if (status != KVIO_OK)
+        goto fail_init;
+    *xfer_p = xfer;
+    return KVIO_OK;
+fail:
+    snprintf(error_p, error_len, "transport: out of memory");
+fail_init:
+    if (xfer != NULL) {
+        free(xfer->priv);
+        free(xfer->receivers);
+    }
+    free(xfer);
+    return status;
+}
+
+void kvio_xfer_destroy(kvio_xfer_t *xfer)
+{
+    if (xfer == NULL)
+        return;
+    if (xfer->ops->fini != NULL)
+        xfer->ops->fini(xfer);
+    free(xfer->priv);
+    free(xfer->receivers);
+    free(xfer);
+}
+
+void *kvio_xfer_send_buffer(kvio_xfer_t *xfer) { return xfer->send_buffer; }
+void *kvio_xfer_slot(kvio_xfer_t *xfer, int slot) { return xfer->slots[slot & 1]; }
+uint64_t kvio_xfer_polls(const kvio_xfer_t *xfer) { return xfer->polls; }
+int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer) { return xfer->poll_interval_ns; }
+
+bool kvio_xfer_fault_now(kvio_xfer_t *xfer)
+{
+    int64_t limit = xfer->config->die_after_chunks;
+    if (limit <= 0 || xfer->chunks_sent < (uint64_t)limit) {
+        xfer->chunks_sent++;
+        return false;
+    }
+    kvio_xfer_set_error(xfer, "%s transport: injected fault: the sender died after %lld chunks",
+                        xfer->ops->name, (long long)limit);
+    return true;
+}
+const char *kvio_xfer_info(const kvio_xfer_t *xfer) { return xfer->info; }
+const char *kvio_xfer_name(const kvio_xfer_t *xfer) { return xfer->ops->name; }
+unsigned kvio_xfer_caps(const kvio_xfer_t *xfer) { return xfer->ops->caps; }
+const char *kvio_xfer_error(const kvio_xfer_t *xfer) { return xfer->error; }
+
+static kvio_status_t checked(kvio_xfer_t *xfer, kvio_status_t status, const char *what)
+{
+    if (status != KVIO_OK && status != KVIO_INPROGRESS) {
+        kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->name, what,
+                            kvio_strerror(status));
+        xfer->failed = true;
+    }
+    return status;
+}
+
+kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t checksum,
+                                int64_t t_ready_ns, kvio_xfer_publish_times_t *times_p)
+{
+    if (xfer->role != KVIO_XFER_SENDER)
+        return KVIO_ERR_INVALID;
+    kvio_xfer_publish_times_t times = {0};
+    kvio_xfer_meta_t meta = {.magic = KVIO_XFER_MAGIC, .version = version,
+                             .bytes = xfer->bytes, .checksum = checksum,
+                             .slot = (uint32_t)(version & 1), .t_ready_ns = t_ready_ns};
+    kvio_status_t status = KVIO_OK;
+    const kvio_xfer_ops_t *ops = xfer->ops;
+    if (ops->caps & KVIO_XFER_CAP_SHARED_STORE) {
+        times.start_ns = kvio_rte_time_ns(xfer->rte);
+        meta.t_xfer_start_ns = times.start_ns;
+        status = checked(xfer, ops->put(xfer, -1, &meta), "publishing");
+        meta.t_xfer_end_ns = kvio_rte_time_ns(xfer->rte);
+        if (status == KVIO_OK) {
+            times.bytes_moved = xfer->bytes;
+            status = checked(xfer, ops->notify(xfer, -1, &meta), "notifying");
+        }
+    } else {
+        /* Push: per receiver, wait for a free slot, put, then notify. */
+        for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++) {
+            int64_t credit_start = kvio_rte_time_ns(xfer->rte);
+            if (ops->wait_credit != NULL)
+                status = checked(xfer, ops->wait_credit(xfer, target, &meta),
+                                 "waiting for a free receive slot");
+            int64_t put_start = kvio_rte_time_ns(xfer->rte);
+            times.credit_ns += put_start - credit_start;
+            if (status != KVIO_OK)
+                break;
+            if (target == 0)
+                times.start_ns = put_start;
+            meta.t_xfer_start_ns = put_start;
+            status = checked(xfer, ops->put(xfer, target, &meta), "putting the weights");
+            meta.t_xfer_end_ns = kvio_rte_time_ns(xfer->rte);
+            if (status == KVIO_OK) {
+                times.bytes_moved += xfer->bytes;
+                status = checked(xfer, ops->notify(xfer, target, &meta), "notifying");
+            }
+        }
+    }
+    times.end_ns = kvio_rte_time_ns(xfer->rte);
+    xfer->bytes_moved += times.bytes_moved;
+    if (status == KVIO_OK && times_p != NULL)
+        *times_p = times;
+    return status;
+}
+
+kvio_status_t kvio_xfer_finish(kvio_xfer_t *xfer, uint64_t last_version)
+{
+    kvio_xfer_meta_t meta = {.magic = KVIO_XFER_MAGIC, .version = last_version,
+                             .bytes = xfer->bytes, .flags = KVIO_XFER_META_END,
+                             .t_ready_ns = kvio_rte_time_ns(xfer->rte)};
+    if (xfer->ops->caps & KVIO_XFER_CAP_SHARED_STORE)
+        return checked(xfer, xfer->ops->notify(xfer, -1, &meta), "announcing the end");
+    kvio_status_t status = KVIO_OK;
+    for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++)
+        status = checked(xfer, xfer->ops->notify(xfer, target, &meta), "announcing the end");
+    return status;
+}
+
+kvio_status_t kvio_xfer_poll(kvio_xfer_t *xfer, int free_slot, kvio_xfer_receive_t *receive_p)
+{
+    xfer->polls++;
+    kvio_xfer_meta_t meta;
+    kvio_status_t status = checked(xfer, xfer->ops->poll(xfer, &meta), "polling");
+    if (status != KVIO_OK)
+        return status;
+    int64_t now = kvio_rte_time_ns(xfer->rte);
+    if (meta.magic != KVIO_XFER_MAGIC) {
+        kvio_xfer_set_error(xfer, "%s transport: a notice with a bad magic number",
+                            xfer->ops->name);
+        return KVIO_ERR_TRANSPORT;
+    }
+    kvio_xfer_receive_t receive = {.meta = meta, .slot = free_slot, .t_notified_ns = now};
+    if (!(meta.flags & KVIO_XFER_META_END) && meta.bytes != xfer->bytes) {
+        kvio_xfer_set_error(xfer, "%s transport: version %llu has %llu bytes, expected %llu",
+                            xfer->ops->name, (unsigned long long)meta.version,
+                            (unsigned long long)meta.bytes, (unsigned long long)xfer->bytes);
+        return KVIO_ERR_TRANSPORT;
+    }
+    if (xfer->ops->caps & KVIO_XFER_CAP_PUSH) {
+        /* The data was in place before the notice; the sender timed it. */
+        receive.slot = (int)meta.slot;
+        receive.offset = meta.bytes;
+        receive.t_xfer_start_ns = meta.t_xfer_start_ns;
+        receive.t_xfer_end_ns = meta.t_xfer_end_ns;
+        receive.complete = true;
+    }
+    *receive_p = receive;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_xfer_fetch_step(kvio_xfer_t *xfer, kvio_xfer_receive_t *receive)
+{
+    if (receive->complete)
+        return KVIO_OK;
+    if (receive->offset == 0 && receive->t_xfer_start_ns == 0)
+        receive->t_xfer_start_ns = kvio_rte_time_ns(xfer->rte);
+    uint64_t remaining = receive->meta.bytes - receive->offset;
+    uint64_t length = remaining < xfer->config->chunk ? remaining : xfer->config->chunk;
+    uint64_t moved = 0;
+    char *buffer = xfer->slots[receive->slot & 1];
+    kvio_status_t status = checked(xfer, xfer->ops->fetch(xfer, &receive->meta,
+                                                          buffer + receive->offset,
+                                                          receive->offset, length, &moved),
+                                   "reading the weights");
+    if (status != KVIO_OK)
+        return status;
+    receive->offset += moved;
+    xfer->bytes_moved += moved;
+    if (receive->offset >= receive->meta.bytes) {
+        receive->complete = true;
+        receive->t_xfer_end_ns = kvio_rte_time_ns(xfer->rte);
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_xfer_ack(kvio_xfer_t *xfer, const kvio_xfer_receive_t *receive,
+                            int free_slot)
+{
+    if (xfer->ops->ack == NULL)
+        return KVIO_OK;
+    kvio_xfer_meta_t meta = receive->meta;
+    meta.slot = (uint32_t)free_slot;
+    return checked(xfer, xfer->ops->ack(xfer, &meta), "acknowledging");
+}
+
+void kvio_xfer_progress(kvio_xfer_t *xfer)
+{
+    if (xfer->ops->progress != NULL)
+        xfer->ops->progress(xfer);
+}
+
+/* Documented defaults of the simulate-mode model (see xfer/README.md). */
+static void model_defaults(int kind, int64_t *latency_ns_p, double *bandwidth_gbps_p)
+{
+    switch (kind) {
+    case KVIO_XFER_UCX:
+        *latency_ns_p = 20000;
+        *bandwidth_gbps_p = 10.0;
+        break;
+    case KVIO_XFER_FILE:
+        *latency_ns_p = 1000000;
+        *bandwidth_gbps_p = 2.0;
+        break;
+    default:
+        *latency_ns_p = 200000;
+        *bandwidth_gbps_p = 1.0;
+        break;
+    }
+}
+
+void kvio_xfer_model(const kvio_xfer_config_t *config, uint64_t bytes, int receiver,
+                     int num_receivers, int64_t *arrival_ns_p, int64_t *sender_busy_ns_p)
+{
+    int64_t latency_ns;
+    double bandwidth_gbps;
+    model_defaults(config->kind, &latency_ns, &bandwidth_gbps);
+    if (config->model.latency_ns > 0)
+        latency_ns = config->model.latency_ns;
+    if (config->model.bandwidth_gbps > 0)
+        bandwidth_gbps = config->model.bandwidth_gbps;
+    double whole_ns = (double)bytes / bandwidth_gbps; /* GB/s = bytes per ns */
+    double chunk_ns = (double)(config->chunk < bytes ? config->chunk : bytes) / bandwidth_gbps;
+    double arrival = 0, busy = 0;
+    if (config->kind == KVIO_XFER_UCX && config->fanout == KVIO_XFER_FANOUT_CHAIN) {
+        /* Pipelined chain: the first hop carries everything, each further
+         * hop adds one chunk. */
+        arrival = latency_ns * (receiver + 1) + whole_ns + chunk_ns * receiver;
+        busy = latency_ns + whole_ns;
+    } else if (config->kind == KVIO_XFER_UCX) {
+        arrival = (latency_ns + whole_ns) * (receiver + 1);
+        busy = (latency_ns + whole_ns) * num_receivers;
+    } else {
+        /* Shared store: written once, then every receiver reads it. */
+        busy = latency_ns + whole_ns;
+        arrival = busy + latency_ns + whole_ns;
+        if (config->kind == KVIO_XFER_FILE && config->file.discovery == KVIO_XFER_DISCOVER_POLL)
+            arrival += (double)config->file.poll_interval_ns / 2; /* mean wait for a poll */
+    }
+    *arrival_ns_p = (int64_t)arrival;
+    *sender_busy_ns_p = (int64_t)busy;
+}

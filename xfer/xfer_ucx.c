@@ -1,0 +1,543 @@
+/* The ucx transport: each rank has its own UCP context and worker; receivers
+ * allocate two receive slots with ucp_mem_map(ALLOCATE) (UCX 1.13 emulates a
+ * put into malloc'd memory in software) and publish their rkeys through the
+ * runtime's allgather. The sender puts the buffer in chunks with a bounded
+ * number in flight, flushes the endpoint so the bytes are at the target, and
+ * then sends an active message with the update's meta. Receivers answer with
+ * an ack that frees a slot. UCX_TLS is honoured; the lanes chosen are
+ * reported. Every wait is bounded by the runtime's timeout. */
+#include "xfer/xfer_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucp/api/ucp.h>
+
+#include "kvio/clock.h"
+
+#define AM_UPDATE 11
+#define AM_ACK 12
+#define QUEUE_LENGTH 64
+
+typedef struct ack_message {
+    uint64_t version;
+    uint32_t free_slot;
+    int32_t receiver; /* index into receivers */
+} ack_message_t;
+
+typedef struct remote_slots {
+    uint64_t address[2];
+    ucp_rkey_h rkey[2];
+} remote_slots_t;
+
+typedef struct ucx_priv {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;            /* by rank; NULL where not connected */
+    int size;
+    ucp_mem_h memory[2];      /* receiver: slots; sender: [0] the send buffer */
+    remote_slots_t *remote;   /* sender: per receiver */
+    uint64_t *acked;          /* sender: newest version handled, per receiver */
+    uint32_t *free_slot;      /* sender: slot each receiver has free */
+    kvio_xfer_meta_t queue[QUEUE_LENGTH]; /* receiver: notices not yet polled */
+    int queue_head, queue_count;
+    int inflight;
+    ucs_status_t request_error;
+    bool queue_overflow;
+} ucx_priv_t;
+
+static kvio_status_t from_ucs(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK:
+        return KVIO_OK;
+    case UCS_INPROGRESS:
+        return KVIO_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:
+        return KVIO_ERR_NOMEM;
+    case UCS_ERR_TIMED_OUT:
+        return KVIO_ERR_TIMEOUT;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+        return KVIO_ERR_PEER;
+    case UCS_ERR_UNSUPPORTED:
+        return KVIO_ERR_UNSUPPORTED;
+    default:
+        return KVIO_ERR_TRANSPORT;
+    }
+}
+
+static ucs_status_t on_update(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+    ucx_priv_t *priv = arg;
+    if (length != sizeof(kvio_xfer_meta_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+        return UCS_OK;
+    if (priv->queue_count == QUEUE_LENGTH) {
+        priv->queue_overflow = true;
+        return UCS_OK;
+    }
+    memcpy(&priv->queue[(priv->queue_head + priv->queue_count) % QUEUE_LENGTH], data, length);
+    priv->queue_count++;
+    return UCS_OK;
+}
+
+static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, void *data,
+                           size_t length, const ucp_am_recv_param_t *param)
+{
+    ucx_priv_t *priv = arg;
+    ack_message_t ack;
+    if (length != sizeof(ack) || priv->acked == NULL)
+        return UCS_OK;
+    memcpy(&ack, data, sizeof(ack));
+    if (ack.receiver >= 0 && ack.receiver < priv->size && ack.version > priv->acked[ack.receiver]) {
+        priv->acked[ack.receiver] = ack.version;
+        priv->free_slot[ack.receiver] = ack.free_slot & 1;
+    }
+    return UCS_OK;
+}
+
+static void request_done(void *request, ucs_status_t status, void *user_data)
+{
+    ucx_priv_t *priv = user_data;
+    priv->inflight--;
+    if (status != UCS_OK)
+        priv->request_error = status;
+}
+
+/* Progresses until the outstanding requests drop to limit, bounded by the
+ * timeout and by the peer rank's failure. */
+static kvio_status_t wait_inflight(kvio_xfer_t *xfer, int limit, int peer, const char *what)
+{
+    ucx_priv_t *priv = xfer->priv;
+    uint64_t deadline = kvio_time_ns() + (uint64_t)kvio_rte_timeout_ns(xfer->rte);
+    while (priv->inflight > limit) {
+        if (ucp_worker_progress(priv->worker) != 0)
+            continue;
+        if (kvio_rte_peer_failed(xfer->rte, peer)) {
+            kvio_xfer_set_error(xfer, "ucx transport: rank %d failed while %s", peer, what);
+            return KVIO_ERR_PEER;
+        }
+        if (kvio_time_ns() > deadline) {
+            kvio_xfer_set_error(xfer, "ucx transport: %s rank %d took longer than %.1f s",
+                                what, peer, (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
+            return KVIO_ERR_TIMEOUT;
+        }
+    }
+    if (priv->request_error != UCS_OK) {
+        kvio_xfer_set_error(xfer, "ucx transport: %s rank %d: %s", what, peer,
+                            ucs_status_string(priv->request_error));
+        return from_ucs(priv->request_error);
+    }
+    return KVIO_OK;
+}
+
+/* Counts a request that did not complete at once. */
+static kvio_status_t track(kvio_xfer_t *xfer, ucs_status_ptr_t request, const char *what)
+{
+    ucx_priv_t *priv = xfer->priv;
+    if (UCS_PTR_IS_ERR(request)) {
+        kvio_xfer_set_error(xfer, "ucx transport: %s: %s", what,
+                            ucs_status_string(UCS_PTR_STATUS(request)));
+        return from_ucs(UCS_PTR_STATUS(request));
+    }
+    if (request != NULL) {
+        priv->inflight++;
+        ucp_request_free(request); /* released by UCX when done; the callback still runs */
+    }
+    return KVIO_OK;
+}
+
+static ucp_request_param_t callback_param(ucx_priv_t *priv)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = request_done,
+        .user_data = priv,
+    };
+    return param;
+}
+
+/* Summarises the lanes of an endpoint ("posix/memory cma/memory"). */
+static void describe_lanes(ucp_ep_h ep, char *text_p, size_t text_len)
+{
+    char *dump = NULL;
+    size_t dump_length = 0;
+    FILE *stream = open_memstream(&dump, &dump_length);
+    text_p[0] = '\0';
+    if (stream == NULL)
+        return;
+    ucp_ep_print_info(ep, stream);
+    fclose(stream);
+    size_t used = 0;
+    for (char *line = strtok(dump, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char *lane = strstr(line, "lane[");
+        if (lane == NULL)
+            continue;
+        char *colon = strchr(lane, ':');
+        if (colon == NULL)
+            continue;
+        char name[64] = "";
+        if (sscanf(colon + 1, " %*d:%63s", name) != 1)
+            continue;
+        /* The roles UCX gave the lane (am, rma_bw, ...) follow "sysdev[N]". */
+        char roles[64] = "";
+        char *sysdev = strstr(colon, "sysdev[");
+        char *close = sysdev ? strchr(sysdev, ']') : NULL;
+        if (close != NULL)
+            sscanf(close + 1, " %63[^\n]", roles);
+        used += (size_t)snprintf(text_p + used, used < text_len ? text_len - used : 0,
+                                 "%s%s%s%s%s", used ? ", " : "", name, roles[0] ? " (" : "",
+                                 roles, roles[0] ? ")" : "");
+        if (used >= text_len)
+            break;
+    }
+    free(dump);
+}
+
+static kvio_status_t map_buffer(kvio_xfer_t *xfer, uint64_t bytes, ucp_mem_h *memory_p,
+                                void **address_p)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_mem_map_params_t params = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+        .address = NULL, .length = bytes, .flags = UCP_MEM_MAP_ALLOCATE};
+    ucs_status_t status = ucp_mem_map(priv->context, &params, memory_p);
+    if (status != UCS_OK) {
+        kvio_xfer_set_error(xfer, "ucx transport: ucp_mem_map(%llu bytes): %s",
+                            (unsigned long long)bytes, ucs_status_string(status));
+        return from_ucs(status);
+    }
+    ucp_mem_attr_t attributes = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+    ucp_mem_query(*memory_p, &attributes);
+    *address_p = attributes.address;
+    return KVIO_OK;
+}
+
+static kvio_status_t set_handler(ucx_priv_t *priv, unsigned id, ucp_am_recv_callback_t callback)
+{
+    ucp_am_handler_param_t param = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = id, .cb = callback, .arg = priv};
+    return from_ucs(ucp_worker_set_am_recv_handler(priv->worker, &param));
+}
+
+/* Packs [u64 address0, u64 address1, u64 length0, rkey0, rkey1]. */
+static kvio_status_t pack_slots(kvio_xfer_t *xfer, void **blob_p, size_t *length_p)
+{
+    ucx_priv_t *priv = xfer->priv;
+    void *rkeys[2] = {NULL, NULL};
+    size_t sizes[2] = {0, 0};
+    kvio_status_t status = KVIO_OK;
+    for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
+        status = from_ucs(ucp_rkey_pack(priv->context, priv->memory[slot], &rkeys[slot],
+                                        &sizes[slot]));
+    char *blob = NULL;
+    if (status == KVIO_OK && (blob = malloc(3 * sizeof(uint64_t) + sizes[0] + sizes[1])) == NULL)
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK) {
+        uint64_t header[3] = {(uint64_t)(uintptr_t)xfer->slots[0],
+                              (uint64_t)(uintptr_t)xfer->slots[1], sizes[0]};
+        memcpy(blob, header, sizeof(header));
+        memcpy(blob + sizeof(header), rkeys[0], sizes[0]);
+        memcpy(blob + sizeof(header) + sizes[0], rkeys[1], sizes[1]);
+        *blob_p = blob;
+        *length_p = sizeof(header) + sizes[0] + sizes[1];
+    }
+    for (int slot = 0; slot < 2; slot++)
+        if (rkeys[slot] != NULL)
+            ucp_rkey_buffer_release(rkeys[slot]);
+    return status;
+}
+
+static kvio_status_t connect_to(kvio_xfer_t *xfer, int rank, void **addresses)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_ep_params_t params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        .address = addresses[rank], .err_mode = UCP_ERR_HANDLING_MODE_NONE};
+    ucs_status_t status = ucp_ep_create(priv->worker, &params, &priv->eps[rank]);
+    if (status != UCS_OK)
+        kvio_xfer_set_error(xfer, "ucx transport: connecting to rank %d: %s", rank,
+                            ucs_status_string(status));
+    return from_ucs(status);
+}
+
+static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_config_t *config = NULL;
+    ucp_address_t *address = NULL;
+    size_t address_length = 0;
+    void **addresses = NULL, **slot_blobs = NULL, *my_slots = NULL;
+    size_t *address_lengths = NULL, *slot_lengths = NULL, my_slots_length = 0;
+    priv->size = kvio_rte_size(xfer->rte);
+    kvio_status_t status = from_ucs(ucp_config_read(NULL, NULL, &config));
+    if (status != KVIO_OK)
+        goto fail;
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_RMA | UCP_FEATURE_AM};
+    status = from_ucs(ucp_init(&params, config, &priv->context));
+    ucp_config_release(config);
+    if (status != KVIO_OK)
+        goto fail;
+    ucp_worker_params_t worker_params = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                         .thread_mode = UCS_THREAD_MODE_SINGLE};
+    status = from_ucs(ucp_worker_create(priv->context, &worker_params, &priv->worker));
+    if (status != KVIO_OK)
+        goto fail;
+    status = set_handler(priv, AM_UPDATE, on_update);
+    if (status == KVIO_OK)
+        status = set_handler(priv, AM_ACK, on_ack);
+    if (status == KVIO_OK)
+        status = from_ucs(ucp_worker_get_address(priv->worker, &address, &address_length));
+    if (status != KVIO_OK)
+        goto fail;
+    priv->eps = calloc((size_t)priv->size, sizeof(*priv->eps));
+    if (priv->eps == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto fail;
+    }
+    if (xfer->role == KVIO_XFER_SENDER) {
+        status = map_buffer(xfer, xfer->bytes, &priv->memory[0], &xfer->send_buffer);
+        priv->remote = calloc((size_t)xfer->num_receivers + 1, sizeof(*priv->remote));
+        priv->acked = calloc((size_t)xfer->num_receivers + 1, sizeof(*priv->acked));
+        priv->free_slot = calloc((size_t)xfer->num_receivers + 1, sizeof(*priv->free_slot));
+        if (status == KVIO_OK && (priv->remote == NULL || priv->acked == NULL ||
+                                  priv->free_slot == NULL))
+            status = KVIO_ERR_NOMEM;
+    } else if (xfer->role == KVIO_XFER_RECEIVER) {
+        for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
+            status = map_buffer(xfer, xfer->bytes, &priv->memory[slot], &xfer->slots[slot]);
+        if (status == KVIO_OK)
+            status = pack_slots(xfer, &my_slots, &my_slots_length);
+    }
+    /* Every rank takes part in both exchanges, even after a local failure,
+     * so that peers are not left waiting; a failure is decided after. */
+    kvio_status_t exchange = kvio_rte_allgather_blobs(xfer->rte, address, address_length,
+                                                      &addresses, &address_lengths);
+    if (exchange == KVIO_OK)
+        exchange = kvio_rte_allgather_blobs(xfer->rte, my_slots ? my_slots : "", my_slots_length,
+                                            &slot_blobs, &slot_lengths);
+    if (status == KVIO_OK)
+        status = exchange;
+    if (status != KVIO_OK)
+        goto fail;
+    if (xfer->role == KVIO_XFER_SENDER) {
+        for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++) {
+            int rank = xfer->receivers[i];
+            status = connect_to(xfer, rank, addresses);
+            const char *blob = slot_blobs[rank];
+            if (status != KVIO_OK)
+                break;
+            if (slot_lengths[rank] < 3 * sizeof(uint64_t)) {
+                status = KVIO_ERR_INTERNAL;
+                break;
+            }
+            uint64_t header[3];
+            memcpy(header, blob, sizeof(header));
+            priv->remote[i].address[0] = header[0];
+            priv->remote[i].address[1] = header[1];
+            const char *rkeys[2] = {blob + sizeof(header), blob + sizeof(header) + header[2]};
+            for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
+                status = from_ucs(ucp_ep_rkey_unpack(priv->eps[rank], rkeys[slot],
+                                                     &priv->remote[i].rkey[slot]));
+        }
+        if (status == KVIO_OK && xfer->num_receivers > 0) {
+            char lanes[256];
+            describe_lanes(priv->eps[xfer->receivers[0]], lanes, sizeof(lanes));
+            const char *tls = getenv("UCX_TLS");
+            snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)", lanes,
+                     tls ? tls : "default");
+        }
+    } else if (xfer->role == KVIO_XFER_RECEIVER) {
+        status = connect_to(xfer, xfer->sender, addresses);
+        snprintf(xfer->info, sizeof(xfer->info), "ucx receiver");
+    }
+    if (status != KVIO_OK)
+        goto fail;
+    ucp_worker_release_address(priv->worker, address);
+    kvio_rte_blobs_free(addresses, address_lengths, priv->size);
+    kvio_rte_blobs_free(slot_blobs, slot_lengths, priv->size);
+    free(my_slots);
+    return KVIO_OK;
+fail:
+    snprintf(error_p, error_len, "%s", xfer->error[0] ? xfer->error
+                                                      : "ucx transport: set-up failed");
+    if (!xfer->error[0])
+        snprintf(error_p, error_len, "ucx transport: set-up failed: %s", kvio_strerror(status));
+    if (address != NULL)
+        ucp_worker_release_address(priv->worker, address);
+    kvio_rte_blobs_free(addresses, address_lengths, priv->size);
+    kvio_rte_blobs_free(slot_blobs, slot_lengths, priv->size);
+    free(my_slots);
+    return status;
+}
+
+static void ucx_fini(kvio_xfer_t *xfer)
+{
+    ucx_priv_t *priv = xfer->priv;
+    if (priv->remote != NULL)
+        for (int i = 0; i < xfer->num_receivers; i++)
+            for (int slot = 0; slot < 2; slot++)
+                if (priv->remote[i].rkey[slot] != NULL)
+                    ucp_rkey_destroy(priv->remote[i].rkey[slot]);
+    if (priv->eps != NULL) {
+        ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                     .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        for (int rank = 0; rank < priv->size; rank++) {
+            if (priv->eps[rank] == NULL)
+                continue;
+            ucs_status_ptr_t request = ucp_ep_close_nbx(priv->eps[rank], &param);
+            uint64_t deadline = kvio_time_ns() + 1000000000ull;
+            while (request != NULL && !UCS_PTR_IS_ERR(request) &&
+                   ucp_request_check_status(request) == UCS_INPROGRESS &&
+                   kvio_time_ns() < deadline)
+                ucp_worker_progress(priv->worker);
+            if (request != NULL && !UCS_PTR_IS_ERR(request))
+                ucp_request_free(request);
+        }
+    }
+    for (int slot = 0; slot < 2; slot++)
+        if (priv->memory[slot] != NULL)
+            ucp_mem_unmap(priv->context, priv->memory[slot]);
+    if (priv->worker != NULL)
+        ucp_worker_destroy(priv->worker);
+    if (priv->context != NULL)
+        ucp_cleanup(priv->context);
+    free(priv->eps);
+    free(priv->remote);
+    free(priv->acked);
+    free(priv->free_slot);
+}
+
+static kvio_status_t ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta)
+{
+    ucx_priv_t *priv = xfer->priv;
+    int rank = xfer->receivers[target];
+    if (meta->version <= 1 || priv->acked[target] + 1 >= meta->version) {
+        meta->slot = meta->version <= 1 ? 0 : priv->free_slot[target];
+        return KVIO_OK;
+    }
+    uint64_t deadline = kvio_time_ns() + (uint64_t)kvio_rte_timeout_ns(xfer->rte);
+    while (priv->acked[target] + 1 < meta->version) {
+        if (ucp_worker_progress(priv->worker) != 0)
+            continue;
+        if (kvio_rte_peer_failed(xfer->rte, rank)) {
+            kvio_xfer_set_error(xfer, "ucx transport: receiving rank %d failed", rank);
+            return KVIO_ERR_PEER;
+        }
+        if (kvio_time_ns() > deadline) {
+            kvio_xfer_set_error(xfer,
+                                "ucx transport: rank %d did not free a slot for version %llu "
+                                "within %.1f s", rank, (unsigned long long)meta->version,
+                                (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
+            return KVIO_ERR_TIMEOUT;
+        }
+    }
+    meta->slot = priv->free_slot[target];
+    return KVIO_OK;
+}
+
+static kvio_status_t ucx_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    ucx_priv_t *priv = xfer->priv;
+    int rank = xfer->receivers[target];
+    ucp_ep_h ep = priv->eps[rank];
+    const remote_slots_t *remote = &priv->remote[target];
+    int slot = (int)(meta->slot & 1);
+    uint64_t chunk = xfer->config->chunk;
+    int limit = (int)xfer->config->inflight;
+    priv->request_error = UCS_OK;
+    kvio_status_t status = KVIO_OK;
+    for (uint64_t offset = 0; offset < xfer->bytes && status == KVIO_OK; offset += chunk) {
+        uint64_t length = xfer->bytes - offset < chunk ? xfer->bytes - offset : chunk;
+        status = wait_inflight(xfer, limit - 1, rank, "putting to");
+        if (status != KVIO_OK)
+            break;
+        if (kvio_xfer_fault_now(xfer))
+            return KVIO_ERR_INTERRUPTED; /* a dead sender leaves its puts behind */
+        ucp_request_param_t param = callback_param(priv);
+        status = track(xfer, ucp_put_nbx(ep, (char *)xfer->send_buffer + offset, length,
+                                         remote->address[slot] + offset, remote->rkey[slot],
+                                         &param),
+                       "ucp_put_nbx");
+    }
+    if (status == KVIO_OK)
+        status = wait_inflight(xfer, 0, rank, "putting to");
+    /* The flush returns when every put is complete at the target. */
+    if (status == KVIO_OK) {
+        ucp_request_param_t param = callback_param(priv);
+        status = track(xfer, ucp_ep_flush_nbx(ep, &param), "ucp_ep_flush_nbx");
+    }
+    if (status == KVIO_OK)
+        status = wait_inflight(xfer, 0, rank, "flushing to");
+    return status;
+}
+
+static kvio_status_t send_am(kvio_xfer_t *xfer, int rank, unsigned id, const void *data,
+                             size_t length)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_request_param_t param = callback_param(priv);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    priv->request_error = UCS_OK;
+    kvio_status_t status = track(xfer, ucp_am_send_nbx(priv->eps[rank], id, NULL, 0, data,
+                                                       length, &param),
+                                 "ucp_am_send_nbx");
+    if (status == KVIO_OK)
+        status = wait_inflight(xfer, 0, rank, "sending a notice to");
+    return status;
+}
+
+static kvio_status_t ucx_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    return send_am(xfer, xfer->receivers[target], AM_UPDATE, meta, sizeof(*meta));
+}
+
+static kvio_status_t ucx_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_worker_progress(priv->worker);
+    if (priv->queue_overflow) {
+        kvio_xfer_set_error(xfer, "ucx transport: more than %d notices queued", QUEUE_LENGTH);
+        return KVIO_ERR_INTERNAL;
+    }
+    if (priv->queue_count == 0)
+        return KVIO_INPROGRESS;
+    *meta_p = priv->queue[priv->queue_head];
+    priv->queue_head = (priv->queue_head + 1) % QUEUE_LENGTH;
+    priv->queue_count--;
+    return KVIO_OK;
+}
+
+static kvio_status_t ucx_ack(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
+{
+    ack_message_t ack = {.version = meta->version, .free_slot = meta->slot,
+                         .receiver = xfer->self_index};
+    return send_am(xfer, xfer->sender, AM_ACK, &ack, sizeof(ack));
+}
+
+static void ucx_progress(kvio_xfer_t *xfer)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_worker_progress(priv->worker);
+}
+
+const kvio_xfer_ops_t kvio_xfer_ucx_ops = {
+    .name = "ucx",
+    .caps = KVIO_XFER_CAP_PUSH,
+    .priv_size = sizeof(ucx_priv_t),
+    .init = ucx_init,
+    .fini = ucx_fini,
+    .put = ucx_put,
+    .notify = ucx_notify,
+    .wait_credit = ucx_wait_credit,
+    .poll = ucx_poll,
+    .ack = ucx_ack,
+    .progress = ucx_progress,
+};
