@@ -155,3 +155,67 @@ void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
     };
     *summary_p = summary;
 }
+
+/* Packed form: u64 count, f64 sum, u64 min, u64 max, u32 buckets, then
+ * (u32 index, u64 count) per non-empty bucket; host byte order (ranks of
+ * one run share an architecture). */
+size_t kvio_hist_packed_size(const kvio_hist_t *hist)
+{
+    size_t used = 0;
+    for (unsigned i = 0; i < KVIO_HIST_NUM_BUCKETS; i++)
+        used += hist->buckets[i] != 0;
+    return 8 + 8 + 8 + 8 + 4 + used * 12;
+}
+
+size_t kvio_hist_pack(const kvio_hist_t *hist, void *out)
+{
+    unsigned char *cursor = out;
+    uint32_t used = 0;
+    for (unsigned i = 0; i < KVIO_HIST_NUM_BUCKETS; i++)
+        used += hist->buckets[i] != 0;
+    memcpy(cursor, &hist->count, 8);
+    memcpy(cursor + 8, &hist->sum, 8);
+    memcpy(cursor + 16, &hist->min, 8);
+    memcpy(cursor + 24, &hist->max, 8);
+    memcpy(cursor + 32, &used, 4);
+    cursor += 36;
+    for (uint32_t i = 0; i < KVIO_HIST_NUM_BUCKETS; i++) {
+        if (hist->buckets[i] == 0)
+            continue;
+        memcpy(cursor, &i, 4);
+        memcpy(cursor + 4, &hist->buckets[i], 8);
+        cursor += 12;
+    }
+    return (size_t)(cursor - (unsigned char *)out);
+}
+
+kvio_status_t kvio_hist_unpack_merge(kvio_hist_t *dst, const void *in, size_t length,
+                                     size_t *used_p)
+{
+    const unsigned char *cursor = in;
+    if (length < 36)
+        return KVIO_ERR_PARSE;
+    kvio_hist_t part;
+    uint32_t used;
+    memset(&part, 0, sizeof(part));
+    memcpy(&part.count, cursor, 8);
+    memcpy(&part.sum, cursor + 8, 8);
+    memcpy(&part.min, cursor + 16, 8);
+    memcpy(&part.max, cursor + 24, 8);
+    memcpy(&used, cursor + 32, 4);
+    if (used > KVIO_HIST_NUM_BUCKETS || length < 36 + (size_t)used * 12)
+        return KVIO_ERR_PARSE;
+    cursor += 36;
+    for (uint32_t i = 0; i < used; i++, cursor += 12) {
+        uint32_t index;
+        uint64_t count;
+        memcpy(&index, cursor, 4);
+        memcpy(&count, cursor + 4, 8);
+        if (index >= KVIO_HIST_NUM_BUCKETS)
+            return KVIO_ERR_PARSE;
+        part.buckets[index] += count;
+    }
+    kvio_hist_merge(dst, &part);
+    *used_p = 36 + (size_t)used * 12;
+    return KVIO_OK;
+}

@@ -59,7 +59,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
     if (kvio_table_create(title, &table) != KVIO_OK)
         return;
     char text[6][64];
-    char usage[64], au[64], simulated[64];
+    char usage[64], au[64], simulated[64], executor_text[128], loss_text[96];
     if (serving) {
         kvio_table_add_row(table, "latency", "mean", "p50", "p90", "p99", NULL);
         add_latency_row(table, metrics, "ttft_ms");
@@ -88,8 +88,25 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
         kvio_table_add_row(table, "KV usage", usage, NULL);
         snprintf(au, sizeof(au), "%.1f %%", 100 * metric(metrics, "accelerator_utilization", NULL));
         kvio_table_add_row(table, "accelerator utilization", au, NULL);
-        snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
-        kvio_table_add_row(table, "simulated time", simulated, NULL);
+        if (json_object_get(metrics, "simulated_s") != NULL) {
+            snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
+            kvio_table_add_row(table, "simulated time", simulated, NULL);
+        }
+        const json_t *executor = json_object_get(metrics, "executor");
+        if (executor != NULL) {
+            snprintf(executor_text, sizeof(executor_text),
+                     "p99 %.1f us (%.2f %%), engine overhead %.2f %%",
+                     json_number_value(json_object_get(executor, "timing_error_p99_us")),
+                     json_number_value(json_object_get(executor, "timing_error_p99_pct")),
+                     json_number_value(json_object_get(executor, "engine_overhead_pct")));
+            kvio_table_add_row(table, "iteration timing error", executor_text, NULL);
+        }
+        if (json_object_get(metrics, "cumulative_inference_loss") != NULL) {
+            snprintf(loss_text, sizeof(loss_text), "%.2f (mean %.4f per request)",
+                     metric(metrics, "cumulative_inference_loss", NULL),
+                     metric(metrics, "mean_inference_loss", NULL));
+            kvio_table_add_row(table, "cumulative inference loss", loss_text, NULL);
+        }
     }
     const json_t *model = json_object_get(metrics, "model_updates");
     char latency[128], bandwidth[64], activated[128];
@@ -125,20 +142,17 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     bool complete = true;
     bool root = true;
     bool updates = kvio_updates_wanted(workload);
-    bool serving = workload->mode == KVIO_MODE_SIMULATE;
+    bool emulate = workload->mode == KVIO_MODE_EMULATE;
+    /* Serving runs in simulate mode, and in emulate mode without trainers
+     * (the coupled run serves inside the update ranks). */
+    bool serving = !emulate || !updates;
+    bool coupled = kvio_updates_coupled(workload);
     kvio_status_t status = KVIO_OK;
 
-    if (!serving && !updates) {
-        snprintf(error_p, error_len,
-                 "mode: emulate runs model updates (ranks.train: 1) for now; the real-time "
-                 "serving engine is not built yet; use mode: simulate for serving");
-        status = KVIO_ERR_UNSUPPORTED;
-        goto out;
-    }
     /* Everything that can be refused is checked before the directory exists. */
     kvio_model_t model = workload->model;
     kvio_gpu_t gpu = workload->gpu;
-    if (serving) {
+    if (serving || coupled) {
         uint32_t blocks = 0;
         status = kvio_model_resolve(&model, error_p, error_len);
         if (status == KVIO_OK)
@@ -150,6 +164,12 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         if (status == KVIO_OK)
             status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
                                         workload->duration_ns, &stream, error_p, error_len);
+        if (status == KVIO_OK && emulate) {
+            kvio_serve_run_t check = {.serve = &workload->serve, .model = &model, .gpu = &gpu,
+                                      .cost = &workload->cost,
+                                      .num_ranks = (uint32_t)workload->ranks.serve};
+            status = kvio_serve_emulate_preflight(&check, error_p, error_len);
+        }
     }
     if (status == KVIO_OK && updates) {
         status = kvio_updates_preflight(workload, error_p, error_len);
@@ -189,7 +209,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .stop = options->stop,
         };
         json_t *serve_metrics = NULL;
-        status = kvio_serve_simulate(&serve_run, &serve_metrics, &complete, error_p, error_len);
+        status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,
+                                              error_len)
+                         : kvio_serve_simulate(&serve_run, &serve_metrics, &complete, error_p,
+                                               error_len);
         if (serve_metrics != NULL) {
             json_object_update(metrics, serve_metrics);
             json_decref(serve_metrics);
@@ -211,9 +234,11 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
 
     const run_part_t parts[] = {
         {"config", true, "validated and recorded"},
-        {"engine", serving && status == KVIO_OK,
-         serving ? "serve ranks on the virtual clock (simulate)"
-                 : "the real-time serving engine is not built yet"},
+        {"engine", (serving || coupled) && status == KVIO_OK,
+         coupled ? "serve ranks ran the real-time engine while updates arrived (coupled)"
+         : !serving ? "emulated iterations between updates (update.serving: emulated)"
+         : emulate ? "serve ranks in real time with real KV memory (emulate)"
+                   : "serve ranks on the virtual clock (simulate)"},
         {"model_updates", updates && status == KVIO_OK, updates_note},
     };
     char start_text[64], end_text[64];
@@ -245,7 +270,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
              kvio_results_path(results));
     result_p->complete = status == KVIO_OK && complete;
     if (status == KVIO_OK && !options->quiet)
-        print_table(workload, metrics, kvio_results_path(results), complete, serving);
+        print_table(workload, metrics, kvio_results_path(results), complete,
+                    serving || coupled);
     if (status == KVIO_OK && !complete) {
         snprintf(error_p, error_len, "run interrupted; %s/summary.json says complete: false",
                  kvio_results_path(results));

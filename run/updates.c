@@ -49,6 +49,99 @@ typedef struct run_context {
     json_t *metrics;
 } run_context_t;
 
+static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version);
+
+bool kvio_updates_coupled(const kvio_workload_t *workload)
+{
+    return kvio_updates_wanted(workload) && workload->mode == KVIO_MODE_EMULATE &&
+           workload->update.serving == KVIO_SERVING_ENGINE;
+}
+
+/* A serve rank's engine in the coupled run: the model, GPU and its own copy
+ * of the stream (each rank takes its share). */
+typedef struct coupled_serve {
+    kvio_model_t model;
+    kvio_gpu_t gpu;
+    kvio_stream_t *stream;
+    kvio_serve_run_t run;
+    kvio_serve_rank_t *rank;
+} coupled_serve_t;
+
+static kvio_status_t coupled_create(const kvio_workload_t *workload, int serve_index,
+                                    int num_serve, coupled_serve_t *coupled, char *error_p,
+                                    size_t error_len)
+{
+    memset(coupled, 0, sizeof(*coupled));
+    coupled->model = workload->model;
+    coupled->gpu = workload->gpu;
+    kvio_status_t status = kvio_model_resolve(&coupled->model, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_gpu_resolve(&coupled->gpu, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                    workload->duration_ns, &coupled->stream, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    coupled->run = (kvio_serve_run_t){
+        .serve = &workload->serve, .model = &coupled->model, .gpu = &coupled->gpu,
+        .cost = &workload->cost, .num_ranks = (uint32_t)num_serve,
+        .seed = (uint64_t)workload->seed,
+        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
+        .warmup_ns = workload->warmup_ns, .warmup_requests = workload->warmup_requests,
+        .stream = coupled->stream,
+    };
+    return kvio_serve_rank_create(&coupled->run, (uint32_t)serve_index, (uint32_t)num_serve,
+                                  &coupled->rank, error_p, error_len);
+}
+
+static void coupled_destroy(coupled_serve_t *coupled)
+{
+    kvio_serve_rank_destroy(coupled->rank);
+    kvio_stream_destroy(coupled->stream);
+    memset(coupled, 0, sizeof(*coupled));
+}
+
+/* Rank 0: the serving metrics of the coupled run, and the cumulative
+ * inference loss, Σ over served requests of L(step of the version that
+ * served them) (version 0, the initial weights, counts as step 1). */
+static kvio_status_t coupled_metrics(const run_context_t *context, const collected_t *all,
+                                     void **blobs, size_t *lengths, int size, char *error_p,
+                                     size_t error_len)
+{
+    json_t *serving = NULL;
+    uint64_t *served = NULL;
+    size_t num_versions = 0;
+    kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
+                                                  context->results, &serving, &served,
+                                                  &num_versions, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    const kvio_loss_curve_t *curve = &context->workload->train.checkpoint.loss;
+    double loss = 0;
+    uint64_t requests = 0;
+    json_t *by_version = json_array();
+    for (size_t v = 0; v < num_versions; v++) {
+        if (served[v] == 0)
+            continue;
+        const kvio_train_record_t *record = v > 0 ? find_train(all, v) : NULL;
+        double step = record != NULL && record->step > 0 ? (double)record->step : 1.0;
+        double per_request = kvio_loss_at(curve, step);
+        loss += per_request * (double)served[v];
+        requests += served[v];
+        json_array_append_new(by_version, json_pack("{s:I, s:f, s:I, s:f}", "version",
+                                                    (json_int_t)v, "step", step, "requests",
+                                                    (json_int_t)served[v], "loss", per_request));
+    }
+    json_object_set_new(serving, "cumulative_inference_loss", json_real(loss));
+    json_object_set_new(serving, "mean_inference_loss",
+                        json_real(requests > 0 ? loss / (double)requests : 0));
+    json_object_set_new(serving, "served_by_version", by_version);
+    json_object_update(context->metrics, serving);
+    json_decref(serving);
+    free(served);
+    return KVIO_OK;
+}
+
 bool kvio_updates_wanted(const kvio_workload_t *workload)
 {
     return workload->ranks.train > 0 && workload->ranks.serve > 0;
@@ -347,6 +440,10 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     kvio_train_result_t train = {0};
     kvio_update_result_t serve = {0};
     collected_t all = {0};
+    bool coupled_run = kvio_updates_coupled(workload);
+    coupled_serve_t coupled = {0};
+    void *serve_blob = NULL, **serve_blobs = NULL;
+    size_t serve_blob_length = 0, *serve_lengths = NULL;
     int *receivers = calloc((size_t)num_serve + 1, sizeof(int));
     kvio_status_t status = KVIO_ERR_NOMEM;
     if (receivers == NULL)
@@ -383,8 +480,20 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
                                            fmax(step_mean, 1e6))
                                : workload->duration_ns;
         int64_t deadline = kvio_rte_time_ns(rte) + expected + kvio_rte_timeout_ns(rte);
-        status = kvio_update_serve(&workload->update, rte, xfer, TRAIN_RANK, deadline, &serve,
-                                   error, sizeof(error));
+        kvio_update_server_t server;
+        const kvio_update_server_t *server_p = NULL;
+        if (coupled_run) {
+            status = coupled_create(workload, self - 1, num_serve, &coupled, error,
+                                    sizeof(error));
+            if (status != KVIO_OK)
+                goto fail;
+            kvio_serve_rank_server(coupled.rank, &server);
+            server_p = &server;
+            /* Serving lasts the stream; updates must end by then too. */
+            deadline += workload->duration_ns;
+        }
+        status = kvio_update_serve_with(&workload->update, rte, xfer, TRAIN_RANK, deadline,
+                                        server_p, &serve, error, sizeof(error));
         if (status != KVIO_OK)
             goto fail;
         report.count = serve.count;
@@ -402,10 +511,25 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     status = kvio_rte_gather_blobs(rte, blob, blob_length, &blobs, &lengths);
     if (status != KVIO_OK)
         goto fail;
+    if (coupled_run) {
+        /* A second round: the serve ranks' serving measurements. */
+        if (self != TRAIN_RANK)
+            status = kvio_serve_rank_pack(coupled.rank, &serve_blob, &serve_blob_length);
+        else
+            status = (serve_blob = malloc(1)) != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+        if (status == KVIO_OK)
+            status = kvio_rte_gather_blobs(rte, serve_blob, serve_blob_length, &serve_blobs,
+                                           &serve_lengths);
+        if (status != KVIO_OK)
+            goto fail;
+    }
     if (self == 0) {
         status = collect(blobs, lengths, size, &all);
         if (status == KVIO_OK)
             status = write_metrics(context, &all, train.t_start_ns, error, sizeof(error));
+        if (status == KVIO_OK && coupled_run && context->metrics != NULL)
+            status = coupled_metrics(context, &all, serve_blobs, serve_lengths, size, error,
+                                     sizeof(error));
         if (status == KVIO_OK && context->metrics != NULL) {
             json_t *object = json_object_get(context->metrics, "model_updates");
             json_object_set_new(object, "runtime",
@@ -429,6 +553,10 @@ fail:
     kvio_xfer_destroy(xfer);
 done:
     kvio_rte_blobs_free(blobs, lengths, size);
+    if (serve_blobs != NULL)
+        kvio_rte_blobs_free(serve_blobs, serve_lengths, size);
+    free(serve_blob);
+    coupled_destroy(&coupled);
     collected_free(&all);
     free(blob);
     free(receivers);

@@ -9,7 +9,11 @@
 #include <string.h>
 
 #include "kvio/kvcache.h"
+#include "kvio/clock.h"
 #include "kvio/log.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 static const char *const preemption_names[] = {"recompute", "swap", NULL};
 static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
@@ -62,6 +66,12 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
     {.key = "eviction", .type = KVIO_OPT_STRING,
      .offset = offsetof(kvio_kvcache_section_t, eviction), .default_value = "lru",
      .help = "eviction policy: lru, lfu, fifo, mru, s3fifo"},
+    {.key = "verify_swaps", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(kvio_kvcache_section_t, verify_swaps), .default_value = "false",
+     .help = "emulate: checksum every swapped block out and back"},
+    {.key = "tiers", .type = KVIO_OPT_LIST, .offset = offsetof(kvio_kvcache_section_t, tiers),
+     .options = kvio_tier_options, .element_size = sizeof(kvio_tier_config_t),
+     .help = "lower tiers (host, redis, file) below the KV pool, checked in order"},
     {.key = NULL},
 };
 
@@ -84,6 +94,9 @@ typedef struct engine_req {
     uint32_t lookup_hits;
     uint64_t lookup_version;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
+    unsigned char *swap_buffer; /* emulate: the swapped blocks' bytes */
+    uint64_t *swap_checksums;   /* emulate with verify_swaps: one per swapped block */
+    size_t swapped_blocks;
     int64_t first_token_ns, last_token_ns;
     req_state_t state;
 } engine_req_t;
@@ -113,6 +126,13 @@ struct kvio_engine {
     int64_t iteration_start_ns;
     kvio_engine_iteration_t current;
     kvio_engine_metrics_t metrics;
+    unsigned char *kv_memory;   /* emulate: block b at kv_memory + b × block_bytes */
+    uint64_t block_bytes;
+    bool verify_swaps;
+    bool config_prefix_caching;
+    kvio_tier_t *const *tiers;
+    size_t num_tiers;
+    kvio_status_t hook_status;  /* first tier error seen inside a pool hook */
 };
 
 /* ---------- lists ---------- */
@@ -205,7 +225,12 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->preemptions += src->preemptions;
     dst->recomputed_tokens += src->recomputed_tokens;
     dst->swapped_bytes += src->swapped_bytes;
+    dst->tier_hit_tokens += src->tier_hit_tokens;
+    dst->swap_verify_failures += src->swap_verify_failures;
+    dst->swap_real_ns += src->swap_real_ns;
+    dst->swap_modelled_ns += src->swap_modelled_ns;
     dst->iterations += src->iterations;
+    dst->engines += src->engines;
     dst->busy_ns += src->busy_ns;
     dst->usage_time_integral += src->usage_time_integral;
     if (src->max_usage > dst->max_usage)
@@ -218,6 +243,129 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
         dst->measure_start_ns = src->measure_start_ns;
     if (src->measure_end_ns > dst->measure_end_ns)
         dst->measure_end_ns = src->measure_end_ns;
+}
+
+kvio_status_t kvio_engine_metrics_pack(const kvio_engine_metrics_t *metrics, void **blob_p,
+                                       size_t *length_p)
+{
+    const kvio_hist_t *hists[] = {metrics->ttft, metrics->tpot, metrics->itl, metrics->e2el,
+                                  metrics->queue};
+    size_t length = sizeof(*metrics);
+    for (size_t i = 0; i < 5; i++)
+        length += kvio_hist_packed_size(hists[i]);
+    unsigned char *blob = malloc(length);
+    if (blob == NULL)
+        return KVIO_ERR_NOMEM;
+    /* The scalars travel as the struct itself (ranks share an architecture);
+     * the histogram pointers in it are meaningless on arrival. */
+    memcpy(blob, metrics, sizeof(*metrics));
+    size_t offset = sizeof(*metrics);
+    for (size_t i = 0; i < 5; i++)
+        offset += kvio_hist_pack(hists[i], blob + offset);
+    *blob_p = blob;
+    *length_p = offset;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_engine_metrics_unpack_merge(kvio_engine_metrics_t *dst, const void *blob,
+                                               size_t length, size_t *used_p)
+{
+    if (length < sizeof(kvio_engine_metrics_t))
+        return KVIO_ERR_PARSE;
+    kvio_engine_metrics_t part;
+    kvio_status_t status = kvio_engine_metrics_init(&part);
+    if (status != KVIO_OK)
+        return status;
+    kvio_hist_t *hists[] = {part.ttft, part.tpot, part.itl, part.e2el, part.queue};
+    memcpy(&part, blob, sizeof(part));
+    part.ttft = hists[0];
+    part.tpot = hists[1];
+    part.itl = hists[2];
+    part.e2el = hists[3];
+    part.queue = hists[4];
+    size_t offset = sizeof(part);
+    for (size_t i = 0; i < 5 && status == KVIO_OK; i++) {
+        size_t used = 0;
+        status = kvio_hist_unpack_merge(hists[i], (const unsigned char *)blob + offset,
+                                        length - offset, &used);
+        offset += used;
+    }
+    if (status == KVIO_OK) {
+        kvio_engine_metrics_merge(dst, &part);
+        *used_p = offset;
+    }
+    kvio_engine_metrics_fini(&part);
+    return status;
+}
+
+/* ---------- real memory and tiers ---------- */
+
+static unsigned char *block_data(const kvio_engine_t *engine, uint32_t block)
+{
+    return engine->kv_memory != NULL ? engine->kv_memory + (uint64_t)block * engine->block_bytes
+                                     : NULL;
+}
+
+/* Writes a block to every tier with the given write policy that lacks it. */
+static void tier_write(kvio_engine_t *engine, uint32_t block, kvio_hash_t hash, int policy)
+{
+    for (size_t t = 0; t < engine->num_tiers; t++) {
+        kvio_tier_t *tier = engine->tiers[t];
+        if (kvio_tier_write_policy(tier) != policy || kvio_tier_contains(tier, hash))
+            continue;
+        int64_t cost_ns = 0;
+        kvio_status_t status = kvio_tier_put(tier, hash, block_data(engine, block), &cost_ns);
+        engine->current.tier_ns += cost_ns;
+        if (status != KVIO_OK && engine->hook_status == KVIO_OK) {
+            kvio_error("serve rank %u: writing a KV block to the %s tier failed: %s",
+                       engine->rank, kvio_tier_name(tier), kvio_strerror(status));
+            engine->hook_status = status;
+        }
+    }
+}
+
+static void on_cached(void *context, uint32_t block, kvio_hash_t hash)
+{
+    tier_write(context, block, hash, KVIO_TIER_WRITE_THROUGH);
+}
+
+static void on_evict(void *context, uint32_t block, kvio_hash_t hash)
+{
+    tier_write(context, block, hash, KVIO_TIER_WRITE_BACK);
+}
+
+/* The first tier holding hash, or NULL. */
+static kvio_tier_t *tier_holding(const kvio_engine_t *engine, kvio_hash_t hash)
+{
+    for (size_t t = 0; t < engine->num_tiers; t++)
+        if (kvio_tier_contains(engine->tiers[t], hash))
+            return engine->tiers[t];
+    return NULL;
+}
+
+/* Emulate: marks blocks from index `first` of a request with who owns them,
+ * so copies that lose or mix blocks are detectable. */
+static void stamp_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t first, uint64_t id)
+{
+    if (engine->kv_memory == NULL)
+        return;
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(kv, &ids, &count);
+    for (size_t i = first; i < count; i++) {
+        uint64_t stamp[4] = {0x6b76696f626c6b00ull, id, i, ids[i]};
+        memcpy(block_data(engine, ids[i]), stamp, sizeof(stamp) < engine->block_bytes
+                                                      ? sizeof(stamp)
+                                                      : engine->block_bytes);
+    }
+}
+
+static size_t num_blocks_of(const kvio_kvreq_t *kv)
+{
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(kv, &ids, &count);
+    return count;
 }
 
 /* ---------- lifetime ---------- */
@@ -241,15 +389,25 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->slo = params->slo;
     engine->rank = params->rank;
     engine->observer = params->observer;
+    engine->kv_memory = params->kv_memory;
+    engine->block_bytes = params->block_bytes;
+    engine->verify_swaps = params->verify_swaps;
+    engine->config_prefix_caching = params->prefix_caching;
+    engine->tiers = params->tiers;
+    engine->num_tiers = params->num_tiers;
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
     if (status != KVIO_OK)
         goto fail;
+    engine->metrics.engines = 1;
     kvio_kvcache_config_t cache_config = {
         .num_blocks = params->num_blocks + 1, /* plus the null block */
         .block_size = params->block_size,
         .enable_prefix_caching = params->prefix_caching,
         .free_order = (kvio_free_order_t)params->free_order,
         .eviction = params->eviction,
+        .on_cached = params->num_tiers > 0 ? on_cached : NULL,
+        .on_evict = params->num_tiers > 0 ? on_evict : NULL,
+        .hook_context = engine,
     };
     status = kvio_kvcache_create(&cache_config, &engine->cache);
     if (status != KVIO_OK) {
@@ -276,6 +434,8 @@ static void req_destroy(engine_req_t *req)
         return;
     kvio_kvreq_destroy(req->kv);
     free(req->hashes);
+    free(req->swap_buffer);
+    free(req->swap_checksums);
     free(req);
 }
 
@@ -428,6 +588,32 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         engine->current.swap_bytes += bytes;
         engine->metrics.swapped_bytes += bytes;
         victim->swapped = true;
+        if (engine->kv_memory != NULL) {
+            /* Really copy the victim's blocks out to host memory. */
+            const uint32_t *ids;
+            size_t count;
+            kvio_kvreq_blocks(victim->kv, &ids, &count);
+            uint64_t start_ns = kvio_time_ns();
+            free(victim->swap_buffer);
+            free(victim->swap_checksums);
+            victim->swap_checksums = NULL;
+            victim->swap_buffer = malloc(count * engine->block_bytes + 1);
+            if (victim->swap_buffer == NULL)
+                return KVIO_ERR_NOMEM;
+            if (engine->verify_swaps &&
+                (victim->swap_checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)
+                return KVIO_ERR_NOMEM;
+            for (size_t i = 0; i < count; i++) {
+                const unsigned char *data = block_data(engine, ids[i]);
+                memcpy(victim->swap_buffer + i * engine->block_bytes, data, engine->block_bytes);
+                if (victim->swap_checksums != NULL)
+                    victim->swap_checksums[i] = XXH3_64bits(data, engine->block_bytes);
+            }
+            victim->swapped_blocks = count;
+            int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
+            engine->current.swap_real_ns += real_ns;
+            engine->metrics.swap_real_ns += real_ns;
+        }
     } else {
         victim->lost_tokens = victim->computed;
         victim->computed = 0;
@@ -485,10 +671,13 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
         }
         bool can_schedule = true;
         for (;;) {
+            size_t had_blocks = engine->kv_memory != NULL ? num_blocks_of(req->kv) : 0;
             kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv,
                                                          req->computed + new_tokens, NULL);
-            if (status == KVIO_OK)
+            if (status == KVIO_OK) {
+                stamp_blocks(engine, req->kv, had_blocks, req->spec.id);
                 break;
+            }
             if (status != KVIO_ERR_NO_SPACE)
                 return status;
             kvio_sched_view_t view;
@@ -540,11 +729,23 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         uint32_t num_tokens = req_num_tokens(req);
         uint32_t computed;
         uint32_t hits = 0;
+        uint32_t tier_blocks = 0; /* blocks after the pool's hits found in a lower tier */
         if (req->swapped) {
             computed = req->computed;
         } else {
             hits = lookup_hits(engine, req);
             computed = hits;
+            if (engine->num_tiers > 0 && engine->config_prefix_caching) {
+                size_t max_blocks = (num_tokens - 1) / engine->block_size;
+                if (max_blocks > req->hashes_given)
+                    max_blocks = req->hashes_given;
+                for (size_t b = hits / engine->block_size; b < max_blocks; b++) {
+                    if (tier_holding(engine, req->hashes[b]) == NULL)
+                        break;
+                    tier_blocks++;
+                }
+                computed += tier_blocks * engine->block_size;
+            }
         }
         uint32_t wanted = num_tokens - computed;
         int64_t threshold = engine->config.long_prefill_token_threshold;
@@ -562,12 +763,62 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                           computed / engine->block_size;
         if (needed > kvio_kvcache_num_free_blocks(engine->cache))
             break;
+        size_t pool_hits_taken = 0;
         kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv, computed + new_tokens,
-                                                     NULL);
+                                                     &pool_hits_taken);
         if (status == KVIO_ERR_NO_SPACE)
             break;
         if (status != KVIO_OK)
             return status;
+        if (tier_blocks > 0) {
+            /* Load the lower tiers' blocks into the new pool blocks; the time
+             * counts in this iteration, so in the request's TTFT. */
+            const uint32_t *ids;
+            size_t count;
+            kvio_kvreq_blocks(req->kv, &ids, &count);
+            uint32_t first = hits / engine->block_size, loaded = 0;
+            for (; loaded < tier_blocks; loaded++) {
+                kvio_hash_t hash = req->hashes[first + loaded];
+                kvio_tier_t *tier = tier_holding(engine, hash);
+                int64_t cost_ns = 0;
+                kvio_status_t got = tier != NULL ? kvio_tier_get(tier, hash,
+                                                                 block_data(engine, ids[first + loaded]),
+                                                                 &cost_ns)
+                                                 : KVIO_ERR_NOT_FOUND;
+                engine->current.tier_ns += cost_ns;
+                if (got != KVIO_OK)
+                    break; /* a miss (or a tier error): compute the rest */
+            }
+            computed = hits + loaded * engine->block_size;
+            engine->metrics.tier_hit_tokens += (uint64_t)loaded * engine->block_size;
+            engine->current.tier_loaded_tokens += (uint64_t)loaded * engine->block_size;
+        }
+        if (req->swapped && req->swap_buffer != NULL) {
+            /* Copy the swapped blocks back, except those the pool still held. */
+            const uint32_t *ids;
+            size_t count;
+            kvio_kvreq_blocks(req->kv, &ids, &count);
+            uint64_t start_ns = kvio_time_ns();
+            size_t resident = pool_hits_taken / engine->block_size;
+            for (size_t i = resident; i < req->swapped_blocks && i < count; i++) {
+                unsigned char *data = block_data(engine, ids[i]);
+                memcpy(data, req->swap_buffer + i * engine->block_bytes, engine->block_bytes);
+                if (req->swap_checksums != NULL &&
+                    XXH3_64bits(data, engine->block_bytes) != req->swap_checksums[i])
+                    engine->metrics.swap_verify_failures++;
+            }
+            int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
+            engine->current.swap_real_ns += real_ns;
+            engine->metrics.swap_real_ns += real_ns;
+            free(req->swap_buffer);
+            free(req->swap_checksums);
+            req->swap_buffer = NULL;
+            req->swap_checksums = NULL;
+            stamp_blocks(engine, req->kv, req->swapped_blocks, req->spec.id);
+            req->swapped_blocks = 0;
+        } else {
+            stamp_blocks(engine, req->kv, pool_hits_taken / engine->block_size, req->spec.id);
+        }
         list_remove_at(&engine->waiting, 0);
         status = list_push(&engine->running, req);
         if (status != KVIO_OK)
@@ -609,6 +860,7 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     engine->current.start_ns = now_ns;
     engine->num_scratch = 0;
     uint32_t budget = (uint32_t)engine->config.max_num_batched_tokens;
+    engine->hook_status = KVIO_OK;
     kvio_status_t status = schedule_running(engine, &budget, now_ns);
     if (status == KVIO_OK && engine->current.num_preempted == 0)
         status = schedule_waiting(engine, &budget, now_ns);
@@ -627,12 +879,21 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     }
     kvio_cost_breakdown_t cost;
     kvio_cost_iteration(engine->cost, batch, &cost);
-    double swap_s = engine->host_bandwidth > 0
-                        ? (double)engine->current.swap_bytes / engine->host_bandwidth
-                        : 0;
-    engine->current.duration_ns = engine->num_scratch > 0 || engine->current.swap_bytes > 0
-                                      ? (int64_t)((cost.time_s + swap_s) * 1e9 + 0.5)
-                                      : 0;
+    /* A swap takes the longer of the real copy and the bytes over the GPU's
+     * host link, so swap vs recompute stays meaningful without a GPU. */
+    double swap_model_ns = engine->host_bandwidth > 0
+                               ? (double)engine->current.swap_bytes / engine->host_bandwidth * 1e9
+                               : 0;
+    double swap_ns = swap_model_ns > (double)engine->current.swap_real_ns
+                         ? swap_model_ns
+                         : (double)engine->current.swap_real_ns;
+    engine->metrics.swap_modelled_ns += (int64_t)swap_model_ns;
+    bool did_work = engine->num_scratch > 0 || engine->current.swap_bytes > 0;
+    engine->current.duration_ns =
+        did_work ? (int64_t)(cost.time_s * 1e9 + swap_ns + (double)engine->current.tier_ns + 0.5)
+                 : 0;
+    if (engine->hook_status != KVIO_OK)
+        return engine->hook_status;
     engine->current.num_scheduled = (uint32_t)engine->num_scratch;
     engine->current.kv_usage = kvio_kvcache_usage(engine->cache);
     engine->current.running = (uint32_t)engine->running.count;

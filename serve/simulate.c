@@ -142,8 +142,11 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                                       ? metrics->usage_time_integral / (double)metrics->busy_ns
                                       : 0));
     json_object_set_new(object, "kv_usage_max", json_real(metrics->max_usage));
+    /* Busy time per engine over the run's span (the DLIO AU idea). */
+    double engines = metrics->engines > 0 ? (double)metrics->engines : 1.0;
     json_object_set_new(object, "accelerator_utilization",
-                        json_real(span_s > 0 ? (double)metrics->busy_ns / 1e9 / span_s : 0));
+                        json_real(span_s > 0 ? (double)metrics->busy_ns / 1e9 / span_s / engines
+                                             : 0));
     return object;
 }
 

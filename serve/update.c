@@ -15,6 +15,7 @@
 #include "kvio/log.h"
 
 static const char *const apply_names[] = {"shadow", "stall", NULL};
+static const char *const serving_names[] = {"emulated", "engine", NULL};
 
 const kvio_opt_t kvio_update_options[] = {
     {.key = "apply", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, apply),
@@ -30,6 +31,10 @@ const kvio_opt_t kvio_update_options[] = {
      .offset = offsetof(kvio_update_config_t, corrupt_offset), .default_value = "-1",
      .flags = KVIO_OPT_HAS_MIN, .min = -1,
      .help = "fault injection: flip this byte of every received version (-1: never)"},
+    {.key = "serving", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, serving),
+     .values = serving_names, .default_value = "emulated",
+     .help = "emulate mode: emulated iterations, or the real-time engine serving the stream "
+             "(the coupled run)"},
     {.key = NULL},
 };
 
@@ -211,6 +216,16 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len)
 {
+    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, NULL, result_p,
+                                  error_p, error_len);
+}
+
+kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                     kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                     const kvio_update_server_t *server,
+                                     kvio_update_result_t *result_p, char *error_p,
+                                     size_t error_len)
+{
     serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1};
     kvio_status_t status = KVIO_ERR_NOMEM;
     if ((state.hash = XXH3_createState()) == NULL) {
@@ -224,9 +239,30 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
     /* Notices arrive in order and the end comes last (file: the end marker is
      * taken only when no newer version exists), so the end with nothing
      * pending means every version was handled. */
-    while (status == KVIO_OK && !(state.end_seen && !state.pending)) {
+    bool served = server == NULL; /* serving is over (or there is none) */
+    while (status == KVIO_OK && !(state.end_seen && !state.pending && served)) {
         int64_t iteration_end = kvio_rte_time_ns(rte) + config->iteration_ns;
-        state.result.iterations++;
+        bool engine_iteration = false;
+        if (server != NULL && !served) {
+            int64_t end_ns = -1, idle_until = iteration_end;
+            status = server->begin(server->context, kvio_rte_time_ns(rte), state.active_version,
+                                   &end_ns, &idle_until, &served);
+            if (status != KVIO_OK) {
+                snprintf(error_p, error_len, "rank %d: serving failed: %s", kvio_rte_index(rte),
+                         kvio_strerror(status));
+                break;
+            }
+            if (end_ns >= 0) {
+                iteration_end = end_ns;
+                engine_iteration = true;
+            } else if (!served && idle_until < iteration_end) {
+                iteration_end = idle_until;
+            }
+        }
+        if (engine_iteration)
+            state.result.iterations++;
+        else if (server == NULL)
+            state.result.iterations++;
         int64_t now;
         while (status == KVIO_OK && (now = kvio_rte_time_ns(rte)) < iteration_end) {
             kvio_xfer_progress(xfer);
@@ -253,7 +289,15 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
         if (status != KVIO_OK)
             break;
         now = kvio_rte_time_ns(rte);
-        if (now > iteration_end)
+        if (engine_iteration) {
+            status = server->end(server->context, now);
+            if (status != KVIO_OK) {
+                snprintf(error_p, error_len, "rank %d: serving failed: %s", kvio_rte_index(rte),
+                         kvio_strerror(status));
+                break;
+            }
+        }
+        if (now > iteration_end && (server == NULL || engine_iteration))
             state.result.inference_stall_ns += now - iteration_end; /* overrun */
         if (config->apply == KVIO_APPLY_STALL && state.pending) {
             /* Stop serving until the update is in. */

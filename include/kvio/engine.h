@@ -13,6 +13,7 @@
 #include "kvio/sched.h"
 #include "kvio/stats.h"
 #include "kvio/status.h"
+#include "kvio/tier.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -38,6 +39,8 @@ typedef struct kvio_kvcache_section {
     bool prefix_caching;
     int free_order;                /* kvio_free_order_t */
     char *eviction;
+    bool verify_swaps;             /* emulate: checksum swapped blocks out and back */
+    kvio_opt_list_t tiers;         /* of kvio_tier_config_t, checked in order */
 } kvio_kvcache_section_t;
 
 extern const kvio_opt_t kvio_engine_options[];
@@ -86,6 +89,9 @@ typedef struct kvio_engine_iteration {
     uint64_t swap_bytes;
     double kv_usage;      /* after scheduling */
     uint32_t running, waiting;
+    int64_t swap_real_ns; /* emulate: time the swap copies really took */
+    int64_t tier_ns;      /* tier reads and writes (real or modelled) */
+    uint64_t tier_loaded_tokens;
 } kvio_engine_iteration_t;
 
 /* Per-rank measurements; merge across ranks with kvio_engine_metrics_merge. */
@@ -96,12 +102,16 @@ typedef struct kvio_engine_metrics {
     uint64_t prefix_queries, prefix_hits;                 /* tokens, first admissions */
     uint64_t resumed_prefix_queries, resumed_prefix_hits; /* tokens, after preemption */
     uint64_t preemptions, recomputed_tokens, swapped_bytes;
+    uint64_t tier_hit_tokens;       /* prompt tokens loaded back from a lower tier */
+    uint64_t swap_verify_failures;  /* swapped blocks whose checksum changed */
+    int64_t swap_real_ns, swap_modelled_ns;
     uint64_t iterations;
     int64_t busy_ns;
     double usage_time_integral; /* Σ usage × duration (ns) */
     double max_usage;
     int64_t first_arrival_ns, last_finish_ns;
     int64_t measure_start_ns, measure_end_ns; /* first measured arrival, last measured finish */
+    uint32_t engines;           /* engines merged into these metrics */
 } kvio_engine_metrics_t;
 
 /* Service-level objectives for goodput (0: no bound). */
@@ -133,6 +143,11 @@ typedef struct kvio_engine_params {
     kvio_slo_t slo;
     uint32_t rank;
     kvio_engine_observer_t observer;
+    void *kv_memory;           /* emulate: (num_blocks + 1) × block_bytes (NULL: none) */
+    uint64_t block_bytes;
+    bool verify_swaps;
+    kvio_tier_t *const *tiers; /* lower tiers, checked in order (borrowed) */
+    size_t num_tiers;
 } kvio_engine_params_t;
 
 typedef struct kvio_engine kvio_engine_t;
@@ -187,5 +202,12 @@ const kvio_engine_metrics_t *kvio_engine_metrics(const kvio_engine_t *engine);
 kvio_status_t kvio_engine_metrics_init(kvio_engine_metrics_t *metrics);
 void kvio_engine_metrics_fini(kvio_engine_metrics_t *metrics);
 void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_metrics_t *src);
+
+/* Serialises metrics for sending to rank 0 (malloc'd blob, caller frees),
+ * and adds a received blob into dst (*used_p: bytes consumed). */
+kvio_status_t kvio_engine_metrics_pack(const kvio_engine_metrics_t *metrics, void **blob_p,
+                                       size_t *length_p);
+kvio_status_t kvio_engine_metrics_unpack_merge(kvio_engine_metrics_t *dst, const void *blob,
+                                               size_t length, size_t *used_p);
 
 #endif

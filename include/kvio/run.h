@@ -86,6 +86,10 @@ struct kvio_results;
  * ranks. */
 bool kvio_updates_wanted(const kvio_workload_t *workload);
 
+/* True when the serve ranks run the real-time engine while updates arrive
+ * (emulate mode, update.serving: engine). */
+bool kvio_updates_coupled(const kvio_workload_t *workload);
+
 /* Checks what can fail before any rank starts (Redis answers, directory
  * writable, transport built). */
 kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,

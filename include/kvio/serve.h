@@ -12,6 +12,7 @@
 #include "kvio/sched.h"
 #include "kvio/status.h"
 #include "kvio/stream.h"
+#include "kvio/update.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -88,6 +89,46 @@ kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_
  * owns); *complete_p is false when stopped early. */
 kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_p,
                                   bool *complete_p, char *error_p, size_t error_len);
+
+/* Runs the stream through num_ranks engines in real time (emulate mode):
+ * one thread per serve rank with real KV memory, swaps and tier traffic; the
+ * calling thread dispatches requests at their arrival times. Metrics as for
+ * simulate, plus `executor` (timing error, engine overhead), swap copy time
+ * and per-tier traffic. */
+kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p,
+                                 bool *complete_p, char *error_p, size_t error_len);
+
+/* Refuses, with the numbers, KV pools that this machine's memory cannot
+ * hold (checked before any emulate run starts). */
+kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *error_p,
+                                           size_t error_len);
+
+/* ---------- a serve rank inside the coupled run (emulate with trainers) ---------- */
+
+typedef struct kvio_serve_rank kvio_serve_rank_t;
+
+/* Creates serve rank serve_index of num_serve: real KV memory, tiers and an
+ * engine. run->stream is this rank's own copy of the stream; it takes
+ * requests i with i mod num_serve == serve_index. Caller destroys. */
+kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve_index,
+                                     uint32_t num_serve, kvio_serve_rank_t **rank_p,
+                                     char *error_p, size_t error_len);
+void kvio_serve_rank_destroy(kvio_serve_rank_t *rank);
+
+/* The hooks through which the update receive loop drives the engine. */
+void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *server_p);
+
+/* The rank's measurements as a blob for rank 0 (caller frees). */
+kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
+                                   size_t *length_p);
+
+/* On rank 0: merges the serve ranks' blobs into serving metrics (JSON) and
+ * requests.csv in results (may be NULL), and returns the requests finished
+ * per model version (malloc'd; caller frees). */
+kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
+                                     kvio_results_t *results, json_t **metrics_p,
+                                     uint64_t **served_p, size_t *num_versions_p,
+                                     char *error_p, size_t error_len);
 
 /* Metrics of merged engine measurements as JSON (TTFT, TPOT, ITL, E2EL in ms
  * with mean/p50/p90/p99, throughputs, goodput, prefix cache, preemptions). */

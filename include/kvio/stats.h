@@ -7,6 +7,7 @@
 
 #include "kvio/status.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* 128 linear sub-buckets per power of two; values below 128 are exact. */
@@ -50,6 +51,17 @@ double kvio_hist_quantile(const kvio_hist_t *hist, double q);
 /* Fills a summary; scale multiplies every value (1e-6 turns ns into ms). */
 void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
                          kvio_hist_summary_t *summary_p);
+
+/* Serialises a histogram (sparse: only non-empty buckets) for sending
+ * between ranks. kvio_hist_pack writes at most kvio_hist_packed_size bytes
+ * into out and returns how many it wrote. */
+size_t kvio_hist_packed_size(const kvio_hist_t *hist);
+size_t kvio_hist_pack(const kvio_hist_t *hist, void *out);
+
+/* Adds a packed histogram to dst; *used_p receives the bytes consumed.
+ * KVIO_ERR_PARSE when the bytes are not a packed histogram. */
+kvio_status_t kvio_hist_unpack_merge(kvio_hist_t *dst, const void *in, size_t length,
+                                     size_t *used_p);
 
 /* The bucket index of a value and the bounds of a bucket (for tests). */
 unsigned kvio_hist_bucket_of(uint64_t value);

@@ -17,12 +17,19 @@
 
 typedef enum { KVIO_APPLY_SHADOW = 0, KVIO_APPLY_STALL = 1 } kvio_apply_t;
 
+/* What the serve ranks run between updates in emulate mode. */
+typedef enum {
+    KVIO_SERVING_EMULATED = 0, /* fixed-length emulated iterations (update latency only) */
+    KVIO_SERVING_ENGINE = 1,   /* the real-time engine on the workload's stream (coupled) */
+} kvio_serving_t;
+
 typedef struct kvio_update_config {
     int apply;              /* kvio_apply_t */
     bool verify;
     int64_t iteration_ns;   /* one emulated serving iteration */
     int64_t corrupt_offset; /* fault injection: flip this byte of every version
                                received before verifying; -1: never */
+    int serving;            /* kvio_serving_t */
 } kvio_update_config_t;
 
 /* The option table of `update:` (the serve side; mountable as serve.update). */
@@ -56,6 +63,19 @@ typedef struct kvio_update_result {
     int active_slot;              /* the transport slot holding it */
 } kvio_update_result_t;
 
+/* A serving engine that the receive loop drives instead of its emulated
+ * iterations (the coupled run): begin starts an iteration at now_ns (rank
+ * 0's clock) on the active version and returns when it should end, or a
+ * negative end when there is nothing to run yet (then *idle_until_p says how
+ * long to idle); *finished_p is set when serving is over for good. end
+ * completes the iteration at now_ns. */
+typedef struct kvio_update_server {
+    void *context;
+    kvio_status_t (*begin)(void *context, int64_t now_ns, uint64_t active_version,
+                           int64_t *end_ns_p, int64_t *idle_until_p, bool *finished_p);
+    kvio_status_t (*end)(void *context, int64_t now_ns);
+} kvio_update_server_t;
+
 /* Verifies a whole buffer against an XXH3-64 checksum. */
 bool kvio_update_verify(const void *buffer, uint64_t bytes, uint64_t checksum);
 
@@ -67,6 +87,15 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
                                 kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len);
+
+/* The same loop with a serving engine (server may be NULL: emulated
+ * iterations). The loop ends when updates have ended and the server has
+ * finished. */
+kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                     kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                     const kvio_update_server_t *server,
+                                     kvio_update_result_t *result_p, char *error_p,
+                                     size_t error_len);
 
 void kvio_update_result_free(kvio_update_result_t *result);
 

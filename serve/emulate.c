@@ -1,0 +1,1056 @@
+/* Emulate mode: the same engine in real time. Each serve rank is a thread
+ * with real KV memory (its blocks are host memory of the model's block size)
+ * and its lower tiers; an iteration takes the cost model's time for real
+ * (sleep, then spin the last stretch); swaps and tier traffic really copy.
+ * The calling thread is the client: it generates the stream in real time and
+ * routes each request to a rank from the load the ranks publish. */
+#include "kvio/serve.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+
+/* Below this much remaining time a wait spins instead of sleeping. */
+#define SPIN_NS 200000
+
+typedef struct inbox_item {
+    kvio_engine_request_t request;
+    kvio_hash_t *hashes;
+} inbox_item_t;
+
+/* What one serve rank runs on: real KV memory, its tiers and its engine. */
+typedef struct rank_setup {
+    kvio_engine_t *engine;
+    void *memory;
+    size_t memory_bytes;
+    kvio_tier_t **tiers;
+    size_t num_tiers;
+} rank_setup_t;
+
+typedef struct emulate emulate_t;
+
+typedef struct rank_state {
+    emulate_t *emulate;
+    uint32_t rank;
+    kvio_engine_t *engine;          /* setup.engine */
+    struct rank_setup setup;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    inbox_item_t *inbox;
+    size_t inbox_count, inbox_capacity;
+    _Atomic uint32_t load;           /* published each iteration */
+    kvio_hist_t *timing_error;       /* |actual − target| end of iteration, ns */
+    kvio_hist_t *timing_error_ppm;   /* the same relative to the iteration, parts per million */
+    int64_t overhead_ns;             /* engine's own schedule + complete time */
+    int64_t planned_ns;              /* Σ iteration durations */
+    kvio_status_t status;
+    char error[512];
+} rank_state_t;
+
+struct emulate {
+    const kvio_serve_run_t *run;
+    uint32_t num_ranks;
+    uint32_t blocks;
+    uint32_t block_size;
+    uint64_t block_bytes;
+    kvio_cost_t *cost;
+    kvio_router_t *router;
+    rank_state_t *ranks;
+    uint64_t start_ns;
+    _Atomic bool client_done;
+    _Atomic bool abort_all;
+    pthread_mutex_t csv_lock;
+    kvio_csv_t *requests_csv, *iterations_csv;
+};
+
+static int64_t now_ns(const emulate_t *emulate)
+{
+    return (int64_t)(kvio_time_ns() - emulate->start_ns);
+}
+
+/* Sleeps, then spins the last stretch, until the run's clock reads target. */
+static void wait_until(const emulate_t *emulate, int64_t target)
+{
+    for (;;) {
+        int64_t remaining = target - now_ns(emulate);
+        if (remaining <= 0)
+            return;
+        if (remaining > SPIN_NS) {
+            int64_t sleep_ns = remaining - SPIN_NS;
+            struct timespec pause = {.tv_sec = (time_t)(sleep_ns / 1000000000),
+                                     .tv_nsec = (long)(sleep_ns % 1000000000)};
+            nanosleep(&pause, NULL);
+        }
+    }
+}
+
+static void on_finish(void *context, const kvio_engine_finished_t *finished)
+{
+    rank_state_t *state = context;
+    emulate_t *emulate = state->emulate;
+    if (emulate->requests_csv == NULL)
+        return;
+    pthread_mutex_lock(&emulate->csv_lock);
+    kvio_csv_row(emulate->requests_csv, "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
+                 (unsigned long long)finished->id, finished->rank, finished->arrival_ns / 1e9,
+                 finished->first_token_ns / 1e9, finished->finish_ns / 1e9,
+                 finished->prompt_tokens, finished->output_tokens, finished->cached_tokens,
+                 finished->preemptions, (unsigned long long)finished->tag, finished->measured);
+    pthread_mutex_unlock(&emulate->csv_lock);
+}
+
+static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
+{
+    rank_state_t *state = context;
+    emulate_t *emulate = state->emulate;
+    if (emulate->iterations_csv == NULL)
+        return;
+    pthread_mutex_lock(&emulate->csv_lock);
+    kvio_csv_row(emulate->iterations_csv, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu",
+                 iteration->start_ns / 1e9, rank, iteration->duration_ns / 1e6,
+                 iteration->num_scheduled, (unsigned long long)iteration->batch.prefill_tokens,
+                 (unsigned long long)iteration->batch.decode_seqs, iteration->kv_usage,
+                 iteration->running, iteration->waiting, iteration->num_preempted,
+                 (unsigned long long)iteration->swap_bytes);
+    pthread_mutex_unlock(&emulate->csv_lock);
+}
+
+/* Moves the inbox into the engine. */
+static kvio_status_t drain_inbox(rank_state_t *state)
+{
+    kvio_status_t status = KVIO_OK;
+    pthread_mutex_lock(&state->lock);
+    for (size_t i = 0; i < state->inbox_count; i++) {
+        if (status == KVIO_OK)
+            status = kvio_engine_add(state->engine, &state->inbox[i].request);
+        free(state->inbox[i].hashes);
+    }
+    state->inbox_count = 0;
+    pthread_mutex_unlock(&state->lock);
+    return status;
+}
+
+static void *rank_main(void *argument)
+{
+    rank_state_t *state = argument;
+    emulate_t *emulate = state->emulate;
+    kvio_status_t status = KVIO_OK;
+    while (status == KVIO_OK && !atomic_load(&emulate->abort_all)) {
+        status = drain_inbox(state);
+        if (status != KVIO_OK)
+            break;
+        atomic_store(&state->load, kvio_engine_load(state->engine));
+        if (!kvio_engine_has_work(state->engine)) {
+            if (atomic_load(&emulate->client_done)) {
+                pthread_mutex_lock(&state->lock);
+                bool empty = state->inbox_count == 0;
+                pthread_mutex_unlock(&state->lock);
+                if (empty)
+                    break;
+                continue;
+            }
+            /* Idle: wait for a request (bounded, so aborts are seen). */
+            pthread_mutex_lock(&state->lock);
+            if (state->inbox_count == 0 && !atomic_load(&emulate->client_done)) {
+                struct timespec deadline;
+                clock_gettime(CLOCK_REALTIME, &deadline);
+                deadline.tv_nsec += 1000000;
+                if (deadline.tv_nsec >= 1000000000) {
+                    deadline.tv_sec++;
+                    deadline.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&state->wake, &state->lock, &deadline);
+            }
+            pthread_mutex_unlock(&state->lock);
+            continue;
+        }
+        int64_t start = now_ns(emulate);
+        kvio_engine_iteration_t iteration;
+        status = kvio_engine_schedule(state->engine, start, &iteration);
+        if (status != KVIO_OK) {
+            snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
+                     kvio_strerror(status));
+            break;
+        }
+        int64_t scheduled = now_ns(emulate);
+        if (iteration.duration_ns <= 0) {
+            uint64_t waiting[1] = {0};
+            kvio_engine_waiting_ids(state->engine, waiting, 1);
+            snprintf(state->error, sizeof(state->error),
+                     "serve rank %u: request %llu cannot start: it needs more KV blocks than "
+                     "the %u the cache holds", state->rank, (unsigned long long)waiting[0],
+                     emulate->blocks);
+            status = KVIO_ERR_CONFIG;
+            break;
+        }
+        int64_t target = start + iteration.duration_ns;
+        wait_until(emulate, target);
+        int64_t end = now_ns(emulate);
+        int64_t error = end - target;
+        kvio_hist_record(state->timing_error, (uint64_t)(error > 0 ? error : -error));
+        kvio_hist_record(state->timing_error_ppm,
+                         (uint64_t)((double)(error > 0 ? error : -error) * 1e6 /
+                                    (double)iteration.duration_ns));
+        kvio_engine_complete(state->engine, end);
+        int64_t completed = now_ns(emulate);
+        state->overhead_ns += (scheduled - start) + (completed - end);
+        state->planned_ns += iteration.duration_ns;
+    }
+    if (status == KVIO_OK && atomic_load(&emulate->abort_all))
+        status = KVIO_ERR_INTERRUPTED;
+    state->status = status;
+    if (status != KVIO_OK && status != KVIO_ERR_INTERRUPTED)
+        atomic_store(&emulate->abort_all, true);
+    return NULL;
+}
+
+static kvio_status_t push_request(rank_state_t *state, const kvio_engine_request_t *request)
+{
+    inbox_item_t item = {.request = *request};
+    if (request->num_hashes > 0) {
+        item.hashes = malloc(request->num_hashes * sizeof(kvio_hash_t));
+        if (item.hashes == NULL)
+            return KVIO_ERR_NOMEM;
+        memcpy(item.hashes, request->hashes, request->num_hashes * sizeof(kvio_hash_t));
+    }
+    item.request.hashes = item.hashes;
+    pthread_mutex_lock(&state->lock);
+    if (state->inbox_count == state->inbox_capacity) {
+        size_t capacity = state->inbox_capacity ? 2 * state->inbox_capacity : 64;
+        inbox_item_t *bigger = realloc(state->inbox, capacity * sizeof(*bigger));
+        if (bigger == NULL) {
+            pthread_mutex_unlock(&state->lock);
+            free(item.hashes);
+            return KVIO_ERR_NOMEM;
+        }
+        state->inbox = bigger;
+        state->inbox_capacity = capacity;
+    }
+    state->inbox[state->inbox_count++] = item;
+    pthread_cond_signal(&state->wake);
+    pthread_mutex_unlock(&state->lock);
+    return KVIO_OK;
+}
+
+/* Routers in real time read only what ranks publish: their load. */
+static uint32_t route(emulate_t *emulate, uint64_t index)
+{
+    if (emulate->run->serve->router.policy == KVIO_ROUTER_ROUND_ROBIN || emulate->num_ranks == 1)
+        return (uint32_t)(index % emulate->num_ranks);
+    uint32_t best = 0;
+    for (uint32_t r = 1; r < emulate->num_ranks; r++)
+        if (atomic_load(&emulate->ranks[r].load) < atomic_load(&emulate->ranks[best].load))
+            best = r;
+    atomic_fetch_add(&emulate->ranks[best].load, 1);
+    return best;
+}
+
+static uint64_t available_memory(void)
+{
+    FILE *file = fopen("/proc/meminfo", "r");
+    if (file == NULL)
+        return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof(line), file) != NULL)
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(file);
+    return (uint64_t)kib * 1024;
+}
+
+static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, uint32_t blocks,
+                                  uint64_t block_bytes, const kvio_cost_t *cost,
+                                  kvio_engine_observer_t observer, rank_setup_t *setup,
+                                  char *error_p, size_t error_len)
+{
+    memset(setup, 0, sizeof(*setup));
+    setup->memory_bytes = (size_t)(blocks + 1) * block_bytes;
+    setup->memory = mmap(NULL, setup->memory_bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (setup->memory == MAP_FAILED) {
+        setup->memory = NULL;
+        snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of KV memory: %s",
+                 rank, setup->memory_bytes, strerror(errno));
+        return KVIO_ERR_NOMEM;
+    }
+    /* Touch every page now so the pool is real memory, not a promise. */
+    memset(setup->memory, 0, setup->memory_bytes);
+    const kvio_opt_list_t *tier_list = &run->serve->kvcache.tiers;
+    if (tier_list->count > 0) {
+        setup->tiers = calloc(tier_list->count, sizeof(*setup->tiers));
+        if (setup->tiers == NULL)
+            return KVIO_ERR_NOMEM;
+    }
+    for (size_t t = 0; t < tier_list->count; t++) {
+        kvio_tier_config_t config = ((const kvio_tier_config_t *)tier_list->items)[t];
+        char prefix[256], path[1024];
+        /* Each rank keeps its own blocks: its own key prefix and directory. */
+        snprintf(prefix, sizeof(prefix), "%sr%u:",
+                 config.key_prefix ? config.key_prefix : "kvio:kv:", rank);
+        config.key_prefix = prefix;
+        if (config.path != NULL) {
+            snprintf(path, sizeof(path), "%s/rank%u", config.path, rank);
+            config.path = path;
+        }
+        kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &setup->tiers[t],
+                                                error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+        setup->num_tiers++;
+    }
+    kvio_engine_params_t params = {
+        .config = &run->serve->engine,
+        .num_blocks = blocks,
+        .block_size = (uint32_t)run->serve->kvcache.block_size,
+        .prefix_caching = run->serve->kvcache.prefix_caching,
+        .free_order = run->serve->kvcache.free_order,
+        .eviction = run->serve->kvcache.eviction,
+        .sched = &run->serve->scheduler,
+        .seed = run->seed + rank,
+        .cost = cost,
+        .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel),
+        .host_bandwidth = run->gpu->host_bandwidth,
+        .slo = run->slo,
+        .rank = rank,
+        .observer = observer,
+        .kv_memory = setup->memory,
+        .block_bytes = block_bytes,
+        .verify_swaps = run->serve->kvcache.verify_swaps,
+        .tiers = setup->tiers,
+        .num_tiers = setup->num_tiers,
+    };
+    return kvio_engine_create(&params, &setup->engine, error_p, error_len);
+}
+
+static void setup_destroy(rank_setup_t *setup)
+{
+    kvio_engine_destroy(setup->engine);
+    for (size_t t = 0; t < setup->num_tiers; t++)
+        kvio_tier_destroy(setup->tiers[t]);
+    free(setup->tiers);
+    if (setup->memory != NULL)
+        munmap(setup->memory, setup->memory_bytes);
+    memset(setup, 0, sizeof(*setup));
+}
+
+/* Per-tier traffic of one rank as JSON objects appended to array. */
+static void tiers_json(const rank_setup_t *setup, uint32_t rank, json_t *array)
+{
+    for (size_t t = 0; t < setup->num_tiers; t++) {
+        json_t *tier = kvio_tier_stats_json(setup->tiers[t]);
+        json_object_set_new(tier, "rank", json_integer(rank));
+        json_array_append_new(array, tier);
+    }
+}
+
+static kvio_status_t rank_init(emulate_t *emulate, rank_state_t *state, uint32_t rank,
+                               char *error_p, size_t error_len)
+{
+    state->emulate = emulate;
+    state->rank = rank;
+    pthread_mutex_init(&state->lock, NULL);
+    pthread_cond_init(&state->wake, NULL);
+    if (kvio_hist_create(&state->timing_error) != KVIO_OK ||
+        kvio_hist_create(&state->timing_error_ppm) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    kvio_engine_observer_t observer = {.context = state, .on_finish = on_finish,
+                                       .on_iteration = on_iteration};
+    kvio_status_t status = setup_create(emulate->run, rank, emulate->blocks, emulate->block_bytes,
+                                        emulate->cost, observer, &state->setup, error_p,
+                                        error_len);
+    state->engine = state->setup.engine;
+    return status;
+}
+
+static void rank_fini(rank_state_t *state)
+{
+    setup_destroy(&state->setup);
+    for (size_t i = 0; i < state->inbox_count; i++)
+        free(state->inbox[i].hashes);
+    free(state->inbox);
+    kvio_hist_destroy(state->timing_error);
+    kvio_hist_destroy(state->timing_error_ppm);
+    pthread_mutex_destroy(&state->lock);
+    pthread_cond_destroy(&state->wake);
+}
+
+/* Emulate-only measurements: timing error and the engine's own overhead. */
+static json_t *executor_json(const emulate_t *emulate)
+{
+    kvio_hist_t *error_ns, *error_ppm;
+    if (kvio_hist_create(&error_ns) != KVIO_OK || kvio_hist_create(&error_ppm) != KVIO_OK)
+        return json_object();
+    int64_t overhead = 0, planned = 0;
+    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
+        kvio_hist_merge(error_ns, emulate->ranks[r].timing_error);
+        kvio_hist_merge(error_ppm, emulate->ranks[r].timing_error_ppm);
+        overhead += emulate->ranks[r].overhead_ns;
+        planned += emulate->ranks[r].planned_ns;
+    }
+    json_t *object = json_pack(
+        "{s:s, s:f, s:f, s:f, s:f, s:f}", "executor", "real", "timing_error_p50_us",
+        kvio_hist_quantile(error_ns, 0.5) / 1e3, "timing_error_p99_us",
+        kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
+        kvio_hist_quantile(error_ppm, 0.99) / 1e4, "timing_error_max_us",
+        (double)kvio_hist_max(error_ns) / 1e3, "engine_overhead_pct",
+        planned > 0 ? 100.0 * (double)overhead / (double)planned : 0);
+    kvio_hist_destroy(error_ns);
+    kvio_hist_destroy(error_ppm);
+    return object;
+}
+
+kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *error_p,
+                                           size_t error_len)
+{
+    uint32_t blocks = 0;
+    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
+                                                run->cost->tensor_parallel, &blocks, error_p,
+                                                error_len);
+    if (status != KVIO_OK)
+        return status;
+    uint32_t num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
+    uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
+                           (uint64_t)run->serve->kvcache.block_size;
+    uint64_t needed = (uint64_t)(blocks + 1) * block_bytes * num_ranks;
+    uint64_t available = available_memory();
+    /* Refuse, with the numbers, pools this machine cannot hold. */
+    if (available > 0 && needed > available / 10 * 8) {
+        snprintf(error_p, error_len,
+                 "emulate: the KV pools need %.2f GiB (%u ranks x %u blocks x %llu bytes) but "
+                 "this machine has %.2f GiB available; set serve.kvcache.capacity or "
+                 "serve.kvcache.blocks (at most 80%% of it)",
+                 (double)needed / 1073741824.0, num_ranks, blocks + 1,
+                 (unsigned long long)block_bytes, (double)available / 1073741824.0);
+        return KVIO_ERR_CONFIG;
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p,
+                                 bool *complete_p, char *error_p, size_t error_len)
+{
+    emulate_t emulate_storage;
+    emulate_t *emulate = &emulate_storage;
+    memset(emulate, 0, sizeof(*emulate));
+    emulate->run = run;
+    emulate->num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
+    emulate->block_size = (uint32_t)run->serve->kvcache.block_size;
+    emulate->block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
+                           emulate->block_size;
+    pthread_mutex_init(&emulate->csv_lock, NULL);
+    kvio_hash_t *hashes = NULL;
+    size_t hashes_capacity = 0;
+    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
+                                                run->cost->tensor_parallel, &emulate->blocks,
+                                                error_p, error_len);
+    if (status != KVIO_OK)
+        goto out;
+    status = kvio_serve_emulate_preflight(run, error_p, error_len);
+    if (status != KVIO_OK)
+        goto out;
+    status = kvio_cost_create(run->cost, run->model, run->gpu, &emulate->cost, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_router_create(&run->serve->router, &emulate->router);
+    if (status != KVIO_OK)
+        goto out;
+    emulate->ranks = calloc(emulate->num_ranks, sizeof(*emulate->ranks));
+    if (emulate->ranks == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto out;
+    }
+    for (uint32_t r = 0; r < emulate->num_ranks && status == KVIO_OK; r++)
+        status = rank_init(emulate, &emulate->ranks[r], r, error_p, error_len);
+    if (status != KVIO_OK)
+        goto out;
+    if (run->results != NULL) {
+        status = kvio_csv_open(run->results, "requests.csv",
+                               "id,rank,arrival_s,first_token_s,finish_s,input_tokens,"
+                               "output_tokens,cached_tokens,preemptions,model_version,measured",
+                               &emulate->requests_csv);
+        if (status == KVIO_OK)
+            status = kvio_csv_open(run->results, "iterations.csv",
+                                   "time_s,rank,duration_ms,batch_size,prefill_tokens,"
+                                   "decode_seqs,kv_usage,running,waiting,preempted,swap_bytes",
+                                   &emulate->iterations_csv);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "cannot write the CSV files");
+            goto out;
+        }
+    }
+
+    emulate->start_ns = kvio_time_ns();
+    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
+        if (pthread_create(&emulate->ranks[r].thread, NULL, rank_main, &emulate->ranks[r]) != 0) {
+            snprintf(error_p, error_len, "cannot start serve rank %u's thread", r);
+            status = KVIO_ERR_NOMEM;
+            atomic_store(&emulate->abort_all, true);
+            break;
+        }
+        emulate->ranks[r].started = true;
+    }
+    /* The client: requests leave at their arrival times, in real time. */
+    bool stopped = false;
+    uint64_t index = 0;
+    const kvio_request_t *request = NULL;
+    while (status == KVIO_OK && !atomic_load(&emulate->abort_all)) {
+        status = kvio_stream_next(run->stream, &request);
+        if (status != KVIO_OK || request == NULL)
+            break;
+        while (now_ns(emulate) < request->arrival_ns && !atomic_load(&emulate->abort_all)) {
+            if (run->stop != NULL && *run->stop)
+                break;
+            int64_t remaining = request->arrival_ns - now_ns(emulate);
+            struct timespec pause = {.tv_sec = 0,
+                                     .tv_nsec = remaining > 10000000 ? 10000000 : remaining};
+            nanosleep(&pause, NULL);
+        }
+        if (run->stop != NULL && *run->stop) {
+            stopped = true;
+            atomic_store(&emulate->abort_all, true);
+            break;
+        }
+        size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) /
+                            emulate->block_size;
+        if (num_blocks > hashes_capacity) {
+            hashes_capacity = num_blocks + 1024;
+            kvio_hash_t *bigger = realloc(hashes, hashes_capacity * sizeof(*hashes));
+            if (bigger == NULL) {
+                status = KVIO_ERR_NOMEM;
+                break;
+            }
+            hashes = bigger;
+        }
+        status = kvio_request_block_hashes(request, emulate->block_size, 0, num_blocks, NULL,
+                                           hashes);
+        if (status != KVIO_OK)
+            break;
+        int64_t arrival = now_ns(emulate);
+        kvio_engine_request_t engine_request = {
+            .id = request->id, .arrival_ns = arrival, .prompt_tokens = request->input_tokens,
+            .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
+            .priority = request->priority, .hashes = hashes, .num_hashes = num_blocks,
+            .measured = arrival >= run->warmup_ns && index >= (uint64_t)run->warmup_requests,
+        };
+        if (engine_request.prompt_tokens > 0)
+            status = push_request(&emulate->ranks[route(emulate, index)], &engine_request);
+        index++;
+    }
+    atomic_store(&emulate->client_done, true);
+    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
+        rank_state_t *state = &emulate->ranks[r];
+        if (!state->started)
+            continue;
+        pthread_mutex_lock(&state->lock);
+        pthread_cond_signal(&state->wake);
+        pthread_mutex_unlock(&state->lock);
+        pthread_join(state->thread, NULL);
+        if (state->status != KVIO_OK && state->status != KVIO_ERR_INTERRUPTED &&
+            status == KVIO_OK) {
+            status = state->status;
+            snprintf(error_p, error_len, "%s", state->error[0] ? state->error
+                                                                : kvio_strerror(status));
+        }
+    }
+    if (status == KVIO_OK && run->stop != NULL && *run->stop)
+        stopped = true;
+    if (status == KVIO_OK) {
+        kvio_engine_metrics_t total;
+        status = kvio_engine_metrics_init(&total);
+        if (status == KVIO_OK) {
+            json_t *per_rank = json_array();
+            json_t *tiers = json_array();
+            uint64_t verify_failures = 0, tier_hits = 0;
+            int64_t swap_real = 0, swap_modelled = 0;
+            for (uint32_t r = 0; r < emulate->num_ranks; r++) {
+                const kvio_engine_metrics_t *metrics = kvio_engine_metrics(emulate->ranks[r].engine);
+                kvio_engine_metrics_merge(&total, metrics);
+                json_array_append_new(per_rank, kvio_serve_metrics_json(metrics));
+                verify_failures += metrics->swap_verify_failures;
+                tier_hits += metrics->tier_hit_tokens;
+                swap_real += metrics->swap_real_ns;
+                swap_modelled += metrics->swap_modelled_ns;
+                tiers_json(&emulate->ranks[r].setup, r, tiers);
+            }
+            json_t *metrics = kvio_serve_metrics_json(&total);
+            json_object_set_new(metrics, "serve_ranks", json_integer(emulate->num_ranks));
+            json_object_set_new(metrics, "kv_blocks_per_rank", json_integer(emulate->blocks));
+            json_object_set_new(metrics, "block_size", json_integer(emulate->block_size));
+            json_object_set_new(metrics, "kv_block_bytes", json_integer((json_int_t)emulate->block_bytes));
+            json_object_set_new(metrics, "scheduler",
+                                json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
+            json_object_set_new(metrics, "router", json_string(kvio_router_name(emulate->router)));
+            json_object_set_new(metrics, "wall_run_s", json_real((double)now_ns(emulate) / 1e9));
+            json_object_set_new(metrics, "tier_hit_tokens", json_integer((json_int_t)tier_hits));
+            json_object_set_new(metrics, "swap_verify_failures",
+                                json_integer((json_int_t)verify_failures));
+            json_object_set_new(metrics, "swap_copy_s", json_real((double)swap_real / 1e9));
+            json_object_set_new(metrics, "swap_modelled_s", json_real((double)swap_modelled / 1e9));
+            json_object_set_new(metrics, "tiers", tiers);
+            json_object_set_new(metrics, "executor", executor_json(emulate));
+            json_object_set_new(metrics, "per_rank", per_rank);
+            kvio_engine_metrics_fini(&total);
+            *metrics_p = metrics;
+            *complete_p = !stopped;
+        }
+    }
+out:
+    if (kvio_csv_close(emulate->requests_csv) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "requests.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    if (kvio_csv_close(emulate->iterations_csv) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "iterations.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    for (uint32_t r = 0; emulate->ranks != NULL && r < emulate->num_ranks; r++)
+        rank_fini(&emulate->ranks[r]);
+    free(emulate->ranks);
+    free(hashes);
+    kvio_router_destroy(emulate->router);
+    kvio_cost_destroy(emulate->cost);
+    pthread_mutex_destroy(&emulate->csv_lock);
+    return status;
+}
+
+/* ---------- a serve rank inside the coupled run ---------- */
+
+#define SERVE_RANK_MAGIC 0x6b76696f73727631ull /* "kviosrv1" */
+
+struct kvio_serve_rank {
+    const kvio_serve_run_t *run;
+    uint32_t serve_index, num_serve;
+    uint32_t blocks, block_size;
+    uint64_t block_bytes;
+    kvio_cost_t *cost;
+    rank_setup_t setup;
+    const kvio_request_t *next;
+    uint64_t stream_index;
+    kvio_hash_t *hashes;
+    size_t hashes_capacity;
+    bool started;
+    int64_t origin_ns;       /* rank 0's clock when serving began */
+    int64_t planned_end_ns;
+    int64_t iteration_start_ns;
+    int64_t schedule_ns;
+    kvio_hist_t *timing_error, *timing_error_ppm;
+    int64_t overhead_ns, planned_ns;
+    char *rows;              /* requests.csv rows */
+    size_t rows_length, rows_capacity;
+    uint64_t *served;        /* finished requests per model version */
+    size_t num_versions;
+};
+
+static void coupled_finish(void *context, const kvio_engine_finished_t *finished)
+{
+    kvio_serve_rank_t *rank = context;
+    if (finished->tag >= rank->num_versions) {
+        size_t count = finished->tag + 16;
+        uint64_t *bigger = realloc(rank->served, count * sizeof(*bigger));
+        if (bigger != NULL) {
+            memset(bigger + rank->num_versions, 0,
+                   (count - rank->num_versions) * sizeof(*bigger));
+            rank->served = bigger;
+            rank->num_versions = count;
+        }
+    }
+    if (finished->tag < rank->num_versions)
+        rank->served[finished->tag]++;
+    char row[256];
+    int length = snprintf(row, sizeof(row), "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d\n",
+                          (unsigned long long)finished->id, finished->rank,
+                          finished->arrival_ns / 1e9, finished->first_token_ns / 1e9,
+                          finished->finish_ns / 1e9, finished->prompt_tokens,
+                          finished->output_tokens, finished->cached_tokens,
+                          finished->preemptions, (unsigned long long)finished->tag,
+                          finished->measured);
+    if (length <= 0)
+        return;
+    if (rank->rows_length + (size_t)length + 1 > rank->rows_capacity) {
+        size_t capacity = (rank->rows_capacity + (size_t)length + 1) * 2;
+        char *bigger = realloc(rank->rows, capacity);
+        if (bigger == NULL)
+            return;
+        rank->rows = bigger;
+        rank->rows_capacity = capacity;
+    }
+    memcpy(rank->rows + rank->rows_length, row, (size_t)length);
+    rank->rows_length += (size_t)length;
+}
+
+kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve_index,
+                                     uint32_t num_serve, kvio_serve_rank_t **rank_p,
+                                     char *error_p, size_t error_len)
+{
+    kvio_serve_rank_t *rank = calloc(1, sizeof(*rank));
+    if (rank == NULL)
+        return KVIO_ERR_NOMEM;
+    rank->run = run;
+    rank->serve_index = serve_index;
+    rank->num_serve = num_serve > 0 ? num_serve : 1;
+    rank->block_size = (uint32_t)run->serve->kvcache.block_size;
+    rank->block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
+                        rank->block_size;
+    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
+                                                run->cost->tensor_parallel, &rank->blocks,
+                                                error_p, error_len);
+    if (status == KVIO_OK && (kvio_hist_create(&rank->timing_error) != KVIO_OK ||
+                              kvio_hist_create(&rank->timing_error_ppm) != KVIO_OK))
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK)
+        status = kvio_cost_create(run->cost, run->model, run->gpu, &rank->cost, error_p,
+                                  error_len);
+    kvio_engine_observer_t observer = {.context = rank, .on_finish = coupled_finish};
+    if (status == KVIO_OK)
+        status = setup_create(run, serve_index, rank->blocks, rank->block_bytes, rank->cost,
+                              observer, &rank->setup, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_stream_next(run->stream, &rank->next);
+    if (status != KVIO_OK) {
+        kvio_serve_rank_destroy(rank);
+        return status;
+    }
+    *rank_p = rank;
+    return KVIO_OK;
+}
+
+void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
+{
+    if (rank == NULL)
+        return;
+    setup_destroy(&rank->setup);
+    kvio_cost_destroy(rank->cost);
+    kvio_hist_destroy(rank->timing_error);
+    kvio_hist_destroy(rank->timing_error_ppm);
+    free(rank->hashes);
+    free(rank->rows);
+    free(rank->served);
+    free(rank);
+}
+
+/* Takes this rank's share of the stream (request i goes to serve rank
+ * i mod S) up to time t, tagged with the active model version. */
+static kvio_status_t coupled_dispatch(kvio_serve_rank_t *rank, int64_t t, uint64_t version)
+{
+    const kvio_serve_run_t *run = rank->run;
+    kvio_status_t status = KVIO_OK;
+    while (status == KVIO_OK && rank->next != NULL && rank->next->arrival_ns <= t) {
+        const kvio_request_t *request = rank->next;
+        if (rank->stream_index % rank->num_serve == rank->serve_index &&
+            request->input_tokens > 0) {
+            size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) /
+                                rank->block_size;
+            if (num_blocks > rank->hashes_capacity) {
+                size_t capacity = num_blocks + 1024;
+                kvio_hash_t *bigger = realloc(rank->hashes, capacity * sizeof(*bigger));
+                if (bigger == NULL)
+                    return KVIO_ERR_NOMEM;
+                rank->hashes = bigger;
+                rank->hashes_capacity = capacity;
+            }
+            status = kvio_request_block_hashes(request, rank->block_size, 0, num_blocks, NULL,
+                                               rank->hashes);
+            kvio_engine_request_t engine_request = {
+                .id = request->id, .arrival_ns = t, .prompt_tokens = request->input_tokens,
+                .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
+                .priority = request->priority, .hashes = rank->hashes,
+                .num_hashes = num_blocks, .tag = version,
+                .measured = t >= run->warmup_ns &&
+                            rank->stream_index >= (uint64_t)run->warmup_requests,
+            };
+            if (status == KVIO_OK)
+                status = kvio_engine_add(rank->setup.engine, &engine_request);
+        }
+        rank->stream_index++;
+        if (status == KVIO_OK)
+            status = kvio_stream_next(run->stream, &rank->next);
+    }
+    return status;
+}
+
+static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t active_version,
+                                   int64_t *end_ns_p, int64_t *idle_until_p, bool *finished_p)
+{
+    kvio_serve_rank_t *rank = context;
+    if (!rank->started) {
+        rank->started = true;
+        rank->origin_ns = now_ns;
+    }
+    int64_t t = now_ns - rank->origin_ns;
+    kvio_status_t status = coupled_dispatch(rank, t, active_version);
+    if (status != KVIO_OK)
+        return status;
+    *end_ns_p = -1;
+    if (!kvio_engine_has_work(rank->setup.engine)) {
+        if (rank->next == NULL)
+            *finished_p = true;
+        else
+            *idle_until_p = rank->origin_ns + rank->next->arrival_ns;
+        return KVIO_OK;
+    }
+    kvio_engine_iteration_t iteration;
+    uint64_t before_ns = kvio_time_ns();
+    status = kvio_engine_schedule(rank->setup.engine, t, &iteration);
+    rank->overhead_ns += (int64_t)(kvio_time_ns() - before_ns);
+    if (status != KVIO_OK)
+        return status;
+    if (iteration.duration_ns <= 0)
+        return KVIO_ERR_CONFIG; /* the head request can never fit */
+    rank->iteration_start_ns = now_ns;
+    rank->schedule_ns = now_ns - rank->origin_ns;
+    rank->planned_end_ns = now_ns + iteration.duration_ns;
+    rank->planned_ns += iteration.duration_ns;
+    *end_ns_p = rank->planned_end_ns;
+    return KVIO_OK;
+}
+
+static kvio_status_t coupled_end(void *context, int64_t now_ns)
+{
+    kvio_serve_rank_t *rank = context;
+    int64_t error = now_ns - rank->planned_end_ns;
+    int64_t duration = rank->planned_end_ns - rank->iteration_start_ns;
+    kvio_hist_record(rank->timing_error, (uint64_t)(error > 0 ? error : -error));
+    if (duration > 0)
+        kvio_hist_record(rank->timing_error_ppm,
+                         (uint64_t)((double)(error > 0 ? error : -error) * 1e6 / (double)duration));
+    uint64_t before_ns = kvio_time_ns();
+    kvio_engine_complete(rank->setup.engine, now_ns - rank->origin_ns);
+    rank->overhead_ns += (int64_t)(kvio_time_ns() - before_ns);
+    return KVIO_OK;
+}
+
+void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *server_p)
+{
+    server_p->context = rank;
+    server_p->begin = coupled_begin;
+    server_p->end = coupled_end;
+}
+
+/* Appends bytes to a growable blob. */
+static kvio_status_t blob_append(unsigned char **blob, size_t *length, size_t *capacity,
+                                 const void *data, size_t size)
+{
+    if (*length + size > *capacity) {
+        size_t bigger_capacity = (*length + size) * 2 + 256;
+        unsigned char *bigger = realloc(*blob, bigger_capacity);
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        *blob = bigger;
+        *capacity = bigger_capacity;
+    }
+    memcpy(*blob + *length, data, size);
+    *length += size;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p, size_t *length_p)
+{
+    unsigned char *blob = NULL;
+    size_t length = 0, capacity = 0;
+    void *metrics = NULL;
+    size_t metrics_length = 0;
+    kvio_status_t status = kvio_engine_metrics_pack(kvio_engine_metrics(rank->setup.engine),
+                                                    &metrics, &metrics_length);
+    uint64_t magic = SERVE_RANK_MAGIC, sizes[3] = {metrics_length, rank->num_versions,
+                                                   rank->rows_length};
+    int64_t times[2] = {rank->overhead_ns, rank->planned_ns};
+    if (status == KVIO_OK)
+        status = blob_append(&blob, &length, &capacity, &magic, sizeof(magic));
+    if (status == KVIO_OK)
+        status = blob_append(&blob, &length, &capacity, sizes, sizeof(sizes));
+    if (status == KVIO_OK)
+        status = blob_append(&blob, &length, &capacity, metrics, metrics_length);
+    if (status == KVIO_OK && rank->num_versions > 0)
+        status = blob_append(&blob, &length, &capacity, rank->served,
+                             rank->num_versions * sizeof(uint64_t));
+    if (status == KVIO_OK && rank->rows_length > 0)
+        status = blob_append(&blob, &length, &capacity, rank->rows, rank->rows_length);
+    if (status == KVIO_OK)
+        status = blob_append(&blob, &length, &capacity, times, sizeof(times));
+    const kvio_hist_t *hists[2] = {rank->timing_error, rank->timing_error_ppm};
+    for (int h = 0; h < 2 && status == KVIO_OK; h++) {
+        size_t size = kvio_hist_packed_size(hists[h]);
+        unsigned char *packed = malloc(size);
+        if (packed == NULL) {
+            status = KVIO_ERR_NOMEM;
+            break;
+        }
+        size = kvio_hist_pack(hists[h], packed);
+        status = blob_append(&blob, &length, &capacity, packed, size);
+        free(packed);
+    }
+    json_t *tiers = json_array();
+    tiers_json(&rank->setup, rank->serve_index, tiers);
+    char *tiers_text = json_dumps(tiers, JSON_COMPACT);
+    json_decref(tiers);
+    uint64_t tiers_length = tiers_text != NULL ? strlen(tiers_text) : 0;
+    if (status == KVIO_OK)
+        status = blob_append(&blob, &length, &capacity, &tiers_length, sizeof(tiers_length));
+    if (status == KVIO_OK && tiers_length > 0)
+        status = blob_append(&blob, &length, &capacity, tiers_text, tiers_length);
+    free(tiers_text);
+    free(metrics);
+    if (status != KVIO_OK) {
+        free(blob);
+        return status;
+    }
+    *blob_p = blob;
+    *length_p = length;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
+                                     kvio_results_t *results, json_t **metrics_p,
+                                     uint64_t **served_p, size_t *num_versions_p,
+                                     char *error_p, size_t error_len)
+{
+    kvio_engine_metrics_t total;
+    kvio_hist_t *error_ns = NULL, *error_ppm = NULL;
+    kvio_csv_t *csv = NULL;
+    uint64_t *served = NULL;
+    size_t num_versions = 0;
+    int64_t overhead = 0, planned = 0;
+    json_t *per_rank = json_array(), *tiers = json_array();
+    kvio_status_t status = kvio_engine_metrics_init(&total);
+    if (status == KVIO_OK && (kvio_hist_create(&error_ns) != KVIO_OK ||
+                              kvio_hist_create(&error_ppm) != KVIO_OK))
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK && results != NULL)
+        status = kvio_csv_open(results, "requests.csv",
+                               "id,rank,arrival_s,first_token_s,finish_s,input_tokens,"
+                               "output_tokens,cached_tokens,preemptions,model_version,measured",
+                               &csv);
+    for (size_t b = 0; b < count && status == KVIO_OK; b++) {
+        const unsigned char *blob = blobs[b];
+        size_t length = lengths[b], offset = 0;
+        uint64_t magic, sizes[3];
+        if (length < sizeof(magic) + sizeof(sizes)) {
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        memcpy(&magic, blob, sizeof(magic));
+        memcpy(sizes, blob + sizeof(magic), sizeof(sizes));
+        offset = sizeof(magic) + sizeof(sizes);
+        if (magic != SERVE_RANK_MAGIC || sizes[0] > length - offset) {
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        kvio_engine_metrics_t rank_metrics;
+        size_t used = 0;
+        status = kvio_engine_metrics_init(&rank_metrics);
+        if (status == KVIO_OK)
+            status = kvio_engine_metrics_unpack_merge(&rank_metrics, blob + offset, sizes[0], &used);
+        if (status == KVIO_OK) {
+            kvio_engine_metrics_merge(&total, &rank_metrics);
+            json_array_append_new(per_rank, kvio_serve_metrics_json(&rank_metrics));
+        }
+        kvio_engine_metrics_fini(&rank_metrics);
+        offset += sizes[0];
+        if (status != KVIO_OK || sizes[1] > (length - offset) / 8) {
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        if (sizes[1] > num_versions) {
+            uint64_t *bigger = realloc(served, sizes[1] * sizeof(uint64_t));
+            if (bigger == NULL) {
+                status = KVIO_ERR_NOMEM;
+                break;
+            }
+            memset(bigger + num_versions, 0, (sizes[1] - num_versions) * sizeof(uint64_t));
+            served = bigger;
+            num_versions = sizes[1];
+        }
+        for (uint64_t v = 0; v < sizes[1]; v++) {
+            uint64_t value;
+            memcpy(&value, blob + offset + v * 8, 8);
+            served[v] += value;
+        }
+        offset += sizes[1] * 8;
+        if (sizes[2] > length - offset) {
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        if (csv != NULL && sizes[2] > 0) {
+            /* Rows arrive as text; strip the last newline (kvio_csv_row adds one). */
+            status = kvio_csv_row(csv, "%.*s", (int)sizes[2] - 1, (const char *)blob + offset);
+        }
+        offset += sizes[2];
+        int64_t times[2];
+        if (status != KVIO_OK || length - offset < sizeof(times)) {
+            status = status != KVIO_OK ? status : KVIO_ERR_PARSE;
+            break;
+        }
+        memcpy(times, blob + offset, sizeof(times));
+        offset += sizeof(times);
+        overhead += times[0];
+        planned += times[1];
+        status = kvio_hist_unpack_merge(error_ns, blob + offset, length - offset, &used);
+        offset += used;
+        if (status == KVIO_OK)
+            status = kvio_hist_unpack_merge(error_ppm, blob + offset, length - offset, &used);
+        offset += used;
+        uint64_t tiers_length = 0;
+        if (status == KVIO_OK && length - offset >= sizeof(tiers_length)) {
+            memcpy(&tiers_length, blob + offset, sizeof(tiers_length));
+            offset += sizeof(tiers_length);
+            if (tiers_length > length - offset) {
+                status = KVIO_ERR_PARSE;
+                break;
+            }
+            json_error_t json_error;
+            json_t *rank_tiers = json_loadb((const char *)blob + offset, tiers_length, 0,
+                                            &json_error);
+            if (rank_tiers != NULL)
+                json_array_extend(tiers, rank_tiers);
+            json_decref(rank_tiers);
+        }
+    }
+    if (status == KVIO_OK) {
+        json_t *metrics = kvio_serve_metrics_json(&total);
+        json_object_set_new(metrics, "serve_ranks", json_integer((json_int_t)count));
+        json_object_set_new(metrics, "tier_hit_tokens",
+                            json_integer((json_int_t)total.tier_hit_tokens));
+        json_object_set_new(metrics, "swap_verify_failures",
+                            json_integer((json_int_t)total.swap_verify_failures));
+        json_object_set_new(metrics, "tiers", tiers);
+        tiers = NULL;
+        json_object_set_new(
+            metrics, "executor",
+            json_pack("{s:s, s:f, s:f, s:f, s:f}", "executor", "real (coupled)",
+                      "timing_error_p50_us", kvio_hist_quantile(error_ns, 0.5) / 1e3,
+                      "timing_error_p99_us", kvio_hist_quantile(error_ns, 0.99) / 1e3,
+                      "timing_error_p99_pct", kvio_hist_quantile(error_ppm, 0.99) / 1e4,
+                      "engine_overhead_pct",
+                      planned > 0 ? 100.0 * (double)overhead / (double)planned : 0));
+        json_object_set_new(metrics, "per_rank", per_rank);
+        per_rank = NULL;
+        *metrics_p = metrics;
+        *served_p = served;
+        *num_versions_p = num_versions;
+        served = NULL;
+    } else if (error_p[0] == '\0') {
+        snprintf(error_p, error_len, "serve ranks' reports could not be merged: %s",
+                 kvio_strerror(status));
+    }
+    if (kvio_csv_close(csv) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "requests.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    json_decref(per_rank);
+    json_decref(tiers);
+    free(served);
+    kvio_hist_destroy(error_ns);
+    kvio_hist_destroy(error_ppm);
+    kvio_engine_metrics_fini(&total);
+    return status;
+}

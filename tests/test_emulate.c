@@ -1,0 +1,135 @@
+/* Emulate mode: real time, real KV memory. Swaps really move bytes and their
+ * checksums survive the round trip; the coupled run serves requests while a
+ * trainer publishes updates, and tags requests with the version that served
+ * them; pools larger than the machine are refused with the numbers. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/run.h"
+#include "tests/helpers.h"
+
+/* Llama-3.2-1B blocks are 512 KiB (32 KiB per token × 16): 160 blocks hold
+ * 2,560 tokens, so twelve 1,500-token prompts growing by 300 tokens each
+ * must be preempted (by swap) to finish. */
+static const char *swap_workload =
+    "name: swaps\nseed: 2\nmode: emulate\nduration: 30s\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "serve:\n  engine: {max_num_seqs: 8, max_num_batched_tokens: 4096, preemption: swap}\n"
+    "  kvcache: {block_size: 16, blocks: 160, prefix_caching: false, verify_swaps: true}\n"
+    "stream:\n  requests: 12\n  arrival: {process: batch}\n"
+    "  input_tokens: {dist: uniform, low: 1000, high: 1500}\n"
+    "  output_tokens: {dist: uniform, low: 200, high: 300}\n";
+
+static const char *coupled_workload =
+    "name: coupled\nseed: 4\nmode: emulate\nduration: 3s\n"
+    "ranks: {train: 1, serve: 2, runtime: local, timeout: 20s}\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache: {block_size: 16, blocks: 400}\n"
+    "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 16MiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 5}\n"
+    "  transport: {kind: ucx, chunk: 4MiB, inflight: 2}\n"
+    "update: {apply: shadow, verify: true, serving: engine}\n"
+    "stream:\n  arrival: {process: poisson, rate: 20}\n"
+    "  input_tokens: {dist: lognormal, mean: 600, stddev: 300, min: 16, max: 2048}\n"
+    "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n"
+    "  prefix: {system_prompts: {count: 2, tokens: 256, zipf: 1.0}}\n";
+
+static json_t *run_workload(const char *text, char **dir_p, kvio_status_t expected,
+                            char *error, size_t error_len)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", text);
+    kvio_workload_t workload;
+    cr_assert_eq(kvio_workload_load(file, NULL, 0, &workload, error, error_len), KVIO_OK, "%s",
+                 error);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file};
+    kvio_run_result_t result;
+    kvio_status_t status = kvio_run(&workload, &options, &result, error, error_len);
+    kvio_workload_free(&workload);
+    free(file);
+    cr_assert_eq(status, expected, "%s", error);
+    *dir_p = dir;
+    if (status != KVIO_OK)
+        return NULL;
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s", json_error.text);
+    return summary;
+}
+
+static double metric(const json_t *summary, const char *key)
+{
+    return json_number_value(json_object_get(json_object_get(summary, "metrics"), key));
+}
+
+Test(emulate, swaps_really_move_bytes_and_survive_the_round_trip, .timeout = 120)
+{
+    char *dir, error[1024];
+    json_t *summary = run_workload(swap_workload, &dir, KVIO_OK, error, sizeof(error));
+    cr_assert(json_is_true(json_object_get(summary, "complete")));
+    cr_assert_eq(metric(summary, "completed"), 12);
+    cr_assert_geq(metric(summary, "preemptions"), 1);
+    cr_assert_gt(metric(summary, "swapped_bytes"), 0);
+    cr_assert_gt(metric(summary, "swap_copy_s"), 0, "the copies took no time");
+    cr_assert_eq(metric(summary, "swap_verify_failures"), 0);
+    cr_assert_eq(metric(summary, "recomputed_tokens"), 0);
+    const json_t *executor = json_object_get(json_object_get(summary, "metrics"), "executor");
+    cr_assert_not_null(json_object_get(executor, "timing_error_p99_us"));
+    cr_assert_not_null(json_object_get(executor, "engine_overhead_pct"));
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(emulate, coupled_run_serves_while_updates_arrive, .timeout = 120)
+{
+    char *dir, error[1024];
+    json_t *summary = run_workload(coupled_workload, &dir, KVIO_OK, error, sizeof(error));
+    const json_t *metrics = json_object_get(summary, "metrics");
+    cr_assert_gt(metric(summary, "completed"), 10);
+    const json_t *updates = json_object_get(metrics, "model_updates");
+    cr_assert_not_null(updates);
+    cr_assert_geq(json_integer_value(json_object_get(updates, "updates_activated")), 1);
+    cr_assert_gt(metric(summary, "cumulative_inference_loss"), 0);
+    /* Requests that arrived after an update carry its version. */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
+    char *csv = test_read_file(path);
+    cr_assert_not_null(csv);
+    int newer = 0, rows = 0;
+    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0';
+         line = strchr(line + 1, '\n')) {
+        char *field = line + 1;
+        for (int column = 0; column < 9; column++)
+            field = strchr(field, ',') + 1;
+        newer += strtoul(field, NULL, 10) > 0;
+        rows++;
+    }
+    cr_assert_eq(rows, (int)metric(summary, "completed"));
+    cr_assert_gt(newer, 0, "no request was served by an updated model");
+    free(csv);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(emulate, pools_larger_than_the_machine_are_refused_with_the_numbers, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", "mode: emulate\nmodel: {preset: llama3-70b}\n"
+                                                 "serve: {kvcache: {capacity: 4TiB}}\n");
+    test_run_t run = test_kvio(dir, "run", file, "-o", "out", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "emulate: the KV pools need"), "%s", run.err);
+    cr_assert(test_contains(run.err, "GiB available"), "%s", run.err);
+    test_run_free(&run);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
