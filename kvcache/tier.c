@@ -311,6 +311,7 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
         return KVIO_ERR_NOMEM;
     }
     tier->ops = tier_registry[config->kind];
+    tier->lru_head = tier->lru_tail = NO_ENTRY;
     tier->emulate = emulate;
     tier->block_bytes = block_bytes;
     tier->capacity = (uint32_t)capacity;
@@ -323,26 +324,13 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
     if (tier->config.timeout_ns <= 0)
         tier->config.timeout_ns = 2000000000LL;
     kvio_tier_model(config, &tier->bandwidth, &tier->latency_ns);
-
-    uint64_t table_size = 16;
-    while (table_size < 2 * capacity)
-        table_size *= 2;
-    tier->table_mask = table_size - 1;
-    tier->entries = malloc(capacity * sizeof(*tier->entries));
-    tier->table = malloc(table_size * sizeof(*tier->table));
-    if (copy_failed || tier->entries == NULL || tier->table == NULL ||
-        kvio_hist_create(&tier->stats.put_latency) != KVIO_OK ||
-        kvio_hist_create(&tier->stats.get_latency) != KVIO_OK) {
-        snprintf(error_p, error_len, "%s tier: out of memory for an index of %llu blocks", kind,
-                 (unsigned long long)capacity);
+    if (copy_failed) {
+        snprintf(error_p, error_len, "%s tier: out of memory", kind);
         goto fail;
     }
-    memset(tier->table, 0xff, table_size * sizeof(*tier->table));
-    for (uint32_t i = 0; i < tier->capacity; i++)
-        tier->entries[i].next = i + 1 < tier->capacity ? i + 1 : NO_ENTRY;
-    tier->free_head = 0;
-    tier->lru_head = tier->lru_tail = NO_ENTRY;
 
+    /* The backend first: it refuses sizes (memory, disk) before the index
+     * is built for them. */
     if (emulate) {
         if (tier->ops->priv_size > 0 && (tier->priv = calloc(1, tier->ops->priv_size)) == NULL) {
             snprintf(error_p, error_len, "%s tier: out of memory", kind);
@@ -360,6 +348,25 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
                  kind, tier->capacity, (unsigned long long)block_bytes, tier->bandwidth,
                  (long long)tier->latency_ns);
     }
+    uint64_t table_size = 16;
+    while (table_size < 2 * capacity)
+        table_size *= 2;
+    tier->table_mask = table_size - 1;
+    tier->entries = malloc(capacity * sizeof(*tier->entries));
+    tier->table = malloc(table_size * sizeof(*tier->table));
+    status = KVIO_ERR_NOMEM;
+    if (tier->entries == NULL || tier->table == NULL ||
+        kvio_hist_create(&tier->stats.put_latency) != KVIO_OK ||
+        kvio_hist_create(&tier->stats.get_latency) != KVIO_OK) {
+        snprintf(error_p, error_len, "%s tier: out of memory for an index of %llu blocks", kind,
+                 (unsigned long long)capacity);
+        goto fail;
+    }
+    memset(tier->table, 0xff, table_size * sizeof(*tier->table));
+    for (uint32_t i = 0; i < tier->capacity; i++)
+        tier->entries[i].next = i + 1 < tier->capacity ? i + 1 : NO_ENTRY;
+    tier->free_head = 0;
+
     kvio_info("tier %s", tier->info);
     *tier_p = tier;
     return KVIO_OK;

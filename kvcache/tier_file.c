@@ -60,8 +60,11 @@ static int probe(const char *dir, bool direct, void *aligned)
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/.kvio-probe-%d", dir, (int)getpid());
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
-    if (fd < 0)
-        return errno;
+    if (fd < 0) {
+        int errnum = errno;
+        unlink(path); /* some file systems create the file, then refuse O_DIRECT */
+        return errnum;
+    }
     int errnum = 0;
     if (direct && write(fd, aligned, DIRECT_ALIGN) != DIRECT_ALIGN)
         errnum = errno ? errno : EIO;
@@ -127,7 +130,9 @@ static kvio_status_t file_init(void *priv, const kvio_tier_config_t *config,
                       file->direct_note);
     }
     struct statvfs space;
-    if (statvfs(file->dir, &space) == 0) {
+    /* A file system that reports no size (ramfs, some network ones) is not
+     * checked. */
+    if (statvfs(file->dir, &space) == 0 && space.f_blocks > 0) {
         uint64_t available = (uint64_t)space.f_bavail * space.f_frsize;
         uint64_t needed = block_bytes * capacity;
         if (needed > available) {
