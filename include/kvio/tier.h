@@ -37,52 +37,102 @@ typedef struct kvio_tier_config {
     char *key_prefix;      /* redis: prefix of every key (default "kvio:kv:") */
     double bandwidth;      /* simulate: bytes/s (0: the kind's default) */
     int64_t latency_ns;    /* simulate: per operation (0: the kind's default) */
+    int64_t timeout_ns;    /* redis: bound on connecting and on every reply (0: 2 s) */
 } kvio_tier_config_t;
 
+/* The option table of one `serve.kvcache.tiers` entry (kvcache/tier.c). */
 extern const kvio_opt_t kvio_tier_options[];
+
+/* Names indexed by kvio_tier_kind_t ("host", "redis", "file") and by
+ * kvio_tier_write_t ("back", "through"); NULL-terminated. */
+extern const char *const kvio_tier_kind_names[];
+extern const char *const kvio_tier_write_names[];
+
+/* Simulate-mode defaults, bytes/s (GB = 1e9 bytes) and ns per operation; see
+ * kvcache/README.md "Tiers" for where the numbers come from. */
+#define KVIO_TIER_HOST_PINNED_BANDWIDTH 25e9
+#define KVIO_TIER_HOST_PINNED_LATENCY_NS 10000
+#define KVIO_TIER_HOST_PAGEABLE_BANDWIDTH 10e9
+#define KVIO_TIER_HOST_PAGEABLE_LATENCY_NS 20000
+#define KVIO_TIER_REDIS_BANDWIDTH 1e9
+#define KVIO_TIER_REDIS_LATENCY_NS 200000
+#define KVIO_TIER_FILE_BANDWIDTH 2e9
+#define KVIO_TIER_FILE_LATENCY_NS 100000
+
+/* The simulate model of a configuration: its bandwidth (bytes/s) and latency
+ * (ns per operation), the configured values or the kind's defaults (a host
+ * tier is modelled as configured: pinned or pageable). */
+void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
+                     int64_t *latency_ns_p);
 
 /* Counters of one tier, per run. */
 typedef struct kvio_tier_stats {
     uint64_t puts, gets, hits, misses, evictions, errors;
+    uint64_t duplicates;            /* puts of a block already held: refreshed, not rewritten */
     uint64_t bytes_written, bytes_read;
     int64_t write_ns, read_ns;      /* time spent in puts and gets */
     kvio_hist_t *put_latency;        /* ns per put */
-    kvio_hist_t *get_latency;        /* ns per get */
+    kvio_hist_t *get_latency;        /* ns per get that hit */
 } kvio_tier_stats_t;
 
 typedef struct kvio_tier kvio_tier_t;
 
-/* Creates a tier for blocks of block_bytes. emulate: really move bytes
- * (connects to Redis, creates the directory); simulate: model the cost.
+/* Creates a tier for blocks of block_bytes; the config is borrowed (copied).
+ * emulate: really move bytes (connects to Redis, creates the directory);
+ * simulate: model the cost, touch nothing (a Redis URL is only parsed).
  * Refuses a size that holds no block, an unreachable Redis (with the URL), an
- * unwritable directory, a host tier larger than the machine's memory. */
+ * unwritable directory, a host tier larger than the machine's memory, a file
+ * tier larger than the free space (the last three in emulate mode). A tier is
+ * used by one thread at a time. The caller destroys it; destroying an emulate
+ * tier deletes the blocks it wrote (files, Redis keys). */
 kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_bytes,
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len);
 void kvio_tier_destroy(kvio_tier_t *tier);
 
+/* The kind's name ("host", "redis", "file"). */
 const char *kvio_tier_name(const kvio_tier_t *tier);
+/* kvio_tier_write_t: when the engine writes blocks down (the tier does not act on it). */
 int kvio_tier_write_policy(const kvio_tier_t *tier);
+
+/* Blocks the tier can hold (size / block_bytes), and holds now. */
+uint32_t kvio_tier_capacity(const kvio_tier_t *tier);
+uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier);
+
+/* One line on what the backend really uses, e.g. "host: 64 blocks of 4096
+ * bytes in pageable memory (pinned needs CUDA, not built)" (borrowed). */
+const char *kvio_tier_info(const kvio_tier_t *tier);
+
+/* The text of the last failed put or get, "" if none (borrowed). */
+const char *kvio_tier_error(const kvio_tier_t *tier);
 
 /* True when the tier holds the block (no I/O; the framework's index). */
 bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash);
 
-/* Stores a block (data may be NULL in simulate mode); evicts the least
- * recently used block when full. *cost_ns_p: the time it took (emulate) or
- * the modelled time (simulate). */
+/* Stores a block of block_bytes (data is borrowed; may be NULL in simulate
+ * mode); evicts the least recently used block when full (the backend deletes
+ * it). A block already held is only refreshed (counted in duplicates, cost
+ * 0). *cost_ns_p: the time it took, eviction included (emulate), or the
+ * modelled time (simulate); set on success. On an error (counted in errors,
+ * text in kvio_tier_error) the tier does not hold the block. */
 kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,
                             int64_t *cost_ns_p);
 
-/* Loads a block into data (may be NULL in simulate mode). KVIO_ERR_NOT_FOUND
- * on a miss (counted; a Redis entry whose data key is gone is a miss and its
- * metadata is deleted). */
+/* Loads a block into data (block_bytes; may be NULL in simulate mode), and
+ * makes it the most recently used. KVIO_ERR_NOT_FOUND on a miss (counted; a
+ * block the tier lists but the backend lost, e.g. a Redis entry whose data
+ * key is gone, is a miss: it leaves the index and its metadata is deleted).
+ * *cost_ns_p is set on success and on a miss (a miss found by the backend
+ * took time; one found in the index costs 0). */
 kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
                             int64_t *cost_ns_p);
 
 /* The tier's counters (borrowed). */
 const kvio_tier_stats_t *kvio_tier_stats(const kvio_tier_t *tier);
 
-/* Counters as JSON: name, kind, bytes, ops, hit rate, bandwidth, latency. */
+/* Counters as JSON: name, kind, mode, capacity, bytes, ops, hit rate,
+ * bandwidth (GB/s), latency (us), the simulate model and what the backend
+ * uses (memory kind, O_DIRECT, URL). The caller owns the reference. */
 json_t *kvio_tier_stats_json(const kvio_tier_t *tier);
 
 #endif

@@ -1,0 +1,573 @@
+/* KV tier framework: the option table, the backend registry (with a stub for
+ * Redis when hiredis is missing), and the wrapper every put and get goes
+ * through. The framework owns the index of held blocks (open addressing, an
+ * LRU list, no allocation per block), evicts, charges the simulate model or
+ * times the backend, and counts; backends only move bytes. */
+#include "kvcache/tier_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+#include "kvio/redis.h"
+
+const char *const kvio_tier_kind_names[] = {"host", "redis", "file", NULL};
+const char *const kvio_tier_write_names[] = {"back", "through", NULL};
+
+const kvio_opt_t kvio_tier_options[] = {
+    {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_tier_config_t, kind),
+     .values = kvio_tier_kind_names, .default_value = "host",
+     .help = "host: host memory; redis: a Redis server (two keys per block); file: one file "
+             "per block"},
+    {.key = "size", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_tier_config_t, size),
+     .default_value = "1GiB", .flags = KVIO_OPT_HAS_MIN, .min = 1,
+     .help = "bytes the tier holds (whole blocks; the least recently used is evicted)"},
+    {.key = "write", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_tier_config_t, write),
+     .values = kvio_tier_write_names, .default_value = "back",
+     .help = "back: a block is written when the pool evicts it; through: when it is full"},
+    {.key = "url", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_tier_config_t, url),
+     .default_value = "redis://127.0.0.1:6379", .help = "redis: redis://[:password@]host:port[/db]"},
+    {.key = "key_prefix", .type = KVIO_OPT_STRING,
+     .offset = offsetof(kvio_tier_config_t, key_prefix), .default_value = "\"kvio:kv:\"",
+     .help = "redis: prefix of every key"},
+    {.key = "timeout", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_tier_config_t, timeout_ns),
+     .default_value = "2s", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1e6, .max = 600e9,
+     .help = "redis: bound on connecting and on every reply"},
+    {.key = "path", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_tier_config_t, path),
+     .default_value = "/tmp/kvio-tier",
+     .help = "file: directory of the block files (created; its parent must exist)"},
+    {.key = "o_direct", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_tier_config_t, o_direct),
+     .default_value = "false",
+     .help = "file: O_DIRECT reads and writes (buffered, with a warning, where refused)"},
+    {.key = "pinned", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_tier_config_t, pinned),
+     .default_value = "true",
+     .help = "host: pinned memory (needs CUDA; pageable otherwise, and said so)"},
+    {.key = "bandwidth", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_tier_config_t, bandwidth),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "simulate: bytes/s, e.g. 25e9 (0: the kind's default)"},
+    {.key = "latency", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_tier_config_t, latency_ns), .default_value = "0s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "simulate: cost per operation (0s: the kind's default)"},
+    {.key = NULL},
+};
+
+#ifndef KVIO_HAVE_REDIS
+static kvio_status_t redis_stub_init(void *priv, const kvio_tier_config_t *config,
+                                     uint64_t block_bytes, uint32_t capacity, char *error_p,
+                                     size_t error_len)
+{
+    snprintf(error_p, error_len, "redis tier not built (configure with KVIO_WITH_REDIS=ON)");
+    return KVIO_ERR_UNSUPPORTED;
+}
+const kvio_tier_ops_t kvio_tier_redis_ops = {.name = "redis", .init = redis_stub_init};
+#endif
+
+/* Indexed by kvio_tier_kind_t. */
+static const kvio_tier_ops_t *const tier_registry[] = {
+    [KVIO_TIER_HOST] = &kvio_tier_host_ops,
+    [KVIO_TIER_REDIS] = &kvio_tier_redis_ops,
+    [KVIO_TIER_FILE] = &kvio_tier_file_ops,
+};
+
+#define NUM_KINDS (sizeof(tier_registry) / sizeof(tier_registry[0]))
+#define NO_ENTRY UINT32_MAX
+#define MAX_CAPACITY (1u << 30)
+
+/* A held block; entries double as the backend's slots. */
+typedef struct tier_entry {
+    kvio_hash_t hash;
+    uint32_t prev, next; /* LRU list when held; next links the free list */
+} tier_entry_t;
+
+struct kvio_tier {
+    const kvio_tier_ops_t *ops;
+    void *priv;
+    bool backend_ready;       /* init succeeded: fini is owed */
+    kvio_tier_config_t config; /* strings owned */
+    bool emulate;
+    uint64_t block_bytes;
+    uint32_t capacity;
+    uint32_t num_held;
+    double bandwidth;         /* simulate model */
+    int64_t latency_ns;
+    tier_entry_t *entries;    /* capacity */
+    uint32_t free_head;
+    uint32_t lru_head, lru_tail; /* head: most recently used */
+    uint32_t *table;          /* open addressing: entry index or NO_ENTRY */
+    uint64_t table_mask;
+    kvio_tier_stats_t stats;
+    bool error_logged;
+    char info[512];
+    char error[512];
+};
+
+/* ---------- simulate model ---------- */
+
+/* Defaults (bytes/s with GB = 1e9; ns per operation), documented in
+ * kvcache/README.md "Tiers":
+ * - host pinned, 25 GB/s + 10 us: DMA over PCIe 4.0 x16 (32 GB/s raw)
+ *   sustains about 25 GB/s; a cudaMemcpyAsync and its synchronisation cost
+ *   about 10 us.
+ * - host pageable, 10 GB/s + 20 us: the driver stages pageable memory through
+ *   a pinned bounce buffer (an extra memcpy), which measures 6-12 GB/s.
+ * - redis, 1 GB/s + 200 us: one connection, a pipelined pair of commands per
+ *   block to a server across a datacenter network: Redis is single-threaded
+ *   and copies every value, about 1 GB/s; 200 us is a round trip plus
+ *   per-command work on large values.
+ * - file, 2 GB/s + 100 us: one stream to an NVMe SSD (2-3 GB/s) through the
+ *   page cache or O_DIRECT; 100 us covers open, create and rename plus the
+ *   device's own latency. */
+void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
+                     int64_t *latency_ns_p)
+{
+    double bandwidth = KVIO_TIER_HOST_PINNED_BANDWIDTH;
+    int64_t latency_ns = KVIO_TIER_HOST_PINNED_LATENCY_NS;
+    switch (config->kind) {
+    case KVIO_TIER_HOST:
+        if (!config->pinned) {
+            bandwidth = KVIO_TIER_HOST_PAGEABLE_BANDWIDTH;
+            latency_ns = KVIO_TIER_HOST_PAGEABLE_LATENCY_NS;
+        }
+        break;
+    case KVIO_TIER_REDIS:
+        bandwidth = KVIO_TIER_REDIS_BANDWIDTH;
+        latency_ns = KVIO_TIER_REDIS_LATENCY_NS;
+        break;
+    case KVIO_TIER_FILE:
+        bandwidth = KVIO_TIER_FILE_BANDWIDTH;
+        latency_ns = KVIO_TIER_FILE_LATENCY_NS;
+        break;
+    }
+    *bandwidth_p = config->bandwidth > 0 ? config->bandwidth : bandwidth;
+    *latency_ns_p = config->latency_ns > 0 ? config->latency_ns : latency_ns;
+}
+
+/* latency + bytes / bandwidth, rounded to the nearest ns. */
+static int64_t model_cost(const kvio_tier_t *tier)
+{
+    return tier->latency_ns + (int64_t)llround((double)tier->block_bytes * 1e9 / tier->bandwidth);
+}
+
+/* ---------- index ---------- */
+
+static uint64_t slot_of(const kvio_tier_t *tier, kvio_hash_t hash)
+{
+    /* XXH3-128 halves are already well mixed; fold them for safety. */
+    return (hash.low ^ (hash.high * 0x9E3779B97F4A7C15ull)) & tier->table_mask;
+}
+
+static uint32_t index_find(const kvio_tier_t *tier, kvio_hash_t hash, uint64_t *position_p)
+{
+    for (uint64_t position = slot_of(tier, hash);; position = (position + 1) & tier->table_mask) {
+        uint32_t entry = tier->table[position];
+        if (entry == NO_ENTRY || kvio_hash_equal(tier->entries[entry].hash, hash)) {
+            if (position_p != NULL)
+                *position_p = position;
+            return entry;
+        }
+    }
+}
+
+/* Linear probing with backward-shift deletion (no tombstones). */
+static void index_erase(kvio_tier_t *tier, uint64_t position)
+{
+    uint64_t hole = position;
+    for (uint64_t next = (hole + 1) & tier->table_mask;; next = (next + 1) & tier->table_mask) {
+        uint32_t entry = tier->table[next];
+        if (entry == NO_ENTRY)
+            break;
+        uint64_t home = slot_of(tier, tier->entries[entry].hash);
+        /* Move the entry into the hole unless its home lies in (hole, next]. */
+        bool stays = hole <= next ? (home > hole && home <= next) : (home > hole || home <= next);
+        if (!stays) {
+            tier->table[hole] = entry;
+            hole = next;
+        }
+    }
+    tier->table[hole] = NO_ENTRY;
+}
+
+static void lru_unlink(kvio_tier_t *tier, uint32_t entry)
+{
+    tier_entry_t *e = &tier->entries[entry];
+    if (e->prev != NO_ENTRY)
+        tier->entries[e->prev].next = e->next;
+    else
+        tier->lru_head = e->next;
+    if (e->next != NO_ENTRY)
+        tier->entries[e->next].prev = e->prev;
+    else
+        tier->lru_tail = e->prev;
+}
+
+static void lru_push_front(kvio_tier_t *tier, uint32_t entry)
+{
+    tier_entry_t *e = &tier->entries[entry];
+    e->prev = NO_ENTRY;
+    e->next = tier->lru_head;
+    if (tier->lru_head != NO_ENTRY)
+        tier->entries[tier->lru_head].prev = entry;
+    tier->lru_head = entry;
+    if (tier->lru_tail == NO_ENTRY)
+        tier->lru_tail = entry;
+}
+
+/* Drops a held entry from the index and the LRU list and frees its slot. */
+static void entry_release(kvio_tier_t *tier, uint32_t entry, uint64_t position)
+{
+    index_erase(tier, position);
+    lru_unlink(tier, entry);
+    tier->entries[entry].next = tier->free_head;
+    tier->free_head = entry;
+    tier->num_held--;
+}
+
+/* ---------- errors ---------- */
+
+/* Records a failed operation: counts it, keeps its text, logs the first. */
+static kvio_status_t tier_failed(kvio_tier_t *tier, kvio_status_t status, const char *text)
+{
+    tier->stats.errors++;
+    snprintf(tier->error, sizeof(tier->error), "%s tier: %s", tier->ops->name,
+             text[0] != '\0' ? text : kvio_strerror(status));
+    if (!tier->error_logged) {
+        kvio_warn("%s (further errors of this tier are counted, not logged)", tier->error);
+        tier->error_logged = true;
+    }
+    return status;
+}
+
+/* ---------- life cycle ---------- */
+
+static char *copy_string(const char *text, bool *failed_p)
+{
+    if (text == NULL)
+        return NULL;
+    char *copy = strdup(text);
+    if (copy == NULL)
+        *failed_p = true;
+    return copy;
+}
+
+static void free_config(kvio_tier_config_t *config)
+{
+    free(config->url);
+    free(config->path);
+    free(config->key_prefix);
+}
+
+kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_bytes,
+                               bool emulate, kvio_tier_t **tier_p, char *error_p,
+                               size_t error_len)
+{
+    if (config->kind < 0 || (size_t)config->kind >= NUM_KINDS) {
+        snprintf(error_p, error_len, "tier: unknown kind %d", config->kind);
+        return KVIO_ERR_CONFIG;
+    }
+    const char *kind = kvio_tier_kind_names[config->kind];
+    if (block_bytes == 0) {
+        snprintf(error_p, error_len, "%s tier: blocks of 0 bytes", kind);
+        return KVIO_ERR_INVALID;
+    }
+    uint64_t capacity = config->size / block_bytes;
+    if (capacity == 0) {
+        snprintf(error_p, error_len,
+                 "%s tier: size %llu bytes holds no block of %llu bytes", kind,
+                 (unsigned long long)config->size, (unsigned long long)block_bytes);
+        return KVIO_ERR_CONFIG;
+    }
+    if (capacity > MAX_CAPACITY) {
+        snprintf(error_p, error_len,
+                 "%s tier: size %llu bytes is %llu blocks of %llu bytes; at most %u blocks",
+                 kind, (unsigned long long)config->size, (unsigned long long)capacity,
+                 (unsigned long long)block_bytes, MAX_CAPACITY);
+        return KVIO_ERR_CONFIG;
+    }
+    if (config->bandwidth < 0 || config->latency_ns < 0) {
+        snprintf(error_p, error_len, "%s tier: negative bandwidth or latency", kind);
+        return KVIO_ERR_CONFIG;
+    }
+    if (config->kind == KVIO_TIER_REDIS) {
+        kvio_redis_url_t parsed;
+        kvio_status_t status = kvio_redis_parse_url(config->url, &parsed, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+    }
+    if (config->kind == KVIO_TIER_FILE && (config->path == NULL || config->path[0] == '\0')) {
+        snprintf(error_p, error_len, "file tier: no path");
+        return KVIO_ERR_CONFIG;
+    }
+
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    kvio_tier_t *tier = calloc(1, sizeof(*tier));
+    if (tier == NULL) {
+        snprintf(error_p, error_len, "%s tier: out of memory", kind);
+        return KVIO_ERR_NOMEM;
+    }
+    tier->ops = tier_registry[config->kind];
+    tier->lru_head = tier->lru_tail = NO_ENTRY;
+    tier->emulate = emulate;
+    tier->block_bytes = block_bytes;
+    tier->capacity = (uint32_t)capacity;
+    tier->config = *config;
+    bool copy_failed = false;
+    tier->config.url = copy_string(config->url, &copy_failed);
+    tier->config.path = copy_string(config->path, &copy_failed);
+    tier->config.key_prefix = copy_string(config->key_prefix ? config->key_prefix : "kvio:kv:",
+                                          &copy_failed);
+    if (tier->config.timeout_ns <= 0)
+        tier->config.timeout_ns = 2000000000LL;
+    kvio_tier_model(config, &tier->bandwidth, &tier->latency_ns);
+    if (copy_failed) {
+        snprintf(error_p, error_len, "%s tier: out of memory", kind);
+        goto fail;
+    }
+
+    /* The backend first: it refuses sizes (memory, disk) before the index
+     * is built for them. */
+    if (emulate) {
+        if (tier->ops->priv_size > 0 && (tier->priv = calloc(1, tier->ops->priv_size)) == NULL) {
+            snprintf(error_p, error_len, "%s tier: out of memory", kind);
+            goto fail;
+        }
+        status = tier->ops->init(tier->priv, &tier->config, block_bytes, tier->capacity,
+                                 error_p, error_len);
+        if (status != KVIO_OK)
+            goto fail;
+        tier->backend_ready = true;
+        tier->ops->describe(tier->priv, tier->info, sizeof(tier->info));
+    } else {
+        snprintf(tier->info, sizeof(tier->info),
+                 "%s: %u blocks of %llu bytes, simulated at %.3g bytes/s + %lld ns per operation",
+                 kind, tier->capacity, (unsigned long long)block_bytes, tier->bandwidth,
+                 (long long)tier->latency_ns);
+    }
+    uint64_t table_size = 16;
+    while (table_size < 2 * capacity)
+        table_size *= 2;
+    tier->table_mask = table_size - 1;
+    tier->entries = malloc(capacity * sizeof(*tier->entries));
+    tier->table = malloc(table_size * sizeof(*tier->table));
+    status = KVIO_ERR_NOMEM;
+    if (tier->entries == NULL || tier->table == NULL ||
+        kvio_hist_create(&tier->stats.put_latency) != KVIO_OK ||
+        kvio_hist_create(&tier->stats.get_latency) != KVIO_OK) {
+        snprintf(error_p, error_len, "%s tier: out of memory for an index of %llu blocks", kind,
+                 (unsigned long long)capacity);
+        goto fail;
+    }
+    memset(tier->table, 0xff, table_size * sizeof(*tier->table));
+    for (uint32_t i = 0; i < tier->capacity; i++)
+        tier->entries[i].next = i + 1 < tier->capacity ? i + 1 : NO_ENTRY;
+    tier->free_head = 0;
+
+    kvio_info("tier %s", tier->info);
+    *tier_p = tier;
+    return KVIO_OK;
+fail:
+    kvio_tier_destroy(tier);
+    return status;
+}
+
+void kvio_tier_destroy(kvio_tier_t *tier)
+{
+    if (tier == NULL)
+        return;
+    if (tier->backend_ready) {
+        /* Delete what this run wrote (files, Redis keys). */
+        if (!(tier->ops->caps & KVIO_TIER_CAP_VOLATILE)) {
+            char error[512] = "";
+            for (uint32_t entry = tier->lru_head; entry != NO_ENTRY;
+                 entry = tier->entries[entry].next)
+                if (tier->ops->remove(tier->priv, entry, tier->entries[entry].hash, error,
+                                      sizeof(error)) != KVIO_OK)
+                    break; /* e.g. Redis is gone: leave the rest */
+            if (error[0] != '\0')
+                kvio_warn("%s tier: cleaning up: %s", tier->ops->name, error);
+        }
+        tier->ops->fini(tier->priv);
+    }
+    free(tier->priv);
+    kvio_hist_destroy(tier->stats.put_latency);
+    kvio_hist_destroy(tier->stats.get_latency);
+    free(tier->entries);
+    free(tier->table);
+    free_config(&tier->config);
+    free(tier);
+}
+
+/* ---------- operations ---------- */
+
+const char *kvio_tier_name(const kvio_tier_t *tier) { return tier->ops->name; }
+int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->config.write; }
+uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
+uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier) { return tier->num_held; }
+const char *kvio_tier_info(const kvio_tier_t *tier) { return tier->info; }
+const char *kvio_tier_error(const kvio_tier_t *tier) { return tier->error; }
+const kvio_tier_stats_t *kvio_tier_stats(const kvio_tier_t *tier) { return &tier->stats; }
+
+bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash)
+{
+    return index_find(tier, hash, NULL) != NO_ENTRY;
+}
+
+kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,
+                            int64_t *cost_ns_p)
+{
+    uint64_t position;
+    uint32_t entry = index_find(tier, hash, &position);
+    if (entry != NO_ENTRY) {
+        /* Same hash, same content: refresh, do not rewrite. */
+        lru_unlink(tier, entry);
+        lru_push_front(tier, entry);
+        tier->stats.duplicates++;
+        *cost_ns_p = 0;
+        return KVIO_OK;
+    }
+    if (tier->emulate && data == NULL)
+        return tier_failed(tier, KVIO_ERR_INVALID, "put without data in emulate mode");
+
+    char error[512] = "";
+    uint64_t start_ns = kvio_time_ns();
+    if (tier->free_head == NO_ENTRY) {
+        uint32_t victim = tier->lru_tail;
+        kvio_hash_t victim_hash = tier->entries[victim].hash;
+        uint64_t victim_position;
+        index_find(tier, victim_hash, &victim_position);
+        entry_release(tier, victim, victim_position);
+        tier->stats.evictions++;
+        if (tier->emulate && !(tier->ops->caps & KVIO_TIER_CAP_VOLATILE)) {
+            kvio_status_t status =
+                tier->ops->remove(tier->priv, victim, victim_hash, error, sizeof(error));
+            if (status != KVIO_OK)
+                return tier_failed(tier, status, error); /* the victim is out of the index */
+        }
+        index_find(tier, hash, &position); /* the erase may have moved the probe chain */
+    }
+    entry = tier->free_head;
+    if (tier->emulate) {
+        kvio_status_t status = tier->ops->put(tier->priv, entry, hash, data, error, sizeof(error));
+        if (status != KVIO_OK)
+            return tier_failed(tier, status, error);
+    }
+    int64_t cost_ns = tier->emulate ? (int64_t)(kvio_time_ns() - start_ns) : model_cost(tier);
+
+    tier->free_head = tier->entries[entry].next;
+    tier->entries[entry].hash = hash;
+    tier->table[position] = entry;
+    lru_push_front(tier, entry);
+    tier->num_held++;
+    tier->stats.puts++;
+    tier->stats.bytes_written += tier->block_bytes;
+    tier->stats.write_ns += cost_ns;
+    kvio_hist_record(tier->stats.put_latency, (uint64_t)cost_ns);
+    *cost_ns_p = cost_ns;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
+                            int64_t *cost_ns_p)
+{
+    tier->stats.gets++;
+    uint64_t position;
+    uint32_t entry = index_find(tier, hash, &position);
+    if (entry == NO_ENTRY) {
+        tier->stats.misses++;
+        *cost_ns_p = 0;
+        return KVIO_ERR_NOT_FOUND;
+    }
+    if (tier->emulate && data == NULL)
+        return tier_failed(tier, KVIO_ERR_INVALID, "get without a buffer in emulate mode");
+    int64_t cost_ns;
+    if (tier->emulate) {
+        char error[512] = "";
+        uint64_t start_ns = kvio_time_ns();
+        kvio_status_t status = tier->ops->get(tier->priv, entry, hash, data, error, sizeof(error));
+        cost_ns = (int64_t)(kvio_time_ns() - start_ns);
+        if (status == KVIO_ERR_NOT_FOUND) {
+            /* Lost behind the tier's back (Redis eviction, a deleted file). */
+            entry_release(tier, entry, position);
+            tier->stats.misses++;
+            tier->stats.read_ns += cost_ns;
+            kvio_debug("%s tier: %s", tier->ops->name, error);
+            *cost_ns_p = cost_ns;
+            return KVIO_ERR_NOT_FOUND;
+        }
+        if (status != KVIO_OK)
+            return tier_failed(tier, status, error);
+    } else {
+        cost_ns = model_cost(tier);
+    }
+    lru_unlink(tier, entry);
+    lru_push_front(tier, entry);
+    tier->stats.hits++;
+    tier->stats.bytes_read += tier->block_bytes;
+    tier->stats.read_ns += cost_ns;
+    kvio_hist_record(tier->stats.get_latency, (uint64_t)cost_ns);
+    *cost_ns_p = cost_ns;
+    return KVIO_OK;
+}
+
+/* ---------- results ---------- */
+
+static json_t *latency_json(const kvio_hist_t *hist)
+{
+    kvio_hist_summary_t summary;
+    kvio_hist_summarize(hist, 1e-3, &summary);
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)summary.count,
+                     "mean", summary.mean, "p50", summary.p50, "p90", summary.p90, "p99",
+                     summary.p99, "max", summary.max);
+}
+
+json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
+{
+    const kvio_tier_stats_t *stats = &tier->stats;
+    json_t *object = json_object();
+    if (object == NULL)
+        return NULL;
+    json_object_set_new(object, "name", json_string(tier->ops->name));
+    json_object_set_new(object, "kind", json_string(kvio_tier_kind_names[tier->config.kind]));
+    json_object_set_new(object, "mode", json_string(tier->emulate ? "emulate" : "simulate"));
+    json_object_set_new(object, "write", json_string(kvio_tier_write_names[tier->config.write]));
+    json_object_set_new(object, "info", json_string(tier->info));
+    json_object_set_new(object, "size_bytes", json_integer((json_int_t)tier->config.size));
+    json_object_set_new(object, "block_bytes", json_integer((json_int_t)tier->block_bytes));
+    json_object_set_new(object, "capacity_blocks", json_integer(tier->capacity));
+    json_object_set_new(object, "blocks_held", json_integer(tier->num_held));
+    json_object_set_new(object, "puts", json_integer((json_int_t)stats->puts));
+    json_object_set_new(object, "duplicates", json_integer((json_int_t)stats->duplicates));
+    json_object_set_new(object, "gets", json_integer((json_int_t)stats->gets));
+    json_object_set_new(object, "hits", json_integer((json_int_t)stats->hits));
+    json_object_set_new(object, "misses", json_integer((json_int_t)stats->misses));
+    json_object_set_new(object, "hit_rate",
+                        json_real(stats->gets ? (double)stats->hits / (double)stats->gets : 0));
+    json_object_set_new(object, "evictions", json_integer((json_int_t)stats->evictions));
+    json_object_set_new(object, "errors", json_integer((json_int_t)stats->errors));
+    json_object_set_new(object, "bytes_written", json_integer((json_int_t)stats->bytes_written));
+    json_object_set_new(object, "bytes_read", json_integer((json_int_t)stats->bytes_read));
+    json_object_set_new(object, "write_ns", json_integer(stats->write_ns));
+    json_object_set_new(object, "read_ns", json_integer(stats->read_ns));
+    /* bytes per ns = GB/s (1e9 bytes). */
+    json_object_set_new(object, "write_bw_gbps",
+                        json_real(stats->write_ns > 0 ? (double)stats->bytes_written /
+                                                            (double)stats->write_ns : 0));
+    json_object_set_new(object, "read_bw_gbps",
+                        json_real(stats->read_ns > 0 ? (double)stats->bytes_read /
+                                                           (double)stats->read_ns : 0));
+    json_object_set_new(object, "put_latency_us", latency_json(stats->put_latency));
+    json_object_set_new(object, "get_latency_us", latency_json(stats->get_latency));
+    json_object_set_new(object, "model",
+                        json_pack("{s:f, s:I}", "bandwidth_bytes_per_s", tier->bandwidth,
+                                  "latency_ns", (json_int_t)tier->latency_ns));
+    if (tier->backend_ready)
+        tier->ops->report(tier->priv, object);
+    if (tier->error[0] != '\0')
+        json_object_set_new(object, "last_error", json_string(tier->error));
+    return object;
+}

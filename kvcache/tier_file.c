@@ -1,0 +1,291 @@
+/* The file tier: one file per block, DIR/<hash>.kv. A block is written to
+ * DIR/.<hash>.<pid>.tmp and renamed, so a reader never opens a partial block;
+ * a short file is reported, never returned. O_DIRECT is optional: where the
+ * file system refuses it (tmpfs) or blocks are not 4 KiB multiples, the tier
+ * falls back to buffered I/O and says why. No fsync: the page cache (or the
+ * device, with O_DIRECT) is the tier. */
+#include "kvcache/tier_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "kvio/log.h"
+
+#define DIRECT_ALIGN 4096
+
+typedef struct file_priv {
+    char *dir;                /* borrowed from the framework's config */
+    bool created_dir;         /* removed at the end if empty */
+    bool direct;              /* O_DIRECT in use */
+    char direct_note[200];    /* why O_DIRECT was not used, or "" */
+    uint64_t block_bytes;
+    uint32_t capacity;
+    void *bounce;             /* aligned block buffer for O_DIRECT */
+} file_priv_t;
+
+static void block_path(const file_priv_t *file, kvio_hash_t hash, bool temporary,
+                       char path_p[PATH_MAX])
+{
+    char hex[33];
+    kvio_hash_format(hash, hex);
+    if (temporary)
+        snprintf(path_p, PATH_MAX, "%s/.%s.%d.tmp", file->dir, hex, (int)getpid());
+    else
+        snprintf(path_p, PATH_MAX, "%s/%s.kv", file->dir, hex);
+}
+
+/* "path: what: reason", ENOSPC and EDQUOT spelled out for the user. */
+static kvio_status_t errno_error(int errnum, const char *path, const char *what,
+                                 char *error_p, size_t error_len)
+{
+    if (errnum == ENOSPC || errnum == EDQUOT)
+        snprintf(error_p, error_len, "%s: %s: %s (the file system holding the tier is full)",
+                 path, what, strerror(errnum));
+    else
+        snprintf(error_p, error_len, "%s: %s: %s", path, what, strerror(errnum));
+    return kvio_status_from_errno(errnum);
+}
+
+/* Writes and reads a probe file; with direct, a 4 KiB O_DIRECT block.
+ * Returns 0 or the errno of the first failure. */
+static int probe(const char *dir, bool direct, void *aligned)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/.kvio-probe-%d", dir, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
+    if (fd < 0) {
+        int errnum = errno;
+        unlink(path); /* some file systems create the file, then refuse O_DIRECT */
+        return errnum;
+    }
+    int errnum = 0;
+    if (direct && write(fd, aligned, DIRECT_ALIGN) != DIRECT_ALIGN)
+        errnum = errno ? errno : EIO;
+    close(fd);
+    unlink(path);
+    return errnum;
+}
+
+static kvio_status_t file_init(void *priv, const kvio_tier_config_t *config,
+                               uint64_t block_bytes, uint32_t capacity, char *error_p,
+                               size_t error_len)
+{
+    file_priv_t *file = priv;
+    file->dir = config->path;
+    file->block_bytes = block_bytes;
+    file->capacity = capacity;
+    if (mkdir(file->dir, 0755) == 0) {
+        file->created_dir = true;
+    } else if (errno == ENOENT) {
+        snprintf(error_p, error_len,
+                 "%s: cannot create the file tier's directory: its parent does not exist",
+                 file->dir);
+        return KVIO_ERR_CONFIG;
+    } else if (errno != EEXIST) {
+        return errno_error(errno, file->dir, "cannot create the file tier's directory", error_p,
+                           error_len);
+    } else {
+        struct stat info;
+        if (stat(file->dir, &info) != 0 || !S_ISDIR(info.st_mode)) {
+            snprintf(error_p, error_len, "%s: the file tier's path is not a directory",
+                     file->dir);
+            return KVIO_ERR_CONFIG;
+        }
+    }
+    kvio_status_t status = KVIO_OK;
+    uint64_t bounce_bytes = (block_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    if (posix_memalign(&file->bounce, DIRECT_ALIGN, bounce_bytes) != 0) {
+        file->bounce = NULL;
+        snprintf(error_p, error_len, "file tier: out of memory");
+        status = KVIO_ERR_NOMEM;
+        goto fail;
+    }
+    memset(file->bounce, 0, bounce_bytes);
+    int errnum = probe(file->dir, false, NULL);
+    if (errnum != 0) {
+        status = errno_error(errnum, file->dir, "the file tier's directory is not writable",
+                             error_p, error_len);
+        goto fail;
+    }
+    if (config->o_direct) {
+        if (block_bytes % DIRECT_ALIGN != 0) {
+            snprintf(file->direct_note, sizeof(file->direct_note),
+                     "O_DIRECT needs blocks in multiples of %d bytes, not %llu", DIRECT_ALIGN,
+                     (unsigned long long)block_bytes);
+        } else if ((errnum = probe(file->dir, true, file->bounce)) != 0) {
+            snprintf(file->direct_note, sizeof(file->direct_note),
+                     "the file system refuses O_DIRECT: %s", strerror(errnum));
+        } else {
+            file->direct = true;
+        }
+        if (!file->direct)
+            kvio_warn("%s: file tier: buffered I/O instead of O_DIRECT (%s)", file->dir,
+                      file->direct_note);
+    }
+    struct statvfs space;
+    /* A file system that reports no size (ramfs, some network ones) is not
+     * checked. */
+    if (statvfs(file->dir, &space) == 0 && space.f_blocks > 0) {
+        uint64_t available = (uint64_t)space.f_bavail * space.f_frsize;
+        uint64_t needed = block_bytes * capacity;
+        if (needed > available) {
+            snprintf(error_p, error_len,
+                     "%s: the file tier needs %llu bytes (%u blocks of %llu), but only %llu "
+                     "bytes are free", file->dir, (unsigned long long)needed, capacity,
+                     (unsigned long long)block_bytes, (unsigned long long)available);
+            status = KVIO_ERR_NO_SPACE;
+            goto fail;
+        }
+    }
+    return KVIO_OK;
+fail:
+    free(file->bounce);
+    file->bounce = NULL;
+    if (file->created_dir)
+        rmdir(file->dir);
+    return status;
+}
+
+static void file_fini(void *priv)
+{
+    file_priv_t *file = priv;
+    free(file->bounce);
+    if (file->created_dir && rmdir(file->dir) != 0 && errno != ENOTEMPTY && errno != EEXIST)
+        kvio_debug("%s: cannot remove the file tier's directory: %s", file->dir,
+                   strerror(errno));
+}
+
+static kvio_status_t file_put(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
+                              char *error_p, size_t error_len)
+{
+    file_priv_t *file = priv;
+    char temporary[PATH_MAX], final[PATH_MAX];
+    block_path(file, hash, true, temporary);
+    block_path(file, hash, false, final);
+    const unsigned char *source = data;
+    if (file->direct && (uintptr_t)data % DIRECT_ALIGN != 0) {
+        memcpy(file->bounce, data, file->block_bytes);
+        source = file->bounce;
+    }
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+                                 (file->direct ? O_DIRECT : 0), 0644);
+    if (fd < 0)
+        return errno_error(errno, temporary, "cannot create a block file", error_p, error_len);
+    uint64_t done = 0;
+    int errnum = 0;
+    while (done < file->block_bytes) {
+        ssize_t written = write(fd, source + done, file->block_bytes - done);
+        if (written < 0 && errno == EINTR)
+            continue;
+        if (written <= 0) {
+            errnum = written < 0 ? errno : ENOSPC; /* write returns 0 only when nothing fits */
+            break;
+        }
+        done += (uint64_t)written;
+    }
+    if (close(fd) != 0 && errnum == 0)
+        errnum = errno;
+    if (errnum == 0 && rename(temporary, final) != 0)
+        errnum = errno;
+    if (errnum != 0) {
+        unlink(temporary);
+        char what[128];
+        snprintf(what, sizeof(what), "writing a block of %llu bytes (%llu written)",
+                 (unsigned long long)file->block_bytes, (unsigned long long)done);
+        return errno_error(errnum, temporary, what, error_p, error_len);
+    }
+    return KVIO_OK;
+}
+
+static kvio_status_t file_get(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
+                              char *error_p, size_t error_len)
+{
+    file_priv_t *file = priv;
+    char path[PATH_MAX];
+    block_path(file, hash, false, path);
+    unsigned char *target = data;
+    if (file->direct && (uintptr_t)data % DIRECT_ALIGN != 0)
+        target = file->bounce;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (file->direct ? O_DIRECT : 0));
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            snprintf(error_p, error_len, "%s: the block file is gone", path);
+            return KVIO_ERR_NOT_FOUND;
+        }
+        return errno_error(errno, path, "cannot open a block file", error_p, error_len);
+    }
+    uint64_t done = 0;
+    kvio_status_t status = KVIO_OK;
+    while (done < file->block_bytes) {
+        ssize_t got = read(fd, target + done, file->block_bytes - done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            status = errno_error(errno, path, "reading a block", error_p, error_len);
+            break;
+        }
+        if (got == 0) {
+            snprintf(error_p, error_len, "%s: truncated block file: %llu of %llu bytes", path,
+                     (unsigned long long)done, (unsigned long long)file->block_bytes);
+            status = KVIO_ERR_IO;
+            break;
+        }
+        done += (uint64_t)got;
+    }
+    close(fd);
+    if (status == KVIO_OK && target != data)
+        memcpy(data, target, file->block_bytes);
+    return status;
+}
+
+static kvio_status_t file_remove(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
+                                 size_t error_len)
+{
+    file_priv_t *file = priv;
+    char path[PATH_MAX];
+    block_path(file, hash, false, path);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return errno_error(errno, path, "cannot delete an evicted block file", error_p,
+                           error_len);
+    return KVIO_OK;
+}
+
+static void file_describe(const void *priv, char *text_p, size_t text_len)
+{
+    const file_priv_t *file = priv;
+    snprintf(text_p, text_len, "file: %u blocks of %llu bytes in %s, %s%s%s", file->capacity,
+             (unsigned long long)file->block_bytes, file->dir,
+             file->direct ? "O_DIRECT" : "buffered", file->direct_note[0] ? " (" : "",
+             file->direct_note[0] ? file->direct_note : "");
+    if (file->direct_note[0] != '\0' && strlen(text_p) + 1 < text_len)
+        strcat(text_p, ")");
+}
+
+static void file_report(const void *priv, json_t *object)
+{
+    const file_priv_t *file = priv;
+    json_object_set_new(object, "path", json_string(file->dir));
+    json_object_set_new(object, "o_direct", json_boolean(file->direct));
+    if (file->direct_note[0] != '\0')
+        json_object_set_new(object, "o_direct_note", json_string(file->direct_note));
+}
+
+const kvio_tier_ops_t kvio_tier_file_ops = {
+    .name = "file",
+    .description = "one file per block, written to a temporary name and renamed",
+    .priv_size = sizeof(file_priv_t),
+    .init = file_init,
+    .fini = file_fini,
+    .put = file_put,
+    .get = file_get,
+    .remove = file_remove,
+    .describe = file_describe,
+    .report = file_report,
+};

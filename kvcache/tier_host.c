@@ -1,0 +1,147 @@
+/* The host tier: one arena of capacity blocks in host memory, a block per
+ * slot. Pinned memory needs CUDA's page-locking; without it (this build, or a
+ * machine without a GPU) the arena is pageable and the tier says so. The
+ * arena is pre-faulted so that the first put does not pay page faults. */
+#include "kvcache/tier_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "kvio/log.h"
+
+typedef struct host_priv {
+    unsigned char *arena;
+    uint64_t arena_bytes;
+    uint64_t block_bytes;
+    uint32_t capacity;
+    bool pinned;             /* what the arena is */
+    const char *pinned_note; /* why not pinned, or NULL */
+} host_priv_t;
+
+kvio_status_t kvio_tier_mem_available(uint64_t *bytes_p, char *error_p, size_t error_len)
+{
+    FILE *meminfo = fopen("/proc/meminfo", "r");
+    if (meminfo == NULL) {
+        snprintf(error_p, error_len, "/proc/meminfo: %s", strerror(errno));
+        return KVIO_ERR_IO;
+    }
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), meminfo) != NULL)
+        found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    fclose(meminfo);
+    if (!found) {
+        snprintf(error_p, error_len, "/proc/meminfo: no MemAvailable line");
+        return KVIO_ERR_IO;
+    }
+    *bytes_p = (uint64_t)kib * 1024;
+    return KVIO_OK;
+}
+
+static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
+                               uint64_t block_bytes, uint32_t capacity, char *error_p,
+                               size_t error_len)
+{
+    host_priv_t *host = priv;
+    host->block_bytes = block_bytes;
+    host->capacity = capacity;
+    host->arena_bytes = block_bytes * capacity;
+    uint64_t available = 0;
+    kvio_status_t status = kvio_tier_mem_available(&available, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    if (host->arena_bytes > available) {
+        snprintf(error_p, error_len,
+                 "host tier: %llu blocks of %llu bytes need %llu bytes (%.2f GiB), but only "
+                 "%llu bytes (%.2f GiB) of memory are available (MemAvailable)",
+                 (unsigned long long)capacity, (unsigned long long)block_bytes,
+                 (unsigned long long)host->arena_bytes, (double)host->arena_bytes / (1u << 30),
+                 (unsigned long long)available, (double)available / (1u << 30));
+        return KVIO_ERR_NO_SPACE;
+    }
+    void *arena = mmap(NULL, host->arena_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (arena == MAP_FAILED) {
+        snprintf(error_p, error_len, "host tier: cannot map %llu bytes: %s",
+                 (unsigned long long)host->arena_bytes, strerror(errno));
+        return KVIO_ERR_NOMEM;
+    }
+    host->arena = arena;
+    host->pinned = false;
+    if (config->pinned) {
+        /* Page-locking for DMA is cudaHostRegister's job, which belongs to
+         * the CUDA home in core/; until that exists the arena stays
+         * pageable, whether or not CUDA was built. */
+#ifdef KVIO_HAVE_CUDA
+        host->pinned_note = "pinned registration not available yet";
+#else
+        host->pinned_note = "pinned needs CUDA, not built";
+#endif
+        kvio_info("host tier: pinned: true, but the arena is pageable (%s)", host->pinned_note);
+    }
+    return KVIO_OK;
+}
+
+static void host_fini(void *priv)
+{
+    host_priv_t *host = priv;
+    if (host->arena != NULL)
+        munmap(host->arena, host->arena_bytes);
+}
+
+static kvio_status_t host_put(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
+                              char *error_p, size_t error_len)
+{
+    host_priv_t *host = priv;
+    memcpy(host->arena + (uint64_t)slot * host->block_bytes, data, host->block_bytes);
+    return KVIO_OK;
+}
+
+static kvio_status_t host_get(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
+                              char *error_p, size_t error_len)
+{
+    host_priv_t *host = priv;
+    memcpy(data, host->arena + (uint64_t)slot * host->block_bytes, host->block_bytes);
+    return KVIO_OK;
+}
+
+static kvio_status_t host_remove(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
+                                 size_t error_len)
+{
+    return KVIO_OK; /* the slot is simply overwritten by its next block */
+}
+
+static void host_describe(const void *priv, char *text_p, size_t text_len)
+{
+    const host_priv_t *host = priv;
+    snprintf(text_p, text_len, "host: %u blocks of %llu bytes in %s memory%s%s%s", host->capacity,
+             (unsigned long long)host->block_bytes, host->pinned ? "pinned" : "pageable",
+             host->pinned_note ? " (" : "", host->pinned_note ? host->pinned_note : "",
+             host->pinned_note ? ")" : "");
+}
+
+static void host_report(const void *priv, json_t *object)
+{
+    const host_priv_t *host = priv;
+    json_object_set_new(object, "memory", json_string(host->pinned ? "pinned" : "pageable"));
+    if (host->pinned_note != NULL)
+        json_object_set_new(object, "memory_note", json_string(host->pinned_note));
+}
+
+const kvio_tier_ops_t kvio_tier_host_ops = {
+    .name = "host",
+    .description = "an arena of host memory, one block per slot",
+    .caps = KVIO_TIER_CAP_VOLATILE,
+    .priv_size = sizeof(host_priv_t),
+    .init = host_init,
+    .fini = host_fini,
+    .put = host_put,
+    .get = host_get,
+    .remove = host_remove,
+    .describe = host_describe,
+    .report = host_report,
+};

@@ -1,0 +1,54 @@
+/* Private parts of the KV tiers: the backend plug-in interface. A backend
+ * only moves bytes of whole blocks; the framework (kvcache/tier.c) keeps the
+ * index, chooses victims, takes the timestamps and counts. */
+#ifndef KVIO_TIER_INT_H
+#define KVIO_TIER_INT_H
+
+#include "kvio/tier.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The store disappears with the process (host memory): the framework does
+ * not ask the backend to delete evicted blocks or to clean up at the end. */
+#define KVIO_TIER_CAP_VOLATILE (1u << 0)
+
+/* Every call gets the block's slot (0..capacity-1, unique among the blocks
+ * held; a slot is reused after its block was removed) and its hash. Errors
+ * return a kvio status and write "context: reason" into error_p. The
+ * framework allocates and zeroes priv (priv_size bytes) and frees it after
+ * fini. */
+typedef struct kvio_tier_ops {
+    const char *name;
+    const char *description;
+    unsigned caps;
+    size_t priv_size;
+    /* config is valid until fini (the framework's copy). */
+    kvio_status_t (*init)(void *priv, const kvio_tier_config_t *config, uint64_t block_bytes,
+                          uint32_t capacity, char *error_p, size_t error_len);
+    void (*fini)(void *priv);
+    kvio_status_t (*put)(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
+                         char *error_p, size_t error_len);
+    /* KVIO_ERR_NOT_FOUND when the block is gone (deleted behind the tier's
+     * back); the backend cleans up what is left of it. */
+    kvio_status_t (*get)(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
+                         char *error_p, size_t error_len);
+    kvio_status_t (*remove)(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
+                            size_t error_len);
+    /* One line on what the backend uses, and the same as JSON fields. */
+    void (*describe)(const void *priv, char *text_p, size_t text_len);
+    void (*report)(const void *priv, json_t *object);
+} kvio_tier_ops_t;
+
+/* The backends, indexed by kvio_tier_kind_t in the registry (kvcache/tier.c);
+ * a backend that was not built is a stub whose init fails. */
+extern const kvio_tier_ops_t kvio_tier_host_ops;
+extern const kvio_tier_ops_t kvio_tier_redis_ops;
+extern const kvio_tier_ops_t kvio_tier_file_ops;
+
+/* The bytes of memory available to new allocations (/proc/meminfo
+ * MemAvailable); KVIO_ERR_IO when it cannot be read. */
+kvio_status_t kvio_tier_mem_available(uint64_t *bytes_p, char *error_p, size_t error_len);
+
+#endif

@@ -1,0 +1,1041 @@
+/* Tests for the KV tiers: round trips with data verification on every
+ * backend, LRU eviction inside a tier (checked against a reference model),
+ * misses and counters, the simulate model's exact costs, the file tier's
+ * temp+rename, O_DIRECT and its fallback, a full or unwritable file system,
+ * and the Redis tier against the test server: evicted data, a server that is
+ * down at start and one that goes away mid-run. */
+#include "kvio/tier.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvio/clock.h"
+#include "kvio/redis.h"
+#include "tests/helpers.h"
+
+#define BLOCK 8192
+
+/* ---------- helpers ---------- */
+
+static kvio_tier_config_t default_config(int kind, uint64_t size)
+{
+    kvio_tier_config_t config;
+    memset(&config, 0, sizeof(config));
+    char error[256];
+    cr_assert_eq(kvio_config_defaults(kvio_tier_options, &config, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    config.kind = kind;
+    config.size = size;
+    return config;
+}
+
+static void set_string(char **field, const char *value)
+{
+    free(*field);
+    *field = value ? strdup(value) : NULL;
+}
+
+static kvio_hash_t block_hash(uint64_t id)
+{
+    return (kvio_hash_t){.low = id * 0x9E3779B97F4A7C15ull + 1, .high = id ^ 0xC0FFEEull};
+}
+
+/* Block id's bytes: a pattern no other block shares. */
+static void fill_block(unsigned char *data, uint64_t id, size_t bytes)
+{
+    uint64_t state = id * 0x2545F4914F6CDD1Dull + 7;
+    for (size_t i = 0; i < bytes; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        data[i] = (unsigned char)(state >> 56);
+    }
+}
+
+static void put_block(kvio_tier_t *tier, uint64_t id, size_t bytes)
+{
+    unsigned char *data = malloc(bytes);
+    fill_block(data, id, bytes);
+    int64_t cost = -1;
+    kvio_status_t status = kvio_tier_put(tier, block_hash(id), data, &cost);
+    cr_assert_eq(status, KVIO_OK, "put %llu: %s", (unsigned long long)id, kvio_tier_error(tier));
+    cr_assert_geq(cost, 0);
+    free(data);
+}
+
+/* Gets block id and compares it with its pattern; returns the status. */
+static kvio_status_t get_and_verify(kvio_tier_t *tier, uint64_t id, size_t bytes)
+{
+    unsigned char *data = malloc(bytes), *expected = malloc(bytes);
+    memset(data, 0, bytes);
+    fill_block(expected, id, bytes);
+    int64_t cost = -1;
+    kvio_status_t status = kvio_tier_get(tier, block_hash(id), data, &cost);
+    if (status == KVIO_OK)
+        cr_assert(memcmp(data, expected, bytes) == 0, "block %llu came back different",
+                  (unsigned long long)id);
+    if (status == KVIO_OK || status == KVIO_ERR_NOT_FOUND)
+        cr_assert_geq(cost, 0);
+    free(data);
+    free(expected);
+    return status;
+}
+
+static size_t count_files(const char *dir, const char *suffix)
+{
+    DIR *listing = opendir(dir);
+    cr_assert_not_null(listing, "%s", dir);
+    size_t count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(listing)) != NULL) {
+        size_t length = strlen(entry->d_name), suffix_length = strlen(suffix);
+        if (length >= suffix_length && strcmp(entry->d_name + length - suffix_length, suffix) == 0)
+            count++;
+    }
+    closedir(listing);
+    return count;
+}
+
+static void block_file(const char *dir, uint64_t id, char *path_p, size_t path_len)
+{
+    char hex[33];
+    kvio_hash_format(block_hash(id), hex);
+    snprintf(path_p, path_len, "%s/%s.kv", dir, hex);
+}
+
+static const char *redis_url(char *reason, size_t reason_len)
+{
+    const char *url = getenv("KVIO_TEST_REDIS_URL");
+    if (url == NULL) {
+        snprintf(reason, reason_len, "KVIO_TEST_REDIS_URL is not set");
+        return NULL;
+    }
+    kvio_redis_t *redis = NULL;
+    if (kvio_redis_connect(url, 1000000000LL, &redis, reason, reason_len) != KVIO_OK)
+        return NULL;
+    kvio_redis_close(redis);
+    return url;
+}
+
+static void unique_prefix(char *prefix_p, size_t prefix_len, const char *test)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(prefix_p, prefix_len, "kvio:test:tier:%d:%ld:%s:", (int)getpid(), (long)now.tv_nsec,
+             test);
+}
+
+static void redis_keys(const char *prefix, uint64_t id, char *data_p, char *meta_p, size_t len)
+{
+    char hex[33];
+    kvio_hash_format(block_hash(id), hex);
+    snprintf(data_p, len, "%s%s:data", prefix, hex);
+    snprintf(meta_p, len, "%s%s:meta", prefix, hex);
+}
+
+static bool redis_has(kvio_redis_t *redis, const char *key)
+{
+    static unsigned char buffer[BLOCK];
+    size_t length;
+    kvio_status_t status = kvio_redis_get(redis, key, buffer, sizeof(buffer), &length);
+    cr_assert(status == KVIO_OK || status == KVIO_ERR_NOT_FOUND, "%s", kvio_redis_error(redis));
+    return status == KVIO_OK;
+}
+
+/* A TCP port on loopback that nothing listens on (bound, then released). */
+static int closed_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&address, sizeof(address)), 0);
+    socklen_t length = sizeof(address);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&address, &length), 0);
+    close(fd);
+    return ntohs(address.sin_port);
+}
+
+/* Mounts a private file system (tmpfs, ramfs) on dir, in a mount namespace
+ * of this test process only (root, or an unprivileged user namespace). 0
+ * with a reason if not. */
+static int private_mount(const char *dir, const char *type, unsigned long flags,
+                         const char *options, char *reason, size_t reason_len)
+{
+    if (unshare(CLONE_NEWNS) != 0) {
+        uid_t uid = getuid();
+        gid_t gid = getgid();
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+            snprintf(reason, reason_len, "cannot create a mount namespace: %s", strerror(errno));
+            return 0;
+        }
+        char map[64];
+        int fd = open("/proc/self/setgroups", O_WRONLY);
+        if (fd >= 0) {
+            (void)!write(fd, "deny", 4);
+            close(fd);
+        }
+        snprintf(map, sizeof(map), "0 %d 1", (int)uid);
+        if ((fd = open("/proc/self/uid_map", O_WRONLY)) < 0 ||
+            write(fd, map, strlen(map)) < 0) {
+            snprintf(reason, reason_len, "cannot map the user: %s", strerror(errno));
+            return 0;
+        }
+        close(fd);
+        snprintf(map, sizeof(map), "0 %d 1", (int)gid);
+        if ((fd = open("/proc/self/gid_map", O_WRONLY)) >= 0) {
+            (void)!write(fd, map, strlen(map));
+            close(fd);
+        }
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount(type, dir, type, flags, options) != 0) {
+        snprintf(reason, reason_len, "cannot mount a %s: %s", type, strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+/* ---------- options ---------- */
+
+Test(tier, options_defaults_and_yaml, .timeout = 10)
+{
+    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 1ull << 30);
+    cr_assert_eq(config.kind, KVIO_TIER_HOST);
+    cr_assert_eq(config.write, KVIO_TIER_WRITE_BACK);
+    cr_assert(config.pinned);
+    cr_assert_not(config.o_direct);
+    cr_assert_str_eq(config.key_prefix, "kvio:kv:");
+    cr_assert_str_eq(config.url, "redis://127.0.0.1:6379");
+    cr_assert_eq(config.timeout_ns, 2000000000LL);
+    cr_assert_eq(config.bandwidth, 0);
+    cr_assert_eq(config.latency_ns, 0);
+    kvio_config_free(kvio_tier_options, &config);
+
+    const char *text = "{kind: file, size: 64KiB, write: through, path: /data/kv, o_direct: true,"
+                       " bandwidth: 3e9, latency: 50us}";
+    kvio_config_doc_t *doc = NULL;
+    char error[512];
+    cr_assert_eq(kvio_config_doc_parse(text, strlen(text), "t.yaml", &doc, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    memset(&config, 0, sizeof(config));
+    cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    cr_assert_eq(config.kind, KVIO_TIER_FILE);
+    cr_assert_eq(config.size, 65536);
+    cr_assert_eq(config.write, KVIO_TIER_WRITE_THROUGH);
+    cr_assert_str_eq(config.path, "/data/kv");
+    cr_assert(config.o_direct);
+    cr_assert_float_eq(config.bandwidth, 3e9, 1);
+    cr_assert_eq(config.latency_ns, 50000);
+    kvio_config_free(kvio_tier_options, &config);
+    kvio_config_doc_destroy(doc);
+
+    const char *bad = "{kind: tape}";
+    cr_assert_eq(kvio_config_doc_parse(bad, strlen(bad), "t.yaml", &doc, error, sizeof(error)),
+                 KVIO_OK);
+    memset(&config, 0, sizeof(config));
+    cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "'tape' is not one of host, redis, file"), "%s", error);
+    kvio_config_doc_destroy(doc);
+}
+
+/* ---------- round trips and eviction on every backend ---------- */
+
+typedef struct backend_case {
+    const char *label;
+    int kind;
+    bool emulate;
+} backend_case_t;
+
+/* Creates the case's tier of capacity blocks; dir for the file tier, prefix
+ * for Redis. Returns NULL (skipped) when Redis is unavailable. */
+static kvio_tier_t *create_case(const backend_case_t *c, uint32_t capacity, const char *dir,
+                                const char *prefix)
+{
+    kvio_tier_config_t config = default_config(c->kind, (uint64_t)capacity * BLOCK + BLOCK / 2);
+    if (c->kind == KVIO_TIER_REDIS) {
+        char reason[512];
+        const char *url = redis_url(reason, sizeof(reason));
+        if (!test_require("redis", url != NULL, reason)) {
+            kvio_config_free(kvio_tier_options, &config);
+            return NULL;
+        }
+        set_string(&config.url, url);
+        set_string(&config.key_prefix, prefix);
+    }
+    set_string(&config.path, dir);
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    kvio_status_t status = kvio_tier_create(&config, BLOCK, c->emulate, &tier, error, sizeof(error));
+    kvio_config_free(kvio_tier_options, &config);
+    cr_assert_eq(status, KVIO_OK, "%s: %s", c->label, error);
+    cr_assert_eq(kvio_tier_capacity(tier), capacity);
+    return tier;
+}
+
+static const backend_case_t backend_cases[] = {
+    {"host", KVIO_TIER_HOST, true},
+    {"file", KVIO_TIER_FILE, true},
+    {"redis", KVIO_TIER_REDIS, true},
+    {"host simulated", KVIO_TIER_HOST, false},
+    {"file simulated", KVIO_TIER_FILE, false},
+    {"redis simulated", KVIO_TIER_REDIS, false},
+};
+
+static void round_trip(const backend_case_t *c)
+{
+    char *dir = test_tmpdir();
+    char path[512], prefix[128];
+    snprintf(path, sizeof(path), "%s/tier", dir);
+    unique_prefix(prefix, sizeof(prefix), "round_trip");
+    kvio_tier_t *tier = create_case(c, 4, path, prefix);
+    if (tier == NULL)
+        goto done;
+    for (uint64_t id = 1; id <= 3; id++)
+        put_block(tier, id, BLOCK);
+    cr_assert_eq(kvio_tier_num_blocks(tier), 3);
+    for (uint64_t id = 3; id >= 1; id--) {
+        cr_assert(kvio_tier_contains(tier, block_hash(id)));
+        if (c->emulate)
+            cr_assert_eq(get_and_verify(tier, id, BLOCK), KVIO_OK, "%s: block %llu: %s",
+                         c->label, (unsigned long long)id, kvio_tier_error(tier));
+        else
+            cr_assert_eq(kvio_tier_get(tier, block_hash(id), NULL, &(int64_t){0}), KVIO_OK);
+    }
+    cr_assert_not(kvio_tier_contains(tier, block_hash(99)));
+    cr_assert_eq(get_and_verify(tier, 99, BLOCK), KVIO_ERR_NOT_FOUND);
+    const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
+    cr_assert_eq(stats->puts, 3, "%s", c->label);
+    cr_assert_eq(stats->gets, 4);
+    cr_assert_eq(stats->hits, 3);
+    cr_assert_eq(stats->misses, 1);
+    cr_assert_eq(stats->errors, 0);
+    cr_assert_eq(stats->evictions, 0);
+    cr_assert_eq(stats->bytes_written, 3 * BLOCK);
+    cr_assert_eq(stats->bytes_read, 3 * BLOCK);
+    cr_assert_eq(kvio_hist_count(stats->put_latency), 3);
+    cr_assert_eq(kvio_hist_count(stats->get_latency), 3);
+    cr_assert_gt(stats->write_ns, 0);
+
+    json_t *json = kvio_tier_stats_json(tier);
+    cr_assert_str_eq(json_string_value(json_object_get(json, "kind")),
+                     kvio_tier_kind_names[c->kind]);
+    cr_assert_str_eq(json_string_value(json_object_get(json, "mode")),
+                     c->emulate ? "emulate" : "simulate");
+    cr_assert_eq(json_integer_value(json_object_get(json, "bytes_written")), 3 * BLOCK);
+    cr_assert_float_eq(json_real_value(json_object_get(json, "hit_rate")), 0.75, 1e-9);
+    cr_assert_eq(json_integer_value(json_object_get(
+                     json_object_get(json, "put_latency_us"), "count")), 3);
+    if (c->emulate && c->kind == KVIO_TIER_HOST)
+        cr_assert_str_eq(json_string_value(json_object_get(json, "memory")), "pageable");
+    json_decref(json);
+    if (c->kind == KVIO_TIER_FILE && c->emulate)
+        cr_assert_eq(count_files(path, ".kv"), 3);
+    if (c->kind == KVIO_TIER_FILE && !c->emulate)
+        cr_assert_neq(access(path, F_OK), 0, "simulate created %s", path);
+    kvio_tier_destroy(tier);
+    if (c->kind == KVIO_TIER_FILE) /* the tier's files and the directory it made are gone */
+        cr_assert_neq(access(path, F_OK), 0, "%s still exists", path);
+done:
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(tier, round_trip_host, .timeout = 20) { round_trip(&backend_cases[0]); }
+Test(tier, round_trip_file, .timeout = 20) { round_trip(&backend_cases[1]); }
+Test(tier, round_trip_redis, .timeout = 20) { round_trip(&backend_cases[2]); }
+Test(tier, round_trip_simulated, .timeout = 20)
+{
+    for (int i = 3; i < 6; i++)
+        round_trip(&backend_cases[i]);
+}
+
+/* Capacity 3: A B C, touch A, put D → B is evicted; a get of B misses. */
+static void lru_eviction(const backend_case_t *c)
+{
+    char *dir = test_tmpdir();
+    char path[512], prefix[128];
+    snprintf(path, sizeof(path), "%s/tier", dir);
+    unique_prefix(prefix, sizeof(prefix), "lru");
+    kvio_tier_t *tier = create_case(c, 3, path, prefix);
+    if (tier == NULL)
+        goto done;
+    for (uint64_t id = 1; id <= 3; id++)
+        put_block(tier, id, BLOCK);
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
+    put_block(tier, 4, BLOCK);
+    cr_assert_eq(kvio_tier_stats(tier)->evictions, 1, "%s", c->label);
+    cr_assert_not(kvio_tier_contains(tier, block_hash(2)), "%s: B should be evicted", c->label);
+    cr_assert(kvio_tier_contains(tier, block_hash(1)));
+    cr_assert(kvio_tier_contains(tier, block_hash(3)));
+    cr_assert(kvio_tier_contains(tier, block_hash(4)));
+    cr_assert_eq(kvio_tier_num_blocks(tier), 3);
+    cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_ERR_NOT_FOUND);
+    /* The freed slot was reused: block 4 (and the others) read back intact. */
+    cr_assert_eq(get_and_verify(tier, 4, BLOCK), KVIO_OK);
+    cr_assert_eq(get_and_verify(tier, 3, BLOCK), KVIO_OK);
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
+    if (c->kind == KVIO_TIER_FILE) {
+        char file[600];
+        block_file(path, 2, file, sizeof(file));
+        cr_assert_neq(access(file, F_OK), 0, "evicted block file %s remains", file);
+        cr_assert_eq(count_files(path, ".kv"), 3);
+    }
+    if (c->kind == KVIO_TIER_REDIS) {
+        kvio_redis_t *other = NULL;
+        char error[512], data_key[200], meta_key[200];
+        cr_assert_eq(kvio_redis_connect(getenv("KVIO_TEST_REDIS_URL"), 1000000000LL, &other,
+                                        error, sizeof(error)), KVIO_OK, "%s", error);
+        redis_keys(prefix, 2, data_key, meta_key, sizeof(data_key));
+        cr_assert_not(redis_has(other, data_key), "evicted data key remains");
+        cr_assert_not(redis_has(other, meta_key), "evicted metadata key remains");
+        redis_keys(prefix, 4, data_key, meta_key, sizeof(data_key));
+        cr_assert(redis_has(other, data_key));
+        cr_assert(redis_has(other, meta_key));
+        kvio_tier_destroy(tier);
+        tier = NULL;
+        cr_assert_not(redis_has(other, data_key), "destroy leaves keys behind");
+        cr_assert_not(redis_has(other, meta_key));
+        kvio_redis_close(other);
+    }
+    kvio_tier_destroy(tier);
+done:
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(tier, lru_eviction_host, .timeout = 20) { lru_eviction(&backend_cases[0]); }
+Test(tier, lru_eviction_file, .timeout = 20) { lru_eviction(&backend_cases[1]); }
+Test(tier, lru_eviction_redis, .timeout = 20) { lru_eviction(&backend_cases[2]); }
+
+/* The index against a reference LRU over many puts and gets (simulate mode:
+ * no I/O), so probe chains with deletions are exercised. */
+Test(tier, index_matches_reference_lru, .timeout = 30)
+{
+    enum { CAPACITY = 37, UNIVERSE = 300, STEPS = 20000 };
+    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, (uint64_t)CAPACITY * 4096);
+    kvio_tier_t *tier = NULL;
+    char error[256];
+    cr_assert_eq(kvio_tier_create(&config, 4096, false, &tier, error, sizeof(error)), KVIO_OK);
+    kvio_config_free(kvio_tier_options, &config);
+    uint64_t lru[CAPACITY]; /* lru[0] most recent */
+    size_t held = 0;
+    uint64_t evictions = 0, hits = 0, misses = 0, puts = 0, duplicates = 0;
+    uint64_t state = 12345;
+    for (int step = 0; step < STEPS; step++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t id = (state >> 33) % UNIVERSE;
+        bool is_put = (state >> 20) & 1;
+        size_t found = held;
+        for (size_t i = 0; i < held; i++)
+            if (lru[i] == id)
+                found = i;
+        int64_t cost;
+        if (is_put) {
+            cr_assert_eq(kvio_tier_put(tier, block_hash(id), NULL, &cost), KVIO_OK);
+            if (found == held) {
+                puts++;
+                if (held == CAPACITY) {
+                    held--;
+                    evictions++;
+                }
+                found = held++;
+            } else {
+                duplicates++;
+            }
+        } else {
+            kvio_status_t status = kvio_tier_get(tier, block_hash(id), NULL, &cost);
+            cr_assert_eq(status, found < held ? KVIO_OK : KVIO_ERR_NOT_FOUND, "step %d", step);
+            if (found == held) {
+                misses++;
+                continue;
+            }
+            hits++;
+        }
+        memmove(lru + 1, lru, found * sizeof(lru[0]));
+        lru[0] = id;
+        for (uint64_t probe = 0; probe < UNIVERSE; probe += 7) {
+            bool expected = false;
+            for (size_t i = 0; i < held; i++)
+                expected |= lru[i] == probe;
+            cr_assert_eq(kvio_tier_contains(tier, block_hash(probe)), expected, "step %d id %llu",
+                         step, (unsigned long long)probe);
+        }
+    }
+    const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
+    cr_assert_eq(stats->puts, puts);
+    cr_assert_eq(stats->duplicates, duplicates);
+    cr_assert_eq(stats->evictions, evictions);
+    cr_assert_eq(stats->hits, hits);
+    cr_assert_eq(stats->misses, misses);
+    cr_assert_eq(kvio_tier_num_blocks(tier), held);
+    kvio_tier_destroy(tier);
+}
+
+Test(tier, duplicate_put_refreshes_without_rewriting, .timeout = 10)
+{
+    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 2 * BLOCK);
+    kvio_tier_t *tier = NULL;
+    char error[256];
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
+    put_block(tier, 1, BLOCK);
+    put_block(tier, 2, BLOCK);
+    put_block(tier, 1, BLOCK); /* 1 becomes the most recent: 2 is the next victim */
+    put_block(tier, 3, BLOCK);
+    const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
+    cr_assert_eq(stats->puts, 3);
+    cr_assert_eq(stats->duplicates, 1);
+    cr_assert_eq(stats->bytes_written, 3 * BLOCK);
+    cr_assert(kvio_tier_contains(tier, block_hash(1)));
+    cr_assert_not(kvio_tier_contains(tier, block_hash(2)));
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
+    cr_assert_eq(get_and_verify(tier, 3, BLOCK), KVIO_OK);
+    kvio_tier_destroy(tier);
+}
+
+/* ---------- simulate model ---------- */
+
+typedef struct cost_case {
+    int kind;
+    bool pinned;
+    double bandwidth;
+    int64_t latency_ns;
+    int64_t expected_ns; /* for a 1 MiB block */
+} cost_case_t;
+
+Test(tier, simulate_costs_follow_the_model, .timeout = 10)
+{
+    /* latency + 1048576 bytes / bandwidth, rounded to the nearest ns. */
+    static const cost_case_t cases[] = {
+        {KVIO_TIER_HOST, true, 0, 0, 10000 + 41943},     /* 25 GB/s: 41943.04 ns */
+        {KVIO_TIER_HOST, false, 0, 0, 20000 + 104858},   /* 10 GB/s: 104857.6 ns */
+        {KVIO_TIER_REDIS, false, 0, 0, 200000 + 1048576}, /* 1 GB/s */
+        {KVIO_TIER_FILE, false, 0, 0, 100000 + 524288},  /* 2 GB/s */
+        {KVIO_TIER_FILE, false, 4e9, 1000, 1000 + 262144},
+        {KVIO_TIER_HOST, true, 3e9, 0, 10000 + 349525},  /* 349525.33 ns */
+    };
+    char *dir = test_tmpdir();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const cost_case_t *c = &cases[i];
+        kvio_tier_config_t config = default_config(c->kind, 2ull << 20);
+        config.pinned = c->pinned;
+        config.bandwidth = c->bandwidth;
+        config.latency_ns = c->latency_ns;
+        /* Simulate touches nothing: a Redis nobody answers, a path that
+         * cannot be created. */
+        char url[64], path[512];
+        snprintf(url, sizeof(url), "redis://127.0.0.1:%d", closed_port());
+        snprintf(path, sizeof(path), "%s/missing/tier", dir);
+        set_string(&config.url, url);
+        set_string(&config.path, path);
+        kvio_tier_t *tier = NULL;
+        char error[512];
+        cr_assert_eq(kvio_tier_create(&config, 1u << 20, false, &tier, error, sizeof(error)),
+                     KVIO_OK, "case %zu: %s", i, error);
+        kvio_config_free(kvio_tier_options, &config);
+        int64_t put_cost = -1, get_cost = -1, miss_cost = -1;
+        cr_assert_eq(kvio_tier_put(tier, block_hash(1), NULL, &put_cost), KVIO_OK);
+        cr_assert_eq(kvio_tier_get(tier, block_hash(1), NULL, &get_cost), KVIO_OK);
+        cr_assert_eq(kvio_tier_get(tier, block_hash(2), NULL, &miss_cost), KVIO_ERR_NOT_FOUND);
+        cr_assert_eq(put_cost, c->expected_ns, "case %zu: put %lld ns", i, (long long)put_cost);
+        cr_assert_eq(get_cost, c->expected_ns, "case %zu: get %lld ns", i, (long long)get_cost);
+        cr_assert_eq(miss_cost, 0);
+        cr_assert_eq(kvio_tier_stats(tier)->write_ns, c->expected_ns);
+        cr_assert_eq(kvio_tier_stats(tier)->read_ns, c->expected_ns);
+        cr_assert_eq(kvio_hist_max(kvio_tier_stats(tier)->put_latency), (uint64_t)c->expected_ns);
+        cr_assert_neq(access(path, F_OK), 0, "simulate created %s", path);
+        kvio_tier_destroy(tier);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---------- sizes ---------- */
+
+Test(tier, refuses_a_size_that_holds_no_block, .timeout = 10)
+{
+    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, BLOCK - 1);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, false, &tier, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "size 8191 bytes holds no block of 8192 bytes"), "%s", error);
+    cr_assert_null(tier);
+    kvio_config_free(kvio_tier_options, &config);
+}
+
+Test(tier, host_refuses_more_than_available_memory, .timeout = 10)
+{
+    /* 1 PiB in blocks of 1 GiB: 2^20 blocks, a small index. */
+    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 1ull << 50);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+    cr_assert_eq(kvio_tier_create(&config, 1u << 30, true, &tier, error, sizeof(error)),
+                 KVIO_ERR_NO_SPACE);
+    cr_assert(test_contains(error, "1048576 blocks of 1073741824 bytes need 1125899906842624 "
+                                   "bytes"), "%s", error);
+    cr_assert(test_contains(error, "MemAvailable"), "%s", error);
+    cr_assert_null(tier);
+    /* Simulate mode models any scale. */
+    cr_assert_eq(kvio_tier_create(&config, 1u << 30, false, &tier, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_tier_destroy(tier);
+    kvio_config_free(kvio_tier_options, &config);
+}
+
+/* ---------- file tier ---------- */
+
+static kvio_tier_t *create_file_tier(const char *path, uint32_t capacity, uint64_t block_bytes,
+                                     bool o_direct)
+{
+    kvio_tier_config_t config = default_config(KVIO_TIER_FILE, capacity * block_bytes);
+    set_string(&config.path, path);
+    config.o_direct = o_direct;
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &tier, error,
+                                            sizeof(error));
+    kvio_config_free(kvio_tier_options, &config);
+    cr_assert_eq(status, KVIO_OK, "%s", error);
+    return tier;
+}
+
+Test(tier, file_writes_whole_blocks_by_rename, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    kvio_tier_t *tier = create_file_tier(dir, 4, BLOCK, false);
+    put_block(tier, 1, BLOCK);
+    put_block(tier, 2, BLOCK);
+    cr_assert_eq(count_files(dir, ".tmp"), 0, "a temporary file remains");
+    cr_assert_eq(count_files(dir, ".kv"), 2);
+    char path[600];
+    block_file(dir, 1, path, sizeof(path));
+    struct stat info;
+    cr_assert_eq(stat(path, &info), 0, "%s", path);
+    cr_assert_eq(info.st_size, BLOCK);
+    unsigned char expected[BLOCK];
+    fill_block(expected, 1, BLOCK);
+    char *content = test_read_file(path);
+    cr_assert(memcmp(content, expected, BLOCK) == 0, "the file does not hold the block");
+    free(content);
+
+    /* A file cut short behind the tier's back is reported, never returned. */
+    cr_assert_eq(truncate(path, BLOCK / 2), 0);
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_ERR_IO);
+    cr_assert(test_contains(kvio_tier_error(tier), "truncated block file: 4096 of 8192 bytes"),
+              "%s", kvio_tier_error(tier));
+    cr_assert_eq(kvio_tier_stats(tier)->errors, 1);
+    cr_assert_eq(kvio_tier_stats(tier)->hits, 0);
+
+    /* A file deleted behind its back is a miss and leaves the index. */
+    block_file(dir, 2, path, sizeof(path));
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_ERR_NOT_FOUND);
+    cr_assert_not(kvio_tier_contains(tier, block_hash(2)));
+    cr_assert_eq(kvio_tier_stats(tier)->misses, 1);
+    cr_assert_eq(kvio_tier_num_blocks(tier), 1);
+    kvio_tier_destroy(tier);
+    cr_assert_eq(count_files(dir, ".kv"), 0, "destroy leaves block files");
+    cr_assert_eq(access(dir, F_OK), 0, "destroy removed a directory it did not create");
+    test_rmtree(dir);
+    free(dir);
+}
+
+static bool direct_supported(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/.direct-probe", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_DIRECT, 0644);
+    if (fd < 0)
+        return false;
+    void *buffer = NULL;
+    cr_assert_eq(posix_memalign(&buffer, 4096, 4096), 0);
+    memset(buffer, 0, 4096);
+    bool ok = write(fd, buffer, 4096) == 4096;
+    close(fd);
+    unlink(path);
+    free(buffer);
+    return ok;
+}
+
+Test(tier, file_o_direct_round_trip, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    if (!direct_supported(dir)) {
+        test_rmtree(dir);
+        cr_skip_test("/tmp does not support O_DIRECT");
+    }
+    kvio_tier_t *tier = create_file_tier(dir, 4, BLOCK, true);
+    json_t *json = kvio_tier_stats_json(tier);
+    cr_assert(json_is_true(json_object_get(json, "o_direct")), "%s", kvio_tier_info(tier));
+    json_decref(json);
+    cr_assert(test_contains(kvio_tier_info(tier), "O_DIRECT"), "%s", kvio_tier_info(tier));
+    /* Aligned and unaligned caller buffers. */
+    void *aligned = NULL;
+    cr_assert_eq(posix_memalign(&aligned, 4096, BLOCK + 1), 0);
+    unsigned char *unaligned = (unsigned char *)aligned + 1;
+    int64_t cost;
+    fill_block(aligned, 1, BLOCK);
+    cr_assert_eq(kvio_tier_put(tier, block_hash(1), aligned, &cost), KVIO_OK, "%s",
+                 kvio_tier_error(tier));
+    fill_block(unaligned, 2, BLOCK);
+    cr_assert_eq(kvio_tier_put(tier, block_hash(2), unaligned, &cost), KVIO_OK, "%s",
+                 kvio_tier_error(tier));
+    memset(aligned, 0, BLOCK + 1);
+    cr_assert_eq(kvio_tier_get(tier, block_hash(2), aligned, &cost), KVIO_OK);
+    unsigned char expected[BLOCK];
+    fill_block(expected, 2, BLOCK);
+    cr_assert(memcmp(aligned, expected, BLOCK) == 0);
+    cr_assert_eq(kvio_tier_get(tier, block_hash(1), unaligned, &cost), KVIO_OK);
+    fill_block(expected, 1, BLOCK);
+    cr_assert(memcmp(unaligned, expected, BLOCK) == 0);
+    free(aligned);
+    kvio_tier_destroy(tier);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(tier, file_o_direct_falls_back_where_refused, .timeout = 20)
+{
+    /* ramfs has no O_DIRECT (tmpfs has it since Linux 6.6). */
+    char *mount_dir = test_tmpdir();
+    char reason[256] = "", path[600];
+    snprintf(path, sizeof(path), "%s/tier", mount_dir);
+    bool mounted = private_mount(mount_dir, "ramfs", 0, NULL, reason, sizeof(reason));
+    if (!mounted) {
+        snprintf(path, sizeof(path), "/dev/shm/kvio-test-tier-%d", (int)getpid());
+        mkdir(path, 0755);
+        bool refused = !direct_supported(path);
+        rmdir(path);
+        if (!refused) {
+            test_rmtree(mount_dir);
+            cr_skip_test("no file system here refuses O_DIRECT (%s; tmpfs takes it)", reason);
+        }
+    }
+    kvio_tier_t *tier = create_file_tier(path, 4, BLOCK, true);
+    json_t *json = kvio_tier_stats_json(tier);
+    cr_assert(json_is_false(json_object_get(json, "o_direct")));
+    const char *note = json_string_value(json_object_get(json, "o_direct_note"));
+    cr_assert(note != NULL && test_contains(note, "the file system refuses O_DIRECT"), "%s",
+              note ? note : "(no note)");
+    json_decref(json);
+    cr_assert(test_contains(kvio_tier_info(tier), "buffered"), "%s", kvio_tier_info(tier));
+    put_block(tier, 1, BLOCK);
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
+    kvio_tier_destroy(tier);
+    cr_assert_neq(access(path, F_OK), 0, "%s remains", path);
+    if (mounted)
+        umount(mount_dir);
+    test_rmtree(mount_dir);
+    free(mount_dir);
+
+    /* Blocks that are not 4 KiB multiples cannot use O_DIRECT either. */
+    char *dir = test_tmpdir();
+    tier = create_file_tier(dir, 4, 1000, true);
+    cr_assert(test_contains(kvio_tier_info(tier), "multiples of 4096 bytes, not 1000"), "%s",
+              kvio_tier_info(tier));
+    put_block(tier, 5, 1000);
+    cr_assert_eq(get_and_verify(tier, 5, 1000), KVIO_OK);
+    kvio_tier_destroy(tier);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(tier, file_refuses_a_path_it_cannot_use, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char path[512];
+    kvio_tier_config_t config = default_config(KVIO_TIER_FILE, 4 * BLOCK);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+
+    snprintf(path, sizeof(path), "%s/no/such/parent", dir);
+    set_string(&config.path, path);
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, path) && test_contains(error, "parent does not exist"), "%s",
+              error);
+
+    char *file = test_write_file(dir, "plain", "x");
+    set_string(&config.path, file);
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "not a directory"), "%s", error);
+
+    /* More than the file system has free. */
+    snprintf(path, sizeof(path), "%s/big", dir);
+    set_string(&config.path, path);
+    config.size = 1ull << 50; /* 1 PiB */
+    cr_assert_eq(kvio_tier_create(&config, 1u << 20, true, &tier, error, sizeof(error)),
+                 KVIO_ERR_NO_SPACE);
+    cr_assert(test_contains(error, "bytes are free"), "%s", error);
+    cr_assert_neq(access(path, F_OK), 0, "a refused tier left its directory");
+    cr_assert_null(tier);
+    free(file);
+    kvio_config_free(kvio_tier_options, &config);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(tier, file_read_only_file_system_is_refused, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char reason[256];
+    if (!private_mount(dir, "tmpfs", MS_RDONLY, "size=1m", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        cr_skip_test("%s", reason);
+    }
+    kvio_tier_config_t config = default_config(KVIO_TIER_FILE, 4 * BLOCK);
+    set_string(&config.path, dir);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+    kvio_status_t status = kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error));
+    cr_assert(KVIO_IS_ERROR(status));
+    cr_assert(test_contains(error, "not writable") && test_contains(error, "Read-only"), "%s",
+              error);
+    kvio_config_free(kvio_tier_options, &config);
+    umount(dir);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(tier, file_full_disk_is_an_error_not_a_block, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char reason[256];
+    if (!private_mount(dir, "tmpfs", 0, "size=128k", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        cr_skip_test("%s", reason);
+    }
+    kvio_tier_t *tier = create_file_tier(dir, 4, BLOCK, false);
+    put_block(tier, 1, BLOCK);
+    /* Fill what is left of the file system. */
+    char filler[600];
+    snprintf(filler, sizeof(filler), "%s/filler", dir);
+    int fd = open(filler, O_WRONLY | O_CREAT, 0644);
+    cr_assert_geq(fd, 0);
+    static unsigned char chunk[4096];
+    while (write(fd, chunk, sizeof(chunk)) > 0)
+        ;
+    cr_assert_eq(errno, ENOSPC);
+    close(fd);
+
+    unsigned char data[BLOCK];
+    fill_block(data, 2, BLOCK);
+    int64_t cost = -1;
+    cr_assert_eq(kvio_tier_put(tier, block_hash(2), data, &cost), KVIO_ERR_NO_SPACE);
+    cr_assert_eq(cost, -1, "the cost is an output of success only");
+    cr_assert(test_contains(kvio_tier_error(tier), "No space left on device") &&
+                  test_contains(kvio_tier_error(tier), "is full"),
+              "%s", kvio_tier_error(tier));
+    const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
+    cr_assert_eq(stats->errors, 1);
+    cr_assert_eq(stats->puts, 1);
+    cr_assert_not(kvio_tier_contains(tier, block_hash(2)));
+    cr_assert_eq(count_files(dir, ".tmp"), 0, "a partial temporary file remains");
+    cr_assert_eq(count_files(dir, ".kv"), 1);
+    cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_ERR_NOT_FOUND);
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
+    json_t *json = kvio_tier_stats_json(tier);
+    cr_assert_eq(json_integer_value(json_object_get(json, "errors")), 1);
+    cr_assert(test_contains(json_string_value(json_object_get(json, "last_error")), "No space"));
+    json_decref(json);
+
+    /* Space again: the same block goes in. */
+    cr_assert_eq(unlink(filler), 0);
+    cr_assert_eq(kvio_tier_put(tier, block_hash(2), data, &cost), KVIO_OK, "%s",
+                 kvio_tier_error(tier));
+    cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_OK);
+    kvio_tier_destroy(tier);
+    umount(dir);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---------- redis tier ---------- */
+
+static kvio_tier_t *create_redis_tier(const char *url, const char *prefix, uint32_t capacity)
+{
+    kvio_tier_config_t config = default_config(KVIO_TIER_REDIS, (uint64_t)capacity * BLOCK);
+    set_string(&config.url, url);
+    set_string(&config.key_prefix, prefix);
+    config.timeout_ns = 1000000000LL;
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    kvio_status_t status = kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error));
+    kvio_config_free(kvio_tier_options, &config);
+    cr_assert_eq(status, KVIO_OK, "%s", error);
+    return tier;
+}
+
+Test(tier, redis_data_gone_is_a_miss_and_drops_metadata, .timeout = 20)
+{
+    char reason[512];
+    const char *url = redis_url(reason, sizeof(reason));
+    if (!test_require("redis", url != NULL, reason))
+        return;
+    char prefix[128], data_key[200], meta_key[200], error[512];
+    unique_prefix(prefix, sizeof(prefix), "evicted");
+    kvio_tier_t *tier = create_redis_tier(url, prefix, 8);
+    put_block(tier, 1, BLOCK);
+    put_block(tier, 2, BLOCK);
+    kvio_redis_t *other = NULL;
+    cr_assert_eq(kvio_redis_connect(url, 1000000000LL, &other, error, sizeof(error)), KVIO_OK);
+    redis_keys(prefix, 1, data_key, meta_key, sizeof(data_key));
+    cr_assert(redis_has(other, meta_key));
+    /* Redis evicts (or someone deletes) the data behind the tier's back. */
+    cr_assert_eq(kvio_redis_del(other, (const char *const[]){data_key}, 1), KVIO_OK);
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_ERR_NOT_FOUND);
+    cr_assert_not(redis_has(other, meta_key), "the metadata of a lost block remains");
+    cr_assert_not(kvio_tier_contains(tier, block_hash(1)));
+    const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
+    cr_assert_eq(stats->misses, 1);
+    cr_assert_eq(stats->hits, 0);
+    cr_assert_eq(stats->errors, 0);
+    cr_assert_eq(kvio_tier_num_blocks(tier), 1);
+    cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_OK);
+
+    /* Data corrupted behind its back: the checksum in the metadata catches it. */
+    redis_keys(prefix, 2, data_key, meta_key, sizeof(data_key));
+    unsigned char bad[BLOCK];
+    fill_block(bad, 2, BLOCK);
+    bad[BLOCK / 3] ^= 0x40;
+    cr_assert_eq(kvio_redis_set_many(other, (const char *const[]){data_key},
+                                     (const void *const[]){bad}, (size_t[]){BLOCK}, 1), KVIO_OK);
+    cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_ERR_CHECKSUM);
+    cr_assert(test_contains(kvio_tier_error(tier), "checksum"), "%s", kvio_tier_error(tier));
+    cr_assert_eq(stats->errors, 1);
+    kvio_tier_destroy(tier);
+    cr_assert_not(redis_has(other, data_key));
+    cr_assert_not(redis_has(other, meta_key));
+    kvio_redis_close(other);
+}
+
+Test(tier, redis_down_at_create_names_the_url, .timeout = 20)
+{
+    char url[64];
+    int port = closed_port();
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    kvio_tier_config_t config = default_config(KVIO_TIER_REDIS, 4 * BLOCK);
+    set_string(&config.url, url);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+    uint64_t start = kvio_time_ns();
+    kvio_status_t status = kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error));
+    kvio_config_free(kvio_tier_options, &config);
+    cr_assert_null(tier);
+    cr_assert_lt(kvio_time_ns() - start, 5000000000ull, "connecting did not give up in time");
+#ifdef KVIO_HAVE_REDIS
+    cr_assert_eq(status, KVIO_ERR_CONNECTION, "%s", error);
+    cr_assert(test_contains(error, url) && test_contains(error, "refused"), "%s", error);
+#else
+    cr_assert_eq(status, KVIO_ERR_UNSUPPORTED, "%s", error);
+    cr_assert(test_contains(error, "redis tier not built"), "%s", error);
+#endif
+}
+
+/* Starts a private redis-server on port; returns its pid, or -1. */
+static pid_t start_redis(int port)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char port_text[16];
+        snprintf(port_text, sizeof(port_text), "%d", port);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execlp("redis-server", "redis-server", "--port", port_text, "--bind", "127.0.0.1",
+               "--save", "", "--appendonly", "no", (char *)NULL);
+        _exit(127);
+    }
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        kvio_redis_t *redis = NULL;
+        char error[256];
+        if (kvio_redis_connect(url, 200000000LL, &redis, error, sizeof(error)) == KVIO_OK) {
+            kvio_redis_close(redis);
+            return pid;
+        }
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return -1;
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static void stop_redis(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+Test(tier, redis_going_away_is_an_error_then_reconnects, .timeout = 30)
+{
+#ifndef KVIO_HAVE_REDIS
+    cr_skip_test("redis tier not built");
+#else
+    int port = closed_port();
+    pid_t server = start_redis(port);
+    if (!test_require("redis", server > 0, "cannot start redis-server (not installed?)"))
+        return;
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    kvio_tier_t *tier = create_redis_tier(url, "kvio:test:tier:away:", 8);
+    put_block(tier, 1, BLOCK);
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
+    stop_redis(server);
+
+    unsigned char data[BLOCK];
+    fill_block(data, 2, BLOCK);
+    int64_t cost;
+    uint64_t start = kvio_time_ns();
+    kvio_status_t status = kvio_tier_put(tier, block_hash(2), data, &cost);
+    cr_assert_eq(status, KVIO_ERR_CONNECTION, "%s: %s", kvio_strerror(status),
+                 kvio_tier_error(tier));
+    cr_assert(test_contains(kvio_tier_error(tier), url), "%s", kvio_tier_error(tier));
+    status = kvio_tier_get(tier, block_hash(1), data, &cost); /* reconnect refused */
+    cr_assert_eq(status, KVIO_ERR_CONNECTION, "%s", kvio_tier_error(tier));
+    cr_assert_lt(kvio_time_ns() - start, 3000000000ull, "a dead Redis made the tier wait");
+    const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
+    cr_assert_eq(stats->errors, 2);
+    cr_assert_not(kvio_tier_contains(tier, block_hash(2)));
+    cr_assert(kvio_tier_contains(tier, block_hash(1)), "an error is not a miss");
+
+    /* Redis comes back empty (no persistence): the tier reconnects and the
+     * block it lost is a miss. */
+    server = start_redis(port);
+    cr_assert_gt(server, 0);
+    usleep(1100000); /* past the reconnect interval */
+    cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_ERR_NOT_FOUND, "%s", kvio_tier_error(tier));
+    cr_assert_eq(stats->misses, 1);
+    put_block(tier, 2, BLOCK);
+    cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_OK);
+    json_t *json = kvio_tier_stats_json(tier);
+    cr_assert_eq(json_integer_value(json_object_get(json, "reconnects")), 1);
+    json_decref(json);
+    kvio_tier_destroy(tier);
+    stop_redis(server);
+#endif
+}
