@@ -591,7 +591,6 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
                                 json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
             json_object_set_new(metrics, "router", json_string(kvio_router_name(emulate->router)));
             json_object_set_new(metrics, "wall_run_s", json_real((double)now_ns(emulate) / 1e9));
-            json_object_set_new(metrics, "tier_hit_tokens", json_integer((json_int_t)tier_hits));
             json_object_set_new(metrics, "swap_verify_failures",
                                 json_integer((json_int_t)verify_failures));
             json_object_set_new(metrics, "swap_copy_s", json_real((double)swap_real / 1e9));
@@ -1018,8 +1017,6 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     if (status == KVIO_OK) {
         json_t *metrics = kvio_serve_metrics_json(&total);
         json_object_set_new(metrics, "serve_ranks", json_integer((json_int_t)count));
-        json_object_set_new(metrics, "tier_hit_tokens",
-                            json_integer((json_int_t)total.tier_hit_tokens));
         json_object_set_new(metrics, "swap_verify_failures",
                             json_integer((json_int_t)total.swap_verify_failures));
         json_object_set_new(metrics, "tiers", tiers);

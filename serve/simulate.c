@@ -128,6 +128,12 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                         json_real(metrics->prefix_queries
                                       ? (double)metrics->prefix_hits / (double)metrics->prefix_queries
                                       : 0));
+    json_object_set_new(object, "tier_hit_tokens", json_integer((json_int_t)metrics->tier_hit_tokens));
+    json_object_set_new(object, "hit_rate_with_tiers",
+                        json_real(metrics->prefix_queries
+                                      ? (double)(metrics->prefix_hits + metrics->tier_hit_tokens) /
+                                            (double)metrics->prefix_queries
+                                      : 0));
     json_object_set_new(object, "resumed_prefix_cache_queries",
                         json_integer((json_int_t)metrics->resumed_prefix_queries));
     json_object_set_new(object, "resumed_prefix_cache_hits",
@@ -158,6 +164,8 @@ typedef struct simulation {
     uint32_t block_size;
     kvio_cost_t *cost;
     kvio_engine_t **engines;
+    kvio_tier_t ***tiers; /* per rank, modelled lower tiers */
+    size_t num_tiers;
     int64_t *busy_until; /* end of the running iteration; -1: idle */
     kvio_router_t *router;
     kvio_csv_t *requests_csv, *iterations_csv;
@@ -198,6 +206,13 @@ static void simulation_free(simulation_t *sim)
     for (uint32_t r = 0; sim->engines != NULL && r < sim->num_ranks; r++)
         kvio_engine_destroy(sim->engines[r]);
     free(sim->engines);
+    for (uint32_t r = 0; sim->tiers != NULL && r < sim->num_ranks; r++) {
+        for (size_t t = 0; sim->tiers[r] != NULL && t < sim->num_tiers; t++)
+            if (sim->tiers[r][t] != NULL)
+                kvio_tier_destroy(sim->tiers[r][t]);
+        free(sim->tiers[r]);
+    }
+    free(sim->tiers);
     free(sim->busy_until);
     kvio_router_destroy(sim->router);
     kvio_cost_destroy(sim->cost);
@@ -225,8 +240,27 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->busy_until = malloc(sim->num_ranks * sizeof(int64_t));
     if (status != KVIO_OK || sim->engines == NULL || sim->busy_until == NULL)
         return status != KVIO_OK ? status : KVIO_ERR_NOMEM;
+    const kvio_opt_list_t *tier_list = &run->serve->kvcache.tiers;
+    sim->num_tiers = tier_list->count;
+    uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
+                           sim->block_size;
+    if (sim->num_tiers > 0 && (sim->tiers = calloc(sim->num_ranks, sizeof(*sim->tiers))) == NULL)
+        return KVIO_ERR_NOMEM;
     for (uint32_t rank = 0; rank < sim->num_ranks; rank++) {
         sim->busy_until[rank] = -1;
+        if (sim->num_tiers > 0) {
+            sim->tiers[rank] = calloc(sim->num_tiers, sizeof(kvio_tier_t *));
+            if (sim->tiers[rank] == NULL)
+                return KVIO_ERR_NOMEM;
+            for (size_t t = 0; t < sim->num_tiers; t++) {
+                /* Modelled: latency + bytes / bandwidth, nothing moves. */
+                status = kvio_tier_create(&((const kvio_tier_config_t *)tier_list->items)[t],
+                                          block_bytes, false, &sim->tiers[rank][t], error_p,
+                                          error_len);
+                if (status != KVIO_OK)
+                    return status;
+            }
+        }
         kvio_engine_params_t params = {
             .config = &run->serve->engine,
             .num_blocks = blocks,
@@ -243,6 +277,8 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
             .slo = run->slo,
             .rank = rank,
             .observer = {.context = sim, .on_finish = on_finish, .on_iteration = on_iteration},
+            .tiers = sim->num_tiers > 0 ? sim->tiers[rank] : NULL,
+            .num_tiers = sim->num_tiers,
         };
         status = kvio_engine_create(&params, &sim->engines[rank], error_p, error_len);
         if (status != KVIO_OK)
@@ -413,6 +449,15 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
                                 json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
             json_object_set_new(metrics, "router", json_string(kvio_router_name(sim.router)));
             json_object_set_new(metrics, "simulated_s", json_real((double)now_ns / 1e9));
+            json_t *tiers = json_array();
+            for (uint32_t r = 0; r < sim.num_ranks; r++) {
+                for (size_t t = 0; t < sim.num_tiers; t++) {
+                    json_t *tier = kvio_tier_stats_json(sim.tiers[r][t]);
+                    json_object_set_new(tier, "rank", json_integer(r));
+                    json_array_append_new(tiers, tier);
+                }
+            }
+            json_object_set_new(metrics, "tiers", tiers);
             json_object_set_new(metrics, "per_rank", per_rank);
             kvio_engine_metrics_fini(&total);
             *metrics_p = metrics;

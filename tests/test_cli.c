@@ -53,12 +53,13 @@ Test(cli, usage_errors_exit_2, .timeout = 20)
 Test(cli, run_quickstart_writes_results, .timeout = 30)
 {
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "run", NULL);
+    /* No file: the quickstart preset (shortened; it is a 25 s emulate run). */
+    test_run_t run = test_kvio(dir, "run", "--set", "duration=2s", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     cr_assert(test_contains(run.out, "results/quickstart-"), "%s", run.out);
     test_run_free(&run);
 
-    run = test_kvio(dir, "run", "quickstart", "-o", "out", NULL);
+    run = test_kvio(dir, "run", "quickstart", "-o", "out", "--set", "duration=2s", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     char path[1100];
     snprintf(path, sizeof(path), "%s/out/summary.json", dir);
@@ -73,7 +74,8 @@ Test(cli, run_quickstart_writes_results, .timeout = 30)
     cr_assert(test_contains(run.err, "out: results directory exists (use --force"), "%s",
               run.err);
     test_run_free(&run);
-    run = test_kvio(dir, "run", "quickstart", "-o", "out", "--force", NULL);
+    run = test_kvio(dir, "run", "quickstart", "-o", "out", "--force", "--set", "duration=2s",
+                    NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
     test_rmtree(dir);

@@ -133,3 +133,30 @@ Test(emulate, pools_larger_than_the_machine_are_refused_with_the_numbers, .timeo
     test_rmtree(dir);
     free(dir);
 }
+
+Test(emulate, host_tier_traffic_is_real_and_counted, .timeout = 120)
+{
+    /* Twelve requests sharing a 1,024-token prefix through a 100-block pool:
+     * evicted prefix blocks go to the host tier and come back from it. */
+    const char *text =
+        "name: tier\nseed: 3\nmode: emulate\nduration: 30s\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "serve:\n  engine: {max_num_seqs: 2}\n"
+        "  kvcache: {block_size: 16, blocks: 100, tiers: [{kind: host, size: 256MiB}]}\n"
+        "stream:\n  requests: 24\n  arrival: {process: constant, rate: 40}\n"
+        "  input_tokens: {dist: constant, value: 1100}\n"
+        "  output_tokens: {dist: constant, value: 4}\n"
+        "  prefix: {system_prompts: {count: 3, tokens: 1024, zipf: 0}}\n";
+    char *dir, error[1024];
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    const json_t *tier = json_array_get(json_object_get(json_object_get(summary, "metrics"),
+                                                        "tiers"), 0);
+    cr_assert_not_null(tier);
+    cr_assert_gt(json_integer_value(json_object_get(tier, "puts")), 0);
+    cr_assert_gt(json_integer_value(json_object_get(tier, "bytes_written")), 0);
+    cr_assert_gt(json_integer_value(json_object_get(tier, "hits")), 0);
+    cr_assert_gt(metric(summary, "tier_hit_tokens"), 0);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -286,3 +286,17 @@ Test(simulate, request_larger_than_the_cache_is_an_error, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+Test(simulate, host_tier_returns_evicted_prefixes, .timeout = 60)
+{
+    const char *sets[] = {"serve.kvcache.blocks=200",
+                          "serve.kvcache.tiers=[{kind: host, size: 8GiB}]"};
+    run_output_t output = run_text(shared_prefix, sets, 2);
+    cr_assert_gt(metric(&output, "tier_hit_tokens"), 0);
+    cr_assert_gt(metric(&output, "hit_rate_with_tiers"), metric(&output, "hit_rate"));
+    json_t *tiers = json_object_get(json_object_get(output.summary, "metrics"), "tiers");
+    cr_assert_eq(json_array_size(tiers), 1);
+    cr_assert_gt(json_integer_value(json_object_get(json_array_get(tiers, 0), "puts")), 0);
+    cr_assert_gt(json_integer_value(json_object_get(json_array_get(tiers, 0), "hits")), 0);
+    run_free(&output);
+}
