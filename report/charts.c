@@ -707,6 +707,7 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
                 chart_series_t *series = series_add(chart, policies[p], finite, false);
                 if (series == NULL)
                     return KVIO_ERR_NOMEM;
+                series->color = (int)p + 1;
                 /* Sorted by capacity: pairs packed as (capacity, rate). */
                 double *pairs = malloc(2 * finite * sizeof(double));
                 if (pairs == NULL)
@@ -735,6 +736,7 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
                 if (series == NULL)
                     return KVIO_ERR_NOMEM;
                 series->dashed = true;
+                series->color = (int)p + 1;
                 series->x[0] = low;
                 series->x[1] = high;
                 series->y[0] = series->y[1] = 100 * unlimited;

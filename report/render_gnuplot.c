@@ -60,9 +60,10 @@ static void gp_lines(FILE *out, const report_chart_t *chart, size_t index)
     fputs("plot ", out);
     for (size_t s = 0; s < chart->num_series; s++) {
         const chart_series_t *series = &chart->series[s];
-        fprintf(out, "%s$d%zu_%zu using 1:2 with %s lw 2 dt %d title ", s > 0 ? ", \\\n     " : "",
-                index, s, series->step ? "steps" : series->count <= 12 ? "linespoints" : "lines",
-                series->dashed ? 2 : 1);
+        fprintf(out, "%s$d%zu_%zu using 1:2 with %s lw 2 dt %d lc rgb '%s' title ",
+                s > 0 ? ", \\\n     " : "", index, s,
+                series->step ? "steps" : series->count <= 12 ? "linespoints" : "lines",
+                series->dashed ? 2 : 1, report_series_color(series, s));
         gp_string(out, series->label);
     }
     fputc('\n', out);
@@ -85,9 +86,11 @@ static void gp_bars(FILE *out, const report_chart_t *chart, size_t index)
     fputs("EOD\nplot ", out);
     for (size_t s = 0; s < chart->num_series; s++) {
         if (s == 0)
-            fprintf(out, "$d%zu using 2:xtic(1) title ", index);
+            fprintf(out, "$d%zu using 2:xtic(1) lc rgb '%s' title ", index,
+                    report_series_color(&chart->series[s], s));
         else
-            fprintf(out, ", \\\n     '' using %zu title ", s + 2);
+            fprintf(out, ", \\\n     '' using %zu lc rgb '%s' title ", s + 2,
+                    report_series_color(&chart->series[s], s));
         gp_string(out, chart->series[s].label);
     }
     fputc('\n', out);

@@ -112,6 +112,20 @@ static void truncate_label(const char *text, size_t max_chars, char *label_p, si
         strcat(label_p, "\xE2\x80\xA6"); /* … */
 }
 
+/* A series' colour, and whether it is drawn dashed (a second round of the
+ * palette is dashed so that more than eight lines stay apart). */
+const char *report_series_color(const chart_series_t *series, size_t index)
+{
+    size_t slot = series->color > 0 ? (size_t)(series->color - 1) : index;
+    return palette[slot % PALETTE_SIZE];
+}
+
+static bool series_dashed(const chart_series_t *series, size_t index)
+{
+    size_t slot = series->color > 0 ? (size_t)(series->color - 1) : index;
+    return series->dashed || (slot / PALETTE_SIZE) % 2 == 1;
+}
+
 typedef struct axis {
     double min, max, step;
     bool log;
@@ -337,8 +351,8 @@ static void render_lines(FILE *out, const report_chart_t *chart)
     legend_item_t items[64];
     size_t num_items = chart->num_series < 64 ? chart->num_series : 64;
     for (size_t s = 0; s < num_items; s++)
-        items[s] = (legend_item_t){chart->series[s].label, palette[s % PALETTE_SIZE],
-                                   chart->series[s].dashed || (s / PALETTE_SIZE) % 2 == 1, false};
+        items[s] = (legend_item_t){chart->series[s].label, report_series_color(&chart->series[s], s),
+                                   series_dashed(&chart->series[s], s), false};
     double legend_top = frame.top + frame.height + 60;
     int rows = legend(NULL, items, num_items, frame.left, legend_top, frame.width);
     double height = legend_top + rows * 18 + 4;
@@ -356,8 +370,8 @@ static void render_lines(FILE *out, const report_chart_t *chart)
         fprintf(out,
                 "<polyline clip-path=\"url(#%s-clip)\" fill=\"none\" stroke=\"%s\" "
                 "stroke-width=\"2\" stroke-linejoin=\"round\"%s points=\"",
-                chart->id, palette[s % PALETTE_SIZE],
-                series->dashed || (s / PALETTE_SIZE) % 2 == 1 ? " stroke-dasharray=\"6 3\"" : "");
+                chart->id, report_series_color(series, s),
+                series_dashed(series, s) ? " stroke-dasharray=\"6 3\"" : "");
         for (size_t i = 0; i < series->count; i++) {
             if (chart->x_log && !(series->x[i] > 0))
                 continue;
@@ -373,7 +387,7 @@ static void render_lines(FILE *out, const report_chart_t *chart)
                 if (!chart->x_log || series->x[i] > 0)
                     fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
                             pixel_x(&frame, series->x[i]), pixel_y(&frame, series->y[i]),
-                            palette[s % PALETTE_SIZE]);
+                            report_series_color(series, s));
             fputc('\n', out);
         }
     }
@@ -434,8 +448,10 @@ static void render_bars(FILE *out, const report_chart_t *chart)
     svg_open(out, chart, height);
     draw_y_axis(out, &frame, chart->y_label);
     double bottom = frame.top + frame.height;
-    double group = slot * 0.78;
-    double bar = stacked ? group : group / (double)(chart->num_series > 0 ? chart->num_series : 1);
+    /* Bars no wider than 64 px (120 px stacked), however few there are. */
+    size_t per_group = stacked || chart->num_series == 0 ? 1 : chart->num_series;
+    double group = fmin(slot * 0.78, (stacked ? 120.0 : 64.0) * (double)per_group);
+    double bar = group / (double)per_group;
     size_t total_bars = chart->num_categories * (stacked ? 1 : chart->num_series);
     bool values = total_bars <= 16 && !stacked && bar >= 30;
     for (size_t c = 0; c < chart->num_categories; c++) {

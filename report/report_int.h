@@ -116,6 +116,7 @@ typedef struct chart_series {
     double *high;
     bool dashed;
     bool step;      /* lines: draw as a step function */
+    int color;      /* palette index + 1; 0: by the series' position */
 } chart_series_t;
 
 typedef struct report_chart {
@@ -178,7 +179,8 @@ kvio_status_t report_render_html(const kvio_report_t *report, FILE *out);
 kvio_status_t report_render_gnuplot(const kvio_report_t *report, const char *dir, FILE *out,
                                     size_t *num_charts_p);
 
-/* Axis helpers shared by the renderers. */
+/* Helpers shared by the renderers: a series' colour ("#rrggbb"), ticks. */
+const char *report_series_color(const chart_series_t *series, size_t index);
 double report_nice_step(double range, int target_ticks);
 void report_format_tick(double value, double step, char *text_p, size_t text_len);
 
