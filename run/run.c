@@ -98,6 +98,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
 {
     kvio_results_t *results = NULL;
     kvio_stream_t *stream = NULL;
+    kvio_event_trace_t *events = NULL;
     json_t *metrics = NULL;
     bool complete = false;
     kvio_status_t status;
@@ -120,6 +121,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
                                     workload->duration_ns, &stream, error_p, error_len);
+    if (status == KVIO_OK && options->event_trace != NULL)
+        status = kvio_event_trace_open(options->event_trace, &events, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_results_create(options->output_dir, workload->name, options->force,
                                      &results, error_p, error_len);
@@ -140,8 +143,16 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         .stream = stream,
         .results = results,
         .stop = options->stop,
+        .events = events,
     };
     status = kvio_serve_simulate(&serve_run, &metrics, &complete, error_p, error_len);
+    kvio_status_t trace_status = kvio_event_trace_close(events);
+    events = NULL;
+    if (status == KVIO_OK && trace_status != KVIO_OK) {
+        snprintf(error_p, error_len, "--event-trace %s: write failed: %s", options->event_trace,
+                 kvio_strerror(trace_status));
+        status = trace_status;
+    }
     uint64_t end_ns = kvio_wall_time_ns();
 
     const run_part_t parts[] = {
@@ -185,6 +196,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         status = KVIO_ERR_INTERRUPTED;
     }
 out:
+    kvio_event_trace_close(events);
     json_decref(metrics);
     kvio_stream_destroy(stream);
     kvio_results_destroy(results);

@@ -177,9 +177,44 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
                  finished->preemptions, (unsigned long long)finished->tag, finished->measured);
 }
 
+/* One trace event per iteration (and one per swap within it). */
+static void trace_iteration(simulation_t *sim, uint32_t rank,
+                            const kvio_engine_iteration_t *iteration)
+{
+    const kvio_engine_scheduled_t *items = NULL;
+    size_t count = 0;
+    kvio_engine_last_scheduled(sim->engines[rank], &items, &count);
+    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
+    size_t shown = count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS;
+    for (size_t i = 0; i < shown; i++)
+        ids[i] = items[i].id;
+    kvio_event_arg_t args[] = {
+        {"batch_size", iteration->num_scheduled},
+        {"prefill_tokens", (double)iteration->batch.prefill_tokens},
+        {"decode_seqs", (double)iteration->batch.decode_seqs},
+        {"kv_usage", iteration->kv_usage},
+        {"running", iteration->running},
+        {"waiting", iteration->waiting},
+        {"preempted", iteration->num_preempted},
+    };
+    kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration", .rank = rank,
+                          .start_ns = iteration->start_ns, .duration_ns = iteration->duration_ns,
+                          .bytes = -1, .request_ids = ids, .num_request_ids = count,
+                          .args = args, .num_args = sizeof(args) / sizeof(args[0])};
+    /* num_request_ids is the batch size; only the first ids are written. */
+    kvio_event_trace_write(sim->run->events, &event);
+    if (iteration->swap_bytes > 0 && sim->run->gpu->host_bandwidth > 0)
+        kvio_event_trace_swap(sim->run->events, rank, 1, iteration->start_ns,
+                              (int64_t)((double)iteration->swap_bytes /
+                                        sim->run->gpu->host_bandwidth * 1e9),
+                              (int64_t)iteration->swap_bytes, NULL, 0);
+}
+
 static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
 {
     simulation_t *sim = context;
+    if (sim->run->events != NULL)
+        trace_iteration(sim, rank, iteration);
     if (sim->iterations_csv == NULL)
         return;
     kvio_csv_row(sim->iterations_csv, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu",
