@@ -493,7 +493,9 @@ Test(report, bad_paths_and_arguments_exit_2, .timeout = 30)
               run.err);
     test_run_free(&run);
     /* compare.json naming a variant outside its directory. */
-    cr_assert_eq(mkdir(strcat(strcpy(calloc(1, 1200), dir), "/cmp"), 0755), 0);
+    char compare_dir[1200];
+    snprintf(compare_dir, sizeof(compare_dir), "%s/cmp", dir);
+    cr_assert_eq(mkdir(compare_dir, 0755), 0);
     free(test_write_file(dir, "cmp/compare.json",
                          "{\"repeat\": 1, \"variants\": [{\"name\": \"..\", \"runs\": [{}]}]}"));
     run = test_kvio(dir, "report", "cmp", NULL);
