@@ -89,6 +89,27 @@ static void put_number(line_t *line, double value)
         put(line, "null");
     } else if (value == floor(value) && fabs(value) < 9e15) {
         put_int(line, (int64_t)value);
+    } else if (fabs(value) < 1e9) {
+        /* Six decimals by hand: printf("%g") would cost more than the rest
+         * of the event (kv_usage is fractional on every iteration). */
+        if (value < 0) {
+            line->text[line->length++] = '-';
+            value = -value;
+        }
+        uint64_t micro = (uint64_t)(value * 1e6 + 0.5);
+        put_uint(line, micro / 1000000);
+        uint64_t fraction = micro % 1000000;
+        if (fraction > 0) {
+            char digits[6];
+            for (int i = 5; i >= 0; i--, fraction /= 10)
+                digits[i] = (char)('0' + fraction % 10);
+            int length = 6;
+            while (digits[length - 1] == '0')
+                length--;
+            line->text[line->length++] = '.';
+            memcpy(line->text + line->length, digits, (size_t)length);
+            line->length += (size_t)length;
+        }
     } else {
         line->length += (size_t)snprintf(line->text + line->length, 32, "%.6g", value);
     }

@@ -96,6 +96,26 @@ static void gp_bars(FILE *out, const report_chart_t *chart, size_t index)
     fputc('\n', out);
 }
 
+/* The largest value a chart draws (stacks summed). */
+static double chart_max(const report_chart_t *chart)
+{
+    double high = 0;
+    if (chart->kind == CHART_LINES) {
+        for (size_t s = 0; s < chart->num_series; s++)
+            for (size_t i = 0; i < chart->series[s].count; i++)
+                high = fmax(high, chart->series[s].y[i]);
+        return high;
+    }
+    for (size_t c = 0; c < chart->num_categories; c++) {
+        double sum = 0;
+        for (size_t s = 0; s < chart->num_series; s++)
+            sum = chart->kind == CHART_STACKED ? sum + fmax(chart->series[s].y[c], 0)
+                                               : fmax(sum, chart->series[s].y[c]);
+        high = fmax(high, sum);
+    }
+    return high;
+}
+
 kvio_status_t report_render_gnuplot(const kvio_report_t *report, const char *dir, FILE *out,
                                     size_t *num_charts_p)
 {
@@ -121,8 +141,10 @@ kvio_status_t report_render_gnuplot(const kvio_report_t *report, const char *dir
         fputs("\nset key outside below\nset grid ytics\n", out);
         if (chart->y_fixed)
             fprintf(out, "set yrange [%.10g:%.10g]\n", chart->y_min, chart->y_max);
-        else
+        else if (chart_max(chart) > 0)
             fputs("set yrange [0:*]\n", out);
+        else
+            fputs("set yrange [0:1]\n", out); /* all zero: gnuplot cannot autoscale */
         if (chart->kind == CHART_LINES)
             gp_lines(out, chart, i);
         else
