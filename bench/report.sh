@@ -89,5 +89,16 @@ echo "chat preset: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[
     "trace $events lines, $(du -m "$work/trace-1.pfw" | cut -f1) MB"
 echo "wall_s without trace: ${plain[*]} (median $plain_median)"
 echo "wall_s with trace:    ${traced[*]} (median $traced_median)"
+# The same with the trace going to /dev/null: the cost of making the events
+# alone, without the file system.
+null=()
+for i in $(seq "$runs"); do
+    "$kvio" -q run chat -o "$work/null-$i" --event-trace /dev/null >/dev/null
+    null+=("$(wall "$work/null-$i/summary.json")")
+done
+null_median=$(printf '%s\n' "${null[@]}" | median)
+echo "wall_s, trace to /dev/null: ${null[*]} (median $null_median)"
+printf 'event formatting alone: %.1f %%\n' \
+    "$(echo "($null_median - $plain_median) / $plain_median * 100" | bc -l)"
 overhead=$(echo "($traced_median - $plain_median) / $plain_median * 100" | bc -l)
 printf 'figure event_trace_overhead_pct %.1f %%\n' "$overhead"

@@ -341,6 +341,16 @@ static kvio_status_t timeline_charts(kvio_report_t *report)
                  "From iterations.csv: running total of requests preempted (recompute or swap) "
                  "up to each time bin, ranks together.");
     }
+    bool any_preemption = false;
+    for (size_t s = 0; preemptions != NULL && s < preemptions->num_series; s++) {
+        const chart_series_t *series = &preemptions->series[s];
+        any_preemption = any_preemption || (series->count > 0 && series->y[series->count - 1] > 0);
+    }
+    if (preemptions != NULL && !any_preemption) {
+        size_t length = strlen(preemptions->caption);
+        snprintf(preemptions->caption + length, sizeof(preemptions->caption) - length,
+                 " No run preempted a request.");
+    }
     if (with == 0 && report->num_runs > 0)
         add_note(report, "KV usage, batch size and preemption charts skipped: no run has an "
                          "iterations.csv.");

@@ -39,8 +39,10 @@ void report_format_tick(double value, double step, char *text_p, size_t text_len
         snprintf(text_p, text_len, "?");
         return;
     }
-    if (fabs(value) < step * 1e-9)
-        value = 0;
+    if (fabs(value) < step * 1e-9) {
+        snprintf(text_p, text_len, "0");
+        return;
+    }
     static const struct {
         double scale;
         const char *suffix;
@@ -475,7 +477,8 @@ static void render_bars(FILE *out, const report_chart_t *chart)
             fputs(", ", out);
             xml_text(out, series->label);
             fprintf(out, ": %s</title></rect>\n", text);
-            if (series->low != NULL && series->high != NULL && !stacked) {
+            if (series->low != NULL && series->high != NULL && !stacked &&
+                series->high[c] > series->low[c]) {
                 double middle = x + bar / 2;
                 double low_y = pixel_y(&frame, series->low[c]);
                 double high_y = pixel_y(&frame, series->high[c]);
