@@ -27,7 +27,11 @@ void report_label_copy(char *label_p, size_t label_len, const char *text)
     const unsigned char *in = (const unsigned char *)(text != NULL ? text : "");
     while (*in != '\0' && out + 5 < label_len) {
         unsigned char c = *in;
-        size_t length = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        size_t length = c < 0x80          ? 1
+                        : (c >> 5) == 6   ? 2
+                        : (c >> 4) == 14  ? 3
+                        : (c >> 3) == 30  ? 4
+                                          : 0;
         bool valid = length > 0;
         for (size_t i = 1; valid && i < length; i++)
             valid = (in[i] & 0xC0) == 0x80;

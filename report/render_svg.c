@@ -29,7 +29,11 @@ double report_nice_step(double range, int target_ticks)
     double raw = range / (target_ticks > 0 ? target_ticks : 5);
     double magnitude = pow(10, floor(log10(raw)));
     double fraction = raw / magnitude;
-    double nice = fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 2.5 ? 2.5 : fraction <= 5 ? 5 : 10;
+    double nice = fraction <= 1     ? 1
+                  : fraction <= 2   ? 2
+                  : fraction <= 2.5 ? 2.5
+                  : fraction <= 5   ? 5
+                                    : 10;
     return nice * magnitude;
 }
 
@@ -59,7 +63,8 @@ void report_format_tick(double value, double step, char *text_p, size_t text_len
     }
     double scaled_step = step / scale;
     int decimals = scaled_step >= 1 ? 0 : (int)ceil(-log10(scaled_step) - 1e-9);
-    if (decimals < 6 && fabs(scaled_step * pow(10, decimals) - round(scaled_step * pow(10, decimals))) > 1e-6)
+    double shifted = scaled_step * pow(10, decimals);
+    if (decimals < 6 && fabs(shifted - round(shifted)) > 1e-6)
         decimals++;
     if (decimals > 6)
         decimals = 6;
@@ -195,7 +200,8 @@ static double pixel_x(const frame_t *frame, double value)
 
 static double pixel_y(const frame_t *frame, double value)
 {
-    return clamp_pixel(frame->top + frame->height - axis_fraction(&frame->y, value) * frame->height);
+    double fraction = axis_fraction(&frame->y, value);
+    return clamp_pixel(frame->top + frame->height - fraction * frame->height);
 }
 
 /* ---------- parts of a chart ---------- */
@@ -353,7 +359,8 @@ static void render_lines(FILE *out, const report_chart_t *chart)
     legend_item_t items[64];
     size_t num_items = chart->num_series < 64 ? chart->num_series : 64;
     for (size_t s = 0; s < num_items; s++)
-        items[s] = (legend_item_t){chart->series[s].label, report_series_color(&chart->series[s], s),
+        items[s] = (legend_item_t){chart->series[s].label,
+                                   report_series_color(&chart->series[s], s),
                                    series_dashed(&chart->series[s], s), false};
     double legend_top = frame.top + frame.height + 60;
     int rows = legend(NULL, items, num_items, frame.left, legend_top, frame.width);

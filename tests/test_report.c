@@ -395,8 +395,8 @@ Test(report, bad_input_is_refused_with_the_file_named, .timeout = 60)
         {"summary.json", "[1, 2]", "summary.json: not a JSON object"},
         {"summary.json", "{\"complete\": true}", "summary.json: no metrics object"},
         {"summary.json",
-         "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, \"goodput\": \"NaN\", "
-         "\"hit_rate\": 0.5}}",
+         "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, "
+         "\"goodput\": \"NaN\", \"hit_rate\": 0.5}}",
          "summary.json: metrics.goodput is not a number"},
         {"summary.json",
          "{\"metrics\": {\"request_throughput\": 1e300, \"output_throughput\": 1, \"goodput\": 1, "
@@ -614,7 +614,9 @@ Test(report, mutated_inputs_never_crash_the_reader, .timeout = 120)
             size_t at = kvio_rng_next(&rng) % length;
             static const char replacements[] = "x,.-9e\n\"{}[]0 ";
             switch (kvio_rng_next(&rng) % 3) {
-            case 0: text[at] = replacements[kvio_rng_next(&rng) % (sizeof(replacements) - 1)]; break;
+            case 0:
+                text[at] = replacements[kvio_rng_next(&rng) % (sizeof(replacements) - 1)];
+                break;
             case 1: text[at] = (char)(kvio_rng_next(&rng) % 255 + 1); break;
             default: length = at; text[at] = '\0'; break;
             }
