@@ -29,6 +29,7 @@ typedef struct run_args {
     const char *overrides[MAX_OVERRIDES];
     size_t num_overrides;
     const char *output_dir;
+    const char *event_trace;
     bool force;
     bool dump;
     bool help;
@@ -82,6 +83,13 @@ static int parse_run_args(const char *command, int argc, char **argv, bool allow
                 return KVIO_EXIT_USAGE;
             }
             args->output_dir = value;
+        } else if (allow_output && is_option(arg, "--event-trace")) {
+            const char *value = option_value(argc, argv, &i, "--event-trace");
+            if (value == NULL || value[0] == '\0') {
+                fprintf(stderr, "kvio %s: --event-trace needs a file\n", command);
+                return KVIO_EXIT_USAGE;
+            }
+            args->event_trace = value;
         } else if (allow_output && strcmp(arg, "--force") == 0) {
             args->force = true;
         } else if (!allow_output && strcmp(arg, "--dump") == 0) {
@@ -114,10 +122,13 @@ int kvio_cmd_run(int argc, char **argv)
     if (exit_status != KVIO_EXIT_OK)
         return exit_status;
     if (args.help) {
-        printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n\n"
+        printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
+               "                [--event-trace FILE.pfw]\n\n"
                "Runs a workload (default: the quickstart preset) and writes a results\n"
                "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
-               "An existing output directory is refused unless --force.\n");
+               "An existing output directory is refused unless --force.\n"
+               "--event-trace writes Chrome trace events, one per line (DFTracer .pfw\n"
+               "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n");
         print_keys(stdout);
         return KVIO_EXIT_OK;
     }
@@ -132,7 +143,7 @@ int kvio_cmd_run(int argc, char **argv)
     }
     kvio_run_options_t options = {
         .output_dir = args.output_dir, .force = args.force, .source = source,
-        .stop = &stop_requested,
+        .stop = &stop_requested, .event_trace = args.event_trace,
     };
     struct sigaction action;
     memset(&action, 0, sizeof(action));

@@ -20,6 +20,7 @@ static const command_t commands[] = {
     {"list", kvio_cmd_list, "list the embedded presets"},
     {"stream", kvio_cmd_stream, "export a workload's request stream (or a trace) as JSONL"},
     {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
+    {"report", kvio_cmd_report, "charts of results, compare sets and cachesim output as HTML"},
     {"cost", kvio_cmd_cost, "iteration time the cost model gives a batch"},
     {"fit", kvio_cmd_fit, "fit the linear cost model to measured iterations"},
     {NULL, NULL, NULL},

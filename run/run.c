@@ -138,6 +138,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     kvio_results_t *results = NULL;
     kvio_stream_t *stream = NULL;
     kvio_rte_world_t *world = NULL;
+    kvio_event_trace_t *events = NULL;
     json_t *metrics = json_object();
     bool complete = true;
     bool root = true;
@@ -183,6 +184,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                 root = kvio_rte_world_is_root(world);
         }
     }
+    if (status == KVIO_OK && root && options->event_trace != NULL)
+        status = kvio_event_trace_open(options->event_trace, &events, error_p, error_len);
     if (status == KVIO_OK && root)
         status = kvio_results_create(options->output_dir, workload->name, options->force,
                                      &results, error_p, error_len);
@@ -207,6 +210,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .stream = stream,
             .results = results,
             .stop = options->stop,
+            .events = events,
         };
         json_t *serve_metrics = NULL;
         status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,
@@ -228,6 +232,13 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     }
     kvio_rte_world_destroy(world, status != KVIO_OK);
     world = NULL;
+    kvio_status_t trace_status = kvio_event_trace_close(events);
+    events = NULL;
+    if (status == KVIO_OK && trace_status != KVIO_OK) {
+        snprintf(error_p, error_len, "--event-trace %s: write failed: %s", options->event_trace,
+                 kvio_strerror(trace_status));
+        status = trace_status;
+    }
     if (!root)
         goto out;
     uint64_t end_ns = kvio_wall_time_ns();
@@ -278,6 +289,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         status = KVIO_ERR_INTERRUPTED;
     }
 out:
+    kvio_event_trace_close(events);
     json_decref(metrics);
     kvio_stream_destroy(stream);
     kvio_results_destroy(results);

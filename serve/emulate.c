@@ -17,6 +17,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
+#include "serve/serve_int.h"
 
 /* Below this much remaining time a wait spins instead of sleeping. */
 #define SPIN_NS 200000
@@ -100,12 +101,10 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     emulate_t *emulate = state->emulate;
     if (emulate->requests_csv == NULL)
         return;
+    char row[256];
+    kvio_serve_request_row(finished, row, sizeof(row));
     pthread_mutex_lock(&emulate->csv_lock);
-    kvio_csv_row(emulate->requests_csv, "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
-                 (unsigned long long)finished->id, finished->rank, finished->arrival_ns / 1e9,
-                 finished->first_token_ns / 1e9, finished->finish_ns / 1e9,
-                 finished->prompt_tokens, finished->output_tokens, finished->cached_tokens,
-                 finished->preemptions, (unsigned long long)finished->tag, finished->measured);
+    kvio_csv_row(emulate->requests_csv, "%s", row);
     pthread_mutex_unlock(&emulate->csv_lock);
 }
 
@@ -113,15 +112,12 @@ static void on_iteration(void *context, uint32_t rank, const kvio_engine_iterati
 {
     rank_state_t *state = context;
     emulate_t *emulate = state->emulate;
+    kvio_serve_trace_iteration(emulate->run->events, state->engine, rank, iteration,
+                               emulate->run->gpu->host_bandwidth);
     if (emulate->iterations_csv == NULL)
         return;
     pthread_mutex_lock(&emulate->csv_lock);
-    kvio_csv_row(emulate->iterations_csv, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu",
-                 iteration->start_ns / 1e9, rank, iteration->duration_ns / 1e6,
-                 iteration->num_scheduled, (unsigned long long)iteration->batch.prefill_tokens,
-                 (unsigned long long)iteration->batch.decode_seqs, iteration->kv_usage,
-                 iteration->running, iteration->waiting, iteration->num_preempted,
-                 (unsigned long long)iteration->swap_bytes);
+    kvio_serve_iteration_row(emulate->iterations_csv, rank, iteration);
     pthread_mutex_unlock(&emulate->csv_lock);
 }
 
@@ -474,19 +470,10 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     if (status != KVIO_OK)
         goto out;
     if (run->results != NULL) {
-        status = kvio_csv_open(run->results, "requests.csv",
-                               "id,rank,arrival_s,first_token_s,finish_s,input_tokens,"
-                               "output_tokens,cached_tokens,preemptions,model_version,measured",
-                               &emulate->requests_csv);
-        if (status == KVIO_OK)
-            status = kvio_csv_open(run->results, "iterations.csv",
-                                   "time_s,rank,duration_ms,batch_size,prefill_tokens,"
-                                   "decode_seqs,kv_usage,running,waiting,preempted,swap_bytes",
-                                   &emulate->iterations_csv);
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "cannot write the CSV files");
+        status = kvio_serve_open_csvs(run->results, &emulate->requests_csv,
+                                      &emulate->iterations_csv, error_p, error_len);
+        if (status != KVIO_OK)
             goto out;
-        }
     }
 
     emulate->start_ns = kvio_time_ns();
@@ -666,15 +653,10 @@ static void coupled_finish(void *context, const kvio_engine_finished_t *finished
     if (finished->tag < rank->num_versions)
         rank->served[finished->tag]++;
     char row[256];
-    int length = snprintf(row, sizeof(row), "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d\n",
-                          (unsigned long long)finished->id, finished->rank,
-                          finished->arrival_ns / 1e9, finished->first_token_ns / 1e9,
-                          finished->finish_ns / 1e9, finished->prompt_tokens,
-                          finished->output_tokens, finished->cached_tokens,
-                          finished->preemptions, (unsigned long long)finished->tag,
-                          finished->measured);
-    if (length <= 0)
+    int length = kvio_serve_request_row(finished, row, sizeof(row) - 1);
+    if (length <= 0 || (size_t)length >= sizeof(row) - 1)
         return;
+    row[length++] = '\n';
     if (rank->rows_length + (size_t)length + 1 > rank->rows_capacity) {
         size_t capacity = (rank->rows_capacity + (size_t)length + 1) * 2;
         char *bigger = realloc(rank->rows, capacity);
@@ -925,10 +907,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                               kvio_hist_create(&error_ppm) != KVIO_OK))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK && results != NULL)
-        status = kvio_csv_open(results, "requests.csv",
-                               "id,rank,arrival_s,first_token_s,finish_s,input_tokens,"
-                               "output_tokens,cached_tokens,preemptions,model_version,measured",
-                               &csv);
+        status = kvio_serve_open_csvs(results, &csv, NULL, error_p, error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
         const unsigned char *blob = blobs[b];
         size_t length = lengths[b], offset = 0;

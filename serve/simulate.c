@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvio/log.h"
+#include "serve/serve_int.h"
 #include "kvio/progress.h"
 
 static const char *const router_names[] = {"round_robin", "least_loaded", "prefix_affinity",
@@ -181,24 +182,92 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     sim->in_flight--;
     if (sim->requests_csv == NULL)
         return;
-    kvio_csv_row(sim->requests_csv, "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
-                 (unsigned long long)finished->id, finished->rank, finished->arrival_ns / 1e9,
-                 finished->first_token_ns / 1e9, finished->finish_ns / 1e9,
-                 finished->prompt_tokens, finished->output_tokens, finished->cached_tokens,
-                 finished->preemptions, (unsigned long long)finished->tag, finished->measured);
+    char row[256];
+    kvio_serve_request_row(finished, row, sizeof(row));
+    kvio_csv_row(sim->requests_csv, "%s", row);
 }
 
-static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
+void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
+                                uint32_t rank, const kvio_engine_iteration_t *iteration,
+                                double host_bandwidth)
 {
-    simulation_t *sim = context;
-    if (sim->iterations_csv == NULL)
+    if (events == NULL)
         return;
-    kvio_csv_row(sim->iterations_csv, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu",
+    const kvio_engine_scheduled_t *items = NULL;
+    size_t count = 0;
+    kvio_engine_last_scheduled(engine, &items, &count);
+    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
+    size_t shown = count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS;
+    for (size_t i = 0; i < shown; i++)
+        ids[i] = items[i].id;
+    kvio_event_arg_t args[] = {
+        {"batch_size", iteration->num_scheduled},
+        {"prefill_tokens", (double)iteration->batch.prefill_tokens},
+        {"decode_seqs", (double)iteration->batch.decode_seqs},
+        {"kv_usage", iteration->kv_usage},
+        {"running", iteration->running},
+        {"waiting", iteration->waiting},
+        {"preempted", iteration->num_preempted},
+    };
+    kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration", .rank = rank,
+                          .start_ns = iteration->start_ns, .duration_ns = iteration->duration_ns,
+                          .bytes = -1, .request_ids = ids, .num_request_ids = count,
+                          .args = args, .num_args = sizeof(args) / sizeof(args[0])};
+    /* num_request_ids is the batch size; only the first ids are written. */
+    kvio_event_trace_write(events, &event);
+    if (iteration->swap_bytes > 0 && host_bandwidth > 0)
+        kvio_event_trace_swap(events, rank, 1, iteration->start_ns,
+                              (int64_t)((double)iteration->swap_bytes / host_bandwidth * 1e9),
+                              (int64_t)iteration->swap_bytes, NULL, 0);
+    if (iteration->tier_ns > 0)
+        kvio_event_trace_tier(events, rank, "tiers", 0, iteration->start_ns, iteration->tier_ns,
+                              (int64_t)iteration->tier_loaded_tokens, NULL, 0);
+}
+
+int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
+                           size_t text_len)
+{
+    return snprintf(text_p, text_len, "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
+                    (unsigned long long)finished->id, finished->rank, finished->arrival_ns / 1e9,
+                    finished->first_token_ns / 1e9, finished->finish_ns / 1e9,
+                    finished->prompt_tokens, finished->output_tokens, finished->cached_tokens,
+                    finished->preemptions, (unsigned long long)finished->tag, finished->measured);
+}
+
+void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
+                              const kvio_engine_iteration_t *iteration)
+{
+    kvio_csv_row(csv, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu",
                  iteration->start_ns / 1e9, rank, iteration->duration_ns / 1e6,
                  iteration->num_scheduled, (unsigned long long)iteration->batch.prefill_tokens,
                  (unsigned long long)iteration->batch.decode_seqs, iteration->kv_usage,
                  iteration->running, iteration->waiting, iteration->num_preempted,
                  (unsigned long long)iteration->swap_bytes);
+}
+
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,
+                                   kvio_csv_t **iterations_p, char *error_p, size_t error_len)
+{
+    kvio_status_t status = KVIO_OK;
+    if (requests_p != NULL)
+        status = kvio_csv_open(results, "requests.csv", KVIO_REQUESTS_CSV_HEADER, requests_p);
+    if (status == KVIO_OK && iterations_p != NULL)
+        status = kvio_csv_open(results, "iterations.csv", KVIO_ITERATIONS_CSV_HEADER,
+                               iterations_p);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "%s: cannot write the CSV files: %s",
+                 kvio_results_path(results), kvio_strerror(status));
+    return status;
+}
+
+static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
+{
+    simulation_t *sim = context;
+    kvio_serve_trace_iteration(sim->run->events, sim->engines[rank], rank, iteration,
+                               sim->run->gpu->host_bandwidth);
+    if (sim->iterations_csv == NULL)
+        return;
+    kvio_serve_iteration_row(sim->iterations_csv, rank, iteration);
 }
 
 static void simulation_free(simulation_t *sim)
@@ -368,20 +437,10 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
     if (status != KVIO_OK)
         goto out;
     if (run->results != NULL) {
-        status = kvio_csv_open(run->results, "requests.csv",
-                               "id,rank,arrival_s,first_token_s,finish_s,input_tokens,"
-                               "output_tokens,cached_tokens,preemptions,model_version,measured",
-                               &sim.requests_csv);
-        if (status == KVIO_OK)
-            status = kvio_csv_open(run->results, "iterations.csv",
-                                   "time_s,rank,duration_ms,batch_size,prefill_tokens,"
-                                   "decode_seqs,kv_usage,running,waiting,preempted,swap_bytes",
-                                   &sim.iterations_csv);
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "%s: cannot write the CSV files: %s",
-                     kvio_results_path(run->results), kvio_strerror(status));
+        status = kvio_serve_open_csvs(run->results, &sim.requests_csv, &sim.iterations_csv,
+                                      error_p, error_len);
+        if (status != KVIO_OK)
             goto out;
-        }
     }
     kvio_progress_t *progress = NULL;
     kvio_progress_create("simulate: requests", 0, &progress);

@@ -67,6 +67,7 @@ typedef struct kvio_run_options {
     const char *source;     /* what was loaded, for the summary */
     bool quiet;             /* no table on stdout */
     volatile sig_atomic_t *stop; /* set (e.g. by SIGINT) to stop early; may be NULL */
+    const char *event_trace; /* write Chrome trace events (.pfw) here; NULL: none */
 } kvio_run_options_t;
 
 /* What a run produced. */

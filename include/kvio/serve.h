@@ -8,6 +8,7 @@
 #include "kvio/config.h"
 #include "kvio/cost.h"
 #include "kvio/engine.h"
+#include "kvio/events.h"
 #include "kvio/results.h"
 #include "kvio/sched.h"
 #include "kvio/status.h"
@@ -76,6 +77,7 @@ typedef struct kvio_serve_run {
     kvio_stream_t *stream;          /* borrowed; drained */
     kvio_results_t *results;        /* borrowed; requests.csv and iterations.csv (may be NULL) */
     volatile sig_atomic_t *stop;    /* set asynchronously to stop early (may be NULL) */
+    kvio_event_trace_t *events;     /* borrowed; one event per iteration and swap (may be NULL) */
 } kvio_serve_run_t;
 
 /* KV blocks per serve rank from the kvcache section, model and GPU (blocks,

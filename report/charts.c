@@ -1,0 +1,788 @@
+/* Builds the report's chart set from the loaded runs and cachesim results:
+ * one description per chart (series, categories, axis titles with units,
+ * captions), drawn later by the SVG and gnuplot renderers. Charts whose data
+ * no input has are skipped with a note instead. */
+#include "report/report_int.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------- chart construction ---------- */
+
+void report_chart_free(report_chart_t *chart)
+{
+    if (chart == NULL)
+        return;
+    for (size_t i = 0; i < chart->num_series; i++) {
+        free(chart->series[i].x);
+        free(chart->series[i].y);
+        free(chart->series[i].low);
+        free(chart->series[i].high);
+    }
+    free(chart->series);
+    free(chart->categories);
+    free(chart);
+}
+
+static void add_note(kvio_report_t *report, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void add_note(kvio_report_t *report, const char *fmt, ...)
+{
+    if (report->num_notes == REPORT_MAX_NOTES)
+        return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(report->notes[report->num_notes++], sizeof(report->notes[0]), fmt, args);
+    va_end(args);
+}
+
+static report_chart_t *chart_new(kvio_report_t *report, chart_kind_t kind, const char *id,
+                                 const char *section, const char *title, const char *x_label,
+                                 const char *y_label)
+{
+    if (report->num_charts == REPORT_MAX_CHARTS)
+        return NULL;
+    report_chart_t *chart = calloc(1, sizeof(*chart));
+    if (chart == NULL)
+        return NULL;
+    chart->kind = kind;
+    snprintf(chart->id, sizeof(chart->id), "%s", id);
+    snprintf(chart->section, sizeof(chart->section), "%s", section);
+    report_label_copy(chart->title, sizeof(chart->title), title);
+    snprintf(chart->x_label, sizeof(chart->x_label), "%s", x_label);
+    snprintf(chart->y_label, sizeof(chart->y_label), "%s", y_label);
+    report->charts[report->num_charts++] = chart;
+    return chart;
+}
+
+/* Adds a series of count points (lines) or one value per category (bars). */
+static chart_series_t *series_add(report_chart_t *chart, const char *label, size_t count,
+                                  bool whiskers)
+{
+    chart_series_t *series = realloc(chart->series, (chart->num_series + 1) * sizeof(*series));
+    if (series == NULL)
+        return NULL;
+    chart->series = series;
+    chart_series_t *added = &series[chart->num_series];
+    memset(added, 0, sizeof(*added));
+    report_label_copy(added->label, sizeof(added->label), label);
+    size_t allocated = count > 0 ? count : 1;
+    added->x = calloc(allocated, sizeof(double));
+    added->y = calloc(allocated, sizeof(double));
+    if (whiskers) {
+        added->low = calloc(allocated, sizeof(double));
+        added->high = calloc(allocated, sizeof(double));
+    }
+    if (added->x == NULL || added->y == NULL ||
+        (whiskers && (added->low == NULL || added->high == NULL))) {
+        free(added->x);
+        free(added->y);
+        free(added->low);
+        free(added->high);
+        return NULL;
+    }
+    chart->num_series++;
+    return added;
+}
+
+static kvio_status_t categories_set(report_chart_t *chart, size_t count)
+{
+    chart->categories = calloc(count > 0 ? count : 1, sizeof(*chart->categories));
+    if (chart->categories == NULL)
+        return KVIO_ERR_NOMEM;
+    chart->num_categories = count;
+    return KVIO_OK;
+}
+
+/* ---------- serving charts ---------- */
+
+/* Quantile levels of a CDF line, denser in the tail. */
+static size_t cdf_levels(double *levels_p, size_t max_levels)
+{
+    size_t count = 0;
+    for (int i = 0; i < 90 && count < max_levels; i++)
+        levels_p[count++] = i / 100.0;
+    for (int i = 0; i < 90 && count < max_levels; i++)
+        levels_p[count++] = 0.9 + i / 1000.0;
+    for (int i = 0; i < 90 && count < max_levels; i++)
+        levels_p[count++] = 0.99 + i / 10000.0;
+    for (int i = 0; i <= 10 && count < max_levels; i++)
+        levels_p[count++] = 0.999 + i / 10000.0;
+    return count;
+}
+
+static kvio_status_t latency_cdfs(kvio_report_t *report)
+{
+    static const struct {
+        const char *id, *title, *x_label;
+        size_t offset;
+    } metrics[] = {
+        {"chart-ttft-cdf", "Time to first token (TTFT), CDF", "TTFT (ms)",
+         offsetof(report_run_t, ttft)},
+        {"chart-tpot-cdf", "Time per output token (TPOT), CDF", "TPOT (ms)",
+         offsetof(report_run_t, tpot)},
+        {"chart-e2el-cdf", "End-to-end latency (E2EL), CDF", "E2EL (ms)",
+         offsetof(report_run_t, e2el)},
+    };
+    double levels[300];
+    size_t num_levels = cdf_levels(levels, 300);
+    for (size_t m = 0; m < 3; m++) {
+        report_chart_t *chart = NULL;
+        double largest_p999 = 0, largest_max = 0;
+        for (size_t r = 0; r < report->num_runs; r++) {
+            const kvio_hist_t *hist =
+                *(kvio_hist_t *const *)((const char *)report->runs[r] + metrics[m].offset);
+            if (kvio_hist_count(hist) == 0)
+                continue;
+            if (chart == NULL) {
+                chart = chart_new(report, CHART_LINES, metrics[m].id, "Latency", metrics[m].title,
+                                  metrics[m].x_label, "fraction of requests");
+                if (chart == NULL)
+                    return KVIO_ERR_NOMEM;
+                chart->y_fixed = true;
+                chart->y_min = 0;
+                chart->y_max = 1;
+            }
+            chart_series_t *series = series_add(chart, report->runs[r]->label, num_levels, false);
+            if (series == NULL)
+                return KVIO_ERR_NOMEM;
+            for (size_t i = 0; i < num_levels; i++) {
+                series->x[i] = kvio_hist_quantile(hist, levels[i]) / 1e6;
+                series->y[i] = levels[i];
+            }
+            series->count = num_levels;
+            double p999 = kvio_hist_quantile(hist, 0.999) / 1e6;
+            double max = kvio_hist_quantile(hist, 1.0) / 1e6;
+            largest_p999 = p999 > largest_p999 ? p999 : largest_p999;
+            largest_max = max > largest_max ? max : largest_max;
+        }
+        if (chart == NULL)
+            continue;
+        snprintf(chart->caption, sizeof(chart->caption),
+                 "Measured requests of requests.csv (seeds pooled), one line per run; "
+                 "quantiles from a log-linear histogram (relative error below 0.4%%).");
+        if (largest_max > 3 * largest_p999 && largest_p999 > 0) {
+            chart->x_fixed = true;
+            chart->x_min = 0;
+            chart->x_max = largest_p999 * 1.05;
+            size_t length = strlen(chart->caption);
+            snprintf(chart->caption + length, sizeof(chart->caption) - length,
+                     " The x axis ends just past the largest p99.9 (%.4g ms); the maximum is "
+                     "%.4g ms.",
+                     largest_p999, largest_max);
+        }
+    }
+    bool any = false;
+    for (size_t r = 0; r < report->num_runs; r++)
+        any = any || report->runs[r]->has_requests;
+    if (!any && report->num_runs > 0)
+        add_note(report, "Latency CDFs skipped: no run has a requests.csv with measured requests.");
+    return KVIO_OK;
+}
+
+/* Mean over a run's seeds of a metric, with min and max. */
+static void seed_stats(const report_run_t *run, size_t offset, double scale, double *mean_p,
+                       double *low_p, double *high_p)
+{
+    double sum = 0, low = INFINITY, high = -INFINITY;
+    for (size_t s = 0; s < run->num_seeds; s++) {
+        double value = *(const double *)((const char *)&run->seeds[s] + offset) * scale;
+        sum += value;
+        low = value < low ? value : low;
+        high = value > high ? value : high;
+    }
+    *mean_p = run->num_seeds > 0 ? sum / (double)run->num_seeds : 0;
+    *low_p = run->num_seeds > 0 ? low : 0;
+    *high_p = run->num_seeds > 0 ? high : 0;
+}
+
+typedef struct bar_metric {
+    const char *label;
+    size_t offset;
+    double scale;
+} bar_metric_t;
+
+static kvio_status_t metric_bars(kvio_report_t *report, const char *id, const char *title,
+                                 const char *y_label, const bar_metric_t *metrics,
+                                 size_t num_metrics, const char *caption)
+{
+    report_chart_t *chart = chart_new(report, CHART_BARS, id, "Throughput and cache", title,
+                                      "run", y_label);
+    if (chart == NULL || categories_set(chart, report->num_runs) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    bool seeds = false;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        snprintf(chart->categories[r], REPORT_LABEL_MAX, "%s", report->runs[r]->label);
+        seeds = seeds || report->runs[r]->num_seeds > 1;
+    }
+    for (size_t m = 0; m < num_metrics; m++) {
+        chart_series_t *series = series_add(chart, metrics[m].label, report->num_runs, seeds);
+        if (series == NULL)
+            return KVIO_ERR_NOMEM;
+        series->count = report->num_runs;
+        for (size_t r = 0; r < report->num_runs; r++) {
+            double low, high;
+            seed_stats(report->runs[r], metrics[m].offset, metrics[m].scale, &series->y[r], &low,
+                       &high);
+            if (seeds) {
+                series->low[r] = low;
+                series->high[r] = high;
+            }
+        }
+    }
+    snprintf(chart->caption, sizeof(chart->caption), "%s%s", caption,
+             seeds ? " Bars are means over a variant's seeds; whiskers span min to max." : "");
+    return KVIO_OK;
+}
+
+static kvio_status_t serving_bars(kvio_report_t *report)
+{
+    if (report->num_runs == 0)
+        return KVIO_OK;
+    const bar_metric_t requests[] = {
+        {"request throughput", offsetof(run_metrics_t, request_throughput), 1},
+        {"goodput (requests meeting the SLOs)", offsetof(run_metrics_t, goodput), 1},
+    };
+    kvio_status_t status = metric_bars(
+        report, "chart-throughput", "Request throughput and goodput", "requests per second",
+        requests, 2, "From summary.json: completed measured requests per second of the "
+                     "measured window, and those that met every SLO bound.");
+    const bar_metric_t tokens[] = {
+        {"output tokens", offsetof(run_metrics_t, output_throughput), 1},
+        {"input tokens", offsetof(run_metrics_t, input_throughput), 1},
+    };
+    if (status == KVIO_OK)
+        status = metric_bars(report, "chart-token-throughput", "Token throughput",
+                             "tokens per second", tokens, 2,
+                             "From summary.json: output (generated) and input (prompt) tokens "
+                             "per second of the measured window.");
+    const bar_metric_t hits[] = {
+        {"prefix-cache hit rate", offsetof(run_metrics_t, hit_rate), 100},
+    };
+    if (status == KVIO_OK)
+        status = metric_bars(report, "chart-hit-rate", "Prefix-cache hit rate",
+                             "hit rate (% of prompt tokens)", hits, 1,
+                             "From summary.json: prompt tokens found in the prefix cache at "
+                             "first admission over all prompt tokens.");
+    if (status == KVIO_OK) {
+        report_chart_t *chart = report->charts[report->num_charts - 1];
+        chart->y_fixed = true;
+        chart->y_min = 0;
+        chart->y_max = 100;
+    }
+    return status;
+}
+
+static kvio_status_t timeline_charts(kvio_report_t *report)
+{
+    report_chart_t *usage = NULL, *batch = NULL, *preemptions = NULL;
+    size_t with = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        if (run->timeline == NULL || run->timeline->used == 0)
+            continue;
+        with++;
+        if (usage == NULL) {
+            usage = chart_new(report, CHART_LINES, "chart-kv-usage", "KV cache and batches",
+                              "KV-cache usage over time", "time (s)", "KV blocks in use (%)");
+            batch = chart_new(report, CHART_LINES, "chart-batch-size", "KV cache and batches",
+                              "Batch size over time", "time (s)", "requests per iteration");
+            preemptions = chart_new(report, CHART_LINES, "chart-preemptions",
+                                    "KV cache and batches", "Preemptions over time", "time (s)",
+                                    "preemptions so far (count)");
+            if (usage == NULL || batch == NULL || preemptions == NULL)
+                return KVIO_ERR_NOMEM;
+            usage->y_fixed = true;
+            usage->y_min = 0;
+            usage->y_max = 100;
+        }
+        const timeline_t *timeline = run->timeline;
+        chart_series_t *usage_series = series_add(usage, run->label, timeline->used, false);
+        chart_series_t *batch_series = series_add(batch, run->label, timeline->used, false);
+        chart_series_t *preempt_series =
+            series_add(preemptions, run->label, timeline->used + 1, false);
+        if (usage_series == NULL || batch_series == NULL || preempt_series == NULL)
+            return KVIO_ERR_NOMEM;
+        preempt_series->step = true;
+        preempt_series->x[0] = 0;
+        preempt_series->y[0] = 0;
+        preempt_series->count = 1;
+        double total = 0;
+        for (size_t i = 0; i < timeline->used; i++) {
+            const timeline_bin_t *bin = &timeline->bins[i];
+            total += (double)bin->preempted;
+            preempt_series->x[preempt_series->count] = (double)(i + 1) * timeline->width_s;
+            preempt_series->y[preempt_series->count++] = total;
+            if (bin->iterations == 0)
+                continue;
+            double middle = ((double)i + 0.5) * timeline->width_s;
+            double kv = bin->weight > 0 ? bin->kv_weighted / bin->weight
+                                        : bin->kv_sum / (double)bin->iterations;
+            usage_series->x[usage_series->count] = middle;
+            usage_series->y[usage_series->count++] = 100 * kv;
+            batch_series->x[batch_series->count] = middle;
+            batch_series->y[batch_series->count++] = bin->batch_sum / (double)bin->iterations;
+        }
+        char width[64];
+        snprintf(width, sizeof(width), "%.3g s", timeline->width_s);
+        snprintf(usage->caption, sizeof(usage->caption),
+                 "From iterations.csv (first seed of each run): iterations binned on time (at "
+                 "most %d bins; %s per bin for the last run), usage weighted by iteration "
+                 "length, ranks together.",
+                 KVIO_REPORT_MAX_POINTS, width);
+        snprintf(batch->caption, sizeof(batch->caption),
+                 "From iterations.csv: mean number of requests scheduled per iteration in each "
+                 "time bin (%s for the last run), ranks together.",
+                 width);
+        snprintf(preemptions->caption, sizeof(preemptions->caption),
+                 "From iterations.csv: running total of requests preempted (recompute or swap) "
+                 "up to each time bin, ranks together.");
+    }
+    bool any_preemption = false;
+    for (size_t s = 0; preemptions != NULL && s < preemptions->num_series; s++) {
+        const chart_series_t *series = &preemptions->series[s];
+        any_preemption = any_preemption || (series->count > 0 && series->y[series->count - 1] > 0);
+    }
+    if (preemptions != NULL && !any_preemption) {
+        size_t length = strlen(preemptions->caption);
+        snprintf(preemptions->caption + length, sizeof(preemptions->caption) - length,
+                 " No run preempted a request.");
+    }
+    if (with == 0 && report->num_runs > 0)
+        add_note(report, "KV usage, batch size and preemption charts skipped: no run has an "
+                         "iterations.csv.");
+    return KVIO_OK;
+}
+
+/* ---------- model updates ---------- */
+
+#define UPDATE_SEGMENTS (UPDATE_STAGES - 1)
+static const char *const segment_names[UPDATE_SEGMENTS] = {
+    "wait (ready to transfer start)", "transfer", "notify", "verify", "activate",
+};
+
+/* The time each stage adds after every earlier stage (ms): never negative,
+ * and the segments sum to t_activated - t_ready. */
+static void update_segments(const update_row_t *row, double *segments_p)
+{
+    double reached = row->t[0];
+    for (size_t k = 1; k < UPDATE_STAGES; k++) {
+        segments_p[k - 1] = 0;
+        if (!row->has[k])
+            continue;
+        if (row->t[k] > reached) {
+            segments_p[k - 1] = (row->t[k] - reached) * 1e3;
+            reached = row->t[k];
+        }
+    }
+}
+
+static int compare_version(const void *a, const void *b)
+{
+    const update_row_t *left = a, *right = b;
+    return (left->version > right->version) - (left->version < right->version);
+}
+
+typedef struct stale_event {
+    double time;
+    double version;
+    int rank; /* -1: a version became ready */
+} stale_event_t;
+
+static int compare_event(const void *a, const void *b)
+{
+    const stale_event_t *left = a, *right = b;
+    if (left->time != right->time)
+        return (left->time > right->time) - (left->time < right->time);
+    return (left->rank > right->rank) - (left->rank < right->rank);
+}
+
+/* Versions behind: newest version ready minus the oldest version active on
+ * any serve rank, starting from the version before the first in the file. */
+static kvio_status_t staleness_series(const report_run_t *run, chart_series_t *series)
+{
+    size_t num_events = 2 * run->num_updates;
+    stale_event_t *events = malloc(num_events * sizeof(*events));
+    double *active = malloc(REPORT_MAX_RANKS * sizeof(double));
+    int *ranks = malloc(REPORT_MAX_RANKS * sizeof(int));
+    bool *seen = calloc(REPORT_MAX_RANKS, sizeof(bool));
+    kvio_status_t status = KVIO_OK;
+    if (events == NULL || active == NULL || ranks == NULL || seen == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto out;
+    }
+    double base = INFINITY;
+    size_t num_ranks = 0;
+    for (size_t i = 0; i < run->num_updates; i++) {
+        const update_row_t *row = &run->updates[i];
+        int rank = (int)row->rank;
+        base = row->version < base ? row->version : base;
+        events[2 * i] = (stale_event_t){row->t[0], row->version, -1};
+        events[2 * i + 1] = (stale_event_t){row->t[5], row->version, rank};
+        if (!seen[rank]) {
+            seen[rank] = true;
+            ranks[num_ranks++] = rank;
+        }
+    }
+    base -= 1;
+    for (size_t i = 0; i < num_ranks; i++)
+        active[ranks[i]] = base;
+    qsort(events, num_events, sizeof(*events), compare_event);
+    double newest = base;
+    double first = events[0].time, last = events[num_events - 1].time;
+    size_t samples = num_events <= KVIO_REPORT_MAX_POINTS ? num_events : KVIO_REPORT_MAX_POINTS;
+    size_t next = 0;
+    series->count = 0;
+    for (size_t s = 0; s < samples; s++) {
+        /* Exact steps when there are few events; otherwise the value at
+         * evenly spaced times. */
+        double until = num_events <= KVIO_REPORT_MAX_POINTS
+                           ? events[s].time
+                           : first + (last - first) * (double)(s + 1) / (double)samples;
+        size_t end = num_events <= KVIO_REPORT_MAX_POINTS ? s + 1 : num_events;
+        while (next < end && events[next].time <= until) {
+            const stale_event_t *event = &events[next++];
+            if (event->rank < 0)
+                newest = event->version > newest ? event->version : newest;
+            else if (event->version > active[event->rank])
+                active[event->rank] = event->version;
+        }
+        double oldest = INFINITY;
+        for (size_t i = 0; i < num_ranks; i++)
+            oldest = active[ranks[i]] < oldest ? active[ranks[i]] : oldest;
+        series->x[series->count] = until;
+        series->y[series->count++] = newest > oldest ? newest - oldest : 0;
+    }
+out:
+    free(events);
+    free(active);
+    free(ranks);
+    free(seen);
+    return status;
+}
+
+static kvio_status_t update_charts(kvio_report_t *report)
+{
+    size_t with = 0;
+    for (size_t r = 0; r < report->num_runs; r++)
+        with += report->runs[r]->updates != NULL && report->runs[r]->num_updates > 0;
+    if (with == 0) {
+        if (report->num_runs > 0)
+            add_note(report, "Model-update charts skipped: no run has an updates.csv with "
+                             "updates (model updates ran in none of these results).");
+        return KVIO_OK;
+    }
+    /* Mean breakdown per run, side by side. */
+    report_chart_t *chart = chart_new(report, CHART_STACKED, "chart-update-breakdown",
+                                      "Model updates", "Model-update latency breakdown (mean)",
+                                      "run", "time from t_ready (ms)");
+    if (chart == NULL || categories_set(chart, with) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
+        if (series_add(chart, segment_names[k], with, false) == NULL)
+            return KVIO_ERR_NOMEM;
+    size_t column = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        if (run->updates == NULL || run->num_updates == 0)
+            continue;
+        snprintf(chart->categories[column], REPORT_LABEL_MAX, "%s", run->label);
+        for (size_t i = 0; i < run->num_updates; i++) {
+            double segments[UPDATE_SEGMENTS];
+            update_segments(&run->updates[i], segments);
+            for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
+                chart->series[k].y[column] += segments[k] / (double)run->num_updates;
+        }
+        column++;
+    }
+    for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
+        chart->series[k].count = with;
+    snprintf(chart->caption, sizeof(chart->caption),
+             "From updates.csv (first seed): mean over updates and serve ranks of the time each "
+             "stage (t_xfer_start, t_xfer_end, t_notified, t_verified, t_activated) adds after "
+             "the stages before it; the stack is the model-update latency t_activated - "
+             "t_ready.");
+
+    /* Per update, one chart per run (at most 40 updates shown). */
+    size_t shown_runs = 0;
+    for (size_t r = 0; r < report->num_runs && shown_runs < 16; r++) {
+        const report_run_t *run = report->runs[r];
+        if (run->updates == NULL || run->num_updates == 0)
+            continue;
+        update_row_t *sorted = malloc(run->num_updates * sizeof(*sorted));
+        if (sorted == NULL)
+            return KVIO_ERR_NOMEM;
+        memcpy(sorted, run->updates, run->num_updates * sizeof(*sorted));
+        qsort(sorted, run->num_updates, sizeof(*sorted), compare_version);
+        size_t num_versions = 0;
+        for (size_t i = 0; i < run->num_updates; i++)
+            num_versions += i == 0 || sorted[i].version != sorted[i - 1].version;
+        size_t shown = num_versions < 40 ? num_versions : 40;
+        char id[64], title[160];
+        snprintf(id, sizeof(id), "chart-update-breakdown-%zu", shown_runs + 1);
+        snprintf(title, sizeof(title), "Model-update latency per update: %s", run->label);
+        report_chart_t *per_update = chart_new(report, CHART_STACKED, id, "Model updates", title,
+                                               "model version", "time from t_ready (ms)");
+        if (per_update == NULL || categories_set(per_update, shown) != KVIO_OK) {
+            free(sorted);
+            return KVIO_ERR_NOMEM;
+        }
+        for (size_t k = 0; k < UPDATE_SEGMENTS; k++) {
+            chart_series_t *series = series_add(per_update, segment_names[k], shown, false);
+            if (series == NULL) {
+                free(sorted);
+                return KVIO_ERR_NOMEM;
+            }
+            series->count = shown;
+        }
+        /* Version v_index is shown when it lands on an evenly spaced pick. */
+        size_t version_index = 0, start = 0, category = 0;
+        for (size_t i = 1; i <= run->num_updates; i++) {
+            if (i < run->num_updates && sorted[i].version == sorted[start].version)
+                continue;
+            size_t pick = shown > 1 ? category * (num_versions - 1) / (shown - 1) : 0;
+            if (category < shown && version_index == pick) {
+                snprintf(per_update->categories[category], REPORT_LABEL_MAX, "%.0f",
+                         sorted[start].version);
+                for (size_t j = start; j < i; j++) {
+                    double segments[UPDATE_SEGMENTS];
+                    update_segments(&sorted[j], segments);
+                    for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
+                        per_update->series[k].y[category] += segments[k] / (double)(i - start);
+                }
+                category++;
+            }
+            version_index++;
+            start = i;
+        }
+        free(sorted);
+        snprintf(per_update->caption, sizeof(per_update->caption),
+                 "From updates.csv: each model version, mean over serve ranks; %zu of %zu "
+                 "versions shown%s%s.",
+                 shown, num_versions, shown < num_versions ? " (evenly spaced)" : "",
+                 run->updates_truncated ? "; only the first 100000 rows were read" : "");
+        shown_runs++;
+    }
+
+    report_chart_t *staleness = chart_new(report, CHART_LINES, "chart-staleness",
+                                          "Model updates", "Model staleness over time",
+                                          "time (s)", "versions behind (count)");
+    if (staleness == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        if (run->updates == NULL || run->num_updates == 0)
+            continue;
+        chart_series_t *series =
+            series_add(staleness, run->label, KVIO_REPORT_MAX_POINTS, false);
+        if (series == NULL)
+            return KVIO_ERR_NOMEM;
+        series->step = true;
+        kvio_status_t status = staleness_series(run, series);
+        if (status != KVIO_OK)
+            return status;
+    }
+    snprintf(staleness->caption, sizeof(staleness->caption),
+             "From updates.csv: the newest model version ready at the trainer (t_ready) minus "
+             "the oldest version active on any serve rank (t_activated).");
+    if (with < report->num_runs)
+        add_note(report, "Model-update charts cover the %zu of %zu runs that have an "
+                         "updates.csv.", with, report->num_runs);
+    return KVIO_OK;
+}
+
+/* ---------- tier traffic ---------- */
+
+static kvio_status_t tier_chart(kvio_report_t *report)
+{
+    size_t num_categories = 0, runs_with = 0;
+    char fields[REPORT_MAX_TIER_FIELDS][REPORT_LABEL_MAX];
+    size_t num_fields = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        num_categories += run->num_tiers;
+        runs_with += run->num_tiers > 0;
+        for (size_t t = 0; t < run->num_tiers; t++) {
+            for (size_t f = 0; f < run->tiers[t].num_fields; f++) {
+                bool known = false;
+                for (size_t i = 0; i < num_fields && !known; i++)
+                    known = strcmp(fields[i], run->tiers[t].field[f]) == 0;
+                if (!known && num_fields < REPORT_MAX_TIER_FIELDS)
+                    snprintf(fields[num_fields++], REPORT_LABEL_MAX, "%s",
+                             run->tiers[t].field[f]);
+            }
+        }
+    }
+    if (num_categories == 0) {
+        if (report->num_runs > 0)
+            add_note(report, "Tier traffic chart skipped: no run's summary.json has "
+                             "metrics.tiers (no host, Redis or file tier ran).");
+        return KVIO_OK;
+    }
+    report_chart_t *chart = chart_new(report, CHART_BARS, "chart-tier-traffic", "Tier traffic",
+                                      "KV-cache tier traffic", "tier", "GB (10^9 bytes)");
+    if (chart == NULL || categories_set(chart, num_categories) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    for (size_t f = 0; f < num_fields; f++) {
+        chart_series_t *series = series_add(chart, fields[f], num_categories, false);
+        if (series == NULL)
+            return KVIO_ERR_NOMEM;
+        series->count = num_categories;
+    }
+    size_t category = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        for (size_t t = 0; t < run->num_tiers; t++, category++) {
+            if (runs_with > 1)
+                snprintf(chart->categories[category], REPORT_LABEL_MAX, "%.40s: %.40s",
+                         run->label, run->tiers[t].name);
+            else
+                snprintf(chart->categories[category], REPORT_LABEL_MAX, "%s", run->tiers[t].name);
+            for (size_t f = 0; f < run->tiers[t].num_fields; f++)
+                for (size_t i = 0; i < num_fields; i++)
+                    if (strcmp(fields[i], run->tiers[t].field[f]) == 0)
+                        chart->series[i].y[category] = run->tiers[t].value[f] / 1e9;
+        }
+    }
+    snprintf(chart->caption, sizeof(chart->caption),
+             "From metrics.tiers of summary.json (first seed): every *_bytes counter per tier.");
+    return KVIO_OK;
+}
+
+/* ---------- cachesim ---------- */
+
+static int compare_double(const void *a, const void *b)
+{
+    double left = *(const double *)a, right = *(const double *)b;
+    return (left > right) - (left < right);
+}
+
+static kvio_status_t cachesim_charts(kvio_report_t *report)
+{
+    for (size_t c = 0; c < report->num_cachesims; c++) {
+        const report_cachesim_t *cachesim = report->cachesims[c];
+        char id[64], title[160];
+        snprintf(id, sizeof(id), "chart-hit-rate-capacity-%zu", c + 1);
+        snprintf(title, sizeof(title), "Hit rate vs cache capacity: %s", cachesim->label);
+        report_chart_t *chart = chart_new(report, CHART_LINES, id, "Prefix cache vs capacity",
+                                          title, "capacity (blocks, log scale)",
+                                          "token hit rate (%)");
+        if (chart == NULL)
+            return KVIO_ERR_NOMEM;
+        chart->x_log = true;
+        chart->y_fixed = true;
+        chart->y_min = 0;
+        chart->y_max = 100;
+        double low = INFINITY, high = 0;
+        for (size_t i = 0; i < cachesim->num_points; i++) {
+            double capacity = cachesim->points[i].capacity_blocks;
+            if (capacity > 0) {
+                low = capacity < low ? capacity : low;
+                high = capacity > high ? capacity : high;
+            }
+        }
+        if (high == 0) {
+            low = 1;
+            high = 1000;
+        } else if (low == high) {
+            low /= 10;
+            high *= 10;
+        }
+        /* One line per eviction policy (at most 16), a dashed line for its
+         * unlimited capacity. */
+        const char *policies[16];
+        size_t num_policies = 0;
+        for (size_t i = 0; i < cachesim->num_points && num_policies < 16; i++) {
+            bool known = false;
+            for (size_t p = 0; p < num_policies && !known; p++)
+                known = strcmp(policies[p], cachesim->points[i].eviction) == 0;
+            if (!known)
+                policies[num_policies++] = cachesim->points[i].eviction;
+        }
+        for (size_t p = 0; p < num_policies; p++) {
+            size_t finite = 0;
+            double unlimited = -1;
+            for (size_t i = 0; i < cachesim->num_points; i++) {
+                if (strcmp(cachesim->points[i].eviction, policies[p]) != 0)
+                    continue;
+                if (cachesim->points[i].capacity_blocks > 0)
+                    finite++;
+                else
+                    unlimited = cachesim->points[i].token_hit_rate;
+            }
+            if (finite > 0) {
+                chart_series_t *series = series_add(chart, policies[p], finite, false);
+                if (series == NULL)
+                    return KVIO_ERR_NOMEM;
+                series->color = (int)p + 1;
+                /* Sorted by capacity: pairs packed as (capacity, rate). */
+                double *pairs = malloc(2 * finite * sizeof(double));
+                if (pairs == NULL)
+                    return KVIO_ERR_NOMEM;
+                size_t n = 0;
+                for (size_t i = 0; i < cachesim->num_points; i++) {
+                    const cachesim_point_t *point = &cachesim->points[i];
+                    if (strcmp(point->eviction, policies[p]) == 0 && point->capacity_blocks > 0) {
+                        pairs[2 * n] = point->capacity_blocks;
+                        pairs[2 * n + 1] = 100 * point->token_hit_rate;
+                        n++;
+                    }
+                }
+                qsort(pairs, n, 2 * sizeof(double), compare_double);
+                for (size_t i = 0; i < n; i++) {
+                    series->x[i] = pairs[2 * i];
+                    series->y[i] = pairs[2 * i + 1];
+                }
+                series->count = n;
+                free(pairs);
+            }
+            if (unlimited >= 0) {
+                char label[REPORT_LABEL_MAX];
+                snprintf(label, sizeof(label), "%.60s, unlimited capacity", policies[p]);
+                chart_series_t *series = series_add(chart, label, 2, false);
+                if (series == NULL)
+                    return KVIO_ERR_NOMEM;
+                series->dashed = true;
+                series->color = (int)p + 1;
+                series->x[0] = low;
+                series->x[1] = high;
+                series->y[0] = series->y[1] = 100 * unlimited;
+                series->count = 2;
+            }
+        }
+        snprintf(chart->caption, sizeof(chart->caption),
+                 "From %s (kvio cachesim --json): prompt tokens served from the cache over all "
+                 "prompt tokens, per eviction policy and capacity; blocks of %.0f tokens.",
+                 cachesim->label, cachesim->block_tokens);
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t report_build(kvio_report_t *report)
+{
+    if (report->built)
+        return KVIO_OK;
+    kvio_status_t status = latency_cdfs(report);
+    if (status == KVIO_OK)
+        status = serving_bars(report);
+    if (status == KVIO_OK)
+        status = timeline_charts(report);
+    if (status == KVIO_OK)
+        status = cachesim_charts(report);
+    if (status == KVIO_OK)
+        status = update_charts(report);
+    if (status == KVIO_OK)
+        status = tier_chart(report);
+    if (status != KVIO_OK) {
+        for (size_t i = 0; i < report->num_charts; i++)
+            report_chart_free(report->charts[i]);
+        report->num_charts = 0;
+        report->num_notes = 0;
+        return status;
+    }
+    report->built = true;
+    return KVIO_OK;
+}

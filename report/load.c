@@ -1,0 +1,866 @@
+/* Reading what a report draws: summary.json, requests.csv, iterations.csv
+ * and updates.csv of a results directory, compare.json of a `kvio compare`
+ * directory, and `kvio cachesim --json` output. Every input is bounded and
+ * checked; an error names the file and the line or key. */
+#include "report/report_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CSV_LINE_MAX 65536
+#define CSV_MAX_COLUMNS 64
+/* Any number in an input larger than this is refused as corrupt. */
+#define VALUE_LIMIT 1e15
+
+const char *const report_update_stage_names[UPDATE_STAGES] = {
+    "ready", "xfer_start", "xfer_end", "notified", "verified", "activated",
+};
+
+/* ---------- small helpers ---------- */
+
+void report_label_copy(char *label_p, size_t label_len, const char *text)
+{
+    size_t out = 0;
+    const unsigned char *in = (const unsigned char *)(text != NULL ? text : "");
+    while (*in != '\0' && out + 5 < label_len) {
+        unsigned char c = *in;
+        size_t length = c < 0x80          ? 1
+                        : (c >> 5) == 6   ? 2
+                        : (c >> 4) == 14  ? 3
+                        : (c >> 3) == 30  ? 4
+                                          : 0;
+        bool valid = length > 0;
+        for (size_t i = 1; valid && i < length; i++)
+            valid = (in[i] & 0xC0) == 0x80;
+        if (length == 1 && (c < 0x20 || c == 0x7F))
+            valid = false;
+        if (!valid) {
+            label_p[out++] = '?';
+            in++;
+            continue;
+        }
+        memcpy(label_p + out, in, length);
+        out += length;
+        in += length;
+    }
+    label_p[out] = '\0';
+}
+
+kvio_status_t report_json_load(const char *path, json_t **json_p, char *error_p,
+                               size_t error_len)
+{
+    struct stat info;
+    if (stat(path, &info) != 0) {
+        snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
+        return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
+    }
+    if (!S_ISREG(info.st_mode)) {
+        snprintf(error_p, error_len, "%s: not a regular file", path);
+        return KVIO_ERR_INVALID;
+    }
+    if ((unsigned long long)info.st_size > KVIO_REPORT_MAX_JSON_BYTES) {
+        snprintf(error_p, error_len, "%s: %lld bytes is more than a report reads (%u)", path,
+                 (long long)info.st_size, KVIO_REPORT_MAX_JSON_BYTES);
+        return KVIO_ERR_INVALID;
+    }
+    json_error_t json_error;
+    json_t *json = json_load_file(path, JSON_REJECT_DUPLICATES, &json_error);
+    if (json == NULL) {
+        snprintf(error_p, error_len, "%s:%d: %s", path, json_error.line, json_error.text);
+        return KVIO_ERR_PARSE;
+    }
+    if (!json_is_object(json)) {
+        snprintf(error_p, error_len, "%s: not a JSON object", path);
+        json_decref(json);
+        return KVIO_ERR_PARSE;
+    }
+    *json_p = json;
+    return KVIO_OK;
+}
+
+/* A finite number within VALUE_LIMIT, or an error naming path and key. */
+static kvio_status_t json_number(const json_t *object, const char *key, const char *where,
+                                 const char *path, bool required, double *value_p,
+                                 char *error_p, size_t error_len)
+{
+    const json_t *value = json_object_get(object, key);
+    if (value == NULL && !required) {
+        *value_p = 0;
+        return KVIO_OK;
+    }
+    if (!json_is_number(value)) {
+        snprintf(error_p, error_len, "%s: %s%s is %s", path, where, key,
+                 value == NULL ? "missing" : "not a number");
+        return KVIO_ERR_PARSE;
+    }
+    double number = json_number_value(value);
+    if (!isfinite(number) || fabs(number) > VALUE_LIMIT) {
+        snprintf(error_p, error_len, "%s: %s%s is out of range", path, where, key);
+        return KVIO_ERR_PARSE;
+    }
+    *value_p = number;
+    return KVIO_OK;
+}
+
+/* ---------- CSV ---------- */
+
+typedef struct csv_reader {
+    FILE *file;
+    const char *path;
+    unsigned long line_number;
+    char line[CSV_LINE_MAX];
+    size_t num_fields;
+    char *fields[CSV_MAX_COLUMNS];
+} csv_reader_t;
+
+/* Reads the next non-empty line into fields. Returns KVIO_INPROGRESS at the
+ * end of the file. */
+static kvio_status_t csv_next(csv_reader_t *csv, char *error_p, size_t error_len)
+{
+    for (;;) {
+        if (fgets(csv->line, sizeof(csv->line), csv->file) == NULL) {
+            if (ferror(csv->file)) {
+                snprintf(error_p, error_len, "%s:%lu: read error", csv->path,
+                         csv->line_number + 1);
+                return KVIO_ERR_IO;
+            }
+            return KVIO_INPROGRESS;
+        }
+        csv->line_number++;
+        size_t length = strlen(csv->line);
+        if (length == sizeof(csv->line) - 1 && csv->line[length - 1] != '\n') {
+            snprintf(error_p, error_len, "%s:%lu: line longer than %d bytes", csv->path,
+                     csv->line_number, CSV_LINE_MAX - 1);
+            return KVIO_ERR_PARSE;
+        }
+        if (length != strlen(csv->line)) {
+            snprintf(error_p, error_len, "%s:%lu: NUL byte in line", csv->path, csv->line_number);
+            return KVIO_ERR_PARSE;
+        }
+        while (length > 0 && (csv->line[length - 1] == '\n' || csv->line[length - 1] == '\r'))
+            csv->line[--length] = '\0';
+        if (length == 0)
+            continue;
+        csv->num_fields = 0;
+        char *cursor = csv->line;
+        for (;;) {
+            if (csv->num_fields == CSV_MAX_COLUMNS) {
+                snprintf(error_p, error_len, "%s:%lu: more than %d columns", csv->path,
+                         csv->line_number, CSV_MAX_COLUMNS);
+                return KVIO_ERR_PARSE;
+            }
+            csv->fields[csv->num_fields++] = cursor;
+            char *comma = strchr(cursor, ',');
+            if (comma == NULL)
+                break;
+            *comma = '\0';
+            cursor = comma + 1;
+        }
+        return KVIO_OK;
+    }
+}
+
+/* Opens path and reads its header. KVIO_ERR_NOT_FOUND when it is absent. */
+static kvio_status_t csv_open(csv_reader_t *csv, const char *path, char *error_p,
+                              size_t error_len)
+{
+    memset(csv, 0, sizeof(*csv));
+    csv->path = path;
+    struct stat info;
+    if (stat(path, &info) != 0)
+        return KVIO_ERR_NOT_FOUND;
+    if (!S_ISREG(info.st_mode)) {
+        snprintf(error_p, error_len, "%s: not a regular file", path);
+        return KVIO_ERR_INVALID;
+    }
+    csv->file = fopen(path, "r");
+    if (csv->file == NULL) {
+        snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
+        return KVIO_ERR_IO;
+    }
+    kvio_status_t status = csv_next(csv, error_p, error_len);
+    if (status == KVIO_INPROGRESS) {
+        snprintf(error_p, error_len, "%s: empty file (no header)", path);
+        status = KVIO_ERR_PARSE;
+    }
+    if (status != KVIO_OK) {
+        fclose(csv->file);
+        csv->file = NULL;
+    }
+    /* A UTF-8 byte-order mark before the first column name is tolerated. */
+    if (status == KVIO_OK && strncmp(csv->fields[0], "\xEF\xBB\xBF", 3) == 0)
+        csv->fields[0] += 3;
+    return status;
+}
+
+static void csv_close(csv_reader_t *csv)
+{
+    if (csv->file != NULL)
+        fclose(csv->file);
+    csv->file = NULL;
+}
+
+/* Index of a header column, or -1. */
+static int csv_column(const csv_reader_t *csv, const char *name)
+{
+    for (size_t i = 0; i < csv->num_fields; i++)
+        if (strcmp(csv->fields[i], name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Parses field index of the current row as a finite number. */
+static kvio_status_t csv_number(const csv_reader_t *csv, int index, const char *name,
+                                double *value_p, char *error_p, size_t error_len)
+{
+    if (index < 0 || (size_t)index >= csv->num_fields) {
+        snprintf(error_p, error_len, "%s:%lu: %zu fields, no %s", csv->path, csv->line_number,
+                 csv->num_fields, name);
+        return KVIO_ERR_PARSE;
+    }
+    const char *text = csv->fields[index];
+    char *end = NULL;
+    errno = 0;
+    double value = strtod(text, &end);
+    while (end != NULL && (*end == ' ' || *end == '\t'))
+        end++;
+    bool digits = false;
+    for (const char *c = text; *c != '\0'; c++)
+        digits = digits || (*c >= '0' && *c <= '9');
+    if (end == text || *end != '\0' || !digits || errno == ERANGE || !isfinite(value) ||
+        fabs(value) > VALUE_LIMIT) {
+        char shown[40];
+        report_label_copy(shown, sizeof(shown), text);
+        snprintf(error_p, error_len, "%s:%lu: %s: '%s' is not a number in range", csv->path,
+                 csv->line_number, name, shown);
+        return KVIO_ERR_PARSE;
+    }
+    *value_p = value;
+    return KVIO_OK;
+}
+
+/* ---------- timeline ---------- */
+
+void report_timeline_init(timeline_t *timeline)
+{
+    memset(timeline, 0, sizeof(*timeline));
+    timeline->width_s = 1e-3;
+}
+
+void report_timeline_add(timeline_t *timeline, double time_s, double duration_s, double kv_usage,
+                         double batch, double preempted)
+{
+    if (!(time_s >= 0))
+        time_s = 0;
+    while (time_s >= timeline->width_s * KVIO_REPORT_MAX_POINTS) {
+        for (size_t i = 0; i < KVIO_REPORT_MAX_POINTS / 2; i++) {
+            timeline_bin_t *a = &timeline->bins[2 * i], *b = &timeline->bins[2 * i + 1];
+            timeline_bin_t merged = {
+                .kv_weighted = a->kv_weighted + b->kv_weighted,
+                .weight = a->weight + b->weight,
+                .kv_sum = a->kv_sum + b->kv_sum,
+                .batch_sum = a->batch_sum + b->batch_sum,
+                .iterations = a->iterations + b->iterations,
+                .preempted = a->preempted + b->preempted,
+            };
+            timeline->bins[i] = merged;
+        }
+        memset(timeline->bins + KVIO_REPORT_MAX_POINTS / 2, 0,
+               sizeof(timeline_bin_t) * (KVIO_REPORT_MAX_POINTS / 2));
+        timeline->used = (timeline->used + 1) / 2;
+        timeline->width_s *= 2;
+    }
+    size_t index = (size_t)(time_s / timeline->width_s);
+    if (index >= KVIO_REPORT_MAX_POINTS)
+        index = KVIO_REPORT_MAX_POINTS - 1;
+    timeline_bin_t *bin = &timeline->bins[index];
+    bin->kv_weighted += kv_usage * duration_s;
+    bin->weight += duration_s;
+    bin->kv_sum += kv_usage;
+    bin->batch_sum += batch;
+    bin->iterations++;
+    bin->preempted += preempted > 0 ? (uint64_t)preempted : 0;
+    if (index + 1 > timeline->used)
+        timeline->used = index + 1;
+}
+
+/* ---------- one results directory ---------- */
+
+static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, report_run_t *run,
+                                  bool first, char *error_p, size_t error_len)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/summary.json", dir);
+    json_t *summary = NULL;
+    kvio_status_t status = report_json_load(path, &summary, error_p, error_len);
+    if (status == KVIO_ERR_NOT_FOUND)
+        snprintf(error_p, error_len, "%s: no summary.json (is it a kvio results directory?)",
+                 dir);
+    if (status != KVIO_OK)
+        return status;
+    const json_t *metrics = json_object_get(summary, "metrics");
+    if (!json_is_object(metrics)) {
+        snprintf(error_p, error_len, "%s: no metrics object", path);
+        status = KVIO_ERR_PARSE;
+        goto out;
+    }
+    struct {
+        const char *key;
+        double *value;
+        bool required;
+    } fields[] = {
+        {"request_throughput", &metrics_p->request_throughput, true},
+        {"output_throughput", &metrics_p->output_throughput, true},
+        {"input_throughput", &metrics_p->input_throughput, false},
+        {"goodput", &metrics_p->goodput, true},
+        {"hit_rate", &metrics_p->hit_rate, true},
+        {"preemptions", &metrics_p->preemptions, false},
+        {"completed", &metrics_p->completed, false},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && status == KVIO_OK; i++)
+        status = json_number(metrics, fields[i].key, "metrics.", path, fields[i].required,
+                             fields[i].value, error_p, error_len);
+    struct {
+        const char *key, *field;
+        double *value;
+    } latencies[] = {
+        {"ttft_ms", "p50", &metrics_p->ttft_p50},
+        {"ttft_ms", "p99", &metrics_p->ttft_p99},
+        {"tpot_ms", "p50", &metrics_p->tpot_p50},
+        {"e2el_ms", "p99", &metrics_p->e2el_p99},
+    };
+    for (size_t i = 0; i < sizeof(latencies) / sizeof(latencies[0]) && status == KVIO_OK; i++) {
+        const json_t *latency = json_object_get(metrics, latencies[i].key);
+        char where[64];
+        snprintf(where, sizeof(where), "metrics.%s.", latencies[i].key);
+        if (latency != NULL && !json_is_object(latency)) {
+            snprintf(error_p, error_len, "%s: metrics.%s is not an object", path,
+                     latencies[i].key);
+            status = KVIO_ERR_PARSE;
+        } else {
+            status = json_number(latency, latencies[i].field, where, path, false,
+                                 latencies[i].value, error_p, error_len);
+        }
+    }
+    if (status != KVIO_OK)
+        goto out;
+    const json_t *complete = json_object_get(summary, "complete");
+    if (!json_is_true(complete))
+        run->complete = false;
+    if (!first)
+        goto out;
+    report_label_copy(run->name, sizeof(run->name),
+                      json_string_value(json_object_get(summary, "name")));
+    report_label_copy(run->scheduler, sizeof(run->scheduler),
+                      json_string_value(json_object_get(metrics, "scheduler")));
+    /* Tier traffic: metrics.tiers as an array of objects (with "name" or
+     * "kind") or an object of objects; every numeric field named *_bytes. */
+    const json_t *tiers = json_object_get(metrics, "tiers");
+    if (tiers != NULL && !json_is_array(tiers) && !json_is_object(tiers)) {
+        snprintf(error_p, error_len, "%s: metrics.tiers is neither an array nor an object", path);
+        status = KVIO_ERR_PARSE;
+        goto out;
+    }
+    size_t index;
+    const char *key;
+    const json_t *tier;
+    void *iterator = json_is_object(tiers) ? json_object_iter((json_t *)tiers) : NULL;
+    for (index = 0; run->num_tiers < REPORT_MAX_TIERS; index++) {
+        const char *tier_name = NULL;
+        if (json_is_array(tiers)) {
+            if (index >= json_array_size(tiers))
+                break;
+            tier = json_array_get(tiers, index);
+            tier_name = json_string_value(json_object_get(tier, "name"));
+            if (tier_name == NULL)
+                tier_name = json_string_value(json_object_get(tier, "kind"));
+        } else {
+            if (iterator == NULL)
+                break;
+            tier_name = json_object_iter_key(iterator);
+            tier = json_object_iter_value(iterator);
+            iterator = json_object_iter_next((json_t *)tiers, iterator);
+        }
+        if (!json_is_object(tier)) {
+            snprintf(error_p, error_len, "%s: metrics.tiers[%zu] is not an object", path, index);
+            status = KVIO_ERR_PARSE;
+            goto out;
+        }
+        tier_traffic_t *traffic = &run->tiers[run->num_tiers];
+        memset(traffic, 0, sizeof(*traffic));
+        char fallback[32];
+        snprintf(fallback, sizeof(fallback), "tier %zu", index);
+        report_label_copy(traffic->name, sizeof(traffic->name),
+                          tier_name != NULL ? tier_name : fallback);
+        const json_t *value;
+        json_object_foreach((json_t *)tier, key, value)
+        {
+            size_t length = strlen(key);
+            if (length < 7 || strcmp(key + length - 6, "_bytes") != 0)
+                continue;
+            if (traffic->num_fields == REPORT_MAX_TIER_FIELDS)
+                break;
+            char where[REPORT_LABEL_MAX + 32];
+            snprintf(where, sizeof(where), "metrics.tiers.%s.", traffic->name);
+            double number;
+            status = json_number(tier, key, where, path, true, &number, error_p, error_len);
+            if (status != KVIO_OK)
+                goto out;
+            report_label_copy(traffic->field[traffic->num_fields], REPORT_LABEL_MAX, key);
+            traffic->value[traffic->num_fields++] = number;
+        }
+        if (traffic->num_fields > 0)
+            run->num_tiers++;
+    }
+out:
+    json_decref(summary);
+    return status;
+}
+
+/* requests.csv → TTFT, TPOT and E2EL histograms (measured requests only). */
+static kvio_status_t load_requests(const char *dir, report_run_t *run, char *error_p,
+                                   size_t error_len)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/requests.csv", dir);
+    csv_reader_t csv;
+    kvio_status_t status = csv_open(&csv, path, error_p, error_len);
+    if (status == KVIO_ERR_NOT_FOUND)
+        return KVIO_OK;
+    if (status != KVIO_OK)
+        return status;
+    const char *names[] = {"arrival_s", "first_token_s", "finish_s", "output_tokens"};
+    int columns[4];
+    for (size_t i = 0; i < 4; i++) {
+        columns[i] = csv_column(&csv, names[i]);
+        if (columns[i] < 0) {
+            snprintf(error_p, error_len, "%s: no column '%s' in the header", path, names[i]);
+            csv_close(&csv);
+            return KVIO_ERR_PARSE;
+        }
+    }
+    int measured_column = csv_column(&csv, "measured");
+    while ((status = csv_next(&csv, error_p, error_len)) == KVIO_OK) {
+        double value[4], measured = 1;
+        for (size_t i = 0; i < 4 && status == KVIO_OK; i++)
+            status = csv_number(&csv, columns[i], names[i], &value[i], error_p, error_len);
+        if (status == KVIO_OK && measured_column >= 0)
+            status = csv_number(&csv, measured_column, "measured", &measured, error_p, error_len);
+        if (status != KVIO_OK)
+            break;
+        if (measured == 0)
+            continue;
+        double arrival = value[0], first = value[1], finish = value[2], outputs = value[3];
+        if (first < arrival || finish < first || arrival < 0 || outputs < 0) {
+            snprintf(error_p, error_len,
+                     "%s:%lu: times out of order (arrival_s %.6g, first_token_s %.6g, "
+                     "finish_s %.6g)",
+                     path, csv.line_number, arrival, first, finish);
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        kvio_hist_record(run->ttft, (uint64_t)((first - arrival) * 1e9 + 0.5));
+        kvio_hist_record(run->e2el, (uint64_t)((finish - arrival) * 1e9 + 0.5));
+        /* TPOT as vLLM's benchmark defines it: decode time over the tokens
+         * after the first, for requests with more than one output token. */
+        if (outputs > 1)
+            kvio_hist_record(run->tpot, (uint64_t)((finish - first) / (outputs - 1) * 1e9 + 0.5));
+        run->has_requests = true;
+    }
+    csv_close(&csv);
+    return status == KVIO_INPROGRESS ? KVIO_OK : status;
+}
+
+/* iterations.csv → the binned timeline. */
+static kvio_status_t load_iterations(const char *dir, report_run_t *run, char *error_p,
+                                     size_t error_len)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/iterations.csv", dir);
+    csv_reader_t csv;
+    kvio_status_t status = csv_open(&csv, path, error_p, error_len);
+    if (status == KVIO_ERR_NOT_FOUND)
+        return KVIO_OK;
+    if (status != KVIO_OK)
+        return status;
+    const char *names[] = {"time_s", "duration_ms", "batch_size", "kv_usage", "preempted"};
+    int columns[5];
+    for (size_t i = 0; i < 5; i++) {
+        columns[i] = csv_column(&csv, names[i]);
+        if (columns[i] < 0) {
+            snprintf(error_p, error_len, "%s: no column '%s' in the header", path, names[i]);
+            csv_close(&csv);
+            return KVIO_ERR_PARSE;
+        }
+    }
+    run->timeline = malloc(sizeof(*run->timeline));
+    if (run->timeline == NULL) {
+        csv_close(&csv);
+        return KVIO_ERR_NOMEM;
+    }
+    report_timeline_init(run->timeline);
+    while ((status = csv_next(&csv, error_p, error_len)) == KVIO_OK) {
+        double value[5];
+        for (size_t i = 0; i < 5 && status == KVIO_OK; i++)
+            status = csv_number(&csv, columns[i], names[i], &value[i], error_p, error_len);
+        if (status != KVIO_OK)
+            break;
+        if (value[0] < 0 || value[0] > 1e9 || value[1] < 0 || value[3] < 0 || value[3] > 1 ||
+            value[2] < 0 || value[4] < 0) {
+            snprintf(error_p, error_len,
+                     "%s:%lu: value out of range (time_s 0..1e9, kv_usage 0..1, counts >= 0)",
+                     path, csv.line_number);
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        report_timeline_add(run->timeline, value[0], value[1] / 1e3, value[3], value[2],
+                            value[4]);
+    }
+    csv_close(&csv);
+    return status == KVIO_INPROGRESS ? KVIO_OK : status;
+}
+
+/* Finds a stage column as t_<stage> (seconds), t_<stage>_s or t_<stage>_ns. */
+static int stage_column(const csv_reader_t *csv, const char *stage, double *scale_p)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "t_%s", stage);
+    int column = csv_column(csv, name);
+    *scale_p = 1;
+    if (column >= 0)
+        return column;
+    snprintf(name, sizeof(name), "t_%s_s", stage);
+    column = csv_column(csv, name);
+    if (column >= 0)
+        return column;
+    snprintf(name, sizeof(name), "t_%s_ns", stage);
+    *scale_p = 1e-9;
+    return csv_column(csv, name);
+}
+
+/* updates.csv → one row per (update, serve rank). */
+static kvio_status_t load_updates(const char *dir, report_run_t *run, char *error_p,
+                                  size_t error_len)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/updates.csv", dir);
+    csv_reader_t csv;
+    kvio_status_t status = csv_open(&csv, path, error_p, error_len);
+    if (status == KVIO_ERR_NOT_FOUND)
+        return KVIO_OK;
+    if (status != KVIO_OK)
+        return status;
+    int columns[UPDATE_STAGES];
+    double scales[UPDATE_STAGES];
+    for (size_t i = 0; i < UPDATE_STAGES; i++)
+        columns[i] = stage_column(&csv, report_update_stage_names[i], &scales[i]);
+    int version_column = csv_column(&csv, "version");
+    int rank_column = csv_column(&csv, "rank");
+    int bytes_column = csv_column(&csv, "bytes");
+    const char *missing = version_column < 0 ? "version"
+                          : columns[0] < 0   ? "t_ready"
+                          : columns[5] < 0   ? "t_activated"
+                                             : NULL;
+    if (missing != NULL) {
+        snprintf(error_p, error_len, "%s: no column '%s' in the header", path, missing);
+        csv_close(&csv);
+        return KVIO_ERR_PARSE;
+    }
+    size_t capacity = 0;
+    while ((status = csv_next(&csv, error_p, error_len)) == KVIO_OK) {
+        if (run->num_updates == KVIO_REPORT_MAX_UPDATES) {
+            run->updates_truncated = true;
+            break;
+        }
+        update_row_t row;
+        memset(&row, 0, sizeof(row));
+        status = csv_number(&csv, version_column, "version", &row.version, error_p, error_len);
+        if (status == KVIO_OK && rank_column >= 0)
+            status = csv_number(&csv, rank_column, "rank", &row.rank, error_p, error_len);
+        if (status == KVIO_OK && bytes_column >= 0)
+            status = csv_number(&csv, bytes_column, "bytes", &row.bytes, error_p, error_len);
+        for (size_t i = 0; i < UPDATE_STAGES && status == KVIO_OK; i++) {
+            if (columns[i] < 0)
+                continue;
+            /* An empty stage field means the transport has no such stage. */
+            if ((size_t)columns[i] < csv.num_fields && csv.fields[columns[i]][0] == '\0' &&
+                i != 0 && i != 5)
+                continue;
+            status = csv_number(&csv, columns[i], report_update_stage_names[i], &row.t[i],
+                                error_p, error_len);
+            row.t[i] *= scales[i];
+            row.has[i] = true;
+        }
+        if (status != KVIO_OK)
+            break;
+        if (row.rank < 0 || row.rank >= REPORT_MAX_RANKS || row.t[0] < 0 ||
+            row.t[5] < row.t[0]) {
+            snprintf(error_p, error_len,
+                     "%s:%lu: rank out of range (0..%d) or t_activated before t_ready", path,
+                     csv.line_number, REPORT_MAX_RANKS - 1);
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        if (run->num_updates == capacity) {
+            size_t grown = capacity == 0 ? 64 : capacity * 2;
+            update_row_t *rows = realloc(run->updates, grown * sizeof(*rows));
+            if (rows == NULL) {
+                status = KVIO_ERR_NOMEM;
+                break;
+            }
+            run->updates = rows;
+            capacity = grown;
+        }
+        run->updates[run->num_updates++] = row;
+    }
+    csv_close(&csv);
+    if (status == KVIO_OK || status == KVIO_INPROGRESS) {
+        if (run->updates == NULL) /* header only: an empty but present table */
+            run->updates = calloc(1, sizeof(*run->updates));
+        return run->updates != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    }
+    return status;
+}
+
+void report_run_free(report_run_t *run)
+{
+    if (run == NULL)
+        return;
+    kvio_hist_destroy(run->ttft);
+    kvio_hist_destroy(run->tpot);
+    kvio_hist_destroy(run->e2el);
+    free(run->timeline);
+    free(run->updates);
+    free(run);
+}
+
+kvio_status_t report_run_load(const char *label, const char *const *dirs, size_t num_dirs,
+                              report_run_t **run_p, char *error_p, size_t error_len)
+{
+    if (num_dirs == 0 || num_dirs > KVIO_REPORT_MAX_SEEDS) {
+        snprintf(error_p, error_len, "%s: %zu result directories (1..%d per run)", label,
+                 num_dirs, KVIO_REPORT_MAX_SEEDS);
+        return KVIO_ERR_INVALID;
+    }
+    report_run_t *run = calloc(1, sizeof(*run));
+    if (run == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = kvio_hist_create(&run->ttft);
+    if (status == KVIO_OK)
+        status = kvio_hist_create(&run->tpot);
+    if (status == KVIO_OK)
+        status = kvio_hist_create(&run->e2el);
+    if (status != KVIO_OK)
+        goto fail;
+    report_label_copy(run->label, sizeof(run->label), label);
+    snprintf(run->dir, sizeof(run->dir), "%s", dirs[0]);
+    run->complete = true;
+    for (size_t i = 0; i < num_dirs; i++) {
+        struct stat info;
+        if (stat(dirs[i], &info) != 0 || !S_ISDIR(info.st_mode)) {
+            snprintf(error_p, error_len, "%s: %s", dirs[i],
+                     stat(dirs[i], &info) != 0 ? strerror(errno) : "not a directory");
+            status = KVIO_ERR_NOT_FOUND;
+            goto fail;
+        }
+        status = load_summary(dirs[i], &run->seeds[i], run, i == 0, error_p, error_len);
+        if (status == KVIO_OK)
+            status = load_requests(dirs[i], run, error_p, error_len);
+        if (status == KVIO_OK && i == 0)
+            status = load_iterations(dirs[i], run, error_p, error_len);
+        if (status == KVIO_OK && i == 0)
+            status = load_updates(dirs[i], run, error_p, error_len);
+        if (status != KVIO_OK)
+            goto fail;
+        run->num_seeds++;
+    }
+    *run_p = run;
+    return KVIO_OK;
+fail:
+    report_run_free(run);
+    return status;
+}
+
+/* ---------- compare output ---------- */
+
+kvio_status_t report_compare_load(kvio_report_t *report, const char *dir, char *error_p,
+                                  size_t error_len)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/compare.json", dir);
+    json_t *compare = NULL;
+    kvio_status_t status = report_json_load(path, &compare, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    size_t first_new = report->num_runs;
+    const json_t *variants = json_object_get(compare, "variants");
+    double repeat = 1;
+    status = json_number(compare, "repeat", "", path, false, &repeat, error_p, error_len);
+    if (status == KVIO_OK && (!json_is_array(variants) || json_array_size(variants) == 0)) {
+        snprintf(error_p, error_len, "%s: variants is not a non-empty array", path);
+        status = KVIO_ERR_PARSE;
+    }
+    size_t index;
+    const json_t *variant;
+    char (*dirs)[REPORT_PATH_MAX] = NULL;
+    const char **dir_list = NULL;
+    if (status == KVIO_OK) {
+        dirs = calloc(KVIO_REPORT_MAX_SEEDS, sizeof(*dirs));
+        dir_list = calloc(KVIO_REPORT_MAX_SEEDS, sizeof(*dir_list));
+        if (dirs == NULL || dir_list == NULL)
+            status = KVIO_ERR_NOMEM;
+    }
+    json_array_foreach(variants, index, variant)
+    {
+        if (status != KVIO_OK)
+            break;
+        const char *name = json_string_value(json_object_get(variant, "name"));
+        const json_t *runs = json_object_get(variant, "runs");
+        if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL ||
+            strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+            snprintf(error_p, error_len, "%s: variants[%zu].name is missing or not a plain name",
+                     path, index);
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        if (!json_is_array(runs) || json_array_size(runs) == 0 ||
+            json_array_size(runs) > KVIO_REPORT_MAX_SEEDS) {
+            snprintf(error_p, error_len, "%s: variants[%zu].runs is not an array of 1..%d runs",
+                     path, index, KVIO_REPORT_MAX_SEEDS);
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        if (report->num_runs == KVIO_REPORT_MAX_RUNS) {
+            snprintf(error_p, error_len, "%s: more than %d runs in one report", path,
+                     KVIO_REPORT_MAX_RUNS);
+            status = KVIO_ERR_INVALID;
+            break;
+        }
+        size_t num_dirs = json_array_size(runs);
+        for (size_t r = 0; r < num_dirs && status == KVIO_OK; r++) {
+            /* The layout `kvio compare` writes: DIR/<variant>/ or, with
+             * --repeat, DIR/<variant>/seed-<seed>/. */
+            const json_t *seed = json_object_get(json_array_get(runs, r), "seed");
+            if (repeat > 1 && !json_is_integer(seed)) {
+                snprintf(error_p, error_len, "%s: variants[%zu].runs[%zu].seed is not an integer",
+                         path, index, r);
+                status = KVIO_ERR_PARSE;
+            } else if (repeat > 1) {
+                snprintf(dirs[r], REPORT_PATH_MAX, "%.1000s/%.500s/seed-%lld", dir, name,
+                         (long long)json_integer_value(seed));
+            } else {
+                snprintf(dirs[r], REPORT_PATH_MAX, "%.1000s/%.500s", dir, name);
+            }
+            dir_list[r] = dirs[r];
+        }
+        report_run_t *run = NULL;
+        if (status == KVIO_OK)
+            status = report_run_load(name, dir_list, num_dirs, &run, error_p, error_len);
+        if (status == KVIO_OK)
+            report->runs[report->num_runs++] = run;
+    }
+    if (status != KVIO_OK) {
+        while (report->num_runs > first_new)
+            report_run_free(report->runs[--report->num_runs]);
+    }
+    free(dirs);
+    free(dir_list);
+    json_decref(compare);
+    return status;
+}
+
+/* ---------- cachesim ---------- */
+
+void report_cachesim_free(report_cachesim_t *cachesim)
+{
+    if (cachesim == NULL)
+        return;
+    free(cachesim->points);
+    free(cachesim);
+}
+
+kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesim_p,
+                                   char *error_p, size_t error_len)
+{
+    json_t *json = NULL;
+    kvio_status_t status = report_json_load(path, &json, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    report_cachesim_t *cachesim = calloc(1, sizeof(*cachesim));
+    const json_t *results = json_object_get(json, "results");
+    if (cachesim == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto out;
+    }
+    if (!json_is_array(results) || json_array_size(results) == 0 ||
+        json_array_size(results) > 10000) {
+        snprintf(error_p, error_len,
+                 "%s: not a `kvio cachesim --json` result (results is not an array of 1..10000)",
+                 path);
+        status = KVIO_ERR_PARSE;
+        goto out;
+    }
+    snprintf(cachesim->path, sizeof(cachesim->path), "%s", path);
+    const char *base = strrchr(path, '/');
+    report_label_copy(cachesim->label, sizeof(cachesim->label), base != NULL ? base + 1 : path);
+    status = json_number(json_object_get(json, "config"), "block_tokens", "config.", path, false,
+                         &cachesim->block_tokens, error_p, error_len);
+    if (status != KVIO_OK)
+        goto out;
+    cachesim->points = calloc(json_array_size(results), sizeof(*cachesim->points));
+    if (cachesim->points == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto out;
+    }
+    size_t index;
+    const json_t *result;
+    json_array_foreach(results, index, result)
+    {
+        cachesim_point_t *point = &cachesim->points[cachesim->num_points];
+        char where[48];
+        snprintf(where, sizeof(where), "results[%zu].", index);
+        const char *eviction = json_string_value(json_object_get(result, "eviction"));
+        const json_t *capacity = json_object_get(result, "capacity_blocks");
+        if (!json_is_object(result) || eviction == NULL) {
+            snprintf(error_p, error_len, "%s: %seviction is missing", path, where);
+            status = KVIO_ERR_PARSE;
+            goto out;
+        }
+        report_label_copy(point->eviction, sizeof(point->eviction), eviction);
+        if (json_is_string(capacity) && strcmp(json_string_value(capacity), "unlimited") == 0) {
+            point->capacity_blocks = -1;
+        } else {
+            status = json_number(result, "capacity_blocks", where, path, true,
+                                 &point->capacity_blocks, error_p, error_len);
+            if (status == KVIO_OK && point->capacity_blocks < 1) {
+                snprintf(error_p, error_len, "%s: %scapacity_blocks is below 1", path, where);
+                status = KVIO_ERR_PARSE;
+            }
+        }
+        if (status == KVIO_OK)
+            status = json_number(result, "token_hit_rate", where, path, true,
+                                 &point->token_hit_rate, error_p, error_len);
+        if (status == KVIO_OK)
+            status = json_number(result, "block_hit_rate", where, path, false,
+                                 &point->block_hit_rate, error_p, error_len);
+        if (status == KVIO_OK && (point->token_hit_rate < 0 || point->token_hit_rate > 1 ||
+                                  point->block_hit_rate < 0 || point->block_hit_rate > 1)) {
+            snprintf(error_p, error_len, "%s: %shit rate outside 0..1", path, where);
+            status = KVIO_ERR_PARSE;
+        }
+        if (status != KVIO_OK)
+            goto out;
+        cachesim->num_points++;
+    }
+out:
+    json_decref(json);
+    if (status != KVIO_OK) {
+        report_cachesim_free(cachesim);
+        return status;
+    }
+    *cachesim_p = cachesim;
+    return KVIO_OK;
+}

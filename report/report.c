@@ -1,0 +1,180 @@
+/* The report's public face: creating it, adding inputs (results directory,
+ * compare directory or cachesim file, told apart by what they contain), and
+ * writing the HTML page or the PNG files. */
+#include "kvio/report.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "report/report_int.h"
+
+kvio_status_t kvio_report_create(kvio_report_t **report_p)
+{
+    kvio_report_t *report = calloc(1, sizeof(*report));
+    if (report == NULL)
+        return KVIO_ERR_NOMEM;
+    *report_p = report;
+    return KVIO_OK;
+}
+
+static void clear_charts(kvio_report_t *report)
+{
+    for (size_t i = 0; i < report->num_charts; i++)
+        report_chart_free(report->charts[i]);
+    report->num_charts = 0;
+    report->num_notes = 0;
+    report->built = false;
+}
+
+void kvio_report_destroy(kvio_report_t *report)
+{
+    if (report == NULL)
+        return;
+    clear_charts(report);
+    for (size_t i = 0; i < report->num_runs; i++)
+        report_run_free(report->runs[i]);
+    for (size_t i = 0; i < report->num_cachesims; i++)
+        report_cachesim_free(report->cachesims[i]);
+    free(report);
+}
+
+size_t kvio_report_num_runs(const kvio_report_t *report)
+{
+    return report->num_runs;
+}
+
+size_t kvio_report_num_cachesims(const kvio_report_t *report)
+{
+    return report->num_cachesims;
+}
+
+/* The last path component without trailing slashes, as a label. */
+static void label_of(const char *path, char *label_p, size_t label_len)
+{
+    char copy[REPORT_PATH_MAX];
+    snprintf(copy, sizeof(copy), "%s", path);
+    size_t length = strlen(copy);
+    while (length > 1 && copy[length - 1] == '/')
+        copy[--length] = '\0';
+    const char *base = strrchr(copy, '/');
+    base = base != NULL && base[1] != '\0' ? base + 1 : copy;
+    report_label_copy(label_p, label_len, base);
+}
+
+/* Makes labels unique by appending " (2)", " (3)"... */
+static void unique_label(const kvio_report_t *report, size_t count, char *label,
+                         size_t label_len)
+{
+    char base[REPORT_LABEL_MAX];
+    snprintf(base, sizeof(base), "%.80s", label);
+    for (int suffix = 2; suffix < 1000; suffix++) {
+        bool taken = false;
+        for (size_t i = 0; i < count && !taken; i++)
+            taken = strcmp(report->runs[i]->label, label) == 0;
+        if (!taken)
+            return;
+        snprintf(label, label_len, "%.80s (%d)", base, suffix);
+    }
+}
+
+kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *error_p,
+                              size_t error_len)
+{
+    if (path == NULL || path[0] == '\0') {
+        snprintf(error_p, error_len, "empty path");
+        return KVIO_ERR_INVALID;
+    }
+    if (strlen(path) >= REPORT_PATH_MAX - 64) {
+        snprintf(error_p, error_len, "%.64s...: path too long", path);
+        return KVIO_ERR_INVALID;
+    }
+    struct stat info;
+    if (stat(path, &info) != 0) {
+        snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
+        return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
+    }
+    kvio_status_t status;
+    if (S_ISREG(info.st_mode)) {
+        if (report->num_cachesims == KVIO_REPORT_MAX_RUNS) {
+            snprintf(error_p, error_len, "%s: more than %d cachesim results", path,
+                     KVIO_REPORT_MAX_RUNS);
+            return KVIO_ERR_INVALID;
+        }
+        report_cachesim_t *cachesim = NULL;
+        status = report_cachesim_load(path, &cachesim, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+        report->cachesims[report->num_cachesims++] = cachesim;
+        clear_charts(report);
+        return KVIO_OK;
+    }
+    if (!S_ISDIR(info.st_mode)) {
+        snprintf(error_p, error_len, "%s: neither a results directory nor a file", path);
+        return KVIO_ERR_INVALID;
+    }
+    char compare_path[REPORT_PATH_MAX + 32];
+    snprintf(compare_path, sizeof(compare_path), "%s/compare.json", path);
+    if (access(compare_path, F_OK) == 0) {
+        size_t before = report->num_runs;
+        status = report_compare_load(report, path, error_p, error_len);
+        /* Variants of a second compare set get unique labels too. */
+        for (size_t i = before; status == KVIO_OK && i < report->num_runs; i++)
+            unique_label(report, i, report->runs[i]->label, sizeof(report->runs[i]->label));
+        if (status == KVIO_OK)
+            clear_charts(report);
+        return status;
+    }
+    if (report->num_runs == KVIO_REPORT_MAX_RUNS) {
+        snprintf(error_p, error_len, "%s: more than %d runs in one report", path,
+                 KVIO_REPORT_MAX_RUNS);
+        return KVIO_ERR_INVALID;
+    }
+    char label[REPORT_LABEL_MAX];
+    label_of(path, label, sizeof(label));
+    unique_label(report, report->num_runs, label, sizeof(label));
+    report_run_t *run = NULL;
+    const char *dirs[1] = {path};
+    status = report_run_load(label, dirs, 1, &run, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    report->runs[report->num_runs++] = run;
+    clear_charts(report);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_report_write_html(kvio_report_t *report, const char *path, char *error_p,
+                                     size_t error_len)
+{
+    if (report->num_runs == 0 && report->num_cachesims == 0) {
+        snprintf(error_p, error_len, "nothing to report: no results directory or cachesim file");
+        return KVIO_ERR_INVALID;
+    }
+    kvio_status_t status = report_build(report);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "building the charts: %s", kvio_strerror(status));
+        return status;
+    }
+    char temporary[REPORT_PATH_MAX + 16];
+    snprintf(temporary, sizeof(temporary), "%s.tmp", path);
+    FILE *out = fopen(temporary, "w");
+    if (out == NULL) {
+        snprintf(error_p, error_len, "%s: %s", temporary, strerror(errno));
+        return kvio_status_from_errno(errno);
+    }
+    status = report_render_html(report, out);
+    if (fflush(out) != 0 || ferror(out))
+        status = status == KVIO_OK ? KVIO_ERR_IO : status;
+    if (fclose(out) != 0 && status == KVIO_OK)
+        status = KVIO_ERR_IO;
+    if (status == KVIO_OK && rename(temporary, path) != 0)
+        status = kvio_status_from_errno(errno);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s: cannot write the report: %s", path,
+                 kvio_strerror(status));
+        unlink(temporary);
+    }
+    return status;
+}

@@ -1,0 +1,187 @@
+/* Internals of the report module: what is read from a results directory
+ * (report_run_t), from a cachesim file (report_cachesim_t), and the chart
+ * model (report_chart_t) that both renderers (SVG and gnuplot) draw. */
+#ifndef KVIO_REPORT_INT_H
+#define KVIO_REPORT_INT_H
+
+#include "kvio/report.h"
+#include "kvio/stats.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define REPORT_LABEL_MAX 96
+#define REPORT_PATH_MAX 2048
+#define REPORT_MAX_TIERS 16
+#define REPORT_MAX_TIER_FIELDS 8
+#define REPORT_MAX_RANKS 4096
+#define REPORT_MAX_CHARTS 256
+#define REPORT_MAX_NOTES 32
+
+/* Iterations binned on time: at most KVIO_REPORT_MAX_POINTS bins; when a
+ * time falls past the last bin, pairs of bins merge and the width doubles. */
+typedef struct timeline_bin {
+    double kv_weighted; /* Σ kv_usage × duration */
+    double weight;      /* Σ duration (s) */
+    double kv_sum;      /* Σ kv_usage, for zero-length iterations */
+    double batch_sum;
+    uint64_t iterations;
+    uint64_t preempted;
+} timeline_bin_t;
+
+typedef struct timeline {
+    double width_s;
+    size_t used; /* highest bin index used + 1 */
+    timeline_bin_t bins[KVIO_REPORT_MAX_POINTS];
+} timeline_t;
+
+/* One model update on one serve rank (seconds on the run's clock). */
+typedef struct update_row {
+    double version;
+    double rank;
+    double bytes;
+    double t[6]; /* ready, xfer_start, xfer_end, notified, verified, activated */
+    bool has[6];
+} update_row_t;
+
+#define UPDATE_STAGES 6
+extern const char *const report_update_stage_names[UPDATE_STAGES];
+
+/* A tier's traffic: named byte counters. */
+typedef struct tier_traffic {
+    char name[REPORT_LABEL_MAX];
+    size_t num_fields;
+    char field[REPORT_MAX_TIER_FIELDS][REPORT_LABEL_MAX];
+    double value[REPORT_MAX_TIER_FIELDS];
+} tier_traffic_t;
+
+/* The metrics a report reads from one summary.json. */
+typedef struct run_metrics {
+    double request_throughput, output_throughput, input_throughput, goodput;
+    double hit_rate, preemptions, completed;
+    double ttft_p50, ttft_p99, tpot_p50, e2el_p99;
+} run_metrics_t;
+
+/* One result set: a results directory, or a compare variant (its seeds). */
+typedef struct report_run {
+    char label[REPORT_LABEL_MAX];
+    char dir[REPORT_PATH_MAX];     /* the first directory */
+    char name[REPORT_LABEL_MAX];   /* workload name from summary.json */
+    char scheduler[REPORT_LABEL_MAX];
+    bool complete;                 /* every seed complete */
+    size_t num_seeds;
+    run_metrics_t seeds[KVIO_REPORT_MAX_SEEDS];
+    kvio_hist_t *ttft, *tpot, *e2el; /* ns; all seeds pooled */
+    bool has_requests;
+    timeline_t *timeline;          /* first seed; NULL without iterations.csv */
+    update_row_t *updates;         /* first seed; NULL without updates.csv */
+    size_t num_updates;
+    bool updates_truncated;
+    size_t num_tiers;              /* from metrics.tiers of the first seed */
+    tier_traffic_t tiers[REPORT_MAX_TIERS];
+} report_run_t;
+
+/* One cachesim result: hit rate per (eviction, capacity). */
+typedef struct cachesim_point {
+    char eviction[REPORT_LABEL_MAX];
+    double capacity_blocks; /* < 0: unlimited */
+    double token_hit_rate, block_hit_rate;
+} cachesim_point_t;
+
+typedef struct report_cachesim {
+    char label[REPORT_LABEL_MAX];
+    char path[REPORT_PATH_MAX];
+    double block_tokens;
+    size_t num_points;
+    cachesim_point_t *points;
+} report_cachesim_t;
+
+/* ---------- chart model ---------- */
+
+typedef enum {
+    CHART_LINES,   /* x/y series */
+    CHART_BARS,    /* categories × series, grouped */
+    CHART_STACKED, /* categories × series, stacked */
+} chart_kind_t;
+
+typedef struct chart_series {
+    char label[REPORT_LABEL_MAX];
+    size_t count;
+    double *x;      /* lines only */
+    double *y;      /* lines: count points; bars: one value per category */
+    double *low;    /* bars: whisker (min over seeds) or NULL */
+    double *high;
+    bool dashed;
+    bool step;      /* lines: draw as a step function */
+    int color;      /* palette index + 1; 0: by the series' position */
+} chart_series_t;
+
+typedef struct report_chart {
+    char id[64];
+    char section[64];
+    char title[160];
+    char x_label[96];
+    char y_label[96];
+    char caption[512];
+    chart_kind_t kind;
+    bool x_log;
+    bool x_fixed;            /* x range is [x_min, x_max] as given */
+    double x_min, x_max;
+    bool y_fixed;            /* y range is [y_min, y_max] as given */
+    double y_min, y_max;
+    size_t num_categories;   /* bars */
+    char (*categories)[REPORT_LABEL_MAX];
+    size_t num_series;
+    chart_series_t *series;
+} report_chart_t;
+
+struct kvio_report {
+    size_t num_runs;
+    report_run_t *runs[KVIO_REPORT_MAX_RUNS];
+    size_t num_cachesims;
+    report_cachesim_t *cachesims[KVIO_REPORT_MAX_RUNS];
+    bool built;
+    size_t num_charts;
+    report_chart_t *charts[REPORT_MAX_CHARTS];
+    size_t num_notes;
+    char notes[REPORT_MAX_NOTES][256];
+};
+
+/* load.c: reading inputs. */
+kvio_status_t report_run_load(const char *label, const char *const *dirs, size_t num_dirs,
+                              report_run_t **run_p, char *error_p, size_t error_len);
+void report_run_free(report_run_t *run);
+kvio_status_t report_compare_load(kvio_report_t *report, const char *dir, char *error_p,
+                                  size_t error_len);
+kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesim_p,
+                                   char *error_p, size_t error_len);
+void report_cachesim_free(report_cachesim_t *cachesim);
+/* Reads a JSON file of at most KVIO_REPORT_MAX_JSON_BYTES. */
+kvio_status_t report_json_load(const char *path, json_t **json_p, char *error_p,
+                               size_t error_len);
+/* Copies text as a label: valid UTF-8, no control characters, bounded. */
+void report_label_copy(char *label_p, size_t label_len, const char *text);
+
+/* timeline */
+void report_timeline_init(timeline_t *timeline);
+void report_timeline_add(timeline_t *timeline, double time_s, double duration_s, double kv_usage,
+                         double batch, double preempted);
+
+/* charts.c: builds the chart set once (idempotent). */
+kvio_status_t report_build(kvio_report_t *report);
+void report_chart_free(report_chart_t *chart);
+
+/* render_svg.c, render_gnuplot.c */
+kvio_status_t report_render_html(const kvio_report_t *report, FILE *out);
+kvio_status_t report_render_gnuplot(const kvio_report_t *report, const char *dir, FILE *out,
+                                    size_t *num_charts_p);
+
+/* Helpers shared by the renderers: a series' colour ("#rrggbb"), ticks. */
+const char *report_series_color(const chart_series_t *series, size_t index);
+double report_nice_step(double range, int target_ticks);
+void report_format_tick(double value, double step, char *text_p, size_t text_len);
+
+#endif

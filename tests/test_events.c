@@ -1,0 +1,257 @@
+/* Tests for event traces: the file kvio run --event-trace writes is one
+ * JSON array and, line by line, DFTracer-style JSON lines with the Chrome
+ * trace fields; one event per iteration; the API escapes strings, bounds
+ * request ids and names the ranks; tracing does not change the results. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvio/events.h"
+#include "tests/helpers.h"
+
+/* Parses every event line ("[" and "]" lines skipped, a trailing comma
+ * dropped) as DFTracer's readers do; returns them as a JSON array. */
+static json_t *read_lines(const char *path)
+{
+    char *text = test_read_file(path);
+    cr_assert_not_null(text, "no %s", path);
+    json_t *events = json_array();
+    char *save = NULL;
+    size_t number = 0;
+    bool opened = false, closed = false;
+    for (char *line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        number++;
+        if (strcmp(line, "[") == 0) {
+            cr_assert_eq(number, 1, "'[' is the first line");
+            opened = true;
+            continue;
+        }
+        if (strcmp(line, "]") == 0) {
+            closed = true;
+            continue;
+        }
+        cr_assert(!closed, "nothing after ']'");
+        size_t length = strlen(line);
+        if (length > 0 && line[length - 1] == ',')
+            line[length - 1] = '\0';
+        json_error_t error;
+        json_t *event = json_loads(line, 0, &error);
+        cr_assert_not_null(event, "line %zu is not JSON: %s", number, error.text);
+        json_array_append_new(events, event);
+    }
+    cr_assert(opened && closed, "framed by '[' and ']'");
+    free(text);
+    return events;
+}
+
+static void assert_complete_event(const json_t *event)
+{
+    cr_assert(json_is_string(json_object_get(event, "name")));
+    cr_assert(json_is_string(json_object_get(event, "cat")));
+    cr_assert(json_is_integer(json_object_get(event, "pid")));
+    cr_assert(json_is_integer(json_object_get(event, "tid")));
+    cr_assert(json_is_integer(json_object_get(event, "ts")));
+    cr_assert(json_is_integer(json_object_get(event, "dur")));
+    cr_assert_geq(json_integer_value(json_object_get(event, "dur")), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(event, "ph")), "X");
+    cr_assert(json_is_integer(json_object_get(json_object_get(event, "args"), "rank")));
+}
+
+Test(events, run_writes_one_event_per_iteration, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "duration=20s", "-o", "out",
+                               "--event-trace", "trace.pfw", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/trace.pfw", dir);
+    /* The whole file is one JSON array (Perfetto, chrome://tracing). */
+    json_error_t error;
+    json_t *array = json_load_file(path, 0, &error);
+    cr_assert(json_is_array(array), "not a JSON array: %s (line %d)", error.text, error.line);
+    json_t *events = read_lines(path);
+    cr_assert_eq(json_array_size(events), json_array_size(array));
+    json_decref(array);
+
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    json_t *summary = json_load_file(path, 0, &error);
+    cr_assert_not_null(summary);
+    json_int_t iterations =
+        json_integer_value(json_object_get(json_object_get(summary, "metrics"), "iterations"));
+    cr_assert_gt(iterations, 100);
+    json_decref(summary);
+
+    json_int_t counted = 0, last_ts = -1;
+    size_t index;
+    json_t *event;
+    json_array_foreach(events, index, event)
+    {
+        const char *phase = json_string_value(json_object_get(event, "ph"));
+        if (strcmp(phase, "M") == 0)
+            continue;
+        assert_complete_event(event);
+        if (strcmp(json_string_value(json_object_get(event, "cat")), "iteration") != 0)
+            continue;
+        counted++;
+        json_t *args = json_object_get(event, "args");
+        json_int_t batch = json_integer_value(json_object_get(args, "batch_size"));
+        cr_assert_gt(batch, 0);
+        double usage = json_number_value(json_object_get(args, "kv_usage"));
+        cr_assert(usage >= 0 && usage <= 1, "kv_usage %g", usage);
+        cr_assert(json_is_integer(json_object_get(args, "prefill_tokens")));
+        cr_assert(json_is_integer(json_object_get(args, "decode_seqs")));
+        json_t *ids = json_object_get(args, "request_ids");
+        cr_assert(json_is_array(ids));
+        cr_assert_eq((json_int_t)json_array_size(ids), batch < 64 ? batch : 64);
+        cr_assert_eq(json_integer_value(json_object_get(args, "num_requests")), batch);
+        json_int_t ts = json_integer_value(json_object_get(event, "ts"));
+        cr_assert_geq(ts, last_ts, "one rank's iterations in time order");
+        last_ts = ts;
+    }
+    cr_assert_eq(counted, iterations, "one event per iteration");
+    /* The rank and its track are named for the viewers. */
+    json_t *last = json_array_get(events, json_array_size(events) - 1);
+    cr_assert_str_eq(json_string_value(json_object_get(last, "ph")), "M");
+    json_decref(events);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(events, tracing_does_not_change_the_results, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "duration=20s", "-o", "plain",
+                               NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "quickstart", "--set", "duration=20s", "-o", "traced",
+                    "--event-trace=traced.pfw", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    const char *files[] = {"requests.csv", "iterations.csv"};
+    for (size_t i = 0; i < 2; i++) {
+        char plain[1200], traced[1200];
+        snprintf(plain, sizeof(plain), "%s/plain/%s", dir, files[i]);
+        snprintf(traced, sizeof(traced), "%s/traced/%s", dir, files[i]);
+        char *a = test_read_file(plain), *b = test_read_file(traced);
+        cr_assert(a != NULL && b != NULL);
+        cr_assert_str_eq(a, b, "%s differs with tracing on", files[i]);
+        free(a);
+        free(b);
+    }
+    /* Off by default: the plain run wrote no trace anywhere. */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/plain/trace.pfw", dir);
+    struct stat info;
+    cr_assert_neq(stat(path, &info), 0);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(events, unwritable_trace_is_refused_before_the_run, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "-o", "out", "--event-trace",
+                               "no/such/dir/t.pfw", NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "--event-trace no/such/dir/t.pfw: No such file or directory"),
+              "%s", run.err);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out", dir);
+    struct stat info;
+    cr_assert_neq(stat(path, &info), 0, "no results directory for a refused run");
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "quickstart", "--event-trace", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "--event-trace needs a file"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+typedef struct writer_args {
+    kvio_event_trace_t *trace;
+    uint32_t rank;
+} writer_args_t;
+
+static void *write_events(void *argument)
+{
+    writer_args_t *args = argument;
+    for (int i = 0; i < 500; i++)
+        kvio_event_trace_tier(args->trace, args->rank, "redis", i % 2, (int64_t)i * 1000000,
+                              250000, 4096, NULL, 0);
+    return NULL;
+}
+
+Test(events, api_events_escape_bound_and_name_ranks, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/api.pfw", dir);
+    kvio_event_trace_t *trace = NULL;
+    char error[512];
+    cr_assert_eq(kvio_event_trace_open(path, &trace, error, sizeof(error)), KVIO_OK, "%s", error);
+    kvio_event_trace_update(trace, 1, 7, "xfer", 1500, 2000000, 16000000000LL);
+    uint64_t ids[100];
+    for (size_t i = 0; i < 100; i++)
+        ids[i] = 1000 + i;
+    kvio_event_trace_swap(trace, 2, 1, 5000, 3000, 1 << 20, ids, 100);
+    kvio_event_trace_tier(trace, 0, "odd \"tier\"\n\\name", 0, 0, 10, 512, ids, 3);
+    /* Two threads write at once: every line stays whole. */
+    pthread_t threads[2];
+    writer_args_t args[2] = {{trace, 3}, {trace, 4}};
+    for (int t = 0; t < 2; t++)
+        pthread_create(&threads[t], NULL, write_events, &args[t]);
+    for (int t = 0; t < 2; t++)
+        pthread_join(threads[t], NULL);
+    kvio_event_trace_write(NULL, NULL); /* tracing off: a no-op */
+    cr_assert_eq(kvio_event_trace_close(trace), KVIO_OK);
+
+    json_error_t json_error;
+    json_t *array = json_load_file(path, 0, &json_error);
+    cr_assert(json_is_array(array), "%s", json_error.text);
+    json_decref(array);
+    json_t *events = read_lines(path);
+    json_t *update = json_array_get(events, 0);
+    assert_complete_event(update);
+    cr_assert_str_eq(json_string_value(json_object_get(update, "cat")), "update");
+    cr_assert_str_eq(json_string_value(json_object_get(update, "name")), "xfer");
+    cr_assert_eq(json_integer_value(json_object_get(update, "ts")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(update, "dur")), 2000);
+    json_t *update_args = json_object_get(update, "args");
+    cr_assert_eq(json_integer_value(json_object_get(update_args, "version")), 7);
+    cr_assert_eq(json_integer_value(json_object_get(update_args, "bytes")), 16000000000LL);
+    cr_assert_eq(json_integer_value(json_object_get(update_args, "rank")), 1);
+    json_t *swap_args = json_object_get(json_array_get(events, 1), "args");
+    cr_assert_eq(json_array_size(json_object_get(swap_args, "request_ids")),
+                 KVIO_EVENT_MAX_REQUEST_IDS);
+    cr_assert_eq(json_integer_value(json_object_get(swap_args, "num_requests")), 100);
+    json_t *tier = json_array_get(events, 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(tier, "args"), "tier")),
+                     "odd \"tier\"\n\\name");
+    cr_assert_str_eq(json_string_value(json_object_get(tier, "name")), "tier_read");
+    size_t tier_events = 0, names = 0;
+    size_t index;
+    json_t *event;
+    json_array_foreach(events, index, event)
+    {
+        const char *cat = json_string_value(json_object_get(event, "cat"));
+        tier_events += strcmp(cat, "tier") == 0;
+        if (strcmp(json_string_value(json_object_get(event, "ph")), "M") == 0) {
+            names++;
+            cr_assert(json_is_string(json_object_get(json_object_get(event, "args"), "name")));
+        }
+    }
+    cr_assert_eq(tier_events, 1001);
+    /* Ranks 0..4 each get a process name and a name per track they used. */
+    cr_assert_eq(names, 5 + 5);
+    json_decref(events);
+    test_rmtree(dir);
+    free(dir);
+}

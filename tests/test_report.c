@@ -1,0 +1,653 @@
+/* Tests for kvio report: the page made from fixture results has every chart
+ * (by id and title), each SVG is well-formed XML, no number is NaN or
+ * infinite, nothing external is referenced; two runs and a compare set are
+ * compared side by side; long series are downsampled; bad input is refused
+ * with the file named, and mutated input never crashes the reader. */
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvio/report.h"
+#include "kvio/rng.h"
+#include "tests/helpers.h"
+
+#define FIXTURES KVIO_SOURCE_DIR "/tests/fixtures/report"
+
+/* ---------- helpers ---------- */
+
+/* A tiny XML well-formedness check of text[0, length): balanced, properly
+ * nested tags, quoted attributes, and only known entities. Returns NULL when
+ * well-formed, else a static reason. */
+static const char *xml_problem(const char *text, size_t length)
+{
+    const char *stack[256];
+    size_t stack_lengths[256];
+    size_t depth = 0;
+    const char *end = text + length;
+    for (const char *c = text; c < end;) {
+        if (*c == '&') {
+            const char *entities[] = {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;", "&#"};
+            bool known = false;
+            for (size_t i = 0; i < 6 && !known; i++)
+                known = strncmp(c, entities[i], strlen(entities[i])) == 0;
+            if (!known)
+                return "unknown entity";
+            const char *semicolon = memchr(c, ';', (size_t)(end - c));
+            if (semicolon == NULL || semicolon - c > 8)
+                return "unterminated entity";
+            c = semicolon + 1;
+            continue;
+        }
+        if (*c != '<') {
+            if (*c == '>')
+                return "bare >";
+            c++;
+            continue;
+        }
+        bool closing = c[1] == '/';
+        const char *name = c + (closing ? 2 : 1);
+        const char *name_end = name;
+        while (name_end < end && (isalnum((unsigned char)*name_end) || *name_end == '-' ||
+                                  *name_end == ':' || *name_end == '_'))
+            name_end++;
+        if (name_end == name)
+            return "tag without a name";
+        const char *cursor = name_end;
+        bool self_closing = false;
+        while (cursor < end && *cursor != '>') {
+            if (isspace((unsigned char)*cursor)) {
+                cursor++;
+                continue;
+            }
+            if (*cursor == '/' && cursor + 1 < end && cursor[1] == '>') {
+                self_closing = true;
+                cursor++;
+                continue;
+            }
+            if (closing)
+                return "attribute on a closing tag";
+            const char *attribute = cursor;
+            while (cursor < end && (isalnum((unsigned char)*cursor) || *cursor == '-' ||
+                                    *cursor == ':' || *cursor == '_'))
+                cursor++;
+            if (cursor == attribute || cursor >= end || *cursor != '=' || cursor[1] != '"')
+                return "attribute not name=\"value\"";
+            const char *value_end = memchr(cursor + 2, '"', (size_t)(end - cursor - 2));
+            if (value_end == NULL)
+                return "unterminated attribute value";
+            for (const char *v = cursor + 2; v < value_end; v++)
+                if (*v == '<' || (*v == '&' && strncmp(v, "&amp;", 5) != 0 &&
+                                  strncmp(v, "&quot;", 6) != 0 && strncmp(v, "&lt;", 4) != 0 &&
+                                  strncmp(v, "&gt;", 4) != 0 && strncmp(v, "&#", 2) != 0))
+                    return "< or bare & in an attribute value";
+            cursor = value_end + 1;
+        }
+        if (cursor >= end)
+            return "unterminated tag";
+        size_t name_length = (size_t)(name_end - name);
+        if (closing) {
+            if (depth == 0 || stack_lengths[depth - 1] != name_length ||
+                strncmp(stack[depth - 1], name, name_length) != 0)
+                return "closing tag does not match";
+            depth--;
+        } else if (!self_closing) {
+            if (depth == 256)
+                return "nested too deep";
+            stack[depth] = name;
+            stack_lengths[depth++] = name_length;
+        }
+        c = cursor + 1;
+    }
+    return depth == 0 ? NULL : "unclosed tag";
+}
+
+/* Checks every <svg>...</svg> of an HTML page; returns how many there are. */
+static size_t check_svgs(const char *html)
+{
+    size_t count = 0;
+    for (const char *start = strstr(html, "<svg"); start != NULL;
+         start = strstr(start + 1, "<svg")) {
+        const char *end = strstr(start, "</svg>");
+        cr_assert_not_null(end, "an <svg> is not closed");
+        const char *problem = xml_problem(start, (size_t)(end + 6 - start));
+        cr_assert_null(problem, "svg #%zu is not well-formed XML: %s", count + 1,
+                       problem != NULL ? problem : "");
+        count++;
+    }
+    return count;
+}
+
+/* True when the word occurs as a token (not inside a longer word). */
+static bool has_token(const char *text, const char *word)
+{
+    size_t length = strlen(word);
+    for (const char *at = strcasestr(text, word); at != NULL; at = strcasestr(at + 1, word)) {
+        bool before = at > text && isalnum((unsigned char)at[-1]);
+        bool after = isalnum((unsigned char)at[length]);
+        if (!before && !after)
+            return true;
+    }
+    return false;
+}
+
+/* The text of figure id="id" ... </figure>, malloc'd, or NULL. */
+static char *figure(const char *html, const char *id)
+{
+    char needle[128];
+    snprintf(needle, sizeof(needle), "<figure id=\"%s\">", id);
+    const char *start = strstr(html, needle);
+    if (start == NULL)
+        return NULL;
+    const char *end = strstr(start, "</figure>");
+    cr_assert_not_null(end);
+    return strndup(start, (size_t)(end - start));
+}
+
+static size_t count_of(const char *text, const char *needle)
+{
+    size_t count = 0;
+    for (const char *at = strstr(text, needle); at != NULL; at = strstr(at + 1, needle))
+        count++;
+    return count;
+}
+
+/* Copies a fixture run directory (its known files) to dir/name. */
+static void copy_fixture(const char *dir, const char *fixture, const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    const char *files[] = {"summary.json", "requests.csv", "iterations.csv", "updates.csv"};
+    for (size_t i = 0; i < 4; i++) {
+        char source[1200];
+        snprintf(source, sizeof(source), "%s/%s/%s", FIXTURES, fixture, files[i]);
+        char *text = test_read_file(source);
+        if (text == NULL)
+            continue;
+        free(test_write_file(path, files[i], text));
+        free(text);
+    }
+}
+
+static char *report_html(const char *out_dir)
+{
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/report.html", out_dir);
+    return test_read_file(path);
+}
+
+/* ---------- the page ---------- */
+
+Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-fcfs", FIXTURES "/run-lpm",
+                               FIXTURES "/cachesim.json", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "out/report.html (2 runs, 1 cachesim result)"), "%s",
+              run.out);
+    test_run_free(&run);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    char *html = report_html(out);
+    cr_assert_not_null(html);
+    static const struct {
+        const char *id, *title;
+    } charts[] = {
+        {"chart-ttft-cdf", "Time to first token (TTFT), CDF"},
+        {"chart-tpot-cdf", "Time per output token (TPOT), CDF"},
+        {"chart-e2el-cdf", "End-to-end latency (E2EL), CDF"},
+        {"chart-throughput", "Request throughput and goodput"},
+        {"chart-token-throughput", "Token throughput"},
+        {"chart-hit-rate", "Prefix-cache hit rate"},
+        {"chart-kv-usage", "KV-cache usage over time"},
+        {"chart-batch-size", "Batch size over time"},
+        {"chart-preemptions", "Preemptions over time"},
+        {"chart-hit-rate-capacity-1", "Hit rate vs cache capacity: cachesim.json"},
+        {"chart-update-breakdown", "Model-update latency breakdown (mean)"},
+        {"chart-update-breakdown-1", "Model-update latency per update: run-fcfs"},
+        {"chart-staleness", "Model staleness over time"},
+        {"chart-tier-traffic", "KV-cache tier traffic"},
+    };
+    size_t num_charts = sizeof(charts) / sizeof(charts[0]);
+    for (size_t i = 0; i < num_charts; i++) {
+        char *text = figure(html, charts[i].id);
+        cr_assert_not_null(text, "no chart %s", charts[i].id);
+        char title[256];
+        snprintf(title, sizeof(title), "<title id=\"%s-title\">%s</title>", charts[i].id,
+                 charts[i].title);
+        cr_assert(test_contains(text, title), "%s has no title '%s'", charts[i].id,
+                  charts[i].title);
+        cr_assert(test_contains(text, "<figcaption>"), "%s has no caption", charts[i].id);
+        free(text);
+    }
+    cr_assert_eq(check_svgs(html), num_charts);
+    /* Axis titles carry units. */
+    const char *units[] = {"TTFT (ms)", "fraction of requests", "requests per second",
+                           "tokens per second", "KV blocks in use (%)", "time (s)",
+                           "capacity (blocks, log scale)", "time from t_ready (ms)",
+                           "GB (10^9 bytes)", "versions behind (count)"};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        cr_assert(test_contains(html, units[i]), "no axis title '%s'", units[i]);
+    const char *bad_numbers[] = {"nan", "inf", "-inf", "infinity", "-nan"};
+    for (size_t i = 0; i < 5; i++)
+        cr_assert(!has_token(html, bad_numbers[i]), "the page contains '%s'", bad_numbers[i]);
+    const char *external[] = {"http:", "https:", "<script", "<link", "src=", "@import",
+                              "url(http", "file:"};
+    for (size_t i = 0; i < sizeof(external) / sizeof(external[0]); i++)
+        cr_assert(!test_contains(html, external[i]), "the page references '%s'", external[i]);
+    /* The tier chart holds both tiers; the update chart all six versions. */
+    char *tiers = figure(html, "chart-tier-traffic");
+    cr_assert(test_contains(tiers, ">host</text>") && test_contains(tiers, ">redis</text>"));
+    cr_assert(test_contains(tiers, "read_bytes") && test_contains(tiers, "write_bytes"));
+    free(tiers);
+    char *updates = figure(html, "chart-update-breakdown-1");
+    cr_assert(test_contains(updates, "6 of 6 versions shown"), "%s", updates);
+    free(updates);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(report, two_runs_are_compared_side_by_side, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-fcfs", FIXTURES "/run-lpm", "--out",
+                               "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    char *html = report_html(out);
+    cr_assert_not_null(html);
+    const char *lines[] = {"chart-ttft-cdf", "chart-tpot-cdf", "chart-e2el-cdf", "chart-kv-usage",
+                           "chart-preemptions"};
+    for (size_t i = 0; i < 5; i++) {
+        char *text = figure(html, lines[i]);
+        cr_assert_not_null(text, "%s", lines[i]);
+        cr_assert_eq(count_of(text, "<polyline"), 2, "%s: one line per run", lines[i]);
+        cr_assert(test_contains(text, ">run-fcfs</text>") && test_contains(text, ">run-lpm</text>"),
+                  "%s: legend names both runs", lines[i]);
+        free(text);
+    }
+    char *bars = figure(html, "chart-hit-rate");
+    cr_assert_eq(count_of(bars, "<rect x="), 2 + 1 + 1, "two bars, a legend swatch, a frame");
+    cr_assert(test_contains(bars, "run-fcfs, prefix-cache hit rate: 50.0"), "%s", bars);
+    cr_assert(test_contains(bars, "run-lpm, prefix-cache hit rate: 70.0"), "%s", bars);
+    free(bars);
+    /* The runs table has one row per run, with the scheduler. */
+    cr_assert(test_contains(html, "<td class=\"text\">run-lpm</td>"));
+    cr_assert(test_contains(html, "<td class=\"text\">lpm</td>"));
+    /* Only run-fcfs has updates.csv: the page says which runs the update
+     * charts cover. */
+    cr_assert(test_contains(html, "cover the 1 of 2 runs that have an updates.csv"));
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(report, charts_without_data_are_skipped_with_a_note, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-lpm", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    char *html = report_html(out);
+    cr_assert_not_null(html);
+    cr_assert_null(strstr(html, "id=\"chart-update-breakdown\""));
+    cr_assert_null(strstr(html, "id=\"chart-staleness\""));
+    cr_assert_null(strstr(html, "id=\"chart-tier-traffic\""));
+    cr_assert(test_contains(html, "Model-update charts skipped: no run has an updates.csv"));
+    cr_assert(test_contains(html, "Tier traffic chart skipped"));
+    cr_assert_not_null(strstr(html, "id=\"chart-ttft-cdf\""));
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(report, compare_directory_expands_into_its_variants, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "quickstart", "--vary",
+                               "serve.scheduler.policy=fcfs,lpm", "--repeat", "2", "--set",
+                               "duration=15s", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", "cmp", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "(2 runs, 0 cachesim results)"), "%s", run.out);
+    test_run_free(&run);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    char *html = report_html(out);
+    cr_assert_not_null(html);
+    cr_assert(test_contains(html, "<td class=\"text\">policy=fcfs</td>"));
+    cr_assert(test_contains(html, "<td class=\"text\">policy=lpm</td>"));
+    cr_assert(test_contains(html, "</td><td>2</td>"), "two seeds per variant");
+    char *bars = figure(html, "chart-throughput");
+    cr_assert(test_contains(bars, "whiskers span min to max"), "%s", bars);
+    cr_assert_eq(count_of(bars, "<path d=\"M"), 4, "a whisker per bar");
+    free(bars);
+    check_svgs(html);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(report, long_time_series_are_downsampled, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    copy_fixture(dir, "run-lpm", "long");
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/long/iterations.csv", dir);
+    FILE *file = fopen(path, "w");
+    cr_assert_not_null(file);
+    fprintf(file, "time_s,rank,duration_ms,batch_size,prefill_tokens,decode_seqs,kv_usage,"
+                  "running,waiting,preempted,swap_bytes\n");
+    for (int i = 0; i < 300000; i++)
+        fprintf(file, "%.6f,0,5.0,%d,0,%d,%.4f,1,0,%d,0\n", i * 0.005, 1 + i % 9, i % 9,
+                (i % 1000) / 1000.0, i % 5000 == 0);
+    fclose(file);
+    test_run_t run = test_kvio(dir, "report", "long", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/out", dir);
+    char *html = report_html(path);
+    cr_assert_not_null(html);
+    cr_assert_lt(strlen(html), 400000, "a 300k-iteration run gives a small page");
+    char *usage = figure(html, "chart-kv-usage");
+    const char *points = strstr(usage, "points=\"");
+    cr_assert_not_null(points);
+    size_t count = 0;
+    for (const char *c = points + 8; *c != '"'; c++)
+        count += *c == ',';
+    cr_assert_leq(count, KVIO_REPORT_MAX_POINTS);
+    cr_assert_geq(count, KVIO_REPORT_MAX_POINTS / 2);
+    free(usage);
+    /* 60 preemptions over the run (one every 5000 iterations). */
+    char *preemptions = figure(html, "chart-preemptions");
+    cr_assert(test_contains(preemptions, ">60</text>") || test_contains(preemptions, ">70</text>"),
+              "the y axis reaches the 60 preemptions");
+    free(preemptions);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---------- bad input ---------- */
+
+typedef struct bad_case {
+    const char *file;    /* file of the copied fixture to replace (NULL: delete summary) */
+    const char *content;
+    const char *message; /* expected in stderr */
+} bad_case_t;
+
+Test(report, bad_input_is_refused_with_the_file_named, .timeout = 60)
+{
+    static const bad_case_t cases[] = {
+        {"summary.json", "{\"metrics\": {\"goodput\": 1", "summary.json:1:"},
+        {"summary.json", "[1, 2]", "summary.json: not a JSON object"},
+        {"summary.json", "{\"complete\": true}", "summary.json: no metrics object"},
+        {"summary.json",
+         "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, "
+         "\"goodput\": \"NaN\", \"hit_rate\": 0.5}}",
+         "summary.json: metrics.goodput is not a number"},
+        {"summary.json",
+         "{\"metrics\": {\"request_throughput\": 1e300, \"output_throughput\": 1, \"goodput\": 1, "
+         "\"hit_rate\": 0.5}}",
+         "summary.json: metrics.request_throughput is out of range"},
+        {"summary.json",
+         "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, \"goodput\": 1, "
+         "\"hit_rate\": 0.5, \"tiers\": 7}}",
+         "metrics.tiers is neither an array nor an object"},
+        {NULL, NULL, "no summary.json (is it a kvio results directory?)"},
+        {"requests.csv",
+         "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"
+         "preemptions,model_version,measured\n1,0,0.1,nan,0.5,10,5,0,0,0,1\n",
+         "requests.csv:2: first_token_s: 'nan' is not a number in range"},
+        {"requests.csv",
+         "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"
+         "preemptions,model_version,measured\n1,0,0.1,0.2,0.5,10,5,0,0,0,1\n2,0,0.3,inf,1,1,1,"
+         "0,0,0,1\n",
+         "requests.csv:3: first_token_s: 'inf'"},
+        {"requests.csv", "id,rank,arrival_s\n1,0,0.1\n", "requests.csv: no column 'first_token_s'"},
+        {"requests.csv",
+         "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"
+         "preemptions,model_version,measured\n1,0,0.5,0.2,0.1,10,5,0,0,0,1\n",
+         "requests.csv:2: times out of order"},
+        {"requests.csv",
+         "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"
+         "preemptions,model_version,measured\n1,0,0.1\n",
+         "requests.csv:2: 3 fields, no first_token_s"},
+        {"requests.csv", "", "requests.csv: empty file (no header)"},
+        {"iterations.csv",
+         "time_s,rank,duration_ms,batch_size,prefill_tokens,decode_seqs,kv_usage,running,waiting,"
+         "preempted,swap_bytes\n0.1,0,5,2,10,1,1.5,1,0,0,0\n",
+         "iterations.csv:2: value out of range"},
+        {"iterations.csv",
+         "time_s,rank,duration_ms,batch_size,prefill_tokens,decode_seqs,kv_usage,running,waiting,"
+         "preempted,swap_bytes\n0.1,0,5,two,10,1,0.5,1,0,0,0\n",
+         "iterations.csv:2: batch_size: 'two' is not a number in range"},
+        {"updates.csv", "version,rank,t_ready\n1,0,0.5\n", "updates.csv: no column 't_activated'"},
+        {"updates.csv",
+         "version,rank,bytes,t_ready,t_xfer_start,t_xfer_end,t_notified,t_verified,t_activated\n"
+         "1,0,100,2.0,2.1,2.2,2.3,2.4,1.0\n",
+         "updates.csv:2: rank out of range (0..4095) or t_activated before t_ready"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *dir = test_tmpdir();
+        copy_fixture(dir, "run-fcfs", "run");
+        char path[1200];
+        if (cases[i].file == NULL) {
+            snprintf(path, sizeof(path), "%s/run/summary.json", dir);
+            cr_assert_eq(unlink(path), 0);
+        } else {
+            free(test_write_file(dir, "run/placeholder", ""));
+            snprintf(path, sizeof(path), "run/%s", cases[i].file);
+            free(test_write_file(dir, path, cases[i].content));
+        }
+        test_run_t run = test_kvio(dir, "report", "run", "-o", "out", NULL);
+        cr_assert_eq(run.status, 2, "case %zu: exit %d, stderr %s", i, run.status, run.err);
+        cr_assert(test_contains(run.err, cases[i].message), "case %zu: stderr is '%s'", i,
+                  run.err);
+        cr_assert(test_contains(run.err, cases[i].file != NULL ? "run/" : "run: "),
+                  "case %zu names the file: %s", i, run.err);
+        snprintf(path, sizeof(path), "%s/out/report.html", dir);
+        struct stat info;
+        cr_assert_neq(stat(path, &info), 0, "case %zu: no report is written", i);
+        test_run_free(&run);
+        test_rmtree(dir);
+        free(dir);
+    }
+}
+
+Test(report, bad_paths_and_arguments_exit_2, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "report", "missing-dir", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "missing-dir: No such file or directory"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "which results?"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", FIXTURES "/run-lpm", "--bogus", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "unknown option '--bogus'"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", FIXTURES "/run-lpm", "-o", NULL);
+    cr_assert_eq(run.status, 2);
+    test_run_free(&run);
+    /* A file that is not cachesim output. */
+    free(test_write_file(dir, "other.json", "{\"results\": 3}"));
+    run = test_kvio(dir, "report", "other.json", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "other.json: not a `kvio cachesim --json` result"), "%s",
+              run.err);
+    test_run_free(&run);
+    /* compare.json naming a variant outside its directory. */
+    char compare_dir[1200];
+    snprintf(compare_dir, sizeof(compare_dir), "%s/cmp", dir);
+    cr_assert_eq(mkdir(compare_dir, 0755), 0);
+    free(test_write_file(dir, "cmp/compare.json",
+                         "{\"repeat\": 1, \"variants\": [{\"name\": \"..\", \"runs\": [{}]}]}"));
+    run = test_kvio(dir, "report", "cmp", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "compare.json: variants[0].name is missing or not a plain "
+                                     "name"),
+              "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", "--help", NULL);
+    cr_assert_eq(run.status, 0);
+    cr_assert(test_contains(run.out, "usage: kvio report"));
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(report, png_without_gnuplot_says_so, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    setenv("KVIO_GNUPLOT", "/nonexistent/gnuplot", 1);
+    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-lpm", "-o", "out", "--png", NULL);
+    unsetenv("KVIO_GNUPLOT");
+    cr_assert_eq(run.status, 1, "%s", run.err);
+    cr_assert(test_contains(run.err, "--png needs gnuplot, which is not installed"), "%s",
+              run.err);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/report.html", dir);
+    struct stat info;
+    cr_assert_eq(stat(path, &info), 0, "the HTML is still written");
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(report, png_charts_with_gnuplot, .timeout = 60)
+{
+    if (!test_require("gnuplot", kvio_report_gnuplot_available(), "gnuplot is not installed"))
+        return;
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-fcfs", FIXTURES "/cachesim.json",
+                               "-o", "out", "--png", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "wrote 14 PNG charts"), "%s", run.out);
+    test_run_free(&run);
+    const char *ids[] = {"chart-ttft-cdf", "chart-throughput", "chart-update-breakdown-1",
+                         "chart-hit-rate-capacity-1", "chart-tier-traffic"};
+    for (size_t i = 0; i < 5; i++) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/out/%s.png", dir, ids[i]);
+        FILE *file = fopen(path, "rb");
+        cr_assert_not_null(file, "no %s", path);
+        unsigned char magic[8] = {0};
+        cr_assert_eq(fread(magic, 1, 8, file), 8);
+        fclose(file);
+        cr_assert_eq(memcmp(magic, "\x89PNG\r\n\x1a\n", 8), 0, "%s is not a PNG", path);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---------- the library call ---------- */
+
+Test(report, library_refuses_bad_input_and_keeps_its_state, .timeout = 30)
+{
+    kvio_report_t *report = NULL;
+    cr_assert_eq(kvio_report_create(&report), KVIO_OK);
+    char error[1024] = "";
+    cr_assert_eq(kvio_report_write_html(report, "/tmp/never.html", error, sizeof(error)),
+                 KVIO_ERR_INVALID);
+    cr_assert(test_contains(error, "nothing to report"), "%s", error);
+    cr_assert_eq(kvio_report_add(report, FIXTURES "/run-fcfs", error, sizeof(error)), KVIO_OK);
+    cr_assert_eq(kvio_report_add(report, FIXTURES, error, sizeof(error)), KVIO_ERR_NOT_FOUND);
+    cr_assert(test_contains(error, "no summary.json"), "%s", error);
+    cr_assert_eq(kvio_report_num_runs(report), 1);
+    /* The same directory twice gets a distinct label. */
+    cr_assert_eq(kvio_report_add(report, FIXTURES "/run-fcfs/", error, sizeof(error)), KVIO_OK);
+    char *dir = test_tmpdir();
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/r.html", dir);
+    cr_assert_eq(kvio_report_write_html(report, path, error, sizeof(error)), KVIO_OK, "%s", error);
+    char *html = test_read_file(path);
+    cr_assert(test_contains(html, ">run-fcfs (2)</td>"));
+    free(html);
+    kvio_report_destroy(report);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Mutated inputs (bytes flipped, lines cut, digits swapped for letters) are
+ * either read or refused with a message; the reader never crashes. */
+Test(report, mutated_inputs_never_crash_the_reader, .timeout = 120)
+{
+    int rounds = getenv("KVIO_FUZZ_ROUNDS") != NULL ? atoi(getenv("KVIO_FUZZ_ROUNDS")) : 300;
+    const char *files[] = {"summary.json", "requests.csv", "iterations.csv", "updates.csv"};
+    char *originals[4];
+    for (size_t f = 0; f < 4; f++) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/run-fcfs/%s", FIXTURES, files[f]);
+        originals[f] = test_read_file(path);
+        cr_assert_not_null(originals[f]);
+    }
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, 42, 0, "report-fuzz");
+    char *dir = test_tmpdir();
+    copy_fixture(dir, "run-fcfs", "run");
+    char run_dir[1200], html[1200];
+    snprintf(run_dir, sizeof(run_dir), "%s/run", dir);
+    snprintf(html, sizeof(html), "%s/r.html", dir);
+    size_t refused = 0;
+    for (int round = 0; round < rounds; round++) {
+        size_t f = kvio_rng_next(&rng) % 4;
+        char *text = strdup(originals[f]);
+        size_t length = strlen(text);
+        int mutations = 1 + (int)(kvio_rng_next(&rng) % 4);
+        for (int m = 0; m < mutations && length > 0; m++) {
+            size_t at = kvio_rng_next(&rng) % length;
+            static const char replacements[] = "x,.-9e\n\"{}[]0 ";
+            switch (kvio_rng_next(&rng) % 3) {
+            case 0:
+                text[at] = replacements[kvio_rng_next(&rng) % (sizeof(replacements) - 1)];
+                break;
+            case 1: text[at] = (char)(kvio_rng_next(&rng) % 255 + 1); break;
+            default: length = at; text[at] = '\0'; break;
+            }
+        }
+        char name[64];
+        snprintf(name, sizeof(name), "run/%s", files[f]);
+        free(test_write_file(dir, name, text));
+        free(text);
+        kvio_report_t *report = NULL;
+        cr_assert_eq(kvio_report_create(&report), KVIO_OK);
+        char error[2048] = "";
+        kvio_status_t status = kvio_report_add(report, run_dir, error, sizeof(error));
+        if (status == KVIO_OK) {
+            cr_assert_eq(kvio_report_write_html(report, html, error, sizeof(error)), KVIO_OK,
+                         "%s", error);
+            char *page = test_read_file(html);
+            cr_assert(!has_token(page, "nan") && !has_token(page, "inf"));
+            check_svgs(page);
+            free(page);
+        } else {
+            refused++;
+            cr_assert(error[0] != '\0', "round %d: refused without a message", round);
+            cr_assert(test_contains(error, files[f]) || test_contains(error, run_dir),
+                      "round %d: the message names the file: %s", round, error);
+        }
+        kvio_report_destroy(report);
+        free(test_write_file(dir, name, originals[f]));
+    }
+    cr_assert_gt(refused, 0, "some mutations are refused");
+    for (size_t f = 0; f < 4; f++)
+        free(originals[f]);
+    test_rmtree(dir);
+    free(dir);
+}
