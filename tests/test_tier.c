@@ -644,6 +644,8 @@ Test(tier, file_writes_whole_blocks_by_rename, .timeout = 20)
               "%s", kvio_tier_error(tier));
     cr_assert_eq(kvio_tier_stats(tier)->errors, 1);
     cr_assert_eq(kvio_tier_stats(tier)->hits, 0);
+    cr_assert_not(kvio_tier_contains(tier, block_hash(1)), "a damaged block stays listed");
+    cr_assert_neq(access(path, F_OK), 0, "the damaged block file remains");
 
     /* A file deleted behind its back is a miss and leaves the index. */
     block_file(dir, 2, path, sizeof(path));
@@ -651,7 +653,7 @@ Test(tier, file_writes_whole_blocks_by_rename, .timeout = 20)
     cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_ERR_NOT_FOUND);
     cr_assert_not(kvio_tier_contains(tier, block_hash(2)));
     cr_assert_eq(kvio_tier_stats(tier)->misses, 1);
-    cr_assert_eq(kvio_tier_num_blocks(tier), 1);
+    cr_assert_eq(kvio_tier_num_blocks(tier), 0);
     kvio_tier_destroy(tier);
     cr_assert_eq(count_files(dir, ".kv"), 0, "destroy leaves block files");
     cr_assert_eq(access(dir, F_OK), 0, "destroy removed a directory it did not create");
@@ -923,6 +925,8 @@ Test(tier, redis_data_gone_is_a_miss_and_drops_metadata, .timeout = 20)
     cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_ERR_CHECKSUM);
     cr_assert(test_contains(kvio_tier_error(tier), "checksum"), "%s", kvio_tier_error(tier));
     cr_assert_eq(stats->errors, 1);
+    cr_assert_not(kvio_tier_contains(tier, block_hash(2)), "a damaged block stays listed");
+    cr_assert_not(redis_has(other, meta_key), "the damaged block's metadata remains");
     kvio_tier_destroy(tier);
     cr_assert_not(redis_has(other, data_key));
     cr_assert_not(redis_has(other, meta_key));
