@@ -499,6 +499,14 @@ kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
             *cost_ns_p = cost_ns;
             return KVIO_ERR_NOT_FOUND;
         }
+        if (status == KVIO_ERR_CHECKSUM || status == KVIO_ERR_PARSE || status == KVIO_ERR_IO) {
+            /* The stored block is damaged: drop it so it is not read again.
+             * A connection error or timeout leaves the index as it was. */
+            entry_release(tier, entry, position);
+            char ignored[512];
+            if (!(tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
+                tier->ops->remove(tier->priv, entry, hash, ignored, sizeof(ignored));
+        }
         if (status != KVIO_OK)
             return tier_failed(tier, status, error);
     } else {

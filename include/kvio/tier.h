@@ -123,7 +123,9 @@ kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *dat
  * block the tier lists but the backend lost, e.g. a Redis entry whose data
  * key is gone, is a miss: it leaves the index and its metadata is deleted).
  * *cost_ns_p is set on success and on a miss (a miss found by the backend
- * took time; one found in the index costs 0). */
+ * took time; one found in the index costs 0). Other errors are counted with
+ * their text in kvio_tier_error; a damaged block (KVIO_ERR_CHECKSUM, a
+ * truncated file) leaves the tier, a connection error leaves it listed. */
 kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
                             int64_t *cost_ns_p);
 
