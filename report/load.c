@@ -523,7 +523,8 @@ static kvio_status_t load_iterations(const char *dir, report_run_t *run, char *e
     return status == KVIO_INPROGRESS ? KVIO_OK : status;
 }
 
-/* Finds a stage column as t_<stage> (seconds), t_<stage>_s or t_<stage>_ns. */
+/* Finds a stage column as t_<stage> (seconds), t_<stage>_s, t_<stage>_ms (what
+ * kvio writes) or t_<stage>_ns. */
 static int stage_column(const csv_reader_t *csv, const char *stage, double *scale_p)
 {
     char name[64];
@@ -534,6 +535,11 @@ static int stage_column(const csv_reader_t *csv, const char *stage, double *scal
         return column;
     snprintf(name, sizeof(name), "t_%s_s", stage);
     column = csv_column(csv, name);
+    if (column >= 0)
+        return column;
+    snprintf(name, sizeof(name), "t_%s_ms", stage);
+    column = csv_column(csv, name);
+    *scale_p = 1e-3;
     if (column >= 0)
         return column;
     snprintf(name, sizeof(name), "t_%s_ns", stage);

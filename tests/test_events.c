@@ -65,7 +65,7 @@ static void assert_complete_event(const json_t *event)
 Test(events, run_writes_one_event_per_iteration, .timeout = 60)
 {
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "duration=20s", "-o", "out",
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "-o", "out",
                                "--event-trace", "trace.pfw", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
@@ -126,11 +126,11 @@ Test(events, run_writes_one_event_per_iteration, .timeout = 60)
 Test(events, tracing_does_not_change_the_results, .timeout = 60)
 {
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "duration=20s", "-o", "plain",
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "-o", "plain",
                                NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
-    run = test_kvio(dir, "run", "quickstart", "--set", "duration=20s", "-o", "traced",
+    run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "-o", "traced",
                     "--event-trace=traced.pfw", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
@@ -157,7 +157,7 @@ Test(events, tracing_does_not_change_the_results, .timeout = 60)
 Test(events, unwritable_trace_is_refused_before_the_run, .timeout = 30)
 {
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "run", "quickstart", "-o", "out", "--event-trace",
+    test_run_t run = test_kvio(dir, "run", "chat", "-o", "out", "--event-trace",
                                "no/such/dir/t.pfw", NULL);
     cr_assert_eq(run.status, 2, "%s", run.err);
     cr_assert(test_contains(run.err, "--event-trace no/such/dir/t.pfw: No such file or directory"),
@@ -167,7 +167,7 @@ Test(events, unwritable_trace_is_refused_before_the_run, .timeout = 30)
     struct stat info;
     cr_assert_neq(stat(path, &info), 0, "no results directory for a refused run");
     test_run_free(&run);
-    run = test_kvio(dir, "run", "quickstart", "--event-trace", NULL);
+    run = test_kvio(dir, "run", "chat", "--event-trace", NULL);
     cr_assert_eq(run.status, 2);
     cr_assert(test_contains(run.err, "--event-trace needs a file"), "%s", run.err);
     test_run_free(&run);

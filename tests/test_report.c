@@ -314,7 +314,7 @@ Test(report, charts_without_data_are_skipped_with_a_note, .timeout = 30)
 Test(report, compare_directory_expands_into_its_variants, .timeout = 60)
 {
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "compare", "quickstart", "--vary",
+    test_run_t run = test_kvio(dir, "compare", "chat", "--vary",
                                "serve.scheduler.policy=fcfs,lpm", "--repeat", "2", "--set",
                                "duration=15s", "-o", "cmp", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
