@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "kvio/clock.h"
@@ -20,7 +22,29 @@
 #include "serve/serve_int.h"
 
 /* Below this much remaining time a wait spins instead of sleeping. */
-#define SPIN_NS 200000
+#define SPIN_NS 300000
+
+/* Thread CPU time: the engine's own work, not time the OS took away. */
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Sharpens this thread's waits: no timer slack, and SCHED_FIFO when asked
+ * (needs root or CAP_SYS_NICE; a warning otherwise). */
+static void tune_thread(bool realtime, uint32_t rank)
+{
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    if (!realtime)
+        return;
+    struct sched_param param = {.sched_priority = 10};
+    int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
+    if (err != 0)
+        kvio_warn("serve rank %u: cannot use SCHED_FIFO (%s); timing will be looser", rank,
+                  strerror(err));
+}
 
 typedef struct inbox_item {
     kvio_engine_request_t request;
@@ -32,6 +56,8 @@ typedef struct rank_setup {
     kvio_engine_t *engine;
     void *memory;
     size_t memory_bytes;
+    void *swap_space;
+    size_t swap_bytes;
     kvio_tier_t **tiers;
     size_t num_tiers;
 } rank_setup_t;
@@ -141,6 +167,7 @@ static void *rank_main(void *argument)
     rank_state_t *state = argument;
     emulate_t *emulate = state->emulate;
     kvio_status_t status = KVIO_OK;
+    tune_thread(emulate->run->serve->engine.realtime, state->rank);
     while (status == KVIO_OK && !atomic_load(&emulate->abort_all)) {
         status = drain_inbox(state);
         if (status != KVIO_OK)
@@ -171,6 +198,7 @@ static void *rank_main(void *argument)
             continue;
         }
         int64_t start = now_ns(emulate);
+        int64_t cpu_start = thread_cpu_ns();
         kvio_engine_iteration_t iteration;
         status = kvio_engine_schedule(state->engine, start, &iteration);
         if (status != KVIO_OK) {
@@ -178,7 +206,7 @@ static void *rank_main(void *argument)
                      kvio_strerror(status));
             break;
         }
-        int64_t scheduled = now_ns(emulate);
+        int64_t scheduled_cpu = thread_cpu_ns();
         if (iteration.duration_ns <= 0) {
             uint64_t waiting[1] = {0};
             kvio_engine_waiting_ids(state->engine, waiting, 1);
@@ -197,9 +225,9 @@ static void *rank_main(void *argument)
         kvio_hist_record(state->timing_error_ppm,
                          (uint64_t)((double)(error > 0 ? error : -error) * 1e6 /
                                     (double)iteration.duration_ns));
+        int64_t complete_cpu = thread_cpu_ns();
         kvio_engine_complete(state->engine, end);
-        int64_t completed = now_ns(emulate);
-        state->overhead_ns += (scheduled - start) + (completed - end);
+        state->overhead_ns += (scheduled_cpu - cpu_start) + (thread_cpu_ns() - complete_cpu);
         state->planned_ns += iteration.duration_ns;
     }
     if (status == KVIO_OK && atomic_load(&emulate->abort_all))
@@ -265,6 +293,15 @@ static uint64_t available_memory(void)
     return (uint64_t)kib * 1024;
 }
 
+/* Host swap space per rank: serve.kvcache.swap_space, or the pool's size
+ * capped at 4 GiB. */
+static uint64_t swap_space_bytes(const kvio_serve_config_t *serve, uint64_t pool_bytes)
+{
+    if (serve->kvcache.swap_space > 0)
+        return serve->kvcache.swap_space;
+    return pool_bytes < (4ull << 30) ? pool_bytes : (4ull << 30);
+}
+
 static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, uint32_t blocks,
                                   uint64_t block_bytes, const kvio_cost_t *cost,
                                   kvio_engine_observer_t observer, rank_setup_t *setup,
@@ -282,6 +319,23 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
     }
     /* Touch every page now so the pool is real memory, not a promise. */
     memset(setup->memory, 0, setup->memory_bytes);
+    uint32_t swap_blocks = 0;
+    if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP) {
+        setup->swap_bytes = swap_space_bytes(run->serve, setup->memory_bytes);
+        swap_blocks = (uint32_t)(setup->swap_bytes / block_bytes);
+        setup->swap_bytes = (size_t)swap_blocks * block_bytes;
+        if (swap_blocks > 0) {
+            setup->swap_space = mmap(NULL, setup->swap_bytes, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (setup->swap_space == MAP_FAILED) {
+                setup->swap_space = NULL;
+                snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of swap space",
+                         rank, setup->swap_bytes);
+                return KVIO_ERR_NOMEM;
+            }
+            memset(setup->swap_space, 0, setup->swap_bytes);
+        }
+    }
     const kvio_opt_list_t *tier_list = &run->serve->kvcache.tiers;
     if (tier_list->count > 0) {
         setup->tiers = calloc(tier_list->count, sizeof(*setup->tiers));
@@ -323,6 +377,8 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         .kv_memory = setup->memory,
         .block_bytes = block_bytes,
         .verify_swaps = run->serve->kvcache.verify_swaps,
+        .swap_space = setup->swap_space,
+        .swap_space_blocks = swap_blocks,
         .tiers = setup->tiers,
         .num_tiers = setup->num_tiers,
     };
@@ -337,6 +393,8 @@ static void setup_destroy(rank_setup_t *setup)
     free(setup->tiers);
     if (setup->memory != NULL)
         munmap(setup->memory, setup->memory_bytes);
+    if (setup->swap_space != NULL)
+        munmap(setup->swap_space, setup->swap_bytes);
     memset(setup, 0, sizeof(*setup));
 }
 
@@ -418,12 +476,16 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
     uint32_t num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
     uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
                            (uint64_t)run->serve->kvcache.block_size;
-    uint64_t needed = (uint64_t)(blocks + 1) * block_bytes * num_ranks;
+    uint64_t pool = (uint64_t)(blocks + 1) * block_bytes;
+    uint64_t swap = run->serve->engine.preemption == KVIO_PREEMPT_SWAP
+                        ? swap_space_bytes(run->serve, pool)
+                        : 0;
+    uint64_t needed = (pool + swap) * num_ranks;
     uint64_t available = available_memory();
     /* Refuse, with the numbers, pools this machine cannot hold. */
     if (available > 0 && needed > available / 10 * 8) {
         snprintf(error_p, error_len,
-                 "emulate: the KV pools need %.2f GiB (%u ranks x %u blocks x %llu bytes) but "
+                 "emulate: the KV pools need %.2f GiB (%u ranks x (%u blocks x %llu bytes + swap space)) but "
                  "this machine has %.2f GiB available; set serve.kvcache.capacity or "
                  "serve.kvcache.blocks (at most 80%% of it)",
                  (double)needed / 1073741824.0, num_ranks, blocks + 1,
@@ -780,9 +842,9 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
         return KVIO_OK;
     }
     kvio_engine_iteration_t iteration;
-    uint64_t before_ns = kvio_time_ns();
+    int64_t before_ns = thread_cpu_ns();
     status = kvio_engine_schedule(rank->setup.engine, t, &iteration);
-    rank->overhead_ns += (int64_t)(kvio_time_ns() - before_ns);
+    rank->overhead_ns += thread_cpu_ns() - before_ns;
     if (status != KVIO_OK)
         return status;
     if (iteration.duration_ns <= 0)
@@ -804,9 +866,9 @@ static kvio_status_t coupled_end(void *context, int64_t now_ns)
     if (duration > 0)
         kvio_hist_record(rank->timing_error_ppm,
                          (uint64_t)((double)(error > 0 ? error : -error) * 1e6 / (double)duration));
-    uint64_t before_ns = kvio_time_ns();
+    int64_t before_ns = thread_cpu_ns();
     kvio_engine_complete(rank->setup.engine, now_ns - rank->origin_ns);
-    rank->overhead_ns += (int64_t)(kvio_time_ns() - before_ns);
+    rank->overhead_ns += thread_cpu_ns() - before_ns;
     return KVIO_OK;
 }
 

@@ -38,6 +38,10 @@ const kvio_opt_t kvio_engine_options[] = {
      .offset = offsetof(kvio_engine_config_t, preemption), .values = preemption_names,
      .default_value = "recompute",
      .help = "recompute: drop the victim's KV; swap: move it to host memory and back"},
+    {.key = "realtime", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_engine_config_t, realtime),
+     .default_value = "false",
+     .help = "emulate: run serve ranks under SCHED_FIFO for tighter iteration timing "
+             "(needs root or CAP_SYS_NICE)"},
     {.key = NULL},
 };
 
@@ -69,6 +73,10 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
     {.key = "verify_swaps", .type = KVIO_OPT_BOOL,
      .offset = offsetof(kvio_kvcache_section_t, verify_swaps), .default_value = "false",
      .help = "emulate: checksum every swapped block out and back"},
+    {.key = "swap_space", .type = KVIO_OPT_SIZE,
+     .offset = offsetof(kvio_kvcache_section_t, swap_space), .default_value = "0",
+     .help = "emulate: host memory for swapped blocks, like vLLM's swap_space (0: the pool's "
+             "size, at most 4GiB); a victim that does not fit is recomputed"},
     {.key = "tiers", .type = KVIO_OPT_LIST, .offset = offsetof(kvio_kvcache_section_t, tiers),
      .options = kvio_tier_options, .element_size = sizeof(kvio_tier_config_t),
      .help = "lower tiers (host, redis, file) below the KV pool, checked in order"},
@@ -94,16 +102,20 @@ typedef struct engine_req {
     uint32_t lookup_hits;
     uint64_t lookup_version;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
-    unsigned char *swap_buffer; /* emulate: the swapped blocks' bytes */
+    uint32_t *swap_slots;       /* emulate: swap-space slots holding the swapped blocks */
     uint64_t *swap_checksums;   /* emulate with verify_swaps: one per swapped block */
     size_t swapped_blocks;
     int64_t first_token_ns, last_token_ns;
     req_state_t state;
 } engine_req_t;
 
+/* A queue in one array with room at both ends: items = base + start, so
+ * taking the head or putting a preempted request back at the head is O(1)
+ * (offline batches queue thousands of requests). */
 typedef struct req_list {
+    engine_req_t **base;
     engine_req_t **items;
-    size_t count, capacity;
+    size_t start, count, capacity;
 } req_list_t;
 
 struct kvio_engine {
@@ -133,28 +145,43 @@ struct kvio_engine {
     kvio_tier_t *const *tiers;
     size_t num_tiers;
     kvio_status_t hook_status;  /* first tier error seen inside a pool hook */
+    unsigned char *swap_space;  /* emulate: host swap space, swap_num_slots blocks */
+    uint32_t *swap_free;        /* stack of free slot indices */
+    uint32_t swap_num_free, swap_num_slots;
 };
 
 /* ---------- lists ---------- */
 
-static kvio_status_t list_reserve(req_list_t *list, size_t count)
+/* Makes room for one more item at the front or the back, re-centring the
+ * items (and growing the array when more than half full). */
+static kvio_status_t list_make_room(req_list_t *list, bool front)
 {
-    if (count <= list->capacity)
+    if (front ? list->start > 0 : list->start + list->count < list->capacity)
         return KVIO_OK;
     size_t capacity = list->capacity ? list->capacity : 16;
-    while (capacity < count)
+    while (capacity < 2 * (list->count + 2))
         capacity *= 2;
-    engine_req_t **items = realloc(list->items, capacity * sizeof(*items));
-    if (items == NULL)
-        return KVIO_ERR_NOMEM;
-    list->items = items;
-    list->capacity = capacity;
+    size_t start = (capacity - list->count) / 2;
+    if (capacity != list->capacity) {
+        engine_req_t **base = malloc(capacity * sizeof(*base));
+        if (base == NULL)
+            return KVIO_ERR_NOMEM;
+        if (list->count > 0)
+            memcpy(base + start, list->items, list->count * sizeof(*base));
+        free(list->base);
+        list->base = base;
+        list->capacity = capacity;
+    } else {
+        memmove(list->base + start, list->items, list->count * sizeof(*list->base));
+    }
+    list->start = start;
+    list->items = list->base + start;
     return KVIO_OK;
 }
 
 static kvio_status_t list_push(req_list_t *list, engine_req_t *req)
 {
-    kvio_status_t status = list_reserve(list, list->count + 1);
+    kvio_status_t status = list_make_room(list, false);
     if (status == KVIO_OK)
         list->items[list->count++] = req;
     return status;
@@ -162,10 +189,11 @@ static kvio_status_t list_push(req_list_t *list, engine_req_t *req)
 
 static kvio_status_t list_push_front(req_list_t *list, engine_req_t *req)
 {
-    kvio_status_t status = list_reserve(list, list->count + 1);
+    kvio_status_t status = list_make_room(list, true);
     if (status != KVIO_OK)
         return status;
-    memmove(list->items + 1, list->items, list->count * sizeof(*list->items));
+    list->start--;
+    list->items = list->base + list->start;
     list->items[0] = req;
     list->count++;
     return KVIO_OK;
@@ -173,8 +201,13 @@ static kvio_status_t list_push_front(req_list_t *list, engine_req_t *req)
 
 static void list_remove_at(req_list_t *list, size_t index)
 {
-    memmove(list->items + index, list->items + index + 1,
-            (list->count - index - 1) * sizeof(*list->items));
+    if (index == 0) {
+        list->start++;
+        list->items = list->base + list->start;
+    } else {
+        memmove(list->items + index, list->items + index + 1,
+                (list->count - index - 1) * sizeof(*list->items));
+    }
     list->count--;
 }
 
@@ -227,6 +260,7 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->swapped_bytes += src->swapped_bytes;
     dst->tier_hit_tokens += src->tier_hit_tokens;
     dst->swap_verify_failures += src->swap_verify_failures;
+    dst->swap_space_exhausted += src->swap_space_exhausted;
     dst->swap_real_ns += src->swap_real_ns;
     dst->swap_modelled_ns += src->swap_modelled_ns;
     dst->iterations += src->iterations;
@@ -393,12 +427,24 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->block_bytes = params->block_bytes;
     engine->verify_swaps = params->verify_swaps;
     engine->config_prefix_caching = params->prefix_caching;
+    engine->swap_space = params->swap_space;
+    engine->swap_num_slots = params->swap_space_blocks;
     engine->tiers = params->tiers;
     engine->num_tiers = params->num_tiers;
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
     if (status != KVIO_OK)
         goto fail;
     engine->metrics.engines = 1;
+    if (engine->swap_num_slots > 0) {
+        engine->swap_free = malloc(engine->swap_num_slots * sizeof(uint32_t));
+        if (engine->swap_free == NULL) {
+            status = KVIO_ERR_NOMEM;
+            goto fail;
+        }
+        for (uint32_t i = 0; i < engine->swap_num_slots; i++)
+            engine->swap_free[i] = engine->swap_num_slots - 1 - i;
+        engine->swap_num_free = engine->swap_num_slots;
+    }
     kvio_kvcache_config_t cache_config = {
         .num_blocks = params->num_blocks + 1, /* plus the null block */
         .block_size = params->block_size,
@@ -434,7 +480,7 @@ static void req_destroy(engine_req_t *req)
         return;
     kvio_kvreq_destroy(req->kv);
     free(req->hashes);
-    free(req->swap_buffer);
+    free(req->swap_slots);
     free(req->swap_checksums);
     free(req);
 }
@@ -447,10 +493,11 @@ void kvio_engine_destroy(kvio_engine_t *engine)
     for (size_t l = 0; l < 3; l++) {
         for (size_t i = 0; i < lists[l]->count; i++)
             req_destroy(lists[l]->items[i]);
-        free(lists[l]->items);
+        free(lists[l]->base);
     }
     free(engine->scratch);
     free(engine->scheduled);
+    free(engine->swap_free);
     kvio_sched_destroy(engine->sched);
     kvio_kvcache_destroy(engine->cache);
     kvio_engine_metrics_fini(&engine->metrics);
@@ -583,29 +630,40 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         engine->num_scratch--;
         break;
     }
-    if (engine->config.preemption == KVIO_PREEMPT_SWAP) {
+    const uint32_t *victim_ids;
+    size_t victim_blocks;
+    kvio_kvreq_blocks(victim->kv, &victim_ids, &victim_blocks);
+    /* With real memory, a swap needs room in the swap space; without it the
+     * victim is recomputed instead (as vLLM does when swap space runs out). */
+    bool swap = engine->config.preemption == KVIO_PREEMPT_SWAP &&
+                (engine->kv_memory == NULL || victim_blocks <= engine->swap_num_free);
+    if (engine->config.preemption == KVIO_PREEMPT_SWAP && !swap)
+        engine->metrics.swap_space_exhausted++;
+    if (swap) {
         uint64_t bytes = req_block_bytes(engine, victim);
         engine->current.swap_bytes += bytes;
         engine->metrics.swapped_bytes += bytes;
         victim->swapped = true;
         if (engine->kv_memory != NULL) {
-            /* Really copy the victim's blocks out to host memory. */
-            const uint32_t *ids;
-            size_t count;
-            kvio_kvreq_blocks(victim->kv, &ids, &count);
+            /* Really copy the victim's blocks out to the host swap space. */
+            const uint32_t *ids = victim_ids;
+            size_t count = victim_blocks;
             uint64_t start_ns = kvio_time_ns();
-            free(victim->swap_buffer);
+            free(victim->swap_slots);
             free(victim->swap_checksums);
             victim->swap_checksums = NULL;
-            victim->swap_buffer = malloc(count * engine->block_bytes + 1);
-            if (victim->swap_buffer == NULL)
+            victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
+            if (victim->swap_slots == NULL)
                 return KVIO_ERR_NOMEM;
             if (engine->verify_swaps &&
                 (victim->swap_checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)
                 return KVIO_ERR_NOMEM;
             for (size_t i = 0; i < count; i++) {
                 const unsigned char *data = block_data(engine, ids[i]);
-                memcpy(victim->swap_buffer + i * engine->block_bytes, data, engine->block_bytes);
+                uint32_t slot = engine->swap_free[--engine->swap_num_free];
+                victim->swap_slots[i] = slot;
+                memcpy(engine->swap_space + (uint64_t)slot * engine->block_bytes, data,
+                       engine->block_bytes);
                 if (victim->swap_checksums != NULL)
                     victim->swap_checksums[i] = XXH3_64bits(data, engine->block_bytes);
             }
@@ -670,6 +728,19 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
             continue;
         }
         bool can_schedule = true;
+        /* Fast path: a decode step inside the last block needs no new block
+         * and fills no block to hash, so the pool has nothing to do. */
+        uint32_t covered = req->computed + new_tokens;
+        if (covered / engine->block_size == req->computed / engine->block_size &&
+            req->computed % engine->block_size != 0 &&
+            covered <= num_blocks_of(req->kv) * engine->block_size) {
+            kvio_status_t status = scratch_push(engine, req, new_tokens);
+            if (status != KVIO_OK)
+                return status;
+            *budget -= new_tokens;
+            index++;
+            continue;
+        }
         for (;;) {
             size_t had_blocks = engine->kv_memory != NULL ? num_blocks_of(req->kv) : 0;
             kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv,
@@ -793,7 +864,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             engine->metrics.tier_hit_tokens += (uint64_t)loaded * engine->block_size;
             engine->current.tier_loaded_tokens += (uint64_t)loaded * engine->block_size;
         }
-        if (req->swapped && req->swap_buffer != NULL) {
+        if (req->swapped && req->swap_slots != NULL) {
             /* Copy the swapped blocks back, except those the pool still held. */
             const uint32_t *ids;
             size_t count;
@@ -802,7 +873,8 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             size_t resident = pool_hits_taken / engine->block_size;
             for (size_t i = resident; i < req->swapped_blocks && i < count; i++) {
                 unsigned char *data = block_data(engine, ids[i]);
-                memcpy(data, req->swap_buffer + i * engine->block_bytes, engine->block_bytes);
+                memcpy(data, engine->swap_space + (uint64_t)req->swap_slots[i] * engine->block_bytes,
+                       engine->block_bytes);
                 if (req->swap_checksums != NULL &&
                     XXH3_64bits(data, engine->block_bytes) != req->swap_checksums[i])
                     engine->metrics.swap_verify_failures++;
@@ -810,9 +882,11 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
             engine->current.swap_real_ns += real_ns;
             engine->metrics.swap_real_ns += real_ns;
-            free(req->swap_buffer);
+            for (size_t i = 0; i < req->swapped_blocks; i++)
+                engine->swap_free[engine->swap_num_free++] = req->swap_slots[i];
+            free(req->swap_slots);
             free(req->swap_checksums);
-            req->swap_buffer = NULL;
+            req->swap_slots = NULL;
             req->swap_checksums = NULL;
             stamp_blocks(engine, req->kv, req->swapped_blocks, req->spec.id);
             req->swapped_blocks = 0;

@@ -143,6 +143,8 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     json_object_set_new(object, "recomputed_tokens",
                         json_integer((json_int_t)metrics->recomputed_tokens));
     json_object_set_new(object, "swapped_bytes", json_integer((json_int_t)metrics->swapped_bytes));
+    json_object_set_new(object, "swap_space_exhausted",
+                        json_integer((json_int_t)metrics->swap_space_exhausted));
     json_object_set_new(object, "iterations", json_integer((json_int_t)metrics->iterations));
     json_object_set_new(object, "kv_usage_mean",
                         json_real(metrics->busy_ns > 0

@@ -28,6 +28,7 @@ typedef struct kvio_engine_config {
     bool chunked_prefill;
     int64_t long_prefill_token_threshold; /* 0: none */
     int preemption;                       /* kvio_preemption_t */
+    bool realtime;                        /* emulate: SCHED_FIFO for serve-rank threads */
 } kvio_engine_config_t;
 
 /* The `serve.kvcache` section. */
@@ -40,6 +41,7 @@ typedef struct kvio_kvcache_section {
     int free_order;                /* kvio_free_order_t */
     char *eviction;
     bool verify_swaps;             /* emulate: checksum swapped blocks out and back */
+    uint64_t swap_space;           /* emulate: host memory for swapped blocks (0: as the pool) */
     kvio_opt_list_t tiers;         /* of kvio_tier_config_t, checked in order */
 } kvio_kvcache_section_t;
 
@@ -104,6 +106,7 @@ typedef struct kvio_engine_metrics {
     uint64_t preemptions, recomputed_tokens, swapped_bytes;
     uint64_t tier_hit_tokens;       /* prompt tokens loaded back from a lower tier */
     uint64_t swap_verify_failures;  /* swapped blocks whose checksum changed */
+    uint64_t swap_space_exhausted;  /* swaps that fell back to recompute for want of space */
     int64_t swap_real_ns, swap_modelled_ns;
     uint64_t iterations;
     int64_t busy_ns;
@@ -146,6 +149,8 @@ typedef struct kvio_engine_params {
     void *kv_memory;           /* emulate: (num_blocks + 1) × block_bytes (NULL: none) */
     uint64_t block_bytes;
     bool verify_swaps;
+    void *swap_space;          /* emulate: host swap space of swap_space_blocks blocks */
+    uint32_t swap_space_blocks;
     kvio_tier_t *const *tiers; /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
 } kvio_engine_params_t;
