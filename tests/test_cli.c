@@ -1,6 +1,9 @@
 /* Tests for the kvio command as a user runs it: exit status (0 success,
  * 1 run failed, 2 usage or input error) and messages of each command. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,4 +163,43 @@ Test(cli, list_shows_embedded_presets, .timeout = 20)
     run = test_kvio("/", "validate", "quickstart", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
+}
+
+Test(cli, sigint_writes_an_incomplete_summary, .timeout = 60)
+{
+    /* A long simulate run stopped by SIGINT keeps what it measured and says
+     * complete: false; the exit status says the run did not finish. */
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_WRONLY);
+        dup2(null_fd, 1);
+        dup2(null_fd, 2);
+        execl(KVIO_BINARY, KVIO_BINARY, "run", "chat", "--set", "stream.requests=5000000",
+              "-o", out, (char *)NULL);
+        _exit(127);
+    }
+    /* Wait until the run has started writing, then interrupt it. */
+    char csv[1200];
+    snprintf(csv, sizeof(csv), "%s/requests.csv", out);
+    for (int i = 0; i < 200 && access(csv, F_OK) != 0; i++)
+        usleep(20000);
+    usleep(300000);
+    kill(pid, SIGINT);
+    int wait_status = 0;
+    waitpid(pid, &wait_status, 0);
+    cr_assert(WIFEXITED(wait_status));
+    cr_assert_eq(WEXITSTATUS(wait_status), 1);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary, "no summary after SIGINT");
+    cr_assert(test_contains(summary, "\"complete\": false"), "%s", summary);
+    cr_assert(test_contains(summary, "\"completed\":"), "%s", summary);
+    free(summary);
+    test_rmtree(dir);
+    free(dir);
 }
