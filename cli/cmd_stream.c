@@ -172,19 +172,8 @@ static kvio_status_t load_workload(const stream_args_t *args, kvio_workload_t *w
     if (args->source != NULL)
         return kvio_workload_load(args->source, args->overrides, args->num_overrides,
                                   workload_p, error_p, error_len);
-    static const char empty[] = "name: stream\n";
-    kvio_config_doc_t *doc = NULL;
-    kvio_status_t status = kvio_config_doc_parse(empty, sizeof(empty) - 1, "command line", &doc,
-                                                 error_p, error_len);
-    for (size_t i = 0; i < args->num_overrides && status == KVIO_OK; i++)
-        status = kvio_config_doc_set(doc, args->overrides[i], error_p, error_len);
-    kvio_workload_t workload = {0};
-    if (status == KVIO_OK)
-        status = kvio_config_bind(kvio_workload_options, doc, &workload, error_p, error_len);
-    kvio_config_doc_destroy(doc);
-    if (status == KVIO_OK)
-        *workload_p = workload;
-    return status;
+    return kvio_workload_parse("name: stream\n", "command line", args->overrides,
+                               args->num_overrides, workload_p, error_p, error_len);
 }
 
 typedef struct stream_stats {

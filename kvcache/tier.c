@@ -15,6 +15,7 @@
 #include "kvio/clock.h"
 #include "kvio/log.h"
 #include "kvio/redis.h"
+#include "kvio/results.h"
 
 const char *const kvio_tier_kind_names[] = {"host", "redis", "file", NULL};
 const char *const kvio_tier_write_names[] = {"back", "through", NULL};
@@ -524,15 +525,6 @@ kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
 
 /* ---------- results ---------- */
 
-static json_t *latency_json(const kvio_hist_t *hist)
-{
-    kvio_hist_summary_t summary;
-    kvio_hist_summarize(hist, 1e-3, &summary);
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)summary.count,
-                     "mean", summary.mean, "p50", summary.p50, "p90", summary.p90, "p99",
-                     summary.p99, "max", summary.max);
-}
-
 json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
 {
     const kvio_tier_stats_t *stats = &tier->stats;
@@ -568,8 +560,8 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
     json_object_set_new(object, "read_bw_gbps",
                         json_real(stats->read_ns > 0 ? (double)stats->bytes_read /
                                                            (double)stats->read_ns : 0));
-    json_object_set_new(object, "put_latency_us", latency_json(stats->put_latency));
-    json_object_set_new(object, "get_latency_us", latency_json(stats->get_latency));
+    json_object_set_new(object, "put_latency_us", kvio_hist_json(stats->put_latency, 1e-3));
+    json_object_set_new(object, "get_latency_us", kvio_hist_json(stats->get_latency, 1e-3));
     json_object_set_new(object, "model",
                         json_pack("{s:f, s:I}", "bandwidth_bytes_per_s", tier->bandwidth,
                                   "latency_ns", (json_int_t)tier->latency_ns));

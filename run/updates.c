@@ -158,19 +158,6 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *erro
 
 /* ---- metrics on rank 0 ---- */
 
-static json_t *summary_json(const kvio_hist_t *hist, double scale)
-{
-    kvio_hist_summary_t summary;
-    kvio_hist_summarize(hist, scale, &summary);
-    json_t *object = json_object();
-    json_object_set_new(object, "count", json_integer((json_int_t)summary.count));
-    json_object_set_new(object, "mean", json_real(summary.mean));
-    json_object_set_new(object, "p50", json_real(summary.p50));
-    json_object_set_new(object, "p99", json_real(summary.p99));
-    json_object_set_new(object, "max", json_real(summary.max));
-    return object;
-}
-
 static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version)
 {
     for (size_t i = 0; i < all->num_train; i++)
@@ -328,9 +315,9 @@ static kvio_status_t write_metrics(const run_context_t *context, const collected
     json_object_set_new(object, "updates_activated", json_integer((json_int_t)activated));
     json_object_set_new(object, "versions_skipped", json_integer((json_int_t)skipped));
     json_object_set_new(object, "checksum_mismatches", json_integer((json_int_t)mismatches));
-    json_object_set_new(object, "update_latency_ms", summary_json(latency, 1e-6));
-    json_object_set_new(object, "bandwidth_gbps", summary_json(bandwidth, 1e-3));
-    json_object_set_new(object, "training_stall_ms", summary_json(train_stall, 1e-6));
+    json_object_set_new(object, "update_latency_ms", kvio_hist_json(latency, 1e-6));
+    json_object_set_new(object, "bandwidth_gbps", kvio_hist_json(bandwidth, 1e-3));
+    json_object_set_new(object, "training_stall_ms", kvio_hist_json(train_stall, 1e-6));
     json_object_set_new(object, "training_stall_total_ms", json_real(stall_total_ms));
     json_object_set_new(object, "inference_stall_total_ms", json_real(inference_stall_total));
     json_object_set_new(object, "inference_stall_max_ms", json_real(inference_stall_max));

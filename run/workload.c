@@ -67,28 +67,13 @@ const kvio_opt_t kvio_workload_options[] = {
     {.key = NULL},
 };
 
-kvio_status_t kvio_workload_load(const char *source, const char *const *overrides,
-                                 size_t num_overrides, kvio_workload_t *workload_p,
-                                 char *error_p, size_t error_len)
+/* Applies the overrides to a parsed document and binds it (the document is
+ * destroyed either way). */
+static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *overrides,
+                                   size_t num_overrides, kvio_workload_t *workload_p,
+                                   char *error_p, size_t error_len)
 {
-    kvio_config_doc_t *doc = NULL;
-    kvio_status_t status;
-    struct stat info;
-    const kvio_preset_t *preset = NULL;
-    if (stat(source, &info) != 0 && (preset = kvio_preset_find(source)) != NULL) {
-        char origin[256];
-        snprintf(origin, sizeof(origin), "preset %s", preset->name);
-        status = kvio_config_doc_parse(preset->text, strlen(preset->text), origin, &doc,
-                                       error_p, error_len);
-    } else {
-        status = kvio_config_doc_load(source, &doc, error_p, error_len);
-        if (status == KVIO_ERR_NOT_FOUND)
-            snprintf(error_p, error_len,
-                     "%s: no such file, and no preset of that name (kvio list shows them)",
-                     source);
-    }
-    if (status != KVIO_OK)
-        return status;
+    kvio_status_t status = KVIO_OK;
     for (size_t i = 0; i < num_overrides && status == KVIO_OK; i++)
         status = kvio_config_doc_set(doc, overrides[i], error_p, error_len);
     kvio_workload_t workload = {0};
@@ -98,6 +83,40 @@ kvio_status_t kvio_workload_load(const char *source, const char *const *override
     if (status == KVIO_OK)
         *workload_p = workload;
     return status;
+}
+
+kvio_status_t kvio_workload_parse(const char *text, const char *origin,
+                                  const char *const *overrides, size_t num_overrides,
+                                  kvio_workload_t *workload_p, char *error_p, size_t error_len)
+{
+    kvio_config_doc_t *doc = NULL;
+    kvio_status_t status = kvio_config_doc_parse(text, strlen(text), origin, &doc, error_p,
+                                                 error_len);
+    if (status != KVIO_OK)
+        return status;
+    return bind_document(doc, overrides, num_overrides, workload_p, error_p, error_len);
+}
+
+kvio_status_t kvio_workload_load(const char *source, const char *const *overrides,
+                                 size_t num_overrides, kvio_workload_t *workload_p,
+                                 char *error_p, size_t error_len)
+{
+    struct stat info;
+    const kvio_preset_t *preset = NULL;
+    if (stat(source, &info) != 0 && (preset = kvio_preset_find(source)) != NULL) {
+        char origin[256];
+        snprintf(origin, sizeof(origin), "preset %s", preset->name);
+        return kvio_workload_parse(preset->text, origin, overrides, num_overrides, workload_p,
+                                   error_p, error_len);
+    }
+    kvio_config_doc_t *doc = NULL;
+    kvio_status_t status = kvio_config_doc_load(source, &doc, error_p, error_len);
+    if (status == KVIO_ERR_NOT_FOUND)
+        snprintf(error_p, error_len,
+                 "%s: no such file, and no preset of that name (kvio list shows them)", source);
+    if (status != KVIO_OK)
+        return status;
+    return bind_document(doc, overrides, num_overrides, workload_p, error_p, error_len);
 }
 
 void kvio_workload_free(kvio_workload_t *workload)

@@ -507,8 +507,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     emulate->block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
                            emulate->block_size;
     pthread_mutex_init(&emulate->csv_lock, NULL);
-    kvio_hash_t *hashes = NULL;
-    size_t hashes_capacity = 0;
+    kvio_hash_buffer_t hashes = {0};
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
                                                 run->cost->tensor_parallel, &emulate->blocks,
                                                 error_p, error_len);
@@ -569,28 +568,14 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
             atomic_store(&emulate->abort_all, true);
             break;
         }
-        size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) /
-                            emulate->block_size;
-        if (num_blocks > hashes_capacity) {
-            hashes_capacity = num_blocks + 1024;
-            kvio_hash_t *bigger = realloc(hashes, hashes_capacity * sizeof(*hashes));
-            if (bigger == NULL) {
-                status = KVIO_ERR_NOMEM;
-                break;
-            }
-            hashes = bigger;
-        }
-        status = kvio_request_block_hashes(request, emulate->block_size, 0, num_blocks, NULL,
-                                           hashes);
+        int64_t arrival = now_ns(emulate);
+        kvio_engine_request_t engine_request;
+        status = kvio_serve_engine_request(
+            request, emulate->block_size, arrival,
+            arrival >= run->warmup_ns && index >= (uint64_t)run->warmup_requests, 0, &hashes,
+            &engine_request);
         if (status != KVIO_OK)
             break;
-        int64_t arrival = now_ns(emulate);
-        kvio_engine_request_t engine_request = {
-            .id = request->id, .arrival_ns = arrival, .prompt_tokens = request->input_tokens,
-            .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
-            .priority = request->priority, .hashes = hashes, .num_hashes = num_blocks,
-            .measured = arrival >= run->warmup_ns && index >= (uint64_t)run->warmup_requests,
-        };
         if (engine_request.prompt_tokens > 0)
             status = push_request(&emulate->ranks[route(emulate, index)], &engine_request);
         index++;
@@ -664,7 +649,7 @@ out:
     for (uint32_t r = 0; emulate->ranks != NULL && r < emulate->num_ranks; r++)
         rank_fini(&emulate->ranks[r]);
     free(emulate->ranks);
-    free(hashes);
+    free(hashes.hashes);
     kvio_router_destroy(emulate->router);
     kvio_cost_destroy(emulate->cost);
     pthread_mutex_destroy(&emulate->csv_lock);
@@ -684,8 +669,7 @@ struct kvio_serve_rank {
     rank_setup_t setup;
     const kvio_request_t *next;
     uint64_t stream_index;
-    kvio_hash_t *hashes;
-    size_t hashes_capacity;
+    kvio_hash_buffer_t hashes;
     bool started;
     int64_t origin_ns;       /* rank 0's clock when serving began */
     int64_t planned_end_ns;
@@ -775,7 +759,7 @@ void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
     kvio_cost_destroy(rank->cost);
     kvio_hist_destroy(rank->timing_error);
     kvio_hist_destroy(rank->timing_error_ppm);
-    free(rank->hashes);
+    free(rank->hashes.hashes);
     free(rank->rows);
     free(rank->served);
     free(rank);
@@ -791,26 +775,11 @@ static kvio_status_t coupled_dispatch(kvio_serve_rank_t *rank, int64_t t, uint64
         const kvio_request_t *request = rank->next;
         if (rank->stream_index % rank->num_serve == rank->serve_index &&
             request->input_tokens > 0) {
-            size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) /
-                                rank->block_size;
-            if (num_blocks > rank->hashes_capacity) {
-                size_t capacity = num_blocks + 1024;
-                kvio_hash_t *bigger = realloc(rank->hashes, capacity * sizeof(*bigger));
-                if (bigger == NULL)
-                    return KVIO_ERR_NOMEM;
-                rank->hashes = bigger;
-                rank->hashes_capacity = capacity;
-            }
-            status = kvio_request_block_hashes(request, rank->block_size, 0, num_blocks, NULL,
-                                               rank->hashes);
-            kvio_engine_request_t engine_request = {
-                .id = request->id, .arrival_ns = t, .prompt_tokens = request->input_tokens,
-                .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
-                .priority = request->priority, .hashes = rank->hashes,
-                .num_hashes = num_blocks, .tag = version,
-                .measured = t >= run->warmup_ns &&
-                            rank->stream_index >= (uint64_t)run->warmup_requests,
-            };
+            kvio_engine_request_t engine_request;
+            bool measured = t >= run->warmup_ns &&
+                            rank->stream_index >= (uint64_t)run->warmup_requests;
+            status = kvio_serve_engine_request(request, rank->block_size, t, measured, version,
+                                               &rank->hashes, &engine_request);
             if (status == KVIO_OK)
                 status = kvio_engine_add(rank->setup.engine, &engine_request);
         }

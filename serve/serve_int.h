@@ -6,6 +6,7 @@
 #include "kvio/engine.h"
 #include "kvio/events.h"
 #include "kvio/results.h"
+#include "kvio/stream.h"
 
 /* Returns the preset called name, or NULL (borrowed, static). */
 const kvio_model_t *kvio_model_preset_find(const char *name);
@@ -33,6 +34,19 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
  * passing NULL). */
 kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,
                                    kvio_csv_t **iterations_p, char *error_p, size_t error_len);
+
+/* A growable buffer of block hashes, reused request after request. */
+typedef struct kvio_hash_buffer {
+    kvio_hash_t *hashes;
+    size_t capacity;
+} kvio_hash_buffer_t;
+
+/* Turns a stream request into an engine request: hashes of the full blocks
+ * of its prompt and output go into buffer (the engine copies them). */
+kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t block_size,
+                                        int64_t arrival_ns, bool measured, uint64_t tag,
+                                        kvio_hash_buffer_t *buffer,
+                                        kvio_engine_request_t *engine_request_p);
 
 /* One trace event for an iteration of engine (and one for its swaps). */
 void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,

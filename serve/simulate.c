@@ -87,15 +87,6 @@ kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_
 
 /* ---------- metrics ---------- */
 
-static json_t *latency_json(const kvio_hist_t *hist)
-{
-    kvio_hist_summary_t summary;
-    kvio_hist_summarize(hist, 1e-6, &summary);
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)summary.count,
-                     "mean", summary.mean, "p50", summary.p50, "p90", summary.p90, "p99",
-                     summary.p99, "max", summary.max);
-}
-
 json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
 {
     double window_s = metrics->measure_end_ns > metrics->measure_start_ns
@@ -109,10 +100,10 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     json_object_set_new(object, "completed", json_integer((json_int_t)metrics->requests));
     json_object_set_new(object, "measured", json_integer((json_int_t)metrics->measured_requests));
     json_object_set_new(object, "duration_s", json_real(window_s));
-    json_object_set_new(object, "ttft_ms", latency_json(metrics->ttft));
-    json_object_set_new(object, "tpot_ms", latency_json(metrics->tpot));
-    json_object_set_new(object, "itl_ms", latency_json(metrics->itl));
-    json_object_set_new(object, "e2el_ms", latency_json(metrics->e2el));
+    json_object_set_new(object, "ttft_ms", kvio_hist_json(metrics->ttft, 1e-6));
+    json_object_set_new(object, "tpot_ms", kvio_hist_json(metrics->tpot, 1e-6));
+    json_object_set_new(object, "itl_ms", kvio_hist_json(metrics->itl, 1e-6));
+    json_object_set_new(object, "e2el_ms", kvio_hist_json(metrics->e2el, 1e-6));
     json_object_set_new(object, "request_throughput",
                         json_real((double)metrics->measured_requests * per_s));
     json_object_set_new(object, "input_throughput",
@@ -172,8 +163,7 @@ typedef struct simulation {
     int64_t *busy_until; /* end of the running iteration; -1: idle */
     kvio_router_t *router;
     kvio_csv_t *requests_csv, *iterations_csv;
-    kvio_hash_t *hashes;
-    size_t hashes_capacity;
+    kvio_hash_buffer_t hashes;
     uint64_t in_flight;
     uint64_t dispatched;
 } simulation_t;
@@ -224,6 +214,33 @@ void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t 
     if (iteration->tier_ns > 0)
         kvio_event_trace_tier(events, rank, "tiers", 0, iteration->start_ns, iteration->tier_ns,
                               (int64_t)iteration->tier_loaded_tokens, NULL, 0);
+}
+
+kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t block_size,
+                                        int64_t arrival_ns, bool measured, uint64_t tag,
+                                        kvio_hash_buffer_t *buffer,
+                                        kvio_engine_request_t *engine_request_p)
+{
+    size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) / block_size;
+    if (num_blocks > buffer->capacity) {
+        size_t capacity = num_blocks + 1024;
+        kvio_hash_t *bigger = realloc(buffer->hashes, capacity * sizeof(*bigger));
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        buffer->hashes = bigger;
+        buffer->capacity = capacity;
+    }
+    kvio_status_t status = kvio_request_block_hashes(request, block_size, 0, num_blocks, NULL,
+                                                     buffer->hashes);
+    if (status != KVIO_OK)
+        return status;
+    *engine_request_p = (kvio_engine_request_t){
+        .id = request->id, .arrival_ns = arrival_ns, .prompt_tokens = request->input_tokens,
+        .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
+        .priority = request->priority, .hashes = buffer->hashes, .num_hashes = num_blocks,
+        .measured = measured, .tag = tag,
+    };
+    return KVIO_OK;
 }
 
 int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
@@ -287,7 +304,7 @@ static void simulation_free(simulation_t *sim)
     free(sim->busy_until);
     kvio_router_destroy(sim->router);
     kvio_cost_destroy(sim->cost);
-    free(sim->hashes);
+    free(sim->hashes.hashes);
 }
 
 static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *run,
@@ -391,33 +408,14 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
 static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, int64_t now_ns,
                               bool measured, char *error_p, size_t error_len)
 {
-    size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) / sim->block_size;
-    if (num_blocks > sim->hashes_capacity) {
-        size_t capacity = num_blocks + 1024;
-        kvio_hash_t *hashes = realloc(sim->hashes, capacity * sizeof(*hashes));
-        if (hashes == NULL)
-            return KVIO_ERR_NOMEM;
-        sim->hashes = hashes;
-        sim->hashes_capacity = capacity;
-    }
-    kvio_status_t status = kvio_request_block_hashes(request, sim->block_size, 0, num_blocks,
-                                                     NULL, sim->hashes);
+    kvio_engine_request_t engine_request;
+    kvio_status_t status = kvio_serve_engine_request(request, sim->block_size, now_ns, measured, 0,
+                                                     &sim->hashes, &engine_request);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "request %llu: cannot derive its block hashes",
                  (unsigned long long)request->id);
         return status;
     }
-    kvio_engine_request_t engine_request = {
-        .id = request->id,
-        .arrival_ns = now_ns,
-        .prompt_tokens = request->input_tokens,
-        .output_tokens = request->output_tokens,
-        .max_tokens = request->max_tokens,
-        .priority = request->priority,
-        .hashes = sim->hashes,
-        .num_hashes = num_blocks,
-        .measured = measured,
-    };
     if (engine_request.prompt_tokens == 0)
         return KVIO_OK; /* nothing to serve; streams do not produce these */
     uint32_t rank = kvio_router_choose(sim->router, sim->engines, sim->num_ranks, &engine_request);

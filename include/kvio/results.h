@@ -4,6 +4,7 @@
 #ifndef KVIO_RESULTS_H
 #define KVIO_RESULTS_H
 
+#include "kvio/stats.h"
 #include "kvio/status.h"
 
 #include <jansson.h>
@@ -50,6 +51,10 @@ kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
 
 /* Flushes and closes; returns an error when any write failed. */
 kvio_status_t kvio_csv_close(kvio_csv_t *csv);
+
+/* A histogram's summary as JSON {count, mean, p50, p90, p99, max}, every
+ * value multiplied by scale (1e-6: ns to ms). The caller owns the result. */
+json_t *kvio_hist_json(const kvio_hist_t *hist, double scale);
 
 /* UTC time of a wall-clock ns value, ISO 8601 with milliseconds. */
 void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len);

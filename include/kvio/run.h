@@ -58,6 +58,11 @@ kvio_status_t kvio_workload_load(const char *source, const char *const *override
                                  size_t num_overrides, kvio_workload_t *workload_p,
                                  char *error_p, size_t error_len);
 
+/* The same from YAML text; origin names it in errors. */
+kvio_status_t kvio_workload_parse(const char *text, const char *origin,
+                                  const char *const *overrides, size_t num_overrides,
+                                  kvio_workload_t *workload_p, char *error_p, size_t error_len);
+
 void kvio_workload_free(kvio_workload_t *workload);
 
 /* How to run: where results go and what to print. */
