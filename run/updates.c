@@ -47,6 +47,7 @@ typedef struct run_context {
     const kvio_workload_t *workload;
     kvio_results_t *results;
     json_t *metrics;
+    kvio_event_trace_t *events;
 } run_context_t;
 
 static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version);
@@ -249,6 +250,26 @@ static kvio_status_t write_metrics(const run_context_t *context, const collected
         }
         if (gbps > 0)
             kvio_hist_record(bandwidth, (uint64_t)(gbps * 1e3)); /* MB/s */
+        if (context->events != NULL) {
+            /* One event per stage of this update at this serve rank: the
+             * time from the previous stage to this one (rank 0's clock). */
+            static const char *const names[] = {"wait", "transfer", "notify", "verify",
+                                                "activate"};
+            int64_t times[6] = {record->t_ready_ns, record->t_xfer_start_ns,
+                                record->t_xfer_end_ns, record->t_notified_ns,
+                                record->t_verified_ns, record->t_activated_ns};
+            int64_t previous = times[0];
+            for (int stage = 1; stage < 6; stage++) {
+                if (times[stage] == 0)
+                    continue;
+                int64_t start = previous < times[stage] ? previous : times[stage];
+                int64_t end = previous < times[stage] ? times[stage] : previous;
+                kvio_event_trace_update(context->events, (uint32_t)record->rank, record->version,
+                                        names[stage - 1], start - origin_ns, end - start,
+                                        stage == 2 ? (int64_t)record->bytes : -1);
+                previous = end;
+            }
+        }
         mismatches += record->checksum_ok ? 0 : 1;
         skipped += (uint64_t)(record->skipped_before > 0 ? record->skipped_before : 0);
 #define REL(t) ((t) ? (double)((t) - origin_ns) / 1e6 : NAN)
@@ -642,9 +663,10 @@ done:
 
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                struct kvio_results *results, json_t *metrics,
-                               char *error_p, size_t error_len)
+                               kvio_event_trace_t *events, char *error_p, size_t error_len)
 {
-    run_context_t context = {.workload = workload, .results = results, .metrics = metrics};
+    run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
+                             .events = events};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, error_p, error_len);
     return kvio_rte_world_run(world, rank_main, &context, error_p, error_len);

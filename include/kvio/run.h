@@ -103,10 +103,11 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *erro
 
 /* Runs the train and serve ranks (emulate: on world; simulate: world NULL,
  * on a virtual clock), and on the process of rank 0 writes updates.csv into
- * results and the model-update metrics into metrics (an object, borrowed).
- * results and metrics are NULL on other processes. */
+ * results, the model-update metrics into metrics (an object, borrowed) and
+ * one trace event per update stage into events (may be NULL). results and
+ * metrics are NULL on other processes. */
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                struct kvio_results *results, json_t *metrics,
-                               char *error_p, size_t error_len);
+                               kvio_event_trace_t *events, char *error_p, size_t error_len);
 
 #endif
