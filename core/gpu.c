@@ -103,8 +103,7 @@ kvio_status_t kvio_device_create(int kind, int fallback, int64_t index, int rank
 #endif
     if (status != KVIO_OK) {
         if (fallback != KVIO_FALLBACK_HOST) {
-            snprintf(error_p, error_len, "device.memory %s: %s", kvio_memory_kind_names[kind],
-                     reason);
+            snprintf(error_p, error_len, "%s", reason);
             free(device);
             return status;
         }

@@ -75,8 +75,9 @@ typedef struct kvio_device kvio_device_t;
 
 /* Opens a domain of kind for rank (which picks the device when index is
  * -1). A host kind never touches CUDA. A pinned or cuda kind without a
- * device fails with the reason in error_p, or with fallback host gives a
- * host domain whose description says why. Caller destroys. */
+ * device fails with the reason in error_p ("no CUDA device: ...", "CUDA not
+ * built (...)"; callers say what asked for it), or with fallback host gives
+ * a host domain whose description says why. Caller destroys. */
 kvio_status_t kvio_device_create(int kind, int fallback, int64_t index, int rank,
                                  kvio_device_t **device_p, char *error_p, size_t error_len);
 
