@@ -66,6 +66,20 @@ kvio_status_t kvio_device_query(int index, kvio_device_info_t *info_p, char *err
 #endif
 }
 
+kvio_status_t kvio_device_preflight(int kind, int fallback, int64_t index, const char *what,
+                                    char *error_p, size_t error_len)
+{
+    if (kind == KVIO_MEMORY_HOST || fallback == KVIO_FALLBACK_HOST)
+        return KVIO_OK;
+    kvio_device_info_t info;
+    char reason[512];
+    if (kvio_device_query((int)index, &info, reason, sizeof(reason)) == KVIO_OK)
+        return KVIO_OK;
+    snprintf(error_p, error_len, "%s: %s (set device.fallback: host to run on host memory)",
+             what, reason);
+    return KVIO_ERR_CONFIG;
+}
+
 kvio_status_t kvio_device_create(int kind, int fallback, int64_t index, int rank,
                                  kvio_device_t **device_p, char *error_p, size_t error_len)
 {

@@ -211,9 +211,11 @@ kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t byt
         /* The GPU transports have no host fallback. */
         kvio_device_info_t info;
         char reason[512];
-        status = kvio_device_query((int)config->device.index, &info, reason, sizeof(reason));
-        if (status != KVIO_OK)
+        if (kvio_device_query((int)config->device.index, &info, reason, sizeof(reason)) !=
+            KVIO_OK) {
             snprintf(error_p, error_len, "%s transport: %s", ops->name, reason);
+            status = KVIO_ERR_CONFIG;
+        }
     }
     return status;
 }

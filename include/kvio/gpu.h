@@ -68,6 +68,12 @@ bool kvio_device_built(void);
 kvio_status_t kvio_device_query(int index, kvio_device_info_t *info_p, char *error_p,
                                 size_t error_len);
 
+/* Before a run: KVIO_ERR_CONFIG with "<what>: no CUDA device: ... (set
+ * device.fallback: host to run on host memory)" when kind needs a GPU that
+ * is not there and fallback is error; KVIO_OK otherwise. */
+kvio_status_t kvio_device_preflight(int kind, int fallback, int64_t index, const char *what,
+                                    char *error_p, size_t error_len);
+
 /* A memory domain: the kind buffers are allocated in, and for cuda the
  * device, a copy stream and a compute stream. One per rank (not shared
  * between threads). */
