@@ -165,9 +165,13 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         if (status == KVIO_OK)
             status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
                                         workload->duration_ns, &stream, error_p, error_len);
+        if (status == KVIO_OK && (emulate || coupled))
+            status = kvio_device_preflight(workload->device.memory, workload->device.fallback,
+                                           workload->device.index, "device.memory: cuda",
+                                           error_p, error_len);
         if (status == KVIO_OK && emulate) {
             kvio_serve_run_t check = {.serve = &workload->serve, .model = &model, .gpu = &gpu,
-                                      .cost = &workload->cost,
+                                      .cost = &workload->cost, .device = &workload->device,
                                       .num_ranks = (uint32_t)workload->ranks.serve};
             status = kvio_serve_emulate_preflight(&check, error_p, error_len);
         }
@@ -211,6 +215,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .results = results,
             .stop = options->stop,
             .events = events,
+            .device = &workload->device,
         };
         json_t *serve_metrics = NULL;
         status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,

@@ -89,7 +89,7 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, int serve_i
         .seed = (uint64_t)workload->seed,
         .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
         .warmup_ns = workload->warmup_ns, .warmup_requests = workload->warmup_requests,
-        .stream = coupled->stream,
+        .stream = coupled->stream, .device = &workload->device,
     };
     return kvio_serve_rank_create(&coupled->run, (uint32_t)serve_index, (uint32_t)num_serve,
                                   &coupled->rank, error_p, error_len);
@@ -153,8 +153,10 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *erro
 {
     if (workload->mode != KVIO_MODE_EMULATE)
         return KVIO_OK;
-    return kvio_xfer_preflight(&workload->train.transport,
-                               kvio_train_weights_bytes(&workload->train), error_p, error_len);
+    kvio_xfer_config_t transport = workload->train.transport;
+    transport.device = workload->device;
+    return kvio_xfer_preflight(&transport, kvio_train_weights_bytes(&workload->train), error_p,
+                               error_len);
 }
 
 /* ---- metrics on rank 0 ---- */
@@ -459,7 +461,11 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     for (int i = 0; i < num_serve; i++)
         receivers[i] = 1 + i;
     uint64_t bytes = kvio_train_weights_bytes(&workload->train);
-    status = kvio_xfer_create(&workload->train.transport, rte,
+    /* This rank's transport config carries the workload's device: section
+     * (it outlives the transport). */
+    kvio_xfer_config_t transport = workload->train.transport;
+    transport.device = workload->device;
+    status = kvio_xfer_create(&transport, rte,
                               self == TRAIN_RANK ? KVIO_XFER_SENDER : KVIO_XFER_RECEIVER,
                               TRAIN_RANK, receivers, num_serve, bytes, &xfer, error,
                               sizeof(error));

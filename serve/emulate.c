@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "kvio/clock.h"
+#include "kvio/gpu.h"
 #include "kvio/log.h"
 #include "serve/serve_int.h"
 
@@ -56,8 +57,11 @@ typedef struct rank_setup {
     kvio_engine_t *engine;
     void *memory;
     size_t memory_bytes;
-    void *swap_space;
+    void *swap_space;        /* host pool with swap preemption: the swap space */
     size_t swap_bytes;
+    kvio_device_t *device;   /* device.memory pinned or cuda: the pool's domain
+                                (memory is its allocation); NULL: mmap'd host */
+    bool spin;               /* a spin kernel runs for each iteration */
     kvio_tier_t **tiers;
     size_t num_tiers;
 } rank_setup_t;
@@ -218,6 +222,15 @@ static void *rank_main(void *argument)
             break;
         }
         int64_t target = start + iteration.duration_ns;
+        if (state->setup.spin) {
+            /* The SMs are busy for the compute time while the CPU waits. */
+            status = kvio_device_spin(state->setup.device, target - now_ns(emulate));
+            if (status != KVIO_OK) {
+                snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
+                         kvio_device_error(state->setup.device));
+                break;
+            }
+        }
         wait_until(emulate, target);
         int64_t end = now_ns(emulate);
         int64_t error = end - target;
@@ -309,18 +322,45 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
 {
     memset(setup, 0, sizeof(*setup));
     setup->memory_bytes = (size_t)(blocks + 1) * block_bytes;
-    setup->memory = mmap(NULL, setup->memory_bytes, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (setup->memory == MAP_FAILED) {
+    const kvio_device_config_t *device = run->device;
+    if (device != NULL && device->memory != KVIO_MEMORY_HOST) {
+        char reason[512];
+        kvio_status_t status = kvio_device_create(device->memory, device->fallback,
+                                                  device->index, (int)rank, &setup->device,
+                                                  reason, sizeof(reason));
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: device.memory: %s: %s", rank,
+                     kvio_memory_kind_names[device->memory], reason);
+            return status;
+        }
+        if (kvio_device_fell_back(setup->device))
+            kvio_warn("serve rank %u: KV pool in %s", rank, kvio_device_describe(setup->device));
+    }
+    if (setup->device != NULL && kvio_device_kind(setup->device) != KVIO_MEMORY_HOST) {
+        void *memory = NULL;
+        kvio_status_t status = kvio_device_alloc(setup->device, setup->memory_bytes, &memory);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: KV pool of %zu bytes: %s", rank,
+                     setup->memory_bytes, kvio_device_error(setup->device));
+            return status;
+        }
+        setup->memory = memory;
+        setup->spin = device->spin && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
+    } else if ((setup->memory = mmap(NULL, setup->memory_bytes, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) {
         setup->memory = NULL;
         snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of KV memory: %s",
                  rank, setup->memory_bytes, strerror(errno));
         return KVIO_ERR_NOMEM;
     }
-    /* Touch every page now so the pool is real memory, not a promise. */
-    memset(setup->memory, 0, setup->memory_bytes);
+    /* Touch every page now so the pool is real memory, not a promise (an
+     * allocation in a domain is zeroed already). */
+    if (setup->device == NULL || kvio_device_kind(setup->device) == KVIO_MEMORY_HOST)
+        memset(setup->memory, 0, setup->memory_bytes);
     uint32_t swap_blocks = 0;
-    if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP) {
+    bool gpu_pool = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
+    if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP && !gpu_pool) {
+        /* (A GPU pool swaps into pinned buffers per victim instead.) */
         setup->swap_bytes = swap_space_bytes(run->serve, setup->memory_bytes);
         swap_blocks = (uint32_t)(setup->swap_bytes / block_bytes);
         setup->swap_bytes = (size_t)swap_blocks * block_bytes;
@@ -375,6 +415,9 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         .rank = rank,
         .observer = observer,
         .kv_memory = setup->memory,
+        .kv_device = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA
+                         ? setup->device
+                         : NULL,
         .block_bytes = block_bytes,
         .verify_swaps = run->serve->kvcache.verify_swaps,
         .swap_space = setup->swap_space,
@@ -391,11 +434,21 @@ static void setup_destroy(rank_setup_t *setup)
     for (size_t t = 0; t < setup->num_tiers; t++)
         kvio_tier_destroy(setup->tiers[t]);
     free(setup->tiers);
-    if (setup->memory != NULL)
+    if (setup->memory != NULL && setup->device != NULL &&
+        kvio_device_kind(setup->device) != KVIO_MEMORY_HOST)
+        kvio_device_free(setup->device, setup->memory);
+    else if (setup->memory != NULL)
         munmap(setup->memory, setup->memory_bytes);
     if (setup->swap_space != NULL)
         munmap(setup->swap_space, setup->swap_bytes);
+    kvio_device_destroy(setup->device);
     memset(setup, 0, sizeof(*setup));
+}
+
+/* Where a rank's KV pool lives, for the results. */
+static const char *setup_memory(const rank_setup_t *setup)
+{
+    return setup->device != NULL ? kvio_device_describe(setup->device) : "host";
 }
 
 /* Per-tier traffic of one rank as JSON objects appended to array. */
@@ -453,7 +506,9 @@ static json_t *executor_json(const emulate_t *emulate)
         planned += emulate->ranks[r].planned_ns;
     }
     json_t *object = json_pack(
-        "{s:s, s:f, s:f, s:f, s:f, s:f}", "executor", "real", "timing_error_p50_us",
+        "{s:s, s:s, s:b, s:f, s:f, s:f, s:f, s:f}", "executor", "real", "kv_memory",
+        setup_memory(&emulate->ranks[0].setup), "spin_kernel", emulate->ranks[0].setup.spin,
+        "timing_error_p50_us",
         kvio_hist_quantile(error_ns, 0.5) / 1e3, "timing_error_p99_us",
         kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
         kvio_hist_quantile(error_ppm, 0.99) / 1e4, "timing_error_max_us",
@@ -482,6 +537,23 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
                         : 0;
     uint64_t needed = (pool + swap) * num_ranks;
     uint64_t available = available_memory();
+    kvio_device_info_t info;
+    char reason[256];
+    if (run->device != NULL && run->device->memory == KVIO_MEMORY_CUDA &&
+        kvio_device_query((int)run->device->index, &info, reason, sizeof(reason)) == KVIO_OK) {
+        /* A GPU pool: each rank's pool must fit its device (cudaMalloc says
+         * so too, but this names the numbers before anything starts). */
+        uint64_t per_rank = (uint64_t)(blocks + 1) * block_bytes;
+        if (per_rank > info.memory_bytes / 10 * 9) {
+            snprintf(error_p, error_len,
+                     "emulate: a KV pool needs %.2f GiB but CUDA device %d (%s) has %.2f GiB; "
+                     "set serve.kvcache.capacity or serve.kvcache.blocks",
+                     (double)per_rank / 1073741824.0, info.index, info.name,
+                     (double)info.memory_bytes / 1073741824.0);
+            return KVIO_ERR_CONFIG;
+        }
+        return KVIO_OK;
+    }
     /* Refuse, with the numbers, pools this machine cannot hold. */
     if (available > 0 && needed > available / 10 * 8) {
         snprintf(error_p, error_len,
@@ -823,7 +895,13 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
     rank->planned_end_ns = now_ns + iteration.duration_ns;
     rank->planned_ns += iteration.duration_ns;
     *end_ns_p = rank->planned_end_ns;
-    return KVIO_OK;
+    if (rank->setup.spin) {
+        status = kvio_device_spin(rank->setup.device, iteration.duration_ns);
+        if (status != KVIO_OK)
+            kvio_error("serve rank %u: %s", rank->serve_index,
+                       kvio_device_error(rank->setup.device));
+    }
+    return status;
 }
 
 static kvio_status_t coupled_end(void *context, int64_t now_ns)

@@ -10,6 +10,7 @@
 
 #include "kvio/kvcache.h"
 #include "kvio/clock.h"
+#include "kvio/gpu.h"
 #include "kvio/log.h"
 
 #define XXH_INLINE_ALL
@@ -102,7 +103,9 @@ typedef struct engine_req {
     uint32_t lookup_hits;
     uint64_t lookup_version;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
-    uint32_t *swap_slots;       /* emulate: swap-space slots holding the swapped blocks */
+    uint32_t *swap_slots;       /* emulate, host pool: swap-space slots of the swapped blocks */
+    unsigned char *swap_buffer; /* emulate, GPU pool: pinned host copy of the swapped blocks */
+    kvio_device_t *swap_device; /* non-NULL: swap_buffer is pinned memory of it */
     uint64_t *swap_checksums;   /* emulate with verify_swaps: one per swapped block */
     size_t swapped_blocks;
     int64_t first_token_ns, last_token_ns;
@@ -139,6 +142,8 @@ struct kvio_engine {
     kvio_engine_iteration_t current;
     kvio_engine_metrics_t metrics;
     unsigned char *kv_memory;   /* emulate: block b at kv_memory + b × block_bytes */
+    kvio_device_t *kv_device;   /* non-NULL: kv_memory is GPU memory (copies only) */
+    unsigned char *bounce;      /* GPU pool: one pinned block for tier traffic */
     uint64_t block_bytes;
     bool verify_swaps;
     bool config_prefix_caching;
@@ -340,15 +345,50 @@ static unsigned char *block_data(const kvio_engine_t *engine, uint32_t block)
                                      : NULL;
 }
 
+/* Records the first GPU copy failure of a pool hook. */
+static void gpu_failed(kvio_engine_t *engine, kvio_status_t status, const char *what)
+{
+    if (engine->hook_status == KVIO_OK) {
+        kvio_error("serve rank %u: %s: %s", engine->rank, what,
+                   kvio_device_error(engine->kv_device));
+        engine->hook_status = status;
+    }
+}
+
+/* Swap buffers: pinned host memory for a GPU pool, else malloc'd. */
+static void swap_buffer_free(engine_req_t *req)
+{
+    if (req->swap_device != NULL)
+        kvio_device_host_free(req->swap_device, req->swap_buffer);
+    else
+        free(req->swap_buffer);
+    req->swap_buffer = NULL;
+    req->swap_device = NULL;
+}
+
 /* Writes a block to every tier with the given write policy that lacks it. */
 static void tier_write(kvio_engine_t *engine, uint32_t block, kvio_hash_t hash, int policy)
 {
+    bool staged = false; /* a GPU block is read to the bounce buffer once */
     for (size_t t = 0; t < engine->num_tiers; t++) {
         kvio_tier_t *tier = engine->tiers[t];
         if (kvio_tier_write_policy(tier) != policy || kvio_tier_contains(tier, hash))
             continue;
+        const void *data = block_data(engine, block);
+        if (engine->kv_device != NULL) {
+            if (!staged) {
+                kvio_status_t copied = kvio_device_copy(engine->kv_device, engine->bounce, data,
+                                                        engine->block_bytes);
+                if (copied != KVIO_OK) {
+                    gpu_failed(engine, copied, "reading a KV block from the GPU");
+                    return;
+                }
+                staged = true;
+            }
+            data = engine->bounce;
+        }
         int64_t cost_ns = 0;
-        kvio_status_t status = kvio_tier_put(tier, hash, block_data(engine, block), &cost_ns);
+        kvio_status_t status = kvio_tier_put(tier, hash, data, &cost_ns);
         engine->current.tier_ns += cost_ns;
         if (status != KVIO_OK && engine->hook_status == KVIO_OK) {
             kvio_error("serve rank %u: writing a KV block to the %s tier failed: %s",
@@ -386,6 +426,31 @@ static void stamp_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t f
     const uint32_t *ids;
     size_t count;
     kvio_kvreq_blocks(kv, &ids, &count);
+    if (engine->kv_device != NULL && count > first) {
+        /* GPU pool: the stamps go up as one batch of small copies. */
+        size_t stamp_bytes = 32 < engine->block_bytes ? 32 : engine->block_bytes;
+        uint64_t *stamps = malloc((count - first) * 4 * sizeof(uint64_t));
+        kvio_device_copy_t *copies = malloc((count - first) * sizeof(*copies));
+        kvio_status_t status = stamps != NULL && copies != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+        for (size_t i = first; i < count && status == KVIO_OK; i++) {
+            uint64_t *stamp = stamps + (i - first) * 4;
+            stamp[0] = 0x6b76696f626c6b00ull;
+            stamp[1] = id;
+            stamp[2] = i;
+            stamp[3] = ids[i];
+            copies[i - first] = (kvio_device_copy_t){.dst = block_data(engine, ids[i]),
+                                                     .src = stamp, .bytes = stamp_bytes};
+        }
+        if (status == KVIO_OK)
+            status = kvio_device_copy_async(engine->kv_device, copies, count - first);
+        if (status == KVIO_OK)
+            status = kvio_device_sync(engine->kv_device);
+        if (status != KVIO_OK)
+            gpu_failed(engine, status, "stamping KV blocks on the GPU");
+        free(stamps);
+        free(copies);
+        return;
+    }
     for (size_t i = first; i < count; i++) {
         uint64_t stamp[4] = {0x6b76696f626c6b00ull, id, i, ids[i]};
         memcpy(block_data(engine, ids[i]), stamp, sizeof(stamp) < engine->block_bytes
@@ -424,6 +489,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->rank = params->rank;
     engine->observer = params->observer;
     engine->kv_memory = params->kv_memory;
+    engine->kv_device = params->kv_memory != NULL ? params->kv_device : NULL;
     engine->block_bytes = params->block_bytes;
     engine->verify_swaps = params->verify_swaps;
     engine->config_prefix_caching = params->prefix_caching;
@@ -434,6 +500,16 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
     if (status != KVIO_OK)
         goto fail;
+    if (engine->kv_device != NULL) {
+        void *bounce = NULL;
+        status = kvio_device_host_alloc(engine->kv_device, engine->block_bytes, &bounce);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: %s", engine->rank,
+                     kvio_device_error(engine->kv_device));
+            goto fail;
+        }
+        engine->bounce = bounce;
+    }
     engine->metrics.engines = 1;
     if (engine->swap_num_slots > 0) {
         engine->swap_free = malloc(engine->swap_num_slots * sizeof(uint32_t));
@@ -481,6 +557,7 @@ static void req_destroy(engine_req_t *req)
     kvio_kvreq_destroy(req->kv);
     free(req->hashes);
     free(req->swap_slots);
+    swap_buffer_free(req);
     free(req->swap_checksums);
     free(req);
 }
@@ -498,6 +575,8 @@ void kvio_engine_destroy(kvio_engine_t *engine)
     free(engine->scratch);
     free(engine->scheduled);
     free(engine->swap_free);
+    if (engine->bounce != NULL)
+        kvio_device_host_free(engine->kv_device, engine->bounce);
     kvio_sched_destroy(engine->sched);
     kvio_kvcache_destroy(engine->cache);
     kvio_engine_metrics_fini(&engine->metrics);
@@ -610,6 +689,39 @@ static uint64_t req_block_bytes(const kvio_engine_t *engine, const engine_req_t 
     return (uint64_t)num_ids * engine->block_size * engine->kv_bytes_per_token;
 }
 
+/* GPU pool: copies a swapped request's blocks back as one batch on the
+ * copy stream; with verify_swaps, reads them back through the bounce buffer
+ * and checks them. */
+static kvio_status_t swap_in_gpu(kvio_engine_t *engine, engine_req_t *req, const uint32_t *ids,
+                                 size_t count, size_t resident)
+{
+    size_t last = req->swapped_blocks < count ? req->swapped_blocks : count;
+    if (last <= resident)
+        return KVIO_OK;
+    kvio_device_copy_t *copies = malloc((last - resident) * sizeof(*copies));
+    if (copies == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t i = resident; i < last; i++)
+        copies[i - resident] = (kvio_device_copy_t){
+            .dst = block_data(engine, ids[i]), .src = req->swap_buffer + i * engine->block_bytes,
+            .bytes = engine->block_bytes};
+    kvio_status_t status = kvio_device_copy_async(engine->kv_device, copies, last - resident);
+    if (status == KVIO_OK)
+        status = kvio_device_sync(engine->kv_device);
+    free(copies);
+    for (size_t i = resident; i < last && status == KVIO_OK && req->swap_checksums != NULL; i++) {
+        status = kvio_device_copy(engine->kv_device, engine->bounce, block_data(engine, ids[i]),
+                                  engine->block_bytes);
+        if (status == KVIO_OK &&
+            XXH3_64bits(engine->bounce, engine->block_bytes) != req->swap_checksums[i])
+            engine->metrics.swap_verify_failures++;
+    }
+    if (status != KVIO_OK)
+        kvio_error("serve rank %u: swapping KV blocks into the GPU: %s", engine->rank,
+                   kvio_device_error(engine->kv_device));
+    return status;
+}
+
 /* Preempts running[index]: recompute frees its KV and restarts it; swap
  * moves its KV to host memory (charged on the host link) and keeps it. A
  * victim already scheduled in this iteration gives its tokens back into
@@ -636,7 +748,8 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
     /* With real memory, a swap needs room in the swap space; without it the
      * victim is recomputed instead (as vLLM does when swap space runs out). */
     bool swap = engine->config.preemption == KVIO_PREEMPT_SWAP &&
-                (engine->kv_memory == NULL || victim_blocks <= engine->swap_num_free);
+                (engine->kv_memory == NULL || engine->kv_device != NULL ||
+                 victim_blocks <= engine->swap_num_free);
     if (engine->config.preemption == KVIO_PREEMPT_SWAP && !swap)
         engine->metrics.swap_space_exhausted++;
     if (swap) {
@@ -650,15 +763,51 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
             size_t count = victim_blocks;
             uint64_t start_ns = kvio_time_ns();
             free(victim->swap_slots);
+            victim->swap_slots = NULL;
+            swap_buffer_free(victim);
             free(victim->swap_checksums);
             victim->swap_checksums = NULL;
-            victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
-            if (victim->swap_slots == NULL)
+            if (engine->kv_device != NULL) {
+                void *pinned = NULL;
+                if (kvio_device_host_alloc(engine->kv_device, count * engine->block_bytes + 1,
+                                           &pinned) != KVIO_OK)
+                    return KVIO_ERR_NOMEM;
+                victim->swap_buffer = pinned;
+                victim->swap_device = engine->kv_device;
+            } else {
+                victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
+            }
+            if (victim->swap_buffer == NULL && victim->swap_slots == NULL)
                 return KVIO_ERR_NOMEM;
             if (engine->verify_swaps &&
                 (victim->swap_checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)
                 return KVIO_ERR_NOMEM;
-            for (size_t i = 0; i < count; i++) {
+            if (engine->kv_device != NULL) {
+                /* GPU pool: the blocks go out as one batch on the copy stream
+                 * (timed from the first copy, not the pinned allocation). */
+                kvio_device_copy_t *copies = malloc((count + 1) * sizeof(*copies));
+                if (copies == NULL)
+                    return KVIO_ERR_NOMEM;
+                for (size_t i = 0; i < count; i++)
+                    copies[i] = (kvio_device_copy_t){
+                        .dst = victim->swap_buffer + i * engine->block_bytes,
+                        .src = block_data(engine, ids[i]), .bytes = engine->block_bytes};
+                start_ns = kvio_time_ns();
+                kvio_status_t copied = kvio_device_copy_async(engine->kv_device, copies, count);
+                if (copied == KVIO_OK)
+                    copied = kvio_device_sync(engine->kv_device);
+                free(copies);
+                if (copied != KVIO_OK) {
+                    kvio_error("serve rank %u: swapping KV blocks out of the GPU: %s",
+                               engine->rank, kvio_device_error(engine->kv_device));
+                    return copied;
+                }
+            }
+            for (size_t i = 0; i < count && engine->kv_device != NULL; i++)
+                if (victim->swap_checksums != NULL)
+                    victim->swap_checksums[i] = XXH3_64bits(
+                        victim->swap_buffer + i * engine->block_bytes, engine->block_bytes);
+            for (size_t i = 0; i < count && engine->kv_device == NULL; i++) {
                 const unsigned char *data = block_data(engine, ids[i]);
                 uint32_t slot = engine->swap_free[--engine->swap_num_free];
                 victim->swap_slots[i] = slot;
@@ -852,10 +1001,21 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                 kvio_hash_t hash = req->hashes[first + loaded];
                 kvio_tier_t *tier = tier_holding(engine, hash);
                 int64_t cost_ns = 0;
-                kvio_status_t got = tier != NULL ? kvio_tier_get(tier, hash,
-                                                                 block_data(engine, ids[first + loaded]),
-                                                                 &cost_ns)
+                unsigned char *into = engine->kv_device != NULL
+                                          ? engine->bounce
+                                          : block_data(engine, ids[first + loaded]);
+                kvio_status_t got = tier != NULL ? kvio_tier_get(tier, hash, into, &cost_ns)
                                                  : KVIO_ERR_NOT_FOUND;
+                if (got == KVIO_OK && engine->kv_device != NULL) {
+                    /* GPU pool: the block goes up from the bounce buffer. */
+                    got = kvio_device_copy(engine->kv_device,
+                                           block_data(engine, ids[first + loaded]), into,
+                                           engine->block_bytes);
+                    if (got != KVIO_OK) {
+                        gpu_failed(engine, got, "loading a KV block into the GPU");
+                        return got;
+                    }
+                }
                 engine->current.tier_ns += cost_ns;
                 if (got != KVIO_OK)
                     break; /* a miss (or a tier error): compute the rest */
@@ -864,14 +1024,20 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             engine->metrics.tier_hit_tokens += (uint64_t)loaded * engine->block_size;
             engine->current.tier_loaded_tokens += (uint64_t)loaded * engine->block_size;
         }
-        if (req->swapped && req->swap_slots != NULL) {
+        if (req->swapped && (req->swap_slots != NULL || req->swap_buffer != NULL)) {
             /* Copy the swapped blocks back, except those the pool still held. */
             const uint32_t *ids;
             size_t count;
             kvio_kvreq_blocks(req->kv, &ids, &count);
             uint64_t start_ns = kvio_time_ns();
             size_t resident = pool_hits_taken / engine->block_size;
-            for (size_t i = resident; i < req->swapped_blocks && i < count; i++) {
+            if (engine->kv_device != NULL) {
+                status = swap_in_gpu(engine, req, ids, count, resident);
+                if (status != KVIO_OK)
+                    return status;
+            }
+            for (size_t i = resident;
+                 engine->kv_device == NULL && i < req->swapped_blocks && i < count; i++) {
                 unsigned char *data = block_data(engine, ids[i]);
                 memcpy(data, engine->swap_space + (uint64_t)req->swap_slots[i] * engine->block_bytes,
                        engine->block_bytes);
@@ -882,11 +1048,12 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
             engine->current.swap_real_ns += real_ns;
             engine->metrics.swap_real_ns += real_ns;
-            for (size_t i = 0; i < req->swapped_blocks; i++)
+            for (size_t i = 0; req->swap_slots != NULL && i < req->swapped_blocks; i++)
                 engine->swap_free[engine->swap_num_free++] = req->swap_slots[i];
             free(req->swap_slots);
-            free(req->swap_checksums);
             req->swap_slots = NULL;
+            swap_buffer_free(req);
+            free(req->swap_checksums);
             req->swap_checksums = NULL;
             stamp_blocks(engine, req->kv, req->swapped_blocks, req->spec.id);
             req->swapped_blocks = 0;

@@ -60,6 +60,8 @@ typedef struct serve_state {
     bool corrupted;            /* fault injection done for the pending update */
     int64_t t_verified_ns;     /* when the update was checked (or complete) */
     bool end_seen;
+    void *staging;             /* slots in GPU memory: host buffer to verify through */
+    char error[512];           /* a GPU slot's copy failed (else the transport's error) */
     uint64_t last_version;     /* the end notice's: the last version published */
     kvio_update_result_t result;
     size_t capacity;
@@ -98,7 +100,23 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
         (uint64_t)state->config->corrupt_offset < receive->meta.bytes) {
         /* Fault injection: one flipped bit once the data is in. */
         unsigned char *buffer = kvio_xfer_slot(state->xfer, receive->slot);
-        buffer[state->config->corrupt_offset] ^= 0x01;
+        kvio_device_t *device = kvio_xfer_device(state->xfer);
+        if (device == NULL) {
+            buffer[state->config->corrupt_offset] ^= 0x01;
+        } else {
+            unsigned char byte = 0;
+            kvio_status_t status = kvio_device_copy(device, &byte,
+                                                    buffer + state->config->corrupt_offset, 1);
+            byte ^= 0x01;
+            if (status == KVIO_OK)
+                status = kvio_device_copy(device, buffer + state->config->corrupt_offset,
+                                          &byte, 1);
+            if (status != KVIO_OK) {
+                snprintf(state->error, sizeof(state->error), "corrupting a GPU slot: %s",
+                         kvio_device_error(device));
+                return status;
+            }
+        }
         state->corrupted = true;
     }
     if (state->config->verify && !state->verified) {
@@ -107,7 +125,19 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
         uint64_t length = receive->meta.bytes - state->verified_bytes;
         if (length > VERIFY_STEP)
             length = VERIFY_STEP;
-        XXH3_64bits_update(state->hash, buffer + state->verified_bytes, length);
+        const void *piece = buffer + state->verified_bytes;
+        kvio_device_t *device = kvio_xfer_device(state->xfer);
+        if (device != NULL) {
+            /* GPU slots are checksummed through a pinned host buffer. */
+            kvio_status_t status = kvio_device_copy(device, state->staging, piece, length);
+            if (status != KVIO_OK) {
+                snprintf(state->error, sizeof(state->error),
+                         "reading a GPU slot to verify it: %s", kvio_device_error(device));
+                return status;
+            }
+            piece = state->staging;
+        }
+        XXH3_64bits_update(state->hash, piece, length);
         state->verified_bytes += length;
         if (state->verified_bytes >= receive->meta.bytes) {
             state->verified = true;
@@ -232,6 +262,12 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
         snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));
         goto done;
     }
+    if (kvio_xfer_device(xfer) != NULL && config->verify &&
+        kvio_device_host_alloc(kvio_xfer_device(xfer), VERIFY_STEP, &state.staging) != KVIO_OK) {
+        snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
+                 kvio_device_error(kvio_xfer_device(xfer)));
+        goto done;
+    }
     status = KVIO_OK;
     state.result.t_start_ns = kvio_rte_time_ns(rte);
     int64_t interval = kvio_xfer_poll_interval_ns(xfer);
@@ -277,7 +313,7 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
                 status = work_step(&state, &worked);
                 if (status != KVIO_OK) {
                     snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
-                             kvio_xfer_error(xfer));
+                             state.error[0] ? state.error : kvio_xfer_error(xfer));
                     break;
                 }
             }
@@ -308,7 +344,7 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
                 status = work_step(&state, &worked);
                 if (status != KVIO_OK)
                     snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
-                             kvio_xfer_error(xfer));
+                             state.error[0] ? state.error : kvio_xfer_error(xfer));
                 else if (!worked)
                     status = check_peer(&state, sender, deadline_ns, error_p, error_len);
             }
@@ -323,6 +359,8 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
         }
     }
 done:
+    if (state.staging != NULL)
+        kvio_device_host_free(kvio_xfer_device(xfer), state.staging);
     XXH3_freeState(state.hash);
     if (status != KVIO_OK) {
         free(state.result.records);

@@ -159,16 +159,31 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
 {
     uint64_t bytes = kvio_train_weights_bytes(config);
     void *weights = kvio_xfer_send_buffer(xfer);
+    /* Weights in GPU memory: the optimizer's writes and the checksum happen
+     * on a host mirror, uploaded whole after each change (inside the step). */
+    kvio_device_t *device = kvio_xfer_device(xfer);
+    void *mirror = NULL;
+    if (device != NULL) {
+        if (posix_memalign(&mirror, 4096, bytes) != 0) {
+            mirror = NULL;
+            snprintf(error_p, error_len, "trainer: cannot allocate a %llu-byte host mirror of "
+                     "the GPU weights", (unsigned long long)bytes);
+            return KVIO_ERR_NOMEM;
+        }
+        weights = mirror;
+    }
     kvio_rng_t rng;
     kvio_rng_seed(&rng, seed, (uint32_t)kvio_rte_index(rte), "train.step_time");
     size_t capacity = 16, count = 0;
     kvio_train_record_t *records = malloc(capacity * sizeof(*records));
     if (records == NULL) {
+        free(mirror);
         snprintf(error_p, error_len, "trainer: out of memory");
         return KVIO_ERR_NOMEM;
     }
     kvio_weights_fill(weights, bytes, seed);
     kvio_status_t status = KVIO_OK;
+    bool uploaded = device == NULL;
     uint64_t version = 0;
     bool dirty = true; /* the buffer must change before the next checksum */
     int64_t start_ns = kvio_rte_time_ns(rte), last_ns = start_ns, last_step = 0,
@@ -183,6 +198,16 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
         if (dirty) {
             kvio_weights_mutate(weights, bytes, version + 1); /* the optimizer's writes */
             dirty = false;
+            uploaded = device == NULL;
+        }
+        if (!uploaded) {
+            status = kvio_device_copy(device, kvio_xfer_send_buffer(xfer), mirror, bytes);
+            if (status != KVIO_OK) {
+                snprintf(error_p, error_len, "trainer: uploading the weights to the GPU: %s",
+                         kvio_device_error(device));
+                goto done;
+            }
+            uploaded = true;
         }
         wait_until(config->wait, step_end);
         step++;
@@ -224,6 +249,7 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
     if (status != KVIO_OK)
         snprintf(error_p, error_len, "trainer: %s", kvio_xfer_error(xfer));
 done:
+    free(mirror);
     if (status != KVIO_OK) {
         free(records);
         return status;

@@ -12,7 +12,7 @@
 #include "kvio/clock.h"
 #include "kvio/log.h"
 
-const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", NULL};
+const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", "cuda-ipc", "staged", NULL};
 static const char *const fanout_names[] = {"sequential", "chain", NULL};
 static const char *const discovery_names[] = {"poll", "notify", NULL};
 
@@ -62,7 +62,8 @@ static const kvio_opt_t model_options[] = {
 const kvio_opt_t kvio_xfer_options[] = {
     {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, kind),
      .values = kvio_xfer_kind_names, .default_value = "ucx",
-     .help = "ucx: puts into the receivers' memory; file: a directory; redis: SET + PUBLISH"},
+     .help = "ucx: puts into the receivers' memory; file: a directory; redis: SET + PUBLISH; "
+             "cuda-ipc: GPU to GPU on one node; staged: GPU -> pinned host -> UCX -> GPU"},
     {.key = "chunk", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_xfer_config_t, chunk),
      .default_value = "4MiB", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 4096,
      .max = 512.0 * 1024 * 1024, .help = "bytes per put, write, SET or GET"},
@@ -106,9 +107,40 @@ static kvio_status_t redis_stub_preflight(const kvio_xfer_config_t *config, uint
 const kvio_xfer_ops_t kvio_xfer_redis_ops = {.name = "redis", .preflight = redis_stub_preflight};
 #endif
 
+/* The GPU transports need CUDA, and UCX for their notices (staged also for
+ * its data). */
+#if !defined(KVIO_HAVE_CUDA) || !defined(KVIO_HAVE_UCX)
+static kvio_status_t cuda_ipc_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                             char *error_p, size_t error_len)
+{
+    snprintf(error_p, error_len, "cuda-ipc transport not built (configure with "
+             "KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON; this build has CUDA %s, UCX %s)",
+             kvio_device_built() ? "yes" : "no",
+#ifdef KVIO_HAVE_UCX
+             "yes"
+#else
+             "no"
+#endif
+    );
+    return KVIO_ERR_UNSUPPORTED;
+}
+static kvio_status_t staged_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                           char *error_p, size_t error_len)
+{
+    snprintf(error_p, error_len, "staged transport not built (configure with "
+             "KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON)");
+    return KVIO_ERR_UNSUPPORTED;
+}
+const kvio_xfer_ops_t kvio_xfer_cuda_ipc_ops = {.name = "cuda-ipc",
+                                                .preflight = cuda_ipc_stub_preflight};
+const kvio_xfer_ops_t kvio_xfer_staged_ops = {.name = "staged",
+                                              .preflight = staged_stub_preflight};
+#endif
+
 /* Indexed by kvio_xfer_kind_t. */
 static const kvio_xfer_ops_t *const xfer_registry[] = {
-    &kvio_xfer_ucx_ops, &kvio_xfer_file_ops, &kvio_xfer_redis_ops};
+    &kvio_xfer_ucx_ops, &kvio_xfer_file_ops, &kvio_xfer_redis_ops, &kvio_xfer_cuda_ipc_ops,
+    &kvio_xfer_staged_ops};
 
 static const kvio_xfer_ops_t *find_ops(int kind)
 {
@@ -135,6 +167,32 @@ void *kvio_xfer_aligned_alloc(uint64_t bytes)
     return buffer;
 }
 
+/* Where the weights go for this transport and device.weights: true for GPU
+ * memory. A combination that cannot work is a configuration error. */
+static kvio_status_t weights_on_gpu(const kvio_xfer_config_t *config,
+                                    const kvio_xfer_ops_t *ops, bool *gpu_p, char *error_p,
+                                    size_t error_len)
+{
+    int weights = config->device.weights;
+    if (ops->init != NULL && (ops->caps & KVIO_XFER_CAP_GPU_ONLY)) {
+        if (weights == KVIO_WEIGHTS_HOST) {
+            snprintf(error_p, error_len, "%s transport moves GPU memory: device.weights: "
+                     "host does not fit it (use auto or cuda)", ops->name);
+            return KVIO_ERR_CONFIG;
+        }
+        *gpu_p = true;
+        return KVIO_OK;
+    }
+    if (weights == KVIO_WEIGHTS_CUDA && ops->init != NULL &&
+        !(ops->caps & KVIO_XFER_CAP_GPU_MEM)) {
+        snprintf(error_p, error_len, "%s transport reads and writes host memory: with "
+                 "device.weights: cuda use train.transport.kind: staged or cuda-ipc", ops->name);
+        return KVIO_ERR_CONFIG;
+    }
+    *gpu_p = weights == KVIO_WEIGHTS_CUDA;
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
                                   char *error_p, size_t error_len)
 {
@@ -143,8 +201,53 @@ kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t byt
         snprintf(error_p, error_len, "unknown transport kind %d", config->kind);
         return KVIO_ERR_CONFIG;
     }
+    bool gpu = false;
+    kvio_status_t status = weights_on_gpu(config, ops, &gpu, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     if (ops->preflight != NULL)
-        return ops->preflight(config, bytes, error_p, error_len);
+        status = ops->preflight(config, bytes, error_p, error_len);
+    if (status == KVIO_OK && gpu && (ops->caps & KVIO_XFER_CAP_GPU_ONLY)) {
+        /* The GPU transports have no host fallback. */
+        kvio_device_info_t info;
+        char reason[512];
+        if (kvio_device_query((int)config->device.index, &info, reason, sizeof(reason)) !=
+            KVIO_OK) {
+            snprintf(error_p, error_len, "%s transport: %s", ops->name, reason);
+            status = KVIO_ERR_CONFIG;
+        }
+    }
+    return status;
+}
+
+/* Opens the cuda domain the buffers go to (xfer->device stays NULL for host
+ * buffers, also after a fallback to host, which is logged). */
+static kvio_status_t open_device(kvio_xfer_t *xfer, char *error_p, size_t error_len)
+{
+    const kvio_xfer_ops_t *ops = xfer->ops;
+    const kvio_device_config_t *device = &xfer->config->device;
+    bool gpu = false;
+    kvio_status_t status = weights_on_gpu(xfer->config, ops, &gpu, error_p, error_len);
+    if (status != KVIO_OK || !gpu || xfer->role == KVIO_XFER_BYSTANDER)
+        return status;
+    bool gpu_only = (ops->caps & KVIO_XFER_CAP_GPU_ONLY) != 0;
+    char reason[512] = "";
+    kvio_device_t *domain = NULL;
+    status = kvio_device_create(KVIO_MEMORY_CUDA,
+                                gpu_only ? KVIO_FALLBACK_ERROR : device->fallback,
+                                device->index, kvio_rte_index(xfer->rte), &domain, reason,
+                                sizeof(reason));
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s transport: weights on the GPU: %s", ops->name, reason);
+        return status;
+    }
+    if (kvio_device_kind(domain) != KVIO_MEMORY_CUDA) {
+        kvio_warn("rank %d: %s transport: weights in %s", kvio_rte_index(xfer->rte), ops->name,
+                  kvio_device_describe(domain));
+        kvio_device_destroy(domain);
+        return KVIO_OK;
+    }
+    xfer->device = domain;
     return KVIO_OK;
 }
 
@@ -182,7 +285,9 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
     }
     if (ops->priv_size > 0 && (xfer->priv = calloc(1, ops->priv_size)) == NULL)
         goto fail;
-    status = ops->init(xfer, error_p, error_len);
+    status = open_device(xfer, error_p, error_len);
+    if (status == KVIO_OK)
+        status = ops->init(xfer, error_p, error_len);
     if (status != KVIO_OK)
         goto fail_init;
     *xfer_p = xfer;
@@ -191,6 +296,7 @@ fail:
     snprintf(error_p, error_len, "transport: out of memory");
 fail_init:
     if (xfer != NULL) {
+        kvio_device_destroy(xfer->device);
         free(xfer->priv);
         free(xfer->receivers);
     }
@@ -204,12 +310,14 @@ void kvio_xfer_destroy(kvio_xfer_t *xfer)
         return;
     if (xfer->ops->fini != NULL)
         xfer->ops->fini(xfer);
+    kvio_device_destroy(xfer->device);
     free(xfer->priv);
     free(xfer->receivers);
     free(xfer);
 }
 
 void *kvio_xfer_send_buffer(kvio_xfer_t *xfer) { return xfer->send_buffer; }
+kvio_device_t *kvio_xfer_device(const kvio_xfer_t *xfer) { return xfer->device; }
 void *kvio_xfer_slot(kvio_xfer_t *xfer, int slot) { return xfer->slots[slot & 1]; }
 uint64_t kvio_xfer_polls(const kvio_xfer_t *xfer) { return xfer->polls; }
 int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer) { return xfer->poll_interval_ns; }
@@ -387,6 +495,14 @@ static void model_defaults(int kind, int64_t *latency_ns_p, double *bandwidth_gb
         *latency_ns_p = 1000000;
         *bandwidth_gbps_p = 2.0;
         break;
+    case KVIO_XFER_CUDA_IPC:
+        *latency_ns_p = 20000;
+        *bandwidth_gbps_p = 200.0;
+        break;
+    case KVIO_XFER_STAGED:
+        *latency_ns_p = 50000;
+        *bandwidth_gbps_p = 10.0;
+        break;
     default:
         *latency_ns_p = 200000;
         *bandwidth_gbps_p = 1.0;
@@ -412,7 +528,8 @@ void kvio_xfer_model(const kvio_xfer_config_t *config, uint64_t bytes, int recei
          * hop adds one chunk. */
         arrival = latency_ns * (receiver + 1) + whole_ns + chunk_ns * receiver;
         busy = latency_ns + whole_ns;
-    } else if (config->kind == KVIO_XFER_UCX) {
+    } else if (config->kind == KVIO_XFER_UCX || config->kind == KVIO_XFER_CUDA_IPC ||
+               config->kind == KVIO_XFER_STAGED) {
         arrival = (latency_ns + whole_ns) * (receiver + 1);
         busy = (latency_ns + whole_ns) * num_receivers;
     } else {

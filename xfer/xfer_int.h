@@ -48,6 +48,8 @@ struct kvio_xfer {
     uint64_t bytes;
     void *send_buffer;    /* set by the plug-in's init (sender) */
     void *slots[2];       /* set by the plug-in's init (receiver) */
+    kvio_device_t *device; /* the framework's: a cuda domain when the buffers
+                              are to be GPU memory, else NULL */
     uint64_t polls;
     int64_t poll_interval_ns; /* plug-in sets: 0 when notified */
     uint64_t chunks_sent;     /* plug-ins count, for die_after_chunks */
@@ -60,6 +62,8 @@ struct kvio_xfer {
 extern const kvio_xfer_ops_t kvio_xfer_ucx_ops;
 extern const kvio_xfer_ops_t kvio_xfer_file_ops;
 extern const kvio_xfer_ops_t kvio_xfer_redis_ops;
+extern const kvio_xfer_ops_t kvio_xfer_cuda_ipc_ops;
+extern const kvio_xfer_ops_t kvio_xfer_staged_ops;
 
 /* Records a plug-in's error (kept with the xfer for the caller). */
 void kvio_xfer_set_error(kvio_xfer_t *xfer, const char *fmt, ...)

@@ -6,18 +6,13 @@
  * then sends an active message with the update's meta. Receivers answer with
  * an ack that frees a slot. UCX_TLS is honoured; the lanes chosen are
  * reported. Every wait is bounded by the runtime's timeout. */
-#include "xfer/xfer_int.h"
+#include "xfer/xfer_ucx_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucp/api/ucp.h>
 
 #include "kvio/clock.h"
-
-#define AM_UPDATE 11
-#define AM_ACK 12
-#define QUEUE_LENGTH 64
 
 typedef struct ack_message {
     uint64_t version;
@@ -25,26 +20,10 @@ typedef struct ack_message {
     int32_t receiver; /* index into receivers */
 } ack_message_t;
 
-typedef struct remote_slots {
-    uint64_t address[2];
-    ucp_rkey_h rkey[2];
-} remote_slots_t;
-
-typedef struct ucx_priv {
-    ucp_context_h context;
-    ucp_worker_h worker;
-    ucp_ep_h *eps;            /* by rank; NULL where not connected */
-    int size;
-    ucp_mem_h memory[2];      /* receiver: slots; sender: [0] the send buffer */
-    remote_slots_t *remote;   /* sender: per receiver */
-    uint64_t *acked;          /* sender: newest version handled, per receiver */
-    uint32_t *free_slot;      /* sender: slot each receiver has free */
-    kvio_xfer_meta_t queue[QUEUE_LENGTH]; /* receiver: notices not yet polled */
-    int queue_head, queue_count;
-    int inflight;
-    ucs_status_t request_error;
-    bool queue_overflow;
-} ucx_priv_t;
+typedef kvio_ucx_t ucx_priv_t;
+#define QUEUE_LENGTH KVIO_UCX_QUEUE_LENGTH
+#define AM_UPDATE KVIO_UCX_AM_UPDATE
+#define AM_ACK KVIO_UCX_AM_ACK
 
 static kvio_status_t from_ucs(ucs_status_t status)
 {
@@ -116,17 +95,19 @@ static kvio_status_t wait_inflight(kvio_xfer_t *xfer, int limit, int peer, const
         if (ucp_worker_progress(priv->worker) != 0)
             continue;
         if (kvio_rte_peer_failed(xfer->rte, peer)) {
-            kvio_xfer_set_error(xfer, "ucx transport: rank %d failed while %s", peer, what);
+            kvio_xfer_set_error(xfer, "%s transport: rank %d failed while %s", xfer->ops->name,
+                                peer, what);
             return KVIO_ERR_PEER;
         }
         if (kvio_time_ns() > deadline) {
-            kvio_xfer_set_error(xfer, "ucx transport: %s rank %d took longer than %.1f s",
-                                what, peer, (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
+            kvio_xfer_set_error(xfer, "%s transport: %s rank %d took longer than %.1f s",
+                                xfer->ops->name, what, peer,
+                                (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
             return KVIO_ERR_TIMEOUT;
         }
     }
     if (priv->request_error != UCS_OK) {
-        kvio_xfer_set_error(xfer, "ucx transport: %s rank %d: %s", what, peer,
+        kvio_xfer_set_error(xfer, "%s transport: %s rank %d: %s", xfer->ops->name, what, peer,
                             ucs_status_string(priv->request_error));
         return from_ucs(priv->request_error);
     }
@@ -138,7 +119,7 @@ static kvio_status_t track(kvio_xfer_t *xfer, ucs_status_ptr_t request, const ch
 {
     ucx_priv_t *priv = xfer->priv;
     if (UCS_PTR_IS_ERR(request)) {
-        kvio_xfer_set_error(xfer, "ucx transport: %s: %s", what,
+        kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->name, what,
                             ucs_status_string(UCS_PTR_STATUS(request)));
         return from_ucs(UCS_PTR_STATUS(request));
     }
@@ -196,18 +177,26 @@ static void describe_lanes(ucp_ep_h ep, char *text_p, size_t text_len)
     free(dump);
 }
 
-static kvio_status_t map_buffer(kvio_xfer_t *xfer, uint64_t bytes, ucp_mem_h *memory_p,
+kvio_status_t kvio_xfer_ucx_map(kvio_xfer_t *xfer, void *address, uint64_t bytes,
+                                ucs_memory_type_t memory_type, ucp_mem_h *memory_p,
                                 void **address_p)
 {
     ucx_priv_t *priv = xfer->priv;
     ucp_mem_map_params_t params = {
         .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                       UCP_MEM_MAP_PARAM_FIELD_FLAGS,
-        .address = NULL, .length = bytes, .flags = UCP_MEM_MAP_ALLOCATE};
+        .address = address, .length = bytes,
+        .flags = address == NULL ? UCP_MEM_MAP_ALLOCATE : 0};
+    if (address != NULL) {
+        params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        params.memory_type = memory_type;
+    }
     ucs_status_t status = ucp_mem_map(priv->context, &params, memory_p);
     if (status != UCS_OK) {
-        kvio_xfer_set_error(xfer, "ucx transport: ucp_mem_map(%llu bytes): %s",
-                            (unsigned long long)bytes, ucs_status_string(status));
+        kvio_xfer_set_error(xfer, "%s transport: ucp_mem_map(%llu bytes%s): %s",
+                            xfer->ops->name, (unsigned long long)bytes,
+                            memory_type == UCS_MEMORY_TYPE_CUDA ? ", CUDA" : "",
+                            ucs_status_string(status));
         return from_ucs(status);
     }
     ucp_mem_attr_t attributes = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
@@ -216,17 +205,18 @@ static kvio_status_t map_buffer(kvio_xfer_t *xfer, uint64_t bytes, ucp_mem_h *me
     return KVIO_OK;
 }
 
-static kvio_status_t set_handler(ucx_priv_t *priv, unsigned id, ucp_am_recv_callback_t callback)
+kvio_status_t kvio_xfer_ucx_set_handler(kvio_ucx_t *ucx, unsigned id,
+                                        ucp_am_recv_callback_t callback, void *arg)
 {
     ucp_am_handler_param_t param = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG,
-        .id = id, .cb = callback, .arg = priv};
-    return from_ucs(ucp_worker_set_am_recv_handler(priv->worker, &param));
+        .id = id, .cb = callback, .arg = arg};
+    return from_ucs(ucp_worker_set_am_recv_handler(ucx->worker, &param));
 }
 
-/* Packs [u64 address0, u64 address1, u64 length0, rkey0, rkey1]. */
-static kvio_status_t pack_slots(kvio_xfer_t *xfer, void **blob_p, size_t *length_p)
+kvio_status_t kvio_xfer_ucx_pack_slots(kvio_xfer_t *xfer, void *address0, void *address1,
+                                       void **blob_p, size_t *length_p)
 {
     ucx_priv_t *priv = xfer->priv;
     void *rkeys[2] = {NULL, NULL};
@@ -239,8 +229,8 @@ static kvio_status_t pack_slots(kvio_xfer_t *xfer, void **blob_p, size_t *length
     if (status == KVIO_OK && (blob = malloc(3 * sizeof(uint64_t) + sizes[0] + sizes[1])) == NULL)
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK) {
-        uint64_t header[3] = {(uint64_t)(uintptr_t)xfer->slots[0],
-                              (uint64_t)(uintptr_t)xfer->slots[1], sizes[0]};
+        uint64_t header[3] = {(uint64_t)(uintptr_t)address0, (uint64_t)(uintptr_t)address1,
+                              sizes[0]};
         memcpy(blob, header, sizeof(header));
         memcpy(blob + sizeof(header), rkeys[0], sizes[0]);
         memcpy(blob + sizeof(header) + sizes[0], rkeys[1], sizes[1]);
@@ -253,6 +243,27 @@ static kvio_status_t pack_slots(kvio_xfer_t *xfer, void **blob_p, size_t *length
     return status;
 }
 
+kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void *blob,
+                                         size_t length, kvio_ucx_remote_slots_t *remote_p)
+{
+    ucx_priv_t *priv = xfer->priv;
+    uint64_t header[3];
+    if (length < sizeof(header))
+        return KVIO_ERR_INTERNAL;
+    memcpy(header, blob, sizeof(header));
+    if (length < sizeof(header) + header[2])
+        return KVIO_ERR_INTERNAL;
+    remote_p->address[0] = header[0];
+    remote_p->address[1] = header[1];
+    const char *rkeys[2] = {(const char *)blob + sizeof(header),
+                            (const char *)blob + sizeof(header) + header[2]};
+    kvio_status_t status = KVIO_OK;
+    for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
+        status = from_ucs(ucp_ep_rkey_unpack(priv->eps[rank], rkeys[slot],
+                                             &remote_p->rkey[slot]));
+    return status;
+}
+
 static kvio_status_t connect_to(kvio_xfer_t *xfer, int rank, void **addresses)
 {
     ucx_priv_t *priv = xfer->priv;
@@ -261,67 +272,134 @@ static kvio_status_t connect_to(kvio_xfer_t *xfer, int rank, void **addresses)
         .address = addresses[rank], .err_mode = UCP_ERR_HANDLING_MODE_NONE};
     ucs_status_t status = ucp_ep_create(priv->worker, &params, &priv->eps[rank]);
     if (status != UCS_OK)
-        kvio_xfer_set_error(xfer, "ucx transport: connecting to rank %d: %s", rank,
-                            ucs_status_string(status));
+        kvio_xfer_set_error(xfer, "%s transport: connecting to rank %d: %s", xfer->ops->name,
+                            rank, ucs_status_string(status));
     return from_ucs(status);
 }
 
-static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
+bool kvio_xfer_ucx_takes_cuda(const kvio_ucx_t *ucx)
+{
+    return (ucx->memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer)
 {
     ucx_priv_t *priv = xfer->priv;
     ucp_config_t *config = NULL;
-    ucp_address_t *address = NULL;
-    size_t address_length = 0;
-    void **addresses = NULL, **slot_blobs = NULL, *my_slots = NULL;
-    size_t *address_lengths = NULL, *slot_lengths = NULL, my_slots_length = 0;
     priv->size = kvio_rte_size(xfer->rte);
     kvio_status_t status = from_ucs(ucp_config_read(NULL, NULL, &config));
     if (status != KVIO_OK)
-        goto fail;
+        return status;
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_RMA | UCP_FEATURE_AM};
     status = from_ucs(ucp_init(&params, config, &priv->context));
     ucp_config_release(config);
     if (status != KVIO_OK)
-        goto fail;
+        return status;
+    ucp_context_attr_t context_attributes = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    if (ucp_context_query(priv->context, &context_attributes) == UCS_OK)
+        priv->memory_types = context_attributes.memory_types;
     ucp_worker_params_t worker_params = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                          .thread_mode = UCS_THREAD_MODE_SINGLE};
     status = from_ucs(ucp_worker_create(priv->context, &worker_params, &priv->worker));
-    if (status != KVIO_OK)
-        goto fail;
-    status = set_handler(priv, AM_UPDATE, on_update);
     if (status == KVIO_OK)
-        status = set_handler(priv, AM_ACK, on_ack);
+        status = kvio_xfer_ucx_set_handler(priv, AM_UPDATE, on_update, priv);
     if (status == KVIO_OK)
-        status = from_ucs(ucp_worker_get_address(priv->worker, &address, &address_length));
+        status = kvio_xfer_ucx_set_handler(priv, AM_ACK, on_ack, priv);
     if (status != KVIO_OK)
-        goto fail;
+        return status;
     priv->eps = calloc((size_t)priv->size, sizeof(*priv->eps));
-    if (priv->eps == NULL) {
-        status = KVIO_ERR_NOMEM;
-        goto fail;
-    }
+    if (priv->eps == NULL)
+        return KVIO_ERR_NOMEM;
     if (xfer->role == KVIO_XFER_SENDER) {
-        status = map_buffer(xfer, xfer->bytes, &priv->memory[0], &xfer->send_buffer);
         priv->remote = calloc((size_t)xfer->num_receivers + 1, sizeof(*priv->remote));
         priv->acked = calloc((size_t)xfer->num_receivers + 1, sizeof(*priv->acked));
         priv->free_slot = calloc((size_t)xfer->num_receivers + 1, sizeof(*priv->free_slot));
-        if (status == KVIO_OK && (priv->remote == NULL || priv->acked == NULL ||
-                                  priv->free_slot == NULL))
-            status = KVIO_ERR_NOMEM;
-    } else if (xfer->role == KVIO_XFER_RECEIVER) {
-        for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
-            status = map_buffer(xfer, xfer->bytes, &priv->memory[slot], &xfer->slots[slot]);
-        if (status == KVIO_OK)
-            status = pack_slots(xfer, &my_slots, &my_slots_length);
+        if (priv->remote == NULL || priv->acked == NULL || priv->free_slot == NULL)
+            return KVIO_ERR_NOMEM;
     }
-    /* Every rank takes part in both exchanges, even after a local failure,
-     * so that peers are not left waiting; a failure is decided after. */
-    kvio_status_t exchange = kvio_rte_allgather_blobs(xfer->rte, address, address_length,
-                                                      &addresses, &address_lengths);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t length,
+                                    void ***blobs_p, size_t **lengths_p)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_address_t *address = NULL;
+    size_t address_length = 0;
+    void **addresses = NULL, **blobs = NULL;
+    size_t *address_lengths = NULL, *lengths = NULL;
+    /* A rank whose set-up failed still takes part (with an empty address),
+     * so that its peers are not left waiting; it then reports its error. */
+    kvio_status_t status = priv->worker != NULL
+                               ? from_ucs(ucp_worker_get_address(priv->worker, &address,
+                                                                 &address_length))
+                               : KVIO_ERR_INTERNAL;
+    kvio_status_t exchange = kvio_rte_allgather_blobs(
+        xfer->rte, address != NULL ? (const void *)address : "", address_length, &addresses,
+        &address_lengths);
     if (exchange == KVIO_OK)
-        exchange = kvio_rte_allgather_blobs(xfer->rte, my_slots ? my_slots : "", my_slots_length,
-                                            &slot_blobs, &slot_lengths);
+        exchange = kvio_rte_allgather_blobs(xfer->rte, blob != NULL ? blob : "", length, &blobs,
+                                            &lengths);
+    if (status == KVIO_OK)
+        status = exchange;
+    if (status == KVIO_OK && xfer->role == KVIO_XFER_SENDER) {
+        for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++)
+            status = connect_to(xfer, xfer->receivers[i], addresses);
+    } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
+        status = connect_to(xfer, xfer->sender, addresses);
+    }
+    if (address != NULL)
+        ucp_worker_release_address(priv->worker, address);
+    kvio_rte_blobs_free(addresses, address_lengths, priv->size);
+    if (status == KVIO_OK) {
+        *blobs_p = blobs;
+        *lengths_p = lengths;
+    } else {
+        kvio_rte_blobs_free(blobs, lengths, priv->size);
+    }
+    return status;
+}
+
+static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
+{
+    ucx_priv_t *priv = xfer->priv;
+    void **slot_blobs = NULL, *my_slots = NULL;
+    size_t *slot_lengths = NULL, my_slots_length = 0;
+    kvio_status_t status = kvio_xfer_ucx_open(xfer);
+    /* Weights on the GPU only when this UCX can take CUDA memory (Debian's
+     * cannot): never hand it a device pointer otherwise. */
+    bool on_gpu = xfer->device != NULL;
+    if (status == KVIO_OK && on_gpu && !kvio_xfer_ucx_takes_cuda(priv)) {
+        kvio_xfer_set_error(xfer, "ucx transport: this UCX cannot access CUDA memory (its "
+                            "memory types do not include cuda): use train.transport.kind: "
+                            "staged or cuda-ipc for weights on the GPU");
+        status = KVIO_ERR_UNSUPPORTED;
+    }
+    void *gpu_buffers[2] = {NULL, NULL};
+    ucs_memory_type_t memory_type = on_gpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    if (status == KVIO_OK && xfer->role == KVIO_XFER_SENDER) {
+        if (on_gpu)
+            status = kvio_device_alloc(xfer->device, xfer->bytes, &gpu_buffers[0]);
+        if (status == KVIO_OK)
+            status = kvio_xfer_ucx_map(xfer, gpu_buffers[0], xfer->bytes, memory_type,
+                                       &priv->memory[0], &xfer->send_buffer);
+    } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
+        for (int slot = 0; slot < 2 && status == KVIO_OK; slot++) {
+            if (on_gpu)
+                status = kvio_device_alloc(xfer->device, xfer->bytes, &gpu_buffers[slot]);
+            if (status == KVIO_OK)
+                status = kvio_xfer_ucx_map(xfer, gpu_buffers[slot], xfer->bytes, memory_type,
+                                           &priv->memory[slot], &xfer->slots[slot]);
+        }
+        if (status == KVIO_OK)
+            status = kvio_xfer_ucx_pack_slots(xfer, xfer->slots[0], xfer->slots[1], &my_slots,
+                                              &my_slots_length);
+    }
+    if (on_gpu && xfer->device != NULL && kvio_device_error(xfer->device)[0] != '\0')
+        kvio_xfer_set_error(xfer, "ucx transport: %s", kvio_device_error(xfer->device));
+    kvio_status_t exchange = kvio_xfer_ucx_connect(xfer, my_slots, my_slots_length, &slot_blobs,
+                                                   &slot_lengths);
     if (status == KVIO_OK)
         status = exchange;
     if (status != KVIO_OK)
@@ -329,38 +407,21 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
     if (xfer->role == KVIO_XFER_SENDER) {
         for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++) {
             int rank = xfer->receivers[i];
-            status = connect_to(xfer, rank, addresses);
-            const char *blob = slot_blobs[rank];
-            if (status != KVIO_OK)
-                break;
-            if (slot_lengths[rank] < 3 * sizeof(uint64_t)) {
-                status = KVIO_ERR_INTERNAL;
-                break;
-            }
-            uint64_t header[3];
-            memcpy(header, blob, sizeof(header));
-            priv->remote[i].address[0] = header[0];
-            priv->remote[i].address[1] = header[1];
-            const char *rkeys[2] = {blob + sizeof(header), blob + sizeof(header) + header[2]};
-            for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
-                status = from_ucs(ucp_ep_rkey_unpack(priv->eps[rank], rkeys[slot],
-                                                     &priv->remote[i].rkey[slot]));
+            status = kvio_xfer_ucx_unpack_slots(xfer, rank, slot_blobs[rank], slot_lengths[rank],
+                                                &priv->remote[i]);
         }
         if (status == KVIO_OK && xfer->num_receivers > 0) {
             char lanes[256];
             describe_lanes(priv->eps[xfer->receivers[0]], lanes, sizeof(lanes));
             const char *tls = getenv("UCX_TLS");
-            snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)", lanes,
-                     tls ? tls : "default");
+            snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)%s", lanes,
+                     tls ? tls : "default", on_gpu ? ", weights in CUDA memory" : "");
         }
     } else if (xfer->role == KVIO_XFER_RECEIVER) {
-        status = connect_to(xfer, xfer->sender, addresses);
         snprintf(xfer->info, sizeof(xfer->info), "ucx receiver");
     }
     if (status != KVIO_OK)
         goto fail;
-    ucp_worker_release_address(priv->worker, address);
-    kvio_rte_blobs_free(addresses, address_lengths, priv->size);
     kvio_rte_blobs_free(slot_blobs, slot_lengths, priv->size);
     free(my_slots);
     return KVIO_OK;
@@ -369,15 +430,17 @@ fail:
                                                       : "ucx transport: set-up failed");
     if (!xfer->error[0])
         snprintf(error_p, error_len, "ucx transport: set-up failed: %s", kvio_strerror(status));
-    if (address != NULL)
-        ucp_worker_release_address(priv->worker, address);
-    kvio_rte_blobs_free(addresses, address_lengths, priv->size);
     kvio_rte_blobs_free(slot_blobs, slot_lengths, priv->size);
     free(my_slots);
+    /* fini runs only after a successful init: undo here. */
+    kvio_xfer_ucx_close(xfer);
+    for (int slot = 0; slot < 2; slot++)
+        if (gpu_buffers[slot] != NULL)
+            kvio_device_free(xfer->device, gpu_buffers[slot]);
     return status;
 }
 
-static void ucx_fini(kvio_xfer_t *xfer)
+void kvio_xfer_ucx_close(kvio_xfer_t *xfer)
 {
     ucx_priv_t *priv = xfer->priv;
     if (priv->remote != NULL)
@@ -412,9 +475,59 @@ static void ucx_fini(kvio_xfer_t *xfer)
     free(priv->remote);
     free(priv->acked);
     free(priv->free_slot);
+    memset(priv, 0, sizeof(*priv));
 }
 
-static kvio_status_t ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta)
+static void ucx_fini(kvio_xfer_t *xfer)
+{
+    /* GPU buffers were registered, not allocated, by UCX: free them after. */
+    void *gpu_buffers[2] = {NULL, NULL};
+    if (xfer->device != NULL) {
+        gpu_buffers[0] = xfer->role == KVIO_XFER_SENDER ? xfer->send_buffer : xfer->slots[0];
+        gpu_buffers[1] = xfer->role == KVIO_XFER_SENDER ? NULL : xfer->slots[1];
+    }
+    kvio_xfer_ucx_close(xfer);
+    for (int slot = 0; slot < 2; slot++)
+        if (gpu_buffers[slot] != NULL)
+            kvio_device_free(xfer->device, gpu_buffers[slot]);
+}
+
+static kvio_status_t ucx_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                   char *error_p, size_t error_len)
+{
+    if (config->device.weights != KVIO_WEIGHTS_CUDA)
+        return KVIO_OK;
+    /* Weights on the GPU need a UCX with CUDA memory, unless they fall back
+     * to host because there is no device. */
+    ucp_config_t *ucp_config = NULL;
+    ucp_context_h context = NULL;
+    uint64_t memory_types = 0;
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_RMA | UCP_FEATURE_AM};
+    if (ucp_config_read(NULL, NULL, &ucp_config) == UCS_OK) {
+        if (ucp_init(&params, ucp_config, &context) == UCS_OK) {
+            ucp_context_attr_t attributes = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+            if (ucp_context_query(context, &attributes) == UCS_OK)
+                memory_types = attributes.memory_types;
+            ucp_cleanup(context);
+        }
+        ucp_config_release(ucp_config);
+    }
+    if (memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
+        return KVIO_OK;
+    kvio_device_info_t info;
+    char reason[512];
+    bool have_device = kvio_device_query((int)config->device.index, &info, reason,
+                                         sizeof(reason)) == KVIO_OK;
+    if (!have_device && config->device.fallback == KVIO_FALLBACK_HOST)
+        return KVIO_OK;
+    snprintf(error_p, error_len, "ucx transport: this UCX cannot access CUDA memory (its "
+             "memory types do not include cuda): use train.transport.kind: staged or cuda-ipc "
+             "for device.weights: cuda");
+    return KVIO_ERR_UNSUPPORTED;
+}
+
+kvio_status_t kvio_xfer_ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta)
 {
     ucx_priv_t *priv = xfer->priv;
     int rank = xfer->receivers[target];
@@ -427,13 +540,15 @@ static kvio_status_t ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer_me
         if (ucp_worker_progress(priv->worker) != 0)
             continue;
         if (kvio_rte_peer_failed(xfer->rte, rank)) {
-            kvio_xfer_set_error(xfer, "ucx transport: receiving rank %d failed", rank);
+            kvio_xfer_set_error(xfer, "%s transport: receiving rank %d failed", xfer->ops->name,
+                                rank);
             return KVIO_ERR_PEER;
         }
         if (kvio_time_ns() > deadline) {
             kvio_xfer_set_error(xfer,
-                                "ucx transport: rank %d did not free a slot for version %llu "
-                                "within %.1f s", rank, (unsigned long long)meta->version,
+                                "%s transport: rank %d did not free a slot for version %llu "
+                                "within %.1f s", xfer->ops->name, rank,
+                                (unsigned long long)meta->version,
                                 (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
             return KVIO_ERR_TIMEOUT;
         }
@@ -442,28 +557,25 @@ static kvio_status_t ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer_me
     return KVIO_OK;
 }
 
-static kvio_status_t ucx_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *local,
+                                       uint64_t remote, ucp_rkey_h rkey, uint64_t length,
+                                       uint64_t chunk)
 {
     ucx_priv_t *priv = xfer->priv;
-    int rank = xfer->receivers[target];
     ucp_ep_h ep = priv->eps[rank];
-    const remote_slots_t *remote = &priv->remote[target];
-    int slot = (int)(meta->slot & 1);
-    uint64_t chunk = xfer->config->chunk;
     int limit = (int)xfer->config->inflight;
     priv->request_error = UCS_OK;
     kvio_status_t status = KVIO_OK;
-    for (uint64_t offset = 0; offset < xfer->bytes && status == KVIO_OK; offset += chunk) {
-        uint64_t length = xfer->bytes - offset < chunk ? xfer->bytes - offset : chunk;
+    for (uint64_t offset = 0; offset < length && status == KVIO_OK; offset += chunk) {
+        uint64_t piece = length - offset < chunk ? length - offset : chunk;
         status = wait_inflight(xfer, limit - 1, rank, "putting to");
         if (status != KVIO_OK)
             break;
         if (kvio_xfer_fault_now(xfer))
             return KVIO_ERR_INTERRUPTED; /* a dead sender leaves its puts behind */
         ucp_request_param_t param = callback_param(priv);
-        status = track(xfer, ucp_put_nbx(ep, (char *)xfer->send_buffer + offset, length,
-                                         remote->address[slot] + offset, remote->rkey[slot],
-                                         &param),
+        status = track(xfer, ucp_put_nbx(ep, (const char *)local + offset, piece,
+                                         remote + offset, rkey, &param),
                        "ucp_put_nbx");
     }
     if (status == KVIO_OK)
@@ -478,8 +590,18 @@ static kvio_status_t ucx_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta
     return status;
 }
 
-static kvio_status_t send_am(kvio_xfer_t *xfer, int rank, unsigned id, const void *data,
-                             size_t length)
+static kvio_status_t ucx_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    ucx_priv_t *priv = xfer->priv;
+    const kvio_ucx_remote_slots_t *remote = &priv->remote[target];
+    int slot = (int)(meta->slot & 1);
+    return kvio_xfer_ucx_put_region(xfer, xfer->receivers[target], xfer->send_buffer,
+                                    remote->address[slot], remote->rkey[slot], xfer->bytes,
+                                    xfer->config->chunk);
+}
+
+kvio_status_t kvio_xfer_ucx_send_am(kvio_xfer_t *xfer, int rank, unsigned id,
+                                    const void *data, size_t length)
 {
     ucx_priv_t *priv = xfer->priv;
     ucp_request_param_t param = callback_param(priv);
@@ -494,17 +616,41 @@ static kvio_status_t send_am(kvio_xfer_t *xfer, int rank, unsigned id, const voi
     return status;
 }
 
-static kvio_status_t ucx_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+kvio_status_t kvio_xfer_ucx_wait(kvio_xfer_t *xfer, bool (*done)(void *arg), void *arg,
+                                 int peer, const char *what)
 {
-    return send_am(xfer, xfer->receivers[target], AM_UPDATE, meta, sizeof(*meta));
+    ucx_priv_t *priv = xfer->priv;
+    uint64_t deadline = kvio_time_ns() + (uint64_t)kvio_rte_timeout_ns(xfer->rte);
+    while (!done(arg)) {
+        if (ucp_worker_progress(priv->worker) != 0)
+            continue;
+        if (kvio_rte_peer_failed(xfer->rte, peer)) {
+            kvio_xfer_set_error(xfer, "%s transport: rank %d failed while %s", xfer->ops->name,
+                                peer, what);
+            return KVIO_ERR_PEER;
+        }
+        if (kvio_time_ns() > deadline) {
+            kvio_xfer_set_error(xfer, "%s transport: %s rank %d took longer than %.1f s",
+                                xfer->ops->name, what, peer,
+                                (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
+            return KVIO_ERR_TIMEOUT;
+        }
+    }
+    return KVIO_OK;
 }
 
-static kvio_status_t ucx_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
+kvio_status_t kvio_xfer_ucx_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    return kvio_xfer_ucx_send_am(xfer, xfer->receivers[target], AM_UPDATE, meta, sizeof(*meta));
+}
+
+kvio_status_t kvio_xfer_ucx_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
 {
     ucx_priv_t *priv = xfer->priv;
     ucp_worker_progress(priv->worker);
     if (priv->queue_overflow) {
-        kvio_xfer_set_error(xfer, "ucx transport: more than %d notices queued", QUEUE_LENGTH);
+        kvio_xfer_set_error(xfer, "%s transport: more than %d notices queued", xfer->ops->name,
+                            QUEUE_LENGTH);
         return KVIO_ERR_INTERNAL;
     }
     if (priv->queue_count == 0)
@@ -515,14 +661,14 @@ static kvio_status_t ucx_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
     return KVIO_OK;
 }
 
-static kvio_status_t ucx_ack(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
+kvio_status_t kvio_xfer_ucx_ack(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
 {
     ack_message_t ack = {.version = meta->version, .free_slot = meta->slot,
                          .receiver = xfer->self_index};
-    return send_am(xfer, xfer->sender, AM_ACK, &ack, sizeof(ack));
+    return kvio_xfer_ucx_send_am(xfer, xfer->sender, AM_ACK, &ack, sizeof(ack));
 }
 
-static void ucx_progress(kvio_xfer_t *xfer)
+void kvio_xfer_ucx_progress(kvio_xfer_t *xfer)
 {
     ucx_priv_t *priv = xfer->priv;
     ucp_worker_progress(priv->worker);
@@ -530,14 +676,15 @@ static void ucx_progress(kvio_xfer_t *xfer)
 
 const kvio_xfer_ops_t kvio_xfer_ucx_ops = {
     .name = "ucx",
-    .caps = KVIO_XFER_CAP_PUSH,
+    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM,
     .priv_size = sizeof(ucx_priv_t),
+    .preflight = ucx_preflight,
     .init = ucx_init,
     .fini = ucx_fini,
     .put = ucx_put,
-    .notify = ucx_notify,
-    .wait_credit = ucx_wait_credit,
-    .poll = ucx_poll,
-    .ack = ucx_ack,
-    .progress = ucx_progress,
+    .notify = kvio_xfer_ucx_notify,
+    .wait_credit = kvio_xfer_ucx_wait_credit,
+    .poll = kvio_xfer_ucx_poll,
+    .ack = kvio_xfer_ucx_ack,
+    .progress = kvio_xfer_ucx_progress,
 };

@@ -147,6 +147,9 @@ typedef struct kvio_engine_params {
     uint32_t rank;
     kvio_engine_observer_t observer;
     void *kv_memory;           /* emulate: (num_blocks + 1) × block_bytes (NULL: none) */
+    struct kvio_device *kv_device; /* non-NULL: kv_memory is GPU memory of this cuda
+                                      domain (borrowed); block copies go through its
+                                      stream, swap buffers are pinned */
     uint64_t block_bytes;
     bool verify_swaps;
     void *swap_space;          /* emulate: host swap space of swap_space_blocks blocks */

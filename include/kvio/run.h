@@ -8,6 +8,7 @@
 #include "kvio/rte.h"
 #include "kvio/status.h"
 #include "kvio/cost.h"
+#include "kvio/gpu.h"
 #include "kvio/serve.h"
 #include "kvio/stream.h"
 #include "kvio/train.h"
@@ -40,6 +41,7 @@ typedef struct kvio_workload {
     kvio_ranks_config_t ranks;
     kvio_model_t model;
     kvio_gpu_t gpu;
+    kvio_device_config_t device; /* where KV pool and weights live (emulate) */
     kvio_cost_config_t cost;
     kvio_serve_config_t serve;
     kvio_slo_config_t slo;

@@ -78,6 +78,7 @@ typedef struct kvio_serve_run {
     kvio_results_t *results;        /* borrowed; requests.csv and iterations.csv (may be NULL) */
     volatile sig_atomic_t *stop;    /* set asynchronously to stop early (may be NULL) */
     kvio_event_trace_t *events;     /* borrowed; one event per iteration and swap (may be NULL) */
+    const struct kvio_device_config *device; /* emulate: KV pool memory (NULL: host) */
 } kvio_serve_run_t;
 
 /* KV blocks per serve rank from the kvcache section, model and GPU (blocks,

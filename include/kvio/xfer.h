@@ -1,5 +1,6 @@
 /* Model-update transports: move a weights buffer from one sender rank to its
- * receiver ranks (ucx, file, redis), behind one ops table and registry. The
+ * receiver ranks (ucx, file, redis, cuda-ipc, staged), behind one ops table
+ * and registry. The
  * framework wrapper (this API) takes every timestamp and counts bytes and
  * polls; plug-ins only move data. Times are on rank 0's clock (the runtime's
  * offsets). xfer/ knows buffers and ranks, not trainers or servers. */
@@ -7,6 +8,7 @@
 #define KVIO_XFER_H
 
 #include "kvio/config.h"
+#include "kvio/gpu.h"
 #include "kvio/rte.h"
 #include "kvio/status.h"
 
@@ -16,7 +18,13 @@
 typedef struct kvio_xfer kvio_xfer_t;
 
 /* Transport kinds, in the order of kvio_xfer_kind_names. */
-typedef enum { KVIO_XFER_UCX = 0, KVIO_XFER_FILE = 1, KVIO_XFER_REDIS = 2 } kvio_xfer_kind_t;
+typedef enum {
+    KVIO_XFER_UCX = 0,
+    KVIO_XFER_FILE = 1,
+    KVIO_XFER_REDIS = 2,
+    KVIO_XFER_CUDA_IPC = 3, /* same node, GPU to GPU */
+    KVIO_XFER_STAGED = 4,   /* GPU -> pinned host -> UCX -> pinned host -> GPU */
+} kvio_xfer_kind_t;
 typedef enum { KVIO_XFER_FANOUT_SEQUENTIAL = 0, KVIO_XFER_FANOUT_CHAIN = 1 } kvio_xfer_fanout_t;
 typedef enum { KVIO_XFER_DISCOVER_POLL = 0, KVIO_XFER_DISCOVER_NOTIFY = 1 } kvio_xfer_discovery_t;
 
@@ -27,6 +35,9 @@ extern const char *const kvio_xfer_kind_names[];
 #define KVIO_XFER_CAP_SHARED_STORE 2u /* one publish serves every receiver */
 #define KVIO_XFER_CAP_CHAIN 4u        /* pipelined chain fan-out */
 #define KVIO_XFER_CAP_POLL 8u         /* discovery by polling at an interval */
+#define KVIO_XFER_CAP_GPU_MEM 16u     /* its buffers may be GPU memory (ucx: when UCX
+                                         reports CUDA memory) */
+#define KVIO_XFER_CAP_GPU_ONLY 32u    /* its buffers are always GPU memory */
 
 typedef struct kvio_xfer_file_config {
     char *dir;
@@ -60,6 +71,8 @@ typedef struct kvio_xfer_config {
     kvio_xfer_model_config_t model;
     int64_t die_after_chunks; /* fault injection: the sender stops (as if it
                                  died) after this many chunks; 0: never */
+    kvio_device_config_t device; /* not an option: the run copies the workload's
+                                    `device:` section here (zero: host) */
 } kvio_xfer_config_t;
 
 /* The option table of `train.transport`. */
@@ -120,6 +133,11 @@ void kvio_xfer_destroy(kvio_xfer_t *xfer);
  * versions, the transport is built. */
 kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
                                   char *error_p, size_t error_len);
+
+/* The memory domain of the send buffer and slots: NULL when they are host
+ * memory, else a cuda domain (borrowed; use kvio_device_copy to read or
+ * write them). */
+kvio_device_t *kvio_xfer_device(const kvio_xfer_t *xfer);
 
 /* The sender's buffer (sender only; borrowed). */
 void *kvio_xfer_send_buffer(kvio_xfer_t *xfer);

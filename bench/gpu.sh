@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# GPU check of kvio (issue 8), for a machine with a CUDA device. Prints:
+#   - the cuda-ipc update time of a 16 GB buffer between two MPI processes
+#     (copy start -> receiver notified, verify off) against the device-to-
+#     device copy bandwidth measured here (target >= 0.9x);
+#   - the staged update bandwidth against the pinned host<->device bandwidth
+#     measured here (target >= 0.8x);
+#   - the GPU-pool <-> host swap bandwidth (scattered 2 MiB blocks, batched);
+#   - a short coupled emulate run with the KV pool on the GPU;
+# then a short table and `figure NAME VALUE UNIT` lines. Logs go to $OUT
+# (default /tmp/kvio-gpu). Needs no Redis and builds nothing.
+#
+# How to run it on the device machine:
+#   1. Here (with the CUDA toolkit), build everything the script calls:
+#        cmake -S . -B build -DKVIO_WITH_CUDA=ON && make -C build -j2 kvio gpu_bw
+#      and, if the device machine lacks them, copy the shared libraries next
+#      to the build: mkdir -p build/libs && cp -L $(ldd build/kvio | awk
+#      '/yaml|jansson|hiredis|xxhash|ucp|ucs|uct|ucm|mpi|cudart/ {print $3}') build/libs/
+#   2. Carry the build directory (run's carry: ["build"]) and run
+#        bench/gpu.sh build
+#      with a timeout that leaves room for a rerun (it takes about 3 minutes;
+#      KVIO_GPU_IPC_BYTES / KVIO_GPU_STAGED_BYTES make it shorter).
+# Every background process is waited for by its PID, never with a bare wait.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+kvio=$build/kvio
+gpu_bw=$build/gpu_bw
+out=${OUT:-/tmp/kvio-gpu}
+ipc_bytes=${KVIO_GPU_IPC_BYTES:-16GB}
+staged_bytes=${KVIO_GPU_STAGED_BYTES:-4GiB}
+staged_chunk=${KVIO_GPU_STAGED_CHUNK:-64MiB}
+mkdir -p "$out"
+[ -d "$build/libs" ] && export LD_LIBRARY_PATH="$PWD/$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for tool in "$kvio" "$gpu_bw"; do
+    [ -x "$tool" ] || { echo "gpu.sh: $tool not found (build it with CUDA first)" >&2; exit 1; }
+done
+mpirun_cmd=(mpirun --oversubscribe -np 2)
+[ "$(id -u)" = 0 ] && mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe -np 2)
+
+# 1. Reference bandwidths (and: is there a device at all?).
+echo "== reference bandwidths (gpu_bw)" >&2
+if ! timeout 120 "$gpu_bw" $((4 << 30)) $((2 << 20)) >"$out/gpu_bw.txt" 2>"$out/gpu_bw.err"; then
+    echo "gpu.sh: no usable GPU: $(cat "$out/gpu_bw.err")" >&2
+    echo "figure cuda_ipc_16gb_ms NA ms"
+    exit 2
+fi
+cat "$out/gpu_bw.txt" >&2
+value() { awk -v k="$1" '$1 == k {print $2}' "$out/gpu_bw.txt"; }
+d2d=$(value d2d_GBps)
+pcie=$(value pcie_GBps)
+swap=$(value swap_GBps)
+
+# Runs a 1-trainer 1-server update workload over mpirun; prints the median
+# of (t_notified - t_xfer_start) in ms over the versions from updates.csv.
+update_run() { # name kind bytes chunk
+    local name=$1 kind=$2 bytes=$3 chunk=$4
+    cat >"$out/$name.yaml" <<YAML
+name: gpu-$name
+seed: 1
+mode: emulate
+ranks: {train: 1, serve: 1, runtime: mpi, timeout: 300s}
+train:
+  step_time: {dist: constant, value: 1s}
+  steps: 4
+  bytes: $bytes
+  checkpoint: {policy: every_n_steps, every_n_steps: 1}
+  transport: {kind: $kind, chunk: $chunk, inflight: 4}
+update: {apply: shadow, verify: false, iteration: 5ms}
+YAML
+    rm -rf "$out/$name"
+    timeout 400 "${mpirun_cmd[@]}" "$kvio" run "$out/$name.yaml" -o "$out/$name" \
+        >"$out/$name.log" 2>&1 &
+    local pid=$!
+    wait "$pid"
+    local rc=$?
+    if [ $rc -ne 0 ] || [ ! -f "$out/$name/updates.csv" ]; then
+        echo "gpu.sh: $name run failed (rc $rc), see $out/$name.log" >&2
+        tail -5 "$out/$name.log" >&2
+        echo NA
+        return
+    fi
+    python3 - "$out/$name/updates.csv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+times = [float(r["t_notified_ms"]) - float(r["t_xfer_start_ms"]) for r in rows
+         if r["t_notified_ms"] and r["t_xfer_start_ms"]]
+print("%.3f" % statistics.median(times) if times else "NA")
+PY
+}
+
+bytes_of() { python3 -c "
+import re,sys
+m=re.fullmatch(r'([0-9.]+)\s*([A-Za-z]*)', sys.argv[1]); n=float(m.group(1))
+u={'':1,'B':1,'KB':1e3,'MB':1e6,'GB':1e9,'TB':1e12,'KiB':1024,'MiB':1024**2,'GiB':1024**3}[m.group(2)]
+print(int(n*u))" "$1"; }
+ratio() { python3 -c "
+import sys
+a,b=sys.argv[1],sys.argv[2]
+print('NA' if 'NA' in (a,b) or float(b)==0 else '%.3f' % (float(a)/float(b)))" "$1" "$2"; }
+
+# 2. cuda-ipc, two processes, 16 GB.
+echo "== cuda-ipc, $ipc_bytes, mpirun -np 2" >&2
+ipc_ms=$(update_run cuda_ipc cuda-ipc "$ipc_bytes" 256MiB)
+ipc_gbps=NA
+[ "$ipc_ms" != NA ] && ipc_gbps=$(python3 -c "print('%.2f' % ($(bytes_of "$ipc_bytes")/($ipc_ms*1e6)))")
+ipc_vs_d2d=$(ratio "$ipc_gbps" "$d2d")
+
+# 3. staged, two processes.
+echo "== staged, $staged_bytes in $staged_chunk chunks, mpirun -np 2" >&2
+staged_ms=$(update_run staged staged "$staged_bytes" "$staged_chunk")
+staged_gbps=NA
+[ "$staged_ms" != NA ] && staged_gbps=$(python3 -c "print('%.2f' % ($(bytes_of "$staged_bytes")/($staged_ms*1e6)))")
+staged_vs_pcie=$(ratio "$staged_gbps" "$pcie")
+
+# 4. A short coupled emulate run (local ranks) with the KV pool on the GPU.
+echo "== coupled emulate, KV pool on the GPU" >&2
+rm -rf "$out/coupled"
+timeout 120 "$kvio" run quickstart -o "$out/coupled" --set duration=10s \
+    --set ranks.runtime=local --set device.memory=cuda --set device.fallback=error \
+    --set serve.engine.preemption=swap >"$out/coupled.log" 2>&1 &
+coupled_pid=$!
+wait "$coupled_pid"
+coupled_rc=$?
+coupled=$(python3 - "$out/coupled/summary.json" <<'PY' 2>/dev/null || echo "NA NA NA NA"
+import json, sys
+m = json.load(open(sys.argv[1]))["metrics"]
+executor = m.get("executor", {})
+updates = m.get("model_updates", {})
+print(m.get("completed", "NA"), "%.1f" % m.get("ttft_ms", {}).get("p99", float("nan")),
+      updates.get("updates_activated", "NA"),
+      "%.1f" % updates.get("update_latency_ms", {}).get("p50", float("nan")))
+PY
+)
+read -r coupled_done coupled_ttft coupled_updates coupled_latency <<<"$coupled"
+
+# 5. The table, then the figures.
+{
+    printf '%-34s %14s %14s %8s\n' "measure" "kvio" "reference" "ratio"
+    printf '%-34s %11s ms %11s GB/s %8s\n' "cuda-ipc $ipc_bytes (copy->notified)" "$ipc_ms" "$d2d" "$ipc_vs_d2d"
+    printf '%-34s %9s GB/s %11s GB/s %8s\n' "staged $staged_bytes" "$staged_gbps" "$pcie" "$staged_vs_pcie"
+    printf '%-34s %9s GB/s\n' "GPU pool <-> host swap" "$swap"
+    printf '%-34s rc %s, %s requests, TTFT p99 %s ms, %s updates (p50 %s ms)\n' \
+        "coupled emulate, KV pool on GPU" "$coupled_rc" "$coupled_done" "$coupled_ttft" \
+        "$coupled_updates" "$coupled_latency"
+} | tee "$out/table.txt"
+echo "figure cuda_ipc_16gb_ms $ipc_ms ms"
+echo "figure cuda_ipc_vs_d2d $ipc_vs_d2d x"
+echo "figure staged_vs_pcie $staged_vs_pcie x"
+echo "figure gpu_swap_GBps $swap GB/s"

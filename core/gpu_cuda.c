@@ -1,0 +1,262 @@
+/* The CUDA side of the memory domains (built only with CUDA): device query,
+ * streams, cudaMalloc/cudaHostAlloc, batched cudaMemcpyAsync on a copy
+ * stream, CUDA IPC handles and the spin kernel's launch. Every CUDA call is
+ * checked and its cudaError_t converted here, once, with the call named in
+ * the message. Each entry point makes the domain's device current first,
+ * since a domain may be used from another thread than the one that made it. */
+#include "core/gpu_int.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <string.h>
+
+static kvio_status_t from_cuda(cudaError_t error)
+{
+    switch (error) {
+    case cudaSuccess:
+        return KVIO_OK;
+    case cudaErrorNotReady:
+        return KVIO_INPROGRESS;
+    case cudaErrorMemoryAllocation:
+        return KVIO_ERR_NOMEM;
+    case cudaErrorInvalidValue:
+        return KVIO_ERR_INVALID;
+    default:
+        return KVIO_ERR_DEVICE;
+    }
+}
+
+/* Converts and records a failed call ("cudaMalloc(4096 bytes): out of
+ * memory"); returns the status. */
+static kvio_status_t check(kvio_device_t *device, cudaError_t error, const char *what)
+{
+    if (error == cudaSuccess)
+        return KVIO_OK;
+    kvio_device_set_error(device, "%s: %s", what, cudaGetErrorString(error));
+    return from_cuda(error);
+}
+
+static kvio_status_t use(kvio_device_t *device)
+{
+    return check(device, cudaSetDevice(device->info.index), "cudaSetDevice");
+}
+
+kvio_status_t kvio_cuda_query(int index, kvio_device_info_t *info_p, char *error_p,
+                              size_t error_len)
+{
+    int count = 0;
+    cudaError_t error = cudaGetDeviceCount(&count);
+    if (error != cudaSuccess) {
+        snprintf(error_p, error_len, "no CUDA device: cudaGetDeviceCount: %s",
+                 cudaGetErrorString(error));
+        return KVIO_ERR_DEVICE;
+    }
+    if (count < 1) {
+        snprintf(error_p, error_len, "no CUDA device: the CUDA runtime sees none");
+        return KVIO_ERR_DEVICE;
+    }
+    int pick = index < 0 ? 0 : index;
+    if (pick >= count) {
+        snprintf(error_p, error_len, "CUDA device %d does not exist (%d visible)", pick, count);
+        return KVIO_ERR_DEVICE;
+    }
+    struct cudaDeviceProp properties;
+    int clock_khz = 0;
+    error = cudaGetDeviceProperties(&properties, pick);
+    if (error == cudaSuccess)
+        error = cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, pick);
+    if (error != cudaSuccess) {
+        snprintf(error_p, error_len, "CUDA device %d: cudaGetDeviceProperties: %s", pick,
+                 cudaGetErrorString(error));
+        return from_cuda(error);
+    }
+    kvio_device_info_t info = {.count = count, .index = pick,
+                               .multiprocessors = properties.multiProcessorCount,
+                               .clock_khz = clock_khz,
+                               .memory_bytes = (uint64_t)properties.totalGlobalMem,
+                               .major = properties.major, .minor = properties.minor};
+    snprintf(info.name, sizeof(info.name), "%s", properties.name);
+    *info_p = info;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_cuda_open(kvio_device_t *device, char *error_p, size_t error_len)
+{
+    cudaStream_t copy = NULL, compute = NULL;
+    kvio_status_t status = use(device);
+    if (status == KVIO_OK)
+        status = check(device, cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking),
+                       "cudaStreamCreateWithFlags (copies)");
+    if (status == KVIO_OK)
+        status = check(device, cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking),
+                       "cudaStreamCreateWithFlags (spin)");
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "CUDA device %d: %s", device->info.index, device->error);
+        if (copy != NULL)
+            cudaStreamDestroy(copy);
+        return status;
+    }
+    device->copy_stream = copy;
+    device->compute_stream = compute;
+    return KVIO_OK;
+}
+
+void kvio_cuda_close(kvio_device_t *device)
+{
+    if (use(device) != KVIO_OK)
+        return;
+    if (device->copy_stream != NULL) {
+        check(device, cudaStreamSynchronize(device->copy_stream), "cudaStreamSynchronize");
+        check(device, cudaStreamDestroy(device->copy_stream), "cudaStreamDestroy");
+    }
+    if (device->compute_stream != NULL) {
+        check(device, cudaStreamSynchronize(device->compute_stream), "cudaStreamSynchronize");
+        check(device, cudaStreamDestroy(device->compute_stream), "cudaStreamDestroy");
+    }
+    device->copy_stream = device->compute_stream = NULL;
+}
+
+kvio_status_t kvio_cuda_alloc(kvio_device_t *device, int kind, uint64_t bytes, void **buffer_p)
+{
+    kvio_status_t status = use(device);
+    if (status != KVIO_OK)
+        return status;
+    char what[96];
+    void *buffer = NULL;
+    size_t length = bytes > 0 ? (size_t)bytes : 4096;
+    if (kind == KVIO_MEMORY_CUDA) {
+        snprintf(what, sizeof(what), "cudaMalloc(%llu bytes)", (unsigned long long)length);
+        status = check(device, cudaMalloc(&buffer, length), what);
+        /* On the copy stream, so later copies there are ordered after it. */
+        if (status == KVIO_OK)
+            status = check(device, cudaMemsetAsync(buffer, 0, length, device->copy_stream),
+                           "cudaMemsetAsync");
+        if (status == KVIO_OK)
+            status = check(device, cudaStreamSynchronize(device->copy_stream),
+                           "cudaStreamSynchronize (copies)");
+        if (status != KVIO_OK && buffer != NULL)
+            cudaFree(buffer);
+    } else {
+        snprintf(what, sizeof(what), "cudaHostAlloc(%llu bytes)", (unsigned long long)length);
+        status = check(device, cudaHostAlloc(&buffer, length, cudaHostAllocPortable), what);
+        if (status == KVIO_OK)
+            memset(buffer, 0, length);
+    }
+    if (status == KVIO_OK)
+        *buffer_p = buffer;
+    return status;
+}
+
+void kvio_cuda_free(kvio_device_t *device, int kind, void *buffer)
+{
+    if (use(device) != KVIO_OK)
+        return;
+    if (kind == KVIO_MEMORY_CUDA)
+        check(device, cudaFree(buffer), "cudaFree");
+    else
+        check(device, cudaFreeHost(buffer), "cudaFreeHost");
+}
+
+kvio_status_t kvio_cuda_register(kvio_device_t *device, void *buffer, uint64_t bytes)
+{
+    kvio_status_t status = use(device);
+    if (status == KVIO_OK)
+        status = check(device, cudaHostRegister(buffer, (size_t)bytes, cudaHostRegisterPortable),
+                       "cudaHostRegister");
+    return status;
+}
+
+void kvio_cuda_unregister(kvio_device_t *device, void *buffer)
+{
+    if (use(device) == KVIO_OK)
+        check(device, cudaHostUnregister(buffer), "cudaHostUnregister");
+}
+
+kvio_status_t kvio_cuda_copy_async(kvio_device_t *device, const kvio_device_copy_t *copies,
+                                   size_t count)
+{
+    kvio_status_t status = use(device);
+    for (size_t i = 0; i < count && status == KVIO_OK; i++) {
+        if (copies[i].bytes == 0)
+            continue;
+        status = check(device, cudaMemcpyAsync(copies[i].dst, copies[i].src,
+                                               (size_t)copies[i].bytes, cudaMemcpyDefault,
+                                               device->copy_stream),
+                       "cudaMemcpyAsync");
+    }
+    return status;
+}
+
+kvio_status_t kvio_cuda_sync(kvio_device_t *device)
+{
+    kvio_status_t status = use(device);
+    if (status == KVIO_OK)
+        status = check(device, cudaStreamSynchronize(device->copy_stream),
+                       "cudaStreamSynchronize (copies)");
+    return status;
+}
+
+kvio_status_t kvio_cuda_poll(kvio_device_t *device)
+{
+    kvio_status_t status = use(device);
+    if (status != KVIO_OK)
+        return status;
+    cudaError_t error = cudaStreamQuery(device->copy_stream);
+    if (error == cudaErrorNotReady)
+        return KVIO_INPROGRESS;
+    return check(device, error, "cudaStreamQuery (copies)");
+}
+
+kvio_status_t kvio_cuda_spin(kvio_device_t *device, int64_t duration_ns)
+{
+    if (duration_ns <= 0)
+        return KVIO_OK;
+    kvio_status_t status = use(device);
+    if (status != KVIO_OK)
+        return status;
+    /* clock64 counts SM cycles: kHz x ns / 1e6. */
+    long long cycles = (long long)((double)device->info.clock_khz * (double)duration_ns / 1e6);
+    int blocks = device->info.multiprocessors > 0 ? device->info.multiprocessors : 1;
+    status = check(device, (cudaError_t)kvio_cuda_launch_spin(device->compute_stream, blocks,
+                                                              cycles),
+                   "spin kernel launch");
+    if (status == KVIO_OK)
+        device->spinning = true;
+    return status;
+}
+
+kvio_status_t kvio_cuda_ipc_export(kvio_device_t *device, void *buffer, unsigned char *handle_p)
+{
+    cudaIpcMemHandle_t handle;
+    _Static_assert(sizeof(handle) <= KVIO_DEVICE_IPC_HANDLE_BYTES, "IPC handle size");
+    kvio_status_t status = use(device);
+    if (status == KVIO_OK)
+        status = check(device, cudaIpcGetMemHandle(&handle, buffer), "cudaIpcGetMemHandle");
+    if (status == KVIO_OK) {
+        memset(handle_p, 0, KVIO_DEVICE_IPC_HANDLE_BYTES);
+        memcpy(handle_p, &handle, sizeof(handle));
+    }
+    return status;
+}
+
+kvio_status_t kvio_cuda_ipc_open(kvio_device_t *device, const unsigned char *handle,
+                                 void **buffer_p)
+{
+    cudaIpcMemHandle_t ipc;
+    memcpy(&ipc, handle, sizeof(ipc));
+    void *buffer = NULL;
+    kvio_status_t status = use(device);
+    if (status == KVIO_OK)
+        status = check(device, cudaIpcOpenMemHandle(&buffer, ipc,
+                                                    cudaIpcMemLazyEnablePeerAccess),
+                       "cudaIpcOpenMemHandle");
+    if (status == KVIO_OK)
+        *buffer_p = buffer;
+    return status;
+}
+
+void kvio_cuda_ipc_close(kvio_device_t *device, void *buffer)
+{
+    if (use(device) == KVIO_OK)
+        check(device, cudaIpcCloseMemHandle(buffer), "cudaIpcCloseMemHandle");
+}

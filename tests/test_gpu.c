@@ -1,0 +1,424 @@
+/* Memory domains and the GPU paths. Without a device (or without CUDA) the
+ * GPU tests skip with the reason, and the host side is tested instead: the
+ * query says why there is no device, a GPU request fails with that reason or
+ * falls back to host memory when asked to, a run with fallback: host reports
+ * host memory, one with fallback: error exits 2 with the message, and the
+ * GPU transports refuse cleanly. With a device the same tests check that
+ * copies round-trip, the spin kernel lasts its time, and cuda-ipc and staged
+ * deliver verified versions. */
+#include "kvio/gpu.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/clock.h"
+#include "kvio/run.h"
+#include "kvio/xfer.h"
+#include "tests/helpers.h"
+
+/* True when a CUDA device is usable; reason_p says why not. */
+static bool have_device(char *reason_p, size_t reason_len)
+{
+    kvio_device_info_t info;
+    return kvio_device_query(-1, &info, reason_p, reason_len) == KVIO_OK;
+}
+
+#define REQUIRE_GPU()                                                                     \
+    do {                                                                                  \
+        char reason_[512];                                                                \
+        if (!test_require("gpu", have_device(reason_, sizeof(reason_)), reason_))         \
+            return;                                                                       \
+    } while (0)
+
+/* For the no-device paths: skip when a device is there (they cannot be
+ * reached then). */
+#define REQUIRE_NO_GPU()                                                                  \
+    do {                                                                                  \
+        char reason_[512];                                                                \
+        if (have_device(reason_, sizeof(reason_)))                                        \
+            cr_skip_test("a CUDA device is present: the no-device path is not reachable"); \
+    } while (0)
+
+Test(gpu, query_names_the_device_or_why_there_is_none, .timeout = 30)
+{
+    kvio_device_info_t info;
+    char error[512] = "";
+    kvio_status_t status = kvio_device_query(-1, &info, error, sizeof(error));
+    if (!kvio_device_built()) {
+        cr_assert_eq(status, KVIO_ERR_UNSUPPORTED);
+        cr_assert(test_contains(error, "CUDA not built"), "%s", error);
+    } else if (status != KVIO_OK) {
+        cr_assert_eq(status, KVIO_ERR_DEVICE);
+        cr_assert(strncmp(error, "no CUDA device: ", 16) == 0, "%s", error);
+    } else {
+        cr_assert_geq(info.count, 1);
+        cr_assert_gt(info.multiprocessors, 0);
+        cr_assert_gt(info.clock_khz, 0);
+        cr_assert_gt(info.memory_bytes, 0);
+        cr_assert_neq(info.name[0], '\0');
+    }
+}
+
+/* Scatters blocks of src to shuffled places in dst in one batch and checks
+ * every byte; domain decides where dst lives (host or cuda), with a pinned
+ * staging buffer to read it back. */
+static void batched_round_trip(kvio_device_t *domain)
+{
+    enum { BLOCKS = 64, BLOCK = 8192 };
+    unsigned char *source = malloc(BLOCKS * BLOCK), *back = NULL;
+    void *pool = NULL;
+    cr_assert_not_null(source);
+    for (size_t i = 0; i < BLOCKS * BLOCK; i++)
+        source[i] = (unsigned char)(i * 7 + i / 4096);
+    cr_assert_eq(kvio_device_alloc(domain, BLOCKS * BLOCK, &pool), KVIO_OK, "%s",
+                 kvio_device_error(domain));
+    cr_assert_eq(kvio_device_host_alloc(domain, BLOCKS * BLOCK, (void **)&back), KVIO_OK, "%s",
+                 kvio_device_error(domain));
+    kvio_device_copy_t up[BLOCKS], down[BLOCKS];
+    for (size_t i = 0; i < BLOCKS; i++) {
+        size_t place = (i * 37) % BLOCKS; /* 37 is coprime with 64: a permutation */
+        up[i] = (kvio_device_copy_t){.dst = (char *)pool + place * BLOCK,
+                                     .src = source + i * BLOCK, .bytes = BLOCK};
+        down[i] = (kvio_device_copy_t){.dst = back + i * BLOCK,
+                                       .src = (char *)pool + place * BLOCK, .bytes = BLOCK};
+    }
+    cr_assert_eq(kvio_device_copy_async(domain, up, BLOCKS), KVIO_OK, "%s",
+                 kvio_device_error(domain));
+    cr_assert_eq(kvio_device_copy_async(domain, down, BLOCKS), KVIO_OK, "%s",
+                 kvio_device_error(domain));
+    cr_assert_eq(kvio_device_sync(domain), KVIO_OK, "%s", kvio_device_error(domain));
+    cr_assert_eq(kvio_device_poll(domain), KVIO_OK);
+    cr_assert_eq(memcmp(source, back, BLOCKS * BLOCK), 0, "a block was lost or mixed up");
+    kvio_device_host_free(domain, back);
+    kvio_device_free(domain, pool);
+    free(source);
+}
+
+Test(gpu, host_domain_copies_batches_in_order, .timeout = 30)
+{
+    kvio_device_t *domain = NULL;
+    char error[512];
+    cr_assert_eq(kvio_device_create(KVIO_MEMORY_HOST, KVIO_FALLBACK_ERROR, -1, 0, &domain, error,
+                                    sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_assert_eq(kvio_device_kind(domain), KVIO_MEMORY_HOST);
+    cr_assert(!kvio_device_fell_back(domain));
+    cr_assert_str_eq(kvio_device_describe(domain), "host");
+    batched_round_trip(domain);
+    cr_assert_eq(kvio_device_spin(domain, 1000000), KVIO_ERR_UNSUPPORTED,
+                 "a host domain has no SMs to spin");
+    kvio_device_destroy(domain);
+}
+
+Test(gpu, cuda_request_without_device_fails_or_falls_back_to_host, .timeout = 30)
+{
+    REQUIRE_NO_GPU();
+    for (int kind = KVIO_MEMORY_PINNED; kind <= KVIO_MEMORY_CUDA; kind++) {
+        kvio_device_t *domain = NULL;
+        char error[512] = "";
+        kvio_status_t status = kvio_device_create(kind, KVIO_FALLBACK_ERROR, -1, 0, &domain,
+                                                  error, sizeof(error));
+        cr_assert_neq(status, KVIO_OK);
+        cr_assert_null(domain);
+        cr_assert(test_contains(error, "no CUDA device: ") || test_contains(error, "CUDA not built"),
+                  "%s", error);
+        status = kvio_device_create(kind, KVIO_FALLBACK_HOST, -1, 0, &domain, error,
+                                    sizeof(error));
+        cr_assert_eq(status, KVIO_OK, "%s", error);
+        cr_assert_eq(kvio_device_kind(domain), KVIO_MEMORY_HOST);
+        cr_assert(kvio_device_fell_back(domain));
+        char expected[64];
+        snprintf(expected, sizeof(expected), "host (fallback from %s: ",
+                 kvio_memory_kind_names[kind]);
+        cr_assert(test_contains(kvio_device_describe(domain), expected), "%s",
+                  kvio_device_describe(domain));
+        batched_round_trip(domain); /* the fallback is real, usable memory */
+        kvio_device_destroy(domain);
+    }
+}
+
+Test(gpu, preflight_refuses_gpu_memory_without_device_unless_fallback_host, .timeout = 30)
+{
+    REQUIRE_NO_GPU();
+    char error[512] = "";
+    cr_assert_eq(kvio_device_preflight(KVIO_MEMORY_CUDA, KVIO_FALLBACK_ERROR, -1,
+                                       "device.memory: cuda", error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "device.memory: cuda: "), "%s", error);
+    cr_assert(test_contains(error, "device.fallback: host"), "%s", error);
+    cr_assert_eq(kvio_device_preflight(KVIO_MEMORY_CUDA, KVIO_FALLBACK_HOST, -1, "x", error,
+                                       sizeof(error)),
+                 KVIO_OK);
+    cr_assert_eq(kvio_device_preflight(KVIO_MEMORY_HOST, KVIO_FALLBACK_ERROR, -1, "x", error,
+                                       sizeof(error)),
+                 KVIO_OK);
+}
+
+Test(gpu, cuda_domain_copies_round_trip, .timeout = 60)
+{
+    REQUIRE_GPU();
+    for (int kind = KVIO_MEMORY_PINNED; kind <= KVIO_MEMORY_CUDA; kind++) {
+        kvio_device_t *domain = NULL;
+        char error[512];
+        cr_assert_eq(kvio_device_create(kind, KVIO_FALLBACK_ERROR, -1, 0, &domain, error,
+                                        sizeof(error)),
+                     KVIO_OK, "%s", error);
+        cr_assert_eq(kvio_device_kind(domain), kind);
+        cr_assert(test_contains(kvio_device_describe(domain), "(device "), "%s",
+                  kvio_device_describe(domain));
+        batched_round_trip(domain);
+        kvio_device_destroy(domain);
+    }
+}
+
+Test(gpu, spin_kernel_lasts_its_time, .timeout = 60)
+{
+    REQUIRE_GPU();
+    kvio_device_t *domain = NULL;
+    char error[512];
+    cr_assert_eq(kvio_device_create(KVIO_MEMORY_CUDA, KVIO_FALLBACK_ERROR, -1, 0, &domain, error,
+                                    sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_assert_eq(kvio_device_spin(domain, 1000000), KVIO_OK, "%s", kvio_device_error(domain));
+    kvio_device_destroy(domain); /* warm-up launch, waited for */
+    cr_assert_eq(kvio_device_create(KVIO_MEMORY_CUDA, KVIO_FALLBACK_ERROR, -1, 0, &domain, error,
+                                    sizeof(error)),
+                 KVIO_OK, "%s", error);
+    uint64_t start = kvio_time_ns();
+    cr_assert_eq(kvio_device_spin(domain, 100000000), KVIO_OK, "%s", kvio_device_error(domain));
+    uint64_t launched = kvio_time_ns();
+    kvio_device_destroy(domain); /* waits for the kernel */
+    double elapsed_ms = (double)(kvio_time_ns() - start) / 1e6;
+    cr_assert_lt((double)(launched - start) / 1e6, 20.0, "the launch blocked");
+    /* The SM clock may boost above its nominal rate: allow 40 % short. */
+    cr_assert_geq(elapsed_ms, 60.0, "spun %.1f ms of 100", elapsed_ms);
+    cr_assert_lt(elapsed_ms, 400.0, "spun %.1f ms of 100", elapsed_ms);
+}
+
+/* ---- whole runs ---- */
+
+static const char *swap_workload =
+    "name: gpu-swaps\nseed: 2\nmode: emulate\nduration: 30s\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "device: {memory: cuda, fallback: %s}\n"
+    "serve:\n  engine: {max_num_seqs: 8, max_num_batched_tokens: 4096, preemption: swap}\n"
+    "  kvcache: {block_size: 16, blocks: 160, prefix_caching: false, verify_swaps: true}\n"
+    "stream:\n  requests: 12\n  arrival: {process: batch}\n"
+    "  input_tokens: {dist: uniform, low: 1000, high: 1500}\n"
+    "  output_tokens: {dist: uniform, low: 200, high: 300}\n";
+
+static json_t *load_summary(const char *out)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s: %s", path, json_error.text);
+    return summary;
+}
+
+static const json_t *metric(const json_t *summary, const char *section, const char *key)
+{
+    const json_t *metrics = json_object_get(summary, "metrics");
+    if (section != NULL)
+        metrics = json_object_get(metrics, section);
+    return json_object_get(metrics, key);
+}
+
+/* Runs the swap workload through the CLI with fallback; returns the run. */
+static test_run_t run_swaps(const char *fallback, char **dir_p)
+{
+    char *dir = test_tmpdir(), text[2048], out[1100];
+    snprintf(text, sizeof(text), swap_workload, fallback);
+    char *file = test_write_file(dir, "w.yaml", text);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
+    free(file);
+    *dir_p = dir;
+    return run;
+}
+
+Test(gpu, emulate_with_fallback_host_runs_and_reports_host_memory, .timeout = 120)
+{
+    REQUIRE_NO_GPU();
+    char *dir, out[1100];
+    test_run_t run = run_swaps("host", &dir);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.err, "KV pool in host (fallback from cuda: "), "%s", run.err);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    json_t *summary = load_summary(out);
+    const char *memory = json_string_value(metric(summary, "executor", "kv_memory"));
+    cr_assert_not_null(memory);
+    cr_assert(strncmp(memory, "host (fallback from cuda: ", 26) == 0, "%s", memory);
+    cr_assert(json_is_false(metric(summary, "executor", "spin_kernel")));
+    cr_assert_eq(json_number_value(metric(summary, NULL, "completed")), 12);
+    cr_assert_gt(json_number_value(metric(summary, NULL, "swapped_bytes")), 0);
+    cr_assert_eq(json_number_value(metric(summary, NULL, "swap_verify_failures")), 0);
+    json_decref(summary);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(gpu, emulate_with_fallback_error_exits_2_with_the_reason, .timeout = 60)
+{
+    REQUIRE_NO_GPU();
+    char *dir;
+    test_run_t run = run_swaps("error", &dir);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "device.memory: cuda: "), "%s", run.err);
+    cr_assert(test_contains(run.err, "no CUDA device: ") || test_contains(run.err, "CUDA not built"),
+              "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(gpu, emulate_keeps_the_kv_pool_on_the_gpu, .timeout = 120)
+{
+    REQUIRE_GPU();
+    char *dir, out[1100];
+    test_run_t run = run_swaps("error", &dir);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    json_t *summary = load_summary(out);
+    const char *memory = json_string_value(metric(summary, "executor", "kv_memory"));
+    cr_assert(memory != NULL && strncmp(memory, "cuda (device ", 13) == 0, "%s", memory);
+    cr_assert(json_is_true(metric(summary, "executor", "spin_kernel")));
+    cr_assert_eq(json_number_value(metric(summary, NULL, "completed")), 12);
+    cr_assert_gt(json_number_value(metric(summary, NULL, "swapped_bytes")), 0);
+    cr_assert_eq(json_number_value(metric(summary, NULL, "swap_verify_failures")), 0,
+                 "swapped blocks came back different from the GPU");
+    json_decref(summary);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- transports ---- */
+
+static kvio_xfer_config_t transport_config(int kind)
+{
+    kvio_xfer_config_t config = {.kind = kind, .chunk = 1 << 20, .inflight = 2};
+    config.device.index = -1;
+    return config;
+}
+
+Test(gpu, gpu_transports_refuse_cleanly_without_a_device, .timeout = 30)
+{
+    REQUIRE_NO_GPU();
+    const int kinds[] = {KVIO_XFER_CUDA_IPC, KVIO_XFER_STAGED};
+    for (size_t i = 0; i < 2; i++) {
+        kvio_xfer_config_t config = transport_config(kinds[i]);
+        char error[512] = "", not_built[64], no_device[64];
+        kvio_status_t status = kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error));
+        cr_assert_neq(status, KVIO_OK);
+        snprintf(not_built, sizeof(not_built), "%s transport not built",
+                 kvio_xfer_kind_names[kinds[i]]);
+        snprintf(no_device, sizeof(no_device), "%s transport: no CUDA device: ",
+                 kvio_xfer_kind_names[kinds[i]]);
+        cr_assert(test_contains(error, not_built) || test_contains(error, no_device), "%s",
+                  error);
+        /* Both are usage errors (exit 2), not failures of a run. */
+        cr_assert(status == KVIO_ERR_UNSUPPORTED || status == KVIO_ERR_CONFIG, "%s",
+                  kvio_strerror(status));
+        config.device.fallback = KVIO_FALLBACK_HOST; /* no host fallback for them */
+        cr_assert_neq(kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error)), KVIO_OK);
+    }
+}
+
+Test(gpu, host_transports_refuse_weights_in_gpu_memory, .timeout = 30)
+{
+    kvio_xfer_config_t config = transport_config(KVIO_XFER_FILE);
+    config.file.dir = "/tmp";
+    config.device.weights = KVIO_WEIGHTS_CUDA;
+    char error[512] = "";
+    cr_assert_eq(kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error)), KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "file transport reads and writes host memory"), "%s", error);
+    cr_assert(test_contains(error, "staged or cuda-ipc"), "%s", error);
+    config = transport_config(KVIO_XFER_CUDA_IPC);
+    config.device.weights = KVIO_WEIGHTS_HOST;
+    cr_assert_neq(kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error)), KVIO_OK);
+}
+
+Test(gpu, ucx_never_gets_a_gpu_pointer_it_cannot_take, .timeout = 30)
+{
+#ifndef KVIO_HAVE_UCX
+    cr_skip_test("ucx transport not built");
+#else
+    kvio_xfer_config_t config = transport_config(KVIO_XFER_UCX);
+    config.device.weights = KVIO_WEIGHTS_CUDA;
+    config.device.fallback = KVIO_FALLBACK_ERROR;
+    char error[512] = "";
+    kvio_status_t status = kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error));
+    if (status == KVIO_OK)
+        cr_skip_test("this UCX reports CUDA memory: GPU buffers may go to it");
+    cr_assert_eq(status, KVIO_ERR_UNSUPPORTED);
+    cr_assert(test_contains(error, "cannot access CUDA memory"), "%s", error);
+    cr_assert(test_contains(error, "staged or cuda-ipc"), "%s", error);
+    /* Without a device and with fallback: host the weights stay on the host. */
+    char reason[512];
+    if (!have_device(reason, sizeof(reason))) {
+        config.device.fallback = KVIO_FALLBACK_HOST;
+        cr_assert_eq(kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error)), KVIO_OK,
+                     "%s", error);
+    }
+#endif
+}
+
+/* A local run: 1 trainer, 2 servers, versions over kind, verified; corrupt
+ * >= 0 flips that byte of every version in the servers' GPU slots. */
+static void run_transport(const char *kind, int corrupt)
+{
+    char *dir = test_tmpdir(), text[2048], out[1100];
+    snprintf(text, sizeof(text),
+             "name: gpu-%s\nseed: 3\nmode: emulate\nduration: 10s\n"
+             "ranks: {train: 1, serve: 2, runtime: local, timeout: 30s}\n"
+             "train:\n  step_time: {dist: constant, value: 20ms}\n  steps: 12\n"
+             "  bytes: 6MiB\n  checkpoint: {policy: every_n_steps, every_n_steps: 3}\n"
+             "  transport: {kind: %s, chunk: 1MiB, inflight: 2}\n"
+             "update: {apply: shadow, verify: true, iteration: 5ms, corrupt_offset: %d}\n",
+             kind, kind, corrupt);
+    char *file = test_write_file(dir, "w.yaml", text);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    json_t *summary = load_summary(out);
+    const json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 4);
+    cr_assert_eq(json_integer_value(json_object_get(updates, "updates_received")), 8);
+    if (corrupt < 0) {
+        cr_assert_eq(json_integer_value(json_object_get(updates, "updates_activated")), 8);
+        cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+    } else {
+        cr_assert_eq(json_integer_value(json_object_get(updates, "updates_activated")), 0);
+        cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 8);
+    }
+    cr_assert(test_contains(json_string_value(json_object_get(updates, "transport_info")), kind));
+    json_decref(summary);
+    free(file);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(gpu, cuda_ipc_delivers_verified_versions_between_threads, .timeout = 120)
+{
+    REQUIRE_GPU();
+    run_transport("cuda-ipc", -1);
+}
+
+Test(gpu, staged_delivers_verified_versions, .timeout = 120)
+{
+    REQUIRE_GPU();
+    run_transport("staged", -1);
+}
+
+Test(gpu, a_byte_flipped_in_gpu_memory_is_caught, .timeout = 120)
+{
+    REQUIRE_GPU();
+    run_transport("cuda-ipc", 4099);
+}

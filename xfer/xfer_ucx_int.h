@@ -1,0 +1,99 @@
+/* Private to xfer/: the ucx transport's set-up (context, worker, endpoints,
+ * active-message notices and acks, bounded waits), which the GPU transports
+ * reuse rather than duplicate: staged puts its chunks and cuda-ipc sends its
+ * notices over it. A plug-in that reuses it starts its private state with a
+ * kvio_ucx_t, so the shared ops (notify, wait_credit, poll, ack, progress)
+ * work on its xfer->priv unchanged. */
+#ifndef KVIO_XFER_UCX_INT_H
+#define KVIO_XFER_UCX_INT_H
+
+#include "xfer/xfer_int.h"
+
+#include <ucp/api/ucp.h>
+
+/* Active-message ids; plug-ins add theirs from KVIO_UCX_AM_USER. */
+#define KVIO_UCX_AM_UPDATE 11
+#define KVIO_UCX_AM_ACK 12
+#define KVIO_UCX_AM_USER 13
+#define KVIO_UCX_QUEUE_LENGTH 64
+
+typedef struct kvio_ucx_remote_slots {
+    uint64_t address[2];
+    ucp_rkey_h rkey[2];
+} kvio_ucx_remote_slots_t;
+
+typedef struct kvio_ucx {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;            /* by rank; NULL where not connected */
+    int size;
+    uint64_t memory_types;    /* ucp_context_query: UCS_BIT(UCS_MEMORY_TYPE_*) */
+    ucp_mem_h memory[2];      /* receiver: slots; sender: [0] the send buffer */
+    kvio_ucx_remote_slots_t *remote; /* sender: per receiver */
+    uint64_t *acked;          /* sender: newest version handled, per receiver */
+    uint32_t *free_slot;      /* sender: slot each receiver has free */
+    kvio_xfer_meta_t queue[KVIO_UCX_QUEUE_LENGTH]; /* receiver: notices not yet polled */
+    int queue_head, queue_count;
+    int inflight;
+    ucs_status_t request_error;
+    bool queue_overflow;
+} kvio_ucx_t;
+
+/* Creates the context (and reads its memory types), the worker and the
+ * notice/ack handlers; sender: per-receiver credit state. */
+kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer);
+
+/* Collective: allgathers worker addresses and each rank's blob (may be
+ * empty), connects the sender to every receiver and each receiver to the
+ * sender. blobs_p and lengths_p get every rank's blob (kvio_rte_blobs_free). */
+kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t length,
+                                    void ***blobs_p, size_t **lengths_p);
+
+/* Frees what open, connect and map made (rkeys in remote too). */
+void kvio_xfer_ucx_close(kvio_xfer_t *xfer);
+
+/* True when this UCX can put to and from CUDA memory. */
+bool kvio_xfer_ucx_takes_cuda(const kvio_ucx_t *ucx);
+
+/* Maps bytes for puts: address NULL allocates host memory (UCX 1.13
+ * emulates puts into malloc'd memory), else registers address of
+ * memory_type. */
+kvio_status_t kvio_xfer_ucx_map(kvio_xfer_t *xfer, void *address, uint64_t bytes,
+                                ucs_memory_type_t memory_type, ucp_mem_h *memory_p,
+                                void **address_p);
+
+/* Packs [u64 address0, u64 address1, u64 length0, rkey0, rkey1] of
+ * memory[0..1] at addresses; unpacks one into remote (sender side). */
+kvio_status_t kvio_xfer_ucx_pack_slots(kvio_xfer_t *xfer, void *address0, void *address1,
+                                       void **blob_p, size_t *length_p);
+kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void *blob,
+                                         size_t length, kvio_ucx_remote_slots_t *remote_p);
+
+/* Puts length bytes from local to remote on rank in chunk-sized pieces with
+ * the configured number in flight, then flushes: the bytes are at the
+ * target when it returns. Counts chunks for fault injection. */
+kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *local,
+                                       uint64_t remote, ucp_rkey_h rkey, uint64_t length,
+                                       uint64_t chunk);
+
+/* Sends an eager active message and waits until it left. */
+kvio_status_t kvio_xfer_ucx_send_am(kvio_xfer_t *xfer, int rank, unsigned id,
+                                    const void *data, size_t length);
+
+/* Installs a handler for id with arg. */
+kvio_status_t kvio_xfer_ucx_set_handler(kvio_ucx_t *ucx, unsigned id,
+                                        ucp_am_recv_callback_t callback, void *arg);
+
+/* Progresses until done(arg), bounded by the runtime's timeout and peer's
+ * failure; what names the wait in the error. */
+kvio_status_t kvio_xfer_ucx_wait(kvio_xfer_t *xfer, bool (*done)(void *arg), void *arg,
+                                 int peer, const char *what);
+
+/* The shared ops. */
+kvio_status_t kvio_xfer_ucx_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);
+kvio_status_t kvio_xfer_ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta);
+kvio_status_t kvio_xfer_ucx_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p);
+kvio_status_t kvio_xfer_ucx_ack(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta);
+void kvio_xfer_ucx_progress(kvio_xfer_t *xfer);
+
+#endif
