@@ -336,6 +336,25 @@ static kvio_status_t open_trace(const options_t *options, kvio_stream_t **stream
     return status;
 }
 
+/* A request cachesim can replay: block ids of --block-tokens tokens each (a
+ * kvio line may carry segments instead, or ids of another size). Logs why
+ * not. */
+static bool replayable(const options_t *options, const kvio_request_t *request)
+{
+    if (request->num_trace_hash_ids == 0 && request->num_segments > 0)
+        kvio_error("%s: request %llu has segments, not block ids; cachesim replays "
+                   "Mooncake-style hash_ids",
+                   options->trace_path, (unsigned long long)request->id);
+    else if (request->num_trace_hash_ids > 0 &&
+             request->trace_block_tokens != options->block_tokens)
+        kvio_error("%s: request %llu's ids cover %u tokens each, not --block-tokens %u",
+                   options->trace_path, (unsigned long long)request->id,
+                   request->trace_block_tokens, options->block_tokens);
+    else
+        return true;
+    return false;
+}
+
 int kvio_cmd_cachesim(int argc, char **argv)
 {
     options_t options = {.format = "mooncake", .block_tokens = 512};
@@ -371,10 +390,7 @@ int kvio_cmd_cachesim(int argc, char **argv)
             status = kvio_stream_next(stream, &request);
         if (status != KVIO_OK || request == NULL)
             break;
-        if (request->num_trace_hash_ids == 0 && request->num_segments > 0) {
-            kvio_error("%s: request %llu has segments, not block ids; cachesim replays "
-                       "Mooncake-style hash_ids", options.trace_path,
-                       (unsigned long long)request->id);
+        if (!replayable(&options, request)) {
             exit_status = KVIO_EXIT_USAGE;
             goto cleanup;
         }

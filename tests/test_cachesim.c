@@ -303,6 +303,13 @@ Test(cachesim_cli, usage_errors_exit_2, .timeout = 20)
     run_result = test_kvio(dir, "cachesim", NULL);
     cr_assert_eq(run_result.status, 2);
     test_run_free(&run_result);
+    /* kvio lines with segments instead of block ids cannot be replayed. */
+    run_result = test_kvio(dir, "cachesim", KVIO_SOURCE_DIR "/tests/fixtures/kvio_small.jsonl",
+                           "--format", "kvio", NULL);
+    cr_assert_eq(run_result.status, 2);
+    cr_assert(test_contains(run_result.err, "has segments, not block ids"), "%s",
+              run_result.err);
+    test_run_free(&run_result);
     run_result = test_kvio(dir, "cachesim", "missing.jsonl", NULL);
     cr_assert_eq(run_result.status, 2);
     cr_assert(test_contains(run_result.err, "missing.jsonl"));
