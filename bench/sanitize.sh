@@ -16,26 +16,9 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DKVIO_ASAN=ON -DKVIO_UBSA
     { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j 2 >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
 
-redis_dir=$(mktemp -d /tmp/kvio-redis-XXXXXX)
-redis_pid=""
-cleanup() {
-    if [ -n "$redis_pid" ]; then
-        kill "$redis_pid" 2>/dev/null || true
-        wait "$redis_pid" 2>/dev/null || true
-    fi
-    rm -rf "$redis_dir"
-}
-trap cleanup EXIT INT TERM
 if command -v redis-server >/dev/null; then
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 16379)
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$redis_dir" --daemonize no >"$redis_dir/redis.log" 2>&1 &
-    redis_pid=$!
-    for _ in $(seq 1 50); do
-        redis-cli -p "$port" ping >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    export KVIO_TEST_REDIS_URL="redis://127.0.0.1:$port"
+    # shellcheck source=../scripts/private_redis.sh
+    . "$root/scripts/private_redis.sh"
 else
     echo "sanitize.sh: no redis-server; the Redis tests skip" >&2
 fi
@@ -44,9 +27,6 @@ fi
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$root/bench/lsan.supp:print_suppressions=0
-# Open MPI's shared-memory transport and UCX's fork checks trip ASan's
-# interceptors in children of ASan processes otherwise.
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 cd "$build"
 status=0
