@@ -1,13 +1,14 @@
-/* kvio cachesim: reads a trace (Mooncake JSONL), sorts it by time, and
- * replays its block ids through caches of several capacities and eviction
- * policies, printing block and token hit rates as a table, JSON or CSV.
- * A thin shell: the trace reader is in workloads/, the replay in kvcache/. */
+/* kvio cachesim: reads a trace of block ids (Mooncake or kvio JSONL) as a
+ * stream, in timestamp order, and replays its block ids through caches of
+ * several capacities and eviction policies, printing block and token hit
+ * rates as a table, JSON or CSV. A thin shell: the trace reader is the
+ * streams module's (kvio/stream.h), the replay is in kvcache/. */
 #include "cli/cli.h"
 
 #include "kvio/cachesim.h"
 #include "kvio/kvcache.h"
 #include "kvio/log.h"
-#include "kvio/trace.h"
+#include "kvio/stream.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -42,14 +43,15 @@ typedef struct options {
 static void print_help(FILE *out)
 {
     fprintf(out,
-            "usage: kvio cachesim TRACE [--format mooncake] [--capacity LIST]\n"
+            "usage: kvio cachesim TRACE [--format NAME] [--capacity LIST]\n"
             "                     [--eviction LIST] [--block-tokens N] [--skip-bad]\n"
             "                     [--threads N] [--json|--csv] [-o FILE]\n\n"
             "Replays the trace's block hash ids (in timestamp order) through a prefix\n"
             "cache: each request hits on the longest prefix of its blocks that is cached,\n"
             "then every block of the request is inserted or touched in order. Prints\n"
             "block and token hit rates per capacity and eviction policy.\n\n"
-            "  --format NAME       trace format: mooncake (default)\n"
+            "  --format NAME       trace format: mooncake (default), kvio (lines with\n"
+            "                      hash_ids), or auto (from the first line)\n"
             "  --capacity LIST     capacities in trace blocks, comma-separated, or\n"
             "                      'unlimited' (default 1000,10000,30000,50000,100000,unlimited)\n"
             "  --eviction LIST     policies, comma-separated, or 'all' (default lru):\n");
@@ -211,7 +213,13 @@ static void format_capacity(uint64_t capacity, char *text, size_t size)
         snprintf(text, size, "%llu", (unsigned long long)capacity);
 }
 
-static int write_json(FILE *out, const options_t *options, const kvio_trace_t *trace,
+/* What the replay read: requests and skipped bad lines. */
+typedef struct trace_counts {
+    uint64_t requests;
+    uint64_t skipped_lines;
+} trace_counts_t;
+
+static int write_json(FILE *out, const options_t *options, const trace_counts_t *counts,
                       const kvio_cachesim_t *sim, const kvio_cachesim_result_t *results,
                       size_t num_results)
 {
@@ -232,8 +240,9 @@ static int write_json(FILE *out, const options_t *options, const kvio_trace_t *t
     json_object_set_new(config, "skip_bad", json_boolean(options->skip_bad));
     json_object_set_new(config, "capacities", capacities);
     json_object_set_new(config, "evictions", policies);
-    json_object_set_new(trace_info, "requests", json_integer((json_int_t)kvio_trace_num_requests(trace)));
-    json_object_set_new(trace_info, "skipped_lines", json_integer((json_int_t)kvio_trace_num_skipped(trace)));
+    json_object_set_new(trace_info, "requests", json_integer((json_int_t)counts->requests));
+    json_object_set_new(trace_info, "skipped_lines",
+                        json_integer((json_int_t)counts->skipped_lines));
     json_object_set_new(trace_info, "unique_blocks",
                         json_integer((json_int_t)kvio_cachesim_num_unique_blocks(sim)));
     for (size_t i = 0; i < num_results; i++) {
@@ -266,7 +275,7 @@ static int write_json(FILE *out, const options_t *options, const kvio_trace_t *t
     return failed;
 }
 
-static void write_text(FILE *out, const options_t *options, const kvio_trace_t *trace,
+static void write_text(FILE *out, const options_t *options, const trace_counts_t *counts,
                        const kvio_cachesim_t *sim, const kvio_cachesim_result_t *results,
                        size_t num_results)
 {
@@ -274,9 +283,9 @@ static void write_text(FILE *out, const options_t *options, const kvio_trace_t *
         fprintf(out, "eviction,capacity_blocks,block_hit_rate,token_hit_rate,hit_blocks,blocks,"
                      "hit_tokens,tokens,evictions\n");
     } else {
-        fprintf(out, "%s: requests=%zu skipped=%zu unique_blocks=%zu block_tokens=%u\n",
-                options->trace_path, kvio_trace_num_requests(trace),
-                kvio_trace_num_skipped(trace), kvio_cachesim_num_unique_blocks(sim),
+        fprintf(out, "%s: requests=%llu skipped=%llu unique_blocks=%zu block_tokens=%u\n",
+                options->trace_path, (unsigned long long)counts->requests,
+                (unsigned long long)counts->skipped_lines, kvio_cachesim_num_unique_blocks(sim),
                 options->block_tokens);
         fprintf(out, "%-8s %15s %10s %10s %12s\n", "eviction", "capacity_blocks", "block_hit",
                 "token_hit", "evictions");
@@ -298,10 +307,59 @@ static void write_text(FILE *out, const options_t *options, const kvio_trace_t *
     }
 }
 
+/* Opens the trace as a stream: --format names a format whose requests carry
+ * block ids; ids cover --block-tokens tokens each; bad lines fail or, with
+ * --skip-bad, are skipped and counted. Errors are logged. */
+static kvio_status_t open_trace(const options_t *options, kvio_stream_t **stream_p)
+{
+    kvio_trace_format_t format;
+    if (kvio_trace_format_find(options->format, &format) != KVIO_OK ||
+        (format != KVIO_TRACE_AUTO && format != KVIO_TRACE_MOONCAKE &&
+         format != KVIO_TRACE_KVIO)) {
+        kvio_error("cachesim: trace format '%s' has no block ids (use mooncake, kvio or auto)",
+                   options->format);
+        return KVIO_ERR_INVALID;
+    }
+    kvio_stream_trace_config_t trace_options = {0};
+    char error[1024] = "";
+    kvio_status_t status = kvio_config_defaults(kvio_stream_trace_options, &trace_options,
+                                                error, sizeof(error));
+    if (status == KVIO_OK) {
+        trace_options.block_tokens = options->block_tokens;
+        trace_options.skip_bad = options->skip_bad;
+        status = kvio_stream_open_trace(options->trace_path, format, &trace_options, stream_p,
+                                        error, sizeof(error));
+    }
+    if (status != KVIO_OK)
+        kvio_error("%s", error[0] ? error : kvio_strerror(status));
+    kvio_config_free(kvio_stream_trace_options, &trace_options);
+    return status;
+}
+
+/* A request cachesim can replay: block ids of --block-tokens tokens each (a
+ * kvio line may carry segments instead, or ids of another size). Logs why
+ * not. */
+static bool replayable(const options_t *options, const kvio_request_t *request)
+{
+    if (request->num_trace_hash_ids == 0 && request->num_segments > 0)
+        kvio_error("%s: request %llu has segments, not block ids; cachesim replays "
+                   "Mooncake-style hash_ids",
+                   options->trace_path, (unsigned long long)request->id);
+    else if (request->num_trace_hash_ids > 0 &&
+             request->trace_block_tokens != options->block_tokens)
+        kvio_error("%s: request %llu's ids cover %u tokens each, not --block-tokens %u",
+                   options->trace_path, (unsigned long long)request->id,
+                   request->trace_block_tokens, options->block_tokens);
+    else
+        return true;
+    return false;
+}
+
 int kvio_cmd_cachesim(int argc, char **argv)
 {
     options_t options = {.format = "mooncake", .block_tokens = 512};
-    kvio_trace_t *trace = NULL;
+    kvio_stream_t *stream = NULL;
+    trace_counts_t counts = {0};
     kvio_cachesim_t *sim = NULL;
     kvio_cachesim_result_t *results = NULL;
     FILE *out = stdout;
@@ -320,23 +378,27 @@ int kvio_cmd_cachesim(int argc, char **argv)
         options.threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
     }
 
-    kvio_trace_format_t format;
-    kvio_status_t status = kvio_trace_format_from_name(options.format, &format);
-    if (status != KVIO_OK)
-        goto cleanup;
-    kvio_trace_options_t trace_options = {.skip_bad = options.skip_bad};
-    status = kvio_trace_read(options.trace_path, format, &trace_options, &trace);
+    kvio_status_t status = open_trace(&options, &stream);
     if (status != KVIO_OK) {
         exit_status = kvio_cli_exit_status(status);
         goto cleanup;
     }
-    kvio_trace_sort_by_time(trace);
     status = kvio_cachesim_create(options.block_tokens, &sim);
-    for (size_t i = 0; status == KVIO_OK && i < kvio_trace_num_requests(trace); i++) {
-        const kvio_trace_request_t *request = kvio_trace_request(trace, i);
-        status = kvio_cachesim_add_request(sim, request->hash_ids, request->num_hash_ids,
-                                           request->input_length);
+    for (;;) {
+        const kvio_request_t *request = NULL;
+        if (status == KVIO_OK)
+            status = kvio_stream_next(stream, &request);
+        if (status != KVIO_OK || request == NULL)
+            break;
+        if (!replayable(&options, request)) {
+            exit_status = KVIO_EXIT_USAGE;
+            goto cleanup;
+        }
+        status = kvio_cachesim_add_request(sim, request->trace_hash_ids,
+                                           request->num_trace_hash_ids, request->input_tokens);
+        counts.requests++;
     }
+    counts.skipped_lines = kvio_stream_skipped_lines(stream);
     size_t num_results = options.num_policies * options.num_capacities;
     results = status == KVIO_OK ? calloc(num_results, sizeof(*results)) : NULL;
     if (status == KVIO_OK && results == NULL)
@@ -360,9 +422,9 @@ int kvio_cmd_cachesim(int argc, char **argv)
         }
     }
     if (options.output == OUTPUT_JSON)
-        write_json(out, &options, trace, sim, results, num_results);
+        write_json(out, &options, &counts, sim, results, num_results);
     else
-        write_text(out, &options, trace, sim, results, num_results);
+        write_text(out, &options, &counts, sim, results, num_results);
     exit_status = fflush(out) == 0 && !ferror(out) ? KVIO_EXIT_OK : KVIO_EXIT_FAILED;
     if (exit_status != KVIO_EXIT_OK)
         kvio_error("cachesim: writing the output failed");
@@ -372,7 +434,7 @@ cleanup:
         fclose(out);
     free(results);
     kvio_cachesim_destroy(sim);
-    kvio_trace_destroy(trace);
+    kvio_stream_destroy(stream);
     free(options.policy_text);
     return exit_status;
 }

@@ -474,8 +474,12 @@ kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment
     kvio_status_t status = parse_yaml(value_text, strlen(value_text), origin, &value,
                                       value_error, sizeof(value_error));
     if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "%s: bad value: %s", origin,
-                 value_error + strlen(origin) + 1);
+        /* The message starts "ORIGIN:"; a long origin may have been cut. */
+        size_t origin_length = strlen(origin);
+        const char *reason = value_error;
+        if (strncmp(value_error, origin, origin_length) == 0 && value_error[origin_length] == ':')
+            reason += origin_length + 1;
+        snprintf(error_p, error_len, "%s: bad value: %s", origin, reason);
         free(path);
         return status;
     }

@@ -232,7 +232,7 @@ Test(cachesim_cli, json_output_carries_schema_config_and_results, .timeout = 20)
     char *dir = test_tmpdir();
     char *path = test_write_file(dir, "trace.jsonl", order_trace);
     test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--eviction", "lru,s3fifo",
-                                      "--capacity", "unlimited", "--block-tokens", "64",
+                                      "--capacity", "unlimited", "--block-tokens", "1000",
                                       "--json", "-o", "out.json", NULL);
     cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
     char *out_path = NULL;
@@ -240,9 +240,11 @@ Test(cachesim_cli, json_output_carries_schema_config_and_results, .timeout = 20)
     char *json = test_read_file(out_path);
     cr_assert_not_null(json);
     cr_assert(test_contains(json, "\"schema_version\": 1"));
-    cr_assert(test_contains(json, "\"block_tokens\": 64"));
+    cr_assert(test_contains(json, "\"block_tokens\": 1000"));
     cr_assert(test_contains(json, "\"eviction\": \"s3fifo\""));
-    cr_assert(test_contains(json, "\"hit_tokens\": 64"), "%s", json);
+    /* The hit on 7 is worth the second request's 100 tokens, not 1000. */
+    cr_assert(test_contains(json, "\"hit_tokens\": 100"), "%s", json);
+    cr_assert(test_contains(json, "\"requests\": 2"), "%s", json);
     cr_assert(test_contains(json, "\"capacity_blocks\": \"unlimited\""));
     free(json);
     free(out_path);
@@ -256,12 +258,15 @@ Test(cachesim_cli, bad_trace_line_exits_2_naming_the_line_unless_skipped, .timeo
 {
     char *dir = test_tmpdir();
     char *path = test_write_file(dir, "trace.jsonl",
-                                 "{\"timestamp\": 1, \"input_length\": 5, \"hash_ids\": [1]}\n"
-                                 "{\"timestamp\": 2, \"input_length\": 5, \"hash_ids\": \"x\"}\n"
-                                 "{\"timestamp\": 3, \"input_length\": 5, \"hash_ids\": [1]}\n");
+                                 "{\"timestamp\": 1, \"input_length\": 5, "
+                                 "\"output_length\": 1, \"hash_ids\": [1]}\n"
+                                 "{\"timestamp\": 2, \"input_length\": 5, "
+                                 "\"output_length\": 1, \"hash_ids\": \"x\"}\n"
+                                 "{\"timestamp\": 3, \"input_length\": 5, "
+                                 "\"output_length\": 1, \"hash_ids\": [1]}\n");
     test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", NULL);
     cr_assert_eq(run_result.status, 2);
-    cr_assert(test_contains(run_result.err, "trace.jsonl:2: hash_ids is not an array"), "%s",
+    cr_assert(test_contains(run_result.err, "trace.jsonl:2: 'hash_ids' is not an array"), "%s",
               run_result.err);
     test_run_free(&run_result);
 
@@ -297,6 +302,13 @@ Test(cachesim_cli, usage_errors_exit_2, .timeout = 20)
     }
     run_result = test_kvio(dir, "cachesim", NULL);
     cr_assert_eq(run_result.status, 2);
+    test_run_free(&run_result);
+    /* kvio lines with segments instead of block ids cannot be replayed. */
+    run_result = test_kvio(dir, "cachesim", KVIO_SOURCE_DIR "/tests/fixtures/kvio_small.jsonl",
+                           "--format", "kvio", NULL);
+    cr_assert_eq(run_result.status, 2);
+    cr_assert(test_contains(run_result.err, "has segments, not block ids"), "%s",
+              run_result.err);
     test_run_free(&run_result);
     run_result = test_kvio(dir, "cachesim", "missing.jsonl", NULL);
     cr_assert_eq(run_result.status, 2);

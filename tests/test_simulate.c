@@ -255,7 +255,9 @@ Test(simulate, compare_runs_each_variant_and_writes_compare_json, .timeout = 120
     cr_assert_not_null(compare, "%s", json_error.text);
     cr_assert_eq(json_array_size(json_object_get(compare, "variants")), 2);
     snprintf(path, sizeof(path), "%s/cmp/policy=lpm/summary.json", dir);
-    cr_assert_not_null(test_read_file(path));
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary);
+    free(summary);
     json_decref(compare);
     test_run_free(&run);
     run = test_kvio(dir, "compare", file, NULL);

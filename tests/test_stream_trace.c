@@ -1,13 +1,15 @@
 /* Tests for trace streams: Mooncake block hashes at engine block sizes 16
  * and 512 (checked against xxhsum), Azure and BurstGPT parsing and sessions,
  * kvio export -> import -> export identity, every bad-input case, sorting
- * and strict mode, replay options, a mutation fuzz, and the kvio stream CLI. */
+ * and strict mode, replay options, agreement of the fast Mooncake scanner
+ * with the jansson path, a mutation fuzz, and the kvio stream CLI. */
 #include "kvio/stream.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 
@@ -32,6 +34,20 @@ static kvio_stream_t *open_trace(const char *path, kvio_trace_format_t format,
                                                   sizeof(error));
     cr_assert_eq(status, KVIO_OK, "%s: %s", path, error);
     return stream;
+}
+
+/* Asserts that opening path as a Mooncake trace is refused with a parse
+ * error whose message contains message. */
+static void assert_refused(const char *path, const kvio_stream_trace_config_t *options,
+                           const char *message)
+{
+    kvio_stream_t *stream = NULL;
+    char error[1024] = "";
+    cr_assert_eq(kvio_stream_open_trace(path, KVIO_TRACE_MOONCAKE, options, &stream, error,
+                                        sizeof(error)),
+                 KVIO_ERR_PARSE, "%s: %s", path, error);
+    cr_assert_null(stream);
+    cr_assert(test_contains(error, message), "%s: '%s' lacks '%s'", path, error, message);
 }
 
 /* Copies of every request of a stream (freed with free_requests). */
@@ -484,12 +500,7 @@ Test(stream_trace, skip_bad_skips_and_counts_bad_lines, .timeout = 10)
     kvio_stream_destroy(stream);
     /* A file of nothing but bad lines is still an error. */
     char *bad = test_write_file(dir, "bad.jsonl", "x\ny\n");
-    kvio_stream_t *none = NULL;
-    char error[512];
-    cr_assert_eq(kvio_stream_open_trace(bad, KVIO_TRACE_MOONCAKE, &options, &none, error,
-                                        sizeof(error)),
-                 KVIO_ERR_PARSE);
-    cr_assert(test_contains(error, "no requests"), "%s", error);
+    assert_refused(bad, &options, "no requests");
     free(bad);
     free(path);
     test_rmtree(dir);
@@ -515,12 +526,7 @@ Test(stream_trace, timestamps_out_of_order_are_sorted_or_refused_under_strict, .
     cr_assert_eq(requests[2]->input_tokens, 6);
     free_requests(requests, count);
     options.strict = true;
-    char error[512] = "";
-    kvio_stream_t *refused = NULL;
-    cr_assert_eq(kvio_stream_open_trace(path, KVIO_TRACE_MOONCAKE, &options, &refused, error,
-                                        sizeof(error)),
-                 KVIO_ERR_PARSE);
-    cr_assert(test_contains(error, "order.jsonl:3: timestamp out of order"), "%s", error);
+    assert_refused(path, &options, "order.jsonl:3: timestamp out of order");
     free(path);
     test_rmtree(dir);
     free(dir);
@@ -545,6 +551,258 @@ Test(stream_trace, time_scale_start_limit_and_max_tokens_shape_the_replay, .time
     cr_assert_eq(requests[0]->output_tokens, 2);
     cr_assert_eq(requests[0]->id, 0);
     free_requests(requests, count);
+}
+
+/* ---- Mooncake lines: the fast scanner and the jansson path agree ---- */
+
+/* Writes text to dir/name and reads it as a Mooncake trace into copies of
+ * its requests (freed with free_requests); returns their number. */
+static size_t read_text(const char *dir, const char *name, const char *text,
+                        const kvio_stream_trace_config_t *options, kvio_request_t **requests,
+                        size_t max)
+{
+    char *path = test_write_file(dir, name, text);
+    kvio_stream_t *stream = open_trace(path, KVIO_TRACE_MOONCAKE, options);
+    size_t count = read_all(stream, requests, max);
+    kvio_stream_destroy(stream);
+    free(path);
+    return count;
+}
+
+static void assert_ids(const kvio_request_t *request, const uint64_t *ids, uint32_t count)
+{
+    cr_assert_eq(request->num_trace_hash_ids, count, "request %llu: %u ids, expected %u",
+                 (unsigned long long)request->id, request->num_trace_hash_ids, count);
+    for (uint32_t i = 0; i < count; i++)
+        cr_assert_eq(request->trace_hash_ids[i], ids[i], "request %llu id %u",
+                     (unsigned long long)request->id, i);
+}
+
+Test(stream_trace, mooncake_lines_read_every_field_and_blank_lines_keep_line_numbers,
+     .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    kvio_stream_trace_config_t options = default_options();
+    const char *text =
+        "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 6, \"hash_ids\": [0, 1]}\n"
+        "\n"
+        "{\"hash_ids\": [9], \"timestamp\": 27.5, \"input_length\": 12, \"output_length\": 0}\n"
+        "{\"timestamp\": 30, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [5,6 ,7]}";
+    kvio_request_t *requests[4];
+    size_t count = read_text(dir, "trace.jsonl", text, &options, requests, 4);
+    cr_assert_eq(count, 3);
+    cr_assert_eq(requests[0]->arrival_ns, 0);
+    cr_assert_eq(requests[0]->input_tokens, 1000);
+    cr_assert_eq(requests[0]->output_tokens, 6);
+    cr_assert_eq(requests[0]->trace_block_tokens, 512);
+    assert_ids(requests[0], (uint64_t[]){0, 1}, 2);
+    cr_assert_eq(requests[1]->arrival_ns, 27500000);
+    cr_assert_eq(requests[1]->output_tokens, 0);
+    assert_ids(requests[1], (uint64_t[]){9}, 1);
+    assert_ids(requests[2], (uint64_t[]){5, 6, 7}, 3);
+    free_requests(requests, count);
+
+    /* The blank line counts: the bad line after it is line 4. */
+    char *path = test_write_file(dir, "bad.jsonl",
+                                 "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, "
+                                 "\"hash_ids\": [1]}\n\n \t\n{\"timestamp\": 1}\n");
+    assert_refused(path, &options, "bad.jsonl:4: ");
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Lines that the fast scanner hands to jansson (escapes, nested values,
+ * exponents, reals, 19-digit ids, non-ASCII text) must read exactly like
+ * the plain lines that it reads itself. */
+Test(stream_trace, unusual_but_valid_json_reads_like_plain_lines, .timeout = 10)
+{
+    static const char *const pairs[][2] = {
+        {"{\"timestamp\": 10, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [7, 2]}",
+         "{\"timestamp\": 1e1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [7, 2]}"},
+        {"{\"timestamp\": 11.25, \"input_length\": 5, \"output_length\": 3, \"hash_ids\": [3]}",
+         "{\"timestamp\": 11.25, \"input_length\": 5.0, \"output_length\": 3, \"hash_ids\": [3], "
+         "\"note\": \"a\\\"b\", \"x\": {\"y\": [1]}}"},
+        {"{\"timestamp\": 12, \"input_length\": 5, \"output_length\": 0, \"hash_ids\": [4]}",
+         "  {\"time\\u0073tamp\":12,\"input_length\":5,\"output_length\":0,\"hash_ids\":[4],"
+         "\"flag\":true,\"z\":null,\"w\":\"\xc3\xa9\"}  \r"},
+        {"{\"timestamp\": 13, \"input_length\": 600, \"output_length\": 1, \"hash_ids\": "
+         "[1234567890123456789, 5]}",
+         "{\"timestamp\": 13, \"input_length\": 600, \"output_length\": 1, \"hash_ids\": "
+         "[1234567890123456789, 5], \"big\": 1234567890123456789}"},
+    };
+    size_t num_pairs = sizeof(pairs) / sizeof(pairs[0]);
+    char plain[2048] = "", unusual[2048] = "";
+    for (size_t i = 0; i < num_pairs; i++) {
+        strcat(plain, pairs[i][0]);
+        strcat(plain, "\n");
+        strcat(unusual, pairs[i][1]);
+        strcat(unusual, "\n");
+    }
+    char *dir = test_tmpdir();
+    kvio_stream_trace_config_t options = default_options();
+    kvio_request_t *a[8], *b[8];
+    size_t count = read_text(dir, "plain.jsonl", plain, &options, a, 8);
+    cr_assert_eq(read_text(dir, "unusual.jsonl", unusual, &options, b, 8), count);
+    cr_assert_eq(count, num_pairs);
+    for (size_t i = 0; i < count; i++) {
+        cr_assert_eq(a[i]->arrival_ns, b[i]->arrival_ns, "line %zu", i + 1);
+        cr_assert_eq(a[i]->input_tokens, b[i]->input_tokens, "line %zu", i + 1);
+        cr_assert_eq(a[i]->output_tokens, b[i]->output_tokens, "line %zu", i + 1);
+        cr_assert_eq(a[i]->max_tokens, b[i]->max_tokens, "line %zu", i + 1);
+        cr_assert_eq(a[i]->id, b[i]->id, "line %zu", i + 1);
+        cr_assert_eq(a[i]->output_content_id, b[i]->output_content_id, "line %zu", i + 1);
+        cr_assert_eq(a[i]->trace_block_tokens, b[i]->trace_block_tokens, "line %zu", i + 1);
+        assert_ids(b[i], a[i]->trace_hash_ids, a[i]->num_trace_hash_ids);
+    }
+    cr_assert_eq(a[0]->arrival_ns, 10000000);
+    cr_assert_eq(a[3]->trace_hash_ids[0], 1234567890123456789ull);
+    free_requests(a, count);
+    free_requests(b, count);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, equal_timestamps_keep_file_order, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    kvio_stream_trace_config_t options = default_options();
+    kvio_request_t *requests[5];
+    size_t count = read_text(
+        dir, "order.jsonl",
+        "{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}\n"
+        "{\"timestamp\": 2, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [2]}\n"
+        "{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [3]}\n"
+        "{\"timestamp\": 2, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [4]}\n"
+        "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [5]}\n",
+        &options, requests, 5);
+    cr_assert_eq(count, 5);
+    uint64_t expected[] = {5, 2, 4, 1, 3};
+    for (size_t i = 0; i < 5; i++)
+        cr_assert_eq(requests[i]->trace_hash_ids[0], expected[i], "position %zu", i);
+    free_requests(requests, count);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Opens path with stderr sent to a file; returns the status, the error and
+ * what was logged (malloc'd) in *logged_p. */
+static kvio_status_t open_capturing(const char *path, const kvio_stream_trace_config_t *options,
+                                    kvio_stream_t **stream_p, char *error_p, size_t error_len,
+                                    char **logged_p)
+{
+    char capture[] = "/tmp/kvio-test-stderr-XXXXXX";
+    int fd = mkstemp(capture);
+    cr_assert(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    kvio_status_t status = kvio_stream_open_trace(path, KVIO_TRACE_MOONCAKE, options, stream_p,
+                                                  error_p, error_len);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    *logged_p = test_read_file(capture);
+    unlink(capture);
+    return status;
+}
+
+/* Each line between two good ones: an error naming file:2 and the reason,
+ * or under skip_bad skipped, counted and still reported. */
+Test(stream_trace, bad_mooncake_line_names_file_and_line_or_is_skipped_and_counted,
+     .timeout = 20)
+{
+    static const char *const cases[][2] = {
+        {"{\"timestamp\": 1, \"input_length\": 5, \"hash_ids\": [1,", "not JSON"},
+        {"[1, 2]", "not a JSON object"},
+        {"{\"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}",
+         "missing field 'timestamp'"},
+        {"{\"timestamp\": \"x\", \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}",
+         "'timestamp' is not a number"},
+        {"{\"timestamp\": 2000000000000, \"input_length\": 5, \"output_length\": 1, "
+         "\"hash_ids\": [1]}",
+         "'timestamp' 2000000000000 ms is absurd"},
+        {"{\"timestamp\": 1, \"output_length\": 1, \"hash_ids\": [1]}",
+         "missing field 'input_length'"},
+        {"{\"timestamp\": 1, \"input_length\": -5, \"output_length\": 1, \"hash_ids\": [1]}",
+         "'input_length' is -5, negative"},
+        {"{\"timestamp\": 1, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": [1]}",
+         "'input_length' is 0, too small"},
+        {"{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1.5, \"hash_ids\": [1]}",
+         "'output_length' is not an integer"},
+        {"{\"timestamp\": 1, \"input_length\": 5, \"output_length\": null, \"hash_ids\": [1]}",
+         "missing field 'output_length'"},
+        {"{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}",
+         "missing field 'hash_ids'"},
+        {"{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": 7}",
+         "'hash_ids' is not an array"},
+        {"{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": []}",
+         "'hash_ids' has 0 ids, but input_length 5 needs 1"},
+        {"{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1, \"a\"]}",
+         "'hash_ids'[1] is not a non-negative integer"},
+        {"{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1, -2]}",
+         "'hash_ids'[1] is not a non-negative integer"},
+    };
+    char *dir = test_tmpdir();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, "
+                 "\"hash_ids\": [1]}\n%s\n"
+                 "{\"timestamp\": 2, \"input_length\": 5, \"output_length\": 1, "
+                 "\"hash_ids\": [2]}\n",
+                 cases[i][0]);
+        char *path = test_write_file(dir, "trace.jsonl", text);
+        char where[600], error[1024] = "";
+        snprintf(where, sizeof(where), "%s:2: %s", path, cases[i][1]);
+        kvio_stream_trace_config_t options = default_options();
+        kvio_stream_t *stream = NULL;
+        char *logged = NULL;
+        cr_assert_eq(open_capturing(path, &options, &stream, error, sizeof(error), &logged),
+                     KVIO_ERR_PARSE, "case %zu", i);
+        cr_assert_null(stream);
+        cr_assert(test_contains(error, where), "case %zu: '%s' lacks '%s'", i, error, where);
+        free(logged);
+
+        options.skip_bad = true;
+        cr_assert_eq(open_capturing(path, &options, &stream, error, sizeof(error), &logged),
+                     KVIO_OK, "case %zu: %s", i, error);
+        cr_assert_eq(kvio_stream_skipped_lines(stream), 1);
+        kvio_request_t *requests[3];
+        size_t count = read_all(stream, requests, 3);
+        cr_assert_eq(count, 2);
+        cr_assert_eq(requests[1]->trace_hash_ids[0], 2);
+        free_requests(requests, count);
+        kvio_stream_destroy(stream);
+        cr_assert(test_contains(logged, where), "the skipped line is still reported: '%s'",
+                  logged);
+        free(logged);
+        free(path);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(stream_trace, missing_file_is_not_found_and_names_it, .timeout = 10)
+{
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = NULL;
+    char error[512] = "";
+    cr_assert_eq(kvio_stream_open_trace("/nonexistent/kvio/trace.jsonl", KVIO_TRACE_MOONCAKE,
+                                        &options, &stream, error, sizeof(error)),
+                 KVIO_ERR_NOT_FOUND);
+    cr_assert(test_contains(error, "/nonexistent/kvio/trace.jsonl"), "%s", error);
+}
+
+Test(stream_trace, format_names_map_to_readers, .timeout = 10)
+{
+    kvio_trace_format_t format;
+    cr_assert_eq(kvio_trace_format_find("mooncake", &format), KVIO_OK);
+    cr_assert_eq(format, KVIO_TRACE_MOONCAKE);
+    cr_assert_eq(kvio_trace_format_find("burstgpt", &format), KVIO_OK);
+    cr_assert_eq(format, KVIO_TRACE_BURSTGPT);
+    cr_assert_eq(kvio_trace_format_find("azure-csv", &format), KVIO_ERR_NOT_FOUND);
 }
 
 /* Mutates valid trace text at random: byte changes, cuts, repeats, huge

@@ -2,13 +2,288 @@
  * input_length, output_length, hash_ids of trace blocks) and, in kvio
  * format, the extras that make export and import lossless (id, arrival_ns,
  * max_tokens, priority, session, turn, segments, output_id, block_tokens).
- * Every value is checked; a bad one is a parse error with its reason. */
+ * A strict scanner reads the plain Mooncake lines that real traces consist
+ * of; any line it does not fully recognise or that is out of range goes
+ * through jansson, which checks every value and words the errors. */
 #include "workloads/workloads_int.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Largest timestamp accepted, in ms (about 31 years). */
+#define MAX_TIMESTAMP_MS 1e12
+
+/* ---------- fast path: returns false to hand the line to jansson ---------- */
+
+/* What the scanner found on a plain Mooncake line; the ids are written
+ * straight into the trace's id pool. */
+typedef struct plain_line {
+    bool has_timestamp, has_input, has_output, has_ids;
+    bool timestamp_is_integer;
+    uint64_t timestamp_integer; /* when timestamp_is_integer */
+    double timestamp_ms;
+    uint64_t input_length, output_length;
+    size_t num_ids;
+} plain_line_t;
+
+static const char *skip_space(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* A non-negative JSON integer of at most 18 digits (no leading zeros), so
+ * that it fits jansson's json_int_t too. */
+static bool scan_uint(const char **pp, const char *end, uint64_t *value_p)
+{
+    const char *p = *pp, *start = *pp;
+    uint64_t value = 0;
+    while (p < end && *p >= '0' && *p <= '9' && p - start < 19)
+        value = value * 10 + (uint64_t)(*p++ - '0');
+    size_t digits = (size_t)(p - start);
+    if (digits == 0 || digits > 18 || (digits > 1 && *start == '0'))
+        return false;
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9')))
+        return false;
+    *pp = p;
+    *value_p = value;
+    return true;
+}
+
+/* Any JSON number, by the grammar, converted with strtod; *is_integer_p
+ * tells whether jansson would read it as an integer (no fraction or
+ * exponent). */
+static bool scan_number(const char **pp, const char *end, double *value_p, bool *is_integer_p)
+{
+    const char *p = *pp, *start = *pp;
+    bool is_integer = true;
+    if (p < end && *p == '-')
+        p++;
+    if (p < end && *p == '0') {
+        p++;
+    } else if (p < end && *p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    } else {
+        return false;
+    }
+    if (p < end && *p == '.') {
+        const char *digits = ++p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == digits)
+            return false;
+        is_integer = false;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        const char *digits = p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == digits)
+            return false;
+        is_integer = false;
+    }
+    if (p == end || p - start > 64)
+        return false;
+    char text[72];
+    memcpy(text, start, (size_t)(p - start));
+    text[p - start] = '\0';
+    *value_p = strtod(text, NULL);
+    *is_integer_p = is_integer;
+    *pp = p;
+    return true;
+}
+
+/* Mooncake's timestamp: a plain integer exactly, anything else as a double. */
+static bool scan_timestamp(const char **pp, const char *end, plain_line_t *line)
+{
+    const char *p = *pp;
+    if (scan_uint(&p, end, &line->timestamp_integer)) {
+        line->timestamp_is_integer = true;
+        line->timestamp_ms = (double)line->timestamp_integer;
+        *pp = p;
+        return true;
+    }
+    bool is_integer;
+    /* An integer that scan_uint refused (19+ digits, -0): jansson decides. */
+    if (!scan_number(pp, end, &line->timestamp_ms, &is_integer) || is_integer)
+        return false;
+    line->timestamp_is_integer = false;
+    return true;
+}
+
+/* Plain string bytes: printable ASCII without escapes, so that jansson's
+ * UTF-8 and escape checks could not fail on them. */
+static bool plain_char(char c)
+{
+    return c != '\\' && (unsigned char)c >= 0x20 && (unsigned char)c < 0x80;
+}
+
+/* A value we do not need: a number jansson can hold, true, false, null or
+ * a plain string. */
+static bool skip_scalar(const char **pp, const char *end)
+{
+    const char *p = *pp;
+    if (p < end && *p == '"') {
+        for (p++; p < end && *p != '"'; p++) {
+            if (!plain_char(*p))
+                return false;
+        }
+        if (p == end)
+            return false;
+        *pp = p + 1;
+        return true;
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        size_t length = strlen(words[i]);
+        if ((size_t)(end - p) >= length && memcmp(p, words[i], length) == 0) {
+            *pp = p + length;
+            return true;
+        }
+    }
+    double value;
+    bool is_integer;
+    if (!scan_number(&p, end, &value, &is_integer) || !isfinite(value) ||
+        (is_integer && fabs(value) >= 1e18))
+        return false;
+    *pp = p;
+    return true;
+}
+
+/* An array of plain ids into ids (room for max_ids). */
+static bool scan_ids(const char **pp, const char *end, uint64_t *ids, size_t max_ids,
+                     plain_line_t *line)
+{
+    const char *p = *pp;
+    if (p == end || *p != '[')
+        return false;
+    p = skip_space(p + 1, end);
+    size_t count = 0;
+    if (p < end && *p == ']') {
+        p++;
+    } else {
+        for (;;) {
+            if (count == max_ids || !scan_uint(&p, end, &ids[count]))
+                return false;
+            count++;
+            p = skip_space(p, end);
+            if (p < end && *p == ',') {
+                p = skip_space(p + 1, end);
+                continue;
+            }
+            if (p < end && *p == ']') {
+                p++;
+                break;
+            }
+            return false;
+        }
+    }
+    line->num_ids = count;
+    line->has_ids = true;
+    *pp = p;
+    return true;
+}
+
+/* Scans one object of Mooncake keys. Other keys with scalar values are
+ * skipped unless extras (kvio format, where other keys carry meaning). */
+static bool scan_plain_line(const char *p, const char *end, bool extras, uint64_t *ids,
+                            size_t max_ids, plain_line_t *line)
+{
+    memset(line, 0, sizeof(*line));
+    p = skip_space(p, end);
+    if (p == end || *p != '{')
+        return false;
+    p = skip_space(p + 1, end);
+    for (;;) {
+        if (p == end || *p != '"')
+            return false;
+        const char *key = ++p;
+        while (p < end && *p != '"' && plain_char(*p))
+            p++;
+        if (p == end || *p != '"')
+            return false;
+        size_t key_length = (size_t)(p - key);
+        p = skip_space(p + 1, end);
+        if (p == end || *p != ':')
+            return false;
+        p = skip_space(p + 1, end);
+#define KEY_IS(name) (key_length == sizeof(name) - 1 && memcmp(key, name, key_length) == 0)
+        if (KEY_IS("timestamp")) {
+            if (line->has_timestamp || !scan_timestamp(&p, end, line))
+                return false;
+            line->has_timestamp = true;
+        } else if (KEY_IS("input_length")) {
+            if (line->has_input || !scan_uint(&p, end, &line->input_length))
+                return false;
+            line->has_input = true;
+        } else if (KEY_IS("output_length")) {
+            if (line->has_output || !scan_uint(&p, end, &line->output_length))
+                return false;
+            line->has_output = true;
+        } else if (KEY_IS("hash_ids")) {
+            if (line->has_ids || !scan_ids(&p, end, ids, max_ids, line))
+                return false;
+        } else if (extras || !skip_scalar(&p, end)) {
+            return false;
+        }
+#undef KEY_IS
+        p = skip_space(p, end);
+        if (p < end && *p == ',') {
+            p = skip_space(p + 1, end);
+            continue;
+        }
+        if (p < end && *p == '}')
+            break;
+        return false;
+    }
+    return skip_space(p + 1, end) == end;
+}
+
+/* Adds the request of a plain line whose values are all in range (what the
+ * jansson path would accept, with the same values); false leaves the trace
+ * as it was and hands the line to jansson. */
+static bool parse_plain_line(kvio_trace_t *trace, const char *text, size_t length, bool extras)
+{
+    /* A line of n bytes holds at most n / 2 ids. */
+    size_t max_ids = length / 2 + 1;
+    if (max_ids > KVIO_STREAM_MAX_TOKENS)
+        max_ids = KVIO_STREAM_MAX_TOKENS;
+    uint64_t *ids = kvio_trace_reserve_hash_ids(trace, max_ids);
+    plain_line_t line;
+    if (ids == NULL || !scan_plain_line(text, text + length, extras, ids, max_ids, &line))
+        return false;
+    uint32_t block_tokens = (uint32_t)trace->options->block_tokens;
+    if (!line.has_timestamp || !(line.timestamp_ms >= 0) ||
+        line.timestamp_ms > MAX_TIMESTAMP_MS || !line.has_input || line.input_length < 1 ||
+        line.input_length > KVIO_STREAM_MAX_TOKENS || !line.has_output ||
+        line.output_length > KVIO_STREAM_MAX_TOKENS || !line.has_ids || block_tokens == 0 ||
+        line.num_ids < (line.input_length + block_tokens - 1) / block_tokens)
+        return false;
+    kvio_trace_record_t *record = kvio_trace_add_record(trace);
+    if (record == NULL)
+        return false;
+    kvio_request_t *request = &record->request;
+    request->arrival_ns = line.timestamp_is_integer
+                              ? (int64_t)line.timestamp_integer * 1000000
+                              : llround(line.timestamp_ms * 1e6);
+    request->input_tokens = (uint32_t)line.input_length;
+    request->output_tokens = (uint32_t)line.output_length;
+    request->output_content_id = KVIO_CONTENT_TRACE | (trace->line << 1 | 1);
+    request->num_trace_hash_ids = (uint32_t)line.num_ids;
+    request->trace_block_tokens = block_tokens;
+    trace->num_hash_ids += line.num_ids;
+    return true;
+}
+
+/* ---------- jansson path: any valid JSON, every check, the errors ---------- */
 
 /* Reads an integer field into [minimum, maximum]; absent is an error when
  * required, else leaves *value_p. */
@@ -61,7 +336,7 @@ static kvio_status_t get_timestamp(json_t *object, int64_t *arrival_ns_p, char *
         return KVIO_ERR_PARSE;
     }
     double ms = json_number_value(value);
-    if (!(ms >= 0) || ms > 1e12) {
+    if (!(ms >= 0) || ms > MAX_TIMESTAMP_MS) {
         snprintf(error_p, error_len, "'timestamp' %.17g ms is %s", ms,
                  ms < 0 ? "negative" : "absurd (more than 1e12 ms)");
         return KVIO_ERR_PARSE;
@@ -253,6 +528,8 @@ static kvio_status_t parse_object(kvio_trace_t *trace, json_t *object, bool extr
 static kvio_status_t parse_line(kvio_trace_t *trace, char *line, size_t length, bool extras,
                                 char *error_p, size_t error_len)
 {
+    if (parse_plain_line(trace, line, length, extras))
+        return KVIO_OK;
     json_error_t json_error;
     json_t *object = json_loadb(line, length, 0, &json_error);
     if (object == NULL) {

@@ -10,8 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvio/log.h"
+
+/* Skipped bad lines logged one by one before only the count is. */
+#define MAX_SKIP_WARNINGS 5
 
 static const kvio_trace_format_ops_t *const registry[] = {
     [KVIO_TRACE_KVIO] = &kvio_trace_jsonl_kvio_ops,
@@ -175,6 +179,11 @@ static kvio_status_t read_file(const char *path, char **data_p, size_t *length_p
         return errnum == ENOENT ? KVIO_ERR_NOT_FOUND : kvio_status_from_errno(errnum);
     }
     size_t capacity = 1 << 16, length = 0;
+    struct stat info;
+    /* Sized from a regular file (one read, no copies while growing); pipes
+     * grow. One byte more, so that a full buffer means "maybe more". */
+    if (fstat(fileno(file), &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0)
+        capacity = (size_t)info.st_size + 1;
     char *data = malloc(capacity + 1);
     kvio_status_t status = KVIO_OK;
     while (data != NULL) {
@@ -279,8 +288,10 @@ static kvio_status_t parse_lines(kvio_trace_t *trace, const kvio_trace_format_op
             kvio_trace_drop_last(trace);
         if (status == KVIO_ERR_PARSE && trace->options->skip_bad) {
             skipped++;
-            kvio_debug("%s:%llu: skipped: %s", trace->path, (unsigned long long)trace->line,
-                       reason);
+            /* The first few are worth seeing; the count says the rest. */
+            kvio_log(skipped <= MAX_SKIP_WARNINGS ? KVIO_LOG_WARN : KVIO_LOG_DEBUG,
+                     "%s:%llu: %s (skipped)", trace->path, (unsigned long long)trace->line,
+                     reason);
             continue;
         }
         snprintf(error_p, error_len, "%s:%llu: %s", trace->path,
