@@ -26,6 +26,9 @@ fi
 # halt_on_error: the first report fails the process (and so the test).
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# Keep Open MPI's components loaded until exit, so leak reports name them
+# (and the suppressions match) instead of an unknown module.
+export OMPI_MCA_mca_base_component_disable_dlclose=1
 export LSAN_OPTIONS=suppressions=$root/bench/lsan.supp:print_suppressions=0
 
 cd "$build"
