@@ -67,7 +67,7 @@ if command -v redis-server >/dev/null; then
     for _ in $(seq 1 50); do timeout 2 redis-cli -p $redis_port ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 mkdir -p "$work/viper" "$work/schedule"
-avail=$(awk '/MemAvailable/ {printf "%d", $2 * 1024}' /proc/meminfo)
+avail=$(awk '/MemAvailable/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 for size in $sizes; do
     for n in $servers; do
         for transport in file redis ucx; do
