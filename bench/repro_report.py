@@ -42,6 +42,8 @@ def fmt(x, digits=2):
         return "-"
     if isinstance(x, str):
         return x
+    if abs(x) < 0.5 * 10 ** -digits:
+        x = 0.0  # no "-0.00"
     if abs(x) >= 1000:
         return "{:,.0f}".format(x)
     return ("{:.%df}" % digits).format(x)
@@ -383,9 +385,12 @@ def section_figures(work):
     cross, verdicts = crossover(work)
     print("figure unboxkv_swap_recompute_crossover_gib %g GiB" % cross)
     if cross == 0:
-        print("  (no crossover: winners by capacity %s; kvio's roofline charges a recompute at full prefill cost and a swap at"
+        print("  (no crossover: winners by capacity %s;"
               % ", ".join("%g GiB %s" % (c, v) for c, v in verdicts))
-        print("   bytes / host bandwidth, so swap never loses on this workload; published: swap wins when tight, recompute when ample)")
+        if verdicts and all(v == "swap" for _, v in verdicts):
+            print("   kvio's roofline charges a recompute at full prefill cost and a swap at bytes / host bandwidth,"
+                  " so swap never loses here;")
+        print("   published: swap wins when KV memory is tight, recompute when it is ample)")
 
 
 SECTIONS = {
