@@ -753,6 +753,7 @@ struct kvio_serve_rank {
     size_t rows_length, rows_capacity;
     uint64_t *served;        /* finished requests per model version */
     size_t num_versions;
+    char error[256];         /* why begin or end failed */
 };
 
 static void coupled_finish(void *context, const kvio_engine_finished_t *finished)
@@ -888,8 +889,16 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
     rank->overhead_ns += thread_cpu_ns() - before_ns;
     if (status != KVIO_OK)
         return status;
-    if (iteration.duration_ns <= 0)
-        return KVIO_ERR_CONFIG; /* the head request can never fit */
+    if (iteration.duration_ns <= 0) {
+        /* The head request can never fit: say which, as simulate does. */
+        uint64_t waiting[1] = {0};
+        kvio_engine_waiting_ids(rank->setup.engine, waiting, 1);
+        snprintf(rank->error, sizeof(rank->error),
+                 "serve rank %u: request %llu cannot start: it needs more KV blocks than the "
+                 "%u the cache holds", rank->serve_index, (unsigned long long)waiting[0],
+                 rank->blocks);
+        return KVIO_ERR_CONFIG;
+    }
     rank->iteration_start_ns = now_ns;
     rank->schedule_ns = now_ns - rank->origin_ns;
     rank->planned_end_ns = now_ns + iteration.duration_ns;
@@ -919,11 +928,18 @@ static kvio_status_t coupled_end(void *context, int64_t now_ns)
     return KVIO_OK;
 }
 
+static const char *coupled_error(void *context)
+{
+    const kvio_serve_rank_t *rank = context;
+    return rank->error;
+}
+
 void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *server_p)
 {
     server_p->context = rank;
     server_p->begin = coupled_begin;
     server_p->end = coupled_end;
+    server_p->error = coupled_error;
 }
 
 /* Appends bytes to a growable blob. */

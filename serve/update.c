@@ -284,8 +284,9 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
             status = server->begin(server->context, kvio_rte_time_ns(rte), state.active_version,
                                    &end_ns, &idle_until, &served);
             if (status != KVIO_OK) {
+                const char *why = server->error != NULL ? server->error(server->context) : NULL;
                 snprintf(error_p, error_len, "rank %d: serving failed: %s", kvio_rte_index(rte),
-                         kvio_strerror(status));
+                         why != NULL && why[0] != '\0' ? why : kvio_strerror(status));
                 break;
             }
             if (end_ns >= 0) {
@@ -328,8 +329,9 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
         if (engine_iteration) {
             status = server->end(server->context, now);
             if (status != KVIO_OK) {
+                const char *why = server->error != NULL ? server->error(server->context) : NULL;
                 snprintf(error_p, error_len, "rank %d: serving failed: %s", kvio_rte_index(rte),
-                         kvio_strerror(status));
+                         why != NULL && why[0] != '\0' ? why : kvio_strerror(status));
                 break;
             }
         }

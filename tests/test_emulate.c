@@ -160,3 +160,21 @@ Test(emulate, host_tier_traffic_is_real_and_counted, .timeout = 120)
     test_rmtree(dir);
     free(dir);
 }
+
+/* A request the coupled run's cache can never hold is an error that names it
+ * (as in simulate and plain emulate), not a bare "bad configuration". */
+Test(emulate, coupled_run_names_a_request_that_can_never_fit, .timeout = 120)
+{
+    char *dir, error[1024];
+    char text[2048];
+    snprintf(text, sizeof(text), "%s", coupled_workload);
+    char *blocks = strstr(text, "blocks: 400");
+    cr_assert_not_null(blocks);
+    memcpy(blocks, "blocks: 040", 11); /* 40 blocks: 640 tokens, prompts up to 2,048 */
+    json_t *summary = run_workload(text, &dir, KVIO_ERR_CONFIG, error, sizeof(error));
+    cr_assert_null(summary);
+    cr_assert(strstr(error, "cannot start: it needs more KV blocks than the 40") != NULL, "%s",
+              error);
+    test_rmtree(dir);
+    free(dir);
+}

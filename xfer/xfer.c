@@ -290,6 +290,12 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
         status = ops->init(xfer, error_p, error_len);
     if (status != KVIO_OK)
         goto fail_init;
+    /* Fault in the receive slots now (host memory from every plug-in built
+     * here), so the first version into each slot is not charged the page
+     * faults the later ones never pay. */
+    for (int slot = 0; slot < 2; slot++)
+        if (xfer->slots[slot] != NULL && xfer->bytes > 0)
+            memset(xfer->slots[slot], 0, xfer->bytes);
     *xfer_p = xfer;
     return KVIO_OK;
 fail:

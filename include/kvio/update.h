@@ -74,6 +74,9 @@ typedef struct kvio_update_server {
     kvio_status_t (*begin)(void *context, int64_t now_ns, uint64_t active_version,
                            int64_t *end_ns_p, int64_t *idle_until_p, bool *finished_p);
     kvio_status_t (*end)(void *context, int64_t now_ns);
+    /* Optional: what went wrong when begin or end failed ("" or NULL: only
+     * the status is known). */
+    const char *(*error)(void *context);
 } kvio_update_server_t;
 
 /* Verifies a whole buffer against an XXH3-64 checksum. */
