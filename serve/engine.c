@@ -133,12 +133,11 @@ struct kvio_engine {
     kvio_slo_t slo;
     uint32_t rank;
     kvio_engine_observer_t observer;
-    req_list_t running, waiting, incoming;
+    req_list_t running, waiting;
     engine_req_t **scratch;     /* scheduled requests of the current iteration */
     size_t num_scratch, scratch_capacity;
     kvio_engine_scheduled_t *scheduled;
     uint64_t admit_counter;
-    int64_t iteration_start_ns;
     kvio_engine_iteration_t current;
     kvio_engine_metrics_t metrics;
     unsigned char *kv_memory;   /* emulate: block b at kv_memory + b × block_bytes */
@@ -566,8 +565,8 @@ void kvio_engine_destroy(kvio_engine_t *engine)
 {
     if (engine == NULL)
         return;
-    req_list_t *lists[] = {&engine->running, &engine->waiting, &engine->incoming};
-    for (size_t l = 0; l < 3; l++) {
+    req_list_t *lists[] = {&engine->running, &engine->waiting};
+    for (size_t l = 0; l < 2; l++) {
         for (size_t i = 0; i < lists[l]->count; i++)
             req_destroy(lists[l]->items[i]);
         free(lists[l]->base);

@@ -165,7 +165,6 @@ typedef struct simulation {
     kvio_csv_t *requests_csv, *iterations_csv;
     kvio_hash_buffer_t hashes;
     uint64_t in_flight;
-    uint64_t dispatched;
 } simulation_t;
 
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
@@ -423,7 +422,6 @@ static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, 
     if (status != KVIO_OK)
         return status;
     sim->in_flight++;
-    sim->dispatched++;
     if (sim->busy_until[rank] < 0)
         return start_iteration(sim, rank, now_ns, error_p, error_len);
     return KVIO_OK;
