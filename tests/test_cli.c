@@ -53,16 +53,24 @@ Test(cli, usage_errors_exit_2, .timeout = 20)
     test_run_free(&run);
 }
 
-Test(cli, run_quickstart_writes_results, .timeout = 30)
+/* The quickstart is a 25 s emulate run with GiB-sized buffers: the tests
+ * shorten it and shrink its memory so they stay quick on a busy machine. */
+#define SMALL_MODEL "model.preset=llama3.2-1b"
+#define SMALL_KV "serve.kvcache.capacity=512MiB"
+#define SMALL_WEIGHTS "train.bytes=32MiB"
+
+Test(cli, run_quickstart_writes_results, .timeout = 90)
 {
     char *dir = test_tmpdir();
     /* No file: the quickstart preset (shortened; it is a 25 s emulate run). */
-    test_run_t run = test_kvio(dir, "run", "--set", "duration=2s", NULL);
+    test_run_t run = test_kvio(dir, "run", "--set", "duration=2s", "--set", SMALL_KV, "--set",
+                               SMALL_WEIGHTS, "--set", SMALL_MODEL, NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     cr_assert(test_contains(run.out, "results/quickstart-"), "%s", run.out);
     test_run_free(&run);
 
-    run = test_kvio(dir, "run", "quickstart", "-o", "out", "--set", "duration=2s", NULL);
+    run = test_kvio(dir, "run", "quickstart", "-o", "out", "--set", "duration=2s", "--set",
+                    SMALL_KV, "--set", SMALL_WEIGHTS, "--set", SMALL_MODEL, NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     char path[1100];
     snprintf(path, sizeof(path), "%s/out/summary.json", dir);
@@ -78,7 +86,7 @@ Test(cli, run_quickstart_writes_results, .timeout = 30)
               run.err);
     test_run_free(&run);
     run = test_kvio(dir, "run", "quickstart", "-o", "out", "--force", "--set", "duration=2s",
-                    NULL);
+                    "--set", SMALL_KV, "--set", SMALL_WEIGHTS, "--set", SMALL_MODEL, NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
     test_rmtree(dir);

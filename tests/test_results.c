@@ -12,15 +12,16 @@
 
 #include "tests/helpers.h"
 
-Test(results, summary_parses_back_with_schema_and_config, .timeout = 20)
+Test(results, summary_parses_back_with_schema_and_config, .timeout = 60)
 {
     char *dir = test_tmpdir();
     char out[1100];
     snprintf(out, sizeof(out), "%s/run", dir);
     kvio_workload_t workload;
     char error[512];
-    const char *sets[] = {"name=roundtrip", "duration=2s"};
-    cr_assert_eq(kvio_workload_load("quickstart", sets, 2, &workload, error, sizeof(error)),
+    const char *sets[] = {"name=roundtrip", "duration=2s", "serve.kvcache.capacity=512MiB",
+                          "train.bytes=32MiB", "model.preset=llama3.2-1b"};
+    cr_assert_eq(kvio_workload_load("quickstart", sets, 5, &workload, error, sizeof(error)),
                  KVIO_OK, "%s", error);
     kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = "quickstart"};
     kvio_run_result_t result;
