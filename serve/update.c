@@ -246,13 +246,14 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len)
 {
-    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, NULL, result_p,
-                                  error_p, error_len);
+    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, NULL, NULL,
+                                  result_p, error_p, error_len);
 }
 
 kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
                                      kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
                                      const kvio_update_server_t *server,
+                                     volatile sig_atomic_t *stop,
                                      kvio_update_result_t *result_p, char *error_p,
                                      size_t error_len)
 {
@@ -279,6 +280,8 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
     while (status == KVIO_OK && !(state.end_seen && !state.pending && served)) {
         int64_t iteration_end = kvio_rte_time_ns(rte) + config->iteration_ns;
         bool engine_iteration = false;
+        if (stop != NULL && *stop)
+            served = true; /* interrupted: no new iterations; wait for the end notice */
         if (server != NULL && !served) {
             int64_t end_ns = -1, idle_until = iteration_end;
             status = server->begin(server->context, kvio_rte_time_ns(rte), state.active_version,
