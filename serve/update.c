@@ -35,6 +35,17 @@ const kvio_opt_t kvio_update_options[] = {
      .values = serving_names, .default_value = "emulated",
      .help = "emulate mode: emulated iterations, or the real-time engine serving the stream "
              "(the coupled run)"},
+    {.key = "die_during_version", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_update_config_t, die_during_version), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "fault injection: serve rank die_rank stops, as if it died, while receiving "
+             "this version or the first newer one it sees (0: never); the trainer and the "
+             "other ranks must fail within ranks.timeout"},
+    {.key = "die_rank", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_update_config_t, die_rank), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1,
+     .help = "fault injection: the rank that die_during_version stops (serve ranks are "
+             "1..ranks.serve)"},
     {.key = NULL},
 };
 
@@ -89,6 +100,15 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
     if (!state->pending)
         return KVIO_OK;
     kvio_xfer_receive_t *receive = &state->receive;
+    if (state->config->die_during_version > 0 &&
+        receive->meta.version >= (uint64_t)state->config->die_during_version &&
+        kvio_rte_index(state->rte) == state->config->die_rank) {
+        /* Fault injection: this rank stops mid-update without acknowledging. */
+        snprintf(state->error, sizeof(state->error),
+                 "injected fault: serve rank %d died while receiving version %llu",
+                 kvio_rte_index(state->rte), (unsigned long long)receive->meta.version);
+        return KVIO_ERR_INTERRUPTED;
+    }
     if (!receive->complete) {
         *worked_p = true;
         kvio_status_t status = kvio_xfer_fetch_step(state->xfer, receive);

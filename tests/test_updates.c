@@ -275,6 +275,58 @@ Test(updates, trainer_dying_mid_transfer_over_redis_ends_the_run, .timeout = 30)
     expect_dead_trainer_is_an_error("redis");
 }
 
+/* Serve rank 2 of 1 trainer + 2 serve ranks stops while receiving version 2,
+ * as if it died: the run fails with an error naming that rank, every rank
+ * returns (no hang) well within ranks.timeout, and summary.json says
+ * complete: false. */
+static void expect_dead_serve_rank_is_an_error(const char *kind)
+{
+    char *dir = test_tmpdir();
+    char kind_override[64], dir_override[1200];
+    snprintf(kind_override, sizeof(kind_override), "train.transport.kind=%s", kind);
+    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s/versions", dir);
+    const char *redis = getenv("KVIO_TEST_REDIS_URL");
+    char redis_override[512];
+    snprintf(redis_override, sizeof(redis_override), "train.transport.redis.url=%s",
+             redis ? redis : "redis://127.0.0.1:6379");
+    const char *overrides[] = {kind_override, dir_override, redis_override,
+                               "update.die_during_version=2", "update.die_rank=2",
+                               "ranks.timeout=8s", "train.transport.file.poll_interval=1ms",
+                               "train.transport.redis.prefix=\"kvio-test-dead-serve:\""};
+    outcome_t outcome = run_workload(dir, overrides, 8);
+    cr_expect_neq(outcome.status, KVIO_OK);
+    cr_expect(test_contains(outcome.error, "serve rank 2 died while receiving version"),
+              "%s", outcome.error);
+    cr_expect_lt(outcome.elapsed_ns, 8000000000ull, "ended within ranks.timeout");
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", outcome.dir);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary);
+    cr_expect(test_contains(summary, "\"complete\": false"), "%s", summary);
+    free(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, serve_rank_dying_mid_update_over_ucx_ends_the_run, .timeout = 30)
+{
+    REQUIRE_UCX();
+    expect_dead_serve_rank_is_an_error("ucx");
+}
+
+Test(updates, serve_rank_dying_mid_update_over_file_ends_the_run, .timeout = 30)
+{
+    expect_dead_serve_rank_is_an_error("file");
+}
+
+Test(updates, serve_rank_dying_mid_update_over_redis_ends_the_run, .timeout = 30)
+{
+    const char *url = getenv("KVIO_TEST_REDIS_URL");
+    if (!test_require("redis", url != NULL, "KVIO_TEST_REDIS_URL is not set"))
+        return;
+    expect_dead_serve_rank_is_an_error("redis");
+}
+
 /* ---- mpirun ---- */
 
 static int mpirun_available(void)

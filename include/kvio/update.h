@@ -31,6 +31,10 @@ typedef struct kvio_update_config {
     int64_t corrupt_offset; /* fault injection: flip this byte of every version
                                received before verifying; -1: never */
     int serving;            /* kvio_serving_t */
+    int64_t die_during_version; /* fault injection: serve rank die_rank stops (as if
+                                   it died) while receiving this version, or the
+                                   first newer one it sees; 0: never */
+    int64_t die_rank;           /* the rank that dies (serve ranks are 1..ranks.serve) */
 } kvio_update_config_t;
 
 /* The option table of `update:` (the serve side; mountable as serve.update). */
