@@ -1,6 +1,6 @@
 /* Regression inputs found by the fuzzers (fuzz/): every file in
  * tests/fixtures/crashers/ is fed through the fuzz harness that found it,
- * named by the file's prefix (fuzz_config-*, fuzz_trace_FORMAT-*). The
+ * named by the file's prefix (fuzz_config-*, fuzz_trace_FORMAT-*, fuzz_report-*). The
  * harness aborts on a broken invariant; under bench/sanitize.sh ASan and
  * UBSan check each input too. */
 #include <criterion/criterion.h>
@@ -18,6 +18,9 @@
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_trace_input
 #include "fuzz/fuzz_trace.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_report_input
+#include "fuzz/fuzz_report.c"
 #undef LLVMFuzzerTestOneInput
 
 #define CRASHERS KVIO_SOURCE_DIR "/tests/fixtures/crashers"
@@ -55,6 +58,8 @@ Test(crashers, every_kept_input_goes_through_its_harness, .timeout = 60)
         static const char trace_prefix[] = "fuzz_trace_";
         if (strncmp(name, "fuzz_config-", 12) == 0) {
             fuzz_config_input(bytes, size);
+        } else if (strncmp(name, "fuzz_report-", 12) == 0) {
+            fuzz_report_input(bytes, size);
         } else if (strncmp(name, trace_prefix, sizeof(trace_prefix) - 1) == 0) {
             char format[32];
             const char *start = name + sizeof(trace_prefix) - 1;
@@ -66,7 +71,7 @@ Test(crashers, every_kept_input_goes_through_its_harness, .timeout = 60)
             fuzz_trace(format, bytes, size);
         } else {
             cr_assert_fail("%s: name it after the fuzz target (fuzz_config-..., "
-                           "fuzz_trace_FORMAT-...)", name);
+                           "fuzz_trace_FORMAT-..., fuzz_report-...)", name);
         }
         free(bytes);
         fed++;
