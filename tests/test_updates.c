@@ -532,3 +532,25 @@ Test(updates, mpirun_trainer_dying_mid_transfer_fails_every_rank, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+Test(updates, mpirun_serve_rank_dying_mid_update_fails_every_rank, .timeout = 60)
+{
+    REQUIRE_UCX();
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    char *err = NULL;
+    const char *sets[] = {"update.die_during_version=2", "update.die_rank=2",
+                          "ranks.timeout=5s"};
+    uint64_t start = kvio_time_ns();
+    int status = run_mpirun(dir, 3, sets, 3, 40, &err);
+    uint64_t elapsed = kvio_time_ns() - start;
+    cr_expect_neq(status, 0, "mpirun exits non-zero");
+    cr_expect_neq(status, -1, "and by itself, not killed by the test");
+    cr_expect(test_contains(err ? err : "", "serve rank 2 died while receiving version"), "%s",
+              err ? err : "");
+    cr_expect_lt(elapsed, 30000000000ull);
+    free(err);
+    test_rmtree(dir);
+    free(dir);
+}
