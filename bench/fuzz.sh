@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_FUZZ_BUILD:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt"}
+targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt fuzz_report"}
 
 if ! command -v clang >/dev/null; then
     echo "fuzz.sh: clang is missing (apt-get install -y clang libclang-rt-14-dev)" >&2
@@ -29,7 +29,18 @@ seed() {
     local dir=$build/corpus/$1 file=$2 name
     name=$(basename "$file")
     mkdir -p "$dir"
-    if [ "$1" = fuzz_config ]; then
+    if [ "$1" = fuzz_report ]; then
+        # A results directory: its four files joined by NUL bytes
+        # (fuzz/fuzz_report.c); a cachesim file alone.
+        if [ -d "$file" ]; then
+            for part in summary.json requests.csv iterations.csv updates.csv; do
+                [ -f "$file/$part" ] && cat "$file/$part"
+                printf '\0'
+            done >"$dir/$name"
+        else
+            cp "$file" "$dir/$name"
+        fi
+    elif [ "$1" = fuzz_config ]; then
         cp "$file" "$dir/$name"
         { cat "$file"; printf '\0stream.requests=100\0serve.kvcache.block_size=16'; } \
             >"$dir/$name.set"
@@ -48,6 +59,7 @@ seeds_for() {
     fuzz_trace_kvio) ls "$fixtures"/kvio_*.jsonl ;;
     fuzz_trace_azure) ls "$fixtures"/azure_*.csv ;;
     fuzz_trace_burstgpt) ls "$fixtures"/burstgpt_*.csv ;;
+    fuzz_report) ls -d "$fixtures"/report/run-* "$fixtures"/report/*.json ;;
     esac
 }
 # A dictionary of the keys the presets and fixtures use.
@@ -78,8 +90,10 @@ for target in $targets; do
         left=$((seconds - ($(date +%s) - start)))
         [ "$left" -gt 0 ] || break
         log=$build/$target.log
+        max_len=8192
+        [ "$target" = fuzz_report ] && max_len=32768 # a whole results directory
         "$build/fuzz/$target" -max_total_time="$left" -timeout=10 -rss_limit_mb=2048 \
-            -max_len=8192 -dict="$dict" -print_final_stats=1 \
+            -max_len=$max_len -dict="$dict" -print_final_stats=1 \
             -artifact_prefix="$artifacts/" "$corpus" >"$log" 2>&1 || true
         run_execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
         execs=$((execs + ${run_execs:-0}))

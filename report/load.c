@@ -421,6 +421,16 @@ out:
 }
 
 /* requests.csv → TTFT, TPOT and E2EL histograms (measured requests only). */
+/* Seconds to ns for a histogram, saturating: a CSV value may be up to
+ * VALUE_LIMIT s (1e24 ns), past what a uint64_t holds. */
+static uint64_t seconds_to_ns(double seconds)
+{
+    double ns = seconds * 1e9 + 0.5;
+    if (!(ns > 0))
+        return 0;
+    return ns >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)ns;
+}
+
 static kvio_status_t load_requests(const char *dir, report_run_t *run, char *error_p,
                                    size_t error_len)
 {
@@ -462,12 +472,12 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
             status = KVIO_ERR_PARSE;
             break;
         }
-        kvio_hist_record(run->ttft, (uint64_t)((first - arrival) * 1e9 + 0.5));
-        kvio_hist_record(run->e2el, (uint64_t)((finish - arrival) * 1e9 + 0.5));
+        kvio_hist_record(run->ttft, seconds_to_ns(first - arrival));
+        kvio_hist_record(run->e2el, seconds_to_ns(finish - arrival));
         /* TPOT as vLLM's benchmark defines it: decode time over the tokens
          * after the first, for requests with more than one output token. */
         if (outputs > 1)
-            kvio_hist_record(run->tpot, (uint64_t)((finish - first) / (outputs - 1) * 1e9 + 0.5));
+            kvio_hist_record(run->tpot, seconds_to_ns((finish - first) / (outputs - 1)));
         run->has_requests = true;
     }
     csv_close(&csv);

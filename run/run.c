@@ -229,8 +229,11 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     }
     const char *updates_note = "no train and serve ranks in this workload";
     if (status == KVIO_OK && updates) {
-        status = kvio_updates_run(workload, world, results, root ? metrics : NULL, events,
-                                  error_p, error_len);
+        status = kvio_updates_run(workload, world, options->stop, results,
+                                  root ? metrics : NULL, events, error_p, error_len);
+        /* Interrupted: the ranks stopped early and wrote what they had. */
+        if (emulate && options->stop != NULL && *options->stop)
+            complete = false;
         updates_note = workload->mode == KVIO_MODE_EMULATE
                            ? "trainer published, serve ranks received (updates.csv)"
                            : "simulated: latency + bytes / bandwidth (updates.csv)";

@@ -48,6 +48,7 @@ typedef struct run_context {
     kvio_results_t *results;
     json_t *metrics;
     kvio_event_trace_t *events;
+    volatile sig_atomic_t *stop; /* shared by every rank thread; only read */
 } run_context_t;
 
 static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version);
@@ -476,7 +477,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     snprintf(report.info, sizeof(report.info), "%s", kvio_xfer_info(xfer));
     if (self == TRAIN_RANK) {
         status = kvio_train_run(&workload->train, (uint64_t)workload->seed, rte, xfer,
-                                workload->duration_ns, &train, error, sizeof(error));
+                                workload->duration_ns, context->stop, &train, error,
+                                sizeof(error));
         if (status != KVIO_OK)
             goto fail;
         report.count = train.count;
@@ -507,7 +509,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
             deadline += workload->duration_ns;
         }
         status = kvio_update_serve_with(&workload->update, rte, xfer, TRAIN_RANK, deadline,
-                                        server_p, &serve, error, sizeof(error));
+                                        server_p, context->stop, &serve, error,
+                                        sizeof(error));
         if (status != KVIO_OK)
             goto fail;
         report.count = serve.count;
@@ -668,11 +671,12 @@ done:
 }
 
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
-                               struct kvio_results *results, json_t *metrics,
-                               kvio_event_trace_t *events, char *error_p, size_t error_len)
+                               volatile sig_atomic_t *stop, struct kvio_results *results,
+                               json_t *metrics, kvio_event_trace_t *events, char *error_p,
+                               size_t error_len)
 {
     run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
-                             .events = events};
+                             .events = events, .stop = stop};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, error_p, error_len);
     return kvio_rte_world_run(world, rank_main, &context, error_p, error_len);

@@ -676,14 +676,13 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
         if (status == KVIO_OK) {
             json_t *per_rank = json_array();
             json_t *tiers = json_array();
-            uint64_t verify_failures = 0, tier_hits = 0;
+            uint64_t verify_failures = 0;
             int64_t swap_real = 0, swap_modelled = 0;
             for (uint32_t r = 0; r < emulate->num_ranks; r++) {
                 const kvio_engine_metrics_t *metrics = kvio_engine_metrics(emulate->ranks[r].engine);
                 kvio_engine_metrics_merge(&total, metrics);
                 json_array_append_new(per_rank, kvio_serve_metrics_json(metrics));
                 verify_failures += metrics->swap_verify_failures;
-                tier_hits += metrics->tier_hit_tokens;
                 swap_real += metrics->swap_real_ns;
                 swap_modelled += metrics->swap_modelled_ns;
                 tiers_json(&emulate->ranks[r].setup, r, tiers);

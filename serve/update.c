@@ -35,6 +35,17 @@ const kvio_opt_t kvio_update_options[] = {
      .values = serving_names, .default_value = "emulated",
      .help = "emulate mode: emulated iterations, or the real-time engine serving the stream "
              "(the coupled run)"},
+    {.key = "die_during_version", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_update_config_t, die_during_version), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "fault injection: serve rank die_rank stops, as if it died, while receiving "
+             "this version or the first newer one it sees (0: never); the trainer and the "
+             "other ranks must fail within ranks.timeout"},
+    {.key = "die_rank", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_update_config_t, die_rank), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1,
+     .help = "fault injection: the rank that die_during_version stops (serve ranks are "
+             "1..ranks.serve)"},
     {.key = NULL},
 };
 
@@ -89,6 +100,15 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
     if (!state->pending)
         return KVIO_OK;
     kvio_xfer_receive_t *receive = &state->receive;
+    if (state->config->die_during_version > 0 &&
+        receive->meta.version >= (uint64_t)state->config->die_during_version &&
+        kvio_rte_index(state->rte) == state->config->die_rank) {
+        /* Fault injection: this rank stops mid-update without acknowledging. */
+        snprintf(state->error, sizeof(state->error),
+                 "injected fault: serve rank %d died while receiving version %llu",
+                 kvio_rte_index(state->rte), (unsigned long long)receive->meta.version);
+        return KVIO_ERR_INTERRUPTED;
+    }
     if (!receive->complete) {
         *worked_p = true;
         kvio_status_t status = kvio_xfer_fetch_step(state->xfer, receive);
@@ -246,13 +266,14 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len)
 {
-    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, NULL, result_p,
-                                  error_p, error_len);
+    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, NULL, NULL,
+                                  result_p, error_p, error_len);
 }
 
 kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
                                      kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
                                      const kvio_update_server_t *server,
+                                     volatile sig_atomic_t *stop,
                                      kvio_update_result_t *result_p, char *error_p,
                                      size_t error_len)
 {
@@ -279,6 +300,8 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
     while (status == KVIO_OK && !(state.end_seen && !state.pending && served)) {
         int64_t iteration_end = kvio_rte_time_ns(rte) + config->iteration_ns;
         bool engine_iteration = false;
+        if (stop != NULL && *stop)
+            served = true; /* interrupted: no new iterations; wait for the end notice */
         if (server != NULL && !served) {
             int64_t end_ns = -1, idle_until = iteration_end;
             status = server->begin(server->context, kvio_rte_time_ns(rte), state.active_version,

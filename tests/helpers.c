@@ -2,11 +2,14 @@
 #include "tests/helpers.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -152,4 +155,44 @@ int test_require(const char *what, int available, const char *reason)
         cr_assert_fail("%s is required (KVIO_TEST_REQUIRE) but unavailable: %s", what, reason);
     cr_skip_test("%s unavailable: %s", what, reason);
     return 0;
+}
+
+/* Mounts a private file system (tmpfs, ramfs) on dir, in a mount namespace
+ * of this test process only (root, or an unprivileged user namespace). 0
+ * with a reason if not. */
+int test_private_mount(const char *dir, const char *type, unsigned long flags,
+                         const char *options, char *reason, size_t reason_len)
+{
+    if (unshare(CLONE_NEWNS) != 0) {
+        uid_t uid = getuid();
+        gid_t gid = getgid();
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+            snprintf(reason, reason_len, "cannot create a mount namespace: %s", strerror(errno));
+            return 0;
+        }
+        char map[64];
+        int fd = open("/proc/self/setgroups", O_WRONLY);
+        if (fd >= 0) {
+            (void)!write(fd, "deny", 4);
+            close(fd);
+        }
+        snprintf(map, sizeof(map), "0 %d 1", (int)uid);
+        if ((fd = open("/proc/self/uid_map", O_WRONLY)) < 0 ||
+            write(fd, map, strlen(map)) < 0) {
+            snprintf(reason, reason_len, "cannot map the user: %s", strerror(errno));
+            return 0;
+        }
+        close(fd);
+        snprintf(map, sizeof(map), "0 %d 1", (int)gid);
+        if ((fd = open("/proc/self/gid_map", O_WRONLY)) >= 0) {
+            (void)!write(fd, map, strlen(map));
+            close(fd);
+        }
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount(type, dir, type, flags, options) != 0) {
+        snprintf(reason, reason_len, "cannot mount a %s: %s", type, strerror(errno));
+        return 0;
+    }
+    return 1;
 }

@@ -37,4 +37,10 @@ int test_contains(const char *text, const char *needle);
  * want of a dependency named in what ("redis", "mpi", "gpu"). */
 int test_require(const char *what, int available, const char *reason);
 
+/* Mounts a private file system (tmpfs, ramfs; flags and options as for
+ * mount(2)) on dir, in a mount namespace of the calling test process only
+ * (root, or an unprivileged user namespace). 0 with a reason if not. */
+int test_private_mount(const char *dir, const char *type, unsigned long flags,
+                       const char *options, char *reason, size_t reason_len);
+
 #endif

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,4 +211,84 @@ Test(cli, sigint_writes_an_incomplete_summary, .timeout = 60)
     free(summary);
     test_rmtree(dir);
     free(dir);
+}
+
+static const char *coupled_long_workload =
+    "name: coupled-long\nseed: 4\nmode: emulate\nduration: 60s\n"
+    "ranks: {train: 1, serve: 1, runtime: local, timeout: 20s}\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache: {block_size: 16, blocks: 400}\n"
+    "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 8MiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 3}\n"
+    "  transport: {kind: ucx, chunk: 4MiB, inflight: 2}\n"
+    "update: {apply: shadow, verify: true, serving: engine}\n"
+    "stream:\n  arrival: {process: poisson, rate: 20}\n"
+    "  input_tokens: {dist: lognormal, mean: 600, stddev: 300, min: 16, max: 2048}\n"
+    "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n";
+
+/* SIGINT or SIGTERM during the coupled run (trainer + serving engine): the
+ * trainer announces the end, the serve rank stops serving, summary.json says
+ * complete: false with what was measured, exit 1, well before the 60 s run. */
+static void interrupt_coupled_run(int signal_number)
+{
+    char *dir = test_tmpdir();
+    char *yaml = test_write_file(dir, "coupled.yaml", coupled_long_workload);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_WRONLY);
+        dup2(null_fd, 1);
+        dup2(null_fd, 2);
+        execl(KVIO_BINARY, KVIO_BINARY, "run", yaml, "-o", out, (char *)NULL);
+        _exit(127);
+    }
+    /* The results directory exists once the run starts; let it serve and
+     * publish a few versions, then interrupt it. */
+    for (int i = 0; i < 500 && access(out, F_OK) != 0; i++)
+        usleep(20000);
+    usleep(2000000);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    kill(pid, signal_number);
+    int wait_status = 0;
+    pid_t waited = 0;
+    for (int i = 0; i < 1500 && (waited = waitpid(pid, &wait_status, WNOHANG)) == 0; i++)
+        usleep(10000);
+    if (waited == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &wait_status, 0);
+        cr_assert_fail("the coupled run did not stop within 15 s of signal %d", signal_number);
+    }
+    cr_assert(WIFEXITED(wait_status));
+    cr_assert_eq(WEXITSTATUS(wait_status), 1);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary, "no summary after signal %d", signal_number);
+    cr_assert(test_contains(summary, "\"complete\": false"), "%s", summary);
+    cr_assert(test_contains(summary, "\"model_updates\":"), "%s", summary);
+    cr_assert(test_contains(summary, "\"completed\":"), "%s", summary);
+    cr_assert(test_contains(summary, "\"served_by_version\":"), "%s", summary);
+    cr_assert(!test_contains(summary, "\"error\":"), "%s", summary);
+    free(summary);
+    snprintf(path, sizeof(path), "%s/updates.csv", out);
+    char *updates = test_read_file(path);
+    cr_assert_not_null(updates);
+    cr_assert(test_contains(updates, "\n1,1,"), "no version 1 in updates.csv: %s", updates);
+    free(updates);
+    free(yaml);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(cli, sigint_stops_the_coupled_run, .timeout = 60)
+{
+    interrupt_coupled_run(SIGINT);
+}
+
+Test(cli, sigterm_stops_the_coupled_run, .timeout = 60)
+{
+    interrupt_coupled_run(SIGTERM);
 }

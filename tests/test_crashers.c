@@ -1,6 +1,6 @@
 /* Regression inputs found by the fuzzers (fuzz/): every file in
  * tests/fixtures/crashers/ is fed through the fuzz harness that found it,
- * named by the file's prefix (fuzz_config-*, fuzz_trace_FORMAT-*). The
+ * named by the file's prefix (fuzz_config-*, fuzz_trace_FORMAT-*, fuzz_report-*). The
  * harness aborts on a broken invariant; under bench/sanitize.sh ASan and
  * UBSan check each input too. */
 #include <criterion/criterion.h>
@@ -18,6 +18,9 @@
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_trace_input
 #include "fuzz/fuzz_trace.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_report_input
+#include "fuzz/fuzz_report.c"
 #undef LLVMFuzzerTestOneInput
 
 #define CRASHERS KVIO_SOURCE_DIR "/tests/fixtures/crashers"
@@ -55,6 +58,8 @@ Test(crashers, every_kept_input_goes_through_its_harness, .timeout = 60)
         static const char trace_prefix[] = "fuzz_trace_";
         if (strncmp(name, "fuzz_config-", 12) == 0) {
             fuzz_config_input(bytes, size);
+        } else if (strncmp(name, "fuzz_report-", 12) == 0) {
+            fuzz_report_input(bytes, size);
         } else if (strncmp(name, trace_prefix, sizeof(trace_prefix) - 1) == 0) {
             char format[32];
             const char *start = name + sizeof(trace_prefix) - 1;
@@ -66,7 +71,7 @@ Test(crashers, every_kept_input_goes_through_its_harness, .timeout = 60)
             fuzz_trace(format, bytes, size);
         } else {
             cr_assert_fail("%s: name it after the fuzz target (fuzz_config-..., "
-                           "fuzz_trace_FORMAT-...)", name);
+                           "fuzz_trace_FORMAT-..., fuzz_report-...)", name);
         }
         free(bytes);
         fed++;
@@ -91,4 +96,33 @@ Test(crashers, long_set_with_bad_value_gives_a_whole_error, .timeout = 10)
     cr_assert_eq(kvio_config_doc_set(doc, assignment, error, sizeof(error)), KVIO_ERR_CONFIG);
     cr_assert(test_contains(error, "bad value: "), "%s", error);
     kvio_config_doc_destroy(doc);
+}
+
+/* fuzz_report-tpot-past-uint64-ns: a requests.csv row whose times (each in
+ * range) give a TPOT past 2^64 ns (a fractional output_tokens just above 1)
+ * was cast to uint64_t, undefined behaviour (0 on x86). Durations now
+ * saturate. */
+Test(crashers, report_durations_past_uint64_ns_saturate, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char *summary_src =
+        test_read_file(KVIO_SOURCE_DIR "/tests/fixtures/report/run-fcfs/summary.json");
+    cr_assert_not_null(summary_src);
+    free(test_write_file(dir, "summary.json", summary_src));
+    free(summary_src);
+    free(test_write_file(dir, "requests.csv",
+                         "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,"
+                         "cached_tokens,preemptions,model_version,measured\n"
+                         "0,0,0,1,1000000,10,1.00000001,0,0,0,1\n"));
+    const char *dirs[1] = {dir};
+    report_run_t *run = NULL;
+    char error[1024] = "";
+    cr_assert_eq(report_run_load("big", dirs, 1, &run, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    cr_assert_eq(kvio_hist_count(run->tpot), 1);
+    cr_expect_gt(kvio_hist_max(run->tpot), 1000000000000000000ull,
+                 "a TPOT of 1e23 ns is recorded as the largest value, not wrapped");
+    report_run_free(run);
+    test_rmtree(dir);
+    free(dir);
 }

@@ -169,46 +169,6 @@ static int closed_port(void)
     return ntohs(address.sin_port);
 }
 
-/* Mounts a private file system (tmpfs, ramfs) on dir, in a mount namespace
- * of this test process only (root, or an unprivileged user namespace). 0
- * with a reason if not. */
-static int private_mount(const char *dir, const char *type, unsigned long flags,
-                         const char *options, char *reason, size_t reason_len)
-{
-    if (unshare(CLONE_NEWNS) != 0) {
-        uid_t uid = getuid();
-        gid_t gid = getgid();
-        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
-            snprintf(reason, reason_len, "cannot create a mount namespace: %s", strerror(errno));
-            return 0;
-        }
-        char map[64];
-        int fd = open("/proc/self/setgroups", O_WRONLY);
-        if (fd >= 0) {
-            (void)!write(fd, "deny", 4);
-            close(fd);
-        }
-        snprintf(map, sizeof(map), "0 %d 1", (int)uid);
-        if ((fd = open("/proc/self/uid_map", O_WRONLY)) < 0 ||
-            write(fd, map, strlen(map)) < 0) {
-            snprintf(reason, reason_len, "cannot map the user: %s", strerror(errno));
-            return 0;
-        }
-        close(fd);
-        snprintf(map, sizeof(map), "0 %d 1", (int)gid);
-        if ((fd = open("/proc/self/gid_map", O_WRONLY)) >= 0) {
-            (void)!write(fd, map, strlen(map));
-            close(fd);
-        }
-    }
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-        mount(type, dir, type, flags, options) != 0) {
-        snprintf(reason, reason_len, "cannot mount a %s: %s", type, strerror(errno));
-        return 0;
-    }
-    return 1;
-}
-
 /* ---------- options ---------- */
 
 Test(tier, options_defaults_and_yaml, .timeout = 10)
@@ -721,7 +681,7 @@ Test(tier, file_o_direct_falls_back_where_refused, .timeout = 20)
     char *mount_dir = test_tmpdir();
     char reason[256] = "", path[600];
     snprintf(path, sizeof(path), "%s/tier", mount_dir);
-    bool mounted = private_mount(mount_dir, "ramfs", 0, NULL, reason, sizeof(reason));
+    bool mounted = test_private_mount(mount_dir, "ramfs", 0, NULL, reason, sizeof(reason));
     if (!mounted) {
         snprintf(path, sizeof(path), "/dev/shm/kvio-test-tier-%d", (int)getpid());
         mkdir(path, 0755);
@@ -801,7 +761,7 @@ Test(tier, file_read_only_file_system_is_refused, .timeout = 10)
 {
     char *dir = test_tmpdir();
     char reason[256];
-    if (!private_mount(dir, "tmpfs", MS_RDONLY, "size=1m", reason, sizeof(reason))) {
+    if (!test_private_mount(dir, "tmpfs", MS_RDONLY, "size=1m", reason, sizeof(reason))) {
         test_rmtree(dir);
         cr_skip_test("%s", reason);
     }
@@ -823,7 +783,7 @@ Test(tier, file_full_disk_is_an_error_not_a_block, .timeout = 20)
 {
     char *dir = test_tmpdir();
     char reason[256];
-    if (!private_mount(dir, "tmpfs", 0, "size=128k", reason, sizeof(reason))) {
+    if (!test_private_mount(dir, "tmpfs", 0, "size=128k", reason, sizeof(reason))) {
         test_rmtree(dir);
         cr_skip_test("%s", reason);
     }

@@ -6,11 +6,15 @@
 #include "kvio/run.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -275,6 +279,131 @@ Test(updates, trainer_dying_mid_transfer_over_redis_ends_the_run, .timeout = 30)
     expect_dead_trainer_is_an_error("redis");
 }
 
+/* Serve rank 2 of 1 trainer + 2 serve ranks stops while receiving version 2,
+ * as if it died: the run fails with an error naming that rank, every rank
+ * returns (no hang) well within ranks.timeout, and summary.json says
+ * complete: false. */
+static void expect_dead_serve_rank_is_an_error(const char *kind)
+{
+    char *dir = test_tmpdir();
+    char kind_override[64], dir_override[1200];
+    snprintf(kind_override, sizeof(kind_override), "train.transport.kind=%s", kind);
+    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s/versions", dir);
+    const char *redis = getenv("KVIO_TEST_REDIS_URL");
+    char redis_override[512];
+    snprintf(redis_override, sizeof(redis_override), "train.transport.redis.url=%s",
+             redis ? redis : "redis://127.0.0.1:6379");
+    const char *overrides[] = {kind_override, dir_override, redis_override,
+                               "update.die_during_version=2", "update.die_rank=2",
+                               "ranks.timeout=8s", "train.transport.file.poll_interval=1ms",
+                               "train.transport.redis.prefix=\"kvio-test-dead-serve:\""};
+    outcome_t outcome = run_workload(dir, overrides, 8);
+    cr_expect_neq(outcome.status, KVIO_OK);
+    cr_expect(test_contains(outcome.error, "serve rank 2 died while receiving version"),
+              "%s", outcome.error);
+    cr_expect_lt(outcome.elapsed_ns, 8000000000ull, "ended within ranks.timeout");
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", outcome.dir);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary);
+    cr_expect(test_contains(summary, "\"complete\": false"), "%s", summary);
+    free(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, serve_rank_dying_mid_update_over_ucx_ends_the_run, .timeout = 30)
+{
+    REQUIRE_UCX();
+    expect_dead_serve_rank_is_an_error("ucx");
+}
+
+Test(updates, serve_rank_dying_mid_update_over_file_ends_the_run, .timeout = 30)
+{
+    expect_dead_serve_rank_is_an_error("file");
+}
+
+Test(updates, serve_rank_dying_mid_update_over_redis_ends_the_run, .timeout = 30)
+{
+    const char *url = getenv("KVIO_TEST_REDIS_URL");
+    if (!test_require("redis", url != NULL, "KVIO_TEST_REDIS_URL is not set"))
+        return;
+    expect_dead_serve_rank_is_an_error("redis");
+}
+
+/* A file system that fills up after preflight: a filler thread takes every
+ * free byte once version 1 is in place, so writing version 2 hits ENOSPC. */
+typedef struct filler {
+    const char *dir;
+    volatile int stop;
+    int filled;
+} filler_t;
+
+static void *fill_after_first_version(void *arg)
+{
+    filler_t *filler = arg;
+    char first[1200], path[1200];
+    snprintf(first, sizeof(first), "%s/v0000000001.model", filler->dir);
+    snprintf(path, sizeof(path), "%s/filler", filler->dir);
+    while (!filler->stop && access(first, F_OK) != 0)
+        usleep(1000);
+    if (filler->stop)
+        return NULL;
+    int fd = open(path, O_WRONLY | O_CREAT, 0644);
+    static unsigned char chunk[4096];
+    while (fd >= 0 && write(fd, chunk, sizeof(chunk)) > 0)
+        ;
+    filler->filled = fd >= 0 && errno == ENOSPC;
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+Test(updates, file_transport_running_out_of_space_is_a_clear_error, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char reason[256], versions[1100], dir_override[1200];
+    /* The versions on a private 1 MiB tmpfs (room for keep + 1 = 3 versions
+     * of 256 KiB at preflight, not more); the results beside it. */
+    snprintf(versions, sizeof(versions), "%s/versions", dir);
+    cr_assert_eq(mkdir(versions, 0755), 0);
+    if (!test_private_mount(versions, "tmpfs", 0, "size=1m", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        cr_skip_test("%s", reason);
+    }
+    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s", versions);
+    filler_t filler = {.dir = versions};
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, fill_after_first_version, &filler), 0);
+    const char *overrides[] = {"train.transport.kind=file", dir_override,
+                               "train.step_time={dist: constant, value: 20ms}",
+                               "train.transport.file.poll_interval=1ms", "ranks.timeout=8s"};
+    outcome_t outcome = run_workload(dir, overrides, 5);
+    filler.stop = 1;
+    pthread_join(thread, NULL);
+    cr_assert(filler.filled, "the filler did not fill the file system");
+    cr_log_info("%s", outcome.error);
+    cr_expect_eq(outcome.status, KVIO_ERR_NO_SPACE, "%s", kvio_strerror(outcome.status));
+    cr_expect(test_contains(outcome.error, "No space left on device") &&
+                  test_contains(outcome.error, "/.v0000000002.tmp"),
+              "%s", outcome.error);
+    cr_expect_lt(outcome.elapsed_ns, 8000000000ull);
+    /* No partial version: no temporary left, no version 2 under its final name. */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/.v0000000002.tmp", versions);
+    cr_expect_neq(access(path, F_OK), 0, "a partial temporary file remains");
+    snprintf(path, sizeof(path), "%s/v0000000002.model", versions);
+    cr_expect_neq(access(path, F_OK), 0, "a partial version 2 was taken as a model");
+    snprintf(path, sizeof(path), "%s/summary.json", outcome.dir);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary);
+    cr_expect(test_contains(summary, "\"complete\": false"), "%s", summary);
+    free(summary);
+    umount(versions);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- mpirun ---- */
 
 static int mpirun_available(void)
@@ -398,6 +527,28 @@ Test(updates, mpirun_trainer_dying_mid_transfer_fails_every_rank, .timeout = 60)
     cr_expect_neq(status, 0, "mpirun exits non-zero");
     cr_expect_neq(status, -1, "and by itself, not killed by the test");
     cr_expect(test_contains(err ? err : "", "injected fault"), "%s", err ? err : "");
+    cr_expect_lt(elapsed, 30000000000ull);
+    free(err);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(updates, mpirun_serve_rank_dying_mid_update_fails_every_rank, .timeout = 60)
+{
+    REQUIRE_UCX();
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    char *err = NULL;
+    const char *sets[] = {"update.die_during_version=2", "update.die_rank=2",
+                          "ranks.timeout=5s"};
+    uint64_t start = kvio_time_ns();
+    int status = run_mpirun(dir, 3, sets, 3, 40, &err);
+    uint64_t elapsed = kvio_time_ns() - start;
+    cr_expect_neq(status, 0, "mpirun exits non-zero");
+    cr_expect_neq(status, -1, "and by itself, not killed by the test");
+    cr_expect(test_contains(err ? err : "", "serve rank 2 died while receiving version"), "%s",
+              err ? err : "");
     cr_expect_lt(elapsed, 30000000000ull);
     free(err);
     test_rmtree(dir);

@@ -50,7 +50,7 @@ static kvio_status_t scenario_rank(kvio_rte_t *rte, void *arg)
     if (status != KVIO_OK)
         return status;
     if (self == 0) {
-        status = kvio_train_run(&scenario->train, 3, rte, xfer, 0, &scenario->train_result,
+        status = kvio_train_run(&scenario->train, 3, rte, xfer, 0, NULL, &scenario->train_result,
                                 scenario->error[0], sizeof(scenario->error[0]));
     } else {
         kvio_update_result_t *result = &scenario->serve_result[self - 1];

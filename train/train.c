@@ -155,7 +155,8 @@ static void wait_until(int wait, uint64_t deadline_ns)
 
 kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
                              kvio_rte_t *rte, kvio_xfer_t *xfer, int64_t duration_ns,
-                             kvio_train_result_t *result_p, char *error_p, size_t error_len)
+                             volatile sig_atomic_t *stop, kvio_train_result_t *result_p,
+                             char *error_p, size_t error_len)
 {
     uint64_t bytes = kvio_train_weights_bytes(config);
     void *weights = kvio_xfer_send_buffer(xfer);
@@ -193,6 +194,8 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
         if (config->steps > 0 ? step >= config->steps
                               : kvio_rte_time_ns(rte) - start_ns >= duration_ns)
             break;
+        if (stop != NULL && *stop)
+            break; /* interrupted: announce the end of what was published */
         uint64_t step_ns = (uint64_t)fmax(0.0, kvio_dist_sample(&config->step_time, &rng));
         uint64_t step_end = kvio_time_ns() + step_ns;
         if (dirty) {

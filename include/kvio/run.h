@@ -107,9 +107,11 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *erro
  * on a virtual clock), and on the process of rank 0 writes updates.csv into
  * results, the model-update metrics into metrics (an object, borrowed) and
  * one trace event per update stage into events (may be NULL). results and
- * metrics are NULL on other processes. */
+ * metrics are NULL on other processes. stop (may be NULL; emulate only) ends
+ * the trainer and the serve ranks early, keeping what was measured. */
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
-                               struct kvio_results *results, json_t *metrics,
-                               kvio_event_trace_t *events, char *error_p, size_t error_len);
+                               volatile sig_atomic_t *stop, struct kvio_results *results,
+                               json_t *metrics, kvio_event_trace_t *events, char *error_p,
+                               size_t error_len);
 
 #endif

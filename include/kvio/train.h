@@ -12,6 +12,7 @@
 #include "kvio/status.h"
 #include "kvio/xfer.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -93,10 +94,13 @@ void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version);
 uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes);
 
 /* Runs the step loop on a sender transport until config->steps steps or
- * duration_ns, publishing by the policy, then announces the end. */
+ * duration_ns, publishing by the policy, then announces the end. stop (may be
+ * NULL; set asynchronously, e.g. by SIGINT) ends the loop early after the
+ * step under way: the end is announced and the records so far returned. */
 kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
                              kvio_rte_t *rte, kvio_xfer_t *xfer, int64_t duration_ns,
-                             kvio_train_result_t *result_p, char *error_p, size_t error_len);
+                             volatile sig_atomic_t *stop, kvio_train_result_t *result_p,
+                             char *error_p, size_t error_len);
 
 void kvio_train_result_free(kvio_train_result_t *result);
 

@@ -12,6 +12,7 @@
 #include "kvio/status.h"
 #include "kvio/xfer.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -30,6 +31,10 @@ typedef struct kvio_update_config {
     int64_t corrupt_offset; /* fault injection: flip this byte of every version
                                received before verifying; -1: never */
     int serving;            /* kvio_serving_t */
+    int64_t die_during_version; /* fault injection: serve rank die_rank stops (as if
+                                   it died) while receiving this version, or the
+                                   first newer one it sees; 0: never */
+    int64_t die_rank;           /* the rank that dies (serve ranks are 1..ranks.serve) */
 } kvio_update_config_t;
 
 /* The option table of `update:` (the serve side; mountable as serve.update). */
@@ -93,10 +98,14 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
 
 /* The same loop with a serving engine (server may be NULL: emulated
  * iterations). The loop ends when updates have ended and the server has
- * finished. */
+ * finished. stop (may be NULL; set asynchronously, e.g. by SIGINT) ends
+ * serving after the iteration under way; the loop then still takes the
+ * sender's end notice (the sender stops on the same flag) so the records
+ * so far stay consistent. */
 kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
                                      kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
                                      const kvio_update_server_t *server,
+                                     volatile sig_atomic_t *stop,
                                      kvio_update_result_t *result_p, char *error_p,
                                      size_t error_len);
 
