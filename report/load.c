@@ -109,7 +109,7 @@ static kvio_status_t json_number(const json_t *object, const char *key, const ch
 
 typedef struct csv_reader {
     FILE *file;
-    const char *path;
+    char path[REPORT_PATH_MAX + 32];
     unsigned long line_number;
     char line[CSV_LINE_MAX];
     size_t num_fields;
@@ -168,7 +168,7 @@ static kvio_status_t csv_open(csv_reader_t *csv, const char *path, char *error_p
                               size_t error_len)
 {
     memset(csv, 0, sizeof(*csv));
-    csv->path = path;
+    snprintf(csv->path, sizeof(csv->path), "%s", path);
     struct stat info;
     if (stat(path, &info) != 0)
         return KVIO_ERR_NOT_FOUND;
@@ -194,6 +194,17 @@ static kvio_status_t csv_open(csv_reader_t *csv, const char *path, char *error_p
     if (status == KVIO_OK && strncmp(csv->fields[0], "\xEF\xBB\xBF", 3) == 0)
         csv->fields[0] += 3;
     return status;
+}
+
+/* Opens dir/name when it exists: KVIO_INPROGRESS when it does not (the
+ * file is optional), KVIO_OK with csv open, or the error. */
+static kvio_status_t csv_open_in(csv_reader_t *csv, const char *dir, const char *name,
+                                 char *error_p, size_t error_len)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    kvio_status_t status = csv_open(csv, path, error_p, error_len);
+    return status == KVIO_ERR_NOT_FOUND ? KVIO_INPROGRESS : status;
 }
 
 static void csv_close(csv_reader_t *csv)
@@ -434,20 +445,17 @@ static uint64_t seconds_to_ns(double seconds)
 static kvio_status_t load_requests(const char *dir, report_run_t *run, char *error_p,
                                    size_t error_len)
 {
-    char path[REPORT_PATH_MAX + 32];
-    snprintf(path, sizeof(path), "%s/requests.csv", dir);
     csv_reader_t csv;
-    kvio_status_t status = csv_open(&csv, path, error_p, error_len);
-    if (status == KVIO_ERR_NOT_FOUND)
-        return KVIO_OK;
+    kvio_status_t status = csv_open_in(&csv, dir, "requests.csv", error_p, error_len);
     if (status != KVIO_OK)
-        return status;
+        return status == KVIO_INPROGRESS ? KVIO_OK : status;
     const char *names[] = {"arrival_s", "first_token_s", "finish_s", "output_tokens"};
     int columns[4];
     for (size_t i = 0; i < 4; i++) {
         columns[i] = csv_column(&csv, names[i]);
         if (columns[i] < 0) {
-            snprintf(error_p, error_len, "%s: no column '%s' in the header", path, names[i]);
+            snprintf(error_p, error_len, "%s: no column '%s' in the header", csv.path,
+                     names[i]);
             csv_close(&csv);
             return KVIO_ERR_PARSE;
         }
@@ -468,7 +476,7 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
             snprintf(error_p, error_len,
                      "%s:%lu: times out of order (arrival_s %.6g, first_token_s %.6g, "
                      "finish_s %.6g)",
-                     path, csv.line_number, arrival, first, finish);
+                     csv.path, csv.line_number, arrival, first, finish);
             status = KVIO_ERR_PARSE;
             break;
         }
@@ -488,20 +496,17 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
 static kvio_status_t load_iterations(const char *dir, report_run_t *run, char *error_p,
                                      size_t error_len)
 {
-    char path[REPORT_PATH_MAX + 32];
-    snprintf(path, sizeof(path), "%s/iterations.csv", dir);
     csv_reader_t csv;
-    kvio_status_t status = csv_open(&csv, path, error_p, error_len);
-    if (status == KVIO_ERR_NOT_FOUND)
-        return KVIO_OK;
+    kvio_status_t status = csv_open_in(&csv, dir, "iterations.csv", error_p, error_len);
     if (status != KVIO_OK)
-        return status;
+        return status == KVIO_INPROGRESS ? KVIO_OK : status;
     const char *names[] = {"time_s", "duration_ms", "batch_size", "kv_usage", "preempted"};
     int columns[5];
     for (size_t i = 0; i < 5; i++) {
         columns[i] = csv_column(&csv, names[i]);
         if (columns[i] < 0) {
-            snprintf(error_p, error_len, "%s: no column '%s' in the header", path, names[i]);
+            snprintf(error_p, error_len, "%s: no column '%s' in the header", csv.path,
+                     names[i]);
             csv_close(&csv);
             return KVIO_ERR_PARSE;
         }
@@ -522,7 +527,7 @@ static kvio_status_t load_iterations(const char *dir, report_run_t *run, char *e
             value[2] < 0 || value[4] < 0) {
             snprintf(error_p, error_len,
                      "%s:%lu: value out of range (time_s 0..1e9, kv_usage 0..1, counts >= 0)",
-                     path, csv.line_number);
+                     csv.path, csv.line_number);
             status = KVIO_ERR_PARSE;
             break;
         }
@@ -561,14 +566,10 @@ static int stage_column(const csv_reader_t *csv, const char *stage, double *scal
 static kvio_status_t load_updates(const char *dir, report_run_t *run, char *error_p,
                                   size_t error_len)
 {
-    char path[REPORT_PATH_MAX + 32];
-    snprintf(path, sizeof(path), "%s/updates.csv", dir);
     csv_reader_t csv;
-    kvio_status_t status = csv_open(&csv, path, error_p, error_len);
-    if (status == KVIO_ERR_NOT_FOUND)
-        return KVIO_OK;
+    kvio_status_t status = csv_open_in(&csv, dir, "updates.csv", error_p, error_len);
     if (status != KVIO_OK)
-        return status;
+        return status == KVIO_INPROGRESS ? KVIO_OK : status;
     int columns[UPDATE_STAGES];
     double scales[UPDATE_STAGES];
     for (size_t i = 0; i < UPDATE_STAGES; i++)
@@ -581,7 +582,7 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
                           : columns[5] < 0   ? "t_activated"
                                              : NULL;
     if (missing != NULL) {
-        snprintf(error_p, error_len, "%s: no column '%s' in the header", path, missing);
+        snprintf(error_p, error_len, "%s: no column '%s' in the header", csv.path, missing);
         csv_close(&csv);
         return KVIO_ERR_PARSE;
     }
@@ -615,7 +616,7 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
         if (row.rank < 0 || row.rank >= REPORT_MAX_RANKS || row.t[0] < 0 ||
             row.t[5] < row.t[0]) {
             snprintf(error_p, error_len,
-                     "%s:%lu: rank out of range (0..%d) or t_activated before t_ready", path,
+                     "%s:%lu: rank out of range (0..%d) or t_activated before t_ready", csv.path,
                      csv.line_number, REPORT_MAX_RANKS - 1);
             status = KVIO_ERR_PARSE;
             break;
