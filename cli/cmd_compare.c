@@ -69,6 +69,22 @@ static double t95(size_t n)
     return df < sizeof(table) / sizeof(table[0]) ? table[df] : 1.96;
 }
 
+/* Mean of count samples and the half-width of its 95% confidence interval
+ * (0 for a single sample). */
+static void mean_ci95(const double *samples, long count, double *mean_p, double *half_p)
+{
+    double sum = 0, squares = 0;
+    for (long r = 0; r < count; r++)
+        sum += samples[r];
+    double mean = sum / (double)count;
+    for (long r = 0; r < count; r++)
+        squares += (samples[r] - mean) * (samples[r] - mean);
+    *mean_p = mean;
+    *half_p = count > 1 ? t95((size_t)count) * sqrt(squares / (double)(count - 1)) /
+                              sqrt((double)count)
+                        : 0;
+}
+
 static double read_metric(const json_t *metrics, const compared_t *which)
 {
     const json_t *value = json_object_get(metrics, which->key);
@@ -263,15 +279,8 @@ int kvio_cmd_compare(int argc, char **argv)
         }
         json_t *means = json_object();
         for (size_t m = 0; m < NUM_COMPARED && exit_status == KVIO_EXIT_OK; m++) {
-            double sum = 0, squares = 0;
-            for (long r = 0; r < repeat; r++)
-                sum += values[variant][m][r];
-            double mean = sum / (double)repeat;
-            for (long r = 0; r < repeat; r++)
-                squares += (values[variant][m][r] - mean) * (values[variant][m][r] - mean);
-            double half = repeat > 1 ? t95((size_t)repeat) * sqrt(squares / (double)(repeat - 1)) /
-                                           sqrt((double)repeat)
-                                     : 0;
+            double mean, half;
+            mean_ci95(values[variant][m], repeat, &mean, &half);
             json_object_set_new(means, compared_metrics[m].label,
                                 json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
         }
@@ -304,17 +313,11 @@ int kvio_cmd_compare(int argc, char **argv)
         for (size_t m = 0; m < NUM_COMPARED; m++) {
             printf("  %-*s", label_width, compared_metrics[m].label);
             for (size_t variant = 0; variant < num_variants; variant++) {
-                double sum = 0, squares = 0;
-                for (long r = 0; r < repeat; r++)
-                    sum += values[variant][m][r];
-                double mean = sum / (double)repeat;
-                for (long r = 0; r < repeat; r++)
-                    squares += (values[variant][m][r] - mean) * (values[variant][m][r] - mean);
+                double mean, half;
+                mean_ci95(values[variant][m], repeat, &mean, &half);
                 char cell[64];
                 if (repeat > 1)
-                    snprintf(cell, sizeof(cell), "%.4g±%.2g", mean,
-                             t95((size_t)repeat) * sqrt(squares / (double)(repeat - 1)) /
-                                 sqrt((double)repeat));
+                    snprintf(cell, sizeof(cell), "%.4g±%.2g", mean, half);
                 else
                     snprintf(cell, sizeof(cell), "%.4g", mean);
                 printf("%*s", cell_width, cell);

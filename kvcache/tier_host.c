@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "kvio/log.h"
+#include "kvio/sysinfo.h"
 
 typedef struct host_priv {
     unsigned char *arena;
@@ -21,27 +22,6 @@ typedef struct host_priv {
     const char *pinned_note; /* why not pinned, or NULL */
 } host_priv_t;
 
-kvio_status_t kvio_tier_mem_available(uint64_t *bytes_p, char *error_p, size_t error_len)
-{
-    FILE *meminfo = fopen("/proc/meminfo", "r");
-    if (meminfo == NULL) {
-        snprintf(error_p, error_len, "/proc/meminfo: %s", strerror(errno));
-        return KVIO_ERR_IO;
-    }
-    char line[256];
-    unsigned long long kib = 0;
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), meminfo) != NULL)
-        found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
-    fclose(meminfo);
-    if (!found) {
-        snprintf(error_p, error_len, "/proc/meminfo: no MemAvailable line");
-        return KVIO_ERR_IO;
-    }
-    *bytes_p = (uint64_t)kib * 1024;
-    return KVIO_OK;
-}
-
 static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
                                uint64_t block_bytes, uint32_t capacity, char *error_p,
                                size_t error_len)
@@ -51,7 +31,7 @@ static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
     host->capacity = capacity;
     host->arena_bytes = block_bytes * capacity;
     uint64_t available = 0;
-    kvio_status_t status = kvio_tier_mem_available(&available, error_p, error_len);
+    kvio_status_t status = kvio_mem_available(&available, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     if (host->arena_bytes > available) {

@@ -47,8 +47,4 @@ extern const kvio_tier_ops_t kvio_tier_host_ops;
 extern const kvio_tier_ops_t kvio_tier_redis_ops;
 extern const kvio_tier_ops_t kvio_tier_file_ops;
 
-/* The bytes of memory available to new allocations (/proc/meminfo
- * MemAvailable); KVIO_ERR_IO when it cannot be read. */
-kvio_status_t kvio_tier_mem_available(uint64_t *bytes_p, char *error_p, size_t error_len);
-
 #endif

@@ -20,6 +20,7 @@
 #include "kvio/clock.h"
 #include "kvio/gpu.h"
 #include "kvio/log.h"
+#include "kvio/sysinfo.h"
 #include "serve/serve_int.h"
 
 /* Below this much remaining time a wait spins instead of sleeping. */
@@ -292,20 +293,6 @@ static uint32_t route(emulate_t *emulate, uint64_t index)
     return best;
 }
 
-static uint64_t available_memory(void)
-{
-    FILE *file = fopen("/proc/meminfo", "r");
-    if (file == NULL)
-        return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof(line), file) != NULL)
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            break;
-    fclose(file);
-    return (uint64_t)kib * 1024;
-}
-
 /* Host swap space per rank: serve.kvcache.swap_space, or the pool's size
  * capped at 4 GiB. */
 static uint64_t swap_space_bytes(const kvio_serve_config_t *serve, uint64_t pool_bytes)
@@ -536,7 +523,10 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
                         ? swap_space_bytes(run->serve, pool)
                         : 0;
     uint64_t needed = (pool + swap) * num_ranks;
-    uint64_t available = available_memory();
+    uint64_t available = 0;
+    char unused[128];
+    if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
+        available = 0; /* unknown: no check */
     kvio_device_info_t info;
     char reason[256];
     if (run->device != NULL && run->device->memory == KVIO_MEMORY_CUDA &&
