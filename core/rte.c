@@ -222,6 +222,17 @@ kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, s
     return raw_recv(rte, from, tag, data_p, length_p);
 }
 
+kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
+                               size_t *length_p)
+{
+    if (tag < KVIO_RTE_TAG_USER || from < 0 || from >= rte->world->size)
+        return KVIO_ERR_INVALID;
+    /* A deadline already past: the ops look once and do not wait. */
+    kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag, 0,
+                                                 data_p, length_p);
+    return status == KVIO_ERR_TIMEOUT ? KVIO_INPROGRESS : status;
+}
+
 kvio_status_t kvio_rte_barrier(kvio_rte_t *rte)
 {
     char token = 0;

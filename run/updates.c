@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvio/log.h"
 #include "kvio/results.h"
@@ -31,6 +32,12 @@ typedef struct rank_report {
     int64_t clock_uncertainty_ns;
     int64_t clock_offset_ns;
     char info[256];
+    /* on_trainer_loss: serve. The trainer: when it was lost and why. A serve
+     * rank: when it learnt so, and the version it kept serving. */
+    int64_t trainer_lost_ns;
+    int32_t trainer_status; /* the trainer's failure (kvio_status_t) */
+    uint64_t active_version;
+    char lost_reason[512];
 } rank_report_t;
 
 typedef struct collected {
@@ -438,6 +445,117 @@ static void collected_free(collected_t *all)
     free(all->reports);
 }
 
+/* How long the run lasts as planned: the stream's duration when serving
+ * (the coupled run) or without a step count, else the steps' mean time. */
+static int64_t planned_length_ns(const kvio_workload_t *workload)
+{
+    if (kvio_updates_coupled(workload) || workload->train.steps <= 0)
+        return workload->duration_ns;
+    double step_mean = kvio_dist_mean(&workload->train.step_time);
+    return (int64_t)((double)workload->train.steps * fmax(step_mean, 0.0));
+}
+
+/* Rank 0 when its trainer failed and update.on_trainer_loss is serve: the
+ * emulated trainer is gone, but this rank still gathers the results (kvio's
+ * harness, not part of the emulated system). It tells the serve ranks, then
+ * waits for the run's planned end (or a stop, or a serve rank failing). */
+static kvio_status_t trainer_lost(kvio_rte_t *rte, const run_context_t *context,
+                                  const int *receivers, int num_serve,
+                                  const kvio_train_result_t *train, int64_t run_end_ns,
+                                  const char *reason, rank_report_t *report)
+{
+    kvio_trainer_lost_notice_t notice = {
+        .at_ns = kvio_rte_time_ns(rte),
+        .last_version = train->count > 0 ? train->records[train->count - 1].version : 0};
+    snprintf(notice.reason, sizeof(notice.reason), "%s", reason);
+    report->trainer_lost_ns = notice.at_ns;
+    snprintf(report->lost_reason, sizeof(report->lost_reason), "%s", reason);
+    kvio_warn("training rank %d lost (%s); the serve ranks keep serving until the run ends",
+              kvio_rte_index(rte), reason);
+    kvio_status_t status = kvio_update_announce_trainer_lost(rte, receivers, num_serve, &notice);
+    while (status == KVIO_OK && kvio_rte_time_ns(rte) < run_end_ns &&
+           !(context->stop != NULL && *context->stop)) {
+        for (int i = 0; i < num_serve; i++)
+            if (kvio_rte_peer_failed(rte, receivers[i]))
+                return KVIO_OK; /* the gather reports it */
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
+        nanosleep(&pause, NULL);
+    }
+    return status;
+}
+
+/* model_updates.trainer_lost: when the trainer was lost and what each serve
+ * rank kept serving; NULL when no rank lost it. */
+static json_t *trainer_lost_json(const collected_t *all, int64_t origin_ns)
+{
+    const rank_report_t *trainer = NULL;
+    bool lost = false;
+    for (int i = 0; i < all->num_reports; i++) {
+        if (all->reports[i].is_trainer)
+            trainer = &all->reports[i];
+        lost = lost || all->reports[i].trainer_lost_ns != 0;
+    }
+    if (!lost)
+        return NULL;
+    json_t *object = json_object();
+    json_object_set_new(object, "rank", json_integer(TRAIN_RANK));
+    if (trainer != NULL && trainer->trainer_lost_ns != 0) {
+        json_object_set_new(object, "at_s",
+                            json_real((double)(trainer->trainer_lost_ns - origin_ns) / 1e9));
+        json_object_set_new(object, "error", json_string(trainer->lost_reason));
+    } else {
+        json_object_set_new(object, "at_s", json_null());
+        json_object_set_new(object, "error", json_string("the serve ranks lost the trainer"));
+    }
+    json_object_set_new(object, "versions_published", json_integer((json_int_t)all->num_train));
+    json_t *ranks = json_array();
+    for (int i = 0; i < all->num_reports; i++) {
+        const rank_report_t *report = &all->reports[i];
+        if (report->is_trainer)
+            continue;
+        json_t *rank = json_object();
+        json_object_set_new(rank, "rank", json_integer(report->rank));
+        json_object_set_new(rank, "last_good_version",
+                            json_integer((json_int_t)report->active_version));
+        json_object_set_new(rank, "detected_at_s",
+                            report->trainer_lost_ns
+                                ? json_real((double)(report->trainer_lost_ns - origin_ns) / 1e9)
+                                : json_null());
+        json_object_set_new(rank, "how", json_string(report->lost_reason));
+        json_array_append_new(ranks, rank);
+    }
+    json_object_set_new(object, "serve_ranks", ranks);
+    return object;
+}
+
+/* The run's error when the trainer was lost: it names the training rank, the
+ * reason and each serve rank's last good version. Returns the status the run
+ * fails with: the trainer's own (ENOSPC stays ENOSPC), else KVIO_ERR_PEER. */
+static kvio_status_t trainer_lost_error(const collected_t *all, char *error_p,
+                                        size_t error_len)
+{
+    const char *reason = "the serve ranks stopped hearing from it";
+    kvio_status_t status = KVIO_ERR_PEER;
+    for (int i = 0; i < all->num_reports; i++)
+        if (all->reports[i].is_trainer && all->reports[i].trainer_lost_ns != 0) {
+            reason = all->reports[i].lost_reason;
+            status = (kvio_status_t)all->reports[i].trainer_status;
+        }
+    size_t at = (size_t)snprintf(error_p, error_len,
+                                 "training rank %d lost (%s); the serve ranks served on until "
+                                 "the run ended, with their last good version:",
+                                 TRAIN_RANK, reason);
+    for (int i = 0; i < all->num_reports && at < error_len; i++)
+        if (!all->reports[i].is_trainer)
+            at += (size_t)snprintf(error_p + at, error_len - at, " rank %d version %llu",
+                                   all->reports[i].rank,
+                                   (unsigned long long)all->reports[i].active_version);
+    if (at < error_len)
+        snprintf(error_p + at, error_len - at, " (summary.json: "
+                 "metrics.model_updates.trainer_lost)");
+    return status;
+}
+
 static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
 {
     const run_context_t *context = arg;
@@ -475,10 +593,22 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     rank_report_t report = {.is_trainer = self == TRAIN_RANK, .rank = self};
     kvio_rte_clock_offset(rte, &report.clock_offset_ns, &report.clock_uncertainty_ns);
     snprintf(report.info, sizeof(report.info), "%s", kvio_xfer_info(xfer));
+    int64_t run_end = kvio_rte_time_ns(rte) + planned_length_ns(workload);
+    kvio_status_t lost = KVIO_OK; /* some rank lost the trainer: the run fails with this
+                                     after the results */
     if (self == TRAIN_RANK) {
         status = kvio_train_run(&workload->train, (uint64_t)workload->seed, rte, xfer,
                                 workload->duration_ns, context->stop, &train, error,
                                 sizeof(error));
+        /* Lost: the trainer's own failure, not a serve rank's (a dead serve
+         * rank fails the run at once whatever the setting). */
+        if (status != KVIO_OK && status != KVIO_ERR_NOMEM && status != KVIO_ERR_PEER &&
+            workload->update.on_trainer_loss == KVIO_TRAINER_LOSS_SERVE) {
+            report.trainer_status = status;
+            status = trainer_lost(rte, context, receivers, num_serve, &train, run_end, error,
+                                  &report);
+            error[0] = '\0';
+        }
         if (status != KVIO_OK)
             goto fail;
         report.count = train.count;
@@ -509,10 +639,14 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
             deadline += workload->duration_ns;
         }
         status = kvio_update_serve_with(&workload->update, rte, xfer, TRAIN_RANK, deadline,
-                                        server_p, context->stop, &serve, error,
+                                        run_end, server_p, context->stop, &serve, error,
                                         sizeof(error));
         if (status != KVIO_OK)
             goto fail;
+        report.trainer_lost_ns = serve.trainer_lost_ns;
+        report.active_version = serve.active_version;
+        snprintf(report.lost_reason, sizeof(report.lost_reason), "%s",
+                 serve.trainer_lost_reason);
         report.count = serve.count;
         report.iterations = serve.iterations;
         report.polls = serve.polls;
@@ -547,10 +681,18 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         if (status == KVIO_OK && coupled_run && context->metrics != NULL)
             status = coupled_metrics(context, &all, serve_blobs, serve_lengths, size, error,
                                      sizeof(error));
+        json_t *lost_json = status == KVIO_OK ? trainer_lost_json(&all, train.t_start_ns)
+                                              : NULL;
         if (status == KVIO_OK && context->metrics != NULL) {
             json_t *object = json_object_get(context->metrics, "model_updates");
             json_object_set_new(object, "runtime",
                                 json_string(kvio_rte_world_kind(kvio_rte_world(rte))));
+            if (lost_json != NULL)
+                json_object_set(object, "trainer_lost", lost_json);
+        }
+        if (lost_json != NULL) {
+            lost = trainer_lost_error(&all, error, sizeof(error));
+            json_decref(lost_json);
         }
         if (status != KVIO_OK)
             goto fail;
@@ -561,6 +703,11 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         goto fail;
     kvio_xfer_destroy(xfer);
     xfer = NULL;
+    if (lost != KVIO_OK) {
+        /* Every rank finished cleanly; the run as a whole did not. */
+        kvio_rte_set_error(rte, "%s", error);
+        status = lost;
+    }
     goto done;
 fail:
     if (error[0] != '\0')

@@ -16,6 +16,7 @@
 
 static const char *const apply_names[] = {"shadow", "stall", NULL};
 static const char *const serving_names[] = {"emulated", "engine", NULL};
+static const char *const trainer_loss_names[] = {"serve", "fail", NULL};
 
 const kvio_opt_t kvio_update_options[] = {
     {.key = "apply", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, apply),
@@ -46,6 +47,13 @@ const kvio_opt_t kvio_update_options[] = {
      .flags = KVIO_OPT_HAS_MIN, .min = 1,
      .help = "fault injection: the rank that die_during_version stops (serve ranks are "
              "1..ranks.serve)"},
+    {.key = "on_trainer_loss", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_update_config_t, on_trainer_loss), .values = trainer_loss_names,
+     .default_value = "serve",
+     .help = "the training rank lost (died, its transport failed): serve: the serve ranks "
+             "keep serving their last verified version until the run ends, then the run "
+             "fails (complete: false) reporting model_updates.trainer_lost; fail: every "
+             "rank ends with an error at once"},
     {.key = NULL},
 };
 
@@ -74,6 +82,9 @@ typedef struct serve_state {
     void *staging;             /* slots in GPU memory: host buffer to verify through */
     char error[512];           /* a GPU slot's copy failed (else the transport's error) */
     uint64_t last_version;     /* the end notice's: the last version published */
+    int sender;
+    int64_t deadline_ns;
+    bool trainer_lost;         /* on_trainer_loss: serve, and the trainer is gone */
     kvio_update_result_t result;
     size_t capacity;
 } serve_state_t;
@@ -208,16 +219,56 @@ static kvio_status_t activate(serve_state_t *state)
     return status;
 }
 
-static kvio_status_t check_peer(serve_state_t *state, int sender, int64_t deadline_ns,
-                                char *error_p, size_t error_len)
+/* With on_trainer_loss: serve, the trainer is lost: stop taking notices and
+ * keep serving the active version. A version whose notice came is whole at
+ * its source (the notice follows the data), so it may still be fetched,
+ * verified and activated; one whose fetch fails is dropped (work_or_drop).
+ * The version the trainer was sending when it died was never announced. */
+static void lose_trainer(serve_state_t *state, const char *reason)
 {
-    int self = kvio_rte_index(state->rte);
+    state->trainer_lost = true;
+    state->result.trainer_lost_ns = kvio_rte_time_ns(state->rte);
+    snprintf(state->result.trainer_lost_reason, sizeof(state->result.trainer_lost_reason), "%s",
+             reason);
+    kvio_warn("rank %d: training rank %d lost (%s); serving version %llu until the run ends",
+              kvio_rte_index(state->rte), state->sender, reason,
+              (unsigned long long)state->active_version);
+}
+
+static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t error_len)
+{
+    int self = kvio_rte_index(state->rte), sender = state->sender;
+    bool serve_on = state->config->on_trainer_loss == KVIO_TRAINER_LOSS_SERVE;
+    if (state->trainer_lost)
+        return KVIO_OK;
+    if (serve_on) {
+        void *data = NULL;
+        size_t length = 0;
+        if (kvio_rte_try_recv(state->rte, sender, KVIO_UPDATE_TAG_TRAINER_LOST, &data,
+                              &length) == KVIO_OK) {
+            kvio_trainer_lost_notice_t notice = {0};
+            memcpy(&notice, data, length < sizeof(notice) ? length : sizeof(notice));
+            notice.reason[sizeof(notice.reason) - 1] = '\0';
+            free(data);
+            lose_trainer(state, notice.reason);
+            return KVIO_OK;
+        }
+    }
     if (kvio_rte_peer_failed(state->rte, sender)) {
+        if (serve_on) {
+            lose_trainer(state, "the training rank failed");
+            return KVIO_OK;
+        }
         snprintf(error_p, error_len, "rank %d: the training rank %d failed%s", self, sender,
                  state->pending ? " in the middle of an update" : "");
         return KVIO_ERR_PEER;
     }
-    if (kvio_rte_time_ns(state->rte) > deadline_ns) {
+    if (kvio_rte_time_ns(state->rte) > state->deadline_ns) {
+        if (serve_on) {
+            lose_trainer(state, "no end of updates by the deadline (run time plus "
+                                "ranks.timeout)");
+            return KVIO_OK;
+        }
         snprintf(error_p, error_len,
                  "rank %d: no end of updates from training rank %d by the deadline "
                  "(run time plus ranks.timeout)", self, sender);
@@ -266,18 +317,49 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len)
 {
-    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, NULL, NULL,
-                                  result_p, error_p, error_len);
+    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, deadline_ns, NULL,
+                                  NULL, result_p, error_p, error_len);
+}
+
+kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *ranks, int count,
+                                                const kvio_trainer_lost_notice_t *notice)
+{
+    kvio_status_t status = KVIO_OK;
+    for (int i = 0; i < count && status == KVIO_OK; i++)
+        status = kvio_rte_send(rte, ranks[i], KVIO_UPDATE_TAG_TRAINER_LOST, notice,
+                               sizeof(*notice));
+    return status;
+}
+
+/* One bounded piece of work on the pending update; after the trainer was
+ * lost a failure drops the version instead of failing the rank. */
+static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p, char *error_p,
+                                  size_t error_len)
+{
+    kvio_status_t status = work_step(state, worked_p);
+    if (status == KVIO_OK)
+        return KVIO_OK;
+    const char *why = state->error[0] ? state->error : kvio_xfer_error(state->xfer);
+    if (state->trainer_lost && status != KVIO_ERR_INTERRUPTED) {
+        kvio_warn("rank %d: dropping version %llu: %s", kvio_rte_index(state->rte),
+                  (unsigned long long)state->receive.meta.version, why);
+        state->pending = false;
+        return KVIO_OK;
+    }
+    snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(state->rte), why);
+    return status;
 }
 
 kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
                                      kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                     int64_t serve_until_ns,
                                      const kvio_update_server_t *server,
                                      volatile sig_atomic_t *stop,
                                      kvio_update_result_t *result_p, char *error_p,
                                      size_t error_len)
 {
-    serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1};
+    serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1,
+                           .sender = sender, .deadline_ns = deadline_ns};
     kvio_status_t status = KVIO_ERR_NOMEM;
     if ((state.hash = XXH3_createState()) == NULL) {
         snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));
@@ -295,12 +377,20 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
     int64_t next_poll = state.result.t_start_ns;
     /* Notices arrive in order and the end comes last (file: the end marker is
      * taken only when no newer version exists), so the end with nothing
-     * pending means every version was handled. */
-    bool served = server == NULL; /* serving is over (or there is none) */
-    while (status == KVIO_OK && !(state.end_seen && !state.pending && served)) {
+     * pending means every version was handled. Without a trainer, emulated
+     * iterations go on until serve_until_ns. */
+    bool served = false; /* the engine has finished (or was stopped) */
+    for (;;) {
+        bool stopped = stop != NULL && *stop;
+        bool updates_over = (state.end_seen || state.trainer_lost) && !state.pending;
+        bool serving_over = stopped || (server != NULL ? served
+                                        : !state.trainer_lost ||
+                                              kvio_rte_time_ns(rte) >= serve_until_ns);
+        if (status != KVIO_OK || (updates_over && serving_over))
+            break;
         int64_t iteration_end = kvio_rte_time_ns(rte) + config->iteration_ns;
         bool engine_iteration = false;
-        if (stop != NULL && *stop)
+        if (stopped)
             served = true; /* interrupted: no new iterations; wait for the end notice */
         if (server != NULL && !served) {
             int64_t end_ns = -1, idle_until = iteration_end;
@@ -326,7 +416,7 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
         int64_t now;
         while (status == KVIO_OK && (now = kvio_rte_time_ns(rte)) < iteration_end) {
             kvio_xfer_progress(xfer);
-            if (!state.pending && !state.end_seen && now >= next_poll) {
+            if (!state.pending && !state.end_seen && !state.trainer_lost && now >= next_poll) {
                 status = poll_once(&state, error_p, error_len);
                 next_poll = interval > 0 ? now + interval : now;
                 if (status != KVIO_OK)
@@ -334,15 +424,12 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
             }
             bool worked = false;
             if (config->apply == KVIO_APPLY_SHADOW) {
-                status = work_step(&state, &worked);
-                if (status != KVIO_OK) {
-                    snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
-                             state.error[0] ? state.error : kvio_xfer_error(xfer));
+                status = work_or_drop(&state, &worked, error_p, error_len);
+                if (status != KVIO_OK)
                     break;
-                }
             }
             if (!worked) {
-                status = check_peer(&state, sender, deadline_ns, error_p, error_len);
+                status = check_peer(&state, error_p, error_len);
                 nap(iteration_end - now);
             }
         }
@@ -363,15 +450,12 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
         if (config->apply == KVIO_APPLY_STALL && state.pending) {
             /* Stop serving until the update is in. */
             int64_t stall_start = now;
-            while (status == KVIO_OK && !ready_to_activate(&state)) {
+            while (status == KVIO_OK && state.pending && !ready_to_activate(&state)) {
                 bool worked = false;
                 kvio_xfer_progress(xfer);
-                status = work_step(&state, &worked);
-                if (status != KVIO_OK)
-                    snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
-                             state.error[0] ? state.error : kvio_xfer_error(xfer));
-                else if (!worked)
-                    status = check_peer(&state, sender, deadline_ns, error_p, error_len);
+                status = work_or_drop(&state, &worked, error_p, error_len);
+                if (status == KVIO_OK && !worked)
+                    status = check_peer(&state, error_p, error_len);
             }
             state.result.inference_stall_ns += kvio_rte_time_ns(rte) - stall_start;
         }

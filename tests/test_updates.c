@@ -236,7 +236,9 @@ Test(updates, directory_without_room_is_refused_before_the_run, .timeout = 20)
     free(dir);
 }
 
-/* The trainer stops after 2 chunks of its first update, as if it died. */
+/* The trainer stops after 2 chunks of its first update, as if it died; with
+ * update.on_trainer_loss: fail every rank ends at once (tests/test_faults.c
+ * has the default, serve). */
 static void expect_dead_trainer_is_an_error(const char *kind)
 {
     char *dir = test_tmpdir();
@@ -250,8 +252,9 @@ static void expect_dead_trainer_is_an_error(const char *kind)
     const char *overrides[] = {kind_override, dir_override, redis_override,
                                "train.transport.die_after_chunks=2", "ranks.timeout=8s",
                                "train.transport.file.poll_interval=1ms",
-                               "train.transport.redis.prefix=\"kvio-test-dead:\""};
-    outcome_t outcome = run_workload(dir, overrides, 7);
+                               "train.transport.redis.prefix=\"kvio-test-dead:\"",
+                               "update.on_trainer_loss=fail"};
+    outcome_t outcome = run_workload(dir, overrides, 8);
     cr_expect_neq(outcome.status, KVIO_OK);
     cr_expect(test_contains(outcome.error, "injected fault: the sender died after 2 chunks"),
               "%s", outcome.error);
@@ -520,9 +523,10 @@ Test(updates, mpirun_trainer_dying_mid_transfer_fails_every_rank, .timeout = 60)
         return;
     char *dir = test_tmpdir();
     char *err = NULL;
-    const char *sets[] = {"train.transport.die_after_chunks=2", "ranks.timeout=5s"};
+    const char *sets[] = {"train.transport.die_after_chunks=2", "ranks.timeout=5s",
+                          "update.on_trainer_loss=fail"};
     uint64_t start = kvio_time_ns();
-    int status = run_mpirun(dir, 3, sets, 2, 40, &err);
+    int status = run_mpirun(dir, 3, sets, 3, 40, &err);
     uint64_t elapsed = kvio_time_ns() - start;
     cr_expect_neq(status, 0, "mpirun exits non-zero");
     cr_expect_neq(status, -1, "and by itself, not killed by the test");

@@ -72,6 +72,11 @@ const kvio_opt_t kvio_train_options[] = {
     {.key = "transport", .type = KVIO_OPT_SECTION,
      .offset = offsetof(kvio_train_config_t, transport), .options = kvio_xfer_options,
      .help = "how the weights travel to the serve ranks"},
+    {.key = "die_after_versions", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_train_config_t, die_after_versions), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "fault injection: the trainer stops, as if it died between updates, after "
+             "publishing this many versions, without announcing the end (0: never)"},
     {.key = NULL},
 };
 
@@ -158,6 +163,7 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
                              volatile sig_atomic_t *stop, kvio_train_result_t *result_p,
                              char *error_p, size_t error_len)
 {
+    *result_p = (kvio_train_result_t){0};
     uint64_t bytes = kvio_train_weights_bytes(config);
     void *weights = kvio_xfer_send_buffer(xfer);
     /* Weights in GPU memory: the optimizer's writes and the checksum happen
@@ -191,6 +197,12 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
             cost_ns = 0;
     int64_t step = 0;
     for (;;) {
+        if (config->die_after_versions > 0 && version >= (uint64_t)config->die_after_versions) {
+            snprintf(error_p, error_len, "trainer: injected fault: the trainer died after "
+                     "publishing version %llu", (unsigned long long)version);
+            status = KVIO_ERR_INTERRUPTED;
+            goto done;
+        }
         if (config->steps > 0 ? step >= config->steps
                               : kvio_rte_time_ns(rte) - start_ns >= duration_ns)
             break;
@@ -253,14 +265,10 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
         snprintf(error_p, error_len, "trainer: %s", kvio_xfer_error(xfer));
 done:
     free(mirror);
-    if (status != KVIO_OK) {
-        free(records);
-        return status;
-    }
     *result_p = (kvio_train_result_t){.records = records, .count = count, .steps = step,
                                       .t_start_ns = start_ns,
                                       .t_end_ns = kvio_rte_time_ns(rte)};
-    return KVIO_OK;
+    return status;
 }
 
 void kvio_train_result_free(kvio_train_result_t *result)

@@ -87,6 +87,12 @@ kvio_status_t kvio_rte_send(kvio_rte_t *rte, int to, int tag, const void *data, 
  * as the sender is known to have failed. */
 kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, size_t *length_p);
 
+/* Like kvio_rte_recv without waiting: KVIO_INPROGRESS when no such message
+ * is there yet, KVIO_ERR_PEER when rank has finished and sent none. Records
+ * no error on the rank (a poll that finds nothing is not a failure). */
+kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
+                               size_t *length_p);
+
 /* Waits until every rank has arrived. */
 kvio_status_t kvio_rte_barrier(kvio_rte_t *rte);
 

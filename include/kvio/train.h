@@ -46,6 +46,9 @@ typedef struct kvio_train_config {
     uint64_t bytes;           /* weights size */
     kvio_checkpoint_config_t checkpoint;
     kvio_xfer_config_t transport;
+    int64_t die_after_versions; /* fault injection: the loop stops, as if the trainer
+                                   died, after publishing this many versions (before
+                                   announcing the end); 0: never */
 } kvio_train_config_t;
 
 /* The option table of `train:`. */
@@ -96,7 +99,10 @@ uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes);
 /* Runs the step loop on a sender transport until config->steps steps or
  * duration_ns, publishing by the policy, then announces the end. stop (may be
  * NULL; set asynchronously, e.g. by SIGINT) ends the loop early after the
- * step under way: the end is announced and the records so far returned. */
+ * step under way: the end is announced and the records so far returned.
+ * result_p is written on failure too (unlike most output parameters): the
+ * versions published before the trainer failed reached the serve ranks and
+ * belong in the results. The caller frees it in every case. */
 kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
                              kvio_rte_t *rte, kvio_xfer_t *xfer, int64_t duration_ns,
                              volatile sig_atomic_t *stop, kvio_train_result_t *result_p,

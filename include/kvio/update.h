@@ -24,6 +24,14 @@ typedef enum {
     KVIO_SERVING_ENGINE = 1,   /* the real-time engine on the workload's stream (coupled) */
 } kvio_serving_t;
 
+/* What the serve ranks do when the training rank is lost (its loop failed:
+ * an injected death, a transport error; or it stopped answering). */
+typedef enum {
+    KVIO_TRAINER_LOSS_SERVE = 0, /* keep serving the last verified version until the
+                                    run's end; the run reports it and fails */
+    KVIO_TRAINER_LOSS_FAIL = 1,  /* every rank ends with an error at once */
+} kvio_trainer_loss_t;
+
 typedef struct kvio_update_config {
     int apply;              /* kvio_apply_t */
     bool verify;
@@ -35,6 +43,7 @@ typedef struct kvio_update_config {
                                    it died) while receiving this version, or the
                                    first newer one it sees; 0: never */
     int64_t die_rank;           /* the rank that dies (serve ranks are 1..ranks.serve) */
+    int on_trainer_loss;        /* kvio_trainer_loss_t */
 } kvio_update_config_t;
 
 /* The option table of `update:` (the serve side; mountable as serve.update). */
@@ -66,6 +75,11 @@ typedef struct kvio_update_result {
     int64_t t_start_ns, t_end_ns;
     uint64_t active_version;
     int active_slot;              /* the transport slot holding it */
+    /* on_trainer_loss: serve: when this rank learnt that the trainer was
+     * lost (0: it was not), and how. active_version is then the last good
+     * version it kept serving. */
+    int64_t trainer_lost_ns;
+    char trainer_lost_reason[256];
 } kvio_update_result_t;
 
 /* A serving engine that the receive loop drives instead of its emulated
@@ -87,10 +101,29 @@ typedef struct kvio_update_server {
 /* Verifies a whole buffer against an XXH3-64 checksum. */
 bool kvio_update_verify(const void *buffer, uint64_t bytes, uint64_t checksum);
 
+/* The notice the training rank's harness sends every serve rank (rte tag
+ * KVIO_UPDATE_TAG_TRAINER_LOST) when its trainer was lost but the rank
+ * itself lives on to collect the results: the receive loop stops waiting
+ * for versions and, with on_trainer_loss: serve, keeps serving. */
+#define KVIO_UPDATE_TAG_TRAINER_LOST (KVIO_RTE_TAG_USER + 32)
+typedef struct kvio_trainer_lost_notice {
+    int64_t at_ns;         /* rank 0's clock */
+    uint64_t last_version; /* the last version published whole */
+    char reason[200];
+} kvio_trainer_lost_notice_t;
+
+/* Sends the notice to ranks[0..count-1]. */
+kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *ranks, int count,
+                                                const kvio_trainer_lost_notice_t *notice);
+
 /* Runs the receive loop on a receiver transport until the sender's end
  * notice has arrived and every announced version is handled. Fails with
  * KVIO_ERR_PEER when the sender rank fails, KVIO_ERR_TIMEOUT when nothing
- * ends the loop by deadline_ns (rank 0's clock). */
+ * ends the loop by deadline_ns (rank 0's clock). With on_trainer_loss:
+ * serve, those (and the trainer-lost notice) instead mark the trainer lost
+ * in the result: the loop discards what never arrived whole, keeps the
+ * active version and serves until serving ends (emulated iterations: until
+ * serve_until_ns), then returns KVIO_OK. */
 kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
                                 kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
                                 kvio_update_result_t *result_p, char *error_p,
@@ -104,6 +137,7 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
  * so far stay consistent. */
 kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
                                      kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                     int64_t serve_until_ns,
                                      const kvio_update_server_t *server,
                                      volatile sig_atomic_t *stop,
                                      kvio_update_result_t *result_p, char *error_p,
