@@ -238,7 +238,11 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                            ? "trainer published, serve ranks received (updates.csv)"
                            : "simulated: latency + bytes / bandwidth (updates.csv)";
     }
-    kvio_rte_world_destroy(world, status != KVIO_OK);
+    /* Interrupted under mpirun, the launcher is tearing the job down (SIGTERM,
+     * then SIGKILL 1 s later): a collective MPI_Finalize could outlast that
+     * and lose summary.json, so an interrupted run skips it like a failed one. */
+    kvio_rte_world_destroy(world, status != KVIO_OK ||
+                                      (options->stop != NULL && *options->stop));
     world = NULL;
     kvio_status_t trace_status = kvio_event_trace_close(events);
     events = NULL;

@@ -522,6 +522,8 @@ static json_t *trainer_lost_json(const collected_t *all, int64_t origin_ns)
                                 ? json_real((double)(report->trainer_lost_ns - origin_ns) / 1e9)
                                 : json_null());
         json_object_set_new(rank, "how", json_string(report->lost_reason));
+        json_object_set_new(rank, "served_until_s",
+                            json_real((double)(report->t_end_ns - origin_ns) / 1e9));
         json_array_append_new(ranks, rank);
     }
     json_object_set_new(object, "serve_ranks", ranks);

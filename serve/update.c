@@ -331,22 +331,38 @@ kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *rank
     return status;
 }
 
-/* One bounded piece of work on the pending update; after the trainer was
- * lost a failure drops the version instead of failing the rank. */
+/* One bounded piece of work on the pending update. A version whose data is
+ * gone at its source (KVIO_ERR_NOT_FOUND: deleted, or lost when Redis
+ * restarted), or whose fetch fails once the trainer is lost, is skipped:
+ * recorded without activation, with a warning, and the active one kept. */
 static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p, char *error_p,
                                   size_t error_len)
 {
     kvio_status_t status = work_step(state, worked_p);
     if (status == KVIO_OK)
         return KVIO_OK;
+    int self = kvio_rte_index(state->rte);
     const char *why = state->error[0] ? state->error : kvio_xfer_error(state->xfer);
-    if (state->trainer_lost && status != KVIO_ERR_INTERRUPTED) {
-        kvio_warn("rank %d: dropping version %llu: %s", kvio_rte_index(state->rte),
-                  (unsigned long long)state->receive.meta.version, why);
+    if (status == KVIO_ERR_NOT_FOUND ||
+        (state->trainer_lost && status != KVIO_ERR_INTERRUPTED)) {
+        const kvio_xfer_receive_t *receive = &state->receive;
+        kvio_warn("rank %d: skipping version %llu (%s); keeping version %llu", self,
+                  (unsigned long long)receive->meta.version, why,
+                  (unsigned long long)state->active_version);
+        kvio_update_record_t record = {
+            .version = receive->meta.version, .bytes = receive->meta.bytes, .rank = self,
+            .checksum_ok = 1, .t_ready_ns = receive->meta.t_ready_ns,
+            .t_xfer_start_ns = receive->t_xfer_start_ns, .t_notified_ns = receive->t_notified_ns,
+        };
         state->pending = false;
-        return KVIO_OK;
+        status = add_record(state, &record);
+        if (status == KVIO_OK && !state->trainer_lost)
+            status = kvio_xfer_ack(state->xfer, receive, 1 - state->active_slot);
+        if (status == KVIO_OK)
+            return KVIO_OK;
+        why = kvio_strerror(status);
     }
-    snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(state->rte), why);
+    snprintf(error_p, error_len, "rank %d: %s", self, why);
     return status;
 }
 

@@ -15,6 +15,7 @@
 const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", "cuda-ipc", "staged", NULL};
 static const char *const fanout_names[] = {"sequential", "chain", NULL};
 static const char *const discovery_names[] = {"poll", "notify", NULL};
+static const char *const disconnect_names[] = {"reconnect", "fail", NULL};
 
 static const kvio_opt_t file_options[] = {
     {.key = "dir", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_xfer_file_config_t, dir),
@@ -45,6 +46,11 @@ static const kvio_opt_t redis_options[] = {
     {.key = "keep", .type = KVIO_OPT_INT, .offset = offsetof(kvio_xfer_redis_config_t, keep),
      .default_value = "2", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1000,
      .help = "versions kept; older keys are deleted"},
+    {.key = "on_disconnect", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_xfer_redis_config_t, on_disconnect), .values = disconnect_names,
+     .default_value = "reconnect",
+     .help = "Redis went away: reconnect (every 200 ms, for up to ranks.timeout; a version "
+             "lost with it is republished or skipped) or fail at once naming the URL"},
     {.key = NULL},
 };
 

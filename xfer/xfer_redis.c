@@ -1,25 +1,42 @@
 /* The redis transport: the sender SETs the buffer in chunks under versioned
  * keys (PREFIX v<version>:c<chunk>), pipelined `inflight` at a time, then
- * PUBLISHes the update's meta on PREFIX updates and deletes the version that
- * fell out of `keep`. Receivers SUBSCRIBE before the first version, take the
- * newest announced version, and GET its chunks into their shadow slot. */
+ * SETs the update's meta under PREFIX latest and PUBLISHes it on PREFIX
+ * updates, and deletes the version that fell out of `keep`. Receivers
+ * SUBSCRIBE before the first version, take the newest announced version, and
+ * GET its chunks into their shadow slot. With on_disconnect: reconnect (the
+ * Redis tier's approach: drop the broken connection, reconnect later), a
+ * Redis that goes away is retried every RECONNECT_INTERVAL_NS for up to
+ * ranks.timeout: the sender then republishes the version whole (a restarted
+ * Redis is empty), a receiver resubscribes and reads PREFIX latest for what
+ * it missed; after that it is an error naming the URL. With fail, the first
+ * broken connection is that error. */
 #include "xfer/xfer_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "kvio/log.h"
 #include "kvio/redis.h"
 
 #define KEY_LENGTH 512
+#define RECONNECT_INTERVAL_NS 200000000LL
 
 typedef struct redis_priv {
-    kvio_redis_t *data;       /* SET / GET / PUBLISH / DEL */
-    kvio_redis_t *subscriber; /* receivers */
+    kvio_redis_t *data;       /* SET / GET / PUBLISH / DEL; NULL while away */
+    kvio_redis_t *subscriber; /* receivers; NULL while away */
     char channel[KEY_LENGTH];
+    char latest_key[KEY_LENGTH];
     bool end_pending;
     kvio_xfer_meta_t end;
+    bool catch_up_pending;    /* a version read from PREFIX latest after a reconnect */
+    kvio_xfer_meta_t catch_up;
     uint64_t last_seen;
+    int64_t away_since_ns;    /* when a connection broke (0: connected) */
+    int64_t last_attempt_ns;
+    uint64_t reconnects;
+    char away_error[512];     /* what broke it */
 } redis_priv_t;
 
 static void chunk_key(const kvio_xfer_t *xfer, uint64_t version, uint64_t chunk,
@@ -39,29 +56,43 @@ static kvio_status_t redis_preflight(const kvio_xfer_config_t *config, uint64_t 
     return status;
 }
 
+static kvio_status_t subscribe(kvio_xfer_t *xfer, char *error_p, size_t error_len)
+{
+    redis_priv_t *priv = xfer->priv;
+    kvio_status_t status = kvio_redis_connect(xfer->config->redis.url,
+                                              kvio_rte_timeout_ns(xfer->rte), &priv->subscriber,
+                                              error_p, error_len);
+    if (status == KVIO_OK) {
+        status = kvio_redis_subscribe(priv->subscriber, priv->channel);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "%s", kvio_redis_error(priv->subscriber));
+            kvio_redis_close(priv->subscriber);
+            priv->subscriber = NULL;
+        }
+    }
+    return status;
+}
+
 static kvio_status_t redis_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
 {
     redis_priv_t *priv = xfer->priv;
     const kvio_xfer_redis_config_t *config = &xfer->config->redis;
     int64_t timeout = kvio_rte_timeout_ns(xfer->rte);
     snprintf(priv->channel, sizeof(priv->channel), "%supdates", config->prefix);
+    snprintf(priv->latest_key, sizeof(priv->latest_key), "%slatest", config->prefix);
     kvio_status_t status = kvio_redis_connect(config->url, timeout, &priv->data, error_p,
                                               error_len);
     if (status == KVIO_OK && xfer->role == KVIO_XFER_SENDER) {
         if ((xfer->send_buffer = kvio_xfer_aligned_alloc(xfer->bytes)) == NULL)
             status = KVIO_ERR_NOMEM;
+        else /* a previous run's versions are not this one's */
+            status = kvio_redis_del(priv->data, (const char *const[]){priv->latest_key}, 1);
     } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
         for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
             if ((xfer->slots[slot] = kvio_xfer_aligned_alloc(xfer->bytes)) == NULL)
                 status = KVIO_ERR_NOMEM;
         if (status == KVIO_OK)
-            status = kvio_redis_connect(config->url, timeout, &priv->subscriber, error_p,
-                                        error_len);
-        if (status == KVIO_OK) {
-            status = kvio_redis_subscribe(priv->subscriber, priv->channel);
-            if (status != KVIO_OK)
-                snprintf(error_p, error_len, "%s", kvio_redis_error(priv->subscriber));
-        }
+            status = subscribe(xfer, error_p, error_len);
     }
     if (status == KVIO_ERR_NOMEM)
         snprintf(error_p, error_len, "redis transport: cannot allocate %llu bytes",
@@ -81,6 +112,10 @@ static kvio_status_t redis_init(kvio_xfer_t *xfer, char *error_p, size_t error_l
 static void redis_fini(kvio_xfer_t *xfer)
 {
     redis_priv_t *priv = xfer->priv;
+    if (priv->reconnects > 0)
+        kvio_info("redis transport: rank %d reconnected %llu time%s",
+                  kvio_rte_index(xfer->rte), (unsigned long long)priv->reconnects,
+                  priv->reconnects == 1 ? "" : "s");
     kvio_redis_close(priv->data);
     kvio_redis_close(priv->subscriber);
     free(xfer->send_buffer);
@@ -88,11 +123,98 @@ static void redis_fini(kvio_xfer_t *xfer)
     free(xfer->slots[1]);
 }
 
-static kvio_status_t redis_failed(kvio_xfer_t *xfer, kvio_status_t status)
+static bool reconnecting(const kvio_xfer_t *xfer)
+{
+    return xfer->config->redis.on_disconnect == KVIO_REDIS_RECONNECT;
+}
+
+/* A call on connection failed. A broken connection (closed, refused, timed
+ * out) with on_disconnect: reconnect is dropped and KVIO_INPROGRESS returned:
+ * the caller reconnects. Anything else is the transport's error. */
+static kvio_status_t redis_failed(kvio_xfer_t *xfer, kvio_redis_t **connection,
+                                  kvio_status_t status)
 {
     redis_priv_t *priv = xfer->priv;
-    kvio_xfer_set_error(xfer, "%s", kvio_redis_error(priv->data));
+    if ((status == KVIO_ERR_CONNECTION || status == KVIO_ERR_TIMEOUT) && reconnecting(xfer)) {
+        if (priv->away_since_ns == 0) {
+            priv->away_since_ns = kvio_rte_time_ns(xfer->rte);
+            snprintf(priv->away_error, sizeof(priv->away_error), "%s",
+                     kvio_redis_error(*connection));
+            kvio_warn("redis transport: rank %d: %s; reconnecting", kvio_rte_index(xfer->rte),
+                      priv->away_error);
+        }
+        kvio_redis_close(*connection);
+        *connection = NULL;
+        return KVIO_INPROGRESS;
+    }
+    kvio_xfer_set_error(xfer, "%s", kvio_redis_error(*connection));
     return status;
+}
+
+/* One attempt to bring back every connection this side needs (at most one
+ * per RECONNECT_INTERVAL_NS): KVIO_OK when connected, KVIO_INPROGRESS while
+ * Redis is still away, an error naming the URL after ranks.timeout. */
+static kvio_status_t reconnect_once(kvio_xfer_t *xfer)
+{
+    redis_priv_t *priv = xfer->priv;
+    bool receiver = xfer->role == KVIO_XFER_RECEIVER;
+    if (priv->data != NULL && (!receiver || priv->subscriber != NULL))
+        return KVIO_OK;
+    int64_t now = kvio_rte_time_ns(xfer->rte);
+    if (priv->away_since_ns == 0)
+        priv->away_since_ns = now;
+    if (priv->last_attempt_ns != 0 && now - priv->last_attempt_ns < RECONNECT_INTERVAL_NS)
+        return KVIO_INPROGRESS;
+    priv->last_attempt_ns = now;
+    char error[512] = "";
+    kvio_status_t status = KVIO_OK;
+    if (priv->data == NULL)
+        status = kvio_redis_connect(xfer->config->redis.url, kvio_rte_timeout_ns(xfer->rte),
+                                    &priv->data, error, sizeof(error));
+    if (status == KVIO_OK && receiver && priv->subscriber == NULL)
+        status = subscribe(xfer, error, sizeof(error));
+    if (status != KVIO_OK) {
+        if (now - priv->away_since_ns < kvio_rte_timeout_ns(xfer->rte))
+            return KVIO_INPROGRESS;
+        kvio_xfer_set_error(xfer, "%s (then %s: gave up reconnecting after %.1f s, "
+                            "ranks.timeout)", priv->away_error, error,
+                            (double)(now - priv->away_since_ns) / 1e9);
+        return KVIO_ERR_CONNECTION;
+    }
+    priv->reconnects++;
+    priv->away_since_ns = 0;
+    kvio_warn("redis transport: rank %d reconnected to %s", kvio_rte_index(xfer->rte),
+              kvio_redis_name(priv->data));
+    if (!receiver)
+        return KVIO_OK;
+    /* What was published while this receiver was away. */
+    kvio_xfer_meta_t meta;
+    size_t length = 0;
+    status = kvio_redis_get(priv->data, priv->latest_key, &meta, sizeof(meta), &length);
+    if (status == KVIO_OK && length == sizeof(meta) && meta.magic == KVIO_XFER_MAGIC) {
+        if (meta.flags & KVIO_XFER_META_END) {
+            priv->end = meta;
+            priv->end_pending = true;
+        } else if (meta.version > priv->last_seen) {
+            priv->catch_up = meta;
+            priv->catch_up_pending = true;
+        }
+    } else if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND) {
+        return redis_failed(xfer, &priv->data, status);
+    }
+    return KVIO_OK;
+}
+
+/* The sender waits for Redis (bounded by ranks.timeout). */
+static kvio_status_t reconnect_wait(kvio_xfer_t *xfer)
+{
+    for (;;) {
+        kvio_status_t status = reconnect_once(xfer);
+        if (status != KVIO_INPROGRESS)
+            return status;
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 20000000};
+        nanosleep(&pause, NULL);
+    }
 }
 
 static kvio_status_t delete_version(kvio_xfer_t *xfer, uint64_t version)
@@ -105,12 +227,14 @@ static kvio_status_t delete_version(kvio_xfer_t *xfer, uint64_t version)
         chunk_key(xfer, version, i, key);
         kvio_status_t status = kvio_redis_del(priv->data, keys, 1);
         if (status != KVIO_OK)
-            return redis_failed(xfer, status);
+            return redis_failed(xfer, &priv->data, status);
     }
     return KVIO_OK;
 }
 
-static kvio_status_t redis_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+/* SETs every chunk of the version once; KVIO_INPROGRESS when the connection
+ * broke (reconnect and start over). */
+static kvio_status_t put_once(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
 {
     redis_priv_t *priv = xfer->priv;
     uint64_t chunk = xfer->config->chunk;
@@ -139,7 +263,7 @@ static kvio_status_t redis_put(kvio_xfer_t *xfer, int target, const kvio_xfer_me
         }
         status = kvio_redis_set_many(priv->data, key_list, values, lengths, n);
         if (status != KVIO_OK)
-            status = redis_failed(xfer, status);
+            status = redis_failed(xfer, &priv->data, status);
     }
     if (status == KVIO_OK && meta->version > (uint64_t)xfer->config->redis.keep)
         status = delete_version(xfer, meta->version - (uint64_t)xfer->config->redis.keep);
@@ -151,11 +275,42 @@ done:
     return status;
 }
 
-static kvio_status_t redis_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+static kvio_status_t redis_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    kvio_status_t status;
+    while ((status = put_once(xfer, meta)) == KVIO_INPROGRESS)
+        if ((status = reconnect_wait(xfer)) != KVIO_OK)
+            break;
+    return status;
+}
+
+/* PREFIX latest (for receivers that were away), then the PUBLISH. */
+static kvio_status_t announce_once(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
 {
     redis_priv_t *priv = xfer->priv;
-    kvio_status_t status = kvio_redis_publish(priv->data, priv->channel, meta, sizeof(*meta));
-    return status == KVIO_OK ? KVIO_OK : redis_failed(xfer, status);
+    const void *values[1] = {meta};
+    size_t lengths[1] = {sizeof(*meta)};
+    kvio_status_t status = kvio_redis_set_many(priv->data,
+                                               (const char *const[]){priv->latest_key}, values,
+                                               lengths, 1);
+    if (status == KVIO_OK)
+        status = kvio_redis_publish(priv->data, priv->channel, meta, sizeof(*meta));
+    return status == KVIO_OK ? KVIO_OK : redis_failed(xfer, &priv->data, status);
+}
+
+static kvio_status_t redis_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    kvio_status_t status;
+    while ((status = announce_once(xfer, meta)) == KVIO_INPROGRESS) {
+        /* Redis went away after the data went in: a restarted one is empty,
+         * so the version goes in again before it is announced. */
+        status = reconnect_wait(xfer);
+        if (status == KVIO_OK && !(meta->flags & KVIO_XFER_META_END))
+            status = redis_put(xfer, target, meta);
+        if (status != KVIO_OK)
+            break;
+    }
+    return status;
 }
 
 static kvio_status_t redis_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
@@ -163,6 +318,16 @@ static kvio_status_t redis_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
     redis_priv_t *priv = xfer->priv;
     kvio_xfer_meta_t newest = {0}, message;
     bool found = false;
+    if (priv->subscriber == NULL || priv->data == NULL) {
+        kvio_status_t status = reconnect_once(xfer);
+        if (status != KVIO_OK)
+            return status;
+    }
+    if (priv->catch_up_pending) {
+        priv->catch_up_pending = false;
+        newest = priv->catch_up;
+        found = true;
+    }
     /* Drain the channel; the newest version wins, the end comes after it. */
     for (;;) {
         size_t length = 0;
@@ -171,8 +336,10 @@ static kvio_status_t redis_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
         if (status == KVIO_INPROGRESS)
             break;
         if (status != KVIO_OK) {
-            kvio_xfer_set_error(xfer, "%s", kvio_redis_error(priv->subscriber));
-            return status;
+            status = redis_failed(xfer, &priv->subscriber, status);
+            if (status != KVIO_INPROGRESS || !found)
+                return status;
+            break; /* away now; what came before still counts */
         }
         if (length != sizeof(message))
             continue;
@@ -202,18 +369,26 @@ static kvio_status_t redis_fetch(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta
                                  uint64_t offset, uint64_t length, uint64_t *moved_p)
 {
     redis_priv_t *priv = xfer->priv;
+    *moved_p = 0;
+    if (priv->data == NULL) {
+        /* Away: nothing moves this step; the update loop tries again. */
+        kvio_status_t status = reconnect_once(xfer);
+        return status == KVIO_INPROGRESS ? KVIO_OK : status;
+    }
     char key[KEY_LENGTH];
     chunk_key(xfer, meta->version, offset / xfer->config->chunk, key);
     size_t got = 0;
     kvio_status_t status = kvio_redis_get(priv->data, key, buffer, (size_t)length, &got);
     if (status == KVIO_ERR_NOT_FOUND) {
-        kvio_xfer_set_error(xfer, "%s: version %llu was deleted before it was read "
-                            "(raise train.transport.redis.keep)", kvio_redis_name(priv->data),
-                            (unsigned long long)meta->version);
+        kvio_xfer_set_error(xfer, "%s: version %llu is gone before it was read (deleted: "
+                            "raise train.transport.redis.keep; or lost when Redis restarted)",
+                            kvio_redis_name(priv->data), (unsigned long long)meta->version);
         return status;
     }
-    if (status != KVIO_OK)
-        return redis_failed(xfer, status);
+    if (status != KVIO_OK) {
+        status = redis_failed(xfer, &priv->data, status);
+        return status == KVIO_INPROGRESS ? KVIO_OK : status;
+    }
     if (got != length) {
         kvio_xfer_set_error(xfer, "%s: %s has %zu bytes, expected %llu",
                             kvio_redis_name(priv->data), key, got, (unsigned long long)length);

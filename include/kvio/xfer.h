@@ -48,10 +48,13 @@ typedef struct kvio_xfer_file_config {
     int64_t keep;            /* versions kept in the directory */
 } kvio_xfer_file_config_t;
 
+typedef enum { KVIO_REDIS_RECONNECT = 0, KVIO_REDIS_FAIL = 1 } kvio_redis_disconnect_t;
+
 typedef struct kvio_xfer_redis_config {
     char *url;
     char *prefix;
     int64_t keep;
+    int on_disconnect; /* kvio_redis_disconnect_t */
 } kvio_xfer_redis_config_t;
 
 /* Simulate mode: an update costs latency + bytes / bandwidth (0: the

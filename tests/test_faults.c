@@ -1,0 +1,399 @@
+/* Fault-injection tests of whole runs (issue #10): a trainer that dies while
+ * the serve ranks keep serving their last good version (local runtime over
+ * ucx, file and redis; the coupled run; mpirun), a Redis under the redis
+ * transport that restarts (reconnect, or a clear error) or goes away for
+ * good, and SIGINT to mpirun. */
+#include "kvio/run.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvio/clock.h"
+#include "tests/helpers.h"
+
+/* 150 steps of 2 ms: the run is planned to last 0.3 s. */
+static const char *workload_text =
+    "name: faults-test\n"
+    "mode: emulate\n"
+    "ranks: {train: 1, serve: 2, timeout: 8s}\n"
+    "train:\n"
+    "  step_time: {dist: constant, value: 2ms}\n"
+    "  steps: 150\n"
+    "  bytes: 256KiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 2}\n"
+    "  transport: {kind: ucx, chunk: 64KiB, file: {poll_interval: 1ms}}\n"
+    "update: {iteration: 1ms}\n";
+
+static const char *coupled_text =
+    "name: faults-coupled\nseed: 4\nmode: emulate\nduration: 2s\n"
+    "ranks: {train: 1, serve: 2, runtime: local, timeout: 8s}\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache: {block_size: 16, blocks: 400}\n"
+    "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 4MiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 3}\n"
+    "  transport: {kind: ucx, chunk: 1MiB, inflight: 2}\n"
+    "update: {apply: shadow, verify: true, serving: engine}\n"
+    "stream:\n  arrival: {process: poisson, rate: 20}\n"
+    "  input_tokens: {dist: lognormal, mean: 600, stddev: 300, min: 16, max: 2048}\n"
+    "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n";
+
+typedef struct run_outcome {
+    kvio_status_t status;
+    char error[2048];
+    char dir[1024];
+    double elapsed_s;
+    json_t *summary; /* NULL when none was written */
+} run_outcome_t;
+
+static void run_text(const char *dir, const char *text, const char *const *sets, size_t count,
+                     run_outcome_t *outcome_p)
+{
+    memset(outcome_p, 0, sizeof(*outcome_p));
+    char *path = test_write_file(dir, "workload.yaml", text);
+    kvio_workload_t workload;
+    kvio_status_t status = kvio_workload_load(path, sets, count, &workload, outcome_p->error,
+                                              sizeof(outcome_p->error));
+    free(path);
+    cr_assert_eq(status, KVIO_OK, "%s", outcome_p->error);
+    snprintf(outcome_p->dir, sizeof(outcome_p->dir), "%s/out", dir);
+    kvio_run_options_t options = {.output_dir = outcome_p->dir, .quiet = true};
+    kvio_run_result_t result;
+    uint64_t start = kvio_time_ns();
+    outcome_p->status = kvio_run(&workload, &options, &result, outcome_p->error,
+                                 sizeof(outcome_p->error));
+    outcome_p->elapsed_s = (double)(kvio_time_ns() - start) / 1e9;
+    kvio_workload_free(&workload);
+    char summary[1200];
+    snprintf(summary, sizeof(summary), "%s/summary.json", outcome_p->dir);
+    outcome_p->summary = json_load_file(summary, 0, NULL);
+}
+
+static const json_t *updates_of(const json_t *summary)
+{
+    return json_object_get(json_object_get(summary, "metrics"), "model_updates");
+}
+
+/* The trainer-lost report: the run failed naming rank 0 and why, summary.json
+ * says complete: false, and every serve rank served on until the planned end
+ * (at least served_until_s) on the last version published whole. Returns
+ * that version. */
+static json_int_t expect_trainer_lost(const run_outcome_t *outcome, const char *why,
+                                      double served_until_s)
+{
+    cr_expect_neq(outcome->status, KVIO_OK);
+    cr_expect(test_contains(outcome->error, "training rank 0 lost") &&
+                  test_contains(outcome->error, why),
+              "%s", outcome->error);
+    cr_assert_not_null(outcome->summary, "no summary.json in %s", outcome->dir);
+    cr_expect(json_is_false(json_object_get(outcome->summary, "complete")));
+    cr_expect(test_contains(json_string_value(json_object_get(outcome->summary, "error")),
+                            "training rank 0 lost"));
+    const json_t *lost = json_object_get(updates_of(outcome->summary), "trainer_lost");
+    cr_assert_not_null(lost, "no model_updates.trainer_lost");
+    cr_expect_eq(json_integer_value(json_object_get(lost, "rank")), 0);
+    cr_expect(test_contains(json_string_value(json_object_get(lost, "error")), why));
+    json_int_t published = json_integer_value(json_object_get(lost, "versions_published"));
+    double at_s = json_number_value(json_object_get(lost, "at_s"));
+    const json_t *ranks = json_object_get(lost, "serve_ranks");
+    cr_assert_eq(json_array_size(ranks), 2);
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *rank = json_array_get(ranks, i);
+        cr_expect_eq(json_integer_value(json_object_get(rank, "last_good_version")), published,
+                     "serve rank %zu kept the last version published whole", i + 1);
+        cr_expect_geq(json_number_value(json_object_get(rank, "detected_at_s")), at_s - 0.01);
+        cr_expect_geq(json_number_value(json_object_get(rank, "served_until_s")),
+                      served_until_s, "serve rank %zu stopped before the run's end", i + 1);
+    }
+    /* updates.csv: only whole versions, never the partial one. */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/updates.csv", outcome->dir);
+    char *csv = test_read_file(path);
+    cr_assert_not_null(csv);
+    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0';
+         line = strchr(line + 1, '\n'))
+        cr_expect_leq(atoll(line + 1), published, "a version never published whole: %.40s",
+                      line + 1);
+    free(csv);
+    return published;
+}
+
+static void trainer_lost_mid_transfer(const char *kind)
+{
+    const char *url = getenv("KVIO_TEST_REDIS_URL");
+    if (strcmp(kind, "redis") == 0 &&
+        !test_require("redis", url != NULL, "KVIO_TEST_REDIS_URL is not set"))
+        return;
+#ifndef KVIO_HAVE_UCX
+    if (strcmp(kind, "ucx") == 0)
+        cr_skip_test("ucx transport not built");
+#endif
+    char *dir = test_tmpdir();
+    char kind_set[64], dir_set[1200], url_set[512];
+    snprintf(kind_set, sizeof(kind_set), "train.transport.kind=%s", kind);
+    snprintf(dir_set, sizeof(dir_set), "train.transport.file.dir=%s/versions", dir);
+    snprintf(url_set, sizeof(url_set), "train.transport.redis.url=%s",
+             url ? url : "redis://127.0.0.1:6379");
+    /* 4 chunks a version (ucx: per receiver): the trainer dies inside the
+     * third version (file, redis) or the second (ucx). */
+    const char *sets[] = {kind_set, dir_set, url_set, "train.transport.die_after_chunks=9",
+                          "train.transport.redis.prefix=\"kvio-test-faults-lost:\""};
+    run_outcome_t outcome;
+    run_text(dir, workload_text, sets, 5, &outcome);
+    json_int_t published =
+        expect_trainer_lost(&outcome, "injected fault: the sender died after 9 chunks", 0.25);
+    cr_expect_eq(published, strcmp(kind, "ucx") == 0 ? 1 : 2);
+    cr_expect_lt(outcome.elapsed_s, 5.0);
+    json_decref(outcome.summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(faults, trainer_lost_mid_transfer_over_ucx_servers_serve_on, .timeout = 30)
+{
+    trainer_lost_mid_transfer("ucx");
+}
+
+Test(faults, trainer_lost_mid_transfer_over_file_servers_serve_on, .timeout = 30)
+{
+    trainer_lost_mid_transfer("file");
+}
+
+Test(faults, trainer_lost_mid_transfer_over_redis_servers_serve_on, .timeout = 30)
+{
+    trainer_lost_mid_transfer("redis");
+}
+
+Test(faults, trainer_dying_between_updates_leaves_the_last_version, .timeout = 30)
+{
+#ifndef KVIO_HAVE_UCX
+    cr_skip_test("ucx transport not built");
+#endif
+    char *dir = test_tmpdir();
+    const char *sets[] = {"train.die_after_versions=3"};
+    run_outcome_t outcome;
+    run_text(dir, workload_text, sets, 1, &outcome);
+    cr_expect_eq(expect_trainer_lost(&outcome, "the trainer died after publishing version 3",
+                                     0.25),
+                 3);
+    cr_expect_eq(json_integer_value(json_object_get(updates_of(outcome.summary),
+                                                    "updates_activated")),
+                 6, "3 versions x 2 serve ranks");
+    json_decref(outcome.summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The coupled run: the serve ranks' engines keep answering requests after the
+ * trainer is gone, on the version they had. */
+Test(faults, coupled_run_serves_requests_after_the_trainer_is_lost, .timeout = 60)
+{
+#ifndef KVIO_HAVE_UCX
+    cr_skip_test("ucx transport not built");
+#endif
+    char *dir = test_tmpdir();
+    const char *sets[] = {"train.die_after_versions=1"};
+    run_outcome_t outcome;
+    run_text(dir, coupled_text, sets, 1, &outcome);
+    cr_expect_eq(expect_trainer_lost(&outcome, "the trainer died after publishing version 1",
+                                     1.9),
+                 1);
+    double at_s = json_number_value(
+        json_object_get(json_object_get(updates_of(outcome.summary), "trainer_lost"), "at_s"));
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/requests.csv", outcome.dir);
+    char *csv = test_read_file(path);
+    cr_assert_not_null(csv);
+    /* id,rank,arrival_s,first_token_s,finish_s,...,model_version,measured */
+    int after = 0;
+    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0';
+         line = strchr(line + 1, '\n')) {
+        double arrival = 0;
+        char *fields = line + 1;
+        if (sscanf(fields, "%*[^,],%*[^,],%lf", &arrival) != 1 || arrival <= at_s + 0.05)
+            continue;
+        char *end = strchr(fields, '\n');
+        char *comma = end ? end : fields + strlen(fields);
+        int commas = 0;
+        while (comma > fields && commas < 2)
+            if (*--comma == ',')
+                commas++;
+        cr_expect_eq(atoi(comma + 1), 1, "a request after the loss not on version 1: %.60s",
+                     fields);
+        after++;
+    }
+    cr_expect_gt(after, 5, "the serve ranks stopped serving after the trainer was lost");
+    free(csv);
+    json_decref(outcome.summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- Redis under the redis transport ---- */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in address = {.sin_family = AF_INET,
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t length = sizeof(address);
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&address, sizeof(address)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&address, &length) == 0)
+        port = ntohs(address.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* A private redis-server (no persistence) on port, daemonized; true when it
+ * answers. */
+static bool redis_up(int port)
+{
+    char command[256];
+    snprintf(command, sizeof(command),
+             "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no "
+             "--daemonize yes --dir /tmp >/dev/null 2>&1", port);
+    if (system(command) != 0)
+        return false;
+    snprintf(command, sizeof(command), "redis-cli -p %d ping >/dev/null 2>&1", port);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        if (system(command) == 0)
+            return true;
+        usleep(20000);
+    }
+    return false;
+}
+
+static void redis_down(int port)
+{
+    char command[128];
+    snprintf(command, sizeof(command), "redis-cli -p %d shutdown nosave >/dev/null 2>&1",
+             port);
+    (void)!system(command);
+}
+
+typedef struct outage {
+    int port;
+    useconds_t down_after_us;
+    useconds_t back_after_us; /* 0: stays down */
+    bool restarted;
+} outage_t;
+
+static void *outage_thread(void *arg)
+{
+    outage_t *outage = arg;
+    usleep(outage->down_after_us);
+    redis_down(outage->port);
+    if (outage->back_after_us > 0) {
+        usleep(outage->back_after_us);
+        outage->restarted = redis_up(outage->port);
+    }
+    return NULL;
+}
+
+typedef void (*outage_check_t)(const run_outcome_t *outcome, const char *url,
+                               const outage_t *outage);
+
+/* Runs 1.5 s of updates over a private Redis that goes down at 0.5 s (and
+ * comes back 0.5 s later when back_after_us), then checks the outcome. */
+static void redis_outage(const char *on_disconnect, const char *on_loss,
+                         useconds_t back_after_us, outage_check_t check)
+{
+#ifndef KVIO_HAVE_REDIS
+    cr_skip_test("redis transport not built");
+#endif
+    int port = free_port();
+    if (!test_require("redis", port > 0 && redis_up(port), "cannot start redis-server"))
+        return;
+    char *dir = test_tmpdir();
+    char url[64], url_set[128], disconnect_set[128], loss_set[128];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    snprintf(url_set, sizeof(url_set), "train.transport.redis.url=%s", url);
+    snprintf(disconnect_set, sizeof(disconnect_set), "train.transport.redis.on_disconnect=%s",
+             on_disconnect);
+    snprintf(loss_set, sizeof(loss_set), "update.on_trainer_loss=%s", on_loss);
+    const char *sets[] = {"train.transport.kind=redis", url_set, disconnect_set, loss_set,
+                          "train.steps=500", "train.step_time={dist: constant, value: 3ms}",
+                          "ranks.timeout=2s"};
+    outage_t outage = {.port = port, .down_after_us = 500000, .back_after_us = back_after_us};
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, outage_thread, &outage), 0);
+    run_outcome_t outcome;
+    run_text(dir, workload_text, sets, 7, &outcome);
+    pthread_join(thread, NULL);
+    redis_down(port);
+    cr_assert_not_null(outcome.summary, "no summary.json: %s", outcome.error);
+    check(&outcome, url, &outage);
+    json_decref(outcome.summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+static void expect_updates_went_on(const run_outcome_t *outcome, const char *url,
+                                   const outage_t *outage)
+{
+    cr_assert(outage->restarted, "redis-server did not restart");
+    cr_expect_eq(outcome->status, KVIO_OK, "%s", outcome->error);
+    cr_expect(json_is_true(json_object_get(outcome->summary, "complete")));
+    const json_t *updates = updates_of(outcome->summary);
+    json_int_t published = json_integer_value(json_object_get(updates, "versions_published"));
+    cr_expect_eq(published, 250, "the trainer went on through the outage");
+    /* Later updates arrived: the last version is in on both ranks. */
+    char path[1200], needle[32];
+    snprintf(path, sizeof(path), "%s/updates.csv", outcome->dir);
+    char *csv = test_read_file(path);
+    cr_assert_not_null(csv);
+    for (int rank = 1; rank <= 2; rank++) {
+        snprintf(needle, sizeof(needle), "\n%lld,%d,", (long long)published, rank);
+        cr_expect(test_contains(csv, needle), "rank %d never got version %lld", rank,
+                  (long long)published);
+    }
+    free(csv);
+}
+
+static void expect_failed_at_once(const run_outcome_t *outcome, const char *url,
+                                  const outage_t *outage)
+{
+    cr_expect_neq(outcome->status, KVIO_OK);
+    cr_expect(test_contains(outcome->error, url), "%s", outcome->error);
+    cr_expect_lt(outcome->elapsed_s, 1.5, "failed at once, not after the run");
+    cr_expect(json_is_false(json_object_get(outcome->summary, "complete")));
+}
+
+static void expect_gave_up_in_time(const run_outcome_t *outcome, const char *url,
+                                   const outage_t *outage)
+{
+    cr_expect_neq(outcome->status, KVIO_OK);
+    cr_expect(test_contains(outcome->error, url) &&
+                  test_contains(outcome->error, "gave up reconnecting"),
+              "%s", outcome->error);
+    /* Down at 0.5 s, ranks.timeout (2 s) of reconnecting, some slack. */
+    cr_expect_lt(outcome->elapsed_s, 4.0);
+    cr_expect(json_is_false(json_object_get(outcome->summary, "complete")));
+}
+
+Test(faults, redis_transport_restarted_reconnects_and_updates_go_on, .timeout = 30)
+{
+    redis_outage("reconnect", "fail", 500000, expect_updates_went_on);
+}
+
+Test(faults, redis_transport_restart_with_fail_is_a_clear_error, .timeout = 30)
+{
+    redis_outage("fail", "fail", 500000, expect_failed_at_once);
+}
+
+Test(faults, redis_transport_killed_for_good_fails_within_the_timeout, .timeout = 30)
+{
+    redis_outage("reconnect", "serve", 0, expect_gave_up_in_time);
+}
