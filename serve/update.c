@@ -2,7 +2,9 @@
  * apply: shadow, in their idle time) it polls the transport, fetches the new
  * version chunk by chunk into the shadow slot, verifies it with a streaming
  * XXH3-64, and swaps slots at an iteration boundary. It stamps t_verified and
- * t_activated; the transport wrapper stamped the earlier stages. */
+ * t_activated; the transport wrapper stamped the earlier stages. When the
+ * trainer is lost (update.on_trainer_loss: serve) it keeps serving the active
+ * version to the run's end. */
 #include "kvio/update.h"
 
 #include <stdio.h>
