@@ -49,8 +49,9 @@ struct kvio_kvreq {
     size_t num_tokens, tokens_capacity;
     uint8_t *salt;
     size_t salt_len;
-    kvio_hash_t *hashes; /* of full blocks, chained */
+    kvio_hash_t *hashes; /* of full blocks, chained; the caller's when hashes_borrowed */
     size_t num_hashes, hashes_capacity;
+    bool hashes_borrowed; /* hashes is the caller's (never written or freed here) */
     uint32_t *blocks;
     size_t num_blocks, blocks_capacity;
     size_t num_hashed_blocks; /* leading blocks whose hash is set */
@@ -430,6 +431,28 @@ kvio_status_t kvio_kvreq_create_hashes(kvio_kvcache_t *cache, const kvio_hash_t 
     return KVIO_OK;
 }
 
+kvio_status_t kvio_kvreq_create_borrowed(kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                                         size_t num_hashes, size_t num_tokens,
+                                         kvio_kvreq_t **req_p)
+{
+    if (hashes == NULL && num_hashes > 0)
+        return KVIO_ERR_INVALID;
+    kvio_kvreq_t *req = NULL;
+    kvio_status_t status = request_new(cache, false, &req);
+    if (status != KVIO_OK)
+        return status;
+    /* The cast: a borrowed array is only read (appends copy it first). */
+    req->hashes = (kvio_hash_t *)hashes;
+    req->hashes_borrowed = true;
+    status = kvio_kvreq_append_hashes(req, num_tokens, hashes, num_hashes);
+    if (status != KVIO_OK) {
+        kvio_kvreq_destroy(req);
+        return status;
+    }
+    *req_p = req;
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_kvreq_append_tokens(kvio_kvreq_t *req, const uint32_t *tokens,
                                        size_t num_tokens)
 {
@@ -455,6 +478,26 @@ kvio_status_t kvio_kvreq_append_hashes(kvio_kvreq_t *req, size_t num_tokens,
         kvio_error("kvcache: %zu block hashes for %zu full blocks", req->num_hashes + num_hashes,
                    full);
         return KVIO_ERR_INVALID;
+    }
+    if (req->hashes_borrowed && (num_hashes == 0 || hashes == req->hashes + req->num_hashes)) {
+        /* The caller's array continues: nothing to copy. */
+        req->num_hashes += num_hashes;
+        req->num_tokens += num_tokens;
+        return KVIO_OK;
+    }
+    if (req->hashes_borrowed) {
+        /* Not a continuation: from now on the request keeps its own copy. */
+        kvio_hash_t *owned = NULL;
+        size_t capacity = 0;
+        kvio_status_t status = grow((void **)&owned, &capacity, req->num_hashes + num_hashes,
+                                    sizeof(kvio_hash_t));
+        if (status != KVIO_OK)
+            return status;
+        if (req->num_hashes > 0)
+            memcpy(owned, req->hashes, req->num_hashes * sizeof(kvio_hash_t));
+        req->hashes = owned;
+        req->hashes_capacity = capacity;
+        req->hashes_borrowed = false;
     }
     kvio_status_t status = grow((void **)&req->hashes, &req->hashes_capacity,
                                 req->num_hashes + num_hashes, sizeof(kvio_hash_t));
@@ -494,7 +537,8 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req)
         kvio_kvcache_free(req->cache, req);
     free(req->tokens);
     free(req->salt);
-    free(req->hashes);
+    if (!req->hashes_borrowed)
+        free(req->hashes);
     free(req->blocks);
     free(req);
 }

@@ -685,8 +685,11 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
     if (req->target_output == 0)
         req->target_output = 1;
     req->hashes_given = hashes_due(req, request->prompt_tokens, engine->block_size);
-    kvio_status_t status = kvio_kvreq_create_hashes(engine->cache, req->hashes, req->hashes_given,
-                                                    request->prompt_tokens, &req->kv);
+    /* The pool reads the request's own array (freed after the pool's view
+     * of it in req_destroy), so the hashes are copied once, not twice. */
+    kvio_status_t status = kvio_kvreq_create_borrowed(engine->cache, req->hashes,
+                                                      req->hashes_given, request->prompt_tokens,
+                                                      &req->kv);
     if (status != KVIO_OK) {
         req_destroy(req);
         return status;
