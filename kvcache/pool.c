@@ -11,10 +11,15 @@
 
 #define NO_BLOCK UINT32_MAX
 
+/* How many hashes ahead a scan over a request's blocks prefetches slots:
+ * consecutive lookups are independent misses in a table larger than L2. */
+#define PREFETCH_AHEAD 8
+
 /* Open-addressing map from a block hash to the earliest inserted block
  * holding it; later blocks with the same hash chain behind it. */
 typedef struct hash_slot {
-    uint32_t tag;   /* high half of the hash's high word: most mismatches stop here */
+    uint32_t tag;   /* low half of the hash's slot key: most mismatches stop here, and the
+                       home slot is tag & slot_mask (tables up to 2^32 slots) */
     uint32_t block; /* NO_BLOCK: empty; block_hash[block] holds the full hash */
 } hash_slot_t;
 
@@ -44,8 +49,9 @@ struct kvio_kvreq {
     size_t num_tokens, tokens_capacity;
     uint8_t *salt;
     size_t salt_len;
-    kvio_hash_t *hashes; /* of full blocks, chained */
+    kvio_hash_t *hashes; /* of full blocks, chained; the caller's when hashes_borrowed */
     size_t num_hashes, hashes_capacity;
+    bool hashes_borrowed; /* hashes is the caller's (never written or freed here) */
     uint32_t *blocks;
     size_t num_blocks, blocks_capacity;
     size_t num_hashed_blocks; /* leading blocks whose hash is set */
@@ -53,14 +59,34 @@ struct kvio_kvreq {
 
 /* ---- hash index --------------------------------------------------------- */
 
+static uint64_t slot_key(kvio_hash_t hash)
+{
+    return hash.low ^ (hash.high >> 7);
+}
+
 static size_t slot_of(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
-    return (size_t)(hash.low ^ (hash.high >> 7)) & cache->slot_mask;
+    return (size_t)slot_key(hash) & cache->slot_mask;
 }
 
 static uint32_t tag_of(kvio_hash_t hash)
 {
-    return (uint32_t)(hash.high >> 32);
+    return (uint32_t)slot_key(hash);
+}
+
+/* The slot an occupied entry hashes to, from its tag alone when the table
+ * is small enough (no load of the block's hash, a cache miss). */
+static size_t home_of(const kvio_kvcache_t *cache, const hash_slot_t *entry)
+{
+    if (cache->slot_mask <= UINT32_MAX)
+        return entry->tag & cache->slot_mask;
+    return slot_of(cache, cache->block_hash[entry->block]);
+}
+
+/* Starts loading the slot a hash lives in, for a lookup a few steps on. */
+static void prefetch_slot(const kvio_kvcache_t *cache, kvio_hash_t hash)
+{
+    __builtin_prefetch(&cache->slots[slot_of(cache, hash)]);
 }
 
 /* Slots are 8 bytes (a tag and a block) so the table stays in cache; the
@@ -107,7 +133,7 @@ static void index_delete_slot(kvio_kvcache_t *cache, size_t hole)
     cache->slots[hole].block = NO_BLOCK;
     for (size_t next = (hole + 1) & cache->slot_mask; cache->slots[next].block != NO_BLOCK;
          next = (next + 1) & cache->slot_mask) {
-        size_t home = slot_of(cache, cache->block_hash[cache->slots[next].block]);
+        size_t home = home_of(cache, &cache->slots[next]);
         bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
         if (movable) {
             cache->slots[hole] = cache->slots[next];
@@ -276,6 +302,26 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     return block;
 }
 
+/* Before taking the free-queue head when more blocks follow: starts loading
+ * what evicting the next two heads will touch (each a cache miss in a large
+ * pool: its links, its hash and flags, then its index slot). */
+static void prefetch_free_ahead(const kvio_kvcache_t *cache)
+{
+    uint32_t head = cache->free_queue.head;
+    uint32_t next = head != KVIO_EVICT_NONE ? cache->links[head].next : KVIO_EVICT_NONE;
+    if (next == KVIO_EVICT_NONE)
+        return;
+    uint32_t after = cache->links[next].next;
+    if (after != KVIO_EVICT_NONE) {
+        __builtin_prefetch(&cache->links[after]);
+        __builtin_prefetch(&cache->block_hash[after]);
+        __builtin_prefetch(&cache->hashed[after]);
+        __builtin_prefetch(&cache->refcount[after]);
+    }
+    if (cache->hashed[next])
+        prefetch_slot(cache, cache->block_hash[next]);
+}
+
 /* A free block becomes evictable content for a non-queue policy. */
 static void policy_add(kvio_kvcache_t *cache, uint32_t block)
 {
@@ -385,6 +431,28 @@ kvio_status_t kvio_kvreq_create_hashes(kvio_kvcache_t *cache, const kvio_hash_t 
     return KVIO_OK;
 }
 
+kvio_status_t kvio_kvreq_create_borrowed(kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                                         size_t num_hashes, size_t num_tokens,
+                                         kvio_kvreq_t **req_p)
+{
+    if (hashes == NULL && num_hashes > 0)
+        return KVIO_ERR_INVALID;
+    kvio_kvreq_t *req = NULL;
+    kvio_status_t status = request_new(cache, false, &req);
+    if (status != KVIO_OK)
+        return status;
+    /* The cast: a borrowed array is only read (appends copy it first). */
+    req->hashes = (kvio_hash_t *)hashes;
+    req->hashes_borrowed = true;
+    status = kvio_kvreq_append_hashes(req, num_tokens, hashes, num_hashes);
+    if (status != KVIO_OK) {
+        kvio_kvreq_destroy(req);
+        return status;
+    }
+    *req_p = req;
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_kvreq_append_tokens(kvio_kvreq_t *req, const uint32_t *tokens,
                                        size_t num_tokens)
 {
@@ -410,6 +478,26 @@ kvio_status_t kvio_kvreq_append_hashes(kvio_kvreq_t *req, size_t num_tokens,
         kvio_error("kvcache: %zu block hashes for %zu full blocks", req->num_hashes + num_hashes,
                    full);
         return KVIO_ERR_INVALID;
+    }
+    if (req->hashes_borrowed && (num_hashes == 0 || hashes == req->hashes + req->num_hashes)) {
+        /* The caller's array continues: nothing to copy. */
+        req->num_hashes += num_hashes;
+        req->num_tokens += num_tokens;
+        return KVIO_OK;
+    }
+    if (req->hashes_borrowed) {
+        /* Not a continuation: from now on the request keeps its own copy. */
+        kvio_hash_t *owned = NULL;
+        size_t capacity = 0;
+        kvio_status_t status = grow((void **)&owned, &capacity, req->num_hashes + num_hashes,
+                                    sizeof(kvio_hash_t));
+        if (status != KVIO_OK)
+            return status;
+        if (req->num_hashes > 0)
+            memcpy(owned, req->hashes, req->num_hashes * sizeof(kvio_hash_t));
+        req->hashes = owned;
+        req->hashes_capacity = capacity;
+        req->hashes_borrowed = false;
     }
     kvio_status_t status = grow((void **)&req->hashes, &req->hashes_capacity,
                                 req->num_hashes + num_hashes, sizeof(kvio_hash_t));
@@ -449,7 +537,8 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req)
         kvio_kvcache_free(req->cache, req);
     free(req->tokens);
     free(req->salt);
-    free(req->hashes);
+    if (!req->hashes_borrowed)
+        free(req->hashes);
     free(req->blocks);
     free(req);
 }
@@ -466,7 +555,11 @@ static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req, ui
     if (max_blocks > req->num_hashes)
         max_blocks = req->num_hashes;
     size_t count = 0;
+    for (size_t i = 0; i < PREFETCH_AHEAD && i < max_blocks; i++)
+        prefetch_slot(cache, req->hashes[i]);
     for (; count < max_blocks; count++) {
+        if (count + PREFETCH_AHEAD < max_blocks)
+            prefetch_slot(cache, req->hashes[count + PREFETCH_AHEAD]);
         uint32_t block = index_find(cache, req->hashes[count]);
         if (block == NO_BLOCK)
             break;
@@ -533,14 +626,22 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
         req->num_blocks = num_hits;
         req->num_hashed_blocks = num_hits;
     }
-    for (size_t i = 0; i < new_blocks; i++)
+    for (size_t i = 0; i < new_blocks; i++) {
+        if (i + 1 < new_blocks)
+            prefetch_free_ahead(cache);
         req->blocks[req->num_blocks++] = take_free_block(cache);
+    }
 
     if (cache->config.enable_prefix_caching) {
         size_t full = covered / block_size;
         if (full > req->num_hashes)
             full = req->num_hashes;
+        for (size_t i = req->num_hashed_blocks; i < full && i < req->num_hashed_blocks +
+                                                                   PREFETCH_AHEAD; i++)
+            prefetch_slot(cache, req->hashes[i]);
         for (size_t i = req->num_hashed_blocks; i < full; i++) {
+            if (i + PREFETCH_AHEAD < full)
+                prefetch_slot(cache, req->hashes[i + PREFETCH_AHEAD]);
             index_insert(cache, req->blocks[i], req->hashes[i]);
             if (cache->config.on_cached != NULL)
                 cache->config.on_cached(cache->config.hook_context, req->blocks[i],

@@ -112,6 +112,13 @@ typedef struct engine_req {
     req_state_t state;
 } engine_req_t;
 
+/* A block's owner stamp, recorded but not yet written (index STAMP_NONE:
+ * nothing pending). */
+typedef struct block_stamp {
+    uint64_t id;
+    uint64_t index;
+} block_stamp_t;
+
 /* A queue in one array with room at both ends: items = base + start, so
  * taking the head or putting a preempted request back at the head is O(1)
  * (offline batches queue thousands of requests). */
@@ -152,6 +159,7 @@ struct kvio_engine {
     unsigned char *swap_space;  /* emulate: host swap space, swap_num_slots blocks */
     uint32_t *swap_free;        /* stack of free slot indices */
     uint32_t swap_num_free, swap_num_slots;
+    block_stamp_t *stamps;      /* emulate: per block, the stamp not yet written */
 };
 
 /* ---------- lists ---------- */
@@ -354,6 +362,94 @@ static void gpu_failed(kvio_engine_t *engine, kvio_status_t status, const char *
     }
 }
 
+/* Emulate: every block carries a stamp saying who owns it (magic, request
+ * id, index in the request, block id), so copies that lose or mix blocks are
+ * detectable. A stamp is recorded when the block is handed out and written
+ * only when the block's bytes are next read (swap-out, tier write) or dropped
+ * when a whole-block copy overwrites them first: the bytes every reader sees
+ * are the same as with an immediate write, but an iteration no longer touches
+ * a cold page of the pool (a TLB and cache miss each) per new block. */
+#define STAMP_NONE UINT64_MAX
+
+static size_t stamp_bytes(const kvio_engine_t *engine)
+{
+    return 32 < engine->block_bytes ? 32 : engine->block_bytes;
+}
+
+static void stamp_of(const kvio_engine_t *engine, uint32_t block, uint64_t stamp_p[4])
+{
+    stamp_p[0] = 0x6b76696f626c6b00ull;
+    stamp_p[1] = engine->stamps[block].id;
+    stamp_p[2] = engine->stamps[block].index;
+    stamp_p[3] = block;
+}
+
+/* Records the stamps of blocks from index `first` of a request. */
+static void stamp_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t first, uint64_t id)
+{
+    if (engine->stamps == NULL)
+        return;
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(kv, &ids, &count);
+    for (size_t i = first; i < count; i++)
+        engine->stamps[ids[i]] = (block_stamp_t){.id = id, .index = i};
+}
+
+/* A whole-block copy overwrote the block: its recorded stamp is void. */
+static void stamp_drop(kvio_engine_t *engine, uint32_t block)
+{
+    if (engine->stamps != NULL)
+        engine->stamps[block].index = STAMP_NONE;
+}
+
+/* Writes the recorded stamps of blocks about to be read. */
+static void stamp_flush(kvio_engine_t *engine, const uint32_t *blocks, size_t count)
+{
+    if (engine->stamps == NULL)
+        return;
+    size_t pending = 0;
+    for (size_t i = 0; i < count; i++)
+        pending += engine->stamps[blocks[i]].index != STAMP_NONE;
+    if (pending == 0)
+        return;
+    if (engine->kv_device != NULL) {
+        /* GPU pool: the stamps go up as one batch of small copies. */
+        uint64_t *stamps = malloc(pending * 4 * sizeof(uint64_t));
+        kvio_device_copy_t *copies = malloc(pending * sizeof(*copies));
+        kvio_status_t status = stamps != NULL && copies != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+        size_t num_copies = 0;
+        for (size_t i = 0; i < count && status == KVIO_OK; i++) {
+            uint32_t block = blocks[i];
+            if (engine->stamps[block].index == STAMP_NONE)
+                continue;
+            uint64_t *stamp = stamps + num_copies * 4;
+            stamp_of(engine, block, stamp);
+            copies[num_copies++] = (kvio_device_copy_t){
+                .dst = block_data(engine, block), .src = stamp, .bytes = stamp_bytes(engine)};
+            engine->stamps[block].index = STAMP_NONE;
+        }
+        if (status == KVIO_OK)
+            status = kvio_device_copy_async(engine->kv_device, copies, num_copies);
+        if (status == KVIO_OK)
+            status = kvio_device_sync(engine->kv_device);
+        if (status != KVIO_OK)
+            gpu_failed(engine, status, "stamping KV blocks on the GPU");
+        free(stamps);
+        free(copies);
+        return;
+    }
+    for (size_t i = 0; i < count; i++) {
+        uint32_t block = blocks[i];
+        if (engine->stamps[block].index == STAMP_NONE)
+            continue;
+        uint64_t stamp[4];
+        stamp_of(engine, block, stamp);
+        memcpy(block_data(engine, block), stamp, stamp_bytes(engine));
+        engine->stamps[block].index = STAMP_NONE;
+    }
+}
+
 /* Swap buffers: pinned host memory for a GPU pool, else malloc'd. */
 static void swap_buffer_free(engine_req_t *req)
 {
@@ -374,6 +470,7 @@ static void tier_write(kvio_engine_t *engine, uint32_t block, kvio_hash_t hash, 
         if (kvio_tier_write_policy(tier) != policy || kvio_tier_contains(tier, hash))
             continue;
         const void *data = block_data(engine, block);
+        stamp_flush(engine, &block, 1);
         if (engine->kv_device != NULL) {
             if (!staged) {
                 kvio_status_t copied = kvio_device_copy(engine->kv_device, engine->bounce, data,
@@ -414,48 +511,6 @@ static kvio_tier_t *tier_holding(const kvio_engine_t *engine, kvio_hash_t hash)
         if (kvio_tier_contains(engine->tiers[t], hash))
             return engine->tiers[t];
     return NULL;
-}
-
-/* Emulate: marks blocks from index `first` of a request with who owns them,
- * so copies that lose or mix blocks are detectable. */
-static void stamp_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t first, uint64_t id)
-{
-    if (engine->kv_memory == NULL)
-        return;
-    const uint32_t *ids;
-    size_t count;
-    kvio_kvreq_blocks(kv, &ids, &count);
-    if (engine->kv_device != NULL && count > first) {
-        /* GPU pool: the stamps go up as one batch of small copies. */
-        size_t stamp_bytes = 32 < engine->block_bytes ? 32 : engine->block_bytes;
-        uint64_t *stamps = malloc((count - first) * 4 * sizeof(uint64_t));
-        kvio_device_copy_t *copies = malloc((count - first) * sizeof(*copies));
-        kvio_status_t status = stamps != NULL && copies != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
-        for (size_t i = first; i < count && status == KVIO_OK; i++) {
-            uint64_t *stamp = stamps + (i - first) * 4;
-            stamp[0] = 0x6b76696f626c6b00ull;
-            stamp[1] = id;
-            stamp[2] = i;
-            stamp[3] = ids[i];
-            copies[i - first] = (kvio_device_copy_t){.dst = block_data(engine, ids[i]),
-                                                     .src = stamp, .bytes = stamp_bytes};
-        }
-        if (status == KVIO_OK)
-            status = kvio_device_copy_async(engine->kv_device, copies, count - first);
-        if (status == KVIO_OK)
-            status = kvio_device_sync(engine->kv_device);
-        if (status != KVIO_OK)
-            gpu_failed(engine, status, "stamping KV blocks on the GPU");
-        free(stamps);
-        free(copies);
-        return;
-    }
-    for (size_t i = first; i < count; i++) {
-        uint64_t stamp[4] = {0x6b76696f626c6b00ull, id, i, ids[i]};
-        memcpy(block_data(engine, ids[i]), stamp, sizeof(stamp) < engine->block_bytes
-                                                      ? sizeof(stamp)
-                                                      : engine->block_bytes);
-    }
 }
 
 static size_t num_blocks_of(const kvio_kvreq_t *kv)
@@ -520,6 +575,15 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
             engine->swap_free[i] = engine->swap_num_slots - 1 - i;
         engine->swap_num_free = engine->swap_num_slots;
     }
+    if (engine->kv_memory != NULL) {
+        engine->stamps = malloc(((size_t)params->num_blocks + 1) * sizeof(*engine->stamps));
+        if (engine->stamps == NULL) {
+            status = KVIO_ERR_NOMEM;
+            goto fail;
+        }
+        for (size_t b = 0; b <= params->num_blocks; b++)
+            engine->stamps[b].index = STAMP_NONE;
+    }
     kvio_kvcache_config_t cache_config = {
         .num_blocks = params->num_blocks + 1, /* plus the null block */
         .block_size = params->block_size,
@@ -574,6 +638,7 @@ void kvio_engine_destroy(kvio_engine_t *engine)
     free(engine->scratch);
     free(engine->scheduled);
     free(engine->swap_free);
+    free(engine->stamps);
     if (engine->bounce != NULL)
         kvio_device_host_free(engine->kv_device, engine->bounce);
     kvio_sched_destroy(engine->sched);
@@ -620,8 +685,11 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
     if (req->target_output == 0)
         req->target_output = 1;
     req->hashes_given = hashes_due(req, request->prompt_tokens, engine->block_size);
-    kvio_status_t status = kvio_kvreq_create_hashes(engine->cache, req->hashes, req->hashes_given,
-                                                    request->prompt_tokens, &req->kv);
+    /* The pool reads the request's own array (freed after the pool's view
+     * of it in req_destroy), so the hashes are copied once, not twice. */
+    kvio_status_t status = kvio_kvreq_create_borrowed(engine->cache, req->hashes,
+                                                      req->hashes_given, request->prompt_tokens,
+                                                      &req->kv);
     if (status != KVIO_OK) {
         req_destroy(req);
         return status;
@@ -708,6 +776,8 @@ static kvio_status_t swap_in_gpu(kvio_engine_t *engine, engine_req_t *req, const
     if (status == KVIO_OK)
         status = kvio_device_sync(engine->kv_device);
     free(copies);
+    for (size_t i = resident; i < last && status == KVIO_OK; i++)
+        stamp_drop(engine, ids[i]);
     for (size_t i = resident; i < last && status == KVIO_OK && req->swap_checksums != NULL; i++) {
         status = kvio_device_copy(engine->kv_device, engine->bounce, block_data(engine, ids[i]),
                                   engine->block_bytes);
@@ -760,6 +830,9 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
             /* Really copy the victim's blocks out to the host swap space. */
             const uint32_t *ids = victim_ids;
             size_t count = victim_blocks;
+            stamp_flush(engine, ids, count);
+            if (engine->hook_status != KVIO_OK)
+                return engine->hook_status;
             uint64_t start_ns = kvio_time_ns();
             free(victim->swap_slots);
             victim->swap_slots = NULL;
@@ -1018,6 +1091,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                 engine->current.tier_ns += cost_ns;
                 if (got != KVIO_OK)
                     break; /* a miss (or a tier error): compute the rest */
+                stamp_drop(engine, ids[first + loaded]);
             }
             computed = hits + loaded * engine->block_size;
             engine->metrics.tier_hit_tokens += (uint64_t)loaded * engine->block_size;
@@ -1040,6 +1114,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                 unsigned char *data = block_data(engine, ids[i]);
                 memcpy(data, engine->swap_space + (uint64_t)req->swap_slots[i] * engine->block_bytes,
                        engine->block_bytes);
+                stamp_drop(engine, ids[i]);
                 if (req->swap_checksums != NULL &&
                     XXH3_64bits(data, engine->block_bytes) != req->swap_checksums[i])
                     engine->metrics.swap_verify_failures++;

@@ -416,6 +416,40 @@ Test(kvcache, hash_requests_share_prefixes_like_token_requests, .timeout = 10)
     kvio_kvcache_destroy(cache);
 }
 
+Test(kvcache, borrowed_hashes_act_like_copied_ones_and_copy_on_a_foreign_append,
+     .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t hashes[4], other = kvio_hash_trace_block(NULL, 99, 0);
+    for (uint32_t i = 0; i < 4; i++)
+        hashes[i] = kvio_hash_trace_block(i ? &hashes[i - 1] : NULL, 77, i);
+    kvio_kvreq_t *first = NULL, *second = NULL;
+    cr_assert_eq(kvio_kvreq_create_borrowed(cache, hashes, 2, 40, &first), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 40, NULL), KVIO_OK);
+    assert_blocks(first, (uint32_t[]){1, 2, 3}, 3);
+    /* Decode growth continuing the borrowed array: block 3 gets hashes[2]. */
+    cr_assert_eq(kvio_kvreq_append_hashes(first, 8, hashes + 2, 1), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 48, NULL), KVIO_OK);
+    kvio_hash_t hash;
+    cr_assert_eq(kvio_kvreq_block_hash(first, 2, &hash), KVIO_OK);
+    cr_assert(kvio_hash_equal(hash, hashes[2]));
+    /* A copied request with the same prefix hits all three cached blocks. */
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 3, 50, &second), KVIO_OK);
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, second, 50, &hit), KVIO_OK);
+    cr_assert_eq(hit, 48);
+    /* An append from elsewhere: the request copies, the caller's array is untouched. */
+    cr_assert_eq(kvio_kvreq_append_hashes(first, 16, &other, 1), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_block_hash(first, 3, &hash), KVIO_OK);
+    cr_assert(kvio_hash_equal(hash, other));
+    cr_assert_eq(kvio_kvreq_block_hash(first, 0, &hash), KVIO_OK);
+    cr_assert(kvio_hash_equal(hash, hashes[0]));
+    cr_assert(kvio_hash_equal(hashes[3], kvio_hash_trace_block(&hashes[2], 77, 3)));
+    kvio_kvreq_destroy(first);
+    kvio_kvreq_destroy(second);
+    kvio_kvcache_destroy(cache);
+}
+
 Test(kvcache, duplicate_hash_lookup_returns_the_earliest_block, .timeout = 10)
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);

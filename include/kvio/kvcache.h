@@ -115,6 +115,14 @@ kvio_status_t kvio_kvreq_create_hashes(kvio_kvcache_t *cache, const kvio_hash_t 
                                        size_t num_hashes, size_t num_tokens,
                                        kvio_kvreq_t **req_p);
 
+/* Like kvio_kvreq_create_hashes, but copies nothing: hashes is borrowed and
+ * must stay valid and unchanged until the request is destroyed. Appends that
+ * continue the same array (hashes + the count so far) copy nothing either;
+ * any other append makes the request copy its hashes from then on. */
+kvio_status_t kvio_kvreq_create_borrowed(kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                                         size_t num_hashes, size_t num_tokens,
+                                         kvio_kvreq_t **req_p);
+
 /* Decode growth: appends tokens (token requests) ... */
 kvio_status_t kvio_kvreq_append_tokens(kvio_kvreq_t *req, const uint32_t *tokens,
                                        size_t num_tokens);
