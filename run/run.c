@@ -261,7 +261,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     const run_part_t parts[] = {
         {"config", true, "validated and recorded"},
         {"engine", (serving || coupled) && status == KVIO_OK,
-         coupled ? "serve ranks ran the real-time engine while updates arrived (coupled)"
+         coupled && workload->ranks.client > 0
+             ? "serve ranks ran the real-time engine while updates arrived; a client rank "
+               "routed requests on their published state (coupled)"
+         : coupled ? "serve ranks ran the real-time engine while updates arrived (coupled)"
          : !serving ? "emulated iterations between updates (update.serving: emulated)"
          : emulate ? "serve ranks in real time with real KV memory (emulate)"
                    : "serve ranks on the virtual clock (simulate)"},

@@ -306,7 +306,8 @@ static void *rank_main(void *argument)
         kvio_engine_complete(state->engine, end);
         state->overhead_ns += (scheduled_cpu - cpu_start) + (thread_cpu_ns() - complete_cpu);
         state->planned_ns += iteration.duration_ns;
-        status = publish_state(state);
+        if (emulate->num_ranks > 1)
+            status = publish_state(state);
         if (status != KVIO_OK)
             snprintf(state->error, sizeof(state->error), "serve rank %u: publishing its state: %s",
                      state->rank, kvio_strerror(status));
@@ -528,8 +529,11 @@ static kvio_status_t rank_init(emulate_t *emulate, rank_state_t *state, uint32_t
     if (kvio_hist_create(&state->timing_error) != KVIO_OK ||
         kvio_hist_create(&state->timing_error_ppm) != KVIO_OK)
         return KVIO_ERR_NOMEM;
+    /* One rank needs no router, so it publishes nothing (and its pool runs
+     * without hooks, as in the single-rank timing targets). */
     kvio_engine_observer_t observer = {.context = state, .on_finish = on_finish,
-                                       .on_iteration = on_iteration, .on_cache = on_cache};
+                                       .on_iteration = on_iteration,
+                                       .on_cache = emulate->num_ranks > 1 ? on_cache : NULL};
     kvio_status_t status = setup_create(emulate->run, rank, emulate->blocks, emulate->block_bytes,
                                         emulate->cost, observer, &state->setup, error_p,
                                         error_len);
