@@ -222,12 +222,41 @@ kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, s
     return raw_recv(rte, from, tag, data_p, length_p);
 }
 
+kvio_status_t kvio_rte_post(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
+{
+    const kvio_rte_ops_t *ops = rte->world->ops;
+    if (tag < KVIO_RTE_TAG_USER || to < 0 || to >= rte->world->size ||
+        length > KVIO_RTE_MAX_MESSAGE)
+        return KVIO_ERR_INVALID;
+    if (ops->post == NULL)
+        return raw_send(rte, to, tag, data, length);
+    kvio_status_t status = ops->post(rte->world->priv, rte->index, to, tag, data, length,
+                                     deadline(rte));
+    if (status != KVIO_OK)
+        kvio_rte_set_error(rte, "rank %d: posting to rank %d: %s", rte->index, to,
+                           kvio_strerror(status));
+    return status;
+}
+
+kvio_status_t kvio_rte_flush(kvio_rte_t *rte)
+{
+    const kvio_rte_ops_t *ops = rte->world->ops;
+    if (ops->flush == NULL)
+        return KVIO_OK;
+    kvio_status_t status = ops->flush(rte->world->priv, rte->index, deadline(rte));
+    if (status != KVIO_OK)
+        kvio_rte_set_error(rte, "rank %d: posted messages not taken within %.1f s: %s",
+                           rte->index, (double)rte->world->timeout_ns / 1e9,
+                           kvio_strerror(status));
+    return status;
+}
+
 kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
-                               size_t *length_p)
+                                size_t *length_p)
 {
     if (tag < KVIO_RTE_TAG_USER || from < 0 || from >= rte->world->size)
         return KVIO_ERR_INVALID;
-    /* A deadline already past: the ops look once and do not wait. */
+    /* A deadline already past: one look at what has arrived. */
     kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag, 0,
                                                  data_p, length_p);
     return status == KVIO_ERR_TIMEOUT ? KVIO_INPROGRESS : status;

@@ -22,6 +22,12 @@ typedef struct kvio_rte_ops {
                           size_t length, uint64_t deadline_ns);
     kvio_status_t (*recv)(void *priv, int self, int from, int tag, uint64_t deadline_ns,
                           void **data_p, size_t *length_p);
+    /* Optional: sends without waiting for the receiver (the bytes are
+     * copied); absent means send already returns at once. flush waits, by
+     * deadline_ns, until every posted message of rank self has left. */
+    kvio_status_t (*post)(void *priv, int from, int to, int tag, const void *data,
+                          size_t length, uint64_t deadline_ns);
+    kvio_status_t (*flush)(void *priv, int self, uint64_t deadline_ns);
     /* A local rank finished with status. */
     void (*rank_done)(void *priv, int rank, kvio_status_t status);
     /* True when rank is known to have failed or exited without the message. */

@@ -1,8 +1,10 @@
 /* The mpi runtime: this process is one rank of MPI_COMM_WORLD (started by
  * mpirun). MPI is used for launch and small messages only; every call is
  * non-blocking and polled against a deadline so a dead peer cannot hang a
- * rank. On failure MPI_Finalize is skipped: the process exits non-zero and
- * mpirun ends the job's other ranks. */
+ * rank. Posted messages are pending MPI_Isends on a copy, progressed by
+ * every later call of this (single-threaded) rank. On failure MPI_Finalize
+ * is skipped: the process exits non-zero and mpirun ends the job's other
+ * ranks. */
 #include "core/rte_int.h"
 
 #include <mpi.h>
@@ -14,9 +16,38 @@
 
 #include "kvio/clock.h"
 
+/* A posted message still on its way; its copy lives until MPI is done. */
+typedef struct pending_send {
+    struct pending_send *next;
+    MPI_Request request;
+    void *copy;
+} pending_send_t;
+
 typedef struct mpi_world {
     bool initialized_here;
+    int64_t timeout_ns;
+    pending_send_t *pending; /* posted, not yet complete */
 } mpi_world_t;
+
+/* Frees posted messages that have completed; an error completes one too
+ * (the receiver's side reports what went wrong). */
+static void progress_pending(mpi_world_t *world)
+{
+    pending_send_t **link = &world->pending;
+    while (*link != NULL) {
+        pending_send_t *pending = *link;
+        int done = 0;
+        if (MPI_Test(&pending->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            done = 1;
+        if (!done) {
+            link = &pending->next;
+            continue;
+        }
+        *link = pending->next;
+        free(pending->copy);
+        free(pending);
+    }
+}
 
 static void pause_briefly(void)
 {
@@ -48,22 +79,79 @@ static kvio_status_t mpi_init(void *priv, const kvio_rte_params_t *params, int *
                  params->num_ranks);
         return KVIO_ERR_CONFIG;
     }
+    world->timeout_ns = params->timeout_ns > 0 ? params->timeout_ns : 30000000000LL;
     *size_p = size;
     *first_local_p = rank;
     *num_local_p = 1;
     return KVIO_OK;
 }
 
+static kvio_status_t mpi_flush(void *priv, int self, uint64_t deadline_ns)
+{
+    mpi_world_t *world = priv;
+    (void)self;
+    for (;;) {
+        progress_pending(world);
+        if (world->pending == NULL)
+            return KVIO_OK;
+        if (kvio_time_ns() >= deadline_ns)
+            return KVIO_ERR_TIMEOUT;
+        pause_briefly();
+    }
+}
+
 static void mpi_fini(void *priv, bool failed)
 {
     mpi_world_t *world = priv;
+    /* Posted messages leave before MPI ends; the ones nobody takes are
+     * cancelled so their copies can go. */
+    if (!failed)
+        mpi_flush(world, 0, kvio_time_ns() + (uint64_t)world->timeout_ns);
+    while (world->pending != NULL) {
+        pending_send_t *pending = world->pending;
+        world->pending = pending->next;
+        MPI_Cancel(&pending->request);
+        MPI_Request_free(&pending->request);
+        free(pending->copy);
+        free(pending);
+    }
     if (world->initialized_here && !failed)
         MPI_Finalize();
+}
+
+static kvio_status_t mpi_post(void *priv, int from, int to, int tag, const void *data,
+                              size_t length, uint64_t deadline_ns)
+{
+    mpi_world_t *world = priv;
+    (void)from;
+    (void)deadline_ns;
+    progress_pending(world);
+    pending_send_t *pending = calloc(1, sizeof(*pending));
+    void *copy = malloc(length + 1);
+    if (pending == NULL || copy == NULL) {
+        free(pending);
+        free(copy);
+        return KVIO_ERR_NOMEM;
+    }
+    memcpy(copy, data, length);
+    if (MPI_Isend(copy, (int)length, MPI_BYTE, to, tag, MPI_COMM_WORLD, &pending->request) !=
+        MPI_SUCCESS) {
+        free(pending);
+        free(copy);
+        return KVIO_ERR_PEER;
+    }
+    pending->copy = copy;
+    /* The list's order does not matter: MPI's non-overtaking rule keeps
+     * this rank's messages to one peer and tag in order. */
+    pending->next = world->pending;
+    world->pending = pending;
+    return KVIO_OK;
 }
 
 static kvio_status_t mpi_send(void *priv, int from, int to, int tag, const void *data,
                               size_t length, uint64_t deadline_ns)
 {
+    progress_pending(priv);
     MPI_Request request;
     if (MPI_Isend(data, (int)length, MPI_BYTE, to, tag, MPI_COMM_WORLD, &request) !=
         MPI_SUCCESS)
@@ -87,6 +175,7 @@ static kvio_status_t mpi_recv(void *priv, int self, int from, int tag, uint64_t 
                               void **data_p, size_t *length_p)
 {
     MPI_Status probe;
+    progress_pending(priv);
     for (;;) {
         int found = 0;
         if (MPI_Iprobe(from, tag, MPI_COMM_WORLD, &found, &probe) != MPI_SUCCESS)
@@ -121,4 +210,6 @@ const kvio_rte_ops_t kvio_rte_mpi_ops = {
     .fini = mpi_fini,
     .send = mpi_send,
     .recv = mpi_recv,
+    .post = mpi_post,
+    .flush = mpi_flush,
 };

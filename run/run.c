@@ -176,12 +176,19 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             status = kvio_serve_emulate_preflight(&check, error_p, error_len);
         }
     }
+    if (status == KVIO_OK && workload->ranks.client > 0 && updates && !coupled) {
+        snprintf(error_p, error_len,
+                 "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "
+                 "update.serving: engine); without trainers the client is a thread anyway");
+        status = KVIO_ERR_CONFIG;
+    }
     if (status == KVIO_OK && updates) {
         status = kvio_updates_preflight(workload, error_p, error_len);
         if (status == KVIO_OK && workload->mode == KVIO_MODE_EMULATE) {
             kvio_rte_params_t params = {
                 .kind = workload->ranks.runtime,
-                .num_ranks = (int)(workload->ranks.train + workload->ranks.serve),
+                .num_ranks = (int)(workload->ranks.train + workload->ranks.serve +
+                                   (coupled ? workload->ranks.client : 0)),
                 .timeout_ns = workload->ranks.timeout_ns};
             status = kvio_rte_world_create(&params, &world, error_p, error_len);
             if (status == KVIO_OK)
@@ -258,7 +265,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     const run_part_t parts[] = {
         {"config", true, "validated and recorded"},
         {"engine", (serving || coupled) && status == KVIO_OK,
-         coupled ? "serve ranks ran the real-time engine while updates arrived (coupled)"
+         coupled && workload->ranks.client > 0
+             ? "serve ranks ran the real-time engine while updates arrived; a client rank "
+               "routed requests on their published state (coupled)"
+         : coupled ? "serve ranks ran the real-time engine while updates arrived (coupled)"
          : !serving ? "emulated iterations between updates (update.serving: emulated)"
          : emulate ? "serve ranks in real time with real KV memory (emulate)"
                    : "serve ranks on the virtual clock (simulate)"},

@@ -74,11 +74,12 @@ typedef struct coupled_serve {
     kvio_stream_t *stream;
     kvio_serve_run_t run;
     kvio_serve_rank_t *rank;
+    kvio_serve_client_t *client;
 } coupled_serve_t;
 
-static kvio_status_t coupled_create(const kvio_workload_t *workload, int serve_index,
-                                    int num_serve, coupled_serve_t *coupled, char *error_p,
-                                    size_t error_len)
+static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
+                                    int serve_index, int num_serve, coupled_serve_t *coupled,
+                                    char *error_p, size_t error_len)
 {
     memset(coupled, 0, sizeof(*coupled));
     coupled->model = workload->model;
@@ -98,7 +99,12 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, int serve_i
         .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
         .warmup_ns = workload->warmup_ns, .warmup_requests = workload->warmup_requests,
         .stream = coupled->stream, .device = &workload->device,
+        /* With a client rank (the last), serve_index < 0 is the client. */
+        .rte = rte, .client_rank = workload->ranks.client > 0 ? 1 + num_serve : 0,
+        .first_serve_rank = 1,
     };
+    if (serve_index < 0)
+        return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
     return kvio_serve_rank_create(&coupled->run, (uint32_t)serve_index, (uint32_t)num_serve,
                                   &coupled->rank, error_p, error_len);
 }
@@ -106,6 +112,7 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, int serve_i
 static void coupled_destroy(coupled_serve_t *coupled)
 {
     kvio_serve_rank_destroy(coupled->rank);
+    kvio_serve_client_destroy(coupled->client);
     kvio_stream_destroy(coupled->stream);
     memset(coupled, 0, sizeof(*coupled));
 }
@@ -121,7 +128,8 @@ static kvio_status_t coupled_metrics(const run_context_t *context, const collect
     uint64_t *served = NULL;
     size_t num_versions = 0;
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
-                                                  context->results, &serving, &served,
+                                                  context->results, context->events,
+                                                  &serving, &served,
                                                   &num_versions, error_p, error_len);
     if (status != KVIO_OK)
         return status;
@@ -317,8 +325,8 @@ static kvio_status_t write_metrics(const run_context_t *context, const collected
         const rank_report_t *report = &all->reports[i];
         if (report->clock_uncertainty_ns > uncertainty)
             uncertainty = report->clock_uncertainty_ns;
-        if (report->is_trainer)
-            continue;
+        if (report->is_trainer || report->rank > workload->ranks.serve)
+            continue; /* the trainer, or the client rank */
         num_serve++;
         double stall_ms = (double)report->inference_stall_ns / 1e6;
         inference_stall_total += stall_ms;
@@ -399,6 +407,8 @@ static kvio_status_t pack_report(const rank_report_t *report, const void *record
 
 static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_t *all)
 {
+    if (size <= 0)
+        return KVIO_ERR_INTERNAL;
     size_t num_updates = 0;
     for (int rank = 0; rank < size; rank++) {
         rank_report_t report;
@@ -563,7 +573,9 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     const run_context_t *context = arg;
     const kvio_workload_t *workload = context->workload;
     int self = kvio_rte_index(rte), size = kvio_rte_size(rte);
-    int num_serve = size - 1;
+    /* A client rank, if any, is the last; it receives no updates. */
+    int num_serve = size - 1 - (int)workload->ranks.client;
+    bool is_client = self > num_serve;
     char error[768] = "";
     kvio_xfer_t *xfer = NULL;
     void *blob = NULL, **blobs = NULL;
@@ -587,7 +599,9 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     kvio_xfer_config_t transport = workload->train.transport;
     transport.device = workload->device;
     status = kvio_xfer_create(&transport, rte,
-                              self == TRAIN_RANK ? KVIO_XFER_SENDER : KVIO_XFER_RECEIVER,
+                              self == TRAIN_RANK ? KVIO_XFER_SENDER
+                              : is_client        ? KVIO_XFER_BYSTANDER
+                                                 : KVIO_XFER_RECEIVER,
                               TRAIN_RANK, receivers, num_serve, bytes, &xfer, error,
                               sizeof(error));
     if (status != KVIO_OK)
@@ -631,18 +645,21 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         kvio_update_server_t server;
         const kvio_update_server_t *server_p = NULL;
         if (coupled_run) {
-            status = coupled_create(workload, self - 1, num_serve, &coupled, error,
-                                    sizeof(error));
+            status = coupled_create(workload, rte, is_client ? -1 : self - 1, num_serve,
+                                    &coupled, error, sizeof(error));
             if (status != KVIO_OK)
                 goto fail;
-            kvio_serve_rank_server(coupled.rank, &server);
+            if (!is_client)
+                kvio_serve_rank_server(coupled.rank, &server);
             server_p = &server;
             /* Serving lasts the stream; updates must end by then too. */
             deadline += workload->duration_ns;
         }
-        status = kvio_update_serve_with(&workload->update, rte, xfer, TRAIN_RANK, deadline,
-                                        run_end, server_p, context->stop, &serve, error,
-                                        sizeof(error));
+        status = is_client ? kvio_serve_client_run(coupled.client, context->stop, error,
+                                                   sizeof(error))
+                           : kvio_update_serve_with(&workload->update, rte, xfer, TRAIN_RANK,
+                                                    deadline, run_end, server_p, context->stop,
+                                                    &serve, error, sizeof(error));
         if (status != KVIO_OK)
             goto fail;
         report.trainer_lost_ns = serve.trainer_lost_ns;
@@ -666,7 +683,9 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         goto fail;
     if (coupled_run) {
         /* A second round: the serve ranks' serving measurements. */
-        if (self != TRAIN_RANK)
+        if (is_client)
+            status = kvio_serve_client_pack(coupled.client, &serve_blob, &serve_blob_length);
+        else if (self != TRAIN_RANK)
             status = kvio_serve_rank_pack(coupled.rank, &serve_blob, &serve_blob_length);
         else
             status = (serve_blob = malloc(1)) != NULL ? KVIO_OK : KVIO_ERR_NOMEM;

@@ -18,6 +18,11 @@ static const kvio_opt_t ranks_options[] = {
     {.key = "serve", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, serve),
      .default_value = "1", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 4096,
      .help = "serve ranks (after the training ranks), each an engine with its own KV cache"},
+    {.key = "client", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, client),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "coupled run: 1 puts the client on its own rank (the last), which generates the "
+             "stream and routes requests from the state serve ranks publish; 0: each serve "
+             "rank takes requests i mod serve of its own copy of the stream"},
     {.key = "runtime", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_ranks_config_t, runtime),
      .default_value = "auto",
      .help = "auto (mpi under mpirun, else local), local (threads) or mpi (processes)"},

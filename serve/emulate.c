@@ -3,7 +3,8 @@
  * and its lower tiers; an iteration takes the cost model's time for real
  * (sleep, then spin the last stretch); swaps and tier traffic really copy.
  * The calling thread is the client: it generates the stream in real time and
- * routes each request to a rank from the load the ranks publish. */
+ * routes each request to a rank from the state the ranks publish every
+ * iteration (serve/client.c); in the coupled run the client is a rank. */
 #include "kvio/serve.h"
 
 #include <errno.h>
@@ -80,7 +81,10 @@ typedef struct rank_state {
     pthread_cond_t wake;
     inbox_item_t *inbox;
     size_t inbox_count, inbox_capacity;
-    _Atomic uint32_t load;           /* published each iteration */
+    kvio_serve_publisher_t publisher; /* the rank thread's own */
+    void **states;                   /* published, not yet read by the client (under lock) */
+    size_t *state_lengths;
+    size_t num_states, states_capacity;
     kvio_hist_t *timing_error;       /* |actual − target| end of iteration, ns */
     kvio_hist_t *timing_error_ppm;   /* the same relative to the iteration, parts per million */
     int64_t overhead_ns;             /* engine's own schedule + complete time */
@@ -97,6 +101,8 @@ struct emulate {
     uint64_t block_bytes;
     kvio_cost_t *cost;
     kvio_router_t *router;
+    kvio_serve_mirror_t *mirror;     /* the client thread's */
+    uint64_t *routed;                /* requests per rank (client thread) */
     rank_state_t *ranks;
     uint64_t start_ns;
     _Atomic bool client_done;
@@ -152,11 +158,69 @@ static void on_iteration(void *context, uint32_t rank, const kvio_engine_iterati
     pthread_mutex_unlock(&emulate->csv_lock);
 }
 
+static void on_cache(void *context, kvio_hash_t hash, bool cached)
+{
+    rank_state_t *state = context;
+    kvio_serve_publisher_note(&state->publisher, hash, cached);
+}
+
+/* Queues this rank's state for the client (after every iteration). */
+static kvio_status_t publish_state(rank_state_t *state)
+{
+    void *blob = NULL;
+    size_t length = 0;
+    kvio_status_t status = kvio_serve_publisher_pack(&state->publisher, state->engine, false,
+                                                     &blob, &length);
+    if (status != KVIO_OK)
+        return status;
+    pthread_mutex_lock(&state->lock);
+    if (state->num_states == state->states_capacity) {
+        size_t capacity = state->states_capacity ? 2 * state->states_capacity : 16;
+        void **blobs = realloc(state->states, capacity * sizeof(*blobs));
+        if (blobs != NULL)
+            state->states = blobs;
+        size_t *lengths = realloc(state->state_lengths, capacity * sizeof(*lengths));
+        if (lengths != NULL)
+            state->state_lengths = lengths;
+        if (blobs == NULL || lengths == NULL) {
+            pthread_mutex_unlock(&state->lock);
+            free(blob);
+            return KVIO_ERR_NOMEM;
+        }
+        state->states_capacity = capacity;
+    }
+    state->states[state->num_states] = blob;
+    state->state_lengths[state->num_states++] = length;
+    pthread_mutex_unlock(&state->lock);
+    return KVIO_OK;
+}
+
+/* The client thread: applies what every rank has published. */
+static kvio_status_t read_states(emulate_t *emulate)
+{
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
+        rank_state_t *state = &emulate->ranks[r];
+        pthread_mutex_lock(&state->lock);
+        for (size_t i = 0; i < state->num_states; i++) {
+            bool final = false;
+            if (status == KVIO_OK)
+                status = kvio_serve_mirror_apply(emulate->mirror, r, state->states[i],
+                                                 state->state_lengths[i], &final);
+            free(state->states[i]);
+        }
+        state->num_states = 0;
+        pthread_mutex_unlock(&state->lock);
+    }
+    return status;
+}
+
 /* Moves the inbox into the engine. */
 static kvio_status_t drain_inbox(rank_state_t *state)
 {
     kvio_status_t status = KVIO_OK;
     pthread_mutex_lock(&state->lock);
+    state->publisher.received += state->inbox_count;
     for (size_t i = 0; i < state->inbox_count; i++) {
         if (status == KVIO_OK)
             status = kvio_engine_add(state->engine, &state->inbox[i].request);
@@ -177,7 +241,6 @@ static void *rank_main(void *argument)
         status = drain_inbox(state);
         if (status != KVIO_OK)
             break;
-        atomic_store(&state->load, kvio_engine_load(state->engine));
         if (!kvio_engine_has_work(state->engine)) {
             if (atomic_load(&emulate->client_done)) {
                 pthread_mutex_lock(&state->lock);
@@ -243,6 +306,11 @@ static void *rank_main(void *argument)
         kvio_engine_complete(state->engine, end);
         state->overhead_ns += (scheduled_cpu - cpu_start) + (thread_cpu_ns() - complete_cpu);
         state->planned_ns += iteration.duration_ns;
+        if (emulate->num_ranks > 1)
+            status = publish_state(state);
+        if (status != KVIO_OK)
+            snprintf(state->error, sizeof(state->error), "serve rank %u: publishing its state: %s",
+                     state->rank, kvio_strerror(status));
     }
     if (status == KVIO_OK && atomic_load(&emulate->abort_all))
         status = KVIO_ERR_INTERRUPTED;
@@ -280,17 +348,20 @@ static kvio_status_t push_request(rank_state_t *state, const kvio_engine_request
     return KVIO_OK;
 }
 
-/* Routers in real time read only what ranks publish: their load. */
-static uint32_t route(emulate_t *emulate, uint64_t index)
+/* Routers in real time read only what ranks publish (the mirror). */
+static kvio_status_t route(emulate_t *emulate, const kvio_engine_request_t *request,
+                           uint32_t *rank_p)
 {
-    if (emulate->run->serve->router.policy == KVIO_ROUTER_ROUND_ROBIN || emulate->num_ranks == 1)
-        return (uint32_t)(index % emulate->num_ranks);
-    uint32_t best = 0;
-    for (uint32_t r = 1; r < emulate->num_ranks; r++)
-        if (atomic_load(&emulate->ranks[r].load) < atomic_load(&emulate->ranks[best].load))
-            best = r;
-    atomic_fetch_add(&emulate->ranks[best].load, 1);
-    return best;
+    kvio_status_t status = read_states(emulate);
+    if (status != KVIO_OK)
+        return status;
+    kvio_router_view_t view;
+    kvio_serve_mirror_view(emulate->mirror, &view);
+    uint32_t rank = kvio_router_choose_view(emulate->router, &view, emulate->num_ranks, request);
+    kvio_serve_mirror_dispatched(emulate->mirror, rank);
+    emulate->routed[rank]++;
+    *rank_p = rank;
+    return KVIO_OK;
 }
 
 /* Host swap space per rank: serve.kvcache.swap_space, or the pool's size
@@ -458,8 +529,11 @@ static kvio_status_t rank_init(emulate_t *emulate, rank_state_t *state, uint32_t
     if (kvio_hist_create(&state->timing_error) != KVIO_OK ||
         kvio_hist_create(&state->timing_error_ppm) != KVIO_OK)
         return KVIO_ERR_NOMEM;
+    /* One rank needs no router, so it publishes nothing (and its pool runs
+     * without hooks, as in the single-rank timing targets). */
     kvio_engine_observer_t observer = {.context = state, .on_finish = on_finish,
-                                       .on_iteration = on_iteration};
+                                       .on_iteration = on_iteration,
+                                       .on_cache = emulate->num_ranks > 1 ? on_cache : NULL};
     kvio_status_t status = setup_create(emulate->run, rank, emulate->blocks, emulate->block_bytes,
                                         emulate->cost, observer, &state->setup, error_p,
                                         error_len);
@@ -473,6 +547,11 @@ static void rank_fini(rank_state_t *state)
     for (size_t i = 0; i < state->inbox_count; i++)
         free(state->inbox[i].hashes);
     free(state->inbox);
+    for (size_t i = 0; i < state->num_states; i++)
+        free(state->states[i]);
+    free(state->states);
+    free(state->state_lengths);
+    kvio_serve_publisher_fini(&state->publisher);
     kvio_hist_destroy(state->timing_error);
     kvio_hist_destroy(state->timing_error_ppm);
     pthread_mutex_destroy(&state->lock);
@@ -581,10 +660,14 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     status = kvio_cost_create(run->cost, run->model, run->gpu, &emulate->cost, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_router_create(&run->serve->router, &emulate->router);
+    if (status == KVIO_OK)
+        status = kvio_serve_mirror_create(emulate->num_ranks, emulate->block_size,
+                                          &emulate->mirror);
     if (status != KVIO_OK)
         goto out;
     emulate->ranks = calloc(emulate->num_ranks, sizeof(*emulate->ranks));
-    if (emulate->ranks == NULL) {
+    emulate->routed = calloc(emulate->num_ranks, sizeof(*emulate->routed));
+    if (emulate->ranks == NULL || emulate->routed == NULL) {
         status = KVIO_ERR_NOMEM;
         goto out;
     }
@@ -638,8 +721,12 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
             &engine_request);
         if (status != KVIO_OK)
             break;
-        if (engine_request.prompt_tokens > 0)
-            status = push_request(&emulate->ranks[route(emulate, index)], &engine_request);
+        uint32_t rank = 0;
+        if (engine_request.prompt_tokens > 0) {
+            status = route(emulate, &engine_request, &rank);
+            if (status == KVIO_OK)
+                status = push_request(&emulate->ranks[rank], &engine_request);
+        }
         index++;
     }
     atomic_store(&emulate->client_done, true);
@@ -685,6 +772,13 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
             json_object_set_new(metrics, "scheduler",
                                 json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
             json_object_set_new(metrics, "router", json_string(kvio_router_name(emulate->router)));
+            uint64_t generated = 0;
+            for (uint32_t r = 0; r < emulate->num_ranks; r++)
+                generated += emulate->routed[r];
+            json_object_set_new(metrics, "client",
+                                kvio_serve_client_counts_json("thread", kvio_router_name(emulate->router),
+                                            generated, emulate->routed, emulate->num_ranks,
+                                            kvio_serve_mirror_states(emulate->mirror)));
             json_object_set_new(metrics, "wall_run_s", json_real((double)now_ns(emulate) / 1e9));
             json_object_set_new(metrics, "swap_verify_failures",
                                 json_integer((json_int_t)verify_failures));
@@ -710,7 +804,9 @@ out:
     for (uint32_t r = 0; emulate->ranks != NULL && r < emulate->num_ranks; r++)
         rank_fini(&emulate->ranks[r]);
     free(emulate->ranks);
+    free(emulate->routed);
     free(hashes.hashes);
+    kvio_serve_mirror_destroy(emulate->mirror);
     kvio_router_destroy(emulate->router);
     kvio_cost_destroy(emulate->cost);
     pthread_mutex_destroy(&emulate->csv_lock);
@@ -742,8 +838,67 @@ struct kvio_serve_rank {
     size_t rows_length, rows_capacity;
     uint64_t *served;        /* finished requests per model version */
     size_t num_versions;
+    unsigned char *iterations; /* iteration records for iterations.csv and events */
+    size_t iterations_length, iterations_capacity;
+    uint64_t iterations_dropped; /* past ITERATIONS_MAX_BYTES */
+    /* With a client rank: requests come from it, state goes to it. */
+    kvio_serve_publisher_t publisher;
+    bool client_ended;       /* its last batch has arrived */
+    bool origin_known;       /* origin_ns is the client's time zero */
+    uint64_t version;        /* active model version, for requests being added */
     char error[256];         /* why begin or end failed */
 };
+
+/* One iteration as rank 0 needs it: the engine's record and the first
+ * request ids of its batch (for --event-trace). */
+#define ITERATION_IDS 16
+typedef struct iteration_record {
+    kvio_engine_iteration_t iteration;
+    uint32_t num_ids;
+    uint32_t reserved;
+    uint64_t ids[ITERATION_IDS];
+} iteration_record_t;
+
+/* Iteration records a rank keeps (its blob to rank 0 must stay below the
+ * runtime's message limit); later ones are counted, not kept. */
+#define ITERATIONS_MAX_BYTES (8u << 20)
+
+static void coupled_iteration(void *context, uint32_t rank_index,
+                              const kvio_engine_iteration_t *iteration)
+{
+    kvio_serve_rank_t *rank = context;
+    (void)rank_index;
+    if (rank->iterations_length + sizeof(iteration_record_t) > ITERATIONS_MAX_BYTES) {
+        rank->iterations_dropped++;
+        return;
+    }
+    if (rank->iterations_length + sizeof(iteration_record_t) > rank->iterations_capacity) {
+        size_t capacity = rank->iterations_capacity ? 2 * rank->iterations_capacity
+                                                    : 256 * sizeof(iteration_record_t);
+        unsigned char *bigger = realloc(rank->iterations, capacity);
+        if (bigger == NULL) {
+            rank->iterations_dropped++;
+            return;
+        }
+        rank->iterations = bigger;
+        rank->iterations_capacity = capacity;
+    }
+    iteration_record_t record = {.iteration = *iteration};
+    const kvio_engine_scheduled_t *items = NULL;
+    size_t count = 0;
+    kvio_engine_last_scheduled(rank->setup.engine, &items, &count);
+    record.num_ids = count < ITERATION_IDS ? (uint32_t)count : ITERATION_IDS;
+    for (uint32_t i = 0; i < record.num_ids; i++)
+        record.ids[i] = items[i].id;
+    memcpy(rank->iterations + rank->iterations_length, &record, sizeof(record));
+    rank->iterations_length += sizeof(record);
+}
+
+static void coupled_cache(void *context, kvio_hash_t hash, bool cached)
+{
+    kvio_serve_rank_t *rank = context;
+    kvio_serve_publisher_note(&rank->publisher, hash, cached);
+}
 
 static void coupled_finish(void *context, const kvio_engine_finished_t *finished)
 {
@@ -799,11 +954,14 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
     if (status == KVIO_OK)
         status = kvio_cost_create(run->cost, run->model, run->gpu, &rank->cost, error_p,
                                   error_len);
-    kvio_engine_observer_t observer = {.context = rank, .on_finish = coupled_finish};
+    bool client = run->client_rank > 0 && run->rte != NULL;
+    kvio_engine_observer_t observer = {.context = rank, .on_finish = coupled_finish,
+                                       .on_iteration = coupled_iteration,
+                                       .on_cache = client ? coupled_cache : NULL};
     if (status == KVIO_OK)
         status = setup_create(run, serve_index, rank->blocks, rank->block_bytes, rank->cost,
                               observer, &rank->setup, error_p, error_len);
-    if (status == KVIO_OK)
+    if (status == KVIO_OK && !client)
         status = kvio_stream_next(run->stream, &rank->next);
     if (status != KVIO_OK) {
         kvio_serve_rank_destroy(rank);
@@ -824,6 +982,8 @@ void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
     free(rank->hashes.hashes);
     free(rank->rows);
     free(rank->served);
+    free(rank->iterations);
+    kvio_serve_publisher_fini(&rank->publisher);
     free(rank);
 }
 
@@ -852,21 +1012,110 @@ static kvio_status_t coupled_dispatch(kvio_serve_rank_t *rank, int64_t t, uint64
     return status;
 }
 
+/* One request of a client batch into the engine, tagged with the active
+ * version. */
+static kvio_status_t coupled_take(void *context, const kvio_engine_request_t *request)
+{
+    kvio_serve_rank_t *rank = context;
+    kvio_engine_request_t tagged = *request;
+    tagged.tag = rank->version;
+    rank->publisher.received++;
+    return kvio_engine_add(rank->setup.engine, &tagged);
+}
+
+/* Takes every batch the client has sent; the first sets the time zero. */
+static kvio_status_t coupled_receive(kvio_serve_rank_t *rank)
+{
+    const kvio_serve_run_t *run = rank->run;
+    while (!rank->client_ended) {
+        void *data = NULL;
+        size_t length = 0;
+        kvio_status_t status = kvio_rte_try_recv(run->rte, run->client_rank,
+                                                 KVIO_SERVE_TAG_REQUESTS, &data, &length);
+        if (status == KVIO_INPROGRESS)
+            return KVIO_OK;
+        if (status == KVIO_ERR_PEER) {
+            snprintf(rank->error, sizeof(rank->error),
+                     "serve rank %u: the client rank %d ended before its last request",
+                     rank->serve_index, run->client_rank);
+            return status;
+        }
+        int64_t origin_ns = 0;
+        bool last = false;
+        if (status == KVIO_OK) {
+            status = kvio_serve_batch_read(data, length, coupled_take, rank, &origin_ns, &last);
+            if (status == KVIO_ERR_PARSE)
+                snprintf(rank->error, sizeof(rank->error),
+                         "serve rank %u: a bad request batch from the client rank",
+                         rank->serve_index);
+        }
+        free(data);
+        if (status != KVIO_OK)
+            return status;
+        if (!rank->origin_known) {
+            /* Nothing ran before the first batch: adopt the client's clock. */
+            rank->origin_known = true;
+            rank->origin_ns = origin_ns;
+        }
+        rank->client_ended = last;
+    }
+    return KVIO_OK;
+}
+
+/* Posts this rank's state to the client (final: serving is over, then
+ * waits until everything posted has left). */
+static kvio_status_t coupled_publish(kvio_serve_rank_t *rank, bool final)
+{
+    void *blob = NULL;
+    size_t length = 0;
+    kvio_status_t status = kvio_serve_publisher_pack(&rank->publisher, rank->setup.engine,
+                                                     final, &blob, &length);
+    if (status == KVIO_OK)
+        status = kvio_rte_post(rank->run->rte, rank->run->client_rank, KVIO_SERVE_TAG_STATE,
+                               blob, length);
+    free(blob);
+    if (status == KVIO_OK && final)
+        status = kvio_rte_flush(rank->run->rte);
+    if (status != KVIO_OK)
+        snprintf(rank->error, sizeof(rank->error),
+                 "serve rank %u: publishing its state to the client rank: %s",
+                 rank->serve_index, kvio_strerror(status));
+    return status;
+}
+
+/* Below this a serve rank with a client and nothing to run looks for
+ * requests again. */
+#define CLIENT_POLL_NS 200000
+
 static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t active_version,
                                    int64_t *end_ns_p, int64_t *idle_until_p, bool *finished_p)
 {
     kvio_serve_rank_t *rank = context;
+    bool client = rank->run->client_rank > 0 && rank->run->rte != NULL;
     if (!rank->started) {
         rank->started = true;
         rank->origin_ns = now_ns;
+        /* The first state says this rank is ready: the client starts the
+         * stream when every serve rank is. */
+        if (client && coupled_publish(rank, false) != KVIO_OK)
+            return KVIO_ERR_PEER;
     }
-    int64_t t = now_ns - rank->origin_ns;
-    kvio_status_t status = coupled_dispatch(rank, t, active_version);
+    rank->version = active_version;
+    kvio_status_t status = client ? coupled_receive(rank)
+                                  : coupled_dispatch(rank, now_ns - rank->origin_ns,
+                                                     active_version);
     if (status != KVIO_OK)
         return status;
+    int64_t t = now_ns - rank->origin_ns;
     *end_ns_p = -1;
     if (!kvio_engine_has_work(rank->setup.engine)) {
-        if (rank->next == NULL)
+        if (client && rank->client_ended) {
+            *finished_p = true;
+            return coupled_publish(rank, true);
+        }
+        if (client)
+            *idle_until_p = now_ns + CLIENT_POLL_NS;
+        else if (rank->next == NULL)
             *finished_p = true;
         else
             *idle_until_p = rank->origin_ns + rank->next->arrival_ns;
@@ -914,6 +1163,8 @@ static kvio_status_t coupled_end(void *context, int64_t now_ns)
     int64_t before_ns = thread_cpu_ns();
     kvio_engine_complete(rank->setup.engine, now_ns - rank->origin_ns);
     rank->overhead_ns += thread_cpu_ns() - before_ns;
+    if (rank->run->client_rank > 0 && rank->run->rte != NULL)
+        return coupled_publish(rank, false);
     return KVIO_OK;
 }
 
@@ -994,6 +1245,17 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
     if (status == KVIO_OK && tiers_length > 0)
         status = blob_append(&blob, &length, &capacity, tiers_text, tiers_length);
     free(tiers_text);
+    /* Iteration records last (a merge that finds none writes no rows). */
+    uint64_t iterations[2] = {rank->iterations_length, rank->iterations_dropped};
+    double host_bandwidth = rank->run->gpu->host_bandwidth;
+    if (status == KVIO_OK)
+        status = blob_append(&blob, &length, &capacity, iterations, sizeof(iterations));
+    if (status == KVIO_OK)
+        status = blob_append(&blob, &length, &capacity, &host_bandwidth,
+                             sizeof(host_bandwidth));
+    if (status == KVIO_OK && rank->iterations_length > 0)
+        status = blob_append(&blob, &length, &capacity, rank->iterations,
+                             rank->iterations_length);
     free(metrics);
     if (status != KVIO_OK) {
         free(blob);
@@ -1004,14 +1266,48 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
     return KVIO_OK;
 }
 
+/* Writes a serve rank's iteration records as iterations.csv rows and
+ * iteration events; *offset_p moves past them. */
+static kvio_status_t merge_iterations(const unsigned char *blob, size_t length,
+                                      size_t *offset_p, uint32_t rank, kvio_csv_t *csv,
+                                      kvio_event_trace_t *events, uint64_t *dropped_p)
+{
+    size_t offset = *offset_p;
+    uint64_t iterations[2];
+    double host_bandwidth;
+    if (length - offset < sizeof(iterations) + sizeof(host_bandwidth))
+        return KVIO_OK; /* none recorded */
+    memcpy(iterations, blob + offset, sizeof(iterations));
+    memcpy(&host_bandwidth, blob + offset + sizeof(iterations), sizeof(host_bandwidth));
+    offset += sizeof(iterations) + sizeof(host_bandwidth);
+    if (iterations[0] > length - offset || iterations[0] % sizeof(iteration_record_t) != 0)
+        return KVIO_ERR_PARSE;
+    for (size_t at = 0; at < iterations[0]; at += sizeof(iteration_record_t)) {
+        iteration_record_t record;
+        memcpy(&record, blob + offset + at, sizeof(record));
+        if (record.num_ids > ITERATION_IDS)
+            return KVIO_ERR_PARSE;
+        if (csv != NULL)
+            kvio_serve_iteration_row(csv, rank, &record.iteration);
+        kvio_serve_trace_iteration_ids(events, rank, &record.iteration, record.ids,
+                                       record.num_ids, host_bandwidth);
+    }
+    *dropped_p += iterations[1];
+    *offset_p = offset + iterations[0];
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
-                                     kvio_results_t *results, json_t **metrics_p,
-                                     uint64_t **served_p, size_t *num_versions_p,
-                                     char *error_p, size_t error_len)
+                                     kvio_results_t *results, kvio_event_trace_t *events,
+                                     json_t **metrics_p, uint64_t **served_p,
+                                     size_t *num_versions_p, char *error_p, size_t error_len)
 {
     kvio_engine_metrics_t total;
     kvio_hist_t *error_ns = NULL, *error_ppm = NULL;
-    kvio_csv_t *csv = NULL;
+    kvio_csv_t *csv = NULL, *iterations_csv = NULL;
+    json_t *client = NULL;
+    size_t num_serve = 0;
+    uint64_t iterations_dropped = 0;
     uint64_t *served = NULL;
     size_t num_versions = 0;
     int64_t overhead = 0, planned = 0;
@@ -1021,10 +1317,18 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                               kvio_hist_create(&error_ppm) != KVIO_OK))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK && results != NULL)
-        status = kvio_serve_open_csvs(results, &csv, NULL, error_p, error_len);
+        status = kvio_serve_open_csvs(results, &csv, &iterations_csv, error_p, error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
         const unsigned char *blob = blobs[b];
         size_t length = lengths[b], offset = 0;
+        if (kvio_serve_client_blob(blob, length)) {
+            json_decref(client);
+            client = kvio_serve_client_json(blob, length);
+            if (client == NULL)
+                status = KVIO_ERR_PARSE;
+            continue;
+        }
+        uint32_t serve_index = (uint32_t)num_serve++;
         uint64_t magic, sizes[3];
         if (length < sizeof(magic) + sizeof(sizes)) {
             status = KVIO_ERR_PARSE;
@@ -1105,11 +1409,25 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
             if (rank_tiers != NULL)
                 json_array_extend(tiers, rank_tiers);
             json_decref(rank_tiers);
+            offset += tiers_length;
         }
+        if (status == KVIO_OK)
+            status = merge_iterations(blob, length, &offset, serve_index, iterations_csv, events,
+                                      &iterations_dropped);
     }
+    if (iterations_dropped > 0)
+        kvio_warn("iterations.csv: %llu iterations of the serve ranks were not kept (each rank "
+                  "keeps %u MiB of them)", (unsigned long long)iterations_dropped,
+                  ITERATIONS_MAX_BYTES >> 20);
     if (status == KVIO_OK) {
         json_t *metrics = kvio_serve_metrics_json(&total);
-        json_object_set_new(metrics, "serve_ranks", json_integer((json_int_t)count));
+        json_object_set_new(metrics, "serve_ranks", json_integer((json_int_t)num_serve));
+        json_object_set_new(metrics, "iterations_not_recorded",
+                            json_integer((json_int_t)iterations_dropped));
+        if (client != NULL) {
+            json_object_set_new(metrics, "client", client);
+            client = NULL;
+        }
         json_object_set_new(metrics, "swap_verify_failures",
                             json_integer((json_int_t)total.swap_verify_failures));
         json_object_set_new(metrics, "tiers", tiers);
@@ -1136,6 +1454,11 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         snprintf(error_p, error_len, "requests.csv: write failed");
         status = KVIO_ERR_IO;
     }
+    if (kvio_csv_close(iterations_csv) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "iterations.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    json_decref(client);
     json_decref(per_rank);
     json_decref(tiers);
     free(served);

@@ -496,12 +496,18 @@ static void tier_write(kvio_engine_t *engine, uint32_t block, kvio_hash_t hash, 
 
 static void on_cached(void *context, uint32_t block, kvio_hash_t hash)
 {
-    tier_write(context, block, hash, KVIO_TIER_WRITE_THROUGH);
+    kvio_engine_t *engine = context;
+    tier_write(engine, block, hash, KVIO_TIER_WRITE_THROUGH);
+    if (engine->observer.on_cache != NULL)
+        engine->observer.on_cache(engine->observer.context, hash, true);
 }
 
 static void on_evict(void *context, uint32_t block, kvio_hash_t hash)
 {
-    tier_write(context, block, hash, KVIO_TIER_WRITE_BACK);
+    kvio_engine_t *engine = context;
+    tier_write(engine, block, hash, KVIO_TIER_WRITE_BACK);
+    if (engine->observer.on_cache != NULL)
+        engine->observer.on_cache(engine->observer.context, hash, false);
 }
 
 /* The first tier holding hash, or NULL. */
@@ -590,8 +596,8 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .enable_prefix_caching = params->prefix_caching,
         .free_order = (kvio_free_order_t)params->free_order,
         .eviction = params->eviction,
-        .on_cached = params->num_tiers > 0 ? on_cached : NULL,
-        .on_evict = params->num_tiers > 0 ? on_evict : NULL,
+        .on_cached = params->num_tiers > 0 || params->observer.on_cache ? on_cached : NULL,
+        .on_evict = params->num_tiers > 0 || params->observer.on_cache ? on_evict : NULL,
         .hook_context = engine,
     };
     status = kvio_kvcache_create(&cache_config, &engine->cache);

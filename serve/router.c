@@ -1,14 +1,15 @@
-/* Routers that spread requests over serve ranks, from the state each rank
- * publishes: round_robin, least_loaded, prefix_affinity (longest cached
- * prefix among ranks within a load cap) and kv_cost (uncached prefill
- * blocks plus active decode blocks; lowest wins). Ties go to the lower rank. */
+/* Routers that spread requests over serve ranks, from what a view shows of
+ * them (the engines in simulate, the state ranks publish in emulate):
+ * round_robin, least_loaded, prefix_affinity (longest cached prefix among
+ * ranks within a load cap) and kv_cost (uncached prefill blocks plus active
+ * decode blocks; lowest wins). Ties go to the lower rank. */
 #include "kvio/serve.h"
 
 #include <stdlib.h>
 
 typedef struct router_ops {
     const char *name;
-    uint32_t (*choose)(kvio_router_t *router, kvio_engine_t *const *engines, uint32_t count,
+    uint32_t (*choose)(kvio_router_t *router, const kvio_router_view_t *view, uint32_t count,
                        const kvio_engine_request_t *request);
 } router_ops_t;
 
@@ -18,61 +19,64 @@ struct kvio_router {
     uint64_t next; /* round_robin */
 };
 
-static uint32_t choose_round_robin(kvio_router_t *router, kvio_engine_t *const *engines,
+static uint32_t choose_round_robin(kvio_router_t *router, const kvio_router_view_t *view,
                                    uint32_t count, const kvio_engine_request_t *request)
 {
-    (void)engines;
+    (void)view;
     (void)request;
     return (uint32_t)(router->next++ % count);
 }
 
-static uint32_t choose_least_loaded(kvio_router_t *router, kvio_engine_t *const *engines,
+static uint32_t choose_least_loaded(kvio_router_t *router, const kvio_router_view_t *view,
                                     uint32_t count, const kvio_engine_request_t *request)
 {
     (void)router;
     (void)request;
-    uint32_t best = 0;
-    for (uint32_t rank = 1; rank < count; rank++)
-        if (kvio_engine_load(engines[rank]) < kvio_engine_load(engines[best]))
+    uint32_t best = 0, best_load = view->load(view->context, 0);
+    for (uint32_t rank = 1; rank < count; rank++) {
+        uint32_t load = view->load(view->context, rank);
+        if (load < best_load) {
             best = rank;
-    return best;
-}
-
-static uint32_t choose_prefix_affinity(kvio_router_t *router, kvio_engine_t *const *engines,
-                                       uint32_t count, const kvio_engine_request_t *request)
-{
-    uint32_t least = choose_least_loaded(router, engines, count, request);
-    uint32_t min_load = kvio_engine_load(engines[least]);
-    uint32_t best = least;
-    size_t best_prefix = 0;
-    for (uint32_t rank = 0; rank < count; rank++) {
-        if ((int64_t)kvio_engine_load(engines[rank]) - min_load > router->config.load_cap)
-            continue;
-        size_t prefix = kvio_engine_cached_prefix(engines[rank], request->hashes,
-                                                  request->num_hashes, request->prompt_tokens);
-        if (prefix > best_prefix ||
-            (prefix == best_prefix && prefix > 0 &&
-             kvio_engine_load(engines[rank]) < kvio_engine_load(engines[best]))) {
-            best = rank;
-            best_prefix = prefix;
+            best_load = load;
         }
     }
     return best;
 }
 
-static uint32_t choose_kv_cost(kvio_router_t *router, kvio_engine_t *const *engines,
+static uint32_t choose_prefix_affinity(kvio_router_t *router, const kvio_router_view_t *view,
+                                       uint32_t count, const kvio_engine_request_t *request)
+{
+    uint32_t least = choose_least_loaded(router, view, count, request);
+    uint32_t min_load = view->load(view->context, least);
+    uint32_t best = least, best_load = min_load;
+    size_t best_prefix = 0;
+    for (uint32_t rank = 0; rank < count; rank++) {
+        uint32_t load = view->load(view->context, rank);
+        if ((int64_t)load - min_load > router->config.load_cap)
+            continue;
+        size_t prefix = view->cached_prefix(view->context, rank, request->hashes,
+                                            request->num_hashes, request->prompt_tokens);
+        if (prefix > best_prefix || (prefix == best_prefix && prefix > 0 && load < best_load)) {
+            best = rank;
+            best_prefix = prefix;
+            best_load = load;
+        }
+    }
+    return best;
+}
+
+static uint32_t choose_kv_cost(kvio_router_t *router, const kvio_router_view_t *view,
                                uint32_t count, const kvio_engine_request_t *request)
 {
     (void)router;
     uint32_t best = 0;
-    uint64_t best_cost = UINT64_MAX;
+    uint64_t best_cost = UINT64_MAX, block_size = view->block_size;
     for (uint32_t rank = 0; rank < count; rank++) {
-        uint64_t block_size = kvio_engine_block_size(engines[rank]);
-        size_t cached = kvio_engine_cached_prefix(engines[rank], request->hashes,
-                                                  request->num_hashes, request->prompt_tokens);
+        size_t cached = view->cached_prefix(view->context, rank, request->hashes,
+                                            request->num_hashes, request->prompt_tokens);
         uint64_t prompt_blocks = (request->prompt_tokens + block_size - 1) / block_size;
         uint64_t uncached = prompt_blocks - cached / block_size;
-        uint64_t cost = uncached + kvio_engine_active_decode_blocks(engines[rank]);
+        uint64_t cost = uncached + view->active_decode_blocks(view->context, rank);
         if (cost < best_cost) {
             best_cost = cost;
             best = rank;
@@ -111,10 +115,41 @@ const char *kvio_router_name(const kvio_router_t *router)
     return router->ops->name;
 }
 
+uint32_t kvio_router_choose_view(kvio_router_t *router, const kvio_router_view_t *view,
+                                 uint32_t num_ranks, const kvio_engine_request_t *request)
+{
+    if (num_ranks <= 1)
+        return 0;
+    return router->ops->choose(router, view, num_ranks, request);
+}
+
+/* The engines as a view (simulate: the router reads them directly). */
+static uint32_t engine_load(void *context, uint32_t rank)
+{
+    return kvio_engine_load(((kvio_engine_t *const *)context)[rank]);
+}
+
+static size_t engine_cached_prefix(void *context, uint32_t rank, const kvio_hash_t *hashes,
+                                   size_t num_hashes, uint32_t prompt_tokens)
+{
+    return kvio_engine_cached_prefix(((kvio_engine_t *const *)context)[rank], hashes,
+                                     num_hashes, prompt_tokens);
+}
+
+static uint64_t engine_active_decode_blocks(void *context, uint32_t rank)
+{
+    return kvio_engine_active_decode_blocks(((kvio_engine_t *const *)context)[rank]);
+}
+
 uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines,
                             uint32_t num_engines, const kvio_engine_request_t *request)
 {
     if (num_engines <= 1)
         return 0;
-    return router->ops->choose(router, engines, num_engines, request);
+    kvio_router_view_t view = {.context = (void *)engines,
+                               .block_size = kvio_engine_block_size(engines[0]),
+                               .load = engine_load,
+                               .cached_prefix = engine_cached_prefix,
+                               .active_decode_blocks = engine_active_decode_blocks};
+    return kvio_router_choose_view(router, &view, num_engines, request);
 }

@@ -1,4 +1,5 @@
-/* Private to serve/: preset tables of model shapes and GPU specs. */
+/* Private to serve/: preset tables of model shapes and GPU specs, CSV rows,
+ * and the messages between serve ranks and their client. */
 #ifndef KVIO_SERVE_INT_H
 #define KVIO_SERVE_INT_H
 
@@ -6,6 +7,8 @@
 #include "kvio/engine.h"
 #include "kvio/events.h"
 #include "kvio/results.h"
+#include "kvio/rte.h"
+#include "kvio/serve.h"
 #include "kvio/stream.h"
 
 /* Returns the preset called name, or NULL (borrowed, static). */
@@ -52,5 +55,79 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
 void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
                                 uint32_t rank, const kvio_engine_iteration_t *iteration,
                                 double host_bandwidth);
+/* The same from a record: ids are the first num_ids request ids of its batch
+ * (only KVIO_EVENT_MAX_REQUEST_IDS are read). */
+void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
+                                    const kvio_engine_iteration_t *iteration,
+                                    const uint64_t *ids, size_t num_ids, double host_bandwidth);
+
+/* ---------- serve ranks and their client in real time (serve/client.c) ---------- */
+
+/* Runtime tags: request batches (client to serve rank) and published state
+ * (serve rank to client). */
+#define KVIO_SERVE_TAG_REQUESTS (KVIO_RTE_TAG_USER + 32)
+#define KVIO_SERVE_TAG_STATE (KVIO_RTE_TAG_USER + 33)
+
+/* A serve rank's side: the prefix-index changes since the last publication
+ * (fed by the engine observer's on_cache) and the requests it has taken. */
+typedef struct kvio_serve_publisher {
+    kvio_hash_t *cached, *evicted;
+    size_t num_cached, num_evicted, cached_capacity, evicted_capacity;
+    uint64_t received;
+    kvio_status_t status; /* out of memory inside a hook */
+} kvio_serve_publisher_t;
+
+void kvio_serve_publisher_note(kvio_serve_publisher_t *publisher, kvio_hash_t hash,
+                               bool cached);
+/* A state message (load, free blocks, active decode blocks, the deltas;
+ * final: the rank has finished) in a malloc'd blob; clears the deltas. */
+kvio_status_t kvio_serve_publisher_pack(kvio_serve_publisher_t *publisher,
+                                        const kvio_engine_t *engine, bool final,
+                                        void **blob_p, size_t *length_p);
+void kvio_serve_publisher_fini(kvio_serve_publisher_t *publisher);
+
+/* The client's copy of what serve ranks published, with each rank's cached
+ * hashes, as a router view. Load adds requests sent but not yet taken. */
+typedef struct kvio_serve_mirror kvio_serve_mirror_t;
+kvio_status_t kvio_serve_mirror_create(uint32_t num_ranks, uint32_t block_size,
+                                       kvio_serve_mirror_t **mirror_p);
+void kvio_serve_mirror_destroy(kvio_serve_mirror_t *mirror);
+kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank,
+                                      const void *blob, size_t length, bool *final_p);
+void kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank);
+uint64_t kvio_serve_mirror_states(const kvio_serve_mirror_t *mirror);
+/* The view borrows mirror. */
+void kvio_serve_mirror_view(kvio_serve_mirror_t *mirror, kvio_router_view_t *view_p);
+
+/* A batch of requests for one serve rank, reused batch after batch. */
+typedef struct kvio_serve_batch {
+    unsigned char *data;
+    size_t length, capacity;
+    uint32_t count;
+} kvio_serve_batch_t;
+
+kvio_status_t kvio_serve_batch_add(kvio_serve_batch_t *batch,
+                                   const kvio_engine_request_t *request);
+/* Writes the header (origin_ns: the client's time zero; last: nothing more
+ * follows); data and length are then the message. */
+kvio_status_t kvio_serve_batch_seal(kvio_serve_batch_t *batch, int64_t origin_ns, bool last);
+void kvio_serve_batch_reset(kvio_serve_batch_t *batch);
+void kvio_serve_batch_fini(kvio_serve_batch_t *batch);
+
+/* Calls each for every request of a batch message (its hashes are borrowed
+ * for the call). */
+typedef kvio_status_t (*kvio_serve_batch_each_t)(void *context,
+                                                 const kvio_engine_request_t *request);
+kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
+                                    kvio_serve_batch_each_t each, void *context,
+                                    int64_t *origin_ns_p, bool *last_p);
+
+/* The client rank's report (from kvio_serve_client_pack): recognised, and
+ * as JSON (generated, routed_per_rank, state_messages, router). */
+bool kvio_serve_client_blob(const void *blob, size_t length);
+json_t *kvio_serve_client_json(const void *blob, size_t length);
+json_t *kvio_serve_client_counts_json(const char *where, const char *router,
+                                      uint64_t generated, const uint64_t *routed,
+                                      uint32_t num_ranks, uint64_t states);
 
 #endif

@@ -191,6 +191,16 @@ void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t 
     size_t shown = count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS;
     for (size_t i = 0; i < shown; i++)
         ids[i] = items[i].id;
+    /* num_request_ids is the batch size; only the first ids are written. */
+    kvio_serve_trace_iteration_ids(events, rank, iteration, ids, count, host_bandwidth);
+}
+
+void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
+                                    const kvio_engine_iteration_t *iteration,
+                                    const uint64_t *ids, size_t num_ids, double host_bandwidth)
+{
+    if (events == NULL)
+        return;
     kvio_event_arg_t args[] = {
         {"batch_size", iteration->num_scheduled},
         {"prefill_tokens", (double)iteration->batch.prefill_tokens},
@@ -202,9 +212,8 @@ void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t 
     };
     kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration", .rank = rank,
                           .start_ns = iteration->start_ns, .duration_ns = iteration->duration_ns,
-                          .bytes = -1, .request_ids = ids, .num_request_ids = count,
+                          .bytes = -1, .request_ids = ids, .num_request_ids = num_ids,
                           .args = args, .num_args = sizeof(args) / sizeof(args[0])};
-    /* num_request_ids is the batch size; only the first ids are written. */
     kvio_event_trace_write(events, &event);
     if (iteration->swap_bytes > 0 && host_bandwidth > 0)
         kvio_event_trace_swap(events, rank, 1, iteration->start_ns,

@@ -1,8 +1,12 @@
 /* Emulate mode: real time, real KV memory. Swaps really move bytes and their
  * checksums survive the round trip; the coupled run serves requests while a
  * trainer publishes updates, and tags requests with the version that served
- * them; pools larger than the machine are refused with the numbers. */
+ * them; a client rank (threads or mpirun processes) serves every request
+ * once and prefix_affinity routes on published state; coupled serve ranks
+ * write iterations.csv; pools larger than the machine are refused with the
+ * numbers. */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +179,222 @@ Test(emulate, coupled_run_names_a_request_that_can_never_fit, .timeout = 120)
     cr_assert_null(summary);
     cr_assert(strstr(error, "cannot start: it needs more KV blocks than the 40") != NULL, "%s",
               error);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The coupled run with a client rank: 1 trainer, 2 serve ranks, the client
+ * last. Eight 1,024-token system prompts (64 blocks each) through 192 MiB
+ * pools (384 blocks): a rank that sees every prompt evicts them, a rank
+ * that sees half of them keeps them. */
+static const char *client_workload =
+    "name: client\nseed: 4\nmode: emulate\nduration: 2s\n"
+    "ranks: {train: 1, serve: 2, client: 1, runtime: local, timeout: 20s}\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache: {block_size: 16, capacity: 192MiB}\n"
+    "  router: {policy: ROUTER}\n"
+    "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 32MiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 5}\n"
+    "  transport: {kind: ucx, chunk: 4MiB, inflight: 2}\n"
+    "update: {apply: shadow, verify: true, serving: engine}\n"
+    "stream:\n  arrival: {process: poisson, rate: 40}\n"
+    "  input_tokens: {dist: lognormal, mean: 600, stddev: 300, min: 16, max: 2048}\n"
+    "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n"
+    "  prefix: {system_prompts: {count: 8, tokens: 1024, zipf: 0}}\n";
+
+/* client_workload with its router, and the first replacement of from by to
+ * (from NULL: none). */
+static void client_text(const char *router, const char *from, const char *to, char *text,
+                        size_t text_len)
+{
+    char base[2048];
+    const char *at = strstr(client_workload, "ROUTER");
+    snprintf(base, sizeof(base), "%.*s%s%s", (int)(at - client_workload), client_workload,
+             router, at + strlen("ROUTER"));
+    const char *found = from != NULL ? strstr(base, from) : NULL;
+    if (found == NULL)
+        snprintf(text, text_len, "%s", base);
+    else
+        snprintf(text, text_len, "%.*s%s%s", (int)(found - base), base, to,
+                 found + strlen(from));
+}
+
+/* Every request in requests.csv once: the number of distinct ids. */
+static int distinct_request_ids(const char *dir, int *rows_p)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
+    char *csv = test_read_file(path);
+    cr_assert_not_null(csv);
+    unsigned long ids[4096];
+    int rows = 0, distinct = 0;
+    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0' && rows < 4096;
+         line = strchr(line + 1, '\n')) {
+        unsigned long id = strtoul(line + 1, NULL, 10);
+        bool seen = false;
+        for (int i = 0; i < rows && !seen; i++)
+            seen = ids[i] == id;
+        distinct += !seen;
+        ids[rows++] = id;
+    }
+    free(csv);
+    *rows_p = rows;
+    return distinct;
+}
+
+/* Rows of iterations.csv per serve rank (column 2). */
+static void iteration_rows(const char *dir, int *rows_p, int num_ranks)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/iterations.csv", dir);
+    char *csv = test_read_file(path);
+    cr_assert_not_null(csv, "%s is missing", path);
+    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0';
+         line = strchr(line + 1, '\n')) {
+        char *comma = strchr(line + 1, ',');
+        int rank = comma != NULL ? atoi(comma + 1) : -1;
+        if (rank >= 0 && rank < num_ranks)
+            rows_p[rank]++;
+    }
+    free(csv);
+}
+
+static const json_t *client_of(const json_t *summary)
+{
+    const json_t *client = json_object_get(json_object_get(summary, "metrics"), "client");
+    cr_assert_not_null(client, "summary.json has no metrics.client");
+    return client;
+}
+
+/* Runs client_workload with router (and from replaced by to); checks that
+ * the client sat where it should and every generated request completed. */
+static json_t *run_client(const char *router, const char *from, const char *to,
+                          const char *where, char **dir_p, json_int_t *generated_p)
+{
+    char text[2048], error[1024];
+    client_text(router, from, to, text, sizeof(text));
+    json_t *summary = run_workload(text, dir_p, KVIO_OK, error, sizeof(error));
+    const json_t *client = client_of(summary);
+    cr_assert_str_eq(json_string_value(json_object_get(client, "where")), where);
+    cr_assert_str_eq(json_string_value(json_object_get(client, "router")), router);
+    json_int_t generated = json_integer_value(json_object_get(client, "generated"));
+    cr_assert_gt(generated, 40, "%s: only %lld requests", router, (long long)generated);
+    cr_assert_eq(metric(summary, "completed"), (double)generated, "%s", router);
+    *generated_p = generated;
+    return summary;
+}
+
+static void finish_client(json_t *summary, char *dir)
+{
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(emulate, client_rank_serves_every_request_once_and_prefix_affinity_hits_more,
+     .timeout = 60)
+{
+    double hit_rate[2];
+    const char *routers[2] = {"round_robin", "prefix_affinity"};
+    for (int r = 0; r < 2; r++) {
+        char *dir;
+        json_int_t generated;
+        json_t *summary = run_client(routers[r], NULL, NULL, "rank", &dir, &generated);
+        const json_t *client = client_of(summary);
+        const json_t *routed = json_object_get(client, "routed_per_rank");
+        cr_assert_eq(json_array_size(routed), 2);
+        cr_assert_eq(json_integer_value(json_array_get(routed, 0)) +
+                         json_integer_value(json_array_get(routed, 1)), generated);
+        cr_assert_gt(json_integer_value(json_object_get(client, "state_messages")), 2,
+                     "serve ranks published their state");
+        int rows = 0, distinct = distinct_request_ids(dir, &rows);
+        cr_assert_eq(rows, (int)generated, "%s: every request served once", routers[r]);
+        cr_assert_eq(distinct, rows, "%s: a request was served twice", routers[r]);
+        const json_t *updates = json_object_get(json_object_get(summary, "metrics"),
+                                                "model_updates");
+        cr_assert_eq(json_integer_value(json_object_get(updates, "serve_ranks")), 2,
+                     "the client rank is not a serve rank");
+        hit_rate[r] = metric(summary, "hit_rate");
+        finish_client(summary, dir);
+    }
+    /* Measured: round_robin 0.58, prefix_affinity 0.86. */
+    cr_assert_gt(hit_rate[1], hit_rate[0] + 0.1, "prefix_affinity %.3f vs round_robin %.3f",
+                 hit_rate[1], hit_rate[0]);
+}
+
+Test(emulate, coupled_run_writes_iterations_from_every_serve_rank, .timeout = 60)
+{
+    /* Without a client (each rank takes its share of the stream), and with. */
+    for (int with_client = 0; with_client < 2; with_client++) {
+        char text[2048], *dir, error[1024];
+        client_text("least_loaded", "client: 1", with_client ? "client: 1" : "client: 0", text,
+                    sizeof(text));
+        json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+        int rows[2] = {0, 0};
+        iteration_rows(dir, rows, 2);
+        cr_assert_gt(rows[0], 0, "client %d: no iterations of serve rank 0", with_client);
+        cr_assert_gt(rows[1], 0, "client %d: no iterations of serve rank 1", with_client);
+        cr_assert_eq(metric(summary, "iterations_not_recorded"), 0);
+        finish_client(summary, dir);
+    }
+}
+
+Test(emulate, in_process_prefix_affinity_routes_on_published_state, .timeout = 60)
+{
+    /* No trainer: the serve ranks are threads and the caller is the client. */
+    char *dir[2];
+    json_int_t generated;
+    json_t *round_robin = run_client("round_robin", "train: 1, serve: 2, client: 1",
+                                     "train: 0, serve: 2", "thread", &dir[0], &generated);
+    json_t *affinity = run_client("prefix_affinity", "train: 1, serve: 2, client: 1",
+                                  "train: 0, serve: 2", "thread", &dir[1], &generated);
+    cr_assert_gt(metric(affinity, "hit_rate"), metric(round_robin, "hit_rate") + 0.1,
+                 "prefix_affinity %.3f vs round_robin %.3f", metric(affinity, "hit_rate"),
+                 metric(round_robin, "hit_rate"));
+    finish_client(round_robin, dir[0]);
+    finish_client(affinity, dir[1]);
+}
+
+static int mpirun_available(void)
+{
+#ifndef KVIO_HAVE_MPI
+    return 0; /* the mpi runtime is not built */
+#endif
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
+Test(emulate, mpirun_client_rank_routes_to_serve_processes, .timeout = 60)
+{
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char text[2048];
+    client_text("prefix_affinity", "runtime: local", "runtime: mpi", text, sizeof(text));
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", text);
+    char command[4096];
+    snprintf(command, sizeof(command),
+             "cd %s && timeout 40 mpirun --allow-run-as-root --oversubscribe -np 4 %s run %s "
+             "-o out >mpirun.log 2>&1", dir, KVIO_BINARY, file);
+    int status = system(command);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/mpirun.log", dir);
+    char *log = test_read_file(path);
+    cr_assert_eq(status, 0, "mpirun: %s", log ? log : "");
+    free(log);
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s", json_error.text);
+    const json_t *client = client_of(summary);
+    json_int_t generated = json_integer_value(json_object_get(client, "generated"));
+    cr_assert_gt(generated, 40);
+    cr_assert_eq(metric(summary, "completed"), (double)generated);
+    const json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    cr_assert_str_eq(json_string_value(json_object_get(updates, "runtime")), "mpi");
+    int rows = 0;
+    cr_assert_eq(distinct_request_ids(dir, &rows), (int)generated);
+    json_decref(summary);
+    free(file);
     test_rmtree(dir);
     free(dir);
 }

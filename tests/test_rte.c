@@ -172,3 +172,86 @@ Test(rte, unknown_runtime_is_a_config_error, .timeout = 5)
     cr_expect_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_ERR_CONFIG);
     cr_expect(test_contains(error, "unknown runtime 'carrier-pigeon'"), "%s", error);
 }
+
+#define POSTED 200
+
+typedef struct post_results {
+    int received[2];       /* messages each rank took from the other, in order */
+    bool in_order[2];
+    kvio_status_t empty_status; /* try_recv before anything was sent */
+    kvio_status_t gone_status;  /* try_recv after the peer finished */
+} post_results_t;
+
+/* Both ranks post many large messages to each other before either
+ * receives (blocking sends of this size would wait on each other), then
+ * drain them with try_recv; each rank writes only its own entries. */
+static kvio_status_t post_body(kvio_rte_t *rte, void *arg)
+{
+    post_results_t *results = arg;
+    int self = kvio_rte_index(rte), peer = 1 - self;
+    void *data = NULL;
+    size_t length = 0;
+    if (self == 0)
+        results->empty_status = kvio_rte_try_recv(rte, 1, KVIO_RTE_TAG_USER + 1, &data, &length);
+    kvio_status_t status = kvio_rte_barrier(rte);
+    static const size_t size = 256 * 1024;
+    unsigned char *message = calloc(1, size);
+    if (message == NULL)
+        return KVIO_ERR_NOMEM;
+    for (int i = 0; i < POSTED && status == KVIO_OK; i++) {
+        memcpy(message, &i, sizeof(i));
+        status = kvio_rte_post(rte, peer, KVIO_RTE_TAG_USER, message, i % 7 == 0 ? size : 64);
+    }
+    free(message);
+    results->in_order[self] = true;
+    uint64_t deadline = kvio_time_ns() + 10000000000ull;
+    while (status == KVIO_OK && results->received[self] < POSTED && kvio_time_ns() < deadline) {
+        status = kvio_rte_try_recv(rte, peer, KVIO_RTE_TAG_USER, &data, &length);
+        if (status == KVIO_INPROGRESS) {
+            status = KVIO_OK;
+            continue;
+        }
+        if (status != KVIO_OK)
+            break;
+        int index;
+        memcpy(&index, data, sizeof(index));
+        if (index != results->received[self] ||
+            length != (index % 7 == 0 ? size : 64))
+            results->in_order[self] = false;
+        results->received[self]++;
+        free(data);
+    }
+    if (status == KVIO_OK)
+        status = kvio_rte_flush(rte);
+    if (status == KVIO_OK)
+        status = kvio_rte_barrier(rte);
+    if (self == 0 && status == KVIO_OK) {
+        /* Rank 1 has finished, or is about to: wait for it, then look. */
+        deadline = kvio_time_ns() + 5000000000ull;
+        do
+            results->gone_status = kvio_rte_try_recv(rte, 1, KVIO_RTE_TAG_USER + 1, &data,
+                                                     &length);
+        while (results->gone_status == KVIO_INPROGRESS && kvio_time_ns() < deadline);
+    }
+    return status;
+}
+
+Test(rte, posted_messages_arrive_in_order_without_waiting_on_the_receiver, .timeout = 20)
+{
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = 2, .timeout_ns = 10000000000LL};
+    kvio_rte_world_t *world = NULL;
+    char error[256] = "";
+    cr_assert_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_OK);
+    post_results_t results;
+    memset(&results, 0, sizeof(results));
+    kvio_status_t status = kvio_rte_world_run(world, post_body, &results, error, sizeof(error));
+    kvio_rte_world_destroy(world, status != KVIO_OK);
+    cr_assert_eq(status, KVIO_OK, "%s", error);
+    cr_expect_eq(results.empty_status, KVIO_INPROGRESS);
+    for (int rank = 0; rank < 2; rank++) {
+        cr_expect_eq(results.received[rank], POSTED, "rank %d took %d", rank,
+                     results.received[rank]);
+        cr_expect(results.in_order[rank], "rank %d: out of order", rank);
+    }
+    cr_expect_eq(results.gone_status, KVIO_ERR_PEER);
+}

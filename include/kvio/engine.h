@@ -128,6 +128,9 @@ typedef struct kvio_engine_observer {
     void *context;
     void (*on_finish)(void *context, const kvio_engine_finished_t *finished);
     void (*on_iteration)(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration);
+    /* A block's hash entered the prefix index (cached true) or left it for
+     * reuse (false): what a router needs to mirror this rank's cache. */
+    void (*on_cache)(void *context, kvio_hash_t hash, bool cached);
 } kvio_engine_observer_t;
 
 /* Everything an engine needs; borrowed pointers must outlive it. */

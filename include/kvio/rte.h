@@ -87,11 +87,23 @@ kvio_status_t kvio_rte_send(kvio_rte_t *rte, int to, int tag, const void *data, 
  * as the sender is known to have failed. */
 kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, size_t *length_p);
 
-/* Like kvio_rte_recv without waiting: KVIO_INPROGRESS when no such message
- * is there yet, KVIO_ERR_PEER when rank has finished and sent none. Records
- * no error on the rank (a poll that finds nothing is not a failure). */
+/* Sends length bytes (copied) to rank with tag without waiting for the
+ * receiver to take them: the local runtime queues the message at once; mpi
+ * keeps a pending send that later runtime calls of this rank progress. Two
+ * ranks that post to each other never wait on each other. Messages from one
+ * rank to another with one tag arrive in the order sent or posted. */
+kvio_status_t kvio_rte_post(kvio_rte_t *rte, int to, int tag, const void *data, size_t length);
+
+/* Waits, bounded by the timeout, until every message this rank posted has
+ * left (mpi: matched by its receiver). */
+kvio_status_t kvio_rte_flush(kvio_rte_t *rte);
+
+/* Takes the next message from rank with tag if one has arrived: KVIO_OK
+ * with *data_p malloc'd (the caller frees it); KVIO_INPROGRESS when none
+ * has; KVIO_ERR_PEER when none has and the sender has finished or failed
+ * (local; mpi cannot tell). Never waits. */
 kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
-                               size_t *length_p);
+                                size_t *length_p);
 
 /* Waits until every rank has arrived. */
 kvio_status_t kvio_rte_barrier(kvio_rte_t *rte);

@@ -26,6 +26,7 @@ typedef enum { KVIO_MODE_SIMULATE = 0, KVIO_MODE_EMULATE = 1 } kvio_mode_t;
 typedef struct kvio_ranks_config {
     int64_t train;
     int64_t serve;
+    int64_t client;     /* coupled run: 1 = a client rank after the serve ranks */
     char *runtime;      /* auto | local | mpi */
     int64_t timeout_ns; /* bound on every wait for a peer */
 } kvio_ranks_config_t;

@@ -58,6 +58,24 @@ kvio_status_t kvio_router_create(const kvio_router_config_t *config, kvio_router
 void kvio_router_destroy(kvio_router_t *router);
 const char *kvio_router_name(const kvio_router_t *router);
 
+/* What a router sees of the serve ranks: the engines themselves (simulate)
+ * or the state the ranks publish every iteration (emulate, where the client
+ * mirrors it). load counts waiting + running requests; cached_prefix is in
+ * tokens and never covers the last prompt token. */
+typedef struct kvio_router_view {
+    void *context;
+    uint32_t block_size;
+    uint32_t (*load)(void *context, uint32_t rank);
+    size_t (*cached_prefix)(void *context, uint32_t rank, const kvio_hash_t *hashes,
+                            size_t num_hashes, uint32_t prompt_tokens);
+    uint64_t (*active_decode_blocks)(void *context, uint32_t rank);
+} kvio_router_view_t;
+
+/* Picks the serve rank for a request from what view shows of num_ranks
+ * ranks. */
+uint32_t kvio_router_choose_view(kvio_router_t *router, const kvio_router_view_t *view,
+                                 uint32_t num_ranks, const kvio_engine_request_t *request);
+
 /* Picks the serve rank for a request from the engines' current state. */
 uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines,
                             uint32_t num_engines, const kvio_engine_request_t *request);
@@ -79,6 +97,13 @@ typedef struct kvio_serve_run {
     volatile sig_atomic_t *stop;    /* set asynchronously to stop early (may be NULL) */
     kvio_event_trace_t *events;     /* borrowed; one event per iteration and swap (may be NULL) */
     const struct kvio_device_config *device; /* emulate: KV pool memory (NULL: host) */
+    /* Coupled run: this rank's runtime handle (NULL elsewhere); with a client
+     * rank (client_rank > 0) serve rank i is world rank first_serve_rank + i
+     * and takes its requests from the client instead of a share of its own
+     * stream. */
+    struct kvio_rte *rte;
+    int client_rank;
+    int first_serve_rank;
 } kvio_serve_run_t;
 
 /* KV blocks per serve rank from the kvcache section, model and GPU (blocks,
@@ -125,13 +150,38 @@ void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *serve
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                    size_t *length_p);
 
-/* On rank 0: merges the serve ranks' blobs into serving metrics (JSON) and
- * requests.csv in results (may be NULL), and returns the requests finished
- * per model version (malloc'd; caller frees). */
+/* On rank 0: merges the serve ranks' blobs (and the client rank's, if one
+ * is among them) into serving metrics (JSON), requests.csv and
+ * iterations.csv in results (may be NULL) and iteration events (events may
+ * be NULL), and returns the requests finished per model version (malloc'd;
+ * caller frees). */
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
-                                     kvio_results_t *results, json_t **metrics_p,
-                                     uint64_t **served_p, size_t *num_versions_p,
-                                     char *error_p, size_t error_len);
+                                     kvio_results_t *results, kvio_event_trace_t *events,
+                                     json_t **metrics_p, uint64_t **served_p,
+                                     size_t *num_versions_p, char *error_p, size_t error_len);
+
+/* ---------- the client rank of the coupled run (ranks.client: 1) ---------- */
+
+typedef struct kvio_serve_client kvio_serve_client_t;
+
+/* Creates the client of run->num_ranks serve ranks (world ranks
+ * run->first_serve_rank on) over run->rte; run->stream is its stream.
+ * Caller destroys. */
+kvio_status_t kvio_serve_client_create(const kvio_serve_run_t *run,
+                                       kvio_serve_client_t **client_p, char *error_p,
+                                       size_t error_len);
+void kvio_serve_client_destroy(kvio_serve_client_t *client);
+
+/* Generates the stream in real time and sends each request to the serve
+ * rank the router picks from the state ranks publish, until every serve
+ * rank has finished. stop (may be NULL) ends the stream early. */
+kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_atomic_t *stop,
+                                    char *error_p, size_t error_len);
+
+/* The client's counts as a blob for rank 0 (caller frees); the merge of the
+ * serve ranks' blobs recognises it. */
+kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **blob_p,
+                                     size_t *length_p);
 
 /* Metrics of merged engine measurements as JSON (TTFT, TPOT, ITL, E2EL in ms
  * with mean/p50/p90/p99, throughputs, goodput, prefix cache, preemptions). */

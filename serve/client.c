@@ -1,0 +1,725 @@
+/* Serve ranks and their client in real time. A serve rank publishes its
+ * state every iteration (load, free KV blocks, active decode blocks, and
+ * the block hashes that entered or left its prefix index since the last
+ * time); the client mirrors each rank's cached-hash set from those deltas,
+ * and routers read the mirror. Requests travel in batches. In the coupled
+ * run the client is its own rank and both travel over the runtime; plain
+ * emulate passes the same messages between threads. */
+#include "kvio/serve.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+#include "kvio/rte.h"
+#include "serve/serve_int.h"
+
+#define STATE_MAGIC 0x6b767374u   /* "kvst" */
+#define BATCH_MAGIC 0x6b766271u   /* "kvbq" */
+#define CLIENT_MAGIC 0x6b76696f636c6e31ull /* "kvioclnt1" */
+#define ROUTER_NAME_WORDS 4 /* the router's name in the client's report */
+#define STATE_FINAL 1u
+#define BATCH_LAST 1u
+
+/* ---------- what a serve rank publishes ---------- */
+
+/* The fixed part of a state message; cached then evicted hashes follow. */
+typedef struct state_header {
+    uint32_t magic;
+    uint32_t flags;            /* STATE_FINAL: the rank has finished serving */
+    uint64_t received;         /* requests the rank has taken so far */
+    uint64_t active_decode_blocks;
+    uint32_t load;             /* waiting + running requests */
+    uint32_t free_blocks;
+    uint32_t num_cached;
+    uint32_t num_evicted;
+} state_header_t;
+
+static kvio_status_t hashes_push(kvio_hash_t **hashes, size_t *count, size_t *capacity,
+                                 kvio_hash_t hash)
+{
+    if (*count == *capacity) {
+        size_t bigger_capacity = *capacity ? 2 * *capacity : 256;
+        kvio_hash_t *bigger = realloc(*hashes, bigger_capacity * sizeof(*bigger));
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        *hashes = bigger;
+        *capacity = bigger_capacity;
+    }
+    (*hashes)[(*count)++] = hash;
+    return KVIO_OK;
+}
+
+void kvio_serve_publisher_note(kvio_serve_publisher_t *publisher, kvio_hash_t hash,
+                               bool cached)
+{
+    kvio_status_t status =
+        cached ? hashes_push(&publisher->cached, &publisher->num_cached,
+                             &publisher->cached_capacity, hash)
+               : hashes_push(&publisher->evicted, &publisher->num_evicted,
+                             &publisher->evicted_capacity, hash);
+    if (status != KVIO_OK && publisher->status == KVIO_OK)
+        publisher->status = status;
+}
+
+kvio_status_t kvio_serve_publisher_pack(kvio_serve_publisher_t *publisher,
+                                        const kvio_engine_t *engine, bool final,
+                                        void **blob_p, size_t *length_p)
+{
+    if (publisher->status != KVIO_OK)
+        return publisher->status;
+    state_header_t header = {
+        .magic = STATE_MAGIC, .flags = final ? STATE_FINAL : 0,
+        .received = publisher->received,
+        .active_decode_blocks = kvio_engine_active_decode_blocks(engine),
+        .load = kvio_engine_load(engine), .free_blocks = kvio_engine_free_blocks(engine),
+        .num_cached = (uint32_t)publisher->num_cached,
+        .num_evicted = (uint32_t)publisher->num_evicted};
+    size_t cached_bytes = publisher->num_cached * sizeof(kvio_hash_t);
+    size_t evicted_bytes = publisher->num_evicted * sizeof(kvio_hash_t);
+    size_t length = sizeof(header) + cached_bytes + evicted_bytes;
+    unsigned char *blob = malloc(length);
+    if (blob == NULL)
+        return KVIO_ERR_NOMEM;
+    memcpy(blob, &header, sizeof(header));
+    if (cached_bytes > 0)
+        memcpy(blob + sizeof(header), publisher->cached, cached_bytes);
+    if (evicted_bytes > 0)
+        memcpy(blob + sizeof(header) + cached_bytes, publisher->evicted, evicted_bytes);
+    publisher->num_cached = 0;
+    publisher->num_evicted = 0;
+    *blob_p = blob;
+    *length_p = length;
+    return KVIO_OK;
+}
+
+void kvio_serve_publisher_fini(kvio_serve_publisher_t *publisher)
+{
+    free(publisher->cached);
+    free(publisher->evicted);
+    memset(publisher, 0, sizeof(*publisher));
+}
+
+/* ---------- the client's mirror ---------- */
+
+/* A set of hashes with counts (the pool may hold one hash in several
+ * blocks): open addressing, linear probing, deletion by backward shift. */
+typedef struct hash_slot {
+    kvio_hash_t hash;
+    uint32_t count; /* 0: empty */
+} hash_slot_t;
+
+typedef struct hash_set {
+    hash_slot_t *slots;
+    size_t capacity; /* a power of two */
+    size_t used;
+} hash_set_t;
+
+static size_t slot_of(const hash_set_t *set, kvio_hash_t hash)
+{
+    return (size_t)(hash.low ^ (hash.high * 0x9e3779b97f4a7c15ull)) & (set->capacity - 1);
+}
+
+static bool hash_equal(kvio_hash_t a, kvio_hash_t b)
+{
+    return a.low == b.low && a.high == b.high;
+}
+
+static size_t set_find(const hash_set_t *set, kvio_hash_t hash)
+{
+    if (set->capacity == 0)
+        return SIZE_MAX;
+    for (size_t i = slot_of(set, hash);; i = (i + 1) & (set->capacity - 1)) {
+        if (set->slots[i].count == 0)
+            return SIZE_MAX;
+        if (hash_equal(set->slots[i].hash, hash))
+            return i;
+    }
+}
+
+static kvio_status_t set_add(hash_set_t *set, kvio_hash_t hash)
+{
+    if (2 * (set->used + 1) > set->capacity) {
+        hash_set_t bigger = {.capacity = set->capacity ? 2 * set->capacity : 1024};
+        bigger.slots = calloc(bigger.capacity, sizeof(*bigger.slots));
+        if (bigger.slots == NULL)
+            return KVIO_ERR_NOMEM;
+        for (size_t i = 0; i < set->capacity; i++) {
+            if (set->slots[i].count == 0)
+                continue;
+            size_t j = slot_of(&bigger, set->slots[i].hash);
+            while (bigger.slots[j].count != 0)
+                j = (j + 1) & (bigger.capacity - 1);
+            bigger.slots[j] = set->slots[i];
+        }
+        bigger.used = set->used;
+        free(set->slots);
+        *set = bigger;
+    }
+    size_t i = slot_of(set, hash);
+    while (set->slots[i].count != 0 && !hash_equal(set->slots[i].hash, hash))
+        i = (i + 1) & (set->capacity - 1);
+    if (set->slots[i].count == 0) {
+        set->slots[i].hash = hash;
+        set->used++;
+    }
+    set->slots[i].count++;
+    return KVIO_OK;
+}
+
+static void set_remove(hash_set_t *set, kvio_hash_t hash)
+{
+    size_t i = set_find(set, hash);
+    if (i == SIZE_MAX || --set->slots[i].count > 0)
+        return;
+    set->used--;
+    /* Backward shift: move later entries of the run into the hole when
+     * their home slot is not between the hole and them. */
+    size_t mask = set->capacity - 1;
+    for (size_t j = (i + 1) & mask; set->slots[j].count != 0; j = (j + 1) & mask) {
+        size_t home = slot_of(set, set->slots[j].hash);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            set->slots[i] = set->slots[j];
+            set->slots[j].count = 0;
+            i = j;
+        }
+    }
+    set->slots[i].count = 0;
+}
+
+typedef struct mirrored_rank {
+    state_header_t state; /* the last published (counts of deltas unused) */
+    uint64_t dispatched;  /* requests sent to the rank so far */
+    uint64_t states;      /* state messages applied */
+    hash_set_t cached;
+} mirrored_rank_t;
+
+struct kvio_serve_mirror {
+    uint32_t num_ranks;
+    uint32_t block_size;
+    mirrored_rank_t *ranks;
+};
+
+kvio_status_t kvio_serve_mirror_create(uint32_t num_ranks, uint32_t block_size,
+                                       kvio_serve_mirror_t **mirror_p)
+{
+    kvio_serve_mirror_t *mirror = calloc(1, sizeof(*mirror));
+    if (mirror == NULL || (mirror->ranks = calloc(num_ranks, sizeof(*mirror->ranks))) == NULL) {
+        free(mirror);
+        return KVIO_ERR_NOMEM;
+    }
+    mirror->num_ranks = num_ranks;
+    mirror->block_size = block_size;
+    *mirror_p = mirror;
+    return KVIO_OK;
+}
+
+void kvio_serve_mirror_destroy(kvio_serve_mirror_t *mirror)
+{
+    if (mirror == NULL)
+        return;
+    for (uint32_t r = 0; r < mirror->num_ranks; r++)
+        free(mirror->ranks[r].cached.slots);
+    free(mirror->ranks);
+    free(mirror);
+}
+
+kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank,
+                                      const void *blob, size_t length, bool *final_p)
+{
+    state_header_t header;
+    if (rank >= mirror->num_ranks || length < sizeof(header))
+        return KVIO_ERR_PARSE;
+    memcpy(&header, blob, sizeof(header));
+    if (header.magic != STATE_MAGIC ||
+        length != sizeof(header) + ((size_t)header.num_cached + header.num_evicted) *
+                                       sizeof(kvio_hash_t))
+        return KVIO_ERR_PARSE;
+    mirrored_rank_t *mirrored = &mirror->ranks[rank];
+    const unsigned char *hashes = (const unsigned char *)blob + sizeof(header);
+    /* Additions first: every eviction then finds what it removes, even a
+     * block cached and evicted within the same iteration. */
+    for (uint32_t i = 0; i < header.num_cached; i++) {
+        kvio_hash_t hash;
+        memcpy(&hash, hashes + (size_t)i * sizeof(hash), sizeof(hash));
+        if (set_add(&mirrored->cached, hash) != KVIO_OK)
+            return KVIO_ERR_NOMEM;
+    }
+    hashes += (size_t)header.num_cached * sizeof(kvio_hash_t);
+    for (uint32_t i = 0; i < header.num_evicted; i++) {
+        kvio_hash_t hash;
+        memcpy(&hash, hashes + (size_t)i * sizeof(hash), sizeof(hash));
+        set_remove(&mirrored->cached, hash);
+    }
+    mirrored->state = header;
+    mirrored->states++;
+    *final_p = (header.flags & STATE_FINAL) != 0;
+    return KVIO_OK;
+}
+
+void kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank)
+{
+    mirror->ranks[rank].dispatched++;
+}
+
+static uint64_t mirror_states_of(const kvio_serve_mirror_t *mirror, uint32_t rank)
+{
+    return mirror->ranks[rank].states;
+}
+
+uint64_t kvio_serve_mirror_states(const kvio_serve_mirror_t *mirror)
+{
+    uint64_t states = 0;
+    for (uint32_t r = 0; r < mirror->num_ranks; r++)
+        states += mirror->ranks[r].states;
+    return states;
+}
+
+/* Published load plus what was sent since the rank last said how much it
+ * had taken. */
+static uint32_t mirror_load(void *context, uint32_t rank)
+{
+    const mirrored_rank_t *mirrored = &((kvio_serve_mirror_t *)context)->ranks[rank];
+    uint64_t in_flight = mirrored->dispatched > mirrored->state.received
+                             ? mirrored->dispatched - mirrored->state.received
+                             : 0;
+    return mirrored->state.load + (uint32_t)in_flight;
+}
+
+/* The longest run of leading prompt blocks in the mirrored set, in tokens;
+ * like the engine's lookup it never covers the last prompt token. */
+static size_t mirror_cached_prefix(void *context, uint32_t rank, const kvio_hash_t *hashes,
+                                   size_t num_hashes, uint32_t prompt_tokens)
+{
+    const kvio_serve_mirror_t *mirror = context;
+    const hash_set_t *set = &mirror->ranks[rank].cached;
+    size_t full = prompt_tokens / mirror->block_size;
+    if (num_hashes > full)
+        num_hashes = full;
+    size_t blocks = 0;
+    while (blocks < num_hashes && set_find(set, hashes[blocks]) != SIZE_MAX)
+        blocks++;
+    if (blocks > 0 && blocks * mirror->block_size >= prompt_tokens)
+        blocks--;
+    return blocks * mirror->block_size;
+}
+
+static uint64_t mirror_active_decode_blocks(void *context, uint32_t rank)
+{
+    return ((kvio_serve_mirror_t *)context)->ranks[rank].state.active_decode_blocks;
+}
+
+void kvio_serve_mirror_view(kvio_serve_mirror_t *mirror, kvio_router_view_t *view_p)
+{
+    *view_p = (kvio_router_view_t){.context = mirror,
+                                   .block_size = mirror->block_size,
+                                   .load = mirror_load,
+                                   .cached_prefix = mirror_cached_prefix,
+                                   .active_decode_blocks = mirror_active_decode_blocks};
+}
+
+/* ---------- request batches ---------- */
+
+typedef struct batch_header {
+    uint32_t magic;
+    uint32_t flags;     /* BATCH_LAST: the client sends nothing more */
+    int64_t origin_ns;  /* the client's time zero on rank 0's clock */
+    uint32_t count;
+    uint32_t reserved;
+} batch_header_t;
+
+/* One request; its block hashes follow. */
+typedef struct batch_request {
+    uint64_t id;
+    int64_t arrival_ns; /* since origin_ns */
+    uint32_t prompt_tokens, output_tokens, max_tokens;
+    int32_t priority;
+    uint32_t num_hashes;
+    uint32_t measured;
+} batch_request_t;
+
+static kvio_status_t batch_reserve(kvio_serve_batch_t *batch, size_t more)
+{
+    if (batch->length + more <= batch->capacity)
+        return KVIO_OK;
+    size_t capacity = (batch->length + more) * 2 + 4096;
+    unsigned char *bigger = realloc(batch->data, capacity);
+    if (bigger == NULL)
+        return KVIO_ERR_NOMEM;
+    batch->data = bigger;
+    batch->capacity = capacity;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_batch_add(kvio_serve_batch_t *batch,
+                                   const kvio_engine_request_t *request)
+{
+    if (batch->length == 0) {
+        kvio_status_t status = batch_reserve(batch, sizeof(batch_header_t));
+        if (status != KVIO_OK)
+            return status;
+        memset(batch->data, 0, sizeof(batch_header_t));
+        batch->length = sizeof(batch_header_t);
+    }
+    batch_request_t item = {
+        .id = request->id, .arrival_ns = request->arrival_ns,
+        .prompt_tokens = request->prompt_tokens, .output_tokens = request->output_tokens,
+        .max_tokens = request->max_tokens, .priority = request->priority,
+        .num_hashes = (uint32_t)request->num_hashes, .measured = request->measured};
+    size_t hash_bytes = request->num_hashes * sizeof(kvio_hash_t);
+    kvio_status_t status = batch_reserve(batch, sizeof(item) + hash_bytes);
+    if (status != KVIO_OK)
+        return status;
+    memcpy(batch->data + batch->length, &item, sizeof(item));
+    if (hash_bytes > 0)
+        memcpy(batch->data + batch->length + sizeof(item), request->hashes, hash_bytes);
+    batch->length += sizeof(item) + hash_bytes;
+    batch->count++;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_batch_seal(kvio_serve_batch_t *batch, int64_t origin_ns, bool last)
+{
+    if (batch->length == 0) {
+        kvio_status_t status = batch_reserve(batch, sizeof(batch_header_t));
+        if (status != KVIO_OK)
+            return status;
+        batch->length = sizeof(batch_header_t);
+    }
+    batch_header_t header = {.magic = BATCH_MAGIC, .flags = last ? BATCH_LAST : 0,
+                             .origin_ns = origin_ns, .count = batch->count};
+    memcpy(batch->data, &header, sizeof(header));
+    return KVIO_OK;
+}
+
+void kvio_serve_batch_reset(kvio_serve_batch_t *batch)
+{
+    batch->length = 0;
+    batch->count = 0;
+}
+
+void kvio_serve_batch_fini(kvio_serve_batch_t *batch)
+{
+    free(batch->data);
+    memset(batch, 0, sizeof(*batch));
+}
+
+kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
+                                    kvio_serve_batch_each_t each, void *context,
+                                    int64_t *origin_ns_p, bool *last_p)
+{
+    batch_header_t header;
+    if (length < sizeof(header))
+        return KVIO_ERR_PARSE;
+    memcpy(&header, blob, sizeof(header));
+    if (header.magic != BATCH_MAGIC)
+        return KVIO_ERR_PARSE;
+    *origin_ns_p = header.origin_ns;
+    *last_p = (header.flags & BATCH_LAST) != 0;
+    const unsigned char *cursor = (const unsigned char *)blob + sizeof(header);
+    const unsigned char *end = (const unsigned char *)blob + length;
+    kvio_hash_t *hashes = NULL;
+    size_t hashes_capacity = 0;
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t i = 0; i < header.count && status == KVIO_OK; i++) {
+        batch_request_t item;
+        if ((size_t)(end - cursor) < sizeof(item)) {
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        memcpy(&item, cursor, sizeof(item));
+        cursor += sizeof(item);
+        size_t hash_bytes = (size_t)item.num_hashes * sizeof(kvio_hash_t);
+        if ((size_t)(end - cursor) < hash_bytes) {
+            status = KVIO_ERR_PARSE;
+            break;
+        }
+        if (item.num_hashes > hashes_capacity) {
+            kvio_hash_t *bigger = realloc(hashes, hash_bytes);
+            if (bigger == NULL) {
+                status = KVIO_ERR_NOMEM;
+                break;
+            }
+            hashes = bigger;
+            hashes_capacity = item.num_hashes;
+        }
+        if (hash_bytes > 0)
+            memcpy(hashes, cursor, hash_bytes); /* aligned for the engine */
+        cursor += hash_bytes;
+        kvio_engine_request_t request = {
+            .id = item.id, .arrival_ns = item.arrival_ns, .prompt_tokens = item.prompt_tokens,
+            .output_tokens = item.output_tokens, .max_tokens = item.max_tokens,
+            .priority = item.priority, .hashes = hashes, .num_hashes = item.num_hashes,
+            .measured = item.measured != 0};
+        status = each(context, &request);
+    }
+    free(hashes);
+    return status;
+}
+
+/* ---------- the client rank (coupled run) ---------- */
+
+struct kvio_serve_client {
+    const kvio_serve_run_t *run;
+    kvio_rte_t *rte;
+    uint32_t num_serve;
+    int first_serve; /* world rank of serve rank 0 */
+    kvio_router_t *router;
+    kvio_serve_mirror_t *mirror;
+    kvio_serve_batch_t *batches; /* one per serve rank */
+    bool *final;                 /* the rank's last state has arrived */
+    uint64_t generated;          /* requests sent */
+    uint64_t *routed;            /* requests sent per serve rank */
+};
+
+kvio_status_t kvio_serve_client_create(const kvio_serve_run_t *run,
+                                       kvio_serve_client_t **client_p, char *error_p,
+                                       size_t error_len)
+{
+    kvio_serve_client_t *client = calloc(1, sizeof(*client));
+    if (client == NULL)
+        return KVIO_ERR_NOMEM;
+    client->run = run;
+    client->rte = run->rte;
+    client->num_serve = run->num_ranks > 0 ? run->num_ranks : 1;
+    client->first_serve = run->first_serve_rank;
+    kvio_status_t status = kvio_router_create(&run->serve->router, &client->router);
+    if (status == KVIO_OK)
+        status = kvio_serve_mirror_create(client->num_serve,
+                                          (uint32_t)run->serve->kvcache.block_size,
+                                          &client->mirror);
+    if (status == KVIO_OK &&
+        ((client->batches = calloc(client->num_serve, sizeof(*client->batches))) == NULL ||
+         (client->final = calloc(client->num_serve, sizeof(*client->final))) == NULL ||
+         (client->routed = calloc(client->num_serve, sizeof(*client->routed))) == NULL))
+        status = KVIO_ERR_NOMEM;
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "client rank: %s", kvio_strerror(status));
+        kvio_serve_client_destroy(client);
+        return status;
+    }
+    *client_p = client;
+    return KVIO_OK;
+}
+
+void kvio_serve_client_destroy(kvio_serve_client_t *client)
+{
+    if (client == NULL)
+        return;
+    for (uint32_t r = 0; client->batches != NULL && r < client->num_serve; r++)
+        kvio_serve_batch_fini(&client->batches[r]);
+    free(client->batches);
+    free(client->final);
+    free(client->routed);
+    kvio_serve_mirror_destroy(client->mirror);
+    kvio_router_destroy(client->router);
+    free(client);
+}
+
+/* Applies every state message that has arrived; *all_final_p when every
+ * rank has sent its last, *heard_p when any message came. */
+static kvio_status_t client_drain_states(kvio_serve_client_t *client, bool *all_final_p,
+                                         bool *heard_p, char *error_p, size_t error_len)
+{
+    bool all_final = true;
+    *heard_p = false;
+    for (uint32_t r = 0; r < client->num_serve; r++) {
+        int from = client->first_serve + (int)r;
+        while (!client->final[r]) {
+            void *data = NULL;
+            size_t length = 0;
+            kvio_status_t status = kvio_rte_try_recv(client->rte, from, KVIO_SERVE_TAG_STATE,
+                                                     &data, &length);
+            if (status == KVIO_INPROGRESS)
+                break;
+            if (status == KVIO_OK) {
+                *heard_p = true;
+                status = kvio_serve_mirror_apply(client->mirror, r, data, length,
+                                                 &client->final[r]);
+            }
+            free(data);
+            if (status != KVIO_OK) {
+                snprintf(error_p, error_len, "client rank: serve rank %d %s", from,
+                         status == KVIO_ERR_PEER ? "ended before it finished serving"
+                                                 : "sent a bad state message");
+                return status;
+            }
+        }
+        all_final = all_final && client->final[r];
+    }
+    *all_final_p = all_final;
+    return KVIO_OK;
+}
+
+static kvio_status_t client_send_batches(kvio_serve_client_t *client, int64_t origin_ns,
+                                         bool last)
+{
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t r = 0; r < client->num_serve && status == KVIO_OK; r++) {
+        kvio_serve_batch_t *batch = &client->batches[r];
+        if (batch->count == 0 && !last)
+            continue;
+        status = kvio_serve_batch_seal(batch, origin_ns, last);
+        if (status == KVIO_OK)
+            status = kvio_rte_post(client->rte, client->first_serve + (int)r,
+                                   KVIO_SERVE_TAG_REQUESTS, batch->data, batch->length);
+        kvio_serve_batch_reset(batch);
+    }
+    return status;
+}
+
+kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_atomic_t *stop,
+                                    char *error_p, size_t error_len)
+{
+    const kvio_serve_run_t *run = client->run;
+    kvio_hash_buffer_t hashes = {0};
+    kvio_router_view_t view;
+    kvio_serve_mirror_view(client->mirror, &view);
+    bool ended = false, all_final = false, heard = false;
+    /* The stream starts when every serve rank has published its first state
+     * (its KV memory is set up and it is serving). */
+    kvio_status_t status = KVIO_OK;
+    int64_t waited_until = kvio_rte_time_ns(client->rte) + kvio_rte_timeout_ns(client->rte);
+    for (uint32_t ready = 0; status == KVIO_OK && ready < client->num_serve;) {
+        status = client_drain_states(client, &all_final, &heard, error_p, error_len);
+        for (ready = 0; ready < client->num_serve && mirror_states_of(client->mirror, ready) > 0;)
+            ready++;
+        if (status == KVIO_OK && ready < client->num_serve) {
+            if (kvio_rte_time_ns(client->rte) > waited_until) {
+                snprintf(error_p, error_len, "client rank: serve rank %d never said it was ready",
+                         client->first_serve + (int)ready);
+                status = KVIO_ERR_TIMEOUT;
+            }
+            struct timespec pause = {.tv_sec = 0, .tv_nsec = 100000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    int64_t origin = kvio_rte_time_ns(client->rte);
+    const kvio_request_t *next = NULL;
+    if (status == KVIO_OK)
+        status = kvio_stream_next(run->stream, &next);
+    int64_t last_heard = 0; /* a serve rank that says nothing for the timeout is lost */
+    while (status == KVIO_OK) {
+        status = client_drain_states(client, &all_final, &heard, error_p, error_len);
+        if (status != KVIO_OK || all_final)
+            break;
+        int64_t now = kvio_rte_time_ns(client->rte) - origin;
+        if (ended && stop != NULL && *stop)
+            break; /* interrupted: serve ranks stop without a last state */
+        if (heard || !ended)
+            last_heard = now;
+        if (!ended) {
+            bool stopping = stop != NULL && *stop;
+            /* Every request due by now, routed on what the ranks published. */
+            while (status == KVIO_OK && !stopping && next != NULL && next->arrival_ns <= now) {
+                kvio_engine_request_t request;
+                bool measured = now >= run->warmup_ns &&
+                                client->generated >= (uint64_t)run->warmup_requests;
+                status = kvio_serve_engine_request(next, (uint32_t)run->serve->kvcache.block_size,
+                                                   now, measured, 0, &hashes, &request);
+                if (status == KVIO_OK && request.prompt_tokens > 0) {
+                    uint32_t rank = kvio_router_choose_view(client->router, &view,
+                                                            client->num_serve, &request);
+                    status = kvio_serve_batch_add(&client->batches[rank], &request);
+                    kvio_serve_mirror_dispatched(client->mirror, rank);
+                    client->routed[rank]++;
+                    client->generated++;
+                }
+                if (status == KVIO_OK)
+                    status = kvio_stream_next(run->stream, &next);
+            }
+            ended = status == KVIO_OK && (stopping || next == NULL);
+            if (status == KVIO_OK)
+                status = client_send_batches(client, origin, ended);
+            if (status != KVIO_OK) {
+                snprintf(error_p, error_len, "client rank: sending requests: %s",
+                         kvio_strerror(status));
+                break;
+            }
+        } else if (now - last_heard > kvio_rte_timeout_ns(client->rte)) {
+            snprintf(error_p, error_len,
+                     "client rank: no state from the serve ranks for %.1f s after the last "
+                     "request", (double)(now - last_heard) / 1e9);
+            status = KVIO_ERR_TIMEOUT;
+            break;
+        }
+        /* Sleep to the next arrival, looking at published state every
+         * 200 us. */
+        int64_t pause_ns = 200000;
+        if (!ended && next != NULL && next->arrival_ns - now < pause_ns)
+            pause_ns = next->arrival_ns - now;
+        if (pause_ns > 0) {
+            struct timespec pause = {.tv_sec = 0, .tv_nsec = pause_ns};
+            nanosleep(&pause, NULL);
+        }
+    }
+    free(hashes.hashes);
+    /* Interrupted serve ranks take no more batches: nothing to wait for. */
+    if (status == KVIO_OK && !(stop != NULL && *stop))
+        status = kvio_rte_flush(client->rte);
+    return status;
+}
+
+kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **blob_p,
+                                     size_t *length_p)
+{
+    uint64_t header[4 + ROUTER_NAME_WORDS] = {CLIENT_MAGIC, client->num_serve,
+                                              client->generated,
+                                              kvio_serve_mirror_states(client->mirror)};
+    snprintf((char *)&header[4], ROUTER_NAME_WORDS * 8, "%s", kvio_router_name(client->router));
+    size_t length = sizeof(header) + client->num_serve * sizeof(uint64_t);
+    unsigned char *blob = malloc(length);
+    if (blob == NULL)
+        return KVIO_ERR_NOMEM;
+    memcpy(blob, header, sizeof(header));
+    memcpy(blob + sizeof(header), client->routed, client->num_serve * sizeof(uint64_t));
+    *blob_p = blob;
+    *length_p = length;
+    return KVIO_OK;
+}
+
+bool kvio_serve_client_blob(const void *blob, size_t length)
+{
+    uint64_t magic;
+    if (length < sizeof(magic))
+        return false;
+    memcpy(&magic, blob, sizeof(magic));
+    return magic == CLIENT_MAGIC;
+}
+
+json_t *kvio_serve_client_json(const void *blob, size_t length)
+{
+    uint64_t header[4 + ROUTER_NAME_WORDS];
+    if (length < sizeof(header))
+        return NULL;
+    memcpy(header, blob, sizeof(header));
+    if (header[0] != CLIENT_MAGIC || header[1] > length / sizeof(uint64_t) ||
+        length != sizeof(header) + header[1] * sizeof(uint64_t))
+        return NULL;
+    uint64_t *routed = malloc(header[1] * sizeof(uint64_t) + 1);
+    if (routed == NULL)
+        return NULL;
+    memcpy(routed, (const unsigned char *)blob + sizeof(header), header[1] * sizeof(uint64_t));
+    char router[ROUTER_NAME_WORDS * 8];
+    memcpy(router, &header[4], sizeof(router));
+    router[sizeof(router) - 1] = '\0';
+    json_t *object = kvio_serve_client_counts_json("rank", router, header[2], routed,
+                                                   (uint32_t)header[1], header[3]);
+    free(routed);
+    return object;
+}
+
+json_t *kvio_serve_client_counts_json(const char *where, const char *router,
+                                      uint64_t generated, const uint64_t *routed,
+                                      uint32_t num_ranks, uint64_t states)
+{
+    json_t *per_rank = json_array();
+    for (uint32_t r = 0; r < num_ranks; r++)
+        json_array_append_new(per_rank, json_integer((json_int_t)routed[r]));
+    return json_pack("{s:s, s:s, s:I, s:I, s:o}", "where", where, "router", router,
+                     "generated", (json_int_t)generated, "state_messages", (json_int_t)states,
+                     "routed_per_rank", per_rank);
+}
