@@ -79,12 +79,18 @@ static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, 
     return UCS_OK;
 }
 
+/* A request is freed here, when it is done, not when it is posted:
+ * ucp_request_free() on a request still in flight also drops its callback
+ * ("no further notifications or callbacks"), so a put or notice that did not
+ * complete inline (tcp, whose puts UCX emulates with active messages, or any
+ * send queued behind wire-up) would never be counted down. */
 static void request_done(void *request, ucs_status_t status, void *user_data)
 {
     ucx_priv_t *priv = user_data;
     priv->inflight--;
     if (status != UCS_OK)
         priv->request_error = status;
+    ucp_request_free(request);
 }
 
 /* Progresses until the outstanding requests drop to limit, bounded by the
@@ -125,10 +131,8 @@ static kvio_status_t track(kvio_xfer_t *xfer, ucs_status_ptr_t request, const ch
                             ucs_status_string(UCS_PTR_STATUS(request)));
         return from_ucs(UCS_PTR_STATUS(request));
     }
-    if (request != NULL) {
-        priv->inflight++;
-        ucp_request_free(request); /* released by UCX when done; the callback still runs */
-    }
+    if (request != NULL)
+        priv->inflight++; /* request_done counts it down and frees it */
     return KVIO_OK;
 }
 
@@ -699,10 +703,16 @@ kvio_status_t kvio_xfer_ucx_ack(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
     return kvio_xfer_ucx_send_am(xfer, xfer->sender, AM_ACK, &ack, sizeof(ack));
 }
 
+/* Bounded drain: over tcp UCX emulates puts with active messages that only
+ * land while the target progresses, one segment per event, so one call
+ * per turn of a receiver's loop (which naps when idle) would throttle them. */
+#define PROGRESS_BURST 256
+
 void kvio_xfer_ucx_progress(kvio_xfer_t *xfer)
 {
     ucx_priv_t *priv = xfer->priv;
-    ucp_worker_progress(priv->worker);
+    for (int i = 0; i < PROGRESS_BURST && ucp_worker_progress(priv->worker) != 0; i++)
+        ;
 }
 
 const kvio_xfer_ops_t kvio_xfer_ucx_ops = {
