@@ -374,6 +374,20 @@ kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t ch
             times.bytes_moved = xfer->bytes;
             status = checked(xfer, ops->notify(xfer, -1, &meta), "notifying");
         }
+    } else if (xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN) {
+        /* Chain: a free slot on every receiver, then the first hop; the
+         * receivers forward it and notify themselves. */
+        int64_t credit_start = kvio_rte_time_ns(xfer->rte);
+        for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++)
+            status = checked(xfer, ops->wait_credit(xfer, target, &meta),
+                             "waiting for a free receive slot");
+        times.start_ns = kvio_rte_time_ns(xfer->rte);
+        times.credit_ns = times.start_ns - credit_start;
+        meta.t_xfer_start_ns = times.start_ns;
+        if (status == KVIO_OK)
+            status = checked(xfer, ops->chain(xfer, &meta), "putting the weights down the chain");
+        if (status == KVIO_OK)
+            times.bytes_moved = xfer->bytes;
     } else {
         /* Push: per receiver, wait for a free slot, put, then notify. */
         for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++) {
@@ -410,6 +424,8 @@ kvio_status_t kvio_xfer_finish(kvio_xfer_t *xfer, uint64_t last_version)
                              .t_ready_ns = kvio_rte_time_ns(xfer->rte)};
     if (xfer->ops->caps & KVIO_XFER_CAP_SHARED_STORE)
         return checked(xfer, xfer->ops->notify(xfer, -1, &meta), "announcing the end");
+    if (xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN)
+        return checked(xfer, xfer->ops->chain(xfer, &meta), "announcing the end");
     kvio_status_t status = KVIO_OK;
     for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++)
         status = checked(xfer, xfer->ops->notify(xfer, target, &meta), "announcing the end");
