@@ -296,6 +296,16 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
     for (int slot = 0; slot < 2; slot++)
         if (xfer->slots[slot] != NULL && xfer->bytes > 0)
             memset(xfer->slots[slot], 0, xfer->bytes);
+    /* No rank may put into a slot before its owner has zeroed it: a sender
+     * (or, in a chain, a server) that got there first had its first version
+     * wiped by that memset now and then. */
+    status = kvio_rte_barrier(rte);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s transport: waiting for every rank's set-up: %s",
+                 ops->name, kvio_strerror(status));
+        ops->fini(xfer);
+        goto fail_init;
+    }
     *xfer_p = xfer;
     return KVIO_OK;
 fail:

@@ -236,10 +236,9 @@ static kvio_status_t take_inbox(kvio_ucx_chain_t *chain)
 }
 
 /* Flushes what is posted once those puts are complete here and no flush
- * is in flight, and tells the next rank about what a finished flush covers
- * when no message is in flight. (A flush posted while a put still waits
- * for the endpoint's wire-up can finish before that put has even left: the
- * first version then arrived short now and then.) */
+ * is in flight (the order the sequential path keeps: puts done, then the
+ * flush), and tells the next rank about what a finished flush covers when
+ * no message is in flight. */
 static kvio_status_t flush_and_announce(kvio_ucx_chain_t *chain, ucp_ep_h ep)
 {
     if (!chain->flush_inflight && chain->puts_inflight == 0 &&
