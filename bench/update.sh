@@ -2,8 +2,10 @@
 # Model-update speed on this machine: a 1 GiB model, 1 trainer -> 1 server,
 # over ucx, file (fsync on and off) and redis, with kvio's update latency and
 # bandwidth; then ucx_perftest ucp_put_bw at the same chunk size as the
-# reference for UCX bandwidth. Prints a table and `figure NAME VALUE UNIT`
-# lines. Usage: bench/update.sh [BUILD_DIR] (default build/).
+# reference for UCX bandwidth; then ucx fan-out to 3 servers, sequential vs
+# pipelined chain (a smaller model, KVIO_BENCH_FANOUT_BYTES). Prints tables
+# and `figure NAME VALUE UNIT` lines. Usage: bench/update.sh [BUILD_DIR]
+# (default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -12,6 +14,8 @@ bytes=${KVIO_BENCH_BYTES:-1GiB}
 chunk=${KVIO_BENCH_CHUNK:-4MiB}
 chunk_bytes=$((4 * 1024 * 1024))
 versions=${KVIO_BENCH_VERSIONS:-3}
+fanout_bytes=${KVIO_BENCH_FANOUT_BYTES:-256MiB}
+fanout_servers=${KVIO_BENCH_FANOUT_SERVERS:-3}
 [ -x "$kvio" ] || { echo "build kvio first ($kvio not found)" >&2; exit 1; }
 work=$(mktemp -d /tmp/kvio-bench-update-XXXXXX)
 redis_pid=""
@@ -101,3 +105,40 @@ echo "figure file_update_ms $file_ms ms"
 echo "figure file_fsync_update_ms $file_fsync_ms ms"
 echo "figure redis_update_ms $redis_ms ms"
 echo "figure file_vs_ucx_latency $(python3 -c "print('%.2f' % ($file_ms / $ucx_ms))") x"
+
+# Fan-out: 1 trainer -> $fanout_servers servers, sequential vs chain. Per
+# version, the last server's update latency (t_activated - t_ready) and its
+# data latency (t_notified - t_publish_start: the whole copy is in), then
+# the mean over versions; training stall is the trainer's, per checkpoint.
+fanout_case() { # FANOUT
+    timeout 300 "$kvio" -q run "$work/update.yaml" -o "$work/fanout_$1" --force \
+        --set "ranks.serve=$fanout_servers" --set "train.bytes=$fanout_bytes" \
+        --set train.step_time.value=500ms --set "train.transport.fanout=$1" >/dev/null
+}
+# last_server DIR: "latency_ms data_ms stall_ms" means for the highest rank.
+last_server() {
+    python3 - "$1/updates.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+last = max(int(r["rank"]) for r in rows)
+mine = [r for r in rows if int(r["rank"]) == last and r["t_activated_ms"]]
+mean = lambda xs: sum(xs) / len(xs)
+print("%.3f %.3f %.3f" % (mean([float(r["latency_ms"]) for r in mine]),
+      mean([float(r["t_notified_ms"]) - float(r["t_publish_start_ms"]) for r in mine]),
+      mean([float(r["training_stall_ms"]) for r in mine])))
+PY
+}
+fanout_case sequential
+fanout_case chain
+read -r seq_ms seq_data_ms seq_stall_ms <<<"$(last_server "$work/fanout_sequential")"
+read -r chain_ms chain_data_ms chain_stall_ms <<<"$(last_server "$work/fanout_chain")"
+echo
+echo "ucx fan-out, $fanout_bytes, 1 trainer -> $fanout_servers servers, chunk $chunk, $versions versions (last server)"
+printf '%-14s %12s %12s %12s\n' fanout latency_ms data_ms train_stall_ms
+printf '%-14s %12s %12s %12s\n' sequential "$seq_ms" "$seq_data_ms" "$seq_stall_ms"
+printf '%-14s %12s %12s %12s\n' chain "$chain_ms" "$chain_data_ms" "$chain_stall_ms"
+# > 1: the chain gets the last server its update sooner.
+echo "figure ucx_chain_vs_sequential $(python3 -c "print('%.2f' % ($seq_ms / $chain_ms))") x"
+echo "figure ucx_chain_vs_sequential_data $(python3 -c "print('%.2f' % ($seq_data_ms / $chain_data_ms))") x"
+echo "figure ucx_chain_training_stall_ms $chain_stall_ms ms"
+echo "figure ucx_sequential_training_stall_ms $seq_stall_ms ms"

@@ -558,3 +558,23 @@ Test(updates, mpirun_serve_rank_dying_mid_update_fails_every_rank, .timeout = 60
     test_rmtree(dir);
     free(dir);
 }
+
+/* Chain fan-out, 1 trainer + 3 serve ranks: the middle one (rank 2) stops
+ * while receiving version 2, as if it died. Its neighbours in the chain
+ * (rank 1 forwards to it, rank 3 waits on it) and the trainer must not hang:
+ * the run fails with an error naming rank 2 well within ranks.timeout. */
+Test(updates, serve_rank_dying_in_the_middle_of_a_ucx_chain_ends_the_run, .timeout = 30)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    const char *overrides[] = {"ranks.serve=3", "train.transport.fanout=chain",
+                               "update.die_during_version=2", "update.die_rank=2",
+                               "ranks.timeout=8s"};
+    outcome_t outcome = run_workload(dir, overrides, 5);
+    cr_expect_neq(outcome.status, KVIO_OK);
+    cr_expect(test_contains(outcome.error, "serve rank 2 died while receiving version"), "%s",
+              outcome.error);
+    cr_expect_lt(outcome.elapsed_ns, 8000000000ull, "ended within ranks.timeout");
+    test_rmtree(dir);
+    free(dir);
+}

@@ -1,5 +1,6 @@
-/* Tests for the transports on the local runtime (1 trainer + 2 servers): N
- * updates arrive in order with matching checksums over ucx, file and redis;
+/* Tests for the transports on the local runtime (1 trainer + 2 servers, 3
+ * for the ucx chain): N updates arrive in order with matching checksums over
+ * ucx (shared memory and tcp, sequential and chain), file and redis;
  * a byte corrupted at an offset the test picks is caught by verify; the file
  * transport's polling finds a version at the first poll after it is ready. */
 #include "kvio/xfer.h"
@@ -23,33 +24,37 @@
 #define REQUIRE_UCX() cr_skip_test("ucx transport not built")
 #endif
 
-#define NUM_SERVE 2
+#define NUM_SERVE 2 /* unless a test says otherwise */
+#define MAX_SERVE 3
 #define WEIGHTS_BYTES (512u * 1024 + 4096)
 
 typedef struct scenario {
     kvio_xfer_config_t transport;
     kvio_train_config_t train;
     kvio_update_config_t update;
+    int num_serve;
     /* Each rank writes only its own entries. */
     kvio_train_result_t train_result;
-    kvio_update_result_t serve_result[NUM_SERVE];
-    uint64_t active_checksum[NUM_SERVE];
-    char error[NUM_SERVE + 1][512];
+    kvio_update_result_t serve_result[MAX_SERVE];
+    uint64_t active_checksum[MAX_SERVE];
+    char info[512]; /* the sender's kvio_xfer_info */
+    char error[MAX_SERVE + 1][512];
 } scenario_t;
 
 static kvio_status_t scenario_rank(kvio_rte_t *rte, void *arg)
 {
     scenario_t *scenario = arg;
     int self = kvio_rte_index(rte);
-    int receivers[NUM_SERVE] = {1, 2};
+    int receivers[MAX_SERVE] = {1, 2, 3};
     kvio_xfer_t *xfer = NULL;
     kvio_status_t status = kvio_xfer_create(&scenario->transport, rte,
                                             self == 0 ? KVIO_XFER_SENDER : KVIO_XFER_RECEIVER, 0,
-                                            receivers, NUM_SERVE, WEIGHTS_BYTES, &xfer,
+                                            receivers, scenario->num_serve, WEIGHTS_BYTES, &xfer,
                                             scenario->error[self], sizeof(scenario->error[0]));
     if (status != KVIO_OK)
         return status;
     if (self == 0) {
+        snprintf(scenario->info, sizeof(scenario->info), "%s", kvio_xfer_info(xfer));
         status = kvio_train_run(&scenario->train, 3, rte, xfer, 0, NULL, &scenario->train_result,
                                 scenario->error[0], sizeof(scenario->error[0]));
     } else {
@@ -70,6 +75,7 @@ static kvio_status_t scenario_rank(kvio_rte_t *rte, void *arg)
 static void scenario_defaults(scenario_t *scenario, int kind, char *dir)
 {
     memset(scenario, 0, sizeof(*scenario));
+    scenario->num_serve = NUM_SERVE;
     char error[256];
     cr_assert_eq(kvio_config_defaults(kvio_train_options, &scenario->train, error,
                                       sizeof(error)), KVIO_OK, "%s", error);
@@ -101,7 +107,7 @@ static void scenario_defaults(scenario_t *scenario, int kind, char *dir)
 static kvio_status_t run_scenario(scenario_t *scenario, char *error_p, size_t error_len)
 {
     scenario->transport = scenario->train.transport;
-    kvio_rte_params_t params = {.kind = "local", .num_ranks = 1 + NUM_SERVE,
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = 1 + scenario->num_serve,
                                 .timeout_ns = 10000000000LL};
     kvio_rte_world_t *world = NULL;
     kvio_status_t status = kvio_rte_world_create(&params, &world, error_p, error_len);
@@ -115,7 +121,7 @@ static kvio_status_t run_scenario(scenario_t *scenario, char *error_p, size_t er
 static void scenario_free(scenario_t *scenario)
 {
     kvio_train_result_free(&scenario->train_result);
-    for (int i = 0; i < NUM_SERVE; i++)
+    for (int i = 0; i < scenario->num_serve; i++)
         kvio_update_result_free(&scenario->serve_result[i]);
     kvio_config_free(kvio_train_options, &scenario->train);
 }
@@ -126,7 +132,7 @@ static void expect_in_order(const scenario_t *scenario, bool every_version)
 {
     const kvio_train_result_t *train = &scenario->train_result;
     cr_assert_eq(train->count, 5, "the trainer publishes every 2nd of 10 steps");
-    for (int server = 0; server < NUM_SERVE; server++) {
+    for (int server = 0; server < scenario->num_serve; server++) {
         const kvio_update_result_t *result = &scenario->serve_result[server];
         if (every_version)
             cr_expect_eq(result->count, train->count, "server %d got %zu updates", server,
@@ -151,9 +157,10 @@ static void expect_in_order(const scenario_t *scenario, bool every_version)
     }
 }
 
-Test(xfer, ucx_delivers_every_version_in_order, .timeout = 30)
+/* Runs the ucx scenario and checks that every version arrived in order;
+ * info_p gets the sender's kvio_xfer_info. */
+static void expect_ucx_delivers_in_order(char *info_p, size_t info_len)
 {
-    REQUIRE_UCX();
     char *dir = test_tmpdir();
     scenario_t scenario;
     scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
@@ -161,6 +168,89 @@ Test(xfer, ucx_delivers_every_version_in_order, .timeout = 30)
     kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
     cr_assert_eq(status, KVIO_OK, "%s", error);
     expect_in_order(&scenario, true);
+    snprintf(info_p, info_len, "%s", scenario.info);
+    scenario_free(&scenario);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(xfer, ucx_delivers_every_version_in_order, .timeout = 30)
+{
+    REQUIRE_UCX();
+    char info[512];
+    expect_ucx_delivers_in_order(info, sizeof(info));
+}
+
+/* Over tcp UCX emulates puts with active messages, so nothing completes
+ * inline: every put and notice is a request that must be counted down by
+ * its callback. UCX reads UCX_TLS when a context is created, and each test
+ * runs in a process of its own. */
+Test(xfer, ucx_over_tcp_delivers_every_version_in_order, .timeout = 30)
+{
+    REQUIRE_UCX();
+    cr_assert_eq(setenv("UCX_TLS", "tcp", 1), 0);
+    char info[512];
+    expect_ucx_delivers_in_order(info, sizeof(info));
+    cr_expect(strstr(info, "tcp/") != NULL, "the lanes UCX chose are reported: %s", info);
+    cr_expect(strstr(info, "UCX_TLS=tcp") != NULL, "%s", info);
+}
+
+/* Chain fan-out to 3 servers: every version arrives verified on all of
+ * them, and each hop starts and ends no earlier than the one before it
+ * (server i+1's data comes from server i). */
+static void expect_chain_delivers_in_order(void)
+{
+    char *dir = test_tmpdir();
+    scenario_t scenario;
+    scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
+    scenario.num_serve = 3;
+    scenario.train.transport.fanout = KVIO_XFER_FANOUT_CHAIN;
+    char error[512] = "";
+    kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
+    cr_assert_eq(status, KVIO_OK, "%s", error);
+    expect_in_order(&scenario, true);
+    cr_expect(strstr(scenario.info, "chain") != NULL, "%s", scenario.info);
+    for (int server = 1; server < scenario.num_serve; server++) {
+        const kvio_update_result_t *before = &scenario.serve_result[server - 1];
+        const kvio_update_result_t *after = &scenario.serve_result[server];
+        for (size_t i = 0; i < after->count && i < before->count; i++) {
+            cr_expect_eq(after->records[i].version, before->records[i].version);
+            cr_expect_geq(after->records[i].t_xfer_start_ns, before->records[i].t_xfer_start_ns,
+                          "server %d starts after server %d", server, server - 1);
+            cr_expect_geq(after->records[i].t_xfer_end_ns, before->records[i].t_xfer_end_ns,
+                          "server %d ends after server %d", server, server - 1);
+        }
+    }
+    scenario_free(&scenario);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(xfer, ucx_chain_delivers_every_version_to_three_servers, .timeout = 30)
+{
+    REQUIRE_UCX();
+    expect_chain_delivers_in_order();
+}
+
+/* Over tcp no put completes inline: the forwarders' puts, flushes and
+ * progress messages all finish in callbacks. */
+Test(xfer, ucx_chain_over_tcp_delivers_every_version_to_three_servers, .timeout = 30)
+{
+    REQUIRE_UCX();
+    cr_assert_eq(setenv("UCX_TLS", "tcp", 1), 0);
+    expect_chain_delivers_in_order();
+}
+
+Test(xfer, chain_is_refused_by_transports_without_it, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    scenario_t scenario;
+    scenario_defaults(&scenario, KVIO_XFER_FILE, dir);
+    scenario.train.transport.fanout = KVIO_XFER_FANOUT_CHAIN;
+    char error[512] = "";
+    cr_expect_neq(run_scenario(&scenario, error, sizeof(error)), KVIO_OK);
+    cr_expect(strstr(scenario.error[0], "file transport: fanout: chain is not supported") !=
+              NULL, "%s / %s", error, scenario.error[0]);
     scenario_free(&scenario);
     test_rmtree(dir);
     free(dir);
@@ -225,7 +315,7 @@ Test(xfer, corrupted_byte_is_detected, .timeout = 30)
     char error[512] = "";
     kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
     cr_assert_eq(status, KVIO_OK, "%s", error);
-    for (int server = 0; server < NUM_SERVE; server++) {
+    for (int server = 0; server < scenario.num_serve; server++) {
         const kvio_update_result_t *result = &scenario.serve_result[server];
         cr_expect_eq(result->checksum_mismatches, 5, "offset %lld: every version caught",
                      (long long)offset);

@@ -302,6 +302,16 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
     for (int slot = 0; slot < 2; slot++)
         if (xfer->slots[slot] != NULL && xfer->bytes > 0)
             memset(xfer->slots[slot], 0, xfer->bytes);
+    /* No rank may put into a slot before its owner has zeroed it: a sender
+     * (or, in a chain, a server) that got there first had its first version
+     * wiped by that memset now and then. */
+    status = kvio_rte_barrier(rte);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s transport: waiting for every rank's set-up: %s",
+                 ops->name, kvio_strerror(status));
+        ops->fini(xfer);
+        goto fail_init;
+    }
     *xfer_p = xfer;
     return KVIO_OK;
 fail:
@@ -380,6 +390,20 @@ kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t ch
             times.bytes_moved = xfer->bytes;
             status = checked(xfer, ops->notify(xfer, -1, &meta), "notifying");
         }
+    } else if (xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN) {
+        /* Chain: a free slot on every receiver, then the first hop; the
+         * receivers forward it and notify themselves. */
+        int64_t credit_start = kvio_rte_time_ns(xfer->rte);
+        for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++)
+            status = checked(xfer, ops->wait_credit(xfer, target, &meta),
+                             "waiting for a free receive slot");
+        times.start_ns = kvio_rte_time_ns(xfer->rte);
+        times.credit_ns = times.start_ns - credit_start;
+        meta.t_xfer_start_ns = times.start_ns;
+        if (status == KVIO_OK)
+            status = checked(xfer, ops->chain(xfer, &meta), "putting the weights down the chain");
+        if (status == KVIO_OK)
+            times.bytes_moved = xfer->bytes;
     } else {
         /* Push: per receiver, wait for a free slot, put, then notify. */
         for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++) {
@@ -416,6 +440,8 @@ kvio_status_t kvio_xfer_finish(kvio_xfer_t *xfer, uint64_t last_version)
                              .t_ready_ns = kvio_rte_time_ns(xfer->rte)};
     if (xfer->ops->caps & KVIO_XFER_CAP_SHARED_STORE)
         return checked(xfer, xfer->ops->notify(xfer, -1, &meta), "announcing the end");
+    if (xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN)
+        return checked(xfer, xfer->ops->chain(xfer, &meta), "announcing the end");
     kvio_status_t status = KVIO_OK;
     for (int target = 0; target < xfer->num_receivers && status == KVIO_OK; target++)
         status = checked(xfer, xfer->ops->notify(xfer, target, &meta), "announcing the end");

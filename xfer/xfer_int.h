@@ -19,6 +19,11 @@ typedef struct kvio_xfer_ops {
     /* Sender: moves the buffer to receiver target (an index into receivers),
      * or to the store (target -1, SHARED_STORE); meta->slot is set. */
     kvio_status_t (*put)(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);
+    /* Sender, CHAIN: moves the buffer (or, with KVIO_XFER_META_END in meta,
+     * only the end notice) into the first receiver, which forwards it down
+     * the chain piece by piece; every receiver is notified once its own copy
+     * is complete. Each receiver's slot comes from wait_credit. */
+    kvio_status_t (*chain)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta);
     /* Sender: announces meta to target (-1: every receiver at once). */
     kvio_status_t (*notify)(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);
     /* Sender, PUSH: waits until target may take meta->version and sets

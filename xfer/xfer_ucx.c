@@ -49,6 +49,8 @@ static kvio_status_t from_ucs(ucs_status_t status)
     }
 }
 
+kvio_status_t kvio_xfer_ucx_status(ucs_status_t status) { return from_ucs(status); }
+
 static ucs_status_t on_update(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param)
 {
@@ -79,12 +81,18 @@ static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, 
     return UCS_OK;
 }
 
+/* A request is freed here, when it is done, not when it is posted:
+ * ucp_request_free() on a request still in flight also drops its callback
+ * ("no further notifications or callbacks"), so a put or notice that did not
+ * complete inline (tcp, whose puts UCX emulates with active messages, or any
+ * send queued behind wire-up) would never be counted down. */
 static void request_done(void *request, ucs_status_t status, void *user_data)
 {
     ucx_priv_t *priv = user_data;
     priv->inflight--;
     if (status != UCS_OK)
         priv->request_error = status;
+    ucp_request_free(request);
 }
 
 /* Progresses until the outstanding requests drop to limit, bounded by the
@@ -125,10 +133,8 @@ static kvio_status_t track(kvio_xfer_t *xfer, ucs_status_ptr_t request, const ch
                             ucs_status_string(UCS_PTR_STATUS(request)));
         return from_ucs(UCS_PTR_STATUS(request));
     }
-    if (request != NULL) {
-        priv->inflight++;
-        ucp_request_free(request); /* released by UCX when done; the callback still runs */
-    }
+    if (request != NULL)
+        priv->inflight++; /* request_done counts it down and frees it */
     return KVIO_OK;
 }
 
@@ -376,6 +382,10 @@ kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t 
             status = connect_to(xfer, xfer->receivers[i], addresses);
     } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
         status = connect_to(xfer, xfer->sender, addresses);
+        int next = xfer->self_index + 1;
+        if (status == KVIO_OK && xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN &&
+            next < xfer->num_receivers)
+            status = connect_to(xfer, xfer->receivers[next], addresses);
     }
     if (address != NULL)
         ucp_worker_release_address(priv->worker, address);
@@ -445,12 +455,25 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
             char lanes[256];
             describe_lanes(priv->eps[xfer->receivers[0]], lanes, sizeof(lanes));
             const char *tls = getenv("UCX_TLS");
-            snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)%s", lanes,
-                     tls ? tls : "default", on_gpu ? ", weights in CUDA memory" : "");
+            snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)%s%s", lanes,
+                     tls ? tls : "default", on_gpu ? ", weights in CUDA memory" : "",
+                     xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN ? ", chain fan-out" : "");
         }
     } else if (xfer->role == KVIO_XFER_RECEIVER) {
+        int next = xfer->self_index + 1;
+        if (xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN && next < xfer->num_receivers) {
+            /* Chain: this receiver forwards into the next one's slots. */
+            int rank = xfer->receivers[next];
+            status = kvio_xfer_ucx_unpack_slots(xfer, rank, slot_blobs[rank], slot_lengths[rank],
+                                                &priv->next);
+            for (int slot = 0; slot < 2 && status == KVIO_OK && !on_gpu; slot++)
+                prefault_remote(priv->next.rkey[slot], priv->next.address[slot], xfer->bytes);
+        }
         snprintf(xfer->info, sizeof(xfer->info), "ucx receiver");
     }
+    if (status == KVIO_OK && xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN &&
+        xfer->role != KVIO_XFER_BYSTANDER)
+        status = kvio_xfer_ucx_chain_init(xfer);
     if (status != KVIO_OK)
         goto fail;
     kvio_rte_blobs_free(slot_blobs, slot_lengths, priv->size);
@@ -479,6 +502,9 @@ void kvio_xfer_ucx_close(kvio_xfer_t *xfer)
             for (int slot = 0; slot < 2; slot++)
                 if (priv->remote[i].rkey[slot] != NULL)
                     ucp_rkey_destroy(priv->remote[i].rkey[slot]);
+    for (int slot = 0; slot < 2; slot++)
+        if (priv->next.rkey[slot] != NULL)
+            ucp_rkey_destroy(priv->next.rkey[slot]);
     if (priv->eps != NULL) {
         ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                      .flags = UCP_EP_CLOSE_FLAG_FORCE};
@@ -506,6 +532,7 @@ void kvio_xfer_ucx_close(kvio_xfer_t *xfer)
     free(priv->remote);
     free(priv->acked);
     free(priv->free_slot);
+    free(priv->chain); /* after the worker: its requests' callbacks point into it */
     memset(priv, 0, sizeof(*priv));
 }
 
@@ -679,6 +706,11 @@ kvio_status_t kvio_xfer_ucx_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
 {
     ucx_priv_t *priv = xfer->priv;
     ucp_worker_progress(priv->worker);
+    if (priv->chain != NULL) {
+        kvio_status_t status = kvio_xfer_ucx_chain_progress(xfer);
+        if (status != KVIO_OK)
+            return status;
+    }
     if (priv->queue_overflow) {
         kvio_xfer_set_error(xfer, "%s transport: more than %d notices queued", xfer->ops->name,
                             QUEUE_LENGTH);
@@ -699,20 +731,29 @@ kvio_status_t kvio_xfer_ucx_ack(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
     return kvio_xfer_ucx_send_am(xfer, xfer->sender, AM_ACK, &ack, sizeof(ack));
 }
 
+/* Bounded drain: over tcp UCX emulates puts with active messages that only
+ * land while the target progresses, one segment per event, so one call
+ * per turn of a receiver's loop (which naps when idle) would throttle them. */
+#define PROGRESS_BURST 256
+
 void kvio_xfer_ucx_progress(kvio_xfer_t *xfer)
 {
     ucx_priv_t *priv = xfer->priv;
-    ucp_worker_progress(priv->worker);
+    for (int i = 0; i < PROGRESS_BURST && ucp_worker_progress(priv->worker) != 0; i++)
+        ;
+    if (priv->chain != NULL && xfer->role == KVIO_XFER_RECEIVER)
+        (void)kvio_xfer_ucx_chain_progress(xfer); /* an error is kept for the next poll */
 }
 
 const kvio_xfer_ops_t kvio_xfer_ucx_ops = {
     .name = "ucx",
-    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM,
+    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_CHAIN,
     .priv_size = sizeof(ucx_priv_t),
     .preflight = ucx_preflight,
     .init = ucx_init,
     .fini = ucx_fini,
     .put = ucx_put,
+    .chain = kvio_xfer_ucx_chain,
     .notify = kvio_xfer_ucx_notify,
     .wait_credit = kvio_xfer_ucx_wait_credit,
     .poll = kvio_xfer_ucx_poll,

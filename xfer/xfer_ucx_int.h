@@ -14,8 +14,10 @@
 /* Active-message ids; plug-ins add theirs from KVIO_UCX_AM_USER. */
 #define KVIO_UCX_AM_UPDATE 11
 #define KVIO_UCX_AM_ACK 12
-#define KVIO_UCX_AM_USER 13
+#define KVIO_UCX_AM_CHAIN 13
+#define KVIO_UCX_AM_USER 14
 #define KVIO_UCX_QUEUE_LENGTH 64
+#define KVIO_UCX_CHAIN_MAX_RECEIVERS 256
 
 typedef struct kvio_ucx_remote_slots {
     uint64_t address[2];
@@ -30,6 +32,8 @@ typedef struct kvio_ucx {
     uint64_t memory_types;    /* ucp_context_query: UCS_BIT(UCS_MEMORY_TYPE_*) */
     ucp_mem_h memory[2];      /* receiver: slots; sender: [0] the send buffer */
     kvio_ucx_remote_slots_t *remote; /* sender: per receiver */
+    kvio_ucx_remote_slots_t next;    /* chain, receiver: the next receiver's slots */
+    struct kvio_ucx_chain *chain;    /* fanout: chain (xfer_chain_ucx.c); NULL otherwise */
     uint64_t *acked;          /* sender: newest version handled, per receiver */
     uint32_t *free_slot;      /* sender: slot each receiver has free */
     kvio_xfer_meta_t queue[KVIO_UCX_QUEUE_LENGTH]; /* receiver: notices not yet polled */
@@ -39,13 +43,16 @@ typedef struct kvio_ucx {
     bool queue_overflow;
 } kvio_ucx_t;
 
+/* UCX's status as kvio's. */
+kvio_status_t kvio_xfer_ucx_status(ucs_status_t status);
+
 /* Creates the context (and reads its memory types), the worker and the
  * notice/ack handlers; sender: per-receiver credit state. */
 kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer);
 
 /* Collective: allgathers worker addresses and each rank's blob (may be
  * empty), connects the sender to every receiver and each receiver to the
- * sender. blobs_p and lengths_p get every rank's blob (kvio_rte_blobs_free). */
+ * sender (fanout: chain, also to the next receiver). blobs_p and lengths_p get every rank's blob (kvio_rte_blobs_free). */
 kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t length,
                                     void ***blobs_p, size_t **lengths_p);
 
@@ -88,6 +95,18 @@ kvio_status_t kvio_xfer_ucx_set_handler(kvio_ucx_t *ucx, unsigned id,
  * failure; what names the wait in the error. */
 kvio_status_t kvio_xfer_ucx_wait(kvio_xfer_t *xfer, bool (*done)(void *arg), void *arg,
                                  int peer, const char *what);
+
+/* Chain fan-out (xfer_chain_ucx.c): the sender puts only into the first
+ * receiver; every receiver forwards each piece to the next once it knows
+ * the piece is in its slot. Set-up after connect (the next receiver's slots
+ * are in priv->next); freed by kvio_xfer_ucx_close. */
+kvio_status_t kvio_xfer_ucx_chain_init(kvio_xfer_t *xfer);
+/* The chain op: moves meta's version (or, with KVIO_XFER_META_END, the end
+ * notice) into the first receiver and returns when it is there. */
+kvio_status_t kvio_xfer_ucx_chain(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta);
+/* Receiver: takes what arrived from upstream, forwards, queues notices;
+ * returns the chain's first error (a dead or silent neighbour). */
+kvio_status_t kvio_xfer_ucx_chain_progress(kvio_xfer_t *xfer);
 
 /* The shared ops. */
 kvio_status_t kvio_xfer_ucx_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);
