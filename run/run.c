@@ -142,6 +142,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_t *metrics = json_object();
     bool complete = true;
     bool root = true;
+    bool world_failed = true; /* MPI_Finalize only after a whole run */
     bool updates = kvio_updates_wanted(workload);
     bool emulate = workload->mode == KVIO_MODE_EMULATE;
     /* Serving runs in simulate mode, and in emulate mode without trainers
@@ -245,12 +246,13 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                            ? "trainer published, serve ranks received (updates.csv)"
                            : "simulated: latency + bytes / bandwidth (updates.csv)";
     }
-    /* Interrupted under mpirun, the launcher is tearing the job down (SIGTERM,
-     * then SIGKILL 1 s later): a collective MPI_Finalize could outlast that
-     * and lose summary.json, so an interrupted run skips it like a failed one. */
-    kvio_rte_world_destroy(world, status != KVIO_OK ||
-                                      (options->stop != NULL && *options->stop));
-    world = NULL;
+    /* The world ends after summary.json is written (at out:): under mpirun
+     * the first rank to exit ends the job, so the other ranks wait there for
+     * rank 0. Interrupted, the launcher is tearing the job down (SIGTERM,
+     * then SIGKILL): a collective MPI_Finalize could outlast that, so an
+     * interrupted run skips it like a failed one. */
+    bool interrupted = options->stop != NULL && *options->stop;
+    world_failed = status != KVIO_OK || interrupted;
     kvio_status_t trace_status = kvio_event_trace_close(events);
     events = NULL;
     if (status == KVIO_OK && trace_status != KVIO_OK) {
@@ -258,8 +260,15 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                  kvio_strerror(trace_status));
         status = trace_status;
     }
-    if (!root)
+    if (!root) {
+        /* Rank 0 writes summary.json; this rank's exit status says too. */
+        if (status == KVIO_OK && interrupted) {
+            snprintf(error_p, error_len, "run interrupted; rank 0 writes summary.json "
+                     "(complete: false)");
+            status = KVIO_ERR_INTERRUPTED;
+        }
         goto out;
+    }
     uint64_t end_ns = kvio_wall_time_ns();
 
     const run_part_t parts[] = {
@@ -311,6 +320,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         status = KVIO_ERR_INTERRUPTED;
     }
 out:
+    kvio_rte_world_destroy(world, world_failed);
     kvio_event_trace_close(events);
     json_decref(metrics);
     kvio_stream_destroy(stream);
