@@ -23,6 +23,7 @@ enum {
     TAG_GATHER,
     TAG_BROADCAST,
     TAG_REDUCE,
+    TAG_RELEASE,
 };
 
 #define CLOCK_SYNC_ROUNDS 16
@@ -118,10 +119,39 @@ fail:
     return status;
 }
 
+/* Ranks in other processes end only once rank 0's process has destroyed its
+ * world, so after it wrote the results: under mpirun the first process to
+ * exit ends the job (Open MPI's mpirun, tearing a job down, cuts its grace
+ * before SIGKILL short as soon as one rank exits). Rank 0 tells every rank it
+ * does not host; the others wait for that, bounded by the timeout. */
+static void release_ranks(kvio_rte_world_t *world)
+{
+    if (world->num_local == world->size)
+        return; /* every rank is here (local threads) */
+    uint64_t deadline_ns = kvio_time_ns() + (uint64_t)world->timeout_ns;
+    if (world->first_local == 0) {
+        char byte = 0;
+        for (int rank = world->num_local; rank < world->size; rank++)
+            if (world->ops->send(world->priv, 0, rank, TAG_RELEASE, &byte, 1, deadline_ns) !=
+                KVIO_OK)
+                kvio_debug("runtime: rank %d did not take the release", rank);
+        return;
+    }
+    void *data = NULL;
+    size_t length = 0;
+    kvio_status_t status = world->ops->recv(world->priv, world->first_local, 0, TAG_RELEASE,
+                                            deadline_ns, &data, &length);
+    if (status != KVIO_OK)
+        kvio_debug("runtime: rank %d: no release from rank 0: %s", world->first_local,
+                       kvio_strerror(status));
+    free(data);
+}
+
 void kvio_rte_world_destroy(kvio_rte_world_t *world, bool failed)
 {
     if (world == NULL)
         return;
+    release_ranks(world);
     if (world->ops->fini != NULL)
         world->ops->fini(world->priv, failed);
     free(world->priv);

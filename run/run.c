@@ -132,6 +132,45 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
     kvio_table_destroy(table);
 }
 
+/* The fields summary.json opens with, in both the provisional and the
+ * final one; error may be NULL. The caller owns the object. */
+static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,
+                            uint64_t start_ns, bool complete, const char *error)
+{
+    char start_text[64];
+    kvio_format_utc(start_ns, start_text, sizeof(start_text));
+    json_t *summary = json_object();
+    json_object_set_new(summary, "schema_version", json_integer(KVIO_SCHEMA_VERSION));
+    json_object_set_new(summary, "kvio_version", json_string(KVIO_VERSION));
+    json_object_set_new(summary, "name", json_string(workload->name));
+    json_object_set_new(summary, "source", json_string(options->source ? options->source : ""));
+    json_object_set_new(summary, "complete", json_boolean(complete));
+    if (error != NULL)
+        json_object_set_new(summary, "error", json_string(error));
+    json_object_set_new(summary, "start_time", json_string(start_text));
+    return summary;
+}
+
+/* Written when the run starts and replaced (atomically) by the real one at
+ * its end: a rank 0 killed before then (SIGKILL, or mpirun's grace running
+ * out) still leaves an honest summary.json saying the run did not finish. */
+static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
+                                               const kvio_run_options_t *options,
+                                               kvio_results_t *results, uint64_t start_ns,
+                                               char *error_p, size_t error_len)
+{
+    json_t *summary = summary_head(workload, options, start_ns, false,
+                                   "the run did not end: kvio is still running, or was killed "
+                                   "before it wrote its results");
+    json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
+    json_object_set_new(summary, "parts", json_array());
+    json_object_set_new(summary, "metrics", json_object());
+    kvio_status_t status = kvio_results_write_json(results, "summary.json", summary, error_p,
+                                                   error_len);
+    json_decref(summary);
+    return status;
+}
+
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
                        kvio_run_result_t *result_p, char *error_p, size_t error_len)
 {
@@ -142,6 +181,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_t *metrics = json_object();
     bool complete = true;
     bool root = true;
+    bool world_failed = true; /* MPI_Finalize only after a whole run */
     bool updates = kvio_updates_wanted(workload);
     bool emulate = workload->mode == KVIO_MODE_EMULATE;
     /* Serving runs in simulate mode, and in emulate mode without trainers
@@ -207,7 +247,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     }
 
     uint64_t start_ns = kvio_wall_time_ns();
-    if (serving && root) {
+    if (root)
+        status = write_provisional_summary(workload, options, results, start_ns, error_p,
+                                           error_len);
+    if (status == KVIO_OK && serving && root) {
         kvio_serve_run_t serve_run = {
             .serve = &workload->serve,
             .model = &model,
@@ -245,12 +288,13 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                            ? "trainer published, serve ranks received (updates.csv)"
                            : "simulated: latency + bytes / bandwidth (updates.csv)";
     }
-    /* Interrupted under mpirun, the launcher is tearing the job down (SIGTERM,
-     * then SIGKILL 1 s later): a collective MPI_Finalize could outlast that
-     * and lose summary.json, so an interrupted run skips it like a failed one. */
-    kvio_rte_world_destroy(world, status != KVIO_OK ||
-                                      (options->stop != NULL && *options->stop));
-    world = NULL;
+    /* The world ends after summary.json is written (at out:): under mpirun
+     * the first rank to exit ends the job, so the other ranks wait there for
+     * rank 0. Interrupted, the launcher is tearing the job down (SIGTERM,
+     * then SIGKILL): a collective MPI_Finalize could outlast that, so an
+     * interrupted run skips it like a failed one. */
+    bool interrupted = options->stop != NULL && *options->stop;
+    world_failed = status != KVIO_OK || interrupted;
     kvio_status_t trace_status = kvio_event_trace_close(events);
     events = NULL;
     if (status == KVIO_OK && trace_status != KVIO_OK) {
@@ -258,8 +302,15 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                  kvio_strerror(trace_status));
         status = trace_status;
     }
-    if (!root)
+    if (!root) {
+        /* Rank 0 writes summary.json; this rank's exit status says too. */
+        if (status == KVIO_OK && interrupted) {
+            snprintf(error_p, error_len, "run interrupted; rank 0 writes summary.json "
+                     "(complete: false)");
+            status = KVIO_ERR_INTERRUPTED;
+        }
         goto out;
+    }
     uint64_t end_ns = kvio_wall_time_ns();
 
     const run_part_t parts[] = {
@@ -274,18 +325,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                    : "serve ranks on the virtual clock (simulate)"},
         {"model_updates", updates && status == KVIO_OK, updates_note},
     };
-    char start_text[64], end_text[64];
-    kvio_format_utc(start_ns, start_text, sizeof(start_text));
+    char end_text[64];
     kvio_format_utc(end_ns, end_text, sizeof(end_text));
-    json_t *summary = json_object();
-    json_object_set_new(summary, "schema_version", json_integer(KVIO_SCHEMA_VERSION));
-    json_object_set_new(summary, "kvio_version", json_string(KVIO_VERSION));
-    json_object_set_new(summary, "name", json_string(workload->name));
-    json_object_set_new(summary, "source", json_string(options->source ? options->source : ""));
-    json_object_set_new(summary, "complete", json_boolean(status == KVIO_OK && complete));
-    if (status != KVIO_OK)
-        json_object_set_new(summary, "error", json_string(error_p));
-    json_object_set_new(summary, "start_time", json_string(start_text));
+    json_t *summary = summary_head(workload, options, start_ns, status == KVIO_OK && complete,
+                                   status != KVIO_OK ? error_p : NULL);
     json_object_set_new(summary, "end_time", json_string(end_text));
     json_object_set_new(summary, "wall_s", json_real((double)(end_ns - start_ns) / 1e9));
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
@@ -311,6 +354,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         status = KVIO_ERR_INTERRUPTED;
     }
 out:
+    kvio_rte_world_destroy(world, world_failed);
     kvio_event_trace_close(events);
     json_decref(metrics);
     kvio_stream_destroy(stream);

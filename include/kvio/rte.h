@@ -49,7 +49,10 @@ kvio_status_t kvio_rte_world_create(const kvio_rte_params_t *params,
                                     kvio_rte_world_t **world_p, char *error_p,
                                     size_t error_len);
 
-/* Tears the world down; failed tells mpi not to finalize collectively. */
+/* Tears the world down; failed tells mpi not to finalize collectively. A
+ * process that does not host rank 0 first waits, bounded by the timeout,
+ * until rank 0's process calls this (under mpirun the first rank to exit
+ * ends the job, so rank 0 writes the results before it destroys its world). */
 void kvio_rte_world_destroy(kvio_rte_world_t *world, bool failed);
 
 /* The runtime's name ("local", "mpi") and capability bits. */
