@@ -40,6 +40,13 @@ typedef struct rank_report {
     char lost_reason[512];
 } rank_report_t;
 
+/* A serve rank's report: not the trainer's, not the client rank's (the
+ * client, if any, is the rank after the last serve rank). */
+static bool is_serve_report(const rank_report_t *report, int num_serve)
+{
+    return !report->is_trainer && report->rank >= 1 && report->rank <= num_serve;
+}
+
 typedef struct collected {
     kvio_train_record_t *train;
     size_t num_train;
@@ -325,8 +332,8 @@ static kvio_status_t write_metrics(const run_context_t *context, const collected
         const rank_report_t *report = &all->reports[i];
         if (report->clock_uncertainty_ns > uncertainty)
             uncertainty = report->clock_uncertainty_ns;
-        if (report->is_trainer || report->rank > workload->ranks.serve)
-            continue; /* the trainer, or the client rank */
+        if (!is_serve_report(report, (int)workload->ranks.serve))
+            continue;
         num_serve++;
         double stall_ms = (double)report->inference_stall_ns / 1e6;
         inference_stall_total += stall_ms;
@@ -485,9 +492,9 @@ static kvio_status_t trainer_lost(kvio_rte_t *rte, const run_context_t *context,
     kvio_status_t status = kvio_update_announce_trainer_lost(rte, receivers, num_serve, &notice);
     while (status == KVIO_OK && kvio_rte_time_ns(rte) < run_end_ns &&
            !(context->stop != NULL && *context->stop)) {
-        for (int i = 0; i < num_serve; i++)
-            if (kvio_rte_peer_failed(rte, receivers[i]))
-                return KVIO_OK; /* the gather reports it */
+        for (int rank = 1; rank < kvio_rte_size(rte); rank++)
+            if (kvio_rte_peer_failed(rte, rank))
+                return KVIO_OK; /* a serve or client rank: the gather reports it */
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
         nanosleep(&pause, NULL);
     }
@@ -496,7 +503,7 @@ static kvio_status_t trainer_lost(kvio_rte_t *rte, const run_context_t *context,
 
 /* model_updates.trainer_lost: when the trainer was lost and what each serve
  * rank kept serving; NULL when no rank lost it. */
-static json_t *trainer_lost_json(const collected_t *all, int64_t origin_ns)
+static json_t *trainer_lost_json(const collected_t *all, int num_serve, int64_t origin_ns)
 {
     const rank_report_t *trainer = NULL;
     bool lost = false;
@@ -521,7 +528,7 @@ static json_t *trainer_lost_json(const collected_t *all, int64_t origin_ns)
     json_t *ranks = json_array();
     for (int i = 0; i < all->num_reports; i++) {
         const rank_report_t *report = &all->reports[i];
-        if (report->is_trainer)
+        if (!is_serve_report(report, num_serve))
             continue;
         json_t *rank = json_object();
         json_object_set_new(rank, "rank", json_integer(report->rank));
@@ -542,9 +549,10 @@ static json_t *trainer_lost_json(const collected_t *all, int64_t origin_ns)
 
 /* The run's error when the trainer was lost: it names the training rank, the
  * reason and each serve rank's last good version. Returns the status the run
- * fails with: the trainer's own (ENOSPC stays ENOSPC), else KVIO_ERR_PEER. */
-static kvio_status_t trainer_lost_error(const collected_t *all, char *error_p,
-                                        size_t error_len)
+ * fails with: the trainer's own (ENOSPC stays ENOSPC) unless that would read
+ * as bad input, else KVIO_ERR_PEER. */
+static kvio_status_t trainer_lost_error(const collected_t *all, int num_serve,
+                                        char *error_p, size_t error_len)
 {
     const char *reason = "the serve ranks stopped hearing from it";
     kvio_status_t status = KVIO_ERR_PEER;
@@ -553,12 +561,27 @@ static kvio_status_t trainer_lost_error(const collected_t *all, char *error_p,
             reason = all->reports[i].lost_reason;
             status = (kvio_status_t)all->reports[i].trainer_status;
         }
+    /* The run started fine: a code that means bad input (exit 2) would
+     * mislead, so those fail as a lost peer; the reason keeps the detail. */
+    switch (status) {
+    case KVIO_ERR_INVALID:
+    case KVIO_ERR_CONFIG:
+    case KVIO_ERR_PARSE:
+    case KVIO_ERR_NOT_FOUND:
+    case KVIO_ERR_EXISTS:
+    case KVIO_ERR_UNSUPPORTED:
+    case KVIO_OK:
+        status = KVIO_ERR_PEER;
+        break;
+    default:
+        break;
+    }
     size_t at = (size_t)snprintf(error_p, error_len,
                                  "training rank %d lost (%s); the serve ranks served on until "
                                  "the run ended, with their last good version:",
                                  TRAIN_RANK, reason);
     for (int i = 0; i < all->num_reports && at < error_len; i++)
-        if (!all->reports[i].is_trainer)
+        if (is_serve_report(&all->reports[i], num_serve))
             at += (size_t)snprintf(error_p + at, error_len - at, " rank %d version %llu",
                                    all->reports[i].rank,
                                    (unsigned long long)all->reports[i].active_version);
@@ -617,8 +640,10 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
                                 workload->duration_ns, context->stop, &train, error,
                                 sizeof(error));
         /* Lost: the trainer's own failure, not a serve rank's (a dead serve
-         * rank fails the run at once whatever the setting). */
+         * rank, or one too slow to free a slot within ranks.timeout, fails
+         * the run at once whatever the setting). */
         if (status != KVIO_OK && status != KVIO_ERR_NOMEM && status != KVIO_ERR_PEER &&
+            status != KVIO_ERR_TIMEOUT &&
             workload->update.on_trainer_loss == KVIO_TRAINER_LOSS_SERVE) {
             report.trainer_status = status;
             status = trainer_lost(rte, context, receivers, num_serve, &train, run_end, error,
@@ -702,7 +727,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         if (status == KVIO_OK && coupled_run && context->metrics != NULL)
             status = coupled_metrics(context, &all, serve_blobs, serve_lengths, size, error,
                                      sizeof(error));
-        json_t *lost_json = status == KVIO_OK ? trainer_lost_json(&all, train.t_start_ns)
+        json_t *lost_json = status == KVIO_OK ? trainer_lost_json(&all, num_serve, train.t_start_ns)
                                               : NULL;
         if (status == KVIO_OK && context->metrics != NULL) {
             json_t *object = json_object_get(context->metrics, "model_updates");
@@ -712,7 +737,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
                 json_object_set(object, "trainer_lost", lost_json);
         }
         if (lost_json != NULL) {
-            lost = trainer_lost_error(&all, error, sizeof(error));
+            lost = trainer_lost_error(&all, num_serve, error, sizeof(error));
             json_decref(lost_json);
         }
         if (status != KVIO_OK)

@@ -87,6 +87,9 @@ typedef struct serve_state {
     int sender;
     int64_t deadline_ns;
     bool trainer_lost;         /* on_trainer_loss: serve, and the trainer is gone */
+    uint64_t seen_version;     /* the newest version whose notice came */
+    uint64_t owed_version;     /* the trainer-lost notice's last whole version: still
+                                  to come by a chain (from a live upstream server) */
     kvio_update_result_t result;
     size_t capacity;
 } serve_state_t;
@@ -253,6 +256,7 @@ static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t erro
             notice.reason[sizeof(notice.reason) - 1] = '\0';
             free(data);
             lose_trainer(state, notice.reason);
+            state->owed_version = notice.last_version;
             return KVIO_OK;
         }
     }
@@ -279,6 +283,22 @@ static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t erro
     return KVIO_OK;
 }
 
+/* With on_trainer_loss: serve, a transport whose connection is gone for good
+ * (Redis that stayed down past reconnecting) cuts the serve ranks off from
+ * the trainer as surely as its death: they keep their version. True when
+ * the failure was taken that way. */
+static bool transport_lost(serve_state_t *state, kvio_status_t status)
+{
+    if (status != KVIO_ERR_CONNECTION || state->trainer_lost ||
+        state->config->on_trainer_loss != KVIO_TRAINER_LOSS_SERVE)
+        return false;
+    char reason[sizeof(state->result.trainer_lost_reason)];
+    snprintf(reason, sizeof(reason), "the transport failed: %.200s",
+             kvio_xfer_error(state->xfer));
+    lose_trainer(state, reason);
+    return true;
+}
+
 static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error_len)
 {
     kvio_xfer_receive_t receive;
@@ -286,6 +306,8 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
     if (status == KVIO_INPROGRESS)
         return KVIO_OK;
     if (status != KVIO_OK) {
+        if (transport_lost(state, status))
+            return KVIO_OK;
         snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(state->rte),
                  kvio_xfer_error(state->xfer));
         return status;
@@ -296,6 +318,7 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
         return KVIO_OK;
     }
     state->pending = true;
+    state->seen_version = receive.meta.version;
     state->receive = receive;
     state->verified = false;
     state->verified_bytes = 0;
@@ -345,6 +368,7 @@ static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p, char *er
         return KVIO_OK;
     int self = kvio_rte_index(state->rte);
     const char *why = state->error[0] ? state->error : kvio_xfer_error(state->xfer);
+    transport_lost(state, status);
     if (status == KVIO_ERR_NOT_FOUND ||
         (state->trainer_lost && status != KVIO_ERR_INTERRUPTED)) {
         const kvio_xfer_receive_t *receive = &state->receive;
@@ -400,7 +424,12 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
     bool served = false; /* the engine has finished (or was stopped) */
     for (;;) {
         bool stopped = stop != NULL && *stop;
-        bool updates_over = (state.end_seen || state.trainer_lost) && !state.pending;
+        /* A version published whole before the trainer was lost may still
+         * be on its way (chain fan-out: from the server before this one). */
+        bool owed = state.trainer_lost && state.seen_version < state.owed_version &&
+                    kvio_rte_time_ns(rte) < serve_until_ns;
+        bool updates_over = (state.end_seen || (state.trainer_lost && !owed)) &&
+                            !state.pending;
         bool serving_over = stopped || (server != NULL ? served
                                         : !state.trainer_lost ||
                                               kvio_rte_time_ns(rte) >= serve_until_ns);
@@ -434,7 +463,8 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
         int64_t now;
         while (status == KVIO_OK && (now = kvio_rte_time_ns(rte)) < iteration_end) {
             kvio_xfer_progress(xfer);
-            if (!state.pending && !state.end_seen && !state.trainer_lost && now >= next_poll) {
+            if (!state.pending && !state.end_seen && (!state.trainer_lost || owed) &&
+                now >= next_poll) {
                 status = poll_once(&state, error_p, error_len);
                 next_poll = interval > 0 ? now + interval : now;
                 if (status != KVIO_OK)

@@ -240,6 +240,35 @@ Test(faults, coupled_run_serves_requests_after_the_trainer_is_lost, .timeout = 6
     free(dir);
 }
 
+/* A client rank (rank 3) and a chain of serve ranks: the trainer-lost report
+ * names the two serve ranks only, and requests are still all served. */
+Test(faults, trainer_lost_with_a_client_rank_and_a_chain_reports_the_serve_ranks,
+     .timeout = 60)
+{
+#ifndef KVIO_HAVE_UCX
+    cr_skip_test("ucx transport not built");
+#endif
+    char *dir = test_tmpdir();
+    const char *sets[] = {"train.die_after_versions=1", "ranks.client=1",
+                          "train.transport.fanout=chain"};
+    run_outcome_t outcome;
+    run_text(dir, coupled_text, sets, 3, &outcome);
+    cr_expect_eq(expect_trainer_lost(&outcome, "the trainer died after publishing version 1",
+                                     1.9),
+                 1);
+    cr_expect(!test_contains(outcome.error, "rank 3"), "the client is no serve rank: %s",
+              outcome.error);
+    const json_t *metrics = json_object_get(outcome.summary, "metrics");
+    const json_t *client = json_object_get(metrics, "client");
+    cr_expect_gt(json_integer_value(json_object_get(client, "generated")), 10);
+    cr_expect_eq(json_number_value(json_object_get(metrics, "completed")),
+                 (double)json_integer_value(json_object_get(client, "generated")),
+                 "every routed request was served after the loss too");
+    json_decref(outcome.summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- Redis under the redis transport ---- */
 
 static int free_port(void)
@@ -382,6 +411,10 @@ static void expect_gave_up_in_time(const run_outcome_t *outcome, const char *url
     /* Down at 0.5 s, ranks.timeout (2 s) of reconnecting, some slack. */
     cr_expect_lt(outcome->elapsed_s, 4.0);
     cr_expect(json_is_false(json_object_get(outcome->summary, "complete")));
+    /* on_trainer_loss: serve: whichever rank gives up first, the outage cuts
+     * the serve ranks off from the trainer, and they report it as such. */
+    cr_expect(test_contains(outcome->error, "training rank 0 lost"), "%s", outcome->error);
+    cr_expect_not_null(json_object_get(updates_of(outcome->summary), "trainer_lost"));
 }
 
 Test(faults, redis_transport_restarted_reconnects_and_updates_go_on, .timeout = 30)

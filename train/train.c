@@ -226,6 +226,9 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
         }
         wait_until(config->wait, step_end);
         step++;
+        if (stop != NULL && *stop)
+            break; /* stopped during the step: no new version (a big one can outlast
+                      mpirun's grace before SIGKILL) */
         int64_t now = kvio_rte_time_ns(rte);
         if (!kvio_checkpoint_due(&config->checkpoint, step, now - start_ns, last_step,
                                  last_ns - start_ns, cost_ns))
