@@ -2,13 +2,19 @@
  * for the ucx chain): N updates arrive in order with matching checksums over
  * ucx (shared memory and tcp, sequential and chain), file and redis;
  * a byte corrupted at an offset the test picks is caught by verify; the file
- * transport's polling finds a version at the first poll after it is ready. */
+ * transport's polling finds a version at the first poll after it is ready;
+ * a redis receiver away across a version and the end still gets the version;
+ * a bad chain message is refused naming the rank before; a failed set-up
+ * names the rank. */
 #include "kvio/xfer.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +25,7 @@
 #include "tests/helpers.h"
 
 #ifdef KVIO_HAVE_UCX
+#include "xfer/xfer_ucx_int.h" /* the chain's message, to send a bad one */
 #define REQUIRE_UCX() ((void)0)
 #else
 #define REQUIRE_UCX() cr_skip_test("ucx transport not built")
@@ -27,6 +34,33 @@
 #define NUM_SERVE 2 /* unless a test says otherwise */
 #define MAX_SERVE 3
 #define WEIGHTS_BYTES (512u * 1024 + 4096)
+
+/* Runs body on num_ranks local ranks; the first failing rank's message
+ * goes to error_p. */
+static kvio_status_t run_ranks(int num_ranks, int64_t timeout_ns, kvio_rte_main_t body,
+                               void *arg, char *error_p, size_t error_len)
+{
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = num_ranks,
+                                .timeout_ns = timeout_ns};
+    kvio_rte_world_t *world = NULL;
+    kvio_status_t status = kvio_rte_world_create(&params, &world, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    status = kvio_rte_world_run(world, body, arg, error_p, error_len);
+    kvio_rte_world_destroy(world, status != KVIO_OK);
+    return status;
+}
+
+/* Two ranks: rank 0 sends, rank 1 receives bytes. */
+static kvio_status_t create_pair(const kvio_xfer_config_t *config, kvio_rte_t *rte,
+                                 uint64_t bytes, kvio_xfer_t **xfer_p, char *error_p,
+                                 size_t error_len)
+{
+    int receivers[1] = {1};
+    return kvio_xfer_create(config, rte,
+                            kvio_rte_index(rte) == 0 ? KVIO_XFER_SENDER : KVIO_XFER_RECEIVER, 0,
+                            receivers, 1, bytes, xfer_p, error_p, error_len);
+}
 
 typedef struct scenario {
     kvio_xfer_config_t transport;
@@ -107,15 +141,8 @@ static void scenario_defaults(scenario_t *scenario, int kind, char *dir)
 static kvio_status_t run_scenario(scenario_t *scenario, char *error_p, size_t error_len)
 {
     scenario->transport = scenario->train.transport;
-    kvio_rte_params_t params = {.kind = "local", .num_ranks = 1 + scenario->num_serve,
-                                .timeout_ns = 10000000000LL};
-    kvio_rte_world_t *world = NULL;
-    kvio_status_t status = kvio_rte_world_create(&params, &world, error_p, error_len);
-    if (status != KVIO_OK)
-        return status;
-    status = kvio_rte_world_run(world, scenario_rank, scenario, error_p, error_len);
-    kvio_rte_world_destroy(world, status != KVIO_OK);
-    return status;
+    return run_ranks(1 + scenario->num_serve, 10000000000LL, scenario_rank, scenario, error_p,
+                     error_len);
 }
 
 static void scenario_free(scenario_t *scenario)
@@ -344,12 +371,10 @@ typedef struct discovery {
 static kvio_status_t discovery_rank(kvio_rte_t *rte, void *arg)
 {
     discovery_t *discovery = arg;
-    int self = kvio_rte_index(rte), receivers[1] = {1};
+    int self = kvio_rte_index(rte);
     kvio_xfer_t *xfer = NULL;
-    kvio_status_t status = kvio_xfer_create(&discovery->transport, rte,
-                                            self == 0 ? KVIO_XFER_SENDER : KVIO_XFER_RECEIVER,
-                                            0, receivers, 1, 8192, &xfer,
-                                            discovery->error[self], sizeof(discovery->error[0]));
+    kvio_status_t status = create_pair(&discovery->transport, rte, 8192, &xfer,
+                                       discovery->error[self], sizeof(discovery->error[0]));
     if (status != KVIO_OK)
         return status;
     char token = 1;
@@ -412,12 +437,8 @@ static void run_discovery(int discovery_mode)
     free(discovery.transport.file.dir);
     discovery.transport.file.dir = strdup(dir);
     discovery.transport.file.discovery = discovery_mode;
-    kvio_rte_params_t params = {.kind = "local", .num_ranks = 2, .timeout_ns = 10000000000LL};
-    kvio_rte_world_t *world = NULL;
-    cr_assert_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_OK);
-    kvio_status_t status = kvio_rte_world_run(world, discovery_rank, &discovery, error,
-                                              sizeof(error));
-    kvio_rte_world_destroy(world, status != KVIO_OK);
+    kvio_status_t status = run_ranks(2, 10000000000LL, discovery_rank, &discovery, error,
+                                     sizeof(error));
     cr_assert_eq(status, KVIO_OK, "%s", error);
     cr_expect_eq(discovery.polls_before, 5);
     cr_expect_eq(discovery.polls_after, discovery.polls_before + 1,
@@ -451,4 +472,319 @@ Test(xfer, simulate_model_orders_receivers, .timeout = 5)
     config.fanout = KVIO_XFER_FANOUT_CHAIN;
     kvio_xfer_model(&config, 1000000000ull, 1, 2, &second, &busy);
     cr_expect_lt(second, 2 * 100020000, "a chain pipelines the second hop");
+}
+
+/* ---- A redis receiver away while a version and then the end go out ---- */
+
+/* A redis-server of this test alone (its pub/sub clients may be killed);
+ * the port it listens on, or 0 when it did not start. */
+static int private_redis_start(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in address = {.sin_family = AF_INET,
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t address_length = sizeof(address);
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&address, sizeof(address)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&address, &address_length) == 0)
+        port = ntohs(address.sin_port); /* free now; redis-server takes it next */
+    if (fd >= 0)
+        close(fd);
+    char command[256], url[64], reason[256];
+    snprintf(command, sizeof(command), "redis-server --port %d --bind 127.0.0.1 --save '' "
+             "--appendonly no --daemonize yes --dir /tmp >/dev/null 2>&1", port);
+    if (port == 0 || system(command) != 0)
+        return 0;
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        kvio_redis_t *redis = NULL;
+        if (kvio_redis_connect(url, 200000000LL, &redis, reason, sizeof(reason)) == KVIO_OK) {
+            kvio_redis_close(redis);
+            return port;
+        }
+        usleep(20000);
+    }
+    return 0;
+}
+
+static void private_redis_command(int port, const char *what)
+{
+    char command[256];
+    snprintf(command, sizeof(command), "redis-cli -p %d %s >/dev/null 2>&1", port, what);
+    (void)!system(command);
+}
+
+#define AWAY_BYTES 8192
+#define AWAY_MAX_NOTICES 8
+
+typedef struct away {
+    kvio_xfer_config_t transport;
+    int port;
+    uint64_t checksum[3];                 /* by version */
+    uint64_t versions[AWAY_MAX_NOTICES];  /* what the receiver was told, in order */
+    bool checksum_ok[AWAY_MAX_NOTICES];
+    int count;
+    uint64_t end_version;                 /* 0: no end */
+    char error[2][512];
+} away_t;
+
+/* Polls (bounded) until a notice comes; its data is read whole. */
+static kvio_status_t away_receive(kvio_xfer_t *xfer, away_t *away)
+{
+    kvio_xfer_receive_t receive;
+    uint64_t deadline = kvio_time_ns() + 3000000000ull;
+    kvio_status_t status = KVIO_INPROGRESS;
+    while (status == KVIO_INPROGRESS && kvio_time_ns() < deadline) {
+        status = kvio_xfer_poll(xfer, 0, &receive);
+        if (status == KVIO_INPROGRESS)
+            usleep(1000);
+    }
+    if (status != KVIO_OK)
+        return status == KVIO_INPROGRESS ? KVIO_ERR_TIMEOUT : status;
+    if (receive.meta.flags & KVIO_XFER_META_END) {
+        away->end_version = receive.meta.version;
+        return KVIO_OK;
+    }
+    while (status == KVIO_OK && !receive.complete)
+        status = kvio_xfer_fetch_step(xfer, &receive);
+    if (status == KVIO_OK && away->count < AWAY_MAX_NOTICES) {
+        away->versions[away->count] = receive.meta.version;
+        away->checksum_ok[away->count++] =
+            receive.meta.version < 3 &&
+            kvio_weights_checksum(kvio_xfer_slot(xfer, 0), AWAY_BYTES) ==
+                away->checksum[receive.meta.version];
+    }
+    return status;
+}
+
+static kvio_status_t away_rank(kvio_rte_t *rte, void *arg)
+{
+    away_t *away = arg;
+    int self = kvio_rte_index(rte);
+    kvio_xfer_t *xfer = NULL;
+    kvio_status_t status = create_pair(&away->transport, rte, AWAY_BYTES, &xfer,
+                                       away->error[self], sizeof(away->error[0]));
+    if (status != KVIO_OK)
+        return status;
+    char token = 1;
+    void *data = NULL;
+    size_t length = 0;
+    if (self == 0) {
+        void *weights = kvio_xfer_send_buffer(xfer);
+        for (uint64_t version = 1; version <= 2 && status == KVIO_OK; version++) {
+            if (version == 2) /* the receiver is away now */
+                status = kvio_rte_recv(rte, 1, KVIO_RTE_TAG_USER, &data, &length);
+            free(data);
+            data = NULL;
+            kvio_weights_fill(weights, AWAY_BYTES, version);
+            away->checksum[version] = kvio_weights_checksum(weights, AWAY_BYTES);
+            if (status == KVIO_OK)
+                status = kvio_xfer_publish(xfer, version, away->checksum[version],
+                                           kvio_rte_time_ns(rte), NULL);
+        }
+        if (status == KVIO_OK)
+            status = kvio_xfer_finish(xfer, 2);
+        if (status == KVIO_OK)
+            status = kvio_rte_send(rte, 1, KVIO_RTE_TAG_USER + 1, &token, 1);
+    } else {
+        status = away_receive(xfer, away); /* version 1 */
+        /* Its subscription breaks; version 2 and the end are published
+         * while it is away. */
+        private_redis_command(away->port, "client kill type pubsub");
+        if (status == KVIO_OK)
+            status = kvio_rte_send(rte, 0, KVIO_RTE_TAG_USER, &token, 1);
+        if (status == KVIO_OK)
+            status = kvio_rte_recv(rte, 0, KVIO_RTE_TAG_USER + 1, &data, &length);
+        free(data);
+        while (status == KVIO_OK && away->end_version == 0)
+            status = away_receive(xfer, away);
+    }
+    if (status != KVIO_OK && kvio_xfer_error(xfer)[0] != '\0')
+        snprintf(away->error[self], sizeof(away->error[0]), "%s", kvio_xfer_error(xfer));
+    if (status == KVIO_OK)
+        status = kvio_rte_barrier(rte);
+    kvio_xfer_destroy(xfer);
+    return status;
+}
+
+/* PREFIX latest used to be overwritten by the end: a receiver that came
+ * back after "version 2, then the end" read only the end and ended without
+ * version 2, silently. */
+Test(xfer, redis_receiver_away_across_a_version_and_the_end_gets_the_version_first,
+     .timeout = 20)
+{
+#ifndef KVIO_HAVE_REDIS
+    cr_skip_test("redis transport not built");
+#endif
+    int port = private_redis_start();
+    if (!test_require("redis", port > 0, "cannot start a redis-server of this test"))
+        return;
+    away_t away;
+    memset(&away, 0, sizeof(away));
+    away.port = port;
+    char error[512] = "", url[64];
+    cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &away.transport, error,
+                                      sizeof(error)), KVIO_OK);
+    away.transport.kind = KVIO_XFER_REDIS;
+    away.transport.chunk = 4096;
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    free(away.transport.redis.url);
+    away.transport.redis.url = strdup(url);
+    kvio_status_t status = run_ranks(2, 5000000000LL, away_rank, &away, error, sizeof(error));
+    private_redis_command(port, "shutdown nosave");
+    cr_assert_eq(status, KVIO_OK, "%s / %s / %s", error, away.error[0], away.error[1]);
+    cr_expect_eq(away.count, 2, "the receiver was told about %d versions", away.count);
+    cr_expect_eq(away.versions[0], 1);
+    cr_expect_eq(away.versions[1], 2, "version 2 comes before the end");
+    cr_expect(away.checksum_ok[0] && away.checksum_ok[1], "the data read is each version's");
+    cr_expect_eq(away.end_version, 2);
+    kvio_config_free(kvio_xfer_options, &away.transport);
+}
+
+/* ---- A chain message that does not fit the weights ---- */
+
+#ifdef KVIO_HAVE_UCX
+#define BAD_CHAIN_BYTES 8192
+
+typedef struct bad_chain {
+    kvio_xfer_config_t transport;
+    kvio_ucx_chain_message_t message; /* what rank 0 sends rank 1 */
+    kvio_status_t poll_status;        /* rank 1's poll */
+    char poll_error[512];
+    char error[2][512];
+} bad_chain_t;
+
+static kvio_status_t bad_chain_rank(kvio_rte_t *rte, void *arg)
+{
+    bad_chain_t *bad = arg;
+    int self = kvio_rte_index(rte);
+    kvio_xfer_t *xfer = NULL;
+    kvio_status_t status = create_pair(&bad->transport, rte, BAD_CHAIN_BYTES, &xfer,
+                                       bad->error[self], sizeof(bad->error[0]));
+    if (status != KVIO_OK)
+        return status;
+    char token = 1;
+    void *data = NULL;
+    size_t length = 0;
+    if (self == 0) {
+        status = kvio_xfer_ucx_send_am(xfer, 1, KVIO_UCX_AM_CHAIN, &bad->message,
+                                       sizeof(bad->message));
+        if (status == KVIO_OK)
+            status = kvio_rte_recv(rte, 1, KVIO_RTE_TAG_USER, &data, &length);
+        free(data);
+    } else {
+        kvio_xfer_receive_t receive;
+        uint64_t deadline = kvio_time_ns() + 3000000000ull;
+        do
+            bad->poll_status = kvio_xfer_poll(xfer, 0, &receive);
+        while (bad->poll_status == KVIO_INPROGRESS && kvio_time_ns() < deadline);
+        snprintf(bad->poll_error, sizeof(bad->poll_error), "%s", kvio_xfer_error(xfer));
+        status = kvio_rte_send(rte, 0, KVIO_RTE_TAG_USER, &token, 1);
+    }
+    if (status == KVIO_OK)
+        status = kvio_rte_barrier(rte);
+    kvio_xfer_destroy(xfer);
+    return status;
+}
+#endif
+
+/* Forwarding a message that claims more than the slot holds would put past
+ * the end of the next rank's slot: each is dropped and ends the chain with
+ * an error that names the rank it came from. */
+Test(xfer, chain_message_that_does_not_fit_the_weights_is_refused_naming_the_sender,
+     .timeout = 20)
+{
+    REQUIRE_UCX();
+#ifdef KVIO_HAVE_UCX
+    static const struct {
+        uint64_t magic, bytes, bytes_ready;
+        const char *reason;
+    } cases[] = {
+        {0x1234, BAD_CHAIN_BYTES, BAD_CHAIN_BYTES, "bad magic number"},
+        {KVIO_XFER_MAGIC, 2 * BAD_CHAIN_BYTES, 2 * BAD_CHAIN_BYTES, "size other than"},
+        {KVIO_XFER_MAGIC, BAD_CHAIN_BYTES, BAD_CHAIN_BYTES + 4096, "more bytes ready"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bad_chain_t bad;
+        memset(&bad, 0, sizeof(bad));
+        char error[512] = "";
+        cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &bad.transport, error,
+                                          sizeof(error)), KVIO_OK);
+        bad.transport.kind = KVIO_XFER_UCX;
+        bad.transport.fanout = KVIO_XFER_FANOUT_CHAIN;
+        bad.transport.chunk = 4096;
+        bad.message.meta = (kvio_xfer_meta_t){.magic = cases[i].magic, .version = 1,
+                                              .bytes = cases[i].bytes};
+        bad.message.bytes_ready = cases[i].bytes_ready;
+        kvio_status_t status = run_ranks(2, 5000000000LL, bad_chain_rank, &bad, error,
+                                         sizeof(error));
+        cr_assert_eq(status, KVIO_OK, "%s / %s / %s", error, bad.error[0], bad.error[1]);
+        cr_expect_eq(bad.poll_status, KVIO_ERR_TRANSPORT, "case %zu: %s", i,
+                     kvio_strerror(bad.poll_status));
+        cr_expect(test_contains(bad.poll_error, "rank 0, the one before rank 1 in the chain") &&
+                      test_contains(bad.poll_error, cases[i].reason),
+                  "case %zu: %s", i, bad.poll_error);
+        kvio_config_free(kvio_xfer_options, &bad.transport);
+    }
+#endif
+}
+
+/* ---- The set-up barrier after the slots are zeroed ---- */
+
+typedef struct setup {
+    kvio_xfer_config_t transport;
+    bool rank1_sleeps;   /* rank 1 is late, not failed */
+    char error[512];     /* rank 0's kvio_xfer_create */
+} setup_t;
+
+/* Rank 0 creates a file transport; rank 1 takes part in the transport's
+ * own set-up barrier only (as if it had created its side), then fails or
+ * is late for the one that follows. */
+static kvio_status_t setup_rank(kvio_rte_t *rte, void *arg)
+{
+    setup_t *setup = arg;
+    if (kvio_rte_index(rte) == 1) {
+        kvio_status_t status = kvio_rte_barrier(rte);
+        if (!setup->rank1_sleeps)
+            return KVIO_ERR_INTERNAL;
+        usleep(1500000);
+        return status;
+    }
+    kvio_xfer_t *xfer = NULL;
+    kvio_status_t status = create_pair(&setup->transport, rte, 8192, &xfer, setup->error,
+                                       sizeof(setup->error));
+    kvio_xfer_destroy(xfer);
+    return status;
+}
+
+Test(xfer, failed_set_up_names_the_rank_or_the_timeout, .timeout = 20)
+{
+    static const struct {
+        bool sleeps;
+        const char *expected;
+    } cases[] = {
+        {false, "waiting for every rank's set-up: rank 1 failed"},
+        {true, "not every rank arrived within 1.0 s (ranks.timeout)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *dir = test_tmpdir();
+        setup_t setup;
+        memset(&setup, 0, sizeof(setup));
+        setup.rank1_sleeps = cases[i].sleeps;
+        char error[512] = "";
+        cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &setup.transport, error,
+                                          sizeof(error)), KVIO_OK);
+        setup.transport.kind = KVIO_XFER_FILE;
+        free(setup.transport.file.dir);
+        setup.transport.file.dir = strdup(dir);
+        kvio_status_t status = run_ranks(2, 1000000000LL, setup_rank, &setup, error,
+                                         sizeof(error));
+        cr_expect_neq(status, KVIO_OK);
+        cr_expect(test_contains(setup.error, "file transport: rank 0: ") &&
+                      test_contains(setup.error, cases[i].expected),
+                  "case %zu: %s", i, setup.error);
+        kvio_config_free(kvio_xfer_options, &setup.transport);
+        test_rmtree(dir);
+        free(dir);
+    }
 }

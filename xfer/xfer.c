@@ -257,6 +257,29 @@ static kvio_status_t open_device(kvio_xfer_t *xfer, char *error_p, size_t error_
     return KVIO_OK;
 }
 
+/* Says why the set-up barrier failed: the rank that failed, else what the
+ * wait ran into (ranks.timeout). */
+static void setup_barrier_error(const kvio_xfer_t *xfer, kvio_status_t status, char *error_p,
+                                size_t error_len)
+{
+    int self = kvio_rte_index(xfer->rte), size = kvio_rte_size(xfer->rte);
+    for (int rank = 0; rank < size; rank++)
+        if (rank != self && kvio_rte_peer_failed(xfer->rte, rank)) {
+            snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's "
+                     "set-up: rank %d failed", xfer->ops->name, self, rank);
+            return;
+        }
+    if (status == KVIO_ERR_TIMEOUT)
+        snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's set-up: "
+                 "not every rank arrived within %.1f s (ranks.timeout)", xfer->ops->name, self,
+                 (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
+    else
+        snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's set-up: "
+                 "%s", xfer->ops->name, self,
+                 status == KVIO_ERR_PEER ? "a rank ended before it got there"
+                                         : kvio_strerror(status));
+}
+
 kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte,
                                kvio_xfer_role_t role, int sender, const int *receivers,
                                int num_receivers, uint64_t bytes, kvio_xfer_t **xfer_p,
@@ -307,8 +330,7 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
      * wiped by that memset now and then. */
     status = kvio_rte_barrier(rte);
     if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "%s transport: waiting for every rank's set-up: %s",
-                 ops->name, kvio_strerror(status));
+        setup_barrier_error(xfer, status, error_p, error_len);
         ops->fini(xfer);
         goto fail_init;
     }

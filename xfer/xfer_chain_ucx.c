@@ -18,16 +18,9 @@
 
 #include "kvio/clock.h"
 
-#define CHAIN_WORDS (KVIO_UCX_CHAIN_MAX_RECEIVERS / 64)
 #define INBOX_LENGTH 16
 
-/* What travels down the chain. */
-typedef struct chain_message {
-    kvio_xfer_meta_t meta;       /* t_xfer_start/end_ns: this hop's first put and the flush
-                                    that made bytes_ready true */
-    uint64_t bytes_ready;        /* a prefix of this length is in the receiver's slot */
-    uint64_t slot_bits[CHAIN_WORDS]; /* bit i: receiver i's slot for this version */
-} chain_message_t;
+typedef kvio_ucx_chain_message_t chain_message_t;
 
 typedef struct kvio_ucx_chain {
     kvio_xfer_t *xfer;
@@ -66,6 +59,35 @@ static int slot_of(const chain_message_t *message, int receiver)
     return (int)((message->slot_bits[receiver / 64] >> (receiver % 64)) & 1);
 }
 
+static kvio_status_t chain_fail(kvio_ucx_chain_t *chain, kvio_status_t status, const char *fmt,
+                                ...) __attribute__((format(printf, 3, 4)));
+
+/* A message that does not describe this transport's buffer is dropped and
+ * ends the chain here: forwarding it would put bytes_ready bytes past the
+ * end of the next rank's slot. */
+static bool valid_message(kvio_ucx_chain_t *chain, const chain_message_t *message)
+{
+    const char *what = NULL;
+    if (message->meta.magic != KVIO_XFER_MAGIC)
+        what = "a bad magic number";
+    else if (message->meta.bytes != chain->xfer->bytes)
+        what = "a size other than the weights'";
+    else if (message->bytes_ready > message->meta.bytes)
+        what = "more bytes ready than the version has";
+    if (what == NULL)
+        return true;
+    chain_fail(chain, KVIO_ERR_TRANSPORT, "rank %d, the one before rank %d in the chain, sent "
+               "a message with %s (magic 0x%016llx, version %llu, bytes %llu of %llu ready; "
+               "the weights have %llu); dropped", chain->upstream,
+               kvio_rte_index(chain->xfer->rte), what,
+               (unsigned long long)message->meta.magic,
+               (unsigned long long)message->meta.version,
+               (unsigned long long)message->bytes_ready,
+               (unsigned long long)message->meta.bytes,
+               (unsigned long long)chain->xfer->bytes);
+    return false;
+}
+
 static ucs_status_t on_chain(void *arg, const void *header, size_t header_length, void *data,
                              size_t length, const ucp_am_recv_param_t *param)
 {
@@ -75,6 +97,8 @@ static ucs_status_t on_chain(void *arg, const void *header, size_t header_length
         return UCS_OK;
     memcpy(&message, data, sizeof(message));
     chain->last_event_ns = (int64_t)kvio_time_ns();
+    if (chain->failure != KVIO_OK || !valid_message(chain, &message))
+        return UCS_OK;
     if (chain->inbox_count > 0) {
         chain_message_t *newest =
             &chain->inbox[(chain->inbox_head + chain->inbox_count - 1) % INBOX_LENGTH];
@@ -136,8 +160,6 @@ static void send_done(void *request, ucs_status_t status, void *user_data)
 }
 
 /* Records the chain's first error (named by rank) and returns it. */
-static kvio_status_t chain_fail(kvio_ucx_chain_t *chain, kvio_status_t status, const char *fmt,
-                                ...) __attribute__((format(printf, 3, 4)));
 static kvio_status_t chain_fail(kvio_ucx_chain_t *chain, kvio_status_t status, const char *fmt,
                                 ...)
 {

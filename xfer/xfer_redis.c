@@ -1,15 +1,16 @@
 /* The redis transport: the sender SETs the buffer in chunks under versioned
  * keys (PREFIX v<version>:c<chunk>), pipelined `inflight` at a time, then
- * SETs the update's meta under PREFIX latest and PUBLISHes it on PREFIX
- * updates, and deletes the version that fell out of `keep`. Receivers
- * SUBSCRIBE before the first version, take the newest announced version, and
- * GET its chunks into their shadow slot. With on_disconnect: reconnect (the
- * Redis tier's approach: drop the broken connection, reconnect later), a
- * Redis that goes away is retried every RECONNECT_INTERVAL_NS for up to
- * ranks.timeout: the sender then republishes the version whole (a restarted
- * Redis is empty), a receiver resubscribes and reads PREFIX latest for what
- * it missed; after that it is an error naming the URL. With fail, the first
- * broken connection is that error. */
+ * SETs the update's meta under PREFIX latest (the end's under PREFIX end)
+ * and PUBLISHes it on PREFIX updates, and deletes the version that fell out
+ * of `keep`. Receivers SUBSCRIBE before the first version, take the newest
+ * announced version, and GET its chunks into their shadow slot. With
+ * on_disconnect: reconnect (the Redis tier's approach: drop the broken
+ * connection, reconnect later), a Redis that goes away is retried every
+ * RECONNECT_INTERVAL_NS for up to ranks.timeout: the sender then
+ * republishes the version whole (a restarted Redis is empty), a receiver
+ * resubscribes and reads PREFIX end and PREFIX latest for what it missed (a
+ * newer version comes before the end); after that it is an error naming the
+ * URL. With fail, the first broken connection is that error. */
 #include "xfer/xfer_int.h"
 
 #include <stdio.h>
@@ -27,7 +28,8 @@ typedef struct redis_priv {
     kvio_redis_t *data;       /* SET / GET / PUBLISH / DEL; NULL while away */
     kvio_redis_t *subscriber; /* receivers; NULL while away */
     char channel[KEY_LENGTH];
-    char latest_key[KEY_LENGTH];
+    char latest_key[KEY_LENGTH]; /* meta of the newest version */
+    char end_key[KEY_LENGTH];    /* meta of the end; apart, so the end never hides a version */
     bool end_pending;
     kvio_xfer_meta_t end;
     bool catch_up_pending;    /* a version read from PREFIX latest after a reconnect */
@@ -80,13 +82,15 @@ static kvio_status_t redis_init(kvio_xfer_t *xfer, char *error_p, size_t error_l
     int64_t timeout = kvio_rte_timeout_ns(xfer->rte);
     snprintf(priv->channel, sizeof(priv->channel), "%supdates", config->prefix);
     snprintf(priv->latest_key, sizeof(priv->latest_key), "%slatest", config->prefix);
+    snprintf(priv->end_key, sizeof(priv->end_key), "%send", config->prefix);
     kvio_status_t status = kvio_redis_connect(config->url, timeout, &priv->data, error_p,
                                               error_len);
     if (status == KVIO_OK && xfer->role == KVIO_XFER_SENDER) {
         if ((xfer->send_buffer = kvio_xfer_aligned_alloc(xfer->bytes)) == NULL)
             status = KVIO_ERR_NOMEM;
         else /* a previous run's versions are not this one's */
-            status = kvio_redis_del(priv->data, (const char *const[]){priv->latest_key}, 1);
+            status = kvio_redis_del(priv->data,
+                                    (const char *const[]){priv->latest_key, priv->end_key}, 2);
     } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
         for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
             if ((xfer->slots[slot] = kvio_xfer_aligned_alloc(xfer->bytes)) == NULL)
@@ -151,6 +155,23 @@ static kvio_status_t redis_failed(kvio_xfer_t *xfer, kvio_redis_t **connection,
     return status;
 }
 
+/* GETs the meta under key: *found_p false when there is none (or not a
+ * meta); an error of the data connection as redis_failed makes it. */
+static kvio_status_t read_meta(kvio_xfer_t *xfer, const char *key, kvio_xfer_meta_t *meta_p,
+                               bool *found_p)
+{
+    redis_priv_t *priv = xfer->priv;
+    size_t length = 0;
+    *found_p = false;
+    kvio_status_t status = kvio_redis_get(priv->data, key, meta_p, sizeof(*meta_p), &length);
+    if (status == KVIO_ERR_NOT_FOUND)
+        return KVIO_OK;
+    if (status != KVIO_OK)
+        return redis_failed(xfer, &priv->data, status);
+    *found_p = length == sizeof(*meta_p) && meta_p->magic == KVIO_XFER_MAGIC;
+    return KVIO_OK;
+}
+
 /* One attempt to bring back every connection this side needs (at most one
  * per RECONNECT_INTERVAL_NS): KVIO_OK when connected, KVIO_INPROGRESS while
  * Redis is still away, an error naming the URL after ranks.timeout. */
@@ -187,20 +208,25 @@ static kvio_status_t reconnect_once(kvio_xfer_t *xfer)
               kvio_redis_name(priv->data));
     if (!receiver)
         return KVIO_OK;
-    /* What was published while this receiver was away. */
-    kvio_xfer_meta_t meta;
-    size_t length = 0;
-    status = kvio_redis_get(priv->data, priv->latest_key, &meta, sizeof(meta), &length);
-    if (status == KVIO_OK && length == sizeof(meta) && meta.magic == KVIO_XFER_MAGIC) {
-        if (meta.flags & KVIO_XFER_META_END) {
-            priv->end = meta;
-            priv->end_pending = true;
-        } else if (meta.version > priv->last_seen) {
-            priv->catch_up = meta;
-            priv->catch_up_pending = true;
-        }
-    } else if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND) {
-        return redis_failed(xfer, &priv->data, status);
+    /* What was published while this receiver was away: the end and the
+     * newest version (poll hands it out before the end; if its data is gone
+     * by then, the fetch says so and the version is skipped). The end is
+     * read first: the sender SETs the last version's meta before the end's,
+     * so an end found here is never ahead of the version read after it. */
+    kvio_xfer_meta_t end, meta;
+    bool end_found = false, found = false;
+    status = read_meta(xfer, priv->end_key, &end, &end_found);
+    if (status == KVIO_OK)
+        status = read_meta(xfer, priv->latest_key, &meta, &found);
+    if (status != KVIO_OK)
+        return status;
+    if (found && !(meta.flags & KVIO_XFER_META_END) && meta.version > priv->last_seen) {
+        priv->catch_up = meta;
+        priv->catch_up_pending = true;
+    }
+    if (end_found && (end.flags & KVIO_XFER_META_END)) {
+        priv->end = end;
+        priv->end_pending = true;
     }
     return KVIO_OK;
 }
@@ -284,14 +310,15 @@ static kvio_status_t redis_put(kvio_xfer_t *xfer, int target, const kvio_xfer_me
     return status;
 }
 
-/* PREFIX latest (for receivers that were away), then the PUBLISH. */
+/* PREFIX latest, or PREFIX end for the end (for receivers that were
+ * away), then the PUBLISH. */
 static kvio_status_t announce_once(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
 {
     redis_priv_t *priv = xfer->priv;
     const void *values[1] = {meta};
     size_t lengths[1] = {sizeof(*meta)};
-    kvio_status_t status = kvio_redis_set_many(priv->data,
-                                               (const char *const[]){priv->latest_key}, values,
+    const char *key = (meta->flags & KVIO_XFER_META_END) ? priv->end_key : priv->latest_key;
+    kvio_status_t status = kvio_redis_set_many(priv->data, (const char *const[]){key}, values,
                                                lengths, 1);
     if (status == KVIO_OK)
         status = kvio_redis_publish(priv->data, priv->channel, meta, sizeof(*meta));

@@ -19,6 +19,15 @@
 #define KVIO_UCX_QUEUE_LENGTH 64
 #define KVIO_UCX_CHAIN_MAX_RECEIVERS 256
 
+/* What travels down a chain (xfer_chain_ucx.c), here so that a test can
+ * send one that is wrong. */
+typedef struct kvio_ucx_chain_message {
+    kvio_xfer_meta_t meta;       /* t_xfer_start/end_ns: this hop's first put and the flush
+                                    that made bytes_ready true */
+    uint64_t bytes_ready;        /* a prefix of this length is in the receiver's slot */
+    uint64_t slot_bits[KVIO_UCX_CHAIN_MAX_RECEIVERS / 64]; /* bit i: receiver i's slot */
+} kvio_ucx_chain_message_t;
+
 typedef struct kvio_ucx_remote_slots {
     uint64_t address[2];
     ucp_rkey_h rkey[2];
