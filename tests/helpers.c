@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -195,4 +198,48 @@ int test_private_mount(const char *dir, const char *type, unsigned long flags,
         return 0;
     }
     return 1;
+}
+
+int test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in address = {.sin_family = AF_INET,
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t length = sizeof(address);
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&address, sizeof(address)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&address, &length) == 0)
+        port = ntohs(address.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+void test_redis_cli(int port, const char *args)
+{
+    char command[512];
+    snprintf(command, sizeof(command), "redis-cli -p %d %s >/dev/null 2>&1", port, args);
+    (void)!system(command);
+}
+
+int test_redis_up(int port)
+{
+    char command[256];
+    snprintf(command, sizeof(command),
+             "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no "
+             "--daemonize yes --dir /tmp >/dev/null 2>&1", port);
+    if (port <= 0 || system(command) != 0)
+        return 0;
+    snprintf(command, sizeof(command), "redis-cli -p %d ping >/dev/null 2>&1", port);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        if (system(command) == 0)
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+void test_redis_down(int port)
+{
+    test_redis_cli(port, "shutdown nosave");
 }

@@ -43,4 +43,18 @@ int test_require(const char *what, int available, const char *reason);
 int test_private_mount(const char *dir, const char *type, unsigned long flags,
                        const char *options, char *reason, size_t reason_len);
 
+/* A TCP port on loopback that nothing listens on (bound, then released);
+ * 0 when none could be had. */
+int test_free_port(void);
+
+/* Starts a private redis-server (no persistence, daemonized) on port;
+ * true once it answers PING. */
+int test_redis_up(int port);
+
+/* Shuts the redis-server on port down without saving (best effort). */
+void test_redis_down(int port);
+
+/* Runs `redis-cli -p port ARGS` (best effort, output discarded). */
+void test_redis_cli(int port, const char *args);
+
 #endif

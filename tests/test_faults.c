@@ -271,48 +271,6 @@ Test(faults, trainer_lost_with_a_client_rank_and_a_chain_reports_the_serve_ranks
 
 /* ---- Redis under the redis transport ---- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in address = {.sin_family = AF_INET,
-                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t length = sizeof(address);
-    int port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&address, sizeof(address)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&address, &length) == 0)
-        port = ntohs(address.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-/* A private redis-server (no persistence) on port, daemonized; true when it
- * answers. */
-static bool redis_up(int port)
-{
-    char command[256];
-    snprintf(command, sizeof(command),
-             "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no "
-             "--daemonize yes --dir /tmp >/dev/null 2>&1", port);
-    if (system(command) != 0)
-        return false;
-    snprintf(command, sizeof(command), "redis-cli -p %d ping >/dev/null 2>&1", port);
-    for (int attempt = 0; attempt < 100; attempt++) {
-        if (system(command) == 0)
-            return true;
-        usleep(20000);
-    }
-    return false;
-}
-
-static void redis_down(int port)
-{
-    char command[128];
-    snprintf(command, sizeof(command), "redis-cli -p %d shutdown nosave >/dev/null 2>&1",
-             port);
-    (void)!system(command);
-}
-
 typedef struct outage {
     int port;
     useconds_t down_after_us;
@@ -324,10 +282,10 @@ static void *outage_thread(void *arg)
 {
     outage_t *outage = arg;
     usleep(outage->down_after_us);
-    redis_down(outage->port);
+    test_redis_down(outage->port);
     if (outage->back_after_us > 0) {
         usleep(outage->back_after_us);
-        outage->restarted = redis_up(outage->port);
+        outage->restarted = test_redis_up(outage->port);
     }
     return NULL;
 }
@@ -343,8 +301,8 @@ static void redis_outage(const char *on_disconnect, const char *on_loss,
 #ifndef KVIO_HAVE_REDIS
     cr_skip_test("redis transport not built");
 #endif
-    int port = free_port();
-    if (!test_require("redis", port > 0 && redis_up(port), "cannot start redis-server"))
+    int port = test_free_port();
+    if (!test_require("redis", port > 0 && test_redis_up(port), "cannot start redis-server"))
         return;
     char *dir = test_tmpdir();
     char url[64], url_set[128], disconnect_set[128], loss_set[128];
@@ -362,7 +320,7 @@ static void redis_outage(const char *on_disconnect, const char *on_loss,
     run_outcome_t outcome;
     run_text(dir, workload_text, sets, 7, &outcome);
     pthread_join(thread, NULL);
-    redis_down(port);
+    test_redis_down(port);
     cr_assert_not_null(outcome.summary, "no summary.json: %s", outcome.error);
     check(&outcome, url, &outage);
     json_decref(outcome.summary);

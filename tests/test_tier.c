@@ -156,19 +156,6 @@ static bool redis_has(kvio_redis_t *redis, const char *key)
     return status == KVIO_OK;
 }
 
-/* A TCP port on loopback that nothing listens on (bound, then released). */
-static int closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in address = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(fd, (struct sockaddr *)&address, sizeof(address)), 0);
-    socklen_t length = sizeof(address);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&address, &length), 0);
-    close(fd);
-    return ntohs(address.sin_port);
-}
-
 /* ---------- options ---------- */
 
 Test(tier, options_defaults_and_yaml, .timeout = 10)
@@ -502,7 +489,7 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
         /* Simulate touches nothing: a Redis nobody answers, a path that
          * cannot be created. */
         char url[64], path[512];
-        snprintf(url, sizeof(url), "redis://127.0.0.1:%d", closed_port());
+        snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
         snprintf(path, sizeof(path), "%s/missing/tier", dir);
         set_string(&config.url, url);
         set_string(&config.path, path);
@@ -896,7 +883,7 @@ Test(tier, redis_data_gone_is_a_miss_and_drops_metadata, .timeout = 20)
 Test(tier, redis_down_at_create_names_the_url, .timeout = 20)
 {
     char url[64];
-    int port = closed_port();
+    int port = test_free_port();
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
     kvio_tier_config_t config = default_config(KVIO_TIER_REDIS, 4 * BLOCK);
     set_string(&config.url, url);
@@ -963,7 +950,7 @@ Test(tier, redis_going_away_is_an_error_then_reconnects, .timeout = 30)
 #ifndef KVIO_HAVE_REDIS
     cr_skip_test("redis tier not built");
 #else
-    int port = closed_port();
+    int port = test_free_port();
     pid_t server = start_redis(port);
     if (!test_require("redis", server > 0, "cannot start redis-server (not installed?)"))
         return;

@@ -480,38 +480,8 @@ Test(xfer, simulate_model_orders_receivers, .timeout = 5)
  * the port it listens on, or 0 when it did not start. */
 static int private_redis_start(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in address = {.sin_family = AF_INET,
-                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t address_length = sizeof(address);
-    int port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&address, sizeof(address)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&address, &address_length) == 0)
-        port = ntohs(address.sin_port); /* free now; redis-server takes it next */
-    if (fd >= 0)
-        close(fd);
-    char command[256], url[64], reason[256];
-    snprintf(command, sizeof(command), "redis-server --port %d --bind 127.0.0.1 --save '' "
-             "--appendonly no --daemonize yes --dir /tmp >/dev/null 2>&1", port);
-    if (port == 0 || system(command) != 0)
-        return 0;
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-    for (int attempt = 0; attempt < 100; attempt++) {
-        kvio_redis_t *redis = NULL;
-        if (kvio_redis_connect(url, 200000000LL, &redis, reason, sizeof(reason)) == KVIO_OK) {
-            kvio_redis_close(redis);
-            return port;
-        }
-        usleep(20000);
-    }
-    return 0;
-}
-
-static void private_redis_command(int port, const char *what)
-{
-    char command[256];
-    snprintf(command, sizeof(command), "redis-cli -p %d %s >/dev/null 2>&1", port, what);
-    (void)!system(command);
+    int port = test_free_port();
+    return test_redis_up(port) ? port : 0;
 }
 
 #define AWAY_BYTES 8192
@@ -590,7 +560,7 @@ static kvio_status_t away_rank(kvio_rte_t *rte, void *arg)
         status = away_receive(xfer, away); /* version 1 */
         /* Its subscription breaks; version 2 and the end are published
          * while it is away. */
-        private_redis_command(away->port, "client kill type pubsub");
+        test_redis_cli(away->port, "client kill type pubsub");
         if (status == KVIO_OK)
             status = kvio_rte_send(rte, 0, KVIO_RTE_TAG_USER, &token, 1);
         if (status == KVIO_OK)
@@ -631,7 +601,7 @@ Test(xfer, redis_receiver_away_across_a_version_and_the_end_gets_the_version_fir
     free(away.transport.redis.url);
     away.transport.redis.url = strdup(url);
     kvio_status_t status = run_ranks(2, 5000000000LL, away_rank, &away, error, sizeof(error));
-    private_redis_command(port, "shutdown nosave");
+    test_redis_cli(port, "shutdown nosave");
     cr_assert_eq(status, KVIO_OK, "%s / %s / %s", error, away.error[0], away.error[1]);
     cr_expect_eq(away.count, 2, "the receiver was told about %d versions", away.count);
     cr_expect_eq(away.versions[0], 1);
