@@ -471,6 +471,7 @@ struct kvio_serve_client {
     kvio_serve_mirror_t *mirror;
     kvio_serve_batch_t *batches; /* one per serve rank */
     bool *final;                 /* the rank's last state has arrived */
+    int64_t *sent_ns;            /* when a batch last went to the rank (since the origin) */
     uint64_t generated;          /* requests sent */
     uint64_t *routed;            /* requests sent per serve rank */
 };
@@ -494,6 +495,7 @@ kvio_status_t kvio_serve_client_create(const kvio_serve_run_t *run,
     if (status == KVIO_OK &&
         ((client->batches = calloc(client->num_serve, sizeof(*client->batches))) == NULL ||
          (client->final = calloc(client->num_serve, sizeof(*client->final))) == NULL ||
+         (client->sent_ns = calloc(client->num_serve, sizeof(*client->sent_ns))) == NULL ||
          (client->routed = calloc(client->num_serve, sizeof(*client->routed))) == NULL))
         status = KVIO_ERR_NOMEM;
     if (status != KVIO_OK) {
@@ -513,6 +515,7 @@ void kvio_serve_client_destroy(kvio_serve_client_t *client)
         kvio_serve_batch_fini(&client->batches[r]);
     free(client->batches);
     free(client->final);
+    free(client->sent_ns);
     free(client->routed);
     kvio_serve_mirror_destroy(client->mirror);
     kvio_router_destroy(client->router);
@@ -554,14 +557,21 @@ static kvio_status_t client_drain_states(kvio_serve_client_t *client, bool *all_
     return KVIO_OK;
 }
 
+/* Sends each serve rank its batch; one with nothing to send gets an empty
+ * batch when a quarter of the timeout has passed since its last (first:
+ * at once), so that a serve rank can tell a sparse stream from a client
+ * that is stuck. now_ns is since origin_ns. */
 static kvio_status_t client_send_batches(kvio_serve_client_t *client, int64_t origin_ns,
-                                         bool last)
+                                         int64_t now_ns, bool first, bool last)
 {
+    int64_t keep_alive_ns = kvio_rte_timeout_ns(client->rte) / 4;
     kvio_status_t status = KVIO_OK;
     for (uint32_t r = 0; r < client->num_serve && status == KVIO_OK; r++) {
         kvio_serve_batch_t *batch = &client->batches[r];
-        if (batch->count == 0 && !last)
+        if (batch->count == 0 && !last && !first &&
+            now_ns - client->sent_ns[r] < keep_alive_ns)
             continue;
+        client->sent_ns[r] = now_ns;
         status = kvio_serve_batch_seal(batch, origin_ns, last);
         if (status == KVIO_OK)
             status = kvio_rte_post(client->rte, client->first_serve + (int)r,
@@ -602,6 +612,7 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
     if (status == KVIO_OK)
         status = kvio_stream_next(run->stream, &next);
     int64_t last_heard = 0; /* a serve rank that says nothing for the timeout is lost */
+    bool first = true;
     while (status == KVIO_OK) {
         status = client_drain_states(client, &all_final, &heard, error_p, error_len);
         if (status != KVIO_OK || all_final)
@@ -633,7 +644,8 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
             }
             ended = status == KVIO_OK && (stopping || next == NULL);
             if (status == KVIO_OK)
-                status = client_send_batches(client, origin, ended);
+                status = client_send_batches(client, origin, now, first, ended);
+            first = false;
             if (status != KVIO_OK) {
                 snprintf(error_p, error_len, "client rank: sending requests: %s",
                          kvio_strerror(status));

@@ -54,6 +54,12 @@ typedef struct inbox_item {
     kvio_hash_t *hashes;
 } inbox_item_t;
 
+/* A state message a rank has published and the client not yet read. */
+typedef struct state_item {
+    void *blob;
+    size_t length;
+} state_item_t;
+
 /* What one serve rank runs on: real KV memory, its tiers and its engine. */
 typedef struct rank_setup {
     kvio_engine_t *engine;
@@ -82,8 +88,7 @@ typedef struct rank_state {
     inbox_item_t *inbox;
     size_t inbox_count, inbox_capacity;
     kvio_serve_publisher_t publisher; /* the rank thread's own */
-    void **states;                   /* published, not yet read by the client (under lock) */
-    size_t *state_lengths;
+    state_item_t *states;            /* published, not yet read by the client (under lock) */
     size_t num_states, states_capacity;
     kvio_hist_t *timing_error;       /* |actual − target| end of iteration, ns */
     kvio_hist_t *timing_error_ppm;   /* the same relative to the iteration, parts per million */
@@ -158,39 +163,39 @@ static void on_iteration(void *context, uint32_t rank, const kvio_engine_iterati
     pthread_mutex_unlock(&emulate->csv_lock);
 }
 
+/* Once the client has sent its last request nobody reads the state any
+ * more: the deltas are not kept either. */
 static void on_cache(void *context, kvio_hash_t hash, bool cached)
 {
     rank_state_t *state = context;
-    kvio_serve_publisher_note(&state->publisher, hash, cached);
+    if (!atomic_load(&state->emulate->client_done))
+        kvio_serve_publisher_note(&state->publisher, hash, cached);
 }
 
-/* Queues this rank's state for the client (after every iteration). */
+/* Queues this rank's state for the client (after every iteration while the
+ * client routes). */
 static kvio_status_t publish_state(rank_state_t *state)
 {
-    void *blob = NULL;
-    size_t length = 0;
+    if (atomic_load(&state->emulate->client_done))
+        return KVIO_OK;
+    state_item_t item = {0};
     kvio_status_t status = kvio_serve_publisher_pack(&state->publisher, state->engine, false,
-                                                     &blob, &length);
+                                                     &item.blob, &item.length);
     if (status != KVIO_OK)
         return status;
     pthread_mutex_lock(&state->lock);
     if (state->num_states == state->states_capacity) {
         size_t capacity = state->states_capacity ? 2 * state->states_capacity : 16;
-        void **blobs = realloc(state->states, capacity * sizeof(*blobs));
-        if (blobs != NULL)
-            state->states = blobs;
-        size_t *lengths = realloc(state->state_lengths, capacity * sizeof(*lengths));
-        if (lengths != NULL)
-            state->state_lengths = lengths;
-        if (blobs == NULL || lengths == NULL) {
+        state_item_t *bigger = realloc(state->states, capacity * sizeof(*bigger));
+        if (bigger == NULL) {
             pthread_mutex_unlock(&state->lock);
-            free(blob);
+            free(item.blob);
             return KVIO_ERR_NOMEM;
         }
+        state->states = bigger;
         state->states_capacity = capacity;
     }
-    state->states[state->num_states] = blob;
-    state->state_lengths[state->num_states++] = length;
+    state->states[state->num_states++] = item;
     pthread_mutex_unlock(&state->lock);
     return KVIO_OK;
 }
@@ -205,9 +210,9 @@ static kvio_status_t read_states(emulate_t *emulate)
         for (size_t i = 0; i < state->num_states; i++) {
             bool final = false;
             if (status == KVIO_OK)
-                status = kvio_serve_mirror_apply(emulate->mirror, r, state->states[i],
-                                                 state->state_lengths[i], &final);
-            free(state->states[i]);
+                status = kvio_serve_mirror_apply(emulate->mirror, r, state->states[i].blob,
+                                                 state->states[i].length, &final);
+            free(state->states[i].blob);
         }
         state->num_states = 0;
         pthread_mutex_unlock(&state->lock);
@@ -548,9 +553,8 @@ static void rank_fini(rank_state_t *state)
         free(state->inbox[i].hashes);
     free(state->inbox);
     for (size_t i = 0; i < state->num_states; i++)
-        free(state->states[i]);
+        free(state->states[i].blob);
     free(state->states);
-    free(state->state_lengths);
     kvio_serve_publisher_fini(&state->publisher);
     kvio_hist_destroy(state->timing_error);
     kvio_hist_destroy(state->timing_error_ppm);
@@ -844,20 +848,26 @@ struct kvio_serve_rank {
     /* With a client rank: requests come from it, state goes to it. */
     kvio_serve_publisher_t publisher;
     bool client_ended;       /* its last batch has arrived */
+    int64_t client_heard_ns; /* when its last batch arrived (before the first: serving
+                                began), on rank 0's clock */
     bool origin_known;       /* origin_ns is the client's time zero */
     uint64_t version;        /* active model version, for requests being added */
     char error[256];         /* why begin or end failed */
 };
 
-/* One iteration as rank 0 needs it: the engine's record and the first
- * request ids of its batch (for --event-trace). */
-#define ITERATION_IDS 16
+/* One iteration as rank 0 needs it: the engine's record and the size of
+ * its batch, followed by the batch's first request ids (for --event-trace,
+ * as many as an event shows: record_ids() of them). */
 typedef struct iteration_record {
     kvio_engine_iteration_t iteration;
-    uint32_t num_ids;
+    uint32_t batch_size;
     uint32_t reserved;
-    uint64_t ids[ITERATION_IDS];
 } iteration_record_t;
+
+static size_t record_ids(uint32_t batch_size)
+{
+    return batch_size < KVIO_EVENT_MAX_REQUEST_IDS ? batch_size : KVIO_EVENT_MAX_REQUEST_IDS;
+}
 
 /* Iteration records a rank keeps (its blob to rank 0 must stay below the
  * runtime's message limit); later ones are counted, not kept. */
@@ -868,11 +878,17 @@ static void coupled_iteration(void *context, uint32_t rank_index,
 {
     kvio_serve_rank_t *rank = context;
     (void)rank_index;
-    if (rank->iterations_length + sizeof(iteration_record_t) > ITERATIONS_MAX_BYTES) {
+    const kvio_engine_scheduled_t *items = NULL;
+    size_t count = 0;
+    kvio_engine_last_scheduled(rank->setup.engine, &items, &count);
+    iteration_record_t record = {.iteration = *iteration, .batch_size = (uint32_t)count};
+    size_t num_ids = record_ids(record.batch_size);
+    size_t size = sizeof(record) + num_ids * sizeof(uint64_t);
+    if (rank->iterations_length + size > ITERATIONS_MAX_BYTES) {
         rank->iterations_dropped++;
         return;
     }
-    if (rank->iterations_length + sizeof(iteration_record_t) > rank->iterations_capacity) {
+    if (rank->iterations_length + size > rank->iterations_capacity) {
         size_t capacity = rank->iterations_capacity ? 2 * rank->iterations_capacity
                                                     : 256 * sizeof(iteration_record_t);
         unsigned char *bigger = realloc(rank->iterations, capacity);
@@ -883,15 +899,12 @@ static void coupled_iteration(void *context, uint32_t rank_index,
         rank->iterations = bigger;
         rank->iterations_capacity = capacity;
     }
-    iteration_record_t record = {.iteration = *iteration};
-    const kvio_engine_scheduled_t *items = NULL;
-    size_t count = 0;
-    kvio_engine_last_scheduled(rank->setup.engine, &items, &count);
-    record.num_ids = count < ITERATION_IDS ? (uint32_t)count : ITERATION_IDS;
-    for (uint32_t i = 0; i < record.num_ids; i++)
-        record.ids[i] = items[i].id;
-    memcpy(rank->iterations + rank->iterations_length, &record, sizeof(record));
-    rank->iterations_length += sizeof(record);
+    unsigned char *at = rank->iterations + rank->iterations_length;
+    memcpy(at, &record, sizeof(record));
+    at += sizeof(record);
+    for (size_t i = 0; i < num_ids; i++, at += sizeof(uint64_t))
+        memcpy(at, &items[i].id, sizeof(uint64_t));
+    rank->iterations_length += size;
 }
 
 static void coupled_cache(void *context, kvio_hash_t hash, bool cached)
@@ -932,6 +945,12 @@ static void coupled_finish(void *context, const kvio_engine_finished_t *finished
     rank->rows_length += (size_t)length;
 }
 
+/* Requests come from a client rank (not this rank's own stream). */
+static bool has_client(const kvio_serve_run_t *run)
+{
+    return run->client_rank > 0 && run->rte != NULL;
+}
+
 kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve_index,
                                      uint32_t num_serve, kvio_serve_rank_t **rank_p,
                                      char *error_p, size_t error_len)
@@ -954,7 +973,7 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
     if (status == KVIO_OK)
         status = kvio_cost_create(run->cost, run->model, run->gpu, &rank->cost, error_p,
                                   error_len);
-    bool client = run->client_rank > 0 && run->rte != NULL;
+    bool client = has_client(run);
     kvio_engine_observer_t observer = {.context = rank, .on_finish = coupled_finish,
                                        .on_iteration = coupled_iteration,
                                        .on_cache = client ? coupled_cache : NULL};
@@ -1023,8 +1042,30 @@ static kvio_status_t coupled_take(void *context, const kvio_engine_request_t *re
     return kvio_engine_add(rank->setup.engine, &tagged);
 }
 
+/* Fails when the client rank has said nothing for too long. It sends a
+ * batch, empty if need be, at least every quarter of the timeout; before
+ * its first it waits up to a timeout for the slowest serve rank to be
+ * ready, so this rank allows twice that from when it began serving. */
+static kvio_status_t coupled_client_silent(kvio_serve_rank_t *rank, int64_t now_ns)
+{
+    const kvio_serve_run_t *run = rank->run;
+    int64_t timeout = kvio_rte_timeout_ns(run->rte);
+    int64_t silence = now_ns - rank->client_heard_ns;
+    if (kvio_rte_peer_failed(run->rte, run->client_rank)) {
+        snprintf(rank->error, sizeof(rank->error),
+                 "serve rank %u: the client rank %d failed before its last request",
+                 rank->serve_index, run->client_rank);
+        return KVIO_ERR_PEER;
+    }
+    if (silence <= (rank->origin_known ? timeout : 2 * timeout))
+        return KVIO_OK;
+    snprintf(rank->error, sizeof(rank->error), "serve rank %u: nothing from client rank %d for "
+             "%.1f s", rank->serve_index, run->client_rank, (double)silence / 1e9);
+    return KVIO_ERR_TIMEOUT;
+}
+
 /* Takes every batch the client has sent; the first sets the time zero. */
-static kvio_status_t coupled_receive(kvio_serve_rank_t *rank)
+static kvio_status_t coupled_receive(kvio_serve_rank_t *rank, int64_t now_ns)
 {
     const kvio_serve_run_t *run = rank->run;
     while (!rank->client_ended) {
@@ -1033,7 +1074,7 @@ static kvio_status_t coupled_receive(kvio_serve_rank_t *rank)
         kvio_status_t status = kvio_rte_try_recv(run->rte, run->client_rank,
                                                  KVIO_SERVE_TAG_REQUESTS, &data, &length);
         if (status == KVIO_INPROGRESS)
-            return KVIO_OK;
+            return coupled_client_silent(rank, now_ns);
         if (status == KVIO_ERR_PEER) {
             snprintf(rank->error, sizeof(rank->error),
                      "serve rank %u: the client rank %d ended before its last request",
@@ -1057,6 +1098,7 @@ static kvio_status_t coupled_receive(kvio_serve_rank_t *rank)
             rank->origin_known = true;
             rank->origin_ns = origin_ns;
         }
+        rank->client_heard_ns = now_ns;
         rank->client_ended = last;
     }
     return KVIO_OK;
@@ -1091,17 +1133,21 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
                                    int64_t *end_ns_p, int64_t *idle_until_p, bool *finished_p)
 {
     kvio_serve_rank_t *rank = context;
-    bool client = rank->run->client_rank > 0 && rank->run->rte != NULL;
+    bool client = has_client(rank->run);
     if (!rank->started) {
         rank->started = true;
         rank->origin_ns = now_ns;
+        rank->client_heard_ns = now_ns;
         /* The first state says this rank is ready: the client starts the
          * stream when every serve rank is. */
-        if (client && coupled_publish(rank, false) != KVIO_OK)
-            return KVIO_ERR_PEER;
+        if (client) {
+            kvio_status_t status = coupled_publish(rank, false);
+            if (status != KVIO_OK)
+                return status;
+        }
     }
     rank->version = active_version;
-    kvio_status_t status = client ? coupled_receive(rank)
+    kvio_status_t status = client ? coupled_receive(rank, now_ns)
                                   : coupled_dispatch(rank, now_ns - rank->origin_ns,
                                                      active_version);
     if (status != KVIO_OK)
@@ -1163,7 +1209,7 @@ static kvio_status_t coupled_end(void *context, int64_t now_ns)
     int64_t before_ns = thread_cpu_ns();
     kvio_engine_complete(rank->setup.engine, now_ns - rank->origin_ns);
     rank->overhead_ns += thread_cpu_ns() - before_ns;
-    if (rank->run->client_rank > 0 && rank->run->rte != NULL)
+    if (has_client(rank->run))
         return coupled_publish(rank, false);
     return KVIO_OK;
 }
@@ -1280,17 +1326,25 @@ static kvio_status_t merge_iterations(const unsigned char *blob, size_t length,
     memcpy(iterations, blob + offset, sizeof(iterations));
     memcpy(&host_bandwidth, blob + offset + sizeof(iterations), sizeof(host_bandwidth));
     offset += sizeof(iterations) + sizeof(host_bandwidth);
-    if (iterations[0] > length - offset || iterations[0] % sizeof(iteration_record_t) != 0)
+    if (iterations[0] > length - offset)
         return KVIO_ERR_PARSE;
-    for (size_t at = 0; at < iterations[0]; at += sizeof(iteration_record_t)) {
+    for (size_t at = 0; at < iterations[0];) {
         iteration_record_t record;
-        memcpy(&record, blob + offset + at, sizeof(record));
-        if (record.num_ids > ITERATION_IDS)
+        uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
+        if (iterations[0] - at < sizeof(record))
             return KVIO_ERR_PARSE;
+        memcpy(&record, blob + offset + at, sizeof(record));
+        at += sizeof(record);
+        size_t num_ids = record_ids(record.batch_size);
+        if (iterations[0] - at < num_ids * sizeof(uint64_t))
+            return KVIO_ERR_PARSE;
+        memcpy(ids, blob + offset + at, num_ids * sizeof(uint64_t));
+        at += num_ids * sizeof(uint64_t);
         if (csv != NULL)
             kvio_serve_iteration_row(csv, rank, &record.iteration);
-        kvio_serve_trace_iteration_ids(events, rank, &record.iteration, record.ids,
-                                       record.num_ids, host_bandwidth);
+        /* The whole batch's size; only its first ids were kept. */
+        kvio_serve_trace_iteration_ids(events, rank, &record.iteration, ids, record.batch_size,
+                                       host_bandwidth);
     }
     *dropped_p += iterations[1];
     *offset_p = offset + iterations[0];

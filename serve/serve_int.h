@@ -55,8 +55,9 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
 void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
                                 uint32_t rank, const kvio_engine_iteration_t *iteration,
                                 double host_bandwidth);
-/* The same from a record: ids are the first num_ids request ids of its batch
- * (only KVIO_EVENT_MAX_REQUEST_IDS are read). */
+/* The same from a record: num_ids is the size of its batch (the event's
+ * num_requests) and ids holds the batch's first min(num_ids,
+ * KVIO_EVENT_MAX_REQUEST_IDS) request ids. */
 void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
                                     const kvio_engine_iteration_t *iteration,
                                     const uint64_t *ids, size_t num_ids, double host_bandwidth);

@@ -3,15 +3,23 @@
  * trainer publishes updates, and tags requests with the version that served
  * them; a client rank (threads or mpirun processes) serves every request
  * once and prefix_affinity routes on published state; coupled serve ranks
- * write iterations.csv; pools larger than the machine are refused with the
- * numbers. */
+ * write iterations.csv and trace events with whole batch sizes; a serve rank
+ * gives up on a client that is stuck, but not on a sparse stream; pools
+ * larger than the machine are refused with the numbers. */
 #include <criterion/criterion.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "kvio/clock.h"
+#include "kvio/rte.h"
 #include "kvio/run.h"
+#include "kvio/serve.h"
+#include "kvio/update.h"
+#include "serve/serve_int.h"
 #include "tests/helpers.h"
 
 /* Llama-3.2-1B blocks are 512 KiB (32 KiB per token × 16): 160 blocks hold
@@ -40,17 +48,21 @@ static const char *coupled_workload =
     "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n"
     "  prefix: {system_prompts: {count: 2, tokens: 256, zipf: 1.0}}\n";
 
-static json_t *run_workload(const char *text, char **dir_p, kvio_status_t expected,
-                            char *error, size_t error_len)
+/* Runs text in a new directory (results in out/, with trace: trace.pfw) and
+ * returns summary.json (NULL when the run failed, as expected). */
+static json_t *run_traced(const char *text, bool trace, char **dir_p, kvio_status_t expected,
+                          char *error, size_t error_len)
 {
     char *dir = test_tmpdir();
     char *file = test_write_file(dir, "w.yaml", text);
     kvio_workload_t workload;
     cr_assert_eq(kvio_workload_load(file, NULL, 0, &workload, error, error_len), KVIO_OK, "%s",
                  error);
-    char out[1100];
+    char out[1100], trace_path[1100];
     snprintf(out, sizeof(out), "%s/out", dir);
-    kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file};
+    snprintf(trace_path, sizeof(trace_path), "%s/trace.pfw", dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file,
+                                  .event_trace = trace ? trace_path : NULL};
     kvio_run_result_t result;
     kvio_status_t status = kvio_run(&workload, &options, &result, error, error_len);
     kvio_workload_free(&workload);
@@ -65,6 +77,12 @@ static json_t *run_workload(const char *text, char **dir_p, kvio_status_t expect
     json_t *summary = json_load_file(path, 0, &json_error);
     cr_assert_not_null(summary, "%s", json_error.text);
     return summary;
+}
+
+static json_t *run_workload(const char *text, char **dir_p, kvio_status_t expected,
+                            char *error, size_t error_len)
+{
+    return run_traced(text, false, dir_p, expected, error, error_len);
 }
 
 static double metric(const json_t *summary, const char *key)
@@ -395,6 +413,181 @@ Test(emulate, mpirun_client_rank_routes_to_serve_processes, .timeout = 60)
     cr_assert_eq(distinct_request_ids(dir, &rows), (int)generated);
     json_decref(summary);
     free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Replaces the first from in text by to. */
+static void replace_in(char *text, size_t text_len, const char *from, const char *to)
+{
+    char *found = strstr(text, from);
+    cr_assert_not_null(found, "no %s in the workload", from);
+    char *rest = strdup(found + strlen(from));
+    snprintf(found, text_len - (size_t)(found - text), "%s%s", to, rest);
+    free(rest);
+}
+
+Test(emulate, client_rank_keeps_a_sparse_stream_alive, .timeout = 60)
+{
+    /* Requests 2 s apart with a 1.5 s timeout: the client's empty batches
+     * tell the serve ranks it is still there. */
+    char text[2048], *dir, error[1024];
+    client_text("round_robin", "timeout: 20s", "timeout: 1.5s", text, sizeof(text));
+    replace_in(text, sizeof(text), "poisson, rate: 40", "constant, rate: 0.5");
+    replace_in(text, sizeof(text), "duration: 2s", "duration: 4.2s");
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    json_int_t generated = json_integer_value(json_object_get(client_of(summary), "generated"));
+    cr_assert_geq(generated, 2);
+    cr_assert_eq(metric(summary, "completed"), (double)generated);
+    finish_client(summary, dir);
+}
+
+/* A world of one serve rank (0) and a client (1) that sends one empty batch,
+ * then nothing, but stays alive until the serve rank has given up. */
+typedef struct stuck_client {
+    kvio_workload_t workload;
+    kvio_model_t model;
+    kvio_gpu_t gpu;
+    kvio_status_t status; /* the serve rank's */
+    char error[256];
+    double waited_s;
+    _Atomic bool done;
+} stuck_client_t;
+
+static void nap_ms(long ms)
+{
+    struct timespec pause = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    nanosleep(&pause, NULL);
+}
+
+static kvio_status_t stuck_client_body(kvio_rte_t *rte, void *arg)
+{
+    stuck_client_t *test = arg;
+    if (kvio_rte_index(rte) == 1) {
+        void *data = NULL;
+        size_t length = 0;
+        kvio_status_t status = kvio_rte_recv(rte, 0, KVIO_SERVE_TAG_STATE, &data, &length);
+        free(data);
+        kvio_serve_batch_t batch = {0};
+        if (status == KVIO_OK)
+            status = kvio_serve_batch_seal(&batch, kvio_rte_time_ns(rte), false);
+        if (status == KVIO_OK)
+            status = kvio_rte_post(rte, 0, KVIO_SERVE_TAG_REQUESTS, batch.data, batch.length);
+        kvio_serve_batch_fini(&batch);
+        for (int i = 0; i < 1000 && !atomic_load(&test->done); i++)
+            nap_ms(10);
+        return status;
+    }
+    kvio_serve_run_t run = {
+        .serve = &test->workload.serve, .model = &test->model, .gpu = &test->gpu,
+        .cost = &test->workload.cost, .num_ranks = 1, .seed = 1,
+        .device = &test->workload.device, .rte = rte, .client_rank = 1,
+        .first_serve_rank = 0};
+    kvio_serve_rank_t *rank = NULL;
+    test->status = kvio_serve_rank_create(&run, 0, 1, &rank, test->error, sizeof(test->error));
+    if (test->status != KVIO_OK) {
+        atomic_store(&test->done, true);
+        return KVIO_OK;
+    }
+    kvio_update_server_t server;
+    kvio_serve_rank_server(rank, &server);
+    int64_t start = kvio_rte_time_ns(rte);
+    bool finished = false;
+    while (test->status == KVIO_OK && !finished &&
+           kvio_rte_time_ns(rte) - start < 10000000000LL) {
+        int64_t end_ns = -1, idle_until = 0;
+        test->status = server.begin(server.context, kvio_rte_time_ns(rte), 0, &end_ns,
+                                    &idle_until, &finished);
+        nap_ms(1);
+    }
+    test->waited_s = (double)(kvio_rte_time_ns(rte) - start) / 1e9;
+    snprintf(test->error, sizeof(test->error), "%s", server.error(server.context));
+    kvio_serve_rank_destroy(rank);
+    atomic_store(&test->done, true);
+    return KVIO_OK;
+}
+
+Test(emulate, serve_rank_gives_up_on_a_client_that_sends_nothing, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml",
+                                 "mode: emulate\nmodel: {preset: llama3.2-1b}\n"
+                                 "gpu: {preset: h200}\n"
+                                 "serve: {kvcache: {block_size: 16, blocks: 64}}\n");
+    stuck_client_t test;
+    memset(&test, 0, sizeof(test));
+    char error[512] = "";
+    cr_assert_eq(kvio_workload_load(file, NULL, 0, &test.workload, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    test.model = test.workload.model;
+    test.gpu = test.workload.gpu;
+    cr_assert_eq(kvio_model_resolve(&test.model, error, sizeof(error)), KVIO_OK, "%s", error);
+    cr_assert_eq(kvio_gpu_resolve(&test.gpu, error, sizeof(error)), KVIO_OK, "%s", error);
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = 2, .timeout_ns = 1000000000LL};
+    kvio_rte_world_t *world = NULL;
+    cr_assert_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    cr_assert_eq(kvio_rte_world_run(world, stuck_client_body, &test, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    kvio_rte_world_destroy(world, false);
+    cr_assert_eq(test.status, KVIO_ERR_TIMEOUT, "%s: %s", kvio_strerror(test.status),
+                 test.error);
+    cr_assert(test_contains(test.error, "serve rank 0: nothing from client rank 1 for 1."),
+              "%s", test.error);
+    cr_assert_lt(test.waited_s, 3.0, "gave up only after %.1f s", test.waited_s);
+    kvio_workload_free(&test.workload);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Iteration events of --event-trace: the whole batch size as num_requests
+ * and as many ids as the batch has, up to the events' cap. Returns the
+ * largest batch. */
+static long check_iteration_events(const char *path)
+{
+    char *trace = test_read_file(path);
+    cr_assert_not_null(trace, "%s is missing", path);
+    long largest = 0;
+    int events = 0;
+    for (char *line = strtok(trace, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        if (strstr(line, "\"cat\":\"iteration\"") == NULL)
+            continue;
+        const char *batch = strstr(line, "\"batch_size\":");
+        const char *requests = strstr(line, "\"num_requests\":");
+        const char *ids = strstr(line, "\"request_ids\":[");
+        cr_assert(batch != NULL && requests != NULL && ids != NULL, "%s", line);
+        long batch_size = strtol(batch + strlen("\"batch_size\":"), NULL, 10);
+        long num_requests = strtol(requests + strlen("\"num_requests\":"), NULL, 10);
+        long num_ids = 1;
+        for (const char *at = ids; *at != ']'; at++)
+            num_ids += *at == ',';
+        cr_assert_eq(num_requests, batch_size, "%s", line);
+        cr_assert_eq(num_ids, batch_size < 64 ? batch_size : 64, "%s", line);
+        largest = batch_size > largest ? batch_size : largest;
+        events++;
+    }
+    cr_assert_gt(events, 0, "no iteration events in %s", path);
+    free(trace);
+    return largest;
+}
+
+Test(emulate, coupled_iteration_events_carry_the_whole_batch_size, .timeout = 60)
+{
+    /* Forty short requests at once on one serve rank: decode batches of
+     * up to forty. */
+    char text[2048], *dir, error[1024];
+    snprintf(text, sizeof(text), "%s", coupled_workload);
+    replace_in(text, sizeof(text), "serve: 2", "serve: 1");
+    replace_in(text, sizeof(text), "arrival: {process: poisson, rate: 20}",
+               "requests: 40\n  arrival: {process: batch}");
+    replace_in(text, sizeof(text), "input_tokens: {dist: lognormal, mean: 600",
+               "input_tokens: {dist: lognormal, mean: 64");
+    json_t *summary = run_traced(text, true, &dir, KVIO_OK, error, sizeof(error));
+    char trace[1200];
+    snprintf(trace, sizeof(trace), "%s/trace.pfw", dir);
+    cr_assert_gt(check_iteration_events(trace), 16, "no batch larger than 16 to check");
+    json_decref(summary);
     test_rmtree(dir);
     free(dir);
 }

@@ -143,7 +143,11 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
                                      char *error_p, size_t error_len);
 void kvio_serve_rank_destroy(kvio_serve_rank_t *rank);
 
-/* The hooks through which the update receive loop drives the engine. */
+/* The hooks through which the update receive loop drives the engine. With
+ * a client rank, begin fails (KVIO_ERR_TIMEOUT, "nothing from client rank
+ * M for X s") when the client, before its last batch, has sent nothing for
+ * the runtime's timeout (twice that before its first), or KVIO_ERR_PEER
+ * when it failed. */
 void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *server_p);
 
 /* The rank's measurements as a blob for rank 0 (caller frees). */
@@ -174,7 +178,10 @@ void kvio_serve_client_destroy(kvio_serve_client_t *client);
 
 /* Generates the stream in real time and sends each request to the serve
  * rank the router picks from the state ranks publish, until every serve
- * rank has finished. stop (may be NULL) ends the stream early. */
+ * rank has finished. A serve rank with nothing due gets an empty batch at
+ * least every quarter of the runtime's timeout, so that it can tell a
+ * sparse stream from a stuck client. stop (may be NULL) ends the stream
+ * early. */
 kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_atomic_t *stop,
                                     char *error_p, size_t error_len);
 
