@@ -472,6 +472,20 @@ static int64_t planned_length_ns(const kvio_workload_t *workload)
     return (int64_t)((double)workload->train.steps * fmax(step_mean, 0.0));
 }
 
+/* Waits for the run's planned end (rank 0's clock), a stop, or another rank
+ * failing (the gather that follows reports it). */
+static void wait_run_end(kvio_rte_t *rte, const run_context_t *context, int64_t run_end_ns)
+{
+    int self = kvio_rte_index(rte);
+    while (kvio_rte_time_ns(rte) < run_end_ns && !(context->stop != NULL && *context->stop)) {
+        for (int rank = 0; rank < kvio_rte_size(rte); rank++)
+            if (rank != self && kvio_rte_peer_failed(rte, rank))
+                return;
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* Rank 0 when its trainer failed and update.on_trainer_loss is serve: the
  * emulated trainer is gone, but this rank still gathers the results (kvio's
  * harness, not part of the emulated system). It tells the serve ranks, then
@@ -490,14 +504,8 @@ static kvio_status_t trainer_lost(kvio_rte_t *rte, const run_context_t *context,
     kvio_warn("training rank %d lost (%s); the serve ranks keep serving until the run ends",
               kvio_rte_index(rte), reason);
     kvio_status_t status = kvio_update_announce_trainer_lost(rte, receivers, num_serve, &notice);
-    while (status == KVIO_OK && kvio_rte_time_ns(rte) < run_end_ns &&
-           !(context->stop != NULL && *context->stop)) {
-        for (int rank = 1; rank < kvio_rte_size(rte); rank++)
-            if (kvio_rte_peer_failed(rte, rank))
-                return KVIO_OK; /* a serve or client rank: the gather reports it */
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
-        nanosleep(&pause, NULL);
-    }
+    if (status == KVIO_OK)
+        wait_run_end(rte, context, run_end_ns);
     return status;
 }
 
@@ -687,6 +695,10 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
                                                     &serve, error, sizeof(error));
         if (status != KVIO_OK)
             goto fail;
+        /* The client is done once the stream is out; the trainer trains on
+         * to the run's end, and the gather's wait is only ranks.timeout. */
+        if (is_client)
+            wait_run_end(rte, context, run_end);
         report.trainer_lost_ns = serve.trainer_lost_ns;
         report.active_version = serve.active_version;
         snprintf(report.lost_reason, sizeof(report.lost_reason), "%s",

@@ -429,16 +429,32 @@ static void replace_in(char *text, size_t text_len, const char *from, const char
 
 Test(emulate, client_rank_keeps_a_sparse_stream_alive, .timeout = 60)
 {
-    /* Requests 2 s apart with a 1.5 s timeout: the client's empty batches
-     * tell the serve ranks it is still there. */
+    /* Requests 2 s apart with a 1 s timeout: the client's empty batches
+     * tell the serve ranks it is still there, and the client, done when the
+     * stream is out, waits for the trainer's end before the gather. */
     char text[2048], *dir, error[1024];
-    client_text("round_robin", "timeout: 20s", "timeout: 1.5s", text, sizeof(text));
+    client_text("round_robin", "timeout: 20s", "timeout: 1s", text, sizeof(text));
     replace_in(text, sizeof(text), "poisson, rate: 40", "constant, rate: 0.5");
     replace_in(text, sizeof(text), "duration: 2s", "duration: 4.2s");
     json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
     json_int_t generated = json_integer_value(json_object_get(client_of(summary), "generated"));
     cr_assert_geq(generated, 2);
     cr_assert_eq(metric(summary, "completed"), (double)generated);
+    finish_client(summary, dir);
+}
+
+Test(emulate, client_rank_done_early_waits_for_the_trainer, .timeout = 60)
+{
+    /* Three requests, all out by about 0.1 s, in a 3 s run with a 1 s
+     * timeout: the client must not sit in the end-of-run gather while the
+     * trainer trains on to the run's end. */
+    char text[2048], *dir, error[1024];
+    client_text("round_robin", "timeout: 20s", "timeout: 1s", text, sizeof(text));
+    replace_in(text, sizeof(text), "duration: 2s", "duration: 3s");
+    replace_in(text, sizeof(text), "stream:\n", "stream:\n  requests: 3\n");
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    cr_assert_eq(json_integer_value(json_object_get(client_of(summary), "generated")), 3);
+    cr_assert_eq(metric(summary, "completed"), 3.0);
     finish_client(summary, dir);
 }
 
