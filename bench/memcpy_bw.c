@@ -1,17 +1,22 @@
 /* Plain memcpy bandwidth for KV-sized blocks between two prefaulted host
  * arenas: the reference that bench/emulate.sh compares swap copies with.
- * Usage: memcpy_bw BLOCK_BYTES NUM_BLOCKS ROUNDS; prints GB/s (1e9). */
+ * Usage: memcpy_bw BLOCK_BYTES NUM_BLOCKS ROUNDS [IDLE_S]; prints GB/s (1e9).
+ * IDLE_S: sleep that long between filling the arenas and copying, as KV
+ * blocks sit between their allocation and a swap (on the development VM
+ * the host reclaims guest memory idle for a few seconds, and the first
+ * touch afterwards is several times slower). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvio/clock.h"
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: memcpy_bw BLOCK_BYTES NUM_BLOCKS ROUNDS\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: memcpy_bw BLOCK_BYTES NUM_BLOCKS ROUNDS [IDLE_S]\n");
         return 2;
     }
     size_t block = strtoull(argv[1], NULL, 10), count = strtoull(argv[2], NULL, 10);
@@ -25,6 +30,8 @@ int main(int argc, char **argv)
     }
     memset(source, 1, block * count);
     memset(target, 2, block * count);
+    if (argc == 5)
+        sleep((unsigned)atoi(argv[4]));
     uint64_t start = kvio_time_ns();
     for (int r = 0; r < rounds; r++)
         for (size_t i = 0; i < count; i++) {

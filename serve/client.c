@@ -74,8 +74,9 @@ kvio_status_t kvio_serve_publisher_pack(kvio_serve_publisher_t *publisher,
     state_header_t header = {
         .magic = STATE_MAGIC, .flags = final ? STATE_FINAL : 0,
         .received = publisher->received,
-        .active_decode_blocks = kvio_engine_active_decode_blocks(engine),
-        .load = kvio_engine_load(engine), .free_blocks = kvio_engine_free_blocks(engine),
+        .active_decode_blocks = engine ? kvio_engine_active_decode_blocks(engine) : 0,
+        .load = engine ? kvio_engine_load(engine) : 0,
+        .free_blocks = engine ? kvio_engine_free_blocks(engine) : 0,
         .num_cached = (uint32_t)publisher->num_cached,
         .num_evicted = (uint32_t)publisher->num_evicted};
     size_t cached_bytes = publisher->num_cached * sizeof(kvio_hash_t);
@@ -190,11 +191,23 @@ static void set_remove(hash_set_t *set, kvio_hash_t hash)
     set->slots[i].count = 0;
 }
 
+/* A request sent to a rank that has not yet said it took it: its full
+ * prompt blocks, so that a request right behind it with the same new prefix
+ * follows it (as SGLang's router inserts a prompt into the chosen worker's
+ * tree when it routes it). */
+typedef struct routed_request {
+    kvio_hash_t *hashes;
+    uint32_t num_hashes;
+} routed_request_t;
+
 typedef struct mirrored_rank {
     state_header_t state; /* the last published (counts of deltas unused) */
     uint64_t dispatched;  /* requests sent to the rank so far */
     uint64_t states;      /* state messages applied */
     hash_set_t cached;
+    hash_set_t routed;    /* blocks of the requests in queue */
+    routed_request_t *queue; /* ring, oldest at head */
+    size_t head, count, capacity;
 } mirrored_rank_t;
 
 struct kvio_serve_mirror {
@@ -221,8 +234,14 @@ void kvio_serve_mirror_destroy(kvio_serve_mirror_t *mirror)
 {
     if (mirror == NULL)
         return;
-    for (uint32_t r = 0; r < mirror->num_ranks; r++)
-        free(mirror->ranks[r].cached.slots);
+    for (uint32_t r = 0; r < mirror->num_ranks; r++) {
+        mirrored_rank_t *mirrored = &mirror->ranks[r];
+        for (size_t i = 0; i < mirrored->count; i++)
+            free(mirrored->queue[(mirrored->head + i) % mirrored->capacity].hashes);
+        free(mirrored->queue);
+        free(mirrored->routed.slots);
+        free(mirrored->cached.slots);
+    }
     free(mirror->ranks);
     free(mirror);
 }
@@ -254,15 +273,58 @@ kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank
         memcpy(&hash, hashes + (size_t)i * sizeof(hash), sizeof(hash));
         set_remove(&mirrored->cached, hash);
     }
+    /* What the rank took is now in its own published state. */
+    while (mirrored->count > 0 && mirrored->dispatched - mirrored->count < header.received) {
+        routed_request_t *oldest = &mirrored->queue[mirrored->head];
+        for (uint32_t i = 0; i < oldest->num_hashes; i++)
+            set_remove(&mirrored->routed, oldest->hashes[i]);
+        free(oldest->hashes);
+        mirrored->head = (mirrored->head + 1) % mirrored->capacity;
+        mirrored->count--;
+    }
     mirrored->state = header;
     mirrored->states++;
     *final_p = (header.flags & STATE_FINAL) != 0;
     return KVIO_OK;
 }
 
-void kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank)
+kvio_status_t kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank,
+                                           const kvio_engine_request_t *request)
 {
-    mirror->ranks[rank].dispatched++;
+    mirrored_rank_t *mirrored = &mirror->ranks[rank];
+    if (mirrored->count == mirrored->capacity) {
+        size_t capacity = mirrored->capacity ? 2 * mirrored->capacity : 64;
+        routed_request_t *bigger = malloc(capacity * sizeof(*bigger));
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        for (size_t i = 0; i < mirrored->count; i++)
+            bigger[i] = mirrored->queue[(mirrored->head + i) % mirrored->capacity];
+        free(mirrored->queue);
+        mirrored->queue = bigger;
+        mirrored->head = 0;
+        mirrored->capacity = capacity;
+    }
+    size_t full = request->prompt_tokens / mirror->block_size;
+    routed_request_t routed = {.num_hashes = (uint32_t)(request->num_hashes < full
+                                                            ? request->num_hashes
+                                                            : full)};
+    if (routed.num_hashes > 0) {
+        routed.hashes = malloc(routed.num_hashes * sizeof(*routed.hashes));
+        if (routed.hashes == NULL)
+            return KVIO_ERR_NOMEM;
+        memcpy(routed.hashes, request->hashes, routed.num_hashes * sizeof(*routed.hashes));
+    }
+    for (uint32_t i = 0; i < routed.num_hashes; i++)
+        if (set_add(&mirrored->routed, routed.hashes[i]) != KVIO_OK) {
+            while (i-- > 0)
+                set_remove(&mirrored->routed, routed.hashes[i]);
+            free(routed.hashes);
+            return KVIO_ERR_NOMEM;
+        }
+    mirrored->queue[(mirrored->head + mirrored->count) % mirrored->capacity] = routed;
+    mirrored->count++;
+    mirrored->dispatched++;
+    return KVIO_OK;
 }
 
 static uint64_t mirror_states_of(const kvio_serve_mirror_t *mirror, uint32_t rank)
@@ -289,18 +351,20 @@ static uint32_t mirror_load(void *context, uint32_t rank)
     return mirrored->state.load + (uint32_t)in_flight;
 }
 
-/* The longest run of leading prompt blocks in the mirrored set, in tokens;
- * like the engine's lookup it never covers the last prompt token. */
+/* The longest run of leading prompt blocks the rank has cached or has been
+ * sent (in requests it has not yet taken), in tokens; like the engine's
+ * lookup it never covers the last prompt token. */
 static size_t mirror_cached_prefix(void *context, uint32_t rank, const kvio_hash_t *hashes,
                                    size_t num_hashes, uint32_t prompt_tokens)
 {
     const kvio_serve_mirror_t *mirror = context;
-    const hash_set_t *set = &mirror->ranks[rank].cached;
+    const mirrored_rank_t *mirrored = &mirror->ranks[rank];
     size_t full = prompt_tokens / mirror->block_size;
     if (num_hashes > full)
         num_hashes = full;
     size_t blocks = 0;
-    while (blocks < num_hashes && set_find(set, hashes[blocks]) != SIZE_MAX)
+    while (blocks < num_hashes && (set_find(&mirrored->cached, hashes[blocks]) != SIZE_MAX ||
+                                   set_find(&mirrored->routed, hashes[blocks]) != SIZE_MAX))
         blocks++;
     if (blocks > 0 && blocks * mirror->block_size >= prompt_tokens)
         blocks--;
@@ -635,7 +699,8 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
                     uint32_t rank = kvio_router_choose_view(client->router, &view,
                                                             client->num_serve, &request);
                     status = kvio_serve_batch_add(&client->batches[rank], &request);
-                    kvio_serve_mirror_dispatched(client->mirror, rank);
+                    if (status == KVIO_OK)
+                        status = kvio_serve_mirror_dispatched(client->mirror, rank, &request);
                     client->routed[rank]++;
                     client->generated++;
                 }

@@ -363,7 +363,9 @@ static kvio_status_t route(emulate_t *emulate, const kvio_engine_request_t *requ
     kvio_router_view_t view;
     kvio_serve_mirror_view(emulate->mirror, &view);
     uint32_t rank = kvio_router_choose_view(emulate->router, &view, emulate->num_ranks, request);
-    kvio_serve_mirror_dispatched(emulate->mirror, rank);
+    status = kvio_serve_mirror_dispatched(emulate->mirror, rank, request);
+    if (status != KVIO_OK)
+        return status;
     emulate->routed[rank]++;
     *rank_p = rank;
     return KVIO_OK;

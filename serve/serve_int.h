@@ -81,7 +81,8 @@ typedef struct kvio_serve_publisher {
 void kvio_serve_publisher_note(kvio_serve_publisher_t *publisher, kvio_hash_t hash,
                                bool cached);
 /* A state message (load, free blocks, active decode blocks, the deltas;
- * final: the rank has finished) in a malloc'd blob; clears the deltas. */
+ * final: the rank has finished) in a malloc'd blob; clears the deltas.
+ * engine NULL: a rank without engine state yet (all zero). */
 kvio_status_t kvio_serve_publisher_pack(kvio_serve_publisher_t *publisher,
                                         const kvio_engine_t *engine, bool final,
                                         void **blob_p, size_t *length_p);
@@ -95,7 +96,10 @@ kvio_status_t kvio_serve_mirror_create(uint32_t num_ranks, uint32_t block_size,
 void kvio_serve_mirror_destroy(kvio_serve_mirror_t *mirror);
 kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank,
                                       const void *blob, size_t length, bool *final_p);
-void kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank);
+/* Notes a request sent to rank: its load counts until the rank says it took
+ * it, and its prompt blocks count as the rank's until then. */
+kvio_status_t kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank,
+                                           const kvio_engine_request_t *request);
 uint64_t kvio_serve_mirror_states(const kvio_serve_mirror_t *mirror);
 /* The view borrows mirror. */
 void kvio_serve_mirror_view(kvio_serve_mirror_t *mirror, kvio_router_view_t *view_p);

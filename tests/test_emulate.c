@@ -17,6 +17,7 @@
 #include "kvio/clock.h"
 #include "kvio/rte.h"
 #include "kvio/run.h"
+#include "serve/serve_int.h"
 #include "kvio/serve.h"
 #include "kvio/update.h"
 #include "serve/serve_int.h"
@@ -606,4 +607,41 @@ Test(emulate, coupled_iteration_events_carry_the_whole_batch_size, .timeout = 60
     json_decref(summary);
     test_rmtree(dir);
     free(dir);
+}
+
+/* The client's mirror counts the prompt blocks of a request it routed to a
+ * rank as that rank's until the rank says it took the request; from then on
+ * only what the rank published counts (here: 2 of the 4 blocks). */
+Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_takes_it, .timeout = 10)
+{
+    kvio_serve_mirror_t *mirror = NULL;
+    cr_assert_eq(kvio_serve_mirror_create(2, 16, &mirror), KVIO_OK);
+    kvio_router_view_t view;
+    kvio_serve_mirror_view(mirror, &view);
+    const kvio_hash_t hashes[4] = {{1, 11}, {2, 12}, {3, 13}, {4, 14}};
+    kvio_engine_request_t request = {.id = 1, .prompt_tokens = 70, .output_tokens = 8,
+                                     .hashes = hashes, .num_hashes = 4};
+    cr_expect_eq(view.cached_prefix(view.context, 1, hashes, 4, 70), 0);
+    cr_assert_eq(kvio_serve_mirror_dispatched(mirror, 1, &request), KVIO_OK);
+    cr_expect_eq(view.cached_prefix(view.context, 1, hashes, 4, 70), 64,
+                 "the routed request's 4 full blocks count on rank 1");
+    cr_expect_eq(view.cached_prefix(view.context, 0, hashes, 4, 70), 0);
+    cr_expect_eq(view.load(view.context, 1), 1);
+
+    kvio_serve_publisher_t publisher = {0};
+    kvio_serve_publisher_note(&publisher, hashes[0], true);
+    kvio_serve_publisher_note(&publisher, hashes[1], true);
+    publisher.received = 1;
+    void *blob = NULL;
+    size_t length = 0;
+    bool final = true;
+    cr_assert_eq(kvio_serve_publisher_pack(&publisher, NULL, false, &blob, &length), KVIO_OK);
+    cr_assert_eq(kvio_serve_mirror_apply(mirror, 1, blob, length, &final), KVIO_OK);
+    cr_expect(!final);
+    cr_expect_eq(view.cached_prefix(view.context, 1, hashes, 4, 70), 32,
+                 "taken: only the 2 blocks rank 1 published");
+    cr_expect_eq(view.load(view.context, 1), 0);
+    free(blob);
+    kvio_serve_publisher_fini(&publisher);
+    kvio_serve_mirror_destroy(mirror);
 }
