@@ -243,3 +243,8 @@ void test_redis_down(int port)
 {
     test_redis_cli(port, "shutdown nosave");
 }
+
+const char *test_mpirun_sanitizer_args(void)
+{
+    return getenv("ASAN_OPTIONS") != NULL ? "-x " TEST_MPIRUN_ASAN_OPTIONS : "";
+}

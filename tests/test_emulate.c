@@ -392,8 +392,8 @@ Test(emulate, mpirun_client_rank_routes_to_serve_processes, .timeout = 60)
     char *file = test_write_file(dir, "w.yaml", text);
     char command[4096];
     snprintf(command, sizeof(command),
-             "cd %s && timeout 40 mpirun --allow-run-as-root --oversubscribe -np 4 %s run %s "
-             "-o out >mpirun.log 2>&1", dir, KVIO_BINARY, file);
+             "cd %s && timeout 40 mpirun --allow-run-as-root --oversubscribe %s -np 4 %s run %s "
+             "-o out >mpirun.log 2>&1", dir, test_mpirun_sanitizer_args(), KVIO_BINARY, file);
     int status = system(command);
     char path[1200];
     snprintf(path, sizeof(path), "%s/mpirun.log", dir);

@@ -405,7 +405,10 @@ static pid_t start_mpirun(const char *dir, const char *set)
     char *workload = test_write_file(dir, "workload.yaml", workload_text);
     char script[4096];
     snprintf(script, sizeof(script),
-             "exec %s run %s -o %s/out --set '%s' 2>%s/rank.$OMPI_COMM_WORLD_RANK.err",
+             "%sexec %s run %s -o %s/out --set '%s' 2>%s/rank.$OMPI_COMM_WORLD_RANK.err",
+             getenv("ASAN_OPTIONS") != NULL /* see test_mpirun_sanitizer_args */
+                 ? "export " TEST_MPIRUN_ASAN_OPTIONS "; "
+                 : "",
              KVIO_BINARY, workload, dir, set, dir);
     free(workload);
     pid_t pid = fork();

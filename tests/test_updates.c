@@ -429,14 +429,9 @@ static int run_mpirun(const char *dir, int np, const char *const *sets, size_t n
     snprintf(np_text, sizeof(np_text), "%d", np);
     const char *argv[64] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np_text};
     size_t argc = 5;
-    if (getenv("ASAN_OPTIONS") != NULL) {
-        /* Under bench/sanitize.sh: the ranks keep AddressSanitizer's checks but
-         * not its leak report, which lists Open MPI's process-lifetime
-         * allocations in components it has already unloaded (unnamed frames
-         * no suppression can match). kvio's own code is leak-checked by the
-         * same runs on the local runtime. */
+    if (getenv("ASAN_OPTIONS") != NULL) { /* see test_mpirun_sanitizer_args */
         argv[argc++] = "-x";
-        argv[argc++] = "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1";
+        argv[argc++] = TEST_MPIRUN_ASAN_OPTIONS;
     }
     const char *rest[] = {KVIO_BINARY, "run", workload, "-o", out_dir};
     for (size_t i = 0; i < 5; i++)
