@@ -30,8 +30,15 @@ int main(int argc, char **argv)
     }
     memset(source, 1, block * count);
     memset(target, 2, block * count);
-    if (argc == 5)
-        sleep((unsigned)atoi(argv[4]));
+    if (argc == 5) {
+        char *end = NULL;
+        long idle = strtol(argv[4], &end, 10);
+        if (end == argv[4] || *end != '\0' || idle < 0 || idle > 3600) {
+            fprintf(stderr, "memcpy_bw: IDLE_S must be 0..3600 seconds\n");
+            return 2;
+        }
+        sleep((unsigned)idle);
+    }
     uint64_t start = kvio_time_ns();
     for (int r = 0; r < rounds; r++)
         for (size_t i = 0; i < count; i++) {

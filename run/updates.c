@@ -472,6 +472,31 @@ static int64_t planned_length_ns(const kvio_workload_t *workload)
     return (int64_t)((double)workload->train.steps * fmax(step_mean, 0.0));
 }
 
+/* Rank 0 tells the client rank (if any) that training is over; the client,
+ * done once its stream is out, waits for this before the results gather,
+ * whose own wait is only ranks.timeout (training may run far longer). */
+#define TAG_TRAINING_DONE (KVIO_RTE_TAG_USER + 40)
+
+static kvio_status_t wait_training_done(kvio_rte_t *rte, const run_context_t *context)
+{
+    for (;;) {
+        void *data = NULL;
+        size_t length = 0;
+        kvio_status_t status = kvio_rte_try_recv(rte, TRAIN_RANK, TAG_TRAINING_DONE, &data,
+                                                 &length);
+        free(data);
+        if (status != KVIO_INPROGRESS)
+            return status == KVIO_ERR_PEER ? KVIO_OK : status; /* the gather reports it */
+        if (context->stop != NULL && *context->stop)
+            return KVIO_OK;
+        for (int rank = 0; rank < kvio_rte_size(rte); rank++)
+            if (rank != kvio_rte_index(rte) && kvio_rte_peer_failed(rte, rank))
+                return KVIO_OK;
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* Waits for the run's planned end (rank 0's clock), a stop, or another rank
  * failing (the gather that follows reports it). */
 static void wait_run_end(kvio_rte_t *rte, const run_context_t *context, int64_t run_end_ns)
@@ -564,11 +589,18 @@ static kvio_status_t trainer_lost_error(const collected_t *all, int num_serve,
 {
     const char *reason = "the serve ranks stopped hearing from it";
     kvio_status_t status = KVIO_ERR_PEER;
-    for (int i = 0; i < all->num_reports; i++)
-        if (all->reports[i].is_trainer && all->reports[i].trainer_lost_ns != 0) {
-            reason = all->reports[i].lost_reason;
-            status = (kvio_status_t)all->reports[i].trainer_status;
+    bool from_trainer = false;
+    for (int i = 0; i < all->num_reports; i++) {
+        const rank_report_t *report = &all->reports[i];
+        if (report->is_trainer && report->trainer_lost_ns != 0) {
+            reason = report->lost_reason;
+            status = (kvio_status_t)report->trainer_status;
+            from_trainer = true;
+        } else if (!from_trainer && is_serve_report(report, num_serve) &&
+                   report->trainer_lost_ns != 0 && report->lost_reason[0] != '\0') {
+            reason = report->lost_reason; /* only a serve rank saw it (its transport) */
         }
+    }
     /* The run started fine: a code that means bad input (exit 2) would
      * mislead, so those fail as a lost peer; the reason keeps the detail. */
     switch (status) {
@@ -658,6 +690,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
                                   &report);
             error[0] = '\0';
         }
+        if (status == KVIO_OK && workload->ranks.client > 0)
+            status = kvio_rte_send(rte, size - 1, TAG_TRAINING_DONE, "", 1);
         if (status != KVIO_OK)
             goto fail;
         report.count = train.count;
@@ -695,10 +729,10 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
                                                     &serve, error, sizeof(error));
         if (status != KVIO_OK)
             goto fail;
-        /* The client is done once the stream is out; the trainer trains on
-         * to the run's end, and the gather's wait is only ranks.timeout. */
         if (is_client)
-            wait_run_end(rte, context, run_end);
+            status = wait_training_done(rte, context);
+        if (status != KVIO_OK)
+            goto fail;
         report.trainer_lost_ns = serve.trainer_lost_ns;
         report.active_version = serve.active_version;
         snprintf(report.lost_reason, sizeof(report.lost_reason), "%s",

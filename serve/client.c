@@ -198,7 +198,14 @@ static void set_remove(hash_set_t *set, kvio_hash_t hash)
 typedef struct routed_request {
     kvio_hash_t *hashes;
     uint32_t num_hashes;
+    uint64_t taken_at; /* the rank's state count when it said it took it; 0: not yet */
 } routed_request_t;
+
+/* A taken request's blocks stop counting once the rank has published them
+ * all as cached, or this many states after it took it (a queued request or
+ * a chunked prefill caches its blocks some iterations later; one whose
+ * blocks never get cached must not count for ever). */
+#define ROUTED_GRACE_STATES 8
 
 typedef struct mirrored_rank {
     state_header_t state; /* the last published (counts of deltas unused) */
@@ -273,17 +280,31 @@ kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank
         memcpy(&hash, hashes + (size_t)i * sizeof(hash), sizeof(hash));
         set_remove(&mirrored->cached, hash);
     }
-    /* What the rank took is now in its own published state. */
-    while (mirrored->count > 0 && mirrored->dispatched - mirrored->count < header.received) {
+    mirrored->state = header;
+    mirrored->states++;
+    /* Requests the rank took: their blocks count as routed until its own
+     * published state has them (or the grace runs out); oldest first. */
+    uint64_t first = mirrored->dispatched - mirrored->count; /* the head's dispatch number */
+    for (size_t i = 0; i < mirrored->count && first + i < header.received; i++) {
+        routed_request_t *routed = &mirrored->queue[(mirrored->head + i) % mirrored->capacity];
+        if (routed->taken_at == 0)
+            routed->taken_at = mirrored->states;
+    }
+    while (mirrored->count > 0) {
         routed_request_t *oldest = &mirrored->queue[mirrored->head];
+        if (oldest->taken_at == 0)
+            break;
+        bool cached = true;
+        for (uint32_t i = 0; i < oldest->num_hashes && cached; i++)
+            cached = set_find(&mirrored->cached, oldest->hashes[i]) != SIZE_MAX;
+        if (!cached && mirrored->states - oldest->taken_at < ROUTED_GRACE_STATES)
+            break;
         for (uint32_t i = 0; i < oldest->num_hashes; i++)
             set_remove(&mirrored->routed, oldest->hashes[i]);
         free(oldest->hashes);
         mirrored->head = (mirrored->head + 1) % mirrored->capacity;
         mirrored->count--;
     }
-    mirrored->state = header;
-    mirrored->states++;
     *final_p = (header.flags & STATE_FINAL) != 0;
     return KVIO_OK;
 }

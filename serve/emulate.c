@@ -357,6 +357,11 @@ static kvio_status_t push_request(rank_state_t *state, const kvio_engine_request
 static kvio_status_t route(emulate_t *emulate, const kvio_engine_request_t *request,
                            uint32_t *rank_p)
 {
+    if (emulate->num_ranks == 1) { /* nothing to choose, nothing published */
+        emulate->routed[0]++;
+        *rank_p = 0;
+        return KVIO_OK;
+    }
     kvio_status_t status = read_states(emulate);
     if (status != KVIO_OK)
         return status;

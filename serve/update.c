@@ -308,6 +308,16 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
     if (status != KVIO_OK) {
         if (transport_lost(state, status))
             return KVIO_OK;
+        if (state->trainer_lost) {
+            /* Polling for a version owed after the loss: the transport went
+             * too; keep what is active (the loss is already reported). */
+            kvio_warn("rank %d: version %llu will not arrive (%s); keeping version %llu",
+                      kvio_rte_index(state->rte), (unsigned long long)state->owed_version,
+                      kvio_xfer_error(state->xfer),
+                      (unsigned long long)state->active_version);
+            state->owed_version = 0;
+            return KVIO_OK;
+        }
         snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(state->rte),
                  kvio_xfer_error(state->xfer));
         return status;

@@ -222,18 +222,40 @@ void test_redis_cli(int port, const char *args)
     (void)!system(command);
 }
 
+/* The pid the redis-server answering on port reports (INFO server), or 0. */
+static long redis_answering_pid(int port)
+{
+    char command[128], line[256];
+    snprintf(command, sizeof(command), "redis-cli -p %d info server 2>/dev/null", port);
+    FILE *out = popen(command, "r");
+    long pid = 0;
+    while (out != NULL && fgets(line, sizeof(line), out) != NULL)
+        if (strncmp(line, "process_id:", 11) == 0)
+            pid = strtol(line + 11, NULL, 10);
+    if (out != NULL)
+        pclose(out);
+    return pid;
+}
+
 int test_redis_up(int port)
 {
-    char command[256];
+    char command[512], pidfile[128];
+    snprintf(pidfile, sizeof(pidfile), "/tmp/kvio-test-redis-%d-%ld.pid", port, (long)getpid());
+    unlink(pidfile);
     snprintf(command, sizeof(command),
              "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no "
-             "--daemonize yes --dir /tmp >/dev/null 2>&1", port);
+             "--daemonize yes --pidfile %s --dir /tmp >/dev/null 2>&1", port, pidfile);
     if (port <= 0 || system(command) != 0)
         return 0;
-    snprintf(command, sizeof(command), "redis-cli -p %d ping >/dev/null 2>&1", port);
+    /* Up once it answers, and it is this server answering (under ctest -j
+     * another test's server may hold a port thought free). */
     for (int attempt = 0; attempt < 100; attempt++) {
-        if (system(command) == 0)
-            return 1;
+        char *text = test_read_file(pidfile);
+        long pid = text != NULL ? strtol(text, NULL, 10) : 0;
+        free(text);
+        long answering = pid > 0 ? redis_answering_pid(port) : 0;
+        if (answering != 0)
+            return answering == pid;
         usleep(20000);
     }
     return 0;

@@ -459,6 +459,22 @@ Test(emulate, client_rank_done_early_waits_for_the_trainer, .timeout = 60)
     finish_client(summary, dir);
 }
 
+Test(emulate, client_rank_waits_for_training_that_outlasts_the_stream, .timeout = 60)
+{
+    /* 40 steps of 100 ms (4 s) against a 2 s stream and a 1 s timeout: the
+     * client waits for rank 0's word that training is over, not the
+     * stream's end. */
+    char text[2048], *dir, error[1024];
+    client_text("round_robin", "timeout: 20s", "timeout: 1s", text, sizeof(text));
+    replace_in(text, sizeof(text), "stream:\n", "stream:\n  requests: 3\n");
+    replace_in(text, sizeof(text), "  bytes: 32MiB\n", "  bytes: 8MiB\n  steps: 40\n");
+    uint64_t start = kvio_time_ns();
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    cr_expect_geq(kvio_time_ns() - start, 3900000000ull, "the run lasted the 40 steps");
+    cr_assert_eq(metric(summary, "completed"), 3.0);
+    finish_client(summary, dir);
+}
+
 /* A world of one serve rank (0) and a client (1) that sends one empty batch,
  * then nothing, but stays alive until the serve rank has given up. */
 typedef struct stuck_client {
@@ -609,10 +625,34 @@ Test(emulate, coupled_iteration_events_carry_the_whole_batch_size, .timeout = 60
     free(dir);
 }
 
+/* Publishes a state of rank 1 to the mirror: it took `received` requests,
+ * and the listed hashes were cached (or evicted). */
+static void publish_state(kvio_serve_mirror_t *mirror, uint64_t received,
+                          const kvio_hash_t *cached, size_t num_cached,
+                          const kvio_hash_t *evicted, size_t num_evicted)
+{
+    kvio_serve_publisher_t publisher = {0};
+    for (size_t i = 0; i < num_cached; i++)
+        kvio_serve_publisher_note(&publisher, cached[i], true);
+    for (size_t i = 0; i < num_evicted; i++)
+        kvio_serve_publisher_note(&publisher, evicted[i], false);
+    publisher.received = received;
+    void *blob = NULL;
+    size_t length = 0;
+    bool final = true;
+    cr_assert_eq(kvio_serve_publisher_pack(&publisher, NULL, false, &blob, &length), KVIO_OK);
+    cr_assert_eq(kvio_serve_mirror_apply(mirror, 1, blob, length, &final), KVIO_OK);
+    cr_expect(!final);
+    free(blob);
+    kvio_serve_publisher_fini(&publisher);
+}
+
 /* The client's mirror counts the prompt blocks of a request it routed to a
- * rank as that rank's until the rank says it took the request; from then on
- * only what the rank published counts (here: 2 of the 4 blocks). */
-Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_takes_it, .timeout = 10)
+ * rank as that rank's while the request is on its way, and after the rank
+ * took it until the rank has published them all as cached (a queued request
+ * or a chunked prefill caches them iterations later) or 8 states passed;
+ * from then on only what the rank published counts. */
+Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_has_cached_it, .timeout = 10)
 {
     kvio_serve_mirror_t *mirror = NULL;
     cr_assert_eq(kvio_serve_mirror_create(2, 16, &mirror), KVIO_OK);
@@ -628,20 +668,25 @@ Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_takes_it, .timeout = 
     cr_expect_eq(view.cached_prefix(view.context, 0, hashes, 4, 70), 0);
     cr_expect_eq(view.load(view.context, 1), 1);
 
-    kvio_serve_publisher_t publisher = {0};
-    kvio_serve_publisher_note(&publisher, hashes[0], true);
-    kvio_serve_publisher_note(&publisher, hashes[1], true);
-    publisher.received = 1;
-    void *blob = NULL;
-    size_t length = 0;
-    bool final = true;
-    cr_assert_eq(kvio_serve_publisher_pack(&publisher, NULL, false, &blob, &length), KVIO_OK);
-    cr_assert_eq(kvio_serve_mirror_apply(mirror, 1, blob, length, &final), KVIO_OK);
-    cr_expect(!final);
-    cr_expect_eq(view.cached_prefix(view.context, 1, hashes, 4, 70), 32,
-                 "taken: only the 2 blocks rank 1 published");
+    publish_state(mirror, 1, hashes, 2, NULL, 0); /* taken, 2 blocks computed */
     cr_expect_eq(view.load(view.context, 1), 0);
-    free(blob);
-    kvio_serve_publisher_fini(&publisher);
+    cr_expect_eq(view.cached_prefix(view.context, 1, hashes, 4, 70), 64,
+                 "taken but not all cached: the routed blocks still count");
+    publish_state(mirror, 1, hashes + 2, 2, NULL, 0); /* all 4 cached */
+    publish_state(mirror, 1, NULL, 0, hashes + 3, 1); /* block 4 evicted */
+    cr_expect_eq(view.cached_prefix(view.context, 1, hashes, 4, 70), 48,
+                 "once cached, only what rank 1 publishes counts");
+
+    /* A request whose blocks are never cached stops counting 8 states after
+     * the one in which the rank took it. */
+    const kvio_hash_t other[2] = {{7, 17}, {8, 18}};
+    kvio_engine_request_t never = {.id = 2, .prompt_tokens = 40, .output_tokens = 8,
+                                   .hashes = other, .num_hashes = 2};
+    cr_assert_eq(kvio_serve_mirror_dispatched(mirror, 1, &never), KVIO_OK);
+    for (int i = 0; i < 9; i++) {
+        cr_expect_eq(view.cached_prefix(view.context, 1, other, 2, 40), 32, "state %d", i);
+        publish_state(mirror, 2, NULL, 0, NULL, 0);
+    }
+    cr_expect_eq(view.cached_prefix(view.context, 1, other, 2, 40), 0);
     kvio_serve_mirror_destroy(mirror);
 }
