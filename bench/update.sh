@@ -5,8 +5,13 @@
 # reference for UCX bandwidth; then ucx fan-out to 3 servers, sequential vs
 # pipelined chain (a smaller model, KVIO_BENCH_FANOUT_BYTES). Prints tables
 # and `figure NAME VALUE UNIT` lines. Usage: bench/update.sh [BUILD_DIR]
-# (default build/).
+# (default build/). KVIO_BENCH_RESULTS=DIR keeps each run's results
+# directory (DIR/ucx, DIR/file_fsync, DIR/file_nofsync, DIR/redis,
+# DIR/fanout_sequential, DIR/fanout_chain) for simulate mode to take its
+# model from (train.transport.model.from=DIR/ucx); else they are deleted.
 set -euo pipefail
+# Made absolute before the cd below: a relative DIR is the caller's.
+keep=${KVIO_BENCH_RESULTS:+$(realpath -m "$KVIO_BENCH_RESULTS")}
 cd "$(dirname "$0")/.."
 build=${1:-build}
 kvio=$build/kvio
@@ -27,6 +32,9 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
+# Where the runs' results directories go: kept under $keep, or in $work.
+results=${keep:-$work}
+mkdir -p "$results"
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
@@ -58,10 +66,10 @@ PY
 run_case() { # NAME SETS...
     local name=$1
     shift
-    timeout 600 "$kvio" -q run "$work/update.yaml" -o "$work/$name" --force "$@" >/dev/null
-    printf '%-14s %12s %12s   %s\n' "$name" "$(metric "$work/$name/summary.json" update_latency_ms)" \
-        "$(metric "$work/$name/summary.json" bandwidth_gbps)" \
-        "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["model_updates"]["transport_info"])' "$work/$name/summary.json")"
+    timeout 600 "$kvio" -q run "$work/update.yaml" -o "$results/$name" --force "$@" >/dev/null
+    printf '%-14s %12s %12s   %s\n' "$name" "$(metric "$results/$name/summary.json" update_latency_ms)" \
+        "$(metric "$results/$name/summary.json" bandwidth_gbps)" \
+        "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["model_updates"]["transport_info"])' "$results/$name/summary.json")"
 }
 
 redis_port=$(free_port)
@@ -91,11 +99,11 @@ perf_mbs=$(timeout 120 ucx_perftest 127.0.0.1 -p "$perf_port" -t ucp_put_bw -s $
 perf_pid=""
 [ -n "$perf_mbs" ] || { echo "ucx_perftest gave no result" >&2; exit 1; }
 
-ucx_ms=$(metric "$work/ucx/summary.json" update_latency_ms)
-ucx_bw=$(metric "$work/ucx/summary.json" bandwidth_gbps)
-file_ms=$(metric "$work/file_nofsync/summary.json" update_latency_ms)
-file_fsync_ms=$(metric "$work/file_fsync/summary.json" update_latency_ms)
-redis_ms=$(metric "$work/redis/summary.json" update_latency_ms)
+ucx_ms=$(metric "$results/ucx/summary.json" update_latency_ms)
+ucx_bw=$(metric "$results/ucx/summary.json" bandwidth_gbps)
+file_ms=$(metric "$results/file_nofsync/summary.json" update_latency_ms)
+file_fsync_ms=$(metric "$results/file_fsync/summary.json" update_latency_ms)
+redis_ms=$(metric "$results/redis/summary.json" update_latency_ms)
 # ucx_perftest's MB/s are 2^20 bytes per second.
 perf_gbps=$(python3 -c "print('%.3f' % ($perf_mbs * 1048576 / 1e9))")
 printf '%-14s %12s %12s   %s\n' ucx_perftest - "$perf_gbps" "ucp_put_bw, $chunk_bytes-byte puts"
@@ -111,7 +119,7 @@ echo "figure file_vs_ucx_latency $(python3 -c "print('%.2f' % ($file_ms / $ucx_m
 # data latency (t_notified - t_publish_start: the whole copy is in), then
 # the mean over versions; training stall is the trainer's, per checkpoint.
 fanout_case() { # FANOUT
-    timeout 300 "$kvio" -q run "$work/update.yaml" -o "$work/fanout_$1" --force \
+    timeout 300 "$kvio" -q run "$work/update.yaml" -o "$results/fanout_$1" --force \
         --set "ranks.serve=$fanout_servers" --set "train.bytes=$fanout_bytes" \
         --set train.step_time.value=500ms --set "train.transport.fanout=$1" >/dev/null
 }
@@ -130,8 +138,8 @@ PY
 }
 fanout_case sequential
 fanout_case chain
-read -r seq_ms seq_data_ms seq_stall_ms <<<"$(last_server "$work/fanout_sequential")"
-read -r chain_ms chain_data_ms chain_stall_ms <<<"$(last_server "$work/fanout_chain")"
+read -r seq_ms seq_data_ms seq_stall_ms <<<"$(last_server "$results/fanout_sequential")"
+read -r chain_ms chain_data_ms chain_stall_ms <<<"$(last_server "$results/fanout_chain")"
 echo
 echo "ucx fan-out, $fanout_bytes, 1 trainer -> $fanout_servers servers, chunk $chunk, $versions versions (last server)"
 printf '%-14s %12s %12s %12s\n' fanout latency_ms data_ms train_stall_ms
@@ -142,3 +150,9 @@ echo "figure ucx_chain_vs_sequential $(python3 -c "print('%.2f' % ($seq_ms / $ch
 echo "figure ucx_chain_vs_sequential_data $(python3 -c "print('%.2f' % ($seq_data_ms / $chain_data_ms))") x"
 echo "figure ucx_chain_training_stall_ms $chain_stall_ms ms"
 echo "figure ucx_sequential_training_stall_ms $seq_stall_ms ms"
+if [ -n "$keep" ]; then
+    echo
+    echo "results kept in $keep (ucx file_fsync file_nofsync redis fanout_sequential fanout_chain);"
+    echo "model a bigger run on this machine's numbers (same transport kind):"
+    echo "  kvio run FILE --set mode=simulate --set train.transport.model.from=$keep/ucx"
+fi

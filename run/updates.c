@@ -5,10 +5,12 @@
  * same records through a latency + bytes/bandwidth model on a virtual clock. */
 #include "kvio/run.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "kvio/log.h"
@@ -171,9 +173,271 @@ bool kvio_updates_wanted(const kvio_workload_t *workload)
     return workload->ranks.train > 0 && workload->ranks.serve > 0;
 }
 
+/* ---- simulate: the model taken from an emulate run (model.from) ---- */
+
+#define FROM_KEY "train.transport.model.from"
+
+/* What an emulate run measured, per update and serve rank (updates.csv),
+ * summed over the activated ones; times in ms. */
+typedef struct measured_sums {
+    double transfer_ms;  /* t_xfer_end - t_xfer_start: bytes moved into a receiver */
+    double write_ms;     /* t_publish_end - t_publish_start: the shared-store write */
+    double arrival_ms;   /* t_xfer_end - t_publish_start: data at the receiver */
+    double checksum_ms;  /* t_publish_start - t_ready: the trainer's checksum */
+    double verify_ms;    /* t_verified - (data in and notified): the server's */
+    size_t verify_rows;  /* rows with a verify time */
+    double bytes;
+    size_t rows;
+} measured_sums_t;
+
+static int csv_column(char *const *names, int count, const char *name)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* Splits line (modified in place) at commas into at most max fields. */
+static int csv_split(char *line, char **fields, int max)
+{
+    int count = 0;
+    for (char *field = line; field != NULL && count < max; count++) {
+        fields[count] = field;
+        char *comma = strchr(field, ',');
+        if (comma != NULL)
+            *comma++ = '\0';
+        field = comma;
+    }
+    return count;
+}
+
+/* Reads dir/updates.csv into sums. */
+static kvio_status_t read_updates_csv(const char *dir, measured_sums_t *sums_p, char *error_p,
+                                      size_t error_len)
+{
+    enum { XFER_START, XFER_END, PUBLISH_START, PUBLISH_END, ACTIVATED, BYTES, READY, NOTIFIED,
+           VERIFIED, NUM_WANTED };
+    static const char *const wanted[NUM_WANTED] = {
+        "t_xfer_start_ms", "t_xfer_end_ms", "t_publish_start_ms", "t_publish_end_ms",
+        "t_activated_ms", "bytes", "t_ready_ms", "t_notified_ms", "t_verified_ms"};
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/updates.csv", dir);
+    FILE *file = fopen(path, "r");
+    if (file == NULL) {
+        snprintf(error_p, error_len, FROM_KEY ": %s: %s (the per-update stages the model is "
+                 "fitted to)", path, strerror(errno));
+        return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
+    }
+    measured_sums_t sums = {0};
+    char line[4096], *fields[64];
+    int columns[NUM_WANTED];
+    kvio_status_t status = KVIO_OK;
+    if (fgets(line, sizeof(line), file) == NULL) {
+        snprintf(error_p, error_len, FROM_KEY ": %s is empty", path);
+        status = KVIO_ERR_CONFIG;
+        goto done;
+    }
+    line[strcspn(line, "\r\n")] = '\0';
+    int count = csv_split(line, fields, 64);
+    for (int i = 0; i < NUM_WANTED; i++)
+        if ((columns[i] = csv_column(fields, count, wanted[i])) < 0) {
+            snprintf(error_p, error_len, FROM_KEY ": %s has no column %s", path, wanted[i]);
+            status = KVIO_ERR_CONFIG;
+            goto done;
+        }
+    while (fgets(line, sizeof(line), file) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        double value[NUM_WANTED];
+        bool usable = csv_split(line, fields, 64) == count;
+        for (int i = 0; i < NUM_WANTED && usable; i++) {
+            char *end;
+            value[i] = strtod(fields[columns[i]], &end);
+            usable = end != fields[columns[i]] && isfinite(value[i]);
+        }
+        /* Only activated updates count, like the run's own latency. */
+        if (!usable)
+            continue;
+        sums.transfer_ms += value[XFER_END] - value[XFER_START];
+        sums.write_ms += value[PUBLISH_END] - value[PUBLISH_START];
+        sums.arrival_ms += value[XFER_END] - value[PUBLISH_START];
+        sums.checksum_ms += value[PUBLISH_START] - value[READY];
+        double data_in = fmax(value[XFER_END], value[NOTIFIED]);
+        if (value[VERIFIED] > data_in) {
+            sums.verify_ms += value[VERIFIED] - data_in;
+            sums.verify_rows++;
+        }
+        sums.bytes += value[BYTES];
+        sums.rows++;
+    }
+    if (sums.rows == 0 || !(sums.transfer_ms > 0)) {
+        snprintf(error_p, error_len, FROM_KEY ": %s has no activated update with its stage "
+                 "times", path);
+        status = KVIO_ERR_CONFIG;
+        goto done;
+    }
+    *sums_p = sums;
+done:
+    fclose(file);
+    return status;
+}
+
+static int name_index(const char *const *names, const char *name)
+{
+    for (int i = 0; name != NULL && names[i] != NULL; i++)
+        if (strcmp(names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* The measured run's transport shape (what the model's arrival depends on)
+ * from its summary.json config; keys it lacks keep their defaults. */
+static kvio_status_t measured_shape(json_t *transport, kvio_xfer_config_t *shape,
+                                    char *error_p, size_t error_len)
+{
+    static const char *const fanouts[] = {"sequential", "chain", NULL};
+    static const char *const discoveries[] = {"poll", "notify", NULL};
+    kvio_status_t status = kvio_config_defaults(kvio_xfer_options, shape, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    shape->kind = name_index(kvio_xfer_kind_names,
+                             json_string_value(json_object_get(transport, "kind")));
+    int fanout = name_index(fanouts, json_string_value(json_object_get(transport, "fanout")));
+    if (fanout >= 0)
+        shape->fanout = fanout;
+    const char *chunk = json_string_value(json_object_get(transport, "chunk"));
+    if (chunk != NULL && kvio_parse_size(chunk, &shape->chunk, error_p, error_len) != KVIO_OK)
+        return KVIO_ERR_CONFIG;
+    json_t *file = json_object_get(transport, "file");
+    int discovery = name_index(discoveries,
+                               json_string_value(json_object_get(file, "discovery")));
+    if (discovery >= 0)
+        shape->file.discovery = discovery;
+    const char *interval = json_string_value(json_object_get(file, "poll_interval"));
+    if (interval != NULL &&
+        kvio_parse_duration(interval, &shape->file.poll_interval_ns, error_p, error_len) !=
+            KVIO_OK)
+        return KVIO_ERR_CONFIG;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
+                                      size_t error_len)
+{
+    kvio_xfer_model_config_t *model = &workload->train.transport.model;
+    if (workload->mode != KVIO_MODE_SIMULATE || !kvio_updates_wanted(workload) ||
+        model->from == NULL || model->from[0] == '\0')
+        return KVIO_OK;
+    const char *dir = model->from;
+    const char *kind = kvio_xfer_kind_names[workload->train.transport.kind];
+    struct stat info;
+    if (stat(dir, &info) != 0) {
+        snprintf(error_p, error_len, FROM_KEY ": %s: %s", dir, strerror(errno));
+        return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_CONFIG;
+    }
+    if (!S_ISDIR(info.st_mode)) {
+        snprintf(error_p, error_len, FROM_KEY ": %s is not a directory; it takes the results "
+                 "directory of an emulate update run", dir);
+        return KVIO_ERR_CONFIG;
+    }
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/summary.json", dir);
+    if (stat(path, &info) != 0) {
+        snprintf(error_p, error_len, FROM_KEY ": %s is not a kvio results directory (no "
+                 "summary.json); it takes the one of an emulate update run (bench/update.sh "
+                 "keeps them with KVIO_BENCH_RESULTS=DIR)", dir);
+        return KVIO_ERR_NOT_FOUND;
+    }
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    if (summary == NULL) {
+        snprintf(error_p, error_len, FROM_KEY ": %s:%d: %s", path, json_error.line,
+                 json_error.text);
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_xfer_config_t shape = {0};
+    measured_sums_t sums = {0};
+    kvio_status_t status = KVIO_ERR_CONFIG;
+    json_t *config = json_object_get(summary, "config");
+    json_t *transport = json_object_get(json_object_get(config, "train"), "transport");
+    json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    const char *mode = json_string_value(json_object_get(config, "mode"));
+    const char *measured_kind = json_string_value(json_object_get(transport, "kind"));
+    int num_receivers = (int)json_integer_value(json_object_get(updates, "serve_ranks"));
+    if (!json_is_true(json_object_get(summary, "complete"))) {
+        const char *why = json_string_value(json_object_get(summary, "error"));
+        snprintf(error_p, error_len, FROM_KEY ": %s: that run did not complete (summary.json: "
+                 "complete: false%s%s)", dir, why != NULL ? "; " : "", why != NULL ? why : "");
+        goto done;
+    }
+    if (mode == NULL || strcmp(mode, "emulate") != 0) {
+        snprintf(error_p, error_len, FROM_KEY ": %s is a %s run; the model is taken from "
+                 "what an emulate run measured", dir, mode != NULL ? mode : "(no mode)");
+        goto done;
+    }
+    if (updates == NULL || json_integer_value(json_object_get(updates, "updates_activated")) <= 0
+        || num_receivers < 1) {
+        snprintf(error_p, error_len, FROM_KEY ": %s has no model updates (summary.json: "
+                 "metrics.model_updates %s)", dir, updates == NULL ? "missing"
+                                                                   : "has none activated");
+        goto done;
+    }
+    if (measured_kind == NULL || strcmp(measured_kind, kind) != 0) {
+        snprintf(error_p, error_len, FROM_KEY ": %s measured the %s transport, this workload "
+                 "uses %s (train.transport.kind)", dir,
+                 measured_kind != NULL ? measured_kind : "(unknown)", kind);
+        goto done;
+    }
+    status = measured_shape(transport, &shape, error_p, error_len);
+    if (status == KVIO_OK)
+        status = read_updates_csv(dir, &sums, error_p, error_len);
+    if (status != KVIO_OK)
+        goto done;
+    double rows = (double)sums.rows;
+    kvio_xfer_measured_t measured = {.bytes = (uint64_t)llround(sums.bytes / rows),
+                                     .transfer_ns = sums.transfer_ms / rows * 1e6,
+                                     .write_ns = sums.write_ms / rows * 1e6,
+                                     .arrival_ns = sums.arrival_ms / rows * 1e6};
+    double bandwidth_gbps = 0;
+    int64_t latency_ns = 0;
+    if (kvio_xfer_model_fit(&shape, num_receivers, &measured, &latency_ns, &bandwidth_gbps) !=
+        KVIO_OK) {
+        snprintf(error_p, error_len, FROM_KEY ": %s: no bytes moved in its updates", dir);
+        status = KVIO_ERR_CONFIG;
+        goto done;
+    }
+    model->taken_bandwidth_gbps = bandwidth_gbps;
+    model->taken_latency_ns = latency_ns;
+    /* The checksums, as rates (they scale with bytes); the server's only
+     * when that run verified. */
+    model->taken_checksum_gbps = sums.checksum_ms > 0 ? sums.bytes / (sums.checksum_ms * 1e6)
+                                                      : 0;
+    json_t *update = json_object_get(config, "update");
+    model->taken_verify_gbps = json_is_true(json_object_get(update, "verify")) &&
+                                       sums.verify_rows > 0 && sums.verify_ms > 0
+                                   ? measured.bytes * (double)sums.verify_rows /
+                                         (sums.verify_ms * 1e6)
+                                   : 0;
+    model->taken = true;
+    kvio_debug("model updates: from %s: %.3f GB/s, %.3f ms per update (%zu updates, %d serve "
+               "ranks)", dir, bandwidth_gbps, (double)latency_ns / 1e6, sums.rows,
+               num_receivers);
+done:
+    kvio_config_free(kvio_xfer_options, &shape);
+    json_decref(summary);
+    return status;
+}
+
 kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,
                                      size_t error_len)
 {
+    const kvio_xfer_model_config_t *model = &workload->train.transport.model;
+    if (workload->mode == KVIO_MODE_SIMULATE && model->from != NULL && model->from[0] != '\0'
+        && !model->taken) {
+        snprintf(error_p, error_len, FROM_KEY ": %s was not read (kvio_workload_load and "
+                 "kvio_workload_parse read it)", model->from);
+        return KVIO_ERR_INVALID;
+    }
     if (workload->mode != KVIO_MODE_EMULATE)
         return KVIO_OK;
     kvio_xfer_config_t transport = workload->train.transport;
@@ -823,6 +1087,28 @@ done:
 
 /* ---- simulate ---- */
 
+/* The parameters the model used and where each came from. */
+static json_t *model_json(const kvio_xfer_config_t *transport)
+{
+    static const char *const sources[] = {"default", "set", "from"};
+    int64_t latency_ns;
+    double bandwidth_gbps;
+    kvio_xfer_model_source_t latency_source, bandwidth_source;
+    kvio_xfer_model_params(transport, &latency_ns, &bandwidth_gbps, &latency_source,
+                           &bandwidth_source);
+    const kvio_xfer_model_config_t *model = &transport->model;
+    bool taken = model->taken;
+    return json_pack("{s:f, s:f, s:o, s:{s:s, s:s}, s:f, s:o}", "latency_s",
+                     (double)latency_ns / 1e9, "bandwidth_gbps", bandwidth_gbps, "from",
+                     taken && model->from != NULL ? json_string(model->from) : json_null(),
+                     "source", "latency", sources[latency_source], "bandwidth",
+                     sources[bandwidth_source], "verify_gbps",
+                     taken && model->taken_verify_gbps > 0 ? model->taken_verify_gbps : 10.0,
+                     "checksum_gbps", taken && model->taken_checksum_gbps > 0
+                                          ? json_real(model->taken_checksum_gbps)
+                                          : json_null());
+}
+
 static kvio_status_t simulate(const run_context_t *context, char *error_p, size_t error_len)
 {
     const kvio_workload_t *workload = context->workload;
@@ -842,8 +1128,16 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
     if (all.train == NULL || all.updates == NULL || all.reports == NULL || stall == NULL)
         goto done;
     int64_t now = 0, last_ns = 0, last_step = 0, cost = 0, step = 0;
-    /* Verification runs at 10 GB/s (XXH3 on one core), documented. */
-    int64_t verify_ns = workload->update.verify ? (int64_t)((double)bytes / 10.0) : 0;
+    /* Verification runs at 10 GB/s (XXH3 on one core), documented; with
+     * model.from at the measured rate, and the trainer's checksum before the
+     * publish (emulate computes one per version) at its measured rate too. */
+    const kvio_xfer_model_config_t *model = &config->transport.model;
+    double verify_gbps = model->taken && model->taken_verify_gbps > 0 ? model->taken_verify_gbps
+                                                                      : 10.0;
+    int64_t verify_ns = workload->update.verify ? (int64_t)((double)bytes / verify_gbps) : 0;
+    int64_t prepare_ns = model->taken && model->taken_checksum_gbps > 0
+                             ? (int64_t)((double)bytes / model->taken_checksum_gbps)
+                             : 0;
     for (;;) {
         if (config->steps > 0 ? step >= config->steps : now >= workload->duration_ns)
             break;
@@ -863,11 +1157,11 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
             if (train == NULL || updates == NULL)
                 goto done;
         }
-        int64_t busy = 0;
+        int64_t busy = 0, publish = now + prepare_ns;
         for (int receiver = 0; receiver < num_serve; receiver++) {
             int64_t arrival;
             kvio_xfer_model(&config->transport, bytes, receiver, num_serve, &arrival, &busy);
-            int64_t notified = now + arrival, verified = notified + verify_ns;
+            int64_t notified = publish + arrival, verified = notified + verify_ns;
             int64_t activated = workload->update.apply == KVIO_APPLY_SHADOW
                                     ? (verified + iteration - 1) / iteration * iteration
                                     : verified;
@@ -876,18 +1170,18 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
             all.updates[all.num_updates++] = (kvio_update_record_t){
                 .version = all.num_train + 1, .bytes = bytes, .rank = 1 + receiver,
                 .checksum_ok = 1, .verified = workload->update.verify, .t_ready_ns = now,
-                .t_xfer_start_ns = now, .t_xfer_end_ns = notified, .t_notified_ns = notified,
+                .t_xfer_start_ns = publish, .t_xfer_end_ns = notified, .t_notified_ns = notified,
                 .t_verified_ns = verified, .t_activated_ns = activated};
         }
         all.train[all.num_train] = (kvio_train_record_t){
             .version = all.num_train + 1, .step = step, .t_ready_ns = now,
-            .t_publish_start_ns = now, .t_publish_end_ns = now + busy, .stall_ns = busy,
-            .bytes_moved = bytes * (uint64_t)num_serve};
+            .t_publish_start_ns = publish, .t_publish_end_ns = publish + busy,
+            .stall_ns = prepare_ns + busy, .bytes_moved = bytes * (uint64_t)num_serve};
         all.num_train++;
         last_step = step;
         last_ns = now;
-        cost = busy;
-        now += busy; /* the step loop is blocked while publishing */
+        cost = prepare_ns + busy;
+        now += prepare_ns + busy; /* the step loop is blocked while publishing */
     }
     all.num_reports = num_serve + 1;
     all.reports[0] = (rank_report_t){.is_trainer = 1, .rank = 0, .t_end_ns = now};
@@ -898,9 +1192,11 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
             .iterations = iteration > 0 ? (uint64_t)(now / iteration) : 0};
     snprintf(all.info, sizeof(all.info), "simulated: latency + bytes / bandwidth");
     status = write_metrics(context, &all, 0, error_p, error_len);
-    if (status == KVIO_OK && context->metrics != NULL)
-        json_object_set_new(json_object_get(context->metrics, "model_updates"), "runtime",
-                            json_string("simulate"));
+    if (status == KVIO_OK && context->metrics != NULL) {
+        json_t *object = json_object_get(context->metrics, "model_updates");
+        json_object_set_new(object, "runtime", json_string("simulate"));
+        json_object_set_new(object, "model", model_json(&config->transport));
+    }
 done:
     if (status == KVIO_ERR_NOMEM)
         snprintf(error_p, error_len, "model updates: out of memory");

@@ -88,6 +88,13 @@ static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *ov
     if (status == KVIO_OK)
         status = kvio_config_bind(kvio_workload_options, doc, &workload, error_p, error_len);
     kvio_config_doc_destroy(doc);
+    /* Simulate with model.from: the emulate run is read now, before any
+     * results directory exists. */
+    if (status == KVIO_OK) {
+        status = kvio_updates_model_from(&workload, error_p, error_len);
+        if (status != KVIO_OK)
+            kvio_workload_free(&workload);
+    }
     if (status == KVIO_OK)
         *workload_p = workload;
     return status;

@@ -4,6 +4,7 @@
  * and bound every wait; the plug-ins only move data. */
 #include "xfer/xfer_int.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,11 @@ static const kvio_opt_t model_options[] = {
      .offset = offsetof(kvio_xfer_model_config_t, bandwidth_gbps), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
      .help = "simulate: GB/s (1e9 bytes/s) per stream (0: transport default)"},
+    {.key = "from", .type = KVIO_OPT_STRING,
+     .offset = offsetof(kvio_xfer_model_config_t, from),
+     .help = "simulate: results directory of an emulate update run of the same transport "
+             "kind (bench/update.sh with KVIO_BENCH_RESULTS keeps them); latency and "
+             "bandwidth left at 0 are taken from its measurements"},
     {.key = NULL},
 };
 
@@ -570,17 +576,46 @@ static void model_defaults(int kind, int64_t *latency_ns_p, double *bandwidth_gb
     }
 }
 
-void kvio_xfer_model(const kvio_xfer_config_t *config, uint64_t bytes, int receiver,
-                     int num_receivers, int64_t *arrival_ns_p, int64_t *sender_busy_ns_p)
+void kvio_xfer_model_params(const kvio_xfer_config_t *config, int64_t *latency_ns_p,
+                            double *bandwidth_gbps_p, kvio_xfer_model_source_t *latency_source_p,
+                            kvio_xfer_model_source_t *bandwidth_source_p)
 {
-    int64_t latency_ns;
-    double bandwidth_gbps;
-    model_defaults(config->kind, &latency_ns, &bandwidth_gbps);
-    if (config->model.latency_ns > 0)
-        latency_ns = config->model.latency_ns;
-    if (config->model.bandwidth_gbps > 0)
-        bandwidth_gbps = config->model.bandwidth_gbps;
-    double whole_ns = (double)bytes / bandwidth_gbps; /* GB/s = bytes per ns */
+    const kvio_xfer_model_config_t *model = &config->model;
+    kvio_xfer_model_source_t latency_source = KVIO_XFER_MODEL_DEFAULT;
+    kvio_xfer_model_source_t bandwidth_source = KVIO_XFER_MODEL_DEFAULT;
+    model_defaults(config->kind, latency_ns_p, bandwidth_gbps_p);
+    if (model->latency_ns > 0) {
+        *latency_ns_p = model->latency_ns;
+        latency_source = KVIO_XFER_MODEL_SET;
+    } else if (model->taken) {
+        *latency_ns_p = model->taken_latency_ns;
+        latency_source = KVIO_XFER_MODEL_TAKEN;
+    }
+    if (model->bandwidth_gbps > 0) {
+        *bandwidth_gbps_p = model->bandwidth_gbps;
+        bandwidth_source = KVIO_XFER_MODEL_SET;
+    } else if (model->taken && model->taken_bandwidth_gbps > 0) {
+        *bandwidth_gbps_p = model->taken_bandwidth_gbps;
+        bandwidth_source = KVIO_XFER_MODEL_TAKEN;
+    }
+    if (latency_source_p != NULL)
+        *latency_source_p = latency_source;
+    if (bandwidth_source_p != NULL)
+        *bandwidth_source_p = bandwidth_source;
+}
+
+/* Kinds the model treats as a shared store: written once, read by each. */
+static bool model_shared_store(int kind)
+{
+    return kind != KVIO_XFER_UCX && kind != KVIO_XFER_CUDA_IPC && kind != KVIO_XFER_STAGED;
+}
+
+/* The model itself, for given parameters (ns; GB/s = bytes per ns). */
+static void model_times(const kvio_xfer_config_t *config, double latency_ns,
+                        double bandwidth_gbps, uint64_t bytes, int receiver, int num_receivers,
+                        double *arrival_p, double *busy_p)
+{
+    double whole_ns = (double)bytes / bandwidth_gbps;
     double chunk_ns = (double)(config->chunk < bytes ? config->chunk : bytes) / bandwidth_gbps;
     double arrival = 0, busy = 0;
     if (config->kind == KVIO_XFER_UCX && config->fanout == KVIO_XFER_FANOUT_CHAIN) {
@@ -593,12 +628,62 @@ void kvio_xfer_model(const kvio_xfer_config_t *config, uint64_t bytes, int recei
         arrival = (latency_ns + whole_ns) * (receiver + 1);
         busy = (latency_ns + whole_ns) * num_receivers;
     } else {
-        /* Shared store: written once, then every receiver reads it. */
+        /* Shared store (model_shared_store): written once, then every
+         * receiver reads it. */
         busy = latency_ns + whole_ns;
         arrival = busy + latency_ns + whole_ns;
         if (config->kind == KVIO_XFER_FILE && config->file.discovery == KVIO_XFER_DISCOVER_POLL)
             arrival += (double)config->file.poll_interval_ns / 2; /* mean wait for a poll */
     }
+    *arrival_p = arrival;
+    *busy_p = busy;
+}
+
+void kvio_xfer_model(const kvio_xfer_config_t *config, uint64_t bytes, int receiver,
+                     int num_receivers, int64_t *arrival_ns_p, int64_t *sender_busy_ns_p)
+{
+    int64_t latency_ns;
+    double bandwidth_gbps, arrival, busy;
+    kvio_xfer_model_params(config, &latency_ns, &bandwidth_gbps, NULL, NULL);
+    model_times(config, (double)latency_ns, bandwidth_gbps, bytes, receiver, num_receivers,
+                &arrival, &busy);
     *arrival_ns_p = (int64_t)arrival;
     *sender_busy_ns_p = (int64_t)busy;
+}
+
+/* Mean arrival over the receivers for a given latency. */
+static double mean_arrival(const kvio_xfer_config_t *config, double latency_ns,
+                           double bandwidth_gbps, uint64_t bytes, int num_receivers)
+{
+    double sum = 0, arrival, busy;
+    for (int receiver = 0; receiver < num_receivers; receiver++) {
+        model_times(config, latency_ns, bandwidth_gbps, bytes, receiver, num_receivers,
+                    &arrival, &busy);
+        sum += arrival;
+    }
+    return sum / num_receivers;
+}
+
+kvio_status_t kvio_xfer_model_fit(const kvio_xfer_config_t *measured_config, int num_receivers,
+                                  const kvio_xfer_measured_t *measured, int64_t *latency_ns_p,
+                                  double *bandwidth_gbps_p)
+{
+    double moving_ns = measured->transfer_ns, moves = 1;
+    if (model_shared_store(measured_config->kind)) {
+        moving_ns += measured->write_ns;
+        moves = 2;
+    }
+    if (num_receivers < 1 || measured->bytes == 0 || !(moving_ns > 0))
+        return KVIO_ERR_INVALID;
+    double bandwidth_gbps = moves * (double)measured->bytes / moving_ns; /* bytes per ns */
+    /* The mean arrival is affine in the latency (a + b·latency, b >= 1):
+     * two evaluations give a and b. */
+    double at_zero = mean_arrival(measured_config, 0, bandwidth_gbps, measured->bytes,
+                                  num_receivers);
+    double slope = (mean_arrival(measured_config, 1e6, bandwidth_gbps, measured->bytes,
+                                 num_receivers) - at_zero) / 1e6;
+    double latency = (measured->arrival_ns - at_zero) / slope;
+    *latency_ns_p = latency > 0 ? (int64_t)llround(latency) : 0;
+    *bandwidth_gbps_p = bandwidth_gbps;
+    return KVIO_OK;
 }

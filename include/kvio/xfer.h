@@ -57,11 +57,20 @@ typedef struct kvio_xfer_redis_config {
     int on_disconnect; /* kvio_redis_disconnect_t */
 } kvio_xfer_redis_config_t;
 
-/* Simulate mode: an update costs latency + bytes / bandwidth (0: the
- * transport's documented default). */
+/* Simulate mode: an update costs latency + bytes / bandwidth. A value set
+ * (> 0) wins; else the one taken from `from` (an emulate run's results
+ * directory, read when the workload is loaded); else the transport's
+ * documented default. */
 typedef struct kvio_xfer_model_config {
     int64_t latency_ns;
     double bandwidth_gbps;
+    char *from;                   /* results directory; NULL or "": none */
+    /* Not options: what was taken from `from` (taken: it was read). */
+    bool taken;
+    int64_t taken_latency_ns;     /* may be 0 (fitted and floored) */
+    double taken_bandwidth_gbps;
+    double taken_checksum_gbps;   /* the trainer's checksum before the publish (0: none) */
+    double taken_verify_gbps;     /* the server's verification (0: the default 10 GB/s) */
 } kvio_xfer_model_config_t;
 
 typedef struct kvio_xfer_config {
@@ -193,5 +202,38 @@ unsigned kvio_xfer_caps(const kvio_xfer_t *xfer);
  * data, in ns after the publish starts, and how long the sender is busy. */
 void kvio_xfer_model(const kvio_xfer_config_t *config, uint64_t bytes, int receiver,
                      int num_receivers, int64_t *arrival_ns_p, int64_t *sender_busy_ns_p);
+
+/* Where a simulate-mode model parameter came from. */
+typedef enum {
+    KVIO_XFER_MODEL_DEFAULT = 0, /* the transport's documented default */
+    KVIO_XFER_MODEL_SET = 1,     /* train.transport.model.latency / bandwidth */
+    KVIO_XFER_MODEL_TAKEN = 2,   /* taken from train.transport.model.from */
+} kvio_xfer_model_source_t;
+
+/* The latency and bandwidth kvio_xfer_model uses for config, and where
+ * each came from (either source pointer may be NULL). */
+void kvio_xfer_model_params(const kvio_xfer_config_t *config, int64_t *latency_ns_p,
+                            double *bandwidth_gbps_p, kvio_xfer_model_source_t *latency_source_p,
+                            kvio_xfer_model_source_t *bandwidth_source_p);
+
+/* What an emulate run measured, as means over its activated updates (one
+ * per update and receiver), for kvio_xfer_model_fit. */
+typedef struct kvio_xfer_measured {
+    uint64_t bytes;          /* weights size */
+    double transfer_ns;      /* data moving into one receiver (xfer start to end) */
+    double write_ns;         /* shared store: the sender's write (publish start to end) */
+    double arrival_ns;       /* publish start to the data at the receiver */
+} kvio_xfer_measured_t;
+
+/* Fits the model to a measured run. Bandwidth: bytes over the time bytes
+ * were moving (a shared store moves them twice, the write and one read,
+ * both charged at the one bandwidth). Latency: the fixed cost that makes the
+ * model's arrival, averaged over the num_receivers receivers of the measured
+ * run's shape (measured_config: its kind, fanout, chunk, file discovery and
+ * poll interval), equal measured->arrival_ns; floored at 0. Pure
+ * arithmetic; KVIO_ERR_INVALID when nothing moved. */
+kvio_status_t kvio_xfer_model_fit(const kvio_xfer_config_t *measured_config, int num_receivers,
+                                  const kvio_xfer_measured_t *measured, int64_t *latency_ns_p,
+                                  double *bandwidth_gbps_p);
 
 #endif
