@@ -24,6 +24,7 @@ typedef struct file_priv {
     uint64_t last_seen;     /* newest version taken */
     bool end_seen;
     int inotify_fd;         /* notify discovery, or -1 */
+    bool changed;           /* notify: renames seen since a listing found nothing new */
     void *header;           /* HEADER_BYTES, aligned */
 } file_priv_t;
 
@@ -311,12 +312,15 @@ static kvio_status_t file_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
     if (priv->end_seen)
         return KVIO_INPROGRESS;
     if (priv->inotify_fd >= 0) {
+        /* One listing serves one version: after several renames (a version
+         * and the end, say) the directory is listed again at the next poll
+         * until a listing finds nothing new; events drained here would
+         * otherwise hide the rest. */
         char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-        ssize_t got = read(priv->inotify_fd, events, sizeof(events));
-        if (got <= 0)
+        while (read(priv->inotify_fd, events, sizeof(events)) > 0)
+            priv->changed = true;
+        if (!priv->changed)
             return KVIO_INPROGRESS; /* nothing renamed into the directory */
-        while (read(priv->inotify_fd, events, sizeof(events)) > 0) {
-        }
     }
     DIR *listing = opendir(dir);
     if (listing == NULL)
@@ -351,6 +355,7 @@ static kvio_status_t file_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
             priv->end_seen = true;
         return status;
     }
+    priv->changed = false;
     return KVIO_INPROGRESS;
 }
 
