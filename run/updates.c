@@ -1158,10 +1158,18 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
                 goto done;
         }
         int64_t busy = 0, publish = now + prepare_ns;
+        /* One receiver's data moves for latency + bytes / bandwidth, ending
+         * at its arrival (after the servers before it, a chain's hops, or a
+         * shared store's write and discovery). */
+        int64_t hop_latency_ns;
+        double hop_gbps;
+        kvio_xfer_model_params(&config->transport, &hop_latency_ns, &hop_gbps, NULL, NULL);
+        int64_t moving_ns = hop_latency_ns + (int64_t)((double)bytes / hop_gbps);
         for (int receiver = 0; receiver < num_serve; receiver++) {
             int64_t arrival;
             kvio_xfer_model(&config->transport, bytes, receiver, num_serve, &arrival, &busy);
             int64_t notified = publish + arrival, verified = notified + verify_ns;
+            int64_t xfer_start = notified - moving_ns > publish ? notified - moving_ns : publish;
             int64_t activated = workload->update.apply == KVIO_APPLY_SHADOW
                                     ? (verified + iteration - 1) / iteration * iteration
                                     : verified;
@@ -1170,7 +1178,8 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
             all.updates[all.num_updates++] = (kvio_update_record_t){
                 .version = all.num_train + 1, .bytes = bytes, .rank = 1 + receiver,
                 .checksum_ok = 1, .verified = workload->update.verify, .t_ready_ns = now,
-                .t_xfer_start_ns = publish, .t_xfer_end_ns = notified, .t_notified_ns = notified,
+                .t_xfer_start_ns = xfer_start, .t_xfer_end_ns = notified,
+                .t_notified_ns = notified,
                 .t_verified_ns = verified, .t_activated_ns = activated};
         }
         all.train[all.num_train] = (kvio_train_record_t){

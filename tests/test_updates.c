@@ -813,3 +813,27 @@ Test(updates, file_notify_discovery_sees_a_version_and_the_end_renamed_together,
         free(dir);
     }
 }
+
+/* Simulate, sequential ucx to 3 servers: each server's data moves for
+ * latency + bytes / bandwidth, after the servers before it, so every
+ * server's measured transfer bandwidth is the model's (the later ones once
+ * read as a third and a fifth of it: their transfer was timed from the
+ * publish start). */
+Test(updates, simulate_sequential_fan_out_times_each_transfer_from_its_own_start, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    const char *overrides[] = {"mode=simulate", "ranks.serve=3", "train.bytes=1GiB",
+                               "train.transport.model.latency=1ms",
+                               "train.transport.model.bandwidth=2"};
+    outcome_t outcome = run_workload(dir, overrides, 5);
+    cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
+    json_t *summary = NULL;
+    json_t *updates = model_updates(outcome.dir, &summary);
+    const json_t *bandwidth = json_object_get(updates, "bandwidth_gbps");
+    double expected = 1.073741824 / (1.073741824 / 2 + 0.001); /* GB over (bytes/bw + latency) */
+    cr_expect_float_eq(json_number_value(json_object_get(bandwidth, "mean")), expected, 0.01);
+    cr_expect_float_eq(json_number_value(json_object_get(bandwidth, "max")), expected, 0.01);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
