@@ -100,6 +100,8 @@ Test(emulate, swaps_really_move_bytes_and_survive_the_round_trip, .timeout = 120
     cr_assert_geq(metric(summary, "preemptions"), 1);
     cr_assert_gt(metric(summary, "swapped_bytes"), 0);
     cr_assert_gt(metric(summary, "swap_copy_s"), 0, "the copies took no time");
+    cr_expect_gt(metric(summary, "swap_reference_copy_gbps"), 0,
+                 "no plain-memcpy reference for the swap copies");
     cr_assert_eq(metric(summary, "swap_verify_failures"), 0);
     cr_assert_eq(metric(summary, "recomputed_tokens"), 0);
     const json_t *executor = json_object_get(json_object_get(summary, "metrics"), "executor");
