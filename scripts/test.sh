@@ -21,7 +21,13 @@ cmake --build "$build" -j "$(nproc)"
 
 # A private redis-server, stopped on exit whatever happens.
 . scripts/private_redis.sh
-export KVIO_TEST_REQUIRE=redis,mpi
+# Every part this script builds must run its tests (a skip would hide it);
+# gpu too when a device answers.
+KVIO_TEST_REQUIRE=redis,mpi,ucx,mount
+if [ "$cuda" = ON ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    KVIO_TEST_REQUIRE=$KVIO_TEST_REQUIRE,gpu
+fi
+export KVIO_TEST_REQUIRE
 
 cd "$build"
 ctest --output-on-failure --timeout 300 -j 2

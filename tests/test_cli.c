@@ -70,14 +70,22 @@ Test(cli, run_quickstart_writes_results, .timeout = 90)
     cr_assert(test_contains(run.out, "results/quickstart-"), "%s", run.out);
     test_run_free(&run);
 
+    /* A checkpoint every 2 steps (0.8 s), so the 2 s run has updates too. */
     run = test_kvio(dir, "run", "quickstart", "-o", "out", "--set", "duration=2s", "--set",
-                    SMALL_KV, "--set", SMALL_WEIGHTS, "--set", SMALL_MODEL, NULL);
+                    SMALL_KV, "--set", SMALL_WEIGHTS, "--set", SMALL_MODEL, "--set",
+                    "train.checkpoint.every_n_steps=2", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     char path[1100];
     snprintf(path, sizeof(path), "%s/out/summary.json", dir);
     char *summary = test_read_file(path);
     cr_assert_not_null(summary);
     cr_assert(test_contains(summary, "\"complete\": true"), "%s", summary);
+    /* The coupled run: requests served and model updates activated. */
+    const char *completed = strstr(summary, "\"completed\": ");
+    const char *activated = strstr(summary, "\"updates_activated\": ");
+    cr_assert(completed != NULL && activated != NULL, "%s", summary);
+    cr_expect_gt(strtod(completed + strlen("\"completed\": "), NULL), 0);
+    cr_expect_geq(strtod(activated + strlen("\"updates_activated\": "), NULL), 1);
     free(summary);
     test_run_free(&run);
 

@@ -173,22 +173,42 @@ Test(config, every_type_parses, .timeout = 10)
 
 Test(config, every_distribution_kind_parses, .timeout = 10)
 {
-    static const char *const texts[] = {
-        "lengths: 7\n",
-        "lengths: {dist: constant, value: 7}\n",
-        "lengths: {dist: uniform, low: 1, high: 9}\n",
-        "lengths: {dist: normal, mean: 5, stddev: 1}\n",
-        "lengths: {dist: lognormal, mean: 1200, stddev: 900, max: 16384}\n",
-        "lengths: {dist: exponential, mean: 3}\n",
-        "lengths: {dist: gamma, mean: 3, cv: 2}\n",
-        "lengths: {dist: zipf, n: 100, s: 1.1}\n",
-        "lengths: {dist: empirical, values: [1, 2]}\n",
+    /* Each text, the kind it must give and one parameter it must carry. */
+    static const struct {
+        const char *text;
+        kvio_dist_kind_t kind;
+        size_t offset;
+        double value;
+    } cases[] = {
+        {"lengths: 7\n", KVIO_DIST_CONSTANT, offsetof(kvio_dist_t, value), 7},
+        {"lengths: {dist: constant, value: 7}\n", KVIO_DIST_CONSTANT,
+         offsetof(kvio_dist_t, value), 7},
+        {"lengths: {dist: uniform, low: 1, high: 9}\n", KVIO_DIST_UNIFORM,
+         offsetof(kvio_dist_t, high), 9},
+        {"lengths: {dist: normal, mean: 5, stddev: 1}\n", KVIO_DIST_NORMAL,
+         offsetof(kvio_dist_t, mean), 5},
+        {"lengths: {dist: lognormal, mean: 1200, stddev: 900, max: 16384}\n",
+         KVIO_DIST_LOGNORMAL, offsetof(kvio_dist_t, max), 16384},
+        {"lengths: {dist: exponential, mean: 3}\n", KVIO_DIST_EXPONENTIAL,
+         offsetof(kvio_dist_t, mean), 3},
+        {"lengths: {dist: gamma, mean: 3, cv: 2}\n", KVIO_DIST_GAMMA, offsetof(kvio_dist_t, cv),
+         2},
+        {"lengths: {dist: zipf, n: 100, s: 1.1}\n", KVIO_DIST_ZIPF, offsetof(kvio_dist_t, s),
+         1.1},
+        {"lengths: {dist: empirical, values: [1, 2]}\n", KVIO_DIST_EMPIRICAL,
+         offsetof(kvio_dist_t, value), 0},
     };
-    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         sample_config_t config;
         char error[512];
-        cr_assert_eq(load(texts[i], NULL, 0, &config, error, sizeof(error)), KVIO_OK,
-                     "%s: %s", texts[i], error);
+        cr_assert_eq(load(cases[i].text, NULL, 0, &config, error, sizeof(error)), KVIO_OK,
+                     "%s: %s", cases[i].text, error);
+        cr_expect_eq(config.lengths.kind, cases[i].kind, "%s", cases[i].text);
+        double got;
+        memcpy(&got, (const char *)&config.lengths + cases[i].offset, sizeof(got));
+        cr_expect_float_eq(got, cases[i].value, 1e-12, "%s", cases[i].text);
+        if (cases[i].kind == KVIO_DIST_EMPIRICAL)
+            cr_expect(config.lengths.num_values == 2 && config.lengths.values[1] == 2.0);
         kvio_config_free(sample_options, &config);
     }
 }

@@ -192,7 +192,8 @@ Test(gpu, spin_kernel_lasts_its_time, .timeout = 60)
     uint64_t launched = kvio_time_ns();
     kvio_device_destroy(domain); /* waits for the kernel */
     double elapsed_ms = (double)(kvio_time_ns() - start) / 1e6;
-    cr_assert_lt((double)(launched - start) / 1e6, 20.0, "the launch blocked");
+    /* Asynchronous: the launch returns well before the 100 ms kernel ends. */
+    cr_assert_lt((double)(launched - start) / 1e6, elapsed_ms / 2, "the launch blocked");
     /* The SM clock may boost above its nominal rate: allow 40 % short. */
     cr_assert_geq(elapsed_ms, 60.0, "spun %.1f ms of 100", elapsed_ms);
     cr_assert_lt(elapsed_ms, 400.0, "spun %.1f ms of 100", elapsed_ms);
@@ -347,7 +348,7 @@ Test(gpu, host_transports_refuse_weights_in_gpu_memory, .timeout = 30)
 Test(gpu, ucx_never_gets_a_gpu_pointer_it_cannot_take, .timeout = 30)
 {
 #ifndef KVIO_HAVE_UCX
-    cr_skip_test("ucx transport not built");
+    test_require("ucx", 0, "ucx transport not built");
 #else
     kvio_xfer_config_t config = transport_config(KVIO_XFER_UCX);
     config.device.weights = KVIO_WEIGHTS_CUDA;

@@ -750,7 +750,7 @@ Test(tier, file_read_only_file_system_is_refused, .timeout = 10)
     char reason[256];
     if (!test_private_mount(dir, "tmpfs", MS_RDONLY, "size=1m", reason, sizeof(reason))) {
         test_rmtree(dir);
-        cr_skip_test("%s", reason);
+        test_require("mount", 0, reason);
     }
     kvio_tier_config_t config = default_config(KVIO_TIER_FILE, 4 * BLOCK);
     set_string(&config.path, dir);
@@ -772,7 +772,7 @@ Test(tier, file_full_disk_is_an_error_not_a_block, .timeout = 20)
     char reason[256];
     if (!test_private_mount(dir, "tmpfs", 0, "size=128k", reason, sizeof(reason))) {
         test_rmtree(dir);
-        cr_skip_test("%s", reason);
+        test_require("mount", 0, reason);
     }
     kvio_tier_t *tier = create_file_tier(dir, 4, BLOCK, false);
     put_block(tier, 1, BLOCK);
@@ -948,7 +948,7 @@ static void stop_redis(pid_t pid)
 Test(tier, redis_going_away_is_an_error_then_reconnects, .timeout = 30)
 {
 #ifndef KVIO_HAVE_REDIS
-    cr_skip_test("redis tier not built");
+    test_require("redis", 0, "redis tier not built");
 #else
     int port = test_free_port();
     pid_t server = start_redis(port);

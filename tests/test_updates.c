@@ -27,7 +27,7 @@
 #ifdef KVIO_HAVE_UCX
 #define REQUIRE_UCX() ((void)0)
 #else
-#define REQUIRE_UCX() cr_skip_test("ucx transport not built")
+#define REQUIRE_UCX() test_require("ucx", 0, "ucx transport not built")
 #endif
 
 static const char *base_workload =
@@ -190,7 +190,7 @@ Test(updates, simulate_runs_are_repeatable, .timeout = 30)
 Test(updates, redis_url_that_does_not_answer_fails_before_the_run, .timeout = 20)
 {
 #ifndef KVIO_HAVE_REDIS
-    cr_skip_test("redis transport not built");
+    test_require("redis", 0, "redis transport not built");
 #endif
     char *dir = test_tmpdir();
     const char *overrides[] = {"train.transport.kind=redis",
@@ -373,7 +373,7 @@ Test(updates, file_transport_running_out_of_space_is_a_clear_error, .timeout = 3
     cr_assert_eq(mkdir(versions, 0755), 0);
     if (!test_private_mount(versions, "tmpfs", 0, "size=1m", reason, sizeof(reason))) {
         test_rmtree(dir);
-        cr_skip_test("%s", reason);
+        test_require("mount", 0, reason);
     }
     snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s", versions);
     filler_t filler = {.dir = versions};
@@ -661,6 +661,7 @@ Test(updates, simulate_takes_its_model_from_an_emulate_run, .timeout = 30)
     double bandwidth = json_real_value(json_object_get(model, "bandwidth_gbps"));
     cr_expect_float_eq(bandwidth, bytes / (transfer_ms * 1e6), 0.01 * bandwidth,
                        "taken bandwidth %.3f GB/s: the measured transfer bandwidth", bandwidth);
+    cr_expect(json_is_real(json_object_get(model, "latency_s")), "no model.latency_s");
     cr_expect_geq(json_real_value(json_object_get(model, "latency_s")), 0);
 
     cr_expect_gt(json_real_value(json_object_get(model, "checksum_gbps")), 0,

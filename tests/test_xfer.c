@@ -28,7 +28,7 @@
 #include "xfer/xfer_ucx_int.h" /* the chain's message, to send a bad one */
 #define REQUIRE_UCX() ((void)0)
 #else
-#define REQUIRE_UCX() cr_skip_test("ucx transport not built")
+#define REQUIRE_UCX() test_require("ucx", 0, "ucx transport not built")
 #endif
 
 #define NUM_SERVE 2 /* unless a test says otherwise */
@@ -584,7 +584,7 @@ Test(xfer, redis_receiver_away_across_a_version_and_the_end_gets_the_version_fir
      .timeout = 20)
 {
 #ifndef KVIO_HAVE_REDIS
-    cr_skip_test("redis transport not built");
+    test_require("redis", 0, "redis transport not built");
 #endif
     int port = private_redis_start();
     if (!test_require("redis", port > 0, "cannot start a redis-server of this test"))
