@@ -490,7 +490,8 @@ Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
     cr_expect_str_eq(json_string_value(json_object_get(metrics, "runtime")), "mpi");
     cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")), 10);
     cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")), 0);
-    cr_expect_geq(json_real_value(json_object_get(metrics, "clock_offset_uncertainty_us")), 0);
+    /* Processes: the offsets were measured (a round trip is never free). */
+    cr_expect_gt(json_real_value(json_object_get(metrics, "clock_offset_uncertainty_us")), 0);
     json_decref(summary);
     free(err);
     test_rmtree(dir);

@@ -133,7 +133,8 @@ kvio_status_t kvio_rte_reduce(kvio_rte_t *rte, const double *values, size_t coun
                               kvio_rte_op_t op, double *result_p);
 
 /* This rank's clock offset to rank 0 (local - rank 0, ns) and its
- * uncertainty (half the minimum round trip); 0 and 0 on rank 0. */
+ * uncertainty (half the minimum round trip); 0 and 0 on rank 0 and on every
+ * rank of the local runtime (its threads read one clock). */
 void kvio_rte_clock_offset(const kvio_rte_t *rte, int64_t *offset_ns_p,
                            int64_t *uncertainty_ns_p);
 
