@@ -159,8 +159,6 @@ void kvio_rte_world_destroy(kvio_rte_world_t *world, bool failed)
 }
 
 const char *kvio_rte_world_kind(const kvio_rte_world_t *world) { return world->ops->name; }
-unsigned kvio_rte_world_caps(const kvio_rte_world_t *world) { return world->ops->caps; }
-int kvio_rte_world_size(const kvio_rte_world_t *world) { return world->size; }
 bool kvio_rte_world_is_root(const kvio_rte_world_t *world) { return world->first_local == 0; }
 
 int kvio_rte_size(const kvio_rte_t *rte) { return rte->world->size; }

@@ -777,10 +777,7 @@ kvio_status_t report_build(kvio_report_t *report)
     if (status == KVIO_OK)
         status = tier_chart(report);
     if (status != KVIO_OK) {
-        for (size_t i = 0; i < report->num_charts; i++)
-            report_chart_free(report->charts[i]);
-        report->num_charts = 0;
-        report->num_notes = 0;
+        report_charts_clear(report);
         return status;
     }
     report->built = true;

@@ -197,18 +197,12 @@ kvio_status_t kvio_report_write_png(kvio_report_t *report, const char *dir,
                  "apt-get install gnuplot installs it)");
         return KVIO_ERR_UNSUPPORTED;
     }
-    kvio_status_t status = report_build(report);
-    if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "building the charts: %s", kvio_strerror(status));
-        return status;
-    }
     char script[REPORT_PATH_MAX + 32];
     snprintf(script, sizeof(script), "%s/report.gp", dir);
-    FILE *out = fopen(script, "w");
-    if (out == NULL) {
-        snprintf(error_p, error_len, "%s: %s", script, strerror(errno));
-        return kvio_status_from_errno(errno);
-    }
+    FILE *out = NULL;
+    kvio_status_t status = report_build_open(report, script, &out, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     size_t count = 0;
     status = report_render_gnuplot(report, dir, out, &count);
     if (fclose(out) != 0 && status == KVIO_OK)

@@ -20,7 +20,7 @@ kvio_status_t kvio_report_create(kvio_report_t **report_p)
     return KVIO_OK;
 }
 
-static void clear_charts(kvio_report_t *report)
+void report_charts_clear(kvio_report_t *report)
 {
     for (size_t i = 0; i < report->num_charts; i++)
         report_chart_free(report->charts[i]);
@@ -29,11 +29,28 @@ static void clear_charts(kvio_report_t *report)
     report->built = false;
 }
 
+kvio_status_t report_build_open(kvio_report_t *report, const char *path, FILE **out_p,
+                                char *error_p, size_t error_len)
+{
+    kvio_status_t status = report_build(report);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "building the charts: %s", kvio_strerror(status));
+        return status;
+    }
+    *out_p = fopen(path, "w");
+    if (*out_p == NULL) {
+        int err = errno;
+        snprintf(error_p, error_len, "%s: %s", path, strerror(err));
+        return kvio_status_from_errno(err);
+    }
+    return KVIO_OK;
+}
+
 void kvio_report_destroy(kvio_report_t *report)
 {
     if (report == NULL)
         return;
-    clear_charts(report);
+    report_charts_clear(report);
     for (size_t i = 0; i < report->num_runs; i++)
         report_run_free(report->runs[i]);
     for (size_t i = 0; i < report->num_cachesims; i++)
@@ -108,7 +125,7 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
         if (status != KVIO_OK)
             return status;
         report->cachesims[report->num_cachesims++] = cachesim;
-        clear_charts(report);
+        report_charts_clear(report);
         return KVIO_OK;
     }
     if (!S_ISDIR(info.st_mode)) {
@@ -124,7 +141,7 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
         for (size_t i = before; status == KVIO_OK && i < report->num_runs; i++)
             unique_label(report, i, report->runs[i]->label, sizeof(report->runs[i]->label));
         if (status == KVIO_OK)
-            clear_charts(report);
+            report_charts_clear(report);
         return status;
     }
     if (report->num_runs == KVIO_REPORT_MAX_RUNS) {
@@ -141,7 +158,7 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
     if (status != KVIO_OK)
         return status;
     report->runs[report->num_runs++] = run;
-    clear_charts(report);
+    report_charts_clear(report);
     return KVIO_OK;
 }
 
@@ -152,18 +169,12 @@ kvio_status_t kvio_report_write_html(kvio_report_t *report, const char *path, ch
         snprintf(error_p, error_len, "nothing to report: no results directory or cachesim file");
         return KVIO_ERR_INVALID;
     }
-    kvio_status_t status = report_build(report);
-    if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "building the charts: %s", kvio_strerror(status));
-        return status;
-    }
     char temporary[REPORT_PATH_MAX + 16];
     snprintf(temporary, sizeof(temporary), "%s.tmp", path);
-    FILE *out = fopen(temporary, "w");
-    if (out == NULL) {
-        snprintf(error_p, error_len, "%s: %s", temporary, strerror(errno));
-        return kvio_status_from_errno(errno);
-    }
+    FILE *out = NULL;
+    kvio_status_t status = report_build_open(report, temporary, &out, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     status = report_render_html(report, out);
     if (fflush(out) != 0 || ferror(out))
         status = status == KVIO_OK ? KVIO_ERR_IO : status;

@@ -172,6 +172,12 @@ void report_timeline_add(timeline_t *timeline, double time_s, double duration_s,
 
 /* charts.c: builds the chart set once (idempotent). */
 kvio_status_t report_build(kvio_report_t *report);
+/* Frees the built charts and notes (the report is no longer built). */
+void report_charts_clear(kvio_report_t *report);
+/* Builds the charts, then opens path for writing; the error names what
+ * failed (the charts, or path and errno). */
+kvio_status_t report_build_open(kvio_report_t *report, const char *path, FILE **out_p,
+                                char *error_p, size_t error_len);
 void report_chart_free(report_chart_t *chart);
 
 /* render_svg.c, render_gnuplot.c */

@@ -741,6 +741,20 @@ static int64_t planned_length_ns(const kvio_workload_t *workload)
  * whose own wait is only ranks.timeout (training may run far longer). */
 #define TAG_TRAINING_DONE (KVIO_RTE_TAG_USER + 40)
 
+/* One 10 ms pause of a wait that ends on a stop or another rank failing
+ * (the gather that follows reports it); false, without pausing, then. */
+static bool pause_unless_over(kvio_rte_t *rte, const run_context_t *context)
+{
+    if (context->stop != NULL && *context->stop)
+        return false;
+    for (int rank = 0; rank < kvio_rte_size(rte); rank++)
+        if (rank != kvio_rte_index(rte) && kvio_rte_peer_failed(rte, rank))
+            return false;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
+    nanosleep(&pause, NULL);
+    return true;
+}
+
 static kvio_status_t wait_training_done(kvio_rte_t *rte, const run_context_t *context)
 {
     for (;;) {
@@ -751,27 +765,16 @@ static kvio_status_t wait_training_done(kvio_rte_t *rte, const run_context_t *co
         free(data);
         if (status != KVIO_INPROGRESS)
             return status == KVIO_ERR_PEER ? KVIO_OK : status; /* the gather reports it */
-        if (context->stop != NULL && *context->stop)
+        if (!pause_unless_over(rte, context))
             return KVIO_OK;
-        for (int rank = 0; rank < kvio_rte_size(rte); rank++)
-            if (rank != kvio_rte_index(rte) && kvio_rte_peer_failed(rte, rank))
-                return KVIO_OK;
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
-        nanosleep(&pause, NULL);
     }
 }
 
 /* Waits for the run's planned end (rank 0's clock), a stop, or another rank
- * failing (the gather that follows reports it). */
+ * failing. */
 static void wait_run_end(kvio_rte_t *rte, const run_context_t *context, int64_t run_end_ns)
 {
-    int self = kvio_rte_index(rte);
-    while (kvio_rte_time_ns(rte) < run_end_ns && !(context->stop != NULL && *context->stop)) {
-        for (int rank = 0; rank < kvio_rte_size(rte); rank++)
-            if (rank != self && kvio_rte_peer_failed(rte, rank))
-                return;
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
-        nanosleep(&pause, NULL);
+    while (kvio_rte_time_ns(rte) < run_end_ns && pause_unless_over(rte, context)) {
     }
 }
 
@@ -1138,6 +1141,13 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
     int64_t prepare_ns = model->taken && model->taken_checksum_gbps > 0
                              ? (int64_t)((double)bytes / model->taken_checksum_gbps)
                              : 0;
+    /* One receiver's data moves for latency + bytes / bandwidth, ending at
+     * its arrival (after the servers before it, a chain's hops, or a shared
+     * store's write and discovery). */
+    int64_t hop_latency_ns;
+    double hop_gbps;
+    kvio_xfer_model_params(&config->transport, &hop_latency_ns, &hop_gbps, NULL, NULL);
+    int64_t moving_ns = hop_latency_ns + (int64_t)((double)bytes / hop_gbps);
     for (;;) {
         if (config->steps > 0 ? step >= config->steps : now >= workload->duration_ns)
             break;
@@ -1158,13 +1168,6 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
                 goto done;
         }
         int64_t busy = 0, publish = now + prepare_ns;
-        /* One receiver's data moves for latency + bytes / bandwidth, ending
-         * at its arrival (after the servers before it, a chain's hops, or a
-         * shared store's write and discovery). */
-        int64_t hop_latency_ns;
-        double hop_gbps;
-        kvio_xfer_model_params(&config->transport, &hop_latency_ns, &hop_gbps, NULL, NULL);
-        int64_t moving_ns = hop_latency_ns + (int64_t)((double)bytes / hop_gbps);
         for (int receiver = 0; receiver < num_serve; receiver++) {
             int64_t arrival;
             kvio_xfer_model(&config->transport, bytes, receiver, num_serve, &arrival, &busy);

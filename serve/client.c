@@ -124,11 +124,6 @@ static size_t slot_of(const hash_set_t *set, kvio_hash_t hash)
     return (size_t)(hash.low ^ (hash.high * 0x9e3779b97f4a7c15ull)) & (set->capacity - 1);
 }
 
-static bool hash_equal(kvio_hash_t a, kvio_hash_t b)
-{
-    return a.low == b.low && a.high == b.high;
-}
-
 static size_t set_find(const hash_set_t *set, kvio_hash_t hash)
 {
     if (set->capacity == 0)
@@ -136,7 +131,7 @@ static size_t set_find(const hash_set_t *set, kvio_hash_t hash)
     for (size_t i = slot_of(set, hash);; i = (i + 1) & (set->capacity - 1)) {
         if (set->slots[i].count == 0)
             return SIZE_MAX;
-        if (hash_equal(set->slots[i].hash, hash))
+        if (kvio_hash_equal(set->slots[i].hash, hash))
             return i;
     }
 }
@@ -161,7 +156,7 @@ static kvio_status_t set_add(hash_set_t *set, kvio_hash_t hash)
         *set = bigger;
     }
     size_t i = slot_of(set, hash);
-    while (set->slots[i].count != 0 && !hash_equal(set->slots[i].hash, hash))
+    while (set->slots[i].count != 0 && !kvio_hash_equal(set->slots[i].hash, hash))
         i = (i + 1) & (set->capacity - 1);
     if (set->slots[i].count == 0) {
         set->slots[i].hash = hash;

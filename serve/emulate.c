@@ -550,15 +550,6 @@ static const char *setup_memory(const rank_setup_t *setup)
 }
 
 /* Per-tier traffic of one rank as JSON objects appended to array. */
-static void tiers_json(const rank_setup_t *setup, uint32_t rank, json_t *array)
-{
-    for (size_t t = 0; t < setup->num_tiers; t++) {
-        json_t *tier = kvio_tier_stats_json(setup->tiers[t]);
-        json_object_set_new(tier, "rank", json_integer(rank));
-        json_array_append_new(array, tier);
-    }
-}
-
 static kvio_status_t rank_init(emulate_t *emulate, rank_state_t *state, uint32_t rank,
                                char *error_p, size_t error_len)
 {
@@ -792,19 +783,16 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
         if (status == KVIO_OK) {
             json_t *per_rank = json_array();
             json_t *tiers = json_array();
-            uint64_t verify_failures = 0;
-            int64_t swap_real = 0, swap_modelled = 0, reference_ns = 0;
+            int64_t reference_ns = 0;
             uint64_t reference_bytes = 0;
             for (uint32_t r = 0; r < emulate->num_ranks; r++) {
                 const kvio_engine_metrics_t *metrics = kvio_engine_metrics(emulate->ranks[r].engine);
                 kvio_engine_metrics_merge(&total, metrics);
                 json_array_append_new(per_rank, kvio_serve_metrics_json(metrics));
-                verify_failures += metrics->swap_verify_failures;
-                swap_real += metrics->swap_real_ns;
-                swap_modelled += metrics->swap_modelled_ns;
                 reference_copy(&emulate->ranks[r].setup, emulate->block_bytes,
                                metrics->swapped_bytes, &reference_bytes, &reference_ns);
-                tiers_json(&emulate->ranks[r].setup, r, tiers);
+                kvio_serve_tiers_json(emulate->ranks[r].setup.tiers,
+                                      emulate->ranks[r].setup.num_tiers, r, tiers);
             }
             json_t *metrics = kvio_serve_metrics_json(&total);
             json_object_set_new(metrics, "serve_ranks", json_integer(emulate->num_ranks));
@@ -823,9 +811,11 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
                                             kvio_serve_mirror_states(emulate->mirror)));
             json_object_set_new(metrics, "wall_run_s", json_real((double)now_ns(emulate) / 1e9));
             json_object_set_new(metrics, "swap_verify_failures",
-                                json_integer((json_int_t)verify_failures));
-            json_object_set_new(metrics, "swap_copy_s", json_real((double)swap_real / 1e9));
-            json_object_set_new(metrics, "swap_modelled_s", json_real((double)swap_modelled / 1e9));
+                                json_integer((json_int_t)total.swap_verify_failures));
+            json_object_set_new(metrics, "swap_copy_s",
+                                json_real((double)total.swap_real_ns / 1e9));
+            json_object_set_new(metrics, "swap_modelled_s",
+                                json_real((double)total.swap_modelled_ns / 1e9));
             /* A plain memcpy of the same block size between the same arenas,
              * after the run: what the swap copies compare with. */
             json_object_set_new(metrics, "swap_reference_copy_gbps",
@@ -841,14 +831,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
         }
     }
 out:
-    if (kvio_csv_close(emulate->requests_csv) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "requests.csv: write failed");
-        status = KVIO_ERR_IO;
-    }
-    if (kvio_csv_close(emulate->iterations_csv) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "iterations.csv: write failed");
-        status = KVIO_ERR_IO;
-    }
+    status = kvio_serve_close_csvs(emulate->requests_csv, emulate->iterations_csv, status, error_p, error_len);
     for (uint32_t r = 0; emulate->ranks != NULL && r < emulate->num_ranks; r++)
         rank_fini(&emulate->ranks[r]);
     free(emulate->ranks);
@@ -879,7 +862,6 @@ struct kvio_serve_rank {
     int64_t origin_ns;       /* rank 0's clock when serving began */
     int64_t planned_end_ns;
     int64_t iteration_start_ns;
-    int64_t schedule_ns;
     kvio_hist_t *timing_error, *timing_error_ppm;
     int64_t overhead_ns, planned_ns;
     char *rows;              /* requests.csv rows */
@@ -1228,7 +1210,6 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
         return KVIO_ERR_CONFIG;
     }
     rank->iteration_start_ns = now_ns;
-    rank->schedule_ns = now_ns - rank->origin_ns;
     rank->planned_end_ns = now_ns + iteration.duration_ns;
     rank->planned_ns += iteration.duration_ns;
     *end_ns_p = rank->planned_end_ns;
@@ -1326,7 +1307,7 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
         free(packed);
     }
     json_t *tiers = json_array();
-    tiers_json(&rank->setup, rank->serve_index, tiers);
+    kvio_serve_tiers_json(rank->setup.tiers, rank->setup.num_tiers, rank->serve_index, tiers);
     char *tiers_text = json_dumps(tiers, JSON_COMPACT);
     json_decref(tiers);
     uint64_t tiers_length = tiers_text != NULL ? strlen(tiers_text) : 0;
@@ -1548,14 +1529,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         snprintf(error_p, error_len, "serve ranks' reports could not be merged: %s",
                  kvio_strerror(status));
     }
-    if (kvio_csv_close(csv) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "requests.csv: write failed");
-        status = KVIO_ERR_IO;
-    }
-    if (kvio_csv_close(iterations_csv) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "iterations.csv: write failed");
-        status = KVIO_ERR_IO;
-    }
+    status = kvio_serve_close_csvs(csv, iterations_csv, status, error_p, error_len);
     json_decref(client);
     json_decref(per_rank);
     json_decref(tiers);

@@ -1397,7 +1397,8 @@ size_t kvio_engine_cached_prefix(const kvio_engine_t *engine, const kvio_hash_t 
     if (num_hashes > full)
         num_hashes = full;
     kvio_kvreq_t *probe = NULL;
-    if (kvio_kvreq_create_hashes(engine->cache, hashes, num_hashes, prompt_tokens, &probe) !=
+    /* A probe destroyed at once: it borrows the caller's hashes. */
+    if (kvio_kvreq_create_borrowed(engine->cache, hashes, num_hashes, prompt_tokens, &probe) !=
         KVIO_OK)
         return 0;
     size_t hit = kvio_kvcache_lookup(engine->cache, probe);

@@ -37,6 +37,13 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
  * passing NULL). */
 kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,
                                    kvio_csv_t **iterations_p, char *error_p, size_t error_len);
+/* Appends each tier's stats, tagged with rank, to array. */
+void kvio_serve_tiers_json(kvio_tier_t *const *tiers, size_t num_tiers, uint32_t rank,
+                           json_t *array);
+/* Closes both (either may be NULL); a failed close becomes KVIO_ERR_IO with
+ * the file named, unless status is already an error. Returns the status. */
+kvio_status_t kvio_serve_close_csvs(kvio_csv_t *requests, kvio_csv_t *iterations,
+                                    kvio_status_t status, char *error_p, size_t error_len);
 
 /* A growable buffer of block hashes, reused request after request. */
 typedef struct kvio_hash_buffer {

@@ -287,6 +287,30 @@ kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **request
     return status;
 }
 
+void kvio_serve_tiers_json(kvio_tier_t *const *tiers, size_t num_tiers, uint32_t rank,
+                           json_t *array)
+{
+    for (size_t t = 0; t < num_tiers; t++) {
+        json_t *tier = kvio_tier_stats_json(tiers[t]);
+        json_object_set_new(tier, "rank", json_integer(rank));
+        json_array_append_new(array, tier);
+    }
+}
+
+kvio_status_t kvio_serve_close_csvs(kvio_csv_t *requests, kvio_csv_t *iterations,
+                                    kvio_status_t status, char *error_p, size_t error_len)
+{
+    if (kvio_csv_close(requests) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "requests.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    if (kvio_csv_close(iterations) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "iterations.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    return status;
+}
+
 static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
 {
     simulation_t *sim = context;
@@ -516,13 +540,8 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
             json_object_set_new(metrics, "router", json_string(kvio_router_name(sim.router)));
             json_object_set_new(metrics, "simulated_s", json_real((double)now_ns / 1e9));
             json_t *tiers = json_array();
-            for (uint32_t r = 0; r < sim.num_ranks; r++) {
-                for (size_t t = 0; t < sim.num_tiers; t++) {
-                    json_t *tier = kvio_tier_stats_json(sim.tiers[r][t]);
-                    json_object_set_new(tier, "rank", json_integer(r));
-                    json_array_append_new(tiers, tier);
-                }
-            }
+            for (uint32_t r = 0; sim.num_tiers > 0 && r < sim.num_ranks; r++)
+                kvio_serve_tiers_json(sim.tiers[r], sim.num_tiers, r, tiers);
             json_object_set_new(metrics, "tiers", tiers);
             json_object_set_new(metrics, "per_rank", per_rank);
             kvio_engine_metrics_fini(&total);
@@ -531,14 +550,7 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
         }
     }
 out:
-    if (kvio_csv_close(sim.requests_csv) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "requests.csv: write failed");
-        status = KVIO_ERR_IO;
-    }
-    if (kvio_csv_close(sim.iterations_csv) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "iterations.csv: write failed");
-        status = KVIO_ERR_IO;
-    }
+    status = kvio_serve_close_csvs(sim.requests_csv, sim.iterations_csv, status, error_p, error_len);
     simulation_free(&sim);
     return status;
 }

@@ -62,11 +62,6 @@ const kvio_opt_t kvio_update_options[] = {
 /* Bytes checksummed per step of the loop (keeps iterations responsive). */
 #define VERIFY_STEP (4u << 20)
 
-bool kvio_update_verify(const void *buffer, uint64_t bytes, uint64_t checksum)
-{
-    return XXH3_64bits(buffer, bytes) == checksum;
-}
-
 typedef struct serve_state {
     const kvio_update_config_t *config;
     kvio_rte_t *rte;

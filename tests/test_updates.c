@@ -237,20 +237,30 @@ Test(updates, directory_without_room_is_refused_before_the_run, .timeout = 20)
     free(dir);
 }
 
+/* The --set lines that point a run at one transport: its kind, a versions
+ * directory under dir (file) and the test Redis (redis). */
+typedef struct transport_sets {
+    char kind[64], dir[1200], redis[512];
+} transport_sets_t;
+
+static void transport_sets(const char *kind, const char *dir, transport_sets_t *sets)
+{
+    snprintf(sets->kind, sizeof(sets->kind), "train.transport.kind=%s", kind);
+    snprintf(sets->dir, sizeof(sets->dir), "train.transport.file.dir=%s/versions", dir);
+    const char *redis = getenv("KVIO_TEST_REDIS_URL");
+    snprintf(sets->redis, sizeof(sets->redis), "train.transport.redis.url=%s",
+             redis ? redis : "redis://127.0.0.1:6379");
+}
+
 /* The trainer stops after 2 chunks of its first update, as if it died; with
  * update.on_trainer_loss: fail every rank ends at once (tests/test_faults.c
  * has the default, serve). */
 static void expect_dead_trainer_is_an_error(const char *kind)
 {
     char *dir = test_tmpdir();
-    char kind_override[64], dir_override[1200];
-    snprintf(kind_override, sizeof(kind_override), "train.transport.kind=%s", kind);
-    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s/versions", dir);
-    const char *redis = getenv("KVIO_TEST_REDIS_URL");
-    char redis_override[512];
-    snprintf(redis_override, sizeof(redis_override), "train.transport.redis.url=%s",
-             redis ? redis : "redis://127.0.0.1:6379");
-    const char *overrides[] = {kind_override, dir_override, redis_override,
+    transport_sets_t sets;
+    transport_sets(kind, dir, &sets);
+    const char *overrides[] = {sets.kind, sets.dir, sets.redis,
                                "train.transport.die_after_chunks=2", "ranks.timeout=8s",
                                "train.transport.file.poll_interval=1ms",
                                "train.transport.redis.prefix=\"kvio-test-dead:\"",
@@ -290,14 +300,9 @@ Test(updates, trainer_dying_mid_transfer_over_redis_ends_the_run, .timeout = 30)
 static void expect_dead_serve_rank_is_an_error(const char *kind)
 {
     char *dir = test_tmpdir();
-    char kind_override[64], dir_override[1200];
-    snprintf(kind_override, sizeof(kind_override), "train.transport.kind=%s", kind);
-    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s/versions", dir);
-    const char *redis = getenv("KVIO_TEST_REDIS_URL");
-    char redis_override[512];
-    snprintf(redis_override, sizeof(redis_override), "train.transport.redis.url=%s",
-             redis ? redis : "redis://127.0.0.1:6379");
-    const char *overrides[] = {kind_override, dir_override, redis_override,
+    transport_sets_t sets;
+    transport_sets(kind, dir, &sets);
+    const char *overrides[] = {sets.kind, sets.dir, sets.redis,
                                "update.die_during_version=2", "update.die_rank=2",
                                "ranks.timeout=8s", "train.transport.file.poll_interval=1ms",
                                "train.transport.redis.prefix=\"kvio-test-dead-serve:\""};

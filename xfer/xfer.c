@@ -384,8 +384,6 @@ bool kvio_xfer_fault_now(kvio_xfer_t *xfer)
     return true;
 }
 const char *kvio_xfer_info(const kvio_xfer_t *xfer) { return xfer->info; }
-const char *kvio_xfer_name(const kvio_xfer_t *xfer) { return xfer->ops->name; }
-unsigned kvio_xfer_caps(const kvio_xfer_t *xfer) { return xfer->ops->caps; }
 const char *kvio_xfer_error(const kvio_xfer_t *xfer) { return xfer->error; }
 
 static kvio_status_t checked(kvio_xfer_t *xfer, kvio_status_t status, const char *what)
@@ -393,7 +391,6 @@ static kvio_status_t checked(kvio_xfer_t *xfer, kvio_status_t status, const char
     if (status != KVIO_OK && status != KVIO_INPROGRESS) {
         kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->name, what,
                             kvio_strerror(status));
-        xfer->failed = true;
     }
     return status;
 }
@@ -455,7 +452,6 @@ kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t ch
         }
     }
     times.end_ns = kvio_rte_time_ns(xfer->rte);
-    xfer->bytes_moved += times.bytes_moved;
     if (status == KVIO_OK && times_p != NULL)
         *times_p = times;
     return status;
@@ -525,7 +521,6 @@ kvio_status_t kvio_xfer_fetch_step(kvio_xfer_t *xfer, kvio_xfer_receive_t *recei
     if (status != KVIO_OK)
         return status;
     receive->offset += moved;
-    xfer->bytes_moved += moved;
     if (receive->offset >= receive->meta.bytes) {
         receive->complete = true;
         receive->t_xfer_end_ns = kvio_rte_time_ns(xfer->rte);

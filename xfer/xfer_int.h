@@ -58,8 +58,6 @@ struct kvio_xfer {
     uint64_t polls;
     int64_t poll_interval_ns; /* plug-in sets: 0 when notified */
     uint64_t chunks_sent;     /* plug-ins count, for die_after_chunks */
-    uint64_t bytes_moved;
-    bool failed;
     char info[512];       /* plug-in fills: what it uses */
     char error[512];      /* the first error, via kvio_xfer_set_error */
 };

@@ -247,11 +247,16 @@ static kvio_status_t delete_version(kvio_xfer_t *xfer, uint64_t version)
 {
     redis_priv_t *priv = xfer->priv;
     uint64_t chunk = xfer->config->chunk, count = (xfer->bytes + chunk - 1) / chunk;
-    char key[KEY_LENGTH];
-    const char *keys[1] = {key};
-    for (uint64_t i = 0; i < count; i++) {
-        chunk_key(xfer, version, i, key);
-        kvio_status_t status = kvio_redis_del(priv->data, keys, 1);
+    enum { BATCH = 64 }; /* keys per pipelined round trip */
+    char keys[BATCH][KEY_LENGTH];
+    const char *key_list[BATCH];
+    for (uint64_t first = 0; first < count; first += BATCH) {
+        size_t n = 0;
+        for (uint64_t i = first; i < count && n < BATCH; i++, n++) {
+            chunk_key(xfer, version, i, keys[n]);
+            key_list[n] = keys[n];
+        }
+        kvio_status_t status = kvio_redis_del(priv->data, key_list, n);
         if (status != KVIO_OK)
             return redis_failed(xfer, &priv->data, status);
     }

@@ -55,10 +55,8 @@ kvio_status_t kvio_rte_world_create(const kvio_rte_params_t *params,
  * ends the job, so rank 0 writes the results before it destroys its world). */
 void kvio_rte_world_destroy(kvio_rte_world_t *world, bool failed);
 
-/* The runtime's name ("local", "mpi") and capability bits. */
+/* The runtime's name ("local", "mpi"). */
 const char *kvio_rte_world_kind(const kvio_rte_world_t *world);
-unsigned kvio_rte_world_caps(const kvio_rte_world_t *world);
-int kvio_rte_world_size(const kvio_rte_world_t *world);
 
 /* True when this process hosts rank 0 (and so writes the results). */
 bool kvio_rte_world_is_root(const kvio_rte_world_t *world);

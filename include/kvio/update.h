@@ -98,8 +98,6 @@ typedef struct kvio_update_server {
     const char *(*error)(void *context);
 } kvio_update_server_t;
 
-/* Verifies a whole buffer against an XXH3-64 checksum. */
-bool kvio_update_verify(const void *buffer, uint64_t bytes, uint64_t checksum);
 
 /* The notice the training rank's harness sends every serve rank (rte tag
  * KVIO_UPDATE_TAG_TRAINER_LOST) when its trainer was lost but the rank

@@ -189,14 +189,12 @@ void kvio_xfer_progress(kvio_xfer_t *xfer);
 int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer);
 
 /* Polls made by kvio_xfer_poll; a text on what the transport uses (UCX
- * transports chosen, directory and fsync, Redis URL); name and caps. */
+ * transports chosen, directory and fsync, Redis URL). */
 uint64_t kvio_xfer_polls(const kvio_xfer_t *xfer);
 const char *kvio_xfer_info(const kvio_xfer_t *xfer);
-const char *kvio_xfer_name(const kvio_xfer_t *xfer);
 
 /* The first error a call on this transport reported ("" when none). */
 const char *kvio_xfer_error(const kvio_xfer_t *xfer);
-unsigned kvio_xfer_caps(const kvio_xfer_t *xfer);
 
 /* Simulate mode: when receiver index (0-based) of num_receivers has the
  * data, in ns after the publish starts, and how long the sender is busy. */
