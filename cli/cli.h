@@ -5,12 +5,22 @@
 
 #include "kvio/status.h"
 
+#include <stdbool.h>
+
 #define KVIO_EXIT_OK 0
 #define KVIO_EXIT_FAILED 1
 #define KVIO_EXIT_USAGE 2
 
 /* Maps a status to an exit status: bad input → 2, other errors → 1. */
 int kvio_cli_exit_status(kvio_status_t status);
+
+/* The value of the option at argv[*index_p] given as "--name value" (then
+ * *index_p moves to the value) or "--name=value"; NULL when argv[*index_p]
+ * is not that option or its value is missing. */
+const char *kvio_cli_option_value(int argc, char **argv, int *index_p, const char *name);
+
+/* True when arg is "--name" or "--name=...". */
+bool kvio_cli_is_option(const char *arg, const char *name);
 
 int kvio_cmd_run(int argc, char **argv);
 int kvio_cmd_validate(int argc, char **argv);

@@ -40,16 +40,13 @@ int kvio_cmd_report(int argc, char **argv)
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             print_help();
             return KVIO_EXIT_OK;
-        } else if (strcmp(arg, "-o") == 0 || strcmp(arg, "--out") == 0 ||
-                   strcmp(arg, "--output") == 0) {
-            if (i + 1 >= argc || argv[i + 1][0] == '\0') {
-                fprintf(stderr, "kvio report: %s needs a directory\n", arg);
-                return KVIO_EXIT_USAGE;
-            }
-            out_dir = argv[++i];
-        } else if (strncmp(arg, "--out=", 6) == 0 || strncmp(arg, "--output=", 9) == 0) {
-            out_dir = strchr(arg, '=') + 1;
-            if (out_dir[0] == '\0') {
+        } else if (strcmp(arg, "-o") == 0 || kvio_cli_is_option(arg, "--out") ||
+                   kvio_cli_is_option(arg, "--output")) {
+            const char *name = strcmp(arg, "-o") == 0              ? "-o"
+                               : kvio_cli_is_option(arg, "--out") ? "--out"
+                                                                   : "--output";
+            out_dir = kvio_cli_option_value(argc, argv, &i, name);
+            if (out_dir == NULL || out_dir[0] == '\0') {
                 fprintf(stderr, "kvio report: %s needs a directory\n", arg);
                 return KVIO_EXIT_USAGE;
             }

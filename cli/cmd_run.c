@@ -35,28 +35,6 @@ typedef struct run_args {
     bool help;
 } run_args_t;
 
-/* Returns the value of an option given as "--name value" or "--name=value". */
-static const char *option_value(int argc, char **argv, int *index_p, const char *name)
-{
-    const char *arg = argv[*index_p];
-    size_t length = strlen(name);
-    if (strncmp(arg, name, length) == 0 && arg[length] == '=')
-        return arg + length + 1;
-    if (strcmp(arg, name) == 0) {
-        if (*index_p + 1 >= argc)
-            return NULL;
-        (*index_p)++;
-        return argv[*index_p];
-    }
-    return NULL;
-}
-
-static bool is_option(const char *arg, const char *name)
-{
-    size_t length = strlen(name);
-    return strcmp(arg, name) == 0 || (strncmp(arg, name, length) == 0 && arg[length] == '=');
-}
-
 static int parse_run_args(const char *command, int argc, char **argv, bool allow_output,
                           run_args_t *args)
 {
@@ -64,8 +42,8 @@ static int parse_run_args(const char *command, int argc, char **argv, bool allow
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             args->help = true;
-        } else if (is_option(arg, "--set")) {
-            const char *value = option_value(argc, argv, &i, "--set");
+        } else if (kvio_cli_is_option(arg, "--set")) {
+            const char *value = kvio_cli_option_value(argc, argv, &i, "--set");
             if (value == NULL) {
                 fprintf(stderr, "kvio %s: --set needs KEY=VALUE\n", command);
                 return KVIO_EXIT_USAGE;
@@ -75,16 +53,16 @@ static int parse_run_args(const char *command, int argc, char **argv, bool allow
                 return KVIO_EXIT_USAGE;
             }
             args->overrides[args->num_overrides++] = value;
-        } else if (allow_output && (is_option(arg, "--output") || strcmp(arg, "-o") == 0)) {
-            const char *value = strcmp(arg, "-o") == 0 ? option_value(argc, argv, &i, "-o")
-                                                       : option_value(argc, argv, &i, "--output");
+        } else if (allow_output && (kvio_cli_is_option(arg, "--output") || strcmp(arg, "-o") == 0)) {
+            const char *value = strcmp(arg, "-o") == 0 ? kvio_cli_option_value(argc, argv, &i, "-o")
+                                                       : kvio_cli_option_value(argc, argv, &i, "--output");
             if (value == NULL || value[0] == '\0') {
                 fprintf(stderr, "kvio %s: %s needs a directory\n", command, arg);
                 return KVIO_EXIT_USAGE;
             }
             args->output_dir = value;
-        } else if (allow_output && is_option(arg, "--event-trace")) {
-            const char *value = option_value(argc, argv, &i, "--event-trace");
+        } else if (allow_output && kvio_cli_is_option(arg, "--event-trace")) {
+            const char *value = kvio_cli_option_value(argc, argv, &i, "--event-trace");
             if (value == NULL || value[0] == '\0') {
                 fprintf(stderr, "kvio %s: --event-trace needs a file\n", command);
                 return KVIO_EXIT_USAGE;

@@ -38,26 +38,6 @@ static const char *const usage =
     "burstgpt; detected from the first line) instead; it and the options after it\n"
     "are shortcuts for --set stream.trace.KEY=VALUE, and need no workload.\n";
 
-/* "--name value" or "--name=value". */
-static const char *option_value(int argc, char **argv, int *index_p, const char *name)
-{
-    const char *arg = argv[*index_p];
-    size_t length = strlen(name);
-    if (strncmp(arg, name, length) == 0 && arg[length] == '=')
-        return arg + length + 1;
-    if (strcmp(arg, name) == 0 && *index_p + 1 < argc) {
-        (*index_p)++;
-        return argv[*index_p];
-    }
-    return NULL;
-}
-
-static bool is_option(const char *arg, const char *name)
-{
-    size_t length = strlen(name);
-    return strncmp(arg, name, length) == 0 && (arg[length] == '\0' || arg[length] == '=');
-}
-
 /* Adds "stream.trace.KEY='VALUE'" (single-quoted YAML, quotes doubled). */
 static int add_trace_override(stream_args_t *args, const char *key, const char *value)
 {
@@ -95,10 +75,10 @@ static int parse_args(int argc, char **argv, stream_args_t *args)
         const char *value;
         bool matched = false;
         for (size_t s = 0; s < sizeof(shortcuts) / sizeof(shortcuts[0]) && !matched; s++) {
-            if (!is_option(arg, shortcuts[s].option))
+            if (!kvio_cli_is_option(arg, shortcuts[s].option))
                 continue;
             matched = true;
-            value = option_value(argc, argv, &i, shortcuts[s].option);
+            value = kvio_cli_option_value(argc, argv, &i, shortcuts[s].option);
             if (value == NULL) {
                 fprintf(stderr, "kvio stream: %s needs a value\n", shortcuts[s].option);
                 return KVIO_EXIT_USAGE;
@@ -119,8 +99,8 @@ static int parse_args(int argc, char **argv, stream_args_t *args)
                 return status;
         } else if (strcmp(arg, "--stats") == 0) {
             args->stats = true;
-        } else if (is_option(arg, "--set")) {
-            value = option_value(argc, argv, &i, "--set");
+        } else if (kvio_cli_is_option(arg, "--set")) {
+            value = kvio_cli_option_value(argc, argv, &i, "--set");
             if (value == NULL) {
                 fprintf(stderr, "kvio stream: --set needs KEY=VALUE\n");
                 return KVIO_EXIT_USAGE;
@@ -130,19 +110,19 @@ static int parse_args(int argc, char **argv, stream_args_t *args)
                 return KVIO_EXIT_USAGE;
             }
             args->overrides[args->num_overrides++] = value;
-        } else if (strcmp(arg, "-o") == 0 || is_option(arg, "--output") ||
-                   is_option(arg, "--out")) {
+        } else if (strcmp(arg, "-o") == 0 || kvio_cli_is_option(arg, "--output") ||
+                   kvio_cli_is_option(arg, "--out")) {
             const char *name = strcmp(arg, "-o") == 0        ? "-o"
-                               : is_option(arg, "--output") ? "--output"
+                               : kvio_cli_is_option(arg, "--output") ? "--output"
                                                             : "--out";
-            value = option_value(argc, argv, &i, name);
+            value = kvio_cli_option_value(argc, argv, &i, name);
             if (value == NULL || value[0] == '\0') {
                 fprintf(stderr, "kvio stream: %s needs a file (- for stdout)\n", name);
                 return KVIO_EXIT_USAGE;
             }
             args->output = value;
-        } else if (is_option(arg, "--format")) {
-            value = option_value(argc, argv, &i, "--format");
+        } else if (kvio_cli_is_option(arg, "--format")) {
+            value = kvio_cli_option_value(argc, argv, &i, "--format");
             if (value != NULL && strcmp(value, "kvio") == 0) {
                 args->format = KVIO_EXPORT_KVIO;
             } else if (value != NULL && strcmp(value, "mooncake") == 0) {

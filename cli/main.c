@@ -41,6 +41,25 @@ static void print_usage(FILE *out)
                  "exit status: 0 success, 1 run failed, 2 usage or input error\n");
 }
 
+const char *kvio_cli_option_value(int argc, char **argv, int *index_p, const char *name)
+{
+    const char *arg = argv[*index_p];
+    size_t length = strlen(name);
+    if (strncmp(arg, name, length) == 0 && arg[length] == '=')
+        return arg + length + 1;
+    if (strcmp(arg, name) == 0 && *index_p + 1 < argc) {
+        (*index_p)++;
+        return argv[*index_p];
+    }
+    return NULL;
+}
+
+bool kvio_cli_is_option(const char *arg, const char *name)
+{
+    size_t length = strlen(name);
+    return strncmp(arg, name, length) == 0 && (arg[length] == '\0' || arg[length] == '=');
+}
+
 int kvio_cli_exit_status(kvio_status_t status)
 {
     switch (status) {
