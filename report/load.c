@@ -223,6 +223,22 @@ static int csv_column(const csv_reader_t *csv, const char *name)
     return -1;
 }
 
+/* The indices of every named header column; KVIO_ERR_PARSE naming the
+ * first that is missing. */
+static kvio_status_t csv_columns(const csv_reader_t *csv, const char *const *names, size_t count,
+                                 int *columns, char *error_p, size_t error_len)
+{
+    for (size_t i = 0; i < count; i++) {
+        columns[i] = csv_column(csv, names[i]);
+        if (columns[i] < 0) {
+            snprintf(error_p, error_len, "%s: no column '%s' in the header", csv->path,
+                     names[i]);
+            return KVIO_ERR_PARSE;
+        }
+    }
+    return KVIO_OK;
+}
+
 /* Parses field index of the current row as a finite number. */
 static kvio_status_t csv_number(const csv_reader_t *csv, int index, const char *name,
                                 double *value_p, char *error_p, size_t error_len)
@@ -451,14 +467,10 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
         return status == KVIO_INPROGRESS ? KVIO_OK : status;
     const char *names[] = {"arrival_s", "first_token_s", "finish_s", "output_tokens"};
     int columns[4];
-    for (size_t i = 0; i < 4; i++) {
-        columns[i] = csv_column(&csv, names[i]);
-        if (columns[i] < 0) {
-            snprintf(error_p, error_len, "%s: no column '%s' in the header", csv.path,
-                     names[i]);
-            csv_close(&csv);
-            return KVIO_ERR_PARSE;
-        }
+    status = csv_columns(&csv, names, 4, columns, error_p, error_len);
+    if (status != KVIO_OK) {
+        csv_close(&csv);
+        return status;
     }
     int measured_column = csv_column(&csv, "measured");
     while ((status = csv_next(&csv, error_p, error_len)) == KVIO_OK) {
@@ -502,14 +514,10 @@ static kvio_status_t load_iterations(const char *dir, report_run_t *run, char *e
         return status == KVIO_INPROGRESS ? KVIO_OK : status;
     const char *names[] = {"time_s", "duration_ms", "batch_size", "kv_usage", "preempted"};
     int columns[5];
-    for (size_t i = 0; i < 5; i++) {
-        columns[i] = csv_column(&csv, names[i]);
-        if (columns[i] < 0) {
-            snprintf(error_p, error_len, "%s: no column '%s' in the header", csv.path,
-                     names[i]);
-            csv_close(&csv);
-            return KVIO_ERR_PARSE;
-        }
+    status = csv_columns(&csv, names, 5, columns, error_p, error_len);
+    if (status != KVIO_OK) {
+        csv_close(&csv);
+        return status;
     }
     run->timeline = malloc(sizeof(*run->timeline));
     if (run->timeline == NULL) {
