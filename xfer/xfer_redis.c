@@ -75,6 +75,8 @@ static kvio_status_t subscribe(kvio_xfer_t *xfer, char *error_p, size_t error_le
     return status;
 }
 
+static void redis_fini(kvio_xfer_t *xfer);
+
 static kvio_status_t redis_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
 {
     redis_priv_t *priv = xfer->priv;
@@ -110,6 +112,8 @@ static kvio_status_t redis_init(kvio_xfer_t *xfer, char *error_p, size_t error_l
                  kvio_strerror(barrier));
         status = barrier;
     }
+    if (status != KVIO_OK)
+        redis_fini(xfer); /* the framework frees only its own part of a failed set-up */
     return status;
 }
 
