@@ -19,7 +19,13 @@
 #   2. Carry the build directory (run's carry: ["build"]) and run
 #        bench/gpu.sh build
 #      with a timeout that leaves room for a rerun (it takes about 3 minutes;
-#      KVIO_GPU_IPC_BYTES / KVIO_GPU_STAGED_BYTES make it shorter).
+#      KVIO_GPU_IPC_BYTES / KVIO_GPU_STAGED_BYTES / KVIO_GPU_BW_BYTES make it
+#      shorter).
+# A dry run here, without a GPU, against the stand-in CUDA runtime that the
+# tests use (it checks the script's flow; its numbers mean nothing):
+#   LD_PRELOAD=$PWD/build/libkvio_fake_cudart.so KVIO_GPU_IPC_BYTES=256MiB \
+#   KVIO_GPU_STAGED_BYTES=256MiB KVIO_GPU_STAGED_CHUNK=16MiB \
+#   KVIO_GPU_BW_BYTES=$((256 << 20)) bench/gpu.sh build
 # Every background process is waited for by its PID, never with a bare wait.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +36,7 @@ out=${OUT:-/tmp/kvio-gpu}
 ipc_bytes=${KVIO_GPU_IPC_BYTES:-16GB}
 staged_bytes=${KVIO_GPU_STAGED_BYTES:-4GiB}
 staged_chunk=${KVIO_GPU_STAGED_CHUNK:-64MiB}
+bw_bytes=${KVIO_GPU_BW_BYTES:-$((4 << 30))}
 mkdir -p "$out"
 [ -d "$build/libs" ] && export LD_LIBRARY_PATH="$PWD/$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for tool in "$kvio" "$gpu_bw"; do
@@ -40,7 +47,7 @@ mpirun_cmd=(mpirun --oversubscribe -np 2)
 
 # 1. Reference bandwidths (and: is there a device at all?).
 echo "== reference bandwidths (gpu_bw)" >&2
-if ! timeout 120 "$gpu_bw" $((4 << 30)) $((2 << 20)) >"$out/gpu_bw.txt" 2>"$out/gpu_bw.err"; then
+if ! timeout 120 "$gpu_bw" "$bw_bytes" $((2 << 20)) >"$out/gpu_bw.txt" 2>"$out/gpu_bw.err"; then
     echo "gpu.sh: no usable GPU: $(cat "$out/gpu_bw.err")" >&2
     echo "figure cuda_ipc_16gb_ms NA ms"
     exit 2

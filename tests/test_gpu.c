@@ -370,25 +370,49 @@ Test(gpu, ucx_never_gets_a_gpu_pointer_it_cannot_take, .timeout = 30)
 #endif
 }
 
-/* A local run: 1 trainer, 2 servers, versions over kind, verified; corrupt
+static int mpirun_available(void)
+{
+#ifndef KVIO_HAVE_MPI
+    return 0; /* the mpi runtime is not built */
+#endif
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
+/* A run of 1 trainer and 2 servers (threads of one process under the local
+ * runtime, processes under mpirun), versions over kind, verified; corrupt
  * >= 0 flips that byte of every version in the servers' GPU slots. */
-static void run_transport(const char *kind, int corrupt)
+static void run_transport(const char *kind, const char *runtime, int corrupt)
 {
     char *dir = test_tmpdir(), text[2048], out[1100];
     snprintf(text, sizeof(text),
              "name: gpu-%s\nseed: 3\nmode: emulate\nduration: 10s\n"
-             "ranks: {train: 1, serve: 2, runtime: local, timeout: 30s}\n"
+             "ranks: {train: 1, serve: 2, runtime: %s, timeout: 30s}\n"
              "train:\n  step_time: {dist: constant, value: 20ms}\n  steps: 12\n"
              "  bytes: 6MiB\n  checkpoint: {policy: every_n_steps, every_n_steps: 3}\n"
              "  transport: {kind: %s, chunk: 1MiB, inflight: 2}\n"
              "update: {apply: shadow, verify: true, iteration: 5ms, corrupt_offset: %d}\n",
-             kind, kind, corrupt);
+             kind, runtime, kind, corrupt);
     char *file = test_write_file(dir, "w.yaml", text);
     snprintf(out, sizeof(out), "%s/out", dir);
-    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
+    if (strcmp(runtime, "mpi") == 0) {
+        char command[4096], path[1200];
+        snprintf(command, sizeof(command),
+                 "cd %s && timeout 60 mpirun --allow-run-as-root --oversubscribe %s -np 3 %s run "
+                 "%s -o out >mpirun.log 2>&1", dir, test_mpirun_sanitizer_args(), KVIO_BINARY,
+                 file);
+        int status = system(command);
+        snprintf(path, sizeof(path), "%s/mpirun.log", dir);
+        char *log = test_read_file(path);
+        cr_assert_eq(status, 0, "mpirun: %s", log ? log : "");
+        free(log);
+    } else {
+        test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
+        cr_assert_eq(run.status, 0, "%s", run.err);
+        test_run_free(&run);
+    }
     json_t *summary = load_summary(out);
     const json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    cr_assert_str_eq(json_string_value(json_object_get(updates, "runtime")), runtime);
     cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 4);
     cr_assert_eq(json_integer_value(json_object_get(updates, "updates_received")), 8);
     if (corrupt < 0) {
@@ -401,7 +425,6 @@ static void run_transport(const char *kind, int corrupt)
     cr_assert(test_contains(json_string_value(json_object_get(updates, "transport_info")), kind));
     json_decref(summary);
     free(file);
-    test_run_free(&run);
     test_rmtree(dir);
     free(dir);
 }
@@ -409,17 +432,36 @@ static void run_transport(const char *kind, int corrupt)
 Test(gpu, cuda_ipc_delivers_verified_versions_between_threads, .timeout = 120)
 {
     REQUIRE_GPU();
-    run_transport("cuda-ipc", -1);
+    run_transport("cuda-ipc", "local", -1);
 }
 
 Test(gpu, staged_delivers_verified_versions, .timeout = 120)
 {
     REQUIRE_GPU();
-    run_transport("staged", -1);
+    run_transport("staged", "local", -1);
 }
 
 Test(gpu, a_byte_flipped_in_gpu_memory_is_caught, .timeout = 120)
 {
     REQUIRE_GPU();
-    run_transport("cuda-ipc", 4099);
+    run_transport("cuda-ipc", "local", 4099);
+}
+
+/* Separate processes: the servers export their slots with
+ * cudaIpcGetMemHandle and the trainer opens them. */
+Test(gpu, cuda_ipc_delivers_verified_versions_between_processes, .timeout = 120)
+{
+    REQUIRE_GPU();
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    run_transport("cuda-ipc", "mpi", -1);
+    run_transport("cuda-ipc", "mpi", 4099);
+}
+
+Test(gpu, staged_delivers_verified_versions_between_processes, .timeout = 120)
+{
+    REQUIRE_GPU();
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    run_transport("staged", "mpi", -1);
 }

@@ -325,10 +325,11 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
         status = ops->init(xfer, error_p, error_len);
     if (status != KVIO_OK)
         goto fail_init;
-    /* Fault in the receive slots now (host memory from every plug-in built
-     * here), so the first version into each slot is not charged the page
-     * faults the later ones never pay. */
-    for (int slot = 0; slot < 2; slot++)
+    /* Fault in host receive slots now, so the first version into each slot
+     * is not charged the page faults the later ones never pay. GPU slots
+     * (xfer->device) came zeroed from kvio_device_alloc, and the host must
+     * not touch them. */
+    for (int slot = 0; slot < 2 && xfer->device == NULL; slot++)
         if (xfer->slots[slot] != NULL && xfer->bytes > 0)
             memset(xfer->slots[slot], 0, xfer->bytes);
     /* No rank may put into a slot before its owner has zeroed it: a sender
