@@ -6,6 +6,8 @@
  * since a domain may be used from another thread than the one that made it. */
 #include "core/gpu_int.h"
 
+#include "kvio/clock.h"
+
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
@@ -202,9 +204,43 @@ kvio_status_t kvio_cuda_poll(kvio_device_t *device)
     if (status != KVIO_OK)
         return status;
     cudaError_t error = cudaStreamQuery(device->copy_stream);
-    if (error == cudaErrorNotReady)
+    if (error == cudaErrorNotReady) {
+        (void)cudaGetLastError(); /* not a failure: keep it from the next check */
         return KVIO_INPROGRESS;
+    }
     return check(device, error, "cudaStreamQuery (copies)");
+}
+
+/* Measures the GPU timer's offset from kvio_time_ns(): the timer kernel's
+ * reading against the midpoint of the host's times around it, from the
+ * fastest of a few round trips (a launch and a wait, some microseconds). */
+static kvio_status_t measure_timer(kvio_device_t *device)
+{
+    unsigned long long *reading = NULL, now = 0;
+    kvio_status_t status = check(device, cudaMalloc((void **)&reading, sizeof(*reading)),
+                                 "cudaMalloc (GPU timer)");
+    uint64_t best_rtt = UINT64_MAX;
+    for (int round = 0; round < 5 && status == KVIO_OK; round++) {
+        uint64_t before = kvio_time_ns();
+        status = check(device, (cudaError_t)kvio_cuda_launch_timer(device->compute_stream,
+                                                                   reading),
+                       "GPU timer kernel launch");
+        if (status == KVIO_OK)
+            status = check(device, cudaStreamSynchronize(device->compute_stream),
+                           "cudaStreamSynchronize (GPU timer)");
+        uint64_t after = kvio_time_ns();
+        if (status == KVIO_OK)
+            status = check(device, cudaMemcpy(&now, reading, sizeof(now), cudaMemcpyDeviceToHost),
+                           "cudaMemcpy (GPU timer)");
+        if (status == KVIO_OK && after - before < best_rtt) {
+            best_rtt = after - before;
+            device->timer_offset_ns = (int64_t)(now - (before + (after - before) / 2));
+        }
+    }
+    if (reading != NULL)
+        cudaFree(reading);
+    device->timer_known = status == KVIO_OK;
+    return status;
 }
 
 kvio_status_t kvio_cuda_spin(kvio_device_t *device, int64_t duration_ns)
@@ -212,17 +248,17 @@ kvio_status_t kvio_cuda_spin(kvio_device_t *device, int64_t duration_ns)
     if (duration_ns <= 0)
         return KVIO_OK;
     kvio_status_t status = use(device);
+    if (status == KVIO_OK && !device->timer_known)
+        status = measure_timer(device);
     if (status != KVIO_OK)
         return status;
-    /* clock64 counts SM cycles: kHz x ns / 1e6. */
-    long long cycles = (long long)((double)device->info.clock_khz * (double)duration_ns / 1e6);
+    /* A deadline on the GPU's timer, not a duration: see gpu_kernels.cu. */
+    unsigned long long deadline = (unsigned long long)((int64_t)kvio_time_ns() + duration_ns +
+                                                       device->timer_offset_ns);
     int blocks = device->info.multiprocessors > 0 ? device->info.multiprocessors : 1;
-    status = check(device, (cudaError_t)kvio_cuda_launch_spin(device->compute_stream, blocks,
-                                                              cycles),
-                   "spin kernel launch");
-    if (status == KVIO_OK)
-        device->spinning = true;
-    return status;
+    return check(device, (cudaError_t)kvio_cuda_launch_spin(device->compute_stream, blocks,
+                                                           deadline),
+                 "spin kernel launch");
 }
 
 kvio_status_t kvio_cuda_ipc_export(kvio_device_t *device, void *buffer, unsigned char *handle_p)

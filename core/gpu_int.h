@@ -12,7 +12,8 @@ struct kvio_device {
     kvio_device_info_t info;
     void *copy_stream;     /* cudaStream_t */
     void *compute_stream;  /* cudaStream_t: the spin kernel */
-    bool spinning;         /* a spin kernel may still run */
+    bool timer_known;      /* timer_offset_ns measured */
+    int64_t timer_offset_ns; /* GPU timer minus kvio_time_ns(), for spin deadlines */
     char description[640];
     char error[512];
 };
@@ -43,7 +44,8 @@ void kvio_cuda_ipc_close(kvio_device_t *device, void *buffer);
 
 /* Kernels (core/gpu_kernels.cu); they return a cudaError_t as an int, which
  * core/gpu_cuda.c converts. */
-int kvio_cuda_launch_spin(void *stream, int blocks, long long cycles);
+int kvio_cuda_launch_spin(void *stream, int blocks, unsigned long long deadline_ns);
+int kvio_cuda_launch_timer(void *stream, unsigned long long *now_p);
 #endif
 
 #endif

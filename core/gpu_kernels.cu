@@ -1,18 +1,45 @@
 // Kernels of the memory domains: the spin kernel that keeps every SM busy
-// for an emulated compute time. Launchers return the cudaError_t as an int;
-// core/gpu_cuda.c converts it (the one place CUDA errors become statuses).
+// until a deadline, and a one-thread kernel that reads the GPU's clock so
+// the host can turn its own times into deadlines. Both read %globaltimer,
+// the GPU's nanosecond timer, not clock64: SM cycles run slower than the
+// nominal clock whenever the GPU is below its boost clock, and a spin timed
+// in cycles would then overrun. Launchers clear the thread's last error
+// first (a NotReady from an earlier stream query would read as this
+// launch's failure) and return the cudaError_t as an int; core/gpu_cuda.c
+// converts it (the one place CUDA errors become statuses).
 #include <cuda_runtime.h>
 
-// Every thread spins on its SM's cycle counter until cycles have passed.
-__global__ void kvio_spin_kernel(long long cycles)
+__device__ static unsigned long long global_timer_ns()
 {
-    long long start = clock64();
-    while (clock64() - start < cycles) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    return now;
+}
+
+// Every thread spins until the GPU's timer passes deadline_ns. A kernel
+// queued behind one that overran starts past its deadline and ends at once,
+// so spins never pile up.
+__global__ void kvio_spin_kernel(unsigned long long deadline_ns)
+{
+    while (global_timer_ns() < deadline_ns) {
     }
 }
 
-extern "C" int kvio_cuda_launch_spin(void *stream, int blocks, long long cycles)
+__global__ void kvio_timer_kernel(unsigned long long *now_p)
 {
-    kvio_spin_kernel<<<blocks, 128, 0, static_cast<cudaStream_t>(stream)>>>(cycles);
+    *now_p = global_timer_ns();
+}
+
+extern "C" int kvio_cuda_launch_spin(void *stream, int blocks, unsigned long long deadline_ns)
+{
+    (void)cudaGetLastError();
+    kvio_spin_kernel<<<blocks, 128, 0, static_cast<cudaStream_t>(stream)>>>(deadline_ns);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int kvio_cuda_launch_timer(void *stream, unsigned long long *now_p)
+{
+    (void)cudaGetLastError();
+    kvio_timer_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(now_p);
     return static_cast<int>(cudaGetLastError());
 }

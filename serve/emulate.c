@@ -1306,10 +1306,13 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
         status = blob_append(&blob, &length, &capacity, packed, size);
         free(packed);
     }
+    /* The rank's tiers and where its KV pool lives, as JSON text. */
     json_t *tiers = json_array();
     kvio_serve_tiers_json(rank->setup.tiers, rank->setup.num_tiers, rank->serve_index, tiers);
-    char *tiers_text = json_dumps(tiers, JSON_COMPACT);
-    json_decref(tiers);
+    json_t *about = json_pack("{s:o, s:s, s:b}", "tiers", tiers, "kv_memory",
+                              setup_memory(&rank->setup), "spin_kernel", rank->setup.spin);
+    char *tiers_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
+    json_decref(about);
     uint64_t tiers_length = tiers_text != NULL ? strlen(tiers_text) : 0;
     if (status == KVIO_OK)
         status = blob_append(&blob, &length, &capacity, &tiers_length, sizeof(tiers_length));
@@ -1391,6 +1394,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     size_t num_versions = 0;
     int64_t overhead = 0, planned = 0;
     json_t *per_rank = json_array(), *tiers = json_array();
+    json_t *kv_memory = NULL; /* the first serve rank's, as executor_json says */
+    bool spin_kernel = false;
     kvio_status_t status = kvio_engine_metrics_init(&total);
     if (status == KVIO_OK && (kvio_hist_create(&error_ns) != KVIO_OK ||
                               kvio_hist_create(&error_ppm) != KVIO_OK))
@@ -1483,11 +1488,16 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                 break;
             }
             json_error_t json_error;
-            json_t *rank_tiers = json_loadb((const char *)blob + offset, tiers_length, 0,
-                                            &json_error);
-            if (rank_tiers != NULL)
+            json_t *about = json_loadb((const char *)blob + offset, tiers_length, 0,
+                                       &json_error);
+            json_t *rank_tiers = json_object_get(about, "tiers");
+            if (json_is_array(rank_tiers))
                 json_array_extend(tiers, rank_tiers);
-            json_decref(rank_tiers);
+            if (kv_memory == NULL && json_is_string(json_object_get(about, "kv_memory"))) {
+                kv_memory = json_incref(json_object_get(about, "kv_memory"));
+                spin_kernel = json_is_true(json_object_get(about, "spin_kernel"));
+            }
+            json_decref(about);
             offset += tiers_length;
         }
         if (status == KVIO_OK)
@@ -1513,7 +1523,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         tiers = NULL;
         json_object_set_new(
             metrics, "executor",
-            json_pack("{s:s, s:f, s:f, s:f, s:f}", "executor", "real (coupled)",
+            json_pack("{s:s, s:O?, s:b, s:f, s:f, s:f, s:f}", "executor", "real (coupled)",
+                      "kv_memory", kv_memory, "spin_kernel", spin_kernel,
                       "timing_error_p50_us", kvio_hist_quantile(error_ns, 0.5) / 1e3,
                       "timing_error_p99_us", kvio_hist_quantile(error_ns, 0.99) / 1e3,
                       "timing_error_p99_pct", kvio_hist_quantile(error_ppm, 0.99) / 1e4,
@@ -1531,6 +1542,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     }
     status = kvio_serve_close_csvs(csv, iterations_csv, status, error_p, error_len);
     json_decref(client);
+    json_decref(kv_memory);
     json_decref(per_rank);
     json_decref(tiers);
     free(served);

@@ -10,6 +10,7 @@
  * memfd, so another process opens an IPC handle through /proc/PID/fd/N.
  * It measures nothing: its speed says nothing about a GPU.
  *
+ * Kernels: only kvio's two, recognised by name (core/gpu_kernels.cu).
  * Environment: KVIO_FAKE_CUDA_DEVICES (default 1; 0 = no device),
  * KVIO_FAKE_CUDA_MEMORY (bytes of device memory, default 8 GiB),
  * KVIO_FAKE_CUDA_DELAY_US (added before each queued operation, default 0).
@@ -35,7 +36,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define FAKE_NAME "kvio fake CUDA device (host memory, for tests)"
-#define FAKE_CLOCK_KHZ 1000000 /* 1 GHz: spin cycles are nanoseconds */
+#define FAKE_CLOCK_KHZ 1980000
 #define FAKE_SMS 4
 #define HANDLE_MAGIC 0x6b76696f46414b45ull /* "kvioFAKE" */
 
@@ -67,7 +68,7 @@ _Static_assert(sizeof(struct ipc_handle) <= sizeof(cudaIpcMemHandle_t), "handle 
 
 /* ---- streams: a FIFO of operations run by a worker thread ---- */
 
-enum op_kind { OP_COPY, OP_SET, OP_SLEEP };
+enum op_kind { OP_COPY, OP_SET, OP_SPIN, OP_TIMER };
 
 struct op {
     enum op_kind kind;
@@ -75,7 +76,7 @@ struct op {
     const void *src;
     size_t bytes;
     int value;
-    uint64_t sleep_ns;
+    uint64_t deadline_ns; /* OP_SPIN: on fake_timer_ns() */
     struct op *next;
 };
 
@@ -89,10 +90,12 @@ struct CUstream_st {
     struct CUstream_st *next;
 };
 
-/* The spin kernel's host stub, recorded at registration. */
+/* kvio's kernels, by their host stubs, recorded at registration. */
+enum kernel_kind { KERNEL_OTHER, KERNEL_SPIN, KERNEL_TIMER };
+
 struct kernel {
     const void *host_function;
-    int spin;
+    enum kernel_kind kind;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -228,6 +231,23 @@ static void sleep_ns(uint64_t ns)
     }
 }
 
+/* The GPU's %globaltimer: nanoseconds of the real-time clock, so that its
+ * offset from kvio's monotonic clock is not zero, as on a device. */
+static uint64_t fake_timer_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+static void sleep_until(uint64_t deadline_ns)
+{
+    struct timespec until = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+                             .tv_nsec = (long)(deadline_ns % 1000000000u)};
+    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &until, NULL) == EINTR) {
+    }
+}
+
 static void *stream_worker(void *argument)
 {
     struct CUstream_st *stream = argument;
@@ -247,8 +267,10 @@ static void *stream_worker(void *argument)
             memmove(op->dst, op->src, op->bytes);
         else if (op->kind == OP_SET)
             memset(op->dst, op->value, op->bytes);
+        else if (op->kind == OP_SPIN)
+            sleep_until(op->deadline_ns);
         else
-            sleep_ns(op->sleep_ns);
+            *(uint64_t *)op->dst = fake_timer_ns();
         pthread_mutex_lock(&stream->lock);
         stream->head = op->next;
         if (stream->head == NULL)
@@ -459,6 +481,8 @@ EXPORT const char *cudaGetErrorString(cudaError_t error)
         return "invalid resource handle";
     case cudaErrorNotReady:
         return "device not ready";
+    case cudaErrorIllegalAddress:
+        return "an illegal memory access was encountered";
     case cudaErrorHostMemoryAlreadyRegistered:
         return "part or all of the requested memory range is already mapped";
     case cudaErrorHostMemoryNotRegistered:
@@ -743,7 +767,9 @@ EXPORT cudaError_t cudaStreamQuery(cudaStream_t handle)
     pthread_mutex_lock(&stream->lock);
     int busy = stream->head != NULL;
     pthread_mutex_unlock(&stream->lock);
-    return busy ? cudaErrorNotReady : cudaSuccess; /* not recorded as an error */
+    /* The runtime records NotReady as the thread's last error too (callers
+     * clear it with cudaGetLastError, as PyTorch's stream query does). */
+    return busy ? result(cudaErrorNotReady) : cudaSuccess;
 }
 
 EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
@@ -858,8 +884,8 @@ EXPORT cudaError_t cudaIpcCloseMemHandle(void *pointer)
     return cudaSuccess;
 }
 
-/* ---- kernels: only kvio's spin kernel, emulated as a sleep on its stream
- * for its cycle count at the fake's 1 GHz clock ---- */
+/* ---- kernels: only kvio's, by name: the spin kernel sleeps on its stream
+ * until its deadline, the timer kernel writes the fake timer ---- */
 
 static char fat_binary_handle;
 
@@ -880,11 +906,14 @@ EXPORT void __cudaRegisterFunction(void **handle, const char *host_function,
 {
     (void)handle, (void)device_function, (void)thread_limit, (void)tid, (void)bid;
     (void)block, (void)grid, (void)warp_size;
+    enum kernel_kind kind = KERNEL_OTHER;
+    if (device_name != NULL && strstr(device_name, "kvio_spin_kernel") != NULL)
+        kind = KERNEL_SPIN;
+    else if (device_name != NULL && strstr(device_name, "kvio_timer_kernel") != NULL)
+        kind = KERNEL_TIMER;
     pthread_mutex_lock(&lock);
     if (num_kernels < (int)(sizeof(kernels) / sizeof(kernels[0])))
-        kernels[num_kernels++] = (struct kernel){
-            .host_function = host_function,
-            .spin = device_name != NULL && strstr(device_name, "kvio_spin_kernel") != NULL};
+        kernels[num_kernels++] = (struct kernel){.host_function = host_function, .kind = kind};
     pthread_mutex_unlock(&lock);
 }
 
@@ -923,17 +952,22 @@ EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block
     cudaError_t error = need_device();
     if (error != cudaSuccess)
         return result(error);
-    int spin = 0;
+    enum kernel_kind kind = KERNEL_OTHER;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < num_kernels; i++)
         if (kernels[i].host_function == (const void *)kernel)
-            spin = kernels[i].spin;
+            kind = kernels[i].kind;
     pthread_mutex_unlock(&lock);
-    if (!spin)
+    if (kind == KERNEL_OTHER)
         return result(cudaErrorInvalidDeviceFunction);
     if (grid.x < 1 || block.x < 1 || block.x * block.y * block.z > 1024)
         return result(cudaErrorInvalidValue);
-    long long cycles = *(const long long *)args[0];
-    uint64_t ns = cycles > 0 ? (uint64_t)((double)cycles * 1e6 / FAKE_CLOCK_KHZ) : 0;
-    return result(enqueue(stream, (struct op){.kind = OP_SLEEP, .sleep_ns = ns}));
+    if (kind == KERNEL_SPIN)
+        return result(enqueue(stream, (struct op){.kind = OP_SPIN,
+                                                  .deadline_ns = *(uint64_t *)args[0]}));
+    int device;
+    char *where = resolve(*(void **)args[0], sizeof(uint64_t), &device);
+    if (where == NULL || !device)
+        return result(cudaErrorIllegalAddress); /* a kernel writing host memory faults */
+    return result(enqueue(stream, (struct op){.kind = OP_TIMER, .dst = where}));
 }

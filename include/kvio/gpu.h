@@ -54,7 +54,7 @@ typedef struct kvio_device_info {
     int index;             /* the one described */
     char name[256];
     int multiprocessors;
-    int clock_khz;         /* SM clock, for the spin kernel's cycle count */
+    int clock_khz;         /* nominal (peak) SM clock */
     uint64_t memory_bytes;
     int major, minor;      /* compute capability */
 } kvio_device_info_t;
@@ -139,10 +139,12 @@ kvio_status_t kvio_device_poll(kvio_device_t *device);
 kvio_status_t kvio_device_copy(kvio_device_t *device, void *dst, const void *src,
                                uint64_t bytes);
 
-/* Launches the spin kernel for duration_ns on the compute stream (one block
- * per SM, clock64-timed at the SM clock) and returns at once; a spin still
- * running delays this one (same stream). KVIO_ERR_UNSUPPORTED on a host or
- * pinned domain. */
+/* Launches the spin kernel on the compute stream (one block per SM) and
+ * returns at once; it spins until duration_ns from now, on the GPU's
+ * nanosecond timer (offset from the host's clock measured at the first
+ * spin). A spin queued behind one that overran still ends at its own
+ * deadline, not a full duration later, so overruns do not pile up. KVIO_ERR_UNSUPPORTED on
+ * a host or pinned domain. */
 kvio_status_t kvio_device_spin(kvio_device_t *device, int64_t duration_ns);
 
 /* CUDA IPC (cuda domains): the handle of a cudaMalloc'd buffer, and opening
