@@ -1056,7 +1056,9 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         if (status != KVIO_OK)
             goto fail;
     }
-    /* Nobody tears down a transport a peer may still be using. */
+    /* Nobody tears down a transport a peer may still be using (CUDA calls
+     * freeing memory another process still has open undefined). */
+    kvio_xfer_detach(xfer);
     status = kvio_rte_barrier(rte);
     if (status != KVIO_OK)
         goto fail;

@@ -7,7 +7,9 @@
  * GPU), copies run asynchronously on one worker thread per stream (reading a
  * destination before synchronising sees stale bytes), a process cannot open
  * its own IPC handle, and pointers and sizes are checked. Device memory is a
- * memfd, so another process opens an IPC handle through /proc/PID/fd/N.
+ * memfd, so another process opens an IPC handle through /proc/PID/fd/N;
+ * a page after it counts the processes that have it open, and cudaFree of
+ * memory another process still has open aborts (undefined on a device).
  * It measures nothing: its speed says nothing about a GPU.
  *
  * Kernels: only kvio's two, recognised by name (core/gpu_kernels.cu).
@@ -54,6 +56,8 @@ struct region {
     pid_t owner;    /* IPC: the exporting process */
     int owner_fd;   /* IPC: its memfd number */
     int references; /* IPC: opens of the same handle */
+    int *opens;     /* device memory: a page after it, shared with importers,
+                       counting the processes that have it open */
     struct region *next;
 };
 
@@ -197,21 +201,31 @@ static char *resolve(const void *address, size_t bytes, int *device_p)
     return where;
 }
 
-/* Maps size bytes of fd as device memory: a PROT_NONE view the caller gets
- * and a shared read-write view the fake copies through. */
-static cudaError_t map_device(int fd, size_t bytes, char **address_p, char **backing_p)
+/* Where the open count lives in a memfd of bytes of device memory. */
+static size_t opens_offset(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
+/* Maps bytes of fd as device memory into region: a PROT_NONE view the
+ * caller gets, a shared read-write view the fake copies through, and the
+ * open count after it. */
+static cudaError_t map_device(int fd, size_t bytes, struct region *region)
 {
     char *backing = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (backing == MAP_FAILED)
-        return cudaErrorMemoryAllocation;
     char *address = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                          -1, 0);
-    if (address == MAP_FAILED) {
-        munmap(backing, bytes);
+    void *opens = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                       (off_t)opens_offset(bytes));
+    if (backing == MAP_FAILED || address == MAP_FAILED || opens == MAP_FAILED) {
+        if (backing != MAP_FAILED)
+            munmap(backing, bytes);
+        if (address != MAP_FAILED)
+            munmap(address, bytes);
+        if (opens != MAP_FAILED)
+            munmap(opens, 4096);
         return cudaErrorMemoryAllocation;
     }
-    *address_p = address;
-    *backing_p = backing;
+    region->address = address;
+    region->backing = backing;
+    region->opens = opens;
     return cudaSuccess;
 }
 
@@ -519,8 +533,8 @@ EXPORT cudaError_t cudaMalloc(void **pointer, size_t bytes)
         return result(cudaErrorMemoryAllocation);
     struct region *region = calloc(1, sizeof(*region));
     int fd = memfd_create("kvio-fake-cuda", MFD_CLOEXEC);
-    if (region == NULL || fd < 0 || ftruncate(fd, (off_t)bytes) != 0 ||
-        map_device(fd, bytes, &region->address, &region->backing) != cudaSuccess) {
+    if (region == NULL || fd < 0 || ftruncate(fd, (off_t)(opens_offset(bytes) + 4096)) != 0 ||
+        map_device(fd, bytes, region) != cudaSuccess) {
         if (fd >= 0)
             close(fd);
         free(region);
@@ -546,6 +560,7 @@ static void unmap_region(struct region *region)
     if (region->kind == REGION_DEVICE || region->kind == REGION_IPC) {
         munmap(region->address, region->bytes);
         munmap(region->backing, region->bytes);
+        munmap(region->opens, 4096);
     } else if (region->kind == REGION_PINNED) {
         munmap(region->address, region->bytes);
     }
@@ -568,6 +583,13 @@ EXPORT cudaError_t cudaFree(void *pointer)
     pthread_mutex_unlock(&lock);
     if (region == NULL)
         return result(cudaErrorInvalidValue);
+    int opens = __atomic_load_n(region->opens, __ATOMIC_SEQ_CST);
+    if (opens > 0) {
+        fprintf(stderr, "fake CUDA: cudaFree(%p) while %d other process(es) still have it "
+                        "open through cudaIpcOpenMemHandle (undefined behaviour on a device)\n",
+                pointer, opens);
+        abort();
+    }
     unmap_region(region);
     return cudaSuccess;
 }
@@ -848,8 +870,9 @@ EXPORT cudaError_t cudaIpcOpenMemHandle(void **pointer, cudaIpcMemHandle_t ipc, 
     if (fd < 0)
         return result(cudaErrorInvalidResourceHandle);
     struct region *region = calloc(1, sizeof(*region));
-    if (region == NULL || fstat(fd, &status) != 0 || (uint64_t)status.st_size != handle.bytes ||
-        map_device(fd, handle.bytes, &region->address, &region->backing) != cudaSuccess) {
+    if (region == NULL || fstat(fd, &status) != 0 ||
+        (uint64_t)status.st_size != opens_offset(handle.bytes) + 4096 ||
+        map_device(fd, handle.bytes, region) != cudaSuccess) {
         close(fd);
         free(region);
         return result(cudaErrorMapBufferObjectFailed);
@@ -860,6 +883,7 @@ EXPORT cudaError_t cudaIpcOpenMemHandle(void **pointer, cudaIpcMemHandle_t ipc, 
     region->owner = handle.pid;
     region->owner_fd = handle.fd;
     region->references = 1;
+    __atomic_add_fetch(region->opens, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&lock);
     add_region(region);
     pthread_mutex_unlock(&lock);
@@ -879,6 +903,7 @@ EXPORT cudaError_t cudaIpcCloseMemHandle(void *pointer)
         return result(cudaErrorInvalidValue);
     if (last) {
         drain_all();
+        __atomic_sub_fetch(region->opens, 1, __ATOMIC_SEQ_CST);
         unmap_region(region);
     }
     return cudaSuccess;

@@ -355,6 +355,12 @@ fail_init:
     return status;
 }
 
+void kvio_xfer_detach(kvio_xfer_t *xfer)
+{
+    if (xfer != NULL && xfer->ops->detach != NULL)
+        xfer->ops->detach(xfer);
+}
+
 void kvio_xfer_destroy(kvio_xfer_t *xfer)
 {
     if (xfer == NULL)

@@ -115,17 +115,27 @@ static kvio_status_t ipc_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
     return status;
 }
 
+/* The sender closes the receivers' handles before they free the slots. */
+static void ipc_detach(kvio_xfer_t *xfer)
+{
+    ipc_priv_t *priv = xfer->priv;
+    for (int i = 0; priv->targets != NULL && i < xfer->num_receivers; i++) {
+        ipc_target_t *target = &priv->targets[i];
+        for (int slot = 0; slot < 2 && target->opened; slot++)
+            if (target->slots[slot] != NULL)
+                kvio_device_ipc_close(xfer->device, target->slots[slot]);
+        if (target->opened)
+            target->slots[0] = target->slots[1] = NULL;
+        target->opened = false;
+    }
+}
+
 static void ipc_fini(kvio_xfer_t *xfer)
 {
     ipc_priv_t *priv = xfer->priv;
-    if (priv->targets != NULL) {
-        for (int i = 0; i < xfer->num_receivers; i++)
-            for (int slot = 0; slot < 2; slot++)
-                if (priv->targets[i].opened && priv->targets[i].slots[slot] != NULL)
-                    kvio_device_ipc_close(xfer->device, priv->targets[i].slots[slot]);
-        free(priv->targets);
-        priv->targets = NULL;
-    }
+    ipc_detach(xfer);
+    free(priv->targets);
+    priv->targets = NULL;
     kvio_xfer_ucx_close(xfer);
     kvio_device_free(xfer->device, xfer->send_buffer);
     kvio_device_free(xfer->device, xfer->slots[0]);
@@ -162,6 +172,7 @@ const kvio_xfer_ops_t kvio_xfer_cuda_ipc_ops = {
     .priv_size = sizeof(ipc_priv_t),
     .init = ipc_init,
     .fini = ipc_fini,
+    .detach = ipc_detach,
     .put = ipc_put,
     .notify = kvio_xfer_ucx_notify,
     .wait_credit = kvio_xfer_ucx_wait_credit,

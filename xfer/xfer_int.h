@@ -16,6 +16,9 @@ typedef struct kvio_xfer_ops {
      * xfer->slots), address exchange through xfer->rte. */
     kvio_status_t (*init)(kvio_xfer_t *xfer, char *error_p, size_t error_len);
     void (*fini)(kvio_xfer_t *xfer);
+    /* Before the teardown barrier: drops mappings of peers' memory (may be
+     * NULL); fini must still work after it. */
+    void (*detach)(kvio_xfer_t *xfer);
     /* Sender: moves the buffer to receiver target (an index into receivers),
      * or to the store (target -1, SHARED_STORE); meta->slot is set. */
     kvio_status_t (*put)(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);

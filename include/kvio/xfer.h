@@ -137,7 +137,13 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
                                int num_receivers, uint64_t bytes, kvio_xfer_t **xfer_p,
                                char *error_p, size_t error_len);
 
-/* Tears down; collective like create (a barrier first when clean). */
+/* Lets go of what this rank holds of its peers' memory (the cuda-ipc
+ * sender's opened handles). A clean teardown calls it on every rank, then a
+ * barrier, then kvio_xfer_destroy, so no rank frees memory a peer still has
+ * mapped. */
+void kvio_xfer_detach(kvio_xfer_t *xfer);
+
+/* Tears down (after detach and a barrier when clean). */
 void kvio_xfer_destroy(kvio_xfer_t *xfer);
 
 /* Checks, before any rank starts, what can be checked from one process: the
