@@ -105,8 +105,7 @@ kvio_status_t kvio_cuda_open(kvio_device_t *device, char *error_p, size_t error_
 
 void kvio_cuda_close(kvio_device_t *device)
 {
-    if (use(device) != KVIO_OK)
-        return;
+    use(device); /* failing, the streams are still destroyed (and the error kept) */
     if (device->copy_stream != NULL) {
         check(device, cudaStreamSynchronize(device->copy_stream), "cudaStreamSynchronize");
         check(device, cudaStreamDestroy(device->copy_stream), "cudaStreamDestroy");

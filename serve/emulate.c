@@ -65,7 +65,8 @@ typedef struct rank_setup {
     kvio_engine_t *engine;
     void *memory;
     size_t memory_bytes;
-    void *swap_space;        /* host pool with swap preemption: the swap space */
+    void *swap_space;        /* swap preemption: the host swap space */
+    bool swap_pinned;        /* swap_space is pinned memory of device (a GPU pool) */
     size_t swap_bytes;
     kvio_device_t *device;   /* device.memory pinned or cuda: the pool's domain
                                 (memory is its allocation); NULL: mmap'd host */
@@ -384,7 +385,8 @@ static kvio_status_t route(emulate_t *emulate, const kvio_engine_request_t *requ
 static void reference_copy(const rank_setup_t *setup, uint64_t block_bytes,
                            uint64_t swapped_bytes, uint64_t *bytes_p, int64_t *ns_p)
 {
-    if (setup->swap_space == NULL || setup->memory == NULL || block_bytes == 0)
+    if (setup->swap_space == NULL || setup->memory == NULL || block_bytes == 0 ||
+        setup->swap_pinned) /* a GPU pool: the host cannot read it */
         return;
     size_t pool_blocks = setup->memory_bytes / block_bytes - 1; /* block 0: the null block */
     size_t swap_blocks = setup->swap_bytes / block_bytes;
@@ -457,12 +459,22 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         memset(setup->memory, 0, setup->memory_bytes);
     uint32_t swap_blocks = 0;
     bool gpu_pool = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
-    if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP && !gpu_pool) {
-        /* (A GPU pool swaps into pinned buffers per victim instead.) */
+    if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP) {
         setup->swap_bytes = swap_space_bytes(run->serve, setup->memory_bytes);
         swap_blocks = (uint32_t)(setup->swap_bytes / block_bytes);
         setup->swap_bytes = (size_t)swap_blocks * block_bytes;
-        if (swap_blocks > 0) {
+        if (swap_blocks > 0 && gpu_pool) {
+            /* Pinned once, here: allocating page-locked memory per swap would
+             * wait for the device (and for every other rank's work on it). */
+            void *pinned = NULL;
+            if (kvio_device_host_alloc(setup->device, setup->swap_bytes, &pinned) != KVIO_OK) {
+                snprintf(error_p, error_len, "serve rank %u: %zu bytes of pinned swap space: %s",
+                         rank, setup->swap_bytes, kvio_device_error(setup->device));
+                return KVIO_ERR_NOMEM;
+            }
+            setup->swap_space = pinned;
+            setup->swap_pinned = true;
+        } else if (swap_blocks > 0) {
             setup->swap_space = mmap(NULL, setup->swap_bytes, PROT_READ | PROT_WRITE,
                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (setup->swap_space == MAP_FAILED) {
@@ -537,7 +549,9 @@ static void setup_destroy(rank_setup_t *setup)
         kvio_device_free(setup->device, setup->memory);
     else if (setup->memory != NULL)
         munmap(setup->memory, setup->memory_bytes);
-    if (setup->swap_space != NULL)
+    if (setup->swap_space != NULL && setup->swap_pinned)
+        kvio_device_host_free(setup->device, setup->swap_space);
+    else if (setup->swap_space != NULL)
         munmap(setup->swap_space, setup->swap_bytes);
     kvio_device_destroy(setup->device);
     memset(setup, 0, sizeof(*setup));
@@ -640,18 +654,22 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
     char reason[256];
     if (run->device != NULL && run->device->memory == KVIO_MEMORY_CUDA &&
         kvio_device_query((int)run->device->index, &info, reason, sizeof(reason)) == KVIO_OK) {
-        /* A GPU pool: each rank's pool must fit its device (cudaMalloc says
-         * so too, but this names the numbers before anything starts). */
-        uint64_t per_rank = (uint64_t)(blocks + 1) * block_bytes;
-        if (per_rank > info.memory_bytes / 10 * 9) {
+        /* GPU pools: the ranks sharing a device must fit it together
+         * (cudaMalloc says so too, but this names the numbers before anything
+         * starts); only the swap space is host memory. */
+        uint32_t sharing = run->device->index >= 0 || info.count < 1
+                               ? num_ranks
+                               : (num_ranks + (uint32_t)info.count - 1) / (uint32_t)info.count;
+        uint64_t per_device = pool * sharing;
+        if (per_device > info.memory_bytes / 10 * 9) {
             snprintf(error_p, error_len,
-                     "emulate: a KV pool needs %.2f GiB but CUDA device %d (%s) has %.2f GiB; "
-                     "set serve.kvcache.capacity or serve.kvcache.blocks",
-                     (double)per_rank / 1073741824.0, info.index, info.name,
+                     "emulate: %u KV pool(s) of %.2f GiB share CUDA device %d (%s), which has "
+                     "%.2f GiB; set serve.kvcache.capacity or serve.kvcache.blocks",
+                     sharing, (double)pool / 1073741824.0, info.index, info.name,
                      (double)info.memory_bytes / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
-        return KVIO_OK;
+        needed = swap * num_ranks;
     }
     /* Refuse, with the numbers, pools this machine cannot hold. */
     if (available > 0 && needed > available / 10 * 8) {

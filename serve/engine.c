@@ -103,9 +103,7 @@ typedef struct engine_req {
     uint32_t lookup_hits;
     uint64_t lookup_version;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
-    uint32_t *swap_slots;       /* emulate, host pool: swap-space slots of the swapped blocks */
-    unsigned char *swap_buffer; /* emulate, GPU pool: pinned host copy of the swapped blocks */
-    kvio_device_t *swap_device; /* non-NULL: swap_buffer is pinned memory of it */
+    uint32_t *swap_slots;       /* emulate: swap-space slots of the swapped blocks */
     uint64_t *swap_checksums;   /* emulate with verify_swaps: one per swapped block */
     size_t swapped_blocks;
     int64_t first_token_ns, last_token_ns;
@@ -414,28 +412,37 @@ static void stamp_flush(kvio_engine_t *engine, const uint32_t *blocks, size_t co
     if (pending == 0)
         return;
     if (engine->kv_device != NULL) {
-        /* GPU pool: the stamps go up as one batch of small copies. */
-        uint64_t *stamps = malloc(pending * 4 * sizeof(uint64_t));
-        kvio_device_copy_t *copies = malloc(pending * sizeof(*copies));
-        kvio_status_t status = stamps != NULL && copies != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+        /* GPU pool: the stamps go up in batches of small copies from the
+         * pinned bounce buffer (from pageable memory each copy would wait). */
+        size_t per_batch = engine->block_bytes / (4 * sizeof(uint64_t));
+        if (per_batch > pending)
+            per_batch = pending;
+        kvio_device_copy_t *copies = malloc(per_batch * sizeof(*copies));
+        kvio_status_t status = copies != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+        uint64_t *staged = (uint64_t *)engine->bounce;
         size_t num_copies = 0;
         for (size_t i = 0; i < count && status == KVIO_OK; i++) {
             uint32_t block = blocks[i];
             if (engine->stamps[block].index == STAMP_NONE)
                 continue;
-            uint64_t *stamp = stamps + num_copies * 4;
+            uint64_t *stamp = staged + num_copies * 4;
             stamp_of(engine, block, stamp);
             copies[num_copies++] = (kvio_device_copy_t){
                 .dst = block_data(engine, block), .src = stamp, .bytes = stamp_bytes(engine)};
             engine->stamps[block].index = STAMP_NONE;
+            if (num_copies == per_batch || i + 1 == count) {
+                status = kvio_device_copy_async(engine->kv_device, copies, num_copies);
+                if (status == KVIO_OK) /* the bounce buffer is reused next */
+                    status = kvio_device_sync(engine->kv_device);
+                num_copies = 0;
+            }
         }
-        if (status == KVIO_OK)
+        if (status == KVIO_OK && num_copies > 0)
             status = kvio_device_copy_async(engine->kv_device, copies, num_copies);
-        if (status == KVIO_OK)
+        if (status == KVIO_OK && num_copies > 0)
             status = kvio_device_sync(engine->kv_device);
         if (status != KVIO_OK)
             gpu_failed(engine, status, "stamping KV blocks on the GPU");
-        free(stamps);
         free(copies);
         return;
     }
@@ -448,17 +455,6 @@ static void stamp_flush(kvio_engine_t *engine, const uint32_t *blocks, size_t co
         memcpy(block_data(engine, block), stamp, stamp_bytes(engine));
         engine->stamps[block].index = STAMP_NONE;
     }
-}
-
-/* Swap buffers: pinned host memory for a GPU pool, else malloc'd. */
-static void swap_buffer_free(engine_req_t *req)
-{
-    if (req->swap_device != NULL)
-        kvio_device_host_free(req->swap_device, req->swap_buffer);
-    else
-        free(req->swap_buffer);
-    req->swap_buffer = NULL;
-    req->swap_device = NULL;
 }
 
 /* Writes a block to every tier with the given write policy that lacks it. */
@@ -626,7 +622,6 @@ static void req_destroy(engine_req_t *req)
     kvio_kvreq_destroy(req->kv);
     free(req->hashes);
     free(req->swap_slots);
-    swap_buffer_free(req);
     free(req->swap_checksums);
     free(req);
 }
@@ -762,6 +757,11 @@ static uint64_t req_block_bytes(const kvio_engine_t *engine, const engine_req_t 
     return (uint64_t)num_ids * engine->block_size * engine->kv_bytes_per_token;
 }
 
+static unsigned char *swap_slot_data(const kvio_engine_t *engine, uint32_t slot)
+{
+    return engine->swap_space + (uint64_t)slot * engine->block_bytes;
+}
+
 /* GPU pool: copies a swapped request's blocks back as one batch on the
  * copy stream; with verify_swaps, reads them back through the bounce buffer
  * and checks them. */
@@ -776,7 +776,7 @@ static kvio_status_t swap_in_gpu(kvio_engine_t *engine, engine_req_t *req, const
         return KVIO_ERR_NOMEM;
     for (size_t i = resident; i < last; i++)
         copies[i - resident] = (kvio_device_copy_t){
-            .dst = block_data(engine, ids[i]), .src = req->swap_buffer + i * engine->block_bytes,
+            .dst = block_data(engine, ids[i]), .src = swap_slot_data(engine, req->swap_slots[i]),
             .bytes = engine->block_bytes};
     kvio_status_t status = kvio_device_copy_async(engine->kv_device, copies, last - resident);
     if (status == KVIO_OK)
@@ -823,8 +823,7 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
     /* With real memory, a swap needs room in the swap space; without it the
      * victim is recomputed instead (as vLLM does when swap space runs out). */
     bool swap = engine->config.preemption == KVIO_PREEMPT_SWAP &&
-                (engine->kv_memory == NULL || engine->kv_device != NULL ||
-                 victim_blocks <= engine->swap_num_free);
+                (engine->kv_memory == NULL || victim_blocks <= engine->swap_num_free);
     if (engine->config.preemption == KVIO_PREEMPT_SWAP && !swap)
         engine->metrics.swap_space_exhausted++;
     if (swap) {
@@ -833,44 +832,34 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         engine->metrics.swapped_bytes += bytes;
         victim->swapped = true;
         if (engine->kv_memory != NULL) {
-            /* Really copy the victim's blocks out to the host swap space. */
+            /* Really copy the victim's blocks out to the host swap space
+             * (pinned for a GPU pool, so the copies run on the copy engine). */
             const uint32_t *ids = victim_ids;
             size_t count = victim_blocks;
             stamp_flush(engine, ids, count);
             if (engine->hook_status != KVIO_OK)
                 return engine->hook_status;
-            uint64_t start_ns = kvio_time_ns();
             free(victim->swap_slots);
-            victim->swap_slots = NULL;
-            swap_buffer_free(victim);
             free(victim->swap_checksums);
             victim->swap_checksums = NULL;
-            if (engine->kv_device != NULL) {
-                void *pinned = NULL;
-                if (kvio_device_host_alloc(engine->kv_device, count * engine->block_bytes + 1,
-                                           &pinned) != KVIO_OK)
-                    return KVIO_ERR_NOMEM;
-                victim->swap_buffer = pinned;
-                victim->swap_device = engine->kv_device;
-            } else {
-                victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
-            }
-            if (victim->swap_buffer == NULL && victim->swap_slots == NULL)
+            victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
+            if (victim->swap_slots == NULL)
                 return KVIO_ERR_NOMEM;
             if (engine->verify_swaps &&
                 (victim->swap_checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)
                 return KVIO_ERR_NOMEM;
+            for (size_t i = 0; i < count; i++)
+                victim->swap_slots[i] = engine->swap_free[--engine->swap_num_free];
+            uint64_t start_ns = kvio_time_ns();
             if (engine->kv_device != NULL) {
-                /* GPU pool: the blocks go out as one batch on the copy stream
-                 * (timed from the first copy, not the pinned allocation). */
+                /* GPU pool: the blocks go out as one batch on the copy stream. */
                 kvio_device_copy_t *copies = malloc((count + 1) * sizeof(*copies));
                 if (copies == NULL)
                     return KVIO_ERR_NOMEM;
                 for (size_t i = 0; i < count; i++)
                     copies[i] = (kvio_device_copy_t){
-                        .dst = victim->swap_buffer + i * engine->block_bytes,
+                        .dst = swap_slot_data(engine, victim->swap_slots[i]),
                         .src = block_data(engine, ids[i]), .bytes = engine->block_bytes};
-                start_ns = kvio_time_ns();
                 kvio_status_t copied = kvio_device_copy_async(engine->kv_device, copies, count);
                 if (copied == KVIO_OK)
                     copied = kvio_device_sync(engine->kv_device);
@@ -881,18 +870,12 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
                     return copied;
                 }
             }
-            for (size_t i = 0; i < count && engine->kv_device != NULL; i++)
+            for (size_t i = 0; i < count; i++) {
+                unsigned char *slot = swap_slot_data(engine, victim->swap_slots[i]);
+                if (engine->kv_device == NULL)
+                    memcpy(slot, block_data(engine, ids[i]), engine->block_bytes);
                 if (victim->swap_checksums != NULL)
-                    victim->swap_checksums[i] = XXH3_64bits(
-                        victim->swap_buffer + i * engine->block_bytes, engine->block_bytes);
-            for (size_t i = 0; i < count && engine->kv_device == NULL; i++) {
-                const unsigned char *data = block_data(engine, ids[i]);
-                uint32_t slot = engine->swap_free[--engine->swap_num_free];
-                victim->swap_slots[i] = slot;
-                memcpy(engine->swap_space + (uint64_t)slot * engine->block_bytes, data,
-                       engine->block_bytes);
-                if (victim->swap_checksums != NULL)
-                    victim->swap_checksums[i] = XXH3_64bits(data, engine->block_bytes);
+                    victim->swap_checksums[i] = XXH3_64bits(slot, engine->block_bytes);
             }
             victim->swapped_blocks = count;
             int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
@@ -1103,7 +1086,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             engine->metrics.tier_hit_tokens += (uint64_t)loaded * engine->block_size;
             engine->current.tier_loaded_tokens += (uint64_t)loaded * engine->block_size;
         }
-        if (req->swapped && (req->swap_slots != NULL || req->swap_buffer != NULL)) {
+        if (req->swapped && req->swap_slots != NULL) {
             /* Copy the swapped blocks back, except those the pool still held. */
             const uint32_t *ids;
             size_t count;
@@ -1118,8 +1101,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             for (size_t i = resident;
                  engine->kv_device == NULL && i < req->swapped_blocks && i < count; i++) {
                 unsigned char *data = block_data(engine, ids[i]);
-                memcpy(data, engine->swap_space + (uint64_t)req->swap_slots[i] * engine->block_bytes,
-                       engine->block_bytes);
+                memcpy(data, swap_slot_data(engine, req->swap_slots[i]), engine->block_bytes);
                 stamp_drop(engine, ids[i]);
                 if (req->swap_checksums != NULL &&
                     XXH3_64bits(data, engine->block_bytes) != req->swap_checksums[i])
@@ -1132,7 +1114,6 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                 engine->swap_free[engine->swap_num_free++] = req->swap_slots[i];
             free(req->swap_slots);
             req->swap_slots = NULL;
-            swap_buffer_free(req);
             free(req->swap_checksums);
             req->swap_checksums = NULL;
             stamp_blocks(engine, req->kv, req->swapped_blocks, req->spec.id);

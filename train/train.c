@@ -167,14 +167,15 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
     uint64_t bytes = kvio_train_weights_bytes(config);
     void *weights = kvio_xfer_send_buffer(xfer);
     /* Weights in GPU memory: the optimizer's writes and the checksum happen
-     * on a host mirror, uploaded whole after each change (inside the step). */
+     * on a pinned host mirror, uploaded whole after each change (inside the
+     * step; from pageable memory the upload would run at a fraction of the
+     * link's speed). */
     kvio_device_t *device = kvio_xfer_device(xfer);
     void *mirror = NULL;
     if (device != NULL) {
-        if (posix_memalign(&mirror, 4096, bytes) != 0) {
-            mirror = NULL;
-            snprintf(error_p, error_len, "trainer: cannot allocate a %llu-byte host mirror of "
-                     "the GPU weights", (unsigned long long)bytes);
+        if (kvio_device_host_alloc(device, bytes, &mirror) != KVIO_OK) {
+            snprintf(error_p, error_len, "trainer: a %llu-byte pinned host mirror of the GPU "
+                     "weights: %s", (unsigned long long)bytes, kvio_device_error(device));
             return KVIO_ERR_NOMEM;
         }
         weights = mirror;
@@ -184,7 +185,7 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
     size_t capacity = 16, count = 0;
     kvio_train_record_t *records = malloc(capacity * sizeof(*records));
     if (records == NULL) {
-        free(mirror);
+        kvio_device_host_free(device, mirror);
         snprintf(error_p, error_len, "trainer: out of memory");
         return KVIO_ERR_NOMEM;
     }
@@ -267,7 +268,7 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
     if (status != KVIO_OK)
         snprintf(error_p, error_len, "trainer: %s", kvio_xfer_error(xfer));
 done:
-    free(mirror);
+    kvio_device_host_free(device, mirror); /* NULL without a device */
     *result_p = (kvio_train_result_t){.records = records, .count = count, .steps = step,
                                       .t_start_ns = start_ns,
                                       .t_end_ns = kvio_rte_time_ns(rte)};
