@@ -10,17 +10,20 @@
 # then a short table and `figure NAME VALUE UNIT` lines. Logs go to $OUT
 # (default /tmp/kvio-gpu). Needs no Redis and builds nothing.
 #
+# It first runs the GPU unit tests (build/test_gpu) on the device when they
+# were carried, and notes the GPU's compute mode (exclusive-process mode
+# would break the two-process cuda-ipc run).
+#
 # How to run it on the device machine:
-#   1. Here (with the CUDA toolkit), build everything the script calls:
-#        cmake -S . -B build -DKVIO_WITH_CUDA=ON && make -C build -j2 kvio gpu_bw
-#      and, if the device machine lacks them, copy the shared libraries next
-#      to the build: mkdir -p build/libs && cp -L $(ldd build/kvio | awk
-#      '/yaml|jansson|hiredis|xxhash|ucp|ucs|uct|ucm|mpi|cudart/ {print $3}') build/libs/
-#   2. Carry the build directory (run's carry: ["build"]) and run
-#        bench/gpu.sh build
-#      with a timeout that leaves room for a rerun (it takes about 3 minutes;
-#      KVIO_GPU_IPC_BYTES / KVIO_GPU_STAGED_BYTES / KVIO_GPU_BW_BYTES make it
-#      shorter).
+#   1. Here (with the CUDA toolkit): cmake -S . -B build -DKVIO_WITH_CUDA=ON
+#      then bench/gpu_pack.sh build gpu-carry, which builds kvio, gpu_bw and
+#      test_gpu and copies them with the shared libraries a bare machine may
+#      lack into gpu-carry/ (about 15 MB, git-ignored).
+#   2. Carry gpu-carry (the device tool's carry: ["gpu-carry"]) and run
+#        bench/gpu.sh gpu-carry
+#      with timeout_s about 450, which leaves room for a rerun (it takes
+#      about 3 minutes; every step has its own timeout; KVIO_GPU_IPC_BYTES /
+#      KVIO_GPU_STAGED_BYTES / KVIO_GPU_BW_BYTES make it shorter).
 # A dry run here, without a GPU, against the stand-in CUDA runtime that the
 # tests use (it checks the script's flow; its numbers mean nothing):
 #   LD_PRELOAD=$PWD/build/libkvio_fake_cudart.so KVIO_GPU_IPC_BYTES=256MiB \
@@ -38,16 +41,46 @@ staged_bytes=${KVIO_GPU_STAGED_BYTES:-4GiB}
 staged_chunk=${KVIO_GPU_STAGED_CHUNK:-64MiB}
 bw_bytes=${KVIO_GPU_BW_BYTES:-$((4 << 30))}
 mkdir -p "$out"
-[ -d "$build/libs" ] && export LD_LIBRARY_PATH="$PWD/$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Carried libraries go on the search path only where the machine lacks one
+# of that name (its own Open MPI, UCX and C runtime win).
+if [ -d "$build/libs" ]; then
+    mkdir -p "$out/libs"
+    rm -f "$out/libs"/*
+    for lib in "$build/libs"/*; do
+        name=$(basename "$lib")
+        ldconfig -p 2>/dev/null | grep -q " $name " || ln -sf "$PWD/$lib" "$out/libs/$name"
+    done
+    echo "carried libraries used: $(ls "$out/libs" | tr '\n' ' ')" >&2
+    export LD_LIBRARY_PATH="$out/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 for tool in "$kvio" "$gpu_bw"; do
     [ -x "$tool" ] || { echo "gpu.sh: $tool not found (build it with CUDA first)" >&2; exit 1; }
 done
-mpirun_cmd=(mpirun --oversubscribe -np 2)
-[ "$(id -u)" = 0 ] && mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe -np 2)
+kvio=$(realpath "$kvio")
+# Both ranks may use every core (Open MPI binds each to one by default).
+mpirun_cmd=(mpirun --oversubscribe --bind-to none -np 2)
+[ "$(id -u)" = 0 ] && mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+
+# 0. The device, and kvio's GPU unit tests on it.
+nvidia-smi --query-gpu=name,driver_version,compute_mode,memory.total --format=csv \
+    >"$out/nvidia-smi.txt" 2>&1 || true
+cat "$out/nvidia-smi.txt" >&2
+tests=skipped
+if [ -x "$build/test_gpu" ]; then
+    echo "== GPU unit tests (test_gpu)" >&2
+    KVIO_TEST_BINARY=$kvio KVIO_TEST_REQUIRE=gpu,mpi timeout 240 "$build/test_gpu" --jobs 1 \
+        >"$out/test_gpu.log" 2>&1 &
+    tests_pid=$!
+    wait "$tests_pid"
+    tests_rc=$?
+    tests="rc $tests_rc: $(grep -o 'Tested: [0-9]* | Passing: [0-9]* | Failing: [0-9]* | Crashing: [0-9]*' "$out/test_gpu.log" | tail -1)"
+    echo "test_gpu $tests" >&2
+    [ "$tests_rc" = 0 ] || grep -E 'FAIL|Assertion|error' "$out/test_gpu.log" | head -20 >&2
+fi
 
 # 1. Reference bandwidths (and: is there a device at all?).
 echo "== reference bandwidths (gpu_bw)" >&2
-if ! timeout 120 "$gpu_bw" "$bw_bytes" $((2 << 20)) >"$out/gpu_bw.txt" 2>"$out/gpu_bw.err"; then
+if ! timeout 90 "$gpu_bw" "$bw_bytes" $((2 << 20)) >"$out/gpu_bw.txt" 2>"$out/gpu_bw.err"; then
     echo "gpu.sh: no usable GPU: $(cat "$out/gpu_bw.err")" >&2
     echo "figure cuda_ipc_16gb_ms NA ms"
     exit 2
@@ -66,7 +99,7 @@ update_run() { # name kind bytes chunk
 name: gpu-$name
 seed: 1
 mode: emulate
-ranks: {train: 1, serve: 1, runtime: mpi, timeout: 300s}
+ranks: {train: 1, serve: 1, runtime: mpi, timeout: 60s}
 train:
   step_time: {dist: constant, value: 1s}
   steps: 4
@@ -76,7 +109,7 @@ train:
 update: {apply: shadow, verify: false, iteration: 5ms}
 YAML
     rm -rf "$out/$name"
-    timeout 400 "${mpirun_cmd[@]}" "$kvio" run "$out/$name.yaml" -o "$out/$name" \
+    timeout 150 "${mpirun_cmd[@]}" "$kvio" run "$out/$name.yaml" -o "$out/$name" \
         >"$out/$name.log" 2>&1 &
     local pid=$!
     wait "$pid"
@@ -123,7 +156,7 @@ staged_vs_pcie=$(ratio "$staged_gbps" "$pcie")
 # 4. A short coupled emulate run (local ranks) with the KV pool on the GPU.
 echo "== coupled emulate, KV pool on the GPU" >&2
 rm -rf "$out/coupled"
-timeout 120 "$kvio" run quickstart -o "$out/coupled" --set duration=10s \
+timeout 90 "$kvio" run quickstart -o "$out/coupled" --set duration=10s \
     --set ranks.runtime=local --set device.memory=cuda --set device.fallback=error \
     --set serve.engine.preemption=swap >"$out/coupled.log" 2>&1 &
 coupled_pid=$!
@@ -143,6 +176,7 @@ read -r coupled_done coupled_ttft coupled_updates coupled_latency <<<"$coupled"
 
 # 5. The table, then the figures.
 {
+    printf '%-34s %s\n' "GPU unit tests" "$tests"
     printf '%-34s %14s %14s %8s\n' "measure" "kvio" "reference" "ratio"
     printf '%-34s %11s ms %11s GB/s %8s\n' "cuda-ipc $ipc_bytes (copy->notified)" "$ipc_ms" "$d2d" "$ipc_vs_d2d"
     printf '%-34s %9s GB/s %11s GB/s %8s\n' "staged $staged_bytes" "$staged_gbps" "$pcie" "$staged_vs_pcie"

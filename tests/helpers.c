@@ -92,11 +92,17 @@ static char *slurp_fd(int fd)
     return data;
 }
 
+const char *test_kvio_binary(void)
+{
+    const char *binary = getenv("KVIO_TEST_BINARY");
+    return binary != NULL && binary[0] != '\0' ? binary : KVIO_BINARY;
+}
+
 test_run_t test_kvio(const char *cwd, const char *arg, ...)
 {
     const char *argv[64];
     int argc = 0;
-    argv[argc++] = KVIO_BINARY;
+    argv[argc++] = test_kvio_binary();
     va_list args;
     va_start(args, arg);
     for (const char *next = arg; next != NULL && argc < 63; next = va_arg(args, const char *))
@@ -118,7 +124,7 @@ test_run_t test_kvio(const char *cwd, const char *arg, ...)
         dup2(err_fd, 2);
         if (cwd != NULL && chdir(cwd) != 0)
             _exit(126);
-        execv(KVIO_BINARY, (char *const *)argv);
+        execv(argv[0], (char *const *)argv);
         _exit(127);
     }
     int wait_status = 0;

@@ -24,8 +24,12 @@ char *test_write_file(const char *dir, const char *name, const char *text);
 /* Reads a whole file; returns a malloc'd, NUL-terminated buffer or NULL. */
 char *test_read_file(const char *path);
 
-/* Runs the built kvio binary with the arguments (NULL-terminated list), with
- * cwd as its working directory (NULL: inherit), and captures its output. */
+/* The kvio binary the tests run: $KVIO_TEST_BINARY when set (the GPU tests
+ * on a device machine, away from the build tree), else the one built. */
+const char *test_kvio_binary(void);
+
+/* Runs the kvio binary with the arguments (NULL-terminated list), with cwd
+ * as its working directory (NULL: inherit), and captures its output. */
 test_run_t test_kvio(const char *cwd, const char *arg, ...);
 
 void test_run_free(test_run_t *run);
