@@ -472,14 +472,32 @@ kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *dat
     return KVIO_OK;
 }
 
+/* A get's lookup: the entry holding hash (and its table position), or
+ * NO_ENTRY after counting the miss. */
+static uint32_t get_lookup(kvio_tier_t *tier, kvio_hash_t hash, uint64_t *position_p)
+{
+    tier->stats.gets++;
+    uint32_t entry = index_find(tier, hash, position_p);
+    if (entry == NO_ENTRY)
+        tier->stats.misses++;
+    return entry;
+}
+
+/* A get's hit: the entry becomes the most recently used, and is counted. */
+static void get_hit(kvio_tier_t *tier, uint32_t entry)
+{
+    lru_unlink(tier, entry);
+    lru_push_front(tier, entry);
+    tier->stats.hits++;
+    tier->stats.bytes_read += tier->block_bytes;
+}
+
 kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
                             int64_t *cost_ns_p)
 {
-    tier->stats.gets++;
     uint64_t position;
-    uint32_t entry = index_find(tier, hash, &position);
+    uint32_t entry = get_lookup(tier, hash, &position);
     if (entry == NO_ENTRY) {
-        tier->stats.misses++;
         *cost_ns_p = 0;
         return KVIO_ERR_NOT_FOUND;
     }
@@ -513,14 +531,33 @@ kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
     } else {
         cost_ns = model_cost(tier);
     }
-    lru_unlink(tier, entry);
-    lru_push_front(tier, entry);
-    tier->stats.hits++;
-    tier->stats.bytes_read += tier->block_bytes;
+    get_hit(tier, entry);
     tier->stats.read_ns += cost_ns;
     kvio_hist_record(tier->stats.get_latency, (uint64_t)cost_ns);
     *cost_ns_p = cost_ns;
     return KVIO_OK;
+}
+
+kvio_status_t kvio_tier_lend(kvio_tier_t *tier, kvio_hash_t hash, const void **data_p)
+{
+    if (!tier->emulate || tier->ops->address == NULL)
+        return KVIO_ERR_UNSUPPORTED;
+    uint64_t position;
+    uint32_t entry = get_lookup(tier, hash, &position);
+    if (entry == NO_ENTRY)
+        return KVIO_ERR_NOT_FOUND;
+    get_hit(tier, entry);
+    *data_p = tier->ops->address(tier->priv, entry);
+    return KVIO_OK;
+}
+
+void kvio_tier_charge_reads(kvio_tier_t *tier, uint32_t count, int64_t total_ns)
+{
+    if (count == 0)
+        return;
+    tier->stats.read_ns += total_ns;
+    for (uint32_t i = 0; i < count; i++)
+        kvio_hist_record(tier->stats.get_latency, (uint64_t)(total_ns / count));
 }
 
 /* ---------- results ---------- */

@@ -1,7 +1,9 @@
 /* The host tier: one arena of capacity blocks in host memory, a block per
- * slot. Pinned memory needs CUDA's page-locking; without it (this build, or a
- * machine without a GPU) the arena is pageable and the tier says so. The
- * arena is pre-faulted so that the first put does not pay page faults. */
+ * slot. With `pinned: true` the arena is page-locked through a pinned memory
+ * domain (core/gpu), so a GPU pool's loads from it are DMA; without CUDA or
+ * a device it stays pageable and the tier says why. The arena is
+ * pre-faulted so that the first put does not pay page faults. It lends
+ * block addresses (address op) for batched copies. */
 #include "kvcache/tier_int.h"
 
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "kvio/gpu.h"
 #include "kvio/log.h"
 #include "kvio/sysinfo.h"
 
@@ -20,6 +23,8 @@ typedef struct host_priv {
     uint32_t capacity;
     bool pinned;             /* what the arena is */
     const char *pinned_note; /* why not pinned, or NULL */
+    kvio_device_t *domain;   /* pinned: true: the domain that page-locked it */
+    char note[640];
 } host_priv_t;
 
 static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
@@ -53,15 +58,24 @@ static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
     host->arena = arena;
     host->pinned = false;
     if (config->pinned) {
-        /* Page-locking for DMA is cudaHostRegister's job, which belongs to
-         * the CUDA home in core/; until that exists the arena stays
-         * pageable, whether or not CUDA was built. */
-#ifdef KVIO_HAVE_CUDA
-        host->pinned_note = "pinned registration not available yet";
-#else
-        host->pinned_note = "pinned needs CUDA, not built";
-#endif
-        kvio_info("host tier: pinned: true, but the arena is pageable (%s)", host->pinned_note);
+        /* Without CUDA or a device the domain falls back to host memory and
+         * says why; the arena then stays pageable. */
+        char reason[512] = "";
+        status = kvio_device_create(KVIO_MEMORY_PINNED, KVIO_FALLBACK_HOST, -1, 0,
+                                    &host->domain, reason, sizeof(reason));
+        if (status == KVIO_OK && !kvio_device_fell_back(host->domain)) {
+            status = kvio_device_host_register(host->domain, arena, host->arena_bytes);
+            if (status != KVIO_OK)
+                snprintf(reason, sizeof(reason), "%s", kvio_device_error(host->domain));
+            host->pinned = status == KVIO_OK;
+        } else if (status == KVIO_OK) {
+            snprintf(reason, sizeof(reason), "%s", kvio_device_describe(host->domain));
+        }
+        if (!host->pinned) {
+            snprintf(host->note, sizeof(host->note), "%s", reason);
+            host->pinned_note = host->note;
+            kvio_info("host tier: pinned: true, but the arena is pageable (%s)", host->note);
+        }
     }
     return KVIO_OK;
 }
@@ -69,6 +83,9 @@ static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
 static void host_fini(void *priv)
 {
     host_priv_t *host = priv;
+    if (host->pinned)
+        kvio_device_host_unregister(host->domain, host->arena);
+    kvio_device_destroy(host->domain);
     if (host->arena != NULL)
         munmap(host->arena, host->arena_bytes);
 }
@@ -93,6 +110,12 @@ static kvio_status_t host_remove(void *priv, uint32_t slot, kvio_hash_t hash, ch
                                  size_t error_len)
 {
     return KVIO_OK; /* the slot is simply overwritten by its next block */
+}
+
+static const void *host_address(const void *priv, uint32_t slot)
+{
+    const host_priv_t *host = priv;
+    return host->arena + (uint64_t)slot * host->block_bytes;
 }
 
 static void host_describe(const void *priv, char *text_p, size_t text_len)
@@ -122,6 +145,7 @@ const kvio_tier_ops_t kvio_tier_host_ops = {
     .put = host_put,
     .get = host_get,
     .remove = host_remove,
+    .address = host_address,
     .describe = host_describe,
     .report = host_report,
 };

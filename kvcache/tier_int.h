@@ -36,6 +36,10 @@ typedef struct kvio_tier_ops {
                          char *error_p, size_t error_len);
     kvio_status_t (*remove)(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
                             size_t error_len);
+    /* Backends holding blocks in host memory (host): where the block in
+     * slot lives, for callers that copy it themselves (a GPU pool's batched
+     * loads). May be NULL. */
+    const void *(*address)(const void *priv, uint32_t slot);
     /* One line on what the backend uses, and the same as JSON fields. */
     void (*describe)(const void *priv, char *text_p, size_t text_len);
     void (*report)(const void *priv, json_t *object);

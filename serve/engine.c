@@ -515,6 +515,64 @@ static kvio_tier_t *tier_holding(const kvio_engine_t *engine, kvio_hash_t hash)
     return NULL;
 }
 
+/* GPU pool: loads up to wanted blocks found in the tiers into the pool
+ * blocks ids (the request's blocks from index first), stopping at the first
+ * miss; *loaded_p says how many came. Blocks a tier lends in place (the
+ * host tier's arena, pinned when asked) go up as one batch on the copy
+ * stream; the others come through the pinned bounce buffer one at a time.
+ * The time counts in this iteration. */
+static kvio_status_t tier_load_gpu(kvio_engine_t *engine, const engine_req_t *req,
+                                   const uint32_t *ids, uint32_t first, uint32_t wanted,
+                                   uint32_t *loaded_p)
+{
+    kvio_device_copy_t *copies = malloc(((size_t)wanted + 1) * sizeof(*copies));
+    kvio_tier_t **lenders = malloc(((size_t)wanted + 1) * sizeof(*lenders));
+    kvio_status_t status = copies != NULL && lenders != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    uint32_t loaded = 0, num_lent = 0;
+    for (; status == KVIO_OK && loaded < wanted; loaded++) {
+        kvio_hash_t hash = req->hashes[first + loaded];
+        kvio_tier_t *tier = tier_holding(engine, hash);
+        void *block = block_data(engine, ids[loaded]);
+        const void *lent = NULL;
+        kvio_status_t got = tier != NULL ? kvio_tier_lend(tier, hash, &lent)
+                                         : KVIO_ERR_NOT_FOUND;
+        if (got == KVIO_OK) {
+            copies[num_lent] = (kvio_device_copy_t){.dst = block, .src = lent,
+                                                    .bytes = engine->block_bytes};
+            lenders[num_lent++] = tier;
+        } else if (got == KVIO_ERR_UNSUPPORTED) {
+            int64_t cost_ns = 0;
+            got = kvio_tier_get(tier, hash, engine->bounce, &cost_ns);
+            engine->current.tier_ns += cost_ns;
+            if (got == KVIO_OK) {
+                status = kvio_device_copy(engine->kv_device, block, engine->bounce,
+                                          engine->block_bytes);
+                if (status != KVIO_OK)
+                    break;
+            }
+        }
+        if (got != KVIO_OK)
+            break; /* a miss (or a tier error): compute the rest */
+        stamp_drop(engine, ids[loaded]);
+    }
+    if (status == KVIO_OK && num_lent > 0) {
+        uint64_t start_ns = kvio_time_ns();
+        status = kvio_device_copy_async(engine->kv_device, copies, num_lent);
+        if (status == KVIO_OK)
+            status = kvio_device_sync(engine->kv_device);
+        int64_t copy_ns = (int64_t)(kvio_time_ns() - start_ns);
+        engine->current.tier_ns += copy_ns;
+        for (uint32_t i = 0; i < num_lent; i++)
+            kvio_tier_charge_reads(lenders[i], 1, copy_ns / num_lent);
+    }
+    if (status != KVIO_OK && status != KVIO_ERR_NOMEM)
+        gpu_failed(engine, status, "loading KV blocks into the GPU");
+    free(copies);
+    free(lenders);
+    *loaded_p = loaded;
+    return status;
+}
+
 static size_t num_blocks_of(const kvio_kvreq_t *kv)
 {
     const uint32_t *ids;
@@ -1058,25 +1116,20 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             size_t count;
             kvio_kvreq_blocks(req->kv, &ids, &count);
             uint32_t first = hits / engine->block_size, loaded = 0;
-            for (; loaded < tier_blocks; loaded++) {
+            if (engine->kv_device != NULL) {
+                status = tier_load_gpu(engine, req, ids + first, first, tier_blocks, &loaded);
+                if (status != KVIO_OK)
+                    return status;
+            }
+            for (; engine->kv_device == NULL && loaded < tier_blocks; loaded++) {
                 kvio_hash_t hash = req->hashes[first + loaded];
                 kvio_tier_t *tier = tier_holding(engine, hash);
                 int64_t cost_ns = 0;
-                unsigned char *into = engine->kv_device != NULL
-                                          ? engine->bounce
-                                          : block_data(engine, ids[first + loaded]);
-                kvio_status_t got = tier != NULL ? kvio_tier_get(tier, hash, into, &cost_ns)
-                                                 : KVIO_ERR_NOT_FOUND;
-                if (got == KVIO_OK && engine->kv_device != NULL) {
-                    /* GPU pool: the block goes up from the bounce buffer. */
-                    got = kvio_device_copy(engine->kv_device,
-                                           block_data(engine, ids[first + loaded]), into,
-                                           engine->block_bytes);
-                    if (got != KVIO_OK) {
-                        gpu_failed(engine, got, "loading a KV block into the GPU");
-                        return got;
-                    }
-                }
+                kvio_status_t got =
+                    tier != NULL
+                        ? kvio_tier_get(tier, hash, block_data(engine, ids[first + loaded]),
+                                        &cost_ns)
+                        : KVIO_ERR_NOT_FOUND;
                 engine->current.tier_ns += cost_ns;
                 if (got != KVIO_OK)
                     break; /* a miss (or a tier error): compute the rest */

@@ -174,20 +174,25 @@ Test(gpu, cuda_domain_copies_round_trip, .timeout = 60)
     }
 }
 
-Test(gpu, spin_kernel_lasts_its_time, .timeout = 60)
+/* A cuda domain on the default device, or the test fails. */
+static kvio_device_t *open_cuda(void)
 {
-    REQUIRE_GPU();
     kvio_device_t *domain = NULL;
     char error[512];
     cr_assert_eq(kvio_device_create(KVIO_MEMORY_CUDA, KVIO_FALLBACK_ERROR, -1, 0, &domain, error,
                                     sizeof(error)),
                  KVIO_OK, "%s", error);
+    return domain;
+}
+
+Test(gpu, spin_kernel_lasts_its_time, .timeout = 60)
+{
+    REQUIRE_GPU();
+    kvio_device_t *domain = open_cuda();
     cr_assert_eq(kvio_device_spin(domain, 1000000), KVIO_OK, "%s", kvio_device_error(domain));
     cr_assert_eq(kvio_device_sync(domain), KVIO_OK); /* warm-up: module load, timer offset */
     kvio_device_destroy(domain);
-    cr_assert_eq(kvio_device_create(KVIO_MEMORY_CUDA, KVIO_FALLBACK_ERROR, -1, 0, &domain, error,
-                                    sizeof(error)),
-                 KVIO_OK, "%s", error);
+    domain = open_cuda();
     cr_assert_eq(kvio_device_spin(domain, 1000), KVIO_OK, "%s", kvio_device_error(domain));
     uint64_t start = kvio_time_ns();
     cr_assert_eq(kvio_device_spin(domain, 100000000), KVIO_OK, "%s", kvio_device_error(domain));
@@ -207,11 +212,7 @@ Test(gpu, spin_kernel_lasts_its_time, .timeout = 60)
 Test(gpu, spins_launched_together_do_not_pile_up, .timeout = 60)
 {
     REQUIRE_GPU();
-    kvio_device_t *domain = NULL;
-    char error[512];
-    cr_assert_eq(kvio_device_create(KVIO_MEMORY_CUDA, KVIO_FALLBACK_ERROR, -1, 0, &domain, error,
-                                    sizeof(error)),
-                 KVIO_OK, "%s", error);
+    kvio_device_t *domain = open_cuda();
     cr_assert_eq(kvio_device_spin(domain, 1000), KVIO_OK, "%s", kvio_device_error(domain));
     uint64_t start = kvio_time_ns();
     for (int i = 0; i < 10; i++)
@@ -323,14 +324,29 @@ Test(gpu, emulate_keeps_the_kv_pool_on_the_gpu, .timeout = 120)
     free(dir);
 }
 
+/* Runs workload text through the CLI, which must succeed; returns the
+ * summary (the caller removes *dir_p). */
+static json_t *run_gpu_workload(const char *text, char **dir_p)
+{
+    char *dir = test_tmpdir(), out[1100];
+    char *file = test_write_file(dir, "w.yaml", text);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    free(file);
+    *dir_p = dir;
+    return load_summary(out);
+}
+
 /* Serving and training together, everything on the GPU: the KV pool and
  * the spin kernel on the serve rank, whose thread also polls the staged
  * transport's copies of each new version into its GPU slots. */
 Test(gpu, coupled_run_keeps_kv_pool_and_weights_on_the_gpu, .timeout = 120)
 {
     REQUIRE_GPU();
-    char *dir = test_tmpdir(), out[1100];
-    char *file = test_write_file(dir, "w.yaml",
+    char *dir;
+    json_t *summary = run_gpu_workload(
         "name: gpu-coupled\nseed: 4\nmode: emulate\nduration: 6s\n"
         "ranks: {train: 1, serve: 1, runtime: local, timeout: 30s}\n"
         "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
@@ -343,11 +359,7 @@ Test(gpu, coupled_run_keeps_kv_pool_and_weights_on_the_gpu, .timeout = 120)
         "update: {apply: shadow, verify: true, serving: engine}\n"
         "stream:\n  arrival: {process: poisson, rate: 6}\n"
         "  input_tokens: {dist: uniform, low: 500, high: 1500}\n"
-        "  output_tokens: {dist: uniform, low: 50, high: 200}\n");
-    snprintf(out, sizeof(out), "%s/out", dir);
-    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
-    json_t *summary = load_summary(out);
+        "  output_tokens: {dist: uniform, low: 50, high: 200}\n", &dir);
     const char *memory = json_string_value(metric(summary, "executor", "kv_memory"));
     cr_assert(memory != NULL && strncmp(memory, "cuda (device ", 13) == 0, "%s", memory);
     cr_assert(json_is_true(metric(summary, "executor", "spin_kernel")));
@@ -357,8 +369,36 @@ Test(gpu, coupled_run_keeps_kv_pool_and_weights_on_the_gpu, .timeout = 120)
     cr_assert_geq(json_integer_value(json_object_get(updates, "updates_activated")), 3);
     cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
     json_decref(summary);
-    free(file);
-    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A GPU pool over a pinned host tier: evicted prefix blocks go down to the
+ * page-locked arena and come back up as batches of copies from it. */
+Test(gpu, gpu_pool_loads_blocks_back_from_a_pinned_host_tier, .timeout = 120)
+{
+    REQUIRE_GPU();
+    char *dir;
+    json_t *summary = run_gpu_workload(
+        "name: gpu-tier\nseed: 3\nmode: emulate\nduration: 30s\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "device: {memory: cuda, fallback: error}\n"
+        "serve:\n  engine: {max_num_seqs: 2}\n"
+        "  kvcache: {block_size: 16, blocks: 100,"
+        " tiers: [{kind: host, size: 256MiB, pinned: true}]}\n"
+        "stream:\n  requests: 24\n  arrival: {process: constant, rate: 40}\n"
+        "  input_tokens: {dist: constant, value: 1100}\n"
+        "  output_tokens: {dist: constant, value: 4}\n"
+        "  prefix: {system_prompts: {count: 3, tokens: 1024, zipf: 0}}\n", &dir);
+    const char *memory = json_string_value(metric(summary, "executor", "kv_memory"));
+    cr_assert(memory != NULL && strncmp(memory, "cuda (device ", 13) == 0, "%s", memory);
+    const json_t *tier = json_array_get(metric(summary, NULL, "tiers"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(tier, "memory")), "pinned");
+    cr_assert_gt(json_integer_value(json_object_get(tier, "puts")), 0);
+    cr_assert_gt(json_integer_value(json_object_get(tier, "hits")), 0);
+    cr_assert_gt(json_number_value(metric(summary, NULL, "tier_hit_tokens")), 0);
+    cr_assert_eq(json_number_value(metric(summary, NULL, "completed")), 24);
+    json_decref(summary);
     test_rmtree(dir);
     free(dir);
 }

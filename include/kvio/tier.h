@@ -100,7 +100,8 @@ uint32_t kvio_tier_capacity(const kvio_tier_t *tier);
 uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier);
 
 /* One line on what the backend really uses, e.g. "host: 64 blocks of 4096
- * bytes in pageable memory (pinned needs CUDA, not built)" (borrowed). */
+ * bytes in pageable memory (host (fallback from pinned: CUDA not built
+ * ...))" (borrowed). */
 const char *kvio_tier_info(const kvio_tier_t *tier);
 
 /* The text of the last failed put or get, "" if none (borrowed). */
@@ -128,6 +129,19 @@ kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *dat
  * truncated file) leaves the tier, a connection error leaves it listed. */
 kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
                             int64_t *cost_ns_p);
+
+/* Like kvio_tier_get, for a caller that copies the block itself (a GPU
+ * pool's batched loads): a tier holding its blocks in host memory (emulate
+ * host tier) lends the block's address in *data_p, valid until the next put
+ * into this tier, counts the hit and makes it the most recently used; the
+ * caller reports its copy time with kvio_tier_charge_reads.
+ * KVIO_ERR_NOT_FOUND on a miss (counted); KVIO_ERR_UNSUPPORTED, counting
+ * nothing, from a tier that cannot lend (use kvio_tier_get). */
+kvio_status_t kvio_tier_lend(kvio_tier_t *tier, kvio_hash_t hash, const void **data_p);
+
+/* Adds total_ns, the time spent copying count lent blocks, to the tier's
+ * read time and get latencies (each block total_ns / count). */
+void kvio_tier_charge_reads(kvio_tier_t *tier, uint32_t count, int64_t total_ns);
 
 /* The tier's counters (borrowed). */
 const kvio_tier_stats_t *kvio_tier_stats(const kvio_tier_t *tier);
