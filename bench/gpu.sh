@@ -21,9 +21,10 @@
 #      lack into gpu-carry/ (about 15 MB, git-ignored).
 #   2. Carry gpu-carry (the device tool's carry: ["gpu-carry"]) and run
 #        bench/gpu.sh gpu-carry
-#      with timeout_s about 450, which leaves room for a rerun (it takes
-#      about 3 minutes; every step has its own timeout; KVIO_GPU_IPC_BYTES /
-#      KVIO_GPU_STAGED_BYTES / KVIO_GPU_BW_BYTES make it shorter).
+#      with timeout_s 480: the steps' own timeouts add up to 420 s (tests
+#      100, gpu_bw 60, cuda-ipc 110, staged 90, coupled 60); a normal run
+#      takes about 3 minutes. KVIO_GPU_IPC_BYTES / KVIO_GPU_STAGED_BYTES /
+#      KVIO_GPU_BW_BYTES make it shorter.
 # A dry run here, without a GPU, against the stand-in CUDA runtime that the
 # tests use (it checks the script's flow; its numbers mean nothing):
 #   LD_PRELOAD=$PWD/build/libkvio_fake_cudart.so KVIO_GPU_IPC_BYTES=256MiB \
@@ -48,7 +49,8 @@ if [ -d "$build/libs" ]; then
     rm -f "$out/libs"/*
     for lib in "$build/libs"/*; do
         name=$(basename "$lib")
-        ldconfig -p 2>/dev/null | grep -q " $name " || ln -sf "$PWD/$lib" "$out/libs/$name"
+        ldconfig -p 2>/dev/null | awk '{print $1}' | grep -qxF "$name" ||
+            ln -sf "$(realpath "$lib")" "$out/libs/$name"
     done
     echo "carried libraries used: $(ls "$out/libs" | tr '\n' ' ')" >&2
     export LD_LIBRARY_PATH="$out/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -68,7 +70,7 @@ cat "$out/nvidia-smi.txt" >&2
 tests=skipped
 if [ -x "$build/test_gpu" ]; then
     echo "== GPU unit tests (test_gpu)" >&2
-    KVIO_TEST_BINARY=$kvio KVIO_TEST_REQUIRE=gpu,mpi timeout 240 "$build/test_gpu" --jobs 1 \
+    KVIO_TEST_BINARY=$kvio KVIO_TEST_REQUIRE=gpu,mpi timeout 100 "$build/test_gpu" --jobs 1 \
         >"$out/test_gpu.log" 2>&1 &
     tests_pid=$!
     wait "$tests_pid"
@@ -80,7 +82,7 @@ fi
 
 # 1. Reference bandwidths (and: is there a device at all?).
 echo "== reference bandwidths (gpu_bw)" >&2
-if ! timeout 90 "$gpu_bw" "$bw_bytes" $((2 << 20)) >"$out/gpu_bw.txt" 2>"$out/gpu_bw.err"; then
+if ! timeout 60 "$gpu_bw" "$bw_bytes" $((2 << 20)) >"$out/gpu_bw.txt" 2>"$out/gpu_bw.err"; then
     echo "gpu.sh: no usable GPU: $(cat "$out/gpu_bw.err")" >&2
     echo "figure cuda_ipc_16gb_ms NA ms"
     exit 2
@@ -93,8 +95,8 @@ swap=$(value swap_GBps)
 
 # Runs a 1-trainer 1-server update workload over mpirun; prints the median
 # of (t_notified - t_xfer_start) in ms over the versions from updates.csv.
-update_run() { # name kind bytes chunk
-    local name=$1 kind=$2 bytes=$3 chunk=$4
+update_run() { # name kind bytes chunk timeout_s
+    local name=$1 kind=$2 bytes=$3 chunk=$4 limit=$5
     cat >"$out/$name.yaml" <<YAML
 name: gpu-$name
 seed: 1
@@ -109,7 +111,7 @@ train:
 update: {apply: shadow, verify: false, iteration: 5ms}
 YAML
     rm -rf "$out/$name"
-    timeout 150 "${mpirun_cmd[@]}" "$kvio" run "$out/$name.yaml" -o "$out/$name" \
+    timeout "$limit" "${mpirun_cmd[@]}" "$kvio" run "$out/$name.yaml" -o "$out/$name" \
         >"$out/$name.log" 2>&1 &
     local pid=$!
     wait "$pid"
@@ -141,14 +143,14 @@ print('NA' if 'NA' in (a,b) or float(b)==0 else '%.3f' % (float(a)/float(b)))" "
 
 # 2. cuda-ipc, two processes, 16 GB.
 echo "== cuda-ipc, $ipc_bytes, mpirun -np 2" >&2
-ipc_ms=$(update_run cuda_ipc cuda-ipc "$ipc_bytes" 256MiB)
+ipc_ms=$(update_run cuda_ipc cuda-ipc "$ipc_bytes" 256MiB 110)
 ipc_gbps=NA
 [ "$ipc_ms" != NA ] && ipc_gbps=$(python3 -c "print('%.2f' % ($(bytes_of "$ipc_bytes")/($ipc_ms*1e6)))")
 ipc_vs_d2d=$(ratio "$ipc_gbps" "$d2d")
 
 # 3. staged, two processes.
 echo "== staged, $staged_bytes in $staged_chunk chunks, mpirun -np 2" >&2
-staged_ms=$(update_run staged staged "$staged_bytes" "$staged_chunk")
+staged_ms=$(update_run staged staged "$staged_bytes" "$staged_chunk" 90)
 staged_gbps=NA
 [ "$staged_ms" != NA ] && staged_gbps=$(python3 -c "print('%.2f' % ($(bytes_of "$staged_bytes")/($staged_ms*1e6)))")
 staged_vs_pcie=$(ratio "$staged_gbps" "$pcie")
@@ -156,7 +158,7 @@ staged_vs_pcie=$(ratio "$staged_gbps" "$pcie")
 # 4. A short coupled emulate run (local ranks) with the KV pool on the GPU.
 echo "== coupled emulate, KV pool on the GPU" >&2
 rm -rf "$out/coupled"
-timeout 90 "$kvio" run quickstart -o "$out/coupled" --set duration=10s \
+timeout 60 "$kvio" run quickstart -o "$out/coupled" --set duration=10s \
     --set ranks.runtime=local --set device.memory=cuda --set device.fallback=error \
     --set serve.engine.preemption=swap >"$out/coupled.log" 2>&1 &
 coupled_pid=$!

@@ -12,8 +12,8 @@ struct kvio_device {
     kvio_device_info_t info;
     void *copy_stream;     /* cudaStream_t */
     void *compute_stream;  /* cudaStream_t: the spin kernel */
-    bool timer_known;      /* timer_offset_ns measured */
-    int64_t timer_offset_ns; /* GPU timer minus kvio_time_ns(), for spin deadlines */
+    void *timer_reading;   /* cuda: device memory the timer kernel writes */
+    int64_t timer_offset_ns; /* cuda: GPU timer minus kvio_time_ns(), measured at open */
     char description[640];
     char error[512];
 };

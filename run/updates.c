@@ -1075,6 +1075,7 @@ fail:
         kvio_rte_set_error(rte, "%s", error);
     else if (xfer != NULL && kvio_xfer_error(xfer)[0] != '\0')
         kvio_rte_set_error(rte, "%s", kvio_xfer_error(xfer));
+    kvio_xfer_detach(xfer); /* no barrier on a failure: at least drop peers' memory first */
     kvio_xfer_destroy(xfer);
 done:
     kvio_rte_blobs_free(blobs, lengths, size);

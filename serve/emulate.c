@@ -669,7 +669,16 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
                      (double)info.memory_bytes / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
-        needed = swap * num_ranks;
+        if (available > 0 && swap * num_ranks > available / 10 * 8) {
+            snprintf(error_p, error_len,
+                     "emulate: the pinned swap space needs %.2f GiB (%u ranks x %.2f GiB) but "
+                     "this machine has %.2f GiB available; set serve.kvcache.swap_space (at "
+                     "most 80%% of it)",
+                     (double)(swap * num_ranks) / 1073741824.0, num_ranks,
+                     (double)swap / 1073741824.0, (double)available / 1073741824.0);
+            return KVIO_ERR_CONFIG;
+        }
+        return KVIO_OK;
     }
     /* Refuse, with the numbers, pools this machine cannot hold. */
     if (available > 0 && needed > available / 10 * 8) {

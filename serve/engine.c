@@ -374,6 +374,12 @@ static size_t stamp_bytes(const kvio_engine_t *engine)
     return 32 < engine->block_bytes ? 32 : engine->block_bytes;
 }
 
+/* The bounce buffer holds a block, or at least one whole stamp. */
+static uint64_t bounce_bytes(const kvio_engine_t *engine)
+{
+    return engine->block_bytes > 32 ? engine->block_bytes : 32;
+}
+
 static void stamp_of(const kvio_engine_t *engine, uint32_t block, uint64_t stamp_p[4])
 {
     stamp_p[0] = 0x6b76696f626c6b00ull;
@@ -414,7 +420,7 @@ static void stamp_flush(kvio_engine_t *engine, const uint32_t *blocks, size_t co
     if (engine->kv_device != NULL) {
         /* GPU pool: the stamps go up in batches of small copies from the
          * pinned bounce buffer (from pageable memory each copy would wait). */
-        size_t per_batch = engine->block_bytes / (4 * sizeof(uint64_t));
+        size_t per_batch = bounce_bytes(engine) / (4 * sizeof(uint64_t));
         if (per_batch > pending)
             per_batch = pending;
         kvio_device_copy_t *copies = malloc(per_batch * sizeof(*copies));
@@ -616,7 +622,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         goto fail;
     if (engine->kv_device != NULL) {
         void *bounce = NULL;
-        status = kvio_device_host_alloc(engine->kv_device, engine->block_bytes, &bounce);
+        status = kvio_device_host_alloc(engine->kv_device, bounce_bytes(engine), &bounce);
         if (status != KVIO_OK) {
             snprintf(error_p, error_len, "serve rank %u: %s", engine->rank,
                      kvio_device_error(engine->kv_device));
@@ -855,6 +861,70 @@ static kvio_status_t swap_in_gpu(kvio_engine_t *engine, engine_req_t *req, const
     return status;
 }
 
+/* Emulate: copies a victim's count blocks (ids) out to slots of the host
+ * swap space (pinned for a GPU pool, so they go as one batch on the copy
+ * engine), checksummed with verify_swaps. On failure the victim holds no
+ * slots and the swap space is as it was. */
+static kvio_status_t swap_out(kvio_engine_t *engine, engine_req_t *victim, const uint32_t *ids,
+                              size_t count)
+{
+    stamp_flush(engine, ids, count);
+    if (engine->hook_status != KVIO_OK)
+        return engine->hook_status;
+    free(victim->swap_slots);
+    free(victim->swap_checksums);
+    victim->swap_checksums = NULL;
+    victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
+    kvio_device_copy_t *copies =
+        engine->kv_device != NULL ? malloc((count + 1) * sizeof(*copies)) : NULL;
+    kvio_status_t status = KVIO_OK;
+    if (victim->swap_slots == NULL || (engine->kv_device != NULL && copies == NULL) ||
+        (engine->verify_swaps &&
+         (victim->swap_checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)) {
+        status = KVIO_ERR_NOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < count; i++)
+        victim->swap_slots[i] = engine->swap_free[--engine->swap_num_free];
+    uint64_t start_ns = kvio_time_ns();
+    if (engine->kv_device != NULL) {
+        for (size_t i = 0; i < count; i++)
+            copies[i] = (kvio_device_copy_t){.dst = swap_slot_data(engine, victim->swap_slots[i]),
+                                             .src = block_data(engine, ids[i]),
+                                             .bytes = engine->block_bytes};
+        status = kvio_device_copy_async(engine->kv_device, copies, count);
+        if (status == KVIO_OK)
+            status = kvio_device_sync(engine->kv_device);
+        if (status != KVIO_OK) {
+            kvio_error("serve rank %u: swapping KV blocks out of the GPU: %s", engine->rank,
+                       kvio_device_error(engine->kv_device));
+            for (size_t i = count; i > 0; i--) /* the slots go back */
+                engine->swap_free[engine->swap_num_free++] = victim->swap_slots[i - 1];
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        unsigned char *slot = swap_slot_data(engine, victim->swap_slots[i]);
+        if (engine->kv_device == NULL)
+            memcpy(slot, block_data(engine, ids[i]), engine->block_bytes);
+        if (victim->swap_checksums != NULL)
+            victim->swap_checksums[i] = XXH3_64bits(slot, engine->block_bytes);
+    }
+    victim->swapped_blocks = count;
+    int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
+    engine->current.swap_real_ns += real_ns;
+    engine->metrics.swap_real_ns += real_ns;
+    free(copies);
+    return KVIO_OK;
+fail:
+    free(copies);
+    free(victim->swap_slots);
+    free(victim->swap_checksums);
+    victim->swap_slots = NULL;
+    victim->swap_checksums = NULL;
+    return status;
+}
+
 /* Preempts running[index]: recompute frees its KV and restarts it; swap
  * moves its KV to host memory (charged on the host link) and keeps it. A
  * victim already scheduled in this iteration gives its tokens back into
@@ -890,55 +960,12 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         engine->metrics.swapped_bytes += bytes;
         victim->swapped = true;
         if (engine->kv_memory != NULL) {
-            /* Really copy the victim's blocks out to the host swap space
-             * (pinned for a GPU pool, so the copies run on the copy engine). */
-            const uint32_t *ids = victim_ids;
-            size_t count = victim_blocks;
-            stamp_flush(engine, ids, count);
-            if (engine->hook_status != KVIO_OK)
-                return engine->hook_status;
-            free(victim->swap_slots);
-            free(victim->swap_checksums);
-            victim->swap_checksums = NULL;
-            victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
-            if (victim->swap_slots == NULL)
-                return KVIO_ERR_NOMEM;
-            if (engine->verify_swaps &&
-                (victim->swap_checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)
-                return KVIO_ERR_NOMEM;
-            for (size_t i = 0; i < count; i++)
-                victim->swap_slots[i] = engine->swap_free[--engine->swap_num_free];
-            uint64_t start_ns = kvio_time_ns();
-            if (engine->kv_device != NULL) {
-                /* GPU pool: the blocks go out as one batch on the copy stream. */
-                kvio_device_copy_t *copies = malloc((count + 1) * sizeof(*copies));
-                if (copies == NULL)
-                    return KVIO_ERR_NOMEM;
-                for (size_t i = 0; i < count; i++)
-                    copies[i] = (kvio_device_copy_t){
-                        .dst = swap_slot_data(engine, victim->swap_slots[i]),
-                        .src = block_data(engine, ids[i]), .bytes = engine->block_bytes};
-                kvio_status_t copied = kvio_device_copy_async(engine->kv_device, copies, count);
-                if (copied == KVIO_OK)
-                    copied = kvio_device_sync(engine->kv_device);
-                free(copies);
-                if (copied != KVIO_OK) {
-                    kvio_error("serve rank %u: swapping KV blocks out of the GPU: %s",
-                               engine->rank, kvio_device_error(engine->kv_device));
-                    return copied;
-                }
+            kvio_status_t status = swap_out(engine, victim, victim_ids, victim_blocks);
+            if (status != KVIO_OK) {
+                /* The run fails; the victim stays owned (by the waiting queue). */
+                list_push_front(&engine->waiting, victim);
+                return status;
             }
-            for (size_t i = 0; i < count; i++) {
-                unsigned char *slot = swap_slot_data(engine, victim->swap_slots[i]);
-                if (engine->kv_device == NULL)
-                    memcpy(slot, block_data(engine, ids[i]), engine->block_bytes);
-                if (victim->swap_checksums != NULL)
-                    victim->swap_checksums[i] = XXH3_64bits(slot, engine->block_bytes);
-            }
-            victim->swapped_blocks = count;
-            int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
-            engine->current.swap_real_ns += real_ns;
-            engine->metrics.swap_real_ns += real_ns;
         }
     } else {
         victim->lost_tokens = victim->computed;

@@ -1,24 +1,22 @@
-/* A stand-in for the CUDA runtime, for tests on machines without a GPU.
- * Preloaded (LD_PRELOAD) in front of libcudart, it answers the calls kvio
- * makes with one emulated device, so the GPU paths (memory domains, the
- * spin kernel, cuda-ipc between processes, staged) run end to end in CI.
- * It is strict where a real device is strict: device memory is a PROT_NONE
- * mapping the host cannot touch (a host dereference faults, as it does on a
- * GPU), copies run asynchronously on one worker thread per stream (reading a
- * destination before synchronising sees stale bytes), a process cannot open
- * its own IPC handle, and pointers and sizes are checked. Device memory is a
- * memfd, so another process opens an IPC handle through /proc/PID/fd/N;
- * a page after it counts the processes that have it open, and cudaFree of
- * memory another process still has open aborts (undefined on a device).
- * It measures nothing: its speed says nothing about a GPU.
+/* A stand-in for the CUDA runtime, for tests on machines without a GPU:
+ * preloaded (LD_PRELOAD) in front of libcudart, it answers kvio's CUDA calls
+ * with one emulated device, so the GPU paths run end to end in CI. It checks
+ * kvio's use of the API and measures nothing about a GPU.
  *
- * Kernels: only kvio's two, recognised by name (core/gpu_kernels.cu).
+ * It is strict where a device is: device memory is a PROT_NONE mapping the
+ * host cannot touch, copies run asynchronously on a worker thread per
+ * stream, a process cannot open its own IPC handle, pointers and sizes are
+ * checked, and freeing memory that a live process still has open through
+ * IPC aborts (undefined on a device). Device memory is a memfd, opened by
+ * other processes through /proc/PID/fd/N; a page after it lists the
+ * processes that have it open. Kernels: only kvio's two, by name
+ * (core/gpu_kernels.cu).
+ *
  * Environment: KVIO_FAKE_CUDA_DEVICES (default 1; 0 = no device),
  * KVIO_FAKE_CUDA_MEMORY (bytes of device memory, default 8 GiB),
  * KVIO_FAKE_CUDA_DELAY_US (added before each queued operation, default 0).
- *
- * Unlike the rest of kvio this file keeps process-wide state: it stands in
- * for a library (the CUDA runtime) whose API is process-wide. */
+ * Unlike the rest of kvio it keeps process-wide state: it stands in for a
+ * library whose API is process-wide. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -27,6 +25,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +41,7 @@
 #define FAKE_CLOCK_KHZ 1980000
 #define FAKE_SMS 4
 #define HANDLE_MAGIC 0x6b76696f46414b45ull /* "kvioFAKE" */
+#define MAX_IMPORTERS 1024 /* PIDs in the page after device memory */
 
 /* ---- regions: device allocations, opened IPC handles, pinned and
  * registered host memory ---- */
@@ -56,8 +57,8 @@ struct region {
     pid_t owner;    /* IPC: the exporting process */
     int owner_fd;   /* IPC: its memfd number */
     int references; /* IPC: opens of the same handle */
-    int *opens;     /* device memory: a page after it, shared with importers,
-                       counting the processes that have it open */
+    int32_t *importers; /* device memory: a page after it, shared, listing the
+                           PIDs of processes that have it open (0: free) */
     struct region *next;
 };
 
@@ -91,6 +92,7 @@ struct CUstream_st {
     struct op *head, *tail;
     int running; /* an operation is being executed */
     int stopping;
+    unsigned flags; /* cudaStreamNonBlocking: no ordering with the default stream */
     struct CUstream_st *next;
 };
 
@@ -209,23 +211,24 @@ static size_t opens_offset(size_t bytes) { return (bytes + 4095) / 4096 * 4096; 
  * open count after it. */
 static cudaError_t map_device(int fd, size_t bytes, struct region *region)
 {
+    _Static_assert(MAX_IMPORTERS * sizeof(int32_t) <= 4096, "importers page");
     char *backing = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     char *address = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                          -1, 0);
-    void *opens = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                       (off_t)opens_offset(bytes));
-    if (backing == MAP_FAILED || address == MAP_FAILED || opens == MAP_FAILED) {
+    void *importers = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                           (off_t)opens_offset(bytes));
+    if (backing == MAP_FAILED || address == MAP_FAILED || importers == MAP_FAILED) {
         if (backing != MAP_FAILED)
             munmap(backing, bytes);
         if (address != MAP_FAILED)
             munmap(address, bytes);
-        if (opens != MAP_FAILED)
-            munmap(opens, 4096);
+        if (importers != MAP_FAILED)
+            munmap(importers, 4096);
         return cudaErrorMemoryAllocation;
     }
     region->address = address;
     region->backing = backing;
-    region->opens = opens;
+    region->importers = importers;
     return cudaSuccess;
 }
 
@@ -297,11 +300,12 @@ static void *stream_worker(void *argument)
     return NULL;
 }
 
-static struct CUstream_st *stream_new(void)
+static struct CUstream_st *stream_new(unsigned flags)
 {
     struct CUstream_st *stream = calloc(1, sizeof(*stream));
     if (stream == NULL)
         return NULL;
+    stream->flags = flags;
     pthread_mutex_init(&stream->lock, NULL);
     pthread_cond_init(&stream->changed, NULL);
     if (pthread_create(&stream->worker, NULL, stream_worker, stream) != 0) {
@@ -325,7 +329,7 @@ static struct CUstream_st *stream_of(cudaStream_t stream)
     pthread_mutex_unlock(&lock);
     if (known != NULL)
         return known;
-    struct CUstream_st *created = stream_new();
+    struct CUstream_st *created = stream_new(cudaStreamDefault);
     pthread_mutex_lock(&lock);
     if (default_stream == NULL)
         default_stream = created; /* a losing racer's stream stays listed, idle */
@@ -344,6 +348,23 @@ static int stream_known(struct CUstream_st *stream)
     return known != NULL;
 }
 
+static void stream_drain(struct CUstream_st *stream);
+
+/* The legacy default stream and blocking streams wait for each other's
+ * earlier work; non-blocking streams (all kvio makes) wait for nothing.
+ * Approximated by waiting, before queueing on one of them, for the others. */
+static void order_with_legacy(struct CUstream_st *target)
+{
+    if (target->flags & cudaStreamNonBlocking)
+        return;
+    pthread_mutex_lock(&lock);
+    for (struct CUstream_st *stream = streams; stream != NULL; stream = stream->next)
+        if (stream != target && !(stream->flags & cudaStreamNonBlocking) &&
+            (stream == default_stream || target == default_stream))
+            stream_drain(stream);
+    pthread_mutex_unlock(&lock);
+}
+
 static cudaError_t enqueue(cudaStream_t handle, struct op op)
 {
     struct CUstream_st *stream = stream_of(handle);
@@ -351,6 +372,7 @@ static cudaError_t enqueue(cudaStream_t handle, struct op op)
         return cudaErrorMemoryAllocation;
     if (!stream_known(stream))
         return cudaErrorInvalidResourceHandle;
+    order_with_legacy(stream);
     struct op *copy = malloc(sizeof(*copy));
     if (copy == NULL)
         return cudaErrorMemoryAllocation;
@@ -544,7 +566,8 @@ EXPORT cudaError_t cudaMalloc(void **pointer, size_t bytes)
         return result(cudaErrorMemoryAllocation);
     }
     /* cudaMalloc does not clear memory: make stale contents visible. */
-    memset(region->backing, 0xa5, bytes < 4096 ? bytes : 4096);
+    for (size_t offset = 0; offset < bytes; offset += 4096)
+        region->backing[offset] = (char)0xa5;
     region->kind = REGION_DEVICE;
     region->bytes = bytes;
     region->fd = fd;
@@ -560,13 +583,37 @@ static void unmap_region(struct region *region)
     if (region->kind == REGION_DEVICE || region->kind == REGION_IPC) {
         munmap(region->address, region->bytes);
         munmap(region->backing, region->bytes);
-        munmap(region->opens, 4096);
+        munmap(region->importers, 4096);
     } else if (region->kind == REGION_PINNED) {
         munmap(region->address, region->bytes);
     }
     if (region->fd >= 0)
         close(region->fd);
     free(region);
+}
+
+/* Processes still alive that have region open (a dead one's mappings went
+ * with it, as on a device). */
+static int live_importers(const struct region *region)
+{
+    int live = 0;
+    for (int i = 0; i < MAX_IMPORTERS; i++) {
+        pid_t pid = __atomic_load_n(&region->importers[i], __ATOMIC_SEQ_CST);
+        if (pid != 0 && (kill(pid, 0) == 0 || errno == EPERM))
+            live++;
+    }
+    return live;
+}
+
+/* Adds (pid) or removes (0 replacing pid) this process in the list. */
+static void set_importer(const struct region *region, int32_t from, int32_t to)
+{
+    for (int i = 0; i < MAX_IMPORTERS; i++) {
+        int32_t expected = from;
+        if (__atomic_compare_exchange_n(&region->importers[i], &expected, to, false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return;
+    }
 }
 
 EXPORT cudaError_t cudaFree(void *pointer)
@@ -583,7 +630,7 @@ EXPORT cudaError_t cudaFree(void *pointer)
     pthread_mutex_unlock(&lock);
     if (region == NULL)
         return result(cudaErrorInvalidValue);
-    int opens = __atomic_load_n(region->opens, __ATOMIC_SEQ_CST);
+    int opens = live_importers(region);
     if (opens > 0) {
         fprintf(stderr, "fake CUDA: cudaFree(%p) while %d other process(es) still have it "
                         "open through cudaIpcOpenMemHandle (undefined behaviour on a device)\n",
@@ -646,8 +693,10 @@ EXPORT cudaError_t cudaHostRegister(void *pointer, size_t bytes, unsigned int fl
     *region = (struct region){.kind = REGION_REGISTERED, .address = pointer, .bytes = bytes,
                               .fd = -1};
     pthread_mutex_lock(&lock);
-    int overlaps = find_region(pointer, 1) != NULL ||
-                   find_region((char *)pointer + bytes - 1, 1) != NULL;
+    int overlaps = 0;
+    for (struct region *other = regions; other != NULL && !overlaps; other = other->next)
+        overlaps = (char *)pointer < other->address + other->bytes &&
+                   other->address < (char *)pointer + bytes;
     if (!overlaps)
         add_region(region);
     pthread_mutex_unlock(&lock);
@@ -725,7 +774,7 @@ EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cud
 {
     cudaError_t error = cudaMemcpyAsync(dst, src, bytes, kind, NULL);
     if (error == cudaSuccess)
-        drain_all(); /* the legacy default stream waits for the others too */
+        error = cudaStreamSynchronize(NULL);
     return error;
 }
 
@@ -746,7 +795,7 @@ EXPORT cudaError_t cudaMemset(void *pointer, int value, size_t bytes)
 {
     cudaError_t error = cudaMemsetAsync(pointer, value, bytes, NULL);
     if (error == cudaSuccess)
-        drain_all();
+        error = cudaStreamSynchronize(NULL);
     return error;
 }
 
@@ -760,7 +809,7 @@ EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream_p, unsigned in
     cudaError_t error = need_device();
     if (error != cudaSuccess)
         return result(error);
-    struct CUstream_st *stream = stream_new();
+    struct CUstream_st *stream = stream_new(flags);
     if (stream == NULL)
         return result(cudaErrorMemoryAllocation);
     *stream_p = stream;
@@ -883,7 +932,7 @@ EXPORT cudaError_t cudaIpcOpenMemHandle(void **pointer, cudaIpcMemHandle_t ipc, 
     region->owner = handle.pid;
     region->owner_fd = handle.fd;
     region->references = 1;
-    __atomic_add_fetch(region->opens, 1, __ATOMIC_SEQ_CST);
+    set_importer(region, 0, (int32_t)getpid());
     pthread_mutex_lock(&lock);
     add_region(region);
     pthread_mutex_unlock(&lock);
@@ -903,7 +952,7 @@ EXPORT cudaError_t cudaIpcCloseMemHandle(void *pointer)
         return result(cudaErrorInvalidValue);
     if (last) {
         drain_all();
-        __atomic_sub_fetch(region->opens, 1, __ATOMIC_SEQ_CST);
+        set_importer(region, (int32_t)getpid(), 0);
         unmap_region(region);
     }
     return cudaSuccess;

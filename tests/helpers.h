@@ -68,7 +68,10 @@ void test_redis_cli(int port, const char *args);
  * by the same runs on the local runtime. TEST_MPIRUN_ASAN_OPTIONS is the
  * value for `mpirun -x`; test_mpirun_sanitizer_args() is "-x ASAN_OPTIONS=..."
  * for a shell command line, or "" when not sanitizing. */
-#define TEST_MPIRUN_ASAN_OPTIONS "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1"
+/* verify_asan_link_order=0: the fake-device tests preload a stand-in CUDA
+ * runtime, which the ranks inherit. */
+#define TEST_MPIRUN_ASAN_OPTIONS                                                           \
+    "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:verify_asan_link_order=0"
 const char *test_mpirun_sanitizer_args(void);
 
 #endif

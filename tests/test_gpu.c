@@ -501,9 +501,9 @@ static void run_transport(const char *kind, const char *runtime, int corrupt)
     if (strcmp(runtime, "mpi") == 0) {
         char command[4096], path[1200];
         snprintf(command, sizeof(command),
-                 "cd %s && timeout 60 mpirun --allow-run-as-root --oversubscribe %s -np 3 %s run "
-                 "%s -o out >mpirun.log 2>&1", dir, test_mpirun_sanitizer_args(), test_kvio_binary(),
-                 file);
+                 "cd '%s' && timeout 60 mpirun --allow-run-as-root --oversubscribe %s -np 3 '%s' "
+                 "run '%s' -o out >mpirun.log 2>&1",
+                 dir, test_mpirun_sanitizer_args(), test_kvio_binary(), file);
         int status = system(command);
         snprintf(path, sizeof(path), "%s/mpirun.log", dir);
         char *log = test_read_file(path);
