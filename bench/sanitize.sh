@@ -12,7 +12,7 @@ build=${KVIO_SANITIZE_BUILD:-$root/build-sanitize}
 
 mkdir -p "$build"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DKVIO_ASAN=ON -DKVIO_UBSAN=ON \
-    -DKVIO_WITH_CUDA=OFF -DKVIO_BUILD_TESTS=ON >"$build/configure.log" 2>&1 ||
+    -DKVIO_WITH_CUDA=AUTO -DKVIO_BUILD_TESTS=ON >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j 2 >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
 

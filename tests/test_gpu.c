@@ -201,9 +201,10 @@ Test(gpu, spin_kernel_lasts_its_time, .timeout = 60)
     double elapsed_ms = (double)(kvio_time_ns() - start) / 1e6;
     /* Asynchronous: the launch returns well before the 100 ms kernel ends. */
     cr_assert_lt((double)(launched - start) / 1e6, elapsed_ms / 2, "the launch blocked");
-    /* Timed on the GPU's nanosecond timer: not short, and late only by the
-     * launch and this machine's noise. */
-    cr_assert_geq(elapsed_ms, 99.0, "spun %.1f ms of 100", elapsed_ms);
+    /* Timed on the GPU's nanosecond timer: short only by the error of the
+     * measured clock offset (microseconds on a device, more on a loaded
+     * machine against the fake), late only by the launch and noise. */
+    cr_assert_geq(elapsed_ms, 90.0, "spun %.1f ms of 100", elapsed_ms);
     cr_assert_lt(elapsed_ms, 300.0, "spun %.1f ms of 100", elapsed_ms);
 }
 
@@ -220,7 +221,7 @@ Test(gpu, spins_launched_together_do_not_pile_up, .timeout = 60)
                      kvio_device_error(domain));
     kvio_device_destroy(domain);
     double elapsed_ms = (double)(kvio_time_ns() - start) / 1e6;
-    cr_assert_geq(elapsed_ms, 49.0, "spun %.1f ms", elapsed_ms);
+    cr_assert_geq(elapsed_ms, 45.0, "spun %.1f ms", elapsed_ms);
     cr_assert_lt(elapsed_ms, 250.0, "spun %.1f ms: the spins queued end to end", elapsed_ms);
 }
 
