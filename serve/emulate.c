@@ -425,9 +425,12 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
     const kvio_device_config_t *device = run->device;
     if (device != NULL && device->memory != KVIO_MEMORY_HOST) {
         char reason[512];
+        /* Picked by the runtime index, as the transports pick theirs, so a
+         * serve rank's KV pool and weight slots share a GPU. */
         kvio_status_t status = kvio_device_create(device->memory, device->fallback,
-                                                  device->index, (int)rank, &setup->device,
-                                                  reason, sizeof(reason));
+                                                  device->index,
+                                                  (int)(run->first_serve_rank + rank),
+                                                  &setup->device, reason, sizeof(reason));
         if (status != KVIO_OK) {
             snprintf(error_p, error_len, "serve rank %u: device.memory: %s: %s", rank,
                      kvio_memory_kind_names[device->memory], reason);

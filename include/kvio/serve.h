@@ -97,10 +97,11 @@ typedef struct kvio_serve_run {
     volatile sig_atomic_t *stop;    /* set asynchronously to stop early (may be NULL) */
     kvio_event_trace_t *events;     /* borrowed; one event per iteration and swap (may be NULL) */
     const struct kvio_device_config *device; /* emulate: KV pool memory (NULL: host) */
-    /* Coupled run: this rank's runtime handle (NULL elsewhere); with a client
-     * rank (client_rank > 0) serve rank i is world rank first_serve_rank + i
-     * and takes its requests from the client instead of a share of its own
-     * stream. */
+    /* Coupled run: this rank's runtime handle (NULL elsewhere). Serve rank i
+     * is world rank first_serve_rank + i (0 outside coupled runs), the index
+     * that picks its GPU as the transports pick theirs; with a client rank
+     * (client_rank > 0) it takes its requests from the client instead of a
+     * share of its own stream. */
     struct kvio_rte *rte;
     int client_rank;
     int first_serve_rank;
