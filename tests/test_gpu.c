@@ -484,9 +484,10 @@ static int mpirun_available(void)
 }
 
 /* A run of 1 trainer and 2 servers (threads of one process under the local
- * runtime, processes under mpirun), versions over kind, verified; corrupt
- * >= 0 flips that byte of every version in the servers' GPU slots. */
-static void run_transport(const char *kind, const char *runtime, int corrupt)
+ * runtime, processes under mpirun), versions over kind (with the transport
+ * options in extra), verified; corrupt >= 0 flips that byte of every
+ * version in the servers' GPU slots. */
+static void run_transport(const char *kind, const char *extra, const char *runtime, int corrupt)
 {
     char *dir = test_tmpdir(), text[2048], out[1100];
     snprintf(text, sizeof(text),
@@ -494,9 +495,9 @@ static void run_transport(const char *kind, const char *runtime, int corrupt)
              "ranks: {train: 1, serve: 2, runtime: %s, timeout: 30s}\n"
              "train:\n  step_time: {dist: constant, value: 20ms}\n  steps: 12\n"
              "  bytes: 6MiB\n  checkpoint: {policy: every_n_steps, every_n_steps: 3}\n"
-             "  transport: {kind: %s, chunk: 1MiB, inflight: 2}\n"
+             "  transport: {kind: %s, chunk: 1MiB, inflight: 2%s}\n"
              "update: {apply: shadow, verify: true, iteration: 5ms, corrupt_offset: %d}\n",
-             kind, runtime, kind, corrupt);
+             kind, runtime, kind, extra, corrupt);
     char *file = test_write_file(dir, "w.yaml", text);
     snprintf(out, sizeof(out), "%s/out", dir);
     if (strcmp(runtime, "mpi") == 0) {
@@ -527,7 +528,10 @@ static void run_transport(const char *kind, const char *runtime, int corrupt)
         cr_assert_eq(json_integer_value(json_object_get(updates, "updates_activated")), 0);
         cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 8);
     }
-    cr_assert(test_contains(json_string_value(json_object_get(updates, "transport_info")), kind));
+    const char *info = json_string_value(json_object_get(updates, "transport_info"));
+    cr_assert(test_contains(info, kind), "%s", info);
+    if (test_contains(extra, "mapped"))
+        cr_assert(test_contains(info, "no CPU copy"), "%s", info);
     json_decref(summary);
     free(file);
     test_rmtree(dir);
@@ -537,19 +541,19 @@ static void run_transport(const char *kind, const char *runtime, int corrupt)
 Test(gpu, cuda_ipc_delivers_verified_versions_between_threads, .timeout = 120)
 {
     REQUIRE_GPU();
-    run_transport("cuda-ipc", "local", -1);
+    run_transport("cuda-ipc", "", "local", -1);
 }
 
 Test(gpu, staged_delivers_verified_versions, .timeout = 120)
 {
     REQUIRE_GPU();
-    run_transport("staged", "local", -1);
+    run_transport("staged", "", "local", -1);
 }
 
 Test(gpu, a_byte_flipped_in_gpu_memory_is_caught, .timeout = 120)
 {
     REQUIRE_GPU();
-    run_transport("cuda-ipc", "local", 4099);
+    run_transport("cuda-ipc", "", "local", 4099);
 }
 
 /* Separate processes: the servers export their slots with
@@ -559,8 +563,8 @@ Test(gpu, cuda_ipc_delivers_verified_versions_between_processes, .timeout = 120)
     REQUIRE_GPU();
     if (!test_require("mpi", mpirun_available(), "mpirun not found"))
         return;
-    run_transport("cuda-ipc", "mpi", -1);
-    run_transport("cuda-ipc", "mpi", 4099);
+    run_transport("cuda-ipc", "", "mpi", -1);
+    run_transport("cuda-ipc", "", "mpi", 4099);
 }
 
 Test(gpu, staged_delivers_verified_versions_between_processes, .timeout = 120)
@@ -568,5 +572,42 @@ Test(gpu, staged_delivers_verified_versions_between_processes, .timeout = 120)
     REQUIRE_GPU();
     if (!test_require("mpi", mpirun_available(), "mpirun not found"))
         return;
-    run_transport("staged", "mpi", -1);
+    run_transport("staged", "", "mpi", -1);
+}
+
+/* host_hop: mapped: the trainer's GPU copies into the servers' rings, which
+ * UCX maps into its process (threads of one process, or processes on one
+ * node). */
+Test(gpu, staged_mapped_hop_delivers_verified_versions, .timeout = 120)
+{
+    REQUIRE_GPU();
+    run_transport("staged", ", host_hop: mapped", "local", -1);
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    run_transport("staged", ", host_hop: mapped", "mpi", -1);
+    run_transport("staged", ", host_hop: mapped", "mpi", 4099);
+}
+
+/* Without a shared-memory UCX transport the rings cannot be mapped: refused
+ * before the run, naming the setting. */
+Test(gpu, staged_mapped_hop_without_shared_memory_is_refused, .timeout = 60)
+{
+    REQUIRE_GPU();
+    setenv("UCX_TLS", "tcp", 1); /* this test's own process and its kvio */
+    char *dir = test_tmpdir(), out[1100];
+    char *file = test_write_file(dir, "w.yaml",
+        "name: mapped-tcp\nmode: emulate\nduration: 5s\n"
+        "ranks: {train: 1, serve: 1, runtime: local, timeout: 20s}\n"
+        "train:\n  steps: 3\n  bytes: 2MiB\n"
+        "  transport: {kind: staged, chunk: 1MiB, host_hop: mapped}\n");
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "host_hop: mapped needs a shared-memory UCX transport"),
+              "%s", run.err);
+    cr_assert(test_contains(run.err, "UCX_TLS=tcp"), "%s", run.err);
+    test_run_free(&run);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
 }

@@ -15,6 +15,7 @@
 
 const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", "cuda-ipc", "staged", NULL};
 static const char *const fanout_names[] = {"sequential", "chain", NULL};
+static const char *const host_hop_names[] = {"put", "mapped", NULL};
 static const char *const discovery_names[] = {"poll", "notify", NULL};
 static const char *const disconnect_names[] = {"reconnect", "fail", NULL};
 
@@ -85,6 +86,11 @@ const kvio_opt_t kvio_xfer_options[] = {
     {.key = "fanout", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, fanout),
      .values = fanout_names, .default_value = "sequential",
      .help = "ucx, several receivers: one after the other, or a pipelined chain"},
+    {.key = "host_hop", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, host_hop),
+     .values = host_hop_names, .default_value = "put",
+     .help = "staged: put (a UCX put between pinned host rings, any nodes) or mapped (the "
+             "sender's GPU copies into the receiver's ring, mapped by UCX: same node, no CPU "
+             "copy)"},
     {.key = "die_after_chunks", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_xfer_config_t, die_after_chunks), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,

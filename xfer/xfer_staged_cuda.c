@@ -8,7 +8,11 @@
  * ring buffer k mod 2, flushes, and tells the receiver, which copies it
  * host-to-device into the slot and answers "drained"; ring buffer k mod 2 is
  * reused only after chunk k-2 drained. The put returns when the last chunk
- * is in GPU memory, so the notice still follows the data. */
+ * is in GPU memory, so the notice still follows the data.
+ * With host_hop: mapped (same node) the sender maps each receiver's ring
+ * through UCX (ucp_rkey_ptr), page-locks the mapping, and its GPU copies
+ * chunk k device-to-host straight into ring buffer k mod 2: no send ring
+ * and no CPU copy, the same notices and drains. */
 #include "xfer/xfer_int.h"
 
 #ifdef KVIO_HAVE_UCX
@@ -44,6 +48,9 @@ typedef struct staged_priv {
     void *send_ring[2];       /* pinned */
     uint64_t version;         /* being put */
     uint64_t *drained;        /* per receiver: chunks of version drained */
+    void **mapped;            /* host_hop mapped: receiver i's ring r at [2 i + r] */
+    kvio_status_t unmapped;   /* a ring could not be mapped: the first put fails so */
+    bool *mapped_registered;  /* page-locked by this process */
     /* receiver */
     void *recv_ring[2];       /* memory[0..1], page-locked */
     bool registered[2];
@@ -91,6 +98,80 @@ static ucs_status_t on_drained(void *arg, const void *header, size_t header_leng
     return UCS_OK;
 }
 
+/* host_hop mapped needs a transport UCX can map (shared memory): refuses
+ * a UCX_TLS that names none, before any rank starts. */
+static kvio_status_t staged_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
+                                      char *error_p, size_t error_len)
+{
+    (void)bytes;
+    const char *tls = getenv("UCX_TLS");
+    if (config->host_hop != KVIO_XFER_HOP_MAPPED || tls == NULL || tls[0] == '\0' ||
+        tls[0] == '^')
+        return KVIO_OK;
+    static const char *const mappable[] = {"all", "sm", "shm", "posix", "sysv", "xpmem"};
+    char copy[256];
+    snprintf(copy, sizeof(copy), "%s", tls);
+    char *saved = NULL;
+    for (char *name = strtok_r(copy, ",", &saved); name != NULL;
+         name = strtok_r(NULL, ",", &saved))
+        for (size_t i = 0; i < sizeof(mappable) / sizeof(mappable[0]); i++)
+            if (strcmp(name, mappable[i]) == 0)
+                return KVIO_OK;
+    snprintf(error_p, error_len, "staged transport: host_hop: mapped needs a shared-memory UCX "
+             "transport to map the receivers' rings, but UCX_TLS=%s has none (add sm, or use "
+             "host_hop: put)", tls);
+    return KVIO_ERR_CONFIG;
+}
+
+/* Sender, host_hop mapped: maps every receiver's ring into this process
+ * and page-locks it, or says why it cannot (another node, tcp). */
+static kvio_status_t map_rings(kvio_xfer_t *xfer)
+{
+    staged_priv_t *priv = xfer->priv;
+    size_t count = 2 * (size_t)xfer->num_receivers;
+    priv->mapped = calloc(count + 1, sizeof(*priv->mapped));
+    priv->mapped_registered = calloc(count + 1, sizeof(*priv->mapped_registered));
+    if (priv->mapped == NULL || priv->mapped_registered == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t i = 0; i < count; i++) {
+        const kvio_ucx_remote_slots_t *remote = &priv->ucx.remote[i / 2];
+        ucs_status_t mapped = ucp_rkey_ptr(remote->rkey[i % 2], remote->address[i % 2],
+                                           &priv->mapped[i]);
+        if (mapped != UCS_OK) {
+            /* Reported by the first put, after every rank's set-up: UCX 1.13
+             * asserts when workers go away with tcp connections half set up. */
+            kvio_xfer_set_error(xfer, "staged transport: host_hop: mapped: rank %d's staging "
+                                "ring cannot be mapped into this process (%s); it needs the "
+                                "same node and a shared-memory UCX transport (or host_hop: put)",
+                                xfer->receivers[i / 2], ucs_status_string(mapped));
+            priv->unmapped = KVIO_ERR_UNSUPPORTED;
+            return KVIO_OK;
+        }
+        kvio_status_t status = device_failed(xfer, kvio_device_host_register(xfer->device,
+                                                                             priv->mapped[i],
+                                                                             priv->chunk),
+                                             "page-locking a receiver's mapped ring");
+        if (status != KVIO_OK)
+            return status;
+        priv->mapped_registered[i] = true;
+    }
+    return KVIO_OK;
+}
+
+/* Sender: lets go of the receivers' mapped rings before they unmap them. */
+static void staged_detach(kvio_xfer_t *xfer)
+{
+    staged_priv_t *priv = xfer->priv;
+    if (xfer->device != NULL)
+        kvio_device_sync(xfer->device);
+    for (size_t i = 0; priv->mapped_registered != NULL && i < 2 * (size_t)xfer->num_receivers;
+         i++) {
+        if (priv->mapped_registered[i])
+            kvio_device_host_unregister(xfer->device, priv->mapped[i]);
+        priv->mapped_registered[i] = false;
+    }
+}
+
 static kvio_status_t staged_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
 {
     staged_priv_t *priv = xfer->priv;
@@ -102,11 +183,12 @@ static kvio_status_t staged_init(kvio_xfer_t *xfer, char *error_p, size_t error_
         status = kvio_xfer_ucx_set_handler(&priv->ucx, AM_CHUNK, on_chunk, priv);
     if (status == KVIO_OK)
         status = kvio_xfer_ucx_set_handler(&priv->ucx, AM_DRAINED, on_drained, priv);
+    bool mapped = xfer->config->host_hop == KVIO_XFER_HOP_MAPPED;
     if (status == KVIO_OK && xfer->role == KVIO_XFER_SENDER) {
         status = device_failed(xfer, kvio_device_alloc(xfer->device, xfer->bytes,
                                                        &xfer->send_buffer),
                                "allocating the send buffer");
-        for (int ring = 0; ring < 2 && status == KVIO_OK; ring++)
+        for (int ring = 0; ring < 2 && status == KVIO_OK && !mapped; ring++)
             status = device_failed(xfer, kvio_device_host_alloc(xfer->device, priv->chunk,
                                                                 &priv->send_ring[ring]),
                                    "allocating a pinned staging buffer");
@@ -141,9 +223,14 @@ static kvio_status_t staged_init(kvio_xfer_t *xfer, char *error_p, size_t error_
             status = kvio_xfer_ucx_unpack_slots(xfer, rank, blobs[rank], lengths[rank],
                                                 &priv->ucx.remote[i]);
         }
+        if (status == KVIO_OK && mapped)
+            status = map_rings(xfer);
         snprintf(xfer->info, sizeof(xfer->info),
-                 "staged: %llu-byte chunks, double-buffered over ucx; %s",
-                 (unsigned long long)priv->chunk, kvio_device_describe(xfer->device));
+                 "staged: %llu-byte chunks, double-buffered, %s; %s",
+                 (unsigned long long)priv->chunk,
+                 mapped ? "GPU to the receiver's ring mapped by ucx (same node, no CPU copy)"
+                        : "put over ucx between pinned rings",
+                 kvio_device_describe(xfer->device));
     } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
         snprintf(xfer->info, sizeof(xfer->info), "staged receiver: %s",
                  kvio_device_describe(xfer->device));
@@ -164,8 +251,11 @@ static kvio_status_t staged_init(kvio_xfer_t *xfer, char *error_p, size_t error_
 static void staged_fini(kvio_xfer_t *xfer)
 {
     staged_priv_t *priv = xfer->priv;
-    if (xfer->device != NULL)
-        kvio_device_sync(xfer->device);
+    staged_detach(xfer); /* syncs the device too */
+    free(priv->mapped);
+    free(priv->mapped_registered);
+    priv->mapped = NULL;
+    priv->mapped_registered = NULL;
     for (int ring = 0; ring < 2; ring++) {
         if (priv->registered[ring])
             kvio_device_host_unregister(xfer->device, priv->recv_ring[ring]);
@@ -195,9 +285,59 @@ static bool drained_enough(void *arg)
     return wait->priv->drained[wait->target] >= wait->count;
 }
 
+/* host_hop mapped: per chunk k, once ring buffer k mod 2 drained chunk
+ * k-2, the GPU copies chunk k straight into it, then the receiver is told;
+ * its host-to-device copy of chunk k overlaps ours of chunk k+1. */
+static kvio_status_t staged_put_mapped(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    staged_priv_t *priv = xfer->priv;
+    int rank = xfer->receivers[target];
+    const char *source = xfer->send_buffer;
+    uint64_t chunk = priv->chunk, count = (xfer->bytes + chunk - 1) / chunk;
+    priv->version = meta->version;
+    priv->drained[target] = 0;
+    drain_wait_t wait = {.priv = priv, .target = target};
+    kvio_status_t status = KVIO_OK;
+    for (uint64_t k = 0; k < count && status == KVIO_OK; k++) {
+        uint64_t offset = k * chunk;
+        uint64_t length = xfer->bytes - offset < chunk ? xfer->bytes - offset : chunk;
+        int ring = (int)(k & 1);
+        if (k >= 2) {
+            wait.count = k - 1;
+            status = kvio_xfer_ucx_wait(xfer, drained_enough, &wait, rank,
+                                        "waiting for a staging buffer of");
+        }
+        if (status == KVIO_OK && kvio_xfer_fault_now(xfer))
+            return KVIO_ERR_INTERRUPTED;
+        kvio_device_copy_t copy = {.dst = priv->mapped[2 * (size_t)target + (size_t)ring],
+                                   .src = source + offset, .bytes = length};
+        if (status == KVIO_OK)
+            status = device_failed(xfer, kvio_device_copy_async(xfer->device, &copy, 1),
+                                   "device-to-host copy into a mapped ring");
+        if (status == KVIO_OK)
+            status = device_failed(xfer, kvio_device_sync(xfer->device),
+                                   "device-to-host copy into a mapped ring");
+        chunk_message_t message = {.version = meta->version, .index = k, .offset = offset,
+                                   .length = length, .slot = meta->slot & 1,
+                                   .ring = (uint32_t)ring};
+        if (status == KVIO_OK)
+            status = kvio_xfer_ucx_send_am(xfer, rank, AM_CHUNK, &message, sizeof(message));
+    }
+    if (status == KVIO_OK) {
+        wait.count = count;
+        status = kvio_xfer_ucx_wait(xfer, drained_enough, &wait, rank,
+                                    "waiting for the last chunks to reach the GPU of");
+    }
+    return status;
+}
+
 static kvio_status_t staged_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
 {
     staged_priv_t *priv = xfer->priv;
+    if (priv->unmapped != KVIO_OK)
+        return priv->unmapped;
+    if (priv->mapped != NULL)
+        return staged_put_mapped(xfer, target, meta);
     int rank = xfer->receivers[target];
     const kvio_ucx_remote_slots_t *remote = &priv->ucx.remote[target];
     const char *source = xfer->send_buffer;
@@ -316,8 +456,10 @@ const kvio_xfer_ops_t kvio_xfer_staged_ops = {
     .name = "staged",
     .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_GPU_ONLY,
     .priv_size = sizeof(staged_priv_t),
+    .preflight = staged_preflight,
     .init = staged_init,
     .fini = staged_fini,
+    .detach = staged_detach,
     .put = staged_put,
     .notify = kvio_xfer_ucx_notify,
     .wait_credit = kvio_xfer_ucx_wait_credit,

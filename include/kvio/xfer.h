@@ -26,6 +26,12 @@ typedef enum {
     KVIO_XFER_STAGED = 4,   /* GPU -> pinned host -> UCX -> pinned host -> GPU */
 } kvio_xfer_kind_t;
 typedef enum { KVIO_XFER_FANOUT_SEQUENTIAL = 0, KVIO_XFER_FANOUT_CHAIN = 1 } kvio_xfer_fanout_t;
+
+/* staged: how a chunk crosses from the sender's host side to the
+ * receiver's: a UCX put between two pinned rings (any two nodes), or the
+ * sender's GPU copying straight into the receiver's ring, which UCX maps
+ * into the sender (same node, shared-memory UCX transports). */
+typedef enum { KVIO_XFER_HOP_PUT = 0, KVIO_XFER_HOP_MAPPED = 1 } kvio_xfer_host_hop_t;
 typedef enum { KVIO_XFER_DISCOVER_POLL = 0, KVIO_XFER_DISCOVER_NOTIFY = 1 } kvio_xfer_discovery_t;
 
 extern const char *const kvio_xfer_kind_names[];
@@ -78,6 +84,7 @@ typedef struct kvio_xfer_config {
     uint64_t chunk;  /* bytes per put / write / SET */
     int64_t inflight;
     int fanout;      /* kvio_xfer_fanout_t */
+    int host_hop;    /* kvio_xfer_host_hop_t (staged) */
     kvio_xfer_file_config_t file;
     kvio_xfer_redis_config_t redis;
     kvio_xfer_model_config_t model;
