@@ -61,8 +61,8 @@ static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
         /* Without CUDA or a device the domain falls back to host memory and
          * says why; the arena then stays pageable. */
         char reason[512] = "";
-        status = kvio_device_create(KVIO_MEMORY_PINNED, KVIO_FALLBACK_HOST, -1, 0,
-                                    &host->domain, reason, sizeof(reason));
+        status = kvio_device_create(KVIO_MEMORY_PINNED, KVIO_FALLBACK_HOST, config->device_index,
+                                    config->device_rank, &host->domain, reason, sizeof(reason));
         if (status == KVIO_OK && !kvio_device_fell_back(host->domain)) {
             status = kvio_device_host_register(host->domain, arena, host->arena_bytes);
             if (status != KVIO_OK)

@@ -497,6 +497,8 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
     }
     for (size_t t = 0; t < tier_list->count; t++) {
         kvio_tier_config_t config = ((const kvio_tier_config_t *)tier_list->items)[t];
+        config.device_index = device != NULL ? device->index : -1;
+        config.device_rank = (int)(run->first_serve_rank + rank);
         char prefix[256], path[1024];
         /* Each rank keeps its own blocks: its own key prefix and directory. */
         snprintf(prefix, sizeof(prefix), "%sr%u:",

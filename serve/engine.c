@@ -955,18 +955,21 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
     if (engine->config.preemption == KVIO_PREEMPT_SWAP && !swap)
         engine->metrics.swap_space_exhausted++;
     if (swap) {
+        if (engine->kv_memory != NULL) {
+            kvio_status_t status = swap_out(engine, victim, victim_ids, victim_blocks);
+            if (status != KVIO_OK) {
+                /* The run fails; the victim, not swapped, stays owned: by the
+                 * waiting queue, or failing that by the running one, which
+                 * has room at its end (the victim just left it). */
+                if (list_push_front(&engine->waiting, victim) != KVIO_OK)
+                    engine->running.items[engine->running.count++] = victim;
+                return status;
+            }
+        }
         uint64_t bytes = req_block_bytes(engine, victim);
         engine->current.swap_bytes += bytes;
         engine->metrics.swapped_bytes += bytes;
         victim->swapped = true;
-        if (engine->kv_memory != NULL) {
-            kvio_status_t status = swap_out(engine, victim, victim_ids, victim_blocks);
-            if (status != KVIO_OK) {
-                /* The run fails; the victim stays owned (by the waiting queue). */
-                list_push_front(&engine->waiting, victim);
-                return status;
-            }
-        }
     } else {
         victim->lost_tokens = victim->computed;
         victim->computed = 0;

@@ -588,26 +588,57 @@ Test(gpu, staged_mapped_hop_delivers_verified_versions, .timeout = 120)
     run_transport("staged", ", host_hop: mapped", "mpi", 4099);
 }
 
+/* Runs a small staged host_hop: mapped workload with UCX_TLS=tls (set in
+ * this test's own process, which its kvio inherits). */
+static test_run_t run_mapped_with(const char *tls, char **dir_p)
+{
+    setenv("UCX_TLS", tls, 1);
+    char *dir = test_tmpdir(), out[1100];
+    char *file = test_write_file(dir, "w.yaml",
+        "name: mapped\nmode: emulate\nduration: 5s\n"
+        "ranks: {train: 1, serve: 1, runtime: local, timeout: 20s}\n"
+        "train:\n  steps: 3\n  bytes: 2MiB\n"
+        "  checkpoint: {policy: every_n_steps, every_n_steps: 1}\n"
+        "  transport: {kind: staged, chunk: 1MiB, host_hop: mapped}\n");
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
+    free(file);
+    *dir_p = dir;
+    return run;
+}
+
 /* Without a shared-memory UCX transport the rings cannot be mapped: refused
  * before the run, naming the setting. */
 Test(gpu, staged_mapped_hop_without_shared_memory_is_refused, .timeout = 60)
 {
     REQUIRE_GPU();
-    setenv("UCX_TLS", "tcp", 1); /* this test's own process and its kvio */
-    char *dir = test_tmpdir(), out[1100];
-    char *file = test_write_file(dir, "w.yaml",
-        "name: mapped-tcp\nmode: emulate\nduration: 5s\n"
-        "ranks: {train: 1, serve: 1, runtime: local, timeout: 20s}\n"
-        "train:\n  steps: 3\n  bytes: 2MiB\n"
-        "  transport: {kind: staged, chunk: 1MiB, host_hop: mapped}\n");
-    snprintf(out, sizeof(out), "%s/out", dir);
-    test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
-    cr_assert_eq(run.status, 2, "%s", run.err);
-    cr_assert(test_contains(run.err, "host_hop: mapped needs a shared-memory UCX transport"),
-              "%s", run.err);
-    cr_assert(test_contains(run.err, "UCX_TLS=tcp"), "%s", run.err);
+    const char *settings[] = {"tcp", "^sm", "^posix,sysv,xpmem"};
+    for (size_t i = 0; i < 3; i++) {
+        char *dir;
+        test_run_t run = run_mapped_with(settings[i], &dir);
+        cr_assert_eq(run.status, 2, "UCX_TLS=%s: %s", settings[i], run.err);
+        cr_assert(test_contains(run.err, "host_hop: mapped needs a shared-memory UCX "
+                                         "transport"), "%s", run.err);
+        cr_assert(test_contains(run.err, settings[i]), "%s", run.err);
+        test_run_free(&run);
+        test_rmtree(dir);
+        free(dir);
+    }
+}
+
+/* A setting that passes that check but leaves nothing mappable here (no
+ * xpmem) fails the first put with the reason: exit 1, no crash. */
+Test(gpu, staged_mapped_hop_with_an_unmappable_ring_fails_with_the_reason, .timeout = 60)
+{
+    REQUIRE_GPU();
+    char *dir;
+    test_run_t run = run_mapped_with("^posix,sysv", &dir);
+    if (run.status == 0)
+        cr_skip_test("xpmem mapped the rings on this machine");
+    cr_assert_eq(run.status, 1, "%s", run.err);
+    cr_assert(test_contains(run.err, "staging ring cannot be mapped into this process"), "%s",
+              run.err);
     test_run_free(&run);
-    free(file);
     test_rmtree(dir);
     free(dir);
 }

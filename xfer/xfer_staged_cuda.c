@@ -98,28 +98,50 @@ static ucs_status_t on_drained(void *arg, const void *header, size_t header_leng
     return UCS_OK;
 }
 
-/* host_hop mapped needs a transport UCX can map (shared memory): refuses
- * a UCX_TLS that names none, before any rank starts. */
+/* True when name is in the comma-separated list. */
+static bool listed(const char *list, const char *name)
+{
+    size_t length = strlen(name);
+    for (const char *at = list; (at = strstr(at, name)) != NULL; at += length)
+        if ((at == list || at[-1] == ',' || at[-1] == '^') &&
+            (at[length] == ',' || at[length] == '\0'))
+            return true;
+    return false;
+}
+
+/* host_hop mapped needs a transport UCX can map into another process
+ * (shared memory: posix, sysv or xpmem, named alone or through sm, shm, mm
+ * or all): refuses a UCX_TLS that leaves none, before any rank starts. */
 static kvio_status_t staged_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
                                       char *error_p, size_t error_len)
 {
     (void)bytes;
     const char *tls = getenv("UCX_TLS");
-    if (config->host_hop != KVIO_XFER_HOP_MAPPED || tls == NULL || tls[0] == '\0' ||
-        tls[0] == '^')
+    if (config->host_hop != KVIO_XFER_HOP_MAPPED || tls == NULL || tls[0] == '\0')
         return KVIO_OK;
-    static const char *const mappable[] = {"all", "sm", "shm", "posix", "sysv", "xpmem"};
-    char copy[256];
-    snprintf(copy, sizeof(copy), "%s", tls);
-    char *saved = NULL;
-    for (char *name = strtok_r(copy, ",", &saved); name != NULL;
-         name = strtok_r(NULL, ",", &saved))
+    static const char *const groups[] = {"all", "sm", "shm", "mm"};
+    static const char *const mappable[] = {"posix", "sysv", "xpmem"};
+    bool excluding = tls[0] == '^', usable;
+    if (excluding) {
+        usable = true;
+        for (size_t i = 1; i < sizeof(groups) / sizeof(groups[0]); i++)
+            usable = usable && !listed(tls, groups[i]);
+        bool all_three = true;
         for (size_t i = 0; i < sizeof(mappable) / sizeof(mappable[0]); i++)
-            if (strcmp(name, mappable[i]) == 0)
-                return KVIO_OK;
+            all_three = all_three && listed(tls, mappable[i]);
+        usable = usable && !all_three;
+    } else {
+        usable = false;
+        for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+            usable = usable || listed(tls, groups[i]);
+        for (size_t i = 0; i < sizeof(mappable) / sizeof(mappable[0]); i++)
+            usable = usable || listed(tls, mappable[i]);
+    }
+    if (usable)
+        return KVIO_OK;
     snprintf(error_p, error_len, "staged transport: host_hop: mapped needs a shared-memory UCX "
-             "transport to map the receivers' rings, but UCX_TLS=%s has none (add sm, or use "
-             "host_hop: put)", tls);
+             "transport to map the receivers' rings, but UCX_TLS=%s leaves none (posix, sysv "
+             "or xpmem; or use host_hop: put)", tls);
     return KVIO_ERR_CONFIG;
 }
 
@@ -334,8 +356,13 @@ static kvio_status_t staged_put_mapped(kvio_xfer_t *xfer, int target, const kvio
 static kvio_status_t staged_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
 {
     staged_priv_t *priv = xfer->priv;
-    if (priv->unmapped != KVIO_OK)
+    if (priv->unmapped != KVIO_OK) {
+        /* Flush every connection first: torn down half set up (nothing has
+         * travelled on it yet), UCX 1.13 asserts over tcp. */
+        for (int i = 0; i < xfer->num_receivers; i++)
+            kvio_xfer_ucx_put_region(xfer, xfer->receivers[i], NULL, 0, NULL, 0, 1);
         return priv->unmapped;
+    }
     if (priv->mapped != NULL)
         return staged_put_mapped(xfer, target, meta);
     int rank = xfer->receivers[target];

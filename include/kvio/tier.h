@@ -38,6 +38,10 @@ typedef struct kvio_tier_config {
     double bandwidth;      /* simulate: bytes/s (0: the kind's default) */
     int64_t latency_ns;    /* simulate: per operation (0: the kind's default) */
     int64_t timeout_ns;    /* redis: bound on connecting and on every reply (0: 2 s) */
+    /* Not options: host, pinned: which GPU page-locks the arena, as for the
+     * rank's KV pool (device.index, else rank modulo the devices). */
+    int64_t device_index;
+    int device_rank;
 } kvio_tier_config_t;
 
 /* The option table of one `serve.kvcache.tiers` entry (kvcache/tier.c). */
