@@ -123,45 +123,49 @@ YAML
         echo NA
         return
     fi
-    python3 - "$out/$name/updates.csv" <<'PY'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-times = [float(r["t_notified_ms"]) - float(r["t_xfer_start_ms"]) for r in rows
-         if r["t_notified_ms"] and r["t_xfer_start_ms"]]
-print("%.3f" % statistics.median(times) if times else "NA")
-PY
+    # Median of t_notified_ms - t_xfer_start_ms over the versions (awk: the
+    # device machine may have no python).
+    awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) col[$i] = i; next}
+             $col["t_notified_ms"] != "" && $col["t_xfer_start_ms"] != "" {
+                 print $col["t_notified_ms"] - $col["t_xfer_start_ms"]}' \
+        "$out/$name/updates.csv" | sort -g |
+        awk '{v[NR] = $1} END {if (NR == 0) print "NA";
+             else printf "%.3f\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
-bytes_of() { python3 -c "
-import re,sys
-m=re.fullmatch(r'([0-9.]+)\s*([A-Za-z]*)', sys.argv[1]); n=float(m.group(1))
-u={'':1,'B':1,'KB':1e3,'MB':1e6,'GB':1e9,'TB':1e12,'KiB':1024,'MiB':1024**2,'GiB':1024**3}[m.group(2)]
-print(int(n*u))" "$1"; }
-ratio() { python3 -c "
-import sys
-a,b=sys.argv[1],sys.argv[2]
-print('NA' if 'NA' in (a,b) or float(b)==0 else '%.3f' % (float(a)/float(b)))" "$1" "$2"; }
+bytes_of() { # 16GB, 4GiB, 256MiB -> bytes (GB = 1e9, GiB = 2^30)
+    echo "$1" | awk '{
+        n = $0 + 0; u = $0; sub(/^[0-9.]+[ ]*/, "", u)
+        m["B"] = 1; m[""] = 1; m["KB"] = 1e3; m["MB"] = 1e6; m["GB"] = 1e9; m["TB"] = 1e12
+        m["KiB"] = 1024; m["MiB"] = 1048576; m["GiB"] = 1073741824
+        printf "%.0f\n", n * m[u]}'
+}
+ratio() { # a / b, NA when either is NA or b is 0
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        if (a == "NA" || b == "NA" || b + 0 == 0) print "NA"; else printf "%.3f\n", a / b}'
+}
+gbps() { # bytes, ms -> GB/s
+    awk -v b="$1" -v ms="$2" 'BEGIN {
+        if (ms == "NA" || ms + 0 == 0) print "NA"; else printf "%.2f\n", b / (ms * 1e6)}'
+}
 
 # 2. cuda-ipc, two processes, 16 GB.
 echo "== cuda-ipc, $ipc_bytes, mpirun -np 2" >&2
 ipc_ms=$(update_run cuda_ipc cuda-ipc "$ipc_bytes" 256MiB 100)
-ipc_gbps=NA
-[ "$ipc_ms" != NA ] && ipc_gbps=$(python3 -c "print('%.2f' % ($(bytes_of "$ipc_bytes")/($ipc_ms*1e6)))")
+ipc_gbps=$(gbps "$(bytes_of "$ipc_bytes")" "$ipc_ms")
 ipc_vs_d2d=$(ratio "$ipc_gbps" "$d2d")
 
 # 3. staged, two processes.
 echo "== staged, $staged_bytes in $staged_chunk chunks, mpirun -np 2" >&2
 staged_ms=$(update_run staged staged "$staged_bytes" "$staged_chunk" 80)
-staged_gbps=NA
-[ "$staged_ms" != NA ] && staged_gbps=$(python3 -c "print('%.2f' % ($(bytes_of "$staged_bytes")/($staged_ms*1e6)))")
+staged_gbps=$(gbps "$(bytes_of "$staged_bytes")" "$staged_ms")
 staged_vs_pcie=$(ratio "$staged_gbps" "$pcie")
 
 # 3b. staged with host_hop: mapped (same node: the GPU copies into the
 # receiver's ring mapped by UCX; no CPU copy between the rings).
 echo "== staged, host_hop: mapped, $staged_bytes in $staged_chunk chunks" >&2
 mapped_ms=$(update_run staged_mapped staged "$staged_bytes" "$staged_chunk" 80 mapped)
-mapped_gbps=NA
-[ "$mapped_ms" != NA ] && mapped_gbps=$(python3 -c "print('%.2f' % ($(bytes_of "$staged_bytes")/($mapped_ms*1e6)))")
+mapped_gbps=$(gbps "$(bytes_of "$staged_bytes")" "$mapped_ms")
 mapped_vs_pcie=$(ratio "$mapped_gbps" "$pcie")
 
 # 4. A short coupled emulate run (local ranks) with the KV pool on the GPU.
@@ -173,16 +177,13 @@ timeout 60 "$kvio" run quickstart -o "$out/coupled" --set duration=10s \
 coupled_pid=$!
 wait "$coupled_pid"
 coupled_rc=$?
-coupled=$(python3 - "$out/coupled/summary.json" <<'PY' 2>/dev/null || echo "NA NA NA NA"
-import json, sys
-m = json.load(open(sys.argv[1]))["metrics"]
-executor = m.get("executor", {})
-updates = m.get("model_updates", {})
-print(m.get("completed", "NA"), "%.1f" % m.get("ttft_ms", {}).get("p99", float("nan")),
-      updates.get("updates_activated", "NA"),
-      "%.1f" % updates.get("update_latency_ms", {}).get("p50", float("nan")))
-PY
-)
+# From kvio's own summary table on stdout (no JSON tools needed).
+coupled_field() { # label, field number (or last) -> value or NA
+    awk -v label="$1" -v field="$2" 'index($0, label) {v = field == "last" ? $NF : $field}
+        END {print v == "" ? "NA" : v}' "$out/coupled.log"
+}
+coupled="$(coupled_field "requests completed" last) $(coupled_field "ttft_ms" 5) \
+$(coupled_field "updates activated" 3) $(coupled_field "update latency ms" 7)"
 read -r coupled_done coupled_ttft coupled_updates coupled_latency <<<"$coupled"
 
 # 5. The table, then the figures.
