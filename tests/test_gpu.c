@@ -404,6 +404,42 @@ Test(gpu, gpu_pool_loads_blocks_back_from_a_pinned_host_tier, .timeout = 120)
     free(dir);
 }
 
+/* GPU memory running out while a transport sets up: the run fails (exit
+ * 1) with the rank and the allocation, not a peer's "set-up failed". Needs
+ * the stand-in runtime, whose memory size can be set. */
+Test(gpu, running_out_of_gpu_memory_names_the_rank_and_the_allocation, .timeout = 120)
+{
+    REQUIRE_GPU();
+    kvio_device_info_t info;
+    char reason[512];
+    cr_assert_eq(kvio_device_query(-1, &info, reason, sizeof(reason)), KVIO_OK, "%s", reason);
+    if (!test_contains(info.name, "kvio fake CUDA"))
+        cr_skip_test("needs the stand-in CUDA runtime (a memory size to run out of)");
+    setenv("KVIO_FAKE_CUDA_MEMORY", "40000000", 1); /* 40 MB: 3 x 16 MiB do not fit */
+    const char *kinds[] = {"staged", "cuda-ipc"};
+    for (size_t i = 0; i < 2; i++) {
+        char *dir = test_tmpdir(), out[1100], text[1024];
+        snprintf(text, sizeof(text),
+                 "name: gpu-oom\nmode: emulate\nduration: 5s\n"
+                 "ranks: {train: 1, serve: 1, runtime: local, timeout: 20s}\n"
+                 "train:\n  steps: 3\n  bytes: 16MiB\n"
+                 "  transport: {kind: %s, chunk: 1MiB}\n", kinds[i]);
+        char *file = test_write_file(dir, "w.yaml", text);
+        snprintf(out, sizeof(out), "%s/out", dir);
+        test_run_t run = test_kvio(NULL, "run", file, "-o", out, NULL);
+        cr_assert_eq(run.status, 1, "%s: %s", kinds[i], run.err);
+        /* Whichever rank ran out first (the trainer or the server) is named. */
+        cr_assert(test_contains(run.err, "transport: rank "), "%s", run.err);
+        cr_assert(test_contains(run.err, ": cudaMalloc(16777216 bytes): out of memory"), "%s",
+                  run.err);
+        cr_assert(!test_contains(run.err, "set-up failed"), "%s", run.err);
+        test_run_free(&run);
+        free(file);
+        test_rmtree(dir);
+        free(dir);
+    }
+}
+
 /* ---- transports ---- */
 
 static kvio_xfer_config_t transport_config(int kind)

@@ -36,8 +36,8 @@ typedef struct ipc_priv {
 static kvio_status_t device_failed(kvio_xfer_t *xfer, kvio_status_t status, const char *what)
 {
     if (status != KVIO_OK)
-        kvio_xfer_set_error(xfer, "cuda-ipc transport: %s: %s", what,
-                            kvio_device_error(xfer->device));
+        kvio_xfer_set_error(xfer, "cuda-ipc transport: rank %d: %s: %s", kvio_rte_index(xfer->rte),
+                            what, kvio_device_error(xfer->device));
     return status;
 }
 
@@ -78,9 +78,9 @@ static kvio_status_t ipc_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
             int rank = xfer->receivers[i];
             ipc_blob_t theirs;
             if (lengths[rank] != sizeof(theirs)) {
-                kvio_xfer_set_error(xfer, "cuda-ipc transport: rank %d sent no slot handles",
-                                    rank);
-                status = KVIO_ERR_INTERNAL;
+                kvio_xfer_set_error(xfer, "cuda-ipc transport: rank %d sent no slot handles "
+                                    "(its set-up failed)", rank);
+                status = KVIO_ERR_PEER; /* its own error names the cause */
                 break;
             }
             memcpy(&theirs, blobs[rank], sizeof(theirs));

@@ -64,8 +64,8 @@ typedef struct staged_priv {
 static kvio_status_t device_failed(kvio_xfer_t *xfer, kvio_status_t status, const char *what)
 {
     if (status != KVIO_OK)
-        kvio_xfer_set_error(xfer, "staged transport: %s: %s", what,
-                            kvio_device_error(xfer->device));
+        kvio_xfer_set_error(xfer, "staged transport: rank %d: %s: %s", kvio_rte_index(xfer->rte),
+                            what, kvio_device_error(xfer->device));
     return status;
 }
 

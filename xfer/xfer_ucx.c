@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -256,8 +257,12 @@ kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void
 {
     ucx_priv_t *priv = xfer->priv;
     uint64_t header[3];
-    if (length < sizeof(header))
-        return KVIO_ERR_INTERNAL;
+    if (length < sizeof(header)) {
+        /* A peer's failure, not this rank's: its own error names the cause. */
+        kvio_xfer_set_error(xfer, "%s transport: rank %d sent no receive slots (its set-up "
+                            "failed)", xfer->ops->name, rank);
+        return KVIO_ERR_PEER;
+    }
     memcpy(header, blob, sizeof(header));
     if (length < sizeof(header) + header[2])
         return KVIO_ERR_INTERNAL;
@@ -305,9 +310,22 @@ static kvio_status_t connect_to(kvio_xfer_t *xfer, int rank, void **addresses)
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
         .address = addresses[rank], .err_mode = UCP_ERR_HANDLING_MODE_NONE};
     ucs_status_t status = ucp_ep_create(priv->worker, &params, &priv->eps[rank]);
-    if (status != UCS_OK)
-        kvio_xfer_set_error(xfer, "%s transport: connecting to rank %d: %s", xfer->ops->name,
-                            rank, ucs_status_string(status));
+    if (status == UCS_OK)
+        return KVIO_OK;
+    /* A peer whose own set-up failed has torn its worker down: that is its
+     * failure (its error names the cause), once the runtime knows of it. */
+    uint64_t deadline = kvio_time_ns() + 1000000000ull;
+    while (!kvio_rte_peer_failed(xfer->rte, rank) && kvio_time_ns() < deadline) {
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&pause, NULL);
+    }
+    if (kvio_rte_peer_failed(xfer->rte, rank)) {
+        kvio_xfer_set_error(xfer, "%s transport: rank %d failed during set-up",
+                            xfer->ops->name, rank);
+        return KVIO_ERR_PEER;
+    }
+    kvio_xfer_set_error(xfer, "%s transport: connecting to rank %d: %s", xfer->ops->name,
+                        rank, ucs_status_string(status));
     return from_ucs(status);
 }
 
