@@ -33,6 +33,11 @@ const kvio_opt_t kvio_device_options[] = {
      .default_value = "true",
      .help = "emulate with the KV pool on the GPU: a spin kernel keeps the SMs busy for "
              "each iteration's compute time"},
+    {.key = "spin_bytes", .type = KVIO_OPT_SIZE,
+     .offset = offsetof(kvio_device_config_t, spin_bytes), .default_value = "256MiB",
+     .help = "device memory the spin kernel reads and writes while it spins, so copies "
+             "contend for memory bandwidth as with real decode kernels (0: it only "
+             "occupies the SMs)"},
     {.key = NULL},
 };
 
@@ -282,6 +287,18 @@ kvio_status_t kvio_device_spin(kvio_device_t *device, int64_t duration_ns)
         return kvio_cuda_spin(device, duration_ns);
 #endif
     (void)duration_ns;
+    kvio_device_set_error(device, "spin kernel: the %s domain has no GPU",
+                          kvio_memory_kind_names[device->kind]);
+    return KVIO_ERR_UNSUPPORTED;
+}
+
+kvio_status_t kvio_device_spin_memory(kvio_device_t *device, uint64_t bytes)
+{
+#ifdef KVIO_HAVE_CUDA
+    if (device->kind == KVIO_MEMORY_CUDA)
+        return kvio_cuda_spin_memory(device, bytes);
+#endif
+    (void)bytes;
     kvio_device_set_error(device, "spin kernel: the %s domain has no GPU",
                           kvio_memory_kind_names[device->kind]);
     return KVIO_ERR_UNSUPPORTED;

@@ -157,6 +157,9 @@ void kvio_cuda_close(kvio_device_t *device)
     }
     if (device->timer_reading != NULL)
         check(device, cudaFree(device->timer_reading), "cudaFree (GPU timer)");
+    if (device->spin_scratch != NULL)
+        check(device, cudaFree(device->spin_scratch), "cudaFree (spin memory)");
+    device->spin_scratch = NULL;
     device->copy_stream = device->compute_stream = device->timer_reading = NULL;
 }
 
@@ -264,9 +267,39 @@ kvio_status_t kvio_cuda_spin(kvio_device_t *device, int64_t duration_ns)
     unsigned long long deadline = (unsigned long long)((int64_t)kvio_time_ns() + duration_ns +
                                                        device->timer_offset_ns);
     int blocks = device->info.multiprocessors > 0 ? device->info.multiprocessors : 1;
+    if (device->spin_scratch != NULL)
+        return check(device,
+                     (cudaError_t)kvio_cuda_launch_stream(device->compute_stream, 4 * blocks,
+                                                          deadline, device->spin_scratch,
+                                                          device->spin_scratch_bytes / 16),
+                     "spin kernel launch (streaming memory)");
     return check(device, (cudaError_t)kvio_cuda_launch_spin(device->compute_stream, blocks,
                                                            deadline),
                  "spin kernel launch");
+}
+
+kvio_status_t kvio_cuda_spin_memory(kvio_device_t *device, uint64_t bytes)
+{
+    kvio_status_t status = use(device);
+    if (status != KVIO_OK)
+        return status;
+    if (device->spin_scratch != NULL) {
+        status = check(device, cudaFree(device->spin_scratch), "cudaFree (spin memory)");
+        device->spin_scratch = NULL;
+        device->spin_scratch_bytes = 0;
+    }
+    bytes = bytes / 16 * 16; /* whole float4s */
+    if (status != KVIO_OK || bytes == 0)
+        return status;
+    char what[96];
+    snprintf(what, sizeof(what), "cudaMalloc(%llu bytes, spin memory)", (unsigned long long)bytes);
+    /* Its contents do not matter: the kernel only reads and writes it. */
+    status = check(device, cudaMalloc(&device->spin_scratch, (size_t)bytes), what);
+    if (status == KVIO_OK)
+        device->spin_scratch_bytes = bytes;
+    else
+        device->spin_scratch = NULL;
+    return status;
 }
 
 kvio_status_t kvio_cuda_ipc_export(kvio_device_t *device, void *buffer, unsigned char *handle_p)

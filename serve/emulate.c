@@ -449,6 +449,12 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         }
         setup->memory = memory;
         setup->spin = device->spin && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
+        if (setup->spin && device->spin_bytes > 0 &&
+            kvio_device_spin_memory(setup->device, device->spin_bytes) != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: device.spin_bytes: %s", rank,
+                     kvio_device_error(setup->device));
+            return KVIO_ERR_NOMEM;
+        }
     } else if ((setup->memory = mmap(NULL, setup->memory_bytes, PROT_READ | PROT_WRITE,
                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) {
         setup->memory = NULL;
@@ -562,6 +568,12 @@ static void setup_destroy(rank_setup_t *setup)
     memset(setup, 0, sizeof(*setup));
 }
 
+/* Device memory a rank's spin kernel streams over (0: none, or no spin). */
+static uint64_t spin_memory(const rank_setup_t *setup, const kvio_serve_run_t *run)
+{
+    return setup->spin && run->device != NULL ? run->device->spin_bytes : 0;
+}
+
 /* Where a rank's KV pool lives, for the results. */
 static const char *setup_memory(const rank_setup_t *setup)
 {
@@ -621,8 +633,9 @@ static json_t *executor_json(const emulate_t *emulate)
         planned += emulate->ranks[r].planned_ns;
     }
     json_t *object = json_pack(
-        "{s:s, s:s, s:b, s:f, s:f, s:f, s:f, s:f}", "executor", "real", "kv_memory",
+        "{s:s, s:s, s:b, s:I, s:f, s:f, s:f, s:f, s:f}", "executor", "real", "kv_memory",
         setup_memory(&emulate->ranks[0].setup), "spin_kernel", emulate->ranks[0].setup.spin,
+        "spin_memory_bytes", (json_int_t)spin_memory(&emulate->ranks[0].setup, emulate->run),
         "timing_error_p50_us",
         kvio_hist_quantile(error_ns, 0.5) / 1e3, "timing_error_p99_us",
         kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
@@ -665,12 +678,14 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
         uint32_t sharing = run->device->index >= 0 || info.count < 1
                                ? num_ranks
                                : (num_ranks + (uint32_t)info.count - 1) / (uint32_t)info.count;
-        uint64_t per_device = pool * sharing;
+        uint64_t spin_memory = run->device->spin ? run->device->spin_bytes : 0;
+        uint64_t per_device = (pool + spin_memory) * sharing;
         if (per_device > info.memory_bytes / 10 * 9) {
             snprintf(error_p, error_len,
-                     "emulate: %u KV pool(s) of %.2f GiB share CUDA device %d (%s), which has "
-                     "%.2f GiB; set serve.kvcache.capacity or serve.kvcache.blocks",
-                     sharing, (double)pool / 1073741824.0, info.index, info.name,
+                     "emulate: %u KV pool(s) of %.2f GiB (and spin memory) share CUDA device %d "
+                     "(%s), which has %.2f GiB; set serve.kvcache.capacity or "
+                     "serve.kvcache.blocks (or device.spin_bytes)",
+                     sharing, (double)(pool + spin_memory) / 1073741824.0, info.index, info.name,
                      (double)info.memory_bytes / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
@@ -1341,8 +1356,10 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
     /* The rank's tiers and where its KV pool lives, as JSON text. */
     json_t *tiers = json_array();
     kvio_serve_tiers_json(rank->setup.tiers, rank->setup.num_tiers, rank->serve_index, tiers);
-    json_t *about = json_pack("{s:o, s:s, s:b}", "tiers", tiers, "kv_memory",
-                              setup_memory(&rank->setup), "spin_kernel", rank->setup.spin);
+    json_t *about = json_pack("{s:o, s:s, s:b, s:I}", "tiers", tiers, "kv_memory",
+                              setup_memory(&rank->setup), "spin_kernel", rank->setup.spin,
+                              "spin_memory_bytes", (json_int_t)spin_memory(&rank->setup,
+                                                                           rank->run));
     char *tiers_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
     json_decref(about);
     uint64_t tiers_length = tiers_text != NULL ? strlen(tiers_text) : 0;
@@ -1428,6 +1445,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     json_t *per_rank = json_array(), *tiers = json_array();
     json_t *kv_memory = NULL; /* the first serve rank's, as executor_json says */
     bool spin_kernel = false;
+    json_int_t spin_bytes = 0;
     kvio_status_t status = kvio_engine_metrics_init(&total);
     if (status == KVIO_OK && (kvio_hist_create(&error_ns) != KVIO_OK ||
                               kvio_hist_create(&error_ppm) != KVIO_OK))
@@ -1528,6 +1546,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
             if (kv_memory == NULL && json_is_string(json_object_get(about, "kv_memory"))) {
                 kv_memory = json_incref(json_object_get(about, "kv_memory"));
                 spin_kernel = json_is_true(json_object_get(about, "spin_kernel"));
+                spin_bytes = json_integer_value(json_object_get(about, "spin_memory_bytes"));
             }
             json_decref(about);
             offset += tiers_length;
@@ -1555,8 +1574,9 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         tiers = NULL;
         json_object_set_new(
             metrics, "executor",
-            json_pack("{s:s, s:O?, s:b, s:f, s:f, s:f, s:f}", "executor", "real (coupled)",
-                      "kv_memory", kv_memory, "spin_kernel", spin_kernel,
+            json_pack("{s:s, s:O?, s:b, s:I, s:f, s:f, s:f, s:f}", "executor",
+                      "real (coupled)", "kv_memory", kv_memory, "spin_kernel", spin_kernel,
+                      "spin_memory_bytes", spin_bytes,
                       "timing_error_p50_us", kvio_hist_quantile(error_ns, 0.5) / 1e3,
                       "timing_error_p99_us", kvio_hist_quantile(error_ns, 0.99) / 1e3,
                       "timing_error_p99_pct", kvio_hist_quantile(error_ppm, 0.99) / 1e4,

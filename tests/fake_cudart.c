@@ -9,7 +9,7 @@
  * checked, and freeing memory that a live process still has open through
  * IPC aborts (undefined on a device). Device memory is a memfd, opened by
  * other processes through /proc/PID/fd/N; a page after it lists the
- * processes that have it open. Kernels: only kvio's two, by name
+ * processes that have it open. Kernels: only kvio's three, by name
  * (core/gpu_kernels.cu).
  *
  * Environment: KVIO_FAKE_CUDA_DEVICES (default 1; 0 = no device),
@@ -97,7 +97,7 @@ struct CUstream_st {
 };
 
 /* kvio's kernels, by their host stubs, recorded at registration. */
-enum kernel_kind { KERNEL_OTHER, KERNEL_SPIN, KERNEL_TIMER };
+enum kernel_kind { KERNEL_OTHER, KERNEL_SPIN, KERNEL_STREAM, KERNEL_TIMER };
 
 struct kernel {
     const void *host_function;
@@ -958,8 +958,9 @@ EXPORT cudaError_t cudaIpcCloseMemHandle(void *pointer)
     return cudaSuccess;
 }
 
-/* ---- kernels: only kvio's, by name: the spin kernel sleeps on its stream
- * until its deadline, the timer kernel writes the fake timer ---- */
+/* ---- kernels: only kvio's, by name: the spin kernels sleep on their stream
+ * until their deadline (the streaming one after checking its buffer), the
+ * timer kernel writes the fake timer ---- */
 
 static char fat_binary_handle;
 
@@ -983,6 +984,8 @@ EXPORT void __cudaRegisterFunction(void **handle, const char *host_function,
     enum kernel_kind kind = KERNEL_OTHER;
     if (device_name != NULL && strstr(device_name, "kvio_spin_kernel") != NULL)
         kind = KERNEL_SPIN;
+    else if (device_name != NULL && strstr(device_name, "kvio_stream_kernel") != NULL)
+        kind = KERNEL_STREAM;
     else if (device_name != NULL && strstr(device_name, "kvio_timer_kernel") != NULL)
         kind = KERNEL_TIMER;
     pthread_mutex_lock(&lock);
@@ -1036,10 +1039,16 @@ EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block
         return result(cudaErrorInvalidDeviceFunction);
     if (grid.x < 1 || block.x < 1 || block.x * block.y * block.z > 1024)
         return result(cudaErrorInvalidValue);
-    if (kind == KERNEL_SPIN)
+    int device;
+    if (kind == KERNEL_STREAM) {
+        /* The buffer it streams over must be device memory of its size. */
+        uint64_t count = *(uint64_t *)args[2];
+        if (count == 0 || resolve(*(void **)args[1], count * 16, &device) == NULL || !device)
+            return result(cudaErrorIllegalAddress);
+    }
+    if (kind == KERNEL_SPIN || kind == KERNEL_STREAM)
         return result(enqueue(stream, (struct op){.kind = OP_SPIN,
                                                   .deadline_ns = *(uint64_t *)args[0]}));
-    int device;
     char *where = resolve(*(void **)args[0], sizeof(uint64_t), &device);
     if (where == NULL || !device)
         return result(cudaErrorIllegalAddress); /* a kernel writing host memory faults */

@@ -225,6 +225,31 @@ Test(gpu, spins_launched_together_do_not_pile_up, .timeout = 60)
     cr_assert_lt(elapsed_ms, 250.0, "spun %.1f ms: the spins queued end to end", elapsed_ms);
 }
 
+/* With memory to stream over, the spin still ends at its deadline; a host
+ * domain has no GPU to spin on. */
+Test(gpu, spin_streaming_memory_lasts_its_time, .timeout = 60)
+{
+    REQUIRE_GPU();
+    kvio_device_t *domain = open_cuda();
+    cr_assert_eq(kvio_device_spin_memory(domain, 64 << 20), KVIO_OK, "%s",
+                 kvio_device_error(domain));
+    cr_assert_eq(kvio_device_spin(domain, 1000000), KVIO_OK, "%s", kvio_device_error(domain));
+    cr_assert_eq(kvio_device_sync(domain), KVIO_OK);
+    uint64_t start = kvio_time_ns();
+    cr_assert_eq(kvio_device_spin(domain, 50000000), KVIO_OK, "%s", kvio_device_error(domain));
+    kvio_device_destroy(domain); /* waits for the kernel, frees the memory */
+    double elapsed_ms = (double)(kvio_time_ns() - start) / 1e6;
+    cr_assert_geq(elapsed_ms, 45.0, "spun %.1f ms of 50", elapsed_ms);
+    cr_assert_lt(elapsed_ms, 250.0, "spun %.1f ms of 50", elapsed_ms);
+    kvio_device_t *host = NULL;
+    char error[512];
+    cr_assert_eq(kvio_device_create(KVIO_MEMORY_HOST, KVIO_FALLBACK_ERROR, -1, 0, &host, error,
+                                    sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_assert_eq(kvio_device_spin_memory(host, 1 << 20), KVIO_ERR_UNSUPPORTED);
+    kvio_device_destroy(host);
+}
+
 /* ---- whole runs ---- */
 
 static const char *swap_workload =
@@ -364,6 +389,8 @@ Test(gpu, coupled_run_keeps_kv_pool_and_weights_on_the_gpu, .timeout = 120)
     const char *memory = json_string_value(metric(summary, "executor", "kv_memory"));
     cr_assert(memory != NULL && strncmp(memory, "cuda (device ", 13) == 0, "%s", memory);
     cr_assert(json_is_true(metric(summary, "executor", "spin_kernel")));
+    cr_assert_eq(json_integer_value(metric(summary, "executor", "spin_memory_bytes")),
+                 256 << 20); /* device.spin_bytes' default */
     cr_assert_gt(json_number_value(metric(summary, NULL, "completed")), 10);
     cr_assert_eq(json_number_value(metric(summary, NULL, "swap_verify_failures")), 0);
     const json_t *updates = metric(summary, NULL, "model_updates");

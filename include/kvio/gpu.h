@@ -44,6 +44,7 @@ typedef struct kvio_device_config {
     int64_t index; /* CUDA device ordinal; -1: rank index modulo the device count */
     bool spin;     /* emulate: a spin kernel keeps the SMs busy for each iteration
                       while the KV pool is on the GPU */
+    uint64_t spin_bytes; /* device memory the spin streams over (0: SMs only) */
 } kvio_device_config_t;
 
 extern const kvio_opt_t kvio_device_options[];
@@ -146,6 +147,13 @@ kvio_status_t kvio_device_copy(kvio_device_t *device, void *dst, const void *src
  * deadline, not a full duration later, so overruns do not pile up. KVIO_ERR_UNSUPPORTED on
  * a host or pinned domain. */
 kvio_status_t kvio_device_spin(kvio_device_t *device, int64_t duration_ns);
+
+/* Gives later spins bytes of device memory (owned by the domain) to stream
+ * over, reading and writing it until their deadline, so copies contend for
+ * memory bandwidth as they do with real, memory-bound decode kernels;
+ * without it a spin only occupies the SMs. KVIO_ERR_UNSUPPORTED off a cuda
+ * domain. */
+kvio_status_t kvio_device_spin_memory(kvio_device_t *device, uint64_t bytes);
 
 /* CUDA IPC (cuda domains): the handle of a cudaMalloc'd buffer, and opening
  * another process's handle as a device pointer (closed with ipc_close). */
