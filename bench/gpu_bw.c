@@ -27,8 +27,7 @@ static double best_gbps(kvio_device_t *device, const kvio_device_copy_t *copies,
     double best = 0;
     for (int round = 0; round <= REPEAT; round++) {
         uint64_t start = kvio_time_ns();
-        if (kvio_device_copy_async(device, copies, count) != KVIO_OK ||
-            kvio_device_sync(device) != KVIO_OK) {
+        if (kvio_device_copy_batch(device, copies, count) != KVIO_OK) {
             *failed_p = 1;
             return 0;
         }

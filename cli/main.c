@@ -62,19 +62,9 @@ bool kvio_cli_is_option(const char *arg, const char *name)
 
 int kvio_cli_exit_status(kvio_status_t status)
 {
-    switch (status) {
-    case KVIO_OK:
+    if (status == KVIO_OK)
         return KVIO_EXIT_OK;
-    case KVIO_ERR_INVALID:
-    case KVIO_ERR_CONFIG:
-    case KVIO_ERR_PARSE:
-    case KVIO_ERR_NOT_FOUND:
-    case KVIO_ERR_EXISTS:
-    case KVIO_ERR_UNSUPPORTED:
-        return KVIO_EXIT_USAGE;
-    default:
-        return KVIO_EXIT_FAILED;
-    }
+    return kvio_status_is_bad_input(status) ? KVIO_EXIT_USAGE : KVIO_EXIT_FAILED;
 }
 
 int main(int argc, char **argv)

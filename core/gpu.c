@@ -272,12 +272,18 @@ kvio_status_t kvio_device_poll(kvio_device_t *device)
     return KVIO_OK;
 }
 
+kvio_status_t kvio_device_copy_batch(kvio_device_t *device, const kvio_device_copy_t *copies,
+                                     size_t count)
+{
+    kvio_status_t status = kvio_device_copy_async(device, copies, count);
+    return status == KVIO_OK ? kvio_device_sync(device) : status;
+}
+
 kvio_status_t kvio_device_copy(kvio_device_t *device, void *dst, const void *src,
                                uint64_t bytes)
 {
     kvio_device_copy_t copy = {.dst = dst, .src = src, .bytes = bytes};
-    kvio_status_t status = kvio_device_copy_async(device, &copy, 1);
-    return status == KVIO_OK ? kvio_device_sync(device) : status;
+    return kvio_device_copy_batch(device, &copy, 1);
 }
 
 kvio_status_t kvio_device_spin(kvio_device_t *device, int64_t duration_ns)
@@ -292,11 +298,11 @@ kvio_status_t kvio_device_spin(kvio_device_t *device, int64_t duration_ns)
     return KVIO_ERR_UNSUPPORTED;
 }
 
-kvio_status_t kvio_device_spin_memory(kvio_device_t *device, uint64_t bytes)
+kvio_status_t kvio_device_spin_setup(kvio_device_t *device, uint64_t bytes)
 {
 #ifdef KVIO_HAVE_CUDA
     if (device->kind == KVIO_MEMORY_CUDA)
-        return kvio_cuda_spin_memory(device, bytes);
+        return kvio_cuda_spin_setup(device, bytes);
 #endif
     (void)bytes;
     kvio_device_set_error(device, "spin kernel: the %s domain has no GPU",

@@ -85,12 +85,13 @@ kvio_status_t kvio_cuda_query(int index, kvio_device_info_t *info_p, char *error
 /* Measures the GPU timer's offset from kvio_time_ns(): the timer kernel's
  * reading against the midpoint of the host's times around it, from the
  * fastest of a few round trips (a launch and a wait, some microseconds).
- * Once, when a cuda domain opens (not in the first iteration); the two
+ * Once per domain, at kvio_cuda_spin_setup or else the first spin; the two
  * clocks are assumed not to drift apart over a run. */
 static kvio_status_t measure_timer(kvio_device_t *device)
 {
-    unsigned long long *reading = device->timer_reading, now = 0;
-    kvio_status_t status = KVIO_OK;
+    unsigned long long *reading = NULL, now = 0;
+    kvio_status_t status = check(device, cudaMalloc((void **)&reading, sizeof(*reading)),
+                                 "cudaMalloc (GPU timer)");
     uint64_t best_rtt = UINT64_MAX;
     for (int round = 0; round < 5 && status == KVIO_OK; round++) {
         uint64_t before = kvio_time_ns();
@@ -109,6 +110,9 @@ static kvio_status_t measure_timer(kvio_device_t *device)
             device->timer_offset_ns = (int64_t)(now - (before + (after - before) / 2));
         }
     }
+    if (reading != NULL)
+        cudaFree(reading);
+    device->timer_known = status == KVIO_OK;
     return status;
 }
 
@@ -122,25 +126,14 @@ kvio_status_t kvio_cuda_open(kvio_device_t *device, char *error_p, size_t error_
     if (status == KVIO_OK)
         status = check(device, cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking),
                        "cudaStreamCreateWithFlags (spin)");
-    device->copy_stream = copy;
-    device->compute_stream = compute;
-    /* A cuda domain may spin: its deadlines need the GPU timer's offset. */
-    if (status == KVIO_OK && device->kind == KVIO_MEMORY_CUDA)
-        status = check(device, cudaMalloc(&device->timer_reading, sizeof(unsigned long long)),
-                       "cudaMalloc (GPU timer)");
-    if (status == KVIO_OK && device->kind == KVIO_MEMORY_CUDA)
-        status = measure_timer(device);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "CUDA device %d: %s", device->info.index, device->error);
-        if (device->timer_reading != NULL)
-            cudaFree(device->timer_reading);
         if (copy != NULL)
             cudaStreamDestroy(copy);
-        if (compute != NULL)
-            cudaStreamDestroy(compute);
-        device->copy_stream = device->compute_stream = device->timer_reading = NULL;
         return status;
     }
+    device->copy_stream = copy;
+    device->compute_stream = compute;
     return KVIO_OK;
 }
 
@@ -155,12 +148,10 @@ void kvio_cuda_close(kvio_device_t *device)
         check(device, cudaStreamSynchronize(device->compute_stream), "cudaStreamSynchronize");
         check(device, cudaStreamDestroy(device->compute_stream), "cudaStreamDestroy");
     }
-    if (device->timer_reading != NULL)
-        check(device, cudaFree(device->timer_reading), "cudaFree (GPU timer)");
     if (device->spin_scratch != NULL)
         check(device, cudaFree(device->spin_scratch), "cudaFree (spin memory)");
     device->spin_scratch = NULL;
-    device->copy_stream = device->compute_stream = device->timer_reading = NULL;
+    device->copy_stream = device->compute_stream = NULL;
 }
 
 kvio_status_t kvio_cuda_alloc(kvio_device_t *device, int kind, uint64_t bytes, void **buffer_p)
@@ -261,6 +252,8 @@ kvio_status_t kvio_cuda_spin(kvio_device_t *device, int64_t duration_ns)
     if (duration_ns <= 0)
         return KVIO_OK;
     kvio_status_t status = use(device);
+    if (status == KVIO_OK && !device->timer_known)
+        status = measure_timer(device);
     if (status != KVIO_OK)
         return status;
     /* A deadline on the GPU's timer, not a duration: see gpu_kernels.cu. */
@@ -278,9 +271,11 @@ kvio_status_t kvio_cuda_spin(kvio_device_t *device, int64_t duration_ns)
                  "spin kernel launch");
 }
 
-kvio_status_t kvio_cuda_spin_memory(kvio_device_t *device, uint64_t bytes)
+kvio_status_t kvio_cuda_spin_setup(kvio_device_t *device, uint64_t bytes)
 {
     kvio_status_t status = use(device);
+    if (status == KVIO_OK && !device->timer_known)
+        status = measure_timer(device);
     if (status != KVIO_OK)
         return status;
     if (device->spin_scratch != NULL) {

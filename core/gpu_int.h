@@ -12,10 +12,10 @@ struct kvio_device {
     kvio_device_info_t info;
     void *copy_stream;     /* cudaStream_t */
     void *compute_stream;  /* cudaStream_t: the spin kernel */
-    void *timer_reading;   /* cuda: device memory the timer kernel writes */
+    bool timer_known;      /* cuda: timer_offset_ns measured */
     void *spin_scratch;    /* cuda: what the spin streams over (NULL: none) */
     uint64_t spin_scratch_bytes;
-    int64_t timer_offset_ns; /* cuda: GPU timer minus kvio_time_ns(), measured at open */
+    int64_t timer_offset_ns; /* cuda: GPU timer minus kvio_time_ns() */
     char description[640];
     char error[512];
 };
@@ -39,7 +39,7 @@ kvio_status_t kvio_cuda_copy_async(kvio_device_t *device, const kvio_device_copy
 kvio_status_t kvio_cuda_sync(kvio_device_t *device);
 kvio_status_t kvio_cuda_poll(kvio_device_t *device);
 kvio_status_t kvio_cuda_spin(kvio_device_t *device, int64_t duration_ns);
-kvio_status_t kvio_cuda_spin_memory(kvio_device_t *device, uint64_t bytes);
+kvio_status_t kvio_cuda_spin_setup(kvio_device_t *device, uint64_t bytes);
 kvio_status_t kvio_cuda_ipc_export(kvio_device_t *device, void *buffer, unsigned char *handle_p);
 kvio_status_t kvio_cuda_ipc_open(kvio_device_t *device, const unsigned char *handle,
                                  void **buffer_p);

@@ -13,6 +13,21 @@ const char *kvio_strerror(kvio_status_t status)
     return "unknown status";
 }
 
+bool kvio_status_is_bad_input(kvio_status_t status)
+{
+    switch (status) {
+    case KVIO_ERR_INVALID:
+    case KVIO_ERR_CONFIG:
+    case KVIO_ERR_PARSE:
+    case KVIO_ERR_NOT_FOUND:
+    case KVIO_ERR_EXISTS:
+    case KVIO_ERR_UNSUPPORTED:
+        return true;
+    default:
+        return false;
+    }
+}
+
 kvio_status_t kvio_status_from_errno(int errnum)
 {
     switch (errnum) {

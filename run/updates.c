@@ -295,21 +295,19 @@ static int name_index(const char *const *names, const char *name)
 static kvio_status_t measured_shape(json_t *transport, kvio_xfer_config_t *shape,
                                     char *error_p, size_t error_len)
 {
-    static const char *const fanouts[] = {"sequential", "chain", NULL};
-    static const char *const discoveries[] = {"poll", "notify", NULL};
     kvio_status_t status = kvio_config_defaults(kvio_xfer_options, shape, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     shape->kind = name_index(kvio_xfer_kind_names,
                              json_string_value(json_object_get(transport, "kind")));
-    int fanout = name_index(fanouts, json_string_value(json_object_get(transport, "fanout")));
+    int fanout = name_index(kvio_xfer_fanout_names, json_string_value(json_object_get(transport, "fanout")));
     if (fanout >= 0)
         shape->fanout = fanout;
     const char *chunk = json_string_value(json_object_get(transport, "chunk"));
     if (chunk != NULL && kvio_parse_size(chunk, &shape->chunk, error_p, error_len) != KVIO_OK)
         return KVIO_ERR_CONFIG;
     json_t *file = json_object_get(transport, "file");
-    int discovery = name_index(discoveries,
+    int discovery = name_index(kvio_xfer_discovery_names,
                                json_string_value(json_object_get(file, "discovery")));
     if (discovery >= 0)
         shape->file.discovery = discovery;
@@ -788,10 +786,9 @@ static kvio_status_t trainer_lost(kvio_rte_t *rte, const run_context_t *context,
                                   const char *reason, rank_report_t *report)
 {
     kvio_trainer_lost_notice_t notice = {
-        .at_ns = kvio_rte_time_ns(rte),
         .last_version = train->count > 0 ? train->records[train->count - 1].version : 0};
     snprintf(notice.reason, sizeof(notice.reason), "%s", reason);
-    report->trainer_lost_ns = notice.at_ns;
+    report->trainer_lost_ns = kvio_rte_time_ns(rte);
     snprintf(report->lost_reason, sizeof(report->lost_reason), "%s", reason);
     kvio_warn("training rank %d lost (%s); the serve ranks keep serving until the run ends",
               kvio_rte_index(rte), reason);
@@ -870,19 +867,8 @@ static kvio_status_t trainer_lost_error(const collected_t *all, int num_serve,
     }
     /* The run started fine: a code that means bad input (exit 2) would
      * mislead, so those fail as a lost peer; the reason keeps the detail. */
-    switch (status) {
-    case KVIO_ERR_INVALID:
-    case KVIO_ERR_CONFIG:
-    case KVIO_ERR_PARSE:
-    case KVIO_ERR_NOT_FOUND:
-    case KVIO_ERR_EXISTS:
-    case KVIO_ERR_UNSUPPORTED:
-    case KVIO_OK:
+    if (status == KVIO_OK || kvio_status_is_bad_input(status))
         status = KVIO_ERR_PEER;
-        break;
-    default:
-        break;
-    }
     size_t at = (size_t)snprintf(error_p, error_len,
                                  "training rank %d lost (%s); the serve ranks served on until "
                                  "the run ended, with their last good version:",

@@ -33,7 +33,6 @@ typedef struct state_header {
     uint64_t received;         /* requests the rank has taken so far */
     uint64_t active_decode_blocks;
     uint32_t load;             /* waiting + running requests */
-    uint32_t free_blocks;
     uint32_t num_cached;
     uint32_t num_evicted;
 } state_header_t;
@@ -76,7 +75,6 @@ kvio_status_t kvio_serve_publisher_pack(kvio_serve_publisher_t *publisher,
         .received = publisher->received,
         .active_decode_blocks = engine ? kvio_engine_active_decode_blocks(engine) : 0,
         .load = engine ? kvio_engine_load(engine) : 0,
-        .free_blocks = engine ? kvio_engine_free_blocks(engine) : 0,
         .num_cached = (uint32_t)publisher->num_cached,
         .num_evicted = (uint32_t)publisher->num_evicted};
     size_t cached_bytes = publisher->num_cached * sizeof(kvio_hash_t);

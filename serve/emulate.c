@@ -449,8 +449,7 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         }
         setup->memory = memory;
         setup->spin = device->spin && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
-        if (setup->spin && device->spin_bytes > 0 &&
-            kvio_device_spin_memory(setup->device, device->spin_bytes) != KVIO_OK) {
+        if (setup->spin && kvio_device_spin_setup(setup->device, device->spin_bytes) != KVIO_OK) {
             snprintf(error_p, error_len, "serve rank %u: device.spin_bytes: %s", rank,
                      kvio_device_error(setup->device));
             return KVIO_ERR_NOMEM;
@@ -580,7 +579,6 @@ static const char *setup_memory(const rank_setup_t *setup)
     return setup->device != NULL ? kvio_device_describe(setup->device) : "host";
 }
 
-/* Per-tier traffic of one rank as JSON objects appended to array. */
 static kvio_status_t rank_init(emulate_t *emulate, rank_state_t *state, uint32_t rank,
                                char *error_p, size_t error_len)
 {
@@ -620,6 +618,22 @@ static void rank_fini(rank_state_t *state)
 }
 
 /* Emulate-only measurements: timing error and the engine's own overhead. */
+/* The executor's section of the metrics, for the plain and coupled runs:
+ * where the KV pool was (kv_memory may be NULL: unknown), the spin, the
+ * timing errors and the engine's overhead. */
+static json_t *executor_object(const char *executor, const char *kv_memory, bool spin,
+                               uint64_t spin_bytes, const kvio_hist_t *error_ns,
+                               const kvio_hist_t *error_ppm, int64_t overhead, int64_t planned)
+{
+    return json_pack("{s:s, s:s?, s:b, s:I, s:f, s:f, s:f, s:f}", "executor", executor,
+                     "kv_memory", kv_memory, "spin_kernel", spin, "spin_memory_bytes",
+                     (json_int_t)spin_bytes, "timing_error_p50_us",
+                     kvio_hist_quantile(error_ns, 0.5) / 1e3, "timing_error_p99_us",
+                     kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
+                     kvio_hist_quantile(error_ppm, 0.99) / 1e4, "engine_overhead_pct",
+                     planned > 0 ? 100.0 * (double)overhead / (double)planned : 0);
+}
+
 static json_t *executor_json(const emulate_t *emulate)
 {
     kvio_hist_t *error_ns, *error_ppm;
@@ -632,16 +646,12 @@ static json_t *executor_json(const emulate_t *emulate)
         overhead += emulate->ranks[r].overhead_ns;
         planned += emulate->ranks[r].planned_ns;
     }
-    json_t *object = json_pack(
-        "{s:s, s:s, s:b, s:I, s:f, s:f, s:f, s:f, s:f}", "executor", "real", "kv_memory",
-        setup_memory(&emulate->ranks[0].setup), "spin_kernel", emulate->ranks[0].setup.spin,
-        "spin_memory_bytes", (json_int_t)spin_memory(&emulate->ranks[0].setup, emulate->run),
-        "timing_error_p50_us",
-        kvio_hist_quantile(error_ns, 0.5) / 1e3, "timing_error_p99_us",
-        kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
-        kvio_hist_quantile(error_ppm, 0.99) / 1e4, "timing_error_max_us",
-        (double)kvio_hist_max(error_ns) / 1e3, "engine_overhead_pct",
-        planned > 0 ? 100.0 * (double)overhead / (double)planned : 0);
+    const rank_setup_t *first = &emulate->ranks[0].setup;
+    json_t *object = executor_object("real", setup_memory(first), first->spin,
+                                     spin_memory(first, emulate->run), error_ns, error_ppm,
+                                     overhead, planned);
+    json_object_set_new(object, "timing_error_max_us",
+                        json_real((double)kvio_hist_max(error_ns) / 1e3));
     kvio_hist_destroy(error_ns);
     kvio_hist_destroy(error_ppm);
     return object;
@@ -678,14 +688,14 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
         uint32_t sharing = run->device->index >= 0 || info.count < 1
                                ? num_ranks
                                : (num_ranks + (uint32_t)info.count - 1) / (uint32_t)info.count;
-        uint64_t spin_memory = run->device->spin ? run->device->spin_bytes : 0;
-        uint64_t per_device = (pool + spin_memory) * sharing;
+        uint64_t spin_bytes = run->device->spin ? run->device->spin_bytes : 0;
+        uint64_t per_device = (pool + spin_bytes) * sharing;
         if (per_device > info.memory_bytes / 10 * 9) {
             snprintf(error_p, error_len,
                      "emulate: %u KV pool(s) of %.2f GiB (and spin memory) share CUDA device %d "
                      "(%s), which has %.2f GiB; set serve.kvcache.capacity or "
                      "serve.kvcache.blocks (or device.spin_bytes)",
-                     sharing, (double)(pool + spin_memory) / 1073741824.0, info.index, info.name,
+                     sharing, (double)(pool + spin_bytes) / 1073741824.0, info.index, info.name,
                      (double)info.memory_bytes / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
@@ -1360,14 +1370,14 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                               setup_memory(&rank->setup), "spin_kernel", rank->setup.spin,
                               "spin_memory_bytes", (json_int_t)spin_memory(&rank->setup,
                                                                            rank->run));
-    char *tiers_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
+    char *about_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
     json_decref(about);
-    uint64_t tiers_length = tiers_text != NULL ? strlen(tiers_text) : 0;
+    uint64_t about_length = about_text != NULL ? strlen(about_text) : 0;
     if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, &tiers_length, sizeof(tiers_length));
-    if (status == KVIO_OK && tiers_length > 0)
-        status = blob_append(&blob, &length, &capacity, tiers_text, tiers_length);
-    free(tiers_text);
+        status = blob_append(&blob, &length, &capacity, &about_length, sizeof(about_length));
+    if (status == KVIO_OK && about_length > 0)
+        status = blob_append(&blob, &length, &capacity, about_text, about_length);
+    free(about_text);
     /* Iteration records last (a merge that finds none writes no rows). */
     uint64_t iterations[2] = {rank->iterations_length, rank->iterations_dropped};
     double host_bandwidth = rank->run->gpu->host_bandwidth;
@@ -1529,16 +1539,16 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         if (status == KVIO_OK)
             status = kvio_hist_unpack_merge(error_ppm, blob + offset, length - offset, &used);
         offset += used;
-        uint64_t tiers_length = 0;
-        if (status == KVIO_OK && length - offset >= sizeof(tiers_length)) {
-            memcpy(&tiers_length, blob + offset, sizeof(tiers_length));
-            offset += sizeof(tiers_length);
-            if (tiers_length > length - offset) {
+        uint64_t about_length = 0;
+        if (status == KVIO_OK && length - offset >= sizeof(about_length)) {
+            memcpy(&about_length, blob + offset, sizeof(about_length));
+            offset += sizeof(about_length);
+            if (about_length > length - offset) {
                 status = KVIO_ERR_PARSE;
                 break;
             }
             json_error_t json_error;
-            json_t *about = json_loadb((const char *)blob + offset, tiers_length, 0,
+            json_t *about = json_loadb((const char *)blob + offset, about_length, 0,
                                        &json_error);
             json_t *rank_tiers = json_object_get(about, "tiers");
             if (json_is_array(rank_tiers))
@@ -1549,7 +1559,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                 spin_bytes = json_integer_value(json_object_get(about, "spin_memory_bytes"));
             }
             json_decref(about);
-            offset += tiers_length;
+            offset += about_length;
         }
         if (status == KVIO_OK)
             status = merge_iterations(blob, length, &offset, serve_index, iterations_csv, events,
@@ -1572,16 +1582,10 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                             json_integer((json_int_t)total.swap_verify_failures));
         json_object_set_new(metrics, "tiers", tiers);
         tiers = NULL;
-        json_object_set_new(
-            metrics, "executor",
-            json_pack("{s:s, s:O?, s:b, s:I, s:f, s:f, s:f, s:f}", "executor",
-                      "real (coupled)", "kv_memory", kv_memory, "spin_kernel", spin_kernel,
-                      "spin_memory_bytes", spin_bytes,
-                      "timing_error_p50_us", kvio_hist_quantile(error_ns, 0.5) / 1e3,
-                      "timing_error_p99_us", kvio_hist_quantile(error_ns, 0.99) / 1e3,
-                      "timing_error_p99_pct", kvio_hist_quantile(error_ppm, 0.99) / 1e4,
-                      "engine_overhead_pct",
-                      planned > 0 ? 100.0 * (double)overhead / (double)planned : 0));
+        json_object_set_new(metrics, "executor",
+                            executor_object("real (coupled)", json_string_value(kv_memory),
+                                            spin_kernel, (uint64_t)spin_bytes, error_ns,
+                                            error_ppm, overhead, planned));
         json_object_set_new(metrics, "per_rank", per_rank);
         per_rank = NULL;
         *metrics_p = metrics;

@@ -436,17 +436,13 @@ static void stamp_flush(kvio_engine_t *engine, const uint32_t *blocks, size_t co
             copies[num_copies++] = (kvio_device_copy_t){
                 .dst = block_data(engine, block), .src = stamp, .bytes = stamp_bytes(engine)};
             engine->stamps[block].index = STAMP_NONE;
-            if (num_copies == per_batch || i + 1 == count) {
-                status = kvio_device_copy_async(engine->kv_device, copies, num_copies);
-                if (status == KVIO_OK) /* the bounce buffer is reused next */
-                    status = kvio_device_sync(engine->kv_device);
+            if (num_copies == per_batch) { /* waited for: the bounce buffer is reused */
+                status = kvio_device_copy_batch(engine->kv_device, copies, num_copies);
                 num_copies = 0;
             }
         }
         if (status == KVIO_OK && num_copies > 0)
-            status = kvio_device_copy_async(engine->kv_device, copies, num_copies);
-        if (status == KVIO_OK && num_copies > 0)
-            status = kvio_device_sync(engine->kv_device);
+            status = kvio_device_copy_batch(engine->kv_device, copies, num_copies);
         if (status != KVIO_OK)
             gpu_failed(engine, status, "stamping KV blocks on the GPU");
         free(copies);
@@ -563,9 +559,7 @@ static kvio_status_t tier_load_gpu(kvio_engine_t *engine, const engine_req_t *re
     }
     if (status == KVIO_OK && num_lent > 0) {
         uint64_t start_ns = kvio_time_ns();
-        status = kvio_device_copy_async(engine->kv_device, copies, num_lent);
-        if (status == KVIO_OK)
-            status = kvio_device_sync(engine->kv_device);
+        status = kvio_device_copy_batch(engine->kv_device, copies, num_lent);
         int64_t copy_ns = (int64_t)(kvio_time_ns() - start_ns);
         engine->current.tier_ns += copy_ns;
         for (uint32_t i = 0; i < num_lent; i++)
@@ -842,9 +836,7 @@ static kvio_status_t swap_in_gpu(kvio_engine_t *engine, engine_req_t *req, const
         copies[i - resident] = (kvio_device_copy_t){
             .dst = block_data(engine, ids[i]), .src = swap_slot_data(engine, req->swap_slots[i]),
             .bytes = engine->block_bytes};
-    kvio_status_t status = kvio_device_copy_async(engine->kv_device, copies, last - resident);
-    if (status == KVIO_OK)
-        status = kvio_device_sync(engine->kv_device);
+    kvio_status_t status = kvio_device_copy_batch(engine->kv_device, copies, last - resident);
     free(copies);
     for (size_t i = resident; i < last && status == KVIO_OK; i++)
         stamp_drop(engine, ids[i]);
@@ -892,9 +884,7 @@ static kvio_status_t swap_out(kvio_engine_t *engine, engine_req_t *victim, const
             copies[i] = (kvio_device_copy_t){.dst = swap_slot_data(engine, victim->swap_slots[i]),
                                              .src = block_data(engine, ids[i]),
                                              .bytes = engine->block_bytes};
-        status = kvio_device_copy_async(engine->kv_device, copies, count);
-        if (status == KVIO_OK)
-            status = kvio_device_sync(engine->kv_device);
+        status = kvio_device_copy_batch(engine->kv_device, copies, count);
         if (status != KVIO_OK) {
             kvio_error("serve rank %u: swapping KV blocks out of the GPU: %s", engine->rank,
                        kvio_device_error(engine->kv_device));

@@ -231,7 +231,7 @@ Test(gpu, spin_streaming_memory_lasts_its_time, .timeout = 60)
 {
     REQUIRE_GPU();
     kvio_device_t *domain = open_cuda();
-    cr_assert_eq(kvio_device_spin_memory(domain, 64 << 20), KVIO_OK, "%s",
+    cr_assert_eq(kvio_device_spin_setup(domain, 64 << 20), KVIO_OK, "%s",
                  kvio_device_error(domain));
     cr_assert_eq(kvio_device_spin(domain, 1000000), KVIO_OK, "%s", kvio_device_error(domain));
     cr_assert_eq(kvio_device_sync(domain), KVIO_OK);
@@ -246,7 +246,7 @@ Test(gpu, spin_streaming_memory_lasts_its_time, .timeout = 60)
     cr_assert_eq(kvio_device_create(KVIO_MEMORY_HOST, KVIO_FALLBACK_ERROR, -1, 0, &host, error,
                                     sizeof(error)),
                  KVIO_OK, "%s", error);
-    cr_assert_eq(kvio_device_spin_memory(host, 1 << 20), KVIO_ERR_UNSUPPORTED);
+    cr_assert_eq(kvio_device_spin_setup(host, 1 << 20), KVIO_ERR_UNSUPPORTED);
     kvio_device_destroy(host);
 }
 

@@ -14,9 +14,9 @@
 #include "kvio/log.h"
 
 const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", "cuda-ipc", "staged", NULL};
-static const char *const fanout_names[] = {"sequential", "chain", NULL};
+const char *const kvio_xfer_fanout_names[] = {"sequential", "chain", NULL};
 static const char *const host_hop_names[] = {"put", "mapped", NULL};
-static const char *const discovery_names[] = {"poll", "notify", NULL};
+const char *const kvio_xfer_discovery_names[] = {"poll", "notify", NULL};
 static const char *const disconnect_names[] = {"reconnect", "fail", NULL};
 
 static const kvio_opt_t file_options[] = {
@@ -27,7 +27,7 @@ static const kvio_opt_t file_options[] = {
     {.key = "direct", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_xfer_file_config_t, direct),
      .default_value = "false", .help = "O_DIRECT writes and reads (bytes and chunk: 4KiB multiples)"},
     {.key = "discovery", .type = KVIO_OPT_ENUM,
-     .offset = offsetof(kvio_xfer_file_config_t, discovery), .values = discovery_names,
+     .offset = offsetof(kvio_xfer_file_config_t, discovery), .values = kvio_xfer_discovery_names,
      .default_value = "poll",
      .help = "poll: list the directory every poll_interval (model repositories); notify: inotify"},
     {.key = "poll_interval", .type = KVIO_OPT_DURATION,
@@ -84,7 +84,7 @@ const kvio_opt_t kvio_xfer_options[] = {
      .default_value = "4", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1024,
      .help = "ucx: puts in flight; redis: SETs per pipeline"},
     {.key = "fanout", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, fanout),
-     .values = fanout_names, .default_value = "sequential",
+     .values = kvio_xfer_fanout_names, .default_value = "sequential",
      .help = "ucx, several receivers: one after the other, or a pipelined chain"},
     {.key = "host_hop", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, host_hop),
      .values = host_hop_names, .default_value = "put",

@@ -331,13 +331,11 @@ static kvio_status_t staged_put_mapped(kvio_xfer_t *xfer, int target, const kvio
         }
         if (status == KVIO_OK && kvio_xfer_fault_now(xfer))
             return KVIO_ERR_INTERRUPTED;
-        kvio_device_copy_t copy = {.dst = priv->mapped[2 * (size_t)target + (size_t)ring],
-                                   .src = source + offset, .bytes = length};
         if (status == KVIO_OK)
-            status = device_failed(xfer, kvio_device_copy_async(xfer->device, &copy, 1),
-                                   "device-to-host copy into a mapped ring");
-        if (status == KVIO_OK)
-            status = device_failed(xfer, kvio_device_sync(xfer->device),
+            status = device_failed(xfer, kvio_device_copy(xfer->device,
+                                                          priv->mapped[2 * (size_t)target +
+                                                                       (size_t)ring],
+                                                          source + offset, length),
                                    "device-to-host copy into a mapped ring");
         chunk_message_t message = {.version = meta->version, .index = k, .offset = offset,
                                    .length = length, .slot = meta->slot & 1,

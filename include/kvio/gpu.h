@@ -136,24 +136,29 @@ kvio_status_t kvio_device_sync(kvio_device_t *device);
 /* KVIO_OK when the copy stream is idle, KVIO_INPROGRESS while not. */
 kvio_status_t kvio_device_poll(kvio_device_t *device);
 
+/* Queues count copies like kvio_device_copy_async, then waits for them. */
+kvio_status_t kvio_device_copy_batch(kvio_device_t *device, const kvio_device_copy_t *copies,
+                                     size_t count);
+
 /* A single copy, waited for. */
 kvio_status_t kvio_device_copy(kvio_device_t *device, void *dst, const void *src,
                                uint64_t bytes);
 
-/* Launches the spin kernel on the compute stream (one block per SM) and
- * returns at once; it spins until duration_ns from now, on the GPU's
- * nanosecond timer (offset from the host's clock measured at the first
+/* Launches the spin kernel on the compute stream and returns at once; it
+ * spins until duration_ns from now, on the GPU's nanosecond timer (offset
+ * from the host's clock measured by kvio_device_spin_setup or this first
  * spin). A spin queued behind one that overran still ends at its own
- * deadline, not a full duration later, so overruns do not pile up. KVIO_ERR_UNSUPPORTED on
- * a host or pinned domain. */
+ * deadline, not a full duration later, so overruns do not pile up.
+ * KVIO_ERR_UNSUPPORTED on a host or pinned domain. */
 kvio_status_t kvio_device_spin(kvio_device_t *device, int64_t duration_ns);
 
-/* Gives later spins bytes of device memory (owned by the domain) to stream
- * over, reading and writing it until their deadline, so copies contend for
- * memory bandwidth as they do with real, memory-bound decode kernels;
- * without it a spin only occupies the SMs. KVIO_ERR_UNSUPPORTED off a cuda
- * domain. */
-kvio_status_t kvio_device_spin_memory(kvio_device_t *device, uint64_t bytes);
+/* Prepares later spins, before the timed part of a run: measures the GPU
+ * timer's offset (else the first spin does), and gives them bytes of device
+ * memory (owned by the domain; 0: none) to stream over, reading and writing
+ * it until their deadline, so copies contend for memory bandwidth as they
+ * do with real, memory-bound decode kernels; without it a spin only
+ * occupies the SMs. KVIO_ERR_UNSUPPORTED off a cuda domain. */
+kvio_status_t kvio_device_spin_setup(kvio_device_t *device, uint64_t bytes);
 
 /* CUDA IPC (cuda domains): the handle of a cudaMalloc'd buffer, and opening
  * another process's handle as a device pointer (closed with ipc_close). */

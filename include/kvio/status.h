@@ -26,6 +26,8 @@
     X(KVIO_ERR_DEVICE, -16, "device error")                                 \
     X(KVIO_ERR_INTERNAL, -17, "internal error")
 
+#include <stdbool.h>
+
 typedef enum {
 #define KVIO_STATUS_ENUM(name, value, text) name = value,
     KVIO_STATUS_LIST(KVIO_STATUS_ENUM)
@@ -34,6 +36,10 @@ typedef enum {
 
 /* Returns a static, human-readable text for a status code. */
 const char *kvio_strerror(kvio_status_t status);
+
+/* True when the status says the input was bad (a usage error: exit 2)
+ * rather than that a run failed. */
+bool kvio_status_is_bad_input(kvio_status_t status);
 
 /* Converts an errno value into the closest kvio status. */
 kvio_status_t kvio_status_from_errno(int errnum);

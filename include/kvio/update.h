@@ -105,7 +105,6 @@ typedef struct kvio_update_server {
  * for versions and, with on_trainer_loss: serve, keeps serving. */
 #define KVIO_UPDATE_TAG_TRAINER_LOST (KVIO_RTE_TAG_USER + 32)
 typedef struct kvio_trainer_lost_notice {
-    int64_t at_ns;         /* rank 0's clock */
     uint64_t last_version; /* the last version published whole */
     char reason[200];
 } kvio_trainer_lost_notice_t;

@@ -35,6 +35,9 @@ typedef enum { KVIO_XFER_HOP_PUT = 0, KVIO_XFER_HOP_MAPPED = 1 } kvio_xfer_host_
 typedef enum { KVIO_XFER_DISCOVER_POLL = 0, KVIO_XFER_DISCOVER_NOTIFY = 1 } kvio_xfer_discovery_t;
 
 extern const char *const kvio_xfer_kind_names[];
+/* Names of kvio_xfer_fanout_t and kvio_xfer_discovery_t values, in order. */
+extern const char *const kvio_xfer_fanout_names[];
+extern const char *const kvio_xfer_discovery_names[];
 
 /* Capabilities of a transport (bits of its ops table). */
 #define KVIO_XFER_CAP_PUSH 1u         /* sender writes into the receiver's buffer */
