@@ -556,8 +556,7 @@ void kvio_tier_charge_reads(kvio_tier_t *tier, uint32_t count, int64_t total_ns)
     if (count == 0)
         return;
     tier->stats.read_ns += total_ns;
-    for (uint32_t i = 0; i < count; i++)
-        kvio_hist_record(tier->stats.get_latency, (uint64_t)(total_ns / count));
+    kvio_hist_record_n(tier->stats.get_latency, (uint64_t)(total_ns / count), count);
 }
 
 /* ---------- results ---------- */

@@ -22,9 +22,8 @@ typedef struct host_priv {
     uint64_t block_bytes;
     uint32_t capacity;
     bool pinned;             /* what the arena is */
-    const char *pinned_note; /* why not pinned, or NULL */
     kvio_device_t *domain;   /* pinned: true: the domain that page-locked it */
-    char note[640];
+    char note[640];          /* why not pinned when asked ("" otherwise) */
 } host_priv_t;
 
 static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
@@ -73,7 +72,6 @@ static kvio_status_t host_init(void *priv, const kvio_tier_config_t *config,
         }
         if (!host->pinned) {
             snprintf(host->note, sizeof(host->note), "%s", reason);
-            host->pinned_note = host->note;
             kvio_info("host tier: pinned: true, but the arena is pageable (%s)", host->note);
         }
     }
@@ -123,16 +121,15 @@ static void host_describe(const void *priv, char *text_p, size_t text_len)
     const host_priv_t *host = priv;
     snprintf(text_p, text_len, "host: %u blocks of %llu bytes in %s memory%s%s%s", host->capacity,
              (unsigned long long)host->block_bytes, host->pinned ? "pinned" : "pageable",
-             host->pinned_note ? " (" : "", host->pinned_note ? host->pinned_note : "",
-             host->pinned_note ? ")" : "");
+             host->note[0] ? " (" : "", host->note, host->note[0] ? ")" : "");
 }
 
 static void host_report(const void *priv, json_t *object)
 {
     const host_priv_t *host = priv;
     json_object_set_new(object, "memory", json_string(host->pinned ? "pinned" : "pageable"));
-    if (host->pinned_note != NULL)
-        json_object_set_new(object, "memory_note", json_string(host->pinned_note));
+    if (host->note[0] != '\0')
+        json_object_set_new(object, "memory_note", json_string(host->note));
 }
 
 const kvio_tier_ops_t kvio_tier_host_ops = {

@@ -307,50 +307,12 @@ static bool drained_enough(void *arg)
     return wait->priv->drained[wait->target] >= wait->count;
 }
 
-/* host_hop mapped: per chunk k, once ring buffer k mod 2 drained chunk
- * k-2, the GPU copies chunk k straight into it, then the receiver is told;
- * its host-to-device copy of chunk k overlaps ours of chunk k+1. */
-static kvio_status_t staged_put_mapped(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
-{
-    staged_priv_t *priv = xfer->priv;
-    int rank = xfer->receivers[target];
-    const char *source = xfer->send_buffer;
-    uint64_t chunk = priv->chunk, count = (xfer->bytes + chunk - 1) / chunk;
-    priv->version = meta->version;
-    priv->drained[target] = 0;
-    drain_wait_t wait = {.priv = priv, .target = target};
-    kvio_status_t status = KVIO_OK;
-    for (uint64_t k = 0; k < count && status == KVIO_OK; k++) {
-        uint64_t offset = k * chunk;
-        uint64_t length = xfer->bytes - offset < chunk ? xfer->bytes - offset : chunk;
-        int ring = (int)(k & 1);
-        if (k >= 2) {
-            wait.count = k - 1;
-            status = kvio_xfer_ucx_wait(xfer, drained_enough, &wait, rank,
-                                        "waiting for a staging buffer of");
-        }
-        if (status == KVIO_OK && kvio_xfer_fault_now(xfer))
-            return KVIO_ERR_INTERRUPTED;
-        if (status == KVIO_OK)
-            status = device_failed(xfer, kvio_device_copy(xfer->device,
-                                                          priv->mapped[2 * (size_t)target +
-                                                                       (size_t)ring],
-                                                          source + offset, length),
-                                   "device-to-host copy into a mapped ring");
-        chunk_message_t message = {.version = meta->version, .index = k, .offset = offset,
-                                   .length = length, .slot = meta->slot & 1,
-                                   .ring = (uint32_t)ring};
-        if (status == KVIO_OK)
-            status = kvio_xfer_ucx_send_am(xfer, rank, AM_CHUNK, &message, sizeof(message));
-    }
-    if (status == KVIO_OK) {
-        wait.count = count;
-        status = kvio_xfer_ucx_wait(xfer, drained_enough, &wait, rank,
-                                    "waiting for the last chunks to reach the GPU of");
-    }
-    return status;
-}
-
+/* Per chunk k: ring buffer k mod 2 of the receiver is free once chunk k-2
+ * drained. host_hop put stages chunk k+1 device-to-host into the other send
+ * ring while chunk k is put; host_hop mapped has the GPU copy chunk k
+ * straight into the receiver's ring (mapped here), and the receiver's
+ * host-to-device copy of chunk k overlaps ours of chunk k+1. Either way the
+ * receiver is told of each chunk, and the put returns once all drained. */
 static kvio_status_t staged_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
 {
     staged_priv_t *priv = xfer->priv;
@@ -358,11 +320,10 @@ static kvio_status_t staged_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
         /* Flush every connection first: torn down half set up (nothing has
          * travelled on it yet), UCX 1.13 asserts over tcp. */
         for (int i = 0; i < xfer->num_receivers; i++)
-            kvio_xfer_ucx_put_region(xfer, xfer->receivers[i], NULL, 0, NULL, 0, 1);
+            kvio_xfer_ucx_flush(xfer, xfer->receivers[i]);
         return priv->unmapped;
     }
-    if (priv->mapped != NULL)
-        return staged_put_mapped(xfer, target, meta);
+    bool mapped = priv->mapped != NULL;
     int rank = xfer->receivers[target];
     const kvio_ucx_remote_slots_t *remote = &priv->ucx.remote[target];
     const char *source = xfer->send_buffer;
@@ -371,41 +332,49 @@ static kvio_status_t staged_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
     priv->version = meta->version;
     priv->drained[target] = 0;
     drain_wait_t wait = {.priv = priv, .target = target};
-    /* Stage chunk 0, then per chunk: stage the next while this one travels. */
-    kvio_device_copy_t copy = {.dst = priv->send_ring[0], .src = source,
-                               .bytes = xfer->bytes < chunk ? xfer->bytes : chunk};
-    kvio_status_t status = device_failed(xfer, kvio_device_copy(xfer->device, copy.dst, copy.src,
-                                                                copy.bytes),
-                                         "device-to-host copy");
+    kvio_status_t status = KVIO_OK;
+    if (!mapped) /* stage chunk 0 */
+        status = device_failed(xfer, kvio_device_copy(xfer->device, priv->send_ring[0], source,
+                                                      xfer->bytes < chunk ? xfer->bytes : chunk),
+                               "device-to-host copy");
     for (uint64_t k = 0; k < count && status == KVIO_OK; k++) {
         uint64_t offset = k * chunk;
         uint64_t length = xfer->bytes - offset < chunk ? xfer->bytes - offset : chunk;
         int ring = (int)(k & 1);
-        bool more = k + 1 < count;
-        if (more) {
+        bool stage_next = !mapped && k + 1 < count;
+        if (stage_next) {
             uint64_t next = offset + chunk;
-            copy = (kvio_device_copy_t){.dst = priv->send_ring[1 - ring], .src = source + next,
-                                        .bytes = xfer->bytes - next < chunk ? xfer->bytes - next
-                                                                            : chunk};
+            kvio_device_copy_t copy = {
+                .dst = priv->send_ring[1 - ring], .src = source + next,
+                .bytes = xfer->bytes - next < chunk ? xfer->bytes - next : chunk};
             status = device_failed(xfer, kvio_device_copy_async(xfer->device, &copy, 1),
                                    "device-to-host copy");
         }
-        /* The receiver's ring buffer is free once chunk k-2 drained. */
         if (status == KVIO_OK && k >= 2) {
             wait.count = k - 1;
             status = kvio_xfer_ucx_wait(xfer, drained_enough, &wait, rank,
                                         "waiting for a staging buffer of");
         }
-        if (status == KVIO_OK)
+        if (mapped) {
+            if (status == KVIO_OK && kvio_xfer_fault_now(xfer))
+                return KVIO_ERR_INTERRUPTED;
+            if (status == KVIO_OK)
+                status = device_failed(
+                    xfer, kvio_device_copy(xfer->device,
+                                           priv->mapped[2 * (size_t)target + (size_t)ring],
+                                           source + offset, length),
+                    "device-to-host copy into a mapped ring");
+        } else if (status == KVIO_OK) {
             status = kvio_xfer_ucx_put_region(xfer, rank, priv->send_ring[ring],
                                               remote->address[ring], remote->rkey[ring], length,
                                               length);
+        }
         chunk_message_t message = {.version = meta->version, .index = k, .offset = offset,
                                    .length = length, .slot = meta->slot & 1,
                                    .ring = (uint32_t)ring};
         if (status == KVIO_OK)
             status = kvio_xfer_ucx_send_am(xfer, rank, AM_CHUNK, &message, sizeof(message));
-        if (status == KVIO_OK && more)
+        if (status == KVIO_OK && stage_next)
             status = device_failed(xfer, kvio_device_sync(xfer->device), "device-to-host copy");
     }
     /* The data is in GPU memory when every chunk drained. */

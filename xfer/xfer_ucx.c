@@ -656,11 +656,15 @@ kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *
     }
     if (status == KVIO_OK)
         status = wait_inflight(xfer, 0, rank, "putting to");
-    /* The flush returns when every put is complete at the target. */
-    if (status == KVIO_OK) {
-        ucp_request_param_t param = callback_param(priv);
-        status = track(xfer, ucp_ep_flush_nbx(ep, &param), "ucp_ep_flush_nbx");
-    }
+    return status == KVIO_OK ? kvio_xfer_ucx_flush(xfer, rank) : status;
+}
+
+kvio_status_t kvio_xfer_ucx_flush(kvio_xfer_t *xfer, int rank)
+{
+    ucx_priv_t *priv = xfer->priv;
+    ucp_request_param_t param = callback_param(priv);
+    kvio_status_t status = track(xfer, ucp_ep_flush_nbx(priv->eps[rank], &param),
+                                 "ucp_ep_flush_nbx");
     if (status == KVIO_OK)
         status = wait_inflight(xfer, 0, rank, "flushing to");
     return status;

@@ -92,6 +92,10 @@ kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *
                                        uint64_t remote, ucp_rkey_h rkey, uint64_t length,
                                        uint64_t chunk);
 
+/* Waits until everything put to rank is complete there (and the connection
+ * to it is set up). */
+kvio_status_t kvio_xfer_ucx_flush(kvio_xfer_t *xfer, int rank);
+
 /* Sends an eager active message and waits until it left. */
 kvio_status_t kvio_xfer_ucx_send_am(kvio_xfer_t *xfer, int rank, unsigned id,
                                     const void *data, size_t length);
