@@ -326,3 +326,118 @@ void kvio_table_print(const kvio_table_t *table, FILE *out)
         fputc('\n', out);
     }
 }
+
+/* ---------- reading CSV ---------- */
+
+/* Reads the next non-empty line into fields. Returns KVIO_INPROGRESS at the
+ * end of the file. */
+kvio_status_t kvio_csv_reader_next(kvio_csv_reader_t *csv, char *error_p, size_t error_len)
+{
+    for (;;) {
+        if (fgets(csv->line, sizeof(csv->line), csv->file) == NULL) {
+            if (ferror(csv->file)) {
+                snprintf(error_p, error_len, "%s:%lu: read error", csv->path,
+                         csv->line_number + 1);
+                return KVIO_ERR_IO;
+            }
+            return KVIO_INPROGRESS;
+        }
+        csv->line_number++;
+        size_t length = strlen(csv->line);
+        if (length == sizeof(csv->line) - 1 && csv->line[length - 1] != '\n') {
+            snprintf(error_p, error_len, "%s:%lu: line longer than %d bytes", csv->path,
+                     csv->line_number, KVIO_CSV_LINE_MAX - 1);
+            return KVIO_ERR_PARSE;
+        }
+        if (length != strlen(csv->line)) {
+            snprintf(error_p, error_len, "%s:%lu: NUL byte in line", csv->path, csv->line_number);
+            return KVIO_ERR_PARSE;
+        }
+        while (length > 0 && (csv->line[length - 1] == '\n' || csv->line[length - 1] == '\r'))
+            csv->line[--length] = '\0';
+        if (length == 0)
+            continue;
+        csv->num_fields = 0;
+        char *cursor = csv->line;
+        for (;;) {
+            if (csv->num_fields == KVIO_CSV_MAX_COLUMNS) {
+                snprintf(error_p, error_len, "%s:%lu: more than %d columns", csv->path,
+                         csv->line_number, KVIO_CSV_MAX_COLUMNS);
+                return KVIO_ERR_PARSE;
+            }
+            csv->fields[csv->num_fields++] = cursor;
+            char *comma = strchr(cursor, ',');
+            if (comma == NULL)
+                break;
+            *comma = '\0';
+            cursor = comma + 1;
+        }
+        return KVIO_OK;
+    }
+}
+
+/* Opens path and reads its header. KVIO_ERR_NOT_FOUND when it is absent. */
+kvio_status_t kvio_csv_reader_open(kvio_csv_reader_t *csv, const char *path, char *error_p,
+                                   size_t error_len)
+{
+    memset(csv, 0, sizeof(*csv));
+    snprintf(csv->path, sizeof(csv->path), "%s", path);
+    struct stat info;
+    if (stat(path, &info) != 0)
+        return KVIO_ERR_NOT_FOUND;
+    if (!S_ISREG(info.st_mode)) {
+        snprintf(error_p, error_len, "%s: not a regular file", path);
+        return KVIO_ERR_INVALID;
+    }
+    csv->file = fopen(path, "r");
+    if (csv->file == NULL) {
+        snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
+        return KVIO_ERR_IO;
+    }
+    kvio_status_t status = kvio_csv_reader_next(csv, error_p, error_len);
+    if (status == KVIO_INPROGRESS) {
+        snprintf(error_p, error_len, "%s: empty file (no header)", path);
+        status = KVIO_ERR_PARSE;
+    }
+    if (status != KVIO_OK) {
+        fclose(csv->file);
+        csv->file = NULL;
+    }
+    /* A UTF-8 byte-order mark before the first column name is tolerated. */
+    if (status == KVIO_OK && strncmp(csv->fields[0], "\xEF\xBB\xBF", 3) == 0)
+        csv->fields[0] += 3;
+    return status;
+}
+
+void kvio_csv_reader_close(kvio_csv_reader_t *csv)
+{
+    if (csv->file != NULL)
+        fclose(csv->file);
+    csv->file = NULL;
+}
+
+/* Index of a header column, or -1. */
+int kvio_csv_reader_column(const kvio_csv_reader_t *csv, const char *name)
+{
+    for (size_t i = 0; i < csv->num_fields; i++)
+        if (strcmp(csv->fields[i], name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* The indices of every named header column; KVIO_ERR_PARSE naming the
+ * first that is missing. */
+kvio_status_t kvio_csv_reader_columns(const kvio_csv_reader_t *csv, const char *const *names,
+                                      size_t count, int *columns, char *error_p,
+                                      size_t error_len)
+{
+    for (size_t i = 0; i < count; i++) {
+        columns[i] = kvio_csv_reader_column(csv, names[i]);
+        if (columns[i] < 0) {
+            snprintf(error_p, error_len, "%s: no column '%s' in the header", csv->path,
+                     names[i]);
+            return KVIO_ERR_PARSE;
+        }
+    }
+    return KVIO_OK;
+}

@@ -4,14 +4,14 @@
  * checked; an error names the file and the line or key. */
 #include "report/report_int.h"
 
+#include "kvio/results.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#define CSV_LINE_MAX 65536
-#define CSV_MAX_COLUMNS 64
 /* Any number in an input larger than this is refused as corrupt. */
 #define VALUE_LIMIT 1e15
 
@@ -107,140 +107,19 @@ static kvio_status_t json_number(const json_t *object, const char *key, const ch
 
 /* ---------- CSV ---------- */
 
-typedef struct csv_reader {
-    FILE *file;
-    char path[REPORT_PATH_MAX + 32];
-    unsigned long line_number;
-    char line[CSV_LINE_MAX];
-    size_t num_fields;
-    char *fields[CSV_MAX_COLUMNS];
-} csv_reader_t;
-
-/* Reads the next non-empty line into fields. Returns KVIO_INPROGRESS at the
- * end of the file. */
-static kvio_status_t csv_next(csv_reader_t *csv, char *error_p, size_t error_len)
-{
-    for (;;) {
-        if (fgets(csv->line, sizeof(csv->line), csv->file) == NULL) {
-            if (ferror(csv->file)) {
-                snprintf(error_p, error_len, "%s:%lu: read error", csv->path,
-                         csv->line_number + 1);
-                return KVIO_ERR_IO;
-            }
-            return KVIO_INPROGRESS;
-        }
-        csv->line_number++;
-        size_t length = strlen(csv->line);
-        if (length == sizeof(csv->line) - 1 && csv->line[length - 1] != '\n') {
-            snprintf(error_p, error_len, "%s:%lu: line longer than %d bytes", csv->path,
-                     csv->line_number, CSV_LINE_MAX - 1);
-            return KVIO_ERR_PARSE;
-        }
-        if (length != strlen(csv->line)) {
-            snprintf(error_p, error_len, "%s:%lu: NUL byte in line", csv->path, csv->line_number);
-            return KVIO_ERR_PARSE;
-        }
-        while (length > 0 && (csv->line[length - 1] == '\n' || csv->line[length - 1] == '\r'))
-            csv->line[--length] = '\0';
-        if (length == 0)
-            continue;
-        csv->num_fields = 0;
-        char *cursor = csv->line;
-        for (;;) {
-            if (csv->num_fields == CSV_MAX_COLUMNS) {
-                snprintf(error_p, error_len, "%s:%lu: more than %d columns", csv->path,
-                         csv->line_number, CSV_MAX_COLUMNS);
-                return KVIO_ERR_PARSE;
-            }
-            csv->fields[csv->num_fields++] = cursor;
-            char *comma = strchr(cursor, ',');
-            if (comma == NULL)
-                break;
-            *comma = '\0';
-            cursor = comma + 1;
-        }
-        return KVIO_OK;
-    }
-}
-
-/* Opens path and reads its header. KVIO_ERR_NOT_FOUND when it is absent. */
-static kvio_status_t csv_open(csv_reader_t *csv, const char *path, char *error_p,
-                              size_t error_len)
-{
-    memset(csv, 0, sizeof(*csv));
-    snprintf(csv->path, sizeof(csv->path), "%s", path);
-    struct stat info;
-    if (stat(path, &info) != 0)
-        return KVIO_ERR_NOT_FOUND;
-    if (!S_ISREG(info.st_mode)) {
-        snprintf(error_p, error_len, "%s: not a regular file", path);
-        return KVIO_ERR_INVALID;
-    }
-    csv->file = fopen(path, "r");
-    if (csv->file == NULL) {
-        snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
-        return KVIO_ERR_IO;
-    }
-    kvio_status_t status = csv_next(csv, error_p, error_len);
-    if (status == KVIO_INPROGRESS) {
-        snprintf(error_p, error_len, "%s: empty file (no header)", path);
-        status = KVIO_ERR_PARSE;
-    }
-    if (status != KVIO_OK) {
-        fclose(csv->file);
-        csv->file = NULL;
-    }
-    /* A UTF-8 byte-order mark before the first column name is tolerated. */
-    if (status == KVIO_OK && strncmp(csv->fields[0], "\xEF\xBB\xBF", 3) == 0)
-        csv->fields[0] += 3;
-    return status;
-}
-
 /* Opens dir/name when it exists: KVIO_INPROGRESS when it does not (the
  * file is optional), KVIO_OK with csv open, or the error. */
-static kvio_status_t csv_open_in(csv_reader_t *csv, const char *dir, const char *name,
+static kvio_status_t csv_open_in(kvio_csv_reader_t *csv, const char *dir, const char *name,
                                  char *error_p, size_t error_len)
 {
     char path[REPORT_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    kvio_status_t status = csv_open(csv, path, error_p, error_len);
+    kvio_status_t status = kvio_csv_reader_open(csv, path, error_p, error_len);
     return status == KVIO_ERR_NOT_FOUND ? KVIO_INPROGRESS : status;
 }
 
-static void csv_close(csv_reader_t *csv)
-{
-    if (csv->file != NULL)
-        fclose(csv->file);
-    csv->file = NULL;
-}
-
-/* Index of a header column, or -1. */
-static int csv_column(const csv_reader_t *csv, const char *name)
-{
-    for (size_t i = 0; i < csv->num_fields; i++)
-        if (strcmp(csv->fields[i], name) == 0)
-            return (int)i;
-    return -1;
-}
-
-/* The indices of every named header column; KVIO_ERR_PARSE naming the
- * first that is missing. */
-static kvio_status_t csv_columns(const csv_reader_t *csv, const char *const *names, size_t count,
-                                 int *columns, char *error_p, size_t error_len)
-{
-    for (size_t i = 0; i < count; i++) {
-        columns[i] = csv_column(csv, names[i]);
-        if (columns[i] < 0) {
-            snprintf(error_p, error_len, "%s: no column '%s' in the header", csv->path,
-                     names[i]);
-            return KVIO_ERR_PARSE;
-        }
-    }
-    return KVIO_OK;
-}
-
 /* Parses field index of the current row as a finite number. */
-static kvio_status_t csv_number(const csv_reader_t *csv, int index, const char *name,
+static kvio_status_t csv_number(const kvio_csv_reader_t *csv, int index, const char *name,
                                 double *value_p, char *error_p, size_t error_len)
 {
     if (index < 0 || (size_t)index >= csv->num_fields) {
@@ -461,19 +340,19 @@ static uint64_t seconds_to_ns(double seconds)
 static kvio_status_t load_requests(const char *dir, report_run_t *run, char *error_p,
                                    size_t error_len)
 {
-    csv_reader_t csv;
+    kvio_csv_reader_t csv;
     kvio_status_t status = csv_open_in(&csv, dir, "requests.csv", error_p, error_len);
     if (status != KVIO_OK)
         return status == KVIO_INPROGRESS ? KVIO_OK : status;
     const char *names[] = {"arrival_s", "first_token_s", "finish_s", "output_tokens"};
     int columns[4];
-    status = csv_columns(&csv, names, 4, columns, error_p, error_len);
+    status = kvio_csv_reader_columns(&csv, names, 4, columns, error_p, error_len);
     if (status != KVIO_OK) {
-        csv_close(&csv);
+        kvio_csv_reader_close(&csv);
         return status;
     }
-    int measured_column = csv_column(&csv, "measured");
-    while ((status = csv_next(&csv, error_p, error_len)) == KVIO_OK) {
+    int measured_column = kvio_csv_reader_column(&csv, "measured");
+    while ((status = kvio_csv_reader_next(&csv, error_p, error_len)) == KVIO_OK) {
         double value[4], measured = 1;
         for (size_t i = 0; i < 4 && status == KVIO_OK; i++)
             status = csv_number(&csv, columns[i], names[i], &value[i], error_p, error_len);
@@ -500,7 +379,7 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
             kvio_hist_record(run->tpot, seconds_to_ns((finish - first) / (outputs - 1)));
         run->has_requests = true;
     }
-    csv_close(&csv);
+    kvio_csv_reader_close(&csv);
     return status == KVIO_INPROGRESS ? KVIO_OK : status;
 }
 
@@ -508,24 +387,24 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
 static kvio_status_t load_iterations(const char *dir, report_run_t *run, char *error_p,
                                      size_t error_len)
 {
-    csv_reader_t csv;
+    kvio_csv_reader_t csv;
     kvio_status_t status = csv_open_in(&csv, dir, "iterations.csv", error_p, error_len);
     if (status != KVIO_OK)
         return status == KVIO_INPROGRESS ? KVIO_OK : status;
     const char *names[] = {"time_s", "duration_ms", "batch_size", "kv_usage", "preempted"};
     int columns[5];
-    status = csv_columns(&csv, names, 5, columns, error_p, error_len);
+    status = kvio_csv_reader_columns(&csv, names, 5, columns, error_p, error_len);
     if (status != KVIO_OK) {
-        csv_close(&csv);
+        kvio_csv_reader_close(&csv);
         return status;
     }
     run->timeline = malloc(sizeof(*run->timeline));
     if (run->timeline == NULL) {
-        csv_close(&csv);
+        kvio_csv_reader_close(&csv);
         return KVIO_ERR_NOMEM;
     }
     report_timeline_init(run->timeline);
-    while ((status = csv_next(&csv, error_p, error_len)) == KVIO_OK) {
+    while ((status = kvio_csv_reader_next(&csv, error_p, error_len)) == KVIO_OK) {
         double value[5];
         for (size_t i = 0; i < 5 && status == KVIO_OK; i++)
             status = csv_number(&csv, columns[i], names[i], &value[i], error_p, error_len);
@@ -542,39 +421,39 @@ static kvio_status_t load_iterations(const char *dir, report_run_t *run, char *e
         report_timeline_add(run->timeline, value[0], value[1] / 1e3, value[3], value[2],
                             value[4]);
     }
-    csv_close(&csv);
+    kvio_csv_reader_close(&csv);
     return status == KVIO_INPROGRESS ? KVIO_OK : status;
 }
 
 /* Finds a stage column as t_<stage> (seconds), t_<stage>_s, t_<stage>_ms (what
  * kvio writes) or t_<stage>_ns. */
-static int stage_column(const csv_reader_t *csv, const char *stage, double *scale_p)
+static int stage_column(const kvio_csv_reader_t *csv, const char *stage, double *scale_p)
 {
     char name[64];
     snprintf(name, sizeof(name), "t_%s", stage);
-    int column = csv_column(csv, name);
+    int column = kvio_csv_reader_column(csv, name);
     *scale_p = 1;
     if (column >= 0)
         return column;
     snprintf(name, sizeof(name), "t_%s_s", stage);
-    column = csv_column(csv, name);
+    column = kvio_csv_reader_column(csv, name);
     if (column >= 0)
         return column;
     snprintf(name, sizeof(name), "t_%s_ms", stage);
-    column = csv_column(csv, name);
+    column = kvio_csv_reader_column(csv, name);
     *scale_p = 1e-3;
     if (column >= 0)
         return column;
     snprintf(name, sizeof(name), "t_%s_ns", stage);
     *scale_p = 1e-9;
-    return csv_column(csv, name);
+    return kvio_csv_reader_column(csv, name);
 }
 
 /* updates.csv → one row per (update, serve rank). */
 static kvio_status_t load_updates(const char *dir, report_run_t *run, char *error_p,
                                   size_t error_len)
 {
-    csv_reader_t csv;
+    kvio_csv_reader_t csv;
     kvio_status_t status = csv_open_in(&csv, dir, "updates.csv", error_p, error_len);
     if (status != KVIO_OK)
         return status == KVIO_INPROGRESS ? KVIO_OK : status;
@@ -582,20 +461,20 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
     double scales[UPDATE_STAGES];
     for (size_t i = 0; i < UPDATE_STAGES; i++)
         columns[i] = stage_column(&csv, report_update_stage_names[i], &scales[i]);
-    int version_column = csv_column(&csv, "version");
-    int rank_column = csv_column(&csv, "rank");
-    int bytes_column = csv_column(&csv, "bytes");
+    int version_column = kvio_csv_reader_column(&csv, "version");
+    int rank_column = kvio_csv_reader_column(&csv, "rank");
+    int bytes_column = kvio_csv_reader_column(&csv, "bytes");
     const char *missing = version_column < 0 ? "version"
                           : columns[0] < 0   ? "t_ready"
                           : columns[5] < 0   ? "t_activated"
                                              : NULL;
     if (missing != NULL) {
         snprintf(error_p, error_len, "%s: no column '%s' in the header", csv.path, missing);
-        csv_close(&csv);
+        kvio_csv_reader_close(&csv);
         return KVIO_ERR_PARSE;
     }
     size_t capacity = 0;
-    while ((status = csv_next(&csv, error_p, error_len)) == KVIO_OK) {
+    while ((status = kvio_csv_reader_next(&csv, error_p, error_len)) == KVIO_OK) {
         if (run->num_updates == KVIO_REPORT_MAX_UPDATES) {
             run->updates_truncated = true;
             break;
@@ -641,7 +520,7 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
         }
         run->updates[run->num_updates++] = row;
     }
-    csv_close(&csv);
+    kvio_csv_reader_close(&csv);
     if (status == KVIO_OK || status == KVIO_INPROGRESS) {
         if (run->updates == NULL) /* header only: an empty but present table */
             run->updates = calloc(1, sizeof(*run->updates));

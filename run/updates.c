@@ -190,28 +190,6 @@ typedef struct measured_sums {
     size_t rows;
 } measured_sums_t;
 
-static int csv_column(char *const *names, int count, const char *name)
-{
-    for (int i = 0; i < count; i++)
-        if (strcmp(names[i], name) == 0)
-            return i;
-    return -1;
-}
-
-/* Splits line (modified in place) at commas into at most max fields. */
-static int csv_split(char *line, char **fields, int max)
-{
-    int count = 0;
-    for (char *field = line; field != NULL && count < max; count++) {
-        fields[count] = field;
-        char *comma = strchr(field, ',');
-        if (comma != NULL)
-            *comma++ = '\0';
-        field = comma;
-    }
-    return count;
-}
-
 /* Reads dir/updates.csv into sums. */
 static kvio_status_t read_updates_csv(const char *dir, measured_sums_t *sums_p, char *error_p,
                                       size_t error_len)
@@ -221,39 +199,32 @@ static kvio_status_t read_updates_csv(const char *dir, measured_sums_t *sums_p, 
     static const char *const wanted[NUM_WANTED] = {
         "t_xfer_start_ms", "t_xfer_end_ms", "t_publish_start_ms", "t_publish_end_ms",
         "t_activated_ms", "bytes", "t_ready_ms", "t_notified_ms", "t_verified_ms"};
-    char path[4200];
+    char path[4200], reason[512] = "";
     snprintf(path, sizeof(path), "%s/updates.csv", dir);
-    FILE *file = fopen(path, "r");
-    if (file == NULL) {
-        snprintf(error_p, error_len, FROM_KEY ": %s: %s (the per-update stages the model is "
-                 "fitted to)", path, strerror(errno));
-        return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
-    }
-    measured_sums_t sums = {0};
-    char line[4096], *fields[64];
+    kvio_csv_reader_t *csv = malloc(sizeof(*csv)); /* it holds a 64 KiB line */
+    if (csv == NULL)
+        return KVIO_ERR_NOMEM;
     int columns[NUM_WANTED];
-    kvio_status_t status = KVIO_OK;
-    if (fgets(line, sizeof(line), file) == NULL) {
-        snprintf(error_p, error_len, FROM_KEY ": %s is empty", path);
-        status = KVIO_ERR_CONFIG;
-        goto done;
+    kvio_status_t status = kvio_csv_reader_open(csv, path, reason, sizeof(reason));
+    if (status == KVIO_ERR_NOT_FOUND) {
+        snprintf(error_p, error_len, FROM_KEY ": %s: %s (the per-update stages the model is "
+                 "fitted to)", path, strerror(ENOENT));
+        free(csv);
+        return status;
     }
-    line[strcspn(line, "\r\n")] = '\0';
-    int count = csv_split(line, fields, 64);
-    for (int i = 0; i < NUM_WANTED; i++)
-        if ((columns[i] = csv_column(fields, count, wanted[i])) < 0) {
-            snprintf(error_p, error_len, FROM_KEY ": %s has no column %s", path, wanted[i]);
-            status = KVIO_ERR_CONFIG;
-            goto done;
-        }
-    while (fgets(line, sizeof(line), file) != NULL) {
-        line[strcspn(line, "\r\n")] = '\0';
+    if (status == KVIO_OK)
+        status = kvio_csv_reader_columns(csv, wanted, NUM_WANTED, columns, reason,
+                                         sizeof(reason));
+    measured_sums_t sums = {0};
+    size_t count = csv->num_fields;
+    while (status == KVIO_OK &&
+           (status = kvio_csv_reader_next(csv, reason, sizeof(reason))) == KVIO_OK) {
         double value[NUM_WANTED];
-        bool usable = csv_split(line, fields, 64) == count;
+        bool usable = csv->num_fields == count;
         for (int i = 0; i < NUM_WANTED && usable; i++) {
             char *end;
-            value[i] = strtod(fields[columns[i]], &end);
-            usable = end != fields[columns[i]] && isfinite(value[i]);
+            value[i] = strtod(csv->fields[columns[i]], &end);
+            usable = end != csv->fields[columns[i]] && isfinite(value[i]);
         }
         /* Only activated updates count, like the run's own latency. */
         if (!usable)
@@ -270,16 +241,21 @@ static kvio_status_t read_updates_csv(const char *dir, measured_sums_t *sums_p, 
         sums.bytes += value[BYTES];
         sums.rows++;
     }
+    kvio_csv_reader_close(csv);
+    free(csv);
+    if (status == KVIO_INPROGRESS) /* the end of the file */
+        status = KVIO_OK;
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, FROM_KEY ": %s", reason);
+        return status == KVIO_ERR_PARSE ? KVIO_ERR_CONFIG : status;
+    }
     if (sums.rows == 0 || !(sums.transfer_ms > 0)) {
         snprintf(error_p, error_len, FROM_KEY ": %s has no activated update with its stage "
                  "times", path);
-        status = KVIO_ERR_CONFIG;
-        goto done;
+        return KVIO_ERR_CONFIG;
     }
     *sums_p = sums;
-done:
-    fclose(file);
-    return status;
+    return KVIO_OK;
 }
 
 static int name_index(const char *const *names, const char *name)
@@ -734,10 +710,10 @@ static int64_t planned_length_ns(const kvio_workload_t *workload)
     return (int64_t)((double)workload->train.steps * fmax(step_mean, 0.0));
 }
 
-/* Rank 0 tells the client rank (if any) that training is over; the client,
- * done once its stream is out, waits for this before the results gather,
- * whose own wait is only ranks.timeout (training may run far longer). */
-#define TAG_TRAINING_DONE (KVIO_RTE_TAG_USER + 40)
+/* Rank 0 tells the client rank (if any) that training is over
+ * (KVIO_RUN_TAG_TRAINING_DONE); the client, done once its stream is out,
+ * waits for this before the results gather, whose own wait is only
+ * ranks.timeout (training may run far longer). */
 
 /* One 10 ms pause of a wait that ends on a stop or another rank failing
  * (the gather that follows reports it); false, without pausing, then. */
@@ -758,7 +734,7 @@ static kvio_status_t wait_training_done(kvio_rte_t *rte, const run_context_t *co
     for (;;) {
         void *data = NULL;
         size_t length = 0;
-        kvio_status_t status = kvio_rte_try_recv(rte, TRAIN_RANK, TAG_TRAINING_DONE, &data,
+        kvio_status_t status = kvio_rte_try_recv(rte, TRAIN_RANK, KVIO_RUN_TAG_TRAINING_DONE, &data,
                                                  &length);
         free(data);
         if (status != KVIO_INPROGRESS)
@@ -944,7 +920,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
             error[0] = '\0';
         }
         if (status == KVIO_OK && workload->ranks.client > 0)
-            status = kvio_rte_send(rte, size - 1, TAG_TRAINING_DONE, "", 1);
+            status = kvio_rte_send(rte, size - 1, KVIO_RUN_TAG_TRAINING_DONE, "", 1);
         if (status != KVIO_OK)
             goto fail;
         report.count = train.count;

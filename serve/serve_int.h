@@ -71,10 +71,8 @@ void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
 
 /* ---------- serve ranks and their client in real time (serve/client.c) ---------- */
 
-/* Runtime tags: request batches (client to serve rank) and published state
- * (serve rank to client). */
-#define KVIO_SERVE_TAG_REQUESTS (KVIO_RTE_TAG_USER + 32)
-#define KVIO_SERVE_TAG_STATE (KVIO_RTE_TAG_USER + 33)
+/* Request batches travel as KVIO_SERVE_TAG_REQUESTS (client to serve rank),
+ * published state as KVIO_SERVE_TAG_STATE (kvio/rte.h). */
 
 /* A serve rank's side: the prefix-index changes since the last publication
  * (fed by the engine observer's on_cache) and the requests it has taken. */

@@ -52,6 +52,41 @@ kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
 /* Flushes and closes; returns an error when any write failed. */
 kvio_status_t kvio_csv_close(kvio_csv_t *csv);
 
+/* Reading the CSV files kvio writes (kvio report, train.transport.model.from):
+ * a header line, comma-separated fields without quoting, lines up to
+ * KVIO_CSV_LINE_MAX bytes and KVIO_CSV_MAX_COLUMNS fields. The caller owns
+ * the reader (not opaque: fields and line_number are read directly, and it
+ * holds a line, so it is large). */
+#define KVIO_CSV_LINE_MAX 65536
+#define KVIO_CSV_MAX_COLUMNS 64
+typedef struct kvio_csv_reader {
+    FILE *file;
+    char path[4128];
+    unsigned long line_number;
+    char line[KVIO_CSV_LINE_MAX];
+    size_t num_fields;
+    char *fields[KVIO_CSV_MAX_COLUMNS]; /* the current line's, in line */
+} kvio_csv_reader_t;
+
+/* Opens path and reads its header into fields. KVIO_ERR_NOT_FOUND (error_p
+ * untouched) when it does not exist; other errors name the path. */
+kvio_status_t kvio_csv_reader_open(kvio_csv_reader_t *csv, const char *path, char *error_p,
+                                   size_t error_len);
+
+/* Reads the next non-empty line into fields; KVIO_INPROGRESS at the end. */
+kvio_status_t kvio_csv_reader_next(kvio_csv_reader_t *csv, char *error_p, size_t error_len);
+
+void kvio_csv_reader_close(kvio_csv_reader_t *csv);
+
+/* The index of a header column, or -1 (valid right after open). */
+int kvio_csv_reader_column(const kvio_csv_reader_t *csv, const char *name);
+
+/* The indices of every named header column; KVIO_ERR_PARSE naming the
+ * first that is missing. */
+kvio_status_t kvio_csv_reader_columns(const kvio_csv_reader_t *csv, const char *const *names,
+                                      size_t count, int *columns, char *error_p,
+                                      size_t error_len);
+
 /* A histogram's summary as JSON {count, mean, p50, p90, p99, max}, every
  * value multiplied by scale (1e-6: ns to ms). The caller owns the result. */
 json_t *kvio_hist_json(const kvio_hist_t *hist, double scale);

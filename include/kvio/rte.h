@@ -30,6 +30,13 @@ typedef struct kvio_rte kvio_rte_t;
 /* First tag free for users; lower tags belong to the collectives. */
 #define KVIO_RTE_TAG_USER 64
 
+/* kvio's own tags, listed here so that none collide (tests use the first
+ * few above KVIO_RTE_TAG_USER). */
+#define KVIO_UPDATE_TAG_TRAINER_LOST (KVIO_RTE_TAG_USER + 32) /* rank 0 to serve ranks */
+#define KVIO_SERVE_TAG_STATE (KVIO_RTE_TAG_USER + 33)         /* serve rank to client */
+#define KVIO_SERVE_TAG_REQUESTS (KVIO_RTE_TAG_USER + 34)      /* client to serve rank */
+#define KVIO_RUN_TAG_TRAINING_DONE (KVIO_RTE_TAG_USER + 40)   /* rank 0 to client */
+
 typedef struct kvio_rte_params {
     const char *kind;   /* "auto" (mpi under mpirun, else local), "local", "mpi" */
     int num_ranks;      /* local: threads to start; mpi: required world size */

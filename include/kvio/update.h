@@ -103,7 +103,6 @@ typedef struct kvio_update_server {
  * KVIO_UPDATE_TAG_TRAINER_LOST) when its trainer was lost but the rank
  * itself lives on to collect the results: the receive loop stops waiting
  * for versions and, with on_trainer_loss: serve, keeps serving. */
-#define KVIO_UPDATE_TAG_TRAINER_LOST (KVIO_RTE_TAG_USER + 32)
 typedef struct kvio_trainer_lost_notice {
     uint64_t last_version; /* the last version published whole */
     char reason[200];
