@@ -139,13 +139,8 @@ static kvio_status_t file_init(kvio_xfer_t *xfer, char *error_p, size_t error_le
     snprintf(xfer->info, sizeof(xfer->info), "file: %s (fsync %s, O_DIRECT %s, %s)",
              config->dir, config->fsync ? "on" : "off", config->direct ? "on" : "off",
              config->discovery == KVIO_XFER_DISCOVER_POLL ? "polling" : "inotify");
-    /* The sender has cleaned the directory before any receiver looks. */
-    status = kvio_rte_barrier(xfer->rte);
-    if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "file transport: set-up barrier: %s",
-                 kvio_strerror(status));
-        goto fail;
-    }
+    /* The sender has cleaned the directory before any receiver looks:
+     * kvio_xfer_create's barrier follows every rank's init. */
     return KVIO_OK;
 fail:
     if (status == KVIO_ERR_NOMEM)

@@ -105,13 +105,8 @@ static kvio_status_t redis_init(kvio_xfer_t *xfer, char *error_p, size_t error_l
                  (unsigned long long)xfer->bytes);
     snprintf(xfer->info, sizeof(xfer->info), "redis: %.200s, channel %.200s",
              priv->data ? kvio_redis_name(priv->data) : config->url, priv->channel);
-    /* Every receiver subscribes before the sender publishes anything. */
-    kvio_status_t barrier = kvio_rte_barrier(xfer->rte);
-    if (status == KVIO_OK && barrier != KVIO_OK) {
-        snprintf(error_p, error_len, "redis transport: set-up barrier: %s",
-                 kvio_strerror(barrier));
-        status = barrier;
-    }
+    /* Every receiver has subscribed before the sender publishes anything:
+     * kvio_xfer_create's barrier follows every rank's init. */
     if (status != KVIO_OK)
         redis_fini(xfer); /* the framework frees only its own part of a failed set-up */
     return status;
