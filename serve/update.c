@@ -69,7 +69,7 @@ typedef struct serve_state {
     int active_slot;
     uint64_t active_version;
     bool pending;
-    kvio_xfer_receive_t receive;
+    kvio_xfer_receive_t receive; /* the newest version's notice (not the end's) */
     XXH3_state_t *hash;
     uint64_t verified_bytes;
     bool verified;
@@ -82,7 +82,6 @@ typedef struct serve_state {
     int sender;
     int64_t deadline_ns;
     bool trainer_lost;         /* on_trainer_loss: serve, and the trainer is gone */
-    uint64_t seen_version;     /* the newest version whose notice came */
     uint64_t owed_version;     /* the trainer-lost notice's last whole version: still
                                   to come by a chain (from a live upstream server) */
     kvio_update_result_t result;
@@ -323,7 +322,6 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
         return KVIO_OK;
     }
     state->pending = true;
-    state->seen_version = receive.meta.version;
     state->receive = receive;
     state->verified = false;
     state->verified_bytes = 0;
@@ -431,7 +429,7 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
         bool stopped = stop != NULL && *stop;
         /* A version published whole before the trainer was lost may still
          * be on its way (chain fan-out: from the server before this one). */
-        bool owed = state.trainer_lost && state.seen_version < state.owed_version &&
+        bool owed = state.trainer_lost && state.receive.meta.version < state.owed_version &&
                     kvio_rte_time_ns(rte) < serve_until_ns;
         bool updates_over = (state.end_seen || (state.trainer_lost && !owed)) &&
                             !state.pending;
