@@ -346,6 +346,11 @@ static uint64_t mirror_states_of(const kvio_serve_mirror_t *mirror, uint32_t ran
     return mirror->ranks[rank].states;
 }
 
+uint64_t kvio_serve_mirror_sent(const kvio_serve_mirror_t *mirror, uint32_t rank)
+{
+    return mirror->ranks[rank].dispatched;
+}
+
 uint64_t kvio_serve_mirror_states(const kvio_serve_mirror_t *mirror)
 {
     uint64_t states = 0;
@@ -487,7 +492,8 @@ void kvio_serve_batch_fini(kvio_serve_batch_t *batch)
 
 kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
                                     kvio_serve_batch_each_t each, void *context,
-                                    int64_t *origin_ns_p, bool *last_p)
+                                    kvio_hash_buffer_t *buffer, int64_t *origin_ns_p,
+                                    bool *last_p)
 {
     batch_header_t header;
     if (length < sizeof(header))
@@ -499,8 +505,6 @@ kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
     *last_p = (header.flags & BATCH_LAST) != 0;
     const unsigned char *cursor = (const unsigned char *)blob + sizeof(header);
     const unsigned char *end = (const unsigned char *)blob + length;
-    kvio_hash_t *hashes = NULL;
-    size_t hashes_capacity = 0;
     kvio_status_t status = KVIO_OK;
     for (uint32_t i = 0; i < header.count && status == KVIO_OK; i++) {
         batch_request_t item;
@@ -515,26 +519,19 @@ kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
             status = KVIO_ERR_PARSE;
             break;
         }
-        if (item.num_hashes > hashes_capacity) {
-            kvio_hash_t *bigger = realloc(hashes, hash_bytes);
-            if (bigger == NULL) {
-                status = KVIO_ERR_NOMEM;
-                break;
-            }
-            hashes = bigger;
-            hashes_capacity = item.num_hashes;
-        }
+        status = kvio_hash_buffer_reserve(buffer, item.num_hashes);
+        if (status != KVIO_OK)
+            break;
         if (hash_bytes > 0)
-            memcpy(hashes, cursor, hash_bytes); /* aligned for the engine */
+            memcpy(buffer->hashes, cursor, hash_bytes); /* aligned for the engine */
         cursor += hash_bytes;
         kvio_engine_request_t request = {
             .id = item.id, .arrival_ns = item.arrival_ns, .prompt_tokens = item.prompt_tokens,
             .output_tokens = item.output_tokens, .max_tokens = item.max_tokens,
-            .priority = item.priority, .hashes = hashes, .num_hashes = item.num_hashes,
+            .priority = item.priority, .hashes = buffer->hashes, .num_hashes = item.num_hashes,
             .measured = item.measured != 0};
         status = each(context, &request);
     }
-    free(hashes);
     return status;
 }
 
@@ -550,8 +547,7 @@ struct kvio_serve_client {
     kvio_serve_batch_t *batches; /* one per serve rank */
     bool *final;                 /* the rank's last state has arrived */
     int64_t *sent_ns;            /* when a batch last went to the rank (since the origin) */
-    uint64_t generated;          /* requests sent */
-    uint64_t *routed;            /* requests sent per serve rank */
+    uint64_t generated;          /* requests sent (per rank: the mirror's count) */
 };
 
 kvio_status_t kvio_serve_client_create(const kvio_serve_run_t *run,
@@ -573,8 +569,7 @@ kvio_status_t kvio_serve_client_create(const kvio_serve_run_t *run,
     if (status == KVIO_OK &&
         ((client->batches = calloc(client->num_serve, sizeof(*client->batches))) == NULL ||
          (client->final = calloc(client->num_serve, sizeof(*client->final))) == NULL ||
-         (client->sent_ns = calloc(client->num_serve, sizeof(*client->sent_ns))) == NULL ||
-         (client->routed = calloc(client->num_serve, sizeof(*client->routed))) == NULL))
+         (client->sent_ns = calloc(client->num_serve, sizeof(*client->sent_ns))) == NULL))
         status = KVIO_ERR_NOMEM;
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "client rank: %s", kvio_strerror(status));
@@ -594,7 +589,6 @@ void kvio_serve_client_destroy(kvio_serve_client_t *client)
     free(client->batches);
     free(client->final);
     free(client->sent_ns);
-    free(client->routed);
     kvio_serve_mirror_destroy(client->mirror);
     kvio_router_destroy(client->router);
     free(client);
@@ -715,7 +709,6 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
                     status = kvio_serve_batch_add(&client->batches[rank], &request);
                     if (status == KVIO_OK)
                         status = kvio_serve_mirror_dispatched(client->mirror, rank, &request);
-                    client->routed[rank]++;
                     client->generated++;
                 }
                 if (status == KVIO_OK)
@@ -766,7 +759,10 @@ kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **b
     if (blob == NULL)
         return KVIO_ERR_NOMEM;
     memcpy(blob, header, sizeof(header));
-    memcpy(blob + sizeof(header), client->routed, client->num_serve * sizeof(uint64_t));
+    for (uint32_t r = 0; r < client->num_serve; r++) {
+        uint64_t sent = kvio_serve_mirror_sent(client->mirror, r);
+        memcpy(blob + sizeof(header) + r * sizeof(sent), &sent, sizeof(sent));
+    }
     *blob_p = blob;
     *length_p = length;
     return KVIO_OK;

@@ -1167,7 +1167,8 @@ static kvio_status_t coupled_receive(kvio_serve_rank_t *rank, int64_t now_ns)
         int64_t origin_ns = 0;
         bool last = false;
         if (status == KVIO_OK) {
-            status = kvio_serve_batch_read(data, length, coupled_take, rank, &origin_ns, &last);
+            status = kvio_serve_batch_read(data, length, coupled_take, rank, &rank->hashes,
+                                           &origin_ns, &last);
             if (status == KVIO_ERR_PARSE)
                 snprintf(rank->error, sizeof(rank->error),
                          "serve rank %u: a bad request batch from the client rank",

@@ -51,6 +51,9 @@ typedef struct kvio_hash_buffer {
     size_t capacity;
 } kvio_hash_buffer_t;
 
+/* Makes room for count hashes (kept contents are not preserved). */
+kvio_status_t kvio_hash_buffer_reserve(kvio_hash_buffer_t *buffer, size_t count);
+
 /* Turns a stream request into an engine request: hashes of the full blocks
  * of its prompt and output go into buffer (the engine copies them). */
 kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t block_size,
@@ -106,6 +109,8 @@ kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank
 kvio_status_t kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank,
                                            const kvio_engine_request_t *request);
 uint64_t kvio_serve_mirror_states(const kvio_serve_mirror_t *mirror);
+/* Requests sent to rank so far (kvio_serve_mirror_dispatched calls). */
+uint64_t kvio_serve_mirror_sent(const kvio_serve_mirror_t *mirror, uint32_t rank);
 /* The view borrows mirror. */
 void kvio_serve_mirror_view(kvio_serve_mirror_t *mirror, kvio_router_view_t *view_p);
 
@@ -124,13 +129,14 @@ kvio_status_t kvio_serve_batch_seal(kvio_serve_batch_t *batch, int64_t origin_ns
 void kvio_serve_batch_reset(kvio_serve_batch_t *batch);
 void kvio_serve_batch_fini(kvio_serve_batch_t *batch);
 
-/* Calls each for every request of a batch message (its hashes are borrowed
- * for the call). */
+/* Calls each for every request of a batch message (its hashes, copied
+ * into buffer for alignment, are borrowed for the call). */
 typedef kvio_status_t (*kvio_serve_batch_each_t)(void *context,
                                                  const kvio_engine_request_t *request);
 kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
                                     kvio_serve_batch_each_t each, void *context,
-                                    int64_t *origin_ns_p, bool *last_p);
+                                    kvio_hash_buffer_t *buffer, int64_t *origin_ns_p,
+                                    bool *last_p);
 
 /* The client rank's report (from kvio_serve_client_pack): recognised, and
  * as JSON (generated, routed_per_rank, state_messages, router). */

@@ -224,21 +224,29 @@ void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
                               (int64_t)iteration->tier_loaded_tokens, NULL, 0);
 }
 
+kvio_status_t kvio_hash_buffer_reserve(kvio_hash_buffer_t *buffer, size_t count)
+{
+    if (count <= buffer->capacity)
+        return KVIO_OK;
+    size_t capacity = count + 1024;
+    kvio_hash_t *bigger = realloc(buffer->hashes, capacity * sizeof(*bigger));
+    if (bigger == NULL)
+        return KVIO_ERR_NOMEM;
+    buffer->hashes = bigger;
+    buffer->capacity = capacity;
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t block_size,
                                         int64_t arrival_ns, bool measured, uint64_t tag,
                                         kvio_hash_buffer_t *buffer,
                                         kvio_engine_request_t *engine_request_p)
 {
     size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) / block_size;
-    if (num_blocks > buffer->capacity) {
-        size_t capacity = num_blocks + 1024;
-        kvio_hash_t *bigger = realloc(buffer->hashes, capacity * sizeof(*bigger));
-        if (bigger == NULL)
-            return KVIO_ERR_NOMEM;
-        buffer->hashes = bigger;
-        buffer->capacity = capacity;
-    }
-    kvio_status_t status = kvio_request_block_hashes(request, block_size, 0, num_blocks, NULL,
+    kvio_status_t status = kvio_hash_buffer_reserve(buffer, num_blocks);
+    if (status != KVIO_OK)
+        return status;
+    status = kvio_request_block_hashes(request, block_size, 0, num_blocks, NULL,
                                                      buffer->hashes);
     if (status != KVIO_OK)
         return status;
