@@ -36,16 +36,15 @@ typedef struct kvio_ucx_chain {
     /* The version in flight here. */
     bool active;
     chain_message_t current;     /* bytes_ready: what upstream said is in */
-    int64_t t_arrival_start_ns;  /* upstream's first put into this rank */
     bool noticed;                /* this rank's notice is queued (sender: always) */
     uint64_t posted;             /* bytes whose puts to the next rank are posted */
-    uint64_t flush_target;       /* what the flush in flight covers */
+    uint64_t flush_target;       /* what the last flush covers (in flight while
+                                    flushed is below it) */
     uint64_t flushed;            /* bytes at the next rank */
     uint64_t announced;          /* bytes the next rank was told about */
     int64_t t_forward_start_ns;  /* first put to the next rank */
     int64_t t_flushed_ns;
     int puts_inflight;
-    bool flush_inflight;
     bool send_inflight;          /* outgoing is in use */
     chain_message_t outgoing;
     bool end_pending;            /* the end was passed on; queue it here when sent */
@@ -131,9 +130,13 @@ static void put_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
+static bool flush_inflight(const kvio_ucx_chain_t *chain)
+{
+    return chain->flushed < chain->flush_target;
+}
+
 static void flush_done_now(kvio_ucx_chain_t *chain)
 {
-    chain->flush_inflight = false;
     chain->flushed = chain->flush_target;
     chain->t_flushed_ns = kvio_rte_time_ns(chain->xfer->rte);
     chain->last_event_ns = (int64_t)kvio_time_ns();
@@ -217,7 +220,6 @@ static void begin_version(kvio_ucx_chain_t *chain, const chain_message_t *messag
     chain->current = *message;
     chain->active = true;
     chain->noticed = chain->xfer->role == KVIO_XFER_SENDER; /* the sender has no notice */
-    chain->t_arrival_start_ns = message->meta.t_xfer_start_ns;
     chain->posted = chain->flush_target = chain->flushed = chain->announced = 0;
     chain->t_forward_start_ns = chain->t_flushed_ns = 0;
     chain->last_event_ns = (int64_t)kvio_time_ns();
@@ -263,7 +265,7 @@ static kvio_status_t take_inbox(kvio_ucx_chain_t *chain)
  * no message is in flight. */
 static kvio_status_t flush_and_announce(kvio_ucx_chain_t *chain, ucp_ep_h ep)
 {
-    if (!chain->flush_inflight && chain->puts_inflight == 0 &&
+    if (!flush_inflight(chain) && chain->puts_inflight == 0 &&
         chain->posted > chain->flush_target) {
         chain->flush_target = chain->posted;
         ucp_request_param_t param = {
@@ -275,8 +277,6 @@ static kvio_status_t flush_and_announce(kvio_ucx_chain_t *chain, ucp_ep_h ep)
             return status;
         if (request == NULL)
             flush_done_now(chain);
-        else
-            chain->flush_inflight = true;
     }
     if (chain->flushed > chain->announced && !chain->send_inflight) {
         chain_message_t message = chain->current;
@@ -387,7 +387,7 @@ static kvio_status_t chain_step(kvio_ucx_chain_t *chain)
         /* Upstream flushed the last piece into this rank's slot. */
         kvio_xfer_meta_t notice = chain->current.meta;
         notice.slot = (uint32_t)slot_of(&chain->current, xfer->self_index);
-        notice.t_xfer_start_ns = chain->t_arrival_start_ns;
+        /* Its t_xfer_start_ns: upstream's first put into this rank. */
         status = queue_notice(chain, &notice);
         chain->noticed = true;
     }
@@ -401,7 +401,7 @@ static kvio_status_t chain_step(kvio_ucx_chain_t *chain)
     }
     if (status == KVIO_OK && chain->noticed &&
         (chain->next < 0 || (chain->announced >= bytes && !chain->send_inflight)) &&
-        chain->puts_inflight == 0 && !chain->flush_inflight)
+        chain->puts_inflight == 0 && !flush_inflight(chain))
         chain->active = false;
     return status;
 }
