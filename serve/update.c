@@ -254,27 +254,23 @@ static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t erro
             return KVIO_OK;
         }
     }
-    if (kvio_rte_peer_failed(state->rte, sender)) {
-        if (serve_on) {
-            lose_trainer(state, "the training rank failed");
-            return KVIO_OK;
-        }
+    bool failed = kvio_rte_peer_failed(state->rte, sender);
+    if (!failed && kvio_rte_time_ns(state->rte) <= state->deadline_ns)
+        return KVIO_OK;
+    if (serve_on) {
+        lose_trainer(state, failed ? "the training rank failed"
+                                   : "no end of updates by the deadline (run time plus "
+                                     "ranks.timeout)");
+        return KVIO_OK;
+    }
+    if (failed)
         snprintf(error_p, error_len, "rank %d: the training rank %d failed%s", self, sender,
                  state->pending ? " in the middle of an update" : "");
-        return KVIO_ERR_PEER;
-    }
-    if (kvio_rte_time_ns(state->rte) > state->deadline_ns) {
-        if (serve_on) {
-            lose_trainer(state, "no end of updates by the deadline (run time plus "
-                                "ranks.timeout)");
-            return KVIO_OK;
-        }
+    else
         snprintf(error_p, error_len,
                  "rank %d: no end of updates from training rank %d by the deadline "
                  "(run time plus ranks.timeout)", self, sender);
-        return KVIO_ERR_TIMEOUT;
-    }
-    return KVIO_OK;
+    return failed ? KVIO_ERR_PEER : KVIO_ERR_TIMEOUT;
 }
 
 /* With on_trainer_loss: serve, a transport whose connection is gone for good
