@@ -87,6 +87,39 @@ static bool valid_message(kvio_ucx_chain_t *chain, const chain_message_t *messag
     return false;
 }
 
+/* Adds a message from upstream to the inbox: more bytes of the version it
+ * already ends with raise that entry; anything else is appended (a full
+ * inbox is an overflow, reported by the next step). */
+/* More of the same version is in: takes message's bytes_ready (and the
+ * flush time that made it so) when it is further than into's. */
+static void raise_ready(chain_message_t *into, const chain_message_t *message)
+{
+    if (message->bytes_ready > into->bytes_ready) {
+        into->bytes_ready = message->bytes_ready;
+        into->meta.t_xfer_end_ns = message->meta.t_xfer_end_ns;
+    }
+}
+
+static void inbox_add(kvio_ucx_chain_t *chain, const chain_message_t *message)
+{
+    if (chain->inbox_count > 0) {
+        chain_message_t *newest =
+            &chain->inbox[(chain->inbox_head + chain->inbox_count - 1) % INBOX_LENGTH];
+        if (!(message->meta.flags & KVIO_XFER_META_END) &&
+            !(newest->meta.flags & KVIO_XFER_META_END) &&
+            newest->meta.version == message->meta.version) {
+            raise_ready(newest, message);
+            return;
+        }
+    }
+    if (chain->inbox_count == INBOX_LENGTH) {
+        chain->inbox_overflow = true;
+        return;
+    }
+    chain->inbox[(chain->inbox_head + chain->inbox_count) % INBOX_LENGTH] = *message;
+    chain->inbox_count++;
+}
+
 static ucs_status_t on_chain(void *arg, const void *header, size_t header_length, void *data,
                              size_t length, const ucp_am_recv_param_t *param)
 {
@@ -96,27 +129,8 @@ static ucs_status_t on_chain(void *arg, const void *header, size_t header_length
         return UCS_OK;
     memcpy(&message, data, sizeof(message));
     chain->last_event_ns = (int64_t)kvio_time_ns();
-    if (chain->failure != KVIO_OK || !valid_message(chain, &message))
-        return UCS_OK;
-    if (chain->inbox_count > 0) {
-        chain_message_t *newest =
-            &chain->inbox[(chain->inbox_head + chain->inbox_count - 1) % INBOX_LENGTH];
-        if (!(message.meta.flags & KVIO_XFER_META_END) &&
-            !(newest->meta.flags & KVIO_XFER_META_END) &&
-            newest->meta.version == message.meta.version) {
-            if (message.bytes_ready > newest->bytes_ready) {
-                newest->bytes_ready = message.bytes_ready;
-                newest->meta.t_xfer_end_ns = message.meta.t_xfer_end_ns;
-            }
-            return UCS_OK;
-        }
-    }
-    if (chain->inbox_count == INBOX_LENGTH) {
-        chain->inbox_overflow = true;
-        return UCS_OK;
-    }
-    chain->inbox[(chain->inbox_head + chain->inbox_count) % INBOX_LENGTH] = message;
-    chain->inbox_count++;
+    if (chain->failure == KVIO_OK && valid_message(chain, &message))
+        inbox_add(chain, &message);
     return UCS_OK;
 }
 
@@ -205,12 +219,9 @@ static kvio_status_t send_message(kvio_ucx_chain_t *chain, const chain_message_t
 /* Queues a notice for this receiver's own poll. */
 static kvio_status_t queue_notice(kvio_ucx_chain_t *chain, const kvio_xfer_meta_t *meta)
 {
-    kvio_ucx_t *ucx = chain->xfer->priv;
-    if (ucx->queue_count == KVIO_UCX_QUEUE_LENGTH)
+    if (!kvio_xfer_ucx_queue_push(chain->xfer->priv, meta))
         return chain_fail(chain, KVIO_ERR_INTERNAL, "more than %d notices queued",
                           KVIO_UCX_QUEUE_LENGTH);
-    ucx->queue[(ucx->queue_head + ucx->queue_count) % KVIO_UCX_QUEUE_LENGTH] = *meta;
-    ucx->queue_count++;
     return KVIO_OK;
 }
 
@@ -244,10 +255,7 @@ static kvio_status_t take_inbox(kvio_ucx_chain_t *chain)
             chain->current = *message;
             chain->end_pending = true;
         } else if (chain->active && message->meta.version == chain->current.meta.version) {
-            if (message->bytes_ready > chain->current.bytes_ready) {
-                chain->current.bytes_ready = message->bytes_ready;
-                chain->current.meta.t_xfer_end_ns = message->meta.t_xfer_end_ns;
-            }
+            raise_ready(&chain->current, message);
         } else if (!chain->active) {
             begin_version(chain, message);
         } else {
@@ -456,9 +464,9 @@ kvio_status_t kvio_xfer_ucx_chain(kvio_xfer_t *xfer, const kvio_xfer_meta_t *met
     chain_message_t message = {.meta = *meta, .bytes_ready = meta->bytes};
     for (int i = 0; i < xfer->num_receivers; i++)
         message.slot_bits[i / 64] |= (uint64_t)(ucx->free_slot[i] & 1) << (i % 64);
-    /* The sender is its own upstream: the message goes into its inbox. */
-    chain->inbox[(chain->inbox_head + chain->inbox_count) % INBOX_LENGTH] = message;
-    chain->inbox_count++;
+    /* The sender is its own upstream: the message goes into its inbox (empty
+     * here: the loop below drained it for the version before). */
+    inbox_add(chain, &message);
     kvio_status_t status = KVIO_OK;
     while (status == KVIO_OK && (chain->inbox_count > 0 || chain->active ||
                                  chain->end_pending || chain->send_inflight)) {

@@ -58,13 +58,20 @@ static ucs_status_t on_update(void *arg, const void *header, size_t header_lengt
     ucx_priv_t *priv = arg;
     if (length != sizeof(kvio_xfer_meta_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
         return UCS_OK;
-    if (priv->queue_count == QUEUE_LENGTH) {
+    kvio_xfer_meta_t meta;
+    memcpy(&meta, data, sizeof(meta));
+    if (!kvio_xfer_ucx_queue_push(priv, &meta))
         priv->queue_overflow = true;
-        return UCS_OK;
-    }
-    memcpy(&priv->queue[(priv->queue_head + priv->queue_count) % QUEUE_LENGTH], data, length);
-    priv->queue_count++;
     return UCS_OK;
+}
+
+bool kvio_xfer_ucx_queue_push(kvio_ucx_t *ucx, const kvio_xfer_meta_t *meta)
+{
+    if (ucx->queue_count == QUEUE_LENGTH)
+        return false;
+    ucx->queue[(ucx->queue_head + ucx->queue_count) % QUEUE_LENGTH] = *meta;
+    ucx->queue_count++;
+    return true;
 }
 
 static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, void *data,

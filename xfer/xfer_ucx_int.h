@@ -52,6 +52,9 @@ typedef struct kvio_ucx {
     bool queue_overflow;
 } kvio_ucx_t;
 
+/* Queues a notice for the receiver's poll; false when the queue is full. */
+bool kvio_xfer_ucx_queue_push(kvio_ucx_t *ucx, const kvio_xfer_meta_t *meta);
+
 /* UCX's status as kvio's. */
 kvio_status_t kvio_xfer_ucx_status(ucs_status_t status);
 
