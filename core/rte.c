@@ -5,6 +5,7 @@
 #include "core/rte_int.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ struct kvio_rte {
     int64_t uncertainty_ns;
     kvio_status_t status;
     char error[512];
+    char verdict[320]; /* the last failed wait's, on its peer */
     kvio_rte_main_t body;
     void *arg;
 };
@@ -46,7 +48,79 @@ struct kvio_rte_world {
     int first_local;
     int num_local;
     int64_t timeout_ns;
+    volatile sig_atomic_t *stop; /* set asynchronously (may be NULL); only read */
 };
+
+struct kvio_rte_waiter {
+    kvio_rte_world_t *world;
+    int self;
+    int peer;              /* the rank waited for; -1: every other rank */
+    bool owes;             /* a peer that is done can no longer end the wait */
+    uint64_t stop_seen_ns; /* when this wait first saw the run stopped */
+    kvio_status_t verdict; /* why the wait should not go on */
+    char reason[320];
+};
+
+static kvio_rte_waiter_t waiter_for(kvio_rte_world_t *world, int self, int peer, bool owes)
+{
+    return (kvio_rte_waiter_t){.world = world, .self = self, .peer = peer, .owes = owes,
+                               .verdict = KVIO_OK};
+}
+
+/* The verdict on one peer for a waiter, as text (KVIO_OK: alive). */
+static kvio_status_t judge(kvio_rte_world_t *world, int rank, bool owes, char *reason_p,
+                           size_t reason_len)
+{
+    int64_t silent_ns = 0;
+    kvio_peer_state_t state = world->ops->peer_state != NULL
+                                  ? world->ops->peer_state(world->priv, rank, &silent_ns)
+                                  : KVIO_PEER_RUNNING;
+    switch (state) {
+    case KVIO_PEER_FAILED:
+        snprintf(reason_p, reason_len, "rank %d failed", rank);
+        return KVIO_ERR_PEER;
+    case KVIO_PEER_SILENT:
+        snprintf(reason_p, reason_len,
+                 "rank %d has been silent for %.1f s (no heartbeat within ranks.timeout, "
+                 "%.1f s)", rank, (double)silent_ns / 1e9, (double)world->timeout_ns / 1e9);
+        return KVIO_ERR_PEER;
+    case KVIO_PEER_DONE:
+        if (!owes)
+            return KVIO_OK;
+        snprintf(reason_p, reason_len, "rank %d ended without sending it", rank);
+        return KVIO_ERR_PEER;
+    default:
+        return KVIO_OK;
+    }
+}
+
+bool kvio_rte_waiter_go_on(kvio_rte_waiter_t *waiter)
+{
+    kvio_rte_world_t *world = waiter->world;
+    if (world->stop != NULL && *world->stop) {
+        uint64_t now = kvio_time_ns();
+        if (waiter->stop_seen_ns == 0)
+            waiter->stop_seen_ns = now;
+        else if (now - waiter->stop_seen_ns > (uint64_t)world->timeout_ns) {
+            waiter->verdict = KVIO_ERR_INTERRUPTED;
+            snprintf(waiter->reason, sizeof(waiter->reason),
+                     "the run was stopped and the wait did not end within ranks.timeout "
+                     "(%.1f s)", (double)world->timeout_ns / 1e9);
+            return false;
+        }
+    }
+    int first = waiter->peer >= 0 ? waiter->peer : 0;
+    int last = waiter->peer >= 0 ? waiter->peer : world->size - 1;
+    for (int rank = first; rank <= last; rank++) {
+        if (rank == waiter->self)
+            continue;
+        waiter->verdict = judge(world, rank, waiter->owes && waiter->peer >= 0, waiter->reason,
+                                sizeof(waiter->reason));
+        if (waiter->verdict != KVIO_OK)
+            return false;
+    }
+    return true;
+}
 
 #ifndef KVIO_HAVE_MPI
 static kvio_status_t mpi_stub_init(void *priv, const kvio_rte_params_t *params, int *size_p,
@@ -128,22 +202,24 @@ static void release_ranks(kvio_rte_world_t *world)
 {
     if (world->num_local == world->size)
         return; /* every rank is here (local threads) */
-    uint64_t deadline_ns = kvio_time_ns() + (uint64_t)world->timeout_ns;
     if (world->first_local == 0) {
         char byte = 0;
-        for (int rank = world->num_local; rank < world->size; rank++)
-            if (world->ops->send(world->priv, 0, rank, TAG_RELEASE, &byte, 1, deadline_ns) !=
+        for (int rank = world->num_local; rank < world->size; rank++) {
+            kvio_rte_waiter_t waiter = waiter_for(world, 0, rank, false);
+            if (world->ops->send(world->priv, 0, rank, TAG_RELEASE, &byte, 1, &waiter) !=
                 KVIO_OK)
                 kvio_debug("runtime: rank %d did not take the release", rank);
+        }
         return;
     }
     void *data = NULL;
     size_t length = 0;
+    kvio_rte_waiter_t waiter = waiter_for(world, world->first_local, 0, true);
     kvio_status_t status = world->ops->recv(world->priv, world->first_local, 0, TAG_RELEASE,
-                                            deadline_ns, &data, &length);
+                                            &waiter, &data, &length);
     if (status != KVIO_OK)
         kvio_debug("runtime: rank %d: no release from rank 0: %s", world->first_local,
-                       kvio_strerror(status));
+                   waiter.reason[0] ? waiter.reason : kvio_strerror(status));
     free(data);
 }
 
@@ -176,27 +252,75 @@ void kvio_rte_set_error(kvio_rte_t *rte, const char *fmt, ...)
     va_end(args);
 }
 
-bool kvio_rte_peer_failed(kvio_rte_t *rte, int rank)
+const char *kvio_rte_verdict(const kvio_rte_t *rte) { return rte->verdict; }
+
+void kvio_rte_world_set_stop(kvio_rte_world_t *world, volatile sig_atomic_t *stop)
 {
-    const kvio_rte_ops_t *ops = rte->world->ops;
-    return ops->peer_failed != NULL && ops->peer_failed(rte->world->priv, rank);
+    world->stop = stop;
 }
 
-static uint64_t deadline(const kvio_rte_t *rte)
+kvio_peer_state_t kvio_rte_peer_state(kvio_rte_t *rte, int rank, int64_t *silent_ns_p)
 {
-    return kvio_time_ns() + (uint64_t)rte->world->timeout_ns;
+    const kvio_rte_ops_t *ops = rte->world->ops;
+    int64_t silent_ns = 0;
+    kvio_peer_state_t state = KVIO_PEER_RUNNING;
+    if (rank >= 0 && rank < rte->world->size && rank != rte->index && ops->peer_state != NULL)
+        state = ops->peer_state(rte->world->priv, rank, &silent_ns);
+    if (silent_ns_p != NULL)
+        *silent_ns_p = silent_ns;
+    return state;
+}
+
+bool kvio_rte_peer_failed(kvio_rte_t *rte, int rank)
+{
+    kvio_peer_state_t state = kvio_rte_peer_state(rte, rank, NULL);
+    return state == KVIO_PEER_FAILED || state == KVIO_PEER_SILENT;
+}
+
+kvio_status_t kvio_rte_peer_check(kvio_rte_t *rte, int rank, bool owes, const char *waiting_for,
+                                  char *reason_p, size_t reason_len)
+{
+    if (rank < 0 || rank >= rte->world->size || rank == rte->index)
+        return KVIO_OK;
+    char verdict[256];
+    kvio_status_t status = judge(rte->world, rank, owes, verdict, sizeof(verdict));
+    if (status != KVIO_OK)
+        snprintf(reason_p, reason_len, "%s while rank %d waited for %s", verdict, rte->index,
+                 waiting_for);
+    return status;
+}
+
+/* Says why a wait of this rank on peer ended badly (the op's own status
+ * when the waiter had nothing against the peer). */
+static kvio_status_t waited(kvio_rte_t *rte, kvio_rte_waiter_t *waiter, kvio_status_t status,
+                            const char *doing)
+{
+    if (status == KVIO_OK)
+        return KVIO_OK;
+    if (status == KVIO_ERR_PEER && waiter->verdict == KVIO_OK && waiter->peer >= 0)
+        /* The op saw it first (local: the peer's thread has ended). */
+        waiter->verdict = judge(rte->world, waiter->peer, true, waiter->reason,
+                                sizeof(waiter->reason));
+    if (waiter->verdict != KVIO_OK) {
+        status = waiter->verdict;
+        snprintf(rte->verdict, sizeof(rte->verdict), "%s", waiter->reason);
+        kvio_rte_set_error(rte, "rank %d: %s: %s", rte->index, doing, waiter->reason);
+    } else {
+        kvio_rte_set_error(rte, "rank %d: %s: %s", rte->index, doing, kvio_strerror(status));
+    }
+    return status;
 }
 
 static kvio_status_t raw_send(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
 {
     if (to < 0 || to >= rte->world->size || length > KVIO_RTE_MAX_MESSAGE)
         return KVIO_ERR_INVALID;
+    kvio_rte_waiter_t waiter = waiter_for(rte->world, rte->index, to, false);
     kvio_status_t status = rte->world->ops->send(rte->world->priv, rte->index, to, tag, data,
-                                                 length, deadline(rte));
-    if (status != KVIO_OK)
-        kvio_rte_set_error(rte, "rank %d: sending to rank %d: %s", rte->index, to,
-                           kvio_strerror(status));
-    return status;
+                                                 length, &waiter);
+    char doing[64];
+    snprintf(doing, sizeof(doing), "sending to rank %d", to);
+    return waited(rte, &waiter, status, doing);
 }
 
 static kvio_status_t raw_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
@@ -204,17 +328,12 @@ static kvio_status_t raw_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
 {
     if (from < 0 || from >= rte->world->size)
         return KVIO_ERR_INVALID;
+    kvio_rte_waiter_t waiter = waiter_for(rte->world, rte->index, from, true);
     kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag,
-                                                 deadline(rte), data_p, length_p);
-    if (status == KVIO_ERR_TIMEOUT)
-        kvio_rte_set_error(rte, "rank %d: no message from rank %d within %.1f s", rte->index,
-                           from, (double)rte->world->timeout_ns / 1e9);
-    else if (status == KVIO_ERR_PEER)
-        kvio_rte_set_error(rte, "rank %d: rank %d failed", rte->index, from);
-    else if (status != KVIO_OK)
-        kvio_rte_set_error(rte, "rank %d: receiving from rank %d: %s", rte->index, from,
-                           kvio_strerror(status));
-    return status;
+                                                 &waiter, data_p, length_p);
+    char doing[64];
+    snprintf(doing, sizeof(doing), "waiting for a message from rank %d", from);
+    return waited(rte, &waiter, status, doing);
 }
 
 /* Receives a message that must have exactly length bytes into buffer. */
@@ -258,8 +377,7 @@ kvio_status_t kvio_rte_post(kvio_rte_t *rte, int to, int tag, const void *data, 
         return KVIO_ERR_INVALID;
     if (ops->post == NULL)
         return raw_send(rte, to, tag, data, length);
-    kvio_status_t status = ops->post(rte->world->priv, rte->index, to, tag, data, length,
-                                     deadline(rte));
+    kvio_status_t status = ops->post(rte->world->priv, rte->index, to, tag, data, length);
     if (status != KVIO_OK)
         kvio_rte_set_error(rte, "rank %d: posting to rank %d: %s", rte->index, to,
                            kvio_strerror(status));
@@ -271,12 +389,9 @@ kvio_status_t kvio_rte_flush(kvio_rte_t *rte)
     const kvio_rte_ops_t *ops = rte->world->ops;
     if (ops->flush == NULL)
         return KVIO_OK;
-    kvio_status_t status = ops->flush(rte->world->priv, rte->index, deadline(rte));
-    if (status != KVIO_OK)
-        kvio_rte_set_error(rte, "rank %d: posted messages not taken within %.1f s: %s",
-                           rte->index, (double)rte->world->timeout_ns / 1e9,
-                           kvio_strerror(status));
-    return status;
+    kvio_rte_waiter_t waiter = waiter_for(rte->world, rte->index, -1, false);
+    kvio_status_t status = ops->flush(rte->world->priv, rte->index, &waiter);
+    return waited(rte, &waiter, status, "waiting for posted messages to leave");
 }
 
 kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
@@ -284,10 +399,17 @@ kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_
 {
     if (tag < KVIO_RTE_TAG_USER || from < 0 || from >= rte->world->size)
         return KVIO_ERR_INVALID;
-    /* A deadline already past: one look at what has arrived. */
-    kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag, 0,
+    /* No waiter: one look at what has arrived. */
+    kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag, NULL,
                                                  data_p, length_p);
-    return status == KVIO_ERR_TIMEOUT ? KVIO_INPROGRESS : status;
+    if (status != KVIO_ERR_TIMEOUT)
+        return status;
+    if (!kvio_rte_peer_failed(rte, from))
+        return KVIO_INPROGRESS;
+    /* It may have sent this just before it failed: one more look. */
+    status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag, NULL, data_p,
+                                   length_p);
+    return status == KVIO_ERR_TIMEOUT ? KVIO_ERR_PEER : status;
 }
 
 kvio_status_t kvio_rte_barrier(kvio_rte_t *rte)

@@ -1,8 +1,9 @@
 /* The local runtime: every rank is a thread of this process. Each rank has a
- * mailbox (a FIFO of messages under a mutex and condition variable); a rank
- * that finishes marks itself, so a peer waiting for it fails at once instead
- * of waiting out the timeout. Shared state is only the mailboxes and the
- * per-rank state words, both under their own locks. */
+ * mailbox (a FIFO of messages under a mutex and condition variable). A rank
+ * answers for as long as its thread runs (the process is alive, so it is
+ * never silent); one that finishes marks itself, so a peer waiting for it
+ * fails at once. Shared state is only the mailboxes and the per-rank state
+ * words, both under their own locks. */
 #include "core/rte_int.h"
 
 #include <errno.h>
@@ -95,9 +96,10 @@ static rank_state_t rank_state(local_world_t *world, int rank)
 }
 
 static kvio_status_t local_send(void *priv, int from, int to, int tag, const void *data,
-                                size_t length, uint64_t deadline_ns)
+                                size_t length, kvio_rte_waiter_t *waiter)
 {
     local_world_t *world = priv;
+    (void)waiter; /* queued at once: nothing to wait for */
     message_t *message = calloc(1, sizeof(*message));
     void *copy = malloc(length + 1);
     if (message == NULL || copy == NULL) {
@@ -119,8 +121,11 @@ static kvio_status_t local_send(void *priv, int from, int to, int tag, const voi
     return KVIO_OK;
 }
 
-static kvio_status_t local_recv(void *priv, int self, int from, int tag, uint64_t deadline_ns,
-                                void **data_p, size_t *length_p)
+/* How often a waiting rank looks at its peers' state without a message. */
+#define LOOK_NS 20000000ull
+
+static kvio_status_t local_recv(void *priv, int self, int from, int tag,
+                                kvio_rte_waiter_t *waiter, void **data_p, size_t *length_p)
 {
     local_world_t *world = priv;
     mailbox_t *mailbox = &world->mailboxes[self];
@@ -144,15 +149,15 @@ static kvio_status_t local_recv(void *priv, int self, int from, int tag, uint64_
             }
             previous = message;
         }
-        /* A finished rank sends nothing more: fail now rather than time out. */
+        /* A finished rank sends nothing more (its messages were queued
+         * before it said so): fail now. */
         if (rank_state(world, from) != RANK_RUNNING) {
             status = KVIO_ERR_PEER;
             goto done;
         }
-        uint64_t now = kvio_time_ns();
-        if (now >= deadline_ns)
+        if (waiter == NULL || !kvio_rte_waiter_go_on(waiter))
             goto done;
-        uint64_t wake = now + 50000000ull < deadline_ns ? now + 50000000ull : deadline_ns;
+        uint64_t wake = kvio_time_ns() + LOOK_NS;
         struct timespec until = {.tv_sec = (time_t)(wake / 1000000000ull),
                                  .tv_nsec = (long)(wake % 1000000000ull)};
         pthread_cond_timedwait(&mailbox->arrived, &mailbox->lock, &until);
@@ -175,9 +180,17 @@ static void local_rank_done(void *priv, int rank, kvio_status_t status)
     }
 }
 
-static bool local_peer_failed(void *priv, int rank)
+static kvio_peer_state_t local_peer_state(void *priv, int rank, int64_t *silent_ns_p)
 {
-    return rank_state(priv, rank) == RANK_FAILED;
+    *silent_ns_p = 0;
+    switch (rank_state(priv, rank)) {
+    case RANK_DONE:
+        return KVIO_PEER_DONE;
+    case RANK_FAILED:
+        return KVIO_PEER_FAILED;
+    default:
+        return KVIO_PEER_RUNNING; /* a thread of this live process */
+    }
 }
 
 const kvio_rte_ops_t kvio_rte_local_ops = {
@@ -189,5 +202,5 @@ const kvio_rte_ops_t kvio_rte_local_ops = {
     .send = local_send,
     .recv = local_recv,
     .rank_done = local_rank_done,
-    .peer_failed = local_peer_failed,
+    .peer_state = local_peer_state,
 };

@@ -231,8 +231,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                                    (coupled ? workload->ranks.client : 0)),
                 .timeout_ns = workload->ranks.timeout_ns};
             status = kvio_rte_world_create(&params, &world, error_p, error_len);
-            if (status == KVIO_OK)
+            if (status == KVIO_OK) {
                 root = kvio_rte_world_is_root(world);
+                kvio_rte_world_set_stop(world, options->stop);
+            }
         }
     }
     if (status == KVIO_OK && root && options->event_trace != NULL)

@@ -908,9 +908,9 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         status = kvio_train_run(&workload->train, (uint64_t)workload->seed, rte, xfer,
                                 workload->duration_ns, context->stop, &train, error,
                                 sizeof(error));
-        /* Lost: the trainer's own failure, not a serve rank's (a dead serve
-         * rank, or one too slow to free a slot within ranks.timeout, fails
-         * the run at once whatever the setting). */
+        /* Lost: the trainer's own failure, not a serve rank's (a serve rank
+         * that failed or fell silent fails the run at once whatever the
+         * setting). */
         if (status != KVIO_OK && status != KVIO_ERR_NOMEM && status != KVIO_ERR_PEER &&
             status != KVIO_ERR_TIMEOUT &&
             workload->update.on_trainer_loss == KVIO_TRAINER_LOSS_SERVE) {
@@ -930,14 +930,6 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         status = pack_report(&report, train.records, sizeof(*train.records), &blob,
                              &blob_length);
     } else {
-        /* The end of updates must come by the run's expected length plus
-         * the peer timeout. */
-        double step_mean = kvio_dist_mean(&workload->train.step_time);
-        int64_t expected = workload->train.steps > 0
-                               ? (int64_t)(4.0 * (double)workload->train.steps *
-                                           fmax(step_mean, 1e6))
-                               : workload->duration_ns;
-        int64_t deadline = kvio_rte_time_ns(rte) + expected + kvio_rte_timeout_ns(rte);
         kvio_update_server_t server;
         const kvio_update_server_t *server_p = NULL;
         if (coupled_run) {
@@ -948,13 +940,11 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
             if (!is_client)
                 kvio_serve_rank_server(coupled.rank, &server);
             server_p = &server;
-            /* Serving lasts the stream; updates must end by then too. */
-            deadline += workload->duration_ns;
         }
         status = is_client ? kvio_serve_client_run(coupled.client, context->stop, error,
                                                    sizeof(error))
                            : kvio_update_serve_with(&workload->update, rte, xfer, TRAIN_RANK,
-                                                    deadline, run_end, server_p, context->stop,
+                                                    run_end, server_p, context->stop,
                                                     &serve, error, sizeof(error));
         if (status != KVIO_OK)
             goto fail;

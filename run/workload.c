@@ -29,7 +29,8 @@ static const kvio_opt_t ranks_options[] = {
     {.key = "timeout", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_ranks_config_t, timeout_ns), .default_value = "30s",
      .flags = KVIO_OPT_HAS_MIN, .min = 1e6,
-     .help = "bound on every wait for a peer rank; a dead peer is an error after it"},
+     .help = "longest a live peer rank may stay silent (no heartbeat) before it counts as "
+             "lost; a slow peer is waited for, a failed one is an error at once"},
     {.key = NULL},
 };
 

@@ -2,9 +2,25 @@
 # README command two: installs what is missing, builds kvio with every
 # optional part required (so a broken dependency fails the build instead of
 # stubbing a part out), starts a private redis-server, and runs every test.
+#
+#   scripts/test.sh              the whole suite once
+#   scripts/test.sh --stress N   the whole suite N times, each with two busy
+#                                loops pinned beside it (one per core of a
+#                                two-core machine), as on a shared machine;
+#                                prints how many runs passed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+
+stress=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --stress) stress=${2:?--stress needs a count}; shift 2 ;;
+    --stress=*) stress=${1#--stress=}; shift ;;
+    *) echo "usage: scripts/test.sh [--stress N]" >&2; exit 2 ;;
+    esac
+done
+case "$stress" in ''|*[!0-9]*) echo "scripts/test.sh: --stress takes a count" >&2; exit 2 ;; esac
 
 scripts/bootstrap.sh
 
@@ -29,5 +45,51 @@ if [ "$cuda" = ON ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/
 fi
 export KVIO_TEST_REQUIRE
 
-cd "$build"
-ctest --output-on-failure --timeout 300 -j 2
+run_suite() {
+    (cd "$build" && ctest --output-on-failure --timeout 600 -j 2)
+}
+
+if [ "$stress" -eq 0 ]; then
+    run_suite
+    exit
+fi
+
+# Two busy loops, each pinned to a core (the first two), for the length of
+# one suite run; only the loops this script started are stopped.
+busy_pids=()
+busy_start() {
+    local cores core
+    cores=$(nproc)
+    for core in 0 1; do
+        if command -v taskset >/dev/null 2>&1; then
+            taskset -c $((core % cores)) sh -c 'while :; do :; done' &
+        else
+            sh -c 'while :; do :; done' &
+        fi
+        busy_pids+=($!)
+    done
+}
+busy_stop() {
+    for pid in "${busy_pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    busy_pids=()
+}
+trap 'busy_stop; private_redis_stop' EXIT INT TERM
+
+passed=0
+for run in $(seq 1 "$stress"); do
+    busy_start
+    start=$(date +%s)
+    if run_suite; then
+        passed=$((passed + 1))
+        verdict=passed
+    else
+        verdict=FAILED
+    fi
+    busy_stop
+    echo "stress: run $run of $stress $verdict in $(( $(date +%s) - start )) s (two busy loops beside it)"
+done
+echo "stress: $passed of $stress runs passed"
+[ "$passed" -eq "$stress" ]

@@ -546,7 +546,6 @@ struct kvio_serve_client {
     kvio_serve_mirror_t *mirror;
     kvio_serve_batch_t *batches; /* one per serve rank */
     bool *final;                 /* the rank's last state has arrived */
-    int64_t *sent_ns;            /* when a batch last went to the rank (since the origin) */
     uint64_t generated;          /* requests sent (per rank: the mirror's count) */
 };
 
@@ -568,8 +567,7 @@ kvio_status_t kvio_serve_client_create(const kvio_serve_run_t *run,
                                           &client->mirror);
     if (status == KVIO_OK &&
         ((client->batches = calloc(client->num_serve, sizeof(*client->batches))) == NULL ||
-         (client->final = calloc(client->num_serve, sizeof(*client->final))) == NULL ||
-         (client->sent_ns = calloc(client->num_serve, sizeof(*client->sent_ns))) == NULL))
+         (client->final = calloc(client->num_serve, sizeof(*client->final))) == NULL))
         status = KVIO_ERR_NOMEM;
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "client rank: %s", kvio_strerror(status));
@@ -588,19 +586,39 @@ void kvio_serve_client_destroy(kvio_serve_client_t *client)
         kvio_serve_batch_fini(&client->batches[r]);
     free(client->batches);
     free(client->final);
-    free(client->sent_ns);
     kvio_serve_mirror_destroy(client->mirror);
     kvio_router_destroy(client->router);
     free(client);
 }
 
+/* A serve rank the client still waits for (to be ready, or for its last
+ * state) that failed, ended or fell silent: the error names it. */
+static kvio_status_t client_check_ranks(kvio_serve_client_t *client, bool ready_only,
+                                        char *error_p, size_t error_len)
+{
+    for (uint32_t r = 0; r < client->num_serve; r++) {
+        bool waiting = ready_only ? mirror_states_of(client->mirror, r) == 0 : !client->final[r];
+        if (!waiting)
+            continue;
+        char reason[512];
+        kvio_status_t status = kvio_rte_peer_check(
+            client->rte, client->first_serve + (int)r, true,
+            ready_only ? "it to say it is ready" : "its last state", reason, sizeof(reason));
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "client rank: serve rank %d is lost: %s",
+                     client->first_serve + (int)r, reason);
+            return status;
+        }
+    }
+    return KVIO_OK;
+}
+
 /* Applies every state message that has arrived; *all_final_p when every
- * rank has sent its last, *heard_p when any message came. */
+ * rank has sent its last. */
 static kvio_status_t client_drain_states(kvio_serve_client_t *client, bool *all_final_p,
-                                         bool *heard_p, char *error_p, size_t error_len)
+                                         char *error_p, size_t error_len)
 {
     bool all_final = true;
-    *heard_p = false;
     for (uint32_t r = 0; r < client->num_serve; r++) {
         int from = client->first_serve + (int)r;
         while (!client->final[r]) {
@@ -610,12 +628,13 @@ static kvio_status_t client_drain_states(kvio_serve_client_t *client, bool *all_
                                                      &data, &length);
             if (status == KVIO_INPROGRESS)
                 break;
-            if (status == KVIO_OK) {
-                *heard_p = true;
+            if (status == KVIO_OK)
                 status = kvio_serve_mirror_apply(client->mirror, r, data, length,
                                                  &client->final[r]);
-            }
             free(data);
+            if (status == KVIO_ERR_PEER &&
+                client_check_ranks(client, false, error_p, error_len) != KVIO_OK)
+                return status;
             if (status != KVIO_OK) {
                 snprintf(error_p, error_len, "client rank: serve rank %d %s", from,
                          status == KVIO_ERR_PEER ? "ended before it finished serving"
@@ -629,21 +648,17 @@ static kvio_status_t client_drain_states(kvio_serve_client_t *client, bool *all_
     return KVIO_OK;
 }
 
-/* Sends each serve rank its batch; one with nothing to send gets an empty
- * batch when a quarter of the timeout has passed since its last (first:
- * at once), so that a serve rank can tell a sparse stream from a client
- * that is stuck. now_ns is since origin_ns. */
+/* Sends each serve rank its batch: every one the first time (it carries
+ * the client's time zero) and the last time, else only those with requests.
+ * now_ns is since origin_ns. */
 static kvio_status_t client_send_batches(kvio_serve_client_t *client, int64_t origin_ns,
-                                         int64_t now_ns, bool first, bool last)
+                                         bool first, bool last)
 {
-    int64_t keep_alive_ns = kvio_rte_timeout_ns(client->rte) / 4;
     kvio_status_t status = KVIO_OK;
     for (uint32_t r = 0; r < client->num_serve && status == KVIO_OK; r++) {
         kvio_serve_batch_t *batch = &client->batches[r];
-        if (batch->count == 0 && !last && !first &&
-            now_ns - client->sent_ns[r] < keep_alive_ns)
+        if (batch->count == 0 && !last && !first)
             continue;
-        client->sent_ns[r] = now_ns;
         status = kvio_serve_batch_seal(batch, origin_ns, last);
         if (status == KVIO_OK)
             status = kvio_rte_post(client->rte, client->first_serve + (int)r,
@@ -660,21 +675,16 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
     kvio_hash_buffer_t hashes = {0};
     kvio_router_view_t view;
     kvio_serve_mirror_view(client->mirror, &view);
-    bool ended = false, all_final = false, heard = false;
+    bool ended = false, all_final = false;
     /* The stream starts when every serve rank has published its first state
-     * (its KV memory is set up and it is serving). */
+     * (its KV memory is set up and it is serving); it may take its time. */
     kvio_status_t status = KVIO_OK;
-    int64_t waited_until = kvio_rte_time_ns(client->rte) + kvio_rte_timeout_ns(client->rte);
     for (uint32_t ready = 0; status == KVIO_OK && ready < client->num_serve;) {
-        status = client_drain_states(client, &all_final, &heard, error_p, error_len);
+        status = client_drain_states(client, &all_final, error_p, error_len);
         for (ready = 0; ready < client->num_serve && mirror_states_of(client->mirror, ready) > 0;)
             ready++;
         if (status == KVIO_OK && ready < client->num_serve) {
-            if (kvio_rte_time_ns(client->rte) > waited_until) {
-                snprintf(error_p, error_len, "client rank: serve rank %d never said it was ready",
-                         client->first_serve + (int)ready);
-                status = KVIO_ERR_TIMEOUT;
-            }
+            status = client_check_ranks(client, true, error_p, error_len);
             struct timespec pause = {.tv_sec = 0, .tv_nsec = 100000};
             nanosleep(&pause, NULL);
         }
@@ -683,17 +693,14 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
     const kvio_request_t *next = NULL;
     if (status == KVIO_OK)
         status = kvio_stream_next(run->stream, &next);
-    int64_t last_heard = 0; /* a serve rank that says nothing for the timeout is lost */
     bool first = true;
     while (status == KVIO_OK) {
-        status = client_drain_states(client, &all_final, &heard, error_p, error_len);
+        status = client_drain_states(client, &all_final, error_p, error_len);
         if (status != KVIO_OK || all_final)
             break;
         int64_t now = kvio_rte_time_ns(client->rte) - origin;
         if (ended && stop != NULL && *stop)
             break; /* interrupted: serve ranks stop without a last state */
-        if (heard || !ended)
-            last_heard = now;
         if (!ended) {
             bool stopping = stop != NULL && *stop;
             /* Every request due by now, routed on what the ranks published. */
@@ -716,18 +723,15 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
             }
             ended = status == KVIO_OK && (stopping || next == NULL);
             if (status == KVIO_OK)
-                status = client_send_batches(client, origin, now, first, ended);
+                status = client_send_batches(client, origin, first, ended);
             first = false;
             if (status != KVIO_OK) {
                 snprintf(error_p, error_len, "client rank: sending requests: %s",
                          kvio_strerror(status));
                 break;
             }
-        } else if (now - last_heard > kvio_rte_timeout_ns(client->rte)) {
-            snprintf(error_p, error_len,
-                     "client rank: no state from the serve ranks for %.1f s after the last "
-                     "request", (double)(now - last_heard) / 1e9);
-            status = KVIO_ERR_TIMEOUT;
+        } else if ((status = client_check_ranks(client, false, error_p, error_len)) !=
+                   KVIO_OK) {
             break;
         }
         /* Sleep to the next arrival, looking at published state every

@@ -931,11 +931,9 @@ struct kvio_serve_rank {
     /* With a client rank: requests come from it, state goes to it. */
     kvio_serve_publisher_t publisher;
     bool client_ended;       /* its last batch has arrived */
-    int64_t client_heard_ns; /* when its last batch arrived (before the first: serving
-                                began), on rank 0's clock */
     bool origin_known;       /* origin_ns is the client's time zero */
     uint64_t version;        /* active model version, for requests being added */
-    char error[256];         /* why begin or end failed */
+    char error[640];         /* why begin or end failed */
 };
 
 /* One iteration as rank 0 needs it: the engine's record and the size of
@@ -1125,30 +1123,24 @@ static kvio_status_t coupled_take(void *context, const kvio_engine_request_t *re
     return kvio_engine_add(rank->setup.engine, &tagged);
 }
 
-/* Fails when the client rank has said nothing for too long. It sends a
- * batch, empty if need be, at least every quarter of the timeout; before
- * its first it waits up to a timeout for the slowest serve rank to be
- * ready, so this rank allows twice that from when it began serving. */
-static kvio_status_t coupled_client_silent(kvio_serve_rank_t *rank, int64_t now_ns)
+/* Fails when the client rank is lost before its last batch: failed, ended
+ * or silent (no heartbeat) for longer than the runtime's timeout. A client
+ * that is alive but slow is waited for. */
+static kvio_status_t coupled_client_lost(kvio_serve_rank_t *rank)
 {
     const kvio_serve_run_t *run = rank->run;
-    int64_t timeout = kvio_rte_timeout_ns(run->rte);
-    int64_t silence = now_ns - rank->client_heard_ns;
-    if (kvio_rte_peer_failed(run->rte, run->client_rank)) {
-        snprintf(rank->error, sizeof(rank->error),
-                 "serve rank %u: the client rank %d failed before its last request",
-                 rank->serve_index, run->client_rank);
-        return KVIO_ERR_PEER;
-    }
-    if (silence <= (rank->origin_known ? timeout : 2 * timeout))
-        return KVIO_OK;
-    snprintf(rank->error, sizeof(rank->error), "serve rank %u: nothing from client rank %d for "
-             "%.1f s", rank->serve_index, run->client_rank, (double)silence / 1e9);
-    return KVIO_ERR_TIMEOUT;
+    char reason[512];
+    kvio_status_t status = kvio_rte_peer_check(run->rte, run->client_rank, true,
+                                               "its next request batch", reason,
+                                               sizeof(reason));
+    if (status != KVIO_OK)
+        snprintf(rank->error, sizeof(rank->error), "serve rank %u: the client rank is lost: %s",
+                 rank->serve_index, reason);
+    return status;
 }
 
 /* Takes every batch the client has sent; the first sets the time zero. */
-static kvio_status_t coupled_receive(kvio_serve_rank_t *rank, int64_t now_ns)
+static kvio_status_t coupled_receive(kvio_serve_rank_t *rank)
 {
     const kvio_serve_run_t *run = rank->run;
     while (!rank->client_ended) {
@@ -1156,14 +1148,8 @@ static kvio_status_t coupled_receive(kvio_serve_rank_t *rank, int64_t now_ns)
         size_t length = 0;
         kvio_status_t status = kvio_rte_try_recv(run->rte, run->client_rank,
                                                  KVIO_SERVE_TAG_REQUESTS, &data, &length);
-        if (status == KVIO_INPROGRESS)
-            return coupled_client_silent(rank, now_ns);
-        if (status == KVIO_ERR_PEER) {
-            snprintf(rank->error, sizeof(rank->error),
-                     "serve rank %u: the client rank %d ended before its last request",
-                     rank->serve_index, run->client_rank);
-            return status;
-        }
+        if (status == KVIO_INPROGRESS || status == KVIO_ERR_PEER)
+            return coupled_client_lost(rank);
         int64_t origin_ns = 0;
         bool last = false;
         if (status == KVIO_OK) {
@@ -1182,7 +1168,6 @@ static kvio_status_t coupled_receive(kvio_serve_rank_t *rank, int64_t now_ns)
             rank->origin_known = true;
             rank->origin_ns = origin_ns;
         }
-        rank->client_heard_ns = now_ns;
         rank->client_ended = last;
     }
     return KVIO_OK;
@@ -1221,7 +1206,6 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
     if (!rank->started) {
         rank->started = true;
         rank->origin_ns = now_ns;
-        rank->client_heard_ns = now_ns;
         /* The first state says this rank is ready: the client starts the
          * stream when every serve rank is. */
         if (client) {
@@ -1231,7 +1215,7 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
         }
     }
     rank->version = active_version;
-    kvio_status_t status = client ? coupled_receive(rank, now_ns)
+    kvio_status_t status = client ? coupled_receive(rank)
                                   : coupled_dispatch(rank, now_ns - rank->origin_ns,
                                                      active_version);
     if (status != KVIO_OK)

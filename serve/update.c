@@ -80,7 +80,6 @@ typedef struct serve_state {
     char error[512];           /* a GPU slot's copy failed (else the transport's error) */
     uint64_t last_version;     /* the end notice's: the last version published */
     int sender;
-    int64_t deadline_ns;
     bool trainer_lost;         /* on_trainer_loss: serve, and the trainer is gone */
     uint64_t owed_version;     /* the trainer-lost notice's last whole version: still
                                   to come by a chain (from a live upstream server) */
@@ -234,6 +233,8 @@ static void lose_trainer(serve_state_t *state, const char *reason)
               (unsigned long long)state->active_version);
 }
 
+/* The trainer's liveness (heartbeats, never its pace): a training rank
+ * that failed or fell silent before its end notice is lost. */
 static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t error_len)
 {
     int self = kvio_rte_index(state->rte), sender = state->sender;
@@ -254,23 +255,20 @@ static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t erro
             return KVIO_OK;
         }
     }
-    bool failed = kvio_rte_peer_failed(state->rte, sender);
-    if (!failed && kvio_rte_time_ns(state->rte) <= state->deadline_ns)
+    char reason[512];
+    kvio_status_t status = kvio_rte_peer_check(state->rte, sender, !state->end_seen,
+                                               state->pending ? "the rest of an update"
+                                                              : "the end of updates",
+                                               reason, sizeof(reason));
+    if (status == KVIO_OK)
         return KVIO_OK;
     if (serve_on) {
-        lose_trainer(state, failed ? "the training rank failed"
-                                   : "no end of updates by the deadline (run time plus "
-                                     "ranks.timeout)");
+        lose_trainer(state, reason);
         return KVIO_OK;
     }
-    if (failed)
-        snprintf(error_p, error_len, "rank %d: the training rank %d failed%s", self, sender,
-                 state->pending ? " in the middle of an update" : "");
-    else
-        snprintf(error_p, error_len,
-                 "rank %d: no end of updates from training rank %d by the deadline "
-                 "(run time plus ranks.timeout)", self, sender);
-    return failed ? KVIO_ERR_PEER : KVIO_ERR_TIMEOUT;
+    snprintf(error_p, error_len, "rank %d: the training rank %d is lost: %s", self, sender,
+             reason);
+    return status;
 }
 
 /* With on_trainer_loss: serve, a transport whose connection is gone for good
@@ -337,12 +335,12 @@ static void nap(int64_t ns)
 }
 
 kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len)
 {
-    return kvio_update_serve_with(config, rte, xfer, sender, deadline_ns, deadline_ns, NULL,
-                                  NULL, result_p, error_p, error_len);
+    return kvio_update_serve_with(config, rte, xfer, sender, serve_until_ns, NULL, NULL,
+                                  result_p, error_p, error_len);
 }
 
 kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *ranks, int count,
@@ -392,15 +390,14 @@ static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p, char *er
 }
 
 kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                     kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
-                                     int64_t serve_until_ns,
+                                     kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
                                      const kvio_update_server_t *server,
                                      volatile sig_atomic_t *stop,
                                      kvio_update_result_t *result_p, char *error_p,
                                      size_t error_len)
 {
     serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1,
-                           .sender = sender, .deadline_ns = deadline_ns};
+                           .sender = sender};
     kvio_status_t status = KVIO_ERR_NOMEM;
     if ((state.hash = XXH3_createState()) == NULL) {
         snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));

@@ -16,6 +16,26 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+double test_time_scale(void)
+{
+    static double scale = 0;
+    if (scale > 0)
+        return scale;
+    const char *text = getenv("KVIO_TEST_TIME_SCALE");
+    double value = text != NULL ? strtod(text, NULL) : 0;
+    if (!(value > 0)) {
+        double load[1] = {0};
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (getloadavg(load, 1) < 1)
+            load[0] = 0;
+        value = 1.0 + 1.5 * load[0] / (double)(cores > 0 ? cores : 1);
+    }
+    scale = value < 1 ? 1 : value;
+    return scale;
+}
+
+double test_seconds(double base_s) { return base_s * test_time_scale(); }
+
 char *test_tmpdir(void)
 {
     char template[] = "/tmp/kvio-test-XXXXXX";

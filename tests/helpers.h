@@ -58,6 +58,16 @@ int test_redis_up(int port);
 /* Shuts the redis-server on port down without saving (best effort). */
 void test_redis_down(int port);
 
+/* How much slower than an idle machine this one may be now, for deadlines
+ * and upper bounds on real time in tests: $KVIO_TEST_TIME_SCALE when set,
+ * else 1 + 1.5 x the load average per core (about 1 idle, 5-6 on two cores
+ * with two busy loops and ctest -j2 beside the test), read once. */
+double test_time_scale(void);
+
+/* base_s seconds scaled by test_time_scale(): the bound a test may put on
+ * real time. */
+double test_seconds(double base_s);
+
 /* Runs `redis-cli -p port ARGS` (best effort, output discarded). */
 void test_redis_cli(int port, const char *args);
 

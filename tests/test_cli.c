@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kvio/clock.h"
 #include "tests/helpers.h"
 
 Test(cli, version_and_help, .timeout = 20)
@@ -262,12 +263,14 @@ static void interrupt_coupled_run(int signal_number)
     kill(pid, signal_number);
     int wait_status = 0;
     pid_t waited = 0;
-    for (int i = 0; i < 1500 && (waited = waitpid(pid, &wait_status, WNOHANG)) == 0; i++)
+    uint64_t deadline = kvio_time_ns() + (uint64_t)(test_seconds(15) * 1e9);
+    while ((waited = waitpid(pid, &wait_status, WNOHANG)) == 0 && kvio_time_ns() < deadline)
         usleep(10000);
     if (waited == 0) {
         kill(pid, SIGKILL);
         waitpid(pid, &wait_status, 0);
-        cr_assert_fail("the coupled run did not stop within 15 s of signal %d", signal_number);
+        cr_assert_fail("the coupled run did not stop within %.0f s of signal %d",
+                       test_seconds(15), signal_number);
     }
     cr_assert(WIFEXITED(wait_status));
     cr_assert_eq(WEXITSTATUS(wait_status), 1);

@@ -10,6 +10,7 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +206,7 @@ Test(gpu, spin_kernel_lasts_its_time, .timeout = 60)
      * measured clock offset (microseconds on a device, more on a loaded
      * machine against the fake), late only by the launch and noise. */
     cr_assert_geq(elapsed_ms, 90.0, "spun %.1f ms of 100", elapsed_ms);
-    cr_assert_lt(elapsed_ms, 300.0, "spun %.1f ms of 100", elapsed_ms);
+    cr_assert_lt(elapsed_ms, 100 + test_seconds(200), "spun %.1f ms of 100", elapsed_ms);
 }
 
 /* Each spin runs to its own deadline: ten 50 ms spins launched at once end
@@ -222,7 +223,9 @@ Test(gpu, spins_launched_together_do_not_pile_up, .timeout = 60)
     kvio_device_destroy(domain);
     double elapsed_ms = (double)(kvio_time_ns() - start) / 1e6;
     cr_assert_geq(elapsed_ms, 45.0, "spun %.1f ms", elapsed_ms);
-    cr_assert_lt(elapsed_ms, 250.0, "spun %.1f ms: the spins queued end to end", elapsed_ms);
+    /* Below what queued spins take (500 ms), however loaded the machine. */
+    cr_assert_lt(elapsed_ms, fmin(450.0, 50 + test_seconds(200)),
+                 "spun %.1f ms: the spins queued end to end", elapsed_ms);
 }
 
 /* With memory to stream over, the spin still ends at its deadline; a host
@@ -240,7 +243,7 @@ Test(gpu, spin_streaming_memory_lasts_its_time, .timeout = 60)
     kvio_device_destroy(domain); /* waits for the kernel, frees the memory */
     double elapsed_ms = (double)(kvio_time_ns() - start) / 1e6;
     cr_assert_geq(elapsed_ms, 45.0, "spun %.1f ms of 50", elapsed_ms);
-    cr_assert_lt(elapsed_ms, 250.0, "spun %.1f ms of 50", elapsed_ms);
+    cr_assert_lt(elapsed_ms, 50 + test_seconds(200), "spun %.1f ms of 50", elapsed_ms);
     kvio_device_t *host = NULL;
     char error[512];
     cr_assert_eq(kvio_device_create(KVIO_MEMORY_HOST, KVIO_FALLBACK_ERROR, -1, 0, &host, error,

@@ -269,27 +269,14 @@ static kvio_status_t open_device(kvio_xfer_t *xfer, char *error_p, size_t error_
     return KVIO_OK;
 }
 
-/* Says why the set-up barrier failed: the rank that failed, else what the
- * wait ran into (ranks.timeout). */
+/* Says why the set-up barrier failed: the runtime's verdict on the rank it
+ * waited for (which rank, and whether it failed, ended or fell silent). */
 static void setup_barrier_error(const kvio_xfer_t *xfer, kvio_status_t status, char *error_p,
                                 size_t error_len)
 {
-    int self = kvio_rte_index(xfer->rte), size = kvio_rte_size(xfer->rte);
-    for (int rank = 0; rank < size; rank++)
-        if (rank != self && kvio_rte_peer_failed(xfer->rte, rank)) {
-            snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's "
-                     "set-up: rank %d failed", xfer->ops->name, self, rank);
-            return;
-        }
-    if (status == KVIO_ERR_TIMEOUT)
-        snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's set-up: "
-                 "not every rank arrived within %.1f s (ranks.timeout)", xfer->ops->name, self,
-                 (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
-    else
-        snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's set-up: "
-                 "%s", xfer->ops->name, self,
-                 status == KVIO_ERR_PEER ? "a rank ended before it got there"
-                                         : kvio_strerror(status));
+    snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's set-up: %s",
+             xfer->ops->name, kvio_rte_index(xfer->rte),
+             kvio_rte_verdict(xfer->rte)[0] ? kvio_rte_verdict(xfer->rte) : kvio_strerror(status));
 }
 
 kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte,

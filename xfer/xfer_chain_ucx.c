@@ -48,7 +48,6 @@ typedef struct kvio_ucx_chain {
     bool send_inflight;          /* outgoing is in use */
     chain_message_t outgoing;
     bool end_pending;            /* the end was passed on; queue it here when sent */
-    int64_t last_event_ns;       /* last sign of life of the hop we wait on */
     ucs_status_t request_error;
     kvio_status_t failure;       /* sticky: the first error */
 } kvio_ucx_chain_t;
@@ -128,7 +127,6 @@ static ucs_status_t on_chain(void *arg, const void *header, size_t header_length
     if (length != sizeof(message) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
         return UCS_OK;
     memcpy(&message, data, sizeof(message));
-    chain->last_event_ns = (int64_t)kvio_time_ns();
     if (chain->failure == KVIO_OK && valid_message(chain, &message))
         inbox_add(chain, &message);
     return UCS_OK;
@@ -138,7 +136,6 @@ static void put_done(void *request, ucs_status_t status, void *user_data)
 {
     kvio_ucx_chain_t *chain = user_data;
     chain->puts_inflight--;
-    chain->last_event_ns = (int64_t)kvio_time_ns();
     if (status != UCS_OK)
         chain->request_error = status;
     ucp_request_free(request);
@@ -153,7 +150,6 @@ static void flush_done_now(kvio_ucx_chain_t *chain)
 {
     chain->flushed = chain->flush_target;
     chain->t_flushed_ns = kvio_rte_time_ns(chain->xfer->rte);
-    chain->last_event_ns = (int64_t)kvio_time_ns();
 }
 
 static void flush_done(void *request, ucs_status_t status, void *user_data)
@@ -170,7 +166,6 @@ static void send_done(void *request, ucs_status_t status, void *user_data)
 {
     kvio_ucx_chain_t *chain = user_data;
     chain->send_inflight = false;
-    chain->last_event_ns = (int64_t)kvio_time_ns();
     if (status != UCS_OK)
         chain->request_error = status;
     ucp_request_free(request);
@@ -233,7 +228,6 @@ static void begin_version(kvio_ucx_chain_t *chain, const chain_message_t *messag
     chain->noticed = chain->xfer->role == KVIO_XFER_SENDER; /* the sender has no notice */
     chain->posted = chain->flush_target = chain->flushed = chain->announced = 0;
     chain->t_forward_start_ns = chain->t_flushed_ns = 0;
-    chain->last_event_ns = (int64_t)kvio_time_ns();
 }
 
 /* Takes messages from the inbox while they belong to the version in flight
@@ -345,27 +339,28 @@ static kvio_status_t forward(kvio_ucx_chain_t *chain, const char *source)
     return status;
 }
 
-/* Checks the neighbours this rank depends on: dead, or silent for longer
- * than the runtime's timeout while something is in flight. */
+/* Checks the neighbours this rank depends on while something is in flight:
+ * failed, or silent (no heartbeat) for longer than the runtime's timeout;
+ * a slow neighbour is waited for. */
 static kvio_status_t check_neighbours(kvio_ucx_chain_t *chain)
 {
     kvio_xfer_t *xfer = chain->xfer;
     unsigned long long version = chain->current.meta.version;
-    if (chain->upstream >= 0 && kvio_rte_peer_failed(xfer->rte, chain->upstream))
-        return chain_fail(chain, KVIO_ERR_PEER, "rank %d, the one before rank %d in the chain, "
-                          "failed", chain->upstream, kvio_rte_index(xfer->rte));
-    if (chain->next >= 0 && kvio_rte_peer_failed(xfer->rte, chain->next))
-        return chain_fail(chain, KVIO_ERR_PEER, "rank %d, the one after rank %d in the chain, "
-                          "failed", chain->next, kvio_rte_index(xfer->rte));
     bool waiting = chain->active || chain->end_pending || chain->send_inflight;
-    int64_t timeout = kvio_rte_timeout_ns(xfer->rte);
-    if (!waiting || (int64_t)kvio_time_ns() - chain->last_event_ns <= timeout)
-        return KVIO_OK;
-    bool from_upstream = chain->active && chain->current.bytes_ready < chain->current.meta.bytes;
-    return chain_fail(chain, KVIO_ERR_TIMEOUT, "%s rank %d for version %llu took longer than "
-                      "%.1f s", from_upstream ? "waiting for data from" : "forwarding to",
-                      from_upstream ? chain->upstream : chain->next, version,
-                      (double)timeout / 1e9);
+    char waiting_for[128], reason[512];
+    snprintf(waiting_for, sizeof(waiting_for), "version %llu from it in the chain", version);
+    if (chain->upstream >= 0 &&
+        kvio_rte_peer_check(xfer->rte, chain->upstream, waiting && chain->active, waiting_for,
+                            reason, sizeof(reason)) != KVIO_OK)
+        return chain_fail(chain, KVIO_ERR_PEER, "rank %d, the one before rank %d in the chain: "
+                          "%s", chain->upstream, kvio_rte_index(xfer->rte), reason);
+    snprintf(waiting_for, sizeof(waiting_for), "it to take version %llu in the chain", version);
+    if (chain->next >= 0 &&
+        kvio_rte_peer_check(xfer->rte, chain->next, waiting && !chain->active, waiting_for,
+                            reason, sizeof(reason)) != KVIO_OK)
+        return chain_fail(chain, KVIO_ERR_PEER, "rank %d, the one after rank %d in the chain: "
+                          "%s", chain->next, kvio_rte_index(xfer->rte), reason);
+    return KVIO_OK;
 }
 
 /* One round on this rank: take messages, queue the notice once the copy
@@ -390,7 +385,6 @@ static kvio_status_t chain_step(kvio_ucx_chain_t *chain)
     if (status != KVIO_OK || !chain->active)
         return status;
     uint64_t bytes = chain->current.meta.bytes;
-    uint64_t moved_before = chain->posted + chain->flushed + chain->announced;
     if (!chain->noticed && chain->current.bytes_ready >= bytes) {
         /* Upstream flushed the last piece into this rank's slot. */
         kvio_xfer_meta_t notice = chain->current.meta;
@@ -404,8 +398,6 @@ static kvio_status_t chain_step(kvio_ucx_chain_t *chain)
                                  ? xfer->send_buffer
                                  : xfer->slots[slot_of(&chain->current, xfer->self_index)];
         status = forward(chain, source);
-        if (chain->posted + chain->flushed + chain->announced != moved_before)
-            chain->last_event_ns = (int64_t)kvio_time_ns(); /* puts that complete inline */
     }
     if (status == KVIO_OK && chain->noticed &&
         (chain->next < 0 || (chain->announced >= bytes && !chain->send_inflight)) &&
@@ -426,7 +418,6 @@ kvio_status_t kvio_xfer_ucx_chain_init(kvio_xfer_t *xfer)
     if (chain == NULL)
         return KVIO_ERR_NOMEM;
     chain->xfer = xfer;
-    chain->last_event_ns = (int64_t)kvio_time_ns();
     if (xfer->role == KVIO_XFER_SENDER) {
         chain->upstream = -1;
         chain->next_index = 0;

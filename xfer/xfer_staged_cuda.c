@@ -353,7 +353,7 @@ static kvio_status_t staged_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
         if (status == KVIO_OK && k >= 2) {
             wait.count = k - 1;
             status = kvio_xfer_ucx_wait(xfer, drained_enough, &wait, rank,
-                                        "waiting for a staging buffer of");
+                                        "a staging buffer of");
         }
         if (mapped) {
             if (status == KVIO_OK && kvio_xfer_fault_now(xfer))
@@ -381,7 +381,7 @@ static kvio_status_t staged_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
     if (status == KVIO_OK) {
         wait.count = count;
         status = kvio_xfer_ucx_wait(xfer, drained_enough, &wait, rank,
-                                    "waiting for the last chunks to reach the GPU of");
+                                    "the last chunks to reach the GPU of");
     }
     return status;
 }

@@ -103,27 +103,27 @@ static void request_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-/* Progresses until the outstanding requests drop to limit, bounded by the
- * timeout and by the peer rank's failure. */
+/* Requests outstanding above the limit in wait_inflight. */
+typedef struct inflight_wait {
+    const ucx_priv_t *priv;
+    int limit;
+} inflight_wait_t;
+
+static bool inflight_below(void *arg)
+{
+    const inflight_wait_t *wait = arg;
+    return wait->priv->inflight <= wait->limit;
+}
+
+/* Progresses until the outstanding requests drop to limit, while the peer
+ * rank lives. */
 static kvio_status_t wait_inflight(kvio_xfer_t *xfer, int limit, int peer, const char *what)
 {
     ucx_priv_t *priv = xfer->priv;
-    uint64_t deadline = kvio_time_ns() + (uint64_t)kvio_rte_timeout_ns(xfer->rte);
-    while (priv->inflight > limit) {
-        if (ucp_worker_progress(priv->worker) != 0)
-            continue;
-        if (kvio_rte_peer_failed(xfer->rte, peer)) {
-            kvio_xfer_set_error(xfer, "%s transport: rank %d failed while %s", xfer->ops->name,
-                                peer, what);
-            return KVIO_ERR_PEER;
-        }
-        if (kvio_time_ns() > deadline) {
-            kvio_xfer_set_error(xfer, "%s transport: %s rank %d took longer than %.1f s",
-                                xfer->ops->name, what, peer,
-                                (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
-            return KVIO_ERR_TIMEOUT;
-        }
-    }
+    inflight_wait_t wait = {.priv = priv, .limit = limit};
+    kvio_status_t status = kvio_xfer_ucx_wait(xfer, inflight_below, &wait, peer, what);
+    if (status != KVIO_OK)
+        return status;
     if (priv->request_error != UCS_OK) {
         kvio_xfer_set_error(xfer, "%s transport: %s rank %d: %s", xfer->ops->name, what, peer,
                             ucs_status_string(priv->request_error));
@@ -610,6 +610,19 @@ static kvio_status_t ucx_preflight(const kvio_xfer_config_t *config, uint64_t by
     return KVIO_ERR_UNSUPPORTED;
 }
 
+/* A receiver's acknowledgement of the version before meta's. */
+typedef struct credit_wait {
+    const ucx_priv_t *priv;
+    int target;
+    uint64_t version;
+} credit_wait_t;
+
+static bool credit_back(void *arg)
+{
+    const credit_wait_t *wait = arg;
+    return wait->priv->acked[wait->target] + 1 >= wait->version;
+}
+
 kvio_status_t kvio_xfer_ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta)
 {
     ucx_priv_t *priv = xfer->priv;
@@ -618,24 +631,13 @@ kvio_status_t kvio_xfer_ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer
         meta->slot = meta->version <= 1 ? 0 : priv->free_slot[target];
         return KVIO_OK;
     }
-    uint64_t deadline = kvio_time_ns() + (uint64_t)kvio_rte_timeout_ns(xfer->rte);
-    while (priv->acked[target] + 1 < meta->version) {
-        if (ucp_worker_progress(priv->worker) != 0)
-            continue;
-        if (kvio_rte_peer_failed(xfer->rte, rank)) {
-            kvio_xfer_set_error(xfer, "%s transport: receiving rank %d failed", xfer->ops->name,
-                                rank);
-            return KVIO_ERR_PEER;
-        }
-        if (kvio_time_ns() > deadline) {
-            kvio_xfer_set_error(xfer,
-                                "%s transport: rank %d did not free a slot for version %llu "
-                                "within %.1f s", xfer->ops->name, rank,
-                                (unsigned long long)meta->version,
-                                (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
-            return KVIO_ERR_TIMEOUT;
-        }
-    }
+    char what[96];
+    snprintf(what, sizeof(what), "a slot for version %llu from",
+             (unsigned long long)meta->version);
+    credit_wait_t wait = {.priv = priv, .target = target, .version = meta->version};
+    kvio_status_t status = kvio_xfer_ucx_wait(xfer, credit_back, &wait, rank, what);
+    if (status != KVIO_OK)
+        return status;
     meta->slot = priv->free_slot[target];
     return KVIO_OK;
 }
@@ -651,7 +653,7 @@ kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *
     kvio_status_t status = KVIO_OK;
     for (uint64_t offset = 0; offset < length && status == KVIO_OK; offset += chunk) {
         uint64_t piece = length - offset < chunk ? length - offset : chunk;
-        status = wait_inflight(xfer, limit - 1, rank, "putting to");
+        status = wait_inflight(xfer, limit - 1, rank, "puts to");
         if (status != KVIO_OK)
             break;
         if (kvio_xfer_fault_now(xfer))
@@ -662,7 +664,7 @@ kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *
                        "ucp_put_nbx");
     }
     if (status == KVIO_OK)
-        status = wait_inflight(xfer, 0, rank, "putting to");
+        status = wait_inflight(xfer, 0, rank, "puts to");
     return status == KVIO_OK ? kvio_xfer_ucx_flush(xfer, rank) : status;
 }
 
@@ -673,7 +675,7 @@ kvio_status_t kvio_xfer_ucx_flush(kvio_xfer_t *xfer, int rank)
     kvio_status_t status = track(xfer, ucp_ep_flush_nbx(priv->eps[rank], &param),
                                  "ucp_ep_flush_nbx");
     if (status == KVIO_OK)
-        status = wait_inflight(xfer, 0, rank, "flushing to");
+        status = wait_inflight(xfer, 0, rank, "a flush to");
     return status;
 }
 
@@ -699,7 +701,7 @@ kvio_status_t kvio_xfer_ucx_send_am(kvio_xfer_t *xfer, int rank, unsigned id,
                                                        length, &param),
                                  "ucp_am_send_nbx");
     if (status == KVIO_OK)
-        status = wait_inflight(xfer, 0, rank, "sending a notice to");
+        status = wait_inflight(xfer, 0, rank, "a notice to");
     return status;
 }
 
@@ -707,20 +709,25 @@ kvio_status_t kvio_xfer_ucx_wait(kvio_xfer_t *xfer, bool (*done)(void *arg), voi
                                  int peer, const char *what)
 {
     ucx_priv_t *priv = xfer->priv;
-    uint64_t deadline = kvio_time_ns() + (uint64_t)kvio_rte_timeout_ns(xfer->rte);
+    unsigned idle = 0;
     while (!done(arg)) {
-        if (ucp_worker_progress(priv->worker) != 0)
+        if (ucp_worker_progress(priv->worker) != 0) {
+            idle = 0;
             continue;
-        if (kvio_rte_peer_failed(xfer->rte, peer)) {
-            kvio_xfer_set_error(xfer, "%s transport: rank %d failed while %s", xfer->ops->name,
-                                peer, what);
-            return KVIO_ERR_PEER;
         }
-        if (kvio_time_ns() > deadline) {
-            kvio_xfer_set_error(xfer, "%s transport: %s rank %d took longer than %.1f s",
-                                xfer->ops->name, what, peer,
-                                (double)kvio_rte_timeout_ns(xfer->rte) / 1e9);
-            return KVIO_ERR_TIMEOUT;
+        /* The peer's liveness, not its pace, ends the wait (looked at
+         * every 64 idle rounds: it is cheap, but not free). */
+        if (++idle % 64 != 0)
+            continue;
+        char waiting_for[160], reason[512];
+        snprintf(waiting_for, sizeof(waiting_for), "%s rank %d", what, peer);
+        /* A peer that has ended (after the run's last barrier) can no
+         * longer take part in a transfer: owes. */
+        kvio_status_t status = kvio_rte_peer_check(xfer->rte, peer, true, waiting_for, reason,
+                                                   sizeof(reason));
+        if (status != KVIO_OK) {
+            kvio_xfer_set_error(xfer, "%s transport: %s", xfer->ops->name, reason);
+            return status;
         }
     }
     return KVIO_OK;

@@ -107,8 +107,8 @@ kvio_status_t kvio_xfer_ucx_send_am(kvio_xfer_t *xfer, int rank, unsigned id,
 kvio_status_t kvio_xfer_ucx_set_handler(kvio_ucx_t *ucx, unsigned id,
                                         ucp_am_recv_callback_t callback, void *arg);
 
-/* Progresses until done(arg), bounded by the runtime's timeout and peer's
- * failure; what names the wait in the error. */
+/* Progresses until done(arg), for as long as peer lives (however slowly it
+ * moves); what names the wait in the error ("a slot for version 3 from"). */
 kvio_status_t kvio_xfer_ucx_wait(kvio_xfer_t *xfer, bool (*done)(void *arg), void *arg,
                                  int peer, const char *what);
 

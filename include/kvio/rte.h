@@ -1,14 +1,21 @@
 /* Runtime: the ranks of a run and how they talk. Two implementations behind
  * one ops table: `local` (ranks are threads of this process) and `mpi` (ranks
- * are MPI processes started by mpirun). Both give size, index, bounded
- * point-to-point messages, barrier, allgather, gather, reduce and a clock
- * offset to rank 0 measured by minimum-RTT ping-pong. Every wait is bounded
- * by the world's timeout; a rank that failed makes its peers fail fast. */
+ * are MPI processes started by mpirun). Both give size, index, point-to-point
+ * messages, barrier, allgather, gather, reduce and a clock offset to rank 0
+ * measured by minimum-RTT ping-pong.
+ *
+ * Liveness is judged by heartbeats, never by progress: a wait for a peer
+ * lasts as long as the peer answers, however slowly it moves. It ends when
+ * the peer fails (at once), ends without what was awaited, or falls silent
+ * for longer than the world's timeout (mpi: a heartbeat thread per process;
+ * local: a thread of this process answers until it ends). Once the run is
+ * stopped (kvio_rte_world_set_stop) every wait ends within the timeout. */
 #ifndef KVIO_RTE_H
 #define KVIO_RTE_H
 
 #include "kvio/status.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,8 +47,16 @@ typedef struct kvio_rte kvio_rte_t;
 typedef struct kvio_rte_params {
     const char *kind;   /* "auto" (mpi under mpirun, else local), "local", "mpi" */
     int num_ranks;      /* local: threads to start; mpi: required world size */
-    int64_t timeout_ns; /* bound on every wait; <= 0 means 30 s */
+    int64_t timeout_ns; /* longest silence of a live peer; <= 0 means 30 s */
 } kvio_rte_params_t;
+
+/* What a rank knows of a peer. */
+typedef enum {
+    KVIO_PEER_RUNNING = 0, /* it answers heartbeats, however slowly it progresses */
+    KVIO_PEER_DONE,        /* it finished cleanly */
+    KVIO_PEER_FAILED,      /* it finished with an error, or its process died */
+    KVIO_PEER_SILENT,      /* no heartbeat for longer than the timeout */
+} kvio_peer_state_t;
 
 /* Reduction operators for kvio_rte_reduce. */
 typedef enum { KVIO_RTE_SUM, KVIO_RTE_MIN, KVIO_RTE_MAX } kvio_rte_op_t;
@@ -83,16 +98,40 @@ int64_t kvio_rte_timeout_ns(const kvio_rte_t *rte);
 void kvio_rte_set_error(kvio_rte_t *rte, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* True when rank has finished with an error or died; cheap, non-blocking. */
+/* The runtime's verdict on the peer the last failed wait of this rank gave
+ * up on ("rank 2 failed", "rank 2 ended without sending it", "rank 2 has
+ * been silent for ..."); "" when none. Borrowed. */
+const char *kvio_rte_verdict(const kvio_rte_t *rte);
+
+/* Ends every wait of the world's ranks within the timeout once *stop is
+ * set (an interrupted run); stop may be NULL. */
+void kvio_rte_world_set_stop(kvio_rte_world_t *world, volatile sig_atomic_t *stop);
+
+/* What this rank knows of rank; for KVIO_PEER_SILENT, *silent_ns_p (may be
+ * NULL) says for how long. Cheap, non-blocking. */
+kvio_peer_state_t kvio_rte_peer_state(kvio_rte_t *rte, int rank, int64_t *silent_ns_p);
+
+/* True when rank has failed, died or gone silent; cheap, non-blocking. */
 bool kvio_rte_peer_failed(kvio_rte_t *rte, int rank);
 
+/* The verdict on a peer this rank is waiting for: KVIO_OK while it runs
+ * (and, unless owes is set, once it is done); else KVIO_ERR_PEER with the
+ * verdict in reason_p, naming the rank, what this rank was waiting for
+ * (waiting_for, e.g. "a free slot for version 3") and, for a silent peer,
+ * for how long: "rank 2 has been silent for 31.2 s (no heartbeat within
+ * ranks.timeout, 30.0 s) while rank 0 waited for ...". */
+kvio_status_t kvio_rte_peer_check(kvio_rte_t *rte, int rank, bool owes, const char *waiting_for,
+                                  char *reason_p, size_t reason_len);
+
 /* Sends length bytes (copied) to rank with tag (>= KVIO_RTE_TAG_USER for
- * users). Bounded by the world's timeout. */
+ * users), waiting while the receiver lives. */
 kvio_status_t kvio_rte_send(kvio_rte_t *rte, int to, int tag, const void *data, size_t length);
 
 /* Receives the next message from rank with tag; *data_p is malloc'd and the
- * caller frees it. KVIO_ERR_TIMEOUT after the timeout, KVIO_ERR_PEER as soon
- * as the sender is known to have failed. */
+ * caller frees it. Waits while the sender lives: KVIO_ERR_PEER as soon as it
+ * is known to have failed, ended without sending or fallen silent (the
+ * verdict is this rank's error); KVIO_ERR_INTERRUPTED a timeout after the
+ * run was stopped. */
 kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, size_t *length_p);
 
 /* Sends length bytes (copied) to rank with tag without waiting for the
@@ -102,14 +141,14 @@ kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, s
  * rank to another with one tag arrive in the order sent or posted. */
 kvio_status_t kvio_rte_post(kvio_rte_t *rte, int to, int tag, const void *data, size_t length);
 
-/* Waits, bounded by the timeout, until every message this rank posted has
- * left (mpi: matched by its receiver). */
+/* Waits, while the receivers live, until every message this rank posted
+ * has left (mpi: matched by its receiver). */
 kvio_status_t kvio_rte_flush(kvio_rte_t *rte);
 
 /* Takes the next message from rank with tag if one has arrived: KVIO_OK
  * with *data_p malloc'd (the caller frees it); KVIO_INPROGRESS when none
- * has; KVIO_ERR_PEER when none has and the sender has finished or failed
- * (local; mpi cannot tell). Never waits. */
+ * has; KVIO_ERR_PEER when none has and the sender has failed or gone silent
+ * (local: or finished). Never waits. */
 kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
                                 size_t *length_p);
 

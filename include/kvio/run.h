@@ -28,7 +28,7 @@ typedef struct kvio_ranks_config {
     int64_t serve;
     int64_t client;     /* coupled run: 1 = a client rank after the serve ranks */
     char *runtime;      /* auto | local | mpi */
-    int64_t timeout_ns; /* bound on every wait for a peer */
+    int64_t timeout_ns; /* longest silence (no heartbeat) of a live peer */
 } kvio_ranks_config_t;
 
 /* The workload: the top level of a YAML file. */

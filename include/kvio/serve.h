@@ -145,10 +145,9 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
 void kvio_serve_rank_destroy(kvio_serve_rank_t *rank);
 
 /* The hooks through which the update receive loop drives the engine. With
- * a client rank, begin fails (KVIO_ERR_TIMEOUT, "nothing from client rank
- * M for X s") when the client, before its last batch, has sent nothing for
- * the runtime's timeout (twice that before its first), or KVIO_ERR_PEER
- * when it failed. */
+ * a client rank, begin fails (KVIO_ERR_PEER, "the client rank is lost: ...")
+ * when the client failed, ended or fell silent (no heartbeat for the
+ * runtime's timeout) before its last batch; a slow client is waited for. */
 void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *server_p);
 
 /* The rank's measurements as a blob for rank 0 (caller frees). */
@@ -179,10 +178,9 @@ void kvio_serve_client_destroy(kvio_serve_client_t *client);
 
 /* Generates the stream in real time and sends each request to the serve
  * rank the router picks from the state ranks publish, until every serve
- * rank has finished. A serve rank with nothing due gets an empty batch at
- * least every quarter of the runtime's timeout, so that it can tell a
- * sparse stream from a stuck client. stop (may be NULL) ends the stream
- * early. */
+ * rank has finished. The stream starts once every serve rank has said it is
+ * ready; a serve rank that fails or falls silent first fails the client.
+ * stop (may be NULL) ends the stream early. */
 kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_atomic_t *stop,
                                     char *error_p, size_t error_len);
 

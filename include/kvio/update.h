@@ -113,15 +113,15 @@ kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *rank
                                                 const kvio_trainer_lost_notice_t *notice);
 
 /* Runs the receive loop on a receiver transport until the sender's end
- * notice has arrived and every announced version is handled. Fails with
- * KVIO_ERR_PEER when the sender rank fails, KVIO_ERR_TIMEOUT when nothing
- * ends the loop by deadline_ns (rank 0's clock). With on_trainer_loss:
- * serve, those (and the trainer-lost notice) instead mark the trainer lost
- * in the result: the loop discards what never arrived whole, keeps the
- * active version and serves until serving ends (emulated iterations: until
- * serve_until_ns), then returns KVIO_OK. */
+ * notice has arrived and every announced version is handled. Waits for the
+ * sender as long as it lives (heartbeats, not progress): KVIO_ERR_PEER when
+ * it fails or falls silent first. With on_trainer_loss: serve, that (and the
+ * trainer-lost notice) instead marks the trainer lost in the result: the
+ * loop discards what never arrived whole, keeps the active version and
+ * serves until serving ends (emulated iterations: until serve_until_ns, rank
+ * 0's clock), then returns KVIO_OK. */
 kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
+                                kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len);
 
@@ -132,8 +132,7 @@ kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *
  * sender's end notice (the sender stops on the same flag) so the records
  * so far stay consistent. */
 kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                     kvio_xfer_t *xfer, int sender, int64_t deadline_ns,
-                                     int64_t serve_until_ns,
+                                     kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
                                      const kvio_update_server_t *server,
                                      volatile sig_atomic_t *stop,
                                      kvio_update_result_t *result_p, char *error_p,
