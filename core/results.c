@@ -51,6 +51,20 @@ void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len)
     snprintf(text_p, text_len, "%.20s.%03uZ", date, milliseconds % 1000u);
 }
 
+void kvio_start_json_set(json_t *start, int64_t t0_wall_ns, json_t *ranks)
+{
+    char text[64];
+    kvio_format_utc((unsigned long long)t0_wall_ns, text, sizeof(text));
+    json_object_set_new(start, "t0", json_string(text));
+    json_object_set_new(start, "t0_unix_ns", json_integer((json_int_t)t0_wall_ns));
+    json_object_set_new(start, "ranks", ranks);
+}
+
+json_t *kvio_start_rank_json(int rank, const char *role, double setup_s)
+{
+    return json_pack("{s:i, s:s, s:f}", "rank", rank, "role", role, "setup_s", setup_s);
+}
+
 /* Creates the parents of path (like mkdir -p), leaving path itself. */
 static void make_parents(const char *path)
 {

@@ -412,7 +412,11 @@ kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_
     return status == KVIO_ERR_TIMEOUT ? KVIO_ERR_PEER : status;
 }
 
-kvio_status_t kvio_rte_barrier(kvio_rte_t *rte)
+/* Every rank arrives at rank 0, which then releases them all with release
+ * (length bytes, the same to each rank); release is written on rank 0 by
+ * fill (called once every rank has arrived) and received elsewhere. */
+static kvio_status_t barrier_with(kvio_rte_t *rte, void *release, size_t length,
+                                  void (*fill)(kvio_rte_t *rte, void *release))
 {
     char token = 0;
     kvio_status_t status = KVIO_OK;
@@ -420,13 +424,38 @@ kvio_status_t kvio_rte_barrier(kvio_rte_t *rte)
     if (rte->index == 0) {
         for (int rank = 1; rank < size && status == KVIO_OK; rank++)
             status = recv_exact(rte, rank, TAG_BARRIER_IN, &token, 1);
+        if (status == KVIO_OK && fill != NULL)
+            fill(rte, release);
         for (int rank = 1; rank < size && status == KVIO_OK; rank++)
-            status = raw_send(rte, rank, TAG_BARRIER_OUT, &token, 1);
+            status = raw_send(rte, rank, TAG_BARRIER_OUT, release, length);
         return status;
     }
     status = raw_send(rte, 0, TAG_BARRIER_IN, &token, 1);
     if (status == KVIO_OK)
-        status = recv_exact(rte, 0, TAG_BARRIER_OUT, &token, 1);
+        status = recv_exact(rte, 0, TAG_BARRIER_OUT, release, length);
+    return status;
+}
+
+kvio_status_t kvio_rte_barrier(kvio_rte_t *rte)
+{
+    char token = 0;
+    return barrier_with(rte, &token, 1, NULL);
+}
+
+/* Rank 0's two clocks when the last rank has arrived. */
+static void fill_start(kvio_rte_t *rte, void *release)
+{
+    kvio_rte_start_t *start = release;
+    start->t0_ns = kvio_rte_time_ns(rte);
+    start->t0_wall_ns = (int64_t)kvio_wall_time_ns();
+}
+
+kvio_status_t kvio_rte_start(kvio_rte_t *rte, kvio_rte_start_t *start_p)
+{
+    kvio_rte_start_t start = {0};
+    kvio_status_t status = barrier_with(rte, &start, sizeof(start), fill_start);
+    if (status == KVIO_OK)
+        *start_p = start;
     return status;
 }
 

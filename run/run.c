@@ -132,6 +132,18 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
     kvio_table_destroy(table);
 }
 
+/* Simulate mode's start: t0 is the run's start, every rank is ready at once
+ * (train ranks first, then serve ranks). */
+static void simulate_start(const kvio_workload_t *workload, uint64_t start_ns, json_t *start)
+{
+    json_t *ranks = json_array();
+    int num_train = kvio_updates_wanted(workload) ? (int)workload->ranks.train : 0;
+    for (int rank = 0; rank < num_train + (int)workload->ranks.serve; rank++)
+        json_array_append_new(ranks, kvio_start_rank_json(rank, rank < num_train ? "train"
+                                                                                  : "serve", 0));
+    kvio_start_json_set(start, (int64_t)start_ns, ranks);
+}
+
 /* The fields summary.json opens with, in both the provisional and the
  * final one; error may be NULL. The caller owns the object. */
 static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,
@@ -179,6 +191,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     kvio_rte_world_t *world = NULL;
     kvio_event_trace_t *events = NULL;
     json_t *metrics = json_object();
+    json_t *start = json_object(); /* t0 and every rank's set-up (summary.json) */
     bool complete = true;
     bool root = true;
     bool world_failed = true; /* MPI_Finalize only after a whole run */
@@ -268,6 +281,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .stop = options->stop,
             .events = events,
             .device = &workload->device,
+            /* Serve ranks follow the train ranks in every file, as in
+             * updates.csv. */
+            .first_serve_rank = updates ? (int)workload->ranks.train : 0,
+            .start = start,
         };
         json_t *serve_metrics = NULL;
         status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,
@@ -282,7 +299,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     const char *updates_note = "no train and serve ranks in this workload";
     if (status == KVIO_OK && updates) {
         status = kvio_updates_run(workload, world, options->stop, results,
-                                  root ? metrics : NULL, events, error_p, error_len);
+                                  root ? metrics : NULL, root ? start : NULL, events, error_p,
+                                  error_len);
         /* Interrupted: the ranks stopped early and wrote what they had. */
         if (emulate && options->stop != NULL && *options->stop)
             complete = false;
@@ -333,6 +351,9 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                                    status != KVIO_OK ? error_p : NULL);
     json_object_set_new(summary, "end_time", json_string(end_text));
     json_object_set_new(summary, "wall_s", json_real((double)(end_ns - start_ns) / 1e9));
+    if (json_object_get(start, "t0") == NULL && !emulate)
+        simulate_start(workload, start_ns, start);
+    json_object_update(summary, start);
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
     json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
     json_object_set(summary, "metrics", metrics);
@@ -359,6 +380,7 @@ out:
     kvio_rte_world_destroy(world, world_failed);
     kvio_event_trace_close(events);
     json_decref(metrics);
+    json_decref(start);
     kvio_stream_destroy(stream);
     kvio_results_destroy(results);
     return status;

@@ -33,6 +33,7 @@ typedef struct rank_report {
     int64_t t_start_ns, t_end_ns;
     int64_t clock_uncertainty_ns;
     int64_t clock_offset_ns;
+    int64_t setup_ns; /* from the rank's start to its arrival at the start barrier */
     char info[256];
     /* on_trainer_loss: serve. The trainer: when it was lost and why. A serve
      * rank: when it learnt so, and the version it kept serving. */
@@ -65,6 +66,7 @@ typedef struct run_context {
     json_t *metrics;
     kvio_event_trace_t *events;
     volatile sig_atomic_t *stop; /* shared by every rank thread; only read */
+    json_t *start;               /* rank 0: t0 and each rank's set-up (may be NULL) */
 } run_context_t;
 
 static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version);
@@ -137,7 +139,7 @@ static kvio_status_t coupled_metrics(const run_context_t *context, const collect
     uint64_t *served = NULL;
     size_t num_versions = 0;
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
-                                                  context->results, context->events,
+                                                  TRAIN_RANK + 1, context->results, context->events,
                                                   &serving, &served,
                                                   &num_versions, error_p, error_len);
     if (status != KVIO_OK)
@@ -860,6 +862,30 @@ static kvio_status_t trainer_lost_error(const collected_t *all, int num_serve,
     return status;
 }
 
+/* The role of a world rank: train ranks first, then serve ranks, then the
+ * client rank if any. */
+static const char *role_of(int rank, int num_serve)
+{
+    return rank == TRAIN_RANK ? "train" : rank <= num_serve ? "serve" : "client";
+}
+
+/* Rank 0: the run's start (t0 on the wall clock) and each rank's role and
+ * set-up time (before t0, not part of any measurement) into context->start. */
+static void start_json(const run_context_t *context, const collected_t *all,
+                       const kvio_rte_start_t *start, int num_serve)
+{
+    if (context->start == NULL)
+        return;
+    json_t *ranks = json_array();
+    for (int i = 0; i < all->num_reports; i++) {
+        const rank_report_t *report = &all->reports[i];
+        json_array_append_new(ranks, kvio_start_rank_json(report->rank,
+                                                          role_of(report->rank, num_serve),
+                                                          (double)report->setup_ns / 1e9));
+    }
+    kvio_start_json_set(context->start, start->t0_wall_ns, ranks);
+}
+
 static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
 {
     const run_context_t *context = arg;
@@ -880,6 +906,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     void *serve_blob = NULL, **serve_blobs = NULL;
     size_t serve_blob_length = 0, *serve_lengths = NULL;
     int *receivers = calloc((size_t)num_serve + 1, sizeof(int));
+    int64_t entered_ns = kvio_rte_time_ns(rte);
+    kvio_rte_start_t start = {0};
     kvio_status_t status = KVIO_ERR_NOMEM;
     if (receivers == NULL)
         goto fail;
@@ -890,6 +918,15 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
      * (it outlives the transport). */
     kvio_xfer_config_t transport = workload->train.transport;
     transport.device = workload->device;
+    /* Set-up first: a serve rank builds its engine and KV pool, every rank
+     * connects its transport; then all start together at t0 (the trainer's
+     * first step is not spent waiting for a pool being built). */
+    if (coupled_run && self != TRAIN_RANK) {
+        status = coupled_create(workload, rte, is_client ? -1 : self - 1, num_serve, &coupled,
+                                error, sizeof(error));
+        if (status != KVIO_OK)
+            goto fail;
+    }
     status = kvio_xfer_create(&transport, rte,
                               self == TRAIN_RANK ? KVIO_XFER_SENDER
                               : is_client        ? KVIO_XFER_BYSTANDER
@@ -898,10 +935,15 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
                               sizeof(error));
     if (status != KVIO_OK)
         goto fail;
-    rank_report_t report = {.is_trainer = self == TRAIN_RANK, .rank = self};
+    rank_report_t report = {.is_trainer = self == TRAIN_RANK, .rank = self,
+                            .setup_ns = kvio_rte_time_ns(rte) - entered_ns};
+    status = kvio_rte_start(rte, &start);
+    if (status != KVIO_OK)
+        goto fail;
+    coupled.run.t0_ns = start.t0_ns;
     kvio_rte_clock_offset(rte, &report.clock_offset_ns, &report.clock_uncertainty_ns);
     snprintf(report.info, sizeof(report.info), "%s", kvio_xfer_info(xfer));
-    int64_t run_end = kvio_rte_time_ns(rte) + planned_length_ns(workload);
+    int64_t run_end = start.t0_ns + planned_length_ns(workload);
     kvio_status_t lost = KVIO_OK; /* some rank lost the trainer: the run fails with this
                                      after the results */
     if (self == TRAIN_RANK) {
@@ -933,10 +975,6 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         kvio_update_server_t server;
         const kvio_update_server_t *server_p = NULL;
         if (coupled_run) {
-            status = coupled_create(workload, rte, is_client ? -1 : self - 1, num_serve,
-                                    &coupled, error, sizeof(error));
-            if (status != KVIO_OK)
-                goto fail;
             if (!is_client)
                 kvio_serve_rank_server(coupled.rank, &server);
             server_p = &server;
@@ -988,11 +1026,13 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     if (self == 0) {
         status = collect(blobs, lengths, size, &all);
         if (status == KVIO_OK)
-            status = write_metrics(context, &all, train.t_start_ns, error, sizeof(error));
+            status = write_metrics(context, &all, start.t0_ns, error, sizeof(error));
+        if (status == KVIO_OK)
+            start_json(context, &all, &start, num_serve);
         if (status == KVIO_OK && coupled_run && context->metrics != NULL)
             status = coupled_metrics(context, &all, serve_blobs, serve_lengths, size, error,
                                      sizeof(error));
-        json_t *lost_json = status == KVIO_OK ? trainer_lost_json(&all, num_serve, train.t_start_ns)
+        json_t *lost_json = status == KVIO_OK ? trainer_lost_json(&all, num_serve, start.t0_ns)
                                               : NULL;
         if (status == KVIO_OK && context->metrics != NULL) {
             json_t *object = json_object_get(context->metrics, "model_updates");
@@ -1174,11 +1214,11 @@ done:
 
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
-                               json_t *metrics, kvio_event_trace_t *events, char *error_p,
-                               size_t error_len)
+                               json_t *metrics, json_t *start, kvio_event_trace_t *events,
+                               char *error_p, size_t error_len)
 {
     run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
-                             .events = events, .stop = stop};
+                             .events = events, .stop = stop, .start = start};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, error_p, error_len);
     return kvio_rte_world_run(world, rank_main, &context, error_p, error_len);

@@ -689,7 +689,8 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
             nanosleep(&pause, NULL);
         }
     }
-    int64_t origin = kvio_rte_time_ns(client->rte);
+    /* Arrivals count from the run's t0, as every rank's times do. */
+    int64_t origin = run->t0_ns > 0 ? run->t0_ns : kvio_rte_time_ns(client->rte);
     const kvio_request_t *next = NULL;
     if (status == KVIO_OK)
         status = kvio_stream_next(run->stream, &next);

@@ -462,9 +462,13 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         return KVIO_ERR_NOMEM;
     }
     /* Touch every page now so the pool is real memory, not a promise (an
-     * allocation in a domain is zeroed already). */
-    if (setup->device == NULL || kvio_device_kind(setup->device) == KVIO_MEMORY_HOST)
+     * allocation in a domain is zeroed already); in huge pages where the
+     * kernel has them (a GPU's memory is not paged in 4 KiB either, and a
+     * large pool faults in far faster). */
+    if (setup->device == NULL || kvio_device_kind(setup->device) == KVIO_MEMORY_HOST) {
+        madvise(setup->memory, setup->memory_bytes, MADV_HUGEPAGE);
         memset(setup->memory, 0, setup->memory_bytes);
+    }
     uint32_t swap_blocks = 0;
     bool gpu_pool = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
     if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP) {
@@ -491,6 +495,7 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
                          rank, setup->swap_bytes);
                 return KVIO_ERR_NOMEM;
             }
+            madvise(setup->swap_space, setup->swap_bytes, MADV_HUGEPAGE);
             memset(setup->swap_space, 0, setup->swap_bytes);
         }
     }
@@ -532,7 +537,7 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel),
         .host_bandwidth = run->gpu->host_bandwidth,
         .slo = run->slo,
-        .rank = rank,
+        .rank = (uint32_t)run->first_serve_rank + rank,
         .observer = observer,
         .kv_memory = setup->memory,
         .kv_device = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA
@@ -758,10 +763,19 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
         status = KVIO_ERR_NOMEM;
         goto out;
     }
-    for (uint32_t r = 0; r < emulate->num_ranks && status == KVIO_OK; r++)
+    /* Every rank's pool is built before t0; each one's set-up is reported. */
+    json_t *start_ranks = json_array();
+    for (uint32_t r = 0; r < emulate->num_ranks && status == KVIO_OK; r++) {
+        int64_t setup_start = kvio_time_ns();
         status = rank_init(emulate, &emulate->ranks[r], r, error_p, error_len);
-    if (status != KVIO_OK)
+        json_array_append_new(start_ranks,
+                              kvio_start_rank_json(run->first_serve_rank + (int)r, "serve",
+                                                   (double)(kvio_time_ns() - setup_start) / 1e9));
+    }
+    if (status != KVIO_OK) {
+        json_decref(start_ranks);
         goto out;
+    }
     if (run->results != NULL) {
         status = kvio_serve_open_csvs(run->results, &emulate->requests_csv,
                                       &emulate->iterations_csv, error_p, error_len);
@@ -770,6 +784,10 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     }
 
     emulate->start_ns = kvio_time_ns();
+    if (run->start != NULL)
+        kvio_start_json_set(run->start, (int64_t)kvio_wall_time_ns(), start_ranks);
+    else
+        json_decref(start_ranks);
     for (uint32_t r = 0; r < emulate->num_ranks; r++) {
         if (pthread_create(&emulate->ranks[r].thread, NULL, rank_main, &emulate->ranks[r]) != 0) {
             snprintf(error_p, error_len, "cannot start serve rank %u's thread", r);
@@ -1205,7 +1223,7 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
     bool client = has_client(rank->run);
     if (!rank->started) {
         rank->started = true;
-        rank->origin_ns = now_ns;
+        rank->origin_ns = rank->run->t0_ns > 0 ? rank->run->t0_ns : now_ns;
         /* The first state says this rank is ready: the client starts the
          * stream when every serve rank is. */
         if (client) {
@@ -1424,7 +1442,7 @@ static kvio_status_t merge_iterations(const unsigned char *blob, size_t length,
 }
 
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
-                                     kvio_results_t *results, kvio_event_trace_t *events,
+                                     uint32_t first_rank, kvio_results_t *results, kvio_event_trace_t *events,
                                      json_t **metrics_p, uint64_t **served_p,
                                      size_t *num_versions_p, char *error_p, size_t error_len)
 {
@@ -1547,8 +1565,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
             offset += about_length;
         }
         if (status == KVIO_OK)
-            status = merge_iterations(blob, length, &offset, serve_index, iterations_csv, events,
-                                      &iterations_dropped);
+            status = merge_iterations(blob, length, &offset, first_rank + serve_index,
+                                      iterations_csv, events, &iterations_dropped);
     }
     if (iterations_dropped > 0)
         kvio_warn("iterations.csv: %llu iterations of the serve ranks were not kept (each rank "

@@ -322,7 +322,9 @@ kvio_status_t kvio_serve_close_csvs(kvio_csv_t *requests, kvio_csv_t *iterations
 static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
 {
     simulation_t *sim = context;
-    kvio_serve_trace_iteration(sim->run->events, sim->engines[rank], rank, iteration,
+    kvio_serve_trace_iteration(sim->run->events,
+                               sim->engines[rank - (uint32_t)sim->run->first_serve_rank], rank,
+                               iteration,
                                sim->run->gpu->host_bandwidth);
     if (sim->iterations_csv == NULL)
         return;
@@ -403,7 +405,7 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
                                                                 run->cost->tensor_parallel),
             .host_bandwidth = run->gpu->host_bandwidth,
             .slo = run->slo,
-            .rank = rank,
+            .rank = (uint32_t)run->first_serve_rank + rank,
             .observer = {.context = sim, .on_finish = on_finish, .on_iteration = on_iteration},
             .tiers = sim->num_tiers > 0 ? sim->tiers[rank] : NULL,
             .num_tiers = sim->num_tiers,

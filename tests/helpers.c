@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -295,4 +296,80 @@ void test_redis_down(int port)
 const char *test_mpirun_sanitizer_args(void)
 {
     return getenv("ASAN_OPTIONS") != NULL ? "-x " TEST_MPIRUN_ASAN_OPTIONS : "";
+}
+
+/* Splits line (modified) at commas into a malloc'd array of fields. */
+static char **split_fields(char *line, size_t *count_p)
+{
+    size_t count = 1;
+    for (const char *c = line; *c; c++)
+        count += *c == ',';
+    char **fields = calloc(count, sizeof(*fields));
+    cr_assert_not_null(fields);
+    size_t i = 0;
+    for (char *field = line;; field++) {
+        fields[i++] = field;
+        field = strchr(field, ',');
+        if (field == NULL)
+            break;
+        *field = '\0';
+    }
+    *count_p = count;
+    return fields;
+}
+
+test_csv_t test_csv_read(const char *path)
+{
+    test_csv_t csv = {0};
+    csv.text = test_read_file(path);
+    cr_assert_not_null(csv.text, "%s is missing", path);
+    char *line = csv.text, *next;
+    size_t capacity = 0;
+    for (size_t number = 1; line != NULL && *line != '\0'; line = next, number++) {
+        next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        size_t count = 0;
+        char **fields = split_fields(line, &count);
+        if (csv.names == NULL) {
+            csv.names = fields;
+            csv.num_columns = count;
+            continue;
+        }
+        cr_assert_eq(count, csv.num_columns, "%s:%zu: %zu fields, the header has %zu", path,
+                     number, count, csv.num_columns);
+        if (csv.num_rows == capacity) {
+            capacity = capacity ? 2 * capacity : 64;
+            csv.rows = realloc(csv.rows, capacity * sizeof(*csv.rows));
+            cr_assert_not_null(csv.rows);
+        }
+        csv.rows[csv.num_rows++] = fields;
+    }
+    cr_assert_not_null(csv.names, "%s is empty", path);
+    return csv;
+}
+
+size_t test_csv_column(const test_csv_t *csv, const char *name)
+{
+    for (size_t i = 0; i < csv->num_columns; i++)
+        if (strcmp(csv->names[i], name) == 0)
+            return i;
+    cr_assert_fail("no column %s", name);
+    return 0;
+}
+
+double test_csv_number(const test_csv_t *csv, size_t row, const char *name)
+{
+    const char *field = csv->rows[row][test_csv_column(csv, name)];
+    return field[0] != '\0' ? strtod(field, NULL) : NAN;
+}
+
+void test_csv_free(test_csv_t *csv)
+{
+    for (size_t i = 0; i < csv->num_rows; i++)
+        free(csv->rows[i]);
+    free(csv->rows);
+    free(csv->names);
+    free(csv->text);
+    memset(csv, 0, sizeof(*csv));
 }

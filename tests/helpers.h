@@ -68,6 +68,24 @@ double test_time_scale(void);
  * real time. */
 double test_seconds(double base_s);
 
+/* A CSV file read whole (no quoting: kvio's CSVs have none): the header's
+ * names and each row's fields. */
+typedef struct test_csv {
+    char *text;
+    char **names;
+    size_t num_columns;
+    char ***rows; /* rows[i][column] */
+    size_t num_rows;
+} test_csv_t;
+
+/* Reads path (asserting it exists and every row has the header's width). */
+test_csv_t test_csv_read(const char *path);
+/* The column named name (asserting there is one). */
+size_t test_csv_column(const test_csv_t *csv, const char *name);
+/* Row row's value in column name, as a number (NAN when empty). */
+double test_csv_number(const test_csv_t *csv, size_t row, const char *name);
+void test_csv_free(test_csv_t *csv);
+
 /* Runs `redis-cli -p port ARGS` (best effort, output discarded). */
 void test_redis_cli(int port, const char *args);
 

@@ -7,6 +7,7 @@
  * gives up on a client that is stuck, but not on a sparse stream; pools
  * larger than the machine are refused with the numbers. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -263,8 +264,8 @@ static int distinct_request_ids(const char *dir, int *rows_p)
     return distinct;
 }
 
-/* Rows of iterations.csv per serve rank (column 2). */
-static void iteration_rows(const char *dir, int *rows_p, int num_ranks)
+/* Rows of iterations.csv per serve rank, world ranks first..first+num-1. */
+static void iteration_rows(const char *dir, int *rows_p, int first, int num_ranks)
 {
     char path[1200];
     snprintf(path, sizeof(path), "%s/out/iterations.csv", dir);
@@ -273,7 +274,7 @@ static void iteration_rows(const char *dir, int *rows_p, int num_ranks)
     for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0';
          line = strchr(line + 1, '\n')) {
         char *comma = strchr(line + 1, ',');
-        int rank = comma != NULL ? atoi(comma + 1) : -1;
+        int rank = comma != NULL ? atoi(comma + 1) - first : -1;
         if (rank >= 0 && rank < num_ranks)
             rows_p[rank]++;
     }
@@ -352,9 +353,9 @@ Test(emulate, coupled_run_writes_iterations_from_every_serve_rank, .timeout = 60
                     sizeof(text));
         json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
         int rows[2] = {0, 0};
-        iteration_rows(dir, rows, 2);
-        cr_assert_gt(rows[0], 0, "client %d: no iterations of serve rank 0", with_client);
-        cr_assert_gt(rows[1], 0, "client %d: no iterations of serve rank 1", with_client);
+        iteration_rows(dir, rows, 1, 2);
+        cr_assert_gt(rows[0], 0, "client %d: no iterations of serve rank 1", with_client);
+        cr_assert_gt(rows[1], 0, "client %d: no iterations of serve rank 2", with_client);
         cr_assert_eq(metric(summary, "iterations_not_recorded"), 0);
         finish_client(summary, dir);
     }
@@ -620,6 +621,135 @@ Test(emulate, coupled_iteration_events_carry_the_whole_batch_size, .timeout = 60
     char trace[1200];
     snprintf(trace, sizeof(trace), "%s/trace.pfw", dir);
     cr_assert_gt(check_iteration_events(trace), 16, "no batch larger than 16 to check");
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The activated update (version, rank) in updates.csv: its row, or -1. */
+static long update_row(const test_csv_t *updates, double version, double rank)
+{
+    for (size_t i = 0; i < updates->num_rows; i++)
+        if (test_csv_number(updates, i, "version") == version &&
+            test_csv_number(updates, i, "rank") == rank &&
+            !isnan(test_csv_number(updates, i, "t_activated_ms")))
+            return (long)i;
+    return -1;
+}
+
+/* How many events of category cat the trace has at rank pid. */
+static int trace_events(const char *trace, const char *cat, int pid)
+{
+    char key[64], rank_key[32];
+    snprintf(key, sizeof(key), "\"cat\":\"%s\"", cat);
+    snprintf(rank_key, sizeof(rank_key), "\"pid\":%d,", pid);
+    char *copy = strdup(trace), *saved = NULL;
+    cr_assert_not_null(copy);
+    int count = 0;
+    for (char *line = strtok_r(copy, "\n", &saved); line != NULL;
+         line = strtok_r(NULL, "\n", &saved))
+        count += strstr(line, key) != NULL && strstr(line, rank_key) != NULL;
+    free(copy);
+    return count;
+}
+
+/* Whether the trace has the activate event of (version, rank) ending at
+ * end_us (whole microseconds). */
+static bool activate_event_at(const char *trace, double version, int rank, double end_us)
+{
+    for (const char *line = strstr(trace, "\"name\":\"activate\""); line != NULL;
+         line = strstr(line + 1, "\"name\":\"activate\"")) {
+        const char *pid = strstr(line, "\"pid\":"), *ts = strstr(line, "\"ts\":"),
+                   *dur = strstr(line, "\"dur\":"), *v = strstr(line, "\"version\":");
+        if (pid == NULL || ts == NULL || dur == NULL || v == NULL)
+            continue;
+        double at = strtod(ts + 5, NULL) + strtod(dur + 6, NULL);
+        if (atoi(pid + 6) == rank && strtod(v + 10, NULL) == version && fabs(at - end_us) <= 2)
+            return true;
+    }
+    return false;
+}
+
+/* The coupled run's files share one origin (t0, in summary.json) and one set
+ * of rank ids (the world's: trainer 0, serve ranks 1 and 2): a request that
+ * version v served arrived before version v+1 activated on its rank and got
+ * its first token after version v did, and the trace's update events end
+ * where updates.csv says. */
+Test(emulate, coupled_run_files_join_on_one_origin_and_rank_ids, .timeout = 120)
+{
+    char *dir, error[1024], path[1200];
+    json_t *summary = run_traced(coupled_workload, true, &dir, KVIO_OK, error, sizeof(error));
+    cr_assert(json_is_string(json_object_get(summary, "t0")), "summary.json has no t0");
+    cr_assert_gt(json_integer_value(json_object_get(summary, "t0_unix_ns")), 0);
+    json_t *ranks = json_object_get(summary, "ranks");
+    cr_assert_eq(json_array_size(ranks), 3);
+    static const char *const roles[] = {"train", "serve", "serve"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *rank = json_array_get(ranks, i);
+        cr_expect_eq(json_integer_value(json_object_get(rank, "rank")), (json_int_t)i);
+        cr_expect_str_eq(json_string_value(json_object_get(rank, "role")), roles[i]);
+        cr_expect_geq(json_number_value(json_object_get(rank, "setup_s")), 0);
+    }
+    double wall_s = json_number_value(json_object_get(summary, "wall_s"));
+    const char *files[] = {"requests.csv", "iterations.csv", "updates.csv"};
+    test_csv_t csv[3];
+    for (int f = 0; f < 3; f++) {
+        snprintf(path, sizeof(path), "%s/out/%s", dir, files[f]);
+        csv[f] = test_csv_read(path);
+        cr_assert_gt(csv[f].num_rows, 0, "%s has no rows", files[f]);
+        for (size_t i = 0; i < csv[f].num_rows; i++) {
+            double rank = test_csv_number(&csv[f], i, "rank");
+            cr_assert(rank == 1 || rank == 2, "%s row %zu: rank %g", files[f], i + 1, rank);
+        }
+    }
+    const test_csv_t *requests = &csv[0], *iterations = &csv[1], *updates = &csv[2];
+    for (size_t i = 0; i < iterations->num_rows; i++) {
+        double t = test_csv_number(iterations, i, "time_s");
+        cr_assert(t >= 0 && t <= wall_s, "iteration at %g s, outside [0, %g]", t, wall_s);
+    }
+    int newer = 0;
+    for (size_t i = 0; i < requests->num_rows; i++) {
+        double rank = test_csv_number(requests, i, "rank");
+        double version = test_csv_number(requests, i, "model_version");
+        double arrival = test_csv_number(requests, i, "arrival_s");
+        double first_token = test_csv_number(requests, i, "first_token_s");
+        if (version > 0) {
+            long row = update_row(updates, version, rank);
+            cr_assert_geq(row, 0, "request %zu: version %g never activated on rank %g", i + 1,
+                          version, rank);
+            double activated = test_csv_number(updates, (size_t)row, "t_activated_ms") / 1e3;
+            cr_assert_leq(activated, first_token + 1e-3, "request %zu: version %g activated "
+                          "at %.6f s, after its first token at %.6f s", i + 1, version,
+                          activated, first_token);
+            newer++;
+        }
+        long next = update_row(updates, version + 1, rank);
+        if (next >= 0) {
+            double activated = test_csv_number(updates, (size_t)next, "t_activated_ms") / 1e3;
+            cr_assert_geq(activated, arrival - 1e-3, "request %zu arrived at %.6f s, after "
+                          "version %g activated at %.6f s, yet version %g served it", i + 1,
+                          arrival, version + 1, activated, version);
+        }
+    }
+    cr_assert_gt(newer, 0, "no request was served by an updated model");
+    snprintf(path, sizeof(path), "%s/trace.pfw", dir);
+    char *trace = test_read_file(path);
+    cr_assert_not_null(trace);
+    for (int rank = 1; rank <= 2; rank++) {
+        cr_expect_gt(trace_events(trace, "iteration", rank), 0, "no iterations of rank %d", rank);
+        cr_expect_gt(trace_events(trace, "update", rank), 0, "no updates of rank %d", rank);
+    }
+    for (size_t i = 0; i < updates->num_rows; i++) {
+        double version = test_csv_number(updates, i, "version");
+        double rank = test_csv_number(updates, i, "rank");
+        double activated_ms = test_csv_number(updates, i, "t_activated_ms");
+        cr_expect(activate_event_at(trace, version, (int)rank, activated_ms * 1e3),
+                  "no activate event of version %g at rank %g ending at %.3f ms", version, rank,
+                  activated_ms);
+    }
+    free(trace);
+    for (int f = 0; f < 3; f++)
+        test_csv_free(&csv[f]);
     json_decref(summary);
     test_rmtree(dir);
     free(dir);

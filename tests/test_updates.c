@@ -844,3 +844,59 @@ Test(updates, simulate_sequential_fan_out_times_each_transfer_from_its_own_start
     test_rmtree(dir);
     free(dir);
 }
+
+/* The coupled run with one serve rank whose KV pool holds blocks blocks
+ * (llama3.2-1b: 512 KiB each): the first update's latency (ms) and the serve
+ * rank's set-up time (s, summary.json ranks). */
+static double first_update_latency(const char *blocks, double *setup_s_p)
+{
+    char *dir = test_tmpdir();
+    char blocks_override[64];
+    snprintf(blocks_override, sizeof(blocks_override), "serve.kvcache.blocks=%s", blocks);
+    const char *overrides[] = {
+        "duration=1500ms", "ranks.serve=1", "ranks.runtime=local", "ranks.timeout=30s",
+        "model.preset=llama3.2-1b", "gpu.preset=h200", "serve.kvcache.block_size=16",
+        blocks_override, "train.steps=0", "train.step_time.dist=constant",
+        "train.step_time.value=50ms", "train.bytes=16MiB", "train.transport.chunk=4MiB",
+        "update.serving=engine", "update.iteration=20ms", "stream.arrival.rate=4",
+        "stream.input_tokens.dist=constant", "stream.input_tokens.value=256",
+        "stream.output_tokens.dist=constant", "stream.output_tokens.value=16"};
+    outcome_t outcome = run_workload(dir, overrides, sizeof(overrides) / sizeof(overrides[0]));
+    cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/updates.csv", outcome.dir);
+    test_csv_t updates = test_csv_read(path);
+    double latency_ms = NAN;
+    for (size_t i = 0; i < updates.num_rows; i++)
+        if (test_csv_number(&updates, i, "version") == 1)
+            latency_ms = test_csv_number(&updates, i, "latency_ms");
+    cr_assert(isfinite(latency_ms), "blocks %s: version 1 was not activated", blocks);
+    test_csv_free(&updates);
+    json_t *summary = NULL;
+    model_updates(outcome.dir, &summary);
+    json_t *serve = json_array_get(json_object_get(summary, "ranks"), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(serve, "role")), "serve");
+    *setup_s_p = json_number_value(json_object_get(serve, "setup_s"));
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+    return latency_ms;
+}
+
+/* Every rank builds its pools and connects before the one start (t0): a
+ * 2 GiB KV pool (seconds to build here; 8 GiB was measured by hand, it
+ * takes too long for the suite) is built before the trainer's first step,
+ * so the first update's latency is a small pool's (within 2x, plus
+ * scheduling noise), and the pool's set-up is reported per rank instead. */
+Test(updates, a_large_kv_pool_is_built_before_the_first_update, .timeout = 240)
+{
+    REQUIRE_UCX();
+    double small_setup_s, large_setup_s;
+    double small_ms = first_update_latency("64", &small_setup_s);
+    double large_ms = first_update_latency("4096", &large_setup_s); /* 2 GiB */
+    cr_assert_leq(large_ms, 2 * small_ms + test_seconds(0.1) * 1e3,
+                  "first update: %.1f ms with a 2 GiB pool (set-up %.2f s), %.1f ms with a "
+                  "32 MiB one", large_ms, large_setup_s, small_ms);
+    cr_assert_gt(large_setup_s, small_setup_s, "the 2 GiB pool's set-up (%.2f s) is not "
+                 "reported beyond the small pool's (%.2f s)", large_setup_s, small_setup_s);
+}

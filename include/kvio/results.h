@@ -94,6 +94,13 @@ json_t *kvio_hist_json(const kvio_hist_t *hist, double scale);
 /* UTC time of a wall-clock ns value, ISO 8601 with milliseconds. */
 void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len);
 
+/* summary.json's record of the run's start, which every CSV and trace event
+ * counts from: start gets "t0" (UTC, milliseconds), "t0_unix_ns" and
+ * "ranks" (stolen: an array of kvio_start_rank_json objects). */
+void kvio_start_json_set(json_t *start, int64_t t0_wall_ns, json_t *ranks);
+/* One rank of it: its world rank, role and set-up time before t0. */
+json_t *kvio_start_rank_json(int rank, const char *role, double setup_s);
+
 /* A table with a title, left-aligned first column and right-aligned rest. */
 kvio_status_t kvio_table_create(const char *title, kvio_table_t **table_p);
 void kvio_table_destroy(kvio_table_t *table);

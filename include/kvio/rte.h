@@ -155,6 +155,18 @@ kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_
 /* Waits until every rank has arrived. */
 kvio_status_t kvio_rte_barrier(kvio_rte_t *rte);
 
+/* The run's one start: t0 on rank 0's clock (kvio_rte_time_ns's timebase)
+ * and the wall clock (ns since the epoch) rank 0 read at that moment. */
+typedef struct kvio_rte_start {
+    int64_t t0_ns;
+    int64_t t0_wall_ns;
+} kvio_rte_start_t;
+
+/* A barrier that agrees on t0: every rank arrives (its pools built, its
+ * transports connected), then rank 0 reads its clocks and releases all with
+ * them. Every rank's times count from start_p->t0_ns. */
+kvio_status_t kvio_rte_start(kvio_rte_t *rte, kvio_rte_start_t *start_p);
+
 /* Every rank contributes length bytes; all_p (size * length) receives them in
  * rank order on every rank. */
 kvio_status_t kvio_rte_allgather(kvio_rte_t *rte, const void *data, size_t length, void *all_p);

@@ -114,13 +114,15 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *erro
 
 /* Runs the train and serve ranks (emulate: on world; simulate: world NULL,
  * on a virtual clock), and on the process of rank 0 writes updates.csv into
- * results, the model-update metrics into metrics (an object, borrowed) and
- * one trace event per update stage into events (may be NULL). results and
- * metrics are NULL on other processes. stop (may be NULL; emulate only) ends
+ * results, the model-update metrics into metrics (an object, borrowed), the
+ * run's start (t0, every rank's role and set-up time; see
+ * kvio_start_json_set) into start (an object, borrowed, may be NULL) and one
+ * trace event per update stage into events (may be NULL). results, metrics
+ * and start are NULL on other processes. stop (may be NULL; emulate only) ends
  * the trainer and the serve ranks early, keeping what was measured. */
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
-                               json_t *metrics, kvio_event_trace_t *events, char *error_p,
-                               size_t error_len);
+                               json_t *metrics, json_t *start, kvio_event_trace_t *events,
+                               char *error_p, size_t error_len);
 
 #endif

@@ -104,7 +104,16 @@ typedef struct kvio_serve_run {
      * share of its own stream. */
     struct kvio_rte *rte;
     int client_rank;
+    /* Serve rank i is world rank first_serve_rank + i in every file the run
+     * writes (requests.csv, iterations.csv, events), so they join with
+     * updates.csv: the train ranks come first. */
     int first_serve_rank;
+    /* The run's start on rank 0's clock, which every time counts from
+     * (coupled runs, set after the start barrier; 0: serving's own start). */
+    int64_t t0_ns;
+    /* Rank 0's record of the start (kvio_start_json_set) goes here (may be
+     * NULL; not in coupled runs, whose ranks report to kvio_updates_run). */
+    json_t *start;
 } kvio_serve_run_t;
 
 /* KV blocks per serve rank from the kvcache section, model and GPU (blocks,
@@ -154,13 +163,14 @@ void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *serve
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                    size_t *length_p);
 
-/* On rank 0: merges the serve ranks' blobs (and the client rank's, if one
- * is among them) into serving metrics (JSON), requests.csv and
+/* On rank 0: merges the serve ranks' blobs, from world rank first_rank on
+ * (and the client rank's, if one is among them) into serving metrics (JSON),
+ * requests.csv and
  * iterations.csv in results (may be NULL) and iteration events (events may
  * be NULL), and returns the requests finished per model version (malloc'd;
  * caller frees). */
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
-                                     kvio_results_t *results, kvio_event_trace_t *events,
+                                     uint32_t first_rank, kvio_results_t *results, kvio_event_trace_t *events,
                                      json_t **metrics_p, uint64_t **served_p,
                                      size_t *num_versions_p, char *error_p, size_t error_len);
 
