@@ -192,6 +192,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     kvio_event_trace_t *events = NULL;
     json_t *metrics = json_object();
     json_t *start = json_object(); /* t0 and every rank's set-up (summary.json) */
+    kvio_updates_schedule_t schedule = {0}; /* simulate mode's updates */
     bool complete = true;
     bool root = true;
     bool world_failed = true; /* MPI_Finalize only after a whole run */
@@ -265,6 +266,10 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     if (root)
         status = write_provisional_summary(workload, options, results, start_ns, error_p,
                                            error_len);
+    /* Simulate mode couples too: the serve ranks serve on the versions the
+     * trainer publishes on the virtual clock. */
+    if (status == KVIO_OK && updates && !emulate)
+        status = kvio_updates_schedule(workload, &schedule, error_p, error_len);
     if (status == KVIO_OK && serving && root) {
         kvio_serve_run_t serve_run = {
             .serve = &workload->serve,
@@ -285,6 +290,12 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
              * updates.csv. */
             .first_serve_rank = updates ? (int)workload->ranks.train : 0,
             .start = start,
+            .updates = schedule.updates,
+            .num_updates = schedule.num_updates,
+            .stall_for_updates = workload->update.apply == KVIO_APPLY_STALL,
+            .version_steps = schedule.version_steps,
+            .num_version_steps = schedule.num_version_steps,
+            .loss = &workload->train.checkpoint.loss,
         };
         json_t *serve_metrics = NULL;
         status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,
@@ -342,6 +353,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
          : coupled ? "serve ranks ran the real-time engine while updates arrived (coupled)"
          : !serving ? "emulated iterations between updates (update.serving: emulated)"
          : emulate ? "serve ranks in real time with real KV memory (emulate)"
+         : updates ? "serve ranks on the virtual clock, on the versions the modelled updates "
+                     "activate (simulate, coupled)"
                    : "serve ranks on the virtual clock (simulate)"},
         {"model_updates", updates && status == KVIO_OK, updates_note},
     };
@@ -381,6 +394,7 @@ out:
     kvio_event_trace_close(events);
     json_decref(metrics);
     json_decref(start);
+    kvio_updates_schedule_free(&schedule);
     kvio_stream_destroy(stream);
     kvio_results_destroy(results);
     return status;

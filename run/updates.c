@@ -144,26 +144,20 @@ static kvio_status_t coupled_metrics(const run_context_t *context, const collect
                                                   &num_versions, error_p, error_len);
     if (status != KVIO_OK)
         return status;
-    const kvio_loss_curve_t *curve = &context->workload->train.checkpoint.loss;
-    double loss = 0;
-    uint64_t requests = 0;
-    json_t *by_version = json_array();
-    for (size_t v = 0; v < num_versions; v++) {
-        if (served[v] == 0)
-            continue;
-        const kvio_train_record_t *record = v > 0 ? find_train(all, v) : NULL;
-        double step = record != NULL && record->step > 0 ? (double)record->step : 1.0;
-        double per_request = kvio_loss_at(curve, step);
-        loss += per_request * (double)served[v];
-        requests += served[v];
-        json_array_append_new(by_version, json_pack("{s:I, s:f, s:I, s:f}", "version",
-                                                    (json_int_t)v, "step", step, "requests",
-                                                    (json_int_t)served[v], "loss", per_request));
+    /* The step each version holds (versions count from 1, in order). */
+    double *steps = calloc(all->num_train + 1, sizeof(double));
+    if (steps == NULL) {
+        json_decref(serving);
+        free(served);
+        return KVIO_ERR_NOMEM;
     }
-    json_object_set_new(serving, "cumulative_inference_loss", json_real(loss));
-    json_object_set_new(serving, "mean_inference_loss",
-                        json_real(requests > 0 ? loss / (double)requests : 0));
-    json_object_set_new(serving, "served_by_version", by_version);
+    for (size_t i = 0; i < all->num_train; i++)
+        if (all->train[i].version <= all->num_train)
+            steps[all->train[i].version] = (double)all->train[i].step;
+    kvio_serve_run_t loss_run = {.version_steps = steps, .num_version_steps = all->num_train + 1,
+                                 .loss = &context->workload->train.checkpoint.loss};
+    kvio_serve_loss_json(serving, &loss_run, served, num_versions);
+    free(steps);
     json_object_update(context->metrics, serving);
     json_decref(serving);
     free(served);
@@ -1107,24 +1101,33 @@ static json_t *model_json(const kvio_xfer_config_t *transport)
                                           : json_null());
 }
 
-static kvio_status_t simulate(const run_context_t *context, char *error_p, size_t error_len)
+void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule)
 {
-    const kvio_workload_t *workload = context->workload;
+    free(schedule->train);
+    free(schedule->updates);
+    free(schedule->inference_stall_ns);
+    free(schedule->version_steps);
+    memset(schedule, 0, sizeof(*schedule));
+}
+
+kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
+                                    kvio_updates_schedule_t *schedule_p, char *error_p,
+                                    size_t error_len)
+{
     const kvio_train_config_t *config = &workload->train;
     int num_serve = (int)workload->ranks.serve;
     uint64_t bytes = kvio_train_weights_bytes(config);
     int64_t iteration = workload->update.iteration_ns;
     kvio_rng_t rng;
     kvio_rng_seed(&rng, (uint64_t)workload->seed, TRAIN_RANK, "train.step_time");
-    collected_t all = {0};
+    kvio_updates_schedule_t schedule = {0};
     size_t capacity = 64;
-    kvio_status_t status = KVIO_ERR_NOMEM;
-    all.train = malloc(capacity * sizeof(*all.train));
-    all.updates = malloc(capacity * (size_t)num_serve * sizeof(*all.updates));
-    all.reports = calloc((size_t)num_serve + 1, sizeof(*all.reports));
-    int64_t *stall = calloc((size_t)num_serve + 1, sizeof(*stall));
-    if (all.train == NULL || all.updates == NULL || all.reports == NULL || stall == NULL)
-        goto done;
+    schedule.train = malloc(capacity * sizeof(*schedule.train));
+    schedule.updates = malloc(capacity * (size_t)num_serve * sizeof(*schedule.updates));
+    schedule.inference_stall_ns = calloc((size_t)num_serve + 1, sizeof(int64_t));
+    if (schedule.train == NULL || schedule.updates == NULL ||
+        schedule.inference_stall_ns == NULL)
+        goto nomem;
     int64_t now = 0, last_ns = 0, last_step = 0, cost = 0, step = 0;
     /* Verification runs at 10 GB/s (XXH3 on one core), documented; with
      * model.from at the measured rate, and the trainer's checksum before the
@@ -1150,17 +1153,17 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
         step++;
         if (!kvio_checkpoint_due(&config->checkpoint, step, now, last_step, last_ns, cost))
             continue;
-        if (all.num_train == capacity) {
+        if (schedule.num_train == capacity) {
             capacity *= 2;
-            kvio_train_record_t *train = realloc(all.train, capacity * sizeof(*train));
-            kvio_update_record_t *updates =
-                realloc(all.updates, capacity * (size_t)num_serve * sizeof(*updates));
+            kvio_train_record_t *train = realloc(schedule.train, capacity * sizeof(*train));
             if (train != NULL)
-                all.train = train;
+                schedule.train = train;
+            kvio_update_record_t *updates =
+                realloc(schedule.updates, capacity * (size_t)num_serve * sizeof(*updates));
             if (updates != NULL)
-                all.updates = updates;
+                schedule.updates = updates;
             if (train == NULL || updates == NULL)
-                goto done;
+                goto nomem;
         }
         int64_t busy = 0, publish = now + prepare_ns;
         for (int receiver = 0; receiver < num_serve; receiver++) {
@@ -1172,43 +1175,73 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
                                     ? (verified + iteration - 1) / iteration * iteration
                                     : verified;
             if (workload->update.apply == KVIO_APPLY_STALL)
-                stall[receiver] += activated - notified;
-            all.updates[all.num_updates++] = (kvio_update_record_t){
-                .version = all.num_train + 1, .bytes = bytes, .rank = 1 + receiver,
+                schedule.inference_stall_ns[receiver] += activated - notified;
+            schedule.updates[schedule.num_updates++] = (kvio_update_record_t){
+                .version = schedule.num_train + 1, .bytes = bytes, .rank = 1 + receiver,
                 .checksum_ok = 1, .verified = workload->update.verify, .t_ready_ns = now,
                 .t_xfer_start_ns = xfer_start, .t_xfer_end_ns = notified,
                 .t_notified_ns = notified,
                 .t_verified_ns = verified, .t_activated_ns = activated};
         }
-        all.train[all.num_train] = (kvio_train_record_t){
-            .version = all.num_train + 1, .step = step, .t_ready_ns = now,
+        schedule.train[schedule.num_train] = (kvio_train_record_t){
+            .version = schedule.num_train + 1, .step = step, .t_ready_ns = now,
             .t_publish_start_ns = publish, .t_publish_end_ns = publish + busy,
             .stall_ns = prepare_ns + busy, .bytes_moved = bytes * (uint64_t)num_serve};
-        all.num_train++;
+        schedule.num_train++;
         last_step = step;
         last_ns = now;
         cost = prepare_ns + busy;
         now += prepare_ns + busy; /* the step loop is blocked while publishing */
     }
-    all.num_reports = num_serve + 1;
-    all.reports[0] = (rank_report_t){.is_trainer = 1, .rank = 0, .t_end_ns = now};
+    schedule.end_ns = now;
+    schedule.num_version_steps = schedule.num_train + 1;
+    schedule.version_steps = calloc(schedule.num_version_steps, sizeof(double));
+    if (schedule.version_steps == NULL)
+        goto nomem;
+    for (size_t v = 0; v < schedule.num_train; v++)
+        schedule.version_steps[schedule.train[v].version] = (double)schedule.train[v].step;
+    *schedule_p = schedule;
+    return KVIO_OK;
+nomem:
+    kvio_updates_schedule_free(&schedule);
+    snprintf(error_p, error_len, "model updates: out of memory");
+    return KVIO_ERR_NOMEM;
+}
+
+static kvio_status_t simulate(const run_context_t *context, char *error_p, size_t error_len)
+{
+    const kvio_workload_t *workload = context->workload;
+    int num_serve = (int)workload->ranks.serve;
+    int64_t iteration = workload->update.iteration_ns;
+    kvio_updates_schedule_t schedule;
+    kvio_status_t status = kvio_updates_schedule(workload, &schedule, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    collected_t all = {.train = schedule.train, .num_train = schedule.num_train,
+                       .updates = schedule.updates, .num_updates = schedule.num_updates,
+                       .num_reports = num_serve + 1};
+    all.reports = calloc((size_t)num_serve + 1, sizeof(*all.reports));
+    if (all.reports == NULL) {
+        kvio_updates_schedule_free(&schedule);
+        snprintf(error_p, error_len, "model updates: out of memory");
+        return KVIO_ERR_NOMEM;
+    }
+    int64_t end = schedule.end_ns;
+    all.reports[0] = (rank_report_t){.is_trainer = 1, .rank = 0, .t_end_ns = end};
     for (int receiver = 0; receiver < num_serve; receiver++)
         all.reports[1 + receiver] = (rank_report_t){
-            .rank = 1 + receiver, .t_start_ns = 0, .t_end_ns = now,
-            .inference_stall_ns = stall[receiver],
-            .iterations = iteration > 0 ? (uint64_t)(now / iteration) : 0};
+            .rank = 1 + receiver, .t_start_ns = 0, .t_end_ns = end,
+            .inference_stall_ns = schedule.inference_stall_ns[receiver],
+            .iterations = iteration > 0 ? (uint64_t)(end / iteration) : 0};
     snprintf(all.info, sizeof(all.info), "simulated: latency + bytes / bandwidth");
     status = write_metrics(context, &all, 0, error_p, error_len);
     if (status == KVIO_OK && context->metrics != NULL) {
         json_t *object = json_object_get(context->metrics, "model_updates");
         json_object_set_new(object, "runtime", json_string("simulate"));
-        json_object_set_new(object, "model", model_json(&config->transport));
+        json_object_set_new(object, "model", model_json(&workload->train.transport));
     }
-done:
-    if (status == KVIO_ERR_NOMEM)
-        snprintf(error_p, error_len, "model updates: out of memory");
-    collected_free(&all);
-    free(stall);
+    free(all.reports);
+    kvio_updates_schedule_free(&schedule);
     return status;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvio/log.h"
+#include "kvio/train.h"
 #include "serve/serve_int.h"
 #include "kvio/progress.h"
 
@@ -150,6 +151,31 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     return object;
 }
 
+void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const uint64_t *served,
+                          size_t num_versions)
+{
+    double loss = 0;
+    uint64_t requests = 0;
+    json_t *by_version = json_array();
+    for (size_t v = 0; v < num_versions; v++) {
+        if (served[v] == 0)
+            continue;
+        double step = v > 0 && v < run->num_version_steps && run->version_steps[v] > 0
+                          ? run->version_steps[v]
+                          : 1.0;
+        double per_request = kvio_loss_at(run->loss, step);
+        loss += per_request * (double)served[v];
+        requests += served[v];
+        json_array_append_new(by_version, json_pack("{s:I, s:f, s:I, s:f}", "version",
+                                                    (json_int_t)v, "step", step, "requests",
+                                                    (json_int_t)served[v], "loss", per_request));
+    }
+    json_object_set_new(metrics, "cumulative_inference_loss", json_real(loss));
+    json_object_set_new(metrics, "mean_inference_loss",
+                        json_real(requests > 0 ? loss / (double)requests : 0));
+    json_object_set_new(metrics, "served_by_version", by_version);
+}
+
 /* ---------- the event loop ---------- */
 
 typedef struct simulation {
@@ -165,12 +191,23 @@ typedef struct simulation {
     kvio_csv_t *requests_csv, *iterations_csv;
     kvio_hash_buffer_t hashes;
     uint64_t in_flight;
+    /* With model updates (run->updates): per rank the active version, the
+     * next of run->updates to look at, and whether the running "iteration"
+     * is an update stall; finished requests per version. */
+    uint64_t *version;
+    size_t *update_at;
+    bool *stalled;
+    uint64_t *served;
+    size_t num_versions;
 } simulation_t;
 
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
 {
     simulation_t *sim = context;
     sim->in_flight--;
+    /* Every version a request can carry has a step (one per published). */
+    if (sim->served != NULL && finished->tag < sim->num_versions)
+        sim->served[finished->tag]++;
     if (sim->requests_csv == NULL)
         return;
     char row[256];
@@ -344,6 +381,10 @@ static void simulation_free(simulation_t *sim)
     }
     free(sim->tiers);
     free(sim->busy_until);
+    free(sim->version);
+    free(sim->update_at);
+    free(sim->stalled);
+    free(sim->served);
     kvio_router_destroy(sim->router);
     kvio_cost_destroy(sim->cost);
     free(sim->hashes.hashes);
@@ -370,6 +411,16 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->busy_until = malloc(sim->num_ranks * sizeof(int64_t));
     if (status != KVIO_OK || sim->engines == NULL || sim->busy_until == NULL)
         return status != KVIO_OK ? status : KVIO_ERR_NOMEM;
+    if (run->updates != NULL) {
+        sim->version = calloc(sim->num_ranks, sizeof(*sim->version));
+        sim->update_at = calloc(sim->num_ranks, sizeof(*sim->update_at));
+        sim->stalled = calloc(sim->num_ranks, sizeof(*sim->stalled));
+        sim->num_versions = run->num_version_steps > 0 ? run->num_version_steps : 1;
+        sim->served = calloc(sim->num_versions, sizeof(*sim->served));
+        if (sim->version == NULL || sim->update_at == NULL || sim->stalled == NULL ||
+            sim->served == NULL)
+            return KVIO_ERR_NOMEM;
+    }
     const kvio_opt_list_t *tier_list = &run->serve->kvcache.tiers;
     sim->num_tiers = tier_list->count;
     uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
@@ -417,8 +468,44 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     return KVIO_OK;
 }
 
+/* The version active on rank at now: the updates of that rank activated by
+ * then (run->updates holds each rank's in version order, activation times
+ * rising). Leaves update_at[rank] at its first update still to come. */
+static uint64_t active_version(simulation_t *sim, uint32_t rank, int64_t now_ns)
+{
+    const kvio_serve_run_t *run = sim->run;
+    int world_rank = run->first_serve_rank + (int)rank;
+    size_t *at = &sim->update_at[rank];
+    for (; *at < run->num_updates; ++*at) {
+        const kvio_update_record_t *update = &run->updates[*at];
+        if (update->rank != world_rank || update->t_activated_ns == 0)
+            continue;
+        if (update->t_activated_ns > now_ns)
+            break;
+        sim->version[rank] = update->version;
+    }
+    return sim->version[rank];
+}
+
+/* With update.apply: stall, the end of the update stall rank is in at now
+ * (the activation of an update notified by then), else -1. */
+static int64_t stalled_until(simulation_t *sim, uint32_t rank, int64_t now_ns)
+{
+    const kvio_serve_run_t *run = sim->run;
+    if (!run->stall_for_updates)
+        return -1;
+    active_version(sim, rank, now_ns);
+    for (size_t at = sim->update_at[rank]; at < run->num_updates; at++) {
+        const kvio_update_record_t *update = &run->updates[at];
+        if (update->rank == run->first_serve_rank + (int)rank && update->t_activated_ns != 0)
+            return update->t_notified_ns <= now_ns ? update->t_activated_ns : -1;
+    }
+    return -1;
+}
+
 /* Starts rank's next iteration at now, or marks it idle. An idle engine
- * with waiting requests that cannot start is stuck: that is an error. */
+ * with waiting requests that cannot start is stuck: that is an error. A rank
+ * stalled for an update "runs" the stall instead. */
 static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t now_ns,
                                      char *error_p, size_t error_len)
 {
@@ -427,20 +514,28 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
         sim->busy_until[rank] = -1;
         return KVIO_OK;
     }
+    int64_t stall_end = sim->run->updates != NULL ? stalled_until(sim, rank, now_ns) : -1;
+    if (stall_end > now_ns) {
+        sim->stalled[rank] = true;
+        sim->busy_until[rank] = stall_end;
+        return KVIO_OK;
+    }
     kvio_engine_iteration_t iteration;
     kvio_status_t status = kvio_engine_schedule(engine, now_ns, &iteration);
     if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "serve rank %u: %s", rank, kvio_strerror(status));
+        snprintf(error_p, error_len, "serve rank %d: %s", sim->run->first_serve_rank + (int)rank,
+                 kvio_strerror(status));
         return status;
     }
     if (iteration.duration_ns <= 0) {
         uint64_t waiting[1] = {0};
         kvio_engine_waiting_ids(engine, waiting, 1);
         snprintf(error_p, error_len,
-                 "serve rank %u: request %llu cannot start: it needs more KV blocks than the "
+                 "serve rank %d: request %llu cannot start: it needs more KV blocks than the "
                  "%u the cache holds (raise serve.kvcache.capacity or shorten the stream's "
                  "lengths)",
-                 rank, (unsigned long long)waiting[0], kvio_engine_num_blocks(engine));
+                 sim->run->first_serve_rank + (int)rank, (unsigned long long)waiting[0],
+                 kvio_engine_num_blocks(engine));
         return KVIO_ERR_CONFIG;
     }
     sim->busy_until[rank] = now_ns + iteration.duration_ns;
@@ -461,6 +556,8 @@ static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, 
     if (engine_request.prompt_tokens == 0)
         return KVIO_OK; /* nothing to serve; streams do not produce these */
     uint32_t rank = kvio_router_choose(sim->router, sim->engines, sim->num_ranks, &engine_request);
+    if (sim->run->updates != NULL)
+        engine_request.tag = active_version(sim, rank, now_ns);
     status = kvio_engine_add(sim->engines[rank], &engine_request);
     if (status != KVIO_OK)
         return status;
@@ -523,7 +620,10 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
                 kvio_progress_update(progress, request_index);
         } else {
             now_ns = engine_ns;
-            kvio_engine_complete(sim.engines[rank], now_ns);
+            if (sim.stalled != NULL && sim.stalled[rank])
+                sim.stalled[rank] = false; /* an update stall ended, not an iteration */
+            else
+                kvio_engine_complete(sim.engines[rank], now_ns);
             status = start_iteration(&sim, rank, now_ns, error_p, error_len);
         }
     }
@@ -554,6 +654,8 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
                 kvio_serve_tiers_json(sim.tiers[r], sim.num_tiers, r, tiers);
             json_object_set_new(metrics, "tiers", tiers);
             json_object_set_new(metrics, "per_rank", per_rank);
+            if (run->updates != NULL && run->loss != NULL)
+                kvio_serve_loss_json(metrics, run, sim.served, sim.num_versions);
             kvio_engine_metrics_fini(&total);
             *metrics_p = metrics;
             *complete_p = !stopped;

@@ -302,3 +302,114 @@ Test(simulate, host_tier_returns_evicted_prefixes, .timeout = 60)
     cr_assert_gt(json_integer_value(json_object_get(json_array_get(tiers, 0), "hits")), 0);
     run_free(&output);
 }
+
+/* A trainer publishing 1 GiB every 10 steps of 100 ms to two serve ranks
+ * answering a busy stream, on the virtual clock. */
+static const char *coupled =
+    "name: coupled-sim\nseed: 7\nmode: simulate\nduration: 6s\n"
+    "ranks: {train: 1, serve: 2}\n"
+    "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache: {block_size: 16, capacity: 2GiB}\n"
+    "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 1GiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 10}\n"
+    "  transport: {kind: ucx, model: {latency: 1ms, bandwidth: 5}}\n"
+    "update: {apply: shadow, verify: true, serving: engine}\n"
+    "stream:\n  arrival: {process: poisson, rate: 30}\n"
+    "  input_tokens: {dist: uniform, low: 200, high: 1200}\n"
+    "  output_tokens: {dist: uniform, low: 20, high: 200}\n";
+
+/* Iterations of a rank that start while an update of that rank is between
+ * its notification and its activation (updates.csv). */
+static int iterations_in_update_windows(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/updates.csv", dir);
+    test_csv_t updates = test_csv_read(path);
+    snprintf(path, sizeof(path), "%s/out/iterations.csv", dir);
+    test_csv_t iterations = test_csv_read(path);
+    cr_assert_gt(updates.num_rows, 0);
+    int inside = 0;
+    for (size_t i = 0; i < iterations.num_rows; i++) {
+        double t_ms = test_csv_number(&iterations, i, "time_s") * 1e3;
+        for (size_t u = 0; u < updates.num_rows; u++)
+            inside += test_csv_number(&updates, u, "rank") ==
+                          test_csv_number(&iterations, i, "rank") &&
+                      t_ms >= test_csv_number(&updates, u, "t_notified_ms") + 1e-3 &&
+                      t_ms < test_csv_number(&updates, u, "t_activated_ms") - 1e-3;
+    }
+    test_csv_free(&updates);
+    test_csv_free(&iterations);
+    return inside;
+}
+
+/* In simulate mode the serve ranks serve on the versions the modelled
+ * updates activate: requests carry them, the loss follows the steps, and
+ * apply: stall stops a rank's iterations from notification to activation
+ * (shadow does not). */
+Test(simulate, coupled_runs_serve_the_versions_updates_activate)
+{
+    const char *stall[] = {"update.apply=stall"};
+    for (int apply_stall = 0; apply_stall < 2; apply_stall++) {
+        run_output_t output = run_text(coupled, stall, apply_stall ? 1 : 0);
+        const json_t *metrics = json_object_get(output.summary, "metrics");
+        const json_t *updates = json_object_get(metrics, "model_updates");
+        json_int_t versions = json_integer_value(json_object_get(updates, "versions_published"));
+        cr_assert_geq(versions, 4, "6 s of 1 s steps and publishes: %lld versions",
+                      (long long)versions);
+        /* Every request carries a version no newer than published, the rank
+         * ids are the world's (serve ranks 1 and 2), and some requests were
+         * served by updated weights. */
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/out/requests.csv", output.dir);
+        test_csv_t requests = test_csv_read(path);
+        size_t updated = 0;
+        for (size_t i = 0; i < requests.num_rows; i++) {
+            double version = test_csv_number(&requests, i, "model_version");
+            double rank = test_csv_number(&requests, i, "rank");
+            cr_assert(rank == 1 || rank == 2, "row %zu: rank %g", i + 1, rank);
+            cr_assert_leq(version, (double)versions);
+            updated += version > 0;
+        }
+        cr_assert_gt(updated, requests.num_rows / 2, "%zu of %zu requests on updated weights",
+                     updated, requests.num_rows);
+        /* The loss: Σ over versions of requests × L(step), which only the
+         * initial weights (step 1) would make 5.5 per request. */
+        const json_t *by_version = json_object_get(metrics, "served_by_version");
+        double loss = 0, served = 0;
+        for (size_t v = 0; v < json_array_size(by_version); v++) {
+            const json_t *entry = json_array_get(by_version, v);
+            double requests_v = json_number_value(json_object_get(entry, "requests"));
+            served += requests_v;
+            loss += requests_v * json_number_value(json_object_get(entry, "loss"));
+        }
+        cr_assert_eq(served, (double)requests.num_rows);
+        cr_assert_float_eq(metric(&output, "cumulative_inference_loss"), loss, 1e-6 * loss);
+        cr_assert_lt(metric(&output, "mean_inference_loss"), 5.5);
+        test_csv_free(&requests);
+        int inside = iterations_in_update_windows(output.dir);
+        if (apply_stall)
+            cr_assert_eq(inside, 0, "apply: stall, yet %d iterations started mid-update", inside);
+        else
+            cr_assert_gt(inside, 0, "apply: shadow serves on while an update is verified");
+        run_free(&output);
+    }
+}
+
+/* Simulate is deterministic with updates too: byte-identical files. */
+Test(simulate, coupled_runs_are_byte_identical_for_a_seed)
+{
+    run_output_t first = run_text(coupled, NULL, 0), second = run_text(coupled, NULL, 0);
+    const char *files[] = {"requests.csv", "iterations.csv", "updates.csv"};
+    for (size_t f = 0; f < 3; f++) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/out/%s", first.dir, files[f]);
+        char *a = test_read_file(path);
+        snprintf(path, sizeof(path), "%s/out/%s", second.dir, files[f]);
+        char *b = test_read_file(path);
+        cr_assert(a != NULL && b != NULL && strcmp(a, b) == 0, "%s differs", files[f]);
+        free(a);
+        free(b);
+    }
+    run_free(&first);
+    run_free(&second);
+}

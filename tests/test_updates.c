@@ -900,3 +900,74 @@ Test(updates, a_large_kv_pool_is_built_before_the_first_update, .timeout = 240)
     cr_assert_gt(large_setup_s, small_setup_s, "the 2 GiB pool's set-up (%.2f s) is not "
                  "reported beyond the small pool's (%.2f s)", large_setup_s, small_setup_s);
 }
+
+/* The quickstart, shortened (4 s, 20 steps of 100 ms, a version every 5,
+ * 16 MiB), in one mode: summary.json, and requests.csv's versions checked
+ * against what was published. */
+static json_t *short_quickstart(const char *mode, double *updated_share_p)
+{
+    char *dir = test_tmpdir();
+    char mode_override[64], out[1100], error[1024];
+    snprintf(mode_override, sizeof(mode_override), "mode=%s", mode);
+    const char *overrides[] = {mode_override, "duration=4s", "ranks.runtime=local",
+                               "train.steps=20", "train.step_time.mean=100ms",
+                               "train.step_time.stddev=10ms",
+                               "train.checkpoint.every_n_steps=5", "train.bytes=16MiB",
+                               "train.transport.chunk=4MiB"};
+    kvio_workload_t workload;
+    cr_assert_eq(kvio_workload_load("quickstart", overrides,
+                                    sizeof(overrides) / sizeof(overrides[0]), &workload, error,
+                                    sizeof(error)), KVIO_OK, "%s", error);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true};
+    kvio_run_result_t result;
+    cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)), KVIO_OK,
+                 "%s: %s", mode, error);
+    kvio_workload_free(&workload);
+    json_t *summary = NULL;
+    json_t *updates = model_updates(out, &summary);
+    json_int_t versions = json_integer_value(json_object_get(updates, "versions_published"));
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/requests.csv", out);
+    test_csv_t requests = test_csv_read(path);
+    cr_assert_gt(requests.num_rows, 0, "%s: no requests", mode);
+    size_t updated = 0;
+    for (size_t i = 0; i < requests.num_rows; i++) {
+        double version = test_csv_number(&requests, i, "model_version");
+        cr_assert(version >= 0 && version <= (double)versions, "%s: request row %zu has "
+                  "version %g of %lld", mode, i + 1, version, (long long)versions);
+        updated += version > 0;
+    }
+    *updated_share_p = (double)updated / (double)requests.num_rows;
+    test_csv_free(&requests);
+    test_rmtree(dir);
+    free(dir);
+    return summary;
+}
+
+/* The quickstart publishes as many versions in simulate as in emulate mode
+ * (within one), and both report each request's model version and the
+ * inference loss over the versions that served them. */
+Test(updates, quickstart_simulate_and_emulate_publish_alike_and_report_loss, .timeout = 120)
+{
+    REQUIRE_UCX();
+    const char *modes[] = {"simulate", "emulate"};
+    json_int_t versions[2];
+    for (int m = 0; m < 2; m++) {
+        double updated_share = 0;
+        json_t *summary = short_quickstart(modes[m], &updated_share);
+        const json_t *metrics = json_object_get(summary, "metrics");
+        versions[m] = json_integer_value(json_object_get(json_object_get(metrics, "model_updates"),
+                                                         "versions_published"));
+        cr_assert_gt(updated_share, 0, "%s: no request served by updated weights", modes[m]);
+        double mean_loss = json_number_value(json_object_get(metrics, "mean_inference_loss"));
+        cr_assert(mean_loss > 0 && mean_loss < 5.5, "%s: mean inference loss %g (5.5 is the "
+                  "initial weights')", modes[m], mean_loss);
+        cr_assert_gt(json_array_size(json_object_get(metrics, "served_by_version")), 1,
+                     "%s: served_by_version", modes[m]);
+        json_decref(summary);
+    }
+    cr_assert_eq(versions[0], 4, "20 steps, a version every 5");
+    cr_assert_leq(llabs(versions[0] - versions[1]), 1, "simulate %lld versions, emulate %lld",
+                  (long long)versions[0], (long long)versions[1]);
+}

@@ -112,6 +112,27 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
 kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,
                                      size_t error_len);
 
+/* Simulate mode: the trainer's versions and each serve rank's updates on
+ * the virtual clock, from the train section and the transport model (what
+ * kvio_updates_run writes to updates.csv). The serve ranks serve on it. */
+typedef struct kvio_updates_schedule {
+    kvio_train_record_t *train;    /* one per published version, in order */
+    size_t num_train;
+    kvio_update_record_t *updates; /* per version, one per serve rank (world ranks) */
+    size_t num_updates;
+    int64_t *inference_stall_ns;   /* per serve rank (update.apply: stall) */
+    int64_t end_ns;                /* the trainer's last step */
+    double *version_steps;         /* the step each version holds; [0]: 0 */
+    size_t num_version_steps;      /* num_train + 1 */
+} kvio_updates_schedule_t;
+
+/* Computes the schedule (deterministic: the same workload, the same
+ * schedule). Free with kvio_updates_schedule_free. */
+kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
+                                    kvio_updates_schedule_t *schedule_p, char *error_p,
+                                    size_t error_len);
+void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
+
 /* Runs the train and serve ranks (emulate: on world; simulate: world NULL,
  * on a virtual clock), and on the process of rank 0 writes updates.csv into
  * results, the model-update metrics into metrics (an object, borrowed), the

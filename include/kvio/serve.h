@@ -114,7 +114,28 @@ typedef struct kvio_serve_run {
     /* Rank 0's record of the start (kvio_start_json_set) goes here (may be
      * NULL; not in coupled runs, whose ranks report to kvio_updates_run). */
     json_t *start;
+    /* Simulate mode's coupled run (NULL and 0 elsewhere): the model updates
+     * on the virtual clock (kvio_updates_run's records, world ranks). A
+     * request takes the version active on its rank when it arrives; with
+     * stall_for_updates a rank starts no iteration between an update's
+     * notification and its activation. */
+    const kvio_update_record_t *updates;
+    size_t num_updates;
+    bool stall_for_updates;
+    /* The training step each version holds (version v: version_steps[v];
+     * version 0, the initial weights, and any missing: step 1), which with
+     * loss gives the inference loss of the requests it served. */
+    const double *version_steps;
+    size_t num_version_steps;
+    const struct kvio_loss_curve *loss;
 } kvio_serve_run_t;
+
+/* The inference loss of the served requests into metrics: served[v]
+ * requests finished on version v (num_versions of them); each costs
+ * L(step of v) (run->version_steps, run->loss). Sets
+ * cumulative_inference_loss, mean_inference_loss and served_by_version. */
+void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const uint64_t *served,
+                          size_t num_versions);
 
 /* KV blocks per serve rank from the kvcache section, model and GPU (blocks,
  * capacity, or GPU memory after the weights), with the error's numbers. */
