@@ -16,8 +16,10 @@ struct kvio_clock {
     uint64_t virtual_ns; /* virtual: current time */
 };
 
-/* Below this much remaining time a real wait spins instead of sleeping. */
-#define KVIO_SPIN_NS 100000u
+/* Below this much remaining time a real wait spins instead of sleeping (a
+ * sleep can overshoot by the scheduler's latency; 300 us covers it on an
+ * idle machine). */
+#define KVIO_SPIN_NS 300000u
 
 uint64_t kvio_time_ns(void)
 {
@@ -38,13 +40,13 @@ static uint64_t real_now(kvio_clock_t *clock)
     return kvio_time_ns() - clock->origin_ns;
 }
 
-static void real_wait_until(kvio_clock_t *clock, uint64_t time_ns)
+void kvio_wait_until_ns(uint64_t target_ns)
 {
     for (;;) {
-        uint64_t now = real_now(clock);
-        if (now >= time_ns)
+        uint64_t now = kvio_time_ns();
+        if (now >= target_ns)
             return;
-        uint64_t remaining = time_ns - now;
+        uint64_t remaining = target_ns - now;
         if (remaining > KVIO_SPIN_NS) {
             uint64_t sleep_ns = remaining - KVIO_SPIN_NS;
             struct timespec request = {.tv_sec = (time_t)(sleep_ns / 1000000000u),
@@ -52,6 +54,11 @@ static void real_wait_until(kvio_clock_t *clock, uint64_t time_ns)
             nanosleep(&request, NULL);
         }
     }
+}
+
+static void real_wait_until(kvio_clock_t *clock, uint64_t time_ns)
+{
+    kvio_wait_until_ns(clock->origin_ns + time_ns);
 }
 
 static uint64_t virtual_now(kvio_clock_t *clock)

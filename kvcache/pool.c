@@ -39,6 +39,8 @@ struct kvio_kvcache {
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
     uint64_t index_version;   /* bumped whenever a hash enters or leaves the index */
+    uint64_t epoch;           /* the model version blocks entering the index get */
+    uint64_t *block_epoch;    /* per block: the epoch its hash entered the index */
     kvio_kvcache_metrics_t metrics;
 };
 
@@ -115,6 +117,7 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
     cache->same_hash_next[block] = NO_BLOCK;
     cache->block_hash[block] = hash;
     cache->hashed[block] = 1;
+    cache->block_epoch[block] = cache->epoch;
     cache->index_version++;
     cache->policy_known[block] = 0;
     if (cache->slots[slot].block == NO_BLOCK) {
@@ -191,12 +194,13 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->refcount = calloc(n, sizeof(uint32_t));
     cache->block_hash = calloc(n, sizeof(kvio_hash_t));
     cache->hashed = calloc(n, 1);
+    cache->block_epoch = calloc(n, sizeof(uint64_t));
     cache->policy_known = calloc(n, 1);
     cache->same_hash_next = malloc(n * sizeof(uint32_t));
     cache->links = malloc(n * sizeof(kvio_link_t));
     cache->slots = malloc(slots * sizeof(hash_slot_t));
     if (cache->refcount == NULL || cache->block_hash == NULL || cache->hashed == NULL ||
-        cache->policy_known == NULL || cache->same_hash_next == NULL || cache->links == NULL ||
+        cache->block_epoch == NULL || cache->policy_known == NULL || cache->same_hash_next == NULL || cache->links == NULL ||
         cache->slots == NULL)
         goto cleanup;
     for (size_t i = 0; i < slots; i++)
@@ -227,6 +231,7 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
     free(cache->refcount);
     free(cache->block_hash);
     free(cache->hashed);
+    free(cache->block_epoch);
     free(cache->policy_known);
     free(cache->same_hash_next);
     free(cache->links);
@@ -569,6 +574,38 @@ static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req, ui
     return count;
 }
 
+void kvio_kvcache_set_epoch(kvio_kvcache_t *cache, uint64_t epoch)
+{
+    cache->epoch = epoch;
+}
+
+uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
+                                   void (*dropped)(void *context, kvio_hash_t hash),
+                                   void *context)
+{
+    uint32_t count = 0;
+    for (uint32_t block = 1; block < cache->num_blocks; block++) {
+        if (!cache->hashed[block])
+            continue;
+        /* A free cached block stays in the free queue, unhashed (with a
+         * policy other than lru it leaves the policy's candidates for the
+         * queue's head, where unhashed blocks are taken first); a held one
+         * stays with its request. */
+        if (cache->refcount[block] == 0 && !cache->queue_order) {
+            cache->evict.ops->remove(cache->evict.priv, block);
+            kvio_list_unlink(&cache->free_queue, cache->links, block);
+            kvio_list_push_head(&cache->free_queue, cache->links, block);
+        }
+        if (dropped != NULL)
+            dropped(context, cache->block_hash[block]);
+        index_remove(cache, block);
+        count++;
+    }
+    cache->metrics.prefix_resets++;
+    cache->metrics.prefix_reset_blocks += count;
+    return count;
+}
+
 uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache)
 {
     return cache->index_version;
@@ -651,6 +688,9 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
             req->num_hashed_blocks = full;
     }
     if (first) {
+        for (size_t i = 0; i < num_hits; i++)
+            if (cache->block_epoch[req->blocks[i]] < cache->epoch)
+                cache->metrics.prefix_stale_hits_tokens += block_size;
         cache->metrics.prefix_queries_tokens += req->num_tokens;
         cache->metrics.prefix_queries_blocks += req->num_tokens / block_size;
         cache->metrics.prefix_hits_tokens += num_hits * block_size;

@@ -296,6 +296,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .version_steps = schedule.version_steps,
             .num_version_steps = schedule.num_version_steps,
             .loss = &workload->train.checkpoint.loss,
+            .update = updates ? &workload->update : NULL,
         };
         json_t *serve_metrics = NULL;
         status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,

@@ -112,7 +112,7 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t 
         .stream = coupled->stream, .device = &workload->device,
         /* With a client rank (the last), serve_index < 0 is the client. */
         .rte = rte, .client_rank = workload->ranks.client > 0 ? 1 + num_serve : 0,
-        .first_serve_rank = 1,
+        .first_serve_rank = 1, .update = &workload->update,
     };
     if (serve_index < 0)
         return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);

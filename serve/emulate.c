@@ -24,8 +24,6 @@
 #include "kvio/sysinfo.h"
 #include "serve/serve_int.h"
 
-/* Below this much remaining time a wait spins instead of sleeping. */
-#define SPIN_NS 300000
 
 /* Thread CPU time: the engine's own work, not time the OS took away. */
 static int64_t thread_cpu_ns(void)
@@ -47,6 +45,40 @@ static void tune_thread(bool realtime, uint32_t rank)
     if (err != 0)
         kvio_warn("serve rank %u: cannot use SCHED_FIFO (%s); timing will be looser", rank,
                   strerror(err));
+}
+
+/* How closely a rank's iterations ended when planned, and what the engine
+ * itself cost (plain and coupled runs alike). */
+typedef struct iteration_timing {
+    kvio_hist_t *error_ns;  /* |actual − planned| end of an iteration */
+    kvio_hist_t *error_ppm; /* the same per million of the iteration's length */
+    int64_t overhead_ns;    /* the engine's own schedule + complete CPU time */
+    int64_t planned_ns;     /* Σ iteration durations */
+} iteration_timing_t;
+
+static kvio_status_t timing_init(iteration_timing_t *timing)
+{
+    memset(timing, 0, sizeof(*timing));
+    if (kvio_hist_create(&timing->error_ns) != KVIO_OK ||
+        kvio_hist_create(&timing->error_ppm) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    return KVIO_OK;
+}
+
+/* An iteration planned for duration_ns ended error_ns off its planned end. */
+static void timing_record(iteration_timing_t *timing, int64_t duration_ns, int64_t error_ns)
+{
+    uint64_t off = (uint64_t)(error_ns > 0 ? error_ns : -error_ns);
+    kvio_hist_record(timing->error_ns, off);
+    if (duration_ns > 0)
+        kvio_hist_record(timing->error_ppm, (uint64_t)((double)off * 1e6 / (double)duration_ns));
+    timing->planned_ns += duration_ns;
+}
+
+static void timing_fini(iteration_timing_t *timing)
+{
+    kvio_hist_destroy(timing->error_ns);
+    kvio_hist_destroy(timing->error_ppm);
 }
 
 typedef struct inbox_item {
@@ -91,10 +123,7 @@ typedef struct rank_state {
     kvio_serve_publisher_t publisher; /* the rank thread's own */
     state_item_t *states;            /* published, not yet read by the client (under lock) */
     size_t num_states, states_capacity;
-    kvio_hist_t *timing_error;       /* |actual − target| end of iteration, ns */
-    kvio_hist_t *timing_error_ppm;   /* the same relative to the iteration, parts per million */
-    int64_t overhead_ns;             /* engine's own schedule + complete time */
-    int64_t planned_ns;              /* Σ iteration durations */
+    iteration_timing_t timing;
     kvio_status_t status;
     char error[512];
 } rank_state_t;
@@ -122,20 +151,11 @@ static int64_t now_ns(const emulate_t *emulate)
     return (int64_t)(kvio_time_ns() - emulate->start_ns);
 }
 
-/* Sleeps, then spins the last stretch, until the run's clock reads target. */
+/* Returns when the run's clock reads target. */
 static void wait_until(const emulate_t *emulate, int64_t target)
 {
-    for (;;) {
-        int64_t remaining = target - now_ns(emulate);
-        if (remaining <= 0)
-            return;
-        if (remaining > SPIN_NS) {
-            int64_t sleep_ns = remaining - SPIN_NS;
-            struct timespec pause = {.tv_sec = (time_t)(sleep_ns / 1000000000),
-                                     .tv_nsec = (long)(sleep_ns % 1000000000)};
-            nanosleep(&pause, NULL);
-        }
-    }
+    if (target > 0)
+        kvio_wait_until_ns(emulate->start_ns + (uint64_t)target);
 }
 
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
@@ -282,13 +302,8 @@ static void *rank_main(void *argument)
         }
         int64_t scheduled_cpu = thread_cpu_ns();
         if (iteration.duration_ns <= 0) {
-            uint64_t waiting[1] = {0};
-            kvio_engine_waiting_ids(state->engine, waiting, 1);
-            snprintf(state->error, sizeof(state->error),
-                     "serve rank %u: request %llu cannot start: it needs more KV blocks than "
-                     "the %u the cache holds", state->rank, (unsigned long long)waiting[0],
-                     emulate->blocks);
-            status = KVIO_ERR_CONFIG;
+            status = kvio_serve_cannot_start(state->engine, state->rank, state->error,
+                                             sizeof(state->error));
             break;
         }
         int64_t target = start + iteration.duration_ns;
@@ -303,15 +318,11 @@ static void *rank_main(void *argument)
         }
         wait_until(emulate, target);
         int64_t end = now_ns(emulate);
-        int64_t error = end - target;
-        kvio_hist_record(state->timing_error, (uint64_t)(error > 0 ? error : -error));
-        kvio_hist_record(state->timing_error_ppm,
-                         (uint64_t)((double)(error > 0 ? error : -error) * 1e6 /
-                                    (double)iteration.duration_ns));
+        timing_record(&state->timing, iteration.duration_ns, end - target);
         int64_t complete_cpu = thread_cpu_ns();
         kvio_engine_complete(state->engine, end);
-        state->overhead_ns += (scheduled_cpu - cpu_start) + (thread_cpu_ns() - complete_cpu);
-        state->planned_ns += iteration.duration_ns;
+        state->timing.overhead_ns +=
+            (scheduled_cpu - cpu_start) + (thread_cpu_ns() - complete_cpu);
         if (emulate->num_ranks > 1)
             status = publish_state(state);
         if (status != KVIO_OK)
@@ -549,6 +560,8 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         .swap_space_blocks = swap_blocks,
         .tiers = setup->tiers,
         .num_tiers = setup->num_tiers,
+        .update_cache = run->update != NULL ? run->update->on_activate.cache : 0,
+        .in_flight = run->update != NULL ? run->update->in_flight : 0,
     };
     return kvio_engine_create(&params, &setup->engine, error_p, error_len);
 }
@@ -591,8 +604,7 @@ static kvio_status_t rank_init(emulate_t *emulate, rank_state_t *state, uint32_t
     state->rank = rank;
     pthread_mutex_init(&state->lock, NULL);
     pthread_cond_init(&state->wake, NULL);
-    if (kvio_hist_create(&state->timing_error) != KVIO_OK ||
-        kvio_hist_create(&state->timing_error_ppm) != KVIO_OK)
+    if (timing_init(&state->timing) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     /* One rank needs no router, so it publishes nothing (and its pool runs
      * without hooks, as in the single-rank timing targets). */
@@ -616,8 +628,7 @@ static void rank_fini(rank_state_t *state)
         free(state->states[i].blob);
     free(state->states);
     kvio_serve_publisher_fini(&state->publisher);
-    kvio_hist_destroy(state->timing_error);
-    kvio_hist_destroy(state->timing_error_ppm);
+    timing_fini(&state->timing);
     pthread_mutex_destroy(&state->lock);
     pthread_cond_destroy(&state->wake);
 }
@@ -646,10 +657,10 @@ static json_t *executor_json(const emulate_t *emulate)
         return json_object();
     int64_t overhead = 0, planned = 0;
     for (uint32_t r = 0; r < emulate->num_ranks; r++) {
-        kvio_hist_merge(error_ns, emulate->ranks[r].timing_error);
-        kvio_hist_merge(error_ppm, emulate->ranks[r].timing_error_ppm);
-        overhead += emulate->ranks[r].overhead_ns;
-        planned += emulate->ranks[r].planned_ns;
+        kvio_hist_merge(error_ns, emulate->ranks[r].timing.error_ns);
+        kvio_hist_merge(error_ppm, emulate->ranks[r].timing.error_ppm);
+        overhead += emulate->ranks[r].timing.overhead_ns;
+        planned += emulate->ranks[r].timing.planned_ns;
     }
     const rank_setup_t *first = &emulate->ranks[0].setup;
     json_t *object = executor_object("real", setup_memory(first), first->spin,
@@ -937,8 +948,7 @@ struct kvio_serve_rank {
     int64_t origin_ns;       /* rank 0's clock when serving began */
     int64_t planned_end_ns;
     int64_t iteration_start_ns;
-    kvio_hist_t *timing_error, *timing_error_ppm;
-    int64_t overhead_ns, planned_ns;
+    iteration_timing_t timing;
     char *rows;              /* requests.csv rows */
     size_t rows_length, rows_capacity;
     uint64_t *served;        /* finished requests per model version */
@@ -1066,8 +1076,7 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
                                                 run->cost->tensor_parallel, &rank->blocks,
                                                 error_p, error_len);
-    if (status == KVIO_OK && (kvio_hist_create(&rank->timing_error) != KVIO_OK ||
-                              kvio_hist_create(&rank->timing_error_ppm) != KVIO_OK))
+    if (status == KVIO_OK && timing_init(&rank->timing) != KVIO_OK)
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK)
         status = kvio_cost_create(run->cost, run->model, run->gpu, &rank->cost, error_p,
@@ -1095,8 +1104,7 @@ void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
         return;
     setup_destroy(&rank->setup);
     kvio_cost_destroy(rank->cost);
-    kvio_hist_destroy(rank->timing_error);
-    kvio_hist_destroy(rank->timing_error_ppm);
+    timing_fini(&rank->timing);
     free(rank->hashes.hashes);
     free(rank->rows);
     free(rank->served);
@@ -1232,6 +1240,12 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
                 return status;
         }
     }
+    if (active_version != rank->version) {
+        /* A new version activated at this iteration boundary. */
+        kvio_status_t status = kvio_engine_activate(rank->setup.engine, active_version);
+        if (status != KVIO_OK)
+            return status;
+    }
     rank->version = active_version;
     kvio_status_t status = client ? coupled_receive(rank)
                                   : coupled_dispatch(rank, now_ns - rank->origin_ns,
@@ -1256,22 +1270,15 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
     kvio_engine_iteration_t iteration;
     int64_t before_ns = thread_cpu_ns();
     status = kvio_engine_schedule(rank->setup.engine, t, &iteration);
-    rank->overhead_ns += thread_cpu_ns() - before_ns;
+    rank->timing.overhead_ns += thread_cpu_ns() - before_ns;
     if (status != KVIO_OK)
         return status;
-    if (iteration.duration_ns <= 0) {
-        /* The head request can never fit: say which, as simulate does. */
-        uint64_t waiting[1] = {0};
-        kvio_engine_waiting_ids(rank->setup.engine, waiting, 1);
-        snprintf(rank->error, sizeof(rank->error),
-                 "serve rank %u: request %llu cannot start: it needs more KV blocks than the "
-                 "%u the cache holds", rank->serve_index, (unsigned long long)waiting[0],
-                 rank->blocks);
-        return KVIO_ERR_CONFIG;
-    }
+    if (iteration.duration_ns <= 0)
+        return kvio_serve_cannot_start(rank->setup.engine,
+                                       (uint32_t)rank->run->first_serve_rank + rank->serve_index,
+                                       rank->error, sizeof(rank->error));
     rank->iteration_start_ns = now_ns;
     rank->planned_end_ns = now_ns + iteration.duration_ns;
-    rank->planned_ns += iteration.duration_ns;
     *end_ns_p = rank->planned_end_ns;
     if (rank->setup.spin) {
         status = kvio_device_spin(rank->setup.device, iteration.duration_ns);
@@ -1285,15 +1292,11 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
 static kvio_status_t coupled_end(void *context, int64_t now_ns)
 {
     kvio_serve_rank_t *rank = context;
-    int64_t error = now_ns - rank->planned_end_ns;
-    int64_t duration = rank->planned_end_ns - rank->iteration_start_ns;
-    kvio_hist_record(rank->timing_error, (uint64_t)(error > 0 ? error : -error));
-    if (duration > 0)
-        kvio_hist_record(rank->timing_error_ppm,
-                         (uint64_t)((double)(error > 0 ? error : -error) * 1e6 / (double)duration));
+    timing_record(&rank->timing, rank->planned_end_ns - rank->iteration_start_ns,
+                  now_ns - rank->planned_end_ns);
     int64_t before_ns = thread_cpu_ns();
     kvio_engine_complete(rank->setup.engine, now_ns - rank->origin_ns);
-    rank->overhead_ns += thread_cpu_ns() - before_ns;
+    rank->timing.overhead_ns += thread_cpu_ns() - before_ns;
     if (has_client(rank->run))
         return coupled_publish(rank, false);
     return KVIO_OK;
@@ -1340,7 +1343,7 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                                     &metrics, &metrics_length);
     uint64_t magic = SERVE_RANK_MAGIC, sizes[3] = {metrics_length, rank->num_versions,
                                                    rank->rows_length};
-    int64_t times[2] = {rank->overhead_ns, rank->planned_ns};
+    int64_t times[2] = {rank->timing.overhead_ns, rank->timing.planned_ns};
     if (status == KVIO_OK)
         status = blob_append(&blob, &length, &capacity, &magic, sizeof(magic));
     if (status == KVIO_OK)
@@ -1354,7 +1357,7 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
         status = blob_append(&blob, &length, &capacity, rank->rows, rank->rows_length);
     if (status == KVIO_OK)
         status = blob_append(&blob, &length, &capacity, times, sizeof(times));
-    const kvio_hist_t *hists[2] = {rank->timing_error, rank->timing_error_ppm};
+    const kvio_hist_t *hists[2] = {rank->timing.error_ns, rank->timing.error_ppm};
     for (int h = 0; h < 2 && status == KVIO_OK; h++) {
         size_t size = kvio_hist_packed_size(hists[h]);
         unsigned char *packed = malloc(size);

@@ -12,6 +12,7 @@
 #include "kvio/clock.h"
 #include "kvio/gpu.h"
 #include "kvio/log.h"
+#include "kvio/update.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -158,6 +159,9 @@ struct kvio_engine {
     uint32_t *swap_free;        /* stack of free slot indices */
     uint32_t swap_num_free, swap_num_slots;
     block_stamp_t *stamps;      /* emulate: per block, the stamp not yet written */
+    int update_cache;           /* kvio_update_cache_t */
+    int in_flight;              /* kvio_in_flight_t */
+    uint64_t active_version;    /* the model version the engine runs */
 };
 
 /* ---------- lists ---------- */
@@ -276,6 +280,12 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->iterations += src->iterations;
     dst->engines += src->engines;
     dst->busy_ns += src->busy_ns;
+    dst->versions_activated += src->versions_activated;
+    dst->stale_hit_tokens += src->stale_hit_tokens;
+    dst->cache_flushed_blocks += src->cache_flushed_blocks;
+    dst->mixed_version_tokens += src->mixed_version_tokens;
+    dst->update_aborted_requests += src->update_aborted_requests;
+    dst->update_recomputed_tokens += src->update_recomputed_tokens;
     dst->usage_time_integral += src->usage_time_integral;
     if (src->max_usage > dst->max_usage)
         dst->max_usage = src->max_usage;
@@ -611,6 +621,8 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->swap_num_slots = params->swap_space_blocks;
     engine->tiers = params->tiers;
     engine->num_tiers = params->num_tiers;
+    engine->update_cache = params->update_cache;
+    engine->in_flight = params->in_flight;
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
     if (status != KVIO_OK)
         goto fail;
@@ -721,6 +733,21 @@ static size_t hashes_due(const engine_req_t *req, uint32_t tokens, uint32_t bloc
     return full < available ? full : available;
 }
 
+/* update.on_activate.cache: version: a version's blocks are its own. The
+ * request's hashes are XORed with a salt of version (0: none); salting
+ * again with the same version undoes it. The chain stays a chain: every
+ * block carries the same salt. */
+static void salt_hashes(const kvio_engine_t *engine, engine_req_t *req, uint64_t version)
+{
+    if (engine->update_cache != KVIO_UPDATE_CACHE_VERSION || version == 0)
+        return;
+    uint64_t salt = XXH3_64bits(&version, sizeof(version));
+    for (size_t i = 0; i < req->spec.num_hashes; i++) {
+        req->hashes[i].low ^= salt;
+        req->hashes[i].high ^= salt;
+    }
+}
+
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request)
 {
     if (request->prompt_tokens == 0)
@@ -736,6 +763,7 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
             return KVIO_ERR_NOMEM;
         }
         memcpy(req->hashes, request->hashes, request->num_hashes * sizeof(kvio_hash_t));
+        salt_hashes(engine, req, request->tag);
     }
     req->spec.hashes = req->hashes;
     req->target_output = request->output_tokens;
@@ -1245,6 +1273,8 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     kvio_batch_t *batch = &engine->current.batch;
     for (size_t i = 0; i < engine->num_scratch; i++) {
         engine_req_t *req = engine->scratch[i];
+        if (req->spec.tag < engine->active_version)
+            engine->metrics.mixed_version_tokens += req->scheduled;
         bool decode = req->sched.generated > 0 && req->scheduled == 1 &&
                       req->computed + 1 == req_num_tokens(req);
         if (decode)
@@ -1270,6 +1300,9 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     if (engine->hook_status != KVIO_OK)
         return engine->hook_status;
     engine->current.num_scheduled = (uint32_t)engine->num_scratch;
+    kvio_kvcache_metrics_t cache_metrics;
+    kvio_kvcache_get_metrics(engine->cache, &cache_metrics);
+    engine->metrics.stale_hit_tokens = cache_metrics.prefix_stale_hits_tokens;
     engine->current.kv_usage = kvio_kvcache_usage(engine->cache);
     engine->current.running = (uint32_t)engine->running.count;
     engine->current.waiting = (uint32_t)engine->waiting.count;
@@ -1284,6 +1317,51 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     *iteration_p = engine->current;
     if (engine->observer.on_iteration != NULL && engine->num_scratch > 0)
         engine->observer.on_iteration(engine->observer.context, engine->rank, &engine->current);
+    return KVIO_OK;
+}
+
+/* A hash a flush dropped: a router mirroring this rank forgets it. */
+static void on_flushed(void *context, kvio_hash_t hash)
+{
+    kvio_engine_t *engine = context;
+    engine->observer.on_cache(engine->observer.context, hash, false);
+}
+
+kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
+{
+    if (version == engine->active_version)
+        return KVIO_OK;
+    engine->active_version = version;
+    engine->metrics.versions_activated++;
+    kvio_kvcache_set_epoch(engine->cache, version);
+    if (engine->update_cache == KVIO_UPDATE_CACHE_FLUSH)
+        engine->metrics.cache_flushed_blocks += kvio_kvcache_reset_prefix(
+            engine->cache, engine->observer.on_cache != NULL ? on_flushed : NULL, engine);
+    if (engine->in_flight != KVIO_IN_FLIGHT_ABORT)
+        return KVIO_OK;
+    /* Every running request starts over on the new weights: its KV goes
+     * (never to swap: it is stale), it waits at the head in its order. */
+    engine->num_scratch = 0;
+    while (engine->running.count > 0) {
+        engine_req_t *req = engine->running.items[engine->running.count - 1];
+        engine->running.count--;
+        engine->metrics.update_aborted_requests++;
+        engine->metrics.update_recomputed_tokens += req->computed;
+        req->lost_tokens = 0; /* counted here, not again as a preemption's */
+        req->computed = 0;
+        req->scheduled = 0;
+        req->lookup_valid = false;
+        req->state = REQ_WAITING;
+        kvio_kvcache_free(engine->cache, req->kv);
+        /* Recomputed on the new weights: under versioning, its blocks are
+         * the new version's (the pool holds none of them now). */
+        salt_hashes(engine, req, req->spec.tag);
+        salt_hashes(engine, req, version);
+        req->spec.tag = version;
+        kvio_status_t status = list_push_front(&engine->waiting, req);
+        if (status != KVIO_OK)
+            return status;
+    }
     return KVIO_OK;
 }
 

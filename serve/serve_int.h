@@ -61,6 +61,12 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
                                         kvio_hash_buffer_t *buffer,
                                         kvio_engine_request_t *engine_request_p);
 
+/* An iteration of engine scheduled nothing although requests wait: its head
+ * request can never fit. Says so, naming it and world rank rank, into
+ * error_p; returns KVIO_ERR_CONFIG. One message in every mode. */
+kvio_status_t kvio_serve_cannot_start(const kvio_engine_t *engine, uint32_t rank,
+                                      char *error_p, size_t error_len);
+
 /* One trace event for an iteration of engine (and one for its swaps). */
 void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
                                 uint32_t rank, const kvio_engine_iteration_t *iteration,

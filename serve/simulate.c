@@ -138,6 +138,16 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     json_object_set_new(object, "swap_space_exhausted",
                         json_integer((json_int_t)metrics->swap_space_exhausted));
     json_object_set_new(object, "iterations", json_integer((json_int_t)metrics->iterations));
+    if (metrics->versions_activated > 0)
+        json_object_set_new(
+            object, "update_effects",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "versions_activated",
+                      (json_int_t)metrics->versions_activated, "stale_hit_tokens",
+                      (json_int_t)metrics->stale_hit_tokens, "cache_flushed_blocks",
+                      (json_int_t)metrics->cache_flushed_blocks, "mixed_version_tokens",
+                      (json_int_t)metrics->mixed_version_tokens, "update_aborted_requests",
+                      (json_int_t)metrics->update_aborted_requests, "update_recomputed_tokens",
+                      (json_int_t)metrics->update_recomputed_tokens));
     json_object_set_new(object, "kv_usage_mean",
                         json_real(metrics->busy_ns > 0
                                       ? metrics->usage_time_integral / (double)metrics->busy_ns
@@ -174,6 +184,18 @@ void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const ui
     json_object_set_new(metrics, "mean_inference_loss",
                         json_real(requests > 0 ? loss / (double)requests : 0));
     json_object_set_new(metrics, "served_by_version", by_version);
+}
+
+kvio_status_t kvio_serve_cannot_start(const kvio_engine_t *engine, uint32_t rank,
+                                      char *error_p, size_t error_len)
+{
+    uint64_t waiting[1] = {0};
+    kvio_engine_waiting_ids(engine, waiting, 1);
+    snprintf(error_p, error_len,
+             "serve rank %u: request %llu cannot start: it needs more KV blocks than the %u "
+             "the cache holds (raise serve.kvcache.capacity or shorten the stream's lengths)",
+             rank, (unsigned long long)waiting[0], kvio_engine_num_blocks(engine));
+    return KVIO_ERR_CONFIG;
 }
 
 /* ---------- the event loop ---------- */
@@ -460,6 +482,8 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
             .observer = {.context = sim, .on_finish = on_finish, .on_iteration = on_iteration},
             .tiers = sim->num_tiers > 0 ? sim->tiers[rank] : NULL,
             .num_tiers = sim->num_tiers,
+            .update_cache = run->update != NULL ? run->update->on_activate.cache : 0,
+            .in_flight = run->update != NULL ? run->update->in_flight : 0,
         };
         status = kvio_engine_create(&params, &sim->engines[rank], error_p, error_len);
         if (status != KVIO_OK)
@@ -482,7 +506,8 @@ static uint64_t active_version(simulation_t *sim, uint32_t rank, int64_t now_ns)
             continue;
         if (update->t_activated_ns > now_ns)
             break;
-        sim->version[rank] = update->version;
+        if (update->version > sim->version[rank])
+            sim->version[rank] = update->version;
     }
     return sim->version[rank];
 }
@@ -514,6 +539,12 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
         sim->busy_until[rank] = -1;
         return KVIO_OK;
     }
+    /* An iteration boundary: the engine takes the version active now. */
+    if (sim->run->updates != NULL) {
+        kvio_status_t status = kvio_engine_activate(engine, active_version(sim, rank, now_ns));
+        if (status != KVIO_OK)
+            return status;
+    }
     int64_t stall_end = sim->run->updates != NULL ? stalled_until(sim, rank, now_ns) : -1;
     if (stall_end > now_ns) {
         sim->stalled[rank] = true;
@@ -527,17 +558,9 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
                  kvio_strerror(status));
         return status;
     }
-    if (iteration.duration_ns <= 0) {
-        uint64_t waiting[1] = {0};
-        kvio_engine_waiting_ids(engine, waiting, 1);
-        snprintf(error_p, error_len,
-                 "serve rank %d: request %llu cannot start: it needs more KV blocks than the "
-                 "%u the cache holds (raise serve.kvcache.capacity or shorten the stream's "
-                 "lengths)",
-                 sim->run->first_serve_rank + (int)rank, (unsigned long long)waiting[0],
-                 kvio_engine_num_blocks(engine));
-        return KVIO_ERR_CONFIG;
-    }
+    if (iteration.duration_ns <= 0)
+        return kvio_serve_cannot_start(engine, (uint32_t)(sim->run->first_serve_rank + (int)rank),
+                                       error_p, error_len);
     sim->busy_until[rank] = now_ns + iteration.duration_ns;
     return KVIO_OK;
 }

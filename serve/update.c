@@ -20,7 +20,28 @@ static const char *const apply_names[] = {"shadow", "stall", NULL};
 static const char *const serving_names[] = {"emulated", "engine", NULL};
 static const char *const trainer_loss_names[] = {"serve", "fail", NULL};
 
+static const char *const cache_names[] = {"flush", "version", "keep", NULL};
+static const char *const in_flight_names[] = {"keep", "abort", NULL};
+
+static const kvio_opt_t activate_options[] = {
+    {.key = "cache", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_activate_t, cache),
+     .values = cache_names, .default_value = "flush",
+     .help = "the prefix cache when a version activates: flush: every cached block loses its "
+             "hash, as vLLM's reset and SGLang's flush on a weight update; version: entries "
+             "hit only under the version that cached them; keep: stale hits are allowed and "
+             "counted (stale_hit_tokens)"},
+    {.key = NULL},
+};
+
 const kvio_opt_t kvio_update_options[] = {
+    {.key = "on_activate", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_update_config_t, on_activate), .options = activate_options,
+     .help = "what a version's activation does to a serve rank's engine"},
+    {.key = "in_flight", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, in_flight),
+     .values = in_flight_names, .default_value = "keep",
+     .help = "the requests running when a version activates: keep: they go on with their KV "
+             "from the old weights (mixed_version_tokens counts their tokens); abort: they "
+             "are preempted and recomputed on the new weights (update_recomputed_tokens)"},
     {.key = "apply", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, apply),
      .values = apply_names, .default_value = "shadow",
      .help = "shadow: receive beside the active weights, swap at an iteration boundary; "

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvio/hash.h"
+#include "kvio/update.h"
 
 typedef struct fixture {
     kvio_engine_config_t config;
@@ -269,4 +270,148 @@ Test(sched, pkas_projection_counts_blocks_until_each_request_ends, .timeout = 10
     kvio_sched_request_t c = {.prompt_tokens = 100, .predicted_output = 50};
     /* t = 15: 2 + 2 + ceil(115/16)=8 → 12; t = 47: 4 + ceil(147/16)=10 → 14 */
     cr_assert_eq(kvio_sched_projected_peak(&view, &c), 14);
+}
+
+/* ---------- what an activated model version does (update.on_activate,
+ * update.in_flight) ---------- */
+
+typedef struct finished_log {
+    kvio_engine_finished_t items[16];
+    size_t count;
+} finished_log_t;
+
+static void log_finish(void *context, const kvio_engine_finished_t *finished)
+{
+    finished_log_t *log = context;
+    if (log->count < 16)
+        log->items[log->count++] = *finished;
+}
+
+/* An engine of 100 blocks of 16 tokens (budget 8,192, prefix caching) whose
+ * activations do cache / in_flight; finished requests go to log. */
+static void setup_updates(fixture_t *f, int cache, int in_flight, finished_log_t *log)
+{
+    memset(f, 0, sizeof(*f));
+    memset(log, 0, sizeof(*log));
+    f->config = (kvio_engine_config_t){.max_num_seqs = 16, .max_num_batched_tokens = 8192,
+                                       .chunked_prefill = true,
+                                       .preemption = KVIO_PREEMPT_RECOMPUTE};
+    char error[256];
+    cr_assert_eq(kvio_config_defaults(kvio_sched_options, &f->sched, error, sizeof(error)), KVIO_OK);
+    f->cost = linear_cost();
+    kvio_engine_params_t params = {
+        .config = &f->config, .num_blocks = 100, .block_size = 16, .prefix_caching = true,
+        .eviction = "lru", .sched = &f->sched, .seed = 1, .cost = f->cost,
+        .kv_bytes_per_token = 131072, .host_bandwidth = 64e9,
+        .observer = {.context = log, .on_finish = log_finish},
+        .update_cache = cache, .in_flight = in_flight,
+    };
+    cr_assert_eq(kvio_engine_create(&params, &f->engine, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+}
+
+/* A 64-token prompt of shared content (4 full blocks, of which a later
+ * request can hit 3: never the last token), tagged with a model version. */
+static void add_shared(fixture_t *f, uint64_t id, uint32_t output, uint64_t version)
+{
+    kvio_hash_t hashes[4];
+    for (size_t b = 0; b < 4; b++) {
+        kvio_hash_run_t run = {.content_id = 7, .offset = (uint32_t)(b * 16), .length = 16};
+        hashes[b] = kvio_hash_runs(b ? &hashes[b - 1] : NULL, &run, 1);
+    }
+    kvio_engine_request_t request = {.id = id, .arrival_ns = f->now_ns, .prompt_tokens = 64,
+                                     .output_tokens = output, .hashes = hashes, .num_hashes = 4,
+                                     .measured = true, .tag = version};
+    cr_assert_eq(kvio_engine_add(f->engine, &request), KVIO_OK);
+}
+
+static void run_until_idle(fixture_t *f)
+{
+    kvio_engine_scheduled_t out[16];
+    for (int i = 0; i < 1000 && kvio_engine_has_work(f->engine); i++)
+        step(f, out, 16);
+    cr_assert(!kvio_engine_has_work(f->engine));
+}
+
+static const kvio_engine_finished_t *finished_id(const finished_log_t *log, uint64_t id)
+{
+    for (size_t i = 0; i < log->count; i++)
+        if (log->items[i].id == id)
+            return &log->items[i];
+    cr_assert_fail("request %llu did not finish", (unsigned long long)id);
+    return NULL;
+}
+
+/* Request 0 (version 0) caches the prompt; version 1 activates; request 1
+ * (version 1) and then request 2 (version 1) ask for the same prompt. The
+ * cached tokens each got, per cache mode. */
+Test(engine, an_activated_version_flushes_versions_or_keeps_the_prefix_cache, .timeout = 10)
+{
+    static const struct {
+        int cache;
+        uint32_t after_update, same_version; /* cached tokens of requests 1 and 2 */
+        uint64_t flushed, stale;
+    } cases[] = {
+        /* vLLM's reset: the 4 cached blocks lose their hash; request 1
+         * recomputes and caches them anew, request 2 hits those. */
+        {KVIO_UPDATE_CACHE_FLUSH, 0, 48, 4, 0},
+        /* Version 0's blocks stay but only version 0 hits them. */
+        {KVIO_UPDATE_CACHE_VERSION, 0, 48, 0, 0},
+        /* Stale KV is used and counted: both requests hit version 0's
+         * 3 blocks. */
+        {KVIO_UPDATE_CACHE_KEEP, 48, 48, 0, 96},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        fixture_t f;
+        finished_log_t log;
+        setup_updates(&f, cases[c].cache, KVIO_IN_FLIGHT_KEEP, &log);
+        add_shared(&f, 0, 4, 0);
+        run_until_idle(&f);
+        cr_assert_eq(kvio_engine_activate(f.engine, 1), KVIO_OK);
+        add_shared(&f, 1, 4, 1);
+        run_until_idle(&f);
+        add_shared(&f, 2, 4, 1);
+        run_until_idle(&f);
+        cr_expect_eq(finished_id(&log, 0)->cached_tokens, 0, "case %zu", c);
+        cr_expect_eq(finished_id(&log, 1)->cached_tokens, cases[c].after_update, "case %zu", c);
+        cr_expect_eq(finished_id(&log, 2)->cached_tokens, cases[c].same_version, "case %zu", c);
+        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
+        cr_expect_eq(metrics->versions_activated, 1);
+        cr_expect_eq(metrics->cache_flushed_blocks, cases[c].flushed, "case %zu", c);
+        cr_expect_eq(metrics->stale_hit_tokens, cases[c].stale, "case %zu", c);
+        teardown(&f);
+    }
+}
+
+/* A request mid-decode when version 1 activates: keep lets it go on with its
+ * old KV (its decode tokens count as mixed-version), abort preempts it and
+ * recomputes its 64 + 3 computed tokens on version 1, which it then reports. */
+Test(engine, running_requests_keep_their_kv_or_are_aborted_on_activation, .timeout = 10)
+{
+    for (int in_flight = KVIO_IN_FLIGHT_KEEP; in_flight <= KVIO_IN_FLIGHT_ABORT; in_flight++) {
+        fixture_t f;
+        finished_log_t log;
+        setup_updates(&f, KVIO_UPDATE_CACHE_FLUSH, in_flight, &log);
+        add_shared(&f, 0, 10, 0);
+        kvio_engine_scheduled_t out[16];
+        for (int i = 0; i < 4; i++) /* the prefill (64 tokens, 1st output), 3 decodes */
+            step(&f, out, 16);
+        cr_assert_eq(kvio_engine_activate(f.engine, 1), KVIO_OK);
+        run_until_idle(&f);
+        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
+        const kvio_engine_finished_t *finished = finished_id(&log, 0);
+        cr_assert_eq(finished->output_tokens, 10);
+        if (in_flight == KVIO_IN_FLIGHT_KEEP) {
+            cr_expect_eq(finished->tag, 0);
+            cr_expect_eq(metrics->mixed_version_tokens, 6, "the 6 decodes after the update");
+            cr_expect_eq(metrics->update_aborted_requests, 0);
+        } else {
+            cr_expect_eq(finished->tag, 1);
+            cr_expect_eq(metrics->update_aborted_requests, 1);
+            cr_expect_eq(metrics->update_recomputed_tokens, 67);
+            cr_expect_eq(metrics->mixed_version_tokens, 0);
+            cr_expect_eq(finished->cached_tokens, 0, "the flush left nothing to hit");
+        }
+        teardown(&f);
+    }
 }

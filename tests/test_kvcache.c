@@ -836,3 +836,55 @@ Test(radix, leaves_leave_in_policy_order, .timeout = 10)
         kvio_radix_destroy(tree);
     }
 }
+
+/* vLLM's reset of the prefix cache: every hash leaves the index, free blocks
+ * keep their place in the free queue, a held block stays with its request
+ * but is hit no more (and returns unhashed); a hit on a block cached in an
+ * earlier epoch counts as stale. */
+Test(kvcache, reset_prefix_drops_every_hash_and_keeps_the_queue, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    uint32_t *a_tokens = token_run(0, 3 * BLOCK), *b_tokens = token_run(1000, 3 * BLOCK);
+    kvio_kvreq_t *a = request(cache, a_tokens, 3 * BLOCK);
+    kvio_kvreq_t *b = request(cache, b_tokens, 3 * BLOCK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 3 * BLOCK, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, b, 3 * BLOCK, NULL), KVIO_OK);
+    kvio_kvcache_free(cache, a); /* a's blocks 1-3 are free and cached; b holds 4-6 */
+    uint32_t queue_before[16], queue_after[16];
+    size_t before, after;
+    kvio_kvcache_free_queue(cache, 16, queue_before, &before);
+    /* Epoch 1 before the reset: a hit now on epoch-0 blocks would be stale. */
+    kvio_kvcache_set_epoch(cache, 1);
+    cr_assert_eq(kvio_kvcache_reset_prefix(cache, NULL, NULL), 6);
+    kvio_kvcache_free_queue(cache, 16, queue_after, &after);
+    cr_assert_eq(after, before);
+    cr_assert_arr_eq(queue_after, queue_before, before * sizeof(uint32_t));
+    kvio_hash_t hash;
+    for (uint32_t block = 1; block <= 6; block++)
+        cr_assert_eq(kvio_kvcache_block_hash(cache, block, &hash), KVIO_ERR_NOT_FOUND,
+                     "block %u kept its hash", block);
+    kvio_kvreq_t *again_a = request(cache, a_tokens, 3 * BLOCK);
+    kvio_kvreq_t *again_b = request(cache, b_tokens, 3 * BLOCK);
+    cr_assert_eq(kvio_kvcache_lookup(cache, again_a), 0);
+    cr_assert_eq(kvio_kvcache_lookup(cache, again_b), 0, "a held block was hit after a reset");
+    /* Cached again in epoch 1, then hit: not stale. */
+    cr_assert_eq(kvio_kvcache_allocate(cache, again_a, 3 * BLOCK, NULL), KVIO_OK);
+    kvio_kvcache_free(cache, again_a);
+    kvio_kvreq_t *third = request(cache, a_tokens, 3 * BLOCK);
+    size_t hits = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, third, 3 * BLOCK, &hits), KVIO_OK);
+    cr_assert_eq(hits, 2 * BLOCK);
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_assert_eq(metrics.prefix_stale_hits_tokens, 0);
+    cr_assert_eq(metrics.prefix_resets, 1);
+    cr_assert_eq(metrics.prefix_reset_blocks, 6);
+    kvio_kvreq_destroy(third);
+    kvio_kvreq_destroy(again_a);
+    kvio_kvreq_destroy(again_b);
+    kvio_kvreq_destroy(b);
+    kvio_kvreq_destroy(a);
+    kvio_kvcache_destroy(cache);
+    free(a_tokens);
+    free(b_tokens);
+}

@@ -304,7 +304,8 @@ Test(simulate, host_tier_returns_evicted_prefixes, .timeout = 60)
 }
 
 /* A trainer publishing 1 GiB every 10 steps of 100 ms to two serve ranks
- * answering a busy stream, on the virtual clock. */
+ * answering a busy stream that shares 4 system prompts, on the virtual
+ * clock. */
 static const char *coupled =
     "name: coupled-sim\nseed: 7\nmode: simulate\nduration: 6s\n"
     "ranks: {train: 1, serve: 2}\n"
@@ -316,7 +317,8 @@ static const char *coupled =
     "update: {apply: shadow, verify: true, serving: engine}\n"
     "stream:\n  arrival: {process: poisson, rate: 30}\n"
     "  input_tokens: {dist: uniform, low: 200, high: 1200}\n"
-    "  output_tokens: {dist: uniform, low: 20, high: 200}\n";
+    "  output_tokens: {dist: uniform, low: 20, high: 200}\n"
+    "  prefix: {system_prompts: {count: 4, tokens: 512, zipf: 1.0}}\n";
 
 /* Iterations of a rank that start while an update of that rank is between
  * its notification and its activation (updates.csv). */
@@ -412,4 +414,37 @@ Test(simulate, coupled_runs_are_byte_identical_for_a_seed)
     }
     run_free(&first);
     run_free(&second);
+}
+
+/* update.on_activate.cache on the coupled run: flush (the default) never
+ * hits KV of older weights, keep does and counts it, and the cache pays for
+ * the flush in hit rate; abort recomputes the requests in flight. */
+Test(simulate, activations_flush_or_keep_the_cache_and_abort_or_keep_requests)
+{
+    const char *keep[] = {"update.on_activate.cache=keep"};
+    const char *abort_in_flight[] = {"update.in_flight=abort"};
+    run_output_t flushed = run_text(coupled, NULL, 0), kept = run_text(coupled, keep, 1),
+                 aborted = run_text(coupled, abort_in_flight, 1);
+    const json_t *effects[3];
+    const run_output_t *runs[3] = {&flushed, &kept, &aborted};
+    for (int i = 0; i < 3; i++) {
+        effects[i] = json_object_get(json_object_get(runs[i]->summary, "metrics"),
+                                     "update_effects");
+        cr_assert_not_null(effects[i], "run %d has no update_effects", i);
+        cr_assert_geq(json_integer_value(json_object_get(effects[i], "versions_activated")), 8,
+                      "4 versions or more on each of 2 ranks");
+    }
+#define EFFECT(i, key) json_integer_value(json_object_get(effects[i], key))
+    cr_assert_eq(EFFECT(0, "stale_hit_tokens"), 0);
+    cr_assert_gt(EFFECT(0, "cache_flushed_blocks"), 0);
+    cr_assert_gt(EFFECT(1, "stale_hit_tokens"), 0);
+    cr_assert_eq(EFFECT(1, "cache_flushed_blocks"), 0);
+    cr_assert_gt(EFFECT(0, "mixed_version_tokens"), 0, "keep: requests run on across updates");
+    cr_assert_gt(EFFECT(2, "update_aborted_requests"), 0);
+    cr_assert_gt(EFFECT(2, "update_recomputed_tokens"), 0);
+#undef EFFECT
+    cr_assert_lt(metric(&flushed, "hit_rate"), metric(&kept, "hit_rate"));
+    run_free(&flushed);
+    run_free(&kept);
+    run_free(&aborted);
 }

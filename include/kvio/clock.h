@@ -15,6 +15,10 @@ uint64_t kvio_time_ns(void);
 /* Wall-clock time in ns since the Unix epoch (for timestamps in results). */
 uint64_t kvio_wall_time_ns(void);
 
+/* Returns when kvio_time_ns() reads at least target_ns: sleeps, then spins
+ * the last stretch (every real-time wait of an iteration's end uses it). */
+void kvio_wait_until_ns(uint64_t target_ns);
+
 /* A real clock reads CLOCK_MONOTONIC relative to its creation; a virtual
  * clock starts at 0 and moves only when told. Caller destroys. */
 kvio_status_t kvio_clock_create_real(kvio_clock_t **clock_p);

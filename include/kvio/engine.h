@@ -115,6 +115,13 @@ typedef struct kvio_engine_metrics {
     int64_t first_arrival_ns, last_finish_ns;
     int64_t measure_start_ns, measure_end_ns; /* first measured arrival, last measured finish */
     uint32_t engines;           /* engines merged into these metrics */
+    /* Model updates (kvio_engine_activate). */
+    uint64_t versions_activated;
+    uint64_t stale_hit_tokens;        /* prefix hits on KV cached under an older version */
+    uint64_t cache_flushed_blocks;    /* cached blocks whose hash a flush dropped */
+    uint64_t mixed_version_tokens;    /* tokens computed on newer weights than the request's */
+    uint64_t update_aborted_requests; /* running requests an activation preempted */
+    uint64_t update_recomputed_tokens; /* their computed tokens, dropped for recompute */
 } kvio_engine_metrics_t;
 
 /* Service-level objectives for goodput (0: no bound). */
@@ -159,6 +166,8 @@ typedef struct kvio_engine_params {
     uint32_t swap_space_blocks;
     kvio_tier_t *const *tiers; /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
+    int update_cache;          /* kvio_update_cache_t: what kvio_engine_activate does */
+    int in_flight;             /* kvio_in_flight_t */
 } kvio_engine_params_t;
 
 typedef struct kvio_engine kvio_engine_t;
@@ -166,6 +175,13 @@ typedef struct kvio_engine kvio_engine_t;
 kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine_t **engine_p,
                                  char *error_p, size_t error_len);
 void kvio_engine_destroy(kvio_engine_t *engine);
+
+/* A new model version activates at an iteration boundary (between complete
+ * and the next schedule): the prefix cache is flushed, versioned or kept
+ * (params->update_cache), running requests go on or are preempted for
+ * recompute (params->in_flight; an aborted request takes the new version as
+ * its tag). Requests added later should carry version as their tag. */
+kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version);
 
 /* Queues a request (it joins the waiting queue at the next schedule). */
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request);

@@ -65,6 +65,9 @@ typedef struct kvio_kvcache_metrics {
     uint64_t blocks_allocated;      /* new blocks taken from the free queue */
     uint64_t blocks_freed;          /* blocks whose reference count fell to 0 */
     uint64_t allocations_refused;   /* allocate calls answered "no space" */
+    uint64_t prefix_stale_hits_tokens; /* of the hits, on blocks cached in an earlier epoch */
+    uint64_t prefix_resets;         /* kvio_kvcache_reset_prefix calls */
+    uint64_t prefix_reset_blocks;   /* hashes they dropped */
     double peak_usage;              /* highest usage seen, 0..1 */
 } kvio_kvcache_metrics_t;
 
@@ -144,6 +147,20 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req);
 /* Longest cached prefix of the request in tokens, whole blocks only, never
  * covering the last token (vLLM: the engine must compute it). Read-only. */
 size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, const kvio_kvreq_t *req);
+
+/* The epoch (a model version) blocks entering the index from now on are
+ * stamped with; a hit on a block of an earlier epoch counts as stale
+ * (prefix_stale_hits_tokens). Starts at 0. */
+void kvio_kvcache_set_epoch(kvio_kvcache_t *cache, uint64_t epoch);
+
+/* Resets the prefix cache as vLLM does when weights change: every cached
+ * block loses its hash (free ones stay in the free queue, now unhashed;
+ * held ones stay with their requests but can no longer be hit, and come back
+ * unhashed). No eviction hook runs (the content is stale, not evicted);
+ * dropped (may be NULL) hears each hash that leaves. Returns their number. */
+uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
+                                   void (*dropped)(void *context, kvio_hash_t hash),
+                                   void *context);
 
 /* A counter that changes whenever a hash enters or leaves the index: a
  * lookup's result stays valid while the version is unchanged. */

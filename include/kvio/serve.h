@@ -128,6 +128,9 @@ typedef struct kvio_serve_run {
     const double *version_steps;
     size_t num_version_steps;
     const struct kvio_loss_curve *loss;
+    /* Runs with model updates, both modes: what an activated version does
+     * to the engine (the prefix cache, running requests); NULL: none. */
+    const kvio_update_config_t *update;
 } kvio_serve_run_t;
 
 /* The inference loss of the served requests into metrics: served[v]

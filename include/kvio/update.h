@@ -32,8 +32,28 @@ typedef enum {
     KVIO_TRAINER_LOSS_FAIL = 1,  /* every rank ends with an error at once */
 } kvio_trainer_loss_t;
 
+/* What an activated version does to the prefix cache (vLLM resets it when
+ * weights are reloaded, SGLang flushes its radix cache). */
+typedef enum {
+    KVIO_UPDATE_CACHE_FLUSH = 0,   /* every cached block loses its hash */
+    KVIO_UPDATE_CACHE_VERSION = 1, /* entries hit only under the version that cached them */
+    KVIO_UPDATE_CACHE_KEEP = 2,    /* stale hits allowed and counted */
+} kvio_update_cache_t;
+
+/* What an activated version does to the requests running. */
+typedef enum {
+    KVIO_IN_FLIGHT_KEEP = 0,  /* they go on, on the new weights with their old KV */
+    KVIO_IN_FLIGHT_ABORT = 1, /* they are preempted and recomputed on the new weights */
+} kvio_in_flight_t;
+
+typedef struct kvio_update_activate {
+    int cache; /* kvio_update_cache_t */
+} kvio_update_activate_t;
+
 typedef struct kvio_update_config {
     int apply;              /* kvio_apply_t */
+    kvio_update_activate_t on_activate;
+    int in_flight;          /* kvio_in_flight_t */
     bool verify;
     int64_t iteration_ns;   /* one emulated serving iteration */
     int64_t corrupt_offset; /* fault injection: flip this byte of every version
