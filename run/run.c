@@ -127,6 +127,19 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
                  (long long)json_integer_value(json_object_get(model, "checksum_mismatches")));
         kvio_table_add_row(table, "updates activated", activated, NULL);
     }
+    const json_t *interference = json_object_get(metrics, "update_interference");
+    char interference_text[160];
+    if (interference != NULL &&
+        json_integer_value(json_object_get(interference, "updates_measured")) > 0) {
+        snprintf(interference_text, sizeof(interference_text),
+                 "TTFT p99 x%.2f, TPOT p99 x%.2f, hit rate %.1f %% -> %.1f %% (%.0f s windows)",
+                 json_number_value(json_object_get(interference, "ttft_p99_ratio")),
+                 json_number_value(json_object_get(interference, "tpot_p99_ratio")),
+                 100 * json_number_value(json_object_get(interference, "hit_rate_before")),
+                 100 * json_number_value(json_object_get(interference, "hit_rate_after")),
+                 json_number_value(json_object_get(interference, "window_s")));
+        kvio_table_add_row(table, "after an update", interference_text, NULL);
+    }
     kvio_table_add_row(table, "results", results_dir, NULL);
     kvio_table_print(table, stdout);
     kvio_table_destroy(table);
@@ -193,6 +206,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_t *metrics = json_object();
     json_t *start = json_object(); /* t0 and every rank's set-up (summary.json) */
     kvio_updates_schedule_t schedule = {0}; /* simulate mode's updates */
+    int64_t *activated_ns = NULL, *drain_stall_ns = NULL; /* as the serve ranks took them */
     bool complete = true;
     bool root = true;
     bool world_failed = true; /* MPI_Finalize only after a whole run */
@@ -268,8 +282,15 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                                            error_len);
     /* Simulate mode couples too: the serve ranks serve on the versions the
      * trainer publishes on the virtual clock. */
-    if (status == KVIO_OK && updates && !emulate)
+    if (status == KVIO_OK && updates && !emulate) {
         status = kvio_updates_schedule(workload, &schedule, error_p, error_len);
+        activated_ns = calloc(schedule.num_updates + 1, sizeof(int64_t));
+        drain_stall_ns = calloc((size_t)workload->ranks.serve + 1, sizeof(int64_t));
+        if (status == KVIO_OK && (activated_ns == NULL || drain_stall_ns == NULL)) {
+            snprintf(error_p, error_len, "model updates: out of memory");
+            status = KVIO_ERR_NOMEM;
+        }
+    }
     if (status == KVIO_OK && serving && root) {
         kvio_serve_run_t serve_run = {
             .serve = &workload->serve,
@@ -297,6 +318,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .num_version_steps = schedule.num_version_steps,
             .loss = &workload->train.checkpoint.loss,
             .update = updates ? &workload->update : NULL,
+            .updates_activated_ns = activated_ns,
+            .drain_stall_ns = drain_stall_ns,
         };
         json_t *serve_metrics = NULL;
         status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,
@@ -308,9 +331,17 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             json_decref(serve_metrics);
         }
     }
+    /* Simulate: updates.csv says when the engines took each version, and a
+     * drain (in_flight: wait) is the rank's inference stall. */
+    for (size_t u = 0; status == KVIO_OK && activated_ns != NULL && u < schedule.num_updates; u++)
+        schedule.updates[u].t_activated_ns = activated_ns[u];
+    for (int64_t r = 0; status == KVIO_OK && drain_stall_ns != NULL && r < workload->ranks.serve;
+         r++)
+        schedule.inference_stall_ns[r] += drain_stall_ns[r];
     const char *updates_note = "no train and serve ranks in this workload";
     if (status == KVIO_OK && updates) {
-        status = kvio_updates_run(workload, world, options->stop, results,
+        status = kvio_updates_run(workload, world, emulate ? NULL : &schedule, options->stop,
+                                  results,
                                   root ? metrics : NULL, root ? start : NULL, events, error_p,
                                   error_len);
         /* Interrupted: the ranks stopped early and wrote what they had. */
@@ -320,6 +351,11 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                            ? "trainer published, serve ranks received (updates.csv)"
                            : "simulated: latency + bytes / bandwidth (updates.csv)";
     }
+    if (status == KVIO_OK && updates && root && (coupled || !emulate) && results != NULL &&
+        !(options->stop != NULL && *options->stop))
+        status = kvio_updates_interference(kvio_results_path(results),
+                                           workload->update.interference_window_ns, metrics,
+                                           error_p, error_len);
     /* The world ends after summary.json is written (at out:): under mpirun
      * the first rank to exit ends the job, so the other ranks wait there for
      * rank 0. Interrupted, the launcher is tearing the job down (SIGTERM,
@@ -396,6 +432,8 @@ out:
     json_decref(metrics);
     json_decref(start);
     kvio_updates_schedule_free(&schedule);
+    free(activated_ns);
+    free(drain_stall_ns);
     kvio_stream_destroy(stream);
     kvio_results_destroy(results);
     return status;

@@ -966,7 +966,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         status = pack_report(&report, train.records, sizeof(*train.records), &blob,
                              &blob_length);
     } else {
-        kvio_update_server_t server;
+        kvio_update_server_t server = {0};
         const kvio_update_server_t *server_p = NULL;
         if (coupled_run) {
             if (!is_client)
@@ -1208,30 +1208,36 @@ nomem:
     return KVIO_ERR_NOMEM;
 }
 
-static kvio_status_t simulate(const run_context_t *context, char *error_p, size_t error_len)
+static kvio_status_t simulate(const run_context_t *context,
+                              const kvio_updates_schedule_t *served_on, char *error_p,
+                              size_t error_len)
 {
     const kvio_workload_t *workload = context->workload;
     int num_serve = (int)workload->ranks.serve;
     int64_t iteration = workload->update.iteration_ns;
-    kvio_updates_schedule_t schedule;
-    kvio_status_t status = kvio_updates_schedule(workload, &schedule, error_p, error_len);
-    if (status != KVIO_OK)
-        return status;
-    collected_t all = {.train = schedule.train, .num_train = schedule.num_train,
-                       .updates = schedule.updates, .num_updates = schedule.num_updates,
+    kvio_updates_schedule_t own = {0};
+    kvio_status_t status = KVIO_OK;
+    if (served_on == NULL) {
+        status = kvio_updates_schedule(workload, &own, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+    }
+    const kvio_updates_schedule_t *schedule = served_on != NULL ? served_on : &own;
+    collected_t all = {.train = schedule->train, .num_train = schedule->num_train,
+                       .updates = schedule->updates, .num_updates = schedule->num_updates,
                        .num_reports = num_serve + 1};
     all.reports = calloc((size_t)num_serve + 1, sizeof(*all.reports));
     if (all.reports == NULL) {
-        kvio_updates_schedule_free(&schedule);
+        kvio_updates_schedule_free(&own);
         snprintf(error_p, error_len, "model updates: out of memory");
         return KVIO_ERR_NOMEM;
     }
-    int64_t end = schedule.end_ns;
+    int64_t end = schedule->end_ns;
     all.reports[0] = (rank_report_t){.is_trainer = 1, .rank = 0, .t_end_ns = end};
     for (int receiver = 0; receiver < num_serve; receiver++)
         all.reports[1 + receiver] = (rank_report_t){
             .rank = 1 + receiver, .t_start_ns = 0, .t_end_ns = end,
-            .inference_stall_ns = schedule.inference_stall_ns[receiver],
+            .inference_stall_ns = schedule->inference_stall_ns[receiver],
             .iterations = iteration > 0 ? (uint64_t)(end / iteration) : 0};
     snprintf(all.info, sizeof(all.info), "simulated: latency + bytes / bandwidth");
     status = write_metrics(context, &all, 0, error_p, error_len);
@@ -1241,11 +1247,12 @@ static kvio_status_t simulate(const run_context_t *context, char *error_p, size_
         json_object_set_new(object, "model", model_json(&workload->train.transport));
     }
     free(all.reports);
-    kvio_updates_schedule_free(&schedule);
+    kvio_updates_schedule_free(&own);
     return status;
 }
 
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
+                               const kvio_updates_schedule_t *schedule,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
                                json_t *metrics, json_t *start, kvio_event_trace_t *events,
                                char *error_p, size_t error_len)
@@ -1253,6 +1260,6 @@ kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t
     run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
                              .events = events, .stop = stop, .start = start};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
-        return simulate(&context, error_p, error_len);
+        return simulate(&context, schedule, error_p, error_len);
     return kvio_rte_world_run(world, rank_main, &context, error_p, error_len);
 }

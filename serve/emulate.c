@@ -1308,9 +1308,16 @@ static const char *coupled_error(void *context)
     return rank->error;
 }
 
+static bool coupled_drained(void *context)
+{
+    kvio_serve_rank_t *rank = context;
+    return kvio_engine_drain(rank->setup.engine);
+}
+
 void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *server_p)
 {
     server_p->context = rank;
+    server_p->drained = coupled_drained;
     server_p->begin = coupled_begin;
     server_p->end = coupled_end;
     server_p->error = coupled_error;

@@ -162,6 +162,7 @@ struct kvio_engine {
     int update_cache;           /* kvio_update_cache_t */
     int in_flight;              /* kvio_in_flight_t */
     uint64_t active_version;    /* the model version the engine runs */
+    bool admission_paused;      /* in_flight: wait: draining for an update */
 };
 
 /* ---------- lists ---------- */
@@ -1265,7 +1266,7 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     uint32_t budget = (uint32_t)engine->config.max_num_batched_tokens;
     engine->hook_status = KVIO_OK;
     kvio_status_t status = schedule_running(engine, &budget, now_ns);
-    if (status == KVIO_OK && engine->current.num_preempted == 0)
+    if (status == KVIO_OK && engine->current.num_preempted == 0 && !engine->admission_paused)
         status = schedule_waiting(engine, &budget, now_ns);
     if (status != KVIO_OK)
         return status;
@@ -1327,16 +1328,35 @@ static void on_flushed(void *context, kvio_hash_t hash)
     engine->observer.on_cache(engine->observer.context, hash, false);
 }
 
+bool kvio_engine_drain(kvio_engine_t *engine)
+{
+    engine->admission_paused = true;
+    return engine->running.count == 0;
+}
+
 kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
 {
     if (version == engine->active_version)
         return KVIO_OK;
     engine->active_version = version;
+    engine->admission_paused = false;
     engine->metrics.versions_activated++;
     kvio_kvcache_set_epoch(engine->cache, version);
     if (engine->update_cache == KVIO_UPDATE_CACHE_FLUSH)
         engine->metrics.cache_flushed_blocks += kvio_kvcache_reset_prefix(
             engine->cache, engine->observer.on_cache != NULL ? on_flushed : NULL, engine);
+    /* A waiting request without KV (not started, or preempted for
+     * recompute) will be computed on the new weights alone: it is the new
+     * version's. */
+    for (size_t i = 0; i < engine->waiting.count; i++) {
+        engine_req_t *req = engine->waiting.items[i];
+        if (req->computed == 0 && !req->swapped && req->spec.tag < version) {
+            salt_hashes(engine, req, req->spec.tag);
+            salt_hashes(engine, req, version);
+            req->spec.tag = version;
+            req->lookup_valid = false;
+        }
+    }
     if (engine->in_flight != KVIO_IN_FLIGHT_ABORT)
         return KVIO_OK;
     /* Every running request starts over on the new weights: its KV goes

@@ -217,6 +217,9 @@ typedef struct simulation {
      * next of run->updates to look at, and whether the running "iteration"
      * is an update stall; finished requests per version. */
     uint64_t *version;
+    uint64_t *engine_version; /* the version the rank's engine runs */
+    int64_t *idle_since;      /* when the rank last went idle (busy_until -1) */
+    int64_t *drain_start;     /* in_flight: wait: when admission stopped; -1: not */
     size_t *update_at;
     bool *stalled;
     uint64_t *served;
@@ -406,6 +409,9 @@ static void simulation_free(simulation_t *sim)
     free(sim->version);
     free(sim->update_at);
     free(sim->stalled);
+    free(sim->engine_version);
+    free(sim->idle_since);
+    free(sim->drain_start);
     free(sim->served);
     kvio_router_destroy(sim->router);
     kvio_cost_destroy(sim->cost);
@@ -437,6 +443,15 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
         sim->version = calloc(sim->num_ranks, sizeof(*sim->version));
         sim->update_at = calloc(sim->num_ranks, sizeof(*sim->update_at));
         sim->stalled = calloc(sim->num_ranks, sizeof(*sim->stalled));
+        sim->engine_version = calloc(sim->num_ranks, sizeof(*sim->engine_version));
+        sim->idle_since = calloc(sim->num_ranks, sizeof(*sim->idle_since));
+        sim->drain_start = malloc(sim->num_ranks * sizeof(*sim->drain_start));
+        if (sim->engine_version == NULL || sim->idle_since == NULL || sim->drain_start == NULL)
+            return KVIO_ERR_NOMEM;
+        for (uint32_t r = 0; r < sim->num_ranks; r++)
+            sim->drain_start[r] = -1;
+        for (size_t u = 0; run->updates_activated_ns != NULL && u < run->num_updates; u++)
+            run->updates_activated_ns[u] = run->updates[u].t_activated_ns;
         sim->num_versions = run->num_version_steps > 0 ? run->num_version_steps : 1;
         sim->served = calloc(sim->num_versions, sizeof(*sim->served));
         if (sim->version == NULL || sim->update_at == NULL || sim->stalled == NULL ||
@@ -528,6 +543,42 @@ static int64_t stalled_until(simulation_t *sim, uint32_t rank, int64_t now_ns)
     return -1;
 }
 
+/* At an iteration boundary (or an idle rank's next arrival): the engine
+ * takes the version the schedule has activated by now, unless in_flight:
+ * wait and requests still run (then it stops admitting until they are
+ * done). Records when that happened: now, or the scheduled time on a rank
+ * that was idle then. */
+static kvio_status_t take_version(simulation_t *sim, uint32_t rank, int64_t now_ns)
+{
+    const kvio_serve_run_t *run = sim->run;
+    kvio_engine_t *engine = sim->engines[rank];
+    uint64_t version = active_version(sim, rank, now_ns);
+    if (version <= sim->engine_version[rank])
+        return KVIO_OK;
+    if (run->update != NULL && run->update->in_flight == KVIO_IN_FLIGHT_WAIT &&
+        !kvio_engine_drain(engine)) {
+        if (sim->drain_start[rank] < 0)
+            sim->drain_start[rank] = now_ns;
+        return KVIO_OK;
+    }
+    if (sim->drain_start[rank] >= 0 && run->drain_stall_ns != NULL)
+        run->drain_stall_ns[rank] += now_ns - sim->drain_start[rank];
+    sim->drain_start[rank] = -1;
+    bool idle = sim->busy_until[rank] < 0;
+    for (size_t u = 0; run->updates_activated_ns != NULL && u < run->num_updates; u++) {
+        const kvio_update_record_t *update = &run->updates[u];
+        if (update->rank != run->first_serve_rank + (int)rank ||
+            update->version <= sim->engine_version[rank] || update->version > version ||
+            update->t_activated_ns == 0)
+            continue;
+        run->updates_activated_ns[u] = idle && sim->idle_since[rank] <= update->t_activated_ns
+                                           ? update->t_activated_ns
+                                           : now_ns;
+    }
+    sim->engine_version[rank] = version;
+    return kvio_engine_activate(engine, version);
+}
+
 /* Starts rank's next iteration at now, or marks it idle. An idle engine
  * with waiting requests that cannot start is stuck: that is an error. A rank
  * stalled for an update "runs" the stall instead. */
@@ -535,15 +586,16 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
                                      char *error_p, size_t error_len)
 {
     kvio_engine_t *engine = sim->engines[rank];
-    if (!kvio_engine_has_work(engine)) {
-        sim->busy_until[rank] = -1;
-        return KVIO_OK;
-    }
-    /* An iteration boundary: the engine takes the version active now. */
     if (sim->run->updates != NULL) {
-        kvio_status_t status = kvio_engine_activate(engine, active_version(sim, rank, now_ns));
+        kvio_status_t status = take_version(sim, rank, now_ns);
         if (status != KVIO_OK)
             return status;
+    }
+    if (!kvio_engine_has_work(engine)) {
+        if (sim->busy_until[rank] >= 0 && sim->idle_since != NULL)
+            sim->idle_since[rank] = now_ns;
+        sim->busy_until[rank] = -1;
+        return KVIO_OK;
     }
     int64_t stall_end = sim->run->updates != NULL ? stalled_until(sim, rank, now_ns) : -1;
     if (stall_end > now_ns) {

@@ -21,7 +21,7 @@ static const char *const serving_names[] = {"emulated", "engine", NULL};
 static const char *const trainer_loss_names[] = {"serve", "fail", NULL};
 
 static const char *const cache_names[] = {"flush", "version", "keep", NULL};
-static const char *const in_flight_names[] = {"keep", "abort", NULL};
+static const char *const in_flight_names[] = {"keep", "abort", "wait", NULL};
 
 static const kvio_opt_t activate_options[] = {
     {.key = "cache", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_activate_t, cache),
@@ -41,7 +41,14 @@ const kvio_opt_t kvio_update_options[] = {
      .values = in_flight_names, .default_value = "keep",
      .help = "the requests running when a version activates: keep: they go on with their KV "
              "from the old weights (mixed_version_tokens counts their tokens); abort: they "
-             "are preempted and recomputed on the new weights (update_recomputed_tokens)"},
+             "are preempted and recomputed on the new weights (update_recomputed_tokens); "
+             "wait: admission stops until they have finished, then the version activates (the "
+             "drain is an inference stall)"},
+    {.key = "interference_window", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_update_config_t, interference_window_ns), .default_value = "10s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1000000,
+     .help = "serving after each activation, against as long before it, on the same rank: "
+             "summary.json update_interference and updates.csv's ratio columns"},
     {.key = "apply", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, apply),
      .values = apply_names, .default_value = "shadow",
      .help = "shadow: receive beside the active weights, swap at an iteration boundary; "
@@ -96,6 +103,7 @@ typedef struct serve_state {
     bool verified;
     bool corrupted;            /* fault injection done for the pending update */
     int64_t t_verified_ns;     /* when the update was checked (or complete) */
+    int64_t drain_start_ns;    /* in_flight: wait: when admission stopped (0: it runs) */
     bool end_seen;
     void *staging;             /* slots in GPU memory: host buffer to verify through */
     char error[512];           /* a GPU slot's copy failed (else the transport's error) */
@@ -524,7 +532,21 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
             }
             state.result.inference_stall_ns += kvio_rte_time_ns(rte) - stall_start;
         }
-        if (status == KVIO_OK && ready_to_activate(&state)) {
+        bool drained = true;
+        if (status == KVIO_OK && ready_to_activate(&state) && !served &&
+            config->in_flight == KVIO_IN_FLIGHT_WAIT && server != NULL &&
+            server->drained != NULL) {
+            /* Admission stops until the running requests have finished: the
+             * drain is this rank's stall for the update. */
+            drained = server->drained(server->context);
+            if (state.drain_start_ns == 0)
+                state.drain_start_ns = now;
+        }
+        if (status == KVIO_OK && ready_to_activate(&state) && drained) {
+            if (state.drain_start_ns != 0) {
+                state.result.inference_stall_ns += kvio_rte_time_ns(rte) - state.drain_start_ns;
+                state.drain_start_ns = 0;
+            }
             status = activate(&state);
             if (status != KVIO_OK)
                 snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),

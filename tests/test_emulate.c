@@ -820,3 +820,41 @@ Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_has_cached_it, .timeo
     cr_expect_eq(view.cached_prefix(view.context, 1, other, 2, 40), 0);
     kvio_serve_mirror_destroy(mirror);
 }
+
+/* update.in_flight: wait in real time: every request an older version
+ * served on a rank finished before the newer version activated there, and
+ * the drains count as inference stall. */
+Test(emulate, coupled_run_drains_requests_before_activating_with_wait, .timeout = 120)
+{
+    char text[2048], *dir, error[1024], path[1200];
+    snprintf(text, sizeof(text), "%s", coupled_workload);
+    replace_in(text, sizeof(text), "serving: engine}", "serving: engine, in_flight: wait}");
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    snprintf(path, sizeof(path), "%s/out/updates.csv", dir);
+    test_csv_t updates = test_csv_read(path);
+    snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
+    test_csv_t requests = test_csv_read(path);
+    size_t activated = 0;
+    for (size_t u = 0; u < updates.num_rows; u++) {
+        double activated_s = test_csv_number(&updates, u, "t_activated_ms") / 1e3;
+        if (isnan(activated_s))
+            continue;
+        activated++;
+        for (size_t i = 0; i < requests.num_rows; i++)
+            if (test_csv_number(&requests, i, "rank") == test_csv_number(&updates, u, "rank") &&
+                test_csv_number(&requests, i, "model_version") <
+                    test_csv_number(&updates, u, "version"))
+                cr_assert_leq(test_csv_number(&requests, i, "finish_s"), activated_s + 1e-3,
+                              "request row %zu of version %g finished after version %g "
+                              "activated", i + 1, test_csv_number(&requests, i, "model_version"),
+                              test_csv_number(&updates, u, "version"));
+    }
+    cr_assert_gt(activated, 0);
+    const json_t *effects = json_object_get(json_object_get(summary, "metrics"), "update_effects");
+    cr_assert_eq(json_integer_value(json_object_get(effects, "mixed_version_tokens")), 0);
+    test_csv_free(&updates);
+    test_csv_free(&requests);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}

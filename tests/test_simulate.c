@@ -448,3 +448,86 @@ Test(simulate, activations_flush_or_keep_the_cache_and_abort_or_keep_requests)
     run_free(&kept);
     run_free(&aborted);
 }
+
+/* update_interference: the windows around each activation, from the run's
+ * files. With a flush the prefix hit rate after an update falls below the
+ * one before it (the shared prompts must be recomputed); keep leaves it. */
+Test(simulate, interference_windows_show_what_a_flush_costs)
+{
+    const char *flush[] = {"update.interference_window=500ms"};
+    const char *keep[] = {"update.interference_window=500ms", "update.on_activate.cache=keep"};
+    run_output_t flushed = run_text(coupled, flush, 1), kept = run_text(coupled, keep, 2);
+    const json_t *windows[2] = {
+        json_object_get(json_object_get(flushed.summary, "metrics"), "update_interference"),
+        json_object_get(json_object_get(kept.summary, "metrics"), "update_interference")};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_not_null(windows[i]);
+        cr_assert_float_eq(json_number_value(json_object_get(windows[i], "window_s")), 0.5,
+                           1e-9);
+        cr_assert_gt(json_integer_value(json_object_get(windows[i], "updates_measured")), 4);
+        cr_assert_gt(json_number_value(json_object_get(windows[i], "ttft_p99_ratio")), 0);
+    }
+    double before = json_number_value(json_object_get(windows[0], "hit_rate_before"));
+    double after = json_number_value(json_object_get(windows[0], "hit_rate_after"));
+    cr_assert_lt(after, before, "flush: hit rate %.3f after vs %.3f before", after, before);
+    cr_assert_gt(json_number_value(json_object_get(windows[1], "hit_rate_after")), after,
+                 "keep keeps more of the cache after an update than flush");
+    /* updates.csv carries each update's ratios. */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/updates.csv", flushed.dir);
+    test_csv_t updates = test_csv_read(path);
+    size_t with_ratios = 0;
+    for (size_t i = 0; i < updates.num_rows; i++)
+        with_ratios += test_csv_number(&updates, i, "ttft_p99_ratio") > 0 &&
+                       test_csv_number(&updates, i, "hit_rate_after") >= 0;
+    cr_assert_gt(with_ratios, updates.num_rows / 2);
+    test_csv_free(&updates);
+    run_free(&flushed);
+    run_free(&kept);
+}
+
+/* update.in_flight: wait: a rank stops admitting when a version is ready,
+ * lets its running requests finish, then activates: every request an older
+ * version served on that rank finished by then, the activation comes no
+ * earlier than keep's, and the drain is the rank's inference stall. */
+Test(simulate, waiting_for_requests_in_flight_drains_before_an_activation)
+{
+    const char *wait[] = {"update.in_flight=wait"};
+    run_output_t kept = run_text(coupled, NULL, 0), waited = run_text(coupled, wait, 1);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/updates.csv", waited.dir);
+    test_csv_t updates = test_csv_read(path);
+    snprintf(path, sizeof(path), "%s/out/updates.csv", kept.dir);
+    test_csv_t kept_updates = test_csv_read(path);
+    snprintf(path, sizeof(path), "%s/out/requests.csv", waited.dir);
+    test_csv_t requests = test_csv_read(path);
+    cr_assert_eq(updates.num_rows, kept_updates.num_rows);
+    size_t later = 0;
+    for (size_t u = 0; u < updates.num_rows; u++) {
+        double version = test_csv_number(&updates, u, "version");
+        double rank = test_csv_number(&updates, u, "rank");
+        double activated_s = test_csv_number(&updates, u, "t_activated_ms") / 1e3;
+        double kept_s = test_csv_number(&kept_updates, u, "t_activated_ms") / 1e3;
+        cr_assert_geq(activated_s, kept_s - 1e-9, "update %zu activated before keep's", u + 1);
+        later += activated_s > kept_s + 1e-9;
+        for (size_t i = 0; i < requests.num_rows; i++)
+            if (test_csv_number(&requests, i, "rank") == rank &&
+                test_csv_number(&requests, i, "model_version") < version)
+                cr_assert_leq(test_csv_number(&requests, i, "finish_s"), activated_s + 1e-6,
+                              "request row %zu (version %g) ran past version %g's activation "
+                              "on rank %g", i + 1, test_csv_number(&requests, i, "model_version"),
+                              version, rank);
+    }
+    cr_assert_gt(later, 0, "no update waited for a drain");
+    const json_t *model = json_object_get(json_object_get(waited.summary, "metrics"),
+                                          "model_updates");
+    cr_assert_gt(json_number_value(json_object_get(model, "inference_stall_total_ms")), 0);
+    const json_t *effects = json_object_get(json_object_get(waited.summary, "metrics"),
+                                            "update_effects");
+    cr_assert_eq(json_integer_value(json_object_get(effects, "mixed_version_tokens")), 0);
+    test_csv_free(&updates);
+    test_csv_free(&kept_updates);
+    test_csv_free(&requests);
+    run_free(&kept);
+    run_free(&waited);
+}

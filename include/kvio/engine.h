@@ -183,6 +183,12 @@ void kvio_engine_destroy(kvio_engine_t *engine);
  * its tag). Requests added later should carry version as their tag. */
 kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version);
 
+/* update.in_flight: wait, at an iteration boundary with a version ready:
+ * stops admitting (running requests go on) and says whether none runs any
+ * more, i.e. whether the version may activate now. kvio_engine_activate
+ * admits again. */
+bool kvio_engine_drain(kvio_engine_t *engine);
+
 /* Queues a request (it joins the waiting queue at the next schedule). */
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request);
 

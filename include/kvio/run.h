@@ -112,6 +112,16 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
 kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,
                                      size_t error_len);
 
+/* After a run with model updates and serving (either mode), on rank 0:
+ * what each activation did to the requests around it on its rank, window_ns
+ * after against window_ns before (TTFT p50/p99 and TPOT p99 ratios, prefix
+ * hit rate), read from dir's requests.csv and updates.csv. Appends those
+ * columns to updates.csv and sets metrics.update_interference (averages
+ * over the updates with requests on both sides, plus the updates' recompute
+ * and stall costs from metrics). */
+kvio_status_t kvio_updates_interference(const char *dir, int64_t window_ns, json_t *metrics,
+                                        char *error_p, size_t error_len);
+
 /* Simulate mode: the trainer's versions and each serve rank's updates on
  * the virtual clock, from the train section and the transport model (what
  * kvio_updates_run writes to updates.csv). The serve ranks serve on it. */
@@ -139,9 +149,12 @@ void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
  * run's start (t0, every rank's role and set-up time; see
  * kvio_start_json_set) into start (an object, borrowed, may be NULL) and one
  * trace event per update stage into events (may be NULL). results, metrics
- * and start are NULL on other processes. stop (may be NULL; emulate only) ends
+ * and start are NULL on other processes. Simulate mode writes schedule
+ * (the one the serve ranks served on, with the activations they took) or,
+ * when it is NULL, kvio_updates_schedule's. stop (may be NULL; emulate only) ends
  * the trainer and the serve ranks early, keeping what was measured. */
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
+                               const kvio_updates_schedule_t *schedule,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
                                json_t *metrics, json_t *start, kvio_event_trace_t *events,
                                char *error_p, size_t error_len);

@@ -131,6 +131,13 @@ typedef struct kvio_serve_run {
     /* Runs with model updates, both modes: what an activated version does
      * to the engine (the prefix cache, running requests); NULL: none. */
     const kvio_update_config_t *update;
+    /* Simulate mode with updates, written by kvio_serve_simulate (NULL: not
+     * wanted): when each of updates activated on its engine (at the first
+     * iteration boundary after its scheduled activation, at once on an idle
+     * rank; with update.in_flight: wait once the running requests drained),
+     * and per serve rank the time it spent draining. */
+    int64_t *updates_activated_ns;
+    int64_t *drain_stall_ns;
 } kvio_serve_run_t;
 
 /* The inference loss of the served requests into metrics: served[v]

@@ -44,6 +44,7 @@ typedef enum {
 typedef enum {
     KVIO_IN_FLIGHT_KEEP = 0,  /* they go on, on the new weights with their old KV */
     KVIO_IN_FLIGHT_ABORT = 1, /* they are preempted and recomputed on the new weights */
+    KVIO_IN_FLIGHT_WAIT = 2,  /* admission stops until they finish; then it activates */
 } kvio_in_flight_t;
 
 typedef struct kvio_update_activate {
@@ -54,6 +55,7 @@ typedef struct kvio_update_config {
     int apply;              /* kvio_apply_t */
     kvio_update_activate_t on_activate;
     int in_flight;          /* kvio_in_flight_t */
+    int64_t interference_window_ns; /* the stretch after (and before) an activation measured */
     bool verify;
     int64_t iteration_ns;   /* one emulated serving iteration */
     int64_t corrupt_offset; /* fault injection: flip this byte of every version
@@ -116,6 +118,10 @@ typedef struct kvio_update_server {
     /* Optional: what went wrong when begin or end failed ("" or NULL: only
      * the status is known). */
     const char *(*error)(void *context);
+    /* Optional (update.in_flight: wait): at an iteration boundary with a
+     * version ready, stop admitting and say whether nothing runs any more,
+     * so that the version may activate. */
+    bool (*drained)(void *context);
 } kvio_update_server_t;
 
 
