@@ -934,6 +934,9 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     status = kvio_rte_start(rte, &start);
     if (status != KVIO_OK)
         goto fail;
+    if (self == 0)
+        kvio_info("every rank is set up (this one in %.2f s); the run starts now (t0)",
+                  (double)report.setup_ns / 1e9);
     coupled.run.t0_ns = start.t0_ns;
     kvio_rte_clock_offset(rte, &report.clock_offset_ns, &report.clock_uncertainty_ns);
     snprintf(report.info, sizeof(report.info), "%s", kvio_xfer_info(xfer));

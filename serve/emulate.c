@@ -961,6 +961,7 @@ struct kvio_serve_rank {
     bool client_ended;       /* its last batch has arrived */
     bool origin_known;       /* origin_ns is the client's time zero */
     uint64_t version;        /* active model version, for requests being added */
+    bool lending;            /* update.colocated: KV memory lent to an update */
     char error[640];         /* why begin or end failed */
 };
 
@@ -1273,6 +1274,12 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
     rank->timing.overhead_ns += thread_cpu_ns() - before_ns;
     if (status != KVIO_OK)
         return status;
+    if (iteration.duration_ns <= 0 && rank->lending) {
+        /* The pool is lent to an update: nothing fits until it is back. */
+        *end_ns_p = -1;
+        *idle_until_p = now_ns + CLIENT_POLL_NS;
+        return KVIO_OK;
+    }
     if (iteration.duration_ns <= 0)
         return kvio_serve_cannot_start(rank->setup.engine,
                                        (uint32_t)rank->run->first_serve_rank + rank->serve_index,
@@ -1308,6 +1315,14 @@ static const char *coupled_error(void *context)
     return rank->error;
 }
 
+static kvio_status_t coupled_lend(void *context, uint64_t bytes)
+{
+    kvio_serve_rank_t *rank = context;
+    rank->lending = bytes > 0;
+    return kvio_engine_reserve(rank->setup.engine,
+                               kvio_serve_lent_blocks(rank->run->update, bytes, rank->block_bytes));
+}
+
 static bool coupled_drained(void *context)
 {
     kvio_serve_rank_t *rank = context;
@@ -1318,6 +1333,7 @@ void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *serve
 {
     server_p->context = rank;
     server_p->drained = coupled_drained;
+    server_p->lend = coupled_lend;
     server_p->begin = coupled_begin;
     server_p->end = coupled_end;
     server_p->error = coupled_error;

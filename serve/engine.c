@@ -163,6 +163,8 @@ struct kvio_engine {
     int in_flight;              /* kvio_in_flight_t */
     uint64_t active_version;    /* the model version the engine runs */
     bool admission_paused;      /* in_flight: wait: draining for an update */
+    kvio_kvreq_t *reservation;  /* update.colocated: blocks lent to an incoming update */
+    uint32_t reserved_blocks;
 };
 
 /* ---------- lists ---------- */
@@ -287,6 +289,7 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->mixed_version_tokens += src->mixed_version_tokens;
     dst->update_aborted_requests += src->update_aborted_requests;
     dst->update_recomputed_tokens += src->update_recomputed_tokens;
+    dst->colocated_preemptions += src->colocated_preemptions;
     dst->usage_time_integral += src->usage_time_integral;
     if (src->max_usage > dst->max_usage)
         dst->max_usage = src->max_usage;
@@ -701,6 +704,7 @@ void kvio_engine_destroy(kvio_engine_t *engine)
 {
     if (engine == NULL)
         return;
+    kvio_kvreq_destroy(engine->reservation); /* before the pool it borrows from */
     req_list_t *lists[] = {&engine->running, &engine->waiting};
     for (size_t l = 0; l < 2; l++) {
         for (size_t i = 0; i < lists[l]->count; i++)
@@ -1326,6 +1330,44 @@ static void on_flushed(void *context, kvio_hash_t hash)
 {
     kvio_engine_t *engine = context;
     engine->observer.on_cache(engine->observer.context, hash, false);
+}
+
+kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks)
+{
+    uint32_t usable = engine->num_blocks;
+    if (blocks > usable)
+        blocks = usable;
+    if (blocks == engine->reserved_blocks)
+        return KVIO_OK;
+    if (engine->reservation != NULL) {
+        kvio_kvreq_destroy(engine->reservation); /* its blocks go back, unhashed */
+        engine->reservation = NULL;
+        engine->reserved_blocks = 0;
+    }
+    if (blocks == 0)
+        return KVIO_OK;
+    kvio_status_t status = kvio_kvreq_create_hashes(engine->cache, NULL, 0,
+                                                    (size_t)blocks * engine->block_size,
+                                                    &engine->reservation);
+    if (status != KVIO_OK)
+        return status;
+    /* Running requests give way, the latest admitted first, until the
+     * blocks are free (cached free blocks are evicted for them). */
+    engine->num_scratch = 0;
+    while ((status = kvio_kvcache_allocate(engine->cache, engine->reservation,
+                                           (size_t)blocks * engine->block_size, NULL)) ==
+               KVIO_ERR_NO_SPACE &&
+           engine->running.count > 0) {
+        uint32_t refund = 0;
+        status = preempt(engine, engine->running.count - 1, &refund);
+        if (status != KVIO_OK)
+            return status;
+        engine->metrics.colocated_preemptions++;
+    }
+    if (status != KVIO_OK)
+        return status;
+    engine->reserved_blocks = blocks;
+    return KVIO_OK;
 }
 
 bool kvio_engine_drain(kvio_engine_t *engine)

@@ -61,6 +61,12 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
                                         kvio_hash_buffer_t *buffer,
                                         kvio_engine_request_t *engine_request_p);
 
+/* update.colocated: the KV blocks an incoming update of bytes takes from a
+ * pool of block_bytes blocks (all of them with release; 0 when off or
+ * nothing comes in). */
+uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t bytes,
+                                uint64_t block_bytes);
+
 /* An iteration of engine scheduled nothing although requests wait: its head
  * request can never fit. Says so, naming it and world rank rank, into
  * error_p; returns KVIO_ERR_CONFIG. One message in every mode. */

@@ -141,13 +141,14 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     if (metrics->versions_activated > 0)
         json_object_set_new(
             object, "update_effects",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "versions_activated",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "versions_activated",
                       (json_int_t)metrics->versions_activated, "stale_hit_tokens",
                       (json_int_t)metrics->stale_hit_tokens, "cache_flushed_blocks",
                       (json_int_t)metrics->cache_flushed_blocks, "mixed_version_tokens",
                       (json_int_t)metrics->mixed_version_tokens, "update_aborted_requests",
                       (json_int_t)metrics->update_aborted_requests, "update_recomputed_tokens",
-                      (json_int_t)metrics->update_recomputed_tokens));
+                      (json_int_t)metrics->update_recomputed_tokens, "colocated_preemptions",
+                      (json_int_t)metrics->colocated_preemptions));
     json_object_set_new(object, "kv_usage_mean",
                         json_real(metrics->busy_ns > 0
                                       ? metrics->usage_time_integral / (double)metrics->busy_ns
@@ -186,6 +187,17 @@ void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const ui
     json_object_set_new(metrics, "served_by_version", by_version);
 }
 
+uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t bytes,
+                                uint64_t block_bytes)
+{
+    if (update == NULL || update->colocated == KVIO_COLOCATED_OFF || bytes == 0)
+        return 0;
+    if (update->colocated == KVIO_COLOCATED_RELEASE || block_bytes == 0)
+        return UINT32_MAX; /* kvio_engine_reserve takes at most the pool */
+    uint64_t blocks = (bytes + block_bytes - 1) / block_bytes;
+    return blocks < UINT32_MAX ? (uint32_t)blocks : UINT32_MAX;
+}
+
 kvio_status_t kvio_serve_cannot_start(const kvio_engine_t *engine, uint32_t rank,
                                       char *error_p, size_t error_len)
 {
@@ -218,6 +230,7 @@ typedef struct simulation {
      * is an update stall; finished requests per version. */
     uint64_t *version;
     uint64_t *engine_version; /* the version the rank's engine runs */
+    uint64_t block_bytes;     /* KV bytes of one block (update.colocated) */
     int64_t *idle_since;      /* when the rank last went idle (busy_until -1) */
     int64_t *drain_start;     /* in_flight: wait: when admission stopped; -1: not */
     size_t *update_at;
@@ -462,6 +475,7 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->num_tiers = tier_list->count;
     uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
                            sim->block_size;
+    sim->block_bytes = block_bytes;
     if (sim->num_tiers > 0 && (sim->tiers = calloc(sim->num_ranks, sizeof(*sim->tiers))) == NULL)
         return KVIO_ERR_NOMEM;
     for (uint32_t rank = 0; rank < sim->num_ranks; rank++) {
@@ -579,6 +593,24 @@ static kvio_status_t take_version(simulation_t *sim, uint32_t rank, int64_t now_
     return kvio_engine_activate(engine, version);
 }
 
+/* update.colocated: the bytes of the update on its way into rank at now
+ * (transfer started, not yet taken by the engine; 0: none) and when it is
+ * scheduled to activate. */
+static uint64_t incoming_bytes(const simulation_t *sim, uint32_t rank, int64_t now_ns,
+                               int64_t *until_ns_p)
+{
+    const kvio_serve_run_t *run = sim->run;
+    for (size_t u = 0; u < run->num_updates; u++) {
+        const kvio_update_record_t *update = &run->updates[u];
+        if (update->rank == run->first_serve_rank + (int)rank && update->t_activated_ns != 0 &&
+            update->version > sim->engine_version[rank] && update->t_xfer_start_ns <= now_ns) {
+            *until_ns_p = update->t_activated_ns;
+            return update->bytes;
+        }
+    }
+    return 0;
+}
+
 /* Starts rank's next iteration at now, or marks it idle. An idle engine
  * with waiting requests that cannot start is stuck: that is an error. A rank
  * stalled for an update "runs" the stall instead. */
@@ -586,10 +618,17 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
                                      char *error_p, size_t error_len)
 {
     kvio_engine_t *engine = sim->engines[rank];
+    int64_t lent_until = -1;
     if (sim->run->updates != NULL) {
         kvio_status_t status = take_version(sim, rank, now_ns);
+        uint64_t bytes = incoming_bytes(sim, rank, now_ns, &lent_until);
+        if (status == KVIO_OK)
+            status = kvio_engine_reserve(
+                engine, kvio_serve_lent_blocks(sim->run->update, bytes, sim->block_bytes));
         if (status != KVIO_OK)
             return status;
+        if (kvio_serve_lent_blocks(sim->run->update, bytes, sim->block_bytes) == 0)
+            lent_until = -1;
     }
     if (!kvio_engine_has_work(engine)) {
         if (sim->busy_until[rank] >= 0 && sim->idle_since != NULL)
@@ -609,6 +648,12 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
         snprintf(error_p, error_len, "serve rank %d: %s", sim->run->first_serve_rank + (int)rank,
                  kvio_strerror(status));
         return status;
+    }
+    if (iteration.duration_ns <= 0 && lent_until > now_ns) {
+        /* The pool is lent to an update: nothing fits until it is back. */
+        sim->stalled[rank] = true;
+        sim->busy_until[rank] = lent_until;
+        return KVIO_OK;
     }
     if (iteration.duration_ns <= 0)
         return kvio_serve_cannot_start(engine, (uint32_t)(sim->run->first_serve_rank + (int)rank),

@@ -22,6 +22,7 @@ static const char *const trainer_loss_names[] = {"serve", "fail", NULL};
 
 static const char *const cache_names[] = {"flush", "version", "keep", NULL};
 static const char *const in_flight_names[] = {"keep", "abort", "wait", NULL};
+static const char *const colocated_names[] = {"false", "true", "release", NULL};
 
 static const kvio_opt_t activate_options[] = {
     {.key = "cache", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_activate_t, cache),
@@ -44,6 +45,12 @@ const kvio_opt_t kvio_update_options[] = {
              "are preempted and recomputed on the new weights (update_recomputed_tokens); "
              "wait: admission stops until they have finished, then the version activates (the "
              "drain is an inference stall)"},
+    {.key = "colocated", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, colocated),
+     .values = colocated_names, .default_value = "false",
+     .help = "training and serving share device memory: true: while an update is on its way "
+             "in (transfer to activation) the KV pool lends the incoming buffer's bytes, "
+             "preempting what no longer fits; release: the whole pool is released (sleep "
+             "mode) and rebuilt cold; false: the update has memory of its own"},
     {.key = "interference_window", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_update_config_t, interference_window_ns), .default_value = "10s",
      .flags = KVIO_OPT_HAS_MIN, .min = 1000000,
@@ -532,6 +539,16 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
             }
             state.result.inference_stall_ns += kvio_rte_time_ns(rte) - stall_start;
         }
+        if (status == KVIO_OK && config->colocated != KVIO_COLOCATED_OFF && server != NULL &&
+            server->lend != NULL && !served) {
+            /* Colocated: the KV pool lends the incoming version's memory
+             * from its notice to its activation. */
+            status = server->lend(server->context,
+                                  state.pending ? state.receive.meta.bytes : 0);
+            if (status != KVIO_OK)
+                snprintf(error_p, error_len, "rank %d: lending KV memory to an update: %s",
+                         kvio_rte_index(rte), kvio_strerror(status));
+        }
         bool drained = true;
         if (status == KVIO_OK && ready_to_activate(&state) && !served &&
             config->in_flight == KVIO_IN_FLIGHT_WAIT && server != NULL &&
@@ -548,6 +565,9 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
                 state.drain_start_ns = 0;
             }
             status = activate(&state);
+            if (status == KVIO_OK && config->colocated != KVIO_COLOCATED_OFF && server != NULL &&
+                server->lend != NULL && !served)
+                status = server->lend(server->context, 0); /* the memory comes back */
             if (status != KVIO_OK)
                 snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
                          kvio_xfer_error(xfer)[0] ? kvio_xfer_error(xfer)

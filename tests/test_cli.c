@@ -242,22 +242,28 @@ static void interrupt_coupled_run(int signal_number)
 {
     char *dir = test_tmpdir();
     char *yaml = test_write_file(dir, "coupled.yaml", coupled_long_workload);
-    char out[1100];
+    char out[1100], log_path[1100];
     snprintf(out, sizeof(out), "%s/out", dir);
+    snprintf(log_path, sizeof(log_path), "%s/err.log", dir);
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
         int null_fd = open("/dev/null", O_WRONLY);
+        int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(null_fd, 1);
-        dup2(null_fd, 2);
-        execl(KVIO_BINARY, KVIO_BINARY, "run", yaml, "-o", out, (char *)NULL);
+        dup2(log_fd, 2);
+        execl(KVIO_BINARY, KVIO_BINARY, "-v", "run", yaml, "-o", out, (char *)NULL);
         _exit(127);
     }
-    /* The results directory exists once the run starts; let it serve and
-     * publish a few versions, then interrupt it. */
-    for (int i = 0; i < 500 && access(out, F_OK) != 0; i++)
-        usleep(20000);
-    usleep(2000000);
+    /* Every rank is set up once the run logs t0; let it serve and publish a
+     * few versions (one every 0.3 s), then interrupt it. */
+    uint64_t started_by = kvio_time_ns() + (uint64_t)(test_seconds(30) * 1e9);
+    for (bool started = false; !started && kvio_time_ns() < started_by; usleep(20000)) {
+        char *log = test_read_file(log_path);
+        started = log != NULL && test_contains(log, "the run starts now (t0)");
+        free(log);
+    }
+    usleep((useconds_t)(test_seconds(1.0) * 1e6));
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     kill(pid, signal_number);

@@ -858,3 +858,25 @@ Test(emulate, coupled_run_drains_requests_before_activating_with_wait, .timeout 
     test_rmtree(dir);
     free(dir);
 }
+
+/* update.colocated: release in real time: the serve ranks lend their whole
+ * pool to each incoming version and take it back; the run completes and
+ * every version activates. */
+Test(emulate, coupled_run_with_a_colocated_release_completes, .timeout = 120)
+{
+    char text[2048], *dir, error[1024];
+    snprintf(text, sizeof(text), "%s", coupled_workload);
+    replace_in(text, sizeof(text), "serving: engine}", "serving: engine, colocated: release}");
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    cr_assert(json_is_true(json_object_get(summary, "complete")));
+    const json_t *metrics = json_object_get(summary, "metrics");
+    const json_t *updates = json_object_get(metrics, "model_updates");
+    cr_assert_eq(json_integer_value(json_object_get(updates, "updates_activated")),
+                 json_integer_value(json_object_get(updates, "updates_received")));
+    cr_assert_gt(metric(summary, "completed"), 10);
+    cr_assert_not_null(json_object_get(json_object_get(metrics, "update_effects"),
+                                       "colocated_preemptions"));
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}

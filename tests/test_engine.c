@@ -415,3 +415,31 @@ Test(engine, running_requests_keep_their_kv_or_are_aborted_on_activation, .timeo
         teardown(&f);
     }
 }
+
+/* update.colocated: lending 60 of 100 blocks to an update preempts a request
+ * holding 80 (and evicts nothing else); while lent, a 40-block request fits
+ * and a second one waits; taken back, everything finishes. */
+Test(engine, lending_kv_memory_to_an_update_preempts_what_no_longer_fits, .timeout = 10)
+{
+    fixture_t f;
+    finished_log_t log;
+    setup_updates(&f, KVIO_UPDATE_CACHE_FLUSH, KVIO_IN_FLIGHT_KEEP, &log);
+    add(&f, 0, 80 * 16 - 8, 20, 0, 0); /* 80 blocks once its prefill is in */
+    kvio_engine_scheduled_t out[16];
+    step(&f, out, 16);
+    cr_assert_eq(kvio_engine_free_blocks(f.engine), 20);
+    cr_assert_eq(kvio_engine_reserve(f.engine, 60), KVIO_OK);
+    const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
+    cr_assert_eq(metrics->colocated_preemptions, 1);
+    cr_assert_eq(kvio_engine_free_blocks(f.engine), 40);
+    uint64_t waiting[4];
+    cr_assert_eq(kvio_engine_waiting_ids(f.engine, waiting, 4), 1, "request 0 waits");
+    /* Only 40 blocks: request 0 (80) cannot come back yet. */
+    step(&f, out, 16);
+    cr_assert_eq(kvio_engine_running_ids(f.engine, waiting, 4), 0);
+    cr_assert_eq(kvio_engine_reserve(f.engine, 0), KVIO_OK);
+    cr_assert_eq(kvio_engine_free_blocks(f.engine), 100);
+    run_until_idle(&f);
+    cr_assert_eq(finished_id(&log, 0)->preemptions, 1);
+    teardown(&f);
+}

@@ -409,7 +409,7 @@ static pid_t start_mpirun(const char *dir, const char *set)
     char *workload = test_write_file(dir, "workload.yaml", workload_text);
     char script[4096];
     snprintf(script, sizeof(script),
-             "%sexec %s run %s -o %s/out --set '%s' 2>%s/rank.$OMPI_COMM_WORLD_RANK.err",
+             "%sexec %s -v run %s -o %s/out --set '%s' 2>%s/rank.$OMPI_COMM_WORLD_RANK.err",
              getenv("ASAN_OPTIONS") != NULL /* see test_mpirun_sanitizer_args */
                  ? "export " TEST_MPIRUN_ASAN_OPTIONS "; "
                  : "",
@@ -481,13 +481,22 @@ Test(faults, mpirun_trainer_lost_servers_serve_on, .timeout = 60)
 
 /* Waits until the run is under way (its results directory exists, then
  * 0.7 s more). */
+/* Waits until the mpirun job of start_mpirun has started (every rank set
+ * up: rank 0 logs t0), then a little longer, so that versions are out. */
 static void wait_under_way(const char *dir)
 {
     char path[1200];
-    snprintf(path, sizeof(path), "%s/out", dir);
-    for (int i = 0; i < 200 && access(path, F_OK) != 0; i++)
+    snprintf(path, sizeof(path), "%s/rank.0.err", dir);
+    uint64_t deadline = kvio_time_ns() + (uint64_t)(test_seconds(30) * 1e9);
+    for (;;) {
+        char *log = test_read_file(path);
+        bool started = log != NULL && test_contains(log, "the run starts now (t0)");
+        free(log);
+        if (started || kvio_time_ns() > deadline)
+            break;
         usleep(20000);
-    usleep(700000);
+    }
+    usleep((useconds_t)(test_seconds(0.2) * 1e6));
 }
 
 #define MAX_CHILDREN 16

@@ -531,3 +531,29 @@ Test(simulate, waiting_for_requests_in_flight_drains_before_an_activation)
     run_free(&kept);
     run_free(&waited);
 }
+
+/* update.colocated: while an update is on its way in, the KV pool lends its
+ * bytes (true: 1.8 GiB of a 2 GiB pool) or is released whole (release):
+ * requests are preempted for it; without colocation none are. */
+Test(simulate, colocated_updates_take_kv_memory_while_they_arrive)
+{
+    const char *shrink[] = {"update.colocated=true", "train.bytes=1800MiB"};
+    const char *release[] = {"update.colocated=release"};
+    run_output_t apart = run_text(coupled, NULL, 0), shrunk = run_text(coupled, shrink, 2),
+                 released = run_text(coupled, release, 1);
+    json_int_t preempted[3];
+    const run_output_t *runs[3] = {&apart, &shrunk, &released};
+    for (int i = 0; i < 3; i++) {
+        const json_t *effects = json_object_get(json_object_get(runs[i]->summary, "metrics"),
+                                                "update_effects");
+        preempted[i] = json_integer_value(json_object_get(effects, "colocated_preemptions"));
+        cr_assert(json_is_true(json_object_get(runs[i]->summary, "complete")));
+    }
+    cr_assert_eq(preempted[0], 0);
+    cr_assert_gt(preempted[1], 0, "1.8 GiB updates into a 2 GiB pool preempted nothing");
+    cr_assert_gt(preempted[2], 0, "releasing the pool preempted nothing");
+    cr_assert_geq(metric(&released, "preemptions"), metric(&apart, "preemptions") + preempted[2]);
+    run_free(&apart);
+    run_free(&shrunk);
+    run_free(&released);
+}

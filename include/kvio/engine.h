@@ -122,6 +122,7 @@ typedef struct kvio_engine_metrics {
     uint64_t mixed_version_tokens;    /* tokens computed on newer weights than the request's */
     uint64_t update_aborted_requests; /* running requests an activation preempted */
     uint64_t update_recomputed_tokens; /* their computed tokens, dropped for recompute */
+    uint64_t colocated_preemptions;   /* requests preempted to lend KV memory to an update */
 } kvio_engine_metrics_t;
 
 /* Service-level objectives for goodput (0: no bound). */
@@ -188,6 +189,12 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version);
  * more, i.e. whether the version may activate now. kvio_engine_activate
  * admits again. */
 bool kvio_engine_drain(kvio_engine_t *engine);
+
+/* update.colocated, at an iteration boundary: lends blocks of the KV pool to
+ * an incoming update (at most all of them; cached free blocks are evicted
+ * and running requests preempted, the latest first, until they are free),
+ * or with 0 takes them back. The engine admits only into what is left. */
+kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks);
 
 /* Queues a request (it joins the waiting queue at the next schedule). */
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request);

@@ -47,6 +47,13 @@ typedef enum {
     KVIO_IN_FLIGHT_WAIT = 2,  /* admission stops until they finish; then it activates */
 } kvio_in_flight_t;
 
+/* Training and serving on the same device memory (colocated RL). */
+typedef enum {
+    KVIO_COLOCATED_OFF = 0,     /* "false": the update has its own memory */
+    KVIO_COLOCATED_SHRINK = 1,  /* "true": the KV pool lends the incoming buffer's bytes */
+    KVIO_COLOCATED_RELEASE = 2, /* the KV pool is released whole during the update */
+} kvio_colocated_t;
+
 typedef struct kvio_update_activate {
     int cache; /* kvio_update_cache_t */
 } kvio_update_activate_t;
@@ -56,6 +63,7 @@ typedef struct kvio_update_config {
     kvio_update_activate_t on_activate;
     int in_flight;          /* kvio_in_flight_t */
     int64_t interference_window_ns; /* the stretch after (and before) an activation measured */
+    int colocated;                  /* kvio_colocated_t */
     bool verify;
     int64_t iteration_ns;   /* one emulated serving iteration */
     int64_t corrupt_offset; /* fault injection: flip this byte of every version
@@ -122,6 +130,10 @@ typedef struct kvio_update_server {
      * version ready, stop admitting and say whether nothing runs any more,
      * so that the version may activate. */
     bool (*drained)(void *context);
+    /* Optional (update.colocated), at every iteration boundary: lend the KV
+     * pool's memory to an incoming update of bytes (0: none is in flight;
+     * take it back). */
+    kvio_status_t (*lend)(void *context, uint64_t bytes);
 } kvio_update_server_t;
 
 
