@@ -24,26 +24,37 @@ typedef struct vary {
     size_t count;
 } vary_t;
 
-/* The metrics compared, as (path, field, label). */
+/* The metrics compared, as (path: keys joined by dots, field, label); an
+ * optional one is shown only when some variant has it (model updates). */
 typedef struct compared {
     const char *key;
     const char *field;
     const char *label;
+    bool optional;
 } compared_t;
 
 static const compared_t compared_metrics[] = {
-    {"request_throughput", NULL, "request_throughput (req/s)"},
-    {"output_throughput", NULL, "output_throughput (tok/s)"},
-    {"goodput", NULL, "goodput (req/s)"},
-    {"ttft_ms", "p50", "ttft_ms p50"},
-    {"ttft_ms", "p99", "ttft_ms p99"},
-    {"tpot_ms", "p50", "tpot_ms p50"},
-    {"tpot_ms", "p99", "tpot_ms p99"},
-    {"e2el_ms", "p99", "e2el_ms p99"},
-    {"hit_rate", NULL, "hit_rate"},
-    {"preemptions", NULL, "preemptions"},
-    {"recomputed_tokens", NULL, "recomputed_tokens"},
-    {"kv_usage_mean", NULL, "kv_usage_mean"},
+    {"request_throughput", NULL, "request_throughput (req/s)", false},
+    {"output_throughput", NULL, "output_throughput (tok/s)", false},
+    {"goodput", NULL, "goodput (req/s)", false},
+    {"ttft_ms", "p50", "ttft_ms p50", false},
+    {"ttft_ms", "p99", "ttft_ms p99", false},
+    {"tpot_ms", "p50", "tpot_ms p50", false},
+    {"tpot_ms", "p99", "tpot_ms p99", false},
+    {"e2el_ms", "p99", "e2el_ms p99", false},
+    {"hit_rate", NULL, "hit_rate", false},
+    {"preemptions", NULL, "preemptions", false},
+    {"recomputed_tokens", NULL, "recomputed_tokens", false},
+    {"kv_usage_mean", NULL, "kv_usage_mean", false},
+    {"model_updates.update_latency_ms", "mean", "update latency ms (mean)", true},
+    {"model_updates", "inference_stall_total_ms", "inference stall ms", true},
+    {"update_interference", "ttft_p99_ratio", "ttft p99 after/before upd.", true},
+    {"update_interference", "tpot_p99_ratio", "tpot p99 after/before upd.", true},
+    {"update_interference", "hit_rate_before", "hit_rate before update", true},
+    {"update_interference", "hit_rate_after", "hit_rate after update", true},
+    {"update_effects", "stale_hit_tokens", "stale_hit_tokens", true},
+    {"update_effects", "update_recomputed_tokens", "tokens recomputed (updates)", true},
+    {"mean_inference_loss", NULL, "mean inference loss", true},
 };
 #define NUM_COMPARED (sizeof(compared_metrics) / sizeof(compared_metrics[0]))
 
@@ -85,12 +96,18 @@ static void mean_ci95(const double *samples, long count, double *mean_p, double 
                         : 0;
 }
 
+/* The metric's value; when the run does not have it, NAN for an optional
+ * metric, else 0. */
 static double read_metric(const json_t *metrics, const compared_t *which)
 {
-    const json_t *value = json_object_get(metrics, which->key);
+    char path[128];
+    snprintf(path, sizeof(path), "%s", which->key);
+    const json_t *value = metrics;
+    for (char *key = strtok(path, "."); key != NULL && value != NULL; key = strtok(NULL, "."))
+        value = json_object_get(value, key);
     if (which->field != NULL)
         value = json_object_get(value, which->field);
-    return json_number_value(value);
+    return json_is_number(value) ? json_number_value(value) : which->optional ? NAN : 0;
 }
 
 static void sanitize(char *text)
@@ -281,6 +298,8 @@ int kvio_cmd_compare(int argc, char **argv)
         for (size_t m = 0; m < NUM_COMPARED && exit_status == KVIO_EXIT_OK; m++) {
             double mean, half;
             mean_ci95(values[variant][m], repeat, &mean, &half);
+            if (isnan(mean))
+                continue; /* an optional metric this variant does not have */
             json_object_set_new(means, compared_metrics[m].label,
                                 json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
         }
@@ -311,12 +330,19 @@ int kvio_cmd_compare(int argc, char **argv)
             printf("%*s", cell_width, names[variant]);
         printf("\n");
         for (size_t m = 0; m < NUM_COMPARED; m++) {
+            bool present = !compared_metrics[m].optional;
+            for (size_t variant = 0; variant < num_variants && !present; variant++)
+                present = !isnan(values[variant][m][0]);
+            if (!present)
+                continue;
             printf("  %-*s", label_width, compared_metrics[m].label);
             for (size_t variant = 0; variant < num_variants; variant++) {
                 double mean, half;
                 mean_ci95(values[variant][m], repeat, &mean, &half);
                 char cell[64];
-                if (repeat > 1)
+                if (isnan(mean))
+                    snprintf(cell, sizeof(cell), "-");
+                else if (repeat > 1)
                     snprintf(cell, sizeof(cell), "%.4g±%.2g", mean, half);
                 else
                     snprintf(cell, sizeof(cell), "%.4g", mean);

@@ -761,6 +761,80 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* TTFT and prefix hit rate over time (requests by arrival), one line per
+ * run, with a vertical mark at every activation of the first run with
+ * updates: what each update does to serving. */
+static kvio_status_t interference_charts(kvio_report_t *report)
+{
+    const report_run_t *marked = NULL;
+    for (size_t r = 0; r < report->num_runs && marked == NULL; r++)
+        if (report->runs[r]->arrivals != NULL && report->runs[r]->num_updates > 0)
+            marked = report->runs[r];
+    if (marked == NULL)
+        return KVIO_OK;
+    report_chart_t *ttft = chart_new(report, CHART_LINES, "chart-ttft-over-time",
+                                     "Model updates", "TTFT over time, with the activations",
+                                     "arrival time (s)", "mean TTFT (ms)");
+    report_chart_t *hits = chart_new(report, CHART_LINES, "chart-hit-rate-over-time",
+                                     "Model updates",
+                                     "Prefix hit rate over time, with the activations",
+                                     "arrival time (s)", "prompt tokens cached (%)");
+    if (ttft == NULL || hits == NULL)
+        return KVIO_ERR_NOMEM;
+    hits->y_fixed = true;
+    hits->y_min = 0;
+    hits->y_max = 100;
+    for (size_t i = 0; i < marked->num_updates && ttft->num_marks < REPORT_MAX_MARKS; i++)
+        if (marked->updates[i].has[5])
+            ttft->marks[ttft->num_marks++] = marked->updates[i].t[5];
+    qsort(ttft->marks, ttft->num_marks, sizeof(double), compare_double);
+    hits->num_marks = ttft->num_marks;
+    memcpy(hits->marks, ttft->marks, ttft->num_marks * sizeof(double));
+    double width_s = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const timeline_t *arrivals = report->runs[r]->arrivals;
+        if (arrivals == NULL || arrivals->used == 0)
+            continue;
+        /* About 120 points: neighbouring bins pooled. */
+        size_t group = (arrivals->used + 119) / 120;
+        size_t points = (arrivals->used + group - 1) / group;
+        chart_series_t *ttft_series = series_add(ttft, report->runs[r]->label, points, false);
+        chart_series_t *hit_series = series_add(hits, report->runs[r]->label, points, false);
+        if (ttft_series == NULL || hit_series == NULL)
+            return KVIO_ERR_NOMEM;
+        width_s = arrivals->width_s * (double)group;
+        for (size_t first = 0; first < arrivals->used; first += group) {
+            double ttft_sum = 0, cached = 0, input = 0;
+            uint64_t requests = 0;
+            for (size_t i = first; i < first + group && i < arrivals->used; i++) {
+                ttft_sum += arrivals->bins[i].ttft_sum_s;
+                requests += arrivals->bins[i].requests;
+                cached += arrivals->bins[i].cached_tokens;
+                input += arrivals->bins[i].input_tokens;
+            }
+            if (requests == 0)
+                continue;
+            double middle = ((double)first + (double)group / 2) * arrivals->width_s;
+            ttft_series->x[ttft_series->count] = middle;
+            ttft_series->y[ttft_series->count++] = 1e3 * ttft_sum / (double)requests;
+            if (input > 0) {
+                hit_series->x[hit_series->count] = middle;
+                hit_series->y[hit_series->count++] = 100 * cached / input;
+            }
+        }
+    }
+    const char *caption = "From requests.csv (first seed of each run): requests binned on "
+                          "arrival (%.3g s per point for the last run), serve ranks together; "
+                          "dashed lines: the %zu activations of %s (updates.csv t_activated, "
+                          "every serve rank). With update.on_activate.cache: flush each "
+                          "activation empties the prefix cache.";
+    snprintf(ttft->caption, sizeof(ttft->caption), caption, width_s, ttft->num_marks,
+             marked->label);
+    snprintf(hits->caption, sizeof(hits->caption), caption, width_s, hits->num_marks,
+             marked->label);
+    return KVIO_OK;
+}
+
 kvio_status_t report_build(kvio_report_t *report)
 {
     if (report->built)
@@ -774,6 +848,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = cachesim_charts(report);
     if (status == KVIO_OK)
         status = update_charts(report);
+    if (status == KVIO_OK)
+        status = interference_charts(report);
     if (status == KVIO_OK)
         status = tier_chart(report);
     if (status != KVIO_OK) {

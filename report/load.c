@@ -156,8 +156,8 @@ void report_timeline_init(timeline_t *timeline)
     timeline->width_s = 1e-3;
 }
 
-void report_timeline_add(timeline_t *timeline, double time_s, double duration_s, double kv_usage,
-                         double batch, double preempted)
+/* The bin of time_s, widening (merging pairs of bins) as needed. */
+static timeline_bin_t *timeline_bin(timeline_t *timeline, double time_s)
 {
     if (!(time_s >= 0))
         time_s = 0;
@@ -171,6 +171,10 @@ void report_timeline_add(timeline_t *timeline, double time_s, double duration_s,
                 .batch_sum = a->batch_sum + b->batch_sum,
                 .iterations = a->iterations + b->iterations,
                 .preempted = a->preempted + b->preempted,
+                .ttft_sum_s = a->ttft_sum_s + b->ttft_sum_s,
+                .requests = a->requests + b->requests,
+                .cached_tokens = a->cached_tokens + b->cached_tokens,
+                .input_tokens = a->input_tokens + b->input_tokens,
             };
             timeline->bins[i] = merged;
         }
@@ -182,15 +186,31 @@ void report_timeline_add(timeline_t *timeline, double time_s, double duration_s,
     size_t index = (size_t)(time_s / timeline->width_s);
     if (index >= KVIO_REPORT_MAX_POINTS)
         index = KVIO_REPORT_MAX_POINTS - 1;
-    timeline_bin_t *bin = &timeline->bins[index];
+    if (index + 1 > timeline->used)
+        timeline->used = index + 1;
+    return &timeline->bins[index];
+}
+
+void report_timeline_add(timeline_t *timeline, double time_s, double duration_s, double kv_usage,
+                         double batch, double preempted)
+{
+    timeline_bin_t *bin = timeline_bin(timeline, time_s);
     bin->kv_weighted += kv_usage * duration_s;
     bin->weight += duration_s;
     bin->kv_sum += kv_usage;
     bin->batch_sum += batch;
     bin->iterations++;
     bin->preempted += preempted > 0 ? (uint64_t)preempted : 0;
-    if (index + 1 > timeline->used)
-        timeline->used = index + 1;
+}
+
+void report_timeline_add_request(timeline_t *timeline, double arrival_s, double ttft_s,
+                                 double cached_tokens, double input_tokens)
+{
+    timeline_bin_t *bin = timeline_bin(timeline, arrival_s);
+    bin->ttft_sum_s += ttft_s;
+    bin->requests++;
+    bin->cached_tokens += cached_tokens;
+    bin->input_tokens += input_tokens;
 }
 
 /* ---------- one results directory ---------- */
@@ -337,8 +357,10 @@ static uint64_t seconds_to_ns(double seconds)
     return ns >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)ns;
 }
 
-static kvio_status_t load_requests(const char *dir, report_run_t *run, char *error_p,
-                                   size_t error_len)
+/* requests.csv → the latency histograms (every seed) and, for the first
+ * seed, the requests binned by arrival. */
+static kvio_status_t load_requests(const char *dir, report_run_t *run, bool first_seed,
+                                   char *error_p, size_t error_len)
 {
     kvio_csv_reader_t csv;
     kvio_status_t status = csv_open_in(&csv, dir, "requests.csv", error_p, error_len);
@@ -352,6 +374,16 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
         return status;
     }
     int measured_column = kvio_csv_reader_column(&csv, "measured");
+    int cached_column = kvio_csv_reader_column(&csv, "cached_tokens");
+    int input_column = kvio_csv_reader_column(&csv, "input_tokens");
+    if (first_seed && run->arrivals == NULL && cached_column >= 0 && input_column >= 0) {
+        run->arrivals = malloc(sizeof(*run->arrivals));
+        if (run->arrivals == NULL) {
+            kvio_csv_reader_close(&csv);
+            return KVIO_ERR_NOMEM;
+        }
+        report_timeline_init(run->arrivals);
+    }
     while ((status = kvio_csv_reader_next(&csv, error_p, error_len)) == KVIO_OK) {
         double value[4], measured = 1;
         for (size_t i = 0; i < 4 && status == KVIO_OK; i++)
@@ -372,6 +404,11 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, char *err
             break;
         }
         kvio_hist_record(run->ttft, seconds_to_ns(first - arrival));
+        double cached = 0, input = 0;
+        if (first_seed && run->arrivals != NULL &&
+            csv_number(&csv, cached_column, "cached_tokens", &cached, NULL, 0) == KVIO_OK &&
+            csv_number(&csv, input_column, "input_tokens", &input, NULL, 0) == KVIO_OK)
+            report_timeline_add_request(run->arrivals, arrival, first - arrival, cached, input);
         kvio_hist_record(run->e2el, seconds_to_ns(finish - arrival));
         /* TPOT as vLLM's benchmark defines it: decode time over the tokens
          * after the first, for requests with more than one output token. */
@@ -537,6 +574,7 @@ void report_run_free(report_run_t *run)
     kvio_hist_destroy(run->tpot);
     kvio_hist_destroy(run->e2el);
     free(run->timeline);
+    free(run->arrivals);
     free(run->updates);
     free(run);
 }
@@ -572,7 +610,7 @@ kvio_status_t report_run_load(const char *label, const char *const *dirs, size_t
         }
         status = load_summary(dirs[i], &run->seeds[i], run, i == 0, error_p, error_len);
         if (status == KVIO_OK)
-            status = load_requests(dirs[i], run, error_p, error_len);
+            status = load_requests(dirs[i], run, i == 0, error_p, error_len);
         if (status == KVIO_OK && i == 0)
             status = load_iterations(dirs[i], run, error_p, error_len);
         if (status == KVIO_OK && i == 0)

@@ -47,6 +47,9 @@ static void gp_lines(FILE *out, const report_chart_t *chart, size_t index)
         fprintf(out, "set xrange [%.10g:%.10g]\n", chart->x_min, chart->x_max);
     else if (!chart->x_log)
         fputs("set xrange [0:*]\n", out);
+    for (size_t m = 0; m < chart->num_marks; m++)
+        fprintf(out, "set arrow from %.10g, graph 0 to %.10g, graph 1 nohead dt 2 lc rgb '#888888'\n",
+                chart->marks[m], chart->marks[m]);
     for (size_t s = 0; s < chart->num_series; s++) {
         const chart_series_t *series = &chart->series[s];
         fprintf(out, "$d%zu_%zu << EOD\n", index, s);

@@ -337,6 +337,10 @@ static void render_lines(FILE *out, const report_chart_t *chart)
             y_high = fmax(y_high, series->y[i]);
         }
     }
+    for (size_t m = 0; m < chart->num_marks && isfinite(x_low) && !chart->x_log; m++) {
+        x_low = fmin(x_low, chart->marks[m]);
+        x_high = fmax(x_high, chart->marks[m]);
+    }
     if (!isfinite(x_low)) {
         x_low = chart->x_log ? 1 : 0;
         x_high = chart->x_log ? 10 : 1;
@@ -372,6 +376,15 @@ static void render_lines(FILE *out, const report_chart_t *chart)
             chart->id, frame.left, frame.top - 2, frame.width, frame.height + 4);
     draw_y_axis(out, &frame, chart->y_label);
     draw_x_axis(out, &frame, chart->x_label);
+    for (size_t m = 0; m < chart->num_marks; m++) {
+        double x = pixel_x(&frame, chart->marks[m]);
+        if (x < frame.left || x > frame.left + frame.width)
+            continue;
+        fprintf(out,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
+                "stroke-width=\"1\" stroke-dasharray=\"4 3\"/>\n",
+                x, frame.top, x, frame.top + frame.height);
+    }
     for (size_t s = 0; s < chart->num_series; s++) {
         const chart_series_t *series = &chart->series[s];
         if (series->count == 0)

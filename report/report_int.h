@@ -20,6 +20,7 @@
 #define REPORT_MAX_RANKS 4096
 #define REPORT_MAX_CHARTS 256
 #define REPORT_MAX_NOTES 32
+#define REPORT_MAX_MARKS 256 /* vertical marks on a line chart */
 
 /* Iterations binned on time: at most KVIO_REPORT_MAX_POINTS bins; when a
  * time falls past the last bin, pairs of bins merge and the width doubles. */
@@ -30,6 +31,10 @@ typedef struct timeline_bin {
     double batch_sum;
     uint64_t iterations;
     uint64_t preempted;
+    /* requests.csv on arrival time: TTFT and prefix hits. */
+    double ttft_sum_s;
+    uint64_t requests;
+    double cached_tokens, input_tokens;
 } timeline_bin_t;
 
 typedef struct timeline {
@@ -77,6 +82,7 @@ typedef struct report_run {
     kvio_hist_t *ttft, *tpot, *e2el; /* ns; all seeds pooled */
     bool has_requests;
     timeline_t *timeline;          /* first seed; NULL without iterations.csv */
+    timeline_t *arrivals;          /* first seed's requests by arrival; NULL without */
     update_row_t *updates;         /* first seed; NULL without updates.csv */
     size_t num_updates;
     bool updates_truncated;
@@ -136,6 +142,10 @@ typedef struct report_chart {
     char (*categories)[REPORT_LABEL_MAX];
     size_t num_series;
     chart_series_t *series;
+    /* Lines: x values marked by a vertical dashed line (model updates'
+     * activations), with what they are in the caption. */
+    size_t num_marks;
+    double marks[REPORT_MAX_MARKS];
 } report_chart_t;
 
 struct kvio_report {
@@ -169,6 +179,9 @@ void report_label_copy(char *label_p, size_t label_len, const char *text);
 void report_timeline_init(timeline_t *timeline);
 void report_timeline_add(timeline_t *timeline, double time_s, double duration_s, double kv_usage,
                          double batch, double preempted);
+/* A finished request, binned on its arrival. */
+void report_timeline_add_request(timeline_t *timeline, double arrival_s, double ttft_s,
+                                 double cached_tokens, double input_tokens);
 
 /* charts.c: builds the chart set once (idempotent). */
 kvio_status_t report_build(kvio_report_t *report);

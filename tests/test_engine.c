@@ -310,18 +310,21 @@ static void setup_updates(fixture_t *f, int cache, int in_flight, finished_log_t
                  error);
 }
 
-/* A 64-token prompt of shared content (4 full blocks, of which a later
- * request can hit 3: never the last token), tagged with a model version. */
-static void add_shared(fixture_t *f, uint64_t id, uint32_t output, uint64_t version)
+/* A prompt of tokens tokens of shared content (full blocks hashed; a later
+ * request hits all but the block holding its last token), tagged with a
+ * model version. */
+static void add_shared(fixture_t *f, uint64_t id, uint32_t tokens, uint32_t output,
+                       uint64_t version)
 {
-    kvio_hash_t hashes[4];
-    for (size_t b = 0; b < 4; b++) {
+    kvio_hash_t hashes[8];
+    size_t num_hashes = tokens / 16 < 8 ? tokens / 16 : 8;
+    for (size_t b = 0; b < num_hashes; b++) {
         kvio_hash_run_t run = {.content_id = 7, .offset = (uint32_t)(b * 16), .length = 16};
         hashes[b] = kvio_hash_runs(b ? &hashes[b - 1] : NULL, &run, 1);
     }
-    kvio_engine_request_t request = {.id = id, .arrival_ns = f->now_ns, .prompt_tokens = 64,
-                                     .output_tokens = output, .hashes = hashes, .num_hashes = 4,
-                                     .measured = true, .tag = version};
+    kvio_engine_request_t request = {.id = id, .arrival_ns = f->now_ns, .prompt_tokens = tokens,
+                                     .output_tokens = output, .hashes = hashes,
+                                     .num_hashes = num_hashes, .measured = true, .tag = version};
     cr_assert_eq(kvio_engine_add(f->engine, &request), KVIO_OK);
 }
 
@@ -342,43 +345,42 @@ static const kvio_engine_finished_t *finished_id(const finished_log_t *log, uint
     return NULL;
 }
 
-/* Request 0 (version 0) caches the prompt; version 1 activates; request 1
- * (version 1) and then request 2 (version 1) ask for the same prompt. The
- * cached tokens each got, per cache mode. */
+/* Two requests sharing a 3-block prompt (48 tokens) on either side of an
+ * activation, then a third on the new version: the cached tokens each got
+ * and the counters, per cache mode. */
 Test(engine, an_activated_version_flushes_versions_or_keeps_the_prefix_cache, .timeout = 10)
 {
     static const struct {
         int cache;
         uint32_t after_update, same_version; /* cached tokens of requests 1 and 2 */
-        uint64_t flushed, stale;
+        uint64_t flushed, stale_after_1;
     } cases[] = {
-        /* vLLM's reset: the 4 cached blocks lose their hash; request 1
-         * recomputes and caches them anew, request 2 hits those. */
-        {KVIO_UPDATE_CACHE_FLUSH, 0, 48, 4, 0},
+        /* vLLM's reset: the 3 cached blocks lose their hash; request 1
+         * recomputes and caches them anew, request 2 hits 2 of them. */
+        {KVIO_UPDATE_CACHE_FLUSH, 0, 32, 3, 0},
         /* Version 0's blocks stay but only version 0 hits them. */
-        {KVIO_UPDATE_CACHE_VERSION, 0, 48, 0, 0},
-        /* Stale KV is used and counted: both requests hit version 0's
-         * 3 blocks. */
-        {KVIO_UPDATE_CACHE_KEEP, 48, 48, 0, 96},
+        {KVIO_UPDATE_CACHE_VERSION, 0, 32, 0, 0},
+        /* Stale KV is used and counted: request 1's 32 tokens. */
+        {KVIO_UPDATE_CACHE_KEEP, 32, 32, 0, 32},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         fixture_t f;
         finished_log_t log;
         setup_updates(&f, cases[c].cache, KVIO_IN_FLIGHT_KEEP, &log);
-        add_shared(&f, 0, 4, 0);
+        add_shared(&f, 0, 48, 4, 0);
         run_until_idle(&f);
         cr_assert_eq(kvio_engine_activate(f.engine, 1), KVIO_OK);
-        add_shared(&f, 1, 4, 1);
+        add_shared(&f, 1, 48, 4, 1);
         run_until_idle(&f);
-        add_shared(&f, 2, 4, 1);
+        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
+        cr_expect_eq(metrics->stale_hit_tokens, cases[c].stale_after_1, "case %zu", c);
+        add_shared(&f, 2, 48, 4, 1);
         run_until_idle(&f);
         cr_expect_eq(finished_id(&log, 0)->cached_tokens, 0, "case %zu", c);
         cr_expect_eq(finished_id(&log, 1)->cached_tokens, cases[c].after_update, "case %zu", c);
         cr_expect_eq(finished_id(&log, 2)->cached_tokens, cases[c].same_version, "case %zu", c);
-        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
         cr_expect_eq(metrics->versions_activated, 1);
         cr_expect_eq(metrics->cache_flushed_blocks, cases[c].flushed, "case %zu", c);
-        cr_expect_eq(metrics->stale_hit_tokens, cases[c].stale, "case %zu", c);
         teardown(&f);
     }
 }
@@ -392,7 +394,7 @@ Test(engine, running_requests_keep_their_kv_or_are_aborted_on_activation, .timeo
         fixture_t f;
         finished_log_t log;
         setup_updates(&f, KVIO_UPDATE_CACHE_FLUSH, in_flight, &log);
-        add_shared(&f, 0, 10, 0);
+        add_shared(&f, 0, 64, 10, 0);
         kvio_engine_scheduled_t out[16];
         for (int i = 0; i < 4; i++) /* the prefill (64 tokens, 1st output), 3 decodes */
             step(&f, out, 16);
@@ -441,5 +443,34 @@ Test(engine, lending_kv_memory_to_an_update_preempts_what_no_longer_fits, .timeo
     cr_assert_eq(kvio_engine_free_blocks(f.engine), 100);
     run_until_idle(&f);
     cr_assert_eq(finished_id(&log, 0)->preemptions, 1);
+    teardown(&f);
+}
+
+/* update.in_flight: wait: with version 1 ready while request 0 decodes,
+ * the engine stops admitting (request 1 waits) until request 0 is done;
+ * then version 1 activates and request 1 runs on it, with no token computed
+ * across versions. */
+Test(engine, waiting_for_an_update_drains_the_running_requests_first, .timeout = 10)
+{
+    fixture_t f;
+    finished_log_t log;
+    setup_updates(&f, KVIO_UPDATE_CACHE_FLUSH, KVIO_IN_FLIGHT_WAIT, &log);
+    add_shared(&f, 0, 64, 10, 0);
+    kvio_engine_scheduled_t out[16];
+    step(&f, out, 16); /* prefill and the first token */
+    cr_assert(!kvio_engine_drain(f.engine), "request 0 still runs");
+    add(&f, 1, 32, 4, 0, f.now_ns);
+    int steps = 0;
+    while (!kvio_engine_drain(f.engine)) {
+        cr_assert_eq(step(&f, out, 16), 1, "only request 0 runs while draining");
+        cr_assert_eq(out[0].id, 0);
+        steps++;
+    }
+    cr_assert_eq(steps, 9, "request 0's 9 remaining decodes");
+    cr_assert_eq(finished_id(&log, 0)->tag, 0);
+    cr_assert_eq(kvio_engine_activate(f.engine, 1), KVIO_OK);
+    run_until_idle(&f);
+    cr_assert_eq(finished_id(&log, 1)->tag, 1, "request 1 had no KV: the new version's");
+    cr_assert_eq(kvio_engine_metrics(f.engine)->mixed_version_tokens, 0);
     teardown(&f);
 }

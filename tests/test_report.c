@@ -212,6 +212,8 @@ Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
         {"chart-update-breakdown-1", "Model-update latency per update: run-fcfs"},
         {"chart-staleness", "Model staleness over time"},
         {"chart-tier-traffic", "KV-cache tier traffic"},
+        {"chart-ttft-over-time", "TTFT over time, with the activations"},
+        {"chart-hit-rate-over-time", "Prefix hit rate over time, with the activations"},
     };
     size_t num_charts = sizeof(charts) / sizeof(charts[0]);
     for (size_t i = 0; i < num_charts; i++) {
@@ -248,6 +250,16 @@ Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
     char *updates = figure(html, "chart-update-breakdown-1");
     cr_assert(test_contains(updates, "6 of 6 versions shown"), "%s", updates);
     free(updates);
+    /* TTFT and hit rate over time mark every activation of run-fcfs (its
+     * updates.csv: 6 versions on 2 ranks), one line per run. */
+    const char *over_time[] = {"chart-ttft-over-time", "chart-hit-rate-over-time"};
+    for (size_t c = 0; c < 2; c++) {
+        char *chart = figure(html, over_time[c]);
+        cr_assert_eq(count_of(chart, "stroke-dasharray=\"4 3\""), 12, "%s", over_time[c]);
+        cr_assert_eq(count_of(chart, "<polyline"), 2, "%s", over_time[c]);
+        cr_assert(test_contains(chart, "the 12 activations of run-fcfs"), "%s", chart);
+        free(chart);
+    }
     free(html);
     test_rmtree(dir);
     free(dir);

@@ -557,3 +557,43 @@ Test(simulate, colocated_updates_take_kv_memory_while_they_arrive)
     run_free(&shrunk);
     run_free(&released);
 }
+
+/* The update-interference preset, compared across cache modes: the table
+ * has the update rows (absent for a run without updates), and they show
+ * what flush costs against keep — the hit rate after an update. */
+Test(simulate, compare_shows_what_each_cache_mode_costs_after_an_update, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "update-interference", "--set", "duration=60s",
+                               "--vary", "update.on_activate.cache=flush,keep", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "hit_rate after update"), "%s", run.out);
+    cr_assert(test_contains(run.out, "ttft p99 after/before upd."), "%s", run.out);
+    cr_assert(test_contains(run.out, "stale_hit_tokens"), "%s", run.out);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/cmp/compare.json", dir);
+    json_error_t json_error;
+    json_t *compare = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(compare, "%s", json_error.text);
+    double after[2];
+    for (size_t v = 0; v < 2; v++) {
+        const json_t *summary = json_object_get(json_array_get(json_object_get(compare,
+                                                                               "variants"), v),
+                                                "summary");
+        after[v] = json_number_value(json_object_get(
+            json_object_get(summary, "hit_rate after update"), "mean"));
+    }
+    cr_assert_lt(after[0], after[1], "flush %.3f vs keep %.3f after an update", after[0],
+                 after[1]);
+    json_decref(compare);
+    test_run_free(&run);
+    char *file = test_write_file(dir, "w.yaml", shared_prefix);
+    run = test_kvio(dir, "compare", file, "--vary", "serve.scheduler.policy=fcfs,lpm", "-o",
+                    "plain", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(!test_contains(run.out, "after update"), "%s", run.out);
+    test_run_free(&run);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
