@@ -4,6 +4,7 @@
 
 #include "kvio/log.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -69,6 +70,9 @@ int kvio_cli_exit_status(kvio_status_t status)
 
 int main(int argc, char **argv)
 {
+    /* A peer that closes its socket (Redis shut down mid-write) is an error
+     * the run reports, not a reason to die with no results. */
+    signal(SIGPIPE, SIG_IGN);
     int arg = 1;
     int verbosity = KVIO_LOG_WARN;
     for (; arg < argc && argv[arg][0] == '-'; arg++) {

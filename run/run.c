@@ -206,6 +206,12 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_t *metrics = json_object();
     json_t *start = json_object(); /* t0 and every rank's set-up (summary.json) */
     kvio_updates_schedule_t schedule = {0}; /* simulate mode's updates */
+    /* A closed socket (Redis gone mid-write) is an error to report, never a
+     * SIGPIPE that ends the process without results (callers that handle
+     * SIGPIPE themselves keep their handler). */
+    struct sigaction pipe_action;
+    if (sigaction(SIGPIPE, NULL, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     int64_t *activated_ns = NULL, *drain_stall_ns = NULL; /* as the serve ranks took them */
     bool complete = true;
     bool root = true;

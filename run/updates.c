@@ -12,7 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "kvio/clock.h"
 #include "kvio/log.h"
 #include "kvio/results.h"
 #include "kvio/rng.h"
@@ -856,6 +858,35 @@ static kvio_status_t trainer_lost_error(const collected_t *all, int num_serve,
     return status;
 }
 
+/* Rank 0 picks the run's id (its pid and wall clock), every rank takes it,
+ * and the shared names of transport become the run's own: the file
+ * transport's dir/kvio-<id>, the Redis prefix <prefix><id>:. */
+static kvio_status_t run_names(kvio_rte_t *rte, kvio_xfer_config_t *transport, char *dir_p,
+                               size_t dir_len, char *prefix_p, size_t prefix_len)
+{
+    char mine[24] = "";
+    snprintf(mine, sizeof(mine), "%llx-%x", (unsigned long long)kvio_wall_time_ns(),
+             (unsigned)getpid());
+    int size = kvio_rte_size(rte);
+    char *all = calloc((size_t)size, sizeof(mine));
+    if (all == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = kvio_rte_allgather(rte, mine, sizeof(mine), all);
+    if (status == KVIO_OK) {
+        const char *id = all; /* rank 0's */
+        if (transport->file.dir != NULL) {
+            snprintf(dir_p, dir_len, "%s/kvio-%.23s", transport->file.dir, id);
+            transport->file.dir = dir_p;
+        }
+        if (transport->redis.prefix != NULL) {
+            snprintf(prefix_p, prefix_len, "%s%.23s:", transport->redis.prefix, id);
+            transport->redis.prefix = prefix_p;
+        }
+    }
+    free(all);
+    return status;
+}
+
 /* The role of a world rank: train ranks first, then serve ranks, then the
  * client rank if any. */
 static const char *role_of(int rank, int num_serve)
@@ -912,6 +943,14 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
      * (it outlives the transport). */
     kvio_xfer_config_t transport = workload->train.transport;
     transport.device = workload->device;
+    /* Every shared name carries the run's id (rank 0's): concurrent runs on
+     * one directory or one Redis never see each other's versions, and the
+     * file transport writes only into a directory of its own. */
+    char run_dir[4200], run_prefix[512];
+    status = run_names(rte, &transport, run_dir, sizeof(run_dir), run_prefix,
+                       sizeof(run_prefix));
+    if (status != KVIO_OK)
+        goto fail;
     /* Set-up first: a serve rank builds its engine and KV pool, every rank
      * connects its transport; then all start together at t0 (the trainer's
      * first step is not spent waiting for a pool being built). */

@@ -1,6 +1,7 @@
 /* Tests for the kvio command as a user runs it: exit status (0 success,
  * 1 run failed, 2 usage or input error) and messages of each command. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/run.h"
 #include "tests/helpers.h"
 
 Test(cli, version_and_help, .timeout = 20)
@@ -308,4 +310,65 @@ Test(cli, sigint_stops_the_coupled_run, .timeout = 60)
 Test(cli, sigterm_stops_the_coupled_run, .timeout = 60)
 {
     interrupt_coupled_run(SIGTERM);
+}
+
+/* Reliability (#22.1), deterministically: nothing ignored SIGPIPE, so any
+ * write to a closed pipe or socket (Redis gone mid-write; `kvio run | head`)
+ * killed kvio (exit 141). The binary, its stdout a pipe nobody reads, now
+ * finishes the run; and kvio_run makes SIGPIPE harmless for its caller. */
+Test(cli, a_closed_pipe_or_socket_does_not_kill_kvio, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    close(fds[0]); /* nobody reads what kvio prints */
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL);
+        dup2(fds[1], 1);
+        int null_fd = open("/dev/null", O_WRONLY);
+        dup2(null_fd, 2);
+        execl(KVIO_BINARY, KVIO_BINARY, "run", "chat", "--set", "duration=2s", "-o", out,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_assert(!WIFSIGNALED(status), "kvio died of signal %d", WTERMSIG(status));
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    char *summary = test_read_file(path);
+    cr_assert(summary != NULL && test_contains(summary, "\"complete\": true"));
+    free(summary);
+    /* In-process: after kvio_run a write to a closed pipe is EPIPE. */
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL);
+        kvio_workload_t workload;
+        char error[512], run_dir[1200];
+        if (kvio_workload_load("chat", (const char *[]){"duration=1s"}, 1, &workload, error,
+                               sizeof(error)) != KVIO_OK)
+            _exit(3);
+        snprintf(run_dir, sizeof(run_dir), "%s/in-process", dir);
+        kvio_run_options_t options = {.output_dir = run_dir, .quiet = true};
+        kvio_run_result_t result;
+        if (kvio_run(&workload, &options, &result, error, sizeof(error)) != KVIO_OK)
+            _exit(4);
+        kvio_workload_free(&workload);
+        int pair[2];
+        if (pipe(pair) != 0)
+            _exit(5);
+        close(pair[0]);
+        _exit(write(pair[1], "x", 1) < 0 && errno == EPIPE ? 0 : 6);
+    }
+    waitpid(pid, &status, 0);
+    cr_assert(!WIFSIGNALED(status), "the caller died of signal %d", WTERMSIG(status));
+    cr_assert_eq(WEXITSTATUS(status), 0);
+    test_rmtree(dir);
+    free(dir);
 }

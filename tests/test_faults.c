@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -644,4 +645,96 @@ Test(faults, mpirun_sigint_ends_every_rank_quickly, .timeout = 60)
 Test(faults, mpirun_ranks_sigtermed_leave_an_incomplete_summary, .timeout = 60)
 {
     interrupted_mpirun_leaves_a_summary(true);
+}
+
+/* The pid of the private redis-server on port (0 if unknown). */
+static pid_t redis_pid(int port)
+{
+    char command[128];
+    snprintf(command, sizeof(command),
+             "redis-cli -p %d info server 2>/dev/null | sed -n 's/^process_id:\\([0-9]*\\).*/\\1/p'",
+             port);
+    FILE *pipe = popen(command, "r");
+    if (pipe == NULL)
+        return 0;
+    long pid = 0;
+    if (fscanf(pipe, "%ld", &pid) != 1)
+        pid = 0;
+    pclose(pipe);
+    return (pid_t)pid;
+}
+
+/* One try of the test below: the kvio binary's exit status once Redis was
+ * SIGKILLed under it. */
+static int redis_killed_under_the_binary(const char *dir, int port)
+{
+    char *workload = test_write_file(dir, "w.yaml", workload_text);
+    char url_set[128], out[1100], log_path[1100];
+    snprintf(url_set, sizeof(url_set), "train.transport.redis.url=redis://127.0.0.1:%d", port);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    snprintf(log_path, sizeof(log_path), "%s/err.log", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(log_fd, 2);
+        (void)!freopen("/dev/null", "w", stdout);
+        execl(KVIO_BINARY, KVIO_BINARY, "-v", "run", workload, "-o", out, "--force", "--set",
+              "train.transport.kind=redis", "--set", url_set, "--set", "train.bytes=64MiB",
+              "--set", "train.steps=400", "--set", "train.transport.redis.on_disconnect=fail",
+              (char *)NULL);
+        _exit(127);
+    }
+    free(workload);
+    /* Under way (every rank set up), then Redis dies while versions flow. */
+    uint64_t deadline = kvio_time_ns() + (uint64_t)(test_seconds(30) * 1e9);
+    for (bool started = false; !started && kvio_time_ns() < deadline; usleep(20000)) {
+        char *log = test_read_file(log_path);
+        started = log != NULL && test_contains(log, "the run starts now (t0)");
+        free(log);
+    }
+    usleep(400000);
+    pid_t server = redis_pid(port);
+    cr_assert_gt(server, 0, "no redis-server pid");
+    kill(server, SIGKILL);
+    int status = 0;
+    deadline = kvio_time_ns() + (uint64_t)(test_seconds(30) * 1e9);
+    pid_t waited = 0;
+    while ((waited = waitpid(pid, &status, WNOHANG)) == 0 && kvio_time_ns() < deadline)
+        usleep(20000);
+    if (waited == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        cr_assert_fail("kvio did not end after Redis died");
+    }
+    return status;
+}
+
+/* Reliability (#22.1): Redis SIGKILLed while the kvio binary writes 64 MiB
+ * versions to it. Nothing ignored SIGPIPE: the process could die of it
+ * (exit 141, no results; 1 of 3 tries here). Now the transport's error is
+ * a result, every time: exit 1 and a summary.json naming the URL. */
+Test(faults, redis_gone_mid_write_is_an_error_not_a_sigpipe, .timeout = 240)
+{
+#ifndef KVIO_HAVE_REDIS
+    test_require("redis", 0, "redis transport not built");
+#endif
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int port = test_free_port();
+        if (!test_require("redis", port > 0 && test_redis_up(port), "cannot start redis-server"))
+            return;
+        char *dir = test_tmpdir();
+        int status = redis_killed_under_the_binary(dir, port);
+        cr_assert(!WIFSIGNALED(status), "try %d: kvio died of signal %d", attempt + 1,
+                  WTERMSIG(status));
+        cr_assert_eq(WEXITSTATUS(status), 1, "try %d", attempt + 1);
+        json_t *summary = load_summary(dir);
+        cr_assert_not_null(summary, "try %d: no summary.json", attempt + 1);
+        cr_assert(json_is_false(json_object_get(summary, "complete")));
+        cr_assert(test_contains(json_string_value(json_object_get(summary, "error")),
+                                "redis://127.0.0.1"), "the error names the URL");
+        json_decref(summary);
+        test_rmtree(dir);
+        free(dir);
+    }
 }

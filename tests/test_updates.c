@@ -6,6 +6,7 @@
 #include "kvio/run.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -348,13 +349,30 @@ typedef struct filler {
     int filled;
 } filler_t;
 
+/* The run's own directory under dir (kvio-<run id>), into first_p; false
+ * while there is none. */
+static bool run_directory(const char *dir, char *first_p, size_t first_len)
+{
+    DIR *listing = opendir(dir);
+    if (listing == NULL)
+        return false;
+    bool found = false;
+    for (struct dirent *entry; !found && (entry = readdir(listing)) != NULL;)
+        if (strncmp(entry->d_name, "kvio-", 5) == 0) {
+            snprintf(first_p, first_len, "%s/%s/v0000000001.model", dir, entry->d_name);
+            found = true;
+        }
+    closedir(listing);
+    return found;
+}
+
 static void *fill_after_first_version(void *arg)
 {
     filler_t *filler = arg;
-    char first[1200], path[1200];
-    snprintf(first, sizeof(first), "%s/v0000000001.model", filler->dir);
+    char first[1200] = "", path[1200];
     snprintf(path, sizeof(path), "%s/filler", filler->dir);
-    while (!filler->stop && access(first, F_OK) != 0)
+    while (!filler->stop &&
+           (!run_directory(filler->dir, first, sizeof(first)) || access(first, F_OK) != 0))
         usleep(1000);
     if (filler->stop)
         return NULL;
@@ -397,12 +415,12 @@ Test(updates, file_transport_running_out_of_space_is_a_clear_error, .timeout = 3
                   test_contains(outcome.error, "/.v0000000002.tmp"),
               "%s", outcome.error);
     cr_expect_lt(outcome.elapsed_ns, 8000000000ull);
-    /* No partial version: no temporary left, no version 2 under its final name. */
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/.v0000000002.tmp", versions);
-    cr_expect_neq(access(path, F_OK), 0, "a partial temporary file remains");
-    snprintf(path, sizeof(path), "%s/v0000000002.model", versions);
-    cr_expect_neq(access(path, F_OK), 0, "a partial version 2 was taken as a model");
+    /* No partial version: the run's directory, with its temporary and the
+     * versions, is gone; only the filler remains. */
+    char path[1200], first[1200];
+    cr_expect(!run_directory(versions, first, sizeof(first)), "%s remains", first);
+    snprintf(path, sizeof(path), "%s/filler", versions);
+    cr_expect_eq(access(path, F_OK), 0);
     snprintf(path, sizeof(path), "%s/summary.json", outcome.dir);
     char *summary = test_read_file(path);
     cr_assert_not_null(summary);
@@ -988,4 +1006,124 @@ Test(updates, quickstart_simulate_and_emulate_publish_alike_and_report_loss, .ti
     cr_assert_eq(versions[0], 4, "20 steps, a version every 5");
     cr_assert_leq(llabs(versions[0] - versions[1]), 1, "simulate %lld versions, emulate %lld",
                   (long long)versions[0], (long long)versions[1]);
+}
+
+/* Reliability (#22.2): the file transport pointed at a directory of the
+ * user's. Loose name patterns deleted `end`, `v1.modern.txt` and
+ * `v12.models_backup`; now kvio writes only into a directory of its own
+ * there (kvio-<run id>) and removes only that, so every file of the user's
+ * survives, even one named like a version. */
+Test(updates, the_file_transport_never_deletes_files_it_did_not_write, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char user_dir[1100], dir_override[1200];
+    snprintf(user_dir, sizeof(user_dir), "%s/mine", dir);
+    cr_assert_eq(mkdir(user_dir, 0755), 0);
+    const char *names[] = {"end", "v1.modern.txt", "v12.models_backup", "v0000000001.model",
+                           ".v0000000002.tmp", ".end.tmp", "notes.txt"};
+    size_t num_names = sizeof(names) / sizeof(names[0]);
+    for (size_t i = 0; i < num_names; i++)
+        free(test_write_file(user_dir, names[i], "the user's\n"));
+    snprintf(dir_override, sizeof(dir_override), "train.transport.file.dir=%s", user_dir);
+    const char *overrides[] = {"train.transport.kind=file", dir_override};
+    outcome_t outcome = run_workload(dir, overrides, 2);
+    cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
+    json_t *summary = NULL;
+    json_t *updates = model_updates(outcome.dir, &summary);
+    cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 5);
+    cr_assert_gt(json_integer_value(json_object_get(updates, "updates_activated")), 0);
+    cr_assert(test_contains(json_string_value(json_object_get(updates, "transport_info")),
+                            "/mine/kvio-"), "the run's own directory");
+    json_decref(summary);
+    for (size_t i = 0; i < num_names; i++) {
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/%s", user_dir, names[i]);
+        char *text = test_read_file(path);
+        cr_assert(text != NULL && strcmp(text, "the user's\n") == 0, "%s was deleted", path);
+        free(text);
+    }
+    /* And the run's own directory is gone: the directory holds the user's
+     * files only. */
+    DIR *listing = opendir(user_dir);
+    cr_assert_not_null(listing);
+    size_t entries = 0;
+    for (struct dirent *entry; (entry = readdir(listing)) != NULL;)
+        entries += strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0;
+    closedir(listing);
+    cr_assert_eq(entries, num_names, "kvio left something behind");
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Starts the kvio binary on base_workload in dir with sets (its own stdout
+ * and stderr in dir); its pid. */
+static pid_t start_binary(const char *dir, const char *const *sets, size_t num_sets)
+{
+    char *workload = test_write_file(dir, "workload.yaml", base_workload);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    const char *argv[32] = {test_kvio_binary(), "run", workload, "-o", out};
+    size_t argc = 5;
+    for (size_t i = 0; i < num_sets && argc + 2 < 31; i++) {
+        argv[argc++] = "--set";
+        argv[argc++] = sets[i];
+    }
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        (void)!freopen("/dev/null", "w", stdout);
+        (void)!freopen("/dev/null", "w", stderr);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    free(workload);
+    return pid;
+}
+
+/* Reliability (#22.6): two runs at once on one update directory, and on
+ * one Redis with the default key prefix. Without a run id in the shared
+ * names they took each other's versions (one activated 2 of 16, or failed a
+ * checksum as a lost trainer); now each gets all of its own. */
+Test(updates, concurrent_runs_share_no_names, .timeout = 180)
+{
+    const char *redis_url = getenv("KVIO_TEST_REDIS_URL");
+    for (int redis = 0; redis < 2; redis++) {
+        if (redis && !test_require("redis", redis_url != NULL, "no KVIO_TEST_REDIS_URL"))
+            return;
+        char *shared = test_tmpdir();
+        char *dirs[2] = {test_tmpdir(), test_tmpdir()};
+        char dir_set[1200], url_set[600];
+        snprintf(dir_set, sizeof(dir_set), "train.transport.file.dir=%s", shared);
+        snprintf(url_set, sizeof(url_set), "train.transport.redis.url=%s",
+                 redis_url != NULL ? redis_url : "");
+        const char *sets[] = {redis ? "train.transport.kind=redis" : "train.transport.kind=file",
+                              redis ? url_set : dir_set, "train.steps=40",
+                              "train.step_time={dist: constant, value: 5ms}",
+                              "train.transport.file.discovery=notify", "ranks.timeout=20s"};
+        pid_t pids[2];
+        for (int r = 0; r < 2; r++)
+            pids[r] = start_binary(dirs[r], sets, sizeof(sets) / sizeof(sets[0]));
+        for (int r = 0; r < 2; r++) {
+            int status = 0;
+            waitpid(pids[r], &status, 0);
+            cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s run %d: status %d",
+                      redis ? "redis" : "file", r, status);
+            char out[1100];
+            snprintf(out, sizeof(out), "%s/out", dirs[r]);
+            json_t *summary = NULL;
+            json_t *updates = model_updates(out, &summary);
+            cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 20);
+            cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+            cr_assert_eq(json_integer_value(json_object_get(updates, "updates_received")) +
+                             json_integer_value(json_object_get(updates, "versions_skipped")),
+                         40, "%s run %d: 20 versions to 2 ranks, received or skipped",
+                         redis ? "redis" : "file", r);
+            json_decref(summary);
+            test_rmtree(dirs[r]);
+            free(dirs[r]);
+        }
+        test_rmtree(shared);
+        free(shared);
+    }
 }

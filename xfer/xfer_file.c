@@ -85,7 +85,24 @@ static kvio_status_t file_preflight(const kvio_xfer_config_t *config, uint64_t b
     return KVIO_OK;
 }
 
-/* Removes our files (versions, temporaries, end marker) left by earlier runs. */
+/* True when name is exactly one of the names this transport writes:
+ * v<10 digits>.model, .v<10 digits>.tmp, end, .end.tmp. */
+static bool own_file(const char *name)
+{
+    if (strcmp(name, "end") == 0 || strcmp(name, ".end.tmp") == 0)
+        return true;
+    bool temporary = name[0] == '.';
+    const char *digits = name + (temporary ? 2 : 1);
+    if (name[temporary ? 1 : 0] != 'v')
+        return false;
+    for (int i = 0; i < 10; i++)
+        if (digits[i] < '0' || digits[i] > '9')
+            return false;
+    return strcmp(digits + 10, temporary ? ".tmp" : ".model") == 0;
+}
+
+/* Removes what this transport wrote into dir (a run's own directory), then
+ * dir itself if that leaves it empty; nothing else is touched. */
 static void clean_directory(const char *dir)
 {
     DIR *listing = opendir(dir);
@@ -94,16 +111,13 @@ static void clean_directory(const char *dir)
     struct dirent *entry;
     char path[4096];
     while ((entry = readdir(listing)) != NULL) {
-        unsigned long long version;
-        char tail[16];
-        if (sscanf(entry->d_name, "v%10llu.mode%1s", &version, tail) == 2 ||
-            sscanf(entry->d_name, ".v%10llu.tm%1s", &version, tail) == 2 ||
-            strcmp(entry->d_name, "end") == 0 || strcmp(entry->d_name, ".end.tmp") == 0) {
+        if (own_file(entry->d_name)) {
             snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
             unlink(path);
         }
     }
     closedir(listing);
+    rmdir(dir);
 }
 
 static kvio_status_t file_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
@@ -115,8 +129,14 @@ static kvio_status_t file_init(kvio_xfer_t *xfer, char *error_p, size_t error_le
     kvio_status_t status = KVIO_ERR_NOMEM;
     if ((priv->header = kvio_xfer_aligned_alloc(HEADER_BYTES)) == NULL)
         goto fail;
+    /* Every rank may be first: the run's own directory may not exist yet. */
+    if (mkdir(config->dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(error_p, error_len, "%s: cannot create the update directory: %s", config->dir,
+                 strerror(errno));
+        status = kvio_status_from_errno(errno);
+        goto fail;
+    }
     if (xfer->role == KVIO_XFER_SENDER) {
-        clean_directory(config->dir);
         if ((xfer->send_buffer = kvio_xfer_aligned_alloc(xfer->bytes)) == NULL)
             goto fail;
     } else if (xfer->role == KVIO_XFER_RECEIVER) {
@@ -139,8 +159,6 @@ static kvio_status_t file_init(kvio_xfer_t *xfer, char *error_p, size_t error_le
     snprintf(xfer->info, sizeof(xfer->info), "file: %s (fsync %s, O_DIRECT %s, %s)",
              config->dir, config->fsync ? "on" : "off", config->direct ? "on" : "off",
              config->discovery == KVIO_XFER_DISCOVER_POLL ? "polling" : "inotify");
-    /* The sender has cleaned the directory before any receiver looks:
-     * kvio_xfer_create's barrier follows every rank's init. */
     return KVIO_OK;
 fail:
     if (status == KVIO_ERR_NOMEM)
@@ -159,6 +177,10 @@ fail:
 static void file_fini(kvio_xfer_t *xfer)
 {
     file_priv_t *priv = xfer->priv;
+    /* Torn down after every rank is done with the files (kvio_xfer_detach,
+     * a barrier, then destroy): the sender removes what it wrote. */
+    if (xfer->role == KVIO_XFER_SENDER)
+        clean_directory(xfer->config->file.dir);
     if (priv->read_fd >= 0)
         close(priv->read_fd);
     if (priv->inotify_fd >= 0)
@@ -324,10 +346,9 @@ static kvio_status_t file_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
     bool end_present = false;
     struct dirent *entry;
     while ((entry = readdir(listing)) != NULL) {
-        unsigned long long version;
-        char tail[16];
-        if (sscanf(entry->d_name, "v%10llu.mode%1s", &version, tail) == 2 &&
-            strcmp(tail, "l") == 0 && version > newest)
+        unsigned long long version = 0;
+        if (entry->d_name[0] == 'v' && own_file(entry->d_name) &&
+            (version = strtoull(entry->d_name + 1, NULL, 10)) > newest)
             newest = version;
         else if (strcmp(entry->d_name, "end") == 0)
             end_present = true;

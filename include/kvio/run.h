@@ -85,7 +85,9 @@ typedef struct kvio_run_result {
 } kvio_run_result_t;
 
 /* Runs the workload and writes its results directory. Returns KVIO_OK when
- * the run completed; on error the message is in error_p. */
+ * the run completed; on error the message is in error_p. SIGPIPE, when at
+ * its default, is ignored from then on (a peer's closed socket is an error
+ * the run reports). */
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
                        kvio_run_result_t *result_p, char *error_p, size_t error_len);
 
