@@ -90,6 +90,7 @@ static bool parse_capacities(const char *text, options_t *options)
          item = strtok_r(NULL, ",", &save)) {
         uint64_t value;
         if (options->num_capacities == MAX_LIST) {
+            kvio_error("cachesim: --capacity takes at most %d values", MAX_LIST);
             ok = false;
         } else if (strcmp(item, "unlimited") == 0) {
             options->capacities[options->num_capacities++] = KVIO_CACHESIM_UNLIMITED;
@@ -102,6 +103,9 @@ static bool parse_capacities(const char *text, options_t *options)
         }
     }
     free(copy);
+    if (ok && options->num_capacities == 0)
+        kvio_error("cachesim: --capacity '%s' holds no capacity (a comma-separated list of "
+                   "block counts or 'unlimited')", text);
     return ok && options->num_capacities > 0;
 }
 

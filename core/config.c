@@ -153,7 +153,12 @@ typedef struct yaml_reader {
     size_t length;
     char *error;
     size_t error_len;
+    unsigned depth; /* collections open around the node being read */
 } yaml_reader_t;
+
+/* Deeper nesting is refused: no workload needs it, and the reader (and
+ * freeing the tree) recurse once per level. */
+#define CONFIG_MAX_DEPTH 64
 
 static kvio_status_t reader_fail(yaml_reader_t *reader)
 {
@@ -256,11 +261,20 @@ static kvio_status_t read_node(yaml_reader_t *reader, yaml_event_t *event, node_
     case YAML_MAPPING_START_EVENT:
     case YAML_SEQUENCE_START_EVENT: {
         bool mapping = event->type == YAML_MAPPING_START_EVENT;
+        if (reader->depth >= CONFIG_MAX_DEPTH) {
+            yaml_event_delete(event);
+            snprintf(reader->error, reader->error_len,
+                     "%s:%u:%u: nested more than %d levels deep", reader->origin, line, column,
+                     CONFIG_MAX_DEPTH);
+            return KVIO_ERR_CONFIG;
+        }
         node = node_new(mapping ? NODE_MAPPING : NODE_SEQUENCE, reader->origin, line, column);
         if (node != NULL) {
             yaml_event_delete(event);
+            reader->depth++;
             status = read_collection(reader, node,
                                      mapping ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT);
+            reader->depth--;
             if (status != KVIO_OK) {
                 node_free(node);
                 return status;
@@ -1106,6 +1120,20 @@ static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *optio
     case KVIO_OPT_STRING: {
         if ((status = expect_scalar(context, node, path, option)) != KVIO_OK)
             return status;
+        if (option->flags & KVIO_OPT_NAME) {
+            size_t length = strlen(node->text);
+            bool plain = length > 0 && length <= 128 && node->text[0] != '.';
+            for (size_t i = 0; plain && i < length; i++) {
+                char c = node->text[i];
+                plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+            }
+            if (!plain)
+                return node_error(context, node, path,
+                                  "'%.64s' is not a plain name (1-128 letters, digits, '.', "
+                                  "'_' or '-', not starting with '.'): it names the results "
+                                  "directory", node->text);
+        }
         char *copy = strdup(node->text);
         if (copy == NULL)
             return KVIO_ERR_NOMEM;
@@ -1316,6 +1344,28 @@ static json_t *dist_json(const kvio_dist_t *dist, kvio_unit_t unit)
     return object;
 }
 
+/* A string as the configuration dump shows it: a URL's password
+ * (scheme://[user]:password@host, or scheme://password@host as kvio's Redis
+ * URLs read it) becomes ***, so results and --dump never carry it. */
+static json_t *redacted_string(const char *string)
+{
+    const char *scheme = strstr(string, "://");
+    const char *host_start = scheme != NULL ? scheme + 3 : NULL;
+    const char *at = host_start != NULL ? strchr(host_start, '@') : NULL;
+    const char *slash = host_start != NULL ? strchr(host_start, '/') : NULL;
+    if (at == NULL || (slash != NULL && slash < at))
+        return json_string(string);
+    const char *colon = memchr(host_start, ':', (size_t)(at - host_start));
+    const char *secret = colon != NULL ? colon + 1 : host_start;
+    char *text = malloc(strlen(string) + 4);
+    if (text == NULL)
+        return NULL;
+    sprintf(text, "%.*s***%s", (int)(secret - string), string, at);
+    json_t *value = json_string(text);
+    free(text);
+    return value;
+}
+
 json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config)
 {
     json_t *object = json_object();
@@ -1337,7 +1387,7 @@ json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config)
             break;
         case KVIO_OPT_STRING: {
             const char *string = *(char *const *)field;
-            value = string != NULL ? json_string(string) : json_null();
+            value = string != NULL ? redacted_string(string) : json_null();
             break;
         }
         case KVIO_OPT_ENUM:

@@ -94,6 +94,20 @@ static kvio_status_t make_dir(const char *path, bool force, char *error_p, size_
                      path);
             return KVIO_ERR_EXISTS;
         }
+        /* Reused: the files an earlier run wrote go, so none of them is
+         * taken for this run's (a stale updates.csv); nothing else is
+         * touched. */
+        static const char *const earlier[] = {"summary.json", "summary.json.tmp",
+                                              "requests.csv", "iterations.csv", "updates.csv"};
+        for (size_t i = 0; i < sizeof(earlier) / sizeof(earlier[0]); i++) {
+            char file[4200];
+            snprintf(file, sizeof(file), "%s/%s", path, earlier[i]);
+            if (unlink(file) != 0 && errno != ENOENT) {
+                snprintf(error_p, error_len, "%s: cannot remove the earlier run's file: %s",
+                         file, strerror(errno));
+                return KVIO_ERR_IO;
+            }
+        }
         return KVIO_OK;
     }
     snprintf(error_p, error_len, "%s: cannot create results directory: %s", path, strerror(err));

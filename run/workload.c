@@ -36,7 +36,8 @@ static const kvio_opt_t ranks_options[] = {
 
 const kvio_opt_t kvio_workload_options[] = {
     {.key = "name", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_workload_t, name),
-     .default_value = "kvio", .help = "run name; used in the results directory name"},
+     .default_value = "kvio", .flags = KVIO_OPT_NAME,
+     .help = "run name; used in the results directory name (letters, digits, . _ -)"},
     {.key = "seed", .type = KVIO_OPT_INT, .offset = offsetof(kvio_workload_t, seed),
      .default_value = "1", .flags = KVIO_OPT_HAS_MIN, .min = 0,
      .help = "seed for every random stream; same seed, same run"},

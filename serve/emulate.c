@@ -296,8 +296,12 @@ static void *rank_main(void *argument)
         kvio_engine_iteration_t iteration;
         status = kvio_engine_schedule(state->engine, start, &iteration);
         if (status != KVIO_OK) {
-            snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
-                     kvio_strerror(status));
+            if (kvio_engine_error(state->engine)[0] != '\0')
+                snprintf(state->error, sizeof(state->error), "%s",
+                         kvio_engine_error(state->engine));
+            else
+                snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
+                         kvio_strerror(status));
             break;
         }
         int64_t scheduled_cpu = thread_cpu_ns();
@@ -1272,8 +1276,10 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
     int64_t before_ns = thread_cpu_ns();
     status = kvio_engine_schedule(rank->setup.engine, t, &iteration);
     rank->timing.overhead_ns += thread_cpu_ns() - before_ns;
-    if (status != KVIO_OK)
+    if (status != KVIO_OK) {
+        snprintf(rank->error, sizeof(rank->error), "%s", kvio_engine_error(rank->setup.engine));
         return status;
+    }
     if (iteration.duration_ns <= 0 && rank->lending) {
         /* The pool is lent to an update: nothing fits until it is back. */
         *end_ns_p = -1;

@@ -17,6 +17,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+/* The longest iteration a run's nanosecond clock takes (10^15 ns, ~11.6
+ * days): a run of many of them stays far below INT64_MAX. */
+#define ITERATION_MAX_NS 1e15
+
 static const char *const preemption_names[] = {"recompute", "swap", NULL};
 static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
 
@@ -163,6 +167,7 @@ struct kvio_engine {
     int in_flight;              /* kvio_in_flight_t */
     uint64_t active_version;    /* the model version the engine runs */
     bool admission_paused;      /* in_flight: wait: draining for an update */
+    char error[512];            /* why the last schedule failed (a bad cost model) */
     kvio_kvreq_t *reservation;  /* update.colocated: blocks lent to an incoming update */
     uint32_t reserved_blocks;
 };
@@ -1299,9 +1304,21 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
                          : (double)engine->current.swap_real_ns;
     engine->metrics.swap_modelled_ns += (int64_t)swap_model_ns;
     bool did_work = engine->num_scratch > 0 || engine->current.swap_bytes > 0;
-    engine->current.duration_ns =
-        did_work ? (int64_t)(cost.time_s * 1e9 + swap_ns + (double)engine->current.tier_ns + 0.5)
-                 : 0;
+    double duration_ns = cost.time_s * 1e9 + swap_ns + (double)engine->current.tier_ns;
+    /* An iteration the clock cannot hold (over ~11 days: it would overflow
+     * a run's nanoseconds) or that takes no time is the cost model's doing,
+     * never a cache too small: say so. */
+    if (did_work && !(duration_ns >= 1 && duration_ns < ITERATION_MAX_NS)) {
+        snprintf(engine->error, sizeof(engine->error),
+                 "serve rank %u: the cost model gives an iteration of %u requests (%llu prefill "
+                 "tokens, %llu decodes) %.6g s; it must take more than 0 and less than %.0f s "
+                 "(check cost.* and gpu.*)", engine->rank, (unsigned)engine->num_scratch,
+                 (unsigned long long)engine->current.batch.prefill_tokens,
+                 (unsigned long long)engine->current.batch.decode_seqs,
+                 duration_ns / 1e9, ITERATION_MAX_NS / 1e9);
+        return KVIO_ERR_CONFIG;
+    }
+    engine->current.duration_ns = did_work ? (int64_t)(duration_ns + 0.5) : 0;
     if (engine->hook_status != KVIO_OK)
         return engine->hook_status;
     engine->current.num_scheduled = (uint32_t)engine->num_scratch;
@@ -1368,6 +1385,11 @@ kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks)
         return status;
     engine->reserved_blocks = blocks;
     return KVIO_OK;
+}
+
+const char *kvio_engine_error(const kvio_engine_t *engine)
+{
+    return engine->error;
 }
 
 bool kvio_engine_drain(kvio_engine_t *engine)

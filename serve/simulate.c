@@ -645,8 +645,11 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
     kvio_engine_iteration_t iteration;
     kvio_status_t status = kvio_engine_schedule(engine, now_ns, &iteration);
     if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "serve rank %d: %s", sim->run->first_serve_rank + (int)rank,
-                 kvio_strerror(status));
+        if (kvio_engine_error(engine)[0] != '\0')
+            snprintf(error_p, error_len, "%s", kvio_engine_error(engine));
+        else
+            snprintf(error_p, error_len, "serve rank %d: %s",
+                     sim->run->first_serve_rank + (int)rank, kvio_strerror(status));
         return status;
     }
     if (iteration.duration_ns <= 0 && lent_until > now_ns) {

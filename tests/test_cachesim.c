@@ -350,3 +350,30 @@ Test(cachesim, s3fifo_loses_to_lru_when_blocks_are_reused_once_at_long_distance,
     cr_assert_lt(s3fifo, 0.05, "s3fifo %.4f", s3fifo);
     kvio_cachesim_destroy(sim);
 }
+
+/* Reliability (#22.13): cachesim exited 2 without a word for --capacity ,,,
+ * or more than 64 capacities, and read /dev/zero until memory ran out (~250
+ * MB/s). Each is refused now, saying why. */
+Test(cachesim, bad_capacities_and_endless_input_are_refused_saying_why, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    const char *trace = KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl";
+    test_run_t run = test_kvio(dir, "cachesim", trace, "--capacity", ",,,", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "--capacity ',,,' holds no capacity"), "%s", run.err);
+    test_run_free(&run);
+    char many[400] = "1";
+    for (int i = 1; i < 70; i++)
+        strcat(many, ",1");
+    run = test_kvio(dir, "cachesim", trace, "--capacity", many, NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "--capacity takes at most 64 values"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "cachesim", "/dev/zero", "--format", "mooncake", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "/dev/zero: more than 1073741824 bytes from a stream"), "%s",
+              run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}

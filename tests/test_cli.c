@@ -372,3 +372,67 @@ Test(cli, a_closed_pipe_or_socket_does_not_kill_kvio, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* Reliability (#22.5): a Redis password in a URL was written in plaintext
+ * to summary.json (mode 0644) and by validate --dump; both show *** now. */
+Test(cli, redis_passwords_never_reach_the_results_or_the_dump, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    const char *tier = "serve.kvcache.tiers=[{kind: redis, url: "
+                       "\"redis://:s3cret@127.0.0.1:6379/0\", size: 1GiB}]";
+    const char *transport = "train.transport.redis.url=redis://admin:hunter2@127.0.0.1:1";
+    test_run_t run = test_kvio(dir, "validate", "chat", "--set", tier, "--set", transport,
+                               "--dump", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(!test_contains(run.out, "s3cret") && !test_contains(run.out, "hunter2"), "%s",
+              run.out);
+    cr_assert(test_contains(run.out, "redis://:***@127.0.0.1:6379/0"), "%s", run.out);
+    cr_assert(test_contains(run.out, "redis://admin:***@127.0.0.1:1"), "%s", run.out);
+    test_run_free(&run);
+    /* A simulate run models the tier: no connection, the same config. */
+    run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "--set", tier, "--set",
+                    transport, "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary);
+    cr_assert(!test_contains(summary, "s3cret") && !test_contains(summary, "hunter2"));
+    cr_assert(test_contains(summary, "redis://:***@127.0.0.1:6379/0"));
+    free(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Reliability (#22.8, #22.11): --force reused a directory with the earlier
+ * run's files in it (a stale updates.csv that kvio report then drew); and
+ * name=../../escape wrote outside results/. Now the earlier run's files go
+ * (nothing else of the directory's), and such a name is refused with its
+ * key before anything is created. */
+Test(cli, force_drops_the_earlier_runs_files_and_names_stay_inside, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "mode=simulate", "--set",
+                               "duration=5s", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/updates.csv", dir);
+    cr_assert_eq(access(path, F_OK), 0, "the first run wrote no updates.csv");
+    free(test_write_file(dir, "out/notes.txt", "mine\n"));
+    run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "-o", "out", "--force", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    cr_assert_neq(access(path, F_OK), 0, "the earlier run's updates.csv is still there");
+    snprintf(path, sizeof(path), "%s/out/notes.txt", dir);
+    cr_assert_eq(access(path, F_OK), 0, "a file kvio did not write was removed");
+    run = test_kvio(dir, "run", "chat", "--set", "name=../../escape", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "name: '../../escape' is not a plain name"), "%s", run.err);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/results", dir);
+    cr_assert_neq(access(path, F_OK), 0, "a results directory was created");
+    test_rmtree(dir);
+    free(dir);
+}

@@ -362,3 +362,34 @@ Test(config, workload_loads_preset_and_file_with_overrides, .timeout = 10)
                                     sizeof(error)), KVIO_ERR_NOT_FOUND);
     cr_assert(strstr(error, "/nonexistent/w.yaml: no such file") != NULL, "%s", error);
 }
+
+/* Reliability (#22.7): 40,000 levels of nesting in a file (80 KB) or 65,000
+ * in a --set value overflowed the stack (SIGSEGV); nesting is bounded and
+ * refused with the position. */
+Test(config, deep_nesting_is_refused_not_a_crash, .timeout = 30)
+{
+    size_t levels = 40000;
+    char *text = malloc(8 * levels + 64);
+    cr_assert_not_null(text);
+    size_t at = (size_t)sprintf(text, "seed: ");
+    for (size_t i = 0; i < levels; i++)
+        at += (size_t)sprintf(text + at, "{a: ");
+    at += (size_t)sprintf(text + at, "1");
+    for (size_t i = 0; i < levels; i++)
+        text[at++] = '}';
+    text[at++] = '\n';
+    text[at] = '\0';
+    kvio_workload_t workload;
+    char error[1024];
+    cr_assert_eq(kvio_workload_parse(text, "deep.yaml", NULL, 0, &workload, error,
+                                     sizeof(error)), KVIO_ERR_CONFIG);
+    cr_assert(strstr(error, "deep.yaml:1:") != NULL &&
+                  strstr(error, "nested more than 64 levels deep") != NULL, "%s", error);
+    memset(text, '[', 65000);
+    memcpy(text, "seed=", 5);
+    text[65000] = '\0';
+    const char *overrides[] = {text};
+    cr_assert_eq(kvio_workload_load("chat", overrides, 1, &workload, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    free(text);
+}

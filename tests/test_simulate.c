@@ -597,3 +597,34 @@ Test(simulate, compare_shows_what_each_cache_mode_costs_after_an_update, .timeou
     test_rmtree(dir);
     free(dir);
 }
+
+/* Reliability (#22.9): a cost model whose iterations overflow the clock
+ * (linear c0 = 1e12 ms) ended "complete" with 0 of 17 requests done (signed
+ * overflow); one giving no time (negative c0) or a GPU of 1 FLOP/s read as
+ * "needs more KV blocks". Each names the cost model now. */
+Test(simulate, cost_models_out_of_range_are_named_not_overflowed)
+{
+    const char *cases[][2] = {{"cost.kind=linear", "cost.c0=1e12"},
+                              {"cost.kind=linear", "cost.c0=-5"},
+                              {"gpu.flops=1", "gpu.flops=1"}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char *dir = test_tmpdir();
+        char *file = test_write_file(dir, "w.yaml", shared_prefix);
+        kvio_workload_t workload;
+        char error[1024];
+        cr_assert_eq(kvio_workload_load(file, cases[c], 2, &workload, error, sizeof(error)),
+                     KVIO_OK, "%s", error);
+        char out[1100];
+        snprintf(out, sizeof(out), "%s/out", dir);
+        kvio_run_options_t options = {.output_dir = out, .quiet = true};
+        kvio_run_result_t result;
+        cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)),
+                     KVIO_ERR_CONFIG, "case %zu", c);
+        cr_assert(test_contains(error, "the cost model gives an iteration") &&
+                      !test_contains(error, "KV blocks"), "case %zu: %s", c, error);
+        kvio_workload_free(&workload);
+        free(file);
+        test_rmtree(dir);
+        free(dir);
+    }
+}

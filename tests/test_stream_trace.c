@@ -958,3 +958,43 @@ Test(stream_trace, cli_exports_presets_and_reports_bad_traces, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* Reliability (#22.14): an Azure CSV saved with CRLF line endings was
+ * refused ("'10' is not an integer": the last field kept its \r). It reads
+ * as the same requests as the LF file. */
+Test(stream_trace, azure_csv_with_crlf_line_endings_reads_like_lf, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    char *text = test_read_file(FIXTURES "azure_small.csv");
+    cr_assert_not_null(text);
+    size_t length = strlen(text);
+    char *crlf = malloc(2 * length + 1);
+    size_t at = 0;
+    for (size_t i = 0; i < length; i++) {
+        if (text[i] == '\n')
+            crlf[at++] = '\r';
+        crlf[at++] = text[i];
+    }
+    crlf[at] = '\0';
+    char *path = test_write_file(dir, "azure_crlf.csv", crlf);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_request_t *lf[8], *cr[8];
+    kvio_stream_t *stream = open_trace(FIXTURES "azure_small.csv", KVIO_TRACE_AUTO, &options);
+    size_t count = read_all(stream, lf, 8);
+    kvio_stream_destroy(stream);
+    stream = open_trace(path, KVIO_TRACE_AUTO, &options);
+    cr_assert_eq(read_all(stream, cr, 8), count);
+    kvio_stream_destroy(stream);
+    for (size_t i = 0; i < count; i++) {
+        cr_assert_eq(cr[i]->arrival_ns, lf[i]->arrival_ns);
+        cr_assert_eq(cr[i]->input_tokens, lf[i]->input_tokens);
+        cr_assert_eq(cr[i]->output_tokens, lf[i]->output_tokens);
+    }
+    free_requests(lf, count);
+    free_requests(cr, count);
+    free(path);
+    free(crlf);
+    free(text);
+    test_rmtree(dir);
+    free(dir);
+}

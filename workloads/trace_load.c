@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "kvio/log.h"
+#include "kvio/sysinfo.h"
 
 /* Skipped bad lines logged one by one before only the count is. */
 #define MAX_SKIP_WARNINGS 5
@@ -180,10 +181,25 @@ static kvio_status_t read_file(const char *path, char **data_p, size_t *length_p
     }
     size_t capacity = 1 << 16, length = 0;
     struct stat info;
+    /* The whole trace is held: a file of at most half the memory available
+     * now, at most 1 GiB from a pipe or a device (/dev/zero never ends). */
+    uint64_t available = 0, limit = UINT64_MAX;
+    if (kvio_mem_available(&available, NULL, 0) == KVIO_OK)
+        limit = available / 2;
     /* Sized from a regular file (one read, no copies while growing); pipes
      * grow. One byte more, so that a full buffer means "maybe more". */
-    if (fstat(fileno(file), &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0)
+    bool regular = fstat(fileno(file), &info) == 0 && S_ISREG(info.st_mode);
+    if (regular && info.st_size > 0)
         capacity = (size_t)info.st_size + 1;
+    if (!regular && limit > (1ull << 30))
+        limit = 1ull << 30;
+    if (capacity > limit) {
+        snprintf(error_p, error_len, "%s: %llu bytes; a trace is held in memory, and at most "
+                 "%llu bytes (half the memory available) can be", path,
+                 (unsigned long long)capacity - 1, (unsigned long long)limit);
+        fclose(file);
+        return KVIO_ERR_NOMEM;
+    }
     char *data = malloc(capacity + 1);
     kvio_status_t status = KVIO_OK;
     while (data != NULL) {
@@ -191,6 +207,14 @@ static kvio_status_t read_file(const char *path, char **data_p, size_t *length_p
         length += got;
         if (length < capacity)
             break;
+        if (capacity * 2 > limit) {
+            snprintf(error_p, error_len, "%s: more than %llu bytes from a stream (the most "
+                     "kvio reads from one); save the trace to a file", path,
+                     (unsigned long long)capacity);
+            free(data);
+            fclose(file);
+            return KVIO_ERR_INVALID;
+        }
         char *bigger = realloc(data, capacity * 2 + 1);
         if (bigger == NULL) {
             free(data);

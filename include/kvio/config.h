@@ -39,6 +39,8 @@ typedef enum {
 
 #define KVIO_OPT_HAS_MIN 1u
 #define KVIO_OPT_HAS_MAX 2u
+#define KVIO_OPT_NAME 4u /* STRING: a plain name (letters, digits, . _ -; no leading .),
+                            safe in a path */
 
 typedef struct kvio_opt {
     const char *key;
@@ -94,7 +96,8 @@ kvio_status_t kvio_config_bind(const kvio_opt_t *options, const kvio_config_doc_
 void kvio_config_free(const kvio_opt_t *options, void *config);
 
 /* The effective configuration as JSON (sizes and durations as strings with
- * units, so the dump can be read back). The caller owns the reference. */
+ * units, so the dump can be read back). A URL's password shows as ***
+ * (summary.json and --dump never carry it). The caller owns the reference. */
 json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config);
 
 /* Prints every key with its type, default, bounds and help. */

@@ -190,6 +190,10 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version);
  * admits again. */
 bool kvio_engine_drain(kvio_engine_t *engine);
 
+/* Why the last kvio_engine_schedule failed with KVIO_ERR_CONFIG (the cost
+ * model's iteration time out of range), naming the rank; "" otherwise. */
+const char *kvio_engine_error(const kvio_engine_t *engine);
+
 /* update.colocated, at an iteration boundary: lends blocks of the KV pool to
  * an incoming update (at most all of them; cached free blocks are evicted
  * and running requests preempted, the latest first, until they are free),
