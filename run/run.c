@@ -223,6 +223,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     bool serving = !emulate || !updates;
     bool coupled = kvio_updates_coupled(workload);
     kvio_status_t status = KVIO_OK;
+    uint64_t pool_bytes = 0; /* host memory of the coupled run's KV pools */
+    char incomplete[512] = ""; /* why a run that ended is not complete */
 
     /* Everything that can be refused is checked before the directory exists. */
     kvio_model_t model = workload->model;
@@ -247,7 +249,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             kvio_serve_run_t check = {.serve = &workload->serve, .model = &model, .gpu = &gpu,
                                       .cost = &workload->cost, .device = &workload->device,
                                       .num_ranks = (uint32_t)workload->ranks.serve};
-            status = kvio_serve_emulate_preflight(&check, error_p, error_len);
+            status = kvio_serve_emulate_preflight(&check, coupled ? &pool_bytes : NULL, error_p,
+                                                  error_len);
         }
     }
     if (status == KVIO_OK && workload->ranks.client > 0 && updates && !coupled) {
@@ -257,7 +260,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         status = KVIO_ERR_CONFIG;
     }
     if (status == KVIO_OK && updates) {
-        status = kvio_updates_preflight(workload, error_p, error_len);
+        status = kvio_updates_preflight(workload, pool_bytes, error_p, error_len);
         if (status == KVIO_OK && workload->mode == KVIO_MODE_EMULATE) {
             kvio_rte_params_t params = {
                 .kind = workload->ranks.runtime,
@@ -350,9 +353,25 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                                   results,
                                   root ? metrics : NULL, root ? start : NULL, events, error_p,
                                   error_len);
-        /* Interrupted: the ranks stopped early and wrote what they had. */
+        /* Interrupted: the ranks stopped early and wrote what they had; so
+         * did the run when any one rank was stopped (a signal to it alone
+         * under mpirun), and the summary names it. */
         if (emulate && options->stop != NULL && *options->stop)
             complete = false;
+        const json_t *stopped = json_object_get(json_object_get(metrics, "model_updates"),
+                                                "interrupted_ranks");
+        bool stopped_here = options->stop != NULL && *options->stop;
+        if (status == KVIO_OK && root && !stopped_here && json_array_size(stopped) > 0) {
+            complete = false;
+            size_t at = (size_t)snprintf(incomplete, sizeof(incomplete), "interrupted: rank");
+            for (size_t i = 0; i < json_array_size(stopped) && at < sizeof(incomplete); i++)
+                at += (size_t)snprintf(incomplete + at, sizeof(incomplete) - at, " %lld",
+                                       (long long)json_integer_value(json_array_get(stopped, i)));
+            if (at < sizeof(incomplete))
+                snprintf(incomplete + at, sizeof(incomplete) - at,
+                         " stopped early (SIGINT or SIGTERM); what it measured until then is "
+                         "in the results");
+        }
         updates_note = workload->mode == KVIO_MODE_EMULATE
                            ? "trainer published, serve ranks received (updates.csv)"
                            : "simulated: latency + bytes / bandwidth (updates.csv)";
@@ -404,7 +423,9 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     char end_text[64];
     kvio_format_utc(end_ns, end_text, sizeof(end_text));
     json_t *summary = summary_head(workload, options, start_ns, status == KVIO_OK && complete,
-                                   status != KVIO_OK ? error_p : NULL);
+                                   status != KVIO_OK      ? error_p
+                                   : incomplete[0] != '\0' ? incomplete
+                                                           : NULL);
     json_object_set_new(summary, "end_time", json_string(end_text));
     json_object_set_new(summary, "wall_s", json_real((double)(end_ns - start_ns) / 1e9));
     if (json_object_get(start, "t0") == NULL && !emulate)
@@ -428,7 +449,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         print_table(workload, metrics, kvio_results_path(results), complete,
                     serving || coupled);
     if (status == KVIO_OK && !complete) {
-        snprintf(error_p, error_len, "run interrupted; %s/summary.json says complete: false",
+        snprintf(error_p, error_len, "%s; %s/summary.json says complete: false",
+                 incomplete[0] != '\0' ? incomplete : "run interrupted",
                  kvio_results_path(results));
         status = KVIO_ERR_INTERRUPTED;
     }

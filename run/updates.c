@@ -19,6 +19,7 @@
 #include "kvio/results.h"
 #include "kvio/rng.h"
 #include "kvio/stats.h"
+#include "kvio/sysinfo.h"
 
 #define TRAIN_RANK 0
 
@@ -36,6 +37,7 @@ typedef struct rank_report {
     int64_t clock_uncertainty_ns;
     int64_t clock_offset_ns;
     int64_t setup_ns; /* from the rank's start to its arrival at the start barrier */
+    int32_t interrupted; /* this rank was stopped early (SIGINT, SIGTERM) */
     char info[256];
     /* on_trainer_loss: serve. The trainer: when it was lost and why. A serve
      * rank: when it learnt so, and the version it kept serving. */
@@ -400,8 +402,8 @@ done:
     return status;
 }
 
-kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,
-                                     size_t error_len)
+kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t other_bytes,
+                                     char *error_p, size_t error_len)
 {
     const kvio_xfer_model_config_t *model = &workload->train.transport.model;
     if (workload->mode == KVIO_MODE_SIMULATE && model->from != NULL && model->from[0] != '\0'
@@ -412,10 +414,29 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *erro
     }
     if (workload->mode != KVIO_MODE_EMULATE)
         return KVIO_OK;
+    /* The weights in host memory: the trainer's buffer and two slots
+     * (active, incoming) per serve rank, all on this machine as the local
+     * runtime (or mpirun on one host) puts them, beside the KV pools. */
+    uint64_t bytes = kvio_train_weights_bytes(&workload->train), available = 0;
+    char unused[128];
+    if (workload->device.memory == KVIO_MEMORY_HOST &&
+        kvio_mem_available(&available, unused, sizeof(unused)) == KVIO_OK) {
+        uint64_t buffers = 1 + 2 * (uint64_t)workload->ranks.serve;
+        double weights = (double)bytes * (double)buffers;
+        if (weights + (double)other_bytes > (double)available * 0.8) {
+            snprintf(error_p, error_len,
+                     "emulate: the weights need %.2f GiB (train.bytes %.2f GiB x %llu buffers: "
+                     "the trainer's and 2 per serve rank) beside %.2f GiB of KV pools, but this "
+                     "machine has %.2f GiB available; set train.bytes (at most 80%% of it "
+                     "together)", weights / 1073741824.0, (double)bytes / 1073741824.0,
+                     (unsigned long long)buffers, (double)other_bytes / 1073741824.0,
+                     (double)available / 1073741824.0);
+            return KVIO_ERR_CONFIG;
+        }
+    }
     kvio_xfer_config_t transport = workload->train.transport;
     transport.device = workload->device;
-    return kvio_xfer_preflight(&transport, kvio_train_weights_bytes(&workload->train), error_p,
-                               error_len);
+    return kvio_xfer_preflight(&transport, bytes, error_p, error_len);
 }
 
 /* ---- metrics on rank 0 ---- */
@@ -1042,6 +1063,13 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     }
     if (status != KVIO_OK)
         goto fail;
+    /* Stopped early (a signal to this rank alone, under mpirun): the run
+     * as a whole is incomplete, whatever rank 0 saw. Written into the blob's
+     * report, which pack_report copied. */
+    {
+        rank_report_t *packed = blob;
+        packed->interrupted = context->stop != NULL && *context->stop;
+    }
     status = kvio_rte_gather_blobs(rte, blob, blob_length, &blobs, &lengths);
     if (status != KVIO_OK)
         goto fail;
@@ -1081,6 +1109,14 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
             lost = trainer_lost_error(&all, num_serve, error, sizeof(error));
             json_decref(lost_json);
         }
+        json_t *interrupted = json_array();
+        for (int i = 0; i < all.num_reports; i++)
+            if (all.reports[i].interrupted)
+                json_array_append_new(interrupted, json_integer(all.reports[i].rank));
+        if (context->metrics != NULL && json_array_size(interrupted) > 0)
+            json_object_set(json_object_get(context->metrics, "model_updates"),
+                            "interrupted_ranks", interrupted);
+        json_decref(interrupted);
         if (status != KVIO_OK)
             goto fail;
     }

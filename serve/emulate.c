@@ -677,8 +677,8 @@ static json_t *executor_json(const emulate_t *emulate)
     return object;
 }
 
-kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *error_p,
-                                           size_t error_len)
+kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t *host_bytes_p,
+                                           char *error_p, size_t error_len)
 {
     uint32_t blocks = 0;
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
@@ -728,6 +728,8 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
                      (double)swap / 1073741824.0, (double)available / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
+        if (host_bytes_p != NULL)
+            *host_bytes_p = swap * num_ranks;
         return KVIO_OK;
     }
     /* Refuse, with the numbers, pools this machine cannot hold. */
@@ -740,6 +742,8 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *er
                  (unsigned long long)block_bytes, (double)available / 1073741824.0);
         return KVIO_ERR_CONFIG;
     }
+    if (host_bytes_p != NULL)
+        *host_bytes_p = needed;
     return KVIO_OK;
 }
 
@@ -761,7 +765,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
                                                 error_p, error_len);
     if (status != KVIO_OK)
         goto out;
-    status = kvio_serve_emulate_preflight(run, error_p, error_len);
+    status = kvio_serve_emulate_preflight(run, NULL, error_p, error_len);
     if (status != KVIO_OK)
         goto out;
     status = kvio_cost_create(run->cost, run->model, run->gpu, &emulate->cost, error_p, error_len);

@@ -738,3 +738,31 @@ Test(faults, redis_gone_mid_write_is_an_error_not_a_sigpipe, .timeout = 240)
         free(dir);
     }
 }
+
+/* Reliability (#22.3): SIGTERM to one serve rank under mpirun: that rank
+ * stopped serving early (5 of 24 requests), yet the run said complete: true
+ * with no error. Now summary.json says complete: false, naming the rank. */
+Test(faults, mpirun_one_serve_rank_sigtermed_makes_the_run_incomplete, .timeout = 90)
+{
+#ifndef KVIO_HAVE_UCX
+    test_require("ucx", 0, "ucx transport not built");
+#endif
+    char *dir = test_tmpdir();
+    pid_t pid = start_mpirun(dir, "train.steps=1500"); /* 3 s planned */
+    if (test_require("mpi", pid > 0, "mpirun not found")) {
+        wait_under_way(dir);
+        cr_assert(signal_rank(pid, 2, SIGTERM), "no rank 2 to signal");
+        int status = wait_mpirun(pid, test_seconds(60));
+        cr_assert_neq(status, -1, "mpirun did not end");
+        cr_expect_neq(status, 0);
+        json_t *summary = load_summary(dir);
+        cr_assert_not_null(summary, "no summary.json");
+        cr_expect(json_is_false(json_object_get(summary, "complete")));
+        const char *error = json_string_value(json_object_get(summary, "error"));
+        cr_expect(test_contains(error, "interrupted: rank 2 stopped early"), "%s",
+                  error ? error : "(no error)");
+        json_decref(summary);
+    }
+    test_rmtree(dir);
+    free(dir);
+}

@@ -1127,3 +1127,32 @@ Test(updates, concurrent_runs_share_no_names, .timeout = 180)
         free(shared);
     }
 }
+
+/* Reliability (#22.10): weights were not in the memory preflight
+ * (train.bytes=16GB on a 24 GB machine grew to 23.7 GB and was OOM-killed,
+ * taking another process with it). The trainer's buffer and every serve
+ * rank's two slots are checked with the KV pools, before anything exists. */
+Test(updates, weights_beyond_memory_are_refused_before_the_run, .timeout = 30)
+{
+    FILE *meminfo = fopen("/proc/meminfo", "r");
+    cr_assert_not_null(meminfo);
+    char line[256];
+    unsigned long long kib = 0;
+    while (kib == 0 && fgets(line, sizeof(line), meminfo) != NULL)
+        sscanf(line, "MemAvailable: %llu kB", &kib);
+    fclose(meminfo);
+    cr_assert_gt(kib, 0);
+    char *dir = test_tmpdir();
+    char bytes[64];
+    /* 5 buffers (trainer + 2 x 2 serve ranks) of 30 % of what is free. */
+    snprintf(bytes, sizeof(bytes), "train.bytes=%lluKiB", kib * 3 / 10);
+    const char *overrides[] = {bytes};
+    outcome_t outcome = run_workload(dir, overrides, 1);
+    cr_assert_eq(outcome.status, KVIO_ERR_CONFIG, "%s", kvio_strerror(outcome.status));
+    cr_assert(test_contains(outcome.error, "emulate: the weights need") &&
+                  test_contains(outcome.error, "x 5 buffers") &&
+                  test_contains(outcome.error, "GiB available"), "%s", outcome.error);
+    cr_assert_neq(access(outcome.dir, F_OK), 0, "the results directory was created");
+    test_rmtree(dir);
+    free(dir);
+}

@@ -110,9 +110,10 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
                                       size_t error_len);
 
 /* Checks what can fail before any rank starts (Redis answers, directory
- * writable, transport built). */
-kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, char *error_p,
-                                     size_t error_len);
+ * writable, transport built, and, in emulate mode, that the weight buffers
+ * fit in memory beside other_bytes the run's KV pools take). */
+kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t other_bytes,
+                                     char *error_p, size_t error_len);
 
 /* After a run with model updates and serving (either mode), on rank 0:
  * what each activation did to the requests around it on its rank, window_ns

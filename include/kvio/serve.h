@@ -168,9 +168,11 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
                                  bool *complete_p, char *error_p, size_t error_len);
 
 /* Refuses, with the numbers, KV pools that this machine's memory cannot
- * hold (checked before any emulate run starts). */
-kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, char *error_p,
-                                           size_t error_len);
+ * hold (checked before any emulate run starts). *host_bytes_p (may be NULL)
+ * receives the host memory the serve ranks' pools and swap space take, for
+ * the checks of what else the run holds. */
+kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t *host_bytes_p,
+                                           char *error_p, size_t error_len);
 
 /* ---------- a serve rank inside the coupled run (emulate with trainers) ---------- */
 
