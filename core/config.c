@@ -1058,6 +1058,37 @@ static kvio_status_t bind_list(bind_context_t *context, const kvio_opt_t *option
     return KVIO_OK;
 }
 
+
+/* The index of text among option->values, or -1. */
+static int value_index(const kvio_opt_t *option, const char *text)
+{
+    for (int i = 0; option->values[i] != NULL; i++)
+        if (strcmp(option->values[i], text) == 0)
+            return i;
+    return -1;
+}
+
+/* node's value is not one of option->values: says which are, and the
+ * closest. */
+static kvio_status_t not_one_of(bind_context_t *context, const node_t *node, const char *path,
+                                const kvio_opt_t *option)
+{
+    size_t count = 0;
+    while (option->values[count] != NULL)
+        count++;
+    char allowed[256] = "";
+    for (size_t i = 0; i < count; i++) {
+        if (i > 0)
+            strncat(allowed, ", ", sizeof(allowed) - strlen(allowed) - 1);
+        strncat(allowed, option->values[i], sizeof(allowed) - strlen(allowed) - 1);
+    }
+    const char *close = closest_name(node->text, option->values, count, sizeof(char *));
+    if (close != NULL)
+        return node_error(context, node, path, "'%s' is not one of %s (did you mean '%s'?)",
+                          node->text, allowed, close);
+    return node_error(context, node, path, "'%s' is not one of %s", node->text, allowed);
+}
+
 static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *option,
                                 const node_t *node, void *config, const char *path)
 {
@@ -1120,6 +1151,9 @@ static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *optio
     case KVIO_OPT_STRING: {
         if ((status = expect_scalar(context, node, path, option)) != KVIO_OK)
             return status;
+        /* A string with values: one of them (kept as the string). */
+        if (option->values != NULL && value_index(option, node->text) < 0)
+            return not_one_of(context, node, path, option);
         if (option->flags & KVIO_OPT_NAME) {
             size_t length = strlen(node->text);
             bool plain = length > 0 && length <= 128 && node->text[0] != '.';
@@ -1144,24 +1178,11 @@ static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *optio
     case KVIO_OPT_ENUM: {
         if ((status = expect_scalar(context, node, path, option)) != KVIO_OK)
             return status;
-        size_t count = 0;
-        for (; option->values[count] != NULL; count++) {
-            if (strcmp(option->values[count], node->text) == 0) {
-                *(int *)field = (int)count;
-                return KVIO_OK;
-            }
-        }
-        char allowed[256] = "";
-        for (size_t i = 0; i < count; i++) {
-            if (i > 0)
-                strncat(allowed, ", ", sizeof(allowed) - strlen(allowed) - 1);
-            strncat(allowed, option->values[i], sizeof(allowed) - strlen(allowed) - 1);
-        }
-        const char *close = closest_name(node->text, option->values, count, sizeof(char *));
-        if (close != NULL)
-            return node_error(context, node, path, "'%s' is not one of %s (did you mean '%s'?)",
-                              node->text, allowed, close);
-        return node_error(context, node, path, "'%s' is not one of %s", node->text, allowed);
+        int index = value_index(option, node->text);
+        if (index < 0)
+            return not_one_of(context, node, path, option);
+        *(int *)field = index;
+        return KVIO_OK;
     }
     case KVIO_OPT_DIST:
         return bind_dist(context, option, node, (kvio_dist_t *)field, path);

@@ -418,6 +418,11 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t o
      * (active, incoming) per serve rank, all on this machine as the local
      * runtime (or mpirun on one host) puts them, beside the KV pools. */
     uint64_t bytes = kvio_train_weights_bytes(&workload->train), available = 0;
+    kvio_xfer_config_t transport = workload->train.transport;
+    transport.device = workload->device;
+    kvio_status_t status = kvio_xfer_preflight(&transport, bytes, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     char unused[128];
     if (workload->device.memory == KVIO_MEMORY_HOST &&
         kvio_mem_available(&available, unused, sizeof(unused)) == KVIO_OK) {
@@ -434,9 +439,7 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t o
             return KVIO_ERR_CONFIG;
         }
     }
-    kvio_xfer_config_t transport = workload->train.transport;
-    transport.device = workload->device;
-    return kvio_xfer_preflight(&transport, bytes, error_p, error_len);
+    return KVIO_OK;
 }
 
 /* ---- metrics on rank 0 ---- */

@@ -11,6 +11,8 @@
 
 static const char *const mode_names[] = {"simulate", "emulate", NULL};
 
+static const char *const runtime_names[] = {"auto", "local", "mpi", NULL};
+
 static const kvio_opt_t ranks_options[] = {
     {.key = "train", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, train),
      .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
@@ -24,7 +26,7 @@ static const kvio_opt_t ranks_options[] = {
              "stream and routes requests from the state serve ranks publish; 0: each serve "
              "rank takes requests i mod serve of its own copy of the stream"},
     {.key = "runtime", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_ranks_config_t, runtime),
-     .default_value = "auto",
+     .default_value = "auto", .values = runtime_names,
      .help = "auto (mpi under mpirun, else local), local (threads) or mpi (processes)"},
     {.key = "timeout", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_ranks_config_t, timeout_ns), .default_value = "30s",

@@ -22,6 +22,10 @@
 #define ITERATION_MAX_NS 1e15
 
 static const char *const preemption_names[] = {"recompute", "swap", NULL};
+
+/* The eviction policies the kvcache registry has (test_engine checks the
+ * two lists agree): serve.kvcache.eviction is refused at load otherwise. */
+const char *const kvio_eviction_names[] = {"lru", "lfu", "fifo", "mru", "s3fifo", NULL};
 static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
@@ -75,6 +79,7 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
      .help = "append (classic vLLM) or prepend_unhashed (newer vLLM)"},
     {.key = "eviction", .type = KVIO_OPT_STRING,
      .offset = offsetof(kvio_kvcache_section_t, eviction), .default_value = "lru",
+     .values = kvio_eviction_names,
      .help = "eviction policy: lru, lfu, fifo, mru, s3fifo"},
     {.key = "verify_swaps", .type = KVIO_OPT_BOOL,
      .offset = offsetof(kvio_kvcache_section_t, verify_swaps), .default_value = "false",

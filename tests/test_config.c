@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kvio/engine.h"
+#include "kvio/kvcache.h"
 #include "kvio/run.h"
 
 typedef struct tier {
@@ -392,4 +394,33 @@ Test(config, deep_nesting_is_refused_not_a_crash, .timeout = 30)
     cr_assert_eq(kvio_workload_load("chat", overrides, 1, &workload, error, sizeof(error)),
                  KVIO_ERR_CONFIG);
     free(text);
+}
+
+/* Reliability (#22.16): validate said ok for eviction: clock (run refused
+ * it only after creating the results directory, without a position) and
+ * took ranks.runtime: foo. Both are refused at load with file:line:col; the
+ * eviction names are the kvcache registry's. */
+Test(config, unknown_eviction_and_runtime_are_refused_with_their_position, .timeout = 10)
+{
+    static const struct {
+        const char *text, *expected;
+    } cases[] = {
+        {"name: x\nserve:\n  kvcache:\n    eviction: clock\n",
+         "w.yaml:4:15: serve.kvcache.eviction: 'clock' is not one of lru, lfu, fifo, mru, s3fifo"},
+        {"name: x\nranks: {runtime: foo}\n",
+         "w.yaml:2:18: ranks.runtime: 'foo' is not one of auto, local, mpi"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        kvio_workload_t workload;
+        char error[512] = "";
+        cr_assert_eq(kvio_workload_parse(cases[c].text, "w.yaml", NULL, 0, &workload, error,
+                                         sizeof(error)), KVIO_ERR_CONFIG, "case %zu", c);
+        cr_assert(strstr(error, cases[c].expected) != NULL, "%s", error);
+    }
+    size_t count = 0;
+    while (kvio_eviction_names[count] != NULL)
+        count++;
+    cr_assert_eq(count, kvio_evict_num_policies());
+    for (size_t i = 0; i < count; i++)
+        cr_assert_str_eq(kvio_eviction_names[i], kvio_evict_policy_name(i));
 }

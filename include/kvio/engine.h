@@ -46,6 +46,8 @@ typedef struct kvio_kvcache_section {
 } kvio_kvcache_section_t;
 
 extern const kvio_opt_t kvio_engine_options[];
+/* The eviction policies serve.kvcache.eviction takes (NULL-terminated). */
+extern const char *const kvio_eviction_names[];
 extern const kvio_opt_t kvio_kvcache_section_options[];
 
 /* A request as the engine takes it. hashes cover the full blocks of the
