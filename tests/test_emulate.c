@@ -7,6 +7,13 @@
  * gives up on a client that is stuck, but not on a sparse stream; pools
  * larger than the machine are refused with the numbers. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/mount.h>
+#include <pthread.h>
+#include <fcntl.h>
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -877,6 +884,95 @@ Test(emulate, coupled_run_with_a_colocated_release_completes, .timeout = 120)
     cr_assert_not_null(json_object_get(json_object_get(metrics, "update_effects"),
                                        "colocated_preemptions"));
     json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Fills the file system of dir once a tier block file appears under it. */
+typedef struct tier_filler {
+    char dir[1100];
+    atomic_bool stop;
+    bool filled;
+} tier_filler_t;
+
+/* Whether dir/rank0 (the first serve rank's tier directory) holds a block. */
+static bool any_file_under(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/rank0", dir);
+    DIR *listing = opendir(path);
+    if (listing == NULL)
+        return false;
+    bool found = false;
+    for (struct dirent *entry; !found && (entry = readdir(listing)) != NULL;)
+        found = strstr(entry->d_name, ".kv") != NULL && entry->d_name[0] != '.';
+    closedir(listing);
+    return found;
+}
+
+static void *fill_after_first_block(void *arg)
+{
+    tier_filler_t *filler = arg;
+    while (!atomic_load(&filler->stop) && !any_file_under(filler->dir))
+        usleep(500);
+    if (atomic_load(&filler->stop))
+        return NULL;
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/filler", filler->dir);
+    int fd = open(path, O_WRONLY | O_CREAT, 0644);
+    static unsigned char chunk[4096];
+    while (fd >= 0 && write(fd, chunk, sizeof(chunk)) > 0)
+        ;
+    filler->filled = fd >= 0 && errno == ENOSPC;
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+/* Reliability (#22.4): a tier write that failed (Redis away for 5 s, a
+ * disk that filled) ended the whole run with no metrics, though tier
+ * errors are meant to count as misses. A file tier (write-through, every
+ * request new content) whose disk fills under it after its first block:
+ * the run completes and the tier counts the errors. */
+Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    tier_filler_t filler = {0};
+    snprintf(filler.dir, sizeof(filler.dir), "%s/tier", dir);
+    cr_assert_eq(mkdir(filler.dir, 0755), 0);
+    char reason[256];
+    if (!test_private_mount(filler.dir, "tmpfs", 0, "size=80m", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        test_require("mount", 0, reason);
+    }
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "name: tierfull\nseed: 3\nmode: emulate\nduration: 30s\n"
+             "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+             "serve:\n  engine: {max_num_seqs: 2}\n"
+             "  kvcache: {block_size: 16, blocks: 100, tiers: [{kind: file, path: %s, "
+             "size: 64MiB, write: through}]}\n"
+             "stream:\n  requests: 24\n  arrival: {process: constant, rate: 20}\n"
+             "  input_tokens: {dist: constant, value: 1100}\n"
+             "  output_tokens: {dist: constant, value: 4}\n",
+             filler.dir);
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, fill_after_first_block, &filler), 0);
+    char *run_dir, error[1024];
+    json_t *summary = run_workload(text, &run_dir, KVIO_OK, error, sizeof(error));
+    atomic_store(&filler.stop, true);
+    pthread_join(thread, NULL);
+    cr_assert(filler.filled, "the filler did not fill the tier's file system");
+    cr_assert(json_is_true(json_object_get(summary, "complete")));
+    cr_assert_eq(metric(summary, "completed"), 24);
+    const json_t *tier = json_array_get(json_object_get(json_object_get(summary, "metrics"),
+                                                        "tiers"), 0);
+    cr_assert_gt(json_integer_value(json_object_get(tier, "errors")), 0,
+                 "no tier write failed: nothing was tested");
+    json_decref(summary);
+    test_rmtree(run_dir);
+    free(run_dir);
+    umount(filler.dir);
     test_rmtree(dir);
     free(dir);
 }
