@@ -373,3 +373,17 @@ void test_csv_free(test_csv_t *csv)
     free(csv->text);
     memset(csv, 0, sizeof(*csv));
 }
+
+int test_fill_file_system(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/filler", dir);
+    int fd = open(path, O_WRONLY | O_CREAT, 0644);
+    static unsigned char chunk[4096];
+    while (fd >= 0 && write(fd, chunk, sizeof(chunk)) > 0)
+        ;
+    int filled = fd >= 0 && errno == ENOSPC;
+    if (fd >= 0)
+        close(fd);
+    return filled;
+}

@@ -86,6 +86,10 @@ size_t test_csv_column(const test_csv_t *csv, const char *name);
 double test_csv_number(const test_csv_t *csv, size_t row, const char *name);
 void test_csv_free(test_csv_t *csv);
 
+/* Fills the file system holding dir (a file dir/filler written until it is
+ * full); true when it ended full (ENOSPC). */
+int test_fill_file_system(const char *dir);
+
 /* Runs `redis-cli -p port ARGS` (best effort, output discarded). */
 void test_redis_cli(int port, const char *args);
 
