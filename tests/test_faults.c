@@ -421,12 +421,8 @@ static pid_t start_mpirun(const char *dir, const char *set)
         setpgid(0, 0);
         (void)!freopen("/dev/null", "w", stdout);
         (void)!freopen("/dev/null", "w", stderr);
-        /* mpirun SIGKILLs the ranks 1 s after its SIGTERM by default; a
-         * loaded machine may need longer to gather and write the results
-         * (README, Faults), which is what these tests look at. */
-        execlp("mpirun", "mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
-               "odls_base_sigkill_timeout", "10", "-np", "3", "bash", "-c", script,
-               (char *)NULL);
+        execlp("mpirun", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+               "bash", "-c", script, (char *)NULL);
         _exit(127);
     }
     return pid;
