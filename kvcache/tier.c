@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
@@ -83,6 +84,7 @@ static const kvio_tier_ops_t *const tier_registry[] = {
 /* A held block; entries double as the backend's slots. */
 typedef struct tier_entry {
     kvio_hash_t hash;
+    uint64_t checksum;   /* XXH3-64 of the block as put (emulate) */
     uint32_t prev, next; /* LRU list when held; next links the free list */
 } tier_entry_t;
 
@@ -457,10 +459,14 @@ kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *dat
         if (status != KVIO_OK)
             return tier_failed(tier, status, error);
     }
+    /* Every backend's blocks are checked on the way back (outside the timed
+     * transfer): what a store returns must be what was put. */
+    uint64_t checksum = tier->emulate ? XXH3_64bits(data, tier->block_bytes) : 0;
     int64_t cost_ns = tier->emulate ? (int64_t)(kvio_time_ns() - start_ns) : model_cost(tier);
 
     tier->free_head = tier->entries[entry].next;
     tier->entries[entry].hash = hash;
+    tier->entries[entry].checksum = checksum;
     tier->table[position] = entry;
     lru_push_front(tier, entry);
     tier->num_held++;
@@ -509,6 +515,15 @@ kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
         uint64_t start_ns = kvio_time_ns();
         kvio_status_t status = tier->ops->get(tier->priv, entry, hash, data, error, sizeof(error));
         cost_ns = (int64_t)(kvio_time_ns() - start_ns);
+        if (status == KVIO_OK &&
+            XXH3_64bits(data, tier->block_bytes) != tier->entries[entry].checksum) {
+            tier->stats.checksum_failures++;
+            snprintf(error, sizeof(error), "%s tier: a block came back changed (checksum "
+                     "%016llx, put as %016llx)", tier->ops->name,
+                     (unsigned long long)XXH3_64bits(data, tier->block_bytes),
+                     (unsigned long long)tier->entries[entry].checksum);
+            status = KVIO_ERR_CHECKSUM;
+        }
         if (status == KVIO_ERR_NOT_FOUND) {
             /* Lost behind the tier's back (Redis eviction, a deleted file). */
             entry_release(tier, entry, position);
@@ -585,6 +600,8 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
                         json_real(stats->gets ? (double)stats->hits / (double)stats->gets : 0));
     json_object_set_new(object, "evictions", json_integer((json_int_t)stats->evictions));
     json_object_set_new(object, "errors", json_integer((json_int_t)stats->errors));
+    json_object_set_new(object, "checksum_failures",
+                        json_integer((json_int_t)stats->checksum_failures));
     json_object_set_new(object, "bytes_written", json_integer((json_int_t)stats->bytes_written));
     json_object_set_new(object, "bytes_read", json_integer((json_int_t)stats->bytes_read));
     json_object_set_new(object, "write_ns", json_integer(stats->write_ns));

@@ -995,3 +995,57 @@ Test(tier, redis_going_away_is_an_error_then_reconnects, .timeout = 30)
     stop_redis(server);
 #endif
 }
+
+/* Reliability (#22.17): host and file tier blocks were not checksummed
+ * (Redis tier blocks were): a block changed in the store came back as a
+ * hit. Every tier checks what it returns against what was put: a changed
+ * block is an error (checksum_failures), dropped from the tier, and a miss
+ * from then on. */
+Test(tier, a_block_changed_in_the_store_is_an_error_not_a_hit, .timeout = 20)
+{
+    /* host: change a byte where the tier holds the block. */
+    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 8 * BLOCK);
+    kvio_tier_t *host = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &host, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
+    put_block(host, 1, BLOCK);
+    const void *held = NULL;
+    cr_assert_eq(kvio_tier_lend(host, block_hash(1), &held), KVIO_OK);
+    ((unsigned char *)held)[100] ^= 0x40;
+    unsigned char data[BLOCK];
+    int64_t cost;
+    cr_assert_eq(kvio_tier_get(host, block_hash(1), data, &cost), KVIO_ERR_CHECKSUM);
+    cr_assert_eq(kvio_tier_stats(host)->checksum_failures, 1);
+    cr_assert_eq(kvio_tier_stats(host)->errors, 1);
+    cr_assert_not(kvio_tier_contains(host, block_hash(1)), "a damaged block stays in the tier");
+    cr_assert_eq(get_and_verify(host, 1, BLOCK), KVIO_ERR_NOT_FOUND);
+    kvio_tier_destroy(host);
+
+    /* file: change a byte of the block's file. */
+    char *dir = test_tmpdir();
+    kvio_tier_t *file = create_file_tier(dir, 8, BLOCK, false);
+    put_block(file, 2, BLOCK);
+    DIR *listing = opendir(dir);
+    cr_assert_not_null(listing);
+    char path[1200] = "";
+    for (struct dirent *entry; (entry = readdir(listing)) != NULL;)
+        if (strstr(entry->d_name, ".kv") != NULL)
+            snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+    closedir(listing);
+    cr_assert(path[0] != '\0', "no block file in %s", dir);
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    unsigned char byte = 0;
+    cr_assert_eq(pread(fd, &byte, 1, 200), 1);
+    byte ^= 0x01;
+    cr_assert_eq(pwrite(fd, &byte, 1, 200), 1);
+    close(fd);
+    cr_assert_eq(kvio_tier_get(file, block_hash(2), data, &cost), KVIO_ERR_CHECKSUM);
+    cr_assert_eq(kvio_tier_stats(file)->checksum_failures, 1);
+    cr_assert_not(kvio_tier_contains(file, block_hash(2)));
+    kvio_tier_destroy(file);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -72,6 +72,7 @@ void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
 /* Counters of one tier, per run. */
 typedef struct kvio_tier_stats {
     uint64_t puts, gets, hits, misses, evictions, errors;
+    uint64_t checksum_failures; /* gets whose block came back changed (also errors) */
     uint64_t duplicates;            /* puts of a block already held: refreshed, not rewritten */
     uint64_t bytes_written, bytes_read;
     int64_t write_ns, read_ns;      /* time spent in puts and gets */
