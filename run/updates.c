@@ -1006,6 +1006,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     int64_t run_end = start.t0_ns + planned_length_ns(workload);
     kvio_status_t lost = KVIO_OK; /* some rank lost the trainer: the run fails with this
                                      after the results */
+    const void *records = NULL; /* what this rank reports: train or update records */
+    size_t record_size = 0;
     if (self == TRAIN_RANK) {
         status = kvio_train_run(&workload->train, (uint64_t)workload->seed, rte, xfer,
                                 workload->duration_ns, context->stop, &train, error,
@@ -1029,8 +1031,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         report.steps = (uint64_t)train.steps;
         report.t_start_ns = train.t_start_ns;
         report.t_end_ns = train.t_end_ns;
-        status = pack_report(&report, train.records, sizeof(*train.records), &blob,
-                             &blob_length);
+        records = train.records;
+        record_size = sizeof(*train.records);
     } else {
         kvio_update_server_t server = {0};
         const kvio_update_server_t *server_p = NULL;
@@ -1061,18 +1063,15 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         report.inference_stall_ns = serve.inference_stall_ns;
         report.t_start_ns = serve.t_start_ns;
         report.t_end_ns = serve.t_end_ns;
-        status = pack_report(&report, serve.records, sizeof(*serve.records), &blob,
-                             &blob_length);
+        records = serve.records;
+        record_size = sizeof(*serve.records);
     }
+    /* Stopped early (a signal to this rank alone, under mpirun): the run
+     * as a whole is incomplete, whatever rank 0 saw. */
+    report.interrupted = context->stop != NULL && *context->stop;
+    status = pack_report(&report, records, record_size, &blob, &blob_length);
     if (status != KVIO_OK)
         goto fail;
-    /* Stopped early (a signal to this rank alone, under mpirun): the run
-     * as a whole is incomplete, whatever rank 0 saw. Written into the blob's
-     * report, which pack_report copied. */
-    {
-        rank_report_t *packed = blob;
-        packed->interrupted = context->stop != NULL && *context->stop;
-    }
     status = kvio_rte_gather_blobs(rte, blob, blob_length, &blobs, &lengths);
     if (status != KVIO_OK)
         goto fail;

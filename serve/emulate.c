@@ -969,7 +969,6 @@ struct kvio_serve_rank {
     bool client_ended;       /* its last batch has arrived */
     bool origin_known;       /* origin_ns is the client's time zero */
     uint64_t version;        /* active model version, for requests being added */
-    bool lending;            /* update.colocated: KV memory lent to an update */
     char error[640];         /* why begin or end failed */
 };
 
@@ -1284,7 +1283,7 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
         snprintf(rank->error, sizeof(rank->error), "%s", kvio_engine_error(rank->setup.engine));
         return status;
     }
-    if (iteration.duration_ns <= 0 && rank->lending) {
+    if (iteration.duration_ns <= 0 && kvio_engine_lent_blocks(rank->setup.engine) > 0) {
         /* The pool is lent to an update: nothing fits until it is back. */
         *end_ns_p = -1;
         *idle_until_p = now_ns + CLIENT_POLL_NS;
@@ -1328,7 +1327,6 @@ static const char *coupled_error(void *context)
 static kvio_status_t coupled_lend(void *context, uint64_t bytes)
 {
     kvio_serve_rank_t *rank = context;
-    rank->lending = bytes > 0;
     return kvio_engine_reserve(rank->setup.engine,
                                kvio_serve_lent_blocks(rank->run->update, bytes, rank->block_bytes));
 }

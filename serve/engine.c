@@ -761,6 +761,16 @@ static void salt_hashes(const kvio_engine_t *engine, engine_req_t *req, uint64_t
     }
 }
 
+/* The request will be computed on version's weights from scratch: it is
+ * that version's (under versioning, so are its block hashes). */
+static void retag(kvio_engine_t *engine, engine_req_t *req, uint64_t version)
+{
+    salt_hashes(engine, req, req->spec.tag); /* undoes the old salt */
+    salt_hashes(engine, req, version);
+    req->spec.tag = version;
+    req->lookup_valid = false;
+}
+
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request)
 {
     if (request->prompt_tokens == 0)
@@ -1325,9 +1335,12 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     if (engine->hook_status != KVIO_OK)
         return engine->hook_status;
     engine->current.num_scheduled = (uint32_t)engine->num_scratch;
-    kvio_kvcache_metrics_t cache_metrics;
-    kvio_kvcache_get_metrics(engine->cache, &cache_metrics);
-    engine->metrics.stale_hit_tokens = cache_metrics.prefix_stale_hits_tokens;
+    if (engine->active_version > 0) {
+        /* Stale hits exist only once a version has activated. */
+        kvio_kvcache_metrics_t cache_metrics;
+        kvio_kvcache_get_metrics(engine->cache, &cache_metrics);
+        engine->metrics.stale_hit_tokens = cache_metrics.prefix_stale_hits_tokens;
+    }
     engine->current.kv_usage = kvio_kvcache_usage(engine->cache);
     engine->current.running = (uint32_t)engine->running.count;
     engine->current.waiting = (uint32_t)engine->waiting.count;
@@ -1390,6 +1403,11 @@ kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks)
     return KVIO_OK;
 }
 
+uint32_t kvio_engine_lent_blocks(const kvio_engine_t *engine)
+{
+    return engine->reserved_blocks;
+}
+
 const char *kvio_engine_error(const kvio_engine_t *engine)
 {
     return engine->error;
@@ -1417,12 +1435,8 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
      * version's. */
     for (size_t i = 0; i < engine->waiting.count; i++) {
         engine_req_t *req = engine->waiting.items[i];
-        if (req->computed == 0 && !req->swapped && req->spec.tag < version) {
-            salt_hashes(engine, req, req->spec.tag);
-            salt_hashes(engine, req, version);
-            req->spec.tag = version;
-            req->lookup_valid = false;
-        }
+        if (req->computed == 0 && !req->swapped && req->spec.tag < version)
+            retag(engine, req, version);
     }
     if (engine->in_flight != KVIO_IN_FLIGHT_ABORT)
         return KVIO_OK;
@@ -1437,14 +1451,9 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
         req->lost_tokens = 0; /* counted here, not again as a preemption's */
         req->computed = 0;
         req->scheduled = 0;
-        req->lookup_valid = false;
         req->state = REQ_WAITING;
         kvio_kvcache_free(engine->cache, req->kv);
-        /* Recomputed on the new weights: under versioning, its blocks are
-         * the new version's (the pool holds none of them now). */
-        salt_hashes(engine, req, req->spec.tag);
-        salt_hashes(engine, req, version);
-        req->spec.tag = version;
+        retag(engine, req, version); /* recomputed on the new weights */
         kvio_status_t status = list_push_front(&engine->waiting, req);
         if (status != KVIO_OK)
             return status;

@@ -621,14 +621,14 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
     int64_t lent_until = -1;
     if (sim->run->updates != NULL) {
         kvio_status_t status = take_version(sim, rank, now_ns);
-        uint64_t bytes = incoming_bytes(sim, rank, now_ns, &lent_until);
-        if (status == KVIO_OK)
+        if (status == KVIO_OK && sim->run->update != NULL &&
+            sim->run->update->colocated != KVIO_COLOCATED_OFF) {
+            uint64_t bytes = incoming_bytes(sim, rank, now_ns, &lent_until);
             status = kvio_engine_reserve(
                 engine, kvio_serve_lent_blocks(sim->run->update, bytes, sim->block_bytes));
+        }
         if (status != KVIO_OK)
             return status;
-        if (kvio_serve_lent_blocks(sim->run->update, bytes, sim->block_bytes) == 0)
-            lent_until = -1;
     }
     if (!kvio_engine_has_work(engine)) {
         if (sim->busy_until[rank] >= 0 && sim->idle_since != NULL)
@@ -652,7 +652,8 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
                      sim->run->first_serve_rank + (int)rank, kvio_strerror(status));
         return status;
     }
-    if (iteration.duration_ns <= 0 && lent_until > now_ns) {
+    if (iteration.duration_ns <= 0 && kvio_engine_lent_blocks(engine) > 0 &&
+        lent_until > now_ns) {
         /* The pool is lent to an update: nothing fits until it is back. */
         sim->stalled[rank] = true;
         sim->busy_until[rank] = lent_until;

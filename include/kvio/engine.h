@@ -202,6 +202,9 @@ const char *kvio_engine_error(const kvio_engine_t *engine);
  * or with 0 takes them back. The engine admits only into what is left. */
 kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks);
 
+/* The blocks lent now (kvio_engine_reserve; 0: none). */
+uint32_t kvio_engine_lent_blocks(const kvio_engine_t *engine);
+
 /* Queues a request (it joins the waiting queue at the next schedule). */
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request);
 
