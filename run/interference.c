@@ -51,16 +51,41 @@ static double quantile(const double *sorted, size_t count, double q)
     return sorted[index > 0 ? index - 1 : 0];
 }
 
-/* The requests of rank arriving in [from_s, to_s); scratch holds 2 × count. */
+/* Requests ordered by rank, then arrival. */
+static int compare_served(const void *a, const void *b)
+{
+    const served_t *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->arrival_s < y->arrival_s ? -1 : x->arrival_s > y->arrival_s;
+}
+
+/* The first of the sorted requests at (rank, arrival_s) or after. */
+static size_t first_at(const served_t *requests, size_t count, int rank, double arrival_s)
+{
+    size_t low = 0, high = count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        const served_t *request = &requests[middle];
+        if (request->rank < rank || (request->rank == rank && request->arrival_s < arrival_s))
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return low;
+}
+
+/* The requests of rank arriving in [from_s, to_s), of requests sorted by
+ * compare_served; scratch holds 2 × count. */
 static window_t measure(const served_t *requests, size_t count, int rank, double from_s,
                         double to_s, double *scratch)
 {
     double *ttft = scratch, *tpot = scratch + count, input = 0, cached = 0;
     size_t num_ttft = 0, num_tpot = 0;
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = first_at(requests, count, rank, from_s); i < count; i++) {
         const served_t *request = &requests[i];
-        if (request->rank != rank || request->arrival_s < from_s || request->arrival_s >= to_s)
-            continue;
+        if (request->rank != rank || request->arrival_s >= to_s)
+            break;
         ttft[num_ttft++] = request->ttft_s;
         if (request->tpot_s >= 0)
             tpot[num_tpot++] = request->tpot_s;
@@ -264,6 +289,7 @@ kvio_status_t kvio_updates_interference(const char *dir, int64_t window_ns, json
         snprintf(error_p, error_len, "%s: no rank or t_activated_ms column", path);
         goto done;
     }
+    qsort(requests, num_requests, sizeof(*requests), compare_served);
     double window_s = (double)window_ns / 1e9;
     double sums[5] = {0};
     size_t measured = 0;
