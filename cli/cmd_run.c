@@ -147,8 +147,10 @@ int kvio_cmd_validate(int argc, char **argv)
         return exit_status;
     if (args.help) {
         printf("usage: kvio validate FILE|PRESET [--set KEY=VALUE]... [--dump]\n\n"
-               "Checks a workload: every key, type and bound. --dump prints the\n"
-               "effective configuration (defaults filled in) as JSON.\n");
+               "Checks a workload: every key, type and bound, then what the run would\n"
+               "refuse: presets, KV capacity, the stream or trace (read whole) with\n"
+               "every request fitting the KV cache, file tier directories. --dump\n"
+               "prints the effective configuration (defaults filled in) as JSON.\n");
         print_keys(stdout);
         return KVIO_EXIT_OK;
     }
@@ -162,6 +164,12 @@ int kvio_cmd_validate(int argc, char **argv)
                                               &workload, error, sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error);
+        return kvio_cli_exit_status(status);
+    }
+    status = kvio_workload_check(&workload, error, sizeof(error));
+    if (status != KVIO_OK) {
+        fprintf(stderr, "kvio: %s: %s\n", args.source, error);
+        kvio_workload_free(&workload);
         return kvio_cli_exit_status(status);
     }
     if (args.dump) {

@@ -7,9 +7,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
@@ -25,7 +27,19 @@ enum {
     TAG_BROADCAST,
     TAG_REDUCE,
     TAG_RELEASE,
+    TAG_ERROR,
 };
+
+/* A failed rank's own error, as it reaches rank 0 in another process: its
+ * status, then its message (not NUL-terminated on the wire). */
+typedef struct rank_error {
+    int32_t status;
+    char text[512];
+} rank_error_t;
+
+/* How long rank 0 looks for the message of a rank it knows failed (sent
+ * before the failure was announced, so it is normally there already). */
+#define ERROR_GRACE_NS 1000000000LL
 
 #define CLOCK_SYNC_ROUNDS 16
 
@@ -692,6 +706,33 @@ static kvio_status_t clock_sync(kvio_rte_t *rte)
     return status;
 }
 
+/* Does this world span processes (so rank 0 cannot read this rank's error
+ * from memory)? */
+static bool spans_processes(const kvio_rte_world_t *world)
+{
+    return world->num_local < world->size;
+}
+
+/* A rank that failed for its own reason (not a peer's, not a signal) tells
+ * rank 0 why, before it announces the failure: rank 0 writes summary.json
+ * and would otherwise only know that the rank failed. */
+static void send_own_error(kvio_rte_t *rte)
+{
+    volatile sig_atomic_t *stop = rte->world->stop;
+    if (rte->index == 0 || !spans_processes(rte->world) || rte->status == KVIO_ERR_PEER ||
+        (stop != NULL && *stop))
+        return;
+    rank_error_t message = {.status = (int32_t)rte->status};
+    size_t length = (size_t)snprintf(message.text, sizeof(message.text), "%s", rte->error);
+    if (length >= sizeof(message.text))
+        length = sizeof(message.text) - 1;
+    /* Rank 0 ending (owes) ends the wait; the message is small enough to
+     * leave at once. */
+    kvio_rte_waiter_t waiter = waiter_for(rte->world, rte->index, 0, true);
+    (void)rte->world->ops->send(rte->world->priv, rte->index, 0, TAG_ERROR, &message,
+                                offsetof(rank_error_t, text) + length, &waiter);
+}
+
 static void *rank_thread(void *arg)
 {
     kvio_rte_t *rte = arg;
@@ -701,9 +742,48 @@ static void *rank_thread(void *arg)
     if (status != KVIO_OK && rte->error[0] == '\0')
         kvio_rte_set_error(rte, "rank %d: %s", rte->index, kvio_strerror(status));
     rte->status = status;
+    if (status != KVIO_OK)
+        send_own_error(rte);
     if (rte->world->ops->rank_done != NULL)
         rte->world->ops->rank_done(rte->world->priv, rte->index, status);
     return NULL;
+}
+
+/* On rank 0 of a world that spans processes: the first error another rank
+ * failed with for its own reason, into *error_p (KVIO_OK: none came). */
+static kvio_status_t remote_error(kvio_rte_world_t *world, rank_error_t *error_p)
+{
+    for (int rank = 1; rank < world->size; rank++) {
+        if (rank >= world->first_local && rank < world->first_local + world->num_local)
+            continue;
+        uint64_t since = kvio_time_ns();
+        for (;;) {
+            void *data = NULL;
+            size_t length = 0;
+            kvio_status_t status = world->ops->recv(world->priv, 0, rank, TAG_ERROR, NULL,
+                                                    &data, &length);
+            if (status == KVIO_OK) {
+                bool whole = length > offsetof(rank_error_t, text) && length <= sizeof(*error_p);
+                if (whole) {
+                    memset(error_p, 0, sizeof(*error_p));
+                    memcpy(error_p, data, length);
+                    error_p->text[sizeof(error_p->text) - 1] = '\0';
+                }
+                free(data);
+                if (whole && error_p->status != KVIO_OK)
+                    return (kvio_status_t)error_p->status;
+                break;
+            }
+            int64_t silent_ns = 0;
+            if (world->ops->peer_state == NULL ||
+                world->ops->peer_state(world->priv, rank, &silent_ns) != KVIO_PEER_FAILED ||
+                kvio_time_ns() - since > (uint64_t)ERROR_GRACE_NS)
+                break;
+            struct timespec pause = {.tv_nsec = 10 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_rte_world_run(kvio_rte_world_t *world, kvio_rte_main_t body, void *arg,
@@ -747,6 +827,18 @@ kvio_status_t kvio_rte_world_run(kvio_rte_world_t *world, kvio_rte_main_t body, 
         if (chosen < 0 || (ranks[chosen].status == KVIO_ERR_PEER &&
                            ranks[i].status != KVIO_ERR_PEER))
             chosen = i;
+    }
+    /* Rank 0 failed because a peer did (or did not fail): the peer's own
+     * error, when one came, is the run's. */
+    rank_error_t remote = {0};
+    if (world->first_local == 0 && spans_processes(world) &&
+        (chosen < 0 || ranks[chosen].status == KVIO_ERR_PEER) &&
+        remote_error(world, &remote) != KVIO_OK) {
+        if (chosen >= 0)
+            kvio_info("%s", ranks[chosen].error);
+        snprintf(error_p, error_len, "%s", remote.text);
+        status = (kvio_status_t)remote.status;
+        chosen = -1;
     }
     if (chosen >= 0) {
         status = ranks[chosen].status;

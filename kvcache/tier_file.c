@@ -1,5 +1,7 @@
-/* The file tier: one file per block, DIR/<hash>.kv. A block is written to
- * DIR/.<hash>.<pid>.tmp and renamed, so a reader never opens a partial block;
+/* The file tier: one file per block, DIR/<hash>.kv. A block is written to an
+ * unnamed O_TMPFILE inode and linked in (where the file system has no
+ * O_TMPFILE: to DIR/.<hash>.<pid>.tmp, renamed), so a reader never opens a
+ * partial block and a killed rank leaves no temporary behind;
  * a short file is reported, never returned. O_DIRECT is optional: where the
  * file system refuses it (tmpfs) or blocks are not 4 KiB multiples, the tier
  * falls back to buffered I/O and says why. No fsync: the page cache (or the
@@ -162,6 +164,40 @@ static void file_fini(void *priv)
                    strerror(errno));
 }
 
+/* Opens the file a block is written to before it is published: an unnamed
+ * O_TMPFILE inode in the tier's directory (a killed rank leaves nothing
+ * behind), else the named temporary, created afresh (O_EXCL, O_NOFOLLOW: a
+ * link planted in the directory is refused, a leftover of a reused pid is
+ * replaced). *named_p says which. */
+static int open_unpublished(const file_priv_t *file, const char *temporary, bool *named_p)
+{
+    int direct = file->direct ? O_DIRECT : 0;
+    *named_p = false;
+    int fd = open(file->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC | direct, 0644);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+        return fd;
+    *named_p = true;
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | direct;
+    fd = open(temporary, flags, 0644);
+    if (fd < 0 && errno == EEXIST && unlink(temporary) == 0)
+        fd = open(temporary, flags, 0644);
+    return fd;
+}
+
+/* Gives the written block its name, replacing an older file of it. */
+static int publish(int fd, bool named, const char *temporary, const char *final)
+{
+    if (named)
+        return rename(temporary, final) == 0 ? 0 : errno;
+    char self[64];
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, self, AT_FDCWD, final, AT_SYMLINK_FOLLOW) == 0)
+        return 0;
+    if (errno != EEXIST || unlink(final) != 0)
+        return errno;
+    return linkat(AT_FDCWD, self, AT_FDCWD, final, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
+}
+
 static kvio_status_t file_put(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
                               char *error_p, size_t error_len)
 {
@@ -174,10 +210,11 @@ static kvio_status_t file_put(void *priv, uint32_t slot, kvio_hash_t hash, const
         memcpy(file->bounce, data, file->block_bytes);
         source = file->bounce;
     }
-    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-                                 (file->direct ? O_DIRECT : 0), 0644);
+    bool named = false;
+    int fd = open_unpublished(file, temporary, &named);
     if (fd < 0)
-        return errno_error(errno, temporary, "cannot create a block file", error_p, error_len);
+        return errno_error(errno, named ? temporary : file->dir, "cannot create a block file",
+                           error_p, error_len);
     uint64_t done = 0;
     int errnum = 0;
     while (done < file->block_bytes) {
@@ -190,16 +227,17 @@ static kvio_status_t file_put(void *priv, uint32_t slot, kvio_hash_t hash, const
         }
         done += (uint64_t)written;
     }
+    if (errnum == 0)
+        errnum = publish(fd, named, temporary, final);
     if (close(fd) != 0 && errnum == 0)
         errnum = errno;
-    if (errnum == 0 && rename(temporary, final) != 0)
-        errnum = errno;
     if (errnum != 0) {
-        unlink(temporary);
+        if (named)
+            unlink(temporary);
         char what[128];
         snprintf(what, sizeof(what), "writing a block of %llu bytes (%llu written)",
                  (unsigned long long)file->block_bytes, (unsigned long long)done);
-        return errno_error(errnum, temporary, what, error_p, error_len);
+        return errno_error(errnum, named ? temporary : final, what, error_p, error_len);
     }
     return KVIO_OK;
 }

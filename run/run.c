@@ -6,9 +6,11 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvio/clock.h"
 #include "kvio/results.h"
+#include "kvio/tier.h"
 
 /* The parts of a run and whether this build runs them yet. */
 typedef struct run_part {
@@ -196,6 +198,142 @@ static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
     return status;
 }
 
+/* A request needs the KV of its prompt and of every output token but the
+ * last (which is never fed back): one that needs more than the whole cache
+ * could never start, on any engine. Refused before the run, not found an
+ * hour into it. */
+static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_stream_t *stream,
+                                        uint32_t blocks, char *error_p, size_t error_len)
+{
+    uint64_t block_size = (uint64_t)workload->serve.kvcache.block_size;
+    uint64_t capacity = (uint64_t)blocks * block_size;
+    const char *trace = workload->stream.trace.path;
+    const kvio_request_t *request;
+    kvio_status_t status;
+    while ((status = kvio_stream_next(stream, &request)) == KVIO_OK && request != NULL) {
+        uint64_t output = request->output_tokens;
+        if (request->max_tokens > 0 && output > request->max_tokens)
+            output = request->max_tokens;
+        uint64_t tokens = request->input_tokens + (output > 0 ? output - 1 : 0);
+        if (tokens <= capacity)
+            continue;
+        snprintf(error_p, error_len,
+                 "%s%s%srequest %llu needs the KV of %llu tokens (%u input + %llu output - 1), "
+                 "%llu blocks of %llu, but serve.kvcache holds %u blocks (%llu tokens): no "
+                 "engine could ever start it; raise serve.kvcache.blocks or capacity, or "
+                 "shorten the stream's lengths",
+                 trace != NULL && trace[0] != '\0' ? "stream.trace.path " : "stream: ",
+                 trace != NULL && trace[0] != '\0' ? trace : "",
+                 trace != NULL && trace[0] != '\0' ? ": " : "",
+                 (unsigned long long)request->id, (unsigned long long)tokens,
+                 request->input_tokens, (unsigned long long)output,
+                 (unsigned long long)((tokens + block_size - 1) / block_size),
+                 (unsigned long long)block_size, blocks, (unsigned long long)capacity);
+        return KVIO_ERR_CONFIG;
+    }
+    return status;
+}
+
+/* Emulate: each serve rank makes its file tier's directory inside the
+ * configured path (path/kvio-<id>-rankN); the path must be a directory, or
+ * its parent one (it is then made). */
+static kvio_status_t check_tier_paths(const kvio_workload_t *workload, char *error_p,
+                                      size_t error_len)
+{
+    const kvio_opt_list_t *tiers = &workload->serve.kvcache.tiers;
+    for (size_t i = 0; i < tiers->count; i++) {
+        const kvio_tier_config_t *tier = (const kvio_tier_config_t *)tiers->items + i;
+        struct stat info;
+        if (tier->kind != KVIO_TIER_FILE || tier->path == NULL)
+            continue;
+        if (stat(tier->path, &info) == 0) {
+            if (S_ISDIR(info.st_mode))
+                continue;
+            snprintf(error_p, error_len, "serve.kvcache.tiers[%zu].path %s: not a directory",
+                     i, tier->path);
+            return KVIO_ERR_CONFIG;
+        }
+        char parent[4096];
+        snprintf(parent, sizeof(parent), "%s", tier->path);
+        size_t length = strlen(parent);
+        while (length > 1 && parent[length - 1] == '/')
+            parent[--length] = '\0';
+        char *slash = strrchr(parent, '/');
+        if (slash == NULL)
+            snprintf(parent, sizeof(parent), ".");
+        else
+            slash[slash == parent ? 1 : 0] = '\0';
+        if (stat(parent, &info) != 0 || !S_ISDIR(info.st_mode)) {
+            snprintf(error_p, error_len,
+                     "serve.kvcache.tiers[%zu].path %s: no such directory, nor its parent %s "
+                     "(kvio makes the directory, not its parents)", i, tier->path, parent);
+            return KVIO_ERR_CONFIG;
+        }
+    }
+    return KVIO_OK;
+}
+
+/* What the workload itself decides and a run would refuse: the model and
+ * GPU presets, a KV cache that holds a block, the stream (a trace is read
+ * whole) with every request fitting the cache, the file tiers' parents, the
+ * ranks. The resolved model and GPU, and the stream ready to run from its
+ * first request, are returned (stream_p may be NULL). */
+static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_t *model_p,
+                                    kvio_gpu_t *gpu_p, kvio_stream_t **stream_p, char *error_p,
+                                    size_t error_len)
+{
+    bool updates = kvio_updates_wanted(workload);
+    bool emulate = workload->mode == KVIO_MODE_EMULATE;
+    bool coupled = kvio_updates_coupled(workload);
+    *model_p = workload->model;
+    *gpu_p = workload->gpu;
+    if (workload->ranks.client > 0 && updates && !coupled) {
+        snprintf(error_p, error_len,
+                 "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "
+                 "update.serving: engine); without trainers the client is a thread anyway");
+        return KVIO_ERR_CONFIG;
+    }
+    if (emulate && updates && !coupled)
+        return KVIO_OK; /* no engine, no stream */
+    uint32_t blocks = 0;
+    kvio_stream_t *stream = NULL;
+    kvio_status_t status = kvio_model_resolve(model_p, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_gpu_resolve(gpu_p, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_serve_kv_blocks(&workload->serve, model_p, gpu_p,
+                                      workload->cost.tensor_parallel, &blocks, error_p,
+                                      error_len);
+    if (status == KVIO_OK)
+        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                    workload->duration_ns, &stream, error_p, error_len);
+    if (status == KVIO_OK)
+        status = check_requests_fit(workload, stream, blocks, error_p, error_len);
+    if (status == KVIO_OK && stream_p != NULL && kvio_stream_rewind(stream) != KVIO_OK) {
+        /* A synthetic stream: the same seed yields the same requests again. */
+        kvio_stream_destroy(stream);
+        stream = NULL;
+        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                    workload->duration_ns, &stream, error_p, error_len);
+    }
+    if (status == KVIO_OK && emulate)
+        status = check_tier_paths(workload, error_p, error_len);
+    if (status == KVIO_OK && stream_p != NULL) {
+        *stream_p = stream;
+        stream = NULL;
+    }
+    kvio_stream_destroy(stream);
+    return status;
+}
+
+kvio_status_t kvio_workload_check(const kvio_workload_t *workload, char *error_p,
+                                  size_t error_len)
+{
+    kvio_model_t model;
+    kvio_gpu_t gpu;
+    return check_workload(workload, &model, &gpu, NULL, error_p, error_len);
+}
+
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
                        kvio_run_result_t *result_p, char *error_p, size_t error_len)
 {
@@ -226,38 +364,22 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     uint64_t pool_bytes = 0; /* host memory of the coupled run's KV pools */
     char incomplete[512] = ""; /* why a run that ended is not complete */
 
-    /* Everything that can be refused is checked before the directory exists. */
-    kvio_model_t model = workload->model;
-    kvio_gpu_t gpu = workload->gpu;
-    if (serving || coupled) {
-        uint32_t blocks = 0;
-        status = kvio_model_resolve(&model, error_p, error_len);
-        if (status == KVIO_OK)
-            status = kvio_gpu_resolve(&gpu, error_p, error_len);
-        if (status == KVIO_OK)
-            status = kvio_serve_kv_blocks(&workload->serve, &model, &gpu,
-                                          workload->cost.tensor_parallel, &blocks, error_p,
-                                          error_len);
-        if (status == KVIO_OK)
-            status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                        workload->duration_ns, &stream, error_p, error_len);
-        if (status == KVIO_OK && (emulate || coupled))
-            status = kvio_device_preflight(workload->device.memory, workload->device.fallback,
-                                           workload->device.index, "device.memory: cuda",
-                                           error_p, error_len);
-        if (status == KVIO_OK && emulate) {
-            kvio_serve_run_t check = {.serve = &workload->serve, .model = &model, .gpu = &gpu,
-                                      .cost = &workload->cost, .device = &workload->device,
-                                      .num_ranks = (uint32_t)workload->ranks.serve};
-            status = kvio_serve_emulate_preflight(&check, coupled ? &pool_bytes : NULL, error_p,
-                                                  error_len);
-        }
-    }
-    if (status == KVIO_OK && workload->ranks.client > 0 && updates && !coupled) {
-        snprintf(error_p, error_len,
-                 "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "
-                 "update.serving: engine); without trainers the client is a thread anyway");
-        status = KVIO_ERR_CONFIG;
+    /* Everything that can be refused is checked before the directory exists:
+     * what the workload decides (as kvio validate does), then what this
+     * machine has to give it. */
+    kvio_model_t model;
+    kvio_gpu_t gpu;
+    status = check_workload(workload, &model, &gpu, &stream, error_p, error_len);
+    if (status == KVIO_OK && (serving || coupled) && (emulate || coupled))
+        status = kvio_device_preflight(workload->device.memory, workload->device.fallback,
+                                       workload->device.index, "device.memory: cuda", error_p,
+                                       error_len);
+    if (status == KVIO_OK && (serving || coupled) && emulate) {
+        kvio_serve_run_t check = {.serve = &workload->serve, .model = &model, .gpu = &gpu,
+                                  .cost = &workload->cost, .device = &workload->device,
+                                  .num_ranks = (uint32_t)workload->ranks.serve};
+        status = kvio_serve_emulate_preflight(&check, coupled ? &pool_bytes : NULL, error_p,
+                                              error_len);
     }
     if (status == KVIO_OK && updates) {
         status = kvio_updates_preflight(workload, pool_bytes, error_p, error_len);

@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "kvio/clock.h"
@@ -430,6 +431,22 @@ static uint64_t swap_space_bytes(const kvio_serve_config_t *serve, uint64_t pool
     return pool_bytes < (4ull << 30) ? pool_bytes : (4ull << 30);
 }
 
+/* This process's part of the names its tiers share with other runs (the
+ * wall clock when it first asked; with the pid, unique to the run). */
+static pthread_once_t process_id_once = PTHREAD_ONCE_INIT;
+static uint64_t process_id_value;
+
+static void take_process_id(void)
+{
+    process_id_value = kvio_wall_time_ns();
+}
+
+static uint64_t process_id_ns(void)
+{
+    pthread_once(&process_id_once, take_process_id);
+    return process_id_value;
+}
+
 static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, uint32_t blocks,
                                   uint64_t block_bytes, const kvio_cost_t *cost,
                                   kvio_engine_observer_t observer, rank_setup_t *setup,
@@ -524,13 +541,24 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         kvio_tier_config_t config = ((const kvio_tier_config_t *)tier_list->items)[t];
         config.device_index = device != NULL ? device->index : -1;
         config.device_rank = (int)(run->first_serve_rank + rank);
-        char prefix[256], path[1024];
-        /* Each rank keeps its own blocks: its own key prefix and directory. */
-        snprintf(prefix, sizeof(prefix), "%sr%u:",
-                 config.key_prefix ? config.key_prefix : "kvio:kv:", rank);
+        char prefix[256], path[1024], id[24];
+        /* Each rank keeps its own blocks, apart from every other run's: its
+         * own key prefix and directory, named by this process's id (wall
+         * clock and pid) and the rank. */
+        snprintf(id, sizeof(id), "%llx-%x", (unsigned long long)process_id_ns(),
+                 (unsigned)getpid());
+        snprintf(prefix, sizeof(prefix), "%s%s:r%u:",
+                 config.key_prefix ? config.key_prefix : "kvio:kv:", id, rank);
         config.key_prefix = prefix;
         if (config.path != NULL) {
-            snprintf(path, sizeof(path), "%s/rank%u", config.path, rank);
+            /* The configured directory holds every rank's; made when only its
+             * parent exists (and left, empty, at the end). */
+            if (mkdir(config.path, 0755) != 0 && errno != EEXIST) {
+                snprintf(error_p, error_len, "serve.kvcache.tiers[%zu].path %s: cannot create "
+                         "it: %s", t, config.path, strerror(errno));
+                return kvio_status_from_errno(errno);
+            }
+            snprintf(path, sizeof(path), "%s/kvio-%s-rank%u", config.path, id, rank);
             config.path = path;
         }
         kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &setup->tiers[t],

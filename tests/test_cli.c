@@ -173,6 +173,71 @@ Test(cli, validate_and_dump, .timeout = 20)
     free(dir);
 }
 
+/* Reliability (#22.16): what kvio run refuses, kvio validate refuses too,
+ * with the same words, and the refused run leaves no directory: a request
+ * larger than the whole KV cache (found only at run time before: 44 s into
+ * an mpirun job), a bad line deep in a trace (validate said ok), a file
+ * tier whose parent is missing (refused after the directory existed). */
+Test(cli, validate_refuses_what_run_refuses_before_any_directory, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char trace_text[4096] = "";
+    for (int i = 0, at = 0; i < 40; i++)
+        at += snprintf(trace_text + at, sizeof(trace_text) - (size_t)at,
+                       "{\"timestamp\": %d, \"input_length\": %s, \"output_length\": 4, "
+                       "\"hash_ids\": [%d]}\n", i * 10, i == 30 ? "\"x\"" : "100", i);
+    char *trace = test_write_file(dir, "t.jsonl", trace_text);
+    char tier_parent[1100];
+    snprintf(tier_parent, sizeof(tier_parent), "%s/no/such", dir);
+    char workload_text[2048];
+    snprintf(workload_text, sizeof(workload_text),
+             "name: refused\nmode: emulate\nmodel: {preset: llama3.2-1b}\n"
+             "gpu: {preset: h200}\nduration: 1s\n"
+             "serve:\n  kvcache:\n    block_size: 16\n    blocks: 4\n"
+             "    tiers: [{kind: file, path: %s/tier, size: 1MiB}]\n"
+             "stream:\n  requests: 3\n  arrival: {process: poisson, rate: 10}\n"
+             "  input_tokens: {dist: constant, value: 40}\n"
+             "  output_tokens: {dist: constant, value: 26}\n", tier_parent);
+    char *file = test_write_file(dir, "w.yaml", workload_text);
+    char trace_set[1200];
+    snprintf(trace_set, sizeof(trace_set), "stream.trace.path=%s", trace);
+    struct {
+        const char *set1, *set2, *expected;
+    } cases[] = {
+        /* 40 + 26 - 1 = 65 tokens: one more than 4 blocks of 16 hold. */
+        {"mode=simulate", "seed=1",
+         "request 0 needs the KV of 65 tokens (40 input + 26 output - 1), 5 blocks of 16, "
+         "but serve.kvcache holds 4 blocks (64 tokens)"},
+        {"stream.output_tokens.value=25", "seed=1", "/tier: no such directory, nor its parent"},
+        {"serve.kvcache.blocks=1000", trace_set, "t.jsonl:31: 'input_length' is not an integer"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        test_run_t check = test_kvio(dir, "validate", file, "--set", cases[i].set1, "--set",
+                                     cases[i].set2, NULL);
+        cr_expect_eq(check.status, 2, "case %zu: %s", i, check.err);
+        cr_expect(test_contains(check.err, cases[i].expected), "case %zu: %s", i, check.err);
+        test_run_t run = test_kvio(dir, "run", file, "-o", "out", "--set", cases[i].set1,
+                                   "--set", cases[i].set2, NULL);
+        cr_expect_eq(run.status, 2, "case %zu: %s", i, run.err);
+        cr_expect(test_contains(run.err, cases[i].expected), "case %zu: %s", i, run.err);
+        char out[1100];
+        snprintf(out, sizeof(out), "%s/out", dir);
+        struct stat info;
+        cr_expect_neq(stat(out, &info), 0, "case %zu: the refused run made %s", i, out);
+        test_run_free(&check);
+        test_run_free(&run);
+    }
+    /* At 64 tokens it fits, and validate says so. */
+    test_run_t fits = test_kvio(dir, "validate", file, "--set", "mode=simulate", "--set",
+                                "stream.output_tokens.value=25", NULL);
+    cr_expect_eq(fits.status, 0, "%s", fits.err);
+    test_run_free(&fits);
+    free(file);
+    free(trace);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(cli, list_shows_embedded_presets, .timeout = 20)
 {
     test_run_t run = test_kvio("/", "list", NULL);

@@ -206,8 +206,8 @@ Test(emulate, coupled_run_names_a_request_that_can_never_fit, .timeout = 120)
     memcpy(blocks, "blocks: 040", 11); /* 40 blocks: 640 tokens, prompts up to 2,048 */
     json_t *summary = run_workload(text, &dir, KVIO_ERR_CONFIG, error, sizeof(error));
     cr_assert_null(summary);
-    cr_assert(strstr(error, "cannot start: it needs more KV blocks than the 40") != NULL, "%s",
-              error);
+    cr_assert(strstr(error, "but serve.kvcache holds 40 blocks (640 tokens): no engine could ever "
+                            "start it") != NULL, "%s", error);
     test_rmtree(dir);
     free(dir);
 }
@@ -895,18 +895,28 @@ typedef struct tier_filler {
     bool filled;
 } tier_filler_t;
 
-/* Whether dir/rank0 (the first serve rank's tier directory) holds a block. */
+/* Whether dir/kvio-<run id>-rank0 (the first serve rank's tier directory)
+ * holds a block. */
 static bool any_file_under(const char *dir)
 {
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/rank0", dir);
-    DIR *listing = opendir(path);
-    if (listing == NULL)
+    DIR *top = opendir(dir);
+    if (top == NULL)
         return false;
     bool found = false;
-    for (struct dirent *entry; !found && (entry = readdir(listing)) != NULL;)
-        found = strstr(entry->d_name, ".kv") != NULL && entry->d_name[0] != '.';
-    closedir(listing);
+    for (struct dirent *rank; !found && (rank = readdir(top)) != NULL;) {
+        size_t length = strlen(rank->d_name);
+        if (strncmp(rank->d_name, "kvio-", 5) != 0 || length < 6 ||
+            strcmp(rank->d_name + length - 6, "-rank0") != 0)
+            continue;
+        char path[1400];
+        snprintf(path, sizeof(path), "%s/%s", dir, rank->d_name);
+        DIR *listing = opendir(path);
+        for (struct dirent *entry; listing != NULL && !found && (entry = readdir(listing)) != NULL;)
+            found = strstr(entry->d_name, ".kv") != NULL && entry->d_name[0] != '.';
+        if (listing != NULL)
+            closedir(listing);
+    }
+    closedir(top);
     return found;
 }
 

@@ -398,9 +398,10 @@ Test(faults, redis_transport_killed_for_good_fails_within_the_timeout, .timeout 
 /* ---- mpirun ---- */
 
 /* Starts mpirun with 3 ranks of kvio on workload_text in dir (its own
- * process group), each rank's stderr in dir/rank.N.err. Returns mpirun's
- * pid, or -1. */
-static pid_t start_mpirun(const char *dir, const char *set)
+ * process group) with the overrides in sets (space-separated KEY=VALUE, no
+ * quotes), each rank's stderr in dir/rank.N.err. Returns mpirun's pid, or
+ * -1. */
+static pid_t start_mpirun(const char *dir, const char *sets)
 {
 #ifndef KVIO_HAVE_MPI
     return -1;
@@ -408,13 +409,21 @@ static pid_t start_mpirun(const char *dir, const char *set)
     if (system("command -v mpirun >/dev/null 2>&1") != 0)
         return -1;
     char *workload = test_write_file(dir, "workload.yaml", workload_text);
+    char set_args[512] = "";
+    size_t at = 0;
+    char *copy = strdup(sets);
+    char *save = NULL;
+    for (char *set = strtok_r(copy, " ", &save); set != NULL && at < sizeof(set_args);
+         set = strtok_r(NULL, " ", &save))
+        at += (size_t)snprintf(set_args + at, sizeof(set_args) - at, " --set %s", set);
+    free(copy);
     char script[4096];
     snprintf(script, sizeof(script),
-             "%sexec %s -v run %s -o %s/out --set '%s' 2>%s/rank.$OMPI_COMM_WORLD_RANK.err",
+             "%sexec %s -v run %s -o %s/out%s 2>%s/rank.$OMPI_COMM_WORLD_RANK.err",
              getenv("ASAN_OPTIONS") != NULL /* see test_mpirun_sanitizer_args */
                  ? "export " TEST_MPIRUN_ASAN_OPTIONS "; "
                  : "",
-             KVIO_BINARY, workload, dir, set, dir);
+             KVIO_BINARY, workload, dir, set_args, dir);
     free(workload);
     pid_t pid = fork();
     if (pid == 0) {
@@ -739,19 +748,22 @@ Test(faults, redis_gone_mid_write_is_an_error_not_a_sigpipe, .timeout = 240)
     }
 }
 
-/* Reliability (#22.3): SIGTERM to one serve rank under mpirun: that rank
- * stopped serving early (5 of 24 requests), yet the run said complete: true
- * with no error. Now summary.json says complete: false, naming the rank. */
-Test(faults, mpirun_one_serve_rank_sigtermed_makes_the_run_incomplete, .timeout = 90)
+/* Runs mpirun with sets; with sigterm_rank > 0 that rank is sent SIGTERM
+ * once the run is under way. mpirun must end non-zero and summary.json say
+ * complete: false with expected in its error. */
+static void expect_mpirun_incomplete(const char *sets, int sigterm_rank, const char *expected)
 {
 #ifndef KVIO_HAVE_UCX
     test_require("ucx", 0, "ucx transport not built");
 #endif
     char *dir = test_tmpdir();
-    pid_t pid = start_mpirun(dir, "train.steps=1500"); /* 3 s planned */
+    pid_t pid = start_mpirun(dir, sets);
     if (test_require("mpi", pid > 0, "mpirun not found")) {
-        wait_under_way(dir);
-        cr_assert(signal_rank(pid, 2, SIGTERM), "no rank 2 to signal");
+        if (sigterm_rank > 0) {
+            wait_under_way(dir);
+            cr_assert(signal_rank(pid, sigterm_rank, SIGTERM), "no rank %d to signal",
+                      sigterm_rank);
+        }
         int status = wait_mpirun(pid, test_seconds(60));
         cr_assert_neq(status, -1, "mpirun did not end");
         cr_expect_neq(status, 0);
@@ -759,10 +771,28 @@ Test(faults, mpirun_one_serve_rank_sigtermed_makes_the_run_incomplete, .timeout 
         cr_assert_not_null(summary, "no summary.json");
         cr_expect(json_is_false(json_object_get(summary, "complete")));
         const char *error = json_string_value(json_object_get(summary, "error"));
-        cr_expect(test_contains(error, "interrupted: rank 2 stopped early"), "%s",
-                  error ? error : "(no error)");
+        cr_expect(test_contains(error, expected), "%s", error ? error : "(no error)");
         json_decref(summary);
     }
     test_rmtree(dir);
     free(dir);
+}
+
+/* Reliability (#22.3): SIGTERM to one serve rank under mpirun: that rank
+ * stopped serving early (5 of 24 requests), yet the run said complete: true
+ * with no error. Now summary.json says complete: false, naming the rank. */
+Test(faults, mpirun_one_serve_rank_sigtermed_makes_the_run_incomplete, .timeout = 90)
+{
+    expect_mpirun_incomplete("train.steps=1500" /* 3 s planned */, 2,
+                             "interrupted: rank 2 stopped early");
+}
+
+/* Reliability (#22.12): a serve rank that fails on its own under mpirun
+ * (here the injected death; a mid-run input error takes the same path) told
+ * only its stderr why; summary.json said "rank 2 failed". Now the rank sends
+ * its error to rank 0, and summary.json carries it. */
+Test(faults, mpirun_a_serve_rank_error_reaches_the_summary, .timeout = 90)
+{
+    expect_mpirun_incomplete("update.die_during_version=2 update.die_rank=2", 0,
+                             "serve rank 2 died while receiving version 2");
 }

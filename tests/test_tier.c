@@ -708,6 +708,53 @@ Test(tier, file_o_direct_falls_back_where_refused, .timeout = 20)
     free(dir);
 }
 
+/* Reliability (#22.15): a file-tier rank killed mid-write left its named
+ * temporary forever. A block is now written to an unnamed O_TMPFILE inode
+ * and linked in, so a SIGKILL leaves nothing but whole blocks. */
+Test(tier, a_killed_writer_leaves_no_temporary_file, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    enum { BIG = 4 << 20, KILLS = 3 };
+    unsigned char *data = malloc(BIG);
+    cr_assert_not_null(data);
+    fill_block(data, 1, BIG);
+    for (int kill_number = 0; kill_number < KILLS; kill_number++) {
+        size_t blocks_before = count_files(dir, ".kv");
+        pid_t child = fork();
+        cr_assert(child >= 0);
+        if (child == 0) {
+            kvio_tier_config_t config = default_config(KVIO_TIER_FILE, 64ull * BIG);
+            set_string(&config.path, dir);
+            kvio_tier_t *tier = NULL;
+            char error[512];
+            if (kvio_tier_create(&config, BIG, true, &tier, error, sizeof(error)) != KVIO_OK)
+                _exit(2);
+            /* Writing all the time until killed (the block differs only in
+             * its first bytes, so the write is most of each put). */
+            for (uint64_t id = 1000 * (uint64_t)(kill_number + 1);; id++) {
+                memcpy(data, &id, sizeof(id));
+                int64_t cost = 0;
+                if (kvio_tier_put(tier, block_hash(id), data, &cost) != KVIO_OK)
+                    _exit(3);
+            }
+        }
+        double deadline = (double)kvio_time_ns() / 1e9 + test_seconds(20);
+        while (count_files(dir, ".kv") < blocks_before + 3 &&
+               (double)kvio_time_ns() / 1e9 < deadline)
+            usleep(1000);
+        cr_assert_geq(count_files(dir, ".kv"), blocks_before + 3, "the writer wrote no blocks");
+        kill(child, SIGKILL);
+        int status = 0;
+        waitpid(child, &status, 0);
+        cr_assert(WIFSIGNALED(status), "the writer ended by itself: %d", status);
+        cr_expect_eq(count_files(dir, ".tmp"), 0, "kill %d: a temporary file remains",
+                     kill_number);
+    }
+    free(data);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(tier, file_refuses_a_path_it_cannot_use, .timeout = 10)
 {
     char *dir = test_tmpdir();

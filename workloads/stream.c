@@ -246,6 +246,14 @@ kvio_status_t kvio_stream_next(kvio_stream_t *stream, const kvio_request_t **req
     return stream->ops->next(stream->source, request_p);
 }
 
+kvio_status_t kvio_stream_rewind(kvio_stream_t *stream)
+{
+    if (stream->ops->rewind == NULL)
+        return KVIO_ERR_UNSUPPORTED;
+    stream->ops->rewind(stream->source);
+    return KVIO_OK;
+}
+
 uint64_t kvio_stream_skipped_lines(const kvio_stream_t *stream)
 {
     return stream->skipped_lines;

@@ -142,6 +142,11 @@ static kvio_status_t trace_next(void *source, const kvio_request_t **request_p)
     return KVIO_OK;
 }
 
+static void trace_rewind(void *source)
+{
+    ((trace_source_t *)source)->next = 0;
+}
+
 static void trace_free(kvio_trace_t *trace)
 {
     free(trace->records);
@@ -164,6 +169,7 @@ static void trace_destroy(void *source)
 static const kvio_stream_source_ops_t trace_ops = {
     .name = "trace",
     .next = trace_next,
+    .rewind = trace_rewind,
     .destroy = trace_destroy,
 };
 

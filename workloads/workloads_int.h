@@ -19,6 +19,8 @@
 typedef struct kvio_stream_source_ops {
     const char *name;
     kvio_status_t (*next)(void *source, const kvio_request_t **request_p);
+    /* Optional: back to the first request (a loaded trace). */
+    void (*rewind)(void *source);
     void (*destroy)(void *source);
 } kvio_stream_source_ops_t;
 

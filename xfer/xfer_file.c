@@ -214,8 +214,13 @@ static kvio_status_t write_file(kvio_xfer_t *xfer, const char *temporary, const 
                                 const void *header, const void *data, uint64_t bytes)
 {
     const kvio_xfer_file_config_t *config = &xfer->config->file;
-    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-                                 (config->direct ? O_DIRECT : 0), 0644);
+    /* Created afresh: a link planted in the directory is refused (O_NOFOLLOW),
+     * a leftover temporary replaced. */
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC |
+                (config->direct ? O_DIRECT : 0);
+    int fd = open(temporary, flags, 0644);
+    if (fd < 0 && errno == EEXIST && unlink(temporary) == 0)
+        fd = open(temporary, flags, 0644);
     if (fd < 0)
         return errno_error(xfer, errno, "cannot create", temporary);
     kvio_status_t status = write_all(xfer, fd, header, HEADER_BYTES, 0, temporary);

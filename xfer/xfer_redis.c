@@ -35,6 +35,7 @@ typedef struct redis_priv {
     bool catch_up_pending;    /* a version read from PREFIX latest after a reconnect */
     kvio_xfer_meta_t catch_up;
     uint64_t last_seen;
+    uint64_t newest_put;      /* sender: the newest version it started to SET */
     int64_t away_since_ns;    /* when a connection broke (0: connected) */
     int64_t last_attempt_ns;
     uint64_t reconnects;
@@ -112,9 +113,28 @@ static kvio_status_t redis_init(kvio_xfer_t *xfer, char *error_p, size_t error_l
     return status;
 }
 
+static kvio_status_t delete_version(kvio_xfer_t *xfer, uint64_t version);
+
 static void redis_fini(kvio_xfer_t *xfer)
 {
     redis_priv_t *priv = xfer->priv;
+    /* Torn down after every rank is done with the keys (kvio_xfer_detach, a
+     * barrier, then destroy): the sender removes the versions it kept (and
+     * one it was writing when stopped), latest and end. */
+    if (xfer->role == KVIO_XFER_SENDER && priv->data != NULL && priv->newest_put > 0) {
+        uint64_t keep = (uint64_t)xfer->config->redis.keep;
+        uint64_t oldest = priv->newest_put > keep ? priv->newest_put - keep : 0;
+        kvio_status_t status = KVIO_OK;
+        for (uint64_t version = priv->newest_put; version > oldest && status == KVIO_OK;
+             version--)
+            status = delete_version(xfer, version);
+        if (status == KVIO_OK && priv->data != NULL)
+            status = kvio_redis_del(priv->data,
+                                    (const char *const[]){priv->latest_key, priv->end_key}, 2);
+        if (status != KVIO_OK)
+            kvio_warn("redis transport: could not remove this run's keys (%s*)",
+                      xfer->config->redis.prefix);
+    }
     if (priv->reconnects > 0)
         kvio_info("redis transport: rank %d reconnected %llu time%s",
                   kvio_rte_index(xfer->rte), (unsigned long long)priv->reconnects,
@@ -278,6 +298,8 @@ static kvio_status_t put_once(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
     if (keys == NULL || key_list == NULL || values == NULL || lengths == NULL)
         goto done;
     status = KVIO_OK;
+    if (meta->version > priv->newest_put)
+        priv->newest_put = meta->version;
     for (uint64_t first = 0; first < count && status == KVIO_OK; first += batch) {
         size_t n = 0;
         for (uint64_t i = first; i < count && n < batch; i++, n++) {

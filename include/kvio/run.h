@@ -68,6 +68,15 @@ kvio_status_t kvio_workload_parse(const char *text, const char *origin,
 
 void kvio_workload_free(kvio_workload_t *workload);
 
+/* Checks what the workload itself decides and kvio_run would refuse, with
+ * no results directory, memory or connection made: model and GPU presets,
+ * the KV capacity, the stream (a trace is read whole) and that every request
+ * fits the KV cache, a file tier's parent directory (emulate), the ranks.
+ * What this machine must give (memory, Redis, a device) kvio_run checks
+ * next, still before the directory. kvio validate calls this. */
+kvio_status_t kvio_workload_check(const kvio_workload_t *workload, char *error_p,
+                                  size_t error_len);
+
 /* How to run: where results go and what to print. */
 typedef struct kvio_run_options {
     const char *output_dir; /* NULL: results/<name>-<time>-<pid> */

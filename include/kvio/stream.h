@@ -196,6 +196,11 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
  * (kvio_request_clone keeps one). */
 kvio_status_t kvio_stream_next(kvio_stream_t *stream, const kvio_request_t **request_p);
 
+/* Starts a loaded trace over at its first request; KVIO_ERR_UNSUPPORTED for
+ * a synthetic stream (create it again: the same seed yields the same
+ * requests). */
+kvio_status_t kvio_stream_rewind(kvio_stream_t *stream);
+
 /* Trace lines skipped under skip_bad (0 for synthetic streams). */
 uint64_t kvio_stream_skipped_lines(const kvio_stream_t *stream);
 
