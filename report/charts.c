@@ -276,6 +276,89 @@ static kvio_status_t serving_bars(kvio_report_t *report)
     return status;
 }
 
+static int compare_rate(const void *a, const void *b)
+{
+    double x = (*(const report_run_t *const *)a)->offered_rate;
+    double y = (*(const report_run_t *const *)b)->offered_rate;
+    return x < y ? -1 : x > y;
+}
+
+/* Output throughput against offered rate, one line per admission (policy,
+ * and predictor where it has one), one chart per workload name: drawn when a
+ * workload's runs span at least two rates (a rate sweep, bench/pkas.sh). */
+static kvio_status_t rate_charts(kvio_report_t *report)
+{
+    size_t count = report->num_runs, charts = 0;
+    report_run_t **runs = calloc(count > 0 ? count : 1, sizeof(*runs));
+    bool *done = calloc(count > 0 ? count : 1, sizeof(*done));
+    kvio_status_t status = runs != NULL && done != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    for (size_t w = 0; status == KVIO_OK && w < count; w++) {
+        const report_run_t *first = report->runs[w];
+        if (done[w] || first->offered_rate <= 0 || first->admission[0] == '\0')
+            continue;
+        /* This workload's runs, and whether they span two rates. */
+        size_t num_runs = 0;
+        bool rates_differ = false;
+        for (size_t r = w; r < count; r++) {
+            report_run_t *run = report->runs[r];
+            if (done[r] || run->offered_rate <= 0 || strcmp(run->name, first->name) != 0)
+                continue;
+            rates_differ = rates_differ || run->offered_rate != first->offered_rate;
+            runs[num_runs++] = run;
+            done[r] = true;
+        }
+        if (!rates_differ)
+            continue;
+        qsort(runs, num_runs, sizeof(*runs), compare_rate);
+        char id[64], title[REPORT_LABEL_MAX + 64];
+        snprintf(id, sizeof(id), charts == 0 ? "chart-throughput-vs-rate"
+                                             : "chart-throughput-vs-rate-%zu", charts + 1);
+        snprintf(title, sizeof(title), "Output throughput against offered rate: %s", first->name);
+        report_chart_t *chart = chart_new(report, CHART_LINES, id, "Throughput and cache", title,
+                                          "offered rate (requests per second)",
+                                          "output tokens per second");
+        if (chart == NULL) {
+            status = KVIO_ERR_NOMEM;
+            break;
+        }
+        charts++;
+        for (size_t i = 0; i < num_runs && status == KVIO_OK; i++) {
+            if (runs[i] == NULL)
+                continue;
+            const char *admission = runs[i]->admission;
+            chart_series_t *series = series_add(chart, admission, num_runs, false);
+            if (series == NULL) {
+                status = KVIO_ERR_NOMEM;
+                break;
+            }
+            for (size_t j = i; j < num_runs; j++) {
+                if (runs[j] == NULL || strcmp(runs[j]->admission, admission) != 0)
+                    continue;
+                double low, high;
+                series->x[series->count] = runs[j]->offered_rate;
+                seed_stats(runs[j], offsetof(run_metrics_t, output_throughput), 1,
+                           &series->y[series->count], &low, &high);
+                series->count++;
+                runs[j] = NULL;
+            }
+        }
+        chart->y_fixed = true;
+        chart->y_min = 0;
+        chart->y_max = 0;
+        for (size_t i = 0; i < chart->num_series; i++)
+            for (size_t j = 0; j < chart->series[i].count; j++)
+                if (chart->series[i].y[j] * 1.1 > chart->y_max)
+                    chart->y_max = chart->series[i].y[j] * 1.1;
+        snprintf(chart->caption, sizeof(chart->caption),
+                 "From summary.json: output tokens per second of the measured window at each "
+                 "offered rate (config stream.arrival.rate), one line per admission policy "
+                 "(and its output-length predictor).");
+    }
+    free(runs);
+    free(done);
+    return status;
+}
+
 static kvio_status_t timeline_charts(kvio_report_t *report)
 {
     report_chart_t *usage = NULL, *batch = NULL, *preemptions = NULL;
@@ -842,6 +925,8 @@ kvio_status_t report_build(kvio_report_t *report)
     kvio_status_t status = latency_cdfs(report);
     if (status == KVIO_OK)
         status = serving_bars(report);
+    if (status == KVIO_OK)
+        status = rate_charts(report);
     if (status == KVIO_OK)
         status = timeline_charts(report);
     if (status == KVIO_OK)

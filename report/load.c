@@ -212,6 +212,36 @@ void report_timeline_add_request(timeline_t *timeline, double arrival_s, double 
     bin->cached_tokens += cached_tokens;
     bin->input_tokens += input_tokens;
 }
+/* From the run's config: its offered rate and how it admits requests (the
+ * policy; for sjf and pkas the predictor too, noisy with its sigma,
+ * constant with its value), for the throughput-against-rate chart. */
+static void admission_of(const json_t *config, report_run_t *run)
+{
+    const json_t *scheduler = json_object_get(json_object_get(config, "serve"), "scheduler");
+    const char *policy = json_string_value(json_object_get(scheduler, "policy"));
+    const char *predictor = json_string_value(json_object_get(scheduler, "predictor"));
+    run->offered_rate =
+        json_number_value(json_object_get(json_object_get(json_object_get(config, "stream"),
+                                                          "arrival"), "rate"));
+    if (policy == NULL) {
+        run->admission[0] = '\0';
+        return;
+    }
+    char text[REPORT_LABEL_MAX];
+    bool predicts = strcmp(policy, "pkas") == 0 || strcmp(policy, "sjf") == 0;
+    if (!predicts || predictor == NULL)
+        snprintf(text, sizeof(text), "%s", policy);
+    else if (strcmp(predictor, "noisy") == 0)
+        snprintf(text, sizeof(text), "%s, noisy %.2g", policy,
+                 json_number_value(json_object_get(scheduler, "noise_sigma")));
+    else if (strcmp(predictor, "constant") == 0)
+        snprintf(text, sizeof(text), "%s, constant %lld", policy,
+                 (long long)json_integer_value(json_object_get(scheduler, "constant")));
+    else
+        snprintf(text, sizeof(text), "%s, %s", policy, predictor);
+    report_label_copy(run->admission, sizeof(run->admission), text);
+}
+
 
 /* ---------- one results directory ---------- */
 
@@ -282,6 +312,7 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
                       json_string_value(json_object_get(summary, "name")));
     report_label_copy(run->scheduler, sizeof(run->scheduler),
                       json_string_value(json_object_get(metrics, "scheduler")));
+    admission_of(json_object_get(summary, "config"), run);
     /* Tier traffic: metrics.tiers as an array of objects (with "name" or
      * "kind") or an object of objects; every numeric field named *_bytes. */
     const json_t *tiers = json_object_get(metrics, "tiers");

@@ -76,6 +76,8 @@ typedef struct report_run {
     char dir[REPORT_PATH_MAX];     /* the first directory */
     char name[REPORT_LABEL_MAX];   /* workload name from summary.json */
     char scheduler[REPORT_LABEL_MAX];
+    char admission[REPORT_LABEL_MAX]; /* policy, with its predictor where it has one */
+    double offered_rate;           /* config stream.arrival.rate (req/s); 0: none */
     bool complete;                 /* every seed complete */
     size_t num_seeds;
     run_metrics_t seeds[KVIO_REPORT_MAX_SEEDS];

@@ -403,7 +403,8 @@ static const policy_ops_t policy_registry[] = {
                                 .victim = victim_last_admitted},
     [KVIO_POLICY_CONSERVATIVE] = {.name = "conservative", .order = order_fcfs,
                                   .admit = admit_conservative, .victim = victim_last_admitted},
-    [KVIO_POLICY_PKAS] = {.name = "pkas", .order = order_fcfs, .admit = admit_pkas,
+    [KVIO_POLICY_PKAS] = {.name = "pkas", .caps = KVIO_SCHED_CAP_PROJECTS, .order = order_fcfs,
+                          .admit = admit_pkas,
                           .victim = victim_last_admitted},
 };
 

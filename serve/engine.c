@@ -283,6 +283,7 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->resumed_prefix_queries += src->resumed_prefix_queries;
     dst->resumed_prefix_hits += src->resumed_prefix_hits;
     dst->preemptions += src->preemptions;
+    dst->mispredict_preemptions += src->mispredict_preemptions;
     dst->recomputed_tokens += src->recomputed_tokens;
     dst->swapped_bytes += src->swapped_bytes;
     dst->tier_hit_tokens += src->tier_hit_tokens;
@@ -1017,6 +1018,16 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
     }
     kvio_kvcache_free(engine->cache, victim->kv);
     victim->preemptions++;
+    if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_PROJECTS) {
+        /* The projection that admitted this batch assumed predicted outputs:
+         * a request running past its prediction made it wrong. */
+        bool outlived = victim->sched.generated >= victim->sched.predicted_output;
+        for (size_t i = 0; !outlived && i < engine->running.count; i++) {
+            const kvio_sched_request_t *running = &engine->running.items[i]->sched;
+            outlived = running->generated >= running->predicted_output;
+        }
+        engine->metrics.mispredict_preemptions += outlived;
+    }
     victim->scheduled = 0;
     victim->lookup_valid = false;
     victim->state = REQ_WAITING;
@@ -1287,8 +1298,22 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     engine->num_scratch = 0;
     uint32_t budget = (uint32_t)engine->config.max_num_batched_tokens;
     engine->hook_status = KVIO_OK;
-    kvio_status_t status = schedule_running(engine, &budget, now_ns);
-    if (status == KVIO_OK && engine->current.num_preempted == 0 && !engine->admission_paused)
+    /* A step that only preempted (the request at the head of the running
+     * list gave way, itself last: vLLM breaks out then) schedules nothing;
+     * vLLM's next step follows at once, and so does this one, at the same
+     * instant (an empty step takes no time). Each round preempts a running
+     * request or schedules one, so the rounds end. */
+    uint32_t preempted_before = 0;
+    kvio_status_t status;
+    for (;;) {
+        status = schedule_running(engine, &budget, now_ns);
+        if (status != KVIO_OK || engine->num_scratch > 0 ||
+            engine->current.num_preempted == preempted_before)
+            break;
+        preempted_before = engine->current.num_preempted;
+    }
+    if (status == KVIO_OK && engine->current.num_preempted == preempted_before &&
+        !engine->admission_paused)
         status = schedule_waiting(engine, &budget, now_ns);
     if (status != KVIO_OK)
         return status;

@@ -132,6 +132,8 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     json_object_set_new(object, "resumed_prefix_cache_hits",
                         json_integer((json_int_t)metrics->resumed_prefix_hits));
     json_object_set_new(object, "preemptions", json_integer((json_int_t)metrics->preemptions));
+    json_object_set_new(object, "mispredict_preemptions",
+                        json_integer((json_int_t)metrics->mispredict_preemptions));
     json_object_set_new(object, "recomputed_tokens",
                         json_integer((json_int_t)metrics->recomputed_tokens));
     json_object_set_new(object, "swapped_bytes", json_integer((json_int_t)metrics->swapped_bytes));
@@ -221,6 +223,7 @@ typedef struct simulation {
     kvio_tier_t ***tiers; /* per rank, modelled lower tiers */
     size_t num_tiers;
     int64_t *busy_until; /* end of the running iteration; -1: idle */
+    bool *woken;         /* idle, given a request at this instant: starts after them */
     kvio_router_t *router;
     kvio_csv_t *requests_csv, *iterations_csv;
     kvio_hash_buffer_t hashes;
@@ -419,6 +422,7 @@ static void simulation_free(simulation_t *sim)
     }
     free(sim->tiers);
     free(sim->busy_until);
+    free(sim->woken);
     free(sim->version);
     free(sim->update_at);
     free(sim->stalled);
@@ -450,7 +454,9 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     status = kvio_router_create(&run->serve->router, &sim->router);
     sim->engines = calloc(sim->num_ranks, sizeof(*sim->engines));
     sim->busy_until = malloc(sim->num_ranks * sizeof(int64_t));
-    if (status != KVIO_OK || sim->engines == NULL || sim->busy_until == NULL)
+    sim->woken = calloc(sim->num_ranks, sizeof(*sim->woken));
+    if (status != KVIO_OK || sim->engines == NULL || sim->busy_until == NULL ||
+        sim->woken == NULL)
         return status != KVIO_OK ? status : KVIO_ERR_NOMEM;
     if (run->updates != NULL) {
         sim->version = calloc(sim->num_ranks, sizeof(*sim->version));
@@ -687,7 +693,26 @@ static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, 
         return status;
     sim->in_flight++;
     if (sim->busy_until[rank] < 0)
-        return start_iteration(sim, rank, now_ns, error_p, error_len);
+        sim->woken[rank] = true; /* starts once every arrival of this instant is in */
+    return KVIO_OK;
+}
+
+/* Starts the ranks that arrivals woke (in rank order): after every request
+ * arriving at the same instant has been queued, so an idle engine's first
+ * iteration sees them all (it took the first alone before). */
+static kvio_status_t start_woken(simulation_t *sim, int64_t now_ns, char *error_p,
+                                 size_t error_len)
+{
+    for (uint32_t rank = 0; rank < sim->num_ranks; rank++) {
+        if (!sim->woken[rank])
+            continue;
+        sim->woken[rank] = false;
+        if (sim->busy_until[rank] >= 0)
+            continue;
+        kvio_status_t status = start_iteration(sim, rank, now_ns, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+    }
     return KVIO_OK;
 }
 
@@ -742,6 +767,12 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
                 status = kvio_stream_next(run->stream, &next);
             if (progress != NULL)
                 kvio_progress_update(progress, request_index);
+            bool same_instant = status == KVIO_OK && next != NULL &&
+                                next->arrival_ns <= now_ns &&
+                                !(run->serve->max_concurrency > 0 &&
+                                  sim.in_flight >= (uint64_t)run->serve->max_concurrency);
+            if (status == KVIO_OK && !same_instant)
+                status = start_woken(&sim, now_ns, error_p, error_len);
         } else {
             now_ns = engine_ns;
             if (sim.stalled != NULL && sim.stalled[rank])

@@ -1,6 +1,10 @@
 /* Shared test helpers: temporary directories, subprocesses, files. */
 #include "tests/helpers.h"
 
+#include "kvio/cost.h"
+#include "kvio/engine.h"
+#include "kvio/hash.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -386,4 +390,36 @@ int test_fill_file_system(const char *dir)
     if (fd >= 0)
         close(fd);
     return filled;
+}
+
+struct kvio_cost *test_linear_cost(void)
+{
+    kvio_model_t model = {.preset = "llama3-8b", .dtype_bytes = 2};
+    kvio_gpu_t gpu = {.preset = "h200"};
+    char error[256];
+    cr_assert_eq(kvio_model_resolve(&model, error, sizeof(error)), KVIO_OK);
+    cr_assert_eq(kvio_gpu_resolve(&gpu, error, sizeof(error)), KVIO_OK);
+    kvio_cost_config_t config = {.kind = KVIO_COST_LINEAR, .tensor_parallel = 1,
+                                 .linear_c0_ms = 1, .linear_c1_ms = 0.001,
+                                 .linear_c2_ms = 0.001};
+    kvio_cost_t *cost = NULL;
+    cr_assert_eq(kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)), KVIO_OK);
+    return cost;
+}
+
+void test_engine_add(struct kvio_engine *engine, unsigned long long id, unsigned prompt,
+                     unsigned output, int priority, long long arrival_ns)
+{
+    size_t num_hashes = (prompt + output) / 16;
+    kvio_hash_t *hashes = calloc(num_hashes + 1, sizeof(kvio_hash_t));
+    for (size_t b = 0; b < num_hashes; b++) {
+        kvio_hash_run_t run = {.content_id = 1000 + id, .offset = (uint32_t)(b * 16), .length = 16};
+        hashes[b] = kvio_hash_runs(b ? &hashes[b - 1] : NULL, &run, 1);
+    }
+    kvio_engine_request_t request = {.id = id, .arrival_ns = arrival_ns, .prompt_tokens = prompt,
+                                     .output_tokens = output, .priority = priority,
+                                     .hashes = hashes, .num_hashes = num_hashes,
+                                     .measured = true};
+    cr_assert_eq(kvio_engine_add(engine, &request), KVIO_OK);
+    free(hashes);
 }

@@ -106,4 +106,15 @@ void test_redis_cli(int port, const char *args);
     "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:verify_asan_link_order=0"
 const char *test_mpirun_sanitizer_args(void);
 
+/* The engine tests' cost model: every iteration takes 1 ms plus 1 us per
+ * token (linear, Llama-3-8B on an H200). Destroy with kvio_cost_destroy. */
+struct kvio_cost;
+struct kvio_cost *test_linear_cost(void);
+
+/* Adds request id to engine: prompt + output tokens of distinct content
+ * (block hashes of 16 tokens over both), measured. */
+struct kvio_engine;
+void test_engine_add(struct kvio_engine *engine, unsigned long long id, unsigned prompt,
+                     unsigned output, int priority, long long arrival_ns);
+
 #endif

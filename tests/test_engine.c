@@ -1,7 +1,7 @@
 /* Golden cases of the engine's vLLM v1 semantics (block size 16): admission,
  * chunked prefill with a long-prefill threshold, head-of-line blocking,
- * preemption by recompute, and priority order; plus the schedulers'
- * projections. */
+ * preemption by recompute, and priority order (the schedulers' own cases:
+ * tests/test_sched.c). */
 #include "kvio/engine.h"
 
 #include <criterion/criterion.h>
@@ -10,6 +10,7 @@
 
 #include "kvio/hash.h"
 #include "kvio/update.h"
+#include "tests/helpers.h"
 
 typedef struct fixture {
     kvio_engine_config_t config;
@@ -18,22 +19,6 @@ typedef struct fixture {
     kvio_engine_t *engine;
     int64_t now_ns;
 } fixture_t;
-
-/* A linear cost model: every iteration takes 1 ms plus 1 us per token. */
-static kvio_cost_t *linear_cost(void)
-{
-    kvio_model_t model = {.preset = "llama3-8b", .dtype_bytes = 2};
-    kvio_gpu_t gpu = {.preset = "h200"};
-    char error[256];
-    cr_assert_eq(kvio_model_resolve(&model, error, sizeof(error)), KVIO_OK);
-    cr_assert_eq(kvio_gpu_resolve(&gpu, error, sizeof(error)), KVIO_OK);
-    kvio_cost_config_t config = {.kind = KVIO_COST_LINEAR, .tensor_parallel = 1,
-                                 .linear_c0_ms = 1, .linear_c1_ms = 0.001,
-                                 .linear_c2_ms = 0.001};
-    kvio_cost_t *cost = NULL;
-    cr_assert_eq(kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)), KVIO_OK);
-    return cost;
-}
 
 static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
                   int64_t threshold, uint32_t blocks, bool prefix_caching, int policy)
@@ -47,7 +32,7 @@ static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
     char error[256];
     cr_assert_eq(kvio_config_defaults(kvio_sched_options, &f->sched, error, sizeof(error)), KVIO_OK);
     f->sched.policy = policy;
-    f->cost = linear_cost();
+    f->cost = test_linear_cost();
     kvio_engine_params_t params = {
         .config = &f->config, .num_blocks = blocks, .block_size = 16,
         .prefix_caching = prefix_caching, .free_order = 0, .eviction = "lru",
@@ -69,18 +54,7 @@ static void teardown(fixture_t *f)
 static void add(fixture_t *f, uint64_t id, uint32_t prompt, uint32_t output, int32_t priority,
                 int64_t arrival_ns)
 {
-    size_t num_hashes = (prompt + output) / 16;
-    kvio_hash_t *hashes = calloc(num_hashes + 1, sizeof(kvio_hash_t));
-    for (size_t b = 0; b < num_hashes; b++) {
-        kvio_hash_run_t run = {.content_id = 1000 + id, .offset = (uint32_t)(b * 16), .length = 16};
-        hashes[b] = kvio_hash_runs(b ? &hashes[b - 1] : NULL, &run, 1);
-    }
-    kvio_engine_request_t request = {.id = id, .arrival_ns = arrival_ns, .prompt_tokens = prompt,
-                                     .output_tokens = output, .priority = priority,
-                                     .hashes = hashes, .num_hashes = num_hashes,
-                                     .measured = true};
-    cr_assert_eq(kvio_engine_add(f->engine, &request), KVIO_OK);
-    free(hashes);
+    test_engine_add(f->engine, id, prompt, output, priority, arrival_ns);
 }
 
 /* Runs one iteration; returns the scheduled (id, tokens) list. */
@@ -256,22 +230,6 @@ Test(engine, every_request_finishes_once_with_its_output, .timeout = 10)
     teardown(&f);
 }
 
-Test(sched, pkas_projection_counts_blocks_until_each_request_ends, .timeout = 10)
-{
-    /* Two running requests of 16 tokens: one ends after 16 more tokens, one
-     * after 48; block 16. Peak just before the first ends (t = 15): 2 + 2. */
-    kvio_sched_request_t a = {.prompt_tokens = 16, .predicted_output = 16};
-    kvio_sched_request_t b = {.prompt_tokens = 16, .predicted_output = 48};
-    kvio_sched_request_t *running[] = {&a, &b};
-    kvio_sched_view_t view = {.running = running, .num_running = 2, .block_size = 16,
-                              .capacity_blocks = 10};
-    /* t = 15: a 31 tokens (2 blocks), b 31 (2); t = 47: b alone 63 (4). */
-    cr_assert_eq(kvio_sched_projected_peak(&view, NULL), 4);
-    kvio_sched_request_t c = {.prompt_tokens = 100, .predicted_output = 50};
-    /* t = 15: 2 + 2 + ceil(115/16)=8 → 12; t = 47: 4 + ceil(147/16)=10 → 14 */
-    cr_assert_eq(kvio_sched_projected_peak(&view, &c), 14);
-}
-
 /* ---------- what an activated model version does (update.on_activate,
  * update.in_flight) ---------- */
 
@@ -298,7 +256,7 @@ static void setup_updates(fixture_t *f, int cache, int in_flight, finished_log_t
                                        .preemption = KVIO_PREEMPT_RECOMPUTE};
     char error[256];
     cr_assert_eq(kvio_config_defaults(kvio_sched_options, &f->sched, error, sizeof(error)), KVIO_OK);
-    f->cost = linear_cost();
+    f->cost = test_linear_cost();
     kvio_engine_params_t params = {
         .config = &f->config, .num_blocks = 100, .block_size = 16, .prefix_caching = true,
         .eviction = "lru", .sched = &f->sched, .seed = 1, .cost = f->cost,

@@ -352,6 +352,38 @@ Test(report, compare_directory_expands_into_its_variants, .timeout = 60)
     free(dir);
 }
 
+/* A rate sweep (bench/pkas.sh, or compare varying the rate) is drawn as
+ * output throughput against offered rate, one line per admission policy
+ * with its predictor. */
+Test(report, a_rate_sweep_is_drawn_as_throughput_against_rate, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "chat", "--vary", "stream.arrival.rate=5,20",
+                               "--vary", "serve.scheduler.policy=fcfs,pkas", "--set",
+                               "duration=10s", "--set", "serve.scheduler.predictor=noisy",
+                               "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", "cmp", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    char *html = report_html(out);
+    cr_assert_not_null(html);
+    char *chart = figure(html, "chart-throughput-vs-rate");
+    cr_assert_not_null(chart, "no throughput-against-rate chart");
+    cr_expect(test_contains(chart, "Output throughput against offered rate: chat"), "%s", chart);
+    cr_expect(test_contains(chart, ">fcfs<"), "%s", chart);
+    cr_expect(test_contains(chart, ">pkas, noisy 0.5<"), "%s", chart);
+    cr_expect_eq(count_of(chart, "<polyline"), 2, "a line per policy");
+    free(chart);
+    check_svgs(html);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(report, long_time_series_are_downsampled, .timeout = 60)
 {
     char *dir = test_tmpdir();

@@ -106,6 +106,8 @@ typedef struct kvio_engine_metrics {
     uint64_t prefix_queries, prefix_hits;                 /* tokens, first admissions */
     uint64_t resumed_prefix_queries, resumed_prefix_hits; /* tokens, after preemption */
     uint64_t preemptions, recomputed_tokens, swapped_bytes;
+    uint64_t mispredict_preemptions; /* preemptions under a projecting policy (pkas) while a
+                                        running request had outlived its predicted output */
     uint64_t tier_hit_tokens;       /* prompt tokens loaded back from a lower tier */
     uint64_t swap_verify_failures;  /* swapped blocks whose checksum changed */
     uint64_t swap_space_exhausted;  /* swaps that fell back to recompute for want of space */

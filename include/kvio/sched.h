@@ -74,6 +74,7 @@ extern const kvio_opt_t kvio_sched_options[];
 
 /* Capabilities of a policy. */
 #define KVIO_SCHED_CAP_NEEDS_HITS 1u /* order() reads hit_tokens: look them up first */
+#define KVIO_SCHED_CAP_PROJECTS 2u   /* admit() projects KV use from predicted outputs */
 
 typedef struct kvio_sched kvio_sched_t;
 

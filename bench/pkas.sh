@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Predictive admission (pkas) against fcfs, and what its gain owes to the
+# prediction: sweeps the predictor (oracle, noisy sigma 0.25/0.5/1.0,
+# history, constant = the workload's mean output, constant 1) and the arrival
+# rate on two workloads, in simulate mode (deterministic: one run each):
+#   pkas-decode-bound   short prompts, long heavy-tailed outputs (every prompt
+#                       fits a chunk: only the prediction differs)
+#   pkas-long-context   12K-token prompts (fcfs admits them chunk by chunk)
+# Prints the sweep as a table (output throughput, its ratio over fcfs,
+# preemptions, those while a request outlived its prediction, TPOT p99) and
+# writes each run's results under $KVIO_PKAS_OUT (default: a temporary
+# directory, removed) so `kvio report` can draw throughput against rate.
+# Ends with the figures at the saturated reference rates (decode-bound 4
+# req/s, long-context 1 req/s):
+#   pkas_oracle_over_fcfs, pkas_constant_over_fcfs          throughput ratios
+#   pkas_oracle_tpot_p99_over_fcfs                          TPOT p99 ratio
+#   pkas_whole_prompt_over_fcfs, pkas_prediction_over_whole_prompt
+#                                (long-context: constant 1 over fcfs, oracle
+#                                 over constant 1)
+# Env: KVIO_BENCH_BUILD, KVIO_PKAS_OUT.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${KVIO_BENCH_BUILD:-$root/build-bench}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVIO_BUILD_TESTS=OFF >/dev/null
+cmake --build "$build" -j 2 --target kvio >/dev/null
+kvio="$build/kvio"
+if [ -n "${KVIO_PKAS_OUT:-}" ]; then
+    out=$KVIO_PKAS_OUT
+    mkdir -p "$out"
+else
+    out=$(mktemp -d /tmp/kvio-bench-pkas-XXXXXX)
+    trap 'rm -rf "$out"' EXIT
+fi
+
+# variant name and its overrides (the policy is pkas unless fcfs)
+variants=(
+    "fcfs|serve.scheduler.policy=fcfs"
+    "oracle|serve.scheduler.predictor=oracle"
+    "noisy-0.25|serve.scheduler.predictor=noisy serve.scheduler.noise_sigma=0.25"
+    "noisy-0.5|serve.scheduler.predictor=noisy serve.scheduler.noise_sigma=0.5"
+    "noisy-1.0|serve.scheduler.predictor=noisy serve.scheduler.noise_sigma=1.0"
+    "history|serve.scheduler.predictor=history"
+    "constant|serve.scheduler.predictor=constant"
+    "constant-1|serve.scheduler.predictor=constant serve.scheduler.constant=1"
+)
+# workload, rates, and the constant predictor's value (its mean output)
+workloads=(
+    "pkas-decode-bound|1 2 4 8|600"
+    "pkas-long-context|0.5 1 2 4|600"
+)
+
+printf '%-18s %5s %-11s %10s %8s %8s %8s %9s\n' workload rate variant "out tok/s" "x fcfs" \
+    preempt mispred "tpot p99"
+for entry in "${workloads[@]}"; do
+    IFS='|' read -r workload rates constant <<<"$entry"
+    for rate in $rates; do
+        fcfs=""
+        for variant in "${variants[@]}"; do
+            IFS='|' read -r name sets <<<"$variant"
+            args=(--set "stream.arrival.rate=$rate" --set serve.scheduler.policy=pkas
+                  --set "serve.scheduler.constant=$constant")
+            for set in $sets; do args+=(--set "$set"); done
+            dir="$out/$workload/rate-$rate/$name"
+            "$kvio" -q run "$root/workloads/repro/$workload.yaml" "${args[@]}" -o "$dir" \
+                --force >/dev/null
+            read -r tokens preemptions mispredicted tpot < <(python3 - "$dir/summary.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["metrics"]
+print(m["output_throughput"], m["preemptions"], m.get("mispredict_preemptions", 0),
+      m["tpot_ms"]["p99"])
+PY
+)
+            [ "$name" = fcfs ] && fcfs=$tokens
+            ratio=$(echo "$tokens / $fcfs" | bc -l)
+            printf '%-18s %5s %-11s %10.1f %8.2f %8d %8d %9.1f\n' "$workload" "$rate" "$name" \
+                "$tokens" "$ratio" "$preemptions" "$mispredicted" "$tpot"
+            echo "$workload $rate $name $tokens $tpot" >>"$out/sweep.txt"
+        done
+    done
+done
+
+value() { # workload rate variant column(4: tokens, 5: tpot p99)
+    awk -v w="$1" -v r="$2" -v v="$3" -v c="$4" '$1 == w && $2 == r && $3 == v {print $c}' \
+        "$out/sweep.txt"
+}
+ratio() { echo "$1 / $2" | bc -l; }
+decode=pkas-decode-bound
+long=pkas-long-context
+printf 'figure pkas_oracle_over_fcfs %.2f x\n' \
+    "$(ratio "$(value $decode 4 oracle 4)" "$(value $decode 4 fcfs 4)")"
+printf 'figure pkas_constant_over_fcfs %.2f x\n' \
+    "$(ratio "$(value $decode 4 constant 4)" "$(value $decode 4 fcfs 4)")"
+printf 'figure pkas_oracle_tpot_p99_over_fcfs %.3f x\n' \
+    "$(ratio "$(value $decode 4 oracle 5)" "$(value $decode 4 fcfs 5)")"
+printf 'figure pkas_whole_prompt_over_fcfs %.2f x\n' \
+    "$(ratio "$(value $long 1 constant-1 4)" "$(value $long 1 fcfs 4)")"
+printf 'figure pkas_prediction_over_whole_prompt %.2f x\n' \
+    "$(ratio "$(value $long 1 oracle 4)" "$(value $long 1 constant-1 4)")"
