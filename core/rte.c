@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
+#include "kvio/wire.h"
 
 /* Tags of the framework's own messages (below KVIO_RTE_TAG_USER). */
 enum {
@@ -30,10 +30,10 @@ enum {
     TAG_ERROR,
 };
 
-/* A failed rank's own error, as it reaches rank 0 in another process: its
- * status, then its message (not NUL-terminated on the wire). */
+/* A failed rank's own error, as rank 0 in another process gets it (the
+ * message: the status, then the text; kvio/wire.h). */
 typedef struct rank_error {
-    int32_t status;
+    kvio_status_t status;
     char text[512];
 } rank_error_t;
 
@@ -722,15 +722,16 @@ static void send_own_error(kvio_rte_t *rte)
     if (rte->index == 0 || !spans_processes(rte->world) || rte->status == KVIO_ERR_PEER ||
         (stop != NULL && *stop))
         return;
-    rank_error_t message = {.status = (int32_t)rte->status};
-    size_t length = (size_t)snprintf(message.text, sizeof(message.text), "%s", rte->error);
-    if (length >= sizeof(message.text))
-        length = sizeof(message.text) - 1;
+    kvio_wire_writer_t out = {0};
+    kvio_wire_put_i64(&out, rte->status);
+    kvio_wire_put_blob(&out, rte->error, strlen(rte->error));
     /* Rank 0 ending (owes) ends the wait; the message is small enough to
      * leave at once. */
     kvio_rte_waiter_t waiter = waiter_for(rte->world, rte->index, 0, true);
-    (void)rte->world->ops->send(rte->world->priv, rte->index, 0, TAG_ERROR, &message,
-                                offsetof(rank_error_t, text) + length, &waiter);
+    if (out.status == KVIO_OK)
+        (void)rte->world->ops->send(rte->world->priv, rte->index, 0, TAG_ERROR, out.data,
+                                    out.length, &waiter);
+    kvio_wire_writer_fini(&out);
 }
 
 static void *rank_thread(void *arg)
@@ -763,15 +764,22 @@ static kvio_status_t remote_error(kvio_rte_world_t *world, rank_error_t *error_p
             kvio_status_t status = world->ops->recv(world->priv, 0, rank, TAG_ERROR, NULL,
                                                     &data, &length);
             if (status == KVIO_OK) {
-                bool whole = length > offsetof(rank_error_t, text) && length <= sizeof(*error_p);
+                kvio_wire_reader_t in = kvio_wire_reader(data, length);
+                int64_t error_status = KVIO_OK;
+                uint64_t text_length = 0;
+                kvio_wire_get_i64(&in, &error_status);
+                const char *text = kvio_wire_take_blob(&in, &text_length);
+                bool whole = kvio_wire_status(&in) == KVIO_OK && error_status != KVIO_OK;
                 if (whole) {
-                    memset(error_p, 0, sizeof(*error_p));
-                    memcpy(error_p, data, length);
-                    error_p->text[sizeof(error_p->text) - 1] = '\0';
+                    error_p->status = (kvio_status_t)error_status;
+                    snprintf(error_p->text, sizeof(error_p->text), "%.*s",
+                             (int)(text_length < sizeof(error_p->text) ? text_length
+                                                                        : sizeof(error_p->text) - 1),
+                             text);
                 }
                 free(data);
-                if (whole && error_p->status != KVIO_OK)
-                    return (kvio_status_t)error_p->status;
+                if (whole)
+                    return error_p->status;
                 break;
             }
             int64_t silent_ns = 0;

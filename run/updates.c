@@ -20,6 +20,7 @@
 #include "kvio/rng.h"
 #include "kvio/stats.h"
 #include "kvio/sysinfo.h"
+#include "kvio/wire.h"
 
 #define TRAIN_RANK 0
 
@@ -657,19 +658,29 @@ done:
 
 /* ---- emulate: one rank ---- */
 
+/* A rank's report to rank 0 (kvio/wire.h): the report, then its records
+ * (train records from the trainer, update records from a serve rank). */
 static kvio_status_t pack_report(const rank_report_t *report, const void *records,
                                  size_t record_size, void **blob_p, size_t *length_p)
 {
-    size_t length = sizeof(*report) + report->count * record_size;
-    char *blob = malloc(length + 1);
-    if (blob == NULL)
-        return KVIO_ERR_NOMEM;
-    memcpy(blob, report, sizeof(*report));
-    if (report->count > 0)
-        memcpy(blob + sizeof(*report), records, report->count * record_size);
-    *blob_p = blob;
-    *length_p = length;
-    return KVIO_OK;
+    kvio_wire_writer_t out = {0};
+    kvio_wire_put(&out, report, sizeof(*report));
+    kvio_wire_put(&out, records, report->count * record_size);
+    return kvio_wire_finish(&out, blob_p, length_p);
+}
+
+/* Reads rank's report, its records in place into *records_p. */
+static kvio_status_t read_report(const void *blob, size_t length, rank_report_t *report_p,
+                                 const void **records_p)
+{
+    kvio_wire_reader_t in = kvio_wire_reader(blob, length);
+    if (kvio_wire_get(&in, report_p, sizeof(*report_p))) {
+        size_t record_size = report_p->is_trainer ? sizeof(kvio_train_record_t)
+                                                  : sizeof(kvio_update_record_t);
+        *records_p = kvio_wire_take_array(&in, report_p->count, record_size);
+    }
+    return kvio_wire_status(&in) == KVIO_OK && kvio_wire_left(&in) == 0 ? KVIO_OK
+                                                                        : KVIO_ERR_INTERNAL;
 }
 
 static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_t *all)
@@ -679,12 +690,8 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
     size_t num_updates = 0;
     for (int rank = 0; rank < size; rank++) {
         rank_report_t report;
-        if (lengths[rank] < sizeof(report))
-            return KVIO_ERR_INTERNAL;
-        memcpy(&report, blobs[rank], sizeof(report));
-        size_t record_size = report.is_trainer ? sizeof(kvio_train_record_t)
-                                               : sizeof(kvio_update_record_t);
-        if (lengths[rank] != sizeof(report) + report.count * record_size)
+        const void *records = NULL;
+        if (read_report(blobs[rank], lengths[rank], &report, &records) != KVIO_OK)
             return KVIO_ERR_INTERNAL;
         if (!report.is_trainer)
             num_updates += report.count;
@@ -696,8 +703,8 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
     all->num_reports = size;
     for (int rank = 0; rank < size; rank++) {
         rank_report_t *report = &all->reports[rank];
-        memcpy(report, blobs[rank], sizeof(*report));
-        const char *records = (const char *)blobs[rank] + sizeof(*report);
+        const void *records = NULL;
+        read_report(blobs[rank], lengths[rank], report, &records);
         if (report->is_trainer) {
             free(all->train);
             all->train = calloc(report->count + 1, sizeof(*all->train));

@@ -15,12 +15,12 @@
 #include "kvio/clock.h"
 #include "kvio/log.h"
 #include "kvio/rte.h"
+#include "kvio/wire.h"
 #include "serve/serve_int.h"
 
 #define STATE_MAGIC 0x6b767374u   /* "kvst" */
 #define BATCH_MAGIC 0x6b766271u   /* "kvbq" */
-#define CLIENT_MAGIC 0x6b76696f636c6e31ull /* "kvioclnt1" */
-#define ROUTER_NAME_WORDS 4 /* the router's name in the client's report */
+#define CLIENT_MAGIC 0x6b76696f636c6e32ull /* "kvioclnt2" */
 #define STATE_FINAL 1u
 #define BATCH_LAST 1u
 
@@ -77,22 +77,16 @@ kvio_status_t kvio_serve_publisher_pack(kvio_serve_publisher_t *publisher,
         .load = engine ? kvio_engine_load(engine) : 0,
         .num_cached = (uint32_t)publisher->num_cached,
         .num_evicted = (uint32_t)publisher->num_evicted};
-    size_t cached_bytes = publisher->num_cached * sizeof(kvio_hash_t);
-    size_t evicted_bytes = publisher->num_evicted * sizeof(kvio_hash_t);
-    size_t length = sizeof(header) + cached_bytes + evicted_bytes;
-    unsigned char *blob = malloc(length);
-    if (blob == NULL)
-        return KVIO_ERR_NOMEM;
-    memcpy(blob, &header, sizeof(header));
-    if (cached_bytes > 0)
-        memcpy(blob + sizeof(header), publisher->cached, cached_bytes);
-    if (evicted_bytes > 0)
-        memcpy(blob + sizeof(header) + cached_bytes, publisher->evicted, evicted_bytes);
-    publisher->num_cached = 0;
-    publisher->num_evicted = 0;
-    *blob_p = blob;
-    *length_p = length;
-    return KVIO_OK;
+    kvio_wire_writer_t out = {0};
+    kvio_wire_put(&out, &header, sizeof(header));
+    kvio_wire_put(&out, publisher->cached, publisher->num_cached * sizeof(kvio_hash_t));
+    kvio_wire_put(&out, publisher->evicted, publisher->num_evicted * sizeof(kvio_hash_t));
+    kvio_status_t status = kvio_wire_finish(&out, blob_p, length_p);
+    if (status == KVIO_OK) {
+        publisher->num_cached = 0;
+        publisher->num_evicted = 0;
+    }
+    return status;
 }
 
 void kvio_serve_publisher_fini(kvio_serve_publisher_t *publisher)
@@ -250,27 +244,28 @@ kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank
                                       const void *blob, size_t length, bool *final_p)
 {
     state_header_t header;
-    if (rank >= mirror->num_ranks || length < sizeof(header))
+    kvio_wire_reader_t in = kvio_wire_reader(blob, length);
+    if (rank >= mirror->num_ranks || !kvio_wire_get(&in, &header, sizeof(header)) ||
+        header.magic != STATE_MAGIC)
         return KVIO_ERR_PARSE;
-    memcpy(&header, blob, sizeof(header));
-    if (header.magic != STATE_MAGIC ||
-        length != sizeof(header) + ((size_t)header.num_cached + header.num_evicted) *
-                                       sizeof(kvio_hash_t))
+    const unsigned char *added =
+        kvio_wire_take_array(&in, header.num_cached, sizeof(kvio_hash_t));
+    const unsigned char *evicted =
+        kvio_wire_take_array(&in, header.num_evicted, sizeof(kvio_hash_t));
+    if (kvio_wire_status(&in) != KVIO_OK || kvio_wire_left(&in) != 0)
         return KVIO_ERR_PARSE;
     mirrored_rank_t *mirrored = &mirror->ranks[rank];
-    const unsigned char *hashes = (const unsigned char *)blob + sizeof(header);
     /* Additions first: every eviction then finds what it removes, even a
      * block cached and evicted within the same iteration. */
     for (uint32_t i = 0; i < header.num_cached; i++) {
         kvio_hash_t hash;
-        memcpy(&hash, hashes + (size_t)i * sizeof(hash), sizeof(hash));
+        memcpy(&hash, added + (size_t)i * sizeof(hash), sizeof(hash));
         if (set_add(&mirrored->cached, hash) != KVIO_OK)
             return KVIO_ERR_NOMEM;
     }
-    hashes += (size_t)header.num_cached * sizeof(kvio_hash_t);
     for (uint32_t i = 0; i < header.num_evicted; i++) {
         kvio_hash_t hash;
-        memcpy(&hash, hashes + (size_t)i * sizeof(hash), sizeof(hash));
+        memcpy(&hash, evicted + (size_t)i * sizeof(hash), sizeof(hash));
         set_remove(&mirrored->cached, hash);
     }
     mirrored->state = header;
@@ -424,70 +419,45 @@ typedef struct batch_request {
     uint32_t measured;
 } batch_request_t;
 
-static kvio_status_t batch_reserve(kvio_serve_batch_t *batch, size_t more)
-{
-    if (batch->length + more <= batch->capacity)
-        return KVIO_OK;
-    size_t capacity = (batch->length + more) * 2 + 4096;
-    unsigned char *bigger = realloc(batch->data, capacity);
-    if (bigger == NULL)
-        return KVIO_ERR_NOMEM;
-    batch->data = bigger;
-    batch->capacity = capacity;
-    return KVIO_OK;
-}
-
 kvio_status_t kvio_serve_batch_add(kvio_serve_batch_t *batch,
                                    const kvio_engine_request_t *request)
 {
-    if (batch->length == 0) {
-        kvio_status_t status = batch_reserve(batch, sizeof(batch_header_t));
-        if (status != KVIO_OK)
-            return status;
-        memset(batch->data, 0, sizeof(batch_header_t));
-        batch->length = sizeof(batch_header_t);
+    if (batch->out.length == 0) {
+        batch_header_t header = {0}; /* written by kvio_serve_batch_seal */
+        kvio_wire_put(&batch->out, &header, sizeof(header));
     }
     batch_request_t item = {
         .id = request->id, .arrival_ns = request->arrival_ns,
         .prompt_tokens = request->prompt_tokens, .output_tokens = request->output_tokens,
         .max_tokens = request->max_tokens, .priority = request->priority,
         .num_hashes = (uint32_t)request->num_hashes, .measured = request->measured};
-    size_t hash_bytes = request->num_hashes * sizeof(kvio_hash_t);
-    kvio_status_t status = batch_reserve(batch, sizeof(item) + hash_bytes);
-    if (status != KVIO_OK)
-        return status;
-    memcpy(batch->data + batch->length, &item, sizeof(item));
-    if (hash_bytes > 0)
-        memcpy(batch->data + batch->length + sizeof(item), request->hashes, hash_bytes);
-    batch->length += sizeof(item) + hash_bytes;
+    kvio_wire_put(&batch->out, &item, sizeof(item));
+    kvio_wire_put(&batch->out, request->hashes, request->num_hashes * sizeof(kvio_hash_t));
     batch->count++;
-    return KVIO_OK;
+    return batch->out.status;
 }
 
 kvio_status_t kvio_serve_batch_seal(kvio_serve_batch_t *batch, int64_t origin_ns, bool last)
 {
-    if (batch->length == 0) {
-        kvio_status_t status = batch_reserve(batch, sizeof(batch_header_t));
-        if (status != KVIO_OK)
-            return status;
-        batch->length = sizeof(batch_header_t);
-    }
     batch_header_t header = {.magic = BATCH_MAGIC, .flags = last ? BATCH_LAST : 0,
                              .origin_ns = origin_ns, .count = batch->count};
-    memcpy(batch->data, &header, sizeof(header));
-    return KVIO_OK;
+    if (batch->out.length == 0)
+        kvio_wire_put(&batch->out, &header, sizeof(header));
+    else
+        kvio_wire_patch(&batch->out, 0, &header, sizeof(header));
+    return batch->out.status;
 }
 
 void kvio_serve_batch_reset(kvio_serve_batch_t *batch)
 {
-    batch->length = 0;
+    kvio_wire_reset(&batch->out);
     batch->count = 0;
 }
 
 void kvio_serve_batch_fini(kvio_serve_batch_t *batch)
 {
-    free(batch->data);
-    memset(batch, 0, sizeof(*batch));
+    kvio_wire_writer_fini(&batch->out);
+    batch->count = 0;
 }
 
 kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
@@ -496,35 +466,24 @@ kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
                                     bool *last_p)
 {
     batch_header_t header;
-    if (length < sizeof(header))
-        return KVIO_ERR_PARSE;
-    memcpy(&header, blob, sizeof(header));
-    if (header.magic != BATCH_MAGIC)
+    kvio_wire_reader_t in = kvio_wire_reader(blob, length);
+    if (!kvio_wire_get(&in, &header, sizeof(header)) || header.magic != BATCH_MAGIC)
         return KVIO_ERR_PARSE;
     *origin_ns_p = header.origin_ns;
     *last_p = (header.flags & BATCH_LAST) != 0;
-    const unsigned char *cursor = (const unsigned char *)blob + sizeof(header);
-    const unsigned char *end = (const unsigned char *)blob + length;
     kvio_status_t status = KVIO_OK;
     for (uint32_t i = 0; i < header.count && status == KVIO_OK; i++) {
         batch_request_t item;
-        if ((size_t)(end - cursor) < sizeof(item)) {
-            status = KVIO_ERR_PARSE;
+        if (!kvio_wire_get(&in, &item, sizeof(item)))
             break;
-        }
-        memcpy(&item, cursor, sizeof(item));
-        cursor += sizeof(item);
-        size_t hash_bytes = (size_t)item.num_hashes * sizeof(kvio_hash_t);
-        if ((size_t)(end - cursor) < hash_bytes) {
-            status = KVIO_ERR_PARSE;
+        const void *hashes = kvio_wire_take_array(&in, item.num_hashes, sizeof(kvio_hash_t));
+        if (hashes == NULL)
             break;
-        }
         status = kvio_hash_buffer_reserve(buffer, item.num_hashes);
         if (status != KVIO_OK)
             break;
-        if (hash_bytes > 0)
-            memcpy(buffer->hashes, cursor, hash_bytes); /* aligned for the engine */
-        cursor += hash_bytes;
+        if (item.num_hashes > 0) /* copied: aligned for the engine */
+            memcpy(buffer->hashes, hashes, (size_t)item.num_hashes * sizeof(kvio_hash_t));
         kvio_engine_request_t request = {
             .id = item.id, .arrival_ns = item.arrival_ns, .prompt_tokens = item.prompt_tokens,
             .output_tokens = item.output_tokens, .max_tokens = item.max_tokens,
@@ -532,7 +491,7 @@ kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
             .measured = item.measured != 0};
         status = each(context, &request);
     }
-    return status;
+    return status != KVIO_OK ? status : kvio_wire_status(&in);
 }
 
 /* ---------- the client rank (coupled run) ---------- */
@@ -662,7 +621,7 @@ static kvio_status_t client_send_batches(kvio_serve_client_t *client, int64_t or
         status = kvio_serve_batch_seal(batch, origin_ns, last);
         if (status == KVIO_OK)
             status = kvio_rte_post(client->rte, client->first_serve + (int)r,
-                                   KVIO_SERVE_TAG_REQUESTS, batch->data, batch->length);
+                                   KVIO_SERVE_TAG_REQUESTS, batch->out.data, batch->out.length);
         kvio_serve_batch_reset(batch);
     }
     return status;
@@ -752,54 +711,52 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
     return status;
 }
 
+/* The client rank's report to rank 0 (kvio/wire.h): magic, serve ranks,
+ * requests generated, state messages, the router's name, then the requests
+ * routed to each serve rank. */
 kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **blob_p,
                                      size_t *length_p)
 {
-    uint64_t header[4 + ROUTER_NAME_WORDS] = {CLIENT_MAGIC, client->num_serve,
-                                              client->generated,
-                                              kvio_serve_mirror_states(client->mirror)};
-    snprintf((char *)&header[4], ROUTER_NAME_WORDS * 8, "%s", kvio_router_name(client->router));
-    size_t length = sizeof(header) + client->num_serve * sizeof(uint64_t);
-    unsigned char *blob = malloc(length);
-    if (blob == NULL)
-        return KVIO_ERR_NOMEM;
-    memcpy(blob, header, sizeof(header));
-    for (uint32_t r = 0; r < client->num_serve; r++) {
-        uint64_t sent = kvio_serve_mirror_sent(client->mirror, r);
-        memcpy(blob + sizeof(header) + r * sizeof(sent), &sent, sizeof(sent));
-    }
-    *blob_p = blob;
-    *length_p = length;
-    return KVIO_OK;
+    kvio_wire_writer_t out = {0};
+    kvio_wire_put_u64(&out, CLIENT_MAGIC);
+    kvio_wire_put_u64(&out, client->num_serve);
+    kvio_wire_put_u64(&out, client->generated);
+    kvio_wire_put_u64(&out, kvio_serve_mirror_states(client->mirror));
+    const char *router = kvio_router_name(client->router);
+    kvio_wire_put_blob(&out, router, strlen(router));
+    for (uint32_t r = 0; r < client->num_serve; r++)
+        kvio_wire_put_u64(&out, kvio_serve_mirror_sent(client->mirror, r));
+    return kvio_wire_finish(&out, blob_p, length_p);
 }
 
 bool kvio_serve_client_blob(const void *blob, size_t length)
 {
-    uint64_t magic;
-    if (length < sizeof(magic))
-        return false;
-    memcpy(&magic, blob, sizeof(magic));
-    return magic == CLIENT_MAGIC;
+    kvio_wire_reader_t in = kvio_wire_reader(blob, length);
+    uint64_t magic = 0;
+    return kvio_wire_get_u64(&in, &magic) && magic == CLIENT_MAGIC;
 }
 
 json_t *kvio_serve_client_json(const void *blob, size_t length)
 {
-    uint64_t header[4 + ROUTER_NAME_WORDS];
-    if (length < sizeof(header))
+    kvio_wire_reader_t in = kvio_wire_reader(blob, length);
+    uint64_t magic = 0, num_serve = 0, generated = 0, states = 0, name_length = 0;
+    kvio_wire_get_u64(&in, &magic);
+    kvio_wire_get_u64(&in, &num_serve);
+    kvio_wire_get_u64(&in, &generated);
+    kvio_wire_get_u64(&in, &states);
+    const char *name = kvio_wire_take_blob(&in, &name_length);
+    const unsigned char *sent = kvio_wire_take_array(&in, num_serve, sizeof(uint64_t));
+    if (kvio_wire_status(&in) != KVIO_OK || magic != CLIENT_MAGIC || kvio_wire_left(&in) != 0 ||
+        num_serve > UINT32_MAX)
         return NULL;
-    memcpy(header, blob, sizeof(header));
-    if (header[0] != CLIENT_MAGIC || header[1] > length / sizeof(uint64_t) ||
-        length != sizeof(header) + header[1] * sizeof(uint64_t))
-        return NULL;
-    uint64_t *routed = malloc(header[1] * sizeof(uint64_t) + 1);
+    uint64_t *routed = malloc(num_serve * sizeof(uint64_t) + 1);
     if (routed == NULL)
         return NULL;
-    memcpy(routed, (const unsigned char *)blob + sizeof(header), header[1] * sizeof(uint64_t));
-    char router[ROUTER_NAME_WORDS * 8];
-    memcpy(router, &header[4], sizeof(router));
-    router[sizeof(router) - 1] = '\0';
-    json_t *object = kvio_serve_client_counts_json("rank", router, header[2], routed,
-                                                   (uint32_t)header[1], header[3]);
+    memcpy(routed, sent, num_serve * sizeof(uint64_t));
+    char router[64];
+    snprintf(router, sizeof(router), "%.*s", (int)(name_length < 63 ? name_length : 63), name);
+    json_t *object = kvio_serve_client_counts_json("rank", router, generated, routed,
+                                                   (uint32_t)num_serve, states);
     free(routed);
     return object;
 }

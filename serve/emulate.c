@@ -23,6 +23,7 @@
 #include "kvio/gpu.h"
 #include "kvio/log.h"
 #include "kvio/sysinfo.h"
+#include "kvio/wire.h"
 #include "serve/serve_int.h"
 
 
@@ -968,7 +969,7 @@ out:
 
 /* ---------- a serve rank inside the coupled run ---------- */
 
-#define SERVE_RANK_MAGIC 0x6b76696f73727631ull /* "kviosrv1" */
+#define SERVE_RANK_MAGIC 0x6b76696f73727632ull /* "kviosrv2" */
 
 struct kvio_serve_rank {
     const kvio_serve_run_t *run;
@@ -1375,57 +1376,34 @@ void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *serve
     server_p->error = coupled_error;
 }
 
-/* Appends bytes to a growable blob. */
-static kvio_status_t blob_append(unsigned char **blob, size_t *length, size_t *capacity,
-                                 const void *data, size_t size)
-{
-    if (*length + size > *capacity) {
-        size_t bigger_capacity = (*length + size) * 2 + 256;
-        unsigned char *bigger = realloc(*blob, bigger_capacity);
-        if (bigger == NULL)
-            return KVIO_ERR_NOMEM;
-        *blob = bigger;
-        *capacity = bigger_capacity;
-    }
-    memcpy(*blob + *length, data, size);
-    *length += size;
-    return KVIO_OK;
-}
-
+/* A serve rank's report to rank 0: its engine metrics, requests served per
+ * version, requests.csv rows, timing, its tiers and KV memory (JSON text),
+ * then its iteration records (kvio/wire.h; read by kvio_serve_ranks_merge). */
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p, size_t *length_p)
 {
-    unsigned char *blob = NULL;
-    size_t length = 0, capacity = 0;
     void *metrics = NULL;
     size_t metrics_length = 0;
     kvio_status_t status = kvio_engine_metrics_pack(kvio_engine_metrics(rank->setup.engine),
                                                     &metrics, &metrics_length);
-    uint64_t magic = SERVE_RANK_MAGIC, sizes[3] = {metrics_length, rank->num_versions,
-                                                   rank->rows_length};
-    int64_t times[2] = {rank->timing.overhead_ns, rank->timing.planned_ns};
-    if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, &magic, sizeof(magic));
-    if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, sizes, sizeof(sizes));
-    if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, metrics, metrics_length);
-    if (status == KVIO_OK && rank->num_versions > 0)
-        status = blob_append(&blob, &length, &capacity, rank->served,
-                             rank->num_versions * sizeof(uint64_t));
-    if (status == KVIO_OK && rank->rows_length > 0)
-        status = blob_append(&blob, &length, &capacity, rank->rows, rank->rows_length);
-    if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, times, sizeof(times));
+    if (status != KVIO_OK)
+        return status;
+    kvio_wire_writer_t out = {0};
+    kvio_wire_put_u64(&out, SERVE_RANK_MAGIC);
+    kvio_wire_put_blob(&out, metrics, metrics_length);
+    free(metrics);
+    kvio_wire_put_u64(&out, rank->num_versions);
+    kvio_wire_put(&out, rank->served, rank->num_versions * sizeof(uint64_t));
+    kvio_wire_put_blob(&out, rank->rows, rank->rows_length);
+    kvio_wire_put_i64(&out, rank->timing.overhead_ns);
+    kvio_wire_put_i64(&out, rank->timing.planned_ns);
     const kvio_hist_t *hists[2] = {rank->timing.error_ns, rank->timing.error_ppm};
-    for (int h = 0; h < 2 && status == KVIO_OK; h++) {
-        size_t size = kvio_hist_packed_size(hists[h]);
-        unsigned char *packed = malloc(size);
+    for (int h = 0; h < 2 && out.status == KVIO_OK; h++) {
+        unsigned char *packed = malloc(kvio_hist_packed_size(hists[h]));
         if (packed == NULL) {
-            status = KVIO_ERR_NOMEM;
-            break;
+            kvio_wire_writer_fini(&out);
+            return KVIO_ERR_NOMEM;
         }
-        size = kvio_hist_pack(hists[h], packed);
-        status = blob_append(&blob, &length, &capacity, packed, size);
+        kvio_wire_put_blob(&out, packed, kvio_hist_pack(hists[h], packed));
         free(packed);
     }
     /* The rank's tiers and where its KV pool lives, as JSON text. */
@@ -1437,70 +1415,127 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                                                            rank->run));
     char *about_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
     json_decref(about);
-    uint64_t about_length = about_text != NULL ? strlen(about_text) : 0;
-    if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, &about_length, sizeof(about_length));
-    if (status == KVIO_OK && about_length > 0)
-        status = blob_append(&blob, &length, &capacity, about_text, about_length);
+    kvio_wire_put_blob(&out, about_text, about_text != NULL ? strlen(about_text) : 0);
     free(about_text);
-    /* Iteration records last (a merge that finds none writes no rows). */
-    uint64_t iterations[2] = {rank->iterations_length, rank->iterations_dropped};
-    double host_bandwidth = rank->run->gpu->host_bandwidth;
-    if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, iterations, sizeof(iterations));
-    if (status == KVIO_OK)
-        status = blob_append(&blob, &length, &capacity, &host_bandwidth,
-                             sizeof(host_bandwidth));
-    if (status == KVIO_OK && rank->iterations_length > 0)
-        status = blob_append(&blob, &length, &capacity, rank->iterations,
-                             rank->iterations_length);
-    free(metrics);
-    if (status != KVIO_OK) {
-        free(blob);
-        return status;
-    }
-    *blob_p = blob;
-    *length_p = length;
-    return KVIO_OK;
+    kvio_wire_put_u64(&out, rank->iterations_dropped);
+    kvio_wire_put_f64(&out, rank->run->gpu->host_bandwidth);
+    kvio_wire_put_blob(&out, rank->iterations, rank->iterations_length);
+    return kvio_wire_finish(&out, blob_p, length_p);
 }
 
-/* Writes a serve rank's iteration records as iterations.csv rows and
- * iteration events; *offset_p moves past them. */
-static kvio_status_t merge_iterations(const unsigned char *blob, size_t length,
-                                      size_t *offset_p, uint32_t rank, kvio_csv_t *csv,
-                                      kvio_event_trace_t *events, uint64_t *dropped_p)
+/* Writes a serve rank's iteration records (length bytes) as iterations.csv
+ * rows and iteration events. */
+static kvio_status_t merge_iterations(const void *records, size_t length, double host_bandwidth,
+                                      uint32_t rank, kvio_csv_t *csv,
+                                      kvio_event_trace_t *events)
 {
-    size_t offset = *offset_p;
-    uint64_t iterations[2];
-    double host_bandwidth;
-    if (length - offset < sizeof(iterations) + sizeof(host_bandwidth))
-        return KVIO_OK; /* none recorded */
-    memcpy(iterations, blob + offset, sizeof(iterations));
-    memcpy(&host_bandwidth, blob + offset + sizeof(iterations), sizeof(host_bandwidth));
-    offset += sizeof(iterations) + sizeof(host_bandwidth);
-    if (iterations[0] > length - offset)
-        return KVIO_ERR_PARSE;
-    for (size_t at = 0; at < iterations[0];) {
+    kvio_wire_reader_t in = kvio_wire_reader(records, length);
+    while (kvio_wire_left(&in) > 0) {
         iteration_record_t record;
         uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
-        if (iterations[0] - at < sizeof(record))
-            return KVIO_ERR_PARSE;
-        memcpy(&record, blob + offset + at, sizeof(record));
-        at += sizeof(record);
-        size_t num_ids = record_ids(record.batch_size);
-        if (iterations[0] - at < num_ids * sizeof(uint64_t))
-            return KVIO_ERR_PARSE;
-        memcpy(ids, blob + offset + at, num_ids * sizeof(uint64_t));
-        at += num_ids * sizeof(uint64_t);
+        if (!kvio_wire_get(&in, &record, sizeof(record)) ||
+            !kvio_wire_get(&in, ids, record_ids(record.batch_size) * sizeof(uint64_t)))
+            break;
         if (csv != NULL)
             kvio_serve_iteration_row(csv, rank, &record.iteration);
         /* The whole batch's size; only its first ids were kept. */
         kvio_serve_trace_iteration_ids(events, rank, &record.iteration, ids, record.batch_size,
                                        host_bandwidth);
     }
-    *dropped_p += iterations[1];
-    *offset_p = offset + iterations[0];
-    return KVIO_OK;
+    return kvio_wire_status(&in);
+}
+
+/* One serve rank's report (kvio_serve_rank_pack) into the run's totals. */
+typedef struct rank_totals {
+    kvio_engine_metrics_t *total;
+    json_t *per_rank, *tiers;
+    json_t *kv_memory; /* the first serve rank's, as executor_json says */
+    bool spin_kernel;
+    json_int_t spin_bytes;
+    uint64_t **served;
+    size_t *num_versions;
+    int64_t overhead, planned;
+    kvio_hist_t *error_ns, *error_ppm;
+    uint64_t iterations_dropped;
+} rank_totals_t;
+
+static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
+                                kvio_csv_t *csv, kvio_csv_t *iterations_csv,
+                                kvio_event_trace_t *events, rank_totals_t *totals)
+{
+    kvio_wire_reader_t in = kvio_wire_reader(blob, length);
+    uint64_t magic = 0, metrics_size = 0, versions = 0, rows_size = 0, about_size = 0;
+    uint64_t dropped = 0, records_size = 0;
+    if (kvio_wire_get_u64(&in, &magic) && magic != SERVE_RANK_MAGIC)
+        kvio_wire_refuse(&in);
+    const void *metrics = kvio_wire_take_blob(&in, &metrics_size);
+    kvio_status_t status = kvio_wire_status(&in);
+    kvio_engine_metrics_t rank_metrics;
+    if (status == KVIO_OK && (status = kvio_engine_metrics_init(&rank_metrics)) == KVIO_OK) {
+        size_t used = 0;
+        status = kvio_engine_metrics_unpack_merge(&rank_metrics, metrics, metrics_size, &used);
+        if (status == KVIO_OK) {
+            kvio_engine_metrics_merge(totals->total, &rank_metrics);
+            json_array_append_new(totals->per_rank, kvio_serve_metrics_json(&rank_metrics));
+        }
+        kvio_engine_metrics_fini(&rank_metrics);
+    }
+    kvio_wire_get_u64(&in, &versions);
+    const unsigned char *served = kvio_wire_take_array(&in, versions, sizeof(uint64_t));
+    if (status == KVIO_OK && served != NULL && versions > *totals->num_versions) {
+        uint64_t *bigger = realloc(*totals->served, versions * sizeof(uint64_t));
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        memset(bigger + *totals->num_versions, 0,
+               (versions - *totals->num_versions) * sizeof(uint64_t));
+        *totals->served = bigger;
+        *totals->num_versions = versions;
+    }
+    for (uint64_t v = 0; status == KVIO_OK && served != NULL && v < versions; v++) {
+        uint64_t value;
+        memcpy(&value, served + v * sizeof(value), sizeof(value));
+        (*totals->served)[v] += value;
+    }
+    const char *rows = kvio_wire_take_blob(&in, &rows_size);
+    /* Rows arrive as text; strip the last newline (kvio_csv_row adds one). */
+    if (status == KVIO_OK && rows != NULL && csv != NULL && rows_size > 0)
+        status = kvio_csv_row(csv, "%.*s", (int)rows_size - 1, rows);
+    int64_t overhead = 0, planned = 0;
+    kvio_wire_get_i64(&in, &overhead);
+    kvio_wire_get_i64(&in, &planned);
+    totals->overhead += overhead;
+    totals->planned += planned;
+    kvio_hist_t *hists[2] = {totals->error_ns, totals->error_ppm};
+    for (int h = 0; h < 2 && status == KVIO_OK; h++) {
+        uint64_t size = 0;
+        size_t used = 0;
+        const void *packed = kvio_wire_take_blob(&in, &size);
+        if (packed != NULL)
+            status = kvio_hist_unpack_merge(hists[h], packed, size, &used);
+    }
+    const char *about_text = kvio_wire_take_blob(&in, &about_size);
+    if (status == KVIO_OK && about_text != NULL && about_size > 0) {
+        json_error_t json_error;
+        json_t *about = json_loadb(about_text, about_size, 0, &json_error);
+        json_t *rank_tiers = json_object_get(about, "tiers");
+        if (json_is_array(rank_tiers))
+            json_array_extend(totals->tiers, rank_tiers);
+        if (totals->kv_memory == NULL && json_is_string(json_object_get(about, "kv_memory"))) {
+            totals->kv_memory = json_incref(json_object_get(about, "kv_memory"));
+            totals->spin_kernel = json_is_true(json_object_get(about, "spin_kernel"));
+            totals->spin_bytes = json_integer_value(json_object_get(about, "spin_memory_bytes"));
+        }
+        json_decref(about);
+    }
+    double host_bandwidth = 0;
+    kvio_wire_get_u64(&in, &dropped);
+    kvio_wire_get_f64(&in, &host_bandwidth);
+    const void *records = kvio_wire_take_blob(&in, &records_size);
+    totals->iterations_dropped += dropped;
+    if (status == KVIO_OK && records != NULL)
+        status = merge_iterations(records, records_size, host_bandwidth, rank, iterations_csv,
+                                  events);
+    return status != KVIO_OK ? status : kvio_wire_status(&in);
 }
 
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
@@ -1509,150 +1544,55 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                                      size_t *num_versions_p, char *error_p, size_t error_len)
 {
     kvio_engine_metrics_t total;
-    kvio_hist_t *error_ns = NULL, *error_ppm = NULL;
     kvio_csv_t *csv = NULL, *iterations_csv = NULL;
     json_t *client = NULL;
     size_t num_serve = 0;
-    uint64_t iterations_dropped = 0;
     uint64_t *served = NULL;
     size_t num_versions = 0;
-    int64_t overhead = 0, planned = 0;
-    json_t *per_rank = json_array(), *tiers = json_array();
-    json_t *kv_memory = NULL; /* the first serve rank's, as executor_json says */
-    bool spin_kernel = false;
-    json_int_t spin_bytes = 0;
+    rank_totals_t totals = {.total = &total, .per_rank = json_array(), .tiers = json_array(),
+                            .served = &served, .num_versions = &num_versions};
     kvio_status_t status = kvio_engine_metrics_init(&total);
-    if (status == KVIO_OK && (kvio_hist_create(&error_ns) != KVIO_OK ||
-                              kvio_hist_create(&error_ppm) != KVIO_OK))
+    if (status == KVIO_OK && (kvio_hist_create(&totals.error_ns) != KVIO_OK ||
+                              kvio_hist_create(&totals.error_ppm) != KVIO_OK))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK && results != NULL)
         status = kvio_serve_open_csvs(results, &csv, &iterations_csv, error_p, error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
-        const unsigned char *blob = blobs[b];
-        size_t length = lengths[b], offset = 0;
-        if (kvio_serve_client_blob(blob, length)) {
+        if (kvio_serve_client_blob(blobs[b], lengths[b])) {
             json_decref(client);
-            client = kvio_serve_client_json(blob, length);
+            client = kvio_serve_client_json(blobs[b], lengths[b]);
             if (client == NULL)
                 status = KVIO_ERR_PARSE;
             continue;
         }
-        uint32_t serve_index = (uint32_t)num_serve++;
-        uint64_t magic, sizes[3];
-        if (length < sizeof(magic) + sizeof(sizes)) {
-            status = KVIO_ERR_PARSE;
-            break;
-        }
-        memcpy(&magic, blob, sizeof(magic));
-        memcpy(sizes, blob + sizeof(magic), sizeof(sizes));
-        offset = sizeof(magic) + sizeof(sizes);
-        if (magic != SERVE_RANK_MAGIC || sizes[0] > length - offset) {
-            status = KVIO_ERR_PARSE;
-            break;
-        }
-        kvio_engine_metrics_t rank_metrics;
-        size_t used = 0;
-        status = kvio_engine_metrics_init(&rank_metrics);
-        if (status == KVIO_OK)
-            status = kvio_engine_metrics_unpack_merge(&rank_metrics, blob + offset, sizes[0], &used);
-        if (status == KVIO_OK) {
-            kvio_engine_metrics_merge(&total, &rank_metrics);
-            json_array_append_new(per_rank, kvio_serve_metrics_json(&rank_metrics));
-        }
-        kvio_engine_metrics_fini(&rank_metrics);
-        offset += sizes[0];
-        if (status != KVIO_OK || sizes[1] > (length - offset) / 8) {
-            status = KVIO_ERR_PARSE;
-            break;
-        }
-        if (sizes[1] > num_versions) {
-            uint64_t *bigger = realloc(served, sizes[1] * sizeof(uint64_t));
-            if (bigger == NULL) {
-                status = KVIO_ERR_NOMEM;
-                break;
-            }
-            memset(bigger + num_versions, 0, (sizes[1] - num_versions) * sizeof(uint64_t));
-            served = bigger;
-            num_versions = sizes[1];
-        }
-        for (uint64_t v = 0; v < sizes[1]; v++) {
-            uint64_t value;
-            memcpy(&value, blob + offset + v * 8, 8);
-            served[v] += value;
-        }
-        offset += sizes[1] * 8;
-        if (sizes[2] > length - offset) {
-            status = KVIO_ERR_PARSE;
-            break;
-        }
-        if (csv != NULL && sizes[2] > 0) {
-            /* Rows arrive as text; strip the last newline (kvio_csv_row adds one). */
-            status = kvio_csv_row(csv, "%.*s", (int)sizes[2] - 1, (const char *)blob + offset);
-        }
-        offset += sizes[2];
-        int64_t times[2];
-        if (status != KVIO_OK || length - offset < sizeof(times)) {
-            status = status != KVIO_OK ? status : KVIO_ERR_PARSE;
-            break;
-        }
-        memcpy(times, blob + offset, sizeof(times));
-        offset += sizeof(times);
-        overhead += times[0];
-        planned += times[1];
-        status = kvio_hist_unpack_merge(error_ns, blob + offset, length - offset, &used);
-        offset += used;
-        if (status == KVIO_OK)
-            status = kvio_hist_unpack_merge(error_ppm, blob + offset, length - offset, &used);
-        offset += used;
-        uint64_t about_length = 0;
-        if (status == KVIO_OK && length - offset >= sizeof(about_length)) {
-            memcpy(&about_length, blob + offset, sizeof(about_length));
-            offset += sizeof(about_length);
-            if (about_length > length - offset) {
-                status = KVIO_ERR_PARSE;
-                break;
-            }
-            json_error_t json_error;
-            json_t *about = json_loadb((const char *)blob + offset, about_length, 0,
-                                       &json_error);
-            json_t *rank_tiers = json_object_get(about, "tiers");
-            if (json_is_array(rank_tiers))
-                json_array_extend(tiers, rank_tiers);
-            if (kv_memory == NULL && json_is_string(json_object_get(about, "kv_memory"))) {
-                kv_memory = json_incref(json_object_get(about, "kv_memory"));
-                spin_kernel = json_is_true(json_object_get(about, "spin_kernel"));
-                spin_bytes = json_integer_value(json_object_get(about, "spin_memory_bytes"));
-            }
-            json_decref(about);
-            offset += about_length;
-        }
-        if (status == KVIO_OK)
-            status = merge_iterations(blob, length, &offset, first_rank + serve_index,
-                                      iterations_csv, events, &iterations_dropped);
+        status = merge_rank(blobs[b], lengths[b], first_rank + (uint32_t)num_serve++, csv,
+                            iterations_csv, events, &totals);
     }
-    if (iterations_dropped > 0)
+    if (totals.iterations_dropped > 0)
         kvio_warn("iterations.csv: %llu iterations of the serve ranks were not kept (each rank "
-                  "keeps %u MiB of them)", (unsigned long long)iterations_dropped,
+                  "keeps %u MiB of them)", (unsigned long long)totals.iterations_dropped,
                   ITERATIONS_MAX_BYTES >> 20);
     if (status == KVIO_OK) {
         json_t *metrics = kvio_serve_metrics_json(&total);
         json_object_set_new(metrics, "serve_ranks", json_integer((json_int_t)num_serve));
         json_object_set_new(metrics, "iterations_not_recorded",
-                            json_integer((json_int_t)iterations_dropped));
+                            json_integer((json_int_t)totals.iterations_dropped));
         if (client != NULL) {
             json_object_set_new(metrics, "client", client);
             client = NULL;
         }
         json_object_set_new(metrics, "swap_verify_failures",
                             json_integer((json_int_t)total.swap_verify_failures));
-        json_object_set_new(metrics, "tiers", tiers);
-        tiers = NULL;
+        json_object_set_new(metrics, "tiers", totals.tiers);
+        totals.tiers = NULL;
         json_object_set_new(metrics, "executor",
-                            executor_object("real (coupled)", json_string_value(kv_memory),
-                                            spin_kernel, (uint64_t)spin_bytes, error_ns,
-                                            error_ppm, overhead, planned));
-        json_object_set_new(metrics, "per_rank", per_rank);
-        per_rank = NULL;
+                            executor_object("real (coupled)",
+                                            json_string_value(totals.kv_memory),
+                                            totals.spin_kernel, (uint64_t)totals.spin_bytes,
+                                            totals.error_ns, totals.error_ppm, totals.overhead,
+                                            totals.planned));
+        json_object_set_new(metrics, "per_rank", totals.per_rank);
+        totals.per_rank = NULL;
         *metrics_p = metrics;
         *served_p = served;
         *num_versions_p = num_versions;
@@ -1663,12 +1603,12 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     }
     status = kvio_serve_close_csvs(csv, iterations_csv, status, error_p, error_len);
     json_decref(client);
-    json_decref(kv_memory);
-    json_decref(per_rank);
-    json_decref(tiers);
+    json_decref(totals.kv_memory);
+    json_decref(totals.per_rank);
+    json_decref(totals.tiers);
     free(served);
-    kvio_hist_destroy(error_ns);
-    kvio_hist_destroy(error_ppm);
+    kvio_hist_destroy(totals.error_ns);
+    kvio_hist_destroy(totals.error_ppm);
     kvio_engine_metrics_fini(&total);
     return status;
 }

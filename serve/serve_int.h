@@ -9,6 +9,7 @@
 #include "kvio/results.h"
 #include "kvio/rte.h"
 #include "kvio/serve.h"
+#include "kvio/wire.h"
 #include "kvio/stream.h"
 
 /* Returns the preset called name, or NULL (borrowed, static). */
@@ -128,8 +129,7 @@ void kvio_serve_mirror_view(kvio_serve_mirror_t *mirror, kvio_router_view_t *vie
 
 /* A batch of requests for one serve rank, reused batch after batch. */
 typedef struct kvio_serve_batch {
-    unsigned char *data;
-    size_t length, capacity;
+    kvio_wire_writer_t out; /* header, then each request and its hashes */
     uint32_t count;
 } kvio_serve_batch_t;
 

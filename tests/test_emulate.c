@@ -515,7 +515,8 @@ static kvio_status_t stuck_client_body(kvio_rte_t *rte, void *arg)
         if (status == KVIO_OK)
             status = kvio_serve_batch_seal(&batch, kvio_rte_time_ns(rte), false);
         if (status == KVIO_OK)
-            status = kvio_rte_post(rte, 0, KVIO_SERVE_TAG_REQUESTS, batch.data, batch.length);
+            status = kvio_rte_post(rte, 0, KVIO_SERVE_TAG_REQUESTS, batch.out.data,
+                                   batch.out.length);
         kvio_serve_batch_fini(&batch);
         if (status == KVIO_OK)
             status = kvio_rte_flush(rte);
