@@ -343,6 +343,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     kvio_event_trace_t *events = NULL;
     json_t *metrics = json_object();
     json_t *start = json_object(); /* t0 and every rank's set-up (summary.json) */
+    if (options->summary_p != NULL)
+        *options->summary_p = NULL;
     kvio_updates_schedule_t schedule = {0}; /* simulate mode's updates */
     /* A closed socket (Redis gone mid-write) is an error to report, never a
      * SIGPIPE that ends the process without results (callers that handle
@@ -559,6 +561,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(results, "summary.json", summary,
                                                          write_error, sizeof(write_error));
+    if (options->summary_p != NULL && write_status == KVIO_OK)
+        *options->summary_p = json_incref(summary);
     json_decref(summary);
     if (status == KVIO_OK && write_status != KVIO_OK) {
         snprintf(error_p, error_len, "%s", write_error);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kvio/compare.h"
 #include "kvio/run.h"
 #include "kvio/stream.h"
 #include "tests/helpers.h"
@@ -238,6 +239,55 @@ Test(simulate, warmup_requests_are_not_measured, .timeout = 60)
     cr_assert_eq(metric(&output, "completed"), 600);
     cr_assert_eq(metric(&output, "measured"), 500);
     run_free(&output);
+}
+
+/* kvio_compare (the library behind kvio compare): a bad value in any
+ * variant is refused before anything runs (`--vary policy=fcfs,lmp` ran fcfs
+ * and then died), naming the variant; with seeds, each variant after the
+ * first carries its paired difference from the first, seed by seed. */
+Test(simulate, compare_checks_every_variant_first_and_pairs_seeds, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", shared_prefix);
+    char out[1100], error[1024] = "";
+    snprintf(out, sizeof(out), "%s/cmp", dir);
+    const char *bad_values[] = {"fcfs", "lmp"};
+    kvio_compare_vary_t vary = {.key = "serve.scheduler.policy", .values = bad_values,
+                                .count = 2};
+    kvio_compare_options_t options = {.source = file, .varies = &vary, .num_varies = 1,
+                                      .repeat = 2, .output_dir = out};
+    json_t *compare = NULL;
+    cr_assert_eq(kvio_compare(&options, &compare, error, sizeof(error)), KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "variant policy=lmp:"), "%s", error);
+    cr_assert_null(compare);
+    struct stat info;
+    cr_assert_neq(stat(out, &info), 0, "a refused compare made %s", out);
+
+    const char *values[] = {"fcfs", "lpm"};
+    vary.values = values;
+    cr_assert_eq(kvio_compare(&options, &compare, error, sizeof(error)), KVIO_OK, "%s", error);
+    const json_t *variants = json_object_get(compare, "variants");
+    cr_assert_eq(json_array_size(variants), 2);
+    cr_assert_null(json_object_get(json_array_get(variants, 0), "paired_delta_vs_first"));
+    const json_t *delta = json_object_get(
+        json_object_get(json_array_get(variants, 1), "paired_delta_vs_first"), "goodput (req/s)");
+    cr_assert_not_null(delta);
+    /* The delta is the mean of per-seed differences of what each run measured. */
+    double differences = 0;
+    for (size_t r = 0; r < 2; r++) {
+        const json_t *runs[2] = {
+            json_array_get(json_object_get(json_array_get(variants, 0), "runs"), r),
+            json_array_get(json_object_get(json_array_get(variants, 1), "runs"), r)};
+        differences += json_number_value(json_object_get(json_object_get(runs[1], "metrics"),
+                                                         "goodput")) -
+                       json_number_value(json_object_get(json_object_get(runs[0], "metrics"),
+                                                         "goodput"));
+    }
+    cr_assert_float_eq(json_number_value(json_object_get(delta, "mean")), differences / 2, 1e-9);
+    json_decref(compare);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
 }
 
 Test(simulate, compare_runs_each_variant_and_writes_compare_json, .timeout = 120)

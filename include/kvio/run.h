@@ -14,6 +14,7 @@
 #include "kvio/train.h"
 #include "kvio/update.h"
 
+#include <jansson.h>
 #include <signal.h>
 
 #include <stdbool.h>
@@ -85,6 +86,8 @@ typedef struct kvio_run_options {
     bool quiet;             /* no table on stdout */
     volatile sig_atomic_t *stop; /* set (e.g. by SIGINT) to stop early; may be NULL */
     const char *event_trace; /* write Chrome trace events (.pfw) here; NULL: none */
+    json_t **summary_p;      /* non-NULL: receives the summary.json written (a new
+                                reference, on the rank that wrote it; else NULL) */
 } kvio_run_options_t;
 
 /* What a run produced. */

@@ -1,0 +1,400 @@
+/* kvio_compare: every variant checked before the first runs, then each run
+ * on the identical stream (the same seeds), its metrics gathered from the
+ * summary kvio_run wrote, means with 95 % confidence intervals (Student t)
+ * and, with seeds, the paired difference from the first variant (seed by
+ * seed: the same stream), into compare.json; kvio_compare_table prints it. */
+#include "kvio/compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/clock.h"
+#include "kvio/results.h"
+#include "kvio/run.h"
+
+#define MAX_SETS 160
+
+/* The metrics compared, as (path: keys joined by dots, field, label); an
+ * optional one is shown only when some variant has it (model updates). */
+typedef struct compared {
+    const char *key;
+    const char *field;
+    const char *label;
+    bool optional;
+} compared_t;
+
+static const compared_t compared_metrics[] = {
+    {"request_throughput", NULL, "request_throughput (req/s)", false},
+    {"output_throughput", NULL, "output_throughput (tok/s)", false},
+    {"goodput", NULL, "goodput (req/s)", false},
+    {"ttft_ms", "p50", "ttft_ms p50", false},
+    {"ttft_ms", "p99", "ttft_ms p99", false},
+    {"tpot_ms", "p50", "tpot_ms p50", false},
+    {"tpot_ms", "p99", "tpot_ms p99", false},
+    {"e2el_ms", "p99", "e2el_ms p99", false},
+    {"hit_rate", NULL, "hit_rate", false},
+    {"preemptions", NULL, "preemptions", false},
+    {"recomputed_tokens", NULL, "recomputed_tokens", false},
+    {"kv_usage_mean", NULL, "kv_usage_mean", false},
+    {"model_updates.update_latency_ms", "mean", "update latency ms (mean)", true},
+    {"model_updates", "inference_stall_total_ms", "inference stall ms", true},
+    {"update_interference", "ttft_p99_ratio", "ttft p99 after/before upd.", true},
+    {"update_interference", "tpot_p99_ratio", "tpot p99 after/before upd.", true},
+    {"update_interference", "hit_rate_before", "hit_rate before update", true},
+    {"update_interference", "hit_rate_after", "hit_rate after update", true},
+    {"update_effects", "stale_hit_tokens", "stale_hit_tokens", true},
+    {"update_effects", "update_recomputed_tokens", "tokens recomputed (updates)", true},
+    {"mean_inference_loss", NULL, "mean inference loss", true},
+};
+#define NUM_COMPARED (sizeof(compared_metrics) / sizeof(compared_metrics[0]))
+
+/* Student t quantile for a two-sided 95% interval with n-1 degrees of freedom. */
+static double t95(size_t n)
+{
+    static const double table[] = {0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
+                                   2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+                                   2.120, 2.110, 2.101, 2.093, 2.086};
+    size_t df = n > 0 ? n - 1 : 0;
+    return df < sizeof(table) / sizeof(table[0]) ? table[df] : 1.96;
+}
+
+/* Mean of count samples and the half-width of its 95% confidence interval
+ * (0 for a single sample). */
+static void mean_ci95(const double *samples, long count, double *mean_p, double *half_p)
+{
+    double sum = 0, squares = 0;
+    for (long r = 0; r < count; r++)
+        sum += samples[r];
+    double mean = sum / (double)count;
+    for (long r = 0; r < count; r++)
+        squares += (samples[r] - mean) * (samples[r] - mean);
+    *mean_p = mean;
+    *half_p = count > 1 ? t95((size_t)count) * sqrt(squares / (double)(count - 1)) /
+                              sqrt((double)count)
+                        : 0;
+}
+
+/* The metric's value; when the run does not have it, NAN for an optional
+ * metric, else 0. */
+static double read_metric(const json_t *metrics, const compared_t *which)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "%s", which->key);
+    const json_t *value = metrics;
+    char *save = NULL;
+    for (char *key = strtok_r(path, ".", &save); key != NULL && value != NULL;
+         key = strtok_r(NULL, ".", &save))
+        value = json_object_get(value, key);
+    if (which->field != NULL)
+        value = json_object_get(value, which->field);
+    return json_is_number(value) ? json_number_value(value) : which->optional ? NAN : 0;
+}
+
+/* A variant: its overrides (the common ones, then KEY=VALUE per varied key)
+ * and its name (short keys, safe as a directory name). */
+typedef struct variant {
+    char name[256];
+    char assignments[KVIO_COMPARE_MAX_VARY][600];
+    const char *sets[MAX_SETS + KVIO_COMPARE_MAX_VARY + 1];
+    size_t num_sets; /* without the seed */
+    json_t *settings;
+} variant_t;
+
+static void variant_make(const kvio_compare_options_t *options, size_t index, variant_t *variant)
+{
+    variant->num_sets = 0;
+    for (size_t s = 0; s < options->num_sets && s < MAX_SETS; s++)
+        variant->sets[variant->num_sets++] = options->sets[s];
+    variant->name[0] = '\0';
+    variant->settings = json_object();
+    for (size_t v = 0; v < options->num_varies; v++) {
+        const kvio_compare_vary_t *vary = &options->varies[v];
+        const char *value = vary->values[index % vary->count];
+        index /= vary->count;
+        snprintf(variant->assignments[v], sizeof(variant->assignments[v]), "%.255s=%.300s",
+                 vary->key, value);
+        variant->sets[variant->num_sets++] = variant->assignments[v];
+        const char *short_key = strrchr(vary->key, '.');
+        short_key = short_key != NULL ? short_key + 1 : vary->key;
+        size_t at = strlen(variant->name);
+        snprintf(variant->name + at, sizeof(variant->name) - at, "%s%.60s=%.60s", v ? "," : "",
+                 short_key, value);
+        json_object_set_new(variant->settings, vary->key, json_string(value));
+    }
+    for (char *c = variant->name; *c != '\0'; c++)
+        if (*c == '/' || *c == ' ' || *c == ':')
+            *c = '_';
+}
+
+/* Loads variant with seed (its sets plus seed=...). */
+static kvio_status_t variant_load(const kvio_compare_options_t *options, variant_t *variant,
+                                  long long seed, kvio_workload_t *workload_p, char *error_p,
+                                  size_t error_len)
+{
+    char seed_set[64], error[1024];
+    snprintf(seed_set, sizeof(seed_set), "seed=%lld", seed);
+    variant->sets[variant->num_sets] = seed_set;
+    kvio_status_t status = kvio_workload_load(options->source, variant->sets,
+                                              variant->num_sets + 1, workload_p, error,
+                                              sizeof(error));
+    if (status == KVIO_OK) {
+        status = kvio_workload_check(workload_p, error, sizeof(error));
+        if (status != KVIO_OK)
+            kvio_workload_free(workload_p);
+    }
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "variant %s: %s", variant->name, error);
+    return status;
+}
+
+/* The paired difference of each metric from the first variant, seed by
+ * seed (the same stream): mean and 95 % interval. */
+static json_t *paired_deltas(const double (*first)[KVIO_COMPARE_MAX_REPEAT],
+                             const double (*mine)[KVIO_COMPARE_MAX_REPEAT], long repeat)
+{
+    json_t *deltas = json_object();
+    for (size_t m = 0; m < NUM_COMPARED; m++) {
+        double differences[KVIO_COMPARE_MAX_REPEAT], mean, half;
+        bool present = true;
+        for (long r = 0; r < repeat && present; r++) {
+            differences[r] = mine[m][r] - first[m][r];
+            present = !isnan(differences[r]);
+        }
+        if (!present)
+            continue;
+        mean_ci95(differences, repeat, &mean, &half);
+        json_object_set_new(deltas, compared_metrics[m].label,
+                            json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
+    }
+    return deltas;
+}
+
+kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
+                           char *error_p, size_t error_len)
+{
+    *compare_p = NULL;
+    size_t num_variants = 1;
+    for (size_t v = 0; v < options->num_varies; v++) {
+        if (options->varies[v].count == 0 || options->varies[v].count > KVIO_COMPARE_MAX_VALUES) {
+            snprintf(error_p, error_len, "--vary %s: give 1 to %d values", options->varies[v].key,
+                     KVIO_COMPARE_MAX_VALUES);
+            return KVIO_ERR_CONFIG;
+        }
+        num_variants *= options->varies[v].count;
+    }
+    if (options->num_varies == 0 || options->num_varies > KVIO_COMPARE_MAX_VARY ||
+        num_variants > KVIO_COMPARE_MAX_VARIANTS || options->repeat < 1 ||
+        options->repeat > KVIO_COMPARE_MAX_REPEAT || options->num_sets > MAX_SETS) {
+        snprintf(error_p, error_len,
+                 "compare: 1 to %d varied keys, at most %d variants (%zu given), 1 to %d "
+                 "seeds, at most %d overrides", KVIO_COMPARE_MAX_VARY,
+                 KVIO_COMPARE_MAX_VARIANTS, num_variants, KVIO_COMPARE_MAX_REPEAT, MAX_SETS);
+        return KVIO_ERR_CONFIG;
+    }
+    variant_t *variants = calloc(num_variants, sizeof(*variants));
+    double (*values)[NUM_COMPARED][KVIO_COMPARE_MAX_REPEAT] =
+        calloc(num_variants, sizeof(*values));
+    json_t *variants_json = json_array();
+    kvio_results_t *top = NULL;
+    kvio_status_t status = variants != NULL && values != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "compare: out of memory");
+
+    /* Every variant and seed is checked before anything runs. */
+    char directory[1024] = "";
+    long long base_seed = 0;
+    kvio_workload_t workload;
+    for (size_t i = 0; i < num_variants && status == KVIO_OK; i++) {
+        variant_make(options, i, &variants[i]);
+        for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
+            if (i == 0 && r == 0) {
+                /* The base seed: the workload's own (with the common overrides). */
+                status = kvio_workload_load(options->source, options->sets, options->num_sets,
+                                            &workload, error_p, error_len);
+                if (status != KVIO_OK)
+                    break;
+                base_seed = workload.seed;
+                if (options->output_dir != NULL) {
+                    snprintf(directory, sizeof(directory), "%s", options->output_dir);
+                } else {
+                    char stamp[64];
+                    kvio_format_utc(kvio_wall_time_ns(), stamp, sizeof(stamp));
+                    for (char *c = stamp; *c != '\0'; c++)
+                        if (*c == ':')
+                            *c = '-';
+                    snprintf(directory, sizeof(directory), "results/compare-%s-%s",
+                             workload.name, stamp);
+                }
+                kvio_workload_free(&workload);
+            }
+            status = variant_load(options, &variants[i], base_seed + r, &workload, error_p,
+                                  error_len);
+            if (status == KVIO_OK)
+                kvio_workload_free(&workload);
+        }
+    }
+    if (status == KVIO_OK)
+        status = kvio_results_create(directory, "compare", options->force, &top, error_p,
+                                     error_len);
+
+    size_t done = 0, total = num_variants * (size_t)options->repeat;
+    for (size_t i = 0; i < num_variants && status == KVIO_OK; i++) {
+        variant_t *variant = &variants[i];
+        json_t *runs = json_array();
+        for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
+            if (options->stop != NULL && *options->stop) {
+                snprintf(error_p, error_len, "compare interrupted before variant %s",
+                         variant->name);
+                status = KVIO_ERR_INTERRUPTED;
+                break;
+            }
+            long long seed = base_seed + r;
+            status = variant_load(options, variant, seed, &workload, error_p, error_len);
+            if (status != KVIO_OK)
+                break;
+            char run_dir[1400], run_error[1024];
+            if (options->repeat > 1)
+                snprintf(run_dir, sizeof(run_dir), "%s/%s/seed-%lld", directory, variant->name,
+                         seed);
+            else
+                snprintf(run_dir, sizeof(run_dir), "%s/%s", directory, variant->name);
+            json_t *summary = NULL;
+            kvio_run_options_t run_options = {.output_dir = run_dir, .force = options->force,
+                                              .source = options->source, .quiet = true,
+                                              .stop = options->stop, .summary_p = &summary};
+            kvio_run_result_t result;
+            status = kvio_run(&workload, &run_options, &result, run_error, sizeof(run_error));
+            kvio_workload_free(&workload);
+            if (status != KVIO_OK) {
+                snprintf(error_p, error_len, "variant %s: %s", variant->name, run_error);
+                json_decref(summary);
+                break;
+            }
+            json_t *metrics = json_object_get(summary, "metrics");
+            for (size_t m = 0; m < NUM_COMPARED; m++)
+                values[i][m][r] = read_metric(metrics, &compared_metrics[m]);
+            json_array_append_new(runs, json_pack("{s:s, s:I, s:O}", "dir", run_dir, "seed",
+                                                  (json_int_t)seed, "metrics",
+                                                  metrics != NULL ? metrics : json_null()));
+            json_decref(summary);
+            if (options->progress != NULL)
+                options->progress(options->context, ++done, total, variant->name);
+        }
+        json_t *means = json_object();
+        for (size_t m = 0; m < NUM_COMPARED && status == KVIO_OK; m++) {
+            double mean, half;
+            mean_ci95(values[i][m], options->repeat, &mean, &half);
+            if (isnan(mean))
+                continue; /* an optional metric this variant does not have */
+            json_object_set_new(means, compared_metrics[m].label,
+                                json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
+        }
+        json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
+                                  variant->settings, "runs", runs, "summary", means);
+        if (i > 0 && options->repeat > 1 && status == KVIO_OK)
+            json_object_set_new(entry, "paired_delta_vs_first",
+                                paired_deltas(values[0], values[i], options->repeat));
+        json_array_append_new(variants_json, entry);
+    }
+    if (status == KVIO_OK) {
+        json_t *compare = json_pack("{s:i, s:s, s:s, s:s, s:I, s:o}", "schema_version",
+                                    KVIO_SCHEMA_VERSION, "kvio_version", KVIO_VERSION,
+                                    "workload", options->source, "directory", directory,
+                                    "repeat", (json_int_t)options->repeat, "variants",
+                                    variants_json);
+        variants_json = NULL;
+        status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
+        if (status == KVIO_OK)
+            *compare_p = compare;
+        else
+            json_decref(compare);
+    }
+    for (size_t i = 0; variants != NULL && i < num_variants; i++)
+        json_decref(variants[i].settings);
+    json_decref(variants_json);
+    kvio_results_destroy(top);
+    free(variants);
+    free(values);
+    return status;
+}
+
+/* Columns on a terminal: UTF-8 continuation bytes take none (± is two
+ * bytes, one column). */
+static int display_width(const char *text)
+{
+    int width = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c != '\0'; c++)
+        width += (*c & 0xc0) != 0x80;
+    return width;
+}
+
+/* Prints text right-aligned in width columns. */
+static void print_cell(FILE *out, const char *text, int width)
+{
+    int pad = width - display_width(text);
+    fprintf(out, "%*s%s", pad > 0 ? pad : 0, "", text);
+}
+
+/* One cell of the table: the variant's mean of metric label (± its
+ * interval with seeds), "-" when it has none. */
+static void format_cell(const json_t *variant, const char *label, long repeat, char *cell,
+                        size_t size)
+{
+    const json_t *value = json_object_get(json_object_get(variant, "summary"), label);
+    if (value == NULL)
+        snprintf(cell, size, "-");
+    else if (repeat > 1)
+        snprintf(cell, size, "%.4g±%.2g", json_number_value(json_object_get(value, "mean")),
+                 json_number_value(json_object_get(value, "ci95")));
+    else
+        snprintf(cell, size, "%.4g", json_number_value(json_object_get(value, "mean")));
+}
+
+void kvio_compare_table(const json_t *compare, FILE *out)
+{
+    const json_t *variants = json_object_get(compare, "variants");
+    long repeat = (long)json_integer_value(json_object_get(compare, "repeat"));
+    size_t count = json_array_size(variants);
+    fprintf(out, "kvio compare %s (%ld run%s per variant%s)\n",
+            json_string_value(json_object_get(compare, "workload")), repeat,
+            repeat > 1 ? "s" : "", repeat > 1 ? "; mean ± 95% CI" : "");
+    /* Which rows show, and the widest name or cell: every column that wide. */
+    bool shown[NUM_COMPARED];
+    int label_width = 28, cell_width = 12;
+    char cell[64];
+    for (size_t m = 0; m < NUM_COMPARED; m++) {
+        shown[m] = false;
+        for (size_t v = 0; v < count; v++) {
+            const json_t *variant = json_array_get(variants, v);
+            shown[m] = shown[m] || json_object_get(json_object_get(variant, "summary"),
+                                                   compared_metrics[m].label) != NULL;
+            format_cell(variant, compared_metrics[m].label, repeat, cell, sizeof(cell));
+            if (display_width(cell) + 2 > cell_width)
+                cell_width = display_width(cell) + 2;
+        }
+    }
+    for (size_t v = 0; v < count; v++) {
+        const char *name = json_string_value(json_object_get(json_array_get(variants, v), "name"));
+        if (name != NULL && display_width(name) + 2 > cell_width)
+            cell_width = display_width(name) + 2;
+    }
+    fprintf(out, "  %-*s", label_width, "metric");
+    for (size_t v = 0; v < count; v++)
+        print_cell(out, json_string_value(json_object_get(json_array_get(variants, v), "name")),
+                   cell_width);
+    fprintf(out, "\n");
+    for (size_t m = 0; m < NUM_COMPARED; m++) {
+        if (!shown[m])
+            continue;
+        fprintf(out, "  %-*s", label_width, compared_metrics[m].label);
+        for (size_t v = 0; v < count; v++) {
+            format_cell(json_array_get(variants, v), compared_metrics[m].label, repeat, cell,
+                        sizeof(cell));
+            print_cell(out, cell, cell_width);
+        }
+        fprintf(out, "\n");
+    }
+    fprintf(out, "  results: %s (compare.json)\n",
+            json_string_value(json_object_get(compare, "directory")));
+}
