@@ -489,126 +489,100 @@ static void staleness(const collected_t *all, int rank, int64_t start, int64_t e
     *max_p = worst;
 }
 
-static kvio_status_t write_metrics(const run_context_t *context, const collected_t *all,
-                                   int64_t origin_ns, char *error_p, size_t error_len)
+/* What rank 0 reports of the model updates, computed from the collected
+ * records before anything is rendered (JSON, updates.csv, the trace). */
+typedef struct update_metrics {
+    kvio_hist_t *latency, *train_stall, *bandwidth; /* ns, ns, MB/s */
+    uint64_t activated, mismatches, skipped, polls, iterations;
+    double stage_mean_ms[5]; /* after t_ready: xfer start/end, notified, verified, activated */
+    double stall_total_ms, inference_stall_total_ms, inference_stall_max_ms;
+    double staleness_mean;
+    uint64_t staleness_max;
+    int64_t clock_uncertainty_ns;
+    int num_serve;
+} update_metrics_t;
+
+static const char *const stage_names[5] = {"xfer_start", "xfer_end", "notified", "verified",
+                                           "activated"};
+
+static void update_metrics_fini(update_metrics_t *metrics)
 {
-    const kvio_workload_t *workload = context->workload;
-    kvio_hist_t *latency = NULL, *train_stall = NULL, *bandwidth = NULL;
-    kvio_csv_t *csv = NULL;
-    kvio_status_t status = kvio_hist_create(&latency);
-    if (status == KVIO_OK)
-        status = kvio_hist_create(&train_stall);
-    if (status == KVIO_OK)
-        status = kvio_hist_create(&bandwidth);
-    if (status != KVIO_OK)
-        goto done;
-    if (context->results != NULL) {
-        status = kvio_csv_open(context->results, "updates.csv",
-                               "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,"
-                               "t_publish_start_ms,t_publish_end_ms,t_xfer_start_ms,"
-                               "t_xfer_end_ms,t_notified_ms,t_verified_ms,t_activated_ms,"
-                               "latency_ms,training_stall_ms,bandwidth_gbps",
-                               &csv);
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "%s/updates.csv: cannot write",
-                     kvio_results_path(context->results));
-            goto done;
-        }
+    kvio_hist_destroy(metrics->latency);
+    kvio_hist_destroy(metrics->train_stall);
+    kvio_hist_destroy(metrics->bandwidth);
+}
+
+/* Transfer bandwidth of one update in GB/s (0 when it took no time). */
+static double update_gbps(const kvio_update_record_t *record)
+{
+    double xfer_s = (double)(record->t_xfer_end_ns - record->t_xfer_start_ns) / 1e9;
+    return xfer_s > 0 ? (double)record->bytes / xfer_s / 1e9 : 0;
+}
+
+static kvio_status_t compute_update_metrics(const collected_t *all, int num_serve_configured,
+                                            update_metrics_t *metrics)
+{
+    memset(metrics, 0, sizeof(*metrics));
+    if (kvio_hist_create(&metrics->latency) != KVIO_OK ||
+        kvio_hist_create(&metrics->train_stall) != KVIO_OK ||
+        kvio_hist_create(&metrics->bandwidth) != KVIO_OK) {
+        update_metrics_fini(metrics);
+        return KVIO_ERR_NOMEM;
     }
-    uint64_t activated = 0, mismatches = 0, skipped = 0, polls = 0;
     double stage_sum[5] = {0};
     for (size_t i = 0; i < all->num_updates; i++) {
         const kvio_update_record_t *record = &all->updates[i];
-        const kvio_train_record_t *train = find_train(all, record->version);
-        double xfer_s = (double)(record->t_xfer_end_ns - record->t_xfer_start_ns) / 1e9;
-        double gbps = xfer_s > 0 ? (double)record->bytes / xfer_s / 1e9 : 0;
-        double latency_ms = record->t_activated_ns
-                                ? (double)(record->t_activated_ns - record->t_ready_ns) / 1e6
-                                : NAN;
         if (record->t_activated_ns) {
-            activated++;
-            kvio_hist_record(latency, (uint64_t)(record->t_activated_ns - record->t_ready_ns));
+            metrics->activated++;
+            kvio_hist_record(metrics->latency,
+                             (uint64_t)(record->t_activated_ns - record->t_ready_ns));
             int64_t stages[5] = {record->t_xfer_start_ns, record->t_xfer_end_ns,
                                  record->t_notified_ns, record->t_verified_ns,
                                  record->t_activated_ns};
             for (int s = 0; s < 5; s++)
                 stage_sum[s] += (double)(stages[s] - record->t_ready_ns) / 1e6;
         }
+        double gbps = update_gbps(record);
         if (gbps > 0)
-            kvio_hist_record(bandwidth, (uint64_t)(gbps * 1e3)); /* MB/s */
-        if (context->events != NULL) {
-            /* One event per stage of this update at this serve rank: the
-             * time from the previous stage to this one (rank 0's clock). */
-            static const char *const names[] = {"wait", "transfer", "notify", "verify",
-                                                "activate"};
-            int64_t times[6] = {record->t_ready_ns, record->t_xfer_start_ns,
-                                record->t_xfer_end_ns, record->t_notified_ns,
-                                record->t_verified_ns, record->t_activated_ns};
-            int64_t previous = times[0];
-            for (int stage = 1; stage < 6; stage++) {
-                if (times[stage] == 0)
-                    continue;
-                int64_t start = previous < times[stage] ? previous : times[stage];
-                int64_t end = previous < times[stage] ? times[stage] : previous;
-                kvio_event_trace_update(context->events, (uint32_t)record->rank, record->version,
-                                        names[stage - 1], start - origin_ns, end - start,
-                                        stage == 2 ? (int64_t)record->bytes : -1);
-                previous = end;
-            }
-        }
-        mismatches += record->checksum_ok ? 0 : 1;
-        skipped += (uint64_t)(record->skipped_before > 0 ? record->skipped_before : 0);
-#define REL(t) ((t) ? (double)((t) - origin_ns) / 1e6 : NAN)
-        if (csv != NULL)
-            kvio_csv_row(csv, "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f",
-                         (unsigned long long)record->version, record->rank,
-                         (unsigned long long)record->bytes, record->checksum_ok,
-                         record->skipped_before, REL(record->t_ready_ns),
-                         train ? REL(train->t_publish_start_ns) : NAN,
-                         train ? REL(train->t_publish_end_ns) : NAN,
-                         REL(record->t_xfer_start_ns), REL(record->t_xfer_end_ns),
-                         REL(record->t_notified_ns), REL(record->t_verified_ns),
-                         REL(record->t_activated_ns), latency_ms,
-                         train ? (double)train->stall_ns / 1e6 : NAN, gbps);
-#undef REL
+            kvio_hist_record(metrics->bandwidth, (uint64_t)(gbps * 1e3)); /* MB/s */
+        metrics->mismatches += record->checksum_ok ? 0 : 1;
+        metrics->skipped += (uint64_t)(record->skipped_before > 0 ? record->skipped_before : 0);
     }
-    if (csv != NULL) {
-        status = kvio_csv_close(csv);
-        csv = NULL;
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "updates.csv: write failed");
-            goto done;
-        }
-    }
-    double stall_total_ms = 0;
+    for (int s = 0; s < 5; s++)
+        metrics->stage_mean_ms[s] = metrics->activated ? stage_sum[s] / (double)metrics->activated
+                                                       : 0;
     for (size_t i = 0; i < all->num_train; i++) {
-        kvio_hist_record(train_stall, (uint64_t)all->train[i].stall_ns);
-        stall_total_ms += (double)all->train[i].stall_ns / 1e6;
+        kvio_hist_record(metrics->train_stall, (uint64_t)all->train[i].stall_ns);
+        metrics->stall_total_ms += (double)all->train[i].stall_ns / 1e6;
     }
-    double inference_stall_total = 0, inference_stall_max = 0, staleness_mean = 0;
-    uint64_t staleness_max = 0, iterations = 0;
-    int64_t uncertainty = 0;
-    int num_serve = 0;
+    double staleness_sum = 0;
     for (int i = 0; i < all->num_reports; i++) {
         const rank_report_t *report = &all->reports[i];
-        if (report->clock_uncertainty_ns > uncertainty)
-            uncertainty = report->clock_uncertainty_ns;
-        if (!is_serve_report(report, (int)workload->ranks.serve))
+        if (report->clock_uncertainty_ns > metrics->clock_uncertainty_ns)
+            metrics->clock_uncertainty_ns = report->clock_uncertainty_ns;
+        if (!is_serve_report(report, num_serve_configured))
             continue;
-        num_serve++;
+        metrics->num_serve++;
         double stall_ms = (double)report->inference_stall_ns / 1e6;
-        inference_stall_total += stall_ms;
-        if (stall_ms > inference_stall_max)
-            inference_stall_max = stall_ms;
-        polls += report->polls;
-        iterations += report->iterations;
+        metrics->inference_stall_total_ms += stall_ms;
+        if (stall_ms > metrics->inference_stall_max_ms)
+            metrics->inference_stall_max_ms = stall_ms;
+        metrics->polls += report->polls;
+        metrics->iterations += report->iterations;
         double mean;
         uint64_t worst;
         staleness(all, report->rank, report->t_start_ns, report->t_end_ns, &mean, &worst);
-        staleness_mean += mean;
-        if (worst > staleness_max)
-            staleness_max = worst;
+        staleness_sum += mean;
+        if (worst > metrics->staleness_max)
+            metrics->staleness_max = worst;
     }
+    metrics->staleness_mean = metrics->num_serve ? staleness_sum / metrics->num_serve : 0;
+    return KVIO_OK;
+}
+
+static json_t *update_metrics_json(const update_metrics_t *metrics,
+                                   const kvio_workload_t *workload, const collected_t *all)
+{
     json_t *object = json_object();
     json_object_set_new(object, "transport",
                         json_string(kvio_xfer_kind_names[workload->train.transport.kind]));
@@ -616,43 +590,117 @@ static kvio_status_t write_metrics(const run_context_t *context, const collected
     json_object_set_new(object, "runtime", json_string(all->num_reports ? "" : "simulate"));
     json_object_set_new(object, "bytes",
                         json_integer((json_int_t)kvio_train_weights_bytes(&workload->train)));
-    json_object_set_new(object, "serve_ranks", json_integer(num_serve));
+    json_object_set_new(object, "serve_ranks", json_integer(metrics->num_serve));
     json_object_set_new(object, "versions_published", json_integer((json_int_t)all->num_train));
     json_object_set_new(object, "updates_received", json_integer((json_int_t)all->num_updates));
-    json_object_set_new(object, "updates_activated", json_integer((json_int_t)activated));
-    json_object_set_new(object, "versions_skipped", json_integer((json_int_t)skipped));
-    json_object_set_new(object, "checksum_mismatches", json_integer((json_int_t)mismatches));
-    json_object_set_new(object, "update_latency_ms", kvio_hist_json(latency, 1e-6));
-    json_object_set_new(object, "bandwidth_gbps", kvio_hist_json(bandwidth, 1e-3));
-    json_object_set_new(object, "training_stall_ms", kvio_hist_json(train_stall, 1e-6));
-    json_object_set_new(object, "training_stall_total_ms", json_real(stall_total_ms));
-    json_object_set_new(object, "inference_stall_total_ms", json_real(inference_stall_total));
-    json_object_set_new(object, "inference_stall_max_ms", json_real(inference_stall_max));
-    json_object_set_new(object, "staleness_mean_versions",
-                        json_real(num_serve ? staleness_mean / num_serve : 0));
-    json_object_set_new(object, "staleness_max_versions", json_integer((json_int_t)staleness_max));
-    json_object_set_new(object, "serve_iterations", json_integer((json_int_t)iterations));
-    json_object_set_new(object, "polls", json_integer((json_int_t)polls));
-    json_object_set_new(object, "clock_offset_uncertainty_us", json_real((double)uncertainty / 1e3));
+    json_object_set_new(object, "updates_activated", json_integer((json_int_t)metrics->activated));
+    json_object_set_new(object, "versions_skipped", json_integer((json_int_t)metrics->skipped));
+    json_object_set_new(object, "checksum_mismatches",
+                        json_integer((json_int_t)metrics->mismatches));
+    json_object_set_new(object, "update_latency_ms", kvio_hist_json(metrics->latency, 1e-6));
+    json_object_set_new(object, "bandwidth_gbps", kvio_hist_json(metrics->bandwidth, 1e-3));
+    json_object_set_new(object, "training_stall_ms", kvio_hist_json(metrics->train_stall, 1e-6));
+    json_object_set_new(object, "training_stall_total_ms", json_real(metrics->stall_total_ms));
+    json_object_set_new(object, "inference_stall_total_ms",
+                        json_real(metrics->inference_stall_total_ms));
+    json_object_set_new(object, "inference_stall_max_ms",
+                        json_real(metrics->inference_stall_max_ms));
+    json_object_set_new(object, "staleness_mean_versions", json_real(metrics->staleness_mean));
+    json_object_set_new(object, "staleness_max_versions",
+                        json_integer((json_int_t)metrics->staleness_max));
+    json_object_set_new(object, "serve_iterations", json_integer((json_int_t)metrics->iterations));
+    json_object_set_new(object, "polls", json_integer((json_int_t)metrics->polls));
+    json_object_set_new(object, "clock_offset_uncertainty_us",
+                        json_real((double)metrics->clock_uncertainty_ns / 1e3));
     json_t *stages = json_object();
-    const char *stage_names[5] = {"xfer_start", "xfer_end", "notified", "verified", "activated"};
     for (int s = 0; s < 5; s++)
-        json_object_set_new(stages, stage_names[s],
-                            json_real(activated ? stage_sum[s] / (double)activated : 0));
+        json_object_set_new(stages, stage_names[s], json_real(metrics->stage_mean_ms[s]));
     json_object_set_new(object, "stage_mean_ms_after_ready", stages);
-    if (mismatches > 0)
+    return object;
+}
+
+/* updates.csv: one row per update a serve rank received, times since t0. */
+static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_t *all,
+                                       int64_t origin_ns, char *error_p, size_t error_len)
+{
+    kvio_csv_t *csv = NULL;
+    kvio_status_t status = kvio_csv_open(
+        results, "updates.csv",
+        "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
+        "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
+        "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps",
+        &csv);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s/updates.csv: cannot write", kvio_results_path(results));
+        return status;
+    }
+    for (size_t i = 0; i < all->num_updates; i++) {
+        const kvio_update_record_t *record = &all->updates[i];
+        const kvio_train_record_t *train = find_train(all, record->version);
+        double latency_ms = record->t_activated_ns
+                                ? (double)(record->t_activated_ns - record->t_ready_ns) / 1e6
+                                : NAN;
+#define REL(t) ((t) ? (double)((t) - origin_ns) / 1e6 : NAN)
+        kvio_csv_row(csv, "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f",
+                     (unsigned long long)record->version, record->rank,
+                     (unsigned long long)record->bytes, record->checksum_ok,
+                     record->skipped_before, REL(record->t_ready_ns),
+                     train ? REL(train->t_publish_start_ns) : NAN,
+                     train ? REL(train->t_publish_end_ns) : NAN, REL(record->t_xfer_start_ns),
+                     REL(record->t_xfer_end_ns), REL(record->t_notified_ns),
+                     REL(record->t_verified_ns), REL(record->t_activated_ns), latency_ms,
+                     train ? (double)train->stall_ns / 1e6 : NAN, update_gbps(record));
+#undef REL
+    }
+    status = kvio_csv_close(csv);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "updates.csv: write failed");
+    return status;
+}
+
+/* The event trace: one event per stage of each update at each serve rank,
+ * from the previous stage to this one (rank 0's clock, since t0). */
+static void trace_updates(kvio_event_trace_t *events, const collected_t *all, int64_t origin_ns)
+{
+    static const char *const names[] = {"wait", "transfer", "notify", "verify", "activate"};
+    for (size_t i = 0; i < all->num_updates; i++) {
+        const kvio_update_record_t *record = &all->updates[i];
+        int64_t times[6] = {record->t_ready_ns, record->t_xfer_start_ns,
+                            record->t_xfer_end_ns, record->t_notified_ns,
+                            record->t_verified_ns, record->t_activated_ns};
+        int64_t previous = times[0];
+        for (int stage = 1; stage < 6; stage++) {
+            if (times[stage] == 0)
+                continue;
+            int64_t start = previous < times[stage] ? previous : times[stage];
+            int64_t end = previous < times[stage] ? times[stage] : previous;
+            kvio_event_trace_update(events, (uint32_t)record->rank, record->version,
+                                    names[stage - 1], start - origin_ns, end - start,
+                                    stage == 2 ? (int64_t)record->bytes : -1);
+            previous = end;
+        }
+    }
+}
+
+static kvio_status_t write_metrics(const run_context_t *context, const collected_t *all,
+                                   int64_t origin_ns, char *error_p, size_t error_len)
+{
+    update_metrics_t metrics;
+    kvio_status_t status = compute_update_metrics(all, (int)context->workload->ranks.serve,
+                                                  &metrics);
+    if (status != KVIO_OK)
+        return status;
+    if (context->events != NULL)
+        trace_updates(context->events, all, origin_ns);
+    if (context->results != NULL)
+        status = write_updates_csv(context->results, all, origin_ns, error_p, error_len);
+    if (status == KVIO_OK && metrics.mismatches > 0)
         kvio_warn("model updates: %llu checksum mismatch%s (see updates.csv)",
-                  (unsigned long long)mismatches, mismatches == 1 ? "" : "es");
-    if (context->metrics != NULL)
-        json_object_set_new(context->metrics, "model_updates", object);
-    else
-        json_decref(object);
-done:
-    if (csv != NULL)
-        kvio_csv_close(csv);
-    kvio_hist_destroy(latency);
-    kvio_hist_destroy(train_stall);
-    kvio_hist_destroy(bandwidth);
+                  (unsigned long long)metrics.mismatches, metrics.mismatches == 1 ? "" : "es");
+    if (status == KVIO_OK && context->metrics != NULL)
+        json_object_set_new(context->metrics, "model_updates",
+                            update_metrics_json(&metrics, context->workload, all));
+    update_metrics_fini(&metrics);
     return status;
 }
 
