@@ -61,7 +61,9 @@ static void print_help(FILE *out)
     fprintf(out,
             "  --block-tokens N    tokens per trace block (default 512)\n"
             "  --skip-bad          skip and count bad trace lines instead of failing\n"
-            "  --threads N         replays run in parallel (default: CPUs)\n"
+            "  --threads N         replays run in parallel (default: CPUs); lru takes\n"
+            "                      one pass for all capacities, other policies one\n"
+            "                      replay per capacity\n"
             "  --json, --csv       machine-readable output (default: a table)\n"
             "  -o, --output FILE   write there instead of stdout\n"
             "  -h, --help          this help\n\n"

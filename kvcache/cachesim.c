@@ -1,7 +1,9 @@
 /* cachesim: block ids are interned once into dense indices as requests are
  * added, so each replay works on flat arrays (a residency byte per block and
  * the policy's intrusive structures) with no hashing and no allocation per
- * block. Semantics follow shared/reference/lru_replay.py. */
+ * block. lru at every capacity takes one pass over the requests (one recency
+ * stack with a marker per capacity); other policies one replay per capacity.
+ * Semantics follow shared/reference/lru_replay.py. */
 #include "kvio/cachesim.h"
 
 #include "kvcache/kvcache_int.h"
@@ -10,12 +12,24 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define EMPTY_SLOT UINT32_MAX
 #define DIRECT_IDS (1u << 24)
 
+/* Dense block indices of requests live in chunks that never move, so the
+ * trace grows without copies (and without touching new memory twice); each
+ * request's blocks lie in one chunk. */
+#define CHUNK_BLOCKS ((size_t)1 << 21)
+
+typedef struct block_chunk {
+    struct block_chunk *previous;
+    size_t used, capacity;
+    uint32_t blocks[];
+} block_chunk_t;
+
 typedef struct sim_request {
-    size_t first;        /* offset into blocks */
+    const uint32_t *blocks; /* in a chunk */
     uint32_t num_blocks;
     uint64_t num_tokens;
 } sim_request_t;
@@ -24,8 +38,9 @@ struct kvio_cachesim {
     uint32_t block_tokens;
     sim_request_t *requests;
     size_t num_requests, requests_capacity;
-    uint32_t *blocks;    /* dense block indices of all requests */
-    size_t num_blocks, blocks_capacity;
+    block_chunk_t *chunk; /* the newest, holding a list of the older ones */
+    size_t num_blocks;    /* of all requests */
+    uint64_t num_tokens;  /* of all requests */
     /* Interning: ids below DIRECT_IDS (trace hash ids are small dense
      * integers) index a lazily zeroed array holding index + 1; others go
      * through an open-addressing table with linear probing. */
@@ -99,11 +114,33 @@ void kvio_cachesim_destroy(kvio_cachesim_t *sim)
     if (sim == NULL)
         return;
     free(sim->requests);
-    free(sim->blocks);
+    while (sim->chunk != NULL) {
+        block_chunk_t *previous = sim->chunk->previous;
+        free(sim->chunk);
+        sim->chunk = previous;
+    }
     free(sim->direct);
     free(sim->slot_ids);
     free(sim->slot_indices);
     free(sim);
+}
+
+/* Asks for transparent huge pages on the whole 2 MiB pages inside a large
+ * array (where the kernel gives them only on request): one page fault per
+ * 2 MiB instead of per 4 KiB, and faults are most of the cost of filling
+ * new memory. Only a hint. */
+static void advise_huge_pages(void *array, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)array + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)array + size) & ~(huge - 1);
+    if (end > start)
+        madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+    (void)array;
+    (void)size;
+#endif
 }
 
 static kvio_status_t grow_array(void **array, size_t *capacity, size_t needed, size_t size)
@@ -121,6 +158,26 @@ static kvio_status_t grow_array(void **array, size_t *capacity, size_t needed, s
     return KVIO_OK;
 }
 
+/* Interns an id of DIRECT_IDS or more through the open-addressing table. */
+static kvio_status_t intern_table_id(kvio_cachesim_t *sim, uint64_t id, uint32_t *index_p)
+{
+    if (2 * ((size_t)sim->num_table_ids + 1) > sim->slot_mask + 1) {
+        kvio_status_t status = grow_table(sim);
+        if (status != KVIO_OK)
+            return status;
+    }
+    size_t slot = id_slot(id, sim->slot_mask);
+    while (sim->slot_indices[slot] != EMPTY_SLOT && sim->slot_ids[slot] != id)
+        slot = (slot + 1) & sim->slot_mask;
+    if (sim->slot_indices[slot] == EMPTY_SLOT) {
+        sim->slot_ids[slot] = id;
+        sim->slot_indices[slot] = sim->num_unique++;
+        sim->num_table_ids++;
+    }
+    *index_p = sim->slot_indices[slot];
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *block_ids,
                                         size_t num_blocks, uint64_t num_tokens)
 {
@@ -128,46 +185,49 @@ kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *bl
         return KVIO_ERR_INVALID;
     kvio_status_t status = grow_array((void **)&sim->requests, &sim->requests_capacity,
                                       sim->num_requests + 1, sizeof(sim_request_t));
-    if (status == KVIO_OK)
-        status = grow_array((void **)&sim->blocks, &sim->blocks_capacity,
-                            sim->num_blocks + num_blocks, sizeof(uint32_t));
     if (status != KVIO_OK)
         return status;
+    block_chunk_t *chunk = sim->chunk;
+    if (chunk == NULL || chunk->capacity - chunk->used < num_blocks) {
+        size_t capacity = num_blocks > CHUNK_BLOCKS ? num_blocks : CHUNK_BLOCKS;
+        size_t size = sizeof(*chunk) + capacity * sizeof(uint32_t);
+        if ((chunk = malloc(size)) == NULL)
+            return KVIO_ERR_NOMEM;
+        advise_huge_pages(chunk, size);
+        *chunk = (block_chunk_t){.previous = sim->chunk, .capacity = capacity};
+        sim->chunk = chunk;
+    }
+    if (sim->direct == NULL && num_blocks > 0) {
+        /* calloc of this size maps zero pages lazily: only the id ranges in
+         * use cost memory (in 2 MiB steps with huge pages). */
+        if ((sim->direct = calloc(DIRECT_IDS, sizeof(uint32_t))) == NULL)
+            return KVIO_ERR_NOMEM;
+        advise_huge_pages(sim->direct, DIRECT_IDS * sizeof(uint32_t));
+    }
+    /* Locals, so that the stores through blocks (uint32_t, like the
+     * counters) do not force the compiler to reload sim's fields. */
+    uint32_t *direct = sim->direct, *blocks = chunk->blocks + chunk->used;
     for (size_t i = 0; i < num_blocks; i++) {
         if (sim->num_unique == UINT32_MAX - 1)
             return KVIO_ERR_NO_SPACE;
         uint64_t id = block_ids[i];
         if (id < DIRECT_IDS) {
-            /* calloc of this size maps zero pages lazily: only the id
-             * ranges in use cost memory. */
-            if (sim->direct == NULL && (sim->direct = calloc(DIRECT_IDS, sizeof(uint32_t))) == NULL)
-                return KVIO_ERR_NOMEM;
-            if (sim->direct[id] == 0)
-                sim->direct[id] = ++sim->num_unique;
-            sim->blocks[sim->num_blocks + i] = sim->direct[id] - 1;
-            continue;
+            uint32_t index = direct[id];
+            if (index == 0)
+                direct[id] = index = ++sim->num_unique;
+            blocks[i] = index - 1;
+        } else if ((status = intern_table_id(sim, id, &blocks[i])) != KVIO_OK) {
+            return status;
         }
-        if (2 * ((size_t)sim->num_table_ids + 1) > sim->slot_mask + 1) {
-            status = grow_table(sim);
-            if (status != KVIO_OK)
-                return status;
-        }
-        size_t slot = id_slot(id, sim->slot_mask);
-        while (sim->slot_indices[slot] != EMPTY_SLOT && sim->slot_ids[slot] != id)
-            slot = (slot + 1) & sim->slot_mask;
-        if (sim->slot_indices[slot] == EMPTY_SLOT) {
-            sim->slot_ids[slot] = id;
-            sim->slot_indices[slot] = sim->num_unique++;
-            sim->num_table_ids++;
-        }
-        sim->blocks[sim->num_blocks + i] = sim->slot_indices[slot];
     }
     sim->requests[sim->num_requests++] = (sim_request_t){
-        .first = sim->num_blocks,
+        .blocks = blocks,
         .num_blocks = (uint32_t)num_blocks,
         .num_tokens = num_tokens,
     };
+    chunk->used += num_blocks;
     sim->num_blocks += num_blocks;
+    sim->num_tokens += num_tokens;
     return KVIO_OK;
 }
 
@@ -185,7 +245,7 @@ size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim)
 static void count_hit(const kvio_cachesim_t *sim, const sim_request_t *request,
                       const uint8_t *resident, kvio_cachesim_result_t *result)
 {
-    const uint32_t *blocks = sim->blocks + request->first;
+    const uint32_t *blocks = request->blocks;
     uint32_t hits = 0;
     while (hits < request->num_blocks && resident[blocks[hits]])
         hits++;
@@ -223,7 +283,7 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
     uint64_t size = 0;
     for (size_t r = 0; r < sim->num_requests; r++) {
         const sim_request_t *request = &sim->requests[r];
-        const uint32_t *blocks = sim->blocks + request->first;
+        const uint32_t *blocks = request->blocks;
         count_hit(sim, request, resident, &result);
         if (!evicts) {
             for (uint32_t i = 0; i < request->num_blocks; i++)
@@ -262,14 +322,269 @@ cleanup:
     return status;
 }
 
-/* Sweep workers take (policy, capacity) jobs from a shared counter; the
- * counter and the first error are the only shared mutable state, under the
- * mutex; each job writes its own result slot. */
+/* ---------- LRU at every capacity in one pass ---------- */
+
+/* LRU has the inclusion property (Mattson et al., 1970): when every access
+ * moves its block to the most recent end, a cache of C blocks holds exactly
+ * the C most recently used distinct blocks, the top C of one recency stack,
+ * whatever happened before. So one stack replays all capacities at once,
+ * with a marker at depth C - 1 for each capacity C that evicts
+ * (C < unique blocks). A block's level counts the markers above it: it is
+ * resident at the capacities of the markers at or below it (its stack
+ * distance is under them). A block pushed past a marker is exactly the
+ * victim of that capacity's cache, so evictions are counted where markers
+ * move. The stack is kept only down to the last marker. */
+
+#if defined(__GNUC__)
+#define PREFETCH(address) __builtin_prefetch(address, 1)
+#else
+#define PREFETCH(address) ((void)(address))
+#endif
+
+/* Levels are bytes: more capacities than this take more than one pass. */
+#define LRU_MAX_MARKERS 250
+
+typedef struct lru_stack {
+    /* Per block: the number of markers above it, L < num_markers while it
+     * is on the stack (resident at capacities markers[L] and up);
+     * num_markers when it has passed them all; num_markers + 1 when never
+     * seen. */
+    uint8_t *level;
+    kvio_link_t *links;   /* the stack above the last marker, head = most recent */
+    uint32_t head, tail;
+    uint64_t length;      /* blocks on the stack, at most the last marker */
+    const uint64_t *markers; /* capacities, ascending, distinct, below the unique blocks */
+    uint32_t num_markers;
+    uint32_t num_full;    /* markers reached by the stack: they have a boundary */
+    uint32_t boundary[LRU_MAX_MARKERS]; /* the block at depth markers[i] - 1 */
+    uint64_t evictions[LRU_MAX_MARKERS];
+} lru_stack_t;
+
+/* Moves block to the top of the stack, moving the markers above its old
+ * place down by one block each. */
+static void lru_touch(lru_stack_t *stack, uint32_t block)
+{
+    uint8_t *level = stack->level;
+    kvio_link_t *links = stack->links;
+    uint32_t from = level[block], num_markers = stack->num_markers;
+    if (num_markers == 0 || block == stack->head) {
+        level[block] = 0;
+        return;
+    }
+    bool listed = from < num_markers;
+    uint32_t previous = KVIO_EVICT_NONE;
+    if (listed) { /* not the head, so it has a previous block */
+        previous = links[block].prev;
+        uint32_t next = links[block].next;
+        links[previous].next = next;
+        if (next == KVIO_EVICT_NONE)
+            stack->tail = previous;
+        else
+            links[next].prev = previous;
+    }
+    links[block].prev = KVIO_EVICT_NONE;
+    links[block].next = stack->head;
+    if (stack->head == KVIO_EVICT_NONE)
+        stack->tail = block;
+    else
+        links[stack->head].prev = block;
+    stack->head = block;
+    level[block] = 0;
+    /* Every block between the top and the old place moves down one: the
+     * block at each marker above the old place passes it (an eviction at
+     * that capacity). */
+    uint32_t crossed = listed ? from : stack->num_full;
+    for (uint32_t i = 0; i < crossed; i++) {
+        uint32_t moved = stack->boundary[i];
+        level[moved] = (uint8_t)(i + 1);
+        uint32_t boundary = links[moved].prev;
+        stack->boundary[i] = boundary;
+        stack->evictions[i]++;
+        /* The next block to pass this marker: fetch it now. */
+        PREFETCH(&links[boundary]);
+        PREFETCH(&level[boundary]);
+    }
+    if (listed) {
+        /* The block was the one at its own marker: the block before it is
+         * there now (having just passed the marker above, if any). */
+        if (from < stack->num_full && stack->boundary[from] == block)
+            stack->boundary[from] = previous;
+    } else if (stack->num_full == num_markers) {
+        /* The block that passed the last marker leaves the stack. */
+        stack->tail = links[stack->tail].prev;
+        links[stack->tail].next = KVIO_EVICT_NONE;
+    } else if (++stack->length == stack->markers[stack->num_full]) {
+        /* The stack reaches the next marker: its oldest block is there. */
+        stack->boundary[stack->num_full++] = stack->tail;
+    }
+}
+
+/* Hit counts of one pass by level threshold: at marker t, a block hits when
+ * it and every block before it in its request are at level t or above;
+ * threshold num_markers is a cache that never evicts. */
+typedef struct lru_counts {
+    uint64_t hit_blocks, hit_tokens;
+} lru_counts_t;
+
+/* Replays every request once through the stack with these markers;
+ * counts_p holds num_markers + 1 entries, evictions_p num_markers. */
+static kvio_status_t lru_pass(const kvio_cachesim_t *sim, const uint64_t *markers,
+                              uint32_t num_markers, lru_counts_t *counts_p,
+                              uint64_t *evictions_p)
+{
+    lru_stack_t *stack = calloc(1, sizeof(*stack));
+    size_t num_entries = sim->num_unique ? sim->num_unique : 1;
+    uint8_t *level = malloc(num_entries);
+    kvio_link_t *links = num_markers > 0 ? malloc(num_entries * sizeof(*links)) : NULL;
+    if (stack == NULL || level == NULL || (num_markers > 0 && links == NULL)) {
+        free(stack);
+        free(level);
+        free(links);
+        return KVIO_ERR_NOMEM;
+    }
+    advise_huge_pages(level, num_entries);
+    if (links != NULL)
+        advise_huge_pages(links, num_entries * sizeof(*links));
+    memset(level, (int)(num_markers + 1), num_entries);
+    *stack = (lru_stack_t){
+        .level = level,
+        .links = links,
+        .head = KVIO_EVICT_NONE,
+        .tail = KVIO_EVICT_NONE,
+        .markers = markers,
+        .num_markers = num_markers,
+    };
+    memset(counts_p, 0, (num_markers + 1) * sizeof(*counts_p));
+    for (size_t r = 0; r < sim->num_requests; r++) {
+        const sim_request_t *request = &sim->requests[r];
+        const uint32_t *blocks = request->blocks;
+        uint32_t num_blocks = request->num_blocks, hits = 0;
+        /* The lookup sees the stack as the request found it; hits only
+         * grow with the threshold. */
+        for (uint32_t t = 0; t <= num_markers; t++) {
+            while (hits < num_blocks && level[blocks[hits]] <= t)
+                hits++;
+            uint64_t hit_tokens = (uint64_t)hits * sim->block_tokens;
+            counts_p[t].hit_blocks += hits;
+            counts_p[t].hit_tokens +=
+                hit_tokens < request->num_tokens ? hit_tokens : request->num_tokens;
+        }
+        for (uint32_t i = 0; i < num_blocks; i++)
+            lru_touch(stack, blocks[i]);
+    }
+    memcpy(evictions_p, stack->evictions, num_markers * sizeof(*evictions_p));
+    free(links);
+    free(level);
+    free(stack);
+    return KVIO_OK;
+}
+
+static int compare_capacities(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Fills the result of a capacity from a pass's counts. */
+static void lru_result(const kvio_cachesim_t *sim, uint64_t capacity_blocks,
+                       const lru_counts_t *counts, uint64_t evictions,
+                       kvio_cachesim_result_t *result_p)
+{
+    kvio_cachesim_result_t result = {
+        .policy = kvio_evict_lru_ops.name,
+        .capacity_blocks = capacity_blocks,
+        .requests = sim->num_requests,
+        .blocks = sim->num_blocks,
+        .hit_blocks = counts->hit_blocks,
+        .tokens = sim->num_tokens,
+        .hit_tokens = counts->hit_tokens,
+        .evictions = evictions,
+    };
+    result.block_hit_rate = result.blocks ? (double)result.hit_blocks / (double)result.blocks : 0;
+    result.token_hit_rate = result.tokens ? (double)result.hit_tokens / (double)result.tokens : 0;
+    *result_p = result;
+}
+
+kvio_status_t kvio_cachesim_sweep_lru(const kvio_cachesim_t *sim, const uint64_t *capacities,
+                                      size_t num_capacities, kvio_cachesim_result_t *results_p)
+{
+    for (size_t i = 0; i < num_capacities; i++) {
+        if (capacities[i] == 0) {
+            kvio_error("cachesim: capacity must be at least 1 block");
+            return KVIO_ERR_INVALID;
+        }
+    }
+    /* Markers: the distinct capacities that evict, ascending. */
+    uint64_t *markers = malloc((num_capacities ? num_capacities : 1) * sizeof(*markers));
+    lru_counts_t *counts = malloc((LRU_MAX_MARKERS + 1) * sizeof(*counts));
+    uint64_t *evictions = malloc(LRU_MAX_MARKERS * sizeof(*evictions));
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    if (markers == NULL || counts == NULL || evictions == NULL)
+        goto cleanup;
+    size_t num_markers = 0;
+    for (size_t i = 0; i < num_capacities; i++) {
+        if (capacities[i] < sim->num_unique)
+            markers[num_markers++] = capacities[i];
+    }
+    qsort(markers, num_markers, sizeof(*markers), compare_capacities);
+    size_t distinct = 0;
+    for (size_t i = 0; i < num_markers; i++) {
+        if (distinct == 0 || markers[distinct - 1] != markers[i])
+            markers[distinct++] = markers[i];
+    }
+    num_markers = distinct;
+    /* One pass per LRU_MAX_MARKERS markers; the first also gives the
+     * capacities that never evict. */
+    size_t first = 0;
+    do {
+        uint32_t count = (uint32_t)(num_markers - first < LRU_MAX_MARKERS
+                                        ? num_markers - first
+                                        : LRU_MAX_MARKERS);
+        status = lru_pass(sim, markers + first, count, counts, evictions);
+        if (status != KVIO_OK)
+            goto cleanup;
+        for (size_t i = 0; i < num_capacities; i++) {
+            uint64_t capacity = capacities[i];
+            if (capacity >= sim->num_unique) {
+                if (first == 0)
+                    lru_result(sim, capacity, &counts[count], 0, &results_p[i]);
+                continue;
+            }
+            const uint64_t *marker = bsearch(&capacity, markers + first, count,
+                                             sizeof(*markers), compare_capacities);
+            if (marker != NULL) {
+                size_t m = (size_t)(marker - (markers + first));
+                lru_result(sim, capacity, &counts[m], evictions[m], &results_p[i]);
+            }
+        }
+        first += count;
+    } while (first < num_markers);
+    status = KVIO_OK;
+
+cleanup:
+    free(evictions);
+    free(counts);
+    free(markers);
+    return status;
+}
+
+/* Sweep workers take jobs from a shared counter: a policy at one capacity,
+ * or lru at all of them in one pass (first, as the longest). The counter and
+ * the first error are the only shared mutable state, under the mutex; each
+ * job writes its own result slots. */
+#define ALL_CAPACITIES SIZE_MAX
+
+typedef struct sweep_job {
+    size_t policy;
+    size_t capacity; /* index, or ALL_CAPACITIES */
+} sweep_job_t;
+
 typedef struct sweep {
     const kvio_cachesim_t *sim;
     const char *const *policies;
     const uint64_t *capacities;
     size_t num_capacities, num_jobs, next_job;
+    const sweep_job_t *jobs;
     kvio_cachesim_result_t *results;
     kvio_status_t status;
     pthread_mutex_t lock;
@@ -284,9 +599,17 @@ static void *sweep_worker(void *arg)
         pthread_mutex_unlock(&sweep->lock);
         if (job >= sweep->num_jobs)
             return NULL;
-        kvio_status_t status = kvio_cachesim_run(
-            sweep->sim, sweep->policies[job / sweep->num_capacities],
-            sweep->capacities[job % sweep->num_capacities], &sweep->results[job]);
+        const sweep_job_t *todo = &sweep->jobs[job];
+        kvio_cachesim_result_t *results =
+            sweep->results + todo->policy * sweep->num_capacities;
+        kvio_status_t status;
+        if (todo->capacity == ALL_CAPACITIES)
+            status = kvio_cachesim_sweep_lru(sweep->sim, sweep->capacities,
+                                             sweep->num_capacities, results);
+        else
+            status = kvio_cachesim_run(sweep->sim, sweep->policies[todo->policy],
+                                       sweep->capacities[todo->capacity],
+                                       &results[todo->capacity]);
         if (status != KVIO_OK) {
             pthread_mutex_lock(&sweep->lock);
             if (sweep->status == KVIO_OK)
@@ -301,26 +624,41 @@ kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const 
                                   size_t num_capacities, unsigned num_threads,
                                   kvio_cachesim_result_t *results_p)
 {
-    sweep_t sweep = {
-        .sim = sim,
-        .policies = policies,
-        .capacities = capacities,
-        .num_capacities = num_capacities,
-        .num_jobs = num_policies * num_capacities,
-        .results = results_p,
-        .status = KVIO_OK,
-    };
-    if (sweep.num_jobs == 0)
+    if (num_policies == 0 || num_capacities == 0)
         return KVIO_OK;
     for (size_t i = 0; i < num_policies; i++) {
         kvio_status_t status = kvio_evict_check_name(policies[i]);
         if (status != KVIO_OK)
             return status;
     }
+    sweep_job_t *jobs = malloc(num_policies * num_capacities * sizeof(*jobs));
+    if (jobs == NULL)
+        return KVIO_ERR_NOMEM;
+    size_t num_jobs = 0;
+    for (size_t i = 0; i < num_policies; i++) {
+        if (kvio_evict_find(policies[i]) == &kvio_evict_lru_ops)
+            jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = ALL_CAPACITIES};
+    }
+    for (size_t i = 0; i < num_policies; i++) {
+        if (kvio_evict_find(policies[i]) == &kvio_evict_lru_ops)
+            continue;
+        for (size_t c = 0; c < num_capacities; c++)
+            jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = c};
+    }
+    sweep_t sweep = {
+        .sim = sim,
+        .policies = policies,
+        .capacities = capacities,
+        .num_capacities = num_capacities,
+        .num_jobs = num_jobs,
+        .jobs = jobs,
+        .results = results_p,
+        .status = KVIO_OK,
+    };
     if (num_threads < 1)
         num_threads = 1;
-    if (num_threads > sweep.num_jobs)
-        num_threads = (unsigned)sweep.num_jobs;
+    if (num_threads > num_jobs)
+        num_threads = (unsigned)num_jobs;
     if (num_threads > 64)
         num_threads = 64;
     pthread_mutex_init(&sweep.lock, NULL);
@@ -334,5 +672,6 @@ kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const 
     for (unsigned i = 0; i < started; i++)
         pthread_join(threads[i], NULL);
     pthread_mutex_destroy(&sweep.lock);
+    free(jobs);
     return sweep.status;
 }

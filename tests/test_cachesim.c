@@ -183,9 +183,204 @@ Test(cachesim, sweep_on_threads_equals_single_runs, .timeout = 20)
         kvio_cachesim_result_t single = run(sim, policies[i / 3], capacities[i % 3]);
         cr_assert_eq(results[i].hit_blocks, single.hit_blocks);
         cr_assert_eq(results[i].hit_tokens, single.hit_tokens);
+        cr_assert_eq(results[i].evictions, single.evictions);
         cr_assert_str_eq(results[i].policy, policies[i / 3]);
         cr_assert_eq(results[i].capacity_blocks, capacities[i % 3]);
     }
+    kvio_cachesim_destroy(sim);
+}
+
+/* ---- lru at every capacity in one pass ---------------------------------- */
+
+/* Worked by hand (stack most recent first; a request's hit is its prefix
+ * that is resident before any of its blocks is touched):
+ *   [1 2 3]  all new; stack 3 2 1
+ *   [1 2 4]  1, 2 at depths 2, 1: hit at capacities >= 3; stack 4 2 1 3
+ *   [3 1]    depths 3, 2: hit only at capacities >= 4; stack 1 3 4 2
+ *   [2 2 5]  2 at depth 3 (twice, the lookup is before the touches): hits
+ *            at >= 4; stack 5 2 1 3 4
+ * Evictions at capacity C = misses at touch time - min(C, 5 unique). */
+Test(cachesim, lru_sweep_matches_a_case_worked_by_hand, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(10);
+    REQUEST(sim, 30, 1, 2, 3);
+    REQUEST(sim, 25, 1, 2, 4);
+    REQUEST(sim, 20, 3, 1);
+    REQUEST(sim, 30, 2, 2, 5);
+    uint64_t capacities[] = {3, KVIO_CACHESIM_UNLIMITED, 1, 4, 2, 5, 3};
+    struct {
+        uint64_t hit_blocks, hit_tokens, evictions;
+    } expected[] = {
+        {2, 20, 5}, {6, 60, 0}, {0, 0, 9}, {6, 60, 1}, {0, 0, 8}, {6, 60, 0}, {2, 20, 5},
+    };
+    kvio_cachesim_result_t results[7];
+    cr_assert_eq(kvio_cachesim_sweep_lru(sim, capacities, 7, results), KVIO_OK);
+    for (size_t i = 0; i < 7; i++) {
+        cr_assert_str_eq(results[i].policy, "lru");
+        cr_assert_eq(results[i].capacity_blocks, capacities[i]);
+        cr_assert_eq(results[i].requests, 4);
+        cr_assert_eq(results[i].blocks, 11);
+        cr_assert_eq(results[i].tokens, 105);
+        cr_assert_eq(results[i].hit_blocks, expected[i].hit_blocks, "capacity %llu: %llu hits",
+                     (unsigned long long)capacities[i],
+                     (unsigned long long)results[i].hit_blocks);
+        cr_assert_eq(results[i].hit_tokens, expected[i].hit_tokens, "capacity %llu",
+                     (unsigned long long)capacities[i]);
+        cr_assert_eq(results[i].evictions, expected[i].evictions, "capacity %llu: %llu",
+                     (unsigned long long)capacities[i],
+                     (unsigned long long)results[i].evictions);
+        cr_assert_float_eq(results[i].block_hit_rate, expected[i].hit_blocks / 11.0, 1e-12);
+        cr_assert_float_eq(results[i].token_hit_rate, expected[i].hit_tokens / 105.0, 1e-12);
+    }
+    kvio_cachesim_destroy(sim);
+}
+
+static uint64_t next_random(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *state >> 33;
+}
+
+/* Requests built from shared prefixes (system prompts, earlier turns), a
+ * random tail, now and then an id repeated inside the request, empty
+ * requests, and ids beyond the direct-indexed range. */
+static kvio_cachesim_t *random_trace(uint64_t seed, size_t num_requests, uint64_t num_prefixes)
+{
+    kvio_cachesim_t *sim = make_sim(16);
+    uint64_t state = seed;
+    uint64_t ids[48];
+    for (size_t r = 0; r < num_requests; r++) {
+        uint64_t prefix = next_random(&state) % num_prefixes;
+        size_t shared = next_random(&state) % 12;
+        size_t length = shared + next_random(&state) % 20;
+        if (length > 48)
+            length = 48;
+        for (size_t i = 0; i < length; i++) {
+            if (i < shared)
+                ids[i] = prefix * 64 + i;
+            else if (next_random(&state) % 8 == 0 && i > 0)
+                ids[i] = ids[next_random(&state) % i];
+            else
+                ids[i] = 100000 + next_random(&state) % (num_requests * 4);
+            if (prefix % 3 == 0)
+                ids[i] += (uint64_t)1 << 40;
+        }
+        uint64_t tokens = length == 0 ? 1 + next_random(&state) % 16
+                                      : length * 16 - next_random(&state) % 40;
+        cr_assert_eq(kvio_cachesim_add_request(sim, ids, length, tokens), KVIO_OK);
+    }
+    return sim;
+}
+
+static void assert_same_result(const kvio_cachesim_result_t *sweep,
+                               const kvio_cachesim_result_t *replay, uint64_t seed)
+{
+    unsigned long long capacity = (unsigned long long)replay->capacity_blocks;
+    cr_assert_eq(sweep->capacity_blocks, replay->capacity_blocks);
+    cr_assert_str_eq(sweep->policy, replay->policy);
+    cr_assert_eq(sweep->requests, replay->requests);
+    cr_assert_eq(sweep->blocks, replay->blocks);
+    cr_assert_eq(sweep->tokens, replay->tokens);
+    cr_assert_eq(sweep->hit_blocks, replay->hit_blocks, "seed %llu capacity %llu: %llu vs %llu",
+                 (unsigned long long)seed, capacity, (unsigned long long)sweep->hit_blocks,
+                 (unsigned long long)replay->hit_blocks);
+    cr_assert_eq(sweep->hit_tokens, replay->hit_tokens, "seed %llu capacity %llu",
+                 (unsigned long long)seed, capacity);
+    cr_assert_eq(sweep->evictions, replay->evictions, "seed %llu capacity %llu: %llu vs %llu",
+                 (unsigned long long)seed, capacity, (unsigned long long)sweep->evictions,
+                 (unsigned long long)replay->evictions);
+    cr_assert(sweep->block_hit_rate == replay->block_hit_rate);
+    cr_assert(sweep->token_hit_rate == replay->token_hit_rate);
+}
+
+Test(cachesim, lru_sweep_equals_one_replay_per_capacity_on_random_traces, .timeout = 60)
+{
+    struct {
+        uint64_t seed;
+        size_t requests;
+        uint64_t prefixes;
+    } traces[] = {
+        {1, 300, 5}, {2, 600, 40}, {3, 1000, 3}, {4, 50, 2}, {5, 800, 200}, {6, 0, 1},
+    };
+    for (size_t t = 0; t < sizeof(traces) / sizeof(traces[0]); t++) {
+        kvio_cachesim_t *sim =
+            random_trace(traces[t].seed, traces[t].requests, traces[t].prefixes);
+        uint64_t unique = kvio_cachesim_num_unique_blocks(sim);
+        /* Unsorted, with a duplicate, the number of unique blocks and
+         * either side of it. */
+        uint64_t capacities[] = {
+            7, 1, KVIO_CACHESIM_UNLIMITED, 2, 3, 50, 7, 200, unique ? unique - 1 : 1,
+            unique + 1, unique ? unique : 1, 1000, 31, 16,
+        };
+        size_t count = sizeof(capacities) / sizeof(capacities[0]);
+        kvio_cachesim_result_t results[sizeof(capacities) / sizeof(capacities[0])];
+        cr_assert_eq(kvio_cachesim_sweep_lru(sim, capacities, count, results), KVIO_OK);
+        for (size_t i = 0; i < count; i++) {
+            kvio_cachesim_result_t replay = run(sim, "lru", capacities[i]);
+            assert_same_result(&results[i], &replay, traces[t].seed);
+        }
+        kvio_cachesim_destroy(sim);
+    }
+}
+
+/* Levels are bytes: more than 250 capacities take several passes. */
+Test(cachesim, lru_sweep_with_hundreds_of_capacities_equals_replays, .timeout = 60)
+{
+    kvio_cachesim_t *sim = random_trace(7, 400, 10);
+    cr_assert_gt(kvio_cachesim_num_unique_blocks(sim), 600);
+    uint64_t capacities[600];
+    for (size_t i = 0; i < 600; i++)
+        capacities[i] = 600 - i;
+    kvio_cachesim_result_t *results = calloc(600, sizeof(*results));
+    cr_assert_not_null(results);
+    cr_assert_eq(kvio_cachesim_sweep_lru(sim, capacities, 600, results), KVIO_OK);
+    /* Every seventh, and either side of the first pass's last marker. */
+    for (size_t i = 0; i < 600; i++) {
+        if (i % 7 != 0 && i != 349 && i != 350 && i != 599)
+            continue;
+        kvio_cachesim_result_t replay = run(sim, "lru", capacities[i]);
+        assert_same_result(&results[i], &replay, 7);
+    }
+    free(results);
+    kvio_cachesim_destroy(sim);
+}
+
+/* However many threads, the sweep's single lru pass fills every capacity's
+ * result, and each equals its replay. */
+Test(cachesim, lru_sweep_on_any_number_of_threads_equals_replays, .timeout = 60)
+{
+    kvio_cachesim_t *sim = random_trace(8, 500, 12);
+    uint64_t unique = kvio_cachesim_num_unique_blocks(sim);
+    cr_assert_gt(unique, 300);
+    uint64_t capacities[] = {300, 1, KVIO_CACHESIM_UNLIMITED, 40, unique + 5, 300, 9, 120, 2};
+    size_t count = sizeof(capacities) / sizeof(capacities[0]);
+    kvio_cachesim_result_t replays[sizeof(capacities) / sizeof(capacities[0])];
+    for (size_t i = 0; i < count; i++)
+        replays[i] = run(sim, "lru", capacities[i]);
+    const char *policies[] = {"lru"};
+    unsigned thread_counts[] = {1, 2, 3, 7, 64};
+    for (size_t t = 0; t < sizeof(thread_counts) / sizeof(thread_counts[0]); t++) {
+        kvio_cachesim_result_t results[sizeof(capacities) / sizeof(capacities[0])];
+        memset(results, 0, sizeof(results));
+        cr_assert_eq(kvio_cachesim_sweep(sim, policies, 1, capacities, count, thread_counts[t],
+                                         results),
+                     KVIO_OK);
+        for (size_t i = 0; i < count; i++)
+            assert_same_result(&results[i], &replays[i], thread_counts[t]);
+    }
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim, lru_sweep_rejects_zero_capacity, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(16);
+    REQUEST(sim, 16, 1);
+    uint64_t capacities[] = {10, 0};
+    kvio_cachesim_result_t results[2];
+    cr_assert_eq(kvio_cachesim_sweep_lru(sim, capacities, 2, results), KVIO_ERR_INVALID);
+    const char *policies[] = {"lru"};
+    cr_assert_eq(kvio_cachesim_sweep(sim, policies, 1, capacities, 2, 2, results),
+                 KVIO_ERR_INVALID);
     kvio_cachesim_destroy(sim);
 }
 

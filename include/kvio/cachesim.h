@@ -50,9 +50,18 @@ size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim);
 kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
                                 uint64_t capacity_blocks, kvio_cachesim_result_t *result_p);
 
+/* LRU at every capacity (each at least 1; KVIO_CACHESIM_UNLIMITED
+ * possible) in one pass over the requests: results_p[i] (num_capacities
+ * results) equals kvio_cachesim_run(sim, "lru", capacities[i]) in every
+ * field. Does not change sim. Returns KVIO_ERR_INVALID for a capacity of 0,
+ * KVIO_ERR_NOMEM. */
+kvio_status_t kvio_cachesim_sweep_lru(const kvio_cachesim_t *sim, const uint64_t *capacities,
+                                      size_t num_capacities, kvio_cachesim_result_t *results_p);
+
 /* Runs every (policy, capacity) pair, on up to num_threads threads (1: in
- * the caller's). results_p holds num_policies * num_capacities results,
- * policy-major. Stops at the first failure. */
+ * the caller's): lru at all capacities in one pass (kvio_cachesim_sweep_lru),
+ * other policies one replay per capacity. results_p holds num_policies *
+ * num_capacities results, policy-major. Stops at the first failure. */
 kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const *policies,
                                   size_t num_policies, const uint64_t *capacities,
                                   size_t num_capacities, unsigned num_threads,
