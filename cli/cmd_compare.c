@@ -27,14 +27,17 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: kvio compare WORKLOAD|PRESET --vary KEY=V1,V2,... [--vary ...]\n"
-            "                    [--repeat N] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n\n"
+            "                    [--repeat N] [--set KEY=VALUE]... [--metrics KEY,...]\n"
+            "                    [-o|--output DIR] [--force]\n\n"
             "Runs the workload once per variant on the identical stream (same seed) and\n"
             "prints the variants side by side. Every variant is checked before the\n"
             "first runs. With --repeat N each variant runs with seeds seed..seed+N-1\n"
             "and the table shows means with 95%% confidence intervals; compare.json\n"
             "also has each variant's paired difference from the first (seed by seed).\n"
-            "Writes DIR/<variant>/ per run and DIR/compare.json (default DIR:\n"
-            "results/compare-<name>-<time>).\n");
+            "--metrics adds rows: any numeric key of summary.json's metrics, dotted\n"
+            "(model_updates.update_latency_ms.p99, tiers.0.hit_rate, swapped_bytes).\n"
+            "Rows a variant's runs lack show '-'. Writes DIR/<variant>/ per run and\n"
+            "DIR/compare.json (default DIR: results/compare-<name>-<time>).\n");
 }
 
 static void progress(void *context, size_t done, size_t total, const char *variant)
@@ -52,58 +55,75 @@ int kvio_cmd_compare(int argc, char **argv)
     kvio_compare_vary_t varies[KVIO_COMPARE_MAX_VARY];
     kvio_compare_options_t options = {.sets = sets, .varies = varies, .repeat = 1,
                                       .progress = progress, .stop = &stop_requested};
+    const char *metrics[KVIO_COMPARE_MAX_METRICS];
+    size_t num_metrics = 0;
+    char *metrics_list = NULL;
     int exit_status = KVIO_EXIT_USAGE;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *value = NULL;
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             usage(stdout);
             exit_status = KVIO_EXIT_OK;
             goto out;
         } else if (strcmp(arg, "--force") == 0) {
             options.force = true;
-        } else if (arg[0] == '-' && next == NULL) {
-            fprintf(stderr, "kvio compare: %s needs a value\n", arg);
-            goto out;
-        } else if (strcmp(arg, "--vary") == 0) {
-            const char *equals = strchr(next, '=');
-            if (equals == NULL || equals == next || equals[1] == '\0' ||
+        } else if (kvio_cli_is_option(arg, "--vary")) {
+            if ((value = kvio_cli_option_value(argc, argv, &i, "--vary")) == NULL)
+                goto needs_value;
+            const char *equals = strchr(value, '=');
+            if (equals == NULL || equals == value || equals[1] == '\0' ||
                 options.num_varies == KVIO_COMPARE_MAX_VARY) {
                 fprintf(stderr, "kvio compare: --vary needs KEY=V1,V2,... (at most %d)\n",
                         KVIO_COMPARE_MAX_VARY);
                 goto out;
             }
             size_t v = options.num_varies++;
-            snprintf(keys[v], sizeof(keys[v]), "%.*s", (int)(equals - next), next);
+            snprintf(keys[v], sizeof(keys[v]), "%.*s", (int)(equals - value), value);
             varies[v] = (kvio_compare_vary_t){.key = keys[v],
                                               .values = (const char *const *)values[v]};
             char *list = strdup(equals + 1), *save = NULL;
-            for (char *value = strtok_r(list, ",", &save);
-                 value != NULL && varies[v].count < KVIO_COMPARE_MAX_VALUES;
-                 value = strtok_r(NULL, ",", &save))
-                values[v][varies[v].count++] = strdup(value);
+            for (char *item = strtok_r(list, ",", &save);
+                 item != NULL && varies[v].count < KVIO_COMPARE_MAX_VALUES;
+                 item = strtok_r(NULL, ",", &save))
+                values[v][varies[v].count++] = strdup(item);
             free(list);
-            i++;
-        } else if (strcmp(arg, "--repeat") == 0) {
+        } else if (kvio_cli_is_option(arg, "--repeat")) {
+            if ((value = kvio_cli_option_value(argc, argv, &i, "--repeat")) == NULL)
+                goto needs_value;
             char *end = NULL;
-            options.repeat = strtol(next, &end, 10);
-            if (end == next || *end != '\0' || options.repeat < 1 ||
+            options.repeat = strtol(value, &end, 10);
+            if (end == value || *end != '\0' || options.repeat < 1 ||
                 options.repeat > KVIO_COMPARE_MAX_REPEAT) {
                 fprintf(stderr, "kvio compare: --repeat needs 1..%d, got '%s'\n",
-                        KVIO_COMPARE_MAX_REPEAT, next);
+                        KVIO_COMPARE_MAX_REPEAT, value);
                 goto out;
             }
-            i++;
-        } else if (strcmp(arg, "--set") == 0) {
+        } else if (kvio_cli_is_option(arg, "--set")) {
+            if ((value = kvio_cli_option_value(argc, argv, &i, "--set")) == NULL)
+                goto needs_value;
             if (options.num_sets == MAX_SETS) {
                 fprintf(stderr, "kvio compare: too many --set options\n");
                 goto out;
             }
-            sets[options.num_sets++] = next;
-            i++;
-        } else if (strcmp(arg, "-o") == 0 || strcmp(arg, "--output") == 0) {
-            options.output_dir = next;
-            i++;
+            sets[options.num_sets++] = value;
+        } else if (kvio_cli_is_option(arg, "--metrics")) {
+            if ((value = kvio_cli_option_value(argc, argv, &i, "--metrics")) == NULL)
+                goto needs_value;
+            metrics_list = strdup(value);
+            char *save = NULL;
+            for (char *item = strtok_r(metrics_list, ",", &save);
+                 item != NULL && num_metrics < KVIO_COMPARE_MAX_METRICS;
+                 item = strtok_r(NULL, ",", &save))
+                metrics[num_metrics++] = item;
+            options.metrics = metrics;
+            options.num_metrics = num_metrics;
+        } else if (strcmp(arg, "-o") == 0 || kvio_cli_is_option(arg, "--output")) {
+            value = kvio_cli_option_value(argc, argv, &i, strcmp(arg, "-o") == 0 ? "-o"
+                                                                                  : "--output");
+            if (value == NULL)
+                goto needs_value;
+            options.output_dir = value;
         } else if (arg[0] == '-') {
             fprintf(stderr, "kvio compare: unknown option '%s' (see kvio compare --help)\n", arg);
             goto out;
@@ -113,6 +133,10 @@ int kvio_cmd_compare(int argc, char **argv)
             fprintf(stderr, "kvio compare: more than one workload given\n");
             goto out;
         }
+        continue;
+    needs_value:
+        fprintf(stderr, "kvio compare: %s needs a value\n", arg);
+        goto out;
     }
     if (options.source == NULL || options.num_varies == 0) {
         fprintf(stderr, "kvio compare: give a workload and at least one --vary KEY=V1,V2\n");
@@ -135,6 +159,7 @@ int kvio_cmd_compare(int argc, char **argv)
     json_decref(compare);
     exit_status = KVIO_EXIT_OK;
 out:
+    free(metrics_list);
     for (size_t v = 0; v < options.num_varies; v++)
         for (size_t i = 0; i < varies[v].count; i++)
             free(values[v][i]);

@@ -188,7 +188,8 @@ int kvio_cmd_validate(int argc, char **argv)
 int kvio_cmd_list(int argc, char **argv)
 {
     if (argc > 0 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
-        printf("usage: kvio list\n\nLists the presets embedded in kvio; run one with kvio run NAME.\n");
+        printf("usage: kvio list\n\nLists the presets and reproductions embedded in kvio; run one "
+               "with kvio run NAME.\n");
         return KVIO_EXIT_OK;
     }
     if (argc > 0) {
@@ -197,6 +198,12 @@ int kvio_cmd_list(int argc, char **argv)
     }
     printf("presets (kvio run NAME):\n");
     for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
-        printf("  %-20s %s\n", preset->name, preset->description);
+        if (strncmp(preset->name, "repro/", 6) != 0)
+            printf("  %-24s %s\n", preset->name, preset->description);
+    printf("\nreproductions of published results (kvio run repro/NAME; bench/repro.sh runs "
+           "them all):\n");
+    for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
+        if (strncmp(preset->name, "repro/", 6) == 0)
+            printf("  %-24s %.*s\n", preset->name, 100, preset->description);
     return KVIO_EXIT_OK;
 }

@@ -2,6 +2,8 @@
  * subcommand; only this file decides the process exit status. */
 #include "cli/cli.h"
 
+#include "kvio/sysinfo.h"
+
 #include "kvio/log.h"
 
 #include <signal.h>
@@ -87,7 +89,9 @@ int main(int argc, char **argv)
             print_usage(stdout);
             return KVIO_EXIT_OK;
         } else if (strcmp(flag, "--version") == 0) {
-            printf("kvio %s\n", KVIO_VERSION);
+            char text[1024];
+            kvio_build_describe(text, sizeof(text));
+            fputs(text, stdout);
             return KVIO_EXIT_OK;
         } else {
             fprintf(stderr, "kvio: unknown option '%s'\n", flag);
@@ -95,11 +99,28 @@ int main(int argc, char **argv)
             return KVIO_EXIT_USAGE;
         }
     }
-    kvio_log_set_level(verbosity > KVIO_LOG_DEBUG ? KVIO_LOG_DEBUG : (kvio_log_level_t)verbosity);
     if (arg >= argc) {
         print_usage(stderr);
         return KVIO_EXIT_USAGE;
     }
+    /* The verbosity flags also after the command (`kvio run chat -q`): taken
+     * out of its arguments (up to a "--"), which no command uses otherwise. */
+    int kept = arg + 1;
+    bool rest = false;
+    for (int i = arg + 1; i < argc; i++) {
+        const char *flag = argv[i];
+        rest = rest || strcmp(flag, "--") == 0;
+        if (!rest && (strcmp(flag, "-v") == 0 || strcmp(flag, "--verbose") == 0))
+            verbosity++;
+        else if (!rest && strcmp(flag, "-vv") == 0)
+            verbosity += 2;
+        else if (!rest && (strcmp(flag, "-q") == 0 || strcmp(flag, "--quiet") == 0))
+            verbosity = KVIO_LOG_ERROR;
+        else
+            argv[kept++] = argv[i];
+    }
+    argc = kept;
+    kvio_log_set_level(verbosity > KVIO_LOG_DEBUG ? KVIO_LOG_DEBUG : (kvio_log_level_t)verbosity);
     for (const command_t *command = commands; command->name != NULL; command++) {
         if (strcmp(command->name, argv[arg]) == 0)
             return command->main(argc - arg - 1, argv + arg + 1);

@@ -34,9 +34,9 @@ json_t *kvio_hist_json(const kvio_hist_t *hist, double scale)
 {
     kvio_hist_summary_t summary;
     kvio_hist_summarize(hist, scale, &summary);
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)summary.count,
-                     "mean", summary.mean, "p50", summary.p50, "p90", summary.p90, "p99",
-                     summary.p99, "max", summary.max);
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)summary.count,
+                     "mean", summary.mean, "std", kvio_hist_stddev(hist) * scale, "p50",
+                     summary.p50, "p90", summary.p90, "p99", summary.p99, "max", summary.max);
 }
 
 void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len)

@@ -3,6 +3,7 @@
  * at the bucket's midpoint, so the relative error is at most 1/256. */
 #include "kvio/stats.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,24 @@ uint64_t kvio_hist_count(const kvio_hist_t *hist)
 double kvio_hist_mean(const kvio_hist_t *hist)
 {
     return hist->count ? hist->sum / (double)hist->count : 0.0;
+}
+
+double kvio_hist_stddev(const kvio_hist_t *hist)
+{
+    if (hist->count < 2)
+        return 0.0;
+    /* Each bucket's values at its midpoint: exact below 128, within the
+     * buckets' relative width above. */
+    double mean = kvio_hist_mean(hist), squares = 0;
+    for (unsigned b = 0; b < KVIO_HIST_NUM_BUCKETS; b++) {
+        if (hist->buckets[b] == 0)
+            continue;
+        uint64_t low, high;
+        kvio_hist_bucket_bounds(b, &low, &high);
+        double middle = ((double)low + (double)high) / 2 - mean;
+        squares += middle * middle * (double)hist->buckets[b];
+    }
+    return sqrt(squares / (double)hist->count);
 }
 
 uint64_t kvio_hist_min(const kvio_hist_t *hist)

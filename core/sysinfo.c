@@ -1,10 +1,14 @@
-/* Machine facts read where kvio decides whether a request fits. */
+/* Machine facts: the memory kvio checks before it allocates, and the host
+ * record summary.json keeps of where a run ran. */
 #include "kvio/sysinfo.h"
 
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 kvio_status_t kvio_mem_available(uint64_t *bytes_p, char *error_p, size_t error_len)
 {
@@ -25,4 +29,59 @@ kvio_status_t kvio_mem_available(uint64_t *bytes_p, char *error_p, size_t error_
     }
     *bytes_p = (uint64_t)kib * 1024;
     return KVIO_OK;
+}
+
+/* The value after "key" and a colon or equals sign on the first line of
+ * path that starts with key, quotes and surrounding space removed; "" when
+ * there is none. */
+static void file_value(const char *path, const char *key, char *value_p, size_t value_len)
+{
+    value_p[0] = '\0';
+    FILE *file = fopen(path, "r");
+    if (file == NULL)
+        return;
+    char line[512];
+    size_t key_length = strlen(key);
+    while (fgets(line, sizeof(line), file) != NULL) {
+        if (strncmp(line, key, key_length) != 0)
+            continue;
+        char *value = line + key_length;
+        while (*value == ' ' || *value == '\t' || *value == ':' || *value == '=' || *value == '"')
+            value++;
+        size_t length = strcspn(value, "\"\n");
+        snprintf(value_p, value_len, "%.*s", (int)length, value);
+        break;
+    }
+    fclose(file);
+}
+
+json_t *kvio_host_json(void)
+{
+    char hostname[256] = "", cpu[256], os[256], memory[64];
+    gethostname(hostname, sizeof(hostname) - 1);
+    file_value("/proc/cpuinfo", "model name", cpu, sizeof(cpu));
+    file_value("/etc/os-release", "PRETTY_NAME", os, sizeof(os));
+    file_value("/proc/meminfo", "MemTotal", memory, sizeof(memory));
+    struct utsname name;
+    bool named = uname(&name) == 0;
+    double load[3] = {0, 0, 0};
+    int loads = getloadavg(load, 3);
+    uint64_t available = 0;
+    char error[128];
+    bool have_available = kvio_mem_available(&available, error, sizeof(error)) == KVIO_OK;
+    json_t *host = json_object();
+    json_object_set_new(host, "hostname", json_string(hostname));
+    json_object_set_new(host, "cpu", json_string(cpu));
+    json_object_set_new(host, "cores_online", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+    json_object_set_new(host, "memory_total_bytes",
+                        json_integer((json_int_t)strtoull(memory, NULL, 10) * 1024));
+    json_object_set_new(host, "memory_available_bytes",
+                        have_available ? json_integer((json_int_t)available) : json_null());
+    json_object_set_new(host, "os", json_string(os));
+    json_object_set_new(host, "kernel", json_string(named ? name.release : ""));
+    json_object_set_new(host, "machine", json_string(named ? name.machine : ""));
+    json_object_set_new(host, "load_average",
+                        loads == 3 ? json_pack("[f, f, f]", load[0], load[1], load[2])
+                                   : json_null());
+    return host;
 }

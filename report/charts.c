@@ -240,16 +240,33 @@ static kvio_status_t metric_bars(kvio_report_t *report, const char *id, const ch
 
 static kvio_status_t serving_bars(kvio_report_t *report)
 {
-    if (report->num_runs == 0)
+    bool serving = false, slo = false, hits = false;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        serving = serving || run->serving;
+        slo = slo || run->has_slo;
+        for (size_t s = 0; s < run->num_seeds; s++)
+            hits = hits || run->seeds[s].hit_rate > 0;
+    }
+    if (!serving) {
+        if (report->num_runs > 0)
+            add_note(report, "Throughput and hit-rate charts skipped: no run served requests "
+                             "(model updates only).");
         return KVIO_OK;
+    }
+    /* Goodput only where some run set an SLO: without one it is throughput
+     * by another name (vLLM reports none then). */
     const bar_metric_t requests[] = {
         {"request throughput", offsetof(run_metrics_t, request_throughput), 1},
         {"goodput (requests meeting the SLOs)", offsetof(run_metrics_t, goodput), 1},
     };
     kvio_status_t status = metric_bars(
-        report, "chart-throughput", "Request throughput and goodput", "requests per second",
-        requests, 2, "From summary.json: completed measured requests per second of the "
-                     "measured window, and those that met every SLO bound.");
+        report, "chart-throughput", slo ? "Request throughput and goodput" : "Request throughput",
+        "requests per second", requests, slo ? 2 : 1,
+        slo ? "From summary.json: completed measured requests per second of the measured "
+              "window, and those that met every SLO bound (config slo)."
+            : "From summary.json: completed measured requests per second of the measured "
+              "window (no run set an SLO, so there is no goodput).");
     const bar_metric_t tokens[] = {
         {"output tokens", offsetof(run_metrics_t, output_throughput), 1},
         {"input tokens", offsetof(run_metrics_t, input_throughput), 1},
@@ -259,14 +276,20 @@ static kvio_status_t serving_bars(kvio_report_t *report)
                              "tokens per second", tokens, 2,
                              "From summary.json: output (generated) and input (prompt) tokens "
                              "per second of the measured window.");
-    const bar_metric_t hits[] = {
+    if (status != KVIO_OK)
+        return status;
+    if (!hits) {
+        add_note(report, "Prefix-cache hit rate chart skipped: every run's hit rate is 0 "
+                         "(prefix caching off, or no shared prefixes).");
+        return KVIO_OK;
+    }
+    const bar_metric_t hit_rate[] = {
         {"prefix-cache hit rate", offsetof(run_metrics_t, hit_rate), 100},
     };
-    if (status == KVIO_OK)
-        status = metric_bars(report, "chart-hit-rate", "Prefix-cache hit rate",
-                             "hit rate (% of prompt tokens)", hits, 1,
-                             "From summary.json: prompt tokens found in the prefix cache at "
-                             "first admission over all prompt tokens.");
+    status = metric_bars(report, "chart-hit-rate", "Prefix-cache hit rate",
+                         "hit rate (% of prompt tokens)", hit_rate, 1,
+                         "From summary.json: prompt tokens found in the prefix cache at "
+                         "first admission over all prompt tokens.");
     if (status == KVIO_OK) {
         report_chart_t *chart = report->charts[report->num_charts - 1];
         chart->y_fixed = true;
@@ -731,7 +754,8 @@ static kvio_status_t tier_chart(kvio_report_t *report)
         }
     }
     snprintf(chart->caption, sizeof(chart->caption),
-             "From metrics.tiers of summary.json (first seed): every *_bytes counter per tier.");
+             "From metrics.tiers of summary.json (first seed): bytes written to and read "
+             "from each tier (per serve rank).");
     return KVIO_OK;
 }
 

@@ -263,16 +263,20 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
         status = KVIO_ERR_PARSE;
         goto out;
     }
+    /* A run without serving (model updates only) has no serving metrics;
+     * one with serving must have them. */
+    bool serving = json_object_get(metrics, "model_updates") == NULL ||
+                   json_object_get(metrics, "request_throughput") != NULL;
     struct {
         const char *key;
         double *value;
         bool required;
     } fields[] = {
-        {"request_throughput", &metrics_p->request_throughput, true},
-        {"output_throughput", &metrics_p->output_throughput, true},
+        {"request_throughput", &metrics_p->request_throughput, serving},
+        {"output_throughput", &metrics_p->output_throughput, serving},
         {"input_throughput", &metrics_p->input_throughput, false},
-        {"goodput", &metrics_p->goodput, true},
-        {"hit_rate", &metrics_p->hit_rate, true},
+        {"goodput", &metrics_p->goodput, serving},
+        {"hit_rate", &metrics_p->hit_rate, serving},
         {"preemptions", &metrics_p->preemptions, false},
         {"completed", &metrics_p->completed, false},
     };
@@ -313,8 +317,17 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
     report_label_copy(run->scheduler, sizeof(run->scheduler),
                       json_string_value(json_object_get(metrics, "scheduler")));
     admission_of(json_object_get(summary, "config"), run);
+    run->serving = serving;
+    const json_t *slo = json_object_get(json_object_get(summary, "config"), "slo");
+    const char *bounds[] = {json_string_value(json_object_get(slo, "ttft")),
+                            json_string_value(json_object_get(slo, "tpot"))};
+    run->has_slo = false;
+    for (int b = 0; b < 2; b++)
+        run->has_slo = run->has_slo || (bounds[b] != NULL && strtod(bounds[b], NULL) > 0);
     /* Tier traffic: metrics.tiers as an array of objects (with "name" or
-     * "kind") or an object of objects; every numeric field named *_bytes. */
+     * "kind", and "rank" when there are several serve ranks) or an object of
+     * objects; every numeric field named bytes_* (bytes_written, bytes_read:
+     * traffic, not the tier's size_bytes or block_bytes). */
     const json_t *tiers = json_object_get(metrics, "tiers");
     if (tiers != NULL && !json_is_array(tiers) && !json_is_object(tiers)) {
         snprintf(error_p, error_len, "%s: metrics.tiers is neither an array nor an object", path);
@@ -325,6 +338,7 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
     const char *key;
     const json_t *tier;
     void *iterator = json_is_object(tiers) ? json_object_iter((json_t *)tiers) : NULL;
+    char ranked[REPORT_LABEL_MAX];
     for (index = 0; run->num_tiers < REPORT_MAX_TIERS; index++) {
         const char *tier_name = NULL;
         if (json_is_array(tiers)) {
@@ -334,6 +348,11 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
             tier_name = json_string_value(json_object_get(tier, "name"));
             if (tier_name == NULL)
                 tier_name = json_string_value(json_object_get(tier, "kind"));
+            if (tier_name != NULL && json_is_integer(json_object_get(tier, "rank"))) {
+                snprintf(ranked, sizeof(ranked), "%.60s (rank %lld)", tier_name,
+                         (long long)json_integer_value(json_object_get(tier, "rank")));
+                tier_name = ranked;
+            }
         } else {
             if (iterator == NULL)
                 break;
@@ -355,8 +374,7 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
         const json_t *value;
         json_object_foreach((json_t *)tier, key, value)
         {
-            size_t length = strlen(key);
-            if (length < 7 || strcmp(key + length - 6, "_bytes") != 0)
+            if (strncmp(key, "bytes_", 6) != 0 || key[6] == '\0')
                 continue;
             if (traffic->num_fields == REPORT_MAX_TIER_FIELDS)
                 break;

@@ -78,6 +78,8 @@ typedef struct report_run {
     char scheduler[REPORT_LABEL_MAX];
     char admission[REPORT_LABEL_MAX]; /* policy, with its predictor where it has one */
     double offered_rate;           /* config stream.arrival.rate (req/s); 0: none */
+    bool serving;                  /* summary.json has serving metrics */
+    bool has_slo;                  /* config slo: a TTFT or TPOT bound */
     bool complete;                 /* every seed complete */
     size_t num_seeds;
     run_metrics_t seeds[KVIO_REPORT_MAX_SEEDS];

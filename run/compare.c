@@ -15,39 +15,40 @@
 
 #define MAX_SETS 160
 
-/* The metrics compared, as (path: keys joined by dots, field, label); an
- * optional one is shown only when some variant has it (model updates). */
+/* The metrics compared, as (path: keys joined by dots, field, label); a row
+ * shows when some variant has its metric (a run without serving has no
+ * latencies, one without updates no update latency). */
 typedef struct compared {
     const char *key;
     const char *field;
     const char *label;
-    bool optional;
 } compared_t;
 
 static const compared_t compared_metrics[] = {
-    {"request_throughput", NULL, "request_throughput (req/s)", false},
-    {"output_throughput", NULL, "output_throughput (tok/s)", false},
-    {"goodput", NULL, "goodput (req/s)", false},
-    {"ttft_ms", "p50", "ttft_ms p50", false},
-    {"ttft_ms", "p99", "ttft_ms p99", false},
-    {"tpot_ms", "p50", "tpot_ms p50", false},
-    {"tpot_ms", "p99", "tpot_ms p99", false},
-    {"e2el_ms", "p99", "e2el_ms p99", false},
-    {"hit_rate", NULL, "hit_rate", false},
-    {"preemptions", NULL, "preemptions", false},
-    {"recomputed_tokens", NULL, "recomputed_tokens", false},
-    {"kv_usage_mean", NULL, "kv_usage_mean", false},
-    {"model_updates.update_latency_ms", "mean", "update latency ms (mean)", true},
-    {"model_updates", "inference_stall_total_ms", "inference stall ms", true},
-    {"update_interference", "ttft_p99_ratio", "ttft p99 after/before upd.", true},
-    {"update_interference", "tpot_p99_ratio", "tpot p99 after/before upd.", true},
-    {"update_interference", "hit_rate_before", "hit_rate before update", true},
-    {"update_interference", "hit_rate_after", "hit_rate after update", true},
-    {"update_effects", "stale_hit_tokens", "stale_hit_tokens", true},
-    {"update_effects", "update_recomputed_tokens", "tokens recomputed (updates)", true},
-    {"mean_inference_loss", NULL, "mean inference loss", true},
+    {"request_throughput", NULL, "request_throughput (req/s)"},
+    {"output_throughput", NULL, "output_throughput (tok/s)"},
+    {"goodput", NULL, "goodput (req/s)"},
+    {"ttft_ms", "p50", "ttft_ms p50"},
+    {"ttft_ms", "p99", "ttft_ms p99"},
+    {"tpot_ms", "p50", "tpot_ms p50"},
+    {"tpot_ms", "p99", "tpot_ms p99"},
+    {"e2el_ms", "p99", "e2el_ms p99"},
+    {"hit_rate", NULL, "hit_rate"},
+    {"preemptions", NULL, "preemptions"},
+    {"recomputed_tokens", NULL, "recomputed_tokens"},
+    {"kv_usage_mean", NULL, "kv_usage_mean"},
+    {"model_updates.update_latency_ms", "mean", "update latency ms (mean)"},
+    {"model_updates", "inference_stall_total_ms", "inference stall ms"},
+    {"update_interference", "ttft_p99_ratio", "ttft p99 after/before upd."},
+    {"update_interference", "tpot_p99_ratio", "tpot p99 after/before upd."},
+    {"update_interference", "hit_rate_before", "hit_rate before update"},
+    {"update_interference", "hit_rate_after", "hit_rate after update"},
+    {"update_effects", "stale_hit_tokens", "stale_hit_tokens"},
+    {"update_effects", "update_recomputed_tokens", "tokens recomputed (updates)"},
+    {"mean_inference_loss", NULL, "mean inference loss"},
 };
-#define NUM_COMPARED (sizeof(compared_metrics) / sizeof(compared_metrics[0]))
+#define NUM_FIXED (sizeof(compared_metrics) / sizeof(compared_metrics[0]))
+#define MAX_COMPARED (NUM_FIXED + KVIO_COMPARE_MAX_METRICS)
 
 /* Student t quantile for a two-sided 95% interval with n-1 degrees of freedom. */
 static double t95(size_t n)
@@ -75,20 +76,37 @@ static void mean_ci95(const double *samples, long count, double *mean_p, double 
                         : 0;
 }
 
-/* The metric's value; when the run does not have it, NAN for an optional
- * metric, else 0. */
+/* The metric's value (keys by dots; a number indexes an array); NAN when
+ * the run does not have it. */
 static double read_metric(const json_t *metrics, const compared_t *which)
 {
-    char path[128];
+    char path[256];
     snprintf(path, sizeof(path), "%s", which->key);
     const json_t *value = metrics;
     char *save = NULL;
     for (char *key = strtok_r(path, ".", &save); key != NULL && value != NULL;
-         key = strtok_r(NULL, ".", &save))
-        value = json_object_get(value, key);
+         key = strtok_r(NULL, ".", &save)) {
+        char *end = NULL;
+        unsigned long index = strtoul(key, &end, 10);
+        value = json_is_array(value) && end != key && *end == '\0'
+                    ? json_array_get(value, index)
+                    : json_object_get(value, key);
+    }
     if (which->field != NULL)
         value = json_object_get(value, which->field);
-    return json_is_number(value) ? json_number_value(value) : which->optional ? NAN : 0;
+    return json_is_number(value) ? json_number_value(value) : NAN;
+}
+
+/* The rows of this compare: the fixed ones, then the options' extra keys. */
+static size_t compared_list(const kvio_compare_options_t *options, compared_t *list_p)
+{
+    size_t count = 0;
+    for (size_t m = 0; m < NUM_FIXED; m++)
+        list_p[count++] = compared_metrics[m];
+    for (size_t m = 0; m < options->num_metrics && m < KVIO_COMPARE_MAX_METRICS; m++)
+        list_p[count++] = (compared_t){.key = options->metrics[m],
+                                       .label = options->metrics[m]};
+    return count;
 }
 
 /* A variant: its overrides (the common ones, then KEY=VALUE per varied key)
@@ -150,11 +168,12 @@ static kvio_status_t variant_load(const kvio_compare_options_t *options, variant
 
 /* The paired difference of each metric from the first variant, seed by
  * seed (the same stream): mean and 95 % interval. */
-static json_t *paired_deltas(const double (*first)[KVIO_COMPARE_MAX_REPEAT],
+static json_t *paired_deltas(const compared_t *list, size_t count,
+                             const double (*first)[KVIO_COMPARE_MAX_REPEAT],
                              const double (*mine)[KVIO_COMPARE_MAX_REPEAT], long repeat)
 {
     json_t *deltas = json_object();
-    for (size_t m = 0; m < NUM_COMPARED; m++) {
+    for (size_t m = 0; m < count; m++) {
         double differences[KVIO_COMPARE_MAX_REPEAT], mean, half;
         bool present = true;
         for (long r = 0; r < repeat && present; r++) {
@@ -164,7 +183,7 @@ static json_t *paired_deltas(const double (*first)[KVIO_COMPARE_MAX_REPEAT],
         if (!present)
             continue;
         mean_ci95(differences, repeat, &mean, &half);
-        json_object_set_new(deltas, compared_metrics[m].label,
+        json_object_set_new(deltas, list[m].label,
                             json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
     }
     return deltas;
@@ -185,15 +204,19 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
     }
     if (options->num_varies == 0 || options->num_varies > KVIO_COMPARE_MAX_VARY ||
         num_variants > KVIO_COMPARE_MAX_VARIANTS || options->repeat < 1 ||
-        options->repeat > KVIO_COMPARE_MAX_REPEAT || options->num_sets > MAX_SETS) {
+        options->repeat > KVIO_COMPARE_MAX_REPEAT || options->num_sets > MAX_SETS ||
+        options->num_metrics > KVIO_COMPARE_MAX_METRICS) {
         snprintf(error_p, error_len,
                  "compare: 1 to %d varied keys, at most %d variants (%zu given), 1 to %d "
-                 "seeds, at most %d overrides", KVIO_COMPARE_MAX_VARY,
-                 KVIO_COMPARE_MAX_VARIANTS, num_variants, KVIO_COMPARE_MAX_REPEAT, MAX_SETS);
+                 "seeds, at most %d overrides and %d extra metrics", KVIO_COMPARE_MAX_VARY,
+                 KVIO_COMPARE_MAX_VARIANTS, num_variants, KVIO_COMPARE_MAX_REPEAT, MAX_SETS,
+                 KVIO_COMPARE_MAX_METRICS);
         return KVIO_ERR_CONFIG;
     }
     variant_t *variants = calloc(num_variants, sizeof(*variants));
-    double (*values)[NUM_COMPARED][KVIO_COMPARE_MAX_REPEAT] =
+    compared_t list[MAX_COMPARED];
+    size_t num_compared = compared_list(options, list);
+    double (*values)[MAX_COMPARED][KVIO_COMPARE_MAX_REPEAT] =
         calloc(num_variants, sizeof(*values));
     json_t *variants_json = json_array();
     kvio_results_t *top = NULL;
@@ -272,8 +295,8 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                 break;
             }
             json_t *metrics = json_object_get(summary, "metrics");
-            for (size_t m = 0; m < NUM_COMPARED; m++)
-                values[i][m][r] = read_metric(metrics, &compared_metrics[m]);
+            for (size_t m = 0; m < num_compared; m++)
+                values[i][m][r] = read_metric(metrics, &list[m]);
             json_array_append_new(runs, json_pack("{s:s, s:I, s:O}", "dir", run_dir, "seed",
                                                   (json_int_t)seed, "metrics",
                                                   metrics != NULL ? metrics : json_null()));
@@ -282,27 +305,31 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                 options->progress(options->context, ++done, total, variant->name);
         }
         json_t *means = json_object();
-        for (size_t m = 0; m < NUM_COMPARED && status == KVIO_OK; m++) {
+        for (size_t m = 0; m < num_compared && status == KVIO_OK; m++) {
             double mean, half;
             mean_ci95(values[i][m], options->repeat, &mean, &half);
             if (isnan(mean))
                 continue; /* an optional metric this variant does not have */
-            json_object_set_new(means, compared_metrics[m].label,
+            json_object_set_new(means, list[m].label,
                                 json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
         }
         json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
                                   variant->settings, "runs", runs, "summary", means);
         if (i > 0 && options->repeat > 1 && status == KVIO_OK)
             json_object_set_new(entry, "paired_delta_vs_first",
-                                paired_deltas(values[0], values[i], options->repeat));
+                                paired_deltas(list, num_compared, values[0], values[i],
+                                              options->repeat));
         json_array_append_new(variants_json, entry);
     }
     if (status == KVIO_OK) {
-        json_t *compare = json_pack("{s:i, s:s, s:s, s:s, s:I, s:o}", "schema_version",
+        json_t *rows = json_array();
+        for (size_t m = 0; m < num_compared; m++)
+            json_array_append_new(rows, json_string(list[m].label));
+        json_t *compare = json_pack("{s:i, s:s, s:s, s:s, s:I, s:o, s:o}", "schema_version",
                                     KVIO_SCHEMA_VERSION, "kvio_version", KVIO_VERSION,
                                     "workload", options->source, "directory", directory,
-                                    "repeat", (json_int_t)options->repeat, "variants",
-                                    variants_json);
+                                    "repeat", (json_int_t)options->repeat, "metrics", rows,
+                                    "variants", variants_json);
         variants_json = NULL;
         status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
         if (status == KVIO_OK)
@@ -359,17 +386,18 @@ void kvio_compare_table(const json_t *compare, FILE *out)
     fprintf(out, "kvio compare %s (%ld run%s per variant%s)\n",
             json_string_value(json_object_get(compare, "workload")), repeat,
             repeat > 1 ? "s" : "", repeat > 1 ? "; mean ± 95% CI" : "");
-    /* Which rows show, and the widest name or cell: every column that wide. */
-    bool shown[NUM_COMPARED];
+    /* Which rows show (some variant has the metric), and the widest name or
+     * cell: every column that wide. */
+    const json_t *rows = json_object_get(compare, "metrics");
+    size_t num_rows = json_array_size(rows);
     int label_width = 28, cell_width = 12;
     char cell[64];
-    for (size_t m = 0; m < NUM_COMPARED; m++) {
-        shown[m] = false;
-        for (size_t v = 0; v < count; v++) {
-            const json_t *variant = json_array_get(variants, v);
-            shown[m] = shown[m] || json_object_get(json_object_get(variant, "summary"),
-                                                   compared_metrics[m].label) != NULL;
-            format_cell(variant, compared_metrics[m].label, repeat, cell, sizeof(cell));
+    for (size_t m = 0; m < num_rows; m++) {
+        const char *label = json_string_value(json_array_get(rows, m));
+        if (label != NULL && (int)strlen(label) + 2 > label_width)
+            label_width = (int)strlen(label) + 2;
+        for (size_t v = 0; label != NULL && v < count; v++) {
+            format_cell(json_array_get(variants, v), label, repeat, cell, sizeof(cell));
             if (display_width(cell) + 2 > cell_width)
                 cell_width = display_width(cell) + 2;
         }
@@ -384,13 +412,17 @@ void kvio_compare_table(const json_t *compare, FILE *out)
         print_cell(out, json_string_value(json_object_get(json_array_get(variants, v), "name")),
                    cell_width);
     fprintf(out, "\n");
-    for (size_t m = 0; m < NUM_COMPARED; m++) {
-        if (!shown[m])
+    for (size_t m = 0; m < num_rows; m++) {
+        const char *label = json_string_value(json_array_get(rows, m));
+        bool shown = false;
+        for (size_t v = 0; label != NULL && v < count && !shown; v++)
+            shown = json_object_get(json_object_get(json_array_get(variants, v), "summary"),
+                                    label) != NULL;
+        if (!shown)
             continue;
-        fprintf(out, "  %-*s", label_width, compared_metrics[m].label);
+        fprintf(out, "  %-*s", label_width, label);
         for (size_t v = 0; v < count; v++) {
-            format_cell(json_array_get(variants, v), compared_metrics[m].label, repeat, cell,
-                        sizeof(cell));
+            format_cell(json_array_get(variants, v), label, repeat, cell, sizeof(cell));
             print_cell(out, cell, cell_width);
         }
         fprintf(out, "\n");

@@ -10,6 +10,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/results.h"
+#include "kvio/sysinfo.h"
 #include "kvio/tier.h"
 
 /* The parts of a run and whether this build runs them yet. */
@@ -161,8 +162,10 @@ static void simulate_start(const kvio_workload_t *workload, uint64_t start_ns, j
 
 /* The fields summary.json opens with, in both the provisional and the
  * final one; error may be NULL. The caller owns the object. */
+/* host: the host block, taken once when the run starts (its load average
+ * then). */
 static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,
-                            uint64_t start_ns, bool complete, const char *error)
+                            json_t *host, uint64_t start_ns, bool complete, const char *error)
 {
     char start_text[64];
     kvio_format_utc(start_ns, start_text, sizeof(start_text));
@@ -175,7 +178,40 @@ static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_opti
     if (error != NULL)
         json_object_set_new(summary, "error", json_string(error));
     json_object_set_new(summary, "start_time", json_string(start_text));
+    json_object_set(summary, "host", host);
+    json_object_set_new(summary, "build", kvio_build_json());
     return summary;
+}
+
+/* The latency and throughput keys `vllm bench serve` writes, from kvio's
+ * serving metrics: mean/median/std/p99 of ttft, tpot, itl and e2el (ms),
+ * request_goodput null without an SLO (vLLM reports none then). */
+static json_t *vllm_json(const json_t *metrics, const kvio_workload_t *workload)
+{
+    static const char *const latencies[] = {"ttft", "tpot", "itl", "e2el"};
+    const json_t *measured = json_object_get(metrics, "measured");
+    bool slo = workload->slo.ttft_ns > 0 || workload->slo.tpot_ns > 0;
+    json_t *vllm = json_pack(
+        "{s:O, s:f, s:O, s:O, s:f, s:o, s:f, s:f}", "completed",
+        measured != NULL ? measured : json_object_get(metrics, "completed"), "duration",
+        metric(metrics, "duration_s", NULL), "total_input_tokens",
+        json_object_get(metrics, "input_tokens"), "total_output_tokens",
+        json_object_get(metrics, "output_tokens"), "request_throughput",
+        metric(metrics, "request_throughput", NULL), "request_goodput",
+        slo ? json_real(metric(metrics, "goodput", NULL)) : json_null(), "output_throughput",
+        metric(metrics, "output_throughput", NULL), "total_token_throughput",
+        metric(metrics, "input_throughput", NULL) + metric(metrics, "output_throughput", NULL));
+    for (size_t i = 0; vllm != NULL && i < sizeof(latencies) / sizeof(latencies[0]); i++) {
+        char key[32], name[32];
+        snprintf(key, sizeof(key), "%s_ms", latencies[i]);
+        static const char *const fields[][2] = {
+            {"mean", "mean"}, {"median", "p50"}, {"std", "std"}, {"p99", "p99"}};
+        for (size_t f = 0; f < 4; f++) {
+            snprintf(name, sizeof(name), "%s_%s_ms", fields[f][0], latencies[i]);
+            json_object_set_new(vllm, name, json_real(metric(metrics, key, fields[f][1])));
+        }
+    }
+    return vllm;
 }
 
 /* Written when the run starts and replaced (atomically) by the real one at
@@ -183,10 +219,11 @@ static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_opti
  * out) still leaves an honest summary.json saying the run did not finish. */
 static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
                                                const kvio_run_options_t *options,
-                                               kvio_results_t *results, uint64_t start_ns,
-                                               char *error_p, size_t error_len)
+                                               kvio_results_t *results, json_t *host,
+                                               uint64_t start_ns, char *error_p,
+                                               size_t error_len)
 {
-    json_t *summary = summary_head(workload, options, start_ns, false,
+    json_t *summary = summary_head(workload, options, host, start_ns, false,
                                    "the run did not end: kvio is still running, or was killed "
                                    "before it wrote its results");
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
@@ -343,6 +380,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     kvio_event_trace_t *events = NULL;
     json_t *metrics = json_object();
     json_t *start = json_object(); /* t0 and every rank's set-up (summary.json) */
+    json_t *host = NULL;              /* summary.json's host block */
     if (options->summary_p != NULL)
         *options->summary_p = NULL;
     kvio_updates_schedule_t schedule = {0}; /* simulate mode's updates */
@@ -410,8 +448,9 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     }
 
     uint64_t start_ns = kvio_wall_time_ns();
+    host = kvio_host_json();
     if (root)
-        status = write_provisional_summary(workload, options, results, start_ns, error_p,
+        status = write_provisional_summary(workload, options, results, host, start_ns, error_p,
                                            error_len);
     /* Simulate mode couples too: the serve ranks serve on the versions the
      * trainer publishes on the virtual clock. */
@@ -500,6 +539,17 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                            ? "trainer published, serve ranks received (updates.csv)"
                            : "simulated: latency + bytes / bandwidth (updates.csv)";
     }
+    /* A serving run that completed no request measured nothing: not a
+     * result to pass off as one (it exited 0 with 0.00 ms latencies). */
+    if (status == KVIO_OK && root && (serving || coupled) && complete &&
+        incomplete[0] == '\0' && !(options->stop != NULL && *options->stop) &&
+        json_object_get(metrics, "completed") != NULL &&
+        json_integer_value(json_object_get(metrics, "completed")) == 0) {
+        complete = false;
+        snprintf(incomplete, sizeof(incomplete),
+                 "no request completed: the stream held none within the run (see "
+                 "stream.requests, stream.arrival and the workload's duration)");
+    }
     if (status == KVIO_OK && updates && root && (coupled || !emulate) && results != NULL &&
         !(options->stop != NULL && *options->stop))
         status = kvio_updates_interference(kvio_results_path(results),
@@ -546,7 +596,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     };
     char end_text[64];
     kvio_format_utc(end_ns, end_text, sizeof(end_text));
-    json_t *summary = summary_head(workload, options, start_ns, status == KVIO_OK && complete,
+    json_t *summary = summary_head(workload, options, host, start_ns,
+                                   status == KVIO_OK && complete,
                                    status != KVIO_OK      ? error_p
                                    : incomplete[0] != '\0' ? incomplete
                                                            : NULL);
@@ -558,6 +609,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
     json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
     json_object_set(summary, "metrics", metrics);
+    if (json_object_get(metrics, "ttft_ms") != NULL)
+        json_object_set_new(summary, "vllm", vllm_json(metrics, workload));
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(results, "summary.json", summary,
                                                          write_error, sizeof(write_error));
@@ -585,6 +638,7 @@ out:
     kvio_event_trace_close(events);
     json_decref(metrics);
     json_decref(start);
+    json_decref(host);
     kvio_updates_schedule_free(&schedule);
     free(activated_ns);
     free(drain_stall_ns);

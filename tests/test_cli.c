@@ -1,6 +1,7 @@
 /* Tests for the kvio command as a user runs it: exit status (0 success,
  * 1 run failed, 2 usage or input error) and messages of each command. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -238,6 +239,69 @@ Test(cli, validate_refuses_what_run_refuses_before_any_directory, .timeout = 30)
     free(dir);
 }
 
+/* #21: summary.json has vLLM's flat keys (what `vllm bench serve` users
+ * read), request_goodput null without an SLO, and where and what ran: the
+ * host and the build; --version names the commit and parts; verbosity flags
+ * work after the command; a run that completes nothing exits 1. */
+Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "-q", "--set=duration=5s", "--output=a",
+                               NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "chat", "--set", "duration=5s", "--set", "slo.ttft=50ms",
+                    "-o", "b", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    for (int with_slo = 0; with_slo < 2; with_slo++) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/%s/summary.json", dir, with_slo ? "b" : "a");
+        json_t *summary = json_load_file(path, 0, NULL);
+        cr_assert_not_null(summary);
+        const json_t *vllm = json_object_get(summary, "vllm");
+        const json_t *metrics = json_object_get(summary, "metrics");
+        const char *keys[] = {"completed", "duration", "total_input_tokens",
+                              "total_output_tokens", "request_throughput", "output_throughput",
+                              "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
+                              "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_itl_ms",
+                              "p99_e2el_ms"};
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+            cr_expect(json_is_number(json_object_get(vllm, keys[k])), "vllm.%s", keys[k]);
+        cr_expect_float_eq(json_number_value(json_object_get(vllm, "p99_ttft_ms")),
+                           json_number_value(json_object_get(json_object_get(metrics, "ttft_ms"),
+                                                             "p99")), 1e-9);
+        cr_expect_gt(json_number_value(json_object_get(vllm, "std_tpot_ms")), 0);
+        const json_t *goodput = json_object_get(vllm, "request_goodput");
+        if (with_slo)
+            cr_expect(json_is_number(goodput), "request_goodput with an SLO");
+        else
+            cr_expect(json_is_null(goodput), "request_goodput is null without an SLO");
+        const json_t *host = json_object_get(summary, "host");
+        cr_expect_gt(json_integer_value(json_object_get(host, "cores_online")), 0);
+        cr_expect_gt(json_integer_value(json_object_get(host, "memory_total_bytes")), 0);
+        cr_expect(json_string_length(json_object_get(host, "kernel")) > 0);
+        const json_t *build = json_object_get(summary, "build");
+        cr_expect(json_string_length(json_object_get(build, "commit")) > 0);
+        cr_expect(json_is_boolean(json_object_get(json_object_get(build, "parts"), "ucx")));
+        json_decref(summary);
+    }
+    run = test_kvio(NULL, "--version", NULL);
+    cr_expect(test_contains(run.out, "(commit ") && test_contains(run.out, "ucx:"), "%s",
+              run.out);
+    test_run_free(&run);
+    char *zero = test_write_file(dir, "zero.yaml",
+                                 "name: zero\nmode: simulate\nduration: 1s\n"
+                                 "stream: {arrival: {process: poisson, rate: 0.001}}\n");
+    run = test_kvio(dir, "run", zero, "-o", "z", NULL);
+    cr_expect_eq(run.status, 1, "a run that completes no request");
+    cr_expect(test_contains(run.err, "no request completed"), "%s", run.err);
+    test_run_free(&run);
+    free(zero);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(cli, list_shows_embedded_presets, .timeout = 20)
 {
     test_run_t run = test_kvio("/", "list", NULL);
@@ -247,6 +311,21 @@ Test(cli, list_shows_embedded_presets, .timeout = 20)
     /* Presets work from any directory, since they live in the binary. */
     run = test_kvio("/", "validate", "quickstart", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    /* So do the reproductions (workloads/repro/), by name: every one of them
+     * listed validates. */
+    run = test_kvio("/", "list", NULL);
+    cr_assert(test_contains(run.out, "repro/pkas-decode-bound"), "%s", run.out);
+    size_t validated = 0;
+    for (const char *at = strstr(run.out, "  repro/"); at != NULL; at = strstr(at + 1, "  repro/")) {
+        char name[64];
+        cr_assert_eq(sscanf(at + 2, "%63s", name), 1);
+        test_run_t check = test_kvio("/", "validate", name, NULL);
+        cr_expect_eq(check.status, 0, "%s: %s", name, check.err);
+        test_run_free(&check);
+        validated++;
+    }
+    cr_assert_geq(validated, 10);
     test_run_free(&run);
 }
 

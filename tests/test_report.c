@@ -180,6 +180,19 @@ static char *report_html(const char *out_dir)
     return test_read_file(path);
 }
 
+/* Reports input (in dir) into dir/out; the page, asserting it was written. */
+static char *report_of(const char *dir, const char *input)
+{
+    test_run_t run = test_kvio(dir, "report", input, "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    char *html = report_html(out);
+    cr_assert_not_null(html);
+    return html;
+}
+
 /* ---------- the page ---------- */
 
 Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
@@ -245,7 +258,7 @@ Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
     /* The tier chart holds both tiers; the update chart all six versions. */
     char *tiers = figure(html, "chart-tier-traffic");
     cr_assert(test_contains(tiers, ">host</text>") && test_contains(tiers, ">redis</text>"));
-    cr_assert(test_contains(tiers, "read_bytes") && test_contains(tiers, "write_bytes"));
+    cr_assert(test_contains(tiers, "bytes_read") && test_contains(tiers, "bytes_written"));
     free(tiers);
     char *updates = figure(html, "chart-update-breakdown-1");
     cr_assert(test_contains(updates, "6 of 6 versions shown"), "%s", updates);
@@ -344,7 +357,10 @@ Test(report, compare_directory_expands_into_its_variants, .timeout = 60)
     cr_assert(test_contains(html, "</td><td>2</td>"), "two seeds per variant");
     char *bars = figure(html, "chart-throughput");
     cr_assert(test_contains(bars, "whiskers span min to max"), "%s", bars);
-    cr_assert_eq(count_of(bars, "<path d=\"M"), 4, "a whisker per bar");
+    /* chat sets no SLO: throughput bars only, no goodput "meeting the SLOs". */
+    cr_assert_eq(count_of(bars, "<path d=\"M"), 2, "a whisker per bar");
+    cr_assert(test_contains(bars, "no run set an SLO"), "%s", bars);
+    cr_assert_not(test_contains(bars, "meeting the SLOs"), "%s", bars);
     free(bars);
     check_svgs(html);
     free(html);
@@ -364,13 +380,7 @@ Test(report, a_rate_sweep_is_drawn_as_throughput_against_rate, .timeout = 60)
                                "-o", "cmp", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
-    run = test_kvio(dir, "report", "cmp", "-o", "out", NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
-    test_run_free(&run);
-    char out[1100];
-    snprintf(out, sizeof(out), "%s/out", dir);
-    char *html = report_html(out);
-    cr_assert_not_null(html);
+    char *html = report_of(dir, "cmp");
     char *chart = figure(html, "chart-throughput-vs-rate");
     cr_assert_not_null(chart, "no throughput-against-rate chart");
     cr_expect(test_contains(chart, "Output throughput against offered rate: chat"), "%s", chart);
@@ -379,6 +389,57 @@ Test(report, a_rate_sweep_is_drawn_as_throughput_against_rate, .timeout = 60)
     cr_expect_eq(count_of(chart, "<polyline"), 2, "a line per policy");
     free(chart);
     check_svgs(html);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The tier chart from a real run's keys (not a hand-made fixture): it
+ * plotted the tier's capacity (size_bytes) instead of its traffic. */
+Test(report, the_tier_chart_shows_a_real_runs_traffic, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=10s", "--set",
+                               "serve.kvcache.blocks=1000", "--set",
+                               "serve.kvcache.tiers=[{kind: host, size: 256MiB}]", "-o", "res",
+                               NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *html = report_of(dir, "res");
+    char *chart = figure(html, "chart-tier-traffic");
+    cr_assert_not_null(chart, "no tier chart");
+    cr_expect(test_contains(chart, "bytes_written"), "%s", chart);
+    cr_expect(test_contains(chart, "host (rank 0)"), "%s", chart);
+    cr_expect_not(test_contains(chart, "size_bytes"), "%s", chart);
+    free(chart);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #21: comparing update transports printed rows of zeros and no update
+ * latency, and the report refused the result (metrics.request_throughput
+ * is missing). An update-only compare shows update rows and --metrics
+ * rows, and reports. */
+Test(report, an_update_only_compare_shows_update_rows_and_reports, .timeout = 120)
+{
+#ifndef KVIO_HAVE_UCX
+    test_require("ucx", 0, "ucx transport not built");
+#endif
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "repro/viper-update", "--set",
+                               "train.bytes=4MiB", "--set", "train.steps=3", "--set",
+                               "train.step_time={dist: constant, value: 50ms}", "--vary",
+                               "train.transport.kind=ucx,file", "--metrics",
+                               "model_updates.update_latency_ms.p99", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "update latency ms (mean)"), "%s", run.out);
+    cr_expect(test_contains(run.out, "model_updates.update_latency_ms.p99"), "%s", run.out);
+    cr_expect_not(test_contains(run.out, "request_throughput"), "%s", run.out);
+    test_run_free(&run);
+    char *html = report_of(dir, "cmp");
+    cr_expect(test_contains(html, "id=\"chart-update-breakdown\""));
+    cr_expect(test_contains(html, "no run served requests"));
     free(html);
     test_rmtree(dir);
     free(dir);

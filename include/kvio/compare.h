@@ -20,6 +20,7 @@
 #define KVIO_COMPARE_MAX_VALUES 32
 #define KVIO_COMPARE_MAX_VARIANTS 256
 #define KVIO_COMPARE_MAX_REPEAT 100
+#define KVIO_COMPARE_MAX_METRICS 16
 
 typedef struct kvio_compare_vary {
     const char *key;
@@ -36,6 +37,10 @@ typedef struct kvio_compare_options {
     long repeat;                   /* seeds per variant: seed .. seed + repeat - 1 */
     const char *output_dir;        /* NULL: results/compare-<name>-<time> */
     bool force;
+    /* Extra rows: numeric keys of summary.json's metrics, dotted
+     * ("model_updates.update_latency_ms.p99", "tiers.0.hit_rate"). */
+    const char *const *metrics;
+    size_t num_metrics;
     volatile sig_atomic_t *stop;   /* set to stop between runs; may be NULL */
     /* Called after each run (may be NULL): runs done of total, the variant. */
     void (*progress)(void *context, size_t done, size_t total, const char *variant);
@@ -49,8 +54,8 @@ typedef struct kvio_compare_options {
 kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
                            char *error_p, size_t error_len);
 
-/* The variants side by side, one row per compared metric (optional ones,
- * such as model updates, only when some variant has them). */
+/* The variants side by side, one row per compared metric that some variant
+ * has (serving, model updates, interference, then the extra ones). */
 void kvio_compare_table(const json_t *compare, FILE *out);
 
 #endif

@@ -40,6 +40,8 @@ void kvio_hist_merge(kvio_hist_t *dst, const kvio_hist_t *src);
 
 uint64_t kvio_hist_count(const kvio_hist_t *hist);
 double kvio_hist_mean(const kvio_hist_t *hist);
+/* Standard deviation (population), from bucket midpoints. */
+double kvio_hist_stddev(const kvio_hist_t *hist);
 uint64_t kvio_hist_min(const kvio_hist_t *hist);
 uint64_t kvio_hist_max(const kvio_hist_t *hist);
 
