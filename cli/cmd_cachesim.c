@@ -6,6 +6,8 @@
 #include "cli/cli.h"
 
 #include "kvio/cachesim.h"
+#include "kvio/config.h"
+#include "kvio/cost.h"
 #include "kvio/kvcache.h"
 #include "kvio/log.h"
 #include "kvio/stream.h"
@@ -30,7 +32,11 @@ typedef struct options {
     const char *format;
     const char *output_path;
     uint64_t capacities[MAX_LIST];
+    uint64_t capacity_bytes[MAX_LIST]; /* a capacity given in bytes (0: in blocks) */
     size_t num_capacities;
+    const char *model;                 /* --model: KV bytes per token for bytes */
+    uint64_t tensor_parallel;
+    uint64_t block_bytes;              /* KV bytes of one trace block (with --model) */
     const char *policies[MAX_LIST];
     size_t num_policies;
     char *policy_text; /* owns the strings in policies */
@@ -52,8 +58,12 @@ static void print_help(FILE *out)
             "block and token hit rates per capacity and eviction policy.\n\n"
             "  --format NAME       trace format: mooncake (default), kvio (lines with\n"
             "                      hash_ids), or auto (from the first line)\n"
-            "  --capacity LIST     capacities in trace blocks, comma-separated, or\n"
-            "                      'unlimited' (default 1000,10000,30000,50000,100000,unlimited)\n"
+            "  --capacity LIST     capacities in trace blocks, or bytes of KV with --model\n"
+            "                      (40GiB), comma-separated, or 'unlimited' (default\n"
+            "                      1000,10000,30000,50000,100000,unlimited)\n"
+            "  --model NAME        model preset whose KV bytes per token turn byte\n"
+            "                      capacities into blocks; --tp N its tensor parallelism\n"
+            "                      (default 1: the KV of one GPU's share)\n"
             "  --eviction LIST     policies, comma-separated, or 'all' (default lru):\n");
     for (size_t i = 0; i < kvio_evict_num_policies(); i++)
         fprintf(out, "                        %-7s %s\n", kvio_evict_policy_name(i),
@@ -91,6 +101,9 @@ static bool parse_capacities(const char *text, options_t *options)
     for (char *item = ok ? strtok_r(copy, ",", &save) : NULL; ok && item != NULL;
          item = strtok_r(NULL, ",", &save)) {
         uint64_t value;
+        char error[256];
+        options->capacity_bytes[options->num_capacities < MAX_LIST ? options->num_capacities
+                                                                   : 0] = 0;
         if (options->num_capacities == MAX_LIST) {
             kvio_error("cachesim: --capacity takes at most %d values", MAX_LIST);
             ok = false;
@@ -98,9 +111,13 @@ static bool parse_capacities(const char *text, options_t *options)
             options->capacities[options->num_capacities++] = KVIO_CACHESIM_UNLIMITED;
         } else if (parse_uint(item, UINT64_MAX - 1, &value) && value > 0) {
             options->capacities[options->num_capacities++] = value;
+        } else if (kvio_parse_size(item, &value, error, sizeof(error)) == KVIO_OK && value > 0) {
+            /* Bytes of KV: turned into blocks once the model is known. */
+            options->capacity_bytes[options->num_capacities] = value;
+            options->capacities[options->num_capacities++] = 0;
         } else {
-            kvio_error("cachesim: bad capacity '%s' (a positive number of blocks or "
-                       "'unlimited')", item);
+            kvio_error("cachesim: bad capacity '%s' (a positive number of blocks, a size of "
+                       "KV such as 40GiB with --model, or 'unlimited')", item);
             ok = false;
         }
     }
@@ -133,6 +150,47 @@ static bool parse_policies(const char *text, options_t *options)
     }
     return options->num_policies > 0;
 }
+/* Capacities given in bytes of KV become blocks of --block-tokens tokens at
+ * the model's KV bytes per token (per GPU at --tp). -1 when all is well, else
+ * the exit status. */
+static int capacities_in_blocks(options_t *options)
+{
+    bool any_bytes = false;
+    for (size_t i = 0; i < options->num_capacities; i++)
+        any_bytes = any_bytes || options->capacity_bytes[i] > 0;
+    if (!any_bytes && options->model == NULL)
+        return -1;
+    if (options->model == NULL) {
+        kvio_error("cachesim: a capacity in bytes needs --model (the KV bytes per token)");
+        return KVIO_EXIT_USAGE;
+    }
+    kvio_model_t model = {.preset = (char *)options->model};
+    char error[256];
+    if (kvio_model_resolve(&model, error, sizeof(error)) != KVIO_OK) {
+        kvio_error("cachesim: --model %s: %s", options->model, error);
+        return KVIO_EXIT_USAGE;
+    }
+    uint64_t tp = options->tensor_parallel > 0 ? options->tensor_parallel : 1;
+    options->block_bytes = kvio_model_kv_bytes_per_token(&model, (int64_t)tp) *
+                           options->block_tokens;
+    for (size_t i = 0; i < options->num_capacities; i++) {
+        if (options->capacity_bytes[i] == 0)
+            continue;
+        uint64_t blocks = options->block_bytes > 0
+                              ? options->capacity_bytes[i] / options->block_bytes
+                              : 0;
+        if (blocks == 0) {
+            kvio_error("cachesim: a capacity of %llu bytes holds no block of %u tokens of %s "
+                       "(%llu bytes)", (unsigned long long)options->capacity_bytes[i],
+                       options->block_tokens, options->model,
+                       (unsigned long long)options->block_bytes);
+            return KVIO_EXIT_USAGE;
+        }
+        options->capacities[i] = blocks;
+    }
+    return -1;
+}
+
 
 /* Returns -1 to go on, else an exit status. */
 static int parse_args(int argc, char **argv, options_t *options)
@@ -151,6 +209,7 @@ static int parse_args(int argc, char **argv, options_t *options)
             }
         }
         bool takes_value = strcmp(arg, "--format") == 0 || strcmp(arg, "--capacity") == 0 ||
+                           strcmp(arg, "--model") == 0 || strcmp(arg, "--tp") == 0 ||
                            strcmp(arg, "--eviction") == 0 || strcmp(arg, "--block-tokens") == 0 ||
                            strcmp(arg, "--threads") == 0 || strcmp(arg, "-o") == 0 ||
                            strcmp(arg, "--output") == 0;
@@ -170,6 +229,14 @@ static int parse_args(int argc, char **argv, options_t *options)
         } else if (strcmp(arg, "--capacity") == 0) {
             if (!parse_capacities(value, options))
                 return KVIO_EXIT_USAGE;
+        } else if (strcmp(arg, "--model") == 0) {
+            options->model = value;
+        } else if (strcmp(arg, "--tp") == 0) {
+            if (!parse_uint(value, 1024, &number) || number == 0) {
+                kvio_error("cachesim: bad --tp '%s' (1 to 1024)", value);
+                return KVIO_EXIT_USAGE;
+            }
+            options->tensor_parallel = number;
         } else if (strcmp(arg, "--eviction") == 0) {
             if (!parse_policies(value, options))
                 return KVIO_EXIT_USAGE;
@@ -208,7 +275,7 @@ static int parse_args(int argc, char **argv, options_t *options)
         kvio_error("cachesim: no trace given (see kvio cachesim --help)");
         return KVIO_EXIT_USAGE;
     }
-    return -1;
+    return capacities_in_blocks(options);
 }
 
 static void format_capacity(uint64_t capacity, char *text, size_t size)
@@ -243,6 +310,11 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
     json_object_set_new(config, "trace", json_string(options->trace_path));
     json_object_set_new(config, "format", json_string(options->format));
     json_object_set_new(config, "block_tokens", json_integer(options->block_tokens));
+    if (options->model != NULL) {
+        json_object_set_new(config, "model", json_string(options->model));
+        json_object_set_new(config, "kv_bytes_per_block",
+                            json_integer((json_int_t)options->block_bytes));
+    }
     json_object_set_new(config, "skip_bad", json_boolean(options->skip_bad));
     json_object_set_new(config, "capacities", capacities);
     json_object_set_new(config, "evictions", policies);

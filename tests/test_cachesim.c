@@ -422,6 +422,34 @@ Test(cachesim_cli, replays_in_timestamp_order_and_prints_rates, .timeout = 20)
     free(dir);
 }
 
+/* #21: a capacity as bytes of KV with a model (llama3-8b: 128 KiB per
+ * token, so a 512-token block is 64 MiB): 1 GiB holds 16 blocks, 2 GiB 32;
+ * without --model it is refused, saying what is missing. */
+Test(cachesim_cli, capacities_in_bytes_of_kv_with_a_model, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "trace.jsonl", order_trace);
+    test_run_t run = test_kvio(dir, "cachesim", "trace.jsonl", "--capacity", "1GiB,2GiB,1",
+                               "--model", "llama3-8b", "--csv", NULL);
+    cr_assert_eq(run.status, 0, "stderr: %s", run.err);
+    cr_expect(test_contains(run.out, "\nlru,16,"), "%s", run.out);
+    cr_expect(test_contains(run.out, "\nlru,32,"), "%s", run.out);
+    cr_expect(test_contains(run.out, "\nlru,1,"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(dir, "cachesim", "trace.jsonl", "--capacity", "40GiB", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "needs --model"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "cachesim", "trace.jsonl", "--capacity", "1MiB", "--model", "llama3-8b",
+                    NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "holds no block"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
 Test(cachesim_cli, json_output_carries_schema_config_and_results, .timeout = 20)
 {
     char *dir = test_tmpdir();
