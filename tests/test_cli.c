@@ -302,6 +302,53 @@ Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
     free(dir);
 }
 
+/* The README's three recipes, as written but at small sizes: which
+ * scheduler (compare with seeds), an update over ucx, file and redis (16 MiB
+ * instead of 16 GB; redis when the test Redis runs), the hit rate of a
+ * trace at N GiB of KV. */
+Test(cli, the_readme_recipes_run_at_small_sizes, .timeout = 180)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "chat", "--set", "model.preset=llama3-8b", "--set",
+                               "gpu.preset=h200", "--set", "serve.kvcache.capacity=4GiB", "--set",
+                               "stream.arrival.rate=25", "--set", "duration=15s", "--vary",
+                               "serve.scheduler.policy=fcfs,lpm,pkas", "--repeat", "2", "-o",
+                               "which-scheduler", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "policy=pkas") && test_contains(run.out, "±"), "%s",
+              run.out);
+    test_run_free(&run);
+
+    const char *url = getenv("KVIO_TEST_REDIS_URL");
+    char url_set[600];
+    snprintf(url_set, sizeof(url_set), "train.transport.redis.url=%s",
+             url != NULL ? url : "redis://127.0.0.1:6379");
+    run = test_kvio(dir, "compare", "repro/viper-update", "--set", "train.bytes=16MiB", "--set",
+                    url_set, "--set", "train.steps=2", "--set",
+                    "train.step_time={dist: constant, value: 100ms}", "--vary",
+                    url != NULL ? "train.transport.kind=ucx,file,redis"
+                                : "train.transport.kind=ucx,file",
+                    "--metrics", "model_updates.update_latency_ms.p99", "-o", "transports", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "model_updates.update_latency_ms.p99"), "%s", run.out);
+    test_run_free(&run);
+
+    char trace[2048] = "";
+    for (int i = 0, at = 0; i < 20; i++)
+        at += snprintf(trace + at, sizeof(trace) - (size_t)at,
+                       "{\"timestamp\": %d, \"input_length\": 1024, \"output_length\": 8, "
+                       "\"hash_ids\": [%d, %d]}\n", i * 100, i % 3, 100 + i);
+    free(test_write_file(dir, "my_trace.jsonl", trace));
+    run = test_kvio(dir, "cachesim", "my_trace.jsonl", "--format", "mooncake", "--capacity",
+                    "1GiB,4GiB,unlimited", "--model", "llama3-8b", "--eviction", "lru,s3fifo",
+                    NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "s3fifo"), "%s", run.out);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(cli, list_shows_embedded_presets, .timeout = 20)
 {
     test_run_t run = test_kvio("/", "list", NULL);
