@@ -28,7 +28,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvio compare WORKLOAD|PRESET --vary KEY=V1,V2,... [--vary ...]\n"
             "                    [--repeat N] [--set KEY=VALUE]... [--metrics KEY,...]\n"
-            "                    [-o|--output DIR] [--force]\n\n"
+            "                    [-o|--output DIR] [--force] [--format table|json]\n\n"
             "Runs the workload once per variant on the identical stream (same seed) and\n"
             "prints the variants side by side. Every variant is checked before the\n"
             "first runs. With --repeat N each variant runs with seeds seed..seed+N-1\n"
@@ -36,6 +36,7 @@ static void usage(FILE *out)
             "also has each variant's paired difference from the first (seed by seed).\n"
             "--metrics adds rows: any numeric key of summary.json's metrics, dotted\n"
             "(model_updates.update_latency_ms.p99, tiers.0.hit_rate, swapped_bytes).\n"
+            "--format json prints compare.json on stdout instead of the table.\n"
             "Rows a variant's runs lack show '-'. Writes DIR/<variant>/ per run and\n"
             "DIR/compare.json (default DIR: results/compare-<name>-<time>).\n");
 }
@@ -58,6 +59,7 @@ int kvio_cmd_compare(int argc, char **argv)
     const char *metrics[KVIO_COMPARE_MAX_METRICS];
     size_t num_metrics = 0;
     char *metrics_list = NULL;
+    bool json_output = false;
     int exit_status = KVIO_EXIT_USAGE;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
@@ -107,6 +109,14 @@ int kvio_cmd_compare(int argc, char **argv)
                 goto out;
             }
             sets[options.num_sets++] = value;
+        } else if (kvio_cli_is_option(arg, "--format")) {
+            if ((value = kvio_cli_option_value(argc, argv, &i, "--format")) == NULL)
+                goto needs_value;
+            if (strcmp(value, "json") != 0 && strcmp(value, "table") != 0) {
+                fprintf(stderr, "kvio compare: --format takes table or json\n");
+                goto out;
+            }
+            json_output = strcmp(value, "json") == 0;
         } else if (kvio_cli_is_option(arg, "--metrics")) {
             if ((value = kvio_cli_option_value(argc, argv, &i, "--metrics")) == NULL)
                 goto needs_value;
@@ -155,7 +165,12 @@ int kvio_cmd_compare(int argc, char **argv)
         exit_status = kvio_cli_exit_status(status);
         goto out;
     }
-    kvio_compare_table(compare, stdout);
+    if (json_output) {
+        json_dumpf(compare, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+        fputc('\n', stdout);
+    } else {
+        kvio_compare_table(compare, stdout);
+    }
     json_decref(compare);
     exit_status = KVIO_EXIT_OK;
 out:

@@ -2,6 +2,7 @@
  * kvio_run(); they parse arguments, print errors and pick the exit status. */
 #include "cli/cli.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ typedef struct run_args {
     bool force;
     bool dump;
     bool help;
+    bool json; /* --format json: summary.json on stdout instead of the table */
 } run_args_t;
 
 static int parse_run_args(const char *command, int argc, char **argv, bool allow_output,
@@ -68,6 +70,13 @@ static int parse_run_args(const char *command, int argc, char **argv, bool allow
                 return KVIO_EXIT_USAGE;
             }
             args->event_trace = value;
+        } else if (allow_output && kvio_cli_is_option(arg, "--format")) {
+            const char *value = kvio_cli_option_value(argc, argv, &i, "--format");
+            if (value == NULL || (strcmp(value, "json") != 0 && strcmp(value, "table") != 0)) {
+                fprintf(stderr, "kvio %s: --format takes table or json\n", command);
+                return KVIO_EXIT_USAGE;
+            }
+            args->json = strcmp(value, "json") == 0;
         } else if (allow_output && strcmp(arg, "--force") == 0) {
             args->force = true;
         } else if (!allow_output && strcmp(arg, "--dump") == 0) {
@@ -101,12 +110,13 @@ int kvio_cmd_run(int argc, char **argv)
         return exit_status;
     if (args.help) {
         printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
-               "                [--event-trace FILE.pfw]\n\n"
+               "                [--event-trace FILE.pfw] [--format table|json]\n\n"
                "Runs a workload (default: the quickstart preset) and writes a results\n"
                "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
                "An existing output directory is refused unless --force.\n"
                "--event-trace writes Chrome trace events, one per line (DFTracer .pfw\n"
-               "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n");
+               "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n"
+               "--format json prints summary.json on stdout instead of the table.\n");
         print_keys(stdout);
         return KVIO_EXIT_OK;
     }
@@ -119,9 +129,11 @@ int kvio_cmd_run(int argc, char **argv)
         fprintf(stderr, "kvio: %s\n", error);
         return kvio_cli_exit_status(status);
     }
+    json_t *summary = NULL;
     kvio_run_options_t options = {
         .output_dir = args.output_dir, .force = args.force, .source = source,
-        .stop = &stop_requested, .event_trace = args.event_trace,
+        .stop = &stop_requested, .event_trace = args.event_trace, .quiet = args.json,
+        .summary_p = args.json ? &summary : NULL,
     };
     struct sigaction action;
     memset(&action, 0, sizeof(action));
@@ -132,6 +144,12 @@ int kvio_cmd_run(int argc, char **argv)
     memset(&result, 0, sizeof(result));
     status = kvio_run(&workload, &options, &result, error, sizeof(error));
     kvio_workload_free(&workload);
+    /* --format json: the summary written, also when the run was incomplete. */
+    if (summary != NULL) {
+        json_dumpf(summary, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+        fputc('\n', stdout);
+        json_decref(summary);
+    }
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error[0] ? error : kvio_strerror(status));
         return kvio_cli_exit_status(status);

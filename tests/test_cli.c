@@ -290,6 +290,20 @@ Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
     cr_expect(test_contains(run.out, "(commit ") && test_contains(run.out, "ucx:"), "%s",
               run.out);
     test_run_free(&run);
+    /* --format json: summary.json (run) and compare.json (compare) on stdout. */
+    run = test_kvio(dir, "run", "chat", "--set", "duration=5s", "-o", "j", "--format=json", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    json_t *printed = json_loads(run.out, 0, NULL);
+    cr_expect(json_is_true(json_object_get(printed, "complete")), "%s", run.out);
+    json_decref(printed);
+    test_run_free(&run);
+    run = test_kvio(dir, "compare", "chat", "--set", "duration=5s", "--vary",
+                    "serve.scheduler.policy=fcfs,lpm", "-o", "jc", "--format", "json", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    printed = json_loads(run.out, 0, NULL);
+    cr_expect_eq(json_array_size(json_object_get(printed, "variants")), 2, "%s", run.out);
+    json_decref(printed);
+    test_run_free(&run);
     char *zero = test_write_file(dir, "zero.yaml",
                                  "name: zero\nmode: simulate\nduration: 1s\n"
                                  "stream: {arrival: {process: poisson, rate: 0.001}}\n");
