@@ -445,6 +445,27 @@ Test(report, an_update_only_compare_shows_update_rows_and_reports, .timeout = 12
     free(dir);
 }
 
+/* #21: latency axes were linear ("2500k ms" ticks, the fast runs in one
+ * pixel); latencies spanning decades (an overloaded run) get a log axis. */
+Test(report, latencies_spanning_decades_get_a_log_axis, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=15s", "--set",
+                               "serve.kvcache.capacity=4GiB", "--set", "stream.arrival.rate=25",
+                               "-o", "res", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *html = report_of(dir, "res");
+    char *chart = figure(html, "chart-ttft-cdf");
+    cr_assert_not_null(chart);
+    cr_expect(test_contains(chart, "Log x axis: the latencies span"), "%s", chart);
+    free(chart);
+    check_svgs(html);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(report, long_time_series_are_downsampled, .timeout = 60)
 {
     char *dir = test_tmpdir();
