@@ -1,4 +1,6 @@
-/* Progress line: "\r<label> done/total (pct%) elapsed" on a terminal. */
+/* Progress line on a terminal: "\r<label> done/total (pct%) elapsed, about
+ * N s left" (the time left from the rate so far), or "done elapsed" without
+ * a total. */
 #include "kvio/progress.h"
 
 #include <stdio.h>
@@ -47,7 +49,12 @@ void kvio_progress_update(kvio_progress_t *progress, uint64_t done)
     progress->last_draw_ns = now;
     progress->drawn = true;
     double elapsed = (double)(now - progress->start_ns) / 1e9;
-    if (progress->total > 0)
+    if (progress->total > 0 && done > 0 && done < progress->total)
+        fprintf(stderr, "\r%s %llu/%llu (%.0f%%) %.1fs, about %.0fs left ", progress->label,
+                (unsigned long long)done, (unsigned long long)progress->total,
+                100.0 * (double)done / (double)progress->total, elapsed,
+                elapsed * (double)(progress->total - done) / (double)done);
+    else if (progress->total > 0)
         fprintf(stderr, "\r%s %llu/%llu (%.0f%%) %.1fs ", progress->label,
                 (unsigned long long)done, (unsigned long long)progress->total,
                 100.0 * (double)done / (double)progress->total, elapsed);

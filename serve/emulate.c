@@ -22,6 +22,7 @@
 #include "kvio/clock.h"
 #include "kvio/gpu.h"
 #include "kvio/log.h"
+#include "kvio/progress.h"
 #include "kvio/sysinfo.h"
 #include "kvio/wire.h"
 #include "serve/serve_int.h"
@@ -849,7 +850,11 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     bool stopped = false;
     uint64_t index = 0;
     const kvio_request_t *request = NULL;
+    kvio_progress_t *progress = NULL;
+    kvio_progress_create("emulate: requests sent", 0, &progress);
     while (status == KVIO_OK && !atomic_load(&emulate->abort_all)) {
+        if (progress != NULL)
+            kvio_progress_update(progress, index);
         status = kvio_stream_next(run->stream, &request);
         if (status != KVIO_OK || request == NULL)
             break;
@@ -882,6 +887,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
         }
         index++;
     }
+    kvio_progress_destroy(progress);
     atomic_store(&emulate->client_done, true);
     for (uint32_t r = 0; r < emulate->num_ranks; r++) {
         rank_state_t *state = &emulate->ranks[r];
