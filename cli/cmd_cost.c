@@ -4,11 +4,13 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvio/cost.h"
+#include "kvio/tensors.h"
 
 static int parse_count(const char *command, const char *flag, const char *text, uint64_t *value_p)
 {
@@ -29,17 +31,73 @@ static void cost_usage(FILE *out)
     fprintf(out,
             "usage: kvio cost --model M --gpu G [--tp N] --prefill TOKENS [--batch B]\n"
             "                 [--cached TOKENS] [--decode SEQS --context TOKENS] [--json]\n"
+            "       kvio cost --model M --tensors [--json]\n"
             "       kvio cost --list\n\n"
             "Prints the time the roofline cost model gives one iteration: B sequences\n"
             "each prefilling TOKENS new tokens (on top of --cached tokens already in\n"
-            "the KV cache) plus SEQS decode sequences with --context tokens each.\n");
+            "the KV cache) plus SEQS decode sequences with --context tokens each.\n"
+            "--tensors lists the model's weights as the tensors weight sync moves\n"
+            "(grouped by kind; --json: every tensor with its shape and bytes).\n");
+}
+
+/* kvio cost --tensors: the model's tensor list, grouped by kind (or every
+ * tensor as JSON). */
+static int print_tensors(const char *model_name, bool json)
+{
+    char error[512];
+    kvio_model_t model = {.preset = (char *)model_name, .dtype_bytes = 2};
+    if (kvio_model_resolve(&model, error, sizeof(error)) != KVIO_OK) {
+        fprintf(stderr, "kvio cost: %s\n", error);
+        return KVIO_EXIT_USAGE;
+    }
+    kvio_tensor_t *tensors = NULL;
+    size_t count = 0;
+    if (kvio_model_tensors(&model, &tensors, &count) != KVIO_OK) {
+        fprintf(stderr, "kvio cost: out of memory listing %s's tensors\n", model_name);
+        return KVIO_EXIT_FAILED;
+    }
+    uint64_t total = 0, largest = 0, kind_count[8] = {0}, kind_bytes[8] = {0};
+    for (size_t i = 0; i < count; i++) {
+        total += tensors[i].bytes;
+        largest = tensors[i].bytes > largest ? tensors[i].bytes : largest;
+        kind_count[tensors[i].kind & 7]++;
+        kind_bytes[tensors[i].kind & 7] += tensors[i].bytes;
+    }
+    if (json) {
+        json_t *list = json_array();
+        for (size_t i = 0; i < count; i++)
+            json_array_append_new(
+                list, json_pack("{s:s, s:i, s:i, s:s, s:I, s:I, s:I}", "name", tensors[i].name,
+                                "layer", tensors[i].layer, "expert", tensors[i].expert, "kind",
+                                kvio_tensor_kind_name(tensors[i].kind), "rows",
+                                (json_int_t)tensors[i].rows, "columns",
+                                (json_int_t)tensors[i].columns, "bytes",
+                                (json_int_t)tensors[i].bytes));
+        json_t *root = json_pack("{s:s, s:I, s:I, s:o}", "model", model_name, "tensors",
+                                 (json_int_t)count, "bytes", (json_int_t)total, "list", list);
+        json_dumpf(root, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(root);
+    } else {
+        printf("%s: %zu tensors, %.3f GB of weights (%.2f bytes per element), largest %.1f MB\n",
+               model_name, count, (double)total / 1e9,
+               model.weight_dtype_bytes > 0 ? model.weight_dtype_bytes : model.dtype_bytes,
+               (double)largest / 1e6);
+        printf("  %-10s %9s %12s\n", "kind", "tensors", "GB");
+        for (int kind = KVIO_TENSOR_ATTENTION; kind <= KVIO_TENSOR_EMBEDDING; kind++)
+            if (kind_count[kind] > 0)
+                printf("  %-10s %9llu %12.3f\n", kvio_tensor_kind_name(kind),
+                       (unsigned long long)kind_count[kind], (double)kind_bytes[kind] / 1e9);
+    }
+    free(tensors);
+    return KVIO_EXIT_OK;
 }
 
 int kvio_cmd_cost(int argc, char **argv)
 {
     const char *model_name = "llama3-8b", *gpu_name = "h200";
     uint64_t tp = 1, prefill = 0, batch = 1, cached = 0, decode = 0, context = 0;
-    bool json = false;
+    bool json = false, tensors = false;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -52,6 +110,9 @@ int kvio_cmd_cost(int argc, char **argv)
             return KVIO_EXIT_OK;
         } else if (strcmp(arg, "--json") == 0) {
             json = true;
+            continue;
+        } else if (strcmp(arg, "--tensors") == 0) {
+            tensors = true;
             continue;
         } else if (next == NULL) {
             fprintf(stderr, "kvio cost: %s needs a value (see kvio cost --help)\n", arg);
@@ -84,6 +145,8 @@ int kvio_cmd_cost(int argc, char **argv)
         fprintf(stderr, "kvio cost: --tp must be 1..64\n");
         return KVIO_EXIT_USAGE;
     }
+    if (tensors)
+        return print_tensors(model_name, json);
     if (prefill == 0 && decode == 0) {
         fprintf(stderr, "kvio cost: give --prefill TOKENS and/or --decode SEQS\n");
         return KVIO_EXIT_USAGE;

@@ -58,6 +58,15 @@ static const gpu_preset_t gpu_presets[] = {
     {"l40s", "NVIDIA L40S: 362 TFLOP/s, 864 GB/s, 48 GB, PCIe 4, no NVLink",
      {.flops = 362e12, .hbm_bandwidth = 864e9, .memory = 48000000000ull, .host_bandwidth = 32e9,
       .link_bandwidth = 32e9}},
+    /* The export parts for China: the H800 is an H100 SXM with NVLink cut to
+     * 400 GB/s (200 per direction); the H20 keeps NVLink 4 and HBM3 but
+     * 148 TFLOP/s of dense bf16. */
+    {"h800", "NVIDIA H800 SXM: 989 TFLOP/s, 3.35 TB/s, 80 GB, PCIe 5, NVLink 400 GB/s",
+     {.flops = 989e12, .hbm_bandwidth = 3.35e12, .memory = 80 * GIB, .host_bandwidth = 64e9,
+      .link_bandwidth = 200e9}},
+    {"h20", "NVIDIA H20: 148 TFLOP/s, 4.0 TB/s, 96 GB, PCIe 5, NVLink 4",
+     {.flops = 148e12, .hbm_bandwidth = 4.0e12, .memory = 96 * GIB, .host_bandwidth = 64e9,
+      .link_bandwidth = 450e9}},
     {"rtx-4090", "NVIDIA GeForce RTX 4090: 165 TFLOP/s, 1.01 TB/s, 24 GB, PCIe 4",
      {.flops = 165.2e12, .hbm_bandwidth = 1.008e12, .memory = 24 * GIB, .host_bandwidth = 32e9,
       .link_bandwidth = 32e9}},

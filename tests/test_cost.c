@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/tensors.h"
 #include "tests/helpers.h"
 
 static kvio_model_t model_of(const char *name)
@@ -51,6 +52,42 @@ Test(cost, presets_have_published_sizes, .timeout = 10)
         cr_expect_float_eq(kvio_model_params(&model), cases[i].params, 0.02 * cases[i].params,
                            "%s: %g", cases[i].name, kvio_model_params(&model));
     }
+}
+
+/* #19: the tensors weight sync moves, from the shape. Llama-3-8B's
+ * checkpoint has 291 tensors (32 layers x 9, embedding, norm, LM head);
+ * gpt-oss-20b has 32 experts x 3 projections per layer. Their elements,
+ * norms aside, are the model's parameters; bytes follow the weights' dtype. */
+Test(cost, tensor_lists_follow_the_checkpoints, .timeout = 10)
+{
+    struct {
+        const char *name;
+        size_t tensors;
+    } cases[] = {{"llama3-8b", 291}, {"llama3.2-1b", 146}, {"gpt-oss-20b", 24 * (9 + 1 + 32 * 3 - 3) + 3}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        kvio_model_t model = model_of(cases[c].name);
+        kvio_tensor_t *tensors = NULL;
+        size_t count = 0;
+        cr_assert_eq(kvio_model_tensors(&model, &tensors, &count), KVIO_OK);
+        cr_expect_eq(count, cases[c].tensors, "%s: %zu tensors", cases[c].name, count);
+        double elements = 0;
+        for (size_t i = 0; i < count; i++)
+            if (tensors[i].kind != KVIO_TENSOR_NORM)
+                elements += (double)tensors[i].rows * (double)tensors[i].columns;
+        cr_expect_float_eq(elements, kvio_model_params(&model), 1, "%s", cases[c].name);
+        if (c == 0) {
+            cr_expect_str_eq(tensors[1].name, "model.layers.0.input_layernorm.weight");
+            cr_expect_str_eq(tensors[2].name, "model.layers.0.self_attn.q_proj.weight");
+            cr_expect_eq(tensors[3].rows, 1024, "k_proj: 8 KV heads x 128");
+            cr_expect_eq(tensors[3].bytes, 1024 * 4096 * 2);
+            cr_expect_str_eq(tensors[count - 1].name, "lm_head.weight");
+        }
+        free(tensors);
+    }
+    test_run_t run = test_kvio(NULL, "cost", "--model", "gpt-oss-20b", "--tensors", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "router"), "%s", run.out);
+    test_run_free(&run);
 }
 
 Test(cost, kv_bytes_per_token_follow_the_formula, .timeout = 10)
