@@ -214,14 +214,17 @@ int kvio_cmd_list(int argc, char **argv)
         fprintf(stderr, "kvio list: unexpected argument '%s'\n", argv[0]);
         return KVIO_EXIT_USAGE;
     }
+    int width = 0;
+    for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
+        width = (int)strlen(preset->name) > width ? (int)strlen(preset->name) : width;
     printf("presets (kvio run NAME):\n");
     for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
         if (strncmp(preset->name, "repro/", 6) != 0)
-            printf("  %-24s %s\n", preset->name, preset->description);
+            printf("  %-*s %s\n", width, preset->name, preset->description);
     printf("\nreproductions of published results (kvio run repro/NAME; bench/repro.sh runs "
            "them all):\n");
     for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
         if (strncmp(preset->name, "repro/", 6) == 0)
-            printf("  %-24s %.*s\n", preset->name, 100, preset->description);
+            printf("  %-*s %.*s\n", width, preset->name, 100, preset->description);
     return KVIO_EXIT_OK;
 }

@@ -310,6 +310,11 @@ static kvio_status_t check_tier_paths(const kvio_workload_t *workload, char *err
     return KVIO_OK;
 }
 
+static bool weight_sync_without_updates(const kvio_workload_t *workload)
+{
+    return workload->weight_sync.granularity != KVIO_SYNC_OFF && !kvio_updates_wanted(workload);
+}
+
 /* What the workload itself decides and a run would refuse: the model and
  * GPU presets, a KV cache that holds a block, the stream (a trace is read
  * whole) with every request fitting the cache, the file tiers' parents, the
@@ -328,6 +333,21 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         snprintf(error_p, error_len,
                  "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "
                  "update.serving: engine); without trainers the client is a thread anyway");
+        return KVIO_ERR_CONFIG;
+    }
+    if (emulate && workload->weight_sync.granularity != KVIO_SYNC_OFF) {
+        snprintf(error_p, error_len,
+                 "weight_sync.granularity: %s is modelled in simulate mode only; emulate mode "
+                 "moves train.bytes over train.transport (set mode: simulate, or "
+                 "weight_sync.granularity: off)",
+                 workload->weight_sync.granularity == KVIO_SYNC_WHOLE    ? "whole"
+                 : workload->weight_sync.granularity == KVIO_SYNC_BUCKET ? "bucket"
+                                                                         : "tensor");
+        return KVIO_ERR_CONFIG;
+    }
+    if (weight_sync_without_updates(workload)) {
+        snprintf(error_p, error_len, "weight_sync: needs model updates (ranks.train: 1 and "
+                 "serve ranks)");
         return KVIO_ERR_CONFIG;
     }
     if (emulate && updates && !coupled)

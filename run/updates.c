@@ -1238,6 +1238,7 @@ static json_t *model_json(const kvio_xfer_config_t *transport)
 
 void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule)
 {
+    kvio_sync_plan_free(&schedule->sync);
     free(schedule->train);
     free(schedule->updates);
     free(schedule->inference_stall_ns);
@@ -1281,6 +1282,27 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
     double hop_gbps;
     kvio_xfer_model_params(&config->transport, &hop_latency_ns, &hop_gbps, NULL, NULL);
     int64_t moving_ns = hop_latency_ns + (int64_t)((double)bytes / hop_gbps);
+    /* weight_sync: the model's tensors through the pipelined stages; the
+     * update is the model's weights, not train.bytes. */
+    bool sync = workload->weight_sync.granularity != KVIO_SYNC_OFF;
+    if (sync) {
+        kvio_model_t shape = workload->model;
+        kvio_gpu_t gpu = workload->gpu;
+        kvio_status_t status = kvio_model_resolve(&shape, error_p, error_len);
+        if (status == KVIO_OK)
+            status = kvio_gpu_resolve(&gpu, error_p, error_len);
+        if (status == KVIO_OK)
+            status = kvio_sync_plan(&workload->weight_sync, &shape, &gpu,
+                                    workload->cost.tensor_parallel, num_serve, &schedule.sync,
+                                    error_p, error_len);
+        if (status != KVIO_OK) {
+            kvio_updates_schedule_free(&schedule);
+            return status;
+        }
+        bytes = schedule.sync.bytes;
+        verify_ns = workload->update.verify ? (int64_t)((double)bytes / verify_gbps) : 0;
+        prepare_ns = 0;
+    }
     for (;;) {
         if (config->steps > 0 ? step >= config->steps : now >= workload->duration_ns)
             break;
@@ -1303,9 +1325,17 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
         int64_t busy = 0, publish = now + prepare_ns;
         for (int receiver = 0; receiver < num_serve; receiver++) {
             int64_t arrival;
-            kvio_xfer_model(&config->transport, bytes, receiver, num_serve, &arrival, &busy);
+            if (sync) {
+                /* The trainer is held until its last bucket is staged. */
+                arrival = schedule.sync.arrival_ns[receiver];
+                busy = schedule.sync.staged_ns;
+            } else {
+                kvio_xfer_model(&config->transport, bytes, receiver, num_serve, &arrival, &busy);
+            }
             int64_t notified = publish + arrival, verified = notified + verify_ns;
-            int64_t xfer_start = notified - moving_ns > publish ? notified - moving_ns : publish;
+            int64_t xfer_start = sync ? publish
+                                 : notified - moving_ns > publish ? notified - moving_ns
+                                                                  : publish;
             int64_t activated = workload->update.apply == KVIO_APPLY_SHADOW
                                     ? (verified + iteration - 1) / iteration * iteration
                                     : verified;
@@ -1341,6 +1371,42 @@ nomem:
     kvio_updates_schedule_free(&schedule);
     snprintf(error_p, error_len, "model updates: out of memory");
     return KVIO_ERR_NOMEM;
+}
+
+/* weight_sync: what one update's plan did (summary.json). */
+static json_t *sync_json(const kvio_sync_plan_t *plan)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:f, s:f}", "buckets", (json_int_t)plan->num_buckets,
+                     "messages", (json_int_t)plan->messages, "bytes", (json_int_t)plan->bytes,
+                     "wire_bytes", (json_int_t)plan->wire_bytes, "staged_ms",
+                     (double)plan->staged_ns / 1e6, "update_ms", (double)plan->total_ns / 1e6);
+}
+
+/* sync.csv: each bucket of one update (every version's is the same) and when
+ * its stages ended for the last GPU, from the update's publish. */
+static kvio_status_t write_sync_csv(kvio_results_t *results, const kvio_sync_plan_t *plan,
+                                    char *error_p, size_t error_len)
+{
+    kvio_csv_t *csv = NULL;
+    kvio_status_t status = kvio_csv_open(results, "sync.csv",
+                                         "bucket,tensors,bytes,wire_bytes,t_staged_ms,"
+                                         "t_broadcast_ms,t_reloaded_ms",
+                                         &csv);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s/sync.csv: cannot write", kvio_results_path(results));
+        return status;
+    }
+    for (size_t b = 0; b < plan->num_buckets; b++) {
+        const kvio_sync_bucket_t *bucket = &plan->buckets[b];
+        kvio_csv_row(csv, "%zu,%u,%llu,%llu,%.6f,%.6f,%.6f", b, bucket->tensors,
+                     (unsigned long long)bucket->bytes, (unsigned long long)bucket->wire_bytes,
+                     (double)bucket->staged_ns / 1e6, (double)bucket->broadcast_ns / 1e6,
+                     (double)bucket->reloaded_ns / 1e6);
+    }
+    status = kvio_csv_close(csv);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "sync.csv: write failed");
+    return status;
 }
 
 static kvio_status_t simulate(const run_context_t *context,
@@ -1379,8 +1445,13 @@ static kvio_status_t simulate(const run_context_t *context,
     if (status == KVIO_OK && context->metrics != NULL) {
         json_t *object = json_object_get(context->metrics, "model_updates");
         json_object_set_new(object, "runtime", json_string("simulate"));
-        json_object_set_new(object, "model", model_json(&workload->train.transport));
+        if (schedule->sync.num_buckets > 0)
+            json_object_set_new(object, "weight_sync", sync_json(&schedule->sync));
+        else
+            json_object_set_new(object, "model", model_json(&workload->train.transport));
     }
+    if (status == KVIO_OK && context->results != NULL && schedule->sync.num_buckets > 0)
+        status = write_sync_csv(context->results, &schedule->sync, error_p, error_len);
     free(all.reports);
     kvio_updates_schedule_free(&own);
     return status;

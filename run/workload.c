@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "kvio/presets.h"
+#include "kvio/sync.h"
 
 static const char *const mode_names[] = {"simulate", "emulate", NULL};
 
@@ -72,6 +73,11 @@ const kvio_opt_t kvio_workload_options[] = {
      .options = kvio_slo_options},
     {.key = "train", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, train),
      .options = kvio_train_options, .help = "training ranks: steps, checkpoints, transport"},
+    {.key = "weight_sync", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_workload_t, weight_sync), .options = kvio_sync_options,
+     .help = "simulate: the update as the model's tensors in buckets through a pipelined "
+             "stage/broadcast/reload across GPUs and nodes (off: train.bytes through "
+             "train.transport)"},
     {.key = "update", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, update),
      .options = kvio_update_options, .help = "serve side of model updates"},
     {.key = "stream", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, stream),

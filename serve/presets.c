@@ -41,6 +41,29 @@ static const model_preset_t model_presets[] = {
      {.layers = 24, .hidden = 2880, .heads = 64, .kv_heads = 8, .head_dim = 64,
       .intermediate = 2880, .vocab = 201088, .num_experts = 32, .experts_per_token = 4,
       .sliding_window_layers = 12, .sliding_window = 128, .weight_dtype_bytes = 0.66}},
+    /* The checkpoint-engine models (its weight-sync table), shaped for their
+     * weights: MoE layers with the shared expert counted as one more expert
+     * (of the routed experts' size), GLM-4.5-Air's first (dense) layer as an
+     * MoE one (+3 % weights); DeepSeek-V3.1's and Kimi-K2's multi-head latent
+     * attention by a GQA of the same weight count and their 3 and 1 dense
+     * layers folded in (within 1 % of the published totals). Their KV per
+     * token is not MLA's: use them for weight sync, not for KV sizing. */
+    {"glm-4.5-air", "Zhipu GLM-4.5-Air: 106B MoE (128+1 experts, 8+1 active), for weight sync",
+     {.layers = 46, .hidden = 4096, .heads = 96, .kv_heads = 8, .head_dim = 128,
+      .intermediate = 1408, .vocab = 151552, .num_experts = 129, .experts_per_token = 9,
+      .weight_dtype_bytes = 2}},
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B: 235B MoE (128 experts, 8 active), for weight sync",
+     {.layers = 94, .hidden = 4096, .heads = 64, .kv_heads = 4, .head_dim = 128,
+      .intermediate = 1536, .vocab = 151936, .num_experts = 128, .experts_per_token = 8,
+      .weight_dtype_bytes = 2}},
+    {"deepseek-v3.1", "DeepSeek-V3.1: 671B MoE in FP8 (MLA approximated), for weight sync",
+     {.layers = 58, .hidden = 7168, .heads = 96, .kv_heads = 8, .head_dim = 128,
+      .intermediate = 2048, .vocab = 129280, .num_experts = 257, .experts_per_token = 9,
+      .weight_dtype_bytes = 1}},
+    {"kimi-k2", "Moonshot Kimi-K2: 1T MoE in FP8 (MLA approximated), for weight sync",
+     {.layers = 60, .hidden = 7168, .heads = 48, .kv_heads = 8, .head_dim = 128,
+      .intermediate = 2048, .vocab = 163840, .num_experts = 385, .experts_per_token = 9,
+      .weight_dtype_bytes = 1}},
 };
 
 #define GIB 1073741824ull

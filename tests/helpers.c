@@ -392,6 +392,22 @@ int test_fill_file_system(const char *dir)
     return filled;
 }
 
+struct kvio_model test_model(const char *name)
+{
+    kvio_model_t model = {.preset = (char *)name, .dtype_bytes = 2};
+    char error[256];
+    cr_assert_eq(kvio_model_resolve(&model, error, sizeof(error)), KVIO_OK, "%s", error);
+    return model;
+}
+
+struct kvio_gpu test_gpu(const char *name)
+{
+    kvio_gpu_t gpu = {.preset = (char *)name};
+    char error[256];
+    cr_assert_eq(kvio_gpu_resolve(&gpu, error, sizeof(error)), KVIO_OK, "%s", error);
+    return gpu;
+}
+
 struct kvio_cost *test_linear_cost(void)
 {
     kvio_model_t model = {.preset = "llama3-8b", .dtype_bytes = 2};

@@ -106,6 +106,10 @@ void test_redis_cli(int port, const char *args);
     "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:verify_asan_link_order=0"
 const char *test_mpirun_sanitizer_args(void);
 
+/* A model or GPU preset, resolved (asserting it exists; bf16 activations). */
+struct kvio_model test_model(const char *name);
+struct kvio_gpu test_gpu(const char *name);
+
 /* The engine tests' cost model: every iteration takes 1 ms plus 1 us per
  * token (linear, Llama-3-8B on an H200). Destroy with kvio_cost_destroy. */
 struct kvio_cost;

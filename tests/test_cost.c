@@ -11,22 +11,6 @@
 #include "kvio/tensors.h"
 #include "tests/helpers.h"
 
-static kvio_model_t model_of(const char *name)
-{
-    kvio_model_t model = {.preset = (char *)name, .dtype_bytes = 2};
-    char error[256];
-    cr_assert_eq(kvio_model_resolve(&model, error, sizeof(error)), KVIO_OK, "%s", error);
-    return model;
-}
-
-static kvio_gpu_t gpu_of(const char *name)
-{
-    kvio_gpu_t gpu = {.preset = (char *)name};
-    char error[256];
-    cr_assert_eq(kvio_gpu_resolve(&gpu, error, sizeof(error)), KVIO_OK, "%s", error);
-    return gpu;
-}
-
 static kvio_cost_t *cost_of(const kvio_model_t *model, const kvio_gpu_t *gpu, int64_t tp)
 {
     kvio_cost_config_t config;
@@ -48,7 +32,7 @@ Test(cost, presets_have_published_sizes, .timeout = 10)
         {"qwen2.5-7b", 7.6e9}, {"mistral-7b", 7.25e9}, {"gpt-oss-20b", 20.9e9},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        kvio_model_t model = model_of(cases[i].name);
+        kvio_model_t model = test_model(cases[i].name);
         cr_expect_float_eq(kvio_model_params(&model), cases[i].params, 0.02 * cases[i].params,
                            "%s: %g", cases[i].name, kvio_model_params(&model));
     }
@@ -65,7 +49,7 @@ Test(cost, tensor_lists_follow_the_checkpoints, .timeout = 10)
         size_t tensors;
     } cases[] = {{"llama3-8b", 291}, {"llama3.2-1b", 146}, {"gpt-oss-20b", 24 * (9 + 1 + 32 * 3 - 3) + 3}};
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        kvio_model_t model = model_of(cases[c].name);
+        kvio_model_t model = test_model(cases[c].name);
         kvio_tensor_t *tensors = NULL;
         size_t count = 0;
         cr_assert_eq(kvio_model_tensors(&model, &tensors, &count), KVIO_OK);
@@ -92,11 +76,11 @@ Test(cost, tensor_lists_follow_the_checkpoints, .timeout = 10)
 
 Test(cost, kv_bytes_per_token_follow_the_formula, .timeout = 10)
 {
-    kvio_model_t llama = model_of("llama3-8b");
+    kvio_model_t llama = test_model("llama3-8b");
     /* 2 · 32 layers · 8 KV heads · 128 · 2 bytes = 128 KiB */
     cr_assert_eq(kvio_model_kv_bytes_per_token(&llama, 1), 131072);
     cr_assert_eq(kvio_model_kv_bytes_per_token(&llama, 2), 65536);
-    kvio_model_t oss = model_of("gpt-oss-20b");
+    kvio_model_t oss = test_model("gpt-oss-20b");
     /* only the 12 full-attention layers grow with the context */
     cr_assert_eq(kvio_model_kv_bytes_per_token(&oss, 1), 2 * 12 * 8 * 64 * 2);
     cr_assert_eq(kvio_model_window_kv_bytes(&oss, 1), 2ull * 12 * 8 * 64 * 2 * 128);
@@ -104,8 +88,8 @@ Test(cost, kv_bytes_per_token_follow_the_formula, .timeout = 10)
 
 Test(cost, decode_is_memory_bound_and_prefill_compute_bound, .timeout = 10)
 {
-    kvio_model_t model = model_of("llama3-8b");
-    kvio_gpu_t gpu = gpu_of("h100-sxm");
+    kvio_model_t model = test_model("llama3-8b");
+    kvio_gpu_t gpu = test_gpu("h100-sxm");
     kvio_cost_t *cost = cost_of(&model, &gpu, 1);
     kvio_batch_t decode = {0};
     kvio_batch_add_decode(&decode, 1000);
@@ -132,8 +116,8 @@ Test(cost, decode_is_memory_bound_and_prefill_compute_bound, .timeout = 10)
 
 Test(cost, tensor_parallel_divides_work_and_adds_allreduce, .timeout = 10)
 {
-    kvio_model_t model = model_of("llama3-70b");
-    kvio_gpu_t gpu = gpu_of("h100-sxm");
+    kvio_model_t model = test_model("llama3-70b");
+    kvio_gpu_t gpu = test_gpu("h100-sxm");
     kvio_cost_t *one = cost_of(&model, &gpu, 1), *four = cost_of(&model, &gpu, 4);
     kvio_batch_t batch = {0};
     for (int i = 0; i < 32; i++)
@@ -151,8 +135,8 @@ Test(cost, tensor_parallel_divides_work_and_adds_allreduce, .timeout = 10)
 
 Test(cost, linear_form_adds_its_terms, .timeout = 10)
 {
-    kvio_model_t model = model_of("llama3-8b");
-    kvio_gpu_t gpu = gpu_of("h200");
+    kvio_model_t model = test_model("llama3-8b");
+    kvio_gpu_t gpu = test_gpu("h200");
     kvio_cost_config_t config = {.kind = KVIO_COST_LINEAR, .tensor_parallel = 1,
                                  .linear_c0_ms = 2, .linear_c1_ms = 0.01,
                                  .linear_c2_ms = 0.1, .linear_c3_ms = 0.0001};
@@ -189,8 +173,8 @@ Test(cost, table_form_interpolates_and_extrapolates, .timeout = 10)
 {
     char *dir = test_tmpdir();
     char *grid = write_grid(dir);
-    kvio_model_t model = model_of("llama3-8b");
-    kvio_gpu_t gpu = gpu_of("h200");
+    kvio_model_t model = test_model("llama3-8b");
+    kvio_gpu_t gpu = test_gpu("h200");
     kvio_cost_config_t config = {.kind = KVIO_COST_TABLE, .tensor_parallel = 1, .table = grid};
     kvio_cost_t *cost = NULL;
     char error[512];
@@ -245,14 +229,14 @@ Test(cost, fit_recovers_known_coefficients, .timeout = 10)
 
 Test(cost, kv_capacity_subtracts_weights_and_refuses_what_does_not_fit, .timeout = 10)
 {
-    kvio_model_t model = model_of("llama3-8b");
-    kvio_gpu_t gpu = gpu_of("h100-sxm");
+    kvio_model_t model = test_model("llama3-8b");
+    kvio_gpu_t gpu = test_gpu("h100-sxm");
     uint64_t bytes;
     char error[512];
     cr_assert_eq(kvio_cost_kv_capacity(&model, &gpu, 1, 0.9, &bytes, error, sizeof(error)), KVIO_OK);
     cr_assert_float_eq((double)bytes, 0.9 * 80 * 1073741824.0 - 16.06e9, 0.02e9);
-    kvio_model_t big = model_of("llama3-70b");
-    kvio_gpu_t small = gpu_of("rtx-4090");
+    kvio_model_t big = test_model("llama3-70b");
+    kvio_gpu_t small = test_gpu("rtx-4090");
     cr_assert_eq(kvio_cost_kv_capacity(&big, &small, 1, 0.9, &bytes, error, sizeof(error)),
                  KVIO_ERR_CONFIG);
     cr_assert(strstr(error, "the weights (131.") != NULL && strstr(error, "do not fit") != NULL,

@@ -11,6 +11,7 @@
 #include "kvio/gpu.h"
 #include "kvio/serve.h"
 #include "kvio/stream.h"
+#include "kvio/sync.h"
 #include "kvio/train.h"
 #include "kvio/update.h"
 
@@ -49,6 +50,7 @@ typedef struct kvio_workload {
     kvio_slo_config_t slo;
     kvio_train_config_t train;   /* with train.transport */
     kvio_update_config_t update; /* the serve side of model updates */
+    kvio_sync_config_t weight_sync; /* simulate: the update as tensors in buckets */
     kvio_stream_config_t stream;
 } kvio_workload_t;
 
@@ -149,6 +151,7 @@ typedef struct kvio_updates_schedule {
     int64_t end_ns;                /* the trainer's last step */
     double *version_steps;         /* the step each version holds; [0]: 0 */
     size_t num_version_steps;      /* num_train + 1 */
+    kvio_sync_plan_t sync;         /* weight_sync on: every version's plan (the same) */
 } kvio_updates_schedule_t;
 
 /* Computes the schedule (deterministic: the same workload, the same

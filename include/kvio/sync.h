@@ -1,0 +1,76 @@
+/* Weight sync as RL systems run it, modelled on the virtual clock (simulate
+ * mode): the model's tensors (kvio/tensors.h) grouped into messages (whole,
+ * per bucket or per tensor, each with a control cost), each bucket going
+ * through three stages — staged into a GPU from the trainer's host copy,
+ * broadcast to every GPU of every serving instance (within a node over the
+ * GPU link, across nodes over the NIC, as a sequence, a chain or a binary
+ * tree), reloaded by each GPU into its shard — overlapped over
+ * pipeline_depth buckets; delta updates shrink what moves and cost an apply;
+ * a trainer layout that differs from the serving one adds the messages that
+ * gather each serving shard. */
+#ifndef KVIO_SYNC_H
+#define KVIO_SYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvio/config.h"
+#include "kvio/cost.h"
+#include "kvio/status.h"
+
+typedef enum {
+    KVIO_SYNC_OFF = 0,   /* the update is train.bytes through train.transport's model */
+    KVIO_SYNC_WHOLE,     /* the model's weights as one message */
+    KVIO_SYNC_BUCKET,    /* tensors packed into buckets of bucket_size */
+    KVIO_SYNC_TENSOR,    /* one message per tensor */
+} kvio_sync_granularity_t;
+
+typedef enum { KVIO_SYNC_SEQUENTIAL = 0, KVIO_SYNC_CHAIN, KVIO_SYNC_TREE } kvio_sync_topology_t;
+
+typedef enum { KVIO_DELTA_INDEX_VALUE = 0, KVIO_DELTA_BITMAP } kvio_delta_encoding_t;
+
+/* The `weight_sync:` section. */
+typedef struct kvio_sync_config {
+    int granularity;         /* kvio_sync_granularity_t */
+    uint64_t bucket_size;
+    int64_t control_ns;      /* per message: the RPC or notice that goes with it */
+    int64_t pipeline_depth;  /* buckets in flight (1: one after the other) */
+    double delta_fraction;   /* share of the elements that changed (0: full weights) */
+    int delta_encoding;      /* kvio_delta_encoding_t */
+    int64_t train_tp, train_pp; /* the trainer's layout */
+    int topology;            /* kvio_sync_topology_t, across nodes */
+    int64_t gpus_per_node;
+    double nic_bandwidth;    /* bytes/s per node, across nodes */
+    uint64_t chunk;          /* chain: the unit each hop forwards */
+    int64_t tensor_overhead_ns; /* per tensor at reload (load_weights) */
+} kvio_sync_config_t;
+
+extern const kvio_opt_t kvio_sync_options[];
+
+/* One bucket's way: its bytes, what moved (with a delta), its tensors, and
+ * when (ns from the start) each stage ended for the last GPU. */
+typedef struct kvio_sync_bucket {
+    uint64_t bytes, wire_bytes;
+    uint32_t tensors;
+    int64_t staged_ns, broadcast_ns, reloaded_ns;
+} kvio_sync_bucket_t;
+
+typedef struct kvio_sync_plan {
+    kvio_sync_bucket_t *buckets;
+    size_t num_buckets;
+    int64_t *arrival_ns;    /* per serving instance: its last bucket reloaded */
+    size_t num_instances;
+    uint64_t bytes, wire_bytes, messages;
+    int64_t staged_ns;      /* the trainer's side done (its last bucket staged) */
+    int64_t total_ns;       /* the last instance done */
+} kvio_sync_plan_t;
+
+/* Plans one update of model's weights to instances serving instances of
+ * serve_tp GPUs each (gpu's links). Free with kvio_sync_plan_free. */
+kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_t *model,
+                             const kvio_gpu_t *gpu, int64_t serve_tp, int64_t instances,
+                             kvio_sync_plan_t *plan_p, char *error_p, size_t error_len);
+void kvio_sync_plan_free(kvio_sync_plan_t *plan);
+
+#endif

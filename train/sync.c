@@ -1,0 +1,266 @@
+/* The weight-sync model (kvio/sync.h): buckets of the model's tensors, three
+ * pipelined stages per bucket, the broadcast topology across nodes. */
+#include "kvio/sync.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/tensors.h"
+
+static const char *const granularity_names[] = {"off", "whole", "bucket", "tensor", NULL};
+static const char *const topology_names[] = {"sequential", "chain", "tree", NULL};
+static const char *const encoding_names[] = {"index_value", "bitmap", NULL};
+
+const kvio_opt_t kvio_sync_options[] = {
+    {.key = "granularity", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_sync_config_t, granularity), .values = granularity_names,
+     .default_value = "off",
+     .help = "off: train.bytes through train.transport's model; whole, bucket or tensor: the "
+             "model's tensors as one message, packed into buckets, or one per tensor "
+             "(simulate mode)"},
+    {.key = "bucket_size", .type = KVIO_OPT_SIZE,
+     .offset = offsetof(kvio_sync_config_t, bucket_size), .default_value = "2GiB",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "bucket: tensors packed up to this size"},
+    {.key = "control", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_sync_config_t, control_ns), .default_value = "1ms",
+     .help = "per message: the RPC or notice that goes with it"},
+    {.key = "pipeline_depth", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_sync_config_t, pipeline_depth), .default_value = "2",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 64,
+     .help = "buckets in flight through stage, broadcast and reload (1: one at a time)"},
+    {.key = "delta", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_sync_config_t, delta_fraction), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "share of the elements that changed: only they move (0: the full weights)"},
+    {.key = "delta_encoding", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_sync_config_t, delta_encoding), .values = encoding_names,
+     .default_value = "index_value",
+     .help = "index_value: a 4-byte index per changed element; bitmap: one bit per element"},
+    {.key = "train_tp", .type = KVIO_OPT_INT, .offset = offsetof(kvio_sync_config_t, train_tp),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "the trainer's tensor parallelism (0: as the serving cost.tensor_parallel)"},
+    {.key = "train_pp", .type = KVIO_OPT_INT, .offset = offsetof(kvio_sync_config_t, train_pp),
+     .default_value = "1", .flags = KVIO_OPT_HAS_MIN, .min = 1,
+     .help = "the trainer's pipeline stages"},
+    {.key = "topology", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_sync_config_t, topology),
+     .values = topology_names, .default_value = "tree",
+     .help = "across nodes: sequential (one after the other), chain (forwarded in chunks) or "
+             "tree (binary)"},
+    {.key = "gpus_per_node", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_sync_config_t, gpus_per_node), .default_value = "8",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "GPUs a node holds (its GPU link joins them)"},
+    {.key = "nic_bandwidth", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_sync_config_t, nic_bandwidth), .default_value = "50e9",
+     .flags = KVIO_OPT_HAS_MIN, .min = 1e6,
+     .help = "bytes/s a node sends or receives across nodes (default: one 400 Gb/s NIC)"},
+    {.key = "tensor_overhead", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_sync_config_t, tensor_overhead_ns), .default_value = "20us",
+     .help = "per tensor at reload: the serving engine's load_weights step for it"},
+    {.key = "chunk", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_sync_config_t, chunk),
+     .default_value = "64MiB", .flags = KVIO_OPT_HAS_MIN, .min = 4096,
+     .help = "chain: the unit each node forwards"},
+    {.key = NULL},
+};
+
+void kvio_sync_plan_free(kvio_sync_plan_t *plan)
+{
+    free(plan->buckets);
+    free(plan->arrival_ns);
+    memset(plan, 0, sizeof(*plan));
+}
+
+/* Packs the tensors into buckets by the granularity. */
+static kvio_status_t make_buckets(const kvio_sync_config_t *config, const kvio_tensor_t *tensors,
+                                  size_t count, kvio_sync_plan_t *plan)
+{
+    plan->buckets = calloc(count > 0 ? count : 1, sizeof(*plan->buckets));
+    if (plan->buckets == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t i = 0; i < count; i++) {
+        kvio_sync_bucket_t *last =
+            plan->num_buckets > 0 ? &plan->buckets[plan->num_buckets - 1] : NULL;
+        bool join = last != NULL &&
+                    (config->granularity == KVIO_SYNC_WHOLE ||
+                     (config->granularity == KVIO_SYNC_BUCKET &&
+                      last->bytes + tensors[i].bytes <= config->bucket_size));
+        if (!join)
+            last = &plan->buckets[plan->num_buckets++];
+        last->bytes += tensors[i].bytes;
+        last->tensors++;
+    }
+    return KVIO_OK;
+}
+
+/* What a bucket puts on the wire: with a delta, the changed elements and
+ * their indices (or a bitmap of the changed ones). */
+static uint64_t wire_bytes(const kvio_sync_config_t *config, uint64_t bytes, double element)
+{
+    if (config->delta_fraction <= 0)
+        return bytes;
+    double elements = (double)bytes / element;
+    double changed = elements * config->delta_fraction;
+    double wire = config->delta_encoding == KVIO_DELTA_BITMAP
+                      ? changed * element + elements / 8
+                      : changed * (element + 4);
+    return (uint64_t)llround(wire);
+}
+
+/* Across nodes, the time the broadcast of a bucket of wire bytes holds the
+ * busiest NIC (its throughput), and how much later (or earlier) than the
+ * broadcast's end node k (0: the source's) has it. */
+static double across_busy_s(const kvio_sync_config_t *config, double wire, int64_t nodes)
+{
+    if (nodes < 2)
+        return 0;
+    double whole = wire / config->nic_bandwidth;
+    switch (config->topology) {
+    case KVIO_SYNC_SEQUENTIAL:
+        return whole * (double)(nodes - 1); /* the source sends to each in turn */
+    case KVIO_SYNC_CHAIN:
+        return whole; /* each node forwards once, in chunks */
+    default:
+        return whole * (nodes > 2 ? 2 : 1); /* a binary tree: each node sends twice */
+    }
+}
+
+static double across_offset_s(const kvio_sync_config_t *config, double wire, int64_t node,
+                              int64_t nodes)
+{
+    if (nodes < 2 || node == 0)
+        return 0;
+    double whole = wire / config->nic_bandwidth;
+    switch (config->topology) {
+    case KVIO_SYNC_SEQUENTIAL:
+        return -whole * (double)(nodes - 1 - node);
+    case KVIO_SYNC_CHAIN:
+        return (double)(wire < (double)config->chunk ? wire : (double)config->chunk) /
+               config->nic_bandwidth * (double)(node - 1);
+    default: /* store and forward, level by level */
+        return whole * (ceil(log2((double)node + 1)) - 1);
+    }
+}
+
+kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_t *model,
+                             const kvio_gpu_t *gpu, int64_t serve_tp, int64_t instances,
+                             kvio_sync_plan_t *plan_p, char *error_p, size_t error_len)
+{
+    kvio_sync_plan_t plan = {0};
+    kvio_tensor_t *tensors = NULL;
+    size_t count = 0;
+    if (serve_tp < 1 || instances < 1 || gpu->host_bandwidth <= 0 ||
+        gpu->link_bandwidth <= 0 || gpu->hbm_bandwidth <= 0) {
+        snprintf(error_p, error_len, "weight_sync: needs serve ranks, a tensor parallelism "
+                 "and a GPU with host, GPU-link and HBM bandwidths");
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_status_t status = kvio_model_tensors(model, &tensors, &count);
+    if (status == KVIO_OK)
+        status = make_buckets(config, tensors, count, &plan);
+    free(tensors);
+    int64_t gpus = serve_tp * instances;
+    int64_t nodes = (gpus + config->gpus_per_node - 1) / config->gpus_per_node;
+    plan.num_instances = (size_t)instances;
+    if (status == KVIO_OK && (plan.arrival_ns = calloc((size_t)instances,
+                                                       sizeof(int64_t))) == NULL)
+        status = KVIO_ERR_NOMEM;
+    double *ends = status == KVIO_OK ? calloc(3 * plan.num_buckets + 3, sizeof(double)) : NULL;
+    double *node_end = status == KVIO_OK ? calloc((size_t)nodes, sizeof(double)) : NULL;
+    if (status == KVIO_OK && (ends == NULL || node_end == NULL))
+        status = KVIO_ERR_NOMEM;
+    if (status != KVIO_OK) {
+        free(ends);
+        free(node_end);
+        kvio_sync_plan_free(&plan);
+        snprintf(error_p, error_len, "weight_sync: out of memory planning %zu tensors", count);
+        return status;
+    }
+    double element = model->weight_dtype_bytes > 0 ? model->weight_dtype_bytes
+                                                   : model->dtype_bytes > 0 ? model->dtype_bytes
+                                                                            : 2;
+    int64_t train_shards = (config->train_tp > 0 ? config->train_tp : serve_tp) * config->train_pp;
+    /* A serving shard gathered from several trainer shards takes a message
+     * from each. */
+    double messages = train_shards > serve_tp ? ceil((double)train_shards / (double)serve_tp)
+                                              : 1;
+    double control_s = (double)config->control_ns / 1e9;
+    bool in_node = (gpus < config->gpus_per_node ? gpus : config->gpus_per_node) > 1;
+    for (size_t b = 0; b < plan.num_buckets; b++) {
+        kvio_sync_bucket_t *bucket = &plan.buckets[b];
+        bucket->wire_bytes = wire_bytes(config, bucket->bytes, element);
+        plan.bytes += bucket->bytes;
+        plan.wire_bytes += bucket->wire_bytes;
+    }
+    plan.messages = (uint64_t)((double)plan.num_buckets * messages);
+    size_t depth = (size_t)config->pipeline_depth;
+    /* The source node's GPUs stage buckets in turn from their host memory
+     * (one lane each); the broadcast and the reload follow, depth buckets
+     * in flight. Node k reloads when its copy arrives (its offset in the
+     * topology across nodes). */
+    size_t lanes = (size_t)(gpus < config->gpus_per_node ? gpus : config->gpus_per_node);
+    double *lane_free = calloc(lanes, sizeof(double));
+    if (lane_free == NULL) {
+        free(ends);
+        free(node_end);
+        kvio_sync_plan_free(&plan);
+        snprintf(error_p, error_len, "weight_sync: out of memory");
+        return KVIO_ERR_NOMEM;
+    }
+    double *stage = ends, *broadcast = ends + plan.num_buckets, *reload = ends + 2 * plan.num_buckets;
+    double tensor_s = (double)config->tensor_overhead_ns / 1e9;
+    for (size_t b = 0; b < plan.num_buckets; b++) {
+        kvio_sync_bucket_t *bucket = &plan.buckets[b];
+        double wire = (double)bucket->wire_bytes;
+        double stage_s = wire / gpu->host_bandwidth + control_s * messages;
+        double broadcast_s = fmax(in_node ? wire / gpu->link_bandwidth : 0,
+                                  across_busy_s(config, wire, nodes)) +
+                             control_s;
+        double shard = (double)bucket->bytes / (double)serve_tp;
+        double reload_s = shard / gpu->hbm_bandwidth * (config->delta_fraction > 0 ? 2 : 1) +
+                          tensor_s * bucket->tensors;
+        size_t lane = b % lanes;
+        double start = lane_free[lane];
+        if (b >= depth)
+            start = fmax(start, reload[b - depth]);
+        stage[b] = start + stage_s;
+        lane_free[lane] = stage[b];
+        broadcast[b] = fmax(b > 0 ? broadcast[b - 1] : 0, stage[b]) + broadcast_s;
+        /* The last node to get it (the reload every node waits for). */
+        double offset = across_offset_s(config, wire, nodes - 1, nodes);
+        reload[b] = fmax(b > 0 ? reload[b - 1] : 0, broadcast[b] + fmax(offset, 0)) + reload_s;
+        bucket->staged_ns = (int64_t)llround(stage[b] * 1e9);
+        bucket->broadcast_ns = (int64_t)llround(broadcast[b] * 1e9);
+        bucket->reloaded_ns = (int64_t)llround(reload[b] * 1e9);
+        plan.staged_ns = bucket->staged_ns > plan.staged_ns ? bucket->staged_ns : plan.staged_ns;
+    }
+    free(lane_free);
+    /* Node k is done a topology offset from the last bucket's broadcast. */
+    size_t last = plan.num_buckets > 0 ? plan.num_buckets - 1 : 0;
+    for (int64_t node = 0; node < nodes && plan.num_buckets > 0; node++) {
+        double wire = (double)plan.buckets[last].wire_bytes;
+        double reload_s = reload[last] - fmax(last > 0 ? reload[last - 1] : 0,
+                                              broadcast[last] +
+                                                  fmax(across_offset_s(config, wire, nodes - 1,
+                                                                       nodes),
+                                                       0));
+        node_end[node] = fmax(broadcast[last] + across_offset_s(config, wire, node, nodes), 0) +
+                         reload_s;
+        if (node == nodes - 1)
+            node_end[node] = reload[last];
+    }
+    for (int64_t i = 0; i < instances; i++) {
+        int64_t node = i * serve_tp / config->gpus_per_node;
+        /* An instance across nodes is done when its last node is. */
+        int64_t last_node = ((i + 1) * serve_tp - 1) / config->gpus_per_node;
+        double end = 0;
+        for (int64_t n = node; n <= last_node && n < nodes; n++)
+            end = fmax(end, node_end[n]);
+        plan.arrival_ns[i] = (int64_t)llround(end * 1e9);
+        plan.total_ns = plan.arrival_ns[i] > plan.total_ns ? plan.arrival_ns[i] : plan.total_ns;
+    }
+    free(ends);
+    free(node_end);
+    *plan_p = plan;
+    return KVIO_OK;
+}
