@@ -318,9 +318,77 @@ static int compare_rate(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Output throughput against offered rate, one line per admission (policy,
- * and predictor where it has one), one chart per workload name: drawn when a
- * workload's runs span at least two rates (a rate sweep, bench/pkas.sh). */
+/* A metric drawn against the offered rate. */
+typedef struct rate_metric {
+    const char *id, *title, *y_label, *caption;
+    size_t offset;  /* into run_metrics_t */
+    bool from_zero; /* the y axis starts at 0 (throughput); else it fits the data */
+} rate_metric_t;
+
+static const rate_metric_t rate_metrics[] = {
+    {"chart-throughput-vs-rate", "Output throughput against offered rate",
+     "output tokens per second",
+     "From summary.json: output tokens per second of the measured window at each offered rate "
+     "(config stream.arrival.rate), one line per admission policy (and its output-length "
+     "predictor).",
+     offsetof(run_metrics_t, output_throughput), true},
+    {"chart-ttft-vs-rate", "TTFT p99 against offered rate", "TTFT p99 (ms)",
+     "From summary.json: the 99th percentile of time to first token at each offered rate, one "
+     "line per admission policy (and its predictor); past saturation it grows with the queue.",
+     offsetof(run_metrics_t, ttft_p99), false},
+};
+
+/* One chart of metric against rate for runs (sorted by rate): a line per
+ * admission. */
+static kvio_status_t rate_chart(kvio_report_t *report, const rate_metric_t *metric,
+                                const char *name, size_t index, report_run_t *const *sorted,
+                                size_t num_runs)
+{
+    char id[64], title[REPORT_LABEL_MAX + 64];
+    snprintf(id, sizeof(id), index == 0 ? "%s" : "%s-%zu", metric->id, index + 1);
+    snprintf(title, sizeof(title), "%s: %s", metric->title, name);
+    report_chart_t *chart = chart_new(report, CHART_LINES, id, "Throughput and cache", title,
+                                      "offered rate (requests per second)", metric->y_label);
+    bool *taken = calloc(num_runs > 0 ? num_runs : 1, sizeof(*taken));
+    if (chart == NULL || taken == NULL) {
+        free(taken);
+        return KVIO_ERR_NOMEM;
+    }
+    double high = 0;
+    for (size_t i = 0; i < num_runs; i++) {
+        if (taken[i])
+            continue;
+        const char *admission = sorted[i]->admission;
+        chart_series_t *series = series_add(chart, admission, num_runs, false);
+        if (series == NULL) {
+            free(taken);
+            return KVIO_ERR_NOMEM;
+        }
+        for (size_t j = i; j < num_runs; j++) {
+            if (taken[j] || strcmp(sorted[j]->admission, admission) != 0)
+                continue;
+            double low, top;
+            series->x[series->count] = sorted[j]->offered_rate;
+            seed_stats(sorted[j], metric->offset, 1, &series->y[series->count], &low, &top);
+            high = fmax(high, series->y[series->count]);
+            series->count++;
+            taken[j] = true;
+        }
+    }
+    free(taken);
+    if (metric->from_zero) {
+        chart->y_fixed = true;
+        chart->y_min = 0;
+        chart->y_max = high * 1.1;
+    }
+    snprintf(chart->caption, sizeof(chart->caption), "%s", metric->caption);
+    return KVIO_OK;
+}
+
+/* Output throughput and TTFT p99 against offered rate, one line per
+ * admission (policy, and predictor where it has one), a chart each per
+ * workload name: drawn when a workload's runs span at least two rates (a
+ * rate sweep: bench/pkas.sh, or compare varying the rate). */
 static kvio_status_t rate_charts(kvio_report_t *report)
 {
     size_t count = report->num_runs, charts = 0;
@@ -329,7 +397,8 @@ static kvio_status_t rate_charts(kvio_report_t *report)
     kvio_status_t status = runs != NULL && done != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
     for (size_t w = 0; status == KVIO_OK && w < count; w++) {
         const report_run_t *first = report->runs[w];
-        if (done[w] || first->offered_rate <= 0 || first->admission[0] == '\0')
+        if (done[w] || first->offered_rate <= 0 || first->admission[0] == '\0' ||
+            !first->serving)
             continue;
         /* This workload's runs, and whether they span two rates. */
         size_t num_runs = 0;
@@ -345,49 +414,10 @@ static kvio_status_t rate_charts(kvio_report_t *report)
         if (!rates_differ)
             continue;
         qsort(runs, num_runs, sizeof(*runs), compare_rate);
-        char id[64], title[REPORT_LABEL_MAX + 64];
-        snprintf(id, sizeof(id), charts == 0 ? "chart-throughput-vs-rate"
-                                             : "chart-throughput-vs-rate-%zu", charts + 1);
-        snprintf(title, sizeof(title), "Output throughput against offered rate: %s", first->name);
-        report_chart_t *chart = chart_new(report, CHART_LINES, id, "Throughput and cache", title,
-                                          "offered rate (requests per second)",
-                                          "output tokens per second");
-        if (chart == NULL) {
-            status = KVIO_ERR_NOMEM;
-            break;
-        }
+        for (size_t m = 0; m < sizeof(rate_metrics) / sizeof(rate_metrics[0]) && status == KVIO_OK;
+             m++)
+            status = rate_chart(report, &rate_metrics[m], first->name, charts, runs, num_runs);
         charts++;
-        for (size_t i = 0; i < num_runs && status == KVIO_OK; i++) {
-            if (runs[i] == NULL)
-                continue;
-            const char *admission = runs[i]->admission;
-            chart_series_t *series = series_add(chart, admission, num_runs, false);
-            if (series == NULL) {
-                status = KVIO_ERR_NOMEM;
-                break;
-            }
-            for (size_t j = i; j < num_runs; j++) {
-                if (runs[j] == NULL || strcmp(runs[j]->admission, admission) != 0)
-                    continue;
-                double low, high;
-                series->x[series->count] = runs[j]->offered_rate;
-                seed_stats(runs[j], offsetof(run_metrics_t, output_throughput), 1,
-                           &series->y[series->count], &low, &high);
-                series->count++;
-                runs[j] = NULL;
-            }
-        }
-        chart->y_fixed = true;
-        chart->y_min = 0;
-        chart->y_max = 0;
-        for (size_t i = 0; i < chart->num_series; i++)
-            for (size_t j = 0; j < chart->series[i].count; j++)
-                if (chart->series[i].y[j] * 1.1 > chart->y_max)
-                    chart->y_max = chart->series[i].y[j] * 1.1;
-        snprintf(chart->caption, sizeof(chart->caption),
-                 "From summary.json: output tokens per second of the measured window at each "
-                 "offered rate (config stream.arrival.rate), one line per admission policy "
-                 "(and its output-length predictor).");
     }
     free(runs);
     free(done);

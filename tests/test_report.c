@@ -388,6 +388,10 @@ Test(report, a_rate_sweep_is_drawn_as_throughput_against_rate, .timeout = 60)
     cr_expect(test_contains(chart, ">pkas, noisy 0.5<"), "%s", chart);
     cr_expect_eq(count_of(chart, "<polyline"), 2, "a line per policy");
     free(chart);
+    chart = figure(html, "chart-ttft-vs-rate");
+    cr_assert_not_null(chart, "no TTFT-against-rate chart");
+    cr_expect_eq(count_of(chart, "<polyline"), 2, "a line per policy");
+    free(chart);
     check_svgs(html);
     free(html);
     test_rmtree(dir);
