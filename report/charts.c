@@ -295,13 +295,23 @@ static kvio_status_t serving_bars(kvio_report_t *report)
                          "(prefix caching off, or no shared prefixes).");
         return KVIO_OK;
     }
+    /* The hit rate with the tiers' blocks, where some run had them. */
+    bool tiers = false;
+    for (size_t r = 0; r < report->num_runs; r++)
+        for (size_t s = 0; s < report->runs[r]->num_seeds; s++)
+            tiers = tiers || report->runs[r]->seeds[s].hit_rate_with_tiers >
+                                 report->runs[r]->seeds[s].hit_rate;
     const bar_metric_t hit_rate[] = {
         {"prefix-cache hit rate", offsetof(run_metrics_t, hit_rate), 100},
+        {"with lower-tier hits", offsetof(run_metrics_t, hit_rate_with_tiers), 100},
     };
     status = metric_bars(report, "chart-hit-rate", "Prefix-cache hit rate",
-                         "hit rate (% of prompt tokens)", hit_rate, 1,
-                         "From summary.json: prompt tokens found in the prefix cache at "
-                         "first admission over all prompt tokens.");
+                         "hit rate (% of prompt tokens)", hit_rate, tiers ? 2 : 1,
+                         tiers ? "From summary.json: prompt tokens found in the prefix cache at "
+                                 "first admission over all prompt tokens, and with the blocks "
+                                 "loaded back from the lower tiers (hit_rate_with_tiers)."
+                               : "From summary.json: prompt tokens found in the prefix cache at "
+                                 "first admission over all prompt tokens.");
     if (status == KVIO_OK) {
         report_chart_t *chart = report->charts[report->num_charts - 1];
         chart->y_fixed = true;

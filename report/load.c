@@ -277,6 +277,7 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
         {"input_throughput", &metrics_p->input_throughput, false},
         {"goodput", &metrics_p->goodput, serving},
         {"hit_rate", &metrics_p->hit_rate, serving},
+        {"hit_rate_with_tiers", &metrics_p->hit_rate_with_tiers, false},
         {"preemptions", &metrics_p->preemptions, false},
         {"completed", &metrics_p->completed, false},
     };

@@ -66,7 +66,7 @@ typedef struct tier_traffic {
 /* The metrics a report reads from one summary.json. */
 typedef struct run_metrics {
     double request_throughput, output_throughput, input_throughput, goodput;
-    double hit_rate, preemptions, completed;
+    double hit_rate, hit_rate_with_tiers, preemptions, completed;
     double ttft_p50, ttft_p99, tpot_p50, e2el_p99;
 } run_metrics_t;
 

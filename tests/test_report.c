@@ -416,6 +416,10 @@ Test(report, the_tier_chart_shows_a_real_runs_traffic, .timeout = 60)
     cr_expect(test_contains(chart, "host (rank 0)"), "%s", chart);
     cr_expect_not(test_contains(chart, "size_bytes"), "%s", chart);
     free(chart);
+    chart = figure(html, "chart-hit-rate");
+    cr_assert_not_null(chart, "no hit-rate chart");
+    cr_expect(test_contains(chart, ">with lower-tier hits<"), "%s", chart);
+    free(chart);
     free(html);
     test_rmtree(dir);
     free(dir);
