@@ -20,20 +20,7 @@ make -C "$build" -j2 kvio kvcache_micro >/dev/null
 work=$(mktemp -d /tmp/kvio-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 big=$work/trace_x$copies.jsonl
-python3 - "$trace" "$big" "$copies" <<'PY'
-import json, sys
-source, target, copies = sys.argv[1], sys.argv[2], int(sys.argv[3])
-requests = [json.loads(line) for line in open(source) if line.strip()]
-id_span = 1 + max((max(r["hash_ids"]) for r in requests if r["hash_ids"]), default=0)
-time_span = 1 + max(r["timestamp"] for r in requests)
-with open(target, "w") as out:
-    for copy in range(copies):
-        for r in requests:
-            row = dict(r)
-            row["timestamp"] = r["timestamp"] + copy * time_span
-            row["hash_ids"] = [x + copy * id_span for x in r["hash_ids"]]
-            out.write(json.dumps(row) + "\n")
-PY
+python3 "$root/bench/replicate_trace.py" "$trace" "$big" "$copies"
 echo "trace: $big ($(wc -l <"$big") requests, $(du -m "$big" | cut -f1) MB)"
 
 capacities=1000,10000,30000,50000,100000,unlimited

@@ -60,7 +60,7 @@ kvio_status_t kvio_evict_init(kvio_evict_t *evict, const char *name, uint32_t nu
 void kvio_evict_fini(kvio_evict_t *evict);
 
 /* Doubly-linked lists over entry indices, shared by the list policies and
- * the block pool's free queue. Links live in caller-owned arrays. */
+ * cachesim. Links live in caller-owned arrays. */
 typedef struct kvio_list {
     uint32_t head, tail;
     uint32_t length;

@@ -1,7 +1,11 @@
-/* The block pool with vLLM v1 semantics: null block 0, an intrusive free
- * queue whose order is the eviction order, lazy eviction (a freed block keeps
- * its hash until reused), reference counts, all-or-nothing allocation, and a
- * hash -> block multimap (earliest inserted wins) for prefix hits. */
+/* The block pool with vLLM v1 semantics: null block 0, a free queue whose
+ * order is the eviction order, lazy eviction (a freed block keeps its hash
+ * until reused), reference counts, all-or-nothing allocation, and a hash ->
+ * block multimap (earliest inserted wins) for prefix hits. Laid out for long
+ * runs of blocks: a block's state is one 32-byte record, the free queue is a
+ * ring of block ids, so the blocks an allocation will take are known ahead
+ * and their records and index slots are loaded while earlier ones are
+ * worked on. */
 #include "kvcache/kvcache_int.h"
 
 #include "kvio/log.h"
@@ -11,35 +15,63 @@
 
 #define NO_BLOCK UINT32_MAX
 
-/* How many hashes ahead a scan over a request's blocks prefetches slots:
- * consecutive lookups are independent misses in a table larger than L2. */
-#define PREFETCH_AHEAD 8
+/* A ring position a block does not occupy (not in the free queue), and a
+ * ring entry whose block left the queue out of order. */
+#define NO_POSITION UINT32_MAX
+#define TOMBSTONE UINT32_MAX
 
-/* Open-addressing map from a block hash to the earliest inserted block
- * holding it; later blocks with the same hash chain behind it. */
+/* How many blocks ahead a run over blocks starts loading what it will
+ * touch: consecutive blocks are independent misses in tables larger than
+ * L2. */
+#define PREFETCH_AHEAD 16
+
+/* Helpers whose only effect is a prefetch must be inlined: GCC otherwise
+ * finds them free of side effects and drops the calls. */
+#define PREFETCH_HELPER static inline __attribute__((always_inline)) void
+
+/* Open-addressing (linear probing) multimap from a block hash to the
+ * blocks holding it, earliest inserted first in probe order. */
 typedef struct hash_slot {
     uint32_t tag;   /* low half of the hash's slot key: most mismatches stop here, and the
                        home slot is tag & slot_mask (tables up to 2^32 slots) */
-    uint32_t block; /* NO_BLOCK: empty; block_hash[block] holds the full hash */
+    uint32_t block; /* NO_BLOCK: empty; the block's record holds the full hash */
 } hash_slot_t;
+
+/* Everything about one block that allocating, evicting and freeing it
+ * touches, in one half cache line. */
+typedef struct block_record {
+    kvio_hash_t hash;        /* valid while hashed */
+    uint32_t refcount;
+    uint32_t position;       /* its entry in the free ring, NO_POSITION when not free */
+    uint8_t hashed;          /* its hash is in the index */
+    uint8_t policy_known;    /* the policy has seen this block's content */
+    uint8_t unused[6];
+} block_record_t;
+
+/* The free queue: block ids from head to tail in a power-of-two ring, with
+ * tombstones where a block left from the middle (a hit on a free block, a
+ * policy's victim). Positions count up and wrap; the ring is compacted when
+ * live entries and tombstones fill it. */
+typedef struct free_ring {
+    uint32_t *entries;
+    uint32_t mask;
+    uint64_t head, tail; /* entries [head, tail) */
+    uint32_t length;     /* live entries (free blocks) */
+} free_ring_t;
 
 struct kvio_kvcache {
     kvio_kvcache_config_t config;
     uint32_t num_blocks;
     uint32_t block_size;
-    uint32_t *refcount;
-    kvio_hash_t *block_hash;
-    uint8_t *hashed;
-    uint8_t *policy_known;    /* the policy has seen this block's content */
-    uint32_t *same_hash_next; /* next block with the same hash, NO_BLOCK at the end */
-    kvio_link_t *links;
-    kvio_list_t free_queue;
+    block_record_t *blocks;   /* first in one allocation with slots and the ring */
+    free_ring_t free_queue;
     hash_slot_t *slots;
     size_t slot_mask;
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
     uint64_t index_version;   /* bumped whenever a hash enters or leaves the index */
     uint64_t epoch;           /* the model version blocks entering the index get */
+    bool epochs_used;         /* an epoch other than 0 was ever set (block_epoch written) */
     uint64_t *block_epoch;    /* per block: the epoch its hash entered the index */
     kvio_kvcache_metrics_t metrics;
 };
@@ -59,6 +91,82 @@ struct kvio_kvreq {
     size_t num_hashed_blocks; /* leading blocks whose hash is set */
 };
 
+/* ---- free ring ---------------------------------------------------------- */
+
+/* Squeezes the tombstones out, keeping the order. Called when the ring is
+ * full; live entries are at most half of it, so this runs at most once per
+ * half a ring of operations. */
+static __attribute__((noinline)) void ring_compact(kvio_kvcache_t *cache)
+{
+    free_ring_t *ring = &cache->free_queue;
+    uint64_t write = ring->head;
+    for (uint64_t read = ring->head; read != ring->tail; read++) {
+        uint32_t block = ring->entries[read & ring->mask];
+        if (block == TOMBSTONE)
+            continue;
+        ring->entries[write & ring->mask] = block;
+        cache->blocks[block].position = (uint32_t)(write & ring->mask);
+        write++;
+    }
+    ring->tail = write;
+}
+
+static inline bool ring_full(const free_ring_t *ring)
+{
+    return ring->tail - ring->head == (uint64_t)ring->mask + 1;
+}
+
+static inline void ring_push_tail(kvio_kvcache_t *cache, uint32_t block)
+{
+    free_ring_t *ring = &cache->free_queue;
+    if (ring_full(ring))
+        ring_compact(cache);
+    uint32_t position = (uint32_t)(ring->tail++ & ring->mask);
+    ring->entries[position] = block;
+    cache->blocks[block].position = position;
+    ring->length++;
+}
+
+static void ring_push_head(kvio_kvcache_t *cache, uint32_t block)
+{
+    free_ring_t *ring = &cache->free_queue;
+    if (ring_full(ring))
+        ring_compact(cache);
+    uint32_t position = (uint32_t)(--ring->head & ring->mask);
+    ring->entries[position] = block;
+    cache->blocks[block].position = position;
+    ring->length++;
+}
+
+/* Takes a free block out of the queue wherever it is. */
+static void ring_unlink(kvio_kvcache_t *cache, uint32_t block)
+{
+    free_ring_t *ring = &cache->free_queue;
+    ring->entries[cache->blocks[block].position] = TOMBSTONE;
+    cache->blocks[block].position = NO_POSITION;
+    ring->length--;
+}
+
+/* The head block (the queue is not empty); leading tombstones are dropped. */
+static uint32_t ring_head(kvio_kvcache_t *cache)
+{
+    free_ring_t *ring = &cache->free_queue;
+    while (ring->entries[ring->head & ring->mask] == TOMBSTONE)
+        ring->head++;
+    return ring->entries[ring->head & ring->mask];
+}
+
+/* Removes and returns the head block (the queue is not empty). */
+static uint32_t ring_pop_head(kvio_kvcache_t *cache)
+{
+    free_ring_t *ring = &cache->free_queue;
+    uint32_t block = ring_head(cache);
+    ring->head++;
+    cache->blocks[block].position = NO_POSITION;
+    ring->length--;
+    return block;
+}
+
 /* ---- hash index --------------------------------------------------------- */
 
 static uint64_t slot_key(kvio_hash_t hash)
@@ -76,93 +184,101 @@ static uint32_t tag_of(kvio_hash_t hash)
     return (uint32_t)slot_key(hash);
 }
 
-/* The slot an occupied entry hashes to, from its tag alone when the table
- * is small enough (no load of the block's hash, a cache miss). */
-static size_t home_of(const kvio_kvcache_t *cache, const hash_slot_t *entry)
+/* The slot an occupied entry hashes to, from its tag alone (no load of the
+ * block's record, a cache miss): tables have at most 2^32 slots, as pools
+ * have at most 2^30 blocks. */
+static size_t home_of(const hash_slot_t *entry, size_t slot_mask)
 {
-    if (cache->slot_mask <= UINT32_MAX)
-        return entry->tag & cache->slot_mask;
-    return slot_of(cache, cache->block_hash[entry->block]);
+    return entry->tag & slot_mask;
 }
 
 /* Starts loading the slot a hash lives in, for a lookup a few steps on. */
-static void prefetch_slot(const kvio_kvcache_t *cache, kvio_hash_t hash)
+PREFETCH_HELPER prefetch_slot(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
     __builtin_prefetch(&cache->slots[slot_of(cache, hash)]);
 }
 
-/* Slots are 8 bytes (a tag and a block) so the table stays in cache; the
- * full hash is compared only when the tag matches. */
-static size_t index_find_slot(const kvio_kvcache_t *cache, kvio_hash_t hash)
+/* The first block holding hash in probe order, which is insertion order
+ * (below), or NO_BLOCK. Slots are 8 bytes (a tag and a block) so the table
+ * stays in cache; the full hash is compared only when the tag matches. */
+static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
     size_t slot = slot_of(cache, hash);
     uint32_t tag = tag_of(hash);
     for (;;) {
         const hash_slot_t *entry = &cache->slots[slot];
         if (entry->block == NO_BLOCK ||
-            (entry->tag == tag && kvio_hash_equal(cache->block_hash[entry->block], hash)))
-            return slot;
+            (entry->tag == tag && kvio_hash_equal(cache->blocks[entry->block].hash, hash)))
+            return entry->block;
         slot = (slot + 1) & cache->slot_mask;
     }
 }
 
-static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
+/* A multimap: blocks with the same hash get one slot each. Every block
+ * with a given hash sits in the run of occupied slots from the hash's home
+ * slot on, so a new one, put in the first free slot, comes after the
+ * earlier ones in probe order; backward-shift deletion keeps that order
+ * (an entry never passes another of the same home). */
+static inline void table_insert(hash_slot_t *slots, size_t slot_mask, uint32_t block,
+                                kvio_hash_t hash)
 {
-    return cache->slots[index_find_slot(cache, hash)].block;
+    size_t slot = (size_t)slot_key(hash) & slot_mask;
+    while (slots[slot].block != NO_BLOCK)
+        slot = (slot + 1) & slot_mask;
+    slots[slot] = (hash_slot_t){.tag = tag_of(hash), .block = block};
+}
+
+/* A block's hash enters the index: its record says so. */
+static inline void record_hashed(block_record_t *record, kvio_hash_t hash)
+{
+    record->hash = hash;
+    record->hashed = 1;
+    record->policy_known = 0;
 }
 
 static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash)
 {
-    size_t slot = index_find_slot(cache, hash);
-    cache->same_hash_next[block] = NO_BLOCK;
-    cache->block_hash[block] = hash;
-    cache->hashed[block] = 1;
-    cache->block_epoch[block] = cache->epoch;
+    table_insert(cache->slots, cache->slot_mask, block, hash);
+    record_hashed(&cache->blocks[block], hash);
+    if (cache->epochs_used)
+        cache->block_epoch[block] = cache->epoch;
     cache->index_version++;
-    cache->policy_known[block] = 0;
-    if (cache->slots[slot].block == NO_BLOCK) {
-        cache->slots[slot].tag = tag_of(hash);
-        cache->slots[slot].block = block;
-        return;
-    }
-    uint32_t last = cache->slots[slot].block;
-    while (cache->same_hash_next[last] != NO_BLOCK)
-        last = cache->same_hash_next[last];
-    cache->same_hash_next[last] = block;
 }
 
-static void index_delete_slot(kvio_kvcache_t *cache, size_t hole)
+/* Empties slot hole, moving later entries of its run back (backward-shift
+ * deletion: no tombstones). */
+static inline void table_delete(hash_slot_t *slots, size_t slot_mask, size_t hole)
 {
-    cache->slots[hole].block = NO_BLOCK;
-    for (size_t next = (hole + 1) & cache->slot_mask; cache->slots[next].block != NO_BLOCK;
-         next = (next + 1) & cache->slot_mask) {
-        size_t home = home_of(cache, &cache->slots[next]);
-        bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
-        if (movable) {
-            cache->slots[hole] = cache->slots[next];
-            cache->slots[next].block = NO_BLOCK;
+    slots[hole].block = NO_BLOCK;
+    for (size_t next = (hole + 1) & slot_mask; slots[next].block != NO_BLOCK;
+         next = (next + 1) & slot_mask) {
+        /* It may move back to the hole when its home is no later than the
+         * hole: it is at least as far from its home as from the hole. */
+        size_t from_home = (next - home_of(&slots[next], slot_mask)) & slot_mask;
+        if (from_home >= ((next - hole) & slot_mask)) {
+            slots[hole] = slots[next];
+            slots[next].block = NO_BLOCK;
             hole = next;
         }
     }
 }
 
+/* Takes block's entry for hash out: found by its block id from the hash's
+ * home slot, with no other block's record read. */
+static inline void table_remove(hash_slot_t *slots, size_t slot_mask, uint32_t block,
+                                kvio_hash_t hash)
+{
+    size_t slot = (size_t)slot_key(hash) & slot_mask;
+    while (slots[slot].block != block)
+        slot = (slot + 1) & slot_mask;
+    table_delete(slots, slot_mask, slot);
+}
+
 static void index_remove(kvio_kvcache_t *cache, uint32_t block)
 {
-    size_t slot = index_find_slot(cache, cache->block_hash[block]);
-    uint32_t head = cache->slots[slot].block;
-    if (head == block) {
-        if (cache->same_hash_next[block] != NO_BLOCK)
-            cache->slots[slot].block = cache->same_hash_next[block];
-        else
-            index_delete_slot(cache, slot);
-    } else {
-        uint32_t previous = head;
-        while (previous != NO_BLOCK && cache->same_hash_next[previous] != block)
-            previous = cache->same_hash_next[previous];
-        if (previous != NO_BLOCK)
-            cache->same_hash_next[previous] = cache->same_hash_next[block];
-    }
-    cache->hashed[block] = 0;
+    block_record_t *record = &cache->blocks[block];
+    table_remove(cache->slots, cache->slot_mask, block, record->hash);
+    record->hashed = 0;
     cache->index_version++;
 }
 
@@ -172,11 +288,11 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
 {
     kvio_status_t status = KVIO_ERR_NOMEM;
     if (config == NULL || config->num_blocks < 2 || config->block_size == 0 ||
-        config->num_blocks == UINT32_MAX ||
+        config->num_blocks == UINT32_MAX || config->num_blocks > (UINT32_MAX >> 2) ||
         (config->free_order != KVIO_FREE_ORDER_APPEND &&
          config->free_order != KVIO_FREE_ORDER_PREPEND_UNHASHED)) {
-        kvio_error("kvcache: need at least 2 blocks (one is the null block), a block size of at "
-                   "least 1 and a known free order");
+        kvio_error("kvcache: need at least 2 blocks (one is the null block) and at most 2^30, a "
+                   "block size of at least 1 and a known free order");
         return KVIO_ERR_INVALID;
     }
     kvio_kvcache_t *cache = calloc(1, sizeof(*cache));
@@ -191,30 +307,40 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     while (slots < 2 * n)
         slots *= 2;
     cache->slot_mask = slots - 1;
-    cache->refcount = calloc(n, sizeof(uint32_t));
-    cache->block_hash = calloc(n, sizeof(kvio_hash_t));
-    cache->hashed = calloc(n, 1);
+    /* The ring holds every free block plus as many tombstones. */
+    size_t ring = 16;
+    while (ring < 2 * n)
+        ring *= 2;
+    cache->free_queue.mask = (uint32_t)(ring - 1);
+    /* Records, slots and ring in one allocation. */
+    size_t records_bytes = (n * sizeof(block_record_t) + 63) / 64 * 64;
+    size_t slots_bytes = slots * sizeof(hash_slot_t);
+    size_t ring_bytes = ring * sizeof(uint32_t);
+    unsigned char *tables = aligned_alloc(64, records_bytes + slots_bytes + ring_bytes);
     cache->block_epoch = calloc(n, sizeof(uint64_t));
-    cache->policy_known = calloc(n, 1);
-    cache->same_hash_next = malloc(n * sizeof(uint32_t));
-    cache->links = malloc(n * sizeof(kvio_link_t));
-    cache->slots = malloc(slots * sizeof(hash_slot_t));
-    if (cache->refcount == NULL || cache->block_hash == NULL || cache->hashed == NULL ||
-        cache->block_epoch == NULL || cache->policy_known == NULL || cache->same_hash_next == NULL || cache->links == NULL ||
-        cache->slots == NULL)
+    if (tables == NULL || cache->block_epoch == NULL) {
+        free(tables);
         goto cleanup;
+    }
+    cache->blocks = (block_record_t *)tables;
+    cache->slots = (hash_slot_t *)(tables + records_bytes);
+    cache->free_queue.entries = (uint32_t *)(tables + records_bytes + slots_bytes);
+    memset(cache->blocks, 0, n * sizeof(block_record_t));
+    for (size_t i = 0; i < n; i++)
+        cache->blocks[i].position = NO_POSITION;
     for (size_t i = 0; i < slots; i++)
         cache->slots[i].block = NO_BLOCK;
+    for (size_t i = 0; i < ring; i++)
+        cache->free_queue.entries[i] = TOMBSTONE; /* read ahead of the tail as hints */
     status = kvio_evict_init(&cache->evict, config->eviction, config->num_blocks,
                              config->num_blocks - 1);
     if (status != KVIO_OK)
         goto cleanup;
     cache->queue_order = (cache->evict.ops->caps & KVIO_EVICT_CAP_QUEUE_ORDER) != 0;
-    kvio_list_init(&cache->free_queue);
     /* Block 0 is the null block: never free, never handed out. */
-    cache->refcount[0] = 1;
+    cache->blocks[0].refcount = 1;
     for (uint32_t block = 1; block < cache->num_blocks; block++)
-        kvio_list_push_tail(&cache->free_queue, cache->links, block);
+        ring_push_tail(cache, block);
     *cache_p = cache;
     return KVIO_OK;
 
@@ -228,14 +354,8 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
     if (cache == NULL)
         return;
     kvio_evict_fini(&cache->evict);
-    free(cache->refcount);
-    free(cache->block_hash);
-    free(cache->hashed);
+    free(cache->blocks); /* the slots and the ring too */
     free(cache->block_epoch);
-    free(cache->policy_known);
-    free(cache->same_hash_next);
-    free(cache->links);
-    free(cache->slots);
     free(cache);
 }
 
@@ -257,9 +377,12 @@ double kvio_kvcache_usage(const kvio_kvcache_t *cache)
 void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, size_t max_ids, uint32_t *ids_p,
                              size_t *num_ids_p)
 {
+    const free_ring_t *ring = &cache->free_queue;
     size_t count = 0;
-    for (uint32_t block = cache->free_queue.head; block != KVIO_EVICT_NONE;
-         block = cache->links[block].next) {
+    for (uint64_t position = ring->head; position != ring->tail; position++) {
+        uint32_t block = ring->entries[position & ring->mask];
+        if (block == TOMBSTONE)
+            continue;
         if (count < max_ids)
             ids_p[count] = block;
         count++;
@@ -269,15 +392,15 @@ void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, size_t max_ids, uint32
 
 uint32_t kvio_kvcache_block_refcount(const kvio_kvcache_t *cache, uint32_t block_id)
 {
-    return block_id < cache->num_blocks ? cache->refcount[block_id] : 0;
+    return block_id < cache->num_blocks ? cache->blocks[block_id].refcount : 0;
 }
 
 kvio_status_t kvio_kvcache_block_hash(const kvio_kvcache_t *cache, uint32_t block_id,
                                       kvio_hash_t *hash_p)
 {
-    if (block_id >= cache->num_blocks || !cache->hashed[block_id])
+    if (block_id >= cache->num_blocks || !cache->blocks[block_id].hashed)
         return KVIO_ERR_NOT_FOUND;
-    *hash_p = cache->block_hash[block_id];
+    *hash_p = cache->blocks[block_id].hash;
     return KVIO_OK;
 }
 
@@ -291,48 +414,100 @@ void kvio_kvcache_get_metrics(const kvio_kvcache_t *cache, kvio_kvcache_metrics_
  * Reusing a cached block evicts its hash (lazy eviction). */
 static uint32_t take_free_block(kvio_kvcache_t *cache)
 {
-    uint32_t block = cache->free_queue.head;
-    if (!cache->queue_order && cache->hashed[block]) {
-        block = cache->evict.ops->victim(cache->evict.priv);
+    uint32_t block;
+    if (cache->queue_order) {
+        block = ring_pop_head(cache);
+    } else {
+        block = ring_head(cache);
+        if (cache->blocks[block].hashed)
+            block = cache->evict.ops->victim(cache->evict.priv);
+        ring_unlink(cache, block);
     }
-    kvio_list_unlink(&cache->free_queue, cache->links, block);
-    if (cache->hashed[block]) {
+    block_record_t *record = &cache->blocks[block];
+    if (record->hashed) {
         if (cache->config.on_evict != NULL)
-            cache->config.on_evict(cache->config.hook_context, block, cache->block_hash[block]);
+            cache->config.on_evict(cache->config.hook_context, block, record->hash);
         index_remove(cache, block);
         cache->metrics.evictions++;
     }
-    cache->refcount[block] = 1;
+    record->refcount = 1;
     cache->metrics.blocks_allocated++;
     return block;
 }
 
-/* Before taking the free-queue head when more blocks follow: starts loading
- * what evicting the next two heads will touch (each a cache miss in a large
- * pool: its links, its hash and flags, then its index slot). */
-static void prefetch_free_ahead(const kvio_kvcache_t *cache)
+/* lru: takes the count blocks at the queue's head into blocks_p, as count
+ * calls of take_free_block would. Before each it starts loading the record
+ * of the block PREFETCH_AHEAD entries on, and the index slot of the one half
+ * as far (its record arrived meanwhile), which evicting them will touch.
+ * Entries past the tail are stale ids or tombstones: only a hint, checked
+ * for range. */
+static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t count)
 {
-    uint32_t head = cache->free_queue.head;
-    uint32_t next = head != KVIO_EVICT_NONE ? cache->links[head].next : KVIO_EVICT_NONE;
-    if (next == KVIO_EVICT_NONE)
-        return;
-    uint32_t after = cache->links[next].next;
-    if (after != KVIO_EVICT_NONE) {
-        __builtin_prefetch(&cache->links[after]);
-        __builtin_prefetch(&cache->block_hash[after]);
-        __builtin_prefetch(&cache->hashed[after]);
-        __builtin_prefetch(&cache->refcount[after]);
+    free_ring_t *ring = &cache->free_queue;
+    const uint32_t *entries = ring->entries;
+    const uint64_t ring_mask = ring->mask;
+    block_record_t *blocks = cache->blocks;
+    const uint32_t num_blocks = cache->num_blocks;
+    hash_slot_t *slots = cache->slots;
+    const size_t slot_mask = cache->slot_mask;
+    uint64_t head = ring->head, evictions = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t far = entries[(head + PREFETCH_AHEAD) & ring_mask];
+        if (far < num_blocks)
+            __builtin_prefetch(&blocks[far]);
+        uint32_t near = entries[(head + PREFETCH_AHEAD / 2) & ring_mask];
+        if (near < num_blocks && blocks[near].hashed)
+            __builtin_prefetch(&slots[(size_t)slot_key(blocks[near].hash) & slot_mask]);
+        uint32_t block;
+        while ((block = entries[head & ring_mask]) == TOMBSTONE)
+            head++;
+        head++;
+        block_record_t *record = &blocks[block];
+        record->position = NO_POSITION;
+        if (record->hashed) {
+            table_remove(slots, slot_mask, block, record->hash);
+            record->hashed = 0;
+            evictions++;
+        }
+        record->refcount = 1;
+        blocks_p[i] = block;
     }
-    if (cache->hashed[next])
-        prefetch_slot(cache, cache->block_hash[next]);
+    ring->head = head;
+    ring->length -= (uint32_t)count;
+    cache->index_version += evictions;
+    cache->metrics.evictions += evictions;
+    cache->metrics.blocks_allocated += count;
+}
+
+/* Hashes blocks [first, end) of a request into the index, as index_insert
+ * on each would; the slot of the hash PREFETCH_AHEAD on is loaded
+ * meanwhile. */
+static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_hash_t *hashes,
+                       size_t first, size_t end)
+{
+    block_record_t *blocks = cache->blocks;
+    hash_slot_t *slots = cache->slots;
+    const size_t slot_mask = cache->slot_mask;
+    for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++)
+        __builtin_prefetch(&slots[(size_t)slot_key(hashes[i]) & slot_mask]);
+    for (size_t i = first; i < end; i++) {
+        if (i + PREFETCH_AHEAD < end)
+            __builtin_prefetch(&slots[(size_t)slot_key(hashes[i + PREFETCH_AHEAD]) & slot_mask]);
+        table_insert(slots, slot_mask, ids[i], hashes[i]);
+        record_hashed(&blocks[ids[i]], hashes[i]);
+    }
+    for (size_t i = first; cache->epochs_used && i < end; i++)
+        cache->block_epoch[ids[i]] = cache->epoch;
+    cache->index_version += end - first;
 }
 
 /* A free block becomes evictable content for a non-queue policy. */
 static void policy_add(kvio_kvcache_t *cache, uint32_t block)
 {
-    bool fresh = !cache->policy_known[block];
-    cache->policy_known[block] = 1;
-    cache->evict.ops->add(cache->evict.priv, block, cache->block_hash[block].low, fresh);
+    block_record_t *record = &cache->blocks[block];
+    bool fresh = !record->policy_known;
+    record->policy_known = 1;
+    cache->evict.ops->add(cache->evict.priv, block, record->hash.low, fresh);
 }
 
 /* ---- requests ----------------------------------------------------------- */
@@ -458,6 +633,35 @@ kvio_status_t kvio_kvreq_create_borrowed(kvio_kvcache_t *cache, const kvio_hash_
     return KVIO_OK;
 }
 
+kvio_status_t kvio_kvreq_reset_borrowed(kvio_kvreq_t *req, const kvio_hash_t *hashes,
+                                        size_t num_hashes, size_t num_tokens)
+{
+    if (hashes == NULL && num_hashes > 0)
+        return KVIO_ERR_INVALID;
+    if (num_hashes > num_tokens / req->cache->block_size) {
+        kvio_error("kvcache: %zu block hashes for %zu full blocks", num_hashes,
+                   num_tokens / req->cache->block_size);
+        return KVIO_ERR_INVALID;
+    }
+    if (req->num_blocks > 0)
+        kvio_kvcache_free(req->cache, req);
+    if (!req->hashes_borrowed)
+        free(req->hashes);
+    free(req->tokens);
+    free(req->salt);
+    req->tokens = NULL;
+    req->salt = NULL;
+    req->num_tokens = req->tokens_capacity = req->salt_len = 0;
+    req->token_mode = false;
+    /* The cast: a borrowed array is only read (appends copy it first). */
+    req->hashes = (kvio_hash_t *)hashes;
+    req->hashes_borrowed = true;
+    req->hashes_capacity = 0;
+    req->num_hashes = num_hashes;
+    req->num_tokens = num_tokens;
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_kvreq_append_tokens(kvio_kvreq_t *req, const uint32_t *tokens,
                                        size_t num_tokens)
 {
@@ -478,6 +682,11 @@ kvio_status_t kvio_kvreq_append_hashes(kvio_kvreq_t *req, size_t num_tokens,
 {
     if (req->token_mode || (hashes == NULL && num_hashes > 0))
         return KVIO_ERR_INVALID;
+    if (num_hashes == 0) {
+        /* Decode steps: tokens only, nothing to check or copy. */
+        req->num_tokens += num_tokens;
+        return KVIO_OK;
+    }
     size_t full = (req->num_tokens + num_tokens) / req->cache->block_size;
     if (req->num_hashes + num_hashes > full) {
         kvio_error("kvcache: %zu block hashes for %zu full blocks", req->num_hashes + num_hashes,
@@ -550,22 +759,18 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req)
 
 /* ---- lookup, allocate, free --------------------------------------------- */
 
-/* Hit blocks written to hits_p (may be NULL); the last token is never
- * covered. */
-static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req, uint32_t *hits_p)
+/* The leading blocks of hashes found in the index, at most max_blocks; hit
+ * blocks written to hits_p (may be NULL). */
+static size_t find_prefix(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                          size_t max_blocks, uint32_t *hits_p)
 {
-    if (!cache->config.enable_prefix_caching || req->num_tokens == 0)
-        return 0;
-    size_t max_blocks = (req->num_tokens - 1) / cache->block_size;
-    if (max_blocks > req->num_hashes)
-        max_blocks = req->num_hashes;
     size_t count = 0;
     for (size_t i = 0; i < PREFETCH_AHEAD && i < max_blocks; i++)
-        prefetch_slot(cache, req->hashes[i]);
+        prefetch_slot(cache, hashes[i]);
     for (; count < max_blocks; count++) {
         if (count + PREFETCH_AHEAD < max_blocks)
-            prefetch_slot(cache, req->hashes[count + PREFETCH_AHEAD]);
-        uint32_t block = index_find(cache, req->hashes[count]);
+            prefetch_slot(cache, hashes[count + PREFETCH_AHEAD]);
+        uint32_t block = index_find(cache, hashes[count]);
         if (block == NO_BLOCK)
             break;
         if (hits_p != NULL)
@@ -574,9 +779,29 @@ static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req, ui
     return count;
 }
 
+/* Blocks a prefix lookup may hit: whole blocks with a hash, never the one
+ * holding the last token. */
+static size_t hit_limit(const kvio_kvcache_t *cache, size_t num_hashes, size_t num_tokens)
+{
+    if (!cache->config.enable_prefix_caching || num_tokens == 0)
+        return 0;
+    size_t max_blocks = (num_tokens - 1) / cache->block_size;
+    return max_blocks < num_hashes ? max_blocks : num_hashes;
+}
+
+/* Hit blocks written to hits_p (may be NULL); the last token is never
+ * covered. */
+static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req, uint32_t *hits_p)
+{
+    return find_prefix(cache, req->hashes, hit_limit(cache, req->num_hashes, req->num_tokens),
+                       hits_p);
+}
+
 void kvio_kvcache_set_epoch(kvio_kvcache_t *cache, uint64_t epoch)
 {
     cache->epoch = epoch;
+    if (epoch != 0)
+        cache->epochs_used = true; /* until now every block's epoch was 0 */
 }
 
 uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
@@ -585,19 +810,20 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
 {
     uint32_t count = 0;
     for (uint32_t block = 1; block < cache->num_blocks; block++) {
-        if (!cache->hashed[block])
+        block_record_t *record = &cache->blocks[block];
+        if (!record->hashed)
             continue;
         /* A free cached block stays in the free queue, unhashed (with a
          * policy other than lru it leaves the policy's candidates for the
          * queue's head, where unhashed blocks are taken first); a held one
          * stays with its request. */
-        if (cache->refcount[block] == 0 && !cache->queue_order) {
+        if (record->refcount == 0 && !cache->queue_order) {
             cache->evict.ops->remove(cache->evict.priv, block);
-            kvio_list_unlink(&cache->free_queue, cache->links, block);
-            kvio_list_push_head(&cache->free_queue, cache->links, block);
+            ring_unlink(cache, block);
+            ring_push_head(cache, block);
         }
         if (dropped != NULL)
-            dropped(context, cache->block_hash[block]);
+            dropped(context, record->hash);
         index_remove(cache, block);
         count++;
     }
@@ -614,6 +840,13 @@ uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache)
 size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, const kvio_kvreq_t *req)
 {
     return find_hits(cache, req, NULL) * cache->block_size;
+}
+
+size_t kvio_kvcache_lookup_hashes(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                                  size_t num_hashes, size_t num_tokens)
+{
+    return find_prefix(cache, hashes, hit_limit(cache, num_hashes, num_tokens), NULL) *
+           cache->block_size;
 }
 
 kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
@@ -634,7 +867,7 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
     if (first) {
         num_hits = find_hits(cache, req, req->blocks);
         for (size_t i = 0; i < num_hits; i++)
-            hits_in_queue += cache->refcount[req->blocks[i]] == 0;
+            hits_in_queue += cache->blocks[req->blocks[i]].refcount == 0;
     }
     size_t covered = num_tokens > num_hits * block_size ? num_tokens : num_hits * block_size;
     size_t needed_blocks = (covered + block_size - 1) / block_size;
@@ -650,12 +883,13 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
 
     for (size_t i = 0; i < num_hits; i++) {
         uint32_t block = req->blocks[i];
-        if (cache->refcount[block] == 0) {
-            kvio_list_unlink(&cache->free_queue, cache->links, block);
+        block_record_t *record = &cache->blocks[block];
+        if (record->refcount == 0) {
+            ring_unlink(cache, block);
             if (!cache->queue_order)
                 cache->evict.ops->remove(cache->evict.priv, block);
         }
-        cache->refcount[block]++;
+        record->refcount++;
         if (!cache->queue_order)
             cache->evict.ops->access(cache->evict.priv, block);
     }
@@ -663,32 +897,33 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
         req->num_blocks = num_hits;
         req->num_hashed_blocks = num_hits;
     }
-    for (size_t i = 0; i < new_blocks; i++) {
-        if (i + 1 < new_blocks)
-            prefetch_free_ahead(cache);
-        req->blocks[req->num_blocks++] = take_free_block(cache);
+    if (cache->queue_order && cache->config.on_evict == NULL) {
+        take_head_run(cache, req->blocks + req->num_blocks, new_blocks);
+        req->num_blocks += new_blocks;
+    } else {
+        for (size_t i = 0; i < new_blocks; i++)
+            req->blocks[req->num_blocks++] = take_free_block(cache);
     }
 
     if (cache->config.enable_prefix_caching) {
         size_t full = covered / block_size;
         if (full > req->num_hashes)
             full = req->num_hashes;
-        for (size_t i = req->num_hashed_blocks; i < full && i < req->num_hashed_blocks +
-                                                                   PREFETCH_AHEAD; i++)
-            prefetch_slot(cache, req->hashes[i]);
-        for (size_t i = req->num_hashed_blocks; i < full; i++) {
-            if (i + PREFETCH_AHEAD < full)
-                prefetch_slot(cache, req->hashes[i + PREFETCH_AHEAD]);
-            index_insert(cache, req->blocks[i], req->hashes[i]);
-            if (cache->config.on_cached != NULL)
-                cache->config.on_cached(cache->config.hook_context, req->blocks[i],
-                                        req->hashes[i]);
-        }
-        if (full > req->num_hashed_blocks)
+        if (full > req->num_hashed_blocks) {
+            if (cache->config.on_cached == NULL) {
+                insert_run(cache, req->blocks, req->hashes, req->num_hashed_blocks, full);
+            } else {
+                for (size_t i = req->num_hashed_blocks; i < full; i++) {
+                    index_insert(cache, req->blocks[i], req->hashes[i]);
+                    cache->config.on_cached(cache->config.hook_context, req->blocks[i],
+                                            req->hashes[i]);
+                }
+            }
             req->num_hashed_blocks = full;
+        }
     }
     if (first) {
-        for (size_t i = 0; i < num_hits; i++)
+        for (size_t i = 0; cache->epoch != 0 && i < num_hits; i++)
             if (cache->block_epoch[req->blocks[i]] < cache->epoch)
                 cache->metrics.prefix_stale_hits_tokens += block_size;
         cache->metrics.prefix_queries_tokens += req->num_tokens;
@@ -704,6 +939,38 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
     return KVIO_OK;
 }
 
+/* lru, every freed block to the tail: releases blocks count-1 .. 0, as the
+ * general loop below does, with the ring held in registers. */
+static void free_tail_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t count)
+{
+    free_ring_t *ring = &cache->free_queue;
+    block_record_t *blocks = cache->blocks;
+    uint32_t *entries = ring->entries;
+    const uint64_t ring_mask = ring->mask;
+    uint64_t tail = ring->tail;
+    uint32_t freed = 0;
+    for (size_t i = count; i-- > 0;) {
+        if (i >= PREFETCH_AHEAD)
+            __builtin_prefetch(&blocks[ids[i - PREFETCH_AHEAD]]);
+        uint32_t block = ids[i];
+        block_record_t *record = &blocks[block];
+        if (--record->refcount > 0)
+            continue;
+        if (tail - ring->head == ring_mask + 1) {
+            ring->tail = tail; /* full of tombstones: squeeze them out */
+            ring_compact(cache);
+            tail = ring->tail;
+        }
+        uint32_t position = (uint32_t)(tail++ & ring_mask);
+        entries[position] = block;
+        record->position = position;
+        freed++;
+    }
+    ring->tail = tail;
+    ring->length += freed;
+    cache->metrics.blocks_freed += freed;
+}
+
 void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req)
 {
     /* Unhashed blocks go to the head with prepend_unhashed (and always with
@@ -711,26 +978,35 @@ void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req)
     bool prepend = cache->config.enable_prefix_caching &&
                    (cache->config.free_order == KVIO_FREE_ORDER_PREPEND_UNHASHED ||
                     !cache->queue_order);
+    if (!prepend && cache->queue_order) {
+        free_tail_run(cache, req->blocks, req->num_blocks);
+        req->num_blocks = 0;
+        req->num_hashed_blocks = 0;
+        return;
+    }
     for (size_t i = req->num_blocks; i-- > 0;) {
+        if (i >= PREFETCH_AHEAD)
+            __builtin_prefetch(&cache->blocks[req->blocks[i - PREFETCH_AHEAD]]);
         uint32_t block = req->blocks[i];
-        if (--cache->refcount[block] > 0)
+        block_record_t *record = &cache->blocks[block];
+        if (--record->refcount > 0)
             continue;
         cache->metrics.blocks_freed++;
-        if (cache->hashed[block]) {
-            kvio_list_push_tail(&cache->free_queue, cache->links, block);
+        if (record->hashed) {
+            ring_push_tail(cache, block);
             if (!cache->queue_order)
                 policy_add(cache, block);
         } else if (!prepend) {
-            kvio_list_push_tail(&cache->free_queue, cache->links, block);
+            ring_push_tail(cache, block);
         }
     }
     /* Freed unhashed blocks go to the head as a group, in the order they
      * were freed (reverse): pushing them in forward order does that. */
     if (prepend) {
         for (size_t i = 0; i < req->num_blocks; i++) {
-            uint32_t block = req->blocks[i];
-            if (cache->refcount[block] == 0 && !cache->hashed[block])
-                kvio_list_push_head(&cache->free_queue, cache->links, block);
+            block_record_t *record = &cache->blocks[req->blocks[i]];
+            if (record->refcount == 0 && !record->hashed)
+                ring_push_head(cache, req->blocks[i]);
         }
     }
     req->num_blocks = 0;

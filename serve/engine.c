@@ -100,7 +100,9 @@ typedef struct engine_req {
     kvio_sched_request_t sched; /* what policies see */
     kvio_engine_request_t spec;
     kvio_hash_t *hashes;        /* prompt + output full blocks (owned) */
+    size_t hashes_capacity;
     size_t hashes_given;        /* hashes handed to the pool so far */
+    kvio_engine_hash_source_t source; /* fill set: hashes not yet filled (kv NULL) */
     kvio_kvreq_t *kv;
     uint32_t target_output;     /* min(output, max_tokens) */
     uint32_t computed;          /* tokens whose KV exists */
@@ -118,7 +120,20 @@ typedef struct engine_req {
     size_t swapped_blocks;
     int64_t first_token_ns, last_token_ns;
     req_state_t state;
+    struct engine_req *next_spare;
 } engine_req_t;
+
+/* A finished request's hash array and pool request, kept for the next
+ * request (no allocation, no fresh pages per request). */
+typedef struct req_buffers {
+    kvio_hash_t *hashes;
+    size_t capacity;
+    kvio_kvreq_t *kv; /* holds no blocks */
+} req_buffers_t;
+
+/* How many finished requests' buffers and structs are kept for reuse. */
+#define MAX_SPARE_BUFFERS 16
+#define MAX_SPARE_REQUESTS 256
 
 /* A block's owner stamp, recorded but not yet written (index STAMP_NONE:
  * nothing pending). */
@@ -175,6 +190,10 @@ struct kvio_engine {
     char error[512];            /* why the last schedule failed (a bad cost model) */
     kvio_kvreq_t *reservation;  /* update.colocated: blocks lent to an incoming update */
     uint32_t reserved_blocks;
+    engine_req_t *spare_requests; /* finished requests' structs (no buffers), linked */
+    size_t num_spare_requests;
+    req_buffers_t spare_buffers[MAX_SPARE_BUFFERS];
+    size_t num_spare_buffers;
 };
 
 /* ---------- lists ---------- */
@@ -698,15 +717,59 @@ fail:
     return status;
 }
 
+static void req_release_source(engine_req_t *req)
+{
+    if (req->source.fill != NULL && req->source.release != NULL)
+        req->source.release(req->source.context);
+    req->source = (kvio_engine_hash_source_t){0};
+}
+
 static void req_destroy(engine_req_t *req)
 {
     if (req == NULL)
         return;
+    req_release_source(req);
     kvio_kvreq_destroy(req->kv);
     free(req->hashes);
     free(req->swap_slots);
     free(req->swap_checksums);
     free(req);
+}
+
+/* A zeroed request, on a finished one's struct when there is one. */
+static engine_req_t *req_alloc(kvio_engine_t *engine)
+{
+    engine_req_t *req = engine->spare_requests;
+    if (req == NULL)
+        return calloc(1, sizeof(*req));
+    engine->spare_requests = req->next_spare;
+    engine->num_spare_requests--;
+    memset(req, 0, sizeof(*req));
+    return req;
+}
+
+/* A request the engine is done with (its blocks freed): its buffers and
+ * struct are kept for the next requests, up to a bound. */
+static void req_recycle(kvio_engine_t *engine, engine_req_t *req)
+{
+    req_release_source(req);
+    free(req->swap_slots);
+    free(req->swap_checksums);
+    if (req->kv != NULL && engine->num_spare_buffers < MAX_SPARE_BUFFERS) {
+        engine->spare_buffers[engine->num_spare_buffers++] =
+            (req_buffers_t){.hashes = req->hashes, .capacity = req->hashes_capacity,
+                            .kv = req->kv};
+    } else {
+        kvio_kvreq_destroy(req->kv);
+        free(req->hashes);
+    }
+    if (engine->num_spare_requests >= MAX_SPARE_REQUESTS) {
+        free(req);
+        return;
+    }
+    req->next_spare = engine->spare_requests;
+    engine->spare_requests = req;
+    engine->num_spare_requests++;
 }
 
 void kvio_engine_destroy(kvio_engine_t *engine)
@@ -719,6 +782,15 @@ void kvio_engine_destroy(kvio_engine_t *engine)
         for (size_t i = 0; i < lists[l]->count; i++)
             req_destroy(lists[l]->items[i]);
         free(lists[l]->base);
+    }
+    while (engine->spare_requests != NULL) {
+        engine_req_t *spare = engine->spare_requests;
+        engine->spare_requests = spare->next_spare;
+        free(spare);
+    }
+    for (size_t i = 0; i < engine->num_spare_buffers; i++) {
+        kvio_kvreq_destroy(engine->spare_buffers[i].kv);
+        free(engine->spare_buffers[i].hashes);
     }
     free(engine->scratch);
     free(engine->scheduled);
@@ -753,7 +825,8 @@ static size_t hashes_due(const engine_req_t *req, uint32_t tokens, uint32_t bloc
  * block carries the same salt. */
 static void salt_hashes(const kvio_engine_t *engine, engine_req_t *req, uint64_t version)
 {
-    if (engine->update_cache != KVIO_UPDATE_CACHE_VERSION || version == 0)
+    if (engine->update_cache != KVIO_UPDATE_CACHE_VERSION || version == 0 ||
+        req->source.fill != NULL) /* not filled yet: salted with its tag when it is */
         return;
     uint64_t salt = XXH3_64bits(&version, sizeof(version));
     for (size_t i = 0; i < req->spec.num_hashes; i++) {
@@ -772,39 +845,82 @@ static void retag(kvio_engine_t *engine, engine_req_t *req, uint64_t version)
     req->lookup_valid = false;
 }
 
+/* Gives req a hash array of count and a pool request, a finished
+ * request's when one is kept. */
+static kvio_status_t req_take_buffers(kvio_engine_t *engine, engine_req_t *req, size_t count)
+{
+    if (req->kv == NULL && engine->num_spare_buffers > 0) {
+        req_buffers_t *spare = &engine->spare_buffers[--engine->num_spare_buffers];
+        req->hashes = spare->hashes;
+        req->hashes_capacity = spare->capacity;
+        req->kv = spare->kv;
+    }
+    if (count > req->hashes_capacity) {
+        free(req->hashes); /* its contents are not needed */
+        req->hashes = malloc(count * sizeof(kvio_hash_t));
+        req->hashes_capacity = req->hashes != NULL ? count : 0;
+        if (req->hashes == NULL)
+            return KVIO_ERR_NOMEM;
+    }
+    return KVIO_OK;
+}
+
+/* Gives req its hashes, copied from given or filled by its source, salted
+ * with its tag, and the pool's view of its prompt. */
+static kvio_status_t req_set_hashes(kvio_engine_t *engine, engine_req_t *req,
+                                    const kvio_hash_t *given)
+{
+    size_t count = req->spec.num_hashes;
+    kvio_status_t status = req_take_buffers(engine, req, count);
+    if (status != KVIO_OK)
+        return status;
+    if (req->source.fill != NULL) {
+        status = req->source.fill(req->source.context, req->hashes, count);
+        if (status != KVIO_OK)
+            return status;
+        req_release_source(req);
+    } else if (count > 0) {
+        memcpy(req->hashes, given, count * sizeof(kvio_hash_t));
+    }
+    salt_hashes(engine, req, req->spec.tag);
+    /* The pool reads the request's own array (kept until the pool's view of
+     * it is reset or destroyed), so the hashes are copied once, not twice. */
+    status = req->kv != NULL
+                 ? kvio_kvreq_reset_borrowed(req->kv, req->hashes, req->hashes_given,
+                                             req->spec.prompt_tokens)
+                 : kvio_kvreq_create_borrowed(engine->cache, req->hashes, req->hashes_given,
+                                              req->spec.prompt_tokens, &req->kv);
+    if (status != KVIO_OK)
+        return status;
+    req->spec.hashes = req->hashes;
+    req->sched.hashes = req->hashes;
+    req->sched.num_hashes = req->hashes_given;
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request)
 {
-    if (request->prompt_tokens == 0)
-        return KVIO_ERR_INVALID;
-    engine_req_t *req = calloc(1, sizeof(*req));
-    if (req == NULL)
-        return KVIO_ERR_NOMEM;
-    req->spec = *request;
-    if (request->num_hashes > 0) {
-        req->hashes = malloc(request->num_hashes * sizeof(kvio_hash_t));
-        if (req->hashes == NULL) {
-            free(req);
-            return KVIO_ERR_NOMEM;
-        }
-        memcpy(req->hashes, request->hashes, request->num_hashes * sizeof(kvio_hash_t));
-        salt_hashes(engine, req, request->tag);
+    bool deferred = request->hash_source.fill != NULL;
+    kvio_status_t status = KVIO_OK;
+    engine_req_t *req = NULL;
+    if (request->prompt_tokens == 0 || (deferred && request->hashes != NULL))
+        status = KVIO_ERR_INVALID;
+    else if ((req = req_alloc(engine)) == NULL)
+        status = KVIO_ERR_NOMEM;
+    if (status != KVIO_OK) {
+        if (deferred && request->hash_source.release != NULL)
+            request->hash_source.release(request->hash_source.context);
+        return status;
     }
-    req->spec.hashes = req->hashes;
+    req->spec = *request;
+    req->spec.hashes = NULL;
+    req->source = request->hash_source;
     req->target_output = request->output_tokens;
     if (request->max_tokens > 0 && req->target_output > request->max_tokens)
         req->target_output = request->max_tokens;
     if (req->target_output == 0)
         req->target_output = 1;
     req->hashes_given = hashes_due(req, request->prompt_tokens, engine->block_size);
-    /* The pool reads the request's own array (freed after the pool's view
-     * of it in req_destroy), so the hashes are copied once, not twice. */
-    kvio_status_t status = kvio_kvreq_create_borrowed(engine->cache, req->hashes,
-                                                      req->hashes_given, request->prompt_tokens,
-                                                      &req->kv);
-    if (status != KVIO_OK) {
-        req_destroy(req);
-        return status;
-    }
     req->sched = (kvio_sched_request_t){
         .id = request->id,
         .arrival_ns = request->arrival_ns,
@@ -812,9 +928,14 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
         .prompt_tokens = request->prompt_tokens,
         .output_tokens = req->target_output,
         .max_tokens = request->max_tokens ? request->max_tokens : req->target_output,
-        .hashes = req->hashes,
-        .num_hashes = req->hashes_given,
     };
+    /* A deferred request gets its hashes when it is first looked up. */
+    if (!deferred)
+        status = req_set_hashes(engine, req, request->hashes);
+    if (status != KVIO_OK) {
+        req_destroy(req);
+        return status;
+    }
     kvio_sched_predict(engine->sched, &req->sched);
     req->state = REQ_WAITING;
     status = list_push(&engine->waiting, req);
@@ -837,16 +958,23 @@ bool kvio_engine_has_work(const kvio_engine_t *engine)
 /* ---------- scheduling ---------- */
 
 /* Cached prefix of a waiting request, looked up again only when the
- * index changed since the last lookup (the result is the same otherwise). */
-static uint32_t lookup_hits(kvio_engine_t *engine, engine_req_t *req)
+ * index changed since the last lookup (the result is the same otherwise).
+ * A deferred request gets its hashes here. */
+static kvio_status_t lookup_hits(kvio_engine_t *engine, engine_req_t *req, uint32_t *hits_p)
 {
+    if (req->source.fill != NULL) {
+        kvio_status_t status = req_set_hashes(engine, req, NULL);
+        if (status != KVIO_OK)
+            return status;
+    }
     uint64_t version = kvio_kvcache_index_version(engine->cache);
     if (!req->lookup_valid || req->lookup_version != version) {
         req->lookup_hits = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
         req->lookup_version = version;
         req->lookup_valid = true;
     }
-    return req->lookup_hits;
+    *hits_p = req->lookup_hits;
+    return KVIO_OK;
 }
 
 static void fill_view(const kvio_engine_t *engine, kvio_sched_view_t *view, int64_t now_ns)
@@ -1139,7 +1267,9 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
     if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_NEEDS_HITS) {
         for (size_t i = 0; i < engine->waiting.count; i++) {
             engine_req_t *req = engine->waiting.items[i];
-            req->sched.hit_tokens = lookup_hits(engine, req);
+            kvio_status_t status = lookup_hits(engine, req, &req->sched.hit_tokens);
+            if (status != KVIO_OK)
+                return status;
         }
     }
     kvio_sched_order(engine->sched, (kvio_sched_request_t **)engine->waiting.items,
@@ -1154,7 +1284,9 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         if (req->swapped) {
             computed = req->computed;
         } else {
-            hits = lookup_hits(engine, req);
+            kvio_status_t status = lookup_hits(engine, req, &hits);
+            if (status != KVIO_OK)
+                return status;
             computed = hits;
             if (engine->num_tiers > 0 && engine->config_prefix_caching) {
                 size_t max_blocks = (num_tokens - 1) / engine->block_size;
@@ -1551,13 +1683,16 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
             }
             kvio_kvcache_free(engine->cache, req->kv);
             engine->scratch[i] = NULL;
-            req_destroy(req);
+            req_recycle(engine, req);
             continue;
         }
-        /* The new token joins the sequence; hash the block it fills. */
+        /* The new token joins the sequence; hash the block it fills (one
+         * falls due only when the tokens reach the next block's end). */
         uint32_t tokens = req_num_tokens(req);
-        size_t due = hashes_due(req, tokens, engine->block_size);
-        size_t new_hashes = due > req->hashes_given ? due - req->hashes_given : 0;
+        size_t new_hashes = 0;
+        if (req->hashes_given < req->spec.num_hashes &&
+            tokens >= (uint64_t)(req->hashes_given + 1) * engine->block_size)
+            new_hashes = hashes_due(req, tokens, engine->block_size) - req->hashes_given;
         if (kvio_kvreq_append_hashes(req->kv, 1, req->hashes + req->hashes_given, new_hashes) ==
             KVIO_OK)
             req->hashes_given += new_hashes;
@@ -1600,9 +1735,10 @@ kvio_status_t kvio_engine_request_state(const kvio_engine_t *engine, uint64_t id
             const engine_req_t *req = lists[l]->items[i];
             if (req->spec.id != id)
                 continue;
-            const uint32_t *ids;
-            size_t num_ids;
-            kvio_kvreq_blocks(req->kv, &ids, &num_ids);
+            const uint32_t *ids = NULL;
+            size_t num_ids = 0;
+            if (req->kv != NULL) /* NULL: a deferred request, not looked up yet */
+                kvio_kvreq_blocks(req->kv, &ids, &num_ids);
             *computed_p = req->computed;
             *blocks_p = (uint32_t)num_ids;
             return KVIO_OK;
@@ -1649,14 +1785,9 @@ size_t kvio_engine_cached_prefix(const kvio_engine_t *engine, const kvio_hash_t 
     size_t full = prompt_tokens / engine->block_size;
     if (num_hashes > full)
         num_hashes = full;
-    kvio_kvreq_t *probe = NULL;
-    /* A probe destroyed at once: it borrows the caller's hashes. */
-    if (kvio_kvreq_create_borrowed(engine->cache, hashes, num_hashes, prompt_tokens, &probe) !=
-        KVIO_OK)
+    if (hashes == NULL && num_hashes > 0)
         return 0;
-    size_t hit = kvio_kvcache_lookup(engine->cache, probe);
-    kvio_kvreq_destroy(probe);
-    return hit;
+    return kvio_kvcache_lookup_hashes(engine->cache, hashes, num_hashes, prompt_tokens);
 }
 
 const kvio_engine_metrics_t *kvio_engine_metrics(const kvio_engine_t *engine)

@@ -337,25 +337,128 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
     return KVIO_OK;
 }
 
+/* ---------- CSV rows ---------- */
+
+/* Appends value in decimal; returns the end. */
+static char *append_unsigned(char *out, unsigned long long value)
+{
+    char digits[20];
+    int count = 0;
+    do {
+        digits[count++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value > 0);
+    while (count > 0)
+        *out++ = digits[--count];
+    return out;
+}
+
+/* Appends value with `decimals` (at most 6) digits after the point,
+ * exactly as printf's "%.<decimals>f" does: the double's exact binary value
+ * rounded to nearest, ties to even (glibc). value = m * 2^e exactly, so
+ * value * 10^decimals = m * 10^decimals * 2^e is an integer shifted right,
+ * computed in 128 bits; values outside [0, 10^12) and -0 go to sprintf. */
+static char *append_fixed(char *out, double value, int decimals)
+{
+    static const uint64_t powers[] = {1, 10, 100, 1000, 10000, 100000, 1000000};
+    if (!(value >= 0 && value < 1e12) || signbit(value))
+        return out + sprintf(out, "%.*f", decimals, value);
+    int exponent = 0;
+    double fraction = frexp(value, &exponent); /* value = fraction * 2^exponent */
+    uint64_t mantissa = (uint64_t)ldexp(fraction, 53);
+    int shift = 53 - exponent; /* value = mantissa * 2^-shift */
+    unsigned __int128 scaled = (unsigned __int128)mantissa * powers[decimals];
+    uint64_t units;
+    if (shift <= 0) {
+        units = (uint64_t)(scaled << -shift);
+    } else if (shift >= 127) {
+        units = 0; /* below half a unit of the last digit */
+    } else {
+        units = (uint64_t)(scaled >> shift);
+        unsigned __int128 remainder = scaled & (((unsigned __int128)1 << shift) - 1);
+        unsigned __int128 half = (unsigned __int128)1 << (shift - 1);
+        if (remainder > half || (remainder == half && (units & 1)))
+            units++;
+    }
+    out = append_unsigned(out, units / powers[decimals]);
+    if (decimals > 0) {
+        *out++ = '.';
+        uint64_t part = units % powers[decimals];
+        for (int i = decimals - 1; i >= 0; i--) {
+            out[i] = (char)('0' + part % 10);
+            part /= 10;
+        }
+        out += decimals;
+    }
+    return out;
+}
+
+/* The longest row: every %.6f at its longest (a double near DBL_MAX has
+ * 309 digits before the point), with the integers. */
+#define ROW_MAX 1280
+
+/* Formats "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d" of a finished
+ * request: the same bytes, formatted by hand (printf's float path was a
+ * large share of a simulate run). */
 int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
                            size_t text_len)
 {
-    return snprintf(text_p, text_len, "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
-                    (unsigned long long)finished->id, finished->rank, finished->arrival_ns / 1e9,
-                    finished->first_token_ns / 1e9, finished->finish_ns / 1e9,
-                    finished->prompt_tokens, finished->output_tokens, finished->cached_tokens,
-                    finished->preemptions, (unsigned long long)finished->tag, finished->measured);
+    char row[ROW_MAX];
+    char *out = row;
+    out = append_unsigned(out, finished->id);
+    *out++ = ',';
+    out = append_unsigned(out, finished->rank);
+    *out++ = ',';
+    out = append_fixed(out, finished->arrival_ns / 1e9, 6);
+    *out++ = ',';
+    out = append_fixed(out, finished->first_token_ns / 1e9, 6);
+    *out++ = ',';
+    out = append_fixed(out, finished->finish_ns / 1e9, 6);
+    const unsigned long long counts[] = {finished->prompt_tokens, finished->output_tokens,
+                                         finished->cached_tokens, finished->preemptions,
+                                         finished->tag};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        *out++ = ',';
+        out = append_unsigned(out, counts[i]);
+    }
+    *out++ = ',';
+    *out++ = finished->measured ? '1' : '0';
+    int length = (int)(out - row);
+    if (text_len > 0) {
+        size_t copied = (size_t)length < text_len ? (size_t)length : text_len - 1;
+        memcpy(text_p, row, copied);
+        text_p[copied] = '\0';
+    }
+    return length;
 }
 
+/* "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu", formatted by hand. */
 void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
                               const kvio_engine_iteration_t *iteration)
 {
-    kvio_csv_row(csv, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu",
-                 iteration->start_ns / 1e9, rank, iteration->duration_ns / 1e6,
-                 iteration->num_scheduled, (unsigned long long)iteration->batch.prefill_tokens,
-                 (unsigned long long)iteration->batch.decode_seqs, iteration->kv_usage,
-                 iteration->running, iteration->waiting, iteration->num_preempted,
-                 (unsigned long long)iteration->swap_bytes);
+    char row[ROW_MAX];
+    char *out = row;
+    out = append_fixed(out, iteration->start_ns / 1e9, 6);
+    *out++ = ',';
+    out = append_unsigned(out, rank);
+    *out++ = ',';
+    out = append_fixed(out, iteration->duration_ns / 1e6, 6);
+    *out++ = ',';
+    out = append_unsigned(out, iteration->num_scheduled);
+    *out++ = ',';
+    out = append_unsigned(out, iteration->batch.prefill_tokens);
+    *out++ = ',';
+    out = append_unsigned(out, iteration->batch.decode_seqs);
+    *out++ = ',';
+    out = append_fixed(out, iteration->kv_usage, 5);
+    const unsigned long long counts[] = {iteration->running, iteration->waiting,
+                                         iteration->num_preempted, iteration->swap_bytes};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        *out++ = ',';
+        out = append_unsigned(out, counts[i]);
+    }
+    *out = '\0';
+    kvio_csv_row(csv, "%s", row);
 }
 
 kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,
@@ -672,19 +775,91 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
     return KVIO_OK;
 }
 
+/* A request whose block hashes the engine computes when it first needs
+ * them: a copy of the stream's request with its segments and trace ids, in
+ * one allocation (a long waiting queue then holds 8 bytes per Mooncake
+ * block of 512 tokens, not 16 bytes per KV block of 16). */
+typedef struct deferred_request {
+    kvio_request_t request;
+    uint32_t block_size;
+} deferred_request_t;
+
+static kvio_status_t deferred_fill(void *context, kvio_hash_t *hashes_p, size_t num_hashes)
+{
+    const deferred_request_t *deferred = context;
+    return kvio_request_block_hashes(&deferred->request, deferred->block_size, 0, num_hashes,
+                                     NULL, hashes_p);
+}
+
+static void deferred_release(void *context)
+{
+    free(context);
+}
+
+static deferred_request_t *deferred_create(const kvio_request_t *request, uint32_t block_size)
+{
+    size_t segment_bytes = request->segments != NULL
+                               ? request->num_segments * sizeof(kvio_segment_t)
+                               : 0;
+    size_t id_bytes = request->trace_hash_ids != NULL
+                          ? request->num_trace_hash_ids * sizeof(uint64_t)
+                          : 0;
+    deferred_request_t *deferred = malloc(sizeof(*deferred) + segment_bytes + id_bytes);
+    if (deferred == NULL)
+        return NULL;
+    deferred->request = *request;
+    deferred->block_size = block_size;
+    unsigned char *tail = (unsigned char *)(deferred + 1);
+    if (segment_bytes > 0) {
+        memcpy(tail, request->segments, segment_bytes);
+        deferred->request.segments = (const kvio_segment_t *)tail;
+    }
+    if (id_bytes > 0) {
+        memcpy(tail + segment_bytes, request->trace_hash_ids, id_bytes);
+        deferred->request.trace_hash_ids = (const uint64_t *)(tail + segment_bytes);
+    }
+    return deferred;
+}
+
+/* The router reads a request's hashes only to compare ranks' caches. */
+static bool router_reads_hashes(const simulation_t *sim)
+{
+    int policy = sim->run->serve->router.policy;
+    return sim->num_ranks > 1 &&
+           (policy == KVIO_ROUTER_PREFIX_AFFINITY || policy == KVIO_ROUTER_KV_COST);
+}
+
 static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, int64_t now_ns,
                               bool measured, char *error_p, size_t error_len)
 {
+    if (request->input_tokens == 0)
+        return KVIO_OK; /* nothing to serve; streams do not produce these */
     kvio_engine_request_t engine_request;
-    kvio_status_t status = kvio_serve_engine_request(request, sim->block_size, now_ns, measured, 0,
-                                                     &sim->hashes, &engine_request);
+    kvio_status_t status = KVIO_OK;
+    if (router_reads_hashes(sim)) {
+        status = kvio_serve_engine_request(request, sim->block_size, now_ns, measured, 0,
+                                           &sim->hashes, &engine_request);
+    } else {
+        deferred_request_t *deferred = deferred_create(request, sim->block_size);
+        if (deferred == NULL)
+            status = KVIO_ERR_NOMEM;
+        else
+            engine_request = (kvio_engine_request_t){
+                .id = request->id, .arrival_ns = now_ns, .prompt_tokens = request->input_tokens,
+                .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
+                .priority = request->priority,
+                .num_hashes = ((size_t)request->input_tokens + request->output_tokens) /
+                              sim->block_size,
+                .measured = measured,
+                .hash_source = {.fill = deferred_fill, .release = deferred_release,
+                                .context = deferred},
+            };
+    }
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "request %llu: cannot derive its block hashes",
                  (unsigned long long)request->id);
         return status;
     }
-    if (engine_request.prompt_tokens == 0)
-        return KVIO_OK; /* nothing to serve; streams do not produce these */
     uint32_t rank = kvio_router_choose(sim->router, sim->engines, sim->num_ranks, &engine_request);
     if (sim->run->updates != NULL)
         engine_request.tag = active_version(sim, rank, now_ns);

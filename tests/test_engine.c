@@ -432,3 +432,66 @@ Test(engine, waiting_for_an_update_drains_the_running_requests_first, .timeout =
     cr_assert_eq(kvio_engine_metrics(f.engine)->mixed_version_tokens, 0);
     teardown(&f);
 }
+
+/* A deferred request's hash source: the shared content of add_shared,
+ * counting fills and releases. */
+typedef struct counted_source {
+    uint32_t tokens;
+    int fills, releases;
+} counted_source_t;
+
+static kvio_status_t counted_fill(void *context, kvio_hash_t *hashes_p, size_t num_hashes)
+{
+    counted_source_t *source = context;
+    source->fills++;
+    for (size_t b = 0; b < num_hashes; b++) {
+        kvio_hash_run_t run = {.content_id = 7, .offset = (uint32_t)(b * 16), .length = 16};
+        hashes_p[b] = kvio_hash_runs(b ? &hashes_p[b - 1] : NULL, &run, 1);
+    }
+    return KVIO_OK;
+}
+
+static void counted_release(void *context)
+{
+    ((counted_source_t *)context)->releases++;
+}
+
+static void add_deferred(fixture_t *f, uint64_t id, counted_source_t *source, uint32_t output)
+{
+    kvio_engine_request_t request = {
+        .id = id, .arrival_ns = f->now_ns, .prompt_tokens = source->tokens,
+        .output_tokens = output, .num_hashes = source->tokens / 16 < 8 ? source->tokens / 16 : 8,
+        .measured = true,
+        .hash_source = {.fill = counted_fill, .release = counted_release, .context = source}};
+    cr_assert_eq(kvio_engine_add(f->engine, &request), KVIO_OK);
+}
+
+Test(engine, deferred_hashes_are_filled_once_when_first_needed_and_hit_alike, .timeout = 10)
+{
+    finished_log_t log = {0};
+    fixture_t f;
+    setup_updates(&f, KVIO_UPDATE_CACHE_KEEP, KVIO_IN_FLIGHT_KEEP, &log);
+    /* The same content given eagerly, then deferred: the deferred request
+     * hits the eager one's blocks (all but the block of its last token). */
+    add_shared(&f, 1, 128, 4, 0);
+    run_until_idle(&f);
+    counted_source_t source = {.tokens = 128};
+    add_deferred(&f, 2, &source, 4);
+    cr_assert_eq(source.fills, 0, "filled before it was looked up");
+    run_until_idle(&f);
+    cr_assert_eq(source.fills, 1);
+    cr_assert_eq(source.releases, 1);
+    cr_assert_eq(finished_id(&log, 2)->cached_tokens, 112);
+    /* A deferred request never looked up is released when the engine goes,
+     * and one the engine refuses is released at once. */
+    counted_source_t waiting = {.tokens = 64}, refused = {.tokens = 0};
+    add_deferred(&f, 3, &waiting, 4);
+    kvio_engine_request_t bad = {
+        .id = 4, .prompt_tokens = 0, .output_tokens = 1,
+        .hash_source = {.fill = counted_fill, .release = counted_release, .context = &refused}};
+    cr_assert_eq(kvio_engine_add(f.engine, &bad), KVIO_ERR_INVALID);
+    cr_assert_eq(refused.releases, 1);
+    teardown(&f);
+    cr_assert_eq(waiting.fills, 0);
+    cr_assert_eq(waiting.releases, 1);
+}

@@ -450,6 +450,39 @@ Test(kvcache, borrowed_hashes_act_like_copied_ones_and_copy_on_a_foreign_append,
     kvio_kvcache_destroy(cache);
 }
 
+Test(kvcache, a_reset_request_acts_like_a_new_one_and_lookups_need_no_request, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t hashes[4], others[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        hashes[i] = kvio_hash_trace_block(i ? &hashes[i - 1] : NULL, 77, i);
+        others[i] = kvio_hash_trace_block(i ? &others[i - 1] : NULL, 88, i);
+    }
+    kvio_kvreq_t *first = NULL;
+    cr_assert_eq(kvio_kvreq_create_borrowed(cache, hashes, 3, 50, &first), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 50, NULL), KVIO_OK);
+    assert_blocks(first, (uint32_t[]){1, 2, 3, 4}, 4);
+    /* A prompt's cached prefix from its hashes alone: never its last token. */
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, hashes, 3, 50), 48);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, hashes, 3, 48), 32);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, others, 3, 50), 0);
+    /* Reset onto other content: its blocks are freed (still cached, at the
+     * tail), and it allocates as a new request would. */
+    cr_assert_eq(kvio_kvreq_reset_borrowed(first, others, 2, 40), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_num_free_blocks(cache), 10);
+    assert_queue(cache, (uint32_t[]){5, 6, 7, 8, 9, 10, 4, 3, 2, 1}, 10);
+    cr_assert_eq(kvio_kvreq_num_tokens(first), 40);
+    size_t hit = 99;
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 40, &hit), KVIO_OK);
+    cr_assert_eq(hit, 0);
+    assert_blocks(first, (uint32_t[]){5, 6, 7}, 3);
+    /* The old content is still found; more hashes than full blocks is refused. */
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, hashes, 3, 50), 48);
+    cr_assert_eq(kvio_kvreq_reset_borrowed(first, others, 3, 47), KVIO_ERR_INVALID);
+    kvio_kvreq_destroy(first);
+    kvio_kvcache_destroy(cache);
+}
+
 Test(kvcache, duplicate_hash_lookup_returns_the_earliest_block, .timeout = 10)
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);

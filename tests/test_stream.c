@@ -13,6 +13,8 @@
 
 #include "tests/helpers.h"
 
+#include <xxhash.h>
+
 /* Binds a workload from YAML text and creates its stream. */
 static kvio_stream_t *stream_from_yaml(const char *yaml, int64_t duration_ns)
 {
@@ -440,6 +442,53 @@ Test(stream, block_hashes_match_xxhsum_over_the_documented_layout, .timeout = 20
     /* Blocks past prompt + output are refused. */
     cr_assert_eq(kvio_request_block_hashes(&request, 16, 0, 3, NULL, hashes), KVIO_ERR_INVALID);
     cr_assert_eq(kvio_request_block_hashes(&request, 0, 0, 1, NULL, hashes), KVIO_ERR_INVALID);
+}
+
+Test(stream, trace_block_hashes_match_xxh3_over_the_documented_layout, .timeout = 20)
+{
+    /* parent's canonical bytes, u64 trace hash id, u32 index in the trace
+     * block: against xxhsum once, then against the library's XXH3-128 for
+     * parents, ids and indices of every size (the chain computes it from
+     * words, not bytes). */
+    uint8_t bytes[28] = {0};
+    put_u64(bytes + 16, 12345);
+    put_u32(bytes + 24, 3);
+    char expected[33], actual[33];
+    xxhsum_bytes(bytes, sizeof(bytes), expected);
+    kvio_hash_format(kvio_hash_trace_block(NULL, 12345, 3), actual);
+    cr_assert_str_eq(actual, expected);
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 2000; round++) {
+        uint64_t values[4];
+        for (int v = 0; v < 4; v++) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            values[v] = state >> (round % 64); /* small and large values */
+        }
+        kvio_hash_t parent = {.low = values[0], .high = values[1]};
+        uint32_t first = (uint32_t)(values[3] >> 32);
+        kvio_hash_t chain[3];
+        kvio_hash_trace_chain(round % 2 ? &parent : NULL, values[2], first, 3, chain);
+        kvio_hash_t previous = parent;
+        for (int i = 0; i < 3; i++) {
+            if (i > 0 || round % 2)
+                kvio_hash_to_bytes(previous, bytes);
+            else
+                memset(bytes, 0, 16);
+            put_u64(bytes + 16, values[2]);
+            put_u32(bytes + 24, first + (uint32_t)i);
+            XXH128_hash_t reference = XXH3_128bits(bytes, sizeof(bytes));
+            cr_assert(chain[i].low == reference.low64 && chain[i].high == reference.high64,
+                      "round %d block %d", round, i);
+            cr_assert(kvio_hash_equal(chain[i], kvio_hash_trace_block(i > 0 || round % 2
+                                                                          ? &previous
+                                                                          : NULL,
+                                                                      values[2],
+                                                                      first + (uint32_t)i)));
+            previous = chain[i];
+        }
+    }
 }
 
 /* The whole stream exported in kvio format, as a malloc'd string. */

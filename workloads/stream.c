@@ -381,18 +381,30 @@ kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t 
     uint64_t trace_block = request->segments == NULL ? request->trace_block_tokens : 0;
     bool trace_hashing = trace_block > 0 && trace_block % block_size == 0;
     kvio_status_t status = KVIO_OK;
-    for (size_t i = 0; i < num_blocks; i++) {
+    for (size_t i = 0; i < num_blocks;) {
         uint64_t start = (uint64_t)(first_block + i) * block_size;
         uint64_t end = start + block_size;
         if (trace_hashing && end <= request->input_tokens) {
-            hashes_p[i] = kvio_hash_trace_block(parent, request->trace_hash_ids[start / trace_block],
-                                                (uint32_t)(start % trace_block / block_size));
-        } else {
-            status = hash_span(&cursor, start, end, parent, &runs, &capacity, &hashes_p[i]);
-            if (status != KVIO_OK)
-                break;
+            /* The rest of this trace block's engine blocks inside the
+             * prompt, as one chain. */
+            uint64_t block_end = start - start % trace_block + trace_block;
+            if (block_end > request->input_tokens)
+                block_end = request->input_tokens;
+            size_t run = (size_t)((block_end - start) / block_size);
+            if (run > num_blocks - i)
+                run = num_blocks - i;
+            kvio_hash_trace_chain(parent, request->trace_hash_ids[start / trace_block],
+                                  (uint32_t)(start % trace_block / block_size), run,
+                                  hashes_p + i);
+            i += run;
+            parent = &hashes_p[i - 1];
+            continue;
         }
+        status = hash_span(&cursor, start, end, parent, &runs, &capacity, &hashes_p[i]);
+        if (status != KVIO_OK)
+            break;
         parent = &hashes_p[i];
+        i++;
     }
     if (runs != stack_runs)
         free(runs);

@@ -50,9 +50,21 @@ extern const kvio_opt_t kvio_engine_options[];
 extern const char *const kvio_eviction_names[];
 extern const kvio_opt_t kvio_kvcache_section_options[];
 
+/* Where a request's block hashes come from when the engine first needs
+ * them (a lookup or an admission), instead of with the request: a long
+ * waiting queue then holds no hashes. fill writes the num_hashes hashes
+ * into hashes_p; the engine calls release(context) (may be NULL) once it
+ * has them, or when it drops the request unfilled. */
+typedef struct kvio_engine_hash_source {
+    kvio_status_t (*fill)(void *context, kvio_hash_t *hashes_p, size_t num_hashes);
+    void (*release)(void *context);
+    void *context;
+} kvio_engine_hash_source_t;
+
 /* A request as the engine takes it. hashes cover the full blocks of the
  * prompt followed by the output (fewer is allowed: those blocks are never
- * cached); they are copied. */
+ * cached); they are copied. With hash_source.fill set, hashes is NULL and
+ * num_hashes says how many the source will give. */
 typedef struct kvio_engine_request {
     uint64_t id;
     int64_t arrival_ns;
@@ -64,6 +76,7 @@ typedef struct kvio_engine_request {
     size_t num_hashes;
     bool measured;          /* false during warmup: excluded from the metrics */
     uint64_t tag;           /* the caller's (e.g. model version); reported back */
+    kvio_engine_hash_source_t hash_source; /* optional; owned by the engine once added */
 } kvio_engine_request_t;
 
 /* What a finished request reports. */
@@ -207,7 +220,9 @@ kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks);
 /* The blocks lent now (kvio_engine_reserve; 0: none). */
 uint32_t kvio_engine_lent_blocks(const kvio_engine_t *engine);
 
-/* Queues a request (it joins the waiting queue at the next schedule). */
+/* Queues a request (it joins the waiting queue at the next schedule). With
+ * a hash source, the engine owns its context from this call on, whatever
+ * the result (it is released on failure). */
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request);
 
 /* True while requests wait or run. */

@@ -39,6 +39,12 @@ kvio_hash_t kvio_hash_runs(const kvio_hash_t *parent, const kvio_hash_run_t *run
 kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash_id,
                                   uint32_t index_in_trace_block);
 
+/* The chain of count trace blocks first_index, first_index + 1, ... of one
+ * trace hash id: the same hashes as count calls of kvio_hash_trace_block,
+ * each the next one's parent. */
+void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
+                           uint32_t first_index, size_t count, kvio_hash_t *hashes_p);
+
 /* Writes the canonical 16 bytes of a hash (the parent form above). */
 void kvio_hash_to_bytes(kvio_hash_t hash, uint8_t bytes_p[16]);
 

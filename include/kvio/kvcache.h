@@ -126,6 +126,13 @@ kvio_status_t kvio_kvreq_create_borrowed(kvio_kvcache_t *cache, const kvio_hash_
                                          size_t num_hashes, size_t num_tokens,
                                          kvio_kvreq_t **req_p);
 
+/* Makes req a new request, as kvio_kvreq_create_borrowed would create it
+ * on req's pool, keeping its buffers for reuse (its blocks are freed first
+ * if it holds any). The same checks and errors as creating one; on an error
+ * req is unchanged. */
+kvio_status_t kvio_kvreq_reset_borrowed(kvio_kvreq_t *req, const kvio_hash_t *hashes,
+                                        size_t num_hashes, size_t num_tokens);
+
 /* Decode growth: appends tokens (token requests) ... */
 kvio_status_t kvio_kvreq_append_tokens(kvio_kvreq_t *req, const uint32_t *tokens,
                                        size_t num_tokens);
@@ -147,6 +154,11 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req);
 /* Longest cached prefix of the request in tokens, whole blocks only, never
  * covering the last token (vLLM: the engine must compute it). Read-only. */
 size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, const kvio_kvreq_t *req);
+
+/* The same for a prompt given as its block hashes (num_hashes may be less
+ * than its full blocks) and length, without a request. */
+size_t kvio_kvcache_lookup_hashes(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                                  size_t num_hashes, size_t num_tokens);
 
 /* The epoch (a model version) blocks entering the index from now on are
  * stamped with; a hit on a block of an earlier epoch counts as stale
