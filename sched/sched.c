@@ -533,6 +533,14 @@ const char *kvio_policy_kind_name(int kind)
     return kind >= 0 && kind <= KVIO_POLICY_PKAS ? policy_names[kind] : "?";
 }
 
+bool kvio_sched_wants_hits(const kvio_sched_t *sched, size_t count)
+{
+    if (!(sched->policy->caps & KVIO_SCHED_CAP_NEEDS_HITS))
+        return false;
+    return sched->policy != &policy_registry[KVIO_POLICY_LPM] ||
+           (int64_t)count <= sched->config.lpm_max_queue;
+}
+
 unsigned kvio_sched_caps(const kvio_sched_t *sched)
 {
     return sched->policy->caps;

@@ -1264,7 +1264,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         return KVIO_OK;
     kvio_sched_view_t view;
     fill_view(engine, &view, now_ns);
-    if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_NEEDS_HITS) {
+    if (kvio_sched_wants_hits(engine->sched, engine->waiting.count)) {
         for (size_t i = 0; i < engine->waiting.count; i++) {
             engine_req_t *req = engine->waiting.items[i];
             kvio_status_t status = lookup_hits(engine, req, &req->sched.hit_tokens);

@@ -90,6 +90,10 @@ const char *kvio_sched_policy_name(const kvio_sched_t *sched);
 const char *kvio_policy_kind_name(int kind);
 unsigned kvio_sched_caps(const kvio_sched_t *sched);
 
+/* Whether ordering count waiting requests reads their cached prefixes (lpm
+ * past lpm_max_queue orders FCFS and does not: the lookups are skipped). */
+bool kvio_sched_wants_hits(const kvio_sched_t *sched, size_t count);
+
 /* Fills request->predicted_output (at least 1, at most max_tokens). */
 void kvio_sched_predict(kvio_sched_t *sched, kvio_sched_request_t *request);
 
