@@ -217,10 +217,11 @@ int kvio_cmd_cost(int argc, char **argv)
 int kvio_cmd_fit(int argc, char **argv)
 {
     if (argc == 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
-        printf("usage: kvio fit STEPS.csv\n\n"
+        printf("usage: kvio fit STEPS.csv|iterations.csv\n\n"
                "Fits t = c0 + c1*prefill_tokens + c2*decode_seqs + c3*context_tokens (ms)\n"
                "to measured iterations (CSV with those columns and time_ms) and prints\n"
-               "the coefficients for the cost section (kind: linear) and the fit error.\n");
+               "the coefficients for the cost section (kind: linear) and the fit error.\n"
+               "A kvio iterations.csv works too (duration_ms; no context column: c3 = 0).\n");
         return KVIO_EXIT_OK;
     }
     if (argc != 1) {

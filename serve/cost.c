@@ -453,8 +453,12 @@ void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,
 kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samples_p,
                                      size_t *count_p, char *error_p, size_t error_len)
 {
+    /* kvio's own iterations.csv names the time duration_ms and has no
+     * context column: the fit then leaves c3 at 0. */
     static const char *const columns[4] = {"prefill_tokens", "decode_seqs", "context_tokens",
                                            "time_ms"};
+    static const char *const aliases[4] = {NULL, NULL, NULL, "duration_ms"};
+    static const bool optional[4] = {false, false, true, false};
     FILE *file = fopen(path, "r");
     if (file == NULL) {
         snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
@@ -480,10 +484,11 @@ kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samp
         if (position[0] < 0 && position[3] < 0) {
             for (int f = 0; f < num_fields; f++)
                 for (int c = 0; c < 4; c++)
-                    if (strcmp(fields[f], columns[c]) == 0)
+                    if (strcmp(fields[f], columns[c]) == 0 ||
+                        (aliases[c] != NULL && strcmp(fields[f], aliases[c]) == 0))
                         position[c] = f;
             for (int c = 0; c < 4; c++) {
-                if (position[c] < 0) {
+                if (position[c] < 0 && !optional[c]) {
                     snprintf(error_p, error_len, "%s:%zu: the header has no '%s' column", path,
                              line_number, columns[c]);
                     status = KVIO_ERR_PARSE;
@@ -495,7 +500,9 @@ kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samp
         double values[4];
         for (int c = 0; c < 4; c++) {
             char *end = NULL;
-            const char *text = position[c] < num_fields ? fields[position[c]] : "";
+            const char *text = position[c] < 0              ? "0"
+                               : position[c] < num_fields ? fields[position[c]]
+                                                          : "";
             values[c] = strtod(text, &end);
             if (end == text || *end != '\0' || !isfinite(values[c]) || values[c] < 0) {
                 snprintf(error_p, error_len, "%s:%zu: %s: '%s' is not a non-negative number",
@@ -613,9 +620,18 @@ static void table_free(cost_table_t *table)
 kvio_status_t kvio_cost_fit_linear(const kvio_cost_sample_t *samples, size_t count,
                                    kvio_cost_fit_t *fit_p, char *error_p, size_t error_len)
 {
-    if (count < 4) {
-        snprintf(error_p, error_len, "need at least 4 samples to fit 4 coefficients, got %zu",
-                 count);
+    /* A term no sample has (iterations.csv: no decode context) is left at
+     * 0; the others are fitted. */
+    bool present[4] = {true, false, false, false};
+    for (size_t i = 0; i < count; i++) {
+        present[1] = present[1] || samples[i].prefill_tokens > 0;
+        present[2] = present[2] || samples[i].decode_seqs > 0;
+        present[3] = present[3] || samples[i].context_tokens > 0;
+    }
+    size_t terms = 1 + (size_t)present[1] + (size_t)present[2] + (size_t)present[3];
+    if (count < terms) {
+        snprintf(error_p, error_len, "need at least %zu samples to fit %zu coefficients, got %zu",
+                 terms, terms, count);
         return KVIO_ERR_INVALID;
     }
     /* Normal equations (X^T X) c = X^T y, solved by Gaussian elimination with
@@ -639,6 +655,9 @@ kvio_status_t kvio_cost_fit_linear(const kvio_cost_sample_t *samples, size_t cou
             matrix[j][4] += row[j] * samples[i].time_ms;
         }
     }
+    for (int j = 1; j < 4; j++)
+        if (!present[j])
+            matrix[j][j] = 1; /* c_j = 0 */
     for (int column = 0; column < 4; column++) {
         int pivot = column;
         for (int r = column + 1; r < 4; r++)

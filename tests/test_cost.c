@@ -227,6 +227,34 @@ Test(cost, fit_recovers_known_coefficients, .timeout = 10)
     cr_assert_eq(kvio_cost_fit_linear(samples, 3, &fit, error, sizeof(error)), KVIO_ERR_INVALID);
 }
 
+/* #21: kvio fit reads kvio's own iterations.csv (duration_ms, no context
+ * column): a simulate run with a known linear cost (c3 = 0) gives back its
+ * coefficients. */
+Test(cost, fit_reads_kvios_own_iterations_csv, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "--set",
+                               "cost={kind: linear, c0: 2, c1: 0.01, c2: 0.05, c3: 0}", "-o",
+                               "res", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "fit", "res/iterations.csv", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    double c0 = 0, c1 = 0, c2 = 0, c3 = -1;
+    const char *line = strstr(run.out, "cost: {kind: linear, c0: ");
+    cr_assert_not_null(line, "%s", run.out);
+    cr_assert_eq(sscanf(line, "cost: {kind: linear, c0: %lf, c1: %lf, c2: %lf, c3: %lf", &c0, &c1,
+                        &c2, &c3), 4, "%s", run.out);
+    /* iterations.csv keeps the duration to the microsecond. */
+    cr_expect_float_eq(c0, 2, 0.01, "%s", run.out);
+    cr_expect_float_eq(c1, 0.01, 1e-5, "%s", run.out);
+    cr_expect_float_eq(c2, 0.05, 1e-4, "%s", run.out);
+    cr_expect_eq(c3, 0);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(cost, kv_capacity_subtracts_weights_and_refuses_what_does_not_fit, .timeout = 10)
 {
     kvio_model_t model = test_model("llama3-8b");
