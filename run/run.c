@@ -89,7 +89,13 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
                  100 * metric(metrics, "kv_usage_mean", NULL),
                  100 * metric(metrics, "kv_usage_max", NULL));
         kvio_table_add_row(table, "KV usage", usage, NULL);
-        snprintf(au, sizeof(au), "%.1f %%", 100 * metric(metrics, "accelerator_utilization", NULL));
+        double stall = metric(metrics, "io_stall_fraction", NULL);
+        if (stall > 0.0005)
+            snprintf(au, sizeof(au), "%.1f %% (%.1f %% waiting on swap and tier I/O)",
+                     100 * metric(metrics, "accelerator_utilization", NULL), 100 * stall);
+        else
+            snprintf(au, sizeof(au), "%.1f %%",
+                     100 * metric(metrics, "accelerator_utilization", NULL));
         kvio_table_add_row(table, "accelerator utilization", au, NULL);
         if (json_object_get(metrics, "simulated_s") != NULL) {
             snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));

@@ -313,6 +313,7 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->iterations += src->iterations;
     dst->engines += src->engines;
     dst->busy_ns += src->busy_ns;
+    dst->io_stall_ns += src->io_stall_ns;
     dst->versions_activated += src->versions_activated;
     dst->stale_hit_tokens += src->stale_hit_tokens;
     dst->cache_flushed_blocks += src->cache_flushed_blocks;
@@ -1504,6 +1505,7 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     if (engine->current.duration_ns > 0) {
         engine->metrics.iterations++;
         engine->metrics.busy_ns += engine->current.duration_ns;
+        engine->metrics.io_stall_ns += (int64_t)(swap_ns + (double)engine->current.tier_ns);
         engine->metrics.usage_time_integral +=
             engine->current.kv_usage * (double)engine->current.duration_ns;
         if (engine->current.kv_usage > engine->metrics.max_usage)

@@ -156,10 +156,15 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                                       ? metrics->usage_time_integral / (double)metrics->busy_ns
                                       : 0));
     json_object_set_new(object, "kv_usage_max", json_real(metrics->max_usage));
-    /* Busy time per engine over the run's span (the DLIO AU idea). */
+    /* DLIO's AU: compute time per engine over the run's span; the time the
+     * engine waited on swap and tier transfers is I/O stall, apart. */
     double engines = metrics->engines > 0 ? (double)metrics->engines : 1.0;
+    double compute_ns = (double)(metrics->busy_ns - metrics->io_stall_ns);
     json_object_set_new(object, "accelerator_utilization",
-                        json_real(span_s > 0 ? (double)metrics->busy_ns / 1e9 / span_s / engines
+                        json_real(span_s > 0 ? compute_ns / 1e9 / span_s / engines : 0));
+    json_object_set_new(object, "io_stall_fraction",
+                        json_real(span_s > 0 ? (double)metrics->io_stall_ns / 1e9 / span_s /
+                                                   engines
                                              : 0));
     return object;
 }

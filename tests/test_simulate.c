@@ -319,6 +319,26 @@ Test(simulate, compare_runs_each_variant_and_writes_compare_json, .timeout = 120
     free(dir);
 }
 
+/* #21: accelerator utilization counted swap and tier I/O as busy (1.000
+ * with a 0.2 GB/s host link while most of the run waited on it). It is now
+ * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction. */
+Test(simulate, utilization_is_compute_and_io_stalls_are_apart, .timeout = 60)
+{
+    const char *slow[] = {"serve.kvcache.blocks=2000", "duration=30s",
+                          "serve.kvcache.tiers=[{kind: host, size: 64GiB, bandwidth: 0.2e9}]"};
+    run_output_t output = run_text(shared_prefix, slow, 3);
+    double au = metric(&output, "accelerator_utilization");
+    double stall = metric(&output, "io_stall_fraction");
+    cr_expect_gt(stall, 0.3, "the slow tier's loads are I/O stall: %.3f", stall);
+    cr_expect_lt(au + stall, 1.0 + 1e-9, "AU %.3f + stall %.3f", au, stall);
+    cr_expect_lt(au, 0.7, "AU %.3f counts compute only", au);
+    run_free(&output);
+    const char *fast[] = {"duration=30s"};
+    output = run_text(shared_prefix, fast, 1);
+    cr_expect_eq(metric(&output, "io_stall_fraction"), 0, "no swap, no tier: no I/O stall");
+    run_free(&output);
+}
+
 Test(simulate, request_larger_than_the_cache_is_an_error, .timeout = 30)
 {
     const char *sets[] = {"serve.kvcache.blocks=300"};

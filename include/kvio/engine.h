@@ -127,6 +127,7 @@ typedef struct kvio_engine_metrics {
     int64_t swap_real_ns, swap_modelled_ns;
     uint64_t iterations;
     int64_t busy_ns;
+    int64_t io_stall_ns;        /* of busy_ns: swap and tier transfers (no compute) */
     double usage_time_integral; /* Σ usage × duration (ns) */
     double max_usage;
     int64_t first_arrival_ns, last_finish_ns;
