@@ -62,7 +62,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
     if (kvio_table_create(title, &table) != KVIO_OK)
         return;
     char text[6][64];
-    char usage[64], au[64], simulated[64], executor_text[128], loss_text[96];
+    char usage[64], au[64], simulated[64], executor_text[128], loss_text[96], offered[48];
     if (serving) {
         kvio_table_add_row(table, "latency", "mean", "p50", "p90", "p99", NULL);
         add_latency_row(table, metrics, "ttft_ms");
@@ -77,6 +77,10 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
         kvio_table_add_row(table, "requests completed", text[0], NULL);
         snprintf(text[1], sizeof(text[1]), "%.2f req/s", metric(metrics, "request_throughput", NULL));
         kvio_table_add_row(table, "request throughput", text[1], NULL);
+        if (metric(metrics, "offered_rate", NULL) > 0) {
+            snprintf(offered, sizeof(offered), "%.2f req/s", metric(metrics, "offered_rate", NULL));
+            kvio_table_add_row(table, "offered rate", offered, NULL);
+        }
         snprintf(text[2], sizeof(text[2]), "%.1f tok/s", metric(metrics, "output_throughput", NULL));
         kvio_table_add_row(table, "output throughput", text[2], NULL);
         snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));

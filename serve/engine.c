@@ -326,6 +326,9 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
         dst->max_usage = src->max_usage;
     if (src->first_arrival_ns < dst->first_arrival_ns)
         dst->first_arrival_ns = src->first_arrival_ns;
+    if (src->last_arrival_ns > dst->last_arrival_ns)
+        dst->last_arrival_ns = src->last_arrival_ns;
+    dst->arrivals += src->arrivals;
     if (src->last_finish_ns > dst->last_finish_ns)
         dst->last_finish_ns = src->last_finish_ns;
     if (src->measure_start_ns < dst->measure_start_ns)
@@ -946,6 +949,9 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
     }
     if (request->arrival_ns < engine->metrics.first_arrival_ns)
         engine->metrics.first_arrival_ns = request->arrival_ns;
+    if (request->arrival_ns > engine->metrics.last_arrival_ns)
+        engine->metrics.last_arrival_ns = request->arrival_ns;
+    engine->metrics.arrivals++;
     if (request->measured && request->arrival_ns < engine->metrics.measure_start_ns)
         engine->metrics.measure_start_ns = request->arrival_ns;
     return KVIO_OK;

@@ -112,6 +112,14 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     json_object_set_new(object, "output_throughput",
                         json_real((double)metrics->output_tokens * per_s));
     json_object_set_new(object, "goodput", json_real((double)metrics->good_requests * per_s));
+    /* The load offered: requests per second between the first and the last
+     * arrival (throughput below it means the engines fell behind). */
+    double arrival_s = metrics->arrivals > 1 && metrics->last_arrival_ns > metrics->first_arrival_ns
+                           ? (double)(metrics->last_arrival_ns - metrics->first_arrival_ns) / 1e9
+                           : 0;
+    json_object_set_new(object, "offered_rate",
+                        json_real(arrival_s > 0 ? (double)(metrics->arrivals - 1) / arrival_s
+                                                : 0));
     json_object_set_new(object, "input_tokens", json_integer((json_int_t)metrics->input_tokens));
     json_object_set_new(object, "output_tokens", json_integer((json_int_t)metrics->output_tokens));
     json_object_set_new(object, "prefix_cache_queries",

@@ -339,6 +339,18 @@ Test(simulate, utilization_is_compute_and_io_stalls_are_apart, .timeout = 60)
     run_free(&output);
 }
 
+/* #21: the offered rate was not reported (chat, labelled 20 req/s,
+ * offers 17.1). Constant arrivals at 8 req/s offer exactly 8. */
+Test(simulate, the_offered_rate_is_reported, .timeout = 30)
+{
+    const char *sets[] = {"stream.arrival={process: constant, rate: 8}", "stream.requests=41",
+                          "stream.prefix.sessions.turns=1"};
+    run_output_t output = run_text(shared_prefix, sets, 3);
+    cr_expect_float_eq(metric(&output, "offered_rate"), 8, 1e-6, "%f",
+                       metric(&output, "offered_rate"));
+    run_free(&output);
+}
+
 Test(simulate, request_larger_than_the_cache_is_an_error, .timeout = 30)
 {
     const char *sets[] = {"serve.kvcache.blocks=300"};

@@ -131,6 +131,8 @@ typedef struct kvio_engine_metrics {
     double usage_time_integral; /* Σ usage × duration (ns) */
     double max_usage;
     int64_t first_arrival_ns, last_finish_ns;
+    int64_t last_arrival_ns;
+    uint64_t arrivals;          /* requests added (the offered load) */
     int64_t measure_start_ns, measure_end_ns; /* first measured arrival, last measured finish */
     uint32_t engines;           /* engines merged into these metrics */
     /* Model updates (kvio_engine_activate). */
