@@ -314,6 +314,7 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->engines += src->engines;
     dst->busy_ns += src->busy_ns;
     dst->io_stall_ns += src->io_stall_ns;
+    dst->measured_busy_ns += src->measured_busy_ns;
     dst->versions_activated += src->versions_activated;
     dst->stale_hit_tokens += src->stale_hit_tokens;
     dst->cache_flushed_blocks += src->cache_flushed_blocks;
@@ -1161,12 +1162,12 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
             const kvio_sched_request_t *running = &engine->running.items[i]->sched;
             outlived = running->generated >= running->predicted_output;
         }
-        engine->metrics.mispredict_preemptions += outlived;
+        engine->metrics.mispredict_preemptions += outlived && victim->spec.measured;
     }
     victim->scheduled = 0;
     victim->lookup_valid = false;
     victim->state = REQ_WAITING;
-    engine->metrics.preemptions++;
+    engine->metrics.preemptions += victim->spec.measured; /* warmup's are not counted */
     engine->current.num_preempted++;
     return list_push_front(&engine->waiting, victim);
 }
@@ -1401,17 +1402,19 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             return status;
         /* Prefix-cache counters in tokens: first admissions and resumed
          * (preempted) requests are kept apart. */
+        /* Warmup requests (not measured) count in none of the metrics. */
+        bool measured = req->spec.measured;
         if (!req->admitted_once) {
             req->admitted_once = true;
             req->cached_tokens = hits;
-            engine->metrics.prefix_queries += req->spec.prompt_tokens;
-            engine->metrics.prefix_hits += hits;
+            engine->metrics.prefix_queries += measured ? req->spec.prompt_tokens : 0;
+            engine->metrics.prefix_hits += measured ? hits : 0;
         } else if (req->swapped) {
             uint64_t bytes = (uint64_t)(computed + engine->block_size - 1) / engine->block_size *
                              engine->block_size * engine->kv_bytes_per_token;
             engine->current.swap_bytes += bytes;
             engine->metrics.swapped_bytes += bytes;
-        } else {
+        } else if (measured) {
             engine->metrics.resumed_prefix_queries += num_tokens;
             engine->metrics.resumed_prefix_hits += hits;
             if (req->lost_tokens > hits)
@@ -1512,10 +1515,14 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
         engine->metrics.iterations++;
         engine->metrics.busy_ns += engine->current.duration_ns;
         engine->metrics.io_stall_ns += (int64_t)(swap_ns + (double)engine->current.tier_ns);
-        engine->metrics.usage_time_integral +=
-            engine->current.kv_usage * (double)engine->current.duration_ns;
-        if (engine->current.kv_usage > engine->metrics.max_usage)
-            engine->metrics.max_usage = engine->current.kv_usage;
+        /* KV usage from the first measured arrival on (warmup excluded). */
+        if (now_ns >= engine->metrics.measure_start_ns) {
+            engine->metrics.measured_busy_ns += engine->current.duration_ns;
+            engine->metrics.usage_time_integral +=
+                engine->current.kv_usage * (double)engine->current.duration_ns;
+            if (engine->current.kv_usage > engine->metrics.max_usage)
+                engine->metrics.max_usage = engine->current.kv_usage;
+        }
     }
     *iteration_p = engine->current;
     if (engine->observer.on_iteration != NULL && engine->num_scratch > 0)

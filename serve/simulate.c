@@ -160,8 +160,9 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                       (json_int_t)metrics->update_recomputed_tokens, "colocated_preemptions",
                       (json_int_t)metrics->colocated_preemptions));
     json_object_set_new(object, "kv_usage_mean",
-                        json_real(metrics->busy_ns > 0
-                                      ? metrics->usage_time_integral / (double)metrics->busy_ns
+                        json_real(metrics->measured_busy_ns > 0
+                                      ? metrics->usage_time_integral /
+                                            (double)metrics->measured_busy_ns
                                       : 0));
     json_object_set_new(object, "kv_usage_max", json_real(metrics->max_usage));
     /* DLIO's AU: compute time per engine over the run's span; the time the

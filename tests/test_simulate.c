@@ -238,6 +238,26 @@ Test(simulate, warmup_requests_are_not_measured, .timeout = 60)
     run_output_t output = run_text(shared_prefix, sets, 1);
     cr_assert_eq(metric(&output, "completed"), 600);
     cr_assert_eq(metric(&output, "measured"), 500);
+    /* #21: warmup stays out of the hit rate too (the cold start's misses
+     * lowered it): it is the measured rows' cached over prompt tokens. */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/requests.csv", output.dir);
+    test_csv_t csv = test_csv_read(path);
+    double cached = 0, prompt = 0, all_cached = 0, all_prompt = 0;
+    for (size_t r = 0; r < csv.num_rows; r++) {
+        double row_cached = test_csv_number(&csv, r, "cached_tokens");
+        double row_prompt = test_csv_number(&csv, r, "input_tokens");
+        all_cached += row_cached;
+        all_prompt += row_prompt;
+        if (test_csv_number(&csv, r, "measured") == 1) {
+            cached += row_cached;
+            prompt += row_prompt;
+        }
+    }
+    test_csv_free(&csv);
+    cr_expect_float_eq(metric(&output, "hit_rate"), cached / prompt, 1e-9, "%f vs %f",
+                       metric(&output, "hit_rate"), cached / prompt);
+    cr_expect_gt(cached / prompt, all_cached / all_prompt, "the warmup held the cold misses");
     run_free(&output);
 }
 

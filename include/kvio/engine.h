@@ -128,6 +128,7 @@ typedef struct kvio_engine_metrics {
     uint64_t iterations;
     int64_t busy_ns;
     int64_t io_stall_ns;        /* of busy_ns: swap and tier transfers (no compute) */
+    int64_t measured_busy_ns;   /* of busy_ns: from the first measured arrival (KV usage) */
     double usage_time_integral; /* Σ usage × duration (ns) */
     double max_usage;
     int64_t first_arrival_ns, last_finish_ns;
