@@ -1,17 +1,18 @@
 /* The serve rank's receive loop: emulated iterations; between them (or, with
  * apply: shadow, in their idle time) it polls the transport, fetches the new
  * version chunk by chunk into the shadow slot, verifies it with a streaming
- * XXH3-64, and swaps slots at an iteration boundary. It stamps t_verified and
- * t_activated; the transport wrapper stamped the earlier stages. When the
- * trainer is lost (update.on_trainer_loss: serve) it keeps serving the active
- * version to the run's end. */
+ * XXH3-64 that takes each piece as it lands (fetched, or, for a push, as
+ * the transport says it is in, before the notice, so that verification ends
+ * with the transfer), and swaps slots at an iteration boundary. It stamps
+ * t_verified and t_activated; the transport wrapper stamped the earlier
+ * stages. When the trainer is lost (update.on_trainer_loss: serve) it keeps
+ * serving the active version to the run's end. */
 #include "kvio/update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
@@ -105,8 +106,10 @@ typedef struct serve_state {
     uint64_t active_version;
     bool pending;
     kvio_xfer_receive_t receive; /* the newest version's notice (not the end's) */
-    XXH3_state_t *hash;
-    uint64_t verified_bytes;
+    kvio_xfer_checksum_t *checksum; /* the receiver's sum of the version coming in */
+    uint64_t verified_bytes;        /* bytes of it summed */
+    uint64_t landed_version;        /* summed before its notice (0: none) ... */
+    int landed_slot;                /* ... into this slot */
     bool verified;
     bool corrupted;            /* fault injection done for the pending update */
     int64_t t_verified_ns;     /* when the update was checked (or complete) */
@@ -138,12 +141,74 @@ static kvio_status_t add_record(serve_state_t *state, const kvio_update_record_t
     return KVIO_OK;
 }
 
-/* One bounded piece of work on the pending update; true when it did some. */
+/* How far the checksum may go in a slot that holds available bytes of the
+ * version: not past the byte that the corrupt_offset fault flips once the
+ * whole version is in, until it is flipped (it is summed after the flip). */
+static uint64_t sum_limit(const kvio_update_config_t *config, uint64_t available, bool flipped)
+{
+    if (config->corrupt_offset >= 0 && !flipped && (uint64_t)config->corrupt_offset < available)
+        return (uint64_t)config->corrupt_offset;
+    return available;
+}
+
+/* Sums the next bounded piece of slot, from verified_bytes up to limit. */
+static kvio_status_t sum_piece(serve_state_t *state, int slot, uint64_t limit)
+{
+    const char *buffer = kvio_xfer_slot(state->xfer, slot);
+    uint64_t length = limit - state->verified_bytes;
+    if (length > VERIFY_STEP)
+        length = VERIFY_STEP;
+    const void *piece = buffer + state->verified_bytes;
+    kvio_device_t *device = kvio_xfer_device(state->xfer);
+    if (device != NULL) {
+        /* GPU slots are checksummed through a pinned host buffer. */
+        kvio_status_t status = kvio_device_copy(device, state->staging, piece, length);
+        if (status != KVIO_OK) {
+            snprintf(state->error, sizeof(state->error),
+                     "reading a GPU slot to verify it: %s", kvio_device_error(device));
+            return status;
+        }
+        piece = state->staging;
+    }
+    kvio_xfer_checksum_update(state->checksum, piece, length);
+    state->verified_bytes += length;
+    return KVIO_OK;
+}
+
+/* Before a version's notice: sums what the transport says has landed of it
+ * (the slot that is not active), so that verification ends with the
+ * transfer. The sum is taken over by poll_once when the notice names the
+ * same version and slot; a version whose notice never comes (its sender
+ * died) is forgotten. */
+static kvio_status_t sum_landed(serve_state_t *state, bool *worked_p)
+{
+    kvio_xfer_landed_t landed;
+    if (!state->config->verify || state->end_seen || state->trainer_lost ||
+        kvio_xfer_landed(state->xfer, &landed) != KVIO_OK)
+        return KVIO_OK;
+    if (landed.version <= state->receive.meta.version || landed.slot == state->active_slot)
+        return KVIO_OK; /* old news, or not a slot a new version may land in */
+    if (landed.version != state->landed_version || landed.slot != state->landed_slot) {
+        kvio_xfer_checksum_reset(state->checksum);
+        state->verified_bytes = 0;
+        state->landed_version = landed.version;
+        state->landed_slot = landed.slot;
+    }
+    uint64_t limit = sum_limit(state->config, landed.bytes, false); /* nothing flipped yet */
+    if (state->verified_bytes >= limit)
+        return KVIO_OK;
+    *worked_p = true;
+    return sum_piece(state, landed.slot, limit);
+}
+
+/* One bounded piece of work on the pending update (or, with none pending,
+ * on one still landing); true when it did some. Data that a fetch brought
+ * in is summed as it comes, up to what is in place. */
 static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
 {
     *worked_p = false;
     if (!state->pending)
-        return KVIO_OK;
+        return sum_landed(state, worked_p);
     kvio_xfer_receive_t *receive = &state->receive;
     if (state->config->die_during_version > 0 &&
         receive->meta.version >= (uint64_t)state->config->die_during_version &&
@@ -157,11 +222,12 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
     if (!receive->complete) {
         *worked_p = true;
         kvio_status_t status = kvio_xfer_fetch_step(state->xfer, receive);
-        if (status == KVIO_OK && receive->complete && !state->config->verify)
+        if (status != KVIO_OK)
+            return status;
+        if (receive->complete && !state->config->verify)
             state->t_verified_ns = kvio_rte_time_ns(state->rte);
-        return status;
     }
-    if (!state->corrupted && state->config->corrupt_offset >= 0 &&
+    if (receive->complete && !state->corrupted && state->config->corrupt_offset >= 0 &&
         (uint64_t)state->config->corrupt_offset < receive->meta.bytes) {
         /* Fault injection: one flipped bit once the data is in. */
         unsigned char *buffer = kvio_xfer_slot(state->xfer, receive->slot);
@@ -185,26 +251,16 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
         state->corrupted = true;
     }
     if (state->config->verify && !state->verified) {
-        *worked_p = true;
-        const char *buffer = kvio_xfer_slot(state->xfer, receive->slot);
-        uint64_t length = receive->meta.bytes - state->verified_bytes;
-        if (length > VERIFY_STEP)
-            length = VERIFY_STEP;
-        const void *piece = buffer + state->verified_bytes;
-        kvio_device_t *device = kvio_xfer_device(state->xfer);
-        if (device != NULL) {
-            /* GPU slots are checksummed through a pinned host buffer. */
-            kvio_status_t status = kvio_device_copy(device, state->staging, piece, length);
-            if (status != KVIO_OK) {
-                snprintf(state->error, sizeof(state->error),
-                         "reading a GPU slot to verify it: %s", kvio_device_error(device));
+        uint64_t limit = sum_limit(state->config,
+                                   receive->complete ? receive->meta.bytes : receive->offset,
+                                   state->corrupted);
+        if (state->verified_bytes < limit) {
+            *worked_p = true;
+            kvio_status_t status = sum_piece(state, receive->slot, limit);
+            if (status != KVIO_OK)
                 return status;
-            }
-            piece = state->staging;
         }
-        XXH3_64bits_update(state->hash, piece, length);
-        state->verified_bytes += length;
-        if (state->verified_bytes >= receive->meta.bytes) {
+        if (receive->complete && state->verified_bytes >= receive->meta.bytes) {
             state->verified = true;
             state->t_verified_ns = kvio_rte_time_ns(state->rte);
         }
@@ -235,7 +291,8 @@ static kvio_status_t activate(serve_state_t *state)
         .t_xfer_end_ns = receive->t_xfer_end_ns, .t_notified_ns = receive->t_notified_ns,
         .t_verified_ns = state->t_verified_ns ? state->t_verified_ns : now,
     };
-    if (state->config->verify && XXH3_64bits_digest(state->hash) != receive->meta.checksum) {
+    if (state->config->verify &&
+        kvio_xfer_checksum_digest(state->checksum) != receive->meta.checksum) {
         record.checksum_ok = 0;
         state->result.checksum_mismatches++;
         kvio_warn("rank %d: version %llu failed its checksum; keeping version %llu",
@@ -354,12 +411,16 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
     state->pending = true;
     state->receive = receive;
     state->verified = false;
-    state->verified_bytes = 0;
     state->corrupted = false;
     state->t_verified_ns = 0;
     if (receive.complete && !state->config->verify)
         state->t_verified_ns = receive.t_notified_ns;
-    XXH3_64bits_reset(state->hash);
+    /* What was summed while the version landed counts if it is this one. */
+    if (state->landed_version != receive.meta.version || state->landed_slot != receive.slot) {
+        kvio_xfer_checksum_reset(state->checksum);
+        state->verified_bytes = 0;
+    }
+    state->landed_version = 0;
     return KVIO_OK;
 }
 
@@ -396,14 +457,15 @@ kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *rank
 static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p, char *error_p,
                                   size_t error_len)
 {
+    bool pending = state->pending; /* else the work was on a version still landing */
     kvio_status_t status = work_step(state, worked_p);
     if (status == KVIO_OK)
         return KVIO_OK;
     int self = kvio_rte_index(state->rte);
     const char *why = state->error[0] ? state->error : kvio_xfer_error(state->xfer);
     transport_lost(state, status);
-    if (status == KVIO_ERR_NOT_FOUND ||
-        (state->trainer_lost && status != KVIO_ERR_INTERRUPTED)) {
+    if (pending && (status == KVIO_ERR_NOT_FOUND ||
+                    (state->trainer_lost && status != KVIO_ERR_INTERRUPTED))) {
         const kvio_xfer_receive_t *receive = &state->receive;
         kvio_warn("rank %d: skipping version %llu (%s); keeping version %llu", self,
                   (unsigned long long)receive->meta.version, why,
@@ -435,7 +497,7 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
     serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1,
                            .sender = sender};
     kvio_status_t status = KVIO_ERR_NOMEM;
-    if ((state.hash = XXH3_createState()) == NULL) {
+    if (kvio_xfer_checksum_create(&state.checksum) != KVIO_OK) {
         snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));
         goto done;
     }
@@ -503,7 +565,9 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
                     break;
             }
             bool worked = false;
-            if (config->apply == KVIO_APPLY_SHADOW) {
+            /* Stall: a pending update is taken in below; one landing is
+             * summed here all the same. */
+            if (config->apply == KVIO_APPLY_SHADOW || !state.pending) {
                 status = work_or_drop(&state, &worked, error_p, error_len);
                 if (status != KVIO_OK)
                     break;
@@ -577,7 +641,7 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
 done:
     if (state.staging != NULL)
         kvio_device_host_free(kvio_xfer_device(xfer), state.staging);
-    XXH3_freeState(state.hash);
+    kvio_xfer_checksum_destroy(state.checksum);
     if (status != KVIO_OK) {
         free(state.result.records);
         return status;

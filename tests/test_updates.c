@@ -1180,3 +1180,60 @@ Test(updates, weights_beyond_memory_are_refused_before_the_run, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* Performance (#23): servers sum a version as it lands (ucx: as the trainer
+ * says each chunk is in, before the notice), and the trainer sums it as it
+ * puts it. The corrupt_offset fault flips its byte once the whole version
+ * is in, and the early sum stops short of it: a whole ucx run, in both apply
+ * modes (stall sums what lands between its iterations too), counts every
+ * version as a mismatch and activates none; without the fault every version
+ * is activated with the trainer's checksum, its stages in order. */
+Test(updates, ucx_runs_sum_versions_as_they_land_and_still_catch_a_flipped_byte, .timeout = 60)
+{
+    REQUIRE_UCX();
+    static const struct {
+        const char *apply;
+        const char *corrupt; /* 64KiB chunks of 256KiB: inside the third */
+        int mismatches;
+    } cases[] = {
+        {"shadow", "update.corrupt_offset=135000", 10},
+        {"stall", "update.corrupt_offset=135000", 10},
+        {"shadow", "update.corrupt_offset=-1", 0},
+        {"stall", "update.corrupt_offset=-1", 0},
+        /* Every chunk a UCX put (train.transport.ucx_path: put), not stores
+         * through the mapped slot: the same verdicts. */
+        {"shadow", "update.corrupt_offset=135000", 10},
+        {"shadow", "update.corrupt_offset=-1", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *dir = test_tmpdir();
+        char apply[64];
+        snprintf(apply, sizeof(apply), "update.apply=%s", cases[i].apply);
+        const char *overrides[] = {apply, cases[i].corrupt, "update.verify=true",
+                                   i >= 4 ? "train.transport.ucx_path=put"
+                                          : "train.transport.ucx_path=mapped"};
+        outcome_t outcome = run_workload(dir, overrides, 4);
+        cr_assert_eq(outcome.status, KVIO_OK, "case %zu: %s", i, outcome.error);
+        json_t *summary = NULL;
+        json_t *metrics = model_updates(outcome.dir, &summary);
+        cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")),
+                     cases[i].mismatches, "case %zu (%s, %s)", i, cases[i].apply,
+                     cases[i].corrupt);
+        cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")),
+                     10 - cases[i].mismatches, "case %zu", i);
+        if (cases[i].mismatches == 0) {
+            /* Stages in order: the data, its notice, the sum, the swap. */
+            cr_expect_geq(csv_mean_difference(outcome.dir, "t_notified_ms", "t_xfer_end_ms"), 0,
+                          "case %zu", i);
+            cr_expect_geq(csv_mean_difference(outcome.dir, "t_verified_ms", "t_notified_ms"), 0,
+                          "case %zu", i);
+            cr_expect_geq(csv_mean_difference(outcome.dir, "t_activated_ms", "t_verified_ms"),
+                          0, "case %zu", i);
+            cr_expect_geq(csv_mean_difference(outcome.dir, "t_publish_start_ms", "t_ready_ms"),
+                          0, "case %zu", i);
+        }
+        json_decref(summary);
+        test_rmtree(dir);
+        free(dir);
+    }
+}

@@ -1,7 +1,10 @@
 /* Tests for the transports on the local runtime (1 trainer + 2 servers, 3
  * for the ucx chain): N updates arrive in order with matching checksums over
  * ucx (shared memory and tcp, sequential and chain), file and redis;
- * a byte corrupted at an offset the test picks is caught by verify; the file
+ * a byte corrupted at an offset the test picks is caught by verify (also at
+ * chunk edges, and over tcp); the checksum is XXH3-64 however it is fed,
+ * also the sender's, taken while it copies; a
+ * receiver learns what has landed before the notice; the file
  * transport's polling finds a version at the first poll after it is ready;
  * a redis receiver away across a version and the end still gets the version;
  * a bad chain message is refused naming the rank before; a failed set-up
@@ -17,12 +20,14 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "kvio/clock.h"
 #include "kvio/redis.h"
 #include "kvio/train.h"
 #include "kvio/update.h"
 #include "tests/helpers.h"
+#include "xfer/xfer_int.h" /* the sender's sum */
 
 #ifdef KVIO_HAVE_UCX
 #include "xfer/xfer_ucx_int.h" /* the chain's message, to send a bad one */
@@ -413,7 +418,7 @@ static kvio_status_t discovery_rank(kvio_rte_t *rte, void *arg)
         if (status == KVIO_OK)
             status = kvio_rte_send(rte, 0, KVIO_RTE_TAG_USER + 2, &token, 1);
         /* The end marker comes after; a bounded number of polls finds it. */
-        uint64_t deadline = kvio_time_ns() + 5000000000ull;
+        uint64_t deadline = kvio_time_ns() + 2000000000ull;
         while (status == KVIO_OK && discovery->end_version == 0 && kvio_time_ns() < deadline)
             if (kvio_xfer_poll(xfer, 0, &receive) == KVIO_OK &&
                 (receive.meta.flags & KVIO_XFER_META_END))
@@ -757,4 +762,243 @@ Test(xfer, failed_set_up_names_the_rank_and_what_became_of_it, .timeout = 30)
         test_rmtree(dir);
         free(dir);
     }
+}
+
+/* ---- The checksum taken piece by piece, and what has landed ---- */
+
+/* The checksum a version carries is XXH3-64 of the whole buffer however it
+ * is fed: in pieces of any size, through the CPU's vector unit or not. */
+/* The sender's sum, taken while the buffer is copied region by region,
+ * is XXH3-64 of the whole buffer too, and the copy is exact: for lengths
+ * around the edges of XXH3's stripes and blocks, regions that split
+ * stripes, with and without a target, on the vector and the scalar path. */
+Test(xfer, sum_taken_while_copying_is_xxh3_of_the_whole_buffer, .timeout = 20)
+{
+    static const uint64_t lengths[] = {241, 1024, 1025, 4096, 4097, 65536 + 63, 1000003};
+    static const uint64_t regions[] = {1, 63, 64, 100, 1024, 4096 + 7, 1u << 20};
+    const uint64_t most = 1000003;
+    unsigned char *source = malloc(most), *target = malloc(most + 64);
+    cr_assert(source != NULL && target != NULL);
+    kvio_weights_fill(source, most, 5);
+    for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++) {
+        uint64_t length = lengths[l], whole = XXH3_64bits(source, length);
+        for (size_t r = 0; r < sizeof(regions) / sizeof(regions[0]); r++) {
+            if (regions[r] == 1 && length > 5000)
+                continue; /* byte by byte: the small lengths say it */
+            for (int variant = 0; variant < 4; variant++) {
+                bool copying = variant & 1, scalar = variant & 2;
+                /* An unaligned target on some runs: the stores are not streamed. */
+                unsigned char *to = target + (r % 2 ? 1 : 0);
+                memset(target, 0, most + 64);
+                kvio_xfer_sum_t sum;
+                kvio_xfer_sum_start(&sum, source, length);
+                if (scalar)
+                    sum.vector = false;
+                for (uint64_t done = 0; done < length;) {
+                    uint64_t piece = length - done < regions[r] ? length - done : regions[r];
+                    kvio_xfer_sum_pass(&sum, copying ? to + done : NULL, piece);
+                    done += piece;
+                }
+                cr_expect_eq(kvio_xfer_sum_digest(&sum), whole,
+                             "length %llu, regions of %llu, %s, %s", (unsigned long long)length,
+                             (unsigned long long)regions[r], copying ? "copying" : "summing",
+                             scalar ? "scalar" : "vector");
+                if (copying)
+                    cr_expect(memcmp(to, source, length) == 0, "length %llu, regions of %llu",
+                              (unsigned long long)length, (unsigned long long)regions[r]);
+            }
+        }
+    }
+    free(source);
+    free(target);
+}
+
+Test(xfer, checksum_in_pieces_is_xxh3_of_the_whole_buffer, .timeout = 10)
+{
+    static const uint64_t pieces[] = {1, 7, 64, 4096, 65536 + 3, 1u << 20};
+    const uint64_t bytes = (1u << 20) + 12345;
+    unsigned char *buffer = malloc(bytes);
+    cr_assert_not_null(buffer);
+    kvio_weights_fill(buffer, bytes, 7);
+    uint64_t whole = XXH3_64bits(buffer, bytes); /* libxxhash's plain function */
+    cr_expect_eq(kvio_xfer_checksum_of(buffer, bytes), whole);
+    cr_expect_eq(kvio_weights_checksum(buffer, bytes), whole);
+    kvio_xfer_checksum_t *checksum = NULL;
+    cr_assert_eq(kvio_xfer_checksum_create(&checksum), KVIO_OK);
+    for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+        kvio_xfer_checksum_reset(checksum);
+        for (uint64_t offset = 0; offset < bytes; offset += pieces[i])
+            kvio_xfer_checksum_update(checksum, buffer + offset,
+                                      bytes - offset < pieces[i] ? bytes - offset : pieces[i]);
+        cr_expect_eq(kvio_xfer_checksum_digest(checksum), whole, "pieces of %llu bytes",
+                     (unsigned long long)pieces[i]);
+    }
+    kvio_xfer_checksum_destroy(checksum);
+    free(buffer);
+}
+
+/* Verification runs as the weights land, so a flipped byte must be caught
+ * wherever it lies relative to the pieces: in the first and last byte, on
+ * either side of a chunk boundary, and over tcp, where the data moves by
+ * UCX puts rather than by stores through a mapped slot. */
+static void expect_corruption_caught(int64_t offset)
+{
+    char *dir = test_tmpdir();
+    scenario_t scenario;
+    scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
+    scenario.update.corrupt_offset = offset;
+    char error[512] = "";
+    kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
+    cr_assert_eq(status, KVIO_OK, "%s", error);
+    for (int server = 0; server < scenario.num_serve; server++) {
+        const kvio_update_result_t *result = &scenario.serve_result[server];
+        cr_expect_eq(result->checksum_mismatches, 5, "offset %lld: every version caught",
+                     (long long)offset);
+        cr_expect_eq(result->active_version, 0, "offset %lld: nothing activated",
+                     (long long)offset);
+        for (size_t i = 0; i < result->count; i++)
+            cr_expect(result->records[i].verified && !result->records[i].checksum_ok &&
+                          result->records[i].t_activated_ns == 0 &&
+                          result->records[i].t_verified_ns >= result->records[i].t_notified_ns,
+                      "offset %lld, version %llu", (long long)offset,
+                      (unsigned long long)result->records[i].version);
+    }
+    scenario_free(&scenario);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(xfer, corrupted_byte_is_caught_wherever_it_lies, .timeout = 60)
+{
+    REQUIRE_UCX();
+    const int64_t chunk = 64 * 1024; /* scenario_defaults' */
+    const int64_t offsets[] = {0, chunk - 1, chunk, 3 * chunk + 17, WEIGHTS_BYTES - 1};
+    for (size_t i = 0; i < sizeof(offsets) / sizeof(offsets[0]); i++)
+        expect_corruption_caught(offsets[i]);
+}
+
+Test(xfer, corrupted_byte_is_caught_over_tcp, .timeout = 60)
+{
+    REQUIRE_UCX();
+    cr_assert_eq(setenv("UCX_TLS", "tcp", 1), 0);
+    expect_corruption_caught(0);
+    expect_corruption_caught(WEIGHTS_BYTES / 2 + 1);
+}
+
+#define LANDED_CHUNK 4096
+#define LANDED_CHUNKS 3 /* the sender dies after these */
+
+typedef struct landed_case {
+    kvio_xfer_config_t transport;
+    kvio_status_t publish_status;
+    uint64_t landed_bytes;   /* the furthest the receiver was told of */
+    uint64_t landed_version;
+    bool prefix_matches;     /* the slot holds the sender's bytes that far */
+    bool noticed;            /* a notice came (it must not) */
+    char error[2][512];
+} landed_case_t;
+
+static kvio_status_t landed_rank(kvio_rte_t *rte, void *arg)
+{
+    landed_case_t *test = arg;
+    int self = kvio_rte_index(rte);
+    kvio_xfer_t *xfer = NULL;
+    kvio_status_t status = create_pair(&test->transport, rte, WEIGHTS_BYTES, &xfer,
+                                       test->error[self], sizeof(test->error[0]));
+    if (status != KVIO_OK)
+        return status;
+    char token = 1;
+    void *data = NULL;
+    size_t length = 0;
+    if (self == 0) {
+        kvio_weights_fill(kvio_xfer_send_buffer(xfer), WEIGHTS_BYTES, 11);
+        kvio_xfer_publish_times_t times;
+        test->publish_status = kvio_xfer_publish_and_checksum(xfer, 1, kvio_rte_time_ns(rte),
+                                                              &times);
+        status = kvio_rte_send(rte, 1, KVIO_RTE_TAG_USER, &token, 1);
+    } else {
+        /* Progressing all along: over tcp a put lands only while the target
+         * progresses. Until the sender says it is done, then for a while
+         * (bounded) until every chunk it put is known. */
+        bool sender_done = false;
+        uint64_t deadline = kvio_time_ns() + 9000000000ull;
+        while (status == KVIO_OK && kvio_time_ns() < deadline &&
+               (!sender_done || test->landed_bytes < LANDED_CHUNKS * LANDED_CHUNK)) {
+            if (!sender_done &&
+                kvio_rte_try_recv(rte, 0, KVIO_RTE_TAG_USER, &data, &length) == KVIO_OK) {
+                free(data);
+                sender_done = true;
+                deadline = kvio_time_ns() + 2000000000ull;
+            }
+            kvio_xfer_progress(xfer);
+            kvio_xfer_landed_t landed;
+            if (kvio_xfer_landed(xfer, &landed) == KVIO_OK) {
+                test->landed_version = landed.version;
+                test->landed_bytes = landed.bytes;
+                if (landed.slot != 0)
+                    status = KVIO_ERR_INTERNAL; /* version 1 goes to slot 0 */
+            }
+        }
+        unsigned char *expected = malloc(WEIGHTS_BYTES);
+        if (expected != NULL) {
+            kvio_weights_fill(expected, WEIGHTS_BYTES, 11);
+            test->prefix_matches =
+                memcmp(kvio_xfer_slot(xfer, 0), expected, test->landed_bytes) == 0;
+        }
+        free(expected);
+        kvio_xfer_receive_t receive;
+        test->noticed = kvio_xfer_poll(xfer, 1, &receive) != KVIO_INPROGRESS;
+    }
+    if (status == KVIO_OK)
+        status = kvio_rte_barrier(rte);
+    kvio_xfer_destroy(xfer);
+    return status;
+}
+
+/* A receiver learns, before the notice, how much of a version is in its
+ * slot (what it sums while the rest moves); a sender that dies mid-version
+ * leaves that prefix and no notice, so nothing of it is ever activated.
+ * Stores through a mapped slot (shared memory) are in place at once, so the
+ * receiver is told of every chunk; puts over tcp are flushed as they go, and
+ * a sender that dies leaves the last ones unflushed (exact: false). */
+static void expect_landed_before_the_notice(bool exact)
+{
+    landed_case_t test;
+    memset(&test, 0, sizeof(test));
+    char error[512] = "";
+    cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &test.transport, error,
+                                      sizeof(error)), KVIO_OK);
+    test.transport.kind = KVIO_XFER_UCX;
+    test.transport.chunk = LANDED_CHUNK;
+    test.transport.die_after_chunks = LANDED_CHUNKS;
+    test.transport.inflight = 1; /* over tcp the sender progresses between puts */
+    kvio_status_t status = run_ranks(2, 10000000000LL, landed_rank, &test, error,
+                                     sizeof(error));
+    cr_assert_eq(status, KVIO_OK, "%s / %s / %s", error, test.error[0], test.error[1]);
+    cr_expect_eq(test.publish_status, KVIO_ERR_INTERRUPTED, "the sender died mid-version");
+    if (exact) {
+        cr_expect_eq(test.landed_version, 1);
+        cr_expect_eq(test.landed_bytes, LANDED_CHUNKS * LANDED_CHUNK,
+                     "every chunk stored before the sender died, no more");
+    }
+    cr_expect(test.landed_bytes <= LANDED_CHUNKS * LANDED_CHUNK &&
+                  test.landed_bytes % LANDED_CHUNK == 0,
+              "whole chunks, none after the sender died: %llu bytes",
+              (unsigned long long)test.landed_bytes);
+    cr_expect(test.prefix_matches, "the slot holds the sender's bytes as far as it was told");
+    cr_expect(!test.noticed, "a version the sender never finished is never announced");
+    kvio_config_free(kvio_xfer_options, &test.transport);
+}
+
+Test(xfer, ucx_receiver_learns_what_has_landed_before_the_notice, .timeout = 30)
+{
+    REQUIRE_UCX();
+    expect_landed_before_the_notice(true);
+}
+
+Test(xfer, ucx_over_tcp_receiver_learns_what_has_landed_before_the_notice, .timeout = 30)
+{
+    REQUIRE_UCX();
+    cr_assert_eq(setenv("UCX_TLS", "tcp", 1), 0);
+    expect_landed_before_the_notice(false);
 }

@@ -1,7 +1,8 @@
 /* The training rank: the step loop (emulated step times, slept or spun), the
  * weights buffer's versions and checksums, and the checkpoint policies. The
- * loop publishes through the transport wrapper and records, per version, the
- * time it was ready and how long the loop was blocked (training stall). */
+ * loop publishes through the transport wrapper, which sums host weights as
+ * it moves them, and records, per version, the time it was ready and how
+ * long the loop was blocked (training stall). */
 #include "kvio/train.h"
 
 #include <math.h>
@@ -9,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
@@ -141,7 +141,7 @@ void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version)
 
 uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes)
 {
-    return XXH3_64bits(buffer, bytes);
+    return kvio_xfer_checksum_of(buffer, bytes);
 }
 
 static void wait_until(int wait, uint64_t deadline_ns)
@@ -235,14 +235,22 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
                                  last_ns - start_ns, cost_ns))
             continue;
         kvio_train_record_t record = {.version = ++version, .step = step, .t_ready_ns = now};
-        record.checksum = kvio_weights_checksum(weights, bytes);
         kvio_xfer_publish_times_t times;
-        status = kvio_xfer_publish(xfer, version, record.checksum, now, &times);
+        if (device == NULL) {
+            /* The transport sums the buffer as it puts it when it can (else
+             * in one pass before the first byte moves). */
+            status = kvio_xfer_publish_and_checksum(xfer, version, now, &times);
+        } else {
+            /* GPU weights: summed on the host mirror the upload came from. */
+            status = kvio_xfer_publish(xfer, version, kvio_weights_checksum(weights, bytes),
+                                       now, &times);
+        }
         if (status != KVIO_OK) {
             snprintf(error_p, error_len, "trainer: version %llu: %s",
                      (unsigned long long)version, kvio_xfer_error(xfer));
             goto done;
         }
+        record.checksum = times.checksum;
         record.t_publish_start_ns = times.start_ns;
         record.t_publish_end_ns = times.end_ns;
         record.stall_ns = kvio_rte_time_ns(rte) - now;

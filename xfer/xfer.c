@@ -91,6 +91,11 @@ const kvio_opt_t kvio_xfer_options[] = {
      .help = "staged: put (a UCX put between pinned host rings, any nodes) or mapped (the "
              "sender's GPU copies into the receiver's ring, mapped by UCX: same node, no CPU "
              "copy)"},
+    {.key = "ucx_path", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, ucx_path),
+     .values = host_hop_names, .default_value = "mapped",
+     .help = "ucx, host weights: mapped (where UCX maps a receiver's slot into the sender, "
+             "shared memory, the sender stores into it with the checksum in the same pass) "
+             "or put (every chunk a ucp_put_nbx)"},
     {.key = "die_after_chunks", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_xfer_config_t, die_after_chunks), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
@@ -395,11 +400,83 @@ static kvio_status_t checked(kvio_xfer_t *xfer, kvio_status_t status, const char
     return status;
 }
 
-kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t checksum,
-                                int64_t t_ready_ns, kvio_xfer_publish_times_t *times_p)
+void kvio_xfer_hash_piece(kvio_xfer_t *xfer, uint64_t offset, uint64_t length)
 {
-    if (xfer->role != KVIO_XFER_SENDER)
-        return KVIO_ERR_INVALID;
+    if (!xfer->hashing)
+        return;
+    if (offset != xfer->put_sum.done) {
+        xfer->hashing = false; /* out of order: the publish fails below */
+        return;
+    }
+    kvio_xfer_sum_pass(&xfer->put_sum, NULL, length);
+}
+
+void kvio_xfer_store_piece(kvio_xfer_t *xfer, void *target, uint64_t offset, uint64_t length)
+{
+    if (xfer->hashing && offset == xfer->put_sum.done) {
+        kvio_xfer_sum_pass(&xfer->put_sum, target, length);
+        return;
+    }
+    xfer->hashing = false; /* out of order (if it was summing): the publish fails below */
+    kvio_xfer_copy_streaming(target, (const char *)xfer->send_buffer + offset, length);
+}
+
+/* Whether publish_and_checksum can sum the buffer as the first receiver's
+ * bytes are put (sequential) or as the first hop's are (chain). */
+static bool hash_on_put(const kvio_xfer_t *xfer)
+{
+    return (xfer->ops->caps & KVIO_XFER_CAP_HASH_ON_PUT) &&
+           !(xfer->ops->caps & KVIO_XFER_CAP_SHARED_STORE) && xfer->device == NULL &&
+           xfer->num_receivers > 0;
+}
+
+bool kvio_xfer_put_checksum(const kvio_xfer_t *xfer, uint64_t *checksum_p)
+{
+    if (!xfer->hashing || xfer->put_sum.done != xfer->bytes)
+        return false;
+    *checksum_p = kvio_xfer_sum_digest(&xfer->put_sum);
+    return true;
+}
+
+static void sum_begin(kvio_xfer_t *xfer)
+{
+    kvio_xfer_sum_start(&xfer->put_sum, xfer->send_buffer, xfer->bytes);
+    xfer->hashing = true;
+}
+
+/* After the put that summed: the checksum into meta, or an error when the
+ * plug-in did not pass every byte in order. */
+static kvio_status_t sum_end(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta)
+{
+    bool whole = kvio_xfer_put_checksum(xfer, &meta->checksum);
+    xfer->hashing = false;
+    if (whole)
+        return KVIO_OK;
+    kvio_xfer_set_error(xfer, "%s transport: the checksum saw %llu of %llu bytes in order",
+                        xfer->ops->name, (unsigned long long)xfer->put_sum.done,
+                        (unsigned long long)xfer->bytes);
+    return KVIO_ERR_INTERNAL;
+}
+
+/* One put to a push receiver, summing the buffer on the way when summing is
+ * set (meta->checksum is then filled in before the notice). */
+static kvio_status_t put_summed(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta,
+                                bool summing)
+{
+    if (summing)
+        sum_begin(xfer);
+    kvio_status_t status = checked(xfer, xfer->ops->put(xfer, target, meta),
+                                   "putting the weights");
+    if (summing && status == KVIO_OK)
+        status = sum_end(xfer, meta);
+    xfer->hashing = false;
+    return status;
+}
+
+static kvio_status_t publish(kvio_xfer_t *xfer, uint64_t version, uint64_t checksum,
+                             bool summing, int64_t t_ready_ns,
+                             kvio_xfer_publish_times_t *times_p)
+{
     kvio_xfer_publish_times_t times = {0};
     kvio_xfer_meta_t meta = {.magic = KVIO_XFER_MAGIC, .version = version,
                              .bytes = xfer->bytes, .checksum = checksum,
@@ -425,8 +502,15 @@ kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t ch
         times.start_ns = kvio_rte_time_ns(xfer->rte);
         times.credit_ns = times.start_ns - credit_start;
         meta.t_xfer_start_ns = times.start_ns;
+        /* Summed as the first hop is put; the message that completes the
+         * version carries the checksum down the chain. */
+        if (summing)
+            sum_begin(xfer);
         if (status == KVIO_OK)
             status = checked(xfer, ops->chain(xfer, &meta), "putting the weights down the chain");
+        if (summing && status == KVIO_OK)
+            status = sum_end(xfer, &meta);
+        xfer->hashing = false;
         if (status == KVIO_OK)
             times.bytes_moved = xfer->bytes;
     } else {
@@ -443,7 +527,8 @@ kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t ch
             if (target == 0)
                 times.start_ns = put_start;
             meta.t_xfer_start_ns = put_start;
-            status = checked(xfer, ops->put(xfer, target, &meta), "putting the weights");
+            /* Summed once, on the way to the first receiver. */
+            status = put_summed(xfer, target, &meta, summing && target == 0);
             meta.t_xfer_end_ns = kvio_rte_time_ns(xfer->rte);
             if (status == KVIO_OK) {
                 times.bytes_moved += xfer->bytes;
@@ -452,9 +537,30 @@ kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t ch
         }
     }
     times.end_ns = kvio_rte_time_ns(xfer->rte);
+    times.checksum = meta.checksum;
     if (status == KVIO_OK && times_p != NULL)
         *times_p = times;
     return status;
+}
+
+kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t checksum,
+                                int64_t t_ready_ns, kvio_xfer_publish_times_t *times_p)
+{
+    if (xfer->role != KVIO_XFER_SENDER)
+        return KVIO_ERR_INVALID;
+    return publish(xfer, version, checksum, false, t_ready_ns, times_p);
+}
+
+kvio_status_t kvio_xfer_publish_and_checksum(kvio_xfer_t *xfer, uint64_t version,
+                                             int64_t t_ready_ns,
+                                             kvio_xfer_publish_times_t *times_p)
+{
+    if (xfer->role != KVIO_XFER_SENDER || xfer->device != NULL || times_p == NULL)
+        return KVIO_ERR_INVALID;
+    if (!hash_on_put(xfer))
+        return publish(xfer, version, kvio_xfer_checksum_of(xfer->send_buffer, xfer->bytes),
+                       false, t_ready_ns, times_p);
+    return publish(xfer, version, 0, true, t_ready_ns, times_p);
 }
 
 kvio_status_t kvio_xfer_finish(kvio_xfer_t *xfer, uint64_t last_version)
@@ -525,6 +631,22 @@ kvio_status_t kvio_xfer_fetch_step(kvio_xfer_t *xfer, kvio_xfer_receive_t *recei
         receive->complete = true;
         receive->t_xfer_end_ns = kvio_rte_time_ns(xfer->rte);
     }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_xfer_landed(kvio_xfer_t *xfer, kvio_xfer_landed_t *landed_p)
+{
+    if (xfer->role != KVIO_XFER_RECEIVER || !(xfer->ops->caps & KVIO_XFER_CAP_LANDED))
+        return KVIO_INPROGRESS;
+    kvio_xfer_landed_t landed;
+    kvio_status_t status = xfer->ops->landed(xfer, &landed);
+    if (status != KVIO_OK)
+        return status == KVIO_INPROGRESS ? status : checked(xfer, status, "taking news");
+    /* Nothing the plug-in was told may point outside a slot. */
+    if (landed.version == 0 || (landed.slot != 0 && landed.slot != 1) ||
+        landed.bytes > xfer->bytes)
+        return KVIO_INPROGRESS;
+    *landed_p = landed;
     return KVIO_OK;
 }
 

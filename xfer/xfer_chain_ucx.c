@@ -5,7 +5,11 @@
  * has the data about one chunk per hop after the first. A piece is known to
  * be in place when the hop before has flushed its puts and then said so
  * with an active message (the flush returns once the bytes are at the
- * target, so the message never runs ahead of the data). A receiver queues
+ * target, so the message never runs ahead of the data). A slot that UCX
+ * mapped into the forwarding process (shared memory) is written with that
+ * process's own streaming stores instead of puts. The sender sums the
+ * version as it puts it, and the message that completes a version carries
+ * its checksum (earlier ones do not have it yet). A receiver queues
  * its notice once its whole copy is in; the end notice travels down the
  * chain behind the last version. The sender and every receiver run the same
  * forwarder: the sender's source is its buffer with every byte ready. */
@@ -96,6 +100,10 @@ static void raise_ready(chain_message_t *into, const chain_message_t *message)
     if (message->bytes_ready > into->bytes_ready) {
         into->bytes_ready = message->bytes_ready;
         into->meta.t_xfer_end_ns = message->meta.t_xfer_end_ns;
+        /* The sender sums the version as it puts it: the checksum is the
+         * one of the message that completes it. */
+        if (message->bytes_ready >= message->meta.bytes)
+            into->meta.checksum = message->meta.checksum;
     }
 }
 
@@ -306,6 +314,7 @@ static kvio_status_t forward(kvio_ucx_chain_t *chain, const char *source)
     int slot = slot_of(&chain->current, chain->next_index);
     uint64_t remote = chain->next_slots->address[slot];
     ucp_rkey_h rkey = chain->next_slots->rkey[slot];
+    char *mapped = chain->next_slots->mapped[slot]; /* shared memory: stores, not puts */
     int limit = (int)xfer->config->inflight;
     kvio_status_t status = KVIO_OK;
     for (int posted_now = 0; posted_now < limit && chain->puts_inflight < limit &&
@@ -321,17 +330,33 @@ static kvio_status_t forward(kvio_ucx_chain_t *chain, const char *source)
         }
         if (offset == 0)
             chain->t_forward_start_ns = kvio_rte_time_ns(xfer->rte);
-        ucp_request_param_t param = {
-            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-            .cb.send = put_done, .user_data = chain};
-        ucs_status_ptr_t request = ucp_put_nbx(ep, source + offset, piece, remote + offset, rkey,
-                                               &param);
-        status = posted(chain, request, chain->next, "putting to");
-        if (status != KVIO_OK)
-            return status;
-        if (request != NULL)
-            chain->puts_inflight++;
+        bool sender = xfer->role == KVIO_XFER_SENDER;
+        if (mapped != NULL && sender) {
+            /* In place when stored (and fenced), summed on the way when the
+             * publish sums; the flush behind it finds nothing outstanding. */
+            kvio_xfer_store_piece(xfer, mapped + offset, offset, piece);
+        } else if (mapped != NULL) {
+            kvio_xfer_copy_streaming(mapped + offset, source + offset, piece);
+        } else {
+            if (sender)
+                kvio_xfer_hash_piece(xfer, offset, piece);
+            ucp_request_param_t param = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                .cb.send = put_done, .user_data = chain};
+            ucs_status_ptr_t request = ucp_put_nbx(ep, source + offset, piece, remote + offset,
+                                                   rkey, &param);
+            status = posted(chain, request, chain->next, "putting to");
+            if (status != KVIO_OK)
+                return status;
+            if (request != NULL)
+                chain->puts_inflight++;
+        }
         chain->posted += piece;
+        /* The last piece summed: the messages from now on carry the sum. */
+        uint64_t checksum;
+        if (sender && chain->posted >= chain->current.meta.bytes &&
+            kvio_xfer_put_checksum(xfer, &checksum))
+            chain->current.meta.checksum = checksum;
         status = flush_and_announce(chain, ep);
     }
     if (status == KVIO_OK)
@@ -444,6 +469,19 @@ kvio_status_t kvio_xfer_ucx_chain_progress(kvio_xfer_t *xfer)
     if (status == KVIO_OK)
         status = check_neighbours(chain);
     return status;
+}
+
+kvio_status_t kvio_xfer_ucx_chain_landed(kvio_xfer_t *xfer, kvio_xfer_landed_t *landed_p)
+{
+    kvio_ucx_t *ucx = xfer->priv;
+    kvio_ucx_chain_t *chain = ucx->chain;
+    if (xfer->role != KVIO_XFER_RECEIVER || chain->failure != KVIO_OK || !chain->active ||
+        chain->noticed)
+        return KVIO_INPROGRESS;
+    *landed_p = (kvio_xfer_landed_t){.version = chain->current.meta.version,
+                                     .slot = slot_of(&chain->current, xfer->self_index),
+                                     .bytes = chain->current.bytes_ready};
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_xfer_ucx_chain(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)

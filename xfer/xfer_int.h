@@ -20,12 +20,16 @@ typedef struct kvio_xfer_ops {
      * NULL); fini must still work after it. */
     void (*detach)(kvio_xfer_t *xfer);
     /* Sender: moves the buffer to receiver target (an index into receivers),
-     * or to the store (target -1, SHARED_STORE); meta->slot is set. */
+     * or to the store (target -1, SHARED_STORE); meta->slot is set. With
+     * HASH_ON_PUT it passes every piece of the send buffer, in order, to
+     * kvio_xfer_hash_piece before it puts it. */
     kvio_status_t (*put)(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);
     /* Sender, CHAIN: moves the buffer (or, with KVIO_XFER_META_END in meta,
      * only the end notice) into the first receiver, which forwards it down
      * the chain piece by piece; every receiver is notified once its own copy
-     * is complete. Each receiver's slot comes from wait_credit. */
+     * is complete. Each receiver's slot comes from wait_credit. With
+     * HASH_ON_PUT it passes the pieces as put does, and the checksum that
+     * kvio_xfer_put_checksum gives at the end replaces meta's. */
     kvio_status_t (*chain)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta);
     /* Sender: announces meta to target (-1: every receiver at once). */
     kvio_status_t (*notify)(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);
@@ -38,10 +42,40 @@ typedef struct kvio_xfer_ops {
      * buffer; *moved_p says how many arrived. */
     kvio_status_t (*fetch)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta, void *buffer,
                            uint64_t offset, uint64_t length, uint64_t *moved_p);
+    /* Receiver, LANDED: the newest version on its way whose notice is not
+     * yet queued, and the prefix of it in place; KVIO_INPROGRESS: none. */
+    kvio_status_t (*landed)(kvio_xfer_t *xfer, kvio_xfer_landed_t *landed_p);
     /* Receiver: meta->version was handled; meta->slot is now free. */
     kvio_status_t (*ack)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta);
     void (*progress)(kvio_xfer_t *xfer);
 } kvio_xfer_ops_t;
+
+/* The sender's sum of a buffer of known length (xfer_checksum.c): XXH3-64,
+ * taken while the buffer is passed on region by region in order, copied to
+ * a target or only read; the loads that copy a region feed the sum, so
+ * summing costs a copy waiting on memory next to nothing. The digest equals
+ * kvio_xfer_checksum_of(source, length). */
+typedef struct kvio_xfer_sum {
+    uint64_t acc[8];
+    const unsigned char *source;
+    uint64_t length;
+    uint64_t done;        /* bytes of source passed on so far */
+    uint64_t next_stripe; /* the next 64-byte stripe to accumulate */
+    bool vector;          /* AVX2 (x86 CPUs that have it) */
+} kvio_xfer_sum_t;
+
+void kvio_xfer_sum_start(kvio_xfer_sum_t *sum, const void *source, uint64_t length);
+/* Passes the next length bytes of source on: copied to target (NULL: only
+ * summed) with streaming stores, fenced. */
+void kvio_xfer_sum_pass(kvio_xfer_sum_t *sum, void *target, uint64_t length);
+/* After all length bytes were passed. */
+uint64_t kvio_xfer_sum_digest(const kvio_xfer_sum_t *sum);
+
+/* Copies length bytes with stores that bypass the cache where the CPU has
+ * them (x86: non-temporal; the reader of a slot reads it from memory
+ * anyway, and cached stores would first read every line of it), then a
+ * store fence: the bytes are visible before anything stored after. */
+void kvio_xfer_copy_streaming(void *target, const void *source, uint64_t length);
 
 struct kvio_xfer {
     const kvio_xfer_ops_t *ops;
@@ -61,6 +95,11 @@ struct kvio_xfer {
     uint64_t polls;
     int64_t poll_interval_ns; /* plug-in sets: 0 when notified */
     uint64_t chunks_sent;     /* plug-ins count, for die_after_chunks */
+    /* Sender, kvio_xfer_publish_and_checksum on a HASH_ON_PUT transport:
+     * the sum that kvio_xfer_hash_piece and kvio_xfer_store_piece feed
+     * while hashing is set. */
+    kvio_xfer_sum_t put_sum;
+    bool hashing;
     char info[512];       /* plug-in fills: what it uses */
     char error[512];      /* the first error, via kvio_xfer_set_error */
 };
@@ -78,6 +117,21 @@ void kvio_xfer_set_error(kvio_xfer_t *xfer, const char *fmt, ...)
 /* Plug-ins call this before each chunk they send: true when the injected
  * fault says the sender dies now (the error is recorded). */
 bool kvio_xfer_fault_now(kvio_xfer_t *xfer);
+
+/* Plug-ins with HASH_ON_PUT pass each piece of the send buffer, in order,
+ * through one of these before it is put: they feed the version's checksum
+ * when the publish computes one. hash_piece only reads the piece (it is
+ * then in cache for a put); store_piece copies it to target (a receiver's
+ * slot mapped into this process, at the piece's place) with streaming
+ * stores, from the loads that sum it, and fences the stores: the bytes are
+ * in place when it returns. */
+void kvio_xfer_hash_piece(kvio_xfer_t *xfer, uint64_t offset, uint64_t length);
+void kvio_xfer_store_piece(kvio_xfer_t *xfer, void *target, uint64_t offset, uint64_t length);
+
+/* While a publish sums: true, with the checksum, once every byte has been
+ * passed through those (a chain's sender puts it into the message that
+ * completes the version); false otherwise (meta's checksum stands). */
+bool kvio_xfer_put_checksum(const kvio_xfer_t *xfer, uint64_t *checksum_p);
 
 /* Allocates bytes aligned to 4096 (O_DIRECT-safe); free with free(). */
 void *kvio_xfer_aligned_alloc(uint64_t bytes);

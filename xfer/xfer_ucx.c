@@ -2,10 +2,12 @@
  * allocate two receive slots with ucp_mem_map(ALLOCATE) (UCX 1.13 emulates a
  * put into malloc'd memory in software) and publish their rkeys through the
  * runtime's allgather. The sender puts the buffer in chunks with a bounded
- * number in flight, flushes the endpoint so the bytes are at the target, and
- * then sends an active message with the update's meta. Receivers answer with
- * an ack that frees a slot. UCX_TLS is honoured; the lanes chosen are
- * reported. Every wait is bounded by the runtime's timeout. */
+ * number in flight (or, into a slot UCX maps into it, stores them), summing
+ * them on the way and telling the receiver what has landed as it goes,
+ * flushes the endpoint so the bytes are at the target, and then sends an
+ * active message with the update's meta. Receivers answer with an ack that
+ * frees a slot. UCX_TLS is honoured; the lanes chosen are reported. Every
+ * wait is bounded by the runtime's timeout. */
 #include "xfer/xfer_ucx_int.h"
 
 #include <stdio.h>
@@ -71,7 +73,27 @@ bool kvio_xfer_ucx_queue_push(kvio_ucx_t *ucx, const kvio_xfer_meta_t *meta)
         return false;
     ucx->queue[(ucx->queue_head + ucx->queue_count) % QUEUE_LENGTH] = *meta;
     ucx->queue_count++;
+    if (meta->version > ucx->noticed_version)
+        ucx->noticed_version = meta->version; /* its landed messages are old news */
     return true;
+}
+
+/* News of a put under way: keeps the furthest prefix of the newest version
+ * whose notice has not come (a message overtaken by its notice is dropped). */
+static ucs_status_t on_landed(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+    ucx_priv_t *priv = arg;
+    kvio_ucx_landed_message_t message;
+    if (length != sizeof(message) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+        return UCS_OK;
+    memcpy(&message, data, sizeof(message));
+    if (message.magic != KVIO_XFER_MAGIC || message.version <= priv->noticed_version)
+        return UCS_OK;
+    if (message.version > priv->landed.version ||
+        (message.version == priv->landed.version && message.bytes > priv->landed.bytes))
+        priv->landed = message;
+    return UCS_OK;
 }
 
 static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, void *data,
@@ -286,28 +308,27 @@ kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void
 
 /* When the remote slot is shared memory that UCX attached into this process
  * (sysv/posix rkeys: UCX puts by memcpy through that mapping,
- * uct_sm_ep_put_short), faults in the mapping's page tables now. The
- * mapping is the sender's own, separate from the receiver's, so the
- * receiver's fault-in at create does not cover it, and otherwise the first
- * version into each slot pays a minor fault per 4 KiB page inside the
+ * uct_sm_ep_put_short), returns the mapping, and faults in its page tables
+ * now. The mapping is the sender's own, separate from the receiver's, so
+ * the receiver's fault-in at create does not cover it, and otherwise the
+ * first version into each slot pays a minor fault per 4 KiB page inside the
  * measured put (a third of the copy's time). MADV_POPULATE_WRITE changes no
- * byte. Best effort: an rkey without a local pointer (cma, tcp) or a kernel
- * without MADV_POPULATE_WRITE (before 5.14) leaves the puts as they were. */
-static void prefault_remote(ucp_rkey_h rkey, uint64_t address, uint64_t length)
+ * byte. NULL for an rkey without a local pointer (cma, tcp); a kernel
+ * without MADV_POPULATE_WRITE (before 5.14) leaves the faults to the puts. */
+static void *map_remote(ucp_rkey_h rkey, uint64_t address, uint64_t length)
 {
-#ifdef MADV_POPULATE_WRITE
     void *local = NULL;
+    if (length == 0 || ucp_rkey_ptr(rkey, address, &local) != UCS_OK)
+        return NULL;
+#ifdef MADV_POPULATE_WRITE
     long page = sysconf(_SC_PAGESIZE);
-    if (length == 0 || page <= 0 || ucp_rkey_ptr(rkey, address, &local) != UCS_OK)
-        return;
-    uintptr_t start = (uintptr_t)local & ~((uintptr_t)page - 1);
-    uintptr_t end = (uintptr_t)local + length;
-    (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
-#else
-    (void)rkey;
-    (void)address;
-    (void)length;
+    if (page > 0) {
+        uintptr_t start = (uintptr_t)local & ~((uintptr_t)page - 1);
+        uintptr_t end = (uintptr_t)local + length;
+        (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
+    }
 #endif
+    return local;
 }
 
 static kvio_status_t connect_to(kvio_xfer_t *xfer, int rank, void **addresses)
@@ -365,6 +386,8 @@ kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer)
         status = kvio_xfer_ucx_set_handler(priv, AM_UPDATE, on_update, priv);
     if (status == KVIO_OK)
         status = kvio_xfer_ucx_set_handler(priv, AM_ACK, on_ack, priv);
+    if (status == KVIO_OK)
+        status = kvio_xfer_ucx_set_handler(priv, KVIO_UCX_AM_LANDED, on_landed, priv);
     if (status != KVIO_OK)
         return status;
     priv->eps = calloc((size_t)priv->size, sizeof(*priv->eps));
@@ -467,22 +490,31 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
         status = exchange;
     if (status != KVIO_OK)
         goto fail;
+    /* ucx_path: put keeps every chunk a UCX put, even where UCX could map
+     * the slot. */
+    bool mapped_path = xfer->config->ucx_path == KVIO_XFER_HOP_MAPPED;
     if (xfer->role == KVIO_XFER_SENDER) {
         for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++) {
             int rank = xfer->receivers[i];
             status = kvio_xfer_ucx_unpack_slots(xfer, rank, slot_blobs[rank], slot_lengths[rank],
                                                 &priv->remote[i]);
-            for (int slot = 0; slot < 2 && status == KVIO_OK && !on_gpu; slot++)
-                prefault_remote(priv->remote[i].rkey[slot], priv->remote[i].address[slot],
-                                xfer->bytes);
+            for (int slot = 0; slot < 2 && status == KVIO_OK && !on_gpu && mapped_path; slot++)
+                priv->remote[i].mapped[slot] = map_remote(
+                    priv->remote[i].rkey[slot], priv->remote[i].address[slot], xfer->bytes);
         }
         if (status == KVIO_OK && xfer->num_receivers > 0) {
             char lanes[256];
             describe_lanes(priv->eps[xfer->receivers[0]], lanes, sizeof(lanes));
             const char *tls = getenv("UCX_TLS");
-            snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)%s%s", lanes,
+            bool stores = true; /* a chain's first hop; the servers' own hops may differ */
+            int mapped_receivers = xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN
+                                       ? 1 : xfer->num_receivers;
+            for (int i = 0; i < mapped_receivers; i++)
+                stores = stores && priv->remote[i].mapped[0] && priv->remote[i].mapped[1];
+            snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)%s%s%s", lanes,
                      tls ? tls : "default", on_gpu ? ", weights in CUDA memory" : "",
-                     xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN ? ", chain fan-out" : "");
+                     xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN ? ", chain fan-out" : "",
+                     stores ? ", stores through the mapped slots" : "");
         }
     } else if (xfer->role == KVIO_XFER_RECEIVER) {
         int next = xfer->self_index + 1;
@@ -491,8 +523,9 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
             int rank = xfer->receivers[next];
             status = kvio_xfer_ucx_unpack_slots(xfer, rank, slot_blobs[rank], slot_lengths[rank],
                                                 &priv->next);
-            for (int slot = 0; slot < 2 && status == KVIO_OK && !on_gpu; slot++)
-                prefault_remote(priv->next.rkey[slot], priv->next.address[slot], xfer->bytes);
+            for (int slot = 0; slot < 2 && status == KVIO_OK && !on_gpu && mapped_path; slot++)
+                priv->next.mapped[slot] = map_remote(priv->next.rkey[slot],
+                                                     priv->next.address[slot], xfer->bytes);
         }
         snprintf(xfer->info, sizeof(xfer->info), "ucx receiver");
     }
@@ -679,14 +712,149 @@ kvio_status_t kvio_xfer_ucx_flush(kvio_xfer_t *xfer, int rank)
     return status;
 }
 
+static void landing_flush_done(void *request, ucs_status_t status, void *user_data)
+{
+    kvio_ucx_landing_t *landing = user_data;
+    landing->flushing = false;
+    if (status == UCS_OK)
+        landing->flushed = landing->flush_target;
+    else
+        landing->error = status;
+    ucp_request_free(request);
+}
+
+static void landing_send_done(void *request, ucs_status_t status, void *user_data)
+{
+    kvio_ucx_landing_t *landing = user_data;
+    landing->sending = false;
+    if (status != UCS_OK)
+        landing->error = status;
+    ucp_request_free(request);
+}
+
+/* Tells the receiver of a put under way how much is certainly in its slot,
+ * without waiting: when no flush is in flight, flushes what is posted (a
+ * flush completes once the puts posted before it are at the target; puts
+ * posted after it go on meanwhile); once a flush is done and no message is
+ * in flight, says how far it reached. Stores through a mapped slot are in
+ * place once stored (and fenced). */
+static kvio_status_t announce_landed(kvio_xfer_t *xfer, ucp_ep_h ep, int rank)
+{
+    ucx_priv_t *priv = xfer->priv;
+    kvio_ucx_landing_t *landing = &priv->landing;
+    if (landing->error != UCS_OK) {
+        kvio_xfer_set_error(xfer, "%s transport: telling rank %d what has landed: %s",
+                            xfer->ops->name, rank, ucs_status_string(landing->error));
+        return from_ucs(landing->error);
+    }
+    if (landing->stored) {
+        landing->flushed = landing->posted;
+    } else if (!landing->flushing && landing->posted > landing->flush_target) {
+        landing->flush_target = landing->posted;
+        ucp_request_param_t param = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.send = landing_flush_done, .user_data = landing};
+        ucs_status_ptr_t request = ucp_ep_flush_nbx(ep, &param);
+        if (UCS_PTR_IS_ERR(request))
+            return track(xfer, request, "ucp_ep_flush_nbx");
+        if (request == NULL)
+            landing->flushed = landing->flush_target;
+        else
+            landing->flushing = true;
+    }
+    if (landing->flushed > landing->announced && !landing->sending) {
+        landing->message.bytes = landing->flushed;
+        ucp_request_param_t param = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                            UCP_OP_ATTR_FIELD_FLAGS,
+            .cb.send = landing_send_done, .user_data = landing,
+            .flags = UCP_AM_SEND_FLAG_EAGER};
+        ucs_status_ptr_t request = ucp_am_send_nbx(ep, KVIO_UCX_AM_LANDED, NULL, 0,
+                                                   &landing->message,
+                                                   sizeof(landing->message), &param);
+        if (UCS_PTR_IS_ERR(request))
+            return track(xfer, request, "ucp_am_send_nbx");
+        landing->sending = request != NULL;
+        landing->announced = landing->flushed;
+    }
+    return KVIO_OK;
+}
+
+static bool landing_idle(void *arg)
+{
+    const kvio_ucx_landing_t *landing = arg;
+    return !landing->flushing && !landing->sending;
+}
+
+/* The sequential put of the whole buffer into one receiver's slot, in
+ * chunks, each summed on its way (when the publish computes the checksum),
+ * the receiver told as the prefix in its slot grows (so that it can check
+ * it meanwhile), then a flush: the bytes are at the target when it returns.
+ * A slot that UCX mapped into this process (shared memory) is written by
+ * this thread's stores (kvio_xfer_store_piece): the memcpy a UCX put into
+ * it does, with streaming stores and the checksum taken from the copy's own
+ * loads. Otherwise ucp_put_nbx with `inflight` outstanding, each chunk
+ * summed just before it is put. */
 static kvio_status_t ucx_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
 {
     ucx_priv_t *priv = xfer->priv;
     const kvio_ucx_remote_slots_t *remote = &priv->remote[target];
-    int slot = (int)(meta->slot & 1);
-    return kvio_xfer_ucx_put_region(xfer, xfer->receivers[target], xfer->send_buffer,
-                                    remote->address[slot], remote->rkey[slot], xfer->bytes,
-                                    xfer->config->chunk);
+    int slot = (int)(meta->slot & 1), rank = xfer->receivers[target];
+    ucp_ep_h ep = priv->eps[rank];
+    const char *local = xfer->send_buffer;
+    uint64_t length = xfer->bytes, chunk = xfer->config->chunk;
+    int limit = (int)xfer->config->inflight;
+    char *mapped = remote->mapped[slot];
+    kvio_ucx_landing_t *landing = &priv->landing;
+    *landing = (kvio_ucx_landing_t){
+        .stored = mapped != NULL,
+        .message = {.magic = KVIO_XFER_MAGIC, .version = meta->version, .slot = (uint32_t)slot}};
+    priv->request_error = UCS_OK;
+    kvio_status_t status = KVIO_OK;
+    for (uint64_t offset = 0; offset < length && status == KVIO_OK; offset += chunk) {
+        uint64_t piece = length - offset < chunk ? length - offset : chunk;
+        status = wait_inflight(xfer, limit - 1, rank, "puts to");
+        if (status != KVIO_OK)
+            break;
+        if (kvio_xfer_fault_now(xfer))
+            return KVIO_ERR_INTERRUPTED; /* a dead sender leaves its puts behind */
+        if (mapped != NULL) {
+            kvio_xfer_store_piece(xfer, mapped + offset, offset, piece);
+        } else {
+            kvio_xfer_hash_piece(xfer, offset, piece);
+            ucp_request_param_t param = callback_param(priv);
+            status = track(xfer,
+                           ucp_put_nbx(ep, local + offset, piece, remote->address[slot] + offset,
+                                       remote->rkey[slot], &param),
+                           "ucp_put_nbx");
+        }
+        landing->posted = offset + piece;
+        if (status == KVIO_OK)
+            status = announce_landed(xfer, ep, rank);
+    }
+    if (status == KVIO_OK)
+        status = wait_inflight(xfer, 0, rank, "puts to");
+    if (status == KVIO_OK)
+        status = kvio_xfer_ucx_flush(xfer, rank);
+    /* The message buffer is the next put's: nothing of this one in flight. */
+    if (status == KVIO_OK)
+        status = kvio_xfer_ucx_wait(xfer, landing_idle, landing, rank, "news of a put to");
+    return status;
+}
+
+/* Receiver: the version on its way (sequential: the sender's landed
+ * messages; chain: what the rank before said is in). */
+static kvio_status_t ucx_landed(kvio_xfer_t *xfer, kvio_xfer_landed_t *landed_p)
+{
+    ucx_priv_t *priv = xfer->priv;
+    if (priv->chain != NULL)
+        return kvio_xfer_ucx_chain_landed(xfer, landed_p);
+    if (priv->landed.version == 0 || priv->landed.version <= priv->noticed_version)
+        return KVIO_INPROGRESS;
+    *landed_p = (kvio_xfer_landed_t){.version = priv->landed.version,
+                                     .slot = priv->landed.slot <= 1 ? (int)priv->landed.slot : -1,
+                                     .bytes = priv->landed.bytes};
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_xfer_ucx_send_am(kvio_xfer_t *xfer, int rank, unsigned id,
@@ -783,7 +951,8 @@ void kvio_xfer_ucx_progress(kvio_xfer_t *xfer)
 
 const kvio_xfer_ops_t kvio_xfer_ucx_ops = {
     .name = "ucx",
-    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_CHAIN,
+    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_CHAIN |
+            KVIO_XFER_CAP_HASH_ON_PUT | KVIO_XFER_CAP_LANDED,
     .priv_size = sizeof(ucx_priv_t),
     .preflight = ucx_preflight,
     .init = ucx_init,
@@ -793,6 +962,7 @@ const kvio_xfer_ops_t kvio_xfer_ucx_ops = {
     .notify = kvio_xfer_ucx_notify,
     .wait_credit = kvio_xfer_ucx_wait_credit,
     .poll = kvio_xfer_ucx_poll,
+    .landed = ucx_landed,
     .ack = kvio_xfer_ucx_ack,
     .progress = kvio_xfer_ucx_progress,
 };

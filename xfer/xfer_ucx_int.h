@@ -15,7 +15,8 @@
 #define KVIO_UCX_AM_UPDATE 11
 #define KVIO_UCX_AM_ACK 12
 #define KVIO_UCX_AM_CHAIN 13
-#define KVIO_UCX_AM_USER 14
+#define KVIO_UCX_AM_LANDED 14
+#define KVIO_UCX_AM_USER 15
 #define KVIO_UCX_QUEUE_LENGTH 64
 #define KVIO_UCX_CHAIN_MAX_RECEIVERS 256
 
@@ -28,9 +29,34 @@ typedef struct kvio_ucx_chain_message {
     uint64_t slot_bits[KVIO_UCX_CHAIN_MAX_RECEIVERS / 64]; /* bit i: receiver i's slot */
 } kvio_ucx_chain_message_t;
 
+/* Sent during a sequential put (ucx_put) each time a flush has made more of
+ * the version certain to be in the receiver's slot. */
+typedef struct kvio_ucx_landed_message {
+    uint64_t magic;   /* KVIO_XFER_MAGIC */
+    uint64_t version;
+    uint64_t bytes;   /* [0, bytes) of the slot are in place */
+    uint32_t slot;
+    uint32_t unused;
+} kvio_ucx_landed_message_t;
+
+/* The sender's side of those messages while one put is under way. */
+typedef struct kvio_ucx_landing {
+    uint64_t posted;       /* bytes whose puts are posted */
+    uint64_t flush_target; /* what the flush in flight covers */
+    uint64_t flushed;      /* bytes at the receiver */
+    uint64_t announced;    /* bytes the receiver was told of */
+    bool stored;           /* stores through the mapped slot: what is posted is in */
+    bool flushing;         /* a flush is in flight */
+    bool sending;          /* message is in flight */
+    ucs_status_t error;    /* a flush or message failed */
+    kvio_ucx_landed_message_t message;
+} kvio_ucx_landing_t;
+
 typedef struct kvio_ucx_remote_slots {
     uint64_t address[2];
     ucp_rkey_h rkey[2];
+    void *mapped[2]; /* sender: the slot mapped into this process by UCX (shared
+                        memory, ucp_rkey_ptr), NULL where it cannot be */
 } kvio_ucx_remote_slots_t;
 
 typedef struct kvio_ucx {
@@ -41,6 +67,9 @@ typedef struct kvio_ucx {
     uint64_t memory_types;    /* ucp_context_query: UCS_BIT(UCS_MEMORY_TYPE_*) */
     ucp_mem_h memory[2];      /* receiver: slots; sender: [0] the send buffer */
     kvio_ucx_remote_slots_t *remote; /* sender: per receiver */
+    kvio_ucx_landing_t landing;      /* sender: the put under way */
+    kvio_ucx_landed_message_t landed; /* receiver: the newest landed message */
+    uint64_t noticed_version;         /* receiver: the newest version noticed */
     kvio_ucx_remote_slots_t next;    /* chain, receiver: the next receiver's slots */
     struct kvio_ucx_chain *chain;    /* fanout: chain (xfer_chain_ucx.c); NULL otherwise */
     uint64_t *acked;          /* sender: newest version handled, per receiver */
@@ -123,6 +152,9 @@ kvio_status_t kvio_xfer_ucx_chain(kvio_xfer_t *xfer, const kvio_xfer_meta_t *met
 /* Receiver: takes what arrived from upstream, forwards, queues notices;
  * returns the chain's first error (a dead or silent neighbour). */
 kvio_status_t kvio_xfer_ucx_chain_progress(kvio_xfer_t *xfer);
+/* Receiver: the version coming down the chain whose notice is not yet
+ * queued, and the prefix of it in this receiver's slot (the landed op). */
+kvio_status_t kvio_xfer_ucx_chain_landed(kvio_xfer_t *xfer, kvio_xfer_landed_t *landed_p);
 
 /* The shared ops. */
 kvio_status_t kvio_xfer_ucx_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta);

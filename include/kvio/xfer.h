@@ -47,6 +47,12 @@ extern const char *const kvio_xfer_discovery_names[];
 #define KVIO_XFER_CAP_GPU_MEM 16u     /* its buffers may be GPU memory (ucx: when UCX
                                          reports CUDA memory) */
 #define KVIO_XFER_CAP_GPU_ONLY 32u    /* its buffers are always GPU memory */
+#define KVIO_XFER_CAP_HASH_ON_PUT 64u /* the sender sums each piece as it puts it (host
+                                         memory): the checksum needs no pass over the
+                                         buffer of its own */
+#define KVIO_XFER_CAP_LANDED 128u     /* a receiver learns, before the notice, how much of
+                                         the version on its way is in place
+                                         (kvio_xfer_landed) */
 
 typedef struct kvio_xfer_file_config {
     char *dir;
@@ -88,6 +94,7 @@ typedef struct kvio_xfer_config {
     int64_t inflight;
     int fanout;      /* kvio_xfer_fanout_t */
     int host_hop;    /* kvio_xfer_host_hop_t (staged) */
+    int ucx_path;    /* kvio_xfer_host_hop_t (ucx, host weights): mapped stores or puts */
     kvio_xfer_file_config_t file;
     kvio_xfer_redis_config_t redis;
     kvio_xfer_model_config_t model;
@@ -122,7 +129,16 @@ typedef struct kvio_xfer_publish_times {
     int64_t end_ns;       /* last receiver notified */
     int64_t credit_ns;    /* time spent waiting for receivers to free a slot */
     uint64_t bytes_moved; /* bytes written (all receivers) */
+    uint64_t checksum;    /* the checksum the version carried */
 } kvio_xfer_publish_times_t;
+
+/* The prefix of a version on its way into this receiver that is already in
+ * its slot (push transports with KVIO_XFER_CAP_LANDED), before its notice. */
+typedef struct kvio_xfer_landed {
+    uint64_t version;
+    int slot;
+    uint64_t bytes; /* bytes [0, bytes) of the slot hold the version's */
+} kvio_xfer_landed_t;
 
 /* One update on its way into a receiver, with the stages the wrapper took. */
 typedef struct kvio_xfer_receive {
@@ -179,6 +195,18 @@ void *kvio_xfer_slot(kvio_xfer_t *xfer, int slot);
 kvio_status_t kvio_xfer_publish(kvio_xfer_t *xfer, uint64_t version, uint64_t checksum,
                                 int64_t t_ready_ns, kvio_xfer_publish_times_t *times_p);
 
+/* Publishes version like kvio_xfer_publish, with the checksum of the send
+ * buffer computed here: piece by piece as the first receiver's bytes are
+ * put (a chain: the first hop's), when the transport can
+ * (KVIO_XFER_CAP_HASH_ON_PUT, host memory), else in one pass before the
+ * first byte moves (the time from t_ready_ns to times_p->start_ns then
+ * includes it). The checksum is in times_p->checksum (times_p must not be
+ * NULL). Host send buffers only; a GPU one is summed by its owner through
+ * a host copy (kvio_xfer_publish). */
+kvio_status_t kvio_xfer_publish_and_checksum(kvio_xfer_t *xfer, uint64_t version,
+                                             int64_t t_ready_ns,
+                                             kvio_xfer_publish_times_t *times_p);
+
 /* Tells every receiver that no more versions come after last_version. */
 kvio_status_t kvio_xfer_finish(kvio_xfer_t *xfer, uint64_t last_version);
 
@@ -190,6 +218,14 @@ kvio_status_t kvio_xfer_poll(kvio_xfer_t *xfer, int free_slot, kvio_xfer_receive
 /* Receiver: moves the next chunk of an update into its slot; sets complete
  * when all bytes are in (at once for push transports). */
 kvio_status_t kvio_xfer_fetch_step(kvio_xfer_t *xfer, kvio_xfer_receive_t *receive);
+
+/* Receiver (push transports with KVIO_XFER_CAP_LANDED): how much of the
+ * newest version still on its way, its notice not yet polled, is in place,
+ * so that it can be checked while the rest moves. KVIO_OK fills landed_p;
+ * KVIO_INPROGRESS: nothing known (or the transport cannot tell). The bytes
+ * only grow for one version; a version whose sender dies never gets a
+ * notice. Call kvio_xfer_progress for news. */
+kvio_status_t kvio_xfer_landed(kvio_xfer_t *xfer, kvio_xfer_landed_t *landed_p);
 
 /* Receiver: tells the sender that receive's version was handled (activated
  * or rejected) and which slot is now free for the next one. */
@@ -211,6 +247,21 @@ const char *kvio_xfer_info(const kvio_xfer_t *xfer);
 
 /* The first error a call on this transport reported ("" when none). */
 const char *kvio_xfer_error(const kvio_xfer_t *xfer);
+
+/* The checksum a version carries (XXH3-64 of the whole buffer), fed piece
+ * by piece in order: the digest equals kvio_xfer_checksum_of over the
+ * pieces joined. Runs on the CPU's widest vector unit where libxxhash can
+ * dispatch (x86). create returns KVIO_ERR_NOMEM or a reset state that the
+ * caller destroys. */
+typedef struct kvio_xfer_checksum kvio_xfer_checksum_t;
+kvio_status_t kvio_xfer_checksum_create(kvio_xfer_checksum_t **checksum_p);
+void kvio_xfer_checksum_destroy(kvio_xfer_checksum_t *checksum); /* NULL: nothing */
+void kvio_xfer_checksum_reset(kvio_xfer_checksum_t *checksum);
+void kvio_xfer_checksum_update(kvio_xfer_checksum_t *checksum, const void *data,
+                               uint64_t length);
+uint64_t kvio_xfer_checksum_digest(const kvio_xfer_checksum_t *checksum);
+/* The checksum of length bytes at data, at once. */
+uint64_t kvio_xfer_checksum_of(const void *data, uint64_t length);
 
 /* Simulate mode: when receiver index (0-based) of num_receivers has the
  * data, in ns after the publish starts, and how long the sender is busy. */

@@ -1,0 +1,380 @@
+/* The checksum every version carries: XXH3-64 of the whole buffer. Two ways
+ * to it: a streaming state fed piece by piece in order (libxxhash's, for a
+ * receiver summing what has landed), and the sender's sum of a buffer of
+ * known length, taken while the buffer is copied (or read) region by region,
+ * with the copy's own loads feeding the sum, so that summing costs the copy
+ * next to nothing where the copy waits on memory anyway. Both give
+ * XXH3_64bits of the whole buffer; tests compare them with libxxhash. On
+ * x86 they use the widest vector unit the CPU has (libxxhash's dispatcher
+ * where the library has one; AVX2 for the sender's sum). */
+#include "xfer/xfer_int.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+struct kvio_xfer_checksum {
+    XXH3_state_t *state;
+};
+
+#if defined(__x86_64__) || defined(__i386__)
+/* libxxhash's x86 dispatcher (xxh_x86dispatch.h; Debian's build has it):
+ * AVX2 or AVX-512 chosen at run time, where the plain XXH3 functions are
+ * built for the baseline SSE2 (2.5x slower in cache on an EPYC). Weak: a
+ * libxxhash without it leaves them NULL and the plain functions serve. */
+XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t length) __attribute__((weak));
+XXH_errorcode XXH3_64bits_update_dispatch(XXH3_state_t *state, const void *input,
+                                          size_t length) __attribute__((weak));
+#define HAVE_DISPATCH(function) ((function) != NULL)
+#else
+#define HAVE_DISPATCH(function) 0
+#define XXH3_64bits_dispatch XXH3_64bits
+#define XXH3_64bits_update_dispatch XXH3_64bits_update
+#endif
+
+kvio_status_t kvio_xfer_checksum_create(kvio_xfer_checksum_t **checksum_p)
+{
+    kvio_xfer_checksum_t *checksum = malloc(sizeof(*checksum));
+    if (checksum == NULL)
+        return KVIO_ERR_NOMEM;
+    if ((checksum->state = XXH3_createState()) == NULL) {
+        free(checksum);
+        return KVIO_ERR_NOMEM;
+    }
+    XXH3_64bits_reset(checksum->state);
+    *checksum_p = checksum;
+    return KVIO_OK;
+}
+
+void kvio_xfer_checksum_destroy(kvio_xfer_checksum_t *checksum)
+{
+    if (checksum == NULL)
+        return;
+    XXH3_freeState(checksum->state);
+    free(checksum);
+}
+
+void kvio_xfer_checksum_reset(kvio_xfer_checksum_t *checksum)
+{
+    XXH3_64bits_reset(checksum->state);
+}
+
+void kvio_xfer_checksum_update(kvio_xfer_checksum_t *checksum, const void *data, uint64_t length)
+{
+    if (HAVE_DISPATCH(XXH3_64bits_update_dispatch))
+        XXH3_64bits_update_dispatch(checksum->state, data, (size_t)length);
+    else
+        XXH3_64bits_update(checksum->state, data, (size_t)length);
+}
+
+uint64_t kvio_xfer_checksum_digest(const kvio_xfer_checksum_t *checksum)
+{
+    return XXH3_64bits_digest(checksum->state);
+}
+
+uint64_t kvio_xfer_checksum_of(const void *data, uint64_t length)
+{
+    if (HAVE_DISPATCH(XXH3_64bits_dispatch))
+        return XXH3_64bits_dispatch(data, (size_t)length);
+    return XXH3_64bits(data, (size_t)length);
+}
+
+/* ---- The sender's sum: XXH3-64 of a long input (more than 240 bytes),
+ * as xxhash's specification (doc/xxhash_spec.md) and libxxhash compute it
+ * with the default secret and seed 0: eight 64-bit lanes accumulate 64-byte
+ * stripes, each with the secret at 8 bytes per stripe further; every 16
+ * stripes (a block) the lanes are scrambled; the stripes accumulated are
+ * the first (length - 1) / 64; then the last 64 bytes of the input, with
+ * the secret at its end less 7; then the lanes are merged. ---- */
+
+#define STRIPE 64u
+#define STRIPES_PER_BLOCK 16u
+#define SECRET_BYTES 192u
+#define PRIME32_1 0x9E3779B1u
+#define PRIME32_2 0x85EBCA77u
+#define PRIME32_3 0xC2B2AE3Du
+#define PRIME64_1 0x9E3779B185EBCA87ull
+#define PRIME64_2 0xC2B2AE3D27D4EB4Full
+#define PRIME64_3 0x165667B19E3779F9ull
+#define PRIME64_4 0x85EBCA77C2B2AE63ull
+#define PRIME64_5 0x27D4EB2F165667C5ull
+#define LONG_INPUT 240u /* XXH3_MIDSIZE_MAX: longer inputs take the stripes */
+
+/* XXH3's default secret (XXH3_kSecret). */
+static const unsigned char secret[SECRET_BYTES] = {
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+    0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+    0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+    0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+    0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+    0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+    0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
+};
+
+/* XXH3 reads its input and secret as little-endian words. */
+static uint64_t read64(const unsigned char *bytes)
+{
+    uint64_t value;
+    memcpy(&value, bytes, sizeof(value));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    value = __builtin_bswap64(value);
+#endif
+    return value;
+}
+
+/* The 128-bit product of a and b, its halves xor'ed. */
+static uint64_t multiply_fold(uint64_t a, uint64_t b)
+{
+#if defined(__SIZEOF_INT128__)
+    unsigned __int128 product = (unsigned __int128)a * b;
+    return (uint64_t)product ^ (uint64_t)(product >> 64);
+#else
+    uint64_t a_low = (uint32_t)a, a_high = a >> 32, b_low = (uint32_t)b, b_high = b >> 32;
+    uint64_t low_low = a_low * b_low, high_low = a_high * b_low, low_high = a_low * b_high;
+    uint64_t high_high = a_high * b_high;
+    uint64_t cross = (low_low >> 32) + (uint32_t)high_low + low_high;
+    uint64_t upper = (high_low >> 32) + (cross >> 32) + high_high;
+    uint64_t lower = (cross << 32) | (uint32_t)low_low;
+    return lower ^ upper;
+#endif
+}
+
+static void accumulate_stripe(uint64_t *acc, const unsigned char *input, const unsigned char *key)
+{
+    for (int lane = 0; lane < 8; lane++) {
+        uint64_t value = read64(input + 8 * lane), keyed = value ^ read64(key + 8 * lane);
+        acc[lane ^ 1] += value;
+        acc[lane] += (uint64_t)(uint32_t)keyed * (keyed >> 32);
+    }
+}
+
+static void scramble(uint64_t *acc)
+{
+    const unsigned char *key = secret + SECRET_BYTES - STRIPE;
+    for (int lane = 0; lane < 8; lane++) {
+        uint64_t value = acc[lane];
+        value ^= value >> 47;
+        value ^= read64(key + 8 * lane);
+        acc[lane] = value * PRIME32_1;
+    }
+}
+
+/* Accumulates stripes first .. first + count - 1 (at input), scrambling
+ * after the last of each block. */
+static void stripes_scalar(uint64_t *acc, const unsigned char *input, uint64_t first,
+                           uint64_t count)
+{
+    for (uint64_t stripe = first; stripe < first + count; stripe++, input += STRIPE) {
+        accumulate_stripe(acc, input, secret + 8 * (stripe % STRIPES_PER_BLOCK));
+        if (stripe % STRIPES_PER_BLOCK == STRIPES_PER_BLOCK - 1)
+            scramble(acc);
+    }
+}
+
+#if defined(__x86_64__)
+/* The same with AVX2 (four lanes per register, as XXH3_accumulate_512_avx2
+ * and XXH3_scrambleAcc_avx2), each stripe copied to output (when not NULL)
+ * from the registers the sum loads: one pass over memory for both.
+ * Streaming stores where output is 32-byte aligned. */
+__attribute__((target("avx2"))) static void stripes_avx2(uint64_t *acc, unsigned char *output,
+                                                         const unsigned char *input,
+                                                         uint64_t first, uint64_t count)
+{
+    const __m256i prime = _mm256_set1_epi32((int)PRIME32_1);
+    const unsigned char *scramble_key = secret + SECRET_BYTES - STRIPE;
+    __m256i low = _mm256_loadu_si256((const __m256i *)acc);
+    __m256i high = _mm256_loadu_si256((const __m256i *)(acc + 4));
+    bool streaming = output != NULL && ((uintptr_t)output & 31) == 0;
+    for (uint64_t stripe = first; stripe < first + count; stripe++, input += STRIPE) {
+        __m256i data_low = _mm256_loadu_si256((const __m256i *)input);
+        __m256i data_high = _mm256_loadu_si256((const __m256i *)(input + 32));
+        if (streaming) {
+            _mm256_stream_si256((__m256i *)output, data_low);
+            _mm256_stream_si256((__m256i *)(output + 32), data_high);
+        } else if (output != NULL) {
+            _mm256_storeu_si256((__m256i *)output, data_low);
+            _mm256_storeu_si256((__m256i *)(output + 32), data_high);
+        }
+        if (output != NULL)
+            output += STRIPE;
+        const unsigned char *key = secret + 8 * (stripe % STRIPES_PER_BLOCK);
+        __m256i keyed_low = _mm256_xor_si256(data_low, _mm256_loadu_si256((const __m256i *)key));
+        __m256i keyed_high =
+            _mm256_xor_si256(data_high, _mm256_loadu_si256((const __m256i *)(key + 32)));
+        /* (u32)keyed * (keyed >> 32) per lane; each lane's data to its neighbour */
+        __m256i product_low = _mm256_mul_epu32(
+            keyed_low, _mm256_shuffle_epi32(keyed_low, _MM_SHUFFLE(0, 3, 0, 1)));
+        __m256i product_high = _mm256_mul_epu32(
+            keyed_high, _mm256_shuffle_epi32(keyed_high, _MM_SHUFFLE(0, 3, 0, 1)));
+        low = _mm256_add_epi64(low, _mm256_add_epi64(product_low, _mm256_shuffle_epi32(
+                                                                   data_low,
+                                                                   _MM_SHUFFLE(1, 0, 3, 2))));
+        high = _mm256_add_epi64(high, _mm256_add_epi64(product_high, _mm256_shuffle_epi32(
+                                                                     data_high,
+                                                                     _MM_SHUFFLE(1, 0, 3, 2))));
+        if (stripe % STRIPES_PER_BLOCK == STRIPES_PER_BLOCK - 1) {
+            __m256i *lanes[2] = {&low, &high};
+            for (int half = 0; half < 2; half++) {
+                __m256i value = *lanes[half];
+                value = _mm256_xor_si256(value, _mm256_srli_epi64(value, 47));
+                value = _mm256_xor_si256(
+                    value, _mm256_loadu_si256((const __m256i *)(scramble_key + 32 * half)));
+                __m256i product = _mm256_mul_epu32(value, prime);
+                __m256i product_hi = _mm256_mul_epu32(
+                    _mm256_shuffle_epi32(value, _MM_SHUFFLE(0, 3, 0, 1)), prime);
+                *lanes[half] = _mm256_add_epi64(product, _mm256_slli_epi64(product_hi, 32));
+            }
+        }
+    }
+    _mm256_storeu_si256((__m256i *)acc, low);
+    _mm256_storeu_si256((__m256i *)(acc + 4), high);
+}
+#endif
+
+void kvio_xfer_copy_streaming(void *target, const void *source, uint64_t length)
+{
+#if defined(__x86_64__)
+    unsigned char *to = target;
+    const unsigned char *from = source;
+    uint64_t head = (uint64_t)(-(uintptr_t)to & 63);
+    if (head > length)
+        head = length;
+    memcpy(to, from, head);
+    to += head;
+    from += head;
+    length -= head;
+    for (; length >= 64; length -= 64, to += 64, from += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)from);
+        __m128i b = _mm_loadu_si128((const __m128i *)(from + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(from + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(from + 48));
+        _mm_stream_si128((__m128i *)to, a);
+        _mm_stream_si128((__m128i *)(to + 16), b);
+        _mm_stream_si128((__m128i *)(to + 32), c);
+        _mm_stream_si128((__m128i *)(to + 48), d);
+    }
+    memcpy(to, from, length);
+    _mm_sfence();
+#else
+    memcpy(target, source, length);
+    atomic_thread_fence(memory_order_release);
+#endif
+}
+
+void kvio_xfer_sum_start(kvio_xfer_sum_t *sum, const void *source, uint64_t length)
+{
+    static const uint64_t initial[8] = {PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3,
+                                        PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1};
+    memcpy(sum->acc, initial, sizeof(initial));
+    sum->source = source;
+    sum->length = length;
+    sum->done = 0;
+    sum->next_stripe = 0;
+#if defined(__x86_64__)
+    sum->vector = __builtin_cpu_supports("avx2");
+#else
+    sum->vector = false;
+#endif
+}
+
+/* Piece of the scalar path's copy: small enough to be summed from cache. */
+#define SCALAR_PIECE (16u * 1024)
+
+/* Accumulates stripes [first, first + count), copying them to output (may
+ * be NULL) on the way. */
+static void pass_stripes(kvio_xfer_sum_t *sum, unsigned char *output, uint64_t first,
+                         uint64_t count)
+{
+    const unsigned char *input = sum->source + first * STRIPE;
+#if defined(__x86_64__)
+    if (sum->vector) {
+        stripes_avx2(sum->acc, output, input, first, count);
+        return;
+    }
+#endif
+    for (uint64_t done = 0; done < count;) {
+        uint64_t stripes = count - done < SCALAR_PIECE / STRIPE ? count - done
+                                                                : SCALAR_PIECE / STRIPE;
+        if (output != NULL)
+            kvio_xfer_copy_streaming(output + done * STRIPE, input + done * STRIPE,
+                                     stripes * STRIPE);
+        stripes_scalar(sum->acc, input + done * STRIPE, first + done, stripes);
+        done += stripes;
+    }
+}
+
+void kvio_xfer_sum_pass(kvio_xfer_sum_t *sum, void *target, uint64_t length)
+{
+    uint64_t from = sum->done, to = from + length;
+    if (to > sum->length)
+        to = sum->length; /* never past the buffer */
+    /* The stripes accumulated are the first (length - 1) / 64; short inputs
+     * are summed whole at the digest. */
+    uint64_t stripes = sum->length > LONG_INPUT ? (sum->length - 1) / STRIPE : 0;
+    unsigned char *output = target;
+    /* A stripe begun in the region before: summed from the source. */
+    uint64_t first_here = (from + STRIPE - 1) / STRIPE;
+    while (sum->next_stripe < first_here && sum->next_stripe < stripes &&
+           (sum->next_stripe + 1) * STRIPE <= to) {
+        pass_stripes(sum, NULL, sum->next_stripe, 1);
+        sum->next_stripe++;
+    }
+    uint64_t copied = from;
+    if (sum->next_stripe == first_here) {
+        /* The bytes before the first whole stripe here, then whole stripes
+         * copied and summed in one pass. */
+        uint64_t start = first_here * STRIPE < to ? first_here * STRIPE : to;
+        if (output != NULL && start > from)
+            memcpy(output, sum->source + from, start - from);
+        copied = start;
+        uint64_t last = to / STRIPE < stripes ? to / STRIPE : stripes;
+        if (last > first_here) {
+            pass_stripes(sum, output != NULL ? output + (start - from) : NULL, first_here,
+                         last - first_here);
+            sum->next_stripe = last;
+            copied = last * STRIPE;
+        }
+    }
+    if (output != NULL) {
+        /* The rest (a stripe that ends past this region, the input's last
+         * stripes, which the digest takes from the source). */
+        if (to > copied)
+            kvio_xfer_copy_streaming(output + (copied - from), sum->source + copied,
+                                     to - copied);
+#if defined(__x86_64__)
+        _mm_sfence();
+#else
+        atomic_thread_fence(memory_order_release);
+#endif
+    }
+    sum->done = to;
+}
+
+uint64_t kvio_xfer_sum_digest(const kvio_xfer_sum_t *sum)
+{
+    if (sum->length <= LONG_INPUT)
+        return kvio_xfer_checksum_of(sum->source, sum->length);
+    uint64_t acc[8];
+    memcpy(acc, sum->acc, sizeof(acc));
+    /* The last stripe, overlapping the ones before. */
+    accumulate_stripe(acc, sum->source + sum->length - STRIPE,
+                      secret + SECRET_BYTES - STRIPE - 7);
+    uint64_t result = sum->length * PRIME64_1;
+    for (int pair = 0; pair < 4; pair++) {
+        const unsigned char *key = secret + 11 + 16 * pair;
+        result += multiply_fold(acc[2 * pair] ^ read64(key), acc[2 * pair + 1] ^ read64(key + 8));
+    }
+    result ^= result >> 37;
+    result *= 0x165667919E3779F9ull;
+    result ^= result >> 32;
+    return result;
+}
