@@ -675,6 +675,23 @@ kvio_status_t kvio_xfer_ucx_wait_credit(kvio_xfer_t *xfer, int target, kvio_xfer
     return KVIO_OK;
 }
 
+/* Before each chunk: room for it among the puts in flight, and the fault
+ * knob (a dead sender leaves its puts behind: KVIO_ERR_INTERRUPTED). */
+static kvio_status_t chunk_turn(kvio_xfer_t *xfer, int limit, int rank)
+{
+    kvio_status_t status = wait_inflight(xfer, limit - 1, rank, "puts to");
+    if (status == KVIO_OK && kvio_xfer_fault_now(xfer))
+        status = KVIO_ERR_INTERRUPTED;
+    return status;
+}
+
+static kvio_status_t put_chunk(kvio_xfer_t *xfer, ucp_ep_h ep, const void *local,
+                               uint64_t piece, uint64_t remote, ucp_rkey_h rkey)
+{
+    ucp_request_param_t param = callback_param(xfer->priv);
+    return track(xfer, ucp_put_nbx(ep, local, piece, remote, rkey, &param), "ucp_put_nbx");
+}
+
 kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *local,
                                        uint64_t remote, ucp_rkey_h rkey, uint64_t length,
                                        uint64_t chunk)
@@ -686,15 +703,10 @@ kvio_status_t kvio_xfer_ucx_put_region(kvio_xfer_t *xfer, int rank, const void *
     kvio_status_t status = KVIO_OK;
     for (uint64_t offset = 0; offset < length && status == KVIO_OK; offset += chunk) {
         uint64_t piece = length - offset < chunk ? length - offset : chunk;
-        status = wait_inflight(xfer, limit - 1, rank, "puts to");
-        if (status != KVIO_OK)
-            break;
-        if (kvio_xfer_fault_now(xfer))
-            return KVIO_ERR_INTERRUPTED; /* a dead sender leaves its puts behind */
-        ucp_request_param_t param = callback_param(priv);
-        status = track(xfer, ucp_put_nbx(ep, (const char *)local + offset, piece,
-                                         remote + offset, rkey, &param),
-                       "ucp_put_nbx");
+        status = chunk_turn(xfer, limit, rank);
+        if (status == KVIO_OK)
+            status = put_chunk(xfer, ep, (const char *)local + offset, piece, remote + offset,
+                               rkey);
     }
     if (status == KVIO_OK)
         status = wait_inflight(xfer, 0, rank, "puts to");
@@ -813,20 +825,15 @@ static kvio_status_t ucx_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta
     kvio_status_t status = KVIO_OK;
     for (uint64_t offset = 0; offset < length && status == KVIO_OK; offset += chunk) {
         uint64_t piece = length - offset < chunk ? length - offset : chunk;
-        status = wait_inflight(xfer, limit - 1, rank, "puts to");
+        status = chunk_turn(xfer, limit, rank);
         if (status != KVIO_OK)
             break;
-        if (kvio_xfer_fault_now(xfer))
-            return KVIO_ERR_INTERRUPTED; /* a dead sender leaves its puts behind */
         if (mapped != NULL) {
             kvio_xfer_store_piece(xfer, mapped + offset, offset, piece);
         } else {
             kvio_xfer_hash_piece(xfer, offset, piece);
-            ucp_request_param_t param = callback_param(priv);
-            status = track(xfer,
-                           ucp_put_nbx(ep, local + offset, piece, remote->address[slot] + offset,
-                                       remote->rkey[slot], &param),
-                           "ucp_put_nbx");
+            status = put_chunk(xfer, ep, local + offset, piece, remote->address[slot] + offset,
+                               remote->rkey[slot]);
         }
         landing->posted = offset + piece;
         if (status == KVIO_OK)
