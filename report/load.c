@@ -4,6 +4,7 @@
  * checked; an error names the file and the line or key. */
 #include "report/report_int.h"
 
+#include "kvio/config.h"
 #include "kvio/results.h"
 
 #include <errno.h>
@@ -323,8 +324,15 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
     const char *bounds[] = {json_string_value(json_object_get(slo, "ttft")),
                             json_string_value(json_object_get(slo, "tpot"))};
     run->has_slo = false;
-    for (int b = 0; b < 2; b++)
-        run->has_slo = run->has_slo || (bounds[b] != NULL && strtod(bounds[b], NULL) > 0);
+    for (int b = 0; b < 2; b++) {
+        int64_t bound_ns = 0;
+        char ignored[128];
+        run->has_slo = run->has_slo ||
+                       (bounds[b] != NULL &&
+                        kvio_parse_duration(bounds[b], &bound_ns, ignored, sizeof(ignored)) ==
+                            KVIO_OK &&
+                        bound_ns > 0);
+    }
     /* Tier traffic: metrics.tiers as an array of objects (with "name" or
      * "kind", and "rank" when there are several serve ranks) or an object of
      * objects; every numeric field named bytes_* (bytes_written, bytes_read:

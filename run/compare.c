@@ -214,13 +214,17 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
         return KVIO_ERR_CONFIG;
     }
     variant_t *variants = calloc(num_variants, sizeof(*variants));
+    /* Every variant and seed, loaded and checked once, then run. */
+    size_t total = num_variants * (size_t)options->repeat, num_loaded = 0;
+    kvio_workload_t *loaded = calloc(total, sizeof(*loaded));
     compared_t list[MAX_COMPARED];
     size_t num_compared = compared_list(options, list);
     double (*values)[MAX_COMPARED][KVIO_COMPARE_MAX_REPEAT] =
         calloc(num_variants, sizeof(*values));
     json_t *variants_json = json_array();
     kvio_results_t *top = NULL;
-    kvio_status_t status = variants != NULL && values != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    kvio_status_t status = variants != NULL && values != NULL && loaded != NULL ? KVIO_OK
+                                                                                : KVIO_ERR_NOMEM;
     if (status != KVIO_OK)
         snprintf(error_p, error_len, "compare: out of memory");
 
@@ -251,17 +255,17 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                 }
                 kvio_workload_free(&workload);
             }
-            status = variant_load(options, &variants[i], base_seed + r, &workload, error_p,
-                                  error_len);
+            status = variant_load(options, &variants[i], base_seed + r, &loaded[num_loaded],
+                                  error_p, error_len);
             if (status == KVIO_OK)
-                kvio_workload_free(&workload);
+                num_loaded++;
         }
     }
     if (status == KVIO_OK)
         status = kvio_results_create(directory, "compare", options->force, &top, error_p,
                                      error_len);
 
-    size_t done = 0, total = num_variants * (size_t)options->repeat;
+    size_t done = 0;
     for (size_t i = 0; i < num_variants && status == KVIO_OK; i++) {
         variant_t *variant = &variants[i];
         json_t *runs = json_array();
@@ -273,9 +277,7 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                 break;
             }
             long long seed = base_seed + r;
-            status = variant_load(options, variant, seed, &workload, error_p, error_len);
-            if (status != KVIO_OK)
-                break;
+            kvio_workload_t *workload_r = &loaded[i * (size_t)options->repeat + (size_t)r];
             char run_dir[1400], run_error[1024];
             if (options->repeat > 1)
                 snprintf(run_dir, sizeof(run_dir), "%s/%s/seed-%lld", directory, variant->name,
@@ -287,8 +289,7 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                                               .source = options->source, .quiet = true,
                                               .stop = options->stop, .summary_p = &summary};
             kvio_run_result_t result;
-            status = kvio_run(&workload, &run_options, &result, run_error, sizeof(run_error));
-            kvio_workload_free(&workload);
+            status = kvio_run(workload_r, &run_options, &result, run_error, sizeof(run_error));
             if (status != KVIO_OK) {
                 snprintf(error_p, error_len, "variant %s: %s", variant->name, run_error);
                 json_decref(summary);
@@ -339,6 +340,9 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
     }
     for (size_t i = 0; variants != NULL && i < num_variants; i++)
         json_decref(variants[i].settings);
+    for (size_t i = 0; i < num_loaded; i++)
+        kvio_workload_free(&loaded[i]);
+    free(loaded);
     json_decref(variants_json);
     kvio_results_destroy(top);
     free(variants);

@@ -165,13 +165,14 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
     if (status == KVIO_OK && (plan.arrival_ns = calloc((size_t)instances,
                                                        sizeof(int64_t))) == NULL)
         status = KVIO_ERR_NOMEM;
-    double *ends = status == KVIO_OK ? calloc(3 * plan.num_buckets + 3, sizeof(double)) : NULL;
-    double *node_end = status == KVIO_OK ? calloc((size_t)nodes, sizeof(double)) : NULL;
-    if (status == KVIO_OK && (ends == NULL || node_end == NULL))
+    /* Each bucket's stage ends, and when each staging lane (a GPU of the
+     * source node) is free again. */
+    size_t lanes = (size_t)(gpus < config->gpus_per_node ? gpus : config->gpus_per_node);
+    double *ends = status == KVIO_OK ? calloc(3 * plan.num_buckets + lanes, sizeof(double))
+                                     : NULL;
+    if (status == KVIO_OK && ends == NULL)
         status = KVIO_ERR_NOMEM;
     if (status != KVIO_OK) {
-        free(ends);
-        free(node_end);
         kvio_sync_plan_free(&plan);
         snprintf(error_p, error_len, "weight_sync: out of memory planning %zu tensors", count);
         return status;
@@ -198,17 +199,9 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
      * (one lane each); the broadcast and the reload follow, depth buckets
      * in flight. Node k reloads when its copy arrives (its offset in the
      * topology across nodes). */
-    size_t lanes = (size_t)(gpus < config->gpus_per_node ? gpus : config->gpus_per_node);
-    double *lane_free = calloc(lanes, sizeof(double));
-    if (lane_free == NULL) {
-        free(ends);
-        free(node_end);
-        kvio_sync_plan_free(&plan);
-        snprintf(error_p, error_len, "weight_sync: out of memory");
-        return KVIO_ERR_NOMEM;
-    }
+    double *lane_free = ends + 3 * plan.num_buckets;
     double *stage = ends, *broadcast = ends + plan.num_buckets, *reload = ends + 2 * plan.num_buckets;
-    double tensor_s = (double)config->tensor_overhead_ns / 1e9;
+    double tensor_s = (double)config->tensor_overhead_ns / 1e9, last_reload_s = 0;
     for (size_t b = 0; b < plan.num_buckets; b++) {
         kvio_sync_bucket_t *bucket = &plan.buckets[b];
         double wire = (double)bucket->wire_bytes;
@@ -229,38 +222,27 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
         /* The last node to get it (the reload every node waits for). */
         double offset = across_offset_s(config, wire, nodes - 1, nodes);
         reload[b] = fmax(b > 0 ? reload[b - 1] : 0, broadcast[b] + fmax(offset, 0)) + reload_s;
+        last_reload_s = reload_s;
         bucket->staged_ns = (int64_t)llround(stage[b] * 1e9);
         bucket->broadcast_ns = (int64_t)llround(broadcast[b] * 1e9);
         bucket->reloaded_ns = (int64_t)llround(reload[b] * 1e9);
         plan.staged_ns = bucket->staged_ns > plan.staged_ns ? bucket->staged_ns : plan.staged_ns;
     }
-    free(lane_free);
-    /* Node k is done a topology offset from the last bucket's broadcast. */
+    /* Node k is done its topology offset from the last bucket's broadcast,
+     * plus that bucket's reload; an instance when its last node is (the
+     * offsets grow with k in every topology). */
     size_t last = plan.num_buckets > 0 ? plan.num_buckets - 1 : 0;
-    for (int64_t node = 0; node < nodes && plan.num_buckets > 0; node++) {
+    for (int64_t i = 0; i < instances && plan.num_buckets > 0; i++) {
+        int64_t node = ((i + 1) * serve_tp - 1) / config->gpus_per_node;
         double wire = (double)plan.buckets[last].wire_bytes;
-        double reload_s = reload[last] - fmax(last > 0 ? reload[last - 1] : 0,
-                                              broadcast[last] +
-                                                  fmax(across_offset_s(config, wire, nodes - 1,
-                                                                       nodes),
-                                                       0));
-        node_end[node] = fmax(broadcast[last] + across_offset_s(config, wire, node, nodes), 0) +
-                         reload_s;
-        if (node == nodes - 1)
-            node_end[node] = reload[last];
-    }
-    for (int64_t i = 0; i < instances; i++) {
-        int64_t node = i * serve_tp / config->gpus_per_node;
-        /* An instance across nodes is done when its last node is. */
-        int64_t last_node = ((i + 1) * serve_tp - 1) / config->gpus_per_node;
-        double end = 0;
-        for (int64_t n = node; n <= last_node && n < nodes; n++)
-            end = fmax(end, node_end[n]);
+        double end = node == nodes - 1
+                         ? reload[last]
+                         : fmax(broadcast[last] + across_offset_s(config, wire, node, nodes), 0) +
+                               last_reload_s;
         plan.arrival_ns[i] = (int64_t)llround(end * 1e9);
         plan.total_ns = plan.arrival_ns[i] > plan.total_ns ? plan.arrival_ns[i] : plan.total_ns;
     }
     free(ends);
-    free(node_end);
     *plan_p = plan;
     return KVIO_OK;
 }

@@ -458,15 +458,18 @@ static kvio_status_t sum_end(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta)
     return KVIO_ERR_INTERNAL;
 }
 
-/* One put to a push receiver, summing the buffer on the way when summing is
- * set (meta->checksum is then filled in before the notice). */
+/* One put to a push receiver (target -1: the chain's first hop), summing
+ * the buffer on the way when summing is set (meta->checksum is then filled
+ * in before the notice; a chain's completing message carries it on). */
 static kvio_status_t put_summed(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta,
                                 bool summing)
 {
     if (summing)
         sum_begin(xfer);
-    kvio_status_t status = checked(xfer, xfer->ops->put(xfer, target, meta),
-                                   "putting the weights");
+    kvio_status_t status =
+        target < 0 ? checked(xfer, xfer->ops->chain(xfer, meta),
+                             "putting the weights down the chain")
+                   : checked(xfer, xfer->ops->put(xfer, target, meta), "putting the weights");
     if (summing && status == KVIO_OK)
         status = sum_end(xfer, meta);
     xfer->hashing = false;
@@ -502,15 +505,8 @@ static kvio_status_t publish(kvio_xfer_t *xfer, uint64_t version, uint64_t check
         times.start_ns = kvio_rte_time_ns(xfer->rte);
         times.credit_ns = times.start_ns - credit_start;
         meta.t_xfer_start_ns = times.start_ns;
-        /* Summed as the first hop is put; the message that completes the
-         * version carries the checksum down the chain. */
-        if (summing)
-            sum_begin(xfer);
         if (status == KVIO_OK)
-            status = checked(xfer, ops->chain(xfer, &meta), "putting the weights down the chain");
-        if (summing && status == KVIO_OK)
-            status = sum_end(xfer, &meta);
-        xfer->hashing = false;
+            status = put_summed(xfer, -1, &meta, summing);
         if (status == KVIO_OK)
             times.bytes_moved = xfer->bytes;
     } else {
