@@ -4,6 +4,7 @@
  * which parts ran, complete flag, metrics) and a table on stdout. */
 #include "kvio/run.h"
 
+#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -300,16 +301,9 @@ static kvio_status_t check_tier_paths(const kvio_workload_t *workload, char *err
                      i, tier->path);
             return KVIO_ERR_CONFIG;
         }
-        char parent[4096];
-        snprintf(parent, sizeof(parent), "%s", tier->path);
-        size_t length = strlen(parent);
-        while (length > 1 && parent[length - 1] == '/')
-            parent[--length] = '\0';
-        char *slash = strrchr(parent, '/');
-        if (slash == NULL)
-            snprintf(parent, sizeof(parent), ".");
-        else
-            slash[slash == parent ? 1 : 0] = '\0';
+        char copy[4096];
+        snprintf(copy, sizeof(copy), "%s", tier->path);
+        const char *parent = dirname(copy);
         if (stat(parent, &info) != 0 || !S_ISDIR(info.st_mode)) {
             snprintf(error_p, error_len,
                      "serve.kvcache.tiers[%zu].path %s: no such directory, nor its parent %s "
