@@ -441,6 +441,12 @@ kvio_status_t kvio_config_doc_load(const char *path, kvio_config_doc_t **doc_p,
     return status;
 }
 
+bool kvio_config_doc_has(const kvio_config_doc_t *doc, const char *key)
+{
+    return doc->root != NULL && doc->root->kind == NODE_MAPPING &&
+           mapping_get(doc->root, key, NULL) != NULL;
+}
+
 static void origin_retag(node_t *node, const char *origin)
 {
     node->origin = origin;

@@ -367,7 +367,7 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                                       error_len);
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    workload->duration_ns, &stream, error_p, error_len);
+                                    kvio_workload_stream_duration(workload), &stream, error_p, error_len);
     if (status == KVIO_OK)
         status = check_requests_fit(workload, stream, blocks, error_p, error_len);
     if (status == KVIO_OK && stream_p != NULL && kvio_stream_rewind(stream) != KVIO_OK) {
@@ -375,7 +375,7 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         kvio_stream_destroy(stream);
         stream = NULL;
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    workload->duration_ns, &stream, error_p, error_len);
+                                    kvio_workload_stream_duration(workload), &stream, error_p, error_len);
     }
     if (status == KVIO_OK && emulate)
         status = check_tier_paths(workload, error_p, error_len);

@@ -105,7 +105,7 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t 
         status = kvio_gpu_resolve(&coupled->gpu, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    workload->duration_ns, &coupled->stream, error_p, error_len);
+                                    kvio_workload_stream_duration(workload), &coupled->stream, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     coupled->run = (kvio_serve_run_t){

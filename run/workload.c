@@ -50,7 +50,8 @@ const kvio_opt_t kvio_workload_options[] = {
     {.key = "duration", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_workload_t, duration_ns), .default_value = "60s",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1e6, .max = 7 * 24 * 3600e9,
-     .help = "how long the run lasts (virtual time in simulate mode)"},
+     .help = "how long the run lasts (virtual time in simulate mode); a synthetic stream "
+             "arrives for this long, a trace replay is cut here only when it is given"},
     {.key = "warmup", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_workload_t, warmup_ns),
      .default_value = "0s", .help = "initial stretch excluded from the metrics"},
     {.key = "warmup_requests", .type = KVIO_OPT_INT,
@@ -97,6 +98,7 @@ static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *ov
     kvio_workload_t workload = {0};
     if (status == KVIO_OK)
         status = kvio_config_bind(kvio_workload_options, doc, &workload, error_p, error_len);
+    workload.duration_given = kvio_config_doc_has(doc, "duration");
     kvio_config_doc_destroy(doc);
     /* Simulate with model.from: the emulate run is read now, before any
      * results directory exists. */
@@ -147,4 +149,10 @@ kvio_status_t kvio_workload_load(const char *source, const char *const *override
 void kvio_workload_free(kvio_workload_t *workload)
 {
     kvio_config_free(kvio_workload_options, workload);
+}
+
+int64_t kvio_workload_stream_duration(const kvio_workload_t *workload)
+{
+    bool trace = workload->stream.trace.path != NULL && workload->stream.trace.path[0] != '\0';
+    return trace && !workload->duration_given ? 0 : workload->duration_ns;
 }

@@ -3,6 +3,7 @@
  * kvio export -> import -> export identity, every bad-input case, sorting
  * and strict mode, replay options, agreement of the fast Mooncake scanner
  * with the jansson path, a mutation fuzz, and the kvio stream CLI. */
+#include "kvio/run.h"
 #include "kvio/stream.h"
 
 #include <criterion/criterion.h>
@@ -551,6 +552,38 @@ Test(stream_trace, time_scale_start_limit_and_max_tokens_shape_the_replay, .time
     cr_assert_eq(requests[0]->output_tokens, 2);
     cr_assert_eq(requests[0]->id, 0);
     free_requests(requests, count);
+}
+
+/* The mooncake fixture's requests arrive at 0, 5 and 7.5 ms of trace time. A
+ * workload's duration cuts the replay when the workload gives it; left at its
+ * default the trace replays whole (a 60 s default would cut most traces). */
+static size_t replayed(const char *duration_line)
+{
+    char text[512];
+    snprintf(text, sizeof(text), "%sstream: {trace: {path: %s}}\n", duration_line,
+             FIXTURES "mooncake_small.jsonl");
+    kvio_workload_t workload;
+    char error[512] = "";
+    cr_assert_eq(kvio_workload_parse(text, "w.yaml", NULL, 0, &workload, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    kvio_stream_t *stream = NULL;
+    cr_assert_eq(kvio_stream_create(&workload.stream, 1, kvio_workload_stream_duration(&workload),
+                                    &stream, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    kvio_request_t *requests[4];
+    size_t count = read_all(stream, requests, 4);
+    kvio_stream_destroy(stream);
+    free_requests(requests, count);
+    kvio_workload_free(&workload);
+    return count;
+}
+
+Test(stream_trace, a_given_duration_cuts_a_trace_replay_and_the_default_does_not, .timeout = 10)
+{
+    cr_assert_eq(replayed(""), 3);
+    cr_assert_eq(replayed("duration: 6ms\n"), 2, "5 ms arrives within 6 ms, 7.5 ms does not");
+    cr_assert_eq(replayed("duration: 5ms\n"), 1, "the end is exclusive: 5 ms is cut");
+    cr_assert_eq(replayed("duration: 60s\n"), 3);
 }
 
 /* ---- Mooncake lines: the fast scanner and the jansson path agree ---- */

@@ -235,6 +235,7 @@ kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t se
             options.limit = config->requests;
         if (options.max_tokens == 0)
             options.max_tokens = config->max_tokens;
+        options.end_ns = duration_ns;
         return kvio_stream_open_trace(config->trace.path, (kvio_trace_format_t)options.format,
                                       &options, stream_p, error_p, error_len);
     }

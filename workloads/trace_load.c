@@ -332,7 +332,7 @@ static kvio_status_t parse_lines(kvio_trace_t *trace, const kvio_trace_format_op
     return KVIO_OK;
 }
 
-/* Sorting, origin, start, time scale, limit, ids and max_tokens. */
+/* Sorting, origin, start, time scale, limit, end, ids and max_tokens. */
 static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t *ops,
                              char *error_p, size_t error_len)
 {
@@ -379,6 +379,8 @@ static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t 
         request->arrival_ns = options->time_scale == 1.0 ? request->arrival_ns - origin
                               : scaled < 9.2e18      ? llround(scaled)
                                                      : INT64_MAX;
+        if (options->end_ns > 0 && request->arrival_ns >= options->end_ns)
+            break; /* sorted: every later request arrives later still */
         if (request->id == UINT64_MAX)
             request->id = kept;
         if (request->max_tokens == 0) {

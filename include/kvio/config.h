@@ -81,6 +81,10 @@ kvio_status_t kvio_config_doc_load(const char *path, kvio_config_doc_t **doc_p,
 kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment,
                                   char *error_p, size_t error_len);
 
+/* True when the document (with its overrides) gives the top-level key:
+ * lets a caller tell a value written from the option's default. */
+bool kvio_config_doc_has(const kvio_config_doc_t *doc, const char *key);
+
 void kvio_config_doc_destroy(kvio_config_doc_t *doc);
 
 /* Fills config_p with the defaults of options. Zero the struct first. */

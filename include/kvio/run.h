@@ -39,6 +39,7 @@ typedef struct kvio_workload {
     int64_t seed;
     int mode;             /* kvio_mode_t */
     int64_t duration_ns;
+    bool duration_given;  /* the YAML or an override sets duration (not its default) */
     int64_t warmup_ns;
     int64_t warmup_requests;
     kvio_ranks_config_t ranks;
@@ -70,6 +71,11 @@ kvio_status_t kvio_workload_parse(const char *text, const char *origin,
                                   kvio_workload_t *workload_p, char *error_p, size_t error_len);
 
 void kvio_workload_free(kvio_workload_t *workload);
+
+/* The duration the stream is created with: a synthetic stream always has
+ * one (60 s by default); a trace is cut only at a duration the workload
+ * gives, and otherwise replays whole (0). */
+int64_t kvio_workload_stream_duration(const kvio_workload_t *workload);
 
 /* Checks what the workload itself decides and kvio_run would refuse, with
  * no results directory, memory or connection made: model and GPU presets,

@@ -153,6 +153,8 @@ typedef struct kvio_stream_trace_config {
     int64_t block_tokens;  /* tokens per Mooncake hash id */
     bool skip_bad;         /* skip and count bad lines instead of failing */
     bool strict;           /* refuse timestamps out of order instead of sorting */
+    int64_t end_ns;        /* not a key: kvio_stream_create sets it from the duration it
+                              is given; requests arriving at or after it are left out */
 } kvio_stream_trace_config_t;
 
 typedef struct kvio_stream_config {
@@ -179,7 +181,8 @@ typedef struct kvio_stream kvio_stream_t;
 /* Creates the stream a configuration describes: the trace at trace.path, or
  * the synthetic generator seeded with seed. duration_ns bounds a synthetic
  * stream whose `requests` is 0 (0: unbounded, which is an error unless the
- * arrival process ends by itself). A trace is read, checked and sorted here;
+ * arrival process ends by itself) and cuts a trace's replay at that time
+ * (0: the whole trace; kvio_workload_stream_duration says which applies). A trace is read, checked and sorted here;
  * errors name the file and line. Destroy with kvio_stream_destroy. */
 kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t seed,
                                  int64_t duration_ns, kvio_stream_t **stream_p, char *error_p,
