@@ -251,14 +251,17 @@ static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
  * could never start, on any engine. Refused before the run, not found an
  * hour into it. */
 static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_stream_t *stream,
-                                        uint32_t blocks, char *error_p, size_t error_len)
+                                        uint32_t blocks, uint64_t *requests_p, char *error_p,
+                                        size_t error_len)
 {
+    *requests_p = 0;
     uint64_t block_size = (uint64_t)workload->serve.kvcache.block_size;
     uint64_t capacity = (uint64_t)blocks * block_size;
     const char *trace = workload->stream.trace.path;
     const kvio_request_t *request;
     kvio_status_t status;
     while ((status = kvio_stream_next(stream, &request)) == KVIO_OK && request != NULL) {
+        (*requests_p)++;
         uint64_t output = request->output_tokens;
         if (request->max_tokens > 0 && output > request->max_tokens)
             output = request->max_tokens;
@@ -323,16 +326,18 @@ static bool weight_sync_without_updates(const kvio_workload_t *workload)
  * GPU presets, a KV cache that holds a block, the stream (a trace is read
  * whole) with every request fitting the cache, the file tiers' parents, the
  * ranks. The resolved model and GPU, and the stream ready to run from its
- * first request, are returned (stream_p may be NULL). */
+ * first request with its number of requests, are returned (stream_p may be
+ * NULL). */
 static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_t *model_p,
-                                    kvio_gpu_t *gpu_p, kvio_stream_t **stream_p, char *error_p,
-                                    size_t error_len)
+                                    kvio_gpu_t *gpu_p, kvio_stream_t **stream_p,
+                                    uint64_t *requests_p, char *error_p, size_t error_len)
 {
     bool updates = kvio_updates_wanted(workload);
     bool emulate = workload->mode == KVIO_MODE_EMULATE;
     bool coupled = kvio_updates_coupled(workload);
     *model_p = workload->model;
     *gpu_p = workload->gpu;
+    *requests_p = 0;
     if (workload->ranks.client > 0 && updates && !coupled) {
         snprintf(error_p, error_len,
                  "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "
@@ -369,7 +374,7 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
                                     kvio_workload_stream_duration(workload), &stream, error_p, error_len);
     if (status == KVIO_OK)
-        status = check_requests_fit(workload, stream, blocks, error_p, error_len);
+        status = check_requests_fit(workload, stream, blocks, requests_p, error_p, error_len);
     if (status == KVIO_OK && stream_p != NULL && kvio_stream_rewind(stream) != KVIO_OK) {
         /* A synthetic stream: the same seed yields the same requests again. */
         kvio_stream_destroy(stream);
@@ -392,7 +397,8 @@ kvio_status_t kvio_workload_check(const kvio_workload_t *workload, char *error_p
 {
     kvio_model_t model;
     kvio_gpu_t gpu;
-    return check_workload(workload, &model, &gpu, NULL, error_p, error_len);
+    uint64_t requests;
+    return check_workload(workload, &model, &gpu, NULL, &requests, error_p, error_len);
 }
 
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
@@ -433,7 +439,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
      * machine has to give it. */
     kvio_model_t model;
     kvio_gpu_t gpu;
-    status = check_workload(workload, &model, &gpu, &stream, error_p, error_len);
+    uint64_t num_requests = 0;
+    status = check_workload(workload, &model, &gpu, &stream, &num_requests, error_p, error_len);
     if (status == KVIO_OK && (serving || coupled) && (emulate || coupled))
         status = kvio_device_preflight(workload->device.memory, workload->device.fallback,
                                        workload->device.index, "device.memory: cuda", error_p,
@@ -499,6 +506,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .warmup_ns = workload->warmup_ns,
             .warmup_requests = workload->warmup_requests,
             .stream = stream,
+            .num_requests = num_requests,
             .results = results,
             .stop = options->stop,
             .events = events,

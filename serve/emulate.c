@@ -851,7 +851,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     uint64_t index = 0;
     const kvio_request_t *request = NULL;
     kvio_progress_t *progress = NULL;
-    kvio_progress_create("emulate: requests sent", 0, &progress);
+    kvio_progress_create("emulate: requests sent", run->num_requests, &progress);
     while (status == KVIO_OK && !atomic_load(&emulate->abort_all)) {
         if (progress != NULL)
             kvio_progress_update(progress, index);

@@ -919,7 +919,7 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
             goto out;
     }
     kvio_progress_t *progress = NULL;
-    kvio_progress_create("simulate: requests", 0, &progress);
+    kvio_progress_create("simulate: requests", run->num_requests, &progress);
 
     const kvio_request_t *next = NULL;
     status = kvio_stream_next(run->stream, &next);

@@ -13,6 +13,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
+#include "kvio/progress.h"
 #include "kvio/rng.h"
 
 static const char *const policy_names[] = {"every_n_steps", "interval", "adaptive", NULL};
@@ -197,7 +198,18 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
     int64_t start_ns = kvio_rte_time_ns(rte), last_ns = start_ns, last_step = 0,
             cost_ns = 0;
     int64_t step = 0;
+    /* Progress: steps when the run counts them, else seconds of its duration. */
+    kvio_progress_t *progress = NULL;
+    kvio_progress_create(config->steps > 0 ? "emulate: training steps" : "emulate: training s",
+                         config->steps > 0 ? (uint64_t)config->steps
+                                           : (uint64_t)(duration_ns / 1000000000),
+                         &progress);
     for (;;) {
+        if (progress != NULL)
+            kvio_progress_update(progress, config->steps > 0
+                                               ? (uint64_t)step
+                                               : (uint64_t)((kvio_rte_time_ns(rte) - start_ns) /
+                                                            1000000000));
         if (config->die_after_versions > 0 && version >= (uint64_t)config->die_after_versions) {
             snprintf(error_p, error_len, "trainer: injected fault: the trainer died after "
                      "publishing version %llu", (unsigned long long)version);
@@ -276,6 +288,7 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
     if (status != KVIO_OK)
         snprintf(error_p, error_len, "trainer: %s", kvio_xfer_error(xfer));
 done:
+    kvio_progress_destroy(progress);
     kvio_device_host_free(device, mirror); /* NULL without a device */
     *result_p = (kvio_train_result_t){.records = records, .count = count, .steps = step,
                                       .t_start_ns = start_ns,

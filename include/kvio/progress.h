@@ -1,5 +1,5 @@
-/* A progress line on stderr, redrawn at most ten times a second, shown only
- * when stderr is a terminal (and not under -q). */
+/* A progress line on stderr (not under -q): redrawn in place at most ten
+ * times a second on a terminal, else written as a line every 10 s. */
 #ifndef KVIO_PROGRESS_H
 #define KVIO_PROGRESS_H
 
@@ -11,9 +11,12 @@
 typedef struct kvio_progress kvio_progress_t;
 
 /* Creates a progress line for label with total units of work (0: unknown).
- * It stays silent unless stderr is a terminal. Caller destroys. */
+ * Caller destroys. */
 kvio_status_t kvio_progress_create(const char *label, uint64_t total,
                                    kvio_progress_t **progress_p);
+
+/* How often a line not on a terminal is written (default 10 s; tests). */
+void kvio_progress_set_interval(kvio_progress_t *progress, uint64_t interval_ns);
 
 /* Reports done units; redraws when enough time has passed. */
 void kvio_progress_update(kvio_progress_t *progress, uint64_t done);
