@@ -25,6 +25,7 @@ typedef struct compared {
 } compared_t;
 
 static const compared_t compared_metrics[] = {
+    {"offered_rate", NULL, "offered_rate (req/s)"},
     {"request_throughput", NULL, "request_throughput (req/s)"},
     {"output_throughput", NULL, "output_throughput (tok/s)"},
     {"goodput", NULL, "goodput (req/s)"},
@@ -189,6 +190,22 @@ static json_t *paired_deltas(const compared_t *list, size_t count,
     return deltas;
 }
 
+/* Served under 80 % of what was offered: the queue grew through the run, so
+ * its latencies say more about the run's length than about the variant. A
+ * run that keeps up serves nearly all it is offered: only its drain at the
+ * end (the last requests' latency) is not, short beside the run (rate 10 on
+ * chat for 30 s serves 94 %; rate 200 serves 39 %). */
+#define OVERLOAD_SERVED_FRACTION 0.8
+
+static bool overloaded(const json_t *means)
+{
+    const json_t *offered = json_object_get(json_object_get(means, "offered_rate (req/s)"), "mean");
+    const json_t *served =
+        json_object_get(json_object_get(means, "request_throughput (req/s)"), "mean");
+    return offered != NULL && served != NULL && json_number_value(offered) > 0 &&
+           json_number_value(served) < OVERLOAD_SERVED_FRACTION * json_number_value(offered);
+}
+
 kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
                            char *error_p, size_t error_len)
 {
@@ -316,6 +333,7 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
         }
         json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
                                   variant->settings, "runs", runs, "summary", means);
+        json_object_set_new(entry, "overloaded", json_boolean(overloaded(means)));
         if (i > 0 && options->repeat > 1 && status == KVIO_OK)
             json_object_set_new(entry, "paired_delta_vs_first",
                                 paired_deltas(list, num_compared, values[0], values[i],
@@ -431,6 +449,17 @@ void kvio_compare_table(const json_t *compare, FILE *out)
         }
         fprintf(out, "\n");
     }
+    const char *separator = "  overloaded (served under 80% of the offered rate, so their "
+                            "latencies grow with the run's length): ";
+    for (size_t v = 0; v < count; v++) {
+        const json_t *variant = json_array_get(variants, v);
+        if (!json_is_true(json_object_get(variant, "overloaded")))
+            continue;
+        fprintf(out, "%s%s", separator, json_string_value(json_object_get(variant, "name")));
+        separator = ", ";
+    }
+    if (separator[0] == ',')
+        fprintf(out, "\n");
     fprintf(out, "  results: %s (compare.json)\n",
             json_string_value(json_object_get(compare, "directory")));
 }

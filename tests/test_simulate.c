@@ -339,6 +339,42 @@ Test(simulate, compare_runs_each_variant_and_writes_compare_json, .timeout = 120
     free(dir);
 }
 
+/* #21: compare marks a variant that serves far less than it is offered
+ * (its queue grows through the run, so its latencies measure the run's
+ * length), in compare.json and under the table. */
+Test(simulate, compare_marks_overloaded_variants, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", shared_prefix);
+    char out[1100], error[1024] = "";
+    snprintf(out, sizeof(out), "%s/cmp", dir);
+    const char *rates[] = {"5", "2000"};
+    const char *sets[] = {"stream.requests=300"};
+    kvio_compare_vary_t vary = {.key = "stream.arrival.rate", .values = rates, .count = 2};
+    kvio_compare_options_t options = {.source = file, .sets = sets, .num_sets = 1,
+                                      .varies = &vary, .num_varies = 1, .repeat = 1,
+                                      .output_dir = out};
+    json_t *compare = NULL;
+    cr_assert_eq(kvio_compare(&options, &compare, error, sizeof(error)), KVIO_OK, "%s", error);
+    const json_t *variants = json_object_get(compare, "variants");
+    cr_expect(json_is_false(json_object_get(json_array_get(variants, 0), "overloaded")));
+    cr_expect(json_is_true(json_object_get(json_array_get(variants, 1), "overloaded")));
+    char *table = NULL;
+    size_t length = 0;
+    FILE *stream = open_memstream(&table, &length);
+    kvio_compare_table(compare, stream);
+    fclose(stream);
+    cr_expect(test_contains(table, "offered_rate (req/s)"), "%s", table);
+    cr_expect(test_contains(table, "offered rate, so their latencies grow with the run's "
+                                   "length): rate=2000\n"),
+              "%s", table);
+    free(table);
+    json_decref(compare);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #21: accelerator utilization counted swap and tier I/O as busy (1.000
  * with a 0.2 GB/s host link while most of the run waited on it). It is now
  * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction. */
