@@ -433,6 +433,28 @@ static bool replayable(const options_t *options, const kvio_request_t *request)
     return false;
 }
 
+/* Adds a request's block ids; a salted request's ids are its salt's own
+ * (XORed with it into *scratch_p), so no block matches across salts. */
+static kvio_status_t add_request(kvio_cachesim_t *sim, const kvio_request_t *request,
+                                 uint64_t **scratch_p, size_t *capacity_p)
+{
+    const uint64_t *ids = request->trace_hash_ids;
+    size_t count = request->num_trace_hash_ids;
+    if (request->cache_salt != 0) {
+        if (count > *capacity_p) {
+            uint64_t *bigger = realloc(*scratch_p, count * sizeof(uint64_t));
+            if (bigger == NULL)
+                return KVIO_ERR_NOMEM;
+            *scratch_p = bigger;
+            *capacity_p = count;
+        }
+        for (size_t i = 0; i < count; i++)
+            (*scratch_p)[i] = ids[i] ^ request->cache_salt;
+        ids = *scratch_p;
+    }
+    return kvio_cachesim_add_request(sim, ids, count, request->input_tokens);
+}
+
 int kvio_cmd_cachesim(int argc, char **argv)
 {
     options_t options = {.format = "mooncake", .block_tokens = 512};
@@ -441,6 +463,8 @@ int kvio_cmd_cachesim(int argc, char **argv)
     kvio_cachesim_t *sim = NULL;
     kvio_cachesim_result_t *results = NULL;
     FILE *out = stdout;
+    uint64_t *salted = NULL; /* a salted request's ids */
+    size_t salted_capacity = 0;
     int exit_status = parse_args(argc, argv, &options);
     if (exit_status >= 0)
         goto cleanup;
@@ -472,8 +496,7 @@ int kvio_cmd_cachesim(int argc, char **argv)
             exit_status = KVIO_EXIT_USAGE;
             goto cleanup;
         }
-        status = kvio_cachesim_add_request(sim, request->trace_hash_ids,
-                                           request->num_trace_hash_ids, request->input_tokens);
+        status = add_request(sim, request, &salted, &salted_capacity);
         counts.requests++;
     }
     counts.skipped_lines = kvio_stream_skipped_lines(stream);
@@ -511,6 +534,7 @@ cleanup:
     if (out != stdout)
         fclose(out);
     free(results);
+    free(salted);
     kvio_cachesim_destroy(sim);
     kvio_stream_destroy(stream);
     free(options.policy_text);

@@ -477,6 +477,37 @@ Test(cachesim_cli, json_output_carries_schema_config_and_results, .timeout = 20)
     free(dir);
 }
 
+/* #21: salted requests of a kvio trace hit only blocks of their own salt:
+ * the second and third requests repeat the first's ids, the second with
+ * another salt (no hit), the third with the first's (two blocks hit). */
+Test(cachesim_cli, a_cache_salt_hits_only_its_own_blocks, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(
+        dir, "trace.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2], "
+        "\"block_tokens\": 16, \"cache_salt\": \"a\"}\n"
+        "{\"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2], "
+        "\"block_tokens\": 16, \"cache_salt\": \"b\"}\n"
+        "{\"timestamp\": 2, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2], "
+        "\"block_tokens\": 16, \"cache_salt\": \"a\"}\n");
+    test_run_t run = test_kvio(dir, "cachesim", "trace.jsonl", "--format", "kvio",
+                               "--block-tokens", "16", "--capacity", "unlimited", "--json", "-o",
+                               "out.json", NULL);
+    cr_assert_eq(run.status, 0, "stderr: %s", run.err);
+    char *out_path = NULL;
+    cr_assert(asprintf(&out_path, "%s/out.json", dir) > 0);
+    char *json = test_read_file(out_path);
+    cr_assert_not_null(json);
+    cr_assert(test_contains(json, "\"hit_tokens\": 32,"), "%s", json);
+    free(json);
+    free(out_path);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
 Test(cachesim_cli, bad_trace_line_exits_2_naming_the_line_unless_skipped, .timeout = 20)
 {
     char *dir = test_tmpdir();

@@ -375,6 +375,26 @@ Test(simulate, compare_marks_overloaded_variants, .timeout = 120)
     free(dir);
 }
 
+/* #21: cache salts isolate tenants' prefix caches in the engine: one
+ * tenant shares as before; a tenant per request (nearly) shares nothing. */
+Test(simulate, cache_salts_isolate_tenants_prefix_caches, .timeout = 60)
+{
+    const char *none[] = {"stream.cache_salts=0"};
+    const char *one[] = {"stream.cache_salts=1"};
+    const char *many[] = {"stream.cache_salts=100000"};
+    run_output_t output = run_text(shared_prefix, none, 1);
+    double shared = metric(&output, "hit_rate");
+    run_free(&output);
+    output = run_text(shared_prefix, one, 1);
+    cr_expect_float_eq(metric(&output, "hit_rate"), shared, 1e-12);
+    run_free(&output);
+    output = run_text(shared_prefix, many, 1);
+    double isolated = metric(&output, "hit_rate");
+    run_free(&output);
+    cr_expect_gt(shared, 0.2, "%f", shared);
+    cr_expect_lt(isolated, 0.05, "a salt per request shares no prompt: %f", isolated);
+}
+
 /* #21: accelerator utilization counted swap and tier I/O as busy (1.000
  * with a 0.2 GB/s host link while most of the run waited on it). It is now
  * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction. */

@@ -492,6 +492,77 @@ Test(stream, trace_block_hashes_match_xxh3_over_the_documented_layout, .timeout 
 }
 
 /* The whole stream exported in kvio format, as a malloc'd string. */
+/* #21: vLLM's cache_salt. The salt is the first block's parent, so equal
+ * prompts with different salts share no block, equal salts share all, and
+ * hashing from a later block on with its parent gives the same chain. */
+Test(stream, a_cache_salt_keeps_equal_prompts_apart_and_chains_from_the_salt, .timeout = 10)
+{
+    kvio_segment_t segment = {.content_id = 7, .offset = 0, .tokens = 64};
+    kvio_request_t plain = {.input_tokens = 64, .output_tokens = 1, .num_segments = 1,
+                            .segments = &segment};
+    kvio_request_t tenant_a = plain, tenant_a_again = plain, tenant_b = plain;
+    tenant_a.cache_salt = tenant_a_again.cache_salt = kvio_cache_salt("tenant-a", 8);
+    tenant_b.cache_salt = kvio_cache_salt("tenant-b", 8);
+    cr_assert_neq(tenant_a.cache_salt, 0);
+    cr_assert_lt(tenant_a.cache_salt, 1ull << 63, "fits a JSON integer");
+    cr_assert_neq(tenant_a.cache_salt, tenant_b.cache_salt);
+    kvio_hash_t hashes[4][4];
+    const kvio_request_t *requests[4] = {&plain, &tenant_a, &tenant_a_again, &tenant_b};
+    for (size_t r = 0; r < 4; r++)
+        request_hashes(requests[r], 16, 64, hashes[r]);
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert(kvio_hash_equal(hashes[1][i], hashes[2][i]), "block %zu: same salt", i);
+        cr_assert(!kvio_hash_equal(hashes[0][i], hashes[1][i]), "block %zu: salt vs none", i);
+        cr_assert(!kvio_hash_equal(hashes[1][i], hashes[3][i]), "block %zu: a vs b", i);
+    }
+    kvio_hash_t later[2];
+    cr_assert_eq(kvio_request_block_hashes(&tenant_a, 16, 2, 2, &hashes[1][1], later), KVIO_OK);
+    cr_assert(kvio_hash_equal(later[0], hashes[1][2]) &&
+              kvio_hash_equal(later[1], hashes[1][3]));
+}
+
+/* stream.cache_salts: N tenants, one per conversation, every turn of it
+ * salted alike; 0 leaves requests unsalted. */
+Test(stream, cache_salts_give_each_conversation_one_of_n_tenants, .timeout = 20)
+{
+    kvio_stream_t *stream = stream_from_yaml(
+        "seed: 3\nstream:\n  requests: 2000\n  arrival: {rate: 50}\n  cache_salts: 3\n"
+        "  prefix:\n    sessions: {turns: {dist: uniform, low: 1, high: 4}}\n",
+        0);
+    uint64_t salts[8] = {0}, session_salt[4096] = {0};
+    size_t num_salts = 0, turns_checked = 0;
+    const kvio_request_t *request;
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL) {
+        cr_assert_neq(request->cache_salt, 0);
+        size_t s = 0;
+        while (s < num_salts && salts[s] != request->cache_salt)
+            s++;
+        if (s == num_salts) {
+            cr_assert_lt(num_salts, 3, "a fourth salt");
+            salts[num_salts++] = request->cache_salt;
+        }
+        if (request->session_id == 0 || request->session_id >= 4096)
+            continue;
+        if (request->turn == 0) {
+            session_salt[request->session_id] = request->cache_salt;
+        } else {
+            cr_assert_eq(request->cache_salt, session_salt[request->session_id]);
+            turns_checked++;
+        }
+    }
+    kvio_stream_destroy(stream);
+    cr_assert_eq(num_salts, 3);
+    cr_assert_gt(turns_checked, 100);
+    cr_assert_eq(salts[0] == kvio_cache_salt("tenant-1", 8) ||
+                     salts[0] == kvio_cache_salt("tenant-2", 8) ||
+                     salts[0] == kvio_cache_salt("tenant-3", 8),
+                 true, "tenants are named tenant-K");
+    stream = stream_from_yaml("seed: 3\nstream: {requests: 50, arrival: {rate: 50}}\n", 0);
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL)
+        cr_assert_eq(request->cache_salt, 0);
+    kvio_stream_destroy(stream);
+}
+
 static char *export_text(const char *yaml, kvio_export_format_t format)
 {
     kvio_stream_t *stream = stream_from_yaml(yaml, 0);

@@ -257,7 +257,7 @@ Test(stream_trace, kvio_export_import_export_is_identical, .timeout = 30)
     char *workload = test_write_file(
         dir, "w.yaml",
         "seed: 4\nstream:\n  requests: 3000\n  arrival: {process: gamma, rate: 40, cv: 2}\n"
-        "  priority: {dist: uniform, low: 0, high: 3}\n"
+        "  priority: {dist: uniform, low: 0, high: 3}\n  cache_salts: 4\n"
         "  prefix:\n    system_prompts: {count: 3}\n    documents: {count: 30, per_request: 2}\n"
         "    sessions: {turns: {dist: uniform, low: 1, high: 6}, think_time: 500ms}\n"
         "    mutation: {probability: 0.5}\n");
@@ -276,6 +276,7 @@ Test(stream_trace, kvio_export_import_export_is_identical, .timeout = 30)
     cr_assert_str_eq(first, second);
     cr_assert(test_contains(first, "\"segments\""));
     cr_assert(test_contains(first, "\"turn\": 3"));
+    cr_assert(test_contains(first, "\"cache_salt\": "));
 
     /* Trace requests (block ids) survive the kvio format too. */
     stream = open_trace(FIXTURES "mooncake_small.jsonl", KVIO_TRACE_MOONCAKE, &options);
@@ -552,6 +553,45 @@ Test(stream_trace, time_scale_start_limit_and_max_tokens_shape_the_replay, .time
     cr_assert_eq(requests[0]->output_tokens, 2);
     cr_assert_eq(requests[0]->id, 0);
     free_requests(requests, count);
+}
+
+/* #21: a kvio line's cache_salt is a tenant's name (hashed) or the salt
+ * itself as kvio writes it; anything else names the file and line. */
+Test(stream_trace, kvio_lines_carry_a_cache_salt, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    const char *line = "{\"timestamp\": 0, \"input_length\": 20, \"output_length\": 2, "
+                       "\"hash_ids\": [1, 2], \"block_tokens\": 16";
+    char text[1024];
+    snprintf(text, sizeof(text), "%s, \"cache_salt\": \"tenant-a\"}\n%s, \"cache_salt\": 42}\n"
+             "%s}\n", line, line, line);
+    char *path = test_write_file(dir, "salted.jsonl", text);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(path, KVIO_TRACE_KVIO, &options);
+    kvio_request_t *requests[4];
+    size_t count = read_all(stream, requests, 4);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 3);
+    cr_assert_eq(requests[0]->cache_salt, kvio_cache_salt("tenant-a", 8));
+    cr_assert_eq(requests[1]->cache_salt, 42);
+    cr_assert_eq(requests[2]->cache_salt, 0);
+    free_requests(requests, count);
+    free(path);
+    const char *bad[] = {"-3", "0", "{}", "1.5"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(text, sizeof(text), "%s}\n%s, \"cache_salt\": %s}\n", line, line, bad[i]);
+        path = test_write_file(dir, "bad.jsonl", text);
+        kvio_stream_t *refused = NULL;
+        char error[512] = "";
+        cr_assert_eq(kvio_stream_open_trace(path, KVIO_TRACE_KVIO, &options, &refused, error,
+                                            sizeof(error)),
+                     KVIO_ERR_PARSE, "cache_salt %s", bad[i]);
+        cr_assert(test_contains(error, "bad.jsonl:2") && test_contains(error, "cache_salt"),
+                  "%s", error);
+        free(path);
+    }
+    test_rmtree(dir);
+    free(dir);
 }
 
 /* The mooncake fixture's requests arrive at 0, 5 and 7.5 ms of trace time. A

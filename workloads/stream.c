@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 static const char *const process_names[] = {"poisson", "gamma", "constant", "phases", "batch",
                                              NULL};
@@ -206,6 +207,12 @@ const kvio_opt_t kvio_stream_options[] = {
              "or, if unbounded, the request's own output)"},
     {.key = "priority", .type = KVIO_OPT_DIST, .offset = offsetof(kvio_stream_config_t, priority),
      .default_value = "0", .help = "request priority, rounded (lower is more urgent)"},
+    {.key = "cache_salts", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_stream_config_t, cache_salts), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e9,
+     .help = "tenants isolating their prefix caches (vLLM cache_salt): each session (or "
+             "request outside one) is salted as one of this many, drawn uniformly; a salted "
+             "block matches only blocks of its own salt (0: no salt)"},
     {.key = "prefix", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, prefix),
      .options = prefix_options, .help = "shared prompt structure"},
     {.key = "trace", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, trace),
@@ -367,10 +374,29 @@ static kvio_status_t hash_span(content_cursor_t *cursor, uint64_t start, uint64_
     return KVIO_OK;
 }
 
+uint64_t kvio_cache_salt(const char *text, size_t length)
+{
+    uint64_t salt = XXH3_64bits(text, length) & INT64_MAX;
+    return salt != 0 ? salt : 1;
+}
+
+/* The parent of a request's first block: none, or its salt (vLLM puts the
+ * salt in the first block's extra keys; every later block chains from it). */
+static const kvio_hash_t *salted_parent(const kvio_request_t *request, uint64_t start,
+                                        const kvio_hash_t *parent, kvio_hash_t *root_p)
+{
+    if (start > 0 || parent != NULL || request->cache_salt == 0)
+        return parent;
+    *root_p = (kvio_hash_t){.low = request->cache_salt, .high = ~request->cache_salt};
+    return root_p;
+}
+
 kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t block_size,
                                         size_t first_block, size_t num_blocks,
                                         const kvio_hash_t *parent, kvio_hash_t *hashes_p)
 {
+    kvio_hash_t root;
+    parent = salted_parent(request, first_block, parent, &root);
     uint64_t total = (uint64_t)request->input_tokens + request->output_tokens;
     if (block_size == 0 || first_block > total / block_size ||
         num_blocks > total / block_size - first_block)
@@ -415,6 +441,8 @@ kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t 
 kvio_status_t kvio_request_span_hash(const kvio_request_t *request, uint64_t start, uint64_t end,
                                      const kvio_hash_t *parent, kvio_hash_t *hash_p)
 {
+    kvio_hash_t root;
+    parent = salted_parent(request, start, parent, &root);
     kvio_hash_run_t stack_runs[64];
     kvio_hash_run_t *runs = stack_runs;
     size_t capacity = 64;

@@ -225,6 +225,10 @@ kvio_status_t kvio_stream_writer_write(kvio_stream_writer_t *writer,
         put_u64(writer, request->session_id);
         PUT_LITERAL(writer, ", \"turn\": ");
         put_u64(writer, request->turn);
+        if (request->cache_salt != 0) {
+            PUT_LITERAL(writer, ", \"cache_salt\": ");
+            put_u64(writer, request->cache_salt);
+        }
         if (request->segments != NULL) {
             PUT_LITERAL(writer, ", \"segments\": [");
             for (uint32_t i = 0; i < request->num_segments; i++) {

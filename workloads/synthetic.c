@@ -23,6 +23,7 @@ typedef struct session {
     uint32_t prompt_tokens;   /* of the last turn */
     uint32_t output_tokens;   /* of the last turn */
     uint64_t output_content_id;
+    uint64_t cache_salt;      /* its tenant's, every turn */
     uint32_t next_free;
 } session_t;
 
@@ -64,7 +65,9 @@ typedef struct synthetic {
     kvio_dist_t document_popularity;
     bool documents_zipf;
     /* random streams, one per purpose */
-    kvio_rng_t arrival_rng, length_rng, prefix_rng, session_rng, mutation_rng, priority_rng;
+    kvio_rng_t arrival_rng, length_rng, prefix_rng, session_rng, mutation_rng, priority_rng,
+        salt_rng;
+    uint64_t cache_salts;          /* tenants; 0: no salt */
     /* arrival state */
     double clock_ns;
     size_t phase;
@@ -311,6 +314,18 @@ static void finish_request(synthetic_t *generator, int64_t time_ns, uint32_t inp
     request->trace_hash_ids = NULL;
 }
 
+/* A new conversation's tenant, as its cache salt ("tenant-K", K from 1),
+ * or none. */
+static uint64_t draw_cache_salt(synthetic_t *generator)
+{
+    if (generator->cache_salts == 0)
+        return 0;
+    uint64_t tenant = 1 + kvio_rng_below(&generator->salt_rng, generator->cache_salts);
+    char name[32];
+    int length = snprintf(name, sizeof(name), "tenant-%llu", (unsigned long long)tenant);
+    return kvio_cache_salt(name, (size_t)length);
+}
+
 /* The first turn of a new conversation (or a one-turn request). */
 static kvio_status_t emit_first(synthetic_t *generator, int64_t time_ns)
 {
@@ -367,6 +382,7 @@ static kvio_status_t emit_first(synthetic_t *generator, int64_t time_ns)
     request->num_segments = count;
     request->session_id = 0;
     request->turn = 0;
+    request->cache_salt = draw_cache_salt(generator);
     if (turns > 1) {
         session_t *session = &generator->sessions[index];
         session->num_segments = count;
@@ -376,6 +392,7 @@ static kvio_status_t emit_first(synthetic_t *generator, int64_t time_ns)
         session->prompt_tokens = request->input_tokens;
         session->output_tokens = request->output_tokens;
         session->output_content_id = request->output_content_id;
+        session->cache_salt = request->cache_salt;
         request->session_id = session->id;
         double think = kvio_dist_sample(&generator->think_time, &generator->session_rng);
         int64_t next_ns = time_ns + (think > 0 ? llround(think) : 0);
@@ -465,6 +482,7 @@ static kvio_status_t emit_turn(synthetic_t *generator, int64_t time_ns, uint32_t
     request->segments = session->segments;
     request->num_segments = session->num_segments;
     request->session_id = session->id;
+    request->cache_salt = session->cache_salt;
     request->turn = session->turn++;
     session->prompt_tokens = request->input_tokens;
     session->output_tokens = request->output_tokens;
@@ -693,6 +711,8 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
     kvio_rng_seed(&generator->session_rng, seed, 0, "stream.sessions");
     kvio_rng_seed(&generator->mutation_rng, seed, 0, "stream.mutation");
     kvio_rng_seed(&generator->priority_rng, seed, 0, "stream.priority");
+    kvio_rng_seed(&generator->salt_rng, seed, 0, "stream.cache_salts");
+    generator->cache_salts = (uint64_t)config->cache_salts;
 
     /* The arrival process. */
     int top_process = arrival->process;

@@ -1,7 +1,7 @@
 /* JSONL traces, one request per line: Mooncake's fields (timestamp in ms,
  * input_length, output_length, hash_ids of trace blocks) and, in kvio
  * format, the extras that make export and import lossless (id, arrival_ns,
- * max_tokens, priority, session, turn, segments, output_id, block_tokens).
+ * max_tokens, priority, session, turn, cache_salt, segments, output_id, block_tokens).
  * A strict scanner reads the plain Mooncake lines that real traces consist
  * of; any line it does not fully recognise or that is out of range goes
  * through jansson, which checks every value and words the errors. */
@@ -437,6 +437,27 @@ static kvio_status_t read_segments(kvio_trace_t *trace, kvio_trace_record_t *rec
     return KVIO_OK;
 }
 
+/* "cache_salt": a string (a tenant's name, hashed as vLLM hashes it into
+ * the first block) or the salt itself as a positive integer (what kvio's
+ * export writes); absent: none. */
+static kvio_status_t get_cache_salt(json_t *object, uint64_t *salt_p, char *error_p,
+                                    size_t error_len)
+{
+    json_t *salt = json_object_get(object, "cache_salt");
+    if (salt == NULL || json_is_null(salt))
+        return KVIO_OK;
+    if (json_is_string(salt)) {
+        *salt_p = kvio_cache_salt(json_string_value(salt), json_string_length(salt));
+        return KVIO_OK;
+    }
+    if (json_is_integer(salt) && json_integer_value(salt) > 0) {
+        *salt_p = (uint64_t)json_integer_value(salt);
+        return KVIO_OK;
+    }
+    snprintf(error_p, error_len, "cache_salt: a string or a positive integer");
+    return KVIO_ERR_PARSE;
+}
+
 static kvio_status_t parse_object(kvio_trace_t *trace, json_t *object, bool extras,
                                   char *error_p, size_t error_len)
 {
@@ -502,6 +523,9 @@ static kvio_status_t parse_object(kvio_trace_t *trace, json_t *object, bool extr
         request->priority = (int32_t)values[2];
         request->session_id = (uint64_t)values[3];
         request->turn = (uint32_t)values[4];
+        status = get_cache_salt(object, &request->cache_salt, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
         if (values[5] >= 0)
             request->output_content_id = (uint64_t)values[5];
         if (segments != NULL)

@@ -51,7 +51,13 @@ typedef struct kvio_request {
     uint32_t trace_block_tokens;     /* tokens per trace hash id; 0: none */
     uint32_t num_trace_hash_ids;     /* at least ceil(input_tokens / trace_block_tokens) */
     const uint64_t *trace_hash_ids;  /* raw ids, e.g. Mooncake's hash_ids */
+    uint64_t cache_salt;             /* vLLM's cache_salt (kvio_cache_salt); 0: none */
 } kvio_request_t;
+
+/* A request's cache salt from its text (a tenant's name): vLLM hashes the
+ * salt into the first block's key, so requests with different salts share
+ * no block even with equal prompts. Never 0; below 2^63 (a JSON integer). */
+uint64_t kvio_cache_salt(const char *text, size_t length);
 
 /* Computes the hashes of blocks first_block .. first_block+num_blocks-1 of
  * block_size tokens over the request's prompt followed by its output.
@@ -59,7 +65,8 @@ typedef struct kvio_request {
  * Blocks inside the prompt of a trace request whose trace block size is a
  * multiple of block_size use kvio_hash_trace_block(parent, id, index); every
  * other block uses kvio_hash_runs over its (content, offset, length) runs,
- * where a trace block's id stands for its content. Returns KVIO_ERR_INVALID
+ * where a trace block's id stands for its content. A salted request's first
+ * block has the salt as its parent, so the whole chain is the salt's. Returns KVIO_ERR_INVALID
  * when the blocks end past input_tokens + output_tokens or block_size is 0.
  * hashes_p must hold num_blocks hashes. */
 kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t block_size,
@@ -164,6 +171,7 @@ typedef struct kvio_stream_config {
     kvio_dist_t output_tokens;
     int64_t max_tokens;    /* 0: output_tokens' largest value, or the request's own output */
     kvio_dist_t priority;
+    int64_t cache_salts;   /* tenants: each session is salted as one of them; 0: none */
     kvio_stream_prefix_config_t prefix;
     kvio_stream_trace_config_t trace;
 } kvio_stream_config_t;
