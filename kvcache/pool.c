@@ -59,6 +59,17 @@ typedef struct free_ring {
     uint32_t length;     /* live entries (free blocks) */
 } free_ring_t;
 
+/* index radix: where a cached block hangs in the tree of chained blocks.
+ * A child records its parent's generation, which moves on whenever the
+ * parent's hash leaves the index, so a child outliving its parent's content
+ * (a forced eviction) never counts against the block's next content. */
+typedef struct radix_link {
+    uint32_t parent;            /* the block before it in the request that cached it */
+    uint32_t parent_generation;
+    uint32_t children;          /* cached blocks whose parent it is */
+    uint32_t generation;
+} radix_link_t;
+
 struct kvio_kvcache {
     kvio_kvcache_config_t config;
     uint32_t num_blocks;
@@ -69,6 +80,7 @@ struct kvio_kvcache {
     size_t slot_mask;
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
+    radix_link_t *links;      /* index radix: per block; NULL with the hash index */
     uint64_t index_version;   /* bumped whenever a hash enters or leaves the index */
     uint64_t epoch;           /* the model version blocks entering the index get */
     bool epochs_used;         /* an epoch other than 0 was ever set (block_epoch written) */
@@ -290,9 +302,10 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     if (config == NULL || config->num_blocks < 2 || config->block_size == 0 ||
         config->num_blocks == UINT32_MAX || config->num_blocks > (UINT32_MAX >> 2) ||
         (config->free_order != KVIO_FREE_ORDER_APPEND &&
-         config->free_order != KVIO_FREE_ORDER_PREPEND_UNHASHED)) {
+         config->free_order != KVIO_FREE_ORDER_PREPEND_UNHASHED) ||
+        (config->index != KVIO_KVCACHE_INDEX_HASH && config->index != KVIO_KVCACHE_INDEX_RADIX)) {
         kvio_error("kvcache: need at least 2 blocks (one is the null block) and at most 2^30, a "
-                   "block size of at least 1 and a known free order");
+                   "block size of at least 1, a known free order and a known index");
         return KVIO_ERR_INVALID;
     }
     kvio_kvcache_t *cache = calloc(1, sizeof(*cache));
@@ -336,7 +349,19 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
                              config->num_blocks - 1);
     if (status != KVIO_OK)
         goto cleanup;
-    cache->queue_order = (cache->evict.ops->caps & KVIO_EVICT_CAP_QUEUE_ORDER) != 0;
+    /* The radix index asks the policy for a leaf: the queue's head may be a
+     * parent. */
+    cache->queue_order = (cache->evict.ops->caps & KVIO_EVICT_CAP_QUEUE_ORDER) != 0 &&
+                         config->index != KVIO_KVCACHE_INDEX_RADIX;
+    if (config->index == KVIO_KVCACHE_INDEX_RADIX) {
+        cache->links = malloc(n * sizeof(radix_link_t));
+        if (cache->links == NULL) {
+            status = KVIO_ERR_NOMEM;
+            goto cleanup;
+        }
+        for (size_t i = 0; i < n; i++)
+            cache->links[i] = (radix_link_t){.parent = NO_BLOCK};
+    }
     /* Block 0 is the null block: never free, never handed out. */
     cache->blocks[0].refcount = 1;
     for (uint32_t block = 1; block < cache->num_blocks; block++)
@@ -356,6 +381,7 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
     kvio_evict_fini(&cache->evict);
     free(cache->blocks); /* the slots and the ring too */
     free(cache->block_epoch);
+    free(cache->links);
     free(cache);
 }
 
@@ -409,6 +435,62 @@ void kvio_kvcache_get_metrics(const kvio_kvcache_t *cache, kvio_kvcache_metrics_
     *metrics_p = cache->metrics;
 }
 
+/* A free cached block is among the policy's candidates: always with the hash
+ * index, only as a leaf with the radix index. */
+static inline bool evictable(const kvio_kvcache_t *cache, uint32_t block)
+{
+    return cache->links == NULL || cache->links[block].children == 0;
+}
+
+/* A free block becomes evictable content for a non-queue policy (a parent,
+ * under the radix index, once its last child goes). */
+static void policy_add(kvio_kvcache_t *cache, uint32_t block)
+{
+    block_record_t *record = &cache->blocks[block];
+    if (!evictable(cache, block))
+        return;
+    bool fresh = !record->policy_known;
+    record->policy_known = 1;
+    cache->evict.ops->add(cache->evict.priv, block, record->hash.low, fresh);
+}
+
+/* A free block leaves the policy's candidates (a hit, a reset). */
+static void policy_remove(kvio_kvcache_t *cache, uint32_t block)
+{
+    if (evictable(cache, block))
+        cache->evict.ops->remove(cache->evict.priv, block);
+}
+
+/* index radix: block's hash entered the index after parent's (NO_BLOCK: the
+ * first block). The parent is held by the same request, so never a
+ * candidate here. */
+static inline void radix_attach(kvio_kvcache_t *cache, uint32_t block, uint32_t parent)
+{
+    radix_link_t *link = &cache->links[block];
+    link->parent = parent;
+    link->children = 0;
+    if (parent == NO_BLOCK)
+        return;
+    link->parent_generation = cache->links[parent].generation;
+    cache->links[parent].children++;
+}
+
+/* index radix: block's hash left the index; a free parent left with no
+ * cached child becomes a candidate. */
+static void radix_detach(kvio_kvcache_t *cache, uint32_t block)
+{
+    radix_link_t *link = &cache->links[block];
+    link->generation++;
+    link->children = 0;
+    uint32_t parent = link->parent;
+    link->parent = NO_BLOCK;
+    if (parent == NO_BLOCK || cache->links[parent].generation != link->parent_generation)
+        return;
+    if (--cache->links[parent].children == 0 && cache->blocks[parent].refcount == 0 &&
+        cache->blocks[parent].hashed)
+        policy_add(cache, parent);
+}
+
 /* Takes a free block for new content: the queue head with lru; otherwise an
  * unhashed block first (they sit at the head), else the policy's victim.
  * Reusing a cached block evicts its hash (lazy eviction). */
@@ -419,8 +501,13 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
         block = ring_pop_head(cache);
     } else {
         block = ring_head(cache);
-        if (cache->blocks[block].hashed)
-            block = cache->evict.ops->victim(cache->evict.priv);
+        if (cache->blocks[block].hashed) {
+            uint32_t victim = cache->evict.ops->victim(cache->evict.priv);
+            /* The radix index with no free leaf (every free cached block is
+             * the parent of a block in use through a duplicate): the head. */
+            if (victim != KVIO_EVICT_NONE)
+                block = victim;
+        }
         ring_unlink(cache, block);
     }
     block_record_t *record = &cache->blocks[block];
@@ -428,6 +515,8 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
         if (cache->config.on_evict != NULL)
             cache->config.on_evict(cache->config.hook_context, block, record->hash);
         index_remove(cache, block);
+        if (cache->links != NULL)
+            radix_detach(cache, block);
         cache->metrics.evictions++;
     }
     record->refcount = 1;
@@ -498,17 +587,12 @@ static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_ha
     }
     for (size_t i = first; cache->epochs_used && i < end; i++)
         cache->block_epoch[ids[i]] = cache->epoch;
+    for (size_t i = first; cache->links != NULL && i < end; i++)
+        radix_attach(cache, ids[i], i > 0 ? ids[i - 1] : NO_BLOCK);
     cache->index_version += end - first;
 }
 
-/* A free block becomes evictable content for a non-queue policy. */
-static void policy_add(kvio_kvcache_t *cache, uint32_t block)
-{
-    block_record_t *record = &cache->blocks[block];
-    bool fresh = !record->policy_known;
-    record->policy_known = 1;
-    cache->evict.ops->add(cache->evict.priv, block, record->hash.low, fresh);
-}
+
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -818,13 +902,15 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
          * queue's head, where unhashed blocks are taken first); a held one
          * stays with its request. */
         if (record->refcount == 0 && !cache->queue_order) {
-            cache->evict.ops->remove(cache->evict.priv, block);
+            policy_remove(cache, block);
             ring_unlink(cache, block);
             ring_push_head(cache, block);
         }
         if (dropped != NULL)
             dropped(context, record->hash);
         index_remove(cache, block);
+        if (cache->links != NULL)
+            radix_detach(cache, block);
         count++;
     }
     cache->metrics.prefix_resets++;
@@ -887,7 +973,7 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
         if (record->refcount == 0) {
             ring_unlink(cache, block);
             if (!cache->queue_order)
-                cache->evict.ops->remove(cache->evict.priv, block);
+                policy_remove(cache, block);
         }
         record->refcount++;
         if (!cache->queue_order)
@@ -915,6 +1001,8 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
             } else {
                 for (size_t i = req->num_hashed_blocks; i < full; i++) {
                     index_insert(cache, req->blocks[i], req->hashes[i]);
+                    if (cache->links != NULL)
+                        radix_attach(cache, req->blocks[i], i > 0 ? req->blocks[i - 1] : NO_BLOCK);
                     cache->config.on_cached(cache->config.hook_context, req->blocks[i],
                                             req->hashes[i]);
                 }

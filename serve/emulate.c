@@ -575,6 +575,7 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         .block_size = (uint32_t)run->serve->kvcache.block_size,
         .prefix_caching = run->serve->kvcache.prefix_caching,
         .free_order = run->serve->kvcache.free_order,
+        .index = run->serve->kvcache.index,
         .eviction = run->serve->kvcache.eviction,
         .sched = &run->serve->scheduler,
         .seed = run->seed + rank,

@@ -27,6 +27,7 @@ static const char *const preemption_names[] = {"recompute", "swap", NULL};
  * two lists agree): serve.kvcache.eviction is refused at load otherwise. */
 const char *const kvio_eviction_names[] = {"lru", "lfu", "fifo", "mru", "s3fifo", NULL};
 static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
+static const char *const index_names[] = {"hash", "radix", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
     {.key = "max_num_seqs", .type = KVIO_OPT_INT,
@@ -77,6 +78,10 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
      .offset = offsetof(kvio_kvcache_section_t, free_order), .values = free_order_names,
      .default_value = "append",
      .help = "append (classic vLLM) or prepend_unhashed (newer vLLM)"},
+    {.key = "index", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_kvcache_section_t, index),
+     .values = index_names, .default_value = "hash",
+     .help = "hash (vLLM: any free cached block may be evicted) or radix (SGLang: only "
+             "leaves, so a cached prefix never loses a block before its continuations)"},
     {.key = "eviction", .type = KVIO_OPT_STRING,
      .offset = offsetof(kvio_kvcache_section_t, eviction), .default_value = "lru",
      .values = kvio_eviction_names,
@@ -698,6 +703,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .block_size = params->block_size,
         .enable_prefix_caching = params->prefix_caching,
         .free_order = (kvio_free_order_t)params->free_order,
+        .index = (kvio_kvcache_index_t)params->index,
         .eviction = params->eviction,
         .on_cached = params->num_tiers > 0 || params->observer.on_cache ? on_cached : NULL,
         .on_evict = params->num_tiers > 0 || params->observer.on_cache ? on_evict : NULL,

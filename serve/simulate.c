@@ -622,6 +622,7 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
             .block_size = sim->block_size,
             .prefix_caching = run->serve->kvcache.prefix_caching,
             .free_order = run->serve->kvcache.free_order,
+            .index = run->serve->kvcache.index,
             .eviction = run->serve->kvcache.eviction,
             .sched = &run->serve->scheduler,
             .seed = run->seed + rank,

@@ -921,3 +921,75 @@ Test(kvcache, reset_prefix_drops_every_hash_and_keeps_the_queue, .timeout = 10)
     free(a_tokens);
     free(b_tokens);
 }
+
+/* ---- index radix: only leaves are evicted ------------------------------- */
+
+/* The hashes of a chain whose first shared blocks are common content and
+ * the rest its branch's, each chained on its parent as real block hashes
+ * are: requests over (branch, shared) pairs form a tree of prefixes. */
+static void chain_of(uint32_t branch, uint32_t shared, uint32_t length, kvio_hash_t *hashes)
+{
+    uint64_t parent = 7;
+    for (uint32_t i = 0; i < length; i++) {
+        uint64_t content = i < shared ? 1000 + i : (uint64_t)branch << 20 | i;
+        parent = (parent ^ content) * 0x9e3779b97f4a7c15ull + i;
+        hashes[i] = (kvio_hash_t){.low = parent, .high = parent >> 17 | 1};
+    }
+}
+
+static bool cached(const kvio_kvcache_t *cache, kvio_hash_t hash)
+{
+    return kvio_kvcache_lookup_hashes(cache, &hash, 1, 2 * BLOCK) > 0;
+}
+
+/* Replays requests over a tree of prefixes (each done before the next) and
+ * counts the times a chain held a cached block whose parent was gone (an
+ * orphan: unreachable by any prefix lookup, yet holding a block). */
+static size_t orphans_after_replay(const char *policy, kvio_kvcache_index_t index)
+{
+    kvio_kvcache_config_t config = {.num_blocks = 41, .block_size = BLOCK,
+                                    .enable_prefix_caching = true, .eviction = policy,
+                                    .index = index};
+    kvio_kvcache_t *cache = NULL;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+    uint64_t state = 12345;
+    size_t orphans = 0;
+    kvio_hash_t hashes[16];
+    for (int step = 0; step < 1500; step++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t branch = (uint32_t)(state >> 33) % 24;
+        uint32_t shared = (uint32_t)(state >> 40) % 8;
+        uint32_t length = 4 + (uint32_t)(state >> 50) % 12;
+        chain_of(branch, shared, length, hashes);
+        kvio_kvreq_t *req = NULL;
+        cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, length, length * BLOCK + 1, &req),
+                     KVIO_OK);
+        cr_assert_eq(kvio_kvcache_allocate(cache, req, length * BLOCK + 1, NULL), KVIO_OK);
+        kvio_kvreq_destroy(req);
+        for (uint32_t b = 0; b < 24; b++) {
+            for (uint32_t common = 0; common < 8; common++) {
+                chain_of(b, common, 16, hashes);
+                for (uint32_t i = 1; i < 16; i++)
+                    orphans += cached(cache, hashes[i]) && !cached(cache, hashes[i - 1]);
+            }
+        }
+    }
+    kvio_kvcache_destroy(cache);
+    return orphans;
+}
+
+/* #21: serve.kvcache.index radix is SGLang's rule: a block is evicted only
+ * once no cached block chains from it, so the cache never holds a block no
+ * lookup can reach, whatever the policy. The hash index (vLLM) evicts any
+ * free cached block in the policy's order: under fifo or lfu an early
+ * prefix goes while its continuations stay. */
+Test(kvcache, the_radix_index_evicts_only_leaves_and_the_hash_index_leaves_orphans,
+     .timeout = 30)
+{
+    const char *policies[] = {"lru", "fifo", "lfu", "s3fifo", "mru"};
+    for (size_t p = 0; p < 5; p++)
+        cr_expect_eq(orphans_after_replay(policies[p], KVIO_KVCACHE_INDEX_RADIX), 0,
+                     "radix under %s", policies[p]);
+    cr_expect_gt(orphans_after_replay("fifo", KVIO_KVCACHE_INDEX_HASH), 0);
+    cr_expect_gt(orphans_after_replay("lfu", KVIO_KVCACHE_INDEX_HASH), 0);
+}

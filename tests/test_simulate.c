@@ -395,6 +395,26 @@ Test(simulate, cache_salts_isolate_tenants_prefix_caches, .timeout = 60)
     cr_expect_lt(isolated, 0.05, "a salt per request shares no prompt: %f", isolated);
 }
 
+/* #21: serve.kvcache.index reaches the engine from the config: under fifo
+ * the hash index evicts early prefix blocks whose continuations stay cached
+ * (unreachable), the radix index never does, so its hit rate differs; the
+ * summary records the index. */
+Test(simulate, the_kvcache_index_is_chosen_in_the_config, .timeout = 60)
+{
+    const char *hash[] = {"serve.kvcache.eviction=fifo", "serve.kvcache.index=hash"};
+    const char *radix[] = {"serve.kvcache.eviction=fifo", "serve.kvcache.index=radix"};
+    run_output_t output = run_text(shared_prefix, hash, 2);
+    double hash_hits = metric(&output, "hit_rate");
+    run_free(&output);
+    output = run_text(shared_prefix, radix, 2);
+    cr_expect_eq(metric(&output, "completed"), 600);
+    cr_expect_neq(metric(&output, "hit_rate"), hash_hits);
+    const json_t *kvcache = json_object_get(
+        json_object_get(json_object_get(output.summary, "config"), "serve"), "kvcache");
+    cr_expect_str_eq(json_string_value(json_object_get(kvcache, "index")), "radix");
+    run_free(&output);
+}
+
 /* #21: accelerator utilization counted swap and tier I/O as busy (1.000
  * with a 0.2 GB/s host link while most of the run waited on it). It is now
  * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction. */

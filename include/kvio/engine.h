@@ -39,6 +39,7 @@ typedef struct kvio_kvcache_section {
     double gpu_memory_utilization; /* with capacity 0: fraction of GPU memory for weights + KV */
     bool prefix_caching;
     int free_order;                /* kvio_free_order_t */
+    int index;                     /* kvio_kvcache_index_t */
     char *eviction;
     bool verify_swaps;             /* emulate: checksum swapped blocks out and back */
     uint64_t swap_space;           /* emulate: host memory for swapped blocks (0: as the pool) */
@@ -169,6 +170,7 @@ typedef struct kvio_engine_params {
     uint32_t block_size;
     bool prefix_caching;
     int free_order;
+    int index;                 /* kvio_kvcache_index_t */
     const char *eviction;
     const kvio_sched_config_t *sched;
     uint64_t seed;

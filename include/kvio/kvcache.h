@@ -38,11 +38,19 @@ typedef enum {
     KVIO_FREE_ORDER_PREPEND_UNHASHED = 1, /* newer vLLM: unhashed ones at the head */
 } kvio_free_order_t;
 
+/* What a cached block may be evicted as. */
+typedef enum {
+    KVIO_KVCACHE_INDEX_HASH = 0,  /* vLLM: any free cached block, in the policy's order */
+    KVIO_KVCACHE_INDEX_RADIX = 1, /* SGLang: only a leaf (no cached block chains from it);
+                                     a parent joins the policy when its last child goes */
+} kvio_kvcache_index_t;
+
 typedef struct kvio_kvcache_config {
     uint32_t num_blocks;        /* including the null block 0; at least 2 */
     uint32_t block_size;        /* tokens per block; at least 1 */
     bool enable_prefix_caching; /* false: never a hit, blocks never hashed */
     kvio_free_order_t free_order;
+    kvio_kvcache_index_t index;
     const char *eviction;       /* policy name; NULL means "lru" */
     /* Optional hooks for lower tiers (may be NULL): on_cached when a block
      * becomes full and enters the index, on_evict when a cached block is
