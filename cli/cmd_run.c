@@ -96,10 +96,29 @@ static int parse_run_args(const char *command, int argc, char **argv, bool allow
     return KVIO_EXIT_OK;
 }
 
-static void print_keys(FILE *out)
+/* The workload keys after a command's usage: the top level, or the keys of
+ * the section named after --help; exit 2 naming the sections when there is
+ * no such section. */
+static int print_keys(const char *command, const char *section, FILE *out)
 {
-    fprintf(out, "\nworkload keys (YAML; sizes and durations are strings with units):\n");
-    kvio_config_print_help(kvio_workload_options, out);
+    if (section != NULL) {
+        if (kvio_config_print_help(kvio_workload_options, section, NULL)) {
+            fprintf(out, "\nkeys under %s:\n", section);
+            kvio_config_print_help(kvio_workload_options, section, out);
+            return KVIO_EXIT_OK;
+        }
+        fprintf(stderr, "kvio %s: no workload key or section '%s'; sections:", command, section);
+        for (const kvio_opt_t *option = kvio_workload_options; option->key != NULL; option++)
+            if (option->type == KVIO_OPT_SECTION)
+                fprintf(stderr, " %s", option->key);
+        fprintf(stderr, "\n");
+        return KVIO_EXIT_USAGE;
+    }
+    fprintf(out, "\nworkload keys (YAML; sizes and durations are strings with units;\n"
+                 "kvio %s --help SECTION lists a section's keys):\n",
+            command);
+    kvio_config_print_help(kvio_workload_options, NULL, out);
+    return KVIO_EXIT_OK;
 }
 
 int kvio_cmd_run(int argc, char **argv)
@@ -110,15 +129,15 @@ int kvio_cmd_run(int argc, char **argv)
         return exit_status;
     if (args.help) {
         printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
-               "                [--event-trace FILE.pfw] [--format table|json]\n\n"
+               "                [--event-trace FILE.pfw] [--format table|json]\n"
+               "       kvio run --help [SECTION|KEY]\n\n"
                "Runs a workload (default: the quickstart preset) and writes a results\n"
                "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
                "An existing output directory is refused unless --force.\n"
                "--event-trace writes Chrome trace events, one per line (DFTracer .pfw\n"
                "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n"
                "--format json prints summary.json on stdout instead of the table.\n");
-        print_keys(stdout);
-        return KVIO_EXIT_OK;
+        return print_keys("run", args.source, stdout);
     }
     const char *source = args.source != NULL ? args.source : "quickstart";
     char error[1024] = "";
@@ -169,8 +188,7 @@ int kvio_cmd_validate(int argc, char **argv)
                "refuse: presets, KV capacity, the stream or trace (read whole) with\n"
                "every request fitting the KV cache, file tier directories. --dump\n"
                "prints the effective configuration (defaults filled in) as JSON.\n");
-        print_keys(stdout);
-        return KVIO_EXIT_OK;
+        return print_keys("validate", args.source, stdout);
     }
     if (args.source == NULL) {
         fprintf(stderr, "kvio validate: which file? (kvio validate FILE)\n");

@@ -209,7 +209,7 @@ int kvio_cmd_stream(int argc, char **argv)
         goto cleanup;
     if (args.help) {
         printf("%s\nstream keys:\n", usage);
-        kvio_config_print_help(kvio_stream_options, stdout);
+        kvio_config_print_help(kvio_workload_options, "stream", stdout);
         goto cleanup;
     }
     if (args.source == NULL && args.num_owned == 0) {

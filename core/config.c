@@ -1448,35 +1448,123 @@ json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config)
     return object;
 }
 
-static void print_help_at(const kvio_opt_t *options, const char *path, FILE *out)
+/* Writes text from column indent, wrapped before column 80 at spaces. */
+static void print_wrapped(FILE *out, const char *text, int indent)
+{
+    const int width = 79 - indent;
+    while (*text != '\0') {
+        int length = (int)strlen(text);
+        int take = length;
+        if (length > width) {
+            take = width;
+            while (take > 0 && text[take] != ' ')
+                take--;
+            if (take == 0) /* one word longer than the line */
+                take = width;
+        }
+        fprintf(out, "%*s%.*s\n", indent, "", take, text);
+        text += take;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+/* One key: its path and type on a line, with its default and choices when
+ * they fit in 80 columns, else wrapped below; its help wrapped below. */
+static void print_key(const kvio_opt_t *option, const char *key_path, FILE *out)
+{
+    char detail[512] = "";
+    size_t used = 0;
+    if (option->default_value != NULL)
+        used += (size_t)snprintf(detail, sizeof(detail), "default %s", option->default_value);
+    for (int i = 0; option->type == KVIO_OPT_ENUM && option->values[i] != NULL &&
+                    used < sizeof(detail);
+         i++)
+        used += (size_t)snprintf(detail + used, sizeof(detail) - used, "%s%s",
+                                 i > 0 ? "|" : used > 0 ? ", one of " : "one of ",
+                                 option->values[i]);
+    char line[400];
+    int length = snprintf(line, sizeof(line), "  %-34s %s", key_path, type_name(option->type));
+    if (detail[0] != '\0' && length + 2 + (int)strlen(detail) <= 79) {
+        fprintf(out, "%s, %s\n", line, detail);
+    } else {
+        fprintf(out, "%s\n", line);
+        print_wrapped(out, detail, 6);
+    }
+    if (option->help != NULL)
+        print_wrapped(out, option->help, 6);
+}
+
+/* Every key under options (path: where they sit), sections opened when
+ * deep, else one line each naming how to list them. */
+static void print_help_at(const kvio_opt_t *options, const char *path, bool deep, FILE *out)
 {
     for (const kvio_opt_t *option = options; option->key != NULL; option++) {
         char key_path[256];
         join_path(key_path, sizeof(key_path), path, option->key);
-        if (option->type == KVIO_OPT_SECTION) {
-            print_help_at(option->options, key_path, out);
+        if (option->type == KVIO_OPT_SECTION && !deep) {
+            char line[300];
+            snprintf(line, sizeof(line), "%s.*", key_path);
+            fprintf(out, "  %-34s section: --help %s lists its keys\n", line, key_path);
+            if (option->help != NULL)
+                print_wrapped(out, option->help, 6);
             continue;
         }
-        fprintf(out, "  %-36s %-12s %s", key_path, type_name(option->type),
-                option->help ? option->help : "");
-        if (option->default_value != NULL)
-            fprintf(out, " [default %s]", option->default_value);
-        if (option->type == KVIO_OPT_ENUM) {
-            fprintf(out, " (");
-            for (int i = 0; option->values[i] != NULL; i++)
-                fprintf(out, "%s%s", i ? "|" : "", option->values[i]);
-            fprintf(out, ")");
+        if (option->type == KVIO_OPT_SECTION) {
+            print_help_at(option->options, key_path, deep, out);
+            continue;
         }
-        fprintf(out, "\n");
+        print_key(option, key_path, out);
         if (option->type == KVIO_OPT_LIST) {
             char item_path[300];
             snprintf(item_path, sizeof(item_path), "%s[]", key_path);
-            print_help_at(option->options, item_path, out);
+            print_help_at(option->options, item_path, true, out);
         }
     }
 }
 
-void kvio_config_print_help(const kvio_opt_t *options, FILE *out)
+bool kvio_config_print_help(const kvio_opt_t *options, const char *section, FILE *out)
 {
-    print_help_at(options, "", out);
+    if (section == NULL || section[0] == '\0') {
+        print_help_at(options, "", false, out);
+        return true;
+    }
+    /* Walk the dotted path down to the section (or a single key). */
+    const kvio_opt_t *level = options;
+    char path[256] = "";
+    const char *part = section;
+    while (*part != '\0') {
+        size_t length = strcspn(part, ".");
+        const kvio_opt_t *found = NULL;
+        for (const kvio_opt_t *option = level; option != NULL && option->key != NULL; option++)
+            if (strlen(option->key) == length && strncmp(option->key, part, length) == 0)
+                found = option;
+        if (found == NULL)
+            return false;
+        char parent[192];
+        snprintf(parent, sizeof(parent), "%s", path);
+        join_path(path, sizeof(path), parent, found->key);
+        part += length;
+        if (*part == '.')
+            part++;
+        if (*part == '\0') {
+            if (out == NULL)
+                return true;
+            if (found->type == KVIO_OPT_SECTION) {
+                print_help_at(found->options, path, true, out);
+            } else {
+                print_key(found, path, out);
+                if (found->type == KVIO_OPT_LIST) {
+                    char item_path[300];
+                    snprintf(item_path, sizeof(item_path), "%s[]", path);
+                    print_help_at(found->options, item_path, true, out);
+                }
+            }
+            return true;
+        }
+        if (found->type != KVIO_OPT_SECTION)
+            return false;
+        level = found->options;
+    }
+    return false;
 }

@@ -37,6 +37,59 @@ Test(cli, version_and_help, .timeout = 20)
     }
 }
 
+/* Lines of text and the widest, in columns (UTF-8 continuation bytes take
+ * none). */
+static void measure_lines(const char *text, size_t *lines_p, size_t *widest_p)
+{
+    size_t lines = 0, widest = 0, width = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c != '\0'; c++) {
+        if (*c == '\n') {
+            lines++;
+            widest = width > widest ? width : widest;
+            width = 0;
+        } else {
+            width += (*c & 0xc0) != 0x80;
+        }
+    }
+    *lines_p = lines;
+    *widest_p = widest;
+}
+
+/* #21: `run --help` was 179 lines up to 336 columns. It now shows the top
+ * level with one line per section, in 80 columns; `--help SECTION` lists
+ * that section's keys; an unknown section exits 2 naming the sections. */
+Test(cli, run_help_fits_80_columns_and_opens_sections, .timeout = 20)
+{
+    test_run_t run = test_kvio(NULL, "run", "--help", NULL);
+    cr_assert_eq(run.status, 0);
+    size_t lines, widest;
+    measure_lines(run.out, &lines, &widest);
+    cr_expect_leq(lines, 70, "%s", run.out);
+    cr_expect_leq(widest, 80, "%s", run.out);
+    cr_expect(test_contains(run.out, "serve.*"), "%s", run.out);
+    cr_expect(!test_contains(run.out, "serve.kvcache.index"), "%s", run.out);
+    test_run_free(&run);
+    const char *sections[] = {"ranks", "model", "gpu", "device", "cost", "serve", "slo",
+                              "train", "weight_sync", "update", "stream"};
+    for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+        run = test_kvio(NULL, "run", "--help", sections[i], NULL);
+        cr_assert_eq(run.status, 0, "--help %s", sections[i]);
+        measure_lines(run.out, &lines, &widest);
+        cr_expect_leq(widest, 80, "--help %s: %s", sections[i], run.out);
+        test_run_free(&run);
+    }
+    run = test_kvio(NULL, "validate", "--help", "serve.kvcache.index", NULL);
+    cr_assert_eq(run.status, 0);
+    cr_expect(test_contains(run.out, "serve.kvcache.index"), "%s", run.out);
+    cr_expect(test_contains(run.out, "one of hash|radix"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(NULL, "run", "--help", "serve.kvcach", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "no workload key or section 'serve.kvcach'"), "%s",
+              run.err);
+    test_run_free(&run);
+}
+
 Test(cli, usage_errors_exit_2, .timeout = 20)
 {
     test_run_t run = test_kvio(NULL, "frobnicate", NULL);

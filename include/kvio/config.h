@@ -104,8 +104,12 @@ void kvio_config_free(const kvio_opt_t *options, void *config);
  * (summary.json and --dump never carry it). The caller owns the reference. */
 json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config);
 
-/* Prints every key with its type, default, bounds and help. */
-void kvio_config_print_help(const kvio_opt_t *options, FILE *out);
+/* Prints keys with their type, default or choices, and help wrapped to 80
+ * columns: with section NULL the top-level keys, each section as one line
+ * (how to list it); with a dotted section ("serve.kvcache") or key, every
+ * key under it. False when there is no such section or key (out NULL:
+ * only says whether there is). */
+bool kvio_config_print_help(const kvio_opt_t *options, const char *section, FILE *out);
 
 /* Parses "4GiB", "512MiB", "4GB", "16384" (bytes). */
 kvio_status_t kvio_parse_size(const char *text, uint64_t *bytes_p, char *error_p,
