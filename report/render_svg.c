@@ -457,6 +457,19 @@ static void render_bars(FILE *out, const report_chart_t *chart)
     }
     size_t max_chars = 28;
     bool slanted = CHAR_WIDTH * (double)(longest < max_chars ? longest : max_chars) > slot - 6;
+    /* A slanted label reaches left of its slot by its width times cos 35°:
+     * the plot moves right until the first labels end inside the picture. */
+    for (size_t c = 0; slanted && c < chart->num_categories; c++) {
+        size_t chars = text_chars(chart->categories[c]);
+        double reach = 0.82 * CHAR_WIDTH * (double)(chars < max_chars ? chars : max_chars);
+        double anchor = frame.left + slot * ((double)c + 0.5) + 4;
+        if (reach + 4 > anchor) {
+            double shift = reach + 4 - anchor;
+            frame.left += shift;
+            frame.width -= shift;
+            slot = frame.width / (double)num_categories;
+        }
+    }
     double label_depth = slanted ? 0.6 * CHAR_WIDTH * (double)(longest < max_chars ? longest
                                                                                    : max_chars) + 8
                                  : 0;
