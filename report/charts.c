@@ -994,6 +994,84 @@ static kvio_status_t interference_charts(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* Runs a line chart draws together: the palette's colours, each line solid. */
+#define RUNS_PER_PANEL 8
+
+/* A line chart of many runs (a compare of 16) is a tangle of colours and
+ * dashes: it is split into panels of RUNS_PER_PANEL lines, "(runs 1-8)",
+ * "(runs 9-16)", on the same axes so that they read side by side. */
+static kvio_status_t split_crowded(kvio_report_t *report)
+{
+    for (size_t c = 0; c < report->num_charts; c++) {
+        report_chart_t *chart = report->charts[c];
+        if (chart->kind != CHART_LINES || chart->num_series <= RUNS_PER_PANEL)
+            continue;
+        size_t panels = (chart->num_series + RUNS_PER_PANEL - 1) / RUNS_PER_PANEL;
+        if (report->num_charts + panels - 1 > REPORT_MAX_CHARTS)
+            return KVIO_OK; /* as it is: drawn whole */
+        double x_low = INFINITY, x_high = -INFINITY, y_low = INFINITY, y_high = -INFINITY;
+        for (size_t s = 0; s < chart->num_series; s++) {
+            const chart_series_t *series = &chart->series[s];
+            for (size_t i = 0; i < series->count; i++) {
+                x_low = fmin(x_low, series->x[i]);
+                x_high = fmax(x_high, series->x[i]);
+                y_low = fmin(y_low, series->y[i]);
+                y_high = fmax(y_high, series->y[i]);
+            }
+        }
+        if (!chart->x_log && !chart->x_fixed && isfinite(x_low) && x_high > x_low) {
+            chart->x_fixed = true;
+            chart->x_min = x_low;
+            chart->x_max = x_high;
+        }
+        if (!chart->y_fixed && isfinite(y_low) && y_high > y_low) {
+            chart->y_fixed = true;
+            chart->y_min = fmin(y_low, 0);
+            chart->y_max = y_high * 1.05;
+        }
+        report_chart_t *parts[REPORT_MAX_CHARTS];
+        parts[0] = chart;
+        for (size_t p = 1; p < panels; p++) {
+            parts[p] = malloc(sizeof(report_chart_t));
+            chart_series_t *series = malloc(RUNS_PER_PANEL * sizeof(chart_series_t));
+            if (parts[p] == NULL || series == NULL) {
+                free(series);
+                free(parts[p]);
+                while (--p > 0) { /* the series' points are still the chart's */
+                    free(parts[p]->series);
+                    free(parts[p]);
+                }
+                return KVIO_ERR_NOMEM;
+            }
+            *parts[p] = *chart;
+            size_t first = p * RUNS_PER_PANEL;
+            size_t count = chart->num_series - first < RUNS_PER_PANEL ? chart->num_series - first
+                                                                       : RUNS_PER_PANEL;
+            memcpy(series, chart->series + first, count * sizeof(chart_series_t));
+            parts[p]->series = series;
+            parts[p]->num_series = count;
+            parts[p]->categories = NULL;
+            snprintf(parts[p]->id, sizeof(parts[p]->id), "%.50s-%zu", chart->id, p + 1);
+        }
+        size_t total = chart->num_series;
+        chart->num_series = RUNS_PER_PANEL;
+        char title[sizeof(chart->title)];
+        snprintf(title, sizeof(title), "%s", chart->title);
+        for (size_t p = 0; p < panels; p++) {
+            size_t last = (p + 1) * RUNS_PER_PANEL < total ? (p + 1) * RUNS_PER_PANEL : total;
+            snprintf(parts[p]->title, sizeof(parts[p]->title), "%.120s (runs %zu-%zu of %zu)",
+                     title, p * RUNS_PER_PANEL + 1, last, total);
+        }
+        memmove(&report->charts[c + panels], &report->charts[c + 1],
+                (report->num_charts - c - 1) * sizeof(report->charts[0]));
+        for (size_t p = 1; p < panels; p++)
+            report->charts[c + p] = parts[p];
+        report->num_charts += panels - 1;
+        c += panels - 1;
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t report_build(kvio_report_t *report)
 {
     if (report->built)
@@ -1013,6 +1091,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = interference_charts(report);
     if (status == KVIO_OK)
         status = tier_chart(report);
+    if (status == KVIO_OK)
+        status = split_crowded(report);
     if (status != KVIO_OK) {
         report_charts_clear(report);
         return status;

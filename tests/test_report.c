@@ -422,6 +422,34 @@ Test(report, a_rate_sweep_is_drawn_as_throughput_against_rate, .timeout = 60)
     free(dir);
 }
 
+/* #21: a line chart of 16 runs was unreadable (8 colours, then dashes).
+ * Past 8 runs a line chart is split into panels of 8 on the same axes. */
+Test(report, line_charts_of_many_runs_are_split_into_panels_of_eight, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "chat", "--vary",
+                               "stream.arrival.rate=1,2,3,4,5,6,7,8,9,10", "--set",
+                               "duration=5s", "-q", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *html = report_of(dir, "cmp");
+    char *first = figure(html, "chart-kv-usage");
+    char *second = figure(html, "chart-kv-usage-2");
+    cr_assert_not_null(first);
+    cr_assert_not_null(second, "no second panel");
+    cr_expect(test_contains(first, "KV-cache usage over time (runs 1-8 of 10)"), "%s", first);
+    cr_expect(test_contains(second, "KV-cache usage over time (runs 9-10 of 10)"), "%s", second);
+    cr_expect_eq(count_of(first, "<polyline"), 8);
+    cr_expect_eq(count_of(second, "<polyline"), 2);
+    cr_expect(test_contains(second, ">rate=10<"), "%s", second);
+    free(first);
+    free(second);
+    check_svgs(html);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* The tier chart from a real run's keys (not a hand-made fixture): it
  * plotted the tier's capacity (size_bytes) instead of its traffic. */
 Test(report, the_tier_chart_shows_a_real_runs_traffic, .timeout = 60)
