@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/clock.h"
 #include "kvio/compare.h"
 #include "kvio/log.h"
 
@@ -41,11 +42,18 @@ static void usage(FILE *out)
             "DIR/compare.json (default DIR: results/compare-<name>-<time>).\n");
 }
 
+/* "i/N (pct%) variant done, elapsed, about N s left" after each run;
+ * context: the compare's start (kvio_time_ns). */
 static void progress(void *context, size_t done, size_t total, const char *variant)
 {
-    (void)context;
-    if (kvio_log_get_level() >= KVIO_LOG_WARN)
-        fprintf(stderr, "kvio compare: %zu/%zu %s done\n", done, total, variant);
+    if (kvio_log_get_level() < KVIO_LOG_WARN || total == 0)
+        return;
+    double elapsed = (double)(kvio_time_ns() - *(const uint64_t *)context) / 1e9;
+    fprintf(stderr, "kvio compare: %zu/%zu (%.0f%%) %s done, %.1fs", done, total,
+            100.0 * (double)done / (double)total, variant, elapsed);
+    if (done > 0 && done < total)
+        fprintf(stderr, ", about %.0fs left", elapsed * (double)(total - done) / (double)done);
+    fprintf(stderr, "\n");
 }
 
 int kvio_cmd_compare(int argc, char **argv)
@@ -54,8 +62,10 @@ int kvio_cmd_compare(int argc, char **argv)
     char *values[KVIO_COMPARE_MAX_VARY][KVIO_COMPARE_MAX_VALUES];
     char keys[KVIO_COMPARE_MAX_VARY][256];
     kvio_compare_vary_t varies[KVIO_COMPARE_MAX_VARY];
+    uint64_t start_ns = kvio_time_ns();
     kvio_compare_options_t options = {.sets = sets, .varies = varies, .repeat = 1,
-                                      .progress = progress, .stop = &stop_requested};
+                                      .progress = progress, .context = &start_ns,
+                                      .stop = &stop_requested};
     const char *metrics[KVIO_COMPARE_MAX_METRICS];
     size_t num_metrics = 0;
     char *metrics_list = NULL;

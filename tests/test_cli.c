@@ -356,6 +356,11 @@ Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
     printed = json_loads(run.out, 0, NULL);
     cr_expect_eq(json_array_size(json_object_get(printed, "variants")), 2, "%s", run.out);
     json_decref(printed);
+    /* Progress after each run: i/N, the percentage, the time so far and left. */
+    cr_expect(test_contains(run.err, "kvio compare: 1/2 (50%) policy=fcfs done, ") &&
+                  test_contains(run.err, "s left\n") &&
+                  test_contains(run.err, "kvio compare: 2/2 (100%) policy=lpm done, "),
+              "%s", run.err);
     test_run_free(&run);
     char *zero = test_write_file(dir, "zero.yaml",
                                  "name: zero\nmode: simulate\nduration: 1s\n"
