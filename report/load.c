@@ -276,7 +276,7 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
         {"request_throughput", &metrics_p->request_throughput, serving},
         {"output_throughput", &metrics_p->output_throughput, serving},
         {"input_throughput", &metrics_p->input_throughput, false},
-        {"goodput", &metrics_p->goodput, serving},
+        {"goodput", &metrics_p->goodput, false}, /* only against an SLO */
         {"hit_rate", &metrics_p->hit_rate, serving},
         {"hit_rate_with_tiers", &metrics_p->hit_rate_with_tiers, false},
         {"preemptions", &metrics_p->preemptions, false},
@@ -285,6 +285,8 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && status == KVIO_OK; i++)
         status = json_number(metrics, fields[i].key, "metrics.", path, fields[i].required,
                              fields[i].value, error_p, error_len);
+    if (json_object_get(metrics, "goodput") == NULL)
+        metrics_p->goodput = NAN; /* no SLO: none, shown as "-" (not 0) */
     struct {
         const char *key, *field;
         double *value;

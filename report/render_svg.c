@@ -569,9 +569,13 @@ static const char style[] =
     "figcaption{font-size:12px;color:#555;margin-top:4px;line-height:1.35}"
     "ul.notes{font-size:13px;color:#7a4b00}";
 
+/* A number cell; "-" for none (a run without the metric). */
 static void cell_number(FILE *out, double value, int decimals)
 {
-    fprintf(out, "<td>%.*f</td>", decimals, isfinite(value) ? value : 0);
+    if (isfinite(value))
+        fprintf(out, "<td>%.*f</td>", decimals, value);
+    else
+        fputs("<td>-</td>", out);
 }
 
 static double seed_mean(const report_run_t *run, size_t offset)

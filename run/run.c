@@ -84,8 +84,10 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
         }
         snprintf(text[2], sizeof(text[2]), "%.1f tok/s", metric(metrics, "output_throughput", NULL));
         kvio_table_add_row(table, "output throughput", text[2], NULL);
-        snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
-        kvio_table_add_row(table, "goodput", text[3], NULL);
+        if (json_object_get(metrics, "goodput") != NULL) {
+            snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
+            kvio_table_add_row(table, "goodput", text[3], NULL);
+        }
         snprintf(text[4], sizeof(text[4]), "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
         kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
         snprintf(text[5], sizeof(text[5]), "%.0f", metric(metrics, "preemptions", NULL));

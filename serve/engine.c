@@ -300,6 +300,7 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->requests += src->requests;
     dst->measured_requests += src->measured_requests;
     dst->good_requests += src->good_requests;
+    dst->slo = dst->slo || src->slo;
     dst->input_tokens += src->input_tokens;
     dst->output_tokens += src->output_tokens;
     dst->prefix_queries += src->prefix_queries;
@@ -666,6 +667,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->update_cache = params->update_cache;
     engine->in_flight = params->in_flight;
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
+    engine->metrics.slo = params->slo.ttft_ns > 0 || params->slo.tpot_ns > 0;
     if (status != KVIO_OK)
         goto fail;
     if (engine->kv_device != NULL) {

@@ -111,7 +111,11 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                         json_real((double)metrics->input_tokens * per_s));
     json_object_set_new(object, "output_throughput",
                         json_real((double)metrics->output_tokens * per_s));
-    json_object_set_new(object, "goodput", json_real((double)metrics->good_requests * per_s));
+    /* Goodput only against an SLO: without one it would be the throughput
+     * again, named as if the requests had met something (vLLM reports none). */
+    if (metrics->slo)
+        json_object_set_new(object, "goodput",
+                            json_real((double)metrics->good_requests * per_s));
     /* The load offered: requests per second between the first and the last
      * arrival (throughput below it means the engines fell behind). */
     double arrival_s = metrics->arrivals > 1 && metrics->last_arrival_ns > metrics->first_arrival_ns

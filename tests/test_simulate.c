@@ -290,7 +290,8 @@ Test(simulate, compare_checks_every_variant_first_and_pairs_seeds, .timeout = 12
     cr_assert_eq(json_array_size(variants), 2);
     cr_assert_null(json_object_get(json_array_get(variants, 0), "paired_delta_vs_first"));
     const json_t *delta = json_object_get(
-        json_object_get(json_array_get(variants, 1), "paired_delta_vs_first"), "goodput (req/s)");
+        json_object_get(json_array_get(variants, 1), "paired_delta_vs_first"),
+        "request_throughput (req/s)");
     cr_assert_not_null(delta);
     /* The delta is the mean of per-seed differences of what each run measured. */
     double differences = 0;
@@ -299,9 +300,9 @@ Test(simulate, compare_checks_every_variant_first_and_pairs_seeds, .timeout = 12
             json_array_get(json_object_get(json_array_get(variants, 0), "runs"), r),
             json_array_get(json_object_get(json_array_get(variants, 1), "runs"), r)};
         differences += json_number_value(json_object_get(json_object_get(runs[1], "metrics"),
-                                                         "goodput")) -
+                                                         "request_throughput")) -
                        json_number_value(json_object_get(json_object_get(runs[0], "metrics"),
-                                                         "goodput"));
+                                                         "request_throughput"));
     }
     cr_assert_float_eq(json_number_value(json_object_get(delta, "mean")), differences / 2, 1e-9);
     json_decref(compare);
