@@ -15,6 +15,11 @@
 
 #define NO_BLOCK UINT32_MAX
 
+/* An empty index slot. The null block 0 is never hashed, so 0 can mark it:
+ * the table starts as zeroed memory, whose pages cost nothing until a hash
+ * lands in them (a thousand small engines touch little of theirs). */
+#define EMPTY_SLOT 0u
+
 /* A ring position a block does not occupy (not in the free queue), and a
  * ring entry whose block left the queue out of order. */
 #define NO_POSITION UINT32_MAX
@@ -34,7 +39,7 @@
 typedef struct hash_slot {
     uint32_t tag;   /* low half of the hash's slot key: most mismatches stop here, and the
                        home slot is tag & slot_mask (tables up to 2^32 slots) */
-    uint32_t block; /* NO_BLOCK: empty; the block's record holds the full hash */
+    uint32_t block; /* EMPTY_SLOT: empty; the block's record holds the full hash */
 } hash_slot_t;
 
 /* Everything about one block that allocating, evicting and freeing it
@@ -219,8 +224,9 @@ static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
     uint32_t tag = tag_of(hash);
     for (;;) {
         const hash_slot_t *entry = &cache->slots[slot];
-        if (entry->block == NO_BLOCK ||
-            (entry->tag == tag && kvio_hash_equal(cache->blocks[entry->block].hash, hash)))
+        if (entry->block == EMPTY_SLOT)
+            return NO_BLOCK;
+        if (entry->tag == tag && kvio_hash_equal(cache->blocks[entry->block].hash, hash))
             return entry->block;
         slot = (slot + 1) & cache->slot_mask;
     }
@@ -235,7 +241,7 @@ static inline void table_insert(hash_slot_t *slots, size_t slot_mask, uint32_t b
                                 kvio_hash_t hash)
 {
     size_t slot = (size_t)slot_key(hash) & slot_mask;
-    while (slots[slot].block != NO_BLOCK)
+    while (slots[slot].block != EMPTY_SLOT)
         slot = (slot + 1) & slot_mask;
     slots[slot] = (hash_slot_t){.tag = tag_of(hash), .block = block};
 }
@@ -261,15 +267,15 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
  * deletion: no tombstones). */
 static inline void table_delete(hash_slot_t *slots, size_t slot_mask, size_t hole)
 {
-    slots[hole].block = NO_BLOCK;
-    for (size_t next = (hole + 1) & slot_mask; slots[next].block != NO_BLOCK;
+    slots[hole].block = EMPTY_SLOT;
+    for (size_t next = (hole + 1) & slot_mask; slots[next].block != EMPTY_SLOT;
          next = (next + 1) & slot_mask) {
         /* It may move back to the hole when its home is no later than the
          * hole: it is at least as far from its home as from the hole. */
         size_t from_home = (next - home_of(&slots[next], slot_mask)) & slot_mask;
         if (from_home >= ((next - hole) & slot_mask)) {
             slots[hole] = slots[next];
-            slots[next].block = NO_BLOCK;
+            slots[next].block = EMPTY_SLOT;
             hole = next;
         }
     }
@@ -316,8 +322,10 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->num_blocks = config->num_blocks;
     cache->block_size = config->block_size;
     size_t n = config->num_blocks;
+    /* At most a quarter full: short probe runs; zeroed memory (EMPTY_SLOT)
+     * costs only the pages hashes reach. */
     size_t slots = 16;
-    while (slots < 2 * n)
+    while (slots < 4 * n)
         slots *= 2;
     cache->slot_mask = slots - 1;
     /* The ring holds every free block plus as many tombstones. */
@@ -325,24 +333,21 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     while (ring < 2 * n)
         ring *= 2;
     cache->free_queue.mask = (uint32_t)(ring - 1);
-    /* Records, slots and ring in one allocation. */
+    /* Records and ring in one allocation; the slots zeroed on their own. */
     size_t records_bytes = (n * sizeof(block_record_t) + 63) / 64 * 64;
-    size_t slots_bytes = slots * sizeof(hash_slot_t);
     size_t ring_bytes = ring * sizeof(uint32_t);
-    unsigned char *tables = aligned_alloc(64, records_bytes + slots_bytes + ring_bytes);
+    unsigned char *tables = aligned_alloc(64, records_bytes + ring_bytes);
+    cache->slots = calloc(slots, sizeof(hash_slot_t));
     cache->block_epoch = calloc(n, sizeof(uint64_t));
-    if (tables == NULL || cache->block_epoch == NULL) {
+    if (tables == NULL || cache->slots == NULL || cache->block_epoch == NULL) {
         free(tables);
         goto cleanup;
     }
     cache->blocks = (block_record_t *)tables;
-    cache->slots = (hash_slot_t *)(tables + records_bytes);
-    cache->free_queue.entries = (uint32_t *)(tables + records_bytes + slots_bytes);
+    cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
     memset(cache->blocks, 0, n * sizeof(block_record_t));
     for (size_t i = 0; i < n; i++)
         cache->blocks[i].position = NO_POSITION;
-    for (size_t i = 0; i < slots; i++)
-        cache->slots[i].block = NO_BLOCK;
     for (size_t i = 0; i < ring; i++)
         cache->free_queue.entries[i] = TOMBSTONE; /* read ahead of the tail as hints */
     status = kvio_evict_init(&cache->evict, config->eviction, config->num_blocks,
@@ -379,7 +384,8 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
     if (cache == NULL)
         return;
     kvio_evict_fini(&cache->evict);
-    free(cache->blocks); /* the slots and the ring too */
+    free(cache->blocks); /* the ring too */
+    free(cache->slots);
     free(cache->block_epoch);
     free(cache->links);
     free(cache);
