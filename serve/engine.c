@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve/serve_int.h"
+
 #include "kvio/kvcache.h"
-#include "kvio/clock.h"
-#include "kvio/gpu.h"
 #include "kvio/log.h"
 #include "kvio/update.h"
 
@@ -120,9 +120,7 @@ typedef struct engine_req {
     uint32_t lookup_hits;
     uint64_t lookup_version;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
-    uint32_t *swap_slots;       /* emulate: swap-space slots of the swapped blocks */
-    uint64_t *swap_checksums;   /* emulate with verify_swaps: one per swapped block */
-    size_t swapped_blocks;
+    kvio_swapped_t swap;        /* emulate: where the swapped blocks sit */
     int64_t first_token_ns, last_token_ns;
     req_state_t state;
     struct engine_req *next_spare;
@@ -139,13 +137,6 @@ typedef struct req_buffers {
 /* How many finished requests' buffers and structs are kept for reuse. */
 #define MAX_SPARE_BUFFERS 16
 #define MAX_SPARE_REQUESTS 256
-
-/* A block's owner stamp, recorded but not yet written (index STAMP_NONE:
- * nothing pending). */
-typedef struct block_stamp {
-    uint64_t id;
-    uint64_t index;
-} block_stamp_t;
 
 /* A queue in one array with room at both ends: items = base + start, so
  * taking the head or putting a preempted request back at the head is O(1)
@@ -175,19 +166,8 @@ struct kvio_engine {
     uint64_t admit_counter;
     kvio_engine_iteration_t current;
     kvio_engine_metrics_t metrics;
-    unsigned char *kv_memory;   /* emulate: block b at kv_memory + b × block_bytes */
-    kvio_device_t *kv_device;   /* non-NULL: kv_memory is GPU memory (copies only) */
-    unsigned char *bounce;      /* GPU pool: one pinned block for tier traffic */
-    uint64_t block_bytes;
-    bool verify_swaps;
+    kvio_block_store_t *store;  /* the blocks' bytes, swap space and tiers */
     bool config_prefix_caching;
-    kvio_tier_t *const *tiers;
-    size_t num_tiers;
-    kvio_status_t hook_status;  /* first tier error seen inside a pool hook */
-    unsigned char *swap_space;  /* emulate: host swap space, swap_num_slots blocks */
-    uint32_t *swap_free;        /* stack of free slot indices */
-    uint32_t swap_num_free, swap_num_slots;
-    block_stamp_t *stamps;      /* emulate: per block, the stamp not yet written */
     int update_cache;           /* kvio_update_cache_t */
     int in_flight;              /* kvio_in_flight_t */
     uint64_t active_version;    /* the model version the engine runs */
@@ -397,158 +377,13 @@ kvio_status_t kvio_engine_metrics_unpack_merge(kvio_engine_metrics_t *dst, const
     return status;
 }
 
-/* ---------- real memory and tiers ---------- */
-
-static unsigned char *block_data(const kvio_engine_t *engine, uint32_t block)
-{
-    return engine->kv_memory != NULL ? engine->kv_memory + (uint64_t)block * engine->block_bytes
-                                     : NULL;
-}
-
-/* Records the first GPU copy failure of a pool hook. */
-static void gpu_failed(kvio_engine_t *engine, kvio_status_t status, const char *what)
-{
-    if (engine->hook_status == KVIO_OK) {
-        kvio_error("serve rank %u: %s: %s", engine->rank, what,
-                   kvio_device_error(engine->kv_device));
-        engine->hook_status = status;
-    }
-}
-
-/* Emulate: every block carries a stamp saying who owns it (magic, request
- * id, index in the request, block id), so copies that lose or mix blocks are
- * detectable. A stamp is recorded when the block is handed out and written
- * only when the block's bytes are next read (swap-out, tier write) or dropped
- * when a whole-block copy overwrites them first: the bytes every reader sees
- * are the same as with an immediate write, but an iteration no longer touches
- * a cold page of the pool (a TLB and cache miss each) per new block. */
-#define STAMP_NONE UINT64_MAX
-
-static size_t stamp_bytes(const kvio_engine_t *engine)
-{
-    return 32 < engine->block_bytes ? 32 : engine->block_bytes;
-}
-
-/* The bounce buffer holds a block, or at least one whole stamp. */
-static uint64_t bounce_bytes(const kvio_engine_t *engine)
-{
-    return engine->block_bytes > 32 ? engine->block_bytes : 32;
-}
-
-static void stamp_of(const kvio_engine_t *engine, uint32_t block, uint64_t stamp_p[4])
-{
-    stamp_p[0] = 0x6b76696f626c6b00ull;
-    stamp_p[1] = engine->stamps[block].id;
-    stamp_p[2] = engine->stamps[block].index;
-    stamp_p[3] = block;
-}
-
-/* Records the stamps of blocks from index `first` of a request. */
-static void stamp_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t first, uint64_t id)
-{
-    if (engine->stamps == NULL)
-        return;
-    const uint32_t *ids;
-    size_t count;
-    kvio_kvreq_blocks(kv, &ids, &count);
-    for (size_t i = first; i < count; i++)
-        engine->stamps[ids[i]] = (block_stamp_t){.id = id, .index = i};
-}
-
-/* A whole-block copy overwrote the block: its recorded stamp is void. */
-static void stamp_drop(kvio_engine_t *engine, uint32_t block)
-{
-    if (engine->stamps != NULL)
-        engine->stamps[block].index = STAMP_NONE;
-}
-
-/* Writes the recorded stamps of blocks about to be read. */
-static void stamp_flush(kvio_engine_t *engine, const uint32_t *blocks, size_t count)
-{
-    if (engine->stamps == NULL)
-        return;
-    size_t pending = 0;
-    for (size_t i = 0; i < count; i++)
-        pending += engine->stamps[blocks[i]].index != STAMP_NONE;
-    if (pending == 0)
-        return;
-    if (engine->kv_device != NULL) {
-        /* GPU pool: the stamps go up in batches of small copies from the
-         * pinned bounce buffer (from pageable memory each copy would wait). */
-        size_t per_batch = bounce_bytes(engine) / (4 * sizeof(uint64_t));
-        if (per_batch > pending)
-            per_batch = pending;
-        kvio_device_copy_t *copies = malloc(per_batch * sizeof(*copies));
-        kvio_status_t status = copies != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
-        uint64_t *staged = (uint64_t *)engine->bounce;
-        size_t num_copies = 0;
-        for (size_t i = 0; i < count && status == KVIO_OK; i++) {
-            uint32_t block = blocks[i];
-            if (engine->stamps[block].index == STAMP_NONE)
-                continue;
-            uint64_t *stamp = staged + num_copies * 4;
-            stamp_of(engine, block, stamp);
-            copies[num_copies++] = (kvio_device_copy_t){
-                .dst = block_data(engine, block), .src = stamp, .bytes = stamp_bytes(engine)};
-            engine->stamps[block].index = STAMP_NONE;
-            if (num_copies == per_batch) { /* waited for: the bounce buffer is reused */
-                status = kvio_device_copy_batch(engine->kv_device, copies, num_copies);
-                num_copies = 0;
-            }
-        }
-        if (status == KVIO_OK && num_copies > 0)
-            status = kvio_device_copy_batch(engine->kv_device, copies, num_copies);
-        if (status != KVIO_OK)
-            gpu_failed(engine, status, "stamping KV blocks on the GPU");
-        free(copies);
-        return;
-    }
-    for (size_t i = 0; i < count; i++) {
-        uint32_t block = blocks[i];
-        if (engine->stamps[block].index == STAMP_NONE)
-            continue;
-        uint64_t stamp[4];
-        stamp_of(engine, block, stamp);
-        memcpy(block_data(engine, block), stamp, stamp_bytes(engine));
-        engine->stamps[block].index = STAMP_NONE;
-    }
-}
-
-/* Writes a block to every tier with the given write policy that lacks it. */
-static void tier_write(kvio_engine_t *engine, uint32_t block, kvio_hash_t hash, int policy)
-{
-    bool staged = false; /* a GPU block is read to the bounce buffer once */
-    for (size_t t = 0; t < engine->num_tiers; t++) {
-        kvio_tier_t *tier = engine->tiers[t];
-        if (kvio_tier_write_policy(tier) != policy || kvio_tier_contains(tier, hash))
-            continue;
-        const void *data = block_data(engine, block);
-        stamp_flush(engine, &block, 1);
-        if (engine->kv_device != NULL) {
-            if (!staged) {
-                kvio_status_t copied = kvio_device_copy(engine->kv_device, engine->bounce, data,
-                                                        engine->block_bytes);
-                if (copied != KVIO_OK) {
-                    gpu_failed(engine, copied, "reading a KV block from the GPU");
-                    return;
-                }
-                staged = true;
-            }
-            data = engine->bounce;
-        }
-        int64_t cost_ns = 0;
-        /* A failed write (Redis away, a full disk) is counted by the tier
-         * (stats.errors, the first one logged) and leaves the block out of
-         * it: a later miss, never the end of the run. */
-        (void)kvio_tier_put(tier, hash, data, &cost_ns);
-        engine->current.tier_ns += cost_ns;
-    }
-}
+/* ---------- the block store's hooks ---------- */
 
 static void on_cached(void *context, uint32_t block, kvio_hash_t hash)
 {
     kvio_engine_t *engine = context;
-    tier_write(engine, block, hash, KVIO_TIER_WRITE_THROUGH);
+    kvio_block_store_cache(engine->store, block, hash, KVIO_TIER_WRITE_THROUGH,
+                           &engine->current.tier_ns);
     if (engine->observer.on_cache != NULL)
         engine->observer.on_cache(engine->observer.context, hash, true);
 }
@@ -556,74 +391,19 @@ static void on_cached(void *context, uint32_t block, kvio_hash_t hash)
 static void on_evict(void *context, uint32_t block, kvio_hash_t hash)
 {
     kvio_engine_t *engine = context;
-    tier_write(engine, block, hash, KVIO_TIER_WRITE_BACK);
+    kvio_block_store_cache(engine->store, block, hash, KVIO_TIER_WRITE_BACK,
+                           &engine->current.tier_ns);
     if (engine->observer.on_cache != NULL)
         engine->observer.on_cache(engine->observer.context, hash, false);
 }
 
-/* The first tier holding hash, or NULL. */
-static kvio_tier_t *tier_holding(const kvio_engine_t *engine, kvio_hash_t hash)
+/* Request id owns the request's blocks from index first on. */
+static void own_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t first, uint64_t id)
 {
-    for (size_t t = 0; t < engine->num_tiers; t++)
-        if (kvio_tier_contains(engine->tiers[t], hash))
-            return engine->tiers[t];
-    return NULL;
-}
-
-/* GPU pool: loads up to wanted blocks found in the tiers into the pool
- * blocks ids (the request's blocks from index first), stopping at the first
- * miss; *loaded_p says how many came. Blocks a tier lends in place (the
- * host tier's arena, pinned when asked) go up as one batch on the copy
- * stream; the others come through the pinned bounce buffer one at a time.
- * The time counts in this iteration. */
-static kvio_status_t tier_load_gpu(kvio_engine_t *engine, const engine_req_t *req,
-                                   const uint32_t *ids, uint32_t first, uint32_t wanted,
-                                   uint32_t *loaded_p)
-{
-    kvio_device_copy_t *copies = malloc(((size_t)wanted + 1) * sizeof(*copies));
-    kvio_tier_t **lenders = malloc(((size_t)wanted + 1) * sizeof(*lenders));
-    kvio_status_t status = copies != NULL && lenders != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
-    uint32_t loaded = 0, num_lent = 0;
-    for (; status == KVIO_OK && loaded < wanted; loaded++) {
-        kvio_hash_t hash = req->hashes[first + loaded];
-        kvio_tier_t *tier = tier_holding(engine, hash);
-        void *block = block_data(engine, ids[loaded]);
-        const void *lent = NULL;
-        kvio_status_t got = tier != NULL ? kvio_tier_lend(tier, hash, &lent)
-                                         : KVIO_ERR_NOT_FOUND;
-        if (got == KVIO_OK) {
-            copies[num_lent] = (kvio_device_copy_t){.dst = block, .src = lent,
-                                                    .bytes = engine->block_bytes};
-            lenders[num_lent++] = tier;
-        } else if (got == KVIO_ERR_UNSUPPORTED) {
-            int64_t cost_ns = 0;
-            got = kvio_tier_get(tier, hash, engine->bounce, &cost_ns);
-            engine->current.tier_ns += cost_ns;
-            if (got == KVIO_OK) {
-                status = kvio_device_copy(engine->kv_device, block, engine->bounce,
-                                          engine->block_bytes);
-                if (status != KVIO_OK)
-                    break;
-            }
-        }
-        if (got != KVIO_OK)
-            break; /* a miss (or a tier error): compute the rest */
-        stamp_drop(engine, ids[loaded]);
-    }
-    if (status == KVIO_OK && num_lent > 0) {
-        uint64_t start_ns = kvio_time_ns();
-        status = kvio_device_copy_batch(engine->kv_device, copies, num_lent);
-        int64_t copy_ns = (int64_t)(kvio_time_ns() - start_ns);
-        engine->current.tier_ns += copy_ns;
-        for (uint32_t i = 0; i < num_lent; i++)
-            kvio_tier_charge_reads(lenders[i], 1, copy_ns / num_lent);
-    }
-    if (status != KVIO_OK && status != KVIO_ERR_NOMEM)
-        gpu_failed(engine, status, "loading KV blocks into the GPU");
-    free(copies);
-    free(lenders);
-    *loaded_p = loaded;
-    return status;
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(kv, &ids, &count);
+    kvio_block_store_own(engine->store, ids, first, count, id);
 }
 
 static size_t num_blocks_of(const kvio_kvreq_t *kv)
@@ -655,51 +435,23 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->slo = params->slo;
     engine->rank = params->rank;
     engine->observer = params->observer;
-    engine->kv_memory = params->kv_memory;
-    engine->kv_device = params->kv_memory != NULL ? params->kv_device : NULL;
-    engine->block_bytes = params->block_bytes;
-    engine->verify_swaps = params->verify_swaps;
     engine->config_prefix_caching = params->prefix_caching;
-    engine->swap_space = params->swap_space;
-    engine->swap_num_slots = params->swap_space_blocks;
-    engine->tiers = params->tiers;
-    engine->num_tiers = params->num_tiers;
     engine->update_cache = params->update_cache;
     engine->in_flight = params->in_flight;
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
     engine->metrics.slo = params->slo.ttft_ns > 0 || params->slo.tpot_ns > 0;
     if (status != KVIO_OK)
         goto fail;
-    if (engine->kv_device != NULL) {
-        void *bounce = NULL;
-        status = kvio_device_host_alloc(engine->kv_device, bounce_bytes(engine), &bounce);
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "serve rank %u: %s", engine->rank,
-                     kvio_device_error(engine->kv_device));
-            goto fail;
-        }
-        engine->bounce = bounce;
-    }
     engine->metrics.engines = 1;
-    if (engine->swap_num_slots > 0) {
-        engine->swap_free = malloc(engine->swap_num_slots * sizeof(uint32_t));
-        if (engine->swap_free == NULL) {
-            status = KVIO_ERR_NOMEM;
-            goto fail;
-        }
-        for (uint32_t i = 0; i < engine->swap_num_slots; i++)
-            engine->swap_free[i] = engine->swap_num_slots - 1 - i;
-        engine->swap_num_free = engine->swap_num_slots;
-    }
-    if (engine->kv_memory != NULL) {
-        engine->stamps = malloc(((size_t)params->num_blocks + 1) * sizeof(*engine->stamps));
-        if (engine->stamps == NULL) {
-            status = KVIO_ERR_NOMEM;
-            goto fail;
-        }
-        for (size_t b = 0; b <= params->num_blocks; b++)
-            engine->stamps[b].index = STAMP_NONE;
-    }
+    kvio_block_store_params_t store = {
+        .rank = params->rank, .num_blocks = params->num_blocks, .memory = params->kv_memory,
+        .device = params->kv_device, .block_bytes = params->block_bytes,
+        .swap_space = params->swap_space, .swap_blocks = params->swap_space_blocks,
+        .verify_swaps = params->verify_swaps, .tiers = params->tiers,
+        .num_tiers = params->num_tiers};
+    status = kvio_block_store_create(&store, &engine->store, error_p, error_len);
+    if (status != KVIO_OK)
+        goto fail;
     kvio_kvcache_config_t cache_config = {
         .num_blocks = params->num_blocks + 1, /* plus the null block */
         .block_size = params->block_size,
@@ -744,8 +496,7 @@ static void req_destroy(engine_req_t *req)
     req_release_source(req);
     kvio_kvreq_destroy(req->kv);
     free(req->hashes);
-    free(req->swap_slots);
-    free(req->swap_checksums);
+    kvio_block_store_swap_forget(&req->swap);
     free(req);
 }
 
@@ -766,8 +517,7 @@ static engine_req_t *req_alloc(kvio_engine_t *engine)
 static void req_recycle(kvio_engine_t *engine, engine_req_t *req)
 {
     req_release_source(req);
-    free(req->swap_slots);
-    free(req->swap_checksums);
+    kvio_block_store_swap_forget(&req->swap);
     if (req->kv != NULL && engine->num_spare_buffers < MAX_SPARE_BUFFERS) {
         engine->spare_buffers[engine->num_spare_buffers++] =
             (req_buffers_t){.hashes = req->hashes, .capacity = req->hashes_capacity,
@@ -807,12 +557,9 @@ void kvio_engine_destroy(kvio_engine_t *engine)
     }
     free(engine->scratch);
     free(engine->scheduled);
-    free(engine->swap_free);
-    free(engine->stamps);
-    if (engine->bounce != NULL)
-        kvio_device_host_free(engine->kv_device, engine->bounce);
     kvio_sched_destroy(engine->sched);
-    kvio_kvcache_destroy(engine->cache);
+    kvio_kvcache_destroy(engine->cache); /* its hooks write through the store */
+    kvio_block_store_destroy(engine->store);
     kvio_engine_metrics_fini(&engine->metrics);
     free(engine);
 }
@@ -1011,106 +758,6 @@ static uint64_t req_block_bytes(const kvio_engine_t *engine, const engine_req_t 
     return (uint64_t)num_ids * engine->block_size * engine->kv_bytes_per_token;
 }
 
-static unsigned char *swap_slot_data(const kvio_engine_t *engine, uint32_t slot)
-{
-    return engine->swap_space + (uint64_t)slot * engine->block_bytes;
-}
-
-/* GPU pool: copies a swapped request's blocks back as one batch on the
- * copy stream; with verify_swaps, reads them back through the bounce buffer
- * and checks them. */
-static kvio_status_t swap_in_gpu(kvio_engine_t *engine, engine_req_t *req, const uint32_t *ids,
-                                 size_t count, size_t resident)
-{
-    size_t last = req->swapped_blocks < count ? req->swapped_blocks : count;
-    if (last <= resident)
-        return KVIO_OK;
-    kvio_device_copy_t *copies = malloc((last - resident) * sizeof(*copies));
-    if (copies == NULL)
-        return KVIO_ERR_NOMEM;
-    for (size_t i = resident; i < last; i++)
-        copies[i - resident] = (kvio_device_copy_t){
-            .dst = block_data(engine, ids[i]), .src = swap_slot_data(engine, req->swap_slots[i]),
-            .bytes = engine->block_bytes};
-    kvio_status_t status = kvio_device_copy_batch(engine->kv_device, copies, last - resident);
-    free(copies);
-    for (size_t i = resident; i < last && status == KVIO_OK; i++)
-        stamp_drop(engine, ids[i]);
-    for (size_t i = resident; i < last && status == KVIO_OK && req->swap_checksums != NULL; i++) {
-        status = kvio_device_copy(engine->kv_device, engine->bounce, block_data(engine, ids[i]),
-                                  engine->block_bytes);
-        if (status == KVIO_OK &&
-            XXH3_64bits(engine->bounce, engine->block_bytes) != req->swap_checksums[i])
-            engine->metrics.swap_verify_failures++;
-    }
-    if (status != KVIO_OK)
-        kvio_error("serve rank %u: swapping KV blocks into the GPU: %s", engine->rank,
-                   kvio_device_error(engine->kv_device));
-    return status;
-}
-
-/* Emulate: copies a victim's count blocks (ids) out to slots of the host
- * swap space (pinned for a GPU pool, so they go as one batch on the copy
- * engine), checksummed with verify_swaps. On failure the victim holds no
- * slots and the swap space is as it was. */
-static kvio_status_t swap_out(kvio_engine_t *engine, engine_req_t *victim, const uint32_t *ids,
-                              size_t count)
-{
-    stamp_flush(engine, ids, count);
-    if (engine->hook_status != KVIO_OK)
-        return engine->hook_status;
-    free(victim->swap_slots);
-    free(victim->swap_checksums);
-    victim->swap_checksums = NULL;
-    victim->swap_slots = malloc((count + 1) * sizeof(uint32_t));
-    kvio_device_copy_t *copies =
-        engine->kv_device != NULL ? malloc((count + 1) * sizeof(*copies)) : NULL;
-    kvio_status_t status = KVIO_OK;
-    if (victim->swap_slots == NULL || (engine->kv_device != NULL && copies == NULL) ||
-        (engine->verify_swaps &&
-         (victim->swap_checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)) {
-        status = KVIO_ERR_NOMEM;
-        goto fail;
-    }
-    for (size_t i = 0; i < count; i++)
-        victim->swap_slots[i] = engine->swap_free[--engine->swap_num_free];
-    uint64_t start_ns = kvio_time_ns();
-    if (engine->kv_device != NULL) {
-        for (size_t i = 0; i < count; i++)
-            copies[i] = (kvio_device_copy_t){.dst = swap_slot_data(engine, victim->swap_slots[i]),
-                                             .src = block_data(engine, ids[i]),
-                                             .bytes = engine->block_bytes};
-        status = kvio_device_copy_batch(engine->kv_device, copies, count);
-        if (status != KVIO_OK) {
-            kvio_error("serve rank %u: swapping KV blocks out of the GPU: %s", engine->rank,
-                       kvio_device_error(engine->kv_device));
-            for (size_t i = count; i > 0; i--) /* the slots go back */
-                engine->swap_free[engine->swap_num_free++] = victim->swap_slots[i - 1];
-            goto fail;
-        }
-    }
-    for (size_t i = 0; i < count; i++) {
-        unsigned char *slot = swap_slot_data(engine, victim->swap_slots[i]);
-        if (engine->kv_device == NULL)
-            memcpy(slot, block_data(engine, ids[i]), engine->block_bytes);
-        if (victim->swap_checksums != NULL)
-            victim->swap_checksums[i] = XXH3_64bits(slot, engine->block_bytes);
-    }
-    victim->swapped_blocks = count;
-    int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
-    engine->current.swap_real_ns += real_ns;
-    engine->metrics.swap_real_ns += real_ns;
-    free(copies);
-    return KVIO_OK;
-fail:
-    free(copies);
-    free(victim->swap_slots);
-    free(victim->swap_checksums);
-    victim->swap_slots = NULL;
-    victim->swap_checksums = NULL;
-    return status;
-}
-
 /* Preempts running[index]: recompute frees its KV and restarts it; swap
  * moves its KV to host memory (charged on the host link) and keeps it. A
  * victim already scheduled in this iteration gives its tokens back into
@@ -1136,13 +783,19 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
     kvio_kvreq_blocks(victim->kv, &victim_ids, &victim_blocks);
     /* With real memory, a swap needs room in the swap space; without it the
      * victim is recomputed instead (as vLLM does when swap space runs out). */
+    bool has_bytes = kvio_block_store_has_bytes(engine->store);
     bool swap = engine->config.preemption == KVIO_PREEMPT_SWAP &&
-                (engine->kv_memory == NULL || victim_blocks <= engine->swap_num_free);
+                (!has_bytes || victim_blocks <= kvio_block_store_swap_room(engine->store));
     if (engine->config.preemption == KVIO_PREEMPT_SWAP && !swap)
         engine->metrics.swap_space_exhausted++;
     if (swap) {
-        if (engine->kv_memory != NULL) {
-            kvio_status_t status = swap_out(engine, victim, victim_ids, victim_blocks);
+        if (has_bytes) {
+            int64_t real_ns = 0;
+            kvio_status_t status = kvio_block_store_swap_out(engine->store, victim_ids,
+                                                             victim_blocks, &victim->swap,
+                                                             &real_ns);
+            engine->current.swap_real_ns += real_ns;
+            engine->metrics.swap_real_ns += real_ns;
             if (status != KVIO_OK) {
                 /* The run fails; the victim, not swapped, stays owned: by the
                  * waiting queue, or failing that by the running one, which
@@ -1236,11 +889,12 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
             continue;
         }
         for (;;) {
-            size_t had_blocks = engine->kv_memory != NULL ? num_blocks_of(req->kv) : 0;
+            size_t had_blocks =
+                kvio_block_store_has_bytes(engine->store) ? num_blocks_of(req->kv) : 0;
             kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv,
                                                          req->computed + new_tokens, NULL);
             if (status == KVIO_OK) {
-                stamp_blocks(engine, req->kv, had_blocks, req->spec.id);
+                own_blocks(engine, req->kv, had_blocks, req->spec.id);
                 break;
             }
             if (status != KVIO_ERR_NO_SPACE)
@@ -1304,12 +958,12 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             if (status != KVIO_OK)
                 return status;
             computed = hits;
-            if (engine->num_tiers > 0 && engine->config_prefix_caching) {
+            if (kvio_block_store_num_tiers(engine->store) > 0 && engine->config_prefix_caching) {
                 size_t max_blocks = (num_tokens - 1) / engine->block_size;
                 if (max_blocks > req->hashes_given)
                     max_blocks = req->hashes_given;
                 for (size_t b = hits / engine->block_size; b < max_blocks; b++) {
-                    if (tier_holding(engine, req->hashes[b]) == NULL)
+                    if (!kvio_block_store_in_tier(engine->store, req->hashes[b]))
                         break;
                     tier_blocks++;
                 }
@@ -1346,63 +1000,31 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             size_t count;
             kvio_kvreq_blocks(req->kv, &ids, &count);
             uint32_t first = hits / engine->block_size, loaded = 0;
-            if (engine->kv_device != NULL) {
-                status = tier_load_gpu(engine, req, ids + first, first, tier_blocks, &loaded);
-                if (status != KVIO_OK)
-                    return status;
-            }
-            for (; engine->kv_device == NULL && loaded < tier_blocks; loaded++) {
-                kvio_hash_t hash = req->hashes[first + loaded];
-                kvio_tier_t *tier = tier_holding(engine, hash);
-                int64_t cost_ns = 0;
-                kvio_status_t got =
-                    tier != NULL
-                        ? kvio_tier_get(tier, hash, block_data(engine, ids[first + loaded]),
-                                        &cost_ns)
-                        : KVIO_ERR_NOT_FOUND;
-                engine->current.tier_ns += cost_ns;
-                if (got != KVIO_OK)
-                    break; /* a miss (or a tier error): compute the rest */
-                stamp_drop(engine, ids[first + loaded]);
-            }
+            status = kvio_block_store_load(engine->store, req->hashes + first, ids + first,
+                                           tier_blocks, &loaded, &engine->current.tier_ns);
+            if (status != KVIO_OK)
+                return status;
             computed = hits + loaded * engine->block_size;
             engine->metrics.tier_hit_tokens += (uint64_t)loaded * engine->block_size;
             engine->current.tier_loaded_tokens += (uint64_t)loaded * engine->block_size;
         }
-        if (req->swapped && req->swap_slots != NULL) {
+        if (req->swapped && req->swap.slots != NULL) {
             /* Copy the swapped blocks back, except those the pool still held. */
             const uint32_t *ids;
             size_t count;
             kvio_kvreq_blocks(req->kv, &ids, &count);
-            uint64_t start_ns = kvio_time_ns();
-            size_t resident = pool_hits_taken / engine->block_size;
-            if (engine->kv_device != NULL) {
-                status = swap_in_gpu(engine, req, ids, count, resident);
-                if (status != KVIO_OK)
-                    return status;
-            }
-            for (size_t i = resident;
-                 engine->kv_device == NULL && i < req->swapped_blocks && i < count; i++) {
-                unsigned char *data = block_data(engine, ids[i]);
-                memcpy(data, swap_slot_data(engine, req->swap_slots[i]), engine->block_bytes);
-                stamp_drop(engine, ids[i]);
-                if (req->swap_checksums != NULL &&
-                    XXH3_64bits(data, engine->block_bytes) != req->swap_checksums[i])
-                    engine->metrics.swap_verify_failures++;
-            }
-            int64_t real_ns = (int64_t)(kvio_time_ns() - start_ns);
+            size_t swapped_blocks = req->swap.blocks;
+            int64_t real_ns = 0;
+            status = kvio_block_store_swap_in(engine->store, &req->swap, ids, count,
+                                              pool_hits_taken / engine->block_size,
+                                              &engine->metrics.swap_verify_failures, &real_ns);
+            if (status != KVIO_OK)
+                return status;
             engine->current.swap_real_ns += real_ns;
             engine->metrics.swap_real_ns += real_ns;
-            for (size_t i = 0; req->swap_slots != NULL && i < req->swapped_blocks; i++)
-                engine->swap_free[engine->swap_num_free++] = req->swap_slots[i];
-            free(req->swap_slots);
-            req->swap_slots = NULL;
-            free(req->swap_checksums);
-            req->swap_checksums = NULL;
-            stamp_blocks(engine, req->kv, req->swapped_blocks, req->spec.id);
-            req->swapped_blocks = 0;
+            own_blocks(engine, req->kv, swapped_blocks, req->spec.id);
         } else {
-            stamp_blocks(engine, req->kv, pool_hits_taken / engine->block_size, req->spec.id);
+            own_blocks(engine, req->kv, pool_hits_taken / engine->block_size, req->spec.id);
         }
         list_remove_at(&engine->waiting, 0);
         status = list_push(&engine->running, req);
@@ -1447,7 +1069,7 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     engine->current.start_ns = now_ns;
     engine->num_scratch = 0;
     uint32_t budget = (uint32_t)engine->config.max_num_batched_tokens;
-    engine->hook_status = KVIO_OK;
+    kvio_block_store_clear_error(engine->store);
     /* A step that only preempted (the request at the head of the running
      * list gave way, itself last: vLLM breaks out then) schedules nothing;
      * vLLM's next step follows at once, and so does this one, at the same
@@ -1507,8 +1129,8 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
         return KVIO_ERR_CONFIG;
     }
     engine->current.duration_ns = did_work ? (int64_t)(duration_ns + 0.5) : 0;
-    if (engine->hook_status != KVIO_OK)
-        return engine->hook_status;
+    if (kvio_block_store_error(engine->store) != KVIO_OK)
+        return kvio_block_store_error(engine->store);
     engine->current.num_scheduled = (uint32_t)engine->num_scratch;
     if (engine->active_version > 0) {
         /* Stale hits exist only once a version has activated. */

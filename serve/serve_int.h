@@ -158,4 +158,89 @@ json_t *kvio_serve_client_counts_json(const char *where, const char *router,
                                       uint64_t generated, const uint64_t *routed,
                                       uint32_t num_ranks, uint64_t states);
 
+
+/* ---------- the block store: the bytes behind the engine (serve/blockstore.c) ---------- */
+
+/* The engine decides which blocks are cached, loaded from a tier, swapped
+ * or evicted; the block store moves their bytes: the KV pool's memory (host
+ * or GPU; none in simulate, where only modelled tiers hold anything), the
+ * blocks' owner stamps, the host swap space and the lower tiers. */
+typedef struct kvio_block_store kvio_block_store_t;
+
+typedef struct kvio_block_store_params {
+    uint32_t rank;
+    uint32_t num_blocks;           /* usable blocks, ids 1..num_blocks */
+    void *memory;                  /* (num_blocks + 1) × block_bytes, or NULL: no bytes */
+    struct kvio_device *device;    /* non-NULL: memory is GPU memory of this device */
+    uint64_t block_bytes;
+    void *swap_space;              /* host swap space of swap_blocks blocks (may be NULL) */
+    uint32_t swap_blocks;
+    bool verify_swaps;             /* checksum swapped blocks out and back */
+    kvio_tier_t *const *tiers;     /* lower tiers, checked in order (borrowed) */
+    size_t num_tiers;
+} kvio_block_store_params_t;
+
+/* A preempted request's blocks in the swap space (slots NULL: none). */
+typedef struct kvio_swapped {
+    uint32_t *slots;
+    uint64_t *checksums; /* with verify_swaps, one per block */
+    size_t blocks;
+} kvio_swapped_t;
+
+kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
+                                      kvio_block_store_t **store_p, char *error_p,
+                                      size_t error_len);
+void kvio_block_store_destroy(kvio_block_store_t *store);
+
+/* True when blocks have bytes (emulate). */
+bool kvio_block_store_has_bytes(const kvio_block_store_t *store);
+
+/* The first copy error a pool hook met since the last clear (hooks cannot
+ * return one); KVIO_OK when none. */
+kvio_status_t kvio_block_store_error(const kvio_block_store_t *store);
+void kvio_block_store_clear_error(kvio_block_store_t *store);
+
+/* Blocks ids[first..count) now belong to request id at those indices: their
+ * owner stamps are recorded (written when the bytes are next read). */
+void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t first,
+                          size_t count, uint64_t id);
+
+/* A block whose hash entered (write-through tiers) or is leaving (write-back
+ * tiers) the prefix index: written to every tier of that write policy that
+ * lacks it; the tiers' time adds to *tier_ns_p. */
+void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
+                            int policy, int64_t *tier_ns_p);
+
+/* Whether some tier holds hash; how many tiers there are. */
+bool kvio_block_store_in_tier(const kvio_block_store_t *store, kvio_hash_t hash);
+size_t kvio_block_store_num_tiers(const kvio_block_store_t *store);
+
+/* Loads up to wanted blocks (hashes) from the tiers into the pool blocks
+ * ids, stopping at the first miss; *loaded_p says how many came, their time
+ * adds to *tier_ns_p. An error only for a failed GPU copy or memory. */
+kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                    const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
+                                    int64_t *tier_ns_p);
+
+/* Free swap-space blocks. */
+uint32_t kvio_block_store_swap_room(const kvio_block_store_t *store);
+
+/* Copies count blocks (ids) out to swap slots (checksummed with
+ * verify_swaps) into *swapped; the copy's time in *real_ns_p. On failure
+ * *swapped holds nothing and the swap space is as it was. */
+kvio_status_t kvio_block_store_swap_out(kvio_block_store_t *store, const uint32_t *ids,
+                                        size_t count, kvio_swapped_t *swapped,
+                                        int64_t *real_ns_p);
+
+/* Copies a swapped request's blocks back into ids, except the first
+ * resident ones the pool still held, counting checksum mismatches in
+ * *failures_p; releases its slots. */
+kvio_status_t kvio_block_store_swap_in(kvio_block_store_t *store, kvio_swapped_t *swapped,
+                                       const uint32_t *ids, size_t count, size_t resident,
+                                       uint64_t *failures_p, int64_t *real_ns_p);
+
+/* Frees what *swapped holds without returning slots (a request destroyed
+ * with the engine). */
+void kvio_block_store_swap_forget(kvio_swapped_t *swapped);
+
 #endif

@@ -1,0 +1,486 @@
+/* The bytes behind the engine's block decisions (serve/serve_int.h): the
+ * KV pool's memory (host or GPU, none in simulate), the owner stamps of its
+ * blocks, the host swap space and the lower tiers. The engine decides which
+ * blocks are cached, swapped, loaded or evicted; every copy, checksum and
+ * tier transfer happens here. */
+#include "serve/serve_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/clock.h"
+#include "kvio/gpu.h"
+#include "kvio/log.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* A block's owner stamp, recorded but not yet written (index STAMP_NONE:
+ * nothing pending). */
+typedef struct block_stamp {
+    uint64_t id;
+    uint64_t index;
+} block_stamp_t;
+
+#define STAMP_NONE UINT64_MAX
+
+struct kvio_block_store {
+    uint32_t rank;
+    unsigned char *memory;   /* block b at memory + b × block_bytes (NULL: no bytes) */
+    kvio_device_t *device;   /* non-NULL: memory is GPU memory (copies only) */
+    unsigned char *bounce;   /* GPU pool: one pinned block for tier traffic */
+    uint64_t block_bytes;
+    bool verify_swaps;
+    kvio_tier_t *const *tiers;
+    size_t num_tiers;
+    kvio_status_t status;    /* first copy error seen inside a pool hook */
+    unsigned char *swap_space; /* host swap space, swap_num_slots blocks */
+    uint32_t *swap_free;     /* stack of free slot indices */
+    uint32_t swap_num_free, swap_num_slots;
+    block_stamp_t *stamps;   /* per block, the stamp not yet written (with memory) */
+};
+
+static unsigned char *block_data(const kvio_block_store_t *store, uint32_t block)
+{
+    return store->memory != NULL ? store->memory + (uint64_t)block * store->block_bytes : NULL;
+}
+
+static unsigned char *swap_slot_data(const kvio_block_store_t *store, uint32_t slot)
+{
+    return store->swap_space + (uint64_t)slot * store->block_bytes;
+}
+
+/* Records the first GPU copy failure of a pool hook. */
+static void gpu_failed(kvio_block_store_t *store, kvio_status_t status, const char *what)
+{
+    if (store->status == KVIO_OK) {
+        kvio_error("serve rank %u: %s: %s", store->rank, what, kvio_device_error(store->device));
+        store->status = status;
+    }
+}
+
+/* The bounce buffer holds a block, or at least one whole stamp. */
+static uint64_t bounce_bytes(const kvio_block_store_t *store)
+{
+    return store->block_bytes > 32 ? store->block_bytes : 32;
+}
+
+kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
+                                      kvio_block_store_t **store_p, char *error_p,
+                                      size_t error_len)
+{
+    kvio_block_store_t *store = calloc(1, sizeof(*store));
+    if (store == NULL)
+        return KVIO_ERR_NOMEM;
+    store->rank = params->rank;
+    store->memory = params->memory;
+    store->device = params->memory != NULL ? params->device : NULL;
+    store->block_bytes = params->block_bytes;
+    store->verify_swaps = params->verify_swaps;
+    store->tiers = params->tiers;
+    store->num_tiers = params->num_tiers;
+    store->swap_space = params->swap_space;
+    store->swap_num_slots = params->swap_blocks;
+    kvio_status_t status = KVIO_OK;
+    if (store->device != NULL) {
+        void *bounce = NULL;
+        status = kvio_device_host_alloc(store->device, bounce_bytes(store), &bounce);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: %s", store->rank,
+                     kvio_device_error(store->device));
+            goto fail;
+        }
+        store->bounce = bounce;
+    }
+    if (store->swap_num_slots > 0) {
+        store->swap_free = malloc(store->swap_num_slots * sizeof(uint32_t));
+        if (store->swap_free == NULL) {
+            status = KVIO_ERR_NOMEM;
+            goto fail;
+        }
+        for (uint32_t i = 0; i < store->swap_num_slots; i++)
+            store->swap_free[i] = store->swap_num_slots - 1 - i;
+        store->swap_num_free = store->swap_num_slots;
+    }
+    if (store->memory != NULL) {
+        store->stamps = malloc(((size_t)params->num_blocks + 1) * sizeof(*store->stamps));
+        if (store->stamps == NULL) {
+            status = KVIO_ERR_NOMEM;
+            goto fail;
+        }
+        for (size_t b = 0; b <= params->num_blocks; b++)
+            store->stamps[b].index = STAMP_NONE;
+    }
+    *store_p = store;
+    return KVIO_OK;
+fail:
+    kvio_block_store_destroy(store);
+    return status;
+}
+
+void kvio_block_store_destroy(kvio_block_store_t *store)
+{
+    if (store == NULL)
+        return;
+    free(store->swap_free);
+    free(store->stamps);
+    if (store->bounce != NULL)
+        kvio_device_host_free(store->device, store->bounce);
+    free(store);
+}
+
+bool kvio_block_store_has_bytes(const kvio_block_store_t *store)
+{
+    return store->memory != NULL;
+}
+
+kvio_status_t kvio_block_store_error(const kvio_block_store_t *store)
+{
+    return store->status;
+}
+
+void kvio_block_store_clear_error(kvio_block_store_t *store)
+{
+    store->status = KVIO_OK;
+}
+
+/* ---------- owner stamps ---------- */
+
+/* Emulate: every block carries a stamp saying who owns it (magic, request
+ * id, index in the request, block id), so copies that lose or mix blocks are
+ * detectable. A stamp is recorded when the block is handed out and written
+ * only when the block's bytes are next read (swap-out, tier write) or dropped
+ * when a whole-block copy overwrites them first: the bytes every reader sees
+ * are the same as with an immediate write, but an iteration no longer touches
+ * a cold page of the pool (a TLB and cache miss each) per new block. */
+static size_t stamp_bytes(const kvio_block_store_t *store)
+{
+    return 32 < store->block_bytes ? 32 : store->block_bytes;
+}
+
+static void stamp_of(const kvio_block_store_t *store, uint32_t block, uint64_t stamp_p[4])
+{
+    stamp_p[0] = 0x6b76696f626c6b00ull;
+    stamp_p[1] = store->stamps[block].id;
+    stamp_p[2] = store->stamps[block].index;
+    stamp_p[3] = block;
+}
+
+void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t first,
+                          size_t count, uint64_t id)
+{
+    if (store->stamps == NULL)
+        return;
+    for (size_t i = first; i < count; i++)
+        store->stamps[ids[i]] = (block_stamp_t){.id = id, .index = i};
+}
+
+/* A whole-block copy overwrote the block: its recorded stamp is void. */
+static void stamp_drop(kvio_block_store_t *store, uint32_t block)
+{
+    if (store->stamps != NULL)
+        store->stamps[block].index = STAMP_NONE;
+}
+
+/* Writes the recorded stamps of blocks about to be read. */
+static void stamp_flush(kvio_block_store_t *store, const uint32_t *blocks, size_t count)
+{
+    if (store->stamps == NULL)
+        return;
+    size_t pending = 0;
+    for (size_t i = 0; i < count; i++)
+        pending += store->stamps[blocks[i]].index != STAMP_NONE;
+    if (pending == 0)
+        return;
+    if (store->device != NULL) {
+        /* GPU pool: the stamps go up in batches of small copies from the
+         * pinned bounce buffer (from pageable memory each copy would wait). */
+        size_t per_batch = bounce_bytes(store) / (4 * sizeof(uint64_t));
+        if (per_batch > pending)
+            per_batch = pending;
+        kvio_device_copy_t *copies = malloc(per_batch * sizeof(*copies));
+        kvio_status_t status = copies != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+        uint64_t *staged = (uint64_t *)store->bounce;
+        size_t num_copies = 0;
+        for (size_t i = 0; i < count && status == KVIO_OK; i++) {
+            uint32_t block = blocks[i];
+            if (store->stamps[block].index == STAMP_NONE)
+                continue;
+            uint64_t *stamp = staged + num_copies * 4;
+            stamp_of(store, block, stamp);
+            copies[num_copies++] = (kvio_device_copy_t){
+                .dst = block_data(store, block), .src = stamp, .bytes = stamp_bytes(store)};
+            store->stamps[block].index = STAMP_NONE;
+            if (num_copies == per_batch) { /* waited for: the bounce buffer is reused */
+                status = kvio_device_copy_batch(store->device, copies, num_copies);
+                num_copies = 0;
+            }
+        }
+        if (status == KVIO_OK && num_copies > 0)
+            status = kvio_device_copy_batch(store->device, copies, num_copies);
+        if (status != KVIO_OK)
+            gpu_failed(store, status, "stamping KV blocks on the GPU");
+        free(copies);
+        return;
+    }
+    for (size_t i = 0; i < count; i++) {
+        uint32_t block = blocks[i];
+        if (store->stamps[block].index == STAMP_NONE)
+            continue;
+        uint64_t stamp[4];
+        stamp_of(store, block, stamp);
+        memcpy(block_data(store, block), stamp, stamp_bytes(store));
+        store->stamps[block].index = STAMP_NONE;
+    }
+}
+
+/* ---------- lower tiers ---------- */
+
+void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
+                            int policy, int64_t *tier_ns_p)
+{
+    bool staged = false; /* a GPU block is read to the bounce buffer once */
+    for (size_t t = 0; t < store->num_tiers; t++) {
+        kvio_tier_t *tier = store->tiers[t];
+        if (kvio_tier_write_policy(tier) != policy || kvio_tier_contains(tier, hash))
+            continue;
+        const void *data = block_data(store, block);
+        stamp_flush(store, &block, 1);
+        if (store->device != NULL) {
+            if (!staged) {
+                kvio_status_t copied =
+                    kvio_device_copy(store->device, store->bounce, data, store->block_bytes);
+                if (copied != KVIO_OK) {
+                    gpu_failed(store, copied, "reading a KV block from the GPU");
+                    return;
+                }
+                staged = true;
+            }
+            data = store->bounce;
+        }
+        int64_t cost_ns = 0;
+        /* A failed write (Redis away, a full disk) is counted by the tier
+         * (stats.errors, the first one logged) and leaves the block out of
+         * it: a later miss, never the end of the run. */
+        (void)kvio_tier_put(tier, hash, data, &cost_ns);
+        *tier_ns_p += cost_ns;
+    }
+}
+
+/* The first tier holding hash, or NULL. */
+static kvio_tier_t *tier_holding(const kvio_block_store_t *store, kvio_hash_t hash)
+{
+    for (size_t t = 0; t < store->num_tiers; t++)
+        if (kvio_tier_contains(store->tiers[t], hash))
+            return store->tiers[t];
+    return NULL;
+}
+
+bool kvio_block_store_in_tier(const kvio_block_store_t *store, kvio_hash_t hash)
+{
+    return tier_holding(store, hash) != NULL;
+}
+
+size_t kvio_block_store_num_tiers(const kvio_block_store_t *store)
+{
+    return store->num_tiers;
+}
+
+/* GPU pool: blocks a tier lends in place (the host tier's arena, pinned
+ * when asked) go up as one batch on the copy stream; the others come
+ * through the pinned bounce buffer one at a time. */
+static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                              const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
+                              int64_t *tier_ns_p)
+{
+    kvio_device_copy_t *copies = malloc(((size_t)wanted + 1) * sizeof(*copies));
+    kvio_tier_t **lenders = malloc(((size_t)wanted + 1) * sizeof(*lenders));
+    kvio_status_t status = copies != NULL && lenders != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    uint32_t loaded = 0, num_lent = 0;
+    for (; status == KVIO_OK && loaded < wanted; loaded++) {
+        kvio_hash_t hash = hashes[loaded];
+        kvio_tier_t *tier = tier_holding(store, hash);
+        void *block = block_data(store, ids[loaded]);
+        const void *lent = NULL;
+        kvio_status_t got = tier != NULL ? kvio_tier_lend(tier, hash, &lent)
+                                         : KVIO_ERR_NOT_FOUND;
+        if (got == KVIO_OK) {
+            copies[num_lent] = (kvio_device_copy_t){.dst = block, .src = lent,
+                                                    .bytes = store->block_bytes};
+            lenders[num_lent++] = tier;
+        } else if (got == KVIO_ERR_UNSUPPORTED) {
+            int64_t cost_ns = 0;
+            got = kvio_tier_get(tier, hash, store->bounce, &cost_ns);
+            *tier_ns_p += cost_ns;
+            if (got == KVIO_OK) {
+                status = kvio_device_copy(store->device, block, store->bounce,
+                                          store->block_bytes);
+                if (status != KVIO_OK)
+                    break;
+            }
+        }
+        if (got != KVIO_OK)
+            break; /* a miss (or a tier error): compute the rest */
+        stamp_drop(store, ids[loaded]);
+    }
+    if (status == KVIO_OK && num_lent > 0) {
+        uint64_t start_ns = kvio_time_ns();
+        status = kvio_device_copy_batch(store->device, copies, num_lent);
+        int64_t copy_ns = (int64_t)(kvio_time_ns() - start_ns);
+        *tier_ns_p += copy_ns;
+        for (uint32_t i = 0; i < num_lent; i++)
+            kvio_tier_charge_reads(lenders[i], 1, copy_ns / num_lent);
+    }
+    if (status != KVIO_OK && status != KVIO_ERR_NOMEM)
+        gpu_failed(store, status, "loading KV blocks into the GPU");
+    free(copies);
+    free(lenders);
+    *loaded_p = loaded;
+    return status;
+}
+
+kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                    const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
+                                    int64_t *tier_ns_p)
+{
+    if (store->device != NULL)
+        return load_gpu(store, hashes, ids, wanted, loaded_p, tier_ns_p);
+    uint32_t loaded = 0;
+    for (; loaded < wanted; loaded++) {
+        kvio_tier_t *tier = tier_holding(store, hashes[loaded]);
+        int64_t cost_ns = 0;
+        kvio_status_t got =
+            tier != NULL
+                ? kvio_tier_get(tier, hashes[loaded], block_data(store, ids[loaded]), &cost_ns)
+                : KVIO_ERR_NOT_FOUND;
+        *tier_ns_p += cost_ns;
+        if (got != KVIO_OK)
+            break; /* a miss (or a tier error): compute the rest */
+        stamp_drop(store, ids[loaded]);
+    }
+    *loaded_p = loaded;
+    return KVIO_OK;
+}
+
+/* ---------- swap space ---------- */
+
+uint32_t kvio_block_store_swap_room(const kvio_block_store_t *store)
+{
+    return store->swap_num_free;
+}
+
+void kvio_block_store_swap_forget(kvio_swapped_t *swapped)
+{
+    free(swapped->slots);
+    free(swapped->checksums);
+    *swapped = (kvio_swapped_t){0};
+}
+
+kvio_status_t kvio_block_store_swap_out(kvio_block_store_t *store, const uint32_t *ids,
+                                        size_t count, kvio_swapped_t *swapped,
+                                        int64_t *real_ns_p)
+{
+    stamp_flush(store, ids, count);
+    if (store->status != KVIO_OK)
+        return store->status;
+    kvio_block_store_swap_forget(swapped);
+    swapped->slots = malloc((count + 1) * sizeof(uint32_t));
+    kvio_device_copy_t *copies =
+        store->device != NULL ? malloc((count + 1) * sizeof(*copies)) : NULL;
+    kvio_status_t status = KVIO_OK;
+    if (swapped->slots == NULL || (store->device != NULL && copies == NULL) ||
+        (store->verify_swaps &&
+         (swapped->checksums = malloc((count + 1) * sizeof(uint64_t))) == NULL)) {
+        status = KVIO_ERR_NOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < count; i++)
+        swapped->slots[i] = store->swap_free[--store->swap_num_free];
+    uint64_t start_ns = kvio_time_ns();
+    if (store->device != NULL) {
+        for (size_t i = 0; i < count; i++)
+            copies[i] = (kvio_device_copy_t){.dst = swap_slot_data(store, swapped->slots[i]),
+                                             .src = block_data(store, ids[i]),
+                                             .bytes = store->block_bytes};
+        status = kvio_device_copy_batch(store->device, copies, count);
+        if (status != KVIO_OK) {
+            kvio_error("serve rank %u: swapping KV blocks out of the GPU: %s", store->rank,
+                       kvio_device_error(store->device));
+            for (size_t i = count; i > 0; i--) /* the slots go back */
+                store->swap_free[store->swap_num_free++] = swapped->slots[i - 1];
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        unsigned char *slot = swap_slot_data(store, swapped->slots[i]);
+        if (store->device == NULL)
+            memcpy(slot, block_data(store, ids[i]), store->block_bytes);
+        if (swapped->checksums != NULL)
+            swapped->checksums[i] = XXH3_64bits(slot, store->block_bytes);
+    }
+    swapped->blocks = count;
+    *real_ns_p = (int64_t)(kvio_time_ns() - start_ns);
+    free(copies);
+    return KVIO_OK;
+fail:
+    free(copies);
+    kvio_block_store_swap_forget(swapped);
+    return status;
+}
+
+/* GPU pool: the swapped blocks go back as one batch on the copy stream;
+ * with verify_swaps they are read back through the bounce buffer and
+ * checked. */
+static kvio_status_t swap_in_gpu(kvio_block_store_t *store, const kvio_swapped_t *swapped,
+                                 const uint32_t *ids, size_t last, size_t resident,
+                                 uint64_t *failures_p)
+{
+    kvio_device_copy_t *copies = malloc((last - resident) * sizeof(*copies));
+    if (copies == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t i = resident; i < last; i++)
+        copies[i - resident] = (kvio_device_copy_t){
+            .dst = block_data(store, ids[i]), .src = swap_slot_data(store, swapped->slots[i]),
+            .bytes = store->block_bytes};
+    kvio_status_t status = kvio_device_copy_batch(store->device, copies, last - resident);
+    free(copies);
+    for (size_t i = resident; i < last && status == KVIO_OK; i++)
+        stamp_drop(store, ids[i]);
+    for (size_t i = resident; i < last && status == KVIO_OK && swapped->checksums != NULL; i++) {
+        status = kvio_device_copy(store->device, store->bounce, block_data(store, ids[i]),
+                                  store->block_bytes);
+        if (status == KVIO_OK &&
+            XXH3_64bits(store->bounce, store->block_bytes) != swapped->checksums[i])
+            (*failures_p)++;
+    }
+    if (status != KVIO_OK)
+        kvio_error("serve rank %u: swapping KV blocks into the GPU: %s", store->rank,
+                   kvio_device_error(store->device));
+    return status;
+}
+
+kvio_status_t kvio_block_store_swap_in(kvio_block_store_t *store, kvio_swapped_t *swapped,
+                                       const uint32_t *ids, size_t count, size_t resident,
+                                       uint64_t *failures_p, int64_t *real_ns_p)
+{
+    uint64_t start_ns = kvio_time_ns();
+    size_t last = swapped->blocks < count ? swapped->blocks : count;
+    if (store->device != NULL && last > resident) {
+        kvio_status_t status = swap_in_gpu(store, swapped, ids, last, resident, failures_p);
+        if (status != KVIO_OK)
+            return status;
+    }
+    for (size_t i = resident; store->device == NULL && i < last; i++) {
+        unsigned char *data = block_data(store, ids[i]);
+        memcpy(data, swap_slot_data(store, swapped->slots[i]), store->block_bytes);
+        stamp_drop(store, ids[i]);
+        if (swapped->checksums != NULL &&
+            XXH3_64bits(data, store->block_bytes) != swapped->checksums[i])
+            (*failures_p)++;
+    }
+    *real_ns_p = (int64_t)(kvio_time_ns() - start_ns);
+    for (size_t i = 0; i < swapped->blocks; i++)
+        store->swap_free[store->swap_num_free++] = swapped->slots[i];
+    kvio_block_store_swap_forget(swapped);
+    return KVIO_OK;
+}
