@@ -106,6 +106,7 @@ typedef struct rank_setup {
     kvio_device_t *device;   /* device.memory pinned or cuda: the pool's domain
                                 (memory is its allocation); NULL: mmap'd host */
     bool spin;               /* a spin kernel runs for each iteration */
+    kvio_executor_t executor; /* gpu with a spin kernel, else realtime */
     kvio_tier_t **tiers;
     size_t num_tiers;
 } rank_setup_t;
@@ -152,13 +153,6 @@ struct emulate {
 static int64_t now_ns(const emulate_t *emulate)
 {
     return (int64_t)(kvio_time_ns() - emulate->start_ns);
-}
-
-/* Returns when the run's clock reads target. */
-static void wait_until(const emulate_t *emulate, int64_t target)
-{
-    if (target > 0)
-        kvio_wait_until_ns(emulate->start_ns + (uint64_t)target);
 }
 
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
@@ -297,33 +291,22 @@ static void *rank_main(void *argument)
         int64_t start = now_ns(emulate);
         int64_t cpu_start = thread_cpu_ns();
         kvio_engine_iteration_t iteration;
-        status = kvio_engine_schedule(state->engine, start, &iteration);
-        if (status != KVIO_OK) {
-            if (kvio_engine_error(state->engine)[0] != '\0')
-                snprintf(state->error, sizeof(state->error), "%s",
-                         kvio_engine_error(state->engine));
-            else
-                snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
-                         kvio_strerror(status));
+        kvio_serve_step_t step;
+        status = kvio_serve_step(state->engine, start,
+                                 (uint32_t)emulate->run->first_serve_rank + state->rank, false,
+                                 &iteration, &step, state->error, sizeof(state->error));
+        if (status != KVIO_OK)
             break;
-        }
         int64_t scheduled_cpu = thread_cpu_ns();
-        if (iteration.duration_ns <= 0) {
-            status = kvio_serve_cannot_start(state->engine, state->rank, state->error,
-                                             sizeof(state->error));
+        int64_t target = start + iteration.duration_ns;
+        kvio_executor_t *executor = &state->setup.executor;
+        status = executor->ops->compute(executor, target - now_ns(emulate));
+        if (status != KVIO_OK) {
+            snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
+                     kvio_device_error(state->setup.device));
             break;
         }
-        int64_t target = start + iteration.duration_ns;
-        if (state->setup.spin) {
-            /* The SMs are busy for the compute time while the CPU waits. */
-            status = kvio_device_spin(state->setup.device, target - now_ns(emulate));
-            if (status != KVIO_OK) {
-                snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
-                         kvio_device_error(state->setup.device));
-                break;
-            }
-        }
-        wait_until(emulate, target);
+        executor->ops->wait_until(executor, target);
         int64_t end = now_ns(emulate);
         timing_record(&state->timing, iteration.duration_ns, end - target);
         int64_t complete_cpu = thread_cpu_ns();
@@ -503,6 +486,8 @@ static kvio_status_t setup_create(const kvio_serve_run_t *run, uint32_t rank, ui
         madvise(setup->memory, setup->memory_bytes, MADV_HUGEPAGE);
         memset(setup->memory, 0, setup->memory_bytes);
     }
+    setup->executor = (kvio_executor_t){
+        .ops = kvio_executor_find(setup->spin ? "gpu" : "realtime"), .device = setup->device};
     uint32_t swap_blocks = 0;
     bool gpu_pool = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
     if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP) {
@@ -698,7 +683,7 @@ static json_t *executor_json(const emulate_t *emulate)
         planned += emulate->ranks[r].timing.planned_ns;
     }
     const rank_setup_t *first = &emulate->ranks[0].setup;
-    json_t *object = executor_object("real", setup_memory(first), first->spin,
+    json_t *object = executor_object(first->executor.ops->name, setup_memory(first), first->spin,
                                      spin_memory(first, emulate->run), error_ns, error_ppm,
                                      overhead, planned);
     json_object_set_new(object, "timing_error_max_us",
@@ -834,6 +819,8 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     }
 
     emulate->start_ns = kvio_time_ns();
+    for (uint32_t r = 0; r < emulate->num_ranks; r++)
+        emulate->ranks[r].setup.executor.origin_ns = emulate->start_ns;
     if (run->start != NULL)
         kvio_start_json_set(run->start, (int64_t)kvio_wall_time_ns(), start_ranks);
     else
@@ -1312,32 +1299,28 @@ static kvio_status_t coupled_begin(void *context, int64_t now_ns, uint64_t activ
         return KVIO_OK;
     }
     kvio_engine_iteration_t iteration;
+    kvio_serve_step_t step;
     int64_t before_ns = thread_cpu_ns();
-    status = kvio_engine_schedule(rank->setup.engine, t, &iteration);
+    status = kvio_serve_step(rank->setup.engine, t,
+                             (uint32_t)rank->run->first_serve_rank + rank->serve_index, true,
+                             &iteration, &step, rank->error, sizeof(rank->error));
     rank->timing.overhead_ns += thread_cpu_ns() - before_ns;
-    if (status != KVIO_OK) {
-        snprintf(rank->error, sizeof(rank->error), "%s", kvio_engine_error(rank->setup.engine));
+    if (status != KVIO_OK)
         return status;
-    }
-    if (iteration.duration_ns <= 0 && kvio_engine_lent_blocks(rank->setup.engine) > 0) {
-        /* The pool is lent to an update: nothing fits until it is back. */
+    if (step == KVIO_SERVE_STEP_LENT) {
         *end_ns_p = -1;
         *idle_until_p = now_ns + CLIENT_POLL_NS;
         return KVIO_OK;
     }
-    if (iteration.duration_ns <= 0)
-        return kvio_serve_cannot_start(rank->setup.engine,
-                                       (uint32_t)rank->run->first_serve_rank + rank->serve_index,
-                                       rank->error, sizeof(rank->error));
     rank->iteration_start_ns = now_ns;
     rank->planned_end_ns = now_ns + iteration.duration_ns;
     *end_ns_p = rank->planned_end_ns;
-    if (rank->setup.spin) {
-        status = kvio_device_spin(rank->setup.device, iteration.duration_ns);
-        if (status != KVIO_OK)
-            kvio_error("serve rank %u: %s", rank->serve_index,
-                       kvio_device_error(rank->setup.device));
-    }
+    /* The time passes in the update receiver's loop, which works on the
+     * incoming version meanwhile (kvio_update_serve_with). */
+    kvio_executor_t *executor = &rank->setup.executor;
+    status = executor->ops->compute(executor, iteration.duration_ns);
+    if (status != KVIO_OK)
+        kvio_error("serve rank %u: %s", rank->serve_index, kvio_device_error(rank->setup.device));
     return status;
 }
 
@@ -1593,7 +1576,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         json_object_set_new(metrics, "tiers", totals.tiers);
         totals.tiers = NULL;
         json_object_set_new(metrics, "executor",
-                            executor_object("real (coupled)",
+                            executor_object(totals.spin_kernel ? "gpu (coupled)"
+                                                               : "realtime (coupled)",
                                             json_string_value(totals.kv_memory),
                                             totals.spin_kernel, (uint64_t)totals.spin_bytes,
                                             totals.error_ns, totals.error_ppm, totals.overhead,

@@ -68,11 +68,46 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
 uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t bytes,
                                 uint64_t block_bytes);
 
-/* An iteration of engine scheduled nothing although requests wait: its head
- * request can never fit. Says so, naming it and world rank rank, into
- * error_p; returns KVIO_ERR_CONFIG. One message in every mode. */
-kvio_status_t kvio_serve_cannot_start(const kvio_engine_t *engine, uint32_t rank,
-                                      char *error_p, size_t error_len);
+/* ---------- one iteration, and how its time passes (serve/executor.c) ---------- */
+
+typedef enum {
+    KVIO_SERVE_STEP_IDLE, /* nothing to do: wait for a request */
+    KVIO_SERVE_STEP_LENT, /* requests wait for KV memory lent to an update */
+    KVIO_SERVE_STEP_RUN,  /* *iteration_p runs for its duration_ns */
+} kvio_serve_step_t;
+
+/* Begins an iteration of engine at now_ns, as every driver does: idle
+ * without work; else schedules it. An iteration that scheduled nothing
+ * although requests wait is LENT when blocks are lent to an update that
+ * will give them back (pool_comes_back), else an error naming the request
+ * that can never fit and world rank rank (KVIO_ERR_CONFIG); a failed
+ * schedule names the engine's reason. */
+kvio_status_t kvio_serve_step(kvio_engine_t *engine, int64_t now_ns, uint32_t rank,
+                              bool pool_comes_back, kvio_engine_iteration_t *iteration_p,
+                              kvio_serve_step_t *step_p, char *error_p, size_t error_len);
+
+/* An executor: how an iteration's time passes. */
+typedef struct kvio_executor kvio_executor_t;
+
+typedef struct kvio_executor_ops {
+    const char *name; /* virtual | realtime | gpu */
+    /* The iteration's compute, at its start: gpu keeps the device's SMs
+     * busy for duration_ns (a spin kernel); the others nothing. */
+    kvio_status_t (*compute)(kvio_executor_t *executor, int64_t duration_ns);
+    /* Returns when the run's clock reads end_ns: realtime and gpu wait on
+     * the host clock (sleep, then spin the last stretch); virtual at once
+     * (the driver moves its own clock). */
+    void (*wait_until)(const kvio_executor_t *executor, int64_t end_ns);
+} kvio_executor_ops_t;
+
+struct kvio_executor {
+    const kvio_executor_ops_t *ops;
+    uint64_t origin_ns;          /* the run's clock reads 0 at this host time */
+    struct kvio_device *device;  /* gpu: the device that spins */
+};
+
+/* The executor called name, or NULL. */
+const kvio_executor_ops_t *kvio_executor_find(const char *name);
 
 /* One trace event for an iteration of engine (and one for its swaps). */
 void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,

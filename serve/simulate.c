@@ -218,18 +218,6 @@ uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t byt
     return blocks < UINT32_MAX ? (uint32_t)blocks : UINT32_MAX;
 }
 
-kvio_status_t kvio_serve_cannot_start(const kvio_engine_t *engine, uint32_t rank,
-                                      char *error_p, size_t error_len)
-{
-    uint64_t waiting[1] = {0};
-    kvio_engine_waiting_ids(engine, waiting, 1);
-    snprintf(error_p, error_len,
-             "serve rank %u: request %llu cannot start: it needs more KV blocks than the %u "
-             "the cache holds (raise serve.kvcache.capacity or shorten the stream's lengths)",
-             rank, (unsigned long long)waiting[0], kvio_engine_num_blocks(engine));
-    return KVIO_ERR_CONFIG;
-}
-
 /* ---------- the event loop ---------- */
 
 typedef struct simulation {
@@ -771,25 +759,17 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
         return KVIO_OK;
     }
     kvio_engine_iteration_t iteration;
-    kvio_status_t status = kvio_engine_schedule(engine, now_ns, &iteration);
-    if (status != KVIO_OK) {
-        if (kvio_engine_error(engine)[0] != '\0')
-            snprintf(error_p, error_len, "%s", kvio_engine_error(engine));
-        else
-            snprintf(error_p, error_len, "serve rank %d: %s",
-                     sim->run->first_serve_rank + (int)rank, kvio_strerror(status));
+    kvio_serve_step_t step;
+    kvio_status_t status =
+        kvio_serve_step(engine, now_ns, (uint32_t)(sim->run->first_serve_rank + (int)rank),
+                        lent_until > now_ns, &iteration, &step, error_p, error_len);
+    if (status != KVIO_OK)
         return status;
-    }
-    if (iteration.duration_ns <= 0 && kvio_engine_lent_blocks(engine) > 0 &&
-        lent_until > now_ns) {
-        /* The pool is lent to an update: nothing fits until it is back. */
+    if (step == KVIO_SERVE_STEP_LENT) {
         sim->stalled[rank] = true;
         sim->busy_until[rank] = lent_until;
         return KVIO_OK;
     }
-    if (iteration.duration_ns <= 0)
-        return kvio_serve_cannot_start(engine, (uint32_t)(sim->run->first_serve_rank + (int)rank),
-                                       error_p, error_len);
     sim->busy_until[rank] = now_ns + iteration.duration_ns;
     return KVIO_OK;
 }

@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/clock.h"
 #include "kvio/hash.h"
 #include "kvio/update.h"
+#include "serve/serve_int.h"
 #include "tests/helpers.h"
 
 typedef struct fixture {
@@ -402,6 +404,60 @@ Test(engine, lending_kv_memory_to_an_update_preempts_what_no_longer_fits, .timeo
     run_until_idle(&f);
     cr_assert_eq(finished_id(&log, 0)->preemptions, 1);
     teardown(&f);
+}
+
+/* #17: the one step every driver (simulate, emulate, coupled) begins an
+ * iteration with: idle without work, lent while an update holds the
+ * memory the head request needs, an error naming the request and world rank
+ * when it can never fit, else an iteration to run. */
+Test(engine, the_shared_step_is_idle_lent_runs_or_names_what_cannot_start, .timeout = 10)
+{
+    fixture_t f;
+    finished_log_t log;
+    setup_updates(&f, KVIO_UPDATE_CACHE_FLUSH, KVIO_IN_FLIGHT_KEEP, &log);
+    kvio_engine_iteration_t iteration;
+    kvio_serve_step_t kind;
+    char error[512] = "";
+    cr_assert_eq(kvio_serve_step(f.engine, 0, 7, true, &iteration, &kind, error, sizeof(error)),
+                 KVIO_OK);
+    cr_assert_eq(kind, KVIO_SERVE_STEP_IDLE);
+    add(&f, 0, 80 * 16 - 8, 20, 0, 0);
+    cr_assert_eq(kvio_engine_reserve(f.engine, 60), KVIO_OK); /* 40 blocks left */
+    cr_assert_eq(kvio_serve_step(f.engine, 0, 7, true, &iteration, &kind, error, sizeof(error)),
+                 KVIO_OK);
+    cr_assert_eq(kind, KVIO_SERVE_STEP_LENT, "80 blocks wait for the lent memory");
+    cr_assert_eq(kvio_serve_step(f.engine, 0, 7, false, &iteration, &kind, error, sizeof(error)),
+                 KVIO_ERR_CONFIG, "the memory never comes back");
+    cr_assert(test_contains(error, "serve rank 7: request 0 cannot start"), "%s", error);
+    cr_assert_eq(kvio_engine_reserve(f.engine, 0), KVIO_OK);
+    cr_assert_eq(kvio_serve_step(f.engine, 0, 7, false, &iteration, &kind, error, sizeof(error)),
+                 KVIO_OK);
+    cr_assert_eq(kind, KVIO_SERVE_STEP_RUN);
+    cr_assert_gt(iteration.duration_ns, 0);
+    kvio_engine_complete(f.engine, iteration.duration_ns);
+    teardown(&f);
+}
+
+/* The executors by name: virtual lets no time pass (its driver moves the
+ * clock), realtime returns once the host clock reaches the end; gpu needs a
+ * device (tests/test_gpu.c). */
+Test(engine, executors_are_found_by_name_and_let_their_time_pass, .timeout = 10)
+{
+    const kvio_executor_ops_t *virtual_ops = kvio_executor_find("virtual");
+    const kvio_executor_ops_t *realtime = kvio_executor_find("realtime");
+    cr_assert_not_null(virtual_ops);
+    cr_assert_not_null(realtime);
+    cr_assert_not_null(kvio_executor_find("gpu"));
+    cr_assert_null(kvio_executor_find("quantum"));
+    uint64_t origin = kvio_time_ns();
+    kvio_executor_t executor = {.ops = realtime, .origin_ns = origin};
+    cr_assert_eq(executor.ops->compute(&executor, 3000000), KVIO_OK);
+    executor.ops->wait_until(&executor, 3000000);
+    cr_assert_geq(kvio_time_ns(), origin + 3000000, "returned before the end");
+    executor.ops = virtual_ops;
+    uint64_t before = kvio_time_ns();
+    executor.ops->wait_until(&executor, 3600000000000);
+    cr_assert_lt(kvio_time_ns() - before, 3600000000000ull, "virtual time waited for real");
 }
 
 /* update.in_flight: wait: with version 1 ready while request 0 decodes,
