@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvio/presets.h"
 #include "kvio/run.h"
@@ -101,6 +102,10 @@ static int parse_run_args(const char *command, int argc, char **argv, bool allow
  * no such section. */
 static int print_keys(const char *command, const char *section, FILE *out)
 {
+    struct stat info;
+    if (section != NULL &&
+        (kvio_preset_find(section) != NULL || stat(section, &info) == 0))
+        section = NULL; /* "kvio run chat --help": the workload, not a section */
     if (section != NULL) {
         if (kvio_config_print_help(kvio_workload_options, section, NULL)) {
             fprintf(out, "\nkeys under %s:\n", section);

@@ -83,6 +83,10 @@ Test(cli, run_help_fits_80_columns_and_opens_sections, .timeout = 20)
     cr_expect(test_contains(run.out, "serve.kvcache.index"), "%s", run.out);
     cr_expect(test_contains(run.out, "one of hash|radix"), "%s", run.out);
     test_run_free(&run);
+    run = test_kvio(NULL, "run", "chat", "--help", NULL);
+    cr_assert_eq(run.status, 0, "a workload before --help is the workload: %s", run.err);
+    cr_expect(test_contains(run.out, "serve.*"), "%s", run.out);
+    test_run_free(&run);
     run = test_kvio(NULL, "run", "--help", "serve.kvcach", NULL);
     cr_assert_eq(run.status, 2);
     cr_expect(test_contains(run.err, "no workload key or section 'serve.kvcach'"), "%s",
