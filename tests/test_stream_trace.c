@@ -594,6 +594,51 @@ Test(stream_trace, kvio_lines_carry_a_cache_salt, .timeout = 10)
     free(dir);
 }
 
+/* Traces are read 4 MiB of whole lines at a time: a trace of many chunks
+ * reads every line once, in order, with lines cut by a chunk's end put back
+ * together, and a line longer than a chunk (here 5.6 MB of ids) grows it. */
+Test(stream_trace, a_trace_read_in_chunks_loses_no_line, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/big.jsonl", dir);
+    FILE *out = fopen(path, "w");
+    cr_assert_not_null(out);
+    const int lines = 60000; /* ~5.5 MB: two chunks */
+    for (int i = 0; i < lines; i++)
+        fprintf(out,
+                "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d, "
+                "\"hash_ids\": [%d, %d, %d]}\n",
+                i, 1025 + i % 7, 3 + i % 11, 3 * i, 3 * i + 1, 3 * i + 2);
+    fprintf(out, "{\"timestamp\": %d, \"input_length\": 512, \"output_length\": 1, "
+                 "\"hash_ids\": [", lines);
+    for (int i = 0; i < 700000; i++)
+        fprintf(out, "%s%d", i > 0 ? ", " : "", i % 10);
+    fprintf(out, "]}\n");
+    fclose(out);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(path, KVIO_TRACE_MOONCAKE, &options);
+    const kvio_request_t *request;
+    int count = 0;
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL) {
+        if (count < lines) {
+            cr_assert_eq(request->arrival_ns, (int64_t)count * 1000000, "line %d", count + 1);
+            cr_assert_eq(request->input_tokens, 1025u + (uint32_t)(count % 7), "line %d",
+                         count + 1);
+            cr_assert_eq(request->output_tokens, 3u + (uint32_t)(count % 11));
+            cr_assert_eq(request->trace_hash_ids[2], (uint64_t)(3 * count + 2));
+        } else {
+            cr_assert_eq(request->num_trace_hash_ids, 700000u);
+            cr_assert_eq(request->trace_hash_ids[699999], 9u);
+        }
+        count++;
+    }
+    cr_assert_eq(count, lines + 1);
+    kvio_stream_destroy(stream);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* The mooncake fixture's requests arrive at 0, 5 and 7.5 ms of trace time. A
  * workload's duration cuts the replay when the workload gives it; left at its
  * default the trace replays whole (a 60 s default would cut most traces). */

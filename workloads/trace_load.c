@@ -1,4 +1,5 @@
-/* Trace loading shared by every format: reads the file, detects its format,
+/* Trace loading shared by every format: reads the file a chunk of whole
+ * lines at a time, detects its format,
  * hands each line to the format's plug-in, handles bad lines (error naming
  * file:line, or skip and count), sorts out-of-order timestamps (or refuses
  * them under strict), applies start, time scale, limit and max_tokens, and
@@ -175,76 +176,127 @@ static const kvio_stream_source_ops_t trace_ops = {
 
 /* ---------- loading ---------- */
 
-/* Reads the whole file; the caller frees *data_p. */
-static kvio_status_t read_file(const char *path, char **data_p, size_t *length_p, char *error_p,
-                               size_t error_len)
+/* A trace read a chunk at a time: the parser gets whole lines from one
+ * reused buffer, so a large trace is never held as text (a 68 MB trace took
+ * 17,000 fresh pages, each a fault, before its first record). */
+#define CHUNK_BYTES (4u << 20)
+
+typedef struct trace_reader {
+    const char *path;
+    FILE *file;
+    char *data;       /* capacity bytes and a NUL */
+    size_t capacity;
+    size_t length;    /* bytes read and not yet consumed */
+    uint64_t total;   /* bytes read */
+    uint64_t limit;   /* the most a stream (a pipe, a device) may give */
+    bool regular;
+    bool eof;
+} trace_reader_t;
+
+static void reader_close(trace_reader_t *reader)
 {
-    FILE *file = fopen(path, "rb");
-    if (file == NULL) {
+    if (reader->file != NULL)
+        fclose(reader->file);
+    free(reader->data);
+    memset(reader, 0, sizeof(*reader));
+}
+
+static kvio_status_t reader_open(trace_reader_t *reader, const char *path, char *error_p,
+                                 size_t error_len)
+{
+    memset(reader, 0, sizeof(*reader));
+    reader->path = path;
+    reader->file = fopen(path, "rb");
+    if (reader->file == NULL) {
         int errnum = errno;
         snprintf(error_p, error_len, "%s: %s", path, strerror(errnum));
         return errnum == ENOENT ? KVIO_ERR_NOT_FOUND : kvio_status_from_errno(errnum);
     }
-    size_t capacity = 1 << 16, length = 0;
-    struct stat info;
-    /* The whole trace is held: a file of at most half the memory available
-     * now, at most 1 GiB from a pipe or a device (/dev/zero never ends). */
+    /* The records are held: a file of at most half the memory available
+     * now; at most 1 GiB from a pipe or a device (/dev/zero never ends). */
     uint64_t available = 0, limit = UINT64_MAX;
     if (kvio_mem_available(&available, NULL, 0) == KVIO_OK)
         limit = available / 2;
-    /* Sized from a regular file (one read, no copies while growing); pipes
-     * grow. One byte more, so that a full buffer means "maybe more". */
-    bool regular = fstat(fileno(file), &info) == 0 && S_ISREG(info.st_mode);
-    if (regular && info.st_size > 0)
-        capacity = (size_t)info.st_size + 1;
-    if (!regular && limit > (1ull << 30))
-        limit = 1ull << 30;
-    if (capacity > limit) {
+    struct stat info;
+    reader->regular = fstat(fileno(reader->file), &info) == 0 && S_ISREG(info.st_mode);
+    if (reader->regular && (uint64_t)info.st_size > limit) {
         snprintf(error_p, error_len, "%s: %llu bytes; a trace is held in memory, and at most "
                  "%llu bytes (half the memory available) can be", path,
-                 (unsigned long long)capacity - 1, (unsigned long long)limit);
-        fclose(file);
+                 (unsigned long long)info.st_size, (unsigned long long)limit);
+        reader_close(reader);
         return KVIO_ERR_NOMEM;
     }
-    char *data = malloc(capacity + 1);
-    kvio_status_t status = KVIO_OK;
-    while (data != NULL) {
-        size_t got = fread(data + length, 1, capacity - length, file);
-        length += got;
-        if (length < capacity)
-            break;
-        if (capacity * 2 > limit) {
+    reader->limit = limit < (1ull << 30) ? limit : 1ull << 30;
+    reader->capacity = CHUNK_BYTES;
+    if (reader->regular && (uint64_t)info.st_size < CHUNK_BYTES)
+        reader->capacity = (size_t)info.st_size + 1; /* one read, and the end seen */
+    reader->data = malloc(reader->capacity + 1);
+    if (reader->data == NULL) {
+        snprintf(error_p, error_len, "%s: out of memory reading the trace", path);
+        reader_close(reader);
+        return KVIO_ERR_NOMEM;
+    }
+    reader->data[0] = '\0';
+    return KVIO_OK;
+}
+
+/* The next whole lines: data[0, *count_p), ending after a newline, or at
+ * the end of the file for a last line without one; 0 at the end. A line
+ * longer than KVIO_TRACE_MAX_LINE (line: its number) is an error. data is
+ * NUL-terminated after what was read. */
+static kvio_status_t reader_lines(trace_reader_t *reader, uint64_t line, size_t *count_p,
+                                  char *error_p, size_t error_len)
+{
+    for (;;) {
+        const char *last = reader->length > 0 ? memrchr(reader->data, '\n', reader->length)
+                                              : NULL;
+        if (last != NULL || reader->eof) {
+            *count_p = last != NULL ? (size_t)(last - reader->data) + 1 : reader->length;
+            return KVIO_OK;
+        }
+        if (reader->length == reader->capacity) {
+            /* No newline in a full buffer: one long line. */
+            if (reader->capacity > KVIO_TRACE_MAX_LINE) {
+                snprintf(error_p, error_len, "%s:%llu: line longer than %u bytes", reader->path,
+                         (unsigned long long)line, KVIO_TRACE_MAX_LINE);
+                return KVIO_ERR_PARSE;
+            }
+            char *bigger = realloc(reader->data, reader->capacity * 2 + 1);
+            if (bigger == NULL) {
+                snprintf(error_p, error_len, "%s: out of memory reading the trace",
+                         reader->path);
+                return KVIO_ERR_NOMEM;
+            }
+            reader->data = bigger;
+            reader->capacity *= 2;
+        }
+        size_t wanted = reader->capacity - reader->length;
+        size_t got = fread(reader->data + reader->length, 1, wanted, reader->file);
+        reader->length += got;
+        reader->total += got;
+        reader->data[reader->length] = '\0';
+        if (got < wanted) {
+            if (ferror(reader->file)) {
+                snprintf(error_p, error_len, "%s: read error", reader->path);
+                return KVIO_ERR_IO;
+            }
+            reader->eof = true;
+        }
+        if (!reader->regular && reader->total > reader->limit) {
             snprintf(error_p, error_len, "%s: more than %llu bytes from a stream (the most "
-                     "kvio reads from one); save the trace to a file", path,
-                     (unsigned long long)capacity);
-            free(data);
-            fclose(file);
+                     "kvio reads from one); save the trace to a file", reader->path,
+                     (unsigned long long)reader->limit);
             return KVIO_ERR_INVALID;
         }
-        char *bigger = realloc(data, capacity * 2 + 1);
-        if (bigger == NULL) {
-            free(data);
-            data = NULL;
-            break;
-        }
-        data = bigger;
-        capacity *= 2;
     }
-    if (data == NULL) {
-        snprintf(error_p, error_len, "%s: out of memory reading the trace", path);
-        status = KVIO_ERR_NOMEM;
-    } else if (ferror(file)) {
-        snprintf(error_p, error_len, "%s: read error", path);
-        status = KVIO_ERR_IO;
-        free(data);
-    }
-    fclose(file);
-    if (status != KVIO_OK)
-        return status;
-    data[length] = '\0';
-    *data_p = data;
-    *length_p = length;
-    return KVIO_OK;
+}
+
+/* The lines handed out were parsed: what follows them moves to the front. */
+static void reader_consume(trace_reader_t *reader, size_t count)
+{
+    memmove(reader->data, reader->data + count, reader->length - count);
+    reader->length -= count;
+    reader->data[reader->length] = '\0';
 }
 
 static bool blank(const char *line, size_t length)
@@ -281,12 +333,12 @@ static int compare_records(const void *a, const void *b)
 
 /* Reads every line into trace; bad lines fail or are counted. */
 static kvio_status_t parse_lines(kvio_trace_t *trace, const kvio_trace_format_ops_t *ops,
-                                 char *data, size_t length, uint64_t *skipped_p, char *error_p,
-                                 size_t error_len)
+                                 char *data, size_t length, bool first, uint64_t *skipped_p,
+                                 char *error_p, size_t error_len)
 {
     char *cursor = data, *end = data + length;
-    uint64_t skipped = 0;
-    if (length >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0)
+    uint64_t skipped = *skipped_p;
+    if (first && length >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0)
         cursor += 3; /* a UTF-8 byte order mark, as spreadsheets write */
     while (cursor < end) {
         char *newline = memchr(cursor, '\n', (size_t)(end - cursor));
@@ -404,15 +456,20 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
                                      const kvio_stream_trace_config_t *options,
                                      kvio_stream_t **stream_p, char *error_p, size_t error_len)
 {
-    char *data = NULL;
-    size_t length = 0;
+    trace_reader_t reader;
+    size_t count = 0;
     trace_source_t *replay = NULL;
     kvio_stream_t *stream = NULL;
     const kvio_trace_format_ops_t *ops = NULL;
     uint64_t skipped = 0;
-    kvio_status_t status = read_file(path, &data, &length, error_p, error_len);
+    kvio_status_t status = reader_open(&reader, path, error_p, error_len);
     if (status != KVIO_OK)
         return status;
+    status = reader_lines(&reader, 1, &count, error_p, error_len);
+    if (status != KVIO_OK)
+        goto cleanup;
+    char *data = reader.data;
+    size_t length = reader.length;
     if (format == KVIO_TRACE_AUTO) {
         char *line = length >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0 ? data + 3 : data;
         while (*line == '\n' || *line == '\r' || *line == ' ' || *line == '\t')
@@ -454,7 +511,13 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
             goto cleanup;
         }
     }
-    status = parse_lines(trace, ops, data, length, &skipped, error_p, error_len);
+    for (bool first = true; status == KVIO_OK && count > 0; first = false) {
+        status = parse_lines(trace, ops, reader.data, count, first, &skipped, error_p,
+                             error_len);
+        reader_consume(&reader, count);
+        if (status == KVIO_OK)
+            status = reader_lines(&reader, trace->line + 1, &count, error_p, error_len);
+    }
     if (status == KVIO_OK && trace->num_records == 0) {
         snprintf(error_p, error_len, "%s: no requests in the trace%s", path,
                  skipped > 0 ? " (every line was bad and skipped)" : "");
@@ -484,7 +547,7 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
     trace->format_state = NULL;
     trace->path = NULL;
     trace->options = NULL;
-    free(data);
+    reader_close(&reader);
     *stream_p = stream;
     return KVIO_OK;
 
@@ -497,6 +560,6 @@ cleanup:
         free(replay->trace.format_state);
         trace_destroy(replay);
     }
-    free(data);
+    reader_close(&reader);
     return status;
 }
