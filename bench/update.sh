@@ -238,6 +238,11 @@ echo "figure sync_serial_ms $(sync_value serial update_latency_ms) ms"
 echo "figure sync_tensor_ms $(sync_value tensor update_latency_ms) ms"
 echo "figure sync_whole_ms $(sync_value whole update_latency_ms) ms"
 echo "figure sync_control_us_per_message $(sync_value tensor control_us_per_message) us"
+# What one more message costs the update, all in (notice, flush, hand-back,
+# the threads' wake-ups): per tensor against in buckets, at the same depth.
+tensor_messages=$(sync_value tensor messages)
+bucket_messages=$(sync_value pipelined messages)
+echo "figure sync_per_message_us $(python3 -c "print('%.1f' % (($(sync_value tensor update_latency_ms) - $pipelined_ms) * 1e3 / ($tensor_messages - $bucket_messages)))") us"
 if [ -n "$keep" ]; then
     echo
     echo "results kept in $keep (ucx file_fsync file_nofsync redis fanout_sequential fanout_chain sync_serial sync_pipelined sync_tensor sync_whole);"

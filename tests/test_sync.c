@@ -1,6 +1,8 @@
 /* The weight-sync model (kvio/sync.h): buckets by granularity, the control
  * cost per message, the pipeline, deltas, the topology across nodes,
- * resharding; and a run with it end to end (updates.csv, sync.csv). */
+ * resharding; a run with it end to end (updates.csv, sync.csv); and emulate
+ * mode's real buckets over ucx (messages, checksums, control cost, the
+ * pipeline's overlap, what it refuses). */
 #include "kvio/sync.h"
 
 #include <criterion/criterion.h>
