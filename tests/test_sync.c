@@ -418,6 +418,15 @@ Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
             test_run_free(&run);
         }
     }
+    /* Weights and bucket rings beyond any machine's memory: refused by run
+     * before anything is allocated, with the numbers. */
+    char out[1200];
+    snprintf(out, sizeof(out), "%s/huge", dir);
+    test_run_t run = test_kvio(dir, "run", path, "-o", out, "--set", "train.bytes=512GiB", NULL);
+    cr_expect_eq(run.status, 2, "exit %d: %s", run.status, run.err);
+    cr_expect(test_contains(run.err, "weight_sync needs") &&
+                  test_contains(run.err, "bucket slots"), "%s", run.err);
+    test_run_free(&run);
     free(path);
     test_rmtree(dir);
     free(dir);
