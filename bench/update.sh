@@ -13,7 +13,8 @@
 # results directory (DIR/ucx, DIR/file_fsync, DIR/file_nofsync, DIR/redis,
 # DIR/fanout_sequential, DIR/fanout_chain, DIR/sync_*) for simulate mode to
 # take its model from (train.transport.model.from=DIR/ucx); else they are
-# deleted.
+# deleted. KVIO_BENCH_PARTS=transports,fanout,sync (the default) chooses the
+# parts that run (KVIO_BENCH_PARTS=sync: the weight-sync runs alone).
 set -euo pipefail
 # Made absolute before the cd below: a relative DIR is the caller's.
 keep=${KVIO_BENCH_RESULTS:+$(realpath -m "$KVIO_BENCH_RESULTS")}
@@ -27,6 +28,9 @@ fanout_bytes=${KVIO_BENCH_FANOUT_BYTES:-256MiB}
 fanout_servers=${KVIO_BENCH_FANOUT_SERVERS:-3}
 sync_bucket=${KVIO_BENCH_SYNC_BUCKET:-64MiB}
 sync_depth=${KVIO_BENCH_SYNC_DEPTH:-2}
+# Which parts run (comma-separated): transports, fanout, sync.
+parts=${KVIO_BENCH_PARTS:-transports,fanout,sync}
+part() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 [ -x "$kvio" ] || { echo "build kvio first ($kvio not found)" >&2; exit 1; }
 cmake --build "$build" --target memcpy_bw >/dev/null
 # size_bytes SIZE: "4MiB" as a number of bytes (KiB.. = 2^10.., KB.. = 10^3..).
@@ -91,6 +95,7 @@ run_case() { # NAME SETS...
         "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["model_updates"]["transport_info"])' "$results/$name/summary.json")"
 }
 
+if part transports; then
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
     --daemonize no >"$work/redis.log" 2>&1 &
@@ -150,6 +155,9 @@ echo "figure file_fsync_update_ms $file_fsync_ms ms"
 echo "figure redis_update_ms $redis_ms ms"
 echo "figure file_vs_ucx_latency $(python3 -c "print('%.2f' % ($file_ms / $ucx_ms))") x"
 
+fi
+
+if part fanout; then
 # Fan-out: 1 trainer -> $fanout_servers servers, sequential vs chain. Per
 # version, the last server's update latency (t_activated - t_ready) and its
 # data latency (t_notified - t_publish_start: the whole copy is in), then
@@ -187,6 +195,9 @@ echo "figure ucx_chain_vs_sequential_data $(python3 -c "print('%.2f' % ($seq_dat
 echo "figure ucx_chain_training_stall_ms $chain_stall_ms ms"
 echo "figure ucx_sequential_training_stall_ms $seq_stall_ms ms"
 
+fi
+
+if part sync; then
 # Weight sync (weight_sync:, emulate): the same $bytes as Llama-3-8B's 291
 # tensors scaled to it, over ucx to 1 server: in buckets one after the other
 # (pipeline_depth 1: stage, transfer and reload of a bucket never overlap, so
@@ -243,6 +254,8 @@ echo "figure sync_control_us_per_message $(sync_value tensor control_us_per_mess
 tensor_messages=$(sync_value tensor messages)
 bucket_messages=$(sync_value pipelined messages)
 echo "figure sync_per_message_us $(python3 -c "print('%.1f' % (($(sync_value tensor update_latency_ms) - $pipelined_ms) * 1e3 / ($tensor_messages - $bucket_messages)))") us"
+fi
+
 if [ -n "$keep" ]; then
     echo
     echo "results kept in $keep (ucx file_fsync file_nofsync redis fanout_sequential fanout_chain sync_serial sync_pipelined sync_tensor sync_whole);"
