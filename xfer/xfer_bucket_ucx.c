@@ -1,13 +1,15 @@
 /* Weight sync over UCX bucket by bucket (weight_sync: in emulate mode): the
  * weights split into the plan's buckets; the trainer stages each (a copy from
  * its weights into one of pipeline_depth registered staging slots, summed on
- * the way) on a thread of its own, puts it into the same ring slot of every
- * receiver (ucp_put_nbx, flushed) and announces it with an active message;
- * a receiver reloads a bucket (a copy from its ring slot into its weights)
- * when its notice has come, and hands the ring slot back with an active
- * message. A slot is staged into again only once every receiver has
- * reloaded the bucket it held, so pipeline_depth buckets are in flight
- * (1: one bucket through all three stages after the other). */
+ * the way) on a thread of its own, puts it into the same slot of every
+ * receiver's ring (ucp_put_nbx, flushed) and announces it with an active
+ * message; a receiver reloads a bucket (a copy from its ring slot into its
+ * weights) when its notice has come, and hands the slot back with an active
+ * message. A staging slot takes a bucket once the one it held is put; a
+ * receive slot once the one it held is reloaded by every receiver: so
+ * pipeline_depth buckets are in flight (put, not yet reloaded), and at
+ * depth 2 bucket i+1 is staged while bucket i is put and i-1 reloaded; at
+ * depth 1 a bucket is put only once the one before it was reloaded. */
 #include "xfer/xfer_ucx_int.h"
 
 #include <pthread.h>
@@ -55,6 +57,7 @@ typedef struct bucket_priv {
      * thread's handler), and their minimum, read by the stager thread. */
     uint64_t *reloaded;
     _Atomic uint64_t reloaded_all;
+    _Atomic uint64_t put_all; /* sender: buckets put (flushed) since the start */
     /* Receiver: notices not yet reloaded, with their arrival. */
     bucket_notice_t queue[BUCKET_QUEUE_LENGTH];
     int64_t noticed_ns[BUCKET_QUEUE_LENGTH];
@@ -258,8 +261,8 @@ static void bucket_fini(kvio_xfer_t *xfer)
 
 /* ---- sender ---- */
 
-/* The stager thread of one version: stages bucket b into its ring slot once
- * every receiver has reloaded the bucket that slot held. */
+/* The stager thread of one version: stages bucket b into its staging slot
+ * once the bucket that slot held has been put. */
 typedef struct stager {
     kvio_xfer_t *xfer;
     uint64_t first;              /* the sequence number of the version's bucket 0 */
@@ -275,7 +278,7 @@ static void *stage_buckets(void *arg)
     bucket_priv_t *priv = xfer->priv;
     for (size_t b = 0; b < priv->num_buckets; b++) {
         uint64_t sequence = stager->first + b;
-        while (sequence >= atomic_load(&priv->reloaded_all) + priv->depth) {
+        while (sequence >= atomic_load(&priv->put_all) + priv->depth) {
             if (atomic_load(&stager->stop))
                 return NULL;
             nap_us(10);
@@ -292,13 +295,15 @@ static void *stage_buckets(void *arg)
     return NULL;
 }
 
-/* Waits, progressing, until the stager has staged bucket b, while every
- * receiver lives. */
-static kvio_status_t wait_staged(kvio_xfer_t *xfer, stager_t *stager, size_t b)
+/* Waits, progressing, until the stager has staged bucket b (sequence
+ * number sequence) and every receiver has reloaded what its slot held,
+ * while every receiver lives. */
+static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, uint64_t sequence)
 {
     bucket_priv_t *priv = xfer->priv;
     unsigned idle = 0;
-    while (atomic_load(&stager->staged) <= b) {
+    while (atomic_load(&stager->staged) <= b ||
+           sequence >= atomic_load(&priv->reloaded_all) + priv->depth) {
         if (ucp_worker_progress(priv->ucx.worker) != 0)
             continue;
         if (++idle % 64 == 0) {
@@ -348,7 +353,7 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
         uint64_t sequence = priv->sequence + b, bytes = priv->offsets[b + 1] - priv->offsets[b];
         uint64_t at = (sequence % priv->depth) * priv->slot_bytes;
-        status = wait_staged(xfer, &stager, b);
+        status = wait_turn(xfer, &stager, b, sequence);
         kvio_xfer_bucket_stamp_t *stamp = &xfer->stamps[stager.stamps + b];
         stamp->transfer_start_ns = kvio_rte_time_ns(xfer->rte);
         for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++)
@@ -357,6 +362,8 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
                                               priv->ucx.remote[i].rkey[0], bytes,
                                               xfer->config->chunk);
         stamp->transfer_end_ns = kvio_rte_time_ns(xfer->rte);
+        if (status == KVIO_OK)
+            atomic_store(&priv->put_all, sequence + 1); /* its staging slot is free */
         bucket_notice_t notice = {.magic = KVIO_XFER_MAGIC, .version = meta->version,
                                   .bytes = xfer->bytes, .checksum = meta->checksum,
                                   .bucket = (uint32_t)b,
