@@ -200,8 +200,9 @@ fi
 if part sync; then
 # Weight sync (weight_sync:, emulate): the same $bytes as Llama-3-8B's 291
 # tensors scaled to it, over ucx to 1 server: in buckets one after the other
-# (pipeline_depth 1: stage, transfer and reload of a bucket never overlap, so
-# its transfer stage is the transfer alone, the reference), pipelined
+# (pipeline_depth 1: a bucket is put only once the one before it was
+# reloaded and before the next is staged, so its transfer stage runs alone:
+# the reference), pipelined
 # (pipeline_depth $sync_depth), one message per tensor, and whole. Each stage
 # is measured per bucket (summary.json model_updates.weight_sync, sync.csv).
 sync_case() { # NAME GRANULARITY DEPTH
