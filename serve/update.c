@@ -582,7 +582,10 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
             }
             if (!worked) {
                 status = check_peer(&state, error_p, error_len);
-                nap(iteration_end - now);
+                /* A version under way whose next piece has not come (a
+                 * bucket's notice) comes within microseconds. */
+                bool arriving = state.pending && !state.receive.complete;
+                nap(arriving && iteration_end - now > 10000 ? 10000 : iteration_end - now);
             }
         }
         if (status != KVIO_OK)
