@@ -812,8 +812,9 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
     }
 #define MS(ns) ((double)((ns) - origin_ns) / 1e6)
     double stage_ns = 0, transfer_ns = 0, control_ns = 0, reload_ns = 0, notice_ns = 0,
-           pipeline_ns = 0;
+           pipeline_ns = 0, staged_ns = 0, update_ns = 0;
     size_t sent = 0, reloaded = 0, whole = 0; /* trainer rows, joined rows, updates reloaded */
+    size_t versions_done = 0;                  /* versions every bucket of which was reloaded */
     int64_t version_start = 0;
     for (size_t i = 0; i < all->num_stamps; i++) {
         const kvio_xfer_bucket_stamp_t *t = &all->stamps[i];
@@ -825,6 +826,10 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         control_ns += (double)(t->control_end_ns - t->control_start_ns);
         if (t->bucket == 0)
             version_start = t->stage_start_ns;
+        bool last = t->bucket + 1 == sync->num_buckets;
+        if (last)
+            staged_ns += (double)(t->stage_end_ns - version_start);
+        int64_t last_reloaded = 0; /* the last bucket, by the last server */
         for (int rank = 0; rank < size; rank++) {
             stamp_range_t *range = &ranges[rank];
             if (rank == TRAIN_RANK)
@@ -841,9 +846,11 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
             reloaded++;
             reload_ns += (double)(r->reload_end_ns - r->reload_start_ns);
             notice_ns += (double)(r->noticed_ns - r->notice_sent_ns);
-            if (t->bucket + 1 == sync->num_buckets) {
+            if (last) {
                 whole++;
                 pipeline_ns += (double)(r->reload_end_ns - version_start);
+                last_reloaded = r->reload_end_ns > last_reloaded ? r->reload_end_ns
+                                                                 : last_reloaded;
             }
             if (csv != NULL)
                 kvio_csv_row(csv, "%llu,%u,%d,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
@@ -853,6 +860,10 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
                              MS(t->transfer_end_ns), MS(t->control_start_ns),
                              MS(t->control_end_ns), MS(r->noticed_ns), MS(r->reload_start_ns),
                              MS(r->reload_end_ns));
+        }
+        if (last_reloaded != 0) {
+            versions_done++;
+            update_ns += (double)(last_reloaded - version_start);
         }
     }
 #undef MS
@@ -872,11 +883,19 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
     /* The notices the trainer sent: one per bucket and serve rank. */
     double notices = (double)sent * (double)(size - 1 - context->workload->ranks.client);
     static const char *const names[] = {"off", "whole", "bucket", "tensor"};
+    /* The keys simulate mode has (buckets, messages, bytes, wire_bytes,
+     * staged_ms: the trainer's last bucket staged, update_ms: the last
+     * server done, both from the first stage's start) mean the same here;
+     * the rest are the stages' measured sums per update. */
     json_t *object = json_pack(
-        "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+        "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+        "s:f}",
         "granularity", names[config->granularity], "measured", 1,
         "buckets", (json_int_t)sync->num_buckets, "messages", (json_int_t)sync->messages,
         "tensors", (json_int_t)tensors, "bytes", (json_int_t)sync->bytes,
+        "wire_bytes", (json_int_t)sync->wire_bytes,
+        "staged_ms", versions > 0 ? staged_ns / versions / 1e6 : 0.0,
+        "update_ms", versions_done > 0 ? update_ns / (double)versions_done / 1e6 : 0.0,
         "pipeline_depth",
         (json_int_t)((size_t)config->pipeline_depth < sync->num_buckets
                          ? (size_t)config->pipeline_depth

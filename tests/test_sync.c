@@ -283,6 +283,14 @@ Test(sync, emulate_moves_every_bucket_over_ucx_and_verifies_the_weights, .timeou
     cr_expect_eq(sync_number(updates, "tensors"), 146);
     cr_expect_eq(sync_number(updates, "updates"), 3);
     cr_expect_gt(sync_number(updates, "transfer_ms"), 0);
+    /* From the first bucket's stage to the last server's last reload: inside
+     * the slowest update (t_ready to activation, after verification). */
+    cr_expect_gt(sync_number(updates, "staged_ms"), 0);
+    cr_expect_leq(sync_number(updates, "staged_ms"), sync_number(updates, "update_ms"));
+    cr_expect_leq(sync_number(updates, "update_ms"),
+                  json_number_value(json_object_get(json_object_get(updates,
+                                                                    "update_latency_ms"),
+                                                    "max")));
     cr_expect_gt(sync_number(updates, "control_us_per_message"), 0);
     cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 6,
                  "3 versions x 2 serve ranks");
