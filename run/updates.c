@@ -813,58 +813,66 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
 #define MS(ns) ((double)((ns) - origin_ns) / 1e6)
     double stage_ns = 0, transfer_ns = 0, control_ns = 0, reload_ns = 0, notice_ns = 0,
            pipeline_ns = 0, staged_ns = 0, update_ns = 0;
-    size_t sent = 0, reloaded = 0, whole = 0; /* trainer rows, joined rows, updates reloaded */
-    size_t versions_done = 0;                  /* versions every bucket of which was reloaded */
-    int64_t version_start = 0;
-    for (size_t i = 0; i < all->num_stamps; i++) {
-        const kvio_xfer_bucket_stamp_t *t = &all->stamps[i];
-        if (t->rank != TRAIN_RANK)
+    /* The trainer's rows (one per bucket and server), the buckets they are,
+     * the rows joined with a server's reload, the last buckets reloaded,
+     * the versions every bucket of which some server reloaded. */
+    size_t notices = 0, sent = 0, reloaded = 0, whole = 0, versions_done = 0;
+    int64_t version_start = 0, last_reloaded = 0; /* the last bucket, by the last server */
+    const kvio_xfer_bucket_stamp_t *previous = NULL;
+    for (size_t i = 0; i <= all->num_stamps; i++) {
+        const kvio_xfer_bucket_stamp_t *t = i < all->num_stamps ? &all->stamps[i] : NULL;
+        if (t != NULL && t->rank != TRAIN_RANK)
             continue;
-        sent++;
-        stage_ns += (double)(t->stage_end_ns - t->stage_start_ns);
+        bool new_bucket = t == NULL || previous == NULL || t->version != previous->version ||
+                          t->bucket != previous->bucket;
+        if (new_bucket && last_reloaded != 0) {
+            versions_done++; /* the version before, whole */
+            update_ns += (double)(last_reloaded - version_start);
+            last_reloaded = 0;
+        }
+        if (t == NULL)
+            break;
+        previous = t;
+        bool last = t->bucket + 1 == sync->num_buckets;
+        if (new_bucket) {
+            sent++;
+            stage_ns += (double)(t->stage_end_ns - t->stage_start_ns);
+            if (t->bucket == 0)
+                version_start = t->stage_start_ns;
+            if (last)
+                staged_ns += (double)(t->stage_end_ns - version_start);
+        }
+        notices++;
         transfer_ns += (double)(t->transfer_end_ns - t->transfer_start_ns);
         control_ns += (double)(t->control_end_ns - t->control_start_ns);
-        if (t->bucket == 0)
-            version_start = t->stage_start_ns;
-        bool last = t->bucket + 1 == sync->num_buckets;
-        if (last)
-            staged_ns += (double)(t->stage_end_ns - version_start);
-        int64_t last_reloaded = 0; /* the last bucket, by the last server */
-        for (int rank = 0; rank < size; rank++) {
-            stamp_range_t *range = &ranges[rank];
-            if (rank == TRAIN_RANK)
-                continue;
-            while (range->next < range->end &&
-                   (all->stamps[range->next].rank != rank ||
-                    stamp_before(&all->stamps[range->next], t->version, t->bucket)))
-                range->next++;
-            if (range->next == range->end)
-                continue;
-            const kvio_xfer_bucket_stamp_t *r = &all->stamps[range->next];
-            if (r->version != t->version || r->bucket != t->bucket)
-                continue;
-            reloaded++;
-            reload_ns += (double)(r->reload_end_ns - r->reload_start_ns);
-            notice_ns += (double)(r->noticed_ns - r->notice_sent_ns);
-            if (last) {
-                whole++;
-                pipeline_ns += (double)(r->reload_end_ns - version_start);
-                last_reloaded = r->reload_end_ns > last_reloaded ? r->reload_end_ns
-                                                                 : last_reloaded;
-            }
-            if (csv != NULL)
-                kvio_csv_row(csv, "%llu,%u,%d,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
-                             (unsigned long long)t->version, t->bucket, rank,
-                             (unsigned long long)t->bytes, MS(t->stage_start_ns),
-                             MS(t->stage_end_ns), MS(t->transfer_start_ns),
-                             MS(t->transfer_end_ns), MS(t->control_start_ns),
-                             MS(t->control_end_ns), MS(r->noticed_ns), MS(r->reload_start_ns),
-                             MS(r->reload_end_ns));
+        /* The server's row for this bucket (its rows are in order). */
+        if (t->peer < 0 || t->peer >= size || t->peer == TRAIN_RANK)
+            continue;
+        stamp_range_t *range = &ranges[t->peer];
+        while (range->next < range->end &&
+               (all->stamps[range->next].rank != t->peer ||
+                stamp_before(&all->stamps[range->next], t->version, t->bucket)))
+            range->next++;
+        if (range->next == range->end)
+            continue;
+        const kvio_xfer_bucket_stamp_t *r = &all->stamps[range->next];
+        if (r->version != t->version || r->bucket != t->bucket)
+            continue;
+        reloaded++;
+        reload_ns += (double)(r->reload_end_ns - r->reload_start_ns);
+        notice_ns += (double)(r->noticed_ns - r->notice_sent_ns);
+        if (last) {
+            whole++;
+            pipeline_ns += (double)(r->reload_end_ns - version_start);
+            last_reloaded = r->reload_end_ns > last_reloaded ? r->reload_end_ns : last_reloaded;
         }
-        if (last_reloaded != 0) {
-            versions_done++;
-            update_ns += (double)(last_reloaded - version_start);
-        }
+        if (csv != NULL)
+            kvio_csv_row(csv, "%llu,%u,%d,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
+                         (unsigned long long)t->version, t->bucket, t->peer,
+                         (unsigned long long)t->bytes, MS(t->stage_start_ns), MS(t->stage_end_ns),
+                         MS(t->transfer_start_ns), MS(t->transfer_end_ns),
+                         MS(t->control_start_ns), MS(t->control_end_ns), MS(r->noticed_ns),
+                         MS(r->reload_start_ns), MS(r->reload_end_ns));
     }
 #undef MS
     free(ranges);
@@ -880,8 +888,6 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         tensors += sync->buckets[b].tensors;
     double versions = sent > 0 ? (double)sent / (double)sync->num_buckets : 0;
     double updates = reloaded > 0 ? (double)reloaded / (double)sync->num_buckets : 0;
-    /* The notices the trainer sent: one per bucket and serve rank. */
-    double notices = (double)sent * (double)(size - 1 - context->workload->ranks.client);
     static const char *const names[] = {"off", "whole", "bucket", "tensor"};
     /* The keys simulate mode has (buckets, messages, bytes, wire_bytes,
      * staged_ms: the trainer's last bucket staged, update_ms: the last
@@ -905,7 +911,7 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         "transfer_ms", versions > 0 ? transfer_ns / versions / 1e6 : 0.0,
         "control_ms", versions > 0 ? control_ns / versions / 1e6 : 0.0,
         "reload_ms", updates > 0 ? reload_ns / updates / 1e6 : 0.0,
-        "control_us_per_message", notices > 0 ? control_ns / notices / 1e3 : 0.0,
+        "control_us_per_message", notices > 0 ? control_ns / (double)notices / 1e3 : 0.0,
         "notice_us_per_message", reloaded > 0 ? notice_ns / (double)reloaded / 1e3 : 0.0,
         "pipeline_ms", whole > 0 ? pipeline_ns / (double)whole / 1e6 : 0.0);
     json_object_set_new(json_object_get(context->metrics, "model_updates"), "weight_sync",

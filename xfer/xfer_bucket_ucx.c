@@ -290,13 +290,19 @@ static void *stage_buckets(void *arg)
                 return NULL;
             nap_us(10);
         }
-        kvio_xfer_bucket_stamp_t *stamp = &xfer->stamps[stager->stamps + b];
-        stamp->stage_start_ns = kvio_rte_time_ns(xfer->rte);
+        /* The bucket's rows, one per receiver, share its stage. */
+        size_t receivers = (size_t)xfer->num_receivers;
+        kvio_xfer_bucket_stamp_t *rows = &xfer->stamps[stager->stamps + b * receivers];
+        int64_t start_ns = kvio_rte_time_ns(xfer->rte);
         /* A copy from the weights, summed from its own loads while the
          * publish computes the checksum. */
         kvio_xfer_store_piece(xfer, priv->ring + (sequence % priv->depth) * priv->slot_bytes,
                               priv->offsets[b], priv->offsets[b + 1] - priv->offsets[b]);
-        stamp->stage_end_ns = kvio_rte_time_ns(xfer->rte);
+        int64_t end_ns = kvio_rte_time_ns(xfer->rte);
+        for (size_t i = 0; i < receivers; i++) {
+            rows[i].stage_start_ns = start_ns;
+            rows[i].stage_end_ns = end_ns;
+        }
         atomic_store(&stager->staged, b + 1);
     }
     return NULL;
@@ -332,12 +338,13 @@ static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, ui
 }
 
 /* The version's buckets into every receiver (target -1): staged on the
- * stager thread, put and announced on this one. */
+ * stager thread; on this one, each bucket put into each receiver in turn
+ * and announced to it at once (a row of stamps per bucket and receiver). */
 static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
 {
     bucket_priv_t *priv = xfer->priv;
-    size_t count = priv->num_buckets;
-    kvio_xfer_bucket_stamp_t *stamps = kvio_xfer_bucket_stamp_add(xfer, count);
+    size_t count = priv->num_buckets, receivers = (size_t)xfer->num_receivers;
+    kvio_xfer_bucket_stamp_t *stamps = kvio_xfer_bucket_stamp_add(xfer, count * receivers);
     if (target >= 0 || stamps == NULL) {
         kvio_xfer_set_error(xfer, "ucx transport: %s", stamps == NULL
                                                            ? "out of memory for bucket stamps"
@@ -345,12 +352,13 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
         return stamps == NULL ? KVIO_ERR_NOMEM : KVIO_ERR_INTERNAL;
     }
     stager_t stager = {.xfer = xfer, .first = priv->sequence,
-                       .stamps = xfer->num_stamps - count};
+                       .stamps = xfer->num_stamps - count * receivers};
     for (size_t b = 0; b < count; b++)
-        stamps[b] = (kvio_xfer_bucket_stamp_t){
-            .version = meta->version, .bucket = (uint32_t)b,
-            .rank = kvio_rte_index(xfer->rte),
-            .bytes = priv->offsets[b + 1] - priv->offsets[b]};
+        for (size_t i = 0; i < receivers; i++)
+            stamps[b * receivers + i] = (kvio_xfer_bucket_stamp_t){
+                .version = meta->version, .bucket = (uint32_t)b,
+                .rank = kvio_rte_index(xfer->rte), .peer = xfer->receivers[i],
+                .bytes = priv->offsets[b + 1] - priv->offsets[b]};
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     pthread_t thread;
     if (pthread_create(&thread, NULL, stage_buckets, &stager) != 0) {
@@ -363,16 +371,6 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
         uint64_t sequence = priv->sequence + b, bytes = priv->offsets[b + 1] - priv->offsets[b];
         uint64_t at = (sequence % priv->depth) * priv->slot_bytes;
         status = wait_turn(xfer, &stager, b, sequence);
-        kvio_xfer_bucket_stamp_t *stamp = &xfer->stamps[stager.stamps + b];
-        stamp->transfer_start_ns = kvio_rte_time_ns(xfer->rte);
-        for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++)
-            status = kvio_xfer_ucx_put_region(xfer, xfer->receivers[i], priv->ring + at,
-                                              priv->ucx.remote[i].address[0] + at,
-                                              priv->ucx.remote[i].rkey[0], bytes,
-                                              xfer->config->chunk);
-        stamp->transfer_end_ns = kvio_rte_time_ns(xfer->rte);
-        if (status == KVIO_OK)
-            atomic_store(&priv->put_all, sequence + 1); /* its staging slot is free */
         bucket_notice_t notice = {.magic = KVIO_XFER_MAGIC, .version = meta->version,
                                   .bytes = xfer->bytes, .checksum = meta->checksum,
                                   .bucket = (uint32_t)b,
@@ -380,11 +378,22 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
                                   .t_ready_ns = meta->t_ready_ns};
         if (b + 1 == count)
             kvio_xfer_put_checksum(xfer, &notice.checksum); /* summed while staged */
-        stamp->control_start_ns = notice.t_posted_ns = kvio_rte_time_ns(xfer->rte);
-        for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++)
-            status = kvio_xfer_ucx_send_am(xfer, xfer->receivers[i], AM_BUCKET, &notice,
-                                           sizeof(notice));
-        stamp->control_end_ns = kvio_rte_time_ns(xfer->rte);
+        for (size_t i = 0; i < receivers && status == KVIO_OK; i++) {
+            kvio_xfer_bucket_stamp_t *stamp = &xfer->stamps[stager.stamps + b * receivers + i];
+            stamp->transfer_start_ns = kvio_rte_time_ns(xfer->rte);
+            status = kvio_xfer_ucx_put_region(xfer, xfer->receivers[i], priv->ring + at,
+                                              priv->ucx.remote[i].address[0] + at,
+                                              priv->ucx.remote[i].rkey[0], bytes,
+                                              xfer->config->chunk);
+            stamp->transfer_end_ns = kvio_rte_time_ns(xfer->rte);
+            stamp->control_start_ns = notice.t_posted_ns = stamp->transfer_end_ns;
+            if (status == KVIO_OK)
+                status = kvio_xfer_ucx_send_am(xfer, xfer->receivers[i], AM_BUCKET, &notice,
+                                               sizeof(notice));
+            stamp->control_end_ns = kvio_rte_time_ns(xfer->rte);
+        }
+        if (status == KVIO_OK)
+            atomic_store(&priv->put_all, sequence + 1); /* its staging slot is free */
     }
     atomic_store(&stager.stop, true);
     pthread_join(thread, NULL);
@@ -461,7 +470,7 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
             return KVIO_ERR_NOMEM;
         *stamp = (kvio_xfer_bucket_stamp_t){
             .version = notice->version, .bucket = notice->bucket,
-            .rank = kvio_rte_index(xfer->rte), .bytes = priv->offsets[b + 1] - priv->offsets[b],
+            .rank = kvio_rte_index(xfer->rte), .peer = xfer->sender, .bytes = priv->offsets[b + 1] - priv->offsets[b],
             .notice_sent_ns = notice->t_posted_ns, .noticed_ns = priv->noticed_ns[at],
             .reload_start_ns = now};
         priv->stamp = xfer->num_stamps - 1;

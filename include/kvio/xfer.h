@@ -275,20 +275,24 @@ uint64_t kvio_xfer_checksum_digest(const kvio_xfer_checksum_t *checksum);
 uint64_t kvio_xfer_checksum_of(const void *data, uint64_t length);
 
 /* Bucketed weight sync (config->num_buckets > 0): when each stage of each
- * bucket of each version began and ended, on rank 0's clock. The sender's
- * rows (rank: the sender's) have stage (its copy from the weights into a
- * staging slot), transfer (the puts into every receiver and their flush)
- * and control (the bucket's notice to every receiver); a receiver's rows
- * have the notice's arrival and the reload (its copy from its receive slot
- * into its weights). Unused times are 0. */
+ * bucket of each version began and ended, on rank 0's clock. The sender
+ * has a row per bucket and receiver (rank: the sender's, peer: the
+ * receiver's) with stage (its copy from the weights into a staging slot;
+ * the same in every row of the bucket), transfer (the put into that
+ * receiver and its flush) and control (the bucket's notice to it); a
+ * receiver's rows (peer: the sender) have the notice's arrival and the
+ * reload (its copy from its receive slot into its weights). Unused times
+ * are 0. */
 typedef struct kvio_xfer_bucket_stamp {
     uint64_t version;
     uint32_t bucket;
     int32_t rank;
+    int32_t peer;
+    uint32_t unused;
     uint64_t bytes;
     int64_t stage_start_ns, stage_end_ns;
     int64_t transfer_start_ns, transfer_end_ns;
-    int64_t control_start_ns, control_end_ns; /* sender: posting the notices until sent */
+    int64_t control_start_ns, control_end_ns; /* sender: posting the notice until sent */
     int64_t notice_sent_ns, noticed_ns;       /* receiver: the notice posted, received */
     int64_t reload_start_ns, reload_end_ns;
 } kvio_xfer_bucket_stamp_t;
