@@ -470,7 +470,8 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
             return KVIO_ERR_NOMEM;
         *stamp = (kvio_xfer_bucket_stamp_t){
             .version = notice->version, .bucket = notice->bucket,
-            .rank = kvio_rte_index(xfer->rte), .peer = xfer->sender, .bytes = priv->offsets[b + 1] - priv->offsets[b],
+            .rank = kvio_rte_index(xfer->rte), .peer = xfer->sender,
+            .bytes = priv->offsets[b + 1] - priv->offsets[b],
             .notice_sent_ns = notice->t_posted_ns, .noticed_ns = priv->noticed_ns[at],
             .reload_start_ns = now};
         priv->stamp = xfer->num_stamps - 1;
