@@ -398,6 +398,42 @@ Test(sync, emulate_pipeline_depth_two_overlaps_the_stages, .timeout = 120)
     free(dir);
 }
 
+/* A trainer that dies between two buckets leaves the serve ranks on their
+ * last whole version (the one under way is never activated); a serve rank
+ * that dies mid-version ends the run naming it. Neither hangs. */
+Test(sync, emulate_faults_mid_bucket_end_the_run_naming_the_rank, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "sync.yaml", emulate_workload);
+    static const struct {
+        const char *set1, *set2, *message;
+    } cases[] = {
+        {"train.transport.die_after_chunks=40", "ranks.timeout=10s", "training rank 0 lost"},
+        {"update.die_during_version=2", "update.die_rank=2",
+         "serve rank 2 died while receiving version 2"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[1200], file[1300];
+        snprintf(out, sizeof(out), "%s/fault%zu", dir, i);
+        test_run_t run = test_kvio(dir, "run", path, "-o", out, "--set", cases[i].set1, "--set",
+                                   cases[i].set2, NULL);
+        cr_expect_eq(run.status, 1, "%s: exit %d: %s", cases[i].set1, run.status, run.err);
+        cr_expect(test_contains(run.err, cases[i].message), "%s: %s", cases[i].set1, run.err);
+        test_run_free(&run);
+        snprintf(file, sizeof(file), "%s/summary.json", out);
+        json_t *summary = json_load_file(file, 0, NULL);
+        cr_assert_not_null(summary, "%s", file);
+        cr_expect(json_is_false(json_object_get(summary, "complete")));
+        json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+        cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+        json_decref(summary);
+    }
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* weight_sync in emulate mode over what it does not build: refused by
  * validate (and run) with exit 2, naming the key. */
 Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
