@@ -117,9 +117,6 @@ static kvio_status_t ucx_stub_preflight(const kvio_xfer_config_t *config, uint64
     return KVIO_ERR_UNSUPPORTED;
 }
 const kvio_xfer_ops_t kvio_xfer_ucx_ops = {.name = "ucx", .preflight = ucx_stub_preflight};
-#endif
-
-#ifndef KVIO_HAVE_UCX
 const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops = {.name = "ucx",
                                                   .preflight = ucx_stub_preflight};
 #endif
