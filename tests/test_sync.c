@@ -462,6 +462,7 @@ Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
             test_run_free(&run);
         }
     }
+#ifdef KVIO_HAVE_UCX /* else run refuses the transport first */
     /* Weights and bucket rings beyond any machine's memory: refused by run
      * before anything is allocated, with the numbers. */
     char out[1200];
@@ -471,6 +472,7 @@ Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
     cr_expect(test_contains(run.err, "weight_sync needs") &&
                   test_contains(run.err, "bucket slots"), "%s", run.err);
     test_run_free(&run);
+#endif
     free(path);
     test_rmtree(dir);
     free(dir);
