@@ -5,12 +5,16 @@
 # fresh buffers (bench/memcpy_bw.c --fresh, measured right after it); then
 # ucx_perftest ucp_put_bw at the same put size and total as a second
 # reference; then ucx fan-out to 3 servers, sequential vs pipelined chain (a
-# smaller model, KVIO_BENCH_FANOUT_BYTES). Prints tables and `figure NAME
-# VALUE UNIT` lines. Usage: bench/update.sh [BUILD_DIR]
-# (default build/). KVIO_BENCH_RESULTS=DIR keeps each run's results
-# directory (DIR/ucx, DIR/file_fsync, DIR/file_nofsync, DIR/redis,
-# DIR/fanout_sequential, DIR/fanout_chain) for simulate mode to take its
-# model from (train.transport.model.from=DIR/ucx); else they are deleted.
+# smaller model, KVIO_BENCH_FANOUT_BYTES); then weight sync in buckets
+# (weight_sync:, KVIO_BENCH_SYNC_BUCKET, KVIO_BENCH_SYNC_DEPTH) one after the
+# other, pipelined, per tensor and whole, against the transfer stage alone.
+# Prints tables and `figure NAME VALUE UNIT` lines. Usage: bench/update.sh
+# [BUILD_DIR] (default build/). KVIO_BENCH_RESULTS=DIR keeps each run's
+# results directory (DIR/ucx, DIR/file_fsync, DIR/file_nofsync, DIR/redis,
+# DIR/fanout_sequential, DIR/fanout_chain, DIR/sync_*) for simulate mode to
+# take its model from (train.transport.model.from=DIR/ucx); else they are
+# deleted. KVIO_BENCH_PARTS=transports,fanout,sync (the default) chooses the
+# parts that run (KVIO_BENCH_PARTS=sync: the weight-sync runs alone).
 set -euo pipefail
 # Made absolute before the cd below: a relative DIR is the caller's.
 keep=${KVIO_BENCH_RESULTS:+$(realpath -m "$KVIO_BENCH_RESULTS")}
@@ -22,6 +26,11 @@ chunk=${KVIO_BENCH_CHUNK:-4MiB}
 versions=${KVIO_BENCH_VERSIONS:-3}
 fanout_bytes=${KVIO_BENCH_FANOUT_BYTES:-256MiB}
 fanout_servers=${KVIO_BENCH_FANOUT_SERVERS:-3}
+sync_bucket=${KVIO_BENCH_SYNC_BUCKET:-64MiB}
+sync_depth=${KVIO_BENCH_SYNC_DEPTH:-2}
+# Which parts run (comma-separated): transports, fanout, sync.
+parts=${KVIO_BENCH_PARTS:-transports,fanout,sync}
+part() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 [ -x "$kvio" ] || { echo "build kvio first ($kvio not found)" >&2; exit 1; }
 cmake --build "$build" --target memcpy_bw >/dev/null
 # size_bytes SIZE: "4MiB" as a number of bytes (KiB.. = 2^10.., KB.. = 10^3..).
@@ -86,6 +95,7 @@ run_case() { # NAME SETS...
         "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["model_updates"]["transport_info"])' "$results/$name/summary.json")"
 }
 
+if part transports; then
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
     --daemonize no >"$work/redis.log" 2>&1 &
@@ -145,6 +155,9 @@ echo "figure file_fsync_update_ms $file_fsync_ms ms"
 echo "figure redis_update_ms $redis_ms ms"
 echo "figure file_vs_ucx_latency $(python3 -c "print('%.2f' % ($file_ms / $ucx_ms))") x"
 
+fi
+
+if part fanout; then
 # Fan-out: 1 trainer -> $fanout_servers servers, sequential vs chain. Per
 # version, the last server's update latency (t_activated - t_ready) and its
 # data latency (t_notified - t_publish_start: the whole copy is in), then
@@ -181,9 +194,72 @@ echo "figure ucx_chain_vs_sequential $(python3 -c "print('%.2f' % ($seq_ms / $ch
 echo "figure ucx_chain_vs_sequential_data $(python3 -c "print('%.2f' % ($seq_data_ms / $chain_data_ms))") x"
 echo "figure ucx_chain_training_stall_ms $chain_stall_ms ms"
 echo "figure ucx_sequential_training_stall_ms $seq_stall_ms ms"
+
+fi
+
+if part sync; then
+# Weight sync (weight_sync:, emulate): the same $bytes as Llama-3-8B's 291
+# tensors scaled to it, over ucx to 1 server: in buckets one after the other
+# (pipeline_depth 1: a bucket is put only once the one before it was
+# reloaded and before the next is staged, so its transfer stage runs alone:
+# the reference), pipelined
+# (pipeline_depth $sync_depth), one message per tensor, and whole. Each stage
+# is measured per bucket (summary.json model_updates.weight_sync, sync.csv).
+sync_case() { # NAME GRANULARITY DEPTH
+    timeout 300 "$kvio" -q run "$work/update.yaml" -o "$results/sync_$1" --force \
+        --set model.preset=llama3-8b --set "weight_sync.granularity=$2" \
+        --set "weight_sync.bucket_size=$sync_bucket" --set "weight_sync.pipeline_depth=$3" \
+        >/dev/null
+}
+# sync_row NAME: latency_ms and the weight_sync block's measured stages.
+sync_row() {
+    python3 - "$results/sync_$1/summary.json" "$1" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["metrics"]["model_updates"]
+w = m["weight_sync"]
+print("%-14s %10.1f %8d %9.1f %11.1f %9.1f %12.1f %11.2f" % (
+    sys.argv[2], m["update_latency_ms"]["mean"], w["messages"], w["stage_ms"],
+    w["transfer_ms"], w["reload_ms"], w["pipeline_ms"], w["control_us_per_message"]))
+PY
+}
+sync_value() { # NAME KEY: a weight_sync value, or KEY under model_updates with a mean
+    python3 - "$results/sync_$1/summary.json" "$2" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["metrics"]["model_updates"]
+v = m["weight_sync"].get(sys.argv[2], m.get(sys.argv[2]))
+print("%.3f" % (v["mean"] if isinstance(v, dict) else v))
+PY
+}
+sync_case serial bucket 1
+sync_case pipelined bucket "$sync_depth"
+sync_case tensor tensor "$sync_depth"
+sync_case whole whole 1
+echo
+echo "weight sync over ucx, $bytes as llama3-8b's tensors, buckets of $sync_bucket, 1 trainer -> 1 server, $versions versions (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+printf '%-14s %10s %8s %9s %11s %9s %12s %11s\n' case latency_ms messages stage_ms transfer_ms \
+    reload_ms pipeline_ms control_us
+for name in serial pipelined tensor whole; do sync_row "$name"; done
+transfer_alone_ms=$(sync_value serial transfer_ms)
+pipelined_ms=$(sync_value pipelined update_latency_ms)
+# The pipelined update (t_ready to t_activated) over its transfer stage
+# alone (the serial run's puts); <= 1.3 is the aim.
+echo "figure pipelined_over_transfer $(python3 -c "print('%.2f' % ($pipelined_ms / $transfer_alone_ms))") x"
+echo "figure sync_transfer_alone_ms $transfer_alone_ms ms"
+echo "figure sync_pipelined_ms $pipelined_ms ms"
+echo "figure sync_serial_ms $(sync_value serial update_latency_ms) ms"
+echo "figure sync_tensor_ms $(sync_value tensor update_latency_ms) ms"
+echo "figure sync_whole_ms $(sync_value whole update_latency_ms) ms"
+echo "figure sync_control_us_per_message $(sync_value tensor control_us_per_message) us"
+# What one more message costs the update, all in (notice, flush, hand-back,
+# the threads' wake-ups): per tensor against in buckets, at the same depth.
+tensor_messages=$(sync_value tensor messages)
+bucket_messages=$(sync_value pipelined messages)
+echo "figure sync_per_message_us $(python3 -c "print('%.1f' % (($(sync_value tensor update_latency_ms) - $pipelined_ms) * 1e3 / ($tensor_messages - $bucket_messages)))") us"
+fi
+
 if [ -n "$keep" ]; then
     echo
-    echo "results kept in $keep (ucx file_fsync file_nofsync redis fanout_sequential fanout_chain);"
+    echo "results kept in $keep (ucx file_fsync file_nofsync redis fanout_sequential fanout_chain sync_serial sync_pipelined sync_tensor sync_whole);"
     echo "model a bigger run on this machine's numbers (same transport kind):"
     echo "  kvio run FILE --set mode=simulate --set train.transport.model.from=$keep/ucx"
 fi

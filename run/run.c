@@ -319,6 +319,54 @@ static kvio_status_t check_tier_paths(const kvio_workload_t *workload, char *err
     return KVIO_OK;
 }
 
+/* weight_sync in emulate mode moves real buckets over ucx between host
+ * buffers, full weights in the serving layout: what it does not build is
+ * refused naming the key, and the model's tensors must fit train.bytes. */
+static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *error_p,
+                                         size_t error_len)
+{
+    const kvio_sync_config_t *sync = &workload->weight_sync;
+    const kvio_xfer_config_t *transport = &workload->train.transport;
+    static const char *const granularities[] = {"off", "whole", "bucket", "tensor"};
+    const char *granularity = granularities[sync->granularity];
+    const char *refused = NULL;
+    char why[256] = "";
+    if (transport->kind != KVIO_XFER_UCX) {
+        refused = "train.transport.kind";
+        snprintf(why, sizeof(why), "is %s; emulate mode moves real buckets over ucx only "
+                 "(set train.transport.kind: ucx, or mode: simulate)",
+                 kvio_xfer_kind_names[transport->kind]);
+    } else if (transport->fanout == KVIO_XFER_FANOUT_CHAIN) {
+        refused = "train.transport.fanout";
+        snprintf(why, sizeof(why), "is chain; emulate mode sends each bucket to every serve "
+                 "rank in turn (set fanout: sequential, or mode: simulate)");
+    } else if (workload->device.weights == KVIO_WEIGHTS_CUDA) {
+        refused = "device.weights";
+        snprintf(why, sizeof(why), "is cuda; emulate mode stages and reloads buckets in host "
+                 "memory (set device.weights: host, or mode: simulate)");
+    } else if (sync->delta_fraction > 0) {
+        refused = "weight_sync.delta";
+        snprintf(why, sizeof(why), "is %g; emulate mode moves whole buckets, deltas are "
+                 "modelled in simulate mode only (set delta: 0, or mode: simulate)",
+                 sync->delta_fraction);
+    } else if ((sync->train_tp > 0 && sync->train_tp != workload->cost.tensor_parallel) ||
+               sync->train_pp != 1) {
+        refused = "weight_sync.train_tp";
+        snprintf(why, sizeof(why), "or train_pp differs from the serving layout; resharding "
+                 "is modelled in simulate mode only (leave train_tp: 0 and train_pp: 1)");
+    }
+    if (refused != NULL) {
+        snprintf(error_p, error_len, "weight_sync.granularity: %s in emulate mode: %s %s",
+                 granularity, refused, why);
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_sync_plan_t plan;
+    kvio_status_t status = kvio_updates_sync_buckets(workload, &plan, error_p, error_len);
+    if (status == KVIO_OK)
+        kvio_sync_plan_free(&plan);
+    return status;
+}
+
 static bool weight_sync_without_updates(const kvio_workload_t *workload)
 {
     return workload->weight_sync.granularity != KVIO_SYNC_OFF && !kvio_updates_wanted(workload);
@@ -346,20 +394,15 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  "update.serving: engine); without trainers the client is a thread anyway");
         return KVIO_ERR_CONFIG;
     }
-    if (emulate && workload->weight_sync.granularity != KVIO_SYNC_OFF) {
-        snprintf(error_p, error_len,
-                 "weight_sync.granularity: %s is modelled in simulate mode only; emulate mode "
-                 "moves train.bytes over train.transport (set mode: simulate, or "
-                 "weight_sync.granularity: off)",
-                 workload->weight_sync.granularity == KVIO_SYNC_WHOLE    ? "whole"
-                 : workload->weight_sync.granularity == KVIO_SYNC_BUCKET ? "bucket"
-                                                                         : "tensor");
-        return KVIO_ERR_CONFIG;
-    }
     if (weight_sync_without_updates(workload)) {
         snprintf(error_p, error_len, "weight_sync: needs model updates (ranks.train: 1 and "
                  "serve ranks)");
         return KVIO_ERR_CONFIG;
+    }
+    if (emulate && workload->weight_sync.granularity != KVIO_SYNC_OFF) {
+        kvio_status_t status = check_emulated_sync(workload, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
     }
     if (emulate && updates && !coupled)
         return KVIO_OK; /* no engine, no stream */

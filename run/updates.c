@@ -46,6 +46,7 @@ typedef struct rank_report {
     int32_t trainer_status; /* the trainer's failure (kvio_status_t) */
     uint64_t active_version;
     char lost_reason[512];
+    uint64_t num_stamps; /* weight_sync: bucket stamps after the records */
 } rank_report_t;
 
 /* A serve rank's report: not the trainer's, not the client rank's (the
@@ -62,6 +63,8 @@ typedef struct collected {
     size_t num_updates;
     rank_report_t *reports;
     int num_reports;
+    kvio_xfer_bucket_stamp_t *stamps; /* weight_sync: every rank's, rank by rank */
+    size_t num_stamps;
     char info[256];
 } collected_t;
 
@@ -403,6 +406,39 @@ done:
     return status;
 }
 
+kvio_status_t kvio_updates_sync_buckets(const kvio_workload_t *workload, kvio_sync_plan_t *plan_p,
+                                        char *error_p, size_t error_len)
+{
+    kvio_model_t model = workload->model;
+    kvio_status_t status = kvio_model_resolve(&model, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    return kvio_sync_buckets(&workload->weight_sync, &model,
+                             kvio_train_weights_bytes(&workload->train), plan_p, error_p,
+                             error_len);
+}
+
+/* Emulate, weight_sync on: the ring each rank keeps beside its weights
+ * (pipeline_depth slots of the largest bucket; 0 without weight_sync). */
+static kvio_status_t sync_ring_bytes(const kvio_workload_t *workload, uint64_t *ring_p,
+                                     char *error_p, size_t error_len)
+{
+    *ring_p = 0;
+    if (workload->weight_sync.granularity == KVIO_SYNC_OFF)
+        return KVIO_OK;
+    kvio_sync_plan_t plan;
+    kvio_status_t status = kvio_updates_sync_buckets(workload, &plan, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    uint64_t largest = 0;
+    for (size_t b = 0; b < plan.num_buckets; b++)
+        largest = plan.buckets[b].bytes > largest ? plan.buckets[b].bytes : largest;
+    uint64_t slots = (uint64_t)workload->weight_sync.pipeline_depth;
+    *ring_p = largest * (slots < plan.num_buckets ? slots : plan.num_buckets);
+    kvio_sync_plan_free(&plan);
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t other_bytes,
                                      char *error_p, size_t error_len)
 {
@@ -425,10 +461,29 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t o
     if (status != KVIO_OK)
         return status;
     char unused[128];
+    uint64_t ring = 0;
+    status = sync_ring_bytes(workload, &ring, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     if (workload->device.memory == KVIO_MEMORY_HOST &&
         kvio_mem_available(&available, unused, sizeof(unused)) == KVIO_OK) {
         uint64_t buffers = 1 + 2 * (uint64_t)workload->ranks.serve;
         double weights = (double)bytes * (double)buffers;
+        /* weight_sync: every rank's ring of bucket slots too. */
+        double rings = (double)ring * (double)(1 + workload->ranks.serve);
+        if (ring > 0 && weights + rings + (double)other_bytes > (double)available * 0.8) {
+            snprintf(error_p, error_len,
+                     "emulate: weight_sync needs %.2f GiB (train.bytes %.2f GiB x %llu buffers: "
+                     "the trainer's and 2 per serve rank, plus %.2f GiB of bucket slots on "
+                     "each of %lld ranks: pipeline_depth x the largest bucket) beside %.2f GiB "
+                     "of KV pools, but this machine has %.2f GiB available; set train.bytes, "
+                     "weight_sync.bucket_size or pipeline_depth (at most 80%% of it together)",
+                     (weights + rings) / 1073741824.0, (double)bytes / 1073741824.0,
+                     (unsigned long long)buffers, (double)ring / 1073741824.0,
+                     (long long)(1 + workload->ranks.serve), (double)other_bytes / 1073741824.0,
+                     (double)available / 1073741824.0);
+            return KVIO_ERR_CONFIG;
+        }
         if (weights + (double)other_bytes > (double)available * 0.8) {
             snprintf(error_p, error_len,
                      "emulate: the weights need %.2f GiB (train.bytes %.2f GiB x %llu buffers: "
@@ -706,26 +761,190 @@ static kvio_status_t write_metrics(const run_context_t *context, const collected
 
 /* ---- emulate: one rank ---- */
 
+/* A serve rank's bucket stamps, rank by rank in all->stamps: [begin, end),
+ * and the next one not yet joined. */
+typedef struct stamp_range {
+    size_t next, end;
+} stamp_range_t;
+
+/* True when stamp a comes before version, bucket. */
+static bool stamp_before(const kvio_xfer_bucket_stamp_t *a, uint64_t version, uint32_t bucket)
+{
+    return a->version < version || (a->version == version && a->bucket < bucket);
+}
+
+/* weight_sync in emulate mode: sync.csv, a row per version, bucket and
+ * serve rank (the trainer's stage, transfer and control times beside that
+ * rank's notice and reload, ms from t0), and model_updates.weight_sync with
+ * the stages' measured totals per update. */
+static kvio_status_t sync_results(const run_context_t *context, const collected_t *all,
+                                  const kvio_sync_plan_t *sync, int64_t origin_ns, char *error_p,
+                                  size_t error_len)
+{
+    int size = all->num_reports;
+    stamp_range_t *ranges = calloc((size_t)size + 1, sizeof(*ranges));
+    if (ranges == NULL) {
+        snprintf(error_p, error_len, "model updates: out of memory");
+        return KVIO_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < all->num_stamps; i++) {
+        int rank = all->stamps[i].rank;
+        if (rank < 0 || rank >= size)
+            continue;
+        if (ranges[rank].end == 0)
+            ranges[rank].next = i;
+        ranges[rank].end = i + 1;
+    }
+    kvio_csv_t *csv = NULL;
+    kvio_status_t status = KVIO_OK;
+    if (context->results != NULL) {
+        status = kvio_csv_open(context->results, "sync.csv",
+                               "version,bucket,rank,bytes,t_stage_start_ms,t_staged_ms,"
+                               "t_transfer_start_ms,t_transferred_ms,t_control_start_ms,"
+                               "t_control_end_ms,t_noticed_ms,t_reload_start_ms,t_reloaded_ms",
+                               &csv);
+        if (status != KVIO_OK) {
+            free(ranges);
+            snprintf(error_p, error_len, "%s/sync.csv: cannot write",
+                     kvio_results_path(context->results));
+            return status;
+        }
+    }
+#define MS(ns) ((double)((ns) - origin_ns) / 1e6)
+    double stage_ns = 0, transfer_ns = 0, control_ns = 0, reload_ns = 0, notice_ns = 0,
+           pipeline_ns = 0, staged_ns = 0, update_ns = 0;
+    /* The trainer's rows (one per bucket and server), the buckets they are,
+     * the rows joined with a server's reload, the last buckets reloaded,
+     * the versions every bucket of which some server reloaded. */
+    size_t notices = 0, sent = 0, reloaded = 0, whole = 0, versions_done = 0;
+    int64_t version_start = 0, last_reloaded = 0; /* the last bucket, by the last server */
+    const kvio_xfer_bucket_stamp_t *previous = NULL;
+    for (size_t i = 0; i <= all->num_stamps; i++) {
+        const kvio_xfer_bucket_stamp_t *t = i < all->num_stamps ? &all->stamps[i] : NULL;
+        if (t != NULL && t->rank != TRAIN_RANK)
+            continue;
+        bool new_bucket = t == NULL || previous == NULL || t->version != previous->version ||
+                          t->bucket != previous->bucket;
+        if (new_bucket && last_reloaded != 0) {
+            versions_done++; /* the version before, whole */
+            update_ns += (double)(last_reloaded - version_start);
+            last_reloaded = 0;
+        }
+        if (t == NULL)
+            break;
+        previous = t;
+        bool last = t->bucket + 1 == sync->num_buckets;
+        if (new_bucket) {
+            sent++;
+            stage_ns += (double)(t->stage_end_ns - t->stage_start_ns);
+            if (t->bucket == 0)
+                version_start = t->stage_start_ns;
+            if (last)
+                staged_ns += (double)(t->stage_end_ns - version_start);
+        }
+        notices++;
+        transfer_ns += (double)(t->transfer_end_ns - t->transfer_start_ns);
+        control_ns += (double)(t->control_end_ns - t->control_start_ns);
+        /* The server's row for this bucket (its rows are in order). */
+        if (t->peer < 0 || t->peer >= size || t->peer == TRAIN_RANK)
+            continue;
+        stamp_range_t *range = &ranges[t->peer];
+        while (range->next < range->end &&
+               (all->stamps[range->next].rank != t->peer ||
+                stamp_before(&all->stamps[range->next], t->version, t->bucket)))
+            range->next++;
+        if (range->next == range->end)
+            continue;
+        const kvio_xfer_bucket_stamp_t *r = &all->stamps[range->next];
+        if (r->version != t->version || r->bucket != t->bucket)
+            continue;
+        reloaded++;
+        reload_ns += (double)(r->reload_end_ns - r->reload_start_ns);
+        notice_ns += (double)(r->noticed_ns - r->notice_sent_ns);
+        if (last) {
+            whole++;
+            pipeline_ns += (double)(r->reload_end_ns - version_start);
+            last_reloaded = r->reload_end_ns > last_reloaded ? r->reload_end_ns : last_reloaded;
+        }
+        if (csv != NULL)
+            kvio_csv_row(csv, "%llu,%u,%d,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
+                         (unsigned long long)t->version, t->bucket, t->peer,
+                         (unsigned long long)t->bytes, MS(t->stage_start_ns), MS(t->stage_end_ns),
+                         MS(t->transfer_start_ns), MS(t->transfer_end_ns),
+                         MS(t->control_start_ns), MS(t->control_end_ns), MS(r->noticed_ns),
+                         MS(r->reload_start_ns), MS(r->reload_end_ns));
+    }
+#undef MS
+    free(ranges);
+    if (csv != NULL && (status = kvio_csv_close(csv)) != KVIO_OK) {
+        snprintf(error_p, error_len, "sync.csv: write failed");
+        return status;
+    }
+    if (context->metrics == NULL)
+        return KVIO_OK;
+    const kvio_sync_config_t *config = &context->workload->weight_sync;
+    uint64_t tensors = 0;
+    for (size_t b = 0; b < sync->num_buckets; b++)
+        tensors += sync->buckets[b].tensors;
+    double versions = sent > 0 ? (double)sent / (double)sync->num_buckets : 0;
+    double updates = reloaded > 0 ? (double)reloaded / (double)sync->num_buckets : 0;
+    static const char *const names[] = {"off", "whole", "bucket", "tensor"};
+    /* The keys simulate mode has (buckets, messages, bytes, wire_bytes,
+     * staged_ms: the trainer's last bucket staged, update_ms: the last
+     * server done, both from the first stage's start) mean the same here;
+     * the rest are the stages' measured sums per update. */
+    json_t *object = json_pack(
+        "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+        "s:f}",
+        "granularity", names[config->granularity], "measured", 1,
+        "buckets", (json_int_t)sync->num_buckets, "messages", (json_int_t)sync->messages,
+        "tensors", (json_int_t)tensors, "bytes", (json_int_t)sync->bytes,
+        "wire_bytes", (json_int_t)sync->wire_bytes,
+        "staged_ms", versions > 0 ? staged_ns / versions / 1e6 : 0.0,
+        "update_ms", versions_done > 0 ? update_ns / (double)versions_done / 1e6 : 0.0,
+        "pipeline_depth",
+        (json_int_t)((size_t)config->pipeline_depth < sync->num_buckets
+                         ? (size_t)config->pipeline_depth
+                         : sync->num_buckets),
+        "updates", versions,
+        "stage_ms", versions > 0 ? stage_ns / versions / 1e6 : 0.0,
+        "transfer_ms", versions > 0 ? transfer_ns / versions / 1e6 : 0.0,
+        "control_ms", versions > 0 ? control_ns / versions / 1e6 : 0.0,
+        "reload_ms", updates > 0 ? reload_ns / updates / 1e6 : 0.0,
+        "control_us_per_message", notices > 0 ? control_ns / (double)notices / 1e3 : 0.0,
+        "notice_us_per_message", reloaded > 0 ? notice_ns / (double)reloaded / 1e3 : 0.0,
+        "pipeline_ms", whole > 0 ? pipeline_ns / (double)whole / 1e6 : 0.0);
+    json_object_set_new(json_object_get(context->metrics, "model_updates"), "weight_sync",
+                        object);
+    return KVIO_OK;
+}
+
 /* A rank's report to rank 0 (kvio/wire.h): the report, then its records
- * (train records from the trainer, update records from a serve rank). */
+ * (train records from the trainer, update records from a serve rank), then
+ * its bucket stamps (weight_sync). */
 static kvio_status_t pack_report(const rank_report_t *report, const void *records,
-                                 size_t record_size, void **blob_p, size_t *length_p)
+                                 size_t record_size, const kvio_xfer_bucket_stamp_t *stamps,
+                                 void **blob_p, size_t *length_p)
 {
     kvio_wire_writer_t out = {0};
     kvio_wire_put(&out, report, sizeof(*report));
     kvio_wire_put(&out, records, report->count * record_size);
+    kvio_wire_put(&out, stamps, report->num_stamps * sizeof(*stamps));
     return kvio_wire_finish(&out, blob_p, length_p);
 }
 
-/* Reads rank's report, its records in place into *records_p. */
+/* Reads rank's report, its records and stamps in place into *records_p and
+ * *stamps_p. */
 static kvio_status_t read_report(const void *blob, size_t length, rank_report_t *report_p,
-                                 const void **records_p)
+                                 const void **records_p, const void **stamps_p)
 {
     kvio_wire_reader_t in = kvio_wire_reader(blob, length);
     if (kvio_wire_get(&in, report_p, sizeof(*report_p))) {
         size_t record_size = report_p->is_trainer ? sizeof(kvio_train_record_t)
                                                   : sizeof(kvio_update_record_t);
         *records_p = kvio_wire_take_array(&in, report_p->count, record_size);
+        *stamps_p = kvio_wire_take_array(&in, report_p->num_stamps,
+                                         sizeof(kvio_xfer_bucket_stamp_t));
     }
     return kvio_wire_status(&in) == KVIO_OK && kvio_wire_left(&in) == 0 ? KVIO_OK
                                                                         : KVIO_ERR_INTERNAL;
@@ -735,24 +954,28 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
 {
     if (size <= 0)
         return KVIO_ERR_INTERNAL;
-    size_t num_updates = 0;
+    size_t num_updates = 0, num_stamps = 0;
     for (int rank = 0; rank < size; rank++) {
         rank_report_t report;
-        const void *records = NULL;
-        if (read_report(blobs[rank], lengths[rank], &report, &records) != KVIO_OK)
+        const void *records = NULL, *stamps = NULL;
+        if (read_report(blobs[rank], lengths[rank], &report, &records, &stamps) != KVIO_OK)
             return KVIO_ERR_INTERNAL;
         if (!report.is_trainer)
             num_updates += report.count;
+        num_stamps += report.num_stamps;
     }
     all->reports = calloc((size_t)size, sizeof(*all->reports));
     all->updates = calloc(num_updates + 1, sizeof(*all->updates));
-    if (all->reports == NULL || all->updates == NULL)
+    all->stamps = calloc(num_stamps + 1, sizeof(*all->stamps));
+    if (all->reports == NULL || all->updates == NULL || all->stamps == NULL)
         return KVIO_ERR_NOMEM;
     all->num_reports = size;
     for (int rank = 0; rank < size; rank++) {
         rank_report_t *report = &all->reports[rank];
-        const void *records = NULL;
-        read_report(blobs[rank], lengths[rank], report, &records);
+        const void *records = NULL, *stamps = NULL;
+        read_report(blobs[rank], lengths[rank], report, &records, &stamps);
+        memcpy(all->stamps + all->num_stamps, stamps, report->num_stamps * sizeof(*all->stamps));
+        all->num_stamps += report->num_stamps;
         if (report->is_trainer) {
             free(all->train);
             all->train = calloc(report->count + 1, sizeof(*all->train));
@@ -772,6 +995,7 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
 
 static void collected_free(collected_t *all)
 {
+    free(all->stamps);
     free(all->train);
     free(all->updates);
     free(all->reports);
@@ -1010,6 +1234,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     void *serve_blob = NULL, **serve_blobs = NULL;
     size_t serve_blob_length = 0, *serve_lengths = NULL;
     int *receivers = calloc((size_t)num_serve + 1, sizeof(int));
+    kvio_sync_plan_t sync = {0}; /* weight_sync: the buckets */
+    uint64_t *bucket_bytes = NULL;
     int64_t entered_ns = kvio_rte_time_ns(rte);
     kvio_rte_start_t start = {0};
     kvio_status_t status = KVIO_ERR_NOMEM;
@@ -1019,9 +1245,22 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         receivers[i] = 1 + i;
     uint64_t bytes = kvio_train_weights_bytes(&workload->train);
     /* This rank's transport config carries the workload's device: section
-     * (it outlives the transport). */
+     * (it outlives the transport), and weight_sync's buckets. */
     kvio_xfer_config_t transport = workload->train.transport;
     transport.device = workload->device;
+    if (workload->weight_sync.granularity != KVIO_SYNC_OFF) {
+        status = kvio_updates_sync_buckets(workload, &sync, error, sizeof(error));
+        if (status == KVIO_OK &&
+            (bucket_bytes = calloc(sync.num_buckets + 1, sizeof(*bucket_bytes))) == NULL)
+            status = KVIO_ERR_NOMEM;
+        if (status != KVIO_OK)
+            goto fail;
+        for (size_t b = 0; b < sync.num_buckets; b++)
+            bucket_bytes[b] = sync.buckets[b].bytes;
+        transport.bucket_bytes = bucket_bytes;
+        transport.num_buckets = sync.num_buckets;
+        transport.pipeline_depth = workload->weight_sync.pipeline_depth;
+    }
     /* Every shared name carries the run's id (rank 0's): concurrent runs on
      * one directory or one Redis never see each other's versions, and the
      * file transport writes only into a directory of its own. */
@@ -1124,7 +1363,11 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     /* Stopped early (a signal to this rank alone, under mpirun): the run
      * as a whole is incomplete, whatever rank 0 saw. */
     report.interrupted = context->stop != NULL && *context->stop;
-    status = pack_report(&report, records, record_size, &blob, &blob_length);
+    const kvio_xfer_bucket_stamp_t *stamps = NULL;
+    size_t num_stamps = 0;
+    kvio_xfer_bucket_stamps(xfer, &stamps, &num_stamps);
+    report.num_stamps = num_stamps;
+    status = pack_report(&report, records, record_size, stamps, &blob, &blob_length);
     if (status != KVIO_OK)
         goto fail;
     status = kvio_rte_gather_blobs(rte, blob, blob_length, &blobs, &lengths);
@@ -1150,6 +1393,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
             status = write_metrics(context, &all, start.t0_ns, error, sizeof(error));
         if (status == KVIO_OK)
             start_json(context, &all, &start, num_serve);
+        if (status == KVIO_OK && sync.num_buckets > 0)
+            status = sync_results(context, &all, &sync, start.t0_ns, error, sizeof(error));
         if (status == KVIO_OK && coupled_run && context->metrics != NULL)
             status = coupled_metrics(context, &all, serve_blobs, serve_lengths, size, error,
                                      sizeof(error));
@@ -1207,6 +1452,8 @@ done:
     collected_free(&all);
     free(blob);
     free(receivers);
+    free(bucket_bytes);
+    kvio_sync_plan_free(&sync);
     kvio_train_result_free(&train);
     kvio_update_result_free(&serve);
     return status;

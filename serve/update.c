@@ -220,10 +220,18 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
         return KVIO_ERR_INTERRUPTED;
     }
     if (!receive->complete) {
-        *worked_p = true;
+        uint64_t before = receive->offset;
         kvio_status_t status = kvio_xfer_fetch_step(state->xfer, receive);
         if (status != KVIO_OK)
             return status;
+        /* Nothing moved: the rest has not come yet (a bucket's notice);
+         * once the trainer is lost it never will. */
+        *worked_p = receive->offset != before || receive->complete;
+        if (!*worked_p && state->trainer_lost) {
+            snprintf(state->error, sizeof(state->error), "version %llu was still arriving "
+                     "when the trainer was lost", (unsigned long long)receive->meta.version);
+            return KVIO_ERR_PEER;
+        }
         if (receive->complete && !state->config->verify)
             state->t_verified_ns = kvio_rte_time_ns(state->rte);
     }
@@ -574,7 +582,10 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
             }
             if (!worked) {
                 status = check_peer(&state, error_p, error_len);
-                nap(iteration_end - now);
+                /* A version under way whose next piece has not come (a
+                 * bucket's notice) comes within microseconds. */
+                bool arriving = state.pending && !state.receive.complete;
+                nap(arriving && iteration_end - now > 10000 ? 10000 : iteration_end - now);
             }
         }
         if (status != KVIO_OK)

@@ -1,6 +1,8 @@
 /* The weight-sync model (kvio/sync.h): buckets by granularity, the control
  * cost per message, the pipeline, deltas, the topology across nodes,
- * resharding; and a run with it end to end (updates.csv, sync.csv). */
+ * resharding; a run with it end to end (updates.csv, sync.csv); and emulate
+ * mode's real buckets over ucx (messages, checksums, control cost, the
+ * pipeline's overlap, what it refuses). */
 #include "kvio/sync.h"
 
 #include <criterion/criterion.h>
@@ -202,6 +204,276 @@ Test(sync, a_run_reports_the_plan_and_its_buckets, .timeout = 60)
                     "model.preset=llama3-8b", "--set", "gpu.preset=h200", "-o", "wide", NULL);
     cr_expect_eq(run.status, 0, "1,024 serve ranks: %s", run.err);
     test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- emulate mode: real buckets over ucx ---- */
+
+#ifdef KVIO_HAVE_UCX
+#define REQUIRE_UCX() ((void)0)
+#else
+#define REQUIRE_UCX() test_require("ucx", 0, "ucx transport not built")
+#endif
+
+/* A small emulate run: Llama-3.2-1B's 146 tensors scaled to train.bytes,
+ * 3 versions to 2 serve ranks (sets: more --set pairs, NULL-terminated). */
+static const char *emulate_workload =
+    "name: sync-emulate\n"
+    "mode: emulate\n"
+    "ranks: {train: 1, serve: 2, runtime: local, timeout: 60s}\n"
+    "model: {preset: llama3.2-1b}\n"
+    "train:\n"
+    "  step_time: {dist: constant, value: 20ms}\n"
+    "  steps: 3\n"
+    "  bytes: 8MiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 1}\n"
+    "  transport: {kind: ucx, chunk: 256KiB}\n"
+    "update: {iteration: 1ms, verify: true}\n"
+    "weight_sync: {granularity: bucket, bucket_size: 1MiB, pipeline_depth: 2}\n";
+
+/* Runs emulate_workload with the extra arguments into dir/name; returns
+ * metrics.model_updates (the summary in *summary_p, to decref). */
+static json_t *run_emulate(const char *dir, const char *name, json_t **summary_p,
+                           const char *set1, const char *set2)
+{
+    char *path = test_write_file(dir, "sync.yaml", emulate_workload);
+    char out[1200];
+    snprintf(out, sizeof(out), "%s/%s", dir, name);
+    test_run_t run = test_kvio(dir, "run", path, "-o", out, "--set", set1, "--set", set2,
+                               NULL);
+    free(path);
+    cr_assert_eq(run.status, 0, "%s: %s", name, run.err);
+    test_run_free(&run);
+    char file[1300];
+    snprintf(file, sizeof(file), "%s/summary.json", out);
+    json_t *summary = json_load_file(file, 0, NULL);
+    cr_assert_not_null(summary, "%s", file);
+    *summary_p = summary;
+    json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    cr_assert_not_null(json_object_get(updates, "weight_sync"), "%s: no weight_sync", name);
+    return updates;
+}
+
+static double sync_number(const json_t *updates, const char *key)
+{
+    return json_number_value(json_object_get(json_object_get(updates, "weight_sync"), key));
+}
+
+/* Every bucket of every version reaches both serve ranks as a message of
+ * its own (its stage, transfer and reload stamped), the receivers end with
+ * weights whose checksum verifies, and the buckets are the plan's. */
+Test(sync, emulate_moves_every_bucket_over_ucx_and_verifies_the_weights, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    json_t *summary = NULL;
+    json_t *updates = run_emulate(dir, "res", &summary, "weight_sync.pipeline_depth=2",
+                                  "ranks.serve=2");
+    kvio_sync_config_t config = config_of(KVIO_SYNC_BUCKET);
+    config.bucket_size = 1 << 20;
+    kvio_model_t model = test_model("llama3.2-1b");
+    kvio_sync_plan_t plan;
+    char error[256];
+    cr_assert_eq(kvio_sync_buckets(&config, &model, 8 << 20, &plan, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_expect_gt(plan.num_buckets, 4);
+    cr_expect_eq(sync_number(updates, "buckets"), (double)plan.num_buckets);
+    cr_expect_eq(sync_number(updates, "messages"), (double)plan.num_buckets);
+    cr_expect_eq(sync_number(updates, "tensors"), 146);
+    cr_expect_eq(sync_number(updates, "updates"), 3);
+    cr_expect_gt(sync_number(updates, "transfer_ms"), 0);
+    /* From the first bucket's stage to the last server's last reload: inside
+     * the slowest update (t_ready to activation, after verification). */
+    cr_expect_gt(sync_number(updates, "staged_ms"), 0);
+    cr_expect_leq(sync_number(updates, "staged_ms"), sync_number(updates, "update_ms"));
+    cr_expect_leq(sync_number(updates, "update_ms"),
+                  json_number_value(json_object_get(json_object_get(updates,
+                                                                    "update_latency_ms"),
+                                                    "max")));
+    cr_expect_gt(sync_number(updates, "control_us_per_message"), 0);
+    cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 6,
+                 "3 versions x 2 serve ranks");
+    cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/res/sync.csv", dir);
+    test_csv_t csv = test_csv_read(path);
+    cr_expect_eq(csv.num_rows, 3 * 2 * plan.num_buckets, "a row per version, bucket, rank");
+    double bytes[2] = {0, 0};
+    for (size_t r = 0; r < csv.num_rows; r++) {
+        int rank = (int)test_csv_number(&csv, r, "rank");
+        size_t bucket = (size_t)test_csv_number(&csv, r, "bucket");
+        cr_assert(rank == 1 || rank == 2);
+        cr_expect_eq(test_csv_number(&csv, r, "bytes"), (double)plan.buckets[bucket].bytes);
+        if (test_csv_number(&csv, r, "version") == 1)
+            bytes[rank - 1] += test_csv_number(&csv, r, "bytes");
+        /* Each stage after the one before it, on one clock. */
+        const char *order[] = {"t_stage_start_ms", "t_staged_ms", "t_transfer_start_ms",
+                               "t_transferred_ms", "t_control_start_ms", "t_noticed_ms",
+                               "t_reload_start_ms", "t_reloaded_ms"};
+        for (size_t k = 1; k < sizeof(order) / sizeof(order[0]); k++)
+            cr_expect_geq(test_csv_number(&csv, r, order[k]),
+                          test_csv_number(&csv, r, order[k - 1]), "row %zu: %s before %s", r,
+                          order[k], order[k - 1]);
+    }
+    cr_expect_eq(bytes[0], 8 << 20);
+    cr_expect_eq(bytes[1], 8 << 20);
+    test_csv_free(&csv);
+    kvio_sync_plan_free(&plan);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* One message per tensor (146) against a few buckets of the same bytes:
+ * the update takes longer, by the many more messages' control costs. */
+Test(sync, emulate_per_tensor_messages_cost_more_than_buckets, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    json_t *bucket_summary = NULL, *tensor_summary = NULL;
+    json_t *bucket = run_emulate(dir, "bucket", &bucket_summary, "weight_sync.bucket_size=4MiB",
+                                 "weight_sync.pipeline_depth=1");
+    json_t *tensor = run_emulate(dir, "tensor", &tensor_summary,
+                                 "weight_sync.granularity=tensor", "weight_sync.pipeline_depth=1");
+    double bucket_messages = sync_number(bucket, "messages");
+    cr_expect_eq(sync_number(tensor, "messages"), 146, "one per tensor");
+    cr_expect_lt(bucket_messages, 10);
+    /* The measured control cost per message, times the messages each sent. */
+    double control_ms = sync_number(tensor, "control_ms"),
+           bucket_control_ms = sync_number(bucket, "control_ms");
+    cr_expect_gt(control_ms, bucket_control_ms, "%.3f ms of control for 146 messages, %.3f "
+                 "ms for %.0f", control_ms, bucket_control_ms, bucket_messages);
+    cr_expect_float_eq(control_ms, sync_number(tensor, "control_us_per_message") * 146 * 2 / 1e3,
+                       control_ms * 1e-6 + 1e-9, "per message x messages x 2 serve ranks");
+    double tensor_ms = json_number_value(json_object_get(
+               json_object_get(tensor, "update_latency_ms"), "mean")),
+           bucket_ms = json_number_value(json_object_get(
+               json_object_get(bucket, "update_latency_ms"), "mean"));
+    cr_expect_gt(tensor_ms, bucket_ms, "per tensor %.2f ms, in buckets %.2f ms", tensor_ms,
+                 bucket_ms);
+    json_decref(bucket_summary);
+    json_decref(tensor_summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* pipeline_depth 2: some bucket is staged while the one before it is still
+ * being reloaded (bucket i+1 staged while i is put and i-1 reloaded); depth
+ * 1: no bucket is put before the one before it was reloaded by every serve
+ * rank. */
+Test(sync, emulate_pipeline_depth_two_overlaps_the_stages, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    for (int depth = 1; depth <= 2; depth++) {
+        json_t *summary = NULL;
+        char name[32], set[64];
+        snprintf(name, sizeof(name), "depth%d", depth);
+        snprintf(set, sizeof(set), "weight_sync.pipeline_depth=%d", depth);
+        run_emulate(dir, name, &summary, set, "ranks.serve=1");
+        json_decref(summary);
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/%s/sync.csv", dir, name);
+        test_csv_t csv = test_csv_read(path);
+        size_t staged_early = 0, put_early = 0, pairs = 0;
+        for (size_t r = 1; r < csv.num_rows; r++) {
+            if (test_csv_number(&csv, r, "bucket") == 0)
+                continue; /* a new version */
+            pairs++;
+            double reloaded = test_csv_number(&csv, r - 1, "t_reloaded_ms");
+            staged_early += test_csv_number(&csv, r, "t_stage_start_ms") < reloaded;
+            put_early += test_csv_number(&csv, r, "t_transfer_start_ms") < reloaded;
+        }
+        cr_assert_gt(pairs, 8);
+        if (depth == 1)
+            cr_expect_eq(put_early, 0, "depth 1: %zu of %zu buckets put before the one before "
+                         "was reloaded", put_early, pairs);
+        else
+            cr_expect_gt(staged_early, 0, "depth 2: no bucket of %zu staged while the one "
+                         "before was reloaded", pairs);
+        test_csv_free(&csv);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A trainer that dies between two buckets leaves the serve ranks on their
+ * last whole version (the one under way is never activated); a serve rank
+ * that dies mid-version ends the run naming it. Neither hangs. */
+Test(sync, emulate_faults_mid_bucket_end_the_run_naming_the_rank, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "sync.yaml", emulate_workload);
+    static const struct {
+        const char *set1, *set2, *message;
+    } cases[] = {
+        {"train.transport.die_after_chunks=40", "ranks.timeout=10s", "training rank 0 lost"},
+        {"update.die_during_version=2", "update.die_rank=2",
+         "serve rank 2 died while receiving version 2"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[1200], file[1300];
+        snprintf(out, sizeof(out), "%s/fault%zu", dir, i);
+        test_run_t run = test_kvio(dir, "run", path, "-o", out, "--set", cases[i].set1, "--set",
+                                   cases[i].set2, NULL);
+        cr_expect_eq(run.status, 1, "%s: exit %d: %s", cases[i].set1, run.status, run.err);
+        cr_expect(test_contains(run.err, cases[i].message), "%s: %s", cases[i].set1, run.err);
+        test_run_free(&run);
+        snprintf(file, sizeof(file), "%s/summary.json", out);
+        json_t *summary = json_load_file(file, 0, NULL);
+        cr_assert_not_null(summary, "%s", file);
+        cr_expect(json_is_false(json_object_get(summary, "complete")));
+        json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+        cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+        json_decref(summary);
+    }
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* weight_sync in emulate mode over what it does not build: refused by
+ * validate (and run) with exit 2, naming the key. */
+Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "sync.yaml", emulate_workload);
+    static const struct {
+        const char *set, *key;
+    } cases[] = {
+        {"train.transport.kind=file", "train.transport.kind"},
+        {"train.transport.kind=redis", "train.transport.kind"},
+        {"train.transport.fanout=chain", "train.transport.fanout"},
+        {"weight_sync.delta=0.1", "weight_sync.delta"},
+        {"weight_sync.train_pp=2", "weight_sync.train_tp"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int command = 0; command < 2; command++) {
+            char out[1200];
+            snprintf(out, sizeof(out), "%s/out%zu", dir, i);
+            test_run_t run = command == 0
+                                 ? test_kvio(dir, "validate", path, "--set", cases[i].set, NULL)
+                                 : test_kvio(dir, "run", path, "-o", out, "--set", cases[i].set,
+                                             NULL);
+            cr_expect_eq(run.status, 2, "%s: exit %d: %s", cases[i].set, run.status, run.err);
+            cr_expect(test_contains(run.err, cases[i].key), "%s: %s", cases[i].set, run.err);
+            test_run_free(&run);
+        }
+    }
+#ifdef KVIO_HAVE_UCX /* else run refuses the transport first */
+    /* Weights and bucket rings beyond any machine's memory: refused by run
+     * before anything is allocated, with the numbers. */
+    char out[1200];
+    snprintf(out, sizeof(out), "%s/huge", dir);
+    test_run_t run = test_kvio(dir, "run", path, "-o", out, "--set", "train.bytes=512GiB", NULL);
+    cr_expect_eq(run.status, 2, "exit %d: %s", run.status, run.err);
+    cr_expect(test_contains(run.err, "weight_sync needs") &&
+                  test_contains(run.err, "bucket slots"), "%s", run.err);
+    test_run_free(&run);
+#endif
+    free(path);
     test_rmtree(dir);
     free(dir);
 }

@@ -489,26 +489,61 @@ static int run_mpirun(const char *dir, int np, const char *const *sets, size_t n
     return result;
 }
 
+/* Runs the base workload (with sets) as 3 MPI processes, expecting a
+ * complete run: every version activated on both serve ranks, none failing
+ * its checksum. Returns metrics.model_updates (the summary in *summary_p). */
+static json_t *mpirun_complete(const char *dir, const char *const *sets, size_t num_sets,
+                               json_t **summary_p)
+{
+    char *err = NULL;
+    int status = run_mpirun(dir, 3, sets, num_sets, 40, &err);
+    cr_assert_eq(status, 0, "mpirun exit %d: %s", status, err ? err : "");
+    free(err);
+    char out_dir[1200];
+    snprintf(out_dir, sizeof(out_dir), "%s/out", dir);
+    json_t *metrics = model_updates(out_dir, summary_p);
+    cr_expect_str_eq(json_string_value(json_object_get(metrics, "runtime")), "mpi");
+    cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")), 10);
+    cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")), 0);
+    return metrics;
+}
+
 Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
 {
     REQUIRE_UCX();
     if (!test_require("mpi", mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
-    char *err = NULL;
-    int status = run_mpirun(dir, 3, NULL, 0, 40, &err);
-    cr_assert_eq(status, 0, "mpirun exit %d: %s", status, err ? err : "");
-    char out_dir[1200];
-    snprintf(out_dir, sizeof(out_dir), "%s/out", dir);
     json_t *summary = NULL;
-    json_t *metrics = model_updates(out_dir, &summary);
-    cr_expect_str_eq(json_string_value(json_object_get(metrics, "runtime")), "mpi");
-    cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")), 10);
-    cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")), 0);
+    json_t *metrics = mpirun_complete(dir, NULL, 0, &summary);
     /* Processes: the offsets were measured (a round trip is never free). */
     cr_expect_gt(json_real_value(json_object_get(metrics, "clock_offset_uncertainty_us")), 0);
     json_decref(summary);
-    free(err);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* weight_sync's buckets between processes: every bucket of every version
+ * reaches both serve ranks and verifies, each stamped on rank 0's clock. */
+Test(updates, mpirun_moves_weight_sync_buckets_between_processes, .timeout = 60)
+{
+    REQUIRE_UCX();
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    const char *sets[] = {"model.preset=llama3.2-1b", "weight_sync.granularity=bucket",
+                          "weight_sync.bucket_size=64KiB"};
+    json_t *summary = NULL;
+    json_t *sync = json_object_get(mpirun_complete(dir, sets, 3, &summary), "weight_sync");
+    json_int_t buckets = json_integer_value(json_object_get(sync, "buckets"));
+    cr_expect_geq(buckets, 3, "256 KiB in buckets of 64 KiB");
+    cr_expect_gt(json_real_value(json_object_get(sync, "update_ms")), 0);
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/out/sync.csv", dir);
+    test_csv_t csv = test_csv_read(path);
+    cr_expect_eq((json_int_t)csv.num_rows, 5 * 2 * buckets, "5 versions x 2 serve ranks");
+    test_csv_free(&csv);
+    json_decref(summary);
     test_rmtree(dir);
     free(dir);
 }

@@ -18,14 +18,16 @@ const kvio_opt_t kvio_sync_options[] = {
      .offset = offsetof(kvio_sync_config_t, granularity), .values = granularity_names,
      .default_value = "off",
      .help = "off: train.bytes through train.transport's model; whole, bucket or tensor: the "
-             "model's tensors as one message, packed into buckets, or one per tensor "
-             "(simulate mode)"},
+             "model's tensors as one message, packed into buckets, or one per tensor (simulate: "
+             "modelled; emulate: real buckets over train.transport.kind ucx, the tensors "
+             "scaled to train.bytes)"},
     {.key = "bucket_size", .type = KVIO_OPT_SIZE,
      .offset = offsetof(kvio_sync_config_t, bucket_size), .default_value = "2GiB",
      .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "bucket: tensors packed up to this size"},
     {.key = "control", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_sync_config_t, control_ns), .default_value = "1ms",
-     .help = "per message: the RPC or notice that goes with it"},
+     .help = "per message: the RPC or notice that goes with it (simulate; emulate measures "
+             "its notices)"},
     {.key = "pipeline_depth", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_sync_config_t, pipeline_depth), .default_value = "2",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 64,
@@ -243,6 +245,61 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
         plan.total_ns = plan.arrival_ns[i] > plan.total_ns ? plan.arrival_ns[i] : plan.total_ns;
     }
     free(ends);
+    *plan_p = plan;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_sync_buckets(const kvio_sync_config_t *config, const kvio_model_t *model,
+                                uint64_t total_bytes, kvio_sync_plan_t *plan_p, char *error_p,
+                                size_t error_len)
+{
+    kvio_sync_plan_t plan = {0};
+    kvio_tensor_t *tensors = NULL;
+    size_t count = 0;
+    kvio_status_t status = kvio_model_tensors(model, &tensors, &count);
+    if (status != KVIO_OK || count == 0) {
+        free(tensors);
+        snprintf(error_p, error_len, "weight_sync: the model has no tensors");
+        return status != KVIO_OK ? status : KVIO_ERR_CONFIG;
+    }
+    if (total_bytes < 8 * (uint64_t)count) {
+        free(tensors);
+        snprintf(error_p, error_len, "weight_sync: train.bytes (%llu bytes) cannot hold the "
+                 "model's %zu tensors (8 bytes each at least)",
+                 (unsigned long long)total_bytes, count);
+        return KVIO_ERR_CONFIG;
+    }
+    double model_bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        model_bytes += (double)tensors[i].bytes;
+    /* Each tensor's share, rounded down to 8 bytes (8 at least, which the
+     * others' rounding down leaves room for); the last takes the rest. */
+    uint64_t placed = 0;
+    for (size_t i = 0; i + 1 < count; i++) {
+        uint64_t share = (uint64_t)((double)tensors[i].bytes / model_bytes * (double)total_bytes);
+        share = share / 8 * 8;
+        tensors[i].bytes = share < 8 ? 8 : share;
+        placed += tensors[i].bytes;
+    }
+    if (placed + 8 > total_bytes) {
+        free(tensors);
+        snprintf(error_p, error_len, "weight_sync: train.bytes (%llu bytes) is too small for "
+                 "the model's %zu tensors", (unsigned long long)total_bytes, count);
+        return KVIO_ERR_CONFIG;
+    }
+    tensors[count - 1].bytes = total_bytes - placed;
+    status = make_buckets(config, tensors, count, &plan);
+    free(tensors);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "weight_sync: out of memory planning %zu tensors", count);
+        return status;
+    }
+    for (size_t b = 0; b < plan.num_buckets; b++) {
+        plan.buckets[b].wire_bytes = plan.buckets[b].bytes;
+        plan.bytes += plan.buckets[b].bytes;
+    }
+    plan.wire_bytes = plan.bytes;
+    plan.messages = plan.num_buckets;
     *plan_p = plan;
     return KVIO_OK;
 }

@@ -117,6 +117,8 @@ static kvio_status_t ucx_stub_preflight(const kvio_xfer_config_t *config, uint64
     return KVIO_ERR_UNSUPPORTED;
 }
 const kvio_xfer_ops_t kvio_xfer_ucx_ops = {.name = "ucx", .preflight = ucx_stub_preflight};
+const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops = {.name = "ucx",
+                                                  .preflight = ucx_stub_preflight};
 #endif
 
 #ifndef KVIO_HAVE_REDIS
@@ -172,6 +174,51 @@ static const kvio_xfer_ops_t *find_ops(int kind)
     return xfer_registry[kind];
 }
 
+/* The plug-in for config: its kind's, or, with weight_sync's buckets, the
+ * bucketed one (ucx only; NULL with the reason otherwise). */
+static const kvio_xfer_ops_t *config_ops(const kvio_xfer_config_t *config, char *error_p,
+                                         size_t error_len)
+{
+    const kvio_xfer_ops_t *ops = find_ops(config->kind);
+    if (ops == NULL) {
+        snprintf(error_p, error_len, "unknown transport kind %d", config->kind);
+        return NULL;
+    }
+    if (config->num_buckets == 0)
+        return ops;
+    if (config->kind != KVIO_XFER_UCX) {
+        snprintf(error_p, error_len, "weight_sync: emulate mode moves buckets over "
+                 "train.transport.kind: ucx only, not %s", ops->name);
+        return NULL;
+    }
+    return &kvio_xfer_ucx_bucket_ops;
+}
+
+kvio_xfer_bucket_stamp_t *kvio_xfer_bucket_stamp_add(kvio_xfer_t *xfer, size_t count)
+{
+    if (xfer->num_stamps + count > xfer->stamps_capacity) {
+        size_t capacity = xfer->stamps_capacity > 0 ? xfer->stamps_capacity : 64;
+        while (capacity < xfer->num_stamps + count)
+            capacity *= 2;
+        kvio_xfer_bucket_stamp_t *bigger = realloc(xfer->stamps, capacity * sizeof(*bigger));
+        if (bigger == NULL)
+            return NULL;
+        xfer->stamps = bigger;
+        xfer->stamps_capacity = capacity;
+    }
+    kvio_xfer_bucket_stamp_t *first = xfer->stamps + xfer->num_stamps;
+    memset(first, 0, count * sizeof(*first));
+    xfer->num_stamps += count;
+    return first;
+}
+
+void kvio_xfer_bucket_stamps(const kvio_xfer_t *xfer, const kvio_xfer_bucket_stamp_t **stamps_p,
+                             size_t *count_p)
+{
+    *stamps_p = xfer->stamps;
+    *count_p = xfer->num_stamps;
+}
+
 void kvio_xfer_set_error(kvio_xfer_t *xfer, const char *fmt, ...)
 {
     if (xfer->error[0] != '\0')
@@ -219,11 +266,9 @@ static kvio_status_t weights_on_gpu(const kvio_xfer_config_t *config,
 kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
                                   char *error_p, size_t error_len)
 {
-    const kvio_xfer_ops_t *ops = find_ops(config->kind);
-    if (ops == NULL) {
-        snprintf(error_p, error_len, "unknown transport kind %d", config->kind);
+    const kvio_xfer_ops_t *ops = config_ops(config, error_p, error_len);
+    if (ops == NULL)
         return KVIO_ERR_CONFIG;
-    }
     bool gpu = false;
     kvio_status_t status = weights_on_gpu(config, ops, &gpu, error_p, error_len);
     if (status != KVIO_OK)
@@ -289,12 +334,14 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
                                int num_receivers, uint64_t bytes, kvio_xfer_t **xfer_p,
                                char *error_p, size_t error_len)
 {
-    const kvio_xfer_ops_t *ops = find_ops(config->kind);
-    if (ops == NULL || ops->init == NULL) {
-        if (ops != NULL && ops->preflight != NULL)
-            return ops->preflight(config, bytes, error_p, error_len);
-        snprintf(error_p, error_len, "unknown transport kind %d", config->kind);
+    const kvio_xfer_ops_t *ops = config_ops(config, error_p, error_len);
+    if (ops == NULL)
         return KVIO_ERR_CONFIG;
+    if (ops->init == NULL) {
+        if (ops->preflight != NULL)
+            return ops->preflight(config, bytes, error_p, error_len);
+        snprintf(error_p, error_len, "%s transport not built", ops->name);
+        return KVIO_ERR_UNSUPPORTED;
     }
     if (config->fanout == KVIO_XFER_FANOUT_CHAIN && !(ops->caps & KVIO_XFER_CAP_CHAIN)) {
         snprintf(error_p, error_len, "%s transport: fanout: chain is not supported",
@@ -366,6 +413,7 @@ void kvio_xfer_destroy(kvio_xfer_t *xfer)
     if (xfer->ops->fini != NULL)
         xfer->ops->fini(xfer);
     kvio_device_destroy(xfer->device);
+    free(xfer->stamps);
     free(xfer->priv);
     free(xfer->receivers);
     free(xfer);
@@ -458,18 +506,19 @@ static kvio_status_t sum_end(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta)
     return KVIO_ERR_INTERNAL;
 }
 
-/* One put to a push receiver (target -1: the chain's first hop), summing
- * the buffer on the way when summing is set (meta->checksum is then filled
- * in before the notice; a chain's completing message carries it on). */
+/* One put to a push receiver (target -1: the chain's first hop, or, with
+ * buckets, every receiver), summing the buffer on the way when summing is
+ * set (meta->checksum is then filled in before the notice; a chain's
+ * completing message, or the last bucket's notice, carries it on). */
 static kvio_status_t put_summed(kvio_xfer_t *xfer, int target, kvio_xfer_meta_t *meta,
                                 bool summing)
 {
     if (summing)
         sum_begin(xfer);
+    bool chain = target < 0 && !(xfer->ops->caps & KVIO_XFER_CAP_BUCKETS);
     kvio_status_t status =
-        target < 0 ? checked(xfer, xfer->ops->chain(xfer, meta),
-                             "putting the weights down the chain")
-                   : checked(xfer, xfer->ops->put(xfer, target, meta), "putting the weights");
+        chain ? checked(xfer, xfer->ops->chain(xfer, meta), "putting the weights down the chain")
+              : checked(xfer, xfer->ops->put(xfer, target, meta), "putting the weights");
     if (summing && status == KVIO_OK)
         status = sum_end(xfer, meta);
     xfer->hashing = false;
@@ -495,6 +544,14 @@ static kvio_status_t publish(kvio_xfer_t *xfer, uint64_t version, uint64_t check
             times.bytes_moved = xfer->bytes;
             status = checked(xfer, ops->notify(xfer, -1, &meta), "notifying");
         }
+    } else if (ops->caps & KVIO_XFER_CAP_BUCKETS) {
+        /* Buckets: one pipeline into every receiver, each bucket announced
+         * as it lands (the plug-in waits for the receivers' slots). */
+        times.start_ns = kvio_rte_time_ns(xfer->rte);
+        meta.t_xfer_start_ns = times.start_ns;
+        status = put_summed(xfer, -1, &meta, summing);
+        if (status == KVIO_OK)
+            times.bytes_moved = xfer->bytes * (uint64_t)xfer->num_receivers;
     } else if (xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN) {
         /* Chain: a free slot on every receiver, then the first hop; the
          * receivers forward it and notify themselves. */

@@ -380,8 +380,8 @@ static kvio_status_t file_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
     return KVIO_INPROGRESS;
 }
 
-static kvio_status_t file_fetch(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta, void *buffer,
-                                uint64_t offset, uint64_t length, uint64_t *moved_p)
+static kvio_status_t file_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, void *buffer,
+                               uint64_t offset, uint64_t length, uint64_t *moved_p)
 {
     file_priv_t *priv = xfer->priv;
     if (priv->read_fd < 0 || priv->read_version != meta->version) {

@@ -39,8 +39,10 @@ typedef struct kvio_xfer_ops {
     /* Receiver: KVIO_OK with the next notice, KVIO_INPROGRESS when none. */
     kvio_status_t (*poll)(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p);
     /* Receiver: reads up to length bytes at offset of the version into
-     * buffer; *moved_p says how many arrived. */
-    kvio_status_t (*fetch)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta, void *buffer,
+     * buffer; *moved_p says how many arrived (0: none yet). A transport
+     * that learns the version's checksum only with its last piece (buckets)
+     * fills meta->checksum then. */
+    kvio_status_t (*fetch)(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, void *buffer,
                            uint64_t offset, uint64_t length, uint64_t *moved_p);
     /* Receiver, LANDED: the newest version on its way whose notice is not
      * yet queued, and the prefix of it in place; KVIO_INPROGRESS: none. */
@@ -100,6 +102,8 @@ struct kvio_xfer {
      * while hashing is set. */
     kvio_xfer_sum_t put_sum;
     bool hashing;
+    kvio_xfer_bucket_stamp_t *stamps; /* bucketed transports: kvio_xfer_bucket_stamp_add */
+    size_t num_stamps, stamps_capacity;
     char info[512];       /* plug-in fills: what it uses */
     char error[512];      /* the first error, via kvio_xfer_set_error */
 };
@@ -109,6 +113,12 @@ extern const kvio_xfer_ops_t kvio_xfer_file_ops;
 extern const kvio_xfer_ops_t kvio_xfer_redis_ops;
 extern const kvio_xfer_ops_t kvio_xfer_cuda_ipc_ops;
 extern const kvio_xfer_ops_t kvio_xfer_staged_ops;
+/* ucx with weight_sync's buckets (config->num_buckets > 0). */
+extern const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops;
+
+/* Appends count zeroed bucket stamps and returns the first (NULL: out of
+ * memory); the pointer is valid until the next call. */
+kvio_xfer_bucket_stamp_t *kvio_xfer_bucket_stamp_add(kvio_xfer_t *xfer, size_t count);
 
 /* Records a plug-in's error (kept with the xfer for the caller). */
 void kvio_xfer_set_error(kvio_xfer_t *xfer, const char *fmt, ...)

@@ -418,8 +418,8 @@ static kvio_status_t redis_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
     return KVIO_INPROGRESS;
 }
 
-static kvio_status_t redis_fetch(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta, void *buffer,
-                                 uint64_t offset, uint64_t length, uint64_t *moved_p)
+static kvio_status_t redis_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, void *buffer,
+                                uint64_t offset, uint64_t length, uint64_t *moved_p)
 {
     redis_priv_t *priv = xfer->priv;
     *moved_p = 0;

@@ -129,6 +129,12 @@ bool kvio_updates_coupled(const kvio_workload_t *workload);
 kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
                                       size_t error_len);
 
+/* Emulate mode with weight_sync on: the buckets one update moves (the
+ * model's tensors scaled to train.bytes, packed by the granularity; see
+ * kvio_sync_buckets). Free with kvio_sync_plan_free. */
+kvio_status_t kvio_updates_sync_buckets(const kvio_workload_t *workload, kvio_sync_plan_t *plan_p,
+                                        char *error_p, size_t error_len);
+
 /* Checks what can fail before any rank starts (Redis answers, directory
  * writable, transport built, and, in emulate mode, that the weight buffers
  * fit in memory beside other_bytes the run's KV pools take). */

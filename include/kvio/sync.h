@@ -1,5 +1,6 @@
 /* Weight sync as RL systems run it, modelled on the virtual clock (simulate
- * mode): the model's tensors (kvio/tensors.h) grouped into messages (whole,
+ * mode; emulate mode moves the same buckets for real, xfer/xfer_bucket_ucx.c):
+ * the model's tensors (kvio/tensors.h) grouped into messages (whole,
  * per bucket or per tensor, each with a control cost), each bucket going
  * through three stages — staged into a GPU from the trainer's host copy,
  * broadcast to every GPU of every serving instance (within a node over the
@@ -72,5 +73,16 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
                              const kvio_gpu_t *gpu, int64_t serve_tp, int64_t instances,
                              kvio_sync_plan_t *plan_p, char *error_p, size_t error_len);
 void kvio_sync_plan_free(kvio_sync_plan_t *plan);
+
+/* Emulate mode: the buckets of one update whose weights are total_bytes,
+ * the model's tensors scaled to it (each keeps its share of the model, in
+ * 8-byte multiples, the last takes the rest; their number stays the
+ * model's), packed by config's granularity. Fills plan_p's buckets
+ * (bytes, wire_bytes = bytes, tensors), num_buckets, bytes and messages (one
+ * per bucket); no times. Free with kvio_sync_plan_free. KVIO_ERR_CONFIG
+ * when total_bytes cannot hold 8 bytes per tensor. */
+kvio_status_t kvio_sync_buckets(const kvio_sync_config_t *config, const kvio_model_t *model,
+                                uint64_t total_bytes, kvio_sync_plan_t *plan_p, char *error_p,
+                                size_t error_len);
 
 #endif

@@ -50,6 +50,10 @@ extern const char *const kvio_xfer_discovery_names[];
 #define KVIO_XFER_CAP_HASH_ON_PUT 64u /* the sender sums each piece as it puts it (host
                                          memory): the checksum needs no pass over the
                                          buffer of its own */
+#define KVIO_XFER_CAP_BUCKETS 256u     /* weight_sync's buckets: one put (target -1)
+                                         moves a version to every receiver bucket by
+                                         bucket, and each receiver fetches (reloads) a
+                                         bucket once its notice came */
 #define KVIO_XFER_CAP_LANDED 128u     /* a receiver learns, before the notice, how much of
                                          the version on its way is in place
                                          (kvio_xfer_landed) */
@@ -102,6 +106,13 @@ typedef struct kvio_xfer_config {
                                  died) after this many chunks; 0: never */
     kvio_device_config_t device; /* not an option: the run copies the workload's
                                     `device:` section here (zero: host) */
+    /* Not options: weight_sync in emulate mode (the run fills them in). The
+     * weights move as num_buckets buckets of these sizes, in order, adding
+     * up to the weights' bytes, pipeline_depth of them in flight (ucx only);
+     * num_buckets 0: the weights as one blob. Borrowed. */
+    const uint64_t *bucket_bytes;
+    size_t num_buckets;
+    int64_t pipeline_depth;
 } kvio_xfer_config_t;
 
 /* The option table of `train.transport`. */
@@ -262,6 +273,34 @@ void kvio_xfer_checksum_update(kvio_xfer_checksum_t *checksum, const void *data,
 uint64_t kvio_xfer_checksum_digest(const kvio_xfer_checksum_t *checksum);
 /* The checksum of length bytes at data, at once. */
 uint64_t kvio_xfer_checksum_of(const void *data, uint64_t length);
+
+/* Bucketed weight sync (config->num_buckets > 0): when each stage of each
+ * bucket of each version began and ended, on rank 0's clock. The sender
+ * has a row per bucket and receiver (rank: the sender's, peer: the
+ * receiver's) with stage (its copy from the weights into a staging slot;
+ * the same in every row of the bucket), transfer (the put into that
+ * receiver and its flush) and control (the bucket's notice to it); a
+ * receiver's rows (peer: the sender) have the notice's arrival and the
+ * reload (its copy from its receive slot into its weights). Unused times
+ * are 0. */
+typedef struct kvio_xfer_bucket_stamp {
+    uint64_t version;
+    uint32_t bucket;
+    int32_t rank;
+    int32_t peer;
+    uint32_t unused;
+    uint64_t bytes;
+    int64_t stage_start_ns, stage_end_ns;
+    int64_t transfer_start_ns, transfer_end_ns;
+    int64_t control_start_ns, control_end_ns; /* sender: posting the notice until sent */
+    int64_t notice_sent_ns, noticed_ns;       /* receiver: the notice posted, received */
+    int64_t reload_start_ns, reload_end_ns;
+} kvio_xfer_bucket_stamp_t;
+
+/* This rank's bucket stamps so far (borrowed, valid until the next publish
+ * or fetch; count 0 for a transport that moves one blob). */
+void kvio_xfer_bucket_stamps(const kvio_xfer_t *xfer, const kvio_xfer_bucket_stamp_t **stamps_p,
+                             size_t *count_p);
 
 /* Simulate mode: when receiver index (0-based) of num_receivers has the
  * data, in ns after the publish starts, and how long the sender is busy. */
