@@ -551,6 +551,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .warmup_ns = workload->warmup_ns,
             .warmup_requests = workload->warmup_requests,
             .stream = stream,
+            .rank_timeout_ns = workload->ranks.timeout_ns,
             .num_requests = num_requests,
             .results = results,
             .stop = options->stop,

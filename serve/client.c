@@ -14,6 +14,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
+#include "kvio/progress.h"
 #include "kvio/rte.h"
 #include "kvio/wire.h"
 #include "serve/serve_int.h"
@@ -654,7 +655,13 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
     if (status == KVIO_OK)
         status = kvio_stream_next(run->stream, &next);
     bool first = true;
+    /* Progress in a plain run (with a trainer, the trainer's is shown). */
+    kvio_progress_t *progress = NULL;
+    if (run->first_serve_rank == 0)
+        kvio_progress_create("emulate: requests sent", run->num_requests, &progress);
     while (status == KVIO_OK) {
+        if (progress != NULL)
+            kvio_progress_update(progress, client->generated);
         status = client_drain_states(client, &all_final, error_p, error_len);
         if (status != KVIO_OK || all_final)
             break;
@@ -704,6 +711,7 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
             nanosleep(&pause, NULL);
         }
     }
+    kvio_progress_destroy(progress);
     free(hashes.hashes);
     /* Interrupted serve ranks take no more batches: nothing to wait for. */
     if (status == KVIO_OK && !(stop != NULL && *stop))

@@ -1,15 +1,17 @@
-/* Emulate mode: the same engine in real time. Each serve rank is a thread
- * with real KV memory (its blocks are host memory of the model's block size)
- * and its lower tiers; an iteration takes the cost model's time for real
- * (sleep, then spin the last stretch); swaps and tier traffic really copy.
- * The calling thread is the client: it generates the stream in real time and
- * routes each request to a rank from the state the ranks publish every
- * iteration (serve/client.c); in the coupled run the client is a rank. */
+/* Emulate mode: the same engine in real time. Each serve rank is a rank of
+ * the runtime (a thread of the local runtime, or an MPI process in the
+ * coupled run) with real KV memory (its blocks are host memory of the
+ * model's block size) and its lower tiers; an iteration takes the cost
+ * model's time for real (sleep, then spin the last stretch); swaps and tier
+ * traffic really copy. With several serve ranks a client rank generates the
+ * stream in real time and routes each request from the state the ranks
+ * publish (serve/client.c); one serve rank takes its stream itself. The
+ * plain run and the coupled run share the serve ranks, the client and the
+ * merge of their reports; one mechanism moves requests and state. */
 #include "kvio/serve.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,17 +86,6 @@ static void timing_fini(iteration_timing_t *timing)
     kvio_hist_destroy(timing->error_ppm);
 }
 
-typedef struct inbox_item {
-    kvio_engine_request_t request;
-    kvio_hash_t *hashes;
-} inbox_item_t;
-
-/* A state message a rank has published and the client not yet read. */
-typedef struct state_item {
-    void *blob;
-    size_t length;
-} state_item_t;
-
 /* What one serve rank runs on: real KV memory, its tiers and its engine. */
 typedef struct rank_setup {
     kvio_engine_t *engine;
@@ -111,278 +102,9 @@ typedef struct rank_setup {
     size_t num_tiers;
 } rank_setup_t;
 
-typedef struct emulate emulate_t;
-
-typedef struct rank_state {
-    emulate_t *emulate;
-    uint32_t rank;
-    kvio_engine_t *engine;          /* setup.engine */
-    struct rank_setup setup;
-    pthread_t thread;
-    bool started;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    inbox_item_t *inbox;
-    size_t inbox_count, inbox_capacity;
-    kvio_serve_publisher_t publisher; /* the rank thread's own */
-    state_item_t *states;            /* published, not yet read by the client (under lock) */
-    size_t num_states, states_capacity;
-    iteration_timing_t timing;
-    kvio_status_t status;
-    char error[512];
-} rank_state_t;
-
-struct emulate {
-    const kvio_serve_run_t *run;
-    uint32_t num_ranks;
-    uint32_t blocks;
-    uint32_t block_size;
-    uint64_t block_bytes;
-    kvio_cost_t *cost;
-    kvio_router_t *router;
-    kvio_serve_mirror_t *mirror;     /* the client thread's */
-    uint64_t *routed;                /* requests per rank (client thread) */
-    rank_state_t *ranks;
-    uint64_t start_ns;
-    _Atomic bool client_done;
-    _Atomic bool abort_all;
-    pthread_mutex_t csv_lock;
-    kvio_csv_t *requests_csv, *iterations_csv;
-};
-
-static int64_t now_ns(const emulate_t *emulate)
-{
-    return (int64_t)(kvio_time_ns() - emulate->start_ns);
-}
-
-static void on_finish(void *context, const kvio_engine_finished_t *finished)
-{
-    rank_state_t *state = context;
-    emulate_t *emulate = state->emulate;
-    if (emulate->requests_csv == NULL)
-        return;
-    char row[256];
-    kvio_serve_request_row(finished, row, sizeof(row));
-    pthread_mutex_lock(&emulate->csv_lock);
-    kvio_csv_row(emulate->requests_csv, "%s", row);
-    pthread_mutex_unlock(&emulate->csv_lock);
-}
-
-static void on_iteration(void *context, uint32_t rank, const kvio_engine_iteration_t *iteration)
-{
-    rank_state_t *state = context;
-    emulate_t *emulate = state->emulate;
-    kvio_serve_trace_iteration(emulate->run->events, state->engine, rank, iteration,
-                               emulate->run->gpu->host_bandwidth);
-    if (emulate->iterations_csv == NULL)
-        return;
-    pthread_mutex_lock(&emulate->csv_lock);
-    kvio_serve_iteration_row(emulate->iterations_csv, rank, iteration);
-    pthread_mutex_unlock(&emulate->csv_lock);
-}
-
-/* Once the client has sent its last request nobody reads the state any
- * more: the deltas are not kept either. */
-static void on_cache(void *context, kvio_hash_t hash, bool cached)
-{
-    rank_state_t *state = context;
-    if (!atomic_load(&state->emulate->client_done))
-        kvio_serve_publisher_note(&state->publisher, hash, cached);
-}
-
-/* Queues this rank's state for the client (after every iteration while the
- * client routes). */
-static kvio_status_t publish_state(rank_state_t *state)
-{
-    if (atomic_load(&state->emulate->client_done))
-        return KVIO_OK;
-    state_item_t item = {0};
-    kvio_status_t status = kvio_serve_publisher_pack(&state->publisher, state->engine, false,
-                                                     &item.blob, &item.length);
-    if (status != KVIO_OK)
-        return status;
-    pthread_mutex_lock(&state->lock);
-    if (state->num_states == state->states_capacity) {
-        size_t capacity = state->states_capacity ? 2 * state->states_capacity : 16;
-        state_item_t *bigger = realloc(state->states, capacity * sizeof(*bigger));
-        if (bigger == NULL) {
-            pthread_mutex_unlock(&state->lock);
-            free(item.blob);
-            return KVIO_ERR_NOMEM;
-        }
-        state->states = bigger;
-        state->states_capacity = capacity;
-    }
-    state->states[state->num_states++] = item;
-    pthread_mutex_unlock(&state->lock);
-    return KVIO_OK;
-}
-
-/* The client thread: applies what every rank has published. */
-static kvio_status_t read_states(emulate_t *emulate)
-{
-    kvio_status_t status = KVIO_OK;
-    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
-        rank_state_t *state = &emulate->ranks[r];
-        pthread_mutex_lock(&state->lock);
-        for (size_t i = 0; i < state->num_states; i++) {
-            bool final = false;
-            if (status == KVIO_OK)
-                status = kvio_serve_mirror_apply(emulate->mirror, r, state->states[i].blob,
-                                                 state->states[i].length, &final);
-            free(state->states[i].blob);
-        }
-        state->num_states = 0;
-        pthread_mutex_unlock(&state->lock);
-    }
-    return status;
-}
-
-/* Moves the inbox into the engine. */
-static kvio_status_t drain_inbox(rank_state_t *state)
-{
-    kvio_status_t status = KVIO_OK;
-    pthread_mutex_lock(&state->lock);
-    state->publisher.received += state->inbox_count;
-    for (size_t i = 0; i < state->inbox_count; i++) {
-        if (status == KVIO_OK)
-            status = kvio_engine_add(state->engine, &state->inbox[i].request);
-        free(state->inbox[i].hashes);
-    }
-    state->inbox_count = 0;
-    pthread_mutex_unlock(&state->lock);
-    return status;
-}
-
-static void *rank_main(void *argument)
-{
-    rank_state_t *state = argument;
-    emulate_t *emulate = state->emulate;
-    kvio_status_t status = KVIO_OK;
-    tune_thread(emulate->run->serve->engine.realtime, state->rank);
-    while (status == KVIO_OK && !atomic_load(&emulate->abort_all)) {
-        status = drain_inbox(state);
-        if (status != KVIO_OK)
-            break;
-        if (!kvio_engine_has_work(state->engine)) {
-            if (atomic_load(&emulate->client_done)) {
-                pthread_mutex_lock(&state->lock);
-                bool empty = state->inbox_count == 0;
-                pthread_mutex_unlock(&state->lock);
-                if (empty)
-                    break;
-                continue;
-            }
-            /* Idle: wait for a request (bounded, so aborts are seen). */
-            pthread_mutex_lock(&state->lock);
-            if (state->inbox_count == 0 && !atomic_load(&emulate->client_done)) {
-                struct timespec deadline;
-                clock_gettime(CLOCK_REALTIME, &deadline);
-                deadline.tv_nsec += 1000000;
-                if (deadline.tv_nsec >= 1000000000) {
-                    deadline.tv_sec++;
-                    deadline.tv_nsec -= 1000000000;
-                }
-                pthread_cond_timedwait(&state->wake, &state->lock, &deadline);
-            }
-            pthread_mutex_unlock(&state->lock);
-            continue;
-        }
-        int64_t start = now_ns(emulate);
-        int64_t cpu_start = thread_cpu_ns();
-        kvio_engine_iteration_t iteration;
-        kvio_serve_step_t step;
-        status = kvio_serve_step(state->engine, start,
-                                 (uint32_t)emulate->run->first_serve_rank + state->rank, false,
-                                 &iteration, &step, state->error, sizeof(state->error));
-        if (status != KVIO_OK)
-            break;
-        int64_t scheduled_cpu = thread_cpu_ns();
-        int64_t target = start + iteration.duration_ns;
-        kvio_executor_t *executor = &state->setup.executor;
-        status = executor->ops->compute(executor, target - now_ns(emulate));
-        if (status != KVIO_OK) {
-            snprintf(state->error, sizeof(state->error), "serve rank %u: %s", state->rank,
-                     kvio_device_error(state->setup.device));
-            break;
-        }
-        executor->ops->wait_until(executor, target);
-        int64_t end = now_ns(emulate);
-        timing_record(&state->timing, iteration.duration_ns, end - target);
-        int64_t complete_cpu = thread_cpu_ns();
-        kvio_engine_complete(state->engine, end);
-        state->timing.overhead_ns +=
-            (scheduled_cpu - cpu_start) + (thread_cpu_ns() - complete_cpu);
-        if (emulate->num_ranks > 1)
-            status = publish_state(state);
-        if (status != KVIO_OK)
-            snprintf(state->error, sizeof(state->error), "serve rank %u: publishing its state: %s",
-                     state->rank, kvio_strerror(status));
-    }
-    if (status == KVIO_OK && atomic_load(&emulate->abort_all))
-        status = KVIO_ERR_INTERRUPTED;
-    state->status = status;
-    if (status != KVIO_OK && status != KVIO_ERR_INTERRUPTED)
-        atomic_store(&emulate->abort_all, true);
-    return NULL;
-}
-
-static kvio_status_t push_request(rank_state_t *state, const kvio_engine_request_t *request)
-{
-    inbox_item_t item = {.request = *request};
-    if (request->num_hashes > 0) {
-        item.hashes = malloc(request->num_hashes * sizeof(kvio_hash_t));
-        if (item.hashes == NULL)
-            return KVIO_ERR_NOMEM;
-        memcpy(item.hashes, request->hashes, request->num_hashes * sizeof(kvio_hash_t));
-    }
-    item.request.hashes = item.hashes;
-    pthread_mutex_lock(&state->lock);
-    if (state->inbox_count == state->inbox_capacity) {
-        size_t capacity = state->inbox_capacity ? 2 * state->inbox_capacity : 64;
-        inbox_item_t *bigger = realloc(state->inbox, capacity * sizeof(*bigger));
-        if (bigger == NULL) {
-            pthread_mutex_unlock(&state->lock);
-            free(item.hashes);
-            return KVIO_ERR_NOMEM;
-        }
-        state->inbox = bigger;
-        state->inbox_capacity = capacity;
-    }
-    state->inbox[state->inbox_count++] = item;
-    pthread_cond_signal(&state->wake);
-    pthread_mutex_unlock(&state->lock);
-    return KVIO_OK;
-}
-
-/* Routers in real time read only what ranks publish (the mirror). */
-static kvio_status_t route(emulate_t *emulate, const kvio_engine_request_t *request,
-                           uint32_t *rank_p)
-{
-    if (emulate->num_ranks == 1) { /* nothing to choose, nothing published */
-        emulate->routed[0]++;
-        *rank_p = 0;
-        return KVIO_OK;
-    }
-    kvio_status_t status = read_states(emulate);
-    if (status != KVIO_OK)
-        return status;
-    kvio_router_view_t view;
-    kvio_serve_mirror_view(emulate->mirror, &view);
-    uint32_t rank = kvio_router_choose_view(emulate->router, &view, emulate->num_ranks, request);
-    status = kvio_serve_mirror_dispatched(emulate->mirror, rank, request);
-    if (status != KVIO_OK)
-        return status;
-    emulate->routed[rank]++;
-    *rank_p = rank;
-    return KVIO_OK;
-}
-
-/* The reference for swap copies, in the same run and the same memory: a
- * plain memcpy of as many whole blocks as the rank swapped out (at most
- * 64), strided from the pool into the swap space (free again at the end).
- * Adds the copied bytes and nanoseconds; nothing without a host swap space
- * or swaps. */
+/* A plain memcpy of as many whole blocks as the rank swapped (at most 64)
+ * between its pool and swap space, after the run: what the swap copies
+ * compare with (swap_reference_copy_gbps). */
 static void reference_copy(const rank_setup_t *setup, uint64_t block_bytes,
                            uint64_t swapped_bytes, uint64_t *bytes_p, int64_t *ns_p)
 {
@@ -617,43 +339,6 @@ static const char *setup_memory(const rank_setup_t *setup)
     return setup->device != NULL ? kvio_device_describe(setup->device) : "host";
 }
 
-static kvio_status_t rank_init(emulate_t *emulate, rank_state_t *state, uint32_t rank,
-                               char *error_p, size_t error_len)
-{
-    state->emulate = emulate;
-    state->rank = rank;
-    pthread_mutex_init(&state->lock, NULL);
-    pthread_cond_init(&state->wake, NULL);
-    if (timing_init(&state->timing) != KVIO_OK)
-        return KVIO_ERR_NOMEM;
-    /* One rank needs no router, so it publishes nothing (and its pool runs
-     * without hooks, as in the single-rank timing targets). */
-    kvio_engine_observer_t observer = {.context = state, .on_finish = on_finish,
-                                       .on_iteration = on_iteration,
-                                       .on_cache = emulate->num_ranks > 1 ? on_cache : NULL};
-    kvio_status_t status = setup_create(emulate->run, rank, emulate->blocks, emulate->block_bytes,
-                                        emulate->cost, observer, &state->setup, error_p,
-                                        error_len);
-    state->engine = state->setup.engine;
-    return status;
-}
-
-static void rank_fini(rank_state_t *state)
-{
-    setup_destroy(&state->setup);
-    for (size_t i = 0; i < state->inbox_count; i++)
-        free(state->inbox[i].hashes);
-    free(state->inbox);
-    for (size_t i = 0; i < state->num_states; i++)
-        free(state->states[i].blob);
-    free(state->states);
-    kvio_serve_publisher_fini(&state->publisher);
-    timing_fini(&state->timing);
-    pthread_mutex_destroy(&state->lock);
-    pthread_cond_destroy(&state->wake);
-}
-
-/* Emulate-only measurements: timing error and the engine's own overhead. */
 /* The executor's section of the metrics, for the plain and coupled runs:
  * where the KV pool was (kv_memory may be NULL: unknown), the spin, the
  * timing errors and the engine's overhead. */
@@ -668,29 +353,6 @@ static json_t *executor_object(const char *executor, const char *kv_memory, bool
                      kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
                      kvio_hist_quantile(error_ppm, 0.99) / 1e4, "engine_overhead_pct",
                      planned > 0 ? 100.0 * (double)overhead / (double)planned : 0);
-}
-
-static json_t *executor_json(const emulate_t *emulate)
-{
-    kvio_hist_t *error_ns, *error_ppm;
-    if (kvio_hist_create(&error_ns) != KVIO_OK || kvio_hist_create(&error_ppm) != KVIO_OK)
-        return json_object();
-    int64_t overhead = 0, planned = 0;
-    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
-        kvio_hist_merge(error_ns, emulate->ranks[r].timing.error_ns);
-        kvio_hist_merge(error_ppm, emulate->ranks[r].timing.error_ppm);
-        overhead += emulate->ranks[r].timing.overhead_ns;
-        planned += emulate->ranks[r].timing.planned_ns;
-    }
-    const rank_setup_t *first = &emulate->ranks[0].setup;
-    json_t *object = executor_object(first->executor.ops->name, setup_memory(first), first->spin,
-                                     spin_memory(first, emulate->run), error_ns, error_ppm,
-                                     overhead, planned);
-    json_object_set_new(object, "timing_error_max_us",
-                        json_real((double)kvio_hist_max(error_ns) / 1e3));
-    kvio_hist_destroy(error_ns);
-    kvio_hist_destroy(error_ppm);
-    return object;
 }
 
 kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t *host_bytes_p,
@@ -763,204 +425,6 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
     return KVIO_OK;
 }
 
-kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p,
-                                 bool *complete_p, char *error_p, size_t error_len)
-{
-    emulate_t emulate_storage;
-    emulate_t *emulate = &emulate_storage;
-    memset(emulate, 0, sizeof(*emulate));
-    emulate->run = run;
-    emulate->num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
-    emulate->block_size = (uint32_t)run->serve->kvcache.block_size;
-    emulate->block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
-                           emulate->block_size;
-    pthread_mutex_init(&emulate->csv_lock, NULL);
-    kvio_hash_buffer_t hashes = {0};
-    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
-                                                run->cost->tensor_parallel, &emulate->blocks,
-                                                error_p, error_len);
-    if (status != KVIO_OK)
-        goto out;
-    status = kvio_serve_emulate_preflight(run, NULL, error_p, error_len);
-    if (status != KVIO_OK)
-        goto out;
-    status = kvio_cost_create(run->cost, run->model, run->gpu, &emulate->cost, error_p, error_len);
-    if (status == KVIO_OK)
-        status = kvio_router_create(&run->serve->router, &emulate->router);
-    if (status == KVIO_OK)
-        status = kvio_serve_mirror_create(emulate->num_ranks, emulate->block_size,
-                                          &emulate->mirror);
-    if (status != KVIO_OK)
-        goto out;
-    emulate->ranks = calloc(emulate->num_ranks, sizeof(*emulate->ranks));
-    emulate->routed = calloc(emulate->num_ranks, sizeof(*emulate->routed));
-    if (emulate->ranks == NULL || emulate->routed == NULL) {
-        status = KVIO_ERR_NOMEM;
-        goto out;
-    }
-    /* Every rank's pool is built before t0; each one's set-up is reported. */
-    json_t *start_ranks = json_array();
-    for (uint32_t r = 0; r < emulate->num_ranks && status == KVIO_OK; r++) {
-        int64_t setup_start = kvio_time_ns();
-        status = rank_init(emulate, &emulate->ranks[r], r, error_p, error_len);
-        json_array_append_new(start_ranks,
-                              kvio_start_rank_json(run->first_serve_rank + (int)r, "serve",
-                                                   (double)(kvio_time_ns() - setup_start) / 1e9));
-    }
-    if (status != KVIO_OK) {
-        json_decref(start_ranks);
-        goto out;
-    }
-    if (run->results != NULL) {
-        status = kvio_serve_open_csvs(run->results, &emulate->requests_csv,
-                                      &emulate->iterations_csv, error_p, error_len);
-        if (status != KVIO_OK)
-            goto out;
-    }
-
-    emulate->start_ns = kvio_time_ns();
-    for (uint32_t r = 0; r < emulate->num_ranks; r++)
-        emulate->ranks[r].setup.executor.origin_ns = emulate->start_ns;
-    if (run->start != NULL)
-        kvio_start_json_set(run->start, (int64_t)kvio_wall_time_ns(), start_ranks);
-    else
-        json_decref(start_ranks);
-    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
-        if (pthread_create(&emulate->ranks[r].thread, NULL, rank_main, &emulate->ranks[r]) != 0) {
-            snprintf(error_p, error_len, "cannot start serve rank %u's thread", r);
-            status = KVIO_ERR_NOMEM;
-            atomic_store(&emulate->abort_all, true);
-            break;
-        }
-        emulate->ranks[r].started = true;
-    }
-    /* The client: requests leave at their arrival times, in real time. */
-    bool stopped = false;
-    uint64_t index = 0;
-    const kvio_request_t *request = NULL;
-    kvio_progress_t *progress = NULL;
-    kvio_progress_create("emulate: requests sent", run->num_requests, &progress);
-    while (status == KVIO_OK && !atomic_load(&emulate->abort_all)) {
-        if (progress != NULL)
-            kvio_progress_update(progress, index);
-        status = kvio_stream_next(run->stream, &request);
-        if (status != KVIO_OK || request == NULL)
-            break;
-        while (now_ns(emulate) < request->arrival_ns && !atomic_load(&emulate->abort_all)) {
-            if (run->stop != NULL && *run->stop)
-                break;
-            int64_t remaining = request->arrival_ns - now_ns(emulate);
-            struct timespec pause = {.tv_sec = 0,
-                                     .tv_nsec = remaining > 10000000 ? 10000000 : remaining};
-            nanosleep(&pause, NULL);
-        }
-        if (run->stop != NULL && *run->stop) {
-            stopped = true;
-            atomic_store(&emulate->abort_all, true);
-            break;
-        }
-        int64_t arrival = now_ns(emulate);
-        kvio_engine_request_t engine_request;
-        status = kvio_serve_engine_request(
-            request, emulate->block_size, arrival,
-            arrival >= run->warmup_ns && index >= (uint64_t)run->warmup_requests, 0, &hashes,
-            &engine_request);
-        if (status != KVIO_OK)
-            break;
-        uint32_t rank = 0;
-        if (engine_request.prompt_tokens > 0) {
-            status = route(emulate, &engine_request, &rank);
-            if (status == KVIO_OK)
-                status = push_request(&emulate->ranks[rank], &engine_request);
-        }
-        index++;
-    }
-    kvio_progress_destroy(progress);
-    atomic_store(&emulate->client_done, true);
-    for (uint32_t r = 0; r < emulate->num_ranks; r++) {
-        rank_state_t *state = &emulate->ranks[r];
-        if (!state->started)
-            continue;
-        pthread_mutex_lock(&state->lock);
-        pthread_cond_signal(&state->wake);
-        pthread_mutex_unlock(&state->lock);
-        pthread_join(state->thread, NULL);
-        if (state->status != KVIO_OK && state->status != KVIO_ERR_INTERRUPTED &&
-            status == KVIO_OK) {
-            status = state->status;
-            snprintf(error_p, error_len, "%s", state->error[0] ? state->error
-                                                                : kvio_strerror(status));
-        }
-    }
-    if (status == KVIO_OK && run->stop != NULL && *run->stop)
-        stopped = true;
-    if (status == KVIO_OK) {
-        kvio_engine_metrics_t total;
-        status = kvio_engine_metrics_init(&total);
-        if (status == KVIO_OK) {
-            json_t *per_rank = json_array();
-            json_t *tiers = json_array();
-            int64_t reference_ns = 0;
-            uint64_t reference_bytes = 0;
-            for (uint32_t r = 0; r < emulate->num_ranks; r++) {
-                const kvio_engine_metrics_t *metrics = kvio_engine_metrics(emulate->ranks[r].engine);
-                kvio_engine_metrics_merge(&total, metrics);
-                json_array_append_new(per_rank, kvio_serve_metrics_json(metrics));
-                reference_copy(&emulate->ranks[r].setup, emulate->block_bytes,
-                               metrics->swapped_bytes, &reference_bytes, &reference_ns);
-                kvio_serve_tiers_json(emulate->ranks[r].setup.tiers,
-                                      emulate->ranks[r].setup.num_tiers, r, tiers);
-            }
-            json_t *metrics = kvio_serve_metrics_json(&total);
-            json_object_set_new(metrics, "serve_ranks", json_integer(emulate->num_ranks));
-            json_object_set_new(metrics, "kv_blocks_per_rank", json_integer(emulate->blocks));
-            json_object_set_new(metrics, "block_size", json_integer(emulate->block_size));
-            json_object_set_new(metrics, "kv_block_bytes", json_integer((json_int_t)emulate->block_bytes));
-            json_object_set_new(metrics, "scheduler",
-                                json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
-            json_object_set_new(metrics, "router", json_string(kvio_router_name(emulate->router)));
-            uint64_t generated = 0;
-            for (uint32_t r = 0; r < emulate->num_ranks; r++)
-                generated += emulate->routed[r];
-            json_object_set_new(metrics, "client",
-                                kvio_serve_client_counts_json("thread", kvio_router_name(emulate->router),
-                                            generated, emulate->routed, emulate->num_ranks,
-                                            kvio_serve_mirror_states(emulate->mirror)));
-            json_object_set_new(metrics, "wall_run_s", json_real((double)now_ns(emulate) / 1e9));
-            json_object_set_new(metrics, "swap_verify_failures",
-                                json_integer((json_int_t)total.swap_verify_failures));
-            json_object_set_new(metrics, "swap_copy_s",
-                                json_real((double)total.swap_real_ns / 1e9));
-            json_object_set_new(metrics, "swap_modelled_s",
-                                json_real((double)total.swap_modelled_ns / 1e9));
-            /* A plain memcpy of the same block size between the same arenas,
-             * after the run: what the swap copies compare with. */
-            json_object_set_new(metrics, "swap_reference_copy_gbps",
-                                reference_ns > 0
-                                    ? json_real((double)reference_bytes / (double)reference_ns)
-                                    : json_null());
-            json_object_set_new(metrics, "tiers", tiers);
-            json_object_set_new(metrics, "executor", executor_json(emulate));
-            json_object_set_new(metrics, "per_rank", per_rank);
-            kvio_engine_metrics_fini(&total);
-            *metrics_p = metrics;
-            *complete_p = !stopped;
-        }
-    }
-out:
-    status = kvio_serve_close_csvs(emulate->requests_csv, emulate->iterations_csv, status, error_p, error_len);
-    for (uint32_t r = 0; emulate->ranks != NULL && r < emulate->num_ranks; r++)
-        rank_fini(&emulate->ranks[r]);
-    free(emulate->ranks);
-    free(emulate->routed);
-    free(hashes.hashes);
-    kvio_serve_mirror_destroy(emulate->mirror);
-    kvio_router_destroy(emulate->router);
-    kvio_cost_destroy(emulate->cost);
-    pthread_mutex_destroy(&emulate->csv_lock);
-    return status;
-}
-
 /* ---------- a serve rank inside the coupled run ---------- */
 
 #define SERVE_RANK_MAGIC 0x6b76696f73727632ull /* "kviosrv2" */
@@ -986,7 +450,8 @@ struct kvio_serve_rank {
     size_t num_versions;
     unsigned char *iterations; /* iteration records for iterations.csv and events */
     size_t iterations_length, iterations_capacity;
-    uint64_t iterations_dropped; /* past ITERATIONS_MAX_BYTES */
+    uint64_t iterations_dropped; /* past iterations_limit */
+    size_t iterations_limit;     /* bytes of records kept (the message limit to rank 0) */
     /* With a client rank: requests come from it, state goes to it. */
     kvio_serve_publisher_t publisher;
     bool client_ended;       /* its last batch has arrived */
@@ -1024,7 +489,7 @@ static void coupled_iteration(void *context, uint32_t rank_index,
     iteration_record_t record = {.iteration = *iteration, .batch_size = (uint32_t)count};
     size_t num_ids = record_ids(record.batch_size);
     size_t size = sizeof(record) + num_ids * sizeof(uint64_t);
-    if (rank->iterations_length + size > ITERATIONS_MAX_BYTES) {
+    if (rank->iterations_length + size > rank->iterations_limit) {
         rank->iterations_dropped++;
         return;
     }
@@ -1099,6 +564,7 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
     if (rank == NULL)
         return KVIO_ERR_NOMEM;
     rank->run = run;
+    rank->iterations_limit = ITERATIONS_MAX_BYTES;
     rank->serve_index = serve_index;
     rank->num_serve = num_serve > 0 ? num_serve : 1;
     rank->block_size = (uint32_t)run->serve->kvcache.block_size;
@@ -1601,5 +1067,247 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     kvio_hist_destroy(totals.error_ns);
     kvio_hist_destroy(totals.error_ppm);
     kvio_engine_metrics_fini(&total);
+    return status;
+}
+
+/* ---------- the plain emulate run: serve ranks over the local runtime ---------- */
+
+/* Iteration records a plain run's serve rank keeps: its report reaches the
+ * merge in memory, not as a message, so far more than a coupled rank's. */
+#define PLAIN_ITERATIONS_MAX_BYTES (256u << 20)
+
+/* Shared by the ranks of a plain run (threads of this process): each rank
+ * writes only its own slots; the caller reads them after the world ran. */
+typedef struct plain_run {
+    const kvio_serve_run_t *run;
+    uint32_t num_serve;
+    bool with_client;             /* several serve ranks: a client rank routes */
+    kvio_serve_run_t *runs;       /* per world rank: run with its rte */
+    kvio_serve_rank_t **ranks;    /* per serve rank */
+    kvio_serve_client_t *client;
+    double *setup_s;              /* per world rank */
+    void **blobs;                 /* per world rank: its report */
+    size_t *lengths;
+    int64_t t0_wall_ns;
+    int64_t t0_ns;
+    int64_t end_ns;               /* rte clock: the last rank's end */
+    bool stopped;
+    /* One rank builds its pool at a time: threads of one process faulting
+     * in gigabytes together contend for its page tables (2 × 4 GiB: 27 s
+     * together, 8 s one after the other). */
+    pthread_mutex_t setup_lock;
+} plain_run_t;
+
+/* A serve rank's loop: begin an iteration (take requests, schedule), let
+ * its time pass on the executor, end it; idle until the next request. */
+static kvio_status_t plain_serve(kvio_serve_rank_t *rank, kvio_rte_t *rte, plain_run_t *plain)
+{
+    const kvio_serve_run_t *run = rank->run;
+    tune_thread(run->serve->engine.realtime, rank->serve_index);
+    kvio_executor_t *executor = &rank->setup.executor;
+    /* The executor waits on the host clock; this rank's clock is the rte's. */
+    executor->origin_ns = kvio_time_ns() - (uint64_t)kvio_rte_time_ns(rte);
+    kvio_update_server_t server;
+    kvio_serve_rank_server(rank, &server);
+    kvio_progress_t *progress = NULL;
+    if (!plain->with_client)
+        kvio_progress_create("emulate: requests sent", run->num_requests, &progress);
+    kvio_status_t status = KVIO_OK;
+    bool finished = false;
+    while (status == KVIO_OK && !finished) {
+        if (run->stop != NULL && *run->stop) {
+            plain->stopped = true;
+            break;
+        }
+        int64_t now = kvio_rte_time_ns(rte);
+        int64_t end_ns = -1, idle_until = now + 1000000;
+        status = server.begin(server.context, now, 0, &end_ns, &idle_until, &finished);
+        if (status == KVIO_OK && end_ns >= 0) {
+            executor->ops->wait_until(executor, end_ns);
+            status = server.end(server.context, kvio_rte_time_ns(rte));
+        } else if (status == KVIO_OK && !finished && idle_until > now) {
+            /* Idle: sleep (no spin) until the next request is due or the
+             * client may have sent one. */
+            int64_t pause_ns = idle_until - now < 1000000 ? idle_until - now : 1000000;
+            struct timespec pause = {.tv_sec = 0, .tv_nsec = pause_ns};
+            nanosleep(&pause, NULL);
+        }
+        if (progress != NULL)
+            kvio_progress_update(progress, rank->stream_index);
+    }
+    kvio_progress_destroy(progress);
+    if (status != KVIO_OK)
+        kvio_rte_set_error(rte, "%s", rank->error[0] ? rank->error : kvio_strerror(status));
+    return status;
+}
+
+static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
+{
+    plain_run_t *plain = arg;
+    int self = kvio_rte_index(rte);
+    bool client = plain->with_client && self == (int)plain->num_serve;
+    kvio_serve_run_t *run = &plain->runs[self];
+    *run = *plain->run;
+    run->rte = rte;
+    run->client_rank = plain->with_client ? (int)plain->num_serve : 0;
+    run->first_serve_rank = 0;
+    run->start = NULL;
+    char error[1024] = "";
+    pthread_mutex_lock(&plain->setup_lock);
+    int64_t entered = kvio_rte_time_ns(rte);
+    kvio_status_t status =
+        client ? kvio_serve_client_create(run, &plain->client, error, sizeof(error))
+               : kvio_serve_rank_create(run, (uint32_t)self, plain->num_serve,
+                                        &plain->ranks[self], error, sizeof(error));
+    plain->setup_s[self] = (double)(kvio_rte_time_ns(rte) - entered) / 1e9;
+    pthread_mutex_unlock(&plain->setup_lock);
+    if (status != KVIO_OK) {
+        kvio_rte_set_error(rte, "%s", error[0] ? error : kvio_strerror(status));
+        return status;
+    }
+    if (!client)
+        plain->ranks[self]->iterations_limit = PLAIN_ITERATIONS_MAX_BYTES;
+    /* Every rank has built its pool: one t0 for all. */
+    kvio_rte_start_t start;
+    status = kvio_rte_start(rte, &start);
+    if (status != KVIO_OK)
+        return status;
+    run->t0_ns = start.t0_ns;
+    if (self == 0) {
+        plain->t0_ns = start.t0_ns;
+        plain->t0_wall_ns = start.t0_wall_ns;
+    }
+    if (client) {
+        status = kvio_serve_client_run(plain->client, run->stop, error, sizeof(error));
+        if (status != KVIO_OK)
+            kvio_rte_set_error(rte, "%s", error[0] ? error : kvio_strerror(status));
+        if (run->stop != NULL && *run->stop)
+            plain->stopped = true;
+    } else {
+        status = plain_serve(plain->ranks[self], rte, plain);
+    }
+    if (status != KVIO_OK)
+        return status;
+    if (self == 0)
+        plain->end_ns = kvio_rte_time_ns(rte);
+    return client ? kvio_serve_client_pack(plain->client, &plain->blobs[self],
+                                           &plain->lengths[self])
+                  : kvio_serve_rank_pack(plain->ranks[self], &plain->blobs[self],
+                                         &plain->lengths[self]);
+}
+
+/* What only a plain run reports, from the ranks still in memory. */
+static void plain_metrics(const plain_run_t *plain, json_t *metrics)
+{
+    const kvio_serve_run_t *run = plain->run;
+    const kvio_serve_rank_t *first = plain->ranks[0];
+    int64_t reference_ns = 0, swap_real_ns = 0, swap_modelled_ns = 0;
+    uint64_t reference_bytes = 0;
+    for (uint32_t r = 0; r < plain->num_serve; r++) {
+        const kvio_serve_rank_t *rank = plain->ranks[r];
+        const kvio_engine_metrics_t *engine = kvio_engine_metrics(rank->setup.engine);
+        reference_copy(&rank->setup, rank->block_bytes, engine->swapped_bytes, &reference_bytes,
+                       &reference_ns);
+        swap_real_ns += engine->swap_real_ns;
+        swap_modelled_ns += engine->swap_modelled_ns;
+    }
+    json_object_set_new(metrics, "kv_blocks_per_rank", json_integer(first->blocks));
+    json_object_set_new(metrics, "block_size", json_integer(first->block_size));
+    json_object_set_new(metrics, "kv_block_bytes", json_integer((json_int_t)first->block_bytes));
+    json_object_set_new(metrics, "scheduler",
+                        json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
+    kvio_router_t *router = NULL;
+    if (kvio_router_create(&run->serve->router, &router) == KVIO_OK)
+        json_object_set_new(metrics, "router", json_string(kvio_router_name(router)));
+    kvio_router_destroy(router);
+    json_object_set_new(metrics, "wall_run_s",
+                        json_real((double)(plain->end_ns - plain->t0_ns) / 1e9));
+    json_object_set_new(metrics, "swap_copy_s", json_real((double)swap_real_ns / 1e9));
+    json_object_set_new(metrics, "swap_modelled_s", json_real((double)swap_modelled_ns / 1e9));
+    json_object_set_new(metrics, "swap_reference_copy_gbps",
+                        reference_ns > 0
+                            ? json_real((double)reference_bytes / (double)reference_ns)
+                            : json_null());
+    json_object_set_new(json_object_get(metrics, "executor"), "executor",
+                        json_string(first->setup.executor.ops->name));
+}
+
+kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p,
+                                 bool *complete_p, char *error_p, size_t error_len)
+{
+    kvio_status_t status = kvio_serve_emulate_preflight(run, NULL, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    plain_run_t plain = {.run = run, .num_serve = run->num_ranks > 0 ? run->num_ranks : 1};
+    plain.with_client = plain.num_serve > 1;
+    pthread_mutex_init(&plain.setup_lock, NULL);
+    int size = (int)plain.num_serve + (plain.with_client ? 1 : 0);
+    plain.runs = calloc((size_t)size, sizeof(*plain.runs));
+    plain.ranks = calloc(plain.num_serve, sizeof(*plain.ranks));
+    plain.setup_s = calloc((size_t)size, sizeof(*plain.setup_s));
+    plain.blobs = calloc((size_t)size, sizeof(*plain.blobs));
+    plain.lengths = calloc((size_t)size, sizeof(*plain.lengths));
+    kvio_rte_world_t *world = NULL;
+    if (plain.runs == NULL || plain.ranks == NULL || plain.setup_s == NULL ||
+        plain.blobs == NULL || plain.lengths == NULL) {
+        snprintf(error_p, error_len, "emulate: out of memory");
+        status = KVIO_ERR_NOMEM;
+        goto out;
+    }
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = size,
+                                .timeout_ns = run->rank_timeout_ns};
+    status = kvio_rte_world_create(&params, &world, error_p, error_len);
+    if (status != KVIO_OK)
+        goto out;
+    kvio_rte_world_set_stop(world, run->stop);
+    status = kvio_rte_world_run(world, plain_body, &plain, error_p, error_len);
+    if (status == KVIO_ERR_INTERRUPTED || (status != KVIO_OK && run->stop != NULL && *run->stop))
+        plain.stopped = true;
+    if (status != KVIO_OK && !plain.stopped)
+        goto out;
+    if (run->start != NULL) {
+        json_t *ranks = json_array();
+        for (int r = 0; r < size; r++)
+            json_array_append_new(
+                ranks, kvio_start_rank_json(r, plain.with_client && r == size - 1 ? "client"
+                                                                                  : "serve",
+                                            plain.setup_s[r]));
+        kvio_start_json_set(run->start, plain.t0_wall_ns, ranks);
+    }
+    if (plain.stopped) {
+        /* Interrupted: what the ranks reported, if every one did. */
+        for (int r = 0; r < size; r++)
+            if (plain.blobs[r] == NULL)
+                status = KVIO_ERR_INTERRUPTED;
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "emulate: interrupted");
+            goto out;
+        }
+    }
+    json_t *metrics = NULL;
+    uint64_t *served = NULL;
+    size_t num_versions = 0;
+    status = kvio_serve_ranks_merge(plain.blobs, plain.lengths, (size_t)size, 0, run->results,
+                                    run->events, &metrics, &served, &num_versions, error_p,
+                                    error_len);
+    free(served);
+    if (status != KVIO_OK)
+        goto out;
+    plain_metrics(&plain, metrics);
+    *metrics_p = metrics;
+    *complete_p = !plain.stopped;
+out:
+    for (uint32_t r = 0; plain.ranks != NULL && r < plain.num_serve; r++)
+        kvio_serve_rank_destroy(plain.ranks[r]);
+    kvio_serve_client_destroy(plain.client);
+    for (int r = 0; plain.blobs != NULL && r < size; r++)
+        free(plain.blobs[r]);
+    kvio_rte_world_destroy(world, status != KVIO_OK);
+    free(plain.runs);
+    free(plain.ranks);
+    free(plain.setup_s);
+    free(plain.blobs);
+    free(plain.lengths);
+    pthread_mutex_destroy(&plain.setup_lock);
     return status;
 }

@@ -370,13 +370,14 @@ Test(emulate, coupled_run_writes_iterations_from_every_serve_rank, .timeout = 60
 
 Test(emulate, in_process_prefix_affinity_routes_on_published_state, .timeout = 60)
 {
-    /* No trainer: the serve ranks are threads and the caller is the client. */
+    /* No trainer: the serve ranks and the client are ranks of the local
+     * runtime (threads), as in the coupled run; no second mechanism. */
     char *dir[2];
     json_int_t generated;
     json_t *round_robin = run_client("round_robin", "train: 1, serve: 2, client: 1",
-                                     "train: 0, serve: 2", "thread", &dir[0], &generated);
+                                     "train: 0, serve: 2", "rank", &dir[0], &generated);
     json_t *affinity = run_client("prefix_affinity", "train: 1, serve: 2, client: 1",
-                                  "train: 0, serve: 2", "thread", &dir[1], &generated);
+                                  "train: 0, serve: 2", "rank", &dir[1], &generated);
     cr_assert_gt(metric(affinity, "hit_rate"), metric(round_robin, "hit_rate") + 0.1,
                  "prefix_affinity %.3f vs round_robin %.3f", metric(affinity, "hit_rate"),
                  metric(round_robin, "hit_rate"));

@@ -93,6 +93,7 @@ typedef struct kvio_serve_run {
     int64_t warmup_ns;              /* requests arriving earlier are not measured */
     int64_t warmup_requests;        /* the first N requests are not measured */
     kvio_stream_t *stream;          /* borrowed; drained */
+    int64_t rank_timeout_ns;        /* emulate: longest silence of a live rank (0: 30 s) */
     uint64_t num_requests;          /* the stream's length when known (progress), else 0 */
     kvio_results_t *results;        /* borrowed; requests.csv and iterations.csv (may be NULL) */
     volatile sig_atomic_t *stop;    /* set asynchronously to stop early (may be NULL) */
