@@ -344,6 +344,11 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
         refused = "device.weights";
         snprintf(why, sizeof(why), "is cuda; emulate mode stages and reloads buckets in host "
                  "memory (set device.weights: host, or mode: simulate)");
+    } else if (sync->topology == KVIO_SYNC_P2P) {
+        refused = "weight_sync.topology";
+        snprintf(why, sizeof(why), "is p2p; emulate mode sends from the trainer to every serve "
+                 "rank, P2P from serving peers is modelled in simulate mode only (set topology: "
+                 "tree, or mode: simulate)");
     } else if (sync->delta_fraction > 0) {
         refused = "weight_sync.delta";
         snprintf(why, sizeof(why), "is %g; emulate mode moves whole buckets, deltas are "
@@ -399,6 +404,9 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  "serve ranks)");
         return KVIO_ERR_CONFIG;
     }
+    if (kvio_sync_check(&workload->weight_sync, workload->cost.tensor_parallel, error_p,
+                        error_len) != KVIO_OK)
+        return KVIO_ERR_CONFIG;
     if (emulate && workload->weight_sync.granularity != KVIO_SYNC_OFF) {
         kvio_status_t status = check_emulated_sync(workload, error_p, error_len);
         if (status != KVIO_OK)

@@ -1574,9 +1574,11 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
         for (int receiver = 0; receiver < num_serve; receiver++) {
             int64_t arrival;
             if (sync) {
-                /* The trainer is held until its last bucket is staged. */
+                /* The trainer is held until its last bucket is staged;
+                 * P2P does not involve it (the peers send). */
                 arrival = schedule.sync.arrival_ns[receiver];
-                busy = schedule.sync.staged_ns;
+                busy = workload->weight_sync.topology == KVIO_SYNC_P2P ? 0
+                                                                       : schedule.sync.staged_ns;
             } else {
                 kvio_xfer_model(&config->transport, bytes, receiver, num_serve, &arrival, &busy);
             }

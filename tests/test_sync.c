@@ -1,6 +1,7 @@
 /* The weight-sync model (kvio/sync.h): buckets by granularity, the control
  * cost per message, the pipeline, deltas, the topology across nodes,
- * resharding; a run with it end to end (updates.csv, sync.csv); and emulate
+ * resharding, the P2P path for a joining instance; a run with it end to end
+ * (updates.csv, sync.csv); and emulate
  * mode's real buckets over ucx (messages, checksums, control cost, the
  * pipeline's overlap, what it refuses). */
 #include "kvio/sync.h"
@@ -166,6 +167,176 @@ Test(sync, resharding_gathers_each_shard_from_its_trainer_shards, .timeout = 10)
     cr_expect_gt(twice.total_ns, same.total_ns);
     kvio_sync_plan_free(&same);
     kvio_sync_plan_free(&twice);
+}
+
+/* Both validate and run (into dir/out) of workload with --set first (unless
+ * NULL) and --set set exit 2 naming key. */
+static void expect_refused(const char *dir, const char *workload, const char *first,
+                           const char *set, const char *key)
+{
+    char out[1200];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    for (int command = 0; command < 2; command++) {
+        test_run_t run = command == 0 ? test_kvio(dir, "validate", workload, "--set", set,
+                                                  first != NULL ? "--set" : NULL, first, NULL)
+                                      : test_kvio(dir, "run", workload, "-o", out, "--set", set,
+                                                  first != NULL ? "--set" : NULL, first, NULL);
+        cr_expect_eq(run.status, 2, "%s: exit %d: %s", set, run.status, run.err);
+        cr_expect(test_contains(run.err, key), "%s: %s", set, run.err);
+        test_run_free(&run);
+    }
+}
+
+/* P2P: one joining TP8 instance fed by two serving ones, whose 16 GPUs hold
+ * a sixteenth of Llama-3-8B each. The weights move once, every peer GPU's
+ * share as messages of its own: whole, one each; in buckets, a bucket
+ * never spans two peers' shares, so there are up to one more per peer GPU
+ * than a broadcast's. */
+Test(sync, p2p_moves_each_peer_gpu_share_to_the_joining_instance, .timeout = 10)
+{
+    kvio_sync_config_t config = config_of(KVIO_SYNC_WHOLE);
+    kvio_sync_plan_t broadcast, p2p;
+    plan_s(&config, "llama3-8b", "h200", 8, 1, &broadcast);
+    config.topology = KVIO_SYNC_P2P;
+    config.peers = 2;
+    plan_s(&config, "llama3-8b", "h200", 8, 1, &p2p);
+    cr_expect_eq(p2p.bytes, broadcast.bytes);
+    cr_expect_eq(p2p.wire_bytes, p2p.bytes, "full weights: a joiner has none to patch");
+    /* The embedding and the LM head (1 GB each, a share's size) can leave
+     * a peer GPU without a tensor of its own. */
+    cr_expect(p2p.num_buckets >= 14 && p2p.num_buckets <= 16, "%zu shares", p2p.num_buckets);
+    cr_expect_eq(p2p.messages, p2p.num_buckets);
+    uint32_t tensors = 0;
+    for (size_t b = 0; b < p2p.num_buckets; b++) {
+        tensors += p2p.buckets[b].tensors;
+        /* A share is a sixteenth, give or take a tensor (the LM head is
+         * the largest, 1 GB). */
+        cr_expect_float_eq((double)p2p.buckets[b].bytes, (double)p2p.bytes / 16, 1.1e9,
+                           "share %zu: %llu bytes", b, (unsigned long long)p2p.buckets[b].bytes);
+    }
+    cr_expect_eq(tensors, 291);
+    kvio_sync_plan_free(&broadcast);
+    kvio_sync_plan_free(&p2p);
+    /* Kimi-K2's 69,723 tensors over fifteen TP16 peers: a share for each
+     * of their 240 GPUs. */
+    config.peers = 15;
+    plan_s(&config, "kimi-k2", "h20", 16, 1, &p2p);
+    cr_expect_eq(p2p.num_buckets, 240);
+    kvio_sync_plan_free(&p2p);
+
+    config = config_of(KVIO_SYNC_BUCKET);
+    config.bucket_size = 256ull << 20;
+    plan_s(&config, "llama3-8b", "h200", 8, 1, &broadcast);
+    config.topology = KVIO_SYNC_P2P;
+    config.peers = 2;
+    plan_s(&config, "llama3-8b", "h200", 8, 1, &p2p);
+    cr_expect_eq(p2p.bytes, broadcast.bytes);
+    cr_expect_eq(p2p.messages, p2p.num_buckets);
+    cr_expect(p2p.num_buckets >= broadcast.num_buckets &&
+                  p2p.num_buckets <= broadcast.num_buckets + 16,
+              "%zu buckets, broadcast %zu", p2p.num_buckets, broadcast.num_buckets);
+    uint64_t total = 0;
+    for (size_t b = 0; b < p2p.num_buckets; b++) {
+        cr_expect(p2p.buckets[b].bytes <= config.bucket_size || p2p.buckets[b].tensors == 1);
+        total += p2p.buckets[b].bytes;
+    }
+    cr_expect_eq(total, p2p.bytes);
+    /* The trainer's side is not in it: its last bucket staged is the
+     * peers' last bucket read, before the joiner is done. */
+    cr_expect_gt(p2p.staged_ns, 0);
+    cr_expect_leq(p2p.staged_ns, p2p.total_ns);
+    cr_expect_eq(p2p.num_instances, 1);
+    cr_expect_eq(p2p.arrival_ns[0], p2p.total_ns);
+    kvio_sync_plan_free(&broadcast);
+    kvio_sync_plan_free(&p2p);
+}
+
+/* The checkpoint-engine clusters (3.02 GiB buckets, depth 2, 8 x 400 Gb/s
+ * NICs a node): checkpoint-engine runs one loop for both paths, with an
+ * RDMA read from a peer in place of the local PCIe copy, so a joiner's
+ * GPUs take at least as long as a broadcast to the same GPUs — a NIC's
+ * 50 GB/s is below PCIe's 64. When a NIC outruns PCIe the two are within
+ * a few percent either way: the shares split buckets (more control, but
+ * smaller last buckets to drain). */
+Test(sync, p2p_takes_at_least_as_long_as_a_broadcast_to_the_same_gpus, .timeout = 20)
+{
+    static const struct {
+        const char *model, *gpu;
+        int64_t tp, peers;
+    } clusters[] = {
+        {"glm-4.5-air", "h800", 8, 1},
+        {"qwen3-235b-a22b", "h800", 8, 1},
+        {"deepseek-v3.1", "h20", 16, 1},
+        {"kimi-k2", "h20", 16, 15},
+    };
+    for (size_t c = 0; c < sizeof(clusters) / sizeof(clusters[0]); c++) {
+        kvio_sync_config_t config = config_of(KVIO_SYNC_BUCKET);
+        config.bucket_size = 3242700308ull;
+        config.nic_bandwidth = 400e9;
+        double broadcast = plan_s(&config, clusters[c].model, clusters[c].gpu, clusters[c].tp, 1,
+                                  NULL);
+        config.topology = KVIO_SYNC_P2P;
+        config.peers = clusters[c].peers;
+        double p2p = plan_s(&config, clusters[c].model, clusters[c].gpu, clusters[c].tp, 1, NULL);
+        cr_expect_geq(p2p, broadcast * 1.1, "%s: p2p %.2f s, broadcast %.2f s",
+                      clusters[c].model, p2p, broadcast);
+        config.nic_bandwidth = 8 * 100e9;
+        double fast = plan_s(&config, clusters[c].model, clusters[c].gpu, clusters[c].tp, 1, NULL);
+        cr_expect(fast >= broadcast * 0.95 && fast <= broadcast * 1.05,
+                  "%s: p2p over 100 GB/s NICs %.2f s, broadcast %.2f s", clusters[c].model, fast,
+                  broadcast);
+    }
+    /* Not the same GPUs: one Kimi-K2 instance joining fifteen is done
+     * before a broadcast to all sixteen crosses its 32 nodes' tree. */
+    kvio_sync_config_t config = config_of(KVIO_SYNC_BUCKET);
+    config.bucket_size = 3242700308ull;
+    config.nic_bandwidth = 400e9;
+    double everyone = plan_s(&config, "kimi-k2", "h20", 16, 16, NULL);
+    config.topology = KVIO_SYNC_P2P;
+    config.peers = 15;
+    cr_expect_lt(plan_s(&config, "kimi-k2", "h20", 16, 1, NULL), everyone);
+    /* One NIC a node (50 GB/s, 6.25 per GPU): two reads in flight bound
+     * the joiner at 12.5 GB/s. */
+    config.nic_bandwidth = 50e9;
+    config.peers = 1;
+    kvio_sync_plan_t plan;
+    double slow = plan_s(&config, "glm-4.5-air", "h800", 8, 1, &plan);
+    cr_expect_geq(slow, (double)plan.bytes / 12.5e9, "%.2f s", slow);
+    kvio_sync_plan_free(&plan);
+}
+
+/* What P2P cannot be is refused by validate and run naming the key (exit
+ * 2); a valid one runs, and the trainer is not held by it. */
+Test(sync, p2p_refuses_bad_combinations_naming_the_key, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    static const struct {
+        const char *set, *key;
+    } cases[] = {
+        {"weight_sync.delta=0.1", "weight_sync.delta"},
+        {"weight_sync.train_pp=2", "weight_sync.train_tp"},
+        {"weight_sync.train_tp=16", "weight_sync.train_tp"},
+        {"weight_sync.granularity=off", "weight_sync.granularity"},
+        {"weight_sync.peers=0", "weight_sync.peers"},
+    };
+    const char *workload = "repro/checkpoint-engine-glm-4.5-air";
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        expect_refused(dir, workload, "weight_sync.topology=p2p", cases[i].set, cases[i].key);
+    char out[1200];
+    snprintf(out, sizeof(out), "%s/p2p", dir);
+    test_run_t run = test_kvio(dir, "run", workload, "-o", out, "--set",
+                               "weight_sync.topology=p2p", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/updates.csv", out);
+    test_csv_t csv = test_csv_read(path);
+    cr_assert_eq(csv.num_rows, 1);
+    cr_expect_eq(test_csv_number(&csv, 0, "training_stall_ms"), 0);
+    cr_expect_gt(test_csv_number(&csv, 0, "latency_ms"), 0);
+    test_csv_free(&csv);
+    test_rmtree(dir);
+    free(dir);
 }
 
 /* End to end: the checkpoint-engine GLM-4.5-Air row in simulate mode. Each
@@ -448,20 +619,10 @@ Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
         {"train.transport.fanout=chain", "train.transport.fanout"},
         {"weight_sync.delta=0.1", "weight_sync.delta"},
         {"weight_sync.train_pp=2", "weight_sync.train_tp"},
+        {"weight_sync.topology=p2p", "weight_sync.topology"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        for (int command = 0; command < 2; command++) {
-            char out[1200];
-            snprintf(out, sizeof(out), "%s/out%zu", dir, i);
-            test_run_t run = command == 0
-                                 ? test_kvio(dir, "validate", path, "--set", cases[i].set, NULL)
-                                 : test_kvio(dir, "run", path, "-o", out, "--set", cases[i].set,
-                                             NULL);
-            cr_expect_eq(run.status, 2, "%s: exit %d: %s", cases[i].set, run.status, run.err);
-            cr_expect(test_contains(run.err, cases[i].key), "%s: %s", cases[i].set, run.err);
-            test_run_free(&run);
-        }
-    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        expect_refused(dir, path, NULL, cases[i].set, cases[i].key);
 #ifdef KVIO_HAVE_UCX /* else run refuses the transport first */
     /* Weights and bucket rings beyond any machine's memory: refused by run
      * before anything is allocated, with the numbers. */

@@ -1,5 +1,6 @@
 /* The weight-sync model (kvio/sync.h): buckets of the model's tensors, three
- * pipelined stages per bucket, the broadcast topology across nodes. */
+ * pipelined stages per bucket, the broadcast topology across nodes, or the
+ * P2P path that feeds joining instances from serving peers. */
 #include "kvio/sync.h"
 
 #include <math.h>
@@ -10,7 +11,7 @@
 #include "kvio/tensors.h"
 
 static const char *const granularity_names[] = {"off", "whole", "bucket", "tensor", NULL};
-static const char *const topology_names[] = {"sequential", "chain", "tree", NULL};
+static const char *const topology_names[] = {"sequential", "chain", "tree", "p2p", NULL};
 static const char *const encoding_names[] = {"index_value", "bitmap", NULL};
 
 const kvio_opt_t kvio_sync_options[] = {
@@ -49,7 +50,8 @@ const kvio_opt_t kvio_sync_options[] = {
     {.key = "topology", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_sync_config_t, topology),
      .values = topology_names, .default_value = "tree",
      .help = "across nodes: sequential (one after the other), chain (forwarded in chunks) or "
-             "tree (binary)"},
+             "tree (binary); p2p: the serve ranks are instances joining a running cluster and "
+             "read the weights from peers' host copies over the NICs (simulate)"},
     {.key = "gpus_per_node", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_sync_config_t, gpus_per_node), .default_value = "8",
      .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "GPUs a node holds (its GPU link joins them)"},
@@ -63,6 +65,10 @@ const kvio_opt_t kvio_sync_options[] = {
     {.key = "chunk", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_sync_config_t, chunk),
      .default_value = "64MiB", .flags = KVIO_OPT_HAS_MIN, .min = 4096,
      .help = "chain: the unit each node forwards"},
+    {.key = "peers", .type = KVIO_OPT_INT, .offset = offsetof(kvio_sync_config_t, peers),
+     .default_value = "1", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 4096,
+     .help = "p2p: serving instances (cost.tensor_parallel GPUs each) whose host copies of the "
+             "weights the joining serve ranks read"},
     {.key = NULL},
 };
 
@@ -73,9 +79,10 @@ void kvio_sync_plan_free(kvio_sync_plan_t *plan)
     memset(plan, 0, sizeof(*plan));
 }
 
-/* Packs the tensors into buckets by the granularity. */
+/* Packs the tensors into buckets by the granularity; a bucket never spans
+ * two owners (owner NULL: one owner for all). */
 static kvio_status_t make_buckets(const kvio_sync_config_t *config, const kvio_tensor_t *tensors,
-                                  size_t count, kvio_sync_plan_t *plan)
+                                  size_t count, const uint32_t *owner, kvio_sync_plan_t *plan)
 {
     plan->buckets = calloc(count > 0 ? count : 1, sizeof(*plan->buckets));
     if (plan->buckets == NULL)
@@ -83,7 +90,7 @@ static kvio_status_t make_buckets(const kvio_sync_config_t *config, const kvio_t
     for (size_t i = 0; i < count; i++) {
         kvio_sync_bucket_t *last =
             plan->num_buckets > 0 ? &plan->buckets[plan->num_buckets - 1] : NULL;
-        bool join = last != NULL &&
+        bool join = last != NULL && (owner == NULL || owner[i] == owner[i - 1]) &&
                     (config->granularity == KVIO_SYNC_WHOLE ||
                      (config->granularity == KVIO_SYNC_BUCKET &&
                       last->bytes + tensors[i].bytes <= config->bucket_size));
@@ -93,6 +100,85 @@ static kvio_status_t make_buckets(const kvio_sync_config_t *config, const kvio_t
         last->tensors++;
     }
     return KVIO_OK;
+}
+
+/* P2P: the tensors shared out among the peers' GPUs (the owners) in
+ * checkpoint order, an equal share of the bytes each (a tensor goes to the
+ * owner its first byte falls to, as checkpoint-engine's ranks each hold the
+ * part of the checkpoint they loaded), packed into buckets per owner, then
+ * taken round by round, one bucket from each owner in turn (checkpoint-engine
+ * orders them by RDMA device so that a round's receivers read from
+ * different NICs). */
+static kvio_status_t make_peer_buckets(const kvio_sync_config_t *config,
+                                       const kvio_tensor_t *tensors, size_t count,
+                                       int64_t owners, kvio_sync_plan_t *plan)
+{
+    uint32_t *owner = malloc((count > 0 ? count : 1) * sizeof(*owner));
+    size_t *first = calloc((size_t)owners + 1, sizeof(*first));
+    kvio_sync_bucket_t *ordered = NULL;
+    kvio_status_t status = owner != NULL && first != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    double total = 0, before = 0;
+    for (size_t i = 0; i < count; i++)
+        total += (double)tensors[i].bytes;
+    for (size_t i = 0; status == KVIO_OK && i < count; i++) {
+        double share = total > 0 ? floor(before / total * (double)owners) : 0;
+        owner[i] = (uint32_t)fmin(share, (double)(owners - 1));
+        before += (double)tensors[i].bytes;
+    }
+    if (status == KVIO_OK)
+        status = make_buckets(config, tensors, count, owner, plan);
+    if (status == KVIO_OK &&
+        (ordered = calloc(plan->num_buckets > 0 ? plan->num_buckets : 1, sizeof(*ordered))) ==
+            NULL)
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK) {
+        /* first[o]: owner o's first bucket (the buckets come owner by owner). */
+        size_t tensor = 0, most = 0;
+        for (size_t b = 0; b < plan->num_buckets; b++) {
+            first[owner[tensor] + 1] = b + 1;
+            tensor += plan->buckets[b].tensors;
+        }
+        for (int64_t o = 1; o <= owners; o++) {
+            if (first[o] < first[o - 1])
+                first[o] = first[o - 1]; /* an owner without tensors */
+            most = first[o] - first[o - 1] > most ? first[o] - first[o - 1] : most;
+        }
+        size_t placed = 0;
+        for (size_t round = 0; round < most; round++)
+            for (int64_t o = 0; o < owners; o++)
+                if (first[o] + round < first[o + 1])
+                    ordered[placed++] = plan->buckets[first[o] + round];
+        free(plan->buckets);
+        plan->buckets = ordered;
+    }
+    free(owner);
+    free(first);
+    return status;
+}
+
+kvio_status_t kvio_sync_check(const kvio_sync_config_t *config, int64_t serve_tp,
+                              char *error_p, size_t error_len)
+{
+    if (config->topology != KVIO_SYNC_P2P)
+        return KVIO_OK;
+    const char *key = NULL, *why = NULL;
+    if (config->granularity == KVIO_SYNC_OFF) {
+        key = "weight_sync.granularity";
+        why = "is off (train.bytes through train.transport); P2P moves the model's tensors "
+              "(set granularity: whole, bucket or tensor)";
+    } else if (config->delta_fraction > 0) {
+        key = "weight_sync.delta";
+        why = "is above 0; a joining instance has no weights to apply a delta to, P2P moves "
+              "the full weights (set delta: 0)";
+    } else if ((config->train_tp > 0 && config->train_tp != serve_tp) || config->train_pp != 1) {
+        key = "weight_sync.train_tp";
+        why = "or train_pp sets the trainer's layout; P2P peers send in the serving layout "
+              "(leave train_tp: 0 and train_pp: 1)";
+    }
+    if (key == NULL)
+        return KVIO_OK;
+    snprintf(error_p, error_len, "weight_sync.topology: p2p: %s %s", key, why);
+    return KVIO_ERR_CONFIG;
 }
 
 /* What a bucket puts on the wire: with a delta, the changed elements and
@@ -122,7 +208,7 @@ static double across_busy_s(const kvio_sync_config_t *config, double wire, int64
         return whole * (double)(nodes - 1); /* the source sends to each in turn */
     case KVIO_SYNC_CHAIN:
         return whole; /* each node forwards once, in chunks */
-    default:
+    default: /* tree, and p2p's joining group */
         return whole * (nodes > 2 ? 2 : 1); /* a binary tree: each node sends twice */
     }
 }
@@ -151,15 +237,22 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
     kvio_sync_plan_t plan = {0};
     kvio_tensor_t *tensors = NULL;
     size_t count = 0;
+    bool p2p = config->topology == KVIO_SYNC_P2P;
     if (serve_tp < 1 || instances < 1 || gpu->host_bandwidth <= 0 ||
         gpu->link_bandwidth <= 0 || gpu->hbm_bandwidth <= 0) {
         snprintf(error_p, error_len, "weight_sync: needs serve ranks, a tensor parallelism "
                  "and a GPU with host, GPU-link and HBM bandwidths");
         return KVIO_ERR_CONFIG;
     }
-    kvio_status_t status = kvio_model_tensors(model, &tensors, &count);
+    kvio_status_t status = kvio_sync_check(config, serve_tp, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    /* P2P: the peers' GPUs own the weights, a share each. */
+    int64_t owners = config->peers * serve_tp;
+    status = kvio_model_tensors(model, &tensors, &count);
     if (status == KVIO_OK)
-        status = make_buckets(config, tensors, count, &plan);
+        status = p2p ? make_peer_buckets(config, tensors, count, owners, &plan)
+                     : make_buckets(config, tensors, count, NULL, &plan);
     free(tensors);
     int64_t gpus = serve_tp * instances;
     int64_t nodes = (gpus + config->gpus_per_node - 1) / config->gpus_per_node;
@@ -167,9 +260,23 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
     if (status == KVIO_OK && (plan.arrival_ns = calloc((size_t)instances,
                                                        sizeof(int64_t))) == NULL)
         status = KVIO_ERR_NOMEM;
-    /* Each bucket's stage ends, and when each staging lane (a GPU of the
-     * source node) is free again. */
+    /* Each bucket's stage ends, and when each staging lane is free again.
+     * Broadcast: a lane is a GPU of the source node, staging from host
+     * memory over PCIe. P2P: a lane is a joining GPU reading a bucket from a
+     * peer's host memory into its own memory (RDMA, GPUDirect) through its
+     * NIC — checkpoint-engine picks one receiver per RDMA device, and kvio
+     * assumes a NIC per GPU, each with its share of nic_bandwidth — no more
+     * lanes than the peers have GPUs, so that a round's reads leave from
+     * different NICs; a lane moves at its NIC's share or PCIe, the lesser.
+     * The rest is the broadcast path's, as checkpoint-engine runs one loop
+     * for both: only the copy into the GPU differs. */
     size_t lanes = (size_t)(gpus < config->gpus_per_node ? gpus : config->gpus_per_node);
+    double stage_bandwidth = gpu->host_bandwidth;
+    if (p2p) {
+        lanes = (size_t)(gpus < owners ? gpus : owners);
+        stage_bandwidth = fmin(stage_bandwidth,
+                               config->nic_bandwidth / (double)config->gpus_per_node);
+    }
     double *ends = status == KVIO_OK ? calloc(3 * plan.num_buckets + lanes, sizeof(double))
                                      : NULL;
     if (status == KVIO_OK && ends == NULL)
@@ -197,17 +304,18 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
     }
     plan.messages = (uint64_t)((double)plan.num_buckets * messages);
     size_t depth = (size_t)config->pipeline_depth;
-    /* The source node's GPUs stage buckets in turn from their host memory
-     * (one lane each); the broadcast and the reload follow, depth buckets
-     * in flight. Node k reloads when its copy arrives (its offset in the
-     * topology across nodes). */
+    /* The lanes stage buckets in turn; the broadcast (to every serving GPU;
+     * P2P: within the joining group, across its nodes as a binary tree, as
+     * NCCL's broadcast in checkpoint-engine) and the reload follow, depth
+     * buckets in flight. Node k reloads when its copy arrives (its offset in
+     * the topology across nodes). */
     double *lane_free = ends + 3 * plan.num_buckets;
     double *stage = ends, *broadcast = ends + plan.num_buckets, *reload = ends + 2 * plan.num_buckets;
     double tensor_s = (double)config->tensor_overhead_ns / 1e9, last_reload_s = 0;
     for (size_t b = 0; b < plan.num_buckets; b++) {
         kvio_sync_bucket_t *bucket = &plan.buckets[b];
         double wire = (double)bucket->wire_bytes;
-        double stage_s = wire / gpu->host_bandwidth + control_s * messages;
+        double stage_s = wire / stage_bandwidth + control_s * messages;
         double broadcast_s = fmax(in_node ? wire / gpu->link_bandwidth : 0,
                                   across_busy_s(config, wire, nodes)) +
                              control_s;
@@ -288,7 +396,7 @@ kvio_status_t kvio_sync_buckets(const kvio_sync_config_t *config, const kvio_mod
         return KVIO_ERR_CONFIG;
     }
     tensors[count - 1].bytes = total_bytes - placed;
-    status = make_buckets(config, tensors, count, &plan);
+    status = make_buckets(config, tensors, count, NULL, &plan);
     free(tensors);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "weight_sync: out of memory planning %zu tensors", count);

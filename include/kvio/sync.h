@@ -8,7 +8,9 @@
  * tree), reloaded by each GPU into its shard — overlapped over
  * pipeline_depth buckets; delta updates shrink what moves and cost an apply;
  * a trainer layout that differs from the serving one adds the messages that
- * gather each serving shard. */
+ * gather each serving shard. Topology p2p is the other path: instances
+ * joining a running cluster get the weights from the serving peers' host
+ * copies over the NICs (checkpoint-engine's P2P update), see kvio_sync_plan. */
 #ifndef KVIO_SYNC_H
 #define KVIO_SYNC_H
 
@@ -27,7 +29,14 @@ typedef enum {
     KVIO_SYNC_TENSOR,    /* one message per tensor */
 } kvio_sync_granularity_t;
 
-typedef enum { KVIO_SYNC_SEQUENTIAL = 0, KVIO_SYNC_CHAIN, KVIO_SYNC_TREE } kvio_sync_topology_t;
+/* sequential, chain, tree: a broadcast from the trainer across nodes; p2p:
+ * joining instances read the weights from serving peers. */
+typedef enum {
+    KVIO_SYNC_SEQUENTIAL = 0,
+    KVIO_SYNC_CHAIN,
+    KVIO_SYNC_TREE,
+    KVIO_SYNC_P2P,
+} kvio_sync_topology_t;
 
 typedef enum { KVIO_DELTA_INDEX_VALUE = 0, KVIO_DELTA_BITMAP } kvio_delta_encoding_t;
 
@@ -45,6 +54,7 @@ typedef struct kvio_sync_config {
     double nic_bandwidth;    /* bytes/s per node, across nodes */
     uint64_t chunk;          /* chain: the unit each hop forwards */
     int64_t tensor_overhead_ns; /* per tensor at reload (load_weights) */
+    int64_t peers;           /* p2p: serving instances that hold and send the weights */
 } kvio_sync_config_t;
 
 extern const kvio_opt_t kvio_sync_options[];
@@ -63,16 +73,29 @@ typedef struct kvio_sync_plan {
     int64_t *arrival_ns;    /* per serving instance: its last bucket reloaded */
     size_t num_instances;
     uint64_t bytes, wire_bytes, messages;
-    int64_t staged_ns;      /* the trainer's side done (its last bucket staged) */
+    int64_t staged_ns;      /* the sending side done: the trainer's last bucket
+                               staged (p2p: the peers' last bucket read) */
     int64_t total_ns;       /* the last instance done */
 } kvio_sync_plan_t;
 
 /* Plans one update of model's weights to instances serving instances of
- * serve_tp GPUs each (gpu's links). Free with kvio_sync_plan_free. */
+ * serve_tp GPUs each (gpu's links). With topology p2p the instances are
+ * the joining ones, updated together from config->peers serving instances
+ * of the same shape: each peer GPU holds an equal share of the tensors in
+ * host memory and its buckets; the joiners' GPUs (a NIC each) read them in
+ * rounds from distinct peer NICs, each bucket is then broadcast within the
+ * joining group and reloaded. Free with kvio_sync_plan_free. Refuses what
+ * kvio_sync_check refuses. */
 kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_t *model,
                              const kvio_gpu_t *gpu, int64_t serve_tp, int64_t instances,
                              kvio_sync_plan_t *plan_p, char *error_p, size_t error_len);
 void kvio_sync_plan_free(kvio_sync_plan_t *plan);
+
+/* What no plan can model: with topology p2p, a delta (a joining instance
+ * has no weights to apply it to) or a trainer layout (the peers send in
+ * the serving layout). KVIO_ERR_CONFIG naming the key in error_p. */
+kvio_status_t kvio_sync_check(const kvio_sync_config_t *config, int64_t serve_tp,
+                              char *error_p, size_t error_len);
 
 /* Emulate mode: the buckets of one update whose weights are total_bytes,
  * the model's tensors scaled to it (each keeps its share of the model, in
