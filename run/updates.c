@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,10 @@ typedef struct run_context {
     kvio_event_trace_t *events;
     volatile sig_atomic_t *stop; /* shared by every rank thread; only read */
     json_t *start;               /* rank 0: t0 and each rank's set-up (may be NULL) */
+    /* Rank threads of one process build their KV pools one at a time:
+     * faulting in gigabytes together they contend for the process's page
+     * tables (as the plain emulate run does, serve/emulate.c). */
+    pthread_mutex_t *setup_lock;
 } run_context_t;
 
 static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version);
@@ -1272,9 +1277,14 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     /* Set-up first: a serve rank builds its engine and KV pool, every rank
      * connects its transport; then all start together at t0 (the trainer's
      * first step is not spent waiting for a pool being built). */
+    int64_t queued_ns = 0; /* waiting for another rank's pool: not this rank's set-up */
     if (coupled_run && self != TRAIN_RANK) {
+        int64_t queued_from = kvio_rte_time_ns(rte);
+        pthread_mutex_lock(context->setup_lock);
+        queued_ns = kvio_rte_time_ns(rte) - queued_from;
         status = coupled_create(workload, rte, is_client ? -1 : self - 1, num_serve, &coupled,
                                 error, sizeof(error));
+        pthread_mutex_unlock(context->setup_lock);
         if (status != KVIO_OK)
             goto fail;
     }
@@ -1287,7 +1297,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     if (status != KVIO_OK)
         goto fail;
     rank_report_t report = {.is_trainer = self == TRAIN_RANK, .rank = self,
-                            .setup_ns = kvio_rte_time_ns(rte) - entered_ns};
+                            .setup_ns = kvio_rte_time_ns(rte) - entered_ns - queued_ns};
     status = kvio_rte_start(rte, &start);
     if (status != KVIO_OK)
         goto fail;
@@ -1717,5 +1727,7 @@ kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t
                              .events = events, .stop = stop, .start = start};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, schedule, error_p, error_len);
+    pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
+    context.setup_lock = &setup_lock;
     return kvio_rte_world_run(world, rank_main, &context, error_p, error_len);
 }
