@@ -44,11 +44,6 @@ void kvio_progress_set_interval(kvio_progress_t *progress, uint64_t interval_ns)
     progress->interval_ns = interval_ns;
 }
 
-bool kvio_progress_enabled(const kvio_progress_t *progress)
-{
-    return progress->enabled;
-}
-
 void kvio_progress_update(kvio_progress_t *progress, uint64_t done)
 {
     if (!progress->enabled)

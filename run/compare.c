@@ -24,9 +24,13 @@ typedef struct compared {
     const char *label;
 } compared_t;
 
+/* Rows whose means decide whether a variant is overloaded. */
+#define OFFERED_ROW "offered_rate (req/s)"
+#define SERVED_ROW "request_throughput (req/s)"
+
 static const compared_t compared_metrics[] = {
-    {"offered_rate", NULL, "offered_rate (req/s)"},
-    {"request_throughput", NULL, "request_throughput (req/s)"},
+    {"offered_rate", NULL, OFFERED_ROW},
+    {"request_throughput", NULL, SERVED_ROW},
     {"output_throughput", NULL, "output_throughput (tok/s)"},
     {"goodput", NULL, "goodput (req/s)"},
     {"ttft_ms", "p50", "ttft_ms p50"},
@@ -199,9 +203,8 @@ static json_t *paired_deltas(const compared_t *list, size_t count,
 
 static bool overloaded(const json_t *means)
 {
-    const json_t *offered = json_object_get(json_object_get(means, "offered_rate (req/s)"), "mean");
-    const json_t *served =
-        json_object_get(json_object_get(means, "request_throughput (req/s)"), "mean");
+    const json_t *offered = json_object_get(json_object_get(means, OFFERED_ROW), "mean");
+    const json_t *served = json_object_get(json_object_get(means, SERVED_ROW), "mean");
     return offered != NULL && served != NULL && json_number_value(offered) > 0 &&
            json_number_value(served) < OVERLOAD_SERVED_FRACTION * json_number_value(offered);
 }

@@ -1091,7 +1091,6 @@ typedef struct plain_run {
     int64_t t0_wall_ns;
     int64_t t0_ns;
     int64_t end_ns;               /* rte clock: the last rank's end */
-    bool stopped;
     /* One rank builds its pool at a time: threads of one process faulting
      * in gigabytes together contend for its page tables (2 × 4 GiB: 27 s
      * together, 8 s one after the other). */
@@ -1115,10 +1114,8 @@ static kvio_status_t plain_serve(kvio_serve_rank_t *rank, kvio_rte_t *rte, plain
     kvio_status_t status = KVIO_OK;
     bool finished = false;
     while (status == KVIO_OK && !finished) {
-        if (run->stop != NULL && *run->stop) {
-            plain->stopped = true;
-            break;
-        }
+        if (run->stop != NULL && *run->stop)
+            break; /* interrupted: the caller sees the flag */
         int64_t now = kvio_rte_time_ns(rte);
         int64_t end_ns = -1, idle_until = now + 1000000;
         status = server.begin(server.context, now, 0, &end_ns, &idle_until, &finished);
@@ -1181,8 +1178,6 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
         status = kvio_serve_client_run(plain->client, run->stop, error, sizeof(error));
         if (status != KVIO_OK)
             kvio_rte_set_error(rte, "%s", error[0] ? error : kvio_strerror(status));
-        if (run->stop != NULL && *run->stop)
-            plain->stopped = true;
     } else {
         status = plain_serve(plain->ranks[self], rte, plain);
     }
@@ -1261,9 +1256,8 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
         goto out;
     kvio_rte_world_set_stop(world, run->stop);
     status = kvio_rte_world_run(world, plain_body, &plain, error_p, error_len);
-    if (status == KVIO_ERR_INTERRUPTED || (status != KVIO_OK && run->stop != NULL && *run->stop))
-        plain.stopped = true;
-    if (status != KVIO_OK && !plain.stopped)
+    bool stopped = status == KVIO_ERR_INTERRUPTED || (run->stop != NULL && *run->stop);
+    if (status != KVIO_OK && !stopped)
         goto out;
     if (run->start != NULL) {
         json_t *ranks = json_array();
@@ -1274,7 +1268,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
                                             plain.setup_s[r]));
         kvio_start_json_set(run->start, plain.t0_wall_ns, ranks);
     }
-    if (plain.stopped) {
+    if (stopped) {
         /* Interrupted: what the ranks reported, if every one did. */
         for (int r = 0; r < size; r++)
             if (plain.blobs[r] == NULL)
@@ -1295,7 +1289,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
         goto out;
     plain_metrics(&plain, metrics);
     *metrics_p = metrics;
-    *complete_p = !plain.stopped;
+    *complete_p = !stopped;
 out:
     for (uint32_t r = 0; plain.ranks != NULL && r < plain.num_serve; r++)
         kvio_serve_rank_destroy(plain.ranks[r]);

@@ -24,7 +24,5 @@ void kvio_progress_update(kvio_progress_t *progress, uint64_t done);
 /* Clears the line and frees the handle. */
 void kvio_progress_destroy(kvio_progress_t *progress);
 
-/* True when the line will be drawn. */
-bool kvio_progress_enabled(const kvio_progress_t *progress);
 
 #endif
