@@ -226,8 +226,9 @@ int kvio_cmd_stream(int argc, char **argv)
     if (status != KVIO_OK)
         goto failed;
     loaded = true;
-    status = kvio_stream_create(&workload.stream, (uint64_t)workload.seed, kvio_workload_stream_duration(&workload),
-                                &stream, error, sizeof(error));
+    status = kvio_stream_create(&workload.stream, (uint64_t)workload.seed,
+                                kvio_workload_stream_duration(&workload), &stream, error,
+                                sizeof(error));
     if (status != KVIO_OK)
         goto failed;
     if (args.output != NULL) {

@@ -423,17 +423,18 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         status = kvio_serve_kv_blocks(&workload->serve, model_p, gpu_p,
                                       workload->cost.tensor_parallel, &blocks, error_p,
                                       error_len);
+    int64_t duration_ns = kvio_workload_stream_duration(workload);
     if (status == KVIO_OK)
-        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    kvio_workload_stream_duration(workload), &stream, error_p, error_len);
+        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed, duration_ns,
+                                    &stream, error_p, error_len);
     if (status == KVIO_OK)
         status = check_requests_fit(workload, stream, blocks, requests_p, error_p, error_len);
     if (status == KVIO_OK && stream_p != NULL && kvio_stream_rewind(stream) != KVIO_OK) {
         /* A synthetic stream: the same seed yields the same requests again. */
         kvio_stream_destroy(stream);
         stream = NULL;
-        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    kvio_workload_stream_duration(workload), &stream, error_p, error_len);
+        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed, duration_ns,
+                                    &stream, error_p, error_len);
     }
     if (status == KVIO_OK && emulate)
         status = check_tier_paths(workload, error_p, error_len);

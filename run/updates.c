@@ -76,10 +76,7 @@ typedef struct run_context {
     kvio_event_trace_t *events;
     volatile sig_atomic_t *stop; /* shared by every rank thread; only read */
     json_t *start;               /* rank 0: t0 and each rank's set-up (may be NULL) */
-    /* Rank threads of one process build their KV pools one at a time:
-     * faulting in gigabytes together they contend for the process's page
-     * tables (as the plain emulate run does, serve/emulate.c). */
-    pthread_mutex_t *setup_lock;
+    pthread_mutex_t *setup_lock; /* serve ranks' pools, one at a time (kvio_serve_run_t) */
 } run_context_t;
 
 static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version);
@@ -102,8 +99,8 @@ typedef struct coupled_serve {
 } coupled_serve_t;
 
 static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
-                                    int serve_index, int num_serve, coupled_serve_t *coupled,
-                                    char *error_p, size_t error_len)
+                                    int serve_index, int num_serve, pthread_mutex_t *setup_lock,
+                                    coupled_serve_t *coupled, char *error_p, size_t error_len)
 {
     memset(coupled, 0, sizeof(*coupled));
     coupled->model = workload->model;
@@ -113,7 +110,8 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t 
         status = kvio_gpu_resolve(&coupled->gpu, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    kvio_workload_stream_duration(workload), &coupled->stream, error_p, error_len);
+                                    kvio_workload_stream_duration(workload), &coupled->stream,
+                                    error_p, error_len);
     if (status != KVIO_OK)
         return status;
     coupled->run = (kvio_serve_run_t){
@@ -125,7 +123,7 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t 
         .stream = coupled->stream, .device = &workload->device,
         /* With a client rank (the last), serve_index < 0 is the client. */
         .rte = rte, .client_rank = workload->ranks.client > 0 ? 1 + num_serve : 0,
-        .first_serve_rank = 1, .update = &workload->update,
+        .first_serve_rank = 1, .update = &workload->update, .setup_lock = setup_lock,
     };
     if (serve_index < 0)
         return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
@@ -1279,14 +1277,12 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
      * first step is not spent waiting for a pool being built). */
     int64_t queued_ns = 0; /* waiting for another rank's pool: not this rank's set-up */
     if (coupled_run && self != TRAIN_RANK) {
-        int64_t queued_from = kvio_rte_time_ns(rte);
-        pthread_mutex_lock(context->setup_lock);
-        queued_ns = kvio_rte_time_ns(rte) - queued_from;
-        status = coupled_create(workload, rte, is_client ? -1 : self - 1, num_serve, &coupled,
-                                error, sizeof(error));
-        pthread_mutex_unlock(context->setup_lock);
+        status = coupled_create(workload, rte, is_client ? -1 : self - 1, num_serve,
+                                context->setup_lock, &coupled, error, sizeof(error));
         if (status != KVIO_OK)
             goto fail;
+        if (coupled.rank != NULL)
+            queued_ns = kvio_serve_rank_setup_wait_ns(coupled.rank);
     }
     status = kvio_xfer_create(&transport, rte,
                               self == TRAIN_RANK ? KVIO_XFER_SENDER

@@ -452,6 +452,7 @@ struct kvio_serve_rank {
     size_t iterations_length, iterations_capacity;
     uint64_t iterations_dropped; /* past iterations_limit */
     size_t iterations_limit;     /* bytes of records kept (the message limit to rank 0) */
+    int64_t setup_wait_ns;       /* waiting for run->setup_lock: not this rank's set-up */
     /* With a client rank: requests come from it, state goes to it. */
     kvio_serve_publisher_t publisher;
     bool client_ended;       /* its last batch has arrived */
@@ -582,9 +583,16 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
     kvio_engine_observer_t observer = {.context = rank, .on_finish = coupled_finish,
                                        .on_iteration = coupled_iteration,
                                        .on_cache = client ? coupled_cache : NULL};
-    if (status == KVIO_OK)
+    if (status == KVIO_OK) {
+        int64_t queued_from = (int64_t)kvio_time_ns();
+        if (run->setup_lock != NULL)
+            pthread_mutex_lock(run->setup_lock);
+        rank->setup_wait_ns = (int64_t)kvio_time_ns() - queued_from;
         status = setup_create(run, serve_index, rank->blocks, rank->block_bytes, rank->cost,
                               observer, &rank->setup, error_p, error_len);
+        if (run->setup_lock != NULL)
+            pthread_mutex_unlock(run->setup_lock);
+    }
     if (status == KVIO_OK && !client)
         status = kvio_stream_next(run->stream, &rank->next);
     if (status != KVIO_OK) {
@@ -593,6 +601,11 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
     }
     *rank_p = rank;
     return KVIO_OK;
+}
+
+int64_t kvio_serve_rank_setup_wait_ns(const kvio_serve_rank_t *rank)
+{
+    return rank->setup_wait_ns;
 }
 
 void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
@@ -1091,10 +1104,7 @@ typedef struct plain_run {
     int64_t t0_wall_ns;
     int64_t t0_ns;
     int64_t end_ns;               /* rte clock: the last rank's end */
-    /* One rank builds its pool at a time: threads of one process faulting
-     * in gigabytes together contend for its page tables (2 × 4 GiB: 27 s
-     * together, 8 s one after the other). */
-    pthread_mutex_t setup_lock;
+    pthread_mutex_t setup_lock; /* run->setup_lock of every rank */
 } plain_run_t;
 
 /* A serve rank's loop: begin an iteration (take requests, schedule), let
@@ -1150,14 +1160,14 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
     run->first_serve_rank = 0;
     run->start = NULL;
     char error[1024] = "";
-    pthread_mutex_lock(&plain->setup_lock);
+    run->setup_lock = &plain->setup_lock;
     int64_t entered = kvio_rte_time_ns(rte);
     kvio_status_t status =
         client ? kvio_serve_client_create(run, &plain->client, error, sizeof(error))
                : kvio_serve_rank_create(run, (uint32_t)self, plain->num_serve,
                                         &plain->ranks[self], error, sizeof(error));
-    plain->setup_s[self] = (double)(kvio_rte_time_ns(rte) - entered) / 1e9;
-    pthread_mutex_unlock(&plain->setup_lock);
+    int64_t waited = status == KVIO_OK && !client ? plain->ranks[self]->setup_wait_ns : 0;
+    plain->setup_s[self] = (double)(kvio_rte_time_ns(rte) - entered - waited) / 1e9;
     if (status != KVIO_OK) {
         kvio_rte_set_error(rte, "%s", error[0] ? error : kvio_strerror(status));
         return status;

@@ -16,6 +16,7 @@
 #include "kvio/update.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 
@@ -94,6 +95,11 @@ typedef struct kvio_serve_run {
     int64_t warmup_requests;        /* the first N requests are not measured */
     kvio_stream_t *stream;          /* borrowed; drained */
     int64_t rank_timeout_ns;        /* emulate: longest silence of a live rank (0: 30 s) */
+    /* Emulate, serve ranks that are threads of one process: they build their
+     * KV pools one at a time under this lock, so that each rank's set-up
+     * time is its own (together they fault gigabytes into one process's page
+     * tables at once); NULL: no lock. */
+    pthread_mutex_t *setup_lock;
     uint64_t num_requests;          /* the stream's length when known (progress), else 0 */
     kvio_results_t *results;        /* borrowed; requests.csv and iterations.csv (may be NULL) */
     volatile sig_atomic_t *stop;    /* set asynchronously to stop early (may be NULL) */
@@ -187,6 +193,10 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
                                      uint32_t num_serve, kvio_serve_rank_t **rank_p,
                                      char *error_p, size_t error_len);
 void kvio_serve_rank_destroy(kvio_serve_rank_t *rank);
+
+/* How long kvio_serve_rank_create waited for run->setup_lock (ns): time
+ * another rank's set-up took, not this one's. */
+int64_t kvio_serve_rank_setup_wait_ns(const kvio_serve_rank_t *rank);
 
 /* The hooks through which the update receive loop drives the engine. With
  * a client rank, begin fails (KVIO_ERR_PEER, "the client rank is lost: ...")

@@ -190,8 +190,9 @@ typedef struct kvio_stream kvio_stream_t;
  * the synthetic generator seeded with seed. duration_ns bounds a synthetic
  * stream whose `requests` is 0 (0: unbounded, which is an error unless the
  * arrival process ends by itself) and cuts a trace's replay at that time
- * (0: the whole trace; kvio_workload_stream_duration says which applies). A trace is read, checked and sorted here;
- * errors name the file and line. Destroy with kvio_stream_destroy. */
+ * (0: the whole trace; kvio_workload_stream_duration says which applies).
+ * A trace is read, checked and sorted here; errors name the file and line.
+ * Destroy with kvio_stream_destroy. */
 kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t seed,
                                  int64_t duration_ns, kvio_stream_t **stream_p, char *error_p,
                                  size_t error_len);
