@@ -7,7 +7,9 @@
 # reference; then ucx fan-out to 3 servers, sequential vs pipelined chain (a
 # smaller model, KVIO_BENCH_FANOUT_BYTES); then weight sync in buckets
 # (weight_sync:, KVIO_BENCH_SYNC_BUCKET, KVIO_BENCH_SYNC_DEPTH) one after the
-# other, pipelined, per tensor and whole, against the transfer stage alone.
+# other, pipelined, per tensor and whole, against the transfer stage alone;
+# and pipelined deltas (KVIO_BENCH_SYNC_DELTA of the elements change per
+# version) against the same pipelined run's full versions.
 # Prints tables and `figure NAME VALUE UNIT` lines. Usage: bench/update.sh
 # [BUILD_DIR] (default build/). KVIO_BENCH_RESULTS=DIR keeps each run's
 # results directory (DIR/ucx, DIR/file_fsync, DIR/file_nofsync, DIR/redis,
@@ -28,6 +30,7 @@ fanout_bytes=${KVIO_BENCH_FANOUT_BYTES:-256MiB}
 fanout_servers=${KVIO_BENCH_FANOUT_SERVERS:-3}
 sync_bucket=${KVIO_BENCH_SYNC_BUCKET:-64MiB}
 sync_depth=${KVIO_BENCH_SYNC_DEPTH:-2}
+sync_delta=${KVIO_BENCH_SYNC_DELTA:-0.045}
 # Which parts run (comma-separated): transports, fanout, sync.
 parts=${KVIO_BENCH_PARTS:-transports,fanout,sync}
 part() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -205,11 +208,24 @@ if part sync; then
 # the reference), pipelined
 # (pipeline_depth $sync_depth), one message per tensor, and whole. Each stage
 # is measured per bucket (summary.json model_updates.weight_sync, sync.csv).
-sync_case() { # NAME GRANULARITY DEPTH
-    timeout 300 "$kvio" -q run "$work/update.yaml" -o "$results/sync_$1" --force \
-        --set model.preset=llama3-8b --set "weight_sync.granularity=$2" \
-        --set "weight_sync.bucket_size=$sync_bucket" --set "weight_sync.pipeline_depth=$3" \
-        >/dev/null
+# Deltas: the first version goes whole, the rest as their changes (bf16
+# elements: a 4-byte index and 2 bytes each, or a bitmap and the values).
+sync_case() { # NAME GRANULARITY DEPTH [SETS...]
+    local name=$1 granularity=$2 depth=$3
+    shift 3
+    timeout 300 "$kvio" -q run "$work/update.yaml" -o "$results/sync_$name" --force \
+        --set model.preset=llama3-8b --set "weight_sync.granularity=$granularity" \
+        --set "weight_sync.bucket_size=$sync_bucket" --set "weight_sync.pipeline_depth=$depth" \
+        "$@" >/dev/null
+}
+# later_ms NAME: the mean update latency (t_ready to t_activated) of the
+# versions after the first (a delta run's deltas).
+later_ms() {
+    python3 - "$results/sync_$1/updates.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if int(r["version"]) > 1 and r["t_activated_ms"]]
+print("%.3f" % (sum(float(r["t_activated_ms"]) - float(r["t_ready_ms"]) for r in rows) / len(rows)))
+PY
 }
 # sync_row NAME: latency_ms and the weight_sync block's measured stages.
 sync_row() {
@@ -234,11 +250,14 @@ sync_case serial bucket 1
 sync_case pipelined bucket "$sync_depth"
 sync_case tensor tensor "$sync_depth"
 sync_case whole whole 1
+sync_case delta bucket "$sync_depth" --set "weight_sync.delta=$sync_delta"
+sync_case delta_bitmap bucket "$sync_depth" --set "weight_sync.delta=$sync_delta" \
+    --set weight_sync.delta_encoding=bitmap
 echo
 echo "weight sync over ucx, $bytes as llama3-8b's tensors, buckets of $sync_bucket, 1 trainer -> 1 server, $versions versions (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '%-14s %10s %8s %9s %11s %9s %12s %11s\n' case latency_ms messages stage_ms transfer_ms \
     reload_ms pipeline_ms control_us
-for name in serial pipelined tensor whole; do sync_row "$name"; done
+for name in serial pipelined tensor whole delta delta_bitmap; do sync_row "$name"; done
 transfer_alone_ms=$(sync_value serial transfer_ms)
 pipelined_ms=$(sync_value pipelined update_latency_ms)
 # The pipelined update (t_ready to t_activated) over its transfer stage
@@ -250,6 +269,13 @@ echo "figure sync_serial_ms $(sync_value serial update_latency_ms) ms"
 echo "figure sync_tensor_ms $(sync_value tensor update_latency_ms) ms"
 echo "figure sync_whole_ms $(sync_value whole update_latency_ms) ms"
 echo "figure sync_control_us_per_message $(sync_value tensor control_us_per_message) us"
+# Deltas against full versions, both pipelined, versions after the first.
+full_later_ms=$(later_ms pipelined)
+for name in delta delta_bitmap; do
+    echo "figure sync_${name}_ms $(later_ms $name) ms"
+    echo "figure sync_${name}_over_full $(python3 -c "print('%.2f' % ($(later_ms $name) / $full_later_ms))") x"
+    echo "figure sync_${name}_wire_fraction $(python3 -c "print('%.3f' % ($(sync_value $name wire_bytes) / $(sync_value $name bytes)))") x"
+done
 # What one more message costs the update, all in (notice, flush, hand-back,
 # the threads' wake-ups): per tensor against in buckets, at the same depth.
 tensor_messages=$(sync_value tensor messages)

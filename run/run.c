@@ -349,10 +349,12 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
         snprintf(why, sizeof(why), "is p2p; emulate mode sends from the trainer to every serve "
                  "rank, P2P from serving peers is modelled in simulate mode only (set topology: "
                  "tree, or mode: simulate)");
-    } else if (sync->delta_fraction > 0) {
+    } else if (sync->delta_fraction > 0 &&
+               kvio_updates_sync_delta(workload).element == 0) {
         refused = "weight_sync.delta";
-        snprintf(why, sizeof(why), "is %g; emulate mode moves whole buckets, deltas are "
-                 "modelled in simulate mode only (set delta: 0, or mode: simulate)",
+        snprintf(why, sizeof(why), "is %g, but the model's weights are not whole bytes per "
+                 "element; emulate mode changes and sends whole elements (set "
+                 "model.weight_dtype_bytes to 1, 2, 4 or 8, delta: 0, or mode: simulate)",
                  sync->delta_fraction);
     } else if ((sync->train_tp > 0 && sync->train_tp != workload->cost.tensor_parallel) ||
                sync->train_pp != 1) {
@@ -367,8 +369,21 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
     }
     kvio_sync_plan_t plan;
     kvio_status_t status = kvio_updates_sync_buckets(workload, &plan, error_p, error_len);
-    if (status == KVIO_OK)
-        kvio_sync_plan_free(&plan);
+    if (status != KVIO_OK)
+        return status;
+    /* index_value's indices are 4 bytes: a bucket has at most 2^32 elements. */
+    kvio_xfer_delta_t delta = kvio_updates_sync_delta(workload);
+    for (size_t b = 0; b < plan.num_buckets && status == KVIO_OK; b++) {
+        if (delta.fraction <= 0 || delta.encoding != KVIO_XFER_DELTA_INDEX_VALUE ||
+            plan.buckets[b].bytes / delta.element <= UINT32_MAX)
+            continue;
+        snprintf(error_p, error_len, "weight_sync.delta_encoding: index_value in emulate mode: "
+                 "bucket %zu has %llu elements, more than 4-byte indices reach (set "
+                 "weight_sync.bucket_size, or delta_encoding: bitmap)", b,
+                 (unsigned long long)(plan.buckets[b].bytes / delta.element));
+        status = KVIO_ERR_CONFIG;
+    }
+    kvio_sync_plan_free(&plan);
     return status;
 }
 

@@ -421,8 +421,21 @@ kvio_status_t kvio_updates_sync_buckets(const kvio_workload_t *workload, kvio_sy
                              error_len);
 }
 
+kvio_xfer_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload)
+{
+    const kvio_sync_config_t *sync = &workload->weight_sync;
+    kvio_model_t model = workload->model;
+    char unused[256];
+    double element = 0;
+    if (kvio_model_resolve(&model, unused, sizeof(unused)) == KVIO_OK)
+        element = model.weight_dtype_bytes > 0 ? model.weight_dtype_bytes : model.dtype_bytes;
+    return (kvio_xfer_delta_t){
+        .fraction = sync->delta_fraction, .encoding = sync->delta_encoding,
+        .element = element >= 1 && element == floor(element) ? (uint32_t)element : 0};
+}
+
 /* Emulate, weight_sync on: the ring each rank keeps beside its weights
- * (pipeline_depth slots of the largest bucket; 0 without weight_sync). */
+ * (pipeline_depth slots of the largest bucket or delta; 0 without weight_sync). */
 static kvio_status_t sync_ring_bytes(const kvio_workload_t *workload, uint64_t *ring_p,
                                      char *error_p, size_t error_len)
 {
@@ -433,9 +446,15 @@ static kvio_status_t sync_ring_bytes(const kvio_workload_t *workload, uint64_t *
     kvio_status_t status = kvio_updates_sync_buckets(workload, &plan, error_p, error_len);
     if (status != KVIO_OK)
         return status;
+    /* A slot holds a bucket, or its largest delta when that is bigger. */
+    kvio_xfer_delta_t delta = kvio_updates_sync_delta(workload);
     uint64_t largest = 0;
-    for (size_t b = 0; b < plan.num_buckets; b++)
-        largest = plan.buckets[b].bytes > largest ? plan.buckets[b].bytes : largest;
+    for (size_t b = 0; b < plan.num_buckets; b++) {
+        uint64_t bytes = plan.buckets[b].bytes;
+        if (delta.fraction > 0 && delta.element > 0 && kvio_xfer_delta_bound(&delta, bytes) > bytes)
+            bytes = kvio_xfer_delta_bound(&delta, bytes);
+        largest = bytes > largest ? bytes : largest;
+    }
     uint64_t slots = (uint64_t)workload->weight_sync.pipeline_depth;
     *ring_p = largest * (slots < plan.num_buckets ? slots : plan.num_buckets);
     kvio_sync_plan_free(&plan);
@@ -802,7 +821,7 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
     kvio_status_t status = KVIO_OK;
     if (context->results != NULL) {
         status = kvio_csv_open(context->results, "sync.csv",
-                               "version,bucket,rank,bytes,t_stage_start_ms,t_staged_ms,"
+                               "version,bucket,rank,bytes,wire_bytes,t_stage_start_ms,t_staged_ms,"
                                "t_transfer_start_ms,t_transferred_ms,t_control_start_ms,"
                                "t_control_end_ms,t_noticed_ms,t_reload_start_ms,t_reloaded_ms",
                                &csv);
@@ -821,6 +840,9 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
      * the versions every bucket of which some server reloaded. */
     size_t notices = 0, sent = 0, reloaded = 0, whole = 0, versions_done = 0;
     int64_t version_start = 0, last_reloaded = 0; /* the last bucket, by the last server */
+    /* With deltas: what the versions after the first put on the wire. */
+    double delta_wire = 0;
+    size_t delta_versions = 0;
     const kvio_xfer_bucket_stamp_t *previous = NULL;
     for (size_t i = 0; i <= all->num_stamps; i++) {
         const kvio_xfer_bucket_stamp_t *t = i < all->num_stamps ? &all->stamps[i] : NULL;
@@ -839,6 +861,10 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         bool last = t->bucket + 1 == sync->num_buckets;
         if (new_bucket) {
             sent++;
+            if (t->version != all->stamps[0].version) {
+                delta_wire += (double)t->wire_bytes;
+                delta_versions += t->bucket == 0;
+            }
             stage_ns += (double)(t->stage_end_ns - t->stage_start_ns);
             if (t->bucket == 0)
                 version_start = t->stage_start_ns;
@@ -870,9 +896,10 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
             last_reloaded = r->reload_end_ns > last_reloaded ? r->reload_end_ns : last_reloaded;
         }
         if (csv != NULL)
-            kvio_csv_row(csv, "%llu,%u,%d,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
+            kvio_csv_row(csv, "%llu,%u,%d,%llu,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
                          (unsigned long long)t->version, t->bucket, t->peer,
-                         (unsigned long long)t->bytes, MS(t->stage_start_ns), MS(t->stage_end_ns),
+                         (unsigned long long)t->bytes, (unsigned long long)t->wire_bytes,
+                         MS(t->stage_start_ns), MS(t->stage_end_ns),
                          MS(t->transfer_start_ns), MS(t->transfer_end_ns),
                          MS(t->control_start_ns), MS(t->control_end_ns), MS(r->noticed_ns),
                          MS(r->reload_start_ns), MS(r->reload_end_ns));
@@ -894,15 +921,18 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
     static const char *const names[] = {"off", "whole", "bucket", "tensor"};
     /* The keys simulate mode has (buckets, messages, bytes, wire_bytes,
      * staged_ms: the trainer's last bucket staged, update_ms: the last
-     * server done, both from the first stage's start) mean the same here;
-     * the rest are the stages' measured sums per update. */
+     * server done, both from the first stage's start) mean the same here
+     * (with deltas, wire_bytes is the mean delta's: the first version goes
+     * whole); the rest are the stages' measured sums per update. */
+    bool deltas = config->delta_fraction > 0 && delta_versions > 0;
     json_t *object = json_pack(
         "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
         "s:f}",
         "granularity", names[config->granularity], "measured", 1,
         "buckets", (json_int_t)sync->num_buckets, "messages", (json_int_t)sync->messages,
         "tensors", (json_int_t)tensors, "bytes", (json_int_t)sync->bytes,
-        "wire_bytes", (json_int_t)sync->wire_bytes,
+        "wire_bytes", (json_int_t)(deltas ? llround(delta_wire / (double)delta_versions)
+                                          : (double)sync->wire_bytes),
         "staged_ms", versions > 0 ? staged_ns / versions / 1e6 : 0.0,
         "update_ms", versions_done > 0 ? update_ns / (double)versions_done / 1e6 : 0.0,
         "pipeline_depth",
@@ -917,6 +947,13 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         "control_us_per_message", notices > 0 ? control_ns / (double)notices / 1e3 : 0.0,
         "notice_us_per_message", reloaded > 0 ? notice_ns / (double)reloaded / 1e3 : 0.0,
         "pipeline_ms", whole > 0 ? pipeline_ns / (double)whole / 1e6 : 0.0);
+    if (deltas) {
+        static const char *const encodings[] = {"index_value", "bitmap"};
+        json_object_set_new(object, "delta",
+                            json_pack("{s:f, s:s, s:I}", "fraction", config->delta_fraction,
+                                      "encoding", encodings[config->delta_encoding],
+                                      "versions", (json_int_t)delta_versions));
+    }
     json_object_set_new(json_object_get(context->metrics, "model_updates"), "weight_sync",
                         object);
     return KVIO_OK;
@@ -1263,6 +1300,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         transport.bucket_bytes = bucket_bytes;
         transport.num_buckets = sync.num_buckets;
         transport.pipeline_depth = workload->weight_sync.pipeline_depth;
+        transport.delta = kvio_updates_sync_delta(workload);
     }
     /* Every shared name carries the run's id (rank 0's): concurrent runs on
      * one directory or one Redis never see each other's versions, and the

@@ -605,6 +605,55 @@ Test(sync, emulate_faults_mid_bucket_end_the_run_naming_the_rank, .timeout = 120
     free(dir);
 }
 
+/* Deltas (4.5 % of bf16 elements per version, as measured in one RL run):
+ * the first version goes whole, each after it as its changes only, which
+ * every serve rank applies onto the version before; the checksum is the
+ * trainer's whole weights', so every version verifies only if the rebuilt
+ * weights are exact. */
+Test(sync, emulate_deltas_move_only_the_changes_and_rebuild_every_version, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    static const struct {
+        const char *encoding;
+        double per_element; /* wire bytes per bf16 element */
+    } cases[] = {{"index_value", 0.045 * 6}, {"bitmap", 0.045 * 2 + 1.0 / 8}};
+    for (size_t c = 0; c < 2; c++) {
+        json_t *summary = NULL;
+        char set[96];
+        snprintf(set, sizeof(set), "weight_sync.delta_encoding=%s", cases[c].encoding);
+        json_t *updates = run_emulate(dir, cases[c].encoding, &summary, "weight_sync.delta=0.045",
+                                      set);
+        cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 6,
+                     "%s: 3 versions x 2 serve ranks", cases[c].encoding);
+        cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0,
+                     "%s", cases[c].encoding);
+        double elements = (8 << 20) / 2.0, expected = elements * cases[c].per_element;
+        cr_expect(fabs(sync_number(updates, "wire_bytes") - expected) < expected * 0.01,
+                  "%s: %.0f bytes per delta, %.0f expected", cases[c].encoding,
+                  sync_number(updates, "wire_bytes"), expected);
+        json_t *delta = json_object_get(json_object_get(updates, "weight_sync"), "delta");
+        cr_expect_eq(json_integer_value(json_object_get(delta, "versions")), 2);
+        json_decref(summary);
+        /* sync.csv: version 1's buckets whole, the others' their deltas. */
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/%s/sync.csv", dir, cases[c].encoding);
+        test_csv_t csv = test_csv_read(path);
+        double wire[4] = {0, 0, 0, 0};
+        for (size_t r = 0; r < csv.num_rows; r++)
+            if (test_csv_number(&csv, r, "rank") == 1)
+                wire[(int)test_csv_number(&csv, r, "version") & 3] +=
+                    test_csv_number(&csv, r, "wire_bytes");
+        cr_expect_eq(wire[1], 8 << 20, "%s: version 1 whole", cases[c].encoding);
+        for (int v = 2; v <= 3; v++)
+            cr_expect(fabs(wire[v] - expected) < expected * 0.01, "%s: version %d: %.0f bytes",
+                      cases[c].encoding, v, wire[v]);
+        test_csv_free(&csv);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* weight_sync in emulate mode over what it does not build: refused by
  * validate (and run) with exit 2, naming the key. */
 Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
@@ -617,18 +666,29 @@ Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
         {"train.transport.kind=file", "train.transport.kind"},
         {"train.transport.kind=redis", "train.transport.kind"},
         {"train.transport.fanout=chain", "train.transport.fanout"},
-        {"weight_sync.delta=0.1", "weight_sync.delta"},
         {"weight_sync.train_pp=2", "weight_sync.train_tp"},
         {"weight_sync.topology=p2p", "weight_sync.topology"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         expect_refused(dir, path, NULL, cases[i].set, cases[i].key);
+    /* Deltas change whole elements, and index_value's 4-byte indices reach
+     * 2^32 elements of a bucket. */
+    expect_refused(dir, path, "weight_sync.delta=0.1", "model.weight_dtype_bytes=0.5",
+                   "weight_sync.delta");
+    char *whole = test_write_file(dir, "whole.yaml", emulate_workload);
+    test_run_t run = test_kvio(dir, "validate", whole, "--set", "weight_sync.delta=0.1", "--set",
+                               "weight_sync.granularity=whole", "--set", "train.bytes=9GiB", NULL);
+    cr_expect_eq(run.status, 2, "exit %d: %s", run.status, run.err);
+    cr_expect(test_contains(run.err, "weight_sync.delta_encoding") &&
+                  test_contains(run.err, "4-byte indices"), "%s", run.err);
+    test_run_free(&run);
+    free(whole);
 #ifdef KVIO_HAVE_UCX /* else run refuses the transport first */
     /* Weights and bucket rings beyond any machine's memory: refused by run
      * before anything is allocated, with the numbers. */
     char out[1200];
     snprintf(out, sizeof(out), "%s/huge", dir);
-    test_run_t run = test_kvio(dir, "run", path, "-o", out, "--set", "train.bytes=512GiB", NULL);
+    run = test_kvio(dir, "run", path, "-o", out, "--set", "train.bytes=512GiB", NULL);
     cr_expect_eq(run.status, 2, "exit %d: %s", run.status, run.err);
     cr_expect(test_contains(run.err, "weight_sync needs") &&
                   test_contains(run.err, "bucket slots"), "%s", run.err);

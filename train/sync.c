@@ -36,7 +36,9 @@ const kvio_opt_t kvio_sync_options[] = {
     {.key = "delta", .type = KVIO_OPT_DOUBLE,
      .offset = offsetof(kvio_sync_config_t, delta_fraction), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
-     .help = "share of the elements that changed: only they move (0: the full weights)"},
+     .help = "share of the elements that changed: only they move (0: the full weights); "
+             "emulate: from the second version on the trainer changes that share, buckets "
+             "carry only the changes and the serve ranks apply them"},
     {.key = "delta_encoding", .type = KVIO_OPT_ENUM,
      .offset = offsetof(kvio_sync_config_t, delta_encoding), .values = encoding_names,
      .default_value = "index_value",

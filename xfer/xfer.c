@@ -421,6 +421,13 @@ void kvio_xfer_destroy(kvio_xfer_t *xfer)
 
 void *kvio_xfer_send_buffer(kvio_xfer_t *xfer) { return xfer->send_buffer; }
 kvio_device_t *kvio_xfer_device(const kvio_xfer_t *xfer) { return xfer->device; }
+
+const kvio_xfer_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer)
+{
+    return xfer->config->num_buckets > 0 && xfer->config->delta.fraction > 0
+               ? &xfer->config->delta
+               : NULL;
+}
 void *kvio_xfer_slot(kvio_xfer_t *xfer, int slot) { return xfer->slots[slot & 1]; }
 uint64_t kvio_xfer_polls(const kvio_xfer_t *xfer) { return xfer->polls; }
 int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer) { return xfer->poll_interval_ns; }

@@ -26,13 +26,21 @@
 #define AM_BUCKET_DONE (KVIO_UCX_AM_USER + 1)
 #define AM_HELLO (KVIO_UCX_AM_USER + 2)
 #define BUCKET_QUEUE_LENGTH 128 /* above pipeline_depth's bound (64) */
+/* Bytes of a delta bucket encoded and summed, or copied and applied, at a
+ * time: the second pass finds the bytes in cache. */
+#define APPLY_STEP (256u << 10)
 
-/* A bucket's notice: it is in ring slot `slot` of the receiver. */
+/* A bucket's notice: it is in ring slot `slot` of the receiver, whole or
+ * as a delta's encoding (entries changes, wire_bytes long). */
 typedef struct bucket_notice {
     uint64_t magic;
     uint64_t version;
     uint64_t bytes;      /* the whole version's */
     uint64_t checksum;   /* the last bucket: the version's; else 0 */
+    uint64_t wire_bytes; /* what was put */
+    uint64_t entries;    /* a delta's changes */
+    uint32_t delta;      /* 1: a delta on the version before */
+    uint32_t unused;
     uint32_t bucket, slot;
     int64_t t_ready_ns;
     int64_t t_posted_ns; /* when the sender posted it */
@@ -51,7 +59,8 @@ typedef struct bucket_priv {
     uint64_t *offsets;   /* bucket b is [offsets[b], offsets[b + 1]) of the weights */
     size_t num_buckets;
     size_t depth;        /* ring slots: pipeline_depth, at most num_buckets */
-    uint64_t slot_bytes; /* the largest bucket */
+    uint64_t slot_bytes; /* the largest bucket (or its largest delta) */
+    const kvio_xfer_delta_t *delta; /* NULL: whole versions */
     char *ring;          /* sender: staging slots; receiver: receive slots */
     uint64_t sequence;   /* sender: buckets put since the start; receiver: reloaded */
     /* Sender: buckets each receiver has reloaded (written by the ucx
@@ -59,6 +68,10 @@ typedef struct bucket_priv {
     uint64_t *reloaded;
     _Atomic uint64_t reloaded_all;
     _Atomic uint64_t put_all; /* sender: buckets put (flushed) since the start */
+    /* Sender, with deltas: a version has been sent (the next are deltas);
+     * the bytes and changes of each bucket's encoding (the stager's). */
+    bool sent_any;
+    uint64_t *wire, *entries;
     /* Receiver: notices not yet reloaded, with their arrival. */
     bucket_notice_t queue[BUCKET_QUEUE_LENGTH];
     int64_t noticed_ns[BUCKET_QUEUE_LENGTH];
@@ -68,6 +81,9 @@ typedef struct bucket_priv {
     int hellos;          /* set-up: peers heard from */
     size_t bucket;       /* receiver: the bucket being reloaded */
     size_t stamp;        /* receiver: its row in xfer->stamps */
+    char *base;          /* receiver: the slot the last version came into (deltas
+                            apply on it) */
+    uint64_t cursor;     /* receiver: changes of the bucket's delta applied */
 } bucket_priv_t;
 
 /* A bucket's turn comes within microseconds: the threads that wait for
@@ -165,13 +181,17 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
     void **blobs = NULL, *my_ring = NULL;
     size_t *lengths = NULL, my_ring_length = 0;
     priv->xfer = xfer;
+    priv->delta = kvio_xfer_delta(xfer);
     priv->num_buckets = config->num_buckets;
     priv->offsets = calloc(priv->num_buckets + 1, sizeof(*priv->offsets));
     kvio_status_t status = priv->offsets != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
     for (size_t b = 0; b < priv->num_buckets && status == KVIO_OK; b++) {
-        priv->offsets[b + 1] = priv->offsets[b] + config->bucket_bytes[b];
-        if (config->bucket_bytes[b] > priv->slot_bytes)
-            priv->slot_bytes = config->bucket_bytes[b];
+        uint64_t bytes = config->bucket_bytes[b];
+        priv->offsets[b + 1] = priv->offsets[b] + bytes;
+        if (priv->delta != NULL && kvio_xfer_delta_bound(priv->delta, bytes) > bytes)
+            bytes = kvio_xfer_delta_bound(priv->delta, bytes);
+        if (bytes > priv->slot_bytes)
+            priv->slot_bytes = bytes;
     }
     if (status == KVIO_OK && priv->offsets[priv->num_buckets] != xfer->bytes) {
         kvio_xfer_set_error(xfer, "ucx transport: buckets of %llu bytes for %llu-byte "
@@ -200,8 +220,11 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
         memset(priv->ring, 0, ring_bytes); /* faulted in before the first bucket */
     if (status == KVIO_OK && xfer->role == KVIO_XFER_SENDER) {
         priv->reloaded = calloc((size_t)xfer->num_receivers + 1, sizeof(*priv->reloaded));
+        priv->wire = calloc(priv->num_buckets, sizeof(*priv->wire));
+        priv->entries = calloc(priv->num_buckets, sizeof(*priv->entries));
         xfer->send_buffer = kvio_xfer_aligned_alloc(xfer->bytes);
-        if (priv->reloaded == NULL || xfer->send_buffer == NULL)
+        if (priv->reloaded == NULL || priv->wire == NULL || priv->entries == NULL ||
+            xfer->send_buffer == NULL)
             status = KVIO_ERR_NOMEM;
     } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
         /* The receiver's own weights (active and incoming) and its ring's
@@ -257,6 +280,8 @@ static void bucket_fini(kvio_xfer_t *xfer)
     kvio_xfer_ucx_close(xfer); /* unmaps the ring */
     free(priv->offsets);
     free(priv->reloaded);
+    free(priv->wire);
+    free(priv->entries);
     free(xfer->send_buffer);
     xfer->send_buffer = NULL;
     for (int slot = 0; slot < 2; slot++) {
@@ -271,6 +296,8 @@ static void bucket_fini(kvio_xfer_t *xfer)
  * once the bucket that slot held has been put. */
 typedef struct stager {
     kvio_xfer_t *xfer;
+    uint64_t version;
+    bool delta;                  /* the version goes as deltas */
     uint64_t first;              /* the sequence number of the version's bucket 0 */
     size_t stamps;               /* the version's first row in xfer->stamps */
     _Atomic size_t staged;       /* buckets staged */
@@ -294,10 +321,30 @@ static void *stage_buckets(void *arg)
         size_t receivers = (size_t)xfer->num_receivers;
         kvio_xfer_bucket_stamp_t *rows = &xfer->stamps[stager->stamps + b * receivers];
         int64_t start_ns = kvio_rte_time_ns(xfer->rte);
-        /* A copy from the weights, summed from its own loads while the
-         * publish computes the checksum. */
-        kvio_xfer_store_piece(xfer, priv->ring + (sequence % priv->depth) * priv->slot_bytes,
-                              priv->offsets[b], priv->offsets[b + 1] - priv->offsets[b]);
+        char *slot = priv->ring + (sequence % priv->depth) * priv->slot_bytes;
+        uint64_t bytes = priv->offsets[b + 1] - priv->offsets[b];
+        if (stager->delta) {
+            /* The bucket's changes encoded, and its whole bytes summed (the
+             * checksum is of the weights the receivers rebuild), a step at
+             * a time: the sum reads what the encoding just brought in. */
+            kvio_xfer_delta_encoder_t encoder;
+            kvio_xfer_delta_encode_begin(&encoder, priv->delta, stager->version,
+                                         xfer->send_buffer, xfer->bytes, priv->offsets[b], bytes,
+                                         slot);
+            for (uint64_t done = 0; done < bytes;) {
+                uint64_t step = bytes - done < APPLY_STEP ? bytes - done : APPLY_STEP;
+                kvio_xfer_delta_encode_to(&encoder, done + step);
+                kvio_xfer_hash_piece(xfer, priv->offsets[b] + done, step);
+                done += step;
+            }
+            priv->wire[b] = kvio_xfer_delta_encode_end(&encoder, &priv->entries[b]);
+        } else {
+            /* A copy from the weights, summed from its own loads while the
+             * publish computes the checksum. */
+            kvio_xfer_store_piece(xfer, slot, priv->offsets[b], bytes);
+            priv->wire[b] = bytes;
+            priv->entries[b] = 0;
+        }
         int64_t end_ns = kvio_rte_time_ns(xfer->rte);
         for (size_t i = 0; i < receivers; i++) {
             rows[i].stage_start_ns = start_ns;
@@ -351,7 +398,8 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
                                                            : "buckets go to every receiver");
         return stamps == NULL ? KVIO_ERR_NOMEM : KVIO_ERR_INTERNAL;
     }
-    stager_t stager = {.xfer = xfer, .first = priv->sequence,
+    stager_t stager = {.xfer = xfer, .version = meta->version,
+                       .delta = priv->delta != NULL && priv->sent_any, .first = priv->sequence,
                        .stamps = xfer->num_stamps - count * receivers};
     for (size_t b = 0; b < count; b++)
         for (size_t i = 0; i < receivers; i++)
@@ -368,18 +416,21 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
     prctl(PR_SET_TIMERSLACK, WAIT_TIMER_SLACK_NS, 0, 0, 0); /* restored below */
     kvio_status_t status = KVIO_OK;
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
-        uint64_t sequence = priv->sequence + b, bytes = priv->offsets[b + 1] - priv->offsets[b];
+        uint64_t sequence = priv->sequence + b;
         uint64_t at = (sequence % priv->depth) * priv->slot_bytes;
         status = wait_turn(xfer, &stager, b, sequence);
+        uint64_t bytes = priv->wire[b]; /* written before the stager said staged */
         bucket_notice_t notice = {.magic = KVIO_XFER_MAGIC, .version = meta->version,
                                   .bytes = xfer->bytes, .checksum = meta->checksum,
-                                  .bucket = (uint32_t)b,
+                                  .wire_bytes = bytes, .entries = priv->entries[b],
+                                  .delta = stager.delta, .bucket = (uint32_t)b,
                                   .slot = (uint32_t)(sequence % priv->depth),
                                   .t_ready_ns = meta->t_ready_ns};
         if (b + 1 == count)
             kvio_xfer_put_checksum(xfer, &notice.checksum); /* summed while staged */
         for (size_t i = 0; i < receivers && status == KVIO_OK; i++) {
             kvio_xfer_bucket_stamp_t *stamp = &xfer->stamps[stager.stamps + b * receivers + i];
+            stamp->wire_bytes = bytes;
             stamp->transfer_start_ns = kvio_rte_time_ns(xfer->rte);
             status = kvio_xfer_ucx_put_region(xfer, xfer->receivers[i], priv->ring + at,
                                               priv->ucx.remote[i].address[0] + at,
@@ -399,8 +450,10 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
     pthread_join(thread, NULL);
     if (slack > 0)
         prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
-    if (status == KVIO_OK)
+    if (status == KVIO_OK) {
         priv->sequence += count;
+        priv->sent_any = true;
+    }
     return status;
 }
 
@@ -438,6 +491,45 @@ static kvio_status_t bucket_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
     return kvio_xfer_ucx_poll(xfer, meta_p);
 }
 
+/* A delta bucket's piece at offset into the slot starting at weights: the
+ * version before's bytes (in base) copied there, unless it is the same
+ * slot, and the changes in the piece written over them. Trims *piece_p to
+ * whole elements. */
+static kvio_status_t apply_delta(kvio_xfer_t *xfer, const bucket_notice_t *notice,
+                                 char *weights, uint64_t offset, uint64_t *piece_p)
+{
+    bucket_priv_t *priv = xfer->priv;
+    const kvio_xfer_delta_t *delta = priv->delta;
+    size_t b = notice->bucket;
+    uint64_t start = priv->offsets[b], bytes = priv->offsets[b + 1] - start;
+    if (priv->base == NULL) {
+        kvio_xfer_set_error(xfer, "ucx transport: version %llu came as a delta, but rank %d "
+                            "holds no version to apply it to",
+                            (unsigned long long)notice->version, kvio_rte_index(xfer->rte));
+        return KVIO_ERR_TRANSPORT;
+    }
+    uint64_t piece = *piece_p;
+    if (offset + piece < start + bytes && piece >= delta->element)
+        piece -= piece % delta->element;
+    const char *encoding = priv->ring + notice->slot * priv->slot_bytes;
+    for (uint64_t done = 0; done < piece;) {
+        uint64_t step = piece - done < APPLY_STEP ? piece - done : APPLY_STEP;
+        uint64_t at = offset + done;
+        if (priv->base != weights)
+            memcpy(weights + at, priv->base + at, step);
+        if (!kvio_xfer_delta_apply(delta, encoding, notice->entries, bytes, weights + start,
+                                   at - start, at - start + step, &priv->cursor)) {
+            kvio_xfer_set_error(xfer, "ucx transport: bucket %u of version %llu: its delta's "
+                                "encoding is corrupt", notice->bucket,
+                                (unsigned long long)notice->version);
+            return KVIO_ERR_TRANSPORT;
+        }
+        done += step;
+    }
+    *piece_p = piece;
+    return KVIO_OK;
+}
+
 /* Reloads the next piece of the bucket holding offset, once its notice has
  * come: a copy from the ring slot into the receiver's weights (buffer).
  * The bucket's last piece hands the slot back. */
@@ -456,7 +548,8 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     int at = priv->queue_head;
     const bucket_notice_t *notice = &priv->queue[at];
     if (notice->magic != KVIO_XFER_MAGIC || notice->version != meta->version ||
-        notice->bucket != b || notice->slot >= priv->depth) {
+        notice->bucket != b || notice->slot >= priv->depth ||
+        notice->wire_bytes > priv->slot_bytes || (notice->delta && priv->delta == NULL)) {
         kvio_xfer_set_error(xfer, "ucx transport: bucket %u of version %llu came where "
                             "bucket %zu of version %llu was due", notice->bucket,
                             (unsigned long long)notice->version, b,
@@ -472,24 +565,31 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
             .version = notice->version, .bucket = notice->bucket,
             .rank = kvio_rte_index(xfer->rte), .peer = xfer->sender,
             .bytes = priv->offsets[b + 1] - priv->offsets[b],
-            .notice_sent_ns = notice->t_posted_ns, .noticed_ns = priv->noticed_ns[at],
-            .reload_start_ns = now};
+            .wire_bytes = notice->wire_bytes, .notice_sent_ns = notice->t_posted_ns,
+            .noticed_ns = priv->noticed_ns[at], .reload_start_ns = now};
         priv->stamp = xfer->num_stamps - 1;
+        priv->cursor = 0;
     }
     uint64_t end = priv->offsets[b + 1];
     uint64_t piece = end - offset < length ? end - offset : length;
-    /* Streaming stores: cached ones would first read every line of the
-     * weights (a memcpy of such a piece ran at half the speed here). */
-    kvio_xfer_copy_streaming(buffer,
-                             priv->ring + notice->slot * priv->slot_bytes +
-                                 (offset - priv->offsets[b]),
-                             piece);
+    const char *slot = priv->ring + notice->slot * priv->slot_bytes;
+    if (notice->delta) {
+        status = apply_delta(xfer, notice, (char *)buffer - offset, offset, &piece);
+        if (status != KVIO_OK)
+            return status;
+    } else {
+        /* Streaming stores: cached ones would first read every line of the
+         * weights (a memcpy of such a piece ran at half the speed here). */
+        kvio_xfer_copy_streaming(buffer, slot + (offset - priv->offsets[b]), piece);
+    }
     *moved_p = piece;
     if (offset + piece < end)
         return KVIO_OK;
     xfer->stamps[priv->stamp].reload_end_ns = kvio_rte_time_ns(xfer->rte);
-    if (b + 1 == priv->num_buckets)
+    if (b + 1 == priv->num_buckets) {
         meta->checksum = notice->checksum;
+        priv->base = (char *)buffer - offset; /* the version's slot: the next delta's base */
+    }
     priv->queue_head = (priv->queue_head + 1) % BUCKET_QUEUE_LENGTH;
     priv->queue_count--;
     priv->sequence++;
