@@ -208,8 +208,8 @@ if part sync; then
 # the reference), pipelined
 # (pipeline_depth $sync_depth), one message per tensor, and whole. Each stage
 # is measured per bucket (summary.json model_updates.weight_sync, sync.csv).
-# Deltas: the first version goes whole, the rest as their changes (bf16
-# elements: a 4-byte index and 2 bytes each, or a bitmap and the values).
+# Deltas: each version as its changes (bf16 elements: a 4-byte index and 2
+# bytes each, or a bitmap and the values).
 sync_case() { # NAME GRANULARITY DEPTH [SETS...]
     local name=$1 granularity=$2 depth=$3
     shift 3
@@ -217,15 +217,6 @@ sync_case() { # NAME GRANULARITY DEPTH [SETS...]
         --set model.preset=llama3-8b --set "weight_sync.granularity=$granularity" \
         --set "weight_sync.bucket_size=$sync_bucket" --set "weight_sync.pipeline_depth=$depth" \
         "$@" >/dev/null
-}
-# later_ms NAME: the mean update latency (t_ready to t_activated) of the
-# versions after the first (a delta run's deltas).
-later_ms() {
-    python3 - "$results/sync_$1/updates.csv" <<'PY'
-import csv, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if int(r["version"]) > 1 and r["t_activated_ms"]]
-print("%.3f" % (sum(float(r["t_activated_ms"]) - float(r["t_ready_ms"]) for r in rows) / len(rows)))
-PY
 }
 # sync_row NAME: latency_ms and the weight_sync block's measured stages.
 sync_row() {
@@ -269,11 +260,11 @@ echo "figure sync_serial_ms $(sync_value serial update_latency_ms) ms"
 echo "figure sync_tensor_ms $(sync_value tensor update_latency_ms) ms"
 echo "figure sync_whole_ms $(sync_value whole update_latency_ms) ms"
 echo "figure sync_control_us_per_message $(sync_value tensor control_us_per_message) us"
-# Deltas against full versions, both pipelined, versions after the first.
-full_later_ms=$(later_ms pipelined)
+# Deltas against full versions, both pipelined.
 for name in delta delta_bitmap; do
-    echo "figure sync_${name}_ms $(later_ms $name) ms"
-    echo "figure sync_${name}_over_full $(python3 -c "print('%.2f' % ($(later_ms $name) / $full_later_ms))") x"
+    delta_ms=$(sync_value $name update_latency_ms)
+    echo "figure sync_${name}_ms $delta_ms ms"
+    echo "figure sync_${name}_over_full $(python3 -c "print('%.2f' % ($delta_ms / $pipelined_ms))") x"
     echo "figure sync_${name}_wire_fraction $(python3 -c "print('%.3f' % ($(sync_value $name wire_bytes) / $(sync_value $name bytes)))") x"
 done
 # What one more message costs the update, all in (notice, flush, hand-back,

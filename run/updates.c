@@ -840,9 +840,7 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
      * the versions every bucket of which some server reloaded. */
     size_t notices = 0, sent = 0, reloaded = 0, whole = 0, versions_done = 0;
     int64_t version_start = 0, last_reloaded = 0; /* the last bucket, by the last server */
-    /* With deltas: what the versions after the first put on the wire. */
-    double delta_wire = 0;
-    size_t delta_versions = 0;
+    double wire = 0; /* what the trainer put, once per bucket */
     const kvio_xfer_bucket_stamp_t *previous = NULL;
     for (size_t i = 0; i <= all->num_stamps; i++) {
         const kvio_xfer_bucket_stamp_t *t = i < all->num_stamps ? &all->stamps[i] : NULL;
@@ -861,10 +859,7 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         bool last = t->bucket + 1 == sync->num_buckets;
         if (new_bucket) {
             sent++;
-            if (t->version != all->stamps[0].version) {
-                delta_wire += (double)t->wire_bytes;
-                delta_versions += t->bucket == 0;
-            }
+            wire += (double)t->wire_bytes;
             stage_ns += (double)(t->stage_end_ns - t->stage_start_ns);
             if (t->bucket == 0)
                 version_start = t->stage_start_ns;
@@ -922,17 +917,15 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
     /* The keys simulate mode has (buckets, messages, bytes, wire_bytes,
      * staged_ms: the trainer's last bucket staged, update_ms: the last
      * server done, both from the first stage's start) mean the same here
-     * (with deltas, wire_bytes is the mean delta's: the first version goes
-     * whole); the rest are the stages' measured sums per update. */
-    bool deltas = config->delta_fraction > 0 && delta_versions > 0;
+     * (wire_bytes measured); the rest are the stages' measured sums per
+     * update. */
     json_t *object = json_pack(
         "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
         "s:f}",
         "granularity", names[config->granularity], "measured", 1,
         "buckets", (json_int_t)sync->num_buckets, "messages", (json_int_t)sync->messages,
         "tensors", (json_int_t)tensors, "bytes", (json_int_t)sync->bytes,
-        "wire_bytes", (json_int_t)(deltas ? llround(delta_wire / (double)delta_versions)
-                                          : (double)sync->wire_bytes),
+        "wire_bytes", (json_int_t)(versions > 0 ? llround(wire / versions) : 0),
         "staged_ms", versions > 0 ? staged_ns / versions / 1e6 : 0.0,
         "update_ms", versions_done > 0 ? update_ns / (double)versions_done / 1e6 : 0.0,
         "pipeline_depth",
@@ -947,12 +940,11 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         "control_us_per_message", notices > 0 ? control_ns / (double)notices / 1e3 : 0.0,
         "notice_us_per_message", reloaded > 0 ? notice_ns / (double)reloaded / 1e3 : 0.0,
         "pipeline_ms", whole > 0 ? pipeline_ns / (double)whole / 1e6 : 0.0);
-    if (deltas) {
+    if (config->delta_fraction > 0) {
         static const char *const encodings[] = {"index_value", "bitmap"};
         json_object_set_new(object, "delta",
-                            json_pack("{s:f, s:s, s:I}", "fraction", config->delta_fraction,
-                                      "encoding", encodings[config->delta_encoding],
-                                      "versions", (json_int_t)delta_versions));
+                            json_pack("{s:f, s:s}", "fraction", config->delta_fraction,
+                                      "encoding", encodings[config->delta_encoding]));
     }
     json_object_set_new(json_object_get(context->metrics, "model_updates"), "weight_sync",
                         object);
@@ -1301,6 +1293,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         transport.num_buckets = sync.num_buckets;
         transport.pipeline_depth = workload->weight_sync.pipeline_depth;
         transport.delta = kvio_updates_sync_delta(workload);
+        transport.delta.seed = (uint64_t)workload->seed; /* the trainer's weights' */
     }
     /* Every shared name carries the run's id (rank 0's): concurrent runs on
      * one directory or one Redis never see each other's versions, and the

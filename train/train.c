@@ -224,10 +224,10 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
         uint64_t step_ns = (uint64_t)fmax(0.0, kvio_dist_sample(&config->step_time, &rng));
         uint64_t step_end = kvio_time_ns() + step_ns;
         if (dirty) {
-            /* The optimizer's writes; with deltas, after the first version
-             * only the elements the next delta carries change. */
+            /* The optimizer's writes; with deltas, only the elements the
+             * next delta carries change. */
             const kvio_xfer_delta_t *delta = kvio_xfer_delta(xfer);
-            if (delta != NULL && version > 0)
+            if (delta != NULL)
                 kvio_xfer_delta_mutate(delta, weights, bytes, version + 1);
             else
                 kvio_weights_mutate(weights, bytes, version + 1);

@@ -12,6 +12,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
+#include "kvio/train.h" /* kvio_weights_fill: the weights deltas start from */
 
 const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", "cuda-ipc", "staged", NULL};
 const char *const kvio_xfer_fanout_names[] = {"sequential", "chain", NULL};
@@ -373,10 +374,18 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
     /* Fault in host receive slots now, so the first version into each slot
      * is not charged the page faults the later ones never pay. GPU slots
      * (xfer->device) came zeroed from kvio_device_alloc, and the host must
-     * not touch them. */
-    for (int slot = 0; slot < 2 && xfer->device == NULL; slot++)
-        if (xfer->slots[slot] != NULL && xfer->bytes > 0)
+     * not touch them. With deltas, slot 1 (active when the serve loop
+     * starts) takes the trainer's starting weights: the first delta
+     * applies on them. */
+    const kvio_xfer_delta_t *delta = kvio_xfer_delta(xfer);
+    for (int slot = 0; slot < 2 && xfer->device == NULL; slot++) {
+        if (xfer->slots[slot] == NULL || xfer->bytes == 0)
+            continue;
+        if (slot == 1 && delta != NULL && role == KVIO_XFER_RECEIVER)
+            kvio_weights_fill(xfer->slots[slot], xfer->bytes, delta->seed);
+        else
             memset(xfer->slots[slot], 0, xfer->bytes);
+    }
     /* No rank may put into a slot before its owner has zeroed it: a sender
      * (or, in a chain, a server) that got there first had its first version
      * wiped by that memset now and then. */

@@ -68,9 +68,7 @@ typedef struct bucket_priv {
     uint64_t *reloaded;
     _Atomic uint64_t reloaded_all;
     _Atomic uint64_t put_all; /* sender: buckets put (flushed) since the start */
-    /* Sender, with deltas: a version has been sent (the next are deltas);
-     * the bytes and changes of each bucket's encoding (the stager's). */
-    bool sent_any;
+    /* Sender: the bytes and changes of each bucket's encoding (the stager's). */
     uint64_t *wire, *entries;
     /* Receiver: notices not yet reloaded, with their arrival. */
     bucket_notice_t queue[BUCKET_QUEUE_LENGTH];
@@ -81,8 +79,8 @@ typedef struct bucket_priv {
     int hellos;          /* set-up: peers heard from */
     size_t bucket;       /* receiver: the bucket being reloaded */
     size_t stamp;        /* receiver: its row in xfer->stamps */
-    char *base;          /* receiver: the slot the last version came into (deltas
-                            apply on it) */
+    char *base;          /* receiver, with deltas: the slot holding the last version
+                            (or the starting weights); the next applies on it */
     uint64_t cursor;     /* receiver: changes of the bucket's delta applied */
 } bucket_priv_t;
 
@@ -232,6 +230,8 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
         for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
             if ((xfer->slots[slot] = kvio_xfer_aligned_alloc(xfer->bytes)) == NULL)
                 status = KVIO_ERR_NOMEM;
+        if (status == KVIO_OK && priv->delta != NULL)
+            priv->base = xfer->slots[1]; /* the starting weights (kvio_xfer_create) */
         if (status == KVIO_OK) {
             priv->ucx.memory[1] = priv->ucx.memory[0];
             status = kvio_xfer_ucx_pack_slots(xfer, priv->ring, priv->ring, &my_ring,
@@ -398,8 +398,8 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
                                                            : "buckets go to every receiver");
         return stamps == NULL ? KVIO_ERR_NOMEM : KVIO_ERR_INTERNAL;
     }
-    stager_t stager = {.xfer = xfer, .version = meta->version,
-                       .delta = priv->delta != NULL && priv->sent_any, .first = priv->sequence,
+    stager_t stager = {.xfer = xfer, .version = meta->version, .delta = priv->delta != NULL,
+                       .first = priv->sequence,
                        .stamps = xfer->num_stamps - count * receivers};
     for (size_t b = 0; b < count; b++)
         for (size_t i = 0; i < receivers; i++)
@@ -450,10 +450,8 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
     pthread_join(thread, NULL);
     if (slack > 0)
         prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
-    if (status == KVIO_OK) {
+    if (status == KVIO_OK)
         priv->sequence += count;
-        priv->sent_any = true;
-    }
     return status;
 }
 

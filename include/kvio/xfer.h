@@ -92,17 +92,20 @@ typedef struct kvio_xfer_model_config {
     double taken_verify_gbps;     /* the server's verification (0: the default 10 GB/s) */
 } kvio_xfer_model_config_t;
 
-/* Delta updates (weight_sync.delta, emulate mode; xfer/xfer_delta.c): after
- * the first version, each changes `fraction` of the weights' elements
- * (`element` bytes each: 1, 2, 4 or 8), one in each stratum of 1/fraction
- * elements, chosen by the version; a bucket moves only its changes, as
- * index_value records (a 4-byte index and the value) or as a bitmap of its
- * elements and the changed values. fraction 0: every version is whole. */
+/* Delta updates (weight_sync.delta, emulate mode; xfer/xfer_delta.c): the
+ * trainer and every receiver start from the same weights (kvio_weights_fill
+ * of seed, as an RL run's engines load the trainer's initial checkpoint);
+ * each version changes `fraction` of the weights' elements (`element` bytes
+ * each: 1, 2, 4 or 8), one in each stratum of 1/fraction elements, chosen
+ * by the version; a bucket moves only its changes, as index_value records
+ * (a 4-byte index and the value) or as a bitmap of its elements and the
+ * changed values. fraction 0: every version is whole. */
 typedef enum { KVIO_XFER_DELTA_INDEX_VALUE = 0, KVIO_XFER_DELTA_BITMAP } kvio_xfer_delta_encoding_t;
 typedef struct kvio_xfer_delta {
     double fraction;
     int encoding; /* kvio_xfer_delta_encoding_t */
     uint32_t element;
+    uint64_t seed; /* the weights before the first version */
 } kvio_xfer_delta_t;
 
 typedef struct kvio_xfer_config {
