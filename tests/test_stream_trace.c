@@ -730,6 +730,47 @@ Test(stream_trace, mooncake_lines_read_every_field_and_blank_lines_keep_line_num
     free(dir);
 }
 
+/* The scanner reads up to 7 digits of an id as one word: ids of every
+ * length, packed or spaced, at a line's end or not, read exactly; ids
+ * JSON refuses (a leading zero) or that are not integers stay refused. */
+Test(stream_trace, hash_ids_of_every_length_read_exactly, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    kvio_stream_trace_config_t options = default_options();
+    const char *text =
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [0, 9, "
+        "10, 99, 100, 4321, 12345, 654321, 1234567, 12345678, 123456789, 9876543210, "
+        "123456789012345678, 7]}\n"
+        "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": "
+        "[1,22,333,4444,55555,666666,7777777,88888888,1]}\n"
+        "{\"timestamp\": 2, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [7654321]}";
+    kvio_request_t *requests[4];
+    size_t count = read_text(dir, "ids.jsonl", text, &options, requests, 4);
+    cr_assert_eq(count, 3);
+    assert_ids(requests[0],
+               (uint64_t[]){0, 9, 10, 99, 100, 4321, 12345, 654321, 1234567, 12345678, 123456789,
+                            9876543210ull, 123456789012345678ull, 7},
+               14);
+    assert_ids(requests[1],
+               (uint64_t[]){1, 22, 333, 4444, 55555, 666666, 7777777, 88888888, 1}, 9);
+    assert_ids(requests[2], (uint64_t[]){7654321}, 1);
+    free_requests(requests, count);
+    static const char *const refused[] = {"[1, 0123456, 2]", "[1, 25.5, 2]", "[1, 25e3, 2]",
+                                          "[1, -25, 2]"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        char line[256];
+        snprintf(line, sizeof(line),
+                 "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, "
+                 "\"hash_ids\": %s}\n",
+                 refused[i]);
+        char *path = test_write_file(dir, "refused.jsonl", line);
+        assert_refused(path, &options, "refused.jsonl:1: ");
+        free(path);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Lines that the fast scanner hands to jansson (escapes, nested values,
  * exponents, reals, 19-digit ids, non-ASCII text) must read exactly like
  * the plain lines that it reads itself. */
