@@ -9,7 +9,9 @@
 # (weight_sync:, KVIO_BENCH_SYNC_BUCKET, KVIO_BENCH_SYNC_DEPTH) one after the
 # other, pipelined, per tensor and whole, against the transfer stage alone;
 # and pipelined deltas (KVIO_BENCH_SYNC_DELTA of the elements change per
-# version) against the same pipelined run's full versions.
+# version) against the same pipelined run's full versions; and the routes
+# to $fanout_servers servers ($fanout_bytes): each bucket put into every
+# server, down a chain, down a binary tree (weight_sync.topology).
 # Prints tables and `figure NAME VALUE UNIT` lines. Usage: bench/update.sh
 # [BUILD_DIR] (default build/). KVIO_BENCH_RESULTS=DIR keeps each run's
 # results directory (DIR/ucx, DIR/file_fsync, DIR/file_nofsync, DIR/redis,
@@ -272,6 +274,20 @@ done
 tensor_messages=$(sync_value tensor messages)
 bucket_messages=$(sync_value pipelined messages)
 echo "figure sync_per_message_us $(python3 -c "print('%.1f' % (($(sync_value tensor update_latency_ms) - $pipelined_ms) * 1e3 / ($tensor_messages - $bucket_messages)))") us"
+# Routes: the last server's last bucket reloaded, from the first stage.
+for topology in sequential chain tree; do
+    sync_case "route_$topology" bucket "$sync_depth" --set "weight_sync.topology=$topology" \
+        --set "ranks.serve=$fanout_servers" --set "train.bytes=$fanout_bytes"
+done
+echo
+echo "weight sync routes, $fanout_bytes to $fanout_servers servers (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+printf '%-14s %10s %8s %9s %11s %9s %12s %11s\n' case latency_ms messages stage_ms transfer_ms \
+    reload_ms pipeline_ms control_us
+for topology in sequential chain tree; do sync_row "route_$topology"; done
+route_sequential_ms=$(sync_value route_sequential update_ms)
+for topology in chain tree; do
+    echo "figure sync_${topology}_vs_sequential $(python3 -c "print('%.2f' % ($route_sequential_ms / $(sync_value route_$topology update_ms)))") x"
+done
 fi
 
 if [ -n "$keep" ]; then

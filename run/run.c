@@ -338,8 +338,8 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
                  kvio_xfer_kind_names[transport->kind]);
     } else if (transport->fanout == KVIO_XFER_FANOUT_CHAIN) {
         refused = "train.transport.fanout";
-        snprintf(why, sizeof(why), "is chain; emulate mode sends each bucket to every serve "
-                 "rank in turn (set fanout: sequential, or mode: simulate)");
+        snprintf(why, sizeof(why), "is chain; with buckets the route is weight_sync.topology "
+                 "(set fanout: sequential and topology: chain)");
     } else if (workload->device.weights == KVIO_WEIGHTS_CUDA) {
         refused = "device.weights";
         snprintf(why, sizeof(why), "is cuda; emulate mode stages and reloads buckets in host "

@@ -787,12 +787,39 @@ static kvio_status_t write_metrics(const run_context_t *context, const collected
  * and the next one not yet joined. */
 typedef struct stamp_range {
     size_t next, end;
+    size_t forward; /* the first row that may be a forward of the next bucket */
 } stamp_range_t;
 
 /* True when stamp a comes before version, bucket. */
 static bool stamp_before(const kvio_xfer_bucket_stamp_t *a, uint64_t version, uint32_t bucket)
 {
     return a->version < version || (a->version == version && a->bucket < bucket);
+}
+
+/* The row of the put that brought t's bucket to t's server: t itself when
+ * the trainer put it (source is the trainer), else the forward row of
+ * server source (a chain's or tree's), found from its range's forward
+ * cursor (t's come in bucket order); NULL when there is none. */
+static const kvio_xfer_bucket_stamp_t *forwarded(const collected_t *all, stamp_range_t *ranges,
+                                                 int size, const kvio_xfer_bucket_stamp_t *t,
+                                                 int source)
+{
+    if (source == TRAIN_RANK || t->transfer_start_ns != 0)
+        return t;
+    if (source < 0 || source >= size)
+        return NULL;
+    stamp_range_t *range = &ranges[source];
+    while (range->forward < range->end &&
+           stamp_before(&all->stamps[range->forward], t->version, t->bucket))
+        range->forward++;
+    for (size_t i = range->forward; i < range->end; i++) {
+        const kvio_xfer_bucket_stamp_t *f = &all->stamps[i];
+        if (f->version != t->version || f->bucket != t->bucket)
+            break;
+        if (f->rank == source && f->peer == t->peer)
+            return f;
+    }
+    return NULL;
 }
 
 /* weight_sync in emulate mode: sync.csv, a row per version, bucket and
@@ -814,14 +841,14 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
         if (rank < 0 || rank >= size)
             continue;
         if (ranges[rank].end == 0)
-            ranges[rank].next = i;
+            ranges[rank].next = ranges[rank].forward = i;
         ranges[rank].end = i + 1;
     }
     kvio_csv_t *csv = NULL;
     kvio_status_t status = KVIO_OK;
     if (context->results != NULL) {
         status = kvio_csv_open(context->results, "sync.csv",
-                               "version,bucket,rank,bytes,wire_bytes,t_stage_start_ms,t_staged_ms,"
+                               "version,bucket,rank,source,bytes,wire_bytes,t_stage_start_ms,t_staged_ms,"
                                "t_transfer_start_ms,t_transferred_ms,t_control_start_ms,"
                                "t_control_end_ms,t_noticed_ms,t_reload_start_ms,t_reloaded_ms",
                                &csv);
@@ -866,22 +893,30 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
             if (last)
                 staged_ns += (double)(t->stage_end_ns - version_start);
         }
-        notices++;
-        transfer_ns += (double)(t->transfer_end_ns - t->transfer_start_ns);
-        control_ns += (double)(t->control_end_ns - t->control_start_ns);
-        /* The server's row for this bucket (its rows are in order). */
+        /* The server's reload row for this bucket (its rows are in order;
+         * a server on a chain or tree also has a row per bucket it
+         * forwarded, with the child as its peer). */
         if (t->peer < 0 || t->peer >= size || t->peer == TRAIN_RANK)
             continue;
         stamp_range_t *range = &ranges[t->peer];
         while (range->next < range->end &&
                (all->stamps[range->next].rank != t->peer ||
+                all->stamps[range->next].peer != TRAIN_RANK ||
                 stamp_before(&all->stamps[range->next], t->version, t->bucket)))
             range->next++;
-        if (range->next == range->end)
+        const kvio_xfer_bucket_stamp_t *r = range->next < range->end
+                                                ? &all->stamps[range->next]
+                                                : NULL;
+        if (r == NULL || r->version != t->version || r->bucket != t->bucket)
             continue;
-        const kvio_xfer_bucket_stamp_t *r = &all->stamps[range->next];
-        if (r->version != t->version || r->bucket != t->bucket)
+        /* The put that brought it: the trainer's, or the forward of the
+         * server it came from. */
+        const kvio_xfer_bucket_stamp_t *put = forwarded(all, ranges, size, t, r->source);
+        if (put == NULL)
             continue;
+        notices++;
+        transfer_ns += (double)(put->transfer_end_ns - put->transfer_start_ns);
+        control_ns += (double)(put->control_end_ns - put->control_start_ns);
         reloaded++;
         reload_ns += (double)(r->reload_end_ns - r->reload_start_ns);
         notice_ns += (double)(r->noticed_ns - r->notice_sent_ns);
@@ -891,12 +926,12 @@ static kvio_status_t sync_results(const run_context_t *context, const collected_
             last_reloaded = r->reload_end_ns > last_reloaded ? r->reload_end_ns : last_reloaded;
         }
         if (csv != NULL)
-            kvio_csv_row(csv, "%llu,%u,%d,%llu,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
-                         (unsigned long long)t->version, t->bucket, t->peer,
+            kvio_csv_row(csv, "%llu,%u,%d,%d,%llu,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f",
+                         (unsigned long long)t->version, t->bucket, t->peer, put->rank,
                          (unsigned long long)t->bytes, (unsigned long long)t->wire_bytes,
                          MS(t->stage_start_ns), MS(t->stage_end_ns),
-                         MS(t->transfer_start_ns), MS(t->transfer_end_ns),
-                         MS(t->control_start_ns), MS(t->control_end_ns), MS(r->noticed_ns),
+                         MS(put->transfer_start_ns), MS(put->transfer_end_ns),
+                         MS(put->control_start_ns), MS(put->control_end_ns), MS(r->noticed_ns),
                          MS(r->reload_start_ns), MS(r->reload_end_ns));
     }
 #undef MS
@@ -1294,6 +1329,11 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         transport.pipeline_depth = workload->weight_sync.pipeline_depth;
         transport.delta = kvio_updates_sync_delta(workload);
         transport.delta.seed = (uint64_t)workload->seed; /* the trainer's weights' */
+        static const int routes[] = {[KVIO_SYNC_SEQUENTIAL] = KVIO_XFER_ROUTE_DIRECT,
+                                     [KVIO_SYNC_CHAIN] = KVIO_XFER_ROUTE_CHAIN,
+                                     [KVIO_SYNC_TREE] = KVIO_XFER_ROUTE_TREE,
+                                     [KVIO_SYNC_P2P] = KVIO_XFER_ROUTE_DIRECT};
+        transport.route = routes[workload->weight_sync.topology];
     }
     /* Every shared name carries the run's id (rank 0's): concurrent runs on
      * one directory or one Redis never see each other's versions, and the

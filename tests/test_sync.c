@@ -654,6 +654,51 @@ Test(sync, emulate_deltas_move_only_the_changes_and_rebuild_every_version, .time
     free(dir);
 }
 
+/* weight_sync.topology chain or tree in emulate mode: the trainer puts each
+ * bucket into the first serve rank only, and each serve rank forwards it to
+ * the next (chain) or to its two children (tree); every version reaches all
+ * four serve ranks and verifies, and sync.csv names who put each bucket
+ * into each rank. */
+Test(sync, emulate_chain_and_tree_forward_every_bucket_rank_to_rank, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    static const char *const topologies[] = {"chain", "tree"};
+    for (int k = 0; k < 2; k++) {
+        json_t *summary = NULL;
+        char set[96];
+        snprintf(set, sizeof(set), "weight_sync.topology=%s", topologies[k]);
+        json_t *updates = run_emulate(dir, topologies[k], &summary, set, "ranks.serve=4");
+        cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 12,
+                     "%s: 3 versions x 4 serve ranks", topologies[k]);
+        cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+        cr_expect(test_contains(json_string_value(json_object_get(updates, "transport_info")),
+                                k == 0 ? "down a chain" : "down a tree"));
+        size_t buckets = (size_t)sync_number(updates, "buckets");
+        json_decref(summary);
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/%s/sync.csv", dir, topologies[k]);
+        test_csv_t csv = test_csv_read(path);
+        cr_expect_eq(csv.num_rows, 3 * 4 * buckets, "%s: a row per version, bucket, rank",
+                     topologies[k]);
+        for (size_t r = 0; r < csv.num_rows; r++) {
+            int rank = (int)test_csv_number(&csv, r, "rank"), index = rank - 1;
+            int parent = index == 0 ? -1 : k == 0 ? index - 1 : (index - 1) / 2;
+            cr_expect_eq(test_csv_number(&csv, r, "source"), parent + 1,
+                         "%s: row %zu: rank %d's buckets come from rank %d", topologies[k], r,
+                         rank, parent + 1);
+            /* Forwarded once it was in: after the trainer's stage. */
+            cr_expect_geq(test_csv_number(&csv, r, "t_transfer_start_ms"),
+                          test_csv_number(&csv, r, "t_staged_ms"));
+            cr_expect_geq(test_csv_number(&csv, r, "t_reloaded_ms"),
+                          test_csv_number(&csv, r, "t_noticed_ms"));
+        }
+        test_csv_free(&csv);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* weight_sync in emulate mode over what it does not build: refused by
  * validate (and run) with exit 2, naming the key. */
 Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)

@@ -525,7 +525,8 @@ Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
 
 /* weight_sync's buckets between processes: every bucket of every version
  * reaches both serve ranks and verifies, each stamped on rank 0's clock;
- * the versions go as deltas, each rank rebuilding its own weights. */
+ * the versions go as deltas, each rank rebuilding its own weights, and the
+ * first serve rank forwards each bucket to the second (a chain). */
 Test(updates, mpirun_moves_weight_sync_buckets_between_processes, .timeout = 60)
 {
     REQUIRE_UCX();
@@ -533,9 +534,10 @@ Test(updates, mpirun_moves_weight_sync_buckets_between_processes, .timeout = 60)
         return;
     char *dir = test_tmpdir();
     const char *sets[] = {"model.preset=llama3.2-1b", "weight_sync.granularity=bucket",
-                          "weight_sync.bucket_size=64KiB", "weight_sync.delta=0.045"};
+                          "weight_sync.bucket_size=64KiB", "weight_sync.delta=0.045",
+                          "weight_sync.topology=chain"};
     json_t *summary = NULL;
-    json_t *sync = json_object_get(mpirun_complete(dir, sets, 4, &summary), "weight_sync");
+    json_t *sync = json_object_get(mpirun_complete(dir, sets, 5, &summary), "weight_sync");
     cr_expect_lt(json_integer_value(json_object_get(sync, "wire_bytes")),
                  json_integer_value(json_object_get(sync, "bytes")) / 5, "deltas on the wire");
     json_int_t buckets = json_integer_value(json_object_get(sync, "buckets"));

@@ -431,6 +431,25 @@ void kvio_xfer_destroy(kvio_xfer_t *xfer)
 void *kvio_xfer_send_buffer(kvio_xfer_t *xfer) { return xfer->send_buffer; }
 kvio_device_t *kvio_xfer_device(const kvio_xfer_t *xfer) { return xfer->device; }
 
+int kvio_xfer_route_children(const kvio_xfer_t *xfer, int index, int children[2])
+{
+    int count = 0, n = xfer->num_receivers;
+    if (xfer->config->route == KVIO_XFER_ROUTE_CHAIN && index + 1 < n) {
+        children[count++] = index + 1;
+    } else if (xfer->config->route == KVIO_XFER_ROUTE_TREE) {
+        for (int child = 2 * index + 1; child <= 2 * index + 2 && child < n; child++)
+            children[count++] = child;
+    }
+    return count;
+}
+
+int kvio_xfer_route_parent(const kvio_xfer_t *xfer, int index)
+{
+    if (index <= 0 || xfer->config->route == KVIO_XFER_ROUTE_DIRECT)
+        return -1;
+    return xfer->config->route == KVIO_XFER_ROUTE_CHAIN ? index - 1 : (index - 1) / 2;
+}
+
 const kvio_xfer_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer)
 {
     return xfer->config->num_buckets > 0 && xfer->config->delta.fraction > 0
@@ -444,7 +463,7 @@ int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer) { return xfer->poll_
 bool kvio_xfer_fault_now(kvio_xfer_t *xfer)
 {
     int64_t limit = xfer->config->die_after_chunks;
-    if (limit <= 0 || xfer->chunks_sent < (uint64_t)limit) {
+    if (limit <= 0 || xfer->role != KVIO_XFER_SENDER || xfer->chunks_sent < (uint64_t)limit) {
         xfer->chunks_sent++;
         return false;
     }

@@ -9,7 +9,12 @@
  * receive slot once the one it held is reloaded by every receiver: so
  * pipeline_depth buckets are in flight (put, not yet reloaded), and at
  * depth 2 bucket i+1 is staged while bucket i is put and i-1 reloaded; at
- * depth 1 a bucket is put only once the one before it was reloaded. */
+ * depth 1 a bucket is put only once the one before it was reloaded. On a
+ * chain or tree route the sender puts only into the first receiver, and a
+ * receiver forwards each bucket (a put from its ring slot into the same
+ * slot of each of its children's, and the notice) before it reloads it: a
+ * child's slot is free then, as the sender waited for every receiver to
+ * reload what the slot held before it sent the bucket. */
 #include "xfer/xfer_ucx_int.h"
 
 #include <pthread.h>
@@ -77,6 +82,10 @@ typedef struct bucket_priv {
     bool overflow;
     uint64_t polled_version;
     int hellos;          /* set-up: peers heard from */
+    /* Receiver on a chain or tree: the receivers it forwards to (indices)
+     * and their rings; the one that forwards to it (-1: the sender). */
+    int children[2], num_children, parent;
+    kvio_ucx_remote_slots_t child_ring[2];
     size_t bucket;       /* receiver: the bucket being reloaded */
     size_t stamp;        /* receiver: its row in xfer->stamps */
     char *base;          /* receiver, with deltas: the slot holding the last version
@@ -146,7 +155,9 @@ static bool heard_everyone(void *arg)
 {
     const bucket_priv_t *priv = arg;
     const kvio_xfer_t *xfer = priv->xfer;
-    return priv->hellos >= (xfer->role == KVIO_XFER_SENDER ? xfer->num_receivers : 1);
+    /* A receiver hears the sender, and the receiver that forwards to it. */
+    return priv->hellos >= (xfer->role == KVIO_XFER_SENDER ? xfer->num_receivers
+                                                           : 1 + (priv->parent >= 0));
 }
 
 /* Every connection's wire-up, now: the sender and each receiver greet each
@@ -161,6 +172,9 @@ static kvio_status_t greet(kvio_xfer_t *xfer)
             status = kvio_xfer_ucx_send_am(xfer, xfer->receivers[i], AM_HELLO, "", 1);
     } else if (xfer->role == KVIO_XFER_RECEIVER) {
         status = kvio_xfer_ucx_send_am(xfer, xfer->sender, AM_HELLO, "", 1);
+        for (int i = 0; i < priv->num_children && status == KVIO_OK; i++)
+            status = kvio_xfer_ucx_send_am(xfer, xfer->receivers[priv->children[i]], AM_HELLO,
+                                           "", 1);
     } else {
         return KVIO_OK;
     }
@@ -180,6 +194,11 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
     size_t *lengths = NULL, my_ring_length = 0;
     priv->xfer = xfer;
     priv->delta = kvio_xfer_delta(xfer);
+    priv->parent = -1;
+    if (xfer->role == KVIO_XFER_RECEIVER) {
+        priv->num_children = kvio_xfer_route_children(xfer, xfer->self_index, priv->children);
+        priv->parent = kvio_xfer_route_parent(xfer, xfer->self_index);
+    }
     priv->num_buckets = config->num_buckets;
     priv->offsets = calloc(priv->num_buckets + 1, sizeof(*priv->offsets));
     kvio_status_t status = priv->offsets != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
@@ -253,13 +272,19 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
         status = kvio_xfer_ucx_unpack_slots(xfer, rank, blobs[rank], lengths[rank],
                                             &priv->ucx.remote[i]);
     }
+    for (int i = 0; i < priv->num_children && status == KVIO_OK; i++) {
+        int rank = xfer->receivers[priv->children[i]];
+        status = kvio_xfer_ucx_unpack_slots(xfer, rank, blobs[rank], lengths[rank],
+                                            &priv->child_ring[i]);
+    }
     if (status == KVIO_OK)
         status = greet(xfer);
     const char *tls = getenv("UCX_TLS");
+    static const char *const routes[] = {"to each receiver", "down a chain", "down a tree"};
     snprintf(xfer->info, sizeof(xfer->info),
-             "ucx: %zu buckets of up to %llu bytes, pipeline depth %zu, puts (UCX_TLS=%s)",
+             "ucx: %zu buckets of up to %llu bytes, pipeline depth %zu, puts %s (UCX_TLS=%s)",
              priv->num_buckets, (unsigned long long)priv->slot_bytes, priv->depth,
-             tls ? tls : "default");
+             routes[config->route], tls ? tls : "default");
     free(my_ring);
     if (blobs != NULL)
         kvio_rte_blobs_free(blobs, lengths, kvio_rte_size(xfer->rte));
@@ -277,6 +302,10 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
 static void bucket_fini(kvio_xfer_t *xfer)
 {
     bucket_priv_t *priv = xfer->priv;
+    for (int i = 0; i < 2; i++)
+        for (int slot = 0; slot < 2; slot++)
+            if (priv->child_ring[i].rkey[slot] != NULL)
+                ucp_rkey_destroy(priv->child_ring[i].rkey[slot]);
     kvio_xfer_ucx_close(xfer); /* unmaps the ring */
     free(priv->offsets);
     free(priv->reloaded);
@@ -358,6 +387,23 @@ static void *stage_buckets(void *arg)
 /* Waits, progressing, until the stager has staged bucket b (sequence
  * number sequence) and every receiver has reloaded what its slot held,
  * while every receiver lives. */
+/* Every receiver lives (its heartbeat), or the error naming the one that
+ * does not (what it was waiting for: bucket b reloaded). */
+static kvio_status_t receivers_alive(kvio_xfer_t *xfer, size_t b)
+{
+    for (int i = 0; i < xfer->num_receivers; i++) {
+        char what[96], reason[512];
+        snprintf(what, sizeof(what), "bucket %zu reloaded by rank %d", b, xfer->receivers[i]);
+        kvio_status_t status = kvio_rte_peer_check(xfer->rte, xfer->receivers[i], true, what,
+                                                   reason, sizeof(reason));
+        if (status != KVIO_OK) {
+            kvio_xfer_set_error(xfer, "ucx transport: %s", reason);
+            return status;
+        }
+    }
+    return KVIO_OK;
+}
+
 static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, uint64_t sequence)
 {
     bucket_priv_t *priv = xfer->priv;
@@ -367,21 +413,34 @@ static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, ui
         if (ucp_worker_progress(priv->ucx.worker) != 0)
             continue;
         if (++idle % 64 == 0) {
-            for (int i = 0; i < xfer->num_receivers; i++) {
-                char what[96], reason[512];
-                snprintf(what, sizeof(what), "bucket %zu reloaded by rank %d", b,
-                         xfer->receivers[i]);
-                kvio_status_t status = kvio_rte_peer_check(xfer->rte, xfer->receivers[i], true,
-                                                           what, reason, sizeof(reason));
-                if (status != KVIO_OK) {
-                    kvio_xfer_set_error(xfer, "ucx transport: %s", reason);
-                    return status;
-                }
-            }
+            kvio_status_t status = receivers_alive(xfer, b);
+            if (status != KVIO_OK)
+                return status;
         }
         nap_us(10);
     }
     return KVIO_OK;
+}
+
+/* The end notice goes straight to each receiver; on a chain or tree it
+ * waits until every receiver has reloaded every bucket, or it could pass
+ * the last buckets on their way down. */
+static kvio_status_t bucket_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
+{
+    bucket_priv_t *priv = xfer->priv;
+    unsigned idle = 0;
+    while ((meta->flags & KVIO_XFER_META_END) && xfer->config->route != KVIO_XFER_ROUTE_DIRECT &&
+           atomic_load(&priv->reloaded_all) < priv->sequence) {
+        if (ucp_worker_progress(priv->ucx.worker) != 0)
+            continue;
+        if (++idle % 64 == 0) {
+            kvio_status_t status = receivers_alive(xfer, priv->num_buckets - 1);
+            if (status != KVIO_OK)
+                return status;
+        }
+        nap_us(10);
+    }
+    return kvio_xfer_ucx_notify(xfer, target, meta);
 }
 
 /* The version's buckets into every receiver (target -1): staged on the
@@ -428,7 +487,9 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
                                   .t_ready_ns = meta->t_ready_ns};
         if (b + 1 == count)
             kvio_xfer_put_checksum(xfer, &notice.checksum); /* summed while staged */
-        for (size_t i = 0; i < receivers && status == KVIO_OK; i++) {
+        /* Into every receiver, or the first, which forwards it. */
+        size_t targets = xfer->config->route == KVIO_XFER_ROUTE_DIRECT ? receivers : 1;
+        for (size_t i = 0; i < targets && status == KVIO_OK; i++) {
             kvio_xfer_bucket_stamp_t *stamp = &xfer->stamps[stager.stamps + b * receivers + i];
             stamp->wire_bytes = bytes;
             stamp->transfer_start_ns = kvio_rte_time_ns(xfer->rte);
@@ -487,6 +548,39 @@ static kvio_status_t bucket_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
         return KVIO_OK;
     }
     return kvio_xfer_ucx_poll(xfer, meta_p);
+}
+
+/* On a chain or tree: the bucket of notice, in this receiver's ring slot,
+ * put into the same slot of each child's ring and announced to it (a row of
+ * stamps each: this rank, the child, the put and the notice). */
+static kvio_status_t forward(kvio_xfer_t *xfer, const bucket_notice_t *notice)
+{
+    bucket_priv_t *priv = xfer->priv;
+    uint64_t at = (uint64_t)notice->slot * priv->slot_bytes;
+    kvio_status_t status = KVIO_OK;
+    for (int i = 0; i < priv->num_children && status == KVIO_OK; i++) {
+        int rank = xfer->receivers[priv->children[i]];
+        if (kvio_xfer_bucket_stamp_add(xfer, 1) == NULL)
+            return KVIO_ERR_NOMEM;
+        size_t row = xfer->num_stamps - 1;
+        int64_t start_ns = kvio_rte_time_ns(xfer->rte);
+        status = kvio_xfer_ucx_put_region(xfer, rank, priv->ring + at,
+                                          priv->child_ring[i].address[0] + at,
+                                          priv->child_ring[i].rkey[0], notice->wire_bytes,
+                                          xfer->config->chunk);
+        bucket_notice_t onward = *notice;
+        onward.t_posted_ns = kvio_rte_time_ns(xfer->rte);
+        if (status == KVIO_OK)
+            status = kvio_xfer_ucx_send_am(xfer, rank, AM_BUCKET, &onward, sizeof(onward));
+        xfer->stamps[row] = (kvio_xfer_bucket_stamp_t){
+            .version = notice->version, .bucket = notice->bucket,
+            .rank = kvio_rte_index(xfer->rte), .peer = rank,
+            .bytes = priv->offsets[notice->bucket + 1] - priv->offsets[notice->bucket],
+            .wire_bytes = notice->wire_bytes, .transfer_start_ns = start_ns,
+            .transfer_end_ns = onward.t_posted_ns, .control_start_ns = onward.t_posted_ns,
+            .control_end_ns = kvio_rte_time_ns(xfer->rte)};
+    }
+    return status;
 }
 
 /* A delta bucket's piece at offset into the slot starting at weights: the
@@ -562,11 +656,15 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
         *stamp = (kvio_xfer_bucket_stamp_t){
             .version = notice->version, .bucket = notice->bucket,
             .rank = kvio_rte_index(xfer->rte), .peer = xfer->sender,
+            .source = priv->parent >= 0 ? xfer->receivers[priv->parent] : xfer->sender,
             .bytes = priv->offsets[b + 1] - priv->offsets[b],
             .wire_bytes = notice->wire_bytes, .notice_sent_ns = notice->t_posted_ns,
             .noticed_ns = priv->noticed_ns[at], .reload_start_ns = now};
         priv->stamp = xfer->num_stamps - 1;
         priv->cursor = 0;
+        status = forward(xfer, notice);
+        if (status != KVIO_OK)
+            return status;
     }
     uint64_t end = priv->offsets[b + 1];
     uint64_t piece = end - offset < length ? end - offset : length;
@@ -602,7 +700,7 @@ const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops = {
     .init = bucket_init,
     .fini = bucket_fini,
     .put = bucket_put,
-    .notify = kvio_xfer_ucx_notify,
+    .notify = bucket_notify,
     .poll = bucket_poll,
     .fetch = bucket_fetch,
     .progress = kvio_xfer_ucx_progress,

@@ -120,6 +120,13 @@ extern const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops;
  * memory); the pointer is valid until the next call. */
 kvio_xfer_bucket_stamp_t *kvio_xfer_bucket_stamp_add(kvio_xfer_t *xfer, size_t count);
 
+/* Buckets' route (config->route): the receivers (indices into receivers)
+ * that receiver index forwards each bucket to, at most 2, into children;
+ * returns their count. The parent: the receiver that forwards to index,
+ * -1 for the sender. */
+int kvio_xfer_route_children(const kvio_xfer_t *xfer, int index, int children[2]);
+int kvio_xfer_route_parent(const kvio_xfer_t *xfer, int index);
+
 /* Records a plug-in's error (kept with the xfer for the caller). */
 void kvio_xfer_set_error(kvio_xfer_t *xfer, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -434,6 +434,13 @@ kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t 
         if (status == KVIO_OK && xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN &&
             next < xfer->num_receivers)
             status = connect_to(xfer, xfer->receivers[next], addresses);
+        /* Buckets on a chain or tree: to the receivers this one forwards to. */
+        int children[2];
+        int count = xfer->config->num_buckets > 0
+                        ? kvio_xfer_route_children(xfer, xfer->self_index, children)
+                        : 0;
+        for (int i = 0; i < count && status == KVIO_OK; i++)
+            status = connect_to(xfer, xfer->receivers[children[i]], addresses);
     }
     if (address != NULL)
         ucp_worker_release_address(priv->worker, address);

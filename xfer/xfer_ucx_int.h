@@ -93,7 +93,9 @@ kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer);
 
 /* Collective: allgathers worker addresses and each rank's blob (may be
  * empty), connects the sender to every receiver and each receiver to the
- * sender (fanout: chain, also to the next receiver). blobs_p and lengths_p get every rank's blob (kvio_rte_blobs_free). */
+ * sender (fanout: chain, also to the next receiver; buckets on a chain or
+ * tree route, also to the receivers it forwards to). blobs_p and lengths_p
+ * get every rank's blob (kvio_rte_blobs_free). */
 kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t length,
                                     void ***blobs_p, size_t **lengths_p);
 

@@ -108,6 +108,11 @@ typedef struct kvio_xfer_delta {
     uint64_t seed; /* the weights before the first version */
 } kvio_xfer_delta_t;
 
+/* How buckets reach the receivers: the sender puts each into every one
+ * (direct), or into the first, which forwards it along the others (chain),
+ * or down a binary tree of them (tree: receiver i forwards to 2i+1, 2i+2). */
+typedef enum { KVIO_XFER_ROUTE_DIRECT = 0, KVIO_XFER_ROUTE_CHAIN, KVIO_XFER_ROUTE_TREE } kvio_xfer_route_t;
+
 typedef struct kvio_xfer_config {
     int kind;        /* kvio_xfer_kind_t */
     uint64_t chunk;  /* bytes per put / write / SET */
@@ -130,6 +135,7 @@ typedef struct kvio_xfer_config {
     size_t num_buckets;
     int64_t pipeline_depth;
     kvio_xfer_delta_t delta; /* with buckets: fraction above 0 sends deltas */
+    int route;               /* with buckets: kvio_xfer_route_t */
 } kvio_xfer_config_t;
 
 /* The option table of `train.transport`. */
@@ -349,7 +355,7 @@ typedef struct kvio_xfer_bucket_stamp {
     uint32_t bucket;
     int32_t rank;
     int32_t peer;
-    uint32_t unused;
+    int32_t source;      /* a receiver's reload row: the rank that put the bucket in */
     uint64_t bytes;
     uint64_t wire_bytes; /* what moved: bytes, or a delta's encoding */
     int64_t stage_start_ns, stage_end_ns;
