@@ -384,9 +384,6 @@ static void *stage_buckets(void *arg)
     return NULL;
 }
 
-/* Waits, progressing, until the stager has staged bucket b (sequence
- * number sequence) and every receiver has reloaded what its slot held,
- * while every receiver lives. */
 /* Every receiver lives (its heartbeat), or the error naming the one that
  * does not (what it was waiting for: bucket b reloaded). */
 static kvio_status_t receivers_alive(kvio_xfer_t *xfer, size_t b)
@@ -404,6 +401,9 @@ static kvio_status_t receivers_alive(kvio_xfer_t *xfer, size_t b)
     return KVIO_OK;
 }
 
+/* Waits, progressing, until the stager has staged bucket b (sequence
+ * number sequence) and every receiver has reloaded what its slot held,
+ * while every receiver lives. */
 static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, uint64_t sequence)
 {
     bucket_priv_t *priv = xfer->priv;
