@@ -571,24 +571,29 @@ Test(sync, emulate_pipeline_depth_two_overlaps_the_stages, .timeout = 120)
 
 /* A trainer that dies between two buckets leaves the serve ranks on their
  * last whole version (the one under way is never activated); a serve rank
- * that dies mid-version ends the run naming it. Neither hangs. */
+ * that dies mid-version ends the run naming it, also when it forwards
+ * buckets down a chain. None hangs. */
 Test(sync, emulate_faults_mid_bucket_end_the_run_naming_the_rank, .timeout = 120)
 {
     REQUIRE_UCX();
     char *dir = test_tmpdir();
     char *path = test_write_file(dir, "sync.yaml", emulate_workload);
     static const struct {
-        const char *set1, *set2, *message;
+        const char *set1, *set2, *topology, *message;
     } cases[] = {
-        {"train.transport.die_after_chunks=40", "ranks.timeout=10s", "training rank 0 lost"},
-        {"update.die_during_version=2", "update.die_rank=2",
+        {"train.transport.die_after_chunks=40", "ranks.timeout=10s",
+         "weight_sync.topology=sequential", "training rank 0 lost"},
+        {"update.die_during_version=2", "update.die_rank=2", "weight_sync.topology=sequential",
          "serve rank 2 died while receiving version 2"},
+        /* On a chain, rank 1 dies: rank 2, which it fed, waits for nothing. */
+        {"update.die_during_version=2", "update.die_rank=1", "weight_sync.topology=chain",
+         "serve rank 1 died while receiving version 2"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char out[1200], file[1300];
         snprintf(out, sizeof(out), "%s/fault%zu", dir, i);
         test_run_t run = test_kvio(dir, "run", path, "-o", out, "--set", cases[i].set1, "--set",
-                                   cases[i].set2, NULL);
+                                   cases[i].set2, "--set", cases[i].topology, NULL);
         cr_expect_eq(run.status, 1, "%s: exit %d: %s", cases[i].set1, run.status, run.err);
         cr_expect(test_contains(run.err, cases[i].message), "%s: %s", cases[i].set1, run.err);
         test_run_free(&run);
