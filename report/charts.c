@@ -217,12 +217,12 @@ typedef struct bar_metric {
     double scale;
 } bar_metric_t;
 
-static kvio_status_t metric_bars(kvio_report_t *report, const char *id, const char *title,
-                                 const char *y_label, const bar_metric_t *metrics,
-                                 size_t num_metrics, const char *caption)
+static kvio_status_t metric_bars(kvio_report_t *report, const char *section, const char *id,
+                                 const char *title, const char *y_label,
+                                 const bar_metric_t *metrics, size_t num_metrics,
+                                 const char *caption)
 {
-    report_chart_t *chart = chart_new(report, CHART_BARS, id, "Throughput and cache", title,
-                                      "run", y_label);
+    report_chart_t *chart = chart_new(report, CHART_BARS, id, section, title, "run", y_label);
     if (chart == NULL || categories_set(chart, report->num_runs) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     bool seeds = false;
@@ -273,7 +273,7 @@ static kvio_status_t serving_bars(kvio_report_t *report)
         {"goodput (requests meeting the SLOs)", offsetof(run_metrics_t, goodput), 1},
     };
     kvio_status_t status = metric_bars(
-        report, "chart-throughput", slo ? "Request throughput and goodput" : "Request throughput",
+        report, "Throughput and cache", "chart-throughput", slo ? "Request throughput and goodput" : "Request throughput",
         "requests per second", requests, slo ? 2 : 1,
         slo ? "From summary.json: completed measured requests per second of the measured "
               "window, and those that met every SLO bound (config slo)."
@@ -284,7 +284,8 @@ static kvio_status_t serving_bars(kvio_report_t *report)
         {"input tokens", offsetof(run_metrics_t, input_throughput), 1},
     };
     if (status == KVIO_OK)
-        status = metric_bars(report, "chart-token-throughput", "Token throughput",
+        status = metric_bars(report, "Throughput and cache", "chart-token-throughput",
+                             "Token throughput",
                              "tokens per second", tokens, 2,
                              "From summary.json: output (generated) and input (prompt) tokens "
                              "per second of the measured window.");
@@ -305,7 +306,8 @@ static kvio_status_t serving_bars(kvio_report_t *report)
         {"prefix-cache hit rate", offsetof(run_metrics_t, hit_rate), 100},
         {"with lower-tier hits", offsetof(run_metrics_t, hit_rate_with_tiers), 100},
     };
-    status = metric_bars(report, "chart-hit-rate", "Prefix-cache hit rate",
+    status = metric_bars(report, "Throughput and cache", "chart-hit-rate",
+                         "Prefix-cache hit rate",
                          "hit rate (% of prompt tokens)", hit_rate, tiers ? 2 : 1,
                          tiers ? "From summary.json: prompt tokens found in the prefix cache at "
                                  "first admission over all prompt tokens, and with the blocks "
@@ -752,6 +754,51 @@ static kvio_status_t update_charts(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* ---------- weight sync ---------- */
+
+/* Where a run synced weights as tensors in buckets (weight_sync:): its
+ * update's times, the measured stage sums when every such run measured
+ * them (emulate), and the share of the weights put on the wire (deltas). */
+static kvio_status_t sync_charts(kvio_report_t *report)
+{
+    size_t with = 0, measured = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        with += report->runs[r]->has_sync;
+        measured += report->runs[r]->has_sync && report->runs[r]->sync_measured;
+    }
+    if (with == 0)
+        return KVIO_OK;
+    const bar_metric_t times[] = {
+        {"trainer's last bucket staged", offsetof(run_metrics_t, sync_staged_ms), 1},
+        {"last server done", offsetof(run_metrics_t, sync_update_ms), 1},
+        {"stage (sum over buckets)", offsetof(run_metrics_t, sync_stage_ms), 1},
+        {"transfer (sum)", offsetof(run_metrics_t, sync_transfer_ms), 1},
+        {"reload (sum, per server)", offsetof(run_metrics_t, sync_reload_ms), 1},
+    };
+    bool sums = measured == with;
+    kvio_status_t status = metric_bars(
+        report, "Model updates", "chart-sync-times", "Weight sync per update (mean)", "ms",
+        times, sums ? 5 : 2,
+        sums ? "From summary.json model_updates.weight_sync (measured): from the first "
+               "bucket's stage to the trainer's last bucket staged and to the last server's "
+               "last reload, and each stage's time summed over the buckets; stages overlap "
+               "when pipeline_depth is above 1, so the sums can exceed the update."
+             : "From summary.json model_updates.weight_sync: from the first bucket's stage to "
+               "the trainer's last bucket staged, and to the last server done.");
+    const bar_metric_t wire[] = {
+        {"bytes on the wire", offsetof(run_metrics_t, sync_wire_share), 100},
+    };
+    if (status == KVIO_OK)
+        status = metric_bars(report, "Model updates", "chart-sync-wire",
+                             "Weight sync bytes on the wire", "% of the weights", wire, 1,
+                             "From summary.json model_updates.weight_sync: wire_bytes over "
+                             "bytes; below 100 % with deltas (weight_sync.delta).");
+    if (status == KVIO_OK && with < report->num_runs)
+        add_note(report, "Weight-sync charts show 0 for the %zu of %zu runs without "
+                         "weight_sync.", report->num_runs - with, report->num_runs);
+    return status;
+}
+
 /* ---------- tier traffic ---------- */
 
 static kvio_status_t tier_chart(kvio_report_t *report)
@@ -1087,6 +1134,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = cachesim_charts(report);
     if (status == KVIO_OK)
         status = update_charts(report);
+    if (status == KVIO_OK)
+        status = sync_charts(report);
     if (status == KVIO_OK)
         status = interference_charts(report);
     if (status == KVIO_OK)

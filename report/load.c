@@ -246,6 +246,42 @@ static void admission_of(const json_t *config, report_run_t *run)
 
 /* ---------- one results directory ---------- */
 
+/* metrics.model_updates.weight_sync into metrics_p (and, for the first
+ * seed, whether the run has it and measured it into run). */
+static kvio_status_t load_sync(const json_t *sync, const char *path, run_metrics_t *metrics_p,
+                               report_run_t *run, char *error_p, size_t error_len)
+{
+    const char *where = "metrics.model_updates.weight_sync.";
+    bool measured = json_is_true(json_object_get(sync, "measured"));
+    double bytes = 0, wire = 0;
+    struct {
+        const char *key;
+        double *value;
+        bool required;
+    } fields[] = {
+        {"staged_ms", &metrics_p->sync_staged_ms, true},
+        {"update_ms", &metrics_p->sync_update_ms, true},
+        {"stage_ms", &metrics_p->sync_stage_ms, measured},
+        {"transfer_ms", &metrics_p->sync_transfer_ms, measured},
+        {"reload_ms", &metrics_p->sync_reload_ms, measured},
+        {"bytes", &bytes, true},
+        {"wire_bytes", &wire, true},
+    };
+    kvio_status_t status = json_is_object(sync) ? KVIO_OK : KVIO_ERR_PARSE;
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "%s: metrics.model_updates.weight_sync is not an object",
+                 path);
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && status == KVIO_OK; i++)
+        status = json_number(sync, fields[i].key, where, path, fields[i].required,
+                             fields[i].value, error_p, error_len);
+    metrics_p->sync_wire_share = bytes > 0 ? wire / bytes : 0;
+    if (status == KVIO_OK && run != NULL) {
+        run->has_sync = true;
+        run->sync_measured = measured;
+    }
+    return status;
+}
+
 static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, report_run_t *run,
                                   bool first, char *error_p, size_t error_len)
 {
@@ -309,6 +345,10 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
                                  latencies[i].value, error_p, error_len);
         }
     }
+    const json_t *sync = json_object_get(json_object_get(metrics, "model_updates"),
+                                         "weight_sync");
+    if (status == KVIO_OK && sync != NULL)
+        status = load_sync(sync, path, metrics_p, first ? run : NULL, error_p, error_len);
     if (status != KVIO_OK)
         goto out;
     const json_t *complete = json_object_get(summary, "complete");

@@ -68,6 +68,11 @@ typedef struct run_metrics {
     double request_throughput, output_throughput, input_throughput, goodput;
     double hit_rate, hit_rate_with_tiers, preemptions, completed;
     double ttft_p50, ttft_p99, tpot_p50, e2el_p99;
+    /* model_updates.weight_sync: per update, the trainer's last bucket
+     * staged and the last server done; emulate's measured stage sums; the
+     * share of the weights' bytes put on the wire. */
+    double sync_staged_ms, sync_update_ms, sync_stage_ms, sync_transfer_ms, sync_reload_ms;
+    double sync_wire_share;
 } run_metrics_t;
 
 /* One result set: a results directory, or a compare variant (its seeds). */
@@ -80,6 +85,8 @@ typedef struct report_run {
     double offered_rate;           /* config stream.arrival.rate (req/s); 0: none */
     bool serving;                  /* summary.json has serving metrics */
     bool has_slo;                  /* config slo: a TTFT or TPOT bound */
+    bool has_sync;                 /* metrics.model_updates.weight_sync (first seed) */
+    bool sync_measured;            /* ... measured (emulate): the stage sums too */
     bool complete;                 /* every seed complete */
     size_t num_seeds;
     run_metrics_t seeds[KVIO_REPORT_MAX_SEEDS];

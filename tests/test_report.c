@@ -5,6 +5,8 @@
  * with the file named, and mutated input never crashes the reader. */
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,6 +507,52 @@ Test(report, an_update_only_compare_shows_update_rows_and_reports, .timeout = 12
     free(dir);
 }
 
+/* Weight sync as buckets (weight_sync:): a delta compare gets the update's
+ * times per variant, as summary.json has them, and the share of the
+ * weights on the wire (100 % whole, 13.5 % for 4.5 % bf16 deltas with a
+ * 4-byte index each). */
+Test(report, weight_sync_runs_get_their_update_times_and_wire_share, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "repro/checkpoint-engine-glm-4.5-air", "--vary",
+                               "weight_sync.delta=0,0.045", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *html = report_of(dir, "cmp");
+    char *times = figure(html, "chart-sync-times");
+    cr_assert_not_null(times, "no weight-sync chart");
+    static const char *const variants[] = {"delta=0", "delta=0.045"};
+    for (int v = 0; v < 2; v++) {
+        char path[1200], title[128];
+        snprintf(path, sizeof(path), "%s/cmp/%s/summary.json", dir, variants[v]);
+        json_t *summary = json_load_file(path, 0, NULL);
+        cr_assert_not_null(summary, "%s", path);
+        double update_ms = json_number_value(json_object_get(
+            json_object_get(json_object_get(json_object_get(summary, "metrics"), "model_updates"),
+                            "weight_sync"),
+            "update_ms"));
+        json_decref(summary);
+        cr_assert_gt(update_ms, 10);
+        snprintf(title, sizeof(title), "%s, last server done: ", variants[v]);
+        const char *bar = strstr(times, title);
+        cr_assert_not_null(bar, "%s not in %s", title, times);
+        double shown = strtod(bar + strlen(title), NULL);
+        cr_expect(fabs(shown - update_ms) <= update_ms * 0.01, "%s: %g shown, %g in summary.json",
+                  variants[v], shown, update_ms);
+    }
+    cr_expect(test_contains(times, "trainer&#39;s last bucket staged"), "%s", times);
+    free(times);
+    char *wire = figure(html, "chart-sync-wire");
+    cr_assert_not_null(wire);
+    cr_expect(test_contains(wire, "delta=0, bytes on the wire: 100<"), "%s", wire);
+    cr_expect(test_contains(wire, "delta=0.045, bytes on the wire: 13.5<"), "%s", wire);
+    free(wire);
+    check_svgs(html);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #21: latency axes were linear ("2500k ms" ticks, the fast runs in one
  * pixel); latencies spanning decades (an overloaded run) get a log axis. */
 Test(report, latencies_spanning_decades_get_a_log_axis, .timeout = 60)
@@ -592,6 +640,15 @@ Test(report, bad_input_is_refused_with_the_file_named, .timeout = 60)
          "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, \"goodput\": 1, "
          "\"hit_rate\": 0.5, \"tiers\": 7}}",
          "metrics.tiers is neither an array nor an object"},
+        {"summary.json",
+         "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, "
+         "\"hit_rate\": 0.5, \"model_updates\": {\"weight_sync\": {\"staged_ms\": 1, "
+         "\"update_ms\": \"slow\", \"bytes\": 8, \"wire_bytes\": 8}}}}",
+         "summary.json: metrics.model_updates.weight_sync.update_ms is not a number"},
+        {"summary.json",
+         "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, "
+         "\"hit_rate\": 0.5, \"model_updates\": {\"weight_sync\": [1]}}}",
+         "summary.json: metrics.model_updates.weight_sync is not an object"},
         {NULL, NULL, "no summary.json (is it a kvio results directory?)"},
         {"requests.csv",
          "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"
