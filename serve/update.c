@@ -111,6 +111,9 @@ typedef struct serve_state {
     uint64_t landed_version;        /* summed before its notice (0: none) ... */
     int landed_slot;                /* ... into this slot */
     bool verified;
+    uint64_t digest;           /* the pending update's sum, once verified */
+    bool fetch_sums;           /* the transport sums the slot as its fetch fills it
+                                  (no corrupt_offset fault to flip a byte after) */
     bool corrupted;            /* fault injection done for the pending update */
     int64_t t_verified_ns;     /* when the update was checked (or complete) */
     int64_t drain_start_ns;    /* in_flight: wait: when admission stopped (0: it runs) */
@@ -258,7 +261,16 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
         }
         state->corrupted = true;
     }
-    if (state->config->verify && !state->verified) {
+    uint64_t fetched = 0;
+    if (state->config->verify && !state->verified && state->fetch_sums) {
+        /* The fetch summed the slot as it filled it. */
+        if (receive->complete && kvio_xfer_fetched_sum(state->xfer, receive->meta.version,
+                                                       &fetched)) {
+            state->digest = fetched;
+            state->verified = true;
+            state->t_verified_ns = kvio_rte_time_ns(state->rte);
+        }
+    } else if (state->config->verify && !state->verified) {
         uint64_t limit = sum_limit(state->config,
                                    receive->complete ? receive->meta.bytes : receive->offset,
                                    state->corrupted);
@@ -269,6 +281,7 @@ static kvio_status_t work_step(serve_state_t *state, bool *worked_p)
                 return status;
         }
         if (receive->complete && state->verified_bytes >= receive->meta.bytes) {
+            state->digest = kvio_xfer_checksum_digest(state->checksum);
             state->verified = true;
             state->t_verified_ns = kvio_rte_time_ns(state->rte);
         }
@@ -299,8 +312,7 @@ static kvio_status_t activate(serve_state_t *state)
         .t_xfer_end_ns = receive->t_xfer_end_ns, .t_notified_ns = receive->t_notified_ns,
         .t_verified_ns = state->t_verified_ns ? state->t_verified_ns : now,
     };
-    if (state->config->verify &&
-        kvio_xfer_checksum_digest(state->checksum) != receive->meta.checksum) {
+    if (state->config->verify && state->digest != receive->meta.checksum) {
         record.checksum_ok = 0;
         state->result.checksum_mismatches++;
         kvio_warn("rank %d: version %llu failed its checksum; keeping version %llu",
@@ -503,7 +515,9 @@ kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rt
                                      size_t error_len)
 {
     serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1,
-                           .sender = sender};
+                           .sender = sender,
+                           .fetch_sums = kvio_xfer_sums_fetch(xfer) &&
+                                         config->corrupt_offset < 0};
     kvio_status_t status = KVIO_ERR_NOMEM;
     if (kvio_xfer_checksum_create(&state.checksum) != KVIO_OK) {
         snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));

@@ -814,6 +814,46 @@ Test(xfer, sum_taken_while_copying_is_xxh3_of_the_whole_buffer, .timeout = 20)
     free(target);
 }
 
+/* A receiver filling its buffer piece by piece from elsewhere (a bucket's
+ * ring slot), summed on the way: the digest is XXH3 of the whole buffer
+ * and the buffer holds every byte, for pieces that split stripes. */
+Test(xfer, sum_taken_while_filling_is_xxh3_of_the_whole_buffer, .timeout = 20)
+{
+    static const uint64_t lengths[] = {241, 1024, 1025, 4097, 65536 + 63, 1000003};
+    static const uint64_t pieces[] = {1, 63, 64, 100, 4096 + 7, 1u << 20};
+    const uint64_t most = 1000003;
+    unsigned char *source = malloc(most), *target = malloc(most + 64);
+    cr_assert(source != NULL && target != NULL);
+    kvio_weights_fill(source, most, 9);
+    for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++) {
+        uint64_t length = lengths[l], whole = XXH3_64bits(source, length);
+        for (size_t p = 0; p < sizeof(pieces) / sizeof(pieces[0]); p++) {
+            if (pieces[p] == 1 && length > 5000)
+                continue;
+            for (int scalar = 0; scalar < 2; scalar++) {
+                unsigned char *to = target + (p % 2 ? 1 : 0);
+                memset(target, 0, most + 64);
+                kvio_xfer_sum_t sum;
+                kvio_xfer_sum_start(&sum, to, length);
+                if (scalar)
+                    sum.vector = false;
+                for (uint64_t done = 0; done < length;) {
+                    uint64_t piece = length - done < pieces[p] ? length - done : pieces[p];
+                    kvio_xfer_sum_fill(&sum, source + done, piece);
+                    done += piece;
+                }
+                cr_expect_eq(kvio_xfer_sum_digest(&sum), whole, "length %llu, pieces of %llu, %s",
+                             (unsigned long long)length, (unsigned long long)pieces[p],
+                             scalar ? "scalar" : "vector");
+                cr_expect(memcmp(to, source, length) == 0, "length %llu, pieces of %llu",
+                          (unsigned long long)length, (unsigned long long)pieces[p]);
+            }
+        }
+    }
+    free(source);
+    free(target);
+}
+
 Test(xfer, checksum_in_pieces_is_xxh3_of_the_whole_buffer, .timeout = 10)
 {
     static const uint64_t pieces[] = {1, 7, 64, 4096, 65536 + 3, 1u << 20};

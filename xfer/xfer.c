@@ -450,6 +450,20 @@ int kvio_xfer_route_parent(const kvio_xfer_t *xfer, int index)
     return xfer->config->route == KVIO_XFER_ROUTE_CHAIN ? index - 1 : (index - 1) / 2;
 }
 
+bool kvio_xfer_sums_fetch(const kvio_xfer_t *xfer)
+{
+    return (xfer->ops->caps & KVIO_XFER_CAP_SUMS_FETCH) != 0;
+}
+
+bool kvio_xfer_fetched_sum(const kvio_xfer_t *xfer, uint64_t version, uint64_t *sum_p)
+{
+    if (!(xfer->ops->caps & KVIO_XFER_CAP_SUMS_FETCH) || xfer->fetched_version != version ||
+        version == 0)
+        return false;
+    *sum_p = xfer->fetched_sum;
+    return true;
+}
+
 const kvio_xfer_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer)
 {
     return xfer->config->num_buckets > 0 && xfer->config->delta.fraction > 0

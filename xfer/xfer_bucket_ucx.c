@@ -91,6 +91,7 @@ typedef struct bucket_priv {
     char *base;          /* receiver, with deltas: the slot holding the last version
                             (or the starting weights); the next applies on it */
     uint64_t cursor;     /* receiver: changes of the bucket's delta applied */
+    kvio_xfer_sum_t fill; /* receiver: the sum of the version as it fills the slot */
 } bucket_priv_t;
 
 /* A bucket's turn comes within microseconds: the threads that wait for
@@ -616,6 +617,7 @@ static kvio_status_t apply_delta(kvio_xfer_t *xfer, const bucket_notice_t *notic
                                 (unsigned long long)notice->version);
             return KVIO_ERR_TRANSPORT;
         }
+        kvio_xfer_sum_pass(&priv->fill, NULL, step); /* the rebuilt bytes, from cache */
         done += step;
     }
     *piece_p = piece;
@@ -669,14 +671,16 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     uint64_t end = priv->offsets[b + 1];
     uint64_t piece = end - offset < length ? end - offset : length;
     const char *slot = priv->ring + notice->slot * priv->slot_bytes;
+    if (offset == 0) /* the version's sum, taken as the slot fills */
+        kvio_xfer_sum_start(&priv->fill, buffer, xfer->bytes);
     if (notice->delta) {
         status = apply_delta(xfer, notice, (char *)buffer - offset, offset, &piece);
         if (status != KVIO_OK)
             return status;
     } else {
-        /* Streaming stores: cached ones would first read every line of the
-         * weights (a memcpy of such a piece ran at half the speed here). */
-        kvio_xfer_copy_streaming(buffer, slot + (offset - priv->offsets[b]), piece);
+        /* Read once: summed and stored with streaming stores (cached ones
+         * would first read every line of the weights). */
+        kvio_xfer_sum_fill(&priv->fill, slot + (offset - priv->offsets[b]), piece);
     }
     *moved_p = piece;
     if (offset + piece < end)
@@ -685,6 +689,8 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     if (b + 1 == priv->num_buckets) {
         meta->checksum = notice->checksum;
         priv->base = (char *)buffer - offset; /* the version's slot: the next delta's base */
+        xfer->fetched_sum = kvio_xfer_sum_digest(&priv->fill);
+        xfer->fetched_version = meta->version;
     }
     priv->queue_head = (priv->queue_head + 1) % BUCKET_QUEUE_LENGTH;
     priv->queue_count--;
@@ -695,7 +701,7 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
 
 const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops = {
     .name = "ucx",
-    .caps = KVIO_XFER_CAP_BUCKETS | KVIO_XFER_CAP_HASH_ON_PUT,
+    .caps = KVIO_XFER_CAP_BUCKETS | KVIO_XFER_CAP_HASH_ON_PUT | KVIO_XFER_CAP_SUMS_FETCH,
     .priv_size = sizeof(bucket_priv_t),
     .init = bucket_init,
     .fini = bucket_fini,

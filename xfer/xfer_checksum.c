@@ -279,12 +279,21 @@ void kvio_xfer_sum_start(kvio_xfer_sum_t *sum, const void *source, uint64_t leng
 /* Piece of the scalar path's copy: small enough to be summed from cache. */
 #define SCALAR_PIECE (16u * 1024)
 
-/* Accumulates stripes [first, first + count), copying them to output (may
- * be NULL) on the way. */
-static void pass_stripes(kvio_xfer_sum_t *sum, unsigned char *output, uint64_t first,
-                         uint64_t count)
+/* Streaming stores before it are visible before any store after it. */
+static inline void fence_stores(void)
 {
-    const unsigned char *input = sum->source + first * STRIPE;
+#if defined(__x86_64__)
+    _mm_sfence();
+#else
+    atomic_thread_fence(memory_order_release);
+#endif
+}
+
+/* Accumulates stripes [first, first + count) read from input, copying them
+ * to output (may be NULL) on the way. */
+static void pass_stripes(kvio_xfer_sum_t *sum, unsigned char *output,
+                         const unsigned char *input, uint64_t first, uint64_t count)
+{
 #if defined(__x86_64__)
     if (sum->vector) {
         stripes_avx2(sum->acc, output, input, first, count);
@@ -315,7 +324,7 @@ void kvio_xfer_sum_pass(kvio_xfer_sum_t *sum, void *target, uint64_t length)
     uint64_t first_here = (from + STRIPE - 1) / STRIPE;
     while (sum->next_stripe < first_here && sum->next_stripe < stripes &&
            (sum->next_stripe + 1) * STRIPE <= to) {
-        pass_stripes(sum, NULL, sum->next_stripe, 1);
+        pass_stripes(sum, NULL, sum->source + sum->next_stripe * STRIPE, sum->next_stripe, 1);
         sum->next_stripe++;
     }
     uint64_t copied = from;
@@ -328,8 +337,8 @@ void kvio_xfer_sum_pass(kvio_xfer_sum_t *sum, void *target, uint64_t length)
         copied = start;
         uint64_t last = to / STRIPE < stripes ? to / STRIPE : stripes;
         if (last > first_here) {
-            pass_stripes(sum, output != NULL ? output + (start - from) : NULL, first_here,
-                         last - first_here);
+            pass_stripes(sum, output != NULL ? output + (start - from) : NULL,
+                         sum->source + first_here * STRIPE, first_here, last - first_here);
             sum->next_stripe = last;
             copied = last * STRIPE;
         }
@@ -340,12 +349,40 @@ void kvio_xfer_sum_pass(kvio_xfer_sum_t *sum, void *target, uint64_t length)
         if (to > copied)
             kvio_xfer_copy_streaming(output + (copied - from), sum->source + copied,
                                      to - copied);
-#if defined(__x86_64__)
-        _mm_sfence();
-#else
-        atomic_thread_fence(memory_order_release);
-#endif
+        fence_stores();
     }
+    sum->done = to;
+}
+
+void kvio_xfer_sum_fill(kvio_xfer_sum_t *sum, const void *input, uint64_t length)
+{
+    unsigned char *fill = (unsigned char *)sum->source; /* the receiver's own buffer */
+    const unsigned char *in = input;
+    uint64_t from = sum->done, to = from + length;
+    if (to > sum->length)
+        to = sum->length;
+    uint64_t stripes = sum->length > LONG_INPUT ? (sum->length - 1) / STRIPE : 0;
+    /* The bytes before the first whole stripe here complete a stripe begun
+     * in the piece before: in place first, it is summed from the buffer. */
+    uint64_t first_here = (from + STRIPE - 1) / STRIPE;
+    uint64_t copied = first_here * STRIPE < to ? first_here * STRIPE : to;
+    memcpy(fill + from, in, copied - from);
+    while (sum->next_stripe < first_here && sum->next_stripe < stripes &&
+           (sum->next_stripe + 1) * STRIPE <= to) {
+        pass_stripes(sum, NULL, fill + sum->next_stripe * STRIPE, sum->next_stripe, 1);
+        sum->next_stripe++;
+    }
+    /* Whole stripes: read from input once, summed and stored. */
+    uint64_t last = to / STRIPE < stripes ? to / STRIPE : stripes;
+    if (sum->next_stripe == first_here && last > first_here) {
+        pass_stripes(sum, fill + copied, in + (copied - from), first_here, last - first_here);
+        sum->next_stripe = last;
+        copied = last * STRIPE;
+    }
+    /* The rest: summed by a later piece, or by the digest. */
+    if (to > copied)
+        kvio_xfer_copy_streaming(fill + copied, in + (copied - from), to - copied);
+    fence_stores();
     sum->done = to;
 }
 

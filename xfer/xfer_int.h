@@ -70,6 +70,11 @@ void kvio_xfer_sum_start(kvio_xfer_sum_t *sum, const void *source, uint64_t leng
 /* Passes the next length bytes of source on: copied to target (NULL: only
  * summed) with streaming stores, fenced. */
 void kvio_xfer_sum_pass(kvio_xfer_sum_t *sum, void *target, uint64_t length);
+/* Fills source (the receiver's own buffer, so not const to it) in order
+ * with the next length bytes, read from input: whole stripes are read once,
+ * summed and stored with streaming stores; a stripe split between pieces
+ * is summed from source once both parts are in. Fenced. */
+void kvio_xfer_sum_fill(kvio_xfer_sum_t *sum, const void *input, uint64_t length);
 /* After all length bytes were passed. */
 uint64_t kvio_xfer_sum_digest(const kvio_xfer_sum_t *sum);
 
@@ -91,6 +96,9 @@ struct kvio_xfer {
     int self_index;       /* this rank's index in receivers, -1 otherwise */
     uint64_t bytes;
     void *send_buffer;    /* set by the plug-in's init (sender) */
+    /* Receiver, SUMS_FETCH: the last version the plug-in fetched whole, and
+     * the sum of the slot it filled (0: none yet). */
+    uint64_t fetched_version, fetched_sum;
     void *slots[2];       /* set by the plug-in's init (receiver) */
     kvio_device_t *device; /* the framework's: a cuda domain when the buffers
                               are to be GPU memory, else NULL */

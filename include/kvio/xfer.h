@@ -50,6 +50,8 @@ extern const char *const kvio_xfer_discovery_names[];
 #define KVIO_XFER_CAP_HASH_ON_PUT 64u /* the sender sums each piece as it puts it (host
                                          memory): the checksum needs no pass over the
                                          buffer of its own */
+#define KVIO_XFER_CAP_SUMS_FETCH 512u  /* a receiver's fetch sums the version as it fills
+                                         the slot (kvio_xfer_fetched_sum) */
 #define KVIO_XFER_CAP_BUCKETS 256u     /* weight_sync's buckets: one put (target -1)
                                          moves a version to every receiver bucket by
                                          bucket, and each receiver fetches (reloads) a
@@ -323,6 +325,12 @@ void kvio_xfer_delta_encode_begin(kvio_xfer_delta_encoder_t *encoder,
 void kvio_xfer_delta_encode_to(kvio_xfer_delta_encoder_t *encoder, uint64_t to);
 uint64_t kvio_xfer_delta_encode_end(const kvio_xfer_delta_encoder_t *encoder,
                                     uint64_t *entries_p);
+/* A receiver whose transport has SUMS_FETCH: true, with the XXH3-64 of
+ * the slot as the fetch filled it, once version was fetched whole (the
+ * serve loop then need not read the slot again to verify it). */
+bool kvio_xfer_fetched_sum(const kvio_xfer_t *xfer, uint64_t version, uint64_t *sum_p);
+bool kvio_xfer_sums_fetch(const kvio_xfer_t *xfer);
+
 /* The transport's deltas (NULL when its versions are whole). */
 const kvio_xfer_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer);
 
