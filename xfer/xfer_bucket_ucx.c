@@ -4,8 +4,8 @@
  * the way) on a thread of its own, puts it into the same slot of every
  * receiver's ring (ucp_put_nbx, flushed) and announces it with an active
  * message; a receiver reloads a bucket (a copy from its ring slot into its
- * weights) when its notice has come, and hands the slot back with an active
- * message. A staging slot takes a bucket once the one it held is put; a
+ * weights, summed on the way for the version's verification) when its
+ * notice has come, and hands the slot back with an active message. A staging slot takes a bucket once the one it held is put; a
  * receive slot once the one it held is reloaded by every receiver: so
  * pipeline_depth buckets are in flight (put, not yet reloaded), and at
  * depth 2 bucket i+1 is staged while bucket i is put and i-1 reloaded; at

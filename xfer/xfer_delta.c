@@ -3,12 +3,12 @@
  * bucket's changes and the receiver's application of it.
  *
  * The changed elements: the weights' elements are cut into strata of
- * 1/fraction elements (stratum k is [ceil(k/f), ceil((k+1)/f)), 1/f in
- * fixed point), and one
- * element of each, chosen by a hash of the version and k, changes. So a
- * version changes fraction of the elements, spread over the whole weights as
- * an optimizer step's nonzero updates are, and any range of them (a bucket)
- * finds its changes without walking the ones before it.
+ * 1/fraction elements (stratum k is [ceil(k/f), ceil((k+1)/f)), with 1/f in
+ * fixed point), and one element of each, chosen by a hash of the version
+ * and k, changes. So a version changes fraction of the elements, spread
+ * over the whole weights as an optimizer step's nonzero updates are, and any
+ * range of them (a bucket) finds its changes without walking the ones
+ * before it.
  *
  * Encodings of one bucket's changes (indices are the element's within the
  * bucket, in increasing order):
