@@ -37,8 +37,8 @@ const kvio_opt_t kvio_sync_options[] = {
      .offset = offsetof(kvio_sync_config_t, delta_fraction), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
      .help = "share of the elements that changed: only they move (0: the full weights); "
-             "emulate: from the second version on the trainer changes that share, buckets "
-             "carry only the changes and the serve ranks apply them"},
+             "emulate: the trainer changes that share each version, buckets carry only the "
+             "changes and the serve ranks apply them"},
     {.key = "delta_encoding", .type = KVIO_OPT_ENUM,
      .offset = offsetof(kvio_sync_config_t, delta_encoding), .values = encoding_names,
      .default_value = "index_value",
@@ -51,9 +51,10 @@ const kvio_opt_t kvio_sync_options[] = {
      .help = "the trainer's pipeline stages"},
     {.key = "topology", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_sync_config_t, topology),
      .values = topology_names, .default_value = "tree",
-     .help = "across nodes: sequential (one after the other), chain (forwarded in chunks) or "
-             "tree (binary); p2p: the serve ranks are instances joining a running cluster and "
-             "read the weights from peers' host copies over the NICs (simulate)"},
+     .help = "across nodes (emulate: between serve ranks): sequential (one after the "
+             "other), chain (forwarded in chunks; emulate: bucket by bucket) or tree (binary); "
+             "p2p: the serve ranks are instances joining a running cluster and read the "
+             "weights from peers' host copies over the NICs (simulate)"},
     {.key = "gpus_per_node", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_sync_config_t, gpus_per_node), .default_value = "8",
      .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "GPUs a node holds (its GPU link joins them)"},
