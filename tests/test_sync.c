@@ -704,6 +704,34 @@ Test(sync, emulate_chain_and_tree_forward_every_bucket_rank_to_rank, .timeout = 
     free(dir);
 }
 
+/* The weight-sync preset (emulate: deltas down a tree to three serve
+ * ranks) runs as it ships, made small: every version reaches every rank,
+ * rebuilt exactly, and its buckets carry deltas. */
+Test(sync, the_weight_sync_preset_runs_deltas_down_a_tree, .timeout = 120)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "weight-sync", "--set", "train.bytes=16MiB", "--set",
+                               "train.steps=3", "--set", "weight_sync.bucket_size=4MiB", "-o",
+                               "res", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/res/summary.json", dir);
+    json_t *summary = json_load_file(path, 0, NULL);
+    cr_assert_not_null(summary, "%s", path);
+    json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 9,
+                 "3 versions x 3 serve ranks");
+    cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+    cr_expect(test_contains(json_string_value(json_object_get(updates, "transport_info")),
+                            "down a tree"));
+    cr_expect_lt(sync_number(updates, "wire_bytes"), sync_number(updates, "bytes") / 5);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* weight_sync in emulate mode over what it does not build: refused by
  * validate (and run) with exit 2, naming the key. */
 Test(sync, emulate_refuses_what_it_does_not_build_naming_the_key, .timeout = 60)
