@@ -44,6 +44,8 @@ static const compared_t compared_metrics[] = {
     {"kv_usage_mean", NULL, "kv_usage_mean"},
     {"model_updates.update_latency_ms", "mean", "update latency ms (mean)"},
     {"model_updates", "inference_stall_total_ms", "inference stall ms"},
+    {"model_updates.weight_sync", "update_ms", "weight sync ms (last server)"},
+    {"model_updates.weight_sync", "wire_bytes", "weight sync wire bytes"},
     {"update_interference", "ttft_p99_ratio", "ttft p99 after/before upd."},
     {"update_interference", "tpot_p99_ratio", "tpot p99 after/before upd."},
     {"update_interference", "hit_rate_before", "hit_rate before update"},

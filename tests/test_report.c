@@ -517,6 +517,9 @@ Test(report, weight_sync_runs_get_their_update_times_and_wire_share, .timeout = 
     test_run_t run = test_kvio(dir, "compare", "repro/checkpoint-engine-glm-4.5-air", "--vary",
                                "weight_sync.delta=0,0.045", "-o", "cmp", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
+    /* compare's table has the weight-sync rows too. */
+    cr_expect(test_contains(run.out, "weight sync ms (last server)") &&
+                  test_contains(run.out, "weight sync wire bytes"), "%s", run.out);
     test_run_free(&run);
     char *html = report_of(dir, "cmp");
     char *times = figure(html, "chart-sync-times");
