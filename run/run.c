@@ -331,6 +331,7 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
     const char *granularity = granularities[sync->granularity];
     const char *refused = NULL;
     char why[256] = "";
+    kvio_xfer_delta_t delta = kvio_updates_sync_delta(workload);
     if (transport->kind != KVIO_XFER_UCX) {
         refused = "train.transport.kind";
         snprintf(why, sizeof(why), "is %s; emulate mode moves real buckets over ucx only "
@@ -349,11 +350,10 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
         snprintf(why, sizeof(why), "is p2p; emulate mode sends from the trainer to every serve "
                  "rank, P2P from serving peers is modelled in simulate mode only (set topology: "
                  "tree, or mode: simulate)");
-    } else if (sync->delta_fraction > 0 &&
-               kvio_updates_sync_delta(workload).element == 0) {
+    } else if (delta.fraction > 0 && delta.element == 0) {
         refused = "weight_sync.delta";
-        snprintf(why, sizeof(why), "is %g, but the model's weights are not whole bytes per "
-                 "element; emulate mode changes and sends whole elements (set "
+        snprintf(why, sizeof(why), "is %g, but the model's weights are not 1, 2, 4 or 8 bytes "
+                 "per element; emulate mode changes and sends whole elements (set "
                  "model.weight_dtype_bytes to 1, 2, 4 or 8, delta: 0, or mode: simulate)",
                  sync->delta_fraction);
     } else if ((sync->train_tp > 0 && sync->train_tp != workload->cost.tensor_parallel) ||
@@ -372,7 +372,6 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
     if (status != KVIO_OK)
         return status;
     /* index_value's indices are 4 bytes: a bucket has at most 2^32 elements. */
-    kvio_xfer_delta_t delta = kvio_updates_sync_delta(workload);
     for (size_t b = 0; b < plan.num_buckets && status == KVIO_OK; b++) {
         if (delta.fraction <= 0 || delta.encoding != KVIO_XFER_DELTA_INDEX_VALUE ||
             plan.buckets[b].bytes / delta.element <= UINT32_MAX)

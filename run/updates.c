@@ -429,9 +429,11 @@ kvio_xfer_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload)
     double element = 0;
     if (kvio_model_resolve(&model, unused, sizeof(unused)) == KVIO_OK)
         element = model.weight_dtype_bytes > 0 ? model.weight_dtype_bytes : model.dtype_bytes;
+    bool whole = element >= 1 && element <= 8 && element == floor(element);
     return (kvio_xfer_delta_t){
         .fraction = sync->delta_fraction, .encoding = sync->delta_encoding,
-        .element = element >= 1 && element == floor(element) ? (uint32_t)element : 0};
+        .element = whole && kvio_xfer_delta_supported((uint32_t)element) ? (uint32_t)element
+                                                                          : 0};
 }
 
 /* Emulate, weight_sync on: the ring each rank keeps beside its weights
@@ -450,9 +452,7 @@ static kvio_status_t sync_ring_bytes(const kvio_workload_t *workload, uint64_t *
     kvio_xfer_delta_t delta = kvio_updates_sync_delta(workload);
     uint64_t largest = 0;
     for (size_t b = 0; b < plan.num_buckets; b++) {
-        uint64_t bytes = plan.buckets[b].bytes;
-        if (delta.fraction > 0 && delta.element > 0 && kvio_xfer_delta_bound(&delta, bytes) > bytes)
-            bytes = kvio_xfer_delta_bound(&delta, bytes);
+        uint64_t bytes = kvio_xfer_delta_slot_bytes(&delta, plan.buckets[b].bytes);
         largest = bytes > largest ? bytes : largest;
     }
     uint64_t slots = (uint64_t)workload->weight_sync.pipeline_depth;

@@ -5,8 +5,9 @@
  * receiver's ring (ucp_put_nbx, flushed) and announces it with an active
  * message; a receiver reloads a bucket (a copy from its ring slot into its
  * weights, summed on the way for the version's verification) when its
- * notice has come, and hands the slot back with an active message. A staging slot takes a bucket once the one it held is put; a
- * receive slot once the one it held is reloaded by every receiver: so
+ * notice has come, and hands the slot back with an active message. A
+ * staging slot takes a bucket once the one it held is put; a receive slot
+ * once the one it held is reloaded by every receiver: so
  * pipeline_depth buckets are in flight (put, not yet reloaded), and at
  * depth 2 bucket i+1 is staged while bucket i is put and i-1 reloaded; at
  * depth 1 a bucket is put only once the one before it was reloaded. On a
@@ -35,8 +36,9 @@
  * time: the second pass finds the bytes in cache. */
 #define APPLY_STEP (256u << 10)
 
-/* A bucket's notice: it is in ring slot `slot` of the receiver, whole or
- * as a delta's encoding (entries changes, wire_bytes long). */
+/* A bucket's notice: it is in ring slot `slot` of the receiver, whole or,
+ * with deltas configured, as a delta's encoding (entries changes,
+ * wire_bytes long). */
 typedef struct bucket_notice {
     uint64_t magic;
     uint64_t version;
@@ -44,8 +46,6 @@ typedef struct bucket_notice {
     uint64_t checksum;   /* the last bucket: the version's; else 0 */
     uint64_t wire_bytes; /* what was put */
     uint64_t entries;    /* a delta's changes */
-    uint32_t delta;      /* 1: a delta on the version before */
-    uint32_t unused;
     uint32_t bucket, slot;
     int64_t t_ready_ns;
     int64_t t_posted_ns; /* when the sender posted it */
@@ -204,10 +204,8 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
     priv->offsets = calloc(priv->num_buckets + 1, sizeof(*priv->offsets));
     kvio_status_t status = priv->offsets != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
     for (size_t b = 0; b < priv->num_buckets && status == KVIO_OK; b++) {
-        uint64_t bytes = config->bucket_bytes[b];
-        priv->offsets[b + 1] = priv->offsets[b] + bytes;
-        if (priv->delta != NULL && kvio_xfer_delta_bound(priv->delta, bytes) > bytes)
-            bytes = kvio_xfer_delta_bound(priv->delta, bytes);
+        priv->offsets[b + 1] = priv->offsets[b] + config->bucket_bytes[b];
+        uint64_t bytes = kvio_xfer_delta_slot_bytes(priv->delta, config->bucket_bytes[b]);
         if (bytes > priv->slot_bytes)
             priv->slot_bytes = bytes;
     }
@@ -327,7 +325,6 @@ static void bucket_fini(kvio_xfer_t *xfer)
 typedef struct stager {
     kvio_xfer_t *xfer;
     uint64_t version;
-    bool delta;                  /* the version goes as deltas */
     uint64_t first;              /* the sequence number of the version's bucket 0 */
     size_t stamps;               /* the version's first row in xfer->stamps */
     _Atomic size_t staged;       /* buckets staged */
@@ -353,7 +350,7 @@ static void *stage_buckets(void *arg)
         int64_t start_ns = kvio_rte_time_ns(xfer->rte);
         char *slot = priv->ring + (sequence % priv->depth) * priv->slot_bytes;
         uint64_t bytes = priv->offsets[b + 1] - priv->offsets[b];
-        if (stager->delta) {
+        if (priv->delta != NULL) {
             /* The bucket's changes encoded, and its whole bytes summed (the
              * checksum is of the weights the receivers rebuild), a step at
              * a time: the sum reads what the encoding just brought in. */
@@ -402,15 +399,14 @@ static kvio_status_t receivers_alive(kvio_xfer_t *xfer, size_t b)
     return KVIO_OK;
 }
 
-/* Waits, progressing, until the stager has staged bucket b (sequence
- * number sequence) and every receiver has reloaded what its slot held,
- * while every receiver lives. */
-static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, uint64_t sequence)
+/* Progresses, napping between idle rounds, until done(arg), while every
+ * receiver lives (b: the bucket waited for, to name in an error). */
+static kvio_status_t progress_until(kvio_xfer_t *xfer, bool (*done)(const void *arg),
+                                    const void *arg, size_t b)
 {
     bucket_priv_t *priv = xfer->priv;
     unsigned idle = 0;
-    while (atomic_load(&stager->staged) <= b ||
-           sequence >= atomic_load(&priv->reloaded_all) + priv->depth) {
+    while (!done(arg)) {
         if (ucp_worker_progress(priv->ucx.worker) != 0)
             continue;
         if (++idle % 64 == 0) {
@@ -423,25 +419,47 @@ static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, ui
     return KVIO_OK;
 }
 
+/* A bucket's turn: staged, and its slot reloaded by every receiver. */
+typedef struct turn {
+    const bucket_priv_t *priv;
+    stager_t *stager;
+    size_t b;
+    uint64_t sequence;
+} turn_t;
+
+static bool turn_come(const void *arg)
+{
+    const turn_t *turn = arg;
+    return atomic_load(&turn->stager->staged) > turn->b &&
+           turn->sequence < atomic_load(&turn->priv->reloaded_all) + turn->priv->depth;
+}
+
+/* Waits, progressing, until the stager has staged bucket b (sequence
+ * number sequence) and every receiver has reloaded what its slot held,
+ * while every receiver lives. */
+static kvio_status_t wait_turn(kvio_xfer_t *xfer, stager_t *stager, size_t b, uint64_t sequence)
+{
+    turn_t turn = {.priv = xfer->priv, .stager = stager, .b = b, .sequence = sequence};
+    return progress_until(xfer, turn_come, &turn, b);
+}
+
+/* Every receiver has reloaded every bucket put. */
+static bool all_reloaded(const void *arg)
+{
+    const bucket_priv_t *priv = arg;
+    return atomic_load(&priv->reloaded_all) >= priv->sequence;
+}
+
 /* The end notice goes straight to each receiver; on a chain or tree it
  * waits until every receiver has reloaded every bucket, or it could pass
  * the last buckets on their way down. */
 static kvio_status_t bucket_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
 {
     bucket_priv_t *priv = xfer->priv;
-    unsigned idle = 0;
-    while ((meta->flags & KVIO_XFER_META_END) && xfer->config->route != KVIO_XFER_ROUTE_DIRECT &&
-           atomic_load(&priv->reloaded_all) < priv->sequence) {
-        if (ucp_worker_progress(priv->ucx.worker) != 0)
-            continue;
-        if (++idle % 64 == 0) {
-            kvio_status_t status = receivers_alive(xfer, priv->num_buckets - 1);
-            if (status != KVIO_OK)
-                return status;
-        }
-        nap_us(10);
-    }
-    return kvio_xfer_ucx_notify(xfer, target, meta);
+    kvio_status_t status = KVIO_OK;
+    if ((meta->flags & KVIO_XFER_META_END) && xfer->config->route != KVIO_XFER_ROUTE_DIRECT)
+        status = progress_until(xfer, all_reloaded, priv, priv->num_buckets - 1);
+    return status == KVIO_OK ? kvio_xfer_ucx_notify(xfer, target, meta) : status;
 }
 
 /* The version's buckets into every receiver (target -1): staged on the
@@ -458,8 +476,7 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
                                                            : "buckets go to every receiver");
         return stamps == NULL ? KVIO_ERR_NOMEM : KVIO_ERR_INTERNAL;
     }
-    stager_t stager = {.xfer = xfer, .version = meta->version, .delta = priv->delta != NULL,
-                       .first = priv->sequence,
+    stager_t stager = {.xfer = xfer, .version = meta->version, .first = priv->sequence,
                        .stamps = xfer->num_stamps - count * receivers};
     for (size_t b = 0; b < count; b++)
         for (size_t i = 0; i < receivers; i++)
@@ -483,7 +500,7 @@ static kvio_status_t bucket_put(kvio_xfer_t *xfer, int target, const kvio_xfer_m
         bucket_notice_t notice = {.magic = KVIO_XFER_MAGIC, .version = meta->version,
                                   .bytes = xfer->bytes, .checksum = meta->checksum,
                                   .wire_bytes = bytes, .entries = priv->entries[b],
-                                  .delta = stager.delta, .bucket = (uint32_t)b,
+                                  .bucket = (uint32_t)b,
                                   .slot = (uint32_t)(sequence % priv->depth),
                                   .t_ready_ns = meta->t_ready_ns};
         if (b + 1 == count)
@@ -595,12 +612,6 @@ static kvio_status_t apply_delta(kvio_xfer_t *xfer, const bucket_notice_t *notic
     const kvio_xfer_delta_t *delta = priv->delta;
     size_t b = notice->bucket;
     uint64_t start = priv->offsets[b], bytes = priv->offsets[b + 1] - start;
-    if (priv->base == NULL) {
-        kvio_xfer_set_error(xfer, "ucx transport: version %llu came as a delta, but rank %d "
-                            "holds no version to apply it to",
-                            (unsigned long long)notice->version, kvio_rte_index(xfer->rte));
-        return KVIO_ERR_TRANSPORT;
-    }
     uint64_t piece = *piece_p;
     if (offset + piece < start + bytes && piece >= delta->element)
         piece -= piece % delta->element;
@@ -643,7 +654,7 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     const bucket_notice_t *notice = &priv->queue[at];
     if (notice->magic != KVIO_XFER_MAGIC || notice->version != meta->version ||
         notice->bucket != b || notice->slot >= priv->depth ||
-        notice->wire_bytes > priv->slot_bytes || (notice->delta && priv->delta == NULL)) {
+        notice->wire_bytes > priv->slot_bytes) {
         kvio_xfer_set_error(xfer, "ucx transport: bucket %u of version %llu came where "
                             "bucket %zu of version %llu was due", notice->bucket,
                             (unsigned long long)notice->version, b,
@@ -673,7 +684,7 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     const char *slot = priv->ring + notice->slot * priv->slot_bytes;
     if (offset == 0) /* the version's sum, taken as the slot fills */
         kvio_xfer_sum_start(&priv->fill, buffer, xfer->bytes);
-    if (notice->delta) {
+    if (priv->delta != NULL) {
         status = apply_delta(xfer, notice, (char *)buffer - offset, offset, &piece);
         if (status != KVIO_OK)
             return status;

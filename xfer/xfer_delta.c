@@ -105,36 +105,15 @@ static inline void copy_element(void *target, const void *source, uint32_t eleme
     }
 }
 
-/* XORs the element at p with nonzero bits: it changes. */
+/* XORs the element at p with nonzero bits (its first byte's are odd): it
+ * changes. The element's bytes are the low ones of a little-endian word. */
 static void change_element(unsigned char *p, uint32_t element, uint64_t bits)
 {
-    bits |= 1;
-    switch (element) {
-    case 1:
-        *p ^= (unsigned char)bits;
-        break;
-    case 2: {
-        uint16_t v;
-        memcpy(&v, p, 2);
-        v ^= (uint16_t)bits;
-        memcpy(p, &v, 2);
-        break;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, p, 4);
-        v ^= (uint32_t)bits;
-        memcpy(p, &v, 4);
-        break;
-    }
-    default: {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        v ^= bits;
-        memcpy(p, &v, 8);
-        break;
-    }
-    }
+    unsigned char word[8];
+    copy_element(word, p, element);
+    for (uint32_t i = 0; i < element; i++)
+        word[i] ^= (unsigned char)(bits >> (8 * i)) | (i == 0);
+    copy_element(p, word, element);
 }
 
 bool kvio_xfer_delta_supported(uint32_t element)
@@ -170,6 +149,14 @@ uint64_t kvio_xfer_delta_bound(const kvio_xfer_delta_t *delta, uint64_t bytes)
     return delta->encoding == KVIO_XFER_DELTA_BITMAP
                ? bitmap_bytes(elements) + changes * delta->element
                : changes * (4 + (uint64_t)delta->element);
+}
+
+uint64_t kvio_xfer_delta_slot_bytes(const kvio_xfer_delta_t *delta, uint64_t bytes)
+{
+    if (delta == NULL || delta->fraction <= 0 || delta->element == 0)
+        return bytes;
+    uint64_t bound = kvio_xfer_delta_bound(delta, bytes);
+    return bound > bytes ? bound : bytes;
 }
 
 void kvio_xfer_delta_encode_begin(kvio_xfer_delta_encoder_t *encoder,

@@ -135,9 +135,9 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
 kvio_status_t kvio_updates_sync_buckets(const kvio_workload_t *workload, kvio_sync_plan_t *plan_p,
                                         char *error_p, size_t error_len);
 
-/* Emulate mode with weight_sync on: the deltas its versions after the first
- * go as (fraction 0: none), of elements of the model's weight type (element
- * 0 when the model does not resolve or its weights are not whole bytes). */
+/* Emulate mode with weight_sync on: the deltas its versions go as (fraction
+ * 0: none), of elements of the model's weight type (element 0 when the
+ * model does not resolve or its weights are not 1, 2, 4 or 8 bytes). */
 kvio_xfer_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload);
 
 /* Checks what can fail before any rank starts (Redis answers, directory

@@ -299,6 +299,9 @@ bool kvio_xfer_delta_supported(uint32_t element);
 void kvio_xfer_delta_mutate(const kvio_xfer_delta_t *delta, void *weights, uint64_t bytes,
                             uint64_t version);
 uint64_t kvio_xfer_delta_bound(const kvio_xfer_delta_t *delta, uint64_t bytes);
+/* What a ring slot needs for a bucket of bytes: bytes, or with deltas
+ * (delta non-NULL, fraction above 0) its bound when that is more. */
+uint64_t kvio_xfer_delta_slot_bytes(const kvio_xfer_delta_t *delta, uint64_t bytes);
 uint64_t kvio_xfer_delta_encode(const kvio_xfer_delta_t *delta, uint64_t version,
                                 const void *weights, uint64_t weights_bytes, uint64_t offset,
                                 uint64_t bytes, void *out, uint64_t *entries_p);
