@@ -2,10 +2,10 @@
  * order is the eviction order, lazy eviction (a freed block keeps its hash
  * until reused), reference counts, all-or-nothing allocation, and a hash ->
  * block multimap (earliest inserted wins) for prefix hits. Laid out for long
- * runs of blocks: a block's state is one 32-byte record, the free queue is a
- * ring of block ids, so the blocks an allocation will take are known ahead
- * and their records and index slots are loaded while earlier ones are
- * worked on. */
+ * runs of blocks: a block's state is one 16-byte record, which also says
+ * where its index entry is; the free queue is a ring of block ids, so the
+ * blocks an allocation will take are known ahead and their records and
+ * index buckets are loaded while earlier ones are worked on. */
 #include "kvcache/kvcache_int.h"
 
 #include "kvio/log.h"
@@ -13,12 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define NO_BLOCK UINT32_MAX
 
-/* An empty index slot. The null block 0 is never hashed, so 0 can mark it:
+/* An empty index entry. The null block 0 is never hashed, so 0 can mark it:
  * the table starts as zeroed memory, whose pages cost nothing until a hash
  * lands in them (a thousand small engines touch little of theirs). */
-#define EMPTY_SLOT 0u
+#define EMPTY_ENTRY 0u
 
 /* A ring position a block does not occupy (not in the free queue), and a
  * ring entry whose block left the queue out of order. */
@@ -34,23 +38,43 @@
  * finds them free of side effects and drops the calls. */
 #define PREFETCH_HELPER static inline __attribute__((always_inline)) void
 
-/* Open-addressing (linear probing) multimap from a block hash to the
- * blocks holding it, earliest inserted first in probe order. */
-typedef struct hash_slot {
-    uint32_t tag;   /* low half of the hash's slot key: most mismatches stop here, and the
-                       home slot is tag & slot_mask (tables up to 2^32 slots) */
-    uint32_t block; /* EMPTY_SLOT: empty; the block's record holds the full hash */
-} hash_slot_t;
+/* The hash index: a multimap from a block hash to the blocks holding it,
+ * in buckets of one cache line. An entry goes to its hash's home bucket, or
+ * when that is full to the next one with room; a bucket counts the entries
+ * that passed it (F14's overflow count), so a search stops at the first
+ * bucket that none passed. A bucket is searched for a tag or a block id in
+ * a few vector instructions, with no branch per entry: a search costs one
+ * line, and taking an entry out moves nothing. */
+#define BUCKET_ENTRIES 8
+
+/* Index entries per block in the pool (a power of two). */
+#define INDEX_ENTRIES_PER_BLOCK 2
+
+typedef struct index_bucket {
+    uint32_t tags[BUCKET_ENTRIES];   /* TAG_EMPTY where the entry is empty */
+    uint32_t blocks[BUCKET_ENTRIES]; /* EMPTY_ENTRY where the entry is empty */
+} index_bucket_t;
+
+/* A tag is 32 bits of the hash with the lowest set, so 0 marks an empty
+ * entry and an empty entry matches no tag. */
+#define TAG_EMPTY 0u
+
+/* An overflow count that reached it stays (searches go on past the bucket
+ * for good): counts are bytes, and overflow is rare at the table's load. */
+#define OVERFLOW_SATURATED UINT8_MAX
 
 /* Everything about one block that allocating, evicting and freeing it
- * touches, in one half cache line. */
+ * touches, in a quarter of a cache line (four to a line: a pool of 50,000
+ * blocks keeps its records in under a megabyte). Its hash is apart, read
+ * only to confirm a hit. */
 typedef struct block_record {
-    kvio_hash_t hash;        /* valid while hashed */
     uint32_t refcount;
     uint32_t position;       /* its entry in the free ring, NO_POSITION when not free */
+    uint32_t entry;          /* while hashed, its index entry: bucket * BUCKET_ENTRIES + index */
     uint8_t hashed;          /* its hash is in the index */
+    uint8_t away;            /* its index entry is past its hash's home bucket */
     uint8_t policy_known;    /* the policy has seen this block's content */
-    uint8_t unused[6];
+    uint8_t unused;
 } block_record_t;
 
 /* The free queue: block ids from head to tail in a power-of-two ring, with
@@ -79,10 +103,13 @@ struct kvio_kvcache {
     kvio_kvcache_config_t config;
     uint32_t num_blocks;
     uint32_t block_size;
-    block_record_t *blocks;   /* first in one allocation with slots and the ring */
+    block_record_t *blocks;   /* first in one allocation with the hashes and the ring */
+    kvio_hash_t *block_hashes; /* per block, valid while hashed */
     free_ring_t free_queue;
-    hash_slot_t *slots;
-    size_t slot_mask;
+    void *index_memory;       /* the buckets and the overflow counts */
+    index_bucket_t *buckets;
+    uint8_t *overflow;        /* per bucket: entries stored past it that probed it */
+    size_t bucket_mask;
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
     radix_link_t *links;      /* index radix: per block; NULL with the hash index */
@@ -106,6 +133,12 @@ struct kvio_kvreq {
     uint32_t *blocks;
     size_t num_blocks, blocks_capacity;
     size_t num_hashed_blocks; /* leading blocks whose hash is set */
+    /* The last lookup while the request held no blocks: its hit blocks are
+     * blocks[0, lookup_hits), valid while the index is at lookup_version
+     * (the first allocation then takes them without searching again). */
+    bool lookup_kept;
+    size_t lookup_hits;
+    uint64_t lookup_version;
 };
 
 /* ---- free ring ---------------------------------------------------------- */
@@ -186,116 +219,154 @@ static uint32_t ring_pop_head(kvio_kvcache_t *cache)
 
 /* ---- hash index --------------------------------------------------------- */
 
-static uint64_t slot_key(kvio_hash_t hash)
+static inline uint64_t slot_key(kvio_hash_t hash)
 {
     return hash.low ^ (hash.high >> 7);
 }
 
-static size_t slot_of(const kvio_kvcache_t *cache, kvio_hash_t hash)
+/* The home bucket takes the key's low bits, the tag its high half. */
+static inline size_t bucket_of(size_t bucket_mask, kvio_hash_t hash)
 {
-    return (size_t)slot_key(hash) & cache->slot_mask;
+    return (size_t)slot_key(hash) & bucket_mask;
 }
 
-static uint32_t tag_of(kvio_hash_t hash)
+static inline uint32_t tag_of(kvio_hash_t hash)
 {
-    return (uint32_t)slot_key(hash);
+    return (uint32_t)(slot_key(hash) >> 32) | 1u;
 }
 
-/* The slot an occupied entry hashes to, from its tag alone (no load of the
- * block's record, a cache miss): tables have at most 2^32 slots, as pools
- * have at most 2^30 blocks. */
-static size_t home_of(const hash_slot_t *entry, size_t slot_mask)
+/* Bit i set where values[i] == value. */
+static inline unsigned match_mask(const uint32_t values[BUCKET_ENTRIES], uint32_t value)
 {
-    return entry->tag & slot_mask;
+#if defined(__SSE2__)
+    __m128i key = _mm_set1_epi32((int)value);
+    __m128i low = _mm_cmpeq_epi32(_mm_load_si128((const __m128i *)values), key);
+    __m128i high = _mm_cmpeq_epi32(_mm_load_si128((const __m128i *)(values + 4)), key);
+    return (unsigned)_mm_movemask_epi8(_mm_packs_epi16(_mm_packs_epi32(low, high),
+                                                       _mm_setzero_si128()));
+#else
+    unsigned mask = 0;
+    for (unsigned i = 0; i < BUCKET_ENTRIES; i++)
+        mask |= (unsigned)(values[i] == value) << i;
+    return mask;
+#endif
 }
 
-/* Starts loading the slot a hash lives in, for a lookup a few steps on. */
-PREFETCH_HELPER prefetch_slot(const kvio_kvcache_t *cache, kvio_hash_t hash)
+/* Starts loading the bucket a hash lives in, for a search a few steps on. */
+PREFETCH_HELPER prefetch_bucket(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
-    __builtin_prefetch(&cache->slots[slot_of(cache, hash)]);
+    __builtin_prefetch(&cache->buckets[bucket_of(cache->bucket_mask, hash)]);
 }
 
-/* The first block holding hash in probe order, which is insertion order
- * (below), or NO_BLOCK. Slots are 8 bytes (a tag and a block) so the table
- * stays in cache; the full hash is compared only when the tag matches. */
+/* The first block holding hash in search order, which is insertion order
+ * (table_insert), or NO_BLOCK. The full hash is compared only where the
+ * tag matches. */
 static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
-    size_t slot = slot_of(cache, hash);
+    size_t bucket = bucket_of(cache->bucket_mask, hash);
     uint32_t tag = tag_of(hash);
     for (;;) {
-        const hash_slot_t *entry = &cache->slots[slot];
-        if (entry->block == EMPTY_SLOT)
+        const index_bucket_t *entries = &cache->buckets[bucket];
+        for (unsigned match = match_mask(entries->tags, tag); match != 0; match &= match - 1) {
+            uint32_t block = entries->blocks[__builtin_ctz(match)];
+            if (kvio_hash_equal(cache->block_hashes[block], hash))
+                return block;
+        }
+        if (cache->overflow[bucket] == 0)
             return NO_BLOCK;
-        if (entry->tag == tag && kvio_hash_equal(cache->blocks[entry->block].hash, hash))
-            return entry->block;
-        slot = (slot + 1) & cache->slot_mask;
+        bucket = (bucket + 1) & cache->bucket_mask;
     }
 }
 
-/* A multimap: blocks with the same hash get one slot each. Every block
- * with a given hash sits in the run of occupied slots from the hash's home
- * slot on, so a new one, put in the first free slot, comes after the
- * earlier ones in probe order; backward-shift deletion keeps that order
- * (an entry never passes another of the same home). */
-static inline void table_insert(hash_slot_t *slots, size_t slot_mask, uint32_t block,
-                                kvio_hash_t hash)
+/* Counts an entry homed at bucket home and stored in bucket last as having
+ * passed the buckets between (step +1), or no longer (step -1). */
+static void count_passes(uint8_t *overflow, size_t bucket_mask, size_t home, size_t last,
+                         int step)
 {
-    size_t slot = (size_t)slot_key(hash) & slot_mask;
-    while (slots[slot].block != EMPTY_SLOT)
-        slot = (slot + 1) & slot_mask;
-    slots[slot] = (hash_slot_t){.tag = tag_of(hash), .block = block};
+    for (size_t bucket = home; bucket != last; bucket = (bucket + 1) & bucket_mask) {
+        if (overflow[bucket] != OVERFLOW_SATURATED)
+            overflow[bucket] = (uint8_t)(overflow[bucket] + step);
+    }
+}
+
+/* Adds block under hash. Entries with one tag (so every block with one
+ * hash) keep insertion order in search order: a new one goes to the first
+ * empty entry after the last of its tag, which in nearly every case is the
+ * first empty entry of the home bucket. */
+static inline void table_insert(index_bucket_t *buckets, uint8_t *overflow, size_t bucket_mask,
+                                uint32_t block, kvio_hash_t hash, block_record_t *record)
+{
+    size_t home = bucket_of(bucket_mask, hash);
+    uint32_t tag = tag_of(hash);
+    size_t bucket = home;
+    unsigned allowed = (1u << BUCKET_ENTRIES) - 1; /* entries of bucket it may take */
+    if (match_mask(buckets[home].tags, tag) != 0 || overflow[home] != 0) {
+        /* Past the last entry of its tag among those a search would see. */
+        for (size_t scan = home;; scan = (scan + 1) & bucket_mask) {
+            unsigned match = match_mask(buckets[scan].tags, tag);
+            if (match != 0) {
+                bucket = scan;
+                allowed = ~((2u << (31 - __builtin_clz(match))) - 1) &
+                          ((1u << BUCKET_ENTRIES) - 1);
+            }
+            if (overflow[scan] == 0)
+                break;
+        }
+    }
+    for (;; bucket = (bucket + 1) & bucket_mask, allowed = (1u << BUCKET_ENTRIES) - 1) {
+        unsigned empty = match_mask(buckets[bucket].tags, TAG_EMPTY) & allowed;
+        if (empty != 0) {
+            unsigned entry = (unsigned)__builtin_ctz(empty);
+            buckets[bucket].tags[entry] = tag;
+            buckets[bucket].blocks[entry] = block;
+            record->entry = (uint32_t)(bucket * BUCKET_ENTRIES + entry);
+            break;
+        }
+    }
+    record->away = bucket != home;
+    if (bucket != home)
+        count_passes(overflow, bucket_mask, home, bucket, +1);
 }
 
 /* A block's hash enters the index: its record says so. */
-static inline void record_hashed(block_record_t *record, kvio_hash_t hash)
+static inline void record_hashed(block_record_t *record, kvio_hash_t *hash_p, kvio_hash_t hash)
 {
-    record->hash = hash;
+    *hash_p = hash;
     record->hashed = 1;
     record->policy_known = 0;
 }
 
 static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash)
 {
-    table_insert(cache->slots, cache->slot_mask, block, hash);
-    record_hashed(&cache->blocks[block], hash);
+    table_insert(cache->buckets, cache->overflow, cache->bucket_mask, block, hash,
+                 &cache->blocks[block]);
+    record_hashed(&cache->blocks[block], &cache->block_hashes[block], hash);
     if (cache->epochs_used)
         cache->block_epoch[block] = cache->epoch;
     cache->index_version++;
 }
 
-/* Empties slot hole, moving later entries of its run back (backward-shift
- * deletion: no tombstones). */
-static inline void table_delete(hash_slot_t *slots, size_t slot_mask, size_t hole)
+/* Takes a hashed block's entry out, where its record says it is: no search,
+ * and nothing moves. Only an entry stored past its home bucket reads the
+ * block's hash, to uncount the buckets it passed. */
+static inline void table_remove(index_bucket_t *buckets, uint8_t *overflow, size_t bucket_mask,
+                                const kvio_hash_t *block_hashes, uint32_t block,
+                                const block_record_t *record)
 {
-    slots[hole].block = EMPTY_SLOT;
-    for (size_t next = (hole + 1) & slot_mask; slots[next].block != EMPTY_SLOT;
-         next = (next + 1) & slot_mask) {
-        /* It may move back to the hole when its home is no later than the
-         * hole: it is at least as far from its home as from the hole. */
-        size_t from_home = (next - home_of(&slots[next], slot_mask)) & slot_mask;
-        if (from_home >= ((next - hole) & slot_mask)) {
-            slots[hole] = slots[next];
-            slots[next].block = EMPTY_SLOT;
-            hole = next;
-        }
-    }
-}
-
-/* Takes block's entry for hash out: found by its block id from the hash's
- * home slot, with no other block's record read. */
-static inline void table_remove(hash_slot_t *slots, size_t slot_mask, uint32_t block,
-                                kvio_hash_t hash)
-{
-    size_t slot = (size_t)slot_key(hash) & slot_mask;
-    while (slots[slot].block != block)
-        slot = (slot + 1) & slot_mask;
-    table_delete(slots, slot_mask, slot);
+    size_t bucket = record->entry / BUCKET_ENTRIES;
+    unsigned entry = record->entry % BUCKET_ENTRIES;
+    buckets[bucket].tags[entry] = TAG_EMPTY;
+    buckets[bucket].blocks[entry] = EMPTY_ENTRY;
+    if (record->away)
+        count_passes(overflow, bucket_mask, bucket_of(bucket_mask, block_hashes[block]), bucket,
+                     -1);
 }
 
 static void index_remove(kvio_kvcache_t *cache, uint32_t block)
 {
     block_record_t *record = &cache->blocks[block];
-    table_remove(cache->slots, cache->slot_mask, block, record->hash);
+    table_remove(cache->buckets, cache->overflow, cache->bucket_mask, cache->block_hashes, block,
+                 record);
     record->hashed = 0;
     cache->index_version++;
 }
@@ -322,29 +393,35 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->num_blocks = config->num_blocks;
     cache->block_size = config->block_size;
     size_t n = config->num_blocks;
-    /* At most a quarter full: short probe runs; zeroed memory (EMPTY_SLOT)
-     * costs only the pages hashes reach. */
-    size_t slots = 16;
-    while (slots < 4 * n)
-        slots *= 2;
-    cache->slot_mask = slots - 1;
+    /* At most half full, with every block hashed: a bucket overflows about
+     * once in 250; zeroed memory (empty entries) costs only the pages hashes
+     * reach. */
+    size_t buckets = 2;
+    while (buckets * BUCKET_ENTRIES < INDEX_ENTRIES_PER_BLOCK * n)
+        buckets *= 2;
+    cache->bucket_mask = buckets - 1;
     /* The ring holds every free block plus as many tombstones. */
     size_t ring = 16;
     while (ring < 2 * n)
         ring *= 2;
     cache->free_queue.mask = (uint32_t)(ring - 1);
-    /* Records and ring in one allocation; the slots zeroed on their own. */
+    /* Records, hashes and ring in one allocation; the index zeroed on its own. */
     size_t records_bytes = (n * sizeof(block_record_t) + 63) / 64 * 64;
+    size_t hashes_bytes = (n * sizeof(kvio_hash_t) + 63) / 64 * 64;
     size_t ring_bytes = ring * sizeof(uint32_t);
-    unsigned char *tables = aligned_alloc(64, records_bytes + ring_bytes);
-    cache->slots = calloc(slots, sizeof(hash_slot_t));
+    unsigned char *tables = aligned_alloc(64, records_bytes + hashes_bytes + ring_bytes);
+    /* Zeroed (empty entries, no overflow), the buckets on cache lines. */
+    cache->index_memory = calloc(1, buckets * sizeof(index_bucket_t) + buckets + 63);
     cache->block_epoch = calloc(n, sizeof(uint64_t));
-    if (tables == NULL || cache->slots == NULL || cache->block_epoch == NULL) {
+    if (tables == NULL || cache->index_memory == NULL || cache->block_epoch == NULL) {
         free(tables);
         goto cleanup;
     }
+    cache->buckets = (index_bucket_t *)(((uintptr_t)cache->index_memory + 63) & ~(uintptr_t)63);
+    cache->overflow = (uint8_t *)(cache->buckets + buckets);
     cache->blocks = (block_record_t *)tables;
-    cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
+    cache->block_hashes = (kvio_hash_t *)(tables + records_bytes);
+    cache->free_queue.entries = (uint32_t *)(tables + records_bytes + hashes_bytes);
     memset(cache->blocks, 0, n * sizeof(block_record_t));
     for (size_t i = 0; i < n; i++)
         cache->blocks[i].position = NO_POSITION;
@@ -385,7 +462,7 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
         return;
     kvio_evict_fini(&cache->evict);
     free(cache->blocks); /* the ring too */
-    free(cache->slots);
+    free(cache->index_memory);
     free(cache->block_epoch);
     free(cache->links);
     free(cache);
@@ -432,7 +509,7 @@ kvio_status_t kvio_kvcache_block_hash(const kvio_kvcache_t *cache, uint32_t bloc
 {
     if (block_id >= cache->num_blocks || !cache->blocks[block_id].hashed)
         return KVIO_ERR_NOT_FOUND;
-    *hash_p = cache->blocks[block_id].hash;
+    *hash_p = cache->block_hashes[block_id];
     return KVIO_OK;
 }
 
@@ -457,7 +534,7 @@ static void policy_add(kvio_kvcache_t *cache, uint32_t block)
         return;
     bool fresh = !record->policy_known;
     record->policy_known = 1;
-    cache->evict.ops->add(cache->evict.priv, block, record->hash.low, fresh);
+    cache->evict.ops->add(cache->evict.priv, block, cache->block_hashes[block].low, fresh);
 }
 
 /* A free block leaves the policy's candidates (a hit, a reset). */
@@ -519,7 +596,7 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     block_record_t *record = &cache->blocks[block];
     if (record->hashed) {
         if (cache->config.on_evict != NULL)
-            cache->config.on_evict(cache->config.hook_context, block, record->hash);
+            cache->config.on_evict(cache->config.hook_context, block, cache->block_hashes[block]);
         index_remove(cache, block);
         if (cache->links != NULL)
             radix_detach(cache, block);
@@ -532,10 +609,10 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
 
 /* lru: takes the count blocks at the queue's head into blocks_p, as count
  * calls of take_free_block would. Before each it starts loading the record
- * of the block PREFETCH_AHEAD entries on, and the index slot of the one half
- * as far (its record arrived meanwhile), which evicting them will touch.
- * Entries past the tail are stale ids or tombstones: only a hint, checked
- * for range. */
+ * of the block PREFETCH_AHEAD entries on, and the index bucket of the one
+ * half as far (its record arrived meanwhile), which evicting them will
+ * touch. Entries past the tail are stale ids or tombstones: only a hint,
+ * checked for range. */
 static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t count)
 {
     free_ring_t *ring = &cache->free_queue;
@@ -543,8 +620,10 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     const uint64_t ring_mask = ring->mask;
     block_record_t *blocks = cache->blocks;
     const uint32_t num_blocks = cache->num_blocks;
-    hash_slot_t *slots = cache->slots;
-    const size_t slot_mask = cache->slot_mask;
+    index_bucket_t *buckets = cache->buckets;
+    uint8_t *overflow = cache->overflow;
+    const size_t bucket_mask = cache->bucket_mask;
+    const kvio_hash_t *block_hashes = cache->block_hashes;
     uint64_t head = ring->head, evictions = 0;
     for (size_t i = 0; i < count; i++) {
         uint32_t far = entries[(head + PREFETCH_AHEAD) & ring_mask];
@@ -552,7 +631,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
             __builtin_prefetch(&blocks[far]);
         uint32_t near = entries[(head + PREFETCH_AHEAD / 2) & ring_mask];
         if (near < num_blocks && blocks[near].hashed)
-            __builtin_prefetch(&slots[(size_t)slot_key(blocks[near].hash) & slot_mask]);
+            __builtin_prefetch(&buckets[blocks[near].entry / BUCKET_ENTRIES]);
         uint32_t block;
         while ((block = entries[head & ring_mask]) == TOMBSTONE)
             head++;
@@ -560,7 +639,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         block_record_t *record = &blocks[block];
         record->position = NO_POSITION;
         if (record->hashed) {
-            table_remove(slots, slot_mask, block, record->hash);
+            table_remove(buckets, overflow, bucket_mask, block_hashes, block, record);
             record->hashed = 0;
             evictions++;
         }
@@ -575,21 +654,24 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
 }
 
 /* Hashes blocks [first, end) of a request into the index, as index_insert
- * on each would; the slot of the hash PREFETCH_AHEAD on is loaded
- * meanwhile. */
+ * on each would; the bucket of the hash PREFETCH_AHEAD on, and the line its
+ * block's hash goes to, are loaded meanwhile. */
 static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_hash_t *hashes,
                        size_t first, size_t end)
 {
     block_record_t *blocks = cache->blocks;
-    hash_slot_t *slots = cache->slots;
-    const size_t slot_mask = cache->slot_mask;
+    index_bucket_t *buckets = cache->buckets;
+    uint8_t *overflow = cache->overflow;
+    const size_t bucket_mask = cache->bucket_mask;
     for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++)
-        __builtin_prefetch(&slots[(size_t)slot_key(hashes[i]) & slot_mask]);
+        __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i])]);
     for (size_t i = first; i < end; i++) {
-        if (i + PREFETCH_AHEAD < end)
-            __builtin_prefetch(&slots[(size_t)slot_key(hashes[i + PREFETCH_AHEAD]) & slot_mask]);
-        table_insert(slots, slot_mask, ids[i], hashes[i]);
-        record_hashed(&blocks[ids[i]], hashes[i]);
+        if (i + PREFETCH_AHEAD < end) {
+            __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i + PREFETCH_AHEAD])]);
+            __builtin_prefetch(&cache->block_hashes[ids[i + PREFETCH_AHEAD]], 1);
+        }
+        table_insert(buckets, overflow, bucket_mask, ids[i], hashes[i], &blocks[ids[i]]);
+        record_hashed(&blocks[ids[i]], &cache->block_hashes[ids[i]], hashes[i]);
     }
     for (size_t i = first; cache->epochs_used && i < end; i++)
         cache->block_epoch[ids[i]] = cache->epoch;
@@ -749,6 +831,7 @@ kvio_status_t kvio_kvreq_reset_borrowed(kvio_kvreq_t *req, const kvio_hash_t *ha
     req->hashes_capacity = 0;
     req->num_hashes = num_hashes;
     req->num_tokens = num_tokens;
+    req->lookup_kept = false;
     return KVIO_OK;
 }
 
@@ -757,6 +840,7 @@ kvio_status_t kvio_kvreq_append_tokens(kvio_kvreq_t *req, const uint32_t *tokens
 {
     if (!req->token_mode || (tokens == NULL && num_tokens > 0))
         return KVIO_ERR_INVALID;
+    req->lookup_kept = false;
     kvio_status_t status = grow((void **)&req->tokens, &req->tokens_capacity,
                                 req->num_tokens + num_tokens, sizeof(uint32_t));
     if (status != KVIO_OK)
@@ -772,6 +856,7 @@ kvio_status_t kvio_kvreq_append_hashes(kvio_kvreq_t *req, size_t num_tokens,
 {
     if (req->token_mode || (hashes == NULL && num_hashes > 0))
         return KVIO_ERR_INVALID;
+    req->lookup_kept = false;
     if (num_hashes == 0) {
         /* Decode steps: tokens only, nothing to check or copy. */
         req->num_tokens += num_tokens;
@@ -849,24 +934,47 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req)
 
 /* ---- lookup, allocate, free --------------------------------------------- */
 
+/* The block a search for hash compares first: the first entry of its home
+ * bucket with its tag, or NO_BLOCK. */
+static inline uint32_t first_candidate(const kvio_kvcache_t *cache, kvio_hash_t hash)
+{
+    const index_bucket_t *entries = &cache->buckets[bucket_of(cache->bucket_mask, hash)];
+    unsigned match = match_mask(entries->tags, tag_of(hash));
+    return match != 0 ? entries->blocks[__builtin_ctz(match)] : NO_BLOCK;
+}
+
 /* The leading blocks of hashes found in the index, at most max_blocks; hit
- * blocks written to hits_p (may be NULL). */
+ * blocks written to hits_p (may be NULL). A window of hashes at a time:
+ * first the block each would most likely find (its bucket was loaded a
+ * window before), then their hashes, all loading at once; only where that
+ * block is not the answer does a full search run. */
 static size_t find_prefix(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
                           size_t max_blocks, uint32_t *hits_p)
 {
-    size_t count = 0;
+    uint32_t candidates[PREFETCH_AHEAD];
     for (size_t i = 0; i < PREFETCH_AHEAD && i < max_blocks; i++)
-        prefetch_slot(cache, hashes[i]);
-    for (; count < max_blocks; count++) {
-        if (count + PREFETCH_AHEAD < max_blocks)
-            prefetch_slot(cache, hashes[count + PREFETCH_AHEAD]);
-        uint32_t block = index_find(cache, hashes[count]);
-        if (block == NO_BLOCK)
-            break;
-        if (hits_p != NULL)
-            hits_p[count] = block;
+        prefetch_bucket(cache, hashes[i]);
+    for (size_t start = 0; start < max_blocks; start += PREFETCH_AHEAD) {
+        size_t count = max_blocks - start < PREFETCH_AHEAD ? max_blocks - start : PREFETCH_AHEAD;
+        for (size_t i = start + PREFETCH_AHEAD; i < start + 2 * PREFETCH_AHEAD && i < max_blocks;
+             i++)
+            prefetch_bucket(cache, hashes[i]);
+        for (size_t i = 0; i < count; i++) {
+            candidates[i] = first_candidate(cache, hashes[start + i]);
+            if (candidates[i] != NO_BLOCK)
+                __builtin_prefetch(&cache->block_hashes[candidates[i]]);
+        }
+        for (size_t i = 0; i < count; i++) {
+            uint32_t block = candidates[i];
+            if (block == NO_BLOCK || !kvio_hash_equal(cache->block_hashes[block], hashes[start + i]))
+                block = index_find(cache, hashes[start + i]);
+            if (block == NO_BLOCK)
+                return start + i;
+            if (hits_p != NULL)
+                hits_p[start + i] = block;
+        }
     }
-    return count;
+    return max_blocks;
 }
 
 /* Blocks a prefix lookup may hit: whole blocks with a hash, never the one
@@ -913,7 +1021,7 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
             ring_push_head(cache, block);
         }
         if (dropped != NULL)
-            dropped(context, record->hash);
+            dropped(context, cache->block_hashes[block]);
         index_remove(cache, block);
         if (cache->links != NULL)
             radix_detach(cache, block);
@@ -929,9 +1037,26 @@ uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache)
     return cache->index_version;
 }
 
-size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, const kvio_kvreq_t *req)
+/* A kept lookup that still holds (the index did not change since). */
+static bool lookup_current(const kvio_kvcache_t *cache, const kvio_kvreq_t *req)
 {
-    return find_hits(cache, req, NULL) * cache->block_size;
+    return req->lookup_kept && req->lookup_version == cache->index_version &&
+           req->num_blocks == 0;
+}
+
+size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, kvio_kvreq_t *req)
+{
+    if (lookup_current(cache, req))
+        return req->lookup_hits * cache->block_size;
+    req->lookup_kept = false;
+    if (req->num_blocks > 0 ||
+        grow((void **)&req->blocks, &req->blocks_capacity,
+             hit_limit(cache, req->num_hashes, req->num_tokens), sizeof(uint32_t)) != KVIO_OK)
+        return find_hits(cache, req, NULL) * cache->block_size;
+    req->lookup_hits = find_hits(cache, req, req->blocks);
+    req->lookup_version = cache->index_version;
+    req->lookup_kept = true;
+    return req->lookup_hits * cache->block_size;
 }
 
 size_t kvio_kvcache_lookup_hashes(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
@@ -957,7 +1082,12 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
     if (status != KVIO_OK)
         return status;
     if (first) {
-        num_hits = find_hits(cache, req, req->blocks);
+        /* A lookup kept since the index last changed found these already. */
+        num_hits = lookup_current(cache, req) ? req->lookup_hits
+                                              : find_hits(cache, req, req->blocks);
+        req->lookup_hits = num_hits; /* kept if the allocation is refused */
+        req->lookup_version = cache->index_version;
+        req->lookup_kept = true;
         for (size_t i = 0; i < num_hits; i++)
             hits_in_queue += cache->blocks[req->blocks[i]].refcount == 0;
     }
@@ -972,6 +1102,7 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
     status = grow((void **)&req->blocks, &req->blocks_capacity, needed_blocks, sizeof(uint32_t));
     if (status != KVIO_OK)
         return status;
+    req->lookup_kept = false;
 
     for (size_t i = 0; i < num_hits; i++) {
         uint32_t block = req->blocks[i];

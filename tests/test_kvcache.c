@@ -531,6 +531,186 @@ Test(kvcache, duplicate_hash_lookup_returns_the_earliest_block, .timeout = 10)
     free(filler);
 }
 
+/* Hashes that all land in one home bucket of the pool's index (its key is
+ * the low word when the high one is 0) with distinct tags: the crowd an
+ * unlucky or adversarial stream makes. */
+static kvio_hash_t same_home_hash(uint32_t i)
+{
+    return (kvio_hash_t){.low = ((uint64_t)(i + 1) << 33) | 5, .high = 0};
+}
+
+static uint32_t first_block(const kvio_kvreq_t *req)
+{
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(req, &ids, &count);
+    cr_assert_gt(count, 0);
+    return ids[0];
+}
+
+/* A one-block request for hash (one token more, so the block can be hit). */
+static kvio_kvreq_t *hash_request(kvio_kvcache_t *cache, const kvio_hash_t *hash)
+{
+    kvio_kvreq_t *req = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hash, 1, BLOCK + 1, &req), KVIO_OK);
+    return req;
+}
+
+Test(kvcache, a_crowded_home_bucket_keeps_every_hash_findable_and_in_order, .timeout = 10)
+{
+    enum { BLOCKS = 1024, CROWD = 400 };
+    kvio_kvcache_t *cache = make_pool(BLOCKS + 1, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t hashes[CROWD + 1];
+    kvio_kvreq_t *crowd[CROWD];
+    for (uint32_t i = 0; i <= CROWD; i++)
+        hashes[i] = same_home_hash(i);
+    /* 400 entries for one home: they spill over some 50 buckets, and the
+     * home's overflow count saturates. */
+    for (uint32_t i = 0; i < CROWD; i++) {
+        crowd[i] = hash_request(cache, &hashes[i]);
+        size_t hit = 1;
+        cr_assert_eq(kvio_kvcache_allocate(cache, crowd[i], BLOCK + 1, &hit), KVIO_OK);
+        cr_assert_eq(hit, 0, "hash %u was not cached before", i);
+    }
+    for (uint32_t i = 0; i < CROWD; i++)
+        cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &hashes[i], 1, BLOCK + 1), BLOCK,
+                     "hash %u is found past its full home bucket", i);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &hashes[CROWD], 1, BLOCK + 1), 0);
+
+    /* Two blocks for one crowded hash: the earlier inserted is found. */
+    kvio_kvreq_t *later = hash_request(cache, &hashes[CROWD]);
+    kvio_kvreq_t *earlier = hash_request(cache, &hashes[CROWD]);
+    cr_assert_eq(kvio_kvcache_allocate(cache, later, 10, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, earlier, 10, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, earlier, BLOCK + 1, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, later, BLOCK + 1, NULL), KVIO_OK);
+    kvio_kvreq_t *probe = hash_request(cache, &hashes[CROWD]);
+    cr_assert_eq(kvio_kvcache_allocate(cache, probe, BLOCK + 1, NULL), KVIO_OK);
+    cr_assert_eq(first_block(probe), first_block(earlier), "the earliest inserted block wins");
+    kvio_kvreq_destroy(probe);
+
+    /* Everything but `later` freed, then every free block taken for other
+     * content: the crowd and `earlier` are evicted, `later` is found. */
+    for (uint32_t i = 0; i < CROWD; i++)
+        kvio_kvreq_destroy(crowd[i]);
+    kvio_kvreq_destroy(earlier);
+    uint32_t *filler_tokens = token_run(100000, (BLOCKS - 2) * BLOCK);
+    kvio_kvreq_t *filler = request(cache, filler_tokens, (BLOCKS - 2) * BLOCK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, filler, (BLOCKS - 2) * BLOCK, NULL), KVIO_OK);
+    for (uint32_t i = 0; i < CROWD; i++)
+        cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &hashes[i], 1, BLOCK + 1), 0,
+                     "hash %u was evicted", i);
+    kvio_kvreq_destroy(filler);
+    probe = hash_request(cache, &hashes[CROWD]);
+    cr_assert_eq(kvio_kvcache_allocate(cache, probe, BLOCK + 1, NULL), KVIO_OK);
+    cr_assert_eq(first_block(probe), first_block(later), "the remaining block is found");
+    kvio_kvreq_destroy(probe);
+    kvio_kvreq_destroy(later);
+
+    /* The crowd again, into the buckets it left (counts saturated): found. */
+    for (uint32_t i = 0; i < CROWD; i++) {
+        crowd[i] = hash_request(cache, &hashes[i]);
+        size_t hit = 1;
+        cr_assert_eq(kvio_kvcache_allocate(cache, crowd[i], BLOCK + 1, &hit), KVIO_OK);
+        cr_assert_eq(hit, 0);
+    }
+    for (uint32_t i = 0; i < CROWD; i++) {
+        cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &hashes[i], 1, BLOCK + 1), BLOCK);
+        kvio_kvreq_destroy(crowd[i]);
+    }
+    kvio_kvcache_destroy(cache);
+    free(filler_tokens);
+}
+
+Test(kvcache, a_later_duplicate_never_takes_a_hole_before_the_earlier_one, .timeout = 10)
+{
+    /* 64 usable blocks: x takes the first entry of the home bucket, the
+     * duplicate's first copy the second; x is evicted, leaving a hole before
+     * it. The second copy must go after the first, or lookups would find it
+     * first. */
+    kvio_kvcache_t *cache = make_pool(65, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t x = same_home_hash(0), duplicate = same_home_hash(1);
+    kvio_kvreq_t *x_req = hash_request(cache, &x);
+    cr_assert_eq(kvio_kvcache_allocate(cache, x_req, BLOCK + 1, NULL), KVIO_OK); /* 1, 2 */
+    kvio_kvreq_t *second = hash_request(cache, &duplicate);
+    kvio_kvreq_t *first = hash_request(cache, &duplicate);
+    cr_assert_eq(kvio_kvcache_allocate(cache, second, 10, NULL), KVIO_OK); /* 3 */
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 10, NULL), KVIO_OK);  /* 4 */
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, BLOCK + 1, NULL), KVIO_OK);
+    kvio_kvreq_destroy(x_req);
+    /* 60 blocks for hashes homed elsewhere take every free block but x's,
+     * which the second copy's request then takes: x's entry goes just
+     * before the second copy's comes in. */
+    kvio_hash_t elsewhere[60];
+    for (uint32_t i = 0; i < 60; i++)
+        elsewhere[i] = (kvio_hash_t){.low = ((uint64_t)(i + 1) << 33) | 12, .high = 0};
+    kvio_kvreq_t *filler = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, elsewhere, 60, 60 * BLOCK, &filler), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, filler, 60 * BLOCK, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, second, BLOCK + 1, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &x, 1, BLOCK + 1), 0, "x was evicted");
+    kvio_kvreq_destroy(filler);
+    kvio_kvreq_t *probe = hash_request(cache, &duplicate);
+    cr_assert_eq(kvio_kvcache_allocate(cache, probe, BLOCK + 1, NULL), KVIO_OK);
+    cr_assert_eq(first_block(probe), first_block(first), "the earliest inserted block wins");
+    cr_assert_eq(first_block(first), 4);
+    kvio_kvreq_destroy(probe);
+    kvio_kvreq_destroy(first);
+    kvio_kvreq_destroy(second);
+    kvio_kvcache_destroy(cache);
+}
+
+Test(kvcache, a_kept_lookup_serves_the_allocation_only_while_the_index_is_unchanged,
+     .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t chain[3], other;
+    for (uint32_t i = 0; i < 3; i++)
+        chain[i] = kvio_hash_trace_block(i ? &chain[i - 1] : NULL, 41, i);
+    other = kvio_hash_trace_block(&chain[1], 42, 2);
+    kvio_kvreq_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 2, 40, &a), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 40, NULL), KVIO_OK); /* 1, 2 hashed; 3 */
+    kvio_kvreq_destroy(a);
+    /* Looked up, then allocated with nothing in between: the kept hits. */
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 3, 50, &b), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_lookup(cache, b), 32);
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, b, 50, &hit), KVIO_OK);
+    cr_assert_eq(hit, 32);
+    assert_blocks(b, (uint32_t[]){1, 2, 4, 5}, 4);
+    /* Looked up, then the index gains the next block (b cached chain[2]):
+     * the allocation searches again and hits it too. */
+    kvio_hash_t with_third[3] = {chain[0], chain[1], chain[2]};
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, with_third, 3, 50, &c), KVIO_OK);
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, (kvio_hash_t[]){chain[0], chain[1], other}, 3,
+                                          50, &d),
+                 KVIO_OK);
+    kvio_kvreq_destroy(b); /* frees 5, 4, 2, 1: the index is unchanged */
+    cr_assert_eq(kvio_kvcache_lookup(cache, c), 48);
+    cr_assert_eq(kvio_kvcache_lookup(cache, d), 32);
+    kvio_kvreq_t *e = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, (kvio_hash_t[]){chain[0], chain[1], other}, 3,
+                                          50, &e),
+                 KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, e, 50, &hit), KVIO_OK); /* caches `other` */
+    cr_assert_eq(hit, 32);
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, 50, &hit), KVIO_OK);
+    cr_assert_eq(hit, 48, "d's lookup predates e's block for `other`: found on allocation");
+    /* A request that grows drops its kept lookup. */
+    kvio_kvreq_t *f = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 2, 32, &f), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_lookup(cache, f), 16, "the last token's block is never hit");
+    cr_assert_eq(kvio_kvreq_append_hashes(f, 18, &chain[2], 1), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, f, 50, &hit), KVIO_OK);
+    cr_assert_eq(hit, 48);
+    kvio_kvreq_destroy(c);
+    kvio_kvreq_destroy(d);
+    kvio_kvreq_destroy(e);
+    kvio_kvreq_destroy(f);
+    kvio_kvcache_destroy(cache);
+}
+
 Test(kvcache, metrics_count_queries_hits_and_usage, .timeout = 10)
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
