@@ -74,7 +74,7 @@ typedef struct block_record {
     uint8_t hashed;          /* its hash is in the index */
     uint8_t away;            /* its index entry is past its hash's home bucket */
     uint8_t policy_known;    /* the policy has seen this block's content */
-    uint8_t unused;
+    uint8_t watch;           /* the watch stamp of the kept lookup that last hit it */
 } block_record_t;
 
 /* The free queue: block ids from head to tail in a power-of-two ring, with
@@ -118,6 +118,11 @@ struct kvio_kvcache {
     bool epochs_used;         /* an epoch other than 0 was ever set (block_epoch written) */
     uint64_t *block_epoch;    /* per block: the epoch its hash entered the index */
     kvio_kvcache_metrics_t metrics;
+    /* The one kept lookup the pool watches: its hit blocks carry watch_stamp,
+     * and evicting any of them breaks it (kept_lookup). */
+    const kvio_kvreq_t *watched;
+    uint8_t watch_stamp;
+    bool watch_broken;
 };
 
 struct kvio_kvreq {
@@ -134,11 +139,10 @@ struct kvio_kvreq {
     size_t num_blocks, blocks_capacity;
     size_t num_hashed_blocks; /* leading blocks whose hash is set */
     /* The last lookup while the request held no blocks: its hit blocks are
-     * blocks[0, lookup_hits), valid while the index is at lookup_version
-     * (the first allocation then takes them without searching again). */
+     * blocks[0, lookup_hits), valid while the pool watches it unbroken
+     * (kept_lookup). */
     bool lookup_kept;
     size_t lookup_hits;
-    uint64_t lookup_version;
 };
 
 /* ---- free ring ---------------------------------------------------------- */
@@ -365,6 +369,8 @@ static inline void table_remove(index_bucket_t *buckets, uint8_t *overflow, size
 static void index_remove(kvio_kvcache_t *cache, uint32_t block)
 {
     block_record_t *record = &cache->blocks[block];
+    if (record->watch == cache->watch_stamp)
+        cache->watch_broken = true;
     table_remove(cache->buckets, cache->overflow, cache->bucket_mask, cache->block_hashes, block,
                  record);
     record->hashed = 0;
@@ -624,6 +630,8 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     uint8_t *overflow = cache->overflow;
     const size_t bucket_mask = cache->bucket_mask;
     const kvio_hash_t *block_hashes = cache->block_hashes;
+    const uint8_t watch_stamp = cache->watch_stamp;
+    bool watch_broken = false;
     uint64_t head = ring->head, evictions = 0;
     for (size_t i = 0; i < count; i++) {
         uint32_t far = entries[(head + PREFETCH_AHEAD) & ring_mask];
@@ -641,6 +649,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         if (record->hashed) {
             table_remove(buckets, overflow, bucket_mask, block_hashes, block, record);
             record->hashed = 0;
+            watch_broken |= record->watch == watch_stamp;
             evictions++;
         }
         record->refcount = 1;
@@ -648,6 +657,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     }
     ring->head = head;
     ring->length -= (uint32_t)count;
+    cache->watch_broken |= watch_broken;
     cache->index_version += evictions;
     cache->metrics.evictions += evictions;
     cache->metrics.blocks_allocated += count;
@@ -918,12 +928,21 @@ kvio_status_t kvio_kvreq_block_hash(const kvio_kvreq_t *req, size_t index, kvio_
     return KVIO_OK;
 }
 
+/* The request's kept lookup ends (it holds blocks now, or is gone). */
+static void drop_kept_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
+{
+    req->lookup_kept = false;
+    if (cache->watched == req)
+        cache->watched = NULL;
+}
+
 void kvio_kvreq_destroy(kvio_kvreq_t *req)
 {
     if (req == NULL)
         return;
     if (req->num_blocks > 0)
         kvio_kvcache_free(req->cache, req);
+    drop_kept_lookup(req->cache, req);
     free(req->tokens);
     free(req->salt);
     if (!req->hashes_borrowed)
@@ -1037,26 +1056,39 @@ uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache)
     return cache->index_version;
 }
 
-/* A kept lookup that still holds (the index did not change since). */
-static bool lookup_current(const kvio_kvcache_t *cache, const kvio_kvreq_t *req)
+/* The cached prefix of a request that holds no blocks, its hit blocks in
+ * blocks[0, hits) (room for hit_limit of them). A kept lookup that the pool
+ * still watches, none of its blocks evicted since, is only extended from
+ * where it stopped: a new entry goes after the old ones, so the blocks it
+ * found are still those a search finds, and a waiting request looked up at
+ * every step costs what changed, not its whole prefix. Otherwise a whole
+ * search, whose hits are then watched. */
+static size_t kept_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
 {
-    return req->lookup_kept && req->lookup_version == cache->index_version &&
-           req->num_blocks == 0;
+    size_t start = 0;
+    if (req->lookup_kept && cache->watched == req && !cache->watch_broken) {
+        start = req->lookup_hits;
+    } else {
+        cache->watch_stamp = cache->watch_stamp == UINT8_MAX ? 1 : cache->watch_stamp + 1;
+        cache->watched = req;
+        cache->watch_broken = false;
+    }
+    size_t limit = hit_limit(cache, req->num_hashes, req->num_tokens);
+    size_t hits = start + find_prefix(cache, req->hashes + start, limit - start, req->blocks + start);
+    for (size_t i = start; i < hits; i++)
+        cache->blocks[req->blocks[i]].watch = cache->watch_stamp;
+    req->lookup_hits = hits;
+    req->lookup_kept = true;
+    return hits;
 }
 
-size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, kvio_kvreq_t *req)
+size_t kvio_kvcache_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
 {
-    if (lookup_current(cache, req))
-        return req->lookup_hits * cache->block_size;
-    req->lookup_kept = false;
     if (req->num_blocks > 0 ||
         grow((void **)&req->blocks, &req->blocks_capacity,
              hit_limit(cache, req->num_hashes, req->num_tokens), sizeof(uint32_t)) != KVIO_OK)
         return find_hits(cache, req, NULL) * cache->block_size;
-    req->lookup_hits = find_hits(cache, req, req->blocks);
-    req->lookup_version = cache->index_version;
-    req->lookup_kept = true;
-    return req->lookup_hits * cache->block_size;
+    return kept_lookup(cache, req) * cache->block_size;
 }
 
 size_t kvio_kvcache_lookup_hashes(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
@@ -1082,12 +1114,7 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
     if (status != KVIO_OK)
         return status;
     if (first) {
-        /* A lookup kept since the index last changed found these already. */
-        num_hits = lookup_current(cache, req) ? req->lookup_hits
-                                              : find_hits(cache, req, req->blocks);
-        req->lookup_hits = num_hits; /* kept if the allocation is refused */
-        req->lookup_version = cache->index_version;
-        req->lookup_kept = true;
+        num_hits = kept_lookup(cache, req); /* kept if the allocation is refused */
         for (size_t i = 0; i < num_hits; i++)
             hits_in_queue += cache->blocks[req->blocks[i]].refcount == 0;
     }
@@ -1102,7 +1129,7 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
     status = grow((void **)&req->blocks, &req->blocks_capacity, needed_blocks, sizeof(uint32_t));
     if (status != KVIO_OK)
         return status;
-    req->lookup_kept = false;
+    drop_kept_lookup(cache, req);
 
     for (size_t i = 0; i < num_hits; i++) {
         uint32_t block = req->blocks[i];

@@ -711,6 +711,42 @@ Test(kvcache, a_kept_lookup_serves_the_allocation_only_while_the_index_is_unchan
     kvio_kvcache_destroy(cache);
 }
 
+Test(kvcache, a_watched_lookup_extends_and_an_eviction_of_its_blocks_ends_it, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t chain[3];
+    for (uint32_t i = 0; i < 3; i++)
+        chain[i] = kvio_hash_trace_block(i ? &chain[i - 1] : NULL, 43, i);
+    kvio_kvreq_t *a = NULL, *waiting = NULL, *extender = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 2, 40, &a), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 40, NULL), KVIO_OK); /* 1, 2 hashed; 3 */
+    /* A running request that grows later (growing takes no lookup, so the
+     * pool keeps watching the waiting request's). */
+    uint32_t *other = token_run(7000, 9 * BLOCK);
+    kvio_kvreq_t *running = request(cache, other, 9 * BLOCK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, running, BLOCK, NULL), KVIO_OK); /* 4 */
+    kvio_kvreq_destroy(a); /* queue: 5 .. 10, 3, 2, 1 */
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 3, 50, &waiting), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 32);
+    /* Another request caches the next block: the lookup grows. */
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 3, 48, &extender), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, extender, 48, NULL), KVIO_OK); /* 1, 2, 5 */
+    cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 48);
+    kvio_kvreq_destroy(extender); /* queue: 6 .. 10, 3, 5, 2, 1 */
+    cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 48);
+    /* The running request takes 8 more blocks: 6 .. 10, 3 (unhashed), 5
+     * (chain[2]) and 2 (chain[1]). The lookup is back to its first block. */
+    cr_assert_eq(kvio_kvcache_allocate(cache, running, 9 * BLOCK, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 16, "chain[1]'s block was evicted");
+    size_t hit = 0;
+    kvio_kvreq_destroy(running);
+    cr_assert_eq(kvio_kvcache_allocate(cache, waiting, 50, &hit), KVIO_OK);
+    cr_assert_eq(hit, 16);
+    kvio_kvreq_destroy(waiting);
+    kvio_kvcache_destroy(cache);
+    free(other);
+}
+
 Test(kvcache, metrics_count_queries_hits_and_usage, .timeout = 10)
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);

@@ -160,11 +160,12 @@ kvio_status_t kvio_kvreq_block_hash(const kvio_kvreq_t *req, size_t index, kvio_
 void kvio_kvreq_destroy(kvio_kvreq_t *req);
 
 /* Longest cached prefix of the request in tokens, whole blocks only, never
- * covering the last token (vLLM: the engine must compute it). Changes
- * nothing in the pool; a request holding no blocks keeps the hit blocks, so
- * that its first allocation, with the index unchanged since, takes them
- * without a second search. */
-size_t kvio_kvcache_lookup(const kvio_kvcache_t *cache, kvio_kvreq_t *req);
+ * covering the last token (vLLM: the engine must compute it). Changes no
+ * block and no index entry. A request holding no blocks keeps its hit
+ * blocks and the pool watches them (one request at a time, the last looked
+ * up): while none is evicted, the next lookup or the first allocation only
+ * searches past them. */
+size_t kvio_kvcache_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req);
 
 /* The same for a prompt given as its block hashes (num_hashes may be less
  * than its full blocks) and length, without a request. */
