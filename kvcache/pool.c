@@ -2,7 +2,7 @@
  * order is the eviction order, lazy eviction (a freed block keeps its hash
  * until reused), reference counts, all-or-nothing allocation, and a hash ->
  * block multimap (earliest inserted wins) for prefix hits. Laid out for long
- * runs of blocks: a block's state is one 16-byte record, which also says
+ * runs of blocks: a block's state is one 32-byte record, which also says
  * where its index entry is; the free queue is a ring of block ids, so the
  * blocks an allocation will take are known ahead and their records and
  * index buckets are loaded while earlier ones are worked on. */
@@ -63,11 +63,10 @@ typedef struct index_bucket {
  * for good): counts are bytes, and overflow is rare at the table's load. */
 #define OVERFLOW_SATURATED UINT8_MAX
 
-/* Everything about one block that allocating, evicting and freeing it
- * touches, in a quarter of a cache line (four to a line: a pool of 50,000
- * blocks keeps its records in under a megabyte). Its hash is apart, read
- * only to confirm a hit. */
+/* Everything about one block that allocating, evicting, hashing, freeing
+ * and hitting it touches, in half a cache line. */
 typedef struct block_record {
+    kvio_hash_t hash;        /* valid while hashed */
     uint32_t refcount;
     uint32_t position;       /* its entry in the free ring, NO_POSITION when not free */
     uint32_t entry;          /* while hashed, its index entry: bucket * BUCKET_ENTRIES + index */
@@ -104,7 +103,6 @@ struct kvio_kvcache {
     uint32_t num_blocks;
     uint32_t block_size;
     block_record_t *blocks;   /* first in one allocation with the hashes and the ring */
-    kvio_hash_t *block_hashes; /* per block, valid while hashed */
     free_ring_t free_queue;
     void *index_memory;       /* the buckets and the overflow counts */
     index_bucket_t *buckets;
@@ -273,7 +271,7 @@ static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
         const index_bucket_t *entries = &cache->buckets[bucket];
         for (unsigned match = match_mask(entries->tags, tag); match != 0; match &= match - 1) {
             uint32_t block = entries->blocks[__builtin_ctz(match)];
-            if (kvio_hash_equal(cache->block_hashes[block], hash))
+            if (kvio_hash_equal(cache->blocks[block].hash, hash))
                 return block;
         }
         if (cache->overflow[bucket] == 0)
@@ -333,9 +331,9 @@ static inline void table_insert(index_bucket_t *buckets, uint8_t *overflow, size
 }
 
 /* A block's hash enters the index: its record says so. */
-static inline void record_hashed(block_record_t *record, kvio_hash_t *hash_p, kvio_hash_t hash)
+static inline void record_hashed(block_record_t *record, kvio_hash_t hash)
 {
-    *hash_p = hash;
+    record->hash = hash;
     record->hashed = 1;
     record->policy_known = 0;
 }
@@ -344,7 +342,7 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
 {
     table_insert(cache->buckets, cache->overflow, cache->bucket_mask, block, hash,
                  &cache->blocks[block]);
-    record_hashed(&cache->blocks[block], &cache->block_hashes[block], hash);
+    record_hashed(&cache->blocks[block], hash);
     if (cache->epochs_used)
         cache->block_epoch[block] = cache->epoch;
     cache->index_version++;
@@ -354,7 +352,6 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
  * and nothing moves. Only an entry stored past its home bucket reads the
  * block's hash, to uncount the buckets it passed. */
 static inline void table_remove(index_bucket_t *buckets, uint8_t *overflow, size_t bucket_mask,
-                                const kvio_hash_t *block_hashes, uint32_t block,
                                 const block_record_t *record)
 {
     size_t bucket = record->entry / BUCKET_ENTRIES;
@@ -362,7 +359,7 @@ static inline void table_remove(index_bucket_t *buckets, uint8_t *overflow, size
     buckets[bucket].tags[entry] = TAG_EMPTY;
     buckets[bucket].blocks[entry] = EMPTY_ENTRY;
     if (record->away)
-        count_passes(overflow, bucket_mask, bucket_of(bucket_mask, block_hashes[block]), bucket,
+        count_passes(overflow, bucket_mask, bucket_of(bucket_mask, record->hash), bucket,
                      -1);
 }
 
@@ -371,8 +368,7 @@ static void index_remove(kvio_kvcache_t *cache, uint32_t block)
     block_record_t *record = &cache->blocks[block];
     if (record->watch == cache->watch_stamp)
         cache->watch_broken = true;
-    table_remove(cache->buckets, cache->overflow, cache->bucket_mask, cache->block_hashes, block,
-                 record);
+    table_remove(cache->buckets, cache->overflow, cache->bucket_mask, record);
     record->hashed = 0;
     cache->index_version++;
 }
@@ -411,11 +407,10 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     while (ring < 2 * n)
         ring *= 2;
     cache->free_queue.mask = (uint32_t)(ring - 1);
-    /* Records, hashes and ring in one allocation; the index zeroed on its own. */
+    /* Records and ring in one allocation; the index zeroed on its own. */
     size_t records_bytes = (n * sizeof(block_record_t) + 63) / 64 * 64;
-    size_t hashes_bytes = (n * sizeof(kvio_hash_t) + 63) / 64 * 64;
     size_t ring_bytes = ring * sizeof(uint32_t);
-    unsigned char *tables = aligned_alloc(64, records_bytes + hashes_bytes + ring_bytes);
+    unsigned char *tables = aligned_alloc(64, records_bytes + ring_bytes);
     /* Zeroed (empty entries, no overflow), the buckets on cache lines. */
     cache->index_memory = calloc(1, buckets * sizeof(index_bucket_t) + buckets + 63);
     cache->block_epoch = calloc(n, sizeof(uint64_t));
@@ -426,8 +421,7 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->buckets = (index_bucket_t *)(((uintptr_t)cache->index_memory + 63) & ~(uintptr_t)63);
     cache->overflow = (uint8_t *)(cache->buckets + buckets);
     cache->blocks = (block_record_t *)tables;
-    cache->block_hashes = (kvio_hash_t *)(tables + records_bytes);
-    cache->free_queue.entries = (uint32_t *)(tables + records_bytes + hashes_bytes);
+    cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
     memset(cache->blocks, 0, n * sizeof(block_record_t));
     for (size_t i = 0; i < n; i++)
         cache->blocks[i].position = NO_POSITION;
@@ -515,7 +509,7 @@ kvio_status_t kvio_kvcache_block_hash(const kvio_kvcache_t *cache, uint32_t bloc
 {
     if (block_id >= cache->num_blocks || !cache->blocks[block_id].hashed)
         return KVIO_ERR_NOT_FOUND;
-    *hash_p = cache->block_hashes[block_id];
+    *hash_p = cache->blocks[block_id].hash;
     return KVIO_OK;
 }
 
@@ -540,7 +534,7 @@ static void policy_add(kvio_kvcache_t *cache, uint32_t block)
         return;
     bool fresh = !record->policy_known;
     record->policy_known = 1;
-    cache->evict.ops->add(cache->evict.priv, block, cache->block_hashes[block].low, fresh);
+    cache->evict.ops->add(cache->evict.priv, block, cache->blocks[block].hash.low, fresh);
 }
 
 /* A free block leaves the policy's candidates (a hit, a reset). */
@@ -602,7 +596,7 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     block_record_t *record = &cache->blocks[block];
     if (record->hashed) {
         if (cache->config.on_evict != NULL)
-            cache->config.on_evict(cache->config.hook_context, block, cache->block_hashes[block]);
+            cache->config.on_evict(cache->config.hook_context, block, cache->blocks[block].hash);
         index_remove(cache, block);
         if (cache->links != NULL)
             radix_detach(cache, block);
@@ -629,7 +623,6 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     index_bucket_t *buckets = cache->buckets;
     uint8_t *overflow = cache->overflow;
     const size_t bucket_mask = cache->bucket_mask;
-    const kvio_hash_t *block_hashes = cache->block_hashes;
     const uint8_t watch_stamp = cache->watch_stamp;
     bool watch_broken = false;
     uint64_t head = ring->head, evictions = 0;
@@ -647,7 +640,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         block_record_t *record = &blocks[block];
         record->position = NO_POSITION;
         if (record->hashed) {
-            table_remove(buckets, overflow, bucket_mask, block_hashes, block, record);
+            table_remove(buckets, overflow, bucket_mask, record);
             record->hashed = 0;
             watch_broken |= record->watch == watch_stamp;
             evictions++;
@@ -676,12 +669,10 @@ static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_ha
     for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++)
         __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i])]);
     for (size_t i = first; i < end; i++) {
-        if (i + PREFETCH_AHEAD < end) {
+        if (i + PREFETCH_AHEAD < end)
             __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i + PREFETCH_AHEAD])]);
-            __builtin_prefetch(&cache->block_hashes[ids[i + PREFETCH_AHEAD]], 1);
-        }
         table_insert(buckets, overflow, bucket_mask, ids[i], hashes[i], &blocks[ids[i]]);
-        record_hashed(&blocks[ids[i]], &cache->block_hashes[ids[i]], hashes[i]);
+        record_hashed(&blocks[ids[i]], hashes[i]);
     }
     for (size_t i = first; cache->epochs_used && i < end; i++)
         cache->block_epoch[ids[i]] = cache->epoch;
@@ -981,11 +972,11 @@ static size_t find_prefix(const kvio_kvcache_t *cache, const kvio_hash_t *hashes
         for (size_t i = 0; i < count; i++) {
             candidates[i] = first_candidate(cache, hashes[start + i]);
             if (candidates[i] != NO_BLOCK)
-                __builtin_prefetch(&cache->block_hashes[candidates[i]]);
+                __builtin_prefetch(&cache->blocks[candidates[i]].hash);
         }
         for (size_t i = 0; i < count; i++) {
             uint32_t block = candidates[i];
-            if (block == NO_BLOCK || !kvio_hash_equal(cache->block_hashes[block], hashes[start + i]))
+            if (block == NO_BLOCK || !kvio_hash_equal(cache->blocks[block].hash, hashes[start + i]))
                 block = index_find(cache, hashes[start + i]);
             if (block == NO_BLOCK)
                 return start + i;
@@ -1040,7 +1031,7 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
             ring_push_head(cache, block);
         }
         if (dropped != NULL)
-            dropped(context, cache->block_hashes[block]);
+            dropped(context, cache->blocks[block].hash);
         index_remove(cache, block);
         if (cache->links != NULL)
             radix_detach(cache, block);
