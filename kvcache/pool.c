@@ -944,47 +944,24 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req)
 
 /* ---- lookup, allocate, free --------------------------------------------- */
 
-/* The block a search for hash compares first: the first entry of its home
- * bucket with its tag, or NO_BLOCK. */
-static inline uint32_t first_candidate(const kvio_kvcache_t *cache, kvio_hash_t hash)
-{
-    const index_bucket_t *entries = &cache->buckets[bucket_of(cache->bucket_mask, hash)];
-    unsigned match = match_mask(entries->tags, tag_of(hash));
-    return match != 0 ? entries->blocks[__builtin_ctz(match)] : NO_BLOCK;
-}
-
 /* The leading blocks of hashes found in the index, at most max_blocks; hit
- * blocks written to hits_p (may be NULL). A window of hashes at a time:
- * first the block each would most likely find (its bucket was loaded a
- * window before), then their hashes, all loading at once; only where that
- * block is not the answer does a full search run. */
+ * blocks written to hits_p (may be NULL). */
 static size_t find_prefix(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
                           size_t max_blocks, uint32_t *hits_p)
 {
-    uint32_t candidates[PREFETCH_AHEAD];
+    size_t count = 0;
     for (size_t i = 0; i < PREFETCH_AHEAD && i < max_blocks; i++)
         prefetch_bucket(cache, hashes[i]);
-    for (size_t start = 0; start < max_blocks; start += PREFETCH_AHEAD) {
-        size_t count = max_blocks - start < PREFETCH_AHEAD ? max_blocks - start : PREFETCH_AHEAD;
-        for (size_t i = start + PREFETCH_AHEAD; i < start + 2 * PREFETCH_AHEAD && i < max_blocks;
-             i++)
-            prefetch_bucket(cache, hashes[i]);
-        for (size_t i = 0; i < count; i++) {
-            candidates[i] = first_candidate(cache, hashes[start + i]);
-            if (candidates[i] != NO_BLOCK)
-                __builtin_prefetch(&cache->blocks[candidates[i]].hash);
-        }
-        for (size_t i = 0; i < count; i++) {
-            uint32_t block = candidates[i];
-            if (block == NO_BLOCK || !kvio_hash_equal(cache->blocks[block].hash, hashes[start + i]))
-                block = index_find(cache, hashes[start + i]);
-            if (block == NO_BLOCK)
-                return start + i;
-            if (hits_p != NULL)
-                hits_p[start + i] = block;
-        }
+    for (; count < max_blocks; count++) {
+        if (count + PREFETCH_AHEAD < max_blocks)
+            prefetch_bucket(cache, hashes[count + PREFETCH_AHEAD]);
+        uint32_t block = index_find(cache, hashes[count]);
+        if (block == NO_BLOCK)
+            break;
+        if (hits_p != NULL)
+            hits_p[count] = block;
     }
-    return max_blocks;
+    return count;
 }
 
 /* Blocks a prefix lookup may hit: whole blocks with a hash, never the one
