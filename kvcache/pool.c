@@ -119,6 +119,7 @@ struct kvio_kvcache {
     /* The one kept lookup the pool watches: its hit blocks carry watch_stamp,
      * and evicting any of them breaks it (kept_lookup). */
     const kvio_kvreq_t *watched;
+    const kvio_kvreq_t *last_looked_up; /* the request kept_lookup saw last */
     uint8_t watch_stamp;
     bool watch_broken;
 };
@@ -137,10 +138,11 @@ struct kvio_kvreq {
     size_t num_blocks, blocks_capacity;
     size_t num_hashed_blocks; /* leading blocks whose hash is set */
     /* The last lookup while the request held no blocks: its hit blocks are
-     * blocks[0, lookup_hits), valid while the pool watches it unbroken
-     * (kept_lookup). */
+     * blocks[0, lookup_hits), valid while the index is at lookup_version, or
+     * while the pool watches it unbroken (kept_lookup). */
     bool lookup_kept;
     size_t lookup_hits;
+    uint64_t lookup_version; /* the index's version when it was last searched */
 };
 
 /* ---- free ring ---------------------------------------------------------- */
@@ -925,6 +927,8 @@ static void drop_kept_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
     req->lookup_kept = false;
     if (cache->watched == req)
         cache->watched = NULL;
+    if (cache->last_looked_up == req)
+        cache->last_looked_up = NULL;
 }
 
 void kvio_kvreq_destroy(kvio_kvreq_t *req)
@@ -1025,27 +1029,36 @@ uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache)
 }
 
 /* The cached prefix of a request that holds no blocks, its hit blocks in
- * blocks[0, hits) (room for hit_limit of them). A kept lookup that the pool
- * still watches, none of its blocks evicted since, is only extended from
- * where it stopped: a new entry goes after the old ones, so the blocks it
- * found are still those a search finds, and a waiting request looked up at
- * every step costs what changed, not its whole prefix. Otherwise a whole
- * search, whose hits are then watched. */
+ * blocks[0, hits) (room for hit_limit of them). A lookup kept from before
+ * stands while the index is unchanged (so the first allocation takes the
+ * engine's lookup as it is). A request looked up a second time in a row is
+ * watched; a watched lookup, none of its blocks evicted since, is only
+ * extended from where it stopped: a new entry goes after the old ones, so
+ * the blocks it found are still those a search finds, and a request that
+ * waits at the head of the queue costs what changed at each step, not its
+ * whole prefix. Requests looked up in turn (a scheduler that orders by
+ * hits) are searched whole, as watching them would only add the stamps. */
 static size_t kept_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
 {
+    if (req->lookup_kept && req->lookup_version == cache->index_version)
+        return req->lookup_hits;
     size_t start = 0;
-    if (req->lookup_kept && cache->watched == req && !cache->watch_broken) {
+    bool watch = req->lookup_kept && cache->watched == req && !cache->watch_broken;
+    if (watch) {
         start = req->lookup_hits;
-    } else {
+    } else if (cache->last_looked_up == req) {
         cache->watch_stamp = cache->watch_stamp == UINT8_MAX ? 1 : cache->watch_stamp + 1;
         cache->watched = req;
         cache->watch_broken = false;
+        watch = true;
     }
+    cache->last_looked_up = req;
     size_t limit = hit_limit(cache, req->num_hashes, req->num_tokens);
     size_t hits = start + find_prefix(cache, req->hashes + start, limit - start, req->blocks + start);
-    for (size_t i = start; i < hits; i++)
+    for (size_t i = start; watch && i < hits; i++)
         cache->blocks[req->blocks[i]].watch = cache->watch_stamp;
     req->lookup_hits = hits;
+    req->lookup_version = cache->index_version;
     req->lookup_kept = true;
     return hits;
 }

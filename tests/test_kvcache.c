@@ -734,8 +734,12 @@ Test(kvcache, a_watched_lookup_extends_and_an_eviction_of_its_blocks_ends_it, .t
     cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 48);
     kvio_kvreq_destroy(extender); /* queue: 6 .. 10, 3, 5, 2, 1 */
     cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 48);
-    /* The running request takes 8 more blocks: 6 .. 10, 3 (unhashed), 5
-     * (chain[2]) and 2 (chain[1]). The lookup is back to its first block. */
+    /* The running request hashes one more block (6): the index changed, and
+     * the second lookup in a row makes the pool watch the waiting request. */
+    cr_assert_eq(kvio_kvcache_allocate(cache, running, 2 * BLOCK, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 48);
+    /* It takes 7 more: 7 .. 10, 3 (unhashed), 5 (chain[2]) and 2
+     * (chain[1]). The watched lookup is back to its first block. */
     cr_assert_eq(kvio_kvcache_allocate(cache, running, 9 * BLOCK, NULL), KVIO_OK);
     cr_assert_eq(kvio_kvcache_lookup(cache, waiting), 16, "chain[1]'s block was evicted");
     size_t hit = 0;

@@ -162,8 +162,9 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req);
 /* Longest cached prefix of the request in tokens, whole blocks only, never
  * covering the last token (vLLM: the engine must compute it). Changes no
  * block and no index entry. A request holding no blocks keeps its hit
- * blocks and the pool watches them (one request at a time, the last looked
- * up): while none is evicted, the next lookup or the first allocation only
+ * blocks: its first allocation takes them while the index is unchanged,
+ * and a request looked up twice in a row is watched (one at a time): while
+ * none of its hit blocks is evicted, the next lookup or the allocation only
  * searches past them. */
 size_t kvio_kvcache_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req);
 
