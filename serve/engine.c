@@ -875,12 +875,13 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
             continue;
         }
         bool can_schedule = true;
-        /* Fast path: a decode step inside the last block needs no new block
-         * and fills no block to hash, so the pool has nothing to do. */
+        /* Fast path: a decode step inside the last block, partly computed,
+         * needs no new block and fills no block to hash, so the pool has
+         * nothing to do (compared without a division: this runs for every
+         * running request at every step). */
         uint32_t covered = req->computed + new_tokens;
-        if (covered / engine->block_size == req->computed / engine->block_size &&
-            req->computed % engine->block_size != 0 &&
-            covered <= num_blocks_of(req->kv) * engine->block_size) {
+        uint32_t held = (uint32_t)num_blocks_of(req->kv) * engine->block_size;
+        if (covered < held && req->computed + engine->block_size > held) {
             kvio_status_t status = scratch_push(engine, req, new_tokens);
             if (status != KVIO_OK)
                 return status;
