@@ -102,7 +102,7 @@ struct kvio_kvcache {
     kvio_kvcache_config_t config;
     uint32_t num_blocks;
     uint32_t block_size;
-    block_record_t *blocks;   /* first in one allocation with the hashes and the ring */
+    block_record_t *blocks;   /* first in one allocation with the ring */
     free_ring_t free_queue;
     void *index_memory;       /* the buckets and the overflow counts */
     index_bucket_t *buckets;
@@ -536,7 +536,7 @@ static void policy_add(kvio_kvcache_t *cache, uint32_t block)
         return;
     bool fresh = !record->policy_known;
     record->policy_known = 1;
-    cache->evict.ops->add(cache->evict.priv, block, cache->blocks[block].hash.low, fresh);
+    cache->evict.ops->add(cache->evict.priv, block, record->hash.low, fresh);
 }
 
 /* A free block leaves the policy's candidates (a hit, a reset). */
@@ -598,7 +598,7 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     block_record_t *record = &cache->blocks[block];
     if (record->hashed) {
         if (cache->config.on_evict != NULL)
-            cache->config.on_evict(cache->config.hook_context, block, cache->blocks[block].hash);
+            cache->config.on_evict(cache->config.hook_context, block, record->hash);
         index_remove(cache, block);
         if (cache->links != NULL)
             radix_detach(cache, block);
@@ -978,12 +978,12 @@ static size_t hit_limit(const kvio_kvcache_t *cache, size_t num_hashes, size_t n
     return max_blocks < num_hashes ? max_blocks : num_hashes;
 }
 
-/* Hit blocks written to hits_p (may be NULL); the last token is never
- * covered. */
-static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req, uint32_t *hits_p)
+/* The request's cached prefix in blocks (a search; the last token is never
+ * covered). */
+static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req)
 {
     return find_prefix(cache, req->hashes, hit_limit(cache, req->num_hashes, req->num_tokens),
-                       hits_p);
+                       NULL);
 }
 
 void kvio_kvcache_set_epoch(kvio_kvcache_t *cache, uint64_t epoch)
@@ -1012,7 +1012,7 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
             ring_push_head(cache, block);
         }
         if (dropped != NULL)
-            dropped(context, cache->blocks[block].hash);
+            dropped(context, record->hash);
         index_remove(cache, block);
         if (cache->links != NULL)
             radix_detach(cache, block);
@@ -1068,7 +1068,7 @@ size_t kvio_kvcache_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
     if (req->num_blocks > 0 ||
         grow((void **)&req->blocks, &req->blocks_capacity,
              hit_limit(cache, req->num_hashes, req->num_tokens), sizeof(uint32_t)) != KVIO_OK)
-        return find_hits(cache, req, NULL) * cache->block_size;
+        return find_hits(cache, req) * cache->block_size;
     return kept_lookup(cache, req) * cache->block_size;
 }
 

@@ -96,14 +96,6 @@ uint64_t kvio_xfer_checksum_of(const void *data, uint64_t length)
 #define STRIPE 64u
 #define STRIPES_PER_BLOCK 16u
 #define SECRET_BYTES 192u
-#define PRIME32_1 XXH_PRIME32_1
-#define PRIME32_2 XXH_PRIME32_2
-#define PRIME32_3 XXH_PRIME32_3
-#define PRIME64_1 XXH_PRIME64_1
-#define PRIME64_2 XXH_PRIME64_2
-#define PRIME64_3 XXH_PRIME64_3
-#define PRIME64_4 XXH_PRIME64_4
-#define PRIME64_5 XXH_PRIME64_5
 #define LONG_INPUT 240u /* XXH3_MIDSIZE_MAX: longer inputs take the stripes */
 
 /* XXH3's default secret. */
@@ -154,7 +146,7 @@ static void scramble(uint64_t *acc)
         uint64_t value = acc[lane];
         value ^= value >> 47;
         value ^= read64(key + 8 * lane);
-        acc[lane] = value * PRIME32_1;
+        acc[lane] = value * XXH_PRIME32_1;
     }
 }
 
@@ -179,7 +171,7 @@ __attribute__((target("avx2"))) static void stripes_avx2(uint64_t *acc, unsigned
                                                          const unsigned char *input,
                                                          uint64_t first, uint64_t count)
 {
-    const __m256i prime = _mm256_set1_epi32((int)PRIME32_1);
+    const __m256i prime = _mm256_set1_epi32((int)XXH_PRIME32_1);
     const unsigned char *scramble_key = secret + SECRET_BYTES - STRIPE;
     __m256i low = _mm256_loadu_si256((const __m256i *)acc);
     __m256i high = _mm256_loadu_si256((const __m256i *)(acc + 4));
@@ -262,8 +254,9 @@ void kvio_xfer_copy_streaming(void *target, const void *source, uint64_t length)
 
 void kvio_xfer_sum_start(kvio_xfer_sum_t *sum, const void *source, uint64_t length)
 {
-    static const uint64_t initial[8] = {PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3,
-                                        PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1};
+    static const uint64_t initial[8] = {XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
+                                        XXH_PRIME64_3, XXH_PRIME64_4, XXH_PRIME32_2,
+                                        XXH_PRIME64_5, XXH_PRIME32_1};
     memcpy(sum->acc, initial, sizeof(initial));
     sum->source = source;
     sum->length = length;
@@ -395,7 +388,7 @@ uint64_t kvio_xfer_sum_digest(const kvio_xfer_sum_t *sum)
     /* The last stripe, overlapping the ones before. */
     accumulate_stripe(acc, sum->source + sum->length - STRIPE,
                       secret + SECRET_BYTES - STRIPE - 7);
-    uint64_t result = sum->length * PRIME64_1;
+    uint64_t result = sum->length * XXH_PRIME64_1;
     for (int pair = 0; pair < 4; pair++) {
         const unsigned char *key = secret + 11 + 16 * pair;
         result += multiply_fold(acc[2 * pair] ^ read64(key), acc[2 * pair + 1] ^ read64(key + 8));
