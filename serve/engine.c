@@ -597,12 +597,18 @@ static void salt_hashes(const kvio_engine_t *engine, engine_req_t *req, uint64_t
 
 /* The request will be computed on version's weights from scratch: it is
  * that version's (under versioning, so are its block hashes). */
-static void retag(kvio_engine_t *engine, engine_req_t *req, uint64_t version)
+static kvio_status_t retag(kvio_engine_t *engine, engine_req_t *req, uint64_t version)
 {
     salt_hashes(engine, req, req->spec.tag); /* undoes the old salt */
     salt_hashes(engine, req, version);
     req->spec.tag = version;
     req->lookup_valid = false;
+    /* The pool borrows the hashes, which the salt changed in place: it gets
+     * them anew (it keeps a lookup of the old ones otherwise). */
+    if (req->kv == NULL || engine->update_cache != KVIO_UPDATE_CACHE_VERSION)
+        return KVIO_OK;
+    return kvio_kvreq_reset_borrowed(req->kv, req->hashes, req->hashes_given,
+                                     kvio_kvreq_num_tokens(req->kv));
 }
 
 /* Gives req a hash array of count and a pool request, a finished
@@ -1238,8 +1244,11 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
      * version's. */
     for (size_t i = 0; i < engine->waiting.count; i++) {
         engine_req_t *req = engine->waiting.items[i];
-        if (req->computed == 0 && !req->swapped && req->spec.tag < version)
-            retag(engine, req, version);
+        if (req->computed == 0 && !req->swapped && req->spec.tag < version) {
+            kvio_status_t status = retag(engine, req, version);
+            if (status != KVIO_OK)
+                return status;
+        }
     }
     if (engine->in_flight != KVIO_IN_FLIGHT_ABORT)
         return KVIO_OK;
@@ -1256,8 +1265,9 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
         req->scheduled = 0;
         req->state = REQ_WAITING;
         kvio_kvcache_free(engine->cache, req->kv);
-        retag(engine, req, version); /* recomputed on the new weights */
-        kvio_status_t status = list_push_front(&engine->waiting, req);
+        kvio_status_t status = retag(engine, req, version); /* recomputed on the new weights */
+        if (status == KVIO_OK)
+            status = list_push_front(&engine->waiting, req);
         if (status != KVIO_OK)
             return status;
     }

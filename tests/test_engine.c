@@ -345,6 +345,43 @@ Test(engine, an_activated_version_flushes_versions_or_keeps_the_prefix_cache, .t
     }
 }
 
+/* A waiting request looked up before an activation under cache: version is
+ * salted with the new version (its hashes change in place): looked up
+ * again with the index unchanged since, it must not find version 0's
+ * blocks (lpm looks every waiting request up at every step; one sequence
+ * at a time keeps request 1 waiting while request 9 decodes). */
+Test(engine, a_request_retagged_by_an_activation_is_looked_up_anew, .timeout = 10)
+{
+    fixture_t f;
+    finished_log_t log;
+    setup_updates(&f, KVIO_UPDATE_CACHE_VERSION, KVIO_IN_FLIGHT_KEEP, &log);
+    kvio_engine_destroy(f.engine);
+    f.config.max_num_seqs = 1;
+    f.sched.policy = KVIO_POLICY_LPM;
+    kvio_engine_params_t params = {
+        .config = &f.config, .num_blocks = 100, .block_size = 16, .prefix_caching = true,
+        .eviction = "lru", .sched = &f.sched, .seed = 1, .cost = f.cost,
+        .kv_bytes_per_token = 131072, .host_bandwidth = 64e9,
+        .observer = {.context = &log, .on_finish = log_finish},
+        .update_cache = KVIO_UPDATE_CACHE_VERSION, .in_flight = KVIO_IN_FLIGHT_KEEP,
+    };
+    char error[256];
+    cr_assert_eq(kvio_engine_create(&params, &f.engine, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    add_shared(&f, 0, 48, 4, 0);
+    run_until_idle(&f); /* version 0's 3 blocks of the shared content are cached */
+    kvio_engine_scheduled_t out[16];
+    add(&f, 9, 40, 3, 0, f.now_ns);
+    step(&f, out, 16); /* 9's prefill and first token */
+    add_shared(&f, 1, 48, 4, 0);
+    step(&f, out, 16); /* 9 decodes inside its last block; 1 is looked up: 32 */
+    cr_assert_eq(kvio_engine_activate(f.engine, 1), KVIO_OK);
+    run_until_idle(&f);
+    cr_assert_eq(finished_id(&log, 1)->tag, 1);
+    cr_assert_eq(finished_id(&log, 1)->cached_tokens, 0, "version 0's blocks are not 1's");
+    teardown(&f);
+}
+
 /* A request mid-decode when version 1 activates: keep lets it go on with its
  * old KV (its decode tokens count as mixed-version), abort preempts it and
  * recomputes its 64 + 3 computed tokens on version 1, which it then reports. */
