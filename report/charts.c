@@ -1098,7 +1098,7 @@ static kvio_status_t split_crowded(kvio_report_t *report)
             parts[p]->series = series;
             parts[p]->num_series = count;
             parts[p]->categories = NULL;
-            snprintf(parts[p]->id, sizeof(parts[p]->id), "%.50s-%zu", chart->id, p + 1);
+            snprintf(parts[p]->id, sizeof(parts[p]->id), "%.50s-%u", chart->id, (unsigned)(p + 1));
         }
         size_t total = chart->num_series;
         chart->num_series = RUNS_PER_PANEL;
@@ -1106,8 +1106,11 @@ static kvio_status_t split_crowded(kvio_report_t *report)
         snprintf(title, sizeof(title), "%s", chart->title);
         for (size_t p = 0; p < panels; p++) {
             size_t last = (p + 1) * RUNS_PER_PANEL < total ? (p + 1) * RUNS_PER_PANEL : total;
-            snprintf(parts[p]->title, sizeof(parts[p]->title), "%.120s (runs %zu-%zu of %zu)",
-                     title, p * RUNS_PER_PANEL + 1, last, total);
+            /* Counts as unsigned: a few panels of runs, and the title then
+             * provably fits. */
+            snprintf(parts[p]->title, sizeof(parts[p]->title), "%.110s (runs %u-%u of %u)",
+                     title, (unsigned)(p * RUNS_PER_PANEL + 1), (unsigned)last,
+                     (unsigned)total);
         }
         memmove(&report->charts[c + panels], &report->charts[c + 1],
                 (report->num_charts - c - 1) * sizeof(report->charts[0]));
