@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Model-update speed on this machine: a 1 GiB model, 1 trainer -> 1 server,
 # over ucx, file (fsync on and off) and redis, with kvio's update latency and
-# bandwidth; the ucx update against one memcpy of the same bytes between
+# bandwidth (medians over the versions); the ucx update against one memcpy of the same bytes between
 # fresh buffers (bench/memcpy_bw.c --fresh, measured right after it); then
 # ucx_perftest ucp_put_bw at the same put size and total as a second
 # reference; then ucx fan-out to 3 servers, sequential vs pipelined chain (a
@@ -81,13 +81,14 @@ train:
 update: {iteration: 1ms, verify: true}
 YAML
 
-# metric FILE KEY: the mean of metrics.model_updates.KEY in summary.json.
+# metric FILE KEY [STAT]: metrics.model_updates.KEY in summary.json, its
+# STAT over the versions (p50, the median, by default; within 1/256).
 metric() {
-    python3 - "$1" "$2" <<'PY'
+    python3 - "$1" "$2" "${3:-p50}" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["metrics"]["model_updates"]
 value = m[sys.argv[2]]
-print("%.3f" % (value["mean"] if isinstance(value, dict) else value))
+print("%.3f" % (value[sys.argv[3]] if isinstance(value, dict) else value))
 PY
 }
 
@@ -107,7 +108,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --d
 redis_pid=$!
 for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-echo "kvio model update, $bytes, 1 trainer -> 1 server, chunk $chunk, $versions versions"
+echo "kvio model update, $bytes, 1 trainer -> 1 server, chunk $chunk, median of $versions versions (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '%-14s %12s %12s   %s\n' transport latency_ms bw_GB/s "what it used"
 run_case ucx
 # The reference for the ucx update, measured right after it: one memcpy of
