@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Model-update speed on this machine: a 1 GiB model, 1 trainer -> 1 server,
 # over ucx, file (fsync on and off) and redis, with kvio's update latency and
-# bandwidth (medians over the versions); the ucx update against one memcpy of the same bytes between
-# fresh buffers (bench/memcpy_bw.c --fresh, measured right after it); then
+# bandwidth (medians over the versions); the ucx update against one memcpy
+# of the same bytes between fresh buffers (bench/memcpy_bw.c --fresh,
+# measured right after it); then
 # ucx_perftest ucp_put_bw at the same put size and total as a second
 # reference; then ucx fan-out to 3 servers, sequential vs pipelined chain (a
 # smaller model, KVIO_BENCH_FANOUT_BYTES); then weight sync in buckets
