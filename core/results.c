@@ -254,6 +254,15 @@ kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
     return KVIO_OK;
 }
 
+kvio_status_t kvio_csv_line(kvio_csv_t *csv, const char *text, size_t length)
+{
+    if (fwrite(text, 1, length, csv->file) != length || putc('\n', csv->file) == EOF) {
+        csv->failed = true;
+        return KVIO_ERR_IO;
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_csv_close(kvio_csv_t *csv)
 {
     if (csv == NULL)

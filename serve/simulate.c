@@ -258,8 +258,9 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     if (sim->requests_csv == NULL)
         return;
     char row[256];
-    kvio_serve_request_row(finished, row, sizeof(row));
-    kvio_csv_row(sim->requests_csv, "%s", row);
+    int length = kvio_serve_request_row(finished, row, sizeof(row));
+    kvio_csv_line(sim->requests_csv, row,
+                  (size_t)length < sizeof(row) ? (size_t)length : sizeof(row) - 1);
 }
 
 void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
@@ -369,10 +370,17 @@ static char *append_fixed(char *out, double value, int decimals)
     static const uint64_t powers[] = {1, 10, 100, 1000, 10000, 100000, 1000000};
     if (!(value >= 0 && value < 1e12) || signbit(value))
         return out + sprintf(out, "%.*f", decimals, value);
-    int exponent = 0;
-    double fraction = frexp(value, &exponent); /* value = fraction * 2^exponent */
-    uint64_t mantissa = (uint64_t)ldexp(fraction, 53);
-    int shift = 53 - exponent; /* value = mantissa * 2^-shift */
+    /* value = mantissa * 2^-shift, from the IEEE fields (a zero or
+     * subnormal value is far below half a unit of the last digit). */
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof(bits));
+    int biased = (int)(bits >> 52); /* the sign bit is clear */
+    uint64_t mantissa = bits & ((UINT64_C(1) << 52) - 1);
+    int shift = 1074;
+    if (biased != 0) {
+        mantissa |= UINT64_C(1) << 52;
+        shift = 1075 - biased;
+    }
     unsigned __int128 scaled = (unsigned __int128)mantissa * powers[decimals];
     uint64_t units;
     if (shift <= 0) {
@@ -463,8 +471,7 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
         *out++ = ',';
         out = append_unsigned(out, counts[i]);
     }
-    *out = '\0';
-    kvio_csv_row(csv, "%s", row);
+    kvio_csv_line(csv, row, (size_t)(out - row));
 }
 
 kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,

@@ -5,11 +5,13 @@
 #include "kvio/engine.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvio/clock.h"
 #include "kvio/hash.h"
+#include "kvio/results.h"
 #include "kvio/update.h"
 #include "serve/serve_int.h"
 #include "tests/helpers.h"
@@ -587,4 +589,92 @@ Test(engine, deferred_hashes_are_filled_once_when_first_needed_and_hit_alike, .t
     teardown(&f);
     cr_assert_eq(waiting.fills, 0);
     cr_assert_eq(waiting.releases, 1);
+}
+
+/* The CSV rows are formatted by hand for speed (#23); they must be the
+ * bytes printf writes, for every value: zero, sub-microsecond times,
+ * halfway cases, the largest clock, negative and non-finite values (which
+ * go to printf), and a spread of random magnitudes. */
+static int64_t row_times[] = {0, 1, 499, 500, 501, 999, 1000, 1500, 2500, 999999999,
+                              1000000000, 1234567890123, INT64_MAX, -1, INT64_MIN,
+                              /* exact ties at 6 decimals: j / 128 s, rounded to even */
+                              7812500, 23437500, 39062500, 1007812500};
+static double row_usages[] = {0.0, 1.0, 0.5, 0.123455, 0.123465, 0.999995, 0.000005,
+                              1e-300, 4.9e-324, -0.0, -0.25, 1e12, 1e300,
+                              /* exact ties at 5 decimals: j / 64 */
+                              0.015625, 0.046875, 0.078125, 0.984375};
+
+static uint64_t next_random(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return *state >> 11;
+}
+
+Test(engine, hand_formatted_csv_rows_match_printf, .timeout = 30)
+{
+    uint64_t state = 23;
+    char *dir = test_tmpdir();
+    kvio_results_t *results;
+    char error[256];
+    cr_assert_eq(kvio_results_create(dir, "rows", true, &results, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    kvio_csv_t *csv;
+    cr_assert_eq(kvio_csv_open(results, "iterations.csv", "h", &csv), KVIO_OK);
+    char *expected = NULL;
+    size_t expected_length = 0;
+    FILE *expect = open_memstream(&expected, &expected_length);
+    fprintf(expect, "h\n");
+    const size_t num_times = sizeof(row_times) / sizeof(row_times[0]);
+    const size_t num_usages = sizeof(row_usages) / sizeof(row_usages[0]);
+    for (size_t i = 0; i < 20000; i++) {
+        int64_t times[3];
+        for (size_t t = 0; t < 3; t++) {
+            /* Listed values first, then random ones of every magnitude. */
+            uint64_t r = next_random(&state);
+            times[t] = i < num_times ? row_times[(i + t) % num_times]
+                                     : (int64_t)(r >> (r % 53));
+        }
+        double usage = i < num_usages ? row_usages[i]
+                                      : (double)(next_random(&state) % 10000001) / 1e7;
+        kvio_engine_finished_t finished = {
+            .id = next_random(&state), .rank = (uint32_t)i, .arrival_ns = times[0],
+            .first_token_ns = times[1], .finish_ns = times[2], .prompt_tokens = 17,
+            .output_tokens = (uint32_t)i, .cached_tokens = 3, .preemptions = 1,
+            .measured = i % 2 == 0, .tag = i,
+        };
+        char row[256], want[1400];
+        int length = kvio_serve_request_row(&finished, row, sizeof(row));
+        int want_length = snprintf(
+            want, sizeof(want), "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
+            (unsigned long long)finished.id, finished.rank, finished.arrival_ns / 1e9,
+            finished.first_token_ns / 1e9, finished.finish_ns / 1e9, finished.prompt_tokens,
+            finished.output_tokens, finished.cached_tokens, finished.preemptions,
+            (unsigned long long)finished.tag, finished.measured ? 1 : 0);
+        cr_assert_eq(length, want_length, "%s vs %s", row, want);
+        if ((size_t)want_length < sizeof(row))
+            cr_assert_str_eq(row, want);
+        kvio_engine_iteration_t iteration = {
+            .start_ns = times[0], .duration_ns = times[1], .num_scheduled = 3,
+            .batch = {.prefill_tokens = 100, .decode_seqs = 7}, .kv_usage = usage,
+            .running = 4, .waiting = 5, .num_preempted = 1, .swap_bytes = i,
+        };
+        kvio_serve_iteration_row(csv, 2, &iteration);
+        fprintf(expect, "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu\n",
+                iteration.start_ns / 1e9, 2u, iteration.duration_ns / 1e6,
+                iteration.num_scheduled, (unsigned long long)iteration.batch.prefill_tokens,
+                (unsigned long long)iteration.batch.decode_seqs, iteration.kv_usage,
+                iteration.running, iteration.waiting, iteration.num_preempted,
+                (unsigned long long)iteration.swap_bytes);
+    }
+    cr_assert_eq(kvio_csv_close(csv), KVIO_OK);
+    fclose(expect);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/iterations.csv", dir);
+    char *written = test_read_file(path);
+    cr_assert(strcmp(written, expected) == 0, "iterations.csv differs from printf's rows");
+    free(written);
+    free(expected);
+    kvio_results_destroy(results);
+    test_rmtree(dir);
+    free(dir);
 }
