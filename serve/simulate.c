@@ -346,18 +346,29 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
 
 /* ---------- CSV rows ---------- */
 
+/* "00" to "99": rows take their digits two at a time. */
+static const char digit_pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
+/* Writes the count lowest digits of value (zeros in front) before end. */
+static void put_digits(char *end, uint64_t value, int count)
+{
+    for (; count >= 2; count -= 2) {
+        end -= 2;
+        memcpy(end, &digit_pairs[2 * (value % 100)], 2);
+        value /= 100;
+    }
+    if (count == 1)
+        end[-1] = (char)('0' + value % 10);
+}
+
 /* Appends value in decimal; returns the end. */
 static char *append_unsigned(char *out, unsigned long long value)
 {
-    char digits[20];
-    int count = 0;
-    do {
-        digits[count++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value > 0);
-    while (count > 0)
-        *out++ = digits[--count];
-    return out;
+    int count = 1;
+    for (unsigned long long rest = value; rest >= 10; rest /= 10)
+        count++;
+    put_digits(out + count, value, count);
+    return out + count;
 }
 
 /* Appends value with `decimals` (at most 6) digits after the point,
@@ -397,11 +408,7 @@ static char *append_fixed(char *out, double value, int decimals)
     out = append_unsigned(out, units / powers[decimals]);
     if (decimals > 0) {
         *out++ = '.';
-        uint64_t part = units % powers[decimals];
-        for (int i = decimals - 1; i >= 0; i--) {
-            out[i] = (char)('0' + part % 10);
-            part /= 10;
-        }
+        put_digits(out + decimals, units % powers[decimals], decimals);
         out += decimals;
     }
     return out;
