@@ -19,11 +19,6 @@
 
 #define NO_BLOCK UINT32_MAX
 
-/* An empty index entry. The null block 0 is never hashed, so 0 can mark it:
- * the table starts as zeroed memory, whose pages cost nothing until a hash
- * lands in them (a thousand small engines touch little of theirs). */
-#define EMPTY_ENTRY 0u
-
 /* A ring position a block does not occupy (not in the free queue), and a
  * ring entry whose block left the queue out of order. */
 #define NO_POSITION UINT32_MAX
@@ -42,22 +37,27 @@
  * in buckets of one cache line. An entry goes to its hash's home bucket, or
  * when that is full to the next one with room; a bucket counts the entries
  * that passed it (F14's overflow count), so a search stops at the first
- * bucket that none passed. A bucket is searched for a tag or a block id in
- * a few vector instructions, with no branch per entry: a search costs one
- * line, and taking an entry out moves nothing. */
+ * bucket that none passed. Which entries of a bucket hold a block is a byte
+ * of valid bits beside the table, with the overflow counts: those arrays
+ * are small enough to stay in cache, so taking an entry out (an eviction)
+ * clears a bit there and never touches the bucket's line; the line is
+ * read only to search and written only to add. A bucket is searched for a
+ * tag in a few vector instructions, with no branch per entry. The table
+ * starts as zeroed memory (no valid entries), whose pages cost nothing
+ * until a hash lands in them (a thousand small engines touch little of
+ * theirs). */
 #define BUCKET_ENTRIES 8
 
 /* Index entries per block in the pool (a power of two). */
 #define INDEX_ENTRIES_PER_BLOCK 2
 
 typedef struct index_bucket {
-    uint32_t tags[BUCKET_ENTRIES];   /* TAG_EMPTY where the entry is empty */
-    uint32_t blocks[BUCKET_ENTRIES]; /* EMPTY_ENTRY where the entry is empty */
+    uint32_t tags[BUCKET_ENTRIES];   /* meaningful where the entry is valid */
+    uint32_t blocks[BUCKET_ENTRIES];
 } index_bucket_t;
 
-/* A tag is 32 bits of the hash with the lowest set, so 0 marks an empty
- * entry and an empty entry matches no tag. */
-#define TAG_EMPTY 0u
+/* A bucket's valid bits with every entry taken. */
+#define BUCKET_FULL ((1u << BUCKET_ENTRIES) - 1)
 
 /* An overflow count that reached it stays (searches go on past the bucket
  * for good): counts are bytes, and overflow is rare at the table's load. */
@@ -104,9 +104,10 @@ struct kvio_kvcache {
     uint32_t block_size;
     block_record_t *blocks;   /* first in one allocation with the ring */
     free_ring_t free_queue;
-    void *index_memory;       /* the buckets and the overflow counts */
+    void *index_memory;       /* the buckets, the overflow counts and the valid bits */
     index_bucket_t *buckets;
     uint8_t *overflow;        /* per bucket: entries stored past it that probed it */
+    uint8_t *valid;           /* per bucket: bit i set where entry i holds a block */
     size_t bucket_mask;
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
@@ -236,7 +237,7 @@ static inline size_t bucket_of(size_t bucket_mask, kvio_hash_t hash)
 
 static inline uint32_t tag_of(kvio_hash_t hash)
 {
-    return (uint32_t)(slot_key(hash) >> 32) | 1u;
+    return (uint32_t)(slot_key(hash) >> 32);
 }
 
 /* Bit i set where values[i] == value. */
@@ -271,7 +272,8 @@ static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
     uint32_t tag = tag_of(hash);
     for (;;) {
         const index_bucket_t *entries = &cache->buckets[bucket];
-        for (unsigned match = match_mask(entries->tags, tag); match != 0; match &= match - 1) {
+        for (unsigned match = match_mask(entries->tags, tag) & cache->valid[bucket]; match != 0;
+             match &= match - 1) {
             uint32_t block = entries->blocks[__builtin_ctz(match)];
             if (kvio_hash_equal(cache->blocks[block].hash, hash))
                 return block;
@@ -297,32 +299,33 @@ static void count_passes(uint8_t *overflow, size_t bucket_mask, size_t home, siz
  * hash) keep insertion order in search order: a new one goes to the first
  * empty entry after the last of its tag, which in nearly every case is the
  * first empty entry of the home bucket. */
-static inline void table_insert(index_bucket_t *buckets, uint8_t *overflow, size_t bucket_mask,
-                                uint32_t block, kvio_hash_t hash, block_record_t *record)
+static inline void table_insert(index_bucket_t *buckets, uint8_t *overflow, uint8_t *valid,
+                                size_t bucket_mask, uint32_t block, kvio_hash_t hash,
+                                block_record_t *record)
 {
     size_t home = bucket_of(bucket_mask, hash);
     uint32_t tag = tag_of(hash);
     size_t bucket = home;
-    unsigned allowed = (1u << BUCKET_ENTRIES) - 1; /* entries of bucket it may take */
-    if (match_mask(buckets[home].tags, tag) != 0 || overflow[home] != 0) {
+    unsigned allowed = BUCKET_FULL; /* entries of bucket it may take */
+    if ((match_mask(buckets[home].tags, tag) & valid[home]) != 0 || overflow[home] != 0) {
         /* Past the last entry of its tag among those a search would see. */
         for (size_t scan = home;; scan = (scan + 1) & bucket_mask) {
-            unsigned match = match_mask(buckets[scan].tags, tag);
+            unsigned match = match_mask(buckets[scan].tags, tag) & valid[scan];
             if (match != 0) {
                 bucket = scan;
-                allowed = ~((2u << (31 - __builtin_clz(match))) - 1) &
-                          ((1u << BUCKET_ENTRIES) - 1);
+                allowed = ~((2u << (31 - __builtin_clz(match))) - 1) & BUCKET_FULL;
             }
             if (overflow[scan] == 0)
                 break;
         }
     }
-    for (;; bucket = (bucket + 1) & bucket_mask, allowed = (1u << BUCKET_ENTRIES) - 1) {
-        unsigned empty = match_mask(buckets[bucket].tags, TAG_EMPTY) & allowed;
+    for (;; bucket = (bucket + 1) & bucket_mask, allowed = BUCKET_FULL) {
+        unsigned empty = ~valid[bucket] & allowed;
         if (empty != 0) {
             unsigned entry = (unsigned)__builtin_ctz(empty);
             buckets[bucket].tags[entry] = tag;
             buckets[bucket].blocks[entry] = block;
+            valid[bucket] = (uint8_t)(valid[bucket] | 1u << entry);
             record->entry = (uint32_t)(bucket * BUCKET_ENTRIES + entry);
             break;
         }
@@ -342,7 +345,7 @@ static inline void record_hashed(block_record_t *record, kvio_hash_t hash)
 
 static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash)
 {
-    table_insert(cache->buckets, cache->overflow, cache->bucket_mask, block, hash,
+    table_insert(cache->buckets, cache->overflow, cache->valid, cache->bucket_mask, block, hash,
                  &cache->blocks[block]);
     record_hashed(&cache->blocks[block], hash);
     if (cache->epochs_used)
@@ -351,15 +354,15 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
 }
 
 /* Takes a hashed block's entry out, where its record says it is: no search,
- * and nothing moves. Only an entry stored past its home bucket reads the
- * block's hash, to uncount the buckets it passed. */
-static inline void table_remove(index_bucket_t *buckets, uint8_t *overflow, size_t bucket_mask,
+ * nothing moves, and only its valid bit changes, not the bucket's line.
+ * Only an entry stored past its home bucket reads the block's hash, to
+ * uncount the buckets it passed. */
+static inline void table_remove(uint8_t *overflow, uint8_t *valid, size_t bucket_mask,
                                 const block_record_t *record)
 {
     size_t bucket = record->entry / BUCKET_ENTRIES;
     unsigned entry = record->entry % BUCKET_ENTRIES;
-    buckets[bucket].tags[entry] = TAG_EMPTY;
-    buckets[bucket].blocks[entry] = EMPTY_ENTRY;
+    valid[bucket] = (uint8_t)(valid[bucket] & ~(1u << entry));
     if (record->away)
         count_passes(overflow, bucket_mask, bucket_of(bucket_mask, record->hash), bucket,
                      -1);
@@ -370,7 +373,7 @@ static void index_remove(kvio_kvcache_t *cache, uint32_t block)
     block_record_t *record = &cache->blocks[block];
     if (record->watch == cache->watch_stamp)
         cache->watch_broken = true;
-    table_remove(cache->buckets, cache->overflow, cache->bucket_mask, record);
+    table_remove(cache->overflow, cache->valid, cache->bucket_mask, record);
     record->hashed = 0;
     cache->index_version++;
 }
@@ -413,8 +416,8 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     size_t records_bytes = (n * sizeof(block_record_t) + 63) / 64 * 64;
     size_t ring_bytes = ring * sizeof(uint32_t);
     unsigned char *tables = aligned_alloc(64, records_bytes + ring_bytes);
-    /* Zeroed (empty entries, no overflow), the buckets on cache lines. */
-    cache->index_memory = calloc(1, buckets * sizeof(index_bucket_t) + buckets + 63);
+    /* Zeroed (no valid entries, no overflow), the buckets on cache lines. */
+    cache->index_memory = calloc(1, buckets * sizeof(index_bucket_t) + 2 * buckets + 63);
     cache->block_epoch = calloc(n, sizeof(uint64_t));
     if (tables == NULL || cache->index_memory == NULL || cache->block_epoch == NULL) {
         free(tables);
@@ -422,6 +425,7 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     }
     cache->buckets = (index_bucket_t *)(((uintptr_t)cache->index_memory + 63) & ~(uintptr_t)63);
     cache->overflow = (uint8_t *)(cache->buckets + buckets);
+    cache->valid = cache->overflow + buckets;
     cache->blocks = (block_record_t *)tables;
     cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
     memset(cache->blocks, 0, n * sizeof(block_record_t));
@@ -611,10 +615,9 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
 
 /* lru: takes the count blocks at the queue's head into blocks_p, as count
  * calls of take_free_block would. Before each it starts loading the record
- * of the block PREFETCH_AHEAD entries on, and the index bucket of the one
- * half as far (its record arrived meanwhile), which evicting them will
- * touch. Entries past the tail are stale ids or tombstones: only a hint,
- * checked for range. */
+ * of the block PREFETCH_AHEAD entries on, all that evicting it touches
+ * besides the valid bits. Entries past the tail are stale ids or
+ * tombstones: only a hint, checked for range. */
 static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t count)
 {
     free_ring_t *ring = &cache->free_queue;
@@ -622,8 +625,8 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     const uint64_t ring_mask = ring->mask;
     block_record_t *blocks = cache->blocks;
     const uint32_t num_blocks = cache->num_blocks;
-    index_bucket_t *buckets = cache->buckets;
     uint8_t *overflow = cache->overflow;
+    uint8_t *valid = cache->valid;
     const size_t bucket_mask = cache->bucket_mask;
     const uint8_t watch_stamp = cache->watch_stamp;
     bool watch_broken = false;
@@ -632,9 +635,6 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         uint32_t far = entries[(head + PREFETCH_AHEAD) & ring_mask];
         if (far < num_blocks)
             __builtin_prefetch(&blocks[far]);
-        uint32_t near = entries[(head + PREFETCH_AHEAD / 2) & ring_mask];
-        if (near < num_blocks && blocks[near].hashed)
-            __builtin_prefetch(&buckets[blocks[near].entry / BUCKET_ENTRIES]);
         uint32_t block;
         while ((block = entries[head & ring_mask]) == TOMBSTONE)
             head++;
@@ -642,7 +642,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         block_record_t *record = &blocks[block];
         record->position = NO_POSITION;
         if (record->hashed) {
-            table_remove(buckets, overflow, bucket_mask, record);
+            table_remove(overflow, valid, bucket_mask, record);
             record->hashed = 0;
             watch_broken |= record->watch == watch_stamp;
             evictions++;
@@ -667,13 +667,14 @@ static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_ha
     block_record_t *blocks = cache->blocks;
     index_bucket_t *buckets = cache->buckets;
     uint8_t *overflow = cache->overflow;
+    uint8_t *valid = cache->valid;
     const size_t bucket_mask = cache->bucket_mask;
     for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++)
         __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i])]);
     for (size_t i = first; i < end; i++) {
         if (i + PREFETCH_AHEAD < end)
             __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i + PREFETCH_AHEAD])]);
-        table_insert(buckets, overflow, bucket_mask, ids[i], hashes[i], &blocks[ids[i]]);
+        table_insert(buckets, overflow, valid, bucket_mask, ids[i], hashes[i], &blocks[ids[i]]);
         record_hashed(&blocks[ids[i]], hashes[i]);
     }
     for (size_t i = first; cache->epochs_used && i < end; i++)
