@@ -109,6 +109,8 @@ typedef struct engine_req {
     size_t hashes_given;        /* hashes handed to the pool so far */
     kvio_engine_hash_source_t source; /* fill set: hashes not yet filled (kv NULL) */
     kvio_kvreq_t *kv;
+    uint32_t held_blocks;       /* blocks the pool holds for kv (what kvio_kvreq_blocks says) */
+    uint32_t unappended;        /* decode tokens kv has not been told of yet (kv_sync) */
     uint32_t target_output;     /* min(output, max_tokens) */
     uint32_t computed;          /* tokens whose KV exists */
     uint32_t scheduled;         /* tokens scheduled this iteration */
@@ -414,6 +416,27 @@ static size_t num_blocks_of(const kvio_kvreq_t *kv)
     return count;
 }
 
+/* Tells the pool of the decode tokens generated since it last heard of the
+ * request: a decode step that fills no block only counts its token here
+ * (kvio_engine_complete), so that the pool's side of a running request is
+ * touched once per block, not once per token. Called before anything that
+ * reads or changes the pool's view of the request. */
+static void kv_sync(engine_req_t *req)
+{
+    if (req->unappended == 0)
+        return;
+    /* Tokens alone: cannot fail. */
+    kvio_kvreq_append_hashes(req->kv, req->unappended, NULL, 0);
+    req->unappended = 0;
+}
+
+/* The request's blocks were freed (or never taken). */
+static void kv_freed(kvio_kvcache_t *cache, engine_req_t *req)
+{
+    kvio_kvcache_free(cache, req->kv);
+    req->held_blocks = 0;
+}
+
 /* ---------- lifetime ---------- */
 
 kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine_t **engine_p,
@@ -607,6 +630,8 @@ static kvio_status_t retag(kvio_engine_t *engine, engine_req_t *req, uint64_t ve
      * them anew (it keeps a lookup of the old ones otherwise). */
     if (req->kv == NULL || engine->update_cache != KVIO_UPDATE_CACHE_VERSION)
         return KVIO_OK;
+    kv_sync(req);
+    req->held_blocks = 0; /* the reset frees them */
     return kvio_kvreq_reset_borrowed(req->kv, req->hashes, req->hashes_given,
                                      kvio_kvreq_num_tokens(req->kv));
 }
@@ -651,6 +676,8 @@ static kvio_status_t req_set_hashes(kvio_engine_t *engine, engine_req_t *req,
     salt_hashes(engine, req, req->spec.tag);
     /* The pool reads the request's own array (kept until the pool's view of
      * it is reset or destroyed), so the hashes are copied once, not twice. */
+    req->held_blocks = 0;
+    req->unappended = 0;
     status = req->kv != NULL
                  ? kvio_kvreq_reset_borrowed(req->kv, req->hashes, req->hashes_given,
                                              req->spec.prompt_tokens)
@@ -819,7 +846,8 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         victim->lost_tokens = victim->computed;
         victim->computed = 0;
     }
-    kvio_kvcache_free(engine->cache, victim->kv);
+    kv_sync(victim);
+    kv_freed(engine->cache, victim);
     victim->preemptions++;
     if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_PROJECTS) {
         /* The projection that admitted this batch assumed predicted outputs:
@@ -886,7 +914,7 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
          * nothing to do (compared without a division: this runs for every
          * running request at every step). */
         uint32_t covered = req->computed + new_tokens;
-        uint32_t held = (uint32_t)num_blocks_of(req->kv) * engine->block_size;
+        uint32_t held = req->held_blocks * engine->block_size;
         if (covered < held && req->computed + engine->block_size > held) {
             kvio_status_t status = scratch_push(engine, req, new_tokens);
             if (status != KVIO_OK)
@@ -895,13 +923,16 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
             index++;
             continue;
         }
+        kv_sync(req);
         for (;;) {
-            size_t had_blocks =
-                kvio_block_store_has_bytes(engine->store) ? num_blocks_of(req->kv) : 0;
+            size_t had_blocks = req->held_blocks;
             kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv,
                                                          req->computed + new_tokens, NULL);
             if (status == KVIO_OK) {
-                own_blocks(engine, req->kv, had_blocks, req->spec.id);
+                req->held_blocks = (uint32_t)num_blocks_of(req->kv);
+                own_blocks(engine, req->kv,
+                           kvio_block_store_has_bytes(engine->store) ? had_blocks : 0,
+                           req->spec.id);
                 break;
             }
             if (status != KVIO_ERR_NO_SPACE)
@@ -1000,6 +1031,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             break;
         if (status != KVIO_OK)
             return status;
+        req->held_blocks = (uint32_t)num_blocks_of(req->kv);
         if (tier_blocks > 0) {
             /* Load the lower tiers' blocks into the new pool blocks; the time
              * counts in this iteration, so in the request's TTFT. */
@@ -1264,7 +1296,8 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
         req->computed = 0;
         req->scheduled = 0;
         req->state = REQ_WAITING;
-        kvio_kvcache_free(engine->cache, req->kv);
+        kv_sync(req);
+        kv_freed(engine->cache, req);
         kvio_status_t status = retag(engine, req, version); /* recomputed on the new weights */
         if (status == KVIO_OK)
             status = list_push_front(&engine->waiting, req);
@@ -1337,7 +1370,7 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
                     break;
                 }
             }
-            kvio_kvcache_free(engine->cache, req->kv);
+            kv_freed(engine->cache, req);
             engine->scratch[i] = NULL;
             req_recycle(engine, req);
             continue;
@@ -1349,9 +1382,17 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
         if (req->hashes_given < req->spec.num_hashes &&
             tokens >= (uint64_t)(req->hashes_given + 1) * engine->block_size)
             new_hashes = hashes_due(req, tokens, engine->block_size) - req->hashes_given;
-        if (kvio_kvreq_append_hashes(req->kv, 1, req->hashes + req->hashes_given, new_hashes) ==
-            KVIO_OK)
+        if (new_hashes == 0) {
+            req->unappended++; /* told with the next block's hash, or by kv_sync */
+            continue;
+        }
+        if (kvio_kvreq_append_hashes(req->kv, req->unappended + 1,
+                                     req->hashes + req->hashes_given, new_hashes) == KVIO_OK) {
             req->hashes_given += new_hashes;
+            req->unappended = 0;
+        } else {
+            req->unappended++;
+        }
     }
     engine->num_scratch = 0;
 }
