@@ -92,10 +92,38 @@ kvio_hash_t kvio_hash_tokens(const kvio_hash_t *parent, const uint32_t *tokens,
     return from_xxh(XXH3_128bits_digest(&state));
 }
 
+/* XXH3-128 (default secret, seed 0) of an input of 17 to 32 bytes, as
+ * XXH3_128bits computes it (XXH3_len_17to128_128b: one XXH128_mix32B of
+ * bytes 0-15 and the last 16), from the input's little-endian words at
+ * offsets 0, 8, length - 16 and length - 8, formed in registers: through a
+ * byte buffer, reads that straddle two stores wait for them. test_stream
+ * checks it against XXH3_128bits. */
+static kvio_hash_t short_input_hash(uint64_t length, uint64_t word0, uint64_t word8,
+                                    uint64_t last16, uint64_t last8)
+{
+    const uint8_t *secret = XXH3_kSecret;
+    uint64_t low = length * XXH_PRIME64_1, high = 0;
+    low += XXH3_mul128_fold64(word0 ^ XXH_readLE64(secret), word8 ^ XXH_readLE64(secret + 8));
+    low ^= last16 + last8;
+    high += XXH3_mul128_fold64(last16 ^ XXH_readLE64(secret + 16),
+                               last8 ^ XXH_readLE64(secret + 24));
+    high ^= word0 + word8;
+    uint64_t out_low = low + high;
+    uint64_t out_high = low * XXH_PRIME64_1 + high * XXH_PRIME64_4 + length * XXH_PRIME64_2;
+    return (kvio_hash_t){.low = XXH3_avalanche(out_low), .high = 0 - XXH3_avalanche(out_high)};
+}
+
 kvio_hash_t kvio_hash_runs(const kvio_hash_t *parent, const kvio_hash_run_t *runs,
                            size_t num_runs)
 {
     uint8_t small[16 + 16 * 8];
+    if (num_runs == 1) {
+        /* Most blocks lie inside one content: 32 bytes, hashed in registers. */
+        uint64_t word0 = parent != NULL ? __builtin_bswap64(parent->high) : 0;
+        uint64_t word8 = parent != NULL ? __builtin_bswap64(parent->low) : 0;
+        return short_input_hash(32, word0, word8, runs[0].content_id,
+                                runs[0].offset | (uint64_t)runs[0].length << 32);
+    }
     if (num_runs <= 8) {
         put_parent(small, parent);
         for (size_t i = 0; i < num_runs; i++) {
@@ -126,28 +154,6 @@ kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash
     return hash;
 }
 
-/* XXH3-128 (default secret, seed 0) of the 28 bytes of a trace block's
- * hash input, as XXH3_128bits computes it for 17 to 32 bytes
- * (XXH3_len_17to128_128b: one XXH128_mix32B of bytes 0-15 and 12-27),
- * from the input's little-endian words at offsets 0, 8, 12 and 20, formed
- * in registers: through a byte buffer the reads at 12 and 20 would straddle
- * two stores and wait for them. test_stream checks it against
- * XXH3_128bits. */
-static kvio_hash_t trace_input_hash(uint64_t word0, uint64_t word8, uint64_t word12,
-                                    uint64_t word20)
-{
-    const uint8_t *secret = XXH3_kSecret;
-    uint64_t low = 28 * XXH_PRIME64_1, high = 0;
-    low += XXH3_mul128_fold64(word0 ^ XXH_readLE64(secret), word8 ^ XXH_readLE64(secret + 8));
-    low ^= word12 + word20;
-    high += XXH3_mul128_fold64(word12 ^ XXH_readLE64(secret + 16),
-                               word20 ^ XXH_readLE64(secret + 24));
-    high ^= word0 + word8;
-    uint64_t out_low = low + high;
-    uint64_t out_high = low * XXH_PRIME64_1 + high * XXH_PRIME64_4 + 28 * XXH_PRIME64_2;
-    return (kvio_hash_t){.low = XXH3_avalanche(out_low), .high = 0 - XXH3_avalanche(out_high)};
-}
-
 void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
                            uint32_t first_index, size_t count, kvio_hash_t *hashes_p)
 {
@@ -159,7 +165,7 @@ void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
         uint64_t word8 = __builtin_bswap64(previous.low);
         uint64_t word12 = (word8 >> 32) | (trace_hash_id << 32);
         uint64_t word20 = (trace_hash_id >> 32) | ((uint64_t)(first_index + (uint32_t)i) << 32);
-        previous = trace_input_hash(word0, word8, word12, word20);
+        previous = short_input_hash(28, word0, word8, word12, word20);
         hashes_p[i] = previous;
     }
 }

@@ -491,6 +491,36 @@ Test(stream, trace_block_hashes_match_xxh3_over_the_documented_layout, .timeout 
     }
 }
 
+/* A block inside one content (one run) is hashed from words in registers:
+ * the same value as XXH3-128 over its 32 bytes (parent, content id,
+ * offset, length), for parents and fields of every size. */
+Test(stream, one_run_block_hashes_are_xxh3_of_their_bytes)
+{
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    for (int round = 0; round < 2000; round++) {
+        uint64_t values[5];
+        for (int v = 0; v < 5; v++) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            values[v] = state >> (round % 64);
+        }
+        kvio_hash_t parent = {.low = values[0], .high = values[1]};
+        kvio_hash_run_t run = {.content_id = values[2], .offset = (uint32_t)values[3],
+                               .length = (uint32_t)values[4]};
+        uint8_t bytes[32] = {0};
+        if (round % 2)
+            kvio_hash_to_bytes(parent, bytes);
+        put_u64(bytes + 16, run.content_id);
+        put_u32(bytes + 24, run.offset);
+        put_u32(bytes + 28, run.length);
+        XXH128_hash_t reference = XXH3_128bits(bytes, sizeof(bytes));
+        kvio_hash_t hash = kvio_hash_runs(round % 2 ? &parent : NULL, &run, 1);
+        cr_assert(hash.low == reference.low64 && hash.high == reference.high64, "round %d",
+                  round);
+    }
+}
+
 /* The whole stream exported in kvio format, as a malloc'd string. */
 /* #21: vLLM's cache_salt. The salt is the first block's parent, so equal
  * prompts with different salts share no block, equal salts share all, and
