@@ -444,6 +444,15 @@ Test(stream, block_hashes_match_xxhsum_over_the_documented_layout, .timeout = 20
     cr_assert_eq(kvio_request_block_hashes(&request, 0, 0, 1, NULL, hashes), KVIO_ERR_INVALID);
 }
 
+/* Marsaglia's xorshift64: test values of every magnitude. */
+static uint64_t xorshift(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
 Test(stream, trace_block_hashes_match_xxh3_over_the_documented_layout, .timeout = 20)
 {
     /* parent's canonical bytes, u64 trace hash id, u32 index in the trace
@@ -460,12 +469,8 @@ Test(stream, trace_block_hashes_match_xxh3_over_the_documented_layout, .timeout 
     uint64_t state = 0x9e3779b97f4a7c15ull;
     for (int round = 0; round < 2000; round++) {
         uint64_t values[4];
-        for (int v = 0; v < 4; v++) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            values[v] = state >> (round % 64); /* small and large values */
-        }
+        for (int v = 0; v < 4; v++)
+            values[v] = xorshift(&state) >> (round % 64); /* small and large values */
         kvio_hash_t parent = {.low = values[0], .high = values[1]};
         uint32_t first = (uint32_t)(values[3] >> 32);
         kvio_hash_t chain[3];
@@ -499,12 +504,8 @@ Test(stream, one_run_block_hashes_are_xxh3_of_their_bytes)
     uint64_t state = 0x2545f4914f6cdd1dull;
     for (int round = 0; round < 2000; round++) {
         uint64_t values[5];
-        for (int v = 0; v < 5; v++) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            values[v] = state >> (round % 64);
-        }
+        for (int v = 0; v < 5; v++)
+            values[v] = xorshift(&state) >> (round % 64);
         kvio_hash_t parent = {.low = values[0], .high = values[1]};
         kvio_hash_run_t run = {.content_id = values[2], .offset = (uint32_t)values[3],
                                .length = (uint32_t)values[4]};
