@@ -166,6 +166,7 @@ struct kvio_engine {
     size_t num_scratch, scratch_capacity;
     kvio_engine_scheduled_t *scheduled;
     uint64_t admit_counter;
+    uint64_t running_blocks;    /* Σ held_blocks over the running requests */
     kvio_engine_iteration_t current;
     kvio_engine_metrics_t metrics;
     kvio_block_store_t *store;  /* the blocks' bytes, swap space and tiers */
@@ -430,11 +431,19 @@ static void kv_sync(engine_req_t *req)
     req->unappended = 0;
 }
 
-/* The request's blocks were freed (or never taken). */
-static void kv_freed(kvio_kvcache_t *cache, engine_req_t *req)
+/* The pool now holds count blocks for req (kept in the running total). */
+static void set_held(kvio_engine_t *engine, engine_req_t *req, uint32_t count)
 {
-    kvio_kvcache_free(cache, req->kv);
-    req->held_blocks = 0;
+    if (req->state == REQ_RUNNING)
+        engine->running_blocks = engine->running_blocks - req->held_blocks + count;
+    req->held_blocks = count;
+}
+
+/* The request's blocks were freed (or never taken). */
+static void kv_freed(kvio_engine_t *engine, engine_req_t *req)
+{
+    kvio_kvcache_free(engine->cache, req->kv);
+    set_held(engine, req, 0);
 }
 
 /* ---------- lifetime ---------- */
@@ -631,7 +640,7 @@ static kvio_status_t retag(kvio_engine_t *engine, engine_req_t *req, uint64_t ve
     if (req->kv == NULL || engine->update_cache != KVIO_UPDATE_CACHE_VERSION)
         return KVIO_OK;
     kv_sync(req);
-    req->held_blocks = 0; /* the reset frees them */
+    set_held(engine, req, 0); /* the reset frees them */
     return kvio_kvreq_reset_borrowed(req->kv, req->hashes, req->hashes_given,
                                      kvio_kvreq_num_tokens(req->kv));
 }
@@ -676,7 +685,7 @@ static kvio_status_t req_set_hashes(kvio_engine_t *engine, engine_req_t *req,
     salt_hashes(engine, req, req->spec.tag);
     /* The pool reads the request's own array (kept until the pool's view of
      * it is reset or destroyed), so the hashes are copied once, not twice. */
-    req->held_blocks = 0;
+    set_held(engine, req, 0);
     req->unappended = 0;
     status = req->kv != NULL
                  ? kvio_kvreq_reset_borrowed(req->kv, req->hashes, req->hashes_given,
@@ -847,7 +856,7 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         victim->computed = 0;
     }
     kv_sync(victim);
-    kv_freed(engine->cache, victim);
+    kv_freed(engine, victim);
     victim->preemptions++;
     if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_PROJECTS) {
         /* The projection that admitted this batch assumed predicted outputs:
@@ -929,7 +938,7 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
             kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv,
                                                          req->computed + new_tokens, NULL);
             if (status == KVIO_OK) {
-                req->held_blocks = (uint32_t)num_blocks_of(req->kv);
+                set_held(engine, req, (uint32_t)num_blocks_of(req->kv));
                 own_blocks(engine, req->kv,
                            kvio_block_store_has_bytes(engine->store) ? had_blocks : 0,
                            req->spec.id);
@@ -1092,6 +1101,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         req->swapped = false;
         req->computed = computed;
         req->state = REQ_RUNNING;
+        engine->running_blocks += req->held_blocks;
         req->sched.admit_seq = ++engine->admit_counter;
         status = scratch_push(engine, req, new_tokens);
         if (status != KVIO_OK)
@@ -1295,9 +1305,9 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
         req->lost_tokens = 0; /* counted here, not again as a preemption's */
         req->computed = 0;
         req->scheduled = 0;
-        req->state = REQ_WAITING;
         kv_sync(req);
-        kv_freed(engine->cache, req);
+        kv_freed(engine, req); /* while running: out of the running total */
+        req->state = REQ_WAITING;
         kvio_status_t status = retag(engine, req, version); /* recomputed on the new weights */
         if (status == KVIO_OK)
             status = list_push_front(&engine->waiting, req);
@@ -1370,7 +1380,7 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
                     break;
                 }
             }
-            kv_freed(engine->cache, req);
+            kv_freed(engine, req);
             engine->scratch[i] = NULL;
             req_recycle(engine, req);
             continue;
@@ -1466,14 +1476,7 @@ uint32_t kvio_engine_block_size(const kvio_engine_t *engine)
 
 uint64_t kvio_engine_active_decode_blocks(const kvio_engine_t *engine)
 {
-    uint64_t blocks = 0;
-    for (size_t i = 0; i < engine->running.count; i++) {
-        const uint32_t *ids;
-        size_t num_ids;
-        kvio_kvreq_blocks(engine->running.items[i]->kv, &ids, &num_ids);
-        blocks += num_ids;
-    }
-    return blocks;
+    return engine->running_blocks; /* kept by set_held: routers ask per request */
 }
 
 size_t kvio_engine_cached_prefix(const kvio_engine_t *engine, const kvio_hash_t *hashes,

@@ -398,7 +398,11 @@ Test(engine, running_requests_keep_their_kv_or_are_aborted_on_activation, .timeo
         for (int i = 0; i < 4; i++) /* the prefill (64 tokens, 1st output), 3 decodes */
             step(&f, out, 16);
         cr_assert_eq(kvio_engine_activate(f.engine, 1), KVIO_OK);
+        /* abort: the request waits again, holding nothing (keep: 5 blocks). */
+        cr_expect_eq(kvio_engine_active_decode_blocks(f.engine),
+                     in_flight == KVIO_IN_FLIGHT_KEEP ? 5 : 0);
         run_until_idle(&f);
+        cr_expect_eq(kvio_engine_active_decode_blocks(f.engine), 0);
         const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
         const kvio_engine_finished_t *finished = finished_id(&log, 0);
         cr_assert_eq(finished->output_tokens, 10);
@@ -677,4 +681,37 @@ Test(engine, hand_formatted_csv_rows_match_printf, .timeout = 30)
     kvio_results_destroy(results);
     test_rmtree(dir);
     free(dir);
+}
+
+/* The blocks held by running requests (what the kv_cost router adds per
+ * rank) are kept as requests are admitted, grow, are preempted and finish,
+ * not summed over the running list at each ask (#23): at every step they
+ * equal the sum over the running requests. */
+Test(engine, running_blocks_are_kept_through_admission_growth_preemption_and_finish,
+     .timeout = 20)
+{
+    fixture_t f;
+    setup(&f, 128, 16, true, 0, 40, true, KVIO_POLICY_FCFS);
+    for (uint64_t id = 0; id < 10; id++)
+        add(&f, id, 60 + 37 * (uint32_t)id, 40 + 23 * (uint32_t)(id % 4), 0, 0);
+    kvio_engine_scheduled_t out[16];
+    int steps = 0;
+    for (; steps < 5000 && kvio_engine_load(f.engine) > 0; steps++) {
+        step(&f, out, 16);
+        uint64_t running[16], sum = 0;
+        size_t count = kvio_engine_running_ids(f.engine, running, 16);
+        for (size_t i = 0; i < count; i++) {
+            uint32_t computed, blocks;
+            cr_assert_eq(kvio_engine_request_state(f.engine, running[i], &computed, &blocks),
+                         KVIO_OK);
+            sum += blocks;
+        }
+        cr_assert_eq(kvio_engine_active_decode_blocks(f.engine), sum, "step %d: %llu vs %llu",
+                     steps, (unsigned long long)kvio_engine_active_decode_blocks(f.engine),
+                     (unsigned long long)sum);
+    }
+    cr_assert_eq(kvio_engine_load(f.engine), 0, "all ten finish");
+    cr_assert_gt(kvio_engine_metrics(f.engine)->preemptions, 0, "the pool is short: preemptions");
+    cr_assert_eq(kvio_engine_active_decode_blocks(f.engine), 0);
+    teardown(&f);
 }
