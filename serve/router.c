@@ -71,12 +71,17 @@ static uint32_t choose_kv_cost(kvio_router_t *router, const kvio_router_view_t *
     (void)router;
     uint32_t best = 0;
     uint64_t best_cost = UINT64_MAX, block_size = view->block_size;
+    uint64_t prompt_blocks = (request->prompt_tokens + block_size - 1) / block_size;
     for (uint32_t rank = 0; rank < count; rank++) {
+        /* A rank whose running blocks alone reach the best cost cannot
+         * beat it: its prefix is not searched. */
+        uint64_t active = view->active_decode_blocks(view->context, rank);
+        if (active >= best_cost)
+            continue;
         size_t cached = view->cached_prefix(view->context, rank, request->hashes,
                                             request->num_hashes, request->prompt_tokens);
-        uint64_t prompt_blocks = (request->prompt_tokens + block_size - 1) / block_size;
         uint64_t uncached = prompt_blocks - cached / block_size;
-        uint64_t cost = uncached + view->active_decode_blocks(view->context, rank);
+        uint64_t cost = uncached + active;
         if (cost < best_cost) {
             best_cost = cost;
             best = rank;

@@ -715,3 +715,58 @@ Test(engine, running_blocks_are_kept_through_admission_growth_preemption_and_fin
     cr_assert_eq(kvio_engine_active_decode_blocks(f.engine), 0);
     teardown(&f);
 }
+
+/* kv_cost: cost = uncached prompt blocks + blocks held by running requests.
+ * A rank whose running blocks alone reach the best cost so far cannot win,
+ * so its prefix is not searched; the choice is the same. */
+typedef struct fake_ranks {
+    uint64_t active[4];
+    size_t cached_tokens[4];
+    int searched[4];
+} fake_ranks_t;
+
+static uint32_t fake_load(void *context, uint32_t rank)
+{
+    (void)context;
+    return rank;
+}
+
+static size_t fake_cached_prefix(void *context, uint32_t rank, const kvio_hash_t *hashes,
+                                 size_t num_hashes, uint32_t prompt_tokens)
+{
+    (void)hashes;
+    (void)num_hashes;
+    (void)prompt_tokens;
+    fake_ranks_t *ranks = context;
+    ranks->searched[rank]++;
+    return ranks->cached_tokens[rank];
+}
+
+static uint64_t fake_active(void *context, uint32_t rank)
+{
+    return ((fake_ranks_t *)context)->active[rank];
+}
+
+Test(engine, kv_cost_router_skips_ranks_that_cannot_win, .timeout = 10)
+{
+    kvio_router_config_t config = {.policy = KVIO_ROUTER_KV_COST};
+    kvio_router_t *router;
+    cr_assert_eq(kvio_router_create(&config, &router), KVIO_OK);
+    /* 128 prompt tokens: 8 blocks. Costs 8 + 10 = 18; rank 1 holds 20
+     * (skipped); 8 - 4 + 5 = 9; rank 3 holds 9, equal to the best (skipped:
+     * a tie keeps the earlier rank). */
+    fake_ranks_t ranks = {.active = {10, 20, 5, 9}, .cached_tokens = {0, 128, 64, 128}};
+    kvio_router_view_t view = {.context = &ranks, .block_size = 16, .load = fake_load,
+                               .cached_prefix = fake_cached_prefix,
+                               .active_decode_blocks = fake_active};
+    kvio_engine_request_t request = {.prompt_tokens = 128};
+    cr_assert_eq(kvio_router_choose_view(router, &view, 4, &request), 2);
+    cr_assert_eq(ranks.searched[0], 1);
+    cr_assert_eq(ranks.searched[1], 0, "20 running blocks cannot beat a cost of 18");
+    cr_assert_eq(ranks.searched[2], 1);
+    cr_assert_eq(ranks.searched[3], 0, "9 running blocks cannot beat a cost of 9");
+    /* A rank that can still win is searched and wins on its prefix. */
+    ranks = (fake_ranks_t){.active = {10, 3, 5, 9}, .cached_tokens = {0, 112, 64, 128}};
+    cr_assert_eq(kvio_router_choose_view(router, &view, 4, &request), 1, "8 - 7 + 3 = 4");
+    kvio_router_destroy(router);
+}
