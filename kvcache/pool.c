@@ -75,7 +75,6 @@ typedef struct block_record {
     uint32_t position;       /* its entry in the free ring, NO_POSITION when not free */
     uint32_t entry;          /* while hashed, its index entry: bucket * BUCKET_ENTRIES + index */
     uint8_t hashed;          /* its hash is in the index */
-    uint8_t away;            /* its index entry is past its hash's home bucket */
     uint8_t policy_known;    /* the policy has seen this block's content */
     uint8_t watch;           /* the watch stamp of the kept lookup that last hit it */
 } block_record_t;
@@ -334,7 +333,6 @@ static inline void table_insert(index_bucket_t *buckets, uint8_t *overflow, uint
             break;
         }
     }
-    record->away = bucket != home;
     if (bucket != home)
         count_passes(overflow, bucket_mask, home, bucket, +1);
 }
@@ -358,18 +356,17 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
 }
 
 /* Takes a hashed block's entry out, where its record says it is: no search,
- * nothing moves, and only its valid bit changes, not the bucket's line.
- * Only an entry stored past its home bucket reads the block's hash, to
- * uncount the buckets it passed. */
+ * nothing moves, and only its valid bit changes, not the bucket's line. An
+ * entry stored past its hash's home bucket uncounts the buckets it passed. */
 static inline void table_remove(uint8_t *overflow, uint8_t *valid, size_t bucket_mask,
                                 const block_record_t *record)
 {
     size_t bucket = record->entry / BUCKET_ENTRIES;
     unsigned entry = record->entry % BUCKET_ENTRIES;
     valid[bucket] = (uint8_t)(valid[bucket] & ~(1u << entry));
-    if (record->away)
-        count_passes(overflow, bucket_mask, bucket_of(bucket_mask, record->hash), bucket,
-                     -1);
+    size_t home = bucket_of(bucket_mask, record->hash);
+    if (home != bucket)
+        count_passes(overflow, bucket_mask, home, bucket, -1);
 }
 
 static void index_remove(kvio_kvcache_t *cache, uint32_t block)
@@ -663,8 +660,8 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
 }
 
 /* Hashes blocks [first, end) of a request into the index, as index_insert
- * on each would; the bucket of the hash PREFETCH_AHEAD on, and the line its
- * block's hash goes to, are loaded meanwhile. */
+ * on each would; the bucket of the hash PREFETCH_AHEAD on is loaded
+ * meanwhile. */
 static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_hash_t *hashes,
                        size_t first, size_t end)
 {
@@ -983,14 +980,6 @@ static size_t hit_limit(const kvio_kvcache_t *cache, size_t num_hashes, size_t n
     return max_blocks < num_hashes ? max_blocks : num_hashes;
 }
 
-/* The request's cached prefix in blocks (a search; the last token is never
- * covered). */
-static size_t find_hits(const kvio_kvcache_t *cache, const kvio_kvreq_t *req)
-{
-    return find_prefix(cache, req->hashes, hit_limit(cache, req->num_hashes, req->num_tokens),
-                       NULL);
-}
-
 void kvio_kvcache_set_epoch(kvio_kvcache_t *cache, uint64_t epoch)
 {
     cache->epoch = epoch;
@@ -1073,7 +1062,7 @@ size_t kvio_kvcache_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
     if (req->num_blocks > 0 ||
         grow((void **)&req->blocks, &req->blocks_capacity,
              hit_limit(cache, req->num_hashes, req->num_tokens), sizeof(uint32_t)) != KVIO_OK)
-        return find_hits(cache, req) * cache->block_size;
+        return kvio_kvcache_lookup_hashes(cache, req->hashes, req->num_hashes, req->num_tokens);
     return kept_lookup(cache, req) * cache->block_size;
 }
 

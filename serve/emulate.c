@@ -966,9 +966,9 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
         (*totals->served)[v] += value;
     }
     const char *rows = kvio_wire_take_blob(&in, &rows_size);
-    /* Rows arrive as text; strip the last newline (kvio_csv_row adds one). */
+    /* Rows arrive as text; strip the last newline (kvio_csv_line adds one). */
     if (status == KVIO_OK && rows != NULL && csv != NULL && rows_size > 0)
-        status = kvio_csv_row(csv, "%.*s", (int)rows_size - 1, rows);
+        status = kvio_csv_line(csv, rows, rows_size - 1);
     int64_t overhead = 0, planned = 0;
     kvio_wire_get_i64(&in, &overhead);
     kvio_wire_get_i64(&in, &planned);

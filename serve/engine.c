@@ -118,9 +118,6 @@ typedef struct engine_req {
     uint32_t preemptions;
     uint32_t lost_tokens;       /* computed tokens dropped at the last preemption */
     bool admitted_once;
-    bool lookup_valid;          /* lookup_hits holds for index version lookup_version */
-    uint32_t lookup_hits;
-    uint64_t lookup_version;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
     kvio_swapped_t swap;        /* emulate: where the swapped blocks sit */
     int64_t first_token_ns, last_token_ns;
@@ -439,9 +436,11 @@ static void set_held(kvio_engine_t *engine, engine_req_t *req, uint32_t count)
     req->held_blocks = count;
 }
 
-/* The request's blocks were freed (or never taken). */
+/* Frees the request's blocks; the pool's view keeps its tokens (a
+ * preempted or aborted request is looked up again with them). */
 static void kv_freed(kvio_engine_t *engine, engine_req_t *req)
 {
+    kv_sync(req);
     kvio_kvcache_free(engine->cache, req->kv);
     set_held(engine, req, 0);
 }
@@ -634,7 +633,6 @@ static kvio_status_t retag(kvio_engine_t *engine, engine_req_t *req, uint64_t ve
     salt_hashes(engine, req, req->spec.tag); /* undoes the old salt */
     salt_hashes(engine, req, version);
     req->spec.tag = version;
-    req->lookup_valid = false;
     /* The pool borrows the hashes, which the salt changed in place: it gets
      * them anew (it keeps a lookup of the old ones otherwise). */
     if (req->kv == NULL || engine->update_cache != KVIO_UPDATE_CACHE_VERSION)
@@ -772,13 +770,8 @@ static kvio_status_t lookup_hits(kvio_engine_t *engine, engine_req_t *req, uint3
         if (status != KVIO_OK)
             return status;
     }
-    uint64_t version = kvio_kvcache_index_version(engine->cache);
-    if (!req->lookup_valid || req->lookup_version != version) {
-        req->lookup_hits = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
-        req->lookup_version = version;
-        req->lookup_valid = true;
-    }
-    *hits_p = req->lookup_hits;
+    /* The pool keeps the lookup while its index is unchanged. */
+    *hits_p = (uint32_t)kvio_kvcache_lookup(engine->cache, req->kv);
     return KVIO_OK;
 }
 
@@ -855,7 +848,6 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         victim->lost_tokens = victim->computed;
         victim->computed = 0;
     }
-    kv_sync(victim);
     kv_freed(engine, victim);
     victim->preemptions++;
     if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_PROJECTS) {
@@ -869,7 +861,6 @@ static kvio_status_t preempt(kvio_engine_t *engine, size_t index, uint32_t *refu
         engine->metrics.mispredict_preemptions += outlived && victim->spec.measured;
     }
     victim->scheduled = 0;
-    victim->lookup_valid = false;
     victim->state = REQ_WAITING;
     engine->metrics.preemptions += victim->spec.measured; /* warmup's are not counted */
     engine->current.num_preempted++;
@@ -1040,7 +1031,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             break;
         if (status != KVIO_OK)
             return status;
-        req->held_blocks = (uint32_t)num_blocks_of(req->kv);
+        set_held(engine, req, (uint32_t)num_blocks_of(req->kv)); /* counted when it runs */
         if (tier_blocks > 0) {
             /* Load the lower tiers' blocks into the new pool blocks; the time
              * counts in this iteration, so in the request's TTFT. */
@@ -1305,7 +1296,6 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
         req->lost_tokens = 0; /* counted here, not again as a preemption's */
         req->computed = 0;
         req->scheduled = 0;
-        kv_sync(req);
         kv_freed(engine, req); /* while running: out of the running total */
         req->state = REQ_WAITING;
         kvio_status_t status = retag(engine, req, version); /* recomputed on the new weights */

@@ -397,8 +397,7 @@ Test(kvcache, hash_requests_share_prefixes_like_token_requests, .timeout = 10)
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
     kvio_hash_t hashes[3];
-    for (uint32_t i = 0; i < 3; i++)
-        hashes[i] = kvio_hash_trace_block(i ? &hashes[i - 1] : NULL, 77, i);
+    kvio_hash_trace_chain(NULL, 77, 0, 3, hashes);
     kvio_kvreq_t *first = NULL, *second = NULL;
     cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 3, 50, &first), KVIO_OK);
     cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, 2, 40, &second), KVIO_OK);
@@ -421,8 +420,7 @@ Test(kvcache, borrowed_hashes_act_like_copied_ones_and_copy_on_a_foreign_append,
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
     kvio_hash_t hashes[4], other = kvio_hash_trace_block(NULL, 99, 0);
-    for (uint32_t i = 0; i < 4; i++)
-        hashes[i] = kvio_hash_trace_block(i ? &hashes[i - 1] : NULL, 77, i);
+    kvio_hash_trace_chain(NULL, 77, 0, 4, hashes);
     kvio_kvreq_t *first = NULL, *second = NULL;
     cr_assert_eq(kvio_kvreq_create_borrowed(cache, hashes, 2, 40, &first), KVIO_OK);
     cr_assert_eq(kvio_kvcache_allocate(cache, first, 40, NULL), KVIO_OK);
@@ -454,10 +452,8 @@ Test(kvcache, a_reset_request_acts_like_a_new_one_and_lookups_need_no_request, .
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
     kvio_hash_t hashes[4], others[4];
-    for (uint32_t i = 0; i < 4; i++) {
-        hashes[i] = kvio_hash_trace_block(i ? &hashes[i - 1] : NULL, 77, i);
-        others[i] = kvio_hash_trace_block(i ? &others[i - 1] : NULL, 88, i);
-    }
+    kvio_hash_trace_chain(NULL, 77, 0, 4, hashes);
+    kvio_hash_trace_chain(NULL, 88, 0, 4, others);
     kvio_kvreq_t *first = NULL;
     cr_assert_eq(kvio_kvreq_create_borrowed(cache, hashes, 3, 50, &first), KVIO_OK);
     cr_assert_eq(kvio_kvcache_allocate(cache, first, 50, NULL), KVIO_OK);
@@ -665,8 +661,7 @@ Test(kvcache, a_kept_lookup_serves_the_allocation_only_while_the_index_is_unchan
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
     kvio_hash_t chain[3], other;
-    for (uint32_t i = 0; i < 3; i++)
-        chain[i] = kvio_hash_trace_block(i ? &chain[i - 1] : NULL, 41, i);
+    kvio_hash_trace_chain(NULL, 41, 0, 3, chain);
     other = kvio_hash_trace_block(&chain[1], 42, 2);
     kvio_kvreq_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
     cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 2, 40, &a), KVIO_OK);
@@ -715,8 +710,7 @@ Test(kvcache, a_watched_lookup_extends_and_an_eviction_of_its_blocks_ends_it, .t
 {
     kvio_kvcache_t *cache = make_pool(11, KVIO_FREE_ORDER_APPEND, true);
     kvio_hash_t chain[3];
-    for (uint32_t i = 0; i < 3; i++)
-        chain[i] = kvio_hash_trace_block(i ? &chain[i - 1] : NULL, 43, i);
+    kvio_hash_trace_chain(NULL, 43, 0, 3, chain);
     kvio_kvreq_t *a = NULL, *waiting = NULL, *extender = NULL;
     cr_assert_eq(kvio_kvreq_create_hashes(cache, chain, 2, 40, &a), KVIO_OK);
     cr_assert_eq(kvio_kvcache_allocate(cache, a, 40, NULL), KVIO_OK); /* 1, 2 hashed; 3 */
