@@ -97,9 +97,10 @@ kvio_hash_t kvio_hash_tokens(const kvio_hash_t *parent, const uint32_t *tokens,
  * bytes 0-15 and the last 16), from the input's little-endian words at
  * offsets 0, 8, length - 16 and length - 8, formed in registers: through a
  * byte buffer, reads that straddle two stores wait for them. test_stream
- * checks it against XXH3_128bits. */
-static kvio_hash_t short_input_hash(uint64_t length, uint64_t word0, uint64_t word8,
-                                    uint64_t last16, uint64_t last8)
+ * checks it against XXH3_128bits. Always inlined: at -O2 GCC calls it,
+ * with the length no longer a constant, and a chain ran at half speed. */
+static inline __attribute__((always_inline)) kvio_hash_t
+short_input_hash(uint64_t length, uint64_t word0, uint64_t word8, uint64_t last16, uint64_t last8)
 {
     const uint8_t *secret = XXH3_kSecret;
     uint64_t low = length * XXH_PRIME64_1, high = 0;
@@ -146,6 +147,19 @@ kvio_hash_t kvio_hash_runs(const kvio_hash_t *parent, const kvio_hash_run_t *run
     return from_xxh(XXH3_128bits_digest(&state));
 }
 
+/* One block of a trace chain. The input: the parent's canonical bytes (each
+ * half big-endian, high first), the id (u64) and the index (u32),
+ * little-endian. */
+static inline __attribute__((always_inline)) kvio_hash_t
+trace_step(kvio_hash_t parent, uint64_t trace_hash_id, uint32_t index)
+{
+    uint64_t word0 = __builtin_bswap64(parent.high);
+    uint64_t word8 = __builtin_bswap64(parent.low);
+    uint64_t word12 = (word8 >> 32) | (trace_hash_id << 32);
+    uint64_t word20 = (trace_hash_id >> 32) | ((uint64_t)index << 32);
+    return short_input_hash(28, word0, word8, word12, word20);
+}
+
 kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash_id,
                                   uint32_t index_in_trace_block)
 {
@@ -157,15 +171,100 @@ kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash
 void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
                            uint32_t first_index, size_t count, kvio_hash_t *hashes_p)
 {
-    /* The input: the parent's canonical bytes (each half big-endian, high
-     * first), the id (u64) and the index (u32), little-endian. */
     kvio_hash_t previous = parent != NULL ? *parent : (kvio_hash_t){0, 0};
     for (size_t i = 0; i < count; i++) {
-        uint64_t word0 = __builtin_bswap64(previous.high);
-        uint64_t word8 = __builtin_bswap64(previous.low);
-        uint64_t word12 = (word8 >> 32) | (trace_hash_id << 32);
-        uint64_t word20 = (trace_hash_id >> 32) | ((uint64_t)(first_index + (uint32_t)i) << 32);
-        previous = short_input_hash(28, word0, word8, word12, word20);
+        previous = trace_step(previous, trace_hash_id, first_index + (uint32_t)i);
         hashes_p[i] = previous;
     }
+}
+
+/* Where one chain of kvio_hash_trace_chains stands. */
+typedef struct chain_lane {
+    kvio_hash_t previous;
+    const uint64_t *next_id;  /* the trace id of the block being hashed */
+    uint32_t index;           /* its index inside its trace block */
+    uint32_t per_trace_block;
+    kvio_hash_t *out;         /* where its hash goes */
+    size_t left;              /* blocks still to hash */
+} chain_lane_t;
+
+static chain_lane_t lane_start(const kvio_trace_chain_t *chain)
+{
+    return (chain_lane_t){
+        .previous = chain->parent, .next_id = chain->trace_hash_ids, .index = 0,
+        .per_trace_block = chain->blocks_per_trace_block, .out = chain->hashes_p,
+        .left = chain->num_blocks,
+    };
+}
+
+/* The lane moves on by one block. */
+static inline void lane_advance(const uint64_t **next_id, uint32_t *index, uint32_t per_trace_block)
+{
+    bool wraps = ++*index == per_trace_block;
+    *next_id += wraps;
+    *index = wraps ? 0 : *index;
+}
+
+/* steps blocks of each of two lanes (each has as many left), one of each
+ * per round: two hashes in flight keep the core about as busy as it gets
+ * (a third or fourth lane ran no faster). Written out with scalars, as
+ * GCC at -O2 keeps an array of lanes in memory. */
+static void run_two_lanes(chain_lane_t *first, chain_lane_t *second, size_t steps)
+{
+    kvio_hash_t previous_a = first->previous, previous_b = second->previous;
+    const uint64_t *id_a = first->next_id, *id_b = second->next_id;
+    uint32_t index_a = first->index, index_b = second->index;
+    kvio_hash_t *out_a = first->out, *out_b = second->out;
+    for (size_t step = 0; step < steps; step++) {
+        previous_a = trace_step(previous_a, *id_a, index_a);
+        previous_b = trace_step(previous_b, *id_b, index_b);
+        out_a[step] = previous_a;
+        out_b[step] = previous_b;
+        lane_advance(&id_a, &index_a, first->per_trace_block);
+        lane_advance(&id_b, &index_b, second->per_trace_block);
+    }
+    *first = (chain_lane_t){previous_a, id_a, index_a, first->per_trace_block, out_a + steps,
+                            first->left - steps};
+    *second = (chain_lane_t){previous_b, id_b, index_b, second->per_trace_block, out_b + steps,
+                             second->left - steps};
+}
+
+/* The rest of one lane, trace block by trace block. */
+static void run_lane(chain_lane_t *lane)
+{
+    while (lane->left > 0) {
+        size_t run = lane->per_trace_block - lane->index;
+        run = run < lane->left ? run : lane->left;
+        kvio_hash_trace_chain(&lane->previous, *lane->next_id, lane->index, run, lane->out);
+        lane->previous = lane->out[run - 1];
+        lane->out += run;
+        lane->left -= run;
+        lane->index += (uint32_t)run;
+        if (lane->index == lane->per_trace_block) {
+            lane->index = 0;
+            lane->next_id++;
+        }
+    }
+}
+
+void kvio_hash_trace_chains(const kvio_trace_chain_t *chains, size_t count)
+{
+    chain_lane_t lanes[2];
+    unsigned num_lanes = 0;
+    size_t next = 0;
+    for (;;) {
+        /* A lane that finished takes the next chain. */
+        for (; num_lanes < 2 && next < count; next++)
+            if (chains[next].num_blocks > 0)
+                lanes[num_lanes++] = lane_start(&chains[next]);
+        if (num_lanes < 2)
+            break;
+        size_t steps = lanes[0].left < lanes[1].left ? lanes[0].left : lanes[1].left;
+        run_two_lanes(&lanes[0], &lanes[1], steps);
+        if (lanes[0].left == 0)
+            lanes[0] = lanes[1];
+        num_lanes = lanes[0].left > 0 ? 1 : 0;
+    }
+    if (num_lanes == 1)
+        run_lane(&lanes[0]);
 }

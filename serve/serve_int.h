@@ -55,6 +55,22 @@ typedef struct kvio_hash_buffer {
 /* Makes room for count hashes (kept contents are not preserved). */
 kvio_status_t kvio_hash_buffer_reserve(kvio_hash_buffer_t *buffer, size_t count);
 
+/* Requests whose hashes are computed when the engine first asks
+ * (serve/deferred.c): the queue of those not hashed yet, in dispatch order,
+ * from which requests are hashed beside the one asked for. */
+typedef struct kvio_deferred_queue kvio_deferred_queue_t;
+
+kvio_status_t kvio_deferred_queue_create(uint32_t block_size, kvio_deferred_queue_t **queue_p);
+
+/* After every request made from the queue was released. */
+void kvio_deferred_queue_destroy(kvio_deferred_queue_t *queue);
+
+/* A copy of request, queued, as an engine hash source (the engine owns it
+ * once added, and releases it) and the number of hashes it gives: the full
+ * blocks of the prompt and output. */
+kvio_status_t kvio_deferred_request(kvio_deferred_queue_t *queue, const kvio_request_t *request,
+                                    kvio_engine_hash_source_t *source_p, size_t *num_hashes_p);
+
 /* Turns a stream request into an engine request: hashes of the full blocks
  * of its prompt and output go into buffer (the engine copies them). */
 kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t block_size,

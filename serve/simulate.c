@@ -233,6 +233,7 @@ typedef struct simulation {
     kvio_router_t *router;
     kvio_csv_t *requests_csv, *iterations_csv;
     kvio_hash_buffer_t hashes;
+    kvio_deferred_queue_t *deferred; /* requests hashed when first looked up */
     uint64_t in_flight;
     /* With model updates (run->updates): per rank the active version, the
      * next of run->updates to look at, and whether the running "iteration"
@@ -556,6 +557,7 @@ static void simulation_free(simulation_t *sim)
     kvio_router_destroy(sim->router);
     kvio_cost_destroy(sim->cost);
     free(sim->hashes.hashes);
+    kvio_deferred_queue_destroy(sim->deferred); /* the engines released its requests */
 }
 
 static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *run,
@@ -575,6 +577,8 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     if (status != KVIO_OK)
         return status;
     status = kvio_router_create(&run->serve->router, &sim->router);
+    if (status == KVIO_OK)
+        status = kvio_deferred_queue_create(sim->block_size, &sim->deferred);
     sim->engines = calloc(sim->num_ranks, sizeof(*sim->engines));
     sim->busy_until = malloc(sim->num_ranks * sizeof(int64_t));
     sim->woken = calloc(sim->num_ranks, sizeof(*sim->woken));
@@ -788,52 +792,6 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
     return KVIO_OK;
 }
 
-/* A request whose block hashes the engine computes when it first needs
- * them: a copy of the stream's request with its segments and trace ids, in
- * one allocation (a long waiting queue then holds 8 bytes per Mooncake
- * block of 512 tokens, not 16 bytes per KV block of 16). */
-typedef struct deferred_request {
-    kvio_request_t request;
-    uint32_t block_size;
-} deferred_request_t;
-
-static kvio_status_t deferred_fill(void *context, kvio_hash_t *hashes_p, size_t num_hashes)
-{
-    const deferred_request_t *deferred = context;
-    return kvio_request_block_hashes(&deferred->request, deferred->block_size, 0, num_hashes,
-                                     NULL, hashes_p);
-}
-
-static void deferred_release(void *context)
-{
-    free(context);
-}
-
-static deferred_request_t *deferred_create(const kvio_request_t *request, uint32_t block_size)
-{
-    size_t segment_bytes = request->segments != NULL
-                               ? request->num_segments * sizeof(kvio_segment_t)
-                               : 0;
-    size_t id_bytes = request->trace_hash_ids != NULL
-                          ? request->num_trace_hash_ids * sizeof(uint64_t)
-                          : 0;
-    deferred_request_t *deferred = malloc(sizeof(*deferred) + segment_bytes + id_bytes);
-    if (deferred == NULL)
-        return NULL;
-    deferred->request = *request;
-    deferred->block_size = block_size;
-    unsigned char *tail = (unsigned char *)(deferred + 1);
-    if (segment_bytes > 0) {
-        memcpy(tail, request->segments, segment_bytes);
-        deferred->request.segments = (const kvio_segment_t *)tail;
-    }
-    if (id_bytes > 0) {
-        memcpy(tail + segment_bytes, request->trace_hash_ids, id_bytes);
-        deferred->request.trace_hash_ids = (const uint64_t *)(tail + segment_bytes);
-    }
-    return deferred;
-}
-
 /* The router reads a request's hashes only to compare ranks' caches. */
 static bool router_reads_hashes(const simulation_t *sim)
 {
@@ -853,19 +811,15 @@ static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, 
         status = kvio_serve_engine_request(request, sim->block_size, now_ns, measured, 0,
                                            &sim->hashes, &engine_request);
     } else {
-        deferred_request_t *deferred = deferred_create(request, sim->block_size);
-        if (deferred == NULL)
-            status = KVIO_ERR_NOMEM;
-        else
+        kvio_engine_hash_source_t source;
+        size_t num_hashes;
+        status = kvio_deferred_request(sim->deferred, request, &source, &num_hashes);
+        if (status == KVIO_OK)
             engine_request = (kvio_engine_request_t){
                 .id = request->id, .arrival_ns = now_ns, .prompt_tokens = request->input_tokens,
                 .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
-                .priority = request->priority,
-                .num_hashes = ((size_t)request->input_tokens + request->output_tokens) /
-                              sim->block_size,
-                .measured = measured,
-                .hash_source = {.fill = deferred_fill, .release = deferred_release,
-                                .context = deferred},
+                .priority = request->priority, .num_hashes = num_hashes, .measured = measured,
+                .hash_source = source,
             };
     }
     if (status != KVIO_OK) {

@@ -614,6 +614,72 @@ static uint64_t next_random(uint64_t *state)
     return *state >> 11;
 }
 
+/* #23: the simulator's deferred requests. Asking for one request's hashes
+ * also hashes the requests dispatched after it, which are handed over when
+ * asked for; whatever the order they are asked in or released unasked,
+ * each gets the hashes it gets alone (ASan checks that nothing leaks). */
+Test(engine, deferred_requests_hashed_ahead_get_their_own_hashes_in_any_order, .timeout = 20)
+{
+    enum { REQUESTS = 40, BLOCK = 16 };
+    kvio_deferred_queue_t *queue = NULL;
+    cr_assert_eq(kvio_deferred_queue_create(BLOCK, &queue), KVIO_OK);
+    uint64_t state = 11;
+    static uint64_t ids[REQUESTS][8];
+    kvio_segment_t segment = {.content_id = 5, .offset = 0, .tokens = 300};
+    kvio_request_t requests[REQUESTS];
+    kvio_engine_hash_source_t sources[REQUESTS];
+    size_t counts[REQUESTS];
+    for (size_t r = 0; r < REQUESTS; r++) {
+        for (size_t i = 0; i < 8; i++)
+            ids[r][i] = next_random(&state);
+        requests[r] = (kvio_request_t){
+            .id = r, .input_tokens = 1 + (uint32_t)(next_random(&state) % 4096),
+            .output_tokens = 1 + (uint32_t)(r % 50), .trace_block_tokens = 512,
+            .trace_hash_ids = ids[r], .num_trace_hash_ids = 8};
+        if (r % 9 == 4) /* a synthetic request among the trace ones */
+            requests[r] = (kvio_request_t){.id = r, .input_tokens = 300, .output_tokens = 20,
+                                           .num_segments = 1, .segments = &segment};
+        cr_assert_eq(kvio_deferred_request(queue, &requests[r], &sources[r], &counts[r]),
+                     KVIO_OK);
+        cr_assert_eq(counts[r],
+                     ((size_t)requests[r].input_tokens + requests[r].output_tokens) / BLOCK);
+    }
+    /* The copies are the queue's: the caller's ids may change. */
+    memset(ids, 0, sizeof(ids));
+    uint64_t reference_ids[REQUESTS][8];
+    state = 11;
+    for (size_t r = 0; r < REQUESTS; r++) {
+        for (size_t i = 0; i < 8; i++)
+            reference_ids[r][i] = next_random(&state);
+        next_random(&state);
+        if (requests[r].segments == NULL)
+            requests[r].trace_hash_ids = reference_ids[r];
+    }
+    /* Asked for in an order that skips about (a scheduler by hits), some
+     * released unasked (aborted, or left when the engine goes). */
+    static const size_t order[] = {3, 0, 1, 2, 10, 4, 5, 6, 39, 7, 8, 9, 20, 21, 11};
+    bool done[REQUESTS] = {false};
+    for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+        size_t r = order[k];
+        kvio_hash_t *asked = calloc(counts[r] + 1, sizeof(kvio_hash_t));
+        kvio_hash_t *alone = calloc(counts[r] + 1, sizeof(kvio_hash_t));
+        cr_assert(asked != NULL && alone != NULL);
+        cr_assert_eq(sources[r].fill(sources[r].context, asked, counts[r]), KVIO_OK);
+        cr_assert_eq(kvio_request_block_hashes(&requests[r], BLOCK, 0, counts[r], NULL, alone),
+                     KVIO_OK);
+        for (size_t i = 0; i < counts[r]; i++)
+            cr_assert(kvio_hash_equal(asked[i], alone[i]), "request %zu block %zu", r, i);
+        free(asked);
+        free(alone);
+        sources[r].release(sources[r].context);
+        done[r] = true;
+    }
+    for (size_t r = 0; r < REQUESTS; r++)
+        if (!done[r])
+            sources[r].release(sources[r].context);
+    kvio_deferred_queue_destroy(queue);
+}
+
 Test(engine, hand_formatted_csv_rows_match_printf, .timeout = 30)
 {
     uint64_t state = 23;

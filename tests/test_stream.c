@@ -522,6 +522,93 @@ Test(stream, one_run_block_hashes_are_xxh3_of_their_bytes)
     }
 }
 
+/* #23: chains hashed side by side (two lanes, a lane taking the next chain
+ * when its own ends) give what each chain gives alone: chains of every
+ * length around a trace block's, one block per trace block, none at all. */
+Test(stream, trace_chains_hashed_side_by_side_match_each_chain_alone)
+{
+    enum { CHAINS = 9, MAX_BLOCKS = 100 };
+    static const size_t lengths[CHAINS] = {31, 0, 1, 32, 100, 33, 64, 2, 97};
+    static const uint32_t per_trace_block[CHAINS] = {32, 32, 32, 32, 32, 3, 1, 32, 5};
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    uint64_t ids[CHAINS][MAX_BLOCKS];
+    kvio_hash_t together[CHAINS][MAX_BLOCKS], alone[MAX_BLOCKS];
+    kvio_trace_chain_t chains[CHAINS];
+    for (size_t c = 0; c < CHAINS; c++) {
+        for (size_t i = 0; i < MAX_BLOCKS; i++)
+            ids[c][i] = xorshift(&state);
+        chains[c] = (kvio_trace_chain_t){
+            .parent = {.low = c % 2 ? xorshift(&state) : 0, .high = c % 2 ? 5 : 0},
+            .trace_hash_ids = ids[c], .blocks_per_trace_block = per_trace_block[c],
+            .num_blocks = lengths[c], .hashes_p = together[c]};
+    }
+    kvio_hash_trace_chains(chains, CHAINS);
+    for (size_t c = 0; c < CHAINS; c++) {
+        kvio_hash_t previous = chains[c].parent;
+        for (size_t i = 0; i < lengths[c]; i++) {
+            kvio_hash_trace_chain(&previous, ids[c][i / per_trace_block[c]],
+                                  (uint32_t)(i % per_trace_block[c]), 1, &alone[i]);
+            previous = alone[i];
+            cr_assert(kvio_hash_equal(together[c][i], alone[i]), "chain %zu block %zu", c, i);
+        }
+    }
+}
+
+/* #23: requests hashed together (the simulator hashes a request beside the
+ * ones dispatched after it) get the hashes each gets alone: Mooncake-like
+ * trace requests of many lengths, salted or not, asked for their prompt
+ * and output, part of the prompt or nothing; a trace whose blocks are not
+ * a multiple of the engine's; a synthetic request; more requests than are
+ * hashed in one group. */
+Test(stream, requests_hashed_together_get_the_hashes_each_gets_alone, .timeout = 20)
+{
+    enum { REQUESTS = 19, BLOCK = 16 };
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    uint64_t ids[REQUESTS][16];
+    kvio_segment_t segment = {.content_id = 99, .offset = 0, .tokens = 700};
+    kvio_request_t requests[REQUESTS];
+    const kvio_request_t *pointers[REQUESTS];
+    size_t counts[REQUESTS];
+    kvio_hash_t *together[REQUESTS];
+    for (size_t r = 0; r < REQUESTS; r++) {
+        for (size_t i = 0; i < 16; i++)
+            ids[r][i] = xorshift(&state);
+        uint32_t input = 1 + (uint32_t)(xorshift(&state) % 7000);
+        requests[r] = (kvio_request_t){
+            .id = r, .input_tokens = input, .output_tokens = 1 + (uint32_t)(r * 37 % 300),
+            .trace_block_tokens = r == 5 ? 100 : 512, .trace_hash_ids = ids[r],
+            .num_trace_hash_ids = 16, .cache_salt = r % 3 == 0 ? kvio_cache_salt("t", 1) : 0};
+        if (r == 5)
+            requests[r].input_tokens = 1500; /* 15 trace blocks of 100 */
+        if (r == 7) {
+            requests[r] = (kvio_request_t){.id = r, .input_tokens = 700, .output_tokens = 40,
+                                           .num_segments = 1, .segments = &segment};
+        }
+        size_t all = ((size_t)requests[r].input_tokens + requests[r].output_tokens) / BLOCK;
+        counts[r] = r == 4 ? 0 : r == 9 ? requests[r].input_tokens / BLOCK / 2 : all;
+        pointers[r] = &requests[r];
+        together[r] = calloc(all + 1, sizeof(kvio_hash_t));
+        cr_assert_not_null(together[r]);
+    }
+    cr_assert_eq(kvio_request_block_hashes_many(pointers, BLOCK, counts, together, REQUESTS),
+                 KVIO_OK);
+    for (size_t r = 0; r < REQUESTS; r++) {
+        kvio_hash_t *alone = calloc(counts[r] + 1, sizeof(kvio_hash_t));
+        cr_assert_not_null(alone);
+        cr_assert_eq(kvio_request_block_hashes(&requests[r], BLOCK, 0, counts[r], NULL, alone),
+                     KVIO_OK);
+        for (size_t i = 0; i < counts[r]; i++)
+            cr_assert(kvio_hash_equal(together[r][i], alone[i]), "request %zu block %zu", r, i);
+        free(alone);
+    }
+    /* Blocks past the output are refused, as alone. */
+    counts[2] = ((size_t)requests[2].input_tokens + requests[2].output_tokens) / BLOCK + 1;
+    cr_assert_eq(kvio_request_block_hashes_many(pointers, BLOCK, counts, together, 3),
+                 KVIO_ERR_INVALID);
+    for (size_t r = 0; r < REQUESTS; r++)
+        free(together[r]);
+}
+
 /* The whole stream exported in kvio format, as a malloc'd string. */
 /* #21: vLLM's cache_salt. The salt is the first block's parent, so equal
  * prompts with different salts share no block, equal salts share all, and

@@ -438,6 +438,54 @@ kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t 
     return status;
 }
 
+kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *requests,
+                                             uint32_t block_size, const size_t *num_blocks,
+                                             kvio_hash_t *const *hashes_p, size_t count)
+{
+    enum { GROUP = 8 };
+    for (size_t first = 0; first < count; first += GROUP) {
+        size_t group = count - first < GROUP ? count - first : GROUP;
+        kvio_trace_chain_t chains[GROUP];
+        for (size_t r = 0; r < group; r++) {
+            const kvio_request_t *request = requests[first + r];
+            uint64_t total = (uint64_t)request->input_tokens + request->output_tokens;
+            if (block_size == 0 || num_blocks[first + r] > total / block_size)
+                return KVIO_ERR_INVALID;
+            /* The prompt's whole blocks, where trace ids name them. */
+            uint32_t trace_block = request->segments == NULL ? request->trace_block_tokens : 0;
+            size_t chained = 0;
+            if (trace_block > 0 && trace_block % block_size == 0) {
+                chained = request->input_tokens / block_size;
+                if (chained > num_blocks[first + r])
+                    chained = num_blocks[first + r];
+            }
+            kvio_hash_t root = {0, 0};
+            const kvio_hash_t *parent = salted_parent(request, 0, NULL, &root);
+            chains[r] = (kvio_trace_chain_t){
+                .parent = parent != NULL ? *parent : (kvio_hash_t){0, 0},
+                .trace_hash_ids = request->trace_hash_ids,
+                .blocks_per_trace_block = trace_block / block_size,
+                .num_blocks = chained,
+                .hashes_p = hashes_p[first + r],
+            };
+        }
+        kvio_hash_trace_chains(chains, group);
+        /* The rest of each request (its output's blocks) one by one. */
+        for (size_t r = 0; r < group; r++) {
+            size_t chained = chains[r].num_blocks;
+            if (chained == num_blocks[first + r])
+                continue;
+            kvio_status_t status = kvio_request_block_hashes(
+                requests[first + r], block_size, chained, num_blocks[first + r] - chained,
+                chained > 0 ? &hashes_p[first + r][chained - 1] : NULL,
+                hashes_p[first + r] + chained);
+            if (status != KVIO_OK)
+                return status;
+        }
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_request_span_hash(const kvio_request_t *request, uint64_t start, uint64_t end,
                                      const kvio_hash_t *parent, kvio_hash_t *hash_p)
 {

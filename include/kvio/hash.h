@@ -45,6 +45,25 @@ kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash
 void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
                            uint32_t first_index, size_t count, kvio_hash_t *hashes_p);
 
+/* One request's trace chain for kvio_hash_trace_chains: engine blocks
+ * 0 .. num_blocks-1 of a prompt cut into trace blocks of
+ * blocks_per_trace_block engine blocks, block i being index
+ * i % blocks_per_trace_block of trace id trace_hash_ids[i /
+ * blocks_per_trace_block], chained from parent ({0, 0}: none). */
+typedef struct kvio_trace_chain {
+    kvio_hash_t parent;
+    const uint64_t *trace_hash_ids;
+    uint32_t blocks_per_trace_block; /* at least 1 */
+    size_t num_blocks;
+    kvio_hash_t *hashes_p;           /* num_blocks hashes */
+} kvio_trace_chain_t;
+
+/* The hashes of several independent chains, as kvio_hash_trace_chain on
+ * each would give them. A chain is a run of dependent hashes, each waiting
+ * for the one before; two chains are hashed side by side so that their
+ * waits overlap. */
+void kvio_hash_trace_chains(const kvio_trace_chain_t *chains, size_t count);
+
 /* Writes the canonical 16 bytes of a hash (the parent form above). */
 void kvio_hash_to_bytes(kvio_hash_t hash, uint8_t bytes_p[16]);
 

@@ -73,6 +73,15 @@ kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t 
                                         size_t first_block, size_t num_blocks,
                                         const kvio_hash_t *parent, kvio_hash_t *hashes_p);
 
+/* The block hashes of several requests at once: blocks 0 .. num_blocks[r]-1
+ * of requests[r] into hashes_p[r], as kvio_request_block_hashes gives them.
+ * The trace chains of their prompts are hashed side by side
+ * (kvio_hash_trace_chains), which is faster than one after the other.
+ * Returns KVIO_ERR_INVALID as kvio_request_block_hashes does. */
+kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *requests,
+                                             uint32_t block_size, const size_t *num_blocks,
+                                             kvio_hash_t *const *hashes_p, size_t count);
+
 /* Deep-copies a (borrowed) request into one allocation that the caller owns
  * and frees with kvio_request_destroy. */
 kvio_status_t kvio_request_clone(const kvio_request_t *request, kvio_request_t **copy_p);
