@@ -178,92 +178,134 @@ void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
     }
 }
 
-/* Where one chain of kvio_hash_trace_chains stands. */
+/* The payload words of a span's blocks, formed from the parent and two
+ * words that step evenly: a trace block's input is (parent, id, index) in
+ * 28 bytes, whose word at 12 holds the parent's last four bytes
+ * (parent_mask keeps them) and the id's low half; a one-run block's is
+ * (parent, content id, offset, length) in 32 bytes. */
+typedef struct span_words {
+    uint64_t length;      /* input bytes */
+    uint64_t parent_mask; /* of the parent's word at 8, shifted down, in word 16 */
+    uint64_t word16;      /* the rest of the word at length - 16 */
+    uint64_t word24;      /* the word at length - 8, for the span's first block */
+    uint64_t step;        /* added to word24 from block to block */
+} span_words_t;
+
+static span_words_t span_words(const kvio_hash_span_t *span)
+{
+    if (span->kind == KVIO_HASH_SPAN_TRACE)
+        return (span_words_t){28, UINT32_MAX, span->id << 32,
+                              (span->id >> 32) | (uint64_t)span->first << 32, 1ull << 32};
+    return (span_words_t){32, 0, span->id, span->first | (uint64_t)span->length << 32,
+                          span->length};
+}
+
+/* One block of a span. */
+static inline __attribute__((always_inline)) kvio_hash_t span_step(kvio_hash_t parent,
+                                                                  const span_words_t *words)
+{
+    uint64_t word0 = __builtin_bswap64(parent.high);
+    uint64_t word8 = __builtin_bswap64(parent.low);
+    uint64_t word16 = ((word8 >> 32) & words->parent_mask) | words->word16;
+    return short_input_hash(words->length, word0, word8, word16, words->word24);
+}
+
+/* Where one chain of kvio_hash_chains stands: in its span's blocks, which
+ * step evenly (a block of several runs is a span of its own, hashed as it
+ * comes). */
 typedef struct chain_lane {
     kvio_hash_t previous;
-    const uint64_t *next_id;  /* the trace id of the block being hashed */
-    uint32_t index;           /* its index inside its trace block */
-    uint32_t per_trace_block;
-    kvio_hash_t *out;         /* where its hash goes */
-    size_t left;              /* blocks still to hash */
+    kvio_hash_t *out;                /* where the next hash goes */
+    const kvio_hash_span_t *span;    /* the next span, past the current */
+    const kvio_hash_span_t *end;     /* past the last span */
+    span_words_t words;              /* the current span's */
+    size_t left;                     /* blocks left in the current span */
 } chain_lane_t;
 
-static chain_lane_t lane_start(const kvio_trace_chain_t *chain)
+/* Moves the lane to its next span of evenly stepping blocks, hashing
+ * blocks of several runs on the way; false when the chain is done. */
+static bool lane_next_span(chain_lane_t *lane)
 {
-    return (chain_lane_t){
-        .previous = chain->parent, .next_id = chain->trace_hash_ids, .index = 0,
-        .per_trace_block = chain->blocks_per_trace_block, .out = chain->hashes_p,
-        .left = chain->num_blocks,
-    };
+    for (; lane->span != lane->end; lane->span++) {
+        const kvio_hash_span_t *span = lane->span;
+        if (span->count == 0)
+            continue;
+        if (span->kind == KVIO_HASH_SPAN_RUNS) {
+            lane->previous = kvio_hash_runs(&lane->previous, span->runs, span->num_runs);
+            *lane->out++ = lane->previous;
+            continue;
+        }
+        lane->words = span_words(span);
+        lane->left = span->count;
+        lane->span++;
+        return true;
+    }
+    return false;
 }
 
-/* The lane moves on by one block. */
-static inline void lane_advance(const uint64_t **next_id, uint32_t *index, uint32_t per_trace_block)
-{
-    bool wraps = ++*index == per_trace_block;
-    *next_id += wraps;
-    *index = wraps ? 0 : *index;
-}
-
-/* steps blocks of each of two lanes (each has as many left), one of each
- * per round: two hashes in flight keep the core about as busy as it gets
- * (a third or fourth lane ran no faster). Written out with scalars, as
- * GCC at -O2 keeps an array of lanes in memory. */
+/* steps blocks of each of two lanes (each has as many left in its span),
+ * one of each per round: two hashes in flight keep the core about as busy
+ * as it gets (a third or fourth lane ran no faster). Written out with
+ * scalars, as GCC at -O2 keeps an array of lanes in memory. */
 static void run_two_lanes(chain_lane_t *first, chain_lane_t *second, size_t steps)
 {
     kvio_hash_t previous_a = first->previous, previous_b = second->previous;
-    const uint64_t *id_a = first->next_id, *id_b = second->next_id;
-    uint32_t index_a = first->index, index_b = second->index;
+    span_words_t words_a = first->words, words_b = second->words;
     kvio_hash_t *out_a = first->out, *out_b = second->out;
     for (size_t step = 0; step < steps; step++) {
-        previous_a = trace_step(previous_a, *id_a, index_a);
-        previous_b = trace_step(previous_b, *id_b, index_b);
+        previous_a = span_step(previous_a, &words_a);
+        previous_b = span_step(previous_b, &words_b);
         out_a[step] = previous_a;
         out_b[step] = previous_b;
-        lane_advance(&id_a, &index_a, first->per_trace_block);
-        lane_advance(&id_b, &index_b, second->per_trace_block);
+        words_a.word24 += words_a.step;
+        words_b.word24 += words_b.step;
     }
-    *first = (chain_lane_t){previous_a, id_a, index_a, first->per_trace_block, out_a + steps,
-                            first->left - steps};
-    *second = (chain_lane_t){previous_b, id_b, index_b, second->per_trace_block, out_b + steps,
-                             second->left - steps};
+    first->previous = previous_a;
+    first->words = words_a;
+    first->out = out_a + steps;
+    first->left -= steps;
+    second->previous = previous_b;
+    second->words = words_b;
+    second->out = out_b + steps;
+    second->left -= steps;
 }
 
-/* The rest of one lane, trace block by trace block. */
+/* The rest of one lane's chain. */
 static void run_lane(chain_lane_t *lane)
 {
-    while (lane->left > 0) {
-        size_t run = lane->per_trace_block - lane->index;
-        run = run < lane->left ? run : lane->left;
-        kvio_hash_trace_chain(&lane->previous, *lane->next_id, lane->index, run, lane->out);
-        lane->previous = lane->out[run - 1];
-        lane->out += run;
-        lane->left -= run;
-        lane->index += (uint32_t)run;
-        if (lane->index == lane->per_trace_block) {
-            lane->index = 0;
-            lane->next_id++;
+    do {
+        for (; lane->left > 0; lane->left--) {
+            lane->previous = span_step(lane->previous, &lane->words);
+            *lane->out++ = lane->previous;
+            lane->words.word24 += lane->words.step;
         }
-    }
+    } while (lane_next_span(lane));
 }
 
-void kvio_hash_trace_chains(const kvio_trace_chain_t *chains, size_t count)
+void kvio_hash_chains(const kvio_hash_chain_t *chains, size_t count)
 {
     chain_lane_t lanes[2];
     unsigned num_lanes = 0;
     size_t next = 0;
     for (;;) {
-        /* A lane that finished takes the next chain. */
-        for (; num_lanes < 2 && next < count; next++)
-            if (chains[next].num_blocks > 0)
-                lanes[num_lanes++] = lane_start(&chains[next]);
+        /* A lane whose chain ended takes the next one. */
+        while (num_lanes < 2 && next < count) {
+            const kvio_hash_chain_t *chain = &chains[next++];
+            chain_lane_t *lane = &lanes[num_lanes];
+            *lane = (chain_lane_t){.previous = chain->parent, .out = chain->hashes_p,
+                                   .span = chain->spans, .end = chain->spans + chain->num_spans};
+            num_lanes += lane_next_span(lane);
+        }
         if (num_lanes < 2)
             break;
         size_t steps = lanes[0].left < lanes[1].left ? lanes[0].left : lanes[1].left;
         run_two_lanes(&lanes[0], &lanes[1], steps);
-        if (lanes[0].left == 0)
-            lanes[0] = lanes[1];
-        num_lanes = lanes[0].left > 0 ? 1 : 0;
+        /* A lane at its span's end moves to its next span, or its chain ends. */
+        unsigned kept = 0;
+        for (unsigned l = 0; l < 2; l++)
+            if (lanes[l].left > 0 || lane_next_span(&lanes[l]))
+                lanes[kept++] = lanes[l];
+        num_lanes = kept;
     }
     if (num_lanes == 1)
         run_lane(&lanes[0]);

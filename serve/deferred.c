@@ -4,8 +4,8 @@
  * holds 8 bytes per Mooncake block of 512 tokens, not 16 bytes per KV block
  * of 16.
  *
- * A trace request's hashes are one chain, each hash waiting for the one
- * before, so hashing one request leaves the core mostly idle. When the
+ * A request's hashes are one chain, each hash waiting for the one before,
+ * so hashing one request leaves the core mostly idle. When the
  * engine asks for one request's hashes, the requests dispatched after it
  * (the ones it will ask for next) are hashed beside it and kept until
  * asked for: at most AHEAD_MAX at a time, so memory stays bounded whatever
@@ -76,16 +76,6 @@ static void unqueue(deferred_request_t *deferred)
     deferred->queued = false;
 }
 
-/* The request's hashes are one trace chain but for its output's blocks
- * (kvio_request_block_hashes_many hashes such chains side by side). */
-static bool trace_chained(const deferred_request_t *deferred)
-{
-    const kvio_request_t *request = &deferred->request;
-    uint32_t block_size = deferred->queue->block_size;
-    return request->segments == NULL && request->trace_block_tokens > 0 &&
-           request->trace_block_tokens % block_size == 0;
-}
-
 /* Gives the request a buffer for its hashes computed ahead, a spare one
  * when there is one. */
 static kvio_status_t ahead_take(deferred_request_t *deferred)
@@ -134,10 +124,9 @@ static kvio_status_t deferred_fill(void *context, kvio_hash_t *hashes_p, size_t 
     size_t counts[1 + COMPANIONS] = {num_hashes};
     deferred_request_t *companions[COMPANIONS];
     size_t count = 1;
-    for (; trace_chained(deferred) && after != NULL && count < 1 + COMPANIONS &&
-           queue->num_ahead < AHEAD_MAX;
+    for (; after != NULL && count < 1 + COMPANIONS && queue->num_ahead < AHEAD_MAX;
          after = after->next) {
-        if (!trace_chained(after) || ahead_take(after) != KVIO_OK)
+        if (ahead_take(after) != KVIO_OK)
             continue;
         companions[count - 1] = after;
         requests[count] = &after->request;

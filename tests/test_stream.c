@@ -523,33 +523,58 @@ Test(stream, one_run_block_hashes_are_xxh3_of_their_bytes)
 }
 
 /* #23: chains hashed side by side (two lanes, a lane taking the next chain
- * when its own ends) give what each chain gives alone: chains of every
- * length around a trace block's, one block per trace block, none at all. */
-Test(stream, trace_chains_hashed_side_by_side_match_each_chain_alone)
+ * when its own ends) give what each block's own hash function gives: spans
+ * of trace blocks (indices stepping by one), of one-run blocks (offsets
+ * stepping by the block's length), blocks of several runs, empty spans,
+ * empty chains, and chains of unequal lengths. */
+Test(stream, chains_hashed_side_by_side_match_each_block_hashed_alone)
 {
-    enum { CHAINS = 9, MAX_BLOCKS = 100 };
-    static const size_t lengths[CHAINS] = {31, 0, 1, 32, 100, 33, 64, 2, 97};
-    static const uint32_t per_trace_block[CHAINS] = {32, 32, 32, 32, 32, 3, 1, 32, 5};
-    uint64_t state = 0x9e3779b97f4a7c15ull;
-    uint64_t ids[CHAINS][MAX_BLOCKS];
-    kvio_hash_t together[CHAINS][MAX_BLOCKS], alone[MAX_BLOCKS];
-    kvio_trace_chain_t chains[CHAINS];
-    for (size_t c = 0; c < CHAINS; c++) {
-        for (size_t i = 0; i < MAX_BLOCKS; i++)
-            ids[c][i] = xorshift(&state);
-        chains[c] = (kvio_trace_chain_t){
-            .parent = {.low = c % 2 ? xorshift(&state) : 0, .high = c % 2 ? 5 : 0},
-            .trace_hash_ids = ids[c], .blocks_per_trace_block = per_trace_block[c],
-            .num_blocks = lengths[c], .hashes_p = together[c]};
-    }
-    kvio_hash_trace_chains(chains, CHAINS);
+    enum { CHAINS = 7, MAX_SPANS = 6, MAX_BLOCKS = 200 };
+    static const kvio_hash_run_t two_runs[2] = {{.content_id = 5, .offset = 10, .length = 6},
+                                                {.content_id = 6, .offset = 0, .length = 10}};
+    static const kvio_hash_span_t spans[CHAINS][MAX_SPANS] = {
+        {{.kind = KVIO_HASH_SPAN_TRACE, .count = 31, .id = 1ull << 40, .first = 1},
+         {.kind = KVIO_HASH_SPAN_TRACE, .count = 32, .id = 77, .first = 0},
+         {.kind = KVIO_HASH_SPAN_RUNS, .count = 1, .runs = two_runs, .num_runs = 2},
+         {.kind = KVIO_HASH_SPAN_RUN, .count = 40, .id = 9, .first = 16, .length = 16}},
+        {{.kind = KVIO_HASH_SPAN_RUN, .count = 0, .id = 3, .first = 0, .length = 16}},
+        {{.kind = KVIO_HASH_SPAN_RUNS, .count = 1, .runs = two_runs, .num_runs = 2},
+         {.kind = KVIO_HASH_SPAN_RUNS, .count = 1, .runs = two_runs + 1, .num_runs = 1}},
+        {{.kind = KVIO_HASH_SPAN_RUN, .count = 150, .id = UINT64_MAX, .first = 0, .length = 32}},
+        {{.kind = KVIO_HASH_SPAN_TRACE, .count = 1, .id = 5, .first = 31},
+         {.kind = KVIO_HASH_SPAN_RUN, .count = 0, .id = 3, .first = 0, .length = 16},
+         {.kind = KVIO_HASH_SPAN_TRACE, .count = 3, .id = 6, .first = 0}},
+        {{.kind = KVIO_HASH_SPAN_RUN, .count = 7, .id = 12, .first = 1u << 31, .length = 64},
+         {.kind = KVIO_HASH_SPAN_TRACE, .count = 64, .id = 13, .first = 0}},
+        {{.kind = KVIO_HASH_SPAN_TRACE, .count = 2, .id = 14, .first = 7}},
+    };
+    static const size_t num_spans[CHAINS] = {4, 1, 2, 1, 3, 2, 0};
+    kvio_hash_t together[CHAINS][MAX_BLOCKS];
+    kvio_hash_chain_t chains[CHAINS];
+    for (size_t c = 0; c < CHAINS; c++)
+        chains[c] = (kvio_hash_chain_t){
+            .parent = {.low = c % 2 ? 0x1234 : 0, .high = c % 2 ? 5 : 0},
+            .spans = spans[c], .num_spans = num_spans[c], .hashes_p = together[c]};
+    kvio_hash_chains(chains, CHAINS);
     for (size_t c = 0; c < CHAINS; c++) {
         kvio_hash_t previous = chains[c].parent;
-        for (size_t i = 0; i < lengths[c]; i++) {
-            kvio_hash_trace_chain(&previous, ids[c][i / per_trace_block[c]],
-                                  (uint32_t)(i % per_trace_block[c]), 1, &alone[i]);
-            previous = alone[i];
-            cr_assert(kvio_hash_equal(together[c][i], alone[i]), "chain %zu block %zu", c, i);
+        size_t block = 0;
+        for (size_t s = 0; s < num_spans[c]; s++) {
+            const kvio_hash_span_t *span = &spans[c][s];
+            for (uint32_t k = 0; k < span->count; k++, block++) {
+                kvio_hash_run_t run = {.content_id = span->id,
+                                       .offset = span->first + k * span->length,
+                                       .length = span->length};
+                kvio_hash_t alone =
+                    span->kind == KVIO_HASH_SPAN_TRACE
+                        ? kvio_hash_trace_block(&previous, span->id, span->first + k)
+                    : span->kind == KVIO_HASH_SPAN_RUN
+                        ? kvio_hash_runs(&previous, &run, 1)
+                        : kvio_hash_runs(&previous, span->runs, span->num_runs);
+                cr_assert(kvio_hash_equal(together[c][block], alone), "chain %zu block %zu", c,
+                          block);
+                previous = alone;
+            }
         }
     }
 }
@@ -558,14 +583,17 @@ Test(stream, trace_chains_hashed_side_by_side_match_each_chain_alone)
  * ones dispatched after it) get the hashes each gets alone: Mooncake-like
  * trace requests of many lengths, salted or not, asked for their prompt
  * and output, part of the prompt or nothing; a trace whose blocks are not
- * a multiple of the engine's; a synthetic request; more requests than are
- * hashed in one group. */
+ * a multiple of the engine's; synthetic requests, one with blocks of two
+ * and three runs; more requests than are hashed in one group. */
 Test(stream, requests_hashed_together_get_the_hashes_each_gets_alone, .timeout = 20)
 {
     enum { REQUESTS = 19, BLOCK = 16 };
     uint64_t state = 0x2545f4914f6cdd1dull;
     uint64_t ids[REQUESTS][16];
     kvio_segment_t segment = {.content_id = 99, .offset = 0, .tokens = 700};
+    kvio_segment_t segments[3] = {{.content_id = 1, .offset = 0, .tokens = 40},
+                                  {.content_id = 2, .offset = 5, .tokens = 3},
+                                  {.content_id = 3, .offset = 100, .tokens = 500}};
     kvio_request_t requests[REQUESTS];
     const kvio_request_t *pointers[REQUESTS];
     size_t counts[REQUESTS];
@@ -584,6 +612,11 @@ Test(stream, requests_hashed_together_get_the_hashes_each_gets_alone, .timeout =
             requests[r] = (kvio_request_t){.id = r, .input_tokens = 700, .output_tokens = 40,
                                            .num_segments = 1, .segments = &segment};
         }
+        if (r == 12) /* salted, with blocks of two and three runs */
+            requests[r] = (kvio_request_t){.id = r, .input_tokens = 543, .output_tokens = 70,
+                                           .num_segments = 3, .segments = segments,
+                                           .cache_salt = kvio_cache_salt("s", 1),
+                                           .output_content_id = 4242};
         size_t all = ((size_t)requests[r].input_tokens + requests[r].output_tokens) / BLOCK;
         counts[r] = r == 4 ? 0 : r == 9 ? requests[r].input_tokens / BLOCK / 2 : all;
         pointers[r] = &requests[r];

@@ -438,52 +438,146 @@ kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t 
     return status;
 }
 
+/* The spans and runs of requests hashed together, in arrays that start on
+ * the caller's stack and move to the heap when they outgrow it. */
+typedef struct span_builder {
+    kvio_hash_span_t *spans;
+    size_t num_spans, spans_capacity;
+    kvio_hash_run_t *runs;
+    size_t num_runs, runs_capacity;
+    bool spans_on_heap, runs_on_heap;
+} span_builder_t;
+
+/* Room for one more item in *items (of capacity *capacity_p, on the heap
+ * when *on_heap_p). */
+static kvio_status_t builder_room(void **items, size_t count, size_t *capacity_p,
+                                  size_t item_size, bool *on_heap_p)
+{
+    if (count < *capacity_p)
+        return KVIO_OK;
+    size_t capacity = *capacity_p * 2;
+    void *bigger = malloc(capacity * item_size);
+    if (bigger == NULL)
+        return KVIO_ERR_NOMEM;
+    memcpy(bigger, *items, count * item_size);
+    if (*on_heap_p)
+        free(*items);
+    *items = bigger;
+    *capacity_p = capacity;
+    *on_heap_p = true;
+    return KVIO_OK;
+}
+
+/* Appends the spans of the request's blocks 0 .. num_blocks-1, as
+ * kvio_request_block_hashes hashes them: trace blocks inside the prompt
+ * (when the trace block is a multiple of block_size), then runs of whole
+ * blocks inside one content, and blocks of several runs one by one (their
+ * runs' index in the builder kept in first until the runs stop moving). */
+static kvio_status_t add_request_spans(span_builder_t *builder, const kvio_request_t *request,
+                                       uint32_t block_size, size_t num_blocks)
+{
+    uint32_t trace_block = request->segments == NULL ? request->trace_block_tokens : 0;
+    size_t chained = 0, per_trace_block = 1;
+    if (trace_block > 0 && trace_block % block_size == 0) {
+        per_trace_block = trace_block / block_size;
+        chained = request->input_tokens / block_size;
+        chained = chained < num_blocks ? chained : num_blocks;
+    }
+    content_cursor_t cursor = {.request = request};
+    uint64_t limit = (uint64_t)num_blocks * block_size;
+    for (size_t i = 0; i < num_blocks;) {
+        kvio_status_t status =
+            builder_room((void **)&builder->spans, builder->num_spans, &builder->spans_capacity,
+                         sizeof(kvio_hash_span_t), &builder->spans_on_heap);
+        if (status != KVIO_OK)
+            return status;
+        kvio_hash_span_t *span = &builder->spans[builder->num_spans++];
+        uint64_t start = (uint64_t)i * block_size;
+        if (i < chained) {
+            size_t index = i % per_trace_block;
+            size_t count = per_trace_block - index;
+            count = count < chained - i ? count : chained - i;
+            *span = (kvio_hash_span_t){.kind = KVIO_HASH_SPAN_TRACE, .count = (uint32_t)count,
+                                       .id = request->trace_hash_ids[i / per_trace_block],
+                                       .first = (uint32_t)index};
+            i += count;
+            continue;
+        }
+        kvio_hash_run_t run = cursor_run(&cursor, start, limit);
+        if (run.length >= block_size) {
+            size_t count = run.length / block_size;
+            *span = (kvio_hash_span_t){.kind = KVIO_HASH_SPAN_RUN, .count = (uint32_t)count,
+                                       .id = run.content_id, .first = run.offset,
+                                       .length = block_size};
+            i += count;
+            continue;
+        }
+        size_t first_run = builder->num_runs;
+        for (uint64_t position = start; position < start + block_size;) {
+            status = builder_room((void **)&builder->runs, builder->num_runs,
+                                  &builder->runs_capacity, sizeof(kvio_hash_run_t),
+                                  &builder->runs_on_heap);
+            if (status != KVIO_OK)
+                return status;
+            run = cursor_run(&cursor, position, start + block_size);
+            builder->runs[builder->num_runs++] = run;
+            position += run.length;
+        }
+        *span = (kvio_hash_span_t){.kind = KVIO_HASH_SPAN_RUNS, .count = 1,
+                                   .first = (uint32_t)first_run,
+                                   .num_runs = builder->num_runs - first_run};
+        i++;
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *requests,
                                              uint32_t block_size, const size_t *num_blocks,
                                              kvio_hash_t *const *hashes_p, size_t count)
 {
     enum { GROUP = 8 };
-    for (size_t first = 0; first < count; first += GROUP) {
+    kvio_hash_span_t stack_spans[256];
+    kvio_hash_run_t stack_runs[64];
+    span_builder_t builder = {.spans = stack_spans, .spans_capacity = 256,
+                              .runs = stack_runs, .runs_capacity = 64};
+    kvio_status_t status = KVIO_OK;
+    for (size_t first = 0; first < count && status == KVIO_OK; first += GROUP) {
         size_t group = count - first < GROUP ? count - first : GROUP;
-        kvio_trace_chain_t chains[GROUP];
-        for (size_t r = 0; r < group; r++) {
+        kvio_hash_chain_t chains[GROUP];
+        size_t span_start[GROUP + 1];
+        builder.num_spans = builder.num_runs = 0;
+        for (size_t r = 0; r < group && status == KVIO_OK; r++) {
             const kvio_request_t *request = requests[first + r];
             uint64_t total = (uint64_t)request->input_tokens + request->output_tokens;
             if (block_size == 0 || num_blocks[first + r] > total / block_size)
-                return KVIO_ERR_INVALID;
-            /* The prompt's whole blocks, where trace ids name them. */
-            uint32_t trace_block = request->segments == NULL ? request->trace_block_tokens : 0;
-            size_t chained = 0;
-            if (trace_block > 0 && trace_block % block_size == 0) {
-                chained = request->input_tokens / block_size;
-                if (chained > num_blocks[first + r])
-                    chained = num_blocks[first + r];
-            }
+                status = KVIO_ERR_INVALID;
+            span_start[r] = builder.num_spans;
+            if (status == KVIO_OK)
+                status = add_request_spans(&builder, request, block_size, num_blocks[first + r]);
+        }
+        if (status != KVIO_OK)
+            break;
+        span_start[group] = builder.num_spans;
+        for (size_t i = 0; i < builder.num_spans; i++)
+            if (builder.spans[i].kind == KVIO_HASH_SPAN_RUNS)
+                builder.spans[i].runs = builder.runs + builder.spans[i].first;
+        for (size_t r = 0; r < group; r++) {
             kvio_hash_t root = {0, 0};
-            const kvio_hash_t *parent = salted_parent(request, 0, NULL, &root);
-            chains[r] = (kvio_trace_chain_t){
+            const kvio_hash_t *parent = salted_parent(requests[first + r], 0, NULL, &root);
+            chains[r] = (kvio_hash_chain_t){
                 .parent = parent != NULL ? *parent : (kvio_hash_t){0, 0},
-                .trace_hash_ids = request->trace_hash_ids,
-                .blocks_per_trace_block = trace_block / block_size,
-                .num_blocks = chained,
+                .spans = builder.spans + span_start[r],
+                .num_spans = span_start[r + 1] - span_start[r],
                 .hashes_p = hashes_p[first + r],
             };
         }
-        kvio_hash_trace_chains(chains, group);
-        /* The rest of each request (its output's blocks) one by one. */
-        for (size_t r = 0; r < group; r++) {
-            size_t chained = chains[r].num_blocks;
-            if (chained == num_blocks[first + r])
-                continue;
-            kvio_status_t status = kvio_request_block_hashes(
-                requests[first + r], block_size, chained, num_blocks[first + r] - chained,
-                chained > 0 ? &hashes_p[first + r][chained - 1] : NULL,
-                hashes_p[first + r] + chained);
-            if (status != KVIO_OK)
-                return status;
-        }
+        kvio_hash_chains(chains, group);
     }
-    return KVIO_OK;
+    if (builder.spans_on_heap)
+        free(builder.spans);
+    if (builder.runs_on_heap)
+        free(builder.runs);
+    return status;
 }
 
 kvio_status_t kvio_request_span_hash(const kvio_request_t *request, uint64_t start, uint64_t end,

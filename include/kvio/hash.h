@@ -45,24 +45,40 @@ kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash
 void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
                            uint32_t first_index, size_t count, kvio_hash_t *hashes_p);
 
-/* One request's trace chain for kvio_hash_trace_chains: engine blocks
- * 0 .. num_blocks-1 of a prompt cut into trace blocks of
- * blocks_per_trace_block engine blocks, block i being index
- * i % blocks_per_trace_block of trace id trace_hash_ids[i /
- * blocks_per_trace_block], chained from parent ({0, 0}: none). */
-typedef struct kvio_trace_chain {
-    kvio_hash_t parent;
-    const uint64_t *trace_hash_ids;
-    uint32_t blocks_per_trace_block; /* at least 1 */
-    size_t num_blocks;
-    kvio_hash_t *hashes_p;           /* num_blocks hashes */
-} kvio_trace_chain_t;
+/* A run of a chain's blocks whose payloads step evenly, for
+ * kvio_hash_chains: count trace blocks (kvio_hash_trace_block) of one
+ * trace id with indices first, first + 1, ...; or count one-run blocks
+ * (kvio_hash_runs with one run) of one content, each length tokens, at
+ * offsets first, first + length, ...; or one block of several runs. */
+typedef enum kvio_hash_span_kind {
+    KVIO_HASH_SPAN_TRACE = 0,
+    KVIO_HASH_SPAN_RUN,
+    KVIO_HASH_SPAN_RUNS,
+} kvio_hash_span_kind_t;
 
-/* The hashes of several independent chains, as kvio_hash_trace_chain on
- * each would give them. A chain is a run of dependent hashes, each waiting
- * for the one before; two chains are hashed side by side so that their
- * waits overlap. */
-void kvio_hash_trace_chains(const kvio_trace_chain_t *chains, size_t count);
+typedef struct kvio_hash_span {
+    kvio_hash_span_kind_t kind;
+    uint32_t count;               /* blocks (RUNS: 1) */
+    uint64_t id;                  /* TRACE: the trace id; RUN: the content id */
+    uint32_t first;               /* TRACE: the first index; RUN: the first offset */
+    uint32_t length;              /* RUN: tokens per block */
+    const kvio_hash_run_t *runs;  /* RUNS: the block's runs */
+    size_t num_runs;
+} kvio_hash_span_t;
+
+/* A chain of block hashes, each the next one's parent: its spans' blocks
+ * in order from parent ({0, 0}: none). */
+typedef struct kvio_hash_chain {
+    kvio_hash_t parent;
+    const kvio_hash_span_t *spans;
+    size_t num_spans;
+    kvio_hash_t *hashes_p; /* as many hashes as the spans have blocks */
+} kvio_hash_chain_t;
+
+/* The hashes of several independent chains. Each hash waits for the one
+ * before it in its chain; two chains are hashed side by side, so that
+ * their waits overlap, a chain that ends giving way to the next. */
+void kvio_hash_chains(const kvio_hash_chain_t *chains, size_t count);
 
 /* Writes the canonical 16 bytes of a hash (the parent form above). */
 void kvio_hash_to_bytes(kvio_hash_t hash, uint8_t bytes_p[16]);

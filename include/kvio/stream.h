@@ -75,8 +75,8 @@ kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t 
 
 /* The block hashes of several requests at once: blocks 0 .. num_blocks[r]-1
  * of requests[r] into hashes_p[r], as kvio_request_block_hashes gives them.
- * The trace chains of their prompts are hashed side by side
- * (kvio_hash_trace_chains), which is faster than one after the other.
+ * Their chains are hashed side by side (kvio_hash_chains), which is faster
+ * than one after the other.
  * Returns KVIO_ERR_INVALID as kvio_request_block_hashes does. */
 kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *requests,
                                              uint32_t block_size, const size_t *num_blocks,
