@@ -243,8 +243,8 @@ static bool lane_next_span(chain_lane_t *lane)
     return false;
 }
 
-/* steps blocks of each of two lanes (each has as many left in its span),
- * one of each per round: two hashes in flight keep the core about as busy
+/* Hashes the next steps blocks of each of two lanes (each has as many left
+ * in its span), one of each per round: two hashes in flight keep the core about as busy
  * as it gets (a third or fourth lane ran no faster). Written out with
  * scalars, as GCC at -O2 keeps an array of lanes in memory. */
 static void run_two_lanes(chain_lane_t *first, chain_lane_t *second, size_t steps)
@@ -302,9 +302,9 @@ void kvio_hash_chains(const kvio_hash_chain_t *chains, size_t count)
         run_two_lanes(&lanes[0], &lanes[1], steps);
         /* A lane at its span's end moves to its next span, or its chain ends. */
         unsigned kept = 0;
-        for (unsigned l = 0; l < 2; l++)
-            if (lanes[l].left > 0 || lane_next_span(&lanes[l]))
-                lanes[kept++] = lanes[l];
+        for (unsigned lane = 0; lane < 2; lane++)
+            if (lanes[lane].left > 0 || lane_next_span(&lanes[lane]))
+                lanes[kept++] = lanes[lane];
         num_lanes = kept;
     }
     if (num_lanes == 1)

@@ -38,7 +38,8 @@ struct deferred_request {
     deferred_request_t *previous, *next; /* in the queue while queued */
     bool queued;
     size_t num_hashes;          /* the engine asks for this many */
-    kvio_hash_buffer_t ahead;   /* hashes computed ahead; hashes NULL when none */
+    bool has_ahead;             /* its hashes were computed ahead, into ahead */
+    kvio_hash_buffer_t ahead;
 };
 
 kvio_status_t kvio_deferred_queue_create(uint32_t block_size, kvio_deferred_queue_t **queue_p)
@@ -58,6 +59,11 @@ void kvio_deferred_queue_destroy(kvio_deferred_queue_t *queue)
     for (size_t i = 0; i < queue->num_spare; i++)
         free(queue->spare[i].hashes);
     free(queue);
+}
+
+size_t kvio_deferred_queue_num_ahead(const kvio_deferred_queue_t *queue)
+{
+    return queue->num_ahead;
 }
 
 static void unqueue(deferred_request_t *deferred)
@@ -89,6 +95,7 @@ static kvio_status_t ahead_take(deferred_request_t *deferred)
         deferred->ahead = (kvio_hash_buffer_t){0};
         return status;
     }
+    deferred->has_ahead = true;
     queue->num_ahead++;
     return KVIO_OK;
 }
@@ -97,13 +104,14 @@ static kvio_status_t ahead_take(deferred_request_t *deferred)
 static void ahead_drop(deferred_request_t *deferred)
 {
     kvio_deferred_queue_t *queue = deferred->queue;
-    if (deferred->ahead.hashes == NULL)
+    if (!deferred->has_ahead)
         return;
     if (queue->num_spare < AHEAD_MAX)
         queue->spare[queue->num_spare++] = deferred->ahead;
     else
         free(deferred->ahead.hashes);
     deferred->ahead = (kvio_hash_buffer_t){0};
+    deferred->has_ahead = false;
     queue->num_ahead--;
 }
 
@@ -111,8 +119,9 @@ static kvio_status_t deferred_fill(void *context, kvio_hash_t *hashes_p, size_t 
 {
     deferred_request_t *deferred = context;
     kvio_deferred_queue_t *queue = deferred->queue;
-    if (deferred->ahead.hashes != NULL && num_hashes == deferred->num_hashes) {
-        memcpy(hashes_p, deferred->ahead.hashes, num_hashes * sizeof(kvio_hash_t));
+    if (deferred->has_ahead && num_hashes == deferred->num_hashes) {
+        if (num_hashes > 0)
+            memcpy(hashes_p, deferred->ahead.hashes, num_hashes * sizeof(kvio_hash_t));
         ahead_drop(deferred);
         return KVIO_OK;
     }
@@ -126,7 +135,8 @@ static kvio_status_t deferred_fill(void *context, kvio_hash_t *hashes_p, size_t 
     size_t count = 1;
     for (; after != NULL && count < 1 + COMPANIONS && queue->num_ahead < AHEAD_MAX;
          after = after->next) {
-        if (ahead_take(after) != KVIO_OK)
+        /* A request with no full block has nothing to hash. */
+        if (after->num_hashes == 0 || ahead_take(after) != KVIO_OK)
             continue;
         companions[count - 1] = after;
         requests[count] = &after->request;

@@ -648,16 +648,16 @@ static kvio_status_t retag(kvio_engine_t *engine, engine_req_t *req, uint64_t ve
 static kvio_status_t req_take_buffers(kvio_engine_t *engine, engine_req_t *req, size_t count)
 {
     if (req->kv == NULL && engine->num_spare_buffers > 0) {
-        /* The smallest that holds count, else the largest: requests' sizes
-         * spread over two orders of magnitude in a trace, and a buffer too
-         * small is allocated anew. */
+        /* The smallest that holds count, else the smallest of all (its
+         * array is allocated anew, the larger ones are kept): requests'
+         * sizes spread over two orders of magnitude in a trace. */
         size_t best = 0;
         for (size_t i = 1; i < engine->num_spare_buffers; i++) {
             size_t capacity = engine->spare_buffers[i].capacity;
             size_t best_capacity = engine->spare_buffers[best].capacity;
             bool fits = capacity >= count, best_fits = best_capacity >= count;
             if (fits ? !best_fits || capacity < best_capacity
-                     : !best_fits && capacity > best_capacity)
+                     : !best_fits && capacity < best_capacity)
                 best = i;
         }
         req_buffers_t spare = engine->spare_buffers[best];

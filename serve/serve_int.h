@@ -65,6 +65,9 @@ kvio_status_t kvio_deferred_queue_create(uint32_t block_size, kvio_deferred_queu
 /* After every request made from the queue was released. */
 void kvio_deferred_queue_destroy(kvio_deferred_queue_t *queue);
 
+/* Requests now holding hashes computed ahead (at most 16). */
+size_t kvio_deferred_queue_num_ahead(const kvio_deferred_queue_t *queue);
+
 /* A copy of request, queued, as an engine hash source (the engine owns it
  * once added, and releases it) and the number of hashes it gives: the full
  * blocks of the prompt and output. */

@@ -620,7 +620,7 @@ static uint64_t next_random(uint64_t *state)
  * each gets the hashes it gets alone (ASan checks that nothing leaks). */
 Test(engine, deferred_requests_hashed_ahead_get_their_own_hashes_in_any_order, .timeout = 20)
 {
-    enum { REQUESTS = 40, BLOCK = 16 };
+    enum { REQUESTS = 60, BLOCK = 16, AHEAD_MAX = 16 };
     kvio_deferred_queue_t *queue = NULL;
     cr_assert_eq(kvio_deferred_queue_create(BLOCK, &queue), KVIO_OK);
     uint64_t state = 11;
@@ -639,6 +639,9 @@ Test(engine, deferred_requests_hashed_ahead_get_their_own_hashes_in_any_order, .
         if (r % 9 == 4) /* a synthetic request among the trace ones */
             requests[r] = (kvio_request_t){.id = r, .input_tokens = 300, .output_tokens = 20,
                                            .num_segments = 1, .segments = &segment};
+        if (r % 13 == 6) /* no full block: nothing to hash, never hashed ahead */
+            requests[r] = (kvio_request_t){.id = r, .input_tokens = 9, .output_tokens = 2,
+                                           .num_segments = 1, .segments = &segment};
         cr_assert_eq(kvio_deferred_request(queue, &requests[r], &sources[r], &counts[r]),
                      KVIO_OK);
         cr_assert_eq(counts[r],
@@ -656,8 +659,13 @@ Test(engine, deferred_requests_hashed_ahead_get_their_own_hashes_in_any_order, .
             requests[r].trace_hash_ids = reference_ids[r];
     }
     /* Asked for in an order that skips about (a scheduler by hits), some
-     * released unasked (aborted, or left when the engine goes). */
-    static const size_t order[] = {3, 0, 1, 2, 10, 4, 5, 6, 39, 7, 8, 9, 20, 21, 11};
+     * released unasked (aborted, or left when the engine goes). Asking 3
+     * hashes the seven requests after it with at least a block (4 .. 11
+     * but 6), asking 20 the seven after it, asking 40 only two more: at
+     * most 16 hold hashes computed ahead; asking 50 then hashes none. */
+    static const size_t order[] = {3,  20, 40, 50, 4, 0, 1,  2,  10, 5,  6,  59,
+                                   41, 7,  8,  9,  21, 11, 19, 30, 58, 57, 12};
+    static const size_t ahead_after[] = {7, 14, AHEAD_MAX, AHEAD_MAX};
     bool done[REQUESTS] = {false};
     for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
         size_t r = order[k];
@@ -671,12 +679,16 @@ Test(engine, deferred_requests_hashed_ahead_get_their_own_hashes_in_any_order, .
             cr_assert(kvio_hash_equal(asked[i], alone[i]), "request %zu block %zu", r, i);
         free(asked);
         free(alone);
+        if (k < sizeof(ahead_after) / sizeof(ahead_after[0]))
+            cr_assert_eq(kvio_deferred_queue_num_ahead(queue), ahead_after[k], "after %zu", r);
+        cr_assert_leq(kvio_deferred_queue_num_ahead(queue), AHEAD_MAX);
         sources[r].release(sources[r].context);
         done[r] = true;
     }
     for (size_t r = 0; r < REQUESTS; r++)
         if (!done[r])
             sources[r].release(sources[r].context);
+    cr_assert_eq(kvio_deferred_queue_num_ahead(queue), 0, "every buffer came back");
     kvio_deferred_queue_destroy(queue);
 }
 

@@ -583,17 +583,27 @@ Test(stream, chains_hashed_side_by_side_match_each_block_hashed_alone)
  * ones dispatched after it) get the hashes each gets alone: Mooncake-like
  * trace requests of many lengths, salted or not, asked for their prompt
  * and output, part of the prompt or nothing; a trace whose blocks are not
- * a multiple of the engine's; synthetic requests, one with blocks of two
- * and three runs; more requests than are hashed in one group. */
+ * a multiple of the engine's; synthetic requests, with blocks of up to
+ * four runs and offsets that wrap past 2^32; more spans and runs than fit
+ * on the stack; more requests than are hashed in one group. */
 Test(stream, requests_hashed_together_get_the_hashes_each_gets_alone, .timeout = 20)
 {
-    enum { REQUESTS = 19, BLOCK = 16 };
+    enum { REQUESTS = 22, BLOCK = 16, SHORT_SEGMENTS = 300 };
     uint64_t state = 0x2545f4914f6cdd1dull;
     uint64_t ids[REQUESTS][16];
+    static uint64_t many_ids[SHORT_SEGMENTS];
     kvio_segment_t segment = {.content_id = 99, .offset = 0, .tokens = 700};
     kvio_segment_t segments[3] = {{.content_id = 1, .offset = 0, .tokens = 40},
                                   {.content_id = 2, .offset = 5, .tokens = 3},
                                   {.content_id = 3, .offset = 100, .tokens = 500}};
+    /* Offsets that wrap past 2^32 inside one content. */
+    kvio_segment_t wrapping = {.content_id = 8, .offset = UINT32_MAX - 40, .tokens = 200};
+    static kvio_segment_t short_segments[SHORT_SEGMENTS];
+    for (size_t i = 0; i < SHORT_SEGMENTS; i++) {
+        short_segments[i] = (kvio_segment_t){.content_id = 1000 + i, .offset = (uint32_t)i,
+                                             .tokens = 5};
+        many_ids[i] = xorshift(&state);
+    }
     kvio_request_t requests[REQUESTS];
     const kvio_request_t *pointers[REQUESTS];
     size_t counts[REQUESTS];
@@ -617,8 +627,21 @@ Test(stream, requests_hashed_together_get_the_hashes_each_gets_alone, .timeout =
                                            .num_segments = 3, .segments = segments,
                                            .cache_salt = kvio_cache_salt("s", 1),
                                            .output_content_id = 4242};
+        if (r == 19) /* blocks of three and four runs, more runs than the stack holds */
+            requests[r] = (kvio_request_t){.id = r, .input_tokens = 5 * SHORT_SEGMENTS,
+                                           .output_tokens = 9, .num_segments = SHORT_SEGMENTS,
+                                           .segments = short_segments};
+        if (r == 20) /* one trace block per engine block: more spans than the stack holds */
+            requests[r] = (kvio_request_t){.id = r, .input_tokens = BLOCK * SHORT_SEGMENTS,
+                                           .output_tokens = 3, .trace_block_tokens = BLOCK,
+                                           .trace_hash_ids = many_ids,
+                                           .num_trace_hash_ids = SHORT_SEGMENTS};
+        if (r == 21)
+            requests[r] = (kvio_request_t){.id = r, .input_tokens = 200, .output_tokens = 16,
+                                           .num_segments = 1, .segments = &wrapping};
         size_t all = ((size_t)requests[r].input_tokens + requests[r].output_tokens) / BLOCK;
-        counts[r] = r == 4 ? 0 : r == 9 ? requests[r].input_tokens / BLOCK / 2 : all;
+        /* Nothing, half the prompt (a trace's, a synthetic one's), or all. */
+        counts[r] = r == 4 ? 0 : r == 9 || r == 19 ? requests[r].input_tokens / BLOCK / 2 : all;
         pointers[r] = &requests[r];
         together[r] = calloc(all + 1, sizeof(kvio_hash_t));
         cr_assert_not_null(together[r]);
@@ -634,10 +657,13 @@ Test(stream, requests_hashed_together_get_the_hashes_each_gets_alone, .timeout =
             cr_assert(kvio_hash_equal(together[r][i], alone[i]), "request %zu block %zu", r, i);
         free(alone);
     }
-    /* Blocks past the output are refused, as alone. */
-    counts[2] = ((size_t)requests[2].input_tokens + requests[2].output_tokens) / BLOCK + 1;
-    cr_assert_eq(kvio_request_block_hashes_many(pointers, BLOCK, counts, together, 3),
+    /* Blocks past the output are refused, as alone, before anything is
+     * written (the bad request is in the second group of eight). */
+    memset(together[0], 0, sizeof(kvio_hash_t));
+    counts[10] = ((size_t)requests[10].input_tokens + requests[10].output_tokens) / BLOCK + 1;
+    cr_assert_eq(kvio_request_block_hashes_many(pointers, BLOCK, counts, together, 11),
                  KVIO_ERR_INVALID);
+    cr_assert(together[0][0].low == 0 && together[0][0].high == 0);
     for (size_t r = 0; r < REQUESTS; r++)
         free(together[r]);
 }

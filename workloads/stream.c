@@ -448,24 +448,24 @@ typedef struct span_builder {
     bool spans_on_heap, runs_on_heap;
 } span_builder_t;
 
-/* Room for one more item in *items (of capacity *capacity_p, on the heap
- * when *on_heap_p). */
-static kvio_status_t builder_room(void **items, size_t count, size_t *capacity_p,
-                                  size_t item_size, bool *on_heap_p)
+/* items (count of them, in capacity *capacity_p, on the heap when
+ * *on_heap_p) with room for one more: a new array on the heap when full,
+ * NULL when that fails. */
+static void *builder_room(void *items, size_t count, size_t *capacity_p, size_t item_size,
+                          bool *on_heap_p)
 {
     if (count < *capacity_p)
-        return KVIO_OK;
+        return items;
     size_t capacity = *capacity_p * 2;
     void *bigger = malloc(capacity * item_size);
     if (bigger == NULL)
-        return KVIO_ERR_NOMEM;
-    memcpy(bigger, *items, count * item_size);
+        return NULL;
+    memcpy(bigger, items, count * item_size);
     if (*on_heap_p)
-        free(*items);
-    *items = bigger;
+        free(items);
     *capacity_p = capacity;
     *on_heap_p = true;
-    return KVIO_OK;
+    return bigger;
 }
 
 /* Appends the spans of the request's blocks 0 .. num_blocks-1, as
@@ -486,11 +486,12 @@ static kvio_status_t add_request_spans(span_builder_t *builder, const kvio_reque
     content_cursor_t cursor = {.request = request};
     uint64_t limit = (uint64_t)num_blocks * block_size;
     for (size_t i = 0; i < num_blocks;) {
-        kvio_status_t status =
-            builder_room((void **)&builder->spans, builder->num_spans, &builder->spans_capacity,
-                         sizeof(kvio_hash_span_t), &builder->spans_on_heap);
-        if (status != KVIO_OK)
-            return status;
+        kvio_hash_span_t *spans = builder_room(builder->spans, builder->num_spans,
+                                               &builder->spans_capacity,
+                                               sizeof(kvio_hash_span_t), &builder->spans_on_heap);
+        if (spans == NULL)
+            return KVIO_ERR_NOMEM;
+        builder->spans = spans;
         kvio_hash_span_t *span = &builder->spans[builder->num_spans++];
         uint64_t start = (uint64_t)i * block_size;
         if (i < chained) {
@@ -505,7 +506,11 @@ static kvio_status_t add_request_spans(span_builder_t *builder, const kvio_reque
         }
         kvio_hash_run_t run = cursor_run(&cursor, start, limit);
         if (run.length >= block_size) {
+            /* Offsets are u32 and wrap (cursor_run); a span's step does
+             * not, so a span ends at the block where they would. */
             size_t count = run.length / block_size;
+            uint64_t before_wrap = ((1ull << 32) - run.offset + block_size - 1) / block_size;
+            count = count < before_wrap ? count : (size_t)before_wrap;
             *span = (kvio_hash_span_t){.kind = KVIO_HASH_SPAN_RUN, .count = (uint32_t)count,
                                        .id = run.content_id, .first = run.offset,
                                        .length = block_size};
@@ -514,11 +519,12 @@ static kvio_status_t add_request_spans(span_builder_t *builder, const kvio_reque
         }
         size_t first_run = builder->num_runs;
         for (uint64_t position = start; position < start + block_size;) {
-            status = builder_room((void **)&builder->runs, builder->num_runs,
-                                  &builder->runs_capacity, sizeof(kvio_hash_run_t),
-                                  &builder->runs_on_heap);
-            if (status != KVIO_OK)
-                return status;
+            kvio_hash_run_t *runs = builder_room(builder->runs, builder->num_runs,
+                                                 &builder->runs_capacity,
+                                                 sizeof(kvio_hash_run_t), &builder->runs_on_heap);
+            if (runs == NULL)
+                return KVIO_ERR_NOMEM;
+            builder->runs = runs;
             run = cursor_run(&cursor, position, start + block_size);
             builder->runs[builder->num_runs++] = run;
             position += run.length;
@@ -540,6 +546,12 @@ kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *reques
     kvio_hash_run_t stack_runs[64];
     span_builder_t builder = {.spans = stack_spans, .spans_capacity = 256,
                               .runs = stack_runs, .runs_capacity = 64};
+    /* Checked before anything is written, as kvio_request_block_hashes does. */
+    for (size_t r = 0; r < count; r++) {
+        uint64_t total = (uint64_t)requests[r]->input_tokens + requests[r]->output_tokens;
+        if (block_size == 0 || num_blocks[r] > total / block_size)
+            return KVIO_ERR_INVALID;
+    }
     kvio_status_t status = KVIO_OK;
     for (size_t first = 0; first < count && status == KVIO_OK; first += GROUP) {
         size_t group = count - first < GROUP ? count - first : GROUP;
@@ -547,13 +559,9 @@ kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *reques
         size_t span_start[GROUP + 1];
         builder.num_spans = builder.num_runs = 0;
         for (size_t r = 0; r < group && status == KVIO_OK; r++) {
-            const kvio_request_t *request = requests[first + r];
-            uint64_t total = (uint64_t)request->input_tokens + request->output_tokens;
-            if (block_size == 0 || num_blocks[first + r] > total / block_size)
-                status = KVIO_ERR_INVALID;
             span_start[r] = builder.num_spans;
-            if (status == KVIO_OK)
-                status = add_request_spans(&builder, request, block_size, num_blocks[first + r]);
+            status = add_request_spans(&builder, requests[first + r], block_size,
+                                       num_blocks[first + r]);
         }
         if (status != KVIO_OK)
             break;

@@ -49,7 +49,8 @@ void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
  * kvio_hash_chains: count trace blocks (kvio_hash_trace_block) of one
  * trace id with indices first, first + 1, ...; or count one-run blocks
  * (kvio_hash_runs with one run) of one content, each length tokens, at
- * offsets first, first + length, ...; or one block of several runs. */
+ * offsets first, first + length, ... (all below 2^32: where offsets wrap,
+ * a new span starts); or one block of several runs. */
 typedef enum kvio_hash_span_kind {
     KVIO_HASH_SPAN_TRACE = 0,
     KVIO_HASH_SPAN_RUN,
