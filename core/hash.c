@@ -147,42 +147,13 @@ kvio_hash_t kvio_hash_runs(const kvio_hash_t *parent, const kvio_hash_run_t *run
     return from_xxh(XXH3_128bits_digest(&state));
 }
 
-/* One block of a trace chain. The input: the parent's canonical bytes (each
- * half big-endian, high first), the id (u64) and the index (u32),
- * little-endian. */
-static inline __attribute__((always_inline)) kvio_hash_t
-trace_step(kvio_hash_t parent, uint64_t trace_hash_id, uint32_t index)
-{
-    uint64_t word0 = __builtin_bswap64(parent.high);
-    uint64_t word8 = __builtin_bswap64(parent.low);
-    uint64_t word12 = (word8 >> 32) | (trace_hash_id << 32);
-    uint64_t word20 = (trace_hash_id >> 32) | ((uint64_t)index << 32);
-    return short_input_hash(28, word0, word8, word12, word20);
-}
-
-kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash_id,
-                                  uint32_t index_in_trace_block)
-{
-    kvio_hash_t hash;
-    kvio_hash_trace_chain(parent, trace_hash_id, index_in_trace_block, 1, &hash);
-    return hash;
-}
-
-void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
-                           uint32_t first_index, size_t count, kvio_hash_t *hashes_p)
-{
-    kvio_hash_t previous = parent != NULL ? *parent : (kvio_hash_t){0, 0};
-    for (size_t i = 0; i < count; i++) {
-        previous = trace_step(previous, trace_hash_id, first_index + (uint32_t)i);
-        hashes_p[i] = previous;
-    }
-}
-
 /* The payload words of a span's blocks, formed from the parent and two
- * words that step evenly: a trace block's input is (parent, id, index) in
- * 28 bytes, whose word at 12 holds the parent's last four bytes
- * (parent_mask keeps them) and the id's low half; a one-run block's is
- * (parent, content id, offset, length) in 32 bytes. */
+ * words that step evenly. The input is the parent's canonical bytes (each
+ * half big-endian, high first), then little-endian fields: a trace
+ * block's is (parent, id u64, index u32) in 28 bytes, whose word at 12
+ * holds the parent's last four bytes (parent_mask keeps them) and the id's
+ * low half; a one-run block's is (parent, content id u64, offset u32,
+ * length u32) in 32 bytes. */
 typedef struct span_words {
     uint64_t length;      /* input bytes */
     uint64_t parent_mask; /* of the parent's word at 8, shifted down, in word 16 */
@@ -208,6 +179,27 @@ static inline __attribute__((always_inline)) kvio_hash_t span_step(kvio_hash_t p
     uint64_t word8 = __builtin_bswap64(parent.low);
     uint64_t word16 = ((word8 >> 32) & words->parent_mask) | words->word16;
     return short_input_hash(words->length, word0, word8, word16, words->word24);
+}
+
+kvio_hash_t kvio_hash_trace_block(const kvio_hash_t *parent, uint64_t trace_hash_id,
+                                  uint32_t index_in_trace_block)
+{
+    kvio_hash_t hash;
+    kvio_hash_trace_chain(parent, trace_hash_id, index_in_trace_block, 1, &hash);
+    return hash;
+}
+
+void kvio_hash_trace_chain(const kvio_hash_t *parent, uint64_t trace_hash_id,
+                           uint32_t first_index, size_t count, kvio_hash_t *hashes_p)
+{
+    kvio_hash_t previous = parent != NULL ? *parent : (kvio_hash_t){0, 0};
+    span_words_t words = span_words(&(kvio_hash_span_t){
+        .kind = KVIO_HASH_SPAN_TRACE, .id = trace_hash_id, .first = first_index});
+    for (size_t i = 0; i < count; i++) {
+        previous = span_step(previous, &words);
+        hashes_p[i] = previous;
+        words.word24 += words.step; /* the index, in the high half, wraps as a u32 */
+    }
 }
 
 /* Where one chain of kvio_hash_chains stands: in its span's blocks, which
@@ -243,10 +235,11 @@ static bool lane_next_span(chain_lane_t *lane)
     return false;
 }
 
-/* Hashes the next steps blocks of each of two lanes (each has as many left
- * in its span), one of each per round: two hashes in flight keep the core about as busy
- * as it gets (a third or fourth lane ran no faster). Written out with
- * scalars, as GCC at -O2 keeps an array of lanes in memory. */
+/* Hashes the next steps blocks of each of two lanes (each has as many
+ * left in its span), one of each per round: two hashes in flight keep the
+ * core about as busy as it gets (a third or fourth lane ran no faster).
+ * Written out with scalars, as GCC at -O2 keeps an array of lanes in
+ * memory. */
 static void run_two_lanes(chain_lane_t *first, chain_lane_t *second, size_t steps)
 {
     kvio_hash_t previous_a = first->previous, previous_b = second->previous;

@@ -168,32 +168,18 @@ static void deferred_release(void *context)
 kvio_status_t kvio_deferred_request(kvio_deferred_queue_t *queue, const kvio_request_t *request,
                                     kvio_engine_hash_source_t *source_p, size_t *num_hashes_p)
 {
-    size_t segment_bytes = request->segments != NULL
-                               ? request->num_segments * sizeof(kvio_segment_t)
-                               : 0;
-    size_t id_bytes = request->trace_hash_ids != NULL
-                          ? request->num_trace_hash_ids * sizeof(uint64_t)
-                          : 0;
-    deferred_request_t *deferred = malloc(sizeof(*deferred) + segment_bytes + id_bytes);
+    deferred_request_t *deferred =
+        malloc(sizeof(*deferred) + kvio_request_extra_bytes(request));
     if (deferred == NULL)
         return KVIO_ERR_NOMEM;
     *deferred = (deferred_request_t){
-        .request = *request,
         .queue = queue,
         .previous = queue->tail,
         .queued = true,
         .num_hashes = ((size_t)request->input_tokens + request->output_tokens) /
                       queue->block_size,
     };
-    unsigned char *tail = (unsigned char *)(deferred + 1);
-    if (segment_bytes > 0) {
-        memcpy(tail, request->segments, segment_bytes);
-        deferred->request.segments = (const kvio_segment_t *)tail;
-    }
-    if (id_bytes > 0) {
-        memcpy(tail + segment_bytes, request->trace_hash_ids, id_bytes);
-        deferred->request.trace_hash_ids = (const uint64_t *)(tail + segment_bytes);
-    }
+    kvio_request_copy(request, &deferred->request, deferred + 1);
     if (queue->tail != NULL)
         queue->tail->next = deferred;
     else

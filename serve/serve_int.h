@@ -65,7 +65,7 @@ kvio_status_t kvio_deferred_queue_create(uint32_t block_size, kvio_deferred_queu
 /* After every request made from the queue was released. */
 void kvio_deferred_queue_destroy(kvio_deferred_queue_t *queue);
 
-/* Requests now holding hashes computed ahead (at most 16). */
+/* Requests now holding hashes computed ahead (at most 16, AHEAD_MAX). */
 size_t kvio_deferred_queue_num_ahead(const kvio_deferred_queue_t *queue);
 
 /* A copy of request, queued, as an engine hash source (the engine owns it

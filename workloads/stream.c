@@ -277,25 +277,40 @@ void kvio_stream_destroy(kvio_stream_t *stream)
 
 /* ---------- requests ---------- */
 
-kvio_status_t kvio_request_clone(const kvio_request_t *request, kvio_request_t **copy_p)
+size_t kvio_request_extra_bytes(const kvio_request_t *request)
 {
-    size_t segment_bytes = (size_t)request->num_segments * sizeof(kvio_segment_t);
+    size_t segment_bytes = request->segments != NULL
+                               ? (size_t)request->num_segments * sizeof(kvio_segment_t)
+                               : 0;
     size_t id_bytes = request->trace_hash_ids != NULL
                           ? (size_t)request->num_trace_hash_ids * sizeof(uint64_t)
                           : 0;
-    kvio_request_t *copy = malloc(sizeof(*copy) + segment_bytes + id_bytes);
+    return segment_bytes + id_bytes;
+}
+
+void kvio_request_copy(const kvio_request_t *request, kvio_request_t *copy_p, void *extra)
+{
+    *copy_p = *request;
+    unsigned char *tail = extra;
+    if (request->segments != NULL) {
+        size_t segment_bytes = (size_t)request->num_segments * sizeof(kvio_segment_t);
+        memcpy(tail, request->segments, segment_bytes);
+        copy_p->segments = (const kvio_segment_t *)tail;
+        tail += segment_bytes;
+    }
+    if (request->trace_hash_ids != NULL) {
+        memcpy(tail, request->trace_hash_ids,
+               (size_t)request->num_trace_hash_ids * sizeof(uint64_t));
+        copy_p->trace_hash_ids = (const uint64_t *)tail;
+    }
+}
+
+kvio_status_t kvio_request_clone(const kvio_request_t *request, kvio_request_t **copy_p)
+{
+    kvio_request_t *copy = malloc(sizeof(*copy) + kvio_request_extra_bytes(request));
     if (copy == NULL)
         return KVIO_ERR_NOMEM;
-    *copy = *request;
-    char *tail = (char *)(copy + 1);
-    if (request->segments != NULL) {
-        memcpy(tail, request->segments, segment_bytes);
-        copy->segments = (const kvio_segment_t *)tail;
-    }
-    if (id_bytes > 0) {
-        memcpy(tail + segment_bytes, request->trace_hash_ids, id_bytes);
-        copy->trace_hash_ids = (const uint64_t *)(tail + segment_bytes);
-    }
+    kvio_request_copy(request, copy, copy + 1);
     *copy_p = copy;
     return KVIO_OK;
 }
@@ -391,53 +406,6 @@ static const kvio_hash_t *salted_parent(const kvio_request_t *request, uint64_t 
     return root_p;
 }
 
-kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t block_size,
-                                        size_t first_block, size_t num_blocks,
-                                        const kvio_hash_t *parent, kvio_hash_t *hashes_p)
-{
-    kvio_hash_t root;
-    parent = salted_parent(request, first_block, parent, &root);
-    uint64_t total = (uint64_t)request->input_tokens + request->output_tokens;
-    if (block_size == 0 || first_block > total / block_size ||
-        num_blocks > total / block_size - first_block)
-        return KVIO_ERR_INVALID;
-    kvio_hash_run_t stack_runs[64];
-    kvio_hash_run_t *runs = stack_runs;
-    size_t capacity = 64;
-    content_cursor_t cursor = {.request = request};
-    uint64_t trace_block = request->segments == NULL ? request->trace_block_tokens : 0;
-    bool trace_hashing = trace_block > 0 && trace_block % block_size == 0;
-    kvio_status_t status = KVIO_OK;
-    for (size_t i = 0; i < num_blocks;) {
-        uint64_t start = (uint64_t)(first_block + i) * block_size;
-        uint64_t end = start + block_size;
-        if (trace_hashing && end <= request->input_tokens) {
-            /* The rest of this trace block's engine blocks inside the
-             * prompt, as one chain. */
-            uint64_t block_end = start - start % trace_block + trace_block;
-            if (block_end > request->input_tokens)
-                block_end = request->input_tokens;
-            size_t run = (size_t)((block_end - start) / block_size);
-            if (run > num_blocks - i)
-                run = num_blocks - i;
-            kvio_hash_trace_chain(parent, request->trace_hash_ids[start / trace_block],
-                                  (uint32_t)(start % trace_block / block_size), run,
-                                  hashes_p + i);
-            i += run;
-            parent = &hashes_p[i - 1];
-            continue;
-        }
-        status = hash_span(&cursor, start, end, parent, &runs, &capacity, &hashes_p[i]);
-        if (status != KVIO_OK)
-            break;
-        parent = &hashes_p[i];
-        i++;
-    }
-    if (runs != stack_runs)
-        free(runs);
-    return status;
-}
-
 /* The spans and runs of requests hashed together, in arrays that start on
  * the caller's stack and move to the heap when they outgrow it. */
 typedef struct span_builder {
@@ -468,24 +436,26 @@ static void *builder_room(void *items, size_t count, size_t *capacity_p, size_t 
     return bigger;
 }
 
-/* Appends the spans of the request's blocks 0 .. num_blocks-1, as
- * kvio_request_block_hashes hashes them: trace blocks inside the prompt
- * (when the trace block is a multiple of block_size), then runs of whole
- * blocks inside one content, and blocks of several runs one by one (their
- * runs' index in the builder kept in first until the runs stop moving). */
+/* Appends the spans of the request's blocks first_block ..
+ * first_block+num_blocks-1: trace blocks inside the prompt (when the trace
+ * block is a multiple of block_size), then runs of whole blocks inside one
+ * content, and blocks of several runs one by one (their runs' index in the
+ * builder kept in first until the runs stop moving). */
 static kvio_status_t add_request_spans(span_builder_t *builder, const kvio_request_t *request,
-                                       uint32_t block_size, size_t num_blocks)
+                                       uint32_t block_size, size_t first_block,
+                                       size_t num_blocks)
 {
+    size_t end = first_block + num_blocks;
     uint32_t trace_block = request->segments == NULL ? request->trace_block_tokens : 0;
     size_t chained = 0, per_trace_block = 1;
     if (trace_block > 0 && trace_block % block_size == 0) {
         per_trace_block = trace_block / block_size;
         chained = request->input_tokens / block_size;
-        chained = chained < num_blocks ? chained : num_blocks;
+        chained = chained < end ? chained : end;
     }
     content_cursor_t cursor = {.request = request};
-    uint64_t limit = (uint64_t)num_blocks * block_size;
-    for (size_t i = 0; i < num_blocks;) {
+    uint64_t limit = (uint64_t)end * block_size;
+    for (size_t i = first_block; i < end;) {
         kvio_hash_span_t *spans = builder_room(builder->spans, builder->num_spans,
                                                &builder->spans_capacity,
                                                sizeof(kvio_hash_span_t), &builder->spans_on_heap);
@@ -537,21 +507,26 @@ static kvio_status_t add_request_spans(span_builder_t *builder, const kvio_reque
     return KVIO_OK;
 }
 
-kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *requests,
-                                             uint32_t block_size, const size_t *num_blocks,
-                                             kvio_hash_t *const *hashes_p, size_t count)
+/* Blocks first_block .. first_block+num_blocks[r]-1 of each request into
+ * hashes_p[r], the first chained from parent (NULL: none, or the request's
+ * salt), the chains hashed side by side in groups. */
+static kvio_status_t hash_requests(const kvio_request_t *const *requests, uint32_t block_size,
+                                   size_t first_block, const size_t *num_blocks,
+                                   const kvio_hash_t *parent, kvio_hash_t *const *hashes_p,
+                                   size_t count)
 {
     enum { GROUP = 8 };
+    /* Checked before anything is written. */
+    for (size_t r = 0; r < count; r++) {
+        uint64_t total = (uint64_t)requests[r]->input_tokens + requests[r]->output_tokens;
+        if (block_size == 0 || first_block > total / block_size ||
+            num_blocks[r] > total / block_size - first_block)
+            return KVIO_ERR_INVALID;
+    }
     kvio_hash_span_t stack_spans[256];
     kvio_hash_run_t stack_runs[64];
     span_builder_t builder = {.spans = stack_spans, .spans_capacity = 256,
                               .runs = stack_runs, .runs_capacity = 64};
-    /* Checked before anything is written, as kvio_request_block_hashes does. */
-    for (size_t r = 0; r < count; r++) {
-        uint64_t total = (uint64_t)requests[r]->input_tokens + requests[r]->output_tokens;
-        if (block_size == 0 || num_blocks[r] > total / block_size)
-            return KVIO_ERR_INVALID;
-    }
     kvio_status_t status = KVIO_OK;
     for (size_t first = 0; first < count && status == KVIO_OK; first += GROUP) {
         size_t group = count - first < GROUP ? count - first : GROUP;
@@ -560,7 +535,7 @@ kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *reques
         builder.num_spans = builder.num_runs = 0;
         for (size_t r = 0; r < group && status == KVIO_OK; r++) {
             span_start[r] = builder.num_spans;
-            status = add_request_spans(&builder, requests[first + r], block_size,
+            status = add_request_spans(&builder, requests[first + r], block_size, first_block,
                                        num_blocks[first + r]);
         }
         if (status != KVIO_OK)
@@ -570,10 +545,11 @@ kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *reques
             if (builder.spans[i].kind == KVIO_HASH_SPAN_RUNS)
                 builder.spans[i].runs = builder.runs + builder.spans[i].first;
         for (size_t r = 0; r < group; r++) {
-            kvio_hash_t root = {0, 0};
-            const kvio_hash_t *parent = salted_parent(requests[first + r], 0, NULL, &root);
+            kvio_hash_t root;
+            const kvio_hash_t *chain_parent =
+                salted_parent(requests[first + r], first_block, parent, &root);
             chains[r] = (kvio_hash_chain_t){
-                .parent = parent != NULL ? *parent : (kvio_hash_t){0, 0},
+                .parent = chain_parent != NULL ? *chain_parent : (kvio_hash_t){0, 0},
                 .spans = builder.spans + span_start[r],
                 .num_spans = span_start[r + 1] - span_start[r],
                 .hashes_p = hashes_p[first + r],
@@ -586,6 +562,20 @@ kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *reques
     if (builder.runs_on_heap)
         free(builder.runs);
     return status;
+}
+
+kvio_status_t kvio_request_block_hashes(const kvio_request_t *request, uint32_t block_size,
+                                        size_t first_block, size_t num_blocks,
+                                        const kvio_hash_t *parent, kvio_hash_t *hashes_p)
+{
+    return hash_requests(&request, block_size, first_block, &num_blocks, parent, &hashes_p, 1);
+}
+
+kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *requests,
+                                             uint32_t block_size, const size_t *num_blocks,
+                                             kvio_hash_t *const *hashes_p, size_t count)
+{
+    return hash_requests(requests, block_size, 0, num_blocks, NULL, hashes_p, count);
 }
 
 kvio_status_t kvio_request_span_hash(const kvio_request_t *request, uint64_t start, uint64_t end,

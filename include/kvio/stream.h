@@ -82,6 +82,15 @@ kvio_status_t kvio_request_block_hashes_many(const kvio_request_t *const *reques
                                              uint32_t block_size, const size_t *num_blocks,
                                              kvio_hash_t *const *hashes_p, size_t count);
 
+/* The bytes a deep copy of the request holds past its struct: its segments
+ * and trace ids. */
+size_t kvio_request_extra_bytes(const kvio_request_t *request);
+
+/* Deep-copies request into *copy_p, its segments and trace ids into extra
+ * (kvio_request_extra_bytes of room, aligned for a uint64_t): for a copy
+ * kept inside an allocation of the caller's. */
+void kvio_request_copy(const kvio_request_t *request, kvio_request_t *copy_p, void *extra);
+
 /* Deep-copies a (borrowed) request into one allocation that the caller owns
  * and frees with kvio_request_destroy. */
 kvio_status_t kvio_request_clone(const kvio_request_t *request, kvio_request_t **copy_p);
