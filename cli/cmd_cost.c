@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kvio/cost.h"
-#include "kvio/tensors.h"
+#include "kvio/model.h"
 
 static int parse_count(const char *command, const char *flag, const char *text, uint64_t *value_p)
 {
@@ -106,7 +106,7 @@ int kvio_cmd_cost(int argc, char **argv)
             cost_usage(stdout);
             return KVIO_EXIT_OK;
         } else if (strcmp(arg, "--list") == 0) {
-            kvio_cost_print_presets(stdout);
+            kvio_model_print_presets(stdout);
             return KVIO_EXIT_OK;
         } else if (strcmp(arg, "--json") == 0) {
             json = true;

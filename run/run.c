@@ -331,7 +331,7 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
     const char *granularity = granularities[sync->granularity];
     const char *refused = NULL;
     char why[256] = "";
-    kvio_xfer_delta_t delta = kvio_updates_sync_delta(workload);
+    kvio_delta_t delta = kvio_updates_sync_delta(workload);
     if (transport->kind != KVIO_XFER_UCX) {
         refused = "train.transport.kind";
         snprintf(why, sizeof(why), "is %s; emulate mode moves real buckets over ucx only "
@@ -373,7 +373,7 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
         return status;
     /* index_value's indices are 4 bytes: a bucket has at most 2^32 elements. */
     for (size_t b = 0; b < plan.num_buckets && status == KVIO_OK; b++) {
-        if (delta.fraction <= 0 || delta.encoding != KVIO_XFER_DELTA_INDEX_VALUE ||
+        if (delta.fraction <= 0 || delta.encoding != KVIO_DELTA_INDEX_VALUE ||
             plan.buckets[b].bytes / delta.element <= UINT32_MAX)
             continue;
         snprintf(error_p, error_len, "weight_sync.delta_encoding: index_value in emulate mode: "

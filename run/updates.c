@@ -421,7 +421,7 @@ kvio_status_t kvio_updates_sync_buckets(const kvio_workload_t *workload, kvio_sy
                              error_len);
 }
 
-kvio_xfer_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload)
+kvio_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload)
 {
     const kvio_sync_config_t *sync = &workload->weight_sync;
     kvio_model_t model = workload->model;
@@ -430,9 +430,9 @@ kvio_xfer_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload)
     if (kvio_model_resolve(&model, unused, sizeof(unused)) == KVIO_OK)
         element = model.weight_dtype_bytes > 0 ? model.weight_dtype_bytes : model.dtype_bytes;
     bool whole = element >= 1 && element <= 8 && element == floor(element);
-    return (kvio_xfer_delta_t){
+    return (kvio_delta_t){
         .fraction = sync->delta_fraction, .encoding = sync->delta_encoding,
-        .element = whole && kvio_xfer_delta_supported((uint32_t)element) ? (uint32_t)element
+        .element = whole && kvio_delta_supported((uint32_t)element) ? (uint32_t)element
                                                                           : 0};
 }
 
@@ -449,10 +449,10 @@ static kvio_status_t sync_ring_bytes(const kvio_workload_t *workload, uint64_t *
     if (status != KVIO_OK)
         return status;
     /* A slot holds a bucket, or its largest delta when that is bigger. */
-    kvio_xfer_delta_t delta = kvio_updates_sync_delta(workload);
+    kvio_delta_t delta = kvio_updates_sync_delta(workload);
     uint64_t largest = 0;
     for (size_t b = 0; b < plan.num_buckets; b++) {
-        uint64_t bytes = kvio_xfer_delta_slot_bytes(&delta, plan.buckets[b].bytes);
+        uint64_t bytes = kvio_delta_slot_bytes(&delta, plan.buckets[b].bytes);
         largest = bytes > largest ? bytes : largest;
     }
     uint64_t slots = (uint64_t)workload->weight_sync.pipeline_depth;

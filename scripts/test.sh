@@ -23,6 +23,8 @@ done
 case "$stress" in ''|*[!0-9]*) echo "scripts/test.sh: --stress takes a count" >&2; exit 2 ;; esac
 
 scripts/bootstrap.sh
+# The module order holds (an include that points up fails here, named).
+scripts/check_layers.sh
 
 build=${KVIO_BUILD_DIR:-$root/build}
 cuda=OFF

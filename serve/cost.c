@@ -1,7 +1,6 @@
 /* The cost model: roofline time from FLOPs and bytes of one iteration
  * against a GPU spec, a linear form with fitted coefficients, and a measured
- * table interpolated trilinearly. Also the configuration tables, KV bytes per
- * token and KV capacity from GPU memory. */
+ * table interpolated trilinearly, and the `cost:` option table. */
 #include "kvio/cost.h"
 
 #include <errno.h>
@@ -9,56 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/serve_int.h"
 
 static const char *const cost_kind_names[] = {"roofline", "linear", "table", NULL};
-
-const kvio_opt_t kvio_model_options[] = {
-    {.key = "preset", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_model_t, preset),
-     .default_value = "llama3-8b", .help = "model shape preset (kvio cost --list shows them)"},
-#define MODEL_INT(name, text)                                                              \
-    {.key = #name, .type = KVIO_OPT_INT, .offset = offsetof(kvio_model_t, name),           \
-     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = text " (0: from the preset)"}
-    MODEL_INT(layers, "transformer layers"),
-    MODEL_INT(hidden, "hidden size"),
-    MODEL_INT(heads, "attention heads"),
-    MODEL_INT(kv_heads, "key/value heads (GQA)"),
-    MODEL_INT(head_dim, "dimension of one head"),
-    MODEL_INT(intermediate, "MLP intermediate size (per expert for MoE)"),
-    MODEL_INT(vocab, "vocabulary size"),
-    MODEL_INT(num_experts, "MoE experts per layer"),
-    MODEL_INT(experts_per_token, "MoE experts each token uses"),
-    MODEL_INT(sliding_window_layers, "layers with sliding-window attention"),
-    MODEL_INT(sliding_window, "tokens a sliding-window layer keeps"),
-#undef MODEL_INT
-    {.key = "dtype_bytes", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_model_t, dtype_bytes),
-     .default_value = "2", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.125, .max = 8,
-     .help = "bytes per activation and KV element (bf16: 2, fp8: 1)"},
-    {.key = "weight_dtype_bytes", .type = KVIO_OPT_DOUBLE,
-     .offset = offsetof(kvio_model_t, weight_dtype_bytes), .default_value = "0",
-     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 8,
-     .help = "bytes per weight (0: the preset's, else dtype_bytes)"},
-    {.key = NULL},
-};
-
-const kvio_opt_t kvio_gpu_options[] = {
-    {.key = "preset", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_gpu_t, preset),
-     .default_value = "h200", .help = "GPU preset (kvio cost --list shows them)"},
-    {.key = "flops", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_gpu_t, flops),
-     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "dense bf16 FLOP/s (0: from the preset)"},
-    {.key = "hbm_bandwidth", .type = KVIO_OPT_DOUBLE,
-     .offset = offsetof(kvio_gpu_t, hbm_bandwidth), .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "memory bandwidth in bytes/s (0: from the preset)"},
-    {.key = "memory", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_gpu_t, memory),
-     .help = "GPU memory (0: from the preset)"},
-    {.key = "host_bandwidth", .type = KVIO_OPT_DOUBLE,
-     .offset = offsetof(kvio_gpu_t, host_bandwidth), .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "host link bytes/s per direction (0: from the preset)"},
-    {.key = "link_bandwidth", .type = KVIO_OPT_DOUBLE,
-     .offset = offsetof(kvio_gpu_t, link_bandwidth), .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "GPU-to-GPU bytes/s for tensor parallelism (0: from the preset)"},
-    {.key = NULL},
-};
 
 const kvio_opt_t kvio_cost_options[] = {
     {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_cost_config_t, kind),
@@ -113,182 +64,6 @@ struct kvio_cost {
     cost_table_t table;
 };
 
-/* ---------- presets ---------- */
-
-kvio_status_t kvio_model_resolve(kvio_model_t *model, char *error_p, size_t error_len)
-{
-    const kvio_model_t *preset = NULL;
-    if (model->preset != NULL && model->preset[0] != '\0') {
-        preset = kvio_model_preset_find(model->preset);
-        if (preset == NULL) {
-            char names[512];
-            kvio_model_preset_names(names, sizeof(names));
-            snprintf(error_p, error_len, "model.preset: unknown model '%s' (one of %s)",
-                     model->preset, names);
-            return KVIO_ERR_CONFIG;
-        }
-    }
-#define TAKE(field)                                                                        \
-    if (model->field == 0 && preset != NULL)                                               \
-        model->field = preset->field;
-    TAKE(layers)
-    TAKE(hidden)
-    TAKE(heads)
-    TAKE(kv_heads)
-    TAKE(head_dim)
-    TAKE(intermediate)
-    TAKE(vocab)
-    TAKE(num_experts)
-    TAKE(experts_per_token)
-    TAKE(sliding_window_layers)
-    TAKE(sliding_window)
-    TAKE(weight_dtype_bytes)
-#undef TAKE
-    if (preset != NULL)
-        model->tied_embeddings = preset->tied_embeddings;
-    if (model->dtype_bytes == 0)
-        model->dtype_bytes = 2;
-    if (model->weight_dtype_bytes == 0)
-        model->weight_dtype_bytes = model->dtype_bytes;
-    if (model->head_dim == 0 && model->heads > 0)
-        model->head_dim = model->hidden / model->heads;
-    if (model->kv_heads == 0)
-        model->kv_heads = model->heads;
-    const char *missing = model->layers == 0     ? "layers"
-                          : model->hidden == 0   ? "hidden"
-                          : model->heads == 0    ? "heads"
-                          : model->intermediate == 0 ? "intermediate"
-                          : model->vocab == 0    ? "vocab"
-                                                 : NULL;
-    if (missing != NULL) {
-        snprintf(error_p, error_len, "model.%s: not set and no preset gives it", missing);
-        return KVIO_ERR_CONFIG;
-    }
-    if (model->sliding_window_layers > model->layers) {
-        snprintf(error_p, error_len, "model.sliding_window_layers: %lld is more than the %lld layers",
-                 (long long)model->sliding_window_layers, (long long)model->layers);
-        return KVIO_ERR_CONFIG;
-    }
-    if (model->num_experts > 0 &&
-        (model->experts_per_token < 1 || model->experts_per_token > model->num_experts)) {
-        snprintf(error_p, error_len, "model.experts_per_token: must be 1..num_experts (%lld)",
-                 (long long)model->num_experts);
-        return KVIO_ERR_CONFIG;
-    }
-    return KVIO_OK;
-}
-
-kvio_status_t kvio_gpu_resolve(kvio_gpu_t *gpu, char *error_p, size_t error_len)
-{
-    const kvio_gpu_t *preset = NULL;
-    if (gpu->preset != NULL && gpu->preset[0] != '\0') {
-        preset = kvio_gpu_preset_find(gpu->preset);
-        if (preset == NULL) {
-            char names[512];
-            kvio_gpu_preset_names(names, sizeof(names));
-            snprintf(error_p, error_len, "gpu.preset: unknown GPU '%s' (one of %s)", gpu->preset,
-                     names);
-            return KVIO_ERR_CONFIG;
-        }
-    }
-#define TAKE(field)                                                                        \
-    if (gpu->field == 0 && preset != NULL)                                                 \
-        gpu->field = preset->field;
-    TAKE(flops)
-    TAKE(hbm_bandwidth)
-    TAKE(memory)
-    TAKE(host_bandwidth)
-    TAKE(link_bandwidth)
-#undef TAKE
-    if (gpu->link_bandwidth == 0)
-        gpu->link_bandwidth = gpu->host_bandwidth;
-    const char *missing = gpu->flops == 0            ? "flops"
-                          : gpu->hbm_bandwidth == 0  ? "hbm_bandwidth"
-                          : gpu->memory == 0         ? "memory"
-                          : gpu->host_bandwidth == 0 ? "host_bandwidth"
-                                                     : NULL;
-    if (missing != NULL) {
-        snprintf(error_p, error_len, "gpu.%s: not set and no preset gives it", missing);
-        return KVIO_ERR_CONFIG;
-    }
-    return KVIO_OK;
-}
-
-/* ---------- shape arithmetic ---------- */
-
-static double attention_params(const kvio_model_t *model)
-{
-    double q_and_o = 2.0 * (double)model->hidden * (double)(model->heads * model->head_dim);
-    double k_and_v = 2.0 * (double)model->hidden * (double)(model->kv_heads * model->head_dim);
-    return q_and_o + k_and_v;
-}
-
-static double expert_params(const kvio_model_t *model)
-{
-    /* gate, up and down projections */
-    return 3.0 * (double)model->hidden * (double)model->intermediate;
-}
-
-static double embedding_params(const kvio_model_t *model)
-{
-    double table = (double)model->vocab * (double)model->hidden;
-    return model->tied_embeddings ? table : 2.0 * table;
-}
-
-double kvio_model_params(const kvio_model_t *model)
-{
-    double experts = model->num_experts > 0 ? (double)model->num_experts : 1.0;
-    double router = model->num_experts > 0 ? (double)(model->hidden * model->num_experts) : 0;
-    double per_layer = attention_params(model) + experts * expert_params(model) + router;
-    return (double)model->layers * per_layer + embedding_params(model);
-}
-
-double kvio_model_active_params(const kvio_model_t *model)
-{
-    double experts = model->num_experts > 0 ? (double)model->experts_per_token : 1.0;
-    double router = model->num_experts > 0 ? (double)(model->hidden * model->num_experts) : 0;
-    double per_layer = attention_params(model) + experts * expert_params(model) + router;
-    return (double)model->layers * per_layer + embedding_params(model);
-}
-
-uint64_t kvio_model_weight_bytes(const kvio_model_t *model)
-{
-    return (uint64_t)llround(kvio_model_params(model) * model->weight_dtype_bytes);
-}
-
-uint64_t kvio_model_kv_bytes_per_token(const kvio_model_t *model, int64_t tensor_parallel)
-{
-    int64_t full_layers = model->layers - model->sliding_window_layers;
-    double bytes = 2.0 * (double)full_layers * (double)model->kv_heads *
-                   (double)model->head_dim * model->dtype_bytes;
-    return (uint64_t)llround(bytes / (double)(tensor_parallel > 0 ? tensor_parallel : 1));
-}
-
-uint64_t kvio_model_window_kv_bytes(const kvio_model_t *model, int64_t tensor_parallel)
-{
-    double bytes = 2.0 * (double)model->sliding_window_layers * (double)model->kv_heads *
-                   (double)model->head_dim * model->dtype_bytes * (double)model->sliding_window;
-    return (uint64_t)llround(bytes / (double)(tensor_parallel > 0 ? tensor_parallel : 1));
-}
-
-kvio_status_t kvio_cost_kv_capacity(const kvio_model_t *model, const kvio_gpu_t *gpu,
-                                    int64_t tensor_parallel, double utilization,
-                                    uint64_t *bytes_p, char *error_p, size_t error_len)
-{
-    double usable = utilization * (double)gpu->memory;
-    double weights = (double)kvio_model_weight_bytes(model) / (double)tensor_parallel;
-    if (weights >= usable) {
-        snprintf(error_p, error_len,
-                 "the weights (%.2f GiB per GPU at tensor_parallel %lld) do not fit in %.0f%% "
-                 "of the GPU's %.1f GiB (%.2f GiB)",
-                 weights / 1073741824.0, (long long)tensor_parallel, utilization * 100,
-                 (double)gpu->memory / 1073741824.0, usable / 1073741824.0);
-        return KVIO_ERR_CONFIG;
-    }
-    *bytes_p = (uint64_t)(usable - weights);
-    return KVIO_OK;
-}
-
 /* ---------- batches and iteration time ---------- */
 
 void kvio_batch_add_prefill(kvio_batch_t *batch, uint64_t new_tokens, uint64_t cached_tokens)
@@ -323,7 +98,7 @@ static void roofline(const kvio_cost_t *cost, const kvio_batch_t *batch,
     /* Matmul FLOPs: 2 per active weight per token, plus the LM head for each
      * sequence that samples a token. */
     double experts = model->num_experts > 0 ? (double)model->experts_per_token : 1.0;
-    double linear_per_token = layers * (attention_params(model) + experts * expert_params(model));
+    double linear_per_token = layers * (kvio_model_attention_params(model) + experts * kvio_model_expert_params(model));
     double lm_head = (double)model->vocab * (double)model->hidden;
     double flops = 2.0 * linear_per_token * tokens + 2.0 * lm_head * sequences;
     /* Attention: QK^T and PV, 4·width FLOPs per (query, key) pair; windowed
@@ -336,15 +111,15 @@ static void roofline(const kvio_cost_t *cost, const kvio_batch_t *batch,
      * touches, E·(1 − (1 − k/E)^T)), KV read for every context token and
      * written for every new one. */
     double weight_bytes = model->weight_dtype_bytes;
-    double dense_weights = layers * attention_params(model) + embedding_params(model);
+    double dense_weights = layers * kvio_model_attention_params(model) + kvio_model_embedding_params(model);
     double expert_weights = 0;
     if (model->num_experts > 0) {
         double e = (double)model->num_experts, k = (double)model->experts_per_token;
         double touched = e * (1.0 - pow(1.0 - k / e, tokens));
-        expert_weights = layers * touched * expert_params(model);
+        expert_weights = layers * touched * kvio_model_expert_params(model);
         dense_weights += layers * (double)(model->hidden * model->num_experts);
     } else {
-        expert_weights = layers * expert_params(model);
+        expert_weights = layers * kvio_model_expert_params(model);
     }
     double kv_token = (double)kvio_model_kv_bytes_per_token(model, 1);
     double context = (double)(batch->prefill_context + batch->decode_context);

@@ -1,5 +1,4 @@
-/* Private to serve/: preset tables of model shapes and GPU specs, CSV rows,
- * and the messages between serve ranks and their client. */
+/* Private to serve/: CSV rows and the messages between serve ranks and their client. */
 #ifndef KVIO_SERVE_INT_H
 #define KVIO_SERVE_INT_H
 
@@ -11,14 +10,6 @@
 #include "kvio/serve.h"
 #include "kvio/wire.h"
 #include "kvio/stream.h"
-
-/* Returns the preset called name, or NULL (borrowed, static). */
-const kvio_model_t *kvio_model_preset_find(const char *name);
-const kvio_gpu_t *kvio_gpu_preset_find(const char *name);
-
-/* Writes "a, b, c" of the known preset names. */
-void kvio_model_preset_names(char *text_p, size_t text_len);
-void kvio_gpu_preset_names(char *text_p, size_t text_len);
 
 /* Column names of requests.csv and iterations.csv, and one row of each. */
 #define KVIO_REQUESTS_CSV_HEADER                                                            \

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kvio/log.h"
-#include "kvio/train.h"
+#include "kvio/model.h"
 #include "serve/serve_int.h"
 #include "kvio/progress.h"
 
@@ -63,7 +63,7 @@ kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_
     } else {
         uint64_t capacity = kv->capacity;
         if (capacity == 0) {
-            kvio_status_t status = kvio_cost_kv_capacity(model, gpu, tensor_parallel,
+            kvio_status_t status = kvio_model_kv_capacity(model, gpu, tensor_parallel,
                                                          kv->gpu_memory_utilization, &capacity,
                                                          error_p, error_len);
             if (status != KVIO_OK)

@@ -134,7 +134,11 @@ test_run_t test_kvio(const char *cwd, const char *arg, ...)
         argv[argc++] = next;
     va_end(args);
     argv[argc] = NULL;
+    return test_exec(cwd, argv);
+}
 
+test_run_t test_exec(const char *cwd, const char *const *argv)
+{
     char out_path[] = "/tmp/kvio-out-XXXXXX";
     char err_path[] = "/tmp/kvio-err-XXXXXX";
     int out_fd = mkstemp(out_path);
@@ -149,7 +153,7 @@ test_run_t test_kvio(const char *cwd, const char *arg, ...)
         dup2(err_fd, 2);
         if (cwd != NULL && chdir(cwd) != 0)
             _exit(126);
-        execv(argv[0], (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     int wait_status = 0;

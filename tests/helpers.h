@@ -32,6 +32,9 @@ const char *test_kvio_binary(void);
  * as its working directory (NULL: inherit), and captures its output. */
 test_run_t test_kvio(const char *cwd, const char *arg, ...);
 
+/* Runs argv (NULL-terminated; argv[0] looked up on PATH) the same way. */
+test_run_t test_exec(const char *cwd, const char *const *argv);
+
 void test_run_free(test_run_t *run);
 
 /* True when the substring occurs in text. */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvio/tensors.h"
+#include "kvio/model.h"
 #include "tests/helpers.h"
 
 static kvio_cost_t *cost_of(const kvio_model_t *model, const kvio_gpu_t *gpu, int64_t tp)
@@ -261,11 +261,11 @@ Test(cost, kv_capacity_subtracts_weights_and_refuses_what_does_not_fit, .timeout
     kvio_gpu_t gpu = test_gpu("h100-sxm");
     uint64_t bytes;
     char error[512];
-    cr_assert_eq(kvio_cost_kv_capacity(&model, &gpu, 1, 0.9, &bytes, error, sizeof(error)), KVIO_OK);
+    cr_assert_eq(kvio_model_kv_capacity(&model, &gpu, 1, 0.9, &bytes, error, sizeof(error)), KVIO_OK);
     cr_assert_float_eq((double)bytes, 0.9 * 80 * 1073741824.0 - 16.06e9, 0.02e9);
     kvio_model_t big = test_model("llama3-70b");
     kvio_gpu_t small = test_gpu("rtx-4090");
-    cr_assert_eq(kvio_cost_kv_capacity(&big, &small, 1, 0.9, &bytes, error, sizeof(error)),
+    cr_assert_eq(kvio_model_kv_capacity(&big, &small, 1, 0.9, &bytes, error, sizeof(error)),
                  KVIO_ERR_CONFIG);
     cr_assert(strstr(error, "the weights (131.") != NULL && strstr(error, "do not fit") != NULL,
               "%s", error);

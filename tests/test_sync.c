@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "kvio/run.h"
-#include "kvio/tensors.h"
+#include "kvio/model.h"
 #include "tests/helpers.h"
 
 static kvio_sync_config_t config_of(int granularity)

@@ -862,7 +862,7 @@ Test(xfer, checksum_in_pieces_is_xxh3_of_the_whole_buffer, .timeout = 10)
     cr_assert_not_null(buffer);
     kvio_weights_fill(buffer, bytes, 7);
     uint64_t whole = XXH3_64bits(buffer, bytes); /* libxxhash's plain function */
-    cr_expect_eq(kvio_xfer_checksum_of(buffer, bytes), whole);
+    cr_expect_eq(kvio_weights_checksum(buffer, bytes), whole);
     cr_expect_eq(kvio_weights_checksum(buffer, bytes), whole);
     kvio_xfer_checksum_t *checksum = NULL;
     cr_assert_eq(kvio_xfer_checksum_create(&checksum), KVIO_OK);
@@ -1057,21 +1057,21 @@ Test(xfer, a_delta_rebuilds_the_next_version_in_its_share_of_the_bytes, .timeout
         int encoding;
         uint32_t element;
     } cases[] = {
-        {0.045, KVIO_XFER_DELTA_INDEX_VALUE, 2}, {0.045, KVIO_XFER_DELTA_BITMAP, 2},
-        {0.3, KVIO_XFER_DELTA_INDEX_VALUE, 1},   {0.01, KVIO_XFER_DELTA_BITMAP, 4},
-        {1.0, KVIO_XFER_DELTA_INDEX_VALUE, 8},   {0.7, KVIO_XFER_DELTA_BITMAP, 2},
+        {0.045, KVIO_DELTA_INDEX_VALUE, 2}, {0.045, KVIO_DELTA_BITMAP, 2},
+        {0.3, KVIO_DELTA_INDEX_VALUE, 1},   {0.01, KVIO_DELTA_BITMAP, 4},
+        {1.0, KVIO_DELTA_INDEX_VALUE, 8},   {0.7, KVIO_DELTA_BITMAP, 2},
     };
     unsigned char *before = malloc(bytes), *after = malloc(bytes), *rebuilt = malloc(bytes);
     unsigned char *encoding = malloc(2 * bytes + 4096);
     cr_assert(before && after && rebuilt && encoding);
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        kvio_xfer_delta_t delta = {.fraction = cases[c].fraction,
+        kvio_delta_t delta = {.fraction = cases[c].fraction,
                                    .encoding = cases[c].encoding,
                                    .element = cases[c].element};
         uint32_t element = delta.element;
         kvio_weights_fill(before, bytes, 3 + c);
         memcpy(after, before, bytes);
-        kvio_xfer_delta_mutate(&delta, after, bytes, 7);
+        kvio_delta_mutate(&delta, after, bytes, 7);
         uint64_t changed = 0;
         for (uint64_t i = 0; i < bytes / element; i++)
             changed += memcmp(before + i * element, after + i * element, element) != 0;
@@ -1082,16 +1082,16 @@ Test(xfer, a_delta_rebuilds_the_next_version_in_its_share_of_the_bytes, .timeout
         uint64_t wire = 0, entries_all = 0;
         for (size_t b = 0; b + 1 < sizeof(buckets) / sizeof(buckets[0]); b++) {
             uint64_t offset = buckets[b], length = buckets[b + 1] - offset, entries = 0;
-            uint64_t written = kvio_xfer_delta_encode(&delta, 7, after, bytes, offset, length,
+            uint64_t written = kvio_delta_encode(&delta, 7, after, bytes, offset, length,
                                                       encoding, &entries);
-            cr_expect_leq(written, kvio_xfer_delta_bound(&delta, length), "case %zu bucket %zu",
+            cr_expect_leq(written, kvio_delta_bound(&delta, length), "case %zu bucket %zu",
                           c, b);
             wire += written;
             entries_all += entries;
             uint64_t cursor = 0, piece = 4096 * element + 3 * element; /* odd, whole elements */
             for (uint64_t from = 0; from < length; from += piece) {
                 uint64_t to = from + piece < length ? from + piece : length;
-                cr_assert(kvio_xfer_delta_apply(&delta, encoding, entries, length,
+                cr_assert(kvio_delta_apply(&delta, encoding, entries, length,
                                                 rebuilt + offset, from, to, &cursor),
                           "case %zu bucket %zu: apply [%llu, %llu)", c, b,
                           (unsigned long long)from, (unsigned long long)to);
@@ -1100,17 +1100,17 @@ Test(xfer, a_delta_rebuilds_the_next_version_in_its_share_of_the_bytes, .timeout
         }
         cr_expect_eq(entries_all, changed, "case %zu: each change sent once", c);
         cr_expect(memcmp(rebuilt, after, bytes) == 0, "case %zu: rebuilt weights differ", c);
-        double expected = delta.encoding == KVIO_XFER_DELTA_BITMAP
+        double expected = delta.encoding == KVIO_DELTA_BITMAP
                               ? elements * delta.fraction * element + elements / 8
                               : elements * delta.fraction * (element + 4);
         cr_expect(fabs((double)wire - expected) <= expected * 0.01 + 64, "case %zu: %llu bytes "
                   "on the wire, %.0f expected", c, (unsigned long long)wire, expected);
     }
     /* A corrupt encoding (an index past its bucket) is caught, not written. */
-    kvio_xfer_delta_t delta = {.fraction = 0.1, .element = 2};
+    kvio_delta_t delta = {.fraction = 0.1, .element = 2};
     uint32_t record[2] = {4000000, 0};
     uint64_t cursor = 0;
-    cr_expect_not(kvio_xfer_delta_apply(&delta, record, 1, 1 << 20, rebuilt, 0, 1 << 20,
+    cr_expect_not(kvio_delta_apply(&delta, record, 1, 1 << 20, rebuilt, 0, 1 << 20,
                                         &cursor));
     free(before);
     free(after);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvio/tensors.h"
+#include "kvio/model.h"
 
 static const char *const granularity_names[] = {"off", "whole", "bucket", "tensor", NULL};
 static const char *const topology_names[] = {"sequential", "chain", "tree", "p2p", NULL};

@@ -19,16 +19,6 @@
 static const char *const policy_names[] = {"every_n_steps", "interval", "adaptive", NULL};
 static const char *const wait_names[] = {"sleep", "spin", NULL};
 
-static const kvio_opt_t loss_options[] = {
-    {.key = "a", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_loss_curve_t, a),
-     .default_value = "4.0", .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "L = a*step^-b + c"},
-    {.key = "b", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_loss_curve_t, b),
-     .default_value = "0.5", .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "decay exponent"},
-    {.key = "c", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_loss_curve_t, c),
-     .default_value = "1.5", .help = "irreducible loss"},
-    {.key = NULL},
-};
-
 static const kvio_opt_t checkpoint_options[] = {
     {.key = "policy", .type = KVIO_OPT_ENUM,
      .offset = offsetof(kvio_checkpoint_config_t, policy), .values = policy_names,
@@ -41,7 +31,7 @@ static const kvio_opt_t checkpoint_options[] = {
      .offset = offsetof(kvio_checkpoint_config_t, interval_ns), .default_value = "10s",
      .flags = KVIO_OPT_HAS_MIN, .min = 1000, .help = "publish when this much time has passed"},
     {.key = "loss", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_checkpoint_config_t, loss),
-     .options = loss_options, .help = "adaptive: learning curve L(step) = a*step^-b + c"},
+     .options = kvio_loss_options, .help = "adaptive: learning curve L(step) = a*step^-b + c"},
     {.key = "serving_rate", .type = KVIO_OPT_DOUBLE,
      .offset = offsetof(kvio_checkpoint_config_t, serving_rate), .default_value = "100",
      .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "adaptive: requests per second served"},
@@ -86,11 +76,6 @@ uint64_t kvio_train_weights_bytes(const kvio_train_config_t *config)
     return config->bytes;
 }
 
-double kvio_loss_at(const kvio_loss_curve_t *curve, double step)
-{
-    return curve->a * pow(step < 1 ? 1 : step, -curve->b) + curve->c;
-}
-
 bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
                          int64_t now_ns, int64_t last_step, int64_t last_ns,
                          int64_t cost_ns)
@@ -109,40 +94,6 @@ bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
         return gain >= config->cost_weight * cost_s;
     }
     }
-}
-
-void kvio_weights_fill(void *buffer, uint64_t bytes, uint64_t seed)
-{
-    kvio_rng_t rng;
-    kvio_rng_seed(&rng, seed, 0, "weights");
-    uint64_t *words = buffer;
-    for (uint64_t i = 0; i < bytes / 8; i++)
-        words[i] = kvio_rng_next(&rng);
-    for (uint64_t i = bytes / 8 * 8; i < bytes; i++)
-        ((unsigned char *)buffer)[i] = (unsigned char)kvio_rng_next(&rng);
-}
-
-void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version)
-{
-    /* One word per 4 KiB page, at a page offset that moves with the version. */
-    uint64_t word_offset = (version * 8 * 13) % 4096;
-    for (uint64_t page = 0; page < bytes; page += 4096) {
-        uint64_t at = page + word_offset;
-        if (at + 8 > bytes)
-            at = page;
-        if (at + 8 > bytes)
-            break;
-        uint64_t value;
-        memcpy(&value, (char *)buffer + at, 8);
-        value ^= 0x9e3779b97f4a7c15ull * (version | 1) + page;
-        memcpy((char *)buffer + at, &value, 8);
-    }
-    ((unsigned char *)buffer)[0] ^= (unsigned char)(version | 1);
-}
-
-uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes)
-{
-    return kvio_xfer_checksum_of(buffer, bytes);
 }
 
 static void wait_until(int wait, uint64_t deadline_ns)
@@ -226,9 +177,9 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
         if (dirty) {
             /* The optimizer's writes; with deltas, only the elements the
              * next delta carries change. */
-            const kvio_xfer_delta_t *delta = kvio_xfer_delta(xfer);
+            const kvio_delta_t *delta = kvio_xfer_delta(xfer);
             if (delta != NULL)
-                kvio_xfer_delta_mutate(delta, weights, bytes, version + 1);
+                kvio_delta_mutate(delta, weights, bytes, version + 1);
             else
                 kvio_weights_mutate(weights, bytes, version + 1);
             dirty = false;

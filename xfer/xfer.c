@@ -12,7 +12,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
-#include "kvio/train.h" /* kvio_weights_fill: the weights deltas start from */
+#include "kvio/model.h"
 
 const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", "cuda-ipc", "staged", NULL};
 const char *const kvio_xfer_fanout_names[] = {"sequential", "chain", NULL};
@@ -377,7 +377,7 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
      * not touch them. With deltas, slot 1 (active when the serve loop
      * starts) takes the trainer's starting weights: the first delta
      * applies on them. */
-    const kvio_xfer_delta_t *delta = kvio_xfer_delta(xfer);
+    const kvio_delta_t *delta = kvio_xfer_delta(xfer);
     for (int slot = 0; slot < 2 && xfer->device == NULL; slot++) {
         if (xfer->slots[slot] == NULL || xfer->bytes == 0)
             continue;
@@ -463,7 +463,7 @@ bool kvio_xfer_fetched_sum(const kvio_xfer_t *xfer, uint64_t version, uint64_t *
     return true;
 }
 
-const kvio_xfer_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer)
+const kvio_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer)
 {
     return xfer->config->num_buckets > 0 && xfer->config->delta.fraction > 0
                ? &xfer->config->delta
@@ -659,7 +659,7 @@ kvio_status_t kvio_xfer_publish_and_checksum(kvio_xfer_t *xfer, uint64_t version
     if (xfer->role != KVIO_XFER_SENDER || xfer->device != NULL || times_p == NULL)
         return KVIO_ERR_INVALID;
     if (!hash_on_put(xfer))
-        return publish(xfer, version, kvio_xfer_checksum_of(xfer->send_buffer, xfer->bytes),
+        return publish(xfer, version, kvio_weights_checksum(xfer->send_buffer, xfer->bytes),
                        false, t_ready_ns, times_p);
     return publish(xfer, version, 0, true, t_ready_ns, times_p);
 }

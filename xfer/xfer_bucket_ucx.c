@@ -65,7 +65,7 @@ typedef struct bucket_priv {
     size_t num_buckets;
     size_t depth;        /* ring slots: pipeline_depth, at most num_buckets */
     uint64_t slot_bytes; /* the largest bucket (or its largest delta) */
-    const kvio_xfer_delta_t *delta; /* NULL: whole versions */
+    const kvio_delta_t *delta; /* NULL: whole versions */
     char *ring;          /* sender: staging slots; receiver: receive slots */
     uint64_t sequence;   /* sender: buckets put since the start; receiver: reloaded */
     /* Sender: buckets each receiver has reloaded (written by the ucx
@@ -205,7 +205,7 @@ static kvio_status_t bucket_init(kvio_xfer_t *xfer, char *error_p, size_t error_
     kvio_status_t status = priv->offsets != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
     for (size_t b = 0; b < priv->num_buckets && status == KVIO_OK; b++) {
         priv->offsets[b + 1] = priv->offsets[b] + config->bucket_bytes[b];
-        uint64_t bytes = kvio_xfer_delta_slot_bytes(priv->delta, config->bucket_bytes[b]);
+        uint64_t bytes = kvio_delta_slot_bytes(priv->delta, config->bucket_bytes[b]);
         if (bytes > priv->slot_bytes)
             priv->slot_bytes = bytes;
     }
@@ -354,17 +354,17 @@ static void *stage_buckets(void *arg)
             /* The bucket's changes encoded, and its whole bytes summed (the
              * checksum is of the weights the receivers rebuild), a step at
              * a time: the sum reads what the encoding just brought in. */
-            kvio_xfer_delta_encoder_t encoder;
-            kvio_xfer_delta_encode_begin(&encoder, priv->delta, stager->version,
+            kvio_delta_encoder_t encoder;
+            kvio_delta_encode_begin(&encoder, priv->delta, stager->version,
                                          xfer->send_buffer, xfer->bytes, priv->offsets[b], bytes,
                                          slot);
             for (uint64_t done = 0; done < bytes;) {
                 uint64_t step = bytes - done < APPLY_STEP ? bytes - done : APPLY_STEP;
-                kvio_xfer_delta_encode_to(&encoder, done + step);
+                kvio_delta_encode_to(&encoder, done + step);
                 kvio_xfer_hash_piece(xfer, priv->offsets[b] + done, step);
                 done += step;
             }
-            priv->wire[b] = kvio_xfer_delta_encode_end(&encoder, &priv->entries[b]);
+            priv->wire[b] = kvio_delta_encode_end(&encoder, &priv->entries[b]);
         } else {
             /* A copy from the weights, summed from its own loads while the
              * publish computes the checksum. */
@@ -609,7 +609,7 @@ static kvio_status_t apply_delta(kvio_xfer_t *xfer, const bucket_notice_t *notic
                                  char *weights, uint64_t offset, uint64_t *piece_p)
 {
     bucket_priv_t *priv = xfer->priv;
-    const kvio_xfer_delta_t *delta = priv->delta;
+    const kvio_delta_t *delta = priv->delta;
     size_t b = notice->bucket;
     uint64_t start = priv->offsets[b], bytes = priv->offsets[b + 1] - start;
     uint64_t piece = *piece_p;
@@ -621,7 +621,7 @@ static kvio_status_t apply_delta(kvio_xfer_t *xfer, const bucket_notice_t *notic
         uint64_t at = offset + done;
         if (priv->base != weights)
             memcpy(weights + at, priv->base + at, step);
-        if (!kvio_xfer_delta_apply(delta, encoding, notice->entries, bytes, weights + start,
+        if (!kvio_delta_apply(delta, encoding, notice->entries, bytes, weights + start,
                                    at - start, at - start + step, &priv->cursor)) {
             kvio_xfer_set_error(xfer, "ucx transport: bucket %u of version %llu: its delta's "
                                 "encoding is corrupt", notice->bucket,

@@ -28,13 +28,11 @@ struct kvio_xfer_checksum {
  * AVX2 or AVX-512 chosen at run time, where the plain XXH3 functions are
  * built for the baseline SSE2 (2.5x slower in cache on an EPYC). Weak: a
  * libxxhash without it leaves them NULL and the plain functions serve. */
-XXH64_hash_t XXH3_64bits_dispatch(const void *input, size_t length) __attribute__((weak));
 XXH_errorcode XXH3_64bits_update_dispatch(XXH3_state_t *state, const void *input,
                                           size_t length) __attribute__((weak));
 #define HAVE_DISPATCH(function) ((function) != NULL)
 #else
 #define HAVE_DISPATCH(function) 0
-#define XXH3_64bits_dispatch XXH3_64bits
 #define XXH3_64bits_update_dispatch XXH3_64bits_update
 #endif
 
@@ -76,13 +74,6 @@ void kvio_xfer_checksum_update(kvio_xfer_checksum_t *checksum, const void *data,
 uint64_t kvio_xfer_checksum_digest(const kvio_xfer_checksum_t *checksum)
 {
     return XXH3_64bits_digest(checksum->state);
-}
-
-uint64_t kvio_xfer_checksum_of(const void *data, uint64_t length)
-{
-    if (HAVE_DISPATCH(XXH3_64bits_dispatch))
-        return XXH3_64bits_dispatch(data, (size_t)length);
-    return XXH3_64bits(data, (size_t)length);
 }
 
 /* ---- The sender's sum: XXH3-64 of a long input (more than 240 bytes),
@@ -382,7 +373,7 @@ void kvio_xfer_sum_fill(kvio_xfer_sum_t *sum, const void *input, uint64_t length
 uint64_t kvio_xfer_sum_digest(const kvio_xfer_sum_t *sum)
 {
     if (sum->length <= LONG_INPUT)
-        return kvio_xfer_checksum_of(sum->source, sum->length);
+        return kvio_weights_checksum(sum->source, sum->length);
     uint64_t acc[8];
     memcpy(acc, sum->acc, sizeof(acc));
     /* The last stripe, overlapping the ones before. */

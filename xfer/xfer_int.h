@@ -56,7 +56,7 @@ typedef struct kvio_xfer_ops {
  * taken while the buffer is passed on region by region in order, copied to
  * a target or only read; the loads that copy a region feed the sum, so
  * summing costs a copy waiting on memory next to nothing. The digest equals
- * kvio_xfer_checksum_of(source, length). */
+ * kvio_weights_checksum(source, length). */
 typedef struct kvio_xfer_sum {
     uint64_t acc[8];
     const unsigned char *source;

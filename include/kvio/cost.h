@@ -1,49 +1,18 @@
 /* The cost model: how long one engine iteration takes, from the batch it
  * runs (prefill tokens, decode sequences and their contexts), a model shape
  * and a GPU spec. Three forms: roofline (default), linear, and a measured
- * table. Also model and GPU presets from public datasheets, KV bytes per
- * token, and KV capacity from GPU memory. */
+ * table. The model and GPU it runs over are kvio/model.h's. */
 #ifndef KVIO_COST_H
 #define KVIO_COST_H
 
 #include "kvio/config.h"
+#include "kvio/model.h"
 #include "kvio/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-
-/* A transformer's shape. MoE models set num_experts > 0 (the MLP holds
- * num_experts experts of intermediate_size, experts_per_token active);
- * sliding_window_layers of the layers keep only sliding_window tokens of KV. */
-typedef struct kvio_model {
-    char *preset;
-    int64_t layers;
-    int64_t hidden;
-    int64_t heads;
-    int64_t kv_heads;
-    int64_t head_dim;
-    int64_t intermediate;
-    int64_t vocab;
-    int64_t num_experts;
-    int64_t experts_per_token;
-    int64_t sliding_window_layers;
-    int64_t sliding_window;
-    double dtype_bytes;        /* activations and KV (bf16: 2) */
-    double weight_dtype_bytes; /* weights; 0 means dtype_bytes */
-    bool tied_embeddings;
-} kvio_model_t;
-
-/* A GPU's datasheet figures. */
-typedef struct kvio_gpu {
-    char *preset;
-    double flops;          /* dense bf16 FLOP/s */
-    double hbm_bandwidth;  /* bytes/s */
-    uint64_t memory;       /* bytes */
-    double host_bandwidth; /* host link (PCIe), bytes/s per direction */
-    double link_bandwidth; /* GPU-GPU link for tensor parallelism, bytes/s */
-} kvio_gpu_t;
 
 typedef enum { KVIO_COST_ROOFLINE = 0, KVIO_COST_LINEAR = 1, KVIO_COST_TABLE = 2 } kvio_cost_kind_t;
 
@@ -85,40 +54,8 @@ typedef struct kvio_cost_breakdown {
 
 typedef struct kvio_cost kvio_cost_t;
 
-/* Option tables for the `model:`, `gpu:` and `cost:` sections. A `preset`
- * key fills the shape; any other key given overrides the preset's value. */
-extern const kvio_opt_t kvio_model_options[];
-extern const kvio_opt_t kvio_gpu_options[];
+/* The option table of the `cost:` section. */
 extern const kvio_opt_t kvio_cost_options[];
-
-/* Fills model fields left at 0 from its preset (error names unknown
- * presets and lists the known ones). */
-kvio_status_t kvio_model_resolve(kvio_model_t *model, char *error_p, size_t error_len);
-kvio_status_t kvio_gpu_resolve(kvio_gpu_t *gpu, char *error_p, size_t error_len);
-
-/* Prints the model and GPU presets, one per line. */
-void kvio_cost_print_presets(FILE *out);
-
-/* Parameter counts: all weights, and those one token touches (MoE). */
-double kvio_model_params(const kvio_model_t *model);
-double kvio_model_active_params(const kvio_model_t *model);
-
-/* Bytes of all weights (what a checkpoint or model update moves). */
-uint64_t kvio_model_weight_bytes(const kvio_model_t *model);
-
-/* KV bytes per token of context on one GPU: 2·layers·kv_heads·head_dim·dtype/tp
- * (Llama-3-8B in bf16: 128 KiB). Sliding-window layers are left out; their
- * KV is bounded by the window (see kvio_model_window_kv_bytes). */
-uint64_t kvio_model_kv_bytes_per_token(const kvio_model_t *model, int64_t tensor_parallel);
-
-/* KV bytes the sliding-window layers hold per sequence at most. */
-uint64_t kvio_model_window_kv_bytes(const kvio_model_t *model, int64_t tensor_parallel);
-
-/* KV capacity in bytes: utilization × GPU memory − this GPU's share of the
- * weights. Weights that do not fit are an error with the numbers. */
-kvio_status_t kvio_cost_kv_capacity(const kvio_model_t *model, const kvio_gpu_t *gpu,
-                                    int64_t tensor_parallel, double utilization,
-                                    uint64_t *bytes_p, char *error_p, size_t error_len);
 
 /* Creates a cost model (reads the table CSV for the table form). The model
  * and GPU must be resolved; they are copied. Caller destroys. */

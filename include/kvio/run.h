@@ -138,7 +138,7 @@ kvio_status_t kvio_updates_sync_buckets(const kvio_workload_t *workload, kvio_sy
 /* Emulate mode with weight_sync on: the deltas its versions go as (fraction
  * 0: none), of elements of the model's weight type (element 0 when the
  * model does not resolve or its weights are not 1, 2, 4 or 8 bytes). */
-kvio_xfer_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload);
+kvio_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload);
 
 /* Checks what can fail before any rank starts (Redis answers, directory
  * writable, transport built, and, in emulate mode, that the weight buffers

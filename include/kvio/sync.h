@@ -1,6 +1,6 @@
 /* Weight sync as RL systems run it, modelled on the virtual clock (simulate
  * mode; emulate mode moves the same buckets for real, xfer/xfer_bucket_ucx.c):
- * the model's tensors (kvio/tensors.h) grouped into messages (whole,
+ * the model's tensors (kvio/model.h) grouped into messages (whole,
  * per bucket or per tensor, each with a control cost), each bucket going
  * through three stages — staged into a GPU from the trainer's host copy,
  * broadcast to every GPU of every serving instance (within a node over the
@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "kvio/config.h"
-#include "kvio/cost.h"
+#include "kvio/model.h"
 #include "kvio/status.h"
 
 typedef enum {
@@ -38,7 +38,6 @@ typedef enum {
     KVIO_SYNC_P2P,
 } kvio_sync_topology_t;
 
-typedef enum { KVIO_DELTA_INDEX_VALUE = 0, KVIO_DELTA_BITMAP } kvio_delta_encoding_t;
 
 /* The `weight_sync:` section. */
 typedef struct kvio_sync_config {

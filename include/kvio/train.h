@@ -8,6 +8,7 @@
 
 #include "kvio/config.h"
 #include "kvio/dist.h"
+#include "kvio/model.h"
 #include "kvio/rte.h"
 #include "kvio/status.h"
 #include "kvio/xfer.h"
@@ -23,11 +24,6 @@ typedef enum {
 } kvio_checkpoint_policy_t;
 
 typedef enum { KVIO_WAIT_SLEEP = 0, KVIO_WAIT_SPIN = 1 } kvio_wait_t;
-
-/* Emulated learning curve L(step) = a * step^-b + c. */
-typedef struct kvio_loss_curve {
-    double a, b, c;
-} kvio_loss_curve_t;
 
 typedef struct kvio_checkpoint_config {
     int policy;               /* kvio_checkpoint_policy_t */
@@ -78,9 +74,6 @@ typedef struct kvio_train_result {
     int64_t t_start_ns, t_end_ns;
 } kvio_train_result_t;
 
-/* The predicted loss at step (>= 1). */
-double kvio_loss_at(const kvio_loss_curve_t *curve, double step);
-
 /* The checkpoint policy: true when a version should be published after step,
  * given the last published step and time (0 before the first) and the
  * measured cost of an update (training stall, ns; <= 0: not measured yet).
@@ -89,12 +82,6 @@ double kvio_loss_at(const kvio_loss_curve_t *curve, double step);
 bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
                          int64_t now_ns, int64_t last_step, int64_t last_ns,
                          int64_t cost_ns);
-
-/* Fills a weights buffer from a seed; changes it for version (one word in
- * every 4 KiB page, so a stale page cannot pass); checksums it (XXH3-64). */
-void kvio_weights_fill(void *buffer, uint64_t bytes, uint64_t seed);
-void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version);
-uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes);
 
 /* Runs the step loop on a sender transport until config->steps steps or
  * duration_ns, publishing by the policy, then announces the end. stop (may be

@@ -9,6 +9,7 @@
 
 #include "kvio/config.h"
 #include "kvio/gpu.h"
+#include "kvio/model.h"
 #include "kvio/rte.h"
 #include "kvio/status.h"
 
@@ -94,22 +95,6 @@ typedef struct kvio_xfer_model_config {
     double taken_verify_gbps;     /* the server's verification (0: the default 10 GB/s) */
 } kvio_xfer_model_config_t;
 
-/* Delta updates (weight_sync.delta, emulate mode; xfer/xfer_delta.c): the
- * trainer and every receiver start from the same weights (kvio_weights_fill
- * of seed, as an RL run's engines load the trainer's initial checkpoint);
- * each version changes `fraction` of the weights' elements (`element` bytes
- * each: 1, 2, 4 or 8), one in each stratum of 1/fraction elements, chosen
- * by the version; a bucket moves only its changes, as index_value records
- * (a 4-byte index and the value) or as a bitmap of its elements and the
- * changed values. fraction 0: every version is whole. */
-typedef enum { KVIO_XFER_DELTA_INDEX_VALUE = 0, KVIO_XFER_DELTA_BITMAP } kvio_xfer_delta_encoding_t;
-typedef struct kvio_xfer_delta {
-    double fraction;
-    int encoding; /* kvio_xfer_delta_encoding_t */
-    uint32_t element;
-    uint64_t seed; /* the weights before the first version */
-} kvio_xfer_delta_t;
-
 /* How buckets reach the receivers: the sender puts each into every one
  * (direct), or into the first, which forwards it along the others (chain),
  * or down a binary tree of them (tree: receiver i forwards to 2i+1, 2i+2). */
@@ -136,7 +121,7 @@ typedef struct kvio_xfer_config {
     const uint64_t *bucket_bytes;
     size_t num_buckets;
     int64_t pipeline_depth;
-    kvio_xfer_delta_t delta; /* with buckets: fraction above 0 sends deltas */
+    kvio_delta_t delta; /* with buckets: fraction above 0 sends deltas */
     int route;               /* with buckets: kvio_xfer_route_t */
 } kvio_xfer_config_t;
 
@@ -284,50 +269,6 @@ const char *kvio_xfer_info(const kvio_xfer_t *xfer);
 /* The first error a call on this transport reported ("" when none). */
 const char *kvio_xfer_error(const kvio_xfer_t *xfer);
 
-/* Delta updates. supported: whether elements of that many bytes can be
- * sent as deltas. mutate: the trainer's writes of version (every changed
- * element of the weights takes new bits). bound: the most bytes a bucket of
- * bytes encodes to. encode: the changes of version in the bucket at offset
- * (bytes long) of the weights (weights_bytes long, as version has them)
- * into out (bound bytes), their count in *entries_p; returns the bytes
- * written. apply: writes the changes that lie in [from, to) (bytes of the
- * bucket, whole elements) into bucket (bucket_bytes long), taking them from
- * *cursor_p on (0 at the bucket's start; advanced past them); false when
- * the encoding is corrupt (an index out of order or past the bucket, or
- * fewer values than bits). */
-bool kvio_xfer_delta_supported(uint32_t element);
-void kvio_xfer_delta_mutate(const kvio_xfer_delta_t *delta, void *weights, uint64_t bytes,
-                            uint64_t version);
-uint64_t kvio_xfer_delta_bound(const kvio_xfer_delta_t *delta, uint64_t bytes);
-/* What a ring slot needs for a bucket of bytes: bytes, or with deltas
- * (delta non-NULL, fraction above 0) its bound when that is more. */
-uint64_t kvio_xfer_delta_slot_bytes(const kvio_xfer_delta_t *delta, uint64_t bytes);
-uint64_t kvio_xfer_delta_encode(const kvio_xfer_delta_t *delta, uint64_t version,
-                                const void *weights, uint64_t weights_bytes, uint64_t offset,
-                                uint64_t bytes, void *out, uint64_t *entries_p);
-bool kvio_xfer_delta_apply(const kvio_xfer_delta_t *delta, const void *encoding,
-                           uint64_t entries, uint64_t bucket_bytes, void *bucket, uint64_t from,
-                           uint64_t to, uint64_t *cursor_p);
-/* encode in steps: begin, then encode_to(to) for growing to (bytes of the
- * bucket; the changes below it), then end gives what encode returns. */
-typedef struct kvio_xfer_delta_walk {
-    uint64_t stride, seed, elements, first, stratum, lo;
-} kvio_xfer_delta_walk_t;
-typedef struct kvio_xfer_delta_encoder {
-    const kvio_xfer_delta_t *delta;
-    const unsigned char *source;
-    void *out;
-    unsigned char *write;
-    uint64_t first, offset, end, entries;
-    kvio_xfer_delta_walk_t walk;
-} kvio_xfer_delta_encoder_t;
-void kvio_xfer_delta_encode_begin(kvio_xfer_delta_encoder_t *encoder,
-                                  const kvio_xfer_delta_t *delta, uint64_t version,
-                                  const void *weights, uint64_t weights_bytes, uint64_t offset,
-                                  uint64_t bytes, void *out);
-void kvio_xfer_delta_encode_to(kvio_xfer_delta_encoder_t *encoder, uint64_t to);
-uint64_t kvio_xfer_delta_encode_end(const kvio_xfer_delta_encoder_t *encoder,
-                                    uint64_t *entries_p);
 /* A receiver whose transport has SUMS_FETCH: true, with the XXH3-64 of
  * the slot as the fetch filled it, once version was fetched whole (the
  * serve loop then need not read the slot again to verify it). */
@@ -335,10 +276,10 @@ bool kvio_xfer_fetched_sum(const kvio_xfer_t *xfer, uint64_t version, uint64_t *
 bool kvio_xfer_sums_fetch(const kvio_xfer_t *xfer);
 
 /* The transport's deltas (NULL when its versions are whole). */
-const kvio_xfer_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer);
+const kvio_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer);
 
 /* The checksum a version carries (XXH3-64 of the whole buffer), fed piece
- * by piece in order: the digest equals kvio_xfer_checksum_of over the
+ * by piece in order: the digest equals kvio_weights_checksum over the
  * pieces joined. Runs on the CPU's widest vector unit where libxxhash can
  * dispatch (x86). create returns KVIO_ERR_NOMEM or a reset state that the
  * caller destroys. */
@@ -350,7 +291,7 @@ void kvio_xfer_checksum_update(kvio_xfer_checksum_t *checksum, const void *data,
                                uint64_t length);
 uint64_t kvio_xfer_checksum_digest(const kvio_xfer_checksum_t *checksum);
 /* The checksum of length bytes at data, at once. */
-uint64_t kvio_xfer_checksum_of(const void *data, uint64_t length);
+uint64_t kvio_weights_checksum(const void *data, uint64_t length);
 
 /* Bucketed weight sync (config->num_buckets > 0): when each stage of each
  * bucket of each version began and ended, on rank 0's clock. The sender

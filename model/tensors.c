@@ -1,5 +1,8 @@
-/* A model's tensor list from its shape (kvio/tensors.h). */
-#include "kvio/tensors.h"
+/* A model's tensor list from its shape, in checkpoint order: per layer the
+ * attention projections, the MLP or the MoE router and experts, two norms;
+ * then the embedding, the final norm and the LM head (unless tied). Names
+ * follow Hugging Face checkpoints. */
+#include "kvio/model.h"
 
 #include <math.h>
 #include <stdio.h>

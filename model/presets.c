@@ -1,7 +1,7 @@
 /* Model shapes (from each model's published config.json) and GPU specs
  * (from the vendors' datasheets: dense bf16 tensor FLOP/s without sparsity,
  * HBM bandwidth, memory, host link and GPU link per direction). */
-#include "serve/serve_int.h"
+#include "model/model_int.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -136,7 +136,7 @@ void kvio_gpu_preset_names(char *text_p, size_t text_len)
     }
 }
 
-void kvio_cost_print_presets(FILE *out)
+void kvio_model_print_presets(FILE *out)
 {
     fprintf(out, "models:\n");
     for (size_t i = 0; i < COUNT(model_presets); i++)

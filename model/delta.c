@@ -16,7 +16,7 @@
  *   value (element bytes): fraction * (element + 4) bytes per element;
  * - bitmap: one bit per element of the bucket (in 8-byte words), then the
  *   changed values in order: 1/8 + fraction * element bytes per element. */
-#include "xfer/xfer_int.h"
+#include "kvio/model.h"
 
 #include <math.h>
 #include <string.h>
@@ -42,16 +42,16 @@ static uint64_t fixed_stride(double fraction)
 __extension__ typedef unsigned __int128 wide_t;
 
 /* Stratum k's first element: ceil(k * stride), at most the weights' end. */
-static uint64_t stratum_start(const kvio_xfer_delta_walk_t *walk, uint64_t k)
+static uint64_t stratum_start(const kvio_delta_walk_t *walk, uint64_t k)
 {
     wide_t at = ((wide_t)k * walk->stride + 0xffffffffu) >> 32;
     return at < walk->elements ? (uint64_t)at : walk->elements;
 }
 
-static void walk_start(kvio_xfer_delta_walk_t *walk, const kvio_xfer_delta_t *delta,
+static void walk_start(kvio_delta_walk_t *walk, const kvio_delta_t *delta,
                        uint64_t version, uint64_t elements, uint64_t first)
 {
-    *walk = (kvio_xfer_delta_walk_t){.stride = fixed_stride(delta->fraction),
+    *walk = (kvio_delta_walk_t){.stride = fixed_stride(delta->fraction),
                                      .seed = mix(version), .elements = elements,
                                      .first = first};
     /* The stratum holding first (the estimate is off by rounding at most). */
@@ -66,7 +66,7 @@ static void walk_start(kvio_xfer_delta_walk_t *walk, const kvio_xfer_delta_t *de
 
 /* The next changed element of the walk below end, in *element_p; false when
  * there is none. */
-static inline __attribute__((always_inline)) bool walk_next(kvio_xfer_delta_walk_t *walk,
+static inline __attribute__((always_inline)) bool walk_next(kvio_delta_walk_t *walk,
                                                          uint64_t end, uint64_t *element_p)
 {
     for (;;) {
@@ -116,16 +116,16 @@ static void change_element(unsigned char *p, uint32_t element, uint64_t bits)
     copy_element(p, word, element);
 }
 
-bool kvio_xfer_delta_supported(uint32_t element)
+bool kvio_delta_supported(uint32_t element)
 {
     return element == 1 || element == 2 || element == 4 || element == 8;
 }
 
-void kvio_xfer_delta_mutate(const kvio_xfer_delta_t *delta, void *weights, uint64_t bytes,
+void kvio_delta_mutate(const kvio_delta_t *delta, void *weights, uint64_t bytes,
                             uint64_t version)
 {
     uint64_t elements = bytes / delta->element, at;
-    kvio_xfer_delta_walk_t walk;
+    kvio_delta_walk_t walk;
     walk_start(&walk, delta, version, elements, 0);
     while (walk_next(&walk, elements, &at))
         change_element((unsigned char *)weights + at * delta->element, delta->element,
@@ -137,7 +137,7 @@ static uint64_t bitmap_bytes(uint64_t elements)
     return (elements + 63) / 64 * 8;
 }
 
-uint64_t kvio_xfer_delta_bound(const kvio_xfer_delta_t *delta, uint64_t bytes)
+uint64_t kvio_delta_bound(const kvio_delta_t *delta, uint64_t bytes)
 {
     uint64_t elements = bytes / delta->element;
     /* Strata are at least floor(1/fraction) elements wide: a range meets at
@@ -146,38 +146,38 @@ uint64_t kvio_xfer_delta_bound(const kvio_xfer_delta_t *delta, uint64_t bytes)
     uint64_t changes = elements / (narrowest >= 1 ? narrowest : 1) + 2;
     if (changes > elements)
         changes = elements;
-    return delta->encoding == KVIO_XFER_DELTA_BITMAP
+    return delta->encoding == KVIO_DELTA_BITMAP
                ? bitmap_bytes(elements) + changes * delta->element
                : changes * (4 + (uint64_t)delta->element);
 }
 
-uint64_t kvio_xfer_delta_slot_bytes(const kvio_xfer_delta_t *delta, uint64_t bytes)
+uint64_t kvio_delta_slot_bytes(const kvio_delta_t *delta, uint64_t bytes)
 {
     if (delta == NULL || delta->fraction <= 0 || delta->element == 0)
         return bytes;
-    uint64_t bound = kvio_xfer_delta_bound(delta, bytes);
+    uint64_t bound = kvio_delta_bound(delta, bytes);
     return bound > bytes ? bound : bytes;
 }
 
-void kvio_xfer_delta_encode_begin(kvio_xfer_delta_encoder_t *encoder,
-                                  const kvio_xfer_delta_t *delta, uint64_t version,
+void kvio_delta_encode_begin(kvio_delta_encoder_t *encoder,
+                                  const kvio_delta_t *delta, uint64_t version,
                                   const void *weights, uint64_t weights_bytes, uint64_t offset,
                                   uint64_t bytes, void *out)
 {
     uint32_t element = delta->element;
     uint64_t first = offset / element;
-    *encoder = (kvio_xfer_delta_encoder_t){.delta = delta, .source = weights, .out = out,
+    *encoder = (kvio_delta_encoder_t){.delta = delta, .source = weights, .out = out,
                                            .write = out, .first = first, .offset = offset,
                                            .end = (offset + bytes) / element};
     walk_start(&encoder->walk, delta, version, weights_bytes / element, first);
-    if (delta->encoding == KVIO_XFER_DELTA_BITMAP) {
+    if (delta->encoding == KVIO_DELTA_BITMAP) {
         uint64_t map = bitmap_bytes(encoder->end - first);
         memset(out, 0, map);
         encoder->write += map;
     }
 }
 
-void kvio_xfer_delta_encode_to(kvio_xfer_delta_encoder_t *encoder, uint64_t to)
+void kvio_delta_encode_to(kvio_delta_encoder_t *encoder, uint64_t to)
 {
     uint32_t element = encoder->delta->element;
     uint64_t end = (encoder->offset + to) / element, at, first = encoder->first;
@@ -188,8 +188,8 @@ void kvio_xfer_delta_encode_to(kvio_xfer_delta_encoder_t *encoder, uint64_t to)
     uint64_t entries = encoder->entries;
     /* A local walk: stores through write may alias anything, and would
      * send the walk's fields to memory and back at every change. */
-    kvio_xfer_delta_walk_t walk = encoder->walk;
-    if (encoder->delta->encoding == KVIO_XFER_DELTA_BITMAP) {
+    kvio_delta_walk_t walk = encoder->walk;
+    if (encoder->delta->encoding == KVIO_DELTA_BITMAP) {
         uint64_t *bitmap = encoder->out;
         while (walk_next(&walk, end, &at)) {
             uint64_t index = at - first;
@@ -212,25 +212,25 @@ void kvio_xfer_delta_encode_to(kvio_xfer_delta_encoder_t *encoder, uint64_t to)
     encoder->entries = entries;
 }
 
-uint64_t kvio_xfer_delta_encode_end(const kvio_xfer_delta_encoder_t *encoder,
+uint64_t kvio_delta_encode_end(const kvio_delta_encoder_t *encoder,
                                     uint64_t *entries_p)
 {
     *entries_p = encoder->entries;
     return (uint64_t)(encoder->write - (unsigned char *)encoder->out);
 }
 
-uint64_t kvio_xfer_delta_encode(const kvio_xfer_delta_t *delta, uint64_t version,
+uint64_t kvio_delta_encode(const kvio_delta_t *delta, uint64_t version,
                                 const void *weights, uint64_t weights_bytes, uint64_t offset,
                                 uint64_t bytes, void *out, uint64_t *entries_p)
 {
-    kvio_xfer_delta_encoder_t encoder;
-    kvio_xfer_delta_encode_begin(&encoder, delta, version, weights, weights_bytes, offset, bytes,
+    kvio_delta_encoder_t encoder;
+    kvio_delta_encode_begin(&encoder, delta, version, weights, weights_bytes, offset, bytes,
                                  out);
-    kvio_xfer_delta_encode_to(&encoder, bytes);
-    return kvio_xfer_delta_encode_end(&encoder, entries_p);
+    kvio_delta_encode_to(&encoder, bytes);
+    return kvio_delta_encode_end(&encoder, entries_p);
 }
 
-bool kvio_xfer_delta_apply(const kvio_xfer_delta_t *delta, const void *encoding,
+bool kvio_delta_apply(const kvio_delta_t *delta, const void *encoding,
                            uint64_t entries, uint64_t bucket_bytes, void *bucket, uint64_t from,
                            uint64_t to, uint64_t *cursor_p)
 {
@@ -238,7 +238,7 @@ bool kvio_xfer_delta_apply(const kvio_xfer_delta_t *delta, const void *encoding,
     unsigned char *target = bucket;
     uint64_t cursor = *cursor_p;
     bool ok = true;
-    if (delta->encoding == KVIO_XFER_DELTA_BITMAP) {
+    if (delta->encoding == KVIO_DELTA_BITMAP) {
         const uint64_t *bitmap = encoding;
         const unsigned char *values =
             (const unsigned char *)encoding + bitmap_bytes(bucket_bytes / element);

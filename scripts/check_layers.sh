@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The layering check (run by scripts/test.sh and by ctest): reads every
+# #include "..." line of the library's folders and fails, naming the file
+# and line, on an include that points up or sideways in the module order of
+# README "Layout and extending":
+#
+#   cli -> run -> http -> serve | train -> sched -> {kvcache, xfer, workloads} -> model -> core
+#   report -> core   (report reads results; only cli uses it)
+#
+# A module may include its own headers and those of the modules below it;
+# serve and train stand side by side (neither includes the other); a
+# folder's private header (<folder>/<name>_int.h) is for that folder only.
+# Each public header in include/kvio/ belongs to one module (HEADER_MODULE
+# below): a new header must be listed there, or the check fails on it.
+# It also fails on a function longer than MAX_FUNCTION_LINES in the folders
+# of LONG_FUNCTION_FOLDERS (a function that long is several named steps).
+#
+#   scripts/check_layers.sh [ROOT]     ROOT: the source tree (default: this one)
+set -euo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root"
+
+# The module that owns each public header.
+declare -A HEADER_MODULE=(
+    [build]=core [clock]=core [config]=core [dist]=core [events]=core [gpu]=core
+    [hash]=core [log]=core [presets]=core [progress]=core [redis]=core [results]=core
+    [rng]=core [rte]=core [stats]=core [status]=core [sysinfo]=core [wire]=core
+    [format]=core [csv]=core [hashset]=core [plugin]=core
+    [model]=model
+    [stream]=workloads
+    [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache
+    [xfer]=xfer
+    [sched]=sched
+    [cost]=serve [engine]=serve [serve]=serve [update]=serve
+    [train]=train [sync]=train
+    [http]=http
+    [run]=run [compare]=run
+    [report]=report
+)
+
+# What each module may include besides itself.
+declare -A ALLOWED=(
+    [core]=""
+    [model]="core"
+    [workloads]="core model"
+    [kvcache]="core model"
+    [xfer]="core model"
+    [sched]="core model kvcache"
+    [serve]="core model workloads kvcache xfer sched"
+    [train]="core model workloads kvcache xfer sched"
+    [http]="core model workloads kvcache xfer sched serve train"
+    [run]="core model workloads kvcache xfer sched serve train http"
+    [report]="core"
+    [cli]="core model workloads kvcache xfer sched serve train http run report"
+)
+MODULES="core model workloads kvcache xfer sched serve train http run report cli"
+LONG_FUNCTION_FOLDERS="run serve"
+MAX_FUNCTION_LINES=150
+# Functions still to be cut into steps (file:function); the list only shrinks.
+LONG_FUNCTION_EXEMPT="run/compare.c:kvio_compare run/run.c:kvio_run run/updates.c:sync_results
+    run/updates.c:rank_main serve/update.c:kvio_update_serve_with"
+
+failures=0
+fail() {
+    echo "check_layers: $*" >&2
+    failures=$((failures + 1))
+}
+
+allowed() { # module target -> 0 when module may include target
+    local module=$1 target=$2 one
+    [ "$module" = "$target" ] && return 0
+    for one in ${ALLOWED[$module]}; do
+        [ "$one" = "$target" ] && return 0
+    done
+    return 1
+}
+
+# check_file FILE MODULE: every include of FILE against MODULE's allowance.
+check_file() {
+    local file=$1 module=$2 number line target header folder
+    while IFS=: read -r number line; do
+        target=$(sed -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1/' <<<"$line")
+        case "$target" in
+        kvio/*.h)
+            header=${target#kvio/}
+            header=${header%.h}
+            if [ -z "${HEADER_MODULE[$header]+set}" ]; then
+                fail "$file:$number: includes $target, which belongs to no module (list it in HEADER_MODULE)"
+                continue
+            fi
+            if ! allowed "$module" "${HEADER_MODULE[$header]}"; then
+                fail "$file:$number: $module includes $target of ${HEADER_MODULE[$header]}," \
+                    "which is not below it"
+            fi
+            ;;
+        */*_int.h)
+            folder=${target%%/*}
+            if [ "$folder" != "$module" ]; then
+                fail "$file:$number: $module includes $target, private to $folder/"
+            fi
+            ;;
+        esac
+    done < <(grep -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" || true)
+}
+
+for module in $MODULES; do
+    [ -d "$module" ] || continue
+    for file in "$module"/*.c "$module"/*.h "$module"/*.cu; do
+        [ -e "$file" ] || continue
+        check_file "$file" "$module"
+    done
+done
+for file in include/kvio/*.h; do
+    [ -e "$file" ] || continue
+    header=$(basename "$file" .h)
+    if [ -z "${HEADER_MODULE[$header]+set}" ]; then
+        fail "$file: belongs to no module (list it in HEADER_MODULE)"
+        continue
+    fi
+    check_file "$file" "${HEADER_MODULE[$header]}"
+done
+
+# Functions longer than MAX_FUNCTION_LINES: a definition starts at a line
+# in column 0 that opens its body ("{" alone) and ends at the first "}" in
+# column 0 after it (the code's clang-format layout).
+for folder in $LONG_FUNCTION_FOLDERS; do
+    [ -d "$folder" ] || continue
+    for file in "$folder"/*.c; do
+        [ -e "$file" ] || continue
+        long=$(awk -v file="$file" -v max="$MAX_FUNCTION_LINES" '
+            /^[A-Za-z_].*\(/ && !/;[[:space:]]*$/ { signature = $0; signature_line = NR }
+            /^\{[[:space:]]*$/ { start = NR; name = signature; at = signature_line }
+            /^\}/ && start > 0 {
+                if (NR - start - 1 > max) {
+                    sub(/\(.*/, "", name)
+                    n = split(name, words, /[ *]+/)
+                    printf "%s:%d: %s is %d lines (at most %d: name its steps)\n",
+                           file, at, words[n], NR - start - 1, max
+                }
+                start = 0
+            }' "$file")
+        while read -r message; do
+            [ -n "$message" ] || continue
+            function_name=$(sed -E 's/^[^:]+:[0-9]+: ([A-Za-z_0-9]+) is .*/\1/' <<<"$message")
+            case " $(echo $LONG_FUNCTION_EXEMPT) " in
+            *" $file:$function_name "*) continue ;;
+            esac
+            fail "$message"
+        done <<<"$long"
+    done
+done
+
+if [ "$failures" -gt 0 ]; then
+    echo "check_layers: $failures problem(s)" >&2
+    exit 1
+fi
+echo "check_layers: every include follows the module order"

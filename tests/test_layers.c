@@ -1,0 +1,104 @@
+/* The layering check (scripts/check_layers.sh): main's tree follows the
+ * module order, and a planted include that points up, one that reaches
+ * into another folder's private header, a header no module owns and an
+ * over-long serve function each fail it, naming the file and line. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "tests/helpers.h"
+
+#define CHECK KVIO_SOURCE_DIR "/scripts/check_layers.sh"
+
+static test_run_t check(const char *root)
+{
+    const char *argv[] = {"bash", CHECK, root, NULL};
+    return test_exec(NULL, argv);
+}
+
+Test(layers, main_follows_the_module_order, .timeout = 60)
+{
+    test_run_t run = check(KVIO_SOURCE_DIR);
+    cr_expect_eq(run.status, 0, "the check fails on main:\n%s", run.err);
+    test_run_free(&run);
+}
+
+/* A small tree: xfer/ and train/ with their public headers. */
+static char *planted_tree(void)
+{
+    char *root = test_tmpdir();
+    const char *folders[] = {"include", "include/kvio", "xfer", "train", "serve"};
+    for (size_t i = 0; i < sizeof(folders) / sizeof(folders[0]); i++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", root, folders[i]);
+        cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
+    }
+    free(test_write_file(root, "include/kvio/xfer.h", "#include \"kvio/status.h\"\n"));
+    free(test_write_file(root, "include/kvio/train.h", "#include \"kvio/xfer.h\"\n"));
+    free(test_write_file(root, "include/kvio/status.h", "\n"));
+    free(test_write_file(root, "train/train.c", "#include \"kvio/train.h\"\n"));
+    free(test_write_file(root, "xfer/xfer.c", "#include \"kvio/xfer.h\"\n"));
+    return root;
+}
+
+Test(layers, a_clean_planted_tree_passes, .timeout = 60)
+{
+    char *root = planted_tree();
+    test_run_t run = check(root);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(root);
+    free(root);
+}
+
+typedef struct planted {
+    const char *file, *text; /* what is planted */
+    const char *expected;    /* what the failure names */
+} planted_t;
+
+static const planted_t plantings[] = {
+    {"xfer/xfer_up.c", "#include \"kvio/xfer.h\"\n#include \"kvio/train.h\"\n",
+     "xfer/xfer_up.c:2: xfer includes kvio/train.h of train, which is not below it"},
+    {"include/kvio/xfer.h", "#include \"kvio/train.h\"\n",
+     "include/kvio/xfer.h:1: xfer includes kvio/train.h of train"},
+    {"train/peek.c", "#include \"xfer/xfer_int.h\"\n",
+     "train/peek.c:1: train includes xfer/xfer_int.h, private to xfer/"},
+    {"xfer/odd.c", "#include \"kvio/mystery.h\"\n",
+     "xfer/odd.c:1: includes kvio/mystery.h, which belongs to no module"},
+};
+
+Test(layers, each_planted_breach_fails_naming_file_and_line, .timeout = 60)
+{
+    for (size_t i = 0; i < sizeof(plantings) / sizeof(plantings[0]); i++) {
+        char *root = planted_tree();
+        free(test_write_file(root, plantings[i].file, plantings[i].text));
+        test_run_t run = check(root);
+        cr_expect_eq(run.status, 1, "%s: exit %d", plantings[i].file, run.status);
+        cr_expect(test_contains(run.err, plantings[i].expected), "%s: expected \"%s\" in:\n%s",
+                  plantings[i].file, plantings[i].expected, run.err);
+        test_run_free(&run);
+        test_rmtree(root);
+        free(root);
+    }
+}
+
+Test(layers, a_serve_function_over_150_lines_fails, .timeout = 60)
+{
+    char *root = planted_tree();
+    size_t size = 64 * 200;
+    char *text = malloc(size);
+    cr_assert_not_null(text);
+    size_t at = (size_t)snprintf(text, size, "static int long_step(int x)\n{\n");
+    for (int i = 0; i < 151; i++)
+        at += (size_t)snprintf(text + at, size - at, "    x += %d;\n", i);
+    snprintf(text + at, size - at, "    return x;\n}\n");
+    free(test_write_file(root, "serve/loop.c", text));
+    free(text);
+    test_run_t run = check(root);
+    cr_expect_eq(run.status, 1);
+    cr_expect(test_contains(run.err, "serve/loop.c:1: long_step is 152 lines"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(root);
+    free(root);
+}
