@@ -39,18 +39,6 @@ json_t *kvio_hist_json(const kvio_hist_t *hist, double scale)
                      summary.p50, "p90", summary.p90, "p99", summary.p99, "max", summary.max);
 }
 
-void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len)
-{
-    time_t seconds = (time_t)(wall_ns / 1000000000ull);
-    unsigned milliseconds = (unsigned)(wall_ns % 1000000000ull / 1000000ull);
-    struct tm utc;
-    gmtime_r(&seconds, &utc);
-    char date[32];
-    if (strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &utc) == 0)
-        date[0] = '\0';
-    snprintf(text_p, text_len, "%.20s.%03uZ", date, milliseconds % 1000u);
-}
-
 void kvio_start_json_set(json_t *start, int64_t t0_wall_ns, json_t *ranks)
 {
     char text[64];

@@ -347,72 +347,14 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
 
 /* ---------- CSV rows ---------- */
 
-/* "00" to "99": rows take their digits two at a time. */
-static const char digit_pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-
-/* Writes the count lowest digits of value (zeros in front) before end. */
-static void put_digits(char *end, uint64_t value, int count)
+static char *append_unsigned(char *out, uint64_t value)
 {
-    for (; count >= 2; count -= 2) {
-        end -= 2;
-        memcpy(end, &digit_pairs[2 * (value % 100)], 2);
-        value /= 100;
-    }
-    if (count == 1)
-        end[-1] = (char)('0' + value % 10);
+    return out + kvio_format_unsigned(out, value);
 }
 
-/* Appends value in decimal; returns the end. */
-static char *append_unsigned(char *out, unsigned long long value)
-{
-    int count = 1;
-    for (unsigned long long rest = value; rest >= 10; rest /= 10)
-        count++;
-    put_digits(out + count, value, count);
-    return out + count;
-}
-
-/* Appends value with `decimals` (at most 6) digits after the point,
- * exactly as printf's "%.<decimals>f" does: the double's exact binary value
- * rounded to nearest, ties to even (glibc). value = m * 2^e exactly, so
- * value * 10^decimals = m * 10^decimals * 2^e is an integer shifted right,
- * computed in 128 bits; values outside [0, 10^12) and -0 go to sprintf. */
 static char *append_fixed(char *out, double value, int decimals)
 {
-    static const uint64_t powers[] = {1, 10, 100, 1000, 10000, 100000, 1000000};
-    if (!(value >= 0 && value < 1e12) || signbit(value))
-        return out + sprintf(out, "%.*f", decimals, value);
-    /* value = mantissa * 2^-shift, from the IEEE fields (a zero or
-     * subnormal value is far below half a unit of the last digit). */
-    uint64_t bits;
-    memcpy(&bits, &value, sizeof(bits));
-    int biased = (int)(bits >> 52); /* the sign bit is clear */
-    uint64_t mantissa = bits & ((UINT64_C(1) << 52) - 1);
-    int shift = 1074;
-    if (biased != 0) {
-        mantissa |= UINT64_C(1) << 52;
-        shift = 1075 - biased;
-    }
-    unsigned __int128 scaled = (unsigned __int128)mantissa * powers[decimals];
-    uint64_t units;
-    if (shift <= 0) {
-        units = (uint64_t)(scaled << -shift);
-    } else if (shift >= 127) {
-        units = 0; /* below half a unit of the last digit */
-    } else {
-        units = (uint64_t)(scaled >> shift);
-        unsigned __int128 remainder = scaled & (((unsigned __int128)1 << shift) - 1);
-        unsigned __int128 half = (unsigned __int128)1 << (shift - 1);
-        if (remainder > half || (remainder == half && (units & 1)))
-            units++;
-    }
-    out = append_unsigned(out, units / powers[decimals]);
-    if (decimals > 0) {
-        *out++ = '.';
-        put_digits(out + decimals, units % powers[decimals], decimals);
-        out += decimals;
-    }
-    return out;
+    return out + kvio_format_fixed(out, value, decimals);
 }
 
 /* The longest row: every %.6f at its longest (a double near DBL_MAX has

@@ -68,55 +68,10 @@ static inline void put_text(kvio_stream_writer_t *writer, const char *text, size
 
 #define PUT_LITERAL(writer, text) put_text(writer, text, sizeof(text) - 1)
 
-static const char digit_pairs[201] = "0001020304050607080910111213141516171819"
-                                     "2021222324252627282930313233343536373839"
-                                     "4041424344454647484950515253545556575859"
-                                     "6061626364656667686970717273747576777879"
-                                     "8081828384858687888990919293949596979899";
-
-/* Writes exactly 8 digits of value (< 10^8), zero-padded, ending at end. */
-static void format_8_digits(char *end, uint32_t value)
-{
-    for (int i = 0; i < 4; i++) {
-        unsigned pair = (value % 100) * 2;
-        value /= 100;
-        *--end = digit_pairs[pair + 1];
-        *--end = digit_pairs[pair];
-    }
-}
-
-/* Decimal digits of value; 32-bit arithmetic in chunks of 8 digits. */
-static size_t format_u64(char *out, uint64_t value)
-{
-    char digits[24];
-    char *end = digits + sizeof(digits), *at = end;
-    while (value >= 100000000) {
-        format_8_digits(at, (uint32_t)(value % 100000000));
-        at -= 8;
-        value /= 100000000;
-    }
-    uint32_t small = (uint32_t)value;
-    while (small >= 100) {
-        unsigned pair = (small % 100) * 2;
-        small /= 100;
-        *--at = digit_pairs[pair + 1];
-        *--at = digit_pairs[pair];
-    }
-    if (small >= 10) {
-        *--at = digit_pairs[small * 2 + 1];
-        *--at = digit_pairs[small * 2];
-    } else {
-        *--at = (char)('0' + small);
-    }
-    size_t length = (size_t)(end - at);
-    memcpy(out, at, length);
-    return length;
-}
-
 static void put_u64(kvio_stream_writer_t *writer, uint64_t value)
 {
     char *out = room(writer, 20);
-    writer->used += format_u64(out, value);
+    writer->used += kvio_format_unsigned(out, value);
 }
 
 static void put_i64(kvio_stream_writer_t *writer, int64_t value)

@@ -8,6 +8,8 @@
 #define KVIO_CONFIG_H
 
 #include "kvio/dist.h"
+#include "kvio/format.h"
+#include "kvio/plugin.h"
 #include "kvio/status.h"
 
 #include <jansson.h>
@@ -110,19 +112,5 @@ json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config);
  * key under it. False when there is no such section or key (out NULL:
  * only says whether there is). */
 bool kvio_config_print_help(const kvio_opt_t *options, const char *section, FILE *out);
-
-/* Parses "4GiB", "512MiB", "4GB", "16384" (bytes). */
-kvio_status_t kvio_parse_size(const char *text, uint64_t *bytes_p, char *error_p,
-                              size_t error_len);
-
-/* Parses "250ms", "2s", "100us", "1.5h" into ns; a unit is required. */
-kvio_status_t kvio_parse_duration(const char *text, int64_t *ns_p, char *error_p,
-                                  size_t error_len);
-
-/* Formats bytes with the largest binary unit that divides them ("4GiB"). */
-void kvio_format_size(uint64_t bytes, char *text_p, size_t text_len);
-
-/* Formats ns with the largest unit that divides them ("250ms"). */
-void kvio_format_duration(int64_t ns, char *text_p, size_t text_len);
 
 #endif

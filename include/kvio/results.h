@@ -4,6 +4,7 @@
 #ifndef KVIO_RESULTS_H
 #define KVIO_RESULTS_H
 
+#include "kvio/format.h"
 #include "kvio/stats.h"
 #include "kvio/status.h"
 
@@ -94,9 +95,6 @@ kvio_status_t kvio_csv_reader_columns(const kvio_csv_reader_t *csv, const char *
 /* A histogram's summary as JSON {count, mean, p50, p90, p99, max}, every
  * value multiplied by scale (1e-6: ns to ms). The caller owns the result. */
 json_t *kvio_hist_json(const kvio_hist_t *hist, double scale);
-
-/* UTC time of a wall-clock ns value, ISO 8601 with milliseconds. */
-void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len);
 
 /* summary.json's record of the run's start, which every CSV and trace event
  * counts from: start gets "t0" (UTC, milliseconds), "t0_unix_ns" and
