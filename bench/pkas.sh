@@ -36,12 +36,12 @@ fi
 variants=(
     "fcfs|serve.scheduler.policy=fcfs"
     "oracle|serve.scheduler.predictor=oracle"
-    "noisy-0.25|serve.scheduler.predictor=noisy serve.scheduler.noise_sigma=0.25"
-    "noisy-0.5|serve.scheduler.predictor=noisy serve.scheduler.noise_sigma=0.5"
-    "noisy-1.0|serve.scheduler.predictor=noisy serve.scheduler.noise_sigma=1.0"
+    "noisy-0.25|serve.scheduler.predictor=noisy serve.scheduler.noisy.sigma=0.25"
+    "noisy-0.5|serve.scheduler.predictor=noisy serve.scheduler.noisy.sigma=0.5"
+    "noisy-1.0|serve.scheduler.predictor=noisy serve.scheduler.noisy.sigma=1.0"
     "history|serve.scheduler.predictor=history"
     "constant|serve.scheduler.predictor=constant"
-    "constant-1|serve.scheduler.predictor=constant serve.scheduler.constant=1"
+    "constant-1|serve.scheduler.predictor=constant serve.scheduler.constant.value=1"
 )
 # workload, rates, and the constant predictor's value (its mean output)
 workloads=(
@@ -58,7 +58,8 @@ for entry in "${workloads[@]}"; do
         for variant in "${variants[@]}"; do
             IFS='|' read -r name sets <<<"$variant"
             args=(--set "stream.arrival.rate=$rate" --set serve.scheduler.policy=pkas
-                  --set "serve.scheduler.constant=$constant")
+                  --set "serve.scheduler.constant.value=$constant"
+                  --set "serve.scheduler.history.fallback=$constant")
             for set in $sets; do args+=(--set "$set"); done
             dir="$out/$workload/rate-$rate/$name"
             "$kvio" -q run "$root/workloads/repro/$workload.yaml" "${args[@]}" -o "$dir" \

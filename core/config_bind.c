@@ -22,6 +22,7 @@ const char *config_type_name(kvio_opt_type_t type)
     case KVIO_OPT_DIST: return "distribution";
     case KVIO_OPT_SECTION: return "section";
     case KVIO_OPT_LIST: return "list";
+    case KVIO_OPT_PLUGIN: return "plug-in";
     }
     return "value";
 }
@@ -108,8 +109,8 @@ static kvio_status_t check_range(bind_context_t *context, const node_t *node,
         kvio_format_duration((int64_t)value, shown, sizeof(shown));
         kvio_format_duration((int64_t)limit, bound, sizeof(bound));
     } else {
-        snprintf(shown, sizeof(shown), "%.17g", value);
-        snprintf(bound, sizeof(bound), "%.17g", limit);
+        snprintf(shown, sizeof(shown), "%.15g", value);
+        snprintf(bound, sizeof(bound), "%.15g", limit);
     }
     return config_node_error(context, node, path, "%s is %s %s", shown, relation, bound);
 }
@@ -185,6 +186,95 @@ static kvio_status_t not_one_of(bind_context_t *context, const node_t *node, con
         return config_node_error(context, node, path, "'%s' is not one of %s (did you mean '%s'?)",
                           node->text, allowed, close);
     return config_node_error(context, node, path, "'%s' is not one of %s", node->text, allowed);
+}
+
+/* A plug-in's name: the chosen one of option->registry. */
+static kvio_status_t bind_choice(bind_context_t *context, const kvio_opt_t *option,
+                                 const node_t *node, kvio_choice_t *choice, const char *path)
+{
+    kvio_status_t status = config_expect_scalar(context, node, path, option);
+    if (status != KVIO_OK)
+        return status;
+    const kvio_registry_t *registry = option->registry;
+    const kvio_plugin_t *plugin = kvio_registry_find(registry, node->text);
+    if (plugin == NULL) {
+        char names[512];
+        kvio_registry_names(registry, names, sizeof(names));
+        const char *known[64];
+        size_t count = registry->count < 64 ? registry->count : 64;
+        for (size_t i = 0; i < count; i++)
+            known[i] = registry->plugins[i]->name;
+        const char *close = config_closest_name(node->text, known, count, sizeof(char *));
+        if (close != NULL)
+            return config_node_error(context, node, path,
+                                     "'%s' is not a %s kvio has (one of %s; did you mean "
+                                     "'%s'?)", node->text, registry->kind, names, close);
+        return config_node_error(context, node, path, "'%s' is not a %s kvio has (one of %s)",
+                                 node->text, registry->kind, names);
+    }
+    choice->registry = registry;
+    choice->plugin = plugin;
+    choice->index = kvio_registry_index(registry, plugin);
+    return KVIO_OK;
+}
+
+/* Sets up a choice's storage: every plug-in's options, at their defaults. */
+static kvio_status_t choice_defaults(const kvio_opt_t *option, kvio_choice_t *choice,
+                                     char *error_p, size_t error_len)
+{
+    const kvio_registry_t *registry = option->registry;
+    choice->registry = registry;
+    if (choice->options != NULL)
+        return KVIO_OK;
+    choice->options = calloc(registry->count > 0 ? registry->count : 1, sizeof(void *));
+    if (choice->options == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t i = 0; i < registry->count; i++) {
+        const kvio_plugin_t *plugin = registry->plugins[i];
+        if (plugin->options == NULL || plugin->options_size == 0)
+            continue;
+        if ((choice->options[i] = calloc(1, plugin->options_size)) == NULL)
+            return KVIO_ERR_NOMEM;
+        kvio_status_t status = kvio_config_defaults(plugin->options, choice->options[i],
+                                                    error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+    }
+    return KVIO_OK;
+}
+
+/* The PLUGIN option of options whose registry has a plug-in called key,
+ * or NULL; *index_p gets the plug-in's index. */
+static const kvio_opt_t *plugin_section(const kvio_opt_t *options, const char *key,
+                                        size_t *index_p)
+{
+    for (const kvio_opt_t *option = options; option->key != NULL; option++) {
+        if (option->type != KVIO_OPT_PLUGIN)
+            continue;
+        const kvio_plugin_t *plugin = kvio_registry_find(option->registry, key);
+        if (plugin != NULL) {
+            *index_p = kvio_registry_index(option->registry, plugin);
+            return option;
+        }
+    }
+    return NULL;
+}
+
+/* A plug-in's own section (pkas: {margin: 0.1}) onto its options. */
+static kvio_status_t bind_plugin_section(bind_context_t *context, const kvio_opt_t *option,
+                                         size_t index, const node_t *node, void *config,
+                                         const char *path)
+{
+    kvio_choice_t *choice = (kvio_choice_t *)((char *)config + option->offset);
+    const kvio_plugin_t *plugin = option->registry->plugins[index];
+    if (plugin->options == NULL || plugin->options_size == 0 || choice->options == NULL ||
+        choice->options[index] == NULL)
+        return config_node_error(context, node, path, "the %s %s takes no options",
+                                 option->registry->kind, plugin->name);
+    if (node->kind != NODE_MAPPING)
+        return config_node_error(context, node, path, "expected a mapping of %s's keys",
+                                 plugin->name);
+    return config_bind_mapping(context, plugin->options, node, choice->options[index], path);
 }
 
 static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *option,
@@ -282,6 +372,8 @@ static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *optio
         *(int *)field = index;
         return KVIO_OK;
     }
+    case KVIO_OPT_PLUGIN:
+        return bind_choice(context, option, node, (kvio_choice_t *)field, path);
     case KVIO_OPT_DIST:
         return config_bind_dist(context, option, node, (kvio_dist_t *)field, path);
     case KVIO_OPT_SECTION:
@@ -309,6 +401,17 @@ kvio_status_t config_bind_mapping(bind_context_t *context, const kvio_opt_t *opt
             if (strcmp(option->key, key->text) == 0)
                 break;
         }
+        size_t plugin_index = 0;
+        const kvio_opt_t *owner = option->key == NULL
+                                      ? plugin_section(options, key->text, &plugin_index)
+                                      : NULL;
+        if (owner != NULL) {
+            kvio_status_t status = bind_plugin_section(context, owner, plugin_index,
+                                                       node->items[i], config, key_path);
+            if (status != KVIO_OK)
+                return status;
+            continue;
+        }
         if (option->key == NULL) {
             const char *close = config_closest_name(key->text, &options[0].key, num_options,
                                              sizeof(kvio_opt_t));
@@ -331,9 +434,12 @@ kvio_status_t kvio_config_defaults(const kvio_opt_t *options, void *config_p,
     for (const kvio_opt_t *option = options; option->key != NULL; option++) {
         void *field = (char *)config_p + option->offset;
         kvio_status_t status = KVIO_OK;
-        if (option->type == KVIO_OPT_SECTION) {
+        if (option->type == KVIO_OPT_SECTION)
             status = kvio_config_defaults(option->options, field, error_p, error_len);
-        } else if (option->default_value != NULL) {
+        else if (option->type == KVIO_OPT_PLUGIN)
+            status = choice_defaults(option, (kvio_choice_t *)field, error_p, error_len);
+        if (status == KVIO_OK && option->type != KVIO_OPT_SECTION &&
+            option->default_value != NULL) {
             node_t *node = NULL;
             char origin[256];
             snprintf(origin, sizeof(origin), "default of %s", option->key);
@@ -351,6 +457,41 @@ kvio_status_t kvio_config_defaults(const kvio_opt_t *options, void *config_p,
     return KVIO_OK;
 }
 
+/* Each chosen plug-in's own checks of its options, everywhere under
+ * options (sections, list items). */
+static kvio_status_t check_choices(const kvio_opt_t *options, const void *config,
+                                   const char *path, char *error_p, size_t error_len)
+{
+    kvio_status_t status = KVIO_OK;
+    for (const kvio_opt_t *option = options; option->key != NULL && status == KVIO_OK;
+         option++) {
+        const void *field = (const char *)config + option->offset;
+        char key_path[512];
+        config_join_path(key_path, sizeof(key_path), path, option->key);
+        if (option->type == KVIO_OPT_SECTION) {
+            status = check_choices(option->options, field, key_path, error_p, error_len);
+        } else if (option->type == KVIO_OPT_LIST) {
+            const kvio_opt_list_t *list = field;
+            for (size_t i = 0; i < list->count && status == KVIO_OK; i++) {
+                char item_path[540];
+                snprintf(item_path, sizeof(item_path), "%s[%zu]", key_path, i);
+                status = check_choices(option->options,
+                                       (const char *)list->items + i * option->element_size,
+                                       item_path, error_p, error_len);
+            }
+        } else if (option->type == KVIO_OPT_PLUGIN) {
+            const kvio_choice_t *choice = field;
+            if (choice->plugin == NULL || choice->plugin->check == NULL)
+                continue;
+            char plugin_path[600];
+            config_join_path(plugin_path, sizeof(plugin_path), path, choice->plugin->name);
+            status = choice->plugin->check(kvio_choice_options(choice), plugin_path, error_p,
+                                           error_len);
+        }
+    }
+    return status;
+}
+
 kvio_status_t kvio_config_bind(const kvio_opt_t *options, const kvio_config_doc_t *doc,
                                void *config_p, char *error_p, size_t error_len)
 {
@@ -358,8 +499,23 @@ kvio_status_t kvio_config_bind(const kvio_opt_t *options, const kvio_config_doc_
     kvio_status_t status = kvio_config_defaults(options, config_p, error_p, error_len);
     if (status == KVIO_OK)
         status = config_bind_mapping(&context, options, doc->root, config_p, "");
+    if (status == KVIO_OK)
+        status = check_choices(options, config_p, "", error_p, error_len);
     if (status != KVIO_OK)
         kvio_config_free(options, config_p);
+    return status;
+}
+
+kvio_status_t kvio_config_bind_text(const kvio_opt_t *options, const char *text,
+                                    const char *origin, void *config_p, char *error_p,
+                                    size_t error_len)
+{
+    kvio_config_doc_t *doc = NULL;
+    kvio_status_t status = kvio_config_doc_parse(text, strlen(text), origin, &doc, error_p,
+                                                 error_len);
+    if (status == KVIO_OK)
+        status = kvio_config_bind(options, doc, config_p, error_p, error_len);
+    kvio_config_doc_destroy(doc);
     return status;
 }
 
@@ -378,6 +534,18 @@ void kvio_config_free(const kvio_opt_t *options, void *config)
         case KVIO_OPT_SECTION:
             kvio_config_free(option->options, field);
             break;
+        case KVIO_OPT_PLUGIN: {
+            kvio_choice_t *choice = field;
+            for (size_t i = 0; choice->options != NULL && i < option->registry->count; i++) {
+                if (choice->options[i] == NULL)
+                    continue;
+                kvio_config_free(option->registry->plugins[i]->options, choice->options[i]);
+                free(choice->options[i]);
+            }
+            free(choice->options);
+            memset(choice, 0, sizeof(*choice));
+            break;
+        }
         case KVIO_OPT_LIST: {
             kvio_opt_list_t *list = field;
             for (size_t i = 0; i < list->count; i++)

@@ -139,6 +139,16 @@ json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config)
         case KVIO_OPT_SECTION:
             value = kvio_config_to_json(option->options, field);
             break;
+        case KVIO_OPT_PLUGIN: {
+            /* The name, and beside it the chosen plug-in's own options. */
+            const kvio_choice_t *choice = field;
+            value = json_string(kvio_choice_name(choice));
+            const void *options_of = kvio_choice_options(choice);
+            if (options_of != NULL)
+                json_object_set_new(object, choice->plugin->name,
+                                    kvio_config_to_json(choice->plugin->options, options_of));
+            break;
+        }
         case KVIO_OPT_LIST: {
             const kvio_opt_list_t *list = field;
             value = json_array();
@@ -188,6 +198,12 @@ static void print_key(const kvio_opt_t *option, const char *key_path, FILE *out)
         used += (size_t)snprintf(detail + used, sizeof(detail) - used, "%s%s",
                                  i > 0 ? "|" : used > 0 ? ", one of " : "one of ",
                                  option->values[i]);
+    for (size_t i = 0; option->type == KVIO_OPT_PLUGIN && i < option->registry->count &&
+                       used < sizeof(detail);
+         i++)
+        used += (size_t)snprintf(detail + used, sizeof(detail) - used, "%s%s",
+                                 i > 0 ? "|" : used > 0 ? ", one of " : "one of ",
+                                 option->registry->plugins[i]->name);
     char line[400];
     int length = snprintf(line, sizeof(line), "  %-34s %s", key_path, config_type_name(option->type));
     if (detail[0] != '\0' && length + 2 + (int)strlen(detail) <= 79) {
@@ -198,6 +214,28 @@ static void print_key(const kvio_opt_t *option, const char *key_path, FILE *out)
     }
     if (option->help != NULL)
         print_wrapped(out, option->help, 6);
+}
+
+static void print_help_at(const kvio_opt_t *options, const char *path, bool deep, FILE *out);
+
+/* A plug-in option's choices, each with its help and (deep) its own keys,
+ * which sit under path.<name>. */
+static void print_plugins(const kvio_opt_t *option, const char *path, bool deep, FILE *out)
+{
+    for (size_t i = 0; i < option->registry->count; i++) {
+        const kvio_plugin_t *plugin = option->registry->plugins[i];
+        char plugin_path[300];
+        config_join_path(plugin_path, sizeof(plugin_path), path, plugin->name);
+        bool has_options = plugin->options != NULL && plugin->options[0].key != NULL;
+        char line[400];
+        snprintf(line, sizeof(line), "%s: %s", plugin->name,
+                 plugin->help != NULL ? plugin->help : "");
+        print_wrapped(out, line, 6);
+        if (has_options && deep)
+            print_help_at(plugin->options, plugin_path, deep, out);
+        else if (has_options)
+            fprintf(out, "%*s--help %s lists its keys\n", 8, "", plugin_path);
+    }
 }
 
 /* Every key under options (path: where they sit), sections opened when
@@ -225,6 +263,8 @@ static void print_help_at(const kvio_opt_t *options, const char *path, bool deep
             snprintf(item_path, sizeof(item_path), "%s[]", key_path);
             print_help_at(option->options, item_path, true, out);
         }
+        if (option->type == KVIO_OPT_PLUGIN)
+            print_plugins(option, path, deep, out);
     }
 }
 
@@ -244,6 +284,34 @@ bool kvio_config_print_help(const kvio_opt_t *options, const char *section, FILE
         for (const kvio_opt_t *option = level; option != NULL && option->key != NULL; option++)
             if (strlen(option->key) == length && strncmp(option->key, part, length) == 0)
                 found = option;
+        const kvio_plugin_t *plugin = NULL;
+        for (const kvio_opt_t *option = level; found == NULL && option != NULL &&
+                                               option->key != NULL;
+             option++) {
+            for (size_t i = 0; option->type == KVIO_OPT_PLUGIN && i < option->registry->count;
+                 i++) {
+                const kvio_plugin_t *candidate = option->registry->plugins[i];
+                if (strlen(candidate->name) == length &&
+                    strncmp(candidate->name, part, length) == 0 && candidate->options != NULL)
+                    plugin = candidate;
+            }
+        }
+        if (plugin != NULL) {
+            /* A plug-in's own keys: path.<name>.* */
+            char parent[192];
+            snprintf(parent, sizeof(parent), "%s", path);
+            config_join_path(path, sizeof(path), parent, plugin->name);
+            part += length;
+            if (*part == '.')
+                part++;
+            if (*part == '\0') {
+                if (out != NULL)
+                    print_help_at(plugin->options, path, true, out);
+                return true;
+            }
+            level = plugin->options;
+            continue;
+        }
         if (found == NULL)
             return false;
         char parent[192];

@@ -50,6 +50,17 @@ const char *kvio_choice_name(const kvio_choice_t *choice)
     return choice->plugin != NULL ? choice->plugin->name : "?";
 }
 
+kvio_status_t kvio_choice_set(kvio_choice_t *choice, const char *name)
+{
+    const kvio_plugin_t *plugin =
+        choice->registry != NULL ? kvio_registry_find(choice->registry, name) : NULL;
+    if (plugin == NULL)
+        return KVIO_ERR_NOT_FOUND;
+    choice->plugin = plugin;
+    choice->index = kvio_registry_index(choice->registry, plugin);
+    return KVIO_OK;
+}
+
 bool kvio_choice_is(const kvio_choice_t *choice, const char *name)
 {
     return choice->plugin != NULL && strcmp(choice->plugin->name, name) == 0;

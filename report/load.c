@@ -234,10 +234,12 @@ static void admission_of(const json_t *config, report_run_t *run)
         snprintf(text, sizeof(text), "%s", policy);
     else if (strcmp(predictor, "noisy") == 0)
         snprintf(text, sizeof(text), "%s, noisy %.2g", policy,
-                 json_number_value(json_object_get(scheduler, "noise_sigma")));
+                 json_number_value(json_object_get(json_object_get(scheduler, "noisy"),
+                                                   "sigma")));
     else if (strcmp(predictor, "constant") == 0)
         snprintf(text, sizeof(text), "%s, constant %lld", policy,
-                 (long long)json_integer_value(json_object_get(scheduler, "constant")));
+                 (long long)json_integer_value(
+                     json_object_get(json_object_get(scheduler, "constant"), "value")));
     else
         snprintf(text, sizeof(text), "%s, %s", policy, predictor);
     report_label_copy(run->admission, sizeof(run->admission), text);

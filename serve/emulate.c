@@ -1220,7 +1220,7 @@ static void plain_metrics(const plain_run_t *plain, json_t *metrics)
     json_object_set_new(metrics, "block_size", json_integer(first->block_size));
     json_object_set_new(metrics, "kv_block_bytes", json_integer((json_int_t)first->block_bytes));
     json_object_set_new(metrics, "scheduler",
-                        json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
+                        json_string(kvio_choice_name(&run->serve->scheduler.policy)));
     kvio_router_t *router = NULL;
     if (kvio_router_create(&run->serve->router, &router) == KVIO_OK)
         json_object_set_new(metrics, "router", json_string(kvio_router_name(router)));

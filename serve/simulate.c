@@ -885,7 +885,7 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
                                 json_integer(kvio_engine_num_blocks(sim.engines[0])));
             json_object_set_new(metrics, "block_size", json_integer(sim.block_size));
             json_object_set_new(metrics, "scheduler",
-                                json_string(kvio_policy_kind_name(run->serve->scheduler.policy)));
+                                json_string(kvio_choice_name(&run->serve->scheduler.policy)));
             json_object_set_new(metrics, "router", json_string(kvio_router_name(sim.router)));
             json_object_set_new(metrics, "simulated_s", json_real((double)now_ns / 1e9));
             json_t *tiers = json_array();

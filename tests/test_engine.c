@@ -25,7 +25,7 @@ typedef struct fixture {
 } fixture_t;
 
 static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
-                  int64_t threshold, uint32_t blocks, bool prefix_caching, int policy)
+                  int64_t threshold, uint32_t blocks, bool prefix_caching, const char *policy)
 {
     memset(f, 0, sizeof(*f));
     f->config = (kvio_engine_config_t){.max_num_seqs = max_seqs,
@@ -35,7 +35,7 @@ static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
                                        .preemption = KVIO_PREEMPT_RECOMPUTE};
     char error[256];
     cr_assert_eq(kvio_config_defaults(kvio_sched_options, &f->sched, error, sizeof(error)), KVIO_OK);
-    f->sched.policy = policy;
+    cr_assert_eq(kvio_choice_set(&f->sched.policy, policy), KVIO_OK, "%s", policy);
     f->cost = test_linear_cost();
     kvio_engine_params_t params = {
         .config = &f->config, .num_blocks = blocks, .block_size = 16,
@@ -79,7 +79,7 @@ static size_t step(fixture_t *f, kvio_engine_scheduled_t *out, size_t max)
 Test(engine, short_requests_all_admitted_in_arrival_order, .timeout = 10)
 {
     fixture_t f;
-    setup(&f, 8192, 16, true, 0, 1000, true, KVIO_POLICY_FCFS);
+    setup(&f, 8192, 16, true, 0, 1000, true, "fcfs");
     for (uint64_t id = 0; id < 10; id++)
         add(&f, id, 10, 5, 0, 0);
     kvio_engine_scheduled_t out[16];
@@ -98,7 +98,7 @@ Test(engine, short_requests_all_admitted_in_arrival_order, .timeout = 10)
 Test(engine, chunked_prefill_with_long_prefill_threshold, .timeout = 10)
 {
     fixture_t f;
-    setup(&f, 1024, 3, true, 400, 1000, true, KVIO_POLICY_FCFS);
+    setup(&f, 1024, 3, true, 400, 1000, true, "fcfs");
     for (uint64_t id = 0; id < 3; id++)
         add(&f, id, 800, 10, 0, 0);
     const uint32_t expected[3][3] = {{400, 400, 224}, {400, 400, 224}, {1, 1, 352}};
@@ -118,7 +118,7 @@ Test(engine, chunked_prefill_admits_two_and_unchunked_blocks_head_of_line, .time
 {
     for (int chunked = 1; chunked >= 0; chunked--) {
         fixture_t f;
-        setup(&f, 1024, 3, chunked, 0, 1000, true, KVIO_POLICY_FCFS);
+        setup(&f, 1024, 3, chunked, 0, 1000, true, "fcfs");
         add(&f, 0, 800, 10, 0, 0);
         add(&f, 1, 800, 10, 0, 0);
         add(&f, 2, 10, 10, 0, 0);
@@ -141,7 +141,7 @@ Test(engine, chunked_prefill_admits_two_and_unchunked_blocks_head_of_line, .time
 Test(engine, running_request_short_of_blocks_preempts_last_admitted, .timeout = 10)
 {
     fixture_t f;
-    setup(&f, 100, 16, true, 0, 10, false, KVIO_POLICY_FCFS);
+    setup(&f, 100, 16, true, 0, 10, false, "fcfs");
     add(&f, 0, 72, 40, 0, 0);
     add(&f, 1, 72, 40, 0, 0);
     kvio_engine_scheduled_t out[4];
@@ -183,7 +183,7 @@ static void check_priority_order(const int32_t *priorities, const int64_t *arriv
                                  size_t num_waiting)
 {
     fixture_t f;
-    setup(&f, 8192, max_seqs, true, 0, 1000, true, KVIO_POLICY_PRIORITY);
+    setup(&f, 8192, max_seqs, true, 0, 1000, true, "priority");
     for (size_t id = 0; id < count; id++)
         add(&f, id, 20, 10, priorities[id], arrivals[id]);
     f.now_ns = 10;
@@ -213,7 +213,7 @@ Test(engine, priority_lower_value_first_ties_by_arrival, .timeout = 10)
 Test(engine, every_request_finishes_once_with_its_output, .timeout = 10)
 {
     fixture_t f;
-    setup(&f, 256, 8, true, 0, 40, true, KVIO_POLICY_FCFS);
+    setup(&f, 256, 8, true, 0, 40, true, "fcfs");
     for (uint64_t id = 0; id < 30; id++)
         add(&f, id, 50 + (uint32_t)(id * 7 % 90), 10 + (uint32_t)(id * 13 % 50), 0, 0);
     kvio_engine_scheduled_t out[64];
@@ -359,7 +359,7 @@ Test(engine, a_request_retagged_by_an_activation_is_looked_up_anew, .timeout = 1
     setup_updates(&f, KVIO_UPDATE_CACHE_VERSION, KVIO_IN_FLIGHT_KEEP, &log);
     kvio_engine_destroy(f.engine);
     f.config.max_num_seqs = 1;
-    f.sched.policy = KVIO_POLICY_LPM;
+    cr_assert_eq(kvio_choice_set(&f.sched.policy, "lpm"), KVIO_OK);
     kvio_engine_params_t params = {
         .config = &f.config, .num_blocks = 100, .block_size = 16, .prefix_caching = true,
         .eviction = "lru", .sched = &f.sched, .seed = 1, .cost = f.cost,
@@ -769,7 +769,7 @@ Test(engine, running_blocks_are_kept_through_admission_growth_preemption_and_fin
      .timeout = 20)
 {
     fixture_t f;
-    setup(&f, 128, 16, true, 0, 40, true, KVIO_POLICY_FCFS);
+    setup(&f, 128, 16, true, 0, 40, true, "fcfs");
     for (uint64_t id = 0; id < 10; id++)
         add(&f, id, 60 + 37 * (uint32_t)id, 40 + 23 * (uint32_t)(id % 4), 0, 0);
     kvio_engine_scheduled_t out[16];

@@ -15,34 +15,36 @@
 #include "tests/helpers.h"
 
 #define MAX_CASE 6
+#define MAX_POLICIES 10
 
-static kvio_sched_t *create(int policy, int predictor, void (*tune)(kvio_sched_config_t *))
-{
+/* A scheduler from its section's YAML ("{policy: lpm, lpm: {max_queue:
+ * 3}}"); the config outlives it (the scheduler borrows its options), so
+ * each test frees both with destroy(). */
+typedef struct made {
     kvio_sched_config_t config;
-    char error[256];
-    cr_assert_eq(kvio_config_defaults(kvio_sched_options, &config, error, sizeof(error)),
-                 KVIO_OK, "%s", error);
-    config.policy = policy;
-    config.predictor = predictor;
-    if (tune != NULL)
-        tune(&config);
-    kvio_sched_t *sched = NULL;
-    cr_assert_eq(kvio_sched_create(&config, 7, &sched), KVIO_OK);
-    kvio_config_free(kvio_sched_options, &config);
-    return sched;
+    kvio_sched_t *sched;
+} made_t;
+
+static made_t *create(const char *scheduler)
+{
+    made_t *made = calloc(1, sizeof(*made));
+    cr_assert_not_null(made);
+    char error[512];
+    cr_assert_eq(kvio_config_bind_text(kvio_sched_options, scheduler, "test", &made->config,
+                                       error, sizeof(error)),
+                 KVIO_OK, "%s: %s", scheduler, error);
+    cr_assert_eq(kvio_sched_create(&made->config, 7, &made->sched), KVIO_OK, "%s", scheduler);
+    return made;
+}
+
+static void destroy(made_t *made)
+{
+    kvio_sched_destroy(made->sched);
+    kvio_config_free(kvio_sched_options, &made->config);
+    free(made);
 }
 
 /* ---------- order ---------- */
-
-static void short_queue_for_lpm(kvio_sched_config_t *config)
-{
-    config->lpm_max_queue = 3;
-}
-
-static void aging_of_one_second(kvio_sched_config_t *config)
-{
-    config->aging_ns = 1000000000;
-}
 
 /* Hashes for dfs-weight: a, b, and c under a. */
 static const kvio_hash_t hash_a[] = {{1, 1}};
@@ -51,8 +53,7 @@ static const kvio_hash_t hash_ac[] = {{1, 1}, {3, 3}};
 
 typedef struct order_case {
     const char *what;
-    int policy;
-    void (*tune)(kvio_sched_config_t *);
+    const char *scheduler; /* the serve.scheduler section */
     int64_t now_ns;
     size_t count;
     kvio_sched_request_t requests[MAX_CASE]; /* in the engine's FCFS order */
@@ -60,44 +61,44 @@ typedef struct order_case {
 } order_case_t;
 
 static const order_case_t order_cases[] = {
-    {"fcfs keeps the queue as it is", KVIO_POLICY_FCFS, NULL, 0, 3,
+    {"fcfs keeps the queue as it is", "{policy: fcfs}", 0, 3,
      {{.id = 0, .priority = 5}, {.id = 1, .priority = 0}, {.id = 2, .hit_tokens = 64}},
      {0, 1, 2}},
-    {"priority: lower value first, ties by arrival", KVIO_POLICY_PRIORITY, NULL, 0, 4,
+    {"priority: lower value first, ties by arrival", "{policy: priority}", 0, 4,
      {{.id = 0, .priority = 2, .arrival_ns = 0},
       {.id = 1, .priority = 0, .arrival_ns = 30},
       {.id = 2, .priority = 0, .arrival_ns = 10},
       {.id = 3, .priority = 1, .arrival_ns = 0}},
      {2, 1, 3, 0}},
-    {"sjf: least predicted output left first", KVIO_POLICY_SJF, NULL, 0, 3,
+    {"sjf: least predicted output left first", "{policy: sjf}", 0, 3,
      {{.id = 0, .predicted_output = 300},
       {.id = 1, .predicted_output = 100, .generated = 0},
       {.id = 2, .predicted_output = 400, .generated = 350}},
      {2, 1, 0}},
-    {"sjf: a request waiting past aging goes first", KVIO_POLICY_SJF, aging_of_one_second,
+    {"sjf: a request waiting past aging goes first", "{policy: sjf, sjf: {aging: 1s}}",
      2000000000, 3,
      {{.id = 0, .predicted_output = 10, .arrival_ns = 1500000000},
       {.id = 1, .predicted_output = 900, .arrival_ns = 0},
       {.id = 2, .predicted_output = 5, .arrival_ns = 1800000000}},
      {1, 2, 0}},
-    {"lpm: longest cached prefix first, stable", KVIO_POLICY_LPM, NULL, 0, 3,
+    {"lpm: longest cached prefix first, stable", "{policy: lpm}", 0, 3,
      {{.id = 0, .hit_tokens = 16}, {.id = 1, .hit_tokens = 64}, {.id = 2, .hit_tokens = 16}},
      {1, 0, 2}},
-    {"lpm: a queue past lpm_max_queue stays FCFS", KVIO_POLICY_LPM, short_queue_for_lpm, 0, 4,
+    {"lpm: a queue past max_queue stays FCFS", "{policy: lpm, lpm: {max_queue: 3}}", 0, 4,
      {{.id = 0, .hit_tokens = 0}, {.id = 1, .hit_tokens = 64}, {.id = 2, .hit_tokens = 32},
       {.id = 3, .hit_tokens = 16}},
      {0, 1, 2, 3}},
     {"dfs-weight: the heavier prefix subtree first, children before a node's own",
-     KVIO_POLICY_DFS_WEIGHT, NULL, 0, 5,
+     "{policy: dfs-weight}", 0, 5,
      {{.id = 0, .hit_tokens = 16, .hashes = hash_a, .num_hashes = 1},
       {.id = 1, .hit_tokens = 16, .hashes = hash_b, .num_hashes = 1},
       {.id = 2, .hit_tokens = 32, .hashes = hash_ac, .num_hashes = 2},
       {.id = 3, .hit_tokens = 16, .hashes = hash_b, .num_hashes = 1},
       {.id = 4, .hit_tokens = 16, .hashes = hash_b, .num_hashes = 1}},
      {1, 3, 4, 2, 0}},
-    {"conservative orders as fcfs", KVIO_POLICY_CONSERVATIVE, NULL, 0, 2,
+    {"conservative orders as fcfs", "{policy: conservative}", 0, 2,
      {{.id = 0, .priority = 9}, {.id = 1}}, {0, 1}},
-    {"pkas orders as fcfs", KVIO_POLICY_PKAS, NULL, 0, 2,
+    {"pkas orders as fcfs", "{policy: pkas}", 0, 2,
      {{.id = 0, .predicted_output = 900}, {.id = 1, .predicted_output = 1}}, {0, 1}},
 };
 
@@ -105,7 +106,8 @@ Test(sched, every_policy_orders_the_waiting_queue_as_documented, .timeout = 10)
 {
     for (size_t c = 0; c < sizeof(order_cases) / sizeof(order_cases[0]); c++) {
         const order_case_t *test = &order_cases[c];
-        kvio_sched_t *sched = create(test->policy, KVIO_PREDICTOR_ORACLE, test->tune);
+        made_t *made = create(test->scheduler);
+        kvio_sched_t *sched = made->sched;
         kvio_sched_request_t requests[MAX_CASE];
         kvio_sched_request_t *queue[MAX_CASE];
         memcpy(requests, test->requests, sizeof(requests));
@@ -118,7 +120,7 @@ Test(sched, every_policy_orders_the_waiting_queue_as_documented, .timeout = 10)
             cr_expect_eq(queue[i]->id, test->expected[i], "%s: position %zu holds %llu, not %llu",
                          test->what, i, (unsigned long long)queue[i]->id,
                          (unsigned long long)test->expected[i]);
-        kvio_sched_destroy(sched);
+        destroy(made);
     }
 }
 
@@ -126,7 +128,7 @@ Test(sched, every_policy_orders_the_waiting_queue_as_documented, .timeout = 10)
 
 typedef struct admit_case {
     const char *what;
-    int policy;
+    const char *scheduler;
     size_t num_running;
     kvio_sched_request_t running[MAX_CASE];
     kvio_sched_request_t candidate;
@@ -135,35 +137,35 @@ typedef struct admit_case {
 } admit_case_t;
 
 static const admit_case_t admit_cases[] = {
-    {"fcfs admits whatever the blocks allow", KVIO_POLICY_FCFS, 1,
+    {"fcfs admits whatever the blocks allow", "{policy: fcfs}", 1,
      {{.prompt_tokens = 1000, .predicted_output = 5000}},
      {.prompt_tokens = 1000, .predicted_output = 5000}, 10, true},
-    {"priority admits likewise", KVIO_POLICY_PRIORITY, 1, {{.prompt_tokens = 1000}},
+    {"priority admits likewise", "{policy: priority}", 1, {{.prompt_tokens = 1000}},
      {.prompt_tokens = 1000}, 10, true},
-    {"sjf admits likewise", KVIO_POLICY_SJF, 1, {{.prompt_tokens = 1000}},
+    {"sjf admits likewise", "{policy: sjf}", 1, {{.prompt_tokens = 1000}},
      {.prompt_tokens = 1000}, 10, true},
-    {"lpm admits likewise", KVIO_POLICY_LPM, 1, {{.prompt_tokens = 1000}},
+    {"lpm admits likewise", "{policy: lpm}", 1, {{.prompt_tokens = 1000}},
      {.prompt_tokens = 1000}, 10, true},
-    {"dfs-weight admits likewise", KVIO_POLICY_DFS_WEIGHT, 1, {{.prompt_tokens = 1000}},
+    {"dfs-weight admits likewise", "{policy: dfs-weight}", 1, {{.prompt_tokens = 1000}},
      {.prompt_tokens = 1000}, 10, true},
     /* (16 + 48) / 16 = 4 blocks each with max_tokens reserved: 8 of 8. */
-    {"conservative: max_tokens of all fit", KVIO_POLICY_CONSERVATIVE, 1,
+    {"conservative: max_tokens of all fit", "{policy: conservative}", 1,
      {{.prompt_tokens = 16, .max_tokens = 48}}, {.prompt_tokens = 16, .max_tokens = 48}, 8,
      true},
-    {"conservative: one block short", KVIO_POLICY_CONSERVATIVE, 1,
+    {"conservative: one block short", "{policy: conservative}", 1,
      {{.prompt_tokens = 16, .max_tokens = 48}}, {.prompt_tokens = 16, .max_tokens = 48}, 7,
      false},
-    {"conservative: nothing running, never starved", KVIO_POLICY_CONSERVATIVE, 0, {{0}},
+    {"conservative: nothing running, never starved", "{policy: conservative}", 0, {{0}},
      {.prompt_tokens = 16, .max_tokens = 4800}, 7, true},
     /* Running a (16 + 16 left) and b (16 + 48 left); candidate c (100 + 50):
      * projected peak 14 blocks (see the projection test). */
-    {"pkas: projected peak 14 within 15 x 0.95", KVIO_POLICY_PKAS, 2,
+    {"pkas: projected peak 14 within 15 x 0.95", "{policy: pkas}", 2,
      {{.prompt_tokens = 16, .predicted_output = 16}, {.prompt_tokens = 16, .predicted_output = 48}},
      {.prompt_tokens = 100, .predicted_output = 50}, 15, true},
-    {"pkas: projected peak 14 over 14 x 0.95", KVIO_POLICY_PKAS, 2,
+    {"pkas: projected peak 14 over 14 x 0.95", "{policy: pkas}", 2,
      {{.prompt_tokens = 16, .predicted_output = 16}, {.prompt_tokens = 16, .predicted_output = 48}},
      {.prompt_tokens = 100, .predicted_output = 50}, 14, false},
-    {"pkas: nothing running, never starved", KVIO_POLICY_PKAS, 0, {{0}},
+    {"pkas: nothing running, never starved", "{policy: pkas}", 0, {{0}},
      {.prompt_tokens = 1000, .predicted_output = 5000}, 4, true},
 };
 
@@ -171,7 +173,8 @@ Test(sched, every_policy_admits_as_documented, .timeout = 10)
 {
     for (size_t c = 0; c < sizeof(admit_cases) / sizeof(admit_cases[0]); c++) {
         const admit_case_t *test = &admit_cases[c];
-        kvio_sched_t *sched = create(test->policy, KVIO_PREDICTOR_ORACLE, NULL);
+        made_t *made = create(test->scheduler);
+        kvio_sched_t *sched = made->sched;
         kvio_sched_request_t *running[MAX_CASE];
         for (size_t i = 0; i < test->num_running; i++)
             running[i] = (kvio_sched_request_t *)&test->running[i];
@@ -180,7 +183,7 @@ Test(sched, every_policy_admits_as_documented, .timeout = 10)
                                   .free_blocks = test->capacity_blocks};
         cr_expect_eq(kvio_sched_admit(sched, &test->candidate, &view), test->expected, "%s",
                      test->what);
-        kvio_sched_destroy(sched);
+        destroy(made);
     }
 }
 
@@ -188,22 +191,23 @@ Test(sched, every_policy_admits_as_documented, .timeout = 10)
 
 typedef struct victim_case {
     const char *what;
-    int policy;
+    const char *policies[MAX_POLICIES]; /* each picks the same victim */
     size_t count;
     kvio_sched_request_t running[MAX_CASE];
     size_t expected;
 } victim_case_t;
 
 static const victim_case_t victim_cases[] = {
-    {"fcfs: the last admitted (a resumed request counts as new)", KVIO_POLICY_FCFS, 3,
+    {"the last admitted (a resumed request counts as new)",
+     {"fcfs", "sjf", "lpm", "dfs-weight", "conservative", "pkas"}, 3,
      {{.admit_seq = 4}, {.admit_seq = 9}, {.admit_seq = 6}}, 1},
-    {"sjf, lpm, dfs-weight, conservative, pkas as fcfs", KVIO_POLICY_PKAS, 3,
+    {"the last admitted, at the end", {"fcfs", "pkas"}, 3,
      {{.admit_seq = 1}, {.admit_seq = 2}, {.admit_seq = 3}}, 2},
-    {"priority: the worst priority", KVIO_POLICY_PRIORITY, 3,
+    {"priority: the worst priority", {"priority"}, 3,
      {{.priority = 1, .admit_seq = 9}, {.priority = 7, .admit_seq = 1},
       {.priority = 3, .admit_seq = 5}},
      1},
-    {"priority: among equals, the latest arrival", KVIO_POLICY_PRIORITY, 3,
+    {"priority: among equals, the latest arrival", {"priority"}, 3,
      {{.priority = 2, .arrival_ns = 50}, {.priority = 2, .arrival_ns = 90},
       {.priority = 2, .arrival_ns = 10}},
      1},
@@ -213,19 +217,18 @@ Test(sched, every_policy_picks_its_victim, .timeout = 10)
 {
     for (size_t c = 0; c < sizeof(victim_cases) / sizeof(victim_cases[0]); c++) {
         const victim_case_t *test = &victim_cases[c];
-        for (int policy = KVIO_POLICY_FCFS; policy <= KVIO_POLICY_PKAS; policy++) {
-            bool priority = policy == KVIO_POLICY_PRIORITY;
-            if (priority != (test->policy == KVIO_POLICY_PRIORITY))
-                continue;
-            kvio_sched_t *sched = create(policy, KVIO_PREDICTOR_ORACLE, NULL);
+        for (size_t p = 0; p < MAX_POLICIES && test->policies[p] != NULL; p++) {
+            char scheduler[64];
+            snprintf(scheduler, sizeof(scheduler), "{policy: %s}", test->policies[p]);
+            made_t *made = create(scheduler);
             kvio_sched_request_t *running[MAX_CASE];
             for (size_t i = 0; i < test->count; i++)
                 running[i] = (kvio_sched_request_t *)&test->running[i];
             kvio_sched_view_t view = {.running = running, .num_running = test->count,
                                       .block_size = 16, .capacity_blocks = 10};
-            cr_expect_eq(kvio_sched_victim(sched, &view), test->expected, "%s (%s)",
-                         test->what, kvio_policy_kind_name(policy));
-            kvio_sched_destroy(sched);
+            cr_expect_eq(kvio_sched_victim(made->sched, &view), test->expected, "%s (%s)",
+                         test->what, test->policies[p]);
+            destroy(made);
         }
     }
 }
@@ -254,52 +257,43 @@ Test(sched, pkas_projection_counts_blocks_until_each_request_ends, .timeout = 10
 
 /* ---------- predictors ---------- */
 
-static void constant_of_300(kvio_sched_config_t *config)
-{
-    config->constant = 300;
-}
-
-static void noise_of_zero(kvio_sched_config_t *config)
-{
-    config->noise_sigma = 0;
-}
-
 typedef struct predict_case {
     const char *what;
-    int predictor;
-    void (*tune)(kvio_sched_config_t *);
+    const char *scheduler;
     uint32_t output, max_tokens;
     uint32_t expected;
 } predict_case_t;
 
 static const predict_case_t predict_cases[] = {
-    {"oracle: the true output", KVIO_PREDICTOR_ORACLE, NULL, 123, 0, 123},
-    {"oracle: at most max_tokens", KVIO_PREDICTOR_ORACLE, NULL, 123, 100, 100},
-    {"constant: the configured value", KVIO_PREDICTOR_CONSTANT, constant_of_300, 5, 0, 300},
-    {"constant: at most max_tokens", KVIO_PREDICTOR_CONSTANT, constant_of_300, 5, 64, 64},
-    {"noisy with sigma 0: the true output", KVIO_PREDICTOR_NOISY, noise_of_zero, 77, 0, 77},
-    {"history with nothing seen: the constant", KVIO_PREDICTOR_HISTORY, constant_of_300, 5, 0,
+    {"oracle: the true output", "{predictor: oracle}", 123, 0, 123},
+    {"oracle: at most max_tokens", "{predictor: oracle}", 123, 100, 100},
+    {"constant: the configured value", "{predictor: constant, constant: {value: 300}}", 5, 0,
      300},
+    {"constant: at most max_tokens", "{predictor: constant, constant: {value: 300}}", 5, 64, 64},
+    {"noisy with sigma 0: the true output", "{predictor: noisy, noisy: {sigma: 0}}", 77, 0, 77},
+    {"history with nothing seen: the fallback",
+     "{predictor: history, history: {fallback: 300}}", 5, 0, 300},
 };
 
 Test(sched, every_predictor_predicts_as_documented, .timeout = 10)
 {
     for (size_t c = 0; c < sizeof(predict_cases) / sizeof(predict_cases[0]); c++) {
         const predict_case_t *test = &predict_cases[c];
-        kvio_sched_t *sched = create(KVIO_POLICY_PKAS, test->predictor, test->tune);
+        made_t *made = create(test->scheduler);
         kvio_sched_request_t request = {.prompt_tokens = 100, .output_tokens = test->output,
                                         .max_tokens = test->max_tokens};
-        kvio_sched_predict(sched, &request);
+        kvio_sched_predict(made->sched, &request);
         cr_expect_eq(request.predicted_output, test->expected, "%s: %u", test->what,
                      request.predicted_output);
-        kvio_sched_destroy(sched);
+        destroy(made);
     }
 }
 
 Test(sched, noisy_predictions_spread_lognormally_around_the_truth, .timeout = 10)
 {
     /* sigma 0.5: log(prediction / truth) ~ N(0, 0.5); 2,000 draws. */
-    kvio_sched_t *sched = create(KVIO_POLICY_PKAS, KVIO_PREDICTOR_NOISY, NULL);
+    made_t *made = create("{policy: pkas, predictor: noisy}");
+    kvio_sched_t *sched = made->sched;
     enum { DRAWS = 2000 };
     double sum = 0, sum_squares = 0;
     for (int i = 0; i < DRAWS; i++) {
@@ -312,12 +306,13 @@ Test(sched, noisy_predictions_spread_lognormally_around_the_truth, .timeout = 10
     double mean = sum / DRAWS, sigma = sqrt(sum_squares / DRAWS - mean * mean);
     cr_expect(fabs(mean) < 0.05, "mean log error %.3f", mean);
     cr_expect(fabs(sigma - 0.5) < 0.05, "sigma of the log error %.3f", sigma);
-    kvio_sched_destroy(sched);
+    destroy(made);
 }
 
 Test(sched, history_predicts_a_quantile_of_what_its_bucket_saw, .timeout = 10)
 {
-    kvio_sched_t *sched = create(KVIO_POLICY_PKAS, KVIO_PREDICTOR_HISTORY, NULL);
+    made_t *made = create("{policy: pkas, predictor: history}");
+    kvio_sched_t *sched = made->sched;
     /* Prompts of 100 tokens (bucket 64..127) finished with 1..100 tokens. */
     for (uint32_t generated = 1; generated <= 100; generated++) {
         kvio_sched_request_t done = {.prompt_tokens = 100, .generated = generated};
@@ -332,7 +327,7 @@ Test(sched, history_predicts_a_quantile_of_what_its_bucket_saw, .timeout = 10)
     kvio_sched_request_t other = {.prompt_tokens = 3000, .output_tokens = 1};
     kvio_sched_predict(sched, &other);
     cr_expect_eq(other.predicted_output, same.predicted_output);
-    kvio_sched_destroy(sched);
+    destroy(made);
 }
 
 /* ---------- the engine under the schedulers ---------- */
@@ -348,10 +343,10 @@ Test(sched, a_request_preempting_itself_at_the_head_is_not_a_dead_end, .timeout 
     kvio_engine_config_t config = {.max_num_seqs = 8, .max_num_batched_tokens = 256,
                                    .chunked_prefill = true,
                                    .preemption = KVIO_PREEMPT_RECOMPUTE};
-    kvio_sched_config_t sched;
+    kvio_sched_config_t sched = {0};
     char error[256];
     cr_assert_eq(kvio_config_defaults(kvio_sched_options, &sched, error, sizeof(error)), KVIO_OK);
-    sched.policy = KVIO_POLICY_PRIORITY;
+    cr_assert_eq(kvio_choice_set(&sched.policy, "priority"), KVIO_OK);
     kvio_cost_t *cost = test_linear_cost();
     kvio_engine_params_t params = {
         .config = &config, .num_blocks = 4, .block_size = 16, .prefix_caching = false,

@@ -30,6 +30,9 @@ typedef enum {
     KVIO_OPT_DIST,     /* kvio_dist_t; numbers take the option's unit */
     KVIO_OPT_SECTION,  /* a nested struct bound by options */
     KVIO_OPT_LIST,     /* kvio_opt_list_t of structs bound by options */
+    KVIO_OPT_PLUGIN,   /* kvio_choice_t: a plug-in of registry by name; each
+                          plug-in's options bind from a sibling key of its
+                          name (policy: pkas, pkas: {margin: 0.1}) */
 } kvio_opt_type_t;
 
 /* Units for the numbers inside a KVIO_OPT_DIST. */
@@ -55,6 +58,7 @@ typedef struct kvio_opt {
     const struct kvio_opt *options;  /* SECTION, LIST: terminated by key NULL */
     size_t element_size;             /* LIST: size of one element */
     kvio_unit_t unit;                /* DIST: unit of its numbers */
+    const kvio_registry_t *registry; /* PLUGIN: the plug-ins it chooses among */
     const char *help;
 } kvio_opt_t;
 
@@ -97,6 +101,13 @@ kvio_status_t kvio_config_defaults(const kvio_opt_t *options, void *config_p,
  * every key, type and bound. On error the struct is freed and zeroed. */
 kvio_status_t kvio_config_bind(const kvio_opt_t *options, const kvio_config_doc_t *doc,
                                void *config_p, char *error_p, size_t error_len);
+
+/* Binds YAML text (a mapping, origin names it in errors) onto config_p by
+ * options, as kvio_config_bind does a document: for a section on its own
+ * ("{policy: lpm, lpm: {max_queue: 3}}" for serve.scheduler). */
+kvio_status_t kvio_config_bind_text(const kvio_opt_t *options, const char *text,
+                                    const char *origin, void *config_p, char *error_p,
+                                    size_t error_len);
 
 /* Frees what binding allocated (strings, lists, distributions). */
 void kvio_config_free(const kvio_opt_t *options, void *config);

@@ -79,6 +79,11 @@ const void *kvio_choice_options(const kvio_choice_t *choice);
 /* The chosen plug-in's name ("?" when none was bound). */
 const char *kvio_choice_name(const kvio_choice_t *choice);
 
+/* Chooses the plug-in called name in a choice whose storage the config set
+ * up (its options keep their values); KVIO_ERR_NOT_FOUND when the registry
+ * has none of that name. */
+kvio_status_t kvio_choice_set(kvio_choice_t *choice, const char *name);
+
 /* True when the chosen plug-in is called name. */
 bool kvio_choice_is(const kvio_choice_t *choice, const char *name);
 

@@ -1,8 +1,9 @@
 /* Scheduling policies and output-length predictors. A policy orders the
  * waiting queue, may veto an admission (conservative, pkas), and picks the
  * victim when a running request cannot get its blocks. Predictors estimate
- * output lengths for sjf and pkas. Both are ops tables in one registry each;
- * the engine (serve/) calls them through the kvio_sched_* wrappers. */
+ * output lengths for sjf and pkas. Each is a plug-in (kvio/plugin.h) in its
+ * own file, listed in its registry; the engine (serve/) calls them through
+ * the kvio_sched_* wrappers. */
 #ifndef KVIO_SCHED_H
 #define KVIO_SCHED_H
 
@@ -41,34 +42,17 @@ typedef struct kvio_sched_view {
     int64_t now_ns;
 } kvio_sched_view_t;
 
-typedef enum {
-    KVIO_POLICY_FCFS = 0,
-    KVIO_POLICY_PRIORITY,
-    KVIO_POLICY_SJF,
-    KVIO_POLICY_LPM,
-    KVIO_POLICY_DFS_WEIGHT,
-    KVIO_POLICY_CONSERVATIVE,
-    KVIO_POLICY_PKAS,
-} kvio_policy_kind_t;
-
-typedef enum {
-    KVIO_PREDICTOR_ORACLE = 0,
-    KVIO_PREDICTOR_NOISY,
-    KVIO_PREDICTOR_HISTORY,
-    KVIO_PREDICTOR_CONSTANT,
-} kvio_predictor_kind_t;
-
-/* The `serve.scheduler` section. */
+/* The `serve.scheduler` section: a policy and a predictor by name, each
+ * with its own options (serve.scheduler: {policy: pkas, pkas: {margin:
+ * 0.1}, predictor: noisy, noisy: {sigma: 0.3}}). */
 typedef struct kvio_sched_config {
-    int policy;              /* kvio_policy_kind_t */
-    int predictor;           /* kvio_predictor_kind_t */
-    double noise_sigma;      /* noisy: sigma of the lognormal error */
-    int64_t constant;        /* constant: the predicted output */
-    double history_quantile; /* history: quantile of observed outputs */
-    int64_t aging_ns;        /* sjf: a request waiting longer goes first */
-    double pkas_margin;      /* pkas: keep this fraction of KV free in the projection */
-    int64_t lpm_max_queue;   /* lpm: above this many waiting, fall back to fcfs */
+    kvio_choice_t policy;    /* of kvio_sched_policies */
+    kvio_choice_t predictor; /* of kvio_sched_predictors */
 } kvio_sched_config_t;
+
+/* The registries: every policy and predictor kvio has. */
+extern const kvio_registry_t kvio_sched_policies;
+extern const kvio_registry_t kvio_sched_predictors;
 
 extern const kvio_opt_t kvio_sched_options[];
 
@@ -86,8 +70,6 @@ void kvio_sched_destroy(kvio_sched_t *sched);
 
 const char *kvio_sched_policy_name(const kvio_sched_t *sched);
 
-/* Name of a policy kind ("pkas"), or "?". */
-const char *kvio_policy_kind_name(int kind);
 unsigned kvio_sched_caps(const kvio_sched_t *sched);
 
 /* Whether ordering count waiting requests reads their cached prefixes (lpm
