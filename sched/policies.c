@@ -11,6 +11,7 @@
     X(lpm)                                                                                 \
     X(dfs_weight)                                                                          \
     X(conservative)                                                                        \
-    X(pkas)
+    X(pkas)                                                                                \
+    X(lof)
 
 KVIO_REGISTRY_DEFINE(kvio_sched_policies, "scheduling policy", POLICIES)

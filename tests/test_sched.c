@@ -100,6 +100,11 @@ static const order_case_t order_cases[] = {
      {{.id = 0, .priority = 9}, {.id = 1}}, {0, 1}},
     {"pkas orders as fcfs", "{policy: pkas}", 0, 2,
      {{.id = 0, .predicted_output = 900}, {.id = 1, .predicted_output = 1}}, {0, 1}},
+    {"lof: the longest max_tokens first, stable, no limit as the longest", "{policy: lof}", 0,
+     5,
+     {{.id = 0, .max_tokens = 64}, {.id = 1, .max_tokens = 512}, {.id = 2, .max_tokens = 64},
+      {.id = 3, .max_tokens = 0}, {.id = 4, .max_tokens = 128, .output_tokens = 9999}},
+     {3, 1, 4, 0, 2}},
 };
 
 Test(sched, every_policy_orders_the_waiting_queue_as_documented, .timeout = 10)
