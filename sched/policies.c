@@ -12,6 +12,7 @@
     X(dfs_weight)                                                                          \
     X(conservative)                                                                        \
     X(pkas)                                                                                \
-    X(lof)
+    X(lof)                                                                                 \
+    X(random)
 
 KVIO_REGISTRY_DEFINE(kvio_sched_policies, "scheduling policy", POLICIES)

@@ -105,6 +105,8 @@ static const order_case_t order_cases[] = {
      {{.id = 0, .max_tokens = 64}, {.id = 1, .max_tokens = 512}, {.id = 2, .max_tokens = 64},
       {.id = 3, .max_tokens = 0}, {.id = 4, .max_tokens = 128, .output_tokens = 9999}},
      {3, 1, 4, 0, 2}},
+    {"random: a shuffle, the same for the same seed", "{policy: random}", 0, 6,
+     {{.id = 0}, {.id = 1}, {.id = 2}, {.id = 3}, {.id = 4}, {.id = 5}}, {4, 5, 0, 3, 2, 1}},
 };
 
 Test(sched, every_policy_orders_the_waiting_queue_as_documented, .timeout = 10)
