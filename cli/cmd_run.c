@@ -229,8 +229,9 @@ int kvio_cmd_validate(int argc, char **argv)
 int kvio_cmd_list(int argc, char **argv)
 {
     if (argc > 0 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
-        printf("usage: kvio list\n\nLists the presets and reproductions embedded in kvio; run one "
-               "with kvio run NAME.\n");
+        printf("usage: kvio list\n\nLists the presets and reproductions embedded in kvio (run one "
+               "with kvio run NAME),\nthen every plug-in of each kind (a workload names one "
+               "by its name).\n");
         return KVIO_EXIT_OK;
     }
     if (argc > 0) {
@@ -249,5 +250,9 @@ int kvio_cmd_list(int argc, char **argv)
     for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
         if (strncmp(preset->name, "repro/", 6) == 0)
             printf("  %-*s %.*s\n", width, preset->name, 100, preset->description);
+    for (const kvio_registry_t *const *registry = kvio_registries; *registry != NULL; registry++) {
+        printf("\n");
+        kvio_registry_print(*registry, stdout);
+    }
     return KVIO_EXIT_OK;
 }

@@ -20,7 +20,7 @@ static const command_t commands[] = {
     {"run", kvio_cmd_run, "run a workload (file or preset; quickstart by default)"},
     {"compare", kvio_cmd_compare, "run a workload's variants side by side (--vary key=a,b)"},
     {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},
-    {"list", kvio_cmd_list, "list the embedded presets"},
+    {"list", kvio_cmd_list, "list the embedded presets and every plug-in by kind"},
     {"stream", kvio_cmd_stream, "export a workload's request stream (or a trace) as JSONL"},
     {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
     {"report", kvio_cmd_report, "charts of results, compare sets and cachesim output as HTML"},

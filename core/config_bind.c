@@ -188,6 +188,8 @@ static kvio_status_t not_one_of(bind_context_t *context, const node_t *node, con
     return config_node_error(context, node, path, "'%s' is not one of %s", node->text, allowed);
 }
 
+const kvio_opt_t kvio_no_options[] = {{.key = NULL}};
+
 /* A plug-in's name: the chosen one of option->registry. */
 static kvio_status_t bind_choice(bind_context_t *context, const kvio_opt_t *option,
                                  const node_t *node, kvio_choice_t *choice, const char *path)

@@ -20,6 +20,7 @@ static bool admit_conservative(kvio_sched_t *sched, const kvio_sched_request_t *
 }
 
 const kvio_sched_policy_ops_t kvio_policy_conservative = {
-    .plugin = {.name = "conservative", .help = "reserve every request's max_tokens up front"},
+    .plugin = {.name = "conservative", .help = "reserve every request's max_tokens up front",
+               .options = kvio_no_options},
     .admit = admit_conservative,
 };

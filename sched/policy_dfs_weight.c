@@ -120,7 +120,8 @@ out:
 
 const kvio_sched_policy_ops_t kvio_policy_dfs_weight = {
     .plugin = {.name = "dfs-weight",
-               .help = "requests sharing the heaviest cached prefix subtree first (SGLang)"},
+               .help = "requests sharing the heaviest cached prefix subtree first (SGLang)",
+               .options = kvio_no_options},
     .caps = KVIO_SCHED_CAP_NEEDS_HITS,
     .order = order_by_weight,
 };

@@ -3,5 +3,6 @@
 #include "sched/sched_int.h"
 
 const kvio_sched_policy_ops_t kvio_policy_fcfs = {
-    .plugin = {.name = "fcfs", .help = "first come, first served (vLLM's default)"},
+    .plugin = {.name = "fcfs", .help = "first come, first served (vLLM's default)",
+               .options = kvio_no_options},
 };

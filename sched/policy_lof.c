@@ -25,6 +25,7 @@ static void order_longest_output_first(kvio_sched_t *sched, kvio_sched_request_t
 }
 
 const kvio_sched_policy_ops_t kvio_policy_lof = {
-    .plugin = {.name = "lof", .help = "longest output limit (max_tokens) first (SGLang)"},
+    .plugin = {.name = "lof", .help = "longest output limit (max_tokens) first (SGLang)",
+               .options = kvio_no_options},
     .order = order_longest_output_first,
 };

@@ -19,7 +19,8 @@ static size_t victim_worst_priority(kvio_sched_t *sched, const kvio_sched_view_t
 
 const kvio_sched_policy_ops_t kvio_policy_priority = {
     .plugin = {.name = "priority",
-               .help = "lower priority value first, ties by arrival; preempts the worst"},
+               .help = "lower priority value first, ties by arrival; preempts the worst",
+               .options = kvio_no_options},
     .order = order_by_priority,
     .victim = victim_worst_priority,
 };

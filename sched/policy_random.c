@@ -24,7 +24,8 @@ static void order_shuffled(kvio_sched_t *sched, kvio_sched_request_t **waiting, 
 }
 
 const kvio_sched_policy_ops_t kvio_policy_random = {
-    .plugin = {.name = "random", .help = "the waiting queue shuffled at every step (SGLang)"},
+    .plugin = {.name = "random", .help = "the waiting queue shuffled at every step (SGLang)",
+               .options = kvio_no_options},
     .state_size = sizeof(kvio_rng_t),
     .init = seed_shuffle,
     .order = order_shuffled,

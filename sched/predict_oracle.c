@@ -9,6 +9,7 @@ static double true_length(kvio_sched_t *sched, const kvio_sched_request_t *reque
 }
 
 const kvio_sched_predictor_ops_t kvio_predictor_oracle = {
-    .plugin = {.name = "oracle", .help = "the true output length"},
+    .plugin = {.name = "oracle", .help = "the true output length",
+               .options = kvio_no_options},
     .predict = true_length,
 };

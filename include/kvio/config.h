@@ -68,6 +68,9 @@ typedef struct kvio_opt_list {
     size_t count;
 } kvio_opt_list_t;
 
+/* The options table of a plug-in that has none: { {.key = NULL} }. */
+extern const kvio_opt_t kvio_no_options[];
+
 /* A parsed YAML document with the overrides applied to it. */
 typedef struct kvio_config_doc kvio_config_doc_t;
 

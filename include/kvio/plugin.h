@@ -20,7 +20,8 @@ struct kvio_opt;
 typedef struct kvio_plugin {
     const char *name;                /* as the YAML names it */
     const char *help;                /* one line */
-    const struct kvio_opt *options;  /* its keys, terminated by key NULL (NULL: none) */
+    const struct kvio_opt *options;  /* its keys, terminated by key NULL
+                                        (kvio_no_options: none) */
     size_t options_size;             /* bytes of the struct options binds (0: none) */
     /* Checks the bound options together (NULL: the table's bounds suffice);
      * path is where they sit ("serve.scheduler.pkas"), for the message. */

@@ -194,4 +194,8 @@ kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t
                                json_t *metrics, json_t *start, kvio_event_trace_t *events,
                                char *error_p, size_t error_len);
 
+/* Every registry of plug-ins (schedulers, predictors, eviction policies,
+ * tiers, transports, routers, executors), NULL-terminated. */
+extern const kvio_registry_t *const kvio_registries[];
+
 #endif

@@ -1,0 +1,10 @@
+/* Every registry of plug-ins kvio has, for `kvio list` and the test that
+ * walks them all (run/ sees every module). A new kind adds its registry
+ * here once. */
+#include "kvio/run.h"
+
+const kvio_registry_t *const kvio_registries[] = {
+    &kvio_sched_policies,
+    &kvio_sched_predictors,
+    NULL,
+};
