@@ -6,5 +6,6 @@
 const kvio_registry_t *const kvio_registries[] = {
     &kvio_sched_policies,
     &kvio_sched_predictors,
+    &kvio_routers,
     NULL,
 };

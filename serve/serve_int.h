@@ -11,6 +11,31 @@
 #include "kvio/wire.h"
 #include "kvio/stream.h"
 
+/* ---------- routers (serve/router.c, serve/routers.c, router_<name>.c) ---------- */
+
+/* A router reads the requests' block hashes (they must be computed before
+ * it chooses). */
+#define KVIO_ROUTER_CAP_READS_HASHES 1u
+
+/* What a router's choose() is given. */
+typedef struct kvio_router_call {
+    const void *options;               /* the router's own options (NULL: none) */
+    void *state;                       /* its private state (state_size bytes) */
+    const kvio_router_view_t *view;
+    uint32_t count;                    /* ranks to choose among (at least 2) */
+    const kvio_engine_request_t *request;
+} kvio_router_call_t;
+
+typedef struct kvio_router_ops {
+    kvio_plugin_t plugin;
+    unsigned caps;     /* KVIO_ROUTER_CAP_* */
+    size_t state_size; /* bytes of private state, zeroed at create */
+    uint32_t (*choose)(const kvio_router_call_t *call);
+} kvio_router_ops_t;
+
+/* The least loaded of count ranks in view (ties: the lower rank). */
+uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t count);
+
 /* Column names of requests.csv and iterations.csv, and one row of each. */
 #define KVIO_REQUESTS_CSV_HEADER                                                            \
     "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"  \

@@ -13,19 +13,6 @@
 #include "serve/serve_int.h"
 #include "kvio/progress.h"
 
-static const char *const router_names[] = {"round_robin", "least_loaded", "prefix_affinity",
-                                           "kv_cost", NULL};
-
-static const kvio_opt_t router_options[] = {
-    {.key = "policy", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_router_config_t, policy),
-     .values = router_names, .default_value = "round_robin",
-     .help = "how requests are spread over serve ranks"},
-    {.key = "load_cap", .type = KVIO_OPT_INT, .offset = offsetof(kvio_router_config_t, load_cap),
-     .default_value = "16", .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "prefix_affinity: most requests a rank may have above the least loaded"},
-    {.key = NULL},
-};
-
 const kvio_opt_t kvio_serve_options[] = {
     {.key = "engine", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, engine),
      .options = kvio_engine_options},
@@ -34,7 +21,7 @@ const kvio_opt_t kvio_serve_options[] = {
     {.key = "kvcache", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, kvcache),
      .options = kvio_kvcache_section_options},
     {.key = "router", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, router),
-     .options = router_options},
+     .options = kvio_router_options},
     {.key = "max_concurrency", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_serve_config_t, max_concurrency), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
@@ -737,9 +724,7 @@ static kvio_status_t start_iteration(simulation_t *sim, uint32_t rank, int64_t n
 /* The router reads a request's hashes only to compare ranks' caches. */
 static bool router_reads_hashes(const simulation_t *sim)
 {
-    int policy = sim->run->serve->router.policy;
-    return sim->num_ranks > 1 &&
-           (policy == KVIO_ROUTER_PREFIX_AFFINITY || policy == KVIO_ROUTER_KV_COST);
+    return kvio_router_reads_hashes(sim->router, sim->num_ranks);
 }
 
 static kvio_status_t dispatch(simulation_t *sim, const kvio_request_t *request, int64_t now_ns,

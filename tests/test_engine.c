@@ -827,7 +827,11 @@ static uint64_t fake_active(void *context, uint32_t rank)
 
 Test(engine, kv_cost_router_skips_ranks_that_cannot_win, .timeout = 10)
 {
-    kvio_router_config_t config = {.policy = KVIO_ROUTER_KV_COST};
+    kvio_router_config_t config = {0};
+    char error[256];
+    cr_assert_eq(kvio_config_bind_text(kvio_router_options, "{policy: kv_cost}", "test", &config,
+                                       error, sizeof(error)),
+                 KVIO_OK, "%s", error);
     kvio_router_t *router;
     cr_assert_eq(kvio_router_create(&config, &router), KVIO_OK);
     /* 128 prompt tokens: 8 blocks. Costs 8 + 10 = 18; rank 1 holds 20
@@ -847,4 +851,5 @@ Test(engine, kv_cost_router_skips_ranks_that_cannot_win, .timeout = 10)
     ranks = (fake_ranks_t){.active = {10, 3, 5, 9}, .cached_tokens = {0, 112, 64, 128}};
     cr_assert_eq(kvio_router_choose_view(router, &view, 4, &request), 1, "8 - 7 + 3 = 4");
     kvio_router_destroy(router);
+    kvio_config_free(kvio_router_options, &config);
 }

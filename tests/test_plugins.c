@@ -21,6 +21,7 @@ typedef struct kind_test {
 static const kind_test_t kind_tests[] = {
     {"scheduling policy", "tests/test_sched.c", "{policy: %s"},
     {"output-length predictor", "tests/test_sched.c", "{predictor: %s"},
+    {"router", "tests/test_router.c", "{\"{policy: %s"},
 };
 
 static const kind_test_t *kind_test(const char *kind)

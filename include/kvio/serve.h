@@ -20,17 +20,16 @@
 #include <signal.h>
 #include <stdint.h>
 
-typedef enum {
-    KVIO_ROUTER_ROUND_ROBIN = 0,
-    KVIO_ROUTER_LEAST_LOADED,
-    KVIO_ROUTER_PREFIX_AFFINITY,
-    KVIO_ROUTER_KV_COST,
-} kvio_router_kind_t;
-
+/* The `serve.router` section: a router by name, with its own options
+ * (serve.router: {policy: prefix_affinity, prefix_affinity: {load_cap: 8}}). */
 typedef struct kvio_router_config {
-    int policy;       /* kvio_router_kind_t */
-    int64_t load_cap; /* prefix_affinity: most requests a rank may be above the least loaded */
+    kvio_choice_t policy; /* of kvio_routers */
 } kvio_router_config_t;
+
+extern const kvio_opt_t kvio_router_options[];
+
+/* Every router kvio has. */
+extern const kvio_registry_t kvio_routers;
 
 /* The `serve:` section. */
 typedef struct kvio_serve_config {
@@ -58,6 +57,10 @@ typedef struct kvio_router kvio_router_t;
 kvio_status_t kvio_router_create(const kvio_router_config_t *config, kvio_router_t **router_p);
 void kvio_router_destroy(kvio_router_t *router);
 const char *kvio_router_name(const kvio_router_t *router);
+
+/* Whether choosing among num_ranks ranks reads a request's block hashes
+ * (prefix_affinity, kv_cost): else they may be computed later. */
+bool kvio_router_reads_hashes(const kvio_router_t *router, uint32_t num_ranks);
 
 /* What a router sees of the serve ranks: the engines themselves (simulate)
  * or the state the ranks publish every iteration (emulate, where the client
