@@ -22,6 +22,19 @@
  * for reuse as they are handed over. */
 #define AHEAD_MAX 16
 
+kvio_status_t kvio_hash_buffer_reserve(kvio_hash_buffer_t *buffer, size_t count)
+{
+    if (count <= buffer->capacity)
+        return KVIO_OK;
+    size_t capacity = count + 1024;
+    kvio_hash_t *bigger = realloc(buffer->hashes, capacity * sizeof(*bigger));
+    if (bigger == NULL)
+        return KVIO_ERR_NOMEM;
+    buffer->hashes = bigger;
+    buffer->capacity = capacity;
+    return KVIO_OK;
+}
+
 typedef struct deferred_request deferred_request_t;
 
 struct kvio_deferred_queue {

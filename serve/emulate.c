@@ -27,7 +27,7 @@
 #include "kvio/progress.h"
 #include "kvio/sysinfo.h"
 #include "kvio/wire.h"
-#include "serve/serve_int.h"
+#include "serve/loop_int.h"
 
 
 /* Thread CPU time: the engine's own work, not time the OS took away. */
@@ -1130,7 +1130,7 @@ static kvio_status_t plain_serve(kvio_serve_rank_t *rank, kvio_rte_t *rte, plain
         int64_t end_ns = -1, idle_until = now + 1000000;
         status = server.begin(server.context, now, 0, &end_ns, &idle_until, &finished);
         if (status == KVIO_OK && end_ns >= 0) {
-            executor->ops->wait_until(executor, end_ns);
+            executor->ops->wait_until(executor, end_ns, NULL);
             status = server.end(server.context, kvio_rte_time_ns(rte));
         } else if (status == KVIO_OK && !finished && idle_until > now) {
             /* Idle: sleep (no spin) until the next request is due or the
@@ -1234,7 +1234,7 @@ static void plain_metrics(const plain_run_t *plain, json_t *metrics)
                             ? json_real((double)reference_bytes / (double)reference_ns)
                             : json_null());
     json_object_set_new(json_object_get(metrics, "executor"), "executor",
-                        json_string(first->setup.executor.ops->name));
+                        json_string(first->setup.executor.ops->plugin.name));
 }
 
 kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p,

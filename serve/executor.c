@@ -1,19 +1,11 @@
-/* How an engine iteration is carried out (serve/serve_int.h): one step that
- * every driver takes to begin an iteration (the simulate event loop, the
- * emulate rank threads, the coupled serve ranks), and the executors that
- * let its time pass: virtual (the simulate clock moves), realtime (the host
- * clock: sleep, then spin the last stretch) and gpu (a spin kernel keeps the
- * SMs busy for the iteration, then as realtime). A new executor is an ops
- * table here and a line in the registry. */
-#include "serve/serve_int.h"
+/* How an engine iteration is carried out: the one step every lane takes to
+ * begin an iteration (serve/loop.c), and the executors' registry look-up.
+ * The executors themselves are serve/executor_<name>.c, listed in
+ * serve/executors.c. */
+#include "serve/loop_int.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#include "kvio/clock.h"
-#include "kvio/gpu.h"
-
-/* ---------- the step ---------- */
 
 /* The head of the waiting queue needs more blocks than the pool has: no
  * iteration can ever start it. */
@@ -57,56 +49,7 @@ kvio_status_t kvio_serve_step(kvio_engine_t *engine, int64_t now_ns, uint32_t ra
     return cannot_start(engine, rank, error_p, error_len);
 }
 
-/* ---------- executors ---------- */
-
-static kvio_status_t no_compute(kvio_executor_t *executor, int64_t duration_ns)
-{
-    (void)executor;
-    (void)duration_ns;
-    return KVIO_OK;
-}
-
-static void no_wait(const kvio_executor_t *executor, int64_t end_ns)
-{
-    (void)executor;
-    (void)end_ns;
-}
-
-static void host_wait(const kvio_executor_t *executor, int64_t end_ns)
-{
-    if (end_ns > 0)
-        kvio_wait_until_ns(executor->origin_ns + (uint64_t)end_ns);
-}
-
-static kvio_status_t gpu_compute(kvio_executor_t *executor, int64_t duration_ns)
-{
-    return kvio_device_spin(executor->device, duration_ns);
-}
-
-static const kvio_executor_ops_t virtual_ops = {
-    .name = "virtual",
-    .compute = no_compute,
-    .wait_until = no_wait,
-};
-
-static const kvio_executor_ops_t realtime_ops = {
-    .name = "realtime",
-    .compute = no_compute,
-    .wait_until = host_wait,
-};
-
-static const kvio_executor_ops_t gpu_ops = {
-    .name = "gpu",
-    .compute = gpu_compute,
-    .wait_until = host_wait,
-};
-
-static const kvio_executor_ops_t *const executors[] = {&virtual_ops, &realtime_ops, &gpu_ops};
-
 const kvio_executor_ops_t *kvio_executor_find(const char *name)
 {
-    for (size_t i = 0; i < sizeof(executors) / sizeof(executors[0]); i++)
-        if (strcmp(executors[i]->name, name) == 0)
-            return executors[i];
-    return NULL;
+    return (const kvio_executor_ops_t *)kvio_registry_find(&kvio_executors, name);
 }

@@ -121,29 +121,6 @@ kvio_status_t kvio_serve_step(kvio_engine_t *engine, int64_t now_ns, uint32_t ra
                               bool pool_comes_back, kvio_engine_iteration_t *iteration_p,
                               kvio_serve_step_t *step_p, char *error_p, size_t error_len);
 
-/* An executor: how an iteration's time passes. */
-typedef struct kvio_executor kvio_executor_t;
-
-typedef struct kvio_executor_ops {
-    const char *name; /* virtual | realtime | gpu */
-    /* The iteration's compute, at its start: gpu keeps the device's SMs
-     * busy for duration_ns (a spin kernel); the others nothing. */
-    kvio_status_t (*compute)(kvio_executor_t *executor, int64_t duration_ns);
-    /* Returns when the run's clock reads end_ns: realtime and gpu wait on
-     * the host clock (sleep, then spin the last stretch); virtual at once
-     * (the driver moves its own clock). */
-    void (*wait_until)(const kvio_executor_t *executor, int64_t end_ns);
-} kvio_executor_ops_t;
-
-struct kvio_executor {
-    const kvio_executor_ops_t *ops;
-    uint64_t origin_ns;          /* the run's clock reads 0 at this host time */
-    struct kvio_device *device;  /* gpu: the device that spins */
-};
-
-/* The executor called name, or NULL. */
-const kvio_executor_ops_t *kvio_executor_find(const char *name);
-
 /* One trace event for an iteration of engine (and one for its swaps). */
 void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
                                 uint32_t rank, const kvio_engine_iteration_t *iteration,

@@ -481,28 +481,6 @@ Test(engine, the_shared_step_is_idle_lent_runs_or_names_what_cannot_start, .time
     teardown(&f);
 }
 
-/* The executors by name: virtual lets no time pass (its driver moves the
- * clock), realtime returns once the host clock reaches the end; gpu needs a
- * device (tests/test_gpu.c). */
-Test(engine, executors_are_found_by_name_and_let_their_time_pass, .timeout = 10)
-{
-    const kvio_executor_ops_t *virtual_ops = kvio_executor_find("virtual");
-    const kvio_executor_ops_t *realtime = kvio_executor_find("realtime");
-    cr_assert_not_null(virtual_ops);
-    cr_assert_not_null(realtime);
-    cr_assert_not_null(kvio_executor_find("gpu"));
-    cr_assert_null(kvio_executor_find("quantum"));
-    uint64_t origin = kvio_time_ns();
-    kvio_executor_t executor = {.ops = realtime, .origin_ns = origin};
-    cr_assert_eq(executor.ops->compute(&executor, 3000000), KVIO_OK);
-    executor.ops->wait_until(&executor, 3000000);
-    cr_assert_geq(kvio_time_ns(), origin + 3000000, "returned before the end");
-    executor.ops = virtual_ops;
-    uint64_t before = kvio_time_ns();
-    executor.ops->wait_until(&executor, 3600000000000);
-    cr_assert_lt(kvio_time_ns() - before, 3600000000000ull, "virtual time waited for real");
-}
-
 /* update.in_flight: wait: with version 1 ready while request 0 decodes,
  * the engine stops admitting (request 1 waits) until request 0 is done;
  * then version 1 activates and request 1 runs on it, with no token computed

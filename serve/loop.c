@@ -1,0 +1,448 @@
+/* The one serve loop, for every mode (serve/loop_int.h). Each turn it finds
+ * the next event (a request due from the arrival source, or a lane's
+ * iteration, stall or look-again ending), lets the executor pass the time to
+ * it, and handles it. At a lane's iteration boundary it applies what an
+ * update does to serving, written once here for every mode: activate a
+ * ready version (draining first with in_flight: wait), lend the KV pool to
+ * an incoming one (colocated), stall while one is on its way (apply:
+ * stall); then it takes one step of the engine and hands the iteration to
+ * the executor. Ties go to arrivals first, then to the lowest lane; the
+ * requests of one instant are all queued before idle lanes start. */
+#include "serve/loop_int.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvio/gpu.h"
+
+/* ---------- lanes ---------- */
+
+kvio_status_t kvio_serve_lane_init(kvio_serve_lane_t *lane, bool timed)
+{
+    lane->state = KVIO_LANE_IDLE;
+    lane->busy_until_ns = -1;
+    lane->wake_ns = INT64_MAX;
+    lane->drain_start_ns = -1;
+    lane->stall_start_ns = -1;
+    lane->timed = timed;
+    if (timed && (kvio_hist_create(&lane->timing.error_ns) != KVIO_OK ||
+                  kvio_hist_create(&lane->timing.error_ppm) != KVIO_OK))
+        return KVIO_ERR_NOMEM;
+    return KVIO_OK;
+}
+
+void kvio_serve_lane_fini(kvio_serve_lane_t *lane)
+{
+    kvio_hist_destroy(lane->timing.error_ns);
+    kvio_hist_destroy(lane->timing.error_ppm);
+    lane->timing.error_ns = lane->timing.error_ppm = NULL;
+}
+
+/* Thread CPU time: the engine's own work, not time the OS took away. */
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* An iteration planned for duration_ns ended error_ns off its planned end. */
+static void timing_record(kvio_serve_timing_t *timing, int64_t duration_ns, int64_t error_ns)
+{
+    uint64_t off = (uint64_t)(error_ns > 0 ? error_ns : -error_ns);
+    kvio_hist_record(timing->error_ns, off);
+    if (duration_ns > 0)
+        kvio_hist_record(timing->error_ppm, (uint64_t)((double)off * 1e6 / (double)duration_ns));
+    timing->planned_ns += duration_ns;
+    if (error_ns > 0)
+        timing->overrun_ns += error_ns;
+}
+
+static bool closed(const kvio_serve_loop_t *loop)
+{
+    return loop->max_concurrency > 0 && loop->in_flight >= (uint64_t)loop->max_concurrency;
+}
+
+kvio_status_t kvio_serve_loop_add(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                  const kvio_engine_request_t *request)
+{
+    kvio_status_t status = kvio_engine_add(lane->engine, request);
+    if (status != KVIO_OK)
+        return status;
+    loop->in_flight++;
+    if (lane->state == KVIO_LANE_IDLE)
+        lane->woken = true; /* starts once every arrival of this instant is in */
+    return KVIO_OK;
+}
+
+void kvio_serve_loop_finished(kvio_serve_loop_t *loop)
+{
+    if (loop->in_flight > 0)
+        loop->in_flight--;
+}
+
+/* A lane's failure, in loop->error once (the first one wins). */
+static kvio_status_t lane_failed(kvio_serve_loop_t *loop, const kvio_serve_lane_t *lane,
+                                 kvio_status_t status, const char *why)
+{
+    if (loop->error[0] == '\0')
+        snprintf(loop->error, sizeof(loop->error), "serve rank %u: %s", lane->world_rank,
+                 why != NULL && why[0] != '\0' ? why : kvio_strerror(status));
+    return status;
+}
+
+/* ---------- what an update does to serving ---------- */
+
+static bool updates_over(const kvio_serve_lane_t *lane, int64_t now_ns)
+{
+    return lane->updates == NULL || lane->updates->ops->over(lane->updates, now_ns);
+}
+
+/* When an idle lane looks again (INT64_MAX: only when a request comes). */
+static int64_t lane_wake(const kvio_serve_loop_t *loop, const kvio_serve_lane_t *lane,
+                         int64_t now_ns)
+{
+    int64_t wake = INT64_MAX;
+    if (lane->updates != NULL && lane->updates->ops->next_ns != NULL)
+        wake = lane->updates->ops->next_ns(lane->updates, now_ns);
+    if (lane->engine == NULL && !lane->finished && wake == INT64_MAX && loop->poll_ns > 0)
+        wake = now_ns + loop->poll_ns;
+    return wake;
+}
+
+/* A time a source does not know (-1 or INT64_MAX) becomes a look again. */
+static int64_t until_or_look(const kvio_serve_loop_t *loop, int64_t until_ns, int64_t now_ns)
+{
+    if (until_ns < 0 || until_ns == INT64_MAX)
+        return now_ns + (loop->poll_ns > 0 ? loop->poll_ns : 1);
+    return until_ns;
+}
+
+/* The ready version activates (drained first with in_flight: wait), then
+ * the pool lends what an incoming update needs (colocated); *view_p is
+ * what the source says after it. was_idle: the lane had nothing running. */
+static kvio_status_t apply_updates(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                   int64_t now_ns, bool was_idle, kvio_update_view_t *view_p)
+{
+    kvio_serve_updates_t *updates = lane->updates;
+    const kvio_update_config_t *update = lane->update;
+    updates->ops->look(updates, now_ns, lane->engine_version, view_p);
+    if (view_p->ready_version > lane->engine_version) {
+        if (update != NULL && update->in_flight == KVIO_IN_FLIGHT_WAIT && lane->engine != NULL &&
+            !kvio_engine_drain(lane->engine)) {
+            if (lane->drain_start_ns < 0)
+                lane->drain_start_ns = now_ns; /* admission stops until they have finished */
+        } else {
+            if (lane->drain_start_ns >= 0)
+                lane->drain_stall_ns += now_ns - lane->drain_start_ns;
+            lane->drain_start_ns = -1;
+            uint64_t version = lane->engine_version;
+            kvio_status_t status = updates->ops->activate(updates, now_ns, was_idle,
+                                                          lane->idle_since_ns, &version);
+            if (status != KVIO_OK)
+                return lane_failed(loop, lane, status, updates->ops->error(updates));
+            if (version > lane->engine_version) {
+                lane->engine_version = version;
+                if (lane->engine != NULL && (status = kvio_engine_activate(lane->engine,
+                                                                           version)) != KVIO_OK)
+                    return lane_failed(loop, lane, status, NULL);
+            }
+        }
+        updates->ops->look(updates, now_ns, lane->engine_version, view_p);
+    }
+    if (update != NULL && update->colocated != KVIO_COLOCATED_OFF && lane->engine != NULL &&
+        !lane->finished) {
+        kvio_status_t status = kvio_engine_reserve(
+            lane->engine, kvio_serve_lent_blocks(update, view_p->incoming_bytes, lane->block_bytes));
+        if (status != KVIO_OK)
+            return lane_failed(loop, lane, status, "lending KV memory to an update");
+    }
+    return KVIO_OK;
+}
+
+/* ---------- a lane's iteration boundary ---------- */
+
+/* The lane's iteration (or stall) that ends at now_ns. */
+static kvio_status_t end_running(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                 int64_t now_ns)
+{
+    if (lane->state == KVIO_LANE_STALL) {
+        if (lane->stall_start_ns >= 0)
+            lane->update_stall_ns += now_ns - lane->stall_start_ns;
+        lane->stall_start_ns = -1;
+        return KVIO_OK;
+    }
+    if (lane->timed)
+        timing_record(&lane->timing, lane->busy_until_ns - lane->iteration_start_ns,
+                      now_ns - lane->busy_until_ns);
+    if (lane->engine == NULL)
+        return KVIO_OK;
+    int64_t before_ns = lane->timed ? thread_cpu_ns() : 0;
+    kvio_engine_complete(lane->engine, now_ns - loop->origin_ns);
+    if (lane->timed)
+        lane->timing.overhead_ns += thread_cpu_ns() - before_ns;
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    if (arrivals != NULL && arrivals->ops->iteration_ended != NULL) {
+        kvio_status_t status = arrivals->ops->iteration_ended(arrivals, lane);
+        if (status != KVIO_OK)
+            return lane_failed(loop, lane, status, arrivals->ops->error(arrivals));
+    }
+    return KVIO_OK;
+}
+
+/* Nothing to run: the lane idles, and has finished serving when no request
+ * can come any more. */
+static kvio_status_t go_idle(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane, int64_t now_ns)
+{
+    if (lane->state != KVIO_LANE_IDLE)
+        lane->idle_since_ns = now_ns;
+    lane->state = KVIO_LANE_IDLE;
+    lane->busy_until_ns = -1;
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    bool no_more = arrivals == NULL || arrivals->ops->ended(arrivals) || loop->stopped;
+    if (lane->engine != NULL && no_more && !lane->finished) {
+        lane->finished = true;
+        if (arrivals != NULL && arrivals->ops->finished != NULL) {
+            kvio_status_t status = arrivals->ops->finished(arrivals, lane);
+            if (status != KVIO_OK)
+                return lane_failed(loop, lane, status, arrivals->ops->error(arrivals));
+        }
+    }
+    lane->wake_ns = lane_wake(loop, lane, now_ns);
+    return KVIO_OK;
+}
+
+static void start_running(kvio_serve_lane_t *lane, int64_t now_ns, int64_t duration_ns)
+{
+    lane->state = KVIO_LANE_RUN;
+    lane->iteration_start_ns = now_ns;
+    lane->busy_until_ns = now_ns + duration_ns;
+    lane->iterations++;
+}
+
+static void start_stall(kvio_serve_lane_t *lane, int64_t now_ns, int64_t until_ns,
+                        bool update_stall)
+{
+    lane->state = KVIO_LANE_STALL;
+    lane->busy_until_ns = until_ns;
+    lane->stall_start_ns = update_stall ? now_ns : -1;
+}
+
+/* Emulated iterations (no engine): one after another until serving is over
+ * (updates over, and with the trainer lost, the run's planned end). */
+static kvio_status_t emulated_iteration(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                        int64_t now_ns)
+{
+    bool lost = lane->trainer_lost != NULL && lane->trainer_lost(lane->updates);
+    if (loop->stopped || (updates_over(lane, now_ns) && (!lost || now_ns >= lane->serve_until_ns))) {
+        lane->finished = true;
+        return go_idle(loop, lane, now_ns);
+    }
+    start_running(lane, now_ns, lane->iteration_ns);
+    return KVIO_OK;
+}
+
+/* The engine's next iteration at now_ns, or an update stall, or idle. */
+static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                int64_t now_ns, bool was_idle)
+{
+    kvio_update_view_t view = {.incoming_until_ns = -1, .stall_until_ns = -1};
+    if (lane->updates != NULL) {
+        kvio_status_t status = apply_updates(loop, lane, now_ns, was_idle, &view);
+        if (status != KVIO_OK)
+            return status;
+    }
+    if (lane->engine == NULL) {
+        if (view.stalled && !loop->stopped) {
+            start_stall(lane, now_ns, until_or_look(loop, view.stall_until_ns, now_ns), true);
+            return KVIO_OK;
+        }
+        return emulated_iteration(loop, lane, now_ns);
+    }
+    if (loop->stopped || !kvio_engine_has_work(lane->engine))
+        return go_idle(loop, lane, now_ns);
+    if (view.stalled) {
+        start_stall(lane, now_ns, until_or_look(loop, view.stall_until_ns, now_ns), true);
+        return KVIO_OK;
+    }
+    kvio_engine_iteration_t iteration;
+    kvio_serve_step_t step;
+    char why[640] = "";
+    int64_t before_ns = lane->timed ? thread_cpu_ns() : 0;
+    kvio_status_t status =
+        kvio_serve_step(lane->engine, now_ns - loop->origin_ns, lane->world_rank,
+                        view.incoming_until_ns > now_ns, &iteration, &step, why, sizeof(why));
+    if (lane->timed)
+        lane->timing.overhead_ns += thread_cpu_ns() - before_ns;
+    if (status != KVIO_OK) {
+        if (loop->error[0] == '\0')
+            snprintf(loop->error, sizeof(loop->error), "%s", why);
+        return status;
+    }
+    if (step == KVIO_SERVE_STEP_LENT) {
+        /* Requests wait for the KV memory lent to the update. */
+        start_stall(lane, now_ns, until_or_look(loop, view.incoming_until_ns, now_ns), false);
+        return KVIO_OK;
+    }
+    start_running(lane, now_ns, iteration.duration_ns);
+    status = loop->executor->ops->compute(loop->executor, iteration.duration_ns);
+    if (status != KVIO_OK)
+        return lane_failed(loop, lane, status, kvio_device_error(loop->executor->device));
+    return KVIO_OK;
+}
+
+/* The lane's event at now_ns: its iteration or stall ended, or an idle lane
+ * was given a request or looks again. */
+static kvio_status_t lane_boundary(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                   int64_t now_ns)
+{
+    bool was_idle = lane->state == KVIO_LANE_IDLE;
+    if (!was_idle) {
+        kvio_status_t status = end_running(loop, lane, now_ns);
+        if (status != KVIO_OK)
+            return status;
+    }
+    return start_next(loop, lane, now_ns, was_idle);
+}
+
+/* Starts the lanes that arrivals woke, in lane order. */
+static kvio_status_t start_woken(kvio_serve_loop_t *loop, int64_t now_ns)
+{
+    for (uint32_t i = 0; i < loop->num_lanes; i++) {
+        kvio_serve_lane_t *lane = loop->lanes[i];
+        if (!lane->woken)
+            continue;
+        lane->woken = false;
+        if (lane->state != KVIO_LANE_IDLE)
+            continue;
+        kvio_status_t status = lane_boundary(loop, lane, now_ns);
+        if (status != KVIO_OK)
+            return status;
+    }
+    return KVIO_OK;
+}
+
+/* ---------- the loop ---------- */
+
+typedef struct event {
+    int64_t at_ns;
+    bool arrival;      /* else lanes[lane] */
+    uint32_t lane;
+} event_t;
+
+/* The next event; false when none can come (serving and updates over). */
+static bool next_event(const kvio_serve_loop_t *loop, int64_t now_ns, event_t *event_p)
+{
+    int64_t arrival_ns = INT64_MAX;
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    if (arrivals != NULL && !loop->stopped && !closed(loop)) {
+        int64_t due = arrivals->ops->next_ns(arrivals, loop, now_ns);
+        if (due != INT64_MAX)
+            arrival_ns = due > now_ns ? due : now_ns;
+    }
+    uint32_t lane = 0;
+    int64_t lane_ns = INT64_MAX;
+    for (uint32_t i = 0; i < loop->num_lanes; i++) {
+        const kvio_serve_lane_t *candidate = loop->lanes[i];
+        int64_t at = candidate->state == KVIO_LANE_IDLE ? candidate->wake_ns
+                                                        : candidate->busy_until_ns;
+        if (at < lane_ns) {
+            lane_ns = at;
+            lane = i;
+        }
+    }
+    if (arrival_ns == INT64_MAX && lane_ns == INT64_MAX)
+        return false;
+    *event_p = (event_t){.at_ns = arrival_ns <= lane_ns ? arrival_ns : lane_ns,
+                         .arrival = arrival_ns <= lane_ns, .lane = lane};
+    return true;
+}
+
+/* While a real executor waits: every lane's receiver progresses, and an
+ * idle lane's arrival source is looked at. */
+static kvio_status_t poll_while_waiting(void *context, int64_t now_ns, bool *worked_p,
+                                        bool *wake_p, int64_t *nap_ns_p)
+{
+    kvio_serve_loop_t *loop = context;
+    for (uint32_t i = 0; i < loop->num_lanes; i++) {
+        kvio_serve_lane_t *lane = loop->lanes[i];
+        if (lane->updates == NULL || lane->updates->ops->poll == NULL)
+            continue;
+        bool worked = false;
+        kvio_status_t status = lane->updates->ops->poll(lane->updates, now_ns, &worked, nap_ns_p);
+        if (status != KVIO_OK)
+            return lane_failed(loop, lane, status, lane->updates->ops->error(lane->updates));
+        *worked_p = *worked_p || worked;
+    }
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    bool idle = loop->num_lanes > 0 && loop->lanes[0]->state == KVIO_LANE_IDLE;
+    if (arrivals != NULL && arrivals->ops->poll != NULL && idle && !loop->stopped) {
+        kvio_status_t status = arrivals->ops->poll(arrivals, wake_p);
+        if (status != KVIO_OK)
+            return lane_failed(loop, loop->lanes[0], status, arrivals->ops->error(arrivals));
+    }
+    return KVIO_OK;
+}
+
+static kvio_status_t handle_arrivals(kvio_serve_loop_t *loop, int64_t now_ns)
+{
+    bool more_now = false;
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    kvio_status_t status = arrivals->ops->take(arrivals, loop, now_ns, &more_now);
+    if (status != KVIO_OK) {
+        const char *why = arrivals->ops->error != NULL ? arrivals->ops->error(arrivals) : NULL;
+        if (loop->error[0] == '\0' && why != NULL)
+            snprintf(loop->error, sizeof(loop->error), "%s", why);
+        return status;
+    }
+    if (more_now && !closed(loop))
+        return KVIO_OK;
+    return start_woken(loop, now_ns);
+}
+
+/* Tells the arrival source every lane is ready (the client starts the
+ * stream once every serve rank has said so). */
+static kvio_status_t loop_ready(kvio_serve_loop_t *loop)
+{
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    int64_t now_ns = loop->executor->ops->now(loop->executor);
+    for (uint32_t i = 0; i < loop->num_lanes; i++) {
+        kvio_serve_lane_t *lane = loop->lanes[i];
+        lane->wake_ns = lane_wake(loop, lane, now_ns);
+        if (lane->engine == NULL)
+            lane->wake_ns = now_ns; /* emulated iterations start at once */
+        if (arrivals != NULL && arrivals->ops->ready != NULL) {
+            kvio_status_t status = arrivals->ops->ready(arrivals, lane);
+            if (status != KVIO_OK)
+                return lane_failed(loop, lane, status, arrivals->ops->error(arrivals));
+        }
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
+{
+    kvio_executor_t *executor = loop->executor;
+    kvio_serve_poll_t poll = {.poll = poll_while_waiting, .context = loop};
+    kvio_status_t status = loop_ready(loop);
+    while (status == KVIO_OK) {
+        if (loop->stop != NULL && *loop->stop)
+            loop->stopped = true;
+        int64_t now_ns = executor->ops->now(executor);
+        event_t event;
+        if (!next_event(loop, now_ns, &event))
+            break;
+        status = executor->ops->wait_until(executor, event.at_ns, &poll);
+        if (status != KVIO_OK)
+            break;
+        now_ns = executor->ops->now(executor);
+        if (now_ns < event.at_ns)
+            continue; /* a poll woke the wait: look again */
+        if (event.arrival)
+            status = handle_arrivals(loop, now_ns);
+        else
+            status = lane_boundary(loop, loop->lanes[event.lane], now_ns);
+    }
+    return status;
+}

@@ -1,0 +1,315 @@
+/* Private to serve/: the one serve loop (serve/loop.c) and what plugs into
+ * it. A loop drives one or more serve ranks on one executor's clock: at
+ * each iteration boundary of a rank it applies what can change serving
+ * (requests from an arrival source, versions from an update source, a
+ * stop), takes one step of the rank's engine and hands the iteration to the
+ * executor, which lets its time pass. Simulate runs every serve rank in one
+ * loop on the virtual executor (its clock is the event scheduler shared by
+ * the ranks); emulate runs one loop per serve rank on the realtime or gpu
+ * executor, the coupled run with the transport's receiver as its update
+ * source, the plain run with its stream or the client rank as its arrival
+ * source. */
+#ifndef KVIO_SERVE_LOOP_INT_H
+#define KVIO_SERVE_LOOP_INT_H
+
+#include <signal.h>
+
+#include "kvio/plugin.h"
+#include "serve/serve_int.h"
+
+typedef struct kvio_serve_loop kvio_serve_loop_t;
+typedef struct kvio_serve_lane kvio_serve_lane_t;
+
+/* ---------- executors: how time passes (serve/executor_<name>.c) ---------- */
+
+/* Work to do while a real-time wait lasts: one bounded, non-blocking
+ * piece (a transport's progress, a piece of checksum, a look for a request
+ * batch). *worked_p: it did some (poll again at once); *wake_p: something
+ * arrived that ends the wait now; *nap_ns_p (preset to the executor's
+ * default): the longest nap before the next poll. */
+typedef struct kvio_serve_poll {
+    kvio_status_t (*poll)(void *context, int64_t now_ns, bool *worked_p, bool *wake_p,
+                          int64_t *nap_ns_p);
+    void *context;
+} kvio_serve_poll_t;
+
+/* Time passes for real (iteration timing is measured). */
+#define KVIO_EXECUTOR_CAP_REAL 1u
+
+typedef struct kvio_executor kvio_executor_t;
+
+typedef struct kvio_executor_ops {
+    kvio_plugin_t plugin; /* virtual | realtime | gpu */
+    unsigned caps;        /* KVIO_EXECUTOR_CAP_* */
+    /* The run's clock (ns). */
+    int64_t (*now)(const kvio_executor_t *executor);
+    /* The iteration's compute, at its start: gpu keeps the device's SMs
+     * busy for duration_ns (a spin kernel); the others nothing. */
+    kvio_status_t (*compute)(kvio_executor_t *executor, int64_t duration_ns);
+    /* Returns when the clock reads end_ns: virtual moves its clock there at
+     * once; realtime and gpu sleep, then spin the last stretch, calling
+     * poll (may be NULL) while there is time for it; a poll that wakes ends
+     * the wait early. A poll's error is returned. */
+    kvio_status_t (*wait_until)(kvio_executor_t *executor, int64_t end_ns,
+                                const kvio_serve_poll_t *poll);
+} kvio_executor_ops_t;
+
+struct kvio_executor {
+    const kvio_executor_ops_t *ops;
+    int64_t virtual_ns;         /* virtual: the clock */
+    uint64_t origin_ns;         /* real: the clock reads 0 at this host time */
+    struct kvio_device *device; /* gpu: the device that spins */
+};
+
+/* Every executor kvio has (serve/executors.c), and the one called name
+ * (NULL when there is none). */
+extern const kvio_registry_t kvio_executors;
+const kvio_executor_ops_t *kvio_executor_find(const char *name);
+
+/* Below this much time left a real wait spins instead of sleeping or
+ * polling (a sleep can overshoot by the scheduler's latency). */
+#define KVIO_EXECUTOR_SPIN_NS 300000
+
+/* The host clock's reading and wait, shared by realtime and gpu. */
+int64_t kvio_executor_host_now(const kvio_executor_t *executor);
+kvio_status_t kvio_executor_host_wait(kvio_executor_t *executor, int64_t end_ns,
+                                      const kvio_serve_poll_t *poll);
+
+/* ---------- arrival sources: where requests come from ---------- */
+
+typedef struct kvio_serve_arrivals kvio_serve_arrivals_t;
+
+typedef struct kvio_serve_arrivals_ops {
+    /* When the next request is due on the loop's clock; INT64_MAX when
+     * none is known (a source polled over the runtime says when to look
+     * again through the loop's poll interval). */
+    int64_t (*next_ns)(kvio_serve_arrivals_t *source, const kvio_serve_loop_t *loop,
+                       int64_t now_ns);
+    /* Queues the requests due at now_ns on the loop's lanes (routing them
+     * when there are several); *more_now_p: another is due at this same
+     * instant (the loop starts idle lanes once every one is in). */
+    kvio_status_t (*take)(kvio_serve_arrivals_t *source, kvio_serve_loop_t *loop,
+                          int64_t now_ns, bool *more_now_p);
+    /* No request will come any more. */
+    bool (*ended)(const kvio_serve_arrivals_t *source);
+    /* Optional hooks of a source that talks to its sender (the client
+     * rank): the lane is ready to serve; an iteration of it ended; it has
+     * finished serving; and a look while the lane waits idle (wake: a
+     * batch came). */
+    kvio_status_t (*ready)(kvio_serve_arrivals_t *source, kvio_serve_lane_t *lane);
+    kvio_status_t (*iteration_ended)(kvio_serve_arrivals_t *source, kvio_serve_lane_t *lane);
+    kvio_status_t (*finished)(kvio_serve_arrivals_t *source, kvio_serve_lane_t *lane);
+    kvio_status_t (*poll)(kvio_serve_arrivals_t *source, bool *wake_p);
+    const char *(*error)(const kvio_serve_arrivals_t *source);
+} kvio_serve_arrivals_ops_t;
+
+struct kvio_serve_arrivals {
+    const kvio_serve_arrivals_ops_t *ops;
+};
+
+/* Requests from a stream (serve/arrivals_stream.c). */
+typedef struct kvio_serve_stream_params {
+    kvio_stream_t *stream;        /* borrowed; drained */
+    uint32_t block_size;
+    int64_t warmup_ns;            /* requests arriving earlier are not measured */
+    int64_t warmup_requests;      /* nor the first N */
+    kvio_router_t *router;        /* routed: picks each request's lane (borrowed) */
+    uint32_t share_index;         /* num_shares > 0: take requests i with */
+    uint32_t num_shares;          /*   i mod num_shares == share_index; 0: route */
+    const char *progress_label;   /* a progress line (NULL: none) */
+    uint64_t num_requests;        /* the stream's length when known (progress) */
+} kvio_serve_stream_params_t;
+
+typedef struct kvio_serve_stream_arrivals kvio_serve_stream_arrivals_t;
+
+/* Routed over lanes (num_lanes of them, their engines created), or one
+ * lane's share. Destroy after the lanes' engines (they hold requests whose
+ * hashes the source computes). */
+kvio_status_t kvio_serve_stream_arrivals_create(const kvio_serve_stream_params_t *params,
+                                                kvio_serve_lane_t *const *lanes,
+                                                uint32_t num_lanes,
+                                                kvio_serve_stream_arrivals_t **source_p);
+kvio_serve_arrivals_t *kvio_serve_stream_arrivals(kvio_serve_stream_arrivals_t *source);
+void kvio_serve_stream_arrivals_destroy(kvio_serve_stream_arrivals_t *source);
+
+/* ---------- update sources: model versions that change serving ---------- */
+
+typedef struct kvio_serve_updates kvio_serve_updates_t;
+
+/* What an update source says at an iteration boundary. */
+typedef struct kvio_update_view {
+    uint64_t ready_version;   /* a version ready to activate now (0: none) */
+    uint64_t incoming_bytes;  /* an update on its way in, not yet active (colocated) */
+    int64_t incoming_until_ns; /* when it is expected to activate (-1: unknown) */
+    bool stalled;             /* apply: stall: an update notified, not yet ready */
+    int64_t stall_until_ns;   /* until when (-1: unknown; look again) */
+} kvio_update_view_t;
+
+typedef struct kvio_serve_updates_ops {
+    void (*look)(kvio_serve_updates_t *updates, int64_t now_ns, uint64_t engine_version,
+                 kvio_update_view_t *view_p);
+    /* The version a request arriving at now_ns is tagged with. */
+    uint64_t (*version_at)(kvio_serve_updates_t *updates, int64_t now_ns);
+    /* The lane's engine takes the ready version at now_ns (idle: the lane
+     * was idle from idle_since_ns); returns, in *version_p, the version
+     * active after it (the old one when the new one failed its checksum). */
+    kvio_status_t (*activate)(kvio_serve_updates_t *updates, int64_t now_ns, bool idle,
+                              int64_t idle_since_ns, uint64_t *version_p);
+    /* One bounded piece of receive work while time passes (NULL: none). */
+    kvio_status_t (*poll)(kvio_serve_updates_t *updates, int64_t now_ns, bool *worked_p,
+                          int64_t *nap_ns_p);
+    /* No version will come or remains to be handled. */
+    bool (*over)(kvio_serve_updates_t *updates, int64_t now_ns);
+    /* When to look again while nothing else is due (INT64_MAX: never). */
+    int64_t (*next_ns)(kvio_serve_updates_t *updates, int64_t now_ns);
+    const char *(*error)(const kvio_serve_updates_t *updates);
+} kvio_serve_updates_ops_t;
+
+struct kvio_serve_updates {
+    const kvio_serve_updates_ops_t *ops;
+};
+
+/* Simulate's modelled updates (serve/updates_schedule.c). */
+typedef struct kvio_serve_schedule_params {
+    const kvio_update_record_t *updates; /* every rank's, in version order (borrowed) */
+    size_t num_updates;
+    int world_rank;                      /* the lane's */
+    bool stall;                          /* update.apply: stall */
+    int64_t *activated_ns;               /* per update: when the engine took it
+                                            (written for this rank's; may be NULL) */
+} kvio_serve_schedule_params_t;
+
+typedef struct kvio_serve_schedule_updates kvio_serve_schedule_updates_t;
+
+kvio_status_t kvio_serve_schedule_updates_create(const kvio_serve_schedule_params_t *params,
+                                                 kvio_serve_schedule_updates_t **updates_p);
+kvio_serve_updates_t *kvio_serve_schedule_updates(kvio_serve_schedule_updates_t *updates);
+void kvio_serve_schedule_updates_destroy(kvio_serve_schedule_updates_t *updates);
+
+/* ---------- what the lanes record (serve/record.c) ---------- */
+
+/* One iteration as iterations.csv and the event trace need it, with the
+ * size of its batch and (with ids) its first request ids. */
+typedef struct kvio_serve_iteration_record {
+    kvio_engine_iteration_t iteration;
+    uint32_t rank;       /* world rank */
+    uint32_t batch_size;
+    uint32_t num_ids;    /* of ids, at most KVIO_EVENT_MAX_REQUEST_IDS */
+    uint32_t reserved;
+    uint64_t ids[];      /* only with the recorder's with_ids */
+} kvio_serve_iteration_record_t;
+
+/* The finished requests and iterations of one or more lanes, in the order
+ * they happened, and the requests finished per model version. */
+typedef struct kvio_serve_recorder {
+    kvio_engine_finished_t *finished;
+    size_t num_finished, finished_capacity;
+    unsigned char *iterations; /* kvio_serve_iteration_record_t, back to back */
+    size_t iterations_length, iterations_capacity;
+    size_t iterations_limit;   /* bytes kept (0: no limit); later ones are counted */
+    uint64_t iterations_dropped;
+    bool with_ids;             /* keep each iteration's request ids (event traces) */
+    uint64_t *served;          /* per version */
+    size_t num_versions;
+    kvio_status_t status;      /* out of memory in a hook */
+} kvio_serve_recorder_t;
+
+void kvio_serve_record_finished(kvio_serve_recorder_t *recorder,
+                                const kvio_engine_finished_t *finished);
+void kvio_serve_record_iteration(kvio_serve_recorder_t *recorder, uint32_t rank,
+                                 const kvio_engine_t *engine,
+                                 const kvio_engine_iteration_t *iteration);
+void kvio_serve_recorder_fini(kvio_serve_recorder_t *recorder);
+
+/* Calls each for every iteration record (length bytes of them, as packed
+ * by the recorder); stops at a malformed one (KVIO_ERR_PARSE). */
+typedef void (*kvio_serve_iteration_each_t)(void *context,
+                                             const kvio_serve_iteration_record_t *record);
+kvio_status_t kvio_serve_iterations_each(const void *records, size_t length,
+                                         kvio_serve_iteration_each_t each, void *context);
+
+/* requests.csv rows of count finished requests. */
+kvio_status_t kvio_serve_render_requests(kvio_csv_t *csv, const kvio_engine_finished_t *finished,
+                                         size_t count);
+
+/* iterations.csv rows (csv may be NULL) and iteration events (events may be
+ * NULL; the records must then carry their ids) of length bytes of records. */
+kvio_status_t kvio_serve_render_iterations(kvio_csv_t *csv, kvio_event_trace_t *events,
+                                           const void *records, size_t length,
+                                           double host_bandwidth);
+
+/* ---------- lanes and the loop (serve/loop.c) ---------- */
+
+typedef enum {
+    KVIO_LANE_IDLE,  /* nothing running; looks again at wake_ns */
+    KVIO_LANE_RUN,   /* an iteration runs until busy_until_ns */
+    KVIO_LANE_STALL, /* an update stall, or the pool lent out, until busy_until_ns */
+} kvio_lane_state_t;
+
+/* How a lane's iterations ended when planned, and what the engine cost
+ * (real executors). */
+typedef struct kvio_serve_timing {
+    kvio_hist_t *error_ns;  /* |actual - planned| end of an iteration */
+    kvio_hist_t *error_ppm; /* the same per million of the iteration's length */
+    int64_t overhead_ns;    /* the engine's own schedule + complete CPU time */
+    int64_t planned_ns;     /* sum of iteration durations */
+    int64_t overrun_ns;     /* sum of the late ends */
+} kvio_serve_timing_t;
+
+/* One serve rank as the loop drives it. */
+struct kvio_serve_lane {
+    kvio_engine_t *engine;          /* NULL: emulated iterations, no requests */
+    uint32_t world_rank;            /* in every file the run writes */
+    kvio_serve_updates_t *updates;  /* NULL: no model updates */
+    const kvio_update_config_t *update; /* what a version does (NULL: nothing) */
+    uint64_t block_bytes;           /* KV bytes of one block (colocated lending) */
+    int64_t iteration_ns;           /* engine-less lanes: one emulated iteration */
+    int64_t serve_until_ns;         /* engine-less lanes: serve this long if the
+                                       trainer is lost */
+    bool (*trainer_lost)(const kvio_serve_updates_t *updates); /* may be NULL */
+    /* The loop's. */
+    kvio_lane_state_t state;
+    int64_t busy_until_ns, wake_ns;
+    int64_t iteration_start_ns;
+    bool woken;                     /* idle, given a request at this instant */
+    bool finished;                  /* serving is over for this lane */
+    int64_t idle_since_ns;
+    int64_t drain_start_ns;         /* in_flight: wait: admission stopped (-1: not) */
+    int64_t stall_start_ns;         /* in an update stall since (-1: not) */
+    uint64_t engine_version;        /* the version its engine runs */
+    uint64_t iterations;            /* engine or emulated iterations run */
+    int64_t drain_stall_ns, update_stall_ns;
+    kvio_serve_timing_t timing;     /* real executors */
+    bool timed;                     /* the executor is real: keep timing */
+};
+
+struct kvio_serve_loop {
+    kvio_executor_t *executor;
+    kvio_serve_arrivals_t *arrivals; /* NULL: no requests */
+    kvio_serve_lane_t **lanes;
+    uint32_t num_lanes;
+    int64_t origin_ns;               /* the engines' time = loop time - origin */
+    int64_t poll_ns;                 /* real executors: look again after this long idle */
+    uint64_t in_flight;              /* requests queued and not finished */
+    int64_t max_concurrency;         /* 0: open loop */
+    volatile sig_atomic_t *stop;     /* set asynchronously (may be NULL) */
+    bool stopped;                    /* stop was seen: no new iteration starts */
+    char error[1024];
+};
+
+/* Sets a lane up for the loop (timing histograms when timed). */
+kvio_status_t kvio_serve_lane_init(kvio_serve_lane_t *lane, bool timed);
+void kvio_serve_lane_fini(kvio_serve_lane_t *lane);
+
+/* Queues request on lane (counts it in flight; wakes an idle lane). */
+kvio_status_t kvio_serve_loop_add(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                  const kvio_engine_request_t *request);
+
+/* A finished request leaves the loop's count in flight (engine observer). */
+void kvio_serve_loop_finished(kvio_serve_loop_t *loop);
+
+/* Runs the lanes until serving and updates are over (or stop is set and the
+ * updates are over); a lane's failure ends it with loop->error set. */
+kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop);
+
+#endif

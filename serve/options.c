@@ -1,0 +1,77 @@
+/* The `serve:` and `slo:` sections, KV capacity in blocks per serve rank,
+ * and the blocks an incoming update borrows from the pool (colocated). */
+#include "serve/serve_int.h"
+
+#include <stdio.h>
+
+const kvio_opt_t kvio_serve_options[] = {
+    {.key = "engine", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, engine),
+     .options = kvio_engine_options},
+    {.key = "scheduler", .type = KVIO_OPT_SECTION,
+     .offset = offsetof(kvio_serve_config_t, scheduler), .options = kvio_sched_options},
+    {.key = "kvcache", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, kvcache),
+     .options = kvio_kvcache_section_options},
+    {.key = "router", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, router),
+     .options = kvio_router_options},
+    {.key = "max_concurrency", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_serve_config_t, max_concurrency), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "closed loop: at most this many requests in flight (0: open loop)"},
+    {.key = NULL},
+};
+
+const kvio_opt_t kvio_slo_options[] = {
+    {.key = "ttft", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_slo_config_t, ttft_ns),
+     .default_value = "0s", .help = "time-to-first-token bound for goodput (0: none)"},
+    {.key = "tpot", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_slo_config_t, tpot_ns),
+     .default_value = "0s", .help = "time-per-output-token bound for goodput (0: none)"},
+    {.key = NULL},
+};
+
+kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_model_t *model,
+                                   const kvio_gpu_t *gpu, int64_t tensor_parallel,
+                                   uint32_t *blocks_p, char *error_p, size_t error_len)
+{
+    const kvio_kvcache_section_t *kv = &serve->kvcache;
+    uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, tensor_parallel) *
+                           (uint64_t)kv->block_size;
+    uint64_t blocks;
+    if (kv->blocks > 0) {
+        blocks = (uint64_t)kv->blocks;
+    } else {
+        uint64_t capacity = kv->capacity;
+        if (capacity == 0) {
+            kvio_status_t status = kvio_model_kv_capacity(model, gpu, tensor_parallel,
+                                                         kv->gpu_memory_utilization, &capacity,
+                                                         error_p, error_len);
+            if (status != KVIO_OK)
+                return status;
+        }
+        blocks = block_bytes > 0 ? capacity / block_bytes : 0;
+    }
+    if (blocks < 1) {
+        snprintf(error_p, error_len,
+                 "serve.kvcache: the capacity holds no block of %llu bytes (%lld tokens)",
+                 (unsigned long long)block_bytes, (long long)kv->block_size);
+        return KVIO_ERR_CONFIG;
+    }
+    if (blocks > 1000000000ull) {
+        snprintf(error_p, error_len, "serve.kvcache: %llu blocks is more than kvio supports (1e9)",
+                 (unsigned long long)blocks);
+        return KVIO_ERR_CONFIG;
+    }
+    *blocks_p = (uint32_t)blocks;
+    return KVIO_OK;
+}
+
+uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t bytes,
+                                uint64_t block_bytes)
+{
+    if (update == NULL || update->colocated == KVIO_COLOCATED_OFF || bytes == 0)
+        return 0;
+    if (update->colocated == KVIO_COLOCATED_RELEASE || block_bytes == 0)
+        return UINT32_MAX; /* kvio_engine_reserve takes at most the pool */
+    uint64_t blocks = (bytes + block_bytes - 1) / block_bytes;
+    return blocks < UINT32_MAX ? (uint32_t)blocks : UINT32_MAX;
+}
+

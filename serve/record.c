@@ -1,0 +1,141 @@
+/* What serve ranks record as they serve, as data: every finished request,
+ * every iteration (with the first request ids of its batch when an event
+ * trace wants them) and the requests finished per model version; and how
+ * requests.csv, iterations.csv and the iteration events are rendered from
+ * it, for one loop's lanes or the merged reports of many ranks. */
+#include "serve/loop_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/array.h"
+
+/* ---------- recording ---------- */
+
+void kvio_serve_record_finished(kvio_serve_recorder_t *recorder,
+                                const kvio_engine_finished_t *finished)
+{
+    if (finished->tag >= recorder->num_versions) {
+        size_t count = finished->tag + 16;
+        uint64_t *bigger = realloc(recorder->served, count * sizeof(*bigger));
+        if (bigger == NULL) {
+            recorder->status = KVIO_ERR_NOMEM;
+            return;
+        }
+        memset(bigger + recorder->num_versions, 0,
+               (count - recorder->num_versions) * sizeof(*bigger));
+        recorder->served = bigger;
+        recorder->num_versions = count;
+    }
+    recorder->served[finished->tag]++;
+    if (kvio_array_reserve((void **)&recorder->finished, &recorder->finished_capacity,
+                           recorder->num_finished + 1, sizeof(*recorder->finished),
+                           1024) != KVIO_OK) {
+        recorder->status = KVIO_ERR_NOMEM;
+        return;
+    }
+    recorder->finished[recorder->num_finished++] = *finished;
+}
+
+void kvio_serve_record_iteration(kvio_serve_recorder_t *recorder, uint32_t rank,
+                                 const kvio_engine_t *engine,
+                                 const kvio_engine_iteration_t *iteration)
+{
+    const kvio_engine_scheduled_t *items = NULL;
+    size_t count = 0;
+    kvio_engine_last_scheduled(engine, &items, &count);
+    uint32_t num_ids = 0;
+    if (recorder->with_ids)
+        num_ids = count < KVIO_EVENT_MAX_REQUEST_IDS ? (uint32_t)count
+                                                     : KVIO_EVENT_MAX_REQUEST_IDS;
+    size_t size = sizeof(kvio_serve_iteration_record_t) + num_ids * sizeof(uint64_t);
+    if (recorder->iterations_limit > 0 &&
+        recorder->iterations_length + size > recorder->iterations_limit) {
+        recorder->iterations_dropped++;
+        return;
+    }
+    if (kvio_array_reserve((void **)&recorder->iterations, &recorder->iterations_capacity,
+                           recorder->iterations_length + size, 1, 64 * 1024) != KVIO_OK) {
+        recorder->iterations_dropped++;
+        return;
+    }
+    kvio_serve_iteration_record_t *record =
+        (kvio_serve_iteration_record_t *)(recorder->iterations + recorder->iterations_length);
+    *record = (kvio_serve_iteration_record_t){.iteration = *iteration, .rank = rank,
+                                              .batch_size = (uint32_t)count,
+                                              .num_ids = num_ids};
+    for (uint32_t i = 0; i < num_ids; i++)
+        record->ids[i] = items[i].id;
+    recorder->iterations_length += size;
+}
+
+void kvio_serve_recorder_fini(kvio_serve_recorder_t *recorder)
+{
+    free(recorder->finished);
+    free(recorder->iterations);
+    free(recorder->served);
+    memset(recorder, 0, sizeof(*recorder));
+}
+
+kvio_status_t kvio_serve_iterations_each(const void *records, size_t length,
+                                         kvio_serve_iteration_each_t each, void *context)
+{
+    /* Copied out one by one: a record inside a message need not be aligned. */
+    union {
+        kvio_serve_iteration_record_t record;
+        unsigned char bytes[sizeof(kvio_serve_iteration_record_t) +
+                            KVIO_EVENT_MAX_REQUEST_IDS * sizeof(uint64_t)];
+    } copy;
+    const unsigned char *at = records, *end = at + length;
+    while (at < end) {
+        if ((size_t)(end - at) < sizeof(copy.record))
+            return KVIO_ERR_PARSE;
+        memcpy(&copy.record, at, sizeof(copy.record));
+        size_t size = sizeof(copy.record) + (size_t)copy.record.num_ids * sizeof(uint64_t);
+        if (copy.record.num_ids > KVIO_EVENT_MAX_REQUEST_IDS || (size_t)(end - at) < size)
+            return KVIO_ERR_PARSE;
+        memcpy(copy.bytes, at, size);
+        each(context, &copy.record);
+        at += size;
+    }
+    return KVIO_OK;
+}
+
+/* ---------- rendering ---------- */
+
+kvio_status_t kvio_serve_render_requests(kvio_csv_t *csv, const kvio_engine_finished_t *finished,
+                                         size_t count)
+{
+    kvio_status_t status = KVIO_OK;
+    for (size_t i = 0; i < count && status == KVIO_OK; i++) {
+        char row[256];
+        int length = kvio_serve_request_row(&finished[i], row, sizeof(row));
+        status = kvio_csv_line(csv, row,
+                               (size_t)length < sizeof(row) ? (size_t)length : sizeof(row) - 1);
+    }
+    return status;
+}
+
+typedef struct render_context {
+    kvio_csv_t *csv;
+    kvio_event_trace_t *events;
+    double host_bandwidth;
+} render_context_t;
+
+static void render_iteration(void *context, const kvio_serve_iteration_record_t *record)
+{
+    const render_context_t *render = context;
+    if (render->csv != NULL)
+        kvio_serve_iteration_row(render->csv, record->rank, &record->iteration);
+    /* The whole batch's size; only its first ids were kept. */
+    kvio_serve_trace_iteration_ids(render->events, record->rank, &record->iteration,
+                                   record->ids, record->batch_size, render->host_bandwidth);
+}
+
+kvio_status_t kvio_serve_render_iterations(kvio_csv_t *csv, kvio_event_trace_t *events,
+                                           const void *records, size_t length,
+                                           double host_bandwidth)
+{
+    render_context_t render = {.csv = csv, .events = events, .host_bandwidth = host_bandwidth};
+    return kvio_serve_iterations_each(records, length, render_iteration, &render);
+}

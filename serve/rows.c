@@ -1,0 +1,161 @@
+/* requests.csv and iterations.csv rows, formatted by hand (printf's float
+ * path was a large share of a simulate run; the bytes are printf's), and an
+ * iteration's trace events. */
+#include "serve/serve_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
+                                uint32_t rank, const kvio_engine_iteration_t *iteration,
+                                double host_bandwidth)
+{
+    if (events == NULL)
+        return;
+    const kvio_engine_scheduled_t *items = NULL;
+    size_t count = 0;
+    kvio_engine_last_scheduled(engine, &items, &count);
+    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
+    size_t shown = count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS;
+    for (size_t i = 0; i < shown; i++)
+        ids[i] = items[i].id;
+    /* num_request_ids is the batch size; only the first ids are written. */
+    kvio_serve_trace_iteration_ids(events, rank, iteration, ids, count, host_bandwidth);
+}
+
+void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
+                                    const kvio_engine_iteration_t *iteration,
+                                    const uint64_t *ids, size_t num_ids, double host_bandwidth)
+{
+    if (events == NULL)
+        return;
+    kvio_event_arg_t args[] = {
+        {"batch_size", iteration->num_scheduled},
+        {"prefill_tokens", (double)iteration->batch.prefill_tokens},
+        {"decode_seqs", (double)iteration->batch.decode_seqs},
+        {"kv_usage", iteration->kv_usage},
+        {"running", iteration->running},
+        {"waiting", iteration->waiting},
+        {"preempted", iteration->num_preempted},
+    };
+    kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration", .rank = rank,
+                          .start_ns = iteration->start_ns, .duration_ns = iteration->duration_ns,
+                          .bytes = -1, .request_ids = ids, .num_request_ids = num_ids,
+                          .args = args, .num_args = sizeof(args) / sizeof(args[0])};
+    kvio_event_trace_write(events, &event);
+    if (iteration->swap_bytes > 0 && host_bandwidth > 0)
+        kvio_event_trace_swap(events, rank, 1, iteration->start_ns,
+                              (int64_t)((double)iteration->swap_bytes / host_bandwidth * 1e9),
+                              (int64_t)iteration->swap_bytes, NULL, 0);
+    if (iteration->tier_ns > 0)
+        kvio_event_trace_tier(events, rank, "tiers", 0, iteration->start_ns, iteration->tier_ns,
+                              (int64_t)iteration->tier_loaded_tokens, NULL, 0);
+}
+
+static char *append_unsigned(char *out, uint64_t value)
+{
+    return out + kvio_format_unsigned(out, value);
+}
+
+static char *append_fixed(char *out, double value, int decimals)
+{
+    return out + kvio_format_fixed(out, value, decimals);
+}
+
+/* The longest row: every %.6f at its longest (a double near DBL_MAX has
+ * 309 digits before the point), with the integers. */
+#define ROW_MAX 1280
+
+/* Formats "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d" of a finished
+ * request: the same bytes, formatted by hand (printf's float path was a
+ * large share of a simulate run). */
+int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
+                           size_t text_len)
+{
+    char row[ROW_MAX];
+    char *out = row;
+    out = append_unsigned(out, finished->id);
+    *out++ = ',';
+    out = append_unsigned(out, finished->rank);
+    *out++ = ',';
+    out = append_fixed(out, finished->arrival_ns / 1e9, 6);
+    *out++ = ',';
+    out = append_fixed(out, finished->first_token_ns / 1e9, 6);
+    *out++ = ',';
+    out = append_fixed(out, finished->finish_ns / 1e9, 6);
+    const unsigned long long counts[] = {finished->prompt_tokens, finished->output_tokens,
+                                         finished->cached_tokens, finished->preemptions,
+                                         finished->tag};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        *out++ = ',';
+        out = append_unsigned(out, counts[i]);
+    }
+    *out++ = ',';
+    *out++ = finished->measured ? '1' : '0';
+    int length = (int)(out - row);
+    if (text_len > 0) {
+        size_t copied = (size_t)length < text_len ? (size_t)length : text_len - 1;
+        memcpy(text_p, row, copied);
+        text_p[copied] = '\0';
+    }
+    return length;
+}
+
+/* "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu", formatted by hand. */
+void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
+                              const kvio_engine_iteration_t *iteration)
+{
+    char row[ROW_MAX];
+    char *out = row;
+    out = append_fixed(out, iteration->start_ns / 1e9, 6);
+    *out++ = ',';
+    out = append_unsigned(out, rank);
+    *out++ = ',';
+    out = append_fixed(out, iteration->duration_ns / 1e6, 6);
+    *out++ = ',';
+    out = append_unsigned(out, iteration->num_scheduled);
+    *out++ = ',';
+    out = append_unsigned(out, iteration->batch.prefill_tokens);
+    *out++ = ',';
+    out = append_unsigned(out, iteration->batch.decode_seqs);
+    *out++ = ',';
+    out = append_fixed(out, iteration->kv_usage, 5);
+    const unsigned long long counts[] = {iteration->running, iteration->waiting,
+                                         iteration->num_preempted, iteration->swap_bytes};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        *out++ = ',';
+        out = append_unsigned(out, counts[i]);
+    }
+    kvio_csv_line(csv, row, (size_t)(out - row));
+}
+
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,
+                                   kvio_csv_t **iterations_p, char *error_p, size_t error_len)
+{
+    kvio_status_t status = KVIO_OK;
+    if (requests_p != NULL)
+        status = kvio_csv_open(results, "requests.csv", KVIO_REQUESTS_CSV_HEADER, requests_p);
+    if (status == KVIO_OK && iterations_p != NULL)
+        status = kvio_csv_open(results, "iterations.csv", KVIO_ITERATIONS_CSV_HEADER,
+                               iterations_p);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "%s: cannot write the CSV files: %s",
+                 kvio_results_path(results), kvio_strerror(status));
+    return status;
+}
+
+kvio_status_t kvio_serve_close_csvs(kvio_csv_t *requests, kvio_csv_t *iterations,
+                                    kvio_status_t status, char *error_p, size_t error_len)
+{
+    if (kvio_csv_close(requests) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "requests.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    if (kvio_csv_close(iterations) != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "iterations.csv: write failed");
+        status = KVIO_ERR_IO;
+    }
+    return status;
+}
+
