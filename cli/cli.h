@@ -1,11 +1,14 @@
-/* The kvio command: one function per subcommand, each taking the arguments
- * after the command name and returning the process exit status. */
+/* The kvio command: one function per subcommand, each taking its arguments
+ * (argv[0] the command name) and returning the process exit status; the
+ * option parser they share. */
 #ifndef KVIO_CLI_H
 #define KVIO_CLI_H
 
 #include "kvio/status.h"
 
+#include <getopt.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #define KVIO_EXIT_OK 0
 #define KVIO_EXIT_FAILED 1
@@ -14,14 +17,62 @@
 /* Maps a status to an exit status: bad input → 2, other errors → 1. */
 int kvio_cli_exit_status(kvio_status_t status);
 
-/* The value of the option at argv[*index_p] given as "--name value" (then
- * *index_p moves to the value) or "--name=value"; NULL when argv[*index_p]
- * is not that option or its value is missing. */
-const char *kvio_cli_option_value(int argc, char **argv, int *index_p, const char *name);
+/* One option of a command: --name, and -c too when short_name is 'c'; it
+ * takes a value (--name VALUE, --name=VALUE, -c VALUE, -cVALUE; never
+ * empty) when value_name is set: what messages call it ("a directory"). */
+typedef struct kvio_cli_option {
+    const char *name;       /* NULL ends a table */
+    char short_name;        /* 0: long form only */
+    const char *value_name; /* NULL: a flag */
+    int id;                 /* what kvio_cli_parser_next returns for it; > 0 */
+} kvio_cli_option_t;
 
-/* True when arg is "--name" or "--name=...". */
-bool kvio_cli_is_option(const char *arg, const char *name);
+#define KVIO_CLI_MAX_OPTIONS 32
 
+/* kvio_cli_parser_next's results besides an option's id. */
+#define KVIO_CLI_END (-1)     /* no arguments left */
+#define KVIO_CLI_ERROR (-2)   /* a usage error, printed: exit KVIO_EXIT_USAGE */
+#define KVIO_CLI_OPERAND (-3) /* an argument that is no option (a workload) */
+
+/* getopt_long over a command's argv, with the command's table. Borrows
+ * argv, options and command; holds getopt's global state, so one parser
+ * at a time. */
+typedef struct kvio_cli_parser {
+    const char *command; /* "kvio run": how messages name the command */
+    int argc;
+    char **argv; /* argv[0]: the command's name, not scanned */
+    const kvio_cli_option_t *options;
+    size_t num_options;
+    struct option long_options[KVIO_CLI_MAX_OPTIONS + 1];
+    char short_options[2 * KVIO_CLI_MAX_OPTIONS + 4];
+    bool operands_only; /* past "--" */
+} kvio_cli_parser_t;
+
+/* Starts reading argv[1..argc-1] with the options (a table ending in a NULL
+ * name); command names the command in messages ("kvio cost"). */
+void kvio_cli_parser_init(kvio_cli_parser_t *parser, const char *command, int argc, char **argv,
+                          const kvio_cli_option_t *options);
+
+/* The next argument, in the order given: an option's id with *value_p its
+ * value (NULL for a flag), KVIO_CLI_OPERAND with *value_p the operand
+ * (everything after "--" is one), KVIO_CLI_END, or KVIO_CLI_ERROR once
+ * "kvio cost: unknown option '--modle' (see kvio cost --help)" (or a
+ * missing value, a value given to a flag, an ambiguous prefix) is printed. */
+int kvio_cli_parser_next(kvio_cli_parser_t *parser, const char **value_p);
+
+/* An operand that may come once (the workload) into *slot_p; a second one
+ * is a usage error: "kvio run: more than one workload given ('a' and 'b')".
+ * Returns KVIO_EXIT_OK or KVIO_EXIT_USAGE. */
+int kvio_cli_take_one(const char *command, const char *what, const char **slot_p,
+                      const char *value);
+
+/* A repeated option's value (--set) or an operand (an input) appended to
+ * list, which holds max; past that "kvio run: more than 256 --set options".
+ * Returns KVIO_EXIT_OK or KVIO_EXIT_USAGE. */
+int kvio_cli_append(const char *command, const char *what, const char **list, size_t *count_p,
+                    size_t max, const char *value);
+
+/* Each command takes its arguments with argv[0] its own name. */
 int kvio_cmd_run(int argc, char **argv);
 int kvio_cmd_validate(int argc, char **argv);
 int kvio_cmd_list(int argc, char **argv);

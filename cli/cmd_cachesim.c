@@ -192,84 +192,100 @@ static int capacities_in_blocks(options_t *options)
 }
 
 
+enum {
+    CACHESIM_HELP = 1, CACHESIM_FORMAT, CACHESIM_CAPACITY, CACHESIM_MODEL, CACHESIM_TP,
+    CACHESIM_EVICTION, CACHESIM_BLOCK_TOKENS, CACHESIM_THREADS, CACHESIM_OUTPUT,
+    CACHESIM_SKIP_BAD, CACHESIM_JSON, CACHESIM_CSV,
+};
+
+static const kvio_cli_option_t cachesim_options[] = {
+    {"help", 'h', NULL, CACHESIM_HELP},
+    {"format", 0, "a trace format", CACHESIM_FORMAT},
+    {"capacity", 0, "a list of capacities", CACHESIM_CAPACITY},
+    {"model", 0, "a model preset", CACHESIM_MODEL},
+    {"tp", 0, "a count", CACHESIM_TP},
+    {"eviction", 0, "a list of policies", CACHESIM_EVICTION},
+    {"block-tokens", 0, "a token count", CACHESIM_BLOCK_TOKENS},
+    {"threads", 0, "a count", CACHESIM_THREADS},
+    {"output", 'o', "a file", CACHESIM_OUTPUT},
+    {"skip-bad", 0, NULL, CACHESIM_SKIP_BAD},
+    {"json", 0, NULL, CACHESIM_JSON},
+    {"csv", 0, NULL, CACHESIM_CSV},
+    {NULL, 0, NULL, 0},
+};
+
+/* A count option's value (1..max) into *value_p; logs and false if bad. */
+static bool parse_count_option(const char *flag, const char *value, uint64_t max,
+                               uint64_t *value_p)
+{
+    uint64_t number;
+    if (!parse_uint(value, max, &number) || number == 0) {
+        kvio_error("cachesim: bad %s '%s' (1 to %llu)", flag, value, (unsigned long long)max);
+        return false;
+    }
+    *value_p = number;
+    return true;
+}
+
+/* One option or operand into options; false (logged) if bad. */
+static bool take_arg(options_t *options, int option, const char *value)
+{
+    uint64_t number = 0;
+    switch (option) {
+    case CACHESIM_FORMAT:
+        options->format = value;
+        return true;
+    case CACHESIM_CAPACITY:
+        return parse_capacities(value, options);
+    case CACHESIM_MODEL:
+        options->model = value;
+        return true;
+    case CACHESIM_TP:
+        return parse_count_option("--tp", value, 1024, &options->tensor_parallel);
+    case CACHESIM_EVICTION:
+        return parse_policies(value, options);
+    case CACHESIM_BLOCK_TOKENS:
+        if (!parse_count_option("--block-tokens", value, UINT32_MAX, &number))
+            return false;
+        options->block_tokens = (uint32_t)number;
+        return true;
+    case CACHESIM_THREADS:
+        if (!parse_count_option("--threads", value, 64, &number))
+            return false;
+        options->threads = (unsigned)number;
+        return true;
+    case CACHESIM_OUTPUT:
+        options->output_path = value;
+        return true;
+    case CACHESIM_SKIP_BAD:
+        options->skip_bad = true;
+        return true;
+    case CACHESIM_JSON:
+    case CACHESIM_CSV:
+        options->output = option == CACHESIM_JSON ? OUTPUT_JSON : OUTPUT_CSV;
+        return true;
+    case KVIO_CLI_OPERAND:
+        return kvio_cli_take_one("kvio cachesim", "trace", &options->trace_path, value) ==
+               KVIO_EXIT_OK;
+    default:
+        return false;
+    }
+}
+
 /* Returns -1 to go on, else an exit status. */
 static int parse_args(int argc, char **argv, options_t *options)
 {
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *value = NULL;
-        char name[32] = "";
-        if (strncmp(arg, "--", 2) == 0 && strchr(arg, '=') != NULL) {
-            size_t length = (size_t)(strchr(arg, '=') - arg);
-            if (length < sizeof(name)) {
-                memcpy(name, arg, length);
-                name[length] = '\0';
-                value = strchr(arg, '=') + 1;
-                arg = name;
-            }
-        }
-        bool takes_value = strcmp(arg, "--format") == 0 || strcmp(arg, "--capacity") == 0 ||
-                           strcmp(arg, "--model") == 0 || strcmp(arg, "--tp") == 0 ||
-                           strcmp(arg, "--eviction") == 0 || strcmp(arg, "--block-tokens") == 0 ||
-                           strcmp(arg, "--threads") == 0 || strcmp(arg, "-o") == 0 ||
-                           strcmp(arg, "--output") == 0;
-        if (takes_value && value == NULL) {
-            if (i + 1 >= argc) {
-                kvio_error("cachesim: %s needs a value", arg);
-                return KVIO_EXIT_USAGE;
-            }
-            value = argv[++i];
-        }
-        uint64_t number;
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio cachesim", argc, argv, cachesim_options);
+    const char *value;
+    int option;
+    while ((option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END) {
+        if (option == CACHESIM_HELP) {
             print_help(stdout);
             return KVIO_EXIT_OK;
-        } else if (strcmp(arg, "--format") == 0) {
-            options->format = value;
-        } else if (strcmp(arg, "--capacity") == 0) {
-            if (!parse_capacities(value, options))
-                return KVIO_EXIT_USAGE;
-        } else if (strcmp(arg, "--model") == 0) {
-            options->model = value;
-        } else if (strcmp(arg, "--tp") == 0) {
-            if (!parse_uint(value, 1024, &number) || number == 0) {
-                kvio_error("cachesim: bad --tp '%s' (1 to 1024)", value);
-                return KVIO_EXIT_USAGE;
-            }
-            options->tensor_parallel = number;
-        } else if (strcmp(arg, "--eviction") == 0) {
-            if (!parse_policies(value, options))
-                return KVIO_EXIT_USAGE;
-        } else if (strcmp(arg, "--block-tokens") == 0) {
-            if (!parse_uint(value, UINT32_MAX, &number) || number == 0) {
-                kvio_error("cachesim: bad --block-tokens '%s'", value);
-                return KVIO_EXIT_USAGE;
-            }
-            options->block_tokens = (uint32_t)number;
-        } else if (strcmp(arg, "--threads") == 0) {
-            if (!parse_uint(value, 64, &number) || number == 0) {
-                kvio_error("cachesim: bad --threads '%s' (1 to 64)", value);
-                return KVIO_EXIT_USAGE;
-            }
-            options->threads = (unsigned)number;
-        } else if (strcmp(arg, "-o") == 0 || strcmp(arg, "--output") == 0) {
-            options->output_path = value;
-        } else if (strcmp(arg, "--skip-bad") == 0 && value == NULL) {
-            options->skip_bad = true;
-        } else if (strcmp(arg, "--json") == 0 && value == NULL) {
-            options->output = OUTPUT_JSON;
-        } else if (strcmp(arg, "--csv") == 0 && value == NULL) {
-            options->output = OUTPUT_CSV;
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            kvio_error("cachesim: unknown option '%s' (see kvio cachesim --help)", argv[i]);
-            return KVIO_EXIT_USAGE;
-        } else if (options->trace_path == NULL) {
-            options->trace_path = arg;
-        } else {
-            kvio_error("cachesim: more than one trace given ('%s', '%s')", options->trace_path,
-                       arg);
-            return KVIO_EXIT_USAGE;
         }
+        if (!take_arg(options, option, value))
+            return KVIO_EXIT_USAGE;
     }
     if (options->trace_path == NULL) {
         kvio_error("cachesim: no trace given (see kvio cachesim --help)");

@@ -56,112 +56,173 @@ static void progress(void *context, size_t done, size_t total, const char *varia
     fprintf(stderr, "\n");
 }
 
-int kvio_cmd_compare(int argc, char **argv)
-{
+/* What the arguments ask for; the strings --vary and --metrics give are
+ * owned here (compare_args_free). */
+typedef struct compare_args {
+    kvio_compare_options_t options;
     const char *sets[MAX_SETS];
     char *values[KVIO_COMPARE_MAX_VARY][KVIO_COMPARE_MAX_VALUES];
     char keys[KVIO_COMPARE_MAX_VARY][256];
     kvio_compare_vary_t varies[KVIO_COMPARE_MAX_VARY];
-    uint64_t start_ns = kvio_time_ns();
-    kvio_compare_options_t options = {.sets = sets, .varies = varies, .repeat = 1,
-                                      .progress = progress, .context = &start_ns,
-                                      .stop = &stop_requested};
     const char *metrics[KVIO_COMPARE_MAX_METRICS];
-    size_t num_metrics = 0;
-    char *metrics_list = NULL;
-    bool json_output = false;
-    int exit_status = KVIO_EXIT_USAGE;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *value = NULL;
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
-            exit_status = KVIO_EXIT_OK;
-            goto out;
-        } else if (strcmp(arg, "--force") == 0) {
-            options.force = true;
-        } else if (kvio_cli_is_option(arg, "--vary")) {
-            if ((value = kvio_cli_option_value(argc, argv, &i, "--vary")) == NULL)
-                goto needs_value;
-            const char *equals = strchr(value, '=');
-            if (equals == NULL || equals == value || equals[1] == '\0' ||
-                options.num_varies == KVIO_COMPARE_MAX_VARY) {
-                fprintf(stderr, "kvio compare: --vary needs KEY=V1,V2,... (at most %d)\n",
-                        KVIO_COMPARE_MAX_VARY);
-                goto out;
-            }
-            size_t v = options.num_varies++;
-            snprintf(keys[v], sizeof(keys[v]), "%.*s", (int)(equals - value), value);
-            varies[v] = (kvio_compare_vary_t){.key = keys[v],
-                                              .values = (const char *const *)values[v]};
-            char *list = strdup(equals + 1), *save = NULL;
-            for (char *item = strtok_r(list, ",", &save);
-                 item != NULL && varies[v].count < KVIO_COMPARE_MAX_VALUES;
-                 item = strtok_r(NULL, ",", &save))
-                values[v][varies[v].count++] = strdup(item);
-            free(list);
-        } else if (kvio_cli_is_option(arg, "--repeat")) {
-            if ((value = kvio_cli_option_value(argc, argv, &i, "--repeat")) == NULL)
-                goto needs_value;
-            char *end = NULL;
-            options.repeat = strtol(value, &end, 10);
-            if (end == value || *end != '\0' || options.repeat < 1 ||
-                options.repeat > KVIO_COMPARE_MAX_REPEAT) {
-                fprintf(stderr, "kvio compare: --repeat needs 1..%d, got '%s'\n",
-                        KVIO_COMPARE_MAX_REPEAT, value);
-                goto out;
-            }
-        } else if (kvio_cli_is_option(arg, "--set")) {
-            if ((value = kvio_cli_option_value(argc, argv, &i, "--set")) == NULL)
-                goto needs_value;
-            if (options.num_sets == MAX_SETS) {
-                fprintf(stderr, "kvio compare: too many --set options\n");
-                goto out;
-            }
-            sets[options.num_sets++] = value;
-        } else if (kvio_cli_is_option(arg, "--format")) {
-            if ((value = kvio_cli_option_value(argc, argv, &i, "--format")) == NULL)
-                goto needs_value;
-            if (strcmp(value, "json") != 0 && strcmp(value, "table") != 0) {
-                fprintf(stderr, "kvio compare: --format takes table or json\n");
-                goto out;
-            }
-            json_output = strcmp(value, "json") == 0;
-        } else if (kvio_cli_is_option(arg, "--metrics")) {
-            if ((value = kvio_cli_option_value(argc, argv, &i, "--metrics")) == NULL)
-                goto needs_value;
-            metrics_list = strdup(value);
-            char *save = NULL;
-            for (char *item = strtok_r(metrics_list, ",", &save);
-                 item != NULL && num_metrics < KVIO_COMPARE_MAX_METRICS;
-                 item = strtok_r(NULL, ",", &save))
-                metrics[num_metrics++] = item;
-            options.metrics = metrics;
-            options.num_metrics = num_metrics;
-        } else if (strcmp(arg, "-o") == 0 || kvio_cli_is_option(arg, "--output")) {
-            value = kvio_cli_option_value(argc, argv, &i, strcmp(arg, "-o") == 0 ? "-o"
-                                                                                  : "--output");
-            if (value == NULL)
-                goto needs_value;
-            options.output_dir = value;
-        } else if (arg[0] == '-') {
-            fprintf(stderr, "kvio compare: unknown option '%s' (see kvio compare --help)\n", arg);
-            goto out;
-        } else if (options.source == NULL) {
-            options.source = arg;
-        } else {
-            fprintf(stderr, "kvio compare: more than one workload given\n");
-            goto out;
+    char *metric_lists[KVIO_COMPARE_MAX_METRICS]; /* one per --metrics */
+    size_t num_metric_lists;
+    bool json_output;
+    bool help;
+} compare_args_t;
+
+enum {
+    COMPARE_HELP = 1, COMPARE_FORCE, COMPARE_VARY, COMPARE_REPEAT, COMPARE_SET, COMPARE_FORMAT,
+    COMPARE_METRICS, COMPARE_OUTPUT,
+};
+
+static const kvio_cli_option_t compare_options[] = {
+    {"help", 'h', NULL, COMPARE_HELP},
+    {"force", 0, NULL, COMPARE_FORCE},
+    {"vary", 0, "KEY=V1,V2,...", COMPARE_VARY},
+    {"repeat", 0, "a count", COMPARE_REPEAT},
+    {"set", 0, "KEY=VALUE", COMPARE_SET},
+    {"format", 0, "table or json", COMPARE_FORMAT},
+    {"metrics", 0, "KEY,...", COMPARE_METRICS},
+    {"output", 'o', "a directory", COMPARE_OUTPUT},
+    {NULL, 0, NULL, 0},
+};
+
+/* --vary KEY=V1,V2,...: one more varied key. */
+static int add_vary(compare_args_t *args, const char *value)
+{
+    kvio_compare_options_t *options = &args->options;
+    const char *equals = strchr(value, '=');
+    if (equals == NULL || equals == value || equals[1] == '\0' ||
+        options->num_varies == KVIO_COMPARE_MAX_VARY) {
+        fprintf(stderr, "kvio compare: --vary needs KEY=V1,V2,... (at most %d)\n",
+                KVIO_COMPARE_MAX_VARY);
+        return KVIO_EXIT_USAGE;
+    }
+    size_t v = options->num_varies++;
+    kvio_compare_vary_t *vary = &args->varies[v];
+    snprintf(args->keys[v], sizeof(args->keys[v]), "%.*s", (int)(equals - value), value);
+    *vary = (kvio_compare_vary_t){.key = args->keys[v],
+                                  .values = (const char *const *)args->values[v]};
+    char *list = strdup(equals + 1), *save = NULL;
+    if (list == NULL)
+        return KVIO_EXIT_FAILED;
+    for (char *item = strtok_r(list, ",", &save);
+         item != NULL && vary->count < KVIO_COMPARE_MAX_VALUES; item = strtok_r(NULL, ",", &save))
+        if ((args->values[v][vary->count] = strdup(item)) != NULL)
+            vary->count++;
+    free(list);
+    return KVIO_EXIT_OK;
+}
+
+/* --metrics KEY,...: more extra rows (each --metrics adds its keys). */
+static int add_metrics(compare_args_t *args, const char *value)
+{
+    char *list = args->num_metric_lists < KVIO_COMPARE_MAX_METRICS ? strdup(value) : NULL;
+    if (list == NULL) {
+        fprintf(stderr, "kvio compare: too many --metrics options\n");
+        return KVIO_EXIT_USAGE;
+    }
+    args->metric_lists[args->num_metric_lists++] = list;
+    char *save = NULL;
+    for (char *item = strtok_r(list, ",", &save);
+         item != NULL && args->options.num_metrics < KVIO_COMPARE_MAX_METRICS;
+         item = strtok_r(NULL, ",", &save))
+        args->metrics[args->options.num_metrics++] = item;
+    args->options.metrics = args->metrics;
+    return KVIO_EXIT_OK;
+}
+
+/* One option or operand into args. */
+static int take_compare_arg(compare_args_t *args, int option, const char *value)
+{
+    kvio_compare_options_t *options = &args->options;
+    char *end = NULL;
+    switch (option) {
+    case COMPARE_HELP:
+        args->help = true;
+        return KVIO_EXIT_OK;
+    case COMPARE_FORCE:
+        options->force = true;
+        return KVIO_EXIT_OK;
+    case COMPARE_VARY:
+        return add_vary(args, value);
+    case COMPARE_REPEAT:
+        options->repeat = strtol(value, &end, 10);
+        if (end == value || *end != '\0' || options->repeat < 1 ||
+            options->repeat > KVIO_COMPARE_MAX_REPEAT) {
+            fprintf(stderr, "kvio compare: --repeat needs 1..%d, got '%s'\n",
+                    KVIO_COMPARE_MAX_REPEAT, value);
+            return KVIO_EXIT_USAGE;
         }
-        continue;
-    needs_value:
-        fprintf(stderr, "kvio compare: %s needs a value\n", arg);
-        goto out;
+        return KVIO_EXIT_OK;
+    case COMPARE_SET:
+        return kvio_cli_append("kvio compare", "--set options", args->sets, &options->num_sets,
+                               MAX_SETS, value);
+    case COMPARE_FORMAT:
+        if (strcmp(value, "json") != 0 && strcmp(value, "table") != 0) {
+            fprintf(stderr, "kvio compare: --format takes table or json\n");
+            return KVIO_EXIT_USAGE;
+        }
+        args->json_output = strcmp(value, "json") == 0;
+        return KVIO_EXIT_OK;
+    case COMPARE_METRICS:
+        return add_metrics(args, value);
+    case COMPARE_OUTPUT:
+        options->output_dir = value;
+        return KVIO_EXIT_OK;
+    case KVIO_CLI_OPERAND:
+        return kvio_cli_take_one("kvio compare", "workload", &options->source, value);
+    default:
+        return KVIO_EXIT_USAGE;
     }
-    if (options.source == NULL || options.num_varies == 0) {
+}
+
+/* Reads the arguments in order; --help stops at once (usage on stdout). */
+static int parse_compare_args(int argc, char **argv, compare_args_t *args)
+{
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio compare", argc, argv, compare_options);
+    args->options.sets = args->sets;
+    args->options.varies = args->varies;
+    args->options.repeat = 1;
+    const char *value;
+    int option;
+    while ((option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END) {
+        int exit_status = take_compare_arg(args, option, value);
+        if (exit_status != KVIO_EXIT_OK || args->help)
+            return exit_status;
+    }
+    if (args->options.source == NULL || args->options.num_varies == 0) {
         fprintf(stderr, "kvio compare: give a workload and at least one --vary KEY=V1,V2\n");
+        return KVIO_EXIT_USAGE;
+    }
+    return KVIO_EXIT_OK;
+}
+
+static void compare_args_free(compare_args_t *args)
+{
+    for (size_t i = 0; i < args->num_metric_lists; i++)
+        free(args->metric_lists[i]);
+    for (size_t v = 0; v < args->options.num_varies; v++)
+        for (size_t i = 0; i < args->varies[v].count; i++)
+            free(args->values[v][i]);
+}
+
+int kvio_cmd_compare(int argc, char **argv)
+{
+    compare_args_t args = {0};
+    kvio_compare_options_t *options = &args.options;
+    uint64_t start_ns = kvio_time_ns();
+    int exit_status = parse_compare_args(argc, argv, &args);
+    if (exit_status != KVIO_EXIT_OK || args.help) {
+        if (args.help)
+            usage(stdout);
         goto out;
     }
+    options->progress = progress;
+    options->context = &start_ns;
+    options->stop = &stop_requested;
     struct sigaction action;
     memset(&action, 0, sizeof(action));
     action.sa_handler = request_stop;
@@ -169,13 +230,13 @@ int kvio_cmd_compare(int argc, char **argv)
     sigaction(SIGTERM, &action, NULL);
     char error[1024] = "";
     json_t *compare = NULL;
-    kvio_status_t status = kvio_compare(&options, &compare, error, sizeof(error));
+    kvio_status_t status = kvio_compare(options, &compare, error, sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error[0] != '\0' ? error : kvio_strerror(status));
         exit_status = kvio_cli_exit_status(status);
         goto out;
     }
-    if (json_output) {
+    if (args.json_output) {
         json_dumpf(compare, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         fputc('\n', stdout);
     } else {
@@ -184,9 +245,6 @@ int kvio_cmd_compare(int argc, char **argv)
     json_decref(compare);
     exit_status = KVIO_EXIT_OK;
 out:
-    free(metrics_list);
-    for (size_t v = 0; v < options.num_varies; v++)
-        for (size_t i = 0; i < varies[v].count; i++)
-            free(values[v][i]);
+    compare_args_free(&args);
     return exit_status;
 }

@@ -18,7 +18,7 @@ static int parse_count(const char *command, const char *flag, const char *text, 
     errno = 0;
     unsigned long long value = strtoull(text != NULL ? text : "", &end, 10);
     if (text == NULL || end == text || *end != '\0' || errno == ERANGE || text[0] == '-') {
-        fprintf(stderr, "kvio %s: %s needs a non-negative integer, got '%s'\n", command, flag,
+        fprintf(stderr, "kvio %s: --%s needs a non-negative integer, got '%s'\n", command, flag,
                 text != NULL ? text : "");
         return KVIO_EXIT_USAGE;
     }
@@ -93,59 +93,92 @@ static int print_tensors(const char *model_name, bool json)
     return KVIO_EXIT_OK;
 }
 
-int kvio_cmd_cost(int argc, char **argv)
+enum {
+    COST_HELP = 1, COST_LIST, COST_JSON, COST_TENSORS, COST_MODEL, COST_GPU, COST_TP,
+    COST_PREFILL, COST_BATCH, COST_CACHED, COST_DECODE, COST_CONTEXT,
+};
+
+static const kvio_cli_option_t cost_options[] = {
+    {"help", 'h', NULL, COST_HELP},
+    {"list", 0, NULL, COST_LIST},
+    {"json", 0, NULL, COST_JSON},
+    {"tensors", 0, NULL, COST_TENSORS},
+    {"model", 0, "a model preset", COST_MODEL},
+    {"gpu", 0, "a GPU preset", COST_GPU},
+    {"tp", 0, "a count", COST_TP},
+    {"prefill", 0, "a token count", COST_PREFILL},
+    {"batch", 0, "a count", COST_BATCH},
+    {"cached", 0, "a token count", COST_CACHED},
+    {"decode", 0, "a count", COST_DECODE},
+    {"context", 0, "a token count", COST_CONTEXT},
+    {NULL, 0, NULL, 0},
+};
+
+/* What kvio cost's arguments ask for. */
+typedef struct cost_args {
+    const char *model_name, *gpu_name;
+    uint64_t tp, prefill, batch, cached, decode, context;
+    bool json, tensors;
+} cost_args_t;
+
+/* Reads the arguments in order; --help and --list print and stop (-1 to
+ * go on, else the exit status). */
+static int parse_cost_args(int argc, char **argv, cost_args_t *args)
 {
-    const char *model_name = "llama3-8b", *gpu_name = "h200";
-    uint64_t tp = 1, prefill = 0, batch = 1, cached = 0, decode = 0, context = 0;
-    bool json = false, tensors = false;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        int status = KVIO_EXIT_OK;
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio cost", argc, argv, cost_options);
+    const char *value;
+    int option;
+    while ((option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END) {
+        uint64_t *count = option == COST_TP        ? &args->tp
+                          : option == COST_PREFILL ? &args->prefill
+                          : option == COST_BATCH   ? &args->batch
+                          : option == COST_CACHED  ? &args->cached
+                          : option == COST_DECODE  ? &args->decode
+                          : option == COST_CONTEXT ? &args->context
+                                                   : NULL;
+        if (count != NULL) {
+            const kvio_cli_option_t *flag = cost_options;
+            while (flag->id != option)
+                flag++;
+            if (parse_count("cost", flag->name, value, count) != KVIO_EXIT_OK)
+                return KVIO_EXIT_USAGE;
+        } else if (option == COST_HELP) {
             cost_usage(stdout);
             return KVIO_EXIT_OK;
-        } else if (strcmp(arg, "--list") == 0) {
+        } else if (option == COST_LIST) {
             kvio_model_print_presets(stdout);
             return KVIO_EXIT_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            json = true;
-            continue;
-        } else if (strcmp(arg, "--tensors") == 0) {
-            tensors = true;
-            continue;
-        } else if (next == NULL) {
-            fprintf(stderr, "kvio cost: %s needs a value (see kvio cost --help)\n", arg);
+        } else if (option == COST_JSON || option == COST_TENSORS) {
+            *(option == COST_JSON ? &args->json : &args->tensors) = true;
+        } else if (option == COST_MODEL || option == COST_GPU) {
+            *(option == COST_MODEL ? &args->model_name : &args->gpu_name) = value;
+        } else if (option == KVIO_CLI_OPERAND) {
+            fprintf(stderr, "kvio cost: unexpected argument '%s' (see kvio cost --help)\n",
+                    value);
             return KVIO_EXIT_USAGE;
-        } else if (strcmp(arg, "--model") == 0) {
-            model_name = next;
-        } else if (strcmp(arg, "--gpu") == 0) {
-            gpu_name = next;
-        } else if (strcmp(arg, "--tp") == 0) {
-            status = parse_count("cost", arg, next, &tp);
-        } else if (strcmp(arg, "--prefill") == 0) {
-            status = parse_count("cost", arg, next, &prefill);
-        } else if (strcmp(arg, "--batch") == 0) {
-            status = parse_count("cost", arg, next, &batch);
-        } else if (strcmp(arg, "--cached") == 0) {
-            status = parse_count("cost", arg, next, &cached);
-        } else if (strcmp(arg, "--decode") == 0) {
-            status = parse_count("cost", arg, next, &decode);
-        } else if (strcmp(arg, "--context") == 0) {
-            status = parse_count("cost", arg, next, &context);
         } else {
-            fprintf(stderr, "kvio cost: unknown option '%s' (see kvio cost --help)\n", arg);
             return KVIO_EXIT_USAGE;
         }
-        if (status != KVIO_EXIT_OK)
-            return status;
-        i++;
     }
+    return -1;
+}
+
+int kvio_cmd_cost(int argc, char **argv)
+{
+    cost_args_t args = {.model_name = "llama3-8b", .gpu_name = "h200", .tp = 1, .batch = 1};
+    int exit_status = parse_cost_args(argc, argv, &args);
+    if (exit_status >= 0)
+        return exit_status;
+    const char *model_name = args.model_name, *gpu_name = args.gpu_name;
+    uint64_t tp = args.tp, prefill = args.prefill, batch = args.batch, cached = args.cached,
+             decode = args.decode, context = args.context;
+    bool json = args.json;
     if (tp < 1 || tp > 64) {
         fprintf(stderr, "kvio cost: --tp must be 1..64\n");
         return KVIO_EXIT_USAGE;
     }
-    if (tensors)
+    if (args.tensors)
         return print_tensors(model_name, json);
     if (prefill == 0 && decode == 0) {
         fprintf(stderr, "kvio cost: give --prefill TOKENS and/or --decode SEQS\n");
@@ -216,22 +249,35 @@ int kvio_cmd_cost(int argc, char **argv)
 
 int kvio_cmd_fit(int argc, char **argv)
 {
-    if (argc == 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
-        printf("usage: kvio fit STEPS.csv|iterations.csv\n\n"
-               "Fits t = c0 + c1*prefill_tokens + c2*decode_seqs + c3*context_tokens (ms)\n"
-               "to measured iterations (CSV with those columns and time_ms) and prints\n"
-               "the coefficients for the cost section (kind: linear) and the fit error.\n"
-               "A kvio iterations.csv works too (duration_ms; no context column: c3 = 0).\n");
-        return KVIO_EXIT_OK;
+    static const kvio_cli_option_t options[] = {{"help", 'h', NULL, COST_HELP},
+                                                {NULL, 0, NULL, 0}};
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio fit", argc, argv, options);
+    const char *value, *path = NULL;
+    int option;
+    size_t num_files = 0;
+    while ((option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END) {
+        if (option == KVIO_CLI_ERROR)
+            return KVIO_EXIT_USAGE;
+        if (option == COST_HELP) {
+            printf("usage: kvio fit STEPS.csv|iterations.csv\n\n"
+                   "Fits t = c0 + c1*prefill_tokens + c2*decode_seqs + c3*context_tokens (ms)\n"
+                   "to measured iterations (CSV with those columns and time_ms) and prints\n"
+                   "the coefficients for the cost section (kind: linear) and the fit error.\n"
+                   "A kvio iterations.csv works too (duration_ms; no context column: c3 = 0).\n");
+            return KVIO_EXIT_OK;
+        }
+        path = value;
+        num_files++;
     }
-    if (argc != 1) {
+    if (num_files != 1) {
         fprintf(stderr, "kvio fit: which file? (kvio fit STEPS.csv)\n");
         return KVIO_EXIT_USAGE;
     }
     char error[512];
     kvio_cost_sample_t *samples = NULL;
     size_t count = 0;
-    kvio_status_t status = kvio_cost_read_samples(argv[0], &samples, &count, error, sizeof(error));
+    kvio_status_t status = kvio_cost_read_samples(path, &samples, &count, error, sizeof(error));
     if (status == KVIO_OK) {
         kvio_cost_fit_t fit;
         status = kvio_cost_fit_linear(samples, count, &fit, error, sizeof(error));
@@ -241,7 +287,7 @@ int kvio_cmd_fit(int argc, char **argv)
             printf("cost: {kind: linear, c0: %.6g, c1: %.6g, c2: %.6g, c3: %.6g}\n", fit.c0,
                    fit.c1, fit.c2, fit.c3);
         } else {
-            snprintf(error + strlen(error), sizeof(error) - strlen(error), " (%s)", argv[0]);
+            snprintf(error + strlen(error), sizeof(error) - strlen(error), " (%s)", path);
         }
     }
     free(samples);

@@ -35,31 +35,30 @@ int kvio_cmd_report(int argc, char **argv)
     size_t num_inputs = 0;
     const char *out_dir = "report";
     bool png = false;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+    enum { REPORT_HELP = 1, REPORT_OUT, REPORT_PNG };
+    static const kvio_cli_option_t options[] = {
+        {"help", 'h', NULL, REPORT_HELP},
+        {"out", 'o', "a directory", REPORT_OUT},
+        {"output", 0, "a directory", REPORT_OUT},
+        {"png", 0, NULL, REPORT_PNG},
+        {NULL, 0, NULL, 0},
+    };
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio report", argc, argv, options);
+    const char *value;
+    int option;
+    while ((option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END) {
+        if (option == REPORT_HELP) {
             print_help();
             return KVIO_EXIT_OK;
-        } else if (strcmp(arg, "-o") == 0 || kvio_cli_is_option(arg, "--out") ||
-                   kvio_cli_is_option(arg, "--output")) {
-            const char *name = strcmp(arg, "-o") == 0              ? "-o"
-                               : kvio_cli_is_option(arg, "--out") ? "--out"
-                                                                   : "--output";
-            out_dir = kvio_cli_option_value(argc, argv, &i, name);
-            if (out_dir == NULL || out_dir[0] == '\0') {
-                fprintf(stderr, "kvio report: %s needs a directory\n", arg);
-                return KVIO_EXIT_USAGE;
-            }
-        } else if (strcmp(arg, "--png") == 0) {
+        } else if (option == REPORT_OUT) {
+            out_dir = value;
+        } else if (option == REPORT_PNG) {
             png = true;
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            fprintf(stderr, "kvio report: unknown option '%s' (see kvio report --help)\n", arg);
+        } else if (option != KVIO_CLI_OPERAND ||
+                   kvio_cli_append("kvio report", "inputs", inputs, &num_inputs, MAX_INPUTS,
+                                   value) != KVIO_EXIT_OK) {
             return KVIO_EXIT_USAGE;
-        } else if (num_inputs == MAX_INPUTS) {
-            fprintf(stderr, "kvio report: more than %d inputs\n", MAX_INPUTS);
-            return KVIO_EXIT_USAGE;
-        } else {
-            inputs[num_inputs++] = arg;
         }
     }
     if (num_inputs == 0) {

@@ -38,63 +38,76 @@ typedef struct run_args {
     bool json; /* --format json: summary.json on stdout instead of the table */
 } run_args_t;
 
-static int parse_run_args(const char *command, int argc, char **argv, bool allow_output,
-                          run_args_t *args)
+enum {
+    RUN_HELP = 1, RUN_SET, RUN_OUTPUT, RUN_EVENT_TRACE, RUN_FORMAT, RUN_FORCE, RUN_DUMP,
+};
+
+static const kvio_cli_option_t run_options[] = {
+    {"help", 'h', NULL, RUN_HELP},
+    {"set", 0, "KEY=VALUE", RUN_SET},
+    {"output", 'o', "a directory", RUN_OUTPUT},
+    {"event-trace", 0, "a file", RUN_EVENT_TRACE},
+    {"format", 0, "table or json", RUN_FORMAT},
+    {"force", 0, NULL, RUN_FORCE},
+    {NULL, 0, NULL, 0},
+};
+
+static const kvio_cli_option_t validate_options[] = {
+    {"help", 'h', NULL, RUN_HELP},
+    {"set", 0, "KEY=VALUE", RUN_SET},
+    {"dump", 0, NULL, RUN_DUMP},
+    {NULL, 0, NULL, 0},
+};
+
+/* One option or operand of run or validate into args; command: "kvio run". */
+static int take_run_arg(const char *command, int option, const char *value, run_args_t *args)
 {
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            args->help = true;
-        } else if (kvio_cli_is_option(arg, "--set")) {
-            const char *value = kvio_cli_option_value(argc, argv, &i, "--set");
-            if (value == NULL) {
-                fprintf(stderr, "kvio %s: --set needs KEY=VALUE\n", command);
-                return KVIO_EXIT_USAGE;
-            }
-            if (args->num_overrides == MAX_OVERRIDES) {
-                fprintf(stderr, "kvio %s: more than %d --set options\n", command, MAX_OVERRIDES);
-                return KVIO_EXIT_USAGE;
-            }
-            args->overrides[args->num_overrides++] = value;
-        } else if (allow_output && (kvio_cli_is_option(arg, "--output") || strcmp(arg, "-o") == 0)) {
-            const char *value = strcmp(arg, "-o") == 0 ? kvio_cli_option_value(argc, argv, &i, "-o")
-                                                       : kvio_cli_option_value(argc, argv, &i, "--output");
-            if (value == NULL || value[0] == '\0') {
-                fprintf(stderr, "kvio %s: %s needs a directory\n", command, arg);
-                return KVIO_EXIT_USAGE;
-            }
-            args->output_dir = value;
-        } else if (allow_output && kvio_cli_is_option(arg, "--event-trace")) {
-            const char *value = kvio_cli_option_value(argc, argv, &i, "--event-trace");
-            if (value == NULL || value[0] == '\0') {
-                fprintf(stderr, "kvio %s: --event-trace needs a file\n", command);
-                return KVIO_EXIT_USAGE;
-            }
-            args->event_trace = value;
-        } else if (allow_output && kvio_cli_is_option(arg, "--format")) {
-            const char *value = kvio_cli_option_value(argc, argv, &i, "--format");
-            if (value == NULL || (strcmp(value, "json") != 0 && strcmp(value, "table") != 0)) {
-                fprintf(stderr, "kvio %s: --format takes table or json\n", command);
-                return KVIO_EXIT_USAGE;
-            }
-            args->json = strcmp(value, "json") == 0;
-        } else if (allow_output && strcmp(arg, "--force") == 0) {
-            args->force = true;
-        } else if (!allow_output && strcmp(arg, "--dump") == 0) {
-            args->dump = true;
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            fprintf(stderr, "kvio %s: unknown option '%s' (see kvio %s --help)\n", command, arg,
-                    command);
-            return KVIO_EXIT_USAGE;
-        } else if (args->source == NULL) {
-            args->source = arg;
-        } else {
-            fprintf(stderr, "kvio %s: more than one workload given ('%s' and '%s')\n", command,
-                    args->source, arg);
+    switch (option) {
+    case RUN_HELP:
+        args->help = true;
+        return KVIO_EXIT_OK;
+    case RUN_SET:
+        return kvio_cli_append(command, "--set options", args->overrides, &args->num_overrides,
+                               MAX_OVERRIDES, value);
+    case RUN_OUTPUT:
+        args->output_dir = value;
+        return KVIO_EXIT_OK;
+    case RUN_EVENT_TRACE:
+        args->event_trace = value;
+        return KVIO_EXIT_OK;
+    case RUN_FORMAT:
+        if (strcmp(value, "json") != 0 && strcmp(value, "table") != 0) {
+            fprintf(stderr, "%s: --format takes table or json\n", command);
             return KVIO_EXIT_USAGE;
         }
+        args->json = strcmp(value, "json") == 0;
+        return KVIO_EXIT_OK;
+    case RUN_FORCE:
+        args->force = true;
+        return KVIO_EXIT_OK;
+    case RUN_DUMP:
+        args->dump = true;
+        return KVIO_EXIT_OK;
+    case KVIO_CLI_OPERAND:
+        return kvio_cli_take_one(command, "workload", &args->source, value);
+    default:
+        return KVIO_EXIT_USAGE;
     }
-    return KVIO_EXIT_OK;
+}
+
+static int parse_run_args(const char *command, int argc, char **argv,
+                          const kvio_cli_option_t *options, run_args_t *args)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "kvio %s", command);
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, name, argc, argv, options);
+    const char *value;
+    int option, exit_status = KVIO_EXIT_OK;
+    while (exit_status == KVIO_EXIT_OK &&
+           (option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END)
+        exit_status = take_run_arg(name, option, value, args);
+    return exit_status;
 }
 
 /* The workload keys after a command's usage: the top level, or the keys of
@@ -129,7 +142,7 @@ static int print_keys(const char *command, const char *section, FILE *out)
 int kvio_cmd_run(int argc, char **argv)
 {
     run_args_t args = {0};
-    int exit_status = parse_run_args("run", argc, argv, true, &args);
+    int exit_status = parse_run_args("run", argc, argv, run_options, &args);
     if (exit_status != KVIO_EXIT_OK)
         return exit_status;
     if (args.help) {
@@ -184,7 +197,7 @@ int kvio_cmd_run(int argc, char **argv)
 int kvio_cmd_validate(int argc, char **argv)
 {
     run_args_t args = {0};
-    int exit_status = parse_run_args("validate", argc, argv, false, &args);
+    int exit_status = parse_run_args("validate", argc, argv, validate_options, &args);
     if (exit_status != KVIO_EXIT_OK)
         return exit_status;
     if (args.help) {
@@ -228,16 +241,22 @@ int kvio_cmd_validate(int argc, char **argv)
 
 int kvio_cmd_list(int argc, char **argv)
 {
-    if (argc > 0 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
+    static const kvio_cli_option_t options[] = {{"help", 'h', NULL, RUN_HELP},
+                                                {NULL, 0, NULL, 0}};
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio list", argc, argv, options);
+    const char *value;
+    int option = kvio_cli_parser_next(&parser, &value);
+    if (option == RUN_HELP) {
         printf("usage: kvio list\n\nLists the presets and reproductions embedded in kvio (run one "
                "with kvio run NAME),\nthen every plug-in of each kind (a workload names one "
                "by its name).\n");
         return KVIO_EXIT_OK;
     }
-    if (argc > 0) {
-        fprintf(stderr, "kvio list: unexpected argument '%s'\n", argv[0]);
+    if (option == KVIO_CLI_OPERAND)
+        fprintf(stderr, "kvio list: unexpected argument '%s'\n", value);
+    if (option != KVIO_CLI_END)
         return KVIO_EXIT_USAGE;
-    }
     int width = 0;
     for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
         width = (int)strlen(preset->name) > width ? (int)strlen(preset->name) : width;

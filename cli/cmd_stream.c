@@ -62,87 +62,88 @@ static int add_trace_override(stream_args_t *args, const char *key, const char *
     return KVIO_EXIT_OK;
 }
 
+enum {
+    STREAM_HELP = 1, STREAM_SET, STREAM_OUTPUT, STREAM_FORMAT, STREAM_STATS, STREAM_SKIP_BAD,
+    STREAM_STRICT, STREAM_TRACE, STREAM_TRACE_FORMAT, STREAM_MAX_TOKENS, STREAM_TIME_SCALE,
+    STREAM_START, STREAM_LIMIT,
+};
+
+static const kvio_cli_option_t stream_options[] = {
+    {"help", 'h', NULL, STREAM_HELP},
+    {"set", 0, "KEY=VALUE", STREAM_SET},
+    {"output", 'o', "a file (- for stdout)", STREAM_OUTPUT},
+    {"out", 0, "a file (- for stdout)", STREAM_OUTPUT},
+    {"format", 0, "kvio or mooncake", STREAM_FORMAT},
+    {"stats", 0, NULL, STREAM_STATS},
+    /* Shortcuts for --set stream.trace.KEY=VALUE (trace_keys). */
+    {"skip-bad", 0, NULL, STREAM_SKIP_BAD},
+    {"strict", 0, NULL, STREAM_STRICT},
+    {"trace", 0, "a file", STREAM_TRACE},
+    {"trace-format", 0, "a trace format", STREAM_TRACE_FORMAT},
+    {"max-tokens", 0, "a token count", STREAM_MAX_TOKENS},
+    {"time-scale", 0, "a factor", STREAM_TIME_SCALE},
+    {"start", 0, "a duration", STREAM_START},
+    {"limit", 0, "a count", STREAM_LIMIT},
+    {NULL, 0, NULL, 0},
+};
+
+/* The stream.trace key each shortcut option sets. */
+static const struct {
+    int option;
+    const char *key;
+} trace_keys[] = {
+    {STREAM_SKIP_BAD, "skip_bad"},     {STREAM_STRICT, "strict"},
+    {STREAM_TRACE, "path"},            {STREAM_TRACE_FORMAT, "format"},
+    {STREAM_MAX_TOKENS, "max_tokens"}, {STREAM_TIME_SCALE, "time_scale"},
+    {STREAM_START, "start"},           {STREAM_LIMIT, "limit"},
+};
+
+/* One option or operand into args. */
+static int take_stream_arg(stream_args_t *args, int option, const char *value)
+{
+    for (size_t i = 0; i < sizeof(trace_keys) / sizeof(trace_keys[0]); i++)
+        if (trace_keys[i].option == option)
+            return add_trace_override(args, trace_keys[i].key, value != NULL ? value : "true");
+    switch (option) {
+    case STREAM_HELP:
+        args->help = true;
+        return KVIO_EXIT_OK;
+    case STREAM_STATS:
+        args->stats = true;
+        return KVIO_EXIT_OK;
+    case STREAM_SET:
+        return kvio_cli_append("kvio stream", "--set options", args->overrides,
+                               &args->num_overrides, MAX_OVERRIDES, value);
+    case STREAM_OUTPUT:
+        args->output = value;
+        return KVIO_EXIT_OK;
+    case STREAM_FORMAT:
+        if (strcmp(value, "kvio") == 0) {
+            args->format = KVIO_EXPORT_KVIO;
+        } else if (strcmp(value, "mooncake") == 0) {
+            args->format = KVIO_EXPORT_MOONCAKE;
+        } else {
+            fprintf(stderr, "kvio stream: --format takes kvio or mooncake\n");
+            return KVIO_EXIT_USAGE;
+        }
+        return KVIO_EXIT_OK;
+    case KVIO_CLI_OPERAND:
+        return kvio_cli_take_one("kvio stream", "workload", &args->source, value);
+    default:
+        return KVIO_EXIT_USAGE;
+    }
+}
+
 static int parse_args(int argc, char **argv, stream_args_t *args)
 {
-    static const struct {
-        const char *option, *key;
-    } shortcuts[] = {
-        {"--trace-format", "format"}, {"--trace", "path"},       {"--max-tokens", "max_tokens"},
-        {"--time-scale", "time_scale"}, {"--start", "start"},    {"--limit", "limit"},
-    };
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *value;
-        bool matched = false;
-        for (size_t s = 0; s < sizeof(shortcuts) / sizeof(shortcuts[0]) && !matched; s++) {
-            if (!kvio_cli_is_option(arg, shortcuts[s].option))
-                continue;
-            matched = true;
-            value = kvio_cli_option_value(argc, argv, &i, shortcuts[s].option);
-            if (value == NULL) {
-                fprintf(stderr, "kvio stream: %s needs a value\n", shortcuts[s].option);
-                return KVIO_EXIT_USAGE;
-            }
-            int status = add_trace_override(args, shortcuts[s].key, value);
-            if (status != KVIO_EXIT_OK)
-                return status;
-        }
-        if (matched)
-            continue;
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            args->help = true;
-        } else if (strcmp(arg, "--skip-bad") == 0 || strcmp(arg, "--strict") == 0) {
-            int status = add_trace_override(args, arg[2] == 's' && arg[3] == 'k' ? "skip_bad"
-                                                                                 : "strict",
-                                            "true");
-            if (status != KVIO_EXIT_OK)
-                return status;
-        } else if (strcmp(arg, "--stats") == 0) {
-            args->stats = true;
-        } else if (kvio_cli_is_option(arg, "--set")) {
-            value = kvio_cli_option_value(argc, argv, &i, "--set");
-            if (value == NULL) {
-                fprintf(stderr, "kvio stream: --set needs KEY=VALUE\n");
-                return KVIO_EXIT_USAGE;
-            }
-            if (args->num_overrides == MAX_OVERRIDES) {
-                fprintf(stderr, "kvio stream: more than %d --set options\n", MAX_OVERRIDES);
-                return KVIO_EXIT_USAGE;
-            }
-            args->overrides[args->num_overrides++] = value;
-        } else if (strcmp(arg, "-o") == 0 || kvio_cli_is_option(arg, "--output") ||
-                   kvio_cli_is_option(arg, "--out")) {
-            const char *name = strcmp(arg, "-o") == 0        ? "-o"
-                               : kvio_cli_is_option(arg, "--output") ? "--output"
-                                                            : "--out";
-            value = kvio_cli_option_value(argc, argv, &i, name);
-            if (value == NULL || value[0] == '\0') {
-                fprintf(stderr, "kvio stream: %s needs a file (- for stdout)\n", name);
-                return KVIO_EXIT_USAGE;
-            }
-            args->output = value;
-        } else if (kvio_cli_is_option(arg, "--format")) {
-            value = kvio_cli_option_value(argc, argv, &i, "--format");
-            if (value != NULL && strcmp(value, "kvio") == 0) {
-                args->format = KVIO_EXPORT_KVIO;
-            } else if (value != NULL && strcmp(value, "mooncake") == 0) {
-                args->format = KVIO_EXPORT_MOONCAKE;
-            } else {
-                fprintf(stderr, "kvio stream: --format takes kvio or mooncake\n");
-                return KVIO_EXIT_USAGE;
-            }
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            fprintf(stderr, "kvio stream: unknown option '%s' (see kvio stream --help)\n", arg);
-            return KVIO_EXIT_USAGE;
-        } else if (args->source == NULL) {
-            args->source = arg;
-        } else {
-            fprintf(stderr, "kvio stream: more than one workload given ('%s' and '%s')\n",
-                    args->source, arg);
-            return KVIO_EXIT_USAGE;
-        }
-    }
-    return KVIO_EXIT_OK;
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio stream", argc, argv, stream_options);
+    const char *value;
+    int option, exit_status = KVIO_EXIT_OK;
+    while (exit_status == KVIO_EXIT_OK &&
+           (option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END)
+        exit_status = take_stream_arg(args, option, value);
+    return exit_status;
 }
 
 /* With no workload (only --trace): an empty one, with the overrides. */

@@ -41,26 +41,10 @@ static void print_usage(FILE *out)
                  "  -q, --quiet    errors only\n"
                  "  -h, --help     this help; `kvio COMMAND --help` for a command\n"
                  "  --version      print the version\n\n"
+                 "A command's options take their value as --name VALUE or --name=VALUE\n"
+                 "(short ones as -o VALUE or -oVALUE), before or after its operands;\n"
+                 "`--` ends the options.\n\n"
                  "exit status: 0 success, 1 run failed, 2 usage or input error\n");
-}
-
-const char *kvio_cli_option_value(int argc, char **argv, int *index_p, const char *name)
-{
-    const char *arg = argv[*index_p];
-    size_t length = strlen(name);
-    if (strncmp(arg, name, length) == 0 && arg[length] == '=')
-        return arg + length + 1;
-    if (strcmp(arg, name) == 0 && *index_p + 1 < argc) {
-        (*index_p)++;
-        return argv[*index_p];
-    }
-    return NULL;
-}
-
-bool kvio_cli_is_option(const char *arg, const char *name)
-{
-    size_t length = strlen(name);
-    return strncmp(arg, name, length) == 0 && (arg[length] == '\0' || arg[length] == '=');
 }
 
 int kvio_cli_exit_status(kvio_status_t status)
@@ -70,61 +54,86 @@ int kvio_cli_exit_status(kvio_status_t status)
     return kvio_status_is_bad_input(status) ? KVIO_EXIT_USAGE : KVIO_EXIT_FAILED;
 }
 
+enum { GLOBAL_VERBOSE = 1, GLOBAL_QUIET, GLOBAL_HELP, GLOBAL_VERSION };
+
+static const kvio_cli_option_t global_options[] = {
+    {"verbose", 'v', NULL, GLOBAL_VERBOSE},
+    {"quiet", 'q', NULL, GLOBAL_QUIET},
+    {"help", 'h', NULL, GLOBAL_HELP},
+    {"version", 0, NULL, GLOBAL_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+/* The verbosity flags also after the command (`kvio run chat -q`): taken
+ * out of its arguments (up to a "--"), which no command uses otherwise.
+ * Returns the arguments kept. */
+static int take_verbosity(int argc, char **argv, int *verbosity_p)
+{
+    int kept = 0;
+    bool rest = false;
+    for (int i = 0; i < argc; i++) {
+        const char *flag = argv[i];
+        rest = rest || strcmp(flag, "--") == 0;
+        if (!rest && (strcmp(flag, "-v") == 0 || strcmp(flag, "--verbose") == 0))
+            (*verbosity_p)++;
+        else if (!rest && strcmp(flag, "-vv") == 0)
+            *verbosity_p += 2;
+        else if (!rest && (strcmp(flag, "-q") == 0 || strcmp(flag, "--quiet") == 0))
+            *verbosity_p = KVIO_LOG_ERROR;
+        else
+            argv[kept++] = argv[i];
+    }
+    return kept;
+}
+
 int main(int argc, char **argv)
 {
     /* A peer that closes its socket (Redis shut down mid-write) is an error
      * the run reports, not a reason to die with no results. */
     signal(SIGPIPE, SIG_IGN);
-    int arg = 1;
     int verbosity = KVIO_LOG_WARN;
-    for (; arg < argc && argv[arg][0] == '-'; arg++) {
-        const char *flag = argv[arg];
-        if (strcmp(flag, "-v") == 0 || strcmp(flag, "--verbose") == 0) {
+    kvio_cli_parser_t parser;
+    kvio_cli_parser_init(&parser, "kvio", argc, argv, global_options);
+    const char *name = NULL, *value = NULL;
+    /* The global options end at the command, the first operand. */
+    for (int option = 0; name == NULL && option != KVIO_CLI_END;) {
+        switch (option = kvio_cli_parser_next(&parser, &value)) {
+        case KVIO_CLI_OPERAND:
+            name = value;
+            break;
+        case GLOBAL_VERBOSE:
             verbosity++;
-        } else if (strcmp(flag, "-vv") == 0) {
-            verbosity += 2;
-        } else if (strcmp(flag, "-q") == 0 || strcmp(flag, "--quiet") == 0) {
+            break;
+        case GLOBAL_QUIET:
             verbosity = KVIO_LOG_ERROR;
-        } else if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+            break;
+        case GLOBAL_HELP:
             print_usage(stdout);
             return KVIO_EXIT_OK;
-        } else if (strcmp(flag, "--version") == 0) {
+        case GLOBAL_VERSION: {
             char text[1024];
             kvio_build_describe(text, sizeof(text));
             fputs(text, stdout);
             return KVIO_EXIT_OK;
-        } else {
-            fprintf(stderr, "kvio: unknown option '%s'\n", flag);
+        }
+        case KVIO_CLI_ERROR:
             print_usage(stderr);
             return KVIO_EXIT_USAGE;
         }
     }
-    if (arg >= argc) {
+    if (name == NULL) {
         print_usage(stderr);
         return KVIO_EXIT_USAGE;
     }
-    /* The verbosity flags also after the command (`kvio run chat -q`): taken
-     * out of its arguments (up to a "--"), which no command uses otherwise. */
-    int kept = arg + 1;
-    bool rest = false;
-    for (int i = arg + 1; i < argc; i++) {
-        const char *flag = argv[i];
-        rest = rest || strcmp(flag, "--") == 0;
-        if (!rest && (strcmp(flag, "-v") == 0 || strcmp(flag, "--verbose") == 0))
-            verbosity++;
-        else if (!rest && strcmp(flag, "-vv") == 0)
-            verbosity += 2;
-        else if (!rest && (strcmp(flag, "-q") == 0 || strcmp(flag, "--quiet") == 0))
-            verbosity = KVIO_LOG_ERROR;
-        else
-            argv[kept++] = argv[i];
-    }
-    argc = kept;
+    /* The command's argv: its name, then the arguments after it. */
+    int command_argc = argc - optind + 1;
+    char **command_argv = argv + optind - 1;
+    command_argc = 1 + take_verbosity(command_argc - 1, command_argv + 1, &verbosity);
     kvio_log_set_level(verbosity > KVIO_LOG_DEBUG ? KVIO_LOG_DEBUG : (kvio_log_level_t)verbosity);
     for (const command_t *command = commands; command->name != NULL; command++) {
-        if (strcmp(command->name, argv[arg]) == 0)
-            return command->main(argc - arg - 1, argv + arg + 1);
+        if (strcmp(command->name, name) == 0)
+            return command->main(command_argc, command_argv);
     }
-    fprintf(stderr, "kvio: unknown command '%s' (see kvio --help)\n", argv[arg]);
+    fprintf(stderr, "kvio: unknown command '%s' (see kvio --help)\n", name);
     return KVIO_EXIT_USAGE;
 }

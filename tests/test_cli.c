@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,162 @@ Test(cli, usage_errors_exit_2, .timeout = 20)
     test_run_free(&run);
     run = test_kvio(NULL, "run", "--set", NULL);
     cr_assert_eq(run.status, 2);
+    test_run_free(&run);
+}
+
+/* Every command reads its options one way (getopt_long): a value as
+ * --name=VALUE or --name VALUE (-cVALUE or -c VALUE), options before or
+ * after the operands, "--" before an operand; an unknown option exits 2
+ * naming it and the command. Each row runs in fresh directories, so files
+ * it writes (-o out) print the same. option NULL: a command with no value
+ * option (only the unknown option is checked). */
+typedef struct spelling_case {
+    const char *command;
+    const char *option; /* "--name" or "-c" */
+    const char *value;
+    const char *rest[8]; /* the other arguments, NULL-terminated */
+} spelling_case_t;
+
+static const spelling_case_t spelling_cases[] = {
+    {"run", "--set", "duration=2s", {"chat", "-o", "out"}},
+    {"run", "--output", "out", {"chat", "--set", "duration=2s"}},
+    {"run", "-o", "out", {"chat", "--set", "duration=2s"}},
+    {"compare", "--vary", "serve.scheduler.policy=fcfs,lpm",
+     {"chat", "--set", "duration=2s", "-o", "out"}},
+    {"compare", "--repeat", "2",
+     {"chat", "--set", "duration=2s", "--vary", "serve.scheduler.policy=fcfs,lpm", "-o",
+      "out"}},
+    {"validate", "--set", "warmup=5s", {"chat", "--dump"}},
+    {"list", NULL, NULL, {NULL}},
+    {"stream", "--set", "stream.requests=20", {"chat", "-o", "-"}},
+    {"stream", "--trace", KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl", {"--stats"}},
+    {"cachesim", "--capacity", "10,100",
+     {KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl", "--json"}},
+    {"cachesim", "-o", "-",
+     {KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl", "--csv"}},
+    {"report", "--out", "out", {KVIO_SOURCE_DIR "/tests/fixtures/report/run-lpm"}},
+    {"cost", "--model", "llama3-70b", {"--prefill", "128", "--json"}},
+    {"cost", "--tp", "4", {"--model", "llama3-70b", "--decode", "8", "--context", "100"}},
+    {"fit", NULL, NULL, {NULL}},
+};
+
+/* kvio COMMAND with the option (joined: --name=VALUE / -cVALUE; else two
+ * arguments) before or after the row's other arguments, in a fresh
+ * directory. */
+static test_run_t run_spelling(const spelling_case_t *row, bool joined, bool option_first)
+{
+    const char *argv[24];
+    char joined_text[512];
+    size_t argc = 0, option_at = 2;
+    argv[argc++] = test_kvio_binary();
+    argv[argc++] = row->command;
+    for (size_t i = 0; row->rest[i] != NULL; i++)
+        argv[argc++] = row->rest[i];
+    if (!option_first)
+        option_at = argc;
+    size_t inserted = joined ? 1 : 2;
+    memmove(&argv[option_at + inserted], &argv[option_at], (argc - option_at) * sizeof(argv[0]));
+    argc += inserted;
+    if (joined) {
+        snprintf(joined_text, sizeof(joined_text), "%s%s%s", row->option,
+                 row->option[1] == '-' ? "=" : "", row->value);
+        argv[option_at] = joined_text;
+    } else {
+        argv[option_at] = row->option;
+        argv[option_at + 1] = row->value;
+    }
+    argv[argc] = NULL;
+    char *dir = test_tmpdir();
+    test_run_t run = test_exec(dir, argv);
+    test_rmtree(dir);
+    free(dir);
+    return run;
+}
+
+Test(cli, every_option_takes_its_value_either_way_and_unknown_ones_exit_2, .timeout = 180)
+{
+    for (size_t i = 0; i < sizeof(spelling_cases) / sizeof(spelling_cases[0]); i++) {
+        const spelling_case_t *row = &spelling_cases[i];
+        if (row->option != NULL) {
+            test_run_t first = run_spelling(row, false, true);
+            cr_assert_eq(first.status, 0, "kvio %s %s %s ...: %s", row->command, row->option,
+                         row->value, first.err);
+            cr_assert_neq(first.out[0], '\0', "kvio %s %s: no output", row->command,
+                          row->option);
+            for (int form = 1; form < 4; form++) {
+                bool joined = form & 1, option_first = form < 2;
+                test_run_t other = run_spelling(row, joined, option_first);
+                cr_assert_eq(other.status, 0, "kvio %s %s (%s, option %s): %s", row->command,
+                             row->option, joined ? "joined" : "two arguments",
+                             option_first ? "first" : "last", other.err);
+                cr_expect_str_eq(other.out, first.out, "kvio %s %s (%s, option %s)",
+                                 row->command, row->option, joined ? "joined" : "two arguments",
+                                 option_first ? "first" : "last");
+                test_run_free(&other);
+            }
+            test_run_free(&first);
+            /* The option last, without its value. */
+            const char *argv[24] = {test_kvio_binary(), row->command};
+            size_t argc = 2;
+            for (size_t a = 0; row->rest[a] != NULL; a++)
+                argv[argc++] = row->rest[a];
+            argv[argc++] = row->option;
+            argv[argc] = NULL;
+            test_run_t missing = test_exec(NULL, argv);
+            char expected[128];
+            snprintf(expected, sizeof(expected), "kvio %s: %s needs ", row->command, row->option);
+            cr_expect_eq(missing.status, 2, "kvio %s ... %s", row->command, row->option);
+            cr_expect(test_contains(missing.err, expected), "%s", missing.err);
+            test_run_free(&missing);
+        }
+        test_run_t run = test_kvio(NULL, row->command, "--no-such-option", NULL);
+        char expected[160];
+        snprintf(expected, sizeof(expected),
+                 "kvio %s: unknown option '--no-such-option' (see kvio %s --help)", row->command,
+                 row->command);
+        cr_expect_eq(run.status, 2, "kvio %s --no-such-option: %d", row->command, run.status);
+        cr_expect(test_contains(run.err, expected), "%s", run.err);
+        test_run_free(&run);
+    }
+}
+
+/* What getopt_long adds, said plainly: a value given to a flag, an
+ * ambiguous prefix, a short option unknown; "--" makes what follows
+ * operands; -v and -q still work after the command. */
+Test(cli, option_errors_name_the_option_and_the_command, .timeout = 30)
+{
+    static const struct {
+        const char *args[6];
+        const char *message;
+    } cases[] = {
+        {{"cost", "--json=yes"}, "kvio cost: --json takes no value (see kvio cost --help)"},
+        {{"stream", "--st"}, "kvio stream: ambiguous option '--st' (could be --stats, --strict, "
+                             "--start)"},
+        {{"report", "-x"}, "kvio report: unknown option '-x' (see kvio report --help)"},
+        {{"run", "--modle=x"}, "kvio run: unknown option '--modle' (see kvio run --help)"},
+        {{"validate", "--force", "chat"}, "kvio validate: unknown option '--force'"},
+        {{"list", "extra"}, "kvio list: unexpected argument 'extra'"},
+        {{"--bogus"}, "kvio: unknown option '--bogus' (see kvio --help)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[8] = {test_kvio_binary()};
+        for (size_t a = 0; cases[i].args[a] != NULL; a++)
+            argv[a + 1] = cases[i].args[a];
+        test_run_t run = test_exec(NULL, argv);
+        cr_expect_eq(run.status, 2, "%s: %d", cases[i].message, run.status);
+        cr_expect(test_contains(run.err, cases[i].message), "%s", run.err);
+        test_run_free(&run);
+    }
+    test_run_t run = test_kvio(NULL, "validate", "--set", "warmup=5s", "--", "chat", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "chat: ok"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(NULL, "-vv", "validate", "chat", "-q", "--set=warmup=5s", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(NULL, "report", "--ou", "x", NULL); /* --out and --output: one option */
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "which results?"), "%s", run.err);
     test_run_free(&run);
 }
 
