@@ -70,13 +70,6 @@ const char *config_closest_name(const char *name, const char *const *names, size
     return best;
 }
 
-void config_join_path(char *out, size_t out_len, const char *path, const char *key)
-{
-    if (path[0] != '\0')
-        snprintf(out, out_len, "%s.%s", path, key);
-    else
-        snprintf(out, out_len, "%s", key);
-}
 
 kvio_status_t config_expect_scalar(bind_context_t *context, const node_t *node,
                                    const char *path, const kvio_opt_t *option)

@@ -111,6 +111,14 @@ kvio_status_t config_node_error(bind_context_t *context, const node_t *node,
     return KVIO_ERR_CONFIG;
 }
 
+void config_join_path(char *out, size_t out_len, const char *path, const char *key)
+{
+    if (path[0] != '\0')
+        snprintf(out, out_len, "%s.%s", path, key);
+    else
+        snprintf(out, out_len, "%s", key);
+}
+
 /* ---------- YAML → nodes ---------- */
 
 typedef struct yaml_reader {

@@ -100,7 +100,8 @@ typedef struct coupled_serve {
 
 static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
                                     int serve_index, int num_serve, pthread_mutex_t *setup_lock,
-                                    coupled_serve_t *coupled, char *error_p, size_t error_len)
+                                    volatile sig_atomic_t *stop, coupled_serve_t *coupled,
+                                    char *error_p, size_t error_len)
 {
     memset(coupled, 0, sizeof(*coupled));
     coupled->model = workload->model;
@@ -124,6 +125,7 @@ static kvio_status_t coupled_create(const kvio_workload_t *workload, kvio_rte_t 
         /* With a client rank (the last), serve_index < 0 is the client. */
         .rte = rte, .client_rank = workload->ranks.client > 0 ? 1 + num_serve : 0,
         .first_serve_rank = 1, .update = &workload->update, .setup_lock = setup_lock,
+        .stop = stop,
     };
     if (serve_index < 0)
         return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
@@ -1281,6 +1283,35 @@ static void start_json(const run_context_t *context, const collected_t *all,
     kvio_start_json_set(context->start, start->t0_wall_ns, ranks);
 }
 
+/* A serve rank's part: its serve loop with the transport's receiver as its
+ * update source; without serving (update.serving: emulated) an engine-less
+ * rank runs emulated iterations. */
+static kvio_status_t serve_rank(kvio_rte_t *rte, const run_context_t *context,
+                                coupled_serve_t *coupled, kvio_xfer_t *xfer, int64_t t0_ns,
+                                int64_t run_end_ns, kvio_update_result_t *result_p,
+                                char *error_p, size_t error_len)
+{
+    const kvio_workload_t *workload = context->workload;
+    kvio_status_t status = KVIO_OK;
+    if (coupled->rank == NULL) {
+        coupled->run = (kvio_serve_run_t){.update = &workload->update, .rte = rte,
+                                          .first_serve_rank = 1, .t0_ns = t0_ns,
+                                          .stop = context->stop};
+        status = kvio_serve_rank_create(&coupled->run, (uint32_t)(kvio_rte_index(rte) - 1),
+                                        (uint32_t)workload->ranks.serve, &coupled->rank,
+                                        error_p, error_len);
+    }
+    kvio_update_receiver_t *receiver = NULL;
+    if (status == KVIO_OK)
+        status = kvio_update_receiver_create(&workload->update, rte, xfer, TRAIN_RANK,
+                                             run_end_ns, &receiver, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_serve_rank_serve(coupled->rank, receiver, run_end_ns, result_p, error_p,
+                                       error_len);
+    kvio_update_receiver_destroy(receiver);
+    return status;
+}
+
 static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
 {
     const run_context_t *context = arg;
@@ -1349,7 +1380,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     int64_t queued_ns = 0; /* waiting for another rank's pool: not this rank's set-up */
     if (coupled_run && self != TRAIN_RANK) {
         status = coupled_create(workload, rte, is_client ? -1 : self - 1, num_serve,
-                                context->setup_lock, &coupled, error, sizeof(error));
+                                context->setup_lock, context->stop, &coupled, error,
+                                sizeof(error));
         if (status != KVIO_OK)
             goto fail;
         if (coupled.rank != NULL)
@@ -1405,18 +1437,12 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
         records = train.records;
         record_size = sizeof(*train.records);
     } else {
-        kvio_update_server_t server = {0};
-        const kvio_update_server_t *server_p = NULL;
-        if (coupled_run) {
-            if (!is_client)
-                kvio_serve_rank_server(coupled.rank, &server);
-            server_p = &server;
+        if (is_client) {
+            status = kvio_serve_client_run(coupled.client, context->stop, error, sizeof(error));
+        } else {
+            status = serve_rank(rte, context, &coupled, xfer, start.t0_ns, run_end, &serve, error,
+                                sizeof(error));
         }
-        status = is_client ? kvio_serve_client_run(coupled.client, context->stop, error,
-                                                   sizeof(error))
-                           : kvio_update_serve_with(&workload->update, rte, xfer, TRAIN_RANK,
-                                                    run_end, server_p, context->stop,
-                                                    &serve, error, sizeof(error));
         if (status != KVIO_OK)
             goto fail;
         if (is_client)

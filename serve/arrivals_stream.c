@@ -142,6 +142,16 @@ static kvio_status_t stream_take(kvio_serve_arrivals_t *base, kvio_serve_loop_t 
     return status;
 }
 
+/* A lane's share: the requests that came during its iteration are taken at
+ * its boundary (routed requests are events of their own). */
+static bool stream_due(const kvio_serve_arrivals_t *base, const kvio_serve_loop_t *loop,
+                       int64_t now_ns)
+{
+    const stream_arrivals_t *source = (const stream_arrivals_t *)base;
+    return source->params.num_shares > 0 && source->next != NULL &&
+           loop->origin_ns + source->next->arrival_ns <= now_ns;
+}
+
 static bool stream_ended(const kvio_serve_arrivals_t *base)
 {
     return ((const stream_arrivals_t *)base)->next == NULL;
@@ -156,6 +166,7 @@ static const kvio_serve_arrivals_ops_t stream_ops = {
     .next_ns = stream_next_ns,
     .take = stream_take,
     .ended = stream_ended,
+    .due = stream_due,
     .error = stream_error,
 };
 

@@ -82,14 +82,25 @@ void kvio_serve_loop_finished(kvio_serve_loop_t *loop)
         loop->in_flight--;
 }
 
-/* A lane's failure, in loop->error once (the first one wins). */
+/* A lane's failure, in loop->error once (the first one wins): what, after
+ * the lane's rank. */
 static kvio_status_t lane_failed(kvio_serve_loop_t *loop, const kvio_serve_lane_t *lane,
-                                 kvio_status_t status, const char *why)
+                                 kvio_status_t status, const char *what)
 {
     if (loop->error[0] == '\0')
         snprintf(loop->error, sizeof(loop->error), "serve rank %u: %s", lane->world_rank,
-                 why != NULL && why[0] != '\0' ? why : kvio_strerror(status));
+                 what != NULL && what[0] != '\0' ? what : kvio_strerror(status));
     return status;
+}
+
+/* A source's failure: its message names the rank already (else the lane's
+ * rank and the status). */
+static kvio_status_t source_failed(kvio_serve_loop_t *loop, const kvio_serve_lane_t *lane,
+                                   kvio_status_t status, const char *message)
+{
+    if (loop->error[0] == '\0' && message != NULL && message[0] != '\0')
+        snprintf(loop->error, sizeof(loop->error), "%s", message);
+    return lane_failed(loop, lane, status, NULL);
 }
 
 /* ---------- what an update does to serving ---------- */
@@ -141,7 +152,7 @@ static kvio_status_t apply_updates(kvio_serve_loop_t *loop, kvio_serve_lane_t *l
             kvio_status_t status = updates->ops->activate(updates, now_ns, was_idle,
                                                           lane->idle_since_ns, &version);
             if (status != KVIO_OK)
-                return lane_failed(loop, lane, status, updates->ops->error(updates));
+                return source_failed(loop, lane, status, updates->ops->error(updates));
             if (version > lane->engine_version) {
                 lane->engine_version = version;
                 if (lane->engine != NULL && (status = kvio_engine_activate(lane->engine,
@@ -186,7 +197,7 @@ static kvio_status_t end_running(kvio_serve_loop_t *loop, kvio_serve_lane_t *lan
     if (arrivals != NULL && arrivals->ops->iteration_ended != NULL) {
         kvio_status_t status = arrivals->ops->iteration_ended(arrivals, lane);
         if (status != KVIO_OK)
-            return lane_failed(loop, lane, status, arrivals->ops->error(arrivals));
+            return source_failed(loop, lane, status, arrivals->ops->error(arrivals));
     }
     return KVIO_OK;
 }
@@ -206,7 +217,7 @@ static kvio_status_t go_idle(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane, i
         if (arrivals != NULL && arrivals->ops->finished != NULL) {
             kvio_status_t status = arrivals->ops->finished(arrivals, lane);
             if (status != KVIO_OK)
-                return lane_failed(loop, lane, status, arrivals->ops->error(arrivals));
+                return source_failed(loop, lane, status, arrivals->ops->error(arrivals));
         }
     }
     lane->wake_ns = lane_wake(loop, lane, now_ns);
@@ -252,6 +263,15 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
         kvio_status_t status = apply_updates(loop, lane, now_ns, was_idle, &view);
         if (status != KVIO_OK)
             return status;
+    }
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    if (arrivals != NULL && arrivals->ops->due != NULL && !loop->stopped && !closed(loop) &&
+        arrivals->ops->due(arrivals, loop, now_ns)) {
+        bool more_now = false;
+        kvio_status_t status = arrivals->ops->take(arrivals, loop, now_ns, &more_now);
+        if (status != KVIO_OK)
+            return source_failed(loop, lane, status, arrivals->ops->error(arrivals));
+        lane->woken = false; /* it starts here */
     }
     if (lane->engine == NULL) {
         if (view.stalled && !loop->stopped) {
@@ -370,9 +390,10 @@ static kvio_status_t poll_while_waiting(void *context, int64_t now_ns, bool *wor
         if (lane->updates == NULL || lane->updates->ops->poll == NULL)
             continue;
         bool worked = false;
-        kvio_status_t status = lane->updates->ops->poll(lane->updates, now_ns, &worked, nap_ns_p);
+        kvio_status_t status = lane->updates->ops->poll(
+            lane->updates, now_ns, lane->state == KVIO_LANE_STALL, &worked, nap_ns_p);
         if (status != KVIO_OK)
-            return lane_failed(loop, lane, status, lane->updates->ops->error(lane->updates));
+            return source_failed(loop, lane, status, lane->updates->ops->error(lane->updates));
         *worked_p = *worked_p || worked;
     }
     kvio_serve_arrivals_t *arrivals = loop->arrivals;
@@ -380,7 +401,7 @@ static kvio_status_t poll_while_waiting(void *context, int64_t now_ns, bool *wor
     if (arrivals != NULL && arrivals->ops->poll != NULL && idle && !loop->stopped) {
         kvio_status_t status = arrivals->ops->poll(arrivals, wake_p);
         if (status != KVIO_OK)
-            return lane_failed(loop, loop->lanes[0], status, arrivals->ops->error(arrivals));
+            return source_failed(loop, loop->lanes[0], status, arrivals->ops->error(arrivals));
     }
     return KVIO_OK;
 }
@@ -415,10 +436,23 @@ static kvio_status_t loop_ready(kvio_serve_loop_t *loop)
         if (arrivals != NULL && arrivals->ops->ready != NULL) {
             kvio_status_t status = arrivals->ops->ready(arrivals, lane);
             if (status != KVIO_OK)
-                return lane_failed(loop, lane, status, arrivals->ops->error(arrivals));
+                return source_failed(loop, lane, status, arrivals->ops->error(arrivals));
         }
     }
     return KVIO_OK;
+}
+
+/* Nothing more can happen: an idle lane not yet finished finishes now
+ * (its source hears so, e.g. the client rank its final state). */
+static kvio_status_t finish_idle_lanes(kvio_serve_loop_t *loop, int64_t now_ns)
+{
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t i = 0; i < loop->num_lanes && status == KVIO_OK; i++) {
+        kvio_serve_lane_t *lane = loop->lanes[i];
+        if (lane->state == KVIO_LANE_IDLE && !lane->finished && lane->engine != NULL)
+            status = go_idle(loop, lane, now_ns);
+    }
+    return status;
 }
 
 kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
@@ -431,8 +465,10 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
             loop->stopped = true;
         int64_t now_ns = executor->ops->now(executor);
         event_t event;
-        if (!next_event(loop, now_ns, &event))
+        if (!next_event(loop, now_ns, &event)) {
+            status = finish_idle_lanes(loop, now_ns);
             break;
+        }
         status = executor->ops->wait_until(executor, event.at_ns, &poll);
         if (status != KVIO_OK)
             break;

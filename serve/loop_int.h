@@ -92,6 +92,11 @@ typedef struct kvio_serve_arrivals_ops {
                           int64_t now_ns, bool *more_now_p);
     /* No request will come any more. */
     bool (*ended)(const kvio_serve_arrivals_t *source);
+    /* Optional: something may be taken at now_ns at a lane's iteration
+     * boundary (requests that came during the iteration); NULL: requests
+     * are taken only as events of their own. */
+    bool (*due)(const kvio_serve_arrivals_t *source, const kvio_serve_loop_t *loop,
+                int64_t now_ns);
     /* Optional hooks of a source that talks to its sender (the client
      * rank): the lane is ready to serve; an iteration of it ended; it has
      * finished serving; and a look while the lane waits idle (wake: a
@@ -132,6 +137,21 @@ kvio_status_t kvio_serve_stream_arrivals_create(const kvio_serve_stream_params_t
 kvio_serve_arrivals_t *kvio_serve_stream_arrivals(kvio_serve_stream_arrivals_t *source);
 void kvio_serve_stream_arrivals_destroy(kvio_serve_stream_arrivals_t *source);
 
+/* Requests from the client rank (serve/arrivals_client.c), for the one lane
+ * of loop. */
+typedef struct kvio_serve_client_arrivals kvio_serve_client_arrivals_t;
+
+kvio_status_t kvio_serve_client_arrivals_create(kvio_rte_t *rte, int client_rank,
+                                                uint32_t serve_index, kvio_serve_loop_t *loop,
+                                                kvio_serve_lane_t *lane,
+                                                kvio_serve_client_arrivals_t **source_p);
+kvio_serve_arrivals_t *kvio_serve_client_arrivals(kvio_serve_client_arrivals_t *source);
+/* A block's hash entered (cached) or left the lane's prefix index: what the
+ * next state message tells the client's router. */
+void kvio_serve_client_arrivals_note(kvio_serve_client_arrivals_t *source, kvio_hash_t hash,
+                                     bool cached);
+void kvio_serve_client_arrivals_destroy(kvio_serve_client_arrivals_t *source);
+
 /* ---------- update sources: model versions that change serving ---------- */
 
 typedef struct kvio_serve_updates kvio_serve_updates_t;
@@ -155,9 +175,10 @@ typedef struct kvio_serve_updates_ops {
      * active after it (the old one when the new one failed its checksum). */
     kvio_status_t (*activate)(kvio_serve_updates_t *updates, int64_t now_ns, bool idle,
                               int64_t idle_since_ns, uint64_t *version_p);
-    /* One bounded piece of receive work while time passes (NULL: none). */
-    kvio_status_t (*poll)(kvio_serve_updates_t *updates, int64_t now_ns, bool *worked_p,
-                          int64_t *nap_ns_p);
+    /* One bounded piece of receive work while time passes (NULL: none);
+     * lane_stalled: the lane stalls for the update. */
+    kvio_status_t (*poll)(kvio_serve_updates_t *updates, int64_t now_ns, bool lane_stalled,
+                          bool *worked_p, int64_t *nap_ns_p);
     /* No version will come or remains to be handled. */
     bool (*over)(kvio_serve_updates_t *updates, int64_t now_ns);
     /* When to look again while nothing else is due (INT64_MAX: never). */
@@ -185,6 +206,11 @@ kvio_status_t kvio_serve_schedule_updates_create(const kvio_serve_schedule_param
                                                  kvio_serve_schedule_updates_t **updates_p);
 kvio_serve_updates_t *kvio_serve_schedule_updates(kvio_serve_schedule_updates_t *updates);
 void kvio_serve_schedule_updates_destroy(kvio_serve_schedule_updates_t *updates);
+
+/* The transport's receiver as a lane's update source
+ * (serve/updates_receiver.c; kvio/update.h creates it). */
+kvio_serve_updates_t *kvio_update_receiver_updates(kvio_update_receiver_t *receiver);
+bool kvio_update_receiver_trainer_lost(const kvio_serve_updates_t *updates);
 
 /* ---------- what the lanes record (serve/record.c) ---------- */
 
@@ -237,6 +263,43 @@ kvio_status_t kvio_serve_render_requests(kvio_csv_t *csv, const kvio_engine_fini
 kvio_status_t kvio_serve_render_iterations(kvio_csv_t *csv, kvio_event_trace_t *events,
                                            const void *records, size_t length,
                                            double host_bandwidth);
+
+/* ---------- a serve rank's real memory (serve/memory.c) ---------- */
+
+typedef struct kvio_serve_memory {
+    void *memory;            /* the KV pool: (blocks + 1) x block_bytes */
+    size_t memory_bytes;
+    void *swap_space;        /* swap preemption: the host swap space */
+    bool swap_pinned;        /* swap_space is pinned memory of device (a GPU pool) */
+    size_t swap_bytes;
+    uint32_t swap_blocks;
+    struct kvio_device *device; /* device.memory pinned or cuda: the pool's domain
+                                   (memory is its allocation); NULL: mmap'd host */
+    bool spin;               /* a spin kernel runs for each iteration (gpu executor) */
+    kvio_tier_t **tiers;     /* lower tiers, their data real */
+    size_t num_tiers;
+} kvio_serve_memory_t;
+
+/* Serve rank rank's pool of blocks usable blocks, its swap space and its
+ * tiers (named apart from every other rank's and run's). */
+kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t rank,
+                                       uint32_t blocks, uint64_t block_bytes,
+                                       kvio_serve_memory_t *setup, char *error_p,
+                                       size_t error_len);
+void kvio_serve_memory_destroy(kvio_serve_memory_t *setup);
+
+/* Device memory a rank's spin kernel streams over (0: none), and where its
+ * KV pool lives ("host" or the device's description). */
+uint64_t kvio_serve_memory_spin_bytes(const kvio_serve_memory_t *setup,
+                                      const kvio_serve_run_t *run);
+const char *kvio_serve_memory_where(const kvio_serve_memory_t *setup);
+
+/* A plain memcpy of as many whole blocks as the rank swapped (at most 64)
+ * between its pool and swap space, after the run: what the swap copies
+ * compare with. Adds to *bytes_p and *ns_p. */
+void kvio_serve_memory_reference_copy(const kvio_serve_memory_t *setup, uint64_t block_bytes,
+                                      uint64_t swapped_bytes, uint64_t *bytes_p,
+                                      int64_t *ns_p);
 
 /* ---------- lanes and the loop (serve/loop.c) ---------- */
 
@@ -311,5 +374,39 @@ void kvio_serve_loop_finished(kvio_serve_loop_t *loop);
 /* Runs the lanes until serving and updates are over (or stop is set and the
  * updates are over); a lane's failure ends it with loop->error set. */
 kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop);
+
+/* ---------- a serve rank of emulate mode (serve/rank.c) ---------- */
+
+/* Iteration records a serve rank keeps for rank 0 (its report must stay
+ * below the runtime's message limit); later ones are counted, not kept. */
+#define KVIO_SERVE_ITERATIONS_MAX_BYTES (8u << 20)
+
+/* One serve rank in real time: its memory, engine and one lane, on the
+ * realtime (or gpu) executor, fed by its share of the stream or by the
+ * client rank. */
+struct kvio_serve_rank {
+    const kvio_serve_run_t *run;
+    uint32_t serve_index, num_serve;
+    uint32_t blocks, block_size;
+    uint64_t block_bytes;
+    kvio_cost_t *cost;
+    kvio_serve_memory_t memory;
+    kvio_serve_lane_t lane;
+    kvio_serve_lane_t *lanes[1];
+    kvio_serve_recorder_t recorder;
+    kvio_executor_t executor;
+    kvio_serve_loop_t loop;
+    kvio_serve_stream_arrivals_t *stream;   /* its share of the stream */
+    kvio_serve_client_arrivals_t *client;   /* or the client rank's requests */
+    int64_t setup_wait_ns;                  /* waiting for run->setup_lock */
+    char error[1024];
+};
+
+/* Where a rank's report (kvio_serve_rank_pack) is merged into the run's
+ * totals on rank 0 (serve/merge.c). */
+json_t *kvio_serve_executor_json(const char *executor, const char *kv_memory, bool spin,
+                                 uint64_t spin_bytes, const kvio_hist_t *error_ns,
+                                 const kvio_hist_t *error_ppm, int64_t overhead,
+                                 int64_t planned);
 
 #endif

@@ -75,3 +75,30 @@ uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t byt
     return blocks < UINT32_MAX ? (uint32_t)blocks : UINT32_MAX;
 }
 
+
+kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint32_t serve_index,
+                                              uint32_t blocks, const kvio_cost_t *cost,
+                                              kvio_engine_observer_t observer)
+{
+    const kvio_serve_config_t *serve = run->serve;
+    return (kvio_engine_params_t){
+        .config = &serve->engine,
+        .num_blocks = blocks,
+        .block_size = (uint32_t)serve->kvcache.block_size,
+        .prefix_caching = serve->kvcache.prefix_caching,
+        .free_order = serve->kvcache.free_order,
+        .index = serve->kvcache.index,
+        .eviction = serve->kvcache.eviction,
+        .sched = &serve->scheduler,
+        .seed = run->seed + serve_index,
+        .cost = cost,
+        .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
+                                                            run->cost->tensor_parallel),
+        .host_bandwidth = run->gpu->host_bandwidth,
+        .slo = run->slo,
+        .rank = (uint32_t)run->first_serve_rank + serve_index,
+        .observer = observer,
+        .update_cache = run->update != NULL ? run->update->on_activate.cache : 0,
+        .in_flight = run->update != NULL ? run->update->in_flight : 0,
+    };
+}

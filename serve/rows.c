@@ -7,23 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
-                                uint32_t rank, const kvio_engine_iteration_t *iteration,
-                                double host_bandwidth)
-{
-    if (events == NULL)
-        return;
-    const kvio_engine_scheduled_t *items = NULL;
-    size_t count = 0;
-    kvio_engine_last_scheduled(engine, &items, &count);
-    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
-    size_t shown = count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS;
-    for (size_t i = 0; i < shown; i++)
-        ids[i] = items[i].id;
-    /* num_request_ids is the batch size; only the first ids are written. */
-    kvio_serve_trace_iteration_ids(events, rank, iteration, ids, count, host_bandwidth);
-}
-
 void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
                                     const kvio_engine_iteration_t *iteration,
                                     const uint64_t *ids, size_t num_ids, double host_bandwidth)

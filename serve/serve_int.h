@@ -97,6 +97,13 @@ kvio_status_t kvio_serve_engine_request(const kvio_request_t *request, uint32_t 
                                         kvio_hash_buffer_t *buffer,
                                         kvio_engine_request_t *engine_request_p);
 
+/* An engine's parameters for serve rank serve_index of run, with blocks
+ * usable blocks, cost and observer: everything but the real memory and the
+ * tiers (borrowed from run). */
+kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint32_t serve_index,
+                                              uint32_t blocks, const kvio_cost_t *cost,
+                                              kvio_engine_observer_t observer);
+
 /* update.colocated: the KV blocks an incoming update of bytes takes from a
  * pool of block_bytes blocks (all of them with release; 0 when off or
  * nothing comes in). */
@@ -121,11 +128,8 @@ kvio_status_t kvio_serve_step(kvio_engine_t *engine, int64_t now_ns, uint32_t ra
                               bool pool_comes_back, kvio_engine_iteration_t *iteration_p,
                               kvio_serve_step_t *step_p, char *error_p, size_t error_len);
 
-/* One trace event for an iteration of engine (and one for its swaps). */
-void kvio_serve_trace_iteration(kvio_event_trace_t *events, const kvio_engine_t *engine,
-                                uint32_t rank, const kvio_engine_iteration_t *iteration,
-                                double host_bandwidth);
-/* The same from a record: num_ids is the size of its batch (the event's
+/* One trace event for an iteration (and one for its swaps and tier
+ * traffic) from a record: num_ids is the size of its batch (the event's
  * num_requests) and ids holds the batch's first min(num_ids,
  * KVIO_EVENT_MAX_REQUEST_IDS) request ids. */
 void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,

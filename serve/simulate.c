@@ -99,27 +99,12 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     }
     if (status != KVIO_OK)
         return status;
-    kvio_engine_params_t params = {
-        .config = &run->serve->engine,
-        .num_blocks = sim->blocks,
-        .block_size = sim->block_size,
-        .prefix_caching = run->serve->kvcache.prefix_caching,
-        .free_order = run->serve->kvcache.free_order,
-        .index = run->serve->kvcache.index,
-        .eviction = run->serve->kvcache.eviction,
-        .sched = &run->serve->scheduler,
-        .seed = run->seed + index,
-        .cost = sim->cost,
-        .kv_bytes_per_token = kv_bytes_per_token,
-        .host_bandwidth = run->gpu->host_bandwidth,
-        .slo = run->slo,
-        .rank = lane->world_rank,
-        .observer = {.context = rank, .on_finish = on_finish, .on_iteration = on_iteration},
-        .tiers = rank->tiers,
-        .num_tiers = rank->num_tiers,
-        .update_cache = run->update != NULL ? run->update->on_activate.cache : 0,
-        .in_flight = run->update != NULL ? run->update->in_flight : 0,
-    };
+    kvio_engine_observer_t observer = {.context = rank, .on_finish = on_finish,
+                                       .on_iteration = on_iteration};
+    kvio_engine_params_t params = kvio_serve_engine_params(run, index, sim->blocks, sim->cost,
+                                                           observer);
+    params.tiers = rank->tiers;
+    params.num_tiers = rank->num_tiers;
     return kvio_engine_create(&params, &lane->engine, error_p, error_len);
 }
 

@@ -498,12 +498,6 @@ typedef struct stuck_client {
     char error[256];
 } stuck_client_t;
 
-static void nap_ms(long ms)
-{
-    struct timespec pause = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    nanosleep(&pause, NULL);
-}
-
 static kvio_status_t stuck_client_body(kvio_rte_t *rte, void *arg)
 {
     stuck_client_t *test = arg;
@@ -533,18 +527,7 @@ static kvio_status_t stuck_client_body(kvio_rte_t *rte, void *arg)
     if (test->status != KVIO_OK) {
         return KVIO_OK;
     }
-    kvio_update_server_t server;
-    kvio_serve_rank_server(rank, &server);
-    int64_t start = kvio_rte_time_ns(rte);
-    bool finished = false;
-    while (test->status == KVIO_OK && !finished &&
-           kvio_rte_time_ns(rte) - start < 10000000000LL) {
-        int64_t end_ns = -1, idle_until = 0;
-        test->status = server.begin(server.context, kvio_rte_time_ns(rte), 0, &end_ns,
-                                    &idle_until, &finished);
-        nap_ms(1);
-    }
-    snprintf(test->error, sizeof(test->error), "%s", server.error(server.context));
+    test->status = kvio_serve_rank_serve(rank, NULL, 0, NULL, test->error, sizeof(test->error));
     kvio_serve_rank_destroy(rank);
     return KVIO_OK;
 }

@@ -190,8 +190,9 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
 typedef struct kvio_serve_rank kvio_serve_rank_t;
 
 /* Creates serve rank serve_index of num_serve: real KV memory, tiers and an
- * engine. run->stream is this rank's own copy of the stream; it takes
- * requests i with i mod num_serve == serve_index. Caller destroys. */
+ * engine (none without run->serve). run->stream is this rank's own copy of
+ * the stream; it takes requests i with i mod num_serve == serve_index, or
+ * with a client rank the client's. Caller destroys. */
 kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve_index,
                                      uint32_t num_serve, kvio_serve_rank_t **rank_p,
                                      char *error_p, size_t error_len);
@@ -201,11 +202,24 @@ void kvio_serve_rank_destroy(kvio_serve_rank_t *rank);
  * another rank's set-up took, not this one's. */
 int64_t kvio_serve_rank_setup_wait_ns(const kvio_serve_rank_t *rank);
 
-/* The hooks through which the update receive loop drives the engine. With
- * a client rank, begin fails (KVIO_ERR_PEER, "the client rank is lost: ...")
- * when the client failed, ended or fell silent (no heartbeat for the
- * runtime's timeout) before its last batch; a slow client is waited for. */
-void kvio_serve_rank_server(kvio_serve_rank_t *rank, kvio_update_server_t *server_p);
+/* Runs the rank's serve loop until serving is over (its stream share, or
+ * the client rank's last batch, served) and, with a receiver (may be NULL),
+ * until the updates are over; then fills *result_p (may be NULL) with the
+ * receiver's records, the iterations run and the inference stall. A rank
+ * created without run->serve runs emulated iterations of
+ * update.iteration, until the updates are over (and, with the trainer
+ * lost, until serve_until_ns). With a client rank, it fails (KVIO_ERR_PEER,
+ * "the client rank is lost: ...") when the client failed, ended or fell
+ * silent (no heartbeat for the runtime's timeout) before its last batch; a
+ * slow client is waited for. stop (run->stop) ends serving after the
+ * iteration under way; the updates are still taken to their end. */
+kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receiver_t *receiver,
+                                    int64_t serve_until_ns, kvio_update_result_t *result_p,
+                                    char *error_p, size_t error_len);
+
+/* Keeps at most bytes of iteration records for the report (the default
+ * fits the runtime's message limit; a plain run's report stays in memory). */
+void kvio_serve_rank_set_iterations_limit(kvio_serve_rank_t *rank, size_t bytes);
 
 /* The rank's measurements as a blob for rank 0 (caller frees). */
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,

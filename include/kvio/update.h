@@ -1,9 +1,9 @@
-/* The serve rank's side of model updates: a receive loop with emulated
- * iterations that takes versions from a transport into a shadow buffer,
- * verifies their checksum, and activates them at the next iteration boundary
- * (apply: shadow) or stops iterating until they are in (apply: stall). It
- * records the six stages of every update on rank 0's clock. The emulate
- * engine replaces the loop; the records and the stage meanings stay. */
+/* The serve rank's side of model updates: the `update:` section (what an
+ * activated version does to serving), and the receiver that takes versions
+ * from a transport into a shadow buffer, verifies their checksum and
+ * activates them at an iteration boundary of the rank's serve loop (apply:
+ * shadow) or stalls it until they are in (apply: stall). It records the six
+ * stages of every update on rank 0's clock. */
 #ifndef KVIO_UPDATE_H
 #define KVIO_UPDATE_H
 
@@ -112,31 +112,6 @@ typedef struct kvio_update_result {
     char trainer_lost_reason[256];
 } kvio_update_result_t;
 
-/* A serving engine that the receive loop drives instead of its emulated
- * iterations (the coupled run): begin starts an iteration at now_ns (rank
- * 0's clock) on the active version and returns when it should end, or a
- * negative end when there is nothing to run yet (then *idle_until_p says how
- * long to idle); *finished_p is set when serving is over for good. end
- * completes the iteration at now_ns. */
-typedef struct kvio_update_server {
-    void *context;
-    kvio_status_t (*begin)(void *context, int64_t now_ns, uint64_t active_version,
-                           int64_t *end_ns_p, int64_t *idle_until_p, bool *finished_p);
-    kvio_status_t (*end)(void *context, int64_t now_ns);
-    /* Optional: what went wrong when begin or end failed ("" or NULL: only
-     * the status is known). */
-    const char *(*error)(void *context);
-    /* Optional (update.in_flight: wait): at an iteration boundary with a
-     * version ready, stop admitting and say whether nothing runs any more,
-     * so that the version may activate. */
-    bool (*drained)(void *context);
-    /* Optional (update.colocated), at every iteration boundary: lend the KV
-     * pool's memory to an incoming update of bytes (0: none is in flight;
-     * take it back). */
-    kvio_status_t (*lend)(void *context, uint64_t bytes);
-} kvio_update_server_t;
-
-
 /* The notice the training rank's harness sends every serve rank (rte tag
  * KVIO_UPDATE_TAG_TRAINER_LOST) when its trainer was lost but the rank
  * itself lives on to collect the results: the receive loop stops waiting
@@ -150,31 +125,38 @@ typedef struct kvio_trainer_lost_notice {
 kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *ranks, int count,
                                                 const kvio_trainer_lost_notice_t *notice);
 
-/* Runs the receive loop on a receiver transport until the sender's end
- * notice has arrived and every announced version is handled. Waits for the
- * sender as long as it lives (heartbeats, not progress): KVIO_ERR_PEER when
- * it fails or falls silent first. With on_trainer_loss: serve, that (and the
- * trainer-lost notice) instead marks the trainer lost in the result: the
- * loop discards what never arrived whole, keeps the active version and
- * serves until serving ends (emulated iterations: until serve_until_ns, rank
- * 0's clock), then returns KVIO_OK. */
+/* A serve rank's receiver of model updates over a receiver transport
+ * (serve/updates_receiver.c): the update source of the rank's serve loop
+ * (kvio_serve_rank_serve). It waits for the sender as long as the sender
+ * lives (heartbeats, not progress): the loop fails with KVIO_ERR_PEER when
+ * it fails or falls silent first, unless on_trainer_loss: serve, which marks
+ * the trainer lost in the result instead: what never arrived whole is
+ * discarded and the active version kept; versions owed by a chain are waited
+ * for until serve_until_ns (rank 0's clock). Create it once every rank has
+ * started (its start is the result's t_start). Caller destroys. */
+typedef struct kvio_update_receiver kvio_update_receiver_t;
+
+kvio_status_t kvio_update_receiver_create(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                          kvio_xfer_t *xfer, int sender,
+                                          int64_t serve_until_ns,
+                                          kvio_update_receiver_t **receiver_p, char *error_p,
+                                          size_t error_len);
+void kvio_update_receiver_destroy(kvio_update_receiver_t *receiver);
+
+/* After the loop: moves the records into *result_p with the loop's count of
+ * iterations and its inference stall (caller frees with
+ * kvio_update_result_free). */
+void kvio_update_receiver_finish(kvio_update_receiver_t *receiver, uint64_t iterations,
+                                 int64_t inference_stall_ns, kvio_update_result_t *result_p);
+
+/* The receiver on its own (update latency only): a serve rank of emulated
+ * iterations (update.iteration) receiving from sender until the updates
+ * are over (serve rank index: kvio_rte_index(rte) - 1), as
+ * kvio_serve_rank_serve runs it; *result_p as there. */
 kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
                                 kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
                                 kvio_update_result_t *result_p, char *error_p,
                                 size_t error_len);
-
-/* The same loop with a serving engine (server may be NULL: emulated
- * iterations). The loop ends when updates have ended and the server has
- * finished. stop (may be NULL; set asynchronously, e.g. by SIGINT) ends
- * serving after the iteration under way; the loop then still takes the
- * sender's end notice (the sender stops on the same flag) so the records
- * so far stay consistent. */
-kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                     kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
-                                     const kvio_update_server_t *server,
-                                     volatile sig_atomic_t *stop,
-                                     kvio_update_result_t *result_p, char *error_p,
-                                     size_t error_len);
 
 void kvio_update_result_free(kvio_update_result_t *result);
 

@@ -1,104 +1,35 @@
-/* The serve rank's receive loop: emulated iterations; between them (or, with
- * apply: shadow, in their idle time) it polls the transport, fetches the new
- * version chunk by chunk into the shadow slot, verifies it with a streaming
- * XXH3-64 that takes each piece as it lands (fetched, or, for a push, as
- * the transport says it is in, before the notice, so that verification ends
- * with the transfer), and swaps slots at an iteration boundary. It stamps
- * t_verified and t_activated; the transport wrapper stamped the earlier
- * stages. When the trainer is lost (update.on_trainer_loss: serve) it keeps
- * serving the active version to the run's end. */
-#include "kvio/update.h"
+/* A serve rank's receiver of model updates, as its loop's update source: it
+ * polls the transport while time passes, fetches a new version chunk by
+ * chunk into the shadow slot, verifies it with a streaming XXH3-64 that
+ * takes each piece as it lands (fetched, or, for a push, as the transport
+ * says it is in, before the notice, so that verification ends with the
+ * transfer), and swaps slots when the loop activates it at an iteration
+ * boundary. It stamps t_verified and t_activated; the transport wrapper
+ * stamped the earlier stages. The trainer is judged by its heartbeats,
+ * never its pace; when it is lost (update.on_trainer_loss: serve) the rank
+ * keeps serving the active version to the run's end. */
+#include "serve/loop_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kvio/clock.h"
+#include "kvio/gpu.h"
 #include "kvio/log.h"
+#include "kvio/update.h"
 
-static const char *const apply_names[] = {"shadow", "stall", NULL};
-static const char *const serving_names[] = {"emulated", "engine", NULL};
-static const char *const trainer_loss_names[] = {"serve", "fail", NULL};
-
-static const char *const cache_names[] = {"flush", "version", "keep", NULL};
-static const char *const in_flight_names[] = {"keep", "abort", "wait", NULL};
-static const char *const colocated_names[] = {"false", "true", "release", NULL};
-
-static const kvio_opt_t activate_options[] = {
-    {.key = "cache", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_activate_t, cache),
-     .values = cache_names, .default_value = "flush",
-     .help = "the prefix cache when a version activates: flush: every cached block loses its "
-             "hash, as vLLM's reset and SGLang's flush on a weight update; version: entries "
-             "hit only under the version that cached them; keep: stale hits are allowed and "
-             "counted (stale_hit_tokens)"},
-    {.key = NULL},
-};
-
-const kvio_opt_t kvio_update_options[] = {
-    {.key = "on_activate", .type = KVIO_OPT_SECTION,
-     .offset = offsetof(kvio_update_config_t, on_activate), .options = activate_options,
-     .help = "what a version's activation does to a serve rank's engine"},
-    {.key = "in_flight", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, in_flight),
-     .values = in_flight_names, .default_value = "keep",
-     .help = "the requests running when a version activates: keep: they go on with their KV "
-             "from the old weights (mixed_version_tokens counts their tokens); abort: they "
-             "are preempted and recomputed on the new weights (update_recomputed_tokens); "
-             "wait: admission stops until they have finished, then the version activates (the "
-             "drain is an inference stall)"},
-    {.key = "colocated", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, colocated),
-     .values = colocated_names, .default_value = "false",
-     .help = "training and serving share device memory: true: while an update is on its way "
-             "in (transfer to activation) the KV pool lends the incoming buffer's bytes, "
-             "preempting what no longer fits; release: the whole pool is released (sleep "
-             "mode) and rebuilt cold; false: the update has memory of its own"},
-    {.key = "interference_window", .type = KVIO_OPT_DURATION,
-     .offset = offsetof(kvio_update_config_t, interference_window_ns), .default_value = "10s",
-     .flags = KVIO_OPT_HAS_MIN, .min = 1000000,
-     .help = "serving after each activation, against as long before it, on the same rank: "
-             "summary.json update_interference and updates.csv's ratio columns"},
-    {.key = "apply", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, apply),
-     .values = apply_names, .default_value = "shadow",
-     .help = "shadow: receive beside the active weights, swap at an iteration boundary; "
-             "stall: stop iterating until the update is in"},
-    {.key = "verify", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_update_config_t, verify),
-     .default_value = "true", .help = "checksum the whole buffer before activating it"},
-    {.key = "iteration", .type = KVIO_OPT_DURATION,
-     .offset = offsetof(kvio_update_config_t, iteration_ns), .default_value = "20ms",
-     .flags = KVIO_OPT_HAS_MIN, .min = 1000, .help = "one emulated serving iteration"},
-    {.key = "corrupt_offset", .type = KVIO_OPT_INT,
-     .offset = offsetof(kvio_update_config_t, corrupt_offset), .default_value = "-1",
-     .flags = KVIO_OPT_HAS_MIN, .min = -1,
-     .help = "fault injection: flip this byte of every received version (-1: never)"},
-    {.key = "serving", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, serving),
-     .values = serving_names, .default_value = "emulated",
-     .help = "emulate mode: emulated iterations, or the real-time engine serving the stream "
-             "(the coupled run)"},
-    {.key = "die_during_version", .type = KVIO_OPT_INT,
-     .offset = offsetof(kvio_update_config_t, die_during_version), .default_value = "0",
-     .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "fault injection: serve rank die_rank stops, as if it died, while receiving "
-             "this version or the first newer one it sees (0: never); the trainer and the "
-             "other ranks must fail within ranks.timeout"},
-    {.key = "die_rank", .type = KVIO_OPT_INT,
-     .offset = offsetof(kvio_update_config_t, die_rank), .default_value = "1",
-     .flags = KVIO_OPT_HAS_MIN, .min = 1,
-     .help = "fault injection: the rank that die_during_version stops (serve ranks are "
-             "1..ranks.serve)"},
-    {.key = "on_trainer_loss", .type = KVIO_OPT_ENUM,
-     .offset = offsetof(kvio_update_config_t, on_trainer_loss), .values = trainer_loss_names,
-     .default_value = "serve",
-     .help = "the training rank lost (died, its transport failed): serve: the serve ranks "
-             "keep serving their last verified version until the run ends, then the run "
-             "fails (complete: false) reporting model_updates.trainer_lost; fail: every "
-             "rank ends with an error at once"},
-    {.key = NULL},
-};
+/* How soon an idle or stalled lane looks at the receiver again. */
+#define LOOK_NS 200000
+/* The nap while a version's next piece is on its way (a bucket's notice
+ * comes within microseconds). */
+#define ARRIVING_NAP_NS 10000
 
 /* Bytes checksummed per step of the loop (keeps iterations responsive). */
 #define VERIFY_STEP (4u << 20)
 
-typedef struct serve_state {
+struct kvio_update_receiver {
+    kvio_serve_updates_t base; /* the loop's view of it */
     const kvio_update_config_t *config;
     kvio_rte_t *rte;
     kvio_xfer_t *xfer;
@@ -116,7 +47,6 @@ typedef struct serve_state {
                                   (no corrupt_offset fault to flip a byte after) */
     bool corrupted;            /* fault injection done for the pending update */
     int64_t t_verified_ns;     /* when the update was checked (or complete) */
-    int64_t drain_start_ns;    /* in_flight: wait: when admission stopped (0: it runs) */
     bool end_seen;
     void *staging;             /* slots in GPU memory: host buffer to verify through */
     char error[512];           /* a GPU slot's copy failed (else the transport's error) */
@@ -127,7 +57,13 @@ typedef struct serve_state {
                                   to come by a chain (from a live upstream server) */
     kvio_update_result_t result;
     size_t capacity;
-} serve_state_t;
+    int64_t serve_until_ns;    /* owed versions are waited for until then */
+    int64_t poll_interval_ns;  /* the transport's discovery interval */
+    int64_t next_poll_ns;
+    char message[768];         /* why the receiver failed, naming the rank */
+};
+
+typedef struct kvio_update_receiver serve_state_t;
 
 static kvio_status_t add_record(serve_state_t *state, const kvio_update_record_t *record)
 {
@@ -348,7 +284,7 @@ static void lose_trainer(serve_state_t *state, const char *reason)
 
 /* The trainer's liveness (heartbeats, never its pace): a training rank
  * that failed or fell silent before its end notice is lost. */
-static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t error_len)
+static kvio_status_t check_peer(serve_state_t *state)
 {
     int self = kvio_rte_index(state->rte), sender = state->sender;
     bool serve_on = state->config->on_trainer_loss == KVIO_TRAINER_LOSS_SERVE;
@@ -379,7 +315,7 @@ static kvio_status_t check_peer(serve_state_t *state, char *error_p, size_t erro
         lose_trainer(state, reason);
         return KVIO_OK;
     }
-    snprintf(error_p, error_len, "rank %d: the training rank %d is lost: %s", self, sender,
+    snprintf(state->message, sizeof(state->message), "rank %d: the training rank %d is lost: %s", self, sender,
              reason);
     return status;
 }
@@ -400,7 +336,7 @@ static bool transport_lost(serve_state_t *state, kvio_status_t status)
     return true;
 }
 
-static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error_len)
+static kvio_status_t poll_once(serve_state_t *state)
 {
     kvio_xfer_receive_t receive;
     kvio_status_t status = kvio_xfer_poll(state->xfer, 1 - state->active_slot, &receive);
@@ -419,7 +355,7 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
             state->owed_version = 0;
             return KVIO_OK;
         }
-        snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(state->rte),
+        snprintf(state->message, sizeof(state->message), "rank %d: %s", kvio_rte_index(state->rte),
                  kvio_xfer_error(state->xfer));
         return status;
     }
@@ -444,38 +380,12 @@ static kvio_status_t poll_once(serve_state_t *state, char *error_p, size_t error
     return KVIO_OK;
 }
 
-static void nap(int64_t ns)
-{
-    struct timespec pause = {.tv_sec = 0, .tv_nsec = ns > 100000 ? 100000 : ns};
-    if (pause.tv_nsec > 0)
-        nanosleep(&pause, NULL);
-}
-
-kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
-                                kvio_update_result_t *result_p, char *error_p,
-                                size_t error_len)
-{
-    return kvio_update_serve_with(config, rte, xfer, sender, serve_until_ns, NULL, NULL,
-                                  result_p, error_p, error_len);
-}
-
-kvio_status_t kvio_update_announce_trainer_lost(kvio_rte_t *rte, const int *ranks, int count,
-                                                const kvio_trainer_lost_notice_t *notice)
-{
-    kvio_status_t status = KVIO_OK;
-    for (int i = 0; i < count && status == KVIO_OK; i++)
-        status = kvio_rte_send(rte, ranks[i], KVIO_UPDATE_TAG_TRAINER_LOST, notice,
-                               sizeof(*notice));
-    return status;
-}
 
 /* One bounded piece of work on the pending update. A version whose data is
  * gone at its source (KVIO_ERR_NOT_FOUND: deleted, or lost when Redis
  * restarted), or whose fetch fails once the trainer is lost, is skipped:
  * recorded without activation, with a warning, and the active one kept. */
-static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p, char *error_p,
-                                  size_t error_len)
+static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p)
 {
     bool pending = state->pending; /* else the work was on a version still landing */
     kvio_status_t status = work_step(state, worked_p);
@@ -503,184 +413,185 @@ static kvio_status_t work_or_drop(serve_state_t *state, bool *worked_p, char *er
             return KVIO_OK;
         why = kvio_strerror(status);
     }
-    snprintf(error_p, error_len, "rank %d: %s", self, why);
+    snprintf(state->message, sizeof(state->message), "rank %d: %s", self, why);
     return status;
 }
 
-kvio_status_t kvio_update_serve_with(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                     kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
-                                     const kvio_update_server_t *server,
-                                     volatile sig_atomic_t *stop,
-                                     kvio_update_result_t *result_p, char *error_p,
-                                     size_t error_len)
+/* ---------- the loop's view ---------- */
+
+/* A version published whole before the trainer was lost may still be on
+ * its way (chain fan-out: from the server before this one). */
+static bool owed(const serve_state_t *state, int64_t now_ns)
 {
-    serve_state_t state = {.config = config, .rte = rte, .xfer = xfer, .active_slot = 1,
-                           .sender = sender,
-                           .fetch_sums = kvio_xfer_sums_fetch(xfer) &&
-                                         config->corrupt_offset < 0};
-    kvio_status_t status = KVIO_ERR_NOMEM;
-    if (kvio_xfer_checksum_create(&state.checksum) != KVIO_OK) {
-        snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));
-        goto done;
-    }
-    if (kvio_xfer_device(xfer) != NULL && config->verify &&
-        kvio_device_host_alloc(kvio_xfer_device(xfer), VERIFY_STEP, &state.staging) != KVIO_OK) {
-        snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
-                 kvio_device_error(kvio_xfer_device(xfer)));
-        goto done;
-    }
-    status = KVIO_OK;
-    state.result.t_start_ns = kvio_rte_time_ns(rte);
-    int64_t interval = kvio_xfer_poll_interval_ns(xfer);
-    int64_t next_poll = state.result.t_start_ns;
-    /* Notices arrive in order and the end comes last (file: the end marker is
-     * taken only when no newer version exists), so the end with nothing
-     * pending means every version was handled. Without a trainer, emulated
-     * iterations go on until serve_until_ns. */
-    bool served = false; /* the engine has finished (or was stopped) */
-    for (;;) {
-        bool stopped = stop != NULL && *stop;
-        /* A version published whole before the trainer was lost may still
-         * be on its way (chain fan-out: from the server before this one). */
-        bool owed = state.trainer_lost && state.receive.meta.version < state.owed_version &&
-                    kvio_rte_time_ns(rte) < serve_until_ns;
-        bool updates_over = (state.end_seen || (state.trainer_lost && !owed)) &&
-                            !state.pending;
-        bool serving_over = stopped || (server != NULL ? served
-                                        : !state.trainer_lost ||
-                                              kvio_rte_time_ns(rte) >= serve_until_ns);
-        if (status != KVIO_OK || (updates_over && serving_over))
-            break;
-        int64_t iteration_end = kvio_rte_time_ns(rte) + config->iteration_ns;
-        bool engine_iteration = false;
-        if (stopped)
-            served = true; /* interrupted: no new iterations; wait for the end notice */
-        if (server != NULL && !served) {
-            int64_t end_ns = -1, idle_until = iteration_end;
-            status = server->begin(server->context, kvio_rte_time_ns(rte), state.active_version,
-                                   &end_ns, &idle_until, &served);
-            if (status != KVIO_OK) {
-                const char *why = server->error != NULL ? server->error(server->context) : NULL;
-                snprintf(error_p, error_len, "rank %d: serving failed: %s", kvio_rte_index(rte),
-                         why != NULL && why[0] != '\0' ? why : kvio_strerror(status));
-                break;
-            }
-            if (end_ns >= 0) {
-                iteration_end = end_ns;
-                engine_iteration = true;
-            } else if (!served && idle_until < iteration_end) {
-                iteration_end = idle_until;
-            }
-        }
-        if (engine_iteration)
-            state.result.iterations++;
-        else if (server == NULL)
-            state.result.iterations++;
-        int64_t now;
-        while (status == KVIO_OK && (now = kvio_rte_time_ns(rte)) < iteration_end) {
-            kvio_xfer_progress(xfer);
-            if (!state.pending && !state.end_seen && (!state.trainer_lost || owed) &&
-                now >= next_poll) {
-                status = poll_once(&state, error_p, error_len);
-                next_poll = interval > 0 ? now + interval : now;
-                if (status != KVIO_OK)
-                    break;
-            }
-            bool worked = false;
-            /* Stall: a pending update is taken in below; one landing is
-             * summed here all the same. */
-            if (config->apply == KVIO_APPLY_SHADOW || !state.pending) {
-                status = work_or_drop(&state, &worked, error_p, error_len);
-                if (status != KVIO_OK)
-                    break;
-            }
-            if (!worked) {
-                status = check_peer(&state, error_p, error_len);
-                /* A version under way whose next piece has not come (a
-                 * bucket's notice) comes within microseconds. */
-                bool arriving = state.pending && !state.receive.complete;
-                nap(arriving && iteration_end - now > 10000 ? 10000 : iteration_end - now);
-            }
-        }
-        if (status != KVIO_OK)
-            break;
-        now = kvio_rte_time_ns(rte);
-        if (engine_iteration) {
-            status = server->end(server->context, now);
-            if (status != KVIO_OK) {
-                const char *why = server->error != NULL ? server->error(server->context) : NULL;
-                snprintf(error_p, error_len, "rank %d: serving failed: %s", kvio_rte_index(rte),
-                         why != NULL && why[0] != '\0' ? why : kvio_strerror(status));
-                break;
-            }
-        }
-        if (now > iteration_end && (server == NULL || engine_iteration))
-            state.result.inference_stall_ns += now - iteration_end; /* overrun */
-        if (config->apply == KVIO_APPLY_STALL && state.pending) {
-            /* Stop serving until the update is in. */
-            int64_t stall_start = now;
-            while (status == KVIO_OK && state.pending && !ready_to_activate(&state)) {
-                bool worked = false;
-                kvio_xfer_progress(xfer);
-                status = work_or_drop(&state, &worked, error_p, error_len);
-                if (status == KVIO_OK && !worked)
-                    status = check_peer(&state, error_p, error_len);
-            }
-            state.result.inference_stall_ns += kvio_rte_time_ns(rte) - stall_start;
-        }
-        if (status == KVIO_OK && config->colocated != KVIO_COLOCATED_OFF && server != NULL &&
-            server->lend != NULL && !served) {
-            /* Colocated: the KV pool lends the incoming version's memory
-             * from its notice to its activation. */
-            status = server->lend(server->context,
-                                  state.pending ? state.receive.meta.bytes : 0);
-            if (status != KVIO_OK)
-                snprintf(error_p, error_len, "rank %d: lending KV memory to an update: %s",
-                         kvio_rte_index(rte), kvio_strerror(status));
-        }
-        bool drained = true;
-        if (status == KVIO_OK && ready_to_activate(&state) && !served &&
-            config->in_flight == KVIO_IN_FLIGHT_WAIT && server != NULL &&
-            server->drained != NULL) {
-            /* Admission stops until the running requests have finished: the
-             * drain is this rank's stall for the update. */
-            drained = server->drained(server->context);
-            if (state.drain_start_ns == 0)
-                state.drain_start_ns = now;
-        }
-        if (status == KVIO_OK && ready_to_activate(&state) && drained) {
-            if (state.drain_start_ns != 0) {
-                state.result.inference_stall_ns += kvio_rte_time_ns(rte) - state.drain_start_ns;
-                state.drain_start_ns = 0;
-            }
-            status = activate(&state);
-            if (status == KVIO_OK && config->colocated != KVIO_COLOCATED_OFF && server != NULL &&
-                server->lend != NULL && !served)
-                status = server->lend(server->context, 0); /* the memory comes back */
-            if (status != KVIO_OK)
-                snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
-                         kvio_xfer_error(xfer)[0] ? kvio_xfer_error(xfer)
-                                                   : kvio_strerror(status));
-        }
-    }
-done:
-    if (state.staging != NULL)
-        kvio_device_host_free(kvio_xfer_device(xfer), state.staging);
-    kvio_xfer_checksum_destroy(state.checksum);
+    return state->trainer_lost && state->receive.meta.version < state->owed_version &&
+           now_ns < state->serve_until_ns;
+}
+
+static bool receiver_over(kvio_serve_updates_t *base, int64_t now_ns)
+{
+    serve_state_t *state = (serve_state_t *)base;
+    return (state->end_seen || (state->trainer_lost && !owed(state, now_ns))) &&
+           !state->pending;
+}
+
+static void receiver_look(kvio_serve_updates_t *base, int64_t now_ns, uint64_t engine_version,
+                          kvio_update_view_t *view_p)
+{
+    (void)now_ns;
+    (void)engine_version;
+    serve_state_t *state = (serve_state_t *)base;
+    bool ready = ready_to_activate(state);
+    *view_p = (kvio_update_view_t){
+        .ready_version = ready ? state->receive.meta.version : 0,
+        .incoming_bytes = state->pending ? state->receive.meta.bytes : 0,
+        .incoming_until_ns = state->pending ? INT64_MAX : -1,
+        .stalled = state->config->apply == KVIO_APPLY_STALL && state->pending && !ready,
+        .stall_until_ns = -1,
+    };
+}
+
+static uint64_t receiver_version_at(kvio_serve_updates_t *base, int64_t now_ns)
+{
+    (void)now_ns;
+    return ((serve_state_t *)base)->active_version;
+}
+
+static kvio_status_t receiver_activate(kvio_serve_updates_t *base, int64_t now_ns, bool idle,
+                                       int64_t idle_since_ns, uint64_t *version_p)
+{
+    (void)now_ns;
+    (void)idle;
+    (void)idle_since_ns;
+    serve_state_t *state = (serve_state_t *)base;
+    kvio_status_t status = activate(state);
     if (status != KVIO_OK) {
-        free(state.result.records);
+        snprintf(state->message, sizeof(state->message), "rank %d: %s",
+                 kvio_rte_index(state->rte),
+                 kvio_xfer_error(state->xfer)[0] ? kvio_xfer_error(state->xfer)
+                                                  : kvio_strerror(status));
         return status;
     }
-    state.result.t_end_ns = kvio_rte_time_ns(rte);
-    state.result.polls = kvio_xfer_polls(xfer);
-    state.result.active_version = state.active_version;
-    state.result.active_slot = state.active_slot;
-    *result_p = state.result;
+    *version_p = state->active_version;
     return KVIO_OK;
 }
 
-void kvio_update_result_free(kvio_update_result_t *result)
+/* One bounded piece of receive work: the transport's progress, a look for
+ * a notice (at the transport's discovery interval), a piece of the pending
+ * version's fetch or checksum (with apply: stall, only while the lane
+ * stalls for it), else the trainer's heartbeat. */
+static kvio_status_t receiver_poll(kvio_serve_updates_t *base, int64_t now_ns,
+                                   bool lane_stalled, bool *worked_p, int64_t *nap_ns_p)
 {
-    free(result->records);
+    serve_state_t *state = (serve_state_t *)base;
+    kvio_xfer_progress(state->xfer);
+    if (!state->pending && !state->end_seen && (!state->trainer_lost || owed(state, now_ns)) &&
+        now_ns >= state->next_poll_ns) {
+        kvio_status_t status = poll_once(state);
+        state->next_poll_ns = state->poll_interval_ns > 0 ? now_ns + state->poll_interval_ns
+                                                          : now_ns;
+        if (status != KVIO_OK)
+            return status;
+    }
+    bool worked = false;
+    if (state->config->apply == KVIO_APPLY_SHADOW || !state->pending || lane_stalled) {
+        kvio_status_t status = work_or_drop(state, &worked);
+        if (status != KVIO_OK)
+            return status;
+    }
+    *worked_p = worked;
+    if (worked)
+        return KVIO_OK;
+    if (state->pending && !state->receive.complete && *nap_ns_p > ARRIVING_NAP_NS)
+        *nap_ns_p = ARRIVING_NAP_NS;
+    return check_peer(state);
+}
+
+static int64_t receiver_next_ns(kvio_serve_updates_t *base, int64_t now_ns)
+{
+    return receiver_over(base, now_ns) ? INT64_MAX : now_ns + LOOK_NS;
+}
+
+static const char *receiver_error(const kvio_serve_updates_t *base)
+{
+    return ((const serve_state_t *)base)->message;
+}
+
+static const kvio_serve_updates_ops_t receiver_ops = {
+    .look = receiver_look,
+    .version_at = receiver_version_at,
+    .activate = receiver_activate,
+    .poll = receiver_poll,
+    .over = receiver_over,
+    .next_ns = receiver_next_ns,
+    .error = receiver_error,
+};
+
+kvio_serve_updates_t *kvio_update_receiver_updates(kvio_update_receiver_t *receiver)
+{
+    return &receiver->base;
+}
+
+bool kvio_update_receiver_trainer_lost(const kvio_serve_updates_t *updates)
+{
+    return ((const serve_state_t *)updates)->trainer_lost;
+}
+
+kvio_status_t kvio_update_receiver_create(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                          kvio_xfer_t *xfer, int sender,
+                                          int64_t serve_until_ns,
+                                          kvio_update_receiver_t **receiver_p, char *error_p,
+                                          size_t error_len)
+{
+    serve_state_t *state = calloc(1, sizeof(*state));
+    if (state == NULL) {
+        snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));
+        return KVIO_ERR_NOMEM;
+    }
+    *state = (serve_state_t){
+        .base = {.ops = &receiver_ops}, .config = config, .rte = rte, .xfer = xfer,
+        .active_slot = 1, .sender = sender, .serve_until_ns = serve_until_ns,
+        .fetch_sums = kvio_xfer_sums_fetch(xfer) && config->corrupt_offset < 0,
+        .poll_interval_ns = kvio_xfer_poll_interval_ns(xfer)};
+    kvio_status_t status = kvio_xfer_checksum_create(&state->checksum);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "rank %d: out of memory", kvio_rte_index(rte));
+    if (status == KVIO_OK && kvio_xfer_device(xfer) != NULL && config->verify &&
+        (status = kvio_device_host_alloc(kvio_xfer_device(xfer), VERIFY_STEP,
+                                         &state->staging)) != KVIO_OK)
+        snprintf(error_p, error_len, "rank %d: %s", kvio_rte_index(rte),
+                 kvio_device_error(kvio_xfer_device(xfer)));
+    if (status != KVIO_OK) {
+        kvio_update_receiver_destroy(state);
+        return status;
+    }
+    state->result.t_start_ns = kvio_rte_time_ns(rte);
+    state->next_poll_ns = state->result.t_start_ns;
+    *receiver_p = state;
+    return KVIO_OK;
+}
+
+void kvio_update_receiver_destroy(kvio_update_receiver_t *receiver)
+{
+    if (receiver == NULL)
+        return;
+    if (receiver->staging != NULL)
+        kvio_device_host_free(kvio_xfer_device(receiver->xfer), receiver->staging);
+    kvio_xfer_checksum_destroy(receiver->checksum);
+    free(receiver->result.records);
+    free(receiver);
+}
+
+void kvio_update_receiver_finish(kvio_update_receiver_t *receiver, uint64_t iterations,
+                                 int64_t inference_stall_ns, kvio_update_result_t *result_p)
+{
+    kvio_update_result_t *result = &receiver->result;
+    result->iterations = iterations;
+    result->inference_stall_ns = inference_stall_ns;
+    result->t_end_ns = kvio_rte_time_ns(receiver->rte);
+    result->polls = kvio_xfer_polls(receiver->xfer);
+    result->active_version = receiver->active_version;
+    result->active_slot = receiver->active_slot;
+    *result_p = *result;
     memset(result, 0, sizeof(*result));
+    receiver->capacity = 0;
 }

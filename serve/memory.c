@@ -1,0 +1,300 @@
+/* A serve rank's real memory in emulate mode: the KV pool (mmap'd host
+ * memory touched up front, or a device domain's allocation), the host swap
+ * space for swap preemption (pinned for a GPU pool), and its lower tiers
+ * with their names kept apart from every other rank's and run's; the check,
+ * before anything starts, that this machine can hold the pools; and a plain
+ * memcpy of the rank's blocks that swap copies are compared with. */
+#include "serve/loop_int.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvio/clock.h"
+#include "kvio/gpu.h"
+#include "kvio/log.h"
+#include "kvio/sysinfo.h"
+
+/* A plain memcpy of as many whole blocks as the rank swapped (at most 64)
+ * between its pool and swap space, after the run: what the swap copies
+ * compare with (swap_reference_copy_gbps). */
+void kvio_serve_memory_reference_copy(const kvio_serve_memory_t *setup, uint64_t block_bytes,
+                                      uint64_t swapped_bytes, uint64_t *bytes_p,
+                                      int64_t *ns_p)
+{
+    if (setup->swap_space == NULL || setup->memory == NULL || block_bytes == 0 ||
+        setup->swap_pinned) /* a GPU pool: the host cannot read it */
+        return;
+    size_t pool_blocks = setup->memory_bytes / block_bytes - 1; /* block 0: the null block */
+    size_t swap_blocks = setup->swap_bytes / block_bytes;
+    size_t count = (size_t)(swapped_bytes / 2 / block_bytes); /* out and back in */
+    if (count > 64)
+        count = 64;
+    if (count > pool_blocks)
+        count = pool_blocks;
+    if (count > swap_blocks)
+        count = swap_blocks;
+    unsigned char *pool = setup->memory, *swap = setup->swap_space;
+    uint64_t start = kvio_time_ns();
+    for (size_t i = 0; i < count; i++)
+        memcpy(swap + (i * 104729 % swap_blocks) * block_bytes,
+               pool + (1 + i * 7919 % pool_blocks) * block_bytes, block_bytes);
+    *ns_p += (int64_t)(kvio_time_ns() - start);
+    *bytes_p += count * block_bytes;
+}
+
+/* Host swap space per rank: serve.kvcache.swap_space, or the pool's size
+ * capped at 4 GiB. */
+static uint64_t swap_space_bytes(const kvio_serve_config_t *serve, uint64_t pool_bytes)
+{
+    if (serve->kvcache.swap_space > 0)
+        return serve->kvcache.swap_space;
+    return pool_bytes < (4ull << 30) ? pool_bytes : (4ull << 30);
+}
+
+/* This process's part of the names its tiers share with other runs (the
+ * wall clock when it first asked; with the pid, unique to the run). */
+static pthread_once_t process_id_once = PTHREAD_ONCE_INIT;
+static uint64_t process_id_value;
+
+static void take_process_id(void)
+{
+    process_id_value = kvio_wall_time_ns();
+}
+
+static uint64_t process_id_ns(void)
+{
+    pthread_once(&process_id_once, take_process_id);
+    return process_id_value;
+}
+
+kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t rank,
+                                       uint32_t blocks, uint64_t block_bytes,
+                                       kvio_serve_memory_t *setup, char *error_p,
+                                       size_t error_len)
+{
+    memset(setup, 0, sizeof(*setup));
+    setup->memory_bytes = (size_t)(blocks + 1) * block_bytes;
+    const kvio_device_config_t *device = run->device;
+    if (device != NULL && device->memory != KVIO_MEMORY_HOST) {
+        char reason[512];
+        /* Picked by the runtime index, as the transports pick theirs, so a
+         * serve rank's KV pool and weight slots share a GPU. */
+        kvio_status_t status = kvio_device_create(device->memory, device->fallback,
+                                                  device->index,
+                                                  (int)(run->first_serve_rank + rank),
+                                                  &setup->device, reason, sizeof(reason));
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: device.memory: %s: %s", rank,
+                     kvio_memory_kind_names[device->memory], reason);
+            return status;
+        }
+        if (kvio_device_fell_back(setup->device))
+            kvio_warn("serve rank %u: KV pool in %s", rank, kvio_device_describe(setup->device));
+    }
+    if (setup->device != NULL && kvio_device_kind(setup->device) != KVIO_MEMORY_HOST) {
+        void *memory = NULL;
+        kvio_status_t status = kvio_device_alloc(setup->device, setup->memory_bytes, &memory);
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: KV pool of %zu bytes: %s", rank,
+                     setup->memory_bytes, kvio_device_error(setup->device));
+            return status;
+        }
+        setup->memory = memory;
+        setup->spin = device->spin && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
+        if (setup->spin && kvio_device_spin_setup(setup->device, device->spin_bytes) != KVIO_OK) {
+            snprintf(error_p, error_len, "serve rank %u: device.spin_bytes: %s", rank,
+                     kvio_device_error(setup->device));
+            return KVIO_ERR_NOMEM;
+        }
+    } else if ((setup->memory = mmap(NULL, setup->memory_bytes, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) {
+        setup->memory = NULL;
+        snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of KV memory: %s",
+                 rank, setup->memory_bytes, strerror(errno));
+        return KVIO_ERR_NOMEM;
+    }
+    /* Touch every page now so the pool is real memory, not a promise (an
+     * allocation in a domain is zeroed already); in huge pages where the
+     * kernel has them (a GPU's memory is not paged in 4 KiB either, and a
+     * large pool faults in far faster). */
+    if (setup->device == NULL || kvio_device_kind(setup->device) == KVIO_MEMORY_HOST) {
+        madvise(setup->memory, setup->memory_bytes, MADV_HUGEPAGE);
+        memset(setup->memory, 0, setup->memory_bytes);
+    }
+    uint32_t swap_blocks = 0;
+    bool gpu_pool = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
+    if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP) {
+        setup->swap_bytes = swap_space_bytes(run->serve, setup->memory_bytes);
+        swap_blocks = (uint32_t)(setup->swap_bytes / block_bytes);
+        setup->swap_bytes = (size_t)swap_blocks * block_bytes;
+        setup->swap_blocks = swap_blocks;
+        if (swap_blocks > 0 && gpu_pool) {
+            /* Pinned once, here: allocating page-locked memory per swap would
+             * wait for the device (and for every other rank's work on it). */
+            void *pinned = NULL;
+            if (kvio_device_host_alloc(setup->device, setup->swap_bytes, &pinned) != KVIO_OK) {
+                snprintf(error_p, error_len, "serve rank %u: %zu bytes of pinned swap space: %s",
+                         rank, setup->swap_bytes, kvio_device_error(setup->device));
+                return KVIO_ERR_NOMEM;
+            }
+            setup->swap_space = pinned;
+            setup->swap_pinned = true;
+        } else if (swap_blocks > 0) {
+            setup->swap_space = mmap(NULL, setup->swap_bytes, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (setup->swap_space == MAP_FAILED) {
+                setup->swap_space = NULL;
+                snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of swap space",
+                         rank, setup->swap_bytes);
+                return KVIO_ERR_NOMEM;
+            }
+            madvise(setup->swap_space, setup->swap_bytes, MADV_HUGEPAGE);
+            memset(setup->swap_space, 0, setup->swap_bytes);
+        }
+    }
+    const kvio_opt_list_t *tier_list = &run->serve->kvcache.tiers;
+    if (tier_list->count > 0) {
+        setup->tiers = calloc(tier_list->count, sizeof(*setup->tiers));
+        if (setup->tiers == NULL)
+            return KVIO_ERR_NOMEM;
+    }
+    for (size_t t = 0; t < tier_list->count; t++) {
+        kvio_tier_config_t config = ((const kvio_tier_config_t *)tier_list->items)[t];
+        config.device_index = device != NULL ? device->index : -1;
+        config.device_rank = (int)(run->first_serve_rank + rank);
+        char prefix[256], path[1024], id[24];
+        /* Each rank keeps its own blocks, apart from every other run's: its
+         * own key prefix and directory, named by this process's id (wall
+         * clock and pid) and the rank. */
+        snprintf(id, sizeof(id), "%llx-%x", (unsigned long long)process_id_ns(),
+                 (unsigned)getpid());
+        snprintf(prefix, sizeof(prefix), "%s%s:r%u:",
+                 config.key_prefix ? config.key_prefix : "kvio:kv:", id, rank);
+        config.key_prefix = prefix;
+        if (config.path != NULL) {
+            /* The configured directory holds every rank's; made when only its
+             * parent exists (and left, empty, at the end). */
+            if (mkdir(config.path, 0755) != 0 && errno != EEXIST) {
+                snprintf(error_p, error_len, "serve.kvcache.tiers[%zu].path %s: cannot create "
+                         "it: %s", t, config.path, strerror(errno));
+                return kvio_status_from_errno(errno);
+            }
+            snprintf(path, sizeof(path), "%s/kvio-%s-rank%u", config.path, id, rank);
+            config.path = path;
+        }
+        kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &setup->tiers[t],
+                                                error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+        setup->num_tiers++;
+    }
+    return KVIO_OK;
+}
+
+void kvio_serve_memory_destroy(kvio_serve_memory_t *setup)
+{
+    for (size_t t = 0; t < setup->num_tiers; t++)
+        kvio_tier_destroy(setup->tiers[t]);
+    free(setup->tiers);
+    if (setup->memory != NULL && setup->device != NULL &&
+        kvio_device_kind(setup->device) != KVIO_MEMORY_HOST)
+        kvio_device_free(setup->device, setup->memory);
+    else if (setup->memory != NULL)
+        munmap(setup->memory, setup->memory_bytes);
+    if (setup->swap_space != NULL && setup->swap_pinned)
+        kvio_device_host_free(setup->device, setup->swap_space);
+    else if (setup->swap_space != NULL)
+        munmap(setup->swap_space, setup->swap_bytes);
+    kvio_device_destroy(setup->device);
+    memset(setup, 0, sizeof(*setup));
+}
+
+/* Device memory a rank's spin kernel streams over (0: none, or no spin). */
+uint64_t kvio_serve_memory_spin_bytes(const kvio_serve_memory_t *setup,
+                                      const kvio_serve_run_t *run)
+{
+    return setup->spin && run->device != NULL ? run->device->spin_bytes : 0;
+}
+
+/* Where a rank's KV pool lives, for the results. */
+const char *kvio_serve_memory_where(const kvio_serve_memory_t *setup)
+{
+    return setup->device != NULL ? kvio_device_describe(setup->device) : "host";
+}
+
+kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t *host_bytes_p,
+                                           char *error_p, size_t error_len)
+{
+    uint32_t blocks = 0;
+    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
+                                                run->cost->tensor_parallel, &blocks, error_p,
+                                                error_len);
+    if (status != KVIO_OK)
+        return status;
+    uint32_t num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
+    uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
+                           (uint64_t)run->serve->kvcache.block_size;
+    uint64_t pool = (uint64_t)(blocks + 1) * block_bytes;
+    uint64_t swap = run->serve->engine.preemption == KVIO_PREEMPT_SWAP
+                        ? swap_space_bytes(run->serve, pool)
+                        : 0;
+    uint64_t needed = (pool + swap) * num_ranks;
+    uint64_t available = 0;
+    char unused[128];
+    if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
+        available = 0; /* unknown: no check */
+    kvio_device_info_t info;
+    char reason[256];
+    if (run->device != NULL && run->device->memory == KVIO_MEMORY_CUDA &&
+        kvio_device_query((int)run->device->index, &info, reason, sizeof(reason)) == KVIO_OK) {
+        /* GPU pools: the ranks sharing a device must fit it together
+         * (cudaMalloc says so too, but this names the numbers before anything
+         * starts); only the swap space is host memory. */
+        uint32_t sharing = run->device->index >= 0 || info.count < 1
+                               ? num_ranks
+                               : (num_ranks + (uint32_t)info.count - 1) / (uint32_t)info.count;
+        uint64_t spin_bytes = run->device->spin ? run->device->spin_bytes : 0;
+        uint64_t per_device = (pool + spin_bytes) * sharing;
+        if (per_device > info.memory_bytes / 10 * 9) {
+            snprintf(error_p, error_len,
+                     "emulate: %u KV pool(s) of %.2f GiB (and spin memory) share CUDA device %d "
+                     "(%s), which has %.2f GiB; set serve.kvcache.capacity or "
+                     "serve.kvcache.blocks (or device.spin_bytes)",
+                     sharing, (double)(pool + spin_bytes) / 1073741824.0, info.index, info.name,
+                     (double)info.memory_bytes / 1073741824.0);
+            return KVIO_ERR_CONFIG;
+        }
+        if (available > 0 && swap * num_ranks > available / 10 * 8) {
+            snprintf(error_p, error_len,
+                     "emulate: the pinned swap space needs %.2f GiB (%u ranks x %.2f GiB) but "
+                     "this machine has %.2f GiB available; set serve.kvcache.swap_space (at "
+                     "most 80%% of it)",
+                     (double)(swap * num_ranks) / 1073741824.0, num_ranks,
+                     (double)swap / 1073741824.0, (double)available / 1073741824.0);
+            return KVIO_ERR_CONFIG;
+        }
+        if (host_bytes_p != NULL)
+            *host_bytes_p = swap * num_ranks;
+        return KVIO_OK;
+    }
+    /* Refuse, with the numbers, pools this machine cannot hold. */
+    if (available > 0 && needed > available / 10 * 8) {
+        snprintf(error_p, error_len,
+                 "emulate: the KV pools need %.2f GiB (%u ranks x (%u blocks x %llu bytes + swap space)) but "
+                 "this machine has %.2f GiB available; set serve.kvcache.capacity or "
+                 "serve.kvcache.blocks (at most 80%% of it)",
+                 (double)needed / 1073741824.0, num_ranks, blocks + 1,
+                 (unsigned long long)block_bytes, (double)available / 1073741824.0);
+        return KVIO_ERR_CONFIG;
+    }
+    if (host_bytes_p != NULL)
+        *host_bytes_p = needed;
+    return KVIO_OK;
+}
+

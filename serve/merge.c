@@ -1,0 +1,205 @@
+/* On rank 0: the serve ranks' reports (kvio_serve_rank_pack) merged into
+ * the run's serving metrics, requests.csv, iterations.csv and iteration
+ * events, with the client rank's counts; and the executor's section of the
+ * metrics (timing error, engine overhead, where the KV pools were). */
+#include "serve/loop_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/log.h"
+#include "kvio/wire.h"
+
+#define SERVE_RANK_MAGIC 0x6b76696f73727633ull /* "kviosrv3" */
+
+/* The executor's section of the metrics, for the plain and coupled runs:
+ * where the KV pool was (kv_memory may be NULL: unknown), the spin, the
+ * timing errors and the engine's overhead. */
+json_t *kvio_serve_executor_json(const char *executor, const char *kv_memory, bool spin,
+                                 uint64_t spin_bytes, const kvio_hist_t *error_ns,
+                                 const kvio_hist_t *error_ppm, int64_t overhead,
+                                 int64_t planned)
+{
+    return json_pack("{s:s, s:s?, s:b, s:I, s:f, s:f, s:f, s:f}", "executor", executor,
+                     "kv_memory", kv_memory, "spin_kernel", spin, "spin_memory_bytes",
+                     (json_int_t)spin_bytes, "timing_error_p50_us",
+                     kvio_hist_quantile(error_ns, 0.5) / 1e3, "timing_error_p99_us",
+                     kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
+                     kvio_hist_quantile(error_ppm, 0.99) / 1e4, "engine_overhead_pct",
+                     planned > 0 ? 100.0 * (double)overhead / (double)planned : 0);
+}
+
+/* One serve rank's report (kvio_serve_rank_pack) into the run's totals. */
+typedef struct rank_totals {
+    kvio_engine_metrics_t *total;
+    json_t *per_rank, *tiers;
+    json_t *kv_memory; /* the first serve rank's, as executor_json says */
+    bool spin_kernel;
+    json_int_t spin_bytes;
+    uint64_t **served;
+    size_t *num_versions;
+    int64_t overhead, planned;
+    kvio_hist_t *error_ns, *error_ppm;
+    uint64_t iterations_dropped;
+} rank_totals_t;
+
+static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
+                                kvio_csv_t *csv, kvio_csv_t *iterations_csv,
+                                kvio_event_trace_t *events, rank_totals_t *totals)
+{
+    kvio_wire_reader_t in = kvio_wire_reader(blob, length);
+    uint64_t magic = 0, metrics_size = 0, versions = 0, rows_size = 0, about_size = 0;
+    uint64_t dropped = 0, records_size = 0;
+    if (kvio_wire_get_u64(&in, &magic) && magic != SERVE_RANK_MAGIC)
+        kvio_wire_refuse(&in);
+    const void *metrics = kvio_wire_take_blob(&in, &metrics_size);
+    kvio_status_t status = kvio_wire_status(&in);
+    kvio_engine_metrics_t rank_metrics;
+    if (status == KVIO_OK && (status = kvio_engine_metrics_init(&rank_metrics)) == KVIO_OK) {
+        size_t used = 0;
+        status = kvio_engine_metrics_unpack_merge(&rank_metrics, metrics, metrics_size, &used);
+        if (status == KVIO_OK) {
+            kvio_engine_metrics_merge(totals->total, &rank_metrics);
+            json_array_append_new(totals->per_rank, kvio_serve_metrics_json(&rank_metrics));
+        }
+        kvio_engine_metrics_fini(&rank_metrics);
+    }
+    kvio_wire_get_u64(&in, &versions);
+    const unsigned char *served = kvio_wire_take_array(&in, versions, sizeof(uint64_t));
+    if (status == KVIO_OK && served != NULL && versions > *totals->num_versions) {
+        uint64_t *bigger = realloc(*totals->served, versions * sizeof(uint64_t));
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        memset(bigger + *totals->num_versions, 0,
+               (versions - *totals->num_versions) * sizeof(uint64_t));
+        *totals->served = bigger;
+        *totals->num_versions = versions;
+    }
+    for (uint64_t v = 0; status == KVIO_OK && served != NULL && v < versions; v++) {
+        uint64_t value;
+        memcpy(&value, served + v * sizeof(value), sizeof(value));
+        (*totals->served)[v] += value;
+    }
+    const unsigned char *rows = kvio_wire_take_blob(&in, &rows_size);
+    for (uint64_t at = 0; status == KVIO_OK && rows != NULL && csv != NULL &&
+                          at + sizeof(kvio_engine_finished_t) <= rows_size;
+         at += sizeof(kvio_engine_finished_t)) {
+        kvio_engine_finished_t finished; /* copied out: the blob need not be aligned */
+        memcpy(&finished, rows + at, sizeof(finished));
+        status = kvio_serve_render_requests(csv, &finished, 1);
+    }
+    int64_t overhead = 0, planned = 0;
+    kvio_wire_get_i64(&in, &overhead);
+    kvio_wire_get_i64(&in, &planned);
+    totals->overhead += overhead;
+    totals->planned += planned;
+    kvio_hist_t *hists[2] = {totals->error_ns, totals->error_ppm};
+    for (int h = 0; h < 2 && status == KVIO_OK; h++) {
+        uint64_t size = 0;
+        size_t used = 0;
+        const void *packed = kvio_wire_take_blob(&in, &size);
+        if (packed != NULL)
+            status = kvio_hist_unpack_merge(hists[h], packed, size, &used);
+    }
+    const char *about_text = kvio_wire_take_blob(&in, &about_size);
+    if (status == KVIO_OK && about_text != NULL && about_size > 0) {
+        json_error_t json_error;
+        json_t *about = json_loadb(about_text, about_size, 0, &json_error);
+        json_t *rank_tiers = json_object_get(about, "tiers");
+        if (json_is_array(rank_tiers))
+            json_array_extend(totals->tiers, rank_tiers);
+        if (totals->kv_memory == NULL && json_is_string(json_object_get(about, "kv_memory"))) {
+            totals->kv_memory = json_incref(json_object_get(about, "kv_memory"));
+            totals->spin_kernel = json_is_true(json_object_get(about, "spin_kernel"));
+            totals->spin_bytes = json_integer_value(json_object_get(about, "spin_memory_bytes"));
+        }
+        json_decref(about);
+    }
+    double host_bandwidth = 0;
+    kvio_wire_get_u64(&in, &dropped);
+    kvio_wire_get_f64(&in, &host_bandwidth);
+    const void *records = kvio_wire_take_blob(&in, &records_size);
+    totals->iterations_dropped += dropped;
+    (void)rank; /* each record carries its world rank */
+    if (status == KVIO_OK && records != NULL)
+        status = kvio_serve_render_iterations(iterations_csv, events, records, records_size,
+                                              host_bandwidth);
+    return status != KVIO_OK ? status : kvio_wire_status(&in);
+}
+
+kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
+                                     uint32_t first_rank, kvio_results_t *results, kvio_event_trace_t *events,
+                                     json_t **metrics_p, uint64_t **served_p,
+                                     size_t *num_versions_p, char *error_p, size_t error_len)
+{
+    kvio_engine_metrics_t total;
+    kvio_csv_t *csv = NULL, *iterations_csv = NULL;
+    json_t *client = NULL;
+    size_t num_serve = 0;
+    uint64_t *served = NULL;
+    size_t num_versions = 0;
+    rank_totals_t totals = {.total = &total, .per_rank = json_array(), .tiers = json_array(),
+                            .served = &served, .num_versions = &num_versions};
+    kvio_status_t status = kvio_engine_metrics_init(&total);
+    if (status == KVIO_OK && (kvio_hist_create(&totals.error_ns) != KVIO_OK ||
+                              kvio_hist_create(&totals.error_ppm) != KVIO_OK))
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK && results != NULL)
+        status = kvio_serve_open_csvs(results, &csv, &iterations_csv, error_p, error_len);
+    for (size_t b = 0; b < count && status == KVIO_OK; b++) {
+        if (kvio_serve_client_blob(blobs[b], lengths[b])) {
+            json_decref(client);
+            client = kvio_serve_client_json(blobs[b], lengths[b]);
+            if (client == NULL)
+                status = KVIO_ERR_PARSE;
+            continue;
+        }
+        status = merge_rank(blobs[b], lengths[b], first_rank + (uint32_t)num_serve++, csv,
+                            iterations_csv, events, &totals);
+    }
+    if (totals.iterations_dropped > 0)
+        kvio_warn("iterations.csv: %llu iterations of the serve ranks were not kept (each rank "
+                  "keeps %u MiB of them)", (unsigned long long)totals.iterations_dropped,
+                  KVIO_SERVE_ITERATIONS_MAX_BYTES >> 20);
+    if (status == KVIO_OK) {
+        json_t *metrics = kvio_serve_metrics_json(&total);
+        json_object_set_new(metrics, "serve_ranks", json_integer((json_int_t)num_serve));
+        json_object_set_new(metrics, "iterations_not_recorded",
+                            json_integer((json_int_t)totals.iterations_dropped));
+        if (client != NULL) {
+            json_object_set_new(metrics, "client", client);
+            client = NULL;
+        }
+        json_object_set_new(metrics, "swap_verify_failures",
+                            json_integer((json_int_t)total.swap_verify_failures));
+        json_object_set_new(metrics, "tiers", totals.tiers);
+        totals.tiers = NULL;
+        json_object_set_new(metrics, "executor",
+                            kvio_serve_executor_json(totals.spin_kernel ? "gpu (coupled)"
+                                                               : "realtime (coupled)",
+                                            json_string_value(totals.kv_memory),
+                                            totals.spin_kernel, (uint64_t)totals.spin_bytes,
+                                            totals.error_ns, totals.error_ppm, totals.overhead,
+                                            totals.planned));
+        json_object_set_new(metrics, "per_rank", totals.per_rank);
+        totals.per_rank = NULL;
+        *metrics_p = metrics;
+        *served_p = served;
+        *num_versions_p = num_versions;
+        served = NULL;
+    } else if (error_p[0] == '\0') {
+        snprintf(error_p, error_len, "serve ranks' reports could not be merged: %s",
+                 kvio_strerror(status));
+    }
+    status = kvio_serve_close_csvs(csv, iterations_csv, status, error_p, error_len);
+    json_decref(client);
+    json_decref(totals.kv_memory);
+    json_decref(totals.per_rank);
+    json_decref(totals.tiers);
+    free(served);
+    kvio_hist_destroy(totals.error_ns);
+    kvio_hist_destroy(totals.error_ppm);
+    kvio_engine_metrics_fini(&total);
+    return status;
+}
+

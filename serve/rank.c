@@ -1,0 +1,313 @@
+/* A serve rank in emulate mode, plain or coupled: its real KV memory and
+ * tiers, its engine and the one lane of its serve loop on the realtime
+ * executor (gpu with a spin kernel), fed by its share of the stream or by
+ * the client rank, and with model updates by the transport's receiver. A
+ * rank without the serve section runs emulated iterations only (update
+ * latency runs). Its report to rank 0 is its engine's metrics and what its
+ * lane recorded. */
+#include "serve/loop_int.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "kvio/clock.h"
+#include "kvio/gpu.h"
+#include "kvio/log.h"
+#include "kvio/wire.h"
+
+#define SERVE_RANK_MAGIC 0x6b76696f73727633ull /* "kviosrv3" */
+
+/* How soon an idle lane looks again when nothing else is due. */
+#define LOOK_NS 200000
+
+static void on_finish(void *context, const kvio_engine_finished_t *finished)
+{
+    kvio_serve_rank_t *rank = context;
+    kvio_serve_loop_finished(&rank->loop);
+    kvio_serve_record_finished(&rank->recorder, finished);
+}
+
+static void on_iteration(void *context, uint32_t world_rank,
+                         const kvio_engine_iteration_t *iteration)
+{
+    kvio_serve_rank_t *rank = context;
+    kvio_serve_record_iteration(&rank->recorder, world_rank, rank->lane.engine, iteration);
+}
+
+static void on_cache(void *context, kvio_hash_t hash, bool cached)
+{
+    kvio_serve_rank_t *rank = context;
+    kvio_serve_client_arrivals_note(rank->client, hash, cached);
+}
+
+/* Requests come from a client rank (not this rank's own stream). */
+static bool has_client(const kvio_serve_run_t *run)
+{
+    return run->client_rank > 0 && run->rte != NULL;
+}
+
+/* The pool, swap space and tiers (one rank at a time under run->setup_lock:
+ * each rank's set-up time is its own), then the engine over them. */
+static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_t error_len)
+{
+    const kvio_serve_run_t *run = rank->run;
+    rank->block_size = (uint32_t)run->serve->kvcache.block_size;
+    uint64_t kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
+                                                                run->cost->tensor_parallel);
+    rank->block_bytes = kv_bytes_per_token * rank->block_size;
+    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
+                                                run->cost->tensor_parallel, &rank->blocks,
+                                                error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_cost_create(run->cost, run->model, run->gpu, &rank->cost, error_p,
+                                  error_len);
+    if (status != KVIO_OK)
+        return status;
+    int64_t queued_from = (int64_t)kvio_time_ns();
+    if (run->setup_lock != NULL)
+        pthread_mutex_lock(run->setup_lock);
+    rank->setup_wait_ns = (int64_t)kvio_time_ns() - queued_from;
+    status = kvio_serve_memory_create(run, rank->serve_index, rank->blocks, rank->block_bytes,
+                                      &rank->memory, error_p, error_len);
+    if (run->setup_lock != NULL)
+        pthread_mutex_unlock(run->setup_lock);
+    if (status != KVIO_OK)
+        return status;
+    const kvio_serve_memory_t *memory = &rank->memory;
+    kvio_engine_observer_t observer = {.context = rank, .on_finish = on_finish,
+                                       .on_iteration = on_iteration,
+                                       .on_cache = has_client(run) ? on_cache : NULL};
+    kvio_engine_params_t params = kvio_serve_engine_params(run, rank->serve_index, rank->blocks,
+                                                           rank->cost, observer);
+    params.kv_memory = memory->memory;
+    params.kv_device = memory->device != NULL &&
+                               kvio_device_kind(memory->device) == KVIO_MEMORY_CUDA
+                           ? memory->device
+                           : NULL;
+    params.block_bytes = rank->block_bytes;
+    params.verify_swaps = run->serve->kvcache.verify_swaps;
+    params.swap_space = memory->swap_space;
+    params.swap_space_blocks = memory->swap_blocks;
+    params.tiers = memory->tiers;
+    params.num_tiers = memory->num_tiers;
+    return kvio_engine_create(&params, &rank->lane.engine, error_p, error_len);
+}
+
+/* Where its requests come from: the client rank, or its share of the
+ * stream (all of it when it is the only serve rank). */
+static kvio_status_t create_arrivals(kvio_serve_rank_t *rank)
+{
+    const kvio_serve_run_t *run = rank->run;
+    if (has_client(run)) {
+        kvio_status_t status = kvio_serve_client_arrivals_create(
+            run->rte, run->client_rank, rank->serve_index, &rank->loop, &rank->lane,
+            &rank->client);
+        if (status == KVIO_OK)
+            rank->loop.arrivals = kvio_serve_client_arrivals(rank->client);
+        return status;
+    }
+    bool plain = rank->num_serve == 1 && run->first_serve_rank == 0;
+    kvio_serve_stream_params_t stream = {
+        .stream = run->stream, .block_size = rank->block_size, .warmup_ns = run->warmup_ns,
+        .warmup_requests = run->warmup_requests, .share_index = rank->serve_index,
+        .num_shares = rank->num_serve,
+        .progress_label = plain ? "emulate: requests sent" : NULL,
+        .num_requests = run->num_requests};
+    kvio_status_t status = kvio_serve_stream_arrivals_create(&stream, rank->lanes, 1,
+                                                             &rank->stream);
+    if (status == KVIO_OK)
+        rank->loop.arrivals = kvio_serve_stream_arrivals(rank->stream);
+    return status;
+}
+
+kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve_index,
+                                     uint32_t num_serve, kvio_serve_rank_t **rank_p,
+                                     char *error_p, size_t error_len)
+{
+    kvio_serve_rank_t *rank = calloc(1, sizeof(*rank));
+    if (rank == NULL)
+        return KVIO_ERR_NOMEM;
+    rank->run = run;
+    rank->serve_index = serve_index;
+    rank->num_serve = num_serve > 0 ? num_serve : 1;
+    rank->recorder.iterations_limit = KVIO_SERVE_ITERATIONS_MAX_BYTES;
+    rank->recorder.with_ids = true;
+    rank->lanes[0] = &rank->lane;
+    kvio_serve_lane_t *lane = &rank->lane;
+    lane->world_rank = (uint32_t)run->first_serve_rank + serve_index;
+    lane->update = run->update;
+    lane->iteration_ns = run->update != NULL ? run->update->iteration_ns : 20000000;
+    kvio_status_t status = kvio_serve_lane_init(lane, true);
+    if (status == KVIO_OK && run->serve != NULL) {
+        status = create_engine(rank, error_p, error_len);
+        lane->block_bytes = rank->block_bytes;
+    }
+    rank->loop = (kvio_serve_loop_t){.executor = &rank->executor, .lanes = rank->lanes,
+                                     .num_lanes = 1, .poll_ns = LOOK_NS, .stop = run->stop,
+                                     .max_concurrency = run->serve != NULL
+                                                            ? run->serve->max_concurrency
+                                                            : 0};
+    if (status == KVIO_OK && run->serve != NULL)
+        status = create_arrivals(rank);
+    rank->executor = (kvio_executor_t){
+        .ops = kvio_executor_find(rank->memory.spin ? "gpu" : "realtime"),
+        .device = rank->memory.device};
+    if (status != KVIO_OK) {
+        kvio_serve_rank_destroy(rank);
+        return status;
+    }
+    *rank_p = rank;
+    return KVIO_OK;
+}
+
+int64_t kvio_serve_rank_setup_wait_ns(const kvio_serve_rank_t *rank)
+{
+    return rank->setup_wait_ns;
+}
+
+void kvio_serve_rank_set_iterations_limit(kvio_serve_rank_t *rank, size_t bytes)
+{
+    rank->recorder.iterations_limit = bytes;
+}
+
+void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
+{
+    if (rank == NULL)
+        return;
+    kvio_engine_destroy(rank->lane.engine);
+    kvio_serve_lane_fini(&rank->lane);
+    /* After the engine released the requests it made. */
+    kvio_serve_stream_arrivals_destroy(rank->stream);
+    kvio_serve_client_arrivals_destroy(rank->client);
+    kvio_serve_memory_destroy(&rank->memory);
+    kvio_cost_destroy(rank->cost);
+    kvio_serve_recorder_fini(&rank->recorder);
+    free(rank);
+}
+
+/* Sharpens this thread's waits: no timer slack, and SCHED_FIFO when asked
+ * (needs root or CAP_SYS_NICE; a warning otherwise). */
+static void tune_thread(bool realtime, uint32_t rank)
+{
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    if (!realtime)
+        return;
+    struct sched_param param = {.sched_priority = 10};
+    int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
+    if (err != 0)
+        kvio_warn("serve rank %u: cannot use SCHED_FIFO (%s); timing will be looser", rank,
+                  strerror(err));
+}
+
+kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receiver_t *receiver,
+                                    int64_t serve_until_ns, kvio_update_result_t *result_p,
+                                    char *error_p, size_t error_len)
+{
+    const kvio_serve_run_t *run = rank->run;
+    tune_thread(run->serve != NULL && run->serve->engine.realtime, rank->serve_index);
+    kvio_serve_lane_t *lane = &rank->lane;
+    /* The executor waits on the host clock; the loop's clock is the rte's
+     * (rank 0's), from the run's t0 on. */
+    int64_t now_ns = kvio_rte_time_ns(run->rte);
+    rank->executor.origin_ns = kvio_time_ns() - (uint64_t)now_ns;
+    rank->loop.origin_ns = run->t0_ns > 0 ? run->t0_ns : now_ns;
+    if (receiver != NULL) {
+        lane->updates = kvio_update_receiver_updates(receiver);
+        lane->trainer_lost = kvio_update_receiver_trainer_lost;
+    }
+    lane->serve_until_ns = serve_until_ns;
+    kvio_status_t status = kvio_serve_loop_run(&rank->loop);
+    if (status == KVIO_OK && rank->recorder.status != KVIO_OK)
+        snprintf(rank->loop.error, sizeof(rank->loop.error),
+                 "serve rank %u: out of memory recording its requests", lane->world_rank);
+    if (status == KVIO_OK)
+        status = rank->recorder.status;
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "%s",
+                 rank->loop.error[0] != '\0' ? rank->loop.error : kvio_strerror(status));
+        return status;
+    }
+    if (receiver != NULL && result_p != NULL)
+        kvio_update_receiver_finish(receiver, lane->iterations,
+                                    lane->timing.overrun_ns + lane->update_stall_ns +
+                                        lane->drain_stall_ns,
+                                    result_p);
+    return KVIO_OK;
+}
+
+/* A serve rank's report to rank 0: its engine metrics, requests served per
+ * version, its finished requests, timing, its tiers and KV memory (JSON
+ * text), then its iteration records (kvio/wire.h; read by
+ * kvio_serve_ranks_merge). */
+kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p, size_t *length_p)
+{
+    void *metrics = NULL;
+    size_t metrics_length = 0;
+    kvio_status_t status = kvio_engine_metrics_pack(kvio_engine_metrics(rank->lane.engine),
+                                                    &metrics, &metrics_length);
+    if (status != KVIO_OK)
+        return status;
+    const kvio_serve_recorder_t *recorder = &rank->recorder;
+    const kvio_serve_timing_t *timing = &rank->lane.timing;
+    kvio_wire_writer_t out = {0};
+    kvio_wire_put_u64(&out, SERVE_RANK_MAGIC);
+    kvio_wire_put_blob(&out, metrics, metrics_length);
+    free(metrics);
+    kvio_wire_put_u64(&out, recorder->num_versions);
+    kvio_wire_put(&out, recorder->served, recorder->num_versions * sizeof(uint64_t));
+    kvio_wire_put_blob(&out, recorder->finished,
+                       recorder->num_finished * sizeof(*recorder->finished));
+    kvio_wire_put_i64(&out, timing->overhead_ns);
+    kvio_wire_put_i64(&out, timing->planned_ns);
+    const kvio_hist_t *hists[2] = {timing->error_ns, timing->error_ppm};
+    for (int h = 0; h < 2 && out.status == KVIO_OK; h++) {
+        unsigned char *packed = malloc(kvio_hist_packed_size(hists[h]));
+        if (packed == NULL) {
+            kvio_wire_writer_fini(&out);
+            return KVIO_ERR_NOMEM;
+        }
+        kvio_wire_put_blob(&out, packed, kvio_hist_pack(hists[h], packed));
+        free(packed);
+    }
+    /* The rank's tiers and where its KV pool lives, as JSON text. */
+    json_t *tiers = json_array();
+    kvio_serve_tiers_json(rank->memory.tiers, rank->memory.num_tiers, rank->serve_index, tiers);
+    json_t *about = json_pack(
+        "{s:o, s:s, s:b, s:I}", "tiers", tiers, "kv_memory",
+        kvio_serve_memory_where(&rank->memory), "spin_kernel", rank->memory.spin,
+        "spin_memory_bytes", (json_int_t)kvio_serve_memory_spin_bytes(&rank->memory, rank->run));
+    char *about_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
+    json_decref(about);
+    kvio_wire_put_blob(&out, about_text, about_text != NULL ? strlen(about_text) : 0);
+    free(about_text);
+    kvio_wire_put_u64(&out, recorder->iterations_dropped);
+    kvio_wire_put_f64(&out, rank->run->gpu->host_bandwidth);
+    kvio_wire_put_blob(&out, recorder->iterations, recorder->iterations_length);
+    return kvio_wire_finish(&out, blob_p, length_p);
+}
+
+kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
+                                kvio_update_result_t *result_p, char *error_p,
+                                size_t error_len)
+{
+    kvio_serve_run_t run = {.update = config, .rte = rte, .first_serve_rank = 1};
+    int index = kvio_rte_index(rte) - 1;
+    kvio_serve_rank_t *rank = NULL;
+    kvio_update_receiver_t *receiver = NULL;
+    kvio_status_t status = kvio_serve_rank_create(&run, index > 0 ? (uint32_t)index : 0, 1,
+                                                  &rank, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_update_receiver_create(config, rte, xfer, sender, serve_until_ns,
+                                             &receiver, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_serve_rank_serve(rank, receiver, serve_until_ns, result_p, error_p,
+                                       error_len);
+    kvio_update_receiver_destroy(receiver);
+    kvio_serve_rank_destroy(rank);
+    return status;
+}
