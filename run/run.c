@@ -482,6 +482,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
     if (options->summary_p != NULL)
         *options->summary_p = NULL;
     kvio_updates_schedule_t schedule = {0}; /* simulate mode's updates */
+    kvio_serve_output_t served = {0};       /* simulate mode: what serving measured */
     /* A closed socket (Redis gone mid-write) is an error to report, never a
      * SIGPIPE that ends the process without results (callers that handle
      * SIGPIPE themselves keep their handler). */
@@ -593,6 +594,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
             .update = updates ? &workload->update : NULL,
             .updates_activated_ns = activated_ns,
             .drain_stall_ns = drain_stall_ns,
+            .output = updates && !emulate ? &served : NULL,
         };
         json_t *serve_metrics = NULL;
         status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,
@@ -613,8 +615,8 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
         schedule.inference_stall_ns[r] += drain_stall_ns[r];
     const char *updates_note = "no train and serve ranks in this workload";
     if (status == KVIO_OK && updates) {
-        status = kvio_updates_run(workload, world, emulate ? NULL : &schedule, options->stop,
-                                  results,
+        status = kvio_updates_run(workload, world, emulate ? NULL : &schedule,
+                                  emulate ? NULL : &served, options->stop, results,
                                   root ? metrics : NULL, root ? start : NULL, events, error_p,
                                   error_len);
         /* Interrupted: the ranks stopped early and wrote what they had; so
@@ -651,11 +653,6 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                  "no request completed: the stream held none within the run (see "
                  "stream.requests, stream.arrival and the workload's duration)");
     }
-    if (status == KVIO_OK && updates && root && (coupled || !emulate) && results != NULL &&
-        !(options->stop != NULL && *options->stop))
-        status = kvio_updates_interference(kvio_results_path(results),
-                                           workload->update.interference_window_ns, metrics,
-                                           error_p, error_len);
     /* The world ends after summary.json is written (at out:): under mpirun
      * the first rank to exit ends the job, so the other ranks wait there for
      * rank 0. Interrupted, the launcher is tearing the job down (SIGTERM,
@@ -741,6 +738,7 @@ out:
     json_decref(start);
     json_decref(host);
     kvio_updates_schedule_free(&schedule);
+    kvio_serve_output_free(&served);
     free(activated_ns);
     free(drain_stall_ns);
     kvio_stream_destroy(stream);

@@ -3,7 +3,7 @@
  * loop, gathers every record to rank 0, and there writes updates.csv and the
  * metrics (latency, bandwidth, stalls, staleness). Simulate mode runs the
  * same records through a latency + bytes/bandwidth model on a virtual clock. */
-#include "kvio/run.h"
+#include "run/run_int.h"
 
 #include <errno.h>
 #include <math.h>
@@ -77,6 +77,7 @@ typedef struct run_context {
     volatile sig_atomic_t *stop; /* shared by every rank thread; only read */
     json_t *start;               /* rank 0: t0 and each rank's set-up (may be NULL) */
     pthread_mutex_t *setup_lock; /* serve ranks' pools, one at a time (kvio_serve_run_t) */
+    const kvio_serve_output_t *serving; /* simulate: what serving measured (NULL: none) */
 } run_context_t;
 
 static const kvio_train_record_t *find_train(const collected_t *all, uint64_t version);
@@ -145,16 +146,17 @@ static void coupled_destroy(coupled_serve_t *coupled)
  * inference loss, Σ over served requests of L(step of the version that
  * served them) (version 0, the initial weights, counts as step 1). */
 static kvio_status_t coupled_metrics(const run_context_t *context, const collected_t *all,
-                                     void **blobs, size_t *lengths, int size, char *error_p,
+                                     void **blobs, size_t *lengths, int size,
+                                     kvio_serve_output_t *output_p, char *error_p,
                                      size_t error_len)
 {
     json_t *serving = NULL;
     uint64_t *served = NULL;
     size_t num_versions = 0;
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
-                                                  TRAIN_RANK + 1, context->results, context->events,
-                                                  &serving, &served,
-                                                  &num_versions, error_p, error_len);
+                                                  TRAIN_RANK + 1, context->results,
+                                                  context->events, &serving, &served,
+                                                  &num_versions, output_p, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     /* The step each version holds (versions count from 1, in order). */
@@ -700,14 +702,20 @@ static json_t *update_metrics_json(const update_metrics_t *metrics,
 
 /* updates.csv: one row per update a serve rank received, times since t0. */
 static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_t *all,
-                                       int64_t origin_ns, char *error_p, size_t error_len)
+                                       int64_t origin_ns, const kvio_interference_t *interference,
+                                       char *error_p, size_t error_len)
 {
     kvio_csv_t *csv = NULL;
     kvio_status_t status = kvio_csv_open(
         results, "updates.csv",
-        "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
-        "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
-        "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps",
+        interference != NULL
+            ? "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
+              "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
+              "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps,ttft_p50_ratio,"
+              "ttft_p99_ratio,tpot_p99_ratio,hit_rate_before,hit_rate_after"
+            : "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
+              "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
+              "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps",
         &csv);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "%s/updates.csv: cannot write", kvio_results_path(results));
@@ -720,7 +728,13 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_
                                 ? (double)(record->t_activated_ns - record->t_ready_ns) / 1e6
                                 : NAN;
 #define REL(t) ((t) ? (double)((t) - origin_ns) / 1e6 : NAN)
-        kvio_csv_row(csv, "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f",
+        char ratios[160] = "";
+        if (interference != NULL) {
+            const double *v = &interference->values[i * KVIO_INTERFERENCE_VALUES];
+            snprintf(ratios, sizeof(ratios), ",%.4f,%.4f,%.4f,%.4f,%.4f", v[0], v[1], v[2], v[3],
+                     v[4]);
+        }
+        kvio_csv_row(csv, "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f%s",
                      (unsigned long long)record->version, record->rank,
                      (unsigned long long)record->bytes, record->checksum_ok,
                      record->skipped_before, REL(record->t_ready_ns),
@@ -728,7 +742,7 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_
                      train ? REL(train->t_publish_end_ns) : NAN, REL(record->t_xfer_start_ns),
                      REL(record->t_xfer_end_ns), REL(record->t_notified_ns),
                      REL(record->t_verified_ns), REL(record->t_activated_ns), latency_ms,
-                     train ? (double)train->stall_ns / 1e6 : NAN, update_gbps(record));
+                     train ? (double)train->stall_ns / 1e6 : NAN, update_gbps(record), ratios);
 #undef REL
     }
     status = kvio_csv_close(csv);
@@ -761,24 +775,48 @@ static void trace_updates(kvio_event_trace_t *events, const collected_t *all, in
     }
 }
 
+/* The updates' metrics, updates.csv and their events; with serving, what
+ * each update did to it (the interference windows) first, so that
+ * updates.csv is written once, whole. */
 static kvio_status_t write_metrics(const run_context_t *context, const collected_t *all,
-                                   int64_t origin_ns, char *error_p, size_t error_len)
+                                   int64_t origin_ns, const kvio_serve_output_t *serving,
+                                   char *error_p, size_t error_len)
 {
     update_metrics_t metrics;
     kvio_status_t status = compute_update_metrics(all, (int)context->workload->ranks.serve,
                                                   &metrics);
     if (status != KVIO_OK)
         return status;
+    kvio_interference_t interference = {0};
+    if (serving != NULL &&
+        (status = kvio_interference_measure(
+             serving->finished, serving->num_finished, all->updates, all->num_updates,
+             origin_ns, context->workload->update.interference_window_ns, &interference)) !=
+            KVIO_OK) {
+        snprintf(error_p, error_len, "update interference: out of memory (%zu requests)",
+                 serving->num_finished);
+        update_metrics_fini(&metrics);
+        return status;
+    }
     if (context->events != NULL)
         trace_updates(context->events, all, origin_ns);
     if (context->results != NULL)
-        status = write_updates_csv(context->results, all, origin_ns, error_p, error_len);
+        status = write_updates_csv(context->results, all, origin_ns,
+                                   serving != NULL ? &interference : NULL, error_p, error_len);
     if (status == KVIO_OK && metrics.mismatches > 0)
         kvio_warn("model updates: %llu checksum mismatch%s (see updates.csv)",
                   (unsigned long long)metrics.mismatches, metrics.mismatches == 1 ? "" : "es");
-    if (status == KVIO_OK && context->metrics != NULL)
+    if (status == KVIO_OK && context->metrics != NULL) {
         json_object_set_new(context->metrics, "model_updates",
                             update_metrics_json(&metrics, context->workload, all));
+        if (serving != NULL)
+            json_object_set_new(
+                context->metrics, "update_interference",
+                kvio_interference_json(&interference, serving->update_recomputed_tokens,
+                                       serving->update_aborted_requests,
+                                       metrics.inference_stall_total_ms));
+    }
+    kvio_interference_free(&interference);
     update_metrics_fini(&metrics);
     return status;
 }
@@ -1326,6 +1364,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     size_t blob_length = 0, *lengths = NULL;
     kvio_train_result_t train = {0};
     kvio_update_result_t serve = {0};
+    kvio_serve_output_t serving = {0}; /* rank 0: what the serve ranks measured */
     collected_t all = {0};
     bool coupled_run = kvio_updates_coupled(workload);
     coupled_serve_t coupled = {0};
@@ -1492,15 +1531,18 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     }
     if (self == 0) {
         status = collect(blobs, lengths, size, &all);
+        /* Serving first: what updates did to it goes into updates.csv. */
+        if (status == KVIO_OK && coupled_run && context->metrics != NULL)
+            status = coupled_metrics(context, &all, serve_blobs, serve_lengths, size, &serving,
+                                     error, sizeof(error));
         if (status == KVIO_OK)
-            status = write_metrics(context, &all, start.t0_ns, error, sizeof(error));
+            status = write_metrics(context, &all, start.t0_ns,
+                                   coupled_run && context->metrics != NULL ? &serving : NULL,
+                                   error, sizeof(error));
         if (status == KVIO_OK)
             start_json(context, &all, &start, num_serve);
         if (status == KVIO_OK && sync.num_buckets > 0)
             status = sync_results(context, &all, &sync, start.t0_ns, error, sizeof(error));
-        if (status == KVIO_OK && coupled_run && context->metrics != NULL)
-            status = coupled_metrics(context, &all, serve_blobs, serve_lengths, size, error,
-                                     sizeof(error));
         json_t *lost_json = status == KVIO_OK ? trainer_lost_json(&all, num_serve, start.t0_ns)
                                               : NULL;
         if (status == KVIO_OK && context->metrics != NULL) {
@@ -1553,6 +1595,7 @@ done:
     free(serve_blob);
     coupled_destroy(&coupled);
     collected_free(&all);
+    kvio_serve_output_free(&serving);
     free(blob);
     free(receivers);
     free(bucket_bytes);
@@ -1794,7 +1837,7 @@ static kvio_status_t simulate(const run_context_t *context,
             .inference_stall_ns = schedule->inference_stall_ns[receiver],
             .iterations = iteration > 0 ? (uint64_t)(end / iteration) : 0};
     snprintf(all.info, sizeof(all.info), "simulated: latency + bytes / bandwidth");
-    status = write_metrics(context, &all, 0, error_p, error_len);
+    status = write_metrics(context, &all, 0, context->serving, error_p, error_len);
     if (status == KVIO_OK && context->metrics != NULL) {
         json_t *object = json_object_get(context->metrics, "model_updates");
         json_object_set_new(object, "runtime", json_string("simulate"));
@@ -1812,12 +1855,14 @@ static kvio_status_t simulate(const run_context_t *context,
 
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                const kvio_updates_schedule_t *schedule,
+                               const kvio_serve_output_t *serving,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
                                json_t *metrics, json_t *start, kvio_event_trace_t *events,
                                char *error_p, size_t error_len)
 {
     run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
-                             .events = events, .stop = stop, .start = start};
+                             .events = events, .stop = stop, .start = start,
+                             .serving = serving};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, schedule, error_p, error_len);
     pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;

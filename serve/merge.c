@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/array.h"
 #include "kvio/log.h"
 #include "kvio/wire.h"
 
@@ -41,7 +42,21 @@ typedef struct rank_totals {
     int64_t overhead, planned;
     kvio_hist_t *error_ns, *error_ppm;
     uint64_t iterations_dropped;
+    kvio_serve_output_t *output; /* may be NULL */
+    size_t finished_capacity;
 } rank_totals_t;
+
+/* Adds a rank's finished request to the output. */
+static kvio_status_t keep_finished(rank_totals_t *totals, const kvio_engine_finished_t *finished)
+{
+    kvio_serve_output_t *output = totals->output;
+    kvio_status_t status = kvio_array_reserve((void **)&output->finished,
+                                              &totals->finished_capacity,
+                                              output->num_finished + 1, sizeof(*finished), 1024);
+    if (status == KVIO_OK)
+        output->finished[output->num_finished++] = *finished;
+    return status;
+}
 
 static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
                                 kvio_csv_t *csv, kvio_csv_t *iterations_csv,
@@ -81,12 +96,16 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
         (*totals->served)[v] += value;
     }
     const unsigned char *rows = kvio_wire_take_blob(&in, &rows_size);
-    for (uint64_t at = 0; status == KVIO_OK && rows != NULL && csv != NULL &&
+    for (uint64_t at = 0; status == KVIO_OK && rows != NULL &&
+                          (csv != NULL || totals->output != NULL) &&
                           at + sizeof(kvio_engine_finished_t) <= rows_size;
          at += sizeof(kvio_engine_finished_t)) {
         kvio_engine_finished_t finished; /* copied out: the blob need not be aligned */
         memcpy(&finished, rows + at, sizeof(finished));
-        status = kvio_serve_render_requests(csv, &finished, 1);
+        if (csv != NULL)
+            status = kvio_serve_render_requests(csv, &finished, 1);
+        if (status == KVIO_OK && totals->output != NULL)
+            status = keep_finished(totals, &finished);
     }
     int64_t overhead = 0, planned = 0;
     kvio_wire_get_i64(&in, &overhead);
@@ -128,9 +147,11 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
 }
 
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
-                                     uint32_t first_rank, kvio_results_t *results, kvio_event_trace_t *events,
-                                     json_t **metrics_p, uint64_t **served_p,
-                                     size_t *num_versions_p, char *error_p, size_t error_len)
+                                     uint32_t first_rank, kvio_results_t *results,
+                                     kvio_event_trace_t *events, json_t **metrics_p,
+                                     uint64_t **served_p, size_t *num_versions_p,
+                                     kvio_serve_output_t *output_p, char *error_p,
+                                     size_t error_len)
 {
     kvio_engine_metrics_t total;
     kvio_csv_t *csv = NULL, *iterations_csv = NULL;
@@ -138,8 +159,10 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     size_t num_serve = 0;
     uint64_t *served = NULL;
     size_t num_versions = 0;
+    kvio_serve_output_t output = {0};
     rank_totals_t totals = {.total = &total, .per_rank = json_array(), .tiers = json_array(),
-                            .served = &served, .num_versions = &num_versions};
+                            .served = &served, .num_versions = &num_versions,
+                            .output = output_p != NULL ? &output : NULL};
     kvio_status_t status = kvio_engine_metrics_init(&total);
     if (status == KVIO_OK && (kvio_hist_create(&totals.error_ns) != KVIO_OK ||
                               kvio_hist_create(&totals.error_ppm) != KVIO_OK))
@@ -184,6 +207,12 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         json_object_set_new(metrics, "per_rank", totals.per_rank);
         totals.per_rank = NULL;
         *metrics_p = metrics;
+        output.update_recomputed_tokens = total.update_recomputed_tokens;
+        output.update_aborted_requests = total.update_aborted_requests;
+        if (output_p != NULL) {
+            *output_p = output;
+            output = (kvio_serve_output_t){0};
+        }
         *served_p = served;
         *num_versions_p = num_versions;
         served = NULL;
@@ -192,6 +221,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                  kvio_strerror(status));
     }
     status = kvio_serve_close_csvs(csv, iterations_csv, status, error_p, error_len);
+    kvio_serve_output_free(&output);
     json_decref(client);
     json_decref(totals.kv_memory);
     json_decref(totals.per_rank);

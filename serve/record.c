@@ -139,3 +139,9 @@ kvio_status_t kvio_serve_render_iterations(kvio_csv_t *csv, kvio_event_trace_t *
     render_context_t render = {.csv = csv, .events = events, .host_bandwidth = host_bandwidth};
     return kvio_serve_iterations_each(records, length, render_iteration, &render);
 }
+
+void kvio_serve_output_free(kvio_serve_output_t *output)
+{
+    free(output->finished);
+    memset(output, 0, sizeof(*output));
+}

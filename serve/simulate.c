@@ -193,6 +193,21 @@ static kvio_status_t render(const simulation_t *sim, char *error_p, size_t error
     return kvio_serve_close_csvs(requests, iterations, status, error_p, error_len);
 }
 
+/* What serving measured, as data: the finished requests move out of the
+ * recorder; the updates' costs are the engines' together. */
+static void hand_over(simulation_t *sim, kvio_serve_output_t *output)
+{
+    *output = (kvio_serve_output_t){.finished = sim->recorder.finished,
+                                    .num_finished = sim->recorder.num_finished};
+    sim->recorder.finished = NULL;
+    sim->recorder.num_finished = sim->recorder.finished_capacity = 0;
+    for (uint32_t r = 0; r < sim->num_ranks; r++) {
+        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim->ranks[r].lane.engine);
+        output->update_recomputed_tokens += metrics->update_recomputed_tokens;
+        output->update_aborted_requests += metrics->update_aborted_requests;
+    }
+}
+
 /* The serving metrics of every lane's engine, and of them all. */
 static json_t *simulation_metrics(const simulation_t *sim)
 {
@@ -245,6 +260,8 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
         run->drain_stall_ns[r] += sim.ranks[r].lane.drain_stall_ns;
     if (status == KVIO_OK)
         status = render(&sim, error_p, error_len);
+    if (status == KVIO_OK && run->output != NULL)
+        hand_over(&sim, run->output);
     if (status == KVIO_OK) {
         json_t *metrics = simulation_metrics(&sim);
         if (metrics == NULL) {

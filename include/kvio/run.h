@@ -146,16 +146,6 @@ kvio_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload);
 kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t other_bytes,
                                      char *error_p, size_t error_len);
 
-/* After a run with model updates and serving (either mode), on rank 0:
- * what each activation did to the requests around it on its rank, window_ns
- * after against window_ns before (TTFT p50/p99 and TPOT p99 ratios, prefix
- * hit rate), read from dir's requests.csv and updates.csv. Appends those
- * columns to updates.csv and sets metrics.update_interference (averages
- * over the updates with requests on both sides, plus the updates' recompute
- * and stall costs from metrics). */
-kvio_status_t kvio_updates_interference(const char *dir, int64_t window_ns, json_t *metrics,
-                                        char *error_p, size_t error_len);
-
 /* Simulate mode: the trainer's versions and each serve rank's updates on
  * the virtual clock, from the train section and the transport model (what
  * kvio_updates_run writes to updates.csv). The serve ranks serve on it. */
@@ -190,6 +180,7 @@ void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
  * the trainer and the serve ranks early, keeping what was measured. */
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                const kvio_updates_schedule_t *schedule,
+                               const kvio_serve_output_t *serving,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
                                json_t *metrics, json_t *start, kvio_event_trace_t *events,
                                char *error_p, size_t error_len);

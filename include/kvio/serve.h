@@ -86,6 +86,18 @@ uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines
 
 /* ---------- simulate-mode driver ---------- */
 
+/* What serving measured, as data, for what the run computes from it
+ * (rank 0): every finished request, in the order they finished (a coupled
+ * emulate run: rank by rank), and what updates cost the engines. */
+typedef struct kvio_serve_output {
+    kvio_engine_finished_t *finished; /* malloc'd; kvio_serve_output_free */
+    size_t num_finished;
+    uint64_t update_recomputed_tokens;
+    uint64_t update_aborted_requests;
+} kvio_serve_output_t;
+
+void kvio_serve_output_free(kvio_serve_output_t *output);
+
 typedef struct kvio_serve_run {
     const kvio_serve_config_t *serve;
     const kvio_model_t *model;      /* resolved */
@@ -149,6 +161,8 @@ typedef struct kvio_serve_run {
      * and per serve rank the time it spent draining. */
     int64_t *updates_activated_ns;
     int64_t *drain_stall_ns;
+    /* Simulate mode (may be NULL): filled with what serving measured. */
+    kvio_serve_output_t *output;
 } kvio_serve_run_t;
 
 /* The inference loss of the served requests into metrics: served[v]
@@ -230,11 +244,14 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
  * requests.csv and
  * iterations.csv in results (may be NULL) and iteration events (events may
  * be NULL), and returns the requests finished per model version (malloc'd;
- * caller frees). */
+ * caller frees) and, in *output_p (may be NULL; caller frees), the finished
+ * requests and the updates' costs. */
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
-                                     uint32_t first_rank, kvio_results_t *results, kvio_event_trace_t *events,
-                                     json_t **metrics_p, uint64_t **served_p,
-                                     size_t *num_versions_p, char *error_p, size_t error_len);
+                                     uint32_t first_rank, kvio_results_t *results,
+                                     kvio_event_trace_t *events, json_t **metrics_p,
+                                     uint64_t **served_p, size_t *num_versions_p,
+                                     kvio_serve_output_t *output_p, char *error_p,
+                                     size_t error_len);
 
 /* ---------- the client rank of the coupled run (ranks.client: 1) ---------- */
 
