@@ -204,9 +204,11 @@ static uint32_t s3fifo_victim(void *priv)
     }
 }
 
-const kvio_evict_ops_t kvio_evict_s3fifo_ops = {
-    .name = "s3fifo",
-    .description = "scan-resistant: small probation FIFO, main FIFO with reinsertion, ghost keys",
+const kvio_evict_ops_t kvio_eviction_s3fifo = {
+    .plugin = {.name = "s3fifo",
+               .help = "scan-resistant: small probation FIFO, main FIFO with reinsertion, "
+                       "ghost keys",
+               .options = kvio_no_options},
     .priv_size = sizeof(struct s3fifo),
     .init = s3fifo_init,
     .fini = s3fifo_fini,

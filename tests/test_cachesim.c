@@ -3,6 +3,7 @@
  * fixture traces written by the tests. */
 #include "kvio/cachesim.h"
 
+#include "kvio/kvcache.h"
 #include "tests/helpers.h"
 
 #include <criterion/criterion.h>
@@ -150,13 +151,13 @@ Test(cachesim, capacity_that_holds_everything_is_the_same_for_every_policy, .tim
         cr_assert_eq(kvio_cachesim_add_request(sim, ids, 6, 22), KVIO_OK);
     }
     kvio_cachesim_result_t unlimited = run(sim, "lru", KVIO_CACHESIM_UNLIMITED);
-    const char *policies[] = {"lru", "lfu", "fifo", "mru", "s3fifo"};
-    for (size_t i = 0; i < 5; i++) {
-        kvio_cachesim_result_t result = run(sim, policies[i], 40);
-        cr_assert_eq(result.hit_blocks, unlimited.hit_blocks, "%s", policies[i]);
+    for (size_t i = 0; i < kvio_evictions.count; i++) {
+        const char *policy = kvio_evictions.plugins[i]->name;
+        kvio_cachesim_result_t result = run(sim, policy, 40);
+        cr_assert_eq(result.hit_blocks, unlimited.hit_blocks, "%s", policy);
         cr_assert_eq(result.evictions, 0);
-        result = run(sim, policies[i], 10);
-        cr_assert_lt(result.hit_blocks, unlimited.hit_blocks, "%s at 10 blocks", policies[i]);
+        result = run(sim, policy, 10);
+        cr_assert_lt(result.hit_blocks, unlimited.hit_blocks, "%s at 10 blocks", policy);
         cr_assert_gt(result.evictions, 0);
     }
     kvio_cachesim_destroy(sim);
