@@ -298,6 +298,8 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
                 ops->access(priv, block);
                 continue;
             }
+            if (ops->arriving != NULL)
+                ops->arriving(priv, block);
             /* Evicting before inserting equals the reference's insert-then-
              * trim for any capacity of at least one block. */
             if (size == capacity_blocks) {

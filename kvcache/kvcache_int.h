@@ -39,6 +39,13 @@ typedef struct kvio_evict_ops {
     void (*access)(void *priv, uint32_t entry);
     /* Removes and returns the next entry to evict, KVIO_EVICT_NONE if empty. */
     uint32_t (*victim)(void *priv);
+    /* Content key is about to join (add, fresh) after the victim it needs,
+     * if the cache is full: said by a caller that knows the key before it
+     * asks for the victim (cachesim; the pool learns a block's key only
+     * later), for a policy whose victim depends on what comes in (arc
+     * adapts its target on a ghost hit before it replaces). NULL: the
+     * policy needs only add. */
+    void (*arriving)(void *priv, uint64_t key);
 } kvio_evict_ops_t;
 
 /* A policy instance. */
@@ -168,5 +175,21 @@ void kvio_evict_heap_key_grew(kvio_evict_heap_state_t *state, uint32_t entry);
     .priv_size = sizeof(kvio_evict_heap_state_t), .init = kvio_evict_heap_init,             \
     .fini = kvio_evict_heap_fini, .add = kvio_evict_heap_add,                               \
     .remove = kvio_evict_heap_remove, .victim = kvio_evict_heap_victim
+
+/* ---- Content keys to a non-zero value each (kvcache/key_table.c): the
+ * ghosts of s3fifo and arc. Sized for max_keys at most half full; the
+ * caller keeps within it. */
+typedef struct kvio_key_table {
+    uint64_t *keys;
+    uint32_t *values; /* 0: an empty slot */
+    size_t mask;
+} kvio_key_table_t;
+
+kvio_status_t kvio_key_table_init(kvio_key_table_t *table, size_t max_keys);
+void kvio_key_table_fini(kvio_key_table_t *table);
+/* key's value, 0 when the table does not hold it. */
+uint32_t kvio_key_table_get(const kvio_key_table_t *table, uint64_t key);
+/* Sets key's value; 0 takes the key out. */
+void kvio_key_table_set(kvio_key_table_t *table, uint64_t key, uint32_t value);
 
 #endif

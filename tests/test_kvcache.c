@@ -861,8 +861,9 @@ Test(kvcache, unknown_policy_and_bad_sizes_are_refused, .timeout = 10)
 /* One row per policy at least (test_plugins checks): the policy replayed
  * through its hooks on a cache of capacity entries, a key being its own
  * entry (keys below 32). script, separated by spaces:
- *   K    a request of key K: a hit (access) when K is resident; else, the
- *        cache being full, first a victim, then K joins (add, fresh)
+ *   K    a request of key K: a hit (access) when K is resident; else K is
+ *        arriving, then, the cache being full, a victim is taken, then K
+ *        joins (add, fresh), as in cachesim
  *   -K   resident K leaves the set, not evicted (the pool: a hit took it)
  *   +K   K returns to the set (add, not fresh: the pool freed it again)
  *   v    a victim is taken (the pool takes one for new content)
@@ -940,6 +941,8 @@ static void replay_case(const evict_case_t *test, char *hits_p, char *victims_p,
             ops->access(evict.priv, key);
             append_entry(hits_p, size, key);
         } else {
+            if (ops->arriving != NULL)
+                ops->arriving(evict.priv, key);
             if (size_in_entries == test->capacity) {
                 victim = ops->victim(evict.priv);
                 cr_assert_neq(victim, KVIO_EVICT_NONE, "%s: a full cache has no victim",
