@@ -10,6 +10,7 @@
     X(lfu)                                                                                 \
     X(fifo)                                                                                \
     X(mru)                                                                                 \
-    X(s3fifo)
+    X(s3fifo)                                                                              \
+    X(arc)
 
 KVIO_REGISTRY_DEFINE(kvio_evictions, "eviction policy", EVICTIONS)

@@ -895,6 +895,21 @@ static const evict_case_t evict_cases[] = {
      * then 0 (its hit spent on a reinsertion). */
     {.policy = "s3fifo", .capacity = 10, .script = "0 1 0 v 1 2", .hits = "0",
      .victims = "1 2 1 0"},
+    /* ARC by the paper's Fig. 4; c = 3, lists LRU first, p = 0:
+     *   2 0 1  misses: T1 = 2 0 1
+     *   1      hit in T1: T2 = 1, T1 = 2 0
+     *   5      miss, full, |T1| 2 > p: 2 to B1; T1 = 0 5
+     *   2      ghost of B1: p = 0 + max(|B2|/|B1|, 1) = 1; |T1| 2 > 1: 0 to
+     *          B1 = 0; T2 = 1 2, T1 = 5
+     *   0      ghost of B1: p = 2; |T1| 1 <= 2: T2's 1 to B2; T2 = 2 0
+     *   4      miss (|T1|+|B1| 1 < c, the four lists 4 < 2c): |T1| 1 <= 2:
+     *          2 to B2 = 1 2; T1 = 5 4, T2 = 0
+     *   5      hit in T1: T2 = 0 5, T1 = 4
+     *   2      ghost of B2: p = 2 - max(|B1|/|B2|, 1) = 1; |T1| 1 = p and 2
+     *          is B2's: 4 to B1; T2 = 0 5 2
+     * then the drain: T1 empty, T2's 0 5 2. (lru hits only the first 1.) */
+    {.policy = "arc", .capacity = 3, .script = "2 0 1 1 5 2 0 4 5 2", .hits = "1 5",
+     .victims = "2 0 1 2 4 0 5 2"},
 };
 
 /* Appends entry (or "-" for none) to text, space-separated. */
