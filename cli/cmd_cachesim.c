@@ -65,9 +65,9 @@ static void print_help(FILE *out)
             "                      capacities into blocks; --tp N its tensor parallelism\n"
             "                      (default 1: the KV of one GPU's share)\n"
             "  --eviction LIST     policies, comma-separated, or 'all' (default lru):\n");
-    for (size_t i = 0; i < kvio_evict_num_policies(); i++)
-        fprintf(out, "                        %-7s %s\n", kvio_evict_policy_name(i),
-                kvio_evict_policy_description(i));
+    for (size_t i = 0; i < kvio_evictions.count; i++)
+        fprintf(out, "                        %-7s %s\n", kvio_evictions.plugins[i]->name,
+                kvio_evictions.plugins[i]->help);
     fprintf(out,
             "  --block-tokens N    tokens per trace block (default 512)\n"
             "  --skip-bad          skip and count bad trace lines instead of failing\n"
@@ -134,8 +134,8 @@ static bool parse_policies(const char *text, options_t *options)
     options->num_policies = 0;
     if (strcmp(text, "all") == 0) {
         options->policy_text = NULL;
-        for (size_t i = 0; i < kvio_evict_num_policies() && i < MAX_LIST; i++)
-            options->policies[options->num_policies++] = kvio_evict_policy_name(i);
+        for (size_t i = 0; i < kvio_evictions.count && i < MAX_LIST; i++)
+            options->policies[options->num_policies++] = kvio_evictions.plugins[i]->name;
         return true;
     }
     options->policy_text = strdup(text);

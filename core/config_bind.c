@@ -200,12 +200,15 @@ static kvio_status_t bind_choice(bind_context_t *context, const kvio_opt_t *opti
         for (size_t i = 0; i < count; i++)
             known[i] = registry->plugins[i]->name;
         const char *close = config_closest_name(node->text, known, count, sizeof(char *));
+        const char *article =
+            registry->kind[0] != '\0' && strchr("aeiou", registry->kind[0]) != NULL ? "an" : "a";
         if (close != NULL)
             return config_node_error(context, node, path,
-                                     "'%s' is not a %s kvio has (one of %s; did you mean "
-                                     "'%s'?)", node->text, registry->kind, names, close);
-        return config_node_error(context, node, path, "'%s' is not a %s kvio has (one of %s)",
-                                 node->text, registry->kind, names);
+                                     "'%s' is not %s %s kvio has (one of %s; did you mean "
+                                     "'%s'?)", node->text, article, registry->kind, names,
+                                     close);
+        return config_node_error(context, node, path, "'%s' is not %s %s kvio has (one of %s)",
+                                 node->text, article, registry->kind, names);
     }
     choice->registry = registry;
     choice->plugin = plugin;

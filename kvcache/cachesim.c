@@ -267,7 +267,8 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
     if (status != KVIO_OK)
         return status;
     const kvio_evict_ops_t *ops = kvio_evict_find(policy);
-    kvio_cachesim_result_t result = {.policy = ops->name, .capacity_blocks = capacity_blocks};
+    kvio_cachesim_result_t result = {.policy = ops->plugin.name,
+                                     .capacity_blocks = capacity_blocks};
     uint32_t num_entries = sim->num_unique;
     uint8_t *resident = calloc(num_entries ? num_entries : 1, 1);
     if (resident == NULL)
@@ -297,6 +298,8 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
                 ops->access(priv, block);
                 continue;
             }
+            if (ops->arriving != NULL)
+                ops->arriving(priv, block);
             /* Evicting before inserting equals the reference's insert-then-
              * trim for any capacity of at least one block. */
             if (size == capacity_blocks) {
@@ -491,7 +494,7 @@ static void lru_result(const kvio_cachesim_t *sim, uint64_t capacity_blocks,
                        kvio_cachesim_result_t *result_p)
 {
     kvio_cachesim_result_t result = {
-        .policy = kvio_evict_lru_ops.name,
+        .policy = kvio_eviction_lru.plugin.name,
         .capacity_blocks = capacity_blocks,
         .requests = sim->num_requests,
         .blocks = sim->num_blocks,
@@ -636,11 +639,11 @@ kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const 
         return KVIO_ERR_NOMEM;
     size_t num_jobs = 0;
     for (size_t i = 0; i < num_policies; i++) {
-        if (kvio_evict_find(policies[i]) == &kvio_evict_lru_ops)
+        if (kvio_evict_find(policies[i]) == &kvio_eviction_lru)
             jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = ALL_CAPACITIES};
     }
     for (size_t i = 0; i < num_policies; i++) {
-        if (kvio_evict_find(policies[i]) == &kvio_evict_lru_ops)
+        if (kvio_evict_find(policies[i]) == &kvio_eviction_lru)
             continue;
         for (size_t c = 0; c < num_capacities; c++)
             jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = c};

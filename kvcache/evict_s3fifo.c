@@ -10,14 +10,12 @@
 
 enum { QUEUE_NONE = 0, QUEUE_SMALL = 1, QUEUE_MAIN = 2 };
 
-/* Ghost: a FIFO ring of keys plus an open-addressing multiset for
- * membership (linear probing, backward-shift deletion). */
+/* Ghost: a FIFO ring of keys, counted in a key table for membership (a key
+ * may be in the ring more than once). */
 struct ghost {
     uint64_t *ring;
     size_t ring_capacity, ring_start, ring_length;
-    uint64_t *slot_keys;
-    uint32_t *slot_counts; /* 0: empty */
-    size_t slot_mask;
+    kvio_key_table_t counts;
 };
 
 struct s3fifo {
@@ -31,45 +29,16 @@ struct s3fifo {
     struct ghost ghost;
 };
 
-static size_t ghost_slot(const struct ghost *ghost, uint64_t key)
-{
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdULL;
-    key ^= key >> 33;
-    return (size_t)key & ghost->slot_mask;
-}
-
-static size_t ghost_find(const struct ghost *ghost, uint64_t key)
-{
-    size_t slot = ghost_slot(ghost, key);
-    while (ghost->slot_counts[slot] != 0 && ghost->slot_keys[slot] != key)
-        slot = (slot + 1) & ghost->slot_mask;
-    return slot;
-}
-
 static bool ghost_contains(const struct ghost *ghost, uint64_t key)
 {
-    return ghost->ring_capacity > 0 && ghost->slot_counts[ghost_find(ghost, key)] != 0;
+    return ghost->ring_capacity > 0 && kvio_key_table_get(&ghost->counts, key) != 0;
 }
 
 static void ghost_forget(struct ghost *ghost, uint64_t key)
 {
-    size_t slot = ghost_find(ghost, key);
-    if (ghost->slot_counts[slot] == 0 || --ghost->slot_counts[slot] > 0)
-        return;
-    /* Backward-shift deletion keeps probe chains intact. */
-    size_t hole = slot;
-    for (size_t next = (hole + 1) & ghost->slot_mask; ghost->slot_counts[next] != 0;
-         next = (next + 1) & ghost->slot_mask) {
-        size_t home = ghost_slot(ghost, ghost->slot_keys[next]);
-        bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
-        if (movable) {
-            ghost->slot_keys[hole] = ghost->slot_keys[next];
-            ghost->slot_counts[hole] = ghost->slot_counts[next];
-            ghost->slot_counts[next] = 0;
-            hole = next;
-        }
-    }
+    uint32_t count = kvio_key_table_get(&ghost->counts, key);
+    if (count > 0)
+        kvio_key_table_set(&ghost->counts, key, count - 1);
 }
 
 static void ghost_push(struct ghost *ghost, uint64_t key)
@@ -83,9 +52,19 @@ static void ghost_push(struct ghost *ghost, uint64_t key)
     }
     ghost->ring[(ghost->ring_start + ghost->ring_length) % ghost->ring_capacity] = key;
     ghost->ring_length++;
-    size_t slot = ghost_find(ghost, key);
-    ghost->slot_keys[slot] = key;
-    ghost->slot_counts[slot]++;
+    kvio_key_table_set(&ghost->counts, key, kvio_key_table_get(&ghost->counts, key) + 1);
+}
+
+static void s3fifo_fini(void *priv)
+{
+    struct s3fifo *policy = priv;
+    free(policy->links);
+    free(policy->queue);
+    free(policy->home);
+    free(policy->frequency);
+    free(policy->keys);
+    free(policy->ghost.ring);
+    kvio_key_table_fini(&policy->ghost.counts);
 }
 
 static kvio_status_t s3fifo_init(void *priv, uint32_t num_entries, uint64_t capacity)
@@ -105,40 +84,14 @@ static kvio_status_t s3fifo_init(void *priv, uint32_t num_entries, uint64_t capa
     /* The ghost remembers as many keys as the main queue holds. */
     struct ghost *ghost = &policy->ghost;
     ghost->ring_capacity = capacity > policy->small_target ? capacity - policy->small_target : 1;
-    size_t slots = 16;
-    while (slots < 2 * ghost->ring_capacity)
-        slots *= 2;
-    ghost->slot_mask = slots - 1;
     ghost->ring = malloc(sizeof(uint64_t) * ghost->ring_capacity);
-    ghost->slot_keys = malloc(sizeof(uint64_t) * slots);
-    ghost->slot_counts = calloc(slots, sizeof(uint32_t));
     if (policy->links == NULL || policy->queue == NULL || policy->home == NULL ||
         policy->frequency == NULL || policy->keys == NULL || ghost->ring == NULL ||
-        ghost->slot_keys == NULL || ghost->slot_counts == NULL) {
-        free(policy->links);
-        free(policy->queue);
-        free(policy->home);
-        free(policy->frequency);
-        free(policy->keys);
-        free(ghost->ring);
-        free(ghost->slot_keys);
-        free(ghost->slot_counts);
+        kvio_key_table_init(&ghost->counts, ghost->ring_capacity) != KVIO_OK) {
+        s3fifo_fini(policy);
         return KVIO_ERR_NOMEM;
     }
     return KVIO_OK;
-}
-
-static void s3fifo_fini(void *priv)
-{
-    struct s3fifo *policy = priv;
-    free(policy->links);
-    free(policy->queue);
-    free(policy->home);
-    free(policy->frequency);
-    free(policy->keys);
-    free(policy->ghost.ring);
-    free(policy->ghost.slot_keys);
-    free(policy->ghost.slot_counts);
 }
 
 static kvio_list_t *queue_list(struct s3fifo *policy, uint8_t queue)
@@ -204,9 +157,11 @@ static uint32_t s3fifo_victim(void *priv)
     }
 }
 
-const kvio_evict_ops_t kvio_evict_s3fifo_ops = {
-    .name = "s3fifo",
-    .description = "scan-resistant: small probation FIFO, main FIFO with reinsertion, ghost keys",
+const kvio_evict_ops_t kvio_eviction_s3fifo = {
+    .plugin = {.name = "s3fifo",
+               .help = "scan-resistant: small probation FIFO, main FIFO with reinsertion, "
+                       "ghost keys",
+               .options = kvio_no_options},
     .priv_size = sizeof(struct s3fifo),
     .init = s3fifo_init,
     .fini = s3fifo_fini,

@@ -3,9 +3,12 @@
  * here once. */
 #include "kvio/run.h"
 
+#include "kvio/kvcache.h"
+
 const kvio_registry_t *const kvio_registries[] = {
     &kvio_sched_policies,
     &kvio_sched_predictors,
+    &kvio_evictions,
     &kvio_routers,
     NULL,
 };

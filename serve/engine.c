@@ -23,9 +23,6 @@
 
 static const char *const preemption_names[] = {"recompute", "swap", NULL};
 
-/* The eviction policies the kvcache registry has (test_engine checks the
- * two lists agree): serve.kvcache.eviction is refused at load otherwise. */
-const char *const kvio_eviction_names[] = {"lru", "lfu", "fifo", "mru", "s3fifo", NULL};
 static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
 static const char *const index_names[] = {"hash", "radix", NULL};
 
@@ -82,10 +79,10 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
      .values = index_names, .default_value = "hash",
      .help = "hash (vLLM: any free cached block may be evicted) or radix (SGLang: only "
              "leaves, so a cached prefix never loses a block before its continuations)"},
-    {.key = "eviction", .type = KVIO_OPT_STRING,
+    {.key = "eviction", .type = KVIO_OPT_PLUGIN,
      .offset = offsetof(kvio_kvcache_section_t, eviction), .default_value = "lru",
-     .values = kvio_eviction_names,
-     .help = "eviction policy: lru, lfu, fifo, mru, s3fifo"},
+     .registry = &kvio_evictions,
+     .help = "which free cached block a full pool reuses first"},
     {.key = "verify_swaps", .type = KVIO_OPT_BOOL,
      .offset = offsetof(kvio_kvcache_section_t, verify_swaps), .default_value = "false",
      .help = "emulate: checksum every swapped block out and back"},

@@ -88,7 +88,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .prefix_caching = serve->kvcache.prefix_caching,
         .free_order = serve->kvcache.free_order,
         .index = serve->kvcache.index,
-        .eviction = serve->kvcache.eviction,
+        .eviction = kvio_choice_name(&serve->kvcache.eviction),
         .sched = &serve->scheduler,
         .seed = run->seed + serve_index,
         .cost = cost,

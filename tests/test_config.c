@@ -402,11 +402,15 @@ Test(config, deep_nesting_is_refused_not_a_crash, .timeout = 30)
  * eviction names are the kvcache registry's. */
 Test(config, unknown_eviction_and_runtime_are_refused_with_their_position, .timeout = 10)
 {
-    static const struct {
+    char evictions[512], eviction_error[600];
+    kvio_registry_names(&kvio_evictions, evictions, sizeof(evictions));
+    snprintf(eviction_error, sizeof(eviction_error),
+             "w.yaml:4:15: serve.kvcache.eviction: 'clock' is not an eviction policy kvio has "
+             "(one of %s", evictions);
+    const struct {
         const char *text, *expected;
     } cases[] = {
-        {"name: x\nserve:\n  kvcache:\n    eviction: clock\n",
-         "w.yaml:4:15: serve.kvcache.eviction: 'clock' is not one of lru, lfu, fifo, mru, s3fifo"},
+        {"name: x\nserve:\n  kvcache:\n    eviction: clock\n", eviction_error},
         {"name: x\nranks: {runtime: foo}\n",
          "w.yaml:2:18: ranks.runtime: 'foo' is not one of auto, local, mpi"},
     };
@@ -417,10 +421,4 @@ Test(config, unknown_eviction_and_runtime_are_refused_with_their_position, .time
                                          sizeof(error)), KVIO_ERR_CONFIG, "case %zu", c);
         cr_assert(strstr(error, cases[c].expected) != NULL, "%s", error);
     }
-    size_t count = 0;
-    while (kvio_eviction_names[count] != NULL)
-        count++;
-    cr_assert_eq(count, kvio_evict_num_policies());
-    for (size_t i = 0; i < count; i++)
-        cr_assert_str_eq(kvio_eviction_names[i], kvio_evict_policy_name(i));
 }

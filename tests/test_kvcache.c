@@ -774,12 +774,12 @@ Test(kvcache, metrics_count_queries_hits_and_usage, .timeout = 10)
 
 Test(kvcache, non_lru_pool_reuses_unhashed_blocks_before_cached_ones, .timeout = 10)
 {
-    const char *policies[] = {"lfu", "fifo", "mru", "s3fifo"};
-    for (size_t p = 0; p < 4; p++) {
+    for (size_t p = 0; p < kvio_evictions.count; p++) {
+        const char *policy = kvio_evictions.plugins[p]->name;
         kvio_kvcache_config_t config = {.num_blocks = 11, .block_size = BLOCK,
                                         .enable_prefix_caching = true,
                                         .free_order = KVIO_FREE_ORDER_APPEND,
-                                        .eviction = policies[p]};
+                                        .eviction = policy};
         kvio_kvcache_t *cache = NULL;
         cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
         uint32_t *tokens = token_run(1, 48), *fill = token_run(1000, 112);
@@ -791,8 +791,8 @@ Test(kvcache, non_lru_pool_reuses_unhashed_blocks_before_cached_ones, .timeout =
         cr_assert_eq(kvio_kvcache_allocate(cache, b, 112, NULL), KVIO_OK);
         kvio_kvcache_metrics_t metrics;
         kvio_kvcache_get_metrics(cache, &metrics);
-        cr_assert_eq(metrics.evictions, 0, "%s evicted a cached block", policies[p]);
-        cr_assert_eq(kvio_kvcache_lookup(cache, again), 32, "%s", policies[p]);
+        cr_assert_eq(metrics.evictions, 0, "%s evicted a cached block", policy);
+        cr_assert_eq(kvio_kvcache_lookup(cache, again), 32, "%s", policy);
         kvio_kvcache_free(cache, b);
         kvio_kvreq_destroy(a);
         kvio_kvreq_destroy(b);
@@ -853,68 +853,142 @@ Test(kvcache, unknown_policy_and_bad_sizes_are_refused, .timeout = 10)
     cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_ERR_INVALID);
     cr_assert_eq(kvio_evict_check_name("s3fifo"), KVIO_OK);
     cr_assert_eq(kvio_evict_check_name("clock"), KVIO_ERR_NOT_FOUND);
-    cr_assert_geq(kvio_evict_num_policies(), 5);
+    cr_assert_geq(kvio_evictions.count, 5);
 }
 
 /* ---- policies, through the plug-in interface ----------------------------- */
 
-static uint32_t drain(kvio_evict_t *evict, uint32_t *order_p, size_t max)
+/* One row per policy at least (test_plugins checks): the policy replayed
+ * through its hooks on a cache of capacity entries, a key being its own
+ * entry (keys below 32). script, separated by spaces:
+ *   K    a request of key K: a hit (access) when K is resident; else K is
+ *        arriving, then, the cache being full, a victim is taken, then K
+ *        joins (add, fresh), as in cachesim
+ *   -K   resident K leaves the set, not evicted (the pool: a hit took it)
+ *   +K   K returns to the set (add, not fresh: the pool freed it again)
+ *   v    a victim is taken (the pool takes one for new content)
+ * then the set is drained. hits: the keys that hit, in order; victims:
+ * every victim, in order, the drain's last ("-": v found none). */
+typedef struct evict_case {
+    const char *policy;
+    uint64_t capacity;
+    const char *script;
+    const char *hits;
+    const char *victims;
+} evict_case_t;
+
+#define EVICT_KEYS 32
+
+static const evict_case_t evict_cases[] = {
+    /* Keys 0..3 join in order; 1 is hit twice, 2 once; 3 is taken. */
+    {.policy = "lru", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
+     .victims = "0 2 1"}, /* hits move 1, 2, then 1 to the recent end */
+    {.policy = "mru", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
+     .victims = "1 2 0"},
+    {.policy = "fifo", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
+     .victims = "0 1 2"},
+    {.policy = "lfu", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
+     .victims = "0 2 1"},
+    /* Small queue target 1 of 10: 0 was hit, so the victim pass moves it to
+     * main and evicts 1, whose key becomes a ghost. 1 comes back into main,
+     * so 2 (small) goes first; main holds 0 (one hit left) and 1: 1 goes,
+     * then 0 (its hit spent on a reinsertion). */
+    {.policy = "s3fifo", .capacity = 10, .script = "0 1 0 v 1 2", .hits = "0",
+     .victims = "1 2 1 0"},
+    /* ARC by the paper's Fig. 4; c = 3, lists LRU first, p = 0:
+     *   2 0 1  misses: T1 = 2 0 1
+     *   1      hit in T1: T2 = 1, T1 = 2 0
+     *   5      miss, full, |T1| 2 > p: 2 to B1; T1 = 0 5
+     *   2      ghost of B1: p = 0 + max(|B2|/|B1|, 1) = 1; |T1| 2 > 1: 0 to
+     *          B1 = 0; T2 = 1 2, T1 = 5
+     *   0      ghost of B1: p = 2; |T1| 1 <= 2: T2's 1 to B2; T2 = 2 0
+     *   4      miss (|T1|+|B1| 1 < c, the four lists 4 < 2c): |T1| 1 <= 2:
+     *          2 to B2 = 1 2; T1 = 5 4, T2 = 0
+     *   5      hit in T1: T2 = 0 5, T1 = 4
+     *   2      ghost of B2: p = 2 - max(|B1|/|B2|, 1) = 1; |T1| 1 = p and 2
+     *          is B2's: 4 to B1; T2 = 0 5 2
+     * then the drain: T1 empty, T2's 0 5 2. (lru hits only the first 1.) */
+    {.policy = "arc", .capacity = 3, .script = "2 0 1 1 5 2 0 4 5 2", .hits = "1 5",
+     .victims = "2 0 1 2 4 0 5 2"},
+};
+
+/* Appends entry (or "-" for none) to text, space-separated. */
+static void append_entry(char *text, size_t size, uint32_t entry)
 {
-    uint32_t count = 0, victim;
-    while (count < max && (victim = evict->ops->victim(evict->priv)) != KVIO_EVICT_NONE)
-        order_p[count++] = victim;
-    return count;
+    size_t used = strlen(text);
+    if (entry == KVIO_EVICT_NONE)
+        snprintf(text + used, size - used, "%s-", used > 0 ? " " : "");
+    else
+        snprintf(text + used, size - used, "%s%u", used > 0 ? " " : "", entry);
 }
 
-Test(evict, each_policy_orders_victims_its_way, .timeout = 10)
-{
-    /* Entries 0..3 added in order; 1 is hit twice, 2 once; 3 is removed. */
-    struct {
-        const char *name;
-        uint32_t expected[3];
-    } cases[] = {
-        {"lru", {0, 2, 1}}, /* hits move 1, 2, then 1 to the recent end */
-        {"mru", {1, 2, 0}},
-        {"fifo", {0, 1, 2}},
-        {"lfu", {0, 2, 1}},
-    };
-    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        kvio_evict_t evict = {0};
-        cr_assert_eq(kvio_evict_init(&evict, cases[c].name, 8, 8), KVIO_OK);
-        for (uint32_t e = 0; e < 4; e++)
-            evict.ops->add(evict.priv, e, e, true);
-        evict.ops->access(evict.priv, 1);
-        evict.ops->access(evict.priv, 2);
-        evict.ops->access(evict.priv, 1);
-        evict.ops->remove(evict.priv, 3);
-        uint32_t order[8];
-        cr_assert_eq(drain(&evict, order, 8), 3, "%s", cases[c].name);
-        for (size_t i = 0; i < 3; i++)
-            cr_assert_eq(order[i], cases[c].expected[i], "%s: victim %zu is %u, expected %u",
-                         cases[c].name, i, order[i], cases[c].expected[i]);
-        kvio_evict_fini(&evict);
-    }
-}
-
-Test(evict, s3fifo_sends_ghost_hits_to_main_and_promotes_hit_entries, .timeout = 10)
+/* Runs a row's script: fills hits_p and victims_p as the row states them. */
+static void replay_case(const evict_case_t *test, char *hits_p, char *victims_p, size_t size)
 {
     kvio_evict_t evict = {0};
-    cr_assert_eq(kvio_evict_init(&evict, "s3fifo", 32, 10), KVIO_OK);
-    /* Small queue target is 1 of 10: with 0 hit, 1 not, 0 survives. */
-    evict.ops->add(evict.priv, 0, 100, true);
-    evict.ops->add(evict.priv, 1, 101, true);
-    evict.ops->access(evict.priv, 0);
-    cr_assert_eq(evict.ops->victim(evict.priv), 1);
-    /* Key 101 is now a ghost: re-added under another entry it goes to main,
-     * so a new small entry (2, key 102) is evicted before it. */
-    evict.ops->add(evict.priv, 3, 101, true);
-    evict.ops->add(evict.priv, 2, 102, true);
-    cr_assert_eq(evict.ops->victim(evict.priv), 2);
-    /* Main holds 0 (one hit left) and 3: 3 goes first, then 0. */
-    cr_assert_eq(evict.ops->victim(evict.priv), 3);
-    cr_assert_eq(evict.ops->victim(evict.priv), 0);
-    cr_assert_eq(evict.ops->victim(evict.priv), KVIO_EVICT_NONE);
+    cr_assert_eq(kvio_evict_init(&evict, test->policy, EVICT_KEYS, test->capacity), KVIO_OK,
+                 "%s", test->policy);
+    const kvio_evict_ops_t *ops = evict.ops;
+    bool resident[EVICT_KEYS] = {false};
+    uint64_t size_in_entries = 0;
+    hits_p[0] = victims_p[0] = '\0';
+    char *script = strdup(test->script), *save = NULL;
+    for (char *step = strtok_r(script, " ", &save); step != NULL;
+         step = strtok_r(NULL, " ", &save)) {
+        uint32_t victim;
+        if (strcmp(step, "v") == 0) {
+            victim = ops->victim(evict.priv);
+            append_entry(victims_p, size, victim);
+            if (victim != KVIO_EVICT_NONE) {
+                resident[victim] = false;
+                size_in_entries--;
+            }
+            continue;
+        }
+        uint32_t key = (uint32_t)strtoul(step[0] == '-' || step[0] == '+' ? step + 1 : step,
+                                         NULL, 10);
+        cr_assert_lt(key, EVICT_KEYS, "%s: key %s", test->policy, step);
+        if (step[0] == '-') {
+            ops->remove(evict.priv, key);
+        } else if (step[0] == '+') {
+            ops->add(evict.priv, key, key, false);
+        } else if (resident[key]) {
+            ops->access(evict.priv, key);
+            append_entry(hits_p, size, key);
+        } else {
+            if (ops->arriving != NULL)
+                ops->arriving(evict.priv, key);
+            if (size_in_entries == test->capacity) {
+                victim = ops->victim(evict.priv);
+                cr_assert_neq(victim, KVIO_EVICT_NONE, "%s: a full cache has no victim",
+                              test->policy);
+                append_entry(victims_p, size, victim);
+                resident[victim] = false;
+                size_in_entries--;
+            }
+            ops->add(evict.priv, key, key, true);
+            resident[key] = true;
+            size_in_entries++;
+        }
+    }
+    free(script);
+    uint32_t victim;
+    while ((victim = ops->victim(evict.priv)) != KVIO_EVICT_NONE)
+        append_entry(victims_p, size, victim);
     kvio_evict_fini(&evict);
+}
+
+Test(evict, every_policy_hits_and_evicts_as_its_rows_say, .timeout = 10)
+{
+    for (size_t c = 0; c < sizeof(evict_cases) / sizeof(evict_cases[0]); c++) {
+        const evict_case_t *test = &evict_cases[c];
+        char hits[256], victims[256];
+        replay_case(test, hits, victims, sizeof(hits));
+        cr_expect_str_eq(hits, test->hits, "%s: hits '%s', expected '%s'", test->policy, hits,
+                         test->hits);
+        cr_expect_str_eq(victims, test->victims, "%s: victims '%s', expected '%s'",
+                         test->policy, victims, test->victims);
+    }
 }
 
 /* ---- radix index -------------------------------------------------------- */
@@ -1200,10 +1274,10 @@ static size_t orphans_after_replay(const char *policy, kvio_kvcache_index_t inde
 Test(kvcache, the_radix_index_evicts_only_leaves_and_the_hash_index_leaves_orphans,
      .timeout = 30)
 {
-    const char *policies[] = {"lru", "fifo", "lfu", "s3fifo", "mru"};
-    for (size_t p = 0; p < 5; p++)
-        cr_expect_eq(orphans_after_replay(policies[p], KVIO_KVCACHE_INDEX_RADIX), 0,
-                     "radix under %s", policies[p]);
+    for (size_t p = 0; p < kvio_evictions.count; p++)
+        cr_expect_eq(orphans_after_replay(kvio_evictions.plugins[p]->name,
+                                          KVIO_KVCACHE_INDEX_RADIX), 0,
+                     "radix under %s", kvio_evictions.plugins[p]->name);
     cr_expect_gt(orphans_after_replay("fifo", KVIO_KVCACHE_INDEX_HASH), 0);
     cr_expect_gt(orphans_after_replay("lfu", KVIO_KVCACHE_INDEX_HASH), 0);
 }

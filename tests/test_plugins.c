@@ -22,6 +22,7 @@ static const kind_test_t kind_tests[] = {
     {"scheduling policy", "tests/test_sched.c", "{policy: %s"},
     {"output-length predictor", "tests/test_sched.c", "{predictor: %s"},
     {"router", "tests/test_router.c", "{\"{policy: %s"},
+    {"eviction policy", "tests/test_kvcache.c", "{.policy = \"%s\", "},
 };
 
 static const kind_test_t *kind_test(const char *kind)

@@ -44,7 +44,7 @@ size_t kvio_cachesim_num_requests(const kvio_cachesim_t *sim);
 size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim);
 
 /* Replays every request through a cache of capacity_blocks (at least 1)
- * managed by the named policy (lru, lfu, fifo, mru, s3fifo). Does not change
+ * managed by the named policy (one of kvio_evictions). Does not change
  * sim, so several runs may go on at once from different threads. Returns
  * KVIO_ERR_NOT_FOUND for an unknown policy, KVIO_ERR_INVALID for capacity 0. */
 kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,

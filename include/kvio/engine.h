@@ -40,15 +40,13 @@ typedef struct kvio_kvcache_section {
     bool prefix_caching;
     int free_order;                /* kvio_free_order_t */
     int index;                     /* kvio_kvcache_index_t */
-    char *eviction;
+    kvio_choice_t eviction;        /* of kvio_evictions */
     bool verify_swaps;             /* emulate: checksum swapped blocks out and back */
     uint64_t swap_space;           /* emulate: host memory for swapped blocks (0: as the pool) */
     kvio_opt_list_t tiers;         /* of kvio_tier_config_t, checked in order */
 } kvio_kvcache_section_t;
 
 extern const kvio_opt_t kvio_engine_options[];
-/* The eviction policies serve.kvcache.eviction takes (NULL-terminated). */
-extern const char *const kvio_eviction_names[];
 extern const kvio_opt_t kvio_kvcache_section_options[];
 
 /* Where a request's block hashes come from when the engine first needs

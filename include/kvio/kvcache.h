@@ -7,6 +7,7 @@
 #define KVIO_KVCACHE_H
 
 #include "kvio/hash.h"
+#include "kvio/plugin.h"
 #include "kvio/status.h"
 
 #include <stdbool.h>
@@ -15,12 +16,10 @@
 
 /* ---- Eviction policies ------------------------------------------------- */
 
-/* Number of registered eviction policies (lru, lfu, fifo, mru, s3fifo). */
-size_t kvio_evict_num_policies(void);
-
-/* Name and one-line description of policy index (0 <= index < number). */
-const char *kvio_evict_policy_name(size_t index);
-const char *kvio_evict_policy_description(size_t index);
+/* The eviction policies (listed in kvcache/evictions.c), by name: the
+ * names serve.kvcache.eviction, kvio_kvcache_config_t.eviction,
+ * kvio_radix_config_t.eviction and cachesim take. */
+extern const kvio_registry_t kvio_evictions;
 
 /* KVIO_OK when name is a registered policy; otherwise logs
  * "unknown eviction policy 'x' (known: lru, ...)" and returns
