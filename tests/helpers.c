@@ -6,6 +6,7 @@
 #include "kvio/hash.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -442,4 +443,58 @@ void test_engine_add(struct kvio_engine *engine, unsigned long long id, unsigned
                                      .measured = true};
     cr_assert_eq(kvio_engine_add(engine, &request), KVIO_OK);
     free(hashes);
+}
+
+const json_t *test_json(const json_t *root, const char *path)
+{
+    const json_t *at = root;
+    char part[256];
+    const char *rest = path;
+    cr_assert_not_null(root, "%s: no JSON to look in", path);
+    while (*rest != '\0') {
+        size_t length = strcspn(rest, ".");
+        cr_assert_lt(length, sizeof(part), "%s: a key too long", path);
+        memcpy(part, rest, length);
+        part[length] = '\0';
+        char *end = NULL;
+        long index = strtol(part, &end, 10);
+        if (json_is_array(at) && end != part && *end == '\0')
+            at = json_array_get(at, (size_t)index);
+        else
+            at = json_object_get(at, part);
+        cr_assert_not_null(at, "%s: no '%s' (%.*s is missing)", path, part,
+                           (int)(rest - path + length), path);
+        rest += length;
+        if (*rest == '.')
+            rest++;
+    }
+    return at;
+}
+
+double test_json_number(const json_t *root, const char *path)
+{
+    const json_t *value = test_json(root, path);
+    cr_assert(json_is_number(value), "%s: not a number", path);
+    return json_number_value(value);
+}
+
+long long test_json_integer(const json_t *root, const char *path)
+{
+    const json_t *value = test_json(root, path);
+    cr_assert(json_is_integer(value), "%s: not an integer", path);
+    return (long long)json_integer_value(value);
+}
+
+const char *test_json_string(const json_t *root, const char *path)
+{
+    const json_t *value = test_json(root, path);
+    cr_assert(json_is_string(value), "%s: not a string", path);
+    return json_string_value(value);
+}
+
+int test_json_true(const json_t *root, const char *path)
+{
+    const json_t *value = test_json(root, path);
+    cr_assert(json_is_boolean(value), "%s: not a boolean", path);
+    return json_is_true(value);
 }

@@ -71,6 +71,17 @@ double test_time_scale(void);
  * real time. */
 double test_seconds(double base_s);
 
+/* JSON looked up by a dotted path ("metrics.ttft_ms.p99"; a numeric part
+ * indexes an array), asserting that every key on the way is there: an
+ * assertion on a value then cannot pass because its key is missing. The
+ * typed forms also assert the type (number: integer or real). */
+struct json_t;
+const struct json_t *test_json(const struct json_t *root, const char *path);
+double test_json_number(const struct json_t *root, const char *path);
+long long test_json_integer(const struct json_t *root, const char *path);
+const char *test_json_string(const struct json_t *root, const char *path);
+int test_json_true(const struct json_t *root, const char *path);
+
 /* A CSV file read whole (no quoting: kvio's CSVs have none): the header's
  * names and each row's fields. */
 typedef struct test_csv {

@@ -482,18 +482,17 @@ Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
                               "p99_e2el_ms"};
         for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
             cr_expect(json_is_number(json_object_get(vllm, keys[k])), "vllm.%s", keys[k]);
-        cr_expect_float_eq(json_number_value(json_object_get(vllm, "p99_ttft_ms")),
-                           json_number_value(json_object_get(json_object_get(metrics, "ttft_ms"),
-                                                             "p99")), 1e-9);
-        cr_expect_gt(json_number_value(json_object_get(vllm, "std_tpot_ms")), 0);
+        cr_expect_float_eq(test_json_number(vllm, "p99_ttft_ms"),
+                           test_json_number(metrics, "ttft_ms.p99"), 1e-9);
+        cr_expect_gt(test_json_number(vllm, "std_tpot_ms"), 0);
         const json_t *goodput = json_object_get(vllm, "request_goodput");
         if (with_slo)
             cr_expect(json_is_number(goodput), "request_goodput with an SLO");
         else
             cr_expect(json_is_null(goodput), "request_goodput is null without an SLO");
         const json_t *host = json_object_get(summary, "host");
-        cr_expect_gt(json_integer_value(json_object_get(host, "cores_online")), 0);
-        cr_expect_gt(json_integer_value(json_object_get(host, "memory_total_bytes")), 0);
+        cr_expect_gt(test_json_integer(host, "cores_online"), 0);
+        cr_expect_gt(test_json_integer(host, "memory_total_bytes"), 0);
         cr_expect(json_string_length(json_object_get(host, "kernel")) > 0);
         const json_t *build = json_object_get(summary, "build");
         cr_expect(json_string_length(json_object_get(build, "commit")) > 0);
@@ -508,7 +507,7 @@ Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
     run = test_kvio(dir, "run", "chat", "--set", "duration=5s", "-o", "j", "--format=json", NULL);
     cr_expect_eq(run.status, 0, "%s", run.err);
     json_t *printed = json_loads(run.out, 0, NULL);
-    cr_expect(json_is_true(json_object_get(printed, "complete")), "%s", run.out);
+    cr_expect(test_json_true(printed, "complete"), "%s", run.out);
     json_decref(printed);
     test_run_free(&run);
     run = test_kvio(dir, "compare", "chat", "--set", "duration=5s", "--vary",

@@ -96,14 +96,16 @@ static json_t *run_workload(const char *text, char **dir_p, kvio_status_t expect
 
 static double metric(const json_t *summary, const char *key)
 {
-    return json_number_value(json_object_get(json_object_get(summary, "metrics"), key));
+    char path[256];
+    snprintf(path, sizeof(path), "metrics.%s", key);
+    return test_json_number(summary, path);
 }
 
 Test(emulate, swaps_really_move_bytes_and_survive_the_round_trip, .timeout = 120)
 {
     char *dir, error[1024];
     json_t *summary = run_workload(swap_workload, &dir, KVIO_OK, error, sizeof(error));
-    cr_assert(json_is_true(json_object_get(summary, "complete")));
+    cr_assert(test_json_true(summary, "complete"));
     cr_assert_eq(metric(summary, "completed"), 12);
     cr_assert_geq(metric(summary, "preemptions"), 1);
     cr_assert_gt(metric(summary, "swapped_bytes"), 0);
@@ -128,7 +130,7 @@ Test(emulate, coupled_run_serves_while_updates_arrive, .timeout = 120)
     cr_assert_gt(metric(summary, "completed"), 10);
     const json_t *updates = json_object_get(metrics, "model_updates");
     cr_assert_not_null(updates);
-    cr_assert_geq(json_integer_value(json_object_get(updates, "updates_activated")), 1);
+    cr_assert_geq(test_json_integer(updates, "updates_activated"), 1);
     cr_assert_gt(metric(summary, "cumulative_inference_loss"), 0);
     /* Requests that arrived after an update carry its version. */
     char path[1200];
@@ -185,9 +187,9 @@ Test(emulate, host_tier_traffic_is_real_and_counted, .timeout = 120)
     const json_t *tier = json_array_get(json_object_get(json_object_get(summary, "metrics"),
                                                         "tiers"), 0);
     cr_assert_not_null(tier);
-    cr_assert_gt(json_integer_value(json_object_get(tier, "puts")), 0);
-    cr_assert_gt(json_integer_value(json_object_get(tier, "bytes_written")), 0);
-    cr_assert_gt(json_integer_value(json_object_get(tier, "hits")), 0);
+    cr_assert_gt(test_json_integer(tier, "puts"), 0);
+    cr_assert_gt(test_json_integer(tier, "bytes_written"), 0);
+    cr_assert_gt(test_json_integer(tier, "hits"), 0);
     cr_assert_gt(metric(summary, "tier_hit_tokens"), 0);
     json_decref(summary);
     test_rmtree(dir);
@@ -304,9 +306,9 @@ static json_t *run_client(const char *router, const char *from, const char *to,
     client_text(router, from, to, text, sizeof(text));
     json_t *summary = run_workload(text, dir_p, KVIO_OK, error, sizeof(error));
     const json_t *client = client_of(summary);
-    cr_assert_str_eq(json_string_value(json_object_get(client, "where")), where);
-    cr_assert_str_eq(json_string_value(json_object_get(client, "router")), router);
-    json_int_t generated = json_integer_value(json_object_get(client, "generated"));
+    cr_assert_str_eq(test_json_string(client, "where"), where);
+    cr_assert_str_eq(test_json_string(client, "router"), router);
+    json_int_t generated = test_json_integer(client, "generated");
     cr_assert_gt(generated, 40, "%s: only %lld requests", router, (long long)generated);
     cr_assert_eq(metric(summary, "completed"), (double)generated, "%s", router);
     *generated_p = generated;
@@ -334,14 +336,14 @@ Test(emulate, client_rank_serves_every_request_once_and_prefix_affinity_hits_mor
         cr_assert_eq(json_array_size(routed), 2);
         cr_assert_eq(json_integer_value(json_array_get(routed, 0)) +
                          json_integer_value(json_array_get(routed, 1)), generated);
-        cr_assert_gt(json_integer_value(json_object_get(client, "state_messages")), 2,
+        cr_assert_gt(test_json_integer(client, "state_messages"), 2,
                      "serve ranks published their state");
         int rows = 0, distinct = distinct_request_ids(dir, &rows);
         cr_assert_eq(rows, (int)generated, "%s: every request served once", routers[r]);
         cr_assert_eq(distinct, rows, "%s: a request was served twice", routers[r]);
         const json_t *updates = json_object_get(json_object_get(summary, "metrics"),
                                                 "model_updates");
-        cr_assert_eq(json_integer_value(json_object_get(updates, "serve_ranks")), 2,
+        cr_assert_eq(test_json_integer(updates, "serve_ranks"), 2,
                      "the client rank is not a serve rank");
         hit_rate[r] = metric(summary, "hit_rate");
         finish_client(summary, dir);
@@ -416,11 +418,11 @@ Test(emulate, mpirun_client_rank_routes_to_serve_processes, .timeout = 60)
     json_t *summary = json_load_file(path, 0, &json_error);
     cr_assert_not_null(summary, "%s", json_error.text);
     const json_t *client = client_of(summary);
-    json_int_t generated = json_integer_value(json_object_get(client, "generated"));
+    json_int_t generated = test_json_integer(client, "generated");
     cr_assert_gt(generated, 40);
     cr_assert_eq(metric(summary, "completed"), (double)generated);
     const json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
-    cr_assert_str_eq(json_string_value(json_object_get(updates, "runtime")), "mpi");
+    cr_assert_str_eq(test_json_string(updates, "runtime"), "mpi");
     int rows = 0;
     cr_assert_eq(distinct_request_ids(dir, &rows), (int)generated);
     json_decref(summary);
@@ -450,7 +452,7 @@ Test(emulate, client_rank_keeps_a_sparse_stream_alive, .timeout = 60)
     replace_in(text, sizeof(text), "poisson, rate: 40", "constant, rate: 0.5");
     replace_in(text, sizeof(text), "duration: 2s", "duration: 4.2s");
     json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
-    json_int_t generated = json_integer_value(json_object_get(client_of(summary), "generated"));
+    json_int_t generated = test_json_integer(client_of(summary), "generated");
     cr_assert_geq(generated, 2);
     cr_assert_eq(metric(summary, "completed"), (double)generated);
     finish_client(summary, dir);
@@ -466,7 +468,7 @@ Test(emulate, client_rank_done_early_waits_for_the_trainer, .timeout = 60)
     replace_in(text, sizeof(text), "duration: 2s", "duration: 3s");
     replace_in(text, sizeof(text), "stream:\n", "stream:\n  requests: 3\n");
     json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
-    cr_assert_eq(json_integer_value(json_object_get(client_of(summary), "generated")), 3);
+    cr_assert_eq(test_json_integer(client_of(summary), "generated"), 3);
     cr_assert_eq(metric(summary, "completed"), 3.0);
     finish_client(summary, dir);
 }
@@ -672,17 +674,17 @@ Test(emulate, coupled_run_files_join_on_one_origin_and_rank_ids, .timeout = 120)
     char *dir, error[1024], path[1200];
     json_t *summary = run_traced(coupled_workload, true, &dir, KVIO_OK, error, sizeof(error));
     cr_assert(json_is_string(json_object_get(summary, "t0")), "summary.json has no t0");
-    cr_assert_gt(json_integer_value(json_object_get(summary, "t0_unix_ns")), 0);
+    cr_assert_gt(test_json_integer(summary, "t0_unix_ns"), 0);
     json_t *ranks = json_object_get(summary, "ranks");
     cr_assert_eq(json_array_size(ranks), 3);
     static const char *const roles[] = {"train", "serve", "serve"};
     for (size_t i = 0; i < 3; i++) {
         json_t *rank = json_array_get(ranks, i);
-        cr_expect_eq(json_integer_value(json_object_get(rank, "rank")), (json_int_t)i);
-        cr_expect_str_eq(json_string_value(json_object_get(rank, "role")), roles[i]);
-        cr_expect_geq(json_number_value(json_object_get(rank, "setup_s")), 0);
+        cr_expect_eq(test_json_integer(rank, "rank"), (json_int_t)i);
+        cr_expect_str_eq(test_json_string(rank, "role"), roles[i]);
+        cr_expect_geq(test_json_number(rank, "setup_s"), 0);
     }
-    double wall_s = json_number_value(json_object_get(summary, "wall_s"));
+    double wall_s = test_json_number(summary, "wall_s");
     const char *files[] = {"requests.csv", "iterations.csv", "updates.csv"};
     test_csv_t csv[3];
     for (int f = 0; f < 3; f++) {
@@ -843,7 +845,7 @@ Test(emulate, coupled_run_drains_requests_before_activating_with_wait, .timeout 
     }
     cr_assert_gt(activated, 0);
     const json_t *effects = json_object_get(json_object_get(summary, "metrics"), "update_effects");
-    cr_assert_eq(json_integer_value(json_object_get(effects, "mixed_version_tokens")), 0);
+    cr_assert_eq(test_json_integer(effects, "mixed_version_tokens"), 0);
     test_csv_free(&updates);
     test_csv_free(&requests);
     json_decref(summary);
@@ -860,11 +862,11 @@ Test(emulate, coupled_run_with_a_colocated_release_completes, .timeout = 120)
     snprintf(text, sizeof(text), "%s", coupled_workload);
     replace_in(text, sizeof(text), "serving: engine}", "serving: engine, colocated: release}");
     json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
-    cr_assert(json_is_true(json_object_get(summary, "complete")));
+    cr_assert(test_json_true(summary, "complete"));
     const json_t *metrics = json_object_get(summary, "metrics");
     const json_t *updates = json_object_get(metrics, "model_updates");
-    cr_assert_eq(json_integer_value(json_object_get(updates, "updates_activated")),
-                 json_integer_value(json_object_get(updates, "updates_received")));
+    cr_assert_eq(test_json_integer(updates, "updates_activated"),
+                 test_json_integer(updates, "updates_received"));
     cr_assert_gt(metric(summary, "completed"), 10);
     cr_assert_not_null(json_object_get(json_object_get(metrics, "update_effects"),
                                        "colocated_preemptions"));
@@ -949,11 +951,11 @@ Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .tim
     atomic_store(&filler.stop, true);
     pthread_join(thread, NULL);
     cr_assert(filler.filled, "the filler did not fill the tier's file system");
-    cr_assert(json_is_true(json_object_get(summary, "complete")));
+    cr_assert(test_json_true(summary, "complete"));
     cr_assert_eq(metric(summary, "completed"), 24);
     const json_t *tier = json_array_get(json_object_get(json_object_get(summary, "metrics"),
                                                         "tiers"), 0);
-    cr_assert_gt(json_integer_value(json_object_get(tier, "errors")), 0,
+    cr_assert_gt(test_json_integer(tier, "errors"), 0,
                  "no tier write failed: nothing was tested");
     json_decref(summary);
     test_rmtree(run_dir);

@@ -57,8 +57,8 @@ static void assert_complete_event(const json_t *event)
     cr_assert(json_is_integer(json_object_get(event, "tid")));
     cr_assert(json_is_integer(json_object_get(event, "ts")));
     cr_assert(json_is_integer(json_object_get(event, "dur")));
-    cr_assert_geq(json_integer_value(json_object_get(event, "dur")), 0);
-    cr_assert_str_eq(json_string_value(json_object_get(event, "ph")), "X");
+    cr_assert_geq(test_json_integer(event, "dur"), 0);
+    cr_assert_str_eq(test_json_string(event, "ph"), "X");
     cr_assert(json_is_integer(json_object_get(json_object_get(event, "args"), "rank")));
 }
 
@@ -83,7 +83,7 @@ Test(events, run_writes_one_event_per_iteration, .timeout = 60)
     json_t *summary = json_load_file(path, 0, &error);
     cr_assert_not_null(summary);
     json_int_t iterations =
-        json_integer_value(json_object_get(json_object_get(summary, "metrics"), "iterations"));
+        test_json_integer(summary, "metrics.iterations");
     cr_assert_gt(iterations, 100);
     json_decref(summary);
 
@@ -92,32 +92,32 @@ Test(events, run_writes_one_event_per_iteration, .timeout = 60)
     json_t *event;
     json_array_foreach(events, index, event)
     {
-        const char *phase = json_string_value(json_object_get(event, "ph"));
+        const char *phase = test_json_string(event, "ph");
         if (strcmp(phase, "M") == 0)
             continue;
         assert_complete_event(event);
-        if (strcmp(json_string_value(json_object_get(event, "cat")), "iteration") != 0)
+        if (strcmp(test_json_string(event, "cat"), "iteration") != 0)
             continue;
         counted++;
         json_t *args = json_object_get(event, "args");
-        json_int_t batch = json_integer_value(json_object_get(args, "batch_size"));
+        json_int_t batch = test_json_integer(args, "batch_size");
         cr_assert_gt(batch, 0);
-        double usage = json_number_value(json_object_get(args, "kv_usage"));
+        double usage = test_json_number(args, "kv_usage");
         cr_assert(usage >= 0 && usage <= 1, "kv_usage %g", usage);
         cr_assert(json_is_integer(json_object_get(args, "prefill_tokens")));
         cr_assert(json_is_integer(json_object_get(args, "decode_seqs")));
         json_t *ids = json_object_get(args, "request_ids");
         cr_assert(json_is_array(ids));
         cr_assert_eq((json_int_t)json_array_size(ids), batch < 64 ? batch : 64);
-        cr_assert_eq(json_integer_value(json_object_get(args, "num_requests")), batch);
-        json_int_t ts = json_integer_value(json_object_get(event, "ts"));
+        cr_assert_eq(test_json_integer(args, "num_requests"), batch);
+        json_int_t ts = test_json_integer(event, "ts");
         cr_assert_geq(ts, last_ts, "one rank's iterations in time order");
         last_ts = ts;
     }
     cr_assert_eq(counted, iterations, "one event per iteration");
     /* The rank and its track are named for the viewers. */
     json_t *last = json_array_get(events, json_array_size(events) - 1);
-    cr_assert_str_eq(json_string_value(json_object_get(last, "ph")), "M");
+    cr_assert_str_eq(test_json_string(last, "ph"), "M");
     json_decref(events);
     test_rmtree(dir);
     free(dir);
@@ -220,30 +220,30 @@ Test(events, api_events_escape_bound_and_name_ranks, .timeout = 30)
     json_t *events = read_lines(path);
     json_t *update = json_array_get(events, 0);
     assert_complete_event(update);
-    cr_assert_str_eq(json_string_value(json_object_get(update, "cat")), "update");
-    cr_assert_str_eq(json_string_value(json_object_get(update, "name")), "xfer");
-    cr_assert_eq(json_integer_value(json_object_get(update, "ts")), 1);
-    cr_assert_eq(json_integer_value(json_object_get(update, "dur")), 2000);
+    cr_assert_str_eq(test_json_string(update, "cat"), "update");
+    cr_assert_str_eq(test_json_string(update, "name"), "xfer");
+    cr_assert_eq(test_json_integer(update, "ts"), 1);
+    cr_assert_eq(test_json_integer(update, "dur"), 2000);
     json_t *update_args = json_object_get(update, "args");
-    cr_assert_eq(json_integer_value(json_object_get(update_args, "version")), 7);
-    cr_assert_eq(json_integer_value(json_object_get(update_args, "bytes")), 16000000000LL);
-    cr_assert_eq(json_integer_value(json_object_get(update_args, "rank")), 1);
+    cr_assert_eq(test_json_integer(update_args, "version"), 7);
+    cr_assert_eq(test_json_integer(update_args, "bytes"), 16000000000LL);
+    cr_assert_eq(test_json_integer(update_args, "rank"), 1);
     json_t *swap_args = json_object_get(json_array_get(events, 1), "args");
     cr_assert_eq(json_array_size(json_object_get(swap_args, "request_ids")),
                  KVIO_EVENT_MAX_REQUEST_IDS);
-    cr_assert_eq(json_integer_value(json_object_get(swap_args, "num_requests")), 100);
+    cr_assert_eq(test_json_integer(swap_args, "num_requests"), 100);
     json_t *tier = json_array_get(events, 2);
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(tier, "args"), "tier")),
+    cr_assert_str_eq(test_json_string(tier, "args.tier"),
                      "odd \"tier\"\n\\name");
-    cr_assert_str_eq(json_string_value(json_object_get(tier, "name")), "tier_read");
+    cr_assert_str_eq(test_json_string(tier, "name"), "tier_read");
     size_t tier_events = 0, names = 0;
     size_t index;
     json_t *event;
     json_array_foreach(events, index, event)
     {
-        const char *cat = json_string_value(json_object_get(event, "cat"));
+        const char *cat = test_json_string(event, "cat");
         tier_events += strcmp(cat, "tier") == 0;
-        if (strcmp(json_string_value(json_object_get(event, "ph")), "M") == 0) {
+        if (strcmp(test_json_string(event, "ph"), "M") == 0) {
             names++;
             cr_assert(json_is_string(json_object_get(json_object_get(event, "args"), "name")));
         }

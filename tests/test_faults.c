@@ -83,7 +83,7 @@ static void run_text(const char *dir, const char *text, const char *const *sets,
 
 static const json_t *updates_of(const json_t *summary)
 {
-    return json_object_get(json_object_get(summary, "metrics"), "model_updates");
+    return test_json(summary, "metrics.model_updates");
 }
 
 /* The trainer-lost report: the run failed naming rank 0 and why, summary.json
@@ -99,22 +99,22 @@ static json_int_t expect_trainer_lost(const run_outcome_t *outcome, const char *
               "%s", outcome->error);
     cr_assert_not_null(outcome->summary, "no summary.json in %s", outcome->dir);
     cr_expect(json_is_false(json_object_get(outcome->summary, "complete")));
-    cr_expect(test_contains(json_string_value(json_object_get(outcome->summary, "error")),
+    cr_expect(test_contains(test_json_string(outcome->summary, "error"),
                             "training rank 0 lost"));
     const json_t *lost = json_object_get(updates_of(outcome->summary), "trainer_lost");
     cr_assert_not_null(lost, "no model_updates.trainer_lost");
-    cr_expect_eq(json_integer_value(json_object_get(lost, "rank")), 0);
-    cr_expect(test_contains(json_string_value(json_object_get(lost, "error")), why));
-    json_int_t published = json_integer_value(json_object_get(lost, "versions_published"));
-    double at_s = json_number_value(json_object_get(lost, "at_s"));
+    cr_expect_eq(test_json_integer(lost, "rank"), 0);
+    cr_expect(test_contains(test_json_string(lost, "error"), why));
+    json_int_t published = test_json_integer(lost, "versions_published");
+    double at_s = test_json_number(lost, "at_s");
     const json_t *ranks = json_object_get(lost, "serve_ranks");
     cr_assert_eq(json_array_size(ranks), 2);
     for (size_t i = 0; i < 2; i++) {
         const json_t *rank = json_array_get(ranks, i);
-        cr_expect_eq(json_integer_value(json_object_get(rank, "last_good_version")), published,
+        cr_expect_eq(test_json_integer(rank, "last_good_version"), published,
                      "serve rank %zu kept the last version published whole", i + 1);
-        cr_expect_geq(json_number_value(json_object_get(rank, "detected_at_s")), at_s - 0.01);
-        cr_expect_geq(json_number_value(json_object_get(rank, "served_until_s")),
+        cr_expect_geq(test_json_number(rank, "detected_at_s"), at_s - 0.01);
+        cr_expect_geq(test_json_number(rank, "served_until_s"),
                       served_until_s, "serve rank %zu stopped before the run's end", i + 1);
     }
     /* updates.csv: only whole versions, never the partial one. */
@@ -188,8 +188,7 @@ Test(faults, trainer_dying_between_updates_leaves_the_last_version, .timeout = 3
     cr_expect_eq(expect_trainer_lost(&outcome, "the trainer died after publishing version 3",
                                      0.25),
                  3);
-    cr_expect_eq(json_integer_value(json_object_get(updates_of(outcome.summary),
-                                                    "updates_activated")),
+    cr_expect_eq(test_json_integer(updates_of(outcome.summary), "updates_activated"),
                  6, "3 versions x 2 serve ranks");
     json_decref(outcome.summary);
     test_rmtree(dir);
@@ -210,8 +209,7 @@ Test(faults, coupled_run_serves_requests_after_the_trainer_is_lost, .timeout = 6
     cr_expect_eq(expect_trainer_lost(&outcome, "the trainer died after publishing version 1",
                                      1.9),
                  1);
-    double at_s = json_number_value(
-        json_object_get(json_object_get(updates_of(outcome.summary), "trainer_lost"), "at_s"));
+    double at_s = test_json_number(updates_of(outcome.summary), "trainer_lost.at_s");
     char path[1200];
     snprintf(path, sizeof(path), "%s/requests.csv", outcome.dir);
     char *csv = test_read_file(path);
@@ -261,9 +259,9 @@ Test(faults, trainer_lost_with_a_client_rank_and_a_chain_reports_the_serve_ranks
               outcome.error);
     const json_t *metrics = json_object_get(outcome.summary, "metrics");
     const json_t *client = json_object_get(metrics, "client");
-    cr_expect_gt(json_integer_value(json_object_get(client, "generated")), 10);
-    cr_expect_eq(json_number_value(json_object_get(metrics, "completed")),
-                 (double)json_integer_value(json_object_get(client, "generated")),
+    cr_expect_gt(test_json_integer(client, "generated"), 10);
+    cr_expect_eq(test_json_number(metrics, "completed"),
+                 (double)test_json_integer(client, "generated"),
                  "every routed request was served after the loss too");
     json_decref(outcome.summary);
     test_rmtree(dir);
@@ -337,9 +335,9 @@ static void expect_updates_went_on(const run_outcome_t *outcome, const char *url
 {
     cr_assert(outage->restarted, "redis-server did not restart");
     cr_expect_eq(outcome->status, KVIO_OK, "%s", outcome->error);
-    cr_expect(json_is_true(json_object_get(outcome->summary, "complete")));
+    cr_expect(test_json_true(outcome->summary, "complete"));
     const json_t *updates = updates_of(outcome->summary);
-    json_int_t published = json_integer_value(json_object_get(updates, "versions_published"));
+    json_int_t published = test_json_integer(updates, "versions_published");
     cr_expect_eq(published, 250, "the trainer went on through the outage");
     /* Later updates arrived: the last version is in on both ranks. */
     char path[1200], needle[32];
@@ -474,14 +472,14 @@ Test(faults, mpirun_trainer_lost_servers_serve_on, .timeout = 60)
         cr_assert_not_null(summary, "no summary.json");
         cr_expect(json_is_false(json_object_get(summary, "complete")));
         const json_t *updates = updates_of(summary);
-        cr_expect_str_eq(json_string_value(json_object_get(updates, "runtime")), "mpi");
+        cr_expect_str_eq(test_json_string(updates, "runtime"), "mpi");
         const json_t *ranks = json_object_get(json_object_get(updates, "trainer_lost"),
                                               "serve_ranks");
         cr_assert_eq(json_array_size(ranks), 2);
         for (size_t i = 0; i < 2; i++) {
             const json_t *rank = json_array_get(ranks, i);
-            cr_expect_eq(json_integer_value(json_object_get(rank, "last_good_version")), 2);
-            cr_expect_geq(json_number_value(json_object_get(rank, "served_until_s")), 0.25);
+            cr_expect_eq(test_json_integer(rank, "last_good_version"), 2);
+            cr_expect_geq(test_json_number(rank, "served_until_s"), 0.25);
         }
         json_decref(summary);
     }
@@ -590,7 +588,7 @@ Test(faults, mpirun_a_stopped_rank_is_named_silent, .timeout = 180)
         json_t *summary = load_summary(dir);
         cr_assert_not_null(summary, "no summary.json");
         cr_expect(json_is_false(json_object_get(summary, "complete")));
-        const char *error = json_string_value(json_object_get(summary, "error"));
+        const char *error = test_json_string(summary, "error");
         cr_expect(test_contains(error, "rank 2 has been silent for") &&
                       test_contains(error, "no heartbeat within ranks.timeout, 8.0 s"),
                   "%s", error ? error : "(no error)");
@@ -629,11 +627,11 @@ static void interrupted_mpirun_leaves_a_summary(bool signal_ranks)
         cr_assert_not_null(summary, "no summary.json after the signal");
         cr_expect(json_is_false(json_object_get(summary, "complete")));
         const json_t *updates = updates_of(summary);
-        cr_expect_str_eq(json_string_value(json_object_get(updates, "runtime")), "mpi");
-        json_int_t published = json_integer_value(json_object_get(updates, "versions_published"));
+        cr_expect_str_eq(test_json_string(updates, "runtime"), "mpi");
+        json_int_t published = test_json_integer(updates, "versions_published");
         cr_expect_gt(published, 0, "nothing measured before the interrupt");
         cr_expect_lt(published, 2500, "the run was not cut short");
-        cr_expect_eq(json_integer_value(json_object_get(updates, "updates_received")),
+        cr_expect_eq(test_json_integer(updates, "updates_received"),
                      2 * published);
         json_decref(summary);
     }
@@ -740,7 +738,7 @@ Test(faults, redis_gone_mid_write_is_an_error_not_a_sigpipe, .timeout = 240)
         json_t *summary = load_summary(dir);
         cr_assert_not_null(summary, "try %d: no summary.json", attempt + 1);
         cr_assert(json_is_false(json_object_get(summary, "complete")));
-        cr_assert(test_contains(json_string_value(json_object_get(summary, "error")),
+        cr_assert(test_contains(test_json_string(summary, "error"),
                                 "redis://127.0.0.1"), "the error names the URL");
         json_decref(summary);
         test_rmtree(dir);
@@ -770,7 +768,7 @@ static void expect_mpirun_incomplete(const char *sets, int sigterm_rank, const c
         json_t *summary = load_summary(dir);
         cr_assert_not_null(summary, "no summary.json");
         cr_expect(json_is_false(json_object_get(summary, "complete")));
-        const char *error = json_string_value(json_object_get(summary, "error"));
+        const char *error = test_json_string(summary, "error");
         cr_expect(test_contains(error, expected), "%s", error ? error : "(no error)");
         json_decref(summary);
     }

@@ -277,10 +277,10 @@ static json_t *load_summary(const char *out)
 
 static const json_t *metric(const json_t *summary, const char *section, const char *key)
 {
-    const json_t *metrics = json_object_get(summary, "metrics");
-    if (section != NULL)
-        metrics = json_object_get(metrics, section);
-    return json_object_get(metrics, key);
+    char path[256];
+    snprintf(path, sizeof(path), "metrics.%s%s%s", section != NULL ? section : "",
+             section != NULL ? "." : "", key);
+    return test_json(summary, path);
 }
 
 /* Runs the swap workload through the CLI with fallback; returns the run. */
@@ -397,8 +397,8 @@ Test(gpu, coupled_run_keeps_kv_pool_and_weights_on_the_gpu, .timeout = 120)
     cr_assert_gt(json_number_value(metric(summary, NULL, "completed")), 10);
     cr_assert_eq(json_number_value(metric(summary, NULL, "swap_verify_failures")), 0);
     const json_t *updates = metric(summary, NULL, "model_updates");
-    cr_assert_geq(json_integer_value(json_object_get(updates, "updates_activated")), 3);
-    cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+    cr_assert_geq(test_json_integer(updates, "updates_activated"), 3);
+    cr_assert_eq(test_json_integer(updates, "checksum_mismatches"), 0);
     json_decref(summary);
     test_rmtree(dir);
     free(dir);
@@ -424,9 +424,9 @@ Test(gpu, gpu_pool_loads_blocks_back_from_a_pinned_host_tier, .timeout = 120)
     const char *memory = json_string_value(metric(summary, "executor", "kv_memory"));
     cr_assert(memory != NULL && strncmp(memory, "cuda (device ", 13) == 0, "%s", memory);
     const json_t *tier = json_array_get(metric(summary, NULL, "tiers"), 0);
-    cr_assert_str_eq(json_string_value(json_object_get(tier, "memory")), "pinned");
-    cr_assert_gt(json_integer_value(json_object_get(tier, "puts")), 0);
-    cr_assert_gt(json_integer_value(json_object_get(tier, "hits")), 0);
+    cr_assert_str_eq(test_json_string(tier, "memory"), "pinned");
+    cr_assert_gt(test_json_integer(tier, "puts"), 0);
+    cr_assert_gt(test_json_integer(tier, "hits"), 0);
     cr_assert_gt(json_number_value(metric(summary, NULL, "tier_hit_tokens")), 0);
     cr_assert_eq(json_number_value(metric(summary, NULL, "completed")), 24);
     json_decref(summary);
@@ -584,17 +584,17 @@ static void run_transport(const char *kind, const char *extra, const char *runti
     }
     json_t *summary = load_summary(out);
     const json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
-    cr_assert_str_eq(json_string_value(json_object_get(updates, "runtime")), runtime);
-    cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 4);
-    cr_assert_eq(json_integer_value(json_object_get(updates, "updates_received")), 8);
+    cr_assert_str_eq(test_json_string(updates, "runtime"), runtime);
+    cr_assert_eq(test_json_integer(updates, "versions_published"), 4);
+    cr_assert_eq(test_json_integer(updates, "updates_received"), 8);
     if (corrupt < 0) {
-        cr_assert_eq(json_integer_value(json_object_get(updates, "updates_activated")), 8);
-        cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+        cr_assert_eq(test_json_integer(updates, "updates_activated"), 8);
+        cr_assert_eq(test_json_integer(updates, "checksum_mismatches"), 0);
     } else {
-        cr_assert_eq(json_integer_value(json_object_get(updates, "updates_activated")), 0);
-        cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 8);
+        cr_assert_eq(test_json_integer(updates, "updates_activated"), 0);
+        cr_assert_eq(test_json_integer(updates, "checksum_mismatches"), 8);
     }
-    const char *info = json_string_value(json_object_get(updates, "transport_info"));
+    const char *info = test_json_string(updates, "transport_info");
     cr_assert(test_contains(info, kind), "%s", info);
     if (test_contains(extra, "mapped"))
         cr_assert(test_contains(info, "no CPU copy"), "%s", info);

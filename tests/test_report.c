@@ -530,10 +530,7 @@ Test(report, weight_sync_runs_get_their_update_times_and_wire_share, .timeout = 
         snprintf(path, sizeof(path), "%s/cmp/%s/summary.json", dir, variants[v]);
         json_t *summary = json_load_file(path, 0, NULL);
         cr_assert_not_null(summary, "%s", path);
-        double update_ms = json_number_value(json_object_get(
-            json_object_get(json_object_get(json_object_get(summary, "metrics"), "model_updates"),
-                            "weight_sync"),
-            "update_ms"));
+        double update_ms = test_json_number(summary, "metrics.model_updates.weight_sync.update_ms");
         json_decref(summary);
         cr_assert_gt(update_ms, 10);
         snprintf(title, sizeof(title), "%s, last server done: ", variants[v]);

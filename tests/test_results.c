@@ -35,13 +35,13 @@ Test(results, summary_parses_back_with_schema_and_config, .timeout = 60)
     json_error_t json_error;
     json_t *summary = json_load_file(path, 0, &json_error);
     cr_assert_not_null(summary, "%s", json_error.text);
-    cr_assert_eq(json_integer_value(json_object_get(summary, "schema_version")),
+    cr_assert_eq(test_json_integer(summary, "schema_version"),
                  KVIO_SCHEMA_VERSION);
-    cr_assert(json_is_true(json_object_get(summary, "complete")));
-    cr_assert_str_eq(json_string_value(json_object_get(summary, "kvio_version")), KVIO_VERSION);
+    cr_assert(test_json_true(summary, "complete"));
+    cr_assert_str_eq(test_json_string(summary, "kvio_version"), KVIO_VERSION);
     json_t *config = json_object_get(summary, "config");
-    cr_assert_str_eq(json_string_value(json_object_get(config, "name")), "roundtrip");
-    cr_assert_str_eq(json_string_value(json_object_get(config, "duration")), "2s");
+    cr_assert_str_eq(test_json_string(config, "name"), "roundtrip");
+    cr_assert_str_eq(test_json_string(config, "duration"), "2s");
     cr_assert_not_null(json_object_get(summary, "start_time"));
     cr_assert_not_null(json_object_get(summary, "end_time"));
     json_decref(summary);
@@ -82,9 +82,9 @@ Test(results, atomic_write_replaces_whole_file_and_leaves_no_temporary, .timeout
     json_t *old = json_loadf(reader, 0, &json_error);
     fclose(reader);
     cr_assert_not_null(old);
-    cr_assert_eq(json_integer_value(json_object_get(old, "version")), 1);
+    cr_assert_eq(test_json_integer(old, "version"), 1);
     json_t *now = json_load_file(path, 0, &json_error);
-    cr_assert_eq(json_integer_value(json_object_get(now, "version")), 2);
+    cr_assert_eq(test_json_integer(now, "version"), 2);
     char temporary[1200];
     snprintf(temporary, sizeof(temporary), "%s.tmp", path);
     cr_assert_neq(access(temporary, F_OK), 0);

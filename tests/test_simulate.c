@@ -81,7 +81,9 @@ static void run_free(run_output_t *output)
 
 static double metric(const run_output_t *output, const char *key)
 {
-    return json_number_value(json_object_get(json_object_get(output->summary, "metrics"), key));
+    char path[256];
+    snprintf(path, sizeof(path), "metrics.%s", key);
+    return test_json_number(output->summary, path);
 }
 
 static char *read_out(const run_output_t *output, const char *name)
@@ -95,7 +97,7 @@ Test(simulate, every_request_finishes_once_with_its_output, .timeout = 60)
 {
     run_output_t output = run_text(long_context, NULL, 0);
     cr_assert_eq(metric(&output, "completed"), 40);
-    cr_assert(json_is_true(json_object_get(output.summary, "complete")));
+    cr_assert(test_json_true(output.summary, "complete"));
     /* The stream's own outputs, regenerated from the same config and seed. */
     char *file = test_write_file(output.dir, "again.yaml", long_context);
     kvio_workload_t workload;
@@ -226,7 +228,7 @@ Test(simulate, several_serve_ranks_share_the_stream, .timeout = 60)
         cr_assert_eq(json_array_size(per_rank), 3);
         double total = 0;
         for (size_t i = 0; i < 3; i++)
-            total += json_number_value(json_object_get(json_array_get(per_rank, i), "completed"));
+            total += test_json_number(json_array_get(per_rank, i), "completed");
         cr_assert_eq(total, 600);
         run_free(&output);
     }
@@ -299,12 +301,10 @@ Test(simulate, compare_checks_every_variant_first_and_pairs_seeds, .timeout = 12
         const json_t *runs[2] = {
             json_array_get(json_object_get(json_array_get(variants, 0), "runs"), r),
             json_array_get(json_object_get(json_array_get(variants, 1), "runs"), r)};
-        differences += json_number_value(json_object_get(json_object_get(runs[1], "metrics"),
-                                                         "request_throughput")) -
-                       json_number_value(json_object_get(json_object_get(runs[0], "metrics"),
-                                                         "request_throughput"));
+        differences += test_json_number(runs[1], "metrics.request_throughput") -
+                       test_json_number(runs[0], "metrics.request_throughput");
     }
-    cr_assert_float_eq(json_number_value(json_object_get(delta, "mean")), differences / 2, 1e-9);
+    cr_assert_float_eq(test_json_number(delta, "mean"), differences / 2, 1e-9);
     json_decref(compare);
     free(file);
     test_rmtree(dir);
@@ -359,7 +359,7 @@ Test(simulate, compare_marks_overloaded_variants, .timeout = 120)
     cr_assert_eq(kvio_compare(&options, &compare, error, sizeof(error)), KVIO_OK, "%s", error);
     const json_t *variants = json_object_get(compare, "variants");
     cr_expect(json_is_false(json_object_get(json_array_get(variants, 0), "overloaded")));
-    cr_expect(json_is_true(json_object_get(json_array_get(variants, 1), "overloaded")));
+    cr_expect(test_json_true(json_array_get(variants, 1), "overloaded"));
     char *table = NULL;
     size_t length = 0;
     FILE *stream = open_memstream(&table, &length);
@@ -412,7 +412,7 @@ Test(simulate, the_kvcache_index_is_chosen_in_the_config, .timeout = 60)
     cr_expect_neq(metric(&output, "hit_rate"), hash_hits);
     const json_t *kvcache = json_object_get(
         json_object_get(json_object_get(output.summary, "config"), "serve"), "kvcache");
-    cr_expect_str_eq(json_string_value(json_object_get(kvcache, "index")), "radix");
+    cr_expect_str_eq(test_json_string(kvcache, "index"), "radix");
     run_free(&output);
 }
 
@@ -479,8 +479,8 @@ Test(simulate, host_tier_returns_evicted_prefixes, .timeout = 60)
     cr_assert_gt(metric(&output, "hit_rate_with_tiers"), metric(&output, "hit_rate"));
     json_t *tiers = json_object_get(json_object_get(output.summary, "metrics"), "tiers");
     cr_assert_eq(json_array_size(tiers), 1);
-    cr_assert_gt(json_integer_value(json_object_get(json_array_get(tiers, 0), "puts")), 0);
-    cr_assert_gt(json_integer_value(json_object_get(json_array_get(tiers, 0), "hits")), 0);
+    cr_assert_gt(test_json_integer(json_array_get(tiers, 0), "puts"), 0);
+    cr_assert_gt(test_json_integer(json_array_get(tiers, 0), "hits"), 0);
     run_free(&output);
 }
 
@@ -536,7 +536,7 @@ Test(simulate, coupled_runs_serve_the_versions_updates_activate)
         run_output_t output = run_text(coupled, stall, apply_stall ? 1 : 0);
         const json_t *metrics = json_object_get(output.summary, "metrics");
         const json_t *updates = json_object_get(metrics, "model_updates");
-        json_int_t versions = json_integer_value(json_object_get(updates, "versions_published"));
+        json_int_t versions = test_json_integer(updates, "versions_published");
         cr_assert_geq(versions, 4, "6 s of 1 s steps and publishes: %lld versions",
                       (long long)versions);
         /* Every request carries a version no newer than published, the rank
@@ -561,9 +561,9 @@ Test(simulate, coupled_runs_serve_the_versions_updates_activate)
         double loss = 0, served = 0;
         for (size_t v = 0; v < json_array_size(by_version); v++) {
             const json_t *entry = json_array_get(by_version, v);
-            double requests_v = json_number_value(json_object_get(entry, "requests"));
+            double requests_v = test_json_number(entry, "requests");
             served += requests_v;
-            loss += requests_v * json_number_value(json_object_get(entry, "loss"));
+            loss += requests_v * test_json_number(entry, "loss");
         }
         cr_assert_eq(served, (double)requests.num_rows);
         cr_assert_float_eq(metric(&output, "cumulative_inference_loss"), loss, 1e-6 * loss);
@@ -612,7 +612,7 @@ Test(simulate, activations_flush_or_keep_the_cache_and_abort_or_keep_requests)
         effects[i] = json_object_get(json_object_get(runs[i]->summary, "metrics"),
                                      "update_effects");
         cr_assert_not_null(effects[i], "run %d has no update_effects", i);
-        cr_assert_geq(json_integer_value(json_object_get(effects[i], "versions_activated")), 8,
+        cr_assert_geq(test_json_integer(effects[i], "versions_activated"), 8,
                       "4 versions or more on each of 2 ranks");
     }
 #define EFFECT(i, key) json_integer_value(json_object_get(effects[i], key))
@@ -643,15 +643,15 @@ Test(simulate, interference_windows_show_what_a_flush_costs)
         json_object_get(json_object_get(kept.summary, "metrics"), "update_interference")};
     for (int i = 0; i < 2; i++) {
         cr_assert_not_null(windows[i]);
-        cr_assert_float_eq(json_number_value(json_object_get(windows[i], "window_s")), 0.5,
+        cr_assert_float_eq(test_json_number(windows[i], "window_s"), 0.5,
                            1e-9);
-        cr_assert_gt(json_integer_value(json_object_get(windows[i], "updates_measured")), 4);
-        cr_assert_gt(json_number_value(json_object_get(windows[i], "ttft_p99_ratio")), 0);
+        cr_assert_gt(test_json_integer(windows[i], "updates_measured"), 4);
+        cr_assert_gt(test_json_number(windows[i], "ttft_p99_ratio"), 0);
     }
-    double before = json_number_value(json_object_get(windows[0], "hit_rate_before"));
-    double after = json_number_value(json_object_get(windows[0], "hit_rate_after"));
+    double before = test_json_number(windows[0], "hit_rate_before");
+    double after = test_json_number(windows[0], "hit_rate_after");
     cr_assert_lt(after, before, "flush: hit rate %.3f after vs %.3f before", after, before);
-    cr_assert_gt(json_number_value(json_object_get(windows[1], "hit_rate_after")), after,
+    cr_assert_gt(test_json_number(windows[1], "hit_rate_after"), after,
                  "keep keeps more of the cache after an update than flush");
     /* updates.csv carries each update's ratios. */
     char path[1200];
@@ -702,10 +702,10 @@ Test(simulate, waiting_for_requests_in_flight_drains_before_an_activation)
     cr_assert_gt(later, 0, "no update waited for a drain");
     const json_t *model = json_object_get(json_object_get(waited.summary, "metrics"),
                                           "model_updates");
-    cr_assert_gt(json_number_value(json_object_get(model, "inference_stall_total_ms")), 0);
+    cr_assert_gt(test_json_number(model, "inference_stall_total_ms"), 0);
     const json_t *effects = json_object_get(json_object_get(waited.summary, "metrics"),
                                             "update_effects");
-    cr_assert_eq(json_integer_value(json_object_get(effects, "mixed_version_tokens")), 0);
+    cr_assert_eq(test_json_integer(effects, "mixed_version_tokens"), 0);
     test_csv_free(&updates);
     test_csv_free(&kept_updates);
     test_csv_free(&requests);
@@ -727,8 +727,8 @@ Test(simulate, colocated_updates_take_kv_memory_while_they_arrive)
     for (int i = 0; i < 3; i++) {
         const json_t *effects = json_object_get(json_object_get(runs[i]->summary, "metrics"),
                                                 "update_effects");
-        preempted[i] = json_integer_value(json_object_get(effects, "colocated_preemptions"));
-        cr_assert(json_is_true(json_object_get(runs[i]->summary, "complete")));
+        preempted[i] = test_json_integer(effects, "colocated_preemptions");
+        cr_assert(test_json_true(runs[i]->summary, "complete"));
     }
     cr_assert_eq(preempted[0], 0);
     cr_assert_gt(preempted[1], 0, "1.8 GiB updates into a 2 GiB pool preempted nothing");
@@ -761,8 +761,7 @@ Test(simulate, compare_shows_what_each_cache_mode_costs_after_an_update, .timeou
         const json_t *summary = json_object_get(json_array_get(json_object_get(compare,
                                                                                "variants"), v),
                                                 "summary");
-        after[v] = json_number_value(json_object_get(
-            json_object_get(summary, "hit_rate after update"), "mean"));
+        after[v] = test_json_number(json_object_get(summary, "hit_rate after update"), "mean");
     }
     cr_assert_lt(after[0], after[1], "flush %.3f vs keep %.3f after an update", after[0],
                  after[1]);

@@ -356,11 +356,10 @@ Test(sync, a_run_reports_the_plan_and_its_buckets, .timeout = 60)
     const json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
     const json_t *sync = json_object_get(updates, "weight_sync");
     cr_assert_not_null(sync);
-    double update_ms = json_number_value(json_object_get(sync, "update_ms"));
-    cr_expect_float_eq(json_number_value(json_object_get(
-                           json_object_get(updates, "update_latency_ms"), "max")),
+    double update_ms = test_json_number(sync, "update_ms");
+    cr_expect_float_eq(test_json_number(updates, "update_latency_ms.max"),
                        update_ms, update_ms * 0.01);
-    json_int_t buckets = json_integer_value(json_object_get(sync, "buckets"));
+    json_int_t buckets = test_json_integer(sync, "buckets");
     cr_expect_gt(buckets, 60, "GLM-4.5-Air (~218 GB) in 3.02 GiB buckets");
     json_decref(summary);
     snprintf(path, sizeof(path), "%s/res/sync.csv", dir);
@@ -428,7 +427,9 @@ static json_t *run_emulate(const char *dir, const char *name, json_t **summary_p
 
 static double sync_number(const json_t *updates, const char *key)
 {
-    return json_number_value(json_object_get(json_object_get(updates, "weight_sync"), key));
+    char path[256];
+    snprintf(path, sizeof(path), "weight_sync.%s", key);
+    return test_json_number(updates, path);
 }
 
 /* Every bucket of every version reaches both serve ranks as a message of
@@ -459,13 +460,11 @@ Test(sync, emulate_moves_every_bucket_over_ucx_and_verifies_the_weights, .timeou
     cr_expect_gt(sync_number(updates, "staged_ms"), 0);
     cr_expect_leq(sync_number(updates, "staged_ms"), sync_number(updates, "update_ms"));
     cr_expect_leq(sync_number(updates, "update_ms"),
-                  json_number_value(json_object_get(json_object_get(updates,
-                                                                    "update_latency_ms"),
-                                                    "max")));
+                  test_json_number(updates, "update_latency_ms.max"));
     cr_expect_gt(sync_number(updates, "control_us_per_message"), 0);
-    cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 6,
+    cr_expect_eq(test_json_integer(updates, "updates_activated"), 6,
                  "3 versions x 2 serve ranks");
-    cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+    cr_expect_eq(test_json_integer(updates, "checksum_mismatches"), 0);
     char path[1300];
     snprintf(path, sizeof(path), "%s/res/sync.csv", dir);
     test_csv_t csv = test_csv_read(path);
@@ -598,8 +597,14 @@ Test(sync, emulate_faults_mid_bucket_end_the_run_naming_the_rank, .timeout = 120
         json_t *summary = json_load_file(file, 0, NULL);
         cr_assert_not_null(summary, "%s", file);
         cr_expect(json_is_false(json_object_get(summary, "complete")));
-        json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
-        cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
+        /* A run that failed at once has no model_updates (what a failed run
+         * keeps of its measurements is #40's); one that served on after
+         * losing its trainer has, and no version failed its checksum. */
+        const json_t *updates = json_object_get(json_object_get(summary, "metrics"),
+                                                "model_updates");
+        if (updates != NULL)
+            cr_expect_eq(test_json_integer(updates, "checksum_mismatches"), 0, "%s",
+                         cases[i].set1);
         json_decref(summary);
     }
     free(path);
@@ -626,16 +631,16 @@ Test(sync, emulate_deltas_move_only_the_changes_and_rebuild_every_version, .time
         snprintf(set, sizeof(set), "weight_sync.delta_encoding=%s", cases[c].encoding);
         json_t *updates = run_emulate(dir, cases[c].encoding, &summary, "weight_sync.delta=0.045",
                                       set);
-        cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 6,
+        cr_expect_eq(test_json_integer(updates, "updates_activated"), 6,
                      "%s: 3 versions x 2 serve ranks", cases[c].encoding);
-        cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0,
+        cr_expect_eq(test_json_integer(updates, "checksum_mismatches"), 0,
                      "%s", cases[c].encoding);
         double elements = (8 << 20) / 2.0, expected = elements * cases[c].per_element;
         cr_expect(fabs(sync_number(updates, "wire_bytes") - expected) < expected * 0.01,
                   "%s: %.0f bytes per delta, %.0f expected", cases[c].encoding,
                   sync_number(updates, "wire_bytes"), expected);
         json_t *delta = json_object_get(json_object_get(updates, "weight_sync"), "delta");
-        cr_expect_str_eq(json_string_value(json_object_get(delta, "encoding")),
+        cr_expect_str_eq(test_json_string(delta, "encoding"),
                          cases[c].encoding);
         json_decref(summary);
         /* sync.csv: every version's buckets put their deltas. */
@@ -671,10 +676,10 @@ Test(sync, emulate_chain_and_tree_forward_every_bucket_rank_to_rank, .timeout = 
         char set[96];
         snprintf(set, sizeof(set), "weight_sync.topology=%s", topologies[k]);
         json_t *updates = run_emulate(dir, topologies[k], &summary, set, "ranks.serve=4");
-        cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 12,
+        cr_expect_eq(test_json_integer(updates, "updates_activated"), 12,
                      "%s: 3 versions x 4 serve ranks", topologies[k]);
-        cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
-        cr_expect(test_contains(json_string_value(json_object_get(updates, "transport_info")),
+        cr_expect_eq(test_json_integer(updates, "checksum_mismatches"), 0);
+        cr_expect(test_contains(test_json_string(updates, "transport_info"),
                                 k == 0 ? "down a chain" : "down a tree"));
         size_t buckets = (size_t)sync_number(updates, "buckets");
         json_decref(summary);
@@ -718,10 +723,10 @@ Test(sync, the_weight_sync_preset_runs_deltas_down_a_tree, .timeout = 120)
     json_t *summary = json_load_file(path, 0, NULL);
     cr_assert_not_null(summary, "%s", path);
     json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
-    cr_expect_eq(json_integer_value(json_object_get(updates, "updates_activated")), 9,
+    cr_expect_eq(test_json_integer(updates, "updates_activated"), 9,
                  "3 versions x 3 serve ranks");
-    cr_expect_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
-    cr_expect(test_contains(json_string_value(json_object_get(updates, "transport_info")),
+    cr_expect_eq(test_json_integer(updates, "checksum_mismatches"), 0);
+    cr_expect(test_contains(test_json_string(updates, "transport_info"),
                             "down a tree"));
     cr_expect_lt(sync_number(updates, "wire_bytes"), sync_number(updates, "bytes") / 5);
     json_decref(summary);

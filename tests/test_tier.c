@@ -281,16 +281,15 @@ static void round_trip(const backend_case_t *c)
     cr_assert_gt(stats->write_ns, 0);
 
     json_t *json = kvio_tier_stats_json(tier);
-    cr_assert_str_eq(json_string_value(json_object_get(json, "kind")),
+    cr_assert_str_eq(test_json_string(json, "kind"),
                      kvio_tier_kind_names[c->kind]);
-    cr_assert_str_eq(json_string_value(json_object_get(json, "mode")),
+    cr_assert_str_eq(test_json_string(json, "mode"),
                      c->emulate ? "emulate" : "simulate");
-    cr_assert_eq(json_integer_value(json_object_get(json, "bytes_written")), 3 * BLOCK);
-    cr_assert_float_eq(json_real_value(json_object_get(json, "hit_rate")), 0.75, 1e-9);
-    cr_assert_eq(json_integer_value(json_object_get(
-                     json_object_get(json, "put_latency_us"), "count")), 3);
+    cr_assert_eq(test_json_integer(json, "bytes_written"), 3 * BLOCK);
+    cr_assert_float_eq(test_json_number(json, "hit_rate"), 0.75, 1e-9);
+    cr_assert_eq(test_json_integer(json, "put_latency_us.count"), 3);
     if (c->emulate && c->kind == KVIO_TIER_HOST)
-        cr_assert_str_eq(json_string_value(json_object_get(json, "memory")), "pageable");
+        cr_assert_str_eq(test_json_string(json, "memory"), "pageable");
     json_decref(json);
     if (c->kind == KVIO_TIER_FILE && c->emulate)
         cr_assert_eq(count_files(path, ".kv"), 3);
@@ -634,7 +633,7 @@ Test(tier, file_o_direct_round_trip, .timeout = 20)
     }
     kvio_tier_t *tier = create_file_tier(dir, 4, BLOCK, true);
     json_t *json = kvio_tier_stats_json(tier);
-    cr_assert(json_is_true(json_object_get(json, "o_direct")), "%s", kvio_tier_info(tier));
+    cr_assert(test_json_true(json, "o_direct"), "%s", kvio_tier_info(tier));
     json_decref(json);
     cr_assert(test_contains(kvio_tier_info(tier), "O_DIRECT"), "%s", kvio_tier_info(tier));
     /* Aligned and unaligned caller buffers. */
@@ -682,7 +681,7 @@ Test(tier, file_o_direct_falls_back_where_refused, .timeout = 20)
     kvio_tier_t *tier = create_file_tier(path, 4, BLOCK, true);
     json_t *json = kvio_tier_stats_json(tier);
     cr_assert(json_is_false(json_object_get(json, "o_direct")));
-    const char *note = json_string_value(json_object_get(json, "o_direct_note"));
+    const char *note = test_json_string(json, "o_direct_note");
     cr_assert(note != NULL && test_contains(note, "the file system refuses O_DIRECT"), "%s",
               note ? note : "(no note)");
     json_decref(json);
@@ -851,8 +850,8 @@ Test(tier, file_full_disk_is_an_error_not_a_block, .timeout = 20)
     cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_ERR_NOT_FOUND);
     cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
     json_t *json = kvio_tier_stats_json(tier);
-    cr_assert_eq(json_integer_value(json_object_get(json, "errors")), 1);
-    cr_assert(test_contains(json_string_value(json_object_get(json, "last_error")), "No space"));
+    cr_assert_eq(test_json_integer(json, "errors"), 1);
+    cr_assert(test_contains(test_json_string(json, "last_error"), "No space"));
     json_decref(json);
 
     /* Space again: the same block goes in. */
@@ -1036,7 +1035,7 @@ Test(tier, redis_going_away_is_an_error_then_reconnects, .timeout = 30)
     put_block(tier, 2, BLOCK);
     cr_assert_eq(get_and_verify(tier, 2, BLOCK), KVIO_OK);
     json_t *json = kvio_tier_stats_json(tier);
-    cr_assert_eq(json_integer_value(json_object_get(json, "reconnects")), 1);
+    cr_assert_eq(test_json_integer(json, "reconnects"), 1);
     json_decref(json);
     kvio_tier_destroy(tier);
     stop_redis(server);

@@ -100,24 +100,24 @@ Test(updates, emulate_run_writes_updates_csv_and_metrics, .timeout = 30)
     cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
     json_t *summary = NULL;
     json_t *metrics = model_updates(outcome.dir, &summary);
-    cr_expect_eq(json_integer_value(json_object_get(metrics, "versions_published")), 5);
-    cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")), 10,
+    cr_expect_eq(test_json_integer(metrics, "versions_published"), 5);
+    cr_expect_eq(test_json_integer(metrics, "updates_activated"), 10,
                  "5 versions x 2 serve ranks");
-    cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")), 0);
-    cr_expect_str_eq(json_string_value(json_object_get(metrics, "runtime")), "local");
-    cr_expect(test_contains(json_string_value(json_object_get(metrics, "transport_info")),
+    cr_expect_eq(test_json_integer(metrics, "checksum_mismatches"), 0);
+    cr_expect_str_eq(test_json_string(metrics, "runtime"), "local");
+    cr_expect(test_contains(test_json_string(metrics, "transport_info"),
                             "lanes"), "the UCX lanes are reported");
     json_t *latency = json_object_get(metrics, "update_latency_ms");
-    cr_expect_eq(json_integer_value(json_object_get(latency, "count")), 10);
-    cr_expect_gt(json_real_value(json_object_get(latency, "mean")), 0);
-    cr_expect_leq(json_real_value(json_object_get(latency, "p50")),
-                  json_real_value(json_object_get(latency, "max")) + 1e-9);
+    cr_expect_eq(test_json_integer(latency, "count"), 10);
+    cr_expect_gt(test_json_number(latency, "mean"), 0);
+    cr_expect_leq(test_json_number(latency, "p50"),
+                  test_json_number(latency, "max") + 1e-9);
     json_t *parts = json_object_get(summary, "parts");
     bool ran = false;
     for (size_t i = 0; i < json_array_size(parts); i++) {
         json_t *part = json_array_get(parts, i);
-        if (strcmp(json_string_value(json_object_get(part, "name")), "model_updates") == 0)
-            ran = json_is_true(json_object_get(part, "ran"));
+        if (strcmp(test_json_string(part, "name"), "model_updates") == 0)
+            ran = test_json_true(part, "ran");
     }
     cr_expect(ran, "model_updates is marked as ran");
     char csv_path[1200];
@@ -146,8 +146,8 @@ Test(updates, stall_apply_counts_inference_stall, .timeout = 30)
     cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
     json_t *summary = NULL;
     json_t *metrics = model_updates(outcome.dir, &summary);
-    cr_expect_gt(json_real_value(json_object_get(metrics, "inference_stall_total_ms")), 0);
-    cr_expect_geq(json_integer_value(json_object_get(metrics, "updates_activated")), 2);
+    cr_expect_gt(test_json_number(metrics, "inference_stall_total_ms"), 0);
+    cr_expect_geq(test_json_integer(metrics, "updates_activated"), 2);
     json_decref(summary);
     test_rmtree(dir);
     free(dir);
@@ -502,9 +502,9 @@ static json_t *mpirun_complete(const char *dir, const char *const *sets, size_t 
     char out_dir[1200];
     snprintf(out_dir, sizeof(out_dir), "%s/out", dir);
     json_t *metrics = model_updates(out_dir, summary_p);
-    cr_expect_str_eq(json_string_value(json_object_get(metrics, "runtime")), "mpi");
-    cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")), 10);
-    cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")), 0);
+    cr_expect_str_eq(test_json_string(metrics, "runtime"), "mpi");
+    cr_expect_eq(test_json_integer(metrics, "updates_activated"), 10);
+    cr_expect_eq(test_json_integer(metrics, "checksum_mismatches"), 0);
     return metrics;
 }
 
@@ -517,7 +517,7 @@ Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
     json_t *summary = NULL;
     json_t *metrics = mpirun_complete(dir, NULL, 0, &summary);
     /* Processes: the offsets were measured (a round trip is never free). */
-    cr_expect_gt(json_real_value(json_object_get(metrics, "clock_offset_uncertainty_us")), 0);
+    cr_expect_gt(test_json_number(metrics, "clock_offset_uncertainty_us"), 0);
     json_decref(summary);
     test_rmtree(dir);
     free(dir);
@@ -538,11 +538,11 @@ Test(updates, mpirun_moves_weight_sync_buckets_between_processes, .timeout = 60)
                           "weight_sync.topology=chain"};
     json_t *summary = NULL;
     json_t *sync = json_object_get(mpirun_complete(dir, sets, 5, &summary), "weight_sync");
-    cr_expect_lt(json_integer_value(json_object_get(sync, "wire_bytes")),
-                 json_integer_value(json_object_get(sync, "bytes")) / 5, "deltas on the wire");
-    json_int_t buckets = json_integer_value(json_object_get(sync, "buckets"));
+    cr_expect_lt(test_json_integer(sync, "wire_bytes"),
+                 test_json_integer(sync, "bytes") / 5, "deltas on the wire");
+    json_int_t buckets = test_json_integer(sync, "buckets");
     cr_expect_geq(buckets, 3, "256 KiB in buckets of 64 KiB");
-    cr_expect_gt(json_real_value(json_object_get(sync, "update_ms")), 0);
+    cr_expect_gt(test_json_number(sync, "update_ms"), 0);
     char path[1300];
     snprintf(path, sizeof(path), "%s/out/sync.csv", dir);
     test_csv_t csv = test_csv_read(path);
@@ -708,38 +708,35 @@ Test(updates, simulate_takes_its_model_from_an_emulate_run, .timeout = 30)
     json_t *metrics = model_updates(modelled.dir, &summary);
     json_t *model = json_object_get(metrics, "model");
     cr_assert_not_null(model, "metrics.model_updates.model");
-    cr_expect_str_eq(json_string_value(json_object_get(model, "from")), measured.dir);
+    cr_expect_str_eq(test_json_string(model, "from"), measured.dir);
     json_t *source = json_object_get(model, "source");
-    cr_expect_str_eq(json_string_value(json_object_get(source, "latency")), "from");
-    cr_expect_str_eq(json_string_value(json_object_get(source, "bandwidth")), "from");
+    cr_expect_str_eq(test_json_string(source, "latency"), "from");
+    cr_expect_str_eq(test_json_string(source, "bandwidth"), "from");
     double bytes = 4.0 * 1024 * 1024;
     double transfer_ms = csv_mean_difference(measured.dir, "t_xfer_end_ms", "t_xfer_start_ms");
-    double bandwidth = json_real_value(json_object_get(model, "bandwidth_gbps"));
+    double bandwidth = test_json_number(model, "bandwidth_gbps");
     cr_expect_float_eq(bandwidth, bytes / (transfer_ms * 1e6), 0.01 * bandwidth,
                        "taken bandwidth %.3f GB/s: the measured transfer bandwidth", bandwidth);
     cr_expect(json_is_real(json_object_get(model, "latency_s")), "no model.latency_s");
-    cr_expect_geq(json_real_value(json_object_get(model, "latency_s")), 0);
+    cr_expect_geq(test_json_number(model, "latency_s"), 0);
 
-    cr_expect_gt(json_real_value(json_object_get(model, "checksum_gbps")), 0,
+    cr_expect_gt(test_json_number(model, "checksum_gbps"), 0,
                  "the trainer's checksum rate is taken");
-    cr_expect_gt(json_real_value(json_object_get(model, "verify_gbps")), 0);
+    cr_expect_gt(test_json_number(model, "verify_gbps"), 0);
     json_t *emulate_summary = NULL;
     json_t *emulate_metrics = model_updates(measured.dir, &emulate_summary);
-    double measured_arrival_ms = json_real_value(json_object_get(
-        json_object_get(emulate_metrics, "stage_mean_ms_after_ready"), "xfer_end"));
-    double modelled_arrival_ms = json_real_value(json_object_get(
-        json_object_get(metrics, "stage_mean_ms_after_ready"), "xfer_end"));
+    double measured_arrival_ms = test_json_number(emulate_metrics, "stage_mean_ms_after_ready.xfer_end");
+    double modelled_arrival_ms = test_json_number(metrics, "stage_mean_ms_after_ready.xfer_end");
     /* The fitted latency makes them equal; floored at 0 (the second
      * server's put slower than the first's), the model is later, not much. */
-    bool floored = json_real_value(json_object_get(model, "latency_s")) == 0;
+    bool floored = test_json_number(model, "latency_s") == 0;
     cr_expect(modelled_arrival_ms > (floored ? 0.999 : 0.98) * measured_arrival_ms &&
                   modelled_arrival_ms < (floored ? 1.5 : 1.02) * measured_arrival_ms,
               "data at the servers %.3f ms after ready, measured %.3f ms (latency %s)",
               modelled_arrival_ms, measured_arrival_ms, floored ? "floored" : "fitted");
-    double measured_latency_ms = json_real_value(
-        json_object_get(json_object_get(emulate_metrics, "update_latency_ms"), "mean"));
+    double measured_latency_ms = test_json_number(emulate_metrics, "update_latency_ms.mean");
     double modelled_latency_ms =
-        json_real_value(json_object_get(json_object_get(metrics, "update_latency_ms"), "mean"));
+        test_json_number(metrics, "update_latency_ms.mean");
     /* Within 3x: a loaded machine delays a few of the measured activations
      * by whole scheduler slices (it failed once at 2x, at load 2). */
     cr_expect(modelled_latency_ms > measured_latency_ms / 3 &&
@@ -756,10 +753,10 @@ Test(updates, simulate_takes_its_model_from_an_emulate_run, .timeout = 30)
     cr_assert_eq(overridden.status, KVIO_OK, "%s", overridden.error);
     metrics = model_updates(overridden.dir, &summary);
     model = json_object_get(metrics, "model");
-    cr_expect_float_eq(json_real_value(json_object_get(model, "bandwidth_gbps")), 100.0, 1e-9);
+    cr_expect_float_eq(test_json_number(model, "bandwidth_gbps"), 100.0, 1e-9);
     source = json_object_get(model, "source");
-    cr_expect_str_eq(json_string_value(json_object_get(source, "bandwidth")), "set");
-    cr_expect_str_eq(json_string_value(json_object_get(source, "latency")), "from");
+    cr_expect_str_eq(test_json_string(source, "bandwidth"), "set");
+    cr_expect_str_eq(test_json_string(source, "latency"), "from");
     json_decref(summary);
     test_rmtree(dir);
     free(dir);
@@ -868,8 +865,8 @@ Test(updates, file_notify_discovery_sees_a_version_and_the_end_renamed_together,
          * transport's latest-wins), so only the sum is fixed. */
         json_t *summary = NULL;
         json_t *updates = model_updates(outcome.dir, &summary);
-        cr_expect_eq(json_integer_value(json_object_get(updates, "updates_received")) +
-                         json_integer_value(json_object_get(updates, "versions_skipped")),
+        cr_expect_eq(test_json_integer(updates, "updates_received") +
+                         test_json_integer(updates, "versions_skipped"),
                      10, "5 versions to each of 2 serve ranks, received or skipped (run %d)",
                      run);
         char path[1200];
@@ -908,8 +905,8 @@ Test(updates, simulate_sequential_fan_out_times_each_transfer_from_its_own_start
     json_t *updates = model_updates(outcome.dir, &summary);
     const json_t *bandwidth = json_object_get(updates, "bandwidth_gbps");
     double expected = 1.073741824 / (1.073741824 / 2 + 0.001); /* GB over (bytes/bw + latency) */
-    cr_expect_float_eq(json_number_value(json_object_get(bandwidth, "mean")), expected, 0.01);
-    cr_expect_float_eq(json_number_value(json_object_get(bandwidth, "max")), expected, 0.01);
+    cr_expect_float_eq(test_json_number(bandwidth, "mean"), expected, 0.01);
+    cr_expect_float_eq(test_json_number(bandwidth, "max"), expected, 0.01);
     json_decref(summary);
     test_rmtree(dir);
     free(dir);
@@ -945,8 +942,8 @@ static double first_update_latency(const char *blocks, double *setup_s_p)
     json_t *summary = NULL;
     model_updates(outcome.dir, &summary);
     json_t *serve = json_array_get(json_object_get(summary, "ranks"), 1);
-    cr_assert_str_eq(json_string_value(json_object_get(serve, "role")), "serve");
-    *setup_s_p = json_number_value(json_object_get(serve, "setup_s"));
+    cr_assert_str_eq(test_json_string(serve, "role"), "serve");
+    *setup_s_p = test_json_number(serve, "setup_s");
     json_decref(summary);
     test_rmtree(dir);
     free(dir);
@@ -996,7 +993,7 @@ static json_t *short_quickstart(const char *mode, double *updated_share_p)
     kvio_workload_free(&workload);
     json_t *summary = NULL;
     json_t *updates = model_updates(out, &summary);
-    json_int_t versions = json_integer_value(json_object_get(updates, "versions_published"));
+    json_int_t versions = test_json_integer(updates, "versions_published");
     char path[1200];
     snprintf(path, sizeof(path), "%s/requests.csv", out);
     test_csv_t requests = test_csv_read(path);
@@ -1027,10 +1024,9 @@ Test(updates, quickstart_simulate_and_emulate_publish_alike_and_report_loss, .ti
         double updated_share = 0;
         json_t *summary = short_quickstart(modes[m], &updated_share);
         const json_t *metrics = json_object_get(summary, "metrics");
-        versions[m] = json_integer_value(json_object_get(json_object_get(metrics, "model_updates"),
-                                                         "versions_published"));
+        versions[m] = test_json_integer(metrics, "model_updates.versions_published");
         cr_assert_gt(updated_share, 0, "%s: no request served by updated weights", modes[m]);
-        double mean_loss = json_number_value(json_object_get(metrics, "mean_inference_loss"));
+        double mean_loss = test_json_number(metrics, "mean_inference_loss");
         cr_assert(mean_loss > 0 && mean_loss < 5.5, "%s: mean inference loss %g (5.5 is the "
                   "initial weights')", modes[m], mean_loss);
         cr_assert_gt(json_array_size(json_object_get(metrics, "served_by_version")), 1,
@@ -1064,9 +1060,9 @@ Test(updates, the_file_transport_never_deletes_files_it_did_not_write, .timeout 
     cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
     json_t *summary = NULL;
     json_t *updates = model_updates(outcome.dir, &summary);
-    cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 5);
-    cr_assert_gt(json_integer_value(json_object_get(updates, "updates_activated")), 0);
-    cr_assert(test_contains(json_string_value(json_object_get(updates, "transport_info")),
+    cr_assert_eq(test_json_integer(updates, "versions_published"), 5);
+    cr_assert_gt(test_json_integer(updates, "updates_activated"), 0);
+    cr_assert(test_contains(test_json_string(updates, "transport_info"),
                             "/mine/kvio-"), "the run's own directory");
     json_decref(summary);
     for (size_t i = 0; i < num_names; i++) {
@@ -1106,7 +1102,7 @@ Test(updates, the_redis_transport_leaves_no_keys_behind, .timeout = 60)
     cr_assert_eq(outcome.status, KVIO_OK, "%s", outcome.error);
     json_t *summary = NULL;
     json_t *updates = model_updates(outcome.dir, &summary);
-    cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 5);
+    cr_assert_eq(test_json_integer(updates, "versions_published"), 5);
     json_decref(summary);
     char command[800];
     snprintf(command, sizeof(command),
@@ -1179,10 +1175,10 @@ Test(updates, concurrent_runs_share_no_names, .timeout = 180)
             snprintf(out, sizeof(out), "%s/out", dirs[r]);
             json_t *summary = NULL;
             json_t *updates = model_updates(out, &summary);
-            cr_assert_eq(json_integer_value(json_object_get(updates, "versions_published")), 20);
-            cr_assert_eq(json_integer_value(json_object_get(updates, "checksum_mismatches")), 0);
-            cr_assert_eq(json_integer_value(json_object_get(updates, "updates_received")) +
-                             json_integer_value(json_object_get(updates, "versions_skipped")),
+            cr_assert_eq(test_json_integer(updates, "versions_published"), 20);
+            cr_assert_eq(test_json_integer(updates, "checksum_mismatches"), 0);
+            cr_assert_eq(test_json_integer(updates, "updates_received") +
+                             test_json_integer(updates, "versions_skipped"),
                          40, "%s run %d: 20 versions to 2 ranks, received or skipped",
                          redis ? "redis" : "file", r);
             json_decref(summary);
@@ -1258,10 +1254,10 @@ Test(updates, ucx_runs_sum_versions_as_they_land_and_still_catch_a_flipped_byte,
         cr_assert_eq(outcome.status, KVIO_OK, "case %zu: %s", i, outcome.error);
         json_t *summary = NULL;
         json_t *metrics = model_updates(outcome.dir, &summary);
-        cr_expect_eq(json_integer_value(json_object_get(metrics, "checksum_mismatches")),
+        cr_expect_eq(test_json_integer(metrics, "checksum_mismatches"),
                      cases[i].mismatches, "case %zu (%s, %s)", i, cases[i].apply,
                      cases[i].corrupt);
-        cr_expect_eq(json_integer_value(json_object_get(metrics, "updates_activated")),
+        cr_expect_eq(test_json_integer(metrics, "updates_activated"),
                      10 - cases[i].mismatches, "case %zu", i);
         if (cases[i].mismatches == 0) {
             /* Stages in order: the data, its notice, the sum, the swap. */
