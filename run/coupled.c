@@ -1,0 +1,103 @@
+/* The coupled run's serving side: whether a run couples serving to model
+ * updates, each serve rank's engine (or the client) with its own copy of
+ * the stream, and on rank 0 the serve ranks' reports merged into the
+ * serving metrics with the cumulative inference loss. */
+#include "run/run_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool kvio_updates_coupled(const kvio_workload_t *workload)
+{
+    return kvio_updates_wanted(workload) && workload->mode == KVIO_MODE_EMULATE &&
+           workload->update.serving == KVIO_SERVING_ENGINE;
+}
+
+
+kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
+                                    int serve_index, int num_serve, pthread_mutex_t *setup_lock,
+                                    volatile sig_atomic_t *stop, coupled_serve_t *coupled,
+                                    char *error_p, size_t error_len)
+{
+    memset(coupled, 0, sizeof(*coupled));
+    coupled->model = workload->model;
+    coupled->gpu = workload->gpu;
+    kvio_status_t status = kvio_model_resolve(&coupled->model, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_gpu_resolve(&coupled->gpu, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                    kvio_workload_stream_duration(workload), &coupled->stream,
+                                    error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    coupled->run = (kvio_serve_run_t){
+        .serve = &workload->serve, .model = &coupled->model, .gpu = &coupled->gpu,
+        .cost = &workload->cost, .num_ranks = (uint32_t)num_serve,
+        .seed = (uint64_t)workload->seed,
+        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
+        .warmup_ns = workload->warmup_ns, .warmup_requests = workload->warmup_requests,
+        .stream = coupled->stream, .device = &workload->device,
+        /* With a client rank (the last), serve_index < 0 is the client. */
+        .rte = rte, .client_rank = workload->ranks.client > 0 ? 1 + num_serve : 0,
+        .first_serve_rank = 1, .update = &workload->update, .setup_lock = setup_lock,
+        .stop = stop,
+    };
+    if (serve_index < 0)
+        return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
+    return kvio_serve_rank_create(&coupled->run, (uint32_t)serve_index, (uint32_t)num_serve,
+                                  &coupled->rank, error_p, error_len);
+}
+
+void run_coupled_destroy(coupled_serve_t *coupled)
+{
+    kvio_serve_rank_destroy(coupled->rank);
+    kvio_serve_client_destroy(coupled->client);
+    kvio_stream_destroy(coupled->stream);
+    memset(coupled, 0, sizeof(*coupled));
+}
+
+/* Rank 0: the serving metrics of the coupled run, and the cumulative
+ * inference loss, Σ over served requests of L(step of the version that
+ * served them) (version 0, the initial weights, counts as step 1). */
+kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_t *all,
+                                     void **blobs, size_t *lengths, int size,
+                                     kvio_serve_output_t *output_p, char *error_p,
+                                     size_t error_len)
+{
+    json_t *serving = NULL;
+    uint64_t *served = NULL;
+    size_t num_versions = 0;
+    kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
+                                                  TRAIN_RANK + 1, context->results,
+                                                  context->events, &serving, &served,
+                                                  &num_versions, output_p, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    /* The step each version holds (versions count from 1, in order). */
+    double *steps = calloc(all->num_train + 1, sizeof(double));
+    if (steps == NULL) {
+        json_decref(serving);
+        free(served);
+        return KVIO_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < all->num_train; i++)
+        if (all->train[i].version <= all->num_train)
+            steps[all->train[i].version] = (double)all->train[i].step;
+    kvio_serve_run_t loss_run = {.version_steps = steps, .num_version_steps = all->num_train + 1,
+                                 .loss = &context->workload->train.checkpoint.loss};
+    kvio_serve_loss_json(serving, &loss_run, served, num_versions);
+    free(steps);
+    json_object_update(context->metrics, serving);
+    json_decref(serving);
+    free(served);
+    return KVIO_OK;
+}
+
+bool kvio_updates_wanted(const kvio_workload_t *workload)
+{
+    return workload->ranks.train > 0 && workload->ranks.serve > 0;
+}
