@@ -211,10 +211,11 @@ static bool overloaded(const json_t *means)
            json_number_value(served) < OVERLOAD_SERVED_FRACTION * json_number_value(offered);
 }
 
-kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
-                           char *error_p, size_t error_len)
+/* Refuses options that ask for more than compare holds. *num_variants_p:
+ * the product of the varied keys' counts. */
+static kvio_status_t check_options(const kvio_compare_options_t *options,
+                                   size_t *num_variants_p, char *error_p, size_t error_len)
 {
-    *compare_p = NULL;
     size_t num_variants = 1;
     for (size_t v = 0; v < options->num_varies; v++) {
         if (options->varies[v].count == 0 || options->varies[v].count > KVIO_COMPARE_MAX_VALUES) {
@@ -235,125 +236,177 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                  KVIO_COMPARE_MAX_METRICS);
         return KVIO_ERR_CONFIG;
     }
-    variant_t *variants = calloc(num_variants, sizeof(*variants));
-    /* Every variant and seed, loaded and checked once, then run. */
-    size_t total = num_variants * (size_t)options->repeat, num_loaded = 0;
-    kvio_workload_t *loaded = calloc(total, sizeof(*loaded));
-    compared_t list[MAX_COMPARED];
-    size_t num_compared = compared_list(options, list);
-    double (*values)[MAX_COMPARED][KVIO_COMPARE_MAX_REPEAT] =
-        calloc(num_variants, sizeof(*values));
-    json_t *variants_json = json_array();
-    kvio_results_t *top = NULL;
-    kvio_status_t status = variants != NULL && values != NULL && loaded != NULL ? KVIO_OK
-                                                                                : KVIO_ERR_NOMEM;
-    if (status != KVIO_OK)
-        snprintf(error_p, error_len, "compare: out of memory");
+    *num_variants_p = num_variants;
+    return KVIO_OK;
+}
 
-    /* Every variant and seed is checked before anything runs. */
-    char directory[1024] = "";
-    long long base_seed = 0;
+/* What one compare holds while it runs. */
+typedef struct comparison {
+    const kvio_compare_options_t *options;
+    size_t num_variants, num_loaded, done;
+    variant_t *variants;
+    kvio_workload_t *loaded;     /* every variant and seed, variant-major */
+    compared_t list[MAX_COMPARED];
+    size_t num_compared;
+    double (*values)[MAX_COMPARED][KVIO_COMPARE_MAX_REPEAT];
+    char directory[1024];
+    long long base_seed;         /* the workload's own seed, with the common overrides */
+} comparison_t;
+
+/* The base seed and the output directory from the workload as given. */
+static kvio_status_t base_of(comparison_t *comparison, char *error_p, size_t error_len)
+{
+    const kvio_compare_options_t *options = comparison->options;
     kvio_workload_t workload;
-    for (size_t i = 0; i < num_variants && status == KVIO_OK; i++) {
-        variant_make(options, i, &variants[i]);
+    kvio_status_t status = kvio_workload_load(options->source, options->sets, options->num_sets,
+                                              &workload, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    comparison->base_seed = workload.seed;
+    if (options->output_dir != NULL) {
+        snprintf(comparison->directory, sizeof(comparison->directory), "%s",
+                 options->output_dir);
+    } else {
+        char stamp[64];
+        kvio_format_utc(kvio_wall_time_ns(), stamp, sizeof(stamp));
+        for (char *c = stamp; *c != '\0'; c++)
+            if (*c == ':')
+                *c = '-';
+        snprintf(comparison->directory, sizeof(comparison->directory),
+                 "results/compare-%s-%s", workload.name, stamp);
+    }
+    kvio_workload_free(&workload);
+    return KVIO_OK;
+}
+
+/* Every variant and seed is loaded and checked before anything runs. */
+static kvio_status_t load_variants(comparison_t *comparison, char *error_p, size_t error_len)
+{
+    const kvio_compare_options_t *options = comparison->options;
+    kvio_status_t status = base_of(comparison, error_p, error_len);
+    for (size_t i = 0; i < comparison->num_variants && status == KVIO_OK; i++) {
+        variant_make(options, i, &comparison->variants[i]);
         for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
-            if (i == 0 && r == 0) {
-                /* The base seed: the workload's own (with the common overrides). */
-                status = kvio_workload_load(options->source, options->sets, options->num_sets,
-                                            &workload, error_p, error_len);
-                if (status != KVIO_OK)
-                    break;
-                base_seed = workload.seed;
-                if (options->output_dir != NULL) {
-                    snprintf(directory, sizeof(directory), "%s", options->output_dir);
-                } else {
-                    char stamp[64];
-                    kvio_format_utc(kvio_wall_time_ns(), stamp, sizeof(stamp));
-                    for (char *c = stamp; *c != '\0'; c++)
-                        if (*c == ':')
-                            *c = '-';
-                    snprintf(directory, sizeof(directory), "results/compare-%s-%s",
-                             workload.name, stamp);
-                }
-                kvio_workload_free(&workload);
-            }
-            status = variant_load(options, &variants[i], base_seed + r, &loaded[num_loaded],
-                                  error_p, error_len);
+            status = variant_load(options, &comparison->variants[i], comparison->base_seed + r,
+                                  &comparison->loaded[comparison->num_loaded], error_p,
+                                  error_len);
             if (status == KVIO_OK)
-                num_loaded++;
+                comparison->num_loaded++;
         }
     }
-    if (status == KVIO_OK)
-        status = kvio_results_create(directory, "compare", options->force, &top, error_p,
-                                     error_len);
+    return status;
+}
 
-    size_t done = 0;
-    for (size_t i = 0; i < num_variants && status == KVIO_OK; i++) {
-        variant_t *variant = &variants[i];
-        json_t *runs = json_array();
-        for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
-            if (options->stop != NULL && *options->stop) {
-                snprintf(error_p, error_len, "compare interrupted before variant %s",
-                         variant->name);
-                status = KVIO_ERR_INTERRUPTED;
-                break;
-            }
-            long long seed = base_seed + r;
-            kvio_workload_t *workload_r = &loaded[i * (size_t)options->repeat + (size_t)r];
-            char run_dir[1400], run_error[1024];
-            if (options->repeat > 1)
-                snprintf(run_dir, sizeof(run_dir), "%s/%s/seed-%lld", directory, variant->name,
-                         seed);
-            else
-                snprintf(run_dir, sizeof(run_dir), "%s/%s", directory, variant->name);
-            json_t *summary = NULL;
-            kvio_run_options_t run_options = {.output_dir = run_dir, .force = options->force,
-                                              .source = options->source, .quiet = true,
-                                              .stop = options->stop, .summary_p = &summary};
-            kvio_run_result_t result;
-            status = kvio_run(workload_r, &run_options, &result, run_error, sizeof(run_error));
-            if (status != KVIO_OK) {
-                snprintf(error_p, error_len, "variant %s: %s", variant->name, run_error);
-                json_decref(summary);
-                break;
-            }
-            json_t *metrics = json_object_get(summary, "metrics");
-            for (size_t m = 0; m < num_compared; m++)
-                values[i][m][r] = read_metric(metrics, &list[m]);
-            json_array_append_new(runs, json_pack("{s:s, s:I, s:O}", "dir", run_dir, "seed",
-                                                  (json_int_t)seed, "metrics",
-                                                  metrics != NULL ? metrics : json_null()));
+/* Variant i's runs, one per seed; its entry of compare.json in *entry_p. */
+static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **entry_p,
+                                 char *error_p, size_t error_len)
+{
+    const kvio_compare_options_t *options = comparison->options;
+    variant_t *variant = &comparison->variants[i];
+    json_t *runs = json_array();
+    kvio_status_t status = KVIO_OK;
+    for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
+        if (options->stop != NULL && *options->stop) {
+            snprintf(error_p, error_len, "compare interrupted before variant %s", variant->name);
+            status = KVIO_ERR_INTERRUPTED;
+            break;
+        }
+        long long seed = comparison->base_seed + r;
+        kvio_workload_t *workload_r = &comparison->loaded[i * (size_t)options->repeat + (size_t)r];
+        char run_dir[1400], run_error[1024];
+        if (options->repeat > 1)
+            snprintf(run_dir, sizeof(run_dir), "%s/%s/seed-%lld", comparison->directory,
+                     variant->name, seed);
+        else
+            snprintf(run_dir, sizeof(run_dir), "%s/%s", comparison->directory, variant->name);
+        json_t *summary = NULL;
+        kvio_run_options_t run_options = {.output_dir = run_dir, .force = options->force,
+                                          .source = options->source, .quiet = true,
+                                          .stop = options->stop, .summary_p = &summary};
+        kvio_run_result_t result;
+        status = kvio_run(workload_r, &run_options, &result, run_error, sizeof(run_error));
+        if (status != KVIO_OK) {
+            snprintf(error_p, error_len, "variant %s: %s", variant->name, run_error);
             json_decref(summary);
-            if (options->progress != NULL)
-                options->progress(options->context, ++done, total, variant->name);
+            break;
         }
-        json_t *means = json_object();
-        for (size_t m = 0; m < num_compared && status == KVIO_OK; m++) {
-            double mean, half;
-            mean_ci95(values[i][m], options->repeat, &mean, &half);
-            if (isnan(mean))
-                continue; /* an optional metric this variant does not have */
-            json_object_set_new(means, list[m].label,
-                                json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
-        }
-        json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
-                                  variant->settings, "runs", runs, "summary", means);
-        json_object_set_new(entry, "overloaded", json_boolean(overloaded(means)));
-        if (i > 0 && options->repeat > 1 && status == KVIO_OK)
-            json_object_set_new(entry, "paired_delta_vs_first",
-                                paired_deltas(list, num_compared, values[0], values[i],
-                                              options->repeat));
-        json_array_append_new(variants_json, entry);
+        /* The run's summary in memory: compare reads no file it wrote. */
+        json_t *metrics = json_object_get(summary, "metrics");
+        for (size_t m = 0; m < comparison->num_compared; m++)
+            comparison->values[i][m][r] = read_metric(metrics, &comparison->list[m]);
+        json_array_append_new(runs, json_pack("{s:s, s:I, s:O}", "dir", run_dir, "seed",
+                                              (json_int_t)seed, "metrics",
+                                              metrics != NULL ? metrics : json_null()));
+        json_decref(summary);
+        if (options->progress != NULL)
+            options->progress(options->context, ++comparison->done,
+                              comparison->num_variants * (size_t)options->repeat,
+                              variant->name);
+    }
+    if (status != KVIO_OK) {
+        json_decref(runs);
+        return status;
+    }
+    json_t *means = json_object();
+    for (size_t m = 0; m < comparison->num_compared; m++) {
+        double mean, half;
+        mean_ci95(comparison->values[i][m], options->repeat, &mean, &half);
+        if (isnan(mean))
+            continue; /* an optional metric this variant does not have */
+        json_object_set_new(means, comparison->list[m].label,
+                            json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
+    }
+    json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
+                              variant->settings, "runs", runs, "summary", means);
+    json_object_set_new(entry, "overloaded", json_boolean(overloaded(means)));
+    if (i > 0 && options->repeat > 1)
+        json_object_set_new(entry, "paired_delta_vs_first",
+                            paired_deltas(comparison->list, comparison->num_compared,
+                                          comparison->values[0], comparison->values[i],
+                                          options->repeat));
+    *entry_p = entry;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
+                           char *error_p, size_t error_len)
+{
+    *compare_p = NULL;
+    comparison_t comparison = {.options = options};
+    kvio_status_t status = check_options(options, &comparison.num_variants, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    size_t total = comparison.num_variants * (size_t)options->repeat;
+    comparison.variants = calloc(comparison.num_variants, sizeof(*comparison.variants));
+    comparison.loaded = calloc(total, sizeof(*comparison.loaded));
+    comparison.values = calloc(comparison.num_variants, sizeof(*comparison.values));
+    comparison.num_compared = compared_list(options, comparison.list);
+    json_t *variants_json = json_array();
+    kvio_results_t *top = NULL;
+    if (comparison.variants == NULL || comparison.values == NULL || comparison.loaded == NULL) {
+        snprintf(error_p, error_len, "compare: out of memory");
+        status = KVIO_ERR_NOMEM;
+    }
+    if (status == KVIO_OK)
+        status = load_variants(&comparison, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_results_create(comparison.directory, "compare", options->force, &top,
+                                     error_p, error_len);
+    for (size_t i = 0; i < comparison.num_variants && status == KVIO_OK; i++) {
+        json_t *entry = NULL;
+        status = run_variant(&comparison, i, &entry, error_p, error_len);
+        if (status == KVIO_OK)
+            json_array_append_new(variants_json, entry);
     }
     if (status == KVIO_OK) {
         json_t *rows = json_array();
-        for (size_t m = 0; m < num_compared; m++)
-            json_array_append_new(rows, json_string(list[m].label));
+        for (size_t m = 0; m < comparison.num_compared; m++)
+            json_array_append_new(rows, json_string(comparison.list[m].label));
         json_t *compare = json_pack("{s:i, s:s, s:s, s:s, s:I, s:o, s:o}", "schema_version",
                                     KVIO_SCHEMA_VERSION, "kvio_version", KVIO_VERSION,
-                                    "workload", options->source, "directory", directory,
-                                    "repeat", (json_int_t)options->repeat, "metrics", rows,
-                                    "variants", variants_json);
+                                    "workload", options->source, "directory",
+                                    comparison.directory, "repeat", (json_int_t)options->repeat,
+                                    "metrics", rows, "variants", variants_json);
         variants_json = NULL;
         status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
         if (status == KVIO_OK)
@@ -361,15 +414,15 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
         else
             json_decref(compare);
     }
-    for (size_t i = 0; variants != NULL && i < num_variants; i++)
-        json_decref(variants[i].settings);
-    for (size_t i = 0; i < num_loaded; i++)
-        kvio_workload_free(&loaded[i]);
-    free(loaded);
+    for (size_t i = 0; comparison.variants != NULL && i < comparison.num_variants; i++)
+        json_decref(comparison.variants[i].settings);
+    for (size_t i = 0; i < comparison.num_loaded; i++)
+        kvio_workload_free(&comparison.loaded[i]);
+    free(comparison.loaded);
     json_decref(variants_json);
     kvio_results_destroy(top);
-    free(variants);
-    free(values);
+    free(comparison.variants);
+    free(comparison.values);
     return status;
 }
 

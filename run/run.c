@@ -469,215 +469,216 @@ kvio_status_t kvio_workload_check(const kvio_workload_t *workload, char *error_p
     return check_workload(workload, &model, &gpu, NULL, &requests, error_p, error_len);
 }
 
-kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
-                       kvio_run_result_t *result_p, char *error_p, size_t error_len)
-{
-    kvio_results_t *results = NULL;
-    kvio_stream_t *stream = NULL;
-    kvio_rte_world_t *world = NULL;
-    kvio_event_trace_t *events = NULL;
-    json_t *metrics = json_object();
-    json_t *start = json_object(); /* t0 and every rank's set-up (summary.json) */
-    json_t *host = NULL;              /* summary.json's host block */
-    if (options->summary_p != NULL)
-        *options->summary_p = NULL;
-    kvio_updates_schedule_t schedule = {0}; /* simulate mode's updates */
-    kvio_serve_output_t served = {0};       /* simulate mode: what serving measured */
-    /* A closed socket (Redis gone mid-write) is an error to report, never a
-     * SIGPIPE that ends the process without results (callers that handle
-     * SIGPIPE themselves keep their handler). */
-    struct sigaction pipe_action;
-    if (sigaction(SIGPIPE, NULL, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL)
-        signal(SIGPIPE, SIG_IGN);
-    int64_t *activated_ns = NULL, *drain_stall_ns = NULL; /* as the serve ranks took them */
-    bool complete = true;
-    bool root = true;
-    bool world_failed = true; /* MPI_Finalize only after a whole run */
-    bool updates = kvio_updates_wanted(workload);
-    bool emulate = workload->mode == KVIO_MODE_EMULATE;
-    /* Serving runs in simulate mode, and in emulate mode without trainers
-     * (the coupled run serves inside the update ranks). */
-    bool serving = !emulate || !updates;
-    bool coupled = kvio_updates_coupled(workload);
-    kvio_status_t status = KVIO_OK;
-    uint64_t pool_bytes = 0; /* host memory of the coupled run's KV pools */
-    char incomplete[512] = ""; /* why a run that ended is not complete */
-
-    /* Everything that can be refused is checked before the directory exists:
-     * what the workload decides (as kvio validate does), then what this
-     * machine has to give it. */
+/* What one run holds from its checks to its summary. */
+typedef struct run_state {
+    const kvio_workload_t *workload;
+    const kvio_run_options_t *options;
+    char *error_p;
+    size_t error_len;
+    kvio_results_t *results;
+    kvio_stream_t *stream;
+    kvio_rte_world_t *world;
+    kvio_event_trace_t *events;
+    json_t *metrics;
+    json_t *start;                   /* t0 and every rank's set-up (summary.json) */
+    json_t *host;                    /* summary.json's host block */
+    kvio_updates_schedule_t schedule; /* simulate mode's updates */
+    kvio_serve_output_t served;      /* simulate mode: what serving measured */
+    int64_t *activated_ns, *drain_stall_ns; /* as the serve ranks took them */
     kvio_model_t model;
     kvio_gpu_t gpu;
-    uint64_t num_requests = 0;
-    status = check_workload(workload, &model, &gpu, &stream, &num_requests, error_p, error_len);
-    if (status == KVIO_OK && (serving || coupled) && (emulate || coupled))
+    uint64_t num_requests;
+    uint64_t start_ns;
+    bool complete, root, updates, emulate, coupled;
+    bool serving; /* simulate mode, and emulate without trainers (the coupled run serves
+                     inside the update ranks) */
+    const char *updates_note;
+    char incomplete[512]; /* why a run that ended is not complete */
+} run_state_t;
+
+static bool stopped(const run_state_t *state)
+{
+    return state->options->stop != NULL && *state->options->stop;
+}
+
+/* Everything that can be refused is checked before the directory exists:
+ * what the workload decides (as kvio validate does), then what this machine
+ * has to give it; then the world, the event trace and the directory. */
+static kvio_status_t run_prepare(run_state_t *state)
+{
+    const kvio_workload_t *workload = state->workload;
+    char *error_p = state->error_p;
+    size_t error_len = state->error_len;
+    uint64_t pool_bytes = 0; /* host memory of the coupled run's KV pools */
+    kvio_status_t status = check_workload(workload, &state->model, &state->gpu, &state->stream,
+                                          &state->num_requests, error_p, error_len);
+    bool serves = state->serving || state->coupled;
+    if (status == KVIO_OK && serves && (state->emulate || state->coupled))
         status = kvio_device_preflight(workload->device.memory, workload->device.fallback,
                                        workload->device.index, "device.memory: cuda", error_p,
                                        error_len);
-    if (status == KVIO_OK && (serving || coupled) && emulate) {
-        kvio_serve_run_t check = {.serve = &workload->serve, .model = &model, .gpu = &gpu,
-                                  .cost = &workload->cost, .device = &workload->device,
+    if (status == KVIO_OK && serves && state->emulate) {
+        kvio_serve_run_t check = {.serve = &workload->serve, .model = &state->model,
+                                  .gpu = &state->gpu, .cost = &workload->cost,
+                                  .device = &workload->device,
                                   .num_ranks = (uint32_t)workload->ranks.serve};
-        status = kvio_serve_emulate_preflight(&check, coupled ? &pool_bytes : NULL, error_p,
-                                              error_len);
+        status = kvio_serve_emulate_preflight(&check, state->coupled ? &pool_bytes : NULL,
+                                              error_p, error_len);
     }
-    if (status == KVIO_OK && updates) {
+    if (status == KVIO_OK && state->updates)
         status = kvio_updates_preflight(workload, pool_bytes, error_p, error_len);
-        if (status == KVIO_OK && workload->mode == KVIO_MODE_EMULATE) {
-            kvio_rte_params_t params = {
-                .kind = workload->ranks.runtime,
-                .num_ranks = (int)(workload->ranks.train + workload->ranks.serve +
-                                   (coupled ? workload->ranks.client : 0)),
-                .timeout_ns = workload->ranks.timeout_ns};
-            status = kvio_rte_world_create(&params, &world, error_p, error_len);
-            if (status == KVIO_OK) {
-                root = kvio_rte_world_is_root(world);
-                kvio_rte_world_set_stop(world, options->stop);
-            }
+    if (status == KVIO_OK && state->updates && state->emulate) {
+        kvio_rte_params_t params = {
+            .kind = workload->ranks.runtime,
+            .num_ranks = (int)(workload->ranks.train + workload->ranks.serve +
+                               (state->coupled ? workload->ranks.client : 0)),
+            .timeout_ns = workload->ranks.timeout_ns};
+        status = kvio_rte_world_create(&params, &state->world, error_p, error_len);
+        if (status == KVIO_OK) {
+            state->root = kvio_rte_world_is_root(state->world);
+            kvio_rte_world_set_stop(state->world, state->options->stop);
         }
     }
-    if (status == KVIO_OK && root && options->event_trace != NULL)
-        status = kvio_event_trace_open(options->event_trace, &events, error_p, error_len);
-    if (status == KVIO_OK && root)
-        status = kvio_results_create(options->output_dir, workload->name, options->force,
-                                     &results, error_p, error_len);
+    if (status == KVIO_OK && state->root && state->options->event_trace != NULL)
+        status = kvio_event_trace_open(state->options->event_trace, &state->events, error_p,
+                                       error_len);
+    if (status == KVIO_OK && state->root)
+        status = kvio_results_create(state->options->output_dir, workload->name,
+                                     state->options->force, &state->results, error_p,
+                                     error_len);
     if (status != KVIO_OK) {
-        kvio_rte_world_destroy(world, true);
-        world = NULL;
-        goto out;
+        kvio_rte_world_destroy(state->world, true);
+        state->world = NULL;
     }
+    return status;
+}
 
-    uint64_t start_ns = kvio_wall_time_ns();
-    host = kvio_host_json();
-    if (root)
-        status = write_provisional_summary(workload, options, results, host, start_ns, error_p,
-                                           error_len);
-    /* Simulate mode couples too: the serve ranks serve on the versions the
-     * trainer publishes on the virtual clock. */
-    if (status == KVIO_OK && updates && !emulate) {
-        status = kvio_updates_schedule(workload, &schedule, error_p, error_len);
-        activated_ns = calloc(schedule.num_updates + 1, sizeof(int64_t));
-        drain_stall_ns = calloc((size_t)workload->ranks.serve + 1, sizeof(int64_t));
-        if (status == KVIO_OK && (activated_ns == NULL || drain_stall_ns == NULL)) {
-            snprintf(error_p, error_len, "model updates: out of memory");
+/* The serve ranks (simulate, or emulate without trainers), after simulate
+ * mode's schedule of updates, which they serve on. */
+static kvio_status_t run_serving(run_state_t *state)
+{
+    const kvio_workload_t *workload = state->workload;
+    kvio_status_t status = KVIO_OK;
+    if (state->updates && !state->emulate) {
+        status = kvio_updates_schedule(workload, &state->schedule, state->error_p,
+                                       state->error_len);
+        state->activated_ns = calloc(state->schedule.num_updates + 1, sizeof(int64_t));
+        state->drain_stall_ns = calloc((size_t)workload->ranks.serve + 1, sizeof(int64_t));
+        if (status == KVIO_OK && (state->activated_ns == NULL || state->drain_stall_ns == NULL)) {
+            snprintf(state->error_p, state->error_len, "model updates: out of memory");
             status = KVIO_ERR_NOMEM;
         }
     }
-    if (status == KVIO_OK && serving && root) {
-        kvio_serve_run_t serve_run = {
-            .serve = &workload->serve,
-            .model = &model,
-            .gpu = &gpu,
-            .cost = &workload->cost,
-            .num_ranks = (uint32_t)workload->ranks.serve,
-            .seed = (uint64_t)workload->seed,
-            .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
-            .warmup_ns = workload->warmup_ns,
-            .warmup_requests = workload->warmup_requests,
-            .stream = stream,
-            .rank_timeout_ns = workload->ranks.timeout_ns,
-            .num_requests = num_requests,
-            .results = results,
-            .stop = options->stop,
-            .events = events,
-            .device = &workload->device,
-            /* Serve ranks follow the train ranks in every file, as in
-             * updates.csv. */
-            .first_serve_rank = updates ? (int)workload->ranks.train : 0,
-            .start = start,
-            .updates = schedule.updates,
-            .num_updates = schedule.num_updates,
-            .stall_for_updates = workload->update.apply == KVIO_APPLY_STALL,
-            .version_steps = schedule.version_steps,
-            .num_version_steps = schedule.num_version_steps,
-            .loss = &workload->train.checkpoint.loss,
-            .update = updates ? &workload->update : NULL,
-            .updates_activated_ns = activated_ns,
-            .drain_stall_ns = drain_stall_ns,
-            .output = updates && !emulate ? &served : NULL,
-        };
-        json_t *serve_metrics = NULL;
-        status = emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &complete, error_p,
-                                              error_len)
-                         : kvio_serve_simulate(&serve_run, &serve_metrics, &complete, error_p,
-                                               error_len);
-        if (serve_metrics != NULL) {
-            json_object_update(metrics, serve_metrics);
-            json_decref(serve_metrics);
-        }
+    if (status != KVIO_OK || !state->serving || !state->root)
+        return status;
+    kvio_serve_run_t serve_run = {
+        .serve = &workload->serve,
+        .model = &state->model,
+        .gpu = &state->gpu,
+        .cost = &workload->cost,
+        .num_ranks = (uint32_t)workload->ranks.serve,
+        .seed = (uint64_t)workload->seed,
+        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
+        .warmup_ns = workload->warmup_ns,
+        .warmup_requests = workload->warmup_requests,
+        .stream = state->stream,
+        .rank_timeout_ns = workload->ranks.timeout_ns,
+        .num_requests = state->num_requests,
+        .results = state->results,
+        .stop = state->options->stop,
+        .events = state->events,
+        .device = &workload->device,
+        /* Serve ranks follow the train ranks in every file, as in updates.csv. */
+        .first_serve_rank = state->updates ? (int)workload->ranks.train : 0,
+        .start = state->start,
+        .updates = state->schedule.updates,
+        .num_updates = state->schedule.num_updates,
+        .stall_for_updates = workload->update.apply == KVIO_APPLY_STALL,
+        .version_steps = state->schedule.version_steps,
+        .num_version_steps = state->schedule.num_version_steps,
+        .loss = &workload->train.checkpoint.loss,
+        .update = state->updates ? &workload->update : NULL,
+        .updates_activated_ns = state->activated_ns,
+        .drain_stall_ns = state->drain_stall_ns,
+        .output = state->updates && !state->emulate ? &state->served : NULL,
+    };
+    json_t *serve_metrics = NULL;
+    status = state->emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &state->complete,
+                                                 state->error_p, state->error_len)
+                            : kvio_serve_simulate(&serve_run, &serve_metrics, &state->complete,
+                                                  state->error_p, state->error_len);
+    if (serve_metrics != NULL) {
+        json_object_update(state->metrics, serve_metrics);
+        json_decref(serve_metrics);
     }
-    /* Simulate: updates.csv says when the engines took each version, and a
-     * drain (in_flight: wait) is the rank's inference stall. */
-    for (size_t u = 0; status == KVIO_OK && activated_ns != NULL && u < schedule.num_updates; u++)
-        schedule.updates[u].t_activated_ns = activated_ns[u];
-    for (int64_t r = 0; status == KVIO_OK && drain_stall_ns != NULL && r < workload->ranks.serve;
-         r++)
-        schedule.inference_stall_ns[r] += drain_stall_ns[r];
-    const char *updates_note = "no train and serve ranks in this workload";
-    if (status == KVIO_OK && updates) {
-        status = kvio_updates_run(workload, world, emulate ? NULL : &schedule,
-                                  emulate ? NULL : &served, options->stop, results,
-                                  root ? metrics : NULL, root ? start : NULL, events, error_p,
-                                  error_len);
-        /* Interrupted: the ranks stopped early and wrote what they had; so
-         * did the run when any one rank was stopped (a signal to it alone
-         * under mpirun), and the summary names it. */
-        if (emulate && options->stop != NULL && *options->stop)
-            complete = false;
-        const json_t *stopped = json_object_get(json_object_get(metrics, "model_updates"),
-                                                "interrupted_ranks");
-        bool stopped_here = options->stop != NULL && *options->stop;
-        if (status == KVIO_OK && root && !stopped_here && json_array_size(stopped) > 0) {
-            complete = false;
-            size_t at = (size_t)snprintf(incomplete, sizeof(incomplete), "interrupted: rank");
-            for (size_t i = 0; i < json_array_size(stopped) && at < sizeof(incomplete); i++)
-                at += (size_t)snprintf(incomplete + at, sizeof(incomplete) - at, " %lld",
-                                       (long long)json_integer_value(json_array_get(stopped, i)));
-            if (at < sizeof(incomplete))
-                snprintf(incomplete + at, sizeof(incomplete) - at,
-                         " stopped early (SIGINT or SIGTERM); what it measured until then is "
-                         "in the results");
-        }
-        updates_note = workload->mode == KVIO_MODE_EMULATE
-                           ? "trainer published, serve ranks received (updates.csv)"
-                           : "simulated: latency + bytes / bandwidth (updates.csv)";
-    }
-    /* A serving run that completed no request measured nothing: not a
-     * result to pass off as one (it exited 0 with 0.00 ms latencies). */
-    if (status == KVIO_OK && root && (serving || coupled) && complete &&
-        incomplete[0] == '\0' && !(options->stop != NULL && *options->stop) &&
-        json_object_get(metrics, "completed") != NULL &&
-        json_integer_value(json_object_get(metrics, "completed")) == 0) {
-        complete = false;
-        snprintf(incomplete, sizeof(incomplete),
-                 "no request completed: the stream held none within the run (see "
-                 "stream.requests, stream.arrival and the workload's duration)");
-    }
-    /* The world ends after summary.json is written (at out:): under mpirun
-     * the first rank to exit ends the job, so the other ranks wait there for
-     * rank 0. Interrupted, the launcher is tearing the job down (SIGTERM,
-     * then SIGKILL): a collective MPI_Finalize could outlast that, so an
-     * interrupted run skips it like a failed one. */
-    bool interrupted = options->stop != NULL && *options->stop;
-    world_failed = status != KVIO_OK || interrupted;
-    kvio_status_t trace_status = kvio_event_trace_close(events);
-    events = NULL;
-    if (status == KVIO_OK && trace_status != KVIO_OK) {
-        snprintf(error_p, error_len, "--event-trace %s: write failed: %s", options->event_trace,
-                 kvio_strerror(trace_status));
-        status = trace_status;
-    }
-    if (!root) {
-        /* Rank 0 writes summary.json; this rank's exit status says too. */
-        if (status == KVIO_OK && interrupted) {
-            snprintf(error_p, error_len, "run interrupted; rank 0 writes summary.json "
-                     "(complete: false)");
-            status = KVIO_ERR_INTERRUPTED;
-        }
-        goto out;
-    }
-    uint64_t end_ns = kvio_wall_time_ns();
+    return status;
+}
 
+/* The model updates: simulate's on the schedule (updates.csv says when the
+ * engines took each version, and a drain is the rank's inference stall),
+ * emulate's with every rank. Interrupted: the run is incomplete, and so is
+ * it when any one rank was stopped (a signal to it alone under mpirun). */
+static kvio_status_t run_updates(run_state_t *state)
+{
+    const kvio_workload_t *workload = state->workload;
+    state->updates_note = "no train and serve ranks in this workload";
+    if (!state->updates)
+        return KVIO_OK;
+    for (size_t u = 0; state->activated_ns != NULL && u < state->schedule.num_updates; u++)
+        state->schedule.updates[u].t_activated_ns = state->activated_ns[u];
+    for (int64_t r = 0; state->drain_stall_ns != NULL && r < workload->ranks.serve; r++)
+        state->schedule.inference_stall_ns[r] += state->drain_stall_ns[r];
+    kvio_status_t status = kvio_updates_run(
+        workload, state->world, state->emulate ? NULL : &state->schedule,
+        state->emulate ? NULL : &state->served, state->options->stop, state->results,
+        state->root ? state->metrics : NULL, state->root ? state->start : NULL, state->events,
+        state->error_p, state->error_len);
+    if (state->emulate && stopped(state))
+        state->complete = false;
+    const json_t *ranks = json_object_get(json_object_get(state->metrics, "model_updates"),
+                                          "interrupted_ranks");
+    if (status == KVIO_OK && state->root && !stopped(state) && json_array_size(ranks) > 0) {
+        state->complete = false;
+        size_t at = (size_t)snprintf(state->incomplete, sizeof(state->incomplete),
+                                     "interrupted: rank");
+        for (size_t i = 0; i < json_array_size(ranks) && at < sizeof(state->incomplete); i++)
+            at += (size_t)snprintf(state->incomplete + at, sizeof(state->incomplete) - at,
+                                   " %lld", (long long)json_integer_value(json_array_get(ranks, i)));
+        if (at < sizeof(state->incomplete))
+            snprintf(state->incomplete + at, sizeof(state->incomplete) - at,
+                     " stopped early (SIGINT or SIGTERM); what it measured until then is in the "
+                     "results");
+    }
+    state->updates_note = state->emulate
+                              ? "trainer published, serve ranks received (updates.csv)"
+                              : "simulated: latency + bytes / bandwidth (updates.csv)";
+    return status;
+}
+
+/* A serving run that completed no request measured nothing: not a result
+ * to pass off as one (it exited 0 with 0.00 ms latencies). */
+static void check_something_served(run_state_t *state)
+{
+    const json_t *completed = json_object_get(state->metrics, "completed");
+    if (!state->root || !(state->serving || state->coupled) || !state->complete ||
+        state->incomplete[0] != '\0' || stopped(state) || completed == NULL ||
+        json_integer_value(completed) != 0)
+        return;
+    state->complete = false;
+    snprintf(state->incomplete, sizeof(state->incomplete),
+             "no request completed: the stream held none within the run (see stream.requests, "
+             "stream.arrival and the workload's duration)");
+}
+
+/* summary.json (rank 0), its table on stdout, and the result. */
+static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
+                                 kvio_run_result_t *result_p)
+{
+    const kvio_workload_t *workload = state->workload;
+    const kvio_run_options_t *options = state->options;
+    bool updates = state->updates, emulate = state->emulate, coupled = state->coupled;
+    bool serving = state->serving;
+    uint64_t end_ns = kvio_wall_time_ns();
     const run_part_t parts[] = {
         {"config", true, "validated and recorded"},
         {"engine", (serving || coupled) && status == KVIO_OK,
@@ -690,58 +691,123 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
          : updates ? "serve ranks on the virtual clock, on the versions the modelled updates "
                      "activate (simulate, coupled)"
                    : "serve ranks on the virtual clock (simulate)"},
-        {"model_updates", updates && status == KVIO_OK, updates_note},
+        {"model_updates", updates && status == KVIO_OK, state->updates_note},
     };
     char end_text[64];
     kvio_format_utc(end_ns, end_text, sizeof(end_text));
-    json_t *summary = summary_head(workload, options, host, start_ns,
-                                   status == KVIO_OK && complete,
-                                   status != KVIO_OK      ? error_p
-                                   : incomplete[0] != '\0' ? incomplete
-                                                           : NULL);
+    json_t *summary = summary_head(workload, options, state->host, state->start_ns,
+                                   status == KVIO_OK && state->complete,
+                                   status != KVIO_OK               ? state->error_p
+                                   : state->incomplete[0] != '\0' ? state->incomplete
+                                                                   : NULL);
     json_object_set_new(summary, "end_time", json_string(end_text));
-    json_object_set_new(summary, "wall_s", json_real((double)(end_ns - start_ns) / 1e9));
-    if (json_object_get(start, "t0") == NULL && !emulate)
-        simulate_start(workload, start_ns, start);
-    json_object_update(summary, start);
+    json_object_set_new(summary, "wall_s", json_real((double)(end_ns - state->start_ns) / 1e9));
+    if (json_object_get(state->start, "t0") == NULL && !emulate)
+        simulate_start(workload, state->start_ns, state->start);
+    json_object_update(summary, state->start);
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
     json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
-    json_object_set(summary, "metrics", metrics);
-    if (json_object_get(metrics, "ttft_ms") != NULL)
-        json_object_set_new(summary, "vllm", vllm_json(metrics, workload));
+    json_object_set(summary, "metrics", state->metrics);
+    if (json_object_get(state->metrics, "ttft_ms") != NULL)
+        json_object_set_new(summary, "vllm", vllm_json(state->metrics, workload));
     char write_error[512] = "";
-    kvio_status_t write_status = kvio_results_write_json(results, "summary.json", summary,
+    kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,
                                                          write_error, sizeof(write_error));
     if (options->summary_p != NULL && write_status == KVIO_OK)
         *options->summary_p = json_incref(summary);
     json_decref(summary);
     if (status == KVIO_OK && write_status != KVIO_OK) {
-        snprintf(error_p, error_len, "%s", write_error);
+        snprintf(state->error_p, state->error_len, "%s", write_error);
         status = write_status;
     }
     snprintf(result_p->results_dir, sizeof(result_p->results_dir), "%s",
-             kvio_results_path(results));
-    result_p->complete = status == KVIO_OK && complete;
+             kvio_results_path(state->results));
+    result_p->complete = status == KVIO_OK && state->complete;
     if (status == KVIO_OK && !options->quiet)
-        print_table(workload, metrics, kvio_results_path(results), complete,
+        print_table(workload, state->metrics, kvio_results_path(state->results), state->complete,
                     serving || coupled);
-    if (status == KVIO_OK && !complete) {
-        snprintf(error_p, error_len, "%s; %s/summary.json says complete: false",
-                 incomplete[0] != '\0' ? incomplete : "run interrupted",
-                 kvio_results_path(results));
+    if (status == KVIO_OK && !state->complete) {
+        snprintf(state->error_p, state->error_len, "%s; %s/summary.json says complete: false",
+                 state->incomplete[0] != '\0' ? state->incomplete : "run interrupted",
+                 kvio_results_path(state->results));
         status = KVIO_ERR_INTERRUPTED;
     }
+    return status;
+}
+
+static void run_state_free(run_state_t *state, bool world_failed)
+{
+    kvio_rte_world_destroy(state->world, world_failed);
+    kvio_event_trace_close(state->events);
+    json_decref(state->metrics);
+    json_decref(state->start);
+    json_decref(state->host);
+    kvio_updates_schedule_free(&state->schedule);
+    kvio_serve_output_free(&state->served);
+    free(state->activated_ns);
+    free(state->drain_stall_ns);
+    kvio_stream_destroy(state->stream);
+    kvio_results_destroy(state->results);
+}
+
+kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
+                       kvio_run_result_t *result_p, char *error_p, size_t error_len)
+{
+    if (options->summary_p != NULL)
+        *options->summary_p = NULL;
+    /* A closed socket (Redis gone mid-write) is an error to report, never a
+     * SIGPIPE that ends the process without results (callers that handle
+     * SIGPIPE themselves keep their handler). */
+    struct sigaction pipe_action;
+    if (sigaction(SIGPIPE, NULL, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
+    bool updates = kvio_updates_wanted(workload);
+    bool emulate = workload->mode == KVIO_MODE_EMULATE;
+    run_state_t state = {.workload = workload, .options = options, .error_p = error_p,
+                         .error_len = error_len, .metrics = json_object(),
+                         .start = json_object(), .complete = true, .root = true,
+                         .updates = updates, .emulate = emulate,
+                         .serving = !emulate || !updates,
+                         .coupled = kvio_updates_coupled(workload)};
+    bool world_failed = true; /* MPI_Finalize only after a whole run */
+    kvio_status_t status = run_prepare(&state);
+    if (status != KVIO_OK)
+        goto out;
+    state.start_ns = kvio_wall_time_ns();
+    state.host = kvio_host_json();
+    if (state.root)
+        status = write_provisional_summary(workload, options, state.results, state.host,
+                                           state.start_ns, error_p, error_len);
+    if (status == KVIO_OK)
+        status = run_serving(&state);
+    if (status == KVIO_OK)
+        status = run_updates(&state);
+    if (status == KVIO_OK)
+        check_something_served(&state);
+    /* The world ends after summary.json is written (at out:): under mpirun
+     * the first rank to exit ends the job, so the other ranks wait there for
+     * rank 0. Interrupted, the launcher is tearing the job down (SIGTERM,
+     * then SIGKILL): a collective MPI_Finalize could outlast that, so an
+     * interrupted run skips it like a failed one. */
+    world_failed = status != KVIO_OK || stopped(&state);
+    kvio_status_t trace_status = kvio_event_trace_close(state.events);
+    state.events = NULL;
+    if (status == KVIO_OK && trace_status != KVIO_OK) {
+        snprintf(error_p, error_len, "--event-trace %s: write failed: %s", options->event_trace,
+                 kvio_strerror(trace_status));
+        status = trace_status;
+    }
+    if (!state.root) {
+        /* Rank 0 writes summary.json; this rank's exit status says too. */
+        if (status == KVIO_OK && stopped(&state)) {
+            snprintf(error_p, error_len, "run interrupted; rank 0 writes summary.json "
+                     "(complete: false)");
+            status = KVIO_ERR_INTERRUPTED;
+        }
+        goto out;
+    }
+    status = run_summary(&state, status, result_p);
 out:
-    kvio_rte_world_destroy(world, world_failed);
-    kvio_event_trace_close(events);
-    json_decref(metrics);
-    json_decref(start);
-    json_decref(host);
-    kvio_updates_schedule_free(&schedule);
-    kvio_serve_output_free(&served);
-    free(activated_ns);
-    free(drain_stall_ns);
-    kvio_stream_destroy(stream);
-    kvio_results_destroy(results);
+    run_state_free(&state, world_failed);
     return status;
 }
