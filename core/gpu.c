@@ -41,14 +41,6 @@ const kvio_opt_t kvio_device_options[] = {
     {.key = NULL},
 };
 
-void kvio_device_set_error(kvio_device_t *device, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(device->error, sizeof(device->error), fmt, args);
-    va_end(args);
-}
-
 bool kvio_device_built(void)
 {
 #ifdef KVIO_HAVE_CUDA

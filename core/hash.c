@@ -303,3 +303,9 @@ void kvio_hash_chains(const kvio_hash_chain_t *chains, size_t count)
     if (num_lanes == 1)
         run_lane(&lanes[0]);
 }
+
+uint64_t kvio_cache_salt(const char *text, size_t length)
+{
+    uint64_t salt = XXH3_64bits(text, length) & INT64_MAX;
+    return salt != 0 ? salt : 1;
+}

@@ -1152,3 +1152,12 @@ kvio_status_t report_build(kvio_report_t *report)
     report->built = true;
     return KVIO_OK;
 }
+
+void report_charts_clear(kvio_report_t *report)
+{
+    for (size_t i = 0; i < report->num_charts; i++)
+        report_chart_free(report->charts[i]);
+    report->num_charts = 0;
+    report->num_notes = 0;
+    report->built = false;
+}

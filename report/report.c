@@ -20,15 +20,6 @@ kvio_status_t kvio_report_create(kvio_report_t **report_p)
     return KVIO_OK;
 }
 
-void report_charts_clear(kvio_report_t *report)
-{
-    for (size_t i = 0; i < report->num_charts; i++)
-        report_chart_free(report->charts[i]);
-    report->num_charts = 0;
-    report->num_notes = 0;
-    report->built = false;
-}
-
 kvio_status_t report_build_open(kvio_report_t *report, const char *path, FILE **out_p,
                                 char *error_p, size_t error_len)
 {

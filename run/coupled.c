@@ -10,12 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool kvio_updates_coupled(const kvio_workload_t *workload)
-{
-    return kvio_updates_wanted(workload) && workload->mode == KVIO_MODE_EMULATE &&
-           workload->update.serving == KVIO_SERVING_ENGINE;
-}
-
 
 kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
                                     int serve_index, int num_serve, pthread_mutex_t *setup_lock,
@@ -95,9 +89,4 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
     json_decref(serving);
     free(served);
     return KVIO_OK;
-}
-
-bool kvio_updates_wanted(const kvio_workload_t *workload)
-{
-    return workload->ranks.train > 0 && workload->ranks.serve > 0;
 }

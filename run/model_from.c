@@ -140,8 +140,7 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
                                       size_t error_len)
 {
     kvio_xfer_model_config_t *model = &workload->train.transport.model;
-    if (workload->mode != KVIO_MODE_SIMULATE || !kvio_updates_wanted(workload) ||
-        model->from == NULL || model->from[0] == '\0')
+    if (model->from == NULL || model->from[0] == '\0')
         return KVIO_OK;
     const char *dir = model->from;
     const char *kind = kvio_xfer_kind_names[workload->train.transport.kind];

@@ -107,7 +107,9 @@ static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *ov
     kvio_config_doc_destroy(doc);
     /* Simulate with model.from: the emulate run is read now, before any
      * results directory exists. */
-    if (status == KVIO_OK) {
+    const char *from = workload.train.transport.model.from;
+    if (status == KVIO_OK && workload.mode == KVIO_MODE_SIMULATE &&
+        kvio_updates_wanted(&workload) && from != NULL && from[0] != '\0') {
         status = kvio_updates_model_from(&workload, error_p, error_len);
         if (status != KVIO_OK)
             kvio_workload_free(&workload);
@@ -160,4 +162,15 @@ int64_t kvio_workload_stream_duration(const kvio_workload_t *workload)
 {
     bool trace = workload->stream.trace.path != NULL && workload->stream.trace.path[0] != '\0';
     return trace && !workload->duration_given ? 0 : workload->duration_ns;
+}
+
+bool kvio_updates_wanted(const kvio_workload_t *workload)
+{
+    return workload->ranks.train > 0 && workload->ranks.serve > 0;
+}
+
+bool kvio_updates_coupled(const kvio_workload_t *workload)
+{
+    return kvio_updates_wanted(workload) && workload->mode == KVIO_MODE_EMULATE &&
+           workload->update.serving == KVIO_SERVING_ENGINE;
 }

@@ -389,12 +389,6 @@ static kvio_status_t hash_span(content_cursor_t *cursor, uint64_t start, uint64_
     return KVIO_OK;
 }
 
-uint64_t kvio_cache_salt(const char *text, size_t length)
-{
-    uint64_t salt = XXH3_64bits(text, length) & INT64_MAX;
-    return salt != 0 ? salt : 1;
-}
-
 /* The parent of a request's first block: none, or its salt (vLLM puts the
  * salt in the first block's extra keys; every later block chains from it). */
 static const kvio_hash_t *salted_parent(const kvio_request_t *request, uint64_t start,

@@ -92,4 +92,9 @@ static inline bool kvio_hash_equal(kvio_hash_t a, kvio_hash_t b)
     return a.low == b.low && a.high == b.high;
 }
 
+/* A request's cache salt from its text (a tenant's name): vLLM hashes the
+ * salt into the first block's key, so requests with different salts share
+ * no block even with equal prompts. Never 0; below 2^63 (a JSON integer). */
+uint64_t kvio_cache_salt(const char *text, size_t length);
+
 #endif

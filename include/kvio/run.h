@@ -123,8 +123,9 @@ bool kvio_updates_coupled(const kvio_workload_t *workload);
 
 /* Simulate mode with train.transport.model.from: reads that emulate run's
  * results directory (summary.json, updates.csv) and fits the model to it
- * into workload->train.transport.model (taken_*). Does nothing otherwise.
- * kvio_workload_load and kvio_workload_parse call it; KVIO_ERR_NOT_FOUND or
+ * into workload->train.transport.model (taken_*); nothing without model.from.
+ * kvio_workload_load and kvio_workload_parse call it for a simulate workload
+ * with train and serve ranks; KVIO_ERR_NOT_FOUND or
  * KVIO_ERR_CONFIG with the path named when the directory does not fit. */
 kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
                                       size_t error_len);

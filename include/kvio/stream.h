@@ -54,10 +54,6 @@ typedef struct kvio_request {
     uint64_t cache_salt;             /* vLLM's cache_salt (kvio_cache_salt); 0: none */
 } kvio_request_t;
 
-/* A request's cache salt from its text (a tenant's name): vLLM hashes the
- * salt into the first block's key, so requests with different salts share
- * no block even with equal prompts. Never 0; below 2^63 (a JSON integer). */
-uint64_t kvio_cache_salt(const char *text, size_t length);
 
 /* Computes the hashes of blocks first_block .. first_block+num_blocks-1 of
  * block_size tokens over the request's prompt followed by its output.
