@@ -380,8 +380,8 @@ kvio_status_t kvio_csv_reader_next(kvio_csv_reader_t *csv, char *error_p, size_t
         }
         while (length > 0 && (csv->line[length - 1] == '\n' || csv->line[length - 1] == '\r'))
             csv->line[--length] = '\0';
-        if (length == 0)
-            continue;
+        if (length == 0 || csv->line[0] == '#')
+            continue; /* blank, or a comment */
         csv->num_fields = 0;
         char *cursor = csv->line;
         for (;;) {

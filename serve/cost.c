@@ -3,6 +3,9 @@
  * table interpolated trilinearly, and the `cost:` option table. */
 #include "kvio/cost.h"
 
+#include "kvio/array.h"
+#include "kvio/results.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -234,75 +237,58 @@ kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samp
                                            "time_ms"};
     static const char *const aliases[4] = {NULL, NULL, NULL, "duration_ms"};
     static const bool optional[4] = {false, false, true, false};
-    FILE *file = fopen(path, "r");
-    if (file == NULL) {
-        snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
-        return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
+    kvio_csv_reader_t *csv = malloc(sizeof(*csv));
+    if (csv == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = kvio_csv_reader_open(csv, path, error_p, error_len);
+    if (status == KVIO_ERR_NOT_FOUND)
+        snprintf(error_p, error_len, "%s: %s", path, strerror(ENOENT));
+    if (status != KVIO_OK) {
+        free(csv);
+        return status;
     }
-    char line[4096];
-    int position[4] = {-1, -1, -1, -1};
-    kvio_status_t status = KVIO_OK;
+    int position[4];
+    for (int c = 0; c < 4 && status == KVIO_OK; c++) {
+        position[c] = kvio_csv_reader_column(csv, columns[c]);
+        if (position[c] < 0 && aliases[c] != NULL)
+            position[c] = kvio_csv_reader_column(csv, aliases[c]);
+        if (position[c] < 0 && !optional[c]) {
+            snprintf(error_p, error_len, "%s:%lu: the header has no '%s' column", path,
+                     csv->line_number, columns[c]);
+            status = KVIO_ERR_PARSE;
+        }
+    }
     kvio_cost_sample_t *samples = NULL;
     size_t count = 0, capacity = 0;
-    size_t line_number = 0;
-    while (fgets(line, sizeof(line), file) != NULL) {
-        line_number++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '\0' || line[0] == '#')
-            continue;
-        char *fields[32];
-        int num_fields = 0;
-        char *save = NULL;
-        for (char *field = strtok_r(line, ",", &save); field != NULL && num_fields < 32;
-             field = strtok_r(NULL, ",", &save))
-            fields[num_fields++] = field;
-        if (position[0] < 0 && position[3] < 0) {
-            for (int f = 0; f < num_fields; f++)
-                for (int c = 0; c < 4; c++)
-                    if (strcmp(fields[f], columns[c]) == 0 ||
-                        (aliases[c] != NULL && strcmp(fields[f], aliases[c]) == 0))
-                        position[c] = f;
-            for (int c = 0; c < 4; c++) {
-                if (position[c] < 0 && !optional[c]) {
-                    snprintf(error_p, error_len, "%s:%zu: the header has no '%s' column", path,
-                             line_number, columns[c]);
-                    status = KVIO_ERR_PARSE;
-                    goto out;
-                }
-            }
-            continue;
-        }
+    while (status == KVIO_OK && (status = kvio_csv_reader_next(csv, error_p, error_len)) ==
+                                    KVIO_OK) {
         double values[4];
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 4 && status == KVIO_OK; c++) {
             char *end = NULL;
-            const char *text = position[c] < 0              ? "0"
-                               : position[c] < num_fields ? fields[position[c]]
-                                                          : "";
+            const char *text = position[c] < 0                        ? "0"
+                               : (size_t)position[c] < csv->num_fields ? csv->fields[position[c]]
+                                                                       : "";
             values[c] = strtod(text, &end);
             if (end == text || *end != '\0' || !isfinite(values[c]) || values[c] < 0) {
-                snprintf(error_p, error_len, "%s:%zu: %s: '%s' is not a non-negative number",
-                         path, line_number, columns[c], text);
+                snprintf(error_p, error_len, "%s:%lu: %s: '%s' is not a non-negative number",
+                         path, csv->line_number, columns[c], text);
                 status = KVIO_ERR_PARSE;
-                goto out;
             }
         }
-        if (count == capacity) {
-            capacity = capacity ? 2 * capacity : 64;
-            kvio_cost_sample_t *bigger = realloc(samples, capacity * sizeof(*samples));
-            if (bigger == NULL) {
-                status = KVIO_ERR_NOMEM;
-                goto out;
-            }
-            samples = bigger;
-        }
-        samples[count++] = (kvio_cost_sample_t){values[0], values[1], values[2], values[3]};
+        if (status == KVIO_OK)
+            status = kvio_array_reserve((void **)&samples, &capacity, count + 1,
+                                        sizeof(*samples), 64);
+        if (status == KVIO_OK)
+            samples[count++] = (kvio_cost_sample_t){values[0], values[1], values[2], values[3]};
     }
-    if (count == 0) {
+    if (status == KVIO_INPROGRESS)
+        status = KVIO_OK; /* the end */
+    if (status == KVIO_OK && count == 0) {
         snprintf(error_p, error_len, "%s: no samples (expected a header and rows)", path);
         status = KVIO_ERR_PARSE;
     }
-out:
-    fclose(file);
+    kvio_csv_reader_close(csv);
+    free(csv);
     if (status != KVIO_OK) {
         free(samples);
         return status;

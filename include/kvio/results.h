@@ -57,8 +57,10 @@ kvio_status_t kvio_csv_line(kvio_csv_t *csv, const char *text, size_t length);
 /* Flushes and closes; returns an error when any write failed. */
 kvio_status_t kvio_csv_close(kvio_csv_t *csv);
 
-/* Reading the CSV files kvio writes (kvio report, train.transport.model.from):
- * a header line, comma-separated fields without quoting, lines up to
+/* Reading CSV files: those kvio writes (kvio report, model.from) and a
+ * user's measured iterations (kvio fit, cost.table): a header line,
+ * comma-separated fields without quoting, blank lines and lines starting
+ * with # skipped, lines up to
  * KVIO_CSV_LINE_MAX bytes and KVIO_CSV_MAX_COLUMNS fields. The caller owns
  * the reader (not opaque: fields and line_number are read directly, and it
  * holds a line, so it is large). */
@@ -78,7 +80,8 @@ typedef struct kvio_csv_reader {
 kvio_status_t kvio_csv_reader_open(kvio_csv_reader_t *csv, const char *path, char *error_p,
                                    size_t error_len);
 
-/* Reads the next non-empty line into fields; KVIO_INPROGRESS at the end. */
+/* Reads the next line (not blank, not a comment) into fields;
+ * KVIO_INPROGRESS at the end. */
 kvio_status_t kvio_csv_reader_next(kvio_csv_reader_t *csv, char *error_p, size_t error_len);
 
 void kvio_csv_reader_close(kvio_csv_reader_t *csv);
