@@ -275,8 +275,8 @@ static void lose_trainer(serve_state_t *state, const char *reason)
 {
     state->trainer_lost = true;
     state->result.trainer_lost_ns = kvio_rte_time_ns(state->rte);
-    snprintf(state->result.trainer_lost_reason, sizeof(state->result.trainer_lost_reason), "%s",
-             reason);
+    snprintf(state->result.trainer_lost_reason, sizeof(state->result.trainer_lost_reason), "%.*s",
+             (int)sizeof(state->result.trainer_lost_reason) - 1, reason);
     kvio_warn("rank %d: training rank %d lost (%s); serving version %llu until the run ends",
               kvio_rte_index(state->rte), state->sender, reason,
               (unsigned long long)state->active_version);
