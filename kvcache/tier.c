@@ -1,6 +1,6 @@
-/* KV tier framework: the option table, the backend registry (with a stub for
- * Redis when hiredis is missing), and the wrapper every put and get goes
- * through. The framework owns the index of held blocks (open addressing, an
+/* KV tier framework: the option table, the simulate model's overrides, and
+ * the wrapper every put and get goes through (the backends are plug-ins,
+ * listed in kvcache/tiers.c). The framework owns the index of held blocks (open addressing, an
  * LRU list, no allocation per block), evicts, charges the simulate model or
  * times the backend, and counts; backends only move bytes. */
 #include "kvcache/tier_int.h"
@@ -15,69 +15,30 @@
 
 #include "kvio/clock.h"
 #include "kvio/log.h"
-#include "kvio/redis.h"
 #include "kvio/results.h"
 
-const char *const kvio_tier_kind_names[] = {"host", "redis", "file", NULL};
 const char *const kvio_tier_write_names[] = {"back", "through", NULL};
 
 const kvio_opt_t kvio_tier_options[] = {
-    {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_tier_config_t, kind),
-     .values = kvio_tier_kind_names, .default_value = "host",
-     .help = "host: host memory; redis: a Redis server (two keys per block); file: one file "
-             "per block"},
+    {.key = "kind", .type = KVIO_OPT_PLUGIN, .offset = offsetof(kvio_tier_config_t, kind),
+     .registry = &kvio_tiers, .default_value = "host",
+     .help = "the backend; its own keys go in a section of its name (redis: {url: ...})"},
     {.key = "size", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_tier_config_t, size),
      .default_value = "1GiB", .flags = KVIO_OPT_HAS_MIN, .min = 1,
      .help = "bytes the tier holds (whole blocks; the least recently used is evicted)"},
     {.key = "write", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_tier_config_t, write),
      .values = kvio_tier_write_names, .default_value = "back",
      .help = "back: a block is written when the pool evicts it; through: when it is full"},
-    {.key = "url", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_tier_config_t, url),
-     .default_value = "redis://127.0.0.1:6379", .help = "redis: redis://[:password@]host:port[/db]"},
-    {.key = "key_prefix", .type = KVIO_OPT_STRING,
-     .offset = offsetof(kvio_tier_config_t, key_prefix), .default_value = "\"kvio:kv:\"",
-     .help = "redis: prefix of every key"},
-    {.key = "timeout", .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_tier_config_t, timeout_ns),
-     .default_value = "2s", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1e6, .max = 600e9,
-     .help = "redis: bound on connecting and on every reply"},
-    {.key = "path", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_tier_config_t, path),
-     .default_value = "/tmp/kvio-tier",
-     .help = "file: directory of the block files (created; its parent must exist)"},
-    {.key = "o_direct", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_tier_config_t, o_direct),
-     .default_value = "false",
-     .help = "file: O_DIRECT reads and writes (buffered, with a warning, where refused)"},
-    {.key = "pinned", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_tier_config_t, pinned),
-     .default_value = "true",
-     .help = "host: pinned memory (needs CUDA; pageable otherwise, and said so)"},
     {.key = "bandwidth", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_tier_config_t, bandwidth),
      .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "simulate: bytes/s, e.g. 25e9 (0: the kind's default)"},
+     .help = "simulate: bytes/s, e.g. 25e9 (0: the backend's default)"},
     {.key = "latency", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_tier_config_t, latency_ns), .default_value = "0s",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "simulate: cost per operation (0s: the kind's default)"},
+     .help = "simulate: cost per operation (0s: the backend's default)"},
     {.key = NULL},
 };
 
-#ifndef KVIO_HAVE_REDIS
-static kvio_status_t redis_stub_init(void *priv, const kvio_tier_config_t *config,
-                                     uint64_t block_bytes, uint32_t capacity, char *error_p,
-                                     size_t error_len)
-{
-    snprintf(error_p, error_len, "redis tier not built (configure with KVIO_WITH_REDIS=ON)");
-    return KVIO_ERR_UNSUPPORTED;
-}
-const kvio_tier_ops_t kvio_tier_redis_ops = {.name = "redis", .init = redis_stub_init};
-#endif
-
-/* Indexed by kvio_tier_kind_t. */
-static const kvio_tier_ops_t *const tier_registry[] = {
-    [KVIO_TIER_HOST] = &kvio_tier_host_ops,
-    [KVIO_TIER_REDIS] = &kvio_tier_redis_ops,
-    [KVIO_TIER_FILE] = &kvio_tier_file_ops,
-};
-
-#define NUM_KINDS (sizeof(tier_registry) / sizeof(tier_registry[0]))
 #define NO_ENTRY UINT32_MAX
 #define MAX_CAPACITY (1u << 30)
 
@@ -92,7 +53,7 @@ struct kvio_tier {
     const kvio_tier_ops_t *ops;
     void *priv;
     bool backend_ready;       /* init succeeded: fini is owed */
-    kvio_tier_config_t config; /* strings owned */
+    kvio_tier_config_t config; /* the caller's, its choice's options borrowed */
     bool emulate;
     uint64_t block_bytes;
     uint32_t capacity;
@@ -112,43 +73,30 @@ struct kvio_tier {
 
 /* ---------- simulate model ---------- */
 
-/* Defaults (bytes/s with GB = 1e9; ns per operation), documented in
- * kvcache/README.md "Tiers":
- * - host pinned, 25 GB/s + 10 us: DMA over PCIe 4.0 x16 (32 GB/s raw)
- *   sustains about 25 GB/s; a cudaMemcpyAsync and its synchronisation cost
- *   about 10 us.
- * - host pageable, 10 GB/s + 20 us: the driver stages pageable memory through
- *   a pinned bounce buffer (an extra memcpy), which measures 6-12 GB/s.
- * - redis, 1 GB/s + 200 us: one connection, a pipelined pair of commands per
- *   block to a server across a datacenter network: Redis is single-threaded
- *   and copies every value, about 1 GB/s; 200 us is a round trip plus
- *   per-command work on large values.
- * - file, 2 GB/s + 100 us: one stream to an NVMe SSD (2-3 GB/s) through the
- *   page cache or O_DIRECT; 100 us covers open, create and rename plus the
- *   device's own latency. */
+static const kvio_tier_ops_t *config_ops(const kvio_tier_config_t *config)
+{
+    return (const kvio_tier_ops_t *)config->kind.plugin;
+}
+
 void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
                      int64_t *latency_ns_p)
 {
-    double bandwidth = KVIO_TIER_HOST_PINNED_BANDWIDTH;
-    int64_t latency_ns = KVIO_TIER_HOST_PINNED_LATENCY_NS;
-    switch (config->kind) {
-    case KVIO_TIER_HOST:
-        if (!config->pinned) {
-            bandwidth = KVIO_TIER_HOST_PAGEABLE_BANDWIDTH;
-            latency_ns = KVIO_TIER_HOST_PAGEABLE_LATENCY_NS;
-        }
-        break;
-    case KVIO_TIER_REDIS:
-        bandwidth = KVIO_TIER_REDIS_BANDWIDTH;
-        latency_ns = KVIO_TIER_REDIS_LATENCY_NS;
-        break;
-    case KVIO_TIER_FILE:
-        bandwidth = KVIO_TIER_FILE_BANDWIDTH;
-        latency_ns = KVIO_TIER_FILE_LATENCY_NS;
-        break;
-    }
+    double bandwidth = 0;
+    int64_t latency_ns = 0;
+    config_ops(config)->model(kvio_choice_options(&config->kind), &bandwidth, &latency_ns);
     *bandwidth_p = config->bandwidth > 0 ? config->bandwidth : bandwidth;
     *latency_ns_p = config->latency_ns > 0 ? config->latency_ns : latency_ns;
+}
+
+kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, const char *path,
+                                  char *error_p, size_t error_len)
+{
+    const kvio_tier_ops_t *ops = config_ops(config);
+    if (ops == NULL || ops->preflight == NULL)
+        return KVIO_OK;
+    char backend_path[512];
+    snprintf(backend_path, sizeof(backend_path), "%s.%s", path, ops->plugin.name);
+    return ops->preflight(kvio_choice_options(&config->kind), backend_path, error_p, error_len);
 }
 
 /* latency + bytes / bandwidth, rounded to the nearest ns. */
@@ -237,7 +185,7 @@ static void entry_release(kvio_tier_t *tier, uint32_t entry, uint64_t position)
 static kvio_status_t tier_failed(kvio_tier_t *tier, kvio_status_t status, const char *text)
 {
     tier->stats.errors++;
-    snprintf(tier->error, sizeof(tier->error), "%s tier: %s", tier->ops->name,
+    snprintf(tier->error, sizeof(tier->error), "%s tier: %s", tier->ops->plugin.name,
              text[0] != '\0' ? text : kvio_strerror(status));
     if (!tier->error_logged) {
         kvio_warn("%s (further errors of this tier are counted, not logged)", tier->error);
@@ -248,32 +196,16 @@ static kvio_status_t tier_failed(kvio_tier_t *tier, kvio_status_t status, const 
 
 /* ---------- life cycle ---------- */
 
-static char *copy_string(const char *text, bool *failed_p)
-{
-    if (text == NULL)
-        return NULL;
-    char *copy = strdup(text);
-    if (copy == NULL)
-        *failed_p = true;
-    return copy;
-}
-
-static void free_config(kvio_tier_config_t *config)
-{
-    free(config->url);
-    free(config->path);
-    free(config->key_prefix);
-}
-
 kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_bytes,
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len)
 {
-    if (config->kind < 0 || (size_t)config->kind >= NUM_KINDS) {
-        snprintf(error_p, error_len, "tier: unknown kind %d", config->kind);
+    const kvio_tier_ops_t *ops = config_ops(config);
+    if (ops == NULL) {
+        snprintf(error_p, error_len, "tier: no kind chosen");
         return KVIO_ERR_CONFIG;
     }
-    const char *kind = kvio_tier_kind_names[config->kind];
+    const char *kind = ops->plugin.name;
     if (block_bytes == 0) {
         snprintf(error_p, error_len, "%s tier: blocks of 0 bytes", kind);
         return KVIO_ERR_INVALID;
@@ -296,15 +228,13 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
         snprintf(error_p, error_len, "%s tier: negative bandwidth or latency", kind);
         return KVIO_ERR_CONFIG;
     }
-    if (config->kind == KVIO_TIER_REDIS) {
-        kvio_redis_url_t parsed;
-        kvio_status_t status = kvio_redis_parse_url(config->url, &parsed, error_p, error_len);
+    /* The checks binding made, again for a caller that filled the config
+     * by hand (a bad Redis URL, a file tier without a path). */
+    if (ops->plugin.check != NULL) {
+        kvio_status_t status = ops->plugin.check(kvio_choice_options(&config->kind), kind,
+                                                 error_p, error_len);
         if (status != KVIO_OK)
             return status;
-    }
-    if (config->kind == KVIO_TIER_FILE && (config->path == NULL || config->path[0] == '\0')) {
-        snprintf(error_p, error_len, "file tier: no path");
-        return KVIO_ERR_CONFIG;
     }
 
     kvio_status_t status = KVIO_ERR_NOMEM;
@@ -313,24 +243,13 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
         snprintf(error_p, error_len, "%s tier: out of memory", kind);
         return KVIO_ERR_NOMEM;
     }
-    tier->ops = tier_registry[config->kind];
+    tier->ops = ops;
     tier->lru_head = tier->lru_tail = NO_ENTRY;
     tier->emulate = emulate;
     tier->block_bytes = block_bytes;
     tier->capacity = (uint32_t)capacity;
     tier->config = *config;
-    bool copy_failed = false;
-    tier->config.url = copy_string(config->url, &copy_failed);
-    tier->config.path = copy_string(config->path, &copy_failed);
-    tier->config.key_prefix = copy_string(config->key_prefix ? config->key_prefix : "kvio:kv:",
-                                          &copy_failed);
-    if (tier->config.timeout_ns <= 0)
-        tier->config.timeout_ns = 2000000000LL;
     kvio_tier_model(config, &tier->bandwidth, &tier->latency_ns);
-    if (copy_failed) {
-        snprintf(error_p, error_len, "%s tier: out of memory", kind);
-        goto fail;
-    }
 
     /* The backend first: it refuses sizes (memory, disk) before the index
      * is built for them. */
@@ -339,8 +258,10 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
             snprintf(error_p, error_len, "%s tier: out of memory", kind);
             goto fail;
         }
-        status = tier->ops->init(tier->priv, &tier->config, block_bytes, tier->capacity,
-                                 error_p, error_len);
+        kvio_tier_setup_t setup = {.options = kvio_choice_options(&config->kind),
+                                   .config = &tier->config, .block_bytes = block_bytes,
+                                   .capacity = tier->capacity};
+        status = tier->ops->init(tier->priv, &setup, error_p, error_len);
         if (status != KVIO_OK)
             goto fail;
         tier->backend_ready = true;
@@ -392,7 +313,7 @@ void kvio_tier_destroy(kvio_tier_t *tier)
                                       sizeof(error)) != KVIO_OK)
                     break; /* e.g. Redis is gone: leave the rest */
             if (error[0] != '\0')
-                kvio_warn("%s tier: cleaning up: %s", tier->ops->name, error);
+                kvio_warn("%s tier: cleaning up: %s", tier->ops->plugin.name, error);
         }
         tier->ops->fini(tier->priv);
     }
@@ -401,13 +322,12 @@ void kvio_tier_destroy(kvio_tier_t *tier)
     kvio_hist_destroy(tier->stats.get_latency);
     free(tier->entries);
     free(tier->table);
-    free_config(&tier->config);
     free(tier);
 }
 
 /* ---------- operations ---------- */
 
-const char *kvio_tier_name(const kvio_tier_t *tier) { return tier->ops->name; }
+const char *kvio_tier_name(const kvio_tier_t *tier) { return tier->ops->plugin.name; }
 int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->config.write; }
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
 uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier) { return tier->num_held; }
@@ -519,7 +439,7 @@ kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
             XXH3_64bits(data, tier->block_bytes) != tier->entries[entry].checksum) {
             tier->stats.checksum_failures++;
             snprintf(error, sizeof(error), "%s tier: a block came back changed (checksum "
-                     "%016llx, put as %016llx)", tier->ops->name,
+                     "%016llx, put as %016llx)", tier->ops->plugin.name,
                      (unsigned long long)XXH3_64bits(data, tier->block_bytes),
                      (unsigned long long)tier->entries[entry].checksum);
             status = KVIO_ERR_CHECKSUM;
@@ -529,7 +449,7 @@ kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
             entry_release(tier, entry, position);
             tier->stats.misses++;
             tier->stats.read_ns += cost_ns;
-            kvio_debug("%s tier: %s", tier->ops->name, error);
+            kvio_debug("%s tier: %s", tier->ops->plugin.name, error);
             *cost_ns_p = cost_ns;
             return KVIO_ERR_NOT_FOUND;
         }
@@ -582,8 +502,8 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
     json_t *object = json_object();
     if (object == NULL)
         return NULL;
-    json_object_set_new(object, "name", json_string(tier->ops->name));
-    json_object_set_new(object, "kind", json_string(kvio_tier_kind_names[tier->config.kind]));
+    json_object_set_new(object, "name", json_string(tier->ops->plugin.name));
+    json_object_set_new(object, "kind", json_string(tier->ops->plugin.name));
     json_object_set_new(object, "mode", json_string(tier->emulate ? "emulate" : "simulate"));
     json_object_set_new(object, "write", json_string(kvio_tier_write_names[tier->config.write]));
     json_object_set_new(object, "info", json_string(tier->info));

@@ -9,6 +9,7 @@
 #include "kvcache/tier_int.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -21,9 +22,79 @@
 #include "kvio/log.h"
 
 #define DIRECT_ALIGN 4096
+/* Room for the blocks' directory: the path, a rank's own directory inside
+ * it, and a block's file name inside that within PATH_MAX. */
+#define DIR_MAX (PATH_MAX - 64)
+#define PATH_ROOM (DIR_MAX - 64)
+
+typedef struct file_options {
+    char *path;
+    bool o_direct;
+} file_options_t;
+
+static const kvio_opt_t file_options[] = {
+    {.key = "path", .type = KVIO_OPT_STRING, .offset = offsetof(file_options_t, path),
+     .default_value = "/tmp/kvio-tier",
+     .help = "directory of the block files (created; its parent must exist)"},
+    {.key = "o_direct", .type = KVIO_OPT_BOOL, .offset = offsetof(file_options_t, o_direct),
+     .default_value = "false",
+     .help = "O_DIRECT reads and writes (buffered, with a warning, where refused)"},
+    {.key = NULL},
+};
+
+static kvio_status_t file_check(const void *options, const char *path, char *error_p,
+                                size_t error_len)
+{
+    const file_options_t *file = options;
+    if (file->path == NULL || file->path[0] == '\0') {
+        snprintf(error_p, error_len, "%s.path: no directory given", path);
+        return KVIO_ERR_CONFIG;
+    }
+    if (strlen(file->path) >= PATH_ROOM) {
+        snprintf(error_p, error_len, "%s.path: %zu characters, at most %d", path,
+                 strlen(file->path), PATH_ROOM - 1);
+        return KVIO_ERR_CONFIG;
+    }
+    return KVIO_OK;
+}
+
+/* Emulate: the path must be a directory, or its parent one (the tier makes
+ * the directory, not its parents). */
+static kvio_status_t file_preflight(const void *options, const char *path, char *error_p,
+                                    size_t error_len)
+{
+    const file_options_t *file = options;
+    struct stat info;
+    if (stat(file->path, &info) == 0) {
+        if (S_ISDIR(info.st_mode))
+            return KVIO_OK;
+        snprintf(error_p, error_len, "%s.path %s: not a directory", path, file->path);
+        return KVIO_ERR_CONFIG;
+    }
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof(copy), "%s", file->path);
+    const char *parent = dirname(copy);
+    if (stat(parent, &info) != 0 || !S_ISDIR(info.st_mode)) {
+        snprintf(error_p, error_len,
+                 "%s.path %s: no such directory, nor its parent %s (kvio makes the directory, "
+                 "not its parents)", path, file->path, parent);
+        return KVIO_ERR_CONFIG;
+    }
+    return KVIO_OK;
+}
+
+/* Simulate default: 2 GB/s + 100 us, one stream to an NVMe SSD (2-3 GB/s)
+ * through the page cache or O_DIRECT; 100 us covers open, create and rename
+ * plus the device's own latency. */
+static void file_model(const void *options, double *bandwidth_p, int64_t *latency_ns_p)
+{
+    (void)options;
+    *bandwidth_p = 2e9;
+    *latency_ns_p = 100000;
+}
 
 typedef struct file_priv {
-    char *dir;                /* borrowed from the framework's config */
+    char dir[DIR_MAX];        /* the blocks' directory */
     bool created_dir;         /* removed at the end if empty */
     bool direct;              /* O_DIRECT in use */
     char direct_note[200];    /* why O_DIRECT was not used, or "" */
@@ -75,12 +146,35 @@ static int probe(const char *dir, bool direct, void *aligned)
     return errnum;
 }
 
-static kvio_status_t file_init(void *priv, const kvio_tier_config_t *config,
-                               uint64_t block_bytes, uint32_t capacity, char *error_p,
+/* The blocks' directory: the path, or with a run id the rank's own inside
+ * it (path/kvio-<id>-rank<N>; the path made when only its parent exists,
+ * and left, empty, at the end). */
+static kvio_status_t choose_dir(file_priv_t *file, const file_options_t *options,
+                                const kvio_tier_config_t *config, char *error_p,
+                                size_t error_len)
+{
+    if (config->run_id == NULL) {
+        snprintf(file->dir, sizeof(file->dir), "%s", options->path);
+        return KVIO_OK;
+    }
+    if (mkdir(options->path, 0755) != 0 && errno != EEXIST)
+        return errno_error(errno, options->path, "cannot create the file tier's directory",
+                           error_p, error_len);
+    snprintf(file->dir, sizeof(file->dir), "%s/kvio-%s-rank%u", options->path, config->run_id,
+             config->rank);
+    return KVIO_OK;
+}
+
+static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char *error_p,
                                size_t error_len)
 {
     file_priv_t *file = priv;
-    file->dir = config->path;
+    const file_options_t *options = setup->options;
+    uint64_t block_bytes = setup->block_bytes;
+    uint32_t capacity = setup->capacity;
+    kvio_status_t status = choose_dir(file, options, setup->config, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     file->block_bytes = block_bytes;
     file->capacity = capacity;
     if (mkdir(file->dir, 0755) == 0) {
@@ -101,7 +195,6 @@ static kvio_status_t file_init(void *priv, const kvio_tier_config_t *config,
             return KVIO_ERR_CONFIG;
         }
     }
-    kvio_status_t status = KVIO_OK;
     uint64_t bounce_bytes = (block_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
     if (posix_memalign(&file->bounce, DIRECT_ALIGN, bounce_bytes) != 0) {
         file->bounce = NULL;
@@ -116,7 +209,7 @@ static kvio_status_t file_init(void *priv, const kvio_tier_config_t *config,
                              error_p, error_len);
         goto fail;
     }
-    if (config->o_direct) {
+    if (options->o_direct) {
         if (block_bytes % DIRECT_ALIGN != 0) {
             snprintf(file->direct_note, sizeof(file->direct_note),
                      "O_DIRECT needs blocks in multiples of %d bytes, not %llu", DIRECT_ALIGN,
@@ -315,9 +408,12 @@ static void file_report(const void *priv, json_t *object)
         json_object_set_new(object, "o_direct_note", json_string(file->direct_note));
 }
 
-const kvio_tier_ops_t kvio_tier_file_ops = {
-    .name = "file",
-    .description = "one file per block, written to a temporary name and renamed",
+const kvio_tier_ops_t kvio_tier_file = {
+    .plugin = {.name = "file", .help = "one file per block, written unnamed and linked in",
+               .options = file_options, .options_size = sizeof(file_options_t),
+               .check = file_check},
+    .model = file_model,
+    .preflight = file_preflight,
     .priv_size = sizeof(file_priv_t),
     .init = file_init,
     .fini = file_fini,

@@ -14,19 +14,33 @@
  * not ask the backend to delete evicted blocks or to clean up at the end. */
 #define KVIO_TIER_CAP_VOLATILE (1u << 0)
 
-/* Every call gets the block's slot (0..capacity-1, unique among the blocks
- * held; a slot is reused after its block was removed) and its hash. Errors
- * return a kvio status and write "context: reason" into error_p. The
- * framework allocates and zeroes priv (priv_size bytes) and frees it after
- * fini. */
+/* What a backend's init gets. */
+typedef struct kvio_tier_setup {
+    const void *options;      /* its own options (its plugin table's struct) */
+    const kvio_tier_config_t *config; /* the framework's copy: device, run_id, rank */
+    uint64_t block_bytes;
+    uint32_t capacity;        /* blocks it must hold */
+} kvio_tier_setup_t;
+
+/* A backend: one const table in its own file (kvcache/tier_<name>.c) and
+ * one X(name) in kvcache/tiers.c. Every call gets the block's slot
+ * (0..capacity-1, unique among the blocks held; a slot is reused after its
+ * block was removed) and its hash. Errors return a kvio status and write
+ * "context: reason" into error_p. The framework allocates and zeroes priv
+ * (priv_size bytes) and frees it after fini; it copies nothing of the
+ * options, so init copies what it keeps. */
 typedef struct kvio_tier_ops {
-    const char *name;
-    const char *description;
+    kvio_plugin_t plugin; /* name, help, its options, their check */
     unsigned caps;
     size_t priv_size;
-    /* config is valid until fini (the framework's copy). */
-    kvio_status_t (*init)(void *priv, const kvio_tier_config_t *config, uint64_t block_bytes,
-                          uint32_t capacity, char *error_p, size_t error_len);
+    /* The simulate model's defaults: bytes/s and ns per operation (may
+     * depend on the options: a pageable host arena is slower). */
+    void (*model)(const void *options, double *bandwidth_p, int64_t *latency_ns_p);
+    /* Emulate, before the ranks start (may be NULL); path names the entry. */
+    kvio_status_t (*preflight)(const void *options, const char *path, char *error_p,
+                               size_t error_len);
+    kvio_status_t (*init)(void *priv, const kvio_tier_setup_t *setup, char *error_p,
+                          size_t error_len);
     void (*fini)(void *priv);
     kvio_status_t (*put)(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
                          char *error_p, size_t error_len);
@@ -44,11 +58,5 @@ typedef struct kvio_tier_ops {
     void (*describe)(const void *priv, char *text_p, size_t text_len);
     void (*report)(const void *priv, json_t *object);
 } kvio_tier_ops_t;
-
-/* The backends, indexed by kvio_tier_kind_t in the registry (kvcache/tier.c);
- * a backend that was not built is a stub whose init fails. */
-extern const kvio_tier_ops_t kvio_tier_host_ops;
-extern const kvio_tier_ops_t kvio_tier_redis_ops;
-extern const kvio_tier_ops_t kvio_tier_file_ops;
 
 #endif

@@ -4,11 +4,15 @@
 #include "kvio/run.h"
 
 #include "kvio/kvcache.h"
+#include "kvio/serve.h"
+#include "kvio/tier.h"
 
 const kvio_registry_t *const kvio_registries[] = {
     &kvio_sched_policies,
     &kvio_sched_predictors,
     &kvio_evictions,
     &kvio_routers,
+    &kvio_tiers,
+    &kvio_executors,
     NULL,
 };

@@ -4,10 +4,8 @@
  * which parts ran, complete flag, metrics) and a table on stdout. */
 #include "kvio/run.h"
 
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "kvio/clock.h"
 #include "kvio/results.h"
@@ -287,34 +285,19 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
     return status;
 }
 
-/* Emulate: each serve rank makes its file tier's directory inside the
- * configured path (path/kvio-<id>-rankN); the path must be a directory, or
- * its parent one (it is then made). */
-static kvio_status_t check_tier_paths(const kvio_workload_t *workload, char *error_p,
-                                      size_t error_len)
+/* Emulate: what each tier backend needs before the ranks start (a file
+ * tier's directory, or its parent), checked once, here. */
+static kvio_status_t check_tiers(const kvio_workload_t *workload, char *error_p,
+                                 size_t error_len)
 {
     const kvio_opt_list_t *tiers = &workload->serve.kvcache.tiers;
     for (size_t i = 0; i < tiers->count; i++) {
-        const kvio_tier_config_t *tier = (const kvio_tier_config_t *)tiers->items + i;
-        struct stat info;
-        if (tier->kind != KVIO_TIER_FILE || tier->path == NULL)
-            continue;
-        if (stat(tier->path, &info) == 0) {
-            if (S_ISDIR(info.st_mode))
-                continue;
-            snprintf(error_p, error_len, "serve.kvcache.tiers[%zu].path %s: not a directory",
-                     i, tier->path);
-            return KVIO_ERR_CONFIG;
-        }
-        char copy[4096];
-        snprintf(copy, sizeof(copy), "%s", tier->path);
-        const char *parent = dirname(copy);
-        if (stat(parent, &info) != 0 || !S_ISDIR(info.st_mode)) {
-            snprintf(error_p, error_len,
-                     "serve.kvcache.tiers[%zu].path %s: no such directory, nor its parent %s "
-                     "(kvio makes the directory, not its parents)", i, tier->path, parent);
-            return KVIO_ERR_CONFIG;
-        }
+        char path[64];
+        snprintf(path, sizeof(path), "serve.kvcache.tiers[%zu]", i);
+        kvio_status_t status = kvio_tier_preflight((const kvio_tier_config_t *)tiers->items + i,
+                                                   path, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
     }
     return KVIO_OK;
 }
@@ -451,7 +434,7 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                                     &stream, error_p, error_len);
     }
     if (status == KVIO_OK && emulate)
-        status = check_tier_paths(workload, error_p, error_len);
+        status = check_tiers(workload, error_p, error_len);
     if (status == KVIO_OK && stream_p != NULL) {
         *stream_p = stream;
         stream = NULL;

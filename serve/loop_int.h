@@ -61,9 +61,8 @@ struct kvio_executor {
     struct kvio_device *device; /* gpu: the device that spins */
 };
 
-/* Every executor kvio has (serve/executors.c), and the one called name
- * (NULL when there is none). */
-extern const kvio_registry_t kvio_executors;
+/* The executor called name, of kvio_executors (kvio/serve.h); NULL when
+ * there is none. */
 const kvio_executor_ops_t *kvio_executor_find(const char *name);
 
 /* Below this much time left a real wait spins instead of sleeping or

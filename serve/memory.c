@@ -168,26 +168,14 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
         kvio_tier_config_t config = ((const kvio_tier_config_t *)tier_list->items)[t];
         config.device_index = device != NULL ? device->index : -1;
         config.device_rank = (int)(run->first_serve_rank + rank);
-        char prefix[256], path[1024], id[24];
-        /* Each rank keeps its own blocks, apart from every other run's: its
-         * own key prefix and directory, named by this process's id (wall
-         * clock and pid) and the rank. */
+        /* Each rank keeps its own blocks, apart from every other run's:
+         * under names made of this process's id (wall clock and pid) and
+         * the rank (a key prefix, a directory of the path). */
+        char id[24];
         snprintf(id, sizeof(id), "%llx-%x", (unsigned long long)process_id_ns(),
                  (unsigned)getpid());
-        snprintf(prefix, sizeof(prefix), "%s%s:r%u:",
-                 config.key_prefix ? config.key_prefix : "kvio:kv:", id, rank);
-        config.key_prefix = prefix;
-        if (config.path != NULL) {
-            /* The configured directory holds every rank's; made when only its
-             * parent exists (and left, empty, at the end). */
-            if (mkdir(config.path, 0755) != 0 && errno != EEXIST) {
-                snprintf(error_p, error_len, "serve.kvcache.tiers[%zu].path %s: cannot create "
-                         "it: %s", t, config.path, strerror(errno));
-                return kvio_status_from_errno(errno);
-            }
-            snprintf(path, sizeof(path), "%s/kvio-%s-rank%u", config.path, id, rank);
-            config.path = path;
-        }
+        config.run_id = id;
+        config.rank = rank;
         kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &setup->tiers[t],
                                                 error_p, error_len);
         if (status != KVIO_OK)

@@ -409,7 +409,7 @@ Test(cli, validate_refuses_what_run_refuses_before_any_directory, .timeout = 30)
              "name: refused\nmode: emulate\nmodel: {preset: llama3.2-1b}\n"
              "gpu: {preset: h200}\nduration: 1s\n"
              "serve:\n  kvcache:\n    block_size: 16\n    blocks: 4\n"
-             "    tiers: [{kind: file, path: %s/tier, size: 1MiB}]\n"
+             "    tiers: [{kind: file, file: {path: %s/tier}, size: 1MiB}]\n"
              "stream:\n  requests: 3\n  arrival: {process: poisson, rate: 10}\n"
              "  input_tokens: {dist: constant, value: 40}\n"
              "  output_tokens: {dist: constant, value: 26}\n", tier_parent);
@@ -801,8 +801,8 @@ Test(cli, a_closed_pipe_or_socket_does_not_kill_kvio, .timeout = 60)
 Test(cli, redis_passwords_never_reach_the_results_or_the_dump, .timeout = 60)
 {
     char *dir = test_tmpdir();
-    const char *tier = "serve.kvcache.tiers=[{kind: redis, url: "
-                       "\"redis://:s3cret@127.0.0.1:6379/0\", size: 1GiB}]";
+    const char *tier = "serve.kvcache.tiers=[{kind: redis, redis: {url: "
+                       "\"redis://:s3cret@127.0.0.1:6379/0\"}, size: 1GiB}]";
     const char *transport = "train.transport.redis.url=redis://admin:hunter2@127.0.0.1:1";
     test_run_t run = test_kvio(dir, "validate", "chat", "--set", tier, "--set", transport,
                                "--dump", NULL);

@@ -938,7 +938,7 @@ Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .tim
              "name: tierfull\nseed: 3\nmode: emulate\nduration: 30s\n"
              "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
              "serve:\n  engine: {max_num_seqs: 2}\n"
-             "  kvcache: {block_size: 16, blocks: 100, tiers: [{kind: file, path: %s, "
+             "  kvcache: {block_size: 16, blocks: 100, tiers: [{kind: file, file: {path: %s}, "
              "size: 64MiB, write: through}]}\n"
              "stream:\n  requests: 24\n  arrival: {process: constant, rate: 20}\n"
              "  input_tokens: {dist: constant, value: 1100}\n"

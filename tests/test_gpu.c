@@ -416,7 +416,7 @@ Test(gpu, gpu_pool_loads_blocks_back_from_a_pinned_host_tier, .timeout = 120)
         "device: {memory: cuda, fallback: error}\n"
         "serve:\n  engine: {max_num_seqs: 2}\n"
         "  kvcache: {block_size: 16, blocks: 100,"
-        " tiers: [{kind: host, size: 256MiB, pinned: true}]}\n"
+        " tiers: [{kind: host, size: 256MiB, host: {pinned: true}}]}\n"
         "stream:\n  requests: 24\n  arrival: {process: constant, rate: 40}\n"
         "  input_tokens: {dist: constant, value: 1100}\n"
         "  output_tokens: {dist: constant, value: 4}\n"

@@ -23,6 +23,8 @@ static const kind_test_t kind_tests[] = {
     {"output-length predictor", "tests/test_sched.c", "{predictor: %s"},
     {"router", "tests/test_router.c", "{\"{policy: %s"},
     {"eviction policy", "tests/test_kvcache.c", "{.policy = \"%s\", "},
+    {"tier", "tests/test_tier.c", "{\"%s\", "},
+    {"executor", "tests/test_executor.c", "{\"%s\", "},
 };
 
 static const kind_test_t *kind_test(const char *kind)

@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,22 +34,39 @@
 
 /* ---------- helpers ---------- */
 
-static kvio_tier_config_t default_config(int kind, uint64_t size)
+/* A tier entry as a user writes it: its kind and size, and inside the
+ * section of the kind's name the backend's own keys (a printf format;
+ * NULL for none). Freed with kvio_config_free(kvio_tier_options, ...). */
+static kvio_tier_config_t tier_config(const char *kind, uint64_t size, const char *backend_fmt,
+                                      ...)
 {
+    char backend[1024] = "";
+    if (backend_fmt != NULL) {
+        va_list args;
+        va_start(args, backend_fmt);
+        vsnprintf(backend, sizeof(backend), backend_fmt, args);
+        va_end(args);
+    }
+    char text[1400], error[512];
+    snprintf(text, sizeof(text), "{kind: %s, size: %llu, %s: {%s}}", kind,
+             (unsigned long long)size, kind, backend);
+    kvio_config_doc_t *doc = NULL;
+    cr_assert_eq(kvio_config_doc_parse(text, strlen(text), "t.yaml", &doc, error, sizeof(error)),
+                 KVIO_OK, "%s: %s", text, error);
     kvio_tier_config_t config;
     memset(&config, 0, sizeof(config));
-    char error[256];
-    cr_assert_eq(kvio_config_defaults(kvio_tier_options, &config, error, sizeof(error)), KVIO_OK,
-                 "%s", error);
-    config.kind = kind;
-    config.size = size;
+    cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)), KVIO_OK,
+                 "%s: %s", text, error);
+    kvio_config_doc_destroy(doc);
     return config;
 }
 
-static void set_string(char **field, const char *value)
+/* The chosen backend's options as summary.json shows them. */
+static json_t *backend_json(const kvio_tier_config_t *config)
 {
-    free(*field);
-    *field = value ? strdup(value) : NULL;
+    json_t *json = kvio_config_to_json(kvio_tier_options, config);
+    cr_assert_not_null(json);
+    return json;
 }
 
 static kvio_hash_t block_hash(uint64_t id)
@@ -160,20 +178,34 @@ static bool redis_has(kvio_redis_t *redis, const char *key)
 
 Test(tier, options_defaults_and_yaml, .timeout = 10)
 {
-    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 1ull << 30);
-    cr_assert_eq(config.kind, KVIO_TIER_HOST);
+    /* Each backend's defaults, in the section of its name. */
+    kvio_tier_config_t config = tier_config("host", 1ull << 30, NULL);
+    cr_assert(kvio_choice_is(&config.kind, "host"));
     cr_assert_eq(config.write, KVIO_TIER_WRITE_BACK);
-    cr_assert(config.pinned);
-    cr_assert_not(config.o_direct);
-    cr_assert_str_eq(config.key_prefix, "kvio:kv:");
-    cr_assert_str_eq(config.url, "redis://127.0.0.1:6379");
-    cr_assert_eq(config.timeout_ns, 2000000000LL);
     cr_assert_eq(config.bandwidth, 0);
     cr_assert_eq(config.latency_ns, 0);
+    json_t *json = backend_json(&config);
+    cr_assert_str_eq(test_json_string(json, "kind"), "host");
+    cr_assert(test_json_true(json, "host.pinned"));
+    cr_assert_null(json_object_get(json, "redis"), "only the chosen backend's section is shown");
+    json_decref(json);
+    kvio_config_free(kvio_tier_options, &config);
+    config = tier_config("redis", 1ull << 30, NULL);
+    json = backend_json(&config);
+    cr_assert_str_eq(test_json_string(json, "redis.key_prefix"), "kvio:kv:");
+    cr_assert_str_eq(test_json_string(json, "redis.url"), "redis://127.0.0.1:6379");
+    cr_assert_str_eq(test_json_string(json, "redis.timeout"), "2s");
+    json_decref(json);
+    kvio_config_free(kvio_tier_options, &config);
+    config = tier_config("file", 1ull << 30, NULL);
+    json = backend_json(&config);
+    cr_assert_str_eq(test_json_string(json, "file.path"), "/tmp/kvio-tier");
+    cr_assert_not(test_json_true(json, "file.o_direct"));
+    json_decref(json);
     kvio_config_free(kvio_tier_options, &config);
 
-    const char *text = "{kind: file, size: 64KiB, write: through, path: /data/kv, o_direct: true,"
-                       " bandwidth: 3e9, latency: 50us}";
+    const char *text = "{kind: file, size: 64KiB, write: through, file: {path: /data/kv, "
+                       "o_direct: true}, bandwidth: 3e9, latency: 50us}";
     kvio_config_doc_t *doc = NULL;
     char error[512];
     cr_assert_eq(kvio_config_doc_parse(text, strlen(text), "t.yaml", &doc, error, sizeof(error)),
@@ -181,11 +213,13 @@ Test(tier, options_defaults_and_yaml, .timeout = 10)
     memset(&config, 0, sizeof(config));
     cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)), KVIO_OK,
                  "%s", error);
-    cr_assert_eq(config.kind, KVIO_TIER_FILE);
+    cr_assert(kvio_choice_is(&config.kind, "file"));
     cr_assert_eq(config.size, 65536);
     cr_assert_eq(config.write, KVIO_TIER_WRITE_THROUGH);
-    cr_assert_str_eq(config.path, "/data/kv");
-    cr_assert(config.o_direct);
+    json = backend_json(&config);
+    cr_assert_str_eq(test_json_string(json, "file.path"), "/data/kv");
+    cr_assert(test_json_true(json, "file.o_direct"));
+    json_decref(json);
     cr_assert_float_eq(config.bandwidth, 3e9, 1);
     cr_assert_eq(config.latency_ns, 50000);
     kvio_config_free(kvio_tier_options, &config);
@@ -197,17 +231,39 @@ Test(tier, options_defaults_and_yaml, .timeout = 10)
     memset(&config, 0, sizeof(config));
     cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)),
                  KVIO_ERR_CONFIG);
-    cr_assert(test_contains(error, "'tape' is not one of host, redis, file"), "%s", error);
+    cr_assert(test_contains(error, "'tape'") && test_contains(error, "host, redis, file"), "%s",
+              error);
+    kvio_config_doc_destroy(doc);
+
+    /* A backend's key belongs in its section; beside kind it is unknown. */
+    const char *misplaced = "{kind: file, path: /data/kv}";
+    cr_assert_eq(kvio_config_doc_parse(misplaced, strlen(misplaced), "t.yaml", &doc, error,
+                                       sizeof(error)), KVIO_OK);
+    memset(&config, 0, sizeof(config));
+    cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "path"), "%s", error);
+    kvio_config_doc_destroy(doc);
+    /* A Redis URL is checked when bound, naming its key. */
+    const char *bad_url = "{kind: redis, redis: {url: http://x}}";
+    cr_assert_eq(kvio_config_doc_parse(bad_url, strlen(bad_url), "t.yaml", &doc, error,
+                                       sizeof(error)), KVIO_OK);
+    memset(&config, 0, sizeof(config));
+    cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_assert(test_contains(error, "redis.url"), "%s", error);
     kvio_config_doc_destroy(doc);
 }
 
 /* ---------- round trips and eviction on every backend ---------- */
 
 typedef struct backend_case {
+    const char *kind;
     const char *label;
-    int kind;
     bool emulate;
 } backend_case_t;
+
+static bool is(const backend_case_t *c, const char *kind) { return strcmp(c->kind, kind) == 0; }
 
 /* Creates the case's tier of capacity blocks; dir for the file tier, prefix
  * for Redis. Returns NULL (skipped) when an emulated Redis is unavailable;
@@ -215,18 +271,19 @@ typedef struct backend_case {
 static kvio_tier_t *create_case(const backend_case_t *c, uint32_t capacity, const char *dir,
                                 const char *prefix)
 {
-    kvio_tier_config_t config = default_config(c->kind, (uint64_t)capacity * BLOCK + BLOCK / 2);
-    if (c->kind == KVIO_TIER_REDIS && c->emulate) {
+    uint64_t size = (uint64_t)capacity * BLOCK + BLOCK / 2;
+    kvio_tier_config_t config;
+    if (is(c, "redis") && c->emulate) {
         char reason[512];
         const char *url = redis_url(reason, sizeof(reason));
-        if (!test_require("redis", url != NULL, reason)) {
-            kvio_config_free(kvio_tier_options, &config);
+        if (!test_require("redis", url != NULL, reason))
             return NULL;
-        }
-        set_string(&config.url, url);
-        set_string(&config.key_prefix, prefix);
+        config = tier_config("redis", size, "url: \"%s\", key_prefix: \"%s\"", url, prefix);
+    } else if (is(c, "file")) {
+        config = tier_config("file", size, "path: \"%s\"", dir);
+    } else {
+        config = tier_config(c->kind, size, NULL);
     }
-    set_string(&config.path, dir);
     kvio_tier_t *tier = NULL;
     char error[512];
     kvio_status_t status = kvio_tier_create(&config, BLOCK, c->emulate, &tier, error, sizeof(error));
@@ -236,13 +293,15 @@ static kvio_tier_t *create_case(const backend_case_t *c, uint32_t capacity, cons
     return tier;
 }
 
+/* Every backend, emulated and simulated (tests/test_plugins.c finds each
+ * registered backend's row here). */
 static const backend_case_t backend_cases[] = {
-    {"host", KVIO_TIER_HOST, true},
-    {"file", KVIO_TIER_FILE, true},
-    {"redis", KVIO_TIER_REDIS, true},
-    {"host simulated", KVIO_TIER_HOST, false},
-    {"file simulated", KVIO_TIER_FILE, false},
-    {"redis simulated", KVIO_TIER_REDIS, false},
+    {"host", "host", true},
+    {"file", "file", true},
+    {"redis", "redis", true},
+    {"host", "host simulated", false},
+    {"file", "file simulated", false},
+    {"redis", "redis simulated", false},
 };
 
 static void round_trip(const backend_case_t *c)
@@ -281,22 +340,21 @@ static void round_trip(const backend_case_t *c)
     cr_assert_gt(stats->write_ns, 0);
 
     json_t *json = kvio_tier_stats_json(tier);
-    cr_assert_str_eq(test_json_string(json, "kind"),
-                     kvio_tier_kind_names[c->kind]);
+    cr_assert_str_eq(test_json_string(json, "kind"), c->kind);
     cr_assert_str_eq(test_json_string(json, "mode"),
                      c->emulate ? "emulate" : "simulate");
     cr_assert_eq(test_json_integer(json, "bytes_written"), 3 * BLOCK);
     cr_assert_float_eq(test_json_number(json, "hit_rate"), 0.75, 1e-9);
     cr_assert_eq(test_json_integer(json, "put_latency_us.count"), 3);
-    if (c->emulate && c->kind == KVIO_TIER_HOST)
+    if (c->emulate && is(c, "host"))
         cr_assert_str_eq(test_json_string(json, "memory"), "pageable");
     json_decref(json);
-    if (c->kind == KVIO_TIER_FILE && c->emulate)
+    if (is(c, "file") && c->emulate)
         cr_assert_eq(count_files(path, ".kv"), 3);
-    if (c->kind == KVIO_TIER_FILE && !c->emulate)
+    if (is(c, "file") && !c->emulate)
         cr_assert_neq(access(path, F_OK), 0, "simulate created %s", path);
     kvio_tier_destroy(tier);
-    if (c->kind == KVIO_TIER_FILE) /* the tier's files and the directory it made are gone */
+    if (is(c, "file")) /* the tier's files and the directory it made are gone */
         cr_assert_neq(access(path, F_OK), 0, "%s still exists", path);
 done:
     test_rmtree(dir);
@@ -337,13 +395,13 @@ static void lru_eviction(const backend_case_t *c)
     cr_assert_eq(get_and_verify(tier, 4, BLOCK), KVIO_OK);
     cr_assert_eq(get_and_verify(tier, 3, BLOCK), KVIO_OK);
     cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
-    if (c->kind == KVIO_TIER_FILE) {
+    if (is(c, "file")) {
         char file[600];
         block_file(path, 2, file, sizeof(file));
         cr_assert_neq(access(file, F_OK), 0, "evicted block file %s remains", file);
         cr_assert_eq(count_files(path, ".kv"), 3);
     }
-    if (c->kind == KVIO_TIER_REDIS) {
+    if (is(c, "redis")) {
         kvio_redis_t *other = NULL;
         char error[512], data_key[200], meta_key[200];
         cr_assert_eq(kvio_redis_connect(getenv("KVIO_TEST_REDIS_URL"), 1000000000LL, &other,
@@ -375,7 +433,7 @@ Test(tier, lru_eviction_redis, .timeout = 20) { lru_eviction(&backend_cases[2]);
 Test(tier, index_matches_reference_lru, .timeout = 30)
 {
     enum { CAPACITY = 37, UNIVERSE = 300, STEPS = 20000 };
-    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, (uint64_t)CAPACITY * 4096);
+    kvio_tier_config_t config = tier_config("host", (uint64_t)CAPACITY * 4096, NULL);
     kvio_tier_t *tier = NULL;
     char error[256];
     cr_assert_eq(kvio_tier_create(&config, 4096, false, &tier, error, sizeof(error)), KVIO_OK);
@@ -436,7 +494,7 @@ Test(tier, index_matches_reference_lru, .timeout = 30)
 
 Test(tier, duplicate_put_refreshes_without_rewriting, .timeout = 10)
 {
-    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 2 * BLOCK);
+    kvio_tier_config_t config = tier_config("host", 2 * BLOCK, NULL);
     kvio_tier_t *tier = NULL;
     char error[256];
     cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)), KVIO_OK,
@@ -460,7 +518,7 @@ Test(tier, duplicate_put_refreshes_without_rewriting, .timeout = 10)
 /* ---------- simulate model ---------- */
 
 typedef struct cost_case {
-    int kind;
+    const char *kind;
     bool pinned;
     double bandwidth;
     int64_t latency_ns;
@@ -471,27 +529,28 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
 {
     /* latency + 1048576 bytes / bandwidth, rounded to the nearest ns. */
     static const cost_case_t cases[] = {
-        {KVIO_TIER_HOST, true, 0, 0, 10000 + 41943},     /* 25 GB/s: 41943.04 ns */
-        {KVIO_TIER_HOST, false, 0, 0, 20000 + 104858},   /* 10 GB/s: 104857.6 ns */
-        {KVIO_TIER_REDIS, false, 0, 0, 200000 + 1048576}, /* 1 GB/s */
-        {KVIO_TIER_FILE, false, 0, 0, 100000 + 524288},  /* 2 GB/s */
-        {KVIO_TIER_FILE, false, 4e9, 1000, 1000 + 262144},
-        {KVIO_TIER_HOST, true, 3e9, 0, 10000 + 349525},  /* 349525.33 ns */
+        {"host", true, 0, 0, 10000 + 41943},     /* 25 GB/s: 41943.04 ns */
+        {"host", false, 0, 0, 20000 + 104858},   /* 10 GB/s: 104857.6 ns */
+        {"redis", false, 0, 0, 200000 + 1048576}, /* 1 GB/s */
+        {"file", false, 0, 0, 100000 + 524288},  /* 2 GB/s */
+        {"file", false, 4e9, 1000, 1000 + 262144},
+        {"host", true, 3e9, 0, 10000 + 349525},  /* 349525.33 ns */
     };
     char *dir = test_tmpdir();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const cost_case_t *c = &cases[i];
-        kvio_tier_config_t config = default_config(c->kind, 2ull << 20);
-        config.pinned = c->pinned;
-        config.bandwidth = c->bandwidth;
-        config.latency_ns = c->latency_ns;
         /* Simulate touches nothing: a Redis nobody answers, a path that
          * cannot be created. */
         char url[64], path[512];
         snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
         snprintf(path, sizeof(path), "%s/missing/tier", dir);
-        set_string(&config.url, url);
-        set_string(&config.path, path);
+        kvio_tier_config_t config =
+            strcmp(c->kind, "host") == 0
+                ? tier_config("host", 2ull << 20, "pinned: %s", c->pinned ? "true" : "false")
+            : strcmp(c->kind, "redis") == 0 ? tier_config("redis", 2ull << 20, "url: \"%s\"", url)
+                                            : tier_config("file", 2ull << 20, "path: \"%s\"", path);
+        config.bandwidth = c->bandwidth;
+        config.latency_ns = c->latency_ns;
         kvio_tier_t *tier = NULL;
         char error[512];
         cr_assert_eq(kvio_tier_create(&config, 1u << 20, false, &tier, error, sizeof(error)),
@@ -518,7 +577,7 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
 
 Test(tier, refuses_a_size_that_holds_no_block, .timeout = 10)
 {
-    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, BLOCK - 1);
+    kvio_tier_config_t config = tier_config("host", BLOCK - 1, NULL);
     kvio_tier_t *tier = NULL;
     char error[512] = "";
     cr_assert_eq(kvio_tier_create(&config, BLOCK, false, &tier, error, sizeof(error)),
@@ -531,7 +590,7 @@ Test(tier, refuses_a_size_that_holds_no_block, .timeout = 10)
 Test(tier, host_refuses_more_than_available_memory, .timeout = 10)
 {
     /* 1 PiB in blocks of 1 GiB: 2^20 blocks, a small index. */
-    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 1ull << 50);
+    kvio_tier_config_t config = tier_config("host", 1ull << 50, NULL);
     kvio_tier_t *tier = NULL;
     char error[512] = "";
     cr_assert_eq(kvio_tier_create(&config, 1u << 30, true, &tier, error, sizeof(error)),
@@ -552,9 +611,9 @@ Test(tier, host_refuses_more_than_available_memory, .timeout = 10)
 static kvio_tier_t *create_file_tier(const char *path, uint32_t capacity, uint64_t block_bytes,
                                      bool o_direct)
 {
-    kvio_tier_config_t config = default_config(KVIO_TIER_FILE, capacity * block_bytes);
-    set_string(&config.path, path);
-    config.o_direct = o_direct;
+    kvio_tier_config_t config = tier_config("file", capacity * block_bytes,
+                                            "path: \"%s\", o_direct: %s", path,
+                                            o_direct ? "true" : "false");
     kvio_tier_t *tier = NULL;
     char error[512];
     kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &tier, error,
@@ -722,8 +781,7 @@ Test(tier, a_killed_writer_leaves_no_temporary_file, .timeout = 60)
         pid_t child = fork();
         cr_assert(child >= 0);
         if (child == 0) {
-            kvio_tier_config_t config = default_config(KVIO_TIER_FILE, 64ull * BIG);
-            set_string(&config.path, dir);
+            kvio_tier_config_t config = tier_config("file", 64ull * BIG, "path: \"%s\"", dir);
             kvio_tier_t *tier = NULL;
             char error[512];
             if (kvio_tier_create(&config, BIG, true, &tier, error, sizeof(error)) != KVIO_OK)
@@ -758,27 +816,27 @@ Test(tier, file_refuses_a_path_it_cannot_use, .timeout = 10)
 {
     char *dir = test_tmpdir();
     char path[512];
-    kvio_tier_config_t config = default_config(KVIO_TIER_FILE, 4 * BLOCK);
     kvio_tier_t *tier = NULL;
     char error[512] = "";
 
     snprintf(path, sizeof(path), "%s/no/such/parent", dir);
-    set_string(&config.path, path);
+    kvio_tier_config_t config = tier_config("file", 4 * BLOCK, "path: \"%s\"", path);
     cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
                  KVIO_ERR_CONFIG);
     cr_assert(test_contains(error, path) && test_contains(error, "parent does not exist"), "%s",
               error);
 
     char *file = test_write_file(dir, "plain", "x");
-    set_string(&config.path, file);
+    kvio_config_free(kvio_tier_options, &config);
+    config = tier_config("file", 4 * BLOCK, "path: \"%s\"", file);
     cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
                  KVIO_ERR_CONFIG);
     cr_assert(test_contains(error, "not a directory"), "%s", error);
 
     /* More than the file system has free. */
     snprintf(path, sizeof(path), "%s/big", dir);
-    set_string(&config.path, path);
-    config.size = 1ull << 50; /* 1 PiB */
+    kvio_config_free(kvio_tier_options, &config);
+    config = tier_config("file", 1ull << 50, "path: \"%s\"", path); /* 1 PiB */
     cr_assert_eq(kvio_tier_create(&config, 1u << 20, true, &tier, error, sizeof(error)),
                  KVIO_ERR_NO_SPACE);
     cr_assert(test_contains(error, "bytes are free"), "%s", error);
@@ -798,8 +856,7 @@ Test(tier, file_read_only_file_system_is_refused, .timeout = 10)
         test_rmtree(dir);
         test_require("mount", 0, reason);
     }
-    kvio_tier_config_t config = default_config(KVIO_TIER_FILE, 4 * BLOCK);
-    set_string(&config.path, dir);
+    kvio_tier_config_t config = tier_config("file", 4 * BLOCK, "path: \"%s\"", dir);
     kvio_tier_t *tier = NULL;
     char error[512] = "";
     kvio_status_t status = kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error));
@@ -869,10 +926,9 @@ Test(tier, file_full_disk_is_an_error_not_a_block, .timeout = 20)
 
 static kvio_tier_t *create_redis_tier(const char *url, const char *prefix, uint32_t capacity)
 {
-    kvio_tier_config_t config = default_config(KVIO_TIER_REDIS, (uint64_t)capacity * BLOCK);
-    set_string(&config.url, url);
-    set_string(&config.key_prefix, prefix);
-    config.timeout_ns = 1000000000LL;
+    kvio_tier_config_t config =
+        tier_config("redis", (uint64_t)capacity * BLOCK,
+                    "url: \"%s\", key_prefix: \"%s\", timeout: 1s", url, prefix);
     kvio_tier_t *tier = NULL;
     char error[512];
     kvio_status_t status = kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error));
@@ -931,8 +987,7 @@ Test(tier, redis_down_at_create_names_the_url, .timeout = 20)
     char url[64];
     int port = test_free_port();
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-    kvio_tier_config_t config = default_config(KVIO_TIER_REDIS, 4 * BLOCK);
-    set_string(&config.url, url);
+    kvio_tier_config_t config = tier_config("redis", 4 * BLOCK, "url: \"%s\"", url);
     kvio_tier_t *tier = NULL;
     char error[512] = "";
     uint64_t start = kvio_time_ns();
@@ -946,7 +1001,7 @@ Test(tier, redis_down_at_create_names_the_url, .timeout = 20)
     cr_assert(test_contains(error, url) && test_contains(error, "refused"), "%s", error);
 #else
     cr_assert_eq(status, KVIO_ERR_UNSUPPORTED, "%s", error);
-    cr_assert(test_contains(error, "redis tier not built"), "%s", error);
+    cr_assert(test_contains(error, "redis support not built"), "%s", error);
 #endif
 }
 
@@ -995,7 +1050,7 @@ static void stop_redis(pid_t pid)
 Test(tier, redis_going_away_is_an_error_then_reconnects, .timeout = 30)
 {
 #ifndef KVIO_HAVE_REDIS
-    test_require("redis", 0, "redis tier not built");
+    test_require("redis", 0, "redis support not built");
 #else
     int port = test_free_port();
     pid_t server = start_redis(port);
@@ -1050,7 +1105,7 @@ Test(tier, redis_going_away_is_an_error_then_reconnects, .timeout = 30)
 Test(tier, a_block_changed_in_the_store_is_an_error_not_a_hit, .timeout = 20)
 {
     /* host: change a byte where the tier holds the block. */
-    kvio_tier_config_t config = default_config(KVIO_TIER_HOST, 8 * BLOCK);
+    kvio_tier_config_t config = tier_config("host", 8 * BLOCK, NULL);
     kvio_tier_t *host = NULL;
     char error[512];
     cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &host, error, sizeof(error)), KVIO_OK,

@@ -20,6 +20,11 @@
 #include <signal.h>
 #include <stdint.h>
 
+
+/* The executors, found by name (serve/executors.c): virtual (simulate's
+ * clock), realtime (emulate's CPU wait), gpu (a spin kernel per
+ * iteration). The mode and device choose one; `kvio list` shows them. */
+extern const kvio_registry_t kvio_executors;
 /* The `serve.router` section: a router by name, with its own options
  * (serve.router: {policy: prefix_affinity, prefix_affinity: {load_cap: 8}}). */
 typedef struct kvio_router_config {

@@ -10,6 +10,7 @@
 
 #include "kvio/config.h"
 #include "kvio/hash.h"
+#include "kvio/plugin.h"
 #include "kvio/stats.h"
 #include "kvio/status.h"
 
@@ -18,56 +19,53 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { KVIO_TIER_HOST = 0, KVIO_TIER_REDIS = 1, KVIO_TIER_FILE = 2 } kvio_tier_kind_t;
-
 typedef enum {
     KVIO_TIER_WRITE_BACK = 0,    /* a block is written when the pool evicts it */
     KVIO_TIER_WRITE_THROUGH = 1, /* a block is written as soon as it is full and hashed */
 } kvio_tier_write_t;
 
+/* The tier backends, found by name (kvcache/tiers.c): host, redis, file.
+ * Each has its own keys in a section of its name beside `kind`:
+ * {kind: redis, size: 1GiB, redis: {url: redis://h:6379}}. */
+extern const kvio_registry_t kvio_tiers;
+
 /* One entry of `serve.kvcache.tiers`. */
 typedef struct kvio_tier_config {
-    int kind;              /* kvio_tier_kind_t */
+    kvio_choice_t kind;    /* of kvio_tiers, with each backend's own options */
     uint64_t size;         /* bytes this tier holds */
     int write;             /* kvio_tier_write_t */
-    char *url;             /* redis: redis://[:password@]host:port[/db] */
-    char *path;            /* file: directory for the chunk files */
-    bool o_direct;         /* file: O_DIRECT reads and writes */
-    bool pinned;           /* host: pinned memory (needs CUDA; else pageable) */
-    char *key_prefix;      /* redis: prefix of every key (default "kvio:kv:") */
-    double bandwidth;      /* simulate: bytes/s (0: the kind's default) */
-    int64_t latency_ns;    /* simulate: per operation (0: the kind's default) */
-    int64_t timeout_ns;    /* redis: bound on connecting and on every reply (0: 2 s) */
-    /* Not options: host, pinned: which GPU page-locks the arena, as for the
-     * rank's KV pool (device.index, else rank modulo the devices). */
+    double bandwidth;      /* simulate: bytes/s (0: the backend's default) */
+    int64_t latency_ns;    /* simulate: per operation (0: the backend's default) */
+    /* Not options: where the tier sits, filled in by the serve rank.
+     * device_index, device_rank: the GPU a pinned host tier page-locks its
+     * arena with, as for the rank's KV pool (device.index, else rank modulo
+     * the devices). run_id (NULL: none): each rank's blocks kept apart from
+     * every other rank's and run's, under names made of the run's id and
+     * the rank (a Redis key prefix, a directory of the path). */
     int64_t device_index;
     int device_rank;
+    const char *run_id;
+    unsigned rank;
 } kvio_tier_config_t;
 
 /* The option table of one `serve.kvcache.tiers` entry (kvcache/tier.c). */
 extern const kvio_opt_t kvio_tier_options[];
 
-/* Names indexed by kvio_tier_kind_t ("host", "redis", "file") and by
- * kvio_tier_write_t ("back", "through"); NULL-terminated. */
-extern const char *const kvio_tier_kind_names[];
+/* Names indexed by kvio_tier_write_t ("back", "through"); NULL-terminated. */
 extern const char *const kvio_tier_write_names[];
 
-/* Simulate-mode defaults, bytes/s (GB = 1e9 bytes) and ns per operation; see
- * kvcache/README.md "Tiers" for where the numbers come from. */
-#define KVIO_TIER_HOST_PINNED_BANDWIDTH 25e9
-#define KVIO_TIER_HOST_PINNED_LATENCY_NS 10000
-#define KVIO_TIER_HOST_PAGEABLE_BANDWIDTH 10e9
-#define KVIO_TIER_HOST_PAGEABLE_LATENCY_NS 20000
-#define KVIO_TIER_REDIS_BANDWIDTH 1e9
-#define KVIO_TIER_REDIS_LATENCY_NS 200000
-#define KVIO_TIER_FILE_BANDWIDTH 2e9
-#define KVIO_TIER_FILE_LATENCY_NS 100000
-
 /* The simulate model of a configuration: its bandwidth (bytes/s) and latency
- * (ns per operation), the configured values or the kind's defaults (a host
- * tier is modelled as configured: pinned or pageable). */
+ * (ns per operation), the configured values or the backend's defaults (a
+ * host tier is modelled as configured: pinned or pageable; see
+ * kvcache/README.md "Tiers" for where the numbers come from). */
 void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
                      int64_t *latency_ns_p);
+
+/* Checks, from one process before an emulate run's ranks start, what the
+ * backend will need (a file tier's directory or its parent exists); path
+ * names the entry ("serve.kvcache.tiers[0]") in the message. */
+kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, const char *path,
+                                  char *error_p, size_t error_len);
 
 /* Counters of one tier, per run. */
 typedef struct kvio_tier_stats {
@@ -82,7 +80,8 @@ typedef struct kvio_tier_stats {
 
 typedef struct kvio_tier kvio_tier_t;
 
-/* Creates a tier for blocks of block_bytes; the config is borrowed (copied).
+/* Creates a tier for blocks of block_bytes; the config is copied, and the
+ * backend takes what it needs of its options.
  * emulate: really move bytes (connects to Redis, creates the directory);
  * simulate: model the cost, touch nothing (a Redis URL is only parsed).
  * Refuses a size that holds no block, an unreachable Redis (with the URL), an
@@ -95,7 +94,7 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
                                size_t error_len);
 void kvio_tier_destroy(kvio_tier_t *tier);
 
-/* The kind's name ("host", "redis", "file"). */
+/* The backend's name ("host", "redis", "file"). */
 const char *kvio_tier_name(const kvio_tier_t *tier);
 /* kvio_tier_write_t: when the engine writes blocks down (the tier does not act on it). */
 int kvio_tier_write_policy(const kvio_tier_t *tier);
