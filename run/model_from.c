@@ -115,8 +115,12 @@ static kvio_status_t measured_shape(json_t *transport, kvio_xfer_config_t *shape
     kvio_status_t status = kvio_config_defaults(kvio_xfer_options, shape, error_p, error_len);
     if (status != KVIO_OK)
         return status;
-    shape->kind = name_index(kvio_xfer_kind_names,
-                             json_string_value(json_object_get(transport, "kind")));
+    /* The caller checked the kind is the workload's (so one kvio has). */
+    const char *kind = json_string_value(json_object_get(transport, "kind"));
+    if (kind == NULL || kvio_choice_set(&shape->kind, kind) != KVIO_OK) {
+        snprintf(error_p, error_len, "no transport called %s", kind ? kind : "(none)");
+        return KVIO_ERR_CONFIG;
+    }
     int fanout = name_index(kvio_xfer_fanout_names, json_string_value(json_object_get(transport, "fanout")));
     if (fanout >= 0)
         shape->fanout = fanout;
@@ -143,7 +147,7 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
     if (model->from == NULL || model->from[0] == '\0')
         return KVIO_OK;
     const char *dir = model->from;
-    const char *kind = kvio_xfer_kind_names[workload->train.transport.kind];
+    const char *kind = kvio_choice_name(&workload->train.transport.kind);
     struct stat info;
     if (stat(dir, &info) != 0) {
         snprintf(error_p, error_len, FROM_KEY ": %s: %s", dir, strerror(errno));

@@ -6,6 +6,7 @@
 #include "kvio/kvcache.h"
 #include "kvio/serve.h"
 #include "kvio/tier.h"
+#include "kvio/xfer.h"
 
 const kvio_registry_t *const kvio_registries[] = {
     &kvio_sched_policies,
@@ -13,6 +14,7 @@ const kvio_registry_t *const kvio_registries[] = {
     &kvio_evictions,
     &kvio_routers,
     &kvio_tiers,
+    &kvio_transports,
     &kvio_executors,
     NULL,
 };

@@ -315,11 +315,11 @@ static kvio_status_t check_emulated_sync(const kvio_workload_t *workload, char *
     const char *refused = NULL;
     char why[256] = "";
     kvio_delta_t delta = kvio_updates_sync_delta(workload);
-    if (transport->kind != KVIO_XFER_UCX) {
+    if (!kvio_choice_is(&transport->kind, "ucx")) {
         refused = "train.transport.kind";
         snprintf(why, sizeof(why), "is %s; emulate mode moves real buckets over ucx only "
                  "(set train.transport.kind: ucx, or mode: simulate)",
-                 kvio_xfer_kind_names[transport->kind]);
+                 kvio_choice_name(&transport->kind));
     } else if (transport->fanout == KVIO_XFER_FANOUT_CHAIN) {
         refused = "train.transport.fanout";
         snprintf(why, sizeof(why), "is chain; with buckets the route is weight_sync.topology "

@@ -155,7 +155,7 @@ static json_t *update_metrics_json(const update_metrics_t *metrics,
 {
     json_t *object = json_object();
     json_object_set_new(object, "transport",
-                        json_string(kvio_xfer_kind_names[workload->train.transport.kind]));
+                        json_string(kvio_choice_name(&workload->train.transport.kind)));
     json_object_set_new(object, "transport_info", json_string(all->info));
     json_object_set_new(object, "runtime", json_string(all->num_reports ? "" : "simulate"));
     json_object_set_new(object, "bytes",

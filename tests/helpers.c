@@ -498,3 +498,11 @@ int test_json_true(const json_t *root, const char *path)
     cr_assert(json_is_boolean(value), "%s: not a boolean", path);
     return json_is_true(value);
 }
+
+kvio_choice_t test_choice(const kvio_registry_t *registry, const char *name)
+{
+    kvio_choice_t choice = {.registry = registry};
+    cr_assert_eq(kvio_choice_set(&choice, name), KVIO_OK, "no %s called %s", registry->kind,
+                 name);
+    return choice;
+}

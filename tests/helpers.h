@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "kvio/plugin.h"
+
 /* Result of running a command: exit status (or 128+signal) and its output. */
 typedef struct test_run {
     int status;
@@ -39,6 +41,10 @@ void test_run_free(test_run_t *run);
 
 /* True when the substring occurs in text. */
 int test_contains(const char *text, const char *needle);
+
+/* A choice of registry's plug-in called name (asserted to exist), without
+ * option storage: for configs a test fills in by hand. */
+kvio_choice_t test_choice(const kvio_registry_t *registry, const char *name);
 
 /* Skips the test (or fails, when KVIO_TEST_REQUIRE lists the dependency) for
  * want of a dependency named in what ("redis", "mpi", "gpu"). */

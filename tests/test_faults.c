@@ -299,7 +299,7 @@ static void redis_outage(const char *on_disconnect, const char *on_loss,
                          useconds_t back_after_us, int steps, outage_check_t check)
 {
 #ifndef KVIO_HAVE_REDIS
-    test_require("redis", 0, "redis transport not built");
+    test_require("redis", 0, "redis support not built");
 #endif
     int port = test_free_port();
     if (!test_require("redis", port > 0 && test_redis_up(port), "cannot start redis-server"))
@@ -724,7 +724,7 @@ static int redis_killed_under_the_binary(const char *dir, int port)
 Test(faults, redis_gone_mid_write_is_an_error_not_a_sigpipe, .timeout = 240)
 {
 #ifndef KVIO_HAVE_REDIS
-    test_require("redis", 0, "redis transport not built");
+    test_require("redis", 0, "redis support not built");
 #endif
     for (int attempt = 0; attempt < 3; attempt++) {
         int port = test_free_port();

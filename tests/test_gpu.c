@@ -472,9 +472,10 @@ Test(gpu, running_out_of_gpu_memory_names_the_rank_and_the_allocation, .timeout 
 
 /* ---- transports ---- */
 
-static kvio_xfer_config_t transport_config(int kind)
+static kvio_xfer_config_t transport_config(const char *kind)
 {
-    kvio_xfer_config_t config = {.kind = kind, .chunk = 1 << 20, .inflight = 2};
+    kvio_xfer_config_t config = {.kind = test_choice(&kvio_transports, kind), .chunk = 1 << 20,
+                                 .inflight = 2};
     config.device.index = -1;
     return config;
 }
@@ -482,16 +483,16 @@ static kvio_xfer_config_t transport_config(int kind)
 Test(gpu, gpu_transports_refuse_cleanly_without_a_device, .timeout = 30)
 {
     REQUIRE_NO_GPU();
-    const int kinds[] = {KVIO_XFER_CUDA_IPC, KVIO_XFER_STAGED};
+    const char *const kinds[] = {"cuda-ipc", "staged"};
     for (size_t i = 0; i < 2; i++) {
         kvio_xfer_config_t config = transport_config(kinds[i]);
         char error[512] = "", not_built[64], no_device[64];
         kvio_status_t status = kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error));
         cr_assert_neq(status, KVIO_OK);
         snprintf(not_built, sizeof(not_built), "%s transport not built",
-                 kvio_xfer_kind_names[kinds[i]]);
+                 kinds[i]);
         snprintf(no_device, sizeof(no_device), "%s transport: no CUDA device: ",
-                 kvio_xfer_kind_names[kinds[i]]);
+                 kinds[i]);
         cr_assert(test_contains(error, not_built) || test_contains(error, no_device), "%s",
                   error);
         /* Both are usage errors (exit 2), not failures of a run. */
@@ -504,14 +505,14 @@ Test(gpu, gpu_transports_refuse_cleanly_without_a_device, .timeout = 30)
 
 Test(gpu, host_transports_refuse_weights_in_gpu_memory, .timeout = 30)
 {
-    kvio_xfer_config_t config = transport_config(KVIO_XFER_FILE);
+    kvio_xfer_config_t config = transport_config("file");
     config.file.dir = "/tmp";
     config.device.weights = KVIO_WEIGHTS_CUDA;
     char error[512] = "";
     cr_assert_eq(kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error)), KVIO_ERR_CONFIG);
     cr_assert(test_contains(error, "file transport reads and writes host memory"), "%s", error);
     cr_assert(test_contains(error, "staged or cuda-ipc"), "%s", error);
-    config = transport_config(KVIO_XFER_CUDA_IPC);
+    config = transport_config("cuda-ipc");
     config.device.weights = KVIO_WEIGHTS_HOST;
     cr_assert_neq(kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error)), KVIO_OK);
 }
@@ -521,7 +522,7 @@ Test(gpu, ucx_never_gets_a_gpu_pointer_it_cannot_take, .timeout = 30)
 #ifndef KVIO_HAVE_UCX
     test_require("ucx", 0, "ucx transport not built");
 #else
-    kvio_xfer_config_t config = transport_config(KVIO_XFER_UCX);
+    kvio_xfer_config_t config = transport_config("ucx");
     config.device.weights = KVIO_WEIGHTS_CUDA;
     config.device.fallback = KVIO_FALLBACK_ERROR;
     char error[512] = "";

@@ -25,6 +25,7 @@ static const kind_test_t kind_tests[] = {
     {"eviction policy", "tests/test_kvcache.c", "{.policy = \"%s\", "},
     {"tier", "tests/test_tier.c", "{\"%s\", "},
     {"executor", "tests/test_executor.c", "{\"%s\", "},
+    {"transport", "tests/test_xfer.c", "{\"%s\", "},
 };
 
 static const kind_test_t *kind_test(const char *kind)

@@ -191,7 +191,7 @@ Test(updates, simulate_runs_are_repeatable, .timeout = 30)
 Test(updates, redis_url_that_does_not_answer_fails_before_the_run, .timeout = 20)
 {
 #ifndef KVIO_HAVE_REDIS
-    test_require("redis", 0, "redis transport not built");
+    test_require("redis", 0, "redis support not built");
 #endif
     char *dir = test_tmpdir();
     const char *overrides[] = {"train.transport.kind=redis",

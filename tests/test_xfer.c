@@ -112,7 +112,7 @@ static kvio_status_t scenario_rank(kvio_rte_t *rte, void *arg)
     return status;
 }
 
-static void scenario_defaults(scenario_t *scenario, int kind, char *dir)
+static void scenario_defaults(scenario_t *scenario, const char *kind, char *dir)
 {
     memset(scenario, 0, sizeof(*scenario));
     scenario->num_serve = NUM_SERVE;
@@ -127,7 +127,7 @@ static void scenario_defaults(scenario_t *scenario, int kind, char *dir)
     scenario->train.step_time.kind = KVIO_DIST_CONSTANT;
     scenario->train.step_time.value = 2e6; /* 2 ms */
     scenario->update.iteration_ns = 500000;
-    scenario->train.transport.kind = kind;
+    cr_assert_eq(kvio_choice_set(&scenario->train.transport.kind, kind), KVIO_OK, "%s", kind);
     scenario->train.transport.chunk = 64 * 1024;
     free(scenario->train.transport.file.dir);
     scenario->train.transport.file.dir = strdup(dir);
@@ -139,7 +139,7 @@ static void scenario_defaults(scenario_t *scenario, int kind, char *dir)
         scenario->train.transport.redis.url = strdup(url);
     }
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "kvio-test-xfer-%d-%d:", (int)getpid(), kind);
+    snprintf(prefix, sizeof(prefix), "kvio-test-xfer-%d-%s:", (int)getpid(), kind);
     free(scenario->train.transport.redis.prefix);
     scenario->train.transport.redis.prefix = strdup(prefix);
 }
@@ -196,7 +196,7 @@ static void expect_ucx_delivers_in_order(char *info_p, size_t info_len)
 {
     char *dir = test_tmpdir();
     scenario_t scenario;
-    scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
+    scenario_defaults(&scenario, "ucx", dir);
     char error[512] = "";
     kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
     cr_assert_eq(status, KVIO_OK, "%s", error);
@@ -235,7 +235,7 @@ static void expect_chain_delivers_in_order(void)
 {
     char *dir = test_tmpdir();
     scenario_t scenario;
-    scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
+    scenario_defaults(&scenario, "ucx", dir);
     scenario.num_serve = 3;
     scenario.train.transport.fanout = KVIO_XFER_FANOUT_CHAIN;
     char error[512] = "";
@@ -278,7 +278,7 @@ Test(xfer, chain_is_refused_by_transports_without_it, .timeout = 10)
 {
     char *dir = test_tmpdir();
     scenario_t scenario;
-    scenario_defaults(&scenario, KVIO_XFER_FILE, dir);
+    scenario_defaults(&scenario, "file", dir);
     scenario.train.transport.fanout = KVIO_XFER_FANOUT_CHAIN;
     char error[512] = "";
     cr_expect_neq(run_scenario(&scenario, error, sizeof(error)), KVIO_OK);
@@ -293,7 +293,7 @@ Test(xfer, file_delivers_versions_in_order, .timeout = 30)
 {
     char *dir = test_tmpdir();
     scenario_t scenario;
-    scenario_defaults(&scenario, KVIO_XFER_FILE, dir);
+    scenario_defaults(&scenario, "file", dir);
     char error[512] = "";
     kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
     cr_assert_eq(status, KVIO_OK, "%s", error);
@@ -325,7 +325,7 @@ Test(xfer, redis_delivers_versions_in_order, .timeout = 30)
         return;
     char *dir = test_tmpdir();
     scenario_t scenario;
-    scenario_defaults(&scenario, KVIO_XFER_REDIS, dir);
+    scenario_defaults(&scenario, "redis", dir);
     scenario.train.transport.redis.keep = 5; /* a slow receiver still finds its version */
     char error[512] = "";
     kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
@@ -341,7 +341,7 @@ Test(xfer, corrupted_byte_is_detected, .timeout = 30)
     REQUIRE_UCX();
     char *dir = test_tmpdir();
     scenario_t scenario;
-    scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
+    scenario_defaults(&scenario, "ucx", dir);
     srand((unsigned)time(NULL));
     int64_t offset = rand() % (int64_t)WEIGHTS_BYTES;
     scenario.update.corrupt_offset = offset;
@@ -439,7 +439,7 @@ static void run_discovery(int discovery_mode)
     char error[512] = "";
     cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &discovery.transport, error,
                                       sizeof(error)), KVIO_OK);
-    discovery.transport.kind = KVIO_XFER_FILE;
+    cr_assert_eq(kvio_choice_set(&discovery.transport.kind, "file"), KVIO_OK);
     free(discovery.transport.file.dir);
     discovery.transport.file.dir = strdup(dir);
     discovery.transport.file.discovery = discovery_mode;
@@ -468,7 +468,7 @@ Test(xfer, file_inotify_finds_a_version_at_the_first_poll_after_it_is_ready, .ti
 
 Test(xfer, simulate_model_orders_receivers, .timeout = 5)
 {
-    kvio_xfer_config_t config = {.kind = KVIO_XFER_UCX, .chunk = 1 << 20};
+    kvio_xfer_config_t config = {.kind = test_choice(&kvio_transports, "ucx"), .chunk = 1 << 20};
     int64_t first, second, busy;
     kvio_xfer_model(&config, 1000000000ull, 0, 2, &first, &busy);
     kvio_xfer_model(&config, 1000000000ull, 1, 2, &second, &busy);
@@ -478,6 +478,47 @@ Test(xfer, simulate_model_orders_receivers, .timeout = 5)
     config.fanout = KVIO_XFER_FANOUT_CHAIN;
     kvio_xfer_model(&config, 1000000000ull, 1, 2, &second, &busy);
     cr_expect_lt(second, 2 * 100020000, "a chain pipelines the second hop");
+}
+
+/* Every transport's simulate defaults and shape, as xfer/README.md
+ * documents them (tests/test_plugins.c finds each registered transport's
+ * row here): 1 GB to the second of two receivers, one poll interval of 1 s
+ * where discovery polls. */
+Test(xfer, every_transport_models_its_documented_defaults, .timeout = 5)
+{
+    static const struct {
+        const char *kind;
+        int64_t latency_ns;
+        double bandwidth_gbps;
+        int64_t second_arrival_ns;
+    } cases[] = {
+        /* point to point, one receiver after the other: 2 (latency + bytes / bw) */
+        {"ucx", 20000, 10.0, 2 * (20000 + 100000000)},
+        {"cuda-ipc", 20000, 200.0, 2 * (20000 + 5000000)},
+        {"staged", 50000, 10.0, 2 * (50000 + 100000000)},
+        /* a shared store: written once, read by each; file waits half a poll */
+        {"file", 1000000, 2.0, 2 * (1000000 + 500000000) + 500000000},
+        {"redis", 200000, 1.0, 2 * (200000 + 1000000000)},
+    };
+    cr_assert_eq(kvio_transports.count, sizeof(cases) / sizeof(cases[0]));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kvio_xfer_config_t config = {.kind = test_choice(&kvio_transports, cases[i].kind),
+                                     .chunk = 1 << 20};
+        config.file.discovery = KVIO_XFER_DISCOVER_POLL;
+        config.file.poll_interval_ns = 1000000000;
+        int64_t latency_ns = 0, arrival = 0, busy = 0;
+        double bandwidth_gbps = 0;
+        kvio_xfer_model_source_t latency_source, bandwidth_source;
+        kvio_xfer_model_params(&config, &latency_ns, &bandwidth_gbps, &latency_source,
+                               &bandwidth_source);
+        cr_expect_eq(latency_ns, cases[i].latency_ns, "%s", cases[i].kind);
+        cr_expect_float_eq(bandwidth_gbps, cases[i].bandwidth_gbps, 1e-12, "%s", cases[i].kind);
+        cr_expect_eq(latency_source, KVIO_XFER_MODEL_DEFAULT);
+        cr_expect_eq(bandwidth_source, KVIO_XFER_MODEL_DEFAULT);
+        kvio_xfer_model(&config, 1000000000ull, 1, 2, &arrival, &busy);
+        cr_expect_eq(arrival, cases[i].second_arrival_ns, "%s: %lld ns", cases[i].kind,
+                     (long long)arrival);
+    }
 }
 
 /* ---- A redis receiver away while a version and then the end go out ---- */
@@ -590,7 +631,7 @@ Test(xfer, redis_receiver_away_across_a_version_and_the_end_gets_the_version_fir
      .timeout = 20)
 {
 #ifndef KVIO_HAVE_REDIS
-    test_require("redis", 0, "redis transport not built");
+    test_require("redis", 0, "redis support not built");
 #endif
     int port = private_redis_start();
     if (!test_require("redis", port > 0, "cannot start a redis-server of this test"))
@@ -601,7 +642,7 @@ Test(xfer, redis_receiver_away_across_a_version_and_the_end_gets_the_version_fir
     char error[512] = "", url[64];
     cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &away.transport, error,
                                       sizeof(error)), KVIO_OK);
-    away.transport.kind = KVIO_XFER_REDIS;
+    cr_assert_eq(kvio_choice_set(&away.transport.kind, "redis"), KVIO_OK);
     away.transport.chunk = 4096;
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
     free(away.transport.redis.url);
@@ -686,7 +727,7 @@ Test(xfer, chain_message_that_does_not_fit_the_weights_is_refused_naming_the_sen
         char error[512] = "";
         cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &bad.transport, error,
                                           sizeof(error)), KVIO_OK);
-        bad.transport.kind = KVIO_XFER_UCX;
+        cr_assert_eq(kvio_choice_set(&bad.transport.kind, "ucx"), KVIO_OK);
         bad.transport.fanout = KVIO_XFER_FANOUT_CHAIN;
         bad.transport.chunk = 4096;
         bad.message.meta = (kvio_xfer_meta_t){.magic = cases[i].magic, .version = 1,
@@ -752,7 +793,7 @@ Test(xfer, failed_set_up_names_the_rank_and_what_became_of_it, .timeout = 30)
         char error[512] = "";
         cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &setup.transport, error,
                                           sizeof(error)), KVIO_OK);
-        setup.transport.kind = KVIO_XFER_FILE;
+        cr_assert_eq(kvio_choice_set(&setup.transport.kind, "file"), KVIO_OK);
         free(setup.transport.file.dir);
         setup.transport.file.dir = strdup(dir);
         kvio_status_t status = run_ranks(2, 1000000000LL, setup_rank, &setup, error,
@@ -886,7 +927,7 @@ static void expect_corruption_caught(int64_t offset)
 {
     char *dir = test_tmpdir();
     scenario_t scenario;
-    scenario_defaults(&scenario, KVIO_XFER_UCX, dir);
+    scenario_defaults(&scenario, "ucx", dir);
     scenario.update.corrupt_offset = offset;
     char error[512] = "";
     kvio_status_t status = run_scenario(&scenario, error, sizeof(error));
@@ -1009,7 +1050,7 @@ static void expect_landed_before_the_notice(bool exact)
     char error[512] = "";
     cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &test.transport, error,
                                       sizeof(error)), KVIO_OK);
-    test.transport.kind = KVIO_XFER_UCX;
+    cr_assert_eq(kvio_choice_set(&test.transport.kind, "ucx"), KVIO_OK);
     test.transport.chunk = LANDED_CHUNK;
     test.transport.die_after_chunks = LANDED_CHUNKS;
     test.transport.inflight = 1; /* over tcp the sender progresses between puts */

@@ -1,5 +1,5 @@
-/* Transport framework: the option table, the registry (with stubs for parts
- * not built), and the wrappers that every publish and receive goes through.
+/* Transport framework: the option table, stubs for transports whose part
+ * is not built (the registry is xfer/transports.c), and the wrappers that every publish and receive goes through.
  * The wrappers take the timestamps (rank 0's clock), count bytes and polls,
  * and bound every wait; the plug-ins only move data. */
 #include "xfer/xfer_int.h"
@@ -14,7 +14,6 @@
 #include "kvio/log.h"
 #include "kvio/model.h"
 
-const char *const kvio_xfer_kind_names[] = {"ucx", "file", "redis", "cuda-ipc", "staged", NULL};
 const char *const kvio_xfer_fanout_names[] = {"sequential", "chain", NULL};
 static const char *const host_hop_names[] = {"put", "mapped", NULL};
 const char *const kvio_xfer_discovery_names[] = {"poll", "notify", NULL};
@@ -74,10 +73,9 @@ static const kvio_opt_t model_options[] = {
 };
 
 const kvio_opt_t kvio_xfer_options[] = {
-    {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_xfer_config_t, kind),
-     .values = kvio_xfer_kind_names, .default_value = "ucx",
-     .help = "ucx: puts into the receivers' memory; file: a directory; redis: SET + PUBLISH; "
-             "cuda-ipc: GPU to GPU on one node; staged: GPU -> pinned host -> UCX -> GPU"},
+    {.key = "kind", .type = KVIO_OPT_PLUGIN, .offset = offsetof(kvio_xfer_config_t, kind),
+     .registry = &kvio_transports, .default_value = "ucx",
+     .help = "the transport (kvio list): ucx, file, redis, cuda-ipc, staged"},
     {.key = "chunk", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_xfer_config_t, chunk),
      .default_value = "4MiB", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 4096,
      .max = 512.0 * 1024 * 1024, .help = "bytes per put, write, SET or GET"},
@@ -110,69 +108,39 @@ const kvio_opt_t kvio_xfer_options[] = {
     {.key = NULL},
 };
 
-#ifndef KVIO_HAVE_UCX
-static kvio_status_t ucx_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
-                                        char *error_p, size_t error_len)
-{
-    snprintf(error_p, error_len, "ucx transport not built (configure with KVIO_WITH_UCX=ON)");
-    return KVIO_ERR_UNSUPPORTED;
-}
-const kvio_xfer_ops_t kvio_xfer_ucx_ops = {.name = "ucx", .preflight = ucx_stub_preflight};
-const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops = {.name = "ucx",
-                                                  .preflight = ucx_stub_preflight};
-#endif
+/* Stubs for the transports whose part this build leaves out: the same name,
+ * shape and simulate defaults (KVIO_XFER_ABOUT_*), and a preflight that
+ * refuses an emulate run, saying what to build. */
+#define STUB(symbol, about, reason)                                                        \
+    static kvio_status_t symbol##_refuse(const kvio_xfer_config_t *config, uint64_t bytes, \
+                                         char *error_p, size_t error_len)                  \
+    {                                                                                      \
+        (void)config, (void)bytes;                                                         \
+        snprintf(error_p, error_len, "%s", reason);                                        \
+        return KVIO_ERR_UNSUPPORTED;                                                       \
+    }                                                                                      \
+    const kvio_xfer_ops_t symbol = {about, .preflight = symbol##_refuse};
 
-#ifndef KVIO_HAVE_REDIS
-static kvio_status_t redis_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
-                                          char *error_p, size_t error_len)
-{
-    snprintf(error_p, error_len,
-             "redis transport not built (configure with KVIO_WITH_REDIS=ON)");
-    return KVIO_ERR_UNSUPPORTED;
-}
-const kvio_xfer_ops_t kvio_xfer_redis_ops = {.name = "redis", .preflight = redis_stub_preflight};
+#ifndef KVIO_HAVE_UCX
+STUB(kvio_xfer_ucx_ops, KVIO_XFER_ABOUT_UCX,
+     "ucx transport not built (configure with KVIO_WITH_UCX=ON)")
+STUB(kvio_xfer_ucx_bucket_ops, KVIO_XFER_ABOUT_UCX,
+     "ucx transport not built (configure with KVIO_WITH_UCX=ON)")
 #endif
 
 /* The GPU transports need CUDA, and UCX for their notices (staged also for
  * its data). */
 #if !defined(KVIO_HAVE_CUDA) || !defined(KVIO_HAVE_UCX)
-static kvio_status_t cuda_ipc_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
-                                             char *error_p, size_t error_len)
-{
-    snprintf(error_p, error_len, "cuda-ipc transport not built (configure with "
-             "KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON; this build has CUDA %s, UCX %s)",
-             kvio_device_built() ? "yes" : "no",
-#ifdef KVIO_HAVE_UCX
-             "yes"
-#else
-             "no"
-#endif
-    );
-    return KVIO_ERR_UNSUPPORTED;
-}
-static kvio_status_t staged_stub_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
-                                           char *error_p, size_t error_len)
-{
-    snprintf(error_p, error_len, "staged transport not built (configure with "
-             "KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON)");
-    return KVIO_ERR_UNSUPPORTED;
-}
-const kvio_xfer_ops_t kvio_xfer_cuda_ipc_ops = {.name = "cuda-ipc",
-                                                .preflight = cuda_ipc_stub_preflight};
-const kvio_xfer_ops_t kvio_xfer_staged_ops = {.name = "staged",
-                                              .preflight = staged_stub_preflight};
+STUB(kvio_xfer_cuda_ipc_ops, KVIO_XFER_ABOUT_CUDA_IPC,
+     "cuda-ipc transport not built (configure with KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON)")
+STUB(kvio_xfer_staged_ops, KVIO_XFER_ABOUT_STAGED,
+     "staged transport not built (configure with KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON)")
 #endif
 
-/* Indexed by kvio_xfer_kind_t. */
-static const kvio_xfer_ops_t *const xfer_registry[] = {
-    &kvio_xfer_ucx_ops, &kvio_xfer_file_ops, &kvio_xfer_redis_ops, &kvio_xfer_cuda_ipc_ops,
-    &kvio_xfer_staged_ops};
-
-static const kvio_xfer_ops_t *find_ops(int kind)
+/* The transport config->kind chose (NULL before binding). */
+static const kvio_xfer_ops_t *chosen_ops(const kvio_xfer_config_t *config)
 {
-    if (kind < 0 || kind >= (int)(sizeof(xfer_registry) / sizeof(xfer_registry[0])))
-        return NULL;
-    return xfer_registry[kind];
+    return (const kvio_xfer_ops_t *)config->kind.plugin;
 }
 
 /* The plug-in for config: its kind's, or, with weight_sync's buckets, the
@@ -180,16 +148,16 @@ static const kvio_xfer_ops_t *find_ops(int kind)
 static const kvio_xfer_ops_t *config_ops(const kvio_xfer_config_t *config, char *error_p,
                                          size_t error_len)
 {
-    const kvio_xfer_ops_t *ops = find_ops(config->kind);
+    const kvio_xfer_ops_t *ops = chosen_ops(config);
     if (ops == NULL) {
-        snprintf(error_p, error_len, "unknown transport kind %d", config->kind);
+        snprintf(error_p, error_len, "no transport chosen");
         return NULL;
     }
     if (config->num_buckets == 0)
         return ops;
-    if (config->kind != KVIO_XFER_UCX) {
+    if (!kvio_choice_is(&config->kind, "ucx")) {
         snprintf(error_p, error_len, "weight_sync: emulate mode moves buckets over "
-                 "train.transport.kind: ucx only, not %s", ops->name);
+                 "train.transport.kind: ucx only, not %s", ops->plugin.name);
         return NULL;
     }
     return &kvio_xfer_ucx_bucket_ops;
@@ -248,7 +216,7 @@ static kvio_status_t weights_on_gpu(const kvio_xfer_config_t *config,
     if (ops->init != NULL && (ops->caps & KVIO_XFER_CAP_GPU_ONLY)) {
         if (weights == KVIO_WEIGHTS_HOST) {
             snprintf(error_p, error_len, "%s transport moves GPU memory: device.weights: "
-                     "host does not fit it (use auto or cuda)", ops->name);
+                     "host does not fit it (use auto or cuda)", ops->plugin.name);
             return KVIO_ERR_CONFIG;
         }
         *gpu_p = true;
@@ -257,7 +225,7 @@ static kvio_status_t weights_on_gpu(const kvio_xfer_config_t *config,
     if (weights == KVIO_WEIGHTS_CUDA && ops->init != NULL &&
         !(ops->caps & KVIO_XFER_CAP_GPU_MEM)) {
         snprintf(error_p, error_len, "%s transport reads and writes host memory: with "
-                 "device.weights: cuda use train.transport.kind: staged or cuda-ipc", ops->name);
+                 "device.weights: cuda use train.transport.kind: staged or cuda-ipc", ops->plugin.name);
         return KVIO_ERR_CONFIG;
     }
     *gpu_p = weights == KVIO_WEIGHTS_CUDA;
@@ -282,7 +250,7 @@ kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t byt
         char reason[512];
         if (kvio_device_query((int)config->device.index, &info, reason, sizeof(reason)) !=
             KVIO_OK) {
-            snprintf(error_p, error_len, "%s transport: %s", ops->name, reason);
+            snprintf(error_p, error_len, "%s transport: %s", ops->plugin.name, reason);
             status = KVIO_ERR_CONFIG;
         }
     }
@@ -307,11 +275,11 @@ static kvio_status_t open_device(kvio_xfer_t *xfer, char *error_p, size_t error_
                                 device->index, kvio_rte_index(xfer->rte), &domain, reason,
                                 sizeof(reason));
     if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "%s transport: weights on the GPU: %s", ops->name, reason);
+        snprintf(error_p, error_len, "%s transport: weights on the GPU: %s", ops->plugin.name, reason);
         return status;
     }
     if (kvio_device_kind(domain) != KVIO_MEMORY_CUDA) {
-        kvio_warn("rank %d: %s transport: weights in %s", kvio_rte_index(xfer->rte), ops->name,
+        kvio_warn("rank %d: %s transport: weights in %s", kvio_rte_index(xfer->rte), ops->plugin.name,
                   kvio_device_describe(domain));
         kvio_device_destroy(domain);
         return KVIO_OK;
@@ -326,7 +294,7 @@ static void setup_barrier_error(const kvio_xfer_t *xfer, kvio_status_t status, c
                                 size_t error_len)
 {
     snprintf(error_p, error_len, "%s transport: rank %d: waiting for every rank's set-up: %s",
-             xfer->ops->name, kvio_rte_index(xfer->rte),
+             xfer->ops->plugin.name, kvio_rte_index(xfer->rte),
              kvio_rte_verdict(xfer->rte)[0] ? kvio_rte_verdict(xfer->rte) : kvio_strerror(status));
 }
 
@@ -341,12 +309,12 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
     if (ops->init == NULL) {
         if (ops->preflight != NULL)
             return ops->preflight(config, bytes, error_p, error_len);
-        snprintf(error_p, error_len, "%s transport not built", ops->name);
+        snprintf(error_p, error_len, "%s transport not built", ops->plugin.name);
         return KVIO_ERR_UNSUPPORTED;
     }
     if (config->fanout == KVIO_XFER_FANOUT_CHAIN && !(ops->caps & KVIO_XFER_CAP_CHAIN)) {
         snprintf(error_p, error_len, "%s transport: fanout: chain is not supported",
-                 ops->name);
+                 ops->plugin.name);
         return KVIO_ERR_CONFIG;
     }
     kvio_status_t status = KVIO_ERR_NOMEM;
@@ -481,7 +449,7 @@ bool kvio_xfer_fault_now(kvio_xfer_t *xfer)
         return false;
     }
     kvio_xfer_set_error(xfer, "%s transport: injected fault: the sender died after %lld chunks",
-                        xfer->ops->name, (long long)limit);
+                        xfer->ops->plugin.name, (long long)limit);
     return true;
 }
 const char *kvio_xfer_info(const kvio_xfer_t *xfer) { return xfer->info; }
@@ -490,7 +458,7 @@ const char *kvio_xfer_error(const kvio_xfer_t *xfer) { return xfer->error; }
 static kvio_status_t checked(kvio_xfer_t *xfer, kvio_status_t status, const char *what)
 {
     if (status != KVIO_OK && status != KVIO_INPROGRESS) {
-        kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->name, what,
+        kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->plugin.name, what,
                             kvio_strerror(status));
     }
     return status;
@@ -549,7 +517,7 @@ static kvio_status_t sum_end(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta)
     if (whole)
         return KVIO_OK;
     kvio_xfer_set_error(xfer, "%s transport: the checksum saw %llu of %llu bytes in order",
-                        xfer->ops->name, (unsigned long long)xfer->put_sum.done,
+                        xfer->ops->plugin.name, (unsigned long long)xfer->put_sum.done,
                         (unsigned long long)xfer->bytes);
     return KVIO_ERR_INTERNAL;
 }
@@ -689,13 +657,13 @@ kvio_status_t kvio_xfer_poll(kvio_xfer_t *xfer, int free_slot, kvio_xfer_receive
     int64_t now = kvio_rte_time_ns(xfer->rte);
     if (meta.magic != KVIO_XFER_MAGIC) {
         kvio_xfer_set_error(xfer, "%s transport: a notice with a bad magic number",
-                            xfer->ops->name);
+                            xfer->ops->plugin.name);
         return KVIO_ERR_TRANSPORT;
     }
     kvio_xfer_receive_t receive = {.meta = meta, .slot = free_slot, .t_notified_ns = now};
     if (!(meta.flags & KVIO_XFER_META_END) && meta.bytes != xfer->bytes) {
         kvio_xfer_set_error(xfer, "%s transport: version %llu has %llu bytes, expected %llu",
-                            xfer->ops->name, (unsigned long long)meta.version,
+                            xfer->ops->plugin.name, (unsigned long long)meta.version,
                             (unsigned long long)meta.bytes, (unsigned long long)xfer->bytes);
         return KVIO_ERR_TRANSPORT;
     }
@@ -767,33 +735,6 @@ void kvio_xfer_progress(kvio_xfer_t *xfer)
         xfer->ops->progress(xfer);
 }
 
-/* Documented defaults of the simulate-mode model (see xfer/README.md). */
-static void model_defaults(int kind, int64_t *latency_ns_p, double *bandwidth_gbps_p)
-{
-    switch (kind) {
-    case KVIO_XFER_UCX:
-        *latency_ns_p = 20000;
-        *bandwidth_gbps_p = 10.0;
-        break;
-    case KVIO_XFER_FILE:
-        *latency_ns_p = 1000000;
-        *bandwidth_gbps_p = 2.0;
-        break;
-    case KVIO_XFER_CUDA_IPC:
-        *latency_ns_p = 20000;
-        *bandwidth_gbps_p = 200.0;
-        break;
-    case KVIO_XFER_STAGED:
-        *latency_ns_p = 50000;
-        *bandwidth_gbps_p = 10.0;
-        break;
-    default:
-        *latency_ns_p = 200000;
-        *bandwidth_gbps_p = 1.0;
-        break;
-    }
-}
-
 void kvio_xfer_model_params(const kvio_xfer_config_t *config, int64_t *latency_ns_p,
                             double *bandwidth_gbps_p, kvio_xfer_model_source_t *latency_source_p,
                             kvio_xfer_model_source_t *bandwidth_source_p)
@@ -801,7 +742,9 @@ void kvio_xfer_model_params(const kvio_xfer_config_t *config, int64_t *latency_n
     const kvio_xfer_model_config_t *model = &config->model;
     kvio_xfer_model_source_t latency_source = KVIO_XFER_MODEL_DEFAULT;
     kvio_xfer_model_source_t bandwidth_source = KVIO_XFER_MODEL_DEFAULT;
-    model_defaults(config->kind, latency_ns_p, bandwidth_gbps_p);
+    const kvio_xfer_ops_t *ops = chosen_ops(config);
+    *latency_ns_p = ops->model.latency_ns;
+    *bandwidth_gbps_p = ops->model.bandwidth_gbps;
     if (model->latency_ns > 0) {
         *latency_ns_p = model->latency_ns;
         latency_source = KVIO_XFER_MODEL_SET;
@@ -822,10 +765,10 @@ void kvio_xfer_model_params(const kvio_xfer_config_t *config, int64_t *latency_n
         *bandwidth_source_p = bandwidth_source;
 }
 
-/* Kinds the model treats as a shared store: written once, read by each. */
-static bool model_shared_store(int kind)
+/* Transports the model treats as a shared store: written once, read by each. */
+static bool model_shared_store(const kvio_xfer_config_t *config)
 {
-    return kind != KVIO_XFER_UCX && kind != KVIO_XFER_CUDA_IPC && kind != KVIO_XFER_STAGED;
+    return chosen_ops(config)->caps & KVIO_XFER_CAP_SHARED_STORE;
 }
 
 /* The model itself, for given parameters (ns; GB/s = bytes per ns). */
@@ -836,13 +779,13 @@ static void model_times(const kvio_xfer_config_t *config, double latency_ns,
     double whole_ns = (double)bytes / bandwidth_gbps;
     double chunk_ns = (double)(config->chunk < bytes ? config->chunk : bytes) / bandwidth_gbps;
     double arrival = 0, busy = 0;
-    if (config->kind == KVIO_XFER_UCX && config->fanout == KVIO_XFER_FANOUT_CHAIN) {
+    unsigned caps = chosen_ops(config)->caps;
+    if ((caps & KVIO_XFER_CAP_CHAIN) && config->fanout == KVIO_XFER_FANOUT_CHAIN) {
         /* Pipelined chain: the first hop carries everything, each further
          * hop adds one chunk. */
         arrival = latency_ns * (receiver + 1) + whole_ns + chunk_ns * receiver;
         busy = latency_ns + whole_ns;
-    } else if (config->kind == KVIO_XFER_UCX || config->kind == KVIO_XFER_CUDA_IPC ||
-               config->kind == KVIO_XFER_STAGED) {
+    } else if (!(caps & KVIO_XFER_CAP_SHARED_STORE)) {
         arrival = (latency_ns + whole_ns) * (receiver + 1);
         busy = (latency_ns + whole_ns) * num_receivers;
     } else {
@@ -850,7 +793,7 @@ static void model_times(const kvio_xfer_config_t *config, double latency_ns,
          * receiver reads it. */
         busy = latency_ns + whole_ns;
         arrival = busy + latency_ns + whole_ns;
-        if (config->kind == KVIO_XFER_FILE && config->file.discovery == KVIO_XFER_DISCOVER_POLL)
+        if ((caps & KVIO_XFER_CAP_POLL) && config->file.discovery == KVIO_XFER_DISCOVER_POLL)
             arrival += (double)config->file.poll_interval_ns / 2; /* mean wait for a poll */
     }
     *arrival_p = arrival;
@@ -887,7 +830,7 @@ kvio_status_t kvio_xfer_model_fit(const kvio_xfer_config_t *measured_config, int
                                   double *bandwidth_gbps_p)
 {
     double moving_ns = measured->transfer_ns, moves = 1;
-    if (model_shared_store(measured_config->kind)) {
+    if (model_shared_store(measured_config)) {
         moving_ns += measured->write_ns;
         moves = 2;
     }

@@ -167,8 +167,7 @@ static kvio_status_t ipc_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta
 }
 
 const kvio_xfer_ops_t kvio_xfer_cuda_ipc_ops = {
-    .name = "cuda-ipc",
-    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_GPU_ONLY,
+    KVIO_XFER_ABOUT_CUDA_IPC,
     .priv_size = sizeof(ipc_priv_t),
     .init = ipc_init,
     .fini = ipc_fini,

@@ -408,9 +408,13 @@ static kvio_status_t file_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, void 
     return KVIO_OK;
 }
 
+/* Simulate default 1 ms + 2 GB/s: a write, fsync and rename to a local SSD,
+ * then a read of it (a model repository). */
 const kvio_xfer_ops_t kvio_xfer_file_ops = {
-    .name = "file",
+    .plugin = {.name = "file", .help = "a version file in a directory: written, renamed, "
+               "found by polling or inotify", .options = kvio_no_options},
     .caps = KVIO_XFER_CAP_SHARED_STORE | KVIO_XFER_CAP_POLL,
+    .model = {.latency_ns = 1000000, .bandwidth_gbps = 2.0},
     .priv_size = sizeof(file_priv_t),
     .preflight = file_preflight,
     .init = file_init,

@@ -6,8 +6,14 @@
 #include "kvio/xfer.h"
 
 typedef struct kvio_xfer_ops {
-    const char *name;
-    unsigned caps;    /* KVIO_XFER_CAP_* */
+    kvio_plugin_t plugin; /* name, help, options (the framework's sections hold them) */
+    unsigned caps;    /* KVIO_XFER_CAP_*: with them the simulate model's shape */
+    /* The simulate model's defaults (xfer/README.md says where they come
+     * from): per update and receiver, latency + bytes / bandwidth. */
+    struct {
+        int64_t latency_ns;
+        double bandwidth_gbps;
+    } model;
     size_t priv_size; /* allocated, zeroed and freed by the framework */
     /* Checks from a single process before the run (may be NULL). */
     kvio_status_t (*preflight)(const kvio_xfer_config_t *config, uint64_t bytes,
@@ -51,6 +57,31 @@ typedef struct kvio_xfer_ops {
     kvio_status_t (*ack)(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta);
     void (*progress)(kvio_xfer_t *xfer);
 } kvio_xfer_ops_t;
+
+/* What the transports a build may leave out are (name, help, shape,
+ * simulate defaults): their ops table and the stub xfer.c puts in its place
+ * both start with it, so a build without UCX or CUDA still lists,
+ * validates and simulates them (and refuses to emulate them, saying why).
+ * Simulate defaults: ucx 20 us + 10 GB/s per receiver (a 100 Gb/s NIC's
+ * put, one after the other); cuda-ipc 20 us + 200 GB/s (NVLink-class,
+ * GPU to GPU); staged 50 us + 10 GB/s (the GPU's copies out and in around a
+ * UCX put). */
+#define KVIO_XFER_ABOUT_UCX                                                                 \
+    .plugin = {.name = "ucx", .help = "puts straight into the receivers' memory (RDMA, "    \
+               "shared memory or TCP)", .options = kvio_no_options},                     \
+    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_CHAIN |              \
+            KVIO_XFER_CAP_HASH_ON_PUT | KVIO_XFER_CAP_LANDED,                               \
+    .model = {.latency_ns = 20000, .bandwidth_gbps = 10.0}
+#define KVIO_XFER_ABOUT_CUDA_IPC                                                            \
+    .plugin = {.name = "cuda-ipc", .help = "GPU to GPU on one node through CUDA IPC handles", \
+               .options = kvio_no_options},                                                 \
+    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_GPU_ONLY,            \
+    .model = {.latency_ns = 20000, .bandwidth_gbps = 200.0}
+#define KVIO_XFER_ABOUT_STAGED                                                              \
+    .plugin = {.name = "staged", .help = "GPU -> pinned host -> UCX -> pinned host -> GPU", \
+               .options = kvio_no_options},                                                 \
+    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_GPU_ONLY,            \
+    .model = {.latency_ns = 50000, .bandwidth_gbps = 10.0}
 
 /* The sender's sum of a buffer of known length (xfer_checksum.c): XXH3-64,
  * taken while the buffer is passed on region by region in order, copied to
@@ -116,12 +147,7 @@ struct kvio_xfer {
     char error[512];      /* the first error, via kvio_xfer_set_error */
 };
 
-extern const kvio_xfer_ops_t kvio_xfer_ucx_ops;
-extern const kvio_xfer_ops_t kvio_xfer_file_ops;
-extern const kvio_xfer_ops_t kvio_xfer_redis_ops;
-extern const kvio_xfer_ops_t kvio_xfer_cuda_ipc_ops;
-extern const kvio_xfer_ops_t kvio_xfer_staged_ops;
-/* ucx with weight_sync's buckets (config->num_buckets > 0). */
+/* The transports themselves are listed in xfer/transports.c. ucx with weight_sync's buckets (config->num_buckets > 0). */
 extern const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops;
 
 /* Appends count zeroed bucket stamps and returns the first (NULL: out of

@@ -447,8 +447,7 @@ static kvio_status_t staged_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
 }
 
 const kvio_xfer_ops_t kvio_xfer_staged_ops = {
-    .name = "staged",
-    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_GPU_ONLY,
+    KVIO_XFER_ABOUT_STAGED,
     .priv_size = sizeof(staged_priv_t),
     .preflight = staged_preflight,
     .init = staged_init,

@@ -147,7 +147,7 @@ static kvio_status_t wait_inflight(kvio_xfer_t *xfer, int limit, int peer, const
     if (status != KVIO_OK)
         return status;
     if (priv->request_error != UCS_OK) {
-        kvio_xfer_set_error(xfer, "%s transport: %s rank %d: %s", xfer->ops->name, what, peer,
+        kvio_xfer_set_error(xfer, "%s transport: %s rank %d: %s", xfer->ops->plugin.name, what, peer,
                             ucs_status_string(priv->request_error));
         return from_ucs(priv->request_error);
     }
@@ -159,7 +159,7 @@ static kvio_status_t track(kvio_xfer_t *xfer, ucs_status_ptr_t request, const ch
 {
     ucx_priv_t *priv = xfer->priv;
     if (UCS_PTR_IS_ERR(request)) {
-        kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->name, what,
+        kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->plugin.name, what,
                             ucs_status_string(UCS_PTR_STATUS(request)));
         return from_ucs(UCS_PTR_STATUS(request));
     }
@@ -232,7 +232,7 @@ kvio_status_t kvio_xfer_ucx_map(kvio_xfer_t *xfer, void *address, uint64_t bytes
     ucs_status_t status = ucp_mem_map(priv->context, &params, memory_p);
     if (status != UCS_OK) {
         kvio_xfer_set_error(xfer, "%s transport: ucp_mem_map(%llu bytes%s): %s",
-                            xfer->ops->name, (unsigned long long)bytes,
+                            xfer->ops->plugin.name, (unsigned long long)bytes,
                             memory_type == UCS_MEMORY_TYPE_CUDA ? ", CUDA" : "",
                             ucs_status_string(status));
         return from_ucs(status);
@@ -289,7 +289,7 @@ kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void
     if (length < sizeof(header)) {
         /* A peer's failure, not this rank's: its own error names the cause. */
         kvio_xfer_set_error(xfer, "%s transport: rank %d sent no receive slots (its set-up "
-                            "failed)", xfer->ops->name, rank);
+                            "failed)", xfer->ops->plugin.name, rank);
         return KVIO_ERR_PEER;
     }
     memcpy(header, blob, sizeof(header));
@@ -349,10 +349,10 @@ static kvio_status_t connect_to(kvio_xfer_t *xfer, int rank, void **addresses)
     }
     if (kvio_rte_peer_failed(xfer->rte, rank)) {
         kvio_xfer_set_error(xfer, "%s transport: rank %d failed during set-up",
-                            xfer->ops->name, rank);
+                            xfer->ops->plugin.name, rank);
         return KVIO_ERR_PEER;
     }
-    kvio_xfer_set_error(xfer, "%s transport: connecting to rank %d: %s", xfer->ops->name,
+    kvio_xfer_set_error(xfer, "%s transport: connecting to rank %d: %s", xfer->ops->plugin.name,
                         rank, ucs_status_string(status));
     return from_ucs(status);
 }
@@ -763,7 +763,7 @@ static kvio_status_t announce_landed(kvio_xfer_t *xfer, ucp_ep_h ep, int rank)
     kvio_ucx_landing_t *landing = &priv->landing;
     if (landing->error != UCS_OK) {
         kvio_xfer_set_error(xfer, "%s transport: telling rank %d what has landed: %s",
-                            xfer->ops->name, rank, ucs_status_string(landing->error));
+                            xfer->ops->plugin.name, rank, ucs_status_string(landing->error));
         return from_ucs(landing->error);
     }
     if (landing->stored) {
@@ -908,7 +908,7 @@ kvio_status_t kvio_xfer_ucx_wait(kvio_xfer_t *xfer, bool (*done)(void *arg), voi
         kvio_status_t status = kvio_rte_peer_check(xfer->rte, peer, true, waiting_for, reason,
                                                    sizeof(reason));
         if (status != KVIO_OK) {
-            kvio_xfer_set_error(xfer, "%s transport: %s", xfer->ops->name, reason);
+            kvio_xfer_set_error(xfer, "%s transport: %s", xfer->ops->plugin.name, reason);
             return status;
         }
     }
@@ -930,7 +930,7 @@ kvio_status_t kvio_xfer_ucx_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
             return status;
     }
     if (priv->queue_overflow) {
-        kvio_xfer_set_error(xfer, "%s transport: more than %d notices queued", xfer->ops->name,
+        kvio_xfer_set_error(xfer, "%s transport: more than %d notices queued", xfer->ops->plugin.name,
                             QUEUE_LENGTH);
         return KVIO_ERR_INTERNAL;
     }
@@ -964,9 +964,7 @@ void kvio_xfer_ucx_progress(kvio_xfer_t *xfer)
 }
 
 const kvio_xfer_ops_t kvio_xfer_ucx_ops = {
-    .name = "ucx",
-    .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_CHAIN |
-            KVIO_XFER_CAP_HASH_ON_PUT | KVIO_XFER_CAP_LANDED,
+    KVIO_XFER_ABOUT_UCX,
     .priv_size = sizeof(ucx_priv_t),
     .preflight = ucx_preflight,
     .init = ucx_init,

@@ -18,14 +18,10 @@
 
 typedef struct kvio_xfer kvio_xfer_t;
 
-/* Transport kinds, in the order of kvio_xfer_kind_names. */
-typedef enum {
-    KVIO_XFER_UCX = 0,
-    KVIO_XFER_FILE = 1,
-    KVIO_XFER_REDIS = 2,
-    KVIO_XFER_CUDA_IPC = 3, /* same node, GPU to GPU */
-    KVIO_XFER_STAGED = 4,   /* GPU -> pinned host -> UCX -> pinned host -> GPU */
-} kvio_xfer_kind_t;
+/* The transports, found by name (xfer/transports.c): ucx, file, redis,
+ * cuda-ipc (same node, GPU to GPU), staged (GPU -> pinned host -> UCX ->
+ * pinned host -> GPU); `kvio list` shows them. */
+extern const kvio_registry_t kvio_transports;
 typedef enum { KVIO_XFER_FANOUT_SEQUENTIAL = 0, KVIO_XFER_FANOUT_CHAIN = 1 } kvio_xfer_fanout_t;
 
 /* staged: how a chunk crosses from the sender's host side to the
@@ -35,7 +31,6 @@ typedef enum { KVIO_XFER_FANOUT_SEQUENTIAL = 0, KVIO_XFER_FANOUT_CHAIN = 1 } kvi
 typedef enum { KVIO_XFER_HOP_PUT = 0, KVIO_XFER_HOP_MAPPED = 1 } kvio_xfer_host_hop_t;
 typedef enum { KVIO_XFER_DISCOVER_POLL = 0, KVIO_XFER_DISCOVER_NOTIFY = 1 } kvio_xfer_discovery_t;
 
-extern const char *const kvio_xfer_kind_names[];
 /* Names of kvio_xfer_fanout_t and kvio_xfer_discovery_t values, in order. */
 extern const char *const kvio_xfer_fanout_names[];
 extern const char *const kvio_xfer_discovery_names[];
@@ -101,7 +96,7 @@ typedef struct kvio_xfer_model_config {
 typedef enum { KVIO_XFER_ROUTE_DIRECT = 0, KVIO_XFER_ROUTE_CHAIN, KVIO_XFER_ROUTE_TREE } kvio_xfer_route_t;
 
 typedef struct kvio_xfer_config {
-    int kind;        /* kvio_xfer_kind_t */
+    kvio_choice_t kind; /* of kvio_transports */
     uint64_t chunk;  /* bytes per put / write / SET */
     int64_t inflight;
     int fanout;      /* kvio_xfer_fanout_t */
