@@ -51,12 +51,6 @@ void kvio_hist_destroy(kvio_hist_t *hist)
     free(hist);
 }
 
-void kvio_hist_reset(kvio_hist_t *hist)
-{
-    memset(hist, 0, sizeof(*hist));
-    hist->min = UINT64_MAX;
-}
-
 void kvio_hist_record_n(kvio_hist_t *hist, uint64_t value, uint64_t count)
 {
     if (count == 0)

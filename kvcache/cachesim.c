@@ -231,11 +231,6 @@ kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *bl
     return KVIO_OK;
 }
 
-size_t kvio_cachesim_num_requests(const kvio_cachesim_t *sim)
-{
-    return sim->num_requests;
-}
-
 size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim)
 {
     return sim->num_unique;

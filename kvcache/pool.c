@@ -475,11 +475,6 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
     free(cache);
 }
 
-uint32_t kvio_kvcache_num_usable_blocks(const kvio_kvcache_t *cache)
-{
-    return cache->num_blocks - 1;
-}
-
 uint32_t kvio_kvcache_num_free_blocks(const kvio_kvcache_t *cache)
 {
     return cache->free_queue.length;
@@ -1015,11 +1010,6 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
     cache->metrics.prefix_resets++;
     cache->metrics.prefix_reset_blocks += count;
     return count;
-}
-
-uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache)
-{
-    return cache->index_version;
 }
 
 /* The cached prefix of a request that holds no blocks, its hit blocks in

@@ -327,7 +327,6 @@ void kvio_tier_destroy(kvio_tier_t *tier)
 
 /* ---------- operations ---------- */
 
-const char *kvio_tier_name(const kvio_tier_t *tier) { return tier->ops->plugin.name; }
 int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->config.write; }
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
 uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier) { return tier->num_held; }

@@ -187,14 +187,6 @@ double kvio_model_params(const kvio_model_t *model)
     return (double)model->layers * per_layer + kvio_model_embedding_params(model);
 }
 
-double kvio_model_active_params(const kvio_model_t *model)
-{
-    double experts = model->num_experts > 0 ? (double)model->experts_per_token : 1.0;
-    double router = model->num_experts > 0 ? (double)(model->hidden * model->num_experts) : 0;
-    double per_layer = kvio_model_attention_params(model) + experts * kvio_model_expert_params(model) + router;
-    return (double)model->layers * per_layer + kvio_model_embedding_params(model);
-}
-
 uint64_t kvio_model_weight_bytes(const kvio_model_t *model)
 {
     return (uint64_t)llround(kvio_model_params(model) * model->weight_dtype_bytes);

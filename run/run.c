@@ -2,7 +2,7 @@
  * stream or trace) before creating the results directory, runs the serve
  * ranks, and writes summary.json (schema version, effective config, times,
  * which parts ran, complete flag, metrics) and a table on stdout. */
-#include "kvio/run.h"
+#include "run/run_int.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -14,6 +14,84 @@
 #include "kvio/serve.h"
 #include "kvio/update.h"
 
+/* ---------- model updates (run/updates_*.c, run/coupled.c) ---------- */
+
+struct kvio_results;
+
+/* True when the workload has train and serve
+ * ranks. */
+bool kvio_updates_wanted(const kvio_workload_t *workload);
+
+/* True when the serve ranks run the real-time engine while updates arrive
+ * (emulate mode, update.serving: engine). */
+bool kvio_updates_coupled(const kvio_workload_t *workload);
+
+/* Simulate mode with train.transport.model.from: reads that emulate run's
+ * results directory (summary.json, updates.csv) and fits the model to it
+ * into workload->train.transport.model (taken_*); nothing without model.from.
+ * kvio_workload_load and kvio_workload_parse call it for a simulate workload
+ * with train and serve ranks; KVIO_ERR_NOT_FOUND or
+ * KVIO_ERR_CONFIG with the path named when the directory does not fit. */
+kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
+                                      size_t error_len);
+
+/* Emulate mode with weight_sync on: the buckets one update moves (the
+ * model's tensors scaled to train.bytes, packed by the granularity; see
+ * kvio_sync_buckets). Free with kvio_sync_plan_free. */
+kvio_status_t kvio_updates_sync_buckets(const kvio_workload_t *workload, kvio_sync_plan_t *plan_p,
+                                        char *error_p, size_t error_len);
+
+/* Emulate mode with weight_sync on: the deltas its versions go as (fraction
+ * 0: none), of elements of the model's weight type (element 0 when the
+ * model does not resolve or its weights are not 1, 2, 4 or 8 bytes). */
+kvio_delta_t kvio_updates_sync_delta(const kvio_workload_t *workload);
+
+/* Checks what can fail before any rank starts (Redis answers, directory
+ * writable, transport built, and, in emulate mode, that the weight buffers
+ * fit in memory beside other_bytes the run's KV pools take). */
+kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t other_bytes,
+                                     char *error_p, size_t error_len);
+
+/* Simulate mode: the trainer's versions and each serve rank's updates on
+ * the virtual clock, from the train section and the transport model (what
+ * kvio_updates_run writes to updates.csv). The serve ranks serve on it. */
+typedef struct kvio_updates_schedule {
+    kvio_train_record_t *train;    /* one per published version, in order */
+    size_t num_train;
+    kvio_update_record_t *updates; /* per version, one per serve rank (world ranks) */
+    size_t num_updates;
+    int64_t *inference_stall_ns;   /* per serve rank (update.apply: stall) */
+    int64_t end_ns;                /* the trainer's last step */
+    double *version_steps;         /* the step each version holds; [0]: 0 */
+    size_t num_version_steps;      /* num_train + 1 */
+    kvio_sync_plan_t sync;         /* weight_sync on: every version's plan (the same) */
+} kvio_updates_schedule_t;
+
+/* Computes the schedule (deterministic: the same workload, the same
+ * schedule). Free with kvio_updates_schedule_free. */
+kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
+                                    kvio_updates_schedule_t *schedule_p, char *error_p,
+                                    size_t error_len);
+void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
+
+/* Runs the train and serve ranks (emulate: on world; simulate: world NULL,
+ * on a virtual clock), and on the process of rank 0 writes updates.csv into
+ * results, the model-update metrics into metrics (an object, borrowed), the
+ * run's start (t0, every rank's role and set-up time; see
+ * kvio_start_json_set) into start (an object, borrowed, may be NULL) and one
+ * trace event per update stage into events (may be NULL). results, metrics
+ * and start are NULL on other processes. Simulate mode writes schedule
+ * (the one the serve ranks served on, with the activations they took) or,
+ * when it is NULL, kvio_updates_schedule's. stop (may be NULL; emulate only) ends
+ * the trainer and the serve ranks early, keeping what was measured. */
+kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
+                               const kvio_updates_schedule_t *schedule,
+                               const kvio_serve_output_t *serving,
+                               volatile sig_atomic_t *stop, struct kvio_results *results,
+                               json_t *metrics, json_t *start, kvio_event_trace_t *events,
+                               char *error_p, size_t error_len);
+
+
 /* The training rank: the first; serve ranks follow, then the client. */
 #define TRAIN_RANK 0
 

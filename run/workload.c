@@ -1,7 +1,7 @@
 /* The workload's top-level option table and loading from a file or an
  * embedded preset, with --set overrides. Later modules add their sections
  * here, each bound by its own module's table. */
-#include "kvio/run.h"
+#include "run/run_int.h"
 
 #include <stddef.h>
 #include <string.h>

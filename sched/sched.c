@@ -106,11 +106,6 @@ void kvio_sched_destroy(kvio_sched_t *sched)
     free(sched);
 }
 
-const char *kvio_sched_policy_name(const kvio_sched_t *sched)
-{
-    return sched->policy->plugin.name;
-}
-
 bool kvio_sched_wants_hits(const kvio_sched_t *sched, size_t count)
 {
     if (sched->policy->wants_hits != NULL)

@@ -26,6 +26,27 @@ typedef struct kvio_router_call {
     const kvio_engine_request_t *request;
 } kvio_router_call_t;
 
+/* ---------- serve's own parts of the public types ---------- */
+
+/* The router's name. */
+const char *kvio_router_name(const kvio_router_t *router);
+
+/* Whether choosing among num_ranks ranks reads a request's block hashes
+ * (prefix_affinity, kv_cost): else they may be computed later. */
+bool kvio_router_reads_hashes(const kvio_router_t *router, uint32_t num_ranks);
+
+/* Picks the serve rank for a request from the engines' current state. */
+uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines,
+                            uint32_t num_engines, const kvio_engine_request_t *request);
+
+/* Keeps at most bytes of iteration records for the report (the default
+ * fits the runtime's message limit; a plain run's report stays in memory). */
+void kvio_serve_rank_set_iterations_limit(kvio_serve_rank_t *rank, size_t bytes);
+
+/* Metrics of merged engine measurements as JSON (TTFT, TPOT, ITL, E2EL in ms
+ * with mean/p50/p90/p99, throughputs, goodput, prefix cache, preemptions). */
+json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics);
+
 typedef struct kvio_router_ops {
     kvio_plugin_t plugin;
     unsigned caps;     /* KVIO_ROUTER_CAP_* */

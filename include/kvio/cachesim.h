@@ -40,7 +40,6 @@ void kvio_cachesim_destroy(kvio_cachesim_t *sim);
 kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *block_ids,
                                         size_t num_blocks, uint64_t num_tokens);
 
-size_t kvio_cachesim_num_requests(const kvio_cachesim_t *sim);
 size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim);
 
 /* Replays every request through a cache of capacity_blocks (at least 1)

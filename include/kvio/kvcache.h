@@ -86,8 +86,7 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config,
 /* Destroys the pool. Requests created on it must be destroyed first. */
 void kvio_kvcache_destroy(kvio_kvcache_t *cache);
 
-/* Usable blocks (num_blocks - 1) and those currently free. */
-uint32_t kvio_kvcache_num_usable_blocks(const kvio_kvcache_t *cache);
+/* Blocks currently free. */
 uint32_t kvio_kvcache_num_free_blocks(const kvio_kvcache_t *cache);
 
 /* Usage = 1 - free / usable, in 0..1. */
@@ -186,9 +185,6 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
                                    void (*dropped)(void *context, kvio_hash_t hash),
                                    void *context);
 
-/* A counter that changes whenever a hash enters or leaves the index: a
- * lookup's result stays valid while the version is unchanged. */
-uint64_t kvio_kvcache_index_version(const kvio_kvcache_t *cache);
 
 /* Makes the request's blocks cover its first num_tokens tokens (at most the
  * request's length). On the first call it takes the cached prefix. All or

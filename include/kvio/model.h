@@ -68,9 +68,8 @@ double kvio_model_attention_params(const kvio_model_t *model);
 double kvio_model_expert_params(const kvio_model_t *model);
 double kvio_model_embedding_params(const kvio_model_t *model);
 
-/* Parameter counts: all weights, and those one token touches (MoE). */
+/* Parameter count: all weights. */
 double kvio_model_params(const kvio_model_t *model);
-double kvio_model_active_params(const kvio_model_t *model);
 
 /* Bytes of all weights (what a checkpoint or model update moves). */
 uint64_t kvio_model_weight_bytes(const kvio_model_t *model);

@@ -68,8 +68,6 @@ kvio_status_t kvio_sched_create(const kvio_sched_config_t *config, uint64_t seed
                                 kvio_sched_t **sched_p);
 void kvio_sched_destroy(kvio_sched_t *sched);
 
-const char *kvio_sched_policy_name(const kvio_sched_t *sched);
-
 unsigned kvio_sched_caps(const kvio_sched_t *sched);
 
 /* Whether ordering count waiting requests reads their cached prefixes (lpm

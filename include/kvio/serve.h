@@ -61,11 +61,6 @@ typedef struct kvio_router kvio_router_t;
 
 kvio_status_t kvio_router_create(const kvio_router_config_t *config, kvio_router_t **router_p);
 void kvio_router_destroy(kvio_router_t *router);
-const char *kvio_router_name(const kvio_router_t *router);
-
-/* Whether choosing among num_ranks ranks reads a request's block hashes
- * (prefix_affinity, kv_cost): else they may be computed later. */
-bool kvio_router_reads_hashes(const kvio_router_t *router, uint32_t num_ranks);
 
 /* What a router sees of the serve ranks: the engines themselves (simulate)
  * or the state the ranks publish every iteration (emulate, where the client
@@ -84,10 +79,6 @@ typedef struct kvio_router_view {
  * ranks. */
 uint32_t kvio_router_choose_view(kvio_router_t *router, const kvio_router_view_t *view,
                                  uint32_t num_ranks, const kvio_engine_request_t *request);
-
-/* Picks the serve rank for a request from the engines' current state. */
-uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines,
-                            uint32_t num_engines, const kvio_engine_request_t *request);
 
 /* ---------- simulate-mode driver ---------- */
 
@@ -236,10 +227,6 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
                                     int64_t serve_until_ns, kvio_update_result_t *result_p,
                                     char *error_p, size_t error_len);
 
-/* Keeps at most bytes of iteration records for the report (the default
- * fits the runtime's message limit; a plain run's report stays in memory). */
-void kvio_serve_rank_set_iterations_limit(kvio_serve_rank_t *rank, size_t bytes);
-
 /* The rank's measurements as a blob for rank 0 (caller frees). */
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                    size_t *length_p);
@@ -282,9 +269,5 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
  * serve ranks' blobs recognises it. */
 kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **blob_p,
                                      size_t *length_p);
-
-/* Metrics of merged engine measurements as JSON (TTFT, TPOT, ITL, E2EL in ms
- * with mean/p50/p90/p99, throughputs, goodput, prefix cache, preemptions). */
-json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics);
 
 #endif

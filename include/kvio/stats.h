@@ -28,9 +28,6 @@ typedef struct kvio_hist_summary {
 kvio_status_t kvio_hist_create(kvio_hist_t **hist_p);
 void kvio_hist_destroy(kvio_hist_t *hist);
 
-/* Empties the histogram. */
-void kvio_hist_reset(kvio_hist_t *hist);
-
 /* Records a value (count times for kvio_hist_record_n). */
 void kvio_hist_record(kvio_hist_t *hist, uint64_t value);
 void kvio_hist_record_n(kvio_hist_t *hist, uint64_t value, uint64_t count);

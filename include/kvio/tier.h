@@ -94,8 +94,6 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
                                size_t error_len);
 void kvio_tier_destroy(kvio_tier_t *tier);
 
-/* The backend's name ("host", "redis", "file"). */
-const char *kvio_tier_name(const kvio_tier_t *tier);
 /* kvio_tier_write_t: when the engine writes blocks down (the tier does not act on it). */
 int kvio_tier_write_policy(const kvio_tier_t *tier);
 
