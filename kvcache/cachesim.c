@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define EMPTY_SLOT UINT32_MAX
 #define DIRECT_IDS (1u << 24)
 
 /* Dense block indices of requests live in chunks that never move, so the
@@ -45,48 +44,9 @@ struct kvio_cachesim {
      * integers) index a lazily zeroed array holding index + 1; others go
      * through an open-addressing table with linear probing. */
     uint32_t *direct;
-    uint64_t *slot_ids;
-    uint32_t *slot_indices;
-    size_t slot_mask;
+    kvio_map_t table; /* id -> index + 1 */
     uint32_t num_unique;
-    uint32_t num_table_ids;
 };
-
-static size_t id_slot(uint64_t id, size_t mask)
-{
-    id ^= id >> 31;
-    id *= 0x9e3779b97f4a7c15ULL;
-    id ^= id >> 29;
-    return (size_t)id & mask;
-}
-
-static kvio_status_t grow_table(kvio_cachesim_t *sim)
-{
-    size_t old_size = sim->slot_mask + 1, size = old_size * 2;
-    uint64_t *ids = malloc(size * sizeof(uint64_t));
-    uint32_t *indices = malloc(size * sizeof(uint32_t));
-    if (ids == NULL || indices == NULL) {
-        free(ids);
-        free(indices);
-        return KVIO_ERR_NOMEM;
-    }
-    memset(indices, 0xff, size * sizeof(uint32_t));
-    for (size_t i = 0; i < old_size; i++) {
-        if (sim->slot_indices[i] == EMPTY_SLOT)
-            continue;
-        size_t slot = id_slot(sim->slot_ids[i], size - 1);
-        while (indices[slot] != EMPTY_SLOT)
-            slot = (slot + 1) & (size - 1);
-        ids[slot] = sim->slot_ids[i];
-        indices[slot] = sim->slot_indices[i];
-    }
-    free(sim->slot_ids);
-    free(sim->slot_indices);
-    sim->slot_ids = ids;
-    sim->slot_indices = indices;
-    sim->slot_mask = size - 1;
-    return KVIO_OK;
-}
 
 kvio_status_t kvio_cachesim_create(uint32_t block_tokens, kvio_cachesim_t **sim_p)
 {
@@ -96,15 +56,10 @@ kvio_status_t kvio_cachesim_create(uint32_t block_tokens, kvio_cachesim_t **sim_
     if (sim == NULL)
         return KVIO_ERR_NOMEM;
     sim->block_tokens = block_tokens;
-    size_t size = 1024;
-    sim->slot_ids = malloc(size * sizeof(uint64_t));
-    sim->slot_indices = malloc(size * sizeof(uint32_t));
-    if (sim->slot_ids == NULL || sim->slot_indices == NULL) {
+    if (kvio_map_reserve(&sim->table, 512) != KVIO_OK) {
         kvio_cachesim_destroy(sim);
         return KVIO_ERR_NOMEM;
     }
-    memset(sim->slot_indices, 0xff, size * sizeof(uint32_t));
-    sim->slot_mask = size - 1;
     *sim_p = sim;
     return KVIO_OK;
 }
@@ -120,8 +75,7 @@ void kvio_cachesim_destroy(kvio_cachesim_t *sim)
         sim->chunk = previous;
     }
     free(sim->direct);
-    free(sim->slot_ids);
-    free(sim->slot_indices);
+    kvio_map_fini(&sim->table);
     free(sim);
 }
 
@@ -158,23 +112,17 @@ static kvio_status_t grow_array(void **array, size_t *capacity, size_t needed, s
     return KVIO_OK;
 }
 
-/* Interns an id of DIRECT_IDS or more through the open-addressing table. */
+/* Interns an id of DIRECT_IDS or more through the table. */
 static kvio_status_t intern_table_id(kvio_cachesim_t *sim, uint64_t id, uint32_t *index_p)
 {
-    if (2 * ((size_t)sim->num_table_ids + 1) > sim->slot_mask + 1) {
-        kvio_status_t status = grow_table(sim);
+    uint32_t found = kvio_map_get(&sim->table, id);
+    if (found == 0) { /* the caller keeps num_unique below UINT32_MAX - 1 */
+        kvio_status_t status = kvio_map_set(&sim->table, id, sim->num_unique + 1);
         if (status != KVIO_OK)
             return status;
+        found = ++sim->num_unique;
     }
-    size_t slot = id_slot(id, sim->slot_mask);
-    while (sim->slot_indices[slot] != EMPTY_SLOT && sim->slot_ids[slot] != id)
-        slot = (slot + 1) & sim->slot_mask;
-    if (sim->slot_indices[slot] == EMPTY_SLOT) {
-        sim->slot_ids[slot] = id;
-        sim->slot_indices[slot] = sim->num_unique++;
-        sim->num_table_ids++;
-    }
-    *index_p = sim->slot_indices[slot];
+    *index_p = found - 1;
     return KVIO_OK;
 }
 

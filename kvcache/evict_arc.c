@@ -27,7 +27,7 @@ struct arc {
     uint8_t *ghost_list;  /* per slot: B1 or B2 */
     uint32_t *free_slots; /* c + 1 slots: at most c ghosts, one more in a victim */
     uint32_t num_free_slots;
-    kvio_key_table_t ghost_index; /* key -> its slot + 1 */
+    kvio_map_t ghost_index; /* key -> its slot + 1 */
     bool pending;         /* arriving told of pending_key, and p is adapted */
     uint64_t pending_key;
     uint8_t pending_ghost; /* B1, B2 or NONE: where pending_key was a ghost */
@@ -44,7 +44,7 @@ static void arc_fini(void *priv)
     free(arc->ghost_keys);
     free(arc->ghost_list);
     free(arc->free_slots);
-    kvio_key_table_fini(&arc->ghost_index);
+    kvio_map_fini(&arc->ghost_index);
 }
 
 static kvio_status_t arc_init(void *priv, uint32_t num_entries, uint64_t capacity)
@@ -69,7 +69,8 @@ static kvio_status_t arc_init(void *priv, uint32_t num_entries, uint64_t capacit
     arc->free_slots = malloc(sizeof(uint32_t) * slots);
     if (arc->links == NULL || arc->list == NULL || arc->in_set == NULL || arc->keys == NULL ||
         arc->ghost_links == NULL || arc->ghost_keys == NULL || arc->ghost_list == NULL ||
-        arc->free_slots == NULL || kvio_key_table_init(&arc->ghost_index, slots) != KVIO_OK) {
+        /* room for every ghost: a set never grows it, nor fails */
+        arc->free_slots == NULL || kvio_map_reserve(&arc->ghost_index, slots) != KVIO_OK) {
         arc_fini(arc);
         return KVIO_ERR_NOMEM;
     }
@@ -91,21 +92,21 @@ static kvio_list_t *ghost_list(struct arc *arc, uint8_t list)
 /* Where key is a ghost (B1, B2), or NONE. */
 static uint8_t ghost_of(const struct arc *arc, uint64_t key)
 {
-    uint32_t slot = kvio_key_table_get(&arc->ghost_index, key);
+    uint32_t slot = kvio_map_get(&arc->ghost_index, key);
     return slot == 0 ? LIST_NONE : arc->ghost_list[slot - 1];
 }
 
 static void ghost_drop(struct arc *arc, uint32_t slot)
 {
     kvio_list_unlink(ghost_list(arc, arc->ghost_list[slot]), arc->ghost_links, slot);
-    kvio_key_table_set(&arc->ghost_index, arc->ghost_keys[slot], 0);
+    kvio_map_set(&arc->ghost_index, arc->ghost_keys[slot], 0);
     arc->ghost_list[slot] = LIST_NONE;
     arc->free_slots[arc->num_free_slots++] = slot;
 }
 
 static void ghost_forget(struct arc *arc, uint64_t key)
 {
-    uint32_t slot = kvio_key_table_get(&arc->ghost_index, key);
+    uint32_t slot = kvio_map_get(&arc->ghost_index, key);
     if (slot != 0)
         ghost_drop(arc, slot - 1);
 }
@@ -134,7 +135,7 @@ static void ghost_push(struct arc *arc, uint64_t key, uint8_t list)
     arc->ghost_keys[slot] = key;
     arc->ghost_list[slot] = list;
     kvio_list_push_tail(ghost_list(arc, list), arc->ghost_links, slot);
-    kvio_key_table_set(&arc->ghost_index, key, slot + 1);
+    kvio_map_set(&arc->ghost_index, key, slot + 1);
 }
 
 /* The paper's adaptation on a ghost hit: p grows by max(|B2|/|B1|, 1) on a

@@ -15,7 +15,7 @@ enum { QUEUE_NONE = 0, QUEUE_SMALL = 1, QUEUE_MAIN = 2 };
 struct ghost {
     uint64_t *ring;
     size_t ring_capacity, ring_start, ring_length;
-    kvio_key_table_t counts;
+    kvio_map_t counts;
 };
 
 struct s3fifo {
@@ -31,14 +31,14 @@ struct s3fifo {
 
 static bool ghost_contains(const struct ghost *ghost, uint64_t key)
 {
-    return ghost->ring_capacity > 0 && kvio_key_table_get(&ghost->counts, key) != 0;
+    return ghost->ring_capacity > 0 && kvio_map_get(&ghost->counts, key) != 0;
 }
 
 static void ghost_forget(struct ghost *ghost, uint64_t key)
 {
-    uint32_t count = kvio_key_table_get(&ghost->counts, key);
+    uint32_t count = kvio_map_get(&ghost->counts, key);
     if (count > 0)
-        kvio_key_table_set(&ghost->counts, key, count - 1);
+        kvio_map_set(&ghost->counts, key, count - 1);
 }
 
 static void ghost_push(struct ghost *ghost, uint64_t key)
@@ -52,7 +52,7 @@ static void ghost_push(struct ghost *ghost, uint64_t key)
     }
     ghost->ring[(ghost->ring_start + ghost->ring_length) % ghost->ring_capacity] = key;
     ghost->ring_length++;
-    kvio_key_table_set(&ghost->counts, key, kvio_key_table_get(&ghost->counts, key) + 1);
+    kvio_map_set(&ghost->counts, key, kvio_map_get(&ghost->counts, key) + 1);
 }
 
 static void s3fifo_fini(void *priv)
@@ -64,7 +64,7 @@ static void s3fifo_fini(void *priv)
     free(policy->frequency);
     free(policy->keys);
     free(policy->ghost.ring);
-    kvio_key_table_fini(&policy->ghost.counts);
+    kvio_map_fini(&policy->ghost.counts);
 }
 
 static kvio_status_t s3fifo_init(void *priv, uint32_t num_entries, uint64_t capacity)
@@ -87,7 +87,8 @@ static kvio_status_t s3fifo_init(void *priv, uint32_t num_entries, uint64_t capa
     ghost->ring = malloc(sizeof(uint64_t) * ghost->ring_capacity);
     if (policy->links == NULL || policy->queue == NULL || policy->home == NULL ||
         policy->frequency == NULL || policy->keys == NULL || ghost->ring == NULL ||
-        kvio_key_table_init(&ghost->counts, ghost->ring_capacity) != KVIO_OK) {
+        /* room for every ghost: a set never grows it, nor fails */
+        kvio_map_reserve(&ghost->counts, ghost->ring_capacity) != KVIO_OK) {
         s3fifo_fini(policy);
         return KVIO_ERR_NOMEM;
     }

@@ -6,6 +6,7 @@
 #define KVIO_KVCACHE_INT_H
 
 #include "kvio/config.h"
+#include "kvio/hashset.h"
 #include "kvio/kvcache.h"
 #include "kvio/plugin.h"
 
@@ -175,21 +176,5 @@ void kvio_evict_heap_key_grew(kvio_evict_heap_state_t *state, uint32_t entry);
     .priv_size = sizeof(kvio_evict_heap_state_t), .init = kvio_evict_heap_init,             \
     .fini = kvio_evict_heap_fini, .add = kvio_evict_heap_add,                               \
     .remove = kvio_evict_heap_remove, .victim = kvio_evict_heap_victim
-
-/* ---- Content keys to a non-zero value each (kvcache/key_table.c): the
- * ghosts of s3fifo and arc. Sized for max_keys at most half full; the
- * caller keeps within it. */
-typedef struct kvio_key_table {
-    uint64_t *keys;
-    uint32_t *values; /* 0: an empty slot */
-    size_t mask;
-} kvio_key_table_t;
-
-kvio_status_t kvio_key_table_init(kvio_key_table_t *table, size_t max_keys);
-void kvio_key_table_fini(kvio_key_table_t *table);
-/* key's value, 0 when the table does not hold it. */
-uint32_t kvio_key_table_get(const kvio_key_table_t *table, uint64_t key);
-/* Sets key's value; 0 takes the key out. */
-void kvio_key_table_set(kvio_key_table_t *table, uint64_t key, uint32_t value);
 
 #endif

@@ -1,5 +1,6 @@
 /* Tests for the log-linear histogram: percentiles within the stated relative
  * error on known data, and merging equals recording everything in one. */
+#include "kvio/hashset.h"
 #include "kvio/rng.h"
 #include "kvio/stats.h"
 
@@ -118,4 +119,54 @@ Test(histogram, empty_histogram_reports_zero, .timeout = 10)
     cr_assert_eq(summary.p99, 0);
     cr_assert_eq(summary.mean, 0);
     kvio_hist_destroy(hist);
+}
+
+/* ---------- kvio_map_t (core/hashset.c) ---------- */
+
+/* Random sets, overwrites and deletions over a small key space (so chains
+ * collide, wrap around the table's end and shift back on deletion), checked
+ * after every step against a plain array of every key's value; the map
+ * grows from empty. */
+Test(map, matches_a_plain_array_through_sets_and_deletions, .timeout = 20)
+{
+    enum { KEYS = 300, STEPS = 40000 };
+    uint32_t expected[KEYS] = {0};
+    kvio_map_t map = {0};
+    cr_assert_eq(kvio_map_get(&map, 5), 0, "an empty map holds nothing");
+    uint64_t state = 12345;
+    size_t held = 0;
+    for (int step = 0; step < STEPS; step++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        size_t index = (size_t)(state >> 33) % KEYS;
+        /* keys spread over the whole 64-bit range, one of them 0 */
+        uint64_t key = index == 0 ? 0 : index * 0x9E3779B97F4A7C15ull;
+        uint32_t value = (state >> 20) % 3 == 0 ? 0 : (uint32_t)(state >> 40) % 1000 + 1;
+        if (expected[index] == 0 && value != 0)
+            held++;
+        else if (expected[index] != 0 && value == 0)
+            held--;
+        expected[index] = value;
+        cr_assert_eq(kvio_map_set(&map, key, value), KVIO_OK);
+        cr_assert_eq(map.count, held, "step %d", step);
+        cr_assert_leq(2 * map.count, map.mask + 1, "more than half full");
+        if (step % 97 == 0 || step == STEPS - 1)
+            for (size_t k = 0; k < KEYS; k++)
+                cr_assert_eq(kvio_map_get(&map, k == 0 ? 0 : k * 0x9E3779B97F4A7C15ull),
+                             expected[k], "step %d, key %zu", step, k);
+    }
+    kvio_map_fini(&map);
+    cr_assert_null(map.values);
+}
+
+Test(map, a_reserved_map_does_not_grow, .timeout = 5)
+{
+    kvio_map_t map = {0};
+    cr_assert_eq(kvio_map_reserve(&map, 100), KVIO_OK);
+    uint32_t *values = map.values;
+    for (uint64_t key = 1; key <= 100; key++)
+        cr_assert_eq(kvio_map_set(&map, key << 40, (uint32_t)key), KVIO_OK);
+    cr_assert_eq(map.values, values, "it reallocated within its reservation");
+    for (uint64_t key = 1; key <= 100; key++)
+        cr_assert_eq(kvio_map_get(&map, key << 40), key);
+    kvio_map_fini(&map);
 }
