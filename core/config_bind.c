@@ -258,6 +258,28 @@ static const kvio_opt_t *plugin_section(const kvio_opt_t *options, const char *k
     return NULL;
 }
 
+/* A plug-in of a PLUGIN option of options that has a key called key (the
+ * first, in registry order), or NULL: the hint for a plug-in's key written
+ * beside the choosing key instead of in the plug-in's section. */
+static const kvio_plugin_t *plugin_with_key(const kvio_opt_t *options, const char *key,
+                                            const char **kind_p)
+{
+    for (const kvio_opt_t *option = options; option->key != NULL; option++) {
+        if (option->type != KVIO_OPT_PLUGIN)
+            continue;
+        for (size_t i = 0; i < option->registry->count; i++) {
+            const kvio_plugin_t *plugin = option->registry->plugins[i];
+            for (const kvio_opt_t *own = plugin->options; own != NULL && own->key != NULL;
+                 own++)
+                if (strcmp(own->key, key) == 0) {
+                    *kind_p = option->registry->kind;
+                    return plugin;
+                }
+        }
+    }
+    return NULL;
+}
+
 /* A plug-in's own section (pkas: {margin: 0.1}) onto its options. */
 static kvio_status_t bind_plugin_section(bind_context_t *context, const kvio_opt_t *option,
                                          size_t index, const node_t *node, void *config,
@@ -411,6 +433,13 @@ kvio_status_t config_bind_mapping(bind_context_t *context, const kvio_opt_t *opt
             continue;
         }
         if (option->key == NULL) {
+            const char *kind = NULL;
+            const kvio_plugin_t *holder = plugin_with_key(options, key->text, &kind);
+            if (holder != NULL)
+                return config_node_error(context, key, key_path,
+                                         "unknown key here: it is a key of the %s %s, in its "
+                                         "own section (%s: {%s: ...})", kind, holder->name,
+                                         holder->name, key->text);
             const char *close = config_closest_name(key->text, &options[0].key, num_options,
                                              sizeof(kvio_opt_t));
             if (close != NULL)

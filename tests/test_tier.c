@@ -242,7 +242,9 @@ Test(tier, options_defaults_and_yaml, .timeout = 10)
     memset(&config, 0, sizeof(config));
     cr_assert_eq(kvio_config_bind(kvio_tier_options, doc, &config, error, sizeof(error)),
                  KVIO_ERR_CONFIG);
-    cr_assert(test_contains(error, "path"), "%s", error);
+    cr_assert(test_contains(error, "t.yaml:1:14: path: unknown key here: it is a key of the "
+                                   "tier file, in its own section (file: {path: ...})"),
+              "%s", error);
     kvio_config_doc_destroy(doc);
     /* A Redis URL is checked when bound, naming its key. */
     const char *bad_url = "{kind: redis, redis: {url: http://x}}";
