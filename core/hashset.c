@@ -93,7 +93,8 @@ kvio_status_t kvio_map_set(kvio_map_t *map, uint64_t key, uint32_t value)
         return KVIO_OK;
     }
     if (map->values == NULL || 2 * (map->count + 1) > map->mask + 1) {
-        kvio_status_t status = kvio_map_reserve(map, map->count + 1 > 8 ? 2 * map->count : 8);
+        /* twice the keys it must hold: the slots double */
+        kvio_status_t status = kvio_map_reserve(map, 2 * (map->count + 1));
         if (status != KVIO_OK)
             return status;
     }

@@ -1,8 +1,9 @@
 /* KV tier framework: the option table, the simulate model's overrides, and
  * the wrapper every put and get goes through (the backends are plug-ins,
- * listed in kvcache/tiers.c). The framework owns the index of held blocks (open addressing, an
- * LRU list, no allocation per block), evicts, charges the simulate model or
- * times the backend, and counts; backends only move bytes. */
+ * listed in kvcache/tiers.c). The framework owns the index of held blocks
+ * (open addressing, an LRU list, no allocation per block), evicts, charges
+ * the simulate model or times the backend, and counts; backends only move
+ * bytes. */
 #include "kvcache/tier_int.h"
 
 #include <errno.h>
@@ -53,7 +54,8 @@ struct kvio_tier {
     const kvio_tier_ops_t *ops;
     void *priv;
     bool backend_ready;       /* init succeeded: fini is owed */
-    kvio_tier_config_t config; /* the caller's, its choice's options borrowed */
+    int write;                /* kvio_tier_write_t, as configured */
+    uint64_t size;            /* bytes, as configured */
     bool emulate;
     uint64_t block_bytes;
     uint32_t capacity;
@@ -248,7 +250,8 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
     tier->emulate = emulate;
     tier->block_bytes = block_bytes;
     tier->capacity = (uint32_t)capacity;
-    tier->config = *config;
+    tier->write = config->write;
+    tier->size = config->size;
     kvio_tier_model(config, &tier->bandwidth, &tier->latency_ns);
 
     /* The backend first: it refuses sizes (memory, disk) before the index
@@ -259,7 +262,7 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
             goto fail;
         }
         kvio_tier_setup_t setup = {.options = kvio_choice_options(&config->kind),
-                                   .config = &tier->config, .block_bytes = block_bytes,
+                                   .config = config, .block_bytes = block_bytes,
                                    .capacity = tier->capacity};
         status = tier->ops->init(tier->priv, &setup, error_p, error_len);
         if (status != KVIO_OK)
@@ -327,7 +330,7 @@ void kvio_tier_destroy(kvio_tier_t *tier)
 
 /* ---------- operations ---------- */
 
-int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->config.write; }
+int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->write; }
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
 uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier) { return tier->num_held; }
 const char *kvio_tier_info(const kvio_tier_t *tier) { return tier->info; }
@@ -504,9 +507,9 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
     json_object_set_new(object, "name", json_string(tier->ops->plugin.name));
     json_object_set_new(object, "kind", json_string(tier->ops->plugin.name));
     json_object_set_new(object, "mode", json_string(tier->emulate ? "emulate" : "simulate"));
-    json_object_set_new(object, "write", json_string(kvio_tier_write_names[tier->config.write]));
+    json_object_set_new(object, "write", json_string(kvio_tier_write_names[tier->write]));
     json_object_set_new(object, "info", json_string(tier->info));
-    json_object_set_new(object, "size_bytes", json_integer((json_int_t)tier->config.size));
+    json_object_set_new(object, "size_bytes", json_integer((json_int_t)tier->size));
     json_object_set_new(object, "block_bytes", json_integer((json_int_t)tier->block_bytes));
     json_object_set_new(object, "capacity_blocks", json_integer(tier->capacity));
     json_object_set_new(object, "blocks_held", json_integer(tier->num_held));

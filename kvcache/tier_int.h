@@ -17,7 +17,7 @@
 /* What a backend's init gets. */
 typedef struct kvio_tier_setup {
     const void *options;      /* its own options (its plugin table's struct) */
-    const kvio_tier_config_t *config; /* the framework's copy: device, run_id, rank */
+    const kvio_tier_config_t *config; /* the caller's, for create only: device, run_id, rank */
     uint64_t block_bytes;
     uint32_t capacity;        /* blocks it must hold */
 } kvio_tier_setup_t;

@@ -167,7 +167,7 @@ static kvio_status_t redis_init(void *priv, const kvio_tier_setup_t *setup, char
     const redis_options_t *options = setup->options;
     tier->url = strdup(options->url);
     tier->prefix = make_prefix(options, setup->config);
-    tier->timeout_ns = options->timeout_ns > 0 ? options->timeout_ns : 2000000000LL;
+    tier->timeout_ns = options->timeout_ns;
     tier->block_bytes = setup->block_bytes;
     tier->capacity = setup->capacity;
     if (tier->url == NULL || tier->prefix == NULL) {

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvio/clock.h"
@@ -164,16 +163,15 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
         if (setup->tiers == NULL)
             return KVIO_ERR_NOMEM;
     }
+    /* Each rank keeps its own blocks, apart from every other run's: under
+     * names made of this process's id (wall clock and pid) and the rank (a
+     * key prefix, a directory of the path). */
+    char id[24];
+    snprintf(id, sizeof(id), "%llx-%x", (unsigned long long)process_id_ns(), (unsigned)getpid());
     for (size_t t = 0; t < tier_list->count; t++) {
         kvio_tier_config_t config = ((const kvio_tier_config_t *)tier_list->items)[t];
         config.device_index = device != NULL ? device->index : -1;
         config.device_rank = (int)(run->first_serve_rank + rank);
-        /* Each rank keeps its own blocks, apart from every other run's:
-         * under names made of this process's id (wall clock and pid) and
-         * the rank (a key prefix, a directory of the path). */
-        char id[24];
-        snprintf(id, sizeof(id), "%llx-%x", (unsigned long long)process_id_ns(),
-                 (unsigned)getpid());
         config.run_id = id;
         config.rank = rank;
         kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &setup->tiers[t],

@@ -1,5 +1,6 @@
 /* Transport framework: the option table, stubs for transports whose part
- * is not built (the registry is xfer/transports.c), and the wrappers that every publish and receive goes through.
+ * is not built (the registry is xfer/transports.c), and the wrappers that
+ * every publish and receive goes through.
  * The wrappers take the timestamps (rank 0's clock), count bytes and polls,
  * and bound every wait; the plug-ins only move data. */
 #include "xfer/xfer_int.h"
@@ -131,8 +132,19 @@ STUB(kvio_xfer_ucx_bucket_ops, KVIO_XFER_ABOUT_UCX,
 /* The GPU transports need CUDA, and UCX for their notices (staged also for
  * its data). */
 #if !defined(KVIO_HAVE_CUDA) || !defined(KVIO_HAVE_UCX)
+#ifdef KVIO_HAVE_CUDA
+#define CUDA_BUILT "yes"
+#else
+#define CUDA_BUILT "no"
+#endif
+#ifdef KVIO_HAVE_UCX
+#define UCX_BUILT "yes"
+#else
+#define UCX_BUILT "no"
+#endif
 STUB(kvio_xfer_cuda_ipc_ops, KVIO_XFER_ABOUT_CUDA_IPC,
-     "cuda-ipc transport not built (configure with KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON)")
+     "cuda-ipc transport not built (configure with KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON; "
+     "this build has CUDA " CUDA_BUILT ", UCX " UCX_BUILT ")")
 STUB(kvio_xfer_staged_ops, KVIO_XFER_ABOUT_STAGED,
      "staged transport not built (configure with KVIO_WITH_CUDA=ON and KVIO_WITH_UCX=ON)")
 #endif

@@ -713,7 +713,6 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
 const kvio_xfer_ops_t kvio_xfer_ucx_bucket_ops = {
     .plugin = {.name = "ucx", .help = "weight_sync's buckets over UCX puts",
                .options = kvio_no_options},
-    .model = {.latency_ns = 20000, .bandwidth_gbps = 10.0},
     .caps = KVIO_XFER_CAP_BUCKETS | KVIO_XFER_CAP_HASH_ON_PUT | KVIO_XFER_CAP_SUMS_FETCH,
     .priv_size = sizeof(bucket_priv_t),
     .init = bucket_init,

@@ -80,8 +80,9 @@ typedef struct kvio_tier_stats {
 
 typedef struct kvio_tier kvio_tier_t;
 
-/* Creates a tier for blocks of block_bytes; the config is copied, and the
- * backend takes what it needs of its options.
+/* Creates a tier for blocks of block_bytes; the config (its backend's
+ * options, run_id) is read during the call only: the backend copies what it
+ * keeps.
  * emulate: really move bytes (connects to Redis, creates the directory);
  * simulate: model the cost, touch nothing (a Redis URL is only parsed).
  * Refuses a size that holds no block, an unreachable Redis (with the URL), an
