@@ -495,12 +495,13 @@ Test(sync, emulate_moves_every_bucket_over_ucx_and_verifies_the_weights, .timeou
     free(dir);
 }
 
-/* One message per tensor (146) against a few buckets of the same bytes:
- * the many more messages cost more control time (measured per message,
- * times the messages). Whether the whole update then takes longer depends
- * on the machine's noise at the moment (it failed under load), so it is a
- * benchmark's figure, not this test's verdict. */
-Test(sync, emulate_per_tensor_messages_cost_more_than_buckets, .timeout = 120)
+/* One message per tensor (146) against a few buckets of the same bytes.
+ * The control time is measured per message and charged per message sent;
+ * which of the two totals is larger depends on the machine's noise at the
+ * moment (3 slow messages outweighed 146 fast ones once, under CI load), so
+ * that comparison is a benchmark's figure, not this test's verdict. */
+Test(sync, emulate_per_tensor_sends_a_message_per_tensor_and_charges_control_per_message,
+     .timeout = 120)
 {
     REQUIRE_UCX();
     char *dir = test_tmpdir();
@@ -512,13 +513,18 @@ Test(sync, emulate_per_tensor_messages_cost_more_than_buckets, .timeout = 120)
     double bucket_messages = sync_number(bucket, "messages");
     cr_expect_eq(sync_number(tensor, "messages"), 146, "one per tensor");
     cr_expect_lt(bucket_messages, 10);
-    /* The measured control cost per message, times the messages each sent. */
-    double control_ms = sync_number(tensor, "control_ms"),
-           bucket_control_ms = sync_number(bucket, "control_ms");
-    cr_expect_gt(control_ms, bucket_control_ms, "%.3f ms of control for 146 messages, %.3f "
-                 "ms for %.0f", control_ms, bucket_control_ms, bucket_messages);
-    cr_expect_float_eq(control_ms, sync_number(tensor, "control_us_per_message") * 146 * 2 / 1e3,
-                       control_ms * 1e-6 + 1e-9, "per message x messages x 2 serve ranks");
+    cr_expect_gt(bucket_messages, 0);
+    /* The measured control cost per message, times the messages each sent,
+     * times the 2 serve ranks. */
+    json_t *runs[] = {tensor, bucket};
+    for (size_t i = 0; i < 2; i++) {
+        double control_ms = sync_number(runs[i], "control_ms");
+        double messages = sync_number(runs[i], "messages");
+        cr_expect_gt(control_ms, 0);
+        cr_expect_float_eq(control_ms,
+                           sync_number(runs[i], "control_us_per_message") * messages * 2 / 1e3,
+                           control_ms * 1e-6 + 1e-9, "per message x messages x 2 serve ranks");
+    }
     json_decref(bucket_summary);
     json_decref(tensor_summary);
     test_rmtree(dir);
