@@ -1,5 +1,7 @@
-/* What each model update did to serving, computed from the run's results
- * in memory: for a window after each activation (update.interference_window)
+/* The trend around each model update, computed from the run's results in
+ * memory; a trend, not a cost (no control: serving may change by itself
+ * over the same windows; run/control.c measures the cost): for a window
+ * after each activation (update.interference_window)
  * against the same stretch before it, on the rank that activated it, the
  * requests that arrived in each: TTFT p50/p99, TPOT p99 and the prefix hit
  * rate. The ratios (after / before) are updates.csv's last columns and,
@@ -14,6 +16,7 @@
 #include <string.h>
 
 #include "kvio/format.h"
+#include "kvio/stats.h"
 
 /* One finished request, as the windows need it. */
 typedef struct served {
@@ -28,21 +31,6 @@ typedef struct window {
     double ttft_p50, ttft_p99, tpot_p99, hit_rate;
     size_t requests;
 } window_t;
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The q quantile of count sorted values (nearest rank); NAN when none. */
-static double quantile(const double *sorted, size_t count, double q)
-{
-    if (count == 0)
-        return NAN;
-    size_t index = (size_t)ceil(q * (double)count);
-    return sorted[index > 0 ? index - 1 : 0];
-}
 
 /* Requests ordered by rank, then arrival. */
 static int compare_served(const void *a, const void *b)
@@ -85,11 +73,9 @@ static window_t measure(const served_t *requests, size_t count, int rank, double
         input += request->input_tokens;
         cached += request->cached_tokens;
     }
-    qsort(ttft, num_ttft, sizeof(double), compare_doubles);
-    qsort(tpot, num_tpot, sizeof(double), compare_doubles);
-    return (window_t){.ttft_p50 = quantile(ttft, num_ttft, 0.5),
-                      .ttft_p99 = quantile(ttft, num_ttft, 0.99),
-                      .tpot_p99 = quantile(tpot, num_tpot, 0.99),
+    return (window_t){.ttft_p50 = kvio_quantile(ttft, num_ttft, 0.5),
+                      .ttft_p99 = kvio_quantile(ttft, num_ttft, 0.99),
+                      .tpot_p99 = kvio_quantile(tpot, num_tpot, 0.99),
                       .hit_rate = input > 0 ? cached / input : NAN,
                       .requests = num_ttft};
 }

@@ -142,8 +142,14 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
         kvio_table_add_row(table, "updates activated", activated, NULL);
     }
     const json_t *interference = json_object_get(metrics, "update_interference");
-    char interference_text[160];
-    if (interference != NULL &&
+    const json_t *cost = json_object_get(metrics, "update_cost");
+    char interference_text[160], cost_lines[3][96];
+    if (cost != NULL) {
+        kvio_control_cost_lines(cost, cost_lines);
+        kvio_table_add_row(table, "update cost vs control", cost_lines[0], NULL);
+        kvio_table_add_row(table, "", cost_lines[1], NULL);
+        kvio_table_add_row(table, "", cost_lines[2], NULL);
+    } else if (interference != NULL &&
         json_integer_value(json_object_get(interference, "updates_measured")) > 0) {
         snprintf(interference_text, sizeof(interference_text),
                  "TTFT p99 x%.2f, TPOT p99 x%.2f, hit rate %.1f %% -> %.1f %% (%.0f s windows)",
@@ -152,7 +158,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
                  100 * json_number_value(json_object_get(interference, "hit_rate_before")),
                  100 * json_number_value(json_object_get(interference, "hit_rate_after")),
                  json_number_value(json_object_get(interference, "window_s")));
-        kvio_table_add_row(table, "after an update", interference_text, NULL);
+        kvio_table_add_row(table, "trend (no control)", interference_text, NULL);
     }
     kvio_table_add_row(table, "results", results_dir, NULL);
     kvio_table_print(table, stdout);
@@ -404,6 +410,16 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
     if (kvio_sync_check(&workload->weight_sync, workload->cost.tensor_parallel, error_p,
                         error_len) != KVIO_OK)
         return KVIO_ERR_CONFIG;
+    if (emulate && workload->update.control == KVIO_CONTROL_TWIN) {
+        snprintf(error_p, error_len, "update.control: twin serves the stream again in the "
+                 "same process, simulate's (set mode: simulate, or update.control: paired)");
+        return KVIO_ERR_CONFIG;
+    }
+    if (!emulate && workload->update.control == KVIO_CONTROL_PAIRED) {
+        snprintf(error_p, error_len, "update.control: paired repeats emulate runs; simulate's "
+                 "control is its exact twin (set update.control: twin, or mode: emulate)");
+        return KVIO_ERR_CONFIG;
+    }
     if (emulate && workload->weight_sync.granularity != KVIO_SYNC_OFF) {
         kvio_status_t status = check_emulated_sync(workload, error_p, error_len);
         if (status != KVIO_OK)
@@ -467,7 +483,9 @@ typedef struct run_state {
     json_t *host;                    /* summary.json's host block */
     kvio_updates_schedule_t schedule; /* simulate mode's updates */
     kvio_serve_output_t served;      /* simulate mode: what serving measured */
+    kvio_serve_output_t control;     /* simulate mode: the no-update twin's (sorted by id) */
     int64_t *activated_ns, *drain_stall_ns; /* as the serve ranks took them */
+    int64_t *stall_ns;               /* per update, by cause (KVIO_STALL_CAUSES) */
     kvio_model_t model;
     kvio_gpu_t gpu;
     uint64_t num_requests;
@@ -536,8 +554,54 @@ static kvio_status_t run_prepare(run_state_t *state)
     return status;
 }
 
+/* Simulate with updates and a control (update.control: auto or twin): the
+ * same stream served again without updates, nothing written. */
+static bool twin_wanted(const run_state_t *state)
+{
+    int control = state->workload->update.control;
+    return state->updates && !state->emulate &&
+           (control == KVIO_CONTROL_AUTO || control == KVIO_CONTROL_TWIN);
+}
+
+/* The no-update twin of serve_run into state->control, on a stream of its
+ * own (the same seed gives the same requests). */
+static kvio_status_t serve_twin(run_state_t *state, const kvio_serve_run_t *serve_run)
+{
+    const kvio_workload_t *workload = state->workload;
+    kvio_stream_t *stream = NULL;
+    kvio_status_t status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                              kvio_workload_stream_duration(workload), &stream,
+                                              state->error_p, state->error_len);
+    if (status != KVIO_OK)
+        return status;
+    kvio_serve_run_t twin = *serve_run;
+    twin.stream = stream;
+    twin.results = NULL;
+    twin.events = NULL;
+    twin.start = NULL;
+    twin.updates = NULL;
+    twin.num_updates = 0;
+    twin.stall_for_updates = false;
+    twin.update = NULL;
+    twin.updates_activated_ns = NULL;
+    twin.updates_stall_ns = NULL;
+    twin.drain_stall_ns = NULL;
+    twin.output = &state->control;
+    twin.control = NULL;
+    json_t *metrics = NULL;
+    bool complete = true;
+    status = kvio_serve_simulate(&twin, &metrics, &complete, state->error_p, state->error_len);
+    json_decref(metrics);
+    kvio_stream_destroy(stream);
+    if (status == KVIO_OK && !complete)
+        state->complete = false; /* stopped: the run that follows stops too */
+    kvio_serve_output_sort(&state->control);
+    return status;
+}
+
 /* The serve ranks (simulate, or emulate without trainers), after simulate
- * mode's schedule of updates, which they serve on. */
+ * mode's schedule of updates, which they serve on (and, with a control,
+ * after their no-update twin). */
 static kvio_status_t run_serving(run_state_t *state)
 {
     const kvio_workload_t *workload = state->workload;
@@ -545,9 +609,12 @@ static kvio_status_t run_serving(run_state_t *state)
     if (state->updates && !state->emulate) {
         status = kvio_updates_schedule(workload, &state->schedule, state->error_p,
                                        state->error_len);
-        state->activated_ns = calloc(state->schedule.num_updates + 1, sizeof(int64_t));
+        size_t num_updates = state->schedule.num_updates;
+        state->activated_ns = calloc(num_updates + 1, sizeof(int64_t));
+        state->stall_ns = calloc((num_updates + 1) * KVIO_STALL_CAUSES, sizeof(int64_t));
         state->drain_stall_ns = calloc((size_t)workload->ranks.serve + 1, sizeof(int64_t));
-        if (status == KVIO_OK && (state->activated_ns == NULL || state->drain_stall_ns == NULL)) {
+        if (status == KVIO_OK && (state->activated_ns == NULL || state->drain_stall_ns == NULL ||
+                                  state->stall_ns == NULL)) {
             snprintf(state->error_p, state->error_len, "model updates: out of memory");
             status = KVIO_ERR_NOMEM;
         }
@@ -582,14 +649,23 @@ static kvio_status_t run_serving(run_state_t *state)
         .loss = &workload->train.checkpoint.loss,
         .update = state->updates ? &workload->update : NULL,
         .updates_activated_ns = state->activated_ns,
+        .updates_stall_ns = state->stall_ns,
         .drain_stall_ns = state->drain_stall_ns,
         .output = state->updates && !state->emulate ? &state->served : NULL,
     };
+    if (twin_wanted(state)) {
+        status = serve_twin(state, &serve_run);
+        if (status != KVIO_OK)
+            return status;
+        serve_run.control = &state->control;
+    }
     json_t *serve_metrics = NULL;
     status = state->emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &state->complete,
                                                  state->error_p, state->error_len)
                             : kvio_serve_simulate(&serve_run, &serve_metrics, &state->complete,
                                                   state->error_p, state->error_len);
+    if (serve_run.control != NULL)
+        state->served.control = &state->control;
     if (serve_metrics != NULL) {
         json_object_update(state->metrics, serve_metrics);
         json_decref(serve_metrics);
@@ -607,8 +683,12 @@ static kvio_status_t run_updates(run_state_t *state)
     state->updates_note = "no train and serve ranks in this workload";
     if (!state->updates)
         return KVIO_OK;
-    for (size_t u = 0; state->activated_ns != NULL && u < state->schedule.num_updates; u++)
-        state->schedule.updates[u].t_activated_ns = state->activated_ns[u];
+    for (size_t u = 0; state->activated_ns != NULL && u < state->schedule.num_updates; u++) {
+        kvio_update_record_t *update = &state->schedule.updates[u];
+        update->t_activated_ns = state->activated_ns[u];
+        for (int c = 0; state->stall_ns != NULL && c < KVIO_STALL_CAUSES; c++)
+            update->stall_ns[c] = state->stall_ns[u * KVIO_STALL_CAUSES + c];
+    }
     for (int64_t r = 0; state->drain_stall_ns != NULL && r < workload->ranks.serve; r++)
         state->schedule.inference_stall_ns[r] += state->drain_stall_ns[r];
     kvio_status_t status = kvio_updates_run(
@@ -727,7 +807,9 @@ static void run_state_free(run_state_t *state, bool world_failed)
     json_decref(state->host);
     kvio_updates_schedule_free(&state->schedule);
     kvio_serve_output_free(&state->served);
+    kvio_serve_output_free(&state->control);
     free(state->activated_ns);
+    free(state->stall_ns);
     free(state->drain_stall_ns);
     kvio_stream_destroy(state->stream);
     kvio_results_destroy(state->results);

@@ -206,6 +206,36 @@ typedef struct kvio_interference {
     double means[KVIO_INTERFERENCE_VALUES];
 } kvio_interference_t;
 
+/* ---------- the updates' cost against a control (run/control.c) ---------- */
+
+/* What one update cost, from the requests attributed to it. */
+typedef struct kvio_control_update {
+    uint64_t affected;         /* requests it changed */
+    double added_e2el_ms;      /* their end-to-end latency, with minus without */
+    int64_t recomputed_tokens; /* tokens computed again because of it */
+    double hit_recovery_ms;    /* activation to the last such request that found fewer
+                                  cached tokens than its twin (0: none did) */
+} kvio_control_update_t;
+
+typedef struct kvio_control_cost {
+    kvio_control_update_t *per_update; /* one per update record */
+    size_t num_updates;
+    json_t *json;                      /* summary.json update_cost */
+} kvio_control_cost_t;
+
+/* Pairs the requests served with updates with their twins (without, sorted
+ * by id) and attributes each changed request to an update of its rank
+ * (times of updates on the clock of origin_ns). */
+kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
+                                   const kvio_serve_output_t *without,
+                                   const kvio_update_record_t *updates, size_t num_updates,
+                                   int64_t origin_ns, kvio_control_cost_t *cost_p);
+void kvio_control_cost_free(kvio_control_cost_t *cost);
+
+/* What kvio prints of update_cost, in three pieces of a line: the tail
+ * latencies, the hit rate and requests affected, the stall per update. */
+void kvio_control_cost_lines(const json_t *cost, char lines[3][96]);
+
 /* The windows around each activation of updates (times on the clock of
  * origin_ns, rank 0's t0) over the finished requests. */
 kvio_status_t kvio_interference_measure(const kvio_engine_finished_t *finished,

@@ -189,23 +189,27 @@ static json_t *update_metrics_json(const update_metrics_t *metrics,
     return object;
 }
 
-/* updates.csv: one row per update a serve rank received, times since t0. */
+/* updates.csv: one row per update a serve rank received, times since t0;
+ * then the serving time it cost by cause, with serving the trend around
+ * it, and with a control what it cost. */
 static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_t *all,
                                        int64_t origin_ns, const kvio_interference_t *interference,
-                                       char *error_p, size_t error_len)
+                                       const kvio_control_cost_t *cost, char *error_p,
+                                       size_t error_len)
 {
+    char header[1024];
+    snprintf(header, sizeof(header),
+             "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
+             "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
+             "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps,stall_apply_ms,"
+             "stall_drain_ms,stall_lend_ms,stall_release_ms%s%s",
+             interference != NULL ? ",ttft_p50_ratio,ttft_p99_ratio,tpot_p99_ratio,"
+                                    "hit_rate_before,hit_rate_after"
+                                  : "",
+             cost != NULL ? ",affected_requests,added_e2el_ms,recomputed_tokens,hit_recovery_ms"
+                          : "");
     kvio_csv_t *csv = NULL;
-    kvio_status_t status = kvio_csv_open(
-        results, "updates.csv",
-        interference != NULL
-            ? "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
-              "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
-              "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps,ttft_p50_ratio,"
-              "ttft_p99_ratio,tpot_p99_ratio,hit_rate_before,hit_rate_after"
-            : "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
-              "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
-              "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps",
-        &csv);
+    kvio_status_t status = kvio_csv_open(results, "updates.csv", header, &csv);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "%s/updates.csv: cannot write", kvio_results_path(results));
         return status;
@@ -217,13 +221,21 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_
                                 ? (double)(record->t_activated_ns - record->t_ready_ns) / 1e6
                                 : NAN;
 #define REL(t) ((t) ? (double)((t) - origin_ns) / 1e6 : NAN)
-        char ratios[160] = "";
+        char ratios[160] = "", costs[160] = "";
         if (interference != NULL) {
             const double *v = &interference->values[i * KVIO_INTERFERENCE_VALUES];
             snprintf(ratios, sizeof(ratios), ",%.4f,%.4f,%.4f,%.4f,%.4f", v[0], v[1], v[2], v[3],
                      v[4]);
         }
-        kvio_csv_row(csv, "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f%s",
+        if (cost != NULL) {
+            const kvio_control_update_t *update = &cost->per_update[i];
+            snprintf(costs, sizeof(costs), ",%llu,%.6f,%lld,%.6f",
+                     (unsigned long long)update->affected, update->added_e2el_ms,
+                     (long long)update->recomputed_tokens, update->hit_recovery_ms);
+        }
+        kvio_csv_row(csv,
+                     "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,"
+                     "%.6f,%.6f,%.6f,%.6f%s%s",
                      (unsigned long long)record->version, record->rank,
                      (unsigned long long)record->bytes, record->checksum_ok,
                      record->skipped_before, REL(record->t_ready_ns),
@@ -231,7 +243,11 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_
                      train ? REL(train->t_publish_end_ns) : NAN, REL(record->t_xfer_start_ns),
                      REL(record->t_xfer_end_ns), REL(record->t_notified_ns),
                      REL(record->t_verified_ns), REL(record->t_activated_ns), latency_ms,
-                     train ? (double)train->stall_ns / 1e6 : NAN, update_gbps(record), ratios);
+                     train ? (double)train->stall_ns / 1e6 : NAN, update_gbps(record),
+                     (double)record->stall_ns[KVIO_STALL_APPLY] / 1e6,
+                     (double)record->stall_ns[KVIO_STALL_DRAIN] / 1e6,
+                     (double)record->stall_ns[KVIO_STALL_LEND] / 1e6,
+                     (double)record->stall_ns[KVIO_STALL_RELEASE] / 1e6, ratios, costs);
 #undef REL
     }
     status = kvio_csv_close(csv);
@@ -287,11 +303,19 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
         update_metrics_fini(&metrics);
         return status;
     }
-    if (context->events != NULL)
+    kvio_control_cost_t cost = {0};
+    bool controlled = serving != NULL && serving->control != NULL;
+    if (controlled && (status = kvio_control_measure(serving, serving->control, all->updates,
+                                                     all->num_updates, origin_ns, &cost)) !=
+                          KVIO_OK)
+        snprintf(error_p, error_len, "update cost: out of memory (%zu requests)",
+                 serving->num_finished);
+    if (status == KVIO_OK && context->events != NULL)
         trace_updates(context->events, all, origin_ns);
-    if (context->results != NULL)
+    if (status == KVIO_OK && context->results != NULL)
         status = write_updates_csv(context->results, all, origin_ns,
-                                   serving != NULL ? &interference : NULL, error_p, error_len);
+                                   serving != NULL ? &interference : NULL,
+                                   controlled ? &cost : NULL, error_p, error_len);
     if (status == KVIO_OK && metrics.mismatches > 0)
         kvio_warn("model updates: %llu checksum mismatch%s (see updates.csv)",
                   (unsigned long long)metrics.mismatches, metrics.mismatches == 1 ? "" : "es");
@@ -304,7 +328,10 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
                 kvio_interference_json(&interference, serving->update_recomputed_tokens,
                                        serving->update_aborted_requests,
                                        metrics.inference_stall_total_ms));
+        if (controlled)
+            json_object_set(context->metrics, "update_cost", cost.json);
     }
+    kvio_control_cost_free(&cost);
     kvio_interference_free(&interference);
     update_metrics_fini(&metrics);
     return status;

@@ -114,6 +114,8 @@ typedef struct engine_req {
     uint32_t cached_tokens;
     uint32_t preemptions;
     uint32_t lost_tokens;       /* computed tokens dropped at the last preemption */
+    uint32_t recomputed_tokens; /* this request's share of the recomputed tokens */
+    int64_t max_itl_ns;         /* its longest gap between two tokens */
     bool admitted_once;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
     kvio_swapped_t swap;        /* emulate: where the swapped blocks sit */
@@ -1093,11 +1095,15 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                              engine->block_size * engine->kv_bytes_per_token;
             engine->current.swap_bytes += bytes;
             engine->metrics.swapped_bytes += bytes;
-        } else if (measured) {
-            engine->metrics.resumed_prefix_queries += num_tokens;
-            engine->metrics.resumed_prefix_hits += hits;
+        } else {
             if (req->lost_tokens > hits)
-                engine->metrics.recomputed_tokens += req->lost_tokens - hits;
+                req->recomputed_tokens += req->lost_tokens - hits;
+            if (measured) {
+                engine->metrics.resumed_prefix_queries += num_tokens;
+                engine->metrics.resumed_prefix_hits += hits;
+                if (req->lost_tokens > hits)
+                    engine->metrics.recomputed_tokens += req->lost_tokens - hits;
+            }
         }
         req->swapped = false;
         req->computed = computed;
@@ -1303,6 +1309,7 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
         engine->running.count--;
         engine->metrics.update_aborted_requests++;
         engine->metrics.update_recomputed_tokens += req->computed;
+        req->recomputed_tokens += req->computed;
         req->lost_tokens = 0; /* counted here, not again as a preemption's */
         req->computed = 0;
         req->scheduled = 0;
@@ -1350,7 +1357,8 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
             .first_token_ns = req->first_token_ns, .finish_ns = end_ns,
             .prompt_tokens = req->spec.prompt_tokens, .output_tokens = req->sched.generated,
             .cached_tokens = req->cached_tokens, .preemptions = req->preemptions,
-            .measured = req->spec.measured, .tag = req->spec.tag,
+            .recomputed_tokens = req->recomputed_tokens, .measured = req->spec.measured,
+            .tag = req->spec.tag, .max_itl_ns = req->max_itl_ns,
         };
         engine->observer.on_finish(engine->observer.context, &finished);
     }
@@ -1368,8 +1376,11 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
         req->sched.generated++;
         if (req->first_token_ns == 0 && req->sched.generated == 1) {
             req->first_token_ns = end_ns;
-        } else if (req->spec.measured) {
-            kvio_hist_record(engine->metrics.itl, (uint64_t)(end_ns - req->last_token_ns));
+        } else {
+            if (req->spec.measured)
+                kvio_hist_record(engine->metrics.itl, (uint64_t)(end_ns - req->last_token_ns));
+            if (end_ns - req->last_token_ns > req->max_itl_ns)
+                req->max_itl_ns = end_ns - req->last_token_ns;
         }
         req->last_token_ns = end_ns;
         if (req->sched.generated >= req->target_output) {

@@ -145,14 +145,18 @@ static kvio_status_t apply_updates(kvio_serve_loop_t *loop, kvio_serve_lane_t *l
             if (lane->drain_start_ns < 0)
                 lane->drain_start_ns = now_ns; /* admission stops until they have finished */
         } else {
-            if (lane->drain_start_ns >= 0)
+            if (lane->drain_start_ns >= 0) {
                 lane->drain_stall_ns += now_ns - lane->drain_start_ns;
+                lane->pending_stall_ns[KVIO_STALL_DRAIN] += now_ns - lane->drain_start_ns;
+            }
             lane->drain_start_ns = -1;
             uint64_t version = lane->engine_version;
             kvio_status_t status = updates->ops->activate(updates, now_ns, was_idle,
-                                                          lane->idle_since_ns, &version);
+                                                          lane->idle_since_ns,
+                                                          lane->pending_stall_ns, &version);
             if (status != KVIO_OK)
                 return source_failed(loop, lane, status, updates->ops->error(updates));
+            memset(lane->pending_stall_ns, 0, sizeof(lane->pending_stall_ns));
             if (version > lane->engine_version) {
                 lane->engine_version = version;
                 if (lane->engine != NULL && (status = kvio_engine_activate(lane->engine,
@@ -179,8 +183,12 @@ static kvio_status_t end_running(kvio_serve_loop_t *loop, kvio_serve_lane_t *lan
                                  int64_t now_ns)
 {
     if (lane->state == KVIO_LANE_STALL) {
-        if (lane->stall_start_ns >= 0)
-            lane->update_stall_ns += now_ns - lane->stall_start_ns;
+        int64_t stalled_ns = now_ns - lane->stall_start_ns;
+        lane->pending_stall_ns[lane->stall_cause] += stalled_ns;
+        if (lane->stall_cause == KVIO_STALL_APPLY)
+            lane->update_stall_ns += stalled_ns;
+        else
+            lane->lent_stall_ns += stalled_ns;
         lane->stall_start_ns = -1;
         return KVIO_OK;
     }
@@ -232,12 +240,14 @@ static void start_running(kvio_serve_lane_t *lane, int64_t now_ns, int64_t durat
     lane->iterations++;
 }
 
-static void start_stall(kvio_serve_lane_t *lane, int64_t now_ns, int64_t until_ns,
-                        bool update_stall)
+/* The lane serves nothing until until_ns, for the update on its way
+ * (cause: KVIO_STALL_*). */
+static void start_stall(kvio_serve_lane_t *lane, int64_t now_ns, int64_t until_ns, int cause)
 {
     lane->state = KVIO_LANE_STALL;
     lane->busy_until_ns = until_ns;
-    lane->stall_start_ns = update_stall ? now_ns : -1;
+    lane->stall_start_ns = now_ns;
+    lane->stall_cause = cause;
 }
 
 /* Emulated iterations (no engine): one after another until serving is over
@@ -275,7 +285,8 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
     }
     if (lane->engine == NULL) {
         if (view.stalled && !loop->stopped) {
-            start_stall(lane, now_ns, until_or_look(loop, view.stall_until_ns, now_ns), true);
+            start_stall(lane, now_ns, until_or_look(loop, view.stall_until_ns, now_ns),
+                        KVIO_STALL_APPLY);
             return KVIO_OK;
         }
         return emulated_iteration(loop, lane, now_ns);
@@ -283,7 +294,8 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
     if (loop->stopped || !kvio_engine_has_work(lane->engine))
         return go_idle(loop, lane, now_ns);
     if (view.stalled) {
-        start_stall(lane, now_ns, until_or_look(loop, view.stall_until_ns, now_ns), true);
+        start_stall(lane, now_ns, until_or_look(loop, view.stall_until_ns, now_ns),
+                    KVIO_STALL_APPLY);
         return KVIO_OK;
     }
     kvio_engine_iteration_t iteration;
@@ -302,7 +314,9 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
     }
     if (step == KVIO_SERVE_STEP_LENT) {
         /* Requests wait for the KV memory lent to the update. */
-        start_stall(lane, now_ns, until_or_look(loop, view.incoming_until_ns, now_ns), false);
+        bool released = lane->update != NULL && lane->update->colocated == KVIO_COLOCATED_RELEASE;
+        start_stall(lane, now_ns, until_or_look(loop, view.incoming_until_ns, now_ns),
+                    released ? KVIO_STALL_RELEASE : KVIO_STALL_LEND);
         return KVIO_OK;
     }
     start_running(lane, now_ns, iteration.duration_ns);

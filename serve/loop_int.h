@@ -173,7 +173,8 @@ typedef struct kvio_serve_updates_ops {
      * was idle from idle_since_ns); returns, in *version_p, the version
      * active after it (the old one when the new one failed its checksum). */
     kvio_status_t (*activate)(kvio_serve_updates_t *updates, int64_t now_ns, bool idle,
-                              int64_t idle_since_ns, uint64_t *version_p);
+                              int64_t idle_since_ns, const int64_t *stall_ns,
+                              uint64_t *version_p);
     /* One bounded piece of receive work while time passes (NULL: none);
      * lane_stalled: the lane stalls for the update. */
     kvio_status_t (*poll)(kvio_serve_updates_t *updates, int64_t now_ns, bool lane_stalled,
@@ -197,6 +198,8 @@ typedef struct kvio_serve_schedule_params {
     bool stall;                          /* update.apply: stall */
     int64_t *activated_ns;               /* per update: when the engine took it
                                             (written for this rank's; may be NULL) */
+    int64_t *stall_ns;                   /* per update, KVIO_STALL_CAUSES each: the
+                                            serving time it cost (may be NULL) */
 } kvio_serve_schedule_params_t;
 
 typedef struct kvio_serve_schedule_updates kvio_serve_schedule_updates_t;
@@ -253,9 +256,10 @@ typedef void (*kvio_serve_iteration_each_t)(void *context,
 kvio_status_t kvio_serve_iterations_each(const void *records, size_t length,
                                          kvio_serve_iteration_each_t each, void *context);
 
-/* requests.csv rows of count finished requests. */
+/* requests.csv rows of count finished requests; with a control (sorted by
+ * id; may be NULL), each row ends with the request's difference from it. */
 kvio_status_t kvio_serve_render_requests(kvio_csv_t *csv, const kvio_engine_finished_t *finished,
-                                         size_t count);
+                                         size_t count, const kvio_serve_output_t *control);
 
 /* iterations.csv rows (csv may be NULL) and iteration events (events may be
  * NULL; the records must then carry their ids) of length bytes of records. */
@@ -338,9 +342,11 @@ struct kvio_serve_lane {
     int64_t idle_since_ns;
     int64_t drain_start_ns;         /* in_flight: wait: admission stopped (-1: not) */
     int64_t stall_start_ns;         /* in an update stall since (-1: not) */
+    int stall_cause;                /* of that stall (KVIO_STALL_*) */
+    int64_t pending_stall_ns[KVIO_STALL_CAUSES]; /* lost to the update not yet active */
     uint64_t engine_version;        /* the version its engine runs */
     uint64_t iterations;            /* engine or emulated iterations run */
-    int64_t drain_stall_ns, update_stall_ns;
+    int64_t drain_stall_ns, update_stall_ns, lent_stall_ns;
     kvio_serve_timing_t timing;     /* real executors */
     bool timed;                     /* the executor is real: keep timing */
 };

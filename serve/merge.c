@@ -103,7 +103,7 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
         kvio_engine_finished_t finished; /* copied out: the blob need not be aligned */
         memcpy(&finished, rows + at, sizeof(finished));
         if (csv != NULL)
-            status = kvio_serve_render_requests(csv, &finished, 1);
+            status = kvio_serve_render_requests(csv, &finished, 1, NULL);
         if (status == KVIO_OK && totals->output != NULL)
             status = keep_finished(totals, &finished);
     }
@@ -168,7 +168,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                               kvio_hist_create(&totals.error_ppm) != KVIO_OK))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK && results != NULL)
-        status = kvio_serve_open_csvs(results, &csv, &iterations_csv, error_p, error_len);
+        status = kvio_serve_open_csvs(results, false, &csv, &iterations_csv, error_p, error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
         if (kvio_serve_client_blob(blobs[b], lengths[b])) {
             json_decref(client);

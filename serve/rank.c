@@ -234,7 +234,7 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
     if (receiver != NULL && result_p != NULL)
         kvio_update_receiver_finish(receiver, lane->iterations,
                                     lane->timing.overrun_ns + lane->update_stall_ns +
-                                        lane->drain_stall_ns,
+                                        lane->drain_stall_ns + lane->lent_stall_ns,
                                     result_p);
     return KVIO_OK;
 }

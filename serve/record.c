@@ -104,12 +104,16 @@ kvio_status_t kvio_serve_iterations_each(const void *records, size_t length,
 /* ---------- rendering ---------- */
 
 kvio_status_t kvio_serve_render_requests(kvio_csv_t *csv, const kvio_engine_finished_t *finished,
-                                         size_t count)
+                                         size_t count, const kvio_serve_output_t *control)
 {
     kvio_status_t status = KVIO_OK;
     for (size_t i = 0; i < count && status == KVIO_OK; i++) {
-        char row[256];
+        char row[512];
         int length = kvio_serve_request_row(&finished[i], row, sizeof(row));
+        if (control != NULL)
+            length = kvio_serve_request_control_row(
+                &finished[i], kvio_serve_output_find(control, finished[i].id), row, sizeof(row),
+                length);
         status = kvio_csv_line(csv, row,
                                (size_t)length < sizeof(row) ? (size_t)length : sizeof(row) - 1);
     }
@@ -144,4 +148,54 @@ void kvio_serve_output_free(kvio_serve_output_t *output)
 {
     free(output->finished);
     memset(output, 0, sizeof(*output));
+}
+
+static int compare_ids(const void *a, const void *b)
+{
+    uint64_t x = ((const kvio_engine_finished_t *)a)->id,
+             y = ((const kvio_engine_finished_t *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+void kvio_serve_output_sort(kvio_serve_output_t *output)
+{
+    if (output->num_finished > 1)
+        qsort(output->finished, output->num_finished, sizeof(*output->finished), compare_ids);
+}
+
+const kvio_engine_finished_t *kvio_serve_output_find(const kvio_serve_output_t *output,
+                                                     uint64_t id)
+{
+    kvio_engine_finished_t key = {.id = id};
+    if (output == NULL || output->num_finished == 0)
+        return NULL;
+    return bsearch(&key, output->finished, output->num_finished, sizeof(key), compare_ids);
+}
+
+static double tpot_ns(const kvio_engine_finished_t *request)
+{
+    if (request->output_tokens < 2)
+        return 0;
+    return (double)(request->finish_ns - request->first_token_ns) /
+           (double)(request->output_tokens - 1);
+}
+
+kvio_request_delta_t kvio_request_delta(const kvio_engine_finished_t *with,
+                                        const kvio_engine_finished_t *without)
+{
+    return (kvio_request_delta_t){
+        .ttft_ns = (with->first_token_ns - with->arrival_ns) -
+                   (without->first_token_ns - without->arrival_ns),
+        .e2el_ns = (with->finish_ns - with->arrival_ns) - (without->finish_ns - without->arrival_ns),
+        .max_itl_ns = with->max_itl_ns - without->max_itl_ns,
+        .tpot_ns = tpot_ns(with) - tpot_ns(without),
+        .cached_tokens = (int64_t)with->cached_tokens - (int64_t)without->cached_tokens,
+        .recomputed_tokens =
+            (int64_t)with->recomputed_tokens - (int64_t)without->recomputed_tokens};
+}
+
+bool kvio_request_delta_any(const kvio_request_delta_t *delta)
+{
+    return delta->ttft_ns != 0 || delta->e2el_ns != 0 || delta->max_itl_ns != 0 ||
+           delta->tpot_ns != 0 || delta->cached_tokens != 0 || delta->recomputed_tokens != 0;
 }

@@ -85,6 +85,36 @@ int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
     return length;
 }
 
+int kvio_serve_request_control_row(const kvio_engine_finished_t *with,
+                                   const kvio_engine_finished_t *without, char *text_p,
+                                   size_t text_len, int at)
+{
+    char row[ROW_MAX];
+    char *out = row;
+    if (without == NULL) {
+        memcpy(out, ",,,,,", 6);
+        out += 6;
+    } else {
+        kvio_request_delta_t delta = kvio_request_delta(with, without);
+        const double times_ms[] = {(double)delta.ttft_ns / 1e6, delta.tpot_ns / 1e6,
+                                   (double)delta.e2el_ns / 1e6, (double)delta.max_itl_ns / 1e6};
+        for (size_t i = 0; i < sizeof(times_ms) / sizeof(times_ms[0]); i++) {
+            *out++ = ',';
+            out = append_fixed(out, times_ms[i] == 0 ? 0 : times_ms[i], 6);
+        }
+        out += sprintf(out, ",%lld,%lld", (long long)delta.cached_tokens,
+                       (long long)delta.recomputed_tokens);
+    }
+    int length = (int)(out - row);
+    if (at >= 0 && (size_t)at < text_len) {
+        size_t copied = (size_t)length < text_len - (size_t)at ? (size_t)length
+                                                                 : text_len - (size_t)at - 1;
+        memcpy(text_p + at, row, copied);
+        text_p[at + (int)copied] = '\0';
+    }
+    return at + length;
+}
+
 /* "%.6f,%u,%.6f,%u,%llu,%llu,%.5f,%u,%u,%u,%llu", formatted by hand. */
 void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
                               const kvio_engine_iteration_t *iteration)
@@ -113,12 +143,17 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
     kvio_csv_line(csv, row, (size_t)(out - row));
 }
 
-kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,
-                                   kvio_csv_t **iterations_p, char *error_p, size_t error_len)
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_control,
+                                   kvio_csv_t **requests_p, kvio_csv_t **iterations_p,
+                                   char *error_p, size_t error_len)
 {
     kvio_status_t status = KVIO_OK;
     if (requests_p != NULL)
-        status = kvio_csv_open(results, "requests.csv", KVIO_REQUESTS_CSV_HEADER, requests_p);
+        status = kvio_csv_open(results, "requests.csv",
+                               with_control
+                                   ? KVIO_REQUESTS_CSV_HEADER KVIO_REQUESTS_CONTROL_HEADER
+                                   : KVIO_REQUESTS_CSV_HEADER,
+                               requests_p);
     if (status == KVIO_OK && iterations_p != NULL)
         status = kvio_csv_open(results, "iterations.csv", KVIO_ITERATIONS_CSV_HEADER,
                                iterations_p);

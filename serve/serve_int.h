@@ -61,6 +61,11 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 #define KVIO_REQUESTS_CSV_HEADER                                                            \
     "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"  \
     "preemptions,model_version,measured"
+/* With a control (kvio_serve_run_t.control): each request minus the same
+ * request served without updates. */
+#define KVIO_REQUESTS_CONTROL_HEADER                                                        \
+    ",ttft_delta_ms,tpot_delta_ms,e2el_delta_ms,max_itl_delta_ms,cached_tokens_delta,"     \
+    "recomputed_tokens_delta"
 #define KVIO_ITERATIONS_CSV_HEADER                                                          \
     "time_s,rank,duration_ms,batch_size,prefill_tokens,decode_seqs,kv_usage,running,"     \
     "waiting,preempted,swap_bytes"
@@ -68,12 +73,19 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 /* Formats a requests.csv row (no newline) into text_p; returns its length. */
 int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
                            size_t text_len);
+/* Appends the KVIO_REQUESTS_CONTROL_HEADER columns of a request served with
+ * updates against the same request without (NULL: empty columns) to a row
+ * of length at; returns the new length. */
+int kvio_serve_request_control_row(const kvio_engine_finished_t *with,
+                                   const kvio_engine_finished_t *without, char *text_p,
+                                   size_t text_len, int at);
 void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
                               const kvio_engine_iteration_t *iteration);
 
 /* Opens requests.csv and iterations.csv in results (either may be skipped by
  * passing NULL). */
-kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, kvio_csv_t **requests_p,
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_control,
+                                   kvio_csv_t **requests_p,
                                    kvio_csv_t **iterations_p, char *error_p, size_t error_len);
 /* Appends each tier's stats, tagged with rank, to array. */
 void kvio_serve_tiers_json(kvio_tier_t *const *tiers, size_t num_tiers, uint32_t rank,

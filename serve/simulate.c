@@ -92,7 +92,7 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
         kvio_serve_schedule_params_t params = {
             .updates = run->updates, .num_updates = run->num_updates,
             .world_rank = (int)lane->world_rank, .stall = run->stall_for_updates,
-            .activated_ns = run->updates_activated_ns};
+            .activated_ns = run->updates_activated_ns, .stall_ns = run->updates_stall_ns};
         status = kvio_serve_schedule_updates_create(&params, &rank->updates);
         if (status == KVIO_OK)
             lane->updates = kvio_serve_schedule_updates(rank->updates);
@@ -182,10 +182,11 @@ static kvio_status_t render(const simulation_t *sim, char *error_p, size_t error
     kvio_csv_t *requests = NULL, *iterations = NULL;
     kvio_status_t status = KVIO_OK;
     if (run->results != NULL)
-        status = kvio_serve_open_csvs(run->results, &requests, &iterations, error_p, error_len);
+        status = kvio_serve_open_csvs(run->results, run->control != NULL, &requests, &iterations,
+                                      error_p, error_len);
     if (status == KVIO_OK && requests != NULL)
         status = kvio_serve_render_requests(requests, recorder->finished,
-                                            recorder->num_finished);
+                                            recorder->num_finished, run->control);
     if (status == KVIO_OK && (iterations != NULL || run->events != NULL))
         status = kvio_serve_render_iterations(iterations, run->events, recorder->iterations,
                                               recorder->iterations_length,
@@ -257,7 +258,8 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
     }
     for (uint32_t r = 0; status == KVIO_OK && run->drain_stall_ns != NULL && r < sim.num_ranks;
          r++)
-        run->drain_stall_ns[r] += sim.ranks[r].lane.drain_stall_ns;
+        run->drain_stall_ns[r] += sim.ranks[r].lane.drain_stall_ns +
+                                  sim.ranks[r].lane.lent_stall_ns;
     if (status == KVIO_OK)
         status = render(&sim, error_p, error_len);
     if (status == KVIO_OK && run->output != NULL)

@@ -13,6 +13,7 @@ static const char *const trainer_loss_names[] = {"serve", "fail", NULL};
 static const char *const cache_names[] = {"flush", "version", "keep", NULL};
 static const char *const in_flight_names[] = {"keep", "abort", "wait", NULL};
 static const char *const colocated_names[] = {"false", "true", "release", NULL};
+static const char *const control_names[] = {"auto", "twin", "paired", "off", NULL};
 
 static const kvio_opt_t activate_options[] = {
     {.key = "cache", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_activate_t, cache),
@@ -46,6 +47,14 @@ const kvio_opt_t kvio_update_options[] = {
      .flags = KVIO_OPT_HAS_MIN, .min = 1000000,
      .help = "serving after each activation, against as long before it, on the same rank: "
              "summary.json update_interference and updates.csv's ratio columns"},
+    {.key = "control", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, control),
+     .values = control_names, .default_value = "auto",
+     .help = "what the updates' cost is measured against: twin (simulate): the same stream "
+             "served again without updates in the same process, each request against itself "
+             "(summary.json update_cost, requests.csv's *_delta columns); paired (emulate): "
+             "no-update runs alternating with coupled ones (--repeat pairs), paired deltas "
+             "with 95 % intervals; off: no control, only the trend around updates; auto: twin "
+             "in simulate, off in emulate"},
     {.key = "apply", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_config_t, apply),
      .values = apply_names, .default_value = "shadow",
      .help = "shadow: receive beside the active weights, swap at an iteration boundary; "

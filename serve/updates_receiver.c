@@ -234,7 +234,7 @@ static bool ready_to_activate(const serve_state_t *state)
 }
 
 /* At an iteration boundary: swap slots (or reject a bad checksum). */
-static kvio_status_t activate(serve_state_t *state)
+static kvio_status_t activate(serve_state_t *state, const int64_t *stall_ns)
 {
     kvio_xfer_receive_t *receive = &state->receive;
     int64_t now = kvio_rte_time_ns(state->rte);
@@ -248,6 +248,8 @@ static kvio_status_t activate(serve_state_t *state)
         .t_xfer_end_ns = receive->t_xfer_end_ns, .t_notified_ns = receive->t_notified_ns,
         .t_verified_ns = state->t_verified_ns ? state->t_verified_ns : now,
     };
+    for (int c = 0; stall_ns != NULL && c < KVIO_STALL_CAUSES; c++)
+        record.stall_ns[c] = stall_ns[c];
     if (state->config->verify && state->digest != receive->meta.checksum) {
         record.checksum_ok = 0;
         state->result.checksum_mismatches++;
@@ -457,13 +459,14 @@ static uint64_t receiver_version_at(kvio_serve_updates_t *base, int64_t now_ns)
 }
 
 static kvio_status_t receiver_activate(kvio_serve_updates_t *base, int64_t now_ns, bool idle,
-                                       int64_t idle_since_ns, uint64_t *version_p)
+                                       int64_t idle_since_ns, const int64_t *stall_ns,
+                                       uint64_t *version_p)
 {
     (void)now_ns;
     (void)idle;
     (void)idle_since_ns;
     serve_state_t *state = (serve_state_t *)base;
-    kvio_status_t status = activate(state);
+    kvio_status_t status = activate(state, stall_ns);
     if (status != KVIO_OK) {
         snprintf(state->message, sizeof(state->message), "rank %d: %s",
                  kvio_rte_index(state->rte),

@@ -84,7 +84,8 @@ static uint64_t schedule_version_at(kvio_serve_updates_t *base, int64_t now_ns)
 }
 
 static kvio_status_t schedule_activate(kvio_serve_updates_t *base, int64_t now_ns, bool idle,
-                                       int64_t idle_since_ns, uint64_t *version_p)
+                                       int64_t idle_since_ns, const int64_t *stall_ns,
+                                       uint64_t *version_p)
 {
     schedule_t *schedule = (schedule_t *)base;
     const kvio_serve_schedule_params_t *params = &schedule->params;
@@ -97,6 +98,11 @@ static kvio_status_t schedule_activate(kvio_serve_updates_t *base, int64_t now_n
         params->activated_ns[u] = idle && idle_since_ns <= update->t_activated_ns
                                       ? update->t_activated_ns
                                       : now_ns;
+        /* The lane's loss goes to the newest version it takes. */
+        for (int c = 0; params->stall_ns != NULL && update->version == version &&
+                        c < KVIO_STALL_CAUSES;
+             c++)
+            params->stall_ns[u * KVIO_STALL_CAUSES + c] += stall_ns[c];
     }
     schedule->taken = version;
     *version_p = version;

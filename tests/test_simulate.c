@@ -3,6 +3,7 @@
  * a seed, pkas avoids the preemptions fcfs suffers on long contexts, lpm
  * beats fcfs on shared prefixes, and kvio compare writes its variants. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -807,4 +808,204 @@ Test(simulate, cost_models_out_of_range_are_named_not_overflowed)
         test_rmtree(dir);
         free(dir);
     }
+}
+
+/* ---------- the updates' cost against the no-update twin (#34) ---------- */
+
+/* requests.csv of a run with its control columns, and the cost. */
+static const json_t *update_cost(const run_output_t *run)
+{
+    const json_t *cost = json_object_get(json_object_get(run->summary, "metrics"),
+                                         "update_cost");
+    cr_assert_not_null(cost, "no update_cost in summary.json");
+    cr_assert_str_eq(test_json_string(cost, "control"), "twin");
+    return cost;
+}
+
+static test_csv_t read_csv(const run_output_t *run, const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/%s", run->dir, name);
+    return test_csv_read(path);
+}
+
+/* The earliest activation on rank (ms since t0) of updates.csv. */
+static double first_activation_ms(const test_csv_t *updates, double rank)
+{
+    double first = INFINITY;
+    for (size_t u = 0; u < updates->num_rows; u++)
+        if (test_csv_number(updates, u, "rank") == rank &&
+            test_csv_number(updates, u, "t_activated_ms") < first)
+            first = test_csv_number(updates, u, "t_activated_ms");
+    return first;
+}
+
+/* cache: keep with a shadow transport never touches serving: the twin and
+ * the run are the same request by request, and the printed cost is 0. */
+Test(simulate, keeping_the_cache_costs_every_request_exactly_nothing)
+{
+    const char *keep[] = {"update.on_activate.cache=keep"};
+    run_output_t kept = run_text(coupled, keep, 1);
+    const json_t *cost = update_cost(&kept);
+    cr_assert_gt(test_json_integer(cost, "requests_paired"), 100);
+    cr_assert_eq(test_json_integer(cost, "requests_unpaired"), 0);
+    cr_assert_eq(test_json_integer(cost, "requests_affected"), 0);
+    const char *zero[] = {"ttft_p99_ms.delta", "tpot_p99_ms.delta", "e2el_p99_ms.delta",
+                          "hit_rate.delta", "ttft_delta_ms.max", "e2el_delta_ms.p99",
+                          "stall_ms_per_update.max"};
+    for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
+        cr_expect_eq(test_json_number(cost, zero[i]), 0, "%s", zero[i]);
+    test_csv_t requests = read_csv(&kept, "requests.csv");
+    const char *columns[] = {"ttft_delta_ms", "tpot_delta_ms", "e2el_delta_ms",
+                             "max_itl_delta_ms", "cached_tokens_delta",
+                             "recomputed_tokens_delta"};
+    for (size_t i = 0; i < requests.num_rows; i++)
+        for (size_t c = 0; c < sizeof(columns) / sizeof(columns[0]); c++)
+            cr_assert_eq(test_csv_number(&requests, i, columns[c]), 0, "row %zu: %s", i + 1,
+                         columns[c]);
+    test_csv_free(&requests);
+    run_free(&kept);
+    /* What kvio prints says so. */
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", coupled);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", file, "--set", "update.on_activate.cache=keep", "-o",
+                               out, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "update cost vs control     TTFT p99 +0.00 ms, TPOT p99 "
+                                     "+0.000 ms"), "%s", run.out);
+    cr_expect(test_contains(run.out, "hit rate +0.00 pts, 0 requests affected"), "%s", run.out);
+    cr_expect(!test_contains(run.out, "trend"), "%s", run.out);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(file);
+    free(dir);
+}
+
+/* cache: flush: the hit rate falls against the twin and TTFT does not
+ * fall; only requests admitted after an activation on their rank lose
+ * hits (their first token comes after it), and only requests still
+ * running at it carry any difference (before it the two runs are one:
+ * a request decoding across it slows beside the recomputed prefixes). */
+Test(simulate, a_flush_costs_hits_only_after_an_activation)
+{
+    run_output_t flushed = run_text(coupled, NULL, 0);
+    const json_t *cost = update_cost(&flushed);
+    cr_assert_lt(test_json_number(cost, "hit_rate.delta"), 0);
+    cr_assert_geq(test_json_number(cost, "ttft_p99_ms.delta"), 0);
+    cr_assert_geq(test_json_number(cost, "ttft_delta_ms.mean"), 0);
+    cr_assert_gt(test_json_integer(cost, "requests_affected"), 0);
+    cr_assert_lt(test_json_integer(cost, "cached_tokens_delta"), 0);
+    test_csv_t requests = read_csv(&flushed, "requests.csv");
+    test_csv_t updates = read_csv(&flushed, "updates.csv");
+    size_t changed = 0, lost_hits = 0;
+    for (size_t i = 0; i < requests.num_rows; i++) {
+        double rank = test_csv_number(&requests, i, "rank");
+        double first_token_ms = test_csv_number(&requests, i, "first_token_s") * 1e3;
+        double finish_ms = test_csv_number(&requests, i, "finish_s") * 1e3;
+        double activated_ms = first_activation_ms(&updates, rank);
+        bool any = test_csv_number(&requests, i, "ttft_delta_ms") != 0 ||
+                   test_csv_number(&requests, i, "e2el_delta_ms") != 0 ||
+                   test_csv_number(&requests, i, "cached_tokens_delta") != 0;
+        changed += any;
+        lost_hits += test_csv_number(&requests, i, "cached_tokens_delta") < 0;
+        if (any)
+            cr_assert_geq(finish_ms, activated_ms - 1e-3,
+                          "row %zu changed, finished before rank %g's first activation", i + 1,
+                          rank);
+        if (test_csv_number(&requests, i, "cached_tokens_delta") != 0)
+            cr_assert_geq(first_token_ms, activated_ms - 1e-3,
+                          "row %zu lost hits, admitted before rank %g's first activation",
+                          i + 1, rank);
+    }
+    cr_assert_eq(changed, (size_t)test_json_integer(cost, "requests_affected"));
+    cr_assert_gt(lost_hits, 0);
+    /* Each update's share: its requests add up to the run's. */
+    double affected = 0;
+    for (size_t u = 0; u < updates.num_rows; u++)
+        affected += test_csv_number(&updates, u, "affected_requests");
+    cr_assert_eq(affected + (double)test_json_integer(cost, "requests_unattributed"),
+                 (double)changed);
+    test_csv_free(&requests);
+    test_csv_free(&updates);
+    run_free(&flushed);
+}
+
+/* in_flight: wait: requests that arrived on a rank while it drained for an
+ * update waited for the activation (a positive TTFT difference); requests
+ * that finished before the rank's first update carry none. */
+Test(simulate, waiting_for_a_drain_costs_the_requests_that_arrive_during_it)
+{
+    const char *wait[] = {"update.in_flight=wait"};
+    run_output_t waited = run_text(coupled, wait, 1);
+    const json_t *cost = update_cost(&waited);
+    cr_assert_gt(test_json_number(cost, "stall_ms_by_cause.drain"), 0);
+    test_csv_t requests = read_csv(&waited, "requests.csv");
+    test_csv_t updates = read_csv(&waited, "updates.csv");
+    size_t during = 0;
+    for (size_t i = 0; i < requests.num_rows; i++) {
+        double rank = test_csv_number(&requests, i, "rank");
+        double arrival_ms = test_csv_number(&requests, i, "arrival_s") * 1e3;
+        double ttft_delta = test_csv_number(&requests, i, "ttft_delta_ms");
+        double first_ready_ms = INFINITY;
+        for (size_t u = 0; u < updates.num_rows; u++) {
+            if (test_csv_number(&updates, u, "rank") != rank)
+                continue;
+            double activated = test_csv_number(&updates, u, "t_activated_ms");
+            double drained_from = activated - test_csv_number(&updates, u, "stall_drain_ms");
+            if (test_csv_number(&updates, u, "t_ready_ms") < first_ready_ms)
+                first_ready_ms = test_csv_number(&updates, u, "t_ready_ms");
+            if (arrival_ms > drained_from + 1e-3 && arrival_ms < activated - 1e-3) {
+                during++;
+                cr_assert_gt(ttft_delta, 0, "row %zu arrived during rank %g's drain "
+                             "(%.3f to %.3f ms) and lost nothing", i + 1, rank, drained_from,
+                             activated);
+            }
+        }
+        if (test_csv_number(&requests, i, "finish_s") * 1e3 < first_ready_ms)
+            cr_assert_eq(ttft_delta, 0, "row %zu finished before any update", i + 1);
+    }
+    cr_assert_gt(during, 0, "no request arrived during a drain");
+    test_csv_free(&requests);
+    test_csv_free(&updates);
+    run_free(&waited);
+}
+
+/* colocated: release: a rank runs no iteration while its pool is the
+ * update's; the stall it reports per update covers that lost serving time
+ * (each gap between iterations, while requests waited, inside the update). */
+Test(simulate, a_released_pool_reports_the_serving_time_it_lost)
+{
+    const char *release[] = {"update.colocated=release"};
+    run_output_t released = run_text(coupled, release, 1);
+    const json_t *cost = update_cost(&released);
+    cr_assert_gt(test_json_number(cost, "stall_ms_by_cause.release"), 0);
+    cr_assert_gt(test_json_number(cost, "stall_ms_per_update.p50"), 0);
+    test_csv_t updates = read_csv(&released, "updates.csv");
+    test_csv_t iterations = read_csv(&released, "iterations.csv");
+    for (size_t u = 0; u < updates.num_rows; u++) {
+        double rank = test_csv_number(&updates, u, "rank");
+        double from = test_csv_number(&updates, u, "t_xfer_start_ms");
+        double to = test_csv_number(&updates, u, "t_activated_ms");
+        double lost = 0, previous_end = NAN;
+        bool waiting = false;
+        for (size_t i = 0; i < iterations.num_rows; i++) {
+            if (test_csv_number(&iterations, i, "rank") != rank)
+                continue;
+            double start = test_csv_number(&iterations, i, "time_s") * 1e3;
+            if (waiting && start > from && previous_end < to)
+                lost += fmin(start, to) - fmax(previous_end, from);
+            previous_end = start + test_csv_number(&iterations, i, "duration_ms");
+            waiting = test_csv_number(&iterations, i, "running") +
+                          test_csv_number(&iterations, i, "waiting") >
+                      0;
+        }
+        cr_assert_geq(test_csv_number(&updates, u, "stall_release_ms"), lost - 1e-3,
+                      "update %zu on rank %g: %.3f ms of serving lost, %.3f reported", u + 1,
+                      rank, lost, test_csv_number(&updates, u, "stall_release_ms"));
+    }
+    test_csv_free(&updates);
+    test_csv_free(&iterations);
+    run_free(&released);
 }

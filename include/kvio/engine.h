@@ -85,8 +85,10 @@ typedef struct kvio_engine_finished {
     int64_t arrival_ns, first_token_ns, finish_ns;
     uint32_t prompt_tokens, output_tokens, cached_tokens;
     uint32_t preemptions;
+    uint32_t recomputed_tokens; /* computed again after a preemption or an update's abort */
     bool measured;
     uint64_t tag;
+    int64_t max_itl_ns;         /* the longest gap between two of its tokens (0: one token) */
 } kvio_engine_finished_t;
 
 /* One request's share of an iteration. */

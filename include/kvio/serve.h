@@ -90,9 +90,33 @@ typedef struct kvio_serve_output {
     size_t num_finished;
     uint64_t update_recomputed_tokens;
     uint64_t update_aborted_requests;
+    /* With a control: the same stream served without updates (borrowed,
+     * sorted by id; NULL: none). */
+    const struct kvio_serve_output *control;
 } kvio_serve_output_t;
 
 void kvio_serve_output_free(kvio_serve_output_t *output);
+
+/* Orders output's finished requests by id, for kvio_serve_output_find. */
+void kvio_serve_output_sort(kvio_serve_output_t *output);
+
+/* The finished request with this id in an output sorted by id (NULL: none). */
+const kvio_engine_finished_t *kvio_serve_output_find(const kvio_serve_output_t *output,
+                                                     uint64_t id);
+
+/* One request's cost of the updates: the same request with updates minus
+ * without (ns; tpot_ns 0 for a single output token). */
+typedef struct kvio_request_delta {
+    int64_t ttft_ns, e2el_ns, max_itl_ns;
+    double tpot_ns;
+    int64_t cached_tokens, recomputed_tokens;
+} kvio_request_delta_t;
+
+kvio_request_delta_t kvio_request_delta(const kvio_engine_finished_t *with,
+                                        const kvio_engine_finished_t *without);
+
+/* True when the updates changed anything of the request. */
+bool kvio_request_delta_any(const kvio_request_delta_t *delta);
 
 typedef struct kvio_serve_run {
     const kvio_serve_config_t *serve;
@@ -154,11 +178,17 @@ typedef struct kvio_serve_run {
      * wanted): when each of updates activated on its engine (at the first
      * iteration boundary after its scheduled activation, at once on an idle
      * rank; with update.in_flight: wait once the running requests drained),
-     * and per serve rank the time it spent draining. */
+     * per update the serving time it cost by cause (KVIO_STALL_CAUSES each),
+     * and per serve rank the time it spent draining or with its pool lent. */
     int64_t *updates_activated_ns;
+    int64_t *updates_stall_ns;
     int64_t *drain_stall_ns;
     /* Simulate mode (may be NULL): filled with what serving measured. */
     kvio_serve_output_t *output;
+    /* Simulate mode (may be NULL): the same stream served without updates
+     * (finished sorted by id); requests.csv then carries each request's
+     * difference from it (KVIO_REQUESTS_CONTROL_HEADER). */
+    const kvio_serve_output_t *control;
 } kvio_serve_run_t;
 
 /* The inference loss of the served requests into metrics: served[v]

@@ -47,6 +47,11 @@ uint64_t kvio_hist_max(const kvio_hist_t *hist);
  * clamped to [min, max]. 0 for an empty histogram. */
 double kvio_hist_quantile(const kvio_hist_t *hist, double q);
 
+/* The exact q quantile of count values, nearest rank (the smallest value
+ * with at least q of them at or below it); sorts values in place. NAN when
+ * count is 0. */
+double kvio_quantile(double *values, size_t count, double q);
+
 /* Fills a summary; scale multiplies every value (1e-6 turns ns into ms). */
 void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
                          kvio_hist_summary_t *summary_p);

@@ -54,6 +54,26 @@ typedef enum {
     KVIO_COLOCATED_RELEASE = 2, /* the KV pool is released whole during the update */
 } kvio_colocated_t;
 
+/* Whether a run serves its stream again without updates to measure what
+ * they cost (update.control). */
+typedef enum {
+    KVIO_CONTROL_AUTO = 0,   /* simulate: twin; emulate: off */
+    KVIO_CONTROL_TWIN = 1,   /* simulate: a no-update twin in the same process */
+    KVIO_CONTROL_PAIRED = 2, /* emulate: no-update runs alternating with coupled ones */
+    KVIO_CONTROL_OFF = 3,    /* no control: only the trend around updates */
+} kvio_control_t;
+
+/* Why a serve rank served nothing for an update: the serving time each
+ * update cost, by cause (updates.csv stall_*_ms). */
+enum {
+    KVIO_STALL_APPLY = 0,   /* update.apply: stall, from the notice to activation */
+    KVIO_STALL_DRAIN = 1,   /* in_flight: wait, admission stopped until the running finish */
+    KVIO_STALL_LEND = 2,    /* colocated: true, nothing fit beside the lent blocks */
+    KVIO_STALL_RELEASE = 3, /* colocated: release, the pool was the update's */
+    KVIO_STALL_CAUSES = 4,
+};
+#define KVIO_STALL_CAUSE_NAMES {"stall", "drain", "lend", "release"}
+
 typedef struct kvio_update_activate {
     int cache; /* kvio_update_cache_t */
 } kvio_update_activate_t;
@@ -74,6 +94,7 @@ typedef struct kvio_update_config {
                                    first newer one it sees; 0: never */
     int64_t die_rank;           /* the rank that dies (serve ranks are 1..ranks.serve) */
     int on_trainer_loss;        /* kvio_trainer_loss_t */
+    int control;                /* kvio_control_t */
 } kvio_update_config_t;
 
 /* The option table of `update:` (the serve side; mountable as serve.update). */
@@ -93,6 +114,7 @@ typedef struct kvio_update_record {
     int64_t t_notified_ns;
     int64_t t_verified_ns;
     int64_t t_activated_ns;   /* 0 when not activated */
+    int64_t stall_ns[KVIO_STALL_CAUSES]; /* serving time this update cost the rank */
 } kvio_update_record_t;
 
 typedef struct kvio_update_result {
