@@ -135,9 +135,15 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
         snprintf(bandwidth, sizeof(bandwidth), "%.3f",
                  json_number_value(json_object_get(json_object_get(model, "bandwidth_gbps"), "mean")));
         kvio_table_add_row(table, "update bandwidth GB/s", bandwidth, NULL);
-        snprintf(activated, sizeof(activated), "%lld of %lld, %lld checksum mismatches",
+        json_int_t after = json_integer_value(json_object_get(model, "activated_after_serving"));
+        char after_text[48] = "";
+        if (after > 0)
+            snprintf(after_text, sizeof(after_text), " (%lld after serving ended)",
+                     (long long)after);
+        snprintf(activated, sizeof(activated), "%lld of %lld%s, %lld checksum mismatches",
                  (long long)json_integer_value(json_object_get(model, "updates_activated")),
                  (long long)json_integer_value(json_object_get(model, "updates_received")),
+                 after_text,
                  (long long)json_integer_value(json_object_get(model, "checksum_mismatches")));
         kvio_table_add_row(table, "updates activated", activated, NULL);
     }

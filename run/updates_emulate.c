@@ -363,6 +363,7 @@ typedef struct rank_state {
     char run_dir[4200], run_prefix[512];
     coupled_serve_t coupled;
     kvio_xfer_t *xfer;
+    kvio_trainer_t *trainer;         /* the train rank's, set up before t0 */
     kvio_rte_start_t start;
     int64_t run_end_ns;
     rank_report_t report;
@@ -446,6 +447,11 @@ static kvio_status_t rank_setup(rank_state_t *state)
                                   TRAIN_RANK, state->receivers, state->num_serve,
                                   kvio_train_weights_bytes(&workload->train), &state->xfer,
                                   state->error, sizeof(state->error));
+    /* The trainer's weights are filled before t0: its first version is as
+     * on time as the rest. */
+    if (status == KVIO_OK && state->self == TRAIN_RANK)
+        status = kvio_trainer_create(&workload->train, (uint64_t)workload->seed, state->xfer,
+                                     &state->trainer, state->error, sizeof(state->error));
     if (status != KVIO_OK)
         return status;
     state->report = (rank_report_t){.is_trainer = state->self == TRAIN_RANK, .rank = state->self,
@@ -471,10 +477,9 @@ static kvio_status_t rank_train(rank_state_t *state)
 {
     const kvio_workload_t *workload = state->workload;
     rank_report_t *report = &state->report;
-    kvio_status_t status = kvio_train_run(&workload->train, (uint64_t)workload->seed, state->rte,
-                                          state->xfer, workload->duration_ns,
-                                          state->context->stop, &state->train, state->error,
-                                          sizeof(state->error));
+    kvio_status_t status = kvio_trainer_run(state->trainer, state->rte, workload->duration_ns,
+                                            state->context->stop, &state->train, state->error,
+                                            sizeof(state->error));
     if (status != KVIO_OK && status != KVIO_ERR_NOMEM && status != KVIO_ERR_PEER &&
         status != KVIO_ERR_TIMEOUT &&
         workload->update.on_trainer_loss == KVIO_TRAINER_LOSS_SERVE) {
@@ -663,6 +668,7 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
             kvio_rte_set_error(rte, "%s", kvio_xfer_error(state->xfer));
         kvio_xfer_detach(state->xfer); /* no barrier on a failure: drop peers' memory first */
     }
+    kvio_trainer_destroy(state->trainer); /* before the transport whose buffer it filled */
     kvio_xfer_destroy(state->xfer);
     rank_state_free(state);
     free(state);

@@ -280,6 +280,30 @@ static void trace_updates(kvio_event_trace_t *events, const collected_t *all, in
     }
 }
 
+/* Activations after the last request finished served nothing: counted
+ * apart (activated_after_serving), the rest as activated_while_serving;
+ * updates_activated is their sum. */
+static void count_after_serving(json_t *model_updates, const collected_t *all, int64_t origin_ns,
+                                const kvio_serve_output_t *serving)
+{
+    int64_t serving_end_ns = 0;
+    for (size_t i = 0; i < serving->num_finished; i++)
+        if (serving->finished[i].finish_ns > serving_end_ns)
+            serving_end_ns = serving->finished[i].finish_ns;
+    json_int_t after = 0, during = 0;
+    for (size_t i = 0; i < all->num_updates; i++) {
+        int64_t activated = all->updates[i].t_activated_ns;
+        if (activated == 0)
+            continue;
+        if (activated - origin_ns > serving_end_ns)
+            after++;
+        else
+            during++;
+    }
+    json_object_set_new(model_updates, "activated_while_serving", json_integer(during));
+    json_object_set_new(model_updates, "activated_after_serving", json_integer(after));
+}
+
 /* The updates' metrics, updates.csv and their events; with serving, what
  * each update did to it (the interference windows) first, so that
  * updates.csv is written once, whole. */
@@ -320,8 +344,10 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
         kvio_warn("model updates: %llu checksum mismatch%s (see updates.csv)",
                   (unsigned long long)metrics.mismatches, metrics.mismatches == 1 ? "" : "es");
     if (status == KVIO_OK && context->metrics != NULL) {
-        json_object_set_new(context->metrics, "model_updates",
-                            update_metrics_json(&metrics, context->workload, all));
+        json_t *model_updates = update_metrics_json(&metrics, context->workload, all);
+        if (serving != NULL)
+            count_after_serving(model_updates, all, origin_ns, serving);
+        json_object_set_new(context->metrics, "model_updates", model_updates);
         if (serving != NULL)
             json_object_set_new(
                 context->metrics, "update_interference",

@@ -1007,6 +1007,29 @@ static json_t *short_quickstart(const char *mode, double *updated_share_p)
     }
     *updated_share_p = (double)updated / (double)requests.num_rows;
     test_csv_free(&requests);
+    /* The trainer is ready at t0 (its weights filled during set-up): version
+     * 1 is ready after its 5 steps of 100 ms within twice the median update
+     * latency (plus scheduling noise), as on time as the rest. */
+    snprintf(path, sizeof(path), "%s/updates.csv", out);
+    test_csv_t rows = test_csv_read(path);
+    double first_ready_ms = INFINITY;
+    json_int_t activated = 0;
+    for (size_t i = 0; i < rows.num_rows; i++) {
+        if (test_csv_number(&rows, i, "version") == 1 &&
+            test_csv_number(&rows, i, "t_ready_ms") < first_ready_ms)
+            first_ready_ms = test_csv_number(&rows, i, "t_ready_ms");
+        activated += isfinite(test_csv_number(&rows, i, "t_activated_ms"));
+    }
+    double median_ms = test_json_number(updates, "update_latency_ms.p50");
+    cr_expect_leq(first_ready_ms - 500, 2 * median_ms + test_seconds(0.1) * 1e3,
+                  "%s: version 1 ready at %.1f ms, scheduled at 500 ms (median update %.1f ms)",
+                  mode, first_ready_ms, median_ms);
+    /* Every count of activations agrees. */
+    cr_expect_eq(test_json_integer(updates, "updates_activated"), activated, "%s", mode);
+    cr_expect_eq(test_json_integer(updates, "activated_while_serving") +
+                     test_json_integer(updates, "activated_after_serving"),
+                 activated, "%s", mode);
+    test_csv_free(&rows);
     test_rmtree(dir);
     free(dir);
     return summary;

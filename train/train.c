@@ -110,38 +110,90 @@ static void wait_until(int wait, uint64_t deadline_ns)
     }
 }
 
+struct kvio_trainer {
+    const kvio_train_config_t *config;
+    uint64_t seed;
+    kvio_xfer_t *xfer;
+    uint64_t bytes;
+    kvio_device_t *device; /* the weights' device (NULL: host memory) */
+    void *weights;         /* the buffer the optimizer writes (the mirror on a device) */
+    void *mirror;
+};
+
+kvio_status_t kvio_trainer_create(const kvio_train_config_t *config, uint64_t seed,
+                                  kvio_xfer_t *xfer, kvio_trainer_t **trainer_p, char *error_p,
+                                  size_t error_len)
+{
+    kvio_trainer_t *trainer = calloc(1, sizeof(*trainer));
+    if (trainer == NULL) {
+        snprintf(error_p, error_len, "trainer: out of memory");
+        return KVIO_ERR_NOMEM;
+    }
+    *trainer = (kvio_trainer_t){.config = config, .seed = seed, .xfer = xfer,
+                                .bytes = kvio_train_weights_bytes(config),
+                                .device = kvio_xfer_device(xfer),
+                                .weights = kvio_xfer_send_buffer(xfer)};
+    /* Weights in GPU memory: the optimizer's writes and the checksum happen
+     * on a pinned host mirror, uploaded whole after each change (inside the
+     * step; from pageable memory the upload would run at a fraction of the
+     * link's speed). */
+    if (trainer->device != NULL) {
+        if (kvio_device_host_alloc(trainer->device, trainer->bytes, &trainer->mirror) !=
+            KVIO_OK) {
+            snprintf(error_p, error_len, "trainer: a %llu-byte pinned host mirror of the GPU "
+                     "weights: %s", (unsigned long long)trainer->bytes,
+                     kvio_device_error(trainer->device));
+            free(trainer);
+            return KVIO_ERR_NOMEM;
+        }
+        trainer->weights = trainer->mirror;
+    }
+    kvio_weights_fill(trainer->weights, trainer->bytes, seed);
+    *trainer_p = trainer;
+    return KVIO_OK;
+}
+
+void kvio_trainer_destroy(kvio_trainer_t *trainer)
+{
+    if (trainer == NULL)
+        return;
+    kvio_device_host_free(trainer->device, trainer->mirror); /* NULL without a device */
+    free(trainer);
+}
+
 kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
                              kvio_rte_t *rte, kvio_xfer_t *xfer, int64_t duration_ns,
                              volatile sig_atomic_t *stop, kvio_train_result_t *result_p,
                              char *error_p, size_t error_len)
 {
     *result_p = (kvio_train_result_t){0};
-    uint64_t bytes = kvio_train_weights_bytes(config);
-    void *weights = kvio_xfer_send_buffer(xfer);
-    /* Weights in GPU memory: the optimizer's writes and the checksum happen
-     * on a pinned host mirror, uploaded whole after each change (inside the
-     * step; from pageable memory the upload would run at a fraction of the
-     * link's speed). */
-    kvio_device_t *device = kvio_xfer_device(xfer);
-    void *mirror = NULL;
-    if (device != NULL) {
-        if (kvio_device_host_alloc(device, bytes, &mirror) != KVIO_OK) {
-            snprintf(error_p, error_len, "trainer: a %llu-byte pinned host mirror of the GPU "
-                     "weights: %s", (unsigned long long)bytes, kvio_device_error(device));
-            return KVIO_ERR_NOMEM;
-        }
-        weights = mirror;
-    }
+    kvio_trainer_t *trainer = NULL;
+    kvio_status_t status = kvio_trainer_create(config, seed, xfer, &trainer, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    status = kvio_trainer_run(trainer, rte, duration_ns, stop, result_p, error_p, error_len);
+    kvio_trainer_destroy(trainer);
+    return status;
+}
+
+kvio_status_t kvio_trainer_run(kvio_trainer_t *trainer, kvio_rte_t *rte, int64_t duration_ns,
+                               volatile sig_atomic_t *stop, kvio_train_result_t *result_p,
+                               char *error_p, size_t error_len)
+{
+    *result_p = (kvio_train_result_t){0};
+    const kvio_train_config_t *config = trainer->config;
+    kvio_xfer_t *xfer = trainer->xfer;
+    uint64_t bytes = trainer->bytes;
+    kvio_device_t *device = trainer->device;
+    void *weights = trainer->weights, *mirror = trainer->mirror;
     kvio_rng_t rng;
-    kvio_rng_seed(&rng, seed, (uint32_t)kvio_rte_index(rte), "train.step_time");
+    kvio_rng_seed(&rng, trainer->seed, (uint32_t)kvio_rte_index(rte), "train.step_time");
     size_t capacity = 16, count = 0;
     kvio_train_record_t *records = malloc(capacity * sizeof(*records));
     if (records == NULL) {
-        kvio_device_host_free(device, mirror);
         snprintf(error_p, error_len, "trainer: out of memory");
         return KVIO_ERR_NOMEM;
     }
-    kvio_weights_fill(weights, bytes, seed);
     kvio_status_t status = KVIO_OK;
     bool uploaded = device == NULL;
     uint64_t version = 0;
@@ -246,7 +298,6 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
         snprintf(error_p, error_len, "trainer: %s", kvio_xfer_error(xfer));
 done:
     kvio_progress_destroy(progress);
-    kvio_device_host_free(device, mirror); /* NULL without a device */
     *result_p = (kvio_train_result_t){.records = records, .count = count, .steps = step,
                                       .t_start_ns = start_ns,
                                       .t_end_ns = kvio_rte_time_ns(rte)};

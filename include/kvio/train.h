@@ -83,6 +83,21 @@ bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
                          int64_t now_ns, int64_t last_step, int64_t last_ns,
                          int64_t cost_ns);
 
+/* A trainer set up before the run starts: its weights filled (the
+ * transport's send buffer, or a pinned host mirror of GPU weights), so that
+ * its first step starts at t0 like every other. */
+typedef struct kvio_trainer kvio_trainer_t;
+
+kvio_status_t kvio_trainer_create(const kvio_train_config_t *config, uint64_t seed,
+                                  kvio_xfer_t *xfer, kvio_trainer_t **trainer_p,
+                                  char *error_p, size_t error_len);
+void kvio_trainer_destroy(kvio_trainer_t *trainer);
+
+/* kvio_train_run on a trainer set up before. */
+kvio_status_t kvio_trainer_run(kvio_trainer_t *trainer, kvio_rte_t *rte,
+                               int64_t duration_ns, volatile sig_atomic_t *stop,
+                               kvio_train_result_t *result_p, char *error_p, size_t error_len);
+
 /* Runs the step loop on a sender transport until config->steps steps or
  * duration_ns, publishing by the policy, then announces the end. stop (may be
  * NULL; set asynchronously, e.g. by SIGINT) ends the loop early after the
