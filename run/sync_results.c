@@ -64,6 +64,7 @@ typedef struct sync_sums {
     double stage_ns, transfer_ns, control_ns, reload_ns, notice_ns, pipeline_ns, staged_ns,
         update_ns;
     double wire; /* what the trainer put, once per bucket */
+    double wire_from_trainer, wire_forwarded; /* every put: the trainer's, a server's */
     size_t notices, sent, reloaded, whole, versions_done;
 } sync_sums_t;
 
@@ -83,12 +84,16 @@ static json_t *weight_sync_json(const kvio_sync_config_t *config, const kvio_syn
         sums->reloaded > 0 ? (double)sums->reloaded / (double)sync->num_buckets : 0;
     static const char *const names[] = {"off", "whole", "bucket", "tensor"};
     json_t *object = json_pack(
-        "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+        "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
         "s:f}",
         "granularity", names[config->granularity], "measured", 1,
         "buckets", (json_int_t)sync->num_buckets, "messages", (json_int_t)sync->messages,
         "tensors", (json_int_t)tensors, "bytes", (json_int_t)sync->bytes,
         "wire_bytes", (json_int_t)(versions > 0 ? llround(sums->wire / versions) : 0),
+        "wire_bytes_from_trainer",
+        (json_int_t)(versions > 0 ? llround(sums->wire_from_trainer / versions) : 0),
+        "wire_bytes_forwarded",
+        (json_int_t)(versions > 0 ? llround(sums->wire_forwarded / versions) : 0),
         "staged_ms", versions > 0 ? sums->staged_ns / versions / 1e6 : 0.0,
         "update_ms",
         sums->versions_done > 0 ? sums->update_ns / (double)sums->versions_done / 1e6 : 0.0,
@@ -150,6 +155,17 @@ kvio_status_t run_sync_results(const run_context_t *context, const collected_t *
     }
 #define MS(ns) ((double)((ns) - origin_ns) / 1e6)
     sync_sums_t sums = {0};
+    /* Every put: a row of its sender's with a serve rank as its peer (a
+     * server's reload rows name the trainer). */
+    for (size_t i = 0; i < all->num_stamps; i++) {
+        const kvio_xfer_bucket_stamp_t *t = &all->stamps[i];
+        if (t->peer < 0 || t->peer >= size || t->peer == TRAIN_RANK)
+            continue;
+        if (t->rank == TRAIN_RANK)
+            sums.wire_from_trainer += (double)t->wire_bytes;
+        else
+            sums.wire_forwarded += (double)t->wire_bytes;
+    }
     int64_t version_start = 0, last_reloaded = 0; /* the last bucket, by the last server */
     const kvio_xfer_bucket_stamp_t *previous = NULL;
     for (size_t i = 0; i <= all->num_stamps; i++) {

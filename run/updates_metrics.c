@@ -150,6 +150,17 @@ static kvio_status_t compute_update_metrics(const collected_t *all, int num_serv
     return KVIO_OK;
 }
 
+/* The rank a serve rank's update came from: the trainer, or with a chain
+ * fan-out the serve rank before it (serve ranks follow the trainer); -1
+ * with weight_sync, whose buckets each name theirs (sync.csv). */
+static int update_source(const kvio_workload_t *workload, const kvio_update_record_t *record)
+{
+    if (workload->weight_sync.granularity != KVIO_SYNC_OFF)
+        return -1;
+    bool chain = workload->train.transport.fanout == KVIO_XFER_FANOUT_CHAIN;
+    return chain && record->rank > TRAIN_RANK + 1 ? record->rank - 1 : TRAIN_RANK;
+}
+
 static json_t *update_metrics_json(const update_metrics_t *metrics,
                                    const kvio_workload_t *workload, const collected_t *all)
 {
@@ -167,6 +178,19 @@ static json_t *update_metrics_json(const update_metrics_t *metrics,
     json_object_set_new(object, "versions_skipped", json_integer((json_int_t)metrics->skipped));
     json_object_set_new(object, "checksum_mismatches",
                         json_integer((json_int_t)metrics->mismatches));
+    /* The bytes each hop carried: from the trainer, and forwarded by a serve
+     * rank (a chain fan-out); weight_sync's are its own. */
+    json_int_t from_trainer = 0, forwarded = 0;
+    for (size_t i = 0; workload->weight_sync.granularity == KVIO_SYNC_OFF && i < all->num_updates;
+         i++) {
+        json_int_t bytes = (json_int_t)all->updates[i].bytes;
+        if (update_source(workload, &all->updates[i]) == TRAIN_RANK)
+            from_trainer += bytes;
+        else
+            forwarded += bytes;
+    }
+    json_object_set_new(object, "wire_bytes_from_trainer", json_integer(from_trainer));
+    json_object_set_new(object, "wire_bytes_forwarded", json_integer(forwarded));
     json_object_set_new(object, "update_latency_ms", kvio_hist_json(metrics->latency, 1e-6));
     json_object_set_new(object, "bandwidth_gbps", kvio_hist_json(metrics->bandwidth, 1e-3));
     json_object_set_new(object, "training_stall_ms", kvio_hist_json(metrics->train_stall, 1e-6));
@@ -192,14 +216,15 @@ static json_t *update_metrics_json(const update_metrics_t *metrics,
 /* updates.csv: one row per update a serve rank received, times since t0;
  * then the serving time it cost by cause, with serving the trend around
  * it, and with a control what it cost. */
-static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_t *all,
-                                       int64_t origin_ns, const kvio_interference_t *interference,
+static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workload_t *workload,
+                                       const collected_t *all, int64_t origin_ns,
+                                       const kvio_interference_t *interference,
                                        const kvio_control_cost_t *cost, char *error_p,
                                        size_t error_len)
 {
     char header[1024];
     snprintf(header, sizeof(header),
-             "version,rank,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
+             "version,rank,source,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
              "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
              "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps,stall_apply_ms,"
              "stall_drain_ms,stall_lend_ms,stall_release_ms%s%s",
@@ -234,10 +259,10 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const collected_
                      (long long)update->recomputed_tokens, update->hit_recovery_ms);
         }
         kvio_csv_row(csv,
-                     "%llu,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,"
-                     "%.6f,%.6f,%.6f,%.6f%s%s",
+                     "%llu,%d,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
+                     "%.4f,%.6f,%.6f,%.6f,%.6f%s%s",
                      (unsigned long long)record->version, record->rank,
-                     (unsigned long long)record->bytes, record->checksum_ok,
+                     update_source(workload, record), (unsigned long long)record->bytes, record->checksum_ok,
                      record->skipped_before, REL(record->t_ready_ns),
                      train ? REL(train->t_publish_start_ns) : NAN,
                      train ? REL(train->t_publish_end_ns) : NAN, REL(record->t_xfer_start_ns),
@@ -337,7 +362,7 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
     if (status == KVIO_OK && context->events != NULL)
         trace_updates(context->events, all, origin_ns);
     if (status == KVIO_OK && context->results != NULL)
-        status = write_updates_csv(context->results, all, origin_ns,
+        status = write_updates_csv(context->results, context->workload, all, origin_ns,
                                    serving != NULL ? &interference : NULL,
                                    controlled ? &cost : NULL, error_p, error_len);
     if (status == KVIO_OK && metrics.mismatches > 0)

@@ -181,9 +181,12 @@ nomem:
 /* weight_sync: what one update's plan did (summary.json). */
 static json_t *sync_json(const kvio_sync_plan_t *plan)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:f, s:f}", "buckets", (json_int_t)plan->num_buckets,
-                     "messages", (json_int_t)plan->messages, "bytes", (json_int_t)plan->bytes,
-                     "wire_bytes", (json_int_t)plan->wire_bytes, "staged_ms",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "buckets",
+                     (json_int_t)plan->num_buckets, "messages", (json_int_t)plan->messages,
+                     "bytes", (json_int_t)plan->bytes, "wire_bytes",
+                     (json_int_t)plan->wire_bytes, "wire_bytes_from_trainer",
+                     (json_int_t)plan->source_wire_bytes, "wire_bytes_forwarded",
+                     (json_int_t)plan->forwarded_wire_bytes, "staged_ms",
                      (double)plan->staged_ns / 1e6, "update_ms", (double)plan->total_ns / 1e6);
 }
 

@@ -1009,3 +1009,33 @@ Test(simulate, a_released_pool_reports_the_serving_time_it_lost)
     test_csv_free(&iterations);
     run_free(&released);
 }
+
+/* The bytes of each hop: a sequential fan-out puts every serve rank's copy
+ * from the trainer, a chain one and forwards the other (updates.csv's
+ * source, summary.json's wire_bytes_*). */
+Test(simulate, a_chain_forwards_what_a_sequential_fanout_puts_from_the_trainer)
+{
+    const char *chain[] = {"train.transport.fanout=chain"};
+    run_output_t sequential = run_text(coupled, NULL, 0), chained = run_text(coupled, chain, 1);
+    double bytes = test_json_number(sequential.summary, "metrics.model_updates.bytes");
+    double updates = test_json_number(sequential.summary,
+                                      "metrics.model_updates.updates_received");
+    cr_assert_gt(updates, 0);
+    cr_expect_eq(metric(&sequential, "model_updates.wire_bytes_from_trainer"), updates * bytes);
+    cr_expect_eq(metric(&sequential, "model_updates.wire_bytes_forwarded"), 0);
+    test_csv_t rows = read_csv(&chained, "updates.csv");
+    double to_rank[3] = {0, 0, 0};
+    for (size_t u = 0; u < rows.num_rows; u++) {
+        double rank = test_csv_number(&rows, u, "rank");
+        cr_assert(rank == 1 || rank == 2);
+        to_rank[(int)rank] += test_csv_number(&rows, u, "bytes");
+        cr_expect_eq(test_csv_number(&rows, u, "source"), rank - 1,
+                     "row %zu: rank 1 takes it from the trainer (0), rank 2 from rank 1", u + 1);
+    }
+    cr_expect_gt(to_rank[2], 0);
+    cr_expect_eq(metric(&chained, "model_updates.wire_bytes_from_trainer"), to_rank[1]);
+    cr_expect_eq(metric(&chained, "model_updates.wire_bytes_forwarded"), to_rank[2]);
+    test_csv_free(&rows);
+    run_free(&sequential);
+    run_free(&chained);
+}

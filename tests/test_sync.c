@@ -146,6 +146,18 @@ Test(sync, the_topology_across_nodes_orders_sequential_tree_chain, .timeout = 10
     }
     cr_expect_gt(times[0], 5 * times[1], "sequential %.2f s, tree %.2f s", times[0], times[1]);
     cr_expect_gt(times[1], times[2], "tree %.2f s, chain %.2f s", times[1], times[2]);
+    /* The bytes per hop: a source sending to each of the 31 other nodes puts
+     * 32 copies itself (its own node's too); a tree's source 3, the other
+     * 29 forwarded; a chain's 2, 30 forwarded. */
+    const uint64_t from_source[3] = {32, 3, 2}, forwarded[3] = {0, 29, 30};
+    for (int t = 0; t < 3; t++) {
+        config.topology = topologies[t];
+        kvio_sync_plan_t plan;
+        plan_s(&config, "llama3-70b", "h100-sxm", 8, 32, &plan);
+        cr_expect_eq(plan.source_wire_bytes, from_source[t] * plan.wire_bytes, "topology %d", t);
+        cr_expect_eq(plan.forwarded_wire_bytes, forwarded[t] * plan.wire_bytes, "topology %d", t);
+        kvio_sync_plan_free(&plan);
+    }
     /* One node: nothing crosses a NIC, the topology does not matter. */
     config.topology = KVIO_SYNC_SEQUENTIAL;
     double alone = plan_s(&config, "llama3-70b", "h100-sxm", 8, 1, NULL);
@@ -462,6 +474,11 @@ Test(sync, emulate_moves_every_bucket_over_ucx_and_verifies_the_weights, .timeou
     cr_expect_leq(sync_number(updates, "update_ms"),
                   test_json_number(updates, "update_latency_ms.max"));
     cr_expect_gt(sync_number(updates, "control_us_per_message"), 0);
+    /* Every receiver's copy was put once, by the trainer or forwarded. */
+    cr_expect_eq(sync_number(updates, "wire_bytes_from_trainer") +
+                     sync_number(updates, "wire_bytes_forwarded"),
+                 2 * sync_number(updates, "wire_bytes"), "2 serve ranks");
+    cr_expect_gt(sync_number(updates, "wire_bytes_from_trainer"), 0);
     cr_expect_eq(test_json_integer(updates, "updates_activated"), 6,
                  "3 versions x 2 serve ranks");
     cr_expect_eq(test_json_integer(updates, "checksum_mismatches"), 0);

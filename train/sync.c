@@ -306,6 +306,15 @@ kvio_status_t kvio_sync_plan(const kvio_sync_config_t *config, const kvio_model_
         plan.wire_bytes += bucket->wire_bytes;
     }
     plan.messages = (uint64_t)((double)plan.num_buckets * messages);
+    /* The copies across nodes: the source node's, and the ones other nodes
+     * forward (a chain's or a tree's). The source stages one copy into its
+     * own node either way. */
+    int64_t others = nodes > 1 ? nodes - 1 : 0;
+    int64_t from_source = config->topology == KVIO_SYNC_SEQUENTIAL ? others
+                          : config->topology == KVIO_SYNC_CHAIN    ? (others > 0 ? 1 : 0)
+                                                                   : (others < 2 ? others : 2);
+    plan.source_wire_bytes = plan.wire_bytes * (uint64_t)(1 + from_source);
+    plan.forwarded_wire_bytes = plan.wire_bytes * (uint64_t)(others - from_source);
     size_t depth = (size_t)config->pipeline_depth;
     /* The lanes stage buckets in turn; the broadcast (to every serving GPU;
      * P2P: within the joining group, across its nodes as a binary tree, as
@@ -410,6 +419,7 @@ kvio_status_t kvio_sync_buckets(const kvio_sync_config_t *config, const kvio_mod
         plan.bytes += plan.buckets[b].bytes;
     }
     plan.wire_bytes = plan.bytes;
+    plan.source_wire_bytes = plan.bytes;
     plan.messages = plan.num_buckets;
     *plan_p = plan;
     return KVIO_OK;

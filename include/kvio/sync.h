@@ -72,6 +72,9 @@ typedef struct kvio_sync_plan {
     int64_t *arrival_ns;    /* per serving instance: its last bucket reloaded */
     size_t num_instances;
     uint64_t bytes, wire_bytes, messages;
+    /* Per update, across nodes: the bytes the source puts (its own node's
+     * copy and each node it sends to) and the bytes other nodes forward. */
+    uint64_t source_wire_bytes, forwarded_wire_bytes;
     int64_t staged_ns;      /* the sending side done: the trainer's last bucket
                                staged (p2p: the peers' last bucket read) */
     int64_t total_ns;       /* the last instance done */
