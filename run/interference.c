@@ -189,3 +189,131 @@ json_t *kvio_interference_json(const kvio_interference_t *result, uint64_t recom
                      (json_int_t)aborted_requests, "stall_ms", stall_ms);
 #undef MEAN
 }
+
+/* ---------- decode gaps during updates, against the rest (no control) ---------- */
+
+/* One gap between two of a rank's iterations that both decoded: the time
+ * between a sequence's tokens, decode_seqs of them. */
+typedef struct gap {
+    double ms;
+    double tokens;
+} gap_t;
+
+static int compare_gaps(const void *a, const void *b)
+{
+    double x = ((const gap_t *)a)->ms, y = ((const gap_t *)b)->ms;
+    return x < y ? -1 : x > y;
+}
+
+/* An update's stretch on its rank: from its first byte on the wire to its
+ * activation (ns since the run's start). */
+typedef struct stretch {
+    uint32_t rank;
+    int64_t from_ns, to_ns;
+} stretch_t;
+
+static int compare_stretches(const void *a, const void *b)
+{
+    const stretch_t *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
+}
+
+static int compare_steps(const void *a, const void *b)
+{
+    const kvio_serve_step_record_t *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->start_ns < y->start_ns ? -1 : x->start_ns > y->start_ns;
+}
+
+/* The q quantile of sorted gaps, by count (tokens: false) or weighted by
+ * the tokens each gap delayed. */
+static double gap_quantile(const gap_t *gaps, size_t count, double q, bool tokens)
+{
+    if (count == 0)
+        return 0;
+    double total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += tokens ? gaps[i].tokens : 1;
+    double want = q * total, seen = 0;
+    for (size_t i = 0; i < count; i++) {
+        seen += tokens ? gaps[i].tokens : 1;
+        if (seen >= want)
+            return gaps[i].ms;
+    }
+    return gaps[count - 1].ms;
+}
+
+static json_t *gaps_json(gap_t *gaps, size_t count, bool tokens)
+{
+    qsort(gaps, count, sizeof(*gaps), compare_gaps);
+    double weight = 0;
+    for (size_t i = 0; i < count; i++)
+        weight += tokens ? gaps[i].tokens : 1;
+    return json_pack("{s:f, s:f, s:f, s:f}", tokens ? "tokens" : "gaps", weight, "p50",
+                     gap_quantile(gaps, count, 0.5, tokens), "p99",
+                     gap_quantile(gaps, count, 0.99, tokens), "max",
+                     count > 0 ? gaps[count - 1].ms : 0.0);
+}
+
+json_t *kvio_interference_during_json(const kvio_serve_output_t *serving,
+                                      const kvio_update_record_t *updates, size_t num_updates,
+                                      int64_t origin_ns)
+{
+    size_t num_steps = serving->num_steps;
+    kvio_serve_step_record_t *steps = malloc((num_steps + 1) * sizeof(*steps));
+    stretch_t *stretches = malloc((num_updates + 1) * sizeof(*stretches));
+    gap_t *during = malloc((num_steps + 1) * sizeof(*during));
+    gap_t *outside = malloc((num_steps + 1) * sizeof(*outside));
+    if (steps == NULL || stretches == NULL || during == NULL || outside == NULL) {
+        free(steps);
+        free(stretches);
+        free(during);
+        free(outside);
+        return NULL;
+    }
+    memcpy(steps, serving->steps, num_steps * sizeof(*steps));
+    qsort(steps, num_steps, sizeof(*steps), compare_steps);
+    size_t num_stretches = 0;
+    for (size_t u = 0; u < num_updates; u++) {
+        const kvio_update_record_t *update = &updates[u];
+        int64_t from = update->t_xfer_start_ns ? update->t_xfer_start_ns : update->t_ready_ns;
+        if (update->t_activated_ns == 0 || from == 0)
+            continue;
+        stretches[num_stretches++] = (stretch_t){.rank = (uint32_t)update->rank,
+                                                 .from_ns = from - origin_ns,
+                                                 .to_ns = update->t_activated_ns - origin_ns};
+    }
+    qsort(stretches, num_stretches, sizeof(*stretches), compare_stretches);
+    size_t num_during = 0, num_outside = 0, at = 0;
+    for (size_t i = 1; i < num_steps; i++) {
+        const kvio_serve_step_record_t *a = &steps[i - 1], *b = &steps[i];
+        if (a->rank != b->rank || a->decode_seqs == 0 || b->decode_seqs == 0)
+            continue;
+        /* The rank's first stretch that has not ended before the gap. */
+        while (at < num_stretches &&
+               (stretches[at].rank < a->rank ||
+                (stretches[at].rank == a->rank && stretches[at].to_ns < a->end_ns)))
+            at++;
+        bool inside = at < num_stretches && stretches[at].rank == a->rank &&
+                      stretches[at].from_ns <= b->end_ns;
+        gap_t gap = {.ms = (double)(b->end_ns - a->end_ns) / 1e6, .tokens = b->decode_seqs};
+        if (inside)
+            during[num_during++] = gap;
+        else
+            outside[num_outside++] = gap;
+    }
+    json_t *object = json_pack(
+        "{s:s, s:{s:o, s:o}, s:{s:o, s:o}}", "stretch",
+        "an update's first byte on the wire to its activation, on its rank", "decode_gap_ms",
+        "during", gaps_json(during, num_during, false), "outside",
+        gaps_json(outside, num_outside, false), "itl_ms", "during",
+        gaps_json(during, num_during, true), "outside", gaps_json(outside, num_outside, true));
+    free(steps);
+    free(stretches);
+    free(during);
+    free(outside);
+    return object;
+}

@@ -166,6 +166,17 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
                  json_number_value(json_object_get(interference, "window_s")));
         kvio_table_add_row(table, "trend (no control)", interference_text, NULL);
     }
+    const json_t *during = json_object_get(interference, "during_updates");
+    if (cost == NULL && during != NULL) {
+#define GAP(side, key)                                                                    \
+    json_number_value(json_object_get(                                                   \
+        json_object_get(json_object_get(during, "decode_gap_ms"), side), key))
+        snprintf(interference_text, sizeof(interference_text),
+                 "decode gap p99 %.2f ms (%.0f), outside %.2f ms", GAP("during", "p99"),
+                 GAP("during", "gaps"), GAP("outside", "p99"));
+#undef GAP
+        kvio_table_add_row(table, "during updates", interference_text, NULL);
+    }
     kvio_table_add_row(table, "results", results_dir, NULL);
     kvio_table_print(table, stdout);
     kvio_table_destroy(table);

@@ -206,6 +206,14 @@ typedef struct kvio_interference {
     double means[KVIO_INTERFERENCE_VALUES];
 } kvio_interference_t;
 
+/* Without a control: the gaps between a rank's decoding iterations that
+ * overlap an update on it (its first byte on the wire to its activation)
+ * against the rest, per gap and per token delayed (ITL); summary.json
+ * update_interference.during_updates. NULL: out of memory. */
+json_t *kvio_interference_during_json(const kvio_serve_output_t *serving,
+                                      const kvio_update_record_t *updates, size_t num_updates,
+                                      int64_t origin_ns);
+
 /* ---------- the updates' cost against a control (run/control.c) ---------- */
 
 /* What one update cost, from the requests attributed to it. */

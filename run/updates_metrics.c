@@ -373,12 +373,17 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
         if (serving != NULL)
             count_after_serving(model_updates, all, origin_ns, serving);
         json_object_set_new(context->metrics, "model_updates", model_updates);
-        if (serving != NULL)
-            json_object_set_new(
-                context->metrics, "update_interference",
-                kvio_interference_json(&interference, serving->update_recomputed_tokens,
-                                       serving->update_aborted_requests,
-                                       metrics.inference_stall_total_ms));
+        if (serving != NULL) {
+            json_t *trend = kvio_interference_json(&interference,
+                                                   serving->update_recomputed_tokens,
+                                                   serving->update_aborted_requests,
+                                                   metrics.inference_stall_total_ms);
+            json_t *during = kvio_interference_during_json(serving, all->updates,
+                                                           all->num_updates, origin_ns);
+            if (during != NULL)
+                json_object_set_new(trend, "during_updates", during);
+            json_object_set_new(context->metrics, "update_interference", trend);
+        }
         if (controlled)
             json_object_set(context->metrics, "update_cost", cost.json);
     }

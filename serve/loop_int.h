@@ -256,6 +256,13 @@ typedef void (*kvio_serve_iteration_each_t)(void *context,
 kvio_status_t kvio_serve_iterations_each(const void *records, size_t length,
                                          kvio_serve_iteration_each_t each, void *context);
 
+/* Keeps an iteration, or every iteration of length bytes of records, in
+ * output's steps. */
+kvio_status_t kvio_serve_output_add_step(kvio_serve_output_t *output, uint32_t rank,
+                                         const kvio_engine_iteration_t *iteration);
+void kvio_serve_output_add_steps(kvio_serve_output_t *output, const void *records,
+                                 size_t length);
+
 /* requests.csv rows of count finished requests; with a control (sorted by
  * id; may be NULL), each row ends with the request's difference from it. */
 kvio_status_t kvio_serve_render_requests(kvio_csv_t *csv, const kvio_engine_finished_t *finished,

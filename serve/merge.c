@@ -143,6 +143,8 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
     if (status == KVIO_OK && records != NULL)
         status = kvio_serve_render_iterations(iterations_csv, events, records, records_size,
                                               host_bandwidth);
+    if (status == KVIO_OK && records != NULL && totals->output != NULL)
+        kvio_serve_output_add_steps(totals->output, records, records_size);
     return status != KVIO_OK ? status : kvio_wire_status(&in);
 }
 

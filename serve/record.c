@@ -144,8 +144,37 @@ kvio_status_t kvio_serve_render_iterations(kvio_csv_t *csv, kvio_event_trace_t *
     return kvio_serve_iterations_each(records, length, render_iteration, &render);
 }
 
+kvio_status_t kvio_serve_output_add_step(kvio_serve_output_t *output, uint32_t rank,
+                                         const kvio_engine_iteration_t *iteration)
+{
+    kvio_status_t status = kvio_array_reserve((void **)&output->steps, &output->steps_capacity,
+                                              output->num_steps + 1, sizeof(*output->steps),
+                                              4096);
+    if (status == KVIO_OK)
+        output->steps[output->num_steps++] = (kvio_serve_step_record_t){
+            .rank = rank, .decode_seqs = iteration->batch.decode_seqs,
+            .start_ns = iteration->start_ns,
+            .end_ns = iteration->start_ns + iteration->duration_ns};
+    return status;
+}
+
+static void keep_step(void *context, const kvio_serve_iteration_record_t *record)
+{
+    kvio_serve_output_t *output = context;
+    if (kvio_serve_output_add_step(output, record->rank, &record->iteration) != KVIO_OK)
+        output->steps_dropped++;
+}
+
+void kvio_serve_output_add_steps(kvio_serve_output_t *output, const void *records,
+                                 size_t length)
+{
+    if (kvio_serve_iterations_each(records, length, keep_step, output) != KVIO_OK)
+        output->steps_dropped++;
+}
+
 void kvio_serve_output_free(kvio_serve_output_t *output)
 {
+    free(output->steps);
     free(output->finished);
     memset(output, 0, sizeof(*output));
 }

@@ -202,6 +202,8 @@ static void hand_over(simulation_t *sim, kvio_serve_output_t *output)
                                     .num_finished = sim->recorder.num_finished};
     sim->recorder.finished = NULL;
     sim->recorder.num_finished = sim->recorder.finished_capacity = 0;
+    kvio_serve_output_add_steps(output, sim->recorder.iterations,
+                                sim->recorder.iterations_length);
     for (uint32_t r = 0; r < sim->num_ranks; r++) {
         const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim->ranks[r].lane.engine);
         output->update_recomputed_tokens += metrics->update_recomputed_tokens;

@@ -1039,3 +1039,30 @@ Test(simulate, a_chain_forwards_what_a_sequential_fanout_puts_from_the_trainer)
     run_free(&sequential);
     run_free(&chained);
 }
+
+/* Without a control, what serving saw while updates arrived: every gap
+ * between two decoding iterations of a rank is during an update (its first
+ * byte to its activation) or outside, never both, never lost. */
+Test(simulate, decode_gaps_split_into_during_and_outside_updates)
+{
+    run_output_t run = run_text(coupled, NULL, 0);
+    const json_t *during = test_json(run.summary, "metrics.update_interference.during_updates");
+    double gaps_during = test_json_number(during, "decode_gap_ms.during.gaps");
+    double gaps_outside = test_json_number(during, "decode_gap_ms.outside.gaps");
+    cr_assert_gt(gaps_during, 0, "no decode gap overlapped an update");
+    cr_assert_gt(gaps_outside, gaps_during);
+    test_csv_t iterations = read_csv(&run, "iterations.csv");
+    double pairs = 0, last_decode[3] = {0, 0, 0};
+    for (size_t i = 0; i < iterations.num_rows; i++) {
+        int rank = (int)test_csv_number(&iterations, i, "rank");
+        cr_assert(rank == 1 || rank == 2);
+        double decode = test_csv_number(&iterations, i, "decode_seqs");
+        pairs += last_decode[rank] > 0 && decode > 0;
+        last_decode[rank] = decode;
+    }
+    cr_assert_eq(gaps_during + gaps_outside, pairs);
+    cr_assert_geq(test_json_number(during, "itl_ms.during.p99"),
+                  test_json_number(during, "itl_ms.during.p50"));
+    test_csv_free(&iterations);
+    run_free(&run);
+}

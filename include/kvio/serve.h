@@ -85,9 +85,20 @@ uint32_t kvio_router_choose_view(kvio_router_t *router, const kvio_router_view_t
 /* What serving measured, as data, for what the run computes from it
  * (rank 0): every finished request, in the order they finished (a coupled
  * emulate run: rank by rank), and what updates cost the engines. */
+/* One engine iteration as the update views need it (ns since the run's
+ * start; end: start plus its planned length). */
+typedef struct kvio_serve_step_record {
+    uint32_t rank;        /* world rank */
+    uint32_t decode_seqs; /* sequences that produced a token in it */
+    int64_t start_ns, end_ns;
+} kvio_serve_step_record_t;
+
 typedef struct kvio_serve_output {
     kvio_engine_finished_t *finished; /* malloc'd; kvio_serve_output_free */
     size_t num_finished;
+    kvio_serve_step_record_t *steps;  /* every iteration kept (malloc'd) */
+    size_t num_steps, steps_capacity;
+    uint64_t steps_dropped;           /* iterations not kept (out of memory) */
     uint64_t update_recomputed_tokens;
     uint64_t update_aborted_requests;
     /* With a control: the same stream served without updates (borrowed,
