@@ -36,10 +36,12 @@ typedef struct run_args {
     bool dump;
     bool help;
     bool json; /* --format json: summary.json on stdout instead of the table */
+    long repeat; /* --repeat: update.control: paired's pairs (0: its default) */
 } run_args_t;
 
 enum {
     RUN_HELP = 1, RUN_SET, RUN_OUTPUT, RUN_EVENT_TRACE, RUN_FORMAT, RUN_FORCE, RUN_DUMP,
+    RUN_REPEAT,
 };
 
 static const kvio_cli_option_t run_options[] = {
@@ -49,6 +51,7 @@ static const kvio_cli_option_t run_options[] = {
     {"event-trace", 0, "a file", RUN_EVENT_TRACE},
     {"format", 0, "table or json", RUN_FORMAT},
     {"force", 0, NULL, RUN_FORCE},
+    {"repeat", 0, "a count", RUN_REPEAT},
     {NULL, 0, NULL, 0},
 };
 
@@ -88,6 +91,16 @@ static int take_run_arg(const char *command, int option, const char *value, run_
     case RUN_DUMP:
         args->dump = true;
         return KVIO_EXIT_OK;
+    case RUN_REPEAT: {
+        char *end = NULL;
+        args->repeat = strtol(value, &end, 10);
+        if (end == value || *end != '\0' || args->repeat < 1) {
+            fprintf(stderr, "%s: --repeat needs a count of pairs (update.control: paired), "
+                    "got '%s'\n", command, value);
+            return KVIO_EXIT_USAGE;
+        }
+        return KVIO_EXIT_OK;
+    }
     case KVIO_CLI_OPERAND:
         return kvio_cli_take_one(command, "workload", &args->source, value);
     default:
@@ -147,14 +160,16 @@ int kvio_cmd_run(int argc, char **argv)
         return exit_status;
     if (args.help) {
         printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
-               "                [--event-trace FILE.pfw] [--format table|json]\n"
+               "                [--event-trace FILE.pfw] [--format table|json] [--repeat N]\n"
                "       kvio run --help [SECTION|KEY]\n\n"
                "Runs a workload (default: the quickstart preset) and writes a results\n"
                "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
                "An existing output directory is refused unless --force.\n"
                "--event-trace writes Chrome trace events, one per line (DFTracer .pfw\n"
                "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n"
-               "--format json prints summary.json on stdout instead of the table.\n");
+               "--format json prints summary.json on stdout instead of the table.\n"
+               "--repeat N: with update.control: paired (emulate), N pairs of the run and\n"
+               "its no-update twin (default 3), paired deltas with 95 %% intervals.\n");
         return print_keys("run", args.source, stdout);
     }
     const char *source = args.source != NULL ? args.source : "quickstart";
@@ -166,11 +181,18 @@ int kvio_cmd_run(int argc, char **argv)
         fprintf(stderr, "kvio: %s\n", error);
         return kvio_cli_exit_status(status);
     }
+    if (args.repeat > 0 && !(workload.mode == KVIO_MODE_EMULATE &&
+                             workload.update.control == KVIO_CONTROL_PAIRED)) {
+        fprintf(stderr, "kvio run: --repeat counts the pairs of update.control: paired (mode: "
+                "emulate); to repeat a run over seeds use kvio compare --repeat\n");
+        kvio_workload_free(&workload);
+        return KVIO_EXIT_USAGE;
+    }
     json_t *summary = NULL;
     kvio_run_options_t options = {
         .output_dir = args.output_dir, .force = args.force, .source = source,
         .stop = &stop_requested, .event_trace = args.event_trace, .quiet = args.json,
-        .summary_p = args.json ? &summary : NULL,
+        .summary_p = args.json ? &summary : NULL, .repeat = args.repeat,
     };
     struct sigaction action;
     memset(&action, 0, sizeof(action));

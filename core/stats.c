@@ -136,6 +136,30 @@ double kvio_quantile(double *values, size_t count, double q)
     return values[index > 0 ? index - 1 : 0];
 }
 
+/* Student t quantile for a two-sided 95% interval with n-1 degrees of freedom. */
+static double t95(size_t n)
+{
+    static const double table[] = {0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
+                                   2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+                                   2.120, 2.110, 2.101, 2.093, 2.086};
+    size_t df = n > 0 ? n - 1 : 0;
+    return df < sizeof(table) / sizeof(table[0]) ? table[df] : 1.96;
+}
+
+void kvio_mean_ci95(const double *samples, long count, double *mean_p, double *half_p)
+{
+    double sum = 0, squares = 0;
+    for (long r = 0; r < count; r++)
+        sum += samples[r];
+    double mean = count > 0 ? sum / (double)count : 0;
+    for (long r = 0; r < count; r++)
+        squares += (samples[r] - mean) * (samples[r] - mean);
+    *mean_p = mean;
+    *half_p = count > 1 ? t95((size_t)count) * sqrt(squares / (double)(count - 1)) /
+                              sqrt((double)count)
+                        : 0;
+}
+
 double kvio_hist_quantile(const kvio_hist_t *hist, double q)
 {
     if (hist->count == 0)

@@ -12,6 +12,7 @@
 #include "kvio/clock.h"
 #include "kvio/results.h"
 #include "kvio/run.h"
+#include "kvio/stats.h"
 
 #define MAX_SETS 160
 
@@ -60,32 +61,6 @@ static const compared_t compared_metrics[] = {
 };
 #define NUM_FIXED (sizeof(compared_metrics) / sizeof(compared_metrics[0]))
 #define MAX_COMPARED (NUM_FIXED + KVIO_COMPARE_MAX_METRICS)
-
-/* Student t quantile for a two-sided 95% interval with n-1 degrees of freedom. */
-static double t95(size_t n)
-{
-    static const double table[] = {0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
-                                   2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-                                   2.120, 2.110, 2.101, 2.093, 2.086};
-    size_t df = n > 0 ? n - 1 : 0;
-    return df < sizeof(table) / sizeof(table[0]) ? table[df] : 1.96;
-}
-
-/* Mean of count samples and the half-width of its 95% confidence interval
- * (0 for a single sample). */
-static void mean_ci95(const double *samples, long count, double *mean_p, double *half_p)
-{
-    double sum = 0, squares = 0;
-    for (long r = 0; r < count; r++)
-        sum += samples[r];
-    double mean = sum / (double)count;
-    for (long r = 0; r < count; r++)
-        squares += (samples[r] - mean) * (samples[r] - mean);
-    *mean_p = mean;
-    *half_p = count > 1 ? t95((size_t)count) * sqrt(squares / (double)(count - 1)) /
-                              sqrt((double)count)
-                        : 0;
-}
 
 /* The metric's value (keys by dots; a number indexes an array); NAN when
  * the run does not have it. */
@@ -193,7 +168,7 @@ static json_t *paired_deltas(const compared_t *list, size_t count,
         }
         if (!present)
             continue;
-        mean_ci95(differences, repeat, &mean, &half);
+        kvio_mean_ci95(differences, repeat, &mean, &half);
         json_object_set_new(deltas, list[m].label,
                             json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
     }
@@ -354,7 +329,7 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
     json_t *means = json_object();
     for (size_t m = 0; m < comparison->num_compared; m++) {
         double mean, half;
-        mean_ci95(comparison->values[i][m], options->repeat, &mean, &half);
+        kvio_mean_ci95(comparison->values[i][m], options->repeat, &mean, &half);
         if (isnan(mean))
             continue; /* an optional metric this variant does not have */
         json_object_set_new(means, comparison->list[m].label,

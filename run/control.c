@@ -103,9 +103,8 @@ typedef struct deltas {
     int64_t recomputed_tokens, cached_tokens;
 } deltas_t;
 
-static json_t *cost_json(deltas_t *deltas, side_t *with,
-                         side_t *without, const kvio_update_record_t *updates,
-                         size_t num_updates, double *scratch)
+static json_t *cost_json(deltas_t *deltas, side_t *with, side_t *without,
+                         const kvio_update_record_t *updates, size_t num_updates)
 {
     json_t *object = json_object();
     json_object_set_new(object, "control", json_string("twin"));
@@ -142,24 +141,17 @@ static json_t *cost_json(deltas_t *deltas, side_t *with,
     json_object_set_new(object, "hit_rate",
                         pair_json(with->prompt > 0 ? with->cached / with->prompt : 0,
                                   without->prompt > 0 ? without->cached / without->prompt : 0));
-    /* The serving time each activated update cost its rank. */
+    json_t *stall = kvio_update_stall_json(updates, num_updates);
+    if (stall != NULL)
+        json_object_set_new(object, "stall_ms_per_update", stall);
     static const char *const causes[] = KVIO_STALL_CAUSE_NAMES;
-    double by_cause[KVIO_STALL_CAUSES] = {0};
-    size_t num_stalls = 0;
-    for (size_t u = 0; u < num_updates; u++) {
-        if (updates[u].t_activated_ns == 0)
-            continue;
-        double total = 0;
-        for (int c = 0; c < KVIO_STALL_CAUSES; c++) {
-            by_cause[c] += (double)updates[u].stall_ns[c] / 1e6;
-            total += (double)updates[u].stall_ns[c] / 1e6;
-        }
-        scratch[num_stalls++] = total;
-    }
-    json_object_set_new(object, "stall_ms_per_update", distribution_json(scratch, num_stalls));
     json_t *causes_json = json_object();
-    for (int c = 0; c < KVIO_STALL_CAUSES; c++)
-        json_object_set_new(causes_json, causes[c], json_real(by_cause[c]));
+    for (int c = 0; c < KVIO_STALL_CAUSES; c++) {
+        double total = 0;
+        for (size_t u = 0; u < num_updates; u++)
+            total += (double)updates[u].stall_ns[c] / 1e6;
+        json_object_set_new(causes_json, causes[c], json_real(total));
+    }
     json_object_set_new(object, "stall_ms_by_cause", causes_json);
     return object;
 }
@@ -167,6 +159,25 @@ static json_t *cost_json(deltas_t *deltas, side_t *with,
 static void *array_of(size_t count, size_t size)
 {
     return calloc(count > 0 ? count : 1, size);
+}
+
+json_t *kvio_update_stall_json(const kvio_update_record_t *updates, size_t num_updates)
+{
+    double *stalls = array_of(num_updates, sizeof(double));
+    if (stalls == NULL)
+        return NULL;
+    size_t count = 0;
+    for (size_t u = 0; u < num_updates; u++) {
+        if (updates[u].t_activated_ns == 0)
+            continue;
+        double total = 0;
+        for (int c = 0; c < KVIO_STALL_CAUSES; c++)
+            total += (double)updates[u].stall_ns[c] / 1e6;
+        stalls[count++] = total;
+    }
+    json_t *object = distribution_json(stalls, count);
+    free(stalls);
+    return object;
 }
 
 kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
@@ -178,7 +189,7 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
     size_t n = with->num_finished, m = without->num_finished;
     cost.per_update = array_of(num_updates, sizeof(*cost.per_update));
     by_rank_t *sorted = array_of(num_updates, sizeof(*sorted));
-    double *buffers = array_of(5 * n + 3 * n + 3 * m + num_updates, sizeof(double));
+    double *buffers = array_of(5 * n + 3 * n + 3 * m, sizeof(double));
     if (cost.per_update == NULL || sorted == NULL || buffers == NULL) {
         free(cost.per_update);
         free(sorted);
@@ -192,7 +203,6 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
     side_t with_side = {.ttft = at, .tpot = at + n, .e2el = at + 2 * n};
     at += 3 * n;
     side_t without_side = {.ttft = at, .tpot = at + m, .e2el = at + 2 * m};
-    double *scratch = at + 3 * m;
     for (size_t u = 0; u < num_updates; u++)
         sorted[u] = (by_rank_t){.rank = updates[u].rank,
                                 .ready_ns = updates[u].t_ready_ns - origin_ns, .index = u};
@@ -237,8 +247,7 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
             (double)(request->arrival_ns - activated) / 1e6 > update->hit_recovery_ms)
             update->hit_recovery_ms = (double)(request->arrival_ns - activated) / 1e6;
     }
-    cost.json = cost_json(&deltas, &with_side, &without_side, updates, num_updates,
-                          scratch);
+    cost.json = cost_json(&deltas, &with_side, &without_side, updates, num_updates);
     free(sorted);
     free(buffers);
     if (cost.json == NULL) {

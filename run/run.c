@@ -511,6 +511,7 @@ typedef struct run_state {
     bool serving; /* simulate mode, and emulate without trainers (the coupled run serves
                      inside the update ranks) */
     const char *updates_note;
+    kvio_serve_output_t *served_out; /* emulate, coupled: what serving measured (may be NULL) */
     char incomplete[512]; /* why a run that ended is not complete */
 } run_state_t;
 
@@ -710,7 +711,8 @@ static kvio_status_t run_updates(run_state_t *state)
         state->schedule.inference_stall_ns[r] += state->drain_stall_ns[r];
     kvio_status_t status = kvio_updates_run(
         workload, state->world, state->emulate ? NULL : &state->schedule,
-        state->emulate ? NULL : &state->served, state->options->stop, state->results,
+        state->emulate ? NULL : &state->served, state->served_out, state->options->stop,
+        state->results,
         state->root ? state->metrics : NULL, state->root ? state->start : NULL, state->events,
         state->error_p, state->error_len);
     if (state->emulate && stopped(state))
@@ -835,6 +837,15 @@ static void run_state_free(run_state_t *state, bool world_failed)
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
                        kvio_run_result_t *result_p, char *error_p, size_t error_len)
 {
+    if (workload->mode == KVIO_MODE_EMULATE && workload->update.control == KVIO_CONTROL_PAIRED)
+        return run_paired(workload, options, result_p, error_p, error_len);
+    return run_workload(workload, options, NULL, result_p, error_p, error_len);
+}
+
+kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_options_t *options,
+                           kvio_serve_output_t *served_out, kvio_run_result_t *result_p,
+                           char *error_p, size_t error_len)
+{
     if (options->summary_p != NULL)
         *options->summary_p = NULL;
     /* A closed socket (Redis gone mid-write) is an error to report, never a
@@ -850,7 +861,7 @@ kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t
                          .start = json_object(), .complete = true, .root = true,
                          .updates = updates, .emulate = emulate,
                          .serving = !emulate || !updates,
-                         .coupled = kvio_updates_coupled(workload)};
+                         .coupled = kvio_updates_coupled(workload), .served_out = served_out};
     bool world_failed = true; /* MPI_Finalize only after a whole run */
     kvio_status_t status = run_prepare(&state);
     if (status != KVIO_OK)

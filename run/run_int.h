@@ -82,11 +82,13 @@ void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
  * trace event per update stage into events (may be NULL). results, metrics
  * and start are NULL on other processes. Simulate mode writes schedule
  * (the one the serve ranks served on, with the activations they took) or,
- * when it is NULL, kvio_updates_schedule's. stop (may be NULL; emulate only) ends
+ * when it is NULL, kvio_updates_schedule's. Emulate's coupled run moves
+ * what serving measured into served_out (may be NULL) on rank 0. stop (may be NULL; emulate only) ends
  * the trainer and the serve ranks early, keeping what was measured. */
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                const kvio_updates_schedule_t *schedule,
                                const kvio_serve_output_t *serving,
+                               kvio_serve_output_t *served_out,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
                                json_t *metrics, json_t *start, kvio_event_trace_t *events,
                                char *error_p, size_t error_len);
@@ -148,6 +150,8 @@ typedef struct run_context {
     json_t *start;               /* rank 0: t0 and each rank's set-up (may be NULL) */
     pthread_mutex_t *setup_lock; /* serve ranks' pools, one at a time (kvio_serve_run_t) */
     const kvio_serve_output_t *serving; /* simulate: what serving measured (NULL: none) */
+    kvio_serve_output_t *served_out;    /* emulate, coupled: receives what serving measured
+                                           (rank 0; NULL: not wanted) */
 } run_context_t;
 
 /* A serve rank's engine in the coupled run: the model, GPU and its own copy
@@ -214,6 +218,19 @@ json_t *kvio_interference_during_json(const kvio_serve_output_t *serving,
                                       const kvio_update_record_t *updates, size_t num_updates,
                                       int64_t origin_ns);
 
+/* One run of kvio_run (run/run.c) that also hands over, in emulate's
+ * coupled run, what serving measured (served_out may be NULL). */
+kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_options_t *options,
+                           kvio_serve_output_t *served_out, kvio_run_result_t *result_p,
+                           char *error_p, size_t error_len);
+
+/* update.control: paired in emulate (run/paired.c): --repeat pairs of the
+ * coupled run and its no-update twin (the trainer steps and publishes
+ * nothing), alternating, in directories under the run's; summary.json's
+ * update_cost holds the paired deltas with 95 % intervals. */
+kvio_status_t run_paired(const kvio_workload_t *workload, const kvio_run_options_t *options,
+                         kvio_run_result_t *result_p, char *error_p, size_t error_len);
+
 /* ---------- the updates' cost against a control (run/control.c) ---------- */
 
 /* What one update cost, from the requests attributed to it. */
@@ -239,6 +256,10 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
                                    const kvio_update_record_t *updates, size_t num_updates,
                                    int64_t origin_ns, kvio_control_cost_t *cost_p);
 void kvio_control_cost_free(kvio_control_cost_t *cost);
+
+/* The serving time each activated update of updates cost its rank (every
+ * cause): mean, p50, p99 and max in ms. NULL: out of memory. */
+json_t *kvio_update_stall_json(const kvio_update_record_t *updates, size_t num_updates);
 
 /* What kvio prints of update_cost, in three pieces of a line: the tail
  * latencies, the hit rate and requests affected, the stall per update. */

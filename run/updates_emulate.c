@@ -584,6 +584,10 @@ static kvio_status_t rank0_results(rank_state_t *state)
     if (status == KVIO_OK)
         status = run_updates_metrics(context, all, t0_ns, serving ? &state->serving : NULL,
                                      state->error, sizeof(state->error));
+    if (status == KVIO_OK && serving && context->served_out != NULL) {
+        *context->served_out = state->serving; /* moved */
+        memset(&state->serving, 0, sizeof(state->serving));
+    }
     if (status == KVIO_OK)
         start_json(context, all, &state->start, state->num_serve);
     if (status == KVIO_OK && state->sync.num_buckets > 0)

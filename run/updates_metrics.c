@@ -192,6 +192,9 @@ static json_t *update_metrics_json(const update_metrics_t *metrics,
     json_object_set_new(object, "wire_bytes_from_trainer", json_integer(from_trainer));
     json_object_set_new(object, "wire_bytes_forwarded", json_integer(forwarded));
     json_object_set_new(object, "update_latency_ms", kvio_hist_json(metrics->latency, 1e-6));
+    json_t *stall = kvio_update_stall_json(all->updates, all->num_updates);
+    if (stall != NULL)
+        json_object_set_new(object, "stall_ms_per_update", stall);
     json_object_set_new(object, "bandwidth_gbps", kvio_hist_json(metrics->bandwidth, 1e-3));
     json_object_set_new(object, "training_stall_ms", kvio_hist_json(metrics->train_stall, 1e-6));
     json_object_set_new(object, "training_stall_total_ms", json_real(metrics->stall_total_ms));

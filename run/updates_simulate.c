@@ -268,13 +268,14 @@ static kvio_status_t simulate(const run_context_t *context,
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                const kvio_updates_schedule_t *schedule,
                                const kvio_serve_output_t *serving,
+                               kvio_serve_output_t *served_out,
                                volatile sig_atomic_t *stop, struct kvio_results *results,
                                json_t *metrics, json_t *start, kvio_event_trace_t *events,
                                char *error_p, size_t error_len)
 {
     run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
                              .events = events, .stop = stop, .start = start,
-                             .serving = serving};
+                             .serving = serving, .served_out = served_out};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, schedule, error_p, error_len);
     return run_updates_emulate(world, &context, error_p, error_len);

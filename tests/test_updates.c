@@ -1298,3 +1298,104 @@ Test(updates, ucx_runs_sum_versions_as_they_land_and_still_catch_a_flipped_byte,
         free(dir);
     }
 }
+
+/* update.control: paired (emulate): pairs of the coupled run and its twin
+ * whose trainer publishes nothing, on one seed per pair, alternating; the
+ * paired deltas average the pairs, each with its 95 % interval, and each
+ * side is a whole run of its own. Whether the intervals contain 0 on an A/A
+ * run is a statistical verdict (wrong 5 % of the time per figure by
+ * design): bench/update.sh reports it, this test does not judge it. */
+Test(updates, a_paired_control_reports_deltas_with_intervals, .timeout = 240)
+{
+    REQUIRE_UCX();
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(
+        NULL, "run", "quickstart", "--set", "duration=3s", "--set", "ranks.runtime=local",
+        "--set", "train.steps=15", "--set", "train.step_time.mean=100ms", "--set",
+        "train.step_time.stddev=10ms", "--set", "train.checkpoint.every_n_steps=5", "--set",
+        "train.bytes=16MiB", "--set", "train.transport.chunk=4MiB", "--set",
+        "update.control=paired", "--repeat", "2", "-o", out, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "update cost vs control (2 pairs, 95 % interval)"), "%s",
+              run.out);
+    cr_expect(test_contains(run.out, "TTFT p99 "), "%s", run.out);
+    test_run_free(&run);
+    json_t *summary = NULL;
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    json_error_t error;
+    summary = json_load_file(path, 0, &error);
+    cr_assert_not_null(summary, "%s", error.text);
+    cr_assert(test_json_true(summary, "complete"));
+    const json_t *cost = test_json(summary, "metrics.update_cost");
+    cr_assert_str_eq(test_json_string(cost, "control"), "paired");
+    cr_assert_eq(test_json_integer(cost, "pairs"), 2);
+    const char *figures[] = {"ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "hit_rate",
+                             "ttft_mean_ms", "stall_p50_ms"};
+    for (size_t f = 0; f < sizeof(figures) / sizeof(figures[0]); f++) {
+        const json_t *figure = json_object_get(cost, figures[f]);
+        const json_t *pairs = json_object_get(figure, "pairs");
+        cr_assert_eq(json_array_size(pairs), 2, "%s", figures[f]);
+        double mean = (json_number_value(json_array_get(pairs, 0)) +
+                       json_number_value(json_array_get(pairs, 1))) / 2;
+        cr_expect_float_eq(test_json_number(figure, "mean"), mean, 1e-9, "%s", figures[f]);
+        cr_expect_geq(test_json_number(figure, "ci95"), 0, "%s", figures[f]);
+    }
+    /* Each side a whole run: the coupled one published, its twin did not,
+     * on the same stream (the same requests). */
+    for (int p = 1; p <= 2; p++) {
+        json_t *with_summary = NULL, *without_summary = NULL;
+        snprintf(path, sizeof(path), "%s/pair-%d-with", out, p);
+        json_t *with = model_updates(path, &with_summary);
+        snprintf(path, sizeof(path), "%s/pair-%d-without", out, p);
+        json_t *without = model_updates(path, &without_summary);
+        cr_expect_eq(test_json_integer(with, "versions_published"), 3, "pair %d", p);
+        cr_expect_eq(test_json_integer(without, "versions_published"), 0, "pair %d", p);
+        cr_expect_eq(test_json_integer(with_summary, "config.seed"),
+                     test_json_integer(without_summary, "config.seed"));
+        cr_expect_eq(test_json_integer(with_summary, "config.seed"), p, "pair %d: seed 1 + %d", p,
+                     p - 1);
+        json_decref(with_summary);
+        json_decref(without_summary);
+    }
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A control that does not fit the mode is refused before any run, naming
+ * the key: twin is simulate's, paired emulate's, and --repeat counts the
+ * pairs of paired only. */
+Test(updates, a_control_that_does_not_fit_the_mode_is_refused, .timeout = 30)
+{
+    struct {
+        const char *sets[2];
+        const char *repeat;
+        const char *message;
+    } cases[] = {
+        {{"mode=emulate", "update.control=twin"}, NULL, "update.control: twin"},
+        {{"mode=simulate", "update.control=paired"}, NULL, "update.control: paired"},
+        {{"mode=simulate", "update.control=auto"}, "2", "--repeat counts the pairs"},
+        {{"mode=emulate", "update.control=paired"}, "1", "--repeat 1"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char *dir = test_tmpdir();
+        char out[1100];
+        snprintf(out, sizeof(out), "%s/out", dir);
+        test_run_t run = cases[c].repeat != NULL
+                             ? test_kvio(NULL, "run", "quickstart", "--set", cases[c].sets[0],
+                                         "--set", cases[c].sets[1], "--repeat", cases[c].repeat,
+                                         "-o", out, NULL)
+                             : test_kvio(NULL, "run", "quickstart", "--set", cases[c].sets[0],
+                                         "--set", cases[c].sets[1], "-o", out, NULL);
+        cr_expect_eq(run.status, 2, "case %zu: %s", c, run.err);
+        cr_expect(test_contains(run.err, cases[c].message), "case %zu: %s", c, run.err);
+        struct stat info;
+        cr_expect_neq(stat(out, &info), 0, "case %zu: a results directory was made", c);
+        test_run_free(&run);
+        test_rmtree(dir);
+        free(dir);
+    }
+}

@@ -16,14 +16,17 @@
 #include "kvio/progress.h"
 #include "kvio/rng.h"
 
-static const char *const policy_names[] = {"every_n_steps", "interval", "adaptive", NULL};
+static const char *const policy_names[] = {"every_n_steps", "interval", "adaptive", "never",
+                                           NULL};
 static const char *const wait_names[] = {"sleep", "spin", NULL};
 
 static const kvio_opt_t checkpoint_options[] = {
     {.key = "policy", .type = KVIO_OPT_ENUM,
      .offset = offsetof(kvio_checkpoint_config_t, policy), .values = policy_names,
      .default_value = "every_n_steps",
-     .help = "every_n_steps, interval, or adaptive (learning curve vs measured cost)"},
+     .help = "every_n_steps, interval, adaptive (learning curve vs measured cost), or never "
+             "(the trainer steps beside serving and publishes nothing: the control of "
+             "update.control: paired)"},
     {.key = "every_n_steps", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_checkpoint_config_t, every_n_steps), .default_value = "10",
      .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "publish every this many steps"},
@@ -85,6 +88,8 @@ bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
         return step % config->every_n_steps == 0;
     case KVIO_CHECKPOINT_INTERVAL:
         return now_ns - last_ns >= config->interval_ns;
+    case KVIO_CHECKPOINT_NEVER:
+        return false;
     default: {
         /* Viper's idea: the loss the servers would shed per second with the
          * new weights, against what an update costs the trainer. */

@@ -96,6 +96,7 @@ typedef struct kvio_run_options {
     const char *event_trace; /* write Chrome trace events (.pfw) here; NULL: none */
     json_t **summary_p;      /* non-NULL: receives the summary.json written (a new
                                 reference, on the rank that wrote it; else NULL) */
+    long repeat;             /* update.control: paired: the pairs (0: 3) */
 } kvio_run_options_t;
 
 /* What a run produced. */

@@ -52,6 +52,10 @@ double kvio_hist_quantile(const kvio_hist_t *hist, double q);
  * count is 0. */
 double kvio_quantile(double *values, size_t count, double q);
 
+/* The mean of count samples and the half-width of its 95 % confidence
+ * interval (Student's t; 0 for a single sample). */
+void kvio_mean_ci95(const double *samples, long count, double *mean_p, double *half_p);
+
 /* Fills a summary; scale multiplies every value (1e-6 turns ns into ms). */
 void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
                          kvio_hist_summary_t *summary_p);

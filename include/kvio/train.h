@@ -21,6 +21,7 @@ typedef enum {
     KVIO_CHECKPOINT_EVERY_N_STEPS = 0,
     KVIO_CHECKPOINT_INTERVAL = 1,
     KVIO_CHECKPOINT_ADAPTIVE = 2,
+    KVIO_CHECKPOINT_NEVER = 3,
 } kvio_checkpoint_policy_t;
 
 typedef enum { KVIO_WAIT_SLEEP = 0, KVIO_WAIT_SPIN = 1 } kvio_wait_t;
