@@ -5,6 +5,8 @@
  * seed: the same stream), into compare.json; kvio_compare_table prints it. */
 #include "kvio/compare.h"
 
+#include "run/run_int.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,10 +53,14 @@ static const compared_t compared_metrics[] = {
     {"model_updates.weight_sync", "wire_bytes", "weight sync wire bytes"},
     {"model_updates.weight_sync", "wire_bytes_from_trainer", "weight sync bytes from src"},
     {"model_updates.weight_sync", "wire_bytes_forwarded", "weight sync bytes forwarded"},
-    {"update_interference", "ttft_p99_ratio", "ttft p99 after/before upd."},
-    {"update_interference", "tpot_p99_ratio", "tpot p99 after/before upd."},
-    {"update_interference", "hit_rate_before", "hit_rate before update"},
-    {"update_interference", "hit_rate_after", "hit_rate after update"},
+    {"update_cost.ttft_p99_ms", "delta", "update cost: ttft p99 ms"},
+    {"update_cost.tpot_p99_ms", "delta", "update cost: tpot p99 ms"},
+    {"update_cost.hit_rate", "delta", "update cost: hit rate"},
+    {"update_cost", "requests_affected", "update cost: requests"},
+    {"update_cost.stall_ms_per_update", "p99", "update cost: stall p99 ms"},
+    {"update_interference", "ttft_p99_ratio", "trend: ttft p99 after/bef."},
+    {"update_interference", "hit_rate_before", "trend: hit_rate before"},
+    {"update_interference", "hit_rate_after", "trend: hit_rate after"},
     {"update_effects", "stale_hit_tokens", "stale_hit_tokens"},
     {"update_effects", "update_recomputed_tokens", "tokens recomputed (updates)"},
     {"mean_inference_loss", NULL, "mean inference loss"},
@@ -230,6 +236,7 @@ typedef struct comparison {
     double (*values)[MAX_COMPARED][KVIO_COMPARE_MAX_REPEAT];
     char directory[1024];
     long long base_seed;         /* the workload's own seed, with the common overrides */
+    struct kvio_control_cache *twins; /* simulate's no-update twins, one per stream */
 } comparison_t;
 
 /* The base seed and the output directory from the workload as given. */
@@ -301,7 +308,8 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
         json_t *summary = NULL;
         kvio_run_options_t run_options = {.output_dir = run_dir, .force = options->force,
                                           .source = options->source, .quiet = true,
-                                          .stop = options->stop, .summary_p = &summary};
+                                          .stop = options->stop, .summary_p = &summary,
+                                          .control_cache = comparison->twins};
         kvio_run_result_t result;
         status = kvio_run(workload_r, &run_options, &result, run_error, sizeof(run_error));
         if (status != KVIO_OK) {
@@ -360,9 +368,11 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
     comparison.loaded = calloc(total, sizeof(*comparison.loaded));
     comparison.values = calloc(comparison.num_variants, sizeof(*comparison.values));
     comparison.num_compared = compared_list(options, comparison.list);
+    comparison.twins = kvio_control_cache_create();
     json_t *variants_json = json_array();
     kvio_results_t *top = NULL;
-    if (comparison.variants == NULL || comparison.values == NULL || comparison.loaded == NULL) {
+    if (comparison.variants == NULL || comparison.values == NULL || comparison.loaded == NULL ||
+        comparison.twins == NULL) {
         snprintf(error_p, error_len, "compare: out of memory");
         status = KVIO_ERR_NOMEM;
     }
@@ -381,11 +391,16 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
         json_t *rows = json_array();
         for (size_t m = 0; m < comparison.num_compared; m++)
             json_array_append_new(rows, json_string(comparison.list[m].label));
-        json_t *compare = json_pack("{s:i, s:s, s:s, s:s, s:I, s:o, s:o}", "schema_version",
-                                    KVIO_SCHEMA_VERSION, "kvio_version", KVIO_VERSION,
-                                    "workload", options->source, "directory",
+        /* The twins served, and the runs that shared one served before. */
+        uint64_t served = 0, shared = 0;
+        kvio_control_cache_counts(comparison.twins, &served, &shared);
+        json_t *compare = json_pack("{s:i, s:s, s:s, s:s, s:I, s:o, s:o, s:{s:I, s:I}}",
+                                    "schema_version", KVIO_SCHEMA_VERSION, "kvio_version",
+                                    KVIO_VERSION, "workload", options->source, "directory",
                                     comparison.directory, "repeat", (json_int_t)options->repeat,
-                                    "metrics", rows, "variants", variants_json);
+                                    "metrics", rows, "variants", variants_json, "controls",
+                                    "served", (json_int_t)served, "shared",
+                                    (json_int_t)shared);
         variants_json = NULL;
         status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
         if (status == KVIO_OK)
@@ -402,6 +417,7 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
     kvio_results_destroy(top);
     free(comparison.variants);
     free(comparison.values);
+    kvio_control_cache_destroy(comparison.twins);
     return status;
 }
 

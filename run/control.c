@@ -277,3 +277,96 @@ void kvio_control_cost_lines(const json_t *cost, char lines[3][96])
              FIELD("stall_ms_per_update", "p50"), FIELD("stall_ms_per_update", "p99"));
 #undef FIELD
 }
+
+/* ---------- twins shared among runs (kvio compare) ---------- */
+
+typedef struct cached_twin {
+    char *key;
+    kvio_serve_output_t twin;
+} cached_twin_t;
+
+struct kvio_control_cache {
+    cached_twin_t *entries;
+    size_t count, capacity;
+    uint64_t served, shared; /* twins served, and taken from here */
+};
+
+kvio_control_cache_t *kvio_control_cache_create(void)
+{
+    return calloc(1, sizeof(kvio_control_cache_t));
+}
+
+void kvio_control_cache_destroy(kvio_control_cache_t *cache)
+{
+    if (cache == NULL)
+        return;
+    for (size_t i = 0; i < cache->count; i++) {
+        free(cache->entries[i].key);
+        kvio_serve_output_free(&cache->entries[i].twin);
+    }
+    free(cache->entries);
+    free(cache);
+}
+
+char *kvio_control_key(const kvio_workload_t *workload)
+{
+    json_t *config = kvio_config_to_json(kvio_workload_options, workload);
+    if (config == NULL)
+        return NULL;
+    /* What the twin's serving does not depend on; the stream's length is
+     * kept (it may follow the trainer's steps). */
+    static const char *const apart[] = {"name", "train", "update", "weight_sync"};
+    for (size_t i = 0; i < sizeof(apart) / sizeof(apart[0]); i++)
+        json_object_del(config, apart[i]);
+    json_object_set_new(config, "stream_duration_ns",
+                        json_integer((json_int_t)kvio_workload_stream_duration(workload)));
+    char *key = json_dumps(config, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(config);
+    return key;
+}
+
+kvio_status_t kvio_control_cache_take(kvio_control_cache_t *cache, const char *key,
+                                      kvio_serve_output_t *twin_p, bool *found_p)
+{
+    *found_p = false;
+    for (size_t i = 0; i < cache->count; i++) {
+        if (strcmp(cache->entries[i].key, key) != 0)
+            continue;
+        *found_p = true;
+        cache->shared++;
+        return kvio_serve_output_copy(twin_p, &cache->entries[i].twin);
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_control_cache_put(kvio_control_cache_t *cache, const char *key,
+                                     const kvio_serve_output_t *twin)
+{
+    cache->served++;
+    if (cache->count == cache->capacity) {
+        size_t capacity = cache->capacity > 0 ? 2 * cache->capacity : 4;
+        cached_twin_t *bigger = realloc(cache->entries, capacity * sizeof(*bigger));
+        if (bigger == NULL)
+            return KVIO_ERR_NOMEM;
+        cache->entries = bigger;
+        cache->capacity = capacity;
+    }
+    cached_twin_t *entry = &cache->entries[cache->count];
+    entry->key = strdup(key);
+    if (entry->key == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = kvio_serve_output_copy(&entry->twin, twin);
+    if (status != KVIO_OK) {
+        free(entry->key);
+        return status;
+    }
+    cache->count++;
+    return KVIO_OK;
+}
+
+void kvio_control_cache_counts(const kvio_control_cache_t *cache, uint64_t *served_p,
+                               uint64_t *shared_p)
+{
+    *served_p = cache->served;
+    *shared_p = cache->shared;
+}

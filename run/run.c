@@ -581,9 +581,36 @@ static bool twin_wanted(const run_state_t *state)
            (control == KVIO_CONTROL_AUTO || control == KVIO_CONTROL_TWIN);
 }
 
-/* The no-update twin of serve_run into state->control, on a stream of its
- * own (the same seed gives the same requests). */
+static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *serve_run);
+
+/* The no-update twin of serve_run into state->control: from the options'
+ * cache when an earlier run served the same one (kvio compare), else
+ * served now. */
 static kvio_status_t serve_twin(run_state_t *state, const kvio_serve_run_t *serve_run)
+{
+    const kvio_workload_t *workload = state->workload;
+    kvio_control_cache_t *cache = state->options->control_cache;
+    char *key = cache != NULL ? kvio_control_key(workload) : NULL;
+    if (cache != NULL && key == NULL) {
+        snprintf(state->error_p, state->error_len, "update.control: out of memory");
+        return KVIO_ERR_NOMEM;
+    }
+    bool found = false;
+    kvio_status_t status = KVIO_OK;
+    if (key != NULL)
+        status = kvio_control_cache_take(cache, key, &state->control, &found);
+    if (status == KVIO_OK && !found)
+        status = serve_twin_now(state, serve_run);
+    if (status == KVIO_OK && key != NULL && !found)
+        status = kvio_control_cache_put(cache, key, &state->control);
+    free(key);
+    if (status == KVIO_ERR_NOMEM)
+        snprintf(state->error_p, state->error_len, "update.control: out of memory keeping "
+                 "the twin's %zu requests", state->control.num_finished);
+    return status;
+}
+
+static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *serve_run)
 {
     const kvio_workload_t *workload = state->workload;
     kvio_stream_t *stream = NULL;
@@ -608,6 +635,7 @@ static kvio_status_t serve_twin(run_state_t *state, const kvio_serve_run_t *serv
     twin.control = NULL;
     json_t *metrics = NULL;
     bool complete = true;
+    /* On a stream of its own: the same seed gives the same requests. */
     status = kvio_serve_simulate(&twin, &metrics, &complete, state->error_p, state->error_len);
     json_decref(metrics);
     kvio_stream_destroy(stream);

@@ -257,6 +257,25 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
                                    int64_t origin_ns, kvio_control_cost_t *cost_p);
 void kvio_control_cost_free(kvio_control_cost_t *cost);
 
+/* Simulate's twins kept for the runs that follow (kvio compare): a twin's
+ * key is the workload without what only the updates read (name, train,
+ * update, weight_sync), with the stream's length. */
+typedef struct kvio_control_cache kvio_control_cache_t;
+
+kvio_control_cache_t *kvio_control_cache_create(void);
+void kvio_control_cache_destroy(kvio_control_cache_t *cache);
+/* The key (malloc'd JSON; NULL: out of memory). */
+char *kvio_control_key(const kvio_workload_t *workload);
+/* A copy of the twin of key into *twin_p, *found_p true; else nothing. */
+kvio_status_t kvio_control_cache_take(kvio_control_cache_t *cache, const char *key,
+                                      kvio_serve_output_t *twin_p, bool *found_p);
+/* Keeps a copy of twin under key. */
+kvio_status_t kvio_control_cache_put(kvio_control_cache_t *cache, const char *key,
+                                     const kvio_serve_output_t *twin);
+/* Twins served and kept, and twins taken from the cache. */
+void kvio_control_cache_counts(const kvio_control_cache_t *cache, uint64_t *served_p,
+                               uint64_t *shared_p);
+
 /* The serving time each activated update of updates cost its rank (every
  * cause): mean, p50, p99 and max in ms. NULL: out of memory. */
 json_t *kvio_update_stall_json(const kvio_update_record_t *updates, size_t num_updates);

@@ -179,6 +179,22 @@ void kvio_serve_output_free(kvio_serve_output_t *output)
     memset(output, 0, sizeof(*output));
 }
 
+kvio_status_t kvio_serve_output_copy(kvio_serve_output_t *dst, const kvio_serve_output_t *src)
+{
+    *dst = *src;
+    dst->control = NULL;
+    dst->finished = malloc((src->num_finished + 1) * sizeof(*dst->finished));
+    dst->steps = malloc((src->num_steps + 1) * sizeof(*dst->steps));
+    dst->steps_capacity = src->num_steps + 1;
+    if (dst->finished == NULL || dst->steps == NULL) {
+        kvio_serve_output_free(dst);
+        return KVIO_ERR_NOMEM;
+    }
+    memcpy(dst->finished, src->finished, src->num_finished * sizeof(*dst->finished));
+    memcpy(dst->steps, src->steps, src->num_steps * sizeof(*dst->steps));
+    return KVIO_OK;
+}
+
 static int compare_ids(const void *a, const void *b)
 {
     uint64_t x = ((const kvio_engine_finished_t *)a)->id,

@@ -741,38 +741,46 @@ Test(simulate, colocated_updates_take_kv_memory_while_they_arrive)
 }
 
 /* The update-interference preset, compared across cache modes: the table
- * has the update rows (absent for a run without updates), and they show
- * what flush costs against keep — the hit rate after an update. */
+ * has the update cost rows (absent for a run without updates), measured
+ * against one twin the variants share (the cache mode changes only what
+ * updates do), and they show what flush costs against keep: hit rate and
+ * TTFT lost against the twin, where keep loses nothing. */
 Test(simulate, compare_shows_what_each_cache_mode_costs_after_an_update, .timeout = 120)
 {
     char *dir = test_tmpdir();
     test_run_t run = test_kvio(dir, "compare", "update-interference", "--set", "duration=60s",
                                "--vary", "update.on_activate.cache=flush,keep", "-o", "cmp", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
-    cr_assert(test_contains(run.out, "hit_rate after update"), "%s", run.out);
-    cr_assert(test_contains(run.out, "ttft p99 after/before upd."), "%s", run.out);
+    cr_assert(test_contains(run.out, "update cost: hit rate"), "%s", run.out);
+    cr_assert(test_contains(run.out, "update cost: ttft p99 ms"), "%s", run.out);
     cr_assert(test_contains(run.out, "stale_hit_tokens"), "%s", run.out);
     char path[1200];
     snprintf(path, sizeof(path), "%s/cmp/compare.json", dir);
     json_error_t json_error;
     json_t *compare = json_load_file(path, 0, &json_error);
     cr_assert_not_null(compare, "%s", json_error.text);
-    double after[2];
+    cr_assert_eq(test_json_integer(compare, "controls.served"), 1, "one twin for both");
+    cr_assert_eq(test_json_integer(compare, "controls.shared"), 1);
+    double hit_cost[2], ttft_cost[2];
     for (size_t v = 0; v < 2; v++) {
         const json_t *summary = json_object_get(json_array_get(json_object_get(compare,
                                                                                "variants"), v),
                                                 "summary");
-        after[v] = test_json_number(json_object_get(summary, "hit_rate after update"), "mean");
+        hit_cost[v] = test_json_number(json_object_get(summary, "update cost: hit rate"), "mean");
+        ttft_cost[v] = test_json_number(json_object_get(summary, "update cost: ttft p99 ms"),
+                                        "mean");
     }
-    cr_assert_lt(after[0], after[1], "flush %.3f vs keep %.3f after an update", after[0],
-                 after[1]);
+    cr_assert_lt(hit_cost[0], 0, "flush lost no hits against the twin");
+    cr_assert_geq(ttft_cost[0], 0);
+    cr_assert_eq(hit_cost[1], 0, "keep: %g", hit_cost[1]);
+    cr_assert_eq(ttft_cost[1], 0, "keep: %g", ttft_cost[1]);
     json_decref(compare);
     test_run_free(&run);
     char *file = test_write_file(dir, "w.yaml", shared_prefix);
     run = test_kvio(dir, "compare", file, "--vary", "serve.scheduler.policy=fcfs,lpm", "-o",
                     "plain", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
-    cr_assert(!test_contains(run.out, "after update"), "%s", run.out);
+    cr_assert(!test_contains(run.out, "update cost"), "%s", run.out);
     test_run_free(&run);
     free(file);
     test_rmtree(dir);

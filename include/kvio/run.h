@@ -97,6 +97,9 @@ typedef struct kvio_run_options {
     json_t **summary_p;      /* non-NULL: receives the summary.json written (a new
                                 reference, on the rank that wrote it; else NULL) */
     long repeat;             /* update.control: paired: the pairs (0: 3) */
+    /* Simulate's twins already served, shared among runs that differ only in
+     * what the updates do (kvio compare; NULL: none). */
+    struct kvio_control_cache *control_cache;
 } kvio_run_options_t;
 
 /* What a run produced. */

@@ -108,6 +108,9 @@ typedef struct kvio_serve_output {
 
 void kvio_serve_output_free(kvio_serve_output_t *output);
 
+/* A copy of src's requests and iterations into *dst (its own memory). */
+kvio_status_t kvio_serve_output_copy(kvio_serve_output_t *dst, const kvio_serve_output_t *src);
+
 /* Orders output's finished requests by id, for kvio_serve_output_find. */
 void kvio_serve_output_sort(kvio_serve_output_t *output);
 
