@@ -1041,6 +1041,96 @@ static kvio_status_t interference_charts(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* The share of values at or below each of about 200 points (sorts them). */
+static kvio_status_t add_cdf(report_chart_t *chart, const char *label, double *values,
+                             size_t count, bool dashed)
+{
+    qsort(values, count, sizeof(double), compare_double);
+    size_t step = (count + 199) / 200;
+    step = step > 0 ? step : 1;
+    chart_series_t *series = series_add(chart, label, count / step + 2, false);
+    if (series == NULL)
+        return KVIO_ERR_NOMEM;
+    series->dashed = dashed;
+    series->step = true;
+    for (size_t i = 0; i < count; i += step) {
+        series->x[series->count] = values[i];
+        series->y[series->count++] = 100.0 * (double)(i + 1) / (double)count;
+    }
+    series->x[series->count] = values[count - 1];
+    series->y[series->count++] = 100;
+    return KVIO_OK;
+}
+
+/* What updates cost against the control (runs whose files have it): the
+ * distribution of each request's TTFT and E2EL difference, and per update
+ * of the first such run the latency its requests gained and the serving
+ * time it cost, at its activation. */
+static kvio_status_t update_cost_charts(kvio_report_t *report)
+{
+    report_chart_t *cdf = NULL, *per_update = NULL;
+    const report_run_t *first = NULL;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        report_run_t *run = report->runs[r];
+        if (run->num_deltas == 0)
+            continue;
+        if (cdf == NULL &&
+            (cdf = chart_new(report, CHART_LINES, "chart-update-cost-cdf", "Model updates",
+                             "What updates cost each request, against the control",
+                             "with minus without updates (ms)", "requests at or below (%)")) ==
+                NULL)
+            return KVIO_ERR_NOMEM;
+        char label[REPORT_LABEL_MAX + 16];
+        snprintf(label, sizeof(label), "%s TTFT", run->label);
+        kvio_status_t status = add_cdf(cdf, label, run->ttft_deltas, run->num_deltas, false);
+        snprintf(label, sizeof(label), "%s E2EL", run->label);
+        if (status == KVIO_OK)
+            status = add_cdf(cdf, label, run->e2el_deltas, run->num_deltas, true);
+        if (status != KVIO_OK)
+            return status;
+        if (first == NULL && run->num_updates > 0 && run->updates[0].has_cost)
+            first = run;
+    }
+    if (cdf != NULL) {
+        cdf->y_fixed = true;
+        cdf->y_min = 0;
+        cdf->y_max = 100;
+        snprintf(cdf->caption, sizeof(cdf->caption),
+                 "From requests.csv's ttft_delta_ms and e2el_delta_ms (first seed of each "
+                 "run): each request served with updates minus the same request served "
+                 "without (update.control: twin); a line at 0 up to 100 %% is no cost.");
+    }
+    if (first == NULL)
+        return KVIO_OK;
+    per_update = chart_new(report, CHART_LINES, "chart-update-cost-per-update",
+                           "Model updates", "What each update cost, against the control",
+                           "activation (s)", "ms");
+    if (per_update == NULL)
+        return KVIO_ERR_NOMEM;
+    if (series_add(per_update, "latency its requests gained (sum)", first->num_updates,
+                   false) == NULL ||
+        series_add(per_update, "serving time lost (stall)", first->num_updates, false) == NULL)
+        return KVIO_ERR_NOMEM;
+    /* Taken after both: adding a series moves the array. */
+    chart_series_t *added = &per_update->series[0], *stall = &per_update->series[1];
+    stall->dashed = true;
+    for (size_t i = 0; i < first->num_updates; i++) {
+        const update_row_t *row = &first->updates[i];
+        if (!row->has[5])
+            continue;
+        added->x[added->count] = row->t[5];
+        added->y[added->count++] = row->added_e2el_ms;
+        stall->x[stall->count] = row->t[5];
+        stall->y[stall->count++] = row->stall_ms;
+    }
+    snprintf(per_update->caption, sizeof(per_update->caption),
+             "From updates.csv of %s: per update and serve rank, at its activation, the "
+             "end-to-end latency the requests attributed to it gained against the control "
+             "(added_e2el_ms) and the serving time it cost its rank (stall_*_ms).",
+             first->label);
+    return KVIO_OK;
+}
+
 /* Runs a line chart draws together: the palette's colours, each line solid. */
 #define RUNS_PER_PANEL 8
 
@@ -1141,6 +1231,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = sync_charts(report);
     if (status == KVIO_OK)
         status = interference_charts(report);
+    if (status == KVIO_OK)
+        status = update_cost_charts(report);
     if (status == KVIO_OK)
         status = tier_chart(report);
     if (status == KVIO_OK)

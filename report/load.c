@@ -459,8 +459,29 @@ static uint64_t seconds_to_ns(double seconds)
     return ns >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)ns;
 }
 
+/* One request's TTFT and E2EL against the control (ms). */
+static kvio_status_t keep_delta(report_run_t *run, const double deltas[2])
+{
+    if (run->num_deltas == run->deltas_capacity) {
+        size_t grown = run->deltas_capacity == 0 ? 1024 : 2 * run->deltas_capacity;
+        double *ttft = realloc(run->ttft_deltas, grown * sizeof(double));
+        if (ttft == NULL)
+            return KVIO_ERR_NOMEM;
+        run->ttft_deltas = ttft;
+        double *e2el = realloc(run->e2el_deltas, grown * sizeof(double));
+        if (e2el == NULL)
+            return KVIO_ERR_NOMEM;
+        run->e2el_deltas = e2el;
+        run->deltas_capacity = grown;
+    }
+    run->ttft_deltas[run->num_deltas] = deltas[0];
+    run->e2el_deltas[run->num_deltas++] = deltas[1];
+    return KVIO_OK;
+}
+
 /* requests.csv → the latency histograms (every seed) and, for the first
- * seed, the requests binned by arrival. */
+ * seed, the requests binned by arrival and their differences from the
+ * control. */
 static kvio_status_t load_requests(const char *dir, report_run_t *run, bool first_seed,
                                    char *error_p, size_t error_len)
 {
@@ -476,6 +497,8 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, bool firs
         return status;
     }
     int measured_column = kvio_csv_reader_column(&csv, "measured");
+    int ttft_delta_column = first_seed ? kvio_csv_reader_column(&csv, "ttft_delta_ms") : -1;
+    int e2el_delta_column = first_seed ? kvio_csv_reader_column(&csv, "e2el_delta_ms") : -1;
     int cached_column = kvio_csv_reader_column(&csv, "cached_tokens");
     int input_column = kvio_csv_reader_column(&csv, "input_tokens");
     if (first_seed && run->arrivals == NULL && cached_column >= 0 && input_column >= 0) {
@@ -512,6 +535,12 @@ static kvio_status_t load_requests(const char *dir, report_run_t *run, bool firs
             csv_number(&csv, input_column, "input_tokens", &input, NULL, 0) == KVIO_OK)
             report_timeline_add_request(run->arrivals, arrival, first - arrival, cached, input);
         kvio_hist_record(run->e2el, seconds_to_ns(finish - arrival));
+        double deltas[2];
+        if (ttft_delta_column >= 0 && e2el_delta_column >= 0 &&
+            csv_number(&csv, ttft_delta_column, "ttft_delta_ms", &deltas[0], NULL, 0) == KVIO_OK &&
+            csv_number(&csv, e2el_delta_column, "e2el_delta_ms", &deltas[1], NULL, 0) == KVIO_OK &&
+            (status = keep_delta(run, deltas)) != KVIO_OK)
+            break;
         /* TPOT as vLLM's benchmark defines it: decode time over the tokens
          * after the first, for requests with more than one output token. */
         if (outputs > 1)
@@ -603,6 +632,12 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
     int version_column = kvio_csv_reader_column(&csv, "version");
     int rank_column = kvio_csv_reader_column(&csv, "rank");
     int bytes_column = kvio_csv_reader_column(&csv, "bytes");
+    int added_column = kvio_csv_reader_column(&csv, "added_e2el_ms");
+    static const char *const stall_names[] = {"stall_apply_ms", "stall_drain_ms",
+                                              "stall_lend_ms", "stall_release_ms"};
+    int stall_columns[4];
+    for (size_t i = 0; i < 4; i++)
+        stall_columns[i] = kvio_csv_reader_column(&csv, stall_names[i]);
     const char *missing = version_column < 0 ? "version"
                           : columns[0] < 0   ? "t_ready"
                           : columns[5] < 0   ? "t_activated"
@@ -636,6 +671,18 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
                                 error_p, error_len);
             row.t[i] *= scales[i];
             row.has[i] = true;
+        }
+        if (status == KVIO_OK && added_column >= 0) {
+            row.has_cost = true;
+            status = csv_number(&csv, added_column, "added_e2el_ms", &row.added_e2el_ms,
+                                error_p, error_len);
+        }
+        for (size_t i = 0; i < 4 && status == KVIO_OK; i++) {
+            double stall = 0;
+            if (stall_columns[i] >= 0)
+                status = csv_number(&csv, stall_columns[i], stall_names[i], &stall, error_p,
+                                    error_len);
+            row.stall_ms += stall;
         }
         if (status != KVIO_OK)
             break;
@@ -678,6 +725,8 @@ void report_run_free(report_run_t *run)
     free(run->timeline);
     free(run->arrivals);
     free(run->updates);
+    free(run->ttft_deltas);
+    free(run->e2el_deltas);
     free(run);
 }
 

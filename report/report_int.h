@@ -50,6 +50,9 @@ typedef struct update_row {
     double bytes;
     double t[6]; /* ready, xfer_start, xfer_end, notified, verified, activated */
     bool has[6];
+    bool has_cost;       /* updates.csv has the cost columns (a control) */
+    double added_e2el_ms; /* the latency its requests gained against the control */
+    double stall_ms;      /* the serving time it cost its rank, every cause */
 } update_row_t;
 
 #define UPDATE_STAGES 6
@@ -95,6 +98,8 @@ typedef struct report_run {
     timeline_t *timeline;          /* first seed; NULL without iterations.csv */
     timeline_t *arrivals;          /* first seed's requests by arrival; NULL without */
     update_row_t *updates;         /* first seed; NULL without updates.csv */
+    double *ttft_deltas, *e2el_deltas; /* first seed, requests.csv's control columns (ms) */
+    size_t num_deltas, deltas_capacity;
     size_t num_updates;
     bool updates_truncated;
     size_t num_tiers;              /* from metrics.tiers of the first seed */

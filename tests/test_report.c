@@ -894,3 +894,31 @@ Test(report, mutated_inputs_never_crash_the_reader, .timeout = 120)
     test_rmtree(dir);
     free(dir);
 }
+
+/* A coupled simulate run with its control: the report draws each request's
+ * cost (TTFT and E2EL against the twin, one step line each) and each
+ * update's (the latency its requests gained, the stall), one point per
+ * activated update and rank. */
+Test(report, a_controlled_run_gets_its_update_cost_charts, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "update-interference", "--set", "duration=60s",
+                               "-o", "res", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *html = report_of(dir, "res");
+    char *cdf = figure(html, "chart-update-cost-cdf");
+    cr_assert_not_null(cdf, "no update cost chart");
+    cr_expect(test_contains(cdf, "What updates cost each request, against the control"));
+    cr_expect_eq(count_of(cdf, "<polyline"), 2, "TTFT and E2EL");
+    char *per_update = figure(html, "chart-update-cost-per-update");
+    cr_assert_not_null(per_update);
+    cr_expect_eq(count_of(per_update, "<polyline"), 2, "gained latency and stall");
+    cr_expect(test_contains(per_update, "added_e2el_ms"));
+    cr_expect_eq(check_svgs(html) > 0, true);
+    free(cdf);
+    free(per_update);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
