@@ -212,20 +212,24 @@ typedef struct stretch {
     int64_t from_ns, to_ns;
 } stretch_t;
 
+/* By rank, then by time. */
+static int rank_then_time(uint32_t rank_a, int64_t a_ns, uint32_t rank_b, int64_t b_ns)
+{
+    if (rank_a != rank_b)
+        return rank_a < rank_b ? -1 : 1;
+    return a_ns < b_ns ? -1 : a_ns > b_ns;
+}
+
 static int compare_stretches(const void *a, const void *b)
 {
     const stretch_t *x = a, *y = b;
-    if (x->rank != y->rank)
-        return x->rank < y->rank ? -1 : 1;
-    return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
+    return rank_then_time(x->rank, x->from_ns, y->rank, y->from_ns);
 }
 
 static int compare_steps(const void *a, const void *b)
 {
     const kvio_serve_step_record_t *x = a, *y = b;
-    if (x->rank != y->rank)
-        return x->rank < y->rank ? -1 : 1;
-    return x->start_ns < y->start_ns ? -1 : x->start_ns > y->start_ns;
+    return rank_then_time(x->rank, x->start_ns, y->rank, y->start_ns);
 }
 
 /* The q quantile of sorted gaps, by count (tokens: false) or weighted by
