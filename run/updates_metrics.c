@@ -308,6 +308,26 @@ static void trace_updates(kvio_event_trace_t *events, const collected_t *all, in
     }
 }
 
+/* The run's inference stall by cause: the updates' (what each cost its
+ * rank, summed), the executor's overruns (emulate: the rest of the serve
+ * ranks' stall), and the time iterations spent on swap and tier I/O (the
+ * serving metrics' io_stall_ms). */
+static json_t *stall_by_cause_json(const run_context_t *context, const collected_t *all,
+                                   const update_metrics_t *metrics)
+{
+    double update_ms = 0;
+    for (size_t i = 0; i < all->num_updates; i++)
+        for (int c = 0; c < KVIO_STALL_CAUSES; c++)
+            update_ms += (double)all->updates[i].stall_ns[c] / 1e6;
+    bool emulate = context->workload->mode == KVIO_MODE_EMULATE;
+    double overrun_ms = emulate ? metrics->inference_stall_total_ms - update_ms : 0;
+    const json_t *io = json_object_get(context->metrics, "io_stall_ms");
+    return json_pack("{s:f, s:f, s:f, s:f}", "update", update_ms, "executor_overrun",
+                     overrun_ms > 0 ? overrun_ms : 0.0, "swap",
+                     json_number_value(json_object_get(io, "swap")), "tier_io",
+                     json_number_value(json_object_get(io, "tier")));
+}
+
 /* Activations after the last request finished served nothing: counted
  * apart (activated_after_serving), the rest as activated_while_serving;
  * updates_activated is their sum. */
@@ -373,6 +393,8 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
                   (unsigned long long)metrics.mismatches, metrics.mismatches == 1 ? "" : "es");
     if (status == KVIO_OK && context->metrics != NULL) {
         json_t *model_updates = update_metrics_json(&metrics, context->workload, all);
+        json_object_set_new(model_updates, "inference_stall_by_cause_ms",
+                            stall_by_cause_json(context, all, &metrics));
         if (serving != NULL)
             count_after_serving(model_updates, all, origin_ns, serving);
         json_object_set_new(context->metrics, "model_updates", model_updates);

@@ -299,6 +299,8 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->engines += src->engines;
     dst->busy_ns += src->busy_ns;
     dst->io_stall_ns += src->io_stall_ns;
+    dst->swap_stall_ns += src->swap_stall_ns;
+    dst->tier_stall_ns += src->tier_stall_ns;
     dst->measured_busy_ns += src->measured_busy_ns;
     dst->versions_activated += src->versions_activated;
     dst->stale_hit_tokens += src->stale_hit_tokens;
@@ -1201,6 +1203,8 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
         engine->metrics.iterations++;
         engine->metrics.busy_ns += engine->current.duration_ns;
         engine->metrics.io_stall_ns += (int64_t)(swap_ns + (double)engine->current.tier_ns);
+        engine->metrics.swap_stall_ns += (int64_t)swap_ns;
+        engine->metrics.tier_stall_ns += engine->current.tier_ns;
         /* KV usage from the first measured arrival on (warmup excluded). */
         if (now_ns >= engine->metrics.measure_start_ns) {
             engine->metrics.measured_busy_ns += engine->current.duration_ns;

@@ -92,6 +92,9 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     double compute_ns = (double)(metrics->busy_ns - metrics->io_stall_ns);
     json_object_set_new(object, "accelerator_utilization",
                         json_real(span_s > 0 ? compute_ns / 1e9 / span_s / engines : 0));
+    json_object_set_new(object, "io_stall_ms",
+                        json_pack("{s:f, s:f}", "swap", (double)metrics->swap_stall_ns / 1e6,
+                                  "tier", (double)metrics->tier_stall_ns / 1e6));
     json_object_set_new(object, "io_stall_fraction",
                         json_real(span_s > 0 ? (double)metrics->io_stall_ns / 1e9 / span_s /
                                                    engines

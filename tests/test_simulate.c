@@ -992,6 +992,16 @@ Test(simulate, a_released_pool_reports_the_serving_time_it_lost)
     cr_assert_gt(test_json_number(cost, "stall_ms_per_update.p50"), 0);
     test_csv_t updates = read_csv(&released, "updates.csv");
     test_csv_t iterations = read_csv(&released, "iterations.csv");
+    /* The run's inference stall is the updates', the releases summed (it
+     * read 0 when the lent pool's stall went uncounted). */
+    double released_ms = 0;
+    for (size_t u = 0; u < updates.num_rows; u++)
+        released_ms += test_csv_number(&updates, u, "stall_release_ms");
+    const json_t *model = test_json(released.summary, "metrics.model_updates");
+    cr_expect_float_eq(test_json_number(model, "inference_stall_by_cause_ms.update"), released_ms,
+                       1e-3 * updates.num_rows);
+    cr_expect_float_eq(test_json_number(model, "inference_stall_total_ms"), released_ms,
+                       1e-3 * updates.num_rows);
     for (size_t u = 0; u < updates.num_rows; u++) {
         double rank = test_csv_number(&updates, u, "rank");
         double from = test_csv_number(&updates, u, "t_xfer_start_ms");

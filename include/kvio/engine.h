@@ -130,6 +130,7 @@ typedef struct kvio_engine_metrics {
     uint64_t iterations;
     int64_t busy_ns;
     int64_t io_stall_ns;        /* of busy_ns: swap and tier transfers (no compute) */
+    int64_t swap_stall_ns, tier_stall_ns; /* io_stall_ns by what moved */
     int64_t measured_busy_ns;   /* of busy_ns: from the first measured arrival (KV usage) */
     double usage_time_integral; /* Σ usage × duration (ns) */
     double max_usage;
