@@ -17,6 +17,13 @@
 #   pkas_whole_prompt_over_fcfs, pkas_prediction_over_whole_prompt
 #                                (long-context: constant 1 over fcfs, oracle
 #                                 over constant 1)
+#   pkas_oracle_throughput_over_vllm  (both workloads) the oracle over `vllm`:
+#                                fcfs with vLLM's whole-sequence admission
+#                                (the default since #35)
+# `fcfs` is the presets' first-chunk admission (serve.engine.
+# scheduler_reserve_full_isl: false, vLLM before PR #37307), the baseline
+# the figures above were first measured against; `vllm` is today's vLLM.
+# The presets keep prefix caching off, as the paper's baseline does.
 # Env: KVIO_BENCH_BUILD, KVIO_PKAS_OUT.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +42,7 @@ fi
 # variant name and its overrides (the policy is pkas unless fcfs)
 variants=(
     "fcfs|serve.scheduler.policy=fcfs"
+    "vllm|serve.scheduler.policy=fcfs serve.engine.scheduler_reserve_full_isl=true"
     "oracle|serve.scheduler.predictor=oracle"
     "noisy-0.25|serve.scheduler.predictor=noisy serve.scheduler.noisy.sigma=0.25"
     "noisy-0.5|serve.scheduler.predictor=noisy serve.scheduler.noisy.sigma=0.5"
@@ -97,3 +105,9 @@ printf 'figure pkas_whole_prompt_over_fcfs %.2f x\n' \
     "$(ratio "$(value $long 1 constant-1 4)" "$(value $long 1 fcfs 4)")"
 printf 'figure pkas_prediction_over_whole_prompt %.2f x\n' \
     "$(ratio "$(value $long 1 oracle 4)" "$(value $long 1 constant-1 4)")"
+printf 'figure pkas_oracle_throughput_over_vllm_decode_bound %.2f x\n' \
+    "$(ratio "$(value $decode 4 oracle 4)" "$(value $decode 4 vllm 4)")"
+printf 'figure pkas_oracle_throughput_over_vllm_long_context %.2f x\n' \
+    "$(ratio "$(value $long 1 oracle 4)" "$(value $long 1 vllm 4)")"
+printf 'figure pkas_oracle_tpot_p99_over_vllm %.3f x\n' \
+    "$(ratio "$(value $decode 4 oracle 5)" "$(value $decode 4 vllm 5)")"

@@ -1063,31 +1063,68 @@ size_t kvio_kvcache_lookup_hashes(const kvio_kvcache_t *cache, const kvio_hash_t
            cache->block_size;
 }
 
+/* What covering the request's first num_tokens tokens takes: on its first
+ * allocation the cached prefix (its hit blocks written into req->blocks,
+ * the lookup kept), the blocks to take from the free queue (new ones, and
+ * hit blocks that sit in it). */
+typedef struct allocation_need {
+    bool first;
+    size_t num_hits, hits_in_queue, covered, needed_blocks, new_blocks;
+} allocation_need_t;
+
+static kvio_status_t allocation_need(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
+                                     allocation_need_t *need)
+{
+    uint32_t block_size = cache->block_size;
+    *need = (allocation_need_t){.first = req->num_blocks == 0};
+    /* Hit blocks go straight into the request's block array; they count
+     * only once num_blocks covers them. */
+    size_t hit_room = need->first ? (req->num_tokens + block_size - 1) / block_size : 0;
+    kvio_status_t status = grow((void **)&req->blocks, &req->blocks_capacity, hit_room,
+                                sizeof(uint32_t));
+    if (status != KVIO_OK)
+        return status;
+    if (need->first) {
+        need->num_hits = kept_lookup(cache, req); /* kept if the allocation is refused */
+        for (size_t i = 0; i < need->num_hits; i++)
+            need->hits_in_queue += cache->blocks[req->blocks[i]].refcount == 0;
+    }
+    size_t hit_tokens = need->num_hits * block_size;
+    need->covered = num_tokens > hit_tokens ? num_tokens : hit_tokens;
+    need->needed_blocks = (need->covered + block_size - 1) / block_size;
+    size_t have_blocks = need->first ? need->num_hits : req->num_blocks;
+    need->new_blocks = need->needed_blocks > have_blocks ? need->needed_blocks - have_blocks : 0;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_kvcache_blocks_to_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req,
+                                              size_t num_tokens, size_t *blocks_p)
+{
+    if (req->cache != cache)
+        return KVIO_ERR_INVALID;
+    if (num_tokens > req->num_tokens)
+        num_tokens = req->num_tokens;
+    allocation_need_t need;
+    kvio_status_t status = allocation_need(cache, req, num_tokens, &need);
+    if (status == KVIO_OK)
+        *blocks_p = need.new_blocks + need.hits_in_queue;
+    return status;
+}
+
 kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
                                     size_t *num_hit_tokens_p)
 {
     if (req->cache != cache || num_tokens > req->num_tokens)
         return KVIO_ERR_INVALID;
     uint32_t block_size = cache->block_size;
-    bool first = req->num_blocks == 0;
-    size_t num_hits = 0, hits_in_queue = 0;
-    /* Hit blocks go straight into the request's block array; they count
-     * only once num_blocks covers them. */
-    size_t hit_room = first ? (req->num_tokens + block_size - 1) / block_size : 0;
-    kvio_status_t status = grow((void **)&req->blocks, &req->blocks_capacity, hit_room,
-                                sizeof(uint32_t));
+    allocation_need_t need;
+    kvio_status_t status = allocation_need(cache, req, num_tokens, &need);
     if (status != KVIO_OK)
         return status;
-    if (first) {
-        num_hits = kept_lookup(cache, req); /* kept if the allocation is refused */
-        for (size_t i = 0; i < num_hits; i++)
-            hits_in_queue += cache->blocks[req->blocks[i]].refcount == 0;
-    }
-    size_t covered = num_tokens > num_hits * block_size ? num_tokens : num_hits * block_size;
-    size_t needed_blocks = (covered + block_size - 1) / block_size;
-    size_t have_blocks = first ? num_hits : req->num_blocks;
-    size_t new_blocks = needed_blocks > have_blocks ? needed_blocks - have_blocks : 0;
-    if (new_blocks + hits_in_queue > cache->free_queue.length) {
+    bool first = need.first;
+    size_t num_hits = need.num_hits, covered = need.covered;
+    size_t needed_blocks = need.needed_blocks, new_blocks = need.new_blocks;
+    if (new_blocks + need.hits_in_queue > cache->free_queue.length) {
         cache->metrics.allocations_refused++;
         return KVIO_ERR_NO_SPACE;
     }

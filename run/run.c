@@ -220,6 +220,28 @@ static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_opti
 /* The latency and throughput keys `vllm bench serve` writes, from kvio's
  * serving metrics: mean/median/std/p99 of ttft, tpot, itl and e2el (ms),
  * request_goodput null without an SLO (vLLM reports none then). */
+/* The scheduling behaviour the run had, against vLLM v1's defaults: the
+ * profile is "vllm" when every one of them is vLLM's, else "custom" (each
+ * key says what it was). */
+static json_t *scheduling_json(const kvio_workload_t *workload)
+{
+    static const char *const free_orders[] = {"append", "prepend_unhashed"};
+    static const char *const resets[] = {"when_idle", "preempt_all", "running"};
+    static const char *const preemptions[] = {"recompute", "swap"};
+    const kvio_engine_config_t *engine = &workload->serve.engine;
+    const kvio_kvcache_section_t *kvcache = &workload->serve.kvcache;
+    int reset = workload->update.on_activate.reset;
+    bool vllm = engine->scheduler_reserve_full_isl && engine->watermark == 0 &&
+                kvcache->prefix_caching && kvcache->free_order == 1 &&
+                engine->preemption == KVIO_PREEMPT_RECOMPUTE && reset != KVIO_RESET_RUNNING;
+    return json_pack("{s:s, s:b, s:f, s:b, s:s, s:s, s:s}", "profile", vllm ? "vllm" : "custom",
+                     "scheduler_reserve_full_isl", engine->scheduler_reserve_full_isl,
+                     "watermark", engine->watermark, "prefix_caching", kvcache->prefix_caching,
+                     "free_order", free_orders[kvcache->free_order == 1],
+                     "preemption", preemptions[engine->preemption == KVIO_PREEMPT_SWAP],
+                     "reset", resets[reset >= 0 && reset <= 2 ? reset : 0]);
+}
+
 static json_t *vllm_json(const json_t *metrics, const kvio_workload_t *workload)
 {
     static const char *const latencies[] = {"ttft", "tpot", "itl", "e2el"};
@@ -820,6 +842,8 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     json_object_set(summary, "metrics", state->metrics);
     if (json_object_get(state->metrics, "ttft_ms") != NULL)
         json_object_set_new(summary, "vllm", vllm_json(state->metrics, workload));
+    if (serving || coupled)
+        json_object_set_new(summary, "scheduling", scheduling_json(workload));
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,
                                                          write_error, sizeof(write_error));

@@ -46,6 +46,18 @@ const kvio_opt_t kvio_engine_options[] = {
      .offset = offsetof(kvio_engine_config_t, preemption), .values = preemption_names,
      .default_value = "recompute",
      .help = "recompute: drop the victim's KV; swap: move it to host memory and back"},
+    {.key = "scheduler_reserve_full_isl", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(kvio_engine_config_t, scheduler_reserve_full_isl),
+     .default_value = "true",
+     .help = "admit a waiting or preempted request only when its whole sequence (prompt, "
+             "and the output so far) fits in the free KV blocks, as vLLM's v1 scheduler "
+             "does (its name; on since vLLM PR #37307); false: only the first chunk must "
+             "fit (vLLM before, kvio before #35)"},
+    {.key = "watermark", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_engine_config_t, watermark), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 0.99,
+     .help = "fraction of the pool's blocks a waiting or preempted request must leave free "
+             "when admitted while another runs (vLLM's watermark)"},
     {.key = "realtime", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_engine_config_t, realtime),
      .default_value = "false",
      .help = "emulate: run serve ranks under SCHED_FIFO for tighter iteration timing "
@@ -73,8 +85,10 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
      .help = "reuse cached blocks of a common prefix"},
     {.key = "free_order", .type = KVIO_OPT_ENUM,
      .offset = offsetof(kvio_kvcache_section_t, free_order), .values = free_order_names,
-     .default_value = "append",
-     .help = "append (classic vLLM) or prepend_unhashed (newer vLLM)"},
+     .default_value = "prepend_unhashed",
+     .help = "where freed blocks go in the free queue: prepend_unhashed (vLLM v1: blocks "
+             "without a hash at the head, reused first; cached ones at the tail) or append "
+             "(every freed block at the tail, kvio before #35)"},
     {.key = "index", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_kvcache_section_t, index),
      .values = index_names, .default_value = "hash",
      .help = "hash (vLLM: any free cached block may be evicted) or radix (SGLang: only "
@@ -152,6 +166,7 @@ struct kvio_engine {
     const kvio_cost_t *cost;
     uint32_t block_size;
     uint32_t num_blocks;
+    uint32_t watermark_blocks;  /* serve.engine.watermark of num_blocks */
     uint64_t kv_bytes_per_token;
     double host_bandwidth;
     kvio_slo_t slo;
@@ -168,6 +183,10 @@ struct kvio_engine {
     kvio_block_store_t *store;  /* the blocks' bytes, swap space and tiers */
     bool config_prefix_caching;
     int update_cache;           /* kvio_update_cache_t */
+    int update_reset;           /* kvio_reset_t */
+    bool reset_pending;         /* reset: when_idle, refused while blocks are in use */
+    int64_t reset_asked_ns;     /* when (the iteration boundary of the activation) */
+    int64_t last_end_ns;        /* the last iteration boundary */
     int in_flight;              /* kvio_in_flight_t */
     uint64_t active_version;    /* the model version the engine runs */
     bool admission_paused;      /* in_flight: wait: draining for an update */
@@ -305,6 +324,10 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->versions_activated += src->versions_activated;
     dst->stale_hit_tokens += src->stale_hit_tokens;
     dst->cache_flushed_blocks += src->cache_flushed_blocks;
+    dst->resets += src->resets;
+    dst->resets_pending += src->resets_pending;
+    dst->reset_delay_ns += src->reset_delay_ns;
+    dst->reset_preempted_requests += src->reset_preempted_requests;
     dst->mixed_version_tokens += src->mixed_version_tokens;
     dst->update_aborted_requests += src->update_aborted_requests;
     dst->update_recomputed_tokens += src->update_recomputed_tokens;
@@ -462,6 +485,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->cost = params->cost;
     engine->block_size = params->block_size;
     engine->num_blocks = params->num_blocks;
+    engine->watermark_blocks = (uint32_t)(engine->config.watermark * (double)params->num_blocks);
     engine->kv_bytes_per_token = params->kv_bytes_per_token;
     engine->host_bandwidth = params->host_bandwidth;
     engine->slo = params->slo;
@@ -469,6 +493,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->observer = params->observer;
     engine->config_prefix_caching = params->prefix_caching;
     engine->update_cache = params->update_cache;
+    engine->update_reset = params->update_reset;
     engine->in_flight = params->in_flight;
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
     engine->metrics.slo = params->slo.ttft_ns > 0 || params->slo.tpot_ns > 0;
@@ -1033,11 +1058,25 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         if (!kvio_sched_admit(engine->sched, &req->sched, &view))
             break;
         /* The blocks beyond the hits must come from the free queue: when
-         * even those do not fit, the allocation cannot succeed (skip it). */
+         * even those do not fit, the allocation cannot succeed (skip it).
+         * vLLM's admission keeps the watermark free while another request
+         * runs and, with scheduler_reserve_full_isl, wants the whole
+         * sequence to fit (its evictable hits count as taken). */
+        uint32_t free_blocks = kvio_kvcache_num_free_blocks(engine->cache);
+        uint32_t watermark = engine->running.count > 0 ? engine->watermark_blocks : 0;
         uint32_t needed = (computed + new_tokens + engine->block_size - 1) / engine->block_size -
                           computed / engine->block_size;
-        if (needed > kvio_kvcache_num_free_blocks(engine->cache))
+        if ((uint64_t)needed + watermark > free_blocks)
             break;
+        if (engine->config.scheduler_reserve_full_isl) {
+            size_t whole = 0;
+            kvio_status_t status = kvio_kvcache_blocks_to_allocate(engine->cache, req->kv,
+                                                                   num_tokens, &whole);
+            if (status != KVIO_OK)
+                return status;
+            if ((uint64_t)whole + watermark > free_blocks)
+                break;
+        }
         size_t pool_hits_taken = 0;
         kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv, computed + new_tokens,
                                                      &pool_hits_taken);
@@ -1120,12 +1159,15 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
     return KVIO_OK;
 }
 
+static void try_reset(kvio_engine_t *engine, int64_t now_ns);
+
 kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
                                    kvio_engine_iteration_t *iteration_p)
 {
     memset(&engine->current, 0, sizeof(engine->current));
     engine->current.start_ns = now_ns;
     engine->num_scratch = 0;
+    try_reset(engine, now_ns); /* a flush refused while blocks were in use */
     uint32_t budget = (uint32_t)engine->config.max_num_batched_tokens;
     kvio_block_store_clear_error(engine->store);
     /* A step that only preempted (the request at the head of the running
@@ -1281,37 +1323,37 @@ bool kvio_engine_drain(kvio_engine_t *engine)
     return engine->running.count == 0;
 }
 
-kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
+/* The flush a version asked for, if it may happen now: at once with
+ * reset: running; else (vLLM's reset_prefix_cache) only while no block is
+ * in use, retried at each iteration boundary (the delay is measured). */
+static void try_reset(kvio_engine_t *engine, int64_t now_ns)
 {
-    if (version == engine->active_version)
-        return KVIO_OK;
-    engine->active_version = version;
-    engine->admission_paused = false;
-    engine->metrics.versions_activated++;
-    kvio_kvcache_set_epoch(engine->cache, version);
-    if (engine->update_cache == KVIO_UPDATE_CACHE_FLUSH)
-        engine->metrics.cache_flushed_blocks += kvio_kvcache_reset_prefix(
-            engine->cache, engine->observer.on_cache != NULL ? on_flushed : NULL, engine);
-    /* A waiting request without KV (not started, or preempted for
-     * recompute) will be computed on the new weights alone: it is the new
-     * version's. */
-    for (size_t i = 0; i < engine->waiting.count; i++) {
-        engine_req_t *req = engine->waiting.items[i];
-        if (req->computed == 0 && !req->swapped && req->spec.tag < version) {
-            kvio_status_t status = retag(engine, req, version);
-            if (status != KVIO_OK)
-                return status;
-        }
-    }
-    if (engine->in_flight != KVIO_IN_FLIGHT_ABORT)
-        return KVIO_OK;
-    /* Every running request starts over on the new weights: its KV goes
-     * (never to swap: it is stale), it waits at the head in its order. */
+    if (!engine->reset_pending)
+        return;
+    if (engine->update_reset != KVIO_RESET_RUNNING &&
+        kvio_kvcache_num_free_blocks(engine->cache) < engine->num_blocks)
+        return; /* a block is in use: vLLM's reset refuses */
+    engine->metrics.cache_flushed_blocks += kvio_kvcache_reset_prefix(
+        engine->cache, engine->observer.on_cache != NULL ? on_flushed : NULL, engine);
+    engine->reset_pending = false;
+    engine->metrics.resets_pending--;
+    engine->metrics.resets++;
+    engine->metrics.reset_delay_ns += now_ns - engine->reset_asked_ns;
+}
+
+/* Every running request starts over on the new weights: its KV goes
+ * (never to swap: it is stale), it waits at the head of the queue in its
+ * order, and is recomputed (counted in *requeued_p). in_flight: abort does
+ * this, and reset: preempt_all (vLLM's reset_running_requests) before it
+ * resets the cache. */
+static kvio_status_t requeue_running(kvio_engine_t *engine, uint64_t version,
+                                     uint64_t *requeued_p)
+{
     engine->num_scratch = 0;
     while (engine->running.count > 0) {
         engine_req_t *req = engine->running.items[engine->running.count - 1];
         engine->running.count--;
-        engine->metrics.update_aborted_requests++;
+        (*requeued_p)++;
         engine->metrics.update_recomputed_tokens += req->computed;
         req->recomputed_tokens += req->computed;
         req->lost_tokens = 0; /* counted here, not again as a preemption's */
@@ -1325,6 +1367,48 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
         if (status != KVIO_OK)
             return status;
     }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
+{
+    if (version == engine->active_version)
+        return KVIO_OK;
+    engine->active_version = version;
+    engine->admission_paused = false;
+    engine->metrics.versions_activated++;
+    kvio_kvcache_set_epoch(engine->cache, version);
+    /* A waiting request without KV (not started, or preempted for
+     * recompute) will be computed on the new weights alone: it is the new
+     * version's. */
+    for (size_t i = 0; i < engine->waiting.count; i++) {
+        engine_req_t *req = engine->waiting.items[i];
+        if (req->computed == 0 && !req->swapped && req->spec.tag < version) {
+            kvio_status_t status = retag(engine, req, version);
+            if (status != KVIO_OK)
+                return status;
+        }
+    }
+    if (engine->in_flight == KVIO_IN_FLIGHT_ABORT) {
+        kvio_status_t status = requeue_running(engine, version,
+                                               &engine->metrics.update_aborted_requests);
+        if (status != KVIO_OK)
+            return status;
+    }
+    if (engine->update_cache != KVIO_UPDATE_CACHE_FLUSH)
+        return KVIO_OK;
+    if (engine->update_reset == KVIO_RESET_PREEMPT_ALL) {
+        kvio_status_t status = requeue_running(engine, version,
+                                               &engine->metrics.reset_preempted_requests);
+        if (status != KVIO_OK)
+            return status;
+    }
+    if (!engine->reset_pending) {
+        engine->reset_pending = true;
+        engine->metrics.resets_pending++;
+        engine->reset_asked_ns = engine->last_end_ns;
+    }
+    try_reset(engine, engine->last_end_ns);
     return KVIO_OK;
 }
 
@@ -1370,6 +1454,7 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
 
 void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
 {
+    engine->last_end_ns = end_ns;
     for (size_t i = 0; i < engine->num_scratch; i++) {
         engine_req_t *req = engine->scratch[i];
         req->computed += req->scheduled;

@@ -72,14 +72,21 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     if (metrics->versions_activated > 0)
         json_object_set_new(
             object, "update_effects",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "versions_activated",
-                      (json_int_t)metrics->versions_activated, "stale_hit_tokens",
-                      (json_int_t)metrics->stale_hit_tokens, "cache_flushed_blocks",
-                      (json_int_t)metrics->cache_flushed_blocks, "mixed_version_tokens",
-                      (json_int_t)metrics->mixed_version_tokens, "update_aborted_requests",
-                      (json_int_t)metrics->update_aborted_requests, "update_recomputed_tokens",
-                      (json_int_t)metrics->update_recomputed_tokens, "colocated_preemptions",
-                      (json_int_t)metrics->colocated_preemptions));
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I}",
+                      "versions_activated", (json_int_t)metrics->versions_activated,
+                      "stale_hit_tokens", (json_int_t)metrics->stale_hit_tokens,
+                      "cache_flushed_blocks", (json_int_t)metrics->cache_flushed_blocks,
+                      "mixed_version_tokens", (json_int_t)metrics->mixed_version_tokens,
+                      "update_aborted_requests", (json_int_t)metrics->update_aborted_requests,
+                      "update_recomputed_tokens", (json_int_t)metrics->update_recomputed_tokens,
+                      "colocated_preemptions", (json_int_t)metrics->colocated_preemptions,
+                      "resets", (json_int_t)metrics->resets, "resets_pending",
+                      (json_int_t)metrics->resets_pending, "reset_delay_ms",
+                      metrics->resets > 0 ? (double)metrics->reset_delay_ns / 1e6 /
+                                                (double)metrics->resets
+                                          : 0.0,
+                      "reset_preempted_requests",
+                      (json_int_t)metrics->reset_preempted_requests));
     json_object_set_new(object, "kv_usage_mean",
                         json_real(metrics->measured_busy_ns > 0
                                       ? metrics->usage_time_integral /

@@ -99,6 +99,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .rank = (uint32_t)run->first_serve_rank + serve_index,
         .observer = observer,
         .update_cache = run->update != NULL ? run->update->on_activate.cache : 0,
+        .update_reset = run->update != NULL ? run->update->on_activate.reset : 0,
         .in_flight = run->update != NULL ? run->update->in_flight : 0,
     };
 }

@@ -11,6 +11,7 @@ static const char *const serving_names[] = {"emulated", "engine", NULL};
 static const char *const trainer_loss_names[] = {"serve", "fail", NULL};
 
 static const char *const cache_names[] = {"flush", "version", "keep", NULL};
+static const char *const reset_names[] = {"when_idle", "preempt_all", "running", NULL};
 static const char *const in_flight_names[] = {"keep", "abort", "wait", NULL};
 static const char *const colocated_names[] = {"false", "true", "release", NULL};
 static const char *const control_names[] = {"auto", "twin", "paired", "off", NULL};
@@ -22,6 +23,14 @@ static const kvio_opt_t activate_options[] = {
              "hash, as vLLM's reset and SGLang's flush on a weight update; version: entries "
              "hit only under the version that cached them; keep: stale hits are allowed and "
              "counted (stale_hit_tokens)"},
+    {.key = "reset", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_update_activate_t, reset),
+     .values = reset_names, .default_value = "when_idle",
+     .help = "how a flush resets the cache while requests run, as vLLM's reset_prefix_cache: "
+             "when_idle (its default): refused while any block is in use, retried at every "
+             "iteration boundary until none is (update_effects reset_delay_ms, "
+             "resets_pending); preempt_all (reset_running_requests): every running request "
+             "is preempted and recomputed, then the reset; running: kvio's extension, every "
+             "block unhashed at once while the requests go on (kvio before #35)"},
     {.key = NULL},
 };
 

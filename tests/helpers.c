@@ -428,6 +428,21 @@ struct kvio_cost *test_linear_cost(void)
     return cost;
 }
 
+size_t test_engine_step(struct kvio_engine *engine, long long *now_ns,
+                        struct kvio_engine_scheduled *out, size_t max)
+{
+    kvio_engine_iteration_t iteration;
+    cr_assert_eq(kvio_engine_schedule(engine, *now_ns, &iteration), KVIO_OK);
+    const kvio_engine_scheduled_t *items;
+    size_t count;
+    kvio_engine_last_scheduled(engine, &items, &count);
+    for (size_t i = 0; i < count && i < max; i++)
+        out[i] = items[i];
+    *now_ns += iteration.duration_ns > 0 ? iteration.duration_ns : 1;
+    kvio_engine_complete(engine, *now_ns);
+    return count;
+}
+
 void test_engine_add(struct kvio_engine *engine, unsigned long long id, unsigned prompt,
                      unsigned output, int priority, long long arrival_ns)
 {

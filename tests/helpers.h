@@ -135,6 +135,14 @@ struct kvio_gpu test_gpu(const char *name);
 struct kvio_cost;
 struct kvio_cost *test_linear_cost(void);
 
+/* One engine iteration at *now_ns: schedule, then complete at its end (an
+ * empty one takes 1 ns); its batch into out (at most max); returns the
+ * batch's size. */
+struct kvio_engine;
+struct kvio_engine_scheduled;
+size_t test_engine_step(struct kvio_engine *engine, long long *now_ns,
+                        struct kvio_engine_scheduled *out, size_t max);
+
 /* Adds request id to engine: prompt + output tokens of distinct content
  * (block hashes of 16 tokens over both), measured. */
 struct kvio_engine;

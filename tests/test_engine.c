@@ -21,7 +21,7 @@ typedef struct fixture {
     kvio_sched_config_t sched;
     kvio_cost_t *cost;
     kvio_engine_t *engine;
-    int64_t now_ns;
+    long long now_ns;
 } fixture_t;
 
 static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
@@ -64,16 +64,7 @@ static void add(fixture_t *f, uint64_t id, uint32_t prompt, uint32_t output, int
 /* Runs one iteration; returns the scheduled (id, tokens) list. */
 static size_t step(fixture_t *f, kvio_engine_scheduled_t *out, size_t max)
 {
-    kvio_engine_iteration_t iteration;
-    cr_assert_eq(kvio_engine_schedule(f->engine, f->now_ns, &iteration), KVIO_OK);
-    const kvio_engine_scheduled_t *items;
-    size_t count;
-    kvio_engine_last_scheduled(f->engine, &items, &count);
-    for (size_t i = 0; i < count && i < max; i++)
-        out[i] = items[i];
-    f->now_ns += iteration.duration_ns;
-    kvio_engine_complete(f->engine, f->now_ns);
-    return count;
+    return test_engine_step(f->engine, &f->now_ns, out, max);
 }
 
 Test(engine, short_requests_all_admitted_in_arrival_order, .timeout = 10)

@@ -29,6 +29,12 @@ typedef struct kvio_engine_config {
     int64_t long_prefill_token_threshold; /* 0: none */
     int preemption;                       /* kvio_preemption_t */
     bool realtime;                        /* emulate: SCHED_FIFO for serve-rank threads */
+    /* vLLM's admission (v1 scheduler): a waiting or preempted request is
+     * admitted only when its whole sequence fits in the free blocks
+     * (scheduler_reserve_full_isl), keeping watermark x the pool's blocks
+     * free while another request runs. */
+    bool scheduler_reserve_full_isl;
+    double watermark;
 } kvio_engine_config_t;
 
 /* The `serve.kvcache` section. */
@@ -143,6 +149,9 @@ typedef struct kvio_engine_metrics {
     uint64_t versions_activated;
     uint64_t stale_hit_tokens;        /* prefix hits on KV cached under an older version */
     uint64_t cache_flushed_blocks;    /* cached blocks whose hash a flush dropped */
+    uint64_t resets, resets_pending;  /* flushes done; asked for and not yet done */
+    int64_t reset_delay_ns;           /* activation to reset, summed (reset: when_idle) */
+    uint64_t reset_preempted_requests; /* preempted by reset: preempt_all */
     uint64_t mixed_version_tokens;    /* tokens computed on newer weights than the request's */
     uint64_t update_aborted_requests; /* running requests an activation preempted */
     uint64_t update_recomputed_tokens; /* their computed tokens, dropped for recompute */
@@ -193,6 +202,7 @@ typedef struct kvio_engine_params {
     kvio_tier_t *const *tiers; /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
     int update_cache;          /* kvio_update_cache_t: what kvio_engine_activate does */
+    int update_reset;          /* kvio_reset_t: how a flush resets */
     int in_flight;             /* kvio_in_flight_t */
 } kvio_engine_params_t;
 

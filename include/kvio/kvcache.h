@@ -195,6 +195,14 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
 kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
                                     size_t *num_hit_tokens_p);
 
+/* The blocks kvio_kvcache_allocate would take from the free queue to cover
+ * the request's first num_tokens tokens (at most its length): new blocks,
+ * and on a first allocation the cached prefix's blocks that sit in the free
+ * queue (vLLM's get_num_blocks_to_allocate, evictable hits included).
+ * Changes no block; the lookup is kept for the allocation. */
+kvio_status_t kvio_kvcache_blocks_to_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req,
+                                              size_t num_tokens, size_t *blocks_p);
+
 /* Releases the request's blocks in reverse order (a prefix's tail is
  * evicted before its head); blocks keep their hashes until reused. The
  * request may be allocated again (recompute after preemption). */

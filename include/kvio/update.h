@@ -74,8 +74,20 @@ enum {
 };
 #define KVIO_STALL_CAUSE_NAMES {"stall", "drain", "lend", "release"}
 
+/* How a flush resets the prefix cache while requests run (vLLM's
+ * reset_prefix_cache). */
+typedef enum {
+    KVIO_RESET_WHEN_IDLE = 0,   /* vLLM's default: refused while any block is in use,
+                                   retried at every iteration boundary until none is */
+    KVIO_RESET_PREEMPT_ALL = 1, /* reset_running_requests: every running request is
+                                   preempted (recompute), then the reset */
+    KVIO_RESET_RUNNING = 2,     /* kvio's extension: unhash every block at once, held
+                                   ones too, the running requests going on */
+} kvio_reset_t;
+
 typedef struct kvio_update_activate {
     int cache; /* kvio_update_cache_t */
+    int reset; /* kvio_reset_t (cache: flush) */
 } kvio_update_activate_t;
 
 typedef struct kvio_update_config {
