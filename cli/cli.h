@@ -81,6 +81,7 @@ int kvio_cmd_cost(int argc, char **argv);
 int kvio_cmd_fit(int argc, char **argv);
 int kvio_cmd_stream(int argc, char **argv);
 int kvio_cmd_compare(int argc, char **argv);
+int kvio_cmd_capacity(int argc, char **argv);
 int kvio_cmd_report(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ typedef struct command {
 static const command_t commands[] = {
     {"run", kvio_cmd_run, "run a workload (file or preset; quickstart by default)"},
     {"compare", kvio_cmd_compare, "run a workload's variants side by side (--vary key=a,b)"},
+    {"capacity", kvio_cmd_capacity, "the highest arrival rate that meets an SLO (--slo ...)"},
     {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},
     {"list", kvio_cmd_list, "list the embedded presets and every plug-in by kind"},
     {"stream", kvio_cmd_stream, "export a workload's request stream (or a trace) as JSONL"},

@@ -298,6 +298,8 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->requests += src->requests;
     dst->measured_requests += src->measured_requests;
     dst->good_requests += src->good_requests;
+    dst->ttft_met += src->ttft_met;
+    dst->tpot_met += src->tpot_met;
     dst->slo = dst->slo || src->slo;
     dst->input_tokens += src->input_tokens;
     dst->output_tokens += src->output_tokens;
@@ -1426,14 +1428,16 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
         metrics->output_tokens += req->sched.generated;
         kvio_hist_record(metrics->ttft, (uint64_t)ttft);
         kvio_hist_record(metrics->e2el, (uint64_t)e2el);
-        bool good = engine->slo.ttft_ns == 0 || ttft <= engine->slo.ttft_ns;
+        bool ttft_met = engine->slo.ttft_ns == 0 || ttft <= engine->slo.ttft_ns;
+        bool tpot_met = true;
         if (req->sched.generated >= 2) {
             int64_t tpot = (e2el - ttft) / (int64_t)(req->sched.generated - 1);
             kvio_hist_record(metrics->tpot, (uint64_t)tpot);
-            if (engine->slo.tpot_ns > 0 && tpot > engine->slo.tpot_ns)
-                good = false;
+            tpot_met = engine->slo.tpot_ns == 0 || tpot <= engine->slo.tpot_ns;
         }
-        if (good)
+        metrics->ttft_met += ttft_met;
+        metrics->tpot_met += tpot_met;
+        if (ttft_met && tpot_met)
             metrics->good_requests++;
         if (end_ns > metrics->measure_end_ns)
             metrics->measure_end_ns = end_ns;

@@ -30,9 +30,18 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                         json_real((double)metrics->output_tokens * per_s));
     /* Goodput only against an SLO: without one it would be the throughput
      * again, named as if the requests had met something (vLLM reports none). */
-    if (metrics->slo)
+    if (metrics->slo) {
         json_object_set_new(object, "goodput",
                             json_real((double)metrics->good_requests * per_s));
+        /* The share of measured requests within each bound, and both. */
+        double measured = metrics->measured_requests > 0 ? (double)metrics->measured_requests
+                                                         : 1.0;
+        json_object_set_new(object, "slo_attainment",
+                            json_pack("{s:f, s:f, s:f}", "ttft",
+                                      (double)metrics->ttft_met / measured, "tpot",
+                                      (double)metrics->tpot_met / measured, "both",
+                                      (double)metrics->good_requests / measured));
+    }
     /* The load offered: requests per second between the first and the last
      * arrival (throughput below it means the engines fell behind). */
     double arrival_s = metrics->arrivals > 1 && metrics->last_arrival_ns > metrics->first_arrival_ns

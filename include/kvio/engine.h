@@ -123,6 +123,7 @@ typedef struct kvio_engine_metrics {
     kvio_hist_t *ttft, *tpot, *itl, *e2el, *queue; /* ns */
     bool slo; /* an SLO was set: good_requests means something (goodput is reported) */
     uint64_t requests, measured_requests, good_requests;
+    uint64_t ttft_met, tpot_met; /* measured requests within each SLO bound (no bound: all) */
     uint64_t input_tokens, output_tokens;
     uint64_t prefix_queries, prefix_hits;                 /* tokens, first admissions */
     uint64_t resumed_prefix_queries, resumed_prefix_hits; /* tokens, after preemption */

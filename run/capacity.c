@@ -1,0 +1,318 @@
+/* kvio capacity (include/kvio/capacity.h): the highest arrival rate that
+ * still meets the SLO for the share of requests asked. A probe is a whole
+ * simulate run at one rate with the SLO set; it meets when summary.json's
+ * slo_attainment.both is at least the share. The search first brackets
+ * (doubling from the workload's own rate while probes meet, halving while
+ * they fail), then bisects until the bracket is within the tolerance; the
+ * capacity is the highest rate that met. Simulate is deterministic, so the
+ * same workload gives the same answer. */
+#include "kvio/capacity.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/clock.h"
+#include "kvio/format.h"
+#include "kvio/results.h"
+#include "kvio/run.h"
+#include "kvio/stream.h"
+
+#define MAX_SETS 132
+
+/* One probe: the rate and what its run measured. */
+typedef struct probe {
+    double rate;
+    double attain, ttft_attain, tpot_attain; /* shares of requests within the SLO */
+    double throughput, offered, ttft_p99_ms, tpot_p99_ms;
+    bool met;
+    char dir[1200];
+} probe_t;
+
+typedef struct search {
+    const kvio_capacity_options_t *options;
+    char directory[1024];
+    char ttft_set[96], tpot_set[96];
+    probe_t probes[KVIO_CAPACITY_MAX_PROBES];
+    size_t num_probes;
+} search_t;
+
+static double number_at(const json_t *metrics, const char *key, const char *field)
+{
+    const json_t *value = json_object_get(metrics, key);
+    if (field != NULL)
+        value = json_object_get(value, field);
+    return json_is_number(value) ? json_number_value(value) : NAN;
+}
+
+/* The workload at rate with the SLO set, checked as kvio validate does. */
+static kvio_status_t load_at(search_t *search, double rate, kvio_workload_t *workload_p,
+                             char *error_p, size_t error_len)
+{
+    const kvio_capacity_options_t *options = search->options;
+    const char *sets[MAX_SETS];
+    size_t count = 0;
+    for (size_t i = 0; i < options->num_sets && count < MAX_SETS - 3; i++)
+        sets[count++] = options->sets[i];
+    char rate_set[64];
+    snprintf(rate_set, sizeof(rate_set), "stream.arrival.rate=%.9g", rate);
+    sets[count++] = rate_set;
+    if (search->ttft_set[0] != '\0')
+        sets[count++] = search->ttft_set;
+    if (search->tpot_set[0] != '\0')
+        sets[count++] = search->tpot_set;
+    kvio_status_t status = kvio_workload_load(options->source, sets, count, workload_p, error_p,
+                                              error_len);
+    if (status != KVIO_OK)
+        return status;
+    status = kvio_workload_check(workload_p, error_p, error_len);
+    if (status != KVIO_OK)
+        kvio_workload_free(workload_p);
+    return status;
+}
+
+/* Runs the probe at rate into DIR/rate-<rate>. */
+static kvio_status_t probe_at(search_t *search, double rate, probe_t **probe_p, char *error_p,
+                              size_t error_len)
+{
+    const kvio_capacity_options_t *options = search->options;
+    if (search->num_probes == KVIO_CAPACITY_MAX_PROBES) {
+        snprintf(error_p, error_len, "capacity: %d probes without converging (widen "
+                 "--tolerance or give --low/--high)", KVIO_CAPACITY_MAX_PROBES);
+        return KVIO_ERR_CONFIG;
+    }
+    if (options->stop != NULL && *options->stop) {
+        snprintf(error_p, error_len, "capacity interrupted before the probe at %.6g req/s",
+                 rate);
+        return KVIO_ERR_INTERRUPTED;
+    }
+    probe_t *probe = &search->probes[search->num_probes];
+    *probe = (probe_t){.rate = rate};
+    snprintf(probe->dir, sizeof(probe->dir), "%s/rate-%.6g", search->directory, rate);
+    kvio_workload_t workload;
+    char error[1024] = "";
+    kvio_status_t status = load_at(search, rate, &workload, error, sizeof(error));
+    json_t *summary = NULL;
+    if (status == KVIO_OK) {
+        kvio_run_options_t run_options = {.output_dir = probe->dir, .force = options->force,
+                                          .source = options->source, .quiet = true,
+                                          .stop = options->stop, .summary_p = &summary};
+        kvio_run_result_t result;
+        status = kvio_run(&workload, &run_options, &result, error, sizeof(error));
+        kvio_workload_free(&workload);
+    }
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "capacity: the probe at %.6g req/s: %s", rate, error);
+        json_decref(summary);
+        return status;
+    }
+    const json_t *metrics = json_object_get(summary, "metrics");
+    probe->attain = number_at(metrics, "slo_attainment", "both");
+    probe->ttft_attain = number_at(metrics, "slo_attainment", "ttft");
+    probe->tpot_attain = number_at(metrics, "slo_attainment", "tpot");
+    probe->throughput = number_at(metrics, "request_throughput", NULL);
+    probe->offered = number_at(metrics, "offered_rate", NULL);
+    probe->ttft_p99_ms = number_at(metrics, "ttft_ms", "p99");
+    probe->tpot_p99_ms = number_at(metrics, "tpot_ms", "p99");
+    probe->met = probe->attain >= options->attain;
+    json_decref(summary);
+    search->num_probes++;
+    *probe_p = probe;
+    return KVIO_OK;
+}
+
+/* The bracket [low, high]: low met (0: none found yet), high failed. */
+static kvio_status_t bracket(search_t *search, double start, double *low_p, double *high_p,
+                             char *error_p, size_t error_len)
+{
+    const kvio_capacity_options_t *options = search->options;
+    double low = options->low, high = options->high;
+    probe_t *probe = NULL;
+    kvio_status_t status = KVIO_OK;
+    if (high <= 0) {
+        high = low > 0 ? 2 * low : start;
+        while ((status = probe_at(search, high, &probe, error_p, error_len)) == KVIO_OK &&
+               probe->met) {
+            low = high;
+            high *= 2;
+        }
+    }
+    while (status == KVIO_OK && low <= 0) {
+        double rate = high / 2;
+        if ((status = probe_at(search, rate, &probe, error_p, error_len)) != KVIO_OK)
+            break;
+        if (probe->met)
+            low = rate;
+        else
+            high = rate;
+    }
+    *low_p = low;
+    *high_p = high;
+    return status;
+}
+
+static int compare_probes(const void *a, const void *b)
+{
+    double x = ((const probe_t *)a)->rate, y = ((const probe_t *)b)->rate;
+    return x < y ? -1 : x > y;
+}
+
+static json_t *result_json(search_t *search, double capacity, double high)
+{
+    const kvio_capacity_options_t *options = search->options;
+    qsort(search->probes, search->num_probes, sizeof(probe_t), compare_probes);
+    json_t *curve = json_array();
+    const probe_t *first_failed = NULL;
+    for (size_t i = 0; i < search->num_probes; i++) {
+        const probe_t *p = &search->probes[i];
+        if (!p->met && first_failed == NULL)
+            first_failed = p;
+        json_array_append_new(
+            curve, json_pack("{s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "rate",
+                             p->rate, "met", p->met, "attainment", p->attain,
+                             "ttft_attainment", p->ttft_attain, "tpot_attainment",
+                             p->tpot_attain, "request_throughput", p->throughput,
+                             "offered_rate", p->offered, "ttft_p99_ms", p->ttft_p99_ms,
+                             "tpot_p99_ms", p->tpot_p99_ms, "dir", p->dir));
+    }
+    /* The bound that fails the most requests where the SLO first fails. */
+    const char *binding = first_failed == NULL                               ? "none"
+                          : first_failed->ttft_attain <= first_failed->tpot_attain ? "ttft"
+                                                                                   : "tpot";
+    return json_pack("{s:s, s:s, s:f, s:f, s:{s:s?, s:s?}, s:f, s:s, s:I, s:o}", "workload",
+                     options->source, "directory", search->directory, "capacity_rps",
+                     capacity, "first_failing_rps", high, "slo", "ttft",
+                     search->ttft_set[0] ? strchr(search->ttft_set, '=') + 1 : NULL, "tpot",
+                     search->tpot_set[0] ? strchr(search->tpot_set, '=') + 1 : NULL,
+                     "attain", options->attain, "binding", binding, "probes",
+                     (json_int_t)search->num_probes, "curve", curve);
+}
+
+/* The options and the workload fit a search: simulate, a synthetic stream
+ * whose rate can vary, an SLO. */
+static kvio_status_t check_search(search_t *search, double *start_p, char *error_p,
+                                  size_t error_len)
+{
+    const kvio_capacity_options_t *options = search->options;
+    if (options->ttft_ns <= 0 && options->tpot_ns <= 0) {
+        snprintf(error_p, error_len, "capacity: --slo needs ttft=DURATION, tpot=DURATION or "
+                 "both");
+        return KVIO_ERR_CONFIG;
+    }
+    if (!(options->attain > 0 && options->attain <= 1) ||
+        !(options->tolerance > 0 && options->tolerance < 1) || options->low < 0 ||
+        (options->high > 0 && options->high <= options->low)) {
+        snprintf(error_p, error_len, "capacity: --attain takes (0, 1], --tolerance (0, 1), "
+                 "and --low below --high");
+        return KVIO_ERR_CONFIG;
+    }
+    if (options->ttft_ns > 0)
+        snprintf(search->ttft_set, sizeof(search->ttft_set), "slo.ttft=%lldns",
+                 (long long)options->ttft_ns);
+    if (options->tpot_ns > 0)
+        snprintf(search->tpot_set, sizeof(search->tpot_set), "slo.tpot=%lldns",
+                 (long long)options->tpot_ns);
+    kvio_workload_t workload;
+    kvio_status_t status = kvio_workload_load(options->source, options->sets, options->num_sets,
+                                              &workload, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    const kvio_stream_config_t *stream = &workload.stream;
+    if (workload.mode != KVIO_MODE_SIMULATE) {
+        snprintf(error_p, error_len, "capacity: %s: the search bisects simulate runs (set "
+                 "mode: simulate, --set mode=simulate)", options->source);
+        status = KVIO_ERR_CONFIG;
+    } else if (stream->trace.path != NULL && stream->trace.path[0] != '\0') {
+        snprintf(error_p, error_len, "capacity: %s: a trace's arrivals are its own; the search "
+                 "varies stream.arrival.rate of a synthetic stream", options->source);
+        status = KVIO_ERR_CONFIG;
+    } else if (stream->arrival.process == KVIO_ARRIVAL_PHASES ||
+               stream->arrival.process == KVIO_ARRIVAL_BATCH) {
+        snprintf(error_p, error_len, "capacity: %s: stream.arrival.process must be poisson, "
+                 "gamma or constant (a rate to vary)", options->source);
+        status = KVIO_ERR_CONFIG;
+    }
+    *start_p = workload.stream.arrival.rate;
+    if (options->output_dir != NULL) {
+        snprintf(search->directory, sizeof(search->directory), "%s", options->output_dir);
+    } else {
+        char stamp[64];
+        kvio_format_utc(kvio_wall_time_ns(), stamp, sizeof(stamp));
+        for (char *c = stamp; *c != '\0'; c++)
+            if (*c == ':' || *c == ' ')
+                *c = '-';
+        snprintf(search->directory, sizeof(search->directory), "results/capacity-%s-%s",
+                 workload.name, stamp);
+    }
+    kvio_workload_free(&workload);
+    return status;
+}
+
+kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **result_p,
+                            char *error_p, size_t error_len)
+{
+    *result_p = NULL;
+    search_t *search = calloc(1, sizeof(*search));
+    if (search == NULL)
+        return KVIO_ERR_NOMEM;
+    search->options = options;
+    double start = 0, low = 0, high = 0;
+    kvio_results_t *top = NULL;
+    kvio_status_t status = check_search(search, &start, error_p, error_len);
+    if (status == KVIO_OK) {
+        /* Every probe's workload must load before the first runs. */
+        kvio_workload_t workload;
+        status = load_at(search, start > 0 ? start : 1, &workload, error_p, error_len);
+        if (status == KVIO_OK)
+            kvio_workload_free(&workload);
+    }
+    if (status == KVIO_OK)
+        status = kvio_results_create(search->directory, "capacity", options->force, &top,
+                                     error_p, error_len);
+    if (status == KVIO_OK)
+        status = bracket(search, start > 0 ? start : 1, &low, &high, error_p, error_len);
+    while (status == KVIO_OK && low > 0 && (high - low) / high > options->tolerance) {
+        double rate = (low + high) / 2;
+        probe_t *probe = NULL;
+        if ((status = probe_at(search, rate, &probe, error_p, error_len)) != KVIO_OK)
+            break;
+        if (probe->met)
+            low = rate;
+        else
+            high = rate;
+    }
+    if (status == KVIO_OK) {
+        json_t *result = result_json(search, low, high);
+        status = kvio_results_write_json(top, "capacity.json", result, error_p, error_len);
+        if (status == KVIO_OK)
+            *result_p = result;
+        else
+            json_decref(result);
+    }
+    kvio_results_destroy(top);
+    free(search);
+    return status;
+}
+
+void kvio_capacity_table(const json_t *result, FILE *out)
+{
+    fprintf(out, "kvio capacity %s: %.4g req/s (SLO met by %.0f%% of requests; binding: %s)\n",
+            json_string_value(json_object_get(result, "workload")),
+            json_number_value(json_object_get(result, "capacity_rps")),
+            100 * json_number_value(json_object_get(result, "attain")),
+            json_string_value(json_object_get(result, "binding")));
+    fprintf(out, "  %10s %6s %10s %10s %10s %12s %12s\n", "rate", "met", "attained", "ttft",
+            "tpot", "ttft p99 ms", "tpot p99 ms");
+    const json_t *curve = json_object_get(result, "curve");
+    for (size_t i = 0; i < json_array_size(curve); i++) {
+        const json_t *p = json_array_get(curve, i);
+#define F(key) json_number_value(json_object_get(p, key))
+        fprintf(out, "  %10.4g %6s %9.1f%% %9.1f%% %9.1f%% %12.2f %12.2f\n", F("rate"),
+                json_is_true(json_object_get(p, "met")) ? "yes" : "no", 100 * F("attainment"),
+                100 * F("ttft_attainment"), 100 * F("tpot_attainment"), F("ttft_p99_ms"),
+                F("tpot_p99_ms"));
+#undef F
+    }
+    fprintf(out, "  results: %s (capacity.json)\n",
+            json_string_value(json_object_get(result, "directory")));
+}
