@@ -24,7 +24,12 @@
 # scheduler_reserve_full_isl: false, vLLM before PR #37307), the baseline
 # the figures above were first measured against; `vllm` is today's vLLM.
 # The presets keep prefix caching off, as the paper's baseline does.
-# Env: KVIO_BENCH_BUILD, KVIO_PKAS_OUT.
+# Then the SLO capacity of each policy and predictor (kvio capacity against
+# the SLO each preset fixes: decode-bound TPOT 50 ms, long-context TTFT 10 s
+# and TPOT 100 ms; 90 % of requests), ending with
+#   pkas_oracle_capacity_over_vllm_decode_bound, .._long_context
+#   pkas_oracle_capacity_over_conservative_decode_bound
+# Env: KVIO_BENCH_BUILD, KVIO_PKAS_OUT, KVIO_PKAS_CAPACITY=0 (skip it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_BENCH_BUILD:-$root/build-bench}
@@ -111,3 +116,40 @@ printf 'figure pkas_oracle_throughput_over_vllm_long_context %.2f x\n' \
     "$(ratio "$(value $long 1 oracle 4)" "$(value $long 1 vllm 4)")"
 printf 'figure pkas_oracle_tpot_p99_over_vllm %.3f x\n' \
     "$(ratio "$(value $decode 4 oracle 5)" "$(value $decode 4 vllm 5)")"
+
+[ "${KVIO_PKAS_CAPACITY:-1}" = 1 ] || exit 0
+# SLO capacity (req/s) per variant: the highest rate 90 % of requests meet
+# the preset's SLO at.
+capacity_variants=("${variants[@]}" "conservative|serve.scheduler.policy=conservative")
+printf '\n%-18s %-13s %10s %8s %s\n' workload variant "capacity" "x vllm" binding
+for entry in "${workloads[@]}"; do
+    IFS='|' read -r workload rates constant <<<"$entry"
+    vllm_capacity=""
+    for variant in "${capacity_variants[@]}"; do
+        IFS='|' read -r name sets <<<"$variant"
+        args=(--set serve.scheduler.policy=pkas --set "serve.scheduler.constant.value=$constant"
+              --set "serve.scheduler.history.fallback=$constant")
+        for set in $sets; do args+=(--set "$set"); done
+        dir="$out/$workload/capacity/$name"
+        "$kvio" -q capacity "$root/workloads/repro/$workload.yaml" "${args[@]}" \
+            --tolerance 0.02 -o "$dir" --force >/dev/null
+        read -r rps binding < <(python3 - "$dir/capacity.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(r["capacity_rps"], r["binding"])
+PY
+)
+        [ "$name" = vllm ] && vllm_capacity=$rps
+        echo "$workload $name $rps" >>"$out/capacity.txt"
+        printf '%-18s %-13s %10.3f %8s %s\n' "$workload" "$name" "$rps" \
+            "$([ -n "$vllm_capacity" ] && printf '%.2f' "$(echo "$rps / $vllm_capacity" | bc -l)" || echo -)" \
+            "$binding"
+    done
+done
+capacity() { awk -v w="$1" -v v="$2" '$1 == w && $2 == v {print $3}' "$out/capacity.txt"; }
+printf 'figure pkas_oracle_capacity_over_vllm_decode_bound %.2f x\n' \
+    "$(ratio "$(capacity $decode oracle)" "$(capacity $decode vllm)")"
+printf 'figure pkas_oracle_capacity_over_vllm_long_context %.2f x\n' \
+    "$(ratio "$(capacity $long oracle)" "$(capacity $long vllm)")"
+printf 'figure pkas_oracle_capacity_over_conservative_decode_bound %.2f x\n' \
+    "$(ratio "$(capacity $decode oracle)" "$(capacity $decode conservative)")"

@@ -25,12 +25,13 @@ static void request_stop(int signal_number)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvio capacity WORKLOAD|PRESET --slo ttft=DURATION[,tpot=DURATION]\n"
+            "usage: kvio capacity WORKLOAD|PRESET [--slo ttft=DURATION[,tpot=DURATION]]\n"
             "                     [--attain SHARE] [--low RATE] [--high RATE]\n"
             "                     [--tolerance FRACTION] [--set KEY=VALUE]...\n"
             "                     [-o|--output DIR] [--force] [--format table|json]\n\n"
             "Finds the highest stream.arrival.rate (req/s) at which the share --attain\n"
-            "(default 0.9) of the requests meets the SLO (TTFT and TPOT bounds), by\n"
+            "(default 0.9) of the requests meets the SLO (TTFT and TPOT bounds; default:\n"
+            "the workload's slo:), by\n"
             "bisection over simulate runs (deterministic). The search doubles from the\n"
             "workload's rate (or --low/--high) until a probe fails, then halves the\n"
             "bracket until it is within --tolerance (default 0.01) of its top. Each\n"
@@ -161,7 +162,8 @@ int kvio_cmd_capacity(int argc, char **argv)
         return KVIO_EXIT_OK;
     }
     if (args.options.source == NULL) {
-        fprintf(stderr, "kvio capacity: give a workload and --slo ttft=DURATION,...\n");
+        fprintf(stderr, "kvio capacity: give a workload (and --slo ttft=DURATION,... unless "
+                "it has slo:)\n");
         return KVIO_EXIT_USAGE;
     }
     args.options.stop = &stop_requested;

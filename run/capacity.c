@@ -1,7 +1,8 @@
 /* kvio capacity (include/kvio/capacity.h): the highest arrival rate that
  * still meets the SLO for the share of requests asked. A probe is a whole
  * simulate run at one rate with the SLO set; it meets when summary.json's
- * slo_attainment.both is at least the share. The search first brackets
+ * slo_attainment.both is at least the share and the run kept up with the
+ * rate (served 80 % of what was offered). The search first brackets
  * (doubling from the workload's own rate while probes meet, halving while
  * they fail), then bisects until the bracket is within the tolerance; the
  * capacity is the highest rate that met. Simulate is deterministic, so the
@@ -25,9 +26,20 @@ typedef struct probe {
     double rate;
     double attain, ttft_attain, tpot_attain; /* shares of requests within the SLO */
     double throughput, offered, ttft_p99_ms, tpot_p99_ms;
+    bool overloaded; /* served under OVERLOAD_SERVED of what was offered */
     bool met;
     char dir[1200];
 } probe_t;
+
+/* A run that serves under 80 % of the rate offered fell behind: its queue
+ * grows through the run, and the share within the SLO says more about the
+ * run's length than about the rate (TPOT alone stays met while TTFT grows
+ * without bound). Such a probe fails, the bound "throughput". As kvio
+ * compare's overload mark. */
+#define OVERLOAD_SERVED 0.8
+
+/* Doublings of the rate while probes meet, at most (2^24 x the start). */
+#define MAX_DOUBLINGS 24
 
 typedef struct search {
     const kvio_capacity_options_t *options;
@@ -114,7 +126,8 @@ static kvio_status_t probe_at(search_t *search, double rate, probe_t **probe_p, 
     probe->offered = number_at(metrics, "offered_rate", NULL);
     probe->ttft_p99_ms = number_at(metrics, "ttft_ms", "p99");
     probe->tpot_p99_ms = number_at(metrics, "tpot_ms", "p99");
-    probe->met = probe->attain >= options->attain;
+    probe->overloaded = probe->offered > 0 && probe->throughput < OVERLOAD_SERVED * probe->offered;
+    probe->met = probe->attain >= options->attain && !probe->overloaded;
     json_decref(summary);
     search->num_probes++;
     *probe_p = probe;
@@ -131,10 +144,16 @@ static kvio_status_t bracket(search_t *search, double start, double *low_p, doub
     kvio_status_t status = KVIO_OK;
     if (high <= 0) {
         high = low > 0 ? 2 * low : start;
+        int doublings = 0;
         while ((status = probe_at(search, high, &probe, error_p, error_len)) == KVIO_OK &&
                probe->met) {
             low = high;
             high *= 2;
+            if (++doublings == MAX_DOUBLINGS) {
+                snprintf(error_p, error_len, "capacity: every rate up to %.6g req/s meets the "
+                         "SLO (give --high, or a tighter SLO)", low);
+                return KVIO_ERR_CONFIG;
+            }
         }
     }
     while (status == KVIO_OK && low <= 0) {
@@ -168,15 +187,17 @@ static json_t *result_json(search_t *search, double capacity, double high)
         if (!p->met && first_failed == NULL)
             first_failed = p;
         json_array_append_new(
-            curve, json_pack("{s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "rate",
-                             p->rate, "met", p->met, "attainment", p->attain,
+            curve, json_pack("{s:f, s:b, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+                             "rate", p->rate, "met", p->met, "overloaded", p->overloaded,
+                             "attainment", p->attain,
                              "ttft_attainment", p->ttft_attain, "tpot_attainment",
                              p->tpot_attain, "request_throughput", p->throughput,
                              "offered_rate", p->offered, "ttft_p99_ms", p->ttft_p99_ms,
                              "tpot_p99_ms", p->tpot_p99_ms, "dir", p->dir));
     }
     /* The bound that fails the most requests where the SLO first fails. */
-    const char *binding = first_failed == NULL                               ? "none"
+    const char *binding = first_failed == NULL ? "none"
+                          : first_failed->attain >= options->attain ? "throughput"
                           : first_failed->ttft_attain <= first_failed->tpot_attain ? "ttft"
                                                                                    : "tpot";
     return json_pack("{s:s, s:s, s:f, s:f, s:{s:s?, s:s?}, s:f, s:s, s:I, s:o}", "workload",
@@ -194,11 +215,6 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
                                   size_t error_len)
 {
     const kvio_capacity_options_t *options = search->options;
-    if (options->ttft_ns <= 0 && options->tpot_ns <= 0) {
-        snprintf(error_p, error_len, "capacity: --slo needs ttft=DURATION, tpot=DURATION or "
-                 "both");
-        return KVIO_ERR_CONFIG;
-    }
     if (!(options->attain > 0 && options->attain <= 1) ||
         !(options->tolerance > 0 && options->tolerance < 1) || options->low < 0 ||
         (options->high > 0 && options->high <= options->low)) {
@@ -206,19 +222,29 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
                  "and --low below --high");
         return KVIO_ERR_CONFIG;
     }
-    if (options->ttft_ns > 0)
-        snprintf(search->ttft_set, sizeof(search->ttft_set), "slo.ttft=%lldns",
-                 (long long)options->ttft_ns);
-    if (options->tpot_ns > 0)
-        snprintf(search->tpot_set, sizeof(search->tpot_set), "slo.tpot=%lldns",
-                 (long long)options->tpot_ns);
     kvio_workload_t workload;
     kvio_status_t status = kvio_workload_load(options->source, options->sets, options->num_sets,
                                               &workload, error_p, error_len);
     if (status != KVIO_OK)
         return status;
+    /* The SLO given, else the workload's own (slo:). */
+    int64_t ttft_ns = options->ttft_ns, tpot_ns = options->tpot_ns;
+    if (ttft_ns <= 0 && tpot_ns <= 0) {
+        ttft_ns = workload.slo.ttft_ns;
+        tpot_ns = workload.slo.tpot_ns;
+    }
+    if (ttft_ns > 0)
+        snprintf(search->ttft_set, sizeof(search->ttft_set), "slo.ttft=%lldns",
+                 (long long)ttft_ns);
+    if (tpot_ns > 0)
+        snprintf(search->tpot_set, sizeof(search->tpot_set), "slo.tpot=%lldns",
+                 (long long)tpot_ns);
     const kvio_stream_config_t *stream = &workload.stream;
-    if (workload.mode != KVIO_MODE_SIMULATE) {
+    if (ttft_ns <= 0 && tpot_ns <= 0) {
+        snprintf(error_p, error_len, "capacity: %s has no SLO: give --slo ttft=DURATION, "
+                 "tpot=DURATION or both (or slo: in the workload)", options->source);
+        status = KVIO_ERR_CONFIG;
+    } else if (workload.mode != KVIO_MODE_SIMULATE) {
         snprintf(error_p, error_len, "capacity: %s: the search bisects simulate runs (set "
                  "mode: simulate, --set mode=simulate)", options->source);
         status = KVIO_ERR_CONFIG;

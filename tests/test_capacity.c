@@ -71,7 +71,7 @@ Test(capacity, refuses_what_it_cannot_search, .timeout = 60)
         const char *args[6];
         const char *message;
     } cases[] = {
-        {{"capacity", file, NULL}, "--slo needs ttft=DURATION"},
+        {{"capacity", file, NULL}, "has no SLO: give --slo"},
         {{"capacity", file, "--slo", "ttft=fast", NULL}, "--slo 'ttft=fast'"},
         {{"capacity", file, "--slo", "ttft=1s", "--set", "mode=emulate"}, "simulate runs"},
         {{"capacity", file, "--slo", "ttft=1s", "--attain", "1.5"}, "--attain takes"},

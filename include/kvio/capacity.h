@@ -23,7 +23,7 @@ typedef struct kvio_capacity_options {
     const char *source;          /* workload file or preset (mode: simulate) */
     const char *const *sets;     /* KEY=VALUE overrides */
     size_t num_sets;
-    int64_t ttft_ns, tpot_ns;    /* the SLO (0: no bound on it; one at least) */
+    int64_t ttft_ns, tpot_ns;    /* the SLO (both 0: the workload's slo:) */
     double attain;               /* share of requests that must meet it, (0, 1] */
     double low, high;            /* the rates bracketing the search (0: found) */
     double tolerance;            /* stop when (high - low) / high is below it */
