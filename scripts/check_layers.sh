@@ -34,7 +34,7 @@ declare -A HEADER_MODULE=(
     [cost]=serve [engine]=serve [serve]=serve [update]=serve
     [train]=train [sync]=train
     [http]=http
-    [run]=run [compare]=run
+    [run]=run [compare]=run [capacity]=run
     [report]=report
 )
 
