@@ -7,6 +7,7 @@
 #include "kvio/status.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -71,6 +72,12 @@ int kvio_cli_take_one(const char *command, const char *what, const char **slot_p
  * Returns KVIO_EXIT_OK or KVIO_EXIT_USAGE. */
 int kvio_cli_append(const char *command, const char *what, const char **list, size_t *count_p,
                     size_t max, const char *value);
+
+/* Catches SIGINT and SIGTERM from now on and returns the flag they set, for
+ * a run's options.stop: the run in progress stops, writes what it has and
+ * marks it incomplete. A signal handler can only reach a global, so there is
+ * one flag for the process. */
+volatile sig_atomic_t *kvio_cli_stop_on_signals(void);
 
 /* Each command takes its arguments with argv[0] its own name. */
 int kvio_cmd_run(int argc, char **argv);

@@ -4,7 +4,6 @@
 #include "cli/cli.h"
 
 #include <jansson.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +12,6 @@
 #include "kvio/format.h"
 
 #define MAX_SETS 128
-
-static volatile sig_atomic_t stop_requested;
-
-static void request_stop(int signal_number)
-{
-    (void)signal_number;
-    stop_requested = 1;
-}
 
 static void usage(FILE *out)
 {
@@ -166,12 +157,7 @@ int kvio_cmd_capacity(int argc, char **argv)
                 "it has slo:)\n");
         return KVIO_EXIT_USAGE;
     }
-    args.options.stop = &stop_requested;
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = request_stop;
-    sigaction(SIGINT, &action, NULL);
-    sigaction(SIGTERM, &action, NULL);
+    args.options.stop = kvio_cli_stop_on_signals();
     char error[1024] = "";
     json_t *result = NULL;
     kvio_status_t status = kvio_capacity(&args.options, &result, error, sizeof(error));

@@ -4,7 +4,6 @@
  * stderr unless -q. */
 #include "cli/cli.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,15 +13,6 @@
 #include "kvio/log.h"
 
 #define MAX_SETS 128
-
-/* Set by SIGINT/SIGTERM: the run in progress stops and compare ends. */
-static volatile sig_atomic_t stop_requested;
-
-static void request_stop(int signal_number)
-{
-    (void)signal_number;
-    stop_requested = 1;
-}
 
 static void usage(FILE *out)
 {
@@ -222,12 +212,7 @@ int kvio_cmd_compare(int argc, char **argv)
     }
     options->progress = progress;
     options->context = &start_ns;
-    options->stop = &stop_requested;
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = request_stop;
-    sigaction(SIGINT, &action, NULL);
-    sigaction(SIGTERM, &action, NULL);
+    options->stop = kvio_cli_stop_on_signals();
     char error[1024] = "";
     json_t *compare = NULL;
     kvio_status_t status = kvio_compare(options, &compare, error, sizeof(error));

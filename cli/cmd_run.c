@@ -3,7 +3,6 @@
 #include "cli/cli.h"
 
 #include <jansson.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,16 +13,6 @@
 #include "kvio/run.h"
 
 #define MAX_OVERRIDES 256
-
-/* Set by SIGINT/SIGTERM: the run stops, writes what it has and marks it
- * incomplete. A signal handler can only reach a global. */
-static volatile sig_atomic_t stop_requested;
-
-static void request_stop(int signal_number)
-{
-    (void)signal_number;
-    stop_requested = 1;
-}
 
 /* Arguments shared by run and validate. */
 typedef struct run_args {
@@ -191,14 +180,9 @@ int kvio_cmd_run(int argc, char **argv)
     json_t *summary = NULL;
     kvio_run_options_t options = {
         .output_dir = args.output_dir, .force = args.force, .source = source,
-        .stop = &stop_requested, .event_trace = args.event_trace, .quiet = args.json,
+        .stop = kvio_cli_stop_on_signals(), .event_trace = args.event_trace, .quiet = args.json,
         .summary_p = args.json ? &summary : NULL, .repeat = args.repeat,
     };
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = request_stop;
-    sigaction(SIGINT, &action, NULL);
-    sigaction(SIGTERM, &action, NULL);
     kvio_run_result_t result;
     memset(&result, 0, sizeof(result));
     status = kvio_run(&workload, &options, &result, error, sizeof(error));

@@ -3,6 +3,7 @@
  * each usage error printed once, naming the option and the command. */
 #include "cli/cli.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -170,4 +171,22 @@ int kvio_cli_append(const char *command, const char *what, const char **list, si
     }
     list[(*count_p)++] = value;
     return KVIO_EXIT_OK;
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void request_stop(int signal_number)
+{
+    (void)signal_number;
+    stop_requested = 1;
+}
+
+volatile sig_atomic_t *kvio_cli_stop_on_signals(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = request_stop;
+    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGTERM, &action, NULL);
+    return &stop_requested;
 }

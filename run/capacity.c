@@ -134,6 +134,22 @@ static kvio_status_t probe_at(search_t *search, double rate, probe_t **probe_p, 
     return KVIO_OK;
 }
 
+/* Probes rate, which lies in [*low_p, *high_p]: it becomes the new low if
+ * it met the SLO, else the new high. */
+static kvio_status_t narrow_at(search_t *search, double rate, double *low_p, double *high_p,
+                               char *error_p, size_t error_len)
+{
+    probe_t *probe = NULL;
+    kvio_status_t status = probe_at(search, rate, &probe, error_p, error_len);
+    if (status == KVIO_OK) {
+        if (probe->met)
+            *low_p = rate;
+        else
+            *high_p = rate;
+    }
+    return status;
+}
+
 /* The bracket [low, high]: low met (0: none found yet), high failed. */
 static kvio_status_t bracket(search_t *search, double start, double *low_p, double *high_p,
                              char *error_p, size_t error_len)
@@ -156,15 +172,8 @@ static kvio_status_t bracket(search_t *search, double start, double *low_p, doub
             }
         }
     }
-    while (status == KVIO_OK && low <= 0) {
-        double rate = high / 2;
-        if ((status = probe_at(search, rate, &probe, error_p, error_len)) != KVIO_OK)
-            break;
-        if (probe->met)
-            low = rate;
-        else
-            high = rate;
-    }
+    while (status == KVIO_OK && low <= 0)
+        status = narrow_at(search, high / 2, &low, &high, error_p, error_len);
     *low_p = low;
     *high_p = high;
     return status;
@@ -297,16 +306,8 @@ kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **res
                                      error_p, error_len);
     if (status == KVIO_OK)
         status = bracket(search, start > 0 ? start : 1, &low, &high, error_p, error_len);
-    while (status == KVIO_OK && low > 0 && (high - low) / high > options->tolerance) {
-        double rate = (low + high) / 2;
-        probe_t *probe = NULL;
-        if ((status = probe_at(search, rate, &probe, error_p, error_len)) != KVIO_OK)
-            break;
-        if (probe->met)
-            low = rate;
-        else
-            high = rate;
-    }
+    while (status == KVIO_OK && low > 0 && (high - low) / high > options->tolerance)
+        status = narrow_at(search, (low + high) / 2, &low, &high, error_p, error_len);
     if (status == KVIO_OK) {
         json_t *result = result_json(search, low, high);
         status = kvio_results_write_json(top, "capacity.json", result, error_p, error_len);
