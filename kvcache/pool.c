@@ -1111,8 +1111,8 @@ kvio_status_t kvio_kvcache_blocks_to_allocate(kvio_kvcache_t *cache, kvio_kvreq_
     return status;
 }
 
-kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
-                                    size_t *num_hit_tokens_p)
+static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
+                              bool hash_new, size_t *num_hit_tokens_p)
 {
     if (req->cache != cache || num_tokens > req->num_tokens)
         return KVIO_ERR_INVALID;
@@ -1157,7 +1157,7 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
             req->blocks[req->num_blocks++] = take_free_block(cache);
     }
 
-    if (cache->config.enable_prefix_caching) {
+    if (cache->config.enable_prefix_caching && hash_new) {
         size_t full = covered / block_size;
         if (full > req->num_hashes)
             full = req->num_hashes;
@@ -1191,6 +1191,18 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
     if (num_hit_tokens_p != NULL)
         *num_hit_tokens_p = num_hits * block_size;
     return KVIO_OK;
+}
+
+kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
+                                    size_t *num_hit_tokens_p)
+{
+    return allocate(cache, req, num_tokens, true, num_hit_tokens_p);
+}
+
+kvio_status_t kvio_kvcache_allocate_unhashed(kvio_kvcache_t *cache, kvio_kvreq_t *req,
+                                             size_t num_tokens, size_t *num_hit_tokens_p)
+{
+    return allocate(cache, req, num_tokens, false, num_hit_tokens_p);
 }
 
 /* lru, every freed block to the tail: releases blocks count-1 .. 0, as the

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "kvio/clock.h"
@@ -37,6 +38,11 @@ const kvio_opt_t kvio_tier_options[] = {
      .offset = offsetof(kvio_tier_config_t, latency_ns), .default_value = "0s",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
      .help = "simulate: cost per operation (0s: the backend's default)"},
+    {.key = "rate", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_tier_config_t, rate),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "emulate: most bytes/s the tier moves, e.g. 2e9 (0: as fast as it goes); a "
+             "block moved sooner waits out the rest (fio's rate=), to stand in for a slower "
+             "device"},
     {.key = NULL},
 };
 
@@ -62,6 +68,7 @@ struct kvio_tier {
     uint32_t num_held;
     double bandwidth;         /* simulate model */
     int64_t latency_ns;
+    int64_t paced_ns;         /* emulate, rate set: the least time a block takes */
     tier_entry_t *entries;    /* capacity */
     uint32_t free_head;
     uint32_t lru_head, lru_tail; /* head: most recently used */
@@ -99,6 +106,27 @@ kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, const char *
     char backend_path[512];
     snprintf(backend_path, sizeof(backend_path), "%s.%s", path, ops->plugin.name);
     return ops->preflight(kvio_choice_options(&config->kind), backend_path, error_p, error_len);
+}
+
+/* Emulate: the time a transfer begun at start_ns counts for: what it took,
+ * or at the tier's rate, what a block takes (rate: 0, none). The caller
+ * waits out the difference (kvio_tier_pace), outside any lock it holds. */
+static int64_t paced(const kvio_tier_t *tier, uint64_t start_ns)
+{
+    int64_t took_ns = (int64_t)(kvio_time_ns() - start_ns);
+    return took_ns >= tier->paced_ns ? took_ns : tier->paced_ns;
+}
+
+void kvio_tier_pace(uint64_t start_ns, int64_t cost_ns)
+{
+    int64_t rest_ns = cost_ns - (int64_t)(kvio_time_ns() - start_ns);
+    if (rest_ns <= 0)
+        return;
+    /* A sleep, not a spin: the pace need not be exact to the microsecond. */
+    struct timespec rest = {.tv_sec = (time_t)(rest_ns / 1000000000),
+                            .tv_nsec = (long)(rest_ns % 1000000000)};
+    while (nanosleep(&rest, &rest) != 0 && errno == EINTR)
+        ;
 }
 
 /* latency + bytes / bandwidth, rounded to the nearest ns. */
@@ -253,6 +281,8 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
     tier->write = config->write;
     tier->size = config->size;
     kvio_tier_model(config, &tier->bandwidth, &tier->latency_ns);
+    tier->paced_ns = config->rate > 0 ? (int64_t)llround((double)block_bytes * 1e9 / config->rate)
+                                      : 0;
 
     /* The backend first: it refuses sizes (memory, disk) before the index
      * is built for them. */
@@ -384,7 +414,7 @@ kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *dat
     /* Every backend's blocks are checked on the way back (outside the timed
      * transfer): what a store returns must be what was put. */
     uint64_t checksum = tier->emulate ? XXH3_64bits(data, tier->block_bytes) : 0;
-    int64_t cost_ns = tier->emulate ? (int64_t)(kvio_time_ns() - start_ns) : model_cost(tier);
+    int64_t cost_ns = tier->emulate ? paced(tier, start_ns) : model_cost(tier);
 
     tier->free_head = tier->entries[entry].next;
     tier->entries[entry].hash = hash;
@@ -436,7 +466,7 @@ kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
         char error[512] = "";
         uint64_t start_ns = kvio_time_ns();
         kvio_status_t status = tier->ops->get(tier->priv, entry, hash, data, error, sizeof(error));
-        cost_ns = (int64_t)(kvio_time_ns() - start_ns);
+        cost_ns = paced(tier, start_ns);
         if (status == KVIO_OK &&
             XXH3_64bits(data, tier->block_bytes) != tier->entries[entry].checksum) {
             tier->stats.checksum_failures++;

@@ -5,6 +5,8 @@
  * tier transfer happens here. */
 #include "serve/serve_int.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +40,53 @@ struct kvio_block_store {
     uint32_t *swap_free;     /* stack of free slot indices */
     uint32_t swap_num_free, swap_num_slots;
     block_stamp_t *stamps;   /* per block, the stamp not yet written (with memory) */
+    bool async;              /* tier traffic beside the batch (tier_io: async) */
+    int64_t link_free_ns;    /* simulate, async: when the link to the tiers is next free */
+    int64_t saves_ns;        /* simulate, async: the iteration's saves, on the link at its end */
+    struct kvio_kv_io *io;   /* emulate, async, with tiers: the I/O thread (else NULL) */
 };
+
+typedef struct kvio_kv_io kvio_kv_io_t;
+
+struct kvio_kv_load {
+    kvio_hash_t *hashes;
+    uint32_t *ids;
+    uint32_t wanted;
+    uint32_t loaded;     /* once done */
+    int64_t end_ns;      /* simulate: when it ends on the link; emulate: -1 */
+    kvio_status_t status;
+    bool done;           /* emulate: set by the I/O thread under io->lock */
+};
+
+/* The I/O thread's work, in the order asked: a load, or a staged save. */
+typedef struct io_job {
+    struct io_job *next;
+    kvio_kv_load_t *load; /* NULL: a save of stage slot `slot` */
+    uint32_t slot;
+    kvio_hash_t hash;
+    int policy;
+} io_job_t;
+
+/* Staged saves wait in at most this many blocks (and STAGE_MAX_BYTES). */
+#define STAGE_MAX_SLOTS 256
+#define STAGE_MAX_BYTES (64ull << 20)
+
+struct kvio_kv_io {
+    pthread_t thread;
+    pthread_mutex_t lock;      /* the queue, the free slots, the loads' results */
+    pthread_cond_t work, idle;
+    io_job_t *head, *tail;
+    bool busy, quit;
+    pthread_mutex_t tier_lock; /* every tier call (tiers_lock) */
+    unsigned char *stage;      /* num_slots blocks (pinned with a GPU pool) */
+    unsigned char *bounce;     /* GPU pool: the thread's own pinned block for loads */
+    uint32_t free_slots[STAGE_MAX_SLOTS];
+    uint32_t num_slots, num_free;
+};
+
+
+static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t error_len);
+static void io_stop(kvio_block_store_t *store);
 
 static unsigned char *block_data(const kvio_block_store_t *store, uint32_t block)
 {
@@ -111,6 +159,10 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
         for (size_t b = 0; b <= params->num_blocks; b++)
             store->stamps[b].index = STAMP_NONE;
     }
+    store->async = params->async_tiers;
+    if (store->async && store->memory != NULL && store->num_tiers > 0 &&
+        (status = io_start(store, error_p, error_len)) != KVIO_OK)
+        goto fail;
     *store_p = store;
     return KVIO_OK;
 fail:
@@ -122,6 +174,8 @@ void kvio_block_store_destroy(kvio_block_store_t *store)
 {
     if (store == NULL)
         return;
+    if (store->io != NULL)
+        io_stop(store);
     free(store->swap_free);
     free(store->stamps);
     if (store->bounce != NULL)
@@ -236,35 +290,90 @@ static void stamp_flush(kvio_block_store_t *store, const uint32_t *blocks, size_
 
 /* ---------- lower tiers ---------- */
 
-void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
-                            int policy, int64_t *tier_ns_p)
+/* Tier calls come from the engine's thread and, with tier_io: async in
+ * emulate, from the store's I/O thread: one lock for all of them. */
+static void tiers_lock(kvio_block_store_t *store)
 {
-    bool staged = false; /* a GPU block is read to the bounce buffer once */
+    if (store->io != NULL)
+        pthread_mutex_lock(&store->io->tier_lock);
+}
+
+static void tiers_unlock(kvio_block_store_t *store)
+{
+    if (store->io != NULL)
+        pthread_mutex_unlock(&store->io->tier_lock);
+}
+
+/* Whether a tier of the write policy lacks hash. */
+static bool wants_save(kvio_block_store_t *store, kvio_hash_t hash, int policy)
+{
+    bool wanted = false;
+    tiers_lock(store);
+    for (size_t t = 0; t < store->num_tiers && !wanted; t++)
+        wanted = kvio_tier_write_policy(store->tiers[t]) == policy &&
+                 !kvio_tier_contains(store->tiers[t], hash);
+    tiers_unlock(store);
+    return wanted;
+}
+
+/* Emulate: a transfer begun at start_ns that counts for cost_ns (a tier's
+ * rate) is waited out, outside the tiers' lock; simulate's costs are
+ * modelled, not waited. */
+static void pace(const kvio_block_store_t *store, uint64_t start_ns, int64_t cost_ns)
+{
+    if (store->memory != NULL)
+        kvio_tier_pace(start_ns, cost_ns);
+}
+
+/* Writes data (host bytes; NULL in simulate) to every tier of the write
+ * policy that lacks hash; their time adds to *tier_ns_p. */
+static void put_tiers(kvio_block_store_t *store, kvio_hash_t hash, int policy, const void *data,
+                      int64_t *tier_ns_p)
+{
     for (size_t t = 0; t < store->num_tiers; t++) {
         kvio_tier_t *tier = store->tiers[t];
-        if (kvio_tier_write_policy(tier) != policy || kvio_tier_contains(tier, hash))
-            continue;
-        const void *data = block_data(store, block);
-        stamp_flush(store, &block, 1);
-        if (store->device != NULL) {
-            if (!staged) {
-                kvio_status_t copied =
-                    kvio_device_copy(store->device, store->bounce, data, store->block_bytes);
-                if (copied != KVIO_OK) {
-                    gpu_failed(store, copied, "reading a KV block from the GPU");
-                    return;
-                }
-                staged = true;
-            }
-            data = store->bounce;
-        }
+        uint64_t start_ns = kvio_time_ns();
         int64_t cost_ns = 0;
+        tiers_lock(store);
         /* A failed write (Redis away, a full disk) is counted by the tier
          * (stats.errors, the first one logged) and leaves the block out of
          * it: a later miss, never the end of the run. */
-        (void)kvio_tier_put(tier, hash, data, &cost_ns);
+        if (kvio_tier_write_policy(tier) == policy && !kvio_tier_contains(tier, hash))
+            (void)kvio_tier_put(tier, hash, data, &cost_ns);
+        tiers_unlock(store);
+        pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
     }
+}
+
+static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy);
+
+void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
+                            int policy, int64_t *tier_ns_p)
+{
+    if (!wants_save(store, hash, policy))
+        return;
+    stamp_flush(store, &block, 1);
+    if (store->io != NULL && stage_save(store, block, hash, policy))
+        return; /* the I/O thread writes it */
+    const void *data = block_data(store, block);
+    if (store->device != NULL) {
+        /* A GPU block is read to the bounce buffer once (the engine's own:
+         * the I/O thread has its own). */
+        kvio_status_t copied =
+            kvio_device_copy(store->device, store->bounce, data, store->block_bytes);
+        if (copied != KVIO_OK) {
+            gpu_failed(store, copied, "reading a KV block from the GPU");
+            return;
+        }
+        data = store->bounce;
+    }
+    int64_t cost_ns = 0;
+    put_tiers(store, hash, policy, data, &cost_ns);
+    if (store->async && store->io == NULL)
+        store->saves_ns += cost_ns; /* simulate: on the link once the iteration ends */
+    else
+        *tier_ns_p += cost_ns;
 }
 
 /* The first tier holding hash, or NULL. */
@@ -276,9 +385,12 @@ static kvio_tier_t *tier_holding(const kvio_block_store_t *store, kvio_hash_t ha
     return NULL;
 }
 
-bool kvio_block_store_in_tier(const kvio_block_store_t *store, kvio_hash_t hash)
+bool kvio_block_store_in_tier(kvio_block_store_t *store, kvio_hash_t hash)
 {
-    return tier_holding(store, hash) != NULL;
+    tiers_lock(store);
+    bool held = tier_holding(store, hash) != NULL;
+    tiers_unlock(store);
+    return held;
 }
 
 size_t kvio_block_store_num_tiers(const kvio_block_store_t *store)
@@ -288,7 +400,8 @@ size_t kvio_block_store_num_tiers(const kvio_block_store_t *store)
 
 /* GPU pool: blocks a tier lends in place (the host tier's arena, pinned
  * when asked) go up as one batch on the copy stream; the others come
- * through the pinned bounce buffer one at a time. */
+ * through the pinned bounce buffer one at a time. A failed copy is the
+ * status (the caller records it). */
 static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hashes,
                               const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
                               int64_t *tier_ns_p)
@@ -297,6 +410,13 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
     kvio_tier_t **lenders = malloc(((size_t)wanted + 1) * sizeof(*lenders));
     kvio_status_t status = copies != NULL && lenders != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
     uint32_t loaded = 0, num_lent = 0;
+    /* With an I/O thread, loads run on it, with its own bounce buffer. */
+    unsigned char *bounce = store->io != NULL ? store->io->bounce : store->bounce;
+    uint64_t start_ns = kvio_time_ns();
+    int64_t got_ns = 0; /* the gets' paced time */
+    /* The whole batch under the lock: a lent block must stay in its tier
+     * until its copy is done. */
+    tiers_lock(store);
     for (; status == KVIO_OK && loaded < wanted; loaded++) {
         kvio_hash_t hash = hashes[loaded];
         kvio_tier_t *tier = tier_holding(store, hash);
@@ -310,11 +430,10 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
             lenders[num_lent++] = tier;
         } else if (got == KVIO_ERR_UNSUPPORTED) {
             int64_t cost_ns = 0;
-            got = kvio_tier_get(tier, hash, store->bounce, &cost_ns);
-            *tier_ns_p += cost_ns;
+            got = kvio_tier_get(tier, hash, bounce, &cost_ns);
+            got_ns += cost_ns;
             if (got == KVIO_OK) {
-                status = kvio_device_copy(store->device, block, store->bounce,
-                                          store->block_bytes);
+                status = kvio_device_copy(store->device, block, bounce, store->block_bytes);
                 if (status != KVIO_OK)
                     break;
             }
@@ -324,35 +443,42 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
         stamp_drop(store, ids[loaded]);
     }
     if (status == KVIO_OK && num_lent > 0) {
-        uint64_t start_ns = kvio_time_ns();
+        uint64_t copy_start_ns = kvio_time_ns();
         status = kvio_device_copy_batch(store->device, copies, num_lent);
-        int64_t copy_ns = (int64_t)(kvio_time_ns() - start_ns);
+        int64_t copy_ns = (int64_t)(kvio_time_ns() - copy_start_ns);
         *tier_ns_p += copy_ns;
         for (uint32_t i = 0; i < num_lent; i++)
             kvio_tier_charge_reads(lenders[i], 1, copy_ns / num_lent);
     }
-    if (status != KVIO_OK && status != KVIO_ERR_NOMEM)
-        gpu_failed(store, status, "loading KV blocks into the GPU");
+    tiers_unlock(store);
+    pace(store, start_ns, got_ns);
+    *tier_ns_p += got_ns;
     free(copies);
     free(lenders);
     *loaded_p = loaded;
     return status;
 }
 
-kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                    const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
-                                    int64_t *tier_ns_p)
+/* The load itself, on whichever thread: host blocks one by one (the lock
+ * taken per block, so the engine's look-ups interleave). */
+static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                 const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
+                                 int64_t *tier_ns_p)
 {
     if (store->device != NULL)
         return load_gpu(store, hashes, ids, wanted, loaded_p, tier_ns_p);
     uint32_t loaded = 0;
     for (; loaded < wanted; loaded++) {
+        uint64_t start_ns = kvio_time_ns();
+        tiers_lock(store);
         kvio_tier_t *tier = tier_holding(store, hashes[loaded]);
         int64_t cost_ns = 0;
         kvio_status_t got =
             tier != NULL
                 ? kvio_tier_get(tier, hashes[loaded], block_data(store, ids[loaded]), &cost_ns)
                 : KVIO_ERR_NOT_FOUND;
+        tiers_unlock(store);
+        pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
         if (got != KVIO_OK)
             break; /* a miss (or a tier error): compute the rest */
@@ -360,6 +486,309 @@ kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t
     }
     *loaded_p = loaded;
     return KVIO_OK;
+}
+
+kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                    const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
+                                    int64_t *tier_ns_p)
+{
+    kvio_status_t status = load_blocks(store, hashes, ids, wanted, loaded_p, tier_ns_p);
+    if (status != KVIO_OK && status != KVIO_ERR_NOMEM)
+        gpu_failed(store, status, "loading KV blocks into the GPU");
+    return status;
+}
+
+/* ---------- tier traffic beside the batch (tier_io: async) ---------- */
+
+static unsigned char *stage_data(const kvio_block_store_t *store, uint32_t slot)
+{
+    return store->io->stage + (uint64_t)slot * store->block_bytes;
+}
+
+static void run_job(kvio_block_store_t *store, io_job_t *job)
+{
+    kvio_kv_io_t *io = store->io;
+    int64_t ignored_ns = 0;
+    if (job->load != NULL) {
+        kvio_kv_load_t *load = job->load;
+        uint32_t loaded = 0;
+        kvio_status_t status = load_blocks(store, load->hashes, load->ids, load->wanted,
+                                           &loaded, &ignored_ns);
+        pthread_mutex_lock(&io->lock);
+        load->loaded = loaded;
+        load->status = status;
+        load->done = true;
+        pthread_mutex_unlock(&io->lock);
+        return;
+    }
+    put_tiers(store, job->hash, job->policy, stage_data(store, job->slot), &ignored_ns);
+    pthread_mutex_lock(&io->lock);
+    io->free_slots[io->num_free++] = job->slot;
+    pthread_mutex_unlock(&io->lock);
+}
+
+static void *io_main(void *context)
+{
+    kvio_block_store_t *store = context;
+    kvio_kv_io_t *io = store->io;
+    pthread_mutex_lock(&io->lock);
+    for (;;) {
+        while (io->head == NULL && !io->quit) {
+            io->busy = false;
+            pthread_cond_broadcast(&io->idle);
+            pthread_cond_wait(&io->work, &io->lock);
+        }
+        if (io->head == NULL)
+            break; /* quit, with everything asked done */
+        io_job_t *job = io->head;
+        io->head = job->next;
+        if (io->head == NULL)
+            io->tail = NULL;
+        io->busy = true;
+        pthread_mutex_unlock(&io->lock);
+        run_job(store, job);
+        free(job);
+        pthread_mutex_lock(&io->lock);
+    }
+    io->busy = false;
+    pthread_cond_broadcast(&io->idle);
+    pthread_mutex_unlock(&io->lock);
+    return NULL;
+}
+
+static void io_push(kvio_kv_io_t *io, io_job_t *job)
+{
+    pthread_mutex_lock(&io->lock);
+    if (io->tail != NULL)
+        io->tail->next = job;
+    else
+        io->head = job;
+    io->tail = job;
+    pthread_cond_signal(&io->work);
+    pthread_mutex_unlock(&io->lock);
+}
+
+/* Copies the block to a free staging slot and asks the I/O thread to write
+ * it; false (nothing asked) when no slot is free or the copy failed. */
+static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy)
+{
+    kvio_kv_io_t *io = store->io;
+    io_job_t *job = calloc(1, sizeof(*job));
+    if (job == NULL)
+        return false;
+    pthread_mutex_lock(&io->lock);
+    bool have = io->num_free > 0;
+    if (have)
+        job->slot = io->free_slots[--io->num_free];
+    pthread_mutex_unlock(&io->lock);
+    kvio_status_t copied = KVIO_OK;
+    if (have) {
+        unsigned char *slot = stage_data(store, job->slot);
+        if (store->device != NULL)
+            copied = kvio_device_copy(store->device, slot, block_data(store, block),
+                                      store->block_bytes);
+        else
+            memcpy(slot, block_data(store, block), store->block_bytes);
+    }
+    if (!have || copied != KVIO_OK) {
+        if (have) {
+            pthread_mutex_lock(&io->lock);
+            io->free_slots[io->num_free++] = job->slot;
+            pthread_mutex_unlock(&io->lock);
+        }
+        free(job);
+        return false;
+    }
+    job->hash = hash;
+    job->policy = policy;
+    io_push(io, job);
+    return true;
+}
+
+static void io_free(kvio_block_store_t *store, kvio_kv_io_t *io)
+{
+    while (io->head != NULL) {
+        io_job_t *job = io->head;
+        io->head = job->next;
+        free(job);
+    }
+    pthread_mutex_destroy(&io->lock);
+    pthread_mutex_destroy(&io->tier_lock);
+    pthread_cond_destroy(&io->work);
+    pthread_cond_destroy(&io->idle);
+    if (store->device != NULL) {
+        if (io->stage != NULL)
+            kvio_device_host_free(store->device, io->stage);
+        if (io->bounce != NULL)
+            kvio_device_host_free(store->device, io->bounce);
+    } else {
+        free(io->stage);
+    }
+    free(io);
+}
+
+/* Emulate with tiers and tier_io: async: the staging slots and the thread. */
+static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t error_len)
+{
+    kvio_kv_io_t *io = calloc(1, sizeof(*io));
+    if (io == NULL)
+        return KVIO_ERR_NOMEM;
+    uint64_t slots = STAGE_MAX_BYTES / store->block_bytes;
+    io->num_slots = slots < 1 ? 1 : slots > STAGE_MAX_SLOTS ? STAGE_MAX_SLOTS : (uint32_t)slots;
+    uint64_t bytes = (uint64_t)io->num_slots * store->block_bytes;
+    void *stage = NULL;
+    kvio_status_t status = KVIO_OK;
+    if (store->device != NULL) {
+        status = kvio_device_host_alloc(store->device, bytes, &stage);
+        void *bounce = NULL;
+        if (status == KVIO_OK)
+            status = kvio_device_host_alloc(store->device, bounce_bytes(store), &bounce);
+        if (status == KVIO_OK) {
+            io->bounce = bounce;
+        } else if (stage != NULL) {
+            kvio_device_host_free(store->device, stage);
+            stage = NULL;
+        }
+    } else {
+        stage = malloc(bytes);
+        status = stage != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    }
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes (%u blocks of "
+                 "%llu) to stage KV saves to the tiers", store->rank, (unsigned long long)bytes,
+                 io->num_slots, (unsigned long long)store->block_bytes);
+        free(io);
+        return status;
+    }
+    io->stage = stage;
+    for (uint32_t i = 0; i < io->num_slots; i++)
+        io->free_slots[i] = io->num_slots - 1 - i;
+    io->num_free = io->num_slots;
+    pthread_mutex_init(&io->lock, NULL);
+    pthread_mutex_init(&io->tier_lock, NULL);
+    pthread_cond_init(&io->work, NULL);
+    pthread_cond_init(&io->idle, NULL);
+    store->io = io; /* before the thread starts: it reads it */
+    if (pthread_create(&io->thread, NULL, io_main, store) != 0) {
+        snprintf(error_p, error_len, "serve rank %u: cannot start the thread that moves KV "
+                 "blocks to and from the tiers", store->rank);
+        store->io = NULL;
+        io_free(store, io);
+        return KVIO_ERR_INTERNAL;
+    }
+    return KVIO_OK;
+}
+
+/* Lets the thread finish what it was asked, then ends it. */
+static void io_stop(kvio_block_store_t *store)
+{
+    kvio_kv_io_t *io = store->io;
+    pthread_mutex_lock(&io->lock);
+    io->quit = true;
+    pthread_cond_signal(&io->work);
+    pthread_mutex_unlock(&io->lock);
+    pthread_join(io->thread, NULL);
+    store->io = NULL;
+    io_free(store, io);
+}
+
+void kvio_block_store_settle(kvio_block_store_t *store)
+{
+    kvio_kv_io_t *io = store->io;
+    if (io == NULL)
+        return;
+    pthread_mutex_lock(&io->lock);
+    while (io->head != NULL || io->busy)
+        pthread_cond_wait(&io->idle, &io->lock);
+    pthread_mutex_unlock(&io->lock);
+}
+
+kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                          const uint32_t *ids, uint32_t wanted, int64_t now_ns,
+                                          kvio_kv_load_t **load_p)
+{
+    kvio_kv_load_t *load = calloc(1, sizeof(*load));
+    io_job_t *job = store->io != NULL ? calloc(1, sizeof(*job)) : NULL;
+    if (load != NULL) {
+        load->hashes = malloc(((size_t)wanted + 1) * sizeof(*load->hashes));
+        load->ids = malloc(((size_t)wanted + 1) * sizeof(*load->ids));
+    }
+    if (load == NULL || load->hashes == NULL || load->ids == NULL ||
+        (store->io != NULL && job == NULL)) {
+        kvio_block_store_load_free(store, load);
+        free(job);
+        return KVIO_ERR_NOMEM;
+    }
+    memcpy(load->hashes, hashes, (size_t)wanted * sizeof(*hashes));
+    memcpy(load->ids, ids, (size_t)wanted * sizeof(*ids));
+    load->wanted = wanted;
+    load->end_ns = -1;
+    *load_p = load;
+    if (store->io != NULL) {
+        job->load = load;
+        io_push(store->io, job);
+        return KVIO_OK;
+    }
+    /* Simulate: the tiers' model says how long; the link is one queue. */
+    int64_t cost_ns = 0;
+    kvio_status_t status = kvio_block_store_load(store, load->hashes, load->ids, wanted,
+                                                 &load->loaded, &cost_ns);
+    int64_t start_ns = store->link_free_ns > now_ns ? store->link_free_ns : now_ns;
+    load->end_ns = store->link_free_ns = start_ns + cost_ns;
+    load->status = status;
+    load->done = true;
+    return status;
+}
+
+bool kvio_block_store_load_done(kvio_block_store_t *store, kvio_kv_load_t *load, int64_t now_ns,
+                                uint32_t *loaded_p)
+{
+    bool done;
+    if (store->io != NULL) {
+        pthread_mutex_lock(&store->io->lock);
+        done = load->done;
+        pthread_mutex_unlock(&store->io->lock);
+    } else {
+        done = now_ns >= load->end_ns;
+    }
+    if (!done)
+        return false;
+    if (load->status != KVIO_OK && load->status != KVIO_ERR_NOMEM && store->io != NULL)
+        gpu_failed(store, load->status, "loading KV blocks into the GPU");
+    else if (load->status == KVIO_ERR_NOMEM && store->status == KVIO_OK)
+        store->status = KVIO_ERR_NOMEM;
+    *loaded_p = load->loaded;
+    return true;
+}
+
+int64_t kvio_block_store_load_end_ns(const kvio_kv_load_t *load)
+{
+    return load->end_ns;
+}
+
+void kvio_block_store_load_free(kvio_block_store_t *store, kvio_kv_load_t *load)
+{
+    if (load == NULL)
+        return;
+    if (store->io != NULL) {
+        pthread_mutex_lock(&store->io->lock);
+        bool done = load->done;
+        pthread_mutex_unlock(&store->io->lock);
+        if (!done)
+            kvio_block_store_settle(store); /* the thread is done with it after this */
+    }
+    free(load->hashes);
+    free(load->ids);
+    free(load);
+}
+
+void kvio_block_store_saves_at(kvio_block_store_t *store, int64_t end_ns)
+{
+    if (store->saves_ns == 0)
+        return;
+    int64_t start_ns = store->link_free_ns > end_ns ? store->link_free_ns : end_ns;
+    store->link_free_ns = start_ns + store->saves_ns;
+    store->saves_ns = 0;
 }
 
 /* ---------- swap space ---------- */

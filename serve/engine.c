@@ -25,6 +25,7 @@ static const char *const preemption_names[] = {"recompute", "swap", NULL};
 
 static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
 static const char *const index_names[] = {"hash", "radix", NULL};
+static const char *const tier_io_names[] = {"async", "sync", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
     {.key = "max_num_seqs", .type = KVIO_OPT_INT,
@@ -107,6 +108,12 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
     {.key = "tiers", .type = KVIO_OPT_LIST, .offset = offsetof(kvio_kvcache_section_t, tiers),
      .options = kvio_tier_options, .element_size = sizeof(kvio_tier_config_t),
      .help = "lower tiers (host, redis, file) below the KV pool, checked in order"},
+    {.key = "tier_io", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_kvcache_section_t, tier_io),
+     .values = tier_io_names, .default_value = "async",
+     .help = "async: KV loads and saves run beside the batch, as vLLM's KV connectors "
+             "(a request whose prefix is in a tier waits for it, its blocks reserved, while "
+             "the others run); sync: inside the iteration, every request waits (kvio before "
+             "#35)"},
     {.key = NULL},
 };
 
@@ -130,6 +137,9 @@ typedef struct engine_req {
     uint32_t lost_tokens;       /* computed tokens dropped at the last preemption */
     uint32_t recomputed_tokens; /* this request's share of the recomputed tokens */
     int64_t max_itl_ns;         /* its longest gap between two tokens */
+    kvio_kv_load_t *load;       /* tier_io: async, its blocks on their way from a tier */
+    int64_t kv_wait_start_ns;   /* when the load began */
+    int64_t kv_wait_ns;         /* its time waiting for KV from a tier */
     bool admitted_once;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
     kvio_swapped_t swap;        /* emulate: where the swapped blocks sit */
@@ -173,6 +183,9 @@ struct kvio_engine {
     uint32_t rank;
     kvio_engine_observer_t observer;
     req_list_t running, waiting;
+    req_list_t loading;         /* admitted, waiting for their KV from a tier (tier_io: async;
+                                   vLLM's WAITING_FOR_REMOTE_KVS), their blocks reserved */
+    bool async_tiers;
     engine_req_t **scratch;     /* scheduled requests of the current iteration */
     size_t num_scratch, scratch_capacity;
     kvio_engine_scheduled_t *scheduled;
@@ -312,6 +325,10 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->recomputed_tokens += src->recomputed_tokens;
     dst->swapped_bytes += src->swapped_bytes;
     dst->tier_hit_tokens += src->tier_hit_tokens;
+    dst->kv_wait_requests += src->kv_wait_requests;
+    dst->kv_wait_ns += src->kv_wait_ns;
+    if (src->kv_wait_max_ns > dst->kv_wait_max_ns)
+        dst->kv_wait_max_ns = src->kv_wait_max_ns;
     dst->swap_verify_failures += src->swap_verify_failures;
     dst->swap_space_exhausted += src->swap_space_exhausted;
     dst->swap_real_ns += src->swap_real_ns;
@@ -507,7 +524,8 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .device = params->kv_device, .block_bytes = params->block_bytes,
         .swap_space = params->swap_space, .swap_blocks = params->swap_space_blocks,
         .verify_swaps = params->verify_swaps, .tiers = params->tiers,
-        .num_tiers = params->num_tiers};
+        .num_tiers = params->num_tiers, .async_tiers = params->async_tiers};
+    engine->async_tiers = params->async_tiers;
     status = kvio_block_store_create(&store, &engine->store, error_p, error_len);
     if (status != KVIO_OK)
         goto fail;
@@ -599,8 +617,10 @@ void kvio_engine_destroy(kvio_engine_t *engine)
     if (engine == NULL)
         return;
     kvio_kvreq_destroy(engine->reservation); /* before the pool it borrows from */
-    req_list_t *lists[] = {&engine->running, &engine->waiting};
-    for (size_t l = 0; l < 2; l++) {
+    for (size_t i = 0; i < engine->loading.count; i++)
+        kvio_block_store_load_free(engine->store, engine->loading.items[i]->load);
+    req_list_t *lists[] = {&engine->running, &engine->waiting, &engine->loading};
+    for (size_t l = 0; l < 3; l++) {
         for (size_t i = 0; i < lists[l]->count; i++)
             req_destroy(lists[l]->items[i]);
         free(lists[l]->base);
@@ -796,7 +816,25 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
 
 bool kvio_engine_has_work(const kvio_engine_t *engine)
 {
-    return engine->running.count > 0 || engine->waiting.count > 0;
+    return engine->running.count > 0 || engine->waiting.count > 0 || engine->loading.count > 0;
+}
+
+int64_t kvio_engine_kv_ready_ns(const kvio_engine_t *engine)
+{
+    int64_t first = INT64_MAX;
+    for (size_t i = 0; i < engine->loading.count; i++) {
+        int64_t end = kvio_block_store_load_end_ns(engine->loading.items[i]->load);
+        if (end < 0)
+            return -1;
+        if (end < first)
+            first = end;
+    }
+    return first;
+}
+
+void kvio_engine_settle(kvio_engine_t *engine)
+{
+    kvio_block_store_settle(engine->store);
 }
 
 /* ---------- scheduling ---------- */
@@ -1005,6 +1043,127 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
     return KVIO_OK;
 }
 
+/* A request's admission in the prefix-cache counters (tokens): first
+ * admissions and resumed (preempted) requests are kept apart; warmup
+ * requests (not measured) count in none of them. hits: the pool's cached
+ * tokens; computed: the tokens whose KV it has once admitted. */
+static void count_admission(kvio_engine_t *engine, engine_req_t *req, uint32_t hits,
+                            uint32_t computed, uint32_t num_tokens)
+{
+    bool measured = req->spec.measured;
+    if (!req->admitted_once) {
+        req->admitted_once = true;
+        req->cached_tokens = hits;
+        engine->metrics.prefix_queries += measured ? req->spec.prompt_tokens : 0;
+        engine->metrics.prefix_hits += measured ? hits : 0;
+    } else if (req->swapped) {
+        uint64_t bytes = (uint64_t)(computed + engine->block_size - 1) / engine->block_size *
+                         engine->block_size * engine->kv_bytes_per_token;
+        engine->current.swap_bytes += bytes;
+        engine->metrics.swapped_bytes += bytes;
+    } else {
+        if (req->lost_tokens > hits)
+            req->recomputed_tokens += req->lost_tokens - hits;
+        if (measured) {
+            engine->metrics.resumed_prefix_queries += num_tokens;
+            engine->metrics.resumed_prefix_hits += hits;
+            if (req->lost_tokens > hits)
+                engine->metrics.recomputed_tokens += req->lost_tokens - hits;
+        }
+    }
+}
+
+/* tier_io: async. The request's blocks (the pool's hits and the tier's)
+ * are reserved, the tier's begin to load, and the request waits in the
+ * loading list, not at the queue's head, while the batch goes on (vLLM's
+ * WAITING_FOR_REMOTE_KVS). *started_p false: they do not fit, and admission
+ * stops there as for any request. */
+static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, uint32_t hits,
+                                     uint32_t tier_blocks, int64_t now_ns, bool *started_p)
+{
+    *started_p = false;
+    uint32_t num_tokens = req_num_tokens(req);
+    uint32_t free_blocks = kvio_kvcache_num_free_blocks(engine->cache);
+    uint32_t watermark = engine->running.count > 0 ? engine->watermark_blocks : 0;
+    if ((uint64_t)tier_blocks + watermark > free_blocks)
+        return KVIO_OK;
+    kvio_status_t status;
+    if (engine->config.scheduler_reserve_full_isl) {
+        size_t whole = 0;
+        status = kvio_kvcache_blocks_to_allocate(engine->cache, req->kv, num_tokens, &whole);
+        if (status != KVIO_OK)
+            return status;
+        if ((uint64_t)whole + watermark > free_blocks)
+            return KVIO_OK;
+    }
+    size_t pool_hits_taken = 0;
+    status = kvio_kvcache_allocate_unhashed(engine->cache, req->kv,
+                                            hits + tier_blocks * engine->block_size,
+                                            &pool_hits_taken);
+    if (status == KVIO_ERR_NO_SPACE)
+        return KVIO_OK;
+    if (status != KVIO_OK)
+        return status;
+    set_held(engine, req, (uint32_t)num_blocks_of(req->kv));
+    own_blocks(engine, req->kv, pool_hits_taken / engine->block_size, req->spec.id);
+    const uint32_t *ids;
+    size_t count;
+    kvio_kvreq_blocks(req->kv, &ids, &count);
+    uint32_t first = hits / engine->block_size;
+    status = kvio_block_store_load_start(engine->store, req->hashes + first, ids + first,
+                                         tier_blocks, now_ns, &req->load);
+    if (status != KVIO_OK)
+        return status;
+    list_remove_at(&engine->waiting, 0);
+    status = list_push(&engine->loading, req);
+    if (status != KVIO_OK)
+        return status;
+    count_admission(engine, req, hits, hits, num_tokens);
+    req->computed = hits;
+    req->kv_wait_start_ns = now_ns;
+    *started_p = true;
+    return KVIO_OK;
+}
+
+/* tier_io: async: requests whose blocks have come join the running ones,
+ * in the order their loads began, while max_num_seqs allows; a load cut
+ * short by a miss leaves the rest of the prefix to compute. */
+static kvio_status_t collect_loaded(kvio_engine_t *engine, int64_t now_ns)
+{
+    size_t i = 0;
+    while (i < engine->loading.count) {
+        engine_req_t *req = engine->loading.items[i];
+        uint32_t loaded = 0;
+        if ((int64_t)engine->running.count >= engine->config.max_num_seqs ||
+            !kvio_block_store_load_done(engine->store, req->load, now_ns, &loaded)) {
+            i++;
+            continue;
+        }
+        kvio_block_store_load_free(engine->store, req->load);
+        req->load = NULL;
+        uint32_t tokens = loaded * engine->block_size;
+        req->computed += tokens;
+        engine->metrics.tier_hit_tokens += tokens;
+        engine->current.tier_loaded_tokens += tokens;
+        int64_t wait_ns = now_ns - req->kv_wait_start_ns;
+        req->kv_wait_ns += wait_ns;
+        if (req->spec.measured) {
+            engine->metrics.kv_wait_requests++;
+            engine->metrics.kv_wait_ns += wait_ns;
+            if (wait_ns > engine->metrics.kv_wait_max_ns)
+                engine->metrics.kv_wait_max_ns = wait_ns;
+        }
+        list_remove_at(&engine->loading, i);
+        kvio_status_t status = list_push(&engine->running, req);
+        if (status != KVIO_OK)
+            return status;
+        req->state = REQ_RUNNING;
+        engine->running_blocks += req->held_blocks;
+        req->sched.admit_seq = ++engine->admit_counter;
+    }
+    return KVIO_OK;
+}
+
 /* Waiting requests, in the policy's order, while nothing was preempted;
  * admission stops at the first request that does not fit. */
 static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, int64_t now_ns)
@@ -1059,6 +1218,16 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         fill_view(engine, &view, now_ns);
         if (!kvio_sched_admit(engine->sched, &req->sched, &view))
             break;
+        if (tier_blocks > 0 && engine->async_tiers) {
+            bool started = false;
+            kvio_status_t status = start_tier_load(engine, req, hits, tier_blocks, now_ns,
+                                                   &started);
+            if (status != KVIO_OK)
+                return status;
+            if (!started)
+                break;
+            continue;
+        }
         /* The blocks beyond the hits must come from the free queue: when
          * even those do not fit, the allocation cannot succeed (skip it).
          * vLLM's admission keeps the watermark free while another request
@@ -1124,30 +1293,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         status = list_push(&engine->running, req);
         if (status != KVIO_OK)
             return status;
-        /* Prefix-cache counters in tokens: first admissions and resumed
-         * (preempted) requests are kept apart. */
-        /* Warmup requests (not measured) count in none of the metrics. */
-        bool measured = req->spec.measured;
-        if (!req->admitted_once) {
-            req->admitted_once = true;
-            req->cached_tokens = hits;
-            engine->metrics.prefix_queries += measured ? req->spec.prompt_tokens : 0;
-            engine->metrics.prefix_hits += measured ? hits : 0;
-        } else if (req->swapped) {
-            uint64_t bytes = (uint64_t)(computed + engine->block_size - 1) / engine->block_size *
-                             engine->block_size * engine->kv_bytes_per_token;
-            engine->current.swap_bytes += bytes;
-            engine->metrics.swapped_bytes += bytes;
-        } else {
-            if (req->lost_tokens > hits)
-                req->recomputed_tokens += req->lost_tokens - hits;
-            if (measured) {
-                engine->metrics.resumed_prefix_queries += num_tokens;
-                engine->metrics.resumed_prefix_hits += hits;
-                if (req->lost_tokens > hits)
-                    engine->metrics.recomputed_tokens += req->lost_tokens - hits;
-            }
-        }
+        count_admission(engine, req, hits, computed, num_tokens);
         req->swapped = false;
         req->computed = computed;
         req->state = REQ_RUNNING;
@@ -1172,6 +1318,9 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
     try_reset(engine, now_ns); /* a flush refused while blocks were in use */
     uint32_t budget = (uint32_t)engine->config.max_num_batched_tokens;
     kvio_block_store_clear_error(engine->store);
+    kvio_status_t collected = collect_loaded(engine, now_ns);
+    if (collected != KVIO_OK)
+        return collected;
     /* A step that only preempted (the request at the head of the running
      * list gave way, itself last: vLLM breaks out then) schedules nothing;
      * vLLM's next step follows at once, and so does this one, at the same
@@ -1322,7 +1471,7 @@ const char *kvio_engine_error(const kvio_engine_t *engine)
 bool kvio_engine_drain(kvio_engine_t *engine)
 {
     engine->admission_paused = true;
-    return engine->running.count == 0;
+    return engine->running.count == 0 && engine->loading.count == 0;
 }
 
 /* The flush a version asked for, if it may happen now: at once with
@@ -1451,6 +1600,7 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
             .cached_tokens = req->cached_tokens, .preemptions = req->preemptions,
             .recomputed_tokens = req->recomputed_tokens, .measured = req->spec.measured,
             .tag = req->spec.tag, .max_itl_ns = req->max_itl_ns,
+            .kv_wait_ns = req->kv_wait_ns,
         };
         engine->observer.on_finish(engine->observer.context, &finished);
     }
@@ -1459,6 +1609,7 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
 void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
 {
     engine->last_end_ns = end_ns;
+    kvio_block_store_saves_at(engine->store, end_ns);
     for (size_t i = 0; i < engine->num_scratch; i++) {
         engine_req_t *req = engine->scratch[i];
         req->computed += req->scheduled;

@@ -232,6 +232,25 @@ static kvio_status_t go_idle(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane, i
     return KVIO_OK;
 }
 
+/* Only requests waiting for their KV from a tier: the lane idles and looks
+ * again when the first load ends (emulate: after a look interval), or
+ * sooner for an arrival or an update. */
+static kvio_status_t wait_for_kv(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                 int64_t now_ns)
+{
+    if (lane->state != KVIO_LANE_IDLE)
+        lane->idle_since_ns = now_ns;
+    lane->state = KVIO_LANE_IDLE;
+    lane->busy_until_ns = -1;
+    int64_t ready_ns = kvio_engine_kv_ready_ns(lane->engine);
+    int64_t at_ns = until_or_look(loop, ready_ns < 0 ? -1 : ready_ns + loop->origin_ns, now_ns);
+    if (at_ns <= now_ns)
+        at_ns = now_ns + 1;
+    int64_t wake_ns = lane_wake(loop, lane, now_ns);
+    lane->wake_ns = at_ns < wake_ns ? at_ns : wake_ns;
+    return KVIO_OK;
+}
+
 static void start_running(kvio_serve_lane_t *lane, int64_t now_ns, int64_t duration_ns)
 {
     lane->state = KVIO_LANE_RUN;
@@ -312,6 +331,8 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
             snprintf(loop->error, sizeof(loop->error), "%s", why);
         return status;
     }
+    if (step == KVIO_SERVE_STEP_KV)
+        return wait_for_kv(loop, lane, now_ns);
     if (step == KVIO_SERVE_STEP_LENT) {
         /* Requests wait for the KV memory lent to the update. */
         bool released = lane->update != NULL && lane->update->colocated == KVIO_COLOCATED_RELEASE;
@@ -494,5 +515,10 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
         else
             status = lane_boundary(loop, loop->lanes[event.lane], now_ns);
     }
+    /* The tiers' traffic still on its way is carried out (its statistics
+     * follow). */
+    for (uint32_t i = 0; i < loop->num_lanes; i++)
+        if (loop->lanes[i]->engine != NULL)
+            kvio_engine_settle(loop->lanes[i]->engine);
     return status;
 }

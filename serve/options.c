@@ -87,6 +87,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .block_size = (uint32_t)serve->kvcache.block_size,
         .prefix_caching = serve->kvcache.prefix_caching,
         .free_order = serve->kvcache.free_order,
+        .async_tiers = serve->kvcache.tier_io == KVIO_TIER_IO_ASYNC,
         .index = serve->kvcache.index,
         .eviction = kvio_choice_name(&serve->kvcache.eviction),
         .sched = &serve->scheduler,

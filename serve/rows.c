@@ -50,7 +50,7 @@ static char *append_fixed(char *out, double value, int decimals)
  * 309 digits before the point), with the integers. */
 #define ROW_MAX 1280
 
-/* Formats "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d" of a finished
+/* Formats "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d,%.3f" of a finished
  * request: the same bytes, formatted by hand (printf's float path was a
  * large share of a simulate run). */
 int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
@@ -76,6 +76,8 @@ int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
     }
     *out++ = ',';
     *out++ = finished->measured ? '1' : '0';
+    *out++ = ',';
+    out = append_fixed(out, finished->kv_wait_ns / 1e6, 3);
     int length = (int)(out - row);
     if (text_len > 0) {
         size_t copied = (size_t)length < text_len ? (size_t)length : text_len - 1;

@@ -60,7 +60,7 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 /* Column names of requests.csv and iterations.csv, and one row of each. */
 #define KVIO_REQUESTS_CSV_HEADER                                                            \
     "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"  \
-    "preemptions,model_version,measured"
+    "preemptions,model_version,measured,kv_wait_ms"
 /* With a control (kvio_serve_run_t.control): each request minus the same
  * request served without updates. */
 #define KVIO_REQUESTS_CONTROL_HEADER                                                        \
@@ -148,6 +148,7 @@ uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t byt
 typedef enum {
     KVIO_SERVE_STEP_IDLE, /* nothing to do: wait for a request */
     KVIO_SERVE_STEP_LENT, /* requests wait for KV memory lent to an update */
+    KVIO_SERVE_STEP_KV,   /* requests wait only for their KV from a tier */
     KVIO_SERVE_STEP_RUN,  /* *iteration_p runs for its duration_ns */
 } kvio_serve_step_t;
 
@@ -262,6 +263,7 @@ typedef struct kvio_block_store_params {
     bool verify_swaps;             /* checksum swapped blocks out and back */
     kvio_tier_t *const *tiers;     /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
+    bool async_tiers;              /* tier traffic beside the batch (tier_io: async) */
 } kvio_block_store_params_t;
 
 /* A preempted request's blocks in the swap space (slots NULL: none). */
@@ -291,12 +293,16 @@ void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t
 
 /* A block whose hash entered (write-through tiers) or is leaving (write-back
  * tiers) the prefix index: written to every tier of that write policy that
- * lacks it; the tiers' time adds to *tier_ns_p. */
+ * lacks it. In step (tier_io: sync) the tiers' time adds to *tier_ns_p.
+ * Beside the batch (async) it does not: in simulate the save takes the link
+ * to the tiers when the iteration ends (kvio_block_store_saves_at); in
+ * emulate the block is copied to a staging slot and the store's I/O thread
+ * writes it (with every slot taken, it is written here, and timed). */
 void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p);
 
 /* Whether some tier holds hash; how many tiers there are. */
-bool kvio_block_store_in_tier(const kvio_block_store_t *store, kvio_hash_t hash);
+bool kvio_block_store_in_tier(kvio_block_store_t *store, kvio_hash_t hash);
 size_t kvio_block_store_num_tiers(const kvio_block_store_t *store);
 
 /* Loads up to wanted blocks (hashes) from the tiers into the pool blocks
@@ -305,6 +311,39 @@ size_t kvio_block_store_num_tiers(const kvio_block_store_t *store);
 kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t *hashes,
                                     const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
                                     int64_t *tier_ns_p);
+
+/* A load beside the batch (tier_io: async), as vLLM's KV connectors load:
+ * the request waits for its blocks while the others run. */
+typedef struct kvio_kv_load kvio_kv_load_t;
+
+/* Starts loading up to wanted blocks (hashes, copied) into the pool blocks
+ * ids (copied), stopping at the first miss. now_ns: the engine's clock. In
+ * simulate the tiers' model times it on the store's one link to them, after
+ * the loads and saves before it; in emulate the I/O thread moves the bytes
+ * while iterations run. */
+kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                          const uint32_t *ids, uint32_t wanted, int64_t now_ns,
+                                          kvio_kv_load_t **load_p);
+
+/* Whether the load has ended by now_ns; then *loaded_p blocks came. A
+ * failed GPU copy is the store's error (kvio_block_store_error). */
+bool kvio_block_store_load_done(kvio_block_store_t *store, kvio_kv_load_t *load, int64_t now_ns,
+                                uint32_t *loaded_p);
+
+/* When the load ends when that is known ahead (simulate), else -1: look
+ * again. */
+int64_t kvio_block_store_load_end_ns(const kvio_kv_load_t *load);
+
+/* Frees a load (one not yet done is waited for first). */
+void kvio_block_store_load_free(kvio_block_store_t *store, kvio_kv_load_t *load);
+
+/* Simulate, tier_io: async: the saves of the iteration ending at end_ns
+ * take the link to the tiers after it. */
+void kvio_block_store_saves_at(kvio_block_store_t *store, int64_t end_ns);
+
+/* Waits until the I/O thread has written and loaded everything asked of it
+ * (tier statistics are read after this). */
+void kvio_block_store_settle(kvio_block_store_t *store);
 
 /* Free swap-space blocks. */
 uint32_t kvio_block_store_swap_room(const kvio_block_store_t *store);

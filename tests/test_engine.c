@@ -691,16 +691,17 @@ Test(engine, hand_formatted_csv_rows_match_printf, .timeout = 30)
             .id = next_random(&state), .rank = (uint32_t)i, .arrival_ns = times[0],
             .first_token_ns = times[1], .finish_ns = times[2], .prompt_tokens = 17,
             .output_tokens = (uint32_t)i, .cached_tokens = 3, .preemptions = 1,
-            .measured = i % 2 == 0, .tag = i,
+            .measured = i % 2 == 0, .tag = i, .kv_wait_ns = times[(i + 1) % 3],
         };
         char row[256], want[1400];
         int length = kvio_serve_request_row(&finished, row, sizeof(row));
         int want_length = snprintf(
-            want, sizeof(want), "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d",
+            want, sizeof(want), "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d,%.3f",
             (unsigned long long)finished.id, finished.rank, finished.arrival_ns / 1e9,
             finished.first_token_ns / 1e9, finished.finish_ns / 1e9, finished.prompt_tokens,
             finished.output_tokens, finished.cached_tokens, finished.preemptions,
-            (unsigned long long)finished.tag, finished.measured ? 1 : 0);
+            (unsigned long long)finished.tag, finished.measured ? 1 : 0,
+            finished.kv_wait_ns / 1e6);
         cr_assert_eq(length, want_length, "%s vs %s", row, want);
         if ((size_t)want_length < sizeof(row))
             cr_assert_str_eq(row, want);

@@ -430,12 +430,14 @@ Test(simulate, the_kvcache_index_is_chosen_in_the_config, .timeout = 60)
 
 /* #21: accelerator utilization counted swap and tier I/O as busy (1.000
  * with a 0.2 GB/s host link while most of the run waited on it). It is now
- * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction. */
+ * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction.
+ * Tier loads inside the iteration (tier_io: sync) stall it. */
 Test(simulate, utilization_is_compute_and_io_stalls_are_apart, .timeout = 60)
 {
     const char *slow[] = {"serve.kvcache.blocks=2000", "duration=30s",
-                          "serve.kvcache.tiers=[{kind: host, size: 64GiB, bandwidth: 0.2e9}]"};
-    run_output_t output = run_text(shared_prefix, slow, 3);
+                          "serve.kvcache.tiers=[{kind: host, size: 64GiB, bandwidth: 0.2e9}]",
+                          "serve.kvcache.tier_io=sync"};
+    run_output_t output = run_text(shared_prefix, slow, 4);
     double au = metric(&output, "accelerator_utilization");
     double stall = metric(&output, "io_stall_fraction");
     cr_expect_gt(stall, 0.3, "the slow tier's loads are I/O stall: %.3f", stall);

@@ -1152,3 +1152,119 @@ Test(tier, a_block_changed_in_the_store_is_an_error_not_a_hit, .timeout = 20)
     test_rmtree(dir);
     free(dir);
 }
+
+/* ---------- loads beside the batch (serve.kvcache.tier_io, #35) ---------- */
+
+/* Request 1 (4,800 tokens: the whole 300-block pool) evicts request 0's
+ * 2,048-token prompt to a write-back host tier of 1e8 bytes/s (Llama-3.2-1B:
+ * 512 KiB blocks); four decoders (2-5) start at 1 s; request 6 brings
+ * request 0's prompt back at 2 s, so its 127 full blocks (63.5 MiB, 0.67 s
+ * at that rate) come from the tier while the decoders run. */
+static const char *kv_load_trace =
+    "{\"timestamp\": 0, \"input_length\": 2048, \"output_length\": 2, \"hash_ids\": [1, 2, 3, 4]}\n"
+    "{\"timestamp\": 300, \"input_length\": 4800, \"output_length\": 1, "
+    "\"hash_ids\": [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [30]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [31]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [32]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [33]}\n"
+    "{\"timestamp\": 2000, \"input_length\": 2048, \"output_length\": 4, \"hash_ids\": [1, 2, 3, 4]}\n";
+
+#define KV_LOAD_YAML                                                                        \
+    "name: kvload\nseed: 1\nmode: %s\nmodel: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"  \
+    "serve:\n  engine: {max_num_seqs: 8, max_num_batched_tokens: 8192}\n"                   \
+    "  kvcache:\n    block_size: 16\n    blocks: 300\n    tier_io: %s\n"                    \
+    "    tiers: [{kind: host, size: 512MiB, write: back, bandwidth: %s, rate: %s}]\n"    \
+    "stream: {trace: {path: trace.jsonl, format: mooncake}}\n"
+
+typedef struct kv_load_run {
+    double wait_ms;        /* request 6's kv_wait_ms */
+    double itl_max_ms;     /* the run's longest gap between two tokens */
+    double decode_tpot_ms; /* the decoders' mean TPOT */
+    double tier_hit_tokens;
+} kv_load_run_t;
+
+static kv_load_run_t run_kv_load(const char *mode, const char *tier_io, const char *rate)
+{
+    char *dir = test_tmpdir();
+    free(test_write_file(dir, "trace.jsonl", kv_load_trace));
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml), KV_LOAD_YAML, mode, tier_io, rate, rate);
+    free(test_write_file(dir, "w.yaml", yaml));
+    test_run_t run = test_kvio(dir, "run", "w.yaml", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s %s: %s", mode, tier_io, run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
+    test_csv_t requests = test_csv_read(path);
+    cr_assert_eq(requests.num_rows, 7, "%s %s: every request finishes", mode, tier_io);
+    kv_load_run_t result = {0};
+    for (size_t row = 0; row < requests.num_rows; row++) {
+        double id = test_csv_number(&requests, row, "id");
+        if (id == 6)
+            result.wait_ms = test_csv_number(&requests, row, "kv_wait_ms");
+        else if (id >= 2 && id <= 5)
+            result.decode_tpot_ms +=
+                (test_csv_number(&requests, row, "finish_s") -
+                 test_csv_number(&requests, row, "first_token_s")) * 1e3 / 499 / 4;
+        else
+            cr_expect_eq(test_csv_number(&requests, row, "kv_wait_ms"), 0,
+                         "request %.0f found nothing in the tier", id);
+    }
+    test_csv_free(&requests);
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    char *text = test_read_file(path);
+    json_t *summary = json_loads(text, 0, NULL);
+    cr_assert_not_null(summary);
+    result.itl_max_ms = test_json_number(summary, "metrics.itl_ms.max");
+    result.tier_hit_tokens = test_json_number(summary, "metrics.tier_hit_tokens");
+    cr_expect_eq(test_json_number(summary, "metrics.kv_wait.requests"),
+                 strcmp(tier_io, "async") == 0 ? 1 : 0);
+    json_decref(summary);
+    free(text);
+    test_rmtree(dir);
+    free(dir);
+    return result;
+}
+
+/* A tier slower than compute, in both modes: with tier_io: async the
+ * request whose prefix is in the tier waits for it (0.6 s at least) while
+ * the decoders' tokens keep coming as fast as without the load; with sync
+ * the load sits in one iteration and every decoder's next token waits for
+ * it. Simulate times the tier by its model (bandwidth), emulate by moving
+ * the bytes at the tier's rate: the verdicts compare the load with itself,
+ * not with the machine's speed. */
+static void slow_tier_stalls_only_its_request(const char *mode)
+{
+    kv_load_run_t async = run_kv_load(mode, "async", "1e8");
+    cr_expect_eq(async.tier_hit_tokens, 127 * 16, "%s: the prompt came from the tier", mode);
+    cr_expect_geq(async.wait_ms, 500, "%s: request 6 waited for its KV (%.1f ms)", mode,
+                  async.wait_ms);
+    cr_expect_lt(async.itl_max_ms, async.wait_ms / 2,
+                 "%s: no token waited for the load (longest gap %.1f ms, load %.1f ms)", mode,
+                 async.itl_max_ms, async.wait_ms);
+    kv_load_run_t sync = run_kv_load(mode, "sync", "1e8");
+    cr_expect_eq(sync.wait_ms, 0);
+    cr_expect_geq(sync.itl_max_ms, 500, "%s: in step, the decoders wait for the load (%.1f ms)",
+                  mode, sync.itl_max_ms);
+    cr_expect_gt(sync.decode_tpot_ms, async.decode_tpot_ms, "%s: TPOT %.3f (sync) vs %.3f ms",
+                 mode, sync.decode_tpot_ms, async.decode_tpot_ms);
+}
+
+Test(tier, a_slow_tier_stalls_only_its_request_simulate, .timeout = 60)
+{
+    slow_tier_stalls_only_its_request("simulate");
+    /* On the virtual clock the decoders' TPOT is the same as with a tier
+     * that takes no time. */
+    kv_load_run_t slow = run_kv_load("simulate", "async", "1e8");
+    kv_load_run_t fast = run_kv_load("simulate", "async", "1e15");
+    cr_expect_lt(fast.wait_ms, 5, "127 blocks at 10 us each: %.3f ms", fast.wait_ms);
+    cr_expect_float_eq(slow.decode_tpot_ms, fast.decode_tpot_ms, 0.02 * fast.decode_tpot_ms,
+                       "TPOT %.4f ms with the slow tier, %.4f ms with an instant one",
+                       slow.decode_tpot_ms, fast.decode_tpot_ms);
+}
+
+Test(tier, a_slow_tier_stalls_only_its_request_emulate, .timeout = 120)
+{
+    slow_tier_stalls_only_its_request("emulate");
+}

@@ -50,7 +50,15 @@ typedef struct kvio_kvcache_section {
     bool verify_swaps;             /* emulate: checksum swapped blocks out and back */
     uint64_t swap_space;           /* emulate: host memory for swapped blocks (0: as the pool) */
     kvio_opt_list_t tiers;         /* of kvio_tier_config_t, checked in order */
+    int tier_io;                   /* kvio_tier_io_t */
 } kvio_kvcache_section_t;
+
+/* How KV moves between the pool and the lower tiers. */
+typedef enum {
+    KVIO_TIER_IO_ASYNC = 0, /* beside the batch, as vLLM's KV connectors: a request waits
+                               for its blocks while the others run */
+    KVIO_TIER_IO_SYNC = 1,  /* inside the iteration: every request of the batch waits */
+} kvio_tier_io_t;
 
 extern const kvio_opt_t kvio_engine_options[];
 extern const kvio_opt_t kvio_kvcache_section_options[];
@@ -95,6 +103,7 @@ typedef struct kvio_engine_finished {
     bool measured;
     uint64_t tag;
     int64_t max_itl_ns;         /* the longest gap between two of its tokens (0: one token) */
+    int64_t kv_wait_ns;         /* waiting for its KV from a lower tier (tier_io: async) */
 } kvio_engine_finished_t;
 
 /* One request's share of an iteration. */
@@ -131,6 +140,8 @@ typedef struct kvio_engine_metrics {
     uint64_t mispredict_preemptions; /* preemptions under a projecting policy (pkas) while a
                                         running request had outlived its predicted output */
     uint64_t tier_hit_tokens;       /* prompt tokens loaded back from a lower tier */
+    uint64_t kv_wait_requests;      /* measured requests that waited for KV from a tier */
+    int64_t kv_wait_ns, kv_wait_max_ns; /* their waits: summed, the longest */
     uint64_t swap_verify_failures;  /* swapped blocks whose checksum changed */
     uint64_t swap_space_exhausted;  /* swaps that fell back to recompute for want of space */
     int64_t swap_real_ns, swap_modelled_ns;
@@ -202,6 +213,7 @@ typedef struct kvio_engine_params {
     uint32_t swap_space_blocks;
     kvio_tier_t *const *tiers; /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
+    bool async_tiers;          /* tier_io: async (loads and saves beside the batch) */
     int update_cache;          /* kvio_update_cache_t: what kvio_engine_activate does */
     int update_reset;          /* kvio_reset_t: how a flush resets */
     int in_flight;             /* kvio_in_flight_t */
@@ -246,6 +258,15 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
 
 /* True while requests wait or run. */
 bool kvio_engine_has_work(const kvio_engine_t *engine);
+
+/* When the first load from a tier ends, on the engine's clock: INT64_MAX
+ * when no request waits for one, -1 when it is not known ahead (emulate:
+ * look again). */
+int64_t kvio_engine_kv_ready_ns(const kvio_engine_t *engine);
+
+/* Waits until the tier traffic asked for has been carried out (the tiers'
+ * statistics are read after this). */
+void kvio_engine_settle(kvio_engine_t *engine);
 
 /* Decides the next iteration at now_ns: fills iteration_p (duration 0 and
  * nothing scheduled when idle or when nothing fits). */

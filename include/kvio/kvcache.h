@@ -195,6 +195,13 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
 kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
                                     size_t *num_hit_tokens_p);
 
+/* As kvio_kvcache_allocate, but the new blocks are not hashed yet: their
+ * bytes are still on their way (a load from a lower tier, as vLLM delays
+ * caching the blocks of an asynchronous KV load); the next allocation of
+ * the request hashes them. */
+kvio_status_t kvio_kvcache_allocate_unhashed(kvio_kvcache_t *cache, kvio_kvreq_t *req,
+                                             size_t num_tokens, size_t *num_hit_tokens_p);
+
 /* The blocks kvio_kvcache_allocate would take from the free queue to cover
  * the request's first num_tokens tokens (at most its length): new blocks,
  * and on a first allocation the cached prefix's blocks that sit in the free

@@ -36,6 +36,7 @@ typedef struct kvio_tier_config {
     int write;             /* kvio_tier_write_t */
     double bandwidth;      /* simulate: bytes/s (0: the backend's default) */
     int64_t latency_ns;    /* simulate: per operation (0: the backend's default) */
+    double rate;           /* emulate: most bytes/s moved (0: as fast as it goes) */
     /* Not options: where the tier sits, filled in by the serve rank.
      * device_index, device_rank: the GPU a pinned host tier page-locks its
      * arena with, as for the rank's KV pool (device.index, else rank modulo
@@ -121,6 +122,12 @@ bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash);
  * text in kvio_tier_error) the tier does not hold the block. */
 kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,
                             int64_t *cost_ns_p);
+
+/* Emulate, with a rate: a get or put reports (in *cost_ns_p) at least the
+ * time the rate gives a block, and returns as soon as the bytes moved; the
+ * caller waits out the rest from the transfer's start_ns (a no-op once
+ * that much time has passed, and for a tier without a rate). */
+void kvio_tier_pace(uint64_t start_ns, int64_t cost_ns);
 
 /* Loads a block into data (block_bytes; may be NULL in simulate mode), and
  * makes it the most recently used. KVIO_ERR_NOT_FOUND on a miss (counted; a
