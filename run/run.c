@@ -234,7 +234,19 @@ static json_t *scheduling_json(const kvio_workload_t *workload)
     bool vllm = engine->scheduler_reserve_full_isl && engine->watermark == 0 &&
                 kvcache->prefix_caching && kvcache->free_order == 1 &&
                 engine->preemption == KVIO_PREEMPT_RECOMPUTE && reset != KVIO_RESET_RUNNING;
-    return json_pack("{s:s, s:b, s:f, s:b, s:s, s:s, s:s}", "profile", vllm ? "vllm" : "custom",
+    /* Batch limits left at 0 take vLLM's for the GPU class. */
+    kvio_gpu_t gpu = workload->gpu;
+    char ignored[256];
+    kvio_engine_batch_defaults_t defaults =
+        kvio_gpu_resolve(&gpu, ignored, sizeof(ignored)) == KVIO_OK
+            ? kvio_serve_batch_defaults(&gpu)
+            : kvio_serve_batch_defaults(NULL);
+    int64_t seqs = engine->max_num_seqs > 0 ? engine->max_num_seqs : defaults.max_num_seqs;
+    int64_t tokens = engine->max_num_batched_tokens > 0 ? engine->max_num_batched_tokens
+                                                        : defaults.max_num_batched_tokens;
+    return json_pack("{s:s, s:I, s:I, s:b, s:f, s:b, s:s, s:s, s:s}", "profile",
+                     vllm ? "vllm" : "custom", "max_num_seqs", (json_int_t)seqs,
+                     "max_num_batched_tokens", (json_int_t)tokens,
                      "scheduler_reserve_full_isl", engine->scheduler_reserve_full_isl,
                      "watermark", engine->watermark, "prefix_caching", kvcache->prefix_caching,
                      "free_order", free_orders[kvcache->free_order == 1],

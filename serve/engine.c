@@ -29,13 +29,15 @@ static const char *const tier_io_names[] = {"async", "sync", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
     {.key = "max_num_seqs", .type = KVIO_OPT_INT,
-     .offset = offsetof(kvio_engine_config_t, max_num_seqs), .default_value = "256",
-     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 65536,
-     .help = "most requests running at once"},
+     .offset = offsetof(kvio_engine_config_t, max_num_seqs), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 65536,
+     .help = "most requests running at once (0: vLLM's default for the GPU: 1024 with 70 GiB "
+             "or more and not an A100, else 256)"},
     {.key = "max_num_batched_tokens", .type = KVIO_OPT_INT,
-     .offset = offsetof(kvio_engine_config_t, max_num_batched_tokens), .default_value = "8192",
-     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 10000000,
-     .help = "token budget of one iteration"},
+     .offset = offsetof(kvio_engine_config_t, max_num_batched_tokens), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 10000000,
+     .help = "token budget of one iteration (0: vLLM's default for the GPU: 8192 with 70 GiB "
+             "or more and not an A100, else 2048)"},
     {.key = "chunked_prefill", .type = KVIO_OPT_BOOL,
      .offset = offsetof(kvio_engine_config_t, chunked_prefill), .default_value = "true",
      .help = "split long prompts across iterations"},
@@ -501,6 +503,18 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     if (engine == NULL)
         return KVIO_ERR_NOMEM;
     engine->config = *params->config;
+    if (engine->config.max_num_seqs == 0)
+        engine->config.max_num_seqs = params->batch_defaults.max_num_seqs;
+    if (engine->config.max_num_batched_tokens == 0)
+        engine->config.max_num_batched_tokens = params->batch_defaults.max_num_batched_tokens;
+    if (engine->config.max_num_seqs <= 0 || engine->config.max_num_batched_tokens <= 0) {
+        snprintf(error_p, error_len, "serve rank %u: max_num_seqs %lld, max_num_batched_tokens "
+                 "%lld: both must be at least 1", params->rank,
+                 (long long)engine->config.max_num_seqs,
+                 (long long)engine->config.max_num_batched_tokens);
+        free(engine);
+        return KVIO_ERR_CONFIG;
+    }
     engine->cost = params->cost;
     engine->block_size = params->block_size;
     engine->num_blocks = params->num_blocks;

@@ -3,6 +3,7 @@
 #include "serve/serve_int.h"
 
 #include <stdio.h>
+#include <string.h>
 
 const kvio_opt_t kvio_serve_options[] = {
     {.key = "engine", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_serve_config_t, engine),
@@ -76,6 +77,16 @@ uint32_t kvio_serve_lent_blocks(const kvio_update_config_t *update, uint64_t byt
 }
 
 
+kvio_engine_batch_defaults_t kvio_serve_batch_defaults(const kvio_gpu_t *gpu)
+{
+    /* vLLM tells an A100 by its device name (PR #17885: a larger budget
+     * lowered its throughput); kvio by the preset's. */
+    bool large = gpu != NULL && gpu->memory >= (70ull << 30) &&
+                 (gpu->preset == NULL || strncmp(gpu->preset, "a100", 4) != 0);
+    return (kvio_engine_batch_defaults_t){.max_num_seqs = large ? 1024 : 256,
+                                          .max_num_batched_tokens = large ? 8192 : 2048};
+}
+
 kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint32_t serve_index,
                                               uint32_t blocks, const kvio_cost_t *cost,
                                               kvio_engine_observer_t observer)
@@ -83,6 +94,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
     const kvio_serve_config_t *serve = run->serve;
     return (kvio_engine_params_t){
         .config = &serve->engine,
+        .batch_defaults = kvio_serve_batch_defaults(run->gpu),
         .num_blocks = blocks,
         .block_size = (uint32_t)serve->kvcache.block_size,
         .prefix_caching = serve->kvcache.prefix_caching,

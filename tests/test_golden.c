@@ -46,7 +46,7 @@ static golden_case_t cases[] = {
     {"long-context", "long-context", {"mode=simulate"},
      "1d0994ceceb5bb388f6cb780d5f7cdaa", "e259e45da95ff2177a5bfb357dc80b45", NULL},
     {"offline-batch", "offline-batch", {"mode=simulate"},
-     "b41769e6eb75d8c1cacabb8e73dbfabe", "c08e37fb7362d21393773f1869dfbeb5", NULL},
+     "be81bf731b3a0c0e2a12028d1eae9f85", "49e8a1b7fa6fc9d8312a071a4a43151f", NULL},
     {"rag", "rag", {"mode=simulate"},
      "69175527d37c4ec5cb05c3ea37fb036c", "f04a16a7b77b80d53664e4eb10a38c6f", NULL},
     {"mooncake", NULL, {NULL},

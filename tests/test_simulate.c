@@ -1105,3 +1105,32 @@ Test(simulate, decode_gaps_split_into_during_and_outside_updates)
     test_csv_free(&iterations);
     run_free(&run);
 }
+
+/* #35: batch limits left at 0 take vLLM's for the GPU class, and
+ * summary.json's scheduling says what they became. */
+Test(simulate, batch_limits_default_to_vllms_for_the_gpu, .timeout = 60)
+{
+    const char *h200[] = {"serve.engine.max_num_seqs=0", "serve.engine.max_num_batched_tokens=0",
+                          "stream.requests=50"};
+    run_output_t output = run_text(shared_prefix, h200, 3);
+    const json_t *scheduling = json_object_get(output.summary, "scheduling");
+    cr_expect_eq(test_json_integer(scheduling, "max_num_seqs"), 1024);
+    cr_expect_eq(test_json_integer(scheduling, "max_num_batched_tokens"), 8192);
+    cr_expect_str_eq(test_json_string(scheduling, "profile"), "vllm");
+    run_free(&output);
+    const char *a100[] = {"serve.engine.max_num_seqs=0", "serve.engine.max_num_batched_tokens=0",
+                          "stream.requests=50", "gpu.preset=a100-80g"};
+    output = run_text(shared_prefix, a100, 4);
+    scheduling = json_object_get(output.summary, "scheduling");
+    cr_expect_eq(test_json_integer(scheduling, "max_num_seqs"), 256);
+    cr_expect_eq(test_json_integer(scheduling, "max_num_batched_tokens"), 2048);
+    /* The engine ran with them: no iteration took more than 2,048 tokens. */
+    test_csv_t iterations = read_csv(&output, "iterations.csv");
+    cr_assert_gt(iterations.num_rows, 0);
+    for (size_t row = 0; row < iterations.num_rows; row++)
+        cr_expect_leq(test_csv_number(&iterations, row, "prefill_tokens") +
+                          test_csv_number(&iterations, row, "decode_seqs"),
+                      2048);
+    test_csv_free(&iterations);
+    run_free(&output);
+}

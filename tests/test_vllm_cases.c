@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "kvio/hash.h"
+#include "kvio/model.h"
+#include "kvio/serve.h"
 #include "kvio/update.h"
 #include "tests/helpers.h"
 
@@ -258,4 +260,30 @@ Test(vllm_cases, reset_prefix_cache)
                      c->name, out[0].tokens);
         teardown(&f);
     }
+}
+
+/* vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API
+ * server): 70 GiB or more and not an A100 gets 1024 sequences and 8192
+ * tokens, anything else 256 and 2048 (the A100 is excluded by name: PR
+ * #17885 measured a larger budget lowering its throughput). */
+Test(vllm_cases, batch_defaults_by_gpu_class)
+{
+    static const struct {
+        const char *gpu;
+        int64_t seqs, tokens;
+    } rows[] = {
+        {"h200", 1024, 8192},     /* 141 GB */
+        {"h100-sxm", 1024, 8192}, /* 80 GB = 74.5 GiB */
+        {"a100-80g", 256, 2048},  /* 80 GB, but an A100 */
+        {"l40s", 256, 2048},      /* 48 GB */
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        kvio_gpu_t gpu = test_gpu(rows[i].gpu);
+        kvio_engine_batch_defaults_t defaults = kvio_serve_batch_defaults(&gpu);
+        cr_expect_eq(defaults.max_num_seqs, rows[i].seqs, "%s", rows[i].gpu);
+        cr_expect_eq(defaults.max_num_batched_tokens, rows[i].tokens, "%s", rows[i].gpu);
+    }
+    kvio_engine_batch_defaults_t unknown = kvio_serve_batch_defaults(NULL);
+    cr_expect_eq(unknown.max_num_seqs, 256, "no GPU known: vLLM's fallback");
+    cr_expect_eq(unknown.max_num_batched_tokens, 2048);
 }

@@ -186,9 +186,17 @@ typedef struct kvio_engine_observer {
     void (*on_cache)(void *context, kvio_hash_t hash, bool cached);
 } kvio_engine_observer_t;
 
+/* What serve.engine's max_num_seqs and max_num_batched_tokens of 0 become
+ * (kvio_serve_batch_defaults: vLLM's for the GPU class). */
+typedef struct kvio_engine_batch_defaults {
+    int64_t max_num_seqs;
+    int64_t max_num_batched_tokens;
+} kvio_engine_batch_defaults_t;
+
 /* Everything an engine needs; borrowed pointers must outlive it. */
 typedef struct kvio_engine_params {
     const kvio_engine_config_t *config;
+    kvio_engine_batch_defaults_t batch_defaults; /* for the config's zeros */
     uint32_t num_blocks;       /* usable blocks */
     uint32_t block_size;
     bool prefix_caching;

@@ -212,6 +212,11 @@ typedef struct kvio_serve_run {
 void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const uint64_t *served,
                           size_t num_versions);
 
+/* vLLM's batch limits for the GPU (EngineArgs.get_batch_defaults, for the
+ * OpenAI API server): 1024 sequences and 8192 tokens on a GPU of 70 GiB or
+ * more that is not an A100 (H100, H200, MI300X), else 256 and 2048. */
+kvio_engine_batch_defaults_t kvio_serve_batch_defaults(const kvio_gpu_t *gpu);
+
 /* KV blocks per serve rank from the kvcache section, model and GPU (blocks,
  * capacity, or GPU memory after the weights), with the error's numbers. */
 kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_model_t *model,
