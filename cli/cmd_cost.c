@@ -240,7 +240,8 @@ int kvio_cmd_cost(int argc, char **argv)
         printf("  bytes       %.4g B -> %.3f ms at the memory efficiency\n", result.bytes,
                result.memory_s * 1e3);
         printf("  all-reduce  %.3f ms\n", result.allreduce_s * 1e3);
-        printf("  overhead    %.3f ms\n", result.overhead_s * 1e3);
+        printf("  overhead    %.3f ms (%.3f ms of it: a batch with prefill tokens)\n",
+               result.overhead_s * 1e3, result.mixed_overhead_s * 1e3);
         printf("  iteration   %.3f ms (%s-bound)\n", result.time_s * 1e3, result.bound);
     }
     kvio_cost_destroy(cost);

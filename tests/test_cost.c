@@ -114,6 +114,31 @@ Test(cost, decode_is_memory_bound_and_prefill_compute_bound, .timeout = 10)
     kvio_cost_destroy(cost);
 }
 
+/* #35: a batch with prefill tokens runs piecewise CUDA graphs, a
+ * decode-only one a single full graph: mixed_overhead (0.9 ms, vLLM PR
+ * #51167 on an H200) is added to the first only. One prefill token beside
+ * 64 decodes costs that much more, not the token's compute alone. */
+Test(cost, a_batch_with_prefill_pays_the_mixed_overhead, .timeout = 10)
+{
+    kvio_model_t model = test_model("llama3-8b");
+    kvio_gpu_t gpu = test_gpu("h200");
+    kvio_cost_t *cost = cost_of(&model, &gpu, 1);
+    kvio_batch_t decode = {0}, mixed = {0};
+    for (int i = 0; i < 64; i++) {
+        kvio_batch_add_decode(&decode, 1000);
+        kvio_batch_add_decode(&mixed, 1000);
+    }
+    kvio_batch_add_prefill(&mixed, 1, 1000);
+    kvio_cost_breakdown_t decode_only, with_prefill;
+    kvio_cost_iteration(cost, &decode, &decode_only);
+    kvio_cost_iteration(cost, &mixed, &with_prefill);
+    cr_expect_eq(decode_only.mixed_overhead_s, 0);
+    cr_expect_float_eq(with_prefill.mixed_overhead_s, 0.9e-3, 1e-12);
+    double added = with_prefill.time_s - decode_only.time_s;
+    cr_expect_float_eq(added, 0.9e-3, 0.05e-3, "one prefill token added %.4f ms", added * 1e3);
+    kvio_cost_destroy(cost);
+}
+
 Test(cost, tensor_parallel_divides_work_and_adds_allreduce, .timeout = 10)
 {
     kvio_model_t model = test_model("llama3-70b");

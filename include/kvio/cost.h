@@ -24,6 +24,7 @@ typedef struct kvio_cost_config {
     double memory_efficiency;   /* fraction of HBM bandwidth reached */
     double link_efficiency;     /* fraction of the TP link reached */
     int64_t overhead_ns;        /* fixed per-iteration time (scheduler, launch) */
+    int64_t mixed_overhead_ns;  /* more for an iteration with prefill tokens (piecewise graphs) */
     int64_t allreduce_latency_ns; /* per all-reduce with tensor parallelism */
     double linear_c0_ms, linear_c1_ms, linear_c2_ms, linear_c3_ms;
     char *table;                /* CSV for the table form */
@@ -47,7 +48,8 @@ typedef struct kvio_cost_breakdown {
     double compute_s;
     double memory_s;
     double allreduce_s;
-    double overhead_s;
+    double overhead_s;       /* fixed time, the mixed batch's included */
+    double mixed_overhead_s; /* of overhead_s: the iteration has prefill tokens */
     double time_s;
     const char *bound; /* "compute", "memory", "linear", "table" */
 } kvio_cost_breakdown_t;
