@@ -1111,18 +1111,22 @@ kvio_status_t kvio_kvcache_blocks_to_allocate(kvio_kvcache_t *cache, kvio_kvreq_
     return status;
 }
 
+/* Blocks for num_tokens known tokens and ahead slots past them (not
+ * hashed: their tokens are not known yet); hash_new false: none of the new
+ * blocks is hashed. */
 static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
-                              bool hash_new, size_t *num_hit_tokens_p)
+                              size_t ahead, bool hash_new, size_t *num_hit_tokens_p)
 {
     if (req->cache != cache || num_tokens > req->num_tokens)
         return KVIO_ERR_INVALID;
     uint32_t block_size = cache->block_size;
     allocation_need_t need;
-    kvio_status_t status = allocation_need(cache, req, num_tokens, &need);
+    kvio_status_t status = allocation_need(cache, req, num_tokens + ahead, &need);
     if (status != KVIO_OK)
         return status;
     bool first = need.first;
-    size_t num_hits = need.num_hits, covered = need.covered;
+    size_t num_hits = need.num_hits;
+    size_t covered = num_tokens > num_hits * block_size ? num_tokens : num_hits * block_size;
     size_t needed_blocks = need.needed_blocks, new_blocks = need.new_blocks;
     if (new_blocks + need.hits_in_queue > cache->free_queue.length) {
         cache->metrics.allocations_refused++;
@@ -1196,13 +1200,19 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
 kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
                                     size_t *num_hit_tokens_p)
 {
-    return allocate(cache, req, num_tokens, true, num_hit_tokens_p);
+    return allocate(cache, req, num_tokens, 0, true, num_hit_tokens_p);
+}
+
+kvio_status_t kvio_kvcache_allocate_ahead(kvio_kvcache_t *cache, kvio_kvreq_t *req,
+                                          size_t num_tokens, size_t ahead_tokens)
+{
+    return allocate(cache, req, num_tokens, ahead_tokens, true, NULL);
 }
 
 kvio_status_t kvio_kvcache_allocate_unhashed(kvio_kvcache_t *cache, kvio_kvreq_t *req,
                                              size_t num_tokens, size_t *num_hit_tokens_p)
 {
-    return allocate(cache, req, num_tokens, false, num_hit_tokens_p);
+    return allocate(cache, req, num_tokens, 0, false, num_hit_tokens_p);
 }
 
 /* lru, every freed block to the tail: releases blocks count-1 .. 0, as the

@@ -91,13 +91,23 @@ void kvio_batch_add_decode(kvio_batch_t *batch, uint64_t context_tokens)
     batch->decode_context += context_tokens;
 }
 
+void kvio_batch_add_verify(kvio_batch_t *batch, uint64_t context_tokens, uint64_t drafts)
+{
+    kvio_batch_add_decode(batch, context_tokens);
+    /* Draft i (1-based) attends to the context, the new token and the
+     * drafts before it, and itself: c + i + 1 positions. */
+    double d = (double)drafts, c = (double)context_tokens;
+    batch->spec_tokens += drafts;
+    batch->spec_attention += d * (c + 1) + d * (d + 1) / 2;
+}
+
 static void roofline(const kvio_cost_t *cost, const kvio_batch_t *batch,
                      kvio_cost_breakdown_t *out)
 {
     const kvio_model_t *model = &cost->model;
     const kvio_gpu_t *gpu = &cost->gpu;
     double tp = (double)cost->config.tensor_parallel;
-    double tokens = (double)(batch->prefill_tokens + batch->decode_seqs);
+    double tokens = (double)(batch->prefill_tokens + batch->decode_seqs + batch->spec_tokens);
     double sequences = (double)(batch->prefill_seqs + batch->decode_seqs);
     double layers = (double)model->layers;
     double full_layers = (double)(model->layers - model->sliding_window_layers);
@@ -112,7 +122,8 @@ static void roofline(const kvio_cost_t *cost, const kvio_batch_t *batch,
     double flops = 2.0 * linear_per_token * tokens + 2.0 * lm_head * sequences;
     /* Attention: QK^T and PV, 4·width FLOPs per (query, key) pair; windowed
      * layers see at most `window` keys per query. */
-    double pairs = batch->prefill_attention + (double)batch->decode_context + (double)batch->decode_seqs;
+    double pairs = batch->prefill_attention + (double)batch->decode_context +
+                   (double)batch->decode_seqs + batch->spec_attention;
     double window_pairs = fmin(pairs, tokens * (double)model->sliding_window);
     flops += 4.0 * qk_width * (full_layers * pairs + window_layers * window_pairs);
 
@@ -213,7 +224,8 @@ void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,
     switch (cost->config.kind) {
     case KVIO_COST_LINEAR: {
         const kvio_cost_config_t *c = &cost->config;
-        double ms = c->linear_c0_ms + c->linear_c1_ms * (double)batch->prefill_tokens +
+        double ms = c->linear_c0_ms +
+                    c->linear_c1_ms * (double)(batch->prefill_tokens + batch->spec_tokens) +
                     c->linear_c2_ms * (double)batch->decode_seqs +
                     c->linear_c3_ms * (double)batch->decode_context;
         out.time_s = fmax(ms, 0) / 1e3;
@@ -221,7 +233,8 @@ void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,
         break;
     }
     case KVIO_COST_TABLE: {
-        double point[3] = {(double)batch->prefill_tokens, (double)batch->decode_seqs,
+        double point[3] = {(double)(batch->prefill_tokens + batch->spec_tokens),
+                           (double)batch->decode_seqs,
                            (double)batch->decode_context};
         out.time_s = table_time_ms(&cost->table, point) / 1e3;
         out.bound = "table";

@@ -12,6 +12,7 @@
 
 #include "kvio/kvcache.h"
 #include "kvio/log.h"
+#include "kvio/rng.h"
 #include "kvio/update.h"
 
 #define XXH_INLINE_ALL
@@ -61,6 +62,22 @@ const kvio_opt_t kvio_engine_options[] = {
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 0.99,
      .help = "fraction of the pool's blocks a waiting or preempted request must leave free "
              "when admitted while another runs (vLLM's watermark)"},
+    {.key = "num_lookahead_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_engine_config_t, num_lookahead_tokens), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 64,
+     .help = "speculative decoding (0: off): draft tokens each decode step verifies, and "
+             "lookahead slots kept past them for the next drafts (vLLM with an EAGLE "
+             "drafter); only verified tokens are cached, rejected drafts roll back"},
+    {.key = "spec_acceptance", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_engine_config_t, spec_acceptance), .default_value = "0.7",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "chance a draft token is accepted, the drafts of a step checked in order until "
+             "the first rejected one (drawn from the run's seed)"},
+    {.key = "spec_draft_fraction", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_engine_config_t, spec_draft_fraction), .default_value = "0.05",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 10,
+     .help = "what one draft step costs, as a fraction of the iteration (an EAGLE head is "
+             "one decoder layer: 0.24 B of Vicuna-7B's 6.7 B weights, 3.6 %, plus launches)"},
     {.key = "realtime", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_engine_config_t, realtime),
      .default_value = "false",
      .help = "emulate: run serve ranks under SCHED_FIFO for tighter iteration timing "
@@ -134,6 +151,7 @@ typedef struct engine_req {
     uint32_t target_output;     /* min(output, max_tokens) */
     uint32_t computed;          /* tokens whose KV exists */
     uint32_t scheduled;         /* tokens scheduled this iteration */
+    uint32_t drafts;            /* of them, draft tokens to verify (speculative decoding) */
     uint32_t cached_tokens;
     uint32_t preemptions;
     uint32_t lost_tokens;       /* computed tokens dropped at the last preemption */
@@ -185,6 +203,7 @@ struct kvio_engine {
     uint32_t rank;
     kvio_engine_observer_t observer;
     req_list_t running, waiting;
+    kvio_rng_t spec_rng;        /* which drafts are accepted */
     req_list_t loading;         /* admitted, waiting for their KV from a tier (tier_io: async;
                                    vLLM's WAITING_FOR_REMOTE_KVS), their blocks reserved */
     bool async_tiers;
@@ -327,6 +346,8 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->recomputed_tokens += src->recomputed_tokens;
     dst->swapped_bytes += src->swapped_bytes;
     dst->tier_hit_tokens += src->tier_hit_tokens;
+    dst->spec_draft_tokens += src->spec_draft_tokens;
+    dst->spec_accepted_tokens += src->spec_accepted_tokens;
     dst->kv_wait_requests += src->kv_wait_requests;
     dst->kv_wait_ns += src->kv_wait_ns;
     if (src->kv_wait_max_ns > dst->kv_wait_max_ns)
@@ -561,6 +582,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
                  params->num_blocks);
         goto fail;
     }
+    kvio_rng_seed(&engine->spec_rng, params->seed, params->rank, "spec_decode");
     status = kvio_sched_create(params->sched, params->seed, &engine->sched);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "serve.scheduler: %s", kvio_strerror(status));
@@ -989,26 +1011,43 @@ static uint32_t cap_new_tokens(const kvio_engine_t *engine, uint32_t wanted, uin
     return wanted < budget ? wanted : budget;
 }
 
+/* Draft tokens a running request verifies this step: with speculative
+ * decoding on, a decode step's (never past its output's end). */
+static uint32_t spec_drafts(const kvio_engine_t *engine, const engine_req_t *req)
+{
+    uint32_t k = (uint32_t)engine->config.num_lookahead_tokens;
+    if (k == 0 || req->sched.generated == 0 || req->computed + 1 != req_num_tokens(req))
+        return 0;
+    uint32_t left = req->target_output - req->sched.generated; /* tokens still to come */
+    return left > 1 ? (left - 1 < k ? left - 1 : k) : 0;
+}
+
 /* Running requests first, in order (vLLM v1). */
 static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, int64_t now_ns)
 {
     size_t index = 0;
     while (index < engine->running.count && *budget > 0) {
         engine_req_t *req = engine->running.items[index];
-        uint32_t wanted = req_num_tokens(req) - req->computed;
+        uint32_t drafts = spec_drafts(engine, req);
+        uint32_t wanted = req_num_tokens(req) - req->computed + drafts;
         uint32_t new_tokens = cap_new_tokens(engine, wanted, *budget);
         if (new_tokens == 0) {
             index++;
             continue;
         }
+        if (drafts > 0 && new_tokens < wanted)
+            drafts = new_tokens - 1; /* the budget holds fewer drafts */
+        req->drafts = drafts;
         bool can_schedule = true;
         /* Fast path: a decode step inside the last block, partly computed,
          * needs no new block and fills no block to hash, so the pool has
          * nothing to do (compared without a division: this runs for every
-         * running request at every step). */
+         * running request at every step). A speculative step goes to the
+         * pool: its drafts and lookahead may need blocks. */
         uint32_t covered = req->computed + new_tokens;
         uint32_t held = req->held_blocks * engine->block_size;
-        if (covered < held && req->computed + engine->block_size > held) {
+        if (engine->config.num_lookahead_tokens == 0 && covered < held &&
+            req->computed + engine->block_size > held) {
             kvio_status_t status = scratch_push(engine, req, new_tokens);
             if (status != KVIO_OK)
                 return status;
@@ -1019,8 +1058,12 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
         kv_sync(req);
         for (;;) {
             size_t had_blocks = req->held_blocks;
-            kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv,
-                                                         req->computed + new_tokens, NULL);
+            /* Drafts and the lookahead past them get slots, not hashes: only
+             * verified tokens are ever cached. */
+            uint32_t ahead = drafts > 0 ? drafts + (uint32_t)engine->config.num_lookahead_tokens
+                                        : 0;
+            kvio_status_t status = kvio_kvcache_allocate_ahead(
+                engine->cache, req->kv, req->computed + new_tokens - drafts, ahead);
             if (status == KVIO_OK) {
                 set_held(engine, req, (uint32_t)num_blocks_of(req->kv));
                 own_blocks(engine, req->kv,
@@ -1313,6 +1356,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         req->state = REQ_RUNNING;
         engine->running_blocks += req->held_blocks;
         req->sched.admit_seq = ++engine->admit_counter;
+        req->drafts = 0;
         status = scratch_push(engine, req, new_tokens);
         if (status != KVIO_OK)
             return status;
@@ -1356,19 +1400,26 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
         return status;
 
     kvio_batch_t *batch = &engine->current.batch;
+    uint32_t max_drafts = 0;
     for (size_t i = 0; i < engine->num_scratch; i++) {
         engine_req_t *req = engine->scratch[i];
         if (req->spec.tag < engine->active_version)
             engine->metrics.mixed_version_tokens += req->scheduled;
-        bool decode = req->sched.generated > 0 && req->scheduled == 1 &&
+        bool decode = req->sched.generated > 0 && req->scheduled == 1 + req->drafts &&
                       req->computed + 1 == req_num_tokens(req);
-        if (decode)
+        if (decode && req->drafts > 0)
+            kvio_batch_add_verify(batch, req->computed, req->drafts);
+        else if (decode)
             kvio_batch_add_decode(batch, req->computed);
         else
             kvio_batch_add_prefill(batch, req->scheduled, req->computed);
+        if (req->drafts > max_drafts)
+            max_drafts = req->drafts;
     }
     kvio_cost_breakdown_t cost;
     kvio_cost_iteration(engine->cost, batch, &cost);
+    /* The drafter runs once per draft position, for the whole batch. */
+    cost.time_s += cost.time_s * engine->config.spec_draft_fraction * (double)max_drafts;
     /* A swap takes the longer of the real copy and the bytes over the GPU's
      * host link, so swap vs recompute stays meaningful without a GPU. */
     double swap_model_ns = engine->host_bandwidth > 0
@@ -1620,18 +1671,39 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
     }
 }
 
+/* How many of a speculative step's drafts are accepted: each with
+ * spec_acceptance, in order, until the first rejected (counted for
+ * measured requests). */
+static uint32_t spec_accept(kvio_engine_t *engine, engine_req_t *req)
+{
+    uint32_t accepted = 0;
+    while (accepted < req->drafts &&
+           kvio_rng_uniform(&engine->spec_rng) < engine->config.spec_acceptance)
+        accepted++;
+    if (req->spec.measured && req->drafts > 0) {
+        engine->metrics.spec_draft_tokens += req->drafts;
+        engine->metrics.spec_accepted_tokens += accepted;
+    }
+    return accepted;
+}
+
 void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
 {
     engine->last_end_ns = end_ns;
     kvio_block_store_saves_at(engine->store, end_ns);
     for (size_t i = 0; i < engine->num_scratch; i++) {
         engine_req_t *req = engine->scratch[i];
-        req->computed += req->scheduled;
+        /* A speculative step keeps its accepted drafts and rolls back the
+         * rest: their KV is no longer computed. */
+        uint32_t accepted = spec_accept(engine, req);
+        req->computed += req->scheduled - (req->drafts - accepted);
         req->scheduled = 0;
+        req->drafts = 0;
         if (req->computed < req_num_tokens(req))
             continue; /* prefill chunk: no token yet */
-        /* The iteration produced a token. */
-        req->sched.generated++;
+        /* The iteration produced a token, and one more per accepted draft. */
+        uint32_t produced = 1 + accepted;
+        req->sched.generated += produced;
         if (req->first_token_ns == 0 && req->sched.generated == 1) {
             req->first_token_ns = end_ns;
         } else {
@@ -1662,15 +1734,15 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
             tokens >= (uint64_t)(req->hashes_given + 1) * engine->block_size)
             new_hashes = hashes_due(req, tokens, engine->block_size) - req->hashes_given;
         if (new_hashes == 0) {
-            req->unappended++; /* told with the next block's hash, or by kv_sync */
+            req->unappended += produced; /* told with the next block's hash, or by kv_sync */
             continue;
         }
-        if (kvio_kvreq_append_hashes(req->kv, req->unappended + 1,
+        if (kvio_kvreq_append_hashes(req->kv, req->unappended + produced,
                                      req->hashes + req->hashes_given, new_hashes) == KVIO_OK) {
             req->hashes_given += new_hashes;
             req->unappended = 0;
         } else {
-            req->unappended++;
+            req->unappended += produced;
         }
     }
     engine->num_scratch = 0;

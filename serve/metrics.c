@@ -65,6 +65,14 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                                       ? (double)(metrics->prefix_hits + metrics->tier_hit_tokens) /
                                             (double)metrics->prefix_queries
                                       : 0));
+    if (metrics->spec_draft_tokens > 0)
+        json_object_set_new(
+            object, "spec_decode",
+            json_pack("{s:I, s:I, s:f}", "draft_tokens", (json_int_t)metrics->spec_draft_tokens,
+                      "accepted_tokens", (json_int_t)metrics->spec_accepted_tokens,
+                      "acceptance_rate",
+                      (double)metrics->spec_accepted_tokens /
+                          (double)metrics->spec_draft_tokens));
     /* tier_io: async: the requests that waited for their KV from a tier. */
     json_object_set_new(
         object, "kv_wait",

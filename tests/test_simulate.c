@@ -1134,3 +1134,38 @@ Test(simulate, batch_limits_default_to_vllms_for_the_gpu, .timeout = 60)
     test_csv_free(&iterations);
     run_free(&output);
 }
+
+/* #35: speculative decoding on the virtual clock. With 3 drafts a step at
+ * 0.7 acceptance a step accepts 0.7 + 0.49 + 0.343 = 1.53 of 3 drafts on
+ * average (0.511), and TPOT falls; with 0 acceptance nothing is gained and
+ * the drafts and their verification cost time: TPOT rises. */
+Test(simulate, speculative_decoding_trades_drafts_for_tokens, .timeout = 60)
+{
+    const char *none[] = {"stream.output_tokens={dist: constant, value: 200}",
+                          "stream.requests=60", "stream.arrival={process: poisson, rate: 4}"};
+    run_output_t output = run_text(shared_prefix, none, 3);
+    double tpot = test_json_number(output.summary, "metrics.tpot_ms.p50");
+    cr_expect_null(json_object_get(json_object_get(output.summary, "metrics"), "spec_decode"));
+    run_free(&output);
+    const char *spec[] = {"stream.output_tokens={dist: constant, value: 200}",
+                          "stream.requests=60", "stream.arrival={process: poisson, rate: 4}",
+                          "serve.engine.num_lookahead_tokens=3",
+                          "serve.engine.spec_acceptance=0.7"};
+    output = run_text(shared_prefix, spec, 5);
+    double rate = test_json_number(output.summary, "metrics.spec_decode.acceptance_rate");
+    cr_expect_float_eq(rate, (0.7 + 0.49 + 0.343) / 3, 0.03, "acceptance %.3f", rate);
+    double spec_tpot = test_json_number(output.summary, "metrics.tpot_ms.p50");
+    cr_expect_lt(spec_tpot, tpot * 0.7, "TPOT p50 %.2f ms with drafts, %.2f without", spec_tpot,
+                 tpot);
+    cr_expect_eq(metric(&output, "completed"), 60);
+    run_free(&output);
+    const char *rejected[] = {"stream.output_tokens={dist: constant, value: 200}",
+                              "stream.requests=60", "stream.arrival={process: poisson, rate: 4}",
+                              "serve.engine.num_lookahead_tokens=3",
+                              "serve.engine.spec_acceptance=0"};
+    output = run_text(shared_prefix, rejected, 5);
+    double wasted_tpot = test_json_number(output.summary, "metrics.tpot_ms.p50");
+    cr_expect_gt(wasted_tpot, tpot, "TPOT p50 %.2f ms when every draft fails, %.2f without",
+                 wasted_tpot, tpot);
+    run_free(&output);
+}

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvio/hash.h"
+#include "kvio/kvcache.h"
 #include "kvio/model.h"
 #include "kvio/serve.h"
 #include "kvio/update.h"
@@ -286,4 +287,97 @@ Test(vllm_cases, batch_defaults_by_gpu_class)
     kvio_engine_batch_defaults_t unknown = kvio_serve_batch_defaults(NULL);
     cr_expect_eq(unknown.max_num_seqs, 256, "no GPU known: vLLM's fallback");
     cr_expect_eq(unknown.max_num_batched_tokens, 2048);
+}
+
+/* tests/v1/core/test_kv_cache_utils.py test_allocate_with_lookahead (block
+ * size 4, 10 blocks): 3 new tokens with 2 lookahead slots take ceil(5/4) = 2
+ * blocks, with 4 take ceil(7/4) = 2, with 6 take ceil(9/4) = 3. */
+Test(vllm_cases, allocate_with_lookahead)
+{
+    static const struct {
+        size_t lookahead, blocks;
+    } rows[] = {{2, 2}, {4, 2}, {6, 3}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        kvio_kvcache_config_t config = {.num_blocks = 10, .block_size = 4,
+                                        .enable_prefix_caching = true, .eviction = "lru"};
+        kvio_kvcache_t *cache = NULL;
+        cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+        uint32_t tokens[3] = {1, 2, 3};
+        kvio_kvreq_t *req = NULL;
+        cr_assert_eq(kvio_kvreq_create_tokens(cache, tokens, 3, NULL, 0, &req), KVIO_OK);
+        cr_assert_eq(kvio_kvcache_allocate_ahead(cache, req, 3, rows[i].lookahead), KVIO_OK);
+        const uint32_t *ids;
+        size_t count;
+        kvio_kvreq_blocks(req, &ids, &count);
+        cr_expect_eq(count, rows[i].blocks, "3 tokens + %zu lookahead: %zu blocks",
+                     rows[i].lookahead, count);
+        kvio_kvreq_destroy(req);
+        kvio_kvcache_destroy(cache);
+    }
+}
+
+/* Speculative decoding as vLLM's scheduler does it (v1/core/sched/
+ * scheduler.py: a running request schedules num_tokens_with_spec, allocate_
+ * slots adds num_lookahead_tokens, update_from_output rolls back
+ * num_computed_tokens by the rejected drafts). A 32-token prompt with a
+ * 17-token output: without drafts 1 + 16 iterations; with 2 drafts a step
+ * all accepted, 1 + 6 (3 tokens a step, the last step drafting only what
+ * is left); with none accepted, one token a step as without drafts, each
+ * step still verifying its drafts; either way only verified tokens are
+ * cached: the same 3 full blocks as without speculative decoding. */
+static void run_spec(double acceptance, int64_t lookahead, size_t *iterations_p,
+                     size_t *verified_p, size_t *cached_tokens_p)
+{
+    fixture_t f;
+    engine_case_t c = {.blocks = 20, .budget = 512, .max_seqs = 8, .full_isl = true};
+    setup(&f, &c, 0, 0);
+    kvio_engine_destroy(f.engine);
+    f.config.num_lookahead_tokens = lookahead;
+    f.config.spec_acceptance = acceptance;
+    kvio_engine_params_t params = {
+        .config = &f.config, .num_blocks = c.blocks, .block_size = BLOCK,
+        .prefix_caching = true, .free_order = 1, .eviction = "lru", .sched = &f.sched,
+        .seed = 1, .cost = f.cost, .kv_bytes_per_token = 131072, .host_bandwidth = 64e9};
+    char error[256];
+    cr_assert_eq(kvio_engine_create(&params, &f.engine, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    case_request_t req = {.id = 1, .prompt = 32, .output = 17};
+    add_request(f.engine, &req);
+    size_t iterations = 0, verified = 0;
+    scheduled_t out[4];
+    while (kvio_engine_has_work(f.engine) && iterations < 100) {
+        size_t n = step(&f, out, 4);
+        cr_assert_eq(n, 1);
+        if (iterations > 0) {
+            cr_expect_leq(out[0].tokens, 1 + lookahead, "a decode step: its token and drafts");
+            verified += out[0].tokens;
+        }
+        iterations++;
+    }
+    kvio_hash_t hashes[3];
+    for (size_t b = 0; b < 3; b++) {
+        kvio_hash_run_t run = {.content_id = 1000 + req.id, .offset = (uint32_t)(b * BLOCK),
+                               .length = BLOCK};
+        hashes[b] = kvio_hash_runs(b ? &hashes[b - 1] : NULL, &run, 1);
+    }
+    *iterations_p = iterations;
+    *verified_p = verified;
+    *cached_tokens_p = kvio_engine_cached_prefix(f.engine, hashes, 3, 49);
+    teardown(&f);
+}
+
+Test(vllm_cases, spec_decode_drafts_roll_back_and_cache_only_verified_tokens)
+{
+    size_t iterations, verified, cached_without, cached_all, cached_none;
+    run_spec(0.7, 0, &iterations, &verified, &cached_without);
+    cr_expect_eq(iterations, 17, "without drafts: the prefill, then 16 decode steps");
+    cr_expect_eq(cached_without, 48, "three full blocks cached");
+    run_spec(1.0, 2, &iterations, &verified, &cached_all);
+    cr_expect_eq(iterations, 7, "all drafts accepted: 1 + 6 steps");
+    cr_expect_eq(verified, 5 * 3 + 1, "the last step drafts only what is left");
+    run_spec(0.0, 2, &iterations, &verified, &cached_none);
+    cr_expect_eq(iterations, 17, "no draft accepted: one token a step");
+    cr_expect_eq(verified, 14 * 3 + 2 + 1, "each step still verifies its drafts");
+    cr_expect_eq(cached_all, cached_without, "the same verified blocks are cached");
+    cr_expect_eq(cached_none, cached_without);
 }

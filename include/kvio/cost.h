@@ -39,6 +39,8 @@ typedef struct kvio_batch {
     uint64_t prefill_context;      /* Σ cached context read by prefill seqs */
     uint64_t decode_seqs;
     uint64_t decode_context;       /* Σ context of decode sequences */
+    uint64_t spec_tokens;          /* Σ draft tokens verified beside the decodes */
+    double spec_attention;         /* Σ (query, key) pairs of those draft tokens */
 } kvio_batch_t;
 
 /* What the cost model says about one iteration. */
@@ -70,6 +72,10 @@ void kvio_cost_destroy(kvio_cost_t *cost);
  * sequence to a batch. */
 void kvio_batch_add_prefill(kvio_batch_t *batch, uint64_t new_tokens, uint64_t cached_tokens);
 void kvio_batch_add_decode(kvio_batch_t *batch, uint64_t context_tokens);
+
+/* A decode sequence verifying drafts draft tokens after its new one (a
+ * speculative step): one sequence, 1 + drafts query tokens. */
+void kvio_batch_add_verify(kvio_batch_t *batch, uint64_t context_tokens, uint64_t drafts);
 
 /* The time of one iteration, with its terms. */
 void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,

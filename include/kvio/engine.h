@@ -35,6 +35,13 @@ typedef struct kvio_engine_config {
      * free while another request runs. */
     bool scheduler_reserve_full_isl;
     double watermark;
+    /* Speculative decoding: each decode step verifies up to this many draft
+     * tokens, each accepted with spec_acceptance until the first rejected,
+     * and keeps as many lookahead slots for the next drafts (EAGLE in vLLM);
+     * a draft step costs spec_draft_fraction of the iteration. 0: off. */
+    int64_t num_lookahead_tokens;
+    double spec_acceptance;
+    double spec_draft_fraction;
 } kvio_engine_config_t;
 
 /* The `serve.kvcache` section. */
@@ -140,6 +147,8 @@ typedef struct kvio_engine_metrics {
     uint64_t mispredict_preemptions; /* preemptions under a projecting policy (pkas) while a
                                         running request had outlived its predicted output */
     uint64_t tier_hit_tokens;       /* prompt tokens loaded back from a lower tier */
+    uint64_t spec_draft_tokens, spec_accepted_tokens; /* measured requests' drafts verified,
+                                                         and of them accepted */
     uint64_t kv_wait_requests;      /* measured requests that waited for KV from a tier */
     int64_t kv_wait_ns, kv_wait_max_ns; /* their waits: summed, the longest */
     uint64_t swap_verify_failures;  /* swapped blocks whose checksum changed */

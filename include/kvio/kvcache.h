@@ -202,6 +202,13 @@ kvio_status_t kvio_kvcache_allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, si
 kvio_status_t kvio_kvcache_allocate_unhashed(kvio_kvcache_t *cache, kvio_kvreq_t *req,
                                              size_t num_tokens, size_t *num_hit_tokens_p);
 
+/* As kvio_kvcache_allocate for num_tokens, with blocks for ahead_tokens
+ * slots past them too (vLLM's allocate_slots with num_lookahead_tokens: a
+ * speculative step's draft tokens and the drafter's lookahead), unhashed
+ * until their tokens are known. */
+kvio_status_t kvio_kvcache_allocate_ahead(kvio_kvcache_t *cache, kvio_kvreq_t *req,
+                                          size_t num_tokens, size_t ahead_tokens);
+
 /* The blocks kvio_kvcache_allocate would take from the free queue to cover
  * the request's first num_tokens tokens (at most its length): new blocks,
  * and on a first allocation the cached prefix's blocks that sit in the free
