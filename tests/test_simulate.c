@@ -1139,19 +1139,26 @@ Test(simulate, batch_limits_default_to_vllms_for_the_gpu, .timeout = 60)
  * 0.7 acceptance a step accepts 0.7 + 0.49 + 0.343 = 1.53 of 3 drafts on
  * average (0.511), and TPOT falls; with 0 acceptance nothing is gained and
  * the drafts and their verification cost time: TPOT rises. */
+/* 60 requests of 200 output tokens at 4 req/s, with lookahead drafts at
+ * acceptance (lookahead "0": off). */
+static run_output_t run_spec(const char *lookahead, const char *acceptance)
+{
+    char drafts[64], accept[64];
+    snprintf(drafts, sizeof(drafts), "serve.engine.num_lookahead_tokens=%s", lookahead);
+    snprintf(accept, sizeof(accept), "serve.engine.spec_acceptance=%s", acceptance);
+    const char *sets[] = {"stream.output_tokens={dist: constant, value: 200}",
+                          "stream.requests=60", "stream.arrival={process: poisson, rate: 4}",
+                          drafts, accept};
+    return run_text(shared_prefix, sets, 5);
+}
+
 Test(simulate, speculative_decoding_trades_drafts_for_tokens, .timeout = 60)
 {
-    const char *none[] = {"stream.output_tokens={dist: constant, value: 200}",
-                          "stream.requests=60", "stream.arrival={process: poisson, rate: 4}"};
-    run_output_t output = run_text(shared_prefix, none, 3);
+    run_output_t output = run_spec("0", "0.7");
     double tpot = test_json_number(output.summary, "metrics.tpot_ms.p50");
     cr_expect_null(json_object_get(json_object_get(output.summary, "metrics"), "spec_decode"));
     run_free(&output);
-    const char *spec[] = {"stream.output_tokens={dist: constant, value: 200}",
-                          "stream.requests=60", "stream.arrival={process: poisson, rate: 4}",
-                          "serve.engine.num_lookahead_tokens=3",
-                          "serve.engine.spec_acceptance=0.7"};
-    output = run_text(shared_prefix, spec, 5);
+    output = run_spec("3", "0.7");
     double rate = test_json_number(output.summary, "metrics.spec_decode.acceptance_rate");
     cr_expect_float_eq(rate, (0.7 + 0.49 + 0.343) / 3, 0.03, "acceptance %.3f", rate);
     double spec_tpot = test_json_number(output.summary, "metrics.tpot_ms.p50");
@@ -1159,11 +1166,7 @@ Test(simulate, speculative_decoding_trades_drafts_for_tokens, .timeout = 60)
                  tpot);
     cr_expect_eq(metric(&output, "completed"), 60);
     run_free(&output);
-    const char *rejected[] = {"stream.output_tokens={dist: constant, value: 200}",
-                              "stream.requests=60", "stream.arrival={process: poisson, rate: 4}",
-                              "serve.engine.num_lookahead_tokens=3",
-                              "serve.engine.spec_acceptance=0"};
-    output = run_text(shared_prefix, rejected, 5);
+    output = run_spec("3", "0");
     double wasted_tpot = test_json_number(output.summary, "metrics.tpot_ms.p50");
     cr_expect_gt(wasted_tpot, tpot, "TPOT p50 %.2f ms when every draft fails, %.2f without",
                  wasted_tpot, tpot);
