@@ -18,8 +18,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvio capacity WORKLOAD|PRESET [--slo ttft=DURATION[,tpot=DURATION]]\n"
             "                     [--attain SHARE] [--low RATE] [--high RATE]\n"
-            "                     [--tolerance FRACTION] [--set KEY=VALUE]...\n"
-            "                     [-o|--output DIR] [--force] [--format table|json]\n\n"
+            "                     [--tolerance FRACTION] [--users] [--vary KEY=A,B,...]\n"
+            "                     [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
+            "                     [--format table|json]\n\n"
             "Finds the highest stream.arrival.rate (req/s) at which the share --attain\n"
             "(default 0.9) of the requests meets the SLO (TTFT and TPOT bounds; default:\n"
             "the workload's slo:), by\n"
@@ -27,18 +28,24 @@ static void usage(FILE *out)
             "workload's rate (or --low/--high) until a probe fails, then halves the\n"
             "bracket until it is within --tolerance (default 0.01) of its top. Each\n"
             "probe is a whole run in DIR/rate-<R>; DIR/capacity.json has the capacity,\n"
-            "the binding bound and the curve (default DIR: results/capacity-<name>-<time>).\n");
+            "the binding bound and the curve (default DIR: results/capacity-<name>-<time>).\n"
+            "--users: the most users of a closed loop instead (serve.max_concurrency,\n"
+            "from the workload's or 1, to the last whole user; probes in DIR/users-<N>).\n"
+            "--vary KEY=A,B: one search per value, in DIR/KEY-A, ... (needs -o);\n"
+            "capacity.json lists them under variants, and kvio report draws them.\n");
 }
 
 typedef struct capacity_args {
     kvio_capacity_options_t options;
     const char *sets[MAX_SETS];
+    const char *vary_values[MAX_SETS];
+    char *vary_text;   /* the --vary value, cut at '=' and ',' (owned) */
     bool json_output, help;
 } capacity_args_t;
 
 enum {
     CAP_HELP = 1, CAP_SLO, CAP_ATTAIN, CAP_LOW, CAP_HIGH, CAP_TOLERANCE, CAP_SET, CAP_OUTPUT,
-    CAP_FORCE, CAP_FORMAT,
+    CAP_FORCE, CAP_FORMAT, CAP_USERS, CAP_VARY,
 };
 
 static const kvio_cli_option_t capacity_options[] = {
@@ -52,6 +59,8 @@ static const kvio_cli_option_t capacity_options[] = {
     {"output", 'o', "a directory", CAP_OUTPUT},
     {"force", 0, NULL, CAP_FORCE},
     {"format", 0, "table or json", CAP_FORMAT},
+    {"users", 0, NULL, CAP_USERS},
+    {"vary", 0, "KEY=A,B,...", CAP_VARY},
     {NULL, 0, NULL, 0},
 };
 
@@ -95,6 +104,37 @@ static int take_number(const char *name, const char *value, double *slot)
     return KVIO_EXIT_OK;
 }
 
+/* --vary serve.scheduler.policy=fcfs,pkas: the key and its values. */
+static int take_vary(capacity_args_t *args, const char *value)
+{
+    kvio_capacity_options_t *options = &args->options;
+    if (args->vary_text != NULL) {
+        fprintf(stderr, "kvio capacity: --vary once (one key, its values after '=')\n");
+        return KVIO_EXIT_USAGE;
+    }
+    args->vary_text = strdup(value);
+    if (args->vary_text == NULL)
+        return KVIO_EXIT_FAILED;
+    char *equals = strchr(args->vary_text, '=');
+    if (equals == NULL || equals == args->vary_text || equals[1] == '\0') {
+        fprintf(stderr, "kvio capacity: --vary '%s': give KEY=A,B,... (e.g. "
+                "serve.scheduler.policy=fcfs,pkas)\n", value);
+        return KVIO_EXIT_USAGE;
+    }
+    *equals = '\0';
+    options->vary_key = args->vary_text;
+    char *save = NULL;
+    for (char *item = strtok_r(equals + 1, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        int exit_status = kvio_cli_append("kvio capacity", "--vary values", args->vary_values,
+                                          &options->num_vary, MAX_SETS, item);
+        if (exit_status != KVIO_EXIT_OK)
+            return exit_status;
+    }
+    options->vary_values = args->vary_values;
+    return KVIO_EXIT_OK;
+}
+
 static int take_capacity_arg(capacity_args_t *args, int option, const char *value)
 {
     kvio_capacity_options_t *options = &args->options;
@@ -121,6 +161,11 @@ static int take_capacity_arg(capacity_args_t *args, int option, const char *valu
     case CAP_FORCE:
         options->force = true;
         return KVIO_EXIT_OK;
+    case CAP_USERS:
+        options->users = true;
+        return KVIO_EXIT_OK;
+    case CAP_VARY:
+        return take_vary(args, value);
     case CAP_FORMAT:
         if (strcmp(value, "json") != 0 && strcmp(value, "table") != 0) {
             fprintf(stderr, "kvio capacity: --format takes table or json\n");
@@ -135,37 +180,46 @@ static int take_capacity_arg(capacity_args_t *args, int option, const char *valu
     }
 }
 
+static int capacity_main(capacity_args_t *args, int argc, char **argv);
+
 int kvio_cmd_capacity(int argc, char **argv)
 {
     capacity_args_t args = {.options = {.attain = 0.9, .tolerance = 0.01}};
-    args.options.sets = args.sets;
+    int exit_status = capacity_main(&args, argc, argv);
+    free(args.vary_text);
+    return exit_status;
+}
+
+static int capacity_main(capacity_args_t *args_p, int argc, char **argv)
+{
+    args_p->options.sets = args_p->sets;
     kvio_cli_parser_t parser;
     kvio_cli_parser_init(&parser, "kvio capacity", argc, argv, capacity_options);
     const char *value;
     int option, exit_status = KVIO_EXIT_OK;
-    while (exit_status == KVIO_EXIT_OK && !args.help &&
+    while (exit_status == KVIO_EXIT_OK && !args_p->help &&
            (option = kvio_cli_parser_next(&parser, &value)) != KVIO_CLI_END)
-        exit_status = take_capacity_arg(&args, option, value);
+        exit_status = take_capacity_arg(args_p, option, value);
     if (exit_status != KVIO_EXIT_OK)
         return exit_status;
-    if (args.help) {
+    if (args_p->help) {
         usage(stdout);
         return KVIO_EXIT_OK;
     }
-    if (args.options.source == NULL) {
+    if (args_p->options.source == NULL) {
         fprintf(stderr, "kvio capacity: give a workload (and --slo ttft=DURATION,... unless "
                 "it has slo:)\n");
         return KVIO_EXIT_USAGE;
     }
-    args.options.stop = kvio_cli_stop_on_signals();
+    args_p->options.stop = kvio_cli_stop_on_signals();
     char error[1024] = "";
     json_t *result = NULL;
-    kvio_status_t status = kvio_capacity(&args.options, &result, error, sizeof(error));
+    kvio_status_t status = kvio_capacity(&args_p->options, &result, error, sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error[0] != '\0' ? error : kvio_strerror(status));
         return kvio_cli_exit_status(status);
     }
-    if (args.json_output) {
+    if (args_p->json_output) {
         json_dumpf(result, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         fputc('\n', stdout);
     } else {

@@ -88,9 +88,15 @@ int kvio_cmd_report(int argc, char **argv)
         kvio_report_destroy(report);
         return kvio_cli_exit_status(status);
     }
-    printf("kvio report: wrote %s (%zu run%s, %zu cachesim result%s)\n", path,
+    size_t capacities = kvio_report_num_capacities(report);
+    char searches[64] = "";
+    if (capacities > 0)
+        snprintf(searches, sizeof(searches), ", %zu capacity search%s", capacities,
+                 capacities == 1 ? "" : "es");
+    printf("kvio report: wrote %s (%zu run%s, %zu cachesim result%s%s)\n", path,
            kvio_report_num_runs(report), kvio_report_num_runs(report) == 1 ? "" : "s",
-           kvio_report_num_cachesims(report), kvio_report_num_cachesims(report) == 1 ? "" : "s");
+           kvio_report_num_cachesims(report), kvio_report_num_cachesims(report) == 1 ? "" : "s",
+           searches);
     int exit_status = KVIO_EXIT_OK;
     if (png) {
         size_t written = 0;

@@ -967,6 +967,72 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* ---------- kvio capacity ---------- */
+
+/* SLO attainment against the load each capacity search probed, one line
+ * per search (rates and users apart: their axes differ), the share asked
+ * as a dashed line: where a line crosses it is the capacity. */
+static kvio_status_t capacity_chart(kvio_report_t *report, bool users)
+{
+    report_chart_t *chart = NULL;
+    double low = INFINITY, high = 0, attain = 0;
+    size_t length = 0;
+    for (size_t c = 0; c < report->num_capacities; c++) {
+        const report_capacity_t *capacity = report->capacities[c];
+        if (capacity->users != users)
+            continue;
+        if (chart == NULL) {
+            chart = chart_new(report, CHART_LINES, users ? "chart-capacity-users" : "chart-capacity",
+                              "SLO capacity",
+                              users ? "SLO attainment vs users (closed loop)"
+                                    : "SLO attainment vs arrival rate",
+                              users ? "users in flight" : "arrival rate (req/s, log scale)",
+                              "requests within the SLO (%)");
+            if (chart == NULL)
+                return KVIO_ERR_NOMEM;
+            chart->x_log = !users;
+            chart->y_fixed = true;
+            chart->y_min = 0;
+            chart->y_max = 100;
+            length = (size_t)snprintf(chart->caption, sizeof(chart->caption),
+                                      "From kvio capacity: each probe's share of requests "
+                                      "within the SLO; capacity:");
+        }
+        chart_series_t *series = series_add(chart, capacity->label, capacity->num_points, false);
+        if (series == NULL)
+            return KVIO_ERR_NOMEM;
+        for (size_t i = 0; i < capacity->num_points; i++) {
+            series->x[i] = capacity->load[i];
+            series->y[i] = 100 * capacity->attainment[i];
+            low = capacity->load[i] < low ? capacity->load[i] : low;
+            high = capacity->load[i] > high ? capacity->load[i] : high;
+        }
+        series->count = capacity->num_points;
+        attain = capacity->attain;
+        if (length < sizeof(chart->caption))
+            length += (size_t)snprintf(chart->caption + length, sizeof(chart->caption) - length,
+                                       " %s %.4g %s;", capacity->label, capacity->capacity,
+                                       users ? "users" : "req/s");
+    }
+    if (chart == NULL)
+        return KVIO_OK;
+    chart_series_t *target = series_add(chart, "share asked", 2, false);
+    if (target == NULL)
+        return KVIO_ERR_NOMEM;
+    target->dashed = true;
+    target->x[0] = low;
+    target->x[1] = high > low ? high : low * 2;
+    target->y[0] = target->y[1] = 100 * attain;
+    target->count = 2;
+    return KVIO_OK;
+}
+
+static kvio_status_t capacity_charts(kvio_report_t *report)
+{
+    kvio_status_t status = capacity_chart(report, false);
+    return status == KVIO_OK ? capacity_chart(report, true) : status;
+}
+
 /* TTFT and prefix hit rate over time (requests by arrival), one line per
  * run, with a vertical mark at every activation of the first run with
  * updates: what each update does to serving. */
@@ -1225,6 +1291,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = timeline_charts(report);
     if (status == KVIO_OK)
         status = cachesim_charts(report);
+    if (status == KVIO_OK)
+        status = capacity_charts(report);
     if (status == KVIO_OK)
         status = update_charts(report);
     if (status == KVIO_OK)

@@ -957,3 +957,124 @@ out:
     *cachesim_p = cachesim;
     return KVIO_OK;
 }
+
+/* ---------- kvio capacity ---------- */
+
+void report_capacity_free(report_capacity_t *capacity)
+{
+    if (capacity == NULL)
+        return;
+    free(capacity->load);
+    free(capacity->attainment);
+    free(capacity);
+}
+
+static int compare_load(const void *a, const void *b)
+{
+    double left = *(const double *)a, right = *(const double *)b;
+    return (left > right) - (left < right);
+}
+
+/* One search's object (capacity.json itself, or a variant of it). */
+static kvio_status_t capacity_one(const json_t *search, const char *where, const char *path,
+                                  const char *label, report_capacity_t **capacity_p,
+                                  char *error_p, size_t error_len)
+{
+    report_capacity_t *capacity = calloc(1, sizeof(*capacity));
+    if (capacity == NULL)
+        return KVIO_ERR_NOMEM;
+    capacity->users = json_object_get(search, "capacity_users") != NULL;
+    const char *point = capacity->users ? "users" : "rate";
+    kvio_status_t status = json_number(search, "capacity", where, path, true,
+                                       &capacity->capacity, error_p, error_len);
+    if (status == KVIO_OK)
+        status = json_number(search, "attain", where, path, true, &capacity->attain, error_p,
+                             error_len);
+    const json_t *curve = json_object_get(search, "curve");
+    if (status == KVIO_OK && (!json_is_array(curve) || json_array_size(curve) == 0 ||
+                              json_array_size(curve) > 1000)) {
+        snprintf(error_p, error_len, "%s: %scurve is not an array of 1..1000 probes", path,
+                 where);
+        status = KVIO_ERR_PARSE;
+    }
+    size_t count = status == KVIO_OK ? json_array_size(curve) : 0;
+    double *pairs = count > 0 ? malloc(2 * count * sizeof(double)) : NULL;
+    if (status == KVIO_OK && pairs == NULL)
+        status = KVIO_ERR_NOMEM;
+    for (size_t i = 0; status == KVIO_OK && i < count; i++) {
+        char at[96];
+        snprintf(at, sizeof(at), "%scurve[%zu].", where, i);
+        const json_t *probe = json_array_get(curve, i);
+        status = json_number(probe, point, at, path, true, &pairs[2 * i], error_p, error_len);
+        if (status == KVIO_OK)
+            status = json_number(probe, "attainment", at, path, true, &pairs[2 * i + 1],
+                                 error_p, error_len);
+        if (status == KVIO_OK && (pairs[2 * i] <= 0 || pairs[2 * i + 1] < 0 ||
+                                  pairs[2 * i + 1] > 1)) {
+            snprintf(error_p, error_len, "%s: %s%s must be above 0 and attainment in 0..1",
+                     path, at, point);
+            status = KVIO_ERR_PARSE;
+        }
+    }
+    if (status == KVIO_OK) {
+        qsort(pairs, count, 2 * sizeof(double), compare_load);
+        capacity->load = malloc(count * sizeof(double));
+        capacity->attainment = malloc(count * sizeof(double));
+        if (capacity->load == NULL || capacity->attainment == NULL)
+            status = KVIO_ERR_NOMEM;
+    }
+    for (size_t i = 0; status == KVIO_OK && i < count; i++) {
+        capacity->load[i] = pairs[2 * i];
+        capacity->attainment[i] = pairs[2 * i + 1];
+    }
+    free(pairs);
+    if (status != KVIO_OK) {
+        report_capacity_free(capacity);
+        return status;
+    }
+    capacity->num_points = count;
+    report_label_copy(capacity->label, sizeof(capacity->label), label);
+    *capacity_p = capacity;
+    return KVIO_OK;
+}
+
+kvio_status_t report_capacity_load(kvio_report_t *report, const char *dir, const char *label,
+                                   char *error_p, size_t error_len)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/capacity.json", dir);
+    json_t *json = NULL;
+    kvio_status_t status = report_json_load(path, &json, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    const json_t *variants = json_object_get(json, "variants");
+    size_t count = variants != NULL ? json_array_size(variants) : 1;
+    if (variants != NULL && (!json_is_array(variants) || count == 0)) {
+        snprintf(error_p, error_len, "%s: variants is not a non-empty array", path);
+        status = KVIO_ERR_PARSE;
+    }
+    for (size_t v = 0; status == KVIO_OK && v < count; v++) {
+        if (report->num_capacities == KVIO_REPORT_MAX_RUNS) {
+            snprintf(error_p, error_len, "%s: more than %d capacity searches in one report",
+                     path, KVIO_REPORT_MAX_RUNS);
+            status = KVIO_ERR_INVALID;
+            break;
+        }
+        const json_t *search = variants != NULL ? json_array_get(variants, v) : json;
+        char where[48] = "", name[REPORT_LABEL_MAX];
+        snprintf(name, sizeof(name), "%s", label);
+        if (variants != NULL) {
+            snprintf(where, sizeof(where), "variants[%zu].", v);
+            const char *key = json_string_value(json_object_get(search, "vary"));
+            const char *value = json_string_value(json_object_get(search, "value"));
+            snprintf(name, sizeof(name), "%.30s %.30s=%.30s", label, key ? key : "?",
+                     value ? value : "?");
+        }
+        report_capacity_t *capacity = NULL;
+        status = capacity_one(search, where, path, name, &capacity, error_p, error_len);
+        if (status == KVIO_OK)
+            report->capacities[report->num_capacities++] = capacity;
+    }
+    json_decref(json);
+    return status;
+}

@@ -46,6 +46,8 @@ void kvio_report_destroy(kvio_report_t *report)
         report_run_free(report->runs[i]);
     for (size_t i = 0; i < report->num_cachesims; i++)
         report_cachesim_free(report->cachesims[i]);
+    for (size_t i = 0; i < report->num_capacities; i++)
+        report_capacity_free(report->capacities[i]);
     free(report);
 }
 
@@ -57,6 +59,11 @@ size_t kvio_report_num_runs(const kvio_report_t *report)
 size_t kvio_report_num_cachesims(const kvio_report_t *report)
 {
     return report->num_cachesims;
+}
+
+size_t kvio_report_num_capacities(const kvio_report_t *report)
+{
+    return report->num_capacities;
 }
 
 /* The last path component without trailing slashes, as a label. */
@@ -124,6 +131,15 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
         return KVIO_ERR_INVALID;
     }
     char compare_path[REPORT_PATH_MAX + 32];
+    snprintf(compare_path, sizeof(compare_path), "%s/capacity.json", path);
+    if (access(compare_path, F_OK) == 0) {
+        char label[REPORT_LABEL_MAX];
+        label_of(path, label, sizeof(label));
+        status = report_capacity_load(report, path, label, error_p, error_len);
+        if (status == KVIO_OK)
+            report_charts_clear(report);
+        return status;
+    }
     snprintf(compare_path, sizeof(compare_path), "%s/compare.json", path);
     if (access(compare_path, F_OK) == 0) {
         size_t before = report->num_runs;
@@ -156,8 +172,9 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
 kvio_status_t kvio_report_write_html(kvio_report_t *report, const char *path, char *error_p,
                                      size_t error_len)
 {
-    if (report->num_runs == 0 && report->num_cachesims == 0) {
-        snprintf(error_p, error_len, "nothing to report: no results directory or cachesim file");
+    if (report->num_runs == 0 && report->num_cachesims == 0 && report->num_capacities == 0) {
+        snprintf(error_p, error_len, "nothing to report: no results directory, capacity "
+                 "search or cachesim file");
         return KVIO_ERR_INVALID;
     }
     char temporary[REPORT_PATH_MAX + 16];

@@ -121,6 +121,16 @@ typedef struct report_cachesim {
     cachesim_point_t *points;
 } report_cachesim_t;
 
+/* One kvio capacity search (each --vary value's is one): the SLO
+ * attainment at every load it probed, in load order. */
+typedef struct report_capacity {
+    char label[REPORT_LABEL_MAX];
+    bool users;             /* load is users (closed loop), else req/s */
+    double capacity, attain; /* the answer and the share asked */
+    size_t num_points;
+    double *load, *attainment;
+} report_capacity_t;
+
 /* ---------- chart model ---------- */
 
 typedef enum {
@@ -169,6 +179,8 @@ struct kvio_report {
     report_run_t *runs[KVIO_REPORT_MAX_RUNS];
     size_t num_cachesims;
     report_cachesim_t *cachesims[KVIO_REPORT_MAX_RUNS];
+    size_t num_capacities;
+    report_capacity_t *capacities[KVIO_REPORT_MAX_RUNS];
     bool built;
     size_t num_charts;
     report_chart_t *charts[REPORT_MAX_CHARTS];
@@ -185,6 +197,11 @@ kvio_status_t report_compare_load(kvio_report_t *report, const char *dir, char *
 kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesim_p,
                                    char *error_p, size_t error_len);
 void report_cachesim_free(report_cachesim_t *cachesim);
+/* DIR/capacity.json of kvio capacity: one search, or one per --vary value;
+ * label names the directory. */
+kvio_status_t report_capacity_load(kvio_report_t *report, const char *dir, const char *label,
+                                   char *error_p, size_t error_len);
+void report_capacity_free(report_capacity_t *capacity);
 /* Reads a JSON file of at most KVIO_REPORT_MAX_JSON_BYTES. */
 kvio_status_t report_json_load(const char *path, json_t **json_p, char *error_p,
                                size_t error_len);

@@ -43,6 +43,8 @@ typedef struct probe {
 
 typedef struct search {
     const kvio_capacity_options_t *options;
+    const char *variant_set;  /* KEY=VALUE of a --vary value, or NULL */
+    const char *point;        /* what varies: "rate" or "users" */
     char directory[1024];
     char ttft_set[96], tpot_set[96];
     probe_t probes[KVIO_CAPACITY_MAX_PROBES];
@@ -64,10 +66,15 @@ static kvio_status_t load_at(search_t *search, double rate, kvio_workload_t *wor
     const kvio_capacity_options_t *options = search->options;
     const char *sets[MAX_SETS];
     size_t count = 0;
-    for (size_t i = 0; i < options->num_sets && count < MAX_SETS - 3; i++)
+    for (size_t i = 0; i < options->num_sets && count < MAX_SETS - 4; i++)
         sets[count++] = options->sets[i];
+    if (search->variant_set != NULL)
+        sets[count++] = search->variant_set;
     char rate_set[64];
-    snprintf(rate_set, sizeof(rate_set), "stream.arrival.rate=%.9g", rate);
+    if (options->users)
+        snprintf(rate_set, sizeof(rate_set), "serve.max_concurrency=%.0f", rate);
+    else
+        snprintf(rate_set, sizeof(rate_set), "stream.arrival.rate=%.9g", rate);
     sets[count++] = rate_set;
     if (search->ttft_set[0] != '\0')
         sets[count++] = search->ttft_set;
@@ -100,7 +107,8 @@ static kvio_status_t probe_at(search_t *search, double rate, probe_t **probe_p, 
     }
     probe_t *probe = &search->probes[search->num_probes];
     *probe = (probe_t){.rate = rate};
-    snprintf(probe->dir, sizeof(probe->dir), "%s/rate-%.6g", search->directory, rate);
+    snprintf(probe->dir, sizeof(probe->dir), "%s/%s-%.6g", search->directory, search->point,
+             rate);
     kvio_workload_t workload;
     char error[1024] = "";
     kvio_status_t status = load_at(search, rate, &workload, error, sizeof(error));
@@ -126,7 +134,9 @@ static kvio_status_t probe_at(search_t *search, double rate, probe_t **probe_p, 
     probe->offered = number_at(metrics, "offered_rate", NULL);
     probe->ttft_p99_ms = number_at(metrics, "ttft_ms", "p99");
     probe->tpot_p99_ms = number_at(metrics, "tpot_ms", "p99");
-    probe->overloaded = probe->offered > 0 && probe->throughput < OVERLOAD_SERVED * probe->offered;
+    /* Closed loop, the offered rate is what was served: no overload. */
+    probe->overloaded = !options->users && probe->offered > 0 &&
+                        probe->throughput < OVERLOAD_SERVED * probe->offered;
     probe->met = probe->attain >= options->attain && !probe->overloaded;
     json_decref(summary);
     search->num_probes++;
@@ -172,8 +182,10 @@ static kvio_status_t bracket(search_t *search, double start, double *low_p, doub
             }
         }
     }
-    while (status == KVIO_OK && low <= 0)
-        status = narrow_at(search, high / 2, &low, &high, error_p, error_len);
+    /* Users are whole: below one there is none to try (capacity 0). */
+    while (status == KVIO_OK && low <= 0 && (!options->users || high >= 2))
+        status = narrow_at(search, options->users ? floor(high / 2) : high / 2, &low, &high,
+                           error_p, error_len);
     *low_p = low;
     *high_p = high;
     return status;
@@ -197,7 +209,7 @@ static json_t *result_json(search_t *search, double capacity, double high)
             first_failed = p;
         json_array_append_new(
             curve, json_pack("{s:f, s:b, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
-                             "rate", p->rate, "met", p->met, "overloaded", p->overloaded,
+                             search->point, p->rate, "met", p->met, "overloaded", p->overloaded,
                              "attainment", p->attain,
                              "ttft_attainment", p->ttft_attain, "tpot_attainment",
                              p->tpot_attain, "request_throughput", p->throughput,
@@ -209,13 +221,19 @@ static json_t *result_json(search_t *search, double capacity, double high)
                           : first_failed->attain >= options->attain ? "throughput"
                           : first_failed->ttft_attain <= first_failed->tpot_attain ? "ttft"
                                                                                    : "tpot";
-    return json_pack("{s:s, s:s, s:f, s:f, s:{s:s?, s:s?}, s:f, s:s, s:I, s:o}", "workload",
-                     options->source, "directory", search->directory, "capacity_rps",
-                     capacity, "first_failing_rps", high, "slo", "ttft",
-                     search->ttft_set[0] ? strchr(search->ttft_set, '=') + 1 : NULL, "tpot",
-                     search->tpot_set[0] ? strchr(search->tpot_set, '=') + 1 : NULL,
-                     "attain", options->attain, "binding", binding, "probes",
-                     (json_int_t)search->num_probes, "curve", curve);
+    json_t *result = json_pack(
+        "{s:s, s:s, s:s, s:f, s:f, s:{s:s?, s:s?}, s:f, s:s, s:I, s:o}", "workload",
+        options->source, "directory", search->directory, "varies",
+        options->users ? "serve.max_concurrency" : "stream.arrival.rate", "capacity", capacity,
+        "first_failing", high, "slo", "ttft",
+        search->ttft_set[0] ? strchr(search->ttft_set, '=') + 1 : NULL, "tpot",
+        search->tpot_set[0] ? strchr(search->tpot_set, '=') + 1 : NULL, "attain",
+        options->attain, "binding", binding, "probes", (json_int_t)search->num_probes, "curve",
+        curve);
+    /* The capacity under its unit's name too. */
+    json_object_set_new(result, options->users ? "capacity_users" : "capacity_rps",
+                        json_real(capacity));
+    return result;
 }
 
 /* The options and the workload fit a search: simulate, a synthetic stream
@@ -249,6 +267,7 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
         snprintf(search->tpot_set, sizeof(search->tpot_set), "slo.tpot=%lldns",
                  (long long)tpot_ns);
     const kvio_stream_config_t *stream = &workload.stream;
+    bool rate_fixed = stream->trace.path != NULL && stream->trace.path[0] != '\0';
     if (ttft_ns <= 0 && tpot_ns <= 0) {
         snprintf(error_p, error_len, "capacity: %s has no SLO: give --slo ttft=DURATION, "
                  "tpot=DURATION or both (or slo: in the workload)", options->source);
@@ -257,18 +276,25 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
         snprintf(error_p, error_len, "capacity: %s: the search bisects simulate runs (set "
                  "mode: simulate, --set mode=simulate)", options->source);
         status = KVIO_ERR_CONFIG;
-    } else if (stream->trace.path != NULL && stream->trace.path[0] != '\0') {
+    } else if (!options->users && rate_fixed) {
         snprintf(error_p, error_len, "capacity: %s: a trace's arrivals are its own; the search "
-                 "varies stream.arrival.rate of a synthetic stream", options->source);
+                 "varies stream.arrival.rate of a synthetic stream (or --users, a closed "
+                 "loop)", options->source);
         status = KVIO_ERR_CONFIG;
-    } else if (stream->arrival.process == KVIO_ARRIVAL_PHASES ||
-               stream->arrival.process == KVIO_ARRIVAL_BATCH) {
+    } else if (!options->users && (stream->arrival.process == KVIO_ARRIVAL_PHASES ||
+                                   stream->arrival.process == KVIO_ARRIVAL_BATCH)) {
         snprintf(error_p, error_len, "capacity: %s: stream.arrival.process must be poisson, "
-                 "gamma or constant (a rate to vary)", options->source);
+                 "gamma or constant (a rate to vary; or --users, a closed loop)",
+                 options->source);
         status = KVIO_ERR_CONFIG;
     }
-    *start_p = workload.stream.arrival.rate;
-    if (options->output_dir != NULL) {
+    *start_p = options->users ? (workload.serve.max_concurrency > 0
+                                     ? (double)workload.serve.max_concurrency
+                                     : 1)
+                              : workload.stream.arrival.rate;
+    if (search->directory[0] != '\0') {
+        /* a --vary value's, set by the caller */
+    } else if (options->output_dir != NULL) {
         snprintf(search->directory, sizeof(search->directory), "%s", options->output_dir);
     } else {
         char stamp[64];
@@ -283,14 +309,20 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
     return status;
 }
 
-kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **result_p,
-                            char *error_p, size_t error_len)
+/* One search (a --vary value's when variant_set is set, into directory). */
+static kvio_status_t search_one(const kvio_capacity_options_t *options, const char *variant_set,
+                                const char *directory, json_t **result_p, char *error_p,
+                                size_t error_len)
 {
     *result_p = NULL;
     search_t *search = calloc(1, sizeof(*search));
     if (search == NULL)
         return KVIO_ERR_NOMEM;
     search->options = options;
+    search->variant_set = variant_set;
+    search->point = options->users ? "users" : "rate";
+    if (directory != NULL)
+        snprintf(search->directory, sizeof(search->directory), "%s", directory);
     double start = 0, low = 0, high = 0;
     kvio_results_t *top = NULL;
     kvio_status_t status = check_search(search, &start, error_p, error_len);
@@ -306,8 +338,11 @@ kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **res
                                      error_p, error_len);
     if (status == KVIO_OK)
         status = bracket(search, start > 0 ? start : 1, &low, &high, error_p, error_len);
-    while (status == KVIO_OK && low > 0 && (high - low) / high > options->tolerance)
-        status = narrow_at(search, (low + high) / 2, &low, &high, error_p, error_len);
+    /* Rates to the tolerance; users to the last whole one. */
+    while (status == KVIO_OK && low > 0 &&
+           (options->users ? high - low > 1 : (high - low) / high > options->tolerance))
+        status = narrow_at(search, options->users ? floor((low + high) / 2) : (low + high) / 2,
+                           &low, &high, error_p, error_len);
     if (status == KVIO_OK) {
         json_t *result = result_json(search, low, high);
         status = kvio_results_write_json(top, "capacity.json", result, error_p, error_len);
@@ -321,25 +356,88 @@ kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **res
     return status;
 }
 
-void kvio_capacity_table(const json_t *result, FILE *out)
+kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **result_p,
+                            char *error_p, size_t error_len)
 {
-    fprintf(out, "kvio capacity %s: %.4g req/s (SLO met by %.0f%% of requests; binding: %s)\n",
-            json_string_value(json_object_get(result, "workload")),
-            json_number_value(json_object_get(result, "capacity_rps")),
+    if (options->num_vary == 0)
+        return search_one(options, NULL, NULL, result_p, error_p, error_len);
+    *result_p = NULL;
+    if (options->output_dir == NULL) {
+        snprintf(error_p, error_len, "capacity: --vary needs -o DIR (one search per value in "
+                 "DIR/KEY-VALUE)");
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_results_t *top = NULL;
+    kvio_status_t status = kvio_results_create(options->output_dir, "capacity", options->force,
+                                               &top, error_p, error_len);
+    json_t *variants = json_array();
+    for (size_t v = 0; status == KVIO_OK && v < options->num_vary; v++) {
+        char set[512], directory[1200];
+        snprintf(set, sizeof(set), "%s=%s", options->vary_key, options->vary_values[v]);
+        snprintf(directory, sizeof(directory), "%s/%s-%s", options->output_dir,
+                 options->vary_key, options->vary_values[v]);
+        for (char *c = directory + strlen(options->output_dir) + 1; *c != '\0'; c++)
+            if (*c == '/' || *c == ' ')
+                *c = '_';
+        json_t *one = NULL;
+        status = search_one(options, set, directory, &one, error_p, error_len);
+        if (status == KVIO_OK) {
+            json_object_set_new(one, "vary", json_string(options->vary_key));
+            json_object_set_new(one, "value", json_string(options->vary_values[v]));
+            json_array_append_new(variants, one);
+        }
+    }
+    if (status == KVIO_OK) {
+        json_t *result = json_pack("{s:s, s:s, s:s, s:o}", "workload", options->source,
+                                   "directory", options->output_dir, "vary", options->vary_key,
+                                   "variants", variants);
+        variants = NULL;
+        status = kvio_results_write_json(top, "capacity.json", result, error_p, error_len);
+        if (status == KVIO_OK)
+            *result_p = result;
+        else
+            json_decref(result);
+    }
+    json_decref(variants);
+    kvio_results_destroy(top);
+    return status;
+}
+
+static void table_one(const json_t *result, FILE *out)
+{
+    bool users = json_object_get(result, "capacity_users") != NULL;
+    const char *point = users ? "users" : "rate";
+    const json_t *value = json_object_get(result, "value");
+    char variant[256] = "";
+    if (value != NULL)
+        snprintf(variant, sizeof(variant), " %s=%s",
+                 json_string_value(json_object_get(result, "vary")), json_string_value(value));
+    fprintf(out, "kvio capacity %s%s: %.4g %s (SLO met by %.0f%% of requests; binding: %s)\n",
+            json_string_value(json_object_get(result, "workload")), variant,
+            json_number_value(json_object_get(result, "capacity")), users ? "users" : "req/s",
             100 * json_number_value(json_object_get(result, "attain")),
             json_string_value(json_object_get(result, "binding")));
-    fprintf(out, "  %10s %6s %10s %10s %10s %12s %12s\n", "rate", "met", "attained", "ttft",
+    fprintf(out, "  %10s %6s %10s %10s %10s %12s %12s\n", point, "met", "attained", "ttft",
             "tpot", "ttft p99 ms", "tpot p99 ms");
     const json_t *curve = json_object_get(result, "curve");
     for (size_t i = 0; i < json_array_size(curve); i++) {
         const json_t *p = json_array_get(curve, i);
 #define F(key) json_number_value(json_object_get(p, key))
-        fprintf(out, "  %10.4g %6s %9.1f%% %9.1f%% %9.1f%% %12.2f %12.2f\n", F("rate"),
+        fprintf(out, "  %10.4g %6s %9.1f%% %9.1f%% %9.1f%% %12.2f %12.2f\n", F(point),
                 json_is_true(json_object_get(p, "met")) ? "yes" : "no", 100 * F("attainment"),
                 100 * F("ttft_attainment"), 100 * F("tpot_attainment"), F("ttft_p99_ms"),
                 F("tpot_p99_ms"));
 #undef F
     }
+}
+
+void kvio_capacity_table(const json_t *result, FILE *out)
+{
+    const json_t *variants = json_object_get(result, "variants");
+    if (variants == NULL)
+        table_one(result, out);
+    for (size_t v = 0; v < json_array_size(variants); v++)
+        table_one(json_array_get(variants, v), out);
     fprintf(out, "  results: %s (capacity.json)\n",
             json_string_value(json_object_get(result, "directory")));
 }

@@ -81,9 +81,13 @@ static kvio_status_t dispatch(stream_arrivals_t *source, kvio_serve_loop_t *loop
     int64_t t = now_ns - loop->origin_ns;
     bool measured = t >= source->params.warmup_ns &&
                     source->index >= (uint64_t)source->params.warmup_requests;
+    /* A closed loop held the request back until one in flight finished: it
+     * is sent, and its TTFT counts, from now (as vLLM's benchmark under
+     * --max-concurrency starts the clock inside its semaphore). */
+    int64_t sent_ns = loop->max_concurrency > 0 && t > request->arrival_ns ? t
+                                                                           : request->arrival_ns;
     kvio_engine_request_t engine_request;
-    kvio_status_t status = make_request(source, request, request->arrival_ns, measured,
-                                        &engine_request);
+    kvio_status_t status = make_request(source, request, sent_ns, measured, &engine_request);
     if (status != KVIO_OK) {
         snprintf(source->error, sizeof(source->error),
                  "request %llu: cannot derive its block hashes",

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 
@@ -24,12 +26,31 @@ static const char *knee =
     "  input_tokens: {dist: constant, value: 1000}\n"
     "  output_tokens: {dist: constant, value: 1}\n";
 
+/* A directory with the knee workload in it, and DIR/out for results. */
+typedef struct knee_dir {
+    char *dir, *file;
+    char out[1100];
+} knee_dir_t;
+
+static knee_dir_t knee_dir(void)
+{
+    knee_dir_t k = {.dir = test_tmpdir()};
+    k.file = test_write_file(k.dir, "knee.yaml", knee);
+    snprintf(k.out, sizeof(k.out), "%s/out", k.dir);
+    return k;
+}
+
+static void knee_dir_free(knee_dir_t *k)
+{
+    test_rmtree(k->dir);
+    free(k->file);
+    free(k->dir);
+}
+
 Test(capacity, finds_a_knee_computed_by_hand, .timeout = 60)
 {
-    char *dir = test_tmpdir();
-    char *file = test_write_file(dir, "knee.yaml", knee);
-    char out[1100];
-    snprintf(out, sizeof(out), "%s/out", dir);
+    knee_dir_t k = knee_dir();
+    char *file = k.file, *out = k.out;
     kvio_capacity_options_t options = {.source = file, .ttft_ns = 30000000, .attain = 0.9,
                                        .tolerance = 0.01, .output_dir = out};
     json_t *result = NULL;
@@ -57,9 +78,68 @@ Test(capacity, finds_a_knee_computed_by_hand, .timeout = 60)
     cr_expect_eq(test_json_number(again, "capacity_rps"), capacity);
     json_decref(result);
     json_decref(again);
-    test_rmtree(dir);
-    free(file);
-    free(dir);
+    knee_dir_free(&k);
+}
+
+/* Closed loop (--users): all 200 requests wait at t = 0 and N are in flight
+ * at a time. One runs at a time (10 ms), so a request sent when another
+ * finishes has N - 1 ahead of it in the engine: its TTFT is N x 10 ms (the
+ * first N: 10, 20, ... N x 10). Under a 35 ms TTFT bound 3 users meet it, 4
+ * do not: the capacity is 3, to the user. */
+Test(capacity, closed_loop_users_computed_by_hand, .timeout = 60)
+{
+    knee_dir_t k = knee_dir();
+    char *file = k.file, *out = k.out;
+    const char *sets[] = {"stream.arrival.process=batch", "stream.requests=200"};
+    kvio_capacity_options_t options = {.source = file, .sets = sets, .num_sets = 2,
+                                       .ttft_ns = 35000000, .attain = 0.9, .tolerance = 0.01,
+                                       .users = true, .output_dir = out};
+    json_t *result = NULL;
+    char error[1024];
+    cr_assert_eq(kvio_capacity(&options, &result, error, sizeof(error)), KVIO_OK, "%s", error);
+    cr_expect_eq(test_json_number(result, "capacity_users"), 3);
+    cr_expect_str_eq(test_json_string(result, "varies"), "serve.max_concurrency");
+    const json_t *curve = json_object_get(result, "curve");
+    for (size_t i = 0; i < json_array_size(curve); i++) {
+        const json_t *probe = json_array_get(curve, i);
+        double users = test_json_number(probe, "users");
+        cr_expect_eq(users, floor(users), "whole users: %g", users);
+        cr_expect_eq(test_json_true(probe, "met"), users <= 3, "%g users", users);
+        if (users == 4)
+            cr_expect_float_eq(test_json_number(probe, "ttft_p99_ms"), 40, 0.5);
+    }
+    json_decref(result);
+    knee_dir_free(&k);
+}
+
+/* --vary: one search per value. Halving the per-token cost doubles the
+ * knee: 100 and 200 req/s. */
+Test(capacity, vary_searches_each_value, .timeout = 90)
+{
+    knee_dir_t k = knee_dir();
+    char *file = k.file, *out = k.out;
+    const char *values[] = {"0.01", "0.005"};
+    kvio_capacity_options_t options = {.source = file, .ttft_ns = 30000000, .attain = 0.9,
+                                       .tolerance = 0.01, .vary_key = "cost.c1",
+                                       .vary_values = values, .num_vary = 2, .output_dir = out};
+    json_t *result = NULL;
+    char error[1024];
+    cr_assert_eq(kvio_capacity(&options, &result, error, sizeof(error)), KVIO_OK, "%s", error);
+    const json_t *variants = json_object_get(result, "variants");
+    cr_assert_eq(json_array_size(variants), 2);
+    double expected[] = {100, 200};
+    for (size_t v = 0; v < 2; v++) {
+        const json_t *one = json_array_get(variants, v);
+        cr_expect_str_eq(test_json_string(one, "value"), values[v]);
+        double capacity = test_json_number(one, "capacity_rps");
+        cr_expect(fabs(capacity - expected[v]) <= 0.05 * expected[v], "c1 %s: %.3f req/s",
+                  values[v], capacity);
+    }
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/cost.c1-0.005/capacity.json", out);
+    cr_expect_eq(access(path, F_OK), 0, "each value's search in DIR/KEY-VALUE");
+    json_decref(result);
+    knee_dir_free(&k);
 }
 
 /* What cannot be searched exits 2 naming why, before any run. */

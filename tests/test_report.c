@@ -922,3 +922,63 @@ Test(report, a_controlled_run_gets_its_update_cost_charts, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #35: kvio report draws a kvio capacity directory: SLO attainment against
+ * the load probed, one line per search (a --vary directory: one per value),
+ * the share asked dashed, the capacities in the caption; a capacity.json
+ * with an attainment outside 0..1 is refused naming the key. */
+Test(report, capacity_searches_are_drawn, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/cap", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    free(test_write_file(
+        path, "capacity.json",
+        "{\"varies\": \"stream.arrival.rate\", \"capacity\": 100, \"capacity_rps\": 100,"
+        " \"attain\": 0.9, \"curve\": [{\"rate\": 200, \"attainment\": 0.05},"
+        " {\"rate\": 50, \"attainment\": 1}, {\"rate\": 100, \"attainment\": 0.95}]}"));
+    snprintf(path, sizeof(path), "%s/users", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    free(test_write_file(
+        path, "capacity.json",
+        "{\"vary\": \"cost.c1\", \"variants\": ["
+        "{\"vary\": \"cost.c1\", \"value\": \"0.01\", \"capacity\": 3, \"capacity_users\": 3,"
+        " \"attain\": 0.9, \"curve\": [{\"users\": 3, \"attainment\": 1}, {\"users\": 4,"
+        " \"attainment\": 0.02}]},"
+        "{\"vary\": \"cost.c1\", \"value\": \"0.005\", \"capacity\": 7, \"capacity_users\": 7,"
+        " \"attain\": 0.9, \"curve\": [{\"users\": 7, \"attainment\": 1}, {\"users\": 8,"
+        " \"attainment\": 0.04}]}]}"));
+    test_run_t run = test_kvio(dir, "report", "cap", "users", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "3 capacity searches"), "%s", run.out);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/out", dir);
+    char *html = report_html(path);
+    cr_assert_not_null(html);
+    char *rate = figure(html, "chart-capacity");
+    cr_assert_not_null(rate, "no rate chart");
+    cr_expect(test_contains(rate, "SLO attainment vs arrival rate"));
+    cr_expect(test_contains(rate, "cap 100 req/s"), "the capacity in the caption");
+    char *users = figure(html, "chart-capacity-users");
+    cr_assert_not_null(users, "no users chart");
+    cr_expect(test_contains(users, "users cost.c1=0.01 3 users"));
+    cr_expect(test_contains(users, "users cost.c1=0.005 7 users"));
+    free(rate);
+    free(users);
+    free(html);
+    /* Out of range: named with its key. */
+    snprintf(path, sizeof(path), "%s/bad", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    free(test_write_file(path, "capacity.json",
+                         "{\"capacity\": 1, \"attain\": 0.9, \"curve\": [{\"rate\": 1,"
+                         " \"attainment\": 1.5}]}"));
+    run = test_kvio(dir, "report", "bad", "-o", "out2", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "capacity.json: curve[0].rate must be above 0 and "
+                                     "attainment in 0..1"),
+              "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -37,6 +37,7 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
 /* Number of runs (result sets) and cachesim results added so far. */
 size_t kvio_report_num_runs(const kvio_report_t *report);
 size_t kvio_report_num_cachesims(const kvio_report_t *report);
+size_t kvio_report_num_capacities(const kvio_report_t *report);
 
 /* Writes the report as one HTML file (no scripts, no external references;
  * charts as inline SVG), through a temporary name and a rename. At least one
