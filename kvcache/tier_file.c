@@ -19,6 +19,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "kvio/files.h"
 #include "kvio/log.h"
 
 #define DIRECT_ALIGN 4096
@@ -126,26 +127,6 @@ static kvio_status_t errno_error(int errnum, const char *path, const char *what,
     return kvio_status_from_errno(errnum);
 }
 
-/* Writes and reads a probe file; with direct, a 4 KiB O_DIRECT block.
- * Returns 0 or the errno of the first failure. */
-static int probe(const char *dir, bool direct, void *aligned)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/.kvio-probe-%d", dir, (int)getpid());
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
-    if (fd < 0) {
-        int errnum = errno;
-        unlink(path); /* some file systems create the file, then refuse O_DIRECT */
-        return errnum;
-    }
-    int errnum = 0;
-    if (direct && write(fd, aligned, DIRECT_ALIGN) != DIRECT_ALIGN)
-        errnum = errno ? errno : EIO;
-    close(fd);
-    unlink(path);
-    return errnum;
-}
-
 /* The blocks' directory: the path, or with a run id the rank's own inside
  * it (path/kvio-<id>-rank<N>; the path made when only its parent exists,
  * and left, empty, at the end). */
@@ -157,7 +138,7 @@ static kvio_status_t choose_dir(file_priv_t *file, const file_options_t *options
         snprintf(file->dir, sizeof(file->dir), "%s", options->path);
         return KVIO_OK;
     }
-    if (mkdir(options->path, 0755) != 0 && errno != EEXIST)
+    if (mkdir(options->path, 0700) != 0 && errno != EEXIST)
         return errno_error(errno, options->path, "cannot create the file tier's directory",
                            error_p, error_len);
     snprintf(file->dir, sizeof(file->dir), "%s/kvio-%s-rank%u", options->path, config->run_id,
@@ -177,7 +158,7 @@ static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char 
         return status;
     file->block_bytes = block_bytes;
     file->capacity = capacity;
-    if (mkdir(file->dir, 0755) == 0) {
+    if (mkdir(file->dir, 0700) == 0) {
         file->created_dir = true;
     } else if (errno == ENOENT) {
         snprintf(error_p, error_len,
@@ -203,7 +184,7 @@ static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char 
         goto fail;
     }
     memset(file->bounce, 0, bounce_bytes);
-    int errnum = probe(file->dir, false, NULL);
+    int errnum = kvio_dir_probe(file->dir, false, NULL);
     if (errnum != 0) {
         status = errno_error(errnum, file->dir, "the file tier's directory is not writable",
                              error_p, error_len);
@@ -214,7 +195,7 @@ static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char 
             snprintf(file->direct_note, sizeof(file->direct_note),
                      "O_DIRECT needs blocks in multiples of %d bytes, not %llu", DIRECT_ALIGN,
                      (unsigned long long)block_bytes);
-        } else if ((errnum = probe(file->dir, true, file->bounce)) != 0) {
+        } else if ((errnum = kvio_dir_probe(file->dir, true, file->bounce)) != 0) {
             snprintf(file->direct_note, sizeof(file->direct_note),
                      "the file system refuses O_DIRECT: %s", strerror(errnum));
         } else {

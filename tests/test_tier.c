@@ -27,7 +27,9 @@
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/files.h"
 #include "kvio/redis.h"
+#include "kvio/xfer.h"
 #include "tests/helpers.h"
 
 #define BLOCK 8192
@@ -1267,4 +1269,67 @@ Test(tier, a_slow_tier_stalls_only_its_request_simulate, .timeout = 60)
 Test(tier, a_slow_tier_stalls_only_its_request_emulate, .timeout = 120)
 {
     slow_tier_stalls_only_its_request("emulate");
+}
+
+/* #40 item 3: a planted symlink truncated any file the user can write. The
+ * file transport's and the file tier's probes opened DIR/.kvio-probe-<pid>
+ * with O_TRUNC, following a link there, then unlinked the name. Now a probe
+ * opens no name anyone could plant (an O_TMPFILE inode, else a fresh name
+ * with O_EXCL | O_NOFOLLOW), and a link at any name kvio would try is left
+ * as it is, its target untouched. */
+static void plant_link(const char *dir, const char *name, const char *target)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    cr_assert_eq(symlink(target, path), 0, "%s: %s", path, strerror(errno));
+}
+
+static void assert_victim_intact(const char *victim, const char *dir, const char *name)
+{
+    char *text = test_read_file(victim);
+    cr_assert_not_null(text);
+    cr_expect_str_eq(text, "precious bytes\n", "the link's target was written");
+    free(text);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct stat info;
+    cr_expect_eq(lstat(path, &info), 0, "the planted link %s was removed", name);
+}
+
+Test(tier, a_planted_link_is_never_followed, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *victim_dir = test_tmpdir();
+    char *victim = test_write_file(victim_dir, "victim", "precious bytes\n");
+    char old_name[64], new_name[64], next_name[64];
+    snprintf(old_name, sizeof(old_name), ".kvio-probe-%d", (int)getpid());
+    snprintf(new_name, sizeof(new_name), ".kvio-probe.%d.0", (int)getpid());
+    snprintf(next_name, sizeof(next_name), ".kvio-probe.%d.1", (int)getpid());
+    const char *names[] = {old_name, new_name, next_name};
+    for (size_t i = 0; i < 3; i++)
+        plant_link(dir, names[i], victim);
+    /* A fresh file past the planted names. */
+    char path[1200];
+    int fd = kvio_file_create_new(dir, ".kvio-probe", 0, 0600, path, sizeof(path));
+    cr_assert_geq(fd, 0, "%s", strerror(-fd));
+    cr_expect(strstr(path, ".2") != NULL, "the first free name: %s", path);
+    close(fd);
+    unlink(path);
+    cr_expect_eq(kvio_dir_probe(dir, false, NULL), 0);
+    /* The file tier's and the file transport's checks of the directory. */
+    kvio_tier_destroy(create_file_tier(dir, 4, BLOCK, false));
+    kvio_xfer_config_t config = {.kind = test_choice(&kvio_transports, "file"),
+                                 .chunk = 1 << 20, .inflight = 2};
+    config.device.index = -1;
+    config.file.dir = dir;
+    char error[512] = "";
+    cr_expect_eq(kvio_xfer_preflight(&config, 1 << 20, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    for (size_t i = 0; i < 3; i++)
+        assert_victim_intact(victim, dir, names[i]);
+    test_rmtree(dir);
+    test_rmtree(victim_dir);
+    free(victim);
+    free(dir);
+    free(victim_dir);
 }

@@ -16,6 +16,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "kvio/files.h"
+
 #define HEADER_BYTES 4096
 
 typedef struct file_priv {
@@ -51,24 +53,20 @@ static kvio_status_t file_preflight(const kvio_xfer_config_t *config, uint64_t b
                  "file transport: direct: true needs bytes and chunk in multiples of 4KiB");
         return KVIO_ERR_CONFIG;
     }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         snprintf(error_p, error_len, "%s: cannot create the update directory: %s", dir,
                  strerror(errno));
         return kvio_status_from_errno(errno);
     }
-    char probe[4096];
-    snprintf(probe, sizeof(probe), "%s/.kvio-probe-%d", dir, (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | (config->file.direct ? O_DIRECT : 0),
-                  0644);
-    if (fd < 0) {
-        int errnum = errno;
+    /* The probe opens no name anyone could have planted (kvio/files.h). */
+    static char aligned[4096] __attribute__((aligned(4096)));
+    int errnum = kvio_dir_probe(dir, config->file.direct, aligned);
+    if (errnum != 0) {
         snprintf(error_p, error_len, "%s: the update directory is not writable: %s%s", dir,
                  strerror(errnum),
                  errnum == EINVAL && config->file.direct ? " (O_DIRECT not supported here)" : "");
         return kvio_status_from_errno(errnum);
     }
-    close(fd);
-    unlink(probe);
     struct statvfs space;
     if (statvfs(dir, &space) == 0) {
         unsigned long long available = (unsigned long long)space.f_bavail * space.f_frsize;
@@ -130,7 +128,7 @@ static kvio_status_t file_init(kvio_xfer_t *xfer, char *error_p, size_t error_le
     if ((priv->header = kvio_xfer_aligned_alloc(HEADER_BYTES)) == NULL)
         goto fail;
     /* Every rank may be first: the run's own directory may not exist yet. */
-    if (mkdir(config->dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(config->dir, 0700) != 0 && errno != EEXIST) {
         snprintf(error_p, error_len, "%s: cannot create the update directory: %s", config->dir,
                  strerror(errno));
         status = kvio_status_from_errno(errno);
