@@ -7,14 +7,17 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/files.h"
 
 struct kvio_results {
     char *path;
+    int lock_fd; /* the directory, flock'ed while the results are open */
 };
 
 struct kvio_csv {
@@ -65,8 +68,12 @@ static void make_parents(const char *path)
     }
 }
 
-static kvio_status_t make_dir(const char *path, bool force, char *error_p, size_t error_len)
+/* Makes the results directory; an existing one is reused only with force
+ * (*existed_p says so). */
+static kvio_status_t make_dir(const char *path, bool force, bool *existed_p, char *error_p,
+                              size_t error_len)
 {
+    *existed_p = false;
     make_parents(path);
     if (mkdir(path, 0755) == 0)
         return KVIO_OK;
@@ -82,24 +89,60 @@ static kvio_status_t make_dir(const char *path, bool force, char *error_p, size_
                      path);
             return KVIO_ERR_EXISTS;
         }
-        /* Reused: the files an earlier run wrote go, so none of them is
-         * taken for this run's (a stale updates.csv); nothing else is
-         * touched. */
-        static const char *const earlier[] = {"summary.json", "summary.json.tmp",
-                                              "requests.csv", "iterations.csv", "updates.csv"};
-        for (size_t i = 0; i < sizeof(earlier) / sizeof(earlier[0]); i++) {
-            char file[4200];
-            snprintf(file, sizeof(file), "%s/%s", path, earlier[i]);
-            if (unlink(file) != 0 && errno != ENOENT) {
-                snprintf(error_p, error_len, "%s: cannot remove the earlier run's file: %s",
-                         file, strerror(errno));
-                return KVIO_ERR_IO;
-            }
-        }
+        *existed_p = true;
         return KVIO_OK;
     }
     snprintf(error_p, error_len, "%s: cannot create results directory: %s", path, strerror(err));
     return kvio_status_from_errno(err) == KVIO_ERR_NOT_FOUND ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
+}
+
+/* Every file a kvio command writes into a results directory: a reused one
+ * (--force) loses exactly these, so none of an earlier run's is taken for
+ * this run's (a stale updates.csv); nothing else is touched. unlink removes
+ * a planted link, never what it points to. */
+static const char *const written_files[] = {
+    "summary.json", "summary.json.tmp", "requests.csv", "iterations.csv", "updates.csv",
+    "updates.csv.tmp", "sync.csv", "compare.json", "capacity.json",
+};
+
+static kvio_status_t remove_earlier(const char *path, char *error_p, size_t error_len)
+{
+    for (size_t i = 0; i < sizeof(written_files) / sizeof(written_files[0]); i++) {
+        char file[4200];
+        snprintf(file, sizeof(file), "%s/%s", path, written_files[i]);
+        if (unlink(file) != 0 && errno != ENOENT) {
+            snprintf(error_p, error_len, "%s: cannot remove the earlier run's file: %s", file,
+                     strerror(errno));
+            return KVIO_ERR_IO;
+        }
+    }
+    return KVIO_OK;
+}
+
+/* The directory locked for this process's run: a second kvio run into it
+ * (two --force runs at once) is refused, not interleaved. */
+static kvio_status_t lock_dir(const char *path, int *fd_p, char *error_p, size_t error_len)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(error_p, error_len, "%s: cannot open the results directory: %s", path,
+                 strerror(errno));
+        return kvio_status_from_errno(errno);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        close(fd);
+        if (err == EWOULDBLOCK) {
+            snprintf(error_p, error_len, "%s: results directory in use by another kvio run "
+                     "(give another -o DIR)", path);
+            return KVIO_ERR_EXISTS;
+        }
+        snprintf(error_p, error_len, "%s: cannot lock the results directory: %s", path,
+                 strerror(err));
+        return kvio_status_from_errno(err);
+    }
+    *fd_p = fd;
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
@@ -119,7 +162,8 @@ kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
                  name != NULL && name[0] != '\0' ? name : "kvio", stamp, (long)getpid());
         dir = generated;
     }
-    status = make_dir(dir, force, error_p, error_len);
+    bool existed = false;
+    status = make_dir(dir, force, &existed, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     /* Refuse now, not after the run, when the directory is not writable. */
@@ -128,11 +172,20 @@ kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
                  strerror(errno));
         return KVIO_ERR_IO;
     }
-    kvio_results_t *results = calloc(1, sizeof(*results));
-    if (results == NULL || (results->path = strdup(dir)) == NULL) {
+    int lock_fd = -1;
+    status = lock_dir(dir, &lock_fd, error_p, error_len);
+    if (status == KVIO_OK && existed)
+        status = remove_earlier(dir, error_p, error_len);
+    kvio_results_t *results = status == KVIO_OK ? calloc(1, sizeof(*results)) : NULL;
+    if (status == KVIO_OK && (results == NULL || (results->path = strdup(dir)) == NULL))
+        status = KVIO_ERR_NOMEM;
+    if (status != KVIO_OK) {
         free(results);
-        return KVIO_ERR_NOMEM;
+        if (lock_fd >= 0)
+            close(lock_fd);
+        return status;
     }
+    results->lock_fd = lock_fd;
     *results_p = results;
     return KVIO_OK;
 }
@@ -141,6 +194,8 @@ void kvio_results_destroy(kvio_results_t *results)
 {
     if (results == NULL)
         return;
+    if (results->lock_fd >= 0)
+        close(results->lock_fd); /* the lock goes with it */
     free(results->path);
     free(results);
 }
@@ -153,18 +208,28 @@ const char *kvio_results_path(const kvio_results_t *results)
 kvio_status_t kvio_json_write_atomic(const char *path, const json_t *value, char *error_p,
                                      size_t error_len)
 {
-    char temporary[4096];
-    snprintf(temporary, sizeof(temporary), "%s.tmp", path);
     char *text = json_dumps(value, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     if (text == NULL) {
         snprintf(error_p, error_len, "%s: cannot serialise JSON", path);
         return KVIO_ERR_NOMEM;
     }
+    /* The temporary is a fresh name beside the file (O_EXCL | O_NOFOLLOW: a
+     * link planted there is never followed), renamed over it. */
+    char dir[4096], prefix[512], temporary[4200];
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    snprintf(prefix, sizeof(prefix), ".%s", slash != NULL ? slash + 1 : path);
     kvio_status_t status = KVIO_OK;
-    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = kvio_file_create_new(dir, prefix, 0, 0644, temporary, sizeof(temporary));
     if (fd < 0) {
-        status = kvio_status_from_errno(errno);
-        snprintf(error_p, error_len, "%s: %s", temporary, strerror(errno));
+        status = kvio_status_from_errno(-fd);
+        snprintf(error_p, error_len, "%s: cannot create its temporary: %s", path,
+                 strerror(-fd));
         goto out;
     }
     size_t length = strlen(text), written = 0;
@@ -217,9 +282,13 @@ kvio_status_t kvio_csv_open(const kvio_results_t *results, const char *file_name
     kvio_csv_t *csv = calloc(1, sizeof(*csv));
     if (csv == NULL)
         return KVIO_ERR_NOMEM;
-    csv->file = fopen(path, "w");
+    /* A link planted at the name is refused, never followed. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    csv->file = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (csv->file == NULL) {
         kvio_status_t status = kvio_status_from_errno(errno);
+        if (fd >= 0)
+            close(fd);
         free(csv);
         return status;
     }

@@ -1,6 +1,7 @@
 /* Tests for the kvio command as a user runs it: exit status (0 success,
  * 1 run failed, 2 usage or input error) and messages of each command. */
 #include <criterion/criterion.h>
+#include <sys/file.h>
 #include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -857,5 +858,62 @@ Test(cli, force_drops_the_earlier_runs_files_and_names_stay_inside, .timeout = 6
     snprintf(path, sizeof(path), "%s/results", dir);
     cr_assert_neq(access(path, F_OK), 0, "a results directory was created");
     test_rmtree(dir);
+    free(dir);
+}
+
+/* #40 item 4: --force followed a planted updates.csv.tmp link and wrote
+ * outside the results; sync.csv and the temporaries stayed; two --force
+ * runs into one directory both exited 0 and one run's results were gone.
+ * Now the temporaries are fresh names (O_EXCL | O_NOFOLLOW) renamed over
+ * the files, --force removes exactly the files kvio writes (a link there is
+ * removed, its target untouched), and a directory another kvio run holds is
+ * refused. */
+Test(cli, force_never_follows_a_planted_link_and_one_run_holds_a_directory, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char *victim = test_write_file(dir, "victim", "precious bytes\n");
+    char out[1100], path[1300];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    cr_assert_eq(mkdir(out, 0755), 0);
+    const char *planted[] = {"summary.json.tmp", "updates.csv.tmp", "requests.csv",
+                             "iterations.csv", "summary.json"};
+    for (size_t i = 0; i < sizeof(planted) / sizeof(planted[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", out, planted[i]);
+        cr_assert_eq(symlink(victim, path), 0);
+    }
+    free(test_write_file(out, "sync.csv", "stale\n"));
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "-o", "out",
+                               "--force", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *text = test_read_file(victim);
+    cr_expect_str_eq(text, "precious bytes\n", "a planted link's target was written");
+    free(text);
+    const char *written[] = {"summary.json", "requests.csv", "iterations.csv"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", out, written[i]);
+        struct stat info;
+        cr_assert_eq(lstat(path, &info), 0, "%s", path);
+        cr_expect(S_ISREG(info.st_mode), "%s is not a plain file", written[i]);
+    }
+    snprintf(path, sizeof(path), "%s/sync.csv", out);
+    cr_expect_neq(access(path, F_OK), 0, "--force left the earlier run's sync.csv");
+    /* Another run holds the directory: refused, nothing removed. */
+    int held = open(out, O_RDONLY | O_DIRECTORY);
+    cr_assert_geq(held, 0);
+    cr_assert_eq(flock(held, LOCK_EX | LOCK_NB), 0);
+    run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "-o", "out", "--force", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "results directory in use by another kvio run"), "%s",
+              run.err);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    cr_expect_eq(access(path, F_OK), 0, "the holder's summary.json was removed");
+    close(held);
+    run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "-o", "out", "--force", NULL);
+    cr_expect_eq(run.status, 0, "released: the run goes on: %s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(victim);
     free(dir);
 }
