@@ -381,6 +381,24 @@ static void index_remove(kvio_kvcache_t *cache, uint32_t block)
 
 /* ---- pool --------------------------------------------------------------- */
 
+/* Per block, at most, of the eviction policies' own state (arc's lists and
+ * ghost keys are the largest). */
+#define EVICTION_BYTES_PER_BLOCK 48
+
+uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index)
+{
+    uint64_t n = num_blocks, buckets = 2, ring = 16;
+    while (buckets * BUCKET_ENTRIES < INDEX_ENTRIES_PER_BLOCK * n)
+        buckets *= 2;
+    while (ring < 2 * n)
+        ring *= 2;
+    uint64_t bytes = n * (sizeof(block_record_t) + sizeof(uint64_t) + EVICTION_BYTES_PER_BLOCK) +
+                     ring * sizeof(uint32_t) + buckets * (sizeof(index_bucket_t) + 2);
+    if (index == KVIO_KVCACHE_INDEX_RADIX)
+        bytes += n * sizeof(radix_link_t);
+    return bytes;
+}
+
 kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvcache_t **cache_p)
 {
     kvio_status_t status = KVIO_ERR_NOMEM;

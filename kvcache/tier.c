@@ -226,6 +226,14 @@ static kvio_status_t tier_failed(kvio_tier_t *tier, kvio_status_t status, const 
 
 /* ---------- life cycle ---------- */
 
+uint64_t kvio_tier_index_footprint(uint64_t size, uint64_t block_bytes)
+{
+    uint64_t capacity = block_bytes > 0 ? size / block_bytes : 0, table_size = 16;
+    while (table_size < 2 * capacity)
+        table_size *= 2;
+    return capacity * sizeof(tier_entry_t) + table_size * sizeof(uint32_t);
+}
+
 kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_bytes,
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kvio/clock.h"
+#include "kvio/kvcache.h"
 #include "kvio/results.h"
 #include "kvio/sysinfo.h"
 #include "kvio/tier.h"
@@ -431,6 +432,38 @@ static bool weight_sync_without_updates(const kvio_workload_t *workload)
     return workload->weight_sync.granularity != KVIO_SYNC_OFF && !kvio_updates_wanted(workload);
 }
 
+/* Simulate: every serve rank's pool (records, index, free queue, eviction
+ * state: no KV bytes) and its tiers' indexes must fit the memory available
+ * (at most 80 % of it), checked before anything is allocated. */
+static kvio_status_t check_simulate_memory(const kvio_workload_t *workload,
+                                           const kvio_model_t *model, uint32_t blocks,
+                                           char *error_p, size_t error_len)
+{
+    uint64_t available = 0;
+    char unused[128];
+    if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
+        return KVIO_OK; /* unknown: no check */
+    const kvio_kvcache_section_t *kvcache = &workload->serve.kvcache;
+    uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, workload->cost.tensor_parallel) *
+                           (uint64_t)kvcache->block_size;
+    uint64_t pool = kvio_kvcache_footprint(blocks + 1, kvcache->index), tiers = 0;
+    const kvio_tier_config_t *tier = kvcache->tiers.items;
+    for (size_t t = 0; t < kvcache->tiers.count; t++)
+        tiers += kvio_tier_index_footprint(tier[t].size, block_bytes);
+    uint64_t ranks = workload->ranks.serve > 0 ? (uint64_t)workload->ranks.serve : 1;
+    double needed = (double)(pool + tiers) * (double)ranks;
+    if (needed <= (double)available * 0.8)
+        return KVIO_OK;
+    snprintf(error_p, error_len,
+             "simulate: %llu serve rank(s) need %.2f GiB for their KV pools' bookkeeping "
+             "(%.1f MiB each: %u blocks, plus %.1f MiB of tier index), but this machine has "
+             "%.2f GiB available (at most 80 %% of it); set serve.kvcache.blocks or capacity, "
+             "or fewer ranks.serve", (unsigned long long)ranks, needed / 1073741824.0,
+             (double)pool / 1048576.0, blocks, (double)tiers / 1048576.0,
+             (double)available / 1073741824.0);
+    return KVIO_ERR_CONFIG;
+}
+
 /* What the workload itself decides and a run would refuse: the model and
  * GPU presets, a KV cache that holds a block, the stream (a trace is read
  * whole) with every request fitting the cache, the file tiers' parents, the
@@ -487,6 +520,8 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         status = kvio_serve_kv_blocks(&workload->serve, model_p, gpu_p,
                                       workload->cost.tensor_parallel, &blocks, error_p,
                                       error_len);
+    if (status == KVIO_OK && !emulate)
+        status = check_simulate_memory(workload, model_p, blocks, error_p, error_len);
     int64_t duration_ns = kvio_workload_stream_duration(workload);
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed, duration_ns,

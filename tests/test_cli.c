@@ -917,3 +917,32 @@ Test(cli, force_never_follows_a_planted_link_and_one_run_holds_a_directory, .tim
     free(victim);
     free(dir);
 }
+
+/* #40 item 2: simulate never checked memory; 4,096 serve ranks of
+ * Kimi-K2's pool (116,559 blocks each) passed validate and the OOM killer
+ * ended the run at 24 GB. Now validate and run refuse, before any results
+ * directory, with the numbers: ranks, GiB needed, MiB per rank, blocks and
+ * GiB available. 4,096 ranks of 10 M blocks (about 4 TiB of bookkeeping)
+ * fit no machine the suite runs on. */
+Test(cli, simulate_refuses_pools_the_memory_cannot_hold, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    const char *commands[] = {"validate", "run"};
+    for (size_t c = 0; c < 2; c++) {
+        test_run_t run = c == 0 ? test_kvio(dir, "validate", "chat", "--set", "ranks.serve=4096",
+                                            "--set", "serve.kvcache.blocks=10000000", NULL)
+                                : test_kvio(dir, "run", "chat", "--set", "ranks.serve=4096",
+                                            "--set", "serve.kvcache.blocks=10000000", "-o",
+                                            "out", NULL);
+        cr_expect_eq(run.status, 2, "%s: %s", commands[c], run.err);
+        cr_expect(test_contains(run.err, "simulate: 4096 serve rank(s) need"), "%s", run.err);
+        cr_expect(test_contains(run.err, "10000000 blocks"), "%s", run.err);
+        cr_expect(test_contains(run.err, "GiB available"), "%s", run.err);
+        test_run_free(&run);
+    }
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out", dir);
+    cr_expect_neq(access(path, F_OK), 0, "a results directory was made for a refused run");
+    test_rmtree(dir);
+    free(dir);
+}

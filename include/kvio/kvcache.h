@@ -78,6 +78,11 @@ typedef struct kvio_kvcache_metrics {
     double peak_usage;              /* highest usage seen, 0..1 */
 } kvio_kvcache_metrics_t;
 
+/* Bytes of memory a pool of num_blocks (the null block included) with this
+ * index (kvio_kvcache_index_t) takes for its own records, index, free queue
+ * and eviction state: no KV bytes (a simulate run's whole pool). */
+uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index);
+
 /* Creates a pool; the config is copied. Returns KVIO_ERR_INVALID for a bad
  * size, KVIO_ERR_NOT_FOUND for an unknown eviction policy. */
 kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config,

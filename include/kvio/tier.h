@@ -81,6 +81,10 @@ typedef struct kvio_tier_stats {
 
 typedef struct kvio_tier kvio_tier_t;
 
+/* Bytes a tier of size bytes in blocks of block_bytes takes for its index
+ * of held blocks (a simulated tier's whole memory). */
+uint64_t kvio_tier_index_footprint(uint64_t size, uint64_t block_bytes);
+
 /* Creates a tier for blocks of block_bytes; the config (its backend's
  * options, run_id) is read during the call only: the backend copies what it
  * keeps.
