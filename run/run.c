@@ -839,14 +839,25 @@ static kvio_status_t run_updates(run_state_t *state)
 static void check_something_served(run_state_t *state)
 {
     const json_t *completed = json_object_get(state->metrics, "completed");
+    const json_t *measured = json_object_get(state->metrics, "measured");
     if (!state->root || !(state->serving || state->coupled) || !state->complete ||
-        state->incomplete[0] != '\0' || stopped(state) || completed == NULL ||
-        json_integer_value(completed) != 0)
+        state->incomplete[0] != '\0' || stopped(state) || completed == NULL)
         return;
-    state->complete = false;
-    snprintf(state->incomplete, sizeof(state->incomplete),
-             "no request completed: the stream held none within the run (see stream.requests, "
-             "stream.arrival and the workload's duration)");
+    if (json_integer_value(completed) == 0) {
+        state->complete = false;
+        snprintf(state->incomplete, sizeof(state->incomplete),
+                 "no request completed: the stream held none within the run (see "
+                 "stream.requests, stream.arrival and the workload's duration)");
+    } else if (measured != NULL && json_integer_value(measured) == 0) {
+        /* Every request fell in the warmup: latencies of nothing. */
+        state->complete = false;
+        snprintf(state->incomplete, sizeof(state->incomplete),
+                 "no request was measured: all %lld that completed fell in the warmup (warmup "
+                 "%.3g s, warmup_requests %lld; shorten them or lengthen the run)",
+                 (long long)json_integer_value(completed),
+                 (double)state->workload->warmup_ns / 1e9,
+                 (long long)state->workload->warmup_requests);
+    }
 }
 
 /* summary.json (rank 0), its table on stdout, and the result. */

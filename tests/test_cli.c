@@ -946,3 +946,30 @@ Test(cli, simulate_refuses_pools_the_memory_cannot_hold, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 6: a warmup that covers the run (warmup: 1h, or warmup_requests
+ * beyond the stream) printed 0.00 ms latencies with exit 0 and complete:
+ * true. Like a run that completes nothing, it now fails (exit 1) saying
+ * so, and summary.json says complete: false. */
+Test(cli, a_warmup_that_covers_the_run_is_a_failed_run, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    const char *warmups[] = {"warmup=1h", "warmup_requests=100000"};
+    for (size_t w = 0; w < 2; w++) {
+        test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "--set",
+                                   warmups[w], "-o", "out", "--force", NULL);
+        cr_expect_eq(run.status, 1, "%s: %s", warmups[w], run.err);
+        cr_expect(test_contains(run.err, "no request was measured"), "%s", run.err);
+        test_run_free(&run);
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+        char *text = test_read_file(path);
+        json_t *summary = json_loads(text, 0, NULL);
+        cr_assert_not_null(summary);
+        cr_expect(json_is_false(json_object_get(summary, "complete")), "%s", warmups[w]);
+        json_decref(summary);
+        free(text);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
