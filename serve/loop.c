@@ -16,6 +16,11 @@
 
 #include "kvio/gpu.h"
 
+/* The furthest a run's clock may go (a simulate run of years of virtual
+ * time is a cost model gone wrong, and int64 nanoseconds end at 292). */
+#define CLOCK_LIMIT_YEARS 10
+#define CLOCK_LIMIT_NS ((int64_t)CLOCK_LIMIT_YEARS * 365 * 86400 * 1000000000)
+
 /* ---------- lanes ---------- */
 
 kvio_status_t kvio_serve_lane_init(kvio_serve_lane_t *lane, bool timed)
@@ -339,6 +344,18 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
         start_stall(lane, now_ns, until_or_look(loop, view.incoming_until_ns, now_ns),
                     released ? KVIO_STALL_RELEASE : KVIO_STALL_LEND);
         return KVIO_OK;
+    }
+    if (iteration.duration_ns > CLOCK_LIMIT_NS - (now_ns - loop->origin_ns)) {
+        /* Iterations the cost model makes days long, run after run: the
+         * clock would pass its limit (it saturated, and the run passed off
+         * absurd latencies as complete). */
+        if (loop->error[0] == '\0')
+            snprintf(loop->error, sizeof(loop->error),
+                     "serve rank %u: the run's clock would pass %d years (an iteration of "
+                     "%.4g s, %.4g s into the run): check cost.* (c0..c3, overhead) and gpu.*",
+                     lane->world_rank, CLOCK_LIMIT_YEARS, (double)iteration.duration_ns / 1e9,
+                     (double)(now_ns - loop->origin_ns) / 1e9);
+        return KVIO_ERR_CONFIG;
     }
     start_running(lane, now_ns, iteration.duration_ns);
     status = loop->executor->ops->compute(loop->executor, iteration.duration_ns);

@@ -973,3 +973,38 @@ Test(cli, a_warmup_that_covers_the_run_is_a_failed_run, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 5: the virtual clock overflowed by accumulation: cost.c0 =
+ * 9.99e8 ms with one request at a time ran 292 years of virtual time to
+ * int64's end and exited 0, complete, with absurd latencies; weight_sync.
+ * tensor_overhead = 1h gave negative activation times. Now a run whose
+ * clock would pass 10 years fails naming the cost keys, and the sync's
+ * per-tensor and per-message times are bounded (60 s). */
+Test(cli, a_clock_that_would_pass_its_limit_fails_naming_the_cost, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "cost.kind=linear", "--set",
+                               "cost.c0=9.99e8", "--set", "serve.engine.max_num_seqs=1", "-o",
+                               "out", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "the run's clock would pass 10 years"), "%s", run.err);
+    cr_expect(test_contains(run.err, "check cost.*"), "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    char *text = test_read_file(path);
+    json_t *summary = text != NULL ? json_loads(text, 0, NULL) : NULL;
+    cr_assert_not_null(summary);
+    cr_expect(json_is_false(json_object_get(summary, "complete")));
+    json_decref(summary);
+    free(text);
+    const char *bounded[] = {"weight_sync.tensor_overhead=1h", "weight_sync.control=1h"};
+    for (size_t i = 0; i < 2; i++) {
+        run = test_kvio(dir, "validate", "chat", "--set", bounded[i], NULL);
+        cr_expect_eq(run.status, 2, "%s", bounded[i]);
+        cr_expect(test_contains(run.err, "is above the maximum 60s"), "%s", run.err);
+        test_run_free(&run);
+    }
+    test_rmtree(dir);
+    free(dir);
+}

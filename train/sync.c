@@ -27,6 +27,7 @@ const kvio_opt_t kvio_sync_options[] = {
      .flags = KVIO_OPT_HAS_MIN, .min = 1, .help = "bucket: tensors packed up to this size"},
     {.key = "control", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_sync_config_t, control_ns), .default_value = "1ms",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 60e9,
      .help = "per message: the RPC or notice that goes with it (simulate; emulate measures "
              "its notices)"},
     {.key = "pipeline_depth", .type = KVIO_OPT_INT,
@@ -64,6 +65,7 @@ const kvio_opt_t kvio_sync_options[] = {
      .help = "bytes/s a node sends or receives across nodes (default: one 400 Gb/s NIC)"},
     {.key = "tensor_overhead", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_sync_config_t, tensor_overhead_ns), .default_value = "20us",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 60e9,
      .help = "per tensor at reload: the serving engine's load_weights step for it"},
     {.key = "chunk", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_sync_config_t, chunk),
      .default_value = "64MiB", .flags = KVIO_OPT_HAS_MIN, .min = 4096,
