@@ -325,10 +325,8 @@ static kvio_status_t waited(kvio_rte_t *rte, kvio_rte_waiter_t *waiter, kvio_sta
     return status;
 }
 
-static kvio_status_t raw_send(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
+static kvio_status_t send_one(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
 {
-    if (to < 0 || to >= rte->world->size || length > KVIO_RTE_MAX_MESSAGE)
-        return KVIO_ERR_INVALID;
     kvio_rte_waiter_t waiter = waiter_for(rte->world, rte->index, to, false);
     kvio_status_t status = rte->world->ops->send(rte->world->priv, rte->index, to, tag, data,
                                                  length, &waiter);
@@ -337,17 +335,103 @@ static kvio_status_t raw_send(kvio_rte_t *rte, int to, int tag, const void *data
     return waited(rte, &waiter, status, doing);
 }
 
-static kvio_status_t raw_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
+/* A message longer than KVIO_RTE_MAX_MESSAGE (a rank's end-of-run report
+ * of many requests) goes as a header, then its bytes in pieces of at most
+ * that size on the same tag (in order: messages between two ranks on one
+ * tag do not overtake each other). The header is 32 bytes that no short
+ * message is taken for: two magic words, the length, and a check of them. */
+#define LONG_MAGIC_0 0x6b76696f4c4f4e47ull /* "kvioLONG" */
+#define LONG_MAGIC_1 0x9d3b5e7f1a2c4d6bull
+#define LONG_HEADER_BYTES 32
+
+static uint64_t long_check(uint64_t total)
+{
+    return (total ^ LONG_MAGIC_0) * 0x9E3779B97F4A7C15ull + LONG_MAGIC_1;
+}
+
+static kvio_status_t raw_send(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
+{
+    if (to < 0 || to >= rte->world->size)
+        return KVIO_ERR_INVALID;
+    if (length <= KVIO_RTE_MAX_MESSAGE)
+        return send_one(rte, to, tag, data, length);
+    uint64_t header[4] = {LONG_MAGIC_0, LONG_MAGIC_1, length, long_check(length)};
+    kvio_status_t status = send_one(rte, to, tag, header, sizeof(header));
+    for (size_t at = 0; status == KVIO_OK && at < length; at += KVIO_RTE_MAX_MESSAGE) {
+        size_t piece = length - at < KVIO_RTE_MAX_MESSAGE ? length - at : KVIO_RTE_MAX_MESSAGE;
+        status = send_one(rte, to, tag, (const char *)data + at, piece);
+    }
+    return status;
+}
+
+static kvio_status_t recv_one(kvio_rte_t *rte, int from, int tag, void **data_p,
                               size_t *length_p)
 {
-    if (from < 0 || from >= rte->world->size)
-        return KVIO_ERR_INVALID;
     kvio_rte_waiter_t waiter = waiter_for(rte->world, rte->index, from, true);
     kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag,
                                                  &waiter, data_p, length_p);
     char doing[64];
     snprintf(doing, sizeof(doing), "waiting for a message from rank %d", from);
     return waited(rte, &waiter, status, doing);
+}
+
+/* A message just received that is a long message's header: its pieces are
+ * received and joined into *data_p. */
+static kvio_status_t finish_long(kvio_rte_t *rte, int from, int tag, void **data_p,
+                                 size_t *length_p)
+{
+    uint64_t header[4];
+    if (*length_p != LONG_HEADER_BYTES)
+        return KVIO_OK;
+    memcpy(header, *data_p, sizeof(header));
+    if (header[0] != LONG_MAGIC_0 || header[1] != LONG_MAGIC_1 ||
+        header[3] != long_check(header[2]))
+        return KVIO_OK;
+    free(*data_p);
+    *data_p = NULL;
+    *length_p = 0;
+    uint64_t total = header[2];
+    char *joined = total < SIZE_MAX ? malloc((size_t)total + 1) : NULL;
+    if (joined == NULL) {
+        kvio_rte_set_error(rte, "rank %d: no memory for a message of %llu bytes from rank %d",
+                           rte->index, (unsigned long long)total, from);
+        return KVIO_ERR_NOMEM;
+    }
+    kvio_status_t status = KVIO_OK;
+    for (uint64_t at = 0; status == KVIO_OK && at < total;) {
+        void *piece = NULL;
+        size_t got = 0;
+        status = recv_one(rte, from, tag, &piece, &got);
+        if (status == KVIO_OK && (got == 0 || got > total - at)) {
+            kvio_rte_set_error(rte, "rank %d: a piece of %zu bytes of a %llu-byte message from "
+                               "rank %d does not fit it", rte->index, got,
+                               (unsigned long long)total, from);
+            status = KVIO_ERR_INTERNAL;
+        }
+        if (status == KVIO_OK) {
+            memcpy(joined + at, piece, got);
+            at += got;
+        }
+        free(piece);
+    }
+    if (status != KVIO_OK) {
+        free(joined);
+        return status;
+    }
+    *data_p = joined;
+    *length_p = (size_t)total;
+    return KVIO_OK;
+}
+
+static kvio_status_t raw_recv(kvio_rte_t *rte, int from, int tag, void **data_p,
+                              size_t *length_p)
+{
+    if (from < 0 || from >= rte->world->size)
+        return KVIO_ERR_INVALID;
+    kvio_status_t status = recv_one(rte, from, tag, data_p, length_p);
+    if (status == KVIO_OK)
+        status = finish_long(rte, from, tag, data_p, length_p);
+    return status;
 }
 
 /* Receives a message that must have exactly length bytes into buffer. */
@@ -386,11 +470,10 @@ kvio_status_t kvio_rte_recv(kvio_rte_t *rte, int from, int tag, void **data_p, s
 kvio_status_t kvio_rte_post(kvio_rte_t *rte, int to, int tag, const void *data, size_t length)
 {
     const kvio_rte_ops_t *ops = rte->world->ops;
-    if (tag < KVIO_RTE_TAG_USER || to < 0 || to >= rte->world->size ||
-        length > KVIO_RTE_MAX_MESSAGE)
+    if (tag < KVIO_RTE_TAG_USER || to < 0 || to >= rte->world->size)
         return KVIO_ERR_INVALID;
-    if (ops->post == NULL)
-        return raw_send(rte, to, tag, data, length);
+    if (ops->post == NULL || length > KVIO_RTE_MAX_MESSAGE)
+        return raw_send(rte, to, tag, data, length); /* a long one goes in pieces, waited for */
     kvio_status_t status = ops->post(rte->world->priv, rte->index, to, tag, data, length);
     if (status != KVIO_OK)
         kvio_rte_set_error(rte, "rank %d: posting to rank %d: %s", rte->index, to,
@@ -416,6 +499,8 @@ kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_
     /* No waiter: one look at what has arrived. */
     kvio_status_t status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag, NULL,
                                                  data_p, length_p);
+    if (status == KVIO_OK)
+        return finish_long(rte, from, tag, data_p, length_p);
     if (status != KVIO_ERR_TIMEOUT)
         return status;
     if (!kvio_rte_peer_failed(rte, from))
@@ -423,6 +508,8 @@ kvio_status_t kvio_rte_try_recv(kvio_rte_t *rte, int from, int tag, void **data_
     /* It may have sent this just before it failed: one more look. */
     status = rte->world->ops->recv(rte->world->priv, rte->index, from, tag, NULL, data_p,
                                    length_p);
+    if (status == KVIO_OK)
+        return finish_long(rte, from, tag, data_p, length_p);
     return status == KVIO_ERR_TIMEOUT ? KVIO_ERR_PEER : status;
 }
 

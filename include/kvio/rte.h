@@ -31,7 +31,8 @@ typedef struct kvio_rte kvio_rte_t;
 /* Ranks may be on different nodes (clocks differ). */
 #define KVIO_RTE_CAP_MULTI_NODE 2u
 
-/* Largest message kvio_rte_send accepts. */
+/* Largest message sent in one piece: a longer one (any length) goes as a
+ * header and pieces of at most this size, joined on arrival. */
 #define KVIO_RTE_MAX_MESSAGE (16u << 20)
 
 /* First tag free for users; lower tags belong to the collectives. */
