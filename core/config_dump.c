@@ -2,6 +2,8 @@
  * help printed from the same option tables. */
 #include "core/config_int.h"
 
+#include "kvio/redis.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,23 +78,15 @@ static json_t *dist_json(const kvio_dist_t *dist, kvio_unit_t unit)
     return object;
 }
 
-/* A string as the configuration dump shows it: a URL's password
- * (scheme://[user]:password@host, or scheme://password@host as kvio's Redis
- * URLs read it) becomes ***, so results and --dump never carry it. */
+/* A string as the configuration dump shows it: a URL's password becomes
+ * *** (kvio_url_redact), so results and --dump never carry it. */
 static json_t *redacted_string(const char *string)
 {
-    const char *scheme = strstr(string, "://");
-    const char *host_start = scheme != NULL ? scheme + 3 : NULL;
-    const char *at = host_start != NULL ? strchr(host_start, '@') : NULL;
-    const char *slash = host_start != NULL ? strchr(host_start, '/') : NULL;
-    if (at == NULL || (slash != NULL && slash < at))
-        return json_string(string);
-    const char *colon = memchr(host_start, ':', (size_t)(at - host_start));
-    const char *secret = colon != NULL ? colon + 1 : host_start;
-    char *text = malloc(strlen(string) + 4);
+    size_t length = strlen(string) + 8;
+    char *text = malloc(length);
     if (text == NULL)
         return NULL;
-    sprintf(text, "%.*s***%s", (int)(secret - string), string, at);
+    kvio_url_redact(string, text, length);
     json_t *value = json_string(text);
     free(text);
     return value;

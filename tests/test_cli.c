@@ -17,6 +17,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/run.h"
+#include "kvio/redis.h"
 #include "tests/helpers.h"
 
 Test(cli, version_and_help, .timeout = 20)
@@ -825,6 +826,48 @@ Test(cli, redis_passwords_never_reach_the_results_or_the_dump, .timeout = 60)
     cr_assert(!test_contains(summary, "s3cret") && !test_contains(summary, "hunter2"));
     cr_assert(test_contains(summary, "redis://:***@127.0.0.1:6379/0"));
     free(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #40 item 13: a password holding '@' ended at its first '@': the rest
+ * was taken for the host and printed in stderr and summary.json
+ * ("redis://Pa55@127.0.0.1:6441: name or service not known"); %40 was not
+ * decoded; ?password= was not redacted. The password now runs to the last
+ * '@', is %-decoded, and every message and dump shows ***. */
+Test(cli, a_redis_password_with_an_at_sign_stays_secret, .timeout = 60)
+{
+    kvio_redis_url_t url;
+    char error[512] = "";
+    cr_assert_eq(kvio_redis_parse_url("redis://:Pa55@word@127.0.0.1:6441/2", &url, error,
+                                      sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_expect_str_eq(url.password, "Pa55@word");
+    cr_expect_str_eq(url.host, "127.0.0.1");
+    cr_expect_eq(url.port, 6441);
+    cr_expect_eq(url.db, 2);
+    cr_assert_eq(kvio_redis_parse_url("redis://user:Pa55%40word@localhost", &url, error,
+                                      sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_expect_str_eq(url.password, "Pa55@word", "%%40 decoded");
+    cr_expect_neq(kvio_redis_parse_url("redis://:Pa55@word@127.0.0.1:port", &url, error,
+                                       sizeof(error)),
+                  KVIO_OK);
+    cr_expect(!test_contains(error, "Pa55") && !test_contains(error, "word"), "%s", error);
+    cr_expect(test_contains(error, "redis://:***@127.0.0.1:port: bad port"), "%s", error);
+    char shown[256];
+    kvio_url_redact("redis://127.0.0.1:6379/0?password=hunter2&x=1", shown, sizeof(shown));
+    cr_expect_str_eq(shown, "redis://127.0.0.1:6379/0?password=***&x=1");
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(
+        dir, "validate", "chat", "--set",
+        "serve.kvcache.tiers=[{kind: redis, redis: {url: \"redis://:Pa55@word@127.0.0.1:1\"}, "
+        "size: 1GiB}]",
+        "--dump", NULL);
+    cr_expect(!test_contains(run.out, "Pa55") && !test_contains(run.out, "word@"), "%s",
+              run.out);
+    cr_expect(test_contains(run.out, "redis://:***@127.0.0.1:1"), "%s", run.out);
+    test_run_free(&run);
     test_rmtree(dir);
     free(dir);
 }

@@ -20,7 +20,14 @@ typedef struct kvio_redis_url {
     int db;
 } kvio_redis_url_t;
 
-/* Parses a URL; KVIO_ERR_CONFIG with the reason in error_p when malformed. */
+/* url as messages and results may show it: a password in it
+ * (scheme://[user]:password@host, scheme://password@host, ?password=...)
+ * becomes ***. */
+void kvio_url_redact(const char *url, char *out_p, size_t out_len);
+
+/* Parses a URL (the password after the last '@'... before the host, %XX
+ * decoded); KVIO_ERR_CONFIG with the reason in error_p when malformed,
+ * the URL in it redacted. */
 kvio_status_t kvio_redis_parse_url(const char *url, kvio_redis_url_t *url_p, char *error_p,
                                    size_t error_len);
 
