@@ -249,6 +249,10 @@ void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,
 
 /* ---------- samples, tables and fitting ---------- */
 
+/* The most rows kvio fit reads (320 MB of samples): an endless or huge
+ * file is refused at that row, not read until memory runs out. */
+#define MAX_FIT_SAMPLES 10000000
+
 kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samples_p,
                                      size_t *count_p, char *error_p, size_t error_len)
 {
@@ -295,6 +299,11 @@ kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samp
                          path, csv->line_number, columns[c], text);
                 status = KVIO_ERR_PARSE;
             }
+        }
+        if (status == KVIO_OK && count == MAX_FIT_SAMPLES) {
+            snprintf(error_p, error_len, "%s:%lu: more than %d samples (fit a sample of the "
+                     "rows)", path, csv->line_number, MAX_FIT_SAMPLES);
+            status = KVIO_ERR_PARSE;
         }
         if (status == KVIO_OK)
             status = kvio_array_reserve((void **)&samples, &capacity, count + 1,

@@ -342,3 +342,53 @@ Test(cost, cost_and_fit_commands, .timeout = 20)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 12: kvio fit spun forever on /dev/zero, grew without bound on an
+ * endless stream and read a row over 4 KB as two samples. Now what is not a
+ * regular file is refused, a row is one sample up to 64 KB (longer ones are
+ * refused naming the line), and at most 10 M rows are read. */
+Test(cost, fit_reads_bounded_rows_from_regular_files_only, .timeout = 30)
+{
+    test_run_t run = test_kvio(NULL, "fit", "/dev/zero", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "/dev/zero: not a regular file"), "%s", run.err);
+    test_run_free(&run);
+    char *dir = test_tmpdir();
+    /* Six rows, the fourth over 4 KB (its fifth column a long note). */
+    size_t size = 8192;
+    char *text = malloc(size + 512);
+    cr_assert_not_null(text);
+    int used = snprintf(text, 512, "prefill_tokens,decode_seqs,context_tokens,time_ms,note\n");
+    for (int row = 0; row < 6; row++) {
+        int prefill = 100 * (row + 1), decode = (row * 3) % 5, context = row * row * 100;
+        used += snprintf(text + used, 64, "%d,%d,%d,%.3f,", prefill, decode, context,
+                         1 + 0.01 * prefill + 0.5 * decode + 0.001 * context);
+        size_t note = row == 3 ? 5000 : 3;
+        memset(text + used, 'x', note);
+        used += (int)note;
+        text[used++] = '\n';
+    }
+    text[used] = '\0';
+    char *file = test_write_file(dir, "steps.csv", text);
+    run = test_kvio(dir, "fit", "steps.csv", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "# 6 samples"), "a long row is one sample: %s", run.out);
+    test_run_free(&run);
+    /* A row longer than 64 KB is refused with its line number. */
+    char *huge = malloc(70000 + 128);
+    cr_assert_not_null(huge);
+    int at = snprintf(huge, 128, "prefill_tokens,decode_seqs,time_ms,note\n1,1,1,");
+    memset(huge + at, 'y', 70000);
+    huge[at + 70000] = '\n';
+    huge[at + 70001] = '\0';
+    free(test_write_file(dir, "huge.csv", huge));
+    run = test_kvio(dir, "fit", "huge.csv", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "huge.csv:2: line longer than"), "%s", run.err);
+    test_run_free(&run);
+    free(huge);
+    free(text);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
