@@ -23,7 +23,16 @@ struct kvio_results {
 struct kvio_csv {
     FILE *file;
     bool failed;
+    int err; /* the errno of the first failure (0: unknown) */
 };
+
+/* A write failed: the first cause is kept for the message. */
+static void csv_failed(kvio_csv_t *csv)
+{
+    if (!csv->failed)
+        csv->err = errno;
+    csv->failed = true;
+}
 
 #define KVIO_TABLE_MAX_COLUMNS 16
 
@@ -239,7 +248,7 @@ kvio_status_t kvio_json_write_atomic(const char *path, const json_t *value, char
             continue;
         if (got <= 0) {
             status = kvio_status_from_errno(got < 0 ? errno : ENOSPC);
-            snprintf(error_p, error_len, "%s: write failed: %s", temporary,
+            snprintf(error_p, error_len, "%s: write failed: %s", path,
                      strerror(got < 0 ? errno : ENOSPC));
             goto close_file;
         }
@@ -247,13 +256,13 @@ kvio_status_t kvio_json_write_atomic(const char *path, const json_t *value, char
     }
     if (write(fd, "\n", 1) != 1 || fsync(fd) != 0) {
         status = kvio_status_from_errno(errno);
-        snprintf(error_p, error_len, "%s: write failed: %s", temporary, strerror(errno));
+        snprintf(error_p, error_len, "%s: write failed: %s", path, strerror(errno));
         goto close_file;
     }
 close_file:
     if (close(fd) != 0 && status == KVIO_OK) {
         status = kvio_status_from_errno(errno);
-        snprintf(error_p, error_len, "%s: close failed: %s", temporary, strerror(errno));
+        snprintf(error_p, error_len, "%s: close failed: %s", path, strerror(errno));
     }
     if (status == KVIO_OK && rename(temporary, path) != 0) {
         status = kvio_status_from_errno(errno);
@@ -293,7 +302,7 @@ kvio_status_t kvio_csv_open(const kvio_results_t *results, const char *file_name
         return status;
     }
     if (fprintf(csv->file, "%s\n", header) < 0)
-        csv->failed = true;
+        csv_failed(csv);
     *csv_p = csv;
     return KVIO_OK;
 }
@@ -305,7 +314,7 @@ kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
     int written = vfprintf(csv->file, fmt, args);
     va_end(args);
     if (written < 0 || fputc('\n', csv->file) == EOF) {
-        csv->failed = true;
+        csv_failed(csv);
         return KVIO_ERR_IO;
     }
     return KVIO_OK;
@@ -314,7 +323,7 @@ kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
 kvio_status_t kvio_csv_line(kvio_csv_t *csv, const char *text, size_t length)
 {
     if (fwrite(text, 1, length, csv->file) != length || putc('\n', csv->file) == EOF) {
-        csv->failed = true;
+        csv_failed(csv);
         return KVIO_ERR_IO;
     }
     return KVIO_OK;
@@ -322,13 +331,28 @@ kvio_status_t kvio_csv_line(kvio_csv_t *csv, const char *text, size_t length)
 
 kvio_status_t kvio_csv_close(kvio_csv_t *csv)
 {
+    return kvio_csv_finish(csv, NULL, NULL, 0);
+}
+
+kvio_status_t kvio_csv_finish(kvio_csv_t *csv, const char *name, char *error_p,
+                              size_t error_len)
+{
     if (csv == NULL)
         return KVIO_OK;
-    bool failed = csv->failed || fflush(csv->file) != 0 || ferror(csv->file);
-    if (fclose(csv->file) != 0)
-        failed = true;
+    if (!csv->failed && (fflush(csv->file) != 0 || ferror(csv->file)))
+        csv_failed(csv);
+    if (fclose(csv->file) != 0 && !csv->failed)
+        csv_failed(csv);
+    int err = csv->err;
+    bool failed = csv->failed;
     free(csv);
-    return failed ? KVIO_ERR_IO : KVIO_OK;
+    if (!failed)
+        return KVIO_OK;
+    if (name != NULL && error_len > 0)
+        snprintf(error_p, error_len, "%s: write failed: %s", name,
+                 err != 0 ? strerror(err) : "unknown cause");
+    kvio_status_t status = err != 0 ? kvio_status_from_errno(err) : KVIO_ERR_IO;
+    return status == KVIO_OK ? KVIO_ERR_IO : status;
 }
 
 kvio_status_t kvio_table_create(const char *title, kvio_table_t **table_p)

@@ -235,10 +235,8 @@ kvio_status_t run_sync_results(const run_context_t *context, const collected_t *
     }
 #undef MS
     free(ranges);
-    if (csv != NULL && (status = kvio_csv_close(csv)) != KVIO_OK) {
-        snprintf(error_p, error_len, "sync.csv: write failed");
+    if (csv != NULL && (status = kvio_csv_finish(csv, "sync.csv", error_p, error_len)) != KVIO_OK)
         return status;
-    }
     if (context->metrics == NULL)
         return KVIO_OK;
     json_t *object = weight_sync_json(&context->workload->weight_sync, sync, &sums);

@@ -278,10 +278,7 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workl
                      (double)record->stall_ns[KVIO_STALL_RELEASE] / 1e6, ratios, costs);
 #undef REL
     }
-    status = kvio_csv_close(csv);
-    if (status != KVIO_OK)
-        snprintf(error_p, error_len, "updates.csv: write failed");
-    return status;
+    return kvio_csv_finish(csv, "updates.csv", error_p, error_len);
 }
 
 /* The event trace: one event per stage of each update at each serve rank,

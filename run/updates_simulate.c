@@ -211,10 +211,7 @@ static kvio_status_t write_sync_csv(kvio_results_t *results, const kvio_sync_pla
                      (double)bucket->staged_ns / 1e6, (double)bucket->broadcast_ns / 1e6,
                      (double)bucket->reloaded_ns / 1e6);
     }
-    status = kvio_csv_close(csv);
-    if (status != KVIO_OK)
-        snprintf(error_p, error_len, "sync.csv: write failed");
-    return status;
+    return kvio_csv_finish(csv, "sync.csv", error_p, error_len);
 }
 
 static kvio_status_t simulate(const run_context_t *context,

@@ -168,13 +168,16 @@ kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_control,
 kvio_status_t kvio_serve_close_csvs(kvio_csv_t *requests, kvio_csv_t *iterations,
                                     kvio_status_t status, char *error_p, size_t error_len)
 {
-    if (kvio_csv_close(requests) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "requests.csv: write failed");
-        status = KVIO_ERR_IO;
+    char why[512] = "";
+    kvio_status_t closed = kvio_csv_finish(requests, "requests.csv", why, sizeof(why));
+    if (closed != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "%s", why);
+        status = closed;
     }
-    if (kvio_csv_close(iterations) != KVIO_OK && status == KVIO_OK) {
-        snprintf(error_p, error_len, "iterations.csv: write failed");
-        status = KVIO_ERR_IO;
+    closed = kvio_csv_finish(iterations, "iterations.csv", why, sizeof(why));
+    if (closed != KVIO_OK && status == KVIO_OK) {
+        snprintf(error_p, error_len, "%s", why);
+        status = closed;
     }
     return status;
 }

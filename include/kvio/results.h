@@ -57,6 +57,11 @@ kvio_status_t kvio_csv_line(kvio_csv_t *csv, const char *text, size_t length);
 /* Flushes and closes; returns an error when any write failed. */
 kvio_status_t kvio_csv_close(kvio_csv_t *csv);
 
+/* Closes csv as kvio_csv_close does; on a failed write error_p says
+ * "NAME: write failed: <the first cause>" (No space left on device). */
+kvio_status_t kvio_csv_finish(kvio_csv_t *csv, const char *name, char *error_p,
+                              size_t error_len);
+
 /* Reading CSV files: those kvio writes (kvio report, model.from) and a
  * user's measured iterations (kvio fit, cost.table): a header line,
  * comma-separated fields without quoting, blank lines and lines starting
