@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kvio/clock.h"
+#include "kvio/cost.h"
 #include "kvio/kvcache.h"
 #include "kvio/results.h"
 #include "kvio/sysinfo.h"
@@ -432,6 +433,45 @@ static bool weight_sync_without_updates(const kvio_workload_t *workload)
     return workload->weight_sync.granularity != KVIO_SYNC_OFF && !kvio_updates_wanted(workload);
 }
 
+/* The cost model on the smallest and the largest batch a serve rank can
+ * run (one decode token; a full token budget of prefill) must give an
+ * iteration of more than 0 and less than 10^6 s, as the engine requires of
+ * every iteration: refused here, by validate too, instead of at the first
+ * iteration of the run. */
+static kvio_status_t check_cost(const kvio_workload_t *workload, const kvio_model_t *model,
+                                const kvio_gpu_t *gpu, char *error_p, size_t error_len)
+{
+    kvio_cost_t *cost = NULL;
+    char why[512] = "";
+    kvio_status_t status = kvio_cost_create(&workload->cost, model, gpu, &cost, why, sizeof(why));
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "cost: %s", why[0] != '\0' ? why : kvio_strerror(status));
+        return status;
+    }
+    kvio_engine_batch_defaults_t defaults = kvio_serve_batch_defaults(gpu);
+    int64_t budget = workload->serve.engine.max_num_batched_tokens > 0
+                         ? workload->serve.engine.max_num_batched_tokens
+                         : defaults.max_num_batched_tokens;
+    kvio_batch_t smallest = {0}, largest = {0};
+    kvio_batch_add_decode(&smallest, 1);
+    kvio_batch_add_prefill(&largest, (uint64_t)budget, 0);
+    const kvio_batch_t *batches[2] = {&smallest, &largest};
+    const char *names[2] = {"one decode token", "a full token budget of prefill"};
+    for (int b = 0; b < 2 && status == KVIO_OK; b++) {
+        kvio_cost_breakdown_t breakdown;
+        kvio_cost_iteration(cost, batches[b], &breakdown);
+        if (!(breakdown.time_s > 0 && breakdown.time_s < 1e6)) {
+            snprintf(error_p, error_len,
+                     "cost: an iteration of %s (%lld tokens) takes %.6g s by the cost model; it "
+                     "must take more than 0 and less than 1e6 s (check cost.* and gpu.*)",
+                     names[b], b == 0 ? 1LL : (long long)budget, breakdown.time_s);
+            status = KVIO_ERR_CONFIG;
+        }
+    }
+    kvio_cost_destroy(cost);
+    return status;
+}
+
 /* Simulate: every serve rank's pool (records, index, free queue, eviction
  * state: no KV bytes) and its tiers' indexes must fit the memory available
  * (at most 80 % of it), checked before anything is allocated. */
@@ -520,6 +560,8 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         status = kvio_serve_kv_blocks(&workload->serve, model_p, gpu_p,
                                       workload->cost.tensor_parallel, &blocks, error_p,
                                       error_len);
+    if (status == KVIO_OK)
+        status = check_cost(workload, model_p, gpu_p, error_p, error_len);
     if (status == KVIO_OK && !emulate)
         status = check_simulate_memory(workload, model_p, blocks, error_p, error_len);
     int64_t duration_ns = kvio_workload_stream_duration(workload);

@@ -1076,3 +1076,33 @@ Test(cli, a_full_results_disk_names_its_cause, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 11: validate said ok for what run refuses: a GPU of 1e-300 or
+ * 1e3 FLOP/s, a linear cost of all-zero coefficients, c0 = -5, c0 = 1e12.
+ * Both now try the cost model on one decode token and on a full token
+ * budget of prefill, before any results directory. */
+Test(cli, validate_refuses_a_cost_model_run_refuses, .timeout = 60)
+{
+    static const char *const cases[][2] = {
+        {"gpu.flops=1e-300", NULL},      {"gpu.flops=1e3", NULL},
+        {"cost.kind=linear", NULL},      {"cost.kind=linear", "cost.c0=-5"},
+        {"cost.kind=linear", "cost.c0=1e12"},
+    };
+    char *dir = test_tmpdir();
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        test_run_t run = cases[c][1] != NULL
+                             ? test_kvio(dir, "validate", "chat", "--set", cases[c][0], "--set",
+                                         cases[c][1], NULL)
+                             : test_kvio(dir, "validate", "chat", "--set", cases[c][0], NULL);
+        cr_expect_eq(run.status, 2, "%s: %s", cases[c][0], run.out);
+        cr_expect(test_contains(run.err, "by the cost model; it must take more than 0 and less "
+                                         "than 1e6 s (check cost.* and gpu.*)"),
+                  "%s: %s", cases[c][0], run.err);
+        test_run_free(&run);
+    }
+    test_run_t run = test_kvio(dir, "validate", "chat", NULL);
+    cr_expect_eq(run.status, 0, "the preset as it ships: %s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
