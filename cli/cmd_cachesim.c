@@ -148,6 +148,9 @@ static bool parse_policies(const char *text, options_t *options)
             return false;
         options->policies[options->num_policies++] = item;
     }
+    if (options->num_policies == 0)
+        kvio_error("cachesim: --eviction '%s' names no policy (a comma-separated list of "
+                   "policies, or 'all'; see kvio cachesim --help)", text);
     return options->num_policies > 0;
 }
 /* Capacities given in bytes of KV become blocks of --block-tokens tokens at

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 /* ---------- nodes ---------- */
@@ -374,6 +375,12 @@ kvio_status_t kvio_config_doc_parse(const char *text, size_t length, const char 
 kvio_status_t kvio_config_doc_load(const char *path, kvio_config_doc_t **doc_p,
                                    char *error_p, size_t error_len)
 {
+    struct stat info;
+    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
+        snprintf(error_p, error_len, "%s: is a directory, not a workload file (kvio run FILE or "
+                 "PRESET)", path);
+        return KVIO_ERR_CONFIG;
+    }
     FILE *file = fopen(path, "rb");
     if (file == NULL) {
         snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
@@ -453,6 +460,16 @@ kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment
     if (equals == NULL || equals == assignment) {
         snprintf(error_p, error_len, "--set %s: expected KEY=VALUE (for example serve.engine.max_num_seqs=64)",
                  assignment);
+        return KVIO_ERR_CONFIG;
+    }
+    /* strtok would read serve..kvcache as serve.kvcache: an empty part of
+     * the key is refused. */
+    size_t key_length = (size_t)(equals - assignment);
+    if (assignment[0] == '.' || assignment[key_length - 1] == '.' ||
+        memmem(assignment, key_length, "..", 2) != NULL) {
+        snprintf(error_p, error_len, "--set %s: the key %.*s has an empty part (keys are "
+                 "names joined by single dots: serve.kvcache.blocks)", assignment,
+                 (int)key_length, assignment);
         return KVIO_ERR_CONFIG;
     }
     char origin_text[600];

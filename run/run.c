@@ -441,6 +441,18 @@ static bool weight_sync_without_updates(const kvio_workload_t *workload)
 static kvio_status_t check_cost(const kvio_workload_t *workload, const kvio_model_t *model,
                                 const kvio_gpu_t *gpu, char *error_p, size_t error_len)
 {
+    /* Tensor parallelism splits the attention heads evenly, and the KV
+     * heads too, or replicates them (vLLM's rule). */
+    int64_t tp = workload->cost.tensor_parallel;
+    if (tp > 1 && (model->heads % tp != 0 ||
+                   (model->kv_heads % tp != 0 && tp % model->kv_heads != 0))) {
+        snprintf(error_p, error_len,
+                 "cost.tensor_parallel: %lld does not split the model's %lld attention heads "
+                 "and %lld KV heads evenly (each must be a multiple of it, or the KV heads a "
+                 "divisor of it)", (long long)tp, (long long)model->heads,
+                 (long long)model->kv_heads);
+        return KVIO_ERR_CONFIG;
+    }
     kvio_cost_t *cost = NULL;
     char why[512] = "";
     kvio_status_t status = kvio_cost_create(&workload->cost, model, gpu, &cost, why, sizeof(why));

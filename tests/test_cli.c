@@ -1106,3 +1106,34 @@ Test(cli, validate_refuses_a_cost_model_run_refuses, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 15 (part): small inputs refused silently or wrongly. cachesim
+ * --eviction ',' exited 2 with no message; serve..kvcache.blocks was read as
+ * serve.kvcache.blocks; kvio run DIR said "read error" (exit 1); a tensor
+ * parallelism of 3 on 8 KV heads ran. Each exits 2 naming the cause. */
+Test(cli, small_inputs_are_refused_naming_the_cause, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char fixture[1200];
+    snprintf(fixture, sizeof(fixture), "%s/tests/fixtures/mooncake_small.jsonl", KVIO_SOURCE_DIR);
+    struct {
+        const char *args[6];
+        const char *message;
+    } cases[] = {
+        {{"cachesim", fixture, "--eviction", ",", NULL}, "--eviction ',' names no policy"},
+        {{"validate", "chat", "--set", "serve..kvcache.blocks=10", NULL},
+         "the key serve..kvcache.blocks has an empty part"},
+        {{"run", ".", NULL}, ".: is a directory, not a workload file"},
+        {{"validate", "chat", "--set", "cost.tensor_parallel=3", NULL},
+         "cost.tensor_parallel: 3 does not split the model's 32 attention heads and 8 KV heads"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const char *const *a = cases[c].args;
+        test_run_t run = test_kvio(dir, a[0], a[1], a[2], a[3], a[4], NULL);
+        cr_expect_eq(run.status, 2, "case %zu: %s", c, run.err);
+        cr_expect(test_contains(run.err, cases[c].message), "case %zu: %s", c, run.err);
+        test_run_free(&run);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
