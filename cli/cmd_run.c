@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -189,9 +190,15 @@ int kvio_cmd_run(int argc, char **argv)
     kvio_workload_free(&workload);
     /* --format json: the summary written, also when the run was incomplete. */
     if (summary != NULL) {
-        json_dumpf(summary, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+        int failed = json_dumpf(summary, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         fputc('\n', stdout);
         json_decref(summary);
+        /* A reader that went away (| head) is a failed write, not a result
+         * delivered. */
+        if (failed != 0 || fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "kvio: writing the summary to stdout failed: %s\n", strerror(errno));
+            return KVIO_EXIT_FAILED;
+        }
     }
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error[0] ? error : kvio_strerror(status));

@@ -208,6 +208,15 @@ static kvio_status_t check_options(const kvio_compare_options_t *options,
                      KVIO_COMPARE_MAX_VALUES);
             return KVIO_ERR_CONFIG;
         }
+        /* The same value twice would be one variant run twice under one name
+         * (it failed midway on its directory). */
+        for (size_t i = 0; i < options->varies[v].count; i++)
+            for (size_t j = 0; j < i; j++)
+                if (strcmp(options->varies[v].values[i], options->varies[v].values[j]) == 0) {
+                    snprintf(error_p, error_len, "--vary %s: '%s' is given twice",
+                             options->varies[v].key, options->varies[v].values[i]);
+                    return KVIO_ERR_CONFIG;
+                }
         num_variants *= options->varies[v].count;
     }
     if (options->num_varies == 0 || options->num_varies > KVIO_COMPARE_MAX_VARY ||

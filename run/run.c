@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvio/clock.h"
 #include "kvio/cost.h"
@@ -538,6 +539,13 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  "update.serving: engine); without trainers the client is a thread anyway");
         return KVIO_ERR_CONFIG;
     }
+    if (workload->update.die_during_version > 0 &&
+        workload->update.die_rank > workload->ranks.serve) {
+        snprintf(error_p, error_len, "update.die_rank: %lld is no serve rank (they are 1..%lld: "
+                 "ranks.serve); the fault would never happen", (long long)workload->update.die_rank,
+                 (long long)workload->ranks.serve);
+        return KVIO_ERR_CONFIG;
+    }
     if (weight_sync_without_updates(workload)) {
         snprintf(error_p, error_len, "weight_sync: needs model updates (ranks.train: 1 and "
                  "serve ranks)");
@@ -681,13 +689,23 @@ static kvio_status_t run_prepare(run_state_t *state)
             kvio_rte_world_set_stop(state->world, state->options->stop);
         }
     }
-    if (status == KVIO_OK && state->root && state->options->event_trace != NULL)
-        status = kvio_event_trace_open(state->options->event_trace, &state->events, error_p,
-                                       error_len);
+    /* An existing trace file is overwritten only with --force; the trace is
+     * opened after the results directory, so a run refused there leaves no
+     * trace file, and one refused here no directory. */
+    const char *trace_path = state->options->event_trace;
+    struct stat trace_info;
+    if (status == KVIO_OK && state->root && trace_path != NULL && !state->options->force &&
+        lstat(trace_path, &trace_info) == 0) {
+        snprintf(error_p, error_len, "--event-trace %s: exists (use --force to overwrite it)",
+                 trace_path);
+        status = KVIO_ERR_EXISTS;
+    }
     if (status == KVIO_OK && state->root)
         status = kvio_results_create(state->options->output_dir, workload->name,
                                      state->options->force, &state->results, error_p,
                                      error_len);
+    if (status == KVIO_OK && state->root && trace_path != NULL)
+        status = kvio_event_trace_open(trace_path, &state->events, error_p, error_len);
     if (status != KVIO_OK) {
         kvio_rte_world_destroy(state->world, true);
         state->world = NULL;

@@ -1137,3 +1137,50 @@ Test(cli, small_inputs_are_refused_naming_the_cause, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 15 (part): compare --vary with a value twice failed midway;
+ * update.die_rank beyond the serve ranks was ignored; --event-trace FILE
+ * overwrote a user's file without --force and left one when the run was
+ * refused; kvio run --format json | head exited 0 after the failed write. */
+Test(cli, more_small_inputs_are_refused_naming_the_cause, .timeout = 90)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "chat", "--vary", "serve.scheduler.policy=fcfs,fcfs",
+                               "-o", "cmp", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "--vary serve.scheduler.policy: 'fcfs' is given twice"),
+              "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "validate", "quickstart", "--set", "update.die_during_version=2", "--set",
+                    "update.die_rank=9", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "update.die_rank: 9 is no serve rank"), "%s", run.err);
+    test_run_free(&run);
+    char *mine = test_write_file(dir, "mine.pfw", "mine\n");
+    run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "--event-trace", "mine.pfw", "-o",
+                    "out", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "--event-trace mine.pfw: exists (use --force"), "%s",
+              run.err);
+    test_run_free(&run);
+    char *text = test_read_file(mine);
+    cr_expect_str_eq(text, "mine\n", "the user's file was overwritten");
+    free(text);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out", dir);
+    cr_expect_neq(access(path, F_OK), 0, "a refused run made its results directory");
+    char command[2600];
+    /* Its stdout /dev/full: every write fails, as into a pipe whose reader
+     * has gone (| head), without the race of when head goes. */
+    snprintf(command, sizeof(command),
+             "'%s' run chat --set duration=2s --format json -o out2 >/dev/full; "
+             "echo \"status $?\" >&2", test_kvio_binary());
+    const char *argv[] = {"bash", "-c", command, NULL};
+    run = test_exec(dir, argv);
+    cr_expect(test_contains(run.err, "status 1"), "%d: %s", run.status, run.err);
+    cr_expect(test_contains(run.err, "writing the summary to stdout failed"), "%s", run.err);
+    test_run_free(&run);
+    free(mine);
+    test_rmtree(dir);
+    free(dir);
+}
