@@ -470,16 +470,21 @@ static kvio_status_t check_cost(const kvio_workload_t *workload, const kvio_mode
     kvio_batch_add_prefill(&largest, (uint64_t)budget, 0);
     const kvio_batch_t *batches[2] = {&smallest, &largest};
     const char *names[2] = {"one decode token", "a full token budget of prefill"};
-    for (int b = 0; b < 2 && status == KVIO_OK; b++) {
+    /* A form may charge nothing for a decode (a linear fit of prefill-only
+     * samples): refused when no batch takes any time, or one takes too long. */
+    double times[2];
+    for (int b = 0; b < 2; b++) {
         kvio_cost_breakdown_t breakdown;
         kvio_cost_iteration(cost, batches[b], &breakdown);
-        if (!(breakdown.time_s > 0 && breakdown.time_s < 1e6)) {
-            snprintf(error_p, error_len,
-                     "cost: an iteration of %s (%lld tokens) takes %.6g s by the cost model; it "
-                     "must take more than 0 and less than 1e6 s (check cost.* and gpu.*)",
-                     names[b], b == 0 ? 1LL : (long long)budget, breakdown.time_s);
-            status = KVIO_ERR_CONFIG;
-        }
+        times[b] = breakdown.time_s;
+    }
+    int bad = !(times[0] < 1e6) ? 0 : !(times[1] < 1e6) ? 1 : !(times[1] > 0) ? 1 : -1;
+    if (bad >= 0) {
+        snprintf(error_p, error_len,
+                 "cost: an iteration of %s (%lld tokens) takes %.6g s by the cost model; it "
+                 "must take more than 0 and less than 1e6 s (check cost.* and gpu.*)",
+                 names[bad], bad == 0 ? 1LL : (long long)budget, times[bad]);
+        status = KVIO_ERR_CONFIG;
     }
     kvio_cost_destroy(cost);
     return status;
@@ -689,23 +694,31 @@ static kvio_status_t run_prepare(run_state_t *state)
             kvio_rte_world_set_stop(state->world, state->options->stop);
         }
     }
-    /* An existing trace file is overwritten only with --force; the trace is
-     * opened after the results directory, so a run refused there leaves no
-     * trace file, and one refused here no directory. */
+    /* An existing trace file is overwritten only with --force. The trace is
+     * opened before the results directory (an unwritable one is refused
+     * with no directory made), and a trace file this run made goes when
+     * the directory is refused. */
     const char *trace_path = state->options->event_trace;
     struct stat trace_info;
-    if (status == KVIO_OK && state->root && trace_path != NULL && !state->options->force &&
-        lstat(trace_path, &trace_info) == 0) {
+    bool trace_existed = trace_path != NULL && lstat(trace_path, &trace_info) == 0;
+    if (status == KVIO_OK && state->root && trace_existed && !state->options->force) {
         snprintf(error_p, error_len, "--event-trace %s: exists (use --force to overwrite it)",
                  trace_path);
         status = KVIO_ERR_EXISTS;
     }
-    if (status == KVIO_OK && state->root)
+    if (status == KVIO_OK && state->root && trace_path != NULL)
+        status = kvio_event_trace_open(trace_path, &state->events, error_p, error_len);
+    if (status == KVIO_OK && state->root) {
         status = kvio_results_create(state->options->output_dir, workload->name,
                                      state->options->force, &state->results, error_p,
                                      error_len);
-    if (status == KVIO_OK && state->root && trace_path != NULL)
-        status = kvio_event_trace_open(trace_path, &state->events, error_p, error_len);
+        if (status != KVIO_OK && state->events != NULL) {
+            kvio_event_trace_close(state->events);
+            state->events = NULL;
+            if (!trace_existed)
+                unlink(trace_path);
+        }
+    }
     if (status != KVIO_OK) {
         kvio_rte_world_destroy(state->world, true);
         state->world = NULL;
@@ -961,7 +974,9 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
                                    status == KVIO_OK && state->complete,
                                    status != KVIO_OK               ? state->error_p
                                    : state->incomplete[0] != '\0' ? state->incomplete
-                                                                   : NULL);
+                                   : !state->complete ? "run interrupted before it finished "
+                                                        "(SIGINT or SIGTERM)"
+                                                      : NULL);
     json_object_set_new(summary, "end_time", json_string(end_text));
     json_object_set_new(summary, "wall_s", json_real((double)(end_ns - state->start_ns) / 1e9));
     if (json_object_get(state->start, "t0") == NULL && !emulate)
