@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -793,4 +794,70 @@ Test(faults, mpirun_a_serve_rank_error_reaches_the_summary, .timeout = 90)
 {
     expect_mpirun_incomplete("update.die_during_version=2 update.die_rank=2", 0,
                              "serve rank 2 died while receiving version 2");
+}
+
+/* #40 item 9: the file transport's directory removed mid-run ended the run
+ * as bad input (exit 2) with no metrics, though a full disk there was
+ * handled (trainer lost, servers serve on, metrics kept). Now a removed
+ * directory is handled the same way. */
+typedef struct remover {
+    char dir[1200];
+    atomic_bool stop;
+    bool removed;
+} remover_t;
+
+/* Removes the run's directory (versions/kvio-<id>) once a version is in it. */
+static void *remove_after_first_version(void *arg)
+{
+    remover_t *remover = arg;
+    while (!atomic_load(&remover->stop) && !remover->removed) {
+        DIR *top = opendir(remover->dir);
+        for (struct dirent *run = top != NULL ? readdir(top) : NULL; run != NULL && !remover->removed;
+             run = readdir(top)) {
+            if (strncmp(run->d_name, "kvio-", 5) != 0)
+                continue;
+            char path[1500];
+            snprintf(path, sizeof(path), "%s/%s", remover->dir, run->d_name);
+            DIR *listing = opendir(path);
+            bool version = false;
+            for (struct dirent *entry; listing != NULL && (entry = readdir(listing)) != NULL;)
+                version = version || entry->d_name[0] == 'v';
+            if (listing != NULL)
+                closedir(listing);
+            if (version) {
+                test_rmtree(path);
+                remover->removed = true;
+            }
+        }
+        if (top != NULL)
+            closedir(top);
+        usleep(500);
+    }
+    return NULL;
+}
+
+Test(faults, the_file_transports_directory_removed_mid_run_is_a_lost_trainer, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    remover_t remover = {0};
+    snprintf(remover.dir, sizeof(remover.dir), "%s/versions", dir);
+    char dir_set[1300];
+    snprintf(dir_set, sizeof(dir_set), "train.transport.file.dir=%s", remover.dir);
+    const char *sets[] = {"train.transport.kind=file", dir_set};
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, remove_after_first_version, &remover), 0);
+    run_outcome_t outcome;
+    run_text(dir, workload_text, sets, 2, &outcome);
+    atomic_store(&remover.stop, true);
+    pthread_join(thread, NULL);
+    cr_assert(remover.removed, "the directory was never removed: nothing was tested");
+    cr_expect_neq(outcome.status, KVIO_OK);
+    cr_expect(!kvio_status_is_bad_input(outcome.status), "a bad-input status (exit 2): %s",
+              outcome.error);
+    cr_expect(test_contains(outcome.error, "training rank 0 lost"), "%s", outcome.error);
+    cr_assert_not_null(outcome.summary, "no summary.json");
+    cr_expect_not_null(updates_of(outcome.summary), "no model_updates metrics");
+    json_decref(outcome.summary);
+    test_rmtree(dir);
+    free(dir);
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "kvio/files.h"
+#include "kvio/log.h"
 
 #define HEADER_BYTES 4096
 
@@ -27,6 +28,7 @@ typedef struct file_priv {
     bool end_seen;
     int inotify_fd;         /* notify discovery, or -1 */
     bool changed;           /* notify: renames seen since a listing found nothing new */
+    bool gone_said;         /* the directory vanished: said once */
     void *header;           /* HEADER_BYTES, aligned */
 } file_priv_t;
 
@@ -343,6 +345,16 @@ static kvio_status_t file_poll(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta_p)
             return KVIO_INPROGRESS; /* nothing renamed into the directory */
     }
     DIR *listing = opendir(dir);
+    if (listing == NULL && errno == ENOENT) {
+        /* The directory was removed under the run: no newer version can
+         * come, as when the disk is full; serving goes on with the version
+         * it has (the trainer, whose writes fail, is lost). */
+        if (!priv->gone_said)
+            kvio_warn("file transport: %s was removed during the run; no newer version can "
+                      "arrive", dir);
+        priv->gone_said = true;
+        return KVIO_INPROGRESS;
+    }
     if (listing == NULL)
         return errno_error(xfer, errno, "listing", dir);
     uint64_t newest = 0;
