@@ -5,6 +5,7 @@
 #include "run/run_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -538,6 +539,20 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
     *model_p = workload->model;
     *gpu_p = workload->gpu;
     *requests_p = 0;
+    /* Under mpirun only an emulate run with model updates (its ranks on the
+     * mpi runtime) uses the processes; any other run is one process, and
+     * mpirun would start that many independent copies of it. */
+    const char *world = getenv("OMPI_COMM_WORLD_SIZE");
+    bool local = workload->ranks.runtime != NULL && strcmp(workload->ranks.runtime, "local") == 0;
+    if (world != NULL && atoi(world) > 1 && (!(updates && emulate) || local)) {
+        snprintf(error_p, error_len,
+                 "mpirun started %s processes, but this run (mode: %s%s) is one process: "
+                 "start it without mpirun (only an emulate run with trainers and serve ranks "
+                 "on ranks.runtime auto or mpi uses mpirun's processes)", world,
+                 emulate ? "emulate" : "simulate",
+                 local ? ", ranks.runtime: local" : updates ? "" : ", no trainers");
+        return KVIO_ERR_CONFIG;
+    }
     if (workload->ranks.client > 0 && updates && !coupled) {
         snprintf(error_p, error_len,
                  "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "

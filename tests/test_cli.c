@@ -1189,3 +1189,25 @@ Test(cli, more_small_inputs_are_refused_naming_the_cause, .timeout = 90)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 7: under mpirun a workload without trainers ran as N independent
+ * copies (mpirun -np 4: four results directories, each a full run, exit 0).
+ * A run that is one process now refuses mpirun's processes on every rank,
+ * before any directory. (mpirun's environment stands in for mpirun.) */
+Test(cli, one_process_runs_refuse_mpiruns_copies, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    const char *argv[] = {"env", "OMPI_COMM_WORLD_SIZE=4", test_kvio_binary(), "run", "chat",
+                          "--set", "ranks.serve=4", "-o", "out", NULL};
+    test_run_t run = test_exec(dir, argv);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "mpirun started 4 processes, but this run (mode: "
+                                     "simulate, no trainers) is one process"),
+              "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out", dir);
+    cr_expect_neq(access(path, F_OK), 0, "a results directory was made");
+    test_rmtree(dir);
+    free(dir);
+}
