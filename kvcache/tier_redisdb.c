@@ -56,6 +56,23 @@ static kvio_status_t redis_check(const void *options, const char *path, char *er
     return KVIO_OK;
 }
 
+/* Emulate, before any rank starts or any results directory is made: the
+ * server answers (connect, AUTH, SELECT, PING within the timeout). */
+static kvio_status_t redis_preflight(const void *options, const char *path, char *error_p,
+                                     size_t error_len)
+{
+    const redis_options_t *redis = options;
+    kvio_redis_t *connection = NULL;
+    char error[512] = "";
+    kvio_status_t status = kvio_redis_connect(redis->url, redis->timeout_ns, &connection, error,
+                                              sizeof(error));
+    kvio_redis_close(connection);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "%s: %s (is the Redis server running and reachable?)",
+                 path, error);
+    return status;
+}
+
 /* Simulate default: 1 GB/s + 200 us. One connection, a pipelined pair of
  * commands per block to a server across a datacenter network: Redis is
  * single-threaded and copies every value, about 1 GB/s; 200 us is a round
@@ -315,6 +332,7 @@ const kvio_tier_ops_t kvio_tier_redis = {
                .options = redis_options, .options_size = sizeof(redis_options_t),
                .check = redis_check},
     .model = redis_model,
+    .preflight = redis_preflight,
     .priv_size = sizeof(redis_priv_t),
     .init = redis_init,
     .fini = redis_fini,

@@ -1211,3 +1211,29 @@ Test(cli, one_process_runs_refuse_mpiruns_copies, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 11 (part): an unreachable Redis tier was refused only after the
+ * results directory existed (a regression). Emulate now pings every Redis
+ * tier in its preflight: refused before any directory, naming the tier. */
+Test(cli, an_unreachable_redis_tier_is_refused_before_the_run, .timeout = 30)
+{
+    int port = test_free_port();
+    cr_assert_gt(port, 0);
+    char tier[256];
+    snprintf(tier, sizeof(tier), "serve.kvcache.tiers=[{kind: redis, redis: {url: "
+             "\"redis://127.0.0.1:%d\"}, size: 64MiB}]", port);
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set",
+                               "duration=2s", "--set", "serve.kvcache.blocks=400", "--set", tier,
+                               "-o", "out", NULL);
+    cr_expect_eq(run.status, 1, "%s", run.err);
+    cr_expect(test_contains(run.err, "serve.kvcache.tiers[0].redis: redis://127.0.0.1:"), "%s",
+              run.err);
+    cr_expect(test_contains(run.err, "connection refused"), "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out", dir);
+    cr_expect_neq(access(path, F_OK), 0, "a results directory was made");
+    test_rmtree(dir);
+    free(dir);
+}
