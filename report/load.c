@@ -54,12 +54,15 @@ kvio_status_t report_json_load(const char *path, json_t **json_p, char *error_p,
                                size_t error_len)
 {
     struct stat info;
-    if (stat(path, &info) != 0) {
+    if (lstat(path, &info) != 0) {
         snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
     }
+    /* kvio writes plain files: a link is not followed (nor what it points
+     * to echoed in a parse error). */
     if (!S_ISREG(info.st_mode)) {
-        snprintf(error_p, error_len, "%s: not a regular file", path);
+        snprintf(error_p, error_len, "%s: not a regular file%s", path,
+                 S_ISLNK(info.st_mode) ? " (a symbolic link)" : "");
         return KVIO_ERR_INVALID;
     }
     if ((unsigned long long)info.st_size > KVIO_REPORT_MAX_JSON_BYTES) {
@@ -296,9 +299,24 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
                  dir);
     if (status != KVIO_OK)
         return status;
+    /* A schema newer than this kvio's, or a run that failed, says so (not
+     * a missing metric). */
+    const json_t *schema = json_object_get(summary, "schema_version");
+    if (json_is_integer(schema) && json_integer_value(schema) > KVIO_SCHEMA_VERSION) {
+        snprintf(error_p, error_len, "%s: schema_version %lld is newer than this kvio reads "
+                 "(%d): use the kvio that wrote it", path, (long long)json_integer_value(schema),
+                 KVIO_SCHEMA_VERSION);
+        status = KVIO_ERR_PARSE;
+        goto out;
+    }
     const json_t *metrics = json_object_get(summary, "metrics");
-    if (!json_is_object(metrics)) {
-        snprintf(error_p, error_len, "%s: no metrics object", path);
+    const char *failed = json_string_value(json_object_get(summary, "error"));
+    if (!json_is_object(metrics) || json_object_size(metrics) == 0) {
+        if (failed != NULL)
+            snprintf(error_p, error_len, "%s: the run failed and measured nothing: %.300s", path,
+                     failed);
+        else
+            snprintf(error_p, error_len, "%s: no metrics object", path);
         status = KVIO_ERR_PARSE;
         goto out;
     }
@@ -320,9 +338,16 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
         {"preemptions", &metrics_p->preemptions, false},
         {"completed", &metrics_p->completed, false},
     };
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && status == KVIO_OK; i++)
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && status == KVIO_OK; i++) {
         status = json_number(metrics, fields[i].key, "metrics.", path, fields[i].required,
                              fields[i].value, error_p, error_len);
+        /* Rates, rates of hits and counts are never below 0. */
+        if (status == KVIO_OK && *fields[i].value < 0) {
+            snprintf(error_p, error_len, "%s: metrics.%s is negative (%g)", path,
+                     fields[i].key, *fields[i].value);
+            status = KVIO_ERR_PARSE;
+        }
+    }
     if (json_object_get(metrics, "goodput") == NULL)
         metrics_p->goodput = NAN; /* no SLO: none, shown as "-" (not 0) */
     struct {

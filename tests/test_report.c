@@ -982,3 +982,50 @@ Test(report, capacity_searches_are_drawn, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 15 (part): kvio report blamed a missing metric for a failed run,
+ * followed a symlinked summary.json (and echoed its first token), and
+ * accepted schema_version 999 and negative throughputs. Each is refused
+ * naming the file and why. */
+Test(report, bad_summaries_are_refused_saying_why, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    static const struct {
+        const char *name, *summary, *message;
+    } cases[] = {
+        {"failed", "{\"schema_version\": 1, \"complete\": false, \"error\": \"serve rank 1: "
+                   "it broke\", \"metrics\": {}}",
+         "the run failed and measured nothing: serve rank 1: it broke"},
+        {"future", "{\"schema_version\": 999, \"metrics\": {\"request_throughput\": 1}}",
+         "schema_version 999 is newer than this kvio reads (1)"},
+        {"negative", "{\"schema_version\": 1, \"metrics\": {\"request_throughput\": -3, "
+                     "\"output_throughput\": 1, \"hit_rate\": 0}}",
+         "metrics.request_throughput is negative (-3)"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/%s", dir, cases[c].name);
+        cr_assert_eq(mkdir(path, 0755), 0);
+        free(test_write_file(path, "summary.json", cases[c].summary));
+        test_run_t run = test_kvio(dir, "report", cases[c].name, "-o", "out", NULL);
+        cr_expect_eq(run.status, 2, "%s: %s", cases[c].name, run.err);
+        cr_expect(test_contains(run.err, cases[c].message), "%s: %s", cases[c].name, run.err);
+        test_run_free(&run);
+    }
+    /* A summary.json that is a link to someone's file. */
+    char *secret = test_write_file(dir, "secret.txt", "hunter2 is the password\n");
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/linked", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/linked/summary.json", dir);
+    cr_assert_eq(symlink(secret, path), 0);
+    test_run_t run = test_kvio(dir, "report", "linked", "-o", "out", NULL);
+    cr_expect_neq(run.status, 0);
+    cr_expect(test_contains(run.err, "summary.json: not a regular file (a symbolic link)"), "%s",
+              run.err);
+    cr_expect(!test_contains(run.err, "hunter2"), "the link's target was echoed: %s", run.err);
+    test_run_free(&run);
+    free(secret);
+    test_rmtree(dir);
+    free(dir);
+}
