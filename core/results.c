@@ -154,6 +154,10 @@ static kvio_status_t lock_dir(const char *path, int *fd_p, char *error_p, size_t
     return KVIO_OK;
 }
 
+/* The longest results directory path taken: its files' names (and their
+ * temporaries') must still fit PATH_MAX and kvio's path buffers. */
+#define RESULTS_PATH_MAX 3000
+
 kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
                                   kvio_results_t **results_p, char *error_p, size_t error_len)
 {
@@ -170,6 +174,14 @@ kvio_status_t kvio_results_create(const char *dir, const char *name, bool force,
         snprintf(generated, sizeof(generated), "results/%s-%s-%ld",
                  name != NULL && name[0] != '\0' ? name : "kvio", stamp, (long)getpid());
         dir = generated;
+    }
+    /* Refused before any parent is made (a 5 KB path left 4 KB of nested
+     * directories behind, then failed). */
+    size_t length = strlen(dir);
+    if (length > RESULTS_PATH_MAX) {
+        snprintf(error_p, error_len, "results directory: a path of %zu bytes (%.40s...); at "
+                 "most %d", length, dir, RESULTS_PATH_MAX);
+        return KVIO_ERR_CONFIG;
     }
     bool existed = false;
     status = make_dir(dir, force, &existed, error_p, error_len);

@@ -1237,3 +1237,27 @@ Test(cli, an_unreachable_redis_tier_is_refused_before_the_run, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 14 (part): a 5 KB -o path left about 4 KB of nested directories
+ * before it failed. It is refused before anything is made. */
+Test(cli, a_results_path_too_long_is_refused_before_any_directory, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char path[5200];
+    size_t at = 0;
+    for (int part = 0; part < 25; part++) {
+        memset(path + at, 'd', 200);
+        at += 200;
+        path[at++] = '/';
+    }
+    path[at - 1] = '\0';
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "-o", path, NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "results directory: a path of 5024 bytes"), "%s", run.err);
+    test_run_free(&run);
+    char first[1400];
+    snprintf(first, sizeof(first), "%s/%.200s", dir, path);
+    cr_expect_neq(access(first, F_OK), 0, "a parent directory was made");
+    test_rmtree(dir);
+    free(dir);
+}
