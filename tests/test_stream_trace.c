@@ -1157,3 +1157,39 @@ Test(stream_trace, azure_csv_with_crlf_line_endings_reads_like_lf, .timeout = 10
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 items 5 and 15 (part): a trace time_scale of 1e6 saturated arrivals
+ * (1 of 3 requests served, no warning); an Azure row dated 1970 among
+ * 2023's made a 54-year run; 2023-02-29 was accepted. Each is refused
+ * naming the line, and a span of weeks is warned about. */
+Test(stream_trace, impossible_dates_and_saturating_scales_are_refused, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    free(test_write_file(dir, "leap.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                          "2023-02-29 18:17:03.98,100,10\n"));
+    free(test_write_file(dir, "old.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                         "2023-11-16 18:17:03.98,100,10\n"
+                                         "1970-01-01 00:00:01.00,80,8\n"));
+    free(test_write_file(dir, "scale.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                           "2023-11-16 18:17:03.00,100,10\n"
+                                           "2023-11-16 18:27:03.00,100,10\n"));
+    static const struct {
+        const char *file, *scale, *message;
+    } cases[] = {
+        {"leap.csv", "1", "leap.csv:2: TIMESTAMP '2023-02-29 18:17:03.98': 2023-02 has no day 29"},
+        {"old.csv", "1", "old.csv:2: this request arrives 53.9 years after the first"},
+        {"scale.csv", "1e6", "scale.csv:3: this request arrives 19 years after the first "
+                             "(stream.trace.time_scale 1e+06)"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        test_run_t run = test_kvio(dir, "stream", "--trace", cases[c].file, "--time-scale",
+                                   cases[c].scale, "--stats", NULL);
+        cr_expect_eq(run.status, 2, "%s: %s", cases[c].file, run.err);
+        cr_expect(test_contains(run.err, cases[c].message), "%s: %s", cases[c].file, run.err);
+        if (c == 1)
+            cr_expect(test_contains(run.err, "the trace spans 19677.8 days"), "%s", run.err);
+        test_run_free(&run);
+    }
+    test_rmtree(dir);
+    free(dir);
+}

@@ -129,6 +129,14 @@ static kvio_status_t parse_date(const char *text, int64_t *ns_p, char *error_p, 
                  text);
         return KVIO_ERR_PARSE;
     }
+    /* A day the month does not have (2023-02-29, 04-31) is no date. */
+    static const int month_days[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (day > month_days[month - 1] || (month == 2 && day == 29 && !leap)) {
+        snprintf(error_p, error_len, "TIMESTAMP '%.40s': %04d-%02d has no day %d", text, year,
+                 month, day);
+        return KVIO_ERR_PARSE;
+    }
     const char *rest = text + consumed;
     int64_t fraction_ns = 0;
     if (*rest == '.') {

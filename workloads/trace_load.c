@@ -384,6 +384,9 @@ static kvio_status_t parse_lines(kvio_trace_t *trace, const kvio_trace_format_op
     return KVIO_OK;
 }
 
+/* The latest arrival a trace may give (a run's clock stops at 10 years). */
+#define MAX_ARRIVAL_NS (10.0 * 365 * 86400 * 1e9)
+
 /* Sorting, origin, start, time scale, limit, end, ids and max_tokens. */
 static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t *ops,
                              char *error_p, size_t error_len)
@@ -417,6 +420,18 @@ static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t 
     int64_t origin = 0;
     if (ops->absolute_times && trace->num_records > 0)
         origin = trace->records[0].request.arrival_ns;
+    /* Dated rows weeks apart are likely one wrong date (a row of 1970 among
+     * 2023's made a 54-year run): said, with the lines. */
+    if (ops->absolute_times && trace->num_records > 1) {
+        const kvio_trace_record_t *first = &trace->records[0];
+        const kvio_trace_record_t *last = &trace->records[trace->num_records - 1];
+        double days = (double)(last->request.arrival_ns - first->request.arrival_ns) / 86400e9;
+        if (days > 7)
+            kvio_warn("%s: the trace spans %.1f days, from line %llu to line %llu: is a row's "
+                      "date wrong? (stream.trace.start and duration choose a window)",
+                      trace->path, days, (unsigned long long)first->line,
+                      (unsigned long long)last->line);
+    }
     origin += options->start_ns;
     size_t kept = 0;
     uint64_t clamped = 0;
@@ -428,9 +443,20 @@ static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t 
         if (options->limit > 0 && kept >= (size_t)options->limit)
             break;
         double scaled = (double)(request->arrival_ns - origin) * options->time_scale;
+        if (options->end_ns > 0 && scaled >= (double)options->end_ns)
+            break; /* sorted: every later request arrives later still */
+        if (scaled > MAX_ARRIVAL_NS) {
+            /* It saturated: requests past a run's clock, never served. */
+            snprintf(error_p, error_len,
+                     "%s:%llu: this request arrives %.3g years after the first (stream.trace."
+                     "time_scale %g); a run's clock stops at 10 (a wrong date, or a smaller "
+                     "time_scale or stream.trace.limit)",
+                     trace->path, (unsigned long long)record.line, scaled / 1e9 / 86400 / 365,
+                     options->time_scale);
+            return KVIO_ERR_CONFIG;
+        }
         request->arrival_ns = options->time_scale == 1.0 ? request->arrival_ns - origin
-                              : scaled < 9.2e18      ? llround(scaled)
-                                                     : INT64_MAX;
+                                                         : llround(scaled);
         if (options->end_ns > 0 && request->arrival_ns >= options->end_ns)
             break; /* sorted: every later request arrives later still */
         if (request->id == UINT64_MAX)
