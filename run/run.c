@@ -1004,6 +1004,9 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
         json_object_set_new(summary, "vllm", vllm_json(state->metrics, workload));
     if (serving || coupled)
         json_object_set_new(summary, "scheduling", scheduling_json(workload));
+    json_t *warnings = kvio_run_validity(workload, state->metrics);
+    json_object_set_new(summary, "valid", json_boolean(json_array_size(warnings) == 0));
+    json_object_set(summary, "warnings", warnings);
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,
                                                          write_error, sizeof(write_error));
@@ -1020,6 +1023,12 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     if (status == KVIO_OK && !options->quiet)
         print_table(workload, state->metrics, kvio_results_path(state->results), state->complete,
                     serving || coupled);
+    /* After the table, -q or not (it hides the log's warnings): what makes
+     * these numbers mislead. */
+    for (size_t w = 0; status == KVIO_OK && state->root && w < json_array_size(warnings); w++)
+        fprintf(stderr, "kvio: warning: %s\n",
+                json_string_value(json_object_get(json_array_get(warnings, w), "message")));
+    json_decref(warnings);
     if (status == KVIO_OK && !state->complete) {
         snprintf(state->error_p, state->error_len, "%s; %s/summary.json says complete: false",
                  state->incomplete[0] != '\0' ? state->incomplete : "run interrupted",

@@ -298,4 +298,9 @@ void kvio_interference_free(kvio_interference_t *result);
 json_t *kvio_interference_json(const kvio_interference_t *result, uint64_t recomputed_tokens,
                                uint64_t aborted_requests, double stall_ms);
 
+/* The warnings that make a run's numbers mislead (summary.json's warnings;
+ * valid when there is none): overload, emulate timing error, tier errors,
+ * more emulate ranks than cores. Each: kind, measured, threshold, message. */
+json_t *kvio_run_validity(const kvio_workload_t *workload, const json_t *metrics);
+
 #endif

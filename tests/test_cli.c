@@ -1261,3 +1261,41 @@ Test(cli, a_results_path_too_long_is_refused_before_any_directory, .timeout = 30
     test_rmtree(dir);
     free(dir);
 }
+
+/* #41 item 1: an overloaded run (served 26.6 of 99.7 req/s) printed no
+ * warning. summary.json now says valid and lists warnings with the measured
+ * value and the threshold, printed after the table even with -q. */
+Test(cli, an_overloaded_run_is_marked_invalid_with_the_numbers, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "-q", "run", "chat", "--set", "duration=5s", "--set",
+                               "stream.arrival.rate=200", "-o", "over", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.err, "warning: overloaded: served"), "%s", run.err);
+    test_run_free(&run);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/over/summary.json", dir);
+    char *text = test_read_file(path);
+    json_t *summary = text != NULL ? json_loads(text, 0, NULL) : NULL;
+    cr_assert_not_null(summary);
+    cr_expect(json_is_false(json_object_get(summary, "valid")));
+    const json_t *warning = json_array_get(json_object_get(summary, "warnings"), 0);
+    cr_expect_str_eq(test_json_string(warning, "kind"), "overload");
+    cr_expect_lt(test_json_number(warning, "measured"), test_json_number(warning, "threshold"));
+    json_decref(summary);
+    free(text);
+    run = test_kvio(dir, "-q", "run", "chat", "--set", "duration=5s", "-o", "fine", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(!test_contains(run.err, "warning"), "%s", run.err);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/fine/summary.json", dir);
+    text = test_read_file(path);
+    summary = text != NULL ? json_loads(text, 0, NULL) : NULL;
+    cr_assert_not_null(summary);
+    cr_expect(json_is_true(json_object_get(summary, "valid")), "%s", text);
+    cr_expect_eq(json_array_size(json_object_get(summary, "warnings")), 0);
+    json_decref(summary);
+    free(text);
+    test_rmtree(dir);
+    free(dir);
+}
