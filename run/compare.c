@@ -299,6 +299,7 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
     const kvio_compare_options_t *options = comparison->options;
     variant_t *variant = &comparison->variants[i];
     json_t *runs = json_array();
+    bool valid = true;
     kvio_status_t status = KVIO_OK;
     for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
         if (options->stop != NULL && *options->stop) {
@@ -330,9 +331,13 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
         json_t *metrics = json_object_get(summary, "metrics");
         for (size_t m = 0; m < comparison->num_compared; m++)
             comparison->values[i][m][r] = read_metric(metrics, &comparison->list[m]);
-        json_array_append_new(runs, json_pack("{s:s, s:I, s:O}", "dir", run_dir, "seed",
-                                              (json_int_t)seed, "metrics",
-                                              metrics != NULL ? metrics : json_null()));
+        const json_t *warnings = json_object_get(summary, "warnings");
+        valid = valid && json_array_size(warnings) == 0;
+        json_array_append_new(runs, json_pack("{s:s, s:I, s:O, s:b, s:O}", "dir", run_dir,
+                                              "seed", (json_int_t)seed, "metrics",
+                                              metrics != NULL ? metrics : json_null(), "valid",
+                                              json_array_size(warnings) == 0, "warnings",
+                                              warnings != NULL ? warnings : json_null()));
         json_decref(summary);
         if (options->progress != NULL)
             options->progress(options->context, ++comparison->done,
@@ -355,6 +360,8 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
     json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
                               variant->settings, "runs", runs, "summary", means);
     json_object_set_new(entry, "overloaded", json_boolean(overloaded(means)));
+    /* Valid when every run of it was (its runs list their warnings). */
+    json_object_set_new(entry, "valid", json_boolean(valid));
     if (i > 0 && options->repeat > 1)
         json_object_set_new(entry, "paired_delta_vs_first",
                             paired_deltas(comparison->list, comparison->num_compared,

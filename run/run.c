@@ -1023,9 +1023,12 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     if (status == KVIO_OK && !options->quiet)
         print_table(workload, state->metrics, kvio_results_path(state->results), state->complete,
                     serving || coupled);
-    /* After the table, -q or not (it hides the log's warnings): what makes
+    /* After the table, -q or not (it hides the log's warnings; compare and
+     * capacity, which print no table, keep them in their JSON): what makes
      * these numbers mislead. */
-    for (size_t w = 0; status == KVIO_OK && state->root && w < json_array_size(warnings); w++)
+    for (size_t w = 0; status == KVIO_OK && state->root && !options->quiet &&
+                       w < json_array_size(warnings);
+         w++)
         fprintf(stderr, "kvio: warning: %s\n",
                 json_string_value(json_object_get(json_array_get(warnings, w), "message")));
     json_decref(warnings);

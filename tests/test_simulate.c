@@ -372,6 +372,14 @@ Test(simulate, compare_marks_overloaded_variants, .timeout = 120)
     const json_t *variants = json_object_get(compare, "variants");
     cr_expect(json_is_false(json_object_get(json_array_get(variants, 0), "overloaded")));
     cr_expect(test_json_true(json_array_get(variants, 1), "overloaded"));
+    /* #41 item 1: each variant says whether its runs were valid, and each
+     * run lists its warnings. */
+    cr_expect(test_json_true(json_array_get(variants, 0), "valid"));
+    cr_expect(json_is_false(json_object_get(json_array_get(variants, 1), "valid")));
+    const json_t *run = json_array_get(json_object_get(json_array_get(variants, 1), "runs"), 0);
+    cr_expect_str_eq(test_json_string(json_array_get(json_object_get(run, "warnings"), 0),
+                                      "kind"),
+                     "overload");
     char *table = NULL;
     size_t length = 0;
     FILE *stream = open_memstream(&table, &length);
