@@ -2,6 +2,8 @@
  * subcommand; only this file decides the process exit status. */
 #include "cli/cli.h"
 
+#include "kvio/config.h"
+
 #include "kvio/sysinfo.h"
 
 #include "kvio/log.h"
@@ -135,6 +137,14 @@ int main(int argc, char **argv)
         if (strcmp(command->name, name) == 0)
             return command->main(command_argc, command_argv);
     }
-    fprintf(stderr, "kvio: unknown command '%s' (see kvio --help)\n", name);
+    size_t count = 0;
+    while (commands[count].name != NULL)
+        count++;
+    const char *close = kvio_closest_name(name, &commands[0].name, count, sizeof(command_t));
+    if (close != NULL)
+        fprintf(stderr, "kvio: unknown command '%s' (did you mean '%s'? see kvio --help)\n",
+                name, close);
+    else
+        fprintf(stderr, "kvio: unknown command '%s' (see kvio --help)\n", name);
     return KVIO_EXIT_USAGE;
 }

@@ -3,6 +3,8 @@
  * each usage error printed once, naming the option and the command. */
 #include "cli/cli.h"
 
+#include "kvio/config.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,7 +83,13 @@ static void report_long_error(const kvio_cli_parser_t *parser, const char *arg)
         matches += strncmp(parser->options[i].name, name, (size_t)length) == 0 &&
                    parser->long_options[i].val == LONG_VALUE(i);
     if (matches < 2) {
-        fprintf(stderr, "%s: unknown option '--%.*s'", parser->command, length, name);
+        char typed[128];
+        snprintf(typed, sizeof(typed), "%.*s", length < 127 ? length : 127, name);
+        const char *close = kvio_closest_name(typed, &parser->options[0].name,
+                                              parser->num_options, sizeof(kvio_cli_option_t));
+        fprintf(stderr, "%s: unknown option '--%s'", parser->command, typed);
+        if (close != NULL)
+            fprintf(stderr, " (did you mean '--%s'?)", close);
         return;
     }
     fprintf(stderr, "%s: ambiguous option '--%.*s' (could be", parser->command, length, name);

@@ -70,6 +70,12 @@ const char *config_closest_name(const char *name, const char *const *names, size
     return best;
 }
 
+const char *kvio_closest_name(const char *name, const char *const *names, size_t count,
+                              size_t stride)
+{
+    return config_closest_name(name, names, count, stride);
+}
+
 
 kvio_status_t config_expect_scalar(bind_context_t *context, const node_t *node,
                                    const char *path, const kvio_opt_t *option)

@@ -145,9 +145,19 @@ kvio_status_t kvio_workload_load(const char *source, const char *const *override
     }
     kvio_config_doc_t *doc = NULL;
     kvio_status_t status = kvio_config_doc_load(source, &doc, error_p, error_len);
-    if (status == KVIO_ERR_NOT_FOUND)
+    if (status == KVIO_ERR_NOT_FOUND) {
+        size_t count = 0;
+        while (kvio_presets[count].name != NULL)
+            count++;
+        const char *close = kvio_closest_name(source, &kvio_presets[0].name, count,
+                                              sizeof(kvio_preset_t));
+        char hint[160] = "";
+        if (close != NULL)
+            snprintf(hint, sizeof(hint), "; did you mean '%s'?", close);
         snprintf(error_p, error_len,
-                 "%s: no such file, and no preset of that name (kvio list shows them)", source);
+                 "%s: no such file, and no preset of that name (kvio list shows them%s)", source,
+                 hint);
+    }
     if (status != KVIO_OK)
         return status;
     return bind_document(doc, overrides, num_overrides, workload_p, error_p, error_len);

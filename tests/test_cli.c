@@ -1299,3 +1299,25 @@ Test(cli, an_overloaded_run_is_marked_invalid_with_the_numbers, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #41 item 9 (part): a misspelt command, option or preset got no
+ * suggestion, while keys and values did. */
+Test(cli, misspelt_commands_options_and_presets_get_a_suggestion, .timeout = 30)
+{
+    static const struct {
+        const char *args[4];
+        const char *message;
+    } cases[] = {
+        {{"runn", NULL}, "unknown command 'runn' (did you mean 'run'?"},
+        {{"run", "chat", "--sett", "x=1"}, "unknown option '--sett' (did you mean '--set'?)"},
+        {{"run", "caht", NULL}, "no preset of that name (kvio list shows them; did you mean "
+                                "'chat'?)"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const char *const *a = cases[c].args;
+        test_run_t run = test_kvio(NULL, a[0], a[1], a[2], a[3], NULL);
+        cr_expect_eq(run.status, 2, "case %zu: %s", c, run.err);
+        cr_expect(test_contains(run.err, cases[c].message), "case %zu: %s", c, run.err);
+        test_run_free(&run);
+    }
+}

@@ -127,4 +127,10 @@ json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config);
  * only says whether there is). */
 bool kvio_config_print_help(const kvio_opt_t *options, const char *section, FILE *out);
 
+/* The name of count (each stride bytes after the one before, the first at
+ * names) closest to name within a small edit distance, or NULL: what a
+ * "did you mean" suggests. */
+const char *kvio_closest_name(const char *name, const char *const *names, size_t count,
+                              size_t stride);
+
 #endif
