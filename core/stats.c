@@ -121,7 +121,7 @@ uint64_t kvio_hist_max(const kvio_hist_t *hist)
     return hist->max;
 }
 
-static int compare_doubles(const void *a, const void *b)
+int kvio_compare_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -131,7 +131,7 @@ double kvio_quantile(double *values, size_t count, double q)
 {
     if (count == 0)
         return NAN;
-    qsort(values, count, sizeof(double), compare_doubles);
+    qsort(values, count, sizeof(double), kvio_compare_double);
     size_t index = (size_t)ceil(q * (double)count);
     return values[index > 0 ? index - 1 : 0];
 }

@@ -860,12 +860,6 @@ static kvio_status_t tier_chart(kvio_report_t *report)
 
 /* ---------- cachesim ---------- */
 
-static int compare_double(const void *a, const void *b)
-{
-    double left = *(const double *)a, right = *(const double *)b;
-    return (left > right) - (left < right);
-}
-
 static kvio_status_t cachesim_charts(kvio_report_t *report)
 {
     for (size_t c = 0; c < report->num_cachesims; c++) {
@@ -937,7 +931,7 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
                         n++;
                     }
                 }
-                qsort(pairs, n, 2 * sizeof(double), compare_double);
+                qsort(pairs, n, 2 * sizeof(double), kvio_compare_double);
                 for (size_t i = 0; i < n; i++) {
                     series->x[i] = pairs[2 * i];
                     series->y[i] = pairs[2 * i + 1];
@@ -1059,7 +1053,7 @@ static kvio_status_t interference_charts(kvio_report_t *report)
     for (size_t i = 0; i < marked->num_updates && ttft->num_marks < REPORT_MAX_MARKS; i++)
         if (marked->updates[i].has[5])
             ttft->marks[ttft->num_marks++] = marked->updates[i].t[5];
-    qsort(ttft->marks, ttft->num_marks, sizeof(double), compare_double);
+    qsort(ttft->marks, ttft->num_marks, sizeof(double), kvio_compare_double);
     hits->num_marks = ttft->num_marks;
     memcpy(hits->marks, ttft->marks, ttft->num_marks * sizeof(double));
     double width_s = 0;
@@ -1111,7 +1105,7 @@ static kvio_status_t interference_charts(kvio_report_t *report)
 static kvio_status_t add_cdf(report_chart_t *chart, const char *label, double *values,
                              size_t count, bool dashed)
 {
-    qsort(values, count, sizeof(double), compare_double);
+    qsort(values, count, sizeof(double), kvio_compare_double);
     size_t step = (count + 199) / 200;
     step = step > 0 ? step : 1;
     chart_series_t *series = series_add(chart, label, count / step + 2, false);

@@ -994,12 +994,6 @@ void report_capacity_free(report_capacity_t *capacity)
     free(capacity);
 }
 
-static int compare_load(const void *a, const void *b)
-{
-    double left = *(const double *)a, right = *(const double *)b;
-    return (left > right) - (left < right);
-}
-
 /* One search's object (capacity.json itself, or a variant of it). */
 static kvio_status_t capacity_one(const json_t *search, const char *where, const char *path,
                                   const char *label, report_capacity_t **capacity_p,
@@ -1042,7 +1036,7 @@ static kvio_status_t capacity_one(const json_t *search, const char *where, const
         }
     }
     if (status == KVIO_OK) {
-        qsort(pairs, count, 2 * sizeof(double), compare_load);
+        qsort(pairs, count, 2 * sizeof(double), kvio_compare_double);
         capacity->load = malloc(count * sizeof(double));
         capacity->attainment = malloc(count * sizeof(double));
         if (capacity->load == NULL || capacity->attainment == NULL)

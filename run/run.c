@@ -241,16 +241,11 @@ static json_t *scheduling_json(const kvio_workload_t *workload)
     /* Batch limits left at 0 take vLLM's for the GPU class. */
     kvio_gpu_t gpu = workload->gpu;
     char ignored[256];
-    kvio_engine_batch_defaults_t defaults =
-        kvio_gpu_resolve(&gpu, ignored, sizeof(ignored)) == KVIO_OK
-            ? kvio_serve_batch_defaults(&gpu)
-            : kvio_serve_batch_defaults(NULL);
-    int64_t seqs = engine->max_num_seqs > 0 ? engine->max_num_seqs : defaults.max_num_seqs;
-    int64_t tokens = engine->max_num_batched_tokens > 0 ? engine->max_num_batched_tokens
-                                                        : defaults.max_num_batched_tokens;
+    kvio_engine_batch_defaults_t limits = kvio_serve_batch_limits(
+        engine, kvio_gpu_resolve(&gpu, ignored, sizeof(ignored)) == KVIO_OK ? &gpu : NULL);
     return json_pack("{s:s, s:I, s:I, s:b, s:f, s:b, s:s, s:s, s:s}", "profile",
-                     vllm ? "vllm" : "custom", "max_num_seqs", (json_int_t)seqs,
-                     "max_num_batched_tokens", (json_int_t)tokens,
+                     vllm ? "vllm" : "custom", "max_num_seqs", (json_int_t)limits.max_num_seqs,
+                     "max_num_batched_tokens", (json_int_t)limits.max_num_batched_tokens,
                      "scheduler_reserve_full_isl", engine->scheduler_reserve_full_isl,
                      "watermark", engine->watermark, "prefix_caching", kvcache->prefix_caching,
                      "free_order", free_orders[kvcache->free_order == 1],
@@ -462,10 +457,7 @@ static kvio_status_t check_cost(const kvio_workload_t *workload, const kvio_mode
         snprintf(error_p, error_len, "cost: %s", why[0] != '\0' ? why : kvio_strerror(status));
         return status;
     }
-    kvio_engine_batch_defaults_t defaults = kvio_serve_batch_defaults(gpu);
-    int64_t budget = workload->serve.engine.max_num_batched_tokens > 0
-                         ? workload->serve.engine.max_num_batched_tokens
-                         : defaults.max_num_batched_tokens;
+    int64_t budget = kvio_serve_batch_limits(&workload->serve.engine, gpu).max_num_batched_tokens;
     kvio_batch_t smallest = {0}, largest = {0};
     kvio_batch_add_decode(&smallest, 1);
     kvio_batch_add_prefill(&largest, (uint64_t)budget, 0);

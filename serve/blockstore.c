@@ -703,6 +703,15 @@ void kvio_block_store_settle(kvio_block_store_t *store)
     pthread_mutex_unlock(&io->lock);
 }
 
+/* Simulate, async: the link to the tiers is one queue; a transfer ready at
+ * ready_ns starts when the link is free and ends cost_ns later. */
+static int64_t link_queue(kvio_block_store_t *store, int64_t ready_ns, int64_t cost_ns)
+{
+    int64_t start_ns = store->link_free_ns > ready_ns ? store->link_free_ns : ready_ns;
+    store->link_free_ns = start_ns + cost_ns;
+    return store->link_free_ns;
+}
+
 kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
                                           const uint32_t *ids, uint32_t wanted, int64_t now_ns,
                                           kvio_kv_load_t **load_p)
@@ -733,8 +742,7 @@ kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_
     int64_t cost_ns = 0;
     kvio_status_t status = kvio_block_store_load(store, load->hashes, load->ids, wanted,
                                                  &load->loaded, &cost_ns);
-    int64_t start_ns = store->link_free_ns > now_ns ? store->link_free_ns : now_ns;
-    load->end_ns = store->link_free_ns = start_ns + cost_ns;
+    load->end_ns = link_queue(store, now_ns, cost_ns);
     load->status = status;
     load->done = true;
     return status;
@@ -786,8 +794,7 @@ void kvio_block_store_saves_at(kvio_block_store_t *store, int64_t end_ns)
 {
     if (store->saves_ns == 0)
         return;
-    int64_t start_ns = store->link_free_ns > end_ns ? store->link_free_ns : end_ns;
-    store->link_free_ns = start_ns + store->saves_ns;
+    link_queue(store, end_ns, store->saves_ns);
     store->saves_ns = 0;
 }
 

@@ -1130,6 +1130,25 @@ static void count_admission(kvio_engine_t *engine, engine_req_t *req, uint32_t h
     }
 }
 
+/* vLLM's admission check of a waiting or preempted request that needs
+ * `needed` new blocks: they, and the watermark while another request
+ * runs, must be free, and with scheduler_reserve_full_isl the whole
+ * sequence must fit (its evictable hits count as taken). */
+static kvio_status_t admission_fits(kvio_engine_t *engine, engine_req_t *req, uint32_t needed,
+                                    bool *fits_p)
+{
+    uint32_t free_blocks = kvio_kvcache_num_free_blocks(engine->cache);
+    uint32_t watermark = engine->running.count > 0 ? engine->watermark_blocks : 0;
+    *fits_p = (uint64_t)needed + watermark <= free_blocks;
+    if (!*fits_p || !engine->config.scheduler_reserve_full_isl)
+        return KVIO_OK;
+    size_t whole = 0;
+    kvio_status_t status = kvio_kvcache_blocks_to_allocate(engine->cache, req->kv,
+                                                           req_num_tokens(req), &whole);
+    *fits_p = status == KVIO_OK && (uint64_t)whole + watermark <= free_blocks;
+    return status;
+}
+
 /* tier_io: async. The request's blocks (the pool's hits and the tier's)
  * are reserved, the tier's begin to load, and the request waits in the
  * loading list, not at the queue's head, while the batch goes on (vLLM's
@@ -1139,20 +1158,10 @@ static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, u
                                      uint32_t tier_blocks, int64_t now_ns, bool *started_p)
 {
     *started_p = false;
-    uint32_t num_tokens = req_num_tokens(req);
-    uint32_t free_blocks = kvio_kvcache_num_free_blocks(engine->cache);
-    uint32_t watermark = engine->running.count > 0 ? engine->watermark_blocks : 0;
-    if ((uint64_t)tier_blocks + watermark > free_blocks)
-        return KVIO_OK;
-    kvio_status_t status;
-    if (engine->config.scheduler_reserve_full_isl) {
-        size_t whole = 0;
-        status = kvio_kvcache_blocks_to_allocate(engine->cache, req->kv, num_tokens, &whole);
-        if (status != KVIO_OK)
-            return status;
-        if ((uint64_t)whole + watermark > free_blocks)
-            return KVIO_OK;
-    }
+    bool fits = false;
+    kvio_status_t status = admission_fits(engine, req, tier_blocks, &fits);
+    if (status != KVIO_OK || !fits)
+        return status;
     size_t pool_hits_taken = 0;
     status = kvio_kvcache_allocate_unhashed(engine->cache, req->kv,
                                             hits + tier_blocks * engine->block_size,
@@ -1175,7 +1184,7 @@ static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, u
     status = list_push(&engine->loading, req);
     if (status != KVIO_OK)
         return status;
-    count_admission(engine, req, hits, hits, num_tokens);
+    count_admission(engine, req, hits, hits, req_num_tokens(req));
     req->computed = hits;
     req->kv_wait_start_ns = now_ns;
     *started_p = true;
@@ -1286,27 +1295,17 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             continue;
         }
         /* The blocks beyond the hits must come from the free queue: when
-         * even those do not fit, the allocation cannot succeed (skip it).
-         * vLLM's admission keeps the watermark free while another request
-         * runs and, with scheduler_reserve_full_isl, wants the whole
-         * sequence to fit (its evictable hits count as taken). */
-        uint32_t free_blocks = kvio_kvcache_num_free_blocks(engine->cache);
-        uint32_t watermark = engine->running.count > 0 ? engine->watermark_blocks : 0;
+         * even those do not fit, the allocation cannot succeed (skip it). */
         uint32_t needed = (computed + new_tokens + engine->block_size - 1) / engine->block_size -
                           computed / engine->block_size;
-        if ((uint64_t)needed + watermark > free_blocks)
+        bool fits = false;
+        kvio_status_t status = admission_fits(engine, req, needed, &fits);
+        if (status != KVIO_OK)
+            return status;
+        if (!fits)
             break;
-        if (engine->config.scheduler_reserve_full_isl) {
-            size_t whole = 0;
-            kvio_status_t status = kvio_kvcache_blocks_to_allocate(engine->cache, req->kv,
-                                                                   num_tokens, &whole);
-            if (status != KVIO_OK)
-                return status;
-            if ((uint64_t)whole + watermark > free_blocks)
-                break;
-        }
         size_t pool_hits_taken = 0;
-        kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv, computed + new_tokens,
+        status = kvio_kvcache_allocate(engine->cache, req->kv, computed + new_tokens,
                                                      &pool_hits_taken);
         if (status == KVIO_ERR_NO_SPACE)
             break;

@@ -14,12 +14,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "kvio/clock.h"
 #include "kvio/gpu.h"
 
-/* The furthest a run's clock may go (a simulate run of years of virtual
- * time is a cost model gone wrong, and int64 nanoseconds end at 292). */
-#define CLOCK_LIMIT_YEARS 10
-#define CLOCK_LIMIT_NS ((int64_t)CLOCK_LIMIT_YEARS * 365 * 86400 * 1000000000)
 
 /* ---------- lanes ---------- */
 
@@ -215,14 +212,19 @@ static kvio_status_t end_running(kvio_serve_loop_t *loop, kvio_serve_lane_t *lan
     return KVIO_OK;
 }
 
-/* Nothing to run: the lane idles, and has finished serving when no request
- * can come any more. */
-static kvio_status_t go_idle(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane, int64_t now_ns)
+static void become_idle(kvio_serve_lane_t *lane, int64_t now_ns)
 {
     if (lane->state != KVIO_LANE_IDLE)
         lane->idle_since_ns = now_ns;
     lane->state = KVIO_LANE_IDLE;
     lane->busy_until_ns = -1;
+}
+
+/* Nothing to run: the lane idles, and has finished serving when no request
+ * can come any more. */
+static kvio_status_t go_idle(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane, int64_t now_ns)
+{
+    become_idle(lane, now_ns);
     kvio_serve_arrivals_t *arrivals = loop->arrivals;
     bool no_more = arrivals == NULL || arrivals->ops->ended(arrivals) || loop->stopped;
     if (lane->engine != NULL && no_more && !lane->finished) {
@@ -243,10 +245,7 @@ static kvio_status_t go_idle(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane, i
 static kvio_status_t wait_for_kv(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
                                  int64_t now_ns)
 {
-    if (lane->state != KVIO_LANE_IDLE)
-        lane->idle_since_ns = now_ns;
-    lane->state = KVIO_LANE_IDLE;
-    lane->busy_until_ns = -1;
+    become_idle(lane, now_ns);
     int64_t ready_ns = kvio_engine_kv_ready_ns(lane->engine);
     int64_t at_ns = until_or_look(loop, ready_ns < 0 ? -1 : ready_ns + loop->origin_ns, now_ns);
     if (at_ns <= now_ns)
@@ -345,7 +344,7 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
                     released ? KVIO_STALL_RELEASE : KVIO_STALL_LEND);
         return KVIO_OK;
     }
-    if (iteration.duration_ns > CLOCK_LIMIT_NS - (now_ns - loop->origin_ns)) {
+    if (iteration.duration_ns > KVIO_CLOCK_LIMIT_NS - (now_ns - loop->origin_ns)) {
         /* Iterations the cost model makes days long, run after run: the
          * clock would pass its limit (it saturated, and the run passed off
          * absurd latencies as complete). */
@@ -353,7 +352,7 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
             snprintf(loop->error, sizeof(loop->error),
                      "serve rank %u: the run's clock would pass %d years (an iteration of "
                      "%.4g s, %.4g s into the run): check cost.* (c0..c3, overhead) and gpu.*",
-                     lane->world_rank, CLOCK_LIMIT_YEARS, (double)iteration.duration_ns / 1e9,
+                     lane->world_rank, KVIO_CLOCK_LIMIT_YEARS, (double)iteration.duration_ns / 1e9,
                      (double)(now_ns - loop->origin_ns) / 1e9);
         return KVIO_ERR_CONFIG;
     }

@@ -87,6 +87,17 @@ kvio_engine_batch_defaults_t kvio_serve_batch_defaults(const kvio_gpu_t *gpu)
                                           .max_num_batched_tokens = large ? 8192 : 2048};
 }
 
+kvio_engine_batch_defaults_t kvio_serve_batch_limits(const kvio_engine_config_t *engine,
+                                                     const kvio_gpu_t *gpu)
+{
+    kvio_engine_batch_defaults_t limits = kvio_serve_batch_defaults(gpu);
+    if (engine->max_num_seqs > 0)
+        limits.max_num_seqs = engine->max_num_seqs;
+    if (engine->max_num_batched_tokens > 0)
+        limits.max_num_batched_tokens = engine->max_num_batched_tokens;
+    return limits;
+}
+
 kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint32_t serve_index,
                                               uint32_t blocks, const kvio_cost_t *cost,
                                               kvio_engine_observer_t observer)

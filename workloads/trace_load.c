@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kvio/clock.h"
 #include "kvio/log.h"
 #include "kvio/sysinfo.h"
 
@@ -384,9 +385,6 @@ static kvio_status_t parse_lines(kvio_trace_t *trace, const kvio_trace_format_op
     return KVIO_OK;
 }
 
-/* The latest arrival a trace may give (a run's clock stops at 10 years). */
-#define MAX_ARRIVAL_NS (10.0 * 365 * 86400 * 1e9)
-
 /* Sorting, origin, start, time scale, limit, end, ids and max_tokens. */
 static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t *ops,
                              char *error_p, size_t error_len)
@@ -445,14 +443,14 @@ static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t 
         double scaled = (double)(request->arrival_ns - origin) * options->time_scale;
         if (options->end_ns > 0 && scaled >= (double)options->end_ns)
             break; /* sorted: every later request arrives later still */
-        if (scaled > MAX_ARRIVAL_NS) {
+        if (scaled > (double)KVIO_CLOCK_LIMIT_NS) {
             /* It saturated: requests past a run's clock, never served. */
             snprintf(error_p, error_len,
                      "%s:%llu: this request arrives %.3g years after the first (stream.trace."
-                     "time_scale %g); a run's clock stops at 10 (a wrong date, or a smaller "
-                     "time_scale or stream.trace.limit)",
+                     "time_scale %g); a run's clock stops at %d (a wrong date, or a "
+                     "smaller time_scale or stream.trace.limit)",
                      trace->path, (unsigned long long)record.line, scaled / 1e9 / 86400 / 365,
-                     options->time_scale);
+                     options->time_scale, KVIO_CLOCK_LIMIT_YEARS);
             return KVIO_ERR_CONFIG;
         }
         request->arrival_ns = options->time_scale == 1.0 ? request->arrival_ns - origin

@@ -6,6 +6,12 @@
 
 #include <stdint.h>
 
+/* The furthest a run's clock may go, in years and ns (a simulate run of
+ * years of virtual time is a cost model gone wrong or a trace's wrong date;
+ * int64 nanoseconds end at 292 years). */
+#define KVIO_CLOCK_LIMIT_YEARS 10
+#define KVIO_CLOCK_LIMIT_NS ((int64_t)KVIO_CLOCK_LIMIT_YEARS * 365 * 86400 * 1000000000)
+
 /* Monotonic time in ns since an arbitrary origin (CLOCK_MONOTONIC). */
 uint64_t kvio_time_ns(void);
 

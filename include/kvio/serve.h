@@ -216,6 +216,9 @@ void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const ui
  * OpenAI API server): 1024 sequences and 8192 tokens on a GPU of 70 GiB or
  * more that is not an A100 (H100, H200, MI300X), else 256 and 2048. */
 kvio_engine_batch_defaults_t kvio_serve_batch_defaults(const kvio_gpu_t *gpu);
+/* The limits a run gets: the engine section's, its zeros taking the GPU's. */
+kvio_engine_batch_defaults_t kvio_serve_batch_limits(const kvio_engine_config_t *engine,
+                                                     const kvio_gpu_t *gpu);
 
 /* KV blocks per serve rank from the kvcache section, model and GPU (blocks,
  * capacity, or GPU memory after the weights), with the error's numbers. */

@@ -47,6 +47,9 @@ uint64_t kvio_hist_max(const kvio_hist_t *hist);
  * clamped to [min, max]. 0 for an empty histogram. */
 double kvio_hist_quantile(const kvio_hist_t *hist, double q);
 
+/* qsort's comparison for doubles, ascending. */
+int kvio_compare_double(const void *a, const void *b);
+
 /* The exact q quantile of count values, nearest rank (the smallest value
  * with at least q of them at or below it); sorts values in place. NAN when
  * count is 0. */
