@@ -75,8 +75,9 @@ int kvio_cli_append(const char *command, const char *what, const char **list, si
 
 /* Catches SIGINT and SIGTERM from now on and returns the flag they set, for
  * a run's options.stop: the run in progress stops, writes what it has and
- * marks it incomplete. A signal handler can only reach a global, so there is
- * one flag for the process. */
+ * marks it incomplete. The flag counts the signals (up to 2: kvio serve
+ * drains on the first, stops on the second). A signal handler can only
+ * reach a global, so there is one flag for the process. */
 volatile sig_atomic_t *kvio_cli_stop_on_signals(void);
 
 /* Each command takes its arguments with argv[0] its own name. */
@@ -90,5 +91,6 @@ int kvio_cmd_stream(int argc, char **argv);
 int kvio_cmd_compare(int argc, char **argv);
 int kvio_cmd_capacity(int argc, char **argv);
 int kvio_cmd_report(int argc, char **argv);
+int kvio_cmd_serve(int argc, char **argv);
 
 #endif

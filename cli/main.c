@@ -20,6 +20,7 @@ typedef struct command {
 
 static const command_t commands[] = {
     {"run", kvio_cmd_run, "run a workload (file or preset; quickstart by default)"},
+    {"serve", kvio_cmd_serve, "serve a workload's engine behind an OpenAI-compatible HTTP endpoint"},
     {"compare", kvio_cmd_compare, "run a workload's variants side by side (--vary key=a,b)"},
     {"capacity", kvio_cmd_capacity, "the highest arrival rate that meets an SLO (--slo ...)"},
     {"validate", kvio_cmd_validate, "check a workload file; --dump prints the effective config"},

@@ -186,7 +186,7 @@ static volatile sig_atomic_t stop_requested;
 static void request_stop(int signal_number)
 {
     (void)signal_number;
-    stop_requested = 1;
+    stop_requested = stop_requested < 2 ? stop_requested + 1 : 2;
 }
 
 volatile sig_atomic_t *kvio_cli_stop_on_signals(void)

@@ -111,7 +111,7 @@ static kvio_status_t make_dir(const char *path, bool force, bool *existed_p, cha
  * a planted link, never what it points to. */
 static const char *const written_files[] = {
     "summary.json", "summary.json.tmp", "requests.csv", "iterations.csv", "updates.csv",
-    "updates.csv.tmp", "sync.csv", "compare.json", "capacity.json",
+    "updates.csv.tmp", "sync.csv", "compare.json", "capacity.json", "trace.jsonl",
 };
 
 static kvio_status_t remove_earlier(const char *path, char *error_p, size_t error_len)
@@ -313,7 +313,7 @@ kvio_status_t kvio_csv_open(const kvio_results_t *results, const char *file_name
         free(csv);
         return status;
     }
-    if (fprintf(csv->file, "%s\n", header) < 0)
+    if (header != NULL && fprintf(csv->file, "%s\n", header) < 0)
         csv_failed(csv);
     *csv_p = csv;
     return KVIO_OK;

@@ -523,7 +523,8 @@ static kvio_status_t check_simulate_memory(const kvio_workload_t *workload,
  * NULL). */
 static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_t *model_p,
                                     kvio_gpu_t *gpu_p, kvio_stream_t **stream_p,
-                                    uint64_t *requests_p, char *error_p, size_t error_len)
+                                    bool stream_served, uint64_t *requests_p, char *error_p,
+                                    size_t error_len)
 {
     bool updates = kvio_updates_wanted(workload);
     bool emulate = workload->mode == KVIO_MODE_EMULATE;
@@ -597,6 +598,12 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
     if (status == KVIO_OK && !emulate)
         status = check_simulate_memory(workload, model_p, blocks, error_p, error_len);
     int64_t duration_ns = kvio_workload_stream_duration(workload);
+    if (status == KVIO_OK && !stream_served) {
+        /* A front end's requests (kvio serve): the stream serves nothing. */
+        if (emulate)
+            status = check_tiers(workload, error_p, error_len);
+        return status;
+    }
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed, duration_ns,
                                     &stream, error_p, error_len);
@@ -625,7 +632,7 @@ kvio_status_t kvio_workload_check(const kvio_workload_t *workload, char *error_p
     kvio_model_t model;
     kvio_gpu_t gpu;
     uint64_t requests;
-    return check_workload(workload, &model, &gpu, NULL, &requests, error_p, error_len);
+    return check_workload(workload, &model, &gpu, NULL, true, &requests, error_p, error_len);
 }
 
 /* What one run holds from its checks to its summary. */
@@ -673,6 +680,7 @@ static kvio_status_t run_prepare(run_state_t *state)
     size_t error_len = state->error_len;
     uint64_t pool_bytes = 0; /* host memory of the coupled run's KV pools */
     kvio_status_t status = check_workload(workload, &state->model, &state->gpu, &state->stream,
+                                          state->options->frontend == NULL,
                                           &state->num_requests, error_p, error_len);
     bool serves = state->serving || state->coupled;
     if (status == KVIO_OK && serves && (state->emulate || state->coupled))
@@ -859,6 +867,7 @@ static kvio_status_t run_serving(run_state_t *state)
         .updates_stall_ns = state->stall_ns,
         .drain_stall_ns = state->drain_stall_ns,
         .output = state->updates && !state->emulate ? &state->served : NULL,
+        .frontend = state->options->frontend,
     };
     if (twin_wanted(state)) {
         status = serve_twin(state, &serve_run);
@@ -932,8 +941,10 @@ static void check_something_served(run_state_t *state)
 {
     const json_t *completed = json_object_get(state->metrics, "completed");
     const json_t *measured = json_object_get(state->metrics, "measured");
+    /* A server (kvio serve) measures what its clients sent, maybe nothing. */
     if (!state->root || !(state->serving || state->coupled) || !state->complete ||
-        state->incomplete[0] != '\0' || stopped(state) || completed == NULL)
+        state->incomplete[0] != '\0' || stopped(state) || completed == NULL ||
+        state->options->frontend != NULL)
         return;
     if (json_integer_value(completed) == 0) {
         state->complete = false;
@@ -991,6 +1002,8 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     json_object_update(summary, state->start);
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
     json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
+    if (options->server_json != NULL)
+        json_object_set_new(state->metrics, "server", options->server_json(options->server_context));
     json_object_set(summary, "metrics", state->metrics);
     if (json_object_get(state->metrics, "ttft_ms") != NULL)
         json_object_set_new(summary, "vllm", vllm_json(state->metrics, workload));
@@ -1079,7 +1092,15 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
                          .serving = !emulate || !updates,
                          .coupled = kvio_updates_coupled(workload), .served_out = served_out};
     bool world_failed = true; /* MPI_Finalize only after a whole run */
-    kvio_status_t status = run_prepare(&state);
+    kvio_status_t status = KVIO_OK;
+    if (options->frontend != NULL && (!emulate || updates)) {
+        /* kvio serve makes its workload emulate; model updates are not served yet. */
+        snprintf(error_p, error_len, "a front end serves emulate runs without trainers "
+                 "(mode: emulate, ranks.train: 0)");
+        status = KVIO_ERR_CONFIG;
+        goto out;
+    }
+    status = run_prepare(&state);
     if (status != KVIO_OK)
         goto out;
     state.start_ns = kvio_wall_time_ns();

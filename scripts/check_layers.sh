@@ -27,11 +27,11 @@ declare -A HEADER_MODULE=(
     [rng]=core [rte]=core [stats]=core [status]=core [sysinfo]=core [wire]=core
     [format]=core [csv]=core [hashset]=core [plugin]=core [array]=core [files]=core
     [model]=model
-    [stream]=workloads
+    [stream]=workloads [tokenizer]=workloads
     [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache
     [xfer]=xfer
     [sched]=sched
-    [cost]=serve [engine]=serve [serve]=serve [update]=serve
+    [cost]=serve [engine]=serve [serve]=serve [update]=serve [frontend]=serve
     [train]=train [sync]=train
     [http]=http
     [run]=run [compare]=run [capacity]=run

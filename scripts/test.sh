@@ -34,6 +34,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DKVIO_WITH_UCX=ON -DKVIO_WITH_MPI=ON -DKVIO_WITH_REDIS=ON -DKVIO_WITH_CUDA=$cuda \
+    -DKVIO_WITH_HTTP=ON -DKVIO_WITH_ZMQ=ON \
     -DKVIO_BUILD_TESTS=ON >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)"
 

@@ -812,6 +812,13 @@ void kvio_block_store_swap_forget(kvio_swapped_t *swapped)
     *swapped = (kvio_swapped_t){0};
 }
 
+void kvio_block_store_swap_release(kvio_block_store_t *store, kvio_swapped_t *swapped)
+{
+    for (size_t i = swapped->slots != NULL ? swapped->blocks : 0; i > 0; i--)
+        store->swap_free[store->swap_num_free++] = swapped->slots[i - 1];
+    kvio_block_store_swap_forget(swapped);
+}
+
 kvio_status_t kvio_block_store_swap_out(kvio_block_store_t *store, const uint32_t *ids,
                                         size_t count, kvio_swapped_t *swapped,
                                         int64_t *real_ns_p)

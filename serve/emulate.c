@@ -146,7 +146,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     if (status != KVIO_OK)
         return status;
     plain_run_t plain = {.run = run, .num_serve = run->num_ranks > 0 ? run->num_ranks : 1};
-    plain.with_client = plain.num_serve > 1;
+    plain.with_client = plain.num_serve > 1 && run->frontend == NULL;
     pthread_mutex_init(&plain.setup_lock, NULL);
     int size = (int)plain.num_serve + (plain.with_client ? 1 : 0);
     plain.runs = calloc((size_t)size, sizeof(*plain.runs));
@@ -197,8 +197,12 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
                                     run->events, &metrics, &served, &num_versions, NULL,
                                     error_p, error_len);
     free(served);
-    if (status != KVIO_OK)
+    if (status == KVIO_OK && run->frontend != NULL)
+        status = kvio_frontend_write_trace(run->frontend, run->results, error_p, error_len);
+    if (status != KVIO_OK) {
+        json_decref(metrics);
         goto out;
+    }
     plain_metrics(&plain, metrics);
     *metrics_p = metrics;
     *complete_p = !stopped;

@@ -164,6 +164,7 @@ typedef struct engine_req {
     bool swapped;               /* KV sits in host memory (preempted by swap) */
     kvio_swapped_t swap;        /* emulate: where the swapped blocks sit */
     int64_t first_token_ns, last_token_ns;
+    int64_t queued_ns;          /* arrival to its first schedule (0 before it) */
     req_state_t state;
     struct engine_req *next_spare;
 } engine_req_t;
@@ -224,6 +225,7 @@ struct kvio_engine {
     int in_flight;              /* kvio_in_flight_t */
     uint64_t active_version;    /* the model version the engine runs */
     bool admission_paused;      /* in_flight: wait: draining for an update */
+    bool admission_held;        /* kvio_engine_hold_admission (vLLM's pause, mode wait) */
     char error[512];            /* why the last schedule failed (a bad cost model) */
     kvio_kvreq_t *reservation;  /* update.colocated: blocks lent to an incoming update */
     uint32_t reserved_blocks;
@@ -374,6 +376,7 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->update_aborted_requests += src->update_aborted_requests;
     dst->update_recomputed_tokens += src->update_recomputed_tokens;
     dst->colocated_preemptions += src->colocated_preemptions;
+    dst->aborted_requests += src->aborted_requests;
     dst->usage_time_integral += src->usage_time_integral;
     if (src->max_usage > dst->max_usage)
         dst->max_usage = src->max_usage;
@@ -1105,11 +1108,14 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
  * requests (not measured) count in none of them. hits: the pool's cached
  * tokens; computed: the tokens whose KV it has once admitted. */
 static void count_admission(kvio_engine_t *engine, engine_req_t *req, uint32_t hits,
-                            uint32_t computed, uint32_t num_tokens)
+                            uint32_t computed, uint32_t num_tokens, int64_t now_ns)
 {
     bool measured = req->spec.measured;
     if (!req->admitted_once) {
         req->admitted_once = true;
+        req->queued_ns = now_ns > req->spec.arrival_ns ? now_ns - req->spec.arrival_ns : 0;
+        if (measured)
+            kvio_hist_record(engine->metrics.queue, (uint64_t)req->queued_ns);
         req->cached_tokens = hits;
         engine->metrics.prefix_queries += measured ? req->spec.prompt_tokens : 0;
         engine->metrics.prefix_hits += measured ? hits : 0;
@@ -1184,7 +1190,7 @@ static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, u
     status = list_push(&engine->loading, req);
     if (status != KVIO_OK)
         return status;
-    count_admission(engine, req, hits, hits, req_num_tokens(req));
+    count_admission(engine, req, hits, hits, req_num_tokens(req), now_ns);
     req->computed = hits;
     req->kv_wait_start_ns = now_ns;
     *started_p = true;
@@ -1349,7 +1355,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         status = list_push(&engine->running, req);
         if (status != KVIO_OK)
             return status;
-        count_admission(engine, req, hits, computed, num_tokens);
+        count_admission(engine, req, hits, computed, num_tokens, now_ns);
         req->swapped = false;
         req->computed = computed;
         req->state = REQ_RUNNING;
@@ -1393,7 +1399,7 @@ kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
         preempted_before = engine->current.num_preempted;
     }
     if (status == KVIO_OK && engine->current.num_preempted == preempted_before &&
-        !engine->admission_paused)
+        !engine->admission_paused && !engine->admission_held)
         status = schedule_waiting(engine, &budget, now_ns);
     if (status != KVIO_OK)
         return status;
@@ -1664,7 +1670,7 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
             .cached_tokens = req->cached_tokens, .preemptions = req->preemptions,
             .recomputed_tokens = req->recomputed_tokens, .measured = req->spec.measured,
             .tag = req->spec.tag, .max_itl_ns = req->max_itl_ns,
-            .kv_wait_ns = req->kv_wait_ns,
+            .kv_wait_ns = req->kv_wait_ns, .queued_ns = req->queued_ns,
         };
         engine->observer.on_finish(engine->observer.context, &finished);
     }
@@ -1712,6 +1718,12 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
                 req->max_itl_ns = end_ns - req->last_token_ns;
         }
         req->last_token_ns = end_ns;
+        if (engine->observer.on_tokens != NULL)
+            engine->observer.on_tokens(engine->observer.context, req->spec.id,
+                                       req->sched.generated < req->target_output
+                                           ? req->sched.generated
+                                           : req->target_output,
+                                       end_ns);
         if (req->sched.generated >= req->target_output) {
             record_finish(engine, req, end_ns);
             for (size_t r = 0; r < engine->running.count; r++) {
@@ -1745,6 +1757,61 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
         }
     }
     engine->num_scratch = 0;
+}
+
+/* ---------- taking requests out ---------- */
+
+/* The live request with this id: its list and index there (NULL: none). */
+static req_list_t *find_live(kvio_engine_t *engine, uint64_t id, size_t *index_p)
+{
+    req_list_t *lists[] = {&engine->running, &engine->waiting, &engine->loading};
+    for (size_t l = 0; l < 3; l++) {
+        for (size_t i = 0; i < lists[l]->count; i++) {
+            if (lists[l]->items[i]->spec.id == id) {
+                *index_p = i;
+                return lists[l];
+            }
+        }
+    }
+    return NULL;
+}
+
+kvio_status_t kvio_engine_abort(kvio_engine_t *engine, uint64_t id)
+{
+    size_t index = 0;
+    req_list_t *list = find_live(engine, id, &index);
+    if (list == NULL)
+        return KVIO_ERR_NOT_FOUND;
+    engine_req_t *req = list->items[index];
+    list_remove_at(list, index);
+    if (req->load != NULL) {
+        kvio_block_store_load_free(engine->store, req->load); /* waits for its bytes */
+        req->load = NULL;
+    }
+    if (req->swapped)
+        kvio_block_store_swap_release(engine->store, &req->swap);
+    if (req->kv != NULL)
+        kv_freed(engine, req); /* a running one's blocks leave the running total */
+    engine->metrics.aborted_requests++;
+    req_recycle(engine, req);
+    return KVIO_OK;
+}
+
+void kvio_engine_hold_admission(kvio_engine_t *engine, bool held)
+{
+    engine->admission_held = held;
+}
+
+bool kvio_engine_admission_held(const kvio_engine_t *engine)
+{
+    return engine->admission_held;
+}
+
+void kvio_engine_reset_prefix_cache(kvio_engine_t *engine, bool *reset_p)
+{
+    *reset_p = kvio_kvcache_num_free_blocks(engine->cache) >= engine->num_blocks;
+    if (*reset_p)
+        kvio_kvcache_reset_prefix(engine->cache, NULL, NULL);
 }
 
 /* ---------- inspection ---------- */

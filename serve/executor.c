@@ -46,6 +46,11 @@ kvio_status_t kvio_serve_step(kvio_engine_t *engine, int64_t now_ns, uint32_t ra
         *step_p = KVIO_SERVE_STEP_KV;
         return KVIO_OK;
     }
+    if (kvio_engine_admission_held(engine)) {
+        /* Paused: the waiting requests wait for the resume. */
+        *step_p = KVIO_SERVE_STEP_IDLE;
+        return KVIO_OK;
+    }
     if (kvio_engine_lent_blocks(engine) > 0 && pool_comes_back) {
         /* The pool is lent to an update: nothing fits until it is back. */
         *step_p = KVIO_SERVE_STEP_LENT;

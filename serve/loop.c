@@ -314,6 +314,12 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
         }
         return emulated_iteration(loop, lane, now_ns);
     }
+    if (arrivals != NULL && arrivals->ops->held != NULL && arrivals->ops->held(arrivals) &&
+        !loop->stopped) {
+        become_idle(lane, now_ns);
+        lane->wake_ns = now_ns + loop->poll_ns;
+        return KVIO_OK;
+    }
     if (loop->stopped || !kvio_engine_has_work(lane->engine))
         return go_idle(loop, lane, now_ns);
     if (view.stalled) {
@@ -337,6 +343,12 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
     }
     if (step == KVIO_SERVE_STEP_KV)
         return wait_for_kv(loop, lane, now_ns);
+    if (step == KVIO_SERVE_STEP_IDLE) {
+        /* Admission held (a pause): the waiting requests wait for the resume. */
+        become_idle(lane, now_ns);
+        lane->wake_ns = now_ns + loop->poll_ns;
+        return KVIO_OK;
+    }
     if (step == KVIO_SERVE_STEP_LENT) {
         /* Requests wait for the KV memory lent to the update. */
         bool released = lane->update != NULL && lane->update->colocated == KVIO_COLOCATED_RELEASE;

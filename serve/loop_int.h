@@ -105,6 +105,9 @@ typedef struct kvio_serve_arrivals_ops {
     kvio_status_t (*finished)(kvio_serve_arrivals_t *source, kvio_serve_lane_t *lane);
     kvio_status_t (*poll)(kvio_serve_arrivals_t *source, bool *wake_p);
     const char *(*error)(const kvio_serve_arrivals_t *source);
+    /* Optional: serving is held (the front end's pause, mode keep): the
+     * lane starts no iteration and looks again after the poll interval. */
+    bool (*held)(const kvio_serve_arrivals_t *source);
 } kvio_serve_arrivals_ops_t;
 
 struct kvio_serve_arrivals {
@@ -150,6 +153,27 @@ kvio_serve_arrivals_t *kvio_serve_client_arrivals(kvio_serve_client_arrivals_t *
 void kvio_serve_client_arrivals_note(kvio_serve_client_arrivals_t *source, kvio_hash_t hash,
                                      bool cached);
 void kvio_serve_client_arrivals_destroy(kvio_serve_client_arrivals_t *source);
+
+/* Requests from a front end (serve/arrivals_frontend.c; kvio serve), for
+ * serve rank rank (its index among the serve ranks) of loop's one lane,
+ * whose engine exists. Destroy after the engine: requests still live then
+ * are told they were aborted. */
+typedef struct kvio_serve_frontend_arrivals kvio_serve_frontend_arrivals_t;
+
+kvio_status_t kvio_serve_frontend_arrivals_create(kvio_frontend_t *frontend, uint32_t rank,
+                                                  kvio_serve_loop_t *loop,
+                                                  kvio_serve_lane_t *lane,
+                                                  kvio_serve_frontend_arrivals_t **source_p);
+kvio_serve_arrivals_t *kvio_serve_frontend_arrivals(kvio_serve_frontend_arrivals_t *source);
+void kvio_serve_frontend_arrivals_destroy(kvio_serve_frontend_arrivals_t *source);
+/* The engine observer's calls, passed on: a request's tokens, its end, a
+ * block's hash entering (cached) or leaving the prefix index. */
+void kvio_serve_frontend_arrivals_tokens(kvio_serve_frontend_arrivals_t *source, uint64_t id,
+                                         uint32_t generated, int64_t end_ns);
+void kvio_serve_frontend_arrivals_finished(kvio_serve_frontend_arrivals_t *source,
+                                           const kvio_engine_finished_t *finished);
+void kvio_serve_frontend_arrivals_note(kvio_serve_frontend_arrivals_t *source, kvio_hash_t hash,
+                                       bool cached);
 
 /* ---------- update sources: model versions that change serving ---------- */
 
@@ -410,6 +434,7 @@ struct kvio_serve_rank {
     kvio_serve_loop_t loop;
     kvio_serve_stream_arrivals_t *stream;   /* its share of the stream */
     kvio_serve_client_arrivals_t *client;   /* or the client rank's requests */
+    kvio_serve_frontend_arrivals_t *frontend; /* or the front end's (kvio serve) */
     int64_t setup_wait_ns;                  /* waiting for run->setup_lock */
     char error[1024];
 };

@@ -87,6 +87,10 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     json_object_set_new(object, "resumed_prefix_cache_hits",
                         json_integer((json_int_t)metrics->resumed_prefix_hits));
     json_object_set_new(object, "preemptions", json_integer((json_int_t)metrics->preemptions));
+    /* Requests taken out unfinished (a client that went away: kvio serve). */
+    if (metrics->aborted_requests > 0)
+        json_object_set_new(object, "aborted_requests",
+                            json_integer((json_int_t)metrics->aborted_requests));
     json_object_set_new(object, "mispredict_preemptions",
                         json_integer((json_int_t)metrics->mispredict_preemptions));
     json_object_set_new(object, "recomputed_tokens",

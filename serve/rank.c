@@ -29,6 +29,14 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     kvio_serve_rank_t *rank = context;
     kvio_serve_loop_finished(&rank->loop);
     kvio_serve_record_finished(&rank->recorder, finished);
+    if (rank->frontend != NULL)
+        kvio_serve_frontend_arrivals_finished(rank->frontend, finished);
+}
+
+static void on_tokens(void *context, uint64_t id, uint32_t generated, int64_t end_ns)
+{
+    kvio_serve_rank_t *rank = context;
+    kvio_serve_frontend_arrivals_tokens(rank->frontend, id, generated, end_ns);
 }
 
 static void on_iteration(void *context, uint32_t world_rank,
@@ -41,7 +49,10 @@ static void on_iteration(void *context, uint32_t world_rank,
 static void on_cache(void *context, kvio_hash_t hash, bool cached)
 {
     kvio_serve_rank_t *rank = context;
-    kvio_serve_client_arrivals_note(rank->client, hash, cached);
+    if (rank->client != NULL)
+        kvio_serve_client_arrivals_note(rank->client, hash, cached);
+    if (rank->frontend != NULL)
+        kvio_serve_frontend_arrivals_note(rank->frontend, hash, cached);
 }
 
 /* Requests come from a client rank (not this rank's own stream). */
@@ -78,9 +89,11 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
     if (status != KVIO_OK)
         return status;
     const kvio_serve_memory_t *memory = &rank->memory;
+    bool frontend = run->frontend != NULL;
     kvio_engine_observer_t observer = {.context = rank, .on_finish = on_finish,
                                        .on_iteration = on_iteration,
-                                       .on_cache = has_client(run) ? on_cache : NULL};
+                                       .on_cache = has_client(run) || frontend ? on_cache : NULL,
+                                       .on_tokens = frontend ? on_tokens : NULL};
     kvio_engine_params_t params = kvio_serve_engine_params(run, rank->serve_index, rank->blocks,
                                                            rank->cost, observer);
     params.kv_memory = memory->memory;
@@ -97,11 +110,18 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
     return kvio_engine_create(&params, &rank->lane.engine, error_p, error_len);
 }
 
-/* Where its requests come from: the client rank, or its share of the
- * stream (all of it when it is the only serve rank). */
+/* Where its requests come from: the front end, the client rank, or its
+ * share of the stream (all of it when it is the only serve rank). */
 static kvio_status_t create_arrivals(kvio_serve_rank_t *rank)
 {
     const kvio_serve_run_t *run = rank->run;
+    if (run->frontend != NULL) {
+        kvio_status_t status = kvio_serve_frontend_arrivals_create(
+            run->frontend, rank->serve_index, &rank->loop, &rank->lane, &rank->frontend);
+        if (status == KVIO_OK)
+            rank->loop.arrivals = kvio_serve_frontend_arrivals(rank->frontend);
+        return status;
+    }
     if (has_client(run)) {
         kvio_status_t status = kvio_serve_client_arrivals_create(
             run->rte, run->client_rank, rank->serve_index, &rank->loop, &rank->lane,
@@ -183,6 +203,7 @@ void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
     /* After the engine released the requests it made. */
     kvio_serve_stream_arrivals_destroy(rank->stream);
     kvio_serve_client_arrivals_destroy(rank->client);
+    kvio_serve_frontend_arrivals_destroy(rank->frontend);
     kvio_serve_memory_destroy(&rank->memory);
     kvio_cost_destroy(rank->cost);
     kvio_serve_recorder_fini(&rank->recorder);

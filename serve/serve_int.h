@@ -5,6 +5,7 @@
 #include "kvio/cost.h"
 #include "kvio/engine.h"
 #include "kvio/events.h"
+#include "kvio/frontend.h"
 #include "kvio/results.h"
 #include "kvio/rte.h"
 #include "kvio/serve.h"
@@ -244,6 +245,67 @@ json_t *kvio_serve_client_counts_json(const char *where, const char *router,
                                       uint32_t num_ranks, uint64_t states);
 
 
+/* ---------- the front end's side for serve ranks (serve/frontend.c) ---------- */
+
+/* A request submitted and not yet taken by its rank: the engine request
+ * (its hashes owned here), the token ids of its full blocks (for KV
+ * events; NULL without them) and its listener. */
+typedef struct kvio_frontend_pending {
+    kvio_engine_request_t request;
+    kvio_hash_t *hashes;
+    uint32_t *block_tokens;
+    kvio_frontend_listener_t listener;
+    uint64_t abort_epoch;   /* the front end's abort-all count when it was submitted */
+    struct kvio_frontend_pending *next;
+} kvio_frontend_pending_t;
+
+void kvio_frontend_pending_free(kvio_frontend_pending_t *pending);
+
+/* What a rank takes at a boundary: the requests queued for it (a list it
+ * then owns), the ids to abort (an array it then owns; free()), a reset
+ * asked for (its number, 0: none), whether the front end closed, the
+ * abort-all count (every request submitted before it was asked goes:
+ * those whose abort_epoch is lower) and the pause. */
+typedef struct kvio_frontend_take {
+    kvio_frontend_pending_t *pending;
+    uint64_t *aborts;
+    size_t num_aborts;
+    uint64_t reset;
+    bool closed;
+    uint64_t abort_epoch;
+    kvio_pause_t pause;
+} kvio_frontend_take_t;
+
+/* Rank rank is ready; its engine's clock reads 0 at host time origin_ns
+ * (kvio_time_ns). */
+void kvio_frontend_rank_ready(kvio_frontend_t *frontend, uint32_t rank, uint64_t origin_ns);
+
+/* Whether rank rank has something to take (a cheap look, no lock). */
+bool kvio_frontend_has_work(const kvio_frontend_t *frontend, uint32_t rank);
+
+void kvio_frontend_take(kvio_frontend_t *frontend, uint32_t rank, kvio_frontend_take_t *take_p);
+
+/* Rank rank did reset number reset (refused: a block was in use). */
+void kvio_frontend_reset_done(kvio_frontend_t *frontend, uint32_t rank, uint64_t reset,
+                              bool refused);
+
+/* Rank rank's state, and (blob, may be NULL) its publisher's message for
+ * the router's mirror. */
+void kvio_frontend_publish(kvio_frontend_t *frontend, uint32_t rank,
+                           const kvio_frontend_state_t *state, const void *blob, size_t length);
+
+/* The KV events sink and block size (for the ranks' sources). */
+const kvio_kv_event_sink_t *kvio_frontend_events(const kvio_frontend_t *frontend);
+uint32_t kvio_frontend_block_size(const kvio_frontend_t *frontend);
+
+/* Writes every submitted request as a trace line (kvio JSONL: timestamp in
+ * ms, input_length, output_length, hash_ids covering prompt and output,
+ * block_tokens, sequence_hash_ids) into results' trace.jsonl. Nothing when
+ * the front end records none. */
+kvio_status_t kvio_frontend_write_trace(const kvio_frontend_t *frontend,
+                                        kvio_results_t *results, char *error_p,
+                                        size_t error_len);
+
 /* ---------- the block store: the bytes behind the engine (serve/blockstore.c) ---------- */
 
 /* The engine decides which blocks are cached, loaded from a tier, swapped
@@ -365,5 +427,9 @@ kvio_status_t kvio_block_store_swap_in(kvio_block_store_t *store, kvio_swapped_t
 /* Frees what *swapped holds without returning slots (a request destroyed
  * with the engine). */
 void kvio_block_store_swap_forget(kvio_swapped_t *swapped);
+
+/* Returns a swapped request's slots to the swap space unread (an aborted
+ * request) and frees what *swapped holds. */
+void kvio_block_store_swap_release(kvio_block_store_t *store, kvio_swapped_t *swapped);
 
 #endif

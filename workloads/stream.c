@@ -328,6 +328,15 @@ typedef struct content_cursor {
     uint64_t segment_start;  /* sequence position of its first token */
 } content_cursor_t;
 
+/* Whether a position of the output is named by the trace's ids (kvio
+ * serve's traces carry ids for prompt and output). */
+static bool trace_covers(const kvio_request_t *request, uint64_t position)
+{
+    return request->trace_ids_cover_output && request->segments == NULL &&
+           position >= request->input_tokens && request->trace_block_tokens > 0 &&
+           position < (uint64_t)request->num_trace_hash_ids * request->trace_block_tokens;
+}
+
 /* The run that starts at position and ends at the earlier of its content's
  * end and limit. */
 static kvio_hash_run_t cursor_run(content_cursor_t *cursor, uint64_t position, uint64_t limit)
@@ -335,7 +344,13 @@ static kvio_hash_run_t cursor_run(content_cursor_t *cursor, uint64_t position, u
     const kvio_request_t *request = cursor->request;
     kvio_hash_run_t run;
     uint64_t end;
-    if (position >= request->input_tokens) {
+    if (trace_covers(request, position)) {
+        /* A block of the output whose content the trace names too. */
+        uint64_t block_tokens = request->trace_block_tokens;
+        run.content_id = request->trace_hash_ids[position / block_tokens];
+        run.offset = (uint32_t)(position % block_tokens);
+        end = position - run.offset + block_tokens;
+    } else if (position >= request->input_tokens) {
         run.content_id = request->output_content_id;
         run.offset = (uint32_t)(position - request->input_tokens);
         end = limit;
@@ -444,7 +459,9 @@ static kvio_status_t add_request_spans(span_builder_t *builder, const kvio_reque
     size_t chained = 0, per_trace_block = 1;
     if (trace_block > 0 && trace_block % block_size == 0) {
         per_trace_block = trace_block / block_size;
-        chained = request->input_tokens / block_size;
+        chained = request->trace_ids_cover_output
+                      ? (size_t)request->num_trace_hash_ids * per_trace_block
+                      : request->input_tokens / block_size;
         chained = chained < end ? chained : end;
     }
     content_cursor_t cursor = {.request = request};

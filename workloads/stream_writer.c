@@ -202,6 +202,8 @@ kvio_status_t kvio_stream_writer_write(kvio_stream_writer_t *writer,
         } else {
             PUT_LITERAL(writer, ", \"block_tokens\": ");
             put_u64(writer, request->trace_block_tokens);
+            if (request->trace_ids_cover_output)
+                PUT_LITERAL(writer, ", \"sequence_hash_ids\": true");
         }
         PUT_LITERAL(writer, ", \"output_id\": ");
         put_u64(writer, request->output_content_id);

@@ -396,11 +396,14 @@ static kvio_status_t read_hash_ids(kvio_trace_t *trace, kvio_trace_record_t *rec
         return KVIO_ERR_PARSE;
     }
     size_t count = json_array_size(ids);
-    size_t needed = (record->request.input_tokens + (size_t)block_tokens - 1) / block_tokens;
+    bool sequence = record->request.trace_ids_cover_output;
+    uint64_t tokens = (uint64_t)record->request.input_tokens +
+                      (sequence ? record->request.output_tokens : 0);
+    size_t needed = (size_t)((tokens + block_tokens - 1) / block_tokens);
     if (count < needed) {
-        snprintf(error_p, error_len,
-                 "'hash_ids' has %zu ids, but input_length %u needs %zu of %u tokens", count,
-                 record->request.input_tokens, needed, block_tokens);
+        snprintf(error_p, error_len, "'hash_ids' has %zu ids, but %s %llu needs %zu of %u tokens",
+                 count, sequence ? "input_length + output_length" : "input_length",
+                 (unsigned long long)tokens, needed, block_tokens);
         return KVIO_ERR_PARSE;
     }
     if (count > KVIO_STREAM_MAX_TOKENS) {
@@ -572,6 +575,13 @@ static kvio_status_t parse_object(kvio_trace_t *trace, json_t *object, bool extr
     }
     uint32_t block_tokens = (uint32_t)trace->options->block_tokens;
     if (extras) {
+        /* kvio serve's traces: the ids name the output's blocks too. */
+        json_t *sequence = json_object_get(object, "sequence_hash_ids");
+        if (sequence != NULL && !json_is_boolean(sequence)) {
+            snprintf(error_p, error_len, "'sequence_hash_ids' is not true or false");
+            return KVIO_ERR_PARSE;
+        }
+        request->trace_ids_cover_output = json_is_true(sequence);
         value = block_tokens;
         status = get_integer(object, "block_tokens", false, 1, 1 << 20, &value, error_p,
                              error_len);

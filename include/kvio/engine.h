@@ -111,6 +111,7 @@ typedef struct kvio_engine_finished {
     uint64_t tag;
     int64_t max_itl_ns;         /* the longest gap between two of its tokens (0: one token) */
     int64_t kv_wait_ns;         /* waiting for its KV from a lower tier (tier_io: async) */
+    int64_t queued_ns;          /* from arrival to its first schedule (vLLM's queue time) */
 } kvio_engine_finished_t;
 
 /* One request's share of an iteration. */
@@ -177,6 +178,7 @@ typedef struct kvio_engine_metrics {
     uint64_t update_aborted_requests; /* running requests an activation preempted */
     uint64_t update_recomputed_tokens; /* their computed tokens, dropped for recompute */
     uint64_t colocated_preemptions;   /* requests preempted to lend KV memory to an update */
+    uint64_t aborted_requests;        /* taken out unfinished (kvio_engine_abort) */
 } kvio_engine_metrics_t;
 
 /* Service-level objectives for goodput (0: no bound). */
@@ -193,6 +195,9 @@ typedef struct kvio_engine_observer {
     /* A block's hash entered the prefix index (cached true) or left it for
      * reuse (false): what a router needs to mirror this rank's cache. */
     void (*on_cache)(void *context, kvio_hash_t hash, bool cached);
+    /* A request's iteration produced tokens: generated of them so far (at
+     * most its output), at end_ns; called before on_finish for the last. */
+    void (*on_tokens)(void *context, uint64_t id, uint32_t generated, int64_t end_ns);
 } kvio_engine_observer_t;
 
 /* What serve.engine's max_num_seqs and max_num_batched_tokens of 0 become
@@ -272,6 +277,23 @@ uint32_t kvio_engine_lent_blocks(const kvio_engine_t *engine);
  * a hash source, the engine owns its context from this call on, whatever
  * the result (it is released on failure). */
 kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t *request);
+
+/* Takes a waiting, loading or running request out unfinished (a client
+ * that went away), at an iteration boundary: its blocks are freed (their
+ * cached prefix stays in the index), nothing of it is reported as
+ * finished, and it counts in aborted_requests. KVIO_ERR_NOT_FOUND when no
+ * live request has this id. */
+kvio_status_t kvio_engine_abort(kvio_engine_t *engine, uint64_t id);
+
+/* vLLM's reset_prefix_cache, at an iteration boundary: every cached block's
+ * hash leaves the index (on_cache hears none of them), unless a block is in
+ * use, when nothing changes and *reset_p is false (vLLM refuses then). */
+void kvio_engine_reset_prefix_cache(kvio_engine_t *engine, bool *reset_p);
+
+/* Holds (or lets go) admission: running requests go on, waiting ones are
+ * admitted only once let go (vLLM's pause with mode wait). */
+void kvio_engine_hold_admission(kvio_engine_t *engine, bool held);
+bool kvio_engine_admission_held(const kvio_engine_t *engine);
 
 /* True while requests wait or run. */
 bool kvio_engine_has_work(const kvio_engine_t *engine);

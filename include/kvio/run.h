@@ -100,6 +100,14 @@ typedef struct kvio_run_options {
     /* Simulate's twins already served, shared among runs that differ only in
      * what the updates do (kvio compare; NULL: none). */
     struct kvio_control_cache *control_cache;
+    /* Emulate without trainers: requests come from this front end (kvio
+     * serve's HTTP server) instead of the stream, until it closes; NULL:
+     * the stream. Borrowed. */
+    struct kvio_frontend *frontend;
+    /* The server in front of it: its own numbers go in summary.json's
+     * metrics.server (a new reference; NULL: none). */
+    json_t *(*server_json)(void *context);
+    void *server_context;
 } kvio_run_options_t;
 
 /* What a run produced. */

@@ -199,6 +199,10 @@ typedef struct kvio_serve_run {
     int64_t *drain_stall_ns;
     /* Simulate mode (may be NULL): filled with what serving measured. */
     kvio_serve_output_t *output;
+    /* Emulate (may be NULL): requests come from this front end (kvio serve)
+     * instead of the stream; with several serve ranks it routes them, no
+     * client rank. Borrowed. */
+    struct kvio_frontend *frontend;
     /* Simulate mode (may be NULL): the same stream served without updates
      * (finished sorted by id); requests.csv then carries each request's
      * difference from it (KVIO_REQUESTS_CONTROL_HEADER). */

@@ -51,6 +51,8 @@ typedef struct kvio_request {
     uint32_t trace_block_tokens;     /* tokens per trace hash id; 0: none */
     uint32_t num_trace_hash_ids;     /* at least ceil(input_tokens / trace_block_tokens) */
     const uint64_t *trace_hash_ids;  /* raw ids, e.g. Mooncake's hash_ids */
+    bool trace_ids_cover_output;     /* the ids cover the output's blocks too (kvio serve's
+                                        traces: sequence_hash_ids), not only the prompt's */
     uint64_t cache_salt;             /* vLLM's cache_salt (kvio_cache_salt); 0: none */
 } kvio_request_t;
 
@@ -58,8 +60,9 @@ typedef struct kvio_request {
 /* Computes the hashes of blocks first_block .. first_block+num_blocks-1 of
  * block_size tokens over the request's prompt followed by its output.
  * parent is the hash of block first_block-1 (NULL when first_block is 0).
- * Blocks inside the prompt of a trace request whose trace block size is a
- * multiple of block_size use kvio_hash_trace_block(parent, id, index); every
+ * Blocks inside the prompt (with trace_ids_cover_output: inside the ids) of
+ * a trace request whose trace block size is a multiple of block_size use
+ * kvio_hash_trace_block(parent, id, index); every
  * other block uses kvio_hash_runs over its (content, offset, length) runs,
  * where a trace block's id stands for its content. A salted request's first
  * block has the salt as its parent, so the whole chain is the salt's. Returns KVIO_ERR_INVALID

@@ -1,0 +1,1002 @@
+/* The HTTP server of kvio serve, on libmicrohttpd: one daemon per port
+ * (one port with the router choosing the serve rank, or one port per
+ * rank), each an internal epoll thread with suspend and resume. A
+ * completion is submitted to the front end; its connection sleeps
+ * (suspended) until the serve rank's thread hands it tokens, which wake
+ * it: a stream sends one server-sent event per engine step that produced
+ * tokens, a whole response goes when the request ends. A ticker wakes
+ * sleeping connections every TICK_NS to notice a client that went away
+ * (the request is then aborted in the engine). */
+#include "http/http_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvio/clock.h"
+
+#define TICK_NS 50000000
+#define RESET_TIMEOUT_NS 10000000000ll
+#define MAX_DAEMONS 256
+
+typedef enum {
+    PHASE_BODY,       /* reading the body */
+    PHASE_WAIT,       /* a whole response waits for its request's end */
+    PHASE_STREAM,     /* streaming */
+    PHASE_PAUSE_WAIT, /* /pause?mode=wait waits for the running requests */
+    PHASE_DONE,
+} phase_t;
+
+typedef struct http_request http_request_t;
+
+typedef struct daemon_slot {
+    kvio_http_server_t *server;
+    struct MHD_Daemon *daemon;
+    uint32_t rank;    /* KVIO_FRONTEND_ROUTE: the router picks */
+    uint16_t port;
+    int listen_fd;
+} daemon_slot_t;
+
+struct kvio_http_server {
+    kvio_http_params_t params;
+    char *host, *model_name, *model_root;
+    kvio_api_server_t api;
+    daemon_slot_t slots[MAX_DAEMONS];
+    uint32_t num_slots;
+    double created_unix;
+    pthread_mutex_t metrics_lock;       /* rank_metrics and stats */
+    kvio_http_rank_metrics_t *rank_metrics;
+    uint64_t by_status[6];              /* 1xx..5xx, other */
+    uint64_t requests, completions, disconnects;
+    uint32_t open_connections, max_connections_seen;
+    pthread_mutex_t waiting_lock;       /* the sleeping requests' list */
+    http_request_t *waiting;
+    atomic_uint busy;                   /* completions submitted, not yet answered */
+    atomic_bool stopping;
+    pthread_t ticker;
+    bool ticker_started;
+    bool stopped;
+};
+
+struct http_request {
+    atomic_int refs;                 /* the connection's, and the listener's once submitted */
+    pthread_mutex_t lock;            /* what the serve rank's thread and MHD's share */
+    kvio_http_server_t *server;
+    struct MHD_Connection *connection; /* NULL once the connection ended */
+    uint32_t daemon_rank;
+    phase_t phase;
+    char *body;
+    size_t body_length, body_capacity;
+    bool too_large;
+    bool suspended;
+    bool listed;                     /* in the server's waiting list */
+    http_request_t *prev, *next;
+    /* a completion */
+    bool submitted;
+    uint64_t engine_id;
+    uint32_t rank;
+    kvio_api_answer_t answer;
+    kvio_api_plan_t plan;
+    uint32_t *steps;                 /* generated tokens after each step not yet sent */
+    size_t num_steps, steps_capacity;
+    bool steps_failed;
+    uint32_t sent;                   /* tokens already written */
+    bool first_token_seen;
+    int64_t last_token_ns;
+    bool finished, aborted;
+    uint32_t generated, cached_tokens;
+    bool reason_sent, ended;
+    char *out;
+    size_t out_length, out_capacity, out_sent;
+};
+
+/* ---------- requests ---------- */
+
+static http_request_t *request_create(kvio_http_server_t *server, struct MHD_Connection *connection,
+                                      uint32_t daemon_rank)
+{
+    http_request_t *request = calloc(1, sizeof(*request));
+    if (request == NULL)
+        return NULL;
+    atomic_init(&request->refs, 1);
+    pthread_mutex_init(&request->lock, NULL);
+    request->server = server;
+    request->connection = connection;
+    request->daemon_rank = daemon_rank;
+    return request;
+}
+
+static void request_release(http_request_t *request)
+{
+    if (atomic_fetch_sub(&request->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&request->lock);
+    free(request->body);
+    free(request->steps);
+    free(request->out);
+    free(request);
+}
+
+static void list_add(kvio_http_server_t *server, http_request_t *request)
+{
+    pthread_mutex_lock(&server->waiting_lock);
+    if (!request->listed) {
+        request->listed = true;
+        request->prev = NULL;
+        request->next = server->waiting;
+        if (server->waiting != NULL)
+            server->waiting->prev = request;
+        server->waiting = request;
+    }
+    pthread_mutex_unlock(&server->waiting_lock);
+}
+
+static void list_remove(kvio_http_server_t *server, http_request_t *request)
+{
+    pthread_mutex_lock(&server->waiting_lock);
+    if (request->listed) {
+        if (request->prev != NULL)
+            request->prev->next = request->next;
+        else
+            server->waiting = request->next;
+        if (request->next != NULL)
+            request->next->prev = request->prev;
+        request->listed = false;
+    }
+    pthread_mutex_unlock(&server->waiting_lock);
+}
+
+/* Wakes a sleeping connection (with the request's lock held). */
+static void wake_locked(http_request_t *request)
+{
+    if (request->suspended && request->connection != NULL) {
+        request->suspended = false;
+        MHD_resume_connection(request->connection);
+    }
+}
+
+/* Sleeps the connection until woken (the request's lock held; MHD's thread). */
+static void sleep_locked(http_request_t *request)
+{
+    request->suspended = true;
+    MHD_suspend_connection(request->connection);
+}
+
+/* Whether the client is still there: a peek at its socket that sees its
+ * end (or an error) says it went away. */
+static bool peer_alive(struct MHD_Connection *connection)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == NULL)
+        return true;
+    char byte;
+    ssize_t got = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
+/* ---------- the serve rank's calls (its thread) ---------- */
+
+static void observe(kvio_http_server_t *server, uint32_t rank, int hist, int64_t ns)
+{
+    pthread_mutex_lock(&server->metrics_lock);
+    kvio_http_observe(&server->rank_metrics[rank], hist, (double)(ns > 0 ? ns : 0) / 1e9);
+    pthread_mutex_unlock(&server->metrics_lock);
+}
+
+static void finished_count(kvio_http_server_t *server, uint32_t rank, int reason)
+{
+    pthread_mutex_lock(&server->metrics_lock);
+    server->rank_metrics[rank].finished[reason]++;
+    pthread_mutex_unlock(&server->metrics_lock);
+}
+
+/* Each call counts in the metrics before it wakes the connection: a client
+ * that reads /metrics after its answer sees the answer counted. */
+static void on_tokens(void *context, uint32_t generated, int64_t arrival_ns, int64_t now_ns)
+{
+    http_request_t *request = context;
+    pthread_mutex_lock(&request->lock);
+    bool first = !request->first_token_seen;
+    int64_t gap_ns = now_ns - (first ? arrival_ns : request->last_token_ns);
+    request->first_token_seen = true;
+    request->last_token_ns = now_ns;
+    uint32_t rank = request->rank;
+    pthread_mutex_unlock(&request->lock);
+    observe(request->server, rank, first ? KVIO_HTTP_HIST_TTFT : KVIO_HTTP_HIST_ITL, gap_ns);
+    pthread_mutex_lock(&request->lock);
+    if (request->num_steps == request->steps_capacity) {
+        size_t capacity = request->steps_capacity ? 2 * request->steps_capacity : 16;
+        uint32_t *steps = realloc(request->steps, capacity * sizeof(*steps));
+        if (steps != NULL) {
+            request->steps = steps;
+            request->steps_capacity = capacity;
+        }
+    }
+    if (request->num_steps < request->steps_capacity)
+        request->steps[request->num_steps++] = generated;
+    else if (request->num_steps > 0)
+        request->steps[request->num_steps - 1] = generated; /* joins the last step */
+    else
+        request->steps_failed = true;
+    wake_locked(request);
+    pthread_mutex_unlock(&request->lock);
+}
+
+static void on_finish(void *context, const kvio_engine_finished_t *finished)
+{
+    http_request_t *request = context;
+    kvio_http_server_t *server = request->server;
+    pthread_mutex_lock(&request->lock);
+    uint32_t rank = request->rank;
+    bool length = request->plan.length;
+    pthread_mutex_unlock(&request->lock);
+    observe(server, rank, KVIO_HTTP_HIST_E2E, finished->finish_ns - finished->arrival_ns);
+    observe(server, rank, KVIO_HTTP_HIST_QUEUE, finished->queued_ns);
+    finished_count(server, rank, length ? KVIO_FINISH_LENGTH : KVIO_FINISH_STOP);
+    pthread_mutex_lock(&request->lock);
+    request->finished = true;
+    request->generated = finished->output_tokens;
+    request->cached_tokens = finished->cached_tokens;
+    wake_locked(request);
+    pthread_mutex_unlock(&request->lock);
+    request_release(request);
+}
+
+static void on_abort(void *context, int64_t now_ns)
+{
+    (void)now_ns;
+    http_request_t *request = context;
+    pthread_mutex_lock(&request->lock);
+    uint32_t rank = request->rank;
+    pthread_mutex_unlock(&request->lock);
+    finished_count(request->server, rank, KVIO_FINISH_ABORT);
+    pthread_mutex_lock(&request->lock);
+    request->aborted = true;
+    wake_locked(request);
+    pthread_mutex_unlock(&request->lock);
+    request_release(request);
+}
+
+/* ---------- answers ---------- */
+
+static void count_status(kvio_http_server_t *server, unsigned status)
+{
+    pthread_mutex_lock(&server->metrics_lock);
+    server->requests++;
+    server->by_status[status >= 100 && status < 600 ? status / 100 - 1 : 5]++;
+    pthread_mutex_unlock(&server->metrics_lock);
+}
+
+static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection *connection,
+                               unsigned status, char *text, size_t length,
+                               const char *content_type)
+{
+    struct MHD_Response *response =
+        MHD_create_response_from_buffer(length, text, MHD_RESPMEM_MUST_FREE);
+    if (response == NULL) {
+        free(text);
+        return MHD_NO;
+    }
+    if (content_type != NULL)
+        MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    enum MHD_Result result = MHD_queue_response(connection, status, response);
+    MHD_destroy_response(response);
+    count_status(server, status);
+    return result;
+}
+
+static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Connection *connection,
+                                    unsigned status, json_t *value)
+{
+    char *text = value != NULL ? json_dumps(value, JSON_COMPACT) : NULL;
+    json_decref(value);
+    if (text == NULL)
+        return MHD_NO;
+    return respond(server, connection, status, text, strlen(text), "application/json");
+}
+
+static enum MHD_Result respond_empty(kvio_http_server_t *server, struct MHD_Connection *connection,
+                                     unsigned status)
+{
+    return respond(server, connection, status, NULL, 0, NULL);
+}
+
+static enum MHD_Result respond_error(kvio_http_server_t *server, struct MHD_Connection *connection,
+                                     const kvio_http_error_t *error)
+{
+    return respond_json(server, connection, (unsigned)error->status, kvio_api_error_json(error));
+}
+
+static enum MHD_Result respond_problem(kvio_http_server_t *server,
+                                       struct MHD_Connection *connection, int status,
+                                       const char *type, const char *message)
+{
+    kvio_http_error_t error = {.status = status, .type = type};
+    snprintf(error.message, sizeof(error.message), "%s", message);
+    return respond_error(server, connection, &error);
+}
+
+/* ---------- completions ---------- */
+
+/* The SSE events due now into the request's output (its lock held). */
+static void render_stream(http_request_t *request)
+{
+    const char *reason = request->plan.length ? "length" : "stop";
+    for (size_t s = 0; s < request->num_steps && !request->steps_failed; s++) {
+        uint32_t to = request->steps[s];
+        if (to <= request->sent)
+            continue;
+        bool last = to >= request->plan.output_tokens;
+        if (!kvio_api_stream_tokens(&request->answer, &request->plan, request->sent, to,
+                                    last ? reason : NULL, &request->out, &request->out_length,
+                                    &request->out_capacity))
+            request->steps_failed = true;
+        request->sent = to;
+        request->reason_sent = request->reason_sent || last;
+    }
+    request->num_steps = 0;
+    if ((request->finished || request->aborted || request->steps_failed) && !request->ended) {
+        const char *end_reason = request->aborted || request->steps_failed ? "abort" : reason;
+        uint32_t generated = request->finished ? request->generated : request->sent;
+        kvio_api_stream_end(&request->answer, request->reason_sent ? NULL : end_reason, generated,
+                            request->cached_tokens, &request->out, &request->out_length,
+                            &request->out_capacity);
+        request->ended = true;
+    }
+}
+
+static ssize_t stream_reader(void *context, uint64_t position, char *buffer, size_t max)
+{
+    (void)position;
+    http_request_t *request = context;
+    pthread_mutex_lock(&request->lock);
+    if (request->out_sent == request->out_length)
+        render_stream(request);
+    if (request->out_sent < request->out_length) {
+        size_t count = request->out_length - request->out_sent;
+        count = count < max ? count : max;
+        memcpy(buffer, request->out + request->out_sent, count);
+        request->out_sent += count;
+        if (request->out_sent == request->out_length)
+            request->out_sent = request->out_length = 0;
+        pthread_mutex_unlock(&request->lock);
+        return (ssize_t)count;
+    }
+    bool ended = request->ended;
+    if (!ended && !peer_alive(request->connection)) {
+        pthread_mutex_unlock(&request->lock);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (!ended)
+        sleep_locked(request);
+    pthread_mutex_unlock(&request->lock);
+    return ended ? MHD_CONTENT_READER_END_OF_STREAM : 0;
+}
+
+/* The whole response of a request that ended (MHD's thread). */
+static enum MHD_Result respond_whole(http_request_t *request, struct MHD_Connection *connection)
+{
+    pthread_mutex_lock(&request->lock);
+    const char *reason = request->aborted ? "abort" : request->plan.length ? "length" : "stop";
+    uint32_t generated = request->finished ? request->generated : request->sent;
+    json_t *response = kvio_api_response_json(&request->answer, &request->plan, generated,
+                                              reason, request->cached_tokens);
+    pthread_mutex_unlock(&request->lock);
+    request->phase = PHASE_DONE;
+    return respond_json(request->server, connection, 200, response);
+}
+
+/* Hands the request to the front end: its prompt and planned output as
+ * tokens, the request as their listener. */
+static kvio_status_t submit(http_request_t *request, const kvio_api_request_t *api_request)
+{
+    kvio_http_server_t *server = request->server;
+    size_t prompt = api_request->prompt.count, total = prompt + request->plan.output_tokens;
+    uint32_t *tokens = malloc(total * sizeof(uint32_t));
+    if (tokens == NULL)
+        return KVIO_ERR_NOMEM;
+    memcpy(tokens, api_request->prompt.ids, prompt * sizeof(uint32_t));
+    for (uint32_t i = 0; i < request->plan.output_tokens; i++) {
+        char word[5];
+        kvio_api_output_token(&request->plan, i, word, &tokens[prompt + i]);
+    }
+    kvio_frontend_request_t submitted = {
+        .tokens = tokens, .prompt_tokens = (uint32_t)prompt,
+        .output_tokens = request->plan.output_tokens, .cache_salt = api_request->cache_salt,
+        .priority = api_request->priority,
+        .listener = {.context = request, .on_tokens = on_tokens, .on_finish = on_finish,
+                     .on_abort = on_abort}};
+    atomic_fetch_add(&request->refs, 1); /* the listener's, from now on */
+    pthread_mutex_lock(&request->lock);  /* its calls wait for the ticket below */
+    uint64_t id = 0;
+    uint32_t rank = 0;
+    kvio_status_t status =
+        kvio_frontend_submit(server->params.frontend, request->daemon_rank, &submitted, &id, &rank);
+    if (status == KVIO_OK) {
+        request->submitted = true;
+        request->engine_id = id;
+        request->rank = rank;
+    }
+    pthread_mutex_unlock(&request->lock);
+    free(tokens);
+    if (status != KVIO_OK)
+        request_release(request); /* no listener call will come */
+    return status;
+}
+
+static enum MHD_Result handle_completion(http_request_t *request,
+                                         struct MHD_Connection *connection, kvio_api_t api)
+{
+    kvio_http_server_t *server = request->server;
+    kvio_frontend_t *frontend = server->params.frontend;
+    if (!kvio_frontend_ready(frontend) || kvio_frontend_closed(frontend))
+        return respond_problem(server, connection, 503, "ServiceUnavailableError",
+                               kvio_frontend_closed(frontend) ? "the server is shutting down"
+                                                              : "the engine is starting");
+    kvio_api_request_t api_request;
+    kvio_http_error_t error = {0};
+    bool ok = kvio_api_parse(api, request->body != NULL ? request->body : "",
+                             request->body_length, &server->api, &api_request, &error) &&
+              kvio_api_plan(&api_request, &server->api, server->params.output_tokens,
+                            server->params.seed, &request->plan, &error);
+    if (!ok) {
+        kvio_api_request_fini(&api_request);
+        return respond_error(server, connection, &error);
+    }
+    static atomic_ullong serial;
+    kvio_api_answer_t *answer = &request->answer;
+    *answer = (kvio_api_answer_t){.api = api, .created = (int64_t)time(NULL),
+                                  .model = server->model_name,
+                                  .prompt_tokens = (uint32_t)api_request.prompt.count,
+                                  .include_usage = api_request.include_usage,
+                                  .continuous_usage = api_request.continuous_usage};
+    snprintf(answer->id, sizeof(answer->id), "%s-kvio%016llx%08llx",
+             api == KVIO_API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)kvio_time_ns(),
+             (unsigned long long)atomic_fetch_add(&serial, 1));
+    bool stream = api_request.stream;
+    kvio_status_t status = submit(request, &api_request);
+    kvio_api_request_fini(&api_request);
+    if (status != KVIO_OK)
+        return respond_problem(server, connection, status == KVIO_ERR_INTERRUPTED ? 503 : 500,
+                               status == KVIO_ERR_INTERRUPTED ? "ServiceUnavailableError"
+                                                              : "InternalServerError",
+                               status == KVIO_ERR_INTERRUPTED ? "the server is shutting down"
+                                                              : kvio_strerror(status));
+    atomic_fetch_add(&server->busy, 1);
+    pthread_mutex_lock(&server->metrics_lock);
+    server->completions++;
+    pthread_mutex_unlock(&server->metrics_lock);
+    list_add(server, request);
+    if (!stream) {
+        request->phase = PHASE_WAIT;
+        pthread_mutex_lock(&request->lock);
+        bool done = request->finished || request->aborted;
+        if (!done)
+            sleep_locked(request);
+        pthread_mutex_unlock(&request->lock);
+        return done ? respond_whole(request, connection) : MHD_YES;
+    }
+    request->phase = PHASE_STREAM;
+    struct MHD_Response *response =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, request, NULL);
+    if (response == NULL)
+        return MHD_NO;
+    MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result result = MHD_queue_response(connection, 200, response);
+    MHD_destroy_response(response);
+    count_status(server, 200);
+    return result;
+}
+
+/* A whole response's request, called again after a wake. */
+static enum MHD_Result resume_whole(http_request_t *request, struct MHD_Connection *connection)
+{
+    pthread_mutex_lock(&request->lock);
+    bool done = request->finished || request->aborted;
+    if (!done && !peer_alive(connection)) {
+        pthread_mutex_unlock(&request->lock);
+        return MHD_NO; /* gone: the connection closes, the request is aborted */
+    }
+    if (!done)
+        sleep_locked(request);
+    pthread_mutex_unlock(&request->lock);
+    return done ? respond_whole(request, connection) : MHD_YES;
+}
+
+/* ---------- the other endpoints ---------- */
+
+static enum MHD_Result handle_metrics(kvio_http_server_t *server,
+                                      struct MHD_Connection *connection)
+{
+    uint32_t num_ranks = kvio_frontend_num_ranks(server->params.frontend);
+    kvio_frontend_state_t *states = calloc(num_ranks, sizeof(*states));
+    kvio_http_rank_metrics_t *metrics = calloc(num_ranks, sizeof(*metrics));
+    char *text = NULL;
+    size_t length = 0, capacity = 0;
+    bool ok = states != NULL && metrics != NULL;
+    for (uint32_t r = 0; ok && r < num_ranks; r++)
+        kvio_frontend_state(server->params.frontend, r, &states[r]);
+    if (ok) {
+        pthread_mutex_lock(&server->metrics_lock);
+        memcpy(metrics, server->rank_metrics, num_ranks * sizeof(*metrics));
+        pthread_mutex_unlock(&server->metrics_lock);
+        ok = kvio_http_metrics_render(server->model_name, num_ranks, states, metrics,
+                                      server->created_unix, &text, &length, &capacity);
+    }
+    free(states);
+    free(metrics);
+    if (!ok) {
+        free(text);
+        return MHD_NO;
+    }
+    return respond(server, connection, 200, text, length,
+                   "text/plain; version=0.0.4; charset=utf-8");
+}
+
+static json_t *models_json(const kvio_http_server_t *server)
+{
+    int64_t now = (int64_t)time(NULL);
+    char permission[64];
+    snprintf(permission, sizeof(permission), "modelperm-kvio%016llx",
+             (unsigned long long)kvio_time_ns());
+    json_t *card = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:[{s:s, s:s, s:I, s:b, s:b, s:b, s:b, s:b, "
+        "s:b, s:s, s:n, s:b}]}",
+        "id", server->model_name, "object", "model", "created", (json_int_t)now, "owned_by",
+        "kvio", "root", server->model_root, "parent", "max_model_len",
+        (int)server->params.max_model_len, "permission", "id", permission, "object",
+        "model_permission", "created", (json_int_t)now, "allow_create_engine", 0,
+        "allow_sampling", 1, "allow_logprobs", 1, "allow_search_indices", 0, "allow_view", 1,
+        "allow_fine_tuning", 0, "organization", "*", "group", "is_blocking", 0);
+    return json_pack("{s:s, s:[o]}", "object", "list", "data", card);
+}
+
+/* /pause?mode=abort|wait|keep: abort takes every request out, wait lets the
+ * running ones finish before it answers, keep freezes them. */
+static enum MHD_Result handle_pause(http_request_t *request, struct MHD_Connection *connection)
+{
+    kvio_http_server_t *server = request->server;
+    const char *mode = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "mode");
+    const char *wait = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND,
+                                                   "wait_for_inflight_requests");
+    if (mode == NULL)
+        mode = wait != NULL && strcmp(wait, "true") == 0 ? "wait" : "abort";
+    kvio_pause_t pause;
+    bool abort_in_flight = false;
+    if (strcmp(mode, "abort") == 0) {
+        pause = KVIO_PAUSE_NEW;
+        abort_in_flight = true;
+    } else if (strcmp(mode, "wait") == 0) {
+        pause = KVIO_PAUSE_NEW;
+    } else if (strcmp(mode, "keep") == 0) {
+        pause = KVIO_PAUSE_ALL;
+    } else {
+        char message[128];
+        snprintf(message, sizeof(message), "mode must be abort, wait or keep, got '%.40s'", mode);
+        return respond_json(server, connection, 400, json_pack("{s:s}", "error", message));
+    }
+    kvio_frontend_pause(server->params.frontend, pause, abort_in_flight);
+    if (strcmp(mode, "wait") != 0)
+        return respond_json(server, connection, 200, json_pack("{s:s}", "status", "paused"));
+    request->phase = PHASE_PAUSE_WAIT;
+    list_add(server, request);
+    pthread_mutex_lock(&request->lock);
+    sleep_locked(request);
+    pthread_mutex_unlock(&request->lock);
+    return MHD_YES;
+}
+
+/* /pause?mode=wait, called again: answers once no rank runs a request. */
+static enum MHD_Result resume_pause_wait(http_request_t *request,
+                                         struct MHD_Connection *connection)
+{
+    kvio_http_server_t *server = request->server;
+    uint32_t running = 0;
+    for (uint32_t r = 0; r < kvio_frontend_num_ranks(server->params.frontend); r++) {
+        kvio_frontend_state_t state;
+        kvio_frontend_state(server->params.frontend, r, &state);
+        running += state.running;
+    }
+    if (running == 0 || kvio_frontend_closed(server->params.frontend)) {
+        request->phase = PHASE_DONE;
+        return respond_json(server, connection, 200, json_pack("{s:s}", "status", "paused"));
+    }
+    pthread_mutex_lock(&request->lock);
+    sleep_locked(request);
+    pthread_mutex_unlock(&request->lock);
+    return MHD_YES;
+}
+
+static enum MHD_Result handle_reset(kvio_http_server_t *server, struct MHD_Connection *connection)
+{
+    const char *running = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND,
+                                                      "reset_running_requests");
+    if (running != NULL && strcmp(running, "true") == 0)
+        return respond_json(server, connection, 400,
+                            json_pack("{s:s}", "error", "reset_running_requests=true is not "
+                                      "served by kvio (running requests keep their blocks)"));
+    bool reset = false;
+    kvio_frontend_reset_prefix_cache(server->params.frontend, RESET_TIMEOUT_NS, &reset);
+    /* vLLM answers 200 whether or not the cache could be reset. */
+    return respond_empty(server, connection, 200);
+}
+
+typedef struct route {
+    const char *path;
+    const char *method;
+} route_t;
+
+static const route_t routes[] = {
+    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
+    {"/health", "GET"},          {"/metrics", "GET"},              {"/version", "GET"},
+    {"/is_paused", "GET"},       {"/pause", "POST"},               {"/resume", "POST"},
+    {"/reset_prefix_cache", "POST"},
+};
+
+static enum MHD_Result dispatch(http_request_t *request, struct MHD_Connection *connection,
+                                const char *url, const char *method)
+{
+    kvio_http_server_t *server = request->server;
+    const route_t *route = NULL;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (strcmp(routes[i].path, url) == 0)
+            route = &routes[i];
+    if (route == NULL)
+        return respond_problem(server, connection, 404, "NotFoundError", "Not Found");
+    if (strcmp(route->method, method) != 0 && !(strcmp(method, "HEAD") == 0 &&
+                                                 strcmp(route->method, "GET") == 0))
+        return respond_problem(server, connection, 405, "MethodNotAllowedError",
+                               "Method Not Allowed");
+    if (request->too_large) {
+        char message[128];
+        snprintf(message, sizeof(message), "the request body is larger than %zu bytes",
+                 server->params.max_body_bytes);
+        return respond_problem(server, connection, 413, "BadRequestError", message);
+    }
+    kvio_frontend_t *frontend = server->params.frontend;
+    if (strcmp(url, "/v1/completions") == 0)
+        return handle_completion(request, connection, KVIO_API_COMPLETIONS);
+    if (strcmp(url, "/v1/chat/completions") == 0)
+        return handle_completion(request, connection, KVIO_API_CHAT);
+    if (strcmp(url, "/v1/models") == 0)
+        return respond_json(server, connection, 200, models_json(server));
+    if (strcmp(url, "/health") == 0)
+        return respond_empty(server, connection,
+                             kvio_frontend_ready(frontend) && !kvio_frontend_closed(frontend)
+                                 ? 200
+                                 : 503);
+    if (strcmp(url, "/metrics") == 0)
+        return handle_metrics(server, connection);
+    if (strcmp(url, "/version") == 0)
+        return respond_json(server, connection, 200, json_pack("{s:s}", "version", KVIO_VERSION));
+    if (strcmp(url, "/is_paused") == 0)
+        return respond_json(server, connection, 200,
+                            json_pack("{s:b}", "is_paused",
+                                      kvio_frontend_paused(frontend) != KVIO_PAUSE_NONE));
+    if (strcmp(url, "/pause") == 0)
+        return handle_pause(request, connection);
+    if (strcmp(url, "/resume") == 0) {
+        kvio_frontend_pause(frontend, KVIO_PAUSE_NONE, false);
+        return respond_json(server, connection, 200, json_pack("{s:s}", "status", "resumed"));
+    }
+    return handle_reset(server, connection);
+}
+
+static enum MHD_Result access_handler(void *context, struct MHD_Connection *connection,
+                                      const char *url, const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **request_p)
+{
+    (void)version;
+    daemon_slot_t *slot = context;
+    kvio_http_server_t *server = slot->server;
+    http_request_t *request = *request_p;
+    if (request == NULL) {
+        request = request_create(server, connection, slot->rank);
+        if (request == NULL)
+            return MHD_NO;
+        *request_p = request;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t length = *upload_data_size;
+        *upload_data_size = 0;
+        if (request->too_large || request->body_length + length > server->params.max_body_bytes) {
+            request->too_large = true;
+            return MHD_YES; /* the rest is read and dropped; 413 follows */
+        }
+        if (!kvio_http_append(&request->body, &request->body_length, &request->body_capacity,
+                              upload_data, length))
+            return MHD_NO;
+        return MHD_YES;
+    }
+    switch (request->phase) {
+    case PHASE_BODY:
+        return dispatch(request, connection, url, method);
+    case PHASE_WAIT:
+        return resume_whole(request, connection);
+    case PHASE_PAUSE_WAIT:
+        return resume_pause_wait(request, connection);
+    default:
+        return MHD_YES;
+    }
+}
+
+/* The request's connection ended: normally, or because the client went
+ * away, when its request is taken out of the engine. */
+static void completed(void *context, struct MHD_Connection *connection, void **request_p,
+                      enum MHD_RequestTerminationCode code)
+{
+    (void)context;
+    (void)connection;
+    (void)code;
+    http_request_t *request = *request_p;
+    if (request == NULL)
+        return;
+    *request_p = NULL;
+    kvio_http_server_t *server = request->server;
+    list_remove(server, request);
+    pthread_mutex_lock(&request->lock);
+    bool live = request->submitted && !request->finished && !request->aborted;
+    bool answered = request->ended || request->phase == PHASE_DONE;
+    request->connection = NULL;
+    request->suspended = false;
+    pthread_mutex_unlock(&request->lock);
+    if (live)
+        kvio_frontend_abort(server->params.frontend, request->rank, request->engine_id);
+    if (request->submitted) {
+        atomic_fetch_sub(&server->busy, 1);
+        if (!answered) {
+            pthread_mutex_lock(&server->metrics_lock);
+            server->disconnects++;
+            pthread_mutex_unlock(&server->metrics_lock);
+        }
+    }
+    request_release(request);
+}
+
+static void connection_notice(void *context, struct MHD_Connection *connection,
+                              void **socket_context, enum MHD_ConnectionNotificationCode code)
+{
+    (void)connection;
+    (void)socket_context;
+    kvio_http_server_t *server = ((daemon_slot_t *)context)->server;
+    pthread_mutex_lock(&server->metrics_lock);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        server->open_connections++;
+        if (server->open_connections > server->max_connections_seen)
+            server->max_connections_seen = server->open_connections;
+    } else if (server->open_connections > 0) {
+        server->open_connections--;
+    }
+    pthread_mutex_unlock(&server->metrics_lock);
+}
+
+/* ---------- the ticker: sleeping connections look at their client ---------- */
+
+static void wake_waiting(kvio_http_server_t *server)
+{
+    pthread_mutex_lock(&server->waiting_lock);
+    for (http_request_t *request = server->waiting; request != NULL; request = request->next) {
+        pthread_mutex_lock(&request->lock);
+        wake_locked(request);
+        pthread_mutex_unlock(&request->lock);
+    }
+    pthread_mutex_unlock(&server->waiting_lock);
+}
+
+static void *ticker_main(void *context)
+{
+    kvio_http_server_t *server = context;
+    while (!atomic_load(&server->stopping)) {
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = TICK_NS};
+        nanosleep(&pause, NULL);
+        wake_waiting(server);
+    }
+    return NULL;
+}
+
+/* ---------- the server ---------- */
+
+/* A listening socket on host:port (0: any free port), named in the error. */
+static kvio_status_t listen_on(const char *host, uint16_t port, int *fd_p, uint16_t *port_p,
+                               char *error_p, size_t error_len)
+{
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(port)};
+    const char *numeric = strcmp(host, "localhost") == 0 ? "127.0.0.1" : host;
+    if (inet_pton(AF_INET, numeric, &address.sin_addr) != 1) {
+        snprintf(error_p, error_len, "--listen %s: not an IPv4 address", host);
+        return KVIO_ERR_CONFIG;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    socklen_t length = sizeof(address);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0 || listen(fd, 1024) != 0 ||
+        getsockname(fd, (struct sockaddr *)&address, &length) != 0) {
+        snprintf(error_p, error_len, "--listen %s:%u: %s", host, (unsigned)port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return KVIO_ERR_CONFIG;
+    }
+    *fd_p = fd;
+    *port_p = ntohs(address.sin_port);
+    return KVIO_OK;
+}
+
+static kvio_status_t start_daemon(kvio_http_server_t *server, daemon_slot_t *slot,
+                                  uint16_t port, char *error_p, size_t error_len)
+{
+    kvio_status_t status = listen_on(server->host, port, &slot->listen_fd, &slot->port, error_p,
+                                     error_len);
+    if (status != KVIO_OK)
+        return status;
+    slot->daemon = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
+        NULL, access_handler, slot, MHD_OPTION_LISTEN_SOCKET, slot->listen_fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)server->params.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
+        MHD_OPTION_NOTIFY_CONNECTION, connection_notice, slot, MHD_OPTION_END);
+    if (slot->daemon == NULL) {
+        close(slot->listen_fd);
+        slot->listen_fd = -1;
+        snprintf(error_p, error_len, "--listen %s:%u: libmicrohttpd could not start", server->host,
+                 (unsigned)slot->port);
+        return KVIO_ERR_CONFIG;
+    }
+    slot->listen_fd = -1; /* the daemon's now: it closes it */
+    return KVIO_OK;
+}
+
+static char *copy_string(const char *text)
+{
+    return text != NULL ? strdup(text) : NULL;
+}
+
+kvio_status_t kvio_http_server_start(const kvio_http_params_t *params,
+                                     kvio_http_server_t **server_p, char *error_p,
+                                     size_t error_len)
+{
+    uint32_t num_ranks = kvio_frontend_num_ranks(params->frontend);
+    if (params->num_ports != 1 && params->num_ports != num_ranks) {
+        snprintf(error_p, error_len, "--listen: %u ports for %u serve ranks (give one port, "
+                 "where kvio's router picks the rank, or one per rank)", params->num_ports,
+                 num_ranks);
+        return KVIO_ERR_CONFIG;
+    }
+    if (params->num_ports > MAX_DAEMONS || (uint32_t)params->first_port + params->num_ports - 1 >
+                                               65535) {
+        snprintf(error_p, error_len, "--listen: ports %u..%u are out of range",
+                 (unsigned)params->first_port, (unsigned)params->first_port + params->num_ports - 1);
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_http_server_t *server = calloc(1, sizeof(*server));
+    if (server == NULL)
+        return KVIO_ERR_NOMEM;
+    server->params = *params;
+    server->host = copy_string(params->host);
+    server->model_name = copy_string(params->model_name);
+    server->model_root = copy_string(params->model_root != NULL ? params->model_root
+                                                                : params->model_name);
+    server->api = (kvio_api_server_t){.model_name = server->model_name,
+                                      .max_model_len = params->max_model_len,
+                                      .chat_template = params->chat_template};
+    server->created_unix = (double)kvio_wall_time_ns() / 1e9;
+    server->rank_metrics = calloc(num_ranks, sizeof(*server->rank_metrics));
+    pthread_mutex_init(&server->metrics_lock, NULL);
+    pthread_mutex_init(&server->waiting_lock, NULL);
+    for (uint32_t i = 0; i < MAX_DAEMONS; i++)
+        server->slots[i].listen_fd = -1;
+    kvio_status_t status = server->host != NULL && server->model_name != NULL &&
+                                   server->model_root != NULL && server->rank_metrics != NULL
+                               ? KVIO_OK
+                               : KVIO_ERR_NOMEM;
+    for (uint32_t i = 0; status == KVIO_OK && i < params->num_ports; i++) {
+        daemon_slot_t *slot = &server->slots[i];
+        *slot = (daemon_slot_t){.server = server, .listen_fd = -1,
+                                .rank = params->num_ports == 1 ? KVIO_FRONTEND_ROUTE : i};
+        uint16_t port = params->first_port == 0 ? 0 : (uint16_t)(params->first_port + i);
+        status = start_daemon(server, slot, port, error_p, error_len);
+        if (status == KVIO_OK)
+            server->num_slots++;
+    }
+    if (status == KVIO_OK) {
+        if (pthread_create(&server->ticker, NULL, ticker_main, server) == 0)
+            server->ticker_started = true;
+        else
+            status = KVIO_ERR_NOMEM;
+    }
+    if (status != KVIO_OK) {
+        kvio_http_server_stop(server);
+        kvio_http_server_destroy(server);
+        return status;
+    }
+    *server_p = server;
+    return KVIO_OK;
+}
+
+uint16_t kvio_http_server_port(const kvio_http_server_t *server, uint32_t index)
+{
+    return index < server->num_slots ? server->slots[index].port : 0;
+}
+
+void kvio_http_server_quiesce(kvio_http_server_t *server)
+{
+    for (uint32_t i = 0; i < server->num_slots; i++) {
+        if (server->slots[i].daemon == NULL)
+            continue;
+        /* The listening socket comes back to us, closed here: no new connection. */
+        MHD_socket fd = MHD_quiesce_daemon(server->slots[i].daemon);
+        if (fd != MHD_INVALID_SOCKET)
+            close(fd);
+    }
+}
+
+uint32_t kvio_http_server_busy(kvio_http_server_t *server)
+{
+    return atomic_load(&server->busy);
+}
+
+json_t *kvio_http_server_stats(kvio_http_server_t *server)
+{
+    pthread_mutex_lock(&server->metrics_lock);
+    json_t *by_status = json_object();
+    static const char *const classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
+    for (int c = 0; c < 6; c++)
+        if (server->by_status[c] > 0)
+            json_object_set_new(by_status, classes[c],
+                                json_integer((json_int_t)server->by_status[c]));
+    json_t *ports = json_array();
+    for (uint32_t i = 0; i < server->num_slots; i++)
+        json_array_append_new(ports, json_integer(server->slots[i].port));
+    json_t *stats = json_pack(
+        "{s:s, s:o, s:I, s:I, s:o, s:I, s:i}", "host", server->host, "ports", ports, "requests",
+        (json_int_t)server->requests, "completions", (json_int_t)server->completions,
+        "responses_by_status", by_status, "client_disconnects",
+        (json_int_t)server->disconnects, "max_open_connections",
+        (int)server->max_connections_seen);
+    pthread_mutex_unlock(&server->metrics_lock);
+    return stats;
+}
+
+void kvio_http_server_stop(kvio_http_server_t *server)
+{
+    if (server == NULL || server->stopped)
+        return;
+    server->stopped = true;
+    atomic_store(&server->stopping, true);
+    if (server->ticker_started)
+        pthread_join(server->ticker, NULL);
+    /* MHD must not stop with connections asleep. */
+    wake_waiting(server);
+    for (uint32_t i = 0; i < server->num_slots; i++) {
+        if (server->slots[i].daemon != NULL)
+            MHD_stop_daemon(server->slots[i].daemon);
+        server->slots[i].daemon = NULL;
+    }
+}
+
+void kvio_http_server_destroy(kvio_http_server_t *server)
+{
+    if (server == NULL)
+        return;
+    kvio_http_server_stop(server);
+    pthread_mutex_destroy(&server->metrics_lock);
+    pthread_mutex_destroy(&server->waiting_lock);
+    free(server->rank_metrics);
+    free(server->host);
+    free(server->model_name);
+    free(server->model_root);
+    free(server);
+}

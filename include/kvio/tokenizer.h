@@ -1,0 +1,77 @@
+/* Text to token ids, and chat messages to the token sequence a server
+ * would prefill. The approximate tokenizer needs no vocabulary file: it
+ * splits text as byte-level BPE pre-tokenizers do (words with their leading
+ * space, digits in threes, punctuation runs, whitespace runs), cuts pieces
+ * longer than four bytes at character boundaries, and gives each piece the
+ * id its bytes hash to. Equal text gives equal tokens, so a prompt's prefix
+ * structure (what a prefix cache can reuse) is kept; token counts are close
+ * to a real tokenizer's (about 4 bytes of English per token) and block
+ * boundaries approximate. Special tokens of the chat templates have fixed
+ * ids of their own. */
+#ifndef KVIO_TOKENIZER_H
+#define KVIO_TOKENIZER_H
+
+#include "kvio/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Ids the approximate tokenizer gives: pieces hash into [KVIO_TOKEN_FIRST_TEXT,
+ * KVIO_TOKEN_VOCAB); special tokens sit below KVIO_TOKEN_FIRST_TEXT. */
+#define KVIO_TOKEN_FIRST_TEXT 1024u
+#define KVIO_TOKEN_VOCAB 200000u
+
+/* A growable array of token ids (zero it to start; free with
+ * kvio_tokens_fini). */
+typedef struct kvio_tokens {
+    uint32_t *ids;
+    size_t count, capacity;
+} kvio_tokens_t;
+
+kvio_status_t kvio_tokens_push(kvio_tokens_t *tokens, uint32_t id);
+void kvio_tokens_fini(kvio_tokens_t *tokens);
+
+/* Appends the approximate tokens of length bytes of text (any bytes; UTF-8
+ * sequences are never split) to tokens. KVIO_ERR_NOMEM only. */
+kvio_status_t kvio_tokenize_approximate(const char *text, size_t length, kvio_tokens_t *tokens);
+
+/* One output word for generated text: a space and one to three lowercase
+ * letters, which the approximate tokenizer reads back as exactly the one
+ * token *id_p (so a client that sends the output back in its next prompt
+ * hits the blocks the output filled). index picks the word (any value). */
+void kvio_token_word(uint64_t index, char text_p[5], uint32_t *id_p);
+
+/* ---------- chat templates ---------- */
+
+typedef enum {
+    KVIO_CHAT_CHATML = 0, /* Qwen and others: <|im_start|>role\n...<|im_end|>\n */
+    KVIO_CHAT_LLAMA3,     /* <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    KVIO_CHAT_HARMONY,    /* gpt-oss: <|start|>role<|message|>...<|end|> */
+} kvio_chat_template_t;
+
+/* The template called name (chatml, llama3, harmony); KVIO_ERR_NOT_FOUND. */
+kvio_status_t kvio_chat_template_find(const char *name, kvio_chat_template_t *template_p);
+const char *kvio_chat_template_name(kvio_chat_template_t template_id);
+
+/* One chat message: role (system, developer, user, assistant, tool) and
+ * its text, both borrowed. */
+typedef struct kvio_chat_message {
+    const char *role;
+    size_t role_length;
+    const char *content;
+    size_t content_length;
+} kvio_chat_message_t;
+
+/* Whether the templates know role (those five). */
+bool kvio_chat_role_known(const char *role, size_t length);
+
+/* Appends the tokens of messages rendered by the template, each message's
+ * header, content and end, then (add_generation_prompt) the header of the
+ * assistant's reply, to tokens. Each part is tokenized on its own, so that a
+ * message's tokens do not depend on what follows it. */
+kvio_status_t kvio_chat_render(kvio_chat_template_t template_id,
+                               const kvio_chat_message_t *messages, size_t count,
+                               bool add_generation_prompt, kvio_tokens_t *tokens);
+
+#endif

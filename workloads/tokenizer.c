@@ -1,0 +1,277 @@
+/* The approximate tokenizer and the chat templates (kvio/tokenizer.h): text
+ * is split as byte-level BPE pre-tokenizers split it, each piece hashed to
+ * an id; a template renders messages as special tokens around tokenized
+ * parts. */
+#include "kvio/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* Longest piece of one kind that stays one token: whitespace runs (code's
+ * indentation) are single tokens in real vocabularies, words are cut. */
+#define WORD_BYTES 4
+#define SPACE_BYTES 16
+
+kvio_status_t kvio_tokens_push(kvio_tokens_t *tokens, uint32_t id)
+{
+    if (tokens->count == tokens->capacity) {
+        size_t capacity = tokens->capacity ? 2 * tokens->capacity : 256;
+        uint32_t *ids = realloc(tokens->ids, capacity * sizeof(*ids));
+        if (ids == NULL)
+            return KVIO_ERR_NOMEM;
+        tokens->ids = ids;
+        tokens->capacity = capacity;
+    }
+    tokens->ids[tokens->count++] = id;
+    return KVIO_OK;
+}
+
+void kvio_tokens_fini(kvio_tokens_t *tokens)
+{
+    free(tokens->ids);
+    *tokens = (kvio_tokens_t){0};
+}
+
+/* ---------- pre-tokenizing ---------- */
+
+typedef enum { BYTE_LETTER, BYTE_DIGIT, BYTE_SPACE, BYTE_NEWLINE, BYTE_OTHER } byte_class_t;
+
+static byte_class_t classify(unsigned char byte)
+{
+    if ((byte >= 'a' && byte <= 'z') || (byte >= 'A' && byte <= 'Z') || byte >= 0x80)
+        return BYTE_LETTER; /* every UTF-8 byte: letters of other scripts, emoji */
+    if (byte >= '0' && byte <= '9')
+        return BYTE_DIGIT;
+    if (byte == ' ' || byte == '\t')
+        return BYTE_SPACE;
+    if (byte == '\n' || byte == '\r' || byte == '\f' || byte == '\v')
+        return BYTE_NEWLINE;
+    return BYTE_OTHER;
+}
+
+static bool is_space(byte_class_t kind)
+{
+    return kind == BYTE_SPACE || kind == BYTE_NEWLINE;
+}
+
+static uint32_t piece_id(const char *piece, size_t length)
+{
+    uint64_t hash = XXH3_64bits(piece, length);
+    return KVIO_TOKEN_FIRST_TEXT + (uint32_t)(hash % (KVIO_TOKEN_VOCAB - KVIO_TOKEN_FIRST_TEXT));
+}
+
+/* A piece as tokens: cut into chunks of at most max bytes, never inside a
+ * UTF-8 sequence (a chunk grows past max to finish one). */
+static kvio_status_t push_piece(const char *piece, size_t length, size_t max,
+                                kvio_tokens_t *tokens)
+{
+    size_t at = 0;
+    while (at < length) {
+        size_t end = at + max < length ? at + max : length;
+        while (end < length && ((unsigned char)piece[end] & 0xc0) == 0x80)
+            end++;
+        kvio_status_t status = kvio_tokens_push(tokens, piece_id(piece + at, end - at));
+        if (status != KVIO_OK)
+            return status;
+        at = end;
+    }
+    return KVIO_OK;
+}
+
+/* The length of the piece at text[at]: a word or punctuation run with its
+ * leading space, up to three digits, or a whitespace run that leaves its
+ * last space to the word after it (GPT's `\s+(?!\S)`). */
+static size_t piece_length(const char *text, size_t length, size_t at, size_t *max_p)
+{
+    const unsigned char *bytes = (const unsigned char *)text;
+    byte_class_t kind = classify(bytes[at]);
+    size_t end = at + 1;
+    *max_p = WORD_BYTES;
+    if (kind == BYTE_SPACE && bytes[at] == ' ' && end < length &&
+        (classify(bytes[end]) == BYTE_LETTER || classify(bytes[end]) == BYTE_OTHER)) {
+        kind = classify(bytes[end]); /* " word", " +=" */
+        end++;
+    }
+    switch (kind) {
+    case BYTE_LETTER:
+    case BYTE_OTHER:
+        while (end < length && classify(bytes[end]) == kind)
+            end++;
+        return end - at;
+    case BYTE_DIGIT:
+        while (end < length && end - at < 3 && classify(bytes[end]) == BYTE_DIGIT)
+            end++;
+        return end - at;
+    default:
+        *max_p = SPACE_BYTES;
+        while (end < length && is_space(classify(bytes[end])))
+            end++;
+        /* A space right before a word goes with the word. */
+        if (end < length && end - at > 1 && bytes[end - 1] == ' ')
+            end--;
+        return end - at;
+    }
+}
+
+kvio_status_t kvio_tokenize_approximate(const char *text, size_t length, kvio_tokens_t *tokens)
+{
+    size_t at = 0;
+    while (at < length) {
+        size_t max = WORD_BYTES;
+        size_t piece = piece_length(text, length, at, &max);
+        kvio_status_t status = push_piece(text + at, piece, max, tokens);
+        if (status != KVIO_OK)
+            return status;
+        at += piece;
+    }
+    return KVIO_OK;
+}
+
+void kvio_token_word(uint64_t index, char text_p[5], uint32_t *id_p)
+{
+    size_t letters = 1 + (size_t)(index % 3);
+    uint64_t rest = index / 3;
+    text_p[0] = ' ';
+    for (size_t i = 0; i < letters; i++) {
+        text_p[1 + i] = (char)('a' + rest % 26);
+        rest /= 26;
+    }
+    text_p[1 + letters] = '\0';
+    *id_p = piece_id(text_p, 1 + letters);
+}
+
+/* ---------- chat templates ---------- */
+
+/* Special tokens, each with its own id below the text ids. */
+enum {
+    TOKEN_IM_START = 1, TOKEN_IM_END,                          /* chatml */
+    TOKEN_BEGIN_OF_TEXT, TOKEN_START_HEADER, TOKEN_END_HEADER, /* llama3 */
+    TOKEN_EOT,
+    TOKEN_START, TOKEN_MESSAGE, TOKEN_END, TOKEN_CHANNEL,      /* harmony */
+};
+
+static const char *const template_names[] = {"chatml", "llama3", "harmony"};
+
+kvio_status_t kvio_chat_template_find(const char *name, kvio_chat_template_t *template_p)
+{
+    for (size_t i = 0; i < sizeof(template_names) / sizeof(template_names[0]); i++) {
+        if (strcmp(name, template_names[i]) == 0) {
+            *template_p = (kvio_chat_template_t)i;
+            return KVIO_OK;
+        }
+    }
+    return KVIO_ERR_NOT_FOUND;
+}
+
+const char *kvio_chat_template_name(kvio_chat_template_t template_id)
+{
+    return (size_t)template_id < sizeof(template_names) / sizeof(template_names[0])
+               ? template_names[template_id]
+               : "unknown";
+}
+
+bool kvio_chat_role_known(const char *role, size_t length)
+{
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+        if (strlen(roles[i]) == length && memcmp(roles[i], role, length) == 0)
+            return true;
+    return false;
+}
+
+/* A template's parts, appended in order: a special token or some text. */
+typedef struct renderer {
+    kvio_tokens_t *tokens;
+    kvio_status_t status;
+} renderer_t;
+
+static void special(renderer_t *out, uint32_t id)
+{
+    if (out->status == KVIO_OK)
+        out->status = kvio_tokens_push(out->tokens, id);
+}
+
+static void text(renderer_t *out, const char *bytes, size_t length)
+{
+    if (out->status == KVIO_OK)
+        out->status = kvio_tokenize_approximate(bytes, length, out->tokens);
+}
+
+static void literal(renderer_t *out, const char *bytes)
+{
+    text(out, bytes, strlen(bytes));
+}
+
+static bool is_assistant(const kvio_chat_message_t *message)
+{
+    return message->role_length == 9 && memcmp(message->role, "assistant", 9) == 0;
+}
+
+static void render_message(renderer_t *out, kvio_chat_template_t template_id,
+                           const kvio_chat_message_t *message)
+{
+    switch (template_id) {
+    case KVIO_CHAT_CHATML:
+        special(out, TOKEN_IM_START);
+        text(out, message->role, message->role_length);
+        literal(out, "\n");
+        text(out, message->content, message->content_length);
+        special(out, TOKEN_IM_END);
+        literal(out, "\n");
+        break;
+    case KVIO_CHAT_LLAMA3:
+        special(out, TOKEN_START_HEADER);
+        text(out, message->role, message->role_length);
+        special(out, TOKEN_END_HEADER);
+        literal(out, "\n\n");
+        text(out, message->content, message->content_length);
+        special(out, TOKEN_EOT);
+        break;
+    case KVIO_CHAT_HARMONY:
+        special(out, TOKEN_START);
+        text(out, message->role, message->role_length);
+        if (is_assistant(message)) {
+            special(out, TOKEN_CHANNEL); /* the reply's final channel */
+            literal(out, "final");
+        }
+        special(out, TOKEN_MESSAGE);
+        text(out, message->content, message->content_length);
+        special(out, TOKEN_END);
+        break;
+    }
+}
+
+static void render_generation_prompt(renderer_t *out, kvio_chat_template_t template_id)
+{
+    switch (template_id) {
+    case KVIO_CHAT_CHATML:
+        special(out, TOKEN_IM_START);
+        literal(out, "assistant\n");
+        break;
+    case KVIO_CHAT_LLAMA3:
+        special(out, TOKEN_START_HEADER);
+        literal(out, "assistant");
+        special(out, TOKEN_END_HEADER);
+        literal(out, "\n\n");
+        break;
+    case KVIO_CHAT_HARMONY:
+        special(out, TOKEN_START);
+        literal(out, "assistant");
+        break;
+    }
+}
+
+kvio_status_t kvio_chat_render(kvio_chat_template_t template_id,
+                               const kvio_chat_message_t *messages, size_t count,
+                               bool add_generation_prompt, kvio_tokens_t *tokens)
+{
+    renderer_t out = {.tokens = tokens, .status = KVIO_OK};
+    if (template_id == KVIO_CHAT_LLAMA3)
+        special(&out, TOKEN_BEGIN_OF_TEXT);
+    for (size_t i = 0; i < count; i++)
+        render_message(&out, template_id, &messages[i]);
+    if (add_generation_prompt)
+        render_generation_prompt(&out, template_id);
+    return out.status;
+}
