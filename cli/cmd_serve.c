@@ -40,12 +40,14 @@ typedef struct serve_args {
     const char *chat_template;
     long max_connections;
     uint64_t max_body;
+    bool record_tokens;
 } serve_args_t;
 
 enum {
     SERVE_HELP = 1, SERVE_SET, SERVE_OUTPUT, SERVE_FORCE, SERVE_LISTEN, SERVE_DURATION,
     SERVE_DRAIN, SERVE_ABORT, SERVE_KV_EVENTS, SERVE_KV_TOPIC, SERVE_MODEL_NAME,
     SERVE_MAX_MODEL_LEN, SERVE_TEMPLATE, SERVE_MAX_CONNECTIONS, SERVE_MAX_BODY,
+    SERVE_RECORD_TOKENS,
 };
 
 static const kvio_cli_option_t serve_options[] = {
@@ -64,6 +66,7 @@ static const kvio_cli_option_t serve_options[] = {
     {"chat-template", 0, "chatml, llama3 or harmony", SERVE_TEMPLATE},
     {"max-connections", 0, "a count", SERVE_MAX_CONNECTIONS},
     {"max-body", 0, "a size", SERVE_MAX_BODY},
+    {"record-tokens", 0, NULL, SERVE_RECORD_TOKENS},
     {NULL, 0, NULL, 0},
 };
 
@@ -140,6 +143,9 @@ static int take_serve_arg(int option, const char *value, serve_args_t *args)
             return KVIO_EXIT_USAGE;
         }
         return KVIO_EXIT_OK;
+    case SERVE_RECORD_TOKENS:
+        args->record_tokens = true;
+        return KVIO_EXIT_OK;
     case KVIO_CLI_OPERAND:
         return kvio_cli_take_one("kvio serve", "workload", &args->source, value);
     default:
@@ -154,7 +160,7 @@ static void print_help(void)
            "                  [--kv-events ENDPOINT] [--kv-events-topic T]\n"
            "                  [--served-model-name NAME] [--max-model-len N]\n"
            "                  [--chat-template chatml|llama3|harmony]\n"
-           "                  [--max-connections N] [--max-body SIZE]\n\n"
+           "                  [--max-connections N] [--max-body SIZE] [--record-tokens]\n\n"
            "Serves the workload's engine (mode emulate: real time, real KV memory) behind an\n"
            "OpenAI-compatible endpoint, as vLLM's server does: POST /v1/completions and\n"
            "/v1/chat/completions (streamed or not), GET /v1/models, /health, /metrics (vLLM's\n"
@@ -169,7 +175,9 @@ static void print_help(void)
            "--duration  stop by itself after this long (else SIGINT or SIGTERM stops it)\n"
            "--drain     on stop, finish the requests in flight (default); --abort ends them\n"
            "--kv-events publish vLLM's KV events (BlockStored, BlockRemoved, AllBlocksCleared)\n"
-           "            on a ZMQ PUB socket, e.g. tcp://*:5557 (rank r at port + r)\n\n"
+           "            on a ZMQ PUB socket, e.g. tcp://*:5557 (rank r at port + r)\n"
+           "--record-tokens  write tokens.csv: every engine step of every request (id, tokens,\n"
+           "            time_s), to compare what a client saw with what the engine did\n\n"
            "The results directory is written when it stops: summary.json (metrics.server\n"
            "holds the HTTP counts), requests.csv, iterations.csv and trace.jsonl, every\n"
            "request as a hash-id trace that kvio run replays (stream.trace.path).\n"
@@ -326,7 +334,8 @@ static int start_parts(const serve_args_t *args, const kvio_workload_t *workload
         .max_model_len = max_model_len, .chat_template = chat_template,
         .output_tokens = &workload->stream.output_tokens, .seed = (uint64_t)workload->seed,
         .max_connections = args->max_connections > 0 ? (uint32_t)args->max_connections : 1024,
-        .max_body_bytes = args->max_body > 0 ? args->max_body : 16u << 20};
+        .max_body_bytes = args->max_body > 0 ? args->max_body : 16u << 20,
+        .record_tokens = args->record_tokens};
     if (status == KVIO_OK)
         status = kvio_http_server_start(&http, &parts->server, error, sizeof(error));
     if (status != KVIO_OK) {
@@ -400,6 +409,17 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
     atomic_store(&watch.run_over, true);
     if (watching)
         pthread_join(watcher, NULL);
+    if (args->record_tokens && result.results_dir[0] != '\0' &&
+        (status == KVIO_OK || status == KVIO_ERR_INTERRUPTED)) {
+        char path[1100], write_error[1000];
+        snprintf(path, sizeof(path), "%s/tokens.csv", result.results_dir);
+        kvio_status_t written = kvio_http_server_write_tokens(parts.server, path, write_error,
+                                                              sizeof(write_error));
+        if (written != KVIO_OK && status == KVIO_OK) {
+            snprintf(error, sizeof(error), "%s", write_error);
+            status = written;
+        }
+    }
     stop_parts(&parts);
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error[0] ? error : kvio_strerror(status));

@@ -58,6 +58,9 @@ struct kvio_http_server {
     uint64_t by_status[6];              /* 1xx..5xx, other */
     uint64_t requests, completions, disconnects;
     uint32_t open_connections, max_connections_seen;
+    struct token_step *steps;           /* record_tokens: every step of every request */
+    size_t num_steps, steps_capacity;
+    bool steps_dropped;                 /* out of memory: the log is incomplete */
     pthread_mutex_t waiting_lock;       /* the sleeping requests' list */
     http_request_t *waiting;
     atomic_uint busy;                   /* completions submitted, not yet answered */
@@ -66,6 +69,13 @@ struct kvio_http_server {
     bool ticker_started;
     bool stopped;
 };
+
+/* One engine step of a request, for tokens.csv (record_tokens). */
+typedef struct token_step {
+    uint64_t id;
+    uint32_t generated;
+    int64_t time_ns;
+} token_step_t;
 
 struct http_request {
     atomic_int refs;                 /* the connection's, and the listener's once submitted */
@@ -193,6 +203,26 @@ static void observe(kvio_http_server_t *server, uint32_t rank, int hist, int64_t
     pthread_mutex_unlock(&server->metrics_lock);
 }
 
+static void log_step(kvio_http_server_t *server, uint64_t id, uint32_t generated,
+                     int64_t time_ns)
+{
+    pthread_mutex_lock(&server->metrics_lock);
+    if (server->num_steps == server->steps_capacity && !server->steps_dropped) {
+        size_t capacity = server->steps_capacity ? 2 * server->steps_capacity : 4096;
+        token_step_t *steps = realloc(server->steps, capacity * sizeof(*steps));
+        if (steps != NULL) {
+            server->steps = steps;
+            server->steps_capacity = capacity;
+        } else {
+            server->steps_dropped = true;
+        }
+    }
+    if (server->num_steps < server->steps_capacity)
+        server->steps[server->num_steps++] =
+            (token_step_t){.id = id, .generated = generated, .time_ns = time_ns};
+    pthread_mutex_unlock(&server->metrics_lock);
+}
+
 static void finished_count(kvio_http_server_t *server, uint32_t rank, int reason)
 {
     pthread_mutex_lock(&server->metrics_lock);
@@ -211,8 +241,11 @@ static void on_tokens(void *context, uint32_t generated, int64_t arrival_ns, int
     request->first_token_seen = true;
     request->last_token_ns = now_ns;
     uint32_t rank = request->rank;
+    uint64_t id = request->engine_id;
     pthread_mutex_unlock(&request->lock);
     observe(request->server, rank, first ? KVIO_HTTP_HIST_TTFT : KVIO_HTTP_HIST_ITL, gap_ns);
+    if (request->server->params.record_tokens)
+        log_step(request->server, id, generated, now_ns);
     pthread_mutex_lock(&request->lock);
     if (request->num_steps == request->steps_capacity) {
         size_t capacity = request->steps_capacity ? 2 * request->steps_capacity : 16;
@@ -460,12 +493,15 @@ static enum MHD_Result handle_completion(http_request_t *request,
                                   .prompt_tokens = (uint32_t)api_request.prompt.count,
                                   .include_usage = api_request.include_usage,
                                   .continuous_usage = api_request.continuous_usage};
-    snprintf(answer->id, sizeof(answer->id), "%s-kvio%016llx%08llx",
-             api == KVIO_API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)kvio_time_ns(),
-             (unsigned long long)atomic_fetch_add(&serial, 1));
     bool stream = api_request.stream;
     kvio_status_t status = submit(request, &api_request);
     kvio_api_request_fini(&api_request);
+    /* 32 hex digits as vLLM's (a uuid's): the engine's request id (its row
+     * in requests.csv and tokens.csv), then a serial. Nothing is rendered
+     * before this handler returns. */
+    snprintf(answer->id, sizeof(answer->id), "%s-%016llx%016llx",
+             api == KVIO_API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)request->engine_id,
+             (unsigned long long)atomic_fetch_add(&serial, 1));
     if (status != KVIO_OK)
         return respond_problem(server, connection, status == KVIO_ERR_INTERRUPTED ? 503 : 500,
                                status == KVIO_ERR_INTERRUPTED ? "ServiceUnavailableError"
@@ -970,6 +1006,30 @@ json_t *kvio_http_server_stats(kvio_http_server_t *server)
     return stats;
 }
 
+kvio_status_t kvio_http_server_write_tokens(kvio_http_server_t *server, const char *path,
+                                            char *error_p, size_t error_len)
+{
+    pthread_mutex_lock(&server->metrics_lock);
+    kvio_status_t status = server->steps_dropped ? KVIO_ERR_NOMEM : KVIO_OK;
+    FILE *file = status == KVIO_OK ? fopen(path, "wx") : NULL;
+    if (status == KVIO_OK && file == NULL)
+        status = kvio_status_from_errno(errno);
+    if (file != NULL) {
+        fprintf(file, "id,tokens,time_s\n");
+        for (size_t i = 0; i < server->num_steps; i++)
+            fprintf(file, "%llu,%u,%.6f\n", (unsigned long long)server->steps[i].id,
+                    server->steps[i].generated, (double)server->steps[i].time_ns / 1e9);
+        if (fclose(file) != 0)
+            status = KVIO_ERR_IO;
+    }
+    pthread_mutex_unlock(&server->metrics_lock);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "%s: %s", path,
+                 status == KVIO_ERR_NOMEM ? "out of memory keeping every step"
+                                          : kvio_strerror(status));
+    return status;
+}
+
 void kvio_http_server_stop(kvio_http_server_t *server)
 {
     if (server == NULL || server->stopped)
@@ -995,6 +1055,7 @@ void kvio_http_server_destroy(kvio_http_server_t *server)
     pthread_mutex_destroy(&server->metrics_lock);
     pthread_mutex_destroy(&server->waiting_lock);
     free(server->rank_metrics);
+    free(server->steps);
     free(server->host);
     free(server->model_name);
     free(server->model_root);

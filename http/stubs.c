@@ -41,6 +41,16 @@ json_t *kvio_http_server_stats(kvio_http_server_t *server)
     return json_object();
 }
 
+kvio_status_t kvio_http_server_write_tokens(kvio_http_server_t *server, const char *path,
+                                            char *error_p, size_t error_len)
+{
+    (void)server;
+    (void)path;
+    (void)error_p;
+    (void)error_len;
+    return KVIO_ERR_UNSUPPORTED;
+}
+
 void kvio_http_server_stop(kvio_http_server_t *server)
 {
     (void)server;

@@ -15,9 +15,9 @@
 #include "kvio/clock.h"
 #include "kvio/hashset.h"
 
-/* How soon an idle rank looks at the front end again (it is also polled
- * between the executor's naps, so a request is seen sooner). */
-#define FRONTEND_POLL_NS 200000
+/* How soon an idle rank looks at the front end again: it naps until then,
+ * and a request, abort or admin call wakes it at once. */
+#define FRONTEND_POLL_NS 50000000
 
 /* A request taken into the engine and not yet finished or aborted. */
 typedef struct live {
@@ -477,6 +477,12 @@ static kvio_status_t frontend_poll(kvio_serve_arrivals_t *base, bool *wake_p)
     return KVIO_OK;
 }
 
+static void frontend_nap(kvio_serve_arrivals_t *base, int64_t ns)
+{
+    frontend_arrivals_t *source = (frontend_arrivals_t *)base;
+    kvio_frontend_nap(source->frontend, source->rank, ns);
+}
+
 static const char *frontend_error(const kvio_serve_arrivals_t *base)
 {
     return ((const frontend_arrivals_t *)base)->error;
@@ -493,6 +499,7 @@ static const kvio_serve_arrivals_ops_t frontend_ops = {
     .poll = frontend_poll,
     .error = frontend_error,
     .held = frontend_held,
+    .nap = frontend_nap,
 };
 
 /* The rank's state for /metrics and the router. */

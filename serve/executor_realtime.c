@@ -48,7 +48,11 @@ kvio_status_t kvio_executor_host_wait(kvio_executor_t *executor, int64_t end_ns,
             remaining = end_ns - kvio_executor_host_now(executor);
             if (remaining > KVIO_EXECUTOR_SPIN_NS + POLL_BUDGET_NS) {
                 int64_t until_spin = remaining - KVIO_EXECUTOR_SPIN_NS - POLL_BUDGET_NS;
-                nap(nap_ns < until_spin ? nap_ns : until_spin);
+                int64_t pause = nap_ns < until_spin ? nap_ns : until_spin;
+                if (poll->nap != NULL)
+                    poll->nap(poll->context, pause);
+                else
+                    nap(pause);
                 continue;
             }
         }

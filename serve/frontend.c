@@ -25,6 +25,7 @@ typedef struct rank_inbox {
     kvio_frontend_state_t state;
     uint64_t queued;        /* submitted, not yet taken */
     atomic_uint work;       /* something to take (a look without the lock) */
+    pthread_cond_t arrived; /* work was set: a napping rank wakes */
 } rank_inbox_t;
 
 struct kvio_frontend {
@@ -73,6 +74,8 @@ kvio_status_t kvio_frontend_create(const kvio_frontend_params_t *params,
     pthread_cond_init(&frontend->changed, NULL);
     frontend->ranks = calloc(params->num_ranks, sizeof(*frontend->ranks));
     kvio_status_t status = frontend->ranks != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    for (uint32_t r = 0; status == KVIO_OK && r < params->num_ranks; r++)
+        pthread_cond_init(&frontend->ranks[r].arrived, NULL);
     if (status == KVIO_OK && params->num_ranks > 1) {
         status = params->router != NULL ? kvio_router_create(params->router, &frontend->router)
                                         : KVIO_ERR_INVALID;
@@ -103,6 +106,7 @@ void kvio_frontend_destroy(kvio_frontend_t *frontend)
             kvio_frontend_pending_free(pending);
         }
         free(inbox->aborts);
+        pthread_cond_destroy(&inbox->arrived);
     }
     free(frontend->ranks);
     kvio_router_destroy(frontend->router);
@@ -138,6 +142,13 @@ void kvio_frontend_rank_ready(kvio_frontend_t *frontend, uint32_t rank, uint64_t
     uint64_t none = 0;
     atomic_compare_exchange_strong(&frontend->origin_ns, &none, origin_ns);
     atomic_fetch_add(&frontend->ready_ranks, 1);
+}
+
+/* Rank rank has something to take (the lock held): a napping rank wakes. */
+static void signal_work(kvio_frontend_t *frontend, uint32_t rank)
+{
+    atomic_store(&frontend->ranks[rank].work, 1);
+    pthread_cond_broadcast(&frontend->ranks[rank].arrived);
 }
 
 /* ---------- submitting ---------- */
@@ -295,7 +306,7 @@ kvio_status_t kvio_frontend_submit(kvio_frontend_t *frontend, uint32_t rank,
     inbox->tail = pending;
     inbox->queued++;
     inbox->state.submitted++;
-    atomic_store(&inbox->work, 1);
+    signal_work(frontend, rank);
     if (id_p != NULL)
         *id_p = pending->request.id;
     if (rank_p != NULL)
@@ -322,7 +333,7 @@ void kvio_frontend_abort(kvio_frontend_t *frontend, uint32_t rank, uint64_t id)
         inbox->aborts_capacity = capacity;
     }
     inbox->aborts[inbox->num_aborts++] = id;
-    atomic_store(&inbox->work, 1);
+    signal_work(frontend, rank);
     pthread_mutex_unlock(&frontend->lock);
 }
 
@@ -340,7 +351,7 @@ void kvio_frontend_reset_prefix_cache(kvio_frontend_t *frontend, int64_t timeout
         inbox->reset_refused = false;
         if (r < 64)
             asked[r] = inbox->reset_asked;
-        atomic_store(&inbox->work, 1);
+        signal_work(frontend, r);
     }
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
@@ -380,11 +391,12 @@ void kvio_frontend_reset_done(kvio_frontend_t *frontend, uint32_t rank, uint64_t
     pthread_mutex_unlock(&frontend->lock);
 }
 
-/* Every rank looks again at its next boundary (at once while idle). */
+/* Every rank looks again at its next boundary (at once while idle; the
+ * lock held). */
 static void wake_all(kvio_frontend_t *frontend)
 {
     for (uint32_t r = 0; r < frontend->params.num_ranks; r++)
-        atomic_store(&frontend->ranks[r].work, 1);
+        signal_work(frontend, r);
 }
 
 void kvio_frontend_pause(kvio_frontend_t *frontend, kvio_pause_t mode, bool abort_in_flight)
@@ -424,6 +436,23 @@ bool kvio_frontend_closed(const kvio_frontend_t *frontend)
 bool kvio_frontend_has_work(const kvio_frontend_t *frontend, uint32_t rank)
 {
     return atomic_load(&frontend->ranks[rank].work) != 0;
+}
+
+void kvio_frontend_nap(kvio_frontend_t *frontend, uint32_t rank, int64_t ns)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)(ns / 1000000000);
+    deadline.tv_nsec += (long)(ns % 1000000000);
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&frontend->lock);
+    rank_inbox_t *inbox = &frontend->ranks[rank];
+    if (atomic_load(&inbox->work) == 0)
+        pthread_cond_timedwait(&inbox->arrived, &frontend->lock, &deadline);
+    pthread_mutex_unlock(&frontend->lock);
 }
 
 void kvio_frontend_take(kvio_frontend_t *frontend, uint32_t rank, kvio_frontend_take_t *take_p)

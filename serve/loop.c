@@ -466,7 +466,31 @@ static kvio_status_t poll_while_waiting(void *context, int64_t now_ns, bool *wor
         if (status != KVIO_OK)
             return source_failed(loop, loop->lanes[0], status, arrivals->ops->error(arrivals));
     }
+    /* A source that wakes its naps lets an idle loop sleep to its next
+     * event, unless a receiver asked to be polled sooner. */
+    bool receivers = false;
+    for (uint32_t i = 0; i < loop->num_lanes; i++)
+        receivers = receivers || loop->lanes[i]->updates != NULL;
+    if (arrivals != NULL && arrivals->ops->nap != NULL && idle && !receivers)
+        *nap_ns_p = INT64_MAX;
     return KVIO_OK;
+}
+
+/* A nap between polls: the arrival source's own, which a request ends
+ * early, when it has one and every lane is idle; else a plain sleep. */
+static void nap_while_waiting(void *context, int64_t ns)
+{
+    kvio_serve_loop_t *loop = context;
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    bool idle = loop->num_lanes > 0;
+    for (uint32_t i = 0; i < loop->num_lanes; i++)
+        idle = idle && loop->lanes[i]->state == KVIO_LANE_IDLE;
+    if (arrivals != NULL && arrivals->ops->nap != NULL && idle) {
+        arrivals->ops->nap(arrivals, ns);
+        return;
+    }
+    struct timespec pause = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+    nanosleep(&pause, NULL);
 }
 
 static kvio_status_t handle_arrivals(kvio_serve_loop_t *loop, int64_t now_ns)
@@ -521,7 +545,8 @@ static kvio_status_t finish_idle_lanes(kvio_serve_loop_t *loop, int64_t now_ns)
 kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
 {
     kvio_executor_t *executor = loop->executor;
-    kvio_serve_poll_t poll = {.poll = poll_while_waiting, .context = loop};
+    kvio_serve_poll_t poll = {.poll = poll_while_waiting, .nap = nap_while_waiting,
+                              .context = loop};
     kvio_status_t status = loop_ready(loop);
     while (status == KVIO_OK) {
         if (loop->stop != NULL && *loop->stop)

@@ -30,6 +30,9 @@ typedef struct kvio_serve_lane kvio_serve_lane_t;
 typedef struct kvio_serve_poll {
     kvio_status_t (*poll)(void *context, int64_t now_ns, bool *worked_p, bool *wake_p,
                           int64_t *nap_ns_p);
+    /* Optional: naps at most ns, ending early when a request comes (a front
+     * end wakes it); NULL: a plain sleep. */
+    void (*nap)(void *context, int64_t ns);
     void *context;
 } kvio_serve_poll_t;
 
@@ -108,6 +111,9 @@ typedef struct kvio_serve_arrivals_ops {
     /* Optional: serving is held (the front end's pause, mode keep): the
      * lane starts no iteration and looks again after the poll interval. */
     bool (*held)(const kvio_serve_arrivals_t *source);
+    /* Optional: a nap of at most ns that a request ends early (a source
+     * whose sender can wake the lane: the front end). */
+    void (*nap)(kvio_serve_arrivals_t *source, int64_t ns);
 } kvio_serve_arrivals_ops_t;
 
 struct kvio_serve_arrivals {

@@ -285,6 +285,9 @@ bool kvio_frontend_has_work(const kvio_frontend_t *frontend, uint32_t rank);
 
 void kvio_frontend_take(kvio_frontend_t *frontend, uint32_t rank, kvio_frontend_take_t *take_p);
 
+/* Sleeps at most ns, less when something comes for rank rank. */
+void kvio_frontend_nap(kvio_frontend_t *frontend, uint32_t rank, int64_t ns);
+
 /* Rank rank did reset number reset (refused: a block was in use). */
 void kvio_frontend_reset_done(kvio_frontend_t *frontend, uint32_t rank, uint64_t reset,
                               bool refused);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -104,6 +105,8 @@ static server_t server_start(const char *arg, ...)
     server.pid = fork();
     cr_assert_neq(server.pid, -1);
     if (server.pid == 0) {
+        /* A test that fails midway leaves no server behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int err = open(server.err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         int out = open("/dev/null", O_WRONLY);
         dup2(err, 2);
@@ -973,6 +976,7 @@ Test(http, one_port_per_rank_or_a_router_in_front, .timeout = 120)
     snprintf(ranks.err_path, sizeof(ranks.err_path), "%s/err.txt", ranks.dir);
     ranks.pid = fork();
     if (ranks.pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int err = open(ranks.err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(err, 2);
         execl(test_kvio_binary(), test_kvio_binary(), "serve", "--listen", listen, "-o",

@@ -1193,3 +1193,68 @@ Test(stream_trace, impossible_dates_and_saturating_scales_are_refused, .timeout 
     test_rmtree(dir);
     free(dir);
 }
+
+/* kvio serve's traces name the output's blocks too (sequence_hash_ids): a
+ * later request whose prompt holds an earlier one's prompt and output
+ * hashes those blocks alike, as the server hashed their tokens; without
+ * the flag the output's blocks are the request's own. Too few ids for the
+ * output is refused naming both lengths. */
+Test(stream_trace, sequence_hash_ids_cover_the_output_blocks, .timeout = 10)
+{
+    char *dir = test_tmpdir();
+    const char *text =
+        "{\"arrival_ns\": 0, \"input_length\": 20, \"output_length\": 14, \"block_tokens\": 16, "
+        "\"sequence_hash_ids\": true, \"hash_ids\": [1, 2, 3]}\n"
+        "{\"arrival_ns\": 1000, \"input_length\": 40, \"output_length\": 4, \"block_tokens\": 16, "
+        "\"sequence_hash_ids\": true, \"hash_ids\": [1, 2, 4]}\n"
+        "{\"arrival_ns\": 2000, \"input_length\": 20, \"output_length\": 14, \"block_tokens\": 16, "
+        "\"hash_ids\": [1, 2]}\n";
+    char *path = test_write_file(dir, "served.jsonl", text);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(path, KVIO_TRACE_AUTO, &options);
+    kvio_request_t *requests[4];
+    size_t count = read_all(stream, requests, 4);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 3);
+    cr_assert(requests[0]->trace_ids_cover_output);
+    cr_assert_not(requests[2]->trace_ids_cover_output);
+    kvio_hash_t first[2], second[2], plain[2];
+    cr_assert_eq(kvio_request_block_hashes(requests[0], 16, 0, 2, NULL, first), KVIO_OK);
+    cr_assert_eq(kvio_request_block_hashes(requests[1], 16, 0, 2, NULL, second), KVIO_OK);
+    cr_assert_eq(kvio_request_block_hashes(requests[2], 16, 0, 2, NULL, plain), KVIO_OK);
+    /* Block 1 holds the first request's last 4 prompt and 12 output tokens. */
+    cr_assert(kvio_hash_equal(first[0], second[0]));
+    cr_assert(kvio_hash_equal(first[1], second[1]), "the output's block is shared");
+    cr_assert(kvio_hash_equal(first[0], plain[0]));
+    cr_assert_not(kvio_hash_equal(first[1], plain[1]), "without the flag it is its own");
+    kvio_hash_t expected = kvio_hash_trace_block(&first[0], 2, 0);
+    cr_assert(kvio_hash_equal(first[1], expected));
+    free_requests(requests, count);
+    free(path);
+    /* The export keeps the flag. */
+    kvio_stream_t *again = open_trace(test_write_file(dir, "again.jsonl", text), KVIO_TRACE_AUTO,
+                                      &options);
+    char *exported = NULL;
+    size_t exported_length = 0;
+    FILE *out = open_memstream(&exported, &exported_length);
+    uint64_t written = 0;
+    char error[256];
+    cr_assert_eq(kvio_stream_export(again, out, KVIO_EXPORT_KVIO, &written, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    fclose(out);
+    kvio_stream_destroy(again);
+    cr_assert(test_contains(exported, "\"sequence_hash_ids\": true"), "%s", exported);
+    free(exported);
+    path = test_write_file(dir, "short.jsonl",
+                           "{\"arrival_ns\": 0, \"input_length\": 20, \"output_length\": 14, "
+                           "\"block_tokens\": 16, \"sequence_hash_ids\": true, \"hash_ids\": [1, 2]}\n");
+    kvio_stream_t *refused = NULL;
+    char why[512] = "";
+    cr_assert_eq(kvio_stream_open_trace(path, KVIO_TRACE_AUTO, &options, &refused, why,
+                                        sizeof(why)),
+                 KVIO_ERR_PARSE);
+    cr_assert(test_contains(why, "input_length + output_length 34 needs 3"), "%s", why);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}

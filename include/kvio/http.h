@@ -32,6 +32,7 @@ typedef struct kvio_http_params {
     uint64_t seed;               /* output lengths and text */
     uint32_t max_connections;    /* further ones are refused */
     size_t max_body_bytes;       /* a larger request body gets 413 */
+    bool record_tokens;          /* keep every engine step of every request (tokens.csv) */
 } kvio_http_params_t;
 
 /* Binds every port and starts serving (requests get 503 until the front
@@ -53,6 +54,13 @@ uint32_t kvio_http_server_busy(kvio_http_server_t *server);
 /* What the server saw: requests by endpoint and status, disconnects,
  * connections (caller owns the JSON). */
 json_t *kvio_http_server_stats(kvio_http_server_t *server);
+
+/* Writes tokens.csv at path (a new file): every engine step of every
+ * request, id (the engine's, as in requests.csv and in the response id's
+ * first 16 hex digits), tokens generated after it, time_s on the run's
+ * clock. With record_tokens; the error names the path. */
+kvio_status_t kvio_http_server_write_tokens(kvio_http_server_t *server, const char *path,
+                                            char *error_p, size_t error_len);
 
 /* Stops the daemons: every connection ends (a request still running is
  * aborted). The front end's listener calls may still come (its destroy
