@@ -2,6 +2,7 @@
  * the KV events, driven as clients drive them (libcurl, a ZMQ subscriber)
  * against the kvio binary; and the request and metrics formats on their
  * own. Deadlines scale with the machine (test_seconds). */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <msgpack.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1164,4 +1167,80 @@ Test(http, plans_follow_max_tokens_ignore_eos_and_the_context)
         kvio_tokens_fini(&tokens);
     }
     kvio_api_request_fini(&request);
+}
+
+/* A raw connection to the server (no request yet); -1 on failure. */
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&address, sizeof(address)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A client that never reads its stream holds no one else up, connections
+ * past --max-connections are refused (the server stays up), and once the
+ * slow reader goes its request is taken out: no block stays in use. */
+Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=512MiB", "--max-connections",
+                                   "3", NULL);
+    /* The slow reader: a long stream it never reads (its socket buffers fill). */
+    int slow = raw_connect(server.port);
+    cr_assert_geq(slow, 0);
+    int small = 4096;
+    setsockopt(slow, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    char *body = completion_body(1, 50, 3000, true); /* ~15 s of decoding */
+    char request[4096];
+    int length = snprintf(request, sizeof(request),
+                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                          strlen(body), body);
+    free(body);
+    cr_assert_eq(send(slow, request, (size_t)length, 0), length);
+    /* Meanwhile another client is served in full. */
+    char *other = completion_body(5000, 50, 8, false);
+    reply_t reply = post(server.port, "/v1/completions", other);
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    /* Two idle connections fill the limit (slow + 2 = 3): a fourth gets no
+     * answer, and the server is fine once they go. */
+    int idle[2] = {raw_connect(server.port), raw_connect(server.port)};
+    cr_assert(idle[0] >= 0 && idle[1] >= 0);
+    pause_ms(200);
+    CURL *curl = curl_easy_init();
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/health", server.port);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+    CURLcode refused = curl_easy_perform(curl);
+    curl_easy_cleanup(curl);
+    cr_assert_neq(refused, CURLE_OK, "a connection past the limit was served");
+    close(idle[0]);
+    close(idle[1]);
+    pause_ms(200);
+    reply = post(server.port, "/v1/completions", other);
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    free(other);
+    /* The slow reader goes: its request is aborted, its blocks freed. */
+    close(slow);
+    double deadline = test_seconds(15);
+    double usage = 1;
+    for (double waited = 0; waited < deadline && (usage = kv_usage(server.port)) > 0;
+         waited += 0.05)
+        pause_ms(50);
+    cr_assert_eq(usage, 0.0);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.completed"), 2);
+    cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 1);
+    json_decref(summary);
+    server_free(&server);
 }
