@@ -165,7 +165,7 @@ static void print_help(void)
            "OpenAI-compatible endpoint, as vLLM's server does: POST /v1/completions and\n"
            "/v1/chat/completions (streamed or not), GET /v1/models, /health, /metrics (vLLM's\n"
            "names), /version, /is_paused, POST /pause?mode=abort|wait|keep, /resume and\n"
-           "/reset_prefix_cache. Default workload: the serve preset (one Llama-3-8B serve\n"
+           "/reset_prefix_cache. Default workload: the endpoint preset (one Llama-3-8B serve\n"
            "rank, 2 GiB of KV). Prompts are tokenized by kvio's approximate tokenizer; the\n"
            "output is deterministic text of as many tokens as the engine decides (max_tokens\n"
            "with ignore_eos, else drawn from stream.output_tokens).\n\n"
@@ -399,7 +399,7 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
     bool watching = pthread_create(&watcher, NULL, watch_main, &watch) == 0;
     kvio_run_options_t options = {
         .output_dir = args->output_dir, .force = args->force,
-        .source = args->source != NULL ? args->source : "serve", .stop = &watch.hard_stop,
+        .source = args->source != NULL ? args->source : "endpoint", .stop = &watch.hard_stop,
         .frontend = parts.frontend, .server_json = server_json, .server_context = parts.server};
     kvio_run_result_t result;
     memset(&result, 0, sizeof(result));
@@ -449,7 +449,7 @@ int kvio_cmd_serve(int argc, char **argv)
     }
     char error[1024] = "";
     kvio_workload_t workload;
-    kvio_status_t status = kvio_workload_load(args.source != NULL ? args.source : "serve",
+    kvio_status_t status = kvio_workload_load(args.source != NULL ? args.source : "endpoint",
                                               args.overrides, args.num_overrides, &workload,
                                               error, sizeof(error));
     if (status != KVIO_OK) {

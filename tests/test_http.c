@@ -919,7 +919,7 @@ Test(http, a_replayed_trace_gets_the_same_cached_tokens, .timeout = 180)
     snprintf(trace, sizeof(trace), "%s/trace.jsonl", server.results);
     snprintf(replayed, sizeof(replayed), "%s/replayed", server.dir);
     snprintf(path_arg, sizeof(path_arg), "stream.trace.path=%s", trace);
-    test_run_t run = test_kvio(NULL, "run", "serve", "--set", "mode=simulate", "--set", path_arg,
+    test_run_t run = test_kvio(NULL, "run", "endpoint", "--set", "mode=simulate", "--set", path_arg,
                                "--set", "serve.kvcache.capacity=64MiB", "-o", replayed, "-q", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
