@@ -181,7 +181,10 @@ static void print_help(void)
            "The results directory is written when it stops: summary.json (metrics.server\n"
            "holds the HTTP counts), requests.csv, iterations.csv and trace.jsonl, every\n"
            "request as a hash-id trace that kvio run replays (stream.trace.path).\n"
-           "A second SIGINT stops at once (the results say complete: false).\n",
+           "A second SIGINT stops at once (the results say complete: false).\n"
+           "With a trainer (ranks.train: 1, the coupled run on the local runtime) model\n"
+           "updates flow while it serves; the run lasts the workload's duration (--duration\n"
+           "sets it), and a signal before then ends it as interrupted.\n",
            DEFAULT_PORT);
 }
 
@@ -215,12 +218,14 @@ typedef struct watch {
     kvio_http_server_t *server;
     int64_t duration_ns;
     bool abort_in_flight;
+    bool coupled;            /* a trainer runs to the duration unless stopped */
     atomic_bool run_over;
 } watch_t;
 
-/* Closes the front end on the first signal or at --duration (the run then
+/* Closes the front end on the first signal or at the duration (the run then
  * ends once the requests in flight are done); a second signal stops the
- * run at once. */
+ * run at once. With a trainer, a signal before the duration stops the run
+ * (interrupted) once the requests in flight are done. */
 static void *watch_main(void *context)
 {
     watch_t *watch = context;
@@ -235,7 +240,8 @@ static void *watch_main(void *context)
             fprintf(stderr, "kvio serve: stopping (%s the requests in flight)\n",
                     watch->abort_in_flight ? "aborting" : "finishing");
         }
-        if (*watch->signals > 1)
+        if (*watch->signals > 1 ||
+            (watch->coupled && *watch->signals > 0 && kvio_http_server_busy(watch->server) == 0))
             watch->hard_stop = 1;
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
         nanosleep(&pause, NULL);
@@ -378,11 +384,14 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
         fprintf(stderr, "kvio serve: serves in real time (mode: emulate); drop the --set mode\n");
         return KVIO_EXIT_USAGE;
     }
-    if (workload->ranks.train > 0) {
-        fprintf(stderr, "kvio serve: model updates are not served yet (ranks.train: %lld); "
-                "set ranks.train=0\n", (long long)workload->ranks.train);
-        return KVIO_EXIT_USAGE;
+    /* With a trainer the run lasts the workload's duration (the trainer's):
+     * the server stops then; --duration sets both. */
+    bool coupled = workload->ranks.train > 0;
+    if (coupled && args->duration_ns > 0) {
+        workload->duration_ns = args->duration_ns;
+        workload->duration_given = true;
     }
+    int64_t duration_ns = coupled ? workload->duration_ns : args->duration_ns;
     uint32_t max_model_len = 0;
     int exit_status = context_length(args, workload, &max_model_len);
     serve_parts_t parts = {0};
@@ -393,8 +402,8 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
         return exit_status;
     }
     watch_t watch = {.signals = kvio_cli_stop_on_signals(), .frontend = parts.frontend,
-                     .server = parts.server, .duration_ns = args->duration_ns,
-                     .abort_in_flight = args->abort_in_flight};
+                     .server = parts.server, .duration_ns = duration_ns,
+                     .abort_in_flight = args->abort_in_flight, .coupled = coupled};
     pthread_t watcher;
     bool watching = pthread_create(&watcher, NULL, watch_main, &watch) == 0;
     kvio_run_options_t options = {

@@ -12,9 +12,9 @@
 
 
 kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
-                                    int serve_index, int num_serve, pthread_mutex_t *setup_lock,
-                                    volatile sig_atomic_t *stop, coupled_serve_t *coupled,
-                                    char *error_p, size_t error_len)
+                                 int serve_index, int num_serve, pthread_mutex_t *setup_lock,
+                                 volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
+                                 coupled_serve_t *coupled, char *error_p, size_t error_len)
 {
     memset(coupled, 0, sizeof(*coupled));
     coupled->model = workload->model;
@@ -35,10 +35,12 @@ kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rt
         .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
         .warmup_ns = workload->warmup_ns, .warmup_requests = workload->warmup_requests,
         .stream = coupled->stream, .device = &workload->device,
-        /* With a client rank (the last), serve_index < 0 is the client. */
-        .rte = rte, .client_rank = workload->ranks.client > 0 ? 1 + num_serve : 0,
+        /* With a client rank (the last), serve_index < 0 is the client; a
+         * front end (kvio serve) routes itself, with no client rank. */
+        .rte = rte,
+        .client_rank = workload->ranks.client > 0 && frontend == NULL ? 1 + num_serve : 0,
         .first_serve_rank = 1, .update = &workload->update, .setup_lock = setup_lock,
-        .stop = stop,
+        .stop = stop, .frontend = frontend,
     };
     if (serve_index < 0)
         return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);

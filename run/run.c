@@ -910,7 +910,7 @@ static kvio_status_t run_updates(run_state_t *state)
     kvio_status_t status = kvio_updates_run(
         workload, state->world, state->emulate ? NULL : &state->schedule,
         state->emulate ? NULL : &state->served, state->served_out, state->options->stop,
-        state->results,
+        state->options->frontend, state->results,
         state->root ? state->metrics : NULL, state->root ? state->start : NULL, state->events,
         state->error_p, state->error_len);
     if (state->emulate && stopped(state))
@@ -1063,6 +1063,26 @@ static void run_state_free(run_state_t *state, bool world_failed)
     kvio_results_destroy(state->results);
 }
 
+/* A front end's requests (kvio serve) reach serve ranks that are threads
+ * of this process running the engine: emulate, and with trainers the
+ * coupled run on the local runtime with no client rank. */
+static bool frontend_runs(const kvio_workload_t *workload, char *error_p, size_t error_len)
+{
+    const char *why = NULL;
+    const char *runtime = workload->ranks.runtime;
+    if (workload->mode != KVIO_MODE_EMULATE)
+        why = "it serves in real time (mode: emulate)";
+    else if (kvio_updates_wanted(workload) && !kvio_updates_coupled(workload))
+        why = "with trainers the serve ranks must run the engine (update.serving: engine)";
+    else if (kvio_updates_wanted(workload) && runtime != NULL && strcmp(runtime, "mpi") == 0)
+        why = "its serve ranks are threads of this process (ranks.runtime: local or auto)";
+    else if (kvio_updates_wanted(workload) && getenv("OMPI_COMM_WORLD_SIZE") != NULL)
+        why = "its serve ranks are threads of this process: start it without mpirun";
+    if (why != NULL)
+        snprintf(error_p, error_len, "kvio serve: %s", why);
+    return why == NULL;
+}
+
 kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
                        kvio_run_result_t *result_p, char *error_p, size_t error_len)
 {
@@ -1093,10 +1113,7 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
                          .coupled = kvio_updates_coupled(workload), .served_out = served_out};
     bool world_failed = true; /* MPI_Finalize only after a whole run */
     kvio_status_t status = KVIO_OK;
-    if (options->frontend != NULL && (!emulate || updates)) {
-        /* kvio serve makes its workload emulate; model updates are not served yet. */
-        snprintf(error_p, error_len, "a front end serves emulate runs without trainers "
-                 "(mode: emulate, ranks.train: 0)");
+    if (options->frontend != NULL && !frontend_runs(workload, error_p, error_len)) {
         status = KVIO_ERR_CONFIG;
         goto out;
     }

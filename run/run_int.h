@@ -84,14 +84,16 @@ void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
  * (the one the serve ranks served on, with the activations they took) or,
  * when it is NULL, kvio_updates_schedule's. Emulate's coupled run moves
  * what serving measured into served_out (may be NULL) on rank 0. stop (may be NULL; emulate only) ends
- * the trainer and the serve ranks early, keeping what was measured. */
+ * the trainer and the serve ranks early, keeping what was measured.
+ * frontend (may be NULL; the coupled run on the local runtime): the serve
+ * ranks take their requests from it (kvio serve), not from the stream. */
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                const kvio_updates_schedule_t *schedule,
                                const kvio_serve_output_t *serving,
                                kvio_serve_output_t *served_out,
-                               volatile sig_atomic_t *stop, struct kvio_results *results,
-                               json_t *metrics, json_t *start, kvio_event_trace_t *events,
-                               char *error_p, size_t error_len);
+                               volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
+                               struct kvio_results *results, json_t *metrics, json_t *start,
+                               kvio_event_trace_t *events, char *error_p, size_t error_len);
 
 
 /* The training rank: the first; serve ranks follow, then the client. */
@@ -152,6 +154,8 @@ typedef struct run_context {
     const kvio_serve_output_t *serving; /* simulate: what serving measured (NULL: none) */
     kvio_serve_output_t *served_out;    /* emulate, coupled: receives what serving measured
                                            (rank 0; NULL: not wanted) */
+    struct kvio_frontend *frontend;     /* emulate, coupled: the serve ranks' requests
+                                           (kvio serve; NULL: the stream) */
 } run_context_t;
 
 /* A serve rank's engine in the coupled run: the model, GPU and its own copy
@@ -170,8 +174,8 @@ typedef struct coupled_serve {
 /* The coupled run's serve rank or client (run/coupled.c). */
 kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
                                  int serve_index, int num_serve, pthread_mutex_t *setup_lock,
-                                 volatile sig_atomic_t *stop, coupled_serve_t *coupled,
-                                 char *error_p, size_t error_len);
+                                 volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
+                                 coupled_serve_t *coupled, char *error_p, size_t error_len);
 void run_coupled_destroy(coupled_serve_t *coupled);
 /* Rank 0: the serve ranks' reports merged into the serving metrics and the
  * cumulative inference loss; *output_p gets what serving measured. */

@@ -434,8 +434,8 @@ static kvio_status_t rank_setup(rank_state_t *state)
     if (status == KVIO_OK && state->coupled_run && state->self != TRAIN_RANK) {
         status = run_coupled_create(workload, rte, state->is_client ? -1 : state->self - 1,
                                     state->num_serve, state->context->setup_lock,
-                                    state->context->stop, &state->coupled, state->error,
-                                    sizeof(state->error));
+                                    state->context->stop, state->context->frontend,
+                                    &state->coupled, state->error, sizeof(state->error));
         if (status == KVIO_OK && state->coupled.rank != NULL)
             queued_ns = kvio_serve_rank_setup_wait_ns(state->coupled.rank);
     }

@@ -199,6 +199,8 @@ static reply_t http_call(int port, const char *method, const char *path, const c
     CURLcode code = curl_easy_perform(curl);
     if (abort_after == 0)
         cr_assert_eq(code, CURLE_OK, "%s %s: %s", method, path, curl_easy_strerror(code));
+    if (code == CURLE_COULDNT_CONNECT)
+        reply.status = -1; /* (abort_after: may fail) */
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &reply.status);
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
@@ -1242,5 +1244,56 @@ Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
     cr_assert_eq(test_json_integer(summary, "metrics.completed"), 2);
     cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 1);
     json_decref(summary);
+    server_free(&server);
+}
+
+/* With a trainer (ranks.train: 1) model updates flow while kvio serve
+ * serves: every version flushes the prefix cache (update.cache: flush, as
+ * vLLM resets it), so the same prompt misses exactly after a version
+ * change and hits otherwise; the run ends by itself at its duration. */
+Test(http, model_updates_flow_while_serving_and_flush_the_cache, .timeout = 120)
+{
+    server_t server = server_start(
+        "--set", "serve.kvcache.capacity=64MiB", "--set", "ranks.train=1", "--set",
+        "train={step_time: {dist: constant, value: 100ms}, bytes: 16MiB, checkpoint: "
+        "{policy: every_n_steps, every_n_steps: 5}, transport: {kind: ucx}}",
+        "--set", "update={serving: engine}", "--duration", "3s", NULL);
+    char *body = completion_body(7, 33, 2, false);
+    int sent = 0;
+    for (; sent < 200; sent++) {
+        /* abort_after past any answer's length: it may not connect at the end. */
+        reply_t reply = http_call(server.port, "POST", "/v1/completions", body, 1u << 30);
+        bool served = reply.status == 200;
+        free(reply.body);
+        if (!served)
+            break; /* the duration is over: 503 */
+        pause_ms(80);
+    }
+    free(body);
+    cr_assert_eq(server_stop(&server, 0), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert(test_json_true(summary, "complete"));
+    cr_assert_geq(test_json_integer(summary, "metrics.model_updates.updates_activated"), 2);
+    json_decref(summary);
+    char csv_path[600];
+    snprintf(csv_path, sizeof(csv_path), "%s/requests.csv", server.results);
+    test_csv_t csv = test_csv_read(csv_path);
+    cr_assert_geq(csv.num_rows, 5);
+    size_t hits = 0, misses = 0;
+    for (size_t row = 1; row < csv.num_rows; row++) {
+        double cached = test_csv_number(&csv, row, "cached_tokens");
+        double version = test_csv_number(&csv, row, "model_version");
+        double before = test_csv_number(&csv, row - 1, "model_version");
+        if (cached == 32) {
+            hits++;
+        } else {
+            cr_assert_eq(cached, 0);
+            cr_assert_gt(version, before, "request %zu missed without a new version", row);
+            misses++;
+        }
+    }
+    cr_assert_gt(hits, 0);
+    cr_assert_gt(misses, 0);
+    test_csv_free(&csv);
     server_free(&server);
 }
