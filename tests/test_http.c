@@ -704,8 +704,15 @@ Test(http, metrics_parse_as_prometheus_and_equal_the_summary, .timeout = 120)
 /* A decoded batch: its sequence number and events. */
 typedef struct batch {
     uint64_t sequence;
+    char *data;               /* the payload: the unpacked strings point into it */
     msgpack_unpacked unpacked;
 } batch_t;
+
+static void batch_free(batch_t *batch)
+{
+    msgpack_unpacked_destroy(&batch->unpacked);
+    free(batch->data);
+}
 
 static bool receive_batch(void *socket, batch_t *batch_p, int timeout_ms)
 {
@@ -720,12 +727,14 @@ static bool receive_batch(void *socket, batch_t *batch_p, int timeout_ms)
     batch_p->sequence = 0;
     for (int i = 0; i < 8; i++)
         batch_p->sequence = batch_p->sequence << 8 | (unsigned char)sequence[i];
+    size_t size = zmq_msg_size(&payload);
+    batch_p->data = malloc(size + 1);
+    memcpy(batch_p->data, zmq_msg_data(&payload), size);
+    zmq_msg_close(&payload);
     msgpack_unpacked_init(&batch_p->unpacked);
     size_t offset = 0;
-    cr_assert_eq(msgpack_unpack_next(&batch_p->unpacked, zmq_msg_data(&payload),
-                                     zmq_msg_size(&payload), &offset),
+    cr_assert_eq(msgpack_unpack_next(&batch_p->unpacked, batch_p->data, size, &offset),
                  MSGPACK_UNPACK_SUCCESS);
-    zmq_msg_close(&payload);
     return true;
 }
 
@@ -771,7 +780,7 @@ Test(http, kv_events_name_every_stored_and_evicted_block_in_order, .timeout = 12
         free(reply.body);
         warm = receive_batch(socket, &batch, 200);
         if (warm)
-            msgpack_unpacked_destroy(&batch.unpacked);
+            batch_free(&batch);
     }
     cr_assert(warm, "no KV event came");
     uint64_t last_sequence = batch.sequence;
@@ -785,7 +794,7 @@ Test(http, kv_events_name_every_stored_and_evicted_block_in_order, .timeout = 12
     cr_assert_eq(events->via.array.size, 1);
     cr_assert(is_type(&events->via.array.ptr[0], "AllBlocksCleared"));
     last_sequence = batch.sequence;
-    msgpack_unpacked_destroy(&batch.unpacked);
+    batch_free(&batch);
 
     /* Three prompts of 48 tokens (3 blocks each), one output token: their
      * blocks are stored as chains; the third evicts the first's, oldest
@@ -842,7 +851,7 @@ Test(http, kv_events_name_every_stored_and_evicted_block_in_order, .timeout = 12
                     removed[num_removed++] = hashes->via.array.ptr[h].via.u64;
             }
         }
-        msgpack_unpacked_destroy(&batch.unpacked);
+        batch_free(&batch);
     }
     cr_assert_eq(num_stored, PROMPTS * BLOCKS);
     for (unsigned p = 0; p < PROMPTS; p++)
@@ -853,6 +862,15 @@ Test(http, kv_events_name_every_stored_and_evicted_block_in_order, .timeout = 12
      * request's blocks tail first), and its head after. */
     cr_assert_geq(num_removed, 1);
     cr_assert_eq(removed[0], expected[0][2], "the first eviction is the oldest tail");
+    /* Every removal names a block stored before it, once. */
+    for (size_t r = 0; r < num_removed; r++) {
+        bool known = false;
+        for (size_t i = 0; i < num_stored; i++)
+            known = known || stored[i] == removed[r];
+        cr_assert(known, "removed %zu was never stored", r);
+        for (size_t other = 0; other < r; other++)
+            cr_assert_neq(removed[other], removed[r], "removed twice");
+    }
     zmq_close(socket);
     zmq_ctx_term(context);
     cr_assert_eq(server_stop(&server, SIGTERM), 0);
@@ -1082,6 +1100,14 @@ Test(http, pause_holds_requests_until_resume_and_reset_clears_the_cache, .timeou
 
 Test(http, bad_command_lines_are_refused_before_serving, .timeout = 60)
 {
+    test_run_t help = test_kvio(NULL, "serve", "--help", NULL);
+    cr_assert_eq(help.status, 0);
+    size_t width = 0;
+    for (const char *c = help.out; *c != '\0'; c++) {
+        width = *c == '\n' ? 0 : width + 1;
+        cr_assert_leq(width, 80, "kvio serve --help is wider than 80 columns: %s", help.out);
+    }
+    test_run_free(&help);
     struct {
         const char *args[6];
         const char *message;

@@ -1232,8 +1232,9 @@ Test(stream_trace, sequence_hash_ids_cover_the_output_blocks, .timeout = 10)
     free_requests(requests, count);
     free(path);
     /* The export keeps the flag. */
-    kvio_stream_t *again = open_trace(test_write_file(dir, "again.jsonl", text), KVIO_TRACE_AUTO,
-                                      &options);
+    char *again_path = test_write_file(dir, "again.jsonl", text);
+    kvio_stream_t *again = open_trace(again_path, KVIO_TRACE_AUTO, &options);
+    free(again_path);
     char *exported = NULL;
     size_t exported_length = 0;
     FILE *out = open_memstream(&exported, &exported_length);
