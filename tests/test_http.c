@@ -965,9 +965,29 @@ Test(http, a_replayed_trace_gets_the_same_cached_tokens, .timeout = 180)
 
 /* ---------- several serve ranks, admin calls ---------- */
 
+/* Two free loopback ports in a row (each bound once, then released). */
+static int free_port_pair(void)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int first = test_free_port();
+        if (first == 0 || first >= 65535)
+            continue;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in address = {.sin_family = AF_INET,
+                                      .sin_port = htons((uint16_t)(first + 1)),
+                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        bool free_too = fd >= 0 && bind(fd, (struct sockaddr *)&address, sizeof(address)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (free_too)
+            return first;
+    }
+    return 0;
+}
+
 Test(http, one_port_per_rank_or_a_router_in_front, .timeout = 120)
 {
-    int first = test_free_port();
+    int first = free_port_pair();
     cr_assert_neq(first, 0);
     /* One port per rank: requests go to the port's rank. */
     server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--set",
@@ -1008,9 +1028,15 @@ Test(http, one_port_per_rank_or_a_router_in_front, .timeout = 120)
         _exit(127);
     }
     double deadline = test_seconds(20);
+    int exited = 0;
     for (double waited = 0; printed_port(ranks.err_path, 1) == 0 && waited < deadline;
-         waited += 0.01)
+         waited += 0.01) {
+        if (waitpid(ranks.pid, &exited, WNOHANG) == ranks.pid) {
+            char *text = test_read_file(ranks.err_path);
+            cr_assert_fail("kvio serve exited: %s", text != NULL ? text : "");
+        }
         pause_ms(10);
+    }
     cr_assert_eq(printed_port(ranks.err_path, 1), first + 1);
     ranks.port = first;
     server_wait_ready(&ranks);
