@@ -184,6 +184,12 @@ int kvio_cmd_cost(int argc, char **argv)
         fprintf(stderr, "kvio cost: give --prefill TOKENS and/or --decode SEQS\n");
         return KVIO_EXIT_USAGE;
     }
+    if (prefill > 0 && batch == 0) {
+        /* It printed a batch of 0 prefill tokens in 0 sequences, 0.000 ms. */
+        fprintf(stderr, "kvio cost: --batch 0: a batch holds at least one sequence of --prefill "
+                "tokens\n");
+        return KVIO_EXIT_USAGE;
+    }
     char error[512];
     kvio_model_t model = {.preset = (char *)model_name, .dtype_bytes = 2};
     kvio_gpu_t gpu = {.preset = (char *)gpu_name};

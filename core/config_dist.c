@@ -59,6 +59,53 @@ kvio_status_t config_parse_number_list(bind_context_t *context, const node_t *no
     return KVIO_OK;
 }
 
+/* The largest (or smallest) value a distribution can give, when it is
+ * bounded that way: a constant, uniform's ends, empirical's values, or a
+ * max (min) clamp. */
+static bool dist_bound(const kvio_dist_t *dist, bool upper, double *bound_p)
+{
+    if (upper ? dist->has_max : dist->has_min) {
+        *bound_p = upper ? dist->max : dist->min;
+        return true;
+    }
+    switch (dist->kind) {
+    case KVIO_DIST_CONSTANT:
+        *bound_p = dist->value;
+        return true;
+    case KVIO_DIST_UNIFORM:
+        *bound_p = upper ? dist->high : dist->low;
+        return true;
+    case KVIO_DIST_EMPIRICAL:
+        if (dist->num_values == 0)
+            return false;
+        *bound_p = dist->values[0];
+        for (size_t i = 1; i < dist->num_values; i++)
+            if (upper ? dist->values[i] > *bound_p : dist->values[i] < *bound_p)
+                *bound_p = dist->values[i];
+        return true;
+    default:
+        return false; /* unbounded: its use clamps it */
+    }
+}
+
+/* An option's min and max hold for the values a distribution can give,
+ * where they are bounded (turns: 100000 was taken as 10000 silently). */
+static kvio_status_t check_dist_bounds(bind_context_t *context, const kvio_opt_t *option,
+                                       const node_t *node, const kvio_dist_t *dist,
+                                       const char *path)
+{
+    double bound;
+    if ((option->flags & KVIO_OPT_HAS_MAX) && dist_bound(dist, true, &bound) &&
+        bound > option->max)
+        return config_node_error(context, node, path, "%g is above the largest, %g",
+                                 bound, option->max);
+    if ((option->flags & KVIO_OPT_HAS_MIN) && dist_bound(dist, false, &bound) &&
+        bound < option->min)
+        return config_node_error(context, node, path, "%g is below the smallest, %g",
+                                 bound, option->min);
+    return KVIO_OK;
+}
+
 kvio_status_t config_bind_dist(bind_context_t *context, const kvio_opt_t *option,
                                const node_t *node, kvio_dist_t *dist, const char *path)
 {
@@ -177,6 +224,8 @@ done:
         if (kvio_dist_prepare(&parsed, message, sizeof(message)) != KVIO_OK)
             status = config_node_error(context, node, path, "%s", message);
     }
+    if (status == KVIO_OK)
+        status = check_dist_bounds(context, option, node, &parsed, path);
     if (status != KVIO_OK) {
         kvio_dist_clear(&parsed);
         return status;

@@ -97,15 +97,24 @@ void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
     *latency_ns_p = config->latency_ns > 0 ? config->latency_ns : latency_ns;
 }
 
-kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, const char *path,
-                                  char *error_p, size_t error_len)
+kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, uint32_t num_ranks,
+                                  const char *path, char *error_p, size_t error_len)
 {
     const kvio_tier_ops_t *ops = config_ops(config);
     if (ops == NULL || ops->preflight == NULL)
         return KVIO_OK;
     char backend_path[512];
     snprintf(backend_path, sizeof(backend_path), "%s.%s", path, ops->plugin.name);
-    return ops->preflight(kvio_choice_options(&config->kind), backend_path, error_p, error_len);
+    uint64_t ranks = num_ranks > 0 ? num_ranks : 1;
+    uint64_t bytes = config->size > UINT64_MAX / ranks ? UINT64_MAX : config->size * ranks;
+    return ops->preflight(kvio_choice_options(&config->kind), bytes, backend_path, error_p,
+                          error_len);
+}
+
+bool kvio_tier_in_memory(const kvio_tier_config_t *config)
+{
+    const kvio_tier_ops_t *ops = config_ops(config);
+    return ops != NULL && strcmp(ops->plugin.name, "host") == 0;
 }
 
 /* Emulate: the time a transfer begun at start_ns counts for: what it took,

@@ -59,16 +59,41 @@ static kvio_status_t file_check(const void *options, const char *path, char *err
     return KVIO_OK;
 }
 
+/* The file system holding dir: writable, with room for bytes (refused
+ * with the numbers otherwise). */
+static kvio_status_t file_room(const char *dir, uint64_t bytes, const char *path,
+                               char *error_p, size_t error_len)
+{
+    struct statvfs fs;
+    if (statvfs(dir, &fs) != 0)
+        return KVIO_OK; /* unknown: the tier finds out */
+    if ((fs.f_flag & ST_RDONLY) != 0 || access(dir, W_OK | X_OK) != 0) {
+        snprintf(error_p, error_len, "%s.path: %s is %s", path, dir,
+                 (fs.f_flag & ST_RDONLY) != 0 ? "on a read-only file system" : "not writable");
+        return KVIO_ERR_CONFIG;
+    }
+    uint64_t free_bytes = (uint64_t)fs.f_bavail * fs.f_frsize;
+    if (bytes > free_bytes) {
+        snprintf(error_p, error_len,
+                 "%s: the file tier needs %.2f GiB (size x serve ranks) but %s has %.2f GiB "
+                 "free; lower the tier's size or point path at a larger file system",
+                 path, (double)bytes / 1073741824.0, dir, (double)free_bytes / 1073741824.0);
+        return KVIO_ERR_CONFIG;
+    }
+    return KVIO_OK;
+}
+
 /* Emulate: the path must be a directory, or its parent one (the tier makes
- * the directory, not its parents). */
-static kvio_status_t file_preflight(const void *options, const char *path, char *error_p,
-                                    size_t error_len)
+ * the directory, not its parents), on a writable file system with room for
+ * every rank's blocks. */
+static kvio_status_t file_preflight(const void *options, uint64_t bytes, const char *path,
+                                    char *error_p, size_t error_len)
 {
     const file_options_t *file = options;
     struct stat info;
     if (stat(file->path, &info) == 0) {
         if (S_ISDIR(info.st_mode))
-            return KVIO_OK;
+            return file_room(file->path, bytes, path, error_p, error_len);
         snprintf(error_p, error_len, "%s.path %s: not a directory", path, file->path);
         return KVIO_ERR_CONFIG;
     }
@@ -81,7 +106,7 @@ static kvio_status_t file_preflight(const void *options, const char *path, char 
                  "not its parents)", path, file->path, parent);
         return KVIO_ERR_CONFIG;
     }
-    return KVIO_OK;
+    return file_room(parent, bytes, path, error_p, error_len);
 }
 
 /* Simulate default: 2 GB/s + 100 us, one stream to an NVMe SSD (2-3 GB/s)

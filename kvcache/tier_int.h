@@ -36,9 +36,11 @@ typedef struct kvio_tier_ops {
     /* The simulate model's defaults: bytes/s and ns per operation (may
      * depend on the options: a pageable host arena is slower). */
     void (*model)(const void *options, double *bandwidth_p, int64_t *latency_ns_p);
-    /* Emulate, before the ranks start (may be NULL); path names the entry. */
-    kvio_status_t (*preflight)(const void *options, const char *path, char *error_p,
-                               size_t error_len);
+    /* Emulate, before the ranks start (may be NULL): what the backend needs
+     * to hold bytes (the entry's size times the serve ranks); path names
+     * the entry. */
+    kvio_status_t (*preflight)(const void *options, uint64_t bytes, const char *path,
+                               char *error_p, size_t error_len);
     kvio_status_t (*init)(void *priv, const kvio_tier_setup_t *setup, char *error_p,
                           size_t error_len);
     void (*fini)(void *priv);

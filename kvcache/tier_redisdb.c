@@ -58,9 +58,10 @@ static kvio_status_t redis_check(const void *options, const char *path, char *er
 
 /* Emulate, before any rank starts or any results directory is made: the
  * server answers (connect, AUTH, SELECT, PING within the timeout). */
-static kvio_status_t redis_preflight(const void *options, const char *path, char *error_p,
-                                     size_t error_len)
+static kvio_status_t redis_preflight(const void *options, uint64_t bytes, const char *path,
+                                     char *error_p, size_t error_len)
 {
+    (void)bytes; /* the server's memory is its own (maxmemory) */
     const redis_options_t *redis = options;
     kvio_redis_t *connection = NULL;
     char error[512] = "";

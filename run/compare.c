@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kvio/clock.h"
+#include "kvio/log.h"
 #include "kvio/results.h"
 #include "kvio/run.h"
 #include "kvio/stats.h"
@@ -371,6 +372,30 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
     return KVIO_OK;
 }
 
+/* --metrics keys that no run of any variant had as a number (a typo added
+ * nothing, silently): a warning each, printed and in compare.json. */
+static json_t *unknown_metrics(const comparison_t *comparison)
+{
+    json_t *warnings = json_array();
+    for (size_t m = NUM_FIXED; m < comparison->num_compared; m++) {
+        bool seen = false;
+        for (size_t i = 0; i < comparison->num_variants && !seen; i++)
+            for (long r = 0; r < comparison->options->repeat && !seen; r++)
+                seen = !isnan(comparison->values[i][m][r]);
+        if (seen)
+            continue;
+        char message[512];
+        snprintf(message, sizeof(message), "--metrics %s: no run has this number in "
+                 "summary.json's metrics (a dotted path, e.g. model_updates.update_latency_ms.p99)",
+                 comparison->list[m].key);
+        kvio_warn("compare: %s", message);
+        json_array_append_new(warnings, json_pack("{s:s, s:s, s:s}", "kind", "unknown_metric",
+                                                  "metric", comparison->list[m].key, "message",
+                                                  message));
+    }
+    return warnings;
+}
+
 kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
                            char *error_p, size_t error_len)
 {
@@ -418,6 +443,7 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                                     "served", (json_int_t)served, "shared",
                                     (json_int_t)shared);
         variants_json = NULL;
+        json_object_set_new(compare, "warnings", unknown_metrics(&comparison));
         status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
         if (status == KVIO_OK)
             *compare_p = compare;

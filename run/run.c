@@ -347,11 +347,12 @@ static kvio_status_t check_tiers(const kvio_workload_t *workload, char *error_p,
                                  size_t error_len)
 {
     const kvio_opt_list_t *tiers = &workload->serve.kvcache.tiers;
+    uint32_t num_ranks = workload->ranks.serve > 0 ? (uint32_t)workload->ranks.serve : 1;
     for (size_t i = 0; i < tiers->count; i++) {
         char path[64];
         snprintf(path, sizeof(path), "serve.kvcache.tiers[%zu]", i);
         kvio_status_t status = kvio_tier_preflight((const kvio_tier_config_t *)tiers->items + i,
-                                                   path, error_p, error_len);
+                                                   num_ranks, path, error_p, error_len);
         if (status != KVIO_OK)
             return status;
     }

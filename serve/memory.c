@@ -230,7 +230,20 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
     uint64_t swap = run->serve->engine.preemption == KVIO_PREEMPT_SWAP
                         ? swap_space_bytes(run->serve, pool)
                         : 0;
-    uint64_t needed = (pool + swap) * num_ranks;
+    /* Host tiers hold their blocks in this process's memory too, each rank
+     * its own arena. */
+    uint64_t host_tiers = 0;
+    const kvio_opt_list_t *tiers = &run->serve->kvcache.tiers;
+    for (size_t i = 0; i < tiers->count; i++) {
+        const kvio_tier_config_t *tier = (const kvio_tier_config_t *)tiers->items + i;
+        if (kvio_tier_in_memory(tier))
+            host_tiers = host_tiers > UINT64_MAX - tier->size ? UINT64_MAX
+                                                              : host_tiers + tier->size;
+    }
+    /* Saturating: a size of exabytes is refused, not wrapped to a small one. */
+    uint64_t per_rank = pool + swap;
+    per_rank = per_rank > UINT64_MAX - host_tiers ? UINT64_MAX : per_rank + host_tiers;
+    uint64_t needed = per_rank > UINT64_MAX / num_ranks ? UINT64_MAX : per_rank * num_ranks;
     uint64_t available = 0;
     char unused[128];
     if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
@@ -256,27 +269,30 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
                      (double)info.memory_bytes / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
-        if (available > 0 && swap * num_ranks > available / 10 * 8) {
+        if (available > 0 && (swap + host_tiers) * num_ranks > available / 10 * 8) {
             snprintf(error_p, error_len,
-                     "emulate: the pinned swap space needs %.2f GiB (%u ranks x %.2f GiB) but "
-                     "this machine has %.2f GiB available; set serve.kvcache.swap_space (at "
-                     "most 80%% of it)",
-                     (double)(swap * num_ranks) / 1073741824.0, num_ranks,
-                     (double)swap / 1073741824.0, (double)available / 1073741824.0);
+                     "emulate: the pinned swap space and host tiers need %.2f GiB (%u ranks x "
+                     "(%.2f + %.2f GiB)) but this machine has %.2f GiB available; set "
+                     "serve.kvcache.swap_space or the host tiers' size (at most 80%% of it)",
+                     (double)((swap + host_tiers) * num_ranks) / 1073741824.0, num_ranks,
+                     (double)swap / 1073741824.0, (double)host_tiers / 1073741824.0,
+                     (double)available / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
         if (host_bytes_p != NULL)
-            *host_bytes_p = swap * num_ranks;
+            *host_bytes_p = (swap + host_tiers) * num_ranks;
         return KVIO_OK;
     }
     /* Refuse, with the numbers, pools this machine cannot hold. */
     if (available > 0 && needed > available / 10 * 8) {
         snprintf(error_p, error_len,
-                 "emulate: the KV pools need %.2f GiB (%u ranks x (%u blocks x %llu bytes + swap space)) but "
-                 "this machine has %.2f GiB available; set serve.kvcache.capacity or "
-                 "serve.kvcache.blocks (at most 80%% of it)",
+                 "emulate: the KV pools need %.2f GiB (%u ranks x (%u blocks x %llu bytes + swap "
+                 "space + %.2f GiB of host tiers)) but this machine has %.2f GiB available; set "
+                 "serve.kvcache.capacity or serve.kvcache.blocks, or the host tiers' size (at "
+                 "most 80%% of it)",
                  (double)needed / 1073741824.0, num_ranks, blocks + 1,
-                 (unsigned long long)block_bytes, (double)available / 1073741824.0);
+                 (unsigned long long)block_bytes, (double)host_tiers / 1073741824.0,
+                 (double)available / 1073741824.0);
         return KVIO_ERR_CONFIG;
     }
     if (host_bytes_p != NULL)

@@ -1185,6 +1185,32 @@ Test(cli, more_small_inputs_are_refused_naming_the_cause, .timeout = 90)
     cr_expect(test_contains(run.err, "status 1"), "%d: %s", run.status, run.err);
     cr_expect(test_contains(run.err, "writing the summary to stdout failed"), "%s", run.err);
     test_run_free(&run);
+    /* #40 item 15: turns past their bound were taken as 10,000 silently; a
+     * cost of --batch 0 printed a 0-token batch; --metrics with a key no
+     * run has added nothing, silently. */
+    run = test_kvio(dir, "validate", "chat", "--set", "stream.prefix.sessions.turns=100000", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "stream.prefix.sessions.turns: 100000 is above the largest, "
+                                     "10000"),
+              "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "cost", "--prefill", "100", "--batch", "0", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "--batch 0: a batch holds at least one sequence"), "%s",
+              run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "compare", "chat", "--set", "duration=2s", "--vary",
+                    "serve.scheduler.policy=fcfs,lpm", "--metrics", "foo.bar", "-o", "metrics",
+                    NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.err, "--metrics foo.bar: no run has this number"), "%s", run.err);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/metrics/compare.json", dir);
+    json_t *compare = json_load_file(path, 0, NULL);
+    cr_assert_not_null(compare);
+    cr_expect_str_eq(test_json_string(compare, "warnings.0.kind"), "unknown_metric");
+    cr_expect_str_eq(test_json_string(compare, "warnings.0.metric"), "foo.bar");
+    json_decref(compare);
     free(mine);
     test_rmtree(dir);
     free(dir);
@@ -1320,4 +1346,54 @@ Test(cli, misspelt_commands_options_and_presets_get_a_suggestion, .timeout = 30)
         cr_expect(test_contains(run.err, cases[c].message), "case %zu: %s", c, run.err);
         test_run_free(&run);
     }
+}
+
+/* #40 item 11: a file tier on a read-only file system or larger than the
+ * free space under it, and host tiers over this machine's memory, were
+ * refused only once the ranks failed, after the results directory was
+ * made. Now before it, exit 2, with the numbers (validate says the same). */
+Test(cli, tiers_that_cannot_fit_are_refused_before_the_run, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char read_only[1200], small[1200];
+    snprintf(read_only, sizeof(read_only), "%s/ro", dir);
+    snprintf(small, sizeof(small), "%s/small", dir);
+    mkdir(read_only, 0700);
+    mkdir(small, 0700);
+    char reason[256];
+    if (!test_private_mount(read_only, "tmpfs", MS_RDONLY, "size=1m", reason, sizeof(reason)) ||
+        !test_private_mount(small, "tmpfs", 0, "size=1m", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        test_require("mount", 0, reason);
+    }
+    char tiers[3][1400];
+    snprintf(tiers[0], sizeof(tiers[0]),
+             "serve.kvcache.tiers=[{kind: file, file: {path: %s/kv}, size: 1MiB}]", read_only);
+    snprintf(tiers[1], sizeof(tiers[1]),
+             "serve.kvcache.tiers=[{kind: file, file: {path: %s}, size: 64MiB}]", small);
+    snprintf(tiers[2], sizeof(tiers[2]),
+             "serve.kvcache.tiers=[{kind: host, size: 100TiB}]");
+    const char *expected[3] = {"is on a read-only file system",
+                               "the file tier needs 0.12 GiB (size x serve ranks)",
+                               "GiB of host tiers)) but this machine has"};
+    for (int i = 0; i < 3; i++) {
+        test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set",
+                                   "duration=2s", "--set", "serve.kvcache.blocks=400", "--set",
+                                   "ranks.serve=2", "--set", tiers[i], "-o", "out", NULL);
+        cr_expect_eq(run.status, 2, "case %d: %s", i, run.err);
+        cr_expect(test_contains(run.err, expected[i]), "case %d: %s", i, run.err);
+        test_run_free(&run);
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/out", dir);
+        cr_expect_neq(access(path, F_OK), 0, "case %d: a results directory was made", i);
+    }
+    test_run_t validated = test_kvio(dir, "validate", "chat", "--set", "mode=emulate", "--set",
+                                     tiers[0], NULL);
+    cr_expect_eq(validated.status, 2, "%s", validated.err);
+    cr_expect(test_contains(validated.err, expected[0]), "%s", validated.err);
+    test_run_free(&validated);
+    umount2(read_only, MNT_DETACH);
+    umount2(small, MNT_DETACH);
+    test_rmtree(dir);
+    free(dir);
 }

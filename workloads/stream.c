@@ -94,6 +94,7 @@ static const kvio_opt_t document_options[] = {
 static const kvio_opt_t session_options[] = {
     {.key = "turns", .type = KVIO_OPT_DIST,
      .offset = offsetof(kvio_stream_sessions_config_t, turns), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MAX, .max = 10000,
      .help = "turns per conversation (rounded, 1 to 10000); 1: independent requests"},
     {.key = "think_time", .type = KVIO_OPT_DIST,
      .offset = offsetof(kvio_stream_sessions_config_t, think_time),

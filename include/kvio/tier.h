@@ -63,10 +63,15 @@ void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
                      int64_t *latency_ns_p);
 
 /* Checks, from one process before an emulate run's ranks start, what the
- * backend will need (a file tier's directory or its parent exists); path
- * names the entry ("serve.kvcache.tiers[0]") in the message. */
-kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, const char *path,
-                                  char *error_p, size_t error_len);
+ * backend will need for num_ranks serve ranks, each with the entry's size
+ * (a file tier: its directory or its parent exists, is writable and has the
+ * free space; Redis answers); path names the entry
+ * ("serve.kvcache.tiers[0]") in the message. */
+kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, uint32_t num_ranks,
+                                  const char *path, char *error_p, size_t error_len);
+
+/* Whether the entry keeps its blocks in this process's memory (host). */
+bool kvio_tier_in_memory(const kvio_tier_config_t *config);
 
 /* Counters of one tier, per run. */
 typedef struct kvio_tier_stats {
