@@ -51,6 +51,8 @@ struct kvio_rte {
     kvio_status_t status;
     char error[512];
     char verdict[320]; /* the last failed wait's, on its peer */
+    bool peer_silent;  /* a wait of this rank ended on a silent peer: a cause the silent
+                          rank itself cannot report */
     kvio_rte_main_t body;
     void *arg;
 };
@@ -70,8 +72,11 @@ struct kvio_rte_waiter {
     int self;
     int peer;              /* the rank waited for; -1: every other rank */
     bool owes;             /* a peer that is done can no longer end the wait */
+    bool until_silent;     /* only the peer's silence ends it (its rank failed or ended, its
+                              process still has work: rank 0 writing the results) */
     uint64_t stop_seen_ns; /* when this wait first saw the run stopped */
     kvio_status_t verdict; /* why the wait should not go on */
+    bool silent;           /* the verdict is the peer's silence */
     char reason[320];
 };
 
@@ -82,18 +87,22 @@ static kvio_rte_waiter_t waiter_for(kvio_rte_world_t *world, int self, int peer,
 }
 
 /* The verdict on one peer for a waiter, as text (KVIO_OK: alive). */
-static kvio_status_t judge(kvio_rte_world_t *world, int rank, bool owes, char *reason_p,
-                           size_t reason_len)
+static kvio_status_t judge(kvio_rte_world_t *world, int rank, bool owes, bool until_silent,
+                           bool *silent_p, char *reason_p, size_t reason_len)
 {
     int64_t silent_ns = 0;
     kvio_peer_state_t state = world->ops->peer_state != NULL
                                   ? world->ops->peer_state(world->priv, rank, &silent_ns)
                                   : KVIO_PEER_RUNNING;
+    if (until_silent && (state == KVIO_PEER_FAILED || state == KVIO_PEER_DONE))
+        state = KVIO_PEER_RUNNING; /* its heartbeats go on: so does the wait */
     switch (state) {
     case KVIO_PEER_FAILED:
         snprintf(reason_p, reason_len, "rank %d failed", rank);
         return KVIO_ERR_PEER;
     case KVIO_PEER_SILENT:
+        if (silent_p != NULL)
+            *silent_p = true;
         snprintf(reason_p, reason_len,
                  "rank %d has been silent for %.1f s (no heartbeat within ranks.timeout, "
                  "%.1f s)", rank, (double)silent_ns / 1e9, (double)world->timeout_ns / 1e9);
@@ -128,7 +137,8 @@ bool kvio_rte_waiter_go_on(kvio_rte_waiter_t *waiter)
     for (int rank = first; rank <= last; rank++) {
         if (rank == waiter->self)
             continue;
-        waiter->verdict = judge(world, rank, waiter->owes && waiter->peer >= 0, waiter->reason,
+        waiter->verdict = judge(world, rank, waiter->owes && waiter->peer >= 0,
+                                waiter->until_silent, &waiter->silent, waiter->reason,
                                 sizeof(waiter->reason));
         if (waiter->verdict != KVIO_OK)
             return false;
@@ -228,7 +238,11 @@ static void release_ranks(kvio_rte_world_t *world)
     }
     void *data = NULL;
     size_t length = 0;
+    /* Rank 0's rank may have failed (a peer lost: the client) while its
+     * process writes summary.json: only its silence ends this wait, or the
+     * first process to exit would end the job before the results exist. */
     kvio_rte_waiter_t waiter = waiter_for(world, world->first_local, 0, true);
+    waiter.until_silent = true;
     kvio_status_t status = world->ops->recv(world->priv, world->first_local, 0, TAG_RELEASE,
                                             &waiter, &data, &length);
     if (status != KVIO_OK)
@@ -297,10 +311,13 @@ kvio_status_t kvio_rte_peer_check(kvio_rte_t *rte, int rank, bool owes, const ch
     if (rank < 0 || rank >= rte->world->size || rank == rte->index)
         return KVIO_OK;
     char verdict[256];
-    kvio_status_t status = judge(rte->world, rank, owes, verdict, sizeof(verdict));
+    bool silent = false;
+    kvio_status_t status = judge(rte->world, rank, owes, false, &silent, verdict,
+                                 sizeof(verdict));
     if (status != KVIO_OK)
         snprintf(reason_p, reason_len, "%s while rank %d waited for %s", verdict, rte->index,
                  waiting_for);
+    rte->peer_silent = rte->peer_silent || silent;
     return status;
 }
 
@@ -313,10 +330,11 @@ static kvio_status_t waited(kvio_rte_t *rte, kvio_rte_waiter_t *waiter, kvio_sta
         return KVIO_OK;
     if (status == KVIO_ERR_PEER && waiter->verdict == KVIO_OK && waiter->peer >= 0)
         /* The op saw it first (local: the peer's thread has ended). */
-        waiter->verdict = judge(rte->world, waiter->peer, true, waiter->reason,
-                                sizeof(waiter->reason));
+        waiter->verdict = judge(rte->world, waiter->peer, true, false, &waiter->silent,
+                                waiter->reason, sizeof(waiter->reason));
     if (waiter->verdict != KVIO_OK) {
         status = waiter->verdict;
+        rte->peer_silent = rte->peer_silent || waiter->silent;
         snprintf(rte->verdict, sizeof(rte->verdict), "%s", waiter->reason);
         kvio_rte_set_error(rte, "rank %d: %s: %s", rte->index, doing, waiter->reason);
     } else {
@@ -800,14 +818,15 @@ static bool spans_processes(const kvio_rte_world_t *world)
     return world->num_local < world->size;
 }
 
-/* A rank that failed for its own reason (not a peer's, not a signal) tells
- * rank 0 why, before it announces the failure: rank 0 writes summary.json
- * and would otherwise only know that the rank failed. */
+/* A rank that failed for its own reason (not a peer's failure, not a
+ * signal), or because a peer fell silent (a cause the silent rank cannot
+ * report), tells rank 0 why, before it announces the failure: rank 0
+ * writes summary.json and would otherwise only know that the rank failed. */
 static void send_own_error(kvio_rte_t *rte)
 {
     volatile sig_atomic_t *stop = rte->world->stop;
-    if (rte->index == 0 || !spans_processes(rte->world) || rte->status == KVIO_ERR_PEER ||
-        (stop != NULL && *stop))
+    if (rte->index == 0 || !spans_processes(rte->world) ||
+        (rte->status == KVIO_ERR_PEER && !rte->peer_silent) || (stop != NULL && *stop))
         return;
     kvio_wire_writer_t out = {0};
     kvio_wire_put_i64(&out, rte->status);
@@ -927,7 +946,7 @@ kvio_status_t kvio_rte_world_run(kvio_rte_world_t *world, kvio_rte_main_t body, 
      * error, when one came, is the run's. */
     rank_error_t remote = {0};
     if (world->first_local == 0 && spans_processes(world) &&
-        (chosen < 0 || ranks[chosen].status == KVIO_ERR_PEER) &&
+        (chosen < 0 || (ranks[chosen].status == KVIO_ERR_PEER && !ranks[chosen].peer_silent)) &&
         remote_error(world, &remote) != KVIO_OK) {
         if (chosen >= 0)
             kvio_info("%s", ranks[chosen].error);

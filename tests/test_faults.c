@@ -400,14 +400,14 @@ Test(faults, redis_transport_killed_for_good_fails_within_the_timeout, .timeout 
  * process group) with the overrides in sets (space-separated KEY=VALUE, no
  * quotes), each rank's stderr in dir/rank.N.err. Returns mpirun's pid, or
  * -1. */
-static pid_t start_mpirun(const char *dir, const char *sets)
+static pid_t start_mpirun_with(const char *dir, const char *text, int ranks, const char *sets)
 {
 #ifndef KVIO_HAVE_MPI
     return -1;
 #endif
     if (system("command -v mpirun >/dev/null 2>&1") != 0)
         return -1;
-    char *workload = test_write_file(dir, "workload.yaml", workload_text);
+    char *workload = test_write_file(dir, "workload.yaml", text);
     char set_args[512] = "";
     size_t at = 0;
     char *copy = strdup(sets);
@@ -429,11 +429,18 @@ static pid_t start_mpirun(const char *dir, const char *sets)
         setpgid(0, 0);
         (void)!freopen("/dev/null", "w", stdout);
         (void)!freopen("/dev/null", "w", stderr);
-        execlp("mpirun", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+        char np[16];
+        snprintf(np, sizeof(np), "%d", ranks);
+        execlp("mpirun", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np,
                "bash", "-c", script, (char *)NULL);
         _exit(127);
     }
     return pid;
+}
+
+static pid_t start_mpirun(const char *dir, const char *sets)
+{
+    return start_mpirun_with(dir, workload_text, 3, sets);
 }
 
 /* Waits up to timeout_s for mpirun; its exit status, or -1 (then killed). */
@@ -592,6 +599,49 @@ Test(faults, mpirun_a_stopped_rank_is_named_silent, .timeout = 180)
         const char *error = test_json_string(summary, "error");
         cr_expect(test_contains(error, "rank 2 has been silent for") &&
                       test_contains(error, "no heartbeat within ranks.timeout, 8.0 s"),
+                  "%s", error ? error : "(no error)");
+        json_decref(summary);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #40 item 8: the client rank of a coupled run stopped (SIGSTOP) under
+ * mpirun: the serve ranks named it lost and exited, mpirun ended the job,
+ * and rank 0 (its rank failed too, the process still writing) was killed
+ * before summary.json: only the provisional one was left. Now every rank
+ * waits for rank 0's release while its process answers, and the summary
+ * names the cause, the silent client. */
+Test(faults, mpirun_a_stopped_client_rank_is_named_in_the_summary, .timeout = 180)
+{
+#ifndef KVIO_HAVE_UCX
+    test_require("ucx", 0, "ucx transport not built");
+#endif
+    static const char *client_text =
+        "name: faults-client\nseed: 4\nmode: emulate\nduration: 60s\n"
+        "ranks: {train: 1, serve: 2, client: 1, timeout: 4s}\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "serve:\n  kvcache: {block_size: 16, blocks: 400}\n"
+        "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 4MiB\n"
+        "  checkpoint: {policy: every_n_steps, every_n_steps: 3}\n"
+        "  transport: {kind: ucx, chunk: 1MiB, inflight: 2}\n"
+        "update: {apply: shadow, verify: true, serving: engine}\n"
+        "stream:\n  arrival: {process: poisson, rate: 20}\n"
+        "  input_tokens: {dist: lognormal, mean: 600, stddev: 300, min: 16, max: 2048}\n"
+        "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n";
+    char *dir = test_tmpdir();
+    pid_t pid = start_mpirun_with(dir, client_text, 4, "");
+    if (test_require("mpi", pid > 0, "mpirun not found")) {
+        wait_under_way(dir);
+        cr_expect(signal_rank(pid, 3, SIGSTOP), "no rank 3 (the client) among mpirun's children");
+        int status = wait_mpirun(pid, test_seconds(60));
+        cr_expect_neq(status, -1, "mpirun did not end after the client fell silent");
+        cr_expect_neq(status, 0);
+        json_t *summary = load_summary(dir);
+        cr_assert_not_null(summary, "no summary.json");
+        cr_expect(json_is_false(json_object_get(summary, "complete")));
+        const char *error = test_json_string(summary, "error");
+        cr_expect(test_contains(error, "the client rank is lost: rank 3 has been silent for"),
                   "%s", error ? error : "(no error)");
         json_decref(summary);
     }
