@@ -11,6 +11,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Room for a command's error message: one that names a long path (a
+ * results directory, a trace) still ends with its cause. */
+#define KVIO_CLI_ERROR_MAX 8192
+
 #define KVIO_EXIT_OK 0
 #define KVIO_EXIT_FAILED 1
 #define KVIO_EXIT_USAGE 2

@@ -418,7 +418,7 @@ static kvio_status_t open_trace(const options_t *options, kvio_stream_t **stream
         return KVIO_ERR_INVALID;
     }
     kvio_stream_trace_config_t trace_options = {0};
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_status_t status = kvio_config_defaults(kvio_stream_trace_options, &trace_options,
                                                 error, sizeof(error));
     if (status == KVIO_OK) {

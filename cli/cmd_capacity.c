@@ -212,7 +212,7 @@ static int capacity_main(capacity_args_t *args_p, int argc, char **argv)
         return KVIO_EXIT_USAGE;
     }
     args_p->options.stop = kvio_cli_stop_on_signals();
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     json_t *result = NULL;
     kvio_status_t status = kvio_capacity(&args_p->options, &result, error, sizeof(error));
     if (status != KVIO_OK) {

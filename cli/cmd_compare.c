@@ -213,7 +213,7 @@ int kvio_cmd_compare(int argc, char **argv)
     options->progress = progress;
     options->context = &start_ns;
     options->stop = kvio_cli_stop_on_signals();
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     json_t *compare = NULL;
     kvio_status_t status = kvio_compare(options, &compare, error, sizeof(error));
     if (status != KVIO_OK) {

@@ -163,7 +163,7 @@ int kvio_cmd_run(int argc, char **argv)
         return print_keys("run", args.source, stdout);
     }
     const char *source = args.source != NULL ? args.source : "quickstart";
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_workload_t workload;
     kvio_status_t status = kvio_workload_load(source, args.overrides, args.num_overrides,
                                               &workload, error, sizeof(error));
@@ -225,7 +225,7 @@ int kvio_cmd_validate(int argc, char **argv)
         fprintf(stderr, "kvio validate: which file? (kvio validate FILE)\n");
         return KVIO_EXIT_USAGE;
     }
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_workload_t workload;
     kvio_status_t status = kvio_workload_load(args.source, args.overrides, args.num_overrides,
                                               &workload, error, sizeof(error));

@@ -276,7 +276,7 @@ static int context_length(const serve_args_t *args, const kvio_workload_t *workl
     kvio_model_t model = workload->model;
     kvio_gpu_t gpu = workload->gpu;
     uint32_t blocks = 0;
-    char error[1024];
+    char error[KVIO_CLI_ERROR_MAX];
     kvio_status_t status = kvio_model_resolve(&model, error, sizeof(error));
     if (status == KVIO_OK)
         status = kvio_gpu_resolve(&gpu, error, sizeof(error));
@@ -308,7 +308,7 @@ static int context_length(const serve_args_t *args, const kvio_workload_t *workl
 static int start_parts(const serve_args_t *args, const kvio_workload_t *workload,
                        uint32_t max_model_len, serve_parts_t *parts)
 {
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     uint16_t first_port = DEFAULT_PORT;
     uint32_t num_ports = 1;
     int exit_status = parse_listen(args->listen != NULL ? args->listen : "127.0.0.1:8000",
@@ -417,7 +417,7 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
         .frontend = parts.frontend, .server_json = server_json, .server_context = parts.server};
     kvio_run_result_t result;
     memset(&result, 0, sizeof(result));
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_status_t status = watching ? kvio_run(workload, &options, &result, error, sizeof(error))
                                     : KVIO_ERR_NOMEM;
     atomic_store(&watch.run_over, true);
@@ -461,7 +461,7 @@ int kvio_cmd_serve(int argc, char **argv)
         print_help();
         return KVIO_EXIT_OK;
     }
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_workload_t workload;
     kvio_status_t status = kvio_workload_load(args.source != NULL ? args.source : "endpoint",
                                               args.overrides, args.num_overrides, &workload,

@@ -202,7 +202,7 @@ int kvio_cmd_stream(int argc, char **argv)
     kvio_stream_t *stream = NULL;
     kvio_stream_writer_t *writer = NULL;
     FILE *out = NULL;
-    char error[1024] = "";
+    char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_status_t status = KVIO_OK;
     stream_stats_t stats = {0};
     int exit_status = parse_args(argc, argv, &args);

@@ -34,7 +34,7 @@ enum {
  * message: the status, then the text; kvio/wire.h). */
 typedef struct rank_error {
     kvio_status_t status;
-    char text[512];
+    char text[KVIO_ERROR_MAX];
 } rank_error_t;
 
 /* How long rank 0 looks for the message of a rank it knows failed (sent
@@ -49,7 +49,7 @@ struct kvio_rte {
     int64_t offset_ns;
     int64_t uncertainty_ns;
     kvio_status_t status;
-    char error[512];
+    char error[KVIO_ERROR_MAX];
     char verdict[320]; /* the last failed wait's, on its peer */
     bool peer_silent;  /* a wait of this rank ended on a silent peer: a cause the silent
                           rank itself cannot report */

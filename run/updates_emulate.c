@@ -355,7 +355,7 @@ typedef struct rank_state {
     int self, size, num_serve;
     bool is_client;                  /* a client rank, if any, is the last */
     bool coupled_run;
-    char error[768];
+    char error[KVIO_ERROR_MAX];
     int *receivers;                  /* the serve ranks' world ranks */
     kvio_xfer_config_t transport;    /* this rank's: the device, weight_sync's buckets */
     uint64_t *bucket_bytes;

@@ -41,7 +41,7 @@ typedef struct plain_run {
 /* A serve rank of the plain run: its serve loop, until serving is over. */
 static kvio_status_t plain_serve(kvio_serve_rank_t *rank, kvio_rte_t *rte)
 {
-    char error[1024] = "";
+    char error[KVIO_ERROR_MAX] = "";
     kvio_status_t status = kvio_serve_rank_serve(rank, NULL, 0, NULL, error, sizeof(error));
     if (status != KVIO_OK)
         kvio_rte_set_error(rte, "%s", error[0] ? error : kvio_strerror(status));
@@ -59,7 +59,7 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
     run->client_rank = plain->with_client ? (int)plain->num_serve : 0;
     run->first_serve_rank = 0;
     run->start = NULL;
-    char error[1024] = "";
+    char error[KVIO_ERROR_MAX] = "";
     run->setup_lock = &plain->setup_lock;
     int64_t entered = kvio_rte_time_ns(rte);
     kvio_status_t status =

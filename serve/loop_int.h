@@ -399,7 +399,7 @@ struct kvio_serve_loop {
     int64_t max_concurrency;         /* 0: open loop */
     volatile sig_atomic_t *stop;     /* set asynchronously (may be NULL) */
     bool stopped;                    /* stop was seen: no new iteration starts */
-    char error[1024];
+    char error[KVIO_ERROR_MAX];
 };
 
 /* Sets a lane up for the loop (timing histograms when timed). */
@@ -442,7 +442,7 @@ struct kvio_serve_rank {
     kvio_serve_client_arrivals_t *client;   /* or the client rank's requests */
     kvio_serve_frontend_arrivals_t *frontend; /* or the front end's (kvio serve) */
     int64_t setup_wait_ns;                  /* waiting for run->setup_lock */
-    char error[1024];
+    char error[KVIO_ERROR_MAX];
 };
 
 /* Where a rank's report (kvio_serve_rank_pack) is merged into the run's

@@ -1397,3 +1397,33 @@ Test(cli, tiers_that_cannot_fit_are_refused_before_the_run, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #40 item 14: a message naming a long path was cut at about 1,030
+ * characters, before its cause. Now the cause ends it. */
+Test(cli, a_long_path_in_a_message_keeps_its_cause, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *blocker = test_write_file(dir, "blocker", "a file, not a directory\n");
+    char long_part[1300];
+    size_t at = 0;
+    for (int part = 0; part < 6; part++) {
+        memset(long_part + at, (char)('d' + part), 200);
+        at += 200;
+        long_part[at++] = '/';
+    }
+    long_part[at - 1] = '\0';
+    char output[2600], trace[2600];
+    snprintf(output, sizeof(output), "%s/%s", blocker, long_part);
+    snprintf(trace, sizeof(trace), "stream.trace.path=%s/%s/x.jsonl", dir, long_part);
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "-o", output, NULL);
+    cr_expect_neq(run.status, 0);
+    cr_expect(test_contains(run.err, "Not a directory"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "--set", trace, NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "x.jsonl: No such file or directory"), "%s", run.err);
+    test_run_free(&run);
+    free(blocker);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -34,6 +34,10 @@ typedef enum {
 #undef KVIO_STATUS_ENUM
 } kvio_status_t;
 
+/* Room for an error message of kvio's: one that names a long path (up to
+ * PATH_MAX) still ends with its cause. */
+#define KVIO_ERROR_MAX 4096
+
 /* Returns a static, human-readable text for a status code. */
 const char *kvio_strerror(kvio_status_t status);
 
