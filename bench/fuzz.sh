@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_FUZZ_BUILD:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt fuzz_report"}
+targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt fuzz_report fuzz_fit fuzz_numbers fuzz_openai"}
 
 if ! command -v clang >/dev/null; then
     echo "fuzz.sh: clang is missing (apt-get install -y clang libclang-rt-14-dev)" >&2
@@ -40,6 +40,8 @@ seed() {
         else
             cp "$file" "$dir/$name"
         fi
+    elif [ "$1" = fuzz_fit ] || [ "$1" = fuzz_numbers ] || [ "$1" = fuzz_openai ]; then
+        cp "$file" "$dir/$name" # taken as they are (fuzz_openai's first byte is in the file)
     elif [ "$1" = fuzz_config ]; then
         cp "$file" "$dir/$name"
         { cat "$file"; printf '\0stream.requests=100\0serve.kvcache.block_size=16'; } \
@@ -60,7 +62,14 @@ seeds_for() {
     fuzz_trace_azure) ls "$fixtures"/azure_*.csv ;;
     fuzz_trace_burstgpt) ls "$fixtures"/burstgpt_*.csv ;;
     fuzz_report) ls -d "$fixtures"/report/run-* "$fixtures"/report/*.json ;;
+    fuzz_fit) ls "$fixtures"/report/run-*/iterations.csv ;;
     esac
+    # The inputs that reached a defect once (#40: dates a month lacks, a
+    # 1970 row among 2023's, a saturating time, a row past fit's bound,
+    # numbers past their range; kvio serve's bodies).
+    if [ -d "$root/fuzz/seeds/$1" ]; then
+        ls "$root/fuzz/seeds/$1"/*
+    fi
 }
 # A dictionary of the keys the presets and fixtures use.
 dict=$build/corpus/keys.dict

@@ -34,7 +34,7 @@ struct kvio_frontend {
     pthread_cond_t changed;     /* a rank did a reset */
     rank_inbox_t *ranks;
     atomic_uint ready_ranks;
-    atomic_ullong origin_ns;    /* host time at which the engines' clocks read 0 */
+    _Atomic uint64_t origin_ns; /* host time at which the engines' clocks read 0 */
     atomic_bool closed;
     atomic_int paused;          /* kvio_pause_t */
     uint64_t abort_epoch;       /* abort-all asks (pause with abort, close with abort) */
