@@ -5,6 +5,7 @@
  * streams module's (kvio/stream.h), the replay is in kvcache/. */
 #include "cli/cli.h"
 
+#include "kvio/sysinfo.h"
 #include "kvio/cachesim.h"
 #include "kvio/config.h"
 #include "kvio/cost.h"
@@ -363,6 +364,8 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
     }
     json_object_set_new(root, "schema_version", json_integer(SCHEMA_VERSION));
     json_object_set_new(root, "kvio_version", json_string(KVIO_VERSION));
+    json_object_set_new(root, "host", kvio_host_json());
+    json_object_set_new(root, "build", kvio_build_json());
     json_object_set_new(root, "config", config);
     json_object_set_new(root, "trace", trace_info);
     json_object_set_new(root, "results", rows);

@@ -181,6 +181,8 @@ int kvio_cmd_run(int argc, char **argv)
     json_t *summary = NULL;
     kvio_run_options_t options = {
         .output_dir = args.output_dir, .force = args.force, .source = source,
+        .argv = (const char *const *)argv, .argc = argc, .overrides = args.overrides,
+        .num_overrides = args.num_overrides,
         .stop = kvio_cli_stop_on_signals(), .event_trace = args.event_trace, .quiet = args.json,
         .summary_p = args.json ? &summary : NULL, .repeat = args.repeat,
     };

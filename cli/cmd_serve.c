@@ -41,6 +41,8 @@ typedef struct serve_args {
     long max_connections;
     uint64_t max_body;
     bool record_tokens;
+    int argc;    /* the command as typed (provenance) */
+    char **argv;
 } serve_args_t;
 
 enum {
@@ -414,7 +416,9 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
     kvio_run_options_t options = {
         .output_dir = args->output_dir, .force = args->force,
         .source = args->source != NULL ? args->source : "endpoint", .stop = &watch.hard_stop,
-        .frontend = parts.frontend, .server_json = server_json, .server_context = parts.server};
+        .frontend = parts.frontend, .server_json = server_json, .server_context = parts.server,
+        .argv = (const char *const *)args->argv, .argc = args->argc,
+        .overrides = args->overrides + 1, .num_overrides = args->num_overrides - 1};
     kvio_run_result_t result;
     memset(&result, 0, sizeof(result));
     char error[KVIO_CLI_ERROR_MAX] = "";
@@ -444,7 +448,7 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
 
 int kvio_cmd_serve(int argc, char **argv)
 {
-    serve_args_t args = {0};
+    serve_args_t args = {.argc = argc, .argv = argv};
     /* Real time always: an override the user gives after it wins (and is refused). */
     args.overrides[args.num_overrides++] = "mode=emulate";
     kvio_cli_parser_t parser;

@@ -365,6 +365,16 @@ static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *optio
     case KVIO_OPT_STRING: {
         if ((status = config_expect_scalar(context, node, path, option)) != KVIO_OK)
             return status;
+        /* YAML's null (unquoted null, ~ or nothing) for a string that is
+         * unset by default: unset, as summary.json's config echo writes it
+         * (the echo, run again, read "null" as a file name). */
+        if (node->plain && option->default_value == NULL &&
+            (strcmp(node->text, "null") == 0 || strcmp(node->text, "~") == 0 ||
+             node->text[0] == '\0')) {
+            free(*(char **)field);
+            *(char **)field = NULL;
+            return KVIO_OK;
+        }
         /* A string with values: one of them (kept as the string). */
         if (option->values != NULL && value_index(option, node->text) < 0)
             return not_one_of(context, node, path, option);

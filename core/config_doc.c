@@ -423,6 +423,29 @@ kvio_status_t kvio_config_doc_load(const char *path, kvio_config_doc_t **doc_p,
     return status;
 }
 
+bool kvio_config_doc_descend(kvio_config_doc_t *doc, const char *marker, const char *key)
+{
+    node_t *root = doc->root;
+    if (root == NULL || root->kind != NODE_MAPPING || config_mapping_get(root, marker, NULL) == NULL)
+        return false;
+    for (size_t i = 0; i < root->count; i++) {
+        if (strcmp(root->keys[i]->text, key) != 0 || root->items[i]->kind != NODE_MAPPING)
+            continue;
+        node_t *section = root->items[i];
+        root->items[i] = NULL; /* kept; the rest of the old root goes */
+        for (size_t k = 0; k < root->count; k++) {
+            config_node_free(root->keys[k]);
+            config_node_free(root->items[k]);
+        }
+        free(root->keys);
+        free(root->items);
+        free(root);
+        doc->root = section;
+        return true;
+    }
+    return false;
+}
+
 bool kvio_config_doc_has(const kvio_config_doc_t *doc, const char *key)
 {
     return doc->root != NULL && doc->root->kind == NODE_MAPPING &&

@@ -16,6 +16,7 @@
 #include "kvio/results.h"
 #include "kvio/run.h"
 #include "kvio/stats.h"
+#include "kvio/sysinfo.h"
 
 #define MAX_SETS 160
 
@@ -443,6 +444,8 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
                                     "served", (json_int_t)served, "shared",
                                     (json_int_t)shared);
         variants_json = NULL;
+        json_object_set_new(compare, "host", kvio_host_json());
+        json_object_set_new(compare, "build", kvio_build_json());
         json_object_set_new(compare, "warnings", unknown_metrics(&comparison));
         status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
         if (status == KVIO_OK)

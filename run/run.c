@@ -12,6 +12,7 @@
 #include "kvio/clock.h"
 #include "kvio/cost.h"
 #include "kvio/kvcache.h"
+#include "kvio/log.h"
 #include "kvio/results.h"
 #include "kvio/sysinfo.h"
 #include "kvio/tier.h"
@@ -212,6 +213,18 @@ static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_opti
     json_object_set_new(summary, "kvio_version", json_string(KVIO_VERSION));
     json_object_set_new(summary, "name", json_string(workload->name));
     json_object_set_new(summary, "source", json_string(options->source ? options->source : ""));
+    /* How to run it again: the command as typed and its overrides (the
+     * config below is the effective one; kvio run DIR/summary.json reruns it). */
+    json_t *command = json_array();
+    if (options->argv != NULL)
+        json_array_append_new(command, json_string("kvio"));
+    for (int i = 0; options->argv != NULL && i < options->argc; i++)
+        json_array_append_new(command, json_string(options->argv[i]));
+    json_object_set_new(summary, "command", command);
+    json_t *overrides = json_array();
+    for (size_t i = 0; options->overrides != NULL && i < options->num_overrides; i++)
+        json_array_append_new(overrides, json_string(options->overrides[i]));
+    json_object_set_new(summary, "overrides", overrides);
     json_object_set_new(summary, "complete", json_boolean(complete));
     if (error != NULL)
         json_object_set_new(summary, "error", json_string(error));
@@ -964,6 +977,52 @@ static void check_something_served(run_state_t *state)
     }
 }
 
+/* run.log in the results: how the run was started, every warning and
+ * error kvio logged while it ran (printed or hushed by -q), what makes its
+ * numbers mislead, and how it ended. A failed write is a warning only: the
+ * summary says how the run went. */
+static void write_run_log(run_state_t *state, const json_t *summary, const json_t *warnings)
+{
+    const kvio_run_options_t *options = state->options;
+    size_t dropped = 0;
+    char *captured = kvio_log_capture_end(&dropped);
+    kvio_csv_t *log = NULL;
+    if (kvio_csv_open(state->results, "run.log", NULL, &log) != KVIO_OK) {
+        free(captured);
+        return;
+    }
+    char build[1024];
+    kvio_build_describe(build, sizeof(build));
+    char *newline = strchr(build, '\n');
+    if (newline != NULL)
+        *newline = '\0';
+    kvio_csv_row(log, "%s", build);
+    char command[4096] = "";
+    size_t at = 0;
+    for (int i = 0; options->argv != NULL && i < options->argc && at < sizeof(command); i++)
+        at += (size_t)snprintf(command + at, sizeof(command) - at, i ? " '%s'" : "kvio %s",
+                               options->argv[i]);
+    kvio_csv_row(log, "command: %s", command[0] != '\0' ? command : "(a library call)");
+    kvio_csv_row(log, "source: %s", json_string_value(json_object_get(summary, "source")));
+    kvio_csv_row(log, "start: %s", json_string_value(json_object_get(summary, "start_time")));
+    if (captured[0] != '\0')
+        kvio_csv_line(log, captured, strlen(captured) - 1);
+    if (dropped > 0)
+        kvio_csv_row(log, "(%zu more messages not kept)", dropped);
+    for (size_t w = 0; w < json_array_size(warnings); w++)
+        kvio_csv_row(log, "kvio: warning: %s",
+                     json_string_value(json_object_get(json_array_get(warnings, w), "message")));
+    const char *error = json_string_value(json_object_get(summary, "error"));
+    kvio_csv_row(log, "end: %s, complete: %s%s%s",
+                 json_string_value(json_object_get(summary, "end_time")),
+                 json_is_true(json_object_get(summary, "complete")) ? "true" : "false",
+                 error != NULL ? ", error: " : "", error != NULL ? error : "");
+    char write_error[256];
+    if (kvio_csv_finish(log, "run.log", write_error, sizeof(write_error)) != KVIO_OK)
+        kvio_warn("%s", write_error);
+    free(captured);
+}
+
 /* summary.json (rank 0), its table on stdout, and the result. */
 static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
                                  kvio_run_result_t *result_p)
@@ -1016,6 +1075,7 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,
                                                          write_error, sizeof(write_error));
+    write_run_log(state, summary, warnings);
     if (options->summary_p != NULL && write_status == KVIO_OK)
         *options->summary_p = json_incref(summary);
     json_decref(summary);
@@ -1114,6 +1174,7 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
                          .coupled = kvio_updates_coupled(workload), .served_out = served_out};
     bool world_failed = true; /* MPI_Finalize only after a whole run */
     kvio_status_t status = KVIO_OK;
+    kvio_log_capture_begin(); /* run.log's warnings */
     if (options->frontend != NULL && !frontend_runs(workload, error_p, error_len)) {
         status = KVIO_ERR_CONFIG;
         goto out;
@@ -1156,6 +1217,7 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
     }
     status = run_summary(&state, status, result_p);
 out:
+    free(kvio_log_capture_end(NULL)); /* a refused or non-root run's capture */
     run_state_free(&state, world_failed);
     return status;
 }

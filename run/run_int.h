@@ -114,6 +114,7 @@ typedef struct rank_report {
     int64_t clock_offset_ns;
     int64_t setup_ns; /* from the rank's start to its arrival at the start barrier */
     int32_t interrupted; /* this rank was stopped early (SIGINT, SIGTERM) */
+    char hostname[64];   /* where the rank ran (under mpirun, maybe not rank 0's host) */
     char info[256];
     /* on_trainer_loss: serve. The trainer: when it was lost and why. A serve
      * rank: when it learnt so, and the version it kept serving. */

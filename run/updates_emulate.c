@@ -311,9 +311,13 @@ static void start_json(const run_context_t *context, const collected_t *all,
     json_t *ranks = json_array();
     for (int i = 0; i < all->num_reports; i++) {
         const rank_report_t *report = &all->reports[i];
-        json_array_append_new(ranks, kvio_start_rank_json(report->rank,
-                                                          role_of(report->rank, num_serve),
-                                                          (double)report->setup_ns / 1e9));
+        json_t *rank = kvio_start_rank_json(report->rank, role_of(report->rank, num_serve),
+                                            (double)report->setup_ns / 1e9);
+        /* Each rank's host: under mpirun, not all rank 0's. */
+        char host[sizeof(report->hostname)];
+        snprintf(host, sizeof(host), "%s", report->hostname);
+        json_object_set_new(rank, "host", json_string(host));
+        json_array_append_new(ranks, rank);
     }
     kvio_start_json_set(context->start, start->t0_wall_ns, ranks);
 }
@@ -456,6 +460,7 @@ static kvio_status_t rank_setup(rank_state_t *state)
         return status;
     state->report = (rank_report_t){.is_trainer = state->self == TRAIN_RANK, .rank = state->self,
                                     .setup_ns = kvio_rte_time_ns(rte) - entered_ns - queued_ns};
+    gethostname(state->report.hostname, sizeof(state->report.hostname) - 1);
     status = kvio_rte_start(rte, &state->start);
     if (status != KVIO_OK)
         return status;

@@ -98,6 +98,9 @@ static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *ov
                                    char *error_p, size_t error_len)
 {
     kvio_status_t status = KVIO_OK;
+    /* A results directory's summary.json: the run's effective config, run
+     * again (the same seed gives the same simulate run). */
+    kvio_config_doc_descend(doc, "schema_version", "config");
     for (size_t i = 0; i < num_overrides && status == KVIO_OK; i++)
         status = kvio_config_doc_set(doc, overrides[i], error_p, error_len);
     kvio_workload_t workload = {0};

@@ -1427,3 +1427,60 @@ Test(cli, a_long_path_in_a_message_keeps_its_cause, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #41 item 6: provenance. summary.json's config echo, run again, failed
+ * ("kvio: null: No such file or directory"); the command line and its
+ * overrides were kept nowhere, nor the warnings a run logged. Now `kvio run
+ * DIR/summary.json` reruns a simulate run byte for byte, summary.json has
+ * the command and the overrides, and run.log has the command, every warning
+ * (also under -q) and how the run ended. */
+Test(cli, the_config_echo_reruns_a_simulate_run_byte_for_byte, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "--set",
+                               "stream.arrival.rate=150", "-o", "first", "-q", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "first/summary.json", "-o", "again", "-q", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    const char *files[] = {"requests.csv", "iterations.csv"};
+    for (size_t i = 0; i < 2; i++) {
+        char first[1300], again[1300];
+        snprintf(first, sizeof(first), "%s/first/%s", dir, files[i]);
+        snprintf(again, sizeof(again), "%s/again/%s", dir, files[i]);
+        char *a = test_read_file(first), *b = test_read_file(again);
+        cr_assert(a != NULL && b != NULL);
+        cr_expect_str_eq(a, b, "%s differs", files[i]);
+        free(a);
+        free(b);
+    }
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/first/summary.json", dir);
+    json_t *summary = json_load_file(path, 0, NULL);
+    cr_assert_not_null(summary);
+    cr_expect_str_eq(test_json_string(summary, "command.0"), "kvio");
+    cr_expect_str_eq(test_json_string(summary, "command.1"), "run");
+    cr_expect_str_eq(test_json_string(summary, "overrides.1"), "stream.arrival.rate=150");
+    json_decref(summary);
+    snprintf(path, sizeof(path), "%s/first/run.log", dir);
+    char *log = test_read_file(path);
+    cr_assert_not_null(log, "no run.log");
+    cr_expect(test_contains(log, "command: kvio run 'chat' '--set' 'duration=20s'"), "%s", log);
+    cr_expect(test_contains(log, "kvio: warning: overloaded"), "hushed by -q, kept: %s", log);
+    cr_expect(test_contains(log, "complete: true"), "%s", log);
+    free(log);
+    /* compare.json and cachesim's JSON name the host and the build too. */
+    run = test_kvio(dir, "compare", "chat", "--set", "duration=2s", "--vary",
+                    "serve.scheduler.policy=fcfs,lpm", "-o", "cmp", "-q", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    snprintf(path, sizeof(path), "%s/cmp/compare.json", dir);
+    json_t *compare = json_load_file(path, 0, NULL);
+    cr_assert_not_null(compare);
+    cr_expect_gt(strlen(test_json_string(compare, "host.hostname")), 0);
+    cr_expect_gt(strlen(test_json_string(compare, "build.kvio_version")), 0);
+    json_decref(compare);
+    test_rmtree(dir);
+    free(dir);
+}

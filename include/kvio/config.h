@@ -94,6 +94,11 @@ kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment
  * lets a caller tell a value written from the option's default. */
 bool kvio_config_doc_has(const kvio_config_doc_t *doc, const char *key);
 
+/* When the document is a mapping with key marker and a mapping under key
+ * (a kvio summary.json: schema_version and config), that mapping becomes
+ * the document; true then. */
+bool kvio_config_doc_descend(kvio_config_doc_t *doc, const char *marker, const char *key);
+
 void kvio_config_doc_destroy(kvio_config_doc_t *doc);
 
 /* Fills config_p with the defaults of options. Zero the struct first. */

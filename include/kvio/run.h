@@ -89,6 +89,12 @@ kvio_status_t kvio_workload_check(const kvio_workload_t *workload, char *error_p
 /* How to run: where results go and what to print. */
 typedef struct kvio_run_options {
     const char *output_dir; /* NULL: results/<name>-<time>-<pid> */
+    /* The command as typed and the --set overrides given (summary.json's
+     * command and overrides, run.log): provenance. May be NULL / 0. */
+    const char *const *argv;
+    int argc;
+    const char *const *overrides;
+    size_t num_overrides;
     bool force;             /* reuse an existing output directory */
     const char *source;     /* what was loaded, for the summary */
     bool quiet;             /* no table on stdout */
