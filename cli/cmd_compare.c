@@ -83,10 +83,13 @@ static int add_vary(compare_args_t *args, const char *value)
 {
     kvio_compare_options_t *options = &args->options;
     const char *equals = strchr(value, '=');
-    if (equals == NULL || equals == value || equals[1] == '\0' ||
-        options->num_varies == KVIO_COMPARE_MAX_VARY) {
-        fprintf(stderr, "kvio compare: --vary needs KEY=V1,V2,... (at most %d)\n",
-                KVIO_COMPARE_MAX_VARY);
+    if (options->num_varies == KVIO_COMPARE_MAX_VARY) {
+        fprintf(stderr, "kvio compare: at most %d --vary keys (a compare crosses their values); "
+                "'%s' is one more\n", KVIO_COMPARE_MAX_VARY, value);
+        return KVIO_EXIT_USAGE;
+    }
+    if (equals == NULL || equals == value || equals[1] == '\0') {
+        fprintf(stderr, "kvio compare: --vary needs KEY=V1,V2,..., got '%s'\n", value);
         return KVIO_EXIT_USAGE;
     }
     size_t v = options->num_varies++;

@@ -59,10 +59,20 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
                         const char *results_dir, bool complete, bool serving)
 {
     kvio_table_t *table = NULL;
-    char title[256];
-    snprintf(title, sizeof(title), "kvio run %s (%s%s)", workload->name,
+    /* What ran, where: the mode, the model on its GPU, the ranks. */
+    char title[384], ranks[96];
+    int64_t serve_ranks = workload->ranks.serve > 0 ? workload->ranks.serve : 1;
+    if (kvio_updates_wanted(workload))
+        snprintf(ranks, sizeof(ranks), "%lld train + %lld serve ranks",
+                 (long long)workload->ranks.train, (long long)serve_ranks);
+    else
+        snprintf(ranks, sizeof(ranks), "%lld serve rank%s", (long long)serve_ranks,
+                 serve_ranks == 1 ? "" : "s");
+    snprintf(title, sizeof(title), "kvio run %s (%s: %s on %s, %s%s)", workload->name,
              workload->mode == KVIO_MODE_EMULATE ? "emulate" : "simulate",
-             complete ? "" : ", INCOMPLETE");
+             workload->model.preset != NULL ? workload->model.preset : "a custom model",
+             workload->gpu.preset != NULL ? workload->gpu.preset : "a custom GPU", ranks,
+             complete ? "" : "; INCOMPLETE");
     if (kvio_table_create(title, &table) != KVIO_OK)
         return;
     char text[6][64];
@@ -143,9 +153,8 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
         json_int_t after = json_integer_value(json_object_get(model, "activated_after_serving"));
         char after_text[48] = "";
         if (after > 0)
-            snprintf(after_text, sizeof(after_text), " (%lld after serving ended)",
-                     (long long)after);
-        snprintf(activated, sizeof(activated), "%lld of %lld%s, %lld checksum mismatches",
+            snprintf(after_text, sizeof(after_text), " (%lld after serving)", (long long)after);
+        snprintf(activated, sizeof(activated), "%lld of %lld%s, %lld bad checksums",
                  (long long)json_integer_value(json_object_get(model, "updates_activated")),
                  (long long)json_integer_value(json_object_get(model, "updates_received")),
                  after_text,
@@ -154,7 +163,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
     }
     const json_t *interference = json_object_get(metrics, "update_interference");
     const json_t *cost = json_object_get(metrics, "update_cost");
-    char interference_text[160], cost_lines[3][96];
+    char interference_text[160], interference_more[96], cost_lines[3][96];
     if (cost != NULL) {
         kvio_control_cost_lines(cost, cost_lines);
         kvio_table_add_row(table, "update cost vs control", cost_lines[0], NULL);
@@ -162,14 +171,16 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
         kvio_table_add_row(table, "", cost_lines[2], NULL);
     } else if (interference != NULL &&
         json_integer_value(json_object_get(interference, "updates_measured")) > 0) {
-        snprintf(interference_text, sizeof(interference_text),
-                 "TTFT p99 x%.2f, TPOT p99 x%.2f, hit rate %.1f %% -> %.1f %% (%.0f s windows)",
+        snprintf(interference_text, sizeof(interference_text), "TTFT p99 x%.2f, TPOT p99 x%.2f",
                  json_number_value(json_object_get(interference, "ttft_p99_ratio")),
-                 json_number_value(json_object_get(interference, "tpot_p99_ratio")),
+                 json_number_value(json_object_get(interference, "tpot_p99_ratio")));
+        snprintf(interference_more, sizeof(interference_more),
+                 "hit rate %.1f %% -> %.1f %% (%.0f s windows)",
                  100 * json_number_value(json_object_get(interference, "hit_rate_before")),
                  100 * json_number_value(json_object_get(interference, "hit_rate_after")),
                  json_number_value(json_object_get(interference, "window_s")));
         kvio_table_add_row(table, "trend (no control)", interference_text, NULL);
+        kvio_table_add_row(table, "", interference_more, NULL);
     }
     const json_t *during = json_object_get(interference, "during_updates");
     if (cost == NULL && during != NULL) {
@@ -684,6 +695,20 @@ static bool stopped(const run_state_t *state)
     return state->options->stop != NULL && *state->options->stop;
 }
 
+/* Whether the event trace goes straight into the results directory
+ * (its parent is output_dir, written the same way). */
+static bool trace_in_output(const char *trace_path, const char *output_dir)
+{
+    if (output_dir == NULL)
+        return false;
+    const char *slash = strrchr(trace_path, '/');
+    size_t parent = slash != NULL ? (size_t)(slash - trace_path) : 0;
+    size_t length = strlen(output_dir);
+    while (length > 1 && output_dir[length - 1] == '/')
+        length--;
+    return slash != NULL && parent == length && strncmp(trace_path, output_dir, length) == 0;
+}
+
 /* Everything that can be refused is checked before the directory exists:
  * what the workload decides (as kvio validate does), then what this machine
  * has to give it; then the world, the event trace and the directory. */
@@ -735,7 +760,10 @@ static kvio_status_t run_prepare(run_state_t *state)
                  trace_path);
         status = KVIO_ERR_EXISTS;
     }
-    if (status == KVIO_OK && state->root && trace_path != NULL)
+    /* A trace inside the results directory (-o DIR --event-trace DIR/x.pfw)
+     * is opened once the directory exists. */
+    bool inside = trace_path != NULL && trace_in_output(trace_path, state->options->output_dir);
+    if (status == KVIO_OK && state->root && trace_path != NULL && !inside)
         status = kvio_event_trace_open(trace_path, &state->events, error_p, error_len);
     if (status == KVIO_OK && state->root) {
         status = kvio_results_create(state->options->output_dir, workload->name,
@@ -748,6 +776,8 @@ static kvio_status_t run_prepare(run_state_t *state)
                 unlink(trace_path);
         }
     }
+    if (status == KVIO_OK && state->root && inside)
+        status = kvio_event_trace_open(trace_path, &state->events, error_p, error_len);
     if (status != KVIO_OK) {
         kvio_rte_world_destroy(state->world, true);
         state->world = NULL;
@@ -1184,6 +1214,14 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
         goto out;
     state.start_ns = kvio_wall_time_ns();
     state.host = kvio_host_json();
+    if (state.root && emulate && kvio_log_get_level() >= KVIO_LOG_WARN) {
+        /* Emulate builds real pools and connects transports before its t0:
+         * say so (the first line came at 17 s of a 20 s run when piped). */
+        int64_t ranks = workload->ranks.serve + (updates ? workload->ranks.train : 0);
+        fprintf(stderr, "kvio: emulate: setting up %lld rank%s (KV pools, transports), then "
+                "%.3g s of real time\n", (long long)ranks, ranks == 1 ? "" : "s",
+                (double)workload->duration_ns / 1e9);
+    }
     if (state.root)
         status = write_provisional_summary(workload, options, state.results, state.host,
                                            state.start_ns, error_p, error_len);

@@ -1484,3 +1484,41 @@ Test(cli, the_config_echo_reruns_a_simulate_run_byte_for_byte, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #41 item 9: the run's header names the mode, model, GPU and ranks; a
+ * coupled run's table fits 80 columns (it was 101); --event-trace inside
+ * the -o directory works (it failed: the directory did not exist yet); a
+ * fifth --vary says what is wrong; emulate says it is setting up. */
+Test(cli, the_command_line_says_what_runs_and_fits_80_columns, .timeout = 90)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "mode=simulate", "-o", "qs",
+                               "--event-trace", "qs/events.pfw", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "kvio run quickstart (simulate: llama3-8b on h200, 1 train "
+                                     "+ 2 serve ranks)"),
+              "%s", run.out);
+    cr_expect(test_contains(run.out, "updates activated"), "%s", run.out);
+    size_t lines, widest;
+    measure_lines(run.out, &lines, &widest);
+    cr_expect_leq(widest, 80, "%s", run.out);
+    test_run_free(&run);
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/qs/events.pfw", dir);
+    cr_expect_eq(access(path, F_OK), 0, "no event trace inside the results directory");
+    run = test_kvio(dir, "compare", "chat", "--vary", "seed=1,2", "--vary", "duration=1s,2s",
+                    "--vary", "stream.arrival.rate=1,2", "--vary", "serve.scheduler.policy=fcfs,lpm",
+                    "--vary", "serve.kvcache.block_size=16,32", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "at most 4 --vary keys") &&
+                  test_contains(run.err, "'serve.kvcache.block_size=16,32' is one more"),
+              "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set", "duration=1s", "--set",
+                    "serve.kvcache.blocks=400", "--set", "stream.arrival.rate=20", "-o", "em", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.err, "kvio: emulate: setting up 1 rank"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
