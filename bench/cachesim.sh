@@ -44,7 +44,7 @@ for _ in $(seq "$runs"); do
 done
 
 # Same hit rates to 4 decimals, capacity by capacity.
-awk -F, 'NR > 1 {printf "%s %.4f %.4f\n", $2, $3, $4}' "$work/kvio.csv" >"$work/a"
+awk -F, 'NR > 1 {printf "%s %.4f %.4f\n", $3, $4, $5}' "$work/kvio.csv" >"$work/a"
 sed -n 's/.*capacity_blocks=\([^ ]*\) block_hit=\([^ ]*\) token_hit=\(.*\)/\1 \2 \3/p' \
     "$work/reference.txt" >"$work/b"
 if ! diff "$work/a" "$work/b" >/dev/null; then

@@ -306,6 +306,19 @@ static void format_capacity(uint64_t capacity, char *text, size_t size)
         snprintf(text, size, "%llu", (unsigned long long)capacity);
 }
 
+/* The capacity as it was asked for ("40GiB", "1000", "unlimited") of a
+ * result's block count: byte capacities are echoed as given. */
+static void asked_capacity(const options_t *options, uint64_t blocks, char *text, size_t size)
+{
+    for (size_t i = 0; i < options->num_capacities; i++) {
+        if (options->capacities[i] != blocks || options->capacity_bytes[i] == 0)
+            continue;
+        kvio_format_size(options->capacity_bytes[i], text, size);
+        return;
+    }
+    format_capacity(blocks, text, size);
+}
+
 /* What the replay read: requests and skipped bad lines. */
 typedef struct trace_counts {
     uint64_t requests;
@@ -347,8 +360,11 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
         const kvio_cachesim_result_t *result = &results[i];
         json_t *row = json_object();
         char text[32];
+        char asked[32];
+        asked_capacity(options, result->capacity_blocks, asked, sizeof(asked));
         format_capacity(result->capacity_blocks, text, sizeof(text));
         json_object_set_new(row, "eviction", json_string(result->policy));
+        json_object_set_new(row, "capacity", json_string(asked));
         json_object_set_new(row, "capacity_blocks",
                             result->capacity_blocks == KVIO_CACHESIM_UNLIMITED
                                 ? json_string(text)
@@ -380,29 +396,30 @@ static void write_text(FILE *out, const options_t *options, const trace_counts_t
                        size_t num_results)
 {
     if (options->output == OUTPUT_CSV) {
-        fprintf(out, "eviction,capacity_blocks,block_hit_rate,token_hit_rate,hit_blocks,blocks,"
-                     "hit_tokens,tokens,evictions\n");
+        fprintf(out, "eviction,capacity,capacity_blocks,block_hit_rate,token_hit_rate,hit_blocks,"
+                     "blocks,hit_tokens,tokens,evictions\n");
     } else {
         fprintf(out, "%s: requests=%llu skipped=%llu unique_blocks=%zu block_tokens=%u\n",
                 options->trace_path, (unsigned long long)counts->requests,
                 (unsigned long long)counts->skipped_lines, kvio_cachesim_num_unique_blocks(sim),
                 options->block_tokens);
-        fprintf(out, "%-8s %15s %10s %10s %12s\n", "eviction", "capacity_blocks", "block_hit",
-                "token_hit", "evictions");
+        fprintf(out, "%-8s %10s %15s %10s %10s %12s\n", "eviction", "capacity",
+                "capacity_blocks", "block_hit", "token_hit", "evictions");
     }
     for (size_t i = 0; i < num_results; i++) {
         const kvio_cachesim_result_t *result = &results[i];
-        char capacity[32];
+        char capacity[32], asked[32];
         format_capacity(result->capacity_blocks, capacity, sizeof(capacity));
+        asked_capacity(options, result->capacity_blocks, asked, sizeof(asked));
         if (options->output == OUTPUT_CSV)
-            fprintf(out, "%s,%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu\n", result->policy, capacity,
-                    result->block_hit_rate, result->token_hit_rate,
+            fprintf(out, "%s,%s,%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu\n", result->policy, asked,
+                    capacity, result->block_hit_rate, result->token_hit_rate,
                     (unsigned long long)result->hit_blocks, (unsigned long long)result->blocks,
                     (unsigned long long)result->hit_tokens, (unsigned long long)result->tokens,
                     (unsigned long long)result->evictions);
         else
-            fprintf(out, "%-8s %15s %10.4f %10.4f %12llu\n", result->policy, capacity,
-                    result->block_hit_rate, result->token_hit_rate,
+            fprintf(out, "%-8s %10s %15s %10.4f %10.4f %12llu\n", result->policy, asked,
+                    capacity, result->block_hit_rate, result->token_hit_rate,
                     (unsigned long long)result->evictions);
     }
 }
@@ -442,8 +459,10 @@ static kvio_status_t open_trace(const options_t *options, kvio_stream_t **stream
 static bool replayable(const options_t *options, const kvio_request_t *request)
 {
     if (request->num_trace_hash_ids == 0 && request->num_segments > 0)
-        kvio_error("%s: request %llu has segments, not block ids; cachesim replays "
-                   "Mooncake-style hash_ids",
+        kvio_error("%s: this trace has no prefix hashes (request %llu gives lengths or "
+                   "segments, as an Azure or BurstGPT trace or a kvio export of a synthetic "
+                   "stream does); cachesim replays hash_ids: kvio stream --format mooncake "
+                   "turns segments into them, and kvio run replays any trace",
                    options->trace_path, (unsigned long long)request->id);
     else if (request->num_trace_hash_ids > 0 &&
              request->trace_block_tokens != options->block_tokens)

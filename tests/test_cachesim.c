@@ -411,12 +411,12 @@ Test(cachesim_cli, replays_in_timestamp_order_and_prints_rates, .timeout = 20)
     test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--format", "mooncake",
                                       "--capacity", "1,unlimited", "--csv", NULL);
     cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
-    cr_assert(test_contains(run_result.out, "eviction,capacity_blocks,block_hit_rate"));
+    cr_assert(test_contains(run_result.out, "eviction,capacity,capacity_blocks,block_hit_rate"));
     /* unlimited: 1 of 3 blocks, 100 of 1100 tokens. */
-    cr_assert(test_contains(run_result.out, "lru,unlimited,0.333333,0.090909,1,3,100,1100,0"),
+    cr_assert(test_contains(run_result.out, "lru,unlimited,unlimited,0.333333,0.090909,1,3,100,1100,0"),
               "%s", run_result.out);
     /* 1 block: 8 pushed 7 out, so [7] misses. */
-    cr_assert(test_contains(run_result.out, "lru,1,0.000000,0.000000,0,3,0,1100,2"), "%s",
+    cr_assert(test_contains(run_result.out, "lru,1,1,0.000000,0.000000,0,3,0,1100,2"), "%s",
               run_result.out);
     test_run_free(&run_result);
     test_rmtree(dir);
@@ -434,9 +434,9 @@ Test(cachesim_cli, capacities_in_bytes_of_kv_with_a_model, .timeout = 20)
     test_run_t run = test_kvio(dir, "cachesim", "trace.jsonl", "--capacity", "1GiB,2GiB,1",
                                "--model", "llama3-8b", "--csv", NULL);
     cr_assert_eq(run.status, 0, "stderr: %s", run.err);
-    cr_expect(test_contains(run.out, "\nlru,16,"), "%s", run.out);
-    cr_expect(test_contains(run.out, "\nlru,32,"), "%s", run.out);
-    cr_expect(test_contains(run.out, "\nlru,1,"), "%s", run.out);
+    cr_expect(test_contains(run.out, "\nlru,1GiB,16,"), "%s", run.out);
+    cr_expect(test_contains(run.out, "\nlru,2GiB,32,"), "%s", run.out);
+    cr_expect(test_contains(run.out, "\nlru,1,1,"), "%s", run.out);
     test_run_free(&run);
     run = test_kvio(dir, "cachesim", "trace.jsonl", "--capacity", "40GiB", NULL);
     cr_expect_eq(run.status, 2);
@@ -563,7 +563,7 @@ Test(cachesim_cli, usage_errors_exit_2, .timeout = 20)
     run_result = test_kvio(dir, "cachesim", KVIO_SOURCE_DIR "/tests/fixtures/kvio_small.jsonl",
                            "--format", "kvio", NULL);
     cr_assert_eq(run_result.status, 2);
-    cr_assert(test_contains(run_result.err, "has segments, not block ids"), "%s",
+    cr_assert(test_contains(run_result.err, "this trace has no prefix hashes"), "%s",
               run_result.err);
     test_run_free(&run_result);
     run_result = test_kvio(dir, "cachesim", "missing.jsonl", NULL);
@@ -637,4 +637,23 @@ Test(cachesim, bad_capacities_and_endless_input_are_refused_saying_why, .timeout
     test_run_free(&run);
     test_rmtree(dir);
     free(dir);
+}
+
+/* #41 item 5: capacities asked as bytes of KV came back as block counts
+ * only ("16 / 64"); each row now echoes what was asked. */
+Test(cachesim_cli, byte_capacities_are_echoed_as_asked, .timeout = 30)
+{
+    test_run_t run = test_kvio(NULL, "cachesim", KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl",
+                               "--capacity", "1GiB,4GiB,unlimited", "--model", "llama3-8b", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "capacity capacity_blocks"), "%s", run.out);
+    cr_expect(test_contains(run.out, "1GiB              16"), "%s", run.out);
+    cr_expect(test_contains(run.out, "4GiB              64"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(NULL, "cachesim", KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl",
+                    "--capacity", "1GiB", "--model", "llama3-8b", "--json", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "\"capacity\": \"1GiB\""), "%s", run.out);
+    cr_expect(test_contains(run.out, "\"capacity_blocks\": 16"), "%s", run.out);
+    test_run_free(&run);
 }
