@@ -373,6 +373,44 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
     return KVIO_OK;
 }
 
+/* compare.csv: a row per variant and metric, its mean and interval and
+ * its paired difference from the first variant (empty where none). */
+static kvio_status_t write_compare_csv(kvio_results_t *top, const json_t *compare,
+                                       char *error_p, size_t error_len)
+{
+    kvio_csv_t *csv = NULL;
+    kvio_status_t status = kvio_csv_open(top, "compare.csv",
+                                         "variant,metric,mean,ci95,delta_vs_first,delta_ci95",
+                                         &csv);
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "compare.csv: %s", kvio_strerror(status));
+        return status;
+    }
+    const json_t *variants = json_object_get(compare, "variants");
+    const json_t *rows = json_object_get(compare, "metrics");
+    for (size_t v = 0; v < json_array_size(variants); v++) {
+        const json_t *variant = json_array_get(variants, v);
+        for (size_t m = 0; m < json_array_size(rows); m++) {
+            const char *label = json_string_value(json_array_get(rows, m));
+            const json_t *value = json_object_get(json_object_get(variant, "summary"), label);
+            if (value == NULL)
+                continue;
+            const json_t *delta =
+                json_object_get(json_object_get(variant, "paired_delta_vs_first"), label);
+            char delta_text[96] = ",";
+            if (delta != NULL)
+                snprintf(delta_text, sizeof(delta_text), "%.10g,%.10g",
+                         json_number_value(json_object_get(delta, "mean")),
+                         json_number_value(json_object_get(delta, "ci95")));
+            kvio_csv_row(csv, "%s,%s,%.10g,%.10g,%s",
+                         json_string_value(json_object_get(variant, "name")), label,
+                         json_number_value(json_object_get(value, "mean")),
+                         json_number_value(json_object_get(value, "ci95")), delta_text);
+        }
+    }
+    return kvio_csv_finish(csv, "compare.csv", error_p, error_len);
+}
+
 /* --metrics keys that no run of any variant had as a number (a typo added
  * nothing, silently): a warning each, printed and in compare.json. */
 static json_t *unknown_metrics(const comparison_t *comparison)
@@ -449,6 +487,8 @@ kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compa
         json_object_set_new(compare, "warnings", unknown_metrics(&comparison));
         status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
         if (status == KVIO_OK)
+            status = write_compare_csv(top, compare, error_p, error_len);
+        if (status == KVIO_OK)
             *compare_p = compare;
         else
             json_decref(compare);
@@ -483,19 +523,74 @@ static void print_cell(FILE *out, const char *text, int width)
     fprintf(out, "%*s%s", pad > 0 ? pad : 0, "", text);
 }
 
-/* One cell of the table: the variant's mean of metric label (± its
- * interval with seeds), "-" when it has none. */
-static void format_cell(const json_t *variant, const char *label, long repeat, char *cell,
-                        size_t size)
+/* Decimals that give a value about four significant digits without an
+ * exponent (1.519e+04 ± 1.4e+04 read badly). */
+static int decimals_for(double value)
 {
-    const json_t *value = json_object_get(json_object_get(variant, "summary"), label);
-    if (value == NULL)
-        snprintf(cell, size, "-");
-    else if (repeat > 1)
-        snprintf(cell, size, "%.4g±%.2g", json_number_value(json_object_get(value, "mean")),
-                 json_number_value(json_object_get(value, "ci95")));
+    double magnitude = fabs(value);
+    return magnitude >= 1000 ? 0 : magnitude >= 100 ? 1 : magnitude >= 1 || magnitude == 0 ? 2 : 4;
+}
+
+/* "mean ± ci95" (ci95 omitted when NAN: one run), signed (a difference)
+ * or not, in fixed decimals. */
+static void format_mean(double mean, double ci95, bool sign, char *cell, size_t size)
+{
+    /* The larger of the two decides: the interval's noise is not digits. */
+    int decimals = decimals_for(!isnan(ci95) && fabs(ci95) > fabs(mean) ? ci95 : mean);
+    if (isnan(ci95))
+        snprintf(cell, size, sign ? "%+.*f" : "%.*f", decimals, mean);
     else
-        snprintf(cell, size, "%.4g", json_number_value(json_object_get(value, "mean")));
+        snprintf(cell, size, sign ? "%+.*f ± %.*f" : "%.*f ± %.*f", decimals, mean, decimals,
+                 ci95);
+}
+
+/* The cell of a variant's metric (from "summary", or a difference from
+ * "paired_delta_vs_first"); "-" when the variant has none. */
+static void format_cell(const json_t *variant, const char *section, const char *label,
+                        long repeat, char *cell, size_t size)
+{
+    const json_t *value = json_object_get(json_object_get(variant, section), label);
+    if (value == NULL) {
+        snprintf(cell, size, "-");
+        return;
+    }
+    format_mean(json_number_value(json_object_get(value, "mean")),
+                repeat > 1 ? json_number_value(json_object_get(value, "ci95")) : NAN,
+                strcmp(section, "summary") != 0, cell, size);
+}
+
+/* With several runs per variant: each variant's paired difference from the
+ * first, run by run on the same seeds (what the seeds' spread hides). */
+static void print_differences(const json_t *compare, int label_width, int cell_width,
+                              FILE *out)
+{
+    const json_t *variants = json_object_get(compare, "variants");
+    long repeat = (long)json_integer_value(json_object_get(compare, "repeat"));
+    size_t count = json_array_size(variants);
+    if (repeat < 2 || count < 2)
+        return;
+    fprintf(out, "  difference from %s, paired by seed (mean ± 95%% CI)\n",
+            json_string_value(json_object_get(json_array_get(variants, 0), "name")));
+    const json_t *rows = json_object_get(compare, "metrics");
+    char cell[64];
+    for (size_t m = 0; m < json_array_size(rows); m++) {
+        const char *label = json_string_value(json_array_get(rows, m));
+        bool shown = false;
+        for (size_t v = 1; label != NULL && v < count && !shown; v++)
+            shown = json_object_get(json_object_get(json_array_get(variants, v),
+                                                    "paired_delta_vs_first"),
+                                    label) != NULL;
+        if (!shown)
+            continue;
+        fprintf(out, "  %-*s", label_width, label);
+        print_cell(out, "", cell_width);
+        for (size_t v = 1; v < count; v++) {
+            format_cell(json_array_get(variants, v), "paired_delta_vs_first", label, repeat, cell,
+                        sizeof(cell));
+            print_cell(out, cell, cell_width);
+        }
+        fprintf(out, "\n");
+    }
 }
 
 void kvio_compare_table(const json_t *compare, FILE *out)
@@ -517,9 +612,13 @@ void kvio_compare_table(const json_t *compare, FILE *out)
         if (label != NULL && (int)strlen(label) + 2 > label_width)
             label_width = (int)strlen(label) + 2;
         for (size_t v = 0; label != NULL && v < count; v++) {
-            format_cell(json_array_get(variants, v), label, repeat, cell, sizeof(cell));
-            if (display_width(cell) + 2 > cell_width)
-                cell_width = display_width(cell) + 2;
+            for (int section = 0; section < 2; section++) {
+                format_cell(json_array_get(variants, v),
+                            section == 0 ? "summary" : "paired_delta_vs_first", label, repeat,
+                            cell, sizeof(cell));
+                if (display_width(cell) + 2 > cell_width)
+                    cell_width = display_width(cell) + 2;
+            }
         }
     }
     for (size_t v = 0; v < count; v++) {
@@ -542,11 +641,13 @@ void kvio_compare_table(const json_t *compare, FILE *out)
             continue;
         fprintf(out, "  %-*s", label_width, label);
         for (size_t v = 0; v < count; v++) {
-            format_cell(json_array_get(variants, v), label, repeat, cell, sizeof(cell));
+            format_cell(json_array_get(variants, v), "summary", label, repeat, cell,
+                        sizeof(cell));
             print_cell(out, cell, cell_width);
         }
         fprintf(out, "\n");
     }
+    print_differences(compare, label_width, cell_width, out);
     const char *separator = "  overloaded (served under 80% of the offered rate, so their "
                             "latencies grow with the run's length): ";
     for (size_t v = 0; v < count; v++) {

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <jansson.h>
+#include <math.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -1519,6 +1520,41 @@ Test(cli, the_command_line_says_what_runs_and_fits_80_columns, .timeout = 90)
     cr_expect_eq(run.status, 0, "%s", run.err);
     cr_expect(test_contains(run.err, "kvio: emulate: setting up 1 rank"), "%s", run.err);
     test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #41 item 4: compare printed values as 1.519e+04±1.4e+04 and kept the
+ * paired difference from the first variant in compare.json only. Now fixed
+ * decimals, the paired differences under the table, and compare.csv. */
+Test(cli, compare_prints_paired_differences_and_writes_a_csv, .timeout = 90)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "chat", "--set", "duration=20s", "--set",
+                               "serve.kvcache.blocks=600", "--vary",
+                               "serve.scheduler.policy=fcfs,sjf", "--repeat", "3", "-o", "cmp",
+                               NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "difference from policy=fcfs, paired by seed"), "%s",
+              run.out);
+    cr_expect(!test_contains(run.out, "e+0"), "an exponent in the table: %s", run.out);
+    cr_expect(test_contains(run.out, " ± "), "%s", run.out);
+    test_run_free(&run);
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/cmp/compare.csv", dir);
+    test_csv_t csv = test_csv_read(path);
+    cr_expect_eq(test_csv_column(&csv, "delta_vs_first"), 4);
+    size_t sjf_rows = 0;
+    for (size_t row = 0; row < csv.num_rows; row++) {
+        if (strcmp(csv.rows[row][0], "policy=sjf") == 0) {
+            sjf_rows++;
+            cr_expect(!isnan(test_csv_number(&csv, row, "delta_vs_first")), "row %zu", row);
+        } else {
+            cr_expect(isnan(test_csv_number(&csv, row, "delta_vs_first")), "row %zu", row);
+        }
+    }
+    cr_expect_gt(sjf_rows, 5);
+    test_csv_free(&csv);
     test_rmtree(dir);
     free(dir);
 }
