@@ -27,11 +27,12 @@ typedef struct run_args {
     bool help;
     bool json; /* --format json: summary.json on stdout instead of the table */
     long repeat; /* --repeat: update.control: paired's pairs (0: its default) */
+    char percentiles[256]; /* --percentiles LIST, as the override metric_percentiles=LIST */
 } run_args_t;
 
 enum {
     RUN_HELP = 1, RUN_SET, RUN_OUTPUT, RUN_EVENT_TRACE, RUN_FORMAT, RUN_FORCE, RUN_DUMP,
-    RUN_REPEAT,
+    RUN_REPEAT, RUN_PERCENTILES,
 };
 
 static const kvio_cli_option_t run_options[] = {
@@ -42,6 +43,7 @@ static const kvio_cli_option_t run_options[] = {
     {"format", 0, "table or json", RUN_FORMAT},
     {"force", 0, NULL, RUN_FORCE},
     {"repeat", 0, "a count", RUN_REPEAT},
+    {"percentiles", 0, "a list such as 50,90,99", RUN_PERCENTILES},
     {NULL, 0, NULL, 0},
 };
 
@@ -91,6 +93,12 @@ static int take_run_arg(const char *command, int option, const char *value, run_
         }
         return KVIO_EXIT_OK;
     }
+    case RUN_PERCENTILES:
+        /* vllm bench serve's --metric-percentiles, as the workload key (so
+         * summary.json's config echo keeps it). */
+        snprintf(args->percentiles, sizeof(args->percentiles), "metric_percentiles=%s", value);
+        return kvio_cli_append(command, "--set options", args->overrides, &args->num_overrides,
+                               MAX_OVERRIDES, args->percentiles);
     case KVIO_CLI_OPERAND:
         return kvio_cli_take_one(command, "workload", &args->source, value);
     default:
@@ -151,6 +159,7 @@ int kvio_cmd_run(int argc, char **argv)
     if (args.help) {
         printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
                "                [--event-trace FILE.pfw] [--format table|json] [--repeat N]\n"
+               "                [--percentiles 50,90,99]\n"
                "       kvio run --help [SECTION|KEY]\n\n"
                "Runs a workload (default: the quickstart preset) and writes a results\n"
                "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
@@ -159,7 +168,9 @@ int kvio_cmd_run(int argc, char **argv)
                "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n"
                "--format json prints summary.json on stdout instead of the table.\n"
                "--repeat N: with update.control: paired (emulate), N pairs of the run and\n"
-               "its no-update twin (default 3), paired deltas with 95 %% intervals.\n");
+               "its no-update twin (default 3), paired deltas with 95 %% intervals.\n"
+               "--percentiles LIST: the percentiles vllm.json gives (vllm bench serve's\n"
+               "--metric-percentiles; the same as --set metric_percentiles=LIST).\n");
         return print_keys("run", args.source, stdout);
     }
     const char *source = args.source != NULL ? args.source : "quickstart";

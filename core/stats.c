@@ -146,18 +146,44 @@ static double t95(size_t n)
     return df < sizeof(table) / sizeof(table[0]) ? table[df] : 1.96;
 }
 
-void kvio_mean_ci95(const double *samples, long count, double *mean_p, double *half_p)
+/* The mean of count samples and the sum of their squared deviations. */
+static double mean_and_squares(const double *samples, size_t count, double *squares_p)
 {
     double sum = 0, squares = 0;
-    for (long r = 0; r < count; r++)
+    for (size_t r = 0; r < count; r++)
         sum += samples[r];
     double mean = count > 0 ? sum / (double)count : 0;
-    for (long r = 0; r < count; r++)
+    for (size_t r = 0; r < count; r++)
         squares += (samples[r] - mean) * (samples[r] - mean);
-    *mean_p = mean;
+    *squares_p = squares;
+    return mean;
+}
+
+void kvio_mean_ci95(const double *samples, long count, double *mean_p, double *half_p)
+{
+    double squares;
+    *mean_p = mean_and_squares(samples, count > 0 ? (size_t)count : 0, &squares);
     *half_p = count > 1 ? t95((size_t)count) * sqrt(squares / (double)(count - 1)) /
                               sqrt((double)count)
                         : 0;
+}
+
+void kvio_mean_stddev(const double *samples, size_t count, double *mean_p, double *stddev_p)
+{
+    double squares;
+    *mean_p = mean_and_squares(samples, count, &squares);
+    *stddev_p = count > 0 ? sqrt(squares / (double)count) : 0;
+}
+
+double kvio_percentile_linear(const double *sorted, size_t count, double p)
+{
+    if (count == 0)
+        return 0;
+    double rank = p / 100.0 * (double)(count - 1);
+    size_t low = (size_t)floor(rank);
+    if (low + 1 >= count)
+        return sorted[count - 1];
+    return sorted[low] + (sorted[low + 1] - sorted[low]) * (rank - (double)low);
 }
 
 double kvio_hist_quantile(const kvio_hist_t *hist, double q)

@@ -40,7 +40,7 @@ kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rt
         .rte = rte,
         .client_rank = workload->ranks.client > 0 && frontend == NULL ? 1 + num_serve : 0,
         .first_serve_rank = 1, .update = &workload->update, .setup_lock = setup_lock,
-        .stop = stop, .frontend = frontend,
+        .stop = stop, .frontend = frontend, .keep_itls = true,
     };
     if (serve_index < 0)
         return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
@@ -70,7 +70,8 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
                                                   TRAIN_RANK + 1, context->results,
                                                   context->events, &serving, &served,
-                                                  &num_versions, output_p, error_p, error_len);
+                                                  &num_versions, output_p, context->itls,
+                                                  error_p, error_len);
     if (status != KVIO_OK)
         return status;
     /* The step each version holds (versions count from 1, in order). */

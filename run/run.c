@@ -13,6 +13,7 @@
 #include "kvio/cost.h"
 #include "kvio/kvcache.h"
 #include "kvio/log.h"
+#include "kvio/redis.h"
 #include "kvio/results.h"
 #include "kvio/sysinfo.h"
 #include "kvio/tier.h"
@@ -193,8 +194,15 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
 #undef GAP
         kvio_table_add_row(table, "during updates", interference_text, NULL);
     }
+    json_t *modelled = kvio_run_modelled(workload, metrics);
+    for (size_t i = 0; i < json_array_size(modelled); i++)
+        kvio_table_add_row(table, i == 0 ? "modelled" : "",
+                           json_string_value(json_object_get(json_array_get(modelled, i),
+                                                             "brief")),
+                           NULL);
     kvio_table_add_row(table, "results", results_dir, NULL);
     kvio_table_print(table, stdout);
+    json_decref(modelled);
     kvio_table_destroy(table);
 }
 
@@ -214,6 +222,19 @@ static void simulate_start(const kvio_workload_t *workload, uint64_t start_ns, j
  * final one; error may be NULL. The caller owns the object. */
 /* host: the host block, taken once when the run starts (its load average
  * then). */
+/* An argument as results may show it: a URL's password becomes ***. */
+static json_t *redacted(const char *argument)
+{
+    size_t size = strlen(argument) + 4;
+    char *text = malloc(size);
+    if (text == NULL)
+        return json_string("");
+    kvio_url_redact(argument, text, size);
+    json_t *value = json_string(text);
+    free(text);
+    return value;
+}
+
 static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,
                             json_t *host, uint64_t start_ns, bool complete, const char *error)
 {
@@ -230,11 +251,11 @@ static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_opti
     if (options->argv != NULL)
         json_array_append_new(command, json_string("kvio"));
     for (int i = 0; options->argv != NULL && i < options->argc; i++)
-        json_array_append_new(command, json_string(options->argv[i]));
+        json_array_append_new(command, redacted(options->argv[i]));
     json_object_set_new(summary, "command", command);
     json_t *overrides = json_array();
     for (size_t i = 0; options->overrides != NULL && i < options->num_overrides; i++)
-        json_array_append_new(overrides, json_string(options->overrides[i]));
+        json_array_append_new(overrides, redacted(options->overrides[i]));
     json_object_set_new(summary, "overrides", overrides);
     json_object_set_new(summary, "complete", json_boolean(complete));
     if (error != NULL)
@@ -275,34 +296,6 @@ static json_t *scheduling_json(const kvio_workload_t *workload)
                      "free_order", free_orders[kvcache->free_order == 1],
                      "preemption", preemptions[engine->preemption == KVIO_PREEMPT_SWAP],
                      "reset", resets[reset >= 0 && reset <= 2 ? reset : 0]);
-}
-
-static json_t *vllm_json(const json_t *metrics, const kvio_workload_t *workload)
-{
-    static const char *const latencies[] = {"ttft", "tpot", "itl", "e2el"};
-    const json_t *measured = json_object_get(metrics, "measured");
-    bool slo = workload->slo.ttft_ns > 0 || workload->slo.tpot_ns > 0;
-    json_t *vllm = json_pack(
-        "{s:O, s:f, s:O, s:O, s:f, s:o, s:f, s:f}", "completed",
-        measured != NULL ? measured : json_object_get(metrics, "completed"), "duration",
-        metric(metrics, "duration_s", NULL), "total_input_tokens",
-        json_object_get(metrics, "input_tokens"), "total_output_tokens",
-        json_object_get(metrics, "output_tokens"), "request_throughput",
-        metric(metrics, "request_throughput", NULL), "request_goodput",
-        slo ? json_real(metric(metrics, "goodput", NULL)) : json_null(), "output_throughput",
-        metric(metrics, "output_throughput", NULL), "total_token_throughput",
-        metric(metrics, "input_throughput", NULL) + metric(metrics, "output_throughput", NULL));
-    for (size_t i = 0; vllm != NULL && i < sizeof(latencies) / sizeof(latencies[0]); i++) {
-        char key[32], name[32];
-        snprintf(key, sizeof(key), "%s_ms", latencies[i]);
-        static const char *const fields[][2] = {
-            {"mean", "mean"}, {"median", "p50"}, {"std", "std"}, {"p99", "p99"}};
-        for (size_t f = 0; f < 4; f++) {
-            snprintf(name, sizeof(name), "%s_%s_ms", fields[f][0], latencies[i]);
-            json_object_set_new(vllm, name, json_real(metric(metrics, key, fields[f][1])));
-        }
-    }
-    return vllm;
 }
 
 /* Written when the run starts and replaced (atomically) by the real one at
@@ -584,6 +577,11 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  (long long)workload->ranks.serve);
         return KVIO_ERR_CONFIG;
     }
+    double percentiles[RUN_VLLM_PERCENTILES_MAX];
+    size_t num_percentiles;
+    if (run_vllm_percentiles(workload->metric_percentiles, percentiles, RUN_VLLM_PERCENTILES_MAX,
+                             &num_percentiles, error_p, error_len) != KVIO_OK)
+        return KVIO_ERR_CONFIG;
     if (weight_sync_without_updates(workload)) {
         snprintf(error_p, error_len, "weight_sync: needs model updates (ranks.train: 1 and "
                  "serve ranks)");
@@ -687,6 +685,7 @@ typedef struct run_state {
                      inside the update ranks) */
     const char *updates_note;
     kvio_serve_output_t *served_out; /* emulate, coupled: what serving measured (may be NULL) */
+    kvio_serve_itls_t itls;          /* rank 0: the measured requests' gaps between tokens */
     char incomplete[512]; /* why a run that ended is not complete */
 } run_state_t;
 
@@ -833,6 +832,8 @@ static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *
     if (status != KVIO_OK)
         return status;
     kvio_serve_run_t twin = *serve_run;
+    twin.keep_itls = false;
+    twin.itls = NULL;
     twin.stream = stream;
     twin.results = NULL;
     twin.events = NULL;
@@ -912,6 +913,8 @@ static kvio_status_t run_serving(run_state_t *state)
         .drain_stall_ns = state->drain_stall_ns,
         .output = state->updates && !state->emulate ? &state->served : NULL,
         .frontend = state->options->frontend,
+        .keep_itls = true,
+        .itls = &state->itls,
     };
     if (twin_wanted(state)) {
         status = serve_twin(state, &serve_run);
@@ -953,7 +956,8 @@ static kvio_status_t run_updates(run_state_t *state)
         state->schedule.inference_stall_ns[r] += state->drain_stall_ns[r];
     kvio_status_t status = kvio_updates_run(
         workload, state->world, state->emulate ? NULL : &state->schedule,
-        state->emulate ? NULL : &state->served, state->served_out, state->options->stop,
+        state->emulate ? NULL : &state->served, state->served_out, &state->itls,
+        state->options->stop,
         state->options->frontend, state->results,
         state->root ? state->metrics : NULL, state->root ? state->start : NULL, state->events,
         state->error_p, state->error_len);
@@ -1013,7 +1017,6 @@ static void check_something_served(run_state_t *state)
  * summary says how the run went. */
 static void write_run_log(run_state_t *state, const json_t *summary, const json_t *warnings)
 {
-    const kvio_run_options_t *options = state->options;
     size_t dropped = 0;
     char *captured = kvio_log_capture_end(&dropped);
     kvio_csv_t *log = NULL;
@@ -1029,9 +1032,11 @@ static void write_run_log(run_state_t *state, const json_t *summary, const json_
     kvio_csv_row(log, "%s", build);
     char command[4096] = "";
     size_t at = 0;
-    for (int i = 0; options->argv != NULL && i < options->argc && at < sizeof(command); i++)
-        at += (size_t)snprintf(command + at, sizeof(command) - at, i ? " '%s'" : "kvio %s",
-                               options->argv[i]);
+    /* summary.json's command: its URLs' passwords already ***. */
+    const json_t *typed = json_object_get(summary, "command");
+    for (size_t i = 1; i < json_array_size(typed) && at < sizeof(command); i++)
+        at += (size_t)snprintf(command + at, sizeof(command) - at, i > 1 ? " '%s'" : "kvio %s",
+                               json_string_value(json_array_get(typed, i)));
     kvio_csv_row(log, "command: %s", command[0] != '\0' ? command : "(a library call)");
     kvio_csv_row(log, "source: %s", json_string_value(json_object_get(summary, "source")));
     kvio_csv_row(log, "start: %s", json_string_value(json_object_get(summary, "start_time")));
@@ -1076,6 +1081,20 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
                    : "serve ranks on the virtual clock (simulate)"},
         {"model_updates", updates && status == KVIO_OK, state->updates_note},
     };
+    /* vllm.json beside requests.csv (none when serving wrote nothing). */
+    json_t *vllm = NULL;
+    if (json_object_get(state->metrics, "ttft_ms") != NULL) {
+        run_vllm_t source = {.workload = workload, .metrics = state->metrics,
+                             .results = state->results, .itls = &state->itls,
+                             .start_wall_ns = state->start_ns};
+        char vllm_error[1024] = "";
+        kvio_status_t vllm_status = run_vllm_write(&source, &vllm, vllm_error,
+                                                   sizeof(vllm_error));
+        if (vllm_status != KVIO_OK && vllm_status != KVIO_ERR_NOT_FOUND && status == KVIO_OK) {
+            snprintf(state->error_p, state->error_len, "%s", vllm_error);
+            status = vllm_status;
+        }
+    }
     char end_text[64];
     kvio_format_utc(end_ns, end_text, sizeof(end_text));
     json_t *summary = summary_head(workload, options, state->host, state->start_ns,
@@ -1095,12 +1114,13 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     if (options->server_json != NULL)
         json_object_set_new(state->metrics, "server", options->server_json(options->server_context));
     json_object_set(summary, "metrics", state->metrics);
-    if (json_object_get(state->metrics, "ttft_ms") != NULL)
-        json_object_set_new(summary, "vllm", vllm_json(state->metrics, workload));
+    if (vllm != NULL)
+        json_object_set_new(summary, "vllm", vllm);
     if (serving || coupled)
         json_object_set_new(summary, "scheduling", scheduling_json(workload));
     json_t *warnings = kvio_run_validity(workload, state->metrics);
     json_object_set_new(summary, "valid", json_boolean(json_array_size(warnings) == 0));
+    json_object_set_new(summary, "modelled", kvio_run_modelled(workload, state->metrics));
     json_object_set(summary, "warnings", warnings);
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,
@@ -1146,6 +1166,7 @@ static void run_state_free(run_state_t *state, bool world_failed)
     json_decref(state->host);
     kvio_updates_schedule_free(&state->schedule);
     kvio_serve_output_free(&state->served);
+    free(state->itls.records);
     kvio_serve_output_free(&state->control);
     free(state->activated_ns);
     free(state->stall_ns);

@@ -14,6 +14,32 @@
 #include "kvio/serve.h"
 #include "kvio/update.h"
 
+/* ---------- vllm.json (run/vllm.c) ---------- */
+
+#define RUN_VLLM_PERCENTILES_MAX 16
+
+/* metric_percentiles ("50,90,99.9") into values; KVIO_ERR_CONFIG naming
+ * the key when it is not a list of numbers in (0, 100]. */
+kvio_status_t run_vllm_percentiles(const char *text, double *values, size_t max,
+                                   size_t *count_p, char *error_p, size_t error_len);
+
+/* What vllm.json is made of: the measured requests in results' requests.csv
+ * and the gaps between their tokens (itls; NULL or incomplete: ITL from the
+ * metrics' histogram and no itls list). */
+typedef struct run_vllm {
+    const kvio_workload_t *workload;
+    const json_t *metrics;
+    struct kvio_results *results;
+    const kvio_serve_itls_t *itls;
+    int64_t start_wall_ns;
+} run_vllm_t;
+
+/* Writes vllm.json as `vllm bench serve --save-result` writes its result,
+ * and returns its keys without the per-request lists (summary.json's
+ * vllm). */
+kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char *error_p,
+                             size_t error_len);
+
 /* ---------- model updates (run/updates_*.c, run/coupled.c) ---------- */
 
 struct kvio_results;
@@ -90,7 +116,7 @@ void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                const kvio_updates_schedule_t *schedule,
                                const kvio_serve_output_t *serving,
-                               kvio_serve_output_t *served_out,
+                               kvio_serve_output_t *served_out, kvio_serve_itls_t *itls,
                                volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
                                struct kvio_results *results, json_t *metrics, json_t *start,
                                kvio_event_trace_t *events, char *error_p, size_t error_len);
@@ -157,6 +183,8 @@ typedef struct run_context {
                                            (rank 0; NULL: not wanted) */
     struct kvio_frontend *frontend;     /* emulate, coupled: the serve ranks' requests
                                            (kvio serve; NULL: the stream) */
+    kvio_serve_itls_t *itls;            /* emulate, coupled: receives the gaps between
+                                           tokens (rank 0; NULL: not wanted) */
 } run_context_t;
 
 /* A serve rank's engine in the coupled run: the model, GPU and its own copy
@@ -307,5 +335,9 @@ json_t *kvio_interference_json(const kvio_interference_t *result, uint64_t recom
  * valid when there is none): overload, emulate timing error, tier errors,
  * more emulate ranks than cores. Each: kind, measured, threshold, message. */
 json_t *kvio_run_validity(const kvio_workload_t *workload, const json_t *metrics);
+
+/* What in the numbers comes from a model or a default (summary.json's
+ * modelled): [{what, by, brief}], brief short enough for the table. */
+json_t *kvio_run_modelled(const kvio_workload_t *workload, const json_t *metrics);
 
 #endif

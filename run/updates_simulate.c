@@ -265,7 +265,7 @@ static kvio_status_t simulate(const run_context_t *context,
 kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
                                const kvio_updates_schedule_t *schedule,
                                const kvio_serve_output_t *serving,
-                               kvio_serve_output_t *served_out,
+                               kvio_serve_output_t *served_out, kvio_serve_itls_t *itls,
                                volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
                                struct kvio_results *results, json_t *metrics, json_t *start,
                                kvio_event_trace_t *events, char *error_p, size_t error_len)
@@ -273,7 +273,7 @@ kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t
     run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
                              .events = events, .stop = stop, .start = start,
                              .serving = serving, .served_out = served_out,
-                             .frontend = frontend};
+                             .frontend = frontend, .itls = itls};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, schedule, error_p, error_len);
     return run_updates_emulate(world, &context, error_p, error_len);

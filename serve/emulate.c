@@ -195,7 +195,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     size_t num_versions = 0;
     status = kvio_serve_ranks_merge(plain.blobs, plain.lengths, (size_t)size, 0, run->results,
                                     run->events, &metrics, &served, &num_versions, NULL,
-                                    error_p, error_len);
+                                    run->itls, error_p, error_len);
     free(served);
     if (status == KVIO_OK && run->frontend != NULL)
         status = kvio_frontend_write_trace(run->frontend, run->results, error_p, error_len);

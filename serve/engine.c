@@ -10,6 +10,7 @@
 
 #include "serve/serve_int.h"
 
+#include "kvio/array.h"
 #include "kvio/kvcache.h"
 #include "kvio/log.h"
 #include "kvio/rng.h"
@@ -322,6 +323,39 @@ void kvio_engine_metrics_fini(kvio_engine_metrics_t *metrics)
     kvio_hist_destroy(metrics->e2el);
     kvio_hist_destroy(metrics->queue);
     metrics->ttft = metrics->tpot = metrics->itl = metrics->e2el = metrics->queue = NULL;
+    free(metrics->itl_records);
+    metrics->itl_records = NULL;
+    metrics->num_itl_records = metrics->itl_records_capacity = 0;
+}
+
+/* Appends count gaps, or counts them dropped when memory runs out. */
+static void append_itls(kvio_engine_metrics_t *metrics, const kvio_itl_record_t *records,
+                        uint64_t count)
+{
+    if (count == 0)
+        return;
+    size_t capacity = (size_t)metrics->itl_records_capacity;
+    if (kvio_array_reserve((void **)&metrics->itl_records, &capacity,
+                           (size_t)(metrics->num_itl_records + count),
+                           sizeof(*metrics->itl_records), 4096) != KVIO_OK) {
+        metrics->itl_records_dropped += count;
+        return;
+    }
+    metrics->itl_records_capacity = capacity;
+    memcpy(metrics->itl_records + metrics->num_itl_records, records, count * sizeof(*records));
+    metrics->num_itl_records += count;
+}
+
+/* A measured request's gap between two tokens, kept while within the
+ * limit. */
+static void record_itl(kvio_engine_metrics_t *metrics, uint64_t id, int64_t gap_ns)
+{
+    if (metrics->num_itl_records >= metrics->itl_records_max || id > UINT32_MAX) {
+        metrics->itl_records_dropped++;
+        return;
+    }
+    kvio_itl_record_t record = {.id = (uint32_t)id, .gap_s = (float)(gap_ns / 1e9)};
+    append_itls(metrics, &record, 1);
 }
 
 void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_metrics_t *src)
@@ -377,6 +411,8 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->update_recomputed_tokens += src->update_recomputed_tokens;
     dst->colocated_preemptions += src->colocated_preemptions;
     dst->aborted_requests += src->aborted_requests;
+    append_itls(dst, src->itl_records, src->num_itl_records);
+    dst->itl_records_dropped += src->itl_records_dropped;
     dst->usage_time_integral += src->usage_time_integral;
     if (src->max_usage > dst->max_usage)
         dst->max_usage = src->max_usage;
@@ -398,7 +434,8 @@ kvio_status_t kvio_engine_metrics_pack(const kvio_engine_metrics_t *metrics, voi
 {
     const kvio_hist_t *hists[] = {metrics->ttft, metrics->tpot, metrics->itl, metrics->e2el,
                                   metrics->queue};
-    size_t length = sizeof(*metrics);
+    size_t records = (size_t)metrics->num_itl_records * sizeof(*metrics->itl_records);
+    size_t length = sizeof(*metrics) + records;
     for (size_t i = 0; i < 5; i++)
         length += kvio_hist_packed_size(hists[i]);
     unsigned char *blob = malloc(length);
@@ -410,6 +447,9 @@ kvio_status_t kvio_engine_metrics_pack(const kvio_engine_metrics_t *metrics, voi
     size_t offset = sizeof(*metrics);
     for (size_t i = 0; i < 5; i++)
         offset += kvio_hist_pack(hists[i], blob + offset);
+    if (records > 0)
+        memcpy(blob + offset, metrics->itl_records, records);
+    offset += records;
     *blob_p = blob;
     *length_p = offset;
     return KVIO_OK;
@@ -431,12 +471,29 @@ kvio_status_t kvio_engine_metrics_unpack_merge(kvio_engine_metrics_t *dst, const
     part.itl = hists[2];
     part.e2el = hists[3];
     part.queue = hists[4];
+    uint64_t num_records = part.num_itl_records;
+    part.itl_records = NULL;
+    part.num_itl_records = part.itl_records_capacity = 0;
     size_t offset = sizeof(part);
     for (size_t i = 0; i < 5 && status == KVIO_OK; i++) {
         size_t used = 0;
         status = kvio_hist_unpack_merge(hists[i], (const unsigned char *)blob + offset,
                                         length - offset, &used);
         offset += used;
+    }
+    if (status == KVIO_OK && num_records > (length - offset) / sizeof(kvio_itl_record_t))
+        status = KVIO_ERR_PARSE;
+    if (status == KVIO_OK) {
+        /* Copied out: the blob need not be aligned. */
+        size_t bytes = (size_t)num_records * sizeof(kvio_itl_record_t);
+        part.itl_records = num_records > 0 ? malloc(bytes) : NULL;
+        if (num_records > 0 && part.itl_records == NULL) {
+            status = KVIO_ERR_NOMEM;
+        } else if (num_records > 0) {
+            memcpy(part.itl_records, (const unsigned char *)blob + offset, bytes);
+            part.num_itl_records = part.itl_records_capacity = num_records;
+        }
+        offset += bytes;
     }
     if (status == KVIO_OK) {
         kvio_engine_metrics_merge(dst, &part);
@@ -557,6 +614,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     if (status != KVIO_OK)
         goto fail;
     engine->metrics.engines = 1;
+    engine->metrics.itl_records_max = params->itl_records_max;
     kvio_block_store_params_t store = {
         .rank = params->rank, .num_blocks = params->num_blocks, .memory = params->kv_memory,
         .device = params->kv_device, .block_bytes = params->block_bytes,
@@ -1712,8 +1770,10 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
         if (req->first_token_ns == 0 && req->sched.generated == 1) {
             req->first_token_ns = end_ns;
         } else {
-            if (req->spec.measured)
+            if (req->spec.measured) {
                 kvio_hist_record(engine->metrics.itl, (uint64_t)(end_ns - req->last_token_ns));
+                record_itl(&engine->metrics, req->spec.id, end_ns - req->last_token_ns);
+            }
             if (end_ns - req->last_token_ns > req->max_itl_ns)
                 req->max_itl_ns = end_ns - req->last_token_ns;
         }

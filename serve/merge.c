@@ -75,7 +75,9 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
         status = kvio_engine_metrics_unpack_merge(&rank_metrics, metrics, metrics_size, &used);
         if (status == KVIO_OK) {
             kvio_engine_metrics_merge(totals->total, &rank_metrics);
-            json_array_append_new(totals->per_rank, kvio_serve_metrics_json(&rank_metrics));
+            json_t *entry = kvio_serve_metrics_json(&rank_metrics);
+            json_object_set_new(entry, "rank", json_integer(rank));
+            json_array_append_new(totals->per_rank, entry);
         }
         kvio_engine_metrics_fini(&rank_metrics);
     }
@@ -139,7 +141,6 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
     kvio_wire_get_f64(&in, &host_bandwidth);
     const void *records = kvio_wire_take_blob(&in, &records_size);
     totals->iterations_dropped += dropped;
-    (void)rank; /* each record carries its world rank */
     if (status == KVIO_OK && records != NULL)
         status = kvio_serve_render_iterations(iterations_csv, events, records, records_size,
                                               host_bandwidth);
@@ -152,8 +153,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                                      uint32_t first_rank, kvio_results_t *results,
                                      kvio_event_trace_t *events, json_t **metrics_p,
                                      uint64_t **served_p, size_t *num_versions_p,
-                                     kvio_serve_output_t *output_p, char *error_p,
-                                     size_t error_len)
+                                     kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
+                                     char *error_p, size_t error_len)
 {
     kvio_engine_metrics_t total;
     kvio_csv_t *csv = NULL, *iterations_csv = NULL;
@@ -209,6 +210,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         json_object_set_new(metrics, "per_rank", totals.per_rank);
         totals.per_rank = NULL;
         *metrics_p = metrics;
+        kvio_serve_itls_take(&total, itls_p);
         output.update_recomputed_tokens = total.update_recomputed_tokens;
         output.update_aborted_requests = total.update_aborted_requests;
         if (output_p != NULL) {

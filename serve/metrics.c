@@ -174,3 +174,14 @@ void kvio_serve_tiers_json(kvio_tier_t *const *tiers, size_t num_tiers, uint32_t
     }
 }
 
+void kvio_serve_itls_take(kvio_engine_metrics_t *metrics, kvio_serve_itls_t *itls)
+{
+    if (itls == NULL)
+        return;
+    free(itls->records);
+    *itls = (kvio_serve_itls_t){.records = metrics->itl_records,
+                                .count = metrics->num_itl_records,
+                                .dropped = metrics->itl_records_dropped};
+    metrics->itl_records = NULL;
+    metrics->num_itl_records = metrics->itl_records_capacity = 0;
+}

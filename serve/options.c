@@ -125,5 +125,9 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .update_cache = run->update != NULL ? run->update->on_activate.cache : 0,
         .update_reset = run->update != NULL ? run->update->on_activate.reset : 0,
         .in_flight = run->update != NULL ? run->update->in_flight : 0,
+        .itl_records_max = run->keep_itls ? KVIO_SERVE_ITLS_MAX / (run->num_ranks > 0
+                                                                       ? run->num_ranks
+                                                                       : 1)
+                                          : 0,
     };
 }

@@ -48,9 +48,9 @@ static char *append_fixed(char *out, double value, int decimals)
 
 /* The longest row: every %.6f at its longest (a double near DBL_MAX has
  * 309 digits before the point), with the integers. */
-#define ROW_MAX 1280
+#define ROW_MAX 3072
 
-/* Formats "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d,%.3f" of a finished
+/* Formats "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d,%.3f,%.3f,%.3f,%.3f" of a finished
  * request: the same bytes, formatted by hand (printf's float path was a
  * large share of a simulate run). */
 int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
@@ -78,6 +78,17 @@ int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
     *out++ = finished->measured ? '1' : '0';
     *out++ = ',';
     out = append_fixed(out, finished->kv_wait_ns / 1e6, 3);
+    /* The request's latencies as vLLM counts them (TPOT empty for one
+     * token), so a spreadsheet needs no subtraction. */
+    double ttft_ms = ((double)finished->first_token_ns - (double)finished->arrival_ns) / 1e6;
+    double e2el_ms = ((double)finished->finish_ns - (double)finished->arrival_ns) / 1e6;
+    *out++ = ',';
+    out = append_fixed(out, ttft_ms, 3);
+    *out++ = ',';
+    if (finished->output_tokens > 1)
+        out = append_fixed(out, (e2el_ms - ttft_ms) / (finished->output_tokens - 1), 3);
+    *out++ = ',';
+    out = append_fixed(out, e2el_ms, 3);
     int length = (int)(out - row);
     if (text_len > 0) {
         size_t copied = (size_t)length < text_len ? (size_t)length : text_len - 1;

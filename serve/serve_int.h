@@ -61,7 +61,7 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 /* Column names of requests.csv and iterations.csv, and one row of each. */
 #define KVIO_REQUESTS_CSV_HEADER                                                            \
     "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"  \
-    "preemptions,model_version,measured,kv_wait_ms"
+    "preemptions,model_version,measured,kv_wait_ms,ttft_ms,tpot_ms,e2el_ms"
 /* With a control (kvio_serve_run_t.control): each request minus the same
  * request served without updates. */
 #define KVIO_REQUESTS_CONTROL_HEADER                                                        \

@@ -222,8 +222,11 @@ static json_t *simulation_metrics(const simulation_t *sim)
     for (uint32_t r = 0; r < sim->num_ranks; r++) {
         const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim->ranks[r].lane.engine);
         kvio_engine_metrics_merge(&total, metrics);
-        json_array_append_new(per_rank, kvio_serve_metrics_json(metrics));
+        json_t *entry = kvio_serve_metrics_json(metrics);
+        json_object_set_new(entry, "rank", json_integer(sim->ranks[r].lane.world_rank));
+        json_array_append_new(per_rank, entry);
     }
+    kvio_serve_itls_take(&total, run->itls);
     json_t *metrics = kvio_serve_metrics_json(&total);
     json_object_set_new(metrics, "serve_ranks", json_integer(sim->num_ranks));
     json_object_set_new(metrics, "kv_blocks_per_rank", json_integer(sim->blocks));

@@ -24,8 +24,10 @@ typedef struct fixture {
     long long now_ns;
 } fixture_t;
 
-static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
-                  int64_t threshold, uint32_t blocks, bool prefix_caching, const char *policy)
+/* setup, keeping at most itl_records_max gaps between tokens. */
+static void setup_itls(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
+                       int64_t threshold, uint32_t blocks, bool prefix_caching,
+                       const char *policy, uint64_t itl_records_max)
 {
     memset(f, 0, sizeof(*f));
     f->config = (kvio_engine_config_t){.max_num_seqs = max_seqs,
@@ -41,10 +43,16 @@ static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
         .config = &f->config, .num_blocks = blocks, .block_size = 16,
         .prefix_caching = prefix_caching, .free_order = 0, .eviction = "lru",
         .sched = &f->sched, .seed = 1, .cost = f->cost, .kv_bytes_per_token = 131072,
-        .host_bandwidth = 64e9,
+        .host_bandwidth = 64e9, .itl_records_max = itl_records_max,
     };
     cr_assert_eq(kvio_engine_create(&params, &f->engine, error, sizeof(error)), KVIO_OK, "%s",
                  error);
+}
+
+static void setup(fixture_t *f, int64_t budget, int64_t max_seqs, bool chunked,
+                  int64_t threshold, uint32_t blocks, bool prefix_caching, const char *policy)
+{
+    setup_itls(f, budget, max_seqs, chunked, threshold, blocks, prefix_caching, policy, 0);
 }
 
 static void teardown(fixture_t *f)
@@ -222,6 +230,49 @@ Test(engine, every_request_finishes_once_with_its_output, .timeout = 10)
     cr_assert_gt(metrics->preemptions, 0, "the fixture is sized to preempt");
     cr_assert_leq(metrics->max_usage, 1.0);
     cr_assert_eq(kvio_engine_free_blocks(f.engine), 40);
+    teardown(&f);
+}
+
+/* The gaps between a measured request's tokens (vllm.json's itls): one per
+ * token after the first, in order, kept up to the limit and counted past
+ * it; they travel whole through a rank's packed metrics and merging
+ * appends them. */
+Test(engine, gaps_between_tokens_are_kept_to_the_limit_and_travel_whole, .timeout = 10)
+{
+    fixture_t f;
+    setup_itls(&f, 256, 8, true, 0, 400, true, "fcfs", 50);
+    for (uint64_t id = 0; id < 5; id++)
+        add(&f, id, 32, 20, 0, 0);
+    kvio_engine_scheduled_t out[64];
+    for (int i = 0; i < 1000 && kvio_engine_has_work(f.engine); i++)
+        step(&f, out, 64);
+    const kvio_engine_metrics_t *metrics = kvio_engine_metrics(f.engine);
+    cr_assert_eq(metrics->num_itl_records, 50);
+    cr_assert_eq(metrics->itl_records_dropped, 5 * 19 - 50);
+    cr_assert_eq(metrics->itl_records_max, 50);
+    for (uint64_t i = 0; i < metrics->num_itl_records; i++) {
+        cr_assert_lt(metrics->itl_records[i].id, 5);
+        cr_assert_gt(metrics->itl_records[i].gap_s, 0);
+    }
+    void *blob = NULL;
+    size_t length = 0, used = 0;
+    cr_assert_eq(kvio_engine_metrics_pack(metrics, &blob, &length), KVIO_OK);
+    kvio_engine_metrics_t merged;
+    cr_assert_eq(kvio_engine_metrics_init(&merged), KVIO_OK);
+    for (int twice = 0; twice < 2; twice++)
+        cr_assert_eq(kvio_engine_metrics_unpack_merge(&merged, blob, length, &used), KVIO_OK);
+    cr_assert_eq(used, length);
+    cr_assert_eq(merged.num_itl_records, 100);
+    cr_assert_eq(merged.itl_records_dropped, 2 * (5 * 19 - 50));
+    for (uint64_t i = 0; i < 50; i++) {
+        cr_assert_eq(merged.itl_records[i].id, metrics->itl_records[i].id);
+        cr_assert_eq(merged.itl_records[50 + i].gap_s, metrics->itl_records[i].gap_s);
+    }
+    /* A blob cut short is refused, not read past its end. */
+    cr_assert_eq(kvio_engine_metrics_unpack_merge(&merged, blob, length - 4, &used),
+                 KVIO_ERR_PARSE);
+    kvio_engine_metrics_fini(&merged);
+    free(blob);
     teardown(&f);
 }
 
@@ -693,15 +744,19 @@ Test(engine, hand_formatted_csv_rows_match_printf, .timeout = 30)
             .output_tokens = (uint32_t)i, .cached_tokens = 3, .preemptions = 1,
             .measured = i % 2 == 0, .tag = i, .kv_wait_ns = times[(i + 1) % 3],
         };
-        char row[256], want[1400];
+        char row[256], want[3200], tpot[400] = "";
         int length = kvio_serve_request_row(&finished, row, sizeof(row));
+        double ttft_ms = ((double)finished.first_token_ns - (double)finished.arrival_ns) / 1e6;
+        double e2el_ms = ((double)finished.finish_ns - (double)finished.arrival_ns) / 1e6;
+        if (finished.output_tokens > 1)
+            snprintf(tpot, sizeof(tpot), "%.3f", (e2el_ms - ttft_ms) / (finished.output_tokens - 1));
         int want_length = snprintf(
-            want, sizeof(want), "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d,%.3f",
+            want, sizeof(want), "%llu,%u,%.6f,%.6f,%.6f,%u,%u,%u,%u,%llu,%d,%.3f,%.3f,%s,%.3f",
             (unsigned long long)finished.id, finished.rank, finished.arrival_ns / 1e9,
             finished.first_token_ns / 1e9, finished.finish_ns / 1e9, finished.prompt_tokens,
             finished.output_tokens, finished.cached_tokens, finished.preemptions,
             (unsigned long long)finished.tag, finished.measured ? 1 : 0,
-            finished.kv_wait_ns / 1e6);
+            finished.kv_wait_ns / 1e6, ttft_ms, tpot, e2el_ms);
         cr_assert_eq(length, want_length, "%s vs %s", row, want);
         if ((size_t)want_length < sizeof(row))
             cr_assert_str_eq(row, want);

@@ -152,3 +152,166 @@ Test(results, csv_rows_and_table_render, .timeout = 10)
     test_rmtree(dir);
     free(dir);
 }
+
+/* numpy.percentile (linear) of n sorted values. */
+static double numpy_percentile(const double *sorted, size_t n, double p)
+{
+    double rank = p / 100.0 * (double)(n - 1);
+    size_t low = (size_t)rank;
+    return low + 1 >= n ? sorted[n - 1]
+                        : sorted[low] + (sorted[low + 1] - sorted[low]) * (rank - (double)low);
+}
+
+/* A number at a key that may hold a dot (p99.9_ttft_ms), asserting it is
+ * there. */
+static double key_number(const json_t *object, const char *key)
+{
+    const json_t *value = json_object_get(object, key);
+    cr_assert(json_is_number(value), "no number at '%s'", key);
+    return json_number_value(value);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* vllm.json is what `vllm bench serve --save-result` writes: its keys, the
+ * percentiles asked for (99.9 named p99.9) computed as numpy computes them
+ * from every measured request of requests.csv, the per-request lists in
+ * requests.csv's order with each request's gaps between tokens adding up
+ * to its time after the first token; summary.json's vllm is the same
+ * without the lists; requests.csv carries ttft_ms, tpot_ms and e2el_ms;
+ * each per_rank entry names its rank. */
+Test(results, vllm_json_is_what_vllm_bench_serve_saves, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "--set",
+                               "ranks.serve=2", "--set", "warmup_requests=5", "--percentiles",
+                               "50,90,99,99.9", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/out/vllm.json", dir);
+    json_error_t json_error;
+    json_t *vllm = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(vllm, "vllm.json: %s (line %d)", json_error.text, json_error.line);
+    snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
+    test_csv_t requests = test_csv_read(path);
+
+    /* The measured requests, in requests.csv's order. */
+    size_t n = 0;
+    double ttft[4096], e2el[4096];
+    cr_assert_lt(requests.num_rows, 4096);
+    const json_t *ttfts = json_object_get(vllm, "ttfts"), *itls = json_object_get(vllm, "itls");
+    const json_t *outputs = json_object_get(vllm, "output_lens");
+    for (size_t row = 0; row < requests.num_rows; row++) {
+        if (test_csv_number(&requests, row, "measured") != 1)
+            continue;
+        double arrival = test_csv_number(&requests, row, "arrival_s");
+        ttft[n] = test_csv_number(&requests, row, "first_token_s") - arrival;
+        e2el[n] = test_csv_number(&requests, row, "finish_s") - arrival;
+        cr_expect_float_eq(test_csv_number(&requests, row, "ttft_ms"), ttft[n] * 1e3, 2e-3);
+        cr_expect_float_eq(test_csv_number(&requests, row, "e2el_ms"), e2el[n] * 1e3, 2e-3);
+        cr_expect_float_eq(json_number_value(json_array_get(ttfts, n)), ttft[n], 1e-6);
+        long long output = json_integer_value(json_array_get(outputs, n));
+        cr_expect_eq(output, (long long)test_csv_number(&requests, row, "output_tokens"));
+        const json_t *gaps = json_array_get(itls, n);
+        cr_expect_eq((long long)json_array_size(gaps), output - 1, "request %zu", n);
+        double after_first = 0;
+        for (size_t g = 0; g < json_array_size(gaps); g++)
+            after_first += json_number_value(json_array_get(gaps, g));
+        cr_expect_float_eq(after_first, e2el[n] - ttft[n], 1e-4, "request %zu", n);
+        n++;
+    }
+    cr_assert_gt(n, 50);
+    cr_expect_lt(n, requests.num_rows, "the warmup's requests are not in it");
+    cr_expect_eq(test_json_integer(vllm, "completed"), (long long)n);
+    cr_expect_eq(test_json_integer(vllm, "num_prompts"), (long long)n);
+    cr_expect_eq(test_json_integer(vllm, "failed"), 0);
+    cr_expect_eq(json_array_size(json_object_get(vllm, "input_lens")), n);
+    cr_expect_eq(json_array_size(json_object_get(vllm, "errors")), n);
+    cr_expect_eq(json_array_size(ttfts), n);
+    cr_expect_str_eq(test_json_string(vllm, "backend"), "kvio");
+    cr_expect_str_eq(test_json_string(vllm, "model_id"), "llama3-8b");
+    cr_expect_float_eq(test_json_number(vllm, "request_rate"), 20.0, 1e-9);
+    cr_expect_float_eq(test_json_number(vllm, "burstiness"), 1.0, 1e-9);
+    cr_expect(json_is_null(json_object_get(vllm, "max_concurrency")));
+    cr_expect(json_is_null(json_object_get(vllm, "request_goodput")), "no SLO: null, as vLLM");
+    cr_expect_gt(test_json_integer(vllm, "max_concurrent_requests"), 1);
+    cr_expect_gt(test_json_number(vllm, "max_output_tokens_per_s"), 0);
+
+    /* numpy's percentiles, mean and median of what the lists hold. */
+    qsort(ttft, n, sizeof(double), by_value);
+    qsort(e2el, n, sizeof(double), by_value);
+    cr_expect_float_eq(key_number(vllm, "p99.9_ttft_ms"),
+                       numpy_percentile(ttft, n, 99.9) * 1e3, 1e-3);
+    cr_expect_float_eq(test_json_number(vllm, "p90_e2el_ms"),
+                       numpy_percentile(e2el, n, 90) * 1e3, 1e-3);
+    cr_expect_float_eq(test_json_number(vllm, "median_ttft_ms"),
+                       numpy_percentile(ttft, n, 50) * 1e3, 1e-3);
+    cr_expect_float_eq(test_json_number(vllm, "p50_ttft_ms"),
+                       test_json_number(vllm, "median_ttft_ms"), 1e-9);
+    const char *keys[] = {"p99_tpot_ms", "p99.9_itl_ms", "mean_itl_ms", "std_e2el_ms"};
+    for (size_t k = 0; k < 4; k++)
+        cr_expect_not_null(json_object_get(vllm, keys[k]), "%s", keys[k]);
+
+    /* summary.json's vllm: the same keys and values, without the lists. */
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary);
+    const json_t *brief = json_object_get(summary, "vllm");
+    cr_assert_not_null(brief);
+    cr_expect_null(json_object_get(brief, "itls"));
+    cr_expect_float_eq(key_number(brief, "p99.9_ttft_ms"),
+                       key_number(vllm, "p99.9_ttft_ms"), 1e-9);
+    const json_t *per_rank = test_json(summary, "metrics.per_rank");
+    cr_assert_eq(json_array_size(per_rank), 2);
+    cr_expect_eq(test_json_integer(per_rank, "0.rank"), 0);
+    cr_expect_eq(test_json_integer(per_rank, "1.rank"), 1);
+    cr_expect_str_eq(test_json_string(summary, "config.metric_percentiles"), "50,90,99,99.9");
+    json_decref(summary);
+    json_decref(vllm);
+    test_csv_free(&requests);
+
+    /* Percentiles that are not percentiles: refused naming the key. */
+    run = test_kvio(dir, "run", "chat", "--percentiles", "50,101", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "metric_percentiles") && test_contains(run.err, "101"), "%s",
+              run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* What comes from a model or a default says so: a simulate run's serving
+ * times name the cost model, its updates the transport model with each
+ * figure's source (default until set); the table shows them as "modelled"
+ * rows. */
+Test(results, modelled_values_name_their_model_and_defaults, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "mode=simulate", "--set",
+                               "duration=10s", "--set", "train.transport.model.bandwidth=5",
+                               "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "modelled") &&
+                  test_contains(run.out, "times from the roofline cost model (presets)") &&
+                  test_contains(run.out, "updates at 5 GB/s (set), 20 us (default)"),
+              "%s", run.out);
+    test_run_free(&run);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    json_t *summary = json_load_file(path, 0, NULL);
+    cr_assert_not_null(summary);
+    const json_t *modelled = json_object_get(summary, "modelled");
+    cr_assert_eq(json_array_size(modelled), 2);
+    cr_expect(test_contains(test_json_string(modelled, "0.by"),
+                            "roofline cost model of llama3-8b on h200"));
+    cr_expect(test_contains(test_json_string(modelled, "1.by"), "5 GB/s (set)"));
+    cr_expect(test_contains(test_json_string(modelled, "1.by"), "20 us (default)"));
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}

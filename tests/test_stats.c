@@ -170,3 +170,22 @@ Test(map, a_reserved_map_does_not_grow, .timeout = 5)
         cr_assert_eq(kvio_map_get(&map, key << 40), key);
     kvio_map_fini(&map);
 }
+
+/* numpy's answers: np.percentile([1, 2, 3, 4], [0, 50, 99.9, 100]) is
+ * [1, 2.5, 3.997, 4]; np.std([1, 2, 3, 4]) is 1.118033988749895 (the
+ * population's); one value is every percentile; none gives 0 (vLLM's
+ * `np.percentile(x or 0, p)`). */
+Test(stats, percentiles_and_std_are_numpys, .timeout = 10)
+{
+    const double values[] = {1, 2, 3, 4};
+    cr_expect_float_eq(kvio_percentile_linear(values, 4, 0), 1, 1e-12);
+    cr_expect_float_eq(kvio_percentile_linear(values, 4, 50), 2.5, 1e-12);
+    cr_expect_float_eq(kvio_percentile_linear(values, 4, 99.9), 3.997, 1e-12);
+    cr_expect_float_eq(kvio_percentile_linear(values, 4, 100), 4, 1e-12);
+    cr_expect_float_eq(kvio_percentile_linear((const double[]){5}, 1, 99), 5, 1e-12);
+    cr_expect_float_eq(kvio_percentile_linear(values, 0, 99), 0, 1e-12);
+    double mean, stddev;
+    kvio_mean_stddev(values, 4, &mean, &stddev);
+    cr_expect_float_eq(mean, 2.5, 1e-12);
+    cr_expect_float_eq(stddev, 1.118033988749895, 1e-12);
+}

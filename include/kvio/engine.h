@@ -135,6 +135,13 @@ typedef struct kvio_engine_iteration {
     uint64_t tier_loaded_tokens;
 } kvio_engine_iteration_t;
 
+/* One gap between two tokens of a measured request, as vllm.json's itls
+ * list them (ids past 2^32 are not kept). */
+typedef struct kvio_itl_record {
+    uint32_t id;
+    float gap_s;
+} kvio_itl_record_t;
+
 /* Per-rank measurements; merge across ranks with kvio_engine_metrics_merge. */
 typedef struct kvio_engine_metrics {
     kvio_hist_t *ttft, *tpot, *itl, *e2el, *queue; /* ns */
@@ -179,6 +186,12 @@ typedef struct kvio_engine_metrics {
     uint64_t update_recomputed_tokens; /* their computed tokens, dropped for recompute */
     uint64_t colocated_preemptions;   /* requests preempted to lend KV memory to an update */
     uint64_t aborted_requests;        /* taken out unfinished (kvio_engine_abort) */
+    /* Every gap between two tokens of a measured request, in the order they
+     * came, while there are at most itl_records_max of them
+     * (kvio_engine_params_t); past it (or for an id past 2^32) the rest are
+     * counted in itl_records_dropped. Merging appends. */
+    kvio_itl_record_t *itl_records;   /* malloc'd; kvio_engine_metrics_fini */
+    uint64_t num_itl_records, itl_records_capacity, itl_records_max, itl_records_dropped;
 } kvio_engine_metrics_t;
 
 /* Service-level objectives for goodput (0: no bound). */
@@ -239,6 +252,7 @@ typedef struct kvio_engine_params {
     int update_cache;          /* kvio_update_cache_t: what kvio_engine_activate does */
     int update_reset;          /* kvio_reset_t: how a flush resets */
     int in_flight;             /* kvio_in_flight_t */
+    uint64_t itl_records_max;  /* gaps between tokens kept in the metrics (0: none) */
 } kvio_engine_params_t;
 
 typedef struct kvio_engine kvio_engine_t;

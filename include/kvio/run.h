@@ -53,6 +53,7 @@ typedef struct kvio_workload {
     kvio_update_config_t update; /* the serve side of model updates */
     kvio_sync_config_t weight_sync; /* simulate: the update as tensors in buckets */
     kvio_stream_config_t stream;
+    char *metric_percentiles;    /* vllm.json's percentiles: "50,90,99,99.9" */
 } kvio_workload_t;
 
 /* The option table of the top level. */

@@ -93,6 +93,18 @@ typedef struct kvio_serve_step_record {
     int64_t start_ns, end_ns;
 } kvio_serve_step_record_t;
 
+/* Every gap between two tokens of the measured requests (vllm.json's
+ * itls): at most KVIO_SERVE_ITLS_MAX of them in a run, shared among the
+ * serve ranks; past it they are counted in dropped, not kept. */
+#define KVIO_SERVE_ITLS_MAX (4u << 20)
+typedef struct kvio_serve_itls {
+    kvio_itl_record_t *records; /* malloc'd; free() */
+    uint64_t count, dropped;
+} kvio_serve_itls_t;
+
+/* Moves metrics' gaps into itls (which may be NULL: they stay). */
+void kvio_serve_itls_take(kvio_engine_metrics_t *metrics, kvio_serve_itls_t *itls);
+
 typedef struct kvio_serve_output {
     kvio_engine_finished_t *finished; /* malloc'd; kvio_serve_output_free */
     size_t num_finished;
@@ -207,6 +219,10 @@ typedef struct kvio_serve_run {
      * (finished sorted by id); requests.csv then carries each request's
      * difference from it (KVIO_REQUESTS_CONTROL_HEADER). */
     const kvio_serve_output_t *control;
+    /* Keep the measured requests' gaps between tokens (kvio_serve_itls_t),
+     * and, on rank 0, where they go (may be NULL). */
+    bool keep_itls;
+    kvio_serve_itls_t *itls;
 } kvio_serve_run_t;
 
 /* The inference loss of the served requests into metrics: served[v]
@@ -293,13 +309,14 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
  * iterations.csv in results (may be NULL) and iteration events (events may
  * be NULL), and returns the requests finished per model version (malloc'd;
  * caller frees) and, in *output_p (may be NULL; caller frees), the finished
- * requests and the updates' costs. */
+ * requests and the updates' costs, and in *itls_p (may be NULL) the gaps
+ * between tokens. */
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
                                      uint32_t first_rank, kvio_results_t *results,
                                      kvio_event_trace_t *events, json_t **metrics_p,
                                      uint64_t **served_p, size_t *num_versions_p,
-                                     kvio_serve_output_t *output_p, char *error_p,
-                                     size_t error_len);
+                                     kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
+                                     char *error_p, size_t error_len);
 
 /* ---------- the client rank of the coupled run (ranks.client: 1) ---------- */
 

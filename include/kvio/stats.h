@@ -59,6 +59,14 @@ double kvio_quantile(double *values, size_t count, double q);
  * interval (Student's t; 0 for a single sample). */
 void kvio_mean_ci95(const double *samples, long count, double *mean_p, double *half_p);
 
+/* The mean and the population standard deviation (numpy's std) of count
+ * samples; both 0 for none. */
+void kvio_mean_stddev(const double *samples, size_t count, double *mean_p, double *stddev_p);
+
+/* numpy.percentile's default (linear interpolation) at p in [0, 100] of
+ * count sorted values; 0 for none, as vLLM's `np.percentile(x or 0, p)`. */
+double kvio_percentile_linear(const double *sorted, size_t count, double p);
+
 /* Fills a summary; scale multiplies every value (1e-6 turns ns into ms). */
 void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
                          kvio_hist_summary_t *summary_p);
