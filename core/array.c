@@ -1,8 +1,9 @@
-/* Growable arrays (kvio/array.h). */
+/* Growable arrays and lazily zeroed memory (kvio/array.h). */
 #include "kvio/array.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 kvio_status_t kvio_array_reserve(void **items, size_t *capacity, size_t needed,
                                  size_t item_size, size_t first)
@@ -23,4 +24,17 @@ kvio_status_t kvio_array_reserve(void **items, size_t *capacity, size_t needed,
     *items = resized;
     *capacity = bigger;
     return KVIO_OK;
+}
+
+void *kvio_zeroed_alloc(size_t bytes)
+{
+    void *memory = mmap(NULL, bytes > 0 ? bytes : 1, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return memory == MAP_FAILED ? NULL : memory;
+}
+
+void kvio_zeroed_free(void *memory, size_t bytes)
+{
+    if (memory != NULL)
+        munmap(memory, bytes > 0 ? bytes : 1);
 }

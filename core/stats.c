@@ -127,6 +127,57 @@ int kvio_compare_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A double's bits as an unsigned key in the same order (negatives flipped
+ * whole, positives with the sign bit set). */
+static inline uint64_t sortable_bits(double value)
+{
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof(bits));
+    return bits >> 63 ? ~bits : bits | (1ull << 63);
+}
+
+kvio_status_t kvio_sort_doubles(double *values, size_t count)
+{
+    if (count < 4096) {
+        qsort(values, count, sizeof(double), kvio_compare_double);
+        return KVIO_OK;
+    }
+    /* LSD radix over 16-bit digits, keys in place of the values. */
+    uint64_t *keys = malloc(2 * count * sizeof(uint64_t));
+    size_t *counts = malloc(65536 * sizeof(size_t));
+    if (keys == NULL || counts == NULL) {
+        free(keys);
+        free(counts);
+        return KVIO_ERR_NOMEM;
+    }
+    uint64_t *from = keys, *to = keys + count;
+    for (size_t i = 0; i < count; i++)
+        from[i] = sortable_bits(values[i]);
+    for (int shift = 0; shift < 64; shift += 16) {
+        memset(counts, 0, 65536 * sizeof(size_t));
+        for (size_t i = 0; i < count; i++)
+            counts[(from[i] >> shift) & 0xffff]++;
+        size_t at = 0;
+        for (size_t d = 0; d < 65536; d++) {
+            size_t here = counts[d];
+            counts[d] = at;
+            at += here;
+        }
+        for (size_t i = 0; i < count; i++)
+            to[counts[(from[i] >> shift) & 0xffff]++] = from[i];
+        uint64_t *swap = from;
+        from = to;
+        to = swap;
+    }
+    for (size_t i = 0; i < count; i++) {
+        uint64_t bits = from[i] >> 63 ? from[i] & ~(1ull << 63) : ~from[i];
+        memcpy(&values[i], &bits, sizeof(bits));
+    }
+    free(keys);
+    free(counts);
+    return KVIO_OK;
+}
+
 double kvio_quantile(double *values, size_t count, double q)
 {
     if (count == 0)

@@ -8,6 +8,7 @@
  * index buckets are loaded while earlier ones are worked on. */
 #include "kvcache/kvcache_int.h"
 
+#include "kvio/array.h"
 #include "kvio/log.h"
 
 #include <stdlib.h>
@@ -83,8 +84,15 @@ typedef struct block_record {
  * tombstones where a block left from the middle (a hit on a free block, a
  * policy's victim). Positions count up and wrap; the ring is compacted when
  * live entries and tombstones fill it. */
+/* The ring's entries and the records' positions are stored XOR their
+ * values in a new pool (blocks 1..n-1 free in order at positions 0..n-2,
+ * the rest tombstones), so a new pool is all zeros: calloc'd pages the
+ * kernel maps only when a block is first used. A simulate run's pools of
+ * hundreds of thousands of blocks, most never touched, cost almost nothing
+ * until they are. */
 typedef struct free_ring {
-    uint32_t *entries;
+    uint32_t *entries;   /* stored: entry ^ ring_initial(index) */
+    uint32_t num_blocks; /* the pool's (ring_initial's bound) */
     uint32_t mask;
     uint64_t head, tail; /* entries [head, tail) */
     uint32_t length;     /* live entries (free blocks) */
@@ -106,8 +114,10 @@ struct kvio_kvcache {
     uint32_t num_blocks;
     uint32_t block_size;
     block_record_t *blocks;   /* first in one allocation with the ring */
+    size_t tables_bytes;      /* of that allocation (kvio_zeroed_alloc) */
     free_ring_t free_queue;
     void *index_memory;       /* the buckets, the overflow counts and the valid bits */
+    size_t index_bytes;       /* of index_memory (kvio_zeroed_alloc) */
     index_bucket_t *buckets;
     uint8_t *overflow;        /* per bucket: entries stored past it that probed it */
     uint8_t *valid;           /* per bucket: bit i set where entry i holds a block */
@@ -151,6 +161,38 @@ struct kvio_kvreq {
 
 /* ---- free ring ---------------------------------------------------------- */
 
+/* What entry index held in a new pool: block index + 1, then tombstones. */
+static inline uint32_t ring_initial(const free_ring_t *ring, uint64_t index)
+{
+    return index + 1 < ring->num_blocks ? (uint32_t)index + 1 : TOMBSTONE;
+}
+
+static inline uint32_t ring_get(const free_ring_t *ring, uint64_t index)
+{
+    return ring->entries[index] ^ ring_initial(ring, index);
+}
+
+static inline void ring_set(free_ring_t *ring, uint64_t index, uint32_t block)
+{
+    ring->entries[index] = block ^ ring_initial(ring, index);
+}
+
+/* Where block sat in a new pool's ring: block - 1 (the null block 0: none). */
+static inline uint32_t position_initial(uint32_t block)
+{
+    return block == 0 ? NO_POSITION : block - 1;
+}
+
+static inline uint32_t position_get(const block_record_t *record, uint32_t block)
+{
+    return record->position ^ position_initial(block);
+}
+
+static inline void position_set(block_record_t *record, uint32_t block, uint32_t position)
+{
+    record->position = position ^ position_initial(block);
+}
+
 /* Squeezes the tombstones out, keeping the order. Called when the ring is
  * full; live entries are at most half of it, so this runs at most once per
  * half a ring of operations. */
@@ -159,11 +201,11 @@ static __attribute__((noinline)) void ring_compact(kvio_kvcache_t *cache)
     free_ring_t *ring = &cache->free_queue;
     uint64_t write = ring->head;
     for (uint64_t read = ring->head; read != ring->tail; read++) {
-        uint32_t block = ring->entries[read & ring->mask];
+        uint32_t block = ring_get(ring, read & ring->mask);
         if (block == TOMBSTONE)
             continue;
-        ring->entries[write & ring->mask] = block;
-        cache->blocks[block].position = (uint32_t)(write & ring->mask);
+        ring_set(ring, write & ring->mask, block);
+        position_set(&cache->blocks[block], block, (uint32_t)(write & ring->mask));
         write++;
     }
     ring->tail = write;
@@ -180,8 +222,8 @@ static inline void ring_push_tail(kvio_kvcache_t *cache, uint32_t block)
     if (ring_full(ring))
         ring_compact(cache);
     uint32_t position = (uint32_t)(ring->tail++ & ring->mask);
-    ring->entries[position] = block;
-    cache->blocks[block].position = position;
+    ring_set(ring, position, block);
+    position_set(&cache->blocks[block], block, position);
     ring->length++;
 }
 
@@ -191,8 +233,8 @@ static void ring_push_head(kvio_kvcache_t *cache, uint32_t block)
     if (ring_full(ring))
         ring_compact(cache);
     uint32_t position = (uint32_t)(--ring->head & ring->mask);
-    ring->entries[position] = block;
-    cache->blocks[block].position = position;
+    ring_set(ring, position, block);
+    position_set(&cache->blocks[block], block, position);
     ring->length++;
 }
 
@@ -200,8 +242,8 @@ static void ring_push_head(kvio_kvcache_t *cache, uint32_t block)
 static void ring_unlink(kvio_kvcache_t *cache, uint32_t block)
 {
     free_ring_t *ring = &cache->free_queue;
-    ring->entries[cache->blocks[block].position] = TOMBSTONE;
-    cache->blocks[block].position = NO_POSITION;
+    ring_set(ring, position_get(&cache->blocks[block], block), TOMBSTONE);
+    position_set(&cache->blocks[block], block, NO_POSITION);
     ring->length--;
 }
 
@@ -209,9 +251,9 @@ static void ring_unlink(kvio_kvcache_t *cache, uint32_t block)
 static uint32_t ring_head(kvio_kvcache_t *cache)
 {
     free_ring_t *ring = &cache->free_queue;
-    while (ring->entries[ring->head & ring->mask] == TOMBSTONE)
+    while (ring_get(ring, ring->head & ring->mask) == TOMBSTONE)
         ring->head++;
-    return ring->entries[ring->head & ring->mask];
+    return ring_get(ring, ring->head & ring->mask);
 }
 
 /* Removes and returns the head block (the queue is not empty). */
@@ -220,7 +262,7 @@ static uint32_t ring_pop_head(kvio_kvcache_t *cache)
     free_ring_t *ring = &cache->free_queue;
     uint32_t block = ring_head(cache);
     ring->head++;
-    cache->blocks[block].position = NO_POSITION;
+    position_set(&cache->blocks[block], block, NO_POSITION);
     ring->length--;
     return block;
 }
@@ -385,17 +427,33 @@ static void index_remove(kvio_kvcache_t *cache, uint32_t block)
  * ghost keys are the largest). */
 #define EVICTION_BYTES_PER_BLOCK 48
 
-uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index)
+/* What count items of size bytes cost when at most used of them are
+ * written, a page at a time (a new table is zero pages). */
+static uint64_t touched(uint64_t count, uint64_t size, uint64_t used, uint64_t per_use)
+{
+    uint64_t all = count * size, some = used * per_use + 4096;
+    return some < all ? some : all;
+}
+
+uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index, uint64_t used_blocks)
 {
     uint64_t n = num_blocks, buckets = 2, ring = 16;
     while (buckets * BUCKET_ENTRIES < INDEX_ENTRIES_PER_BLOCK * n)
         buckets *= 2;
     while (ring < 2 * n)
         ring *= 2;
-    uint64_t bytes = n * (sizeof(block_record_t) + sizeof(uint64_t) + EVICTION_BYTES_PER_BLOCK) +
-                     ring * sizeof(uint32_t) + buckets * (sizeof(index_bucket_t) + 2);
+    /* A used block writes its record and epoch, one ring entry when freed,
+     * and its hash lands in one index bucket: a page of its own at worst.
+     * Fewer used than the pool holds means the pool never filled, so
+     * nothing was preempted to be allocated again. */
+    uint64_t u = used_blocks < n ? used_blocks : n;
+    uint64_t bytes = touched(n, sizeof(block_record_t), u, sizeof(block_record_t)) +
+                     touched(n, sizeof(uint64_t), u, sizeof(uint64_t)) +
+                     n * EVICTION_BYTES_PER_BLOCK + /* some policies fill theirs at once */
+                     touched(ring, sizeof(uint32_t), u, sizeof(uint32_t)) +
+                     touched(buckets, sizeof(index_bucket_t) + 2, u, 4096);
     if (index == KVIO_KVCACHE_INDEX_RADIX)
-        bytes += n * sizeof(radix_link_t);
+        bytes += n * sizeof(radix_link_t); /* written whole when the pool is made */
     return bytes;
 }
 
@@ -434,24 +492,21 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     /* Records and ring in one allocation; the index zeroed on its own. */
     size_t records_bytes = (n * sizeof(block_record_t) + 63) / 64 * 64;
     size_t ring_bytes = ring * sizeof(uint32_t);
-    unsigned char *tables = aligned_alloc(64, records_bytes + ring_bytes);
+    /* Zeroed, a new pool (see free_ring_t), page-aligned. */
+    cache->tables_bytes = records_bytes + ring_bytes;
+    unsigned char *tables = kvio_zeroed_alloc(cache->tables_bytes);
     /* Zeroed (no valid entries, no overflow), the buckets on cache lines. */
-    cache->index_memory = calloc(1, buckets * sizeof(index_bucket_t) + 2 * buckets + 63);
-    cache->block_epoch = calloc(n, sizeof(uint64_t));
-    if (tables == NULL || cache->index_memory == NULL || cache->block_epoch == NULL) {
-        free(tables);
+    cache->index_bytes = buckets * sizeof(index_bucket_t) + 2 * buckets + 63;
+    cache->index_memory = kvio_zeroed_alloc(cache->index_bytes);
+    cache->block_epoch = kvio_zeroed_alloc(n * sizeof(uint64_t));
+    if (tables == NULL || cache->index_memory == NULL || cache->block_epoch == NULL)
         goto cleanup;
-    }
     cache->buckets = (index_bucket_t *)(((uintptr_t)cache->index_memory + 63) & ~(uintptr_t)63);
     cache->overflow = (uint8_t *)(cache->buckets + buckets);
     cache->valid = cache->overflow + buckets;
     cache->blocks = (block_record_t *)tables;
     cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
-    memset(cache->blocks, 0, n * sizeof(block_record_t));
-    for (size_t i = 0; i < n; i++)
-        cache->blocks[i].position = NO_POSITION;
-    for (size_t i = 0; i < ring; i++)
-        cache->free_queue.entries[i] = TOMBSTONE; /* read ahead of the tail as hints */
+    cache->free_queue.num_blocks = config->num_blocks;
     status = kvio_evict_init(&cache->evict, config->eviction, config->num_blocks,
                              config->num_blocks - 1);
     if (status != KVIO_OK)
@@ -469,10 +524,12 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
         for (size_t i = 0; i < n; i++)
             cache->links[i] = (radix_link_t){.parent = NO_BLOCK};
     }
-    /* Block 0 is the null block: never free, never handed out. */
+    /* Block 0 is the null block: never free, never handed out; the others
+     * are free in order, as the zeroed tables say. */
     cache->blocks[0].refcount = 1;
-    for (uint32_t block = 1; block < cache->num_blocks; block++)
-        ring_push_tail(cache, block);
+    cache->free_queue.head = 0;
+    cache->free_queue.tail = cache->num_blocks - 1;
+    cache->free_queue.length = cache->num_blocks - 1;
     *cache_p = cache;
     return KVIO_OK;
 
@@ -486,9 +543,9 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
     if (cache == NULL)
         return;
     kvio_evict_fini(&cache->evict);
-    free(cache->blocks); /* the ring too */
-    free(cache->index_memory);
-    free(cache->block_epoch);
+    kvio_zeroed_free(cache->blocks, cache->tables_bytes); /* the records and the ring */
+    kvio_zeroed_free(cache->index_memory, cache->index_bytes);
+    kvio_zeroed_free(cache->block_epoch, cache->num_blocks * sizeof(uint64_t));
     free(cache->links);
     free(cache);
 }
@@ -509,7 +566,7 @@ void kvio_kvcache_free_queue(const kvio_kvcache_t *cache, size_t max_ids, uint32
     const free_ring_t *ring = &cache->free_queue;
     size_t count = 0;
     for (uint64_t position = ring->head; position != ring->tail; position++) {
-        uint32_t block = ring->entries[position & ring->mask];
+        uint32_t block = ring_get(ring, position & ring->mask);
         if (block == TOMBSTONE)
             continue;
         if (count < max_ids)
@@ -635,7 +692,6 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
 static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t count)
 {
     free_ring_t *ring = &cache->free_queue;
-    const uint32_t *entries = ring->entries;
     const uint64_t ring_mask = ring->mask;
     block_record_t *blocks = cache->blocks;
     const uint32_t num_blocks = cache->num_blocks;
@@ -646,15 +702,15 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     bool watch_broken = false;
     uint64_t head = ring->head, evictions = 0;
     for (size_t i = 0; i < count; i++) {
-        uint32_t far = entries[(head + PREFETCH_AHEAD) & ring_mask];
+        uint32_t far = ring_get(ring, (head + PREFETCH_AHEAD) & ring_mask);
         if (far < num_blocks)
             __builtin_prefetch(&blocks[far]);
         uint32_t block;
-        while ((block = entries[head & ring_mask]) == TOMBSTONE)
+        while ((block = ring_get(ring, head & ring_mask)) == TOMBSTONE)
             head++;
         head++;
         block_record_t *record = &blocks[block];
-        record->position = NO_POSITION;
+        position_set(record, block, NO_POSITION);
         if (record->hashed) {
             table_remove(overflow, valid, bucket_mask, record);
             record->hashed = 0;
@@ -1240,7 +1296,6 @@ static void free_tail_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t cou
 {
     free_ring_t *ring = &cache->free_queue;
     block_record_t *blocks = cache->blocks;
-    uint32_t *entries = ring->entries;
     const uint64_t ring_mask = ring->mask;
     uint64_t tail = ring->tail;
     uint32_t freed = 0;
@@ -1259,8 +1314,8 @@ static void free_tail_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t cou
             tail = ring->tail;
         }
         uint32_t position = (uint32_t)(tail++ & ring_mask);
-        entries[position] = block;
-        record->position = position;
+        ring_set(ring, position, block);
+        position_set(record, block, position);
         freed++;
     }
     ring->tail = tail;

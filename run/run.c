@@ -324,10 +324,12 @@ static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
  * could never start, on any engine. Refused before the run, not found an
  * hour into it. */
 static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_stream_t *stream,
-                                        uint32_t blocks, uint64_t *requests_p, char *error_p,
+                                        uint32_t blocks, uint64_t *requests_p,
+                                        uint64_t *stream_blocks_p, char *error_p,
                                         size_t error_len)
 {
     *requests_p = 0;
+    *stream_blocks_p = 0;
     uint64_t block_size = (uint64_t)workload->serve.kvcache.block_size;
     uint64_t capacity = (uint64_t)blocks * block_size;
     const char *trace = workload->stream.trace.path;
@@ -339,6 +341,7 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
         if (request->max_tokens > 0 && output > request->max_tokens)
             output = request->max_tokens;
         uint64_t tokens = request->input_tokens + (output > 0 ? output - 1 : 0);
+        *stream_blocks_p += (tokens + block_size - 1) / block_size + 1;
         if (tokens <= capacity)
             continue;
         snprintf(error_p, error_len,
@@ -503,10 +506,13 @@ static kvio_status_t check_cost(const kvio_workload_t *workload, const kvio_mode
 
 /* Simulate: every serve rank's pool (records, index, free queue, eviction
  * state: no KV bytes) and its tiers' indexes must fit the memory available
- * (at most 80 % of it), checked before anything is allocated. */
+ * (at most 80 % of it), checked before anything is allocated. A pool costs
+ * what its blocks' use touches, and the stream's requests together use at
+ * most stream_blocks (UINT64_MAX: unknown, every block). */
 static kvio_status_t check_simulate_memory(const kvio_workload_t *workload,
                                            const kvio_model_t *model, uint32_t blocks,
-                                           char *error_p, size_t error_len)
+                                           uint64_t stream_blocks, char *error_p,
+                                           size_t error_len)
 {
     uint64_t available = 0;
     char unused[128];
@@ -515,7 +521,7 @@ static kvio_status_t check_simulate_memory(const kvio_workload_t *workload,
     const kvio_kvcache_section_t *kvcache = &workload->serve.kvcache;
     uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, workload->cost.tensor_parallel) *
                            (uint64_t)kvcache->block_size;
-    uint64_t pool = kvio_kvcache_footprint(blocks + 1, kvcache->index), tiers = 0;
+    uint64_t pool = kvio_kvcache_footprint(blocks + 1, kvcache->index, stream_blocks), tiers = 0;
     const kvio_tier_config_t *tier = kvcache->tiers.items;
     for (size_t t = 0; t < kvcache->tiers.count; t++)
         tiers += kvio_tier_index_footprint(tier[t].size, block_bytes);
@@ -525,11 +531,12 @@ static kvio_status_t check_simulate_memory(const kvio_workload_t *workload,
         return KVIO_OK;
     snprintf(error_p, error_len,
              "simulate: %llu serve rank(s) need %.2f GiB for their KV pools' bookkeeping "
-             "(%.1f MiB each: %u blocks, plus %.1f MiB of tier index), but this machine has "
+             "(%.1f MiB each: %u blocks%s, plus %.1f MiB of tier index), but this machine has "
              "%.2f GiB available (at most 80 %% of it); set serve.kvcache.blocks or capacity, "
              "or fewer ranks.serve", (unsigned long long)ranks, needed / 1073741824.0,
-             (double)pool / 1048576.0, blocks, (double)tiers / 1048576.0,
-             (double)available / 1073741824.0);
+             (double)pool / 1048576.0, blocks,
+             stream_blocks < blocks ? ", not all of them used by the stream" : "",
+             (double)tiers / 1048576.0, (double)available / 1073741824.0);
     return KVIO_ERR_CONFIG;
 }
 
@@ -618,20 +625,26 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                                       error_len);
     if (status == KVIO_OK)
         status = check_cost(workload, model_p, gpu_p, error_p, error_len);
-    if (status == KVIO_OK && !emulate)
-        status = check_simulate_memory(workload, model_p, blocks, error_p, error_len);
     int64_t duration_ns = kvio_workload_stream_duration(workload);
     if (status == KVIO_OK && !stream_served) {
         /* A front end's requests (kvio serve): the stream serves nothing. */
         if (emulate)
             status = check_tiers(workload, error_p, error_len);
+        else
+            status = check_simulate_memory(workload, model_p, blocks, UINT64_MAX, error_p,
+                                           error_len);
         return status;
     }
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed, duration_ns,
                                     &stream, error_p, error_len);
+    uint64_t stream_blocks = UINT64_MAX;
     if (status == KVIO_OK)
-        status = check_requests_fit(workload, stream, blocks, requests_p, error_p, error_len);
+        status = check_requests_fit(workload, stream, blocks, requests_p, &stream_blocks, error_p,
+                                    error_len);
+    if (status == KVIO_OK && !emulate)
+        status = check_simulate_memory(workload, model_p, blocks, stream_blocks, error_p,
+                                       error_len);
     if (status == KVIO_OK && stream_p != NULL && kvio_stream_rewind(stream) != KVIO_OK) {
         /* A synthetic stream: the same seed yields the same requests again. */
         kvio_stream_destroy(stream);

@@ -11,13 +11,13 @@
 #include "run/run_int.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "kvio/array.h"
+#include "kvio/format.h"
 #include "kvio/results.h"
 #include "kvio/stats.h"
 
@@ -33,9 +33,11 @@ typedef struct vllm_data {
     vllm_request_t *requests;
     size_t count, capacity;
     uint64_t input_tokens, output_tokens;
-    /* The gaps between tokens, grouped by request: keys[i] is
-     * (id << 32 | index into records), sorted. NULL when not all were kept. */
-    uint64_t *keys;
+    /* The gaps between tokens, grouped by request: records[order[k]] for k
+     * in [starts[id], starts[id + 1]), in the order they came. order is
+     * NULL when not all were kept. */
+    uint32_t *order, *starts;
+    uint64_t max_id;
     const kvio_itl_record_t *records;
     size_t num_records;
 } vllm_data_t;
@@ -77,7 +79,8 @@ kvio_status_t run_vllm_percentiles(const char *text, double *values, size_t max,
 static void add_statistics(json_t *vllm, const char *name, double *values, size_t count,
                            const double *percentiles, size_t num_percentiles)
 {
-    qsort(values, count, sizeof(*values), kvio_compare_double);
+    if (kvio_sort_doubles(values, count) != KVIO_OK)
+        qsort(values, count, sizeof(*values), kvio_compare_double);
     double mean, stddev;
     kvio_mean_stddev(values, count, &mean, &stddev);
     char key[64];
@@ -140,45 +143,58 @@ static kvio_status_t read_requests(const char *path, vllm_data_t *data, char *er
     return status == KVIO_INPROGRESS ? KVIO_OK : status;
 }
 
-static int compare_keys(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
+/* Past this many request ids the grouping's table would be larger than the
+ * gaps themselves many times over: such a sparse run gets no itls list. */
+#define MAX_GROUPED_ID (256u << 20)
 
-/* The gaps grouped by request, each request's in the order they came. */
+/* The gaps grouped by request (a counting sort on the request id), each
+ * request's in the order they came. */
 static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data,
                                 char *error_p, size_t error_len)
 {
-    if (itls == NULL || itls->dropped > 0 || itls->count > UINT32_MAX)
+    if (itls == NULL || itls->dropped > 0 || itls->count == 0 || itls->count > UINT32_MAX)
         return KVIO_OK;
-    data->keys = malloc((itls->count + 1) * sizeof(*data->keys));
-    if (data->keys == NULL) {
+    uint64_t max_id = 0;
+    for (uint64_t i = 0; i < itls->count; i++)
+        max_id = itls->records[i].id > max_id ? itls->records[i].id : max_id;
+    if (max_id >= MAX_GROUPED_ID)
+        return KVIO_OK;
+    data->order = malloc(itls->count * sizeof(*data->order));
+    data->starts = calloc(max_id + 2, sizeof(*data->starts));
+    if (data->order == NULL || data->starts == NULL) {
         snprintf(error_p, error_len, "vllm.json: out of memory grouping %llu gaps between "
-                 "tokens (%zu bytes)", (unsigned long long)itls->count,
-                 (size_t)itls->count * sizeof(*data->keys));
+                 "tokens of %llu requests (%llu bytes)", (unsigned long long)itls->count,
+                 (unsigned long long)max_id + 1,
+                 (unsigned long long)(itls->count + max_id + 2) * sizeof(uint32_t));
+        free(data->order);
+        free(data->starts);
+        data->order = data->starts = NULL;
         return KVIO_ERR_NOMEM;
     }
     for (uint64_t i = 0; i < itls->count; i++)
-        data->keys[i] = (uint64_t)itls->records[i].id << 32 | i;
-    qsort(data->keys, (size_t)itls->count, sizeof(*data->keys), compare_keys);
+        data->starts[itls->records[i].id + 1]++;
+    for (uint64_t id = 0; id <= max_id; id++)
+        data->starts[id + 1] += data->starts[id];
+    /* Scatter, then starts[id] has moved to starts[id + 1]: shift back. */
+    for (uint64_t i = 0; i < itls->count; i++)
+        data->order[data->starts[itls->records[i].id]++] = (uint32_t)i;
+    for (uint64_t id = max_id + 1; id > 0; id--)
+        data->starts[id] = data->starts[id - 1];
+    data->starts[0] = 0;
+    data->max_id = max_id;
     data->records = itls->records;
     data->num_records = (size_t)itls->count;
     return KVIO_OK;
 }
 
-/* The first key of request id's gaps (num_records when it has none). */
-static size_t first_gap(const vllm_data_t *data, uint64_t id)
+/* Request id's gaps: records[order[k]] for k in [*begin_p, *end_p). */
+static void gaps_of(const vllm_data_t *data, uint64_t id, size_t *begin_p, size_t *end_p)
 {
-    size_t low = 0, high = data->num_records;
-    while (low < high) {
-        size_t middle = low + (high - low) / 2;
-        if (data->keys[middle] >> 32 < id)
-            low = middle + 1;
-        else
-            high = middle;
+    *begin_p = *end_p = 0;
+    if (data->order != NULL && id <= data->max_id) {
+        *begin_p = data->starts[id];
+        *end_p = data->starts[id + 1];
     }
-    return low;
 }
 
 /* ---------- what vLLM derives from the requests ---------- */
@@ -218,7 +234,7 @@ static int64_t max_concurrency(const vllm_data_t *data)
  * from each token's time (first token, then the gaps): needs every gap. */
 static double max_tokens_per_second(const vllm_data_t *data)
 {
-    if (data->keys == NULL || data->count == 0)
+    if (data->order == NULL || data->count == 0)
         return -1;
     double first = INFINITY, last = 0;
     for (size_t i = 0; i < data->count; i++) {
@@ -236,9 +252,10 @@ static double max_tokens_per_second(const vllm_data_t *data)
         size_t bucket = (size_t)(at - first);
         if (bucket < seconds)
             buckets[bucket]++;
-        for (size_t k = first_gap(data, r->id);
-             k < data->num_records && data->keys[k] >> 32 == r->id; k++) {
-            at += data->records[(uint32_t)data->keys[k]].gap_s;
+        size_t begin, end;
+        gaps_of(data, r->id, &begin, &end);
+        for (size_t k = begin; k < end; k++) {
+            at += data->records[data->order[k]].gap_s;
             bucket = (size_t)(at - first);
             if (bucket < seconds)
                 buckets[bucket]++;
@@ -332,7 +349,7 @@ static json_t *scalars(const run_vllm_t *source, vllm_data_t *data, const double
             values[count++] = (data->requests[i].e2el_s - data->requests[i].ttft_s) /
                               (data->requests[i].output - 1);
     add_statistics(vllm, "tpot", values, count, percentiles, num_percentiles);
-    if (data->keys != NULL) {
+    if (data->order != NULL) {
         for (size_t i = 0; i < data->num_records; i++)
             values[i] = data->records[i].gap_s;
         add_statistics(vllm, "itl", values, data->num_records, percentiles, num_percentiles);
@@ -347,16 +364,14 @@ static json_t *scalars(const run_vllm_t *source, vllm_data_t *data, const double
 /* ---------- writing vllm.json ---------- */
 
 /* Text for vllm.json, written in lines of about 64 KiB (a line ends after a
- * list's comma, where JSON allows it). */
+ * list's comma, where JSON allows it); numbers formatted by hand, as
+ * requests.csv's (printf's float path was most of the writing). */
 typedef struct vllm_writer {
     kvio_csv_t *file;
-    char text[65536 + 512];
+    char text[65536 + 4096];
     size_t length;
     kvio_status_t status;
 } vllm_writer_t;
-
-static void put(vllm_writer_t *out, const char *format, ...)
-    __attribute__((format(printf, 2, 3)));
 
 static void flush_line(vllm_writer_t *out)
 {
@@ -365,18 +380,39 @@ static void flush_line(vllm_writer_t *out)
     out->length = 0;
 }
 
-static void put(vllm_writer_t *out, const char *format, ...)
+/* Room for what comes next: at most 4 KiB at a time. */
+static char *room(vllm_writer_t *out)
 {
     if (out->length > 65536)
         flush_line(out);
-    va_list args;
-    va_start(args, format);
-    int n = vsnprintf(out->text + out->length, sizeof(out->text) - out->length, format, args);
-    va_end(args);
-    if (n > 0)
-        out->length += (size_t)n < sizeof(out->text) - out->length
-                           ? (size_t)n
-                           : sizeof(out->text) - out->length - 1;
+    return out->text + out->length;
+}
+
+static void put_text(vllm_writer_t *out, const char *text)
+{
+    size_t length = strlen(text);
+    while (length > 0) {
+        char *at = room(out);
+        size_t part = length < 4096 ? length : 4096;
+        memcpy(at, text, part);
+        out->length += part;
+        text += part;
+        length -= part;
+    }
+}
+
+/* A number of a list, seconds to the microsecond (as requests.csv's), or
+ * a count; a comma before all but the first. */
+static void put_number(vllm_writer_t *out, bool first, double seconds, uint64_t count,
+                       bool integer)
+{
+    char *at = room(out);
+    if (!first) {
+        *at++ = ',';
+        *at++ = ' ';
+    }
+    at += integer ? kvio_format_unsigned(at, count) : kvio_format_fixed(at, seconds, 6);
+    out->length = (size_t)(at - out->text);
 }
 
 /* One per-request list of numbers; field picks the number. */
@@ -384,34 +420,34 @@ typedef enum { LIST_INPUT, LIST_OUTPUT, LIST_TTFT, LIST_LATENCY, LIST_START } li
 
 static void put_list(vllm_writer_t *out, const vllm_data_t *data, const char *name, list_t field)
 {
-    put(out, ",\n  \"%s\": [", name);
+    put_text(out, ",\n  \"");
+    put_text(out, name);
+    put_text(out, "\": [");
     for (size_t i = 0; i < data->count; i++) {
         const vllm_request_t *r = &data->requests[i];
-        const char *comma = i + 1 < data->count ? ", " : "";
         switch (field) {
-        case LIST_INPUT: put(out, "%u%s", r->input, comma); break;
-        case LIST_OUTPUT: put(out, "%u%s", r->output, comma); break;
-        case LIST_TTFT: put(out, "%.9g%s", r->ttft_s, comma); break;
-        case LIST_LATENCY: put(out, "%.9g%s", r->e2el_s, comma); break;
-        case LIST_START: put(out, "%.9g%s", r->start_s, comma); break;
+        case LIST_INPUT: put_number(out, i == 0, 0, r->input, true); break;
+        case LIST_OUTPUT: put_number(out, i == 0, 0, r->output, true); break;
+        case LIST_TTFT: put_number(out, i == 0, r->ttft_s, 0, false); break;
+        case LIST_LATENCY: put_number(out, i == 0, r->e2el_s, 0, false); break;
+        case LIST_START: put_number(out, i == 0, r->start_s, 0, false); break;
         }
     }
-    put(out, "]");
+    put_text(out, "]");
 }
 
 static void put_itls(vllm_writer_t *out, const vllm_data_t *data)
 {
-    put(out, ",\n  \"itls\": [");
+    put_text(out, ",\n  \"itls\": [");
     for (size_t i = 0; i < data->count; i++) {
-        uint64_t id = data->requests[i].id;
-        put(out, "[");
-        for (size_t k = first_gap(data, id); k < data->num_records && data->keys[k] >> 32 == id;
-             k++)
-            put(out, "%s%.7g", k > first_gap(data, id) ? ", " : "",
-                data->records[(uint32_t)data->keys[k]].gap_s);
-        put(out, "]%s", i + 1 < data->count ? ", " : "");
+        put_text(out, i > 0 ? ", [" : "[");
+        size_t begin, end;
+        gaps_of(data, data->requests[i].id, &begin, &end);
+        for (size_t k = begin; k < end; k++)
+            put_number(out, k == begin, data->records[data->order[k]].gap_s, 0, false);
+        put_text(out, "]");
     }
-    put(out, "]");
+    put_text(out, "]");
 }
 
 kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char *error_p,
@@ -435,7 +471,8 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         snprintf(error_p, error_len, "vllm.json: out of memory");
         status = KVIO_ERR_NOMEM;
     }
-    if (status == KVIO_OK && data.keys == NULL && source->itls != NULL) {
+    if (status == KVIO_OK && data.order == NULL && source->itls != NULL &&
+        source->itls->count + source->itls->dropped > 0) {
         /* Not every gap was kept: the lists and the statistics would be of a
          * part, so ITL's come from the run's histogram and itls is left out. */
         const json_t *itl = json_object_get(source->metrics, "itl_ms");
@@ -443,11 +480,14 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
                                                      json_object_get(itl, "mean"))));
         json_object_set_new(vllm, "median_itl_ms", json_real(json_number_value(
                                                        json_object_get(itl, "p50"))));
-        json_object_set_new(vllm, "kvio_itls_omitted",
-                            json_sprintf("%llu gaps between tokens past the %u a run keeps; "
-                                         "ITL from the histogram (relative error < 1/256)",
-                                         (unsigned long long)source->itls->dropped,
-                                         KVIO_SERVE_ITLS_MAX));
+        json_object_set_new(
+            vllm, "kvio_itls_omitted",
+            source->itls->dropped > 0
+                ? json_sprintf("%llu gaps between tokens past the %u a run keeps; ITL from the "
+                               "histogram (relative error < 1/256)",
+                               (unsigned long long)source->itls->dropped, KVIO_SERVE_ITLS_MAX)
+                : json_sprintf("request ids up to %u only are grouped; ITL from the histogram "
+                               "(relative error < 1/256)", MAX_GROUPED_ID));
     }
     vllm_writer_t *out = status == KVIO_OK ? calloc(1, sizeof(*out)) : NULL;
     if (status == KVIO_OK && out == NULL)
@@ -461,27 +501,28 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         /* The scalars, then the lists before the closing brace. */
         if (length >= 2 && head[length - 1] == '}') {
             head[length - 2] = '\0';
-            put(out, "%s", head);
+            put_text(out, head);
         }
         free(head);
         put_list(out, &data, "input_lens", LIST_INPUT);
         put_list(out, &data, "output_lens", LIST_OUTPUT);
         put_list(out, &data, "ttfts", LIST_TTFT);
-        if (data.keys != NULL)
+        if (data.order != NULL)
             put_itls(out, &data);
         put_list(out, &data, "latencies", LIST_LATENCY);
         put_list(out, &data, "start_times", LIST_START);
-        put(out, ",\n  \"errors\": [");
+        put_text(out, ",\n  \"errors\": [");
         for (size_t i = 0; i < data.count; i++)
-            put(out, "\"\"%s", i + 1 < data.count ? ", " : "");
-        put(out, "]\n}");
+            put_text(out, i > 0 ? ", \"\"" : "\"\"");
+        put_text(out, "]\n}");
         flush_line(out);
         kvio_status_t closed = kvio_csv_finish(out->file, "vllm.json", error_p, error_len);
         status = out->status != KVIO_OK ? out->status : closed;
     }
     free(out);
     free(data.requests);
-    free(data.keys);
+    free(data.order);
+    free(data.starts);
     if (status == KVIO_OK)
         *scalars_p = vllm;
     else

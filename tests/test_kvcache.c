@@ -1281,3 +1281,55 @@ Test(kvcache, the_radix_index_evicts_only_leaves_and_the_hash_index_leaves_orpha
     cr_expect_gt(orphans_after_replay("fifo", KVIO_KVCACHE_INDEX_HASH), 0);
     cr_expect_gt(orphans_after_replay("lfu", KVIO_KVCACHE_INDEX_HASH), 0);
 }
+
+/* Resident memory of this process, from /proc/self/statm. */
+static uint64_t resident_bytes(void)
+{
+    unsigned long long size = 0, resident = 0;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    cr_assert_not_null(statm);
+    cr_assert_eq(fscanf(statm, "%llu %llu", &size, &resident), 2);
+    fclose(statm);
+    return resident * 4096ull;
+}
+
+/* A pool costs what its blocks' use touches: four million blocks (about
+ * 300 MB of records, ring and index when all are used) add a few MB while a
+ * request takes its blocks, hashes them, frees them and a second one hits
+ * them; the free queue is the same as a pool that was written whole: blocks
+ * in order, the freed ones at its tail. */
+Test(kvcache, a_pool_never_filled_costs_what_it_uses, .timeout = 30)
+{
+    uint64_t before = resident_bytes();
+    kvio_kvcache_t *cache = make_pool(4u << 20, KVIO_FREE_ORDER_APPEND, true);
+    cr_expect_eq(kvio_kvcache_num_free_blocks(cache), (4u << 20) - 1);
+    uint32_t *tokens = token_run(1, 10 * BLOCK);
+    kvio_kvreq_t *first = request(cache, tokens, 10 * BLOCK);
+    size_t hit = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, first, 10 * BLOCK, &hit), KVIO_OK);
+    assert_blocks(first, (const uint32_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 10);
+    kvio_kvcache_free(cache, first);
+    kvio_kvreq_t *second = request(cache, tokens, 10 * BLOCK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, second, 10 * BLOCK, &hit), KVIO_OK);
+    cr_expect_eq(hit, 9 * BLOCK, "the freed blocks' prefix is found again");
+    uint64_t grown = resident_bytes() - before;
+    cr_expect_lt(grown, 24u << 20, "%llu bytes resident for a pool of 4M blocks",
+                 (unsigned long long)grown);
+    cr_expect_gt(kvio_kvcache_footprint(4u << 20, KVIO_KVCACHE_INDEX_HASH, UINT64_MAX),
+                 200u << 20, "the whole pool's footprint");
+    cr_expect_lt(kvio_kvcache_footprint(4u << 20, KVIO_KVCACHE_INDEX_HASH, 20),
+                 kvio_kvcache_footprint(4u << 20, KVIO_KVCACHE_INDEX_HASH, UINT64_MAX) / 2);
+    kvio_kvcache_free(cache, second);
+    uint32_t queue[4];
+    size_t length;
+    kvio_kvcache_free_queue(cache, 4, queue, &length);
+    cr_expect_eq(length, (4u << 20) - 1);
+    /* Block 11 went to the second request (its last block is computed
+     * again); the untouched blocks from 12 on come first. */
+    cr_expect(queue[0] == 12 && queue[1] == 13, "untouched blocks first: %u %u", queue[0],
+              queue[1]);
+    kvio_kvreq_destroy(second);
+    kvio_kvreq_destroy(first);
+    free(tokens);
+    kvio_kvcache_destroy(cache);
+}

@@ -189,3 +189,25 @@ Test(stats, percentiles_and_std_are_numpys, .timeout = 10)
     cr_expect_float_eq(mean, 2.5, 1e-12);
     cr_expect_float_eq(stddev, 1.118033988749895, 1e-12);
 }
+
+/* The radix sort gives qsort's order, negatives, zeros and repeats too. */
+Test(stats, many_doubles_sort_as_qsort_sorts_them, .timeout = 10)
+{
+    size_t count = 50000;
+    double *values = malloc(count * sizeof(double)), *expected = malloc(count * sizeof(double));
+    uint64_t state = 88172645463325252ull;
+    for (size_t i = 0; i < count; i++) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        double magnitude = (double)(state % 1000003) * (i % 3 == 0 ? 1e-9 : 1e3);
+        values[i] = i % 5 == 0 ? -magnitude : i % 11 == 0 ? 0.0 : magnitude;
+        expected[i] = values[i];
+    }
+    qsort(expected, count, sizeof(double), kvio_compare_double);
+    cr_assert_eq(kvio_sort_doubles(values, count), KVIO_OK);
+    for (size_t i = 0; i < count; i++)
+        cr_assert_eq(values[i], expected[i], "index %zu: %g, not %g", i, values[i], expected[i]);
+    free(values);
+    free(expected);
+}

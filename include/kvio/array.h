@@ -12,4 +12,10 @@
 kvio_status_t kvio_array_reserve(void **items, size_t *capacity, size_t needed,
                                  size_t item_size, size_t first);
 
+/* bytes of zeroed memory, page-aligned, that costs nothing until touched:
+ * its own mapping (calloc reuses freed heap memory, which it must clear,
+ * page by page). Free with kvio_zeroed_free and the same size. */
+void *kvio_zeroed_alloc(size_t bytes);
+void kvio_zeroed_free(void *memory, size_t bytes);
+
 #endif

@@ -80,8 +80,11 @@ typedef struct kvio_kvcache_metrics {
 
 /* Bytes of memory a pool of num_blocks (the null block included) with this
  * index (kvio_kvcache_index_t) takes for its own records, index, free queue
- * and eviction state: no KV bytes (a simulate run's whole pool). */
-uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index);
+ * and eviction state (no KV bytes: a simulate run's whole pool) when at most
+ * used_blocks of them are ever allocated (UINT64_MAX: all). A new pool's
+ * tables are zero pages the kernel maps as blocks are first used, so a pool
+ * that is never filled costs what it uses. */
+uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index, uint64_t used_blocks);
 
 /* Creates a pool; the config is copied. Returns KVIO_ERR_INVALID for a bad
  * size, KVIO_ERR_NOT_FOUND for an unknown eviction policy. */

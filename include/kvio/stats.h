@@ -50,6 +50,10 @@ double kvio_hist_quantile(const kvio_hist_t *hist, double q);
 /* qsort's comparison for doubles, ascending. */
 int kvio_compare_double(const void *a, const void *b);
 
+/* Sorts count doubles (no NaN) ascending: a radix sort for many, qsort for
+ * few. KVIO_ERR_NOMEM (values unsorted) when its scratch cannot be had. */
+kvio_status_t kvio_sort_doubles(double *values, size_t count);
+
 /* The exact q quantile of count values, nearest rank (the smallest value
  * with at least q of them at or below it); sorts values in place. NAN when
  * count is 0. */
