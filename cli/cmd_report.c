@@ -15,7 +15,7 @@
 
 static void print_help(void)
 {
-    printf("usage: kvio report PATH [PATH...] [-o|--out DIR] [--png]\n\n"
+    printf("usage: kvio report PATH [PATH...] [-o|--out DIR] [--png] [--force]\n\n"
            "Writes DIR/report.html (default DIR: report), one self-contained page\n"
            "(inline SVG, no scripts, no network) that compares the inputs side by side:\n"
            "latency CDFs, throughput and goodput, KV usage, batch size and preemptions\n"
@@ -26,7 +26,8 @@ static void print_help(void)
            "  a cachesim JSON file  (kvio cachesim --json -o FILE: hit rate vs capacity)\n\n"
            "options:\n"
            "  -o, --out DIR  where report.html goes (created when missing)\n"
-           "  --png          also draw every chart as DIR/<chart>.png with gnuplot\n");
+           "  --png          also draw every chart as DIR/<chart>.png with gnuplot\n"
+           "  --force        replace an existing DIR/report.html (refused without it)\n");
 }
 
 int kvio_cmd_report(int argc, char **argv)
@@ -34,13 +35,14 @@ int kvio_cmd_report(int argc, char **argv)
     const char *inputs[MAX_INPUTS];
     size_t num_inputs = 0;
     const char *out_dir = "report";
-    bool png = false;
-    enum { REPORT_HELP = 1, REPORT_OUT, REPORT_PNG };
+    bool png = false, force = false;
+    enum { REPORT_HELP = 1, REPORT_OUT, REPORT_PNG, REPORT_FORCE };
     static const kvio_cli_option_t options[] = {
         {"help", 'h', NULL, REPORT_HELP},
         {"out", 'o', "a directory", REPORT_OUT},
         {"output", 0, "a directory", REPORT_OUT},
         {"png", 0, NULL, REPORT_PNG},
+        {"force", 0, NULL, REPORT_FORCE},
         {NULL, 0, NULL, 0},
     };
     kvio_cli_parser_t parser;
@@ -55,6 +57,8 @@ int kvio_cmd_report(int argc, char **argv)
             out_dir = value;
         } else if (option == REPORT_PNG) {
             png = true;
+        } else if (option == REPORT_FORCE) {
+            force = true;
         } else if (option != KVIO_CLI_OPERAND ||
                    kvio_cli_append("kvio report", "inputs", inputs, &num_inputs, MAX_INPUTS,
                                    value) != KVIO_EXIT_OK) {
@@ -63,6 +67,15 @@ int kvio_cmd_report(int argc, char **argv)
     }
     if (num_inputs == 0) {
         fprintf(stderr, "kvio report: which results? (kvio report DIR [DIR...] [-o OUT])\n");
+        return KVIO_EXIT_USAGE;
+    }
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/report.html", out_dir);
+    struct stat existing;
+    if (!force && lstat(path, &existing) == 0) {
+        /* Before reading anything: a report a user kept is not replaced. */
+        fprintf(stderr, "kvio report: %s exists; use --force to replace it, or -o another "
+                "directory\n", path);
         return KVIO_EXIT_USAGE;
     }
     kvio_report_t *report = NULL;
@@ -80,8 +93,6 @@ int kvio_cmd_report(int argc, char **argv)
         kvio_report_destroy(report);
         return KVIO_EXIT_FAILED;
     }
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/report.html", out_dir);
     status = kvio_report_write_html(report, path, error, sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio report: %s\n", error);

@@ -167,6 +167,22 @@ static kvio_status_t latency_cdfs(kvio_report_t *report)
         snprintf(chart->caption, sizeof(chart->caption),
                  "Measured requests of requests.csv (seeds pooled), one line per run; "
                  "quantiles from a log-linear histogram (relative error below 0.4%%).");
+        /* The SLO bound the runs share (TTFT, TPOT), as a dashed line. */
+        double slo = -1;
+        for (size_t r = 0; m < 2 && r < report->num_runs; r++) {
+            const report_run_t *run = report->runs[r];
+            double bound = m == 0 ? run->slo_ttft_ms : run->slo_tpot_ms;
+            if (kvio_hist_count(*(kvio_hist_t *const *)((const char *)run +
+                                                         metrics[m].offset)) == 0)
+                continue;
+            slo = slo < 0 || slo == bound ? bound : 0;
+        }
+        if (slo > 0) {
+            chart->marks[chart->num_marks++] = slo;
+            size_t length = strlen(chart->caption);
+            snprintf(chart->caption + length, sizeof(chart->caption) - length,
+                     " Dashed: the runs' SLO bound, %.4g ms.", slo);
+        }
         if (isfinite(smallest_min) && largest_max > 30 * smallest_min) {
             /* Latencies over more than a decade and a half (queueing tails,
              * runs far apart): a log axis shows them all ("2500k ms" on a
@@ -211,6 +227,16 @@ static void seed_stats(const report_run_t *run, size_t offset, double scale, dou
     *high_p = run->num_seeds > 0 ? high : 0;
 }
 
+/* A run's name on a chart's axis, marked "(!)" when summary.json has
+ * warnings about its numbers (overload...: the runs table says which) and,
+ * on update charts, "(modelled)" when its update times are. */
+static void run_category(const report_run_t *run, char *category, bool updates)
+{
+    snprintf(category, REPORT_LABEL_MAX, "%.60s%s%s", run->label,
+             run->verdict[0] != '\0' ? " (!)" : "",
+             updates && run->modelled_updates ? " (modelled)" : "");
+}
+
 typedef struct bar_metric {
     const char *label;
     size_t offset;
@@ -227,7 +253,7 @@ static kvio_status_t metric_bars(kvio_report_t *report, const char *section, con
         return KVIO_ERR_NOMEM;
     bool seeds = false;
     for (size_t r = 0; r < report->num_runs; r++) {
-        snprintf(chart->categories[r], REPORT_LABEL_MAX, "%s", report->runs[r]->label);
+        run_category(report->runs[r], chart->categories[r], false);
         seeds = seeds || report->runs[r]->num_seeds > 1;
     }
     for (size_t m = 0; m < num_metrics; m++) {
@@ -276,7 +302,8 @@ static kvio_status_t serving_bars(kvio_report_t *report)
         report, "Throughput and cache", "chart-throughput", slo ? "Request throughput and goodput" : "Request throughput",
         "requests per second", requests, slo ? 2 : 1,
         slo ? "From summary.json: completed measured requests per second of the measured "
-              "window, and those that met every SLO bound (config slo)."
+              "window, and those that met every SLO bound (config slo); a run without an SLO "
+              "has no goodput bar."
             : "From summary.json: completed measured requests per second of the measured "
               "window (no run set an SLO, so there is no goodput).");
     const bar_metric_t tokens[] = {
@@ -289,6 +316,36 @@ static kvio_status_t serving_bars(kvio_report_t *report)
                              "tokens per second", tokens, 2,
                              "From summary.json: output (generated) and input (prompt) tokens "
                              "per second of the measured window.");
+    const bar_metric_t busy[] = {
+        {"accelerator utilization", offsetof(run_metrics_t, accelerator_utilization), 100},
+    };
+    if (status == KVIO_OK)
+        status = metric_bars(report, "Throughput and cache", "chart-utilization",
+                             "Accelerator utilization", "busy (% of the measured window)", busy,
+                             1,
+                             "From summary.json: the share of the measured window the serve "
+                             "ranks' engines ran iterations (waiting on swaps and tiers "
+                             "included), the mean over ranks.");
+    if (status == KVIO_OK) {
+        report_chart_t *chart = report->charts[report->num_charts - 1];
+        chart->y_fixed = true;
+        chart->y_min = 0;
+        chart->y_max = 100;
+    }
+    bool loss = false;
+    for (size_t r = 0; r < report->num_runs; r++)
+        loss = loss || isfinite(report->runs[r]->seeds[0].cumulative_inference_loss);
+    const bar_metric_t losses[] = {
+        {"cumulative inference loss",
+         offsetof(run_metrics_t, cumulative_inference_loss), 1},
+    };
+    if (status == KVIO_OK && loss)
+        status = metric_bars(report, "Model updates", "chart-inference-loss",
+                             "Cumulative inference loss", "sum over served requests", losses, 1,
+                             "From summary.json: each served request weighted by the loss of "
+                             "the model version that served it (train.checkpoint.loss), summed: "
+                             "fresher weights served sooner lower it. Runs without trainers "
+                             "have no bar.");
     if (status != KVIO_OK)
         return status;
     if (!hits) {
@@ -335,19 +392,21 @@ typedef struct rate_metric {
     const char *id, *title, *y_label, *caption;
     size_t offset;  /* into run_metrics_t */
     bool from_zero; /* the y axis starts at 0 (throughput); else it fits the data */
+    bool ttft;      /* the runs' TTFT SLO is drawn on it */
 } rate_metric_t;
 
 static const rate_metric_t rate_metrics[] = {
     {"chart-throughput-vs-rate", "Output throughput against offered rate",
      "output tokens per second",
      "From summary.json: output tokens per second of the measured window at each offered rate "
-     "(config stream.arrival.rate), one line per admission policy (and its output-length "
-     "predictor).",
-     offsetof(run_metrics_t, output_throughput), true},
+     "as measured (metrics.offered_rate: what arrived, not what was configured), one line per "
+     "admission policy (and its output-length predictor).",
+     offsetof(run_metrics_t, output_throughput), true, false},
     {"chart-ttft-vs-rate", "TTFT p99 against offered rate", "TTFT p99 (ms)",
-     "From summary.json: the 99th percentile of time to first token at each offered rate, one "
-     "line per admission policy (and its predictor); past saturation it grows with the queue.",
-     offsetof(run_metrics_t, ttft_p99), false},
+     "From summary.json: the 99th percentile of time to first token at each offered rate as "
+     "measured, one line per admission policy (and its predictor); past saturation it grows "
+     "with the queue.",
+     offsetof(run_metrics_t, ttft_p99), false, true},
 };
 
 /* One chart of metric against rate for runs (sorted by rate): a line per
@@ -360,13 +419,14 @@ static kvio_status_t rate_chart(kvio_report_t *report, const rate_metric_t *metr
     snprintf(id, sizeof(id), index == 0 ? "%s" : "%s-%zu", metric->id, index + 1);
     snprintf(title, sizeof(title), "%s: %s", metric->title, name);
     report_chart_t *chart = chart_new(report, CHART_LINES, id, "Throughput and cache", title,
-                                      "offered rate (requests per second)", metric->y_label);
+                                      "offered rate, measured (requests per second)",
+                                      metric->y_label);
     bool *taken = calloc(num_runs > 0 ? num_runs : 1, sizeof(*taken));
     if (chart == NULL || taken == NULL) {
         free(taken);
         return KVIO_ERR_NOMEM;
     }
-    double high = 0;
+    double high = 0, low = INFINITY;
     for (size_t i = 0; i < num_runs; i++) {
         if (taken[i])
             continue;
@@ -379,10 +439,11 @@ static kvio_status_t rate_chart(kvio_report_t *report, const rate_metric_t *metr
         for (size_t j = i; j < num_runs; j++) {
             if (taken[j] || strcmp(sorted[j]->admission, admission) != 0)
                 continue;
-            double low, top;
+            double least, most;
             series->x[series->count] = sorted[j]->offered_rate;
-            seed_stats(sorted[j], metric->offset, 1, &series->y[series->count], &low, &top);
+            seed_stats(sorted[j], metric->offset, 1, &series->y[series->count], &least, &most);
             high = fmax(high, series->y[series->count]);
+            low = fmin(low, series->y[series->count]);
             series->count++;
             taken[j] = true;
         }
@@ -393,14 +454,27 @@ static kvio_status_t rate_chart(kvio_report_t *report, const rate_metric_t *metr
         chart->y_min = 0;
         chart->y_max = high * 1.1;
     }
-    snprintf(chart->caption, sizeof(chart->caption), "%s", metric->caption);
+    /* A queue growing past saturation spans decades ("2500k ms" on a linear
+     * axis hid every point below it). */
+    chart->y_log = !metric->from_zero && low > 0 && high > 30 * low;
+    /* The SLO the sweep's runs share, as a line. */
+    double slo = metric->ttft ? sorted[0]->slo_ttft_ms : 0;
+    for (size_t i = 1; i < num_runs; i++)
+        slo = sorted[i]->slo_ttft_ms == slo ? slo : 0;
+    if (slo > 0)
+        chart->y_marks[chart->num_y_marks++] = slo;
+    snprintf(chart->caption, sizeof(chart->caption), "%s%s%s", metric->caption,
+             chart->y_log ? " Log y axis: the values span more than thirtyfold." : "",
+             slo > 0 ? " Dashed: the runs' TTFT SLO (config slo.ttft)." : "");
     return KVIO_OK;
 }
 
 /* Output throughput and TTFT p99 against offered rate, one line per
  * admission (policy, and predictor where it has one), a chart each per
- * workload name: drawn when a workload's runs span at least two rates (a
- * rate sweep: bench/pkas.sh, or compare varying the rate). */
+ * sweep: runs whose configs differ only in the rate, the seed and the
+ * scheduler (not merely the workload's name: two unrelated compares of
+ * "chat" are two sweeps), drawn when they span at least two rates
+ * (bench/pkas.sh, or compare varying the rate). */
 static kvio_status_t rate_charts(kvio_report_t *report)
 {
     size_t count = report->num_runs, charts = 0;
@@ -417,7 +491,8 @@ static kvio_status_t rate_charts(kvio_report_t *report)
         bool rates_differ = false;
         for (size_t r = w; r < count; r++) {
             report_run_t *run = report->runs[r];
-            if (done[r] || run->offered_rate <= 0 || strcmp(run->name, first->name) != 0)
+            if (done[r] || run->offered_rate <= 0 || strcmp(run->sweep, first->sweep) != 0 ||
+                !run->serving)
                 continue;
             rates_differ = rates_differ || run->offered_rate != first->offered_rate;
             runs[num_runs++] = run;
@@ -455,6 +530,7 @@ static kvio_status_t timeline_charts(kvio_report_t *report)
                                     "preemptions so far (count)");
             if (usage == NULL || batch == NULL || preemptions == NULL)
                 return KVIO_ERR_NOMEM;
+            preemptions->y_integer = true;
             usage->y_fixed = true;
             usage->y_min = 0;
             usage->y_max = 100;
@@ -521,17 +597,22 @@ static kvio_status_t timeline_charts(kvio_report_t *report)
 
 #define UPDATE_SEGMENTS (UPDATE_STAGES - 1)
 static const char *const segment_names[UPDATE_SEGMENTS] = {
-    "wait (ready to transfer start)", "transfer", "notify", "verify", "activate",
+    "checksum (ready to publish)", "publish (write, SET)", "discover (to transfer start)",
+    "transfer", "notify", "verify", "activate",
 };
 
 /* The time each stage adds after every earlier stage (ms): never negative,
- * and the segments sum to t_activated - t_ready. */
+ * and the segments sum to t_activated - t_ready. A publish that ends after
+ * the transfer started is the transfer itself (ucx puts while it
+ * publishes): its end is not a stage of its own. */
 static void update_segments(const update_row_t *row, double *segments_p)
 {
     double reached = row->t[0];
+    bool overlapped = row->has[UPDATE_PUBLISH_END] && row->has[UPDATE_XFER_START] &&
+                      row->t[UPDATE_PUBLISH_END] > row->t[UPDATE_XFER_START];
     for (size_t k = 1; k < UPDATE_STAGES; k++) {
         segments_p[k - 1] = 0;
-        if (!row->has[k])
+        if (!row->has[k] || (k == UPDATE_PUBLISH_END && overlapped))
             continue;
         if (row->t[k] > reached) {
             segments_p[k - 1] = (row->t[k] - reached) * 1e3;
@@ -581,7 +662,7 @@ static kvio_status_t staleness_series(const report_run_t *run, chart_series_t *s
         int rank = (int)row->rank;
         base = row->version < base ? row->version : base;
         events[2 * i] = (stale_event_t){row->t[0], row->version, -1};
-        events[2 * i + 1] = (stale_event_t){row->t[5], row->version, rank};
+        events[2 * i + 1] = (stale_event_t){row->t[UPDATE_ACTIVATED], row->version, rank};
         if (!seen[rank]) {
             seen[rank] = true;
             ranks[num_ranks++] = rank;
@@ -624,6 +705,66 @@ out:
     return status;
 }
 
+/* The update latency (p50, p99) and bandwidth of every run with updates,
+ * from summary.json; a log axis when they differ a hundredfold. */
+static kvio_status_t update_latency_bars(kvio_report_t *report)
+{
+    size_t with = 0;
+    double low = INFINITY, high = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const run_metrics_t *seed = &report->runs[r]->seeds[0];
+        if (report->runs[r]->num_seeds == 0 || !isfinite(seed->update_p50_ms))
+            continue;
+        with++;
+        low = fmin(low, seed->update_p50_ms);
+        high = fmax(high, seed->update_p99_ms);
+    }
+    if (with == 0)
+        return KVIO_OK;
+    report_chart_t *latency = chart_new(report, CHART_BARS, "chart-update-latency",
+                                        "Model updates", "Model-update latency", "run",
+                                        "update latency (ms)");
+    report_chart_t *bandwidth = chart_new(report, CHART_BARS, "chart-update-bandwidth",
+                                          "Model updates", "Model-update bandwidth", "run",
+                                          "GB/s (1e9 bytes per second)");
+    if (latency == NULL || bandwidth == NULL || categories_set(latency, with) != KVIO_OK ||
+        categories_set(bandwidth, with) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    chart_series_t *p50 = series_add(latency, "p50", with, false);
+    chart_series_t *p99 = series_add(latency, "p99", with, false);
+    chart_series_t *gbps = series_add(bandwidth, "mean over updates", with, false);
+    if (p50 == NULL || p99 == NULL || gbps == NULL)
+        return KVIO_ERR_NOMEM;
+    bool modelled = false;
+    for (size_t r = 0, column = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        if (run->num_seeds == 0 || !isfinite(run->seeds[0].update_p50_ms))
+            continue;
+        run_category(run, latency->categories[column], true);
+        run_category(run, bandwidth->categories[column], true);
+        modelled = modelled || run->modelled_updates;
+        p50->y[column] = run->seeds[0].update_p50_ms;
+        p99->y[column] = run->seeds[0].update_p99_ms;
+        gbps->y[column] = run->seeds[0].update_gbps;
+        column++;
+    }
+    p50->count = p99->count = gbps->count = with;
+    latency->y_log = low > 0 && high > 30 * low;
+    const char *model = modelled ? " (modelled): runs marked so are simulate runs, their times "
+                                   "from the transport model's bandwidth and latency (each a "
+                                   "default, set, or fitted to an emulate run; summary.json's "
+                                   "modelled)."
+                                 : "";
+    snprintf(latency->caption, sizeof(latency->caption),
+             "From summary.json (first seed): model_updates.update_latency_ms, t_ready to "
+             "t_activated over updates and serve ranks.%s%s",
+             latency->y_log ? " Log y axis: the runs differ more than thirtyfold." : "", model);
+    snprintf(bandwidth->caption, sizeof(bandwidth->caption),
+             "From summary.json (first seed): model_updates.bandwidth_gbps, the update's bytes "
+             "over its transfer time.%s", model);
+    return KVIO_OK;
+}
+
 static kvio_status_t update_charts(kvio_report_t *report)
 {
     size_t with = 0;
@@ -635,36 +776,53 @@ static kvio_status_t update_charts(kvio_report_t *report)
                              "updates (model updates ran in none of these results).");
         return KVIO_OK;
     }
-    /* Mean breakdown per run, side by side. */
+    kvio_status_t status = update_latency_bars(report);
+    if (status != KVIO_OK)
+        return status;
+    /* Mean breakdown per run, side by side, as shares: runs whose updates
+     * differ a hundredfold (ucx and files) each show what takes their time;
+     * the latencies themselves are the chart before. */
     report_chart_t *chart = chart_new(report, CHART_STACKED, "chart-update-breakdown",
                                       "Model updates", "Model-update latency breakdown (mean)",
-                                      "run", "time from t_ready (ms)");
+                                      "run", "share of the update latency (%)");
     if (chart == NULL || categories_set(chart, with) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
         if (series_add(chart, segment_names[k], with, false) == NULL)
             return KVIO_ERR_NOMEM;
+    chart->y_fixed = true;
+    chart->y_min = 0;
+    chart->y_max = 100;
     size_t column = 0;
+    bool modelled = false;
     for (size_t r = 0; r < report->num_runs; r++) {
         const report_run_t *run = report->runs[r];
         if (run->updates == NULL || run->num_updates == 0)
             continue;
-        snprintf(chart->categories[column], REPORT_LABEL_MAX, "%s", run->label);
+        run_category(run, chart->categories[column], true);
+        modelled = modelled || run->modelled_updates;
+        double total = 0;
         for (size_t i = 0; i < run->num_updates; i++) {
             double segments[UPDATE_SEGMENTS];
             update_segments(&run->updates[i], segments);
-            for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
-                chart->series[k].y[column] += segments[k] / (double)run->num_updates;
+            for (size_t k = 0; k < UPDATE_SEGMENTS; k++) {
+                chart->series[k].y[column] += segments[k];
+                total += segments[k];
+            }
         }
+        for (size_t k = 0; k < UPDATE_SEGMENTS && total > 0; k++)
+            chart->series[k].y[column] *= 100 / total;
         column++;
     }
     for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
         chart->series[k].count = with;
     snprintf(chart->caption, sizeof(chart->caption),
-             "From updates.csv (first seed): mean over updates and serve ranks of the time each "
-             "stage (t_xfer_start, t_xfer_end, t_notified, t_verified, t_activated) adds after "
-             "the stages before it; the stack is the model-update latency t_activated - "
-             "t_ready.");
+             "From updates.csv (first seed): each stage's share of the model-update latency "
+             "t_activated - t_ready, over updates and serve ranks: the trainer's checksum "
+             "(to t_publish_start), its publish (write and rename, or SETs; not shown where it "
+             "is the transfer itself, as ucx's puts), until the server starts taking the bytes "
+             "(a file poll), the transfer, notify, verify and activate.%s",
+             modelled ? " (modelled): a simulate run's times come from the transport model." : "");
 
     /* Per update, one chart per run (at most 40 updates shown). */
     size_t shown_runs = 0;
@@ -683,7 +841,8 @@ static kvio_status_t update_charts(kvio_report_t *report)
         size_t shown = num_versions < 40 ? num_versions : 40;
         char id[64], title[160];
         snprintf(id, sizeof(id), "chart-update-breakdown-%zu", shown_runs + 1);
-        snprintf(title, sizeof(title), "Model-update latency per update: %s", run->label);
+        snprintf(title, sizeof(title), "Model-update latency per update: %s%s", run->label,
+                 run->modelled_updates ? " (modelled)" : "");
         report_chart_t *per_update = chart_new(report, CHART_STACKED, id, "Model updates", title,
                                                "model version", "time from t_ready (ms)");
         if (per_update == NULL || categories_set(per_update, shown) != KVIO_OK) {
@@ -732,6 +891,7 @@ static kvio_status_t update_charts(kvio_report_t *report)
                                           "time (s)", "versions behind (count)");
     if (staleness == NULL)
         return KVIO_ERR_NOMEM;
+    staleness->y_integer = true;
     for (size_t r = 0; r < report->num_runs; r++) {
         const report_run_t *run = report->runs[r];
         if (run->updates == NULL || run->num_updates == 0)
@@ -741,7 +901,7 @@ static kvio_status_t update_charts(kvio_report_t *report)
         if (series == NULL)
             return KVIO_ERR_NOMEM;
         series->step = true;
-        kvio_status_t status = staleness_series(run, series);
+        status = staleness_series(run, series);
         if (status != KVIO_OK)
             return status;
     }
@@ -1030,75 +1190,100 @@ static kvio_status_t capacity_charts(kvio_report_t *report)
 /* TTFT and prefix hit rate over time (requests by arrival), one line per
  * run, with a vertical mark at every activation of the first run with
  * updates: what each update does to serving. */
-static kvio_status_t interference_charts(kvio_report_t *report)
+/* Most runs with updates that get their own TTFT and hit-rate charts. */
+#define MAX_ACTIVATION_CHARTS 8
+
+/* TTFT and prefix hit rate over time of one run with model updates, with
+ * its own activations as dashed lines (index: the chart's number). */
+static kvio_status_t activation_charts(kvio_report_t *report, const report_run_t *run,
+                                       size_t index)
 {
-    const report_run_t *marked = NULL;
-    for (size_t r = 0; r < report->num_runs && marked == NULL; r++)
-        if (report->runs[r]->arrivals != NULL && report->runs[r]->num_updates > 0)
-            marked = report->runs[r];
-    if (marked == NULL)
-        return KVIO_OK;
-    report_chart_t *ttft = chart_new(report, CHART_LINES, "chart-ttft-over-time",
-                                     "Model updates", "TTFT over time, with the activations",
+    char ttft_id[64], hits_id[64], ttft_title[160], hits_title[160];
+    snprintf(ttft_id, sizeof(ttft_id), index == 0 ? "chart-ttft-over-time"
+                                                  : "chart-ttft-over-time-%zu",
+             index + 1);
+    snprintf(hits_id, sizeof(hits_id), index == 0 ? "chart-hit-rate-over-time"
+                                                  : "chart-hit-rate-over-time-%zu",
+             index + 1);
+    snprintf(ttft_title, sizeof(ttft_title), "TTFT over time, with the activations: %.100s",
+             run->label);
+    snprintf(hits_title, sizeof(hits_title), "Prefix hit rate over time, with the activations: "
+             "%.90s", run->label);
+    report_chart_t *ttft = chart_new(report, CHART_LINES, ttft_id, "Model updates", ttft_title,
                                      "arrival time (s)", "mean TTFT (ms)");
-    report_chart_t *hits = chart_new(report, CHART_LINES, "chart-hit-rate-over-time",
-                                     "Model updates",
-                                     "Prefix hit rate over time, with the activations",
+    report_chart_t *hits = chart_new(report, CHART_LINES, hits_id, "Model updates", hits_title,
                                      "arrival time (s)", "prompt tokens cached (%)");
     if (ttft == NULL || hits == NULL)
         return KVIO_ERR_NOMEM;
     hits->y_fixed = true;
     hits->y_min = 0;
     hits->y_max = 100;
-    for (size_t i = 0; i < marked->num_updates && ttft->num_marks < REPORT_MAX_MARKS; i++)
-        if (marked->updates[i].has[5])
-            ttft->marks[ttft->num_marks++] = marked->updates[i].t[5];
+    for (size_t i = 0; i < run->num_updates && ttft->num_marks < REPORT_MAX_MARKS; i++)
+        if (run->updates[i].has[UPDATE_ACTIVATED])
+            ttft->marks[ttft->num_marks++] = run->updates[i].t[UPDATE_ACTIVATED];
     qsort(ttft->marks, ttft->num_marks, sizeof(double), kvio_compare_double);
     hits->num_marks = ttft->num_marks;
     memcpy(hits->marks, ttft->marks, ttft->num_marks * sizeof(double));
-    double width_s = 0;
-    for (size_t r = 0; r < report->num_runs; r++) {
-        const timeline_t *arrivals = report->runs[r]->arrivals;
-        if (arrivals == NULL || arrivals->used == 0)
+    const timeline_t *arrivals = run->arrivals;
+    /* About 120 points: neighbouring bins pooled. */
+    size_t group = (arrivals->used + 119) / 120;
+    group = group > 0 ? group : 1;
+    size_t points = (arrivals->used + group - 1) / group;
+    chart_series_t *ttft_series = series_add(ttft, run->label, points, false);
+    chart_series_t *hit_series = series_add(hits, run->label, points, false);
+    if (ttft_series == NULL || hit_series == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t first = 0; first < arrivals->used; first += group) {
+        double ttft_sum = 0, cached = 0, input = 0;
+        uint64_t requests = 0;
+        for (size_t i = first; i < first + group && i < arrivals->used; i++) {
+            ttft_sum += arrivals->bins[i].ttft_sum_s;
+            requests += arrivals->bins[i].requests;
+            cached += arrivals->bins[i].cached_tokens;
+            input += arrivals->bins[i].input_tokens;
+        }
+        if (requests == 0)
             continue;
-        /* About 120 points: neighbouring bins pooled. */
-        size_t group = (arrivals->used + 119) / 120;
-        size_t points = (arrivals->used + group - 1) / group;
-        chart_series_t *ttft_series = series_add(ttft, report->runs[r]->label, points, false);
-        chart_series_t *hit_series = series_add(hits, report->runs[r]->label, points, false);
-        if (ttft_series == NULL || hit_series == NULL)
-            return KVIO_ERR_NOMEM;
-        width_s = arrivals->width_s * (double)group;
-        for (size_t first = 0; first < arrivals->used; first += group) {
-            double ttft_sum = 0, cached = 0, input = 0;
-            uint64_t requests = 0;
-            for (size_t i = first; i < first + group && i < arrivals->used; i++) {
-                ttft_sum += arrivals->bins[i].ttft_sum_s;
-                requests += arrivals->bins[i].requests;
-                cached += arrivals->bins[i].cached_tokens;
-                input += arrivals->bins[i].input_tokens;
-            }
-            if (requests == 0)
-                continue;
-            double middle = ((double)first + (double)group / 2) * arrivals->width_s;
-            ttft_series->x[ttft_series->count] = middle;
-            ttft_series->y[ttft_series->count++] = 1e3 * ttft_sum / (double)requests;
-            if (input > 0) {
-                hit_series->x[hit_series->count] = middle;
-                hit_series->y[hit_series->count++] = 100 * cached / input;
-            }
+        double middle = ((double)first + (double)group / 2) * arrivals->width_s;
+        ttft_series->x[ttft_series->count] = middle;
+        ttft_series->y[ttft_series->count++] = 1e3 * ttft_sum / (double)requests;
+        if (input > 0) {
+            hit_series->x[hit_series->count] = middle;
+            hit_series->y[hit_series->count++] = 100 * cached / input;
         }
     }
-    const char *caption = "From requests.csv (first seed of each run): requests binned on "
-                          "arrival (%.3g s per point for the last run), serve ranks together; "
-                          "dashed lines: the %zu activations of %s (updates.csv t_activated, "
-                          "every serve rank). With update.on_activate.cache: flush each "
-                          "activation empties the prefix cache.";
-    snprintf(ttft->caption, sizeof(ttft->caption), caption, width_s, ttft->num_marks,
-             marked->label);
-    snprintf(hits->caption, sizeof(hits->caption), caption, width_s, hits->num_marks,
-             marked->label);
+    const char *caption = "From requests.csv (first seed): requests binned on arrival (%.3g s "
+                          "per point), serve ranks together; dashed lines: this run's %zu "
+                          "activations (updates.csv t_activated, every serve rank). With "
+                          "update.on_activate.cache: flush each activation empties the prefix "
+                          "cache.";
+    snprintf(ttft->caption, sizeof(ttft->caption), caption,
+             arrivals->width_s * (double)group, ttft->num_marks);
+    snprintf(hits->caption, sizeof(hits->caption), caption,
+             arrivals->width_s * (double)group, hits->num_marks);
     return KVIO_OK;
+}
+
+/* Each run with updates gets its own charts: one run's activations drawn
+ * over another's requests say nothing. */
+static kvio_status_t interference_charts(kvio_report_t *report)
+{
+    size_t drawn = 0, skipped = 0;
+    kvio_status_t status = KVIO_OK;
+    for (size_t r = 0; r < report->num_runs && status == KVIO_OK; r++) {
+        const report_run_t *run = report->runs[r];
+        if (run->arrivals == NULL || run->arrivals->used == 0 || run->num_updates == 0)
+            continue;
+        if (drawn == MAX_ACTIVATION_CHARTS) {
+            skipped++;
+            continue;
+        }
+        status = activation_charts(report, run, drawn++);
+    }
+    if (status == KVIO_OK && skipped > 0)
+        add_note(report, "TTFT and hit rate over time drawn for the first %d runs with model "
+                         "updates; %zu more not drawn.", MAX_ACTIVATION_CHARTS, skipped);
+    return status;
 }
 
 /* The share of values at or below each of about 200 points (sorts them). */
@@ -1176,11 +1361,11 @@ static kvio_status_t update_cost_charts(kvio_report_t *report)
     stall->dashed = true;
     for (size_t i = 0; i < first->num_updates; i++) {
         const update_row_t *row = &first->updates[i];
-        if (!row->has[5])
+        if (!row->has[UPDATE_ACTIVATED])
             continue;
-        added->x[added->count] = row->t[5];
+        added->x[added->count] = row->t[UPDATE_ACTIVATED];
         added->y[added->count++] = row->added_e2el_ms;
-        stall->x[stall->count] = row->t[5];
+        stall->x[stall->count] = row->t[UPDATE_ACTIVATED];
         stall->y[stall->count++] = row->stall_ms;
     }
     snprintf(per_update->caption, sizeof(per_update->caption),

@@ -17,7 +17,8 @@
 #define VALUE_LIMIT 1e15
 
 const char *const report_update_stage_names[UPDATE_STAGES] = {
-    "ready", "xfer_start", "xfer_end", "notified", "verified", "activated",
+    "ready",    "publish_start", "publish_end", "xfer_start",
+    "xfer_end", "notified",      "verified",    "activated",
 };
 
 /* ---------- small helpers ---------- */
@@ -216,17 +217,80 @@ void report_timeline_add_request(timeline_t *timeline, double arrival_s, double 
     bin->cached_tokens += cached_tokens;
     bin->input_tokens += input_tokens;
 }
-/* From the run's config: its offered rate and how it admits requests (the
+/* Where and how the run ran (host, commit), whether its update times are
+ * modelled and from what, and its warnings' kinds (its verdict). */
+static void about_run(const json_t *summary, const json_t *metrics, report_run_t *run)
+{
+    report_label_copy(run->host, sizeof(run->host),
+                      json_string_value(json_object_get(json_object_get(summary, "host"),
+                                                        "hostname")));
+    report_label_copy(run->commit, sizeof(run->commit),
+                      json_string_value(json_object_get(json_object_get(summary, "build"),
+                                                        "commit")));
+    const json_t *updates = json_object_get(metrics, "model_updates");
+    const json_t *model = json_object_get(updates, "model");
+    run->modelled_updates = model != NULL;
+    if (model != NULL) {
+        const json_t *source = json_object_get(model, "source");
+        char text[REPORT_LABEL_MAX];
+        snprintf(text, sizeof(text), "%.4g GB/s (%s), %.4g us (%s)",
+                 json_number_value(json_object_get(model, "bandwidth_gbps")),
+                 json_string_value(json_object_get(source, "bandwidth")) != NULL
+                     ? json_string_value(json_object_get(source, "bandwidth"))
+                     : "?",
+                 json_number_value(json_object_get(model, "latency_s")) * 1e6,
+                 json_string_value(json_object_get(source, "latency")) != NULL
+                     ? json_string_value(json_object_get(source, "latency"))
+                     : "?");
+        report_label_copy(run->update_model, sizeof(run->update_model), text);
+    }
+    const json_t *warnings = json_object_get(summary, "warnings");
+    size_t at = 0;
+    run->verdict[0] = '\0';
+    for (size_t i = 0; i < json_array_size(warnings) && at < sizeof(run->verdict); i++) {
+        const char *kind = json_string_value(json_object_get(json_array_get(warnings, i), "kind"));
+        if (kind != NULL && strstr(run->verdict, kind) == NULL)
+            at += (size_t)snprintf(run->verdict + at, sizeof(run->verdict) - at, "%s%s",
+                                   at > 0 ? ", " : "", kind);
+    }
+}
+
+/* What the runs of one rate sweep share: the config without the rate, the
+ * seed, the name and the scheduler (a line each), as a hash of its sorted
+ * JSON. */
+static void sweep_of(const json_t *config, report_run_t *run)
+{
+    json_t *copy = json_deep_copy(config);
+    json_t *stream = json_object_get(copy, "stream");
+    json_object_del(json_object_get(stream, "arrival"), "rate");
+    json_object_del(copy, "seed");
+    json_object_del(copy, "name");
+    json_object_del(json_object_get(copy, "serve"), "scheduler");
+    char *text = copy != NULL ? json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    uint64_t hash = 14695981039346656037ull; /* FNV-1a */
+    for (const char *c = text != NULL ? text : ""; *c != '\0'; c++)
+        hash = (hash ^ (unsigned char)*c) * 1099511628211ull;
+    snprintf(run->sweep, sizeof(run->sweep), "%016llx", (unsigned long long)hash);
+    free(text);
+    json_decref(copy);
+}
+
+/* From the run's summary: the rate it was offered (as measured; the
+ * configured one for summaries without it) and how it admits requests (the
  * policy; for sjf and pkas the predictor too, noisy with its sigma,
- * constant with its value), for the throughput-against-rate chart. */
-static void admission_of(const json_t *config, report_run_t *run)
+ * constant with its value), for the charts against rate. */
+static void admission_of(const json_t *config, const json_t *metrics, report_run_t *run)
 {
     const json_t *scheduler = json_object_get(json_object_get(config, "serve"), "scheduler");
     const char *policy = json_string_value(json_object_get(scheduler, "policy"));
     const char *predictor = json_string_value(json_object_get(scheduler, "predictor"));
+    double measured = json_number_value(json_object_get(metrics, "offered_rate"));
     run->offered_rate =
-        json_number_value(json_object_get(json_object_get(json_object_get(config, "stream"),
-                                                          "arrival"), "rate"));
+        measured > 0
+            ? measured
+            : json_number_value(json_object_get(
+                  json_object_get(json_object_get(config, "stream"), "arrival"), "rate"));
+    sweep_of(config, run);
     if (policy == NULL) {
         run->admission[0] = '\0';
         return;
@@ -372,6 +436,31 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
                                  latencies[i].value, error_p, error_len);
         }
     }
+    /* Present in some runs only: NAN (no bar) where absent. */
+    const json_t *updates = json_object_get(metrics, "model_updates");
+    struct {
+        const json_t *object;
+        const char *key, *where;
+        double *value;
+    } optional[] = {
+        {metrics, "accelerator_utilization", "metrics.", &metrics_p->accelerator_utilization},
+        {metrics, "cumulative_inference_loss", "metrics.",
+         &metrics_p->cumulative_inference_loss},
+        {json_object_get(updates, "update_latency_ms"), "p50",
+         "metrics.model_updates.update_latency_ms.", &metrics_p->update_p50_ms},
+        {json_object_get(updates, "update_latency_ms"), "p99",
+         "metrics.model_updates.update_latency_ms.", &metrics_p->update_p99_ms},
+        {json_object_get(updates, "bandwidth_gbps"), "mean",
+         "metrics.model_updates.bandwidth_gbps.", &metrics_p->update_gbps},
+    };
+    for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]) && status == KVIO_OK; i++) {
+        *optional[i].value = NAN;
+        if (json_object_get(optional[i].object, optional[i].key) != NULL)
+            status = json_number(optional[i].object, optional[i].key, optional[i].where, path,
+                                 true, optional[i].value, error_p, error_len);
+    }
+    if (updates != NULL && json_integer_value(json_object_get(updates, "updates_activated")) == 0)
+        metrics_p->update_p50_ms = metrics_p->update_p99_ms = metrics_p->update_gbps = NAN;
     const json_t *sync = json_object_get(json_object_get(metrics, "model_updates"),
                                          "weight_sync");
     if (status == KVIO_OK && sync != NULL)
@@ -387,7 +476,8 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
                       json_string_value(json_object_get(summary, "name")));
     report_label_copy(run->scheduler, sizeof(run->scheduler),
                       json_string_value(json_object_get(metrics, "scheduler")));
-    admission_of(json_object_get(summary, "config"), run);
+    admission_of(json_object_get(summary, "config"), metrics, run);
+    about_run(summary, metrics, run);
     run->serving = serving;
     const json_t *slo = json_object_get(json_object_get(summary, "config"), "slo");
     const char *bounds[] = {json_string_value(json_object_get(slo, "ttft")),
@@ -396,11 +486,12 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
     for (int b = 0; b < 2; b++) {
         int64_t bound_ns = 0;
         char ignored[128];
-        run->has_slo = run->has_slo ||
-                       (bounds[b] != NULL &&
-                        kvio_parse_duration(bounds[b], &bound_ns, ignored, sizeof(ignored)) ==
-                            KVIO_OK &&
-                        bound_ns > 0);
+        bool set = bounds[b] != NULL &&
+                   kvio_parse_duration(bounds[b], &bound_ns, ignored, sizeof(ignored)) ==
+                       KVIO_OK &&
+                   bound_ns > 0;
+        run->has_slo = run->has_slo || set;
+        *(b == 0 ? &run->slo_ttft_ms : &run->slo_tpot_ms) = set ? (double)bound_ns / 1e6 : 0;
     }
     /* Tier traffic: metrics.tiers as an array of objects (with "name" or
      * "kind", and "rank" when there are several serve ranks) or an object of
@@ -665,7 +756,7 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
         stall_columns[i] = kvio_csv_reader_column(&csv, stall_names[i]);
     const char *missing = version_column < 0 ? "version"
                           : columns[0] < 0   ? "t_ready"
-                          : columns[5] < 0   ? "t_activated"
+                          : columns[UPDATE_ACTIVATED] < 0 ? "t_activated"
                                              : NULL;
     if (missing != NULL) {
         snprintf(error_p, error_len, "%s: no column '%s' in the header", csv.path, missing);
@@ -690,7 +781,7 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
                 continue;
             /* An empty stage field means the transport has no such stage. */
             if ((size_t)columns[i] < csv.num_fields && csv.fields[columns[i]][0] == '\0' &&
-                i != 0 && i != 5)
+                i != 0 && i != UPDATE_ACTIVATED)
                 continue;
             status = csv_number(&csv, columns[i], report_update_stage_names[i], &row.t[i],
                                 error_p, error_len);
@@ -712,7 +803,7 @@ static kvio_status_t load_updates(const char *dir, report_run_t *run, char *erro
         if (status != KVIO_OK)
             break;
         if (row.rank < 0 || row.rank >= REPORT_MAX_RANKS || row.t[0] < 0 ||
-            row.t[5] < row.t[0]) {
+            row.t[UPDATE_ACTIVATED] < row.t[0]) {
             snprintf(error_p, error_len,
                      "%s:%lu: rank out of range (0..%d) or t_activated before t_ready", csv.path,
                      csv.line_number, REPORT_MAX_RANKS - 1);

@@ -50,11 +50,15 @@ static void gp_lines(FILE *out, const report_chart_t *chart, size_t index)
     for (size_t m = 0; m < chart->num_marks; m++)
         fprintf(out, "set arrow from %.10g, graph 0 to %.10g, graph 1 nohead dt 2 lc rgb '#888888'\n",
                 chart->marks[m], chart->marks[m]);
+    for (size_t m = 0; m < chart->num_y_marks; m++)
+        fprintf(out, "set arrow from graph 0, first %.10g to graph 1, first %.10g nohead dt 2 "
+                     "lc rgb '#bb0000'\n",
+                chart->y_marks[m], chart->y_marks[m]);
     for (size_t s = 0; s < chart->num_series; s++) {
         const chart_series_t *series = &chart->series[s];
         fprintf(out, "$d%zu_%zu << EOD\n", index, s);
         for (size_t i = 0; i < series->count; i++)
-            if (!chart->x_log || series->x[i] > 0)
+            if ((!chart->x_log || series->x[i] > 0) && (!chart->y_log || series->y[i] > 0))
                 fprintf(out, "%.10g %.10g\n", series->x[i], series->y[i]);
         if (series->count == 0)
             fputs("0 0\n", out);
@@ -82,8 +86,13 @@ static void gp_bars(FILE *out, const report_chart_t *chart, size_t index)
     fprintf(out, "$d%zu << EOD\n", index);
     for (size_t c = 0; c < chart->num_categories; c++) {
         gp_data_label(out, chart->categories[c]);
-        for (size_t s = 0; s < chart->num_series; s++)
-            fprintf(out, " %.10g", chart->series[s].y[c] > 0 ? chart->series[s].y[c] : 0);
+        for (size_t s = 0; s < chart->num_series; s++) {
+            double value = chart->series[s].y[c];
+            if (!isfinite(value))
+                fputs(" NaN", out); /* none: no bar (gnuplot skips NaN) */
+            else
+                fprintf(out, " %.10g", value > 0 ? value : 0);
+        }
         fputc('\n', out);
     }
     fputs("EOD\nplot ", out);
@@ -142,12 +151,16 @@ kvio_status_t report_render_gnuplot(const kvio_report_t *report, const char *dir
         fputs("\nset ylabel ", out);
         gp_string(out, chart->y_label);
         fputs("\nset key outside below\nset grid ytics\n", out);
-        if (chart->y_fixed)
+        if (chart->y_log && chart->kind != CHART_STACKED)
+            fputs("set logscale y 10\nset format y '%.0s%c'\nset yrange [*:*]\n", out);
+        else if (chart->y_fixed)
             fprintf(out, "set yrange [%.10g:%.10g]\n", chart->y_min, chart->y_max);
         else if (chart_max(chart) > 0)
             fputs("set yrange [0:*]\n", out);
         else
             fputs("set yrange [0:1]\n", out); /* all zero: gnuplot cannot autoscale */
+        if (chart->y_integer)
+            fputs("set ytics 1\nset format y '%.0f'\n", out);
         if (chart->kind == CHART_LINES)
             gp_lines(out, chart, i);
         else

@@ -4,8 +4,11 @@
  * Also the tick helpers the gnuplot renderer shares. */
 #include "report/report_int.h"
 
+#include "kvio/sysinfo.h"
+
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #define SVG_WIDTH 640.0
 #define PLOT_LEFT 72.0
@@ -156,6 +159,18 @@ static void axis_linear(axis_t *axis, double low, double high, bool fixed)
     axis->max = high > low ? high : low + 1;
 }
 
+/* A count's axis: whole-number ticks (no "0.5 preemptions"). */
+static void axis_whole(axis_t *axis)
+{
+    if (axis->log || axis->step >= 1)
+        return;
+    axis->step = 1;
+    axis->min = floor(axis->min);
+    axis->max = ceil(axis->max);
+    if (axis->max <= axis->min)
+        axis->max = axis->min + 1;
+}
+
 static void axis_log(axis_t *axis, double low, double high)
 {
     axis->log = true;
@@ -168,6 +183,20 @@ static void axis_log(axis_t *axis, double low, double high)
     if (axis->max <= axis->min)
         axis->max = axis->min * 10;
     axis->step = 1;
+}
+
+/* The y axis a chart asks for over [low, high] (log, fixed or fitted; whole
+ * ticks for counts). */
+static void axis_y(axis_t *axis, const report_chart_t *chart, double low, double high)
+{
+    if (chart->y_log)
+        axis_log(axis, low, high);
+    else if (chart->y_fixed)
+        axis_linear(axis, chart->y_min, chart->y_max, true);
+    else
+        axis_linear(axis, low, high, false);
+    if (chart->y_integer)
+        axis_whole(axis);
 }
 
 static double axis_fraction(const axis_t *axis, double value)
@@ -209,11 +238,13 @@ static double pixel_y(const frame_t *frame, double value)
 static void draw_y_axis(FILE *out, const frame_t *frame, const char *label)
 {
     int guard = 0;
-    for (double tick = frame->y.min; tick <= frame->y.max + frame->y.step * 1e-6 && guard < 50;
-         tick += frame->y.step, guard++) {
+    for (double tick = frame->y.min; tick <= frame->y.max * (frame->y.log ? 1.0001 : 1) +
+                                                 (frame->y.log ? 0 : frame->y.step * 1e-6) &&
+                                     guard < 50;
+         tick = frame->y.log ? tick * 10 : tick + frame->y.step, guard++) {
         double y = pixel_y(frame, tick);
         char text[32];
-        report_format_tick(tick, frame->y.step, text, sizeof(text));
+        report_format_tick(tick, frame->y.log ? tick : frame->y.step, text, sizeof(text));
         fprintf(out,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
@@ -337,9 +368,20 @@ static void render_lines(FILE *out, const report_chart_t *chart)
             y_high = fmax(y_high, series->y[i]);
         }
     }
+    if (chart->y_log) { /* a log axis leaves out what is not above 0 */
+        y_low = INFINITY;
+        for (size_t s = 0; s < chart->num_series; s++)
+            for (size_t i = 0; i < chart->series[s].count; i++)
+                if (chart->series[s].y[i] > 0)
+                    y_low = fmin(y_low, chart->series[s].y[i]);
+    }
     for (size_t m = 0; m < chart->num_marks && isfinite(x_low) && !chart->x_log; m++) {
         x_low = fmin(x_low, chart->marks[m]);
         x_high = fmax(x_high, chart->marks[m]);
+    }
+    for (size_t m = 0; m < chart->num_y_marks && isfinite(y_low); m++) {
+        y_low = fmin(y_low, chart->y_marks[m]);
+        y_high = fmax(y_high, chart->y_marks[m]);
     }
     if (!isfinite(x_low)) {
         x_low = chart->x_log ? 1 : 0;
@@ -355,10 +397,7 @@ static void render_lines(FILE *out, const report_chart_t *chart)
         axis_linear(&frame.x, chart->x_min, chart->x_max, true);
     else
         axis_linear(&frame.x, x_low, x_high * 1.0, false);
-    if (chart->y_fixed)
-        axis_linear(&frame.y, chart->y_min, chart->y_max, true);
-    else
-        axis_linear(&frame.y, y_low, y_high * 1.05, false);
+    axis_y(&frame.y, chart, y_low, chart->y_log ? y_high : y_high * 1.05);
 
     legend_item_t items[64];
     size_t num_items = chart->num_series < 64 ? chart->num_series : 64;
@@ -376,14 +415,21 @@ static void render_lines(FILE *out, const report_chart_t *chart)
             chart->id, frame.left, frame.top - 2, frame.width, frame.height + 4);
     draw_y_axis(out, &frame, chart->y_label);
     draw_x_axis(out, &frame, chart->x_label);
-    for (size_t m = 0; m < chart->num_marks; m++) {
-        double x = pixel_x(&frame, chart->marks[m]);
-        if (x < frame.left || x > frame.left + frame.width)
+    /* Marks: activations (vertical, grey), an SLO (horizontal, red). */
+    for (size_t m = 0; m < chart->num_marks + chart->num_y_marks; m++) {
+        bool vertical = m < chart->num_marks;
+        double at = vertical ? pixel_x(&frame, chart->marks[m])
+                             : pixel_y(&frame, chart->y_marks[m - chart->num_marks]);
+        double from = vertical ? frame.left : frame.top;
+        if (at < from || at > from + (vertical ? frame.width : frame.height))
             continue;
         fprintf(out,
-                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
-                "stroke-width=\"1\" stroke-dasharray=\"4 3\"/>\n",
-                x, frame.top, x, frame.top + frame.height);
+                "<line%s x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-width=\"%s\" stroke-dasharray=\"%s\"/>\n",
+                vertical ? "" : " class=\"y-mark\"", vertical ? at : frame.left,
+                vertical ? frame.top : at, vertical ? at : frame.left + frame.width,
+                vertical ? frame.top + frame.height : at, vertical ? "#888" : "#b00",
+                vertical ? "1" : "1.2", vertical ? "4 3" : "6 4");
     }
     for (size_t s = 0; s < chart->num_series; s++) {
         const chart_series_t *series = &chart->series[s];
@@ -395,7 +441,7 @@ static void render_lines(FILE *out, const report_chart_t *chart)
                 chart->id, report_series_color(series, s),
                 series_dashed(series, s) ? " stroke-dasharray=\"6 3\"" : "");
         for (size_t i = 0; i < series->count; i++) {
-            if (chart->x_log && !(series->x[i] > 0))
+            if ((chart->x_log && !(series->x[i] > 0)) || (chart->y_log && !(series->y[i] > 0)))
                 continue;
             double x = pixel_x(&frame, series->x[i]), y = pixel_y(&frame, series->y[i]);
             if (series->step && i > 0)
@@ -426,15 +472,20 @@ static void render_lines(FILE *out, const report_chart_t *chart)
 static void render_bars(FILE *out, const report_chart_t *chart)
 {
     bool stacked = chart->kind == CHART_STACKED;
-    double high = 0;
+    bool log = chart->y_log && !stacked;
+    double high = 0, low = INFINITY;
     for (size_t c = 0; c < chart->num_categories; c++) {
         double sum = 0;
         for (size_t s = 0; s < chart->num_series; s++) {
             const chart_series_t *series = &chart->series[s];
+            if (!isfinite(series->y[c]))
+                continue; /* none (a run without an SLO has no goodput) */
             double value = fmax(series->y[c], 0);
-            if (series->high != NULL)
+            if (series->high != NULL && isfinite(series->high[c]))
                 value = fmax(value, series->high[c]);
             sum = stacked ? sum + value : fmax(sum, value);
+            if (series->y[c] > 0)
+                low = fmin(low, series->y[c]);
         }
         high = fmax(high, sum);
     }
@@ -442,10 +493,14 @@ static void render_bars(FILE *out, const report_chart_t *chart)
                      .width = SVG_WIDTH - PLOT_LEFT - PLOT_RIGHT, .height = PLOT_HEIGHT};
     frame.x.min = 0;
     frame.x.max = 1;
-    if (chart->y_fixed)
+    if (log)
+        axis_log(&frame.y, low, high);
+    else if (chart->y_fixed)
         axis_linear(&frame.y, chart->y_min, chart->y_max, true);
     else
         axis_linear(&frame.y, 0, high > 0 ? high * 1.08 : 1, false);
+    if (chart->y_integer)
+        axis_whole(&frame.y);
 
     /* Category labels: horizontal when they fit their slot, else slanted. */
     size_t num_categories = chart->num_categories > 0 ? chart->num_categories : 1;
@@ -494,9 +549,11 @@ static void render_bars(FILE *out, const report_chart_t *chart)
         double base = 0;
         for (size_t s = 0; s < chart->num_series; s++) {
             const chart_series_t *series = &chart->series[s];
+            if (!isfinite(series->y[c]))
+                continue;
             double value = fmax(series->y[c], 0);
             double x = stacked ? group_left : group_left + bar * (double)s;
-            double y0 = pixel_y(&frame, stacked ? base : 0);
+            double y0 = log ? frame.top + frame.height : pixel_y(&frame, stacked ? base : 0);
             double y1 = pixel_y(&frame, stacked ? base + value : value);
             fprintf(out,
                     "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
@@ -567,7 +624,7 @@ static const char style[] =
     "figure{margin:0;background:#fff;border:1px solid #ddd;padding:8px;width:640px}"
     "figure svg{display:block;width:640px;height:auto}"
     "figcaption{font-size:12px;color:#555;margin-top:4px;line-height:1.35}"
-    "ul.notes{font-size:13px;color:#7a4b00}";
+    "ul.notes{font-size:13px;color:#7a4b00}td.badge{color:#b00000}";
 
 /* A number cell; "-" for none (a run without the metric). */
 static void cell_number(FILE *out, double value, int decimals)
@@ -594,7 +651,9 @@ static void runs_table(FILE *out, const kvio_report_t *report)
           "<th>TTFT p50 (ms)</th><th>TTFT p99 (ms)</th><th>TPOT p50 (ms)</th>"
           "<th>E2EL p99 (ms)</th><th>throughput (req/s)</th><th>goodput (req/s)</th>"
           "<th>output (tok/s)</th><th>hit rate (%)</th><th>preemptions</th>"
-          "<th class=\"text\">complete</th></tr>\n",
+          "<th>update p50 (ms)</th><th>update GB/s</th>"
+          "<th class=\"text\">complete</th><th class=\"text\">verdict</th>"
+          "<th class=\"text\">host</th><th class=\"text\">commit</th></tr>\n",
           out);
     for (size_t r = 0; r < report->num_runs; r++) {
         const report_run_t *run = report->runs[r];
@@ -609,34 +668,80 @@ static void runs_table(FILE *out, const kvio_report_t *report)
         fputs("</td><td class=\"text\">", out);
         xml_text(out, run->scheduler);
         fprintf(out, "</td><td>%zu</td>", run->num_seeds);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, completed)), 0);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, ttft_p50)), 2);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, ttft_p99)), 2);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, tpot_p50)), 2);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, e2el_p99)), 1);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, request_throughput)), 2);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, goodput)), 2);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, output_throughput)), 1);
-        cell_number(out, 100 * seed_mean(run, offsetof(run_metrics_t, hit_rate)), 2);
-        cell_number(out, seed_mean(run, offsetof(run_metrics_t, preemptions)), 0);
-        fprintf(out, "<td class=\"text\">%s</td></tr>\n",
+        /* A run without serving (updates only) has none of these: "-". */
+        static const struct {
+            size_t offset;
+            double scale;
+            int decimals;
+        } cells[] = {
+            {offsetof(run_metrics_t, completed), 1, 0},
+            {offsetof(run_metrics_t, ttft_p50), 1, 2},
+            {offsetof(run_metrics_t, ttft_p99), 1, 2},
+            {offsetof(run_metrics_t, tpot_p50), 1, 2},
+            {offsetof(run_metrics_t, e2el_p99), 1, 1},
+            {offsetof(run_metrics_t, request_throughput), 1, 2},
+            {offsetof(run_metrics_t, goodput), 1, 2},
+            {offsetof(run_metrics_t, output_throughput), 1, 1},
+            {offsetof(run_metrics_t, hit_rate), 100, 2},
+            {offsetof(run_metrics_t, preemptions), 1, 0},
+        };
+        for (size_t c = 0; c < sizeof(cells) / sizeof(cells[0]); c++)
+            cell_number(out, run->serving ? cells[c].scale * seed_mean(run, cells[c].offset) : NAN,
+                        cells[c].decimals);
+        /* Model updates ("-" without them), marked when modelled. */
+        double update_ms = seed_mean(run, offsetof(run_metrics_t, update_p50_ms));
+        if (run->modelled_updates && isfinite(update_ms))
+            fprintf(out, "<td>%.1f (modelled)</td>", update_ms);
+        else
+            cell_number(out, update_ms, 1);
+        cell_number(out, seed_mean(run, offsetof(run_metrics_t, update_gbps)), 2);
+        fprintf(out, "<td class=\"text\">%s</td>",
                 run->complete ? "yes" : "<b>no (interrupted)</b>");
+        if (run->verdict[0] != '\0') {
+            fputs("<td class=\"text badge\"><b>", out);
+            xml_text(out, run->verdict);
+            fputs("</b> (see summary.json warnings)</td>", out);
+        } else {
+            fputs("<td class=\"text\">valid</td>", out);
+        }
+        fputs("<td class=\"text\">", out);
+        xml_text(out, run->host[0] != '\0' ? run->host : "-");
+        fputs("</td><td class=\"text\">", out);
+        xml_text(out, run->commit[0] != '\0' ? run->commit : "-");
+        fputs("</td></tr>\n", out);
     }
     fputs("</table>\n<p class=\"meta\">Seeds: runs pooled into one line per compare variant "
-          "(kvio compare --repeat); table values are means over seeds.</p>\n",
+          "(kvio compare --repeat); table values are means over seeds. A verdict other than "
+          "valid names summary.json's warnings (overload, timing error, tier errors, more ranks "
+          "than cores): those numbers mislead; charts mark such runs (!). (modelled): a "
+          "simulate run's update times, from the transport model.</p>\n",
           out);
 }
 
 kvio_status_t report_render_html(const kvio_report_t *report, FILE *out)
 {
+    /* Which kvio wrote the page, where and when. */
+    json_t *build = kvio_build_json(), *host = kvio_host_json();
+    const char *commit = json_string_value(json_object_get(build, "commit"));
+    const char *hostname = json_string_value(json_object_get(host, "hostname"));
+    char when[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
     fprintf(out,
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"generator\" content=\"kvio %s\">\n<title>kvio report</title>\n"
             "<style>%s</style>\n</head>\n<body>\n<h1>kvio report</h1>\n"
-            "<p class=\"meta\">%zu run%s, %zu cachesim result%s; written by kvio %s. "
-            "Self-contained: charts are inline SVG.</p>\n",
+            "<p class=\"meta\" id=\"provenance\">%zu run%s, %zu cachesim result%s; written by "
+            "kvio %s (commit ",
             KVIO_VERSION, style, report->num_runs, report->num_runs == 1 ? "" : "s",
             report->num_cachesims, report->num_cachesims == 1 ? "" : "s", KVIO_VERSION);
+    xml_text(out, commit != NULL ? commit : "unknown");
+    fputs(") on ", out);
+    xml_text(out, hostname != NULL ? hostname : "an unknown host");
+    fprintf(out, " at %s. Self-contained: charts are inline SVG.</p>\n", when);
+    json_decref(build);
+    json_decref(host);
     if (report->num_runs > 0)
         runs_table(out, report);
     if (report->num_notes > 0) {

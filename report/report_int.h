@@ -48,14 +48,18 @@ typedef struct update_row {
     double version;
     double rank;
     double bytes;
-    double t[6]; /* ready, xfer_start, xfer_end, notified, verified, activated */
-    bool has[6];
+    double t[8]; /* report_update_stage_names: ready, publish_start, ... activated */
+    bool has[8];
     bool has_cost;       /* updates.csv has the cost columns (a control) */
     double added_e2el_ms; /* the latency its requests gained against the control */
     double stall_ms;      /* the serving time it cost its rank, every cause */
 } update_row_t;
 
-#define UPDATE_STAGES 6
+#define UPDATE_STAGES 8
+#define UPDATE_PUBLISH_START 1
+#define UPDATE_PUBLISH_END 2
+#define UPDATE_XFER_START 3
+#define UPDATE_ACTIVATED 7
 extern const char *const report_update_stage_names[UPDATE_STAGES];
 
 /* A tier's traffic: named byte counters. */
@@ -76,6 +80,10 @@ typedef struct run_metrics {
      * share of the weights' bytes put on the wire. */
     double sync_staged_ms, sync_update_ms, sync_stage_ms, sync_transfer_ms, sync_reload_ms;
     double sync_wire_share;
+    /* NAN when the run has none: */
+    double accelerator_utilization;   /* 0..1 */
+    double cumulative_inference_loss; /* runs with trainers and a loss curve */
+    double update_p50_ms, update_p99_ms, update_gbps; /* metrics.model_updates */
 } run_metrics_t;
 
 /* One result set: a results directory, or a compare variant (its seeds). */
@@ -85,7 +93,15 @@ typedef struct report_run {
     char name[REPORT_LABEL_MAX];   /* workload name from summary.json */
     char scheduler[REPORT_LABEL_MAX];
     char admission[REPORT_LABEL_MAX]; /* policy, with its predictor where it has one */
-    double offered_rate;           /* config stream.arrival.rate (req/s); 0: none */
+    double offered_rate;           /* measured (metrics.offered_rate), else the configured
+                                      stream.arrival.rate (req/s); 0: none */
+    char sweep[REPORT_LABEL_MAX];  /* what runs of one rate sweep share: the config
+                                      without the rate, seed and scheduler, hashed */
+    double slo_ttft_ms, slo_tpot_ms; /* config slo (0: none) */
+    bool modelled_updates;         /* simulate: update times from the transport model */
+    char update_model[REPORT_LABEL_MAX]; /* its figures and their sources */
+    char verdict[REPORT_LABEL_MAX]; /* the first seed's warnings' kinds ("" when valid) */
+    char host[REPORT_LABEL_MAX], commit[REPORT_LABEL_MAX]; /* where it ran, what built it */
     bool serving;                  /* summary.json has serving metrics */
     bool has_slo;                  /* config slo: a TTFT or TPOT bound */
     bool has_sync;                 /* metrics.model_updates.weight_sync (first seed) */
@@ -160,6 +176,8 @@ typedef struct report_chart {
     char caption[512];
     chart_kind_t kind;
     bool x_log;
+    bool y_log;              /* lines and grouped bars: a log y axis (values > 0) */
+    bool y_integer;          /* counts: ticks on whole numbers */
     bool x_fixed;            /* x range is [x_min, x_max] as given */
     double x_min, x_max;
     bool y_fixed;            /* y range is [y_min, y_max] as given */
@@ -172,6 +190,9 @@ typedef struct report_chart {
      * activations), with what they are in the caption. */
     size_t num_marks;
     double marks[REPORT_MAX_MARKS];
+    /* Lines: y values marked by a horizontal dashed line (an SLO bound). */
+    size_t num_y_marks;
+    double y_marks[4];
 } report_chart_t;
 
 struct kvio_report {

@@ -4,6 +4,7 @@
  * compared side by side; long series are downsampled; bad input is refused
  * with the file named, and mutated input never crashes the reader. */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <ctype.h>
 #include <jansson.h>
 #include <math.h>
@@ -247,8 +248,9 @@ Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
         {"chart-update-breakdown-1", "Model-update latency per update: run-fcfs"},
         {"chart-staleness", "Model staleness over time"},
         {"chart-tier-traffic", "KV-cache tier traffic"},
-        {"chart-ttft-over-time", "TTFT over time, with the activations"},
-        {"chart-hit-rate-over-time", "Prefix hit rate over time, with the activations"},
+        {"chart-ttft-over-time", "TTFT over time, with the activations: run-fcfs"},
+        {"chart-hit-rate-over-time", "Prefix hit rate over time, with the activations: run-fcfs"},
+        {"chart-utilization", "Accelerator utilization"},
     };
     size_t num_charts = sizeof(charts) / sizeof(charts[0]);
     for (size_t i = 0; i < num_charts; i++) {
@@ -266,7 +268,7 @@ Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
     /* Axis titles carry units. */
     const char *units[] = {"TTFT (ms)", "fraction of requests", "requests per second",
                            "tokens per second", "KV blocks in use (%)", "time (s)",
-                           "capacity (blocks, log scale)", "time from t_ready (ms)",
+                           "capacity (blocks, log scale)", "share of the update latency (%)",
                            "GB (10^9 bytes)", "versions behind (count)"};
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
         cr_assert(test_contains(html, units[i]), "no axis title '%s'", units[i]);
@@ -286,15 +288,18 @@ Test(report, fixture_report_has_every_chart_with_valid_svg, .timeout = 30)
     cr_assert(test_contains(updates, "6 of 6 versions shown"), "%s", updates);
     free(updates);
     /* TTFT and hit rate over time mark every activation of run-fcfs (its
-     * updates.csv: 6 versions on 2 ranks), one line per run. */
+     * updates.csv: 6 versions on 2 ranks) over run-fcfs's requests alone:
+     * run-lpm, without updates, gets no such chart (its requests under
+     * run-fcfs's activations said nothing). */
     const char *over_time[] = {"chart-ttft-over-time", "chart-hit-rate-over-time"};
     for (size_t c = 0; c < 2; c++) {
         char *chart = figure(html, over_time[c]);
         cr_assert_eq(count_of(chart, "stroke-dasharray=\"4 3\""), 12, "%s", over_time[c]);
-        cr_assert_eq(count_of(chart, "<polyline"), 2, "%s", over_time[c]);
-        cr_assert(test_contains(chart, "the 12 activations of run-fcfs"), "%s", chart);
+        cr_assert_eq(count_of(chart, "<polyline"), 1, "%s", over_time[c]);
+        cr_assert(test_contains(chart, "this run&#39;s 12 activations"), "%s", chart);
         free(chart);
     }
+    cr_assert_null(figure(html, "chart-ttft-over-time-2"));
     free(html);
     test_rmtree(dir);
     free(dir);
@@ -1026,6 +1031,142 @@ Test(report, bad_summaries_are_refused_saying_why, .timeout = 30)
     cr_expect(!test_contains(run.err, "hunter2"), "the link's target was echoed: %s", run.err);
     test_run_free(&run);
     free(secret);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The report of inputs (NULL-terminated) written to dir/out. */
+static char *report_into(const char *dir, const char *out, const char *first, ...)
+{
+    const char *argv[16] = {test_kvio_binary(), "report"};
+    size_t argc = 2;
+    va_list args;
+    va_start(args, first);
+    for (const char *input = first; input != NULL && argc < 12; input = va_arg(args, const char *))
+        argv[argc++] = input;
+    va_end(args);
+    argv[argc++] = "-o";
+    argv[argc++] = out;
+    argv[argc] = NULL;
+    test_run_t run = test_exec(dir, argv);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/%s", dir, out);
+    char *html = report_html(path);
+    cr_assert_not_null(html);
+    return html;
+}
+
+/* #41 items 2 and 3: updates whose latencies differ a thousandfold each
+ * show (latency bars on a log axis, bandwidth bars, the breakdown as
+ * shares), the file transport's publish is named as such, and simulate
+ * runs' update times say they are modelled. */
+Test(report, update_times_show_at_every_scale_and_say_when_modelled, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "quickstart", "--set", "mode=simulate", "--set",
+                               "duration=10s", "--vary", "train.transport.kind=ucx,file",
+                               "--vary", "train.bytes=1MiB,512MiB", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *html = report_into(dir, "out", "cmp", NULL);
+    char *latency = figure(html, "chart-update-latency");
+    cr_assert_not_null(latency);
+    cr_expect(test_contains(latency, "Log y axis"), "%s", latency);
+    cr_expect(test_contains(latency, "(modelled)"), "%s", latency);
+    free(latency);
+    char *bandwidth = figure(html, "chart-update-bandwidth");
+    cr_assert_not_null(bandwidth);
+    cr_expect(test_contains(bandwidth, "GB/s"), "%s", bandwidth);
+    free(bandwidth);
+    char *breakdown = figure(html, "chart-update-breakdown");
+    cr_assert_not_null(breakdown);
+    cr_expect(test_contains(breakdown, "publish (write, SET)"), "%s", breakdown);
+    cr_expect(test_contains(breakdown, "share of the update latency (%)"), "%s", breakdown);
+    cr_expect_not(test_contains(breakdown, "wait (ready to transfer start)"), "%s", breakdown);
+    free(breakdown);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #41 items 2 and 7: two unrelated rate sweeps of one workload are two
+ * charts against the rate offered as measured; an overloaded run's
+ * verdict is on the page and its bars are marked; the TTFT-against-rate
+ * chart goes log when the queue explodes, with the SLO drawn; a run
+ * without an SLO has no goodput bar; counts have whole ticks; utilization
+ * and inference loss have charts; the page names the commit and host; an
+ * existing report is kept unless --force. */
+Test(report, the_page_marks_what_misleads_and_draws_the_slos, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "compare", "chat", "--set", "duration=20s", "--set",
+                               "serve.kvcache.capacity=4GiB", "--set", "slo.ttft=2s", "--vary",
+                               "stream.arrival.rate=5,60", "-o", "overloaded", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "compare", "chat", "--set", "duration=20s", "--set",
+                    "serve.kvcache.capacity=8GiB", "--vary", "stream.arrival.rate=4,8", "-o",
+                    "calm", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "quickstart", "--set", "mode=simulate", "--set", "duration=10s",
+                    "-o", "coupled", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char *html = report_into(dir, "out", "overloaded", "calm", "coupled", NULL);
+
+    /* Two sweeps, not one line joining them; x is the measured rate. */
+    char *first = figure(html, "chart-ttft-vs-rate"), *second = figure(html, "chart-ttft-vs-rate-2");
+    cr_assert(first != NULL && second != NULL, "two sweeps, two charts");
+    cr_expect(test_contains(first, "offered rate, measured"), "%s", first);
+    /* The overloaded sweep: a log axis and its SLO as a dashed line. */
+    char *overloaded = test_contains(first, "Log y axis") ? first : second;
+    cr_expect(test_contains(overloaded, "Log y axis"), "%s\n%s", first, second);
+    cr_expect(test_contains(overloaded, "class=\"y-mark\""), "%s", overloaded);
+    free(first);
+    free(second);
+
+    /* The verdict in the runs table, "(!)" on the bars. */
+    char *table = strstr(html, "<table id=\"runs\">");
+    cr_assert_not_null(table);
+    cr_expect(test_contains(table, "overload"), "the overloaded run's verdict");
+    char *throughput = figure(html, "chart-throughput");
+    cr_assert_not_null(throughput);
+    cr_expect(test_contains(throughput, "(!)"), "%s", throughput);
+    /* Runs without an SLO: no goodput bar (it was drawn as 0). */
+    cr_expect_eq(count_of(throughput, ", goodput (requests meeting the SLOs):"), 3, "%s",
+                 throughput);
+    free(throughput);
+    char *utilization = figure(html, "chart-utilization");
+    cr_expect_not_null(utilization);
+    free(utilization);
+    char *loss = figure(html, "chart-inference-loss");
+    cr_expect_not_null(loss);
+    free(loss);
+    char *provenance = strstr(html, "id=\"provenance\"");
+    cr_assert_not_null(provenance);
+    cr_expect(test_contains(provenance, "(commit "), "%.300s", provenance);
+    free(html);
+
+    /* Whole ticks on counts: a run without preemptions is 0 to 1, no 0.2. */
+    html = report_into(dir, "small", "calm", NULL);
+    char *preemptions = figure(html, "chart-preemptions");
+    cr_assert_not_null(preemptions);
+    cr_expect_not(test_contains(preemptions, ">0.2</text>"), "%s", preemptions);
+    cr_expect(test_contains(preemptions, ">1</text>"), "%s", preemptions);
+    free(preemptions);
+    free(html);
+
+    /* An existing report is kept unless --force. */
+    run = test_kvio(dir, "report", "calm", "-o", "small", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "small/report.html exists; use --force"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", "calm", "-o", "small", "--force", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
     test_rmtree(dir);
     free(dir);
 }
