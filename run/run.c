@@ -760,14 +760,17 @@ static kvio_status_t run_prepare(run_state_t *state)
             kvio_rte_world_set_stop(state->world, state->options->stop);
         }
     }
-    /* An existing trace file is overwritten only with --force. The trace is
-     * opened before the results directory (an unwritable one is refused
-     * with no directory made), and a trace file this run made goes when
-     * the directory is refused. */
+    /* An existing trace file is overwritten only with --force (a device or
+     * a pipe, as /dev/null, is written to). The trace is opened before the
+     * results directory (an unwritable one is refused with no directory
+     * made), and a trace file this run made goes when the directory is
+     * refused. */
     const char *trace_path = state->options->event_trace;
     struct stat trace_info;
     bool trace_existed = trace_path != NULL && lstat(trace_path, &trace_info) == 0;
-    if (status == KVIO_OK && state->root && trace_existed && !state->options->force) {
+    bool trace_is_file = trace_existed &&
+                         (S_ISREG(trace_info.st_mode) || S_ISLNK(trace_info.st_mode));
+    if (status == KVIO_OK && state->root && trace_is_file && !state->options->force) {
         snprintf(error_p, error_len, "--event-trace %s: exists (use --force to overwrite it)",
                  trace_path);
         status = KVIO_ERR_EXISTS;

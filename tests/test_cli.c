@@ -1196,6 +1196,12 @@ Test(cli, more_small_inputs_are_refused_naming_the_cause, .timeout = 90)
     char path[1200];
     snprintf(path, sizeof(path), "%s/out", dir);
     cr_expect_neq(access(path, F_OK), 0, "a refused run made its results directory");
+    /* A device is no user's file: a trace to /dev/null (bench/report.sh's
+     * measure of the trace's cost) runs. */
+    run = test_kvio(dir, "run", "chat", "--set", "duration=2s", "--event-trace", "/dev/null",
+                    "-o", "devnull", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
     char command[2600];
     /* Its stdout /dev/full: every write fails, as into a pipe whose reader
      * has gone (| head), without the race of when head goes. */
