@@ -61,7 +61,8 @@ while IFS=$'\t' read -r name command; do
     fi
     mv "$output.new" "$output"
     commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-    git diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
+    # Changes beside the blocks this script writes mark the commit.
+    git diff --quiet HEAD -- . ":!$readme" 2>/dev/null || commit="$commit+changes"
     machine="$(hostname), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg) at the end, commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
     python3 - "$readme" "$name" "$command" "$output" "$machine" <<'EOF'
 import sys
