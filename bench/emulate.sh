@@ -18,23 +18,30 @@ for k in sys.argv[2].split('.'): m=m[k]
 print(m)" "$1" "$2"; }
 
 # 1. Swap copies vs memcpy: Llama-3-8B blocks (2 MiB), swaps forced by a
-#    small pool, prefix caching off so every swapped block is copied.
+#    small pool and the first-chunk admission of vLLM before whole-sequence
+#    admission (with today's default nothing is admitted that could be
+#    preempted here), prefix caching off so every swapped block is copied.
 cat >"$work/swap.yaml" <<YAML
 name: swap-bw
 mode: emulate
 model: {preset: llama3-8b}
 gpu: {preset: h200}
 serve:
-  engine: {max_num_seqs: 16, max_num_batched_tokens: 8192, preemption: swap}
+  engine: {max_num_seqs: 16, max_num_batched_tokens: 8192, preemption: swap,
+           scheduler_reserve_full_isl: false}
   kvcache: {block_size: 16, blocks: 600, prefix_caching: false, swap_space: 1GiB}
 stream:
   requests: 24
   arrival: {process: batch}
   input_tokens: {dist: uniform, low: 2000, high: 3000}
-  output_tokens: {dist: uniform, low: 300, high: 500}
+  output_tokens: {dist: uniform, low: 800, high: 1200}
 YAML
 "$kvio" -q run "$work/swap.yaml" -o "$work/swap" >/dev/null
 swapped=$(metric "$work/swap/summary.json" swapped_bytes)
+if [ "$(python3 -c "print(int(float('$swapped')) > 0)")" != True ]; then
+    echo "bench/emulate.sh: the swap workload swapped nothing: no swap figures to give" >&2
+    exit 1
+fi
 copy_s=$(metric "$work/swap/summary.json" swap_copy_s)
 swap_gbps=$(python3 -c "print($swapped / $copy_s / 1e9 if $copy_s > 0 else 0)")
 # The plain memcpy in the same run: kvio copies as many whole blocks between

@@ -89,7 +89,10 @@ void kvio_http_format_number(double value, char text_p[32])
         size_t length = strlen(mantissa);
         while (length > 0 && (mantissa[length - 1] == '0' || mantissa[length - 1] == '.'))
             mantissa[--length] = '\0';
-        snprintf(text_p, 32, "%se+0%d", mantissa, exponent);
+        /* At most 17 significant digits: the result fits 32 bytes. */
+        char result[64];
+        snprintf(result, sizeof(result), "%se+0%d", mantissa, exponent);
+        snprintf(text_p, 32, "%.31s", result);
     }
 }
 

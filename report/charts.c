@@ -730,10 +730,13 @@ static kvio_status_t update_latency_bars(kvio_report_t *report)
     if (latency == NULL || bandwidth == NULL || categories_set(latency, with) != KVIO_OK ||
         categories_set(bandwidth, with) != KVIO_OK)
         return KVIO_ERR_NOMEM;
-    chart_series_t *p50 = series_add(latency, "p50", with, false);
-    chart_series_t *p99 = series_add(latency, "p99", with, false);
+    /* Adding a series may move the chart's others: pointers after both. */
+    if (series_add(latency, "p50", with, false) == NULL ||
+        series_add(latency, "p99", with, false) == NULL)
+        return KVIO_ERR_NOMEM;
+    chart_series_t *p50 = &latency->series[0], *p99 = &latency->series[1];
     chart_series_t *gbps = series_add(bandwidth, "mean over updates", with, false);
-    if (p50 == NULL || p99 == NULL || gbps == NULL)
+    if (gbps == NULL)
         return KVIO_ERR_NOMEM;
     bool modelled = false;
     for (size_t r = 0, column = 0; r < report->num_runs; r++) {

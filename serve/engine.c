@@ -346,6 +346,23 @@ static void append_itls(kvio_engine_metrics_t *metrics, const kvio_itl_record_t 
     metrics->num_itl_records += count;
 }
 
+void kvio_engine_move_itls(kvio_engine_t *engine, kvio_engine_metrics_t *dst)
+{
+    kvio_engine_metrics_t *src = &engine->metrics;
+    if (dst->itl_records == NULL) {
+        dst->itl_records = src->itl_records;
+        dst->num_itl_records = src->num_itl_records;
+        dst->itl_records_capacity = src->itl_records_capacity;
+        src->itl_records = NULL;
+    } else {
+        append_itls(dst, src->itl_records, src->num_itl_records);
+        free(src->itl_records);
+        src->itl_records = NULL;
+    }
+    dst->itl_records_dropped += src->itl_records_dropped;
+    src->num_itl_records = src->itl_records_capacity = src->itl_records_dropped = 0;
+}
+
 /* A measured request's gap between two tokens, kept while within the
  * limit. */
 static void record_itl(kvio_engine_metrics_t *metrics, uint64_t id, int64_t gap_ns)

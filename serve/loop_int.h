@@ -269,7 +269,19 @@ typedef struct kvio_serve_recorder {
     bool with_ids;             /* keep each iteration's request ids (event traces) */
     uint64_t *served;          /* per version */
     size_t num_versions;
-    kvio_status_t status;      /* out of memory in a hook */
+    kvio_status_t status;      /* out of memory, or a row not written, in a hook */
+    /* Simulate: with rows set, each finished request and iteration is
+     * rendered as it is recorded (requests.csv with the control's columns,
+     * iterations.csv, the events; each may be NULL) and kept only with
+     * rows.keep (what serving measured is handed over): memory no longer
+     * grows with the run's length. */
+    struct {
+        bool on, keep;
+        kvio_csv_t *requests, *iterations;
+        kvio_event_trace_t *events;
+        const kvio_serve_output_t *control;
+        double host_bandwidth;
+    } rows;
 } kvio_serve_recorder_t;
 
 void kvio_serve_record_finished(kvio_serve_recorder_t *recorder,

@@ -28,6 +28,11 @@ void kvio_serve_record_finished(kvio_serve_recorder_t *recorder,
         recorder->num_versions = count;
     }
     recorder->served[finished->tag]++;
+    if (recorder->rows.on && recorder->rows.requests != NULL && recorder->status == KVIO_OK)
+        recorder->status = kvio_serve_render_requests(recorder->rows.requests, finished, 1,
+                                                      recorder->rows.control);
+    if (recorder->rows.on && !recorder->rows.keep)
+        return;
     if (kvio_array_reserve((void **)&recorder->finished, &recorder->finished_capacity,
                            recorder->num_finished + 1, sizeof(*recorder->finished),
                            1024) != KVIO_OK) {
@@ -49,6 +54,26 @@ void kvio_serve_record_iteration(kvio_serve_recorder_t *recorder, uint32_t rank,
         num_ids = count < KVIO_EVENT_MAX_REQUEST_IDS ? (uint32_t)count
                                                      : KVIO_EVENT_MAX_REQUEST_IDS;
     size_t size = sizeof(kvio_serve_iteration_record_t) + num_ids * sizeof(uint64_t);
+    if (recorder->rows.on) {
+        /* Rendered now, from a record of its own. */
+        union {
+            kvio_serve_iteration_record_t record;
+            unsigned char bytes[sizeof(kvio_serve_iteration_record_t) +
+                                KVIO_EVENT_MAX_REQUEST_IDS * sizeof(uint64_t)];
+        } now;
+        now.record = (kvio_serve_iteration_record_t){.iteration = *iteration, .rank = rank,
+                                                     .batch_size = (uint32_t)count,
+                                                     .num_ids = num_ids};
+        for (uint32_t i = 0; i < num_ids; i++)
+            now.record.ids[i] = items[i].id;
+        kvio_status_t rendered = kvio_serve_render_iterations(
+            recorder->rows.iterations, recorder->rows.events, now.bytes, size,
+            recorder->rows.host_bandwidth);
+        if (recorder->status == KVIO_OK)
+            recorder->status = rendered;
+        if (!recorder->rows.keep)
+            return;
+    }
     if (recorder->iterations_limit > 0 &&
         recorder->iterations_length + size > recorder->iterations_limit) {
         recorder->iterations_dropped++;

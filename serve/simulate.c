@@ -125,6 +125,9 @@ static void simulation_free(simulation_t *sim)
     kvio_serve_stream_arrivals_destroy(sim->arrivals);
     kvio_router_destroy(sim->router);
     kvio_cost_destroy(sim->cost);
+    /* Still open when the run failed before render closed them. */
+    kvio_csv_close(sim->recorder.rows.requests);
+    kvio_csv_close(sim->recorder.rows.iterations);
     kvio_serve_recorder_fini(&sim->recorder);
 }
 
@@ -170,28 +173,30 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
         .executor = &sim->executor, .arrivals = kvio_serve_stream_arrivals(sim->arrivals),
         .lanes = sim->lanes, .num_lanes = sim->num_ranks,
         .max_concurrency = run->serve->max_concurrency, .stop = run->stop};
-    return KVIO_OK;
+    /* The rows are written as the run makes them; they are kept only when
+     * what serving measured is handed over (runs with updates). */
+    sim->recorder.rows.on = true;
+    sim->recorder.rows.keep = run->output != NULL;
+    sim->recorder.rows.events = run->events;
+    sim->recorder.rows.control = run->control;
+    sim->recorder.rows.host_bandwidth = run->gpu->host_bandwidth;
+    if (run->results != NULL)
+        status = kvio_serve_open_csvs(run->results, run->control != NULL,
+                                      &sim->recorder.rows.requests,
+                                      &sim->recorder.rows.iterations, error_p, error_len);
+    return status;
 }
 
-/* requests.csv, iterations.csv and the iteration events from what the
- * lanes recorded. */
-static kvio_status_t render(const simulation_t *sim, char *error_p, size_t error_len)
+/* requests.csv and iterations.csv, written as the lanes recorded them:
+ * closed, and their first write error said. */
+static kvio_status_t render(simulation_t *sim, kvio_status_t status, char *error_p,
+                            size_t error_len)
 {
-    const kvio_serve_run_t *run = sim->run;
-    const kvio_serve_recorder_t *recorder = &sim->recorder;
-    kvio_csv_t *requests = NULL, *iterations = NULL;
-    kvio_status_t status = KVIO_OK;
-    if (run->results != NULL)
-        status = kvio_serve_open_csvs(run->results, run->control != NULL, &requests, &iterations,
-                                      error_p, error_len);
-    if (status == KVIO_OK && requests != NULL)
-        status = kvio_serve_render_requests(requests, recorder->finished,
-                                            recorder->num_finished, run->control);
-    if (status == KVIO_OK && (iterations != NULL || run->events != NULL))
-        status = kvio_serve_render_iterations(iterations, run->events, recorder->iterations,
-                                              recorder->iterations_length,
-                                              run->gpu->host_bandwidth);
-    return kvio_serve_close_csvs(requests, iterations, status, error_p, error_len);
+    kvio_serve_recorder_t *recorder = &sim->recorder;
+    status = kvio_serve_close_csvs(recorder->rows.requests, recorder->rows.iterations, status,
+                                   error_p, error_len);
+    recorder->rows.requests = recorder->rows.iterations = NULL;
+    return status;
 }
 
 /* What serving measured, as data: the finished requests move out of the
@@ -220,6 +225,9 @@ static json_t *simulation_metrics(const simulation_t *sim)
         return NULL;
     json_t *per_rank = json_array();
     for (uint32_t r = 0; r < sim->num_ranks; r++) {
+        /* The gaps between tokens move (no copy of up to 32 MiB); the rest
+         * merges. */
+        kvio_engine_move_itls(sim->ranks[r].lane.engine, &total);
         const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim->ranks[r].lane.engine);
         kvio_engine_metrics_merge(&total, metrics);
         json_t *entry = kvio_serve_metrics_json(metrics);
@@ -258,15 +266,15 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
                      sim.loop.error[0] != '\0' ? sim.loop.error : kvio_strerror(status));
     }
     if (status == KVIO_OK && sim.recorder.status != KVIO_OK) {
-        snprintf(error_p, error_len, "simulate: out of memory recording the requests");
+        snprintf(error_p, error_len, "simulate: recording the requests and iterations: %s",
+                 kvio_strerror(sim.recorder.status));
         status = sim.recorder.status;
     }
     for (uint32_t r = 0; status == KVIO_OK && run->drain_stall_ns != NULL && r < sim.num_ranks;
          r++)
         run->drain_stall_ns[r] += sim.ranks[r].lane.drain_stall_ns +
                                   sim.ranks[r].lane.lent_stall_ns;
-    if (status == KVIO_OK)
-        status = render(&sim, error_p, error_len);
+    status = render(&sim, status, error_p, error_len);
     if (status == KVIO_OK && run->output != NULL)
         hand_over(&sim, run->output);
     if (status == KVIO_OK) {

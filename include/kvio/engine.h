@@ -259,6 +259,10 @@ typedef struct kvio_engine kvio_engine_t;
 
 kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine_t **engine_p,
                                  char *error_p, size_t error_len);
+
+/* Moves the engine's gaps between tokens (and their dropped count) to the
+ * end of dst's: merging them afterwards adds none twice, and copies none. */
+void kvio_engine_move_itls(kvio_engine_t *engine, kvio_engine_metrics_t *dst);
 void kvio_engine_destroy(kvio_engine_t *engine);
 
 /* A new model version activates at an iteration boundary (between complete
