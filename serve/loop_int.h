@@ -269,7 +269,7 @@ typedef struct kvio_serve_recorder {
     bool with_ids;             /* keep each iteration's request ids (event traces) */
     uint64_t *served;          /* per version */
     size_t num_versions;
-    kvio_status_t status;      /* out of memory, or a row not written, in a hook */
+    kvio_status_t status;      /* out of memory in a hook, or a malformed record */
     /* Simulate: with rows set, each finished request and iteration is
      * rendered as it is recorded (requests.csv with the control's columns,
      * iterations.csv, the events; each may be NULL) and kept only with

@@ -28,9 +28,11 @@ void kvio_serve_record_finished(kvio_serve_recorder_t *recorder,
         recorder->num_versions = count;
     }
     recorder->served[finished->tag]++;
-    if (recorder->rows.on && recorder->rows.requests != NULL && recorder->status == KVIO_OK)
-        recorder->status = kvio_serve_render_requests(recorder->rows.requests, finished, 1,
-                                                      recorder->rows.control);
+    /* A row not written (a full disk) is the CSV's first error, named when
+     * it is closed. */
+    if (recorder->rows.on && recorder->rows.requests != NULL)
+        (void)kvio_serve_render_requests(recorder->rows.requests, finished, 1,
+                                         recorder->rows.control);
     if (recorder->rows.on && !recorder->rows.keep)
         return;
     if (kvio_array_reserve((void **)&recorder->finished, &recorder->finished_capacity,
