@@ -11,7 +11,8 @@
 # Usage: bench/tables.sh [--list] [--from DIR] [NAME...]
 #   NAME...     only these blocks (default: every block)
 #   --list      print each block's name and command, run nothing
-#   --from DIR  take DIR/NAME.txt instead of running the command
+#   --from DIR  take DIR/NAME.txt instead of running the command (and the
+#               machine line of its run, DIR/NAME.txt.machine, when saved)
 # A command that fails leaves its block as it was and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --list) list=1 ;;
     --from) from=$2; shift ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "bench/tables.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) names+=("$1") ;;
     esac
@@ -50,7 +51,7 @@ while IFS=$'\t' read -r name command; do
     output=bench/.cache/tables/$name.txt
     if [ -n "$from" ]; then
         [ -f "$from/$name.txt" ] || { echo "bench/tables.sh: $from/$name.txt is missing" >&2; status=1; continue; }
-        cp "$from/$name.txt" "$output.new"
+        cp -p "$from/$name.txt" "$output.new"
     else
         echo "bench/tables.sh: $name: ${command%% | figures}" >&2
         if ! bash -c "${command%% | figures}" >"$output.new"; then
@@ -60,10 +61,17 @@ while IFS=$'\t' read -r name command; do
         fi
     fi
     mv "$output.new" "$output"
-    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-    # Changes beside the blocks this script writes mark the commit.
-    git diff --quiet HEAD -- . ":!$readme" 2>/dev/null || commit="$commit+changes"
-    machine="$(hostname), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg) at the end, commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    if [ -n "$from" ]; then
+        # A saved output keeps the machine line of its run (NAME.txt.machine).
+        machine=$(cat "$from/$name.txt.machine" 2>/dev/null ||
+            echo "$(hostname), saved $(date -u -r "$output" '+%Y-%m-%d %H:%M UTC'), commit unknown")
+    else
+        commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+        # Changes beside the blocks this script writes mark the commit.
+        git diff --quiet HEAD -- . ":!$readme" 2>/dev/null || commit="$commit+changes"
+        machine="$(hostname), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg) at the end, commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    fi
+    [ "$from" = bench/.cache/tables ] || echo "$machine" >"$output.machine"
     python3 - "$readme" "$name" "$command" "$output" "$machine" <<'EOF'
 import sys
 readme, name, command, output, machine = sys.argv[1:]

@@ -38,6 +38,7 @@ typedef struct serve_args {
     const char *model_name;
     long max_model_len;
     const char *chat_template;
+    const char *tokenizer;
     long max_connections;
     uint64_t max_body;
     bool record_tokens;
@@ -49,7 +50,7 @@ enum {
     SERVE_HELP = 1, SERVE_SET, SERVE_OUTPUT, SERVE_FORCE, SERVE_LISTEN, SERVE_DURATION,
     SERVE_DRAIN, SERVE_ABORT, SERVE_KV_EVENTS, SERVE_KV_TOPIC, SERVE_MODEL_NAME,
     SERVE_MAX_MODEL_LEN, SERVE_TEMPLATE, SERVE_MAX_CONNECTIONS, SERVE_MAX_BODY,
-    SERVE_RECORD_TOKENS,
+    SERVE_RECORD_TOKENS, SERVE_TOKENIZER,
 };
 
 static const kvio_cli_option_t serve_options[] = {
@@ -66,6 +67,7 @@ static const kvio_cli_option_t serve_options[] = {
     {"served-model-name", 0, "a name", SERVE_MODEL_NAME},
     {"max-model-len", 0, "tokens", SERVE_MAX_MODEL_LEN},
     {"chat-template", 0, "chatml, llama3 or harmony", SERVE_TEMPLATE},
+    {"tokenizer", 0, "a tokenizer.json or .tiktoken file", SERVE_TOKENIZER},
     {"max-connections", 0, "a count", SERVE_MAX_CONNECTIONS},
     {"max-body", 0, "a size", SERVE_MAX_BODY},
     {"record-tokens", 0, NULL, SERVE_RECORD_TOKENS},
@@ -136,6 +138,9 @@ static int take_serve_arg(int option, const char *value, serve_args_t *args)
     case SERVE_TEMPLATE:
         args->chat_template = value;
         return KVIO_EXIT_OK;
+    case SERVE_TOKENIZER:
+        args->tokenizer = value;
+        return KVIO_EXIT_OK;
     case SERVE_MAX_CONNECTIONS:
         return positive("--max-connections", value, &args->max_connections);
     case SERVE_MAX_BODY:
@@ -161,7 +166,7 @@ static void print_help(void)
            "                  [-o DIR] [--force] [--duration D] [--drain|--abort]\n"
            "                  [--kv-events ENDPOINT] [--kv-events-topic T]\n"
            "                  [--served-model-name NAME] [--max-model-len N]\n"
-           "                  [--chat-template chatml|llama3|harmony]\n"
+           "                  [--chat-template chatml|llama3|harmony] [--tokenizer FILE]\n"
            "                  [--max-connections N] [--max-body SIZE] [--record-tokens]\n\n"
            "Serves the workload's engine (mode emulate: real time, real KV memory)\n"
            "behind an OpenAI-compatible endpoint, as vLLM's server does:\n"
@@ -169,9 +174,10 @@ static void print_help(void)
            "GET /v1/models, /health, /metrics (vLLM's names), /version, /is_paused,\n"
            "POST /pause?mode=abort|wait|keep, /resume and /reset_prefix_cache.\n"
            "Default workload: the endpoint preset (one Llama-3-8B serve rank, 2 GiB of\n"
-           "KV). Prompts go through kvio's approximate tokenizer; the output is\n"
-           "deterministic text of as many tokens as the engine decides (max_tokens\n"
-           "with ignore_eos, else drawn from stream.output_tokens).\n\n"
+           "KV). Prompts go through the model's tokenizer (--tokenizer) or kvio's\n"
+           "approximate one; the output is deterministic text of as many tokens as\n"
+           "the engine decides (max_tokens with ignore_eos, else drawn from\n"
+           "stream.output_tokens).\n\n"
            "--listen     one port: kvio's router (serve.router) picks the serve rank;\n"
            "             a range of ranks.serve ports (8100-8103): one per rank, for\n"
            "             an outside router (default 127.0.0.1:%d; port 0 picks a\n"
@@ -182,6 +188,10 @@ static void print_help(void)
            "--kv-events  publish vLLM's KV events (BlockStored, BlockRemoved,\n"
            "             AllBlocksCleared) on a ZMQ PUB socket, e.g. tcp://*:5557\n"
            "             (rank r at port + r)\n"
+           "--tokenizer  the model's tokenizer.json (byte-level BPE) or tiktoken\n"
+           "             rank file (o200k_base.tiktoken, cl100k_base.tiktoken): prompts\n"
+           "             become the tokens the real server would prefill; the chat\n"
+           "             template defaults to the one whose special tokens it has\n"
            "--record-tokens  write tokens.csv: every engine step of every request\n"
            "             (id, tokens, time_s), to compare a client's view with it\n\n"
            "The results directory is written when it stops: summary.json\n"
@@ -267,6 +277,7 @@ typedef struct serve_parts {
     kvio_frontend_t *frontend;
     kvio_kv_events_t *events;
     kvio_http_server_t *server;
+    kvio_tokenizer_t *tokenizer;
     char *host;
 } serve_parts_t;
 
@@ -324,6 +335,19 @@ static int start_parts(const serve_args_t *args, const kvio_workload_t *workload
                 args->chat_template);
         return KVIO_EXIT_USAGE;
     }
+    if (args->tokenizer != NULL) {
+        kvio_status_t loaded = kvio_tokenizer_load(args->tokenizer, &parts->tokenizer);
+        if (loaded != KVIO_OK)
+            return kvio_cli_exit_status(loaded);
+        if (args->chat_template == NULL &&
+            kvio_chat_template_for(parts->tokenizer, &chat_template) != KVIO_OK) {
+            fprintf(stderr, "kvio serve: the tokenizer %s has the special tokens of no chat "
+                    "template kvio knows (chatml, llama3, harmony)\n", args->tokenizer);
+            return KVIO_EXIT_USAGE;
+        }
+        if (kvio_chat_template_check(chat_template, parts->tokenizer) != KVIO_OK)
+            return KVIO_EXIT_USAGE;
+    }
     uint32_t num_ranks = (uint32_t)workload->ranks.serve;
     kvio_status_t status = KVIO_OK;
     if (args->kv_events != NULL)
@@ -345,7 +369,7 @@ static int start_parts(const serve_args_t *args, const kvio_workload_t *workload
         .host = parts->host, .first_port = first_port, .num_ports = num_ports,
         .frontend = parts->frontend, .model_name = model, .model_root = workload->model.preset,
         .max_model_len = max_model_len, .chat_template = chat_template,
-        .output_tokens = &workload->stream.output_tokens, .seed = (uint64_t)workload->seed,
+        .tokenizer = parts->tokenizer, .output_tokens = &workload->stream.output_tokens, .seed = (uint64_t)workload->seed,
         .max_connections = args->max_connections > 0 ? (uint32_t)args->max_connections : 1024,
         .max_body_bytes = args->max_body > 0 ? args->max_body : 16u << 20,
         .record_tokens = args->record_tokens};
@@ -382,6 +406,7 @@ static void stop_parts(serve_parts_t *parts)
     kvio_frontend_destroy(parts->frontend);
     kvio_http_server_destroy(parts->server);
     kvio_kv_events_destroy(parts->events);
+    kvio_tokenizer_destroy(parts->tokenizer);
     free(parts->host);
 }
 

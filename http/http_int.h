@@ -47,6 +47,7 @@ typedef struct kvio_api_server {
     const char *model_name;
     uint32_t max_model_len;
     kvio_chat_template_t chat_template;
+    const kvio_tokenizer_t *tokenizer; /* NULL: the approximate one */
 } kvio_api_server_t;
 
 /* Reads a request body (length bytes of JSON) into *request_p; false with
@@ -65,6 +66,7 @@ typedef struct kvio_api_plan {
     uint32_t output_tokens;
     bool length;            /* finish_reason "length" (else "stop") */
     uint64_t text_seed;
+    const kvio_tokenizer_t *tokenizer; /* the server's (NULL: approximate) */
 } kvio_api_plan_t;
 
 /* false with *error_p when max_tokens (or the default: 16 for
@@ -74,7 +76,9 @@ bool kvio_api_plan(const kvio_api_request_t *request, const kvio_api_server_t *s
                    const kvio_dist_t *output_tokens, uint64_t seed, kvio_api_plan_t *plan_p,
                    kvio_http_error_t *error_p);
 
-/* Output token i of a plan: its text (" abc") and id. */
+/* Output token i of a plan: its text (" abc") and id. With a tokenizer,
+ * only words that are one token of it are used, so that a client sending
+ * the output back gets the ids the engine generated. */
 void kvio_api_output_token(const kvio_api_plan_t *plan, uint32_t index, char text_p[5],
                            uint32_t *id_p);
 

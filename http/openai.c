@@ -130,7 +130,8 @@ static bool read_token_ids(const json_t *array, const char *param, kvio_tokens_t
 
 /* prompt: a string, token ids, or a batch of one of either (kvio serves
  * one prompt per request). */
-static bool read_prompt(const json_t *body, kvio_tokens_t *tokens, kvio_http_error_t *error)
+static bool read_prompt(const json_t *body, const kvio_tokenizer_t *tokenizer,
+                        kvio_tokens_t *tokens, kvio_http_error_t *error)
 {
     const json_t *prompt = json_object_get(body, "prompt");
     if (prompt == NULL || json_is_null(prompt))
@@ -146,7 +147,10 @@ static bool read_prompt(const json_t *body, kvio_tokens_t *tokens, kvio_http_err
             return BAD(error, "prompt", "prompt must be a string or a list of token ids");
     }
     kvio_status_t status = KVIO_OK;
-    if (json_is_string(prompt))
+    if (json_is_string(prompt) && tokenizer != NULL)
+        status = kvio_tokenizer_encode(tokenizer, json_string_value(prompt),
+                                       json_string_length(prompt), true, tokens);
+    else if (json_is_string(prompt))
         status = kvio_tokenize_approximate(json_string_value(prompt), json_string_length(prompt),
                                            tokens);
     else if (json_is_array(prompt))
@@ -210,7 +214,7 @@ static bool message_text(const json_t *message, size_t index, char **text_p, siz
 }
 
 /* messages: through the chat template into the prompt's tokens. */
-static bool read_messages(const json_t *body, kvio_chat_template_t template_id,
+static bool read_messages(const json_t *body, const kvio_api_server_t *server,
                           kvio_tokens_t *tokens, kvio_http_error_t *error)
 {
     const json_t *messages = json_object_get(body, "messages");
@@ -247,8 +251,8 @@ static bool read_messages(const json_t *body, kvio_chat_template_t template_id,
     bool generation_prompt = true;
     if (ok)
         ok = get_bool(body, "add_generation_prompt", &generation_prompt, error);
-    if (ok && kvio_chat_render(template_id, rendered, count, generation_prompt, tokens) !=
-                  KVIO_OK)
+    if (ok && kvio_chat_render(server->chat_template, server->tokenizer, rendered, count,
+                               generation_prompt, tokens) != KVIO_OK)
         ok = fail(error, 500, "InternalServerError", NULL, "out of memory");
     for (size_t i = 0; texts != NULL && i < count; i++)
         free(texts[i]);
@@ -327,8 +331,8 @@ bool kvio_api_parse(kvio_api_t api, const char *body_text, size_t length,
         ok = read_sampling(api, body, request_p, error_p);
     if (ok)
         ok = api == KVIO_API_COMPLETIONS
-                 ? read_prompt(body, &request_p->prompt, error_p)
-                 : read_messages(body, server->chat_template, &request_p->prompt, error_p);
+                 ? read_prompt(body, server->tokenizer, &request_p->prompt, error_p)
+                 : read_messages(body, server, &request_p->prompt, error_p);
     if (ok && request_p->prompt.count == 0)
         ok = BAD(error_p, api == KVIO_API_COMPLETIONS ? "prompt" : "messages",
                  "the prompt is empty (no tokens)");
@@ -380,14 +384,40 @@ bool kvio_api_plan(const kvio_api_request_t *request, const kvio_api_server_t *s
             output = max;
     }
     *plan_p = (kvio_api_plan_t){.output_tokens = (uint32_t)output, .length = output == max,
-                                .text_seed = text_seed};
+                                .text_seed = text_seed, .tokenizer = server->tokenizer};
     return true;
 }
+
+/* Words tried for one output token before the first is taken as it is. */
+#define WORD_TRIES 64
 
 void kvio_api_output_token(const kvio_api_plan_t *plan, uint32_t index, char text_p[5],
                            uint32_t *id_p)
 {
-    kvio_token_word(XXH3_64bits_withSeed(&index, sizeof(index), plan->text_seed), text_p, id_p);
+    uint64_t word = XXH3_64bits_withSeed(&index, sizeof(index), plan->text_seed);
+    kvio_token_word(word, text_p, id_p);
+    if (plan->tokenizer == NULL)
+        return;
+    for (uint32_t try = 0; try < WORD_TRIES; try++) {
+        char text[5];
+        uint32_t ids[8]; /* a word of four bytes is four tokens at most: never grown */
+        kvio_tokens_t tokens = {.ids = ids, .capacity = 8};
+        kvio_token_word(word + try * 0x9e3779b97f4a7c15ull, text, id_p);
+        if (kvio_tokenizer_encode(plan->tokenizer, text, strlen(text), false, &tokens) ==
+                KVIO_OK &&
+            tokens.count == 1) {
+            memcpy(text_p, text, sizeof(text));
+            *id_p = tokens.ids[0];
+            return;
+        }
+    }
+    kvio_tokens_t tokens = {0}; /* no one-token word: the first, its first token */
+    kvio_token_word(word, text_p, id_p);
+    if (kvio_tokenizer_encode(plan->tokenizer, text_p, strlen(text_p), false, &tokens) ==
+            KVIO_OK &&
+        tokens.count > 0)
+        *id_p = tokens.ids[0];
+    kvio_tokens_fini(&tokens);
 }
 
 /* ---------- responses ---------- */

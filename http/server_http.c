@@ -927,7 +927,8 @@ kvio_status_t kvio_http_server_start(const kvio_http_params_t *params,
                                                                 : params->model_name);
     server->api = (kvio_api_server_t){.model_name = server->model_name,
                                       .max_model_len = params->max_model_len,
-                                      .chat_template = params->chat_template};
+                                      .chat_template = params->chat_template,
+                                      .tokenizer = params->tokenizer};
     server->created_unix = (double)kvio_wall_time_ns() / 1e9;
     server->rank_metrics = calloc(num_ranks, sizeof(*server->rank_metrics));
     pthread_mutex_init(&server->metrics_lock, NULL);
@@ -1002,6 +1003,12 @@ json_t *kvio_http_server_stats(kvio_http_server_t *server)
         "responses_by_status", by_status, "client_disconnects",
         (json_int_t)server->disconnects, "max_open_connections",
         (int)server->max_connections_seen);
+    json_object_set_new(stats, "tokenizer",
+                        json_string(server->params.tokenizer != NULL
+                                        ? kvio_tokenizer_describe(server->params.tokenizer)
+                                        : "approximate"));
+    json_object_set_new(stats, "chat_template",
+                        json_string(kvio_chat_template_name(server->params.chat_template)));
     pthread_mutex_unlock(&server->metrics_lock);
     return stats;
 }

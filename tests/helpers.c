@@ -521,3 +521,79 @@ kvio_choice_t test_choice(const kvio_registry_t *registry, const char *name)
                  name);
     return choice;
 }
+
+/* ---------- small vocabularies ---------- */
+
+/* A tiktoken rank file: every byte at its own value, then extra tokens at
+ * 256, 257, ... (base64 written here). */
+char *test_write_rank_file(const char *dir, const char *name, const char *const *extra,
+                             size_t num_extra)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t capacity = 64 * (256 + num_extra), used = 0;
+    char *text = malloc(capacity);
+    cr_assert_not_null(text);
+    for (size_t rank = 0; rank < 256 + num_extra; rank++) {
+        unsigned char byte = (unsigned char)rank;
+        const unsigned char *bytes = rank < 256 ? &byte : (const unsigned char *)extra[rank - 256];
+        size_t length = rank < 256 ? 1 : strlen(extra[rank - 256]);
+        for (size_t i = 0; i < length; i += 3) {
+            uint32_t group = (uint32_t)bytes[i] << 16 |
+                             (i + 1 < length ? (uint32_t)bytes[i + 1] << 8 : 0) |
+                             (i + 2 < length ? bytes[i + 2] : 0);
+            for (size_t j = 0; j < 4; j++)
+                text[used++] = i + j <= length ? alphabet[group >> (18 - 6 * j) & 63] : '=';
+        }
+        used += (size_t)snprintf(text + used, capacity - used, " %zu\n", rank);
+    }
+    text[used] = '\0';
+    char *path = test_write_file(dir, name, text);
+    free(text);
+    return path;
+}
+
+/* A byte-level tokenizer.json: the vocabulary in GPT-2's byte alphabet
+ * ("Ġ" is the space), merges by their order in the file, not by id ("b c"
+ * before "a b": abc is a + bc), the Split pattern, added tokens. */
+static const char tiny_json_head[] =
+    "{\"version\": \"1.0\", \"normalizer\": null,\n"
+    " \"added_tokens\": [{\"id\": 300, \"content\": \"<|im_start|>\", \"special\": true},\n"
+    "                  {\"id\": 301, \"content\": \"<|im_end|>\", \"special\": true}],\n"
+    " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+    "   {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\s?\\\\p{L}+|\\\\p{N}|\\\\s+(?!\\\\S)|\\\\s+|[^\\\\s\\\\p{L}\\\\p{N}]+\"},\n"
+    "    \"behavior\": \"Isolated\", \"invert\": false},\n"
+    "   {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]},\n"
+    " \"model\": {\"type\": \"BPE\", \"ignore_merges\": false,\n"
+    "  \"merges\": [\"b c\", \"a b\", \"Ġ u\", \"Ġu s\", \"Ġus e\", [\"Ġuse\", \"r\"]],\n"
+    "  \"vocab\": {";
+
+char *test_write_tokenizer_json(const char *dir, const char *name, const char *tail)
+{
+    int byte_of_char[324];
+    int next = 256;
+    for (int byte = 0; byte < 256; byte++) {
+        bool printable = (byte >= '!' && byte <= '~') || (byte >= 0xa1 && byte <= 0xac) ||
+                         (byte >= 0xae && byte <= 0xff);
+        byte_of_char[byte] = -1;
+        byte_of_char[printable ? byte : next++] = byte;
+    }
+    size_t capacity = 16384, used = 0;
+    char *text = malloc(capacity);
+    cr_assert_not_null(text);
+    used += (size_t)snprintf(text, capacity, "%s", tiny_json_head);
+    for (int code = 0; code < 324; code++) {
+        int byte = byte_of_char[code];
+        if (byte < 0)
+            continue;
+        /* The character as JSON: \uXXXX, the byte's id. */
+        used += (size_t)snprintf(text + used, capacity - used, "\"\\u%04x\": %d, ", code, byte);
+    }
+    used += (size_t)snprintf(text + used, capacity - used,
+                             "\"ab\": 256, \"bc\": 257, \"\\u0120u\": 258, \"\\u0120us\": 259,"
+                             " \"\\u0120use\": 260, \"\\u0120user\": 261}}%s}\n",
+                             tail);
+    char *path = test_write_file(dir, name, text);
+    free(text);
+    return path;
+}

@@ -149,4 +149,17 @@ struct kvio_engine;
 void test_engine_add(struct kvio_engine *engine, unsigned long long id, unsigned prompt,
                      unsigned output, int priority, long long arrival_ns);
 
+/* A tiktoken rank file named name in dir: every byte at rank = its value,
+ * then each of extra at 256, 257, ... (the path, malloc'd). */
+char *test_write_rank_file(const char *dir, const char *name, const char *const *extra,
+                           size_t num_extra);
+
+/* A byte-level BPE tokenizer.json named name in dir: the 256 bytes at
+ * their values, ab 256, bc 257, " u" 258, " us" 259, " use" 260, " user"
+ * 261; merges "b c", "a b", " u", " us", " use", " user" in that order; a
+ * Split pattern (letters with one space before, digits alone, whitespace,
+ * punctuation runs); added tokens <|im_start|> 300 and <|im_end|> 301;
+ * tail is written before the last brace (the path, malloc'd). */
+char *test_write_tokenizer_json(const char *dir, const char *name, const char *tail);
+
 #endif

@@ -1159,6 +1159,62 @@ Test(http, bad_command_lines_are_refused_before_serving, .timeout = 60)
     }
 }
 
+/* --tokenizer: prompts and chat messages become the vocabulary's tokens
+ * (tests/helpers.c's tokenizer.json: " user ab" is " user", " ", "ab");
+ * a file that is missing, or whose special tokens fit no template or not
+ * the one asked for, is refused before serving. */
+Test(http, a_tokenizer_file_gives_the_prompts_its_tokens, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char *json = test_write_tokenizer_json(dir, "tokenizer.json", "");
+    static const char *const extra[] = {"he"};
+    char *ranks = test_write_rank_file(dir, "cl100k_base.tiktoken", extra, 1);
+    struct {
+        const char *args[4];
+        const char *message;
+    } cases[] = {
+        {{"--tokenizer", "/nonexistent/o200k_base.tiktoken"}, "No such file"},
+        {{"--tokenizer", ranks}, "no chat template"},
+        {{"--tokenizer", json, "--chat-template", "harmony"}, "harmony writes <|start|>"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        test_run_t run = test_kvio(NULL, "serve", "-o", "/nonexistent/never", cases[i].args[0],
+                                   cases[i].args[1], cases[i].args[2], cases[i].args[3], NULL);
+        cr_assert_eq(run.status, 2, "case %zu: %d %s", i, run.status, run.err);
+        cr_assert(test_contains(run.err, cases[i].message), "case %zu: %s", i, run.err);
+        test_run_free(&run);
+    }
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--tokenizer", json,
+                                   NULL);
+    reply_t completion = post(server.port, "/v1/completions",
+                              "{\"prompt\": \" user ab\", \"max_tokens\": 2, \"ignore_eos\": true}");
+    cr_assert_eq(completion.status, 200, "%s", completion.body);
+    json_t *response = reply_json(&completion);
+    cr_assert_eq(test_json_integer(response, "usage.prompt_tokens"), 3);
+    json_decref(response);
+    free(completion.body);
+    /* <|im_start|>user\n ab<|im_end|>\n<|im_start|>assistant\n: 21 tokens. */
+    reply_t chat = post(server.port, "/v1/chat/completions",
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \" ab\"}],"
+                        " \"max_tokens\": 2}");
+    cr_assert_eq(chat.status, 200, "%s", chat.body);
+    response = reply_json(&chat);
+    cr_assert_eq(test_json_integer(response, "usage.prompt_tokens"), 21);
+    json_decref(response);
+    free(chat.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert(test_contains(test_json_string(summary, "metrics.server.tokenizer"),
+                            "tokenizer.json (byte-level BPE, 262 tokens)"));
+    cr_assert_str_eq(test_json_string(summary, "metrics.server.chat_template"), "chatml");
+    json_decref(summary);
+    server_free(&server);
+    free(ranks);
+    free(json);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* ---------- the formats on their own ---------- */
 
 Test(http, numbers_print_as_prometheus_client_prints_them)

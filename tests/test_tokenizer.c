@@ -90,8 +90,8 @@ Test(tokenizer, a_turn_rendered_is_a_prefix_of_the_next_in_every_template)
         cr_assert_eq(kvio_chat_template_find(templates[t], &template_id), KVIO_OK);
         cr_assert_str_eq(kvio_chat_template_name(template_id), templates[t]);
         kvio_tokens_t first = {0}, next = {0};
-        cr_assert_eq(kvio_chat_render(template_id, conversation, 2, false, &first), KVIO_OK);
-        cr_assert_eq(kvio_chat_render(template_id, conversation, 4, true, &next), KVIO_OK);
+        cr_assert_eq(kvio_chat_render(template_id, NULL, conversation, 2, false, &first), KVIO_OK);
+        cr_assert_eq(kvio_chat_render(template_id, NULL, conversation, 4, true, &next), KVIO_OK);
         cr_assert_gt(next.count, first.count);
         cr_assert_eq(memcmp(first.ids, next.ids, first.count * sizeof(uint32_t)), 0, "%s",
                      templates[t]);
@@ -104,4 +104,231 @@ Test(tokenizer, a_turn_rendered_is_a_prefix_of_the_next_in_every_template)
     cr_assert_eq(kvio_chat_template_find("jinja", &unknown), KVIO_ERR_NOT_FOUND);
     cr_assert(kvio_chat_role_known("tool", 4));
     cr_assert_not(kvio_chat_role_known("wizard", 6));
+}
+
+/* ---------- the exact tokenizer, on vocabularies made here ---------- */
+
+#include "helpers.h"
+#include "kvio/log.h"
+#include "workloads/tokenizer_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static kvio_tokenizer_t *load(const char *path)
+{
+    kvio_tokenizer_t *tokenizer = NULL;
+    cr_assert_eq(kvio_tokenizer_load(path, &tokenizer), KVIO_OK, "%s loads", path);
+    return tokenizer;
+}
+
+static void assert_encodes(const kvio_tokenizer_t *tokenizer, const char *text, size_t length,
+                           bool special, const uint32_t *want, size_t num_want)
+{
+    kvio_tokens_t tokens = {0};
+    cr_assert_eq(kvio_tokenizer_encode(tokenizer, text, length, special, &tokens), KVIO_OK);
+    cr_assert_eq(tokens.count, num_want, "'%s': %zu tokens, want %zu", text, tokens.count,
+                 num_want);
+    for (size_t i = 0; i < num_want; i++)
+        cr_assert_eq(tokens.ids[i], want[i], "'%s' token %zu: %u, want %u", text, i,
+                     tokens.ids[i], want[i]);
+    kvio_tokens_fini(&tokens);
+}
+
+#define ENCODES(tokenizer, text, special, ...)                                                  \
+    do {                                                                                        \
+        const uint32_t want_[] = {__VA_ARGS__};                                                 \
+        assert_encodes(tokenizer, text, sizeof(text) - 1, special, want_,                       \
+                       sizeof(want_) / sizeof(want_[0]));                                       \
+    } while (0)
+
+/* tiktoken's rules, with cl100k_base's pattern (the file's name says it):
+ * a piece in the vocabulary is one token; otherwise its bytes merge, the
+ * lowest-ranked pair first ("hello": he, then ll, then hell), the
+ * leftmost of equals; special tokens only when asked; bytes that are not
+ * UTF-8 are tokens of their own. */
+Test(tokenizer, a_tiktoken_file_encodes_as_tiktoken_does, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    static const char *const extra[] = {"he", "ll", "hell", " w", "hello", "ab", "bc", "aa"};
+    char *path = test_write_rank_file(dir, "tiny-cl100k_base.tiktoken", extra, 8);
+    kvio_tokenizer_t *tokenizer = load(path);
+    cr_assert(strstr(kvio_tokenizer_describe(tokenizer), "cl100k_base") != NULL);
+    ENCODES(tokenizer, "hello", false, 260);                      /* the whole piece */
+    ENCODES(tokenizer, "hells", false, 258, 's');                 /* he, ll, hell */
+    ENCODES(tokenizer, "hellos", false, 260, 's');                /* then hell + o */
+    ENCODES(tokenizer, " world", false, 259, 'o', 'r', 'l', 'd'); /* " w" */
+    ENCODES(tokenizer, "abc", false, 261, 'c');                   /* ab ranks before bc */
+    ENCODES(tokenizer, "aaa", false, 263, 'a');                   /* leftmost of equals */
+    ENCODES(tokenizer, "it's 12345", false, 'i', 't', '\'', 's', ' ', '1', '2', '3', '4', '5');
+    ENCODES(tokenizer, "a<|endoftext|>b", true, 'a', 100257, 'b');
+    ENCODES(tokenizer, "<|endoftext|>", false, '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x',
+            't', '|', '>');
+    ENCODES(tokenizer, "a\xff b", false, 'a', 0xff, ' ', 'b');
+    uint32_t id;
+    cr_assert_eq(kvio_tokenizer_special_id(tokenizer, "<|fim_prefix|>", &id), KVIO_OK);
+    cr_assert_eq(id, 100258);
+    size_t length;
+    const char *bytes = kvio_tokenizer_token_bytes(tokenizer, 258, &length);
+    cr_assert(bytes != NULL && length == 4 && memcmp(bytes, "hell", 4) == 0);
+    cr_assert_null(kvio_tokenizer_token_bytes(tokenizer, 5000, &length));
+    kvio_tokenizer_destroy(tokenizer);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+/* The tokenizer.json of tests/helpers.c: merges by their order in the
+ * file, not by id ("b c" before "a b": abc is a + bc), its Split pattern,
+ * its added tokens. */
+Test(tokenizer, a_tokenizer_json_encodes_by_its_merges_and_added_tokens, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_tokenizer_json(dir, "tokenizer.json", "");
+    kvio_tokenizer_t *tokenizer = load(path);
+    ENCODES(tokenizer, "abc", false, 'a', 257); /* "b c" is the first merge */
+    ENCODES(tokenizer, "ab", false, 256);
+    ENCODES(tokenizer, " user 7", false, 261, ' ', '7');
+    ENCODES(tokenizer, "<|im_start|>user\n", true, 300, 'u', 's', 'e', 'r', '\n');
+    kvio_chat_template_t template_id;
+    cr_assert_eq(kvio_chat_template_for(tokenizer, &template_id), KVIO_OK);
+    cr_assert_eq(template_id, KVIO_CHAT_CHATML);
+    /* The rendering is one text: <|im_start|>user\n ab<|im_end|>\n<|im_start|>assistant\n */
+    kvio_chat_message_t message = {.role = "user", .role_length = 4, .content = " ab",
+                                   .content_length = 3};
+    kvio_tokens_t tokens = {0};
+    cr_assert_eq(kvio_chat_render(KVIO_CHAT_CHATML, tokenizer, &message, 1, true, &tokens),
+                 KVIO_OK);
+    const uint32_t want[] = {300, 'u', 's', 'e', 'r', '\n', ' ', 256, 301, '\n',
+                             300, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', '\n'};
+    cr_assert_eq(tokens.count, sizeof(want) / sizeof(want[0]), "%zu tokens", tokens.count);
+    for (size_t i = 0; i < tokens.count; i++)
+        cr_assert_eq(tokens.ids[i], want[i], "token %zu: %u, want %u", i, tokens.ids[i], want[i]);
+    kvio_tokens_fini(&tokens);
+    /* llama3 writes tokens this vocabulary lacks. */
+    kvio_log_capture_begin();
+    cr_assert_eq(kvio_chat_template_check(KVIO_CHAT_LLAMA3, tokenizer), KVIO_ERR_INVALID);
+    char *log = kvio_log_capture_end(NULL);
+    cr_assert(strstr(log, "llama3 writes <|begin_of_text|>") != NULL, "%s", log);
+    free(log);
+    kvio_tokenizer_destroy(tokenizer);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+/* The heap merge (pieces past 64 bytes) chooses as the plain scan does:
+ * random strings over a vocabulary of many overlapping merges. */
+Test(tokenizer, the_heap_merge_and_the_plain_merge_agree, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    const char *extra[64];
+    char words[64][5];
+    size_t count = 0;
+    for (char a = 'a'; a <= 'd'; a++)
+        for (char b = 'a'; b <= 'd'; b++)
+            snprintf(words[count], 5, "%c%c", a, b), extra[count] = words[count], count++;
+    static const char *const longer[] = {"aba", "abab", "cdc", "dddd", "bcd", "abcd", "ddd",
+                                         "cabd", "aab", "bba"};
+    for (size_t i = 0; i < sizeof(longer) / sizeof(longer[0]); i++)
+        extra[count++] = longer[i];
+    char *path = test_write_rank_file(dir, "merge-r50k_base.tiktoken", extra, count);
+    kvio_tokenizer_t *tokenizer = load(path);
+    unsigned seed = 7;
+    for (int round = 0; round < 2000; round++) {
+        char piece[64];
+        size_t length = 2 + (size_t)(rand_r(&seed) % 62);
+        for (size_t i = 0; i < length; i++)
+            piece[i] = (char)('a' + rand_r(&seed) % 4);
+        kvio_tokens_t plain = {0}, heap = {0};
+        cr_assert_eq(kvio_tokenizer_merge_plain(tokenizer, piece, length, &plain), KVIO_OK);
+        cr_assert_eq(kvio_tokenizer_merge_heap(tokenizer, piece, length, &heap), KVIO_OK);
+        cr_assert_eq(plain.count, heap.count, "'%.*s': %zu and %zu tokens", (int)length, piece,
+                     plain.count, heap.count);
+        cr_assert_eq(memcmp(plain.ids, heap.ids, plain.count * sizeof(uint32_t)), 0,
+                     "'%.*s' merges differently", (int)length, piece);
+        kvio_tokens_fini(&plain);
+        kvio_tokens_fini(&heap);
+    }
+    /* A megabyte with no break stays fast (the heap, not n squared). */
+    size_t length = 1 << 20;
+    char *blob = malloc(length);
+    cr_assert_not_null(blob);
+    for (size_t i = 0; i < length; i++)
+        blob[i] = (char)('a' + rand_r(&seed) % 4);
+    kvio_tokens_t tokens = {0};
+    cr_assert_eq(kvio_tokenizer_encode(tokenizer, blob, length, false, &tokens), KVIO_OK);
+    cr_assert_gt(tokens.count, 0);
+    cr_assert_lt(tokens.count, length);
+    kvio_tokens_fini(&tokens);
+    free(blob);
+    kvio_tokenizer_destroy(tokenizer);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+/* Loading path fails, and the error logged says want. */
+static void assert_refused(const char *path, const char *want)
+{
+    kvio_tokenizer_t *tokenizer = NULL;
+    kvio_log_capture_begin();
+    kvio_status_t status = kvio_tokenizer_load(path, &tokenizer);
+    char *log = kvio_log_capture_end(NULL);
+    cr_assert_eq(status, KVIO_ERR_INVALID, "%s loads", path);
+    cr_assert_null(tokenizer);
+    cr_assert(strstr(log, want) != NULL, "%s: '%s' lacks '%s'", path, log, want);
+    free(log);
+}
+
+/* Each bad file is refused with its name and what is wrong, line or key. */
+Test(tokenizer, a_bad_tokenizer_file_is_named_with_what_is_wrong, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    static const char *const extra[] = {"he"};
+    char *good = test_write_rank_file(dir, "cl100k_base.tiktoken", extra, 1);
+    char *text = test_read_file(good);
+    char *corrupt_text = malloc(strlen(text) + 32);
+    char *newline = strchr(strchr(text, '\n') + 1, '\n'); /* after line 2 */
+    sprintf(corrupt_text, "%.*s\n%%%%not base64 7\n%s", (int)(newline - text), text, newline + 1);
+    char *unknown = test_write_rank_file(dir, "mine.tiktoken", extra, 1);
+    struct {
+        const char *name, *text, *path, *want;
+    } cases[] = {
+        {NULL, NULL, "/nonexistent/o200k_base.tiktoken", "/nonexistent/o200k_base.tiktoken: No such file"},
+        {"corrupt-cl100k_base.tiktoken", corrupt_text, NULL, "corrupt-cl100k_base.tiktoken:3: not a tiktoken rank line"},
+        {NULL, NULL, unknown, "257 ranks is none kvio knows"},
+        {"empty-o200k_base.tiktoken", "", NULL, "no ranks in it"},
+        {"short-o200k_base.tiktoken", "YQ== 97\n", NULL, "no token for the byte 0x00"},
+        {"syntax.json", "{\"model\": {\"type\": \"BPE\",,}}", NULL, "syntax.json:1:"},
+        {"wordpiece.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", NULL,
+         "model.type: WordPiece"},
+        {"nfkc.json", "{\"normalizer\": {\"type\": \"NFKC\"}, \"model\": {\"vocab\": {}}}", NULL,
+         "normalizer: NFKC"},
+        {"merges.json", "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [\"a q\"]}}", NULL,
+         "model.merges[0]"},
+        {"unicode.json", "{\"model\": {\"vocab\": {\"\\u4e00\": 0}, \"merges\": []}}", NULL,
+         "not a byte-level token"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *path = cases[i].path ? strdup(cases[i].path)
+                                   : test_write_file(dir, cases[i].name, cases[i].text);
+        assert_refused(path, cases[i].want);
+        free(path);
+    }
+    char *pre = test_write_tokenizer_json(dir, "digits.json", "");
+    char *pre_text = test_read_file(pre);
+    char *split = strstr(pre_text, "\"Split\"");
+    memcpy(split, "\"Punct\"", 7);
+    char *punct = test_write_file(dir, "punct.json", pre_text);
+    assert_refused(punct, "punct.json: pre_tokenizer: type Punct");
+    free(punct);
+    free(pre_text);
+    free(pre);
+    free(unknown);
+    free(corrupt_text);
+    free(text);
+    free(good);
+    test_rmtree(dir);
+    free(dir);
 }

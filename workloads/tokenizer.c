@@ -4,6 +4,9 @@
  * parts. */
 #include "kvio/tokenizer.h"
 
+#include "kvio/array.h"
+#include "kvio/log.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -143,12 +146,26 @@ void kvio_token_word(uint64_t index, char text_p[5], uint32_t *id_p)
 
 /* ---------- chat templates ---------- */
 
-/* Special tokens, each with its own id below the text ids. */
+/* Special tokens, written as the templates write them; the approximate
+ * tokenizer gives each its index in this list plus one, below the text ids. */
 enum {
-    TOKEN_IM_START = 1, TOKEN_IM_END,                          /* chatml */
+    TOKEN_IM_START, TOKEN_IM_END,                              /* chatml */
     TOKEN_BEGIN_OF_TEXT, TOKEN_START_HEADER, TOKEN_END_HEADER, /* llama3 */
     TOKEN_EOT,
     TOKEN_START, TOKEN_MESSAGE, TOKEN_END, TOKEN_CHANNEL,      /* harmony */
+    NUM_SPECIAL_TOKENS
+};
+
+static const char *const special_texts[NUM_SPECIAL_TOKENS] = {
+    "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
+    "<|end_header_id|>", "<|eot_id|>", "<|start|>", "<|message|>", "<|end|>", "<|channel|>",
+};
+
+/* The special tokens each template writes, ending with -1. */
+static const int template_specials[][5] = {
+    {TOKEN_IM_START, TOKEN_IM_END, -1},
+    {TOKEN_BEGIN_OF_TEXT, TOKEN_START_HEADER, TOKEN_END_HEADER, TOKEN_EOT, -1},
+    {TOKEN_START, TOKEN_MESSAGE, TOKEN_END, TOKEN_CHANNEL, -1},
 };
 
 static const char *const template_names[] = {"chatml", "llama3", "harmony"};
@@ -180,21 +197,81 @@ bool kvio_chat_role_known(const char *role, size_t length)
     return false;
 }
 
-/* A template's parts, appended in order: a special token or some text. */
+/* The first special token of the template the tokenizer lacks, or -1. */
+static int missing_special(kvio_chat_template_t template_id, const kvio_tokenizer_t *tokenizer)
+{
+    for (const int *special = template_specials[template_id]; *special >= 0; special++) {
+        uint32_t id;
+        if (kvio_tokenizer_special_id(tokenizer, special_texts[*special], &id) != KVIO_OK)
+            return *special;
+    }
+    return -1;
+}
+
+kvio_status_t kvio_chat_template_for(const kvio_tokenizer_t *tokenizer,
+                                     kvio_chat_template_t *template_p)
+{
+    for (size_t i = 0; i < sizeof(template_names) / sizeof(template_names[0]); i++) {
+        if (missing_special((kvio_chat_template_t)i, tokenizer) < 0) {
+            *template_p = (kvio_chat_template_t)i;
+            return KVIO_OK;
+        }
+    }
+    return KVIO_ERR_NOT_FOUND;
+}
+
+kvio_status_t kvio_chat_template_check(kvio_chat_template_t template_id,
+                                       const kvio_tokenizer_t *tokenizer)
+{
+    int special = missing_special(template_id, tokenizer);
+    if (special < 0)
+        return KVIO_OK;
+    kvio_log(KVIO_LOG_ERROR,
+             "the chat template %s writes %s, which the tokenizer %s does not have: choose the "
+             "template of its model",
+             template_names[template_id], special_texts[special],
+             kvio_tokenizer_describe(tokenizer));
+    return KVIO_ERR_INVALID;
+}
+
+/* A template's parts, appended in order: a special token or some text.
+ * Without a tokenizer each part becomes tokens at once; with one the parts
+ * are written into one text, encoded at the end. */
 typedef struct renderer {
+    const kvio_tokenizer_t *tokenizer;
     kvio_tokens_t *tokens;
+    char *text;
+    size_t length, capacity;
     kvio_status_t status;
 } renderer_t;
 
-static void special(renderer_t *out, uint32_t id)
+static void append_text(renderer_t *out, const char *bytes, size_t length)
 {
-    if (out->status == KVIO_OK)
-        out->status = kvio_tokens_push(out->tokens, id);
+    out->status = kvio_array_reserve((void **)&out->text, &out->capacity, out->length + length,
+                                     1, 1024);
+    if (out->status != KVIO_OK)
+        return;
+    memcpy(out->text + out->length, bytes, length);
+    out->length += length;
+}
+
+static void special(renderer_t *out, int token)
+{
+    if (out->status != KVIO_OK)
+        return;
+    if (out->tokenizer != NULL)
+        append_text(out, special_texts[token], strlen(special_texts[token]));
+    else
+        out->status = kvio_tokens_push(out->tokens, (uint32_t)token + 1);
 }
 
 static void text(renderer_t *out, const char *bytes, size_t length)
 {
-    if (out->status == KVIO_OK)
+    if (out->status != KVIO_OK)
+        return;
+    if (out->tokenizer != NULL)
+        append_text(out, bytes, length);
+    else
         out->status = kvio_tokenize_approximate(bytes, length, out->tokens);
 }
 
@@ -262,16 +339,19 @@ static void render_generation_prompt(renderer_t *out, kvio_chat_template_t templ
     }
 }
 
-kvio_status_t kvio_chat_render(kvio_chat_template_t template_id,
+kvio_status_t kvio_chat_render(kvio_chat_template_t template_id, const kvio_tokenizer_t *tokenizer,
                                const kvio_chat_message_t *messages, size_t count,
                                bool add_generation_prompt, kvio_tokens_t *tokens)
 {
-    renderer_t out = {.tokens = tokens, .status = KVIO_OK};
+    renderer_t out = {.tokenizer = tokenizer, .tokens = tokens, .status = KVIO_OK};
     if (template_id == KVIO_CHAT_LLAMA3)
         special(&out, TOKEN_BEGIN_OF_TEXT);
     for (size_t i = 0; i < count; i++)
         render_message(&out, template_id, &messages[i]);
     if (add_generation_prompt)
         render_generation_prompt(&out, template_id);
+    if (out.status == KVIO_OK && tokenizer != NULL)
+        out.status = kvio_tokenizer_encode(tokenizer, out.text, out.length, true, tokens);
+    free(out.text);
     return out.status;
 }

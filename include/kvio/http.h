@@ -28,6 +28,8 @@ typedef struct kvio_http_params {
     const char *model_root;      /* the model behind it (/v1/models' root) */
     uint32_t max_model_len;      /* prompt + output tokens a request may have */
     kvio_chat_template_t chat_template;
+    const kvio_tokenizer_t *tokenizer; /* prompts' tokens (borrowed); NULL: the approximate
+                                          tokenizer */
     const kvio_dist_t *output_tokens; /* output length when ignore_eos is false (borrowed) */
     uint64_t seed;               /* output lengths and text */
     uint32_t max_connections;    /* further ones are refused */

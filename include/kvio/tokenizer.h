@@ -42,6 +42,45 @@ kvio_status_t kvio_tokenize_approximate(const char *text, size_t length, kvio_to
  * hits the blocks the output filled). index picks the word (any value). */
 void kvio_token_word(uint64_t index, char text_p[5], uint32_t *id_p);
 
+/* ---------- the exact tokenizer ---------- */
+
+/* A vocabulary read from a file, encoding text exactly as its reference
+ * does: a tiktoken rank file (o200k_base, cl100k_base, p50k_base, r50k_base;
+ * the pattern and special tokens are tiktoken's for that encoding, known by
+ * the file's name or its number of ranks) or a Hugging Face tokenizer.json
+ * holding a byte-level BPE model (Split and ByteLevel pre-tokenizers through
+ * PCRE2, merges by rank, added tokens). Read-only once loaded: threads may
+ * encode with one tokenizer at the same time. */
+typedef struct kvio_tokenizer kvio_tokenizer_t;
+
+/* Loads the vocabulary at path. A missing, unreadable or malformed file, or
+ * one kvio cannot encode exactly, is logged with the path (and the line or
+ * key) and returns KVIO_ERR_INVALID (KVIO_ERR_NOMEM when memory runs out). */
+kvio_status_t kvio_tokenizer_load(const char *path, kvio_tokenizer_t **tokenizer_p);
+void kvio_tokenizer_destroy(kvio_tokenizer_t *tokenizer);
+
+/* What was loaded, for results and messages: "o200k_base (tiktoken)",
+ * "tokenizer.json (byte-level BPE)". Borrowed from the tokenizer. */
+const char *kvio_tokenizer_describe(const kvio_tokenizer_t *tokenizer);
+
+/* Appends the tokens of length bytes of text to tokens. With special, the
+ * tokenizer's special (added) tokens written in the text become their ids,
+ * as a server tokenizes a rendered chat template; without, they are plain
+ * text (tiktoken's encode_ordinary). Bytes that are not UTF-8 are encoded
+ * byte by byte. KVIO_ERR_NOMEM only. */
+kvio_status_t kvio_tokenizer_encode(const kvio_tokenizer_t *tokenizer, const char *text,
+                                    size_t length, bool special, kvio_tokens_t *tokens);
+
+/* The id of the special token written as text ("<|im_start|>");
+ * KVIO_ERR_NOT_FOUND when the tokenizer has none by that name. */
+kvio_status_t kvio_tokenizer_special_id(const kvio_tokenizer_t *tokenizer, const char *text,
+                                        uint32_t *id_p);
+
+/* The bytes token id stands for (borrowed; *length_p bytes, not terminated);
+ * NULL for an id the vocabulary does not have. */
+const char *kvio_tokenizer_token_bytes(const kvio_tokenizer_t *tokenizer, uint32_t id,
+                                       size_t *length_p);
+
 /* ---------- chat templates ---------- */
 
 typedef enum {
@@ -66,11 +105,24 @@ typedef struct kvio_chat_message {
 /* Whether the templates know role (those five). */
 bool kvio_chat_role_known(const char *role, size_t length);
 
+/* The first template (chatml, llama3, harmony) whose special tokens the
+ * tokenizer has; KVIO_ERR_NOT_FOUND. */
+kvio_status_t kvio_chat_template_for(const kvio_tokenizer_t *tokenizer,
+                                     kvio_chat_template_t *template_p);
+
+/* Checks that tokenizer has every special token the template writes;
+ * KVIO_ERR_INVALID after logging which one is missing. */
+kvio_status_t kvio_chat_template_check(kvio_chat_template_t template_id,
+                                       const kvio_tokenizer_t *tokenizer);
+
 /* Appends the tokens of messages rendered by the template, each message's
  * header, content and end, then (add_generation_prompt) the header of the
- * assistant's reply, to tokens. Each part is tokenized on its own, so that a
+ * assistant's reply, to tokens. With a tokenizer (checked with
+ * kvio_chat_template_check), the whole rendering is one text encoded with
+ * its special tokens, as a server encodes its chat template's output; with
+ * NULL, the approximate tokenizer takes each part on its own, so that a
  * message's tokens do not depend on what follows it. */
-kvio_status_t kvio_chat_render(kvio_chat_template_t template_id,
+kvio_status_t kvio_chat_render(kvio_chat_template_t template_id, const kvio_tokenizer_t *tokenizer,
                                const kvio_chat_message_t *messages, size_t count,
                                bool add_generation_prompt, kvio_tokens_t *tokens);
 
