@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_FUZZ_BUILD:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt fuzz_report fuzz_fit fuzz_numbers fuzz_openai"}
+targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt fuzz_report fuzz_fit fuzz_numbers fuzz_openai fuzz_conversation"}
 
 if ! command -v clang >/dev/null; then
     echo "fuzz.sh: clang is missing (apt-get install -y clang libclang-rt-14-dev)" >&2
@@ -40,6 +40,32 @@ seed() {
         else
             cp "$file" "$dir/$name"
         fi
+    elif [ "$1" = fuzz_conversation ]; then
+        # A log (options byte 00, 02, 04: the template) or a tokenizer (01).
+        for bits in 00 02 04; do
+            { printf "\\x$bits"; cat "$file"; } >"$dir/$name.$bits"
+        done
+        # A tiktoken rank file of the 256 bytes and a few merges, named
+        # nothing: the reader must refuse it for its rank count.
+        { printf '\x01'; python3 -c 'import base64
+for r, t in enumerate([bytes([b]) for b in range(256)] + [b"he", b"ll", b"hell", b" w"]):
+    print(base64.b64encode(t).decode(), r)'; } >"$dir/ranks.tok"
+        # A byte-level tokenizer.json: the encoder and its regex.
+        { printf '\x01'; python3 -c 'import json
+chars, n = {}, 0
+for b in range(256):
+    if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255:
+        chars[b] = chr(b)
+    else:
+        chars[b] = chr(256 + n); n += 1
+vocab = {chars[b]: b for b in range(256)}
+vocab.update({"he": 256, "ll": 257, "hell": 258, chars[32] + "w": 259})
+print(json.dumps({"added_tokens": [{"id": 300, "content": "<|im_start|>"}],
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split",
+        "pattern": {"Regex": "\\s?\\p{L}+|\\p{N}{1,3}|\\s+(?!\\S)|\\s+|[^\\s\\p{L}\\p{N}]+"},
+        "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": False}]},
+    "model": {"type": "BPE", "vocab": vocab,
+              "merges": ["h e", "l l", "he ll", chars[32] + " w"]}}))'; } >"$dir/tokenizer.tok"
     elif [ "$1" = fuzz_fit ] || [ "$1" = fuzz_numbers ] || [ "$1" = fuzz_openai ]; then
         cp "$file" "$dir/$name" # taken as they are (fuzz_openai's first byte is in the file)
     elif [ "$1" = fuzz_config ]; then
@@ -63,6 +89,7 @@ seeds_for() {
     fuzz_trace_burstgpt) ls "$fixtures"/burstgpt_*.csv ;;
     fuzz_report) ls -d "$fixtures"/report/run-* "$fixtures"/report/*.json ;;
     fuzz_fit) ls "$fixtures"/report/run-*/iterations.csv ;;
+    fuzz_conversation) ls "$root"/workloads/conversations/*.jsonl ;;
     esac
     # The inputs that reached a defect once (#40: dates a month lacks, a
     # 1970 row among 2023's, a saturating time, a row past fit's bound,

@@ -27,6 +27,7 @@ static const command_t commands[] = {
     {"list", kvio_cmd_list, "list the embedded presets and every plug-in by kind"},
     {"stream", kvio_cmd_stream, "export a workload's request stream (or a trace) as JSONL"},
     {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
+    {"prefix", kvio_cmd_prefix, "where a conversation log's prompts stop hitting the prefix cache"},
     {"report", kvio_cmd_report, "charts of results, compare sets and cachesim output as HTML"},
     {"cost", kvio_cmd_cost, "iteration time the cost model gives a batch"},
     {"fit", kvio_cmd_fit, "fit the linear cost model to measured iterations"},

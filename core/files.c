@@ -1,10 +1,15 @@
-/* Files created without following or truncating a name someone planted
- * (kvio/files.h). */
+/* Files created without following or truncating a name someone planted,
+ * and the checks before reading one whole (kvio/files.h). */
 #include "kvio/files.h"
+
+#include "kvio/log.h"
+#include "kvio/sysinfo.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdint.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Names tried before giving up (each one taken by someone else). */
@@ -62,4 +67,35 @@ int kvio_dir_probe(const char *dir, bool direct, const void *aligned)
     int errnum = probe_write(fd, direct, aligned);
     unlink(path); /* ours: created with O_EXCL a moment ago */
     return errnum;
+}
+
+int kvio_file_first_byte(FILE *file)
+{
+    int first = fgetc(file);
+    while (first == ' ' || first == '\n' || first == '\t' || first == '\r')
+        first = fgetc(file);
+    rewind(file);
+    return first;
+}
+
+/* jansson holds a JSON document in about this many times its bytes. */
+#define JSON_MEMORY_FACTOR 10
+
+kvio_status_t kvio_file_check_json_memory(const char *path, FILE *file)
+{
+    struct stat info;
+    uint64_t available = 0;
+    char error[256];
+    if (fstat(fileno(file), &info) != 0 ||
+        kvio_mem_available(&available, error, sizeof(error)) != KVIO_OK)
+        return KVIO_OK;
+    uint64_t needed = (uint64_t)info.st_size * JSON_MEMORY_FACTOR;
+    if (needed <= available / 2)
+        return KVIO_OK;
+    kvio_log(KVIO_LOG_ERROR,
+             "%s: %.1f GB of JSON needs about %.1f GB to read (%dx), more than half of the %.1f "
+             "GB available",
+             path, (double)info.st_size / 1e9, (double)needed / 1e9, JSON_MEMORY_FACTOR,
+             (double)available / 1e9);
+    return KVIO_ERR_NO_SPACE;
 }

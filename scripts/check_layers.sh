@@ -27,7 +27,7 @@ declare -A HEADER_MODULE=(
     [rng]=core [rte]=core [stats]=core [status]=core [sysinfo]=core [wire]=core
     [format]=core [csv]=core [hashset]=core [plugin]=core [array]=core [files]=core
     [model]=model
-    [stream]=workloads [tokenizer]=workloads
+    [stream]=workloads [tokenizer]=workloads [conversation]=workloads
     [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache
     [xfer]=xfer
     [sched]=sched

@@ -309,6 +309,8 @@ Test(tokenizer, a_bad_tokenizer_file_is_named_with_what_is_wrong, .timeout = 30)
          "model.merges[0]"},
         {"unicode.json", "{\"model\": {\"vocab\": {\"\\u4e00\": 0}, \"merges\": []}}", NULL,
          "not a byte-level token"},
+        {"blank.json", "{\"model\": {\"vocab\": {\"\": 0}, \"merges\": []}}", NULL,
+         "model.vocab: an empty token"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *path = cases[i].path ? strdup(cases[i].path)

@@ -65,9 +65,10 @@ static uint32_t piece_id(const char *piece, size_t length)
 }
 
 /* A piece as tokens: cut into chunks of at most max bytes, never inside a
- * UTF-8 sequence (a chunk grows past max to finish one). */
-static kvio_status_t push_piece(const char *piece, size_t length, size_t max,
-                                kvio_tokens_t *tokens)
+ * UTF-8 sequence (a chunk grows past max to finish one); with offsets, each
+ * chunk's start (base + its position) too. */
+static kvio_status_t push_piece(const char *piece, size_t length, size_t max, size_t base,
+                                kvio_tokens_t *tokens, kvio_tokens_t *offsets)
 {
     size_t at = 0;
     while (at < length) {
@@ -75,6 +76,8 @@ static kvio_status_t push_piece(const char *piece, size_t length, size_t max,
         while (end < length && ((unsigned char)piece[end] & 0xc0) == 0x80)
             end++;
         kvio_status_t status = kvio_tokens_push(tokens, piece_id(piece + at, end - at));
+        if (status == KVIO_OK && offsets != NULL)
+            status = kvio_tokens_push(offsets, (uint32_t)(base + at));
         if (status != KVIO_OK)
             return status;
         at = end;
@@ -117,18 +120,44 @@ static size_t piece_length(const char *text, size_t length, size_t at, size_t *m
     }
 }
 
-kvio_status_t kvio_tokenize_approximate(const char *text, size_t length, kvio_tokens_t *tokens)
+static kvio_status_t approximate(const char *text, size_t length, size_t base,
+                                 kvio_tokens_t *tokens, kvio_tokens_t *offsets)
 {
     size_t at = 0;
     while (at < length) {
         size_t max = WORD_BYTES;
         size_t piece = piece_length(text, length, at, &max);
-        kvio_status_t status = push_piece(text + at, piece, max, tokens);
+        kvio_status_t status = push_piece(text + at, piece, max, base + at, tokens, offsets);
         if (status != KVIO_OK)
             return status;
         at += piece;
     }
     return KVIO_OK;
+}
+
+kvio_status_t kvio_tokenize_approximate(const char *text, size_t length, kvio_tokens_t *tokens)
+{
+    return approximate(text, length, 0, tokens, NULL);
+}
+
+kvio_status_t kvio_tokenize_spans(const kvio_tokenizer_t *tokenizer, const char *text,
+                                  size_t length, bool special, size_t base,
+                                  kvio_tokens_t *tokens, kvio_tokens_t *offsets)
+{
+    if (base + length > UINT32_MAX)
+        return KVIO_ERR_NOMEM; /* offsets are 32-bit: 4 GiB of text at most */
+    if (tokenizer == NULL)
+        return approximate(text, length, base, tokens, offsets);
+    size_t first = tokens->count;
+    kvio_status_t status = kvio_tokenizer_encode(tokenizer, text, length, special, tokens);
+    size_t at = base;
+    for (size_t i = first; status == KVIO_OK && i < tokens->count; i++) {
+        size_t token_length = 0;
+        kvio_tokenizer_token_bytes(tokenizer, tokens->ids[i], &token_length);
+        status = kvio_tokens_push(offsets, (uint32_t)at);
+        at += token_length;
+    }
+    return status;
 }
 
 void kvio_token_word(uint64_t index, char text_p[5], uint32_t *id_p)
@@ -234,45 +263,47 @@ kvio_status_t kvio_chat_template_check(kvio_chat_template_t template_id,
     return KVIO_ERR_INVALID;
 }
 
-/* A template's parts, appended in order: a special token or some text.
- * Without a tokenizer each part becomes tokens at once; with one the parts
- * are written into one text, encoded at the end. */
+/* A template's parts, appended in order into one text: a special token
+ * (as it is written) or some text; each part's start and kind are kept, so
+ * that the approximate tokenizer can take each part on its own. */
+typedef struct part {
+    size_t offset;
+    int special; /* the special token, or -1 for text */
+} part_t;
+
 typedef struct renderer {
-    const kvio_tokenizer_t *tokenizer;
-    kvio_tokens_t *tokens;
-    char *text;
-    size_t length, capacity;
+    kvio_chat_rendering_t *out;
+    part_t *parts;
+    size_t num_parts, parts_capacity;
+    size_t text_capacity;
     kvio_status_t status;
 } renderer_t;
 
-static void append_text(renderer_t *out, const char *bytes, size_t length)
+static void append_part(renderer_t *out, int token, const char *bytes, size_t length)
 {
-    out->status = kvio_array_reserve((void **)&out->text, &out->capacity, out->length + length,
-                                     1, 1024);
-    if (out->status != KVIO_OK)
+    kvio_chat_rendering_t *rendering = out->out;
+    if (out->status == KVIO_OK)
+        out->status = kvio_array_reserve((void **)&out->parts, &out->parts_capacity,
+                                         out->num_parts + 1, sizeof(part_t), 64);
+    if (out->status == KVIO_OK)
+        out->status = kvio_array_reserve((void **)&rendering->text, &out->text_capacity,
+                                         rendering->length + length + 1, 1, 1024);
+    if (out->status != KVIO_OK || length == 0)
         return;
-    memcpy(out->text + out->length, bytes, length);
-    out->length += length;
+    out->parts[out->num_parts++] = (part_t){.offset = rendering->length, .special = token};
+    memcpy(rendering->text + rendering->length, bytes, length);
+    rendering->length += length;
+    rendering->text[rendering->length] = '\0';
 }
 
 static void special(renderer_t *out, int token)
 {
-    if (out->status != KVIO_OK)
-        return;
-    if (out->tokenizer != NULL)
-        append_text(out, special_texts[token], strlen(special_texts[token]));
-    else
-        out->status = kvio_tokens_push(out->tokens, (uint32_t)token + 1);
+    append_part(out, token, special_texts[token], strlen(special_texts[token]));
 }
 
 static void text(renderer_t *out, const char *bytes, size_t length)
 {
-    if (out->status != KVIO_OK)
-        return;
-    if (out->tokenizer != NULL)
-        append_text(out, bytes, length);
-    else
-        out->status = kvio_tokenize_approximate(bytes, length, out->tokens);
+    append_part(out, -1, bytes, length);
 }
 
 static void literal(renderer_t *out, const char *bytes)
@@ -339,19 +370,80 @@ static void render_generation_prompt(renderer_t *out, kvio_chat_template_t templ
     }
 }
 
+/* The rendered text as tokens: with a tokenizer the whole text with its
+ * special tokens; without, part by part. */
+static kvio_status_t tokenize_rendering(const renderer_t *out, const kvio_tokenizer_t *tokenizer)
+{
+    kvio_chat_rendering_t *rendering = out->out;
+    if (tokenizer != NULL)
+        return kvio_tokenize_spans(tokenizer, rendering->text, rendering->length, true, 0,
+                                   &rendering->tokens, &rendering->offsets);
+    kvio_status_t status = KVIO_OK;
+    for (size_t i = 0; i < out->num_parts && status == KVIO_OK; i++) {
+        size_t start = out->parts[i].offset;
+        size_t end = i + 1 < out->num_parts ? out->parts[i + 1].offset : rendering->length;
+        if (out->parts[i].special >= 0) {
+            status = kvio_tokens_push(&rendering->tokens, (uint32_t)out->parts[i].special + 1);
+            if (status == KVIO_OK)
+                status = kvio_tokens_push(&rendering->offsets, (uint32_t)start);
+        } else {
+            status = kvio_tokenize_spans(NULL, rendering->text + start, end - start, false, start,
+                                         &rendering->tokens, &rendering->offsets);
+        }
+    }
+    return status;
+}
+
+kvio_status_t kvio_chat_render_spans(kvio_chat_template_t template_id,
+                                     const kvio_tokenizer_t *tokenizer,
+                                     const kvio_chat_message_t *messages, size_t count,
+                                     bool add_generation_prompt, kvio_chat_rendering_t *rendering_p)
+{
+    kvio_chat_rendering_t rendering = {0};
+    renderer_t out = {.out = &rendering, .status = KVIO_OK};
+    rendering.message_offsets = calloc(count + 1, sizeof(size_t));
+    if (rendering.message_offsets == NULL)
+        return KVIO_ERR_NOMEM;
+    if (template_id == KVIO_CHAT_LLAMA3)
+        special(&out, TOKEN_BEGIN_OF_TEXT);
+    for (size_t i = 0; i < count; i++) {
+        rendering.message_offsets[i] = rendering.length;
+        render_message(&out, template_id, &messages[i]);
+    }
+    rendering.message_offsets[count] = rendering.length;
+    if (add_generation_prompt)
+        render_generation_prompt(&out, template_id);
+    if (out.status == KVIO_OK && rendering.length > UINT32_MAX)
+        out.status = KVIO_ERR_NOMEM;
+    if (out.status == KVIO_OK)
+        out.status = tokenize_rendering(&out, tokenizer);
+    free(out.parts);
+    if (out.status != KVIO_OK) {
+        kvio_chat_rendering_fini(&rendering);
+        return out.status;
+    }
+    *rendering_p = rendering;
+    return KVIO_OK;
+}
+
+void kvio_chat_rendering_fini(kvio_chat_rendering_t *rendering)
+{
+    free(rendering->text);
+    free(rendering->message_offsets);
+    kvio_tokens_fini(&rendering->tokens);
+    kvio_tokens_fini(&rendering->offsets);
+    *rendering = (kvio_chat_rendering_t){0};
+}
+
 kvio_status_t kvio_chat_render(kvio_chat_template_t template_id, const kvio_tokenizer_t *tokenizer,
                                const kvio_chat_message_t *messages, size_t count,
                                bool add_generation_prompt, kvio_tokens_t *tokens)
 {
-    renderer_t out = {.tokenizer = tokenizer, .tokens = tokens, .status = KVIO_OK};
-    if (template_id == KVIO_CHAT_LLAMA3)
-        special(&out, TOKEN_BEGIN_OF_TEXT);
-    for (size_t i = 0; i < count; i++)
-        render_message(&out, template_id, &messages[i]);
-    if (add_generation_prompt)
-        render_generation_prompt(&out, template_id);
-    if (out.status == KVIO_OK && tokenizer != NULL)
-        out.status = kvio_tokenizer_encode(tokenizer, out.text, out.length, true, tokens);
-    free(out.text);
-    return out.status;
+    kvio_chat_rendering_t rendering = {0};
+    kvio_status_t status = kvio_chat_render_spans(template_id, tokenizer, messages, count,
+                                                  add_generation_prompt, &rendering);
+    for (size_t i = 0; status == KVIO_OK && i < rendering.tokens.count; i++)
+        status = kvio_tokens_push(tokens, rendering.tokens.ids[i]);
+    kvio_chat_rendering_fini(&rendering);
+    return status;
 }

@@ -92,7 +92,7 @@ static bool ids_reserve(kvio_tokenizer_t *tokenizer, uint32_t id)
 kvio_status_t kvio_tokenizer_add(kvio_tokenizer_t *tokenizer, const char *bytes, size_t length,
                                  uint32_t id)
 {
-    if (id >= TOKEN_ID_LIMIT)
+    if (id >= TOKEN_ID_LIMIT || length == 0)
         return KVIO_ERR_INVALID;
     if (length > UINT32_MAX || tokenizer->arena_used + length > UINT32_MAX)
         return KVIO_ERR_NOMEM;
@@ -335,7 +335,8 @@ static kvio_status_t compile_pattern(kvio_tokenizer_t *tokenizer, const char *pa
 kvio_status_t kvio_tokenizer_finish(kvio_tokenizer_t *tokenizer, const char *path,
                                     const char *pattern)
 {
-    qsort(tokenizer->specials, tokenizer->num_specials, sizeof(special_token_t), special_order);
+    if (tokenizer->num_specials > 0)
+        qsort(tokenizer->specials, tokenizer->num_specials, sizeof(special_token_t), special_order);
     for (int byte = 0; byte < 256; byte++) {
         if (tokenizer->byte_ids[byte] == TOKEN_NONE) {
             kvio_log(KVIO_LOG_ERROR,

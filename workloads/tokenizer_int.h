@@ -61,8 +61,8 @@ struct kvio_tokenizer {
     pcre2_code *pattern;
 };
 
-/* Adds a token (bytes copied) with its id (below TOKEN_ID_LIMIT, else
- * KVIO_ERR_INVALID); KVIO_ERR_NOMEM. A second entry with bytes already
+/* Adds a token (bytes copied, at least one) with its id (below
+ * TOKEN_ID_LIMIT); KVIO_ERR_INVALID, KVIO_ERR_NOMEM. A second entry with bytes already
  * present is kept for decoding but not for lookups. */
 kvio_status_t kvio_tokenizer_add(kvio_tokenizer_t *tokenizer, const char *bytes, size_t length,
                                  uint32_t id);

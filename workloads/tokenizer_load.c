@@ -3,6 +3,7 @@
  * Face tokenizer.json files holding a byte-level BPE model. */
 #include "tokenizer_int.h"
 
+#include "kvio/files.h"
 #include "kvio/log.h"
 
 #include <errno.h>
@@ -246,6 +247,11 @@ static kvio_status_t read_vocab(kvio_tokenizer_t *tokenizer, const char *path, c
             kvio_log(KVIO_LOG_ERROR, "%s: model.vocab: the id of \"%s\" is not a token id", path, key);
             return KVIO_ERR_INVALID;
         }
+        if (length == 0) {
+            kvio_log(KVIO_LOG_ERROR, "%s: model.vocab: an empty token (id %lld)", path,
+                     (long long)json_integer_value(value));
+            return KVIO_ERR_INVALID;
+        }
         if (length > sizeof(bytes) || !byte_level_decode(byte_of, key, length, bytes, &num_bytes)) {
             kvio_log(KVIO_LOG_ERROR,
                      "%s: model.vocab: \"%s\" is not a byte-level token; kvio reads byte-level "
@@ -450,14 +456,13 @@ kvio_status_t kvio_tokenizer_load(const char *path, kvio_tokenizer_t **tokenizer
     }
     for (int byte = 0; byte < 256; byte++)
         tokenizer->byte_ids[byte] = TOKEN_NONE;
-    int first = fgetc(file);
-    while (first == ' ' || first == '\n' || first == '\t' || first == '\r')
-        first = fgetc(file);
+    int first = kvio_file_first_byte(file);
     kvio_status_t status;
     if (first == '{') {
-        status = load_huggingface(tokenizer, path);
+        status = kvio_file_check_json_memory(path, file);
+        if (status == KVIO_OK)
+            status = load_huggingface(tokenizer, path);
     } else {
-        rewind(file);
         status = load_tiktoken(tokenizer, path, file);
     }
     fclose(file);

@@ -81,6 +81,14 @@ kvio_status_t kvio_tokenizer_special_id(const kvio_tokenizer_t *tokenizer, const
 const char *kvio_tokenizer_token_bytes(const kvio_tokenizer_t *tokenizer, uint32_t id,
                                        size_t *length_p);
 
+/* Appends the tokens of text (the tokenizer's, or the approximate
+ * tokenizer's with NULL; special as kvio_tokenizer_encode) and, to offsets,
+ * where each token starts: base plus its byte position in text. Offsets
+ * are 32-bit: base + length must stay below 4 GiB. KVIO_ERR_NOMEM. */
+kvio_status_t kvio_tokenize_spans(const kvio_tokenizer_t *tokenizer, const char *text,
+                                  size_t length, bool special, size_t base,
+                                  kvio_tokens_t *tokens, kvio_tokens_t *offsets);
+
 /* ---------- chat templates ---------- */
 
 typedef enum {
@@ -109,6 +117,27 @@ bool kvio_chat_role_known(const char *role, size_t length);
  * tokenizer has; KVIO_ERR_NOT_FOUND. */
 kvio_status_t kvio_chat_template_for(const kvio_tokenizer_t *tokenizer,
                                      kvio_chat_template_t *template_p);
+
+/* A chat as the template writes it, for finding where two prompts part:
+ * the text (special tokens as written), its tokens, each token's start in
+ * the text (offsets, one per token), and each message's start
+ * (message_offsets[count] is where the generation prompt starts). Owned;
+ * free with kvio_chat_rendering_fini. */
+typedef struct kvio_chat_rendering {
+    char *text;
+    size_t length;
+    kvio_tokens_t tokens;
+    kvio_tokens_t offsets;
+    size_t *message_offsets;
+} kvio_chat_rendering_t;
+
+/* Renders messages as kvio_chat_render does, into *rendering_p;
+ * KVIO_ERR_NOMEM. */
+kvio_status_t kvio_chat_render_spans(kvio_chat_template_t template_id,
+                                     const kvio_tokenizer_t *tokenizer,
+                                     const kvio_chat_message_t *messages, size_t count,
+                                     bool add_generation_prompt, kvio_chat_rendering_t *rendering_p);
+void kvio_chat_rendering_fini(kvio_chat_rendering_t *rendering);
 
 /* Checks that tokenizer has every special token the template writes;
  * KVIO_ERR_INVALID after logging which one is missing. */

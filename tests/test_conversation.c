@@ -1,0 +1,270 @@
+/* Tests for conversation logs and where their prefix breaks
+ * (workloads/conversation.c, workloads/prefix.c, kvio prefix): the shipped
+ * agent log breaks at its system prompt's time; a stable conversation
+ * reuses all its previous turn left; a rewritten answer and reordered
+ * tools are found and named; ShareGPT gives every turn; bad logs are
+ * refused with file, line and key, and nothing printed. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/conversation.h"
+#include "kvio/log.h"
+#include "tests/helpers.h"
+
+static const char agent_log[] = KVIO_SOURCE_DIR "/workloads/conversations/agent-harness.jsonl";
+
+static kvio_conversation_log_t *load(const char *path)
+{
+    kvio_conversation_log_t *log = NULL;
+    cr_assert_eq(kvio_conversation_load(path, &log), KVIO_OK, "%s loads", path);
+    return log;
+}
+
+static kvio_prefix_result_t *analyze(const kvio_conversation_log_t *log)
+{
+    kvio_prefix_params_t params = {.chat_template = KVIO_CHAT_CHATML, .block_size = 16};
+    kvio_prefix_result_t *result = NULL;
+    cr_assert_eq(kvio_prefix_analyze(log, &params, &result), KVIO_OK);
+    return result;
+}
+
+static bool starts_with(const char *text, const char *prefix)
+{
+    return strncmp(text, prefix, strlen(prefix)) == 0;
+}
+
+static bool ends_with(const char *text, const char *suffix)
+{
+    size_t length = strlen(text), suffix_length = strlen(suffix);
+    return length >= suffix_length && strcmp(text + length - suffix_length, suffix) == 0;
+}
+
+/* The recipe's log: two sessions (grouped by their first user message),
+ * every later turn breaks in the system message, at the time it states;
+ * without that break the hit rate rises from under 10 % to over 70 %. */
+Test(conversation, the_agent_log_breaks_at_the_time_in_its_system_prompt, .timeout = 30)
+{
+    kvio_conversation_log_t *log = load(agent_log);
+    cr_assert_eq(log->num_sessions, 2);
+    cr_assert_eq(log->num_turns, 7);
+    cr_assert_str_eq(log->format, "openai");
+    /* Tools sit after the system message; tool calls are the answers. */
+    const kvio_conversation_turn_t *first = &log->sessions[0].turns[0];
+    cr_assert_str_eq(first->labels[0], "system");
+    cr_assert_str_eq(first->labels[1], "tools");
+    cr_assert_str_eq(first->labels[2], "user");
+    cr_assert(first->output != NULL && strstr(first->output, "run_tests") != NULL);
+    kvio_prefix_result_t *result = analyze(log);
+    cr_assert_eq(result->turns_with_breaks, 5);
+    cr_assert_eq(result->num_clusters, 1, "%zu clusters", result->num_clusters);
+    const kvio_prefix_cluster_t *cluster = &result->clusters[0];
+    cr_assert_str_eq(cluster->label, "system");
+    cr_assert_eq(cluster->message, 0);
+    cr_assert_eq(cluster->turns, 5);
+    /* Turn 1 of session 1: 16:04:05 became 16:04:19. */
+    const kvio_prefix_turn_t *row = &result->turns[1];
+    cr_assert_eq(row->turn, 1);
+    cr_assert_eq(row->num_breaks, 1, "%zu breaks", row->num_breaks);
+    const kvio_prefix_break_t *found = &row->breaks[0];
+    cr_assert_eq(found->token, row->reusable_tokens);
+    cr_assert(ends_with(found->before, "Current time: 2026-12-02 16:04:"), "'%s'", found->before);
+    cr_assert(starts_with(found->after, "19 UTC"), "'%s'", found->after);
+    cr_assert(starts_with(found->previous, "05 UTC"), "'%s'", found->previous);
+    cr_assert_eq(row->cached_tokens, row->reusable_tokens / 16 * 16);
+    double as_is = (double)result->cached_tokens / (double)result->prompt_tokens;
+    double without = (double)cluster->cached_without / (double)result->prompt_tokens;
+    cr_assert_lt(as_is, 0.10, "as is %.3f", as_is);
+    cr_assert_gt(without, 0.70, "without %.3f", without);
+    kvio_prefix_result_free(result);
+    kvio_conversation_log_free(log);
+}
+
+/* kvio's conversation format: a session whose history is what it was
+ * sent and answered reuses everything the previous turn left (its prompt
+ * and answer), turn after turn; the cache hits whole blocks of it. */
+Test(conversation, a_stable_conversation_reuses_all_its_previous_turn_left, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(
+        dir, "chat.jsonl",
+        "{\"session\": \"a\", \"time\": 0, \"messages\": [{\"role\": \"system\", \"content\": \"Be "
+        "brief.\"}, {\"role\": \"user\", \"content\": \"Name a prime.\"}], \"output\": \"Seven.\"}\n"
+        "\n"
+        "{\"session\": \"a\", \"time\": 5, \"messages\": [{\"role\": \"system\", \"content\": \"Be "
+        "brief.\"}, {\"role\": \"user\", \"content\": \"Name a prime.\"}, {\"role\": \"assistant\", "
+        "\"content\": \"Seven.\"}, {\"role\": \"user\", \"content\": \"Another, larger one.\"}], "
+        "\"output\": \"Eleven.\"}\n"
+        "{\"session\": \"a\", \"time\": 9, \"messages\": [{\"role\": \"system\", \"content\": \"Be "
+        "brief.\"}, {\"role\": \"user\", \"content\": \"Name a prime.\"}, {\"role\": \"assistant\", "
+        "\"content\": \"Seven.\"}, {\"role\": \"user\", \"content\": \"Another, larger one.\"}, "
+        "{\"role\": \"assistant\", \"content\": \"Eleven.\"}, {\"role\": \"user\", \"content\": "
+        "[{\"type\": \"text\", \"text\": \"And \"}, {\"type\": \"text\", \"text\": \"a third.\"}]}]}\n");
+    kvio_conversation_log_t *log = load(path);
+    cr_assert_eq(log->num_sessions, 1);
+    cr_assert_eq(log->sessions[0].num_turns, 3);
+    kvio_prefix_result_t *result = analyze(log);
+    cr_assert_eq(result->turns_with_breaks, 0);
+    cr_assert_eq(result->num_clusters, 0);
+    for (size_t t = 1; t < 3; t++) {
+        const kvio_prefix_turn_t *row = &result->turns[t];
+        cr_assert_gt(row->expected_tokens, result->turns[t - 1].prompt_tokens);
+        cr_assert_eq(row->reusable_tokens, row->expected_tokens, "turn %zu: %u of %u", t,
+                     row->reusable_tokens, row->expected_tokens);
+        cr_assert_eq(row->cached_tokens, row->reusable_tokens / 16 * 16);
+    }
+    cr_assert_eq(result->cached_without_breaks, result->cached_tokens);
+    kvio_prefix_result_free(result);
+    kvio_conversation_log_free(log);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Turns out of order in the file are put in time order; a harness that
+ * rewrites the answer it got and reorders its tools breaks twice a turn:
+ * in the tools message, then in the assistant's message. */
+Test(conversation, reordered_tools_and_a_rewritten_answer_are_both_found, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    static const char tools_ab[] = "\"tools\": [{\"name\": \"alpha\"}, {\"name\": \"beta\"}]";
+    static const char tools_ba[] = "\"tools\": [{\"name\": \"beta\"}, {\"name\": \"alpha\"}]";
+    char text[4096];
+    snprintf(text, sizeof(text),
+             "{\"session_id\": 7, \"timestamp\": \"2026-12-02T16:00:10Z\", %s, \"messages\": "
+             "[{\"role\": \"system\", \"content\": \"You help.\"}, {\"role\": \"user\", "
+             "\"content\": \"Plan the trip to the coast for the whole family, please.\"}, "
+             "{\"role\": \"assistant\", \"content\": \"Summary: a plan.\"}, {\"role\": \"user\", "
+             "\"content\": \"And the budget for the hotel and the train tickets?\"}]}\n"
+             "{\"session_id\": 7, \"timestamp\": \"2026-12-02T16:00:00Z\", %s, \"messages\": "
+             "[{\"role\": \"system\", \"content\": \"You help.\"}, {\"role\": \"user\", "
+             "\"content\": \"Plan the trip to the coast for the whole family, please.\"}], "
+             "\"response\": {\"choices\": [{\"message\": {\"role\": \"assistant\", \"content\": "
+             "\"Day one: drive to the coast and walk along the beach in the evening.\"}}]}}\n",
+             tools_ba, tools_ab);
+    char *path = test_write_file(dir, "harness.jsonl", text);
+    kvio_conversation_log_t *log = load(path);
+    cr_assert_eq(log->sessions[0].num_turns, 2);
+    cr_assert_str_eq(log->sessions[0].id, "7");
+    cr_assert_eq(log->sessions[0].turns[0].line, 2, "time order puts line 2 first");
+    kvio_prefix_result_t *result = analyze(log);
+    const kvio_prefix_turn_t *row = &result->turns[1];
+    cr_assert_eq(row->num_breaks, 2, "%zu breaks", row->num_breaks);
+    cr_assert_str_eq(row->breaks[0].label, "tools");
+    cr_assert_eq(row->breaks[0].message, 1);
+    cr_assert_str_eq(row->breaks[1].label, "assistant");
+    cr_assert(starts_with(row->breaks[1].after, "Summary"), "'%s'", row->breaks[1].after);
+    cr_assert(starts_with(row->breaks[1].previous, "Day one"), "'%s'", row->breaks[1].previous);
+    cr_assert_eq(result->num_clusters, 2);
+    /* Without the tools' break the turn reuses up to the answer's. */
+    cr_assert_str_eq(result->clusters[0].label, "tools");
+    cr_assert_eq(result->clusters[0].cached_without,
+                 (uint64_t)row->breaks[1].token / 16 * 16);
+    kvio_prefix_result_free(result);
+    kvio_conversation_log_free(log);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ShareGPT: every human turn of every conversation is a turn, its answer
+ * the gpt message after it. */
+Test(conversation, sharegpt_gives_every_turn_of_every_conversation, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(
+        dir, "sharegpt.json",
+        "[{\"id\": \"c1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi there.\"}, "
+        "{\"from\": \"gpt\", \"value\": \"Hello! How can I help?\"}, {\"from\": \"human\", "
+        "\"value\": \"Tell me a joke.\"}, {\"from\": \"gpt\", \"value\": \"Why did the cache "
+        "miss? It was not paying attention.\"}, {\"from\": \"human\", \"value\": \"Another.\"}]},\n"
+        " {\"conversations\": [{\"from\": \"system\", \"value\": \"Be terse.\"}, {\"from\": "
+        "\"human\", \"value\": \"2+2?\"}, {\"from\": \"gpt\", \"value\": \"4\"}]}]\n");
+    kvio_conversation_log_t *log = load(path);
+    cr_assert_str_eq(log->format, "sharegpt");
+    cr_assert_eq(log->num_sessions, 2);
+    cr_assert_eq(log->num_turns, 4);
+    cr_assert_str_eq(log->sessions[1].id, "#1");
+    const kvio_conversation_turn_t *second = &log->sessions[0].turns[1];
+    cr_assert_eq(second->num_messages, 3);
+    cr_assert_str_eq(second->output, "Why did the cache miss? It was not paying attention.");
+    cr_assert_null(log->sessions[0].turns[2].output);
+    kvio_prefix_result_t *result = analyze(log);
+    cr_assert_eq(result->turns_with_breaks, 0);
+    kvio_prefix_result_free(result);
+    kvio_conversation_log_free(log);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* kvio prefix prints the break and the hit rates; with --no-text none of
+ * the log's text. */
+Test(conversation, kvio_prefix_names_the_break_and_the_hit_rates, .timeout = 30)
+{
+    test_run_t run = test_kvio(NULL, "prefix", agent_log, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "5 of 5 later turns break"), "%s", run.out);
+    cr_assert(test_contains(run.out, "system (message 0)"), "%s", run.out);
+    cr_assert(test_contains(run.out, "16:04:` | `19 UTC"), "%s", run.out);
+    cr_assert(test_contains(run.out, "without: system (message 0)"), "%s", run.out);
+    test_run_free(&run);
+    run = test_kvio(NULL, "prefix", agent_log, "--no-text", "--format", "json", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(!test_contains(run.out, "UTC"), "--no-text printed the log's text");
+    cr_assert(test_contains(run.out, "\"turns_with_breaks\": 5"), "%s", run.out);
+    test_run_free(&run);
+}
+
+/* Each bad log: exit 2, the file, line and key named, nothing printed. */
+Test(conversation, a_bad_log_is_refused_with_file_line_and_key, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    static const char good[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n";
+    struct {
+        const char *name, *text, *want;
+    } cases[] = {
+        {"malformed.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n{\"messages\": [\n",
+         "malformed.jsonl:2: JSON"},
+        {"role.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"bot\", "
+         "\"content\": \"b\"}]}\n", "role.jsonl:1: messages[1].role: unknown role 'bot'"},
+        {"content.jsonl", "{\"messages\": [{\"role\": \"user\"}]}\n",
+         "content.jsonl:1: messages[0]: no content"},
+        {"nomessages.jsonl", "{\"model\": \"m\"}\n", "nomessages.jsonl:1: messages: missing"},
+        {"time.jsonl", "{\"time\": \"yesterday\", \"messages\": [{\"role\": \"user\", \"content\": "
+         "\"a\"}]}\n", "time.jsonl:1: time: not seconds"},
+        {"share.json", "[{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": "
+         "\"narrator\", \"value\": \"b\"}]}]", "share.json: [0].conversations[1].from: unknown role "
+         "'narrator'"},
+        {"empty.jsonl", "\n\n", "empty.jsonl: no conversation turns"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *path = test_write_file(dir, cases[i].name, cases[i].text);
+        test_run_t run = test_kvio(NULL, "prefix", path, NULL);
+        cr_assert_eq(run.status, 2, "%s: exit %d: %s", cases[i].name, run.status, run.err);
+        cr_assert(test_contains(run.err, cases[i].want), "%s: %s", cases[i].name, run.err);
+        cr_assert_str_eq(run.out, "", "%s printed: %s", cases[i].name, run.out);
+        test_run_free(&run);
+        free(path);
+    }
+    char *path = test_write_file(dir, "good.jsonl", good);
+    static const char *const bad_args[][3] = {
+        {"--tokenizer", "/nonexistent/tokenizer.json", "No such file"},
+        {"--chat-template", "jinja", "chatml, llama3, harmony"},
+        {"--block-size", "0", "--block-size"},
+    };
+    for (size_t i = 0; i < sizeof(bad_args) / sizeof(bad_args[0]); i++) {
+        test_run_t run = test_kvio(NULL, "prefix", path, bad_args[i][0], bad_args[i][1], NULL);
+        cr_assert_eq(run.status, 2, "%s: exit %d", bad_args[i][0], run.status);
+        cr_assert(test_contains(run.err, bad_args[i][2]), "%s: %s", bad_args[i][0], run.err);
+        cr_assert_str_eq(run.out, "");
+        test_run_free(&run);
+    }
+    test_run_t missing = test_kvio(NULL, "prefix", "/nonexistent/log.jsonl", NULL);
+    cr_assert_eq(missing.status, 2);
+    cr_assert(test_contains(missing.err, "/nonexistent/log.jsonl: No such file"), "%s", missing.err);
+    test_run_free(&missing);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}
