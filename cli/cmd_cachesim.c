@@ -58,7 +58,8 @@ static void print_help(FILE *out)
             "then every block of the request is inserted or touched in order. Prints\n"
             "block and token hit rates per capacity and eviction policy.\n\n"
             "  --format NAME       trace format: mooncake (default), kvio (lines with\n"
-            "                      hash_ids), or auto (from the first line)\n"
+            "                      hash_ids), conversation (chat logs, as ids of 16\n"
+            "                      tokens: --block-tokens 16), or auto (the first line)\n"
             "  --capacity LIST     capacities in trace blocks, or bytes of KV with --model\n"
             "                      (40GiB), comma-separated, or 'unlimited' (default\n"
             "                      1000,10000,30000,50000,100000,unlimited)\n"
@@ -432,8 +433,9 @@ static kvio_status_t open_trace(const options_t *options, kvio_stream_t **stream
     kvio_trace_format_t format;
     if (kvio_trace_format_find(options->format, &format) != KVIO_OK ||
         (format != KVIO_TRACE_AUTO && format != KVIO_TRACE_MOONCAKE &&
-         format != KVIO_TRACE_KVIO)) {
-        kvio_error("cachesim: trace format '%s' has no block ids (use mooncake, kvio or auto)",
+         format != KVIO_TRACE_KVIO && format != KVIO_TRACE_CONVERSATION)) {
+        kvio_error("cachesim: trace format '%s' has no block ids (use mooncake, kvio, "
+                   "conversation or auto)",
                    options->format);
         return KVIO_ERR_INVALID;
     }

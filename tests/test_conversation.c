@@ -268,3 +268,106 @@ Test(conversation, a_bad_log_is_refused_with_file_line_and_key, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* ---------- conversation logs as a trace ---------- */
+
+#include "kvio/config.h"
+#include "kvio/stream.h"
+
+static kvio_stream_t *open_log(const char *path, kvio_stream_trace_config_t *options)
+{
+    char error[512] = "";
+    cr_assert_eq(kvio_config_defaults(kvio_stream_trace_options, options, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    kvio_stream_t *stream = NULL;
+    kvio_status_t status = kvio_stream_open_trace(path, KVIO_TRACE_AUTO, options, &stream, error,
+                                                  sizeof(error));
+    cr_assert_eq(status, KVIO_OK, "%s", error);
+    return stream;
+}
+
+/* The agent log as a trace (told by its first line): a request per turn in
+ * time order, with its session and turn; its ids of 16 tokens agree with
+ * the previous turn's exactly up to the block of the break kvio prefix
+ * finds, and differ from there. */
+Test(conversation, a_log_replays_as_a_trace_that_shares_what_its_turns_share, .timeout = 30)
+{
+    kvio_stream_trace_config_t options = {0};
+    kvio_stream_t *stream = open_log(agent_log, &options);
+    kvio_request_t *requests[8] = {0};
+    size_t count = 0;
+    const kvio_request_t *request;
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL && count < 8)
+        cr_assert_eq(kvio_request_clone(request, &requests[count++]), KVIO_OK);
+    cr_assert_eq(count, 7);
+    kvio_conversation_log_t *log = load(agent_log);
+    kvio_prefix_result_t *result = analyze(log);
+    for (size_t i = 0; i < count; i++) {
+        cr_assert_eq(requests[i]->trace_block_tokens, 16);
+        cr_assert(i == 0 || requests[i]->arrival_ns > requests[i - 1]->arrival_ns);
+        cr_assert(requests[i]->trace_ids_cover_output, "the log has every answer's text");
+    }
+    /* Session 1's turns 0 and 1 are requests 0 and 1 (14 s apart). */
+    cr_assert_eq(requests[1]->session_id, requests[0]->session_id);
+    cr_assert_eq(requests[1]->turn, 1);
+    cr_assert_eq(requests[1]->arrival_ns - requests[0]->arrival_ns, 14000000000ll);
+    cr_assert_eq(requests[1]->input_tokens, result->turns[1].prompt_tokens);
+    uint32_t same_blocks = result->turns[1].reusable_tokens / 16;
+    for (uint32_t b = 0; b < same_blocks; b++)
+        cr_assert_eq(requests[1]->trace_hash_ids[b], requests[0]->trace_hash_ids[b], "block %u", b);
+    cr_assert_neq(requests[1]->trace_hash_ids[same_blocks], requests[0]->trace_hash_ids[same_blocks]);
+    for (size_t i = 0; i < count; i++)
+        kvio_request_destroy(requests[i]);
+    kvio_prefix_result_free(result);
+    kvio_conversation_log_free(log);
+    kvio_stream_destroy(stream);
+}
+
+/* A log without times (ShareGPT here, told by its '['): sessions a second
+ * apart and turns 10 s apart without a stream section; answers' lengths
+ * from their text; a run replays it and hits the shared prefix. */
+Test(conversation, a_log_without_times_gets_arrivals_and_a_run_hits_its_prefix, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(
+        dir, "sharegpt.json",
+        "[{\"conversations\": [{\"from\": \"human\", \"value\": \"Tell me about prefix caching "
+        "in serving engines, in some detail please, with an example of two requests.\"}, "
+        "{\"from\": \"gpt\", \"value\": \"A prefix cache keeps the KV blocks of prompts it has "
+        "seen; a request that starts with the same tokens reuses them instead of computing "
+        "them again. Two chats with one system prompt share its blocks.\"}, {\"from\": "
+        "\"human\", \"value\": \"And when the cache is full?\"}]},\n"
+        " {\"conversations\": [{\"from\": \"human\", \"value\": \"Hi.\"}]}]\n");
+    kvio_stream_trace_config_t options = {0};
+    kvio_stream_t *stream = open_log(path, &options);
+    const kvio_request_t *request;
+    int64_t arrivals[3];
+    uint32_t outputs[3];
+    size_t count = 0;
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL && count < 3) {
+        arrivals[count] = request->arrival_ns;
+        outputs[count++] = request->output_tokens;
+    }
+    cr_assert_eq(count, 3);
+    cr_assert_eq(arrivals[0], 0);
+    cr_assert_eq(arrivals[1], 1000000000ll, "the second session a second later");
+    cr_assert_eq(arrivals[2], 10000000000ll, "the second turn 10 s after the first");
+    cr_assert_gt(outputs[0], 20, "the answer's tokens");
+    kvio_stream_destroy(stream);
+    char trace_set[512];
+    snprintf(trace_set, sizeof(trace_set), "stream.trace.path=%s", path);
+    test_run_t run = test_kvio(dir, "run", "endpoint", "--set", "mode=simulate", "--set",
+                               trace_set, "--set", "duration=60s", "--format", "json", "-o",
+                               "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    json_error_t error;
+    json_t *summary = json_loads(run.out, 0, &error);
+    cr_assert_not_null(summary, "%s", error.text);
+    cr_assert_eq(test_json_integer(summary, "metrics.completed"), 3);
+    cr_assert_gt(test_json_number(summary, "metrics.hit_rate"), 0.2);
+    json_decref(summary);
+    test_run_free(&run);
+    free(path);
+    test_rmtree(dir);
+    free(dir);
+}

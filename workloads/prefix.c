@@ -134,16 +134,17 @@ static uint32_t cached(uint32_t reusable, uint32_t prompt, uint32_t block_size)
     return hit / block_size * block_size;
 }
 
-/* The previous turn's sequence becomes this turn's prompt followed by its
- * answer as generated (harmony's answer starts with its channel). */
-static kvio_status_t append_answer(const kvio_prefix_params_t *params,
-                                   const kvio_conversation_turn_t *turn,
+/* The answer as generated after the rendered prompt (harmony's answer
+ * starts with its channel). */
+static kvio_status_t append_answer(const kvio_conversation_turn_t *turn,
+                                   const kvio_tokenizer_t *tokenizer,
+                                   kvio_chat_template_t template_id,
                                    kvio_chat_rendering_t *rendering)
 {
     if (turn->output == NULL)
         return KVIO_OK;
     static const char channel[] = "<|channel|>final<|message|>";
-    size_t prefix = params->chat_template == KVIO_CHAT_HARMONY ? sizeof(channel) - 1 : 0;
+    size_t prefix = template_id == KVIO_CHAT_HARMONY ? sizeof(channel) - 1 : 0;
     size_t length = prefix + turn->output_length;
     char *text = realloc(rendering->text, rendering->length + length + 1);
     if (text == NULL)
@@ -154,8 +155,26 @@ static kvio_status_t append_answer(const kvio_prefix_params_t *params,
     text[rendering->length + length] = '\0';
     size_t start = rendering->length;
     rendering->length += length;
-    return kvio_tokenize_spans(params->tokenizer, text + start, length, prefix > 0, start,
+    return kvio_tokenize_spans(tokenizer, text + start, length, prefix > 0, start,
                                &rendering->tokens, &rendering->offsets);
+}
+
+kvio_status_t kvio_conversation_render(const kvio_conversation_turn_t *turn,
+                                       const kvio_tokenizer_t *tokenizer,
+                                       kvio_chat_template_t template_id, bool answer,
+                                       kvio_chat_rendering_t *rendering_p)
+{
+    kvio_chat_rendering_t rendering = {0};
+    kvio_status_t status = kvio_chat_render_spans(template_id, tokenizer, turn->messages,
+                                                  turn->num_messages, true, &rendering);
+    if (status == KVIO_OK && answer)
+        status = append_answer(turn, tokenizer, template_id, &rendering);
+    if (status != KVIO_OK) {
+        kvio_chat_rendering_fini(&rendering);
+        return status;
+    }
+    *rendering_p = rendering;
+    return KVIO_OK;
 }
 
 static kvio_status_t analyze_session(const kvio_conversation_session_t *session,
@@ -167,8 +186,8 @@ static kvio_status_t analyze_session(const kvio_conversation_session_t *session,
     for (size_t t = 0; t < session->num_turns && status == KVIO_OK; t++) {
         const kvio_conversation_turn_t *turn = &session->turns[t];
         kvio_chat_rendering_t cur = {0};
-        status = kvio_chat_render_spans(params->chat_template, params->tokenizer, turn->messages,
-                                        turn->num_messages, true, &cur);
+        status = kvio_conversation_render(turn, params->tokenizer, params->chat_template, false,
+                                          &cur);
         if (status != KVIO_OK)
             break;
         kvio_prefix_turn_t *row = &rows[t];
@@ -183,7 +202,7 @@ static kvio_status_t analyze_session(const kvio_conversation_session_t *session,
             status = find_breaks(turn, &cur, &prev, row);
         }
         if (status == KVIO_OK)
-            status = append_answer(params, turn, &cur);
+            status = append_answer(turn, params->tokenizer, params->chat_template, &cur);
         kvio_chat_rendering_fini(&prev);
         prev = cur;
     }

@@ -11,8 +11,9 @@ static const char *const process_names[] = {"poisson", "gamma", "constant", "pha
                                              NULL};
 static const char *const phase_process_names[] = {"poisson", "gamma", "constant", NULL};
 static const char *const position_unit_names[] = {"fraction", "tokens", NULL};
-static const char *const trace_format_names[] = {"auto", "kvio", "mooncake", "azure", "burstgpt",
-                                                 NULL};
+static const char *const trace_format_names[] = {"auto",     "kvio",         "mooncake", "azure",
+                                                 "burstgpt", "conversation", NULL};
+static const char *const chat_template_names[] = {"auto", "chatml", "llama3", "harmony", NULL};
 
 #define MAX_TOKENS_TEXT 10000000
 
@@ -156,7 +157,8 @@ const kvio_opt_t kvio_stream_trace_options[] = {
     {.key = "format", .type = KVIO_OPT_ENUM,
      .offset = offsetof(kvio_stream_trace_config_t, format), .default_value = "auto",
      .values = trace_format_names,
-     .help = "kvio or mooncake (JSONL), azure or burstgpt (CSV); auto looks at the first line"},
+     .help = "kvio or mooncake (JSONL), azure or burstgpt (CSV), conversation (chat logs: OpenAI "
+             "requests, kvio's conversation lines, ShareGPT); auto looks at the first line"},
     {.key = "time_scale", .type = KVIO_OPT_DOUBLE,
      .offset = offsetof(kvio_stream_trace_config_t, time_scale), .default_value = "1",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1e-6, .max = 1e6,
@@ -183,6 +185,15 @@ const kvio_opt_t kvio_stream_trace_options[] = {
     {.key = "strict", .type = KVIO_OPT_BOOL,
      .offset = offsetof(kvio_stream_trace_config_t, strict), .default_value = "false",
      .help = "refuse timestamps out of order instead of sorting them"},
+    {.key = "tokenizer", .type = KVIO_OPT_STRING,
+     .offset = offsetof(kvio_stream_trace_config_t, tokenizer),
+     .help = "a conversation log's tokenizer: the model's tokenizer.json or tiktoken rank file "
+             "(unset: kvio's approximate tokenizer)"},
+    {.key = "chat_template", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_stream_trace_config_t, chat_template), .default_value = "auto",
+     .values = chat_template_names,
+     .help = "how a conversation log's messages become a prompt; auto: the tokenizer's, else "
+             "chatml"},
     {.key = NULL},
 };
 
@@ -244,6 +255,8 @@ kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t se
         if (options.max_tokens == 0)
             options.max_tokens = config->max_tokens;
         options.end_ns = duration_ns;
+        options.stream = config;
+        options.seed = seed;
         return kvio_stream_open_trace(config->trace.path, (kvio_trace_format_t)options.format,
                                       &options, stream_p, error_p, error_len);
     }

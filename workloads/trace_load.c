@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "kvio/clock.h"
+#include "kvio/files.h"
 #include "kvio/log.h"
 #include "kvio/sysinfo.h"
 
@@ -25,6 +26,7 @@ static const kvio_trace_format_ops_t *const registry[] = {
     [KVIO_TRACE_MOONCAKE] = &kvio_trace_jsonl_mooncake_ops,
     [KVIO_TRACE_AZURE] = &kvio_trace_csv_azure_ops,
     [KVIO_TRACE_BURSTGPT] = &kvio_trace_csv_burstgpt_ops,
+    [KVIO_TRACE_CONVERSATION] = &kvio_trace_conversation_ops,
 };
 
 const kvio_trace_format_ops_t *kvio_trace_format_ops(kvio_trace_format_t format)
@@ -313,6 +315,10 @@ static kvio_trace_format_t detect_format(const char *line)
 {
     while (*line == ' ' || *line == '\t')
         line++;
+    if (line[0] == '{' && strstr(line, "\"messages\"") != NULL)
+        return KVIO_TRACE_CONVERSATION;
+    if (line[0] == '[')
+        return KVIO_TRACE_CONVERSATION; /* ShareGPT */
     if (line[0] == '{')
         return strstr(line, "\"arrival_ns\"") != NULL || strstr(line, "\"segments\"") != NULL
                    ? KVIO_TRACE_KVIO
@@ -476,14 +482,110 @@ static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t 
     return KVIO_OK;
 }
 
+/* The trace's records as a stream: after the checks every format shares
+ * (nothing left after start), the replay is the stream's source. */
+static kvio_status_t make_stream(trace_source_t *replay, const kvio_trace_format_ops_t *ops,
+                                 uint64_t skipped, kvio_stream_t **stream_p, char *error_p,
+                                 size_t error_len)
+{
+    kvio_trace_t *trace = &replay->trace;
+    kvio_status_t status = arrange(trace, ops, error_p, error_len);
+    if (status == KVIO_OK && trace->num_records == 0) {
+        snprintf(error_p, error_len, "%s: no requests after stream.trace.start", trace->path);
+        status = KVIO_ERR_PARSE;
+    }
+    if (status != KVIO_OK)
+        return status;
+    if (skipped > 0)
+        kvio_warn("%s: skipped %llu bad lines", trace->path, (unsigned long long)skipped);
+    kvio_stream_t *stream = calloc(1, sizeof(*stream));
+    if (stream == NULL)
+        return KVIO_ERR_NOMEM;
+    stream->ops = &trace_ops;
+    stream->source = replay;
+    stream->skipped_lines = skipped;
+    if (ops->fini != NULL)
+        ops->fini(trace);
+    free(trace->format_state);
+    trace->format_state = NULL;
+    trace->path = NULL;
+    trace->options = NULL;
+    *stream_p = stream;
+    return KVIO_OK;
+}
+
+static trace_source_t *new_replay(const char *path, const kvio_stream_trace_config_t *options,
+                                  kvio_trace_format_t format, const kvio_trace_format_ops_t *ops)
+{
+    trace_source_t *replay = calloc(1, sizeof(*replay));
+    if (replay == NULL)
+        return NULL;
+    replay->trace.path = path;
+    replay->trace.options = options;
+    replay->trace.format = format;
+    if (ops->state_size > 0 && (replay->trace.format_state = calloc(1, ops->state_size)) == NULL) {
+        free(replay);
+        return NULL;
+    }
+    return replay;
+}
+
+static void drop_replay(trace_source_t *replay, const kvio_trace_format_ops_t *ops)
+{
+    if (replay == NULL)
+        return;
+    if (ops != NULL && ops->fini != NULL)
+        ops->fini(&replay->trace);
+    free(replay->trace.format_state);
+    trace_destroy(replay);
+}
+
+/* A format that reads its file whole (ops->load), not a line at a time. */
+static kvio_status_t open_whole(const char *path, kvio_trace_format_t format,
+                                const kvio_stream_trace_config_t *options,
+                                kvio_stream_t **stream_p, char *error_p, size_t error_len)
+{
+    const kvio_trace_format_ops_t *ops = kvio_trace_format_ops(format);
+    trace_source_t *replay = new_replay(path, options, format, ops);
+    kvio_status_t status = replay != NULL ? ops->load(&replay->trace, error_p, error_len)
+                                          : KVIO_ERR_NOMEM;
+    if (status == KVIO_OK && replay->trace.num_records == 0) {
+        snprintf(error_p, error_len, "%s: no requests in the trace", path);
+        status = KVIO_ERR_PARSE;
+    }
+    if (status == KVIO_OK)
+        status = make_stream(replay, ops, 0, stream_p, error_p, error_len);
+    if (status != KVIO_OK) {
+        if (status == KVIO_ERR_NOMEM)
+            snprintf(error_p, error_len, "%s: out of memory reading the trace", path);
+        drop_replay(replay, ops);
+    }
+    return status;
+}
+
+/* A file that starts with '[' (a JSON array: ShareGPT), told before the
+ * line reader, which a one-line document would overwhelm. */
+static bool starts_an_array(const char *path)
+{
+    FILE *file = fopen(path, "rb");
+    if (file == NULL)
+        return false;
+    bool array = kvio_file_first_byte(file) == '[';
+    fclose(file);
+    return array;
+}
+
 kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t format,
                                      const kvio_stream_trace_config_t *options,
                                      kvio_stream_t **stream_p, char *error_p, size_t error_len)
 {
+    if (format == KVIO_TRACE_AUTO && starts_an_array(path))
+        format = KVIO_TRACE_CONVERSATION;
+    if (format == KVIO_TRACE_CONVERSATION)
+        return open_whole(path, format, options, stream_p, error_p, error_len);
     trace_reader_t reader;
     size_t count = 0;
     trace_source_t *replay = NULL;
-    kvio_stream_t *stream = NULL;
     const kvio_trace_format_ops_t *ops = NULL;
     uint64_t skipped = 0;
     kvio_status_t status = reader_open(&reader, path, error_p, error_len);
@@ -507,10 +609,14 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
         if (format == KVIO_TRACE_AUTO) {
             snprintf(error_p, error_len,
                      "%s: cannot tell the trace format from the first line; set "
-                     "stream.trace.format (kvio, mooncake, azure, burstgpt)",
+                     "stream.trace.format (kvio, mooncake, azure, burstgpt, conversation)",
                      path);
             status = KVIO_ERR_PARSE;
             goto cleanup;
+        }
+        if (format == KVIO_TRACE_CONVERSATION) {
+            reader_close(&reader);
+            return open_whole(path, format, options, stream_p, error_p, error_len);
         }
     }
     ops = kvio_trace_format_ops(format);
@@ -519,22 +625,12 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
         status = KVIO_ERR_INVALID;
         goto cleanup;
     }
-    replay = calloc(1, sizeof(*replay));
+    replay = new_replay(path, options, format, ops);
     if (replay == NULL) {
         status = KVIO_ERR_NOMEM;
         goto cleanup;
     }
     kvio_trace_t *trace = &replay->trace;
-    trace->path = path;
-    trace->options = options;
-    trace->format = format;
-    if (ops->state_size > 0) {
-        trace->format_state = calloc(1, ops->state_size);
-        if (trace->format_state == NULL) {
-            status = KVIO_ERR_NOMEM;
-            goto cleanup;
-        }
-    }
     for (bool first = true; status == KVIO_OK && count > 0; first = false) {
         status = parse_lines(trace, ops, reader.data, count, first, &skipped, error_p,
                              error_len);
@@ -548,42 +644,16 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
         status = KVIO_ERR_PARSE;
     }
     if (status == KVIO_OK)
-        status = arrange(trace, ops, error_p, error_len);
-    if (status == KVIO_OK && trace->num_records == 0) {
-        snprintf(error_p, error_len, "%s: no requests after stream.trace.start", path);
-        status = KVIO_ERR_PARSE;
-    }
+        status = make_stream(replay, ops, skipped, stream_p, error_p, error_len);
     if (status != KVIO_OK)
         goto cleanup;
-    if (skipped > 0)
-        kvio_warn("%s: skipped %llu bad lines", path, (unsigned long long)skipped);
-    stream = calloc(1, sizeof(*stream));
-    if (stream == NULL) {
-        status = KVIO_ERR_NOMEM;
-        goto cleanup;
-    }
-    stream->ops = &trace_ops;
-    stream->source = replay;
-    stream->skipped_lines = skipped;
-    if (ops->fini != NULL)
-        ops->fini(trace);
-    free(trace->format_state);
-    trace->format_state = NULL;
-    trace->path = NULL;
-    trace->options = NULL;
     reader_close(&reader);
-    *stream_p = stream;
     return KVIO_OK;
 
 cleanup:
     if (status == KVIO_ERR_NOMEM)
         snprintf(error_p, error_len, "%s: out of memory reading the trace", path);
-    if (replay != NULL) {
-        if (ops != NULL && ops->fini != NULL)
-            ops->fini(&replay->trace);
-        free(replay->trace.format_state);
-        trace_destroy(replay);
-    }
+    drop_replay(replay, ops);
     reader_close(&reader);
     return status;
 }

@@ -66,6 +66,9 @@ typedef struct kvio_trace_format_ops {
     size_t state_size;
     kvio_status_t (*parse_line)(kvio_trace_t *trace, char *line, size_t length,
                                 char *error_p, size_t error_len);
+    /* Instead of parse_line: reads the whole file itself (a JSON document,
+     * or lines that belong together: conversation logs). */
+    kvio_status_t (*load)(kvio_trace_t *trace, char *error_p, size_t error_len);
     /* After sorting: fill what depends on order (BurstGPT sessions). */
     kvio_status_t (*finish)(kvio_trace_t *trace, char *error_p, size_t error_len);
     void (*fini)(kvio_trace_t *trace);
@@ -75,6 +78,7 @@ extern const kvio_trace_format_ops_t kvio_trace_jsonl_kvio_ops;
 extern const kvio_trace_format_ops_t kvio_trace_jsonl_mooncake_ops;
 extern const kvio_trace_format_ops_t kvio_trace_csv_azure_ops;
 extern const kvio_trace_format_ops_t kvio_trace_csv_burstgpt_ops;
+extern const kvio_trace_format_ops_t kvio_trace_conversation_ops;
 
 /* The registry: the ops of a format (not AUTO), or NULL. */
 const kvio_trace_format_ops_t *kvio_trace_format_ops(kvio_trace_format_t format);

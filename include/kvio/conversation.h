@@ -54,6 +54,16 @@ typedef struct kvio_conversation_log {
 kvio_status_t kvio_conversation_load(const char *path, kvio_conversation_log_t **log_p);
 void kvio_conversation_log_free(kvio_conversation_log_t *log);
 
+/* Renders turn as the server would prefill it (its messages through the
+ * template, with the reply's header) into *rendering_p (owned); with
+ * answer, the answer as the model generated it follows when the log has
+ * its text (harmony's channel first): what the turn leaves in the cache.
+ * tokenizer NULL: the approximate one. KVIO_ERR_NOMEM. */
+kvio_status_t kvio_conversation_render(const kvio_conversation_turn_t *turn,
+                                       const kvio_tokenizer_t *tokenizer,
+                                       kvio_chat_template_t template_id, bool answer,
+                                       kvio_chat_rendering_t *rendering_p);
+
 /* ---------- where the prefix breaks ---------- */
 
 /* How a turn's prompt is analysed: the tokenizer (NULL: the approximate

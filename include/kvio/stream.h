@@ -165,7 +165,10 @@ typedef enum {
     KVIO_TRACE_MOONCAKE,
     KVIO_TRACE_AZURE,
     KVIO_TRACE_BURSTGPT,
+    KVIO_TRACE_CONVERSATION, /* chat logs (kvio/conversation.h), rendered to token blocks */
 } kvio_trace_format_t;
+
+struct kvio_stream_config;
 
 typedef struct kvio_stream_trace_config {
     char *path;            /* NULL or "": synthetic stream */
@@ -179,6 +182,14 @@ typedef struct kvio_stream_trace_config {
     bool strict;           /* refuse timestamps out of order instead of sorting */
     int64_t end_ns;        /* not a key: kvio_stream_create sets it from the duration it
                               is given; requests arriving at or after it are left out */
+    char *tokenizer;       /* a conversation log's tokenizer file; NULL: approximate */
+    int chat_template;     /* 0: auto (the tokenizer's, else chatml); else kvio_chat_template_t + 1 */
+    /* Not keys: kvio_stream_create sets them for a conversation log whose
+     * turns have no times (arrivals, think time and output lengths from the
+     * stream section, drawn with the seed); NULL: a session a second,
+     * turns 10 s apart. */
+    const struct kvio_stream_config *stream;
+    uint64_t seed;
 } kvio_stream_trace_config_t;
 
 typedef struct kvio_stream_config {
