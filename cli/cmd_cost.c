@@ -31,11 +31,15 @@ static void cost_usage(FILE *out)
     fprintf(out,
             "usage: kvio cost --model M --gpu G [--tp N] --prefill TOKENS [--batch B]\n"
             "                 [--cached TOKENS] [--decode SEQS --context TOKENS] [--json]\n"
+            "       kvio cost --model M --gpu G [--tp N] --fit [--json]\n"
             "       kvio cost --model M --tensors [--json]\n"
             "       kvio cost --list\n\n"
             "Prints the time the roofline cost model gives one iteration: B sequences\n"
             "each prefilling TOKENS new tokens (on top of --cached tokens already in\n"
             "the KV cache) plus SEQS decode sequences with --context tokens each.\n"
+            "--fit prints the KV tokens that fit after the weights in 90 %% of the\n"
+            "GPU's memory (vLLM's gpu_memory_utilization), and for a model with\n"
+            "sliding-window layers what treating every layer as full attention fits.\n"
             "--tensors lists the model's weights as the tensors weight sync moves\n"
             "(grouped by kind; --json: every tensor with its shape and bytes).\n");
 }
@@ -93,9 +97,40 @@ static int print_tensors(const char *model_name, bool json)
     return KVIO_EXIT_OK;
 }
 
+/* What kvio cost --fit prints. */
+typedef struct fit {
+    uint64_t kv_bytes, per_token, window_per_sequence, tokens, full_per_token, full_tokens;
+    double weights_gb;
+} fit_t;
+
+/* KV tokens that fit after the weights: the full-attention layers' bytes
+ * per token into what is left, each sequence also holding its windowed
+ * layers' window; and as if every layer kept the whole context. */
+static int compute_fit(const kvio_model_t *model, const kvio_gpu_t *gpu, int64_t tp,
+                       fit_t *fit_p)
+{
+    char error[512];
+    uint64_t bytes = 0;
+    if (kvio_model_kv_capacity(model, gpu, tp, 0.9, &bytes, error, sizeof(error)) != KVIO_OK) {
+        fprintf(stderr, "kvio cost: %s\n", error);
+        return KVIO_EXIT_USAGE;
+    }
+    kvio_model_t full = *model;
+    full.sliding_window_layers = 0;
+    fit_t fit = {.kv_bytes = bytes,
+                 .per_token = kvio_model_kv_bytes_per_token(model, tp),
+                 .window_per_sequence = kvio_model_window_kv_bytes(model, tp),
+                 .full_per_token = kvio_model_kv_bytes_per_token(&full, tp),
+                 .weights_gb = (double)kvio_model_weight_bytes(model) / 1e9};
+    fit.tokens = fit.per_token > 0 ? bytes / fit.per_token : 0;
+    fit.full_tokens = fit.full_per_token > 0 ? bytes / fit.full_per_token : 0;
+    *fit_p = fit;
+    return KVIO_EXIT_OK;
+}
+
 enum {
     COST_HELP = 1, COST_LIST, COST_JSON, COST_TENSORS, COST_MODEL, COST_GPU, COST_TP,
-    COST_PREFILL, COST_BATCH, COST_CACHED, COST_DECODE, COST_CONTEXT,
+    COST_PREFILL, COST_BATCH, COST_CACHED, COST_DECODE, COST_CONTEXT, COST_FIT,
 };
 
 static const kvio_cli_option_t cost_options[] = {
@@ -111,6 +146,7 @@ static const kvio_cli_option_t cost_options[] = {
     {"cached", 0, "a token count", COST_CACHED},
     {"decode", 0, "a count", COST_DECODE},
     {"context", 0, "a token count", COST_CONTEXT},
+    {"fit", 0, NULL, COST_FIT},
     {NULL, 0, NULL, 0},
 };
 
@@ -118,7 +154,7 @@ static const kvio_cli_option_t cost_options[] = {
 typedef struct cost_args {
     const char *model_name, *gpu_name;
     uint64_t tp, prefill, batch, cached, decode, context;
-    bool json, tensors;
+    bool json, tensors, fit;
 } cost_args_t;
 
 /* Reads the arguments in order; --help and --list print and stop (-1 to
@@ -149,8 +185,10 @@ static int parse_cost_args(int argc, char **argv, cost_args_t *args)
         } else if (option == COST_LIST) {
             kvio_model_print_presets(stdout);
             return KVIO_EXIT_OK;
-        } else if (option == COST_JSON || option == COST_TENSORS) {
-            *(option == COST_JSON ? &args->json : &args->tensors) = true;
+        } else if (option == COST_JSON || option == COST_TENSORS || option == COST_FIT) {
+            *(option == COST_JSON      ? &args->json
+              : option == COST_TENSORS ? &args->tensors
+                                       : &args->fit) = true;
         } else if (option == COST_MODEL || option == COST_GPU) {
             *(option == COST_MODEL ? &args->model_name : &args->gpu_name) = value;
         } else if (option == KVIO_CLI_OPERAND) {
@@ -162,6 +200,46 @@ static int parse_cost_args(int argc, char **argv, cost_args_t *args)
         }
     }
     return -1;
+}
+
+static int print_fit(const cost_args_t *args)
+{
+    char error[512];
+    kvio_model_t model = {.preset = (char *)args->model_name, .dtype_bytes = 2};
+    kvio_gpu_t gpu = {.preset = (char *)args->gpu_name};
+    if (kvio_model_resolve(&model, error, sizeof(error)) != KVIO_OK ||
+        kvio_gpu_resolve(&gpu, error, sizeof(error)) != KVIO_OK) {
+        fprintf(stderr, "kvio cost: %s\n", error);
+        return KVIO_EXIT_USAGE;
+    }
+    fit_t fit;
+    int exit_status = compute_fit(&model, &gpu, (int64_t)args->tp, &fit);
+    if (exit_status != KVIO_EXIT_OK)
+        return exit_status;
+    if (args->json) {
+        printf("{\"model\": \"%s\", \"gpu\": \"%s\", \"tensor_parallel\": %llu, "
+               "\"weights_gb\": %.4g, \"kv_bytes\": %llu, \"kv_bytes_per_token\": %llu, "
+               "\"window_kv_bytes_per_sequence\": %llu, \"kv_tokens\": %llu, "
+               "\"kv_tokens_all_full_attention\": %llu}\n",
+               args->model_name, args->gpu_name, (unsigned long long)args->tp, fit.weights_gb,
+               (unsigned long long)fit.kv_bytes, (unsigned long long)fit.per_token,
+               (unsigned long long)fit.window_per_sequence, (unsigned long long)fit.tokens,
+               (unsigned long long)fit.full_tokens);
+        return KVIO_EXIT_OK;
+    }
+    printf("%s on %s, tensor parallel %llu: weights %.2f GB; 90 %% of %.1f GB leaves %.2f GB "
+           "of KV\n",
+           args->model_name, args->gpu_name, (unsigned long long)args->tp, fit.weights_gb,
+           (double)gpu.memory / 1e9, (double)fit.kv_bytes / 1e9);
+    printf("  KV tokens that fit   %llu (%llu bytes per token)\n", (unsigned long long)fit.tokens,
+           (unsigned long long)fit.per_token);
+    if (fit.window_per_sequence > 0)
+        printf("  windowed layers      %llu more bytes per running sequence (its window)\n"
+               "  as all full attention %llu tokens (%llu bytes per token): %.2fx fewer\n",
+               (unsigned long long)fit.window_per_sequence, (unsigned long long)fit.full_tokens,
+               (unsigned long long)fit.full_per_token,
+               fit.full_tokens > 0 ? (double)fit.tokens / (double)fit.full_tokens : 0.0);
+    return KVIO_EXIT_OK;
 }
 
 int kvio_cmd_cost(int argc, char **argv)
@@ -180,6 +258,8 @@ int kvio_cmd_cost(int argc, char **argv)
     }
     if (args.tensors)
         return print_tensors(model_name, json);
+    if (args.fit)
+        return print_fit(&args);
     if (prefill == 0 && decode == 0) {
         fprintf(stderr, "kvio cost: give --prefill TOKENS and/or --decode SEQS\n");
         return KVIO_EXIT_USAGE;

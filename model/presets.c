@@ -41,6 +41,16 @@ static const model_preset_t model_presets[] = {
      {.layers = 24, .hidden = 2880, .heads = 64, .kv_heads = 8, .head_dim = 64,
       .intermediate = 2880, .vocab = 201088, .num_experts = 32, .experts_per_token = 4,
       .sliding_window_layers = 12, .sliding_window = 128, .weight_dtype_bytes = 0.66}},
+    /* gpt-oss-120b: the same layer with 128 experts, 36 layers (18 windowed);
+     * its MXFP4 checkpoint is 65 GB for 117B parameters. */
+    {"gpt-oss-120b", "OpenAI gpt-oss-120b: MoE 128 experts (4 active), half the layers windowed",
+     {.layers = 36, .hidden = 2880, .heads = 64, .kv_heads = 8, .head_dim = 64,
+      .intermediate = 2880, .vocab = 201088, .num_experts = 128, .experts_per_token = 4,
+      .sliding_window_layers = 18, .sliding_window = 128, .weight_dtype_bytes = 0.56}},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B: MoE 128 experts (8 active), 48 layers, GQA 32/4 heads",
+     {.layers = 48, .hidden = 2048, .heads = 32, .kv_heads = 4, .head_dim = 128,
+      .intermediate = 768, .vocab = 151936, .num_experts = 128, .experts_per_token = 8,
+      .weight_dtype_bytes = 2}},
     /* The checkpoint-engine models (its weight-sync table), shaped for their
      * weights: MoE layers with the shared expert counted as one more expert
      * (of the routed experts' size), GLM-4.5-Air's first (dense) layer as an
@@ -78,6 +88,9 @@ static const gpu_preset_t gpu_presets[] = {
     {"h200", "NVIDIA H200 SXM: 989 TFLOP/s, 4.8 TB/s, 141 GB, PCIe 5, NVLink 4",
      {.flops = 989e12, .hbm_bandwidth = 4.8e12, .memory = 141000000000ull,
       .host_bandwidth = 64e9, .link_bandwidth = 450e9}},
+    {"h100-pcie", "NVIDIA H100 PCIe: 756 TFLOP/s, 2.0 TB/s, 80 GB, PCIe 5, NVLink bridge",
+     {.flops = 756e12, .hbm_bandwidth = 2.0e12, .memory = 80 * GIB, .host_bandwidth = 64e9,
+      .link_bandwidth = 300e9}},
     {"l40s", "NVIDIA L40S: 362 TFLOP/s, 864 GB/s, 48 GB, PCIe 4, no NVLink",
      {.flops = 362e12, .hbm_bandwidth = 864e9, .memory = 48000000000ull, .host_bandwidth = 32e9,
       .link_bandwidth = 32e9}},

@@ -392,3 +392,31 @@ Test(cost, fit_reads_bounded_rows_from_regular_files_only, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* kvio cost --fit: gpt-oss-20b's KV on a 24 GB card counts only its 12
+ * full-attention layers per token (twice the tokens of all 24 as full
+ * attention), its windowed layers per sequence; a model whose weights do
+ * not fit is refused with the numbers. */
+Test(cost, fit_counts_only_the_full_attention_layers_per_token, .timeout = 30)
+{
+    test_run_t run = test_kvio(NULL, "cost", "--model", "gpt-oss-20b", "--gpu", "rtx-4090",
+                               "--fit", "--json", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    json_error_t error;
+    json_t *fit = json_loads(run.out, 0, &error);
+    cr_assert_not_null(fit, "%s: %s", error.text, run.out);
+    cr_assert_eq(test_json_integer(fit, "kv_bytes_per_token"), 12 * 2 * 8 * 64 * 2);
+    cr_assert_eq(test_json_integer(fit, "window_kv_bytes_per_sequence"), 12 * 2 * 8 * 64 * 2 * 128);
+    long long tokens = test_json_integer(fit, "kv_tokens");
+    cr_assert_eq(tokens, 2 * test_json_integer(fit, "kv_tokens_all_full_attention"));
+    /* 90 % of 24 GiB less the 13.8 GB of MXFP4 weights. */
+    long long bytes = test_json_integer(fit, "kv_bytes");
+    cr_assert_eq(tokens, bytes / 24576);
+    cr_assert_lt(fabs((double)bytes - (0.9 * 24 * 1073741824.0 - 13.8e9)), 1e7, "%lld", bytes);
+    json_decref(fit);
+    test_run_free(&run);
+    run = test_kvio(NULL, "cost", "--model", "gpt-oss-120b", "--gpu", "rtx-5090", "--fit", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "do not fit"), "%s", run.err);
+    test_run_free(&run);
+}
