@@ -104,6 +104,10 @@ int kvio_cmd_report(int argc, char **argv)
     if (capacities > 0)
         snprintf(searches, sizeof(searches), ", %zu capacity search%s", capacities,
                  capacities == 1 ? "" : "es");
+    size_t prefixes = kvio_report_num_prefixes(report);
+    if (prefixes > 0)
+        snprintf(searches + strlen(searches), sizeof(searches) - strlen(searches),
+                 ", %zu prefix result%s", prefixes, prefixes == 1 ? "" : "s");
     printf("kvio report: wrote %s (%zu run%s, %zu cachesim result%s%s)\n", path,
            kvio_report_num_runs(report), kvio_report_num_runs(report) == 1 ? "" : "s",
            kvio_report_num_cachesims(report), kvio_report_num_cachesims(report) == 1 ? "" : "s",

@@ -1124,6 +1124,78 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* ---------- kvio prefix ---------- */
+
+/* Per prefix result: the hit rate as it is, without each cause and
+ * without any (bars), and each turn's prompt against what it reused. */
+static kvio_status_t prefix_charts(kvio_report_t *report)
+{
+    static const char section[] = "Where the prefix breaks";
+    for (size_t p = 0; p < report->num_prefixes; p++) {
+        const report_prefix_t *prefix = report->prefixes[p];
+        char id[64], title[160];
+        snprintf(id, sizeof(id), "chart-prefix-hits-%zu", p + 1);
+        snprintf(title, sizeof(title), "Prefix cache hits and their causes: %s", prefix->label);
+        report_chart_t *bars = chart_new(report, CHART_BARS, id, section, title, "",
+                                         "prompt tokens from the cache (%)");
+        if (bars == NULL || categories_set(bars, prefix->num_clusters + 2) != KVIO_OK)
+            return KVIO_ERR_NOMEM;
+        chart_series_t *series = series_add(bars, "hit rate", prefix->num_clusters + 2, false);
+        if (series == NULL)
+            return KVIO_ERR_NOMEM;
+        double whole = prefix->prompt_tokens > 0 ? prefix->prompt_tokens : 1;
+        snprintf(bars->categories[0], REPORT_LABEL_MAX, "as it is");
+        series->y[0] = 100 * prefix->cached_tokens / whole;
+        for (size_t c = 0; c < prefix->num_clusters; c++) {
+            snprintf(bars->categories[c + 1], REPORT_LABEL_MAX, "without: %.50s",
+                     prefix->clusters[c].place);
+            series->y[c + 1] = 100 * prefix->clusters[c].cached_without / whole;
+        }
+        snprintf(bars->categories[prefix->num_clusters + 1], REPORT_LABEL_MAX, "without any");
+        series->y[prefix->num_clusters + 1] = 100 * prefix->cached_without_breaks / whole;
+        series->count = prefix->num_clusters + 2;
+        bars->y_fixed = true;
+        bars->y_min = 0;
+        bars->y_max = 100;
+        size_t at = (size_t)snprintf(bars->caption, sizeof(bars->caption),
+                                     "From %s (kvio prefix --format json): %.0f of %.0f later "
+                                     "turns break.",
+                                     prefix->label, prefix->turns_with_breaks,
+                                     prefix->later_turns);
+        for (size_t c = 0; c < prefix->num_clusters && c < 3 && at < sizeof(bars->caption); c++)
+            at += (size_t)snprintf(bars->caption + at, sizeof(bars->caption) - at,
+                                   " %.0f at %s%s%s.", prefix->clusters[c].turns,
+                                   prefix->clusters[c].place,
+                                   prefix->clusters[c].example[0] ? ": " : "",
+                                   prefix->clusters[c].example);
+        snprintf(id, sizeof(id), "chart-prefix-turns-%zu", p + 1);
+        snprintf(title, sizeof(title), "Each turn's prompt and what it reused: %s",
+                 prefix->label);
+        report_chart_t *lines = chart_new(report, CHART_LINES, id, section, title,
+                                          "turn (in the log's order)", "tokens");
+        if (lines == NULL)
+            return KVIO_ERR_NOMEM;
+        chart_series_t *prompt = series_add(lines, "prompt", prefix->num_turns, false);
+        chart_series_t *reused = prompt ? series_add(lines, "reused from the previous turn",
+                                                     prefix->num_turns, false)
+                                        : NULL;
+        if (reused == NULL)
+            return KVIO_ERR_NOMEM;
+        prompt = &lines->series[0]; /* series_add may have moved it */
+        for (size_t t = 0; t < prefix->num_turns; t++) {
+            prompt->x[t] = reused->x[t] = (double)t;
+            prompt->y[t] = prefix->prompt[t];
+            reused->y[t] = prefix->reused[t];
+        }
+        prompt->count = reused->count = prefix->num_turns;
+        snprintf(lines->caption, sizeof(lines->caption),
+                 "Each turn's prompt tokens and the prefix it shares with what its session's "
+                 "previous turn left in the cache (its prompt and answer); a gap between the "
+                 "lines is a break.");
+    }
+    return KVIO_OK;
+}
+
 /* ---------- kvio capacity ---------- */
 
 /* SLO attainment against the load each capacity search probed, one line
@@ -1473,6 +1545,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = timeline_charts(report);
     if (status == KVIO_OK)
         status = cachesim_charts(report);
+    if (status == KVIO_OK)
+        status = prefix_charts(report);
     if (status == KVIO_OK)
         status = capacity_charts(report);
     if (status == KVIO_OK)

@@ -981,6 +981,163 @@ kvio_status_t report_compare_load(kvio_report_t *report, const char *dir, char *
     return status;
 }
 
+/* ---------- kvio prefix ---------- */
+
+/* Turns a prefix result may hold (its arrays are per turn). */
+#define PREFIX_MAX_TURNS 1000000
+
+void report_prefix_free(report_prefix_t *prefix)
+{
+    if (prefix == NULL)
+        return;
+    free(prefix->clusters);
+    free(prefix->prompt);
+    free(prefix->reused);
+    free(prefix);
+}
+
+/* text on one line, control characters as "\n" and the like, cut to fit. */
+static void one_line(const char *text, char *out, size_t size)
+{
+    size_t at = 0;
+    while (*text != '\0') {
+        unsigned char lead = (unsigned char)*text;
+        size_t length = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+        if (at + (lead < 0x20 ? 2 : length) + 1 > size)
+            break; /* a whole character, or none */
+        if (lead < 0x20) {
+            out[at++] = '\\';
+            out[at++] = lead == '\n' ? 'n' : lead == '\t' ? 't' : '?';
+            text++;
+            continue;
+        }
+        for (size_t i = 0; i < length && *text != '\0'; i++)
+            out[at++] = *text++;
+    }
+    out[at] = '\0';
+}
+
+/* The example text of cluster index: the first break in it that carries
+ * text. */
+static void prefix_example(const json_t *turns, size_t index, char *out, size_t size)
+{
+    size_t t;
+    const json_t *turn;
+    out[0] = '\0';
+    json_array_foreach(turns, t, turn) {
+        size_t b;
+        const json_t *found;
+        json_array_foreach(json_object_get(turn, "breaks"), b, found) {
+            const json_t *cluster = json_object_get(found, "cluster");
+            const char *after = json_string_value(json_object_get(found, "after"));
+            const char *previous = json_string_value(json_object_get(found, "previous"));
+            if (json_is_integer(cluster) && (size_t)json_integer_value(cluster) == index &&
+                after != NULL && previous != NULL) {
+                char now[32], then[32];
+                one_line(after, now, sizeof(now));
+                one_line(previous, then, sizeof(then));
+                snprintf(out, size, "`%s` where it had `%s`", now, then);
+                return;
+            }
+        }
+    }
+}
+
+kvio_status_t report_prefix_load(const char *path, const json_t *json,
+                                 report_prefix_t **prefix_p, char *error_p, size_t error_len)
+{
+    const json_t *clusters = json_object_get(json, "clusters");
+    const json_t *turns = json_object_get(json, "turns");
+    if (!json_is_array(clusters) || !json_is_array(turns) || json_array_size(turns) == 0 ||
+        json_array_size(turns) > PREFIX_MAX_TURNS ||
+        json_array_size(clusters) > json_array_size(turns)) {
+        snprintf(error_p, error_len,
+                 "%s: not a `kvio prefix --format json` result (clusters and turns)", path);
+        return KVIO_ERR_PARSE;
+    }
+    report_prefix_t *prefix = calloc(1, sizeof(*prefix));
+    size_t num_turns = json_array_size(turns), num_clusters = json_array_size(clusters);
+    kvio_status_t status = KVIO_ERR_NOMEM;
+    if (prefix == NULL)
+        return status;
+    prefix->clusters = calloc(num_clusters ? num_clusters : 1, sizeof(*prefix->clusters));
+    prefix->prompt = calloc(num_turns, sizeof(double));
+    prefix->reused = calloc(num_turns, sizeof(double));
+    if (prefix->clusters == NULL || prefix->prompt == NULL || prefix->reused == NULL)
+        goto out;
+    snprintf(prefix->path, sizeof(prefix->path), "%s", path);
+    const char *base = strrchr(path, '/');
+    report_label_copy(prefix->label, sizeof(prefix->label), base != NULL ? base + 1 : path);
+    static const char *const totals[] = {"prompt_tokens", "cached_tokens",
+                                         "cached_tokens_without_breaks", "turns_with_breaks"};
+    double *slots[] = {&prefix->prompt_tokens, &prefix->cached_tokens,
+                       &prefix->cached_without_breaks, &prefix->turns_with_breaks};
+    status = KVIO_OK;
+    for (size_t i = 0; i < 4 && status == KVIO_OK; i++)
+        status = json_number(json, totals[i], "", path, true, slots[i], error_p, error_len);
+    double sessions = 0;
+    if (status == KVIO_OK)
+        status = json_number(json, "sessions", "", path, true, &sessions, error_p, error_len);
+    prefix->later_turns = (double)num_turns - sessions;
+    for (size_t t = 0; t < num_turns && status == KVIO_OK; t++) {
+        char where[48];
+        snprintf(where, sizeof(where), "turns[%zu].", t);
+        const json_t *turn = json_array_get(turns, t);
+        status = json_number(turn, "prompt_tokens", where, path, true, &prefix->prompt[t],
+                             error_p, error_len);
+        if (status == KVIO_OK)
+            status = json_number(turn, "reusable_tokens", where, path, true, &prefix->reused[t],
+                                 error_p, error_len);
+    }
+    prefix->num_turns = num_turns;
+    for (size_t c = 0; c < num_clusters && status == KVIO_OK; c++) {
+        char where[48];
+        snprintf(where, sizeof(where), "clusters[%zu].", c);
+        const json_t *cluster = json_array_get(clusters, c);
+        prefix_cluster_t *out = &prefix->clusters[c];
+        double message = 0, first = 0, last = 0;
+        const char *label = json_string_value(json_object_get(cluster, "label"));
+        status = label != NULL ? KVIO_OK : KVIO_ERR_PARSE;
+        if (status != KVIO_OK)
+            snprintf(error_p, error_len, "%s: %slabel is missing", path, where);
+        if (status == KVIO_OK)
+            status = json_number(cluster, "message", where, path, true, &message, error_p,
+                                 error_len);
+        if (status == KVIO_OK)
+            status = json_number(cluster, "first_token", where, path, true, &first, error_p,
+                                 error_len);
+        if (status == KVIO_OK)
+            status = json_number(cluster, "last_token", where, path, true, &last, error_p,
+                                 error_len);
+        if (status == KVIO_OK)
+            status = json_number(cluster, "turns", where, path, true, &out->turns, error_p,
+                                 error_len);
+        if (status == KVIO_OK)
+            status = json_number(cluster, "cached_tokens_without", where, path, true,
+                                 &out->cached_without, error_p, error_len);
+        if (status != KVIO_OK)
+            break;
+        char place[REPORT_LABEL_MAX];
+        if (first == last)
+            snprintf(place, sizeof(place), "%.40s (message %.0f), token %.0f", label, message, first);
+        else
+            snprintf(place, sizeof(place), "%.40s (message %.0f), tokens %.0f-%.0f", label,
+                     message, first, last);
+        report_label_copy(out->place, sizeof(out->place), place);
+        prefix_example(turns, c, out->example, sizeof(out->example));
+        prefix->num_clusters++;
+    }
+out:
+    if (status != KVIO_OK) {
+        if (status == KVIO_ERR_NOMEM)
+            snprintf(error_p, error_len, "%s: out of memory", path);
+        report_prefix_free(prefix);
+        return status;
+    }
+    *prefix_p = prefix;
+    return KVIO_OK;
+}
+
 /* ---------- cachesim ---------- */
 
 void report_cachesim_free(report_cachesim_t *cachesim)

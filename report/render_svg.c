@@ -732,10 +732,11 @@ kvio_status_t report_render_html(const kvio_report_t *report, FILE *out)
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"generator\" content=\"kvio %s\">\n<title>kvio report</title>\n"
             "<style>%s</style>\n</head>\n<body>\n<h1>kvio report</h1>\n"
-            "<p class=\"meta\" id=\"provenance\">%zu run%s, %zu cachesim result%s; written by "
-            "kvio %s (commit ",
+            "<p class=\"meta\" id=\"provenance\">%zu run%s, %zu cachesim result%s, %zu prefix "
+            "result%s; written by kvio %s (commit ",
             KVIO_VERSION, style, report->num_runs, report->num_runs == 1 ? "" : "s",
-            report->num_cachesims, report->num_cachesims == 1 ? "" : "s", KVIO_VERSION);
+            report->num_cachesims, report->num_cachesims == 1 ? "" : "s", report->num_prefixes,
+            report->num_prefixes == 1 ? "" : "s", KVIO_VERSION);
     xml_text(out, commit != NULL ? commit : "unknown");
     fputs(") on ", out);
     xml_text(out, hostname != NULL ? hostname : "an unknown host");

@@ -46,6 +46,8 @@ void kvio_report_destroy(kvio_report_t *report)
         report_run_free(report->runs[i]);
     for (size_t i = 0; i < report->num_cachesims; i++)
         report_cachesim_free(report->cachesims[i]);
+    for (size_t i = 0; i < report->num_prefixes; i++)
+        report_prefix_free(report->prefixes[i]);
     for (size_t i = 0; i < report->num_capacities; i++)
         report_capacity_free(report->capacities[i]);
     free(report);
@@ -54,6 +56,11 @@ void kvio_report_destroy(kvio_report_t *report)
 size_t kvio_report_num_runs(const kvio_report_t *report)
 {
     return report->num_runs;
+}
+
+size_t kvio_report_num_prefixes(const kvio_report_t *report)
+{
+    return report->num_prefixes;
 }
 
 size_t kvio_report_num_cachesims(const kvio_report_t *report)
@@ -113,8 +120,24 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
     }
     kvio_status_t status;
     if (S_ISREG(info.st_mode)) {
-        if (report->num_cachesims == KVIO_REPORT_MAX_RUNS) {
-            snprintf(error_p, error_len, "%s: more than %d cachesim results", path,
+        json_t *json = NULL;
+        status = report_json_load(path, &json, error_p, error_len);
+        if (status != KVIO_OK)
+            return status;
+        bool prefix_result = json_object_get(json, "clusters") != NULL;
+        if (prefix_result && report->num_prefixes < KVIO_REPORT_MAX_RUNS) {
+            report_prefix_t *prefix = NULL;
+            status = report_prefix_load(path, json, &prefix, error_p, error_len);
+            json_decref(json);
+            if (status != KVIO_OK)
+                return status;
+            report->prefixes[report->num_prefixes++] = prefix;
+            report_charts_clear(report);
+            return KVIO_OK;
+        }
+        json_decref(json);
+        if (prefix_result || report->num_cachesims == KVIO_REPORT_MAX_RUNS) {
+            snprintf(error_p, error_len, "%s: more than %d cachesim or prefix results", path,
                      KVIO_REPORT_MAX_RUNS);
             return KVIO_ERR_INVALID;
         }
@@ -172,9 +195,10 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
 kvio_status_t kvio_report_write_html(kvio_report_t *report, const char *path, char *error_p,
                                      size_t error_len)
 {
-    if (report->num_runs == 0 && report->num_cachesims == 0 && report->num_capacities == 0) {
+    if (report->num_runs == 0 && report->num_cachesims == 0 && report->num_capacities == 0 &&
+        report->num_prefixes == 0) {
         snprintf(error_p, error_len, "nothing to report: no results directory, capacity "
-                 "search or cachesim file");
+                 "search, cachesim or prefix file");
         return KVIO_ERR_INVALID;
     }
     char temporary[REPORT_PATH_MAX + 16];

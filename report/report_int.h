@@ -137,6 +137,25 @@ typedef struct report_cachesim {
     cachesim_point_t *points;
 } report_cachesim_t;
 
+/* One `kvio prefix --format json` result: the hit rate as it is, without
+ * each cluster of breaks and without any, and every turn's prompt and
+ * reused tokens. */
+typedef struct prefix_cluster {
+    char place[REPORT_LABEL_MAX];   /* "system (message 0), tokens 69-71" */
+    char example[REPORT_LABEL_MAX]; /* this turn's text | the previous turn's, or "" */
+    double turns, cached_without;
+} prefix_cluster_t;
+
+typedef struct report_prefix {
+    char label[REPORT_LABEL_MAX];
+    char path[REPORT_PATH_MAX];
+    double prompt_tokens, cached_tokens, cached_without_breaks, later_turns, turns_with_breaks;
+    size_t num_clusters;
+    prefix_cluster_t *clusters;
+    size_t num_turns;
+    double *prompt, *reused; /* per turn, in the log's order */
+} report_prefix_t;
+
 /* One kvio capacity search (each --vary value's is one): the SLO
  * attainment at every load it probed, in load order. */
 typedef struct report_capacity {
@@ -202,6 +221,8 @@ struct kvio_report {
     report_cachesim_t *cachesims[KVIO_REPORT_MAX_RUNS];
     size_t num_capacities;
     report_capacity_t *capacities[KVIO_REPORT_MAX_RUNS];
+    size_t num_prefixes;
+    report_prefix_t *prefixes[KVIO_REPORT_MAX_RUNS];
     bool built;
     size_t num_charts;
     report_chart_t *charts[REPORT_MAX_CHARTS];
@@ -218,6 +239,10 @@ kvio_status_t report_compare_load(kvio_report_t *report, const char *dir, char *
 kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesim_p,
                                    char *error_p, size_t error_len);
 void report_cachesim_free(report_cachesim_t *cachesim);
+/* A `kvio prefix --format json` file (json borrowed); KVIO_ERR_PARSE. */
+kvio_status_t report_prefix_load(const char *path, const json_t *json,
+                                 report_prefix_t **prefix_p, char *error_p, size_t error_len);
+void report_prefix_free(report_prefix_t *prefix);
 /* DIR/capacity.json of kvio capacity: one search, or one per --vary value;
  * label names the directory. */
 kvio_status_t report_capacity_load(kvio_report_t *report, const char *dir, const char *label,

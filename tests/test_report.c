@@ -1170,3 +1170,39 @@ Test(report, the_page_marks_what_misleads_and_draws_the_slos, .timeout = 120)
     test_rmtree(dir);
     free(dir);
 }
+
+/* A `kvio prefix --format json` result gets its section: the hit rate as
+ * it is, without its cause and without any, with the cause's place and
+ * text; each turn's prompt against what it reused. A prefix file missing
+ * its totals is refused naming the key. */
+Test(report, a_prefix_result_draws_its_causes, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "prefix", KVIO_SOURCE_DIR
+                               "/workloads/conversations/agent-harness.jsonl", "--format", "json",
+                               NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    free(test_write_file(dir, "prefix.json", run.out));
+    test_run_free(&run);
+    char *html = report_of(dir, "prefix.json");
+    cr_assert_eq(check_svgs(html), 2);
+    char *bars = figure(html, "chart-prefix-hits-1");
+    cr_assert_not_null(bars);
+    cr_assert(test_contains(bars, "without: system (message 0), tokens 69-71"), "%s", bars);
+    cr_assert(test_contains(bars, "without any"));
+    cr_assert(test_contains(bars, "5 of 5 later turns break"), "%s", bars);
+    cr_assert(test_contains(bars, "`19 UTC\\nWorking"), "%s", bars);
+    free(bars);
+    char *lines = figure(html, "chart-prefix-turns-1");
+    cr_assert_not_null(lines);
+    free(lines);
+    cr_assert(test_contains(html, "1 prefix result"));
+    free(html);
+    free(test_write_file(dir, "bad.json", "{\"clusters\": [], \"turns\": [{\"prompt_tokens\": 3}]}"));
+    run = test_kvio(dir, "report", "bad.json", "-o", "bad", NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "bad.json: prompt_tokens is missing"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -28,16 +28,19 @@ void kvio_report_destroy(kvio_report_t *report);
 /* Adds one input. path is either a results directory (summary.json, and
  * requests.csv, iterations.csv, updates.csv when present), a `kvio compare`
  * output directory (compare.json; each variant becomes one run, its seeds
- * pooled), or a file written by `kvio cachesim --json`. Bad input returns
+ * pooled), or a file written by `kvio cachesim --json` or `kvio prefix
+ * --format json`. Bad input returns
  * KVIO_ERR_PARSE/NOT_FOUND/INVALID with a message naming the file (and the
  * line or key) in error_p; the report is left as it was. */
 kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *error_p,
                               size_t error_len);
 
-/* Number of runs (result sets) and cachesim results added so far. */
+/* Number of runs (result sets), cachesim results, capacity searches and
+ * prefix results added so far. */
 size_t kvio_report_num_runs(const kvio_report_t *report);
 size_t kvio_report_num_cachesims(const kvio_report_t *report);
 size_t kvio_report_num_capacities(const kvio_report_t *report);
+size_t kvio_report_num_prefixes(const kvio_report_t *report);
 
 /* Writes the report as one HTML file (no scripts, no external references;
  * charts as inline SVG), through a temporary name and a rename. At least one
