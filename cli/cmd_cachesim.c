@@ -44,6 +44,8 @@ typedef struct options {
     uint32_t block_tokens;
     unsigned threads;
     bool skip_bad;
+    bool hybrid;       /* --hybrid: the model's window layers as vLLM's groups */
+    uint32_t window;   /* their window (tokens), with --hybrid */
     output_format_t output;
 } options_t;
 
@@ -72,6 +74,10 @@ static void print_help(FILE *out)
                 kvio_evictions.plugins[i]->help);
     fprintf(out,
             "  --block-tokens N    tokens per trace block (default 512)\n"
+            "  --hybrid            the --model's sliding-window layers as vLLM's hybrid\n"
+            "                      groups (gpt-oss): a block per group, a hit what both\n"
+            "                      serve; without it a block holds every layer, window\n"
+            "                      layers as full attention\n"
             "  --skip-bad          skip and count bad trace lines instead of failing\n"
             "  --threads N         replays run in parallel (default: CPUs); lru takes\n"
             "                      one pass for all capacities, other policies one\n"
@@ -163,10 +169,12 @@ static int capacities_in_blocks(options_t *options)
     bool any_bytes = false;
     for (size_t i = 0; i < options->num_capacities; i++)
         any_bytes = any_bytes || options->capacity_bytes[i] > 0;
-    if (!any_bytes && options->model == NULL)
+    if (!any_bytes && options->model == NULL && !options->hybrid)
         return -1;
     if (options->model == NULL) {
-        kvio_error("cachesim: a capacity in bytes needs --model (the KV bytes per token)");
+        kvio_error(options->hybrid ? "cachesim: --hybrid needs --model (its window layers)"
+                                   : "cachesim: a capacity in bytes needs --model (the KV "
+                                     "bytes per token)");
         return KVIO_EXIT_USAGE;
     }
     kvio_model_t model = {.preset = (char *)options->model};
@@ -175,8 +183,21 @@ static int capacities_in_blocks(options_t *options)
         kvio_error("cachesim: --model %s: %s", options->model, error);
         return KVIO_EXIT_USAGE;
     }
+    if (options->hybrid && (model.sliding_window_layers == 0 ||
+                            model.sliding_window_layers * 2 != model.layers)) {
+        kvio_error("cachesim: --hybrid: %s does not have half its layers windowed (kvio's "
+                   "groups are two of equal size, as gpt-oss's)", options->model);
+        return KVIO_EXIT_USAGE;
+    }
+    /* A block of one group holds its layers; without --hybrid, a block
+     * holds every layer, window layers as full attention. */
+    kvio_model_t per_block = model;
+    if (options->hybrid)
+        options->window = (uint32_t)model.sliding_window;
+    else
+        per_block.sliding_window_layers = 0;
     uint64_t tp = options->tensor_parallel > 0 ? options->tensor_parallel : 1;
-    options->block_bytes = kvio_model_kv_bytes_per_token(&model, (int64_t)tp) *
+    options->block_bytes = kvio_model_kv_bytes_per_token(&per_block, (int64_t)tp) *
                            options->block_tokens;
     for (size_t i = 0; i < options->num_capacities; i++) {
         if (options->capacity_bytes[i] == 0)
@@ -200,7 +221,7 @@ static int capacities_in_blocks(options_t *options)
 enum {
     CACHESIM_HELP = 1, CACHESIM_FORMAT, CACHESIM_CAPACITY, CACHESIM_MODEL, CACHESIM_TP,
     CACHESIM_EVICTION, CACHESIM_BLOCK_TOKENS, CACHESIM_THREADS, CACHESIM_OUTPUT,
-    CACHESIM_SKIP_BAD, CACHESIM_JSON, CACHESIM_CSV,
+    CACHESIM_SKIP_BAD, CACHESIM_JSON, CACHESIM_CSV, CACHESIM_HYBRID,
 };
 
 static const kvio_cli_option_t cachesim_options[] = {
@@ -211,6 +232,7 @@ static const kvio_cli_option_t cachesim_options[] = {
     {"tp", 0, "a count", CACHESIM_TP},
     {"eviction", 0, "a list of policies", CACHESIM_EVICTION},
     {"block-tokens", 0, "a token count", CACHESIM_BLOCK_TOKENS},
+    {"hybrid", 0, NULL, CACHESIM_HYBRID},
     {"threads", 0, "a count", CACHESIM_THREADS},
     {"output", 'o', "a file", CACHESIM_OUTPUT},
     {"skip-bad", 0, NULL, CACHESIM_SKIP_BAD},
@@ -264,6 +286,9 @@ static bool take_arg(options_t *options, int option, const char *value)
         return true;
     case CACHESIM_SKIP_BAD:
         options->skip_bad = true;
+        return true;
+    case CACHESIM_HYBRID:
+        options->hybrid = true;
         return true;
     case CACHESIM_JSON:
     case CACHESIM_CSV:
@@ -350,6 +375,8 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
                             json_integer((json_int_t)options->block_bytes));
     }
     json_object_set_new(config, "skip_bad", json_boolean(options->skip_bad));
+    if (options->hybrid)
+        json_object_set_new(config, "hybrid_window_tokens", json_integer(options->window));
     json_object_set_new(config, "capacities", capacities);
     json_object_set_new(config, "evictions", policies);
     json_object_set_new(trace_info, "requests", json_integer((json_int_t)counts->requests));
@@ -529,6 +556,8 @@ int kvio_cmd_cachesim(int argc, char **argv)
         goto cleanup;
     }
     status = kvio_cachesim_create(options.block_tokens, &sim);
+    if (status == KVIO_OK && options.hybrid)
+        status = kvio_cachesim_set_window(sim, options.window);
     for (;;) {
         const kvio_request_t *request = NULL;
         if (status == KVIO_OK)

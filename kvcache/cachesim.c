@@ -8,6 +8,7 @@
 
 #include "kvcache/kvcache_int.h"
 #include "kvio/log.h"
+#include "kvio/window.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -27,9 +28,15 @@ typedef struct block_chunk {
     uint32_t blocks[];
 } block_chunk_t;
 
+/* A request's blocks in the order they are inserted. With a window
+ * (hybrid groups), 2 * num_blocks of them: the window group's blocks the
+ * request freed as it went (skipped), the full-attention group's, then the
+ * window group's last ones. */
 typedef struct sim_request {
     const uint32_t *blocks; /* in a chunk */
-    uint32_t num_blocks;
+    uint32_t num_blocks;    /* per group */
+    uint32_t num_entries;   /* num_blocks, or 2 * num_blocks with a window */
+    uint32_t skipped;       /* the window group's blocks freed before the end */
     uint64_t num_tokens;
 } sim_request_t;
 
@@ -46,7 +53,19 @@ struct kvio_cachesim {
     uint32_t *direct;
     kvio_map_t table; /* id -> index + 1 */
     uint32_t num_unique;
+    uint32_t window;  /* a window group's tokens (hybrid groups); 0: one group */
 };
+
+/* A window group's block ids are the full group's, with this mixed in. */
+#define WINDOW_GROUP_ID 0x9e3779b97f4a7c15ull
+
+kvio_status_t kvio_cachesim_set_window(kvio_cachesim_t *sim, uint32_t window_tokens)
+{
+    if (sim->num_requests > 0)
+        return KVIO_ERR_INVALID;
+    sim->window = window_tokens;
+    return KVIO_OK;
+}
 
 kvio_status_t kvio_cachesim_create(uint32_t block_tokens, kvio_cachesim_t **sim_p)
 {
@@ -126,18 +145,44 @@ static kvio_status_t intern_table_id(kvio_cachesim_t *sim, uint64_t id, uint32_t
     return KVIO_OK;
 }
 
+/* The dense index of id (interned on first sight). */
+static kvio_status_t intern(kvio_cachesim_t *sim, uint64_t id, uint32_t *index_p)
+{
+    if (sim->num_unique == UINT32_MAX - 1)
+        return KVIO_ERR_NO_SPACE;
+    if (id >= DIRECT_IDS)
+        return intern_table_id(sim, id, index_p);
+    uint32_t index = sim->direct[id];
+    if (index == 0)
+        sim->direct[id] = index = ++sim->num_unique;
+    *index_p = index - 1;
+    return KVIO_OK;
+}
+
+/* The position in a request's blocks of block i of the full group (group
+ * 0) or of the window group (group 1). */
+static uint32_t entry_of(const sim_request_t *request, int group, uint32_t i)
+{
+    if (request->num_entries == request->num_blocks)
+        return i;
+    if (group == 0)
+        return request->skipped + i;
+    return i < request->skipped ? i : request->num_blocks + i;
+}
+
 kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *block_ids,
                                         size_t num_blocks, uint64_t num_tokens)
 {
-    if (num_blocks > UINT32_MAX || (block_ids == NULL && num_blocks > 0))
+    if (num_blocks > UINT32_MAX / 2 || (block_ids == NULL && num_blocks > 0))
         return KVIO_ERR_INVALID;
     kvio_status_t status = grow_array((void **)&sim->requests, &sim->requests_capacity,
                                       sim->num_requests + 1, sizeof(sim_request_t));
     if (status != KVIO_OK)
         return status;
+    size_t num_entries = sim->window > 0 ? 2 * num_blocks : num_blocks;
     block_chunk_t *chunk = sim->chunk;
-    if (chunk == NULL || chunk->capacity - chunk->used < num_blocks) {
-        size_t capacity = num_blocks > CHUNK_BLOCKS ? num_blocks : CHUNK_BLOCKS;
+    if (chunk == NULL || chunk->capacity - chunk->used < num_entries) {
+        size_t capacity = num_entries > CHUNK_BLOCKS ? num_entries : CHUNK_BLOCKS;
         size_t size = sizeof(*chunk) + capacity * sizeof(uint32_t);
         if ((chunk = malloc(size)) == NULL)
             return KVIO_ERR_NOMEM;
@@ -152,28 +197,24 @@ kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *bl
             return KVIO_ERR_NOMEM;
         advise_huge_pages(sim->direct, DIRECT_IDS * sizeof(uint32_t));
     }
-    /* Locals, so that the stores through blocks (uint32_t, like the
-     * counters) do not force the compiler to reload sim's fields. */
-    uint32_t *direct = sim->direct, *blocks = chunk->blocks + chunk->used;
-    for (size_t i = 0; i < num_blocks; i++) {
-        if (sim->num_unique == UINT32_MAX - 1)
-            return KVIO_ERR_NO_SPACE;
-        uint64_t id = block_ids[i];
-        if (id < DIRECT_IDS) {
-            uint32_t index = direct[id];
-            if (index == 0)
-                direct[id] = index = ++sim->num_unique;
-            blocks[i] = index - 1;
-        } else if ((status = intern_table_id(sim, id, &blocks[i])) != KVIO_OK) {
-            return status;
-        }
+    sim_request_t request = {.blocks = chunk->blocks + chunk->used,
+                             .num_blocks = (uint32_t)num_blocks,
+                             .num_entries = (uint32_t)num_entries,
+                             .num_tokens = num_tokens};
+    if (sim->window > 0) {
+        uint32_t skipped = kvio_window_skipped_blocks(num_tokens, sim->block_tokens, sim->window);
+        request.skipped = skipped < num_blocks ? skipped : (uint32_t)num_blocks;
     }
-    sim->requests[sim->num_requests++] = (sim_request_t){
-        .blocks = blocks,
-        .num_blocks = (uint32_t)num_blocks,
-        .num_tokens = num_tokens,
-    };
-    chunk->used += num_blocks;
+    uint32_t *blocks = chunk->blocks + chunk->used;
+    for (uint32_t i = 0; i < num_blocks && status == KVIO_OK; i++) {
+        status = intern(sim, block_ids[i], &blocks[entry_of(&request, 0, i)]);
+        if (status == KVIO_OK && sim->window > 0)
+            status = intern(sim, block_ids[i] ^ WINDOW_GROUP_ID, &blocks[entry_of(&request, 1, i)]);
+    }
+    if (status != KVIO_OK)
+        return status;
+    sim->requests[sim->num_requests++] = request;
+    chunk->used += num_entries;
     sim->num_blocks += num_blocks;
     sim->num_tokens += num_tokens;
     return KVIO_OK;
@@ -184,14 +225,39 @@ size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim)
     return sim->num_unique;
 }
 
-/* Counts one request's hit: the longest prefix of resident blocks. */
+/* A group's blocks of a request, for the window rules. */
+typedef struct group_view {
+    const sim_request_t *request;
+    const uint8_t *resident;
+} group_view_t;
+
+static bool full_resident(const void *view_p, uint32_t i)
+{
+    const group_view_t *view = view_p;
+    return view->resident[view->request->blocks[entry_of(view->request, 0, i)]];
+}
+
+static bool window_resident(const void *view_p, uint32_t i)
+{
+    const group_view_t *view = view_p;
+    return view->resident[view->request->blocks[entry_of(view->request, 1, i)]];
+}
+
+/* Counts one request's hit: the longest prefix of resident blocks (with a
+ * window, what both groups serve: kvio_hybrid_hit). */
 static void count_hit(const kvio_cachesim_t *sim, const sim_request_t *request,
                       const uint8_t *resident, kvio_cachesim_result_t *result)
 {
     const uint32_t *blocks = request->blocks;
     uint32_t hits = 0;
-    while (hits < request->num_blocks && resident[blocks[hits]])
-        hits++;
+    if (sim->window > 0) {
+        group_view_t view = {.request = request, .resident = resident};
+        hits = kvio_hybrid_hit(request->num_blocks, sim->block_tokens, sim->window,
+                               full_resident, window_resident, &view);
+    } else {
+        while (hits < request->num_blocks && resident[blocks[hits]])
+            hits++;
+    }
     uint64_t hit_tokens = (uint64_t)hits * sim->block_tokens;
     result->hit_blocks += hits;
     result->blocks += request->num_blocks;
@@ -230,12 +296,12 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
         const uint32_t *blocks = request->blocks;
         count_hit(sim, request, resident, &result);
         if (!evicts) {
-            for (uint32_t i = 0; i < request->num_blocks; i++)
+            for (uint32_t i = 0; i < request->num_entries; i++)
                 resident[blocks[i]] = 1;
             continue;
         }
         void *priv = evict.priv;
-        for (uint32_t i = 0; i < request->num_blocks; i++) {
+        for (uint32_t i = 0; i < request->num_entries; i++) {
             uint32_t block = blocks[i];
             if (resident[block]) {
                 ops->access(priv, block);
@@ -460,6 +526,12 @@ kvio_status_t kvio_cachesim_sweep_lru(const kvio_cachesim_t *sim, const uint64_t
             return KVIO_ERR_INVALID;
         }
     }
+    if (sim->window > 0) { /* the one pass knows one group */
+        kvio_status_t status = KVIO_OK;
+        for (size_t i = 0; i < num_capacities && status == KVIO_OK; i++)
+            status = kvio_cachesim_run(sim, "lru", capacities[i], &results_p[i]);
+        return status;
+    }
     /* Markers: the distinct capacities that evict, ascending. */
     uint64_t *markers = malloc((num_capacities ? num_capacities : 1) * sizeof(*markers));
     lru_counts_t *counts = malloc((LRU_MAX_MARKERS + 1) * sizeof(*counts));
@@ -581,12 +653,15 @@ kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const 
     if (jobs == NULL)
         return KVIO_ERR_NOMEM;
     size_t num_jobs = 0;
-    for (size_t i = 0; i < num_policies; i++) {
+    /* lru's one pass knows one group: with a window, every policy replays
+     * once per capacity. */
+    bool one_pass = sim->window == 0;
+    for (size_t i = 0; one_pass && i < num_policies; i++) {
         if (kvio_evict_find(policies[i]) == &kvio_eviction_lru)
             jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = ALL_CAPACITIES};
     }
     for (size_t i = 0; i < num_policies; i++) {
-        if (kvio_evict_find(policies[i]) == &kvio_eviction_lru)
+        if (one_pass && kvio_evict_find(policies[i]) == &kvio_eviction_lru)
             continue;
         for (size_t c = 0; c < num_capacities; c++)
             jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = c};

@@ -28,7 +28,7 @@ declare -A HEADER_MODULE=(
     [format]=core [csv]=core [hashset]=core [plugin]=core [array]=core [files]=core
     [model]=model
     [stream]=workloads [tokenizer]=workloads [conversation]=workloads
-    [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache
+    [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache [window]=kvcache
     [xfer]=xfer
     [sched]=sched
     [cost]=serve [engine]=serve [serve]=serve [update]=serve [frontend]=serve

@@ -657,3 +657,51 @@ Test(cachesim_cli, byte_capacities_are_echoed_as_asked, .timeout = 30)
     cr_expect(test_contains(run.out, "\"capacity_blocks\": 16"), "%s", run.out);
     test_run_free(&run);
 }
+
+/* --hybrid's replay (vLLM's groups, as gpt-oss has them: blocks of 16
+ * tokens, a window of 21): each request puts its blocks in both groups,
+ * the window group's that fell out of the window first; a hit is what both
+ * serve. Request A is 3 blocks (48 tokens: window block 0 is out by its
+ * end); B starts with them. */
+Test(cachesim, hybrid_groups_hit_what_both_serve_and_free_the_window_first, .timeout = 10)
+{
+    const uint64_t a[] = {1, 2, 3}, b[] = {1, 2, 3, 4};
+    struct {
+        uint64_t capacity;
+        uint64_t hit_blocks_of_b;
+    } cases[] = {
+        {KVIO_CACHESIM_UNLIMITED, 3},
+        {5, 3}, /* A's window block 0 went first: the window still serves 3 */
+        {4, 0}, /* then A's full block 0 too: no prefix left */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kvio_cachesim_t *sim = NULL;
+        cr_assert_eq(kvio_cachesim_create(16, &sim), KVIO_OK);
+        cr_assert_eq(kvio_cachesim_set_window(sim, 21), KVIO_OK);
+        cr_assert_eq(kvio_cachesim_add_request(sim, a, 3, 48), KVIO_OK);
+        cr_assert_eq(kvio_cachesim_add_request(sim, b, 4, 64), KVIO_OK);
+        cr_assert_eq(kvio_cachesim_set_window(sim, 0), KVIO_ERR_INVALID, "only before requests");
+        cr_assert_eq(kvio_cachesim_num_unique_blocks(sim), 8, "4 blocks in each group");
+        kvio_cachesim_result_t result;
+        cr_assert_eq(kvio_cachesim_run(sim, "lru", cases[i].capacity, &result), KVIO_OK);
+        cr_assert_eq(result.hit_blocks, cases[i].hit_blocks_of_b, "capacity %llu: %llu",
+                     (unsigned long long)cases[i].capacity,
+                     (unsigned long long)result.hit_blocks);
+        cr_assert_eq(result.blocks, 7, "blocks counted once, not per group");
+        kvio_cachesim_result_t swept;
+        cr_assert_eq(kvio_cachesim_sweep_lru(sim, &cases[i].capacity, 1, &swept), KVIO_OK);
+        cr_assert_eq(swept.hit_blocks, result.hit_blocks, "the sweep replays the same");
+        kvio_cachesim_destroy(sim);
+    }
+    /* kvio cachesim --hybrid needs a model whose layers are half windowed. */
+    test_run_t run = test_kvio(NULL, "cachesim", KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl",
+                               "--hybrid", "--model", "llama3-8b", NULL);
+    cr_assert_eq(run.status, 2);
+    cr_assert(test_contains(run.err, "does not have half its layers windowed"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(NULL, "cachesim", KVIO_SOURCE_DIR "/tests/fixtures/mooncake_small.jsonl",
+                    "--hybrid", "--model", "gpt-oss-20b", "--capacity", "1GiB", "--json", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "\"hybrid_window_tokens\": 128"), "%s", run.out);
+    test_run_free(&run);
+}

@@ -42,6 +42,15 @@ kvio_status_t kvio_cachesim_add_request(kvio_cachesim_t *sim, const uint64_t *bl
 
 size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim);
 
+/* Replays as a model of full-attention and sliding-window layers
+ * (gpt-oss), with vLLM's hybrid groups: each request's blocks in a
+ * full-attention group and a window group of window_tokens, both in the
+ * one cache; a hit is what both serve (kvio/window.h), and the window
+ * group's blocks that fell out of the window during the request are
+ * inserted first (freed first, evicted first). Before any request is added
+ * (else KVIO_ERR_INVALID); 0 goes back to one group. */
+kvio_status_t kvio_cachesim_set_window(kvio_cachesim_t *sim, uint32_t window_tokens);
+
 /* Replays every request through a cache of capacity_blocks (at least 1)
  * managed by the named policy (one of kvio_evictions). Does not change
  * sim, so several runs may go on at once from different threads. Returns
