@@ -49,6 +49,29 @@ typedef struct options {
     output_format_t output;
 } options_t;
 
+/* A policy's name and help, the help wrapped at 80 columns under itself. */
+static void print_policy(FILE *out, const char *name, const char *help)
+{
+    enum { INDENT = 32, WIDTH = 80 };
+    fprintf(out, "%24s%-7s ", "", name);
+    size_t column = INDENT;
+    while (*help != '\0') {
+        size_t word = strcspn(help, " ");
+        if (column > INDENT && column + 1 + word > WIDTH) {
+            fprintf(out, "\n%*s", INDENT, "");
+            column = INDENT;
+        } else if (column > INDENT) {
+            fputc(' ', out);
+            column++;
+        }
+        fprintf(out, "%.*s", (int)word, help);
+        column += word;
+        help += word;
+        help += strspn(help, " ");
+    }
+    fputc('\n', out);
+}
+
 static void print_help(FILE *out)
 {
     fprintf(out,
@@ -70,8 +93,7 @@ static void print_help(FILE *out)
             "                      (default 1: the KV of one GPU's share)\n"
             "  --eviction LIST     policies, comma-separated, or 'all' (default lru):\n");
     for (size_t i = 0; i < kvio_evictions.count; i++)
-        fprintf(out, "                        %-7s %s\n", kvio_evictions.plugins[i]->name,
-                kvio_evictions.plugins[i]->help);
+        print_policy(out, kvio_evictions.plugins[i]->name, kvio_evictions.plugins[i]->help);
     fprintf(out,
             "  --block-tokens N    tokens per trace block (default 512)\n"
             "  --hybrid            the --model's sliding-window layers as vLLM's hybrid\n"
