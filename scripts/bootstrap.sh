@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kvio needs to build, run and test, skipping
 # those already present; safe to run again. --dev adds fuzzing, sanitizer and
-# report tools (clang, its runtime, gnuplot, chromium).
+# report tools (clang, its runtime, gnuplot, chromium) and fio for the
+# storage bench.
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libyaml-dev libjansson-dev
@@ -9,7 +10,7 @@ packages=(build-essential cmake pkg-config libyaml-dev libjansson-dev
           libopenmpi-dev openmpi-bin libcriterion-dev libmicrohttpd-dev libzmq3-dev
           libmsgpack-dev libcurl4-openssl-dev libpcre2-dev)
 if [ "${1:-}" = "--dev" ]; then
-    packages+=(clang libclang-rt-14-dev gnuplot chromium)
+    packages+=(clang libclang-rt-14-dev gnuplot chromium fio)
 fi
 
 missing=()

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# kvio's KV tiers against the tools storage engineers measure with, in the
+# same run (#36's yardstick, before its I/O engine):
+#  - the file tier (O_DIRECT, one block at a time, as the engine does now)
+#    against fio on the same directory, same block size and direct flag:
+#    fio's psync at queue depth 1 (what the tier does) and io_uring at queue
+#    depth 8 (what #36 asks the tier to reach);
+#  - the host tier against memcpy (bench/memcpy_bw.c), same block size;
+#  - the Redis tier against redis-benchmark SET/GET at the block size,
+#    one connection, no pipelining (as the tier is), on a redis-server of
+#    its own.
+# Blocks are BLOCK bytes (default 2 MiB: 16 tokens of Llama-3-8B), COUNT of
+# them (default 256) per phase, median of TRIALS (default 3) runs each.
+# fio is installed with apt-get when missing. Prints a table, then
+# `figure tier_file_over_fio_write|read` (against io_uring QD8),
+# `figure tier_file_over_fio_qd1_write|read`, `figure tier_host_over_memcpy`
+# and `figure tier_redis_over_redis_benchmark` (the slower of SET and GET).
+# Not measured yet: two storage targets of different speed (a throttled
+# loop device) and the MLPerf scenarios' trial-to-trial spread, which need
+# the rest of #36.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${KVIO_BENCH_BUILD:-$root/build-bench}
+dir=${KVIO_STORAGE_DIR:-$root/bench/.cache/storage}
+block=${BLOCK:-2097152}
+count=${COUNT:-256}
+trials=${TRIALS:-3}
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVIO_BUILD_TESTS=OFF >/dev/null
+cmake --build "$build" -j 2 --target tier_rate memcpy_bw >/dev/null
+if ! command -v fio >/dev/null; then
+    echo "installing fio (apt-get)" >&2
+    apt-get install -y -qq fio >/dev/null
+fi
+mkdir -p "$dir"
+work=$(mktemp -d /tmp/kvio-bench-storage-XXXXXX)
+redis_pid=""
+cleanup() {
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$work" "$dir/kvio" "$dir/fio.dat"
+}
+trap cleanup EXIT INT TERM
+
+median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+# field NAME TEXT: the number after NAME in tier_rate's last line
+field() { tail -1 <<<"$2" | awk -v k="$1" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
+bytes=$((block * count))
+
+# tier KIND_YAML: trials of tier_rate, medians into tier_write, tier_read
+tier() {
+    local writes=() reads=() out
+    for _ in $(seq 1 "$trials"); do
+        out=$("$build/tier_rate" "$1" "$block" "$count")
+        tier_info=$(head -1 <<<"$out")
+        writes+=("$(field write_gbps "$out")")
+        reads+=("$(field read_gbps "$out")")
+    done
+    tier_write=$(printf '%s\n' "${writes[@]}" | median)
+    tier_read=$(printf '%s\n' "${reads[@]}" | median)
+}
+
+# fio_rate RW ENGINE DEPTH: median GB/s of trials on the same directory
+fio_rate() {
+    for _ in $(seq 1 "$trials"); do
+        fio --name=kvio --directory="$dir" --filename=fio.dat --rw="$1" --bs="$block" \
+            --size="$bytes" --direct=1 --ioengine="$2" --iodepth="$3" --output-format=json |
+            python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['$1']['bw_bytes'] / 1e9)"
+    done | median
+}
+
+printf '%-34s %10s %10s\n' "$(printf 'blocks of %d bytes, %d a phase' "$block" "$count")" "write GB/s" "read GB/s"
+tier "{kind: file, size: $((bytes + block)), file: {path: $dir/kvio, o_direct: true}}"
+file_write=$tier_write file_read=$tier_read file_info=$tier_info
+printf '%-34s %10.3f %10.3f\n' "kvio file tier (O_DIRECT, QD1)" "$file_write" "$file_read"
+fio_write1=$(fio_rate write psync 1); fio_read1=$(fio_rate read psync 1)
+printf '%-34s %10.3f %10.3f\n' "fio psync QD1, direct" "$fio_write1" "$fio_read1"
+fio_write8=$(fio_rate write io_uring 8); fio_read8=$(fio_rate read io_uring 8)
+printf '%-34s %10.3f %10.3f\n' "fio io_uring QD8, direct" "$fio_write8" "$fio_read8"
+
+tier "{kind: host, size: $((bytes + block))}"
+host_write=$tier_write host_read=$tier_read host_info=$tier_info
+printf '%-34s %10.3f %10.3f\n' "kvio host tier" "$host_write" "$host_read"
+memcpy=$(for _ in $(seq 1 "$trials"); do "$build/memcpy_bw" "$block" "$count" 3 | awk '{print $1}'; done | median)
+printf '%-34s %10.3f %10.3f\n' "memcpy (same blocks)" "$memcpy" "$memcpy"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --daemonize no >"$work/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+tier "{kind: redis, size: $((bytes + block)), redis: {url: \"redis://127.0.0.1:$port\"}}"
+redis_write=$tier_write redis_read=$tier_read
+printf '%-34s %10.3f %10.3f\n' "kvio redis tier" "$redis_write" "$redis_read"
+# redis-benchmark's requests/s at the block size, as GB/s
+bench_rate() {
+    for _ in $(seq 1 "$trials"); do
+        redis-benchmark -p "$port" -t "$1" -d "$block" -n "$count" -c 1 -P 1 -r "$count" --csv -q |
+            awk -F'"' -v b="$block" 'NR > 0 && $2 != "test" {print $4 * b / 1e9; exit}'
+    done | median
+}
+set_rate=$(bench_rate set)
+# Every key of the keyspace set before GETs are timed (a missing key's nil
+# would flatter them).
+redis-benchmark -p "$port" -t set -d "$block" -n $((count * 8)) -c 1 -P 1 -r "$count" -q >/dev/null
+get_rate=$(bench_rate get)
+printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P1 c1" "$set_rate" "$get_rate"
+
+echo "file tier: $file_info; host tier: $host_info"
+echo "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg); directory $dir ($(df -T "$dir" | awk 'NR == 2 {print $2}'))"
+echo "figure tier_file_over_fio_write $(ratio "$file_write" "$fio_write8") x"
+echo "figure tier_file_over_fio_read $(ratio "$file_read" "$fio_read8") x"
+echo "figure tier_file_over_fio_qd1_write $(ratio "$file_write" "$fio_write1") x"
+echo "figure tier_file_over_fio_qd1_read $(ratio "$file_read" "$fio_read1") x"
+host_slower=$(awk -v a="$host_write" -v b="$host_read" 'BEGIN {print (a < b ? a : b)}')
+echo "figure tier_host_over_memcpy $(ratio "$host_slower" "$memcpy") x"
+set_ratio=$(ratio "$redis_write" "$set_rate"); get_ratio=$(ratio "$redis_read" "$get_rate")
+echo "figure tier_redis_over_redis_benchmark $(awk -v a="$set_ratio" -v b="$get_ratio" 'BEGIN {printf "%.2f", (a < b ? a : b)}') x"
