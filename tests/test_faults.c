@@ -211,30 +211,36 @@ Test(faults, coupled_run_serves_requests_after_the_trainer_is_lost, .timeout = 6
                                      1.9),
                  1);
     double at_s = test_json_number(updates_of(outcome.summary), "trainer_lost.at_s");
+    /* When each serve rank activated version 1 (the last there is): every
+     * request it admits after both that and the loss is on version 1; a
+     * rank that never got it serves on with version 0, the one it had. */
     char path[1200];
+    snprintf(path, sizeof(path), "%s/updates.csv", outcome.dir);
+    test_csv_t updates = test_csv_read(path);
+    double activated_s[8] = {0};
+    for (size_t row = 0; row < updates.num_rows; row++) {
+        double rank = test_csv_number(&updates, row, "rank");
+        if (test_csv_number(&updates, row, "version") == 1 && rank >= 0 && rank < 8)
+            activated_s[(int)rank] = test_csv_number(&updates, row, "t_activated_ms") / 1e3;
+    }
+    test_csv_free(&updates);
     snprintf(path, sizeof(path), "%s/requests.csv", outcome.dir);
-    char *csv = test_read_file(path);
-    cr_assert_not_null(csv);
-    /* id,rank,arrival_s,first_token_s,finish_s,...,model_version,measured */
+    test_csv_t requests = test_csv_read(path);
     int after = 0;
-    for (char *line = strchr(csv, '\n'); line != NULL && line[1] != '\0';
-         line = strchr(line + 1, '\n')) {
-        double arrival = 0;
-        char *fields = line + 1;
-        if (sscanf(fields, "%*[^,],%*[^,],%lf", &arrival) != 1 || arrival <= at_s + 0.05)
+    for (size_t row = 0; row < requests.num_rows; row++) {
+        int rank = (int)test_csv_number(&requests, row, "rank");
+        double arrival = test_csv_number(&requests, row, "arrival_s");
+        cr_assert(rank >= 1 && rank < 8, "request %zu on rank %d", row, rank);
+        if (arrival <= at_s || arrival <= activated_s[rank])
             continue;
-        char *end = strchr(fields, '\n');
-        char *comma = end ? end : fields + strlen(fields);
-        int commas = 0;
-        while (comma > fields && commas < 2)
-            if (*--comma == ',')
-                commas++;
-        cr_expect_eq(atoi(comma + 1), 1, "a request after the loss not on version 1: %.60s",
-                     fields);
+        int version = activated_s[rank] > 0 ? 1 : 0;
+        cr_expect_eq(test_csv_number(&requests, row, "model_version"), version,
+                     "request %zu (rank %d, arrival %.3f s) after the loss not on version %d",
+                     row, rank, arrival, version);
         after++;
     }
+    test_csv_free(&requests);
     cr_expect_gt(after, 5, "the serve ranks stopped serving after the trainer was lost");
-    free(csv);
     json_decref(outcome.summary);
     test_rmtree(dir);
     free(dir);
