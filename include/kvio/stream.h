@@ -186,8 +186,8 @@ typedef struct kvio_stream_trace_config {
     int chat_template;     /* 0: auto (the tokenizer's, else chatml); else kvio_chat_template_t + 1 */
     /* Not keys: kvio_stream_create sets them for a conversation log whose
      * turns have no times (arrivals, think time and output lengths from the
-     * stream section, drawn with the seed); NULL: a session a second,
-     * turns 10 s apart. */
+     * stream section, drawn with the seed); NULL (kvio_stream_open_trace on
+     * its own): a session a second, turns 10 s apart. */
     const struct kvio_stream_config *stream;
     uint64_t seed;
 } kvio_stream_trace_config_t;
