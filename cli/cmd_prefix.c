@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvio/conversation.h"
+#include "kvio/format.h"
 
 enum {
     PREFIX_HELP = 1, PREFIX_TOKENIZER, PREFIX_TEMPLATE, PREFIX_BLOCK, PREFIX_NO_TEXT,
@@ -101,24 +102,6 @@ static int take_prefix_arg(int option, const char *value, prefix_args_t *args)
 
 /* ---------- rendering ---------- */
 
-/* text on one line: control characters as C escapes (caller's buffer). */
-static const char *one_line(const char *text, char *out, size_t size)
-{
-    size_t at = 0;
-    for (const char *c = text; *c != '\0' && at + 5 < size; c++) {
-        if (*c == '\n' || *c == '\t' || *c == '\r') {
-            out[at++] = '\\';
-            out[at++] = *c == '\n' ? 'n' : *c == '\t' ? 't' : 'r';
-        } else if ((unsigned char)*c < 0x20 || *c == '`') {
-            at += (size_t)snprintf(out + at, size - at, "\\x%02x", (unsigned char)*c);
-        } else {
-            out[at++] = *c;
-        }
-    }
-    out[at] = '\0';
-    return out;
-}
-
 static void place_text(const char *label, uint32_t message, uint32_t first, uint32_t last,
                        char *out, size_t size)
 {
@@ -174,8 +157,9 @@ static void print_table(const prefix_args_t *args, const kvio_conversation_log_t
                percent(cluster->turns, later_turns));
         if (!args->no_text && example != NULL)
             printf("    this turn: `%s` | `%s`\n    before it:             | `%s`\n",
-                   one_line(example->before, a, sizeof(a)), one_line(example->after, b, sizeof(b)),
-                   one_line(example->previous, c, sizeof(c)));
+                   kvio_format_one_line(example->before, a, sizeof(a)),
+                   kvio_format_one_line(example->after, b, sizeof(b)),
+                   kvio_format_one_line(example->previous, c, sizeof(c)));
     }
     printf("\nPrefix cache hits (whole blocks, each turn against its session's previous):\n");
     int width = 24; /* the widest line's label */

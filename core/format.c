@@ -262,3 +262,30 @@ size_t kvio_format_fixed(char *out, double value, int decimals)
     return length;
 }
 
+const char *kvio_format_one_line(const char *text, char *out, size_t size)
+{
+    size_t at = 0;
+    while (*text != '\0') {
+        unsigned char lead = (unsigned char)*text;
+        char escaped[8] = "";
+        if (lead == '\n' || lead == '\t' || lead == '\r')
+            snprintf(escaped, sizeof(escaped), "\\%c", lead == '\n' ? 'n' : lead == '\t' ? 't' : 'r');
+        else if (lead < 0x20 || lead == '`')
+            snprintf(escaped, sizeof(escaped), "\\x%02x", lead);
+        size_t length = escaped[0] ? strlen(escaped)
+                        : lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+        if (at + length + 1 > size)
+            break; /* a whole character, or none */
+        if (escaped[0]) {
+            memcpy(out + at, escaped, length);
+            text++;
+        } else {
+            for (size_t i = 0; i < length && *text != '\0'; i++)
+                out[at + i] = *text++;
+        }
+        at += length;
+    }
+    if (size > 0)
+        out[at] = '\0';
+    return out;
+}

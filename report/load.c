@@ -5,6 +5,7 @@
 #include "report/report_int.h"
 
 #include "kvio/config.h"
+#include "kvio/format.h"
 #include "kvio/results.h"
 
 #include <errno.h>
@@ -996,27 +997,6 @@ void report_prefix_free(report_prefix_t *prefix)
     free(prefix);
 }
 
-/* text on one line, control characters as "\n" and the like, cut to fit. */
-static void one_line(const char *text, char *out, size_t size)
-{
-    size_t at = 0;
-    while (*text != '\0') {
-        unsigned char lead = (unsigned char)*text;
-        size_t length = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
-        if (at + (lead < 0x20 ? 2 : length) + 1 > size)
-            break; /* a whole character, or none */
-        if (lead < 0x20) {
-            out[at++] = '\\';
-            out[at++] = lead == '\n' ? 'n' : lead == '\t' ? 't' : '?';
-            text++;
-            continue;
-        }
-        for (size_t i = 0; i < length && *text != '\0'; i++)
-            out[at++] = *text++;
-    }
-    out[at] = '\0';
-}
-
 /* The example text of cluster index: the first break in it that carries
  * text. */
 static void prefix_example(const json_t *turns, size_t index, char *out, size_t size)
@@ -1034,8 +1014,8 @@ static void prefix_example(const json_t *turns, size_t index, char *out, size_t 
             if (json_is_integer(cluster) && (size_t)json_integer_value(cluster) == index &&
                 after != NULL && previous != NULL) {
                 char now[32], then[32];
-                one_line(after, now, sizeof(now));
-                one_line(previous, then, sizeof(then));
+                kvio_format_one_line(after, now, sizeof(now));
+                kvio_format_one_line(previous, then, sizeof(then));
                 snprintf(out, size, "`%s` where it had `%s`", now, then);
                 return;
             }

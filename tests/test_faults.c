@@ -583,6 +583,26 @@ static bool signal_rank(pid_t parent, int rank, int signal_number)
     return sent;
 }
 
+/* Stops rank (SIGSTOP) of the mpirun job pid once its run is under way:
+ * mpirun must end, non-zero, and rank 0's summary.json say the run is
+ * incomplete with an error holding want and also_want. */
+static void expect_stopped_rank_named(const char *dir, pid_t pid, int rank, const char *want,
+                                      const char *also_want)
+{
+    wait_under_way(dir);
+    cr_expect(signal_rank(pid, rank, SIGSTOP), "no rank %d among mpirun's children", rank);
+    int status = wait_mpirun(pid, test_seconds(60));
+    cr_expect_neq(status, -1, "mpirun did not end after rank %d fell silent", rank);
+    cr_expect_neq(status, 0);
+    json_t *summary = load_summary(dir);
+    cr_assert_not_null(summary, "no summary.json");
+    cr_expect(json_is_false(json_object_get(summary, "complete")));
+    const char *error = test_json_string(summary, "error");
+    cr_expect(test_contains(error, want) && test_contains(error, also_want), "%s",
+              error ? error : "(no error)");
+    json_decref(summary);
+}
+
 /* A serve rank stopped (SIGSTOP) is alive to the kernel but answers no
  * heartbeat: after ranks.timeout (8 s) of silence its peers name it, and
  * rank 0 writes a summary that says so. A slow rank would not be. */
@@ -593,21 +613,9 @@ Test(faults, mpirun_a_stopped_rank_is_named_silent, .timeout = 180)
 #endif
     char *dir = test_tmpdir();
     pid_t pid = start_mpirun(dir, "train.steps=100000"); /* 200 s planned */
-    if (test_require("mpi", pid > 0, "mpirun not found")) {
-        wait_under_way(dir);
-        cr_expect(signal_rank(pid, 2, SIGSTOP), "no rank 2 among mpirun's children");
-        int status = wait_mpirun(pid, test_seconds(60));
-        cr_expect_neq(status, -1, "mpirun did not end after a rank fell silent");
-        cr_expect_neq(status, 0);
-        json_t *summary = load_summary(dir);
-        cr_assert_not_null(summary, "no summary.json");
-        cr_expect(json_is_false(json_object_get(summary, "complete")));
-        const char *error = test_json_string(summary, "error");
-        cr_expect(test_contains(error, "rank 2 has been silent for") &&
-                      test_contains(error, "no heartbeat within ranks.timeout, 8.0 s"),
-                  "%s", error ? error : "(no error)");
-        json_decref(summary);
-    }
+    if (test_require("mpi", pid > 0, "mpirun not found"))
+        expect_stopped_rank_named(dir, pid, 2, "rank 2 has been silent for",
+                                  "no heartbeat within ranks.timeout, 8.0 s");
     test_rmtree(dir);
     free(dir);
 }
@@ -637,20 +645,9 @@ Test(faults, mpirun_a_stopped_client_rank_is_named_in_the_summary, .timeout = 18
         "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n";
     char *dir = test_tmpdir();
     pid_t pid = start_mpirun_with(dir, client_text, 4, "");
-    if (test_require("mpi", pid > 0, "mpirun not found")) {
-        wait_under_way(dir);
-        cr_expect(signal_rank(pid, 3, SIGSTOP), "no rank 3 (the client) among mpirun's children");
-        int status = wait_mpirun(pid, test_seconds(60));
-        cr_expect_neq(status, -1, "mpirun did not end after the client fell silent");
-        cr_expect_neq(status, 0);
-        json_t *summary = load_summary(dir);
-        cr_assert_not_null(summary, "no summary.json");
-        cr_expect(json_is_false(json_object_get(summary, "complete")));
-        const char *error = test_json_string(summary, "error");
-        cr_expect(test_contains(error, "the client rank is lost: rank 3 has been silent for"),
-                  "%s", error ? error : "(no error)");
-        json_decref(summary);
-    }
+    if (test_require("mpi", pid > 0, "mpirun not found"))
+        expect_stopped_rank_named(dir, pid, 3,
+                                  "the client rank is lost: rank 3 has been silent for", "");
     test_rmtree(dir);
     free(dir);
 }

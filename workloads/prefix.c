@@ -134,12 +134,10 @@ static uint32_t cached(uint32_t reusable, uint32_t prompt, uint32_t block_size)
     return hit / block_size * block_size;
 }
 
-/* The answer as generated after the rendered prompt (harmony's answer
- * starts with its channel). */
-static kvio_status_t append_answer(const kvio_conversation_turn_t *turn,
-                                   const kvio_tokenizer_t *tokenizer,
-                                   kvio_chat_template_t template_id,
-                                   kvio_chat_rendering_t *rendering)
+kvio_status_t kvio_conversation_append_answer(const kvio_conversation_turn_t *turn,
+                                              const kvio_tokenizer_t *tokenizer,
+                                              kvio_chat_template_t template_id,
+                                              kvio_chat_rendering_t *rendering)
 {
     if (turn->output == NULL)
         return KVIO_OK;
@@ -161,20 +159,11 @@ static kvio_status_t append_answer(const kvio_conversation_turn_t *turn,
 
 kvio_status_t kvio_conversation_render(const kvio_conversation_turn_t *turn,
                                        const kvio_tokenizer_t *tokenizer,
-                                       kvio_chat_template_t template_id, bool answer,
+                                       kvio_chat_template_t template_id,
                                        kvio_chat_rendering_t *rendering_p)
 {
-    kvio_chat_rendering_t rendering = {0};
-    kvio_status_t status = kvio_chat_render_spans(template_id, tokenizer, turn->messages,
-                                                  turn->num_messages, true, &rendering);
-    if (status == KVIO_OK && answer)
-        status = append_answer(turn, tokenizer, template_id, &rendering);
-    if (status != KVIO_OK) {
-        kvio_chat_rendering_fini(&rendering);
-        return status;
-    }
-    *rendering_p = rendering;
-    return KVIO_OK;
+    return kvio_chat_render_spans(template_id, tokenizer, turn->messages, turn->num_messages,
+                                  true, rendering_p);
 }
 
 static kvio_status_t analyze_session(const kvio_conversation_session_t *session,
@@ -186,8 +175,7 @@ static kvio_status_t analyze_session(const kvio_conversation_session_t *session,
     for (size_t t = 0; t < session->num_turns && status == KVIO_OK; t++) {
         const kvio_conversation_turn_t *turn = &session->turns[t];
         kvio_chat_rendering_t cur = {0};
-        status = kvio_conversation_render(turn, params->tokenizer, params->chat_template, false,
-                                          &cur);
+        status = kvio_conversation_render(turn, params->tokenizer, params->chat_template, &cur);
         if (status != KVIO_OK)
             break;
         kvio_prefix_turn_t *row = &rows[t];
@@ -202,7 +190,8 @@ static kvio_status_t analyze_session(const kvio_conversation_session_t *session,
             status = find_breaks(turn, &cur, &prev, row);
         }
         if (status == KVIO_OK)
-            status = append_answer(turn, params->tokenizer, params->chat_template, &cur);
+            status = kvio_conversation_append_answer(turn, params->tokenizer,
+                                                     params->chat_template, &cur);
         kvio_chat_rendering_fini(&prev);
         prev = cur;
     }

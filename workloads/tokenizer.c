@@ -16,26 +16,6 @@
 #define WORD_BYTES 4
 #define SPACE_BYTES 16
 
-kvio_status_t kvio_tokens_push(kvio_tokens_t *tokens, uint32_t id)
-{
-    if (tokens->count == tokens->capacity) {
-        size_t capacity = tokens->capacity ? 2 * tokens->capacity : 256;
-        uint32_t *ids = realloc(tokens->ids, capacity * sizeof(*ids));
-        if (ids == NULL)
-            return KVIO_ERR_NOMEM;
-        tokens->ids = ids;
-        tokens->capacity = capacity;
-    }
-    tokens->ids[tokens->count++] = id;
-    return KVIO_OK;
-}
-
-void kvio_tokens_fini(kvio_tokens_t *tokens)
-{
-    free(tokens->ids);
-    *tokens = (kvio_tokens_t){0};
-}
-
 /* ---------- pre-tokenizing ---------- */
 
 typedef enum { BYTE_LETTER, BYTE_DIGIT, BYTE_SPACE, BYTE_NEWLINE, BYTE_OTHER } byte_class_t;
@@ -413,8 +393,6 @@ kvio_status_t kvio_chat_render_spans(kvio_chat_template_t template_id,
     rendering.message_offsets[count] = rendering.length;
     if (add_generation_prompt)
         render_generation_prompt(&out, template_id);
-    if (out.status == KVIO_OK && rendering.length > UINT32_MAX)
-        out.status = KVIO_ERR_NOMEM;
     if (out.status == KVIO_OK)
         out.status = tokenize_rendering(&out, tokenizer);
     free(out.parts);

@@ -1,4 +1,5 @@
-/* The exact tokenizer's encoder (kvio/tokenizer.h): special tokens split
+/* The exact tokenizer's encoder, and the growable token arrays every
+ * tokenizer fills (kvio/tokenizer.h): special tokens split
  * out first, then the pre-tokenizer's regex (PCRE2, JIT) cuts each stretch
  * into pieces, and byte-pair merges turn each piece into ids, lowest rank
  * first and leftmost among equals, as tiktoken's byte_pair_merge and
@@ -16,6 +17,24 @@
 /* Pieces up to this many bytes merge by the plain scan; longer ones (a
  * hostile prompt's one long word) by the heap, which stays n log n. */
 #define PLAIN_MERGE_MAX 64
+
+/* ---------- token arrays ---------- */
+
+kvio_status_t kvio_tokens_push(kvio_tokens_t *tokens, uint32_t id)
+{
+    if (tokens->count == tokens->capacity &&
+        kvio_array_reserve((void **)&tokens->ids, &tokens->capacity, tokens->count + 1,
+                           sizeof(*tokens->ids), 256) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    tokens->ids[tokens->count++] = id;
+    return KVIO_OK;
+}
+
+void kvio_tokens_fini(kvio_tokens_t *tokens)
+{
+    free(tokens->ids);
+    *tokens = (kvio_tokens_t){0};
+}
 
 /* ---------- tables ---------- */
 
@@ -137,45 +156,16 @@ kvio_status_t kvio_tokenizer_add_special(kvio_tokenizer_t *tokenizer, const char
     return KVIO_OK;
 }
 
-static size_t merge_slot(uint64_t pair, size_t mask)
+static uint64_t pair_key(uint32_t first, uint32_t second)
 {
-    return (size_t)XXH3_64bits(&pair, sizeof(pair)) & mask;
-}
-
-static kvio_status_t merges_reserve(kvio_tokenizer_t *tokenizer, size_t count)
-{
-    size_t capacity = tokenizer->merges ? tokenizer->merge_mask + 1 : 0;
-    if (2 * count <= capacity)
-        return KVIO_OK;
-    size_t new_capacity = 1024;
-    while (new_capacity < 4 * count)
-        new_capacity *= 2;
-    merge_entry_t *merges = calloc(new_capacity, sizeof(*merges));
-    if (merges == NULL)
-        return KVIO_ERR_NOMEM;
-    for (size_t i = 0; i < capacity; i++) {
-        if (!tokenizer->merges[i].used)
-            continue;
-        size_t slot = merge_slot(tokenizer->merges[i].pair, new_capacity - 1);
-        while (merges[slot].used)
-            slot = (slot + 1) & (new_capacity - 1);
-        merges[slot] = tokenizer->merges[i];
-    }
-    free(tokenizer->merges);
-    tokenizer->merges = merges;
-    tokenizer->merge_mask = new_capacity - 1;
-    return KVIO_OK;
+    return (uint64_t)first << 32 | second;
 }
 
 static const merge_entry_t *merge_find(const kvio_tokenizer_t *tokenizer, uint32_t first,
                                        uint32_t second)
 {
-    uint64_t pair = (uint64_t)first << 32 | second;
-    for (size_t slot = merge_slot(pair, tokenizer->merge_mask); tokenizer->merges[slot].used;
-         slot = (slot + 1) & tokenizer->merge_mask)
-        if (tokenizer->merges[slot].pair == pair)
-            return &tokenizer->merges[slot];
-    return NULL;
+    uint32_t found = kvio_map_get(&tokenizer->merge_index, pair_key(first, second));
+    return found != 0 ? &tokenizer->merges[found - 1] : NULL;
 }
 
 kvio_status_t kvio_tokenizer_add_merge(kvio_tokenizer_t *tokenizer, uint32_t first,
@@ -198,17 +188,15 @@ kvio_status_t kvio_tokenizer_add_merge(kvio_tokenizer_t *tokenizer, uint32_t fir
         free(joined);
     if (merged == TOKEN_NONE)
         return KVIO_ERR_NOT_FOUND;
-    if (tokenizer->merges != NULL && merge_find(tokenizer, first, second) != NULL)
+    if (merge_find(tokenizer, first, second) != NULL)
         return KVIO_OK; /* a repeated merge keeps its first, lowest rank */
-    if (merges_reserve(tokenizer, tokenizer->num_merges + 1) != KVIO_OK)
+    if (tokenizer->num_merges >= UINT32_MAX - 1 ||
+        kvio_array_reserve((void **)&tokenizer->merges, &tokenizer->merges_capacity,
+                           tokenizer->num_merges + 1, sizeof(merge_entry_t), 1024) != KVIO_OK ||
+        kvio_map_set(&tokenizer->merge_index, pair_key(first, second),
+                     (uint32_t)tokenizer->num_merges + 1) != KVIO_OK)
         return KVIO_ERR_NOMEM;
-    tokenizer->num_merges++;
-    uint64_t pair = (uint64_t)first << 32 | second;
-    size_t slot = merge_slot(pair, tokenizer->merge_mask);
-    while (tokenizer->merges[slot].used)
-        slot = (slot + 1) & tokenizer->merge_mask;
-    tokenizer->merges[slot] =
-        (merge_entry_t){.pair = pair, .rank = rank, .merged = merged, .used = true};
+    tokenizer->merges[tokenizer->num_merges++] = (merge_entry_t){.rank = rank, .merged = merged};
     return KVIO_OK;
 }
 
@@ -358,6 +346,7 @@ void kvio_tokenizer_destroy(kvio_tokenizer_t *tokenizer)
     free(tokenizer->specials);
     pcre2_code_free(tokenizer->pattern);
     free(tokenizer->merges);
+    kvio_map_fini(&tokenizer->merge_index);
     free(tokenizer->entry_of_id);
     free(tokenizer->slots);
     free(tokenizer->entries);

@@ -4,6 +4,7 @@
 #ifndef KVIO_TOKENIZER_INT_H
 #define KVIO_TOKENIZER_INT_H
 
+#include "kvio/hashset.h"
 #include "kvio/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -28,9 +29,7 @@ typedef struct special_token {
 
 /* A merge of two ids (tokenizer.json): its rank and the id it makes. */
 typedef struct merge_entry {
-    uint64_t pair; /* first << 32 | second */
     uint32_t rank, merged;
-    bool used; /* false: an empty slot */
 } merge_entry_t;
 
 struct kvio_tokenizer {
@@ -45,12 +44,13 @@ struct kvio_tokenizer {
     size_t slot_mask;
     uint32_t *entry_of_id; /* TOKEN_NONE where an id has no entry */
     size_t num_ids;
-    size_t num_merges;
     uint32_t byte_ids[256];
-    /* Merges by pair (tokenizer.json); without them (tiktoken) a pair's
-     * rank is the rank of its bytes together, which is also its id. */
+    /* Merges by pair (tokenizer.json): merge_index maps first << 32 | second
+     * to the merge's index + 1. Without them (tiktoken) a pair's rank is
+     * the rank of its bytes together, which is also its id. */
     merge_entry_t *merges;
-    size_t merge_mask;
+    size_t num_merges, merges_capacity;
+    kvio_map_t merge_index;
     bool by_pair;
     bool whole_piece_first; /* tiktoken, and tokenizer.json's ignore_merges */
     bool add_prefix_space;

@@ -95,10 +95,11 @@ static kvio_status_t add_turn(kvio_trace_t *trace, const kvio_conversation_turn_
                               const kvio_tokenizer_t *tokenizer, kvio_chat_template_t template_id,
                               arrivals_t *arrivals)
 {
-    kvio_chat_rendering_t prompt = {0}, whole = {0};
-    kvio_status_t status = kvio_conversation_render(turn, tokenizer, template_id, false, &prompt);
+    kvio_chat_rendering_t whole = {0};
+    kvio_status_t status = kvio_conversation_render(turn, tokenizer, template_id, &whole);
+    size_t prompt_tokens = whole.tokens.count;
     if (status == KVIO_OK)
-        status = kvio_conversation_render(turn, tokenizer, template_id, true, &whole);
+        status = kvio_conversation_append_answer(turn, tokenizer, template_id, &whole);
     kvio_trace_record_t *record = status == KVIO_OK ? kvio_trace_add_record(trace) : NULL;
     if (status == KVIO_OK && record == NULL)
         status = KVIO_ERR_NOMEM;
@@ -106,11 +107,11 @@ static kvio_status_t add_turn(kvio_trace_t *trace, const kvio_conversation_turn_
         kvio_request_t *request = &record->request;
         record->line = turn->line;
         request->arrival_ns = arrival_ns;
-        request->input_tokens = (uint32_t)prompt.tokens.count;
+        request->input_tokens = (uint32_t)prompt_tokens;
         request->session_id = session + 1;
         request->turn = (uint32_t)index;
         request->output_content_id = XXH3_64bits_withSeed(&index, sizeof(index), session + 1) >> 1;
-        uint64_t answered = whole.tokens.count - prompt.tokens.count;
+        uint64_t answered = whole.tokens.count - prompt_tokens;
         if (turn->output != NULL && answered > 0) {
             request->output_tokens = (uint32_t)answered;
             request->trace_ids_cover_output = true;
@@ -122,10 +123,12 @@ static kvio_status_t add_turn(kvio_trace_t *trace, const kvio_conversation_turn_
                                : 1.0;
             request->output_tokens = drawn >= 1.0 ? (uint32_t)llround(fmin(drawn, 1e7)) : 1;
         }
-        status = add_ids(trace, record, request->trace_ids_cover_output ? &whole.tokens
-                                                                        : &prompt.tokens);
+        /* The ids cover the answer only when its tokens are known. */
+        kvio_tokens_t covered = {.ids = whole.tokens.ids,
+                                 .count = request->trace_ids_cover_output ? whole.tokens.count
+                                                                         : prompt_tokens};
+        status = add_ids(trace, record, &covered);
     }
-    kvio_chat_rendering_fini(&prompt);
     kvio_chat_rendering_fini(&whole);
     return status;
 }

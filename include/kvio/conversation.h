@@ -55,14 +55,20 @@ kvio_status_t kvio_conversation_load(const char *path, kvio_conversation_log_t *
 void kvio_conversation_log_free(kvio_conversation_log_t *log);
 
 /* Renders turn as the server would prefill it (its messages through the
- * template, with the reply's header) into *rendering_p (owned); with
- * answer, the answer as the model generated it follows when the log has
- * its text (harmony's channel first): what the turn leaves in the cache.
- * tokenizer NULL: the approximate one. KVIO_ERR_NOMEM. */
+ * template, with the reply's header) into *rendering_p (owned). tokenizer
+ * NULL: the approximate one. KVIO_ERR_NOMEM. */
 kvio_status_t kvio_conversation_render(const kvio_conversation_turn_t *turn,
                                        const kvio_tokenizer_t *tokenizer,
-                                       kvio_chat_template_t template_id, bool answer,
+                                       kvio_chat_template_t template_id,
                                        kvio_chat_rendering_t *rendering_p);
+
+/* Appends to a turn's rendering its answer as the model generated it, when
+ * the log has its text (harmony's channel first): then the rendering is
+ * what the turn leaves in the cache. KVIO_ERR_NOMEM. */
+kvio_status_t kvio_conversation_append_answer(const kvio_conversation_turn_t *turn,
+                                              const kvio_tokenizer_t *tokenizer,
+                                              kvio_chat_template_t template_id,
+                                              kvio_chat_rendering_t *rendering);
 
 /* ---------- where the prefix breaks ---------- */
 

@@ -26,6 +26,12 @@ void kvio_format_duration(int64_t ns, char *text_p, size_t text_len);
 /* "2026-12-02T18:54:12.345Z" of a wall-clock time in ns since the epoch. */
 void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len);
 
+/* text on one line for quoting between backticks, into out (size bytes,
+ * NUL-terminated; returns out): newline, tab and carriage return as \n,
+ * \t and \r, other control characters and the backtick as \xNN, cut to
+ * whole UTF-8 characters where out is full. */
+const char *kvio_format_one_line(const char *text, char *out, size_t size);
+
 /* Writes value's decimal digits at out (at most 20, no NUL); returns how
  * many. */
 size_t kvio_format_unsigned(char *out, uint64_t value);
