@@ -10,6 +10,7 @@
 
 #include "kvio/array.h"
 #include "kvio/log.h"
+#include "kvio/window.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,7 @@ typedef struct block_record {
     uint8_t hashed;          /* its hash is in the index */
     uint8_t policy_known;    /* the policy has seen this block's content */
     uint8_t watch;           /* the watch stamp of the kept lookup that last hit it */
+    uint8_t window_group;    /* hashed by a hybrid pool's window group (no hooks) */
 } block_record_t;
 
 /* The free queue: block ids from head to tail in a power-of-two ring, with
@@ -157,6 +159,11 @@ struct kvio_kvreq {
     bool lookup_kept;
     size_t lookup_hits;
     uint64_t lookup_version; /* the index's version when it was last searched */
+    /* Hybrid pools (config.window_tokens): the request's table in the
+     * window group, a request of its own whose hashes are window_hash of
+     * this one's (synced before each use); NULL in a pool of one group. */
+    struct kvio_kvreq *window;
+    size_t num_null; /* leading null entries (block 0) of a window group's table */
 };
 
 /* ---- free ring ---------------------------------------------------------- */
@@ -385,6 +392,7 @@ static inline void record_hashed(block_record_t *record, kvio_hash_t hash)
     record->hash = hash;
     record->hashed = 1;
     record->policy_known = 0;
+    record->window_group = 0;
 }
 
 static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash)
@@ -467,6 +475,10 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
         (config->index != KVIO_KVCACHE_INDEX_HASH && config->index != KVIO_KVCACHE_INDEX_RADIX)) {
         kvio_error("kvcache: need at least 2 blocks (one is the null block) and at most 2^30, a "
                    "block size of at least 1, a known free order and a known index");
+        return KVIO_ERR_INVALID;
+    }
+    if (config->window_tokens > 0 && config->index == KVIO_KVCACHE_INDEX_RADIX) {
+        kvio_error("kvcache: sliding-window groups take the hash index, not the radix index");
         return KVIO_ERR_INVALID;
     }
     kvio_kvcache_t *cache = calloc(1, sizeof(*cache));
@@ -672,7 +684,7 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     }
     block_record_t *record = &cache->blocks[block];
     if (record->hashed) {
-        if (cache->config.on_evict != NULL)
+        if (cache->config.on_evict != NULL && !record->window_group)
             cache->config.on_evict(cache->config.hook_context, block, record->hash);
         index_remove(cache, block);
         if (cache->links != NULL)
@@ -682,6 +694,21 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     record->refcount = 1;
     cache->metrics.blocks_allocated++;
     return block;
+}
+
+/* A cached block joins a request (a hit): out of the free queue if it
+ * sat there. */
+static void take_hit_block(kvio_kvcache_t *cache, uint32_t block)
+{
+    block_record_t *record = &cache->blocks[block];
+    if (record->refcount == 0) {
+        ring_unlink(cache, block);
+        if (!cache->queue_order)
+            policy_remove(cache, block);
+    }
+    record->refcount++;
+    if (!cache->queue_order)
+        cache->evict.ops->access(cache->evict.priv, block);
 }
 
 /* lru: takes the count blocks at the queue's head into blocks_p, as count
@@ -808,6 +835,14 @@ static kvio_status_t request_new(kvio_kvcache_t *cache, bool token_mode, kvio_kv
         return KVIO_ERR_NOMEM;
     req->cache = cache;
     req->token_mode = token_mode;
+    if (cache->config.window_tokens > 0) {
+        req->window = calloc(1, sizeof(*req->window));
+        if (req->window == NULL) {
+            free(req);
+            return KVIO_ERR_NOMEM;
+        }
+        req->window->cache = cache;
+    }
     *req_p = req;
     return KVIO_OK;
 }
@@ -889,8 +924,9 @@ kvio_status_t kvio_kvreq_reset_borrowed(kvio_kvreq_t *req, const kvio_hash_t *ha
                    num_tokens / req->cache->block_size);
         return KVIO_ERR_INVALID;
     }
-    if (req->num_blocks > 0)
-        kvio_kvcache_free(req->cache, req);
+    kvio_kvcache_free(req->cache, req);
+    if (req->window != NULL)
+        req->window->num_hashes = req->window->num_tokens = 0;
     if (!req->hashes_borrowed)
         free(req->hashes);
     free(req->tokens);
@@ -984,6 +1020,18 @@ void kvio_kvreq_blocks(const kvio_kvreq_t *req, const uint32_t **ids_p, size_t *
     *num_ids_p = req->num_blocks;
 }
 
+void kvio_kvreq_window_blocks(const kvio_kvreq_t *req, const uint32_t **ids_p, size_t *num_ids_p)
+{
+    *ids_p = req->window != NULL ? req->window->blocks : NULL;
+    *num_ids_p = req->window != NULL ? req->window->num_blocks : 0;
+}
+
+size_t kvio_kvreq_held_blocks(const kvio_kvreq_t *req)
+{
+    const kvio_kvreq_t *window = req->window;
+    return req->num_blocks + (window != NULL ? window->num_blocks - window->num_null : 0);
+}
+
 kvio_status_t kvio_kvreq_block_hash(const kvio_kvreq_t *req, size_t index, kvio_hash_t *hash_p)
 {
     if (index >= req->num_hashes)
@@ -1006,9 +1054,9 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req)
 {
     if (req == NULL)
         return;
-    if (req->num_blocks > 0)
-        kvio_kvcache_free(req->cache, req);
+    kvio_kvcache_free(req->cache, req);
     drop_kept_lookup(req->cache, req);
+    kvio_kvreq_destroy(req->window);
     free(req->tokens);
     free(req->salt);
     if (!req->hashes_borrowed)
@@ -1086,6 +1134,132 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
     return count;
 }
 
+/* ---- hybrid groups (config.window_tokens; kvio/window.h) ---------------- */
+
+/* A window group's block is cached under its content's hash with this
+ * mixed in (vLLM keys a cached block by its hash and its group). */
+#define WINDOW_GROUP_ID 0x9e3779b97f4a7c15ull
+
+static inline kvio_hash_t window_hash(kvio_hash_t hash)
+{
+    hash.low ^= WINDOW_GROUP_ID;
+    return hash;
+}
+
+typedef struct window_view {
+    const kvio_kvcache_t *cache;
+    const kvio_hash_t *hashes; /* the full group's */
+} window_view_t;
+
+static bool window_cached(const void *view_p, uint32_t i)
+{
+    const window_view_t *view = view_p;
+    return index_find(view->cache, window_hash(view->hashes[i])) != NO_BLOCK;
+}
+
+/* The hit of both groups when the full group's cached prefix is
+ * full_blocks of hashes: the window group's longest hit within it. */
+static size_t hybrid_hit(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
+                         size_t full_blocks)
+{
+    if (cache->config.window_tokens == 0)
+        return full_blocks;
+    window_view_t view = {.cache = cache, .hashes = hashes};
+    return kvio_window_hit((uint32_t)full_blocks, cache->block_size, cache->config.window_tokens,
+                           window_cached, &view);
+}
+
+/* Brings the window group's hashes and length up to the request's. */
+static kvio_status_t window_sync(kvio_kvreq_t *req)
+{
+    kvio_kvreq_t *window = req->window;
+    kvio_status_t status = grow((void **)&window->hashes, &window->hashes_capacity,
+                                req->num_hashes, sizeof(kvio_hash_t));
+    if (status != KVIO_OK)
+        return status;
+    for (size_t i = window->num_hashes; i < req->num_hashes; i++)
+        window->hashes[i] = window_hash(req->hashes[i]);
+    window->num_hashes = req->num_hashes;
+    window->num_tokens = req->num_tokens;
+    return KVIO_OK;
+}
+
+/* What the window group's table takes to cover covered_tokens: on the
+ * first allocation, the hit's last blocks (those of one window; nulls
+ * before them), and new blocks past what it holds, nulls counted as held
+ * (vLLM's SlidingWindowManager). */
+typedef struct window_need {
+    size_t skip, hits, hits_in_queue, new_blocks;
+} window_need_t;
+
+static kvio_status_t window_group_need(kvio_kvcache_t *cache, kvio_kvreq_t *req, bool first,
+                                       size_t hit_blocks, size_t covered_tokens,
+                                       window_need_t *need)
+{
+    kvio_kvreq_t *window = req->window;
+    uint32_t block_size = cache->block_size;
+    *need = (window_need_t){0};
+    size_t needed = (covered_tokens + block_size - 1) / block_size;
+    kvio_status_t status = window_sync(req);
+    if (status == KVIO_OK)
+        status = grow((void **)&window->blocks, &window->blocks_capacity,
+                      needed > hit_blocks ? needed : hit_blocks, sizeof(uint32_t));
+    if (status != KVIO_OK)
+        return status;
+    if (first) {
+        size_t run = kvio_window_hit_run(block_size, cache->config.window_tokens);
+        need->hits = hit_blocks;
+        need->skip = hit_blocks > run ? hit_blocks - run : 0;
+        for (size_t i = need->skip; i < hit_blocks; i++)
+            need->hits_in_queue += cache->blocks[index_find(cache, window->hashes[i])].refcount == 0;
+    }
+    size_t have = first ? hit_blocks : window->num_blocks;
+    need->new_blocks = needed > have ? needed - have : 0;
+    return KVIO_OK;
+}
+
+/* The window group's hit blocks join its table (first allocation), nulls
+ * before them; taken with the full group's hits, before any new block, so
+ * that no new block evicts a hit. */
+static void window_take_hits(kvio_kvcache_t *cache, kvio_kvreq_t *req, const window_need_t *need)
+{
+    kvio_kvreq_t *window = req->window;
+    for (size_t i = 0; i < need->skip; i++)
+        window->blocks[i] = 0;
+    for (size_t i = need->skip; i < need->hits; i++) {
+        window->blocks[i] = index_find(cache, window->hashes[i]);
+        take_hit_block(cache, window->blocks[i]);
+    }
+    window->num_blocks = window->num_hashed_blocks = need->hits;
+    window->num_null = need->skip;
+}
+
+/* The window group's new blocks, then its blocks full within
+ * hashed_tokens enter the index (hash_new false: none does). The hooks
+ * hear only the full group's blocks: what a tier or a router's mirror
+ * keeps is the prefix, which that group decides. */
+static void window_take_new(kvio_kvcache_t *cache, kvio_kvreq_t *req, const window_need_t *need,
+                            size_t hashed_tokens, bool hash_new)
+{
+    kvio_kvreq_t *window = req->window;
+    for (size_t i = 0; i < need->new_blocks; i++)
+        window->blocks[window->num_blocks++] = take_free_block(cache);
+    if (!cache->config.enable_prefix_caching || !hash_new)
+        return;
+    size_t full = hashed_tokens / cache->block_size;
+    if (full > window->num_hashes)
+        full = window->num_hashes;
+    /* A block whose hash came late may already have left the window. */
+    size_t from = window->num_hashed_blocks > window->num_null ? window->num_hashed_blocks
+                                                               : window->num_null;
+    for (size_t i = from; i < full; i++) {
+        index_insert(cache, window->blocks[i], window->hashes[i]);
+        cache->blocks[window->blocks[i]].window_group = 1;
+    }
+    if (full > window->num_hashed_blocks)
+        window->num_hashed_blocks = full;
+}
+
 /* The cached prefix of a request that holds no blocks, its hit blocks in
  * blocks[0, hits) (room for hit_limit of them). A lookup kept from before
  * stands while the index is unchanged (so the first allocation takes the
@@ -1127,14 +1301,14 @@ size_t kvio_kvcache_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
         grow((void **)&req->blocks, &req->blocks_capacity,
              hit_limit(cache, req->num_hashes, req->num_tokens), sizeof(uint32_t)) != KVIO_OK)
         return kvio_kvcache_lookup_hashes(cache, req->hashes, req->num_hashes, req->num_tokens);
-    return kept_lookup(cache, req) * cache->block_size;
+    return hybrid_hit(cache, req->hashes, kept_lookup(cache, req)) * cache->block_size;
 }
 
 size_t kvio_kvcache_lookup_hashes(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
                                   size_t num_hashes, size_t num_tokens)
 {
-    return find_prefix(cache, hashes, hit_limit(cache, num_hashes, num_tokens), NULL) *
-           cache->block_size;
+    size_t full = find_prefix(cache, hashes, hit_limit(cache, num_hashes, num_tokens), NULL);
+    return hybrid_hit(cache, hashes, full) * cache->block_size;
 }
 
 /* What covering the request's first num_tokens tokens takes: on its first
@@ -1144,7 +1318,15 @@ size_t kvio_kvcache_lookup_hashes(const kvio_kvcache_t *cache, const kvio_hash_t
 typedef struct allocation_need {
     bool first;
     size_t num_hits, hits_in_queue, covered, needed_blocks, new_blocks;
+    window_need_t window; /* hybrid pools: the window group's */
 } allocation_need_t;
+
+/* Blocks the allocation takes from the free queue, in every group. */
+static size_t need_from_queue(const allocation_need_t *need)
+{
+    return need->new_blocks + need->hits_in_queue + need->window.new_blocks +
+           need->window.hits_in_queue;
+}
 
 static kvio_status_t allocation_need(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t num_tokens,
                                      allocation_need_t *need)
@@ -1159,7 +1341,8 @@ static kvio_status_t allocation_need(kvio_kvcache_t *cache, kvio_kvreq_t *req, s
     if (status != KVIO_OK)
         return status;
     if (need->first) {
-        need->num_hits = kept_lookup(cache, req); /* kept if the allocation is refused */
+        /* kept if the allocation is refused */
+        need->num_hits = hybrid_hit(cache, req->hashes, kept_lookup(cache, req));
         for (size_t i = 0; i < need->num_hits; i++)
             need->hits_in_queue += cache->blocks[req->blocks[i]].refcount == 0;
     }
@@ -1168,6 +1351,9 @@ static kvio_status_t allocation_need(kvio_kvcache_t *cache, kvio_kvreq_t *req, s
     need->needed_blocks = (need->covered + block_size - 1) / block_size;
     size_t have_blocks = need->first ? need->num_hits : req->num_blocks;
     need->new_blocks = need->needed_blocks > have_blocks ? need->needed_blocks - have_blocks : 0;
+    if (req->window != NULL)
+        return window_group_need(cache, req, need->first, need->num_hits, need->covered,
+                                 &need->window);
     return KVIO_OK;
 }
 
@@ -1181,7 +1367,7 @@ kvio_status_t kvio_kvcache_blocks_to_allocate(kvio_kvcache_t *cache, kvio_kvreq_
     allocation_need_t need;
     kvio_status_t status = allocation_need(cache, req, num_tokens, &need);
     if (status == KVIO_OK)
-        *blocks_p = need.new_blocks + need.hits_in_queue;
+        *blocks_p = need_from_queue(&need);
     return status;
 }
 
@@ -1202,7 +1388,7 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
     size_t num_hits = need.num_hits;
     size_t covered = num_tokens > num_hits * block_size ? num_tokens : num_hits * block_size;
     size_t needed_blocks = need.needed_blocks, new_blocks = need.new_blocks;
-    if (new_blocks + need.hits_in_queue > cache->free_queue.length) {
+    if (need_from_queue(&need) > cache->free_queue.length) {
         cache->metrics.allocations_refused++;
         return KVIO_ERR_NO_SPACE;
     }
@@ -1211,18 +1397,10 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
         return status;
     drop_kept_lookup(cache, req);
 
-    for (size_t i = 0; i < num_hits; i++) {
-        uint32_t block = req->blocks[i];
-        block_record_t *record = &cache->blocks[block];
-        if (record->refcount == 0) {
-            ring_unlink(cache, block);
-            if (!cache->queue_order)
-                policy_remove(cache, block);
-        }
-        record->refcount++;
-        if (!cache->queue_order)
-            cache->evict.ops->access(cache->evict.priv, block);
-    }
+    for (size_t i = 0; i < num_hits; i++)
+        take_hit_block(cache, req->blocks[i]);
+    if (first && req->window != NULL)
+        window_take_hits(cache, req, &need.window);
     if (first) {
         req->num_blocks = num_hits;
         req->num_hashed_blocks = num_hits;
@@ -1254,6 +1432,8 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
             req->num_hashed_blocks = full;
         }
     }
+    if (req->window != NULL)
+        window_take_new(cache, req, &need.window, covered, hash_new);
     if (first) {
         for (size_t i = 0; cache->epoch != 0 && i < num_hits; i++)
             if (cache->block_epoch[req->blocks[i]] < cache->epoch)
@@ -1323,7 +1503,9 @@ static void free_tail_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t cou
     cache->metrics.blocks_freed += freed;
 }
 
-void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req)
+/* Releases blocks count-1 .. 0 of ids (a prefix's tail is evicted before
+ * its head). */
+static void release_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t count)
 {
     /* Unhashed blocks go to the head with prepend_unhashed (and always with
      * a non-queue policy, so that they are reused before cached ones). */
@@ -1331,15 +1513,13 @@ void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req)
                    (cache->config.free_order == KVIO_FREE_ORDER_PREPEND_UNHASHED ||
                     !cache->queue_order);
     if (!prepend && cache->queue_order) {
-        free_tail_run(cache, req->blocks, req->num_blocks);
-        req->num_blocks = 0;
-        req->num_hashed_blocks = 0;
+        free_tail_run(cache, ids, count);
         return;
     }
-    for (size_t i = req->num_blocks; i-- > 0;) {
+    for (size_t i = count; i-- > 0;) {
         if (i >= PREFETCH_AHEAD)
-            __builtin_prefetch(&cache->blocks[req->blocks[i - PREFETCH_AHEAD]]);
-        uint32_t block = req->blocks[i];
+            __builtin_prefetch(&cache->blocks[ids[i - PREFETCH_AHEAD]]);
+        uint32_t block = ids[i];
         block_record_t *record = &cache->blocks[block];
         if (--record->refcount > 0)
             continue;
@@ -1355,12 +1535,43 @@ void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req)
     /* Freed unhashed blocks go to the head as a group, in the order they
      * were freed (reverse): pushing them in forward order does that. */
     if (prepend) {
-        for (size_t i = 0; i < req->num_blocks; i++) {
-            block_record_t *record = &cache->blocks[req->blocks[i]];
+        for (size_t i = 0; i < count; i++) {
+            block_record_t *record = &cache->blocks[ids[i]];
             if (record->refcount == 0 && !record->hashed)
-                ring_push_head(cache, req->blocks[i]);
+                ring_push_head(cache, ids[i]);
         }
     }
+}
+
+/* Releases a table's blocks past its nulls. */
+static void release_table(kvio_kvcache_t *cache, kvio_kvreq_t *req)
+{
+    release_run(cache, req->blocks + req->num_null, req->num_blocks - req->num_null);
     req->num_blocks = 0;
     req->num_hashed_blocks = 0;
+    req->num_null = 0;
+}
+
+void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req)
+{
+    release_table(cache, req); /* the full group first, as vLLM's coordinator */
+    if (req->window != NULL)
+        release_table(cache, req->window);
+}
+
+void kvio_kvcache_computed(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t computed_tokens)
+{
+    kvio_kvreq_t *window = req->window;
+    if (window == NULL)
+        return;
+    size_t skipped = kvio_window_skipped_blocks(computed_tokens, cache->block_size,
+                                                cache->config.window_tokens);
+    if (skipped > window->num_blocks)
+        skipped = window->num_blocks;
+    if (skipped <= window->num_null)
+        return;
+    release_run(cache, window->blocks + window->num_null, skipped - window->num_null);
+    for (size_t i = window->num_null; i < skipped; i++)
+        window->blocks[i] = 0;
+    window->num_null = skipped;
 }

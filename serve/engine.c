@@ -134,6 +134,13 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
              "(a request whose prefix is in a tier waits for it, its blocks reserved, while "
              "the others run); sync: inside the iteration, every request waits (kvio before "
              "#35)"},
+    {.key = "hybrid", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_kvcache_section_t, hybrid),
+     .default_value = "false",
+     .help = "a model with half its layers on a sliding window (gpt-oss) as vLLM's hybrid KV "
+             "cache groups: each request has a full-attention and a window block table from "
+             "the one pool, a hit is what both serve, window blocks are freed as they leave the "
+             "window (false: window layers take no blocks); not with tiers, swap preemption or "
+             "index radix"},
     {.key = NULL},
 };
 
@@ -209,6 +216,7 @@ struct kvio_engine {
     req_list_t loading;         /* admitted, waiting for their KV from a tier (tier_io: async;
                                    vLLM's WAITING_FOR_REMOTE_KVS), their blocks reserved */
     bool async_tiers;
+    bool hybrid;                /* the pool has a window group (kvio_kvcache_computed) */
     engine_req_t **scratch;     /* scheduled requests of the current iteration */
     size_t num_scratch, scratch_capacity;
     kvio_engine_scheduled_t *scheduled;
@@ -549,12 +557,10 @@ static void own_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t fir
     kvio_block_store_own(engine->store, ids, first, count, id);
 }
 
+/* Blocks the pool holds for kv, in every group. */
 static size_t num_blocks_of(const kvio_kvreq_t *kv)
 {
-    const uint32_t *ids;
-    size_t count;
-    kvio_kvreq_blocks(kv, &ids, &count);
-    return count;
+    return kvio_kvreq_held_blocks(kv);
 }
 
 /* Tells the pool of the decode tokens generated since it last heard of the
@@ -652,7 +658,9 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .on_cached = params->num_tiers > 0 || params->observer.on_cache ? on_cached : NULL,
         .on_evict = params->num_tiers > 0 || params->observer.on_cache ? on_evict : NULL,
         .hook_context = engine,
+        .window_tokens = params->window_tokens,
     };
+    engine->hybrid = params->window_tokens > 0;
     status = kvio_kvcache_create(&cache_config, &engine->cache);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "serve.kvcache: %s (eviction '%s', %u blocks)",
@@ -1124,7 +1132,7 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
          * pool: its drafts and lookahead may need blocks. */
         uint32_t covered = req->computed + new_tokens;
         uint32_t held = req->held_blocks * engine->block_size;
-        if (engine->config.num_lookahead_tokens == 0 && covered < held &&
+        if (engine->config.num_lookahead_tokens == 0 && !engine->hybrid && covered < held &&
             req->computed + engine->block_size > held) {
             kvio_status_t status = scratch_push(engine, req, new_tokens);
             if (status != KVIO_OK)
@@ -1134,6 +1142,7 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
             continue;
         }
         kv_sync(req);
+        kvio_kvcache_computed(engine->cache, req->kv, req->computed);
         for (;;) {
             size_t had_blocks = req->held_blocks;
             /* Drafts and the lookahead past them get slots, not hashes: only
@@ -1379,8 +1388,16 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
          * even those do not fit, the allocation cannot succeed (skip it). */
         uint32_t needed = (computed + new_tokens + engine->block_size - 1) / engine->block_size -
                           computed / engine->block_size;
+        kvio_status_t status = KVIO_OK;
+        if (engine->hybrid) { /* both groups' blocks, the window's hits among them */
+            size_t blocks = 0;
+            status = kvio_kvcache_blocks_to_allocate(engine->cache, req->kv,
+                                                     computed + new_tokens, &blocks);
+            needed = (uint32_t)blocks;
+        }
         bool fits = false;
-        kvio_status_t status = admission_fits(engine, req, needed, &fits);
+        if (status == KVIO_OK)
+            status = admission_fits(engine, req, needed, &fits);
         if (status != KVIO_OK)
             return status;
         if (!fits)
@@ -1926,12 +1943,9 @@ kvio_status_t kvio_engine_request_state(const kvio_engine_t *engine, uint64_t id
             const engine_req_t *req = lists[l]->items[i];
             if (req->spec.id != id)
                 continue;
-            const uint32_t *ids = NULL;
-            size_t num_ids = 0;
-            if (req->kv != NULL) /* NULL: a deferred request, not looked up yet */
-                kvio_kvreq_blocks(req->kv, &ids, &num_ids);
             *computed_p = req->computed;
-            *blocks_p = (uint32_t)num_ids;
+            /* NULL: a deferred request, not looked up yet */
+            *blocks_p = req->kv != NULL ? (uint32_t)num_blocks_of(req->kv) : 0;
             return KVIO_OK;
         }
     }

@@ -2,6 +2,8 @@
  * and the blocks an incoming update borrows from the pool (colocated). */
 #include "serve/serve_int.h"
 
+#include "kvio/kvcache.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -29,11 +31,47 @@ const kvio_opt_t kvio_slo_options[] = {
     {.key = NULL},
 };
 
+/* serve.kvcache.hybrid needs a model whose layers are half a sliding
+ * window (kvio's one window group holds as many layers as the full group,
+ * so a block of either is the bytes kvio_model_kv_bytes_per_token gives),
+ * and takes none of what the window group's blocks would break. */
+static kvio_status_t check_hybrid(const kvio_serve_config_t *serve, const kvio_model_t *model,
+                                  char *error_p, size_t error_len)
+{
+    const kvio_kvcache_section_t *kv = &serve->kvcache;
+    if (!kv->hybrid)
+        return KVIO_OK;
+    const char *name = model->preset != NULL ? model->preset : "the model";
+    if (model->sliding_window_layers == 0 || model->sliding_window <= 0 ||
+        model->sliding_window_layers * 2 != model->layers) {
+        snprintf(error_p, error_len,
+                 "serve.kvcache.hybrid: %s has %lld of %lld layers on a sliding window; kvio's "
+                 "hybrid groups need half (gpt-oss-20b, gpt-oss-120b)",
+                 name, (long long)model->sliding_window_layers, (long long)model->layers);
+        return KVIO_ERR_CONFIG;
+    }
+    const char *clash = kv->tiers.count > 0                              ? "serve.kvcache.tiers"
+                        : serve->engine.preemption == KVIO_PREEMPT_SWAP ? "serve.engine.preemption: swap"
+                        : kv->index == KVIO_KVCACHE_INDEX_RADIX          ? "serve.kvcache.index: radix"
+                        : kv->verify_swaps                               ? "serve.kvcache.verify_swaps"
+                                                                         : NULL;
+    if (clash != NULL) {
+        snprintf(error_p, error_len,
+                 "serve.kvcache.hybrid: not with %s (they move the full group's blocks only)",
+                 clash);
+        return KVIO_ERR_CONFIG;
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_model_t *model,
                                    const kvio_gpu_t *gpu, int64_t tensor_parallel,
                                    uint32_t *blocks_p, char *error_p, size_t error_len)
 {
     const kvio_kvcache_section_t *kv = &serve->kvcache;
+    kvio_status_t status = check_hybrid(serve, model, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, tensor_parallel) *
                            (uint64_t)kv->block_size;
     uint64_t blocks;
@@ -42,7 +80,7 @@ kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_
     } else {
         uint64_t capacity = kv->capacity;
         if (capacity == 0) {
-            kvio_status_t status = kvio_model_kv_capacity(model, gpu, tensor_parallel,
+            status = kvio_model_kv_capacity(model, gpu, tensor_parallel,
                                                          kv->gpu_memory_utilization, &capacity,
                                                          error_p, error_len);
             if (status != KVIO_OK)
@@ -113,6 +151,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .async_tiers = serve->kvcache.tier_io == KVIO_TIER_IO_ASYNC,
         .index = serve->kvcache.index,
         .eviction = kvio_choice_name(&serve->kvcache.eviction),
+        .window_tokens = serve->kvcache.hybrid ? (uint32_t)run->model->sliding_window : 0,
         .sched = &serve->scheduler,
         .seed = run->seed + serve_index,
         .cost = cost,

@@ -819,6 +819,51 @@ Test(engine, running_blocks_are_kept_through_admission_growth_preemption_and_fin
     teardown(&f);
 }
 
+/* serve.kvcache.hybrid: vLLM's hybrid groups in the engine (block 16,
+ * window 32, 100 blocks). A request holds every block of its full-attention
+ * table but only the window's last blocks of the other as it decodes; the
+ * blocks it let go stay cached, so the same prompt later hits all of it
+ * that may be hit (7 of its 8 blocks). */
+Test(engine, a_hybrid_engine_holds_the_window_s_blocks_only_and_still_hits_them, .timeout = 10)
+{
+    fixture_t f;
+    finished_log_t log;
+    setup_updates(&f, 0, 0, &log);
+    kvio_engine_destroy(f.engine);
+    char error[256];
+    kvio_engine_params_t params = {
+        .config = &f.config, .num_blocks = 100, .block_size = 16, .prefix_caching = true,
+        .eviction = "lru", .sched = &f.sched, .seed = 1, .cost = f.cost,
+        .kv_bytes_per_token = 131072, .host_bandwidth = 64e9,
+        .observer = {.context = &log, .on_finish = log_finish}, .window_tokens = 32,
+    };
+    cr_assert_eq(kvio_engine_create(&params, &f.engine, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    add_shared(&f, 1, 128, 100, 0);
+    kvio_engine_scheduled_t out[16];
+    uint32_t most_window_blocks = 0;
+    for (int i = 0; i < 1000 && kvio_engine_has_work(f.engine); i++) {
+        step(&f, out, 16);
+        uint32_t computed = 0, blocks = 0;
+        if (kvio_engine_request_state(f.engine, 1, &computed, &blocks) != KVIO_OK)
+            continue;
+        uint32_t full = (computed + 15) / 16;
+        cr_assert_geq(blocks, full, "step %d: %u blocks for %u tokens", i, blocks, computed);
+        if (computed > 128 && blocks - full > most_window_blocks)
+            most_window_blocks = blocks - full;
+    }
+    cr_assert_leq(most_window_blocks, 3, "the window group keeps 2 blocks and the next one, not "
+                                         "all %u", most_window_blocks);
+    cr_assert_gt(most_window_blocks, 0);
+    cr_assert_eq(kvio_engine_free_blocks(f.engine), 100, "all back when it finishes");
+    add_shared(&f, 2, 128, 4, 0);
+    run_until_idle(&f);
+    const kvio_engine_finished_t *second = finished_id(&log, 2);
+    cr_assert_not_null(second);
+    cr_assert_eq(second->cached_tokens, 112);
+    teardown(&f);
+}
+
 /* kv_cost: cost = uncached prompt blocks + blocks held by running requests.
  * A rank whose running blocks alone reach the best cost so far cannot win,
  * so its prefix is not searched; the choice is the same. */

@@ -437,6 +437,75 @@ Test(simulate, the_kvcache_index_is_chosen_in_the_config, .timeout = 60)
     run_free(&output);
 }
 
+/* serve.kvcache.hybrid (gpt-oss-20b: 12 of 24 layers on a 128-token
+ * window): the window layers' blocks come from the same pool, so it fills
+ * further. With room to spare both hit the same; in a pool that fills, the
+ * window blocks a request lets go as its decode moves on are evicted
+ * first, and a prompt whose window blocks are gone hits only what the
+ * window still holds (vLLM's hybrid manager does the same). A model
+ * without window layers, or swap preemption beside it, is refused with the
+ * key named. */
+Test(simulate, hybrid_groups_take_pool_blocks_for_the_window_layers, .timeout = 60)
+{
+    static const char *gpt_oss =
+        "name: hybrid\nseed: 5\nmode: simulate\nduration: 30s\n"
+        "model: {preset: gpt-oss-20b}\ngpu: {preset: h200}\n"
+        "serve:\n  engine: {max_num_seqs: 16, max_num_batched_tokens: 2048}\n"
+        "  kvcache: {block_size: 16, blocks: 1600}\n"
+        "stream:\n  requests: 200\n  arrival: {process: poisson, rate: 20}\n"
+        "  input_tokens: {dist: constant, value: 1100}\n"
+        "  output_tokens: {dist: constant, value: 200}\n"
+        "  prefix: {system_prompts: {count: 12, tokens: 1024, zipf: 0}}\n";
+    static const struct {
+        const char *blocks;
+        bool spare;
+    } pools[] = {{"serve.kvcache.blocks=1600", false}, {"serve.kvcache.blocks=4000", true}};
+    for (size_t p = 0; p < 2; p++) {
+        const char *off[] = {"serve.kvcache.hybrid=false", pools[p].blocks};
+        const char *on[] = {"serve.kvcache.hybrid=true", pools[p].blocks};
+        run_output_t output = run_text(gpt_oss, off, 2);
+        double usage = metric(&output, "kv_usage_max"), hits = metric(&output, "hit_rate");
+        cr_expect_eq(metric(&output, "completed"), 200);
+        run_free(&output);
+        output = run_text(gpt_oss, on, 2);
+        cr_expect_eq(metric(&output, "completed"), 200);
+        cr_expect_gt(metric(&output, "kv_usage_max"), usage, "%s", pools[p].blocks);
+        if (pools[p].spare)
+            cr_expect_eq(metric(&output, "hit_rate"), hits, "%s", pools[p].blocks);
+        else
+            cr_expect_lt(metric(&output, "hit_rate"), hits * 0.8, "%s", pools[p].blocks);
+        run_free(&output);
+    }
+
+    static const struct {
+        const char *set, *message;
+    } refused[] = {
+        {"model.preset=llama3-8b", "llama3-8b has 0 of 32 layers on a sliding window"},
+        {"serve.engine.preemption=swap", "not with serve.engine.preemption: swap"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        char *dir = test_tmpdir();
+        char *file = test_write_file(dir, "w.yaml", gpt_oss);
+        const char *sets[] = {"serve.kvcache.hybrid=true", refused[i].set};
+        kvio_workload_t workload;
+        char error[1024] = "";
+        cr_assert_eq(kvio_workload_load(file, sets, 2, &workload, error, sizeof(error)), KVIO_OK,
+                     "%s", error);
+        char out[1100];
+        snprintf(out, sizeof(out), "%s/out", dir);
+        kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file};
+        kvio_run_result_t result;
+        cr_expect_eq(kvio_run(&workload, &options, &result, error, sizeof(error)),
+                     KVIO_ERR_CONFIG, "%s", refused[i].set);
+        cr_expect(strstr(error, refused[i].message) != NULL, "%s: %s", refused[i].set, error);
+        cr_expect(strstr(error, "serve.kvcache.hybrid") != NULL, "%s", error);
+        kvio_workload_free(&workload);
+        free(file);
+        test_rmtree(dir);
+        free(dir);
+    }
+}
+
 /* #21: accelerator utilization counted swap and tier I/O as busy (1.000
  * with a 0.2 GB/s host link while most of the run waited on it). It is now
  * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction.

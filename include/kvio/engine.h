@@ -58,6 +58,7 @@ typedef struct kvio_kvcache_section {
     uint64_t swap_space;           /* emulate: host memory for swapped blocks (0: as the pool) */
     kvio_opt_list_t tiers;         /* of kvio_tier_config_t, checked in order */
     int tier_io;                   /* kvio_tier_io_t */
+    bool hybrid;                   /* the model's window layers as vLLM's hybrid groups */
 } kvio_kvcache_section_t;
 
 /* How KV moves between the pool and the lower tiers. */
@@ -230,6 +231,7 @@ typedef struct kvio_engine_params {
     int free_order;
     int index;                 /* kvio_kvcache_index_t */
     const char *eviction;
+    uint32_t window_tokens;    /* > 0: hybrid groups, this window (kvio_kvcache_config_t) */
     const kvio_sched_config_t *sched;
     uint64_t seed;
     const kvio_cost_t *cost;   /* borrowed */

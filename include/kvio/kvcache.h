@@ -54,10 +54,18 @@ typedef struct kvio_kvcache_config {
     /* Optional hooks for lower tiers (may be NULL): on_cached when a block
      * becomes full and enters the index, on_evict when a cached block is
      * taken for reuse and its hash leaves the index (its bytes are still
-     * intact during the call). */
+     * intact during the call). A hybrid pool's hooks hear its full-attention
+     * group's blocks only. */
     void (*on_cached)(void *context, uint32_t block_id, kvio_hash_t hash);
     void (*on_evict)(void *context, uint32_t block_id, kvio_hash_t hash);
     void *hook_context;
+    /* > 0: vLLM's hybrid groups (kvio/window.h) for a model whose layers
+     * are half full attention, half a sliding window of this many tokens.
+     * Every request has a table in each group, both from this pool (a block
+     * holds one group's layers); a hit is what both groups can serve, and
+     * the window group's blocks that leave the window are freed
+     * (kvio_kvcache_computed). Takes the hash index. 0: one group. */
+    uint32_t window_tokens;
 } kvio_kvcache_config_t;
 
 /* Prefix-cache and allocation counters, per run (never windowed). A
@@ -156,17 +164,28 @@ kvio_status_t kvio_kvreq_append_hashes(kvio_kvreq_t *req, size_t num_tokens,
                                        const kvio_hash_t *hashes, size_t num_hashes);
 
 /* Tokens the request has, blocks it holds (borrowed; valid until the next
- * call on the request), and block i's hash (KVIO_ERR_NOT_FOUND when block i
- * is not full or has no hash). */
+ * call on the request; in a hybrid pool, its full-attention group's), and
+ * block i's hash (KVIO_ERR_NOT_FOUND when block i is not full or has no
+ * hash). */
 size_t kvio_kvreq_num_tokens(const kvio_kvreq_t *req);
 void kvio_kvreq_blocks(const kvio_kvreq_t *req, const uint32_t **ids_p, size_t *num_ids_p);
+
+/* A hybrid pool's window-group table of the request (borrowed, as above):
+ * the null block 0 where a block left the window or a hit did not need
+ * it. Empty in a pool of one group. */
+void kvio_kvreq_window_blocks(const kvio_kvreq_t *req, const uint32_t **ids_p,
+                              size_t *num_ids_p);
+
+/* Blocks the request holds in every group (null entries not counted). */
+size_t kvio_kvreq_held_blocks(const kvio_kvreq_t *req);
 kvio_status_t kvio_kvreq_block_hash(const kvio_kvreq_t *req, size_t index, kvio_hash_t *hash_p);
 
 /* Destroys a request, freeing its blocks first if it holds any. */
 void kvio_kvreq_destroy(kvio_kvreq_t *req);
 
 /* Longest cached prefix of the request in tokens, whole blocks only, never
- * covering the last token (vLLM: the engine must compute it). Changes no
+ * covering the last token (vLLM: the engine must compute it); in a hybrid
+ * pool, the longest both groups can serve. Changes no
  * block and no index entry. A request holding no blocks keeps its hit
  * blocks: its first allocation takes them while the index is unchanged,
  * and a request looked up twice in a row is watched (one at a time): while
@@ -226,9 +245,16 @@ kvio_status_t kvio_kvcache_blocks_to_allocate(kvio_kvcache_t *cache, kvio_kvreq_
                                               size_t num_tokens, size_t *blocks_p);
 
 /* Releases the request's blocks in reverse order (a prefix's tail is
- * evicted before its head); blocks keep their hashes until reused. The
- * request may be allocated again (recompute after preemption). */
+ * evicted before its head; in a hybrid pool the full group's, then the
+ * window group's); blocks keep their hashes until reused. The request may
+ * be allocated again (recompute after preemption). */
 void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req);
+
+/* The request's first computed_tokens tokens have their KV: a hybrid
+ * pool's window group releases the blocks whose every token is out of the
+ * window of the next one, in reverse order, null in its table from then on
+ * (vLLM's remove_skipped_blocks). Nothing in a pool of one group. */
+void kvio_kvcache_computed(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t computed_tokens);
 
 /* Chained block hashes of a token sequence: one per full block, the salt in
  * the first block's extra key. hashes_p must hold num_tokens / block_size. */
