@@ -213,6 +213,30 @@ static bool message_text(const json_t *message, size_t index, char **text_p, siz
     return true;
 }
 
+/* messages with the request's tools (tools_text, their JSON list) as one
+ * more message after the leading system or developer message, where the
+ * templates expect it; messages is reallocated (NULL: out of memory, and
+ * freed). */
+static kvio_chat_message_t *with_tools(kvio_chat_message_t *messages, size_t count,
+                                       const char *tools_text)
+{
+    kvio_chat_message_t *grown = realloc(messages, (count + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        free(messages);
+        return NULL;
+    }
+    const kvio_chat_message_t *first = &grown[0];
+    bool instructions = count > 0 && first->kind == KVIO_CHAT_TEXT &&
+                        ((first->role_length == 6 && memcmp(first->role, "system", 6) == 0) ||
+                         (first->role_length == 9 && memcmp(first->role, "developer", 9) == 0));
+    size_t at = instructions ? 1 : 0;
+    memmove(&grown[at + 1], &grown[at], (count - at) * sizeof(*grown));
+    grown[at] = (kvio_chat_message_t){.role = "system", .role_length = 6, .content = tools_text,
+                                      .content_length = strlen(tools_text),
+                                      .kind = KVIO_CHAT_TOOLS};
+    return grown;
+}
+
 /* messages: through the chat template into the prompt's tokens. */
 static bool read_messages(const json_t *body, const kvio_api_server_t *server,
                           kvio_tokens_t *tokens, kvio_http_error_t *error)
@@ -243,17 +267,36 @@ static bool read_messages(const json_t *body, const kvio_api_server_t *server,
         } else {
             size_t length = 0;
             ok = message_text(message, i, &texts[i], &length, error);
-            rendered[i] = (kvio_chat_message_t){.role = json_string_value(role),
-                                                .role_length = json_string_length(role),
-                                                .content = texts[i], .content_length = length};
+            bool calls = json_is_array(json_object_get(message, "tool_calls")) &&
+                         (json_object_get(message, "content") == NULL ||
+                          json_is_null(json_object_get(message, "content")));
+            rendered[i] = (kvio_chat_message_t){
+                .role = json_string_value(role), .role_length = json_string_length(role),
+                .content = texts[i], .content_length = length,
+                .kind = calls ? KVIO_CHAT_TOOL_CALLS : KVIO_CHAT_TEXT};
         }
     }
     bool generation_prompt = true;
     if (ok)
         ok = get_bool(body, "add_generation_prompt", &generation_prompt, error);
-    if (ok && kvio_chat_render(server->chat_template, server->tokenizer, rendered, count,
-                               generation_prompt, tokens) != KVIO_OK)
+    const json_t *tools = json_object_get(body, "tools");
+    char *tools_text = NULL;
+    size_t num_rendered = count;
+    if (ok && tools != NULL && !json_is_null(tools)) {
+        if (!json_is_array(tools)) {
+            ok = BAD(error, "tools", "tools must be a list of tool definitions");
+        } else if ((tools_text = json_dumps(tools, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL ||
+                   (rendered = with_tools(rendered, count, tools_text)) == NULL) {
+            ok = fail(error, 500, "InternalServerError", NULL, "out of memory");
+        } else {
+            num_rendered++;
+        }
+    }
+    kvio_chat_options_t options = {.add_generation_prompt = generation_prompt};
+    if (ok && kvio_chat_render(server->chat_template, server->tokenizer, rendered, num_rendered,
+                               &options, tokens) != KVIO_OK)
         ok = fail(error, 500, "InternalServerError", NULL, "out of memory");
+    free(tools_text);
     for (size_t i = 0; texts != NULL && i < count; i++)
         free(texts[i]);
     free(texts);

@@ -80,18 +80,20 @@ Test(tokenizer, a_turn_rendered_is_a_prefix_of_the_next_in_every_template)
 {
     const char *templates[] = {"chatml", "llama3", "harmony"};
     kvio_chat_message_t conversation[] = {
-        {"system", 6, "You are terse.", 14},
-        {"user", 4, "Hello there", 11},
-        {"assistant", 9, " hi yo", 6},
-        {"user", 4, "Again", 5},
+        {"system", 6, "You are terse.", 14, KVIO_CHAT_TEXT},
+        {"user", 4, "Hello there", 11, KVIO_CHAT_TEXT},
+        {"assistant", 9, " hi yo", 6, KVIO_CHAT_TEXT},
+        {"user", 4, "Again", 5, KVIO_CHAT_TEXT},
     };
     for (size_t t = 0; t < 3; t++) {
         kvio_chat_template_t template_id;
         cr_assert_eq(kvio_chat_template_find(templates[t], &template_id), KVIO_OK);
         cr_assert_str_eq(kvio_chat_template_name(template_id), templates[t]);
         kvio_tokens_t first = {0}, next = {0};
-        cr_assert_eq(kvio_chat_render(template_id, NULL, conversation, 2, false, &first), KVIO_OK);
-        cr_assert_eq(kvio_chat_render(template_id, NULL, conversation, 4, true, &next), KVIO_OK);
+        cr_assert_eq(kvio_chat_render(template_id, NULL, conversation, 2,
+                                      &(kvio_chat_options_t){.date = "2026-12-04"}, &first), KVIO_OK);
+        cr_assert_eq(kvio_chat_render(template_id, NULL, conversation, 4,
+                                      &(kvio_chat_options_t){.date = "2026-12-04"}, &next), KVIO_OK);
         cr_assert_gt(next.count, first.count);
         cr_assert_eq(memcmp(first.ids, next.ids, first.count * sizeof(uint32_t)), 0, "%s",
                      templates[t]);
@@ -104,6 +106,209 @@ Test(tokenizer, a_turn_rendered_is_a_prefix_of_the_next_in_every_template)
     cr_assert_eq(kvio_chat_template_find("jinja", &unknown), KVIO_ERR_NOT_FOUND);
     cr_assert(kvio_chat_role_known("tool", 4));
     cr_assert_not(kvio_chat_role_known("wizard", 6));
+}
+
+/* Each template writes what its model's chat template writes for a tool
+ * conversation (a system message, tools, a call, its result, an answer),
+ * as vLLM renders it: Qwen3's tools in the system message and calls in
+ * <tool_call>, Llama 3.1's dated system header and tools (indent 4) in the
+ * first user message, gpt-oss's system and developer messages with the
+ * tools as TypeScript and the call on the commentary channel. */
+static const kvio_chat_message_t tool_chat[] = {
+    {"system", 6, "You are Forge.", 14, KVIO_CHAT_TEXT},
+    {"system", 6,
+     "[{\"type\":\"function\",\"function\":{\"name\":\"read_file\",\"description\":\"Read a "
+     "file.\",\"parameters\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\","
+     "\"description\":\"Where.\"},\"lines\":{\"type\":\"array\",\"items\":{\"type\":"
+     "\"integer\"}},\"mode\":{\"type\":\"string\",\"enum\":[\"a\",\"b\"],\"default\":\"a\"}},"
+     "\"required\":[\"path\"]}}}]",
+     0, KVIO_CHAT_TOOLS},
+    {"user", 4, "Fix the bug.", 12, KVIO_CHAT_TEXT},
+    {"assistant", 9,
+     "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"read_file\","
+     "\"arguments\":\"{\\\"path\\\":\\\"cart.py\\\"}\"}}]",
+     0, KVIO_CHAT_TOOL_CALLS},
+    {"tool", 4, "def total():\n  return 1", 24, KVIO_CHAT_TEXT},
+    {"assistant", 9, "Fixed.", 6, KVIO_CHAT_TEXT},
+    {"user", 4, "Thanks", 6, KVIO_CHAT_TEXT},
+};
+
+static const char *const tool_chat_expected[] = {
+        "<|im_start|>system\n"
+        "You are Forge.\n"
+        "\n"
+        "# Tools\n"
+        "\n"
+        "You may call one or more functions to assist with the user query.\n"
+        "\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        "<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"read_file\", \"description\": \"Read a file.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"path\": {\"type\": \"string\", \"description\": \"Where.\"}, \"lines\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}}, \"mode\": {\"type\": \"string\", \"enum\": [\"a\", \"b\"], \"default\": \"a\"}}, \"required\": [\"path\"]}}}\n"
+        "</tools>\n"
+        "\n"
+        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n"
+        "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "Fix the bug.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "<tool_call>\n"
+        "{\"name\": \"read_file\", \"arguments\": {\"path\": \"cart.py\"}}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "<tool_response>\n"
+        "def total():\n"
+        "  return 1\n"
+        "</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "Fixed.<|im_end|>\n"
+        "<|im_start|>user\n"
+        "Thanks<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "",
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
+        "\n"
+        "Environment: ipython\n"
+        "Cutting Knowledge Date: December 2023\n"
+        "Today Date: 26 Jul 2024\n"
+        "\n"
+        "You are Forge.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+        "\n"
+        "Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n"
+        "\n"
+        "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n"
+        "\n"
+        "{\n"
+        "    \"type\": \"function\",\n"
+        "    \"function\": {\n"
+        "        \"name\": \"read_file\",\n"
+        "        \"description\": \"Read a file.\",\n"
+        "        \"parameters\": {\n"
+        "            \"type\": \"object\",\n"
+        "            \"properties\": {\n"
+        "                \"path\": {\n"
+        "                    \"type\": \"string\",\n"
+        "                    \"description\": \"Where.\"\n"
+        "                },\n"
+        "                \"lines\": {\n"
+        "                    \"type\": \"array\",\n"
+        "                    \"items\": {\n"
+        "                        \"type\": \"integer\"\n"
+        "                    }\n"
+        "                },\n"
+        "                \"mode\": {\n"
+        "                    \"type\": \"string\",\n"
+        "                    \"enum\": [\n"
+        "                        \"a\",\n"
+        "                        \"b\"\n"
+        "                    ],\n"
+        "                    \"default\": \"a\"\n"
+        "                }\n"
+        "            },\n"
+        "            \"required\": [\n"
+        "                \"path\"\n"
+        "            ]\n"
+        "        }\n"
+        "    }\n"
+        "}\n"
+        "\n"
+        "Fix the bug.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n"
+        "{\"name\": \"read_file\", \"parameters\": {\"path\": \"cart.py\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n"
+        "\n"
+        "\"def total():\\n  return 1\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n"
+        "Fixed.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+        "\n"
+        "Thanks<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n"
+        "",
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+        "Knowledge cutoff: 2024-06\n"
+        "Current date: 2026-12-04\n"
+        "\n"
+        "Reasoning: medium\n"
+        "\n"
+        "# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
+        "Calls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|># Instructions\n"
+        "\n"
+        "You are Forge.\n"
+        "\n"
+        "# Tools\n"
+        "\n"
+        "## functions\n"
+        "\n"
+        "namespace functions {\n"
+        "\n"
+        "// Read a file.\n"
+        "type read_file = (_: {\n"
+        "// Where.\n"
+        "path: string,\n"
+        "lines?: number[],\n"
+        "mode?: \"a\" | \"b\", // default: a,\n"
+        "}) => any;\n"
+        "\n"
+        "} // namespace functions<|end|><|start|>user<|message|>Fix the bug.<|end|><|start|>assistant to=functions.read_file<|channel|>commentary json<|message|>{\"path\": \"cart.py\"}<|call|><|start|>functions.read_file to=assistant<|channel|>commentary<|message|>\"def total():\\n  return 1\"<|end|><|start|>assistant<|channel|>final<|message|>Fixed.<|end|><|start|>user<|message|>Thanks<|end|><|start|>assistant",
+};
+
+/* tool_chat with its JSON contents' lengths filled in. */
+static void tool_chat_copy(kvio_chat_message_t *chat_p)
+{
+    memcpy(chat_p, tool_chat, sizeof(tool_chat));
+    for (size_t i = 0; i < sizeof(tool_chat) / sizeof(tool_chat[0]); i++)
+        chat_p[i].content_length = strlen(chat_p[i].content);
+}
+
+Test(tokenizer, each_template_writes_what_its_model_s_chat_template_writes)
+{
+    kvio_chat_message_t chat[7];
+    tool_chat_copy(chat);
+    kvio_chat_options_t options = {.add_generation_prompt = true, .date = "2026-12-04"};
+    for (int t = 0; t < 3; t++) {
+        kvio_chat_rendering_t rendering;
+        cr_assert_eq(kvio_chat_render_spans((kvio_chat_template_t)t, NULL, chat, 7, &options,
+                                            &rendering),
+                     KVIO_OK);
+        cr_assert_str_eq(rendering.text, tool_chat_expected[t], "%s",
+                         kvio_chat_template_name((kvio_chat_template_t)t));
+        kvio_chat_rendering_fini(&rendering);
+    }
+}
+
+/* A reply appended after the generation prompt is what the next request's
+ * history writes for it, up to its end: the cached prompt and answer are a
+ * prefix of the next prompt, a tool call's too. */
+Test(tokenizer, an_answer_is_written_as_the_next_history_writes_it)
+{
+    kvio_chat_message_t chat[7];
+    tool_chat_copy(chat);
+    kvio_chat_options_t options = {.add_generation_prompt = true, .date = "2026-12-04"};
+    static const size_t asked[] = {3, 5}; /* the tool call, then the answer */
+    for (int t = 0; t < 3; t++) {
+        for (size_t a = 0; a < 2; a++) {
+            kvio_chat_rendering_t turn, next;
+            cr_assert_eq(kvio_chat_render_spans((kvio_chat_template_t)t, NULL, chat, asked[a],
+                                                &options, &turn),
+                         KVIO_OK);
+            cr_assert_eq(kvio_chat_render_answer((kvio_chat_template_t)t, NULL, &chat[asked[a]],
+                                                 &turn),
+                         KVIO_OK);
+            cr_assert_eq(kvio_chat_render_spans((kvio_chat_template_t)t, NULL, chat, 7, &options,
+                                                &next),
+                         KVIO_OK);
+            cr_assert(turn.length < next.length &&
+                          memcmp(turn.text, next.text, turn.length) == 0,
+                      "%s, answer %zu:\n%s", kvio_chat_template_name((kvio_chat_template_t)t),
+                      asked[a], turn.text);
+            cr_assert_lt(turn.tokens.count, next.tokens.count);
+            cr_assert_eq(memcmp(turn.tokens.ids, next.tokens.ids,
+                                turn.tokens.count * sizeof(uint32_t)),
+                         0, "%s", kvio_chat_template_name((kvio_chat_template_t)t));
+            kvio_chat_rendering_fini(&turn);
+            kvio_chat_rendering_fini(&next);
+        }
+    }
 }
 
 /* ---------- the exact tokenizer, on vocabularies made here ---------- */
@@ -197,7 +402,7 @@ Test(tokenizer, a_tokenizer_json_encodes_by_its_merges_and_added_tokens, .timeou
     kvio_chat_message_t message = {.role = "user", .role_length = 4, .content = " ab",
                                    .content_length = 3};
     kvio_tokens_t tokens = {0};
-    cr_assert_eq(kvio_chat_render(KVIO_CHAT_CHATML, tokenizer, &message, 1, true, &tokens),
+    cr_assert_eq(kvio_chat_render(KVIO_CHAT_CHATML, tokenizer, &message, 1, NULL, &tokens),
                  KVIO_OK);
     const uint32_t want[] = {300, 'u', 's', 'e', 'r', '\n', ' ', 256, 301, '\n',
                              300, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', '\n'};

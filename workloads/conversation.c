@@ -86,9 +86,11 @@ static const char *canonical_role(const char *role)
     return NULL;
 }
 
-/* Appends a message (content taken: malloc'd) with its label to turn. */
+/* Appends a message (content taken: malloc'd; of kind) with its label to
+ * turn. */
 static kvio_status_t turn_add(kvio_conversation_turn_t *turn, size_t *capacity_p,
-                              const char *role, const char *label, char *content, size_t length)
+                              const char *role, const char *label, char *content, size_t length,
+                              kvio_chat_content_t kind)
 {
     size_t old = *capacity_p;
     if (kvio_array_reserve((void **)&turn->messages, capacity_p, turn->num_messages + 1,
@@ -101,7 +103,7 @@ static kvio_status_t turn_add(kvio_conversation_turn_t *turn, size_t *capacity_p
     }
     turn->messages[turn->num_messages] =
         (kvio_chat_message_t){.role = role, .role_length = strlen(role), .content = content,
-                              .content_length = length};
+                              .content_length = length, .kind = kind};
     turn->labels[turn->num_messages++] = label;
     return KVIO_OK;
 }
@@ -119,8 +121,9 @@ static char *copy_bytes(const char *bytes, size_t length)
 /* A message's content as text: a string, text parts joined, or (an
  * assistant's tool calls without content) the calls as compact JSON. */
 static kvio_status_t content_text(const json_t *message, const place_t *place, const char *key,
-                                  char **text_p, size_t *length_p)
+                                  char **text_p, size_t *length_p, kvio_chat_content_t *kind_p)
 {
+    *kind_p = KVIO_CHAT_TEXT;
     const json_t *content = json_object_get(message, "content");
     if (content == NULL)
         content = json_object_get(message, "value"); /* ShareGPT */
@@ -154,46 +157,12 @@ static kvio_status_t content_text(const json_t *message, const place_t *place, c
         return KVIO_OK;
     }
     if ((content == NULL || json_is_null(content)) && json_is_array(calls)) {
+        *kind_p = KVIO_CHAT_TOOL_CALLS;
         *text_p = json_dumps(calls, JSON_COMPACT | JSON_PRESERVE_ORDER);
         *length_p = *text_p ? strlen(*text_p) : 0;
         return *text_p ? KVIO_OK : KVIO_ERR_NOMEM;
     }
     return bad(place, key, "no content (a text, text parts, or tool_calls)");
-}
-
-/* The request's tools as the text a template writes into the prompt: one
- * compact JSON definition a line, in the order given. */
-static kvio_status_t tools_text(const json_t *tools, char **text_p, size_t *length_p)
-{
-    size_t capacity = 0, length = 0;
-    char *text = NULL;
-    static const char heading[] = "# Tools\n";
-    kvio_status_t status = kvio_array_reserve((void **)&text, &capacity, sizeof(heading), 1, 256);
-    if (status == KVIO_OK) {
-        memcpy(text, heading, sizeof(heading) - 1);
-        length = sizeof(heading) - 1;
-    }
-    for (size_t i = 0; status == KVIO_OK && i < json_array_size(tools); i++) {
-        char *tool = json_dumps(json_array_get(tools, i), JSON_COMPACT | JSON_PRESERVE_ORDER);
-        size_t tool_length = tool ? strlen(tool) : 0;
-        status = tool ? kvio_array_reserve((void **)&text, &capacity, length + tool_length + 2, 1,
-                                           256)
-                      : KVIO_ERR_NOMEM;
-        if (status == KVIO_OK) {
-            memcpy(text + length, tool, tool_length);
-            length += tool_length;
-            text[length++] = '\n';
-            text[length] = '\0';
-        }
-        free(tool);
-    }
-    if (status != KVIO_OK) {
-        free(text);
-        return status;
-    }
-    *text_p = text;
-    *length_p = length;
-    return KVIO_OK;
 }
 
 /* One message of a request into turn. */
@@ -217,9 +186,10 @@ static kvio_status_t read_message(const json_t *message, const place_t *place, s
     }
     char *text = NULL;
     size_t length = 0;
-    kvio_status_t status = content_text(message, place, key, &text, &length);
+    kvio_chat_content_t kind;
+    kvio_status_t status = content_text(message, place, key, &text, &length, &kind);
     if (status == KVIO_OK)
-        status = turn_add(turn, capacity_p, role, role, text, length);
+        status = turn_add(turn, capacity_p, role, role, text, length, kind);
     return status;
 }
 
@@ -312,7 +282,8 @@ static kvio_status_t read_answer(const json_t *line, const place_t *place,
         output = json_object_get(choice, "text");
     const json_t *calls = json_object_get(json_object_get(choice, "message"), "tool_calls");
     if ((output == NULL || json_is_null(output)) && json_is_array(calls)) {
-        /* Tool calls, written as the next request's history writes them. */
+        /* Tool calls, as the next request's history holds them. */
+        turn->output_kind = KVIO_CHAT_TOOL_CALLS;
         turn->output = json_dumps(calls, JSON_COMPACT | JSON_PRESERVE_ORDER);
         turn->output_length = turn->output ? strlen(turn->output) : 0;
         return turn->output ? KVIO_OK : KVIO_ERR_NOMEM;
@@ -356,11 +327,11 @@ static kvio_status_t read_request_messages(const json_t *body, const place_t *pl
         return status;
     if (!json_is_array(tools))
         return bad(place, "tools", "not a list");
-    char *text;
-    size_t length;
-    status = tools_text(tools, &text, &length);
-    if (status == KVIO_OK)
-        status = turn_add(turn, &capacity, "system", "tools", text, length);
+    /* The list as the request holds it; each template writes it its way. */
+    char *text = json_dumps(tools, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (text == NULL)
+        return KVIO_ERR_NOMEM;
+    status = turn_add(turn, &capacity, "system", "tools", text, strlen(text), KVIO_CHAT_TOOLS);
     if (status != KVIO_OK)
         return status;
     /* Move it from the end to after the leading system or developer message. */
@@ -502,12 +473,14 @@ static kvio_status_t read_sharegpt_entry(kvio_conversation_log_t *log, const jso
         for (size_t m = 0; status == KVIO_OK && m <= i; m++) {
             char *copy = copy_bytes(all.messages[m].content, all.messages[m].content_length);
             status = copy ? turn_add(&turn, &turn_capacity, all.messages[m].role,
-                                     all.labels[m], copy, all.messages[m].content_length)
+                                     all.labels[m], copy, all.messages[m].content_length,
+                                     all.messages[m].kind)
                           : KVIO_ERR_NOMEM;
         }
         if (status == KVIO_OK && i + 1 < all.num_messages &&
             strcmp(all.messages[i + 1].role, "assistant") == 0) {
             turn.output_length = all.messages[i + 1].content_length;
+            turn.output_kind = all.messages[i + 1].kind;
             turn.output = copy_bytes(all.messages[i + 1].content, turn.output_length);
             status = turn.output ? KVIO_OK : KVIO_ERR_NOMEM;
         }

@@ -10,8 +10,10 @@
 #include "kvio/array.h"
 #include "kvio/hashset.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 /* Tokens that must match again for two prompts to be back in step, how far
@@ -141,20 +143,11 @@ kvio_status_t kvio_conversation_append_answer(const kvio_conversation_turn_t *tu
 {
     if (turn->output == NULL)
         return KVIO_OK;
-    static const char channel[] = "<|channel|>final<|message|>";
-    size_t prefix = template_id == KVIO_CHAT_HARMONY ? sizeof(channel) - 1 : 0;
-    size_t length = prefix + turn->output_length;
-    char *text = realloc(rendering->text, rendering->length + length + 1);
-    if (text == NULL)
-        return KVIO_ERR_NOMEM;
-    rendering->text = text;
-    memcpy(text + rendering->length, channel, prefix);
-    memcpy(text + rendering->length + prefix, turn->output, turn->output_length);
-    text[rendering->length + length] = '\0';
-    size_t start = rendering->length;
-    rendering->length += length;
-    return kvio_tokenize_spans(tokenizer, text + start, length, prefix > 0, start,
-                               &rendering->tokens, &rendering->offsets);
+    kvio_chat_message_t answer = {.role = "assistant", .role_length = 9,
+                                  .content = turn->output,
+                                  .content_length = turn->output_length,
+                                  .kind = turn->output_kind};
+    return kvio_chat_render_answer(template_id, tokenizer, &answer, rendering);
 }
 
 kvio_status_t kvio_conversation_render(const kvio_conversation_turn_t *turn,
@@ -162,8 +155,19 @@ kvio_status_t kvio_conversation_render(const kvio_conversation_turn_t *turn,
                                        kvio_chat_template_t template_id,
                                        kvio_chat_rendering_t *rendering_p)
 {
+    /* harmony writes the day of the request; a log's time is it (a time
+     * before 2001 is a relative one: the template's own day). */
+    char date[16];
+    kvio_chat_options_t options = {.add_generation_prompt = true};
+    if (isfinite(turn->time_s) && turn->time_s > 978307200.0) {
+        time_t seconds = (time_t)turn->time_s;
+        struct tm day;
+        gmtime_r(&seconds, &day);
+        strftime(date, sizeof(date), "%Y-%m-%d", &day);
+        options.date = date;
+    }
     return kvio_chat_render_spans(template_id, tokenizer, turn->messages, turn->num_messages,
-                                  true, rendering_p);
+                                  &options, rendering_p);
 }
 
 static kvio_status_t analyze_session(const kvio_conversation_session_t *session,

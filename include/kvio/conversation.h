@@ -26,6 +26,7 @@ typedef struct kvio_conversation_turn {
     size_t num_messages;
     char *output;
     size_t output_length;
+    kvio_chat_content_t output_kind; /* text, or tool calls (their JSON list) */
     uint32_t output_tokens;
     double time_s;
     size_t line;

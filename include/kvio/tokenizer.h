@@ -101,14 +101,33 @@ typedef enum {
 kvio_status_t kvio_chat_template_find(const char *name, kvio_chat_template_t *template_p);
 const char *kvio_chat_template_name(kvio_chat_template_t template_id);
 
+/* What a message's content holds. */
+typedef enum {
+    KVIO_CHAT_TEXT = 0,   /* the message's text */
+    KVIO_CHAT_TOOL_CALLS, /* an assistant's tool_calls, as their JSON list (OpenAI's form) */
+    KVIO_CHAT_TOOLS,      /* the request's tool definitions, as their JSON list; role
+                             "system", right after the leading system or developer
+                             message (or first) */
+} kvio_chat_content_t;
+
 /* One chat message: role (system, developer, user, assistant, tool) and
- * its text, both borrowed. */
+ * its content, both borrowed. */
 typedef struct kvio_chat_message {
     const char *role;
     size_t role_length;
     const char *content;
     size_t content_length;
+    kvio_chat_content_t kind;
 } kvio_chat_message_t;
+
+/* How a chat is rendered. */
+typedef struct kvio_chat_options {
+    bool add_generation_prompt; /* end with the header of the assistant's reply */
+    /* harmony's "Current date" (YYYY-MM-DD; the template takes the day it
+     * renders on): NULL for today (UTC). llama3 writes its template's
+     * default date, which vLLM leaves in place. */
+    const char *date;
+} kvio_chat_options_t;
 
 /* Whether the templates know role (those five). */
 bool kvio_chat_role_known(const char *role, size_t length);
@@ -136,7 +155,17 @@ typedef struct kvio_chat_rendering {
 kvio_status_t kvio_chat_render_spans(kvio_chat_template_t template_id,
                                      const kvio_tokenizer_t *tokenizer,
                                      const kvio_chat_message_t *messages, size_t count,
-                                     bool add_generation_prompt, kvio_chat_rendering_t *rendering_p);
+                                     const kvio_chat_options_t *options,
+                                     kvio_chat_rendering_t *rendering_p);
+
+/* Appends to a rendering that ends with the generation prompt the reply as
+ * the template writes it in the next request's history (answer: an
+ * assistant message), without its end: what the model generated, as the
+ * next prompt expects it. */
+kvio_status_t kvio_chat_render_answer(kvio_chat_template_t template_id,
+                                      const kvio_tokenizer_t *tokenizer,
+                                      const kvio_chat_message_t *answer,
+                                      kvio_chat_rendering_t *rendering);
 void kvio_chat_rendering_fini(kvio_chat_rendering_t *rendering);
 
 /* Checks that tokenizer has every special token the template writes;
@@ -144,15 +173,18 @@ void kvio_chat_rendering_fini(kvio_chat_rendering_t *rendering);
 kvio_status_t kvio_chat_template_check(kvio_chat_template_t template_id,
                                        const kvio_tokenizer_t *tokenizer);
 
-/* Appends the tokens of messages rendered by the template, each message's
- * header, content and end, then (add_generation_prompt) the header of the
- * assistant's reply, to tokens. With a tokenizer (checked with
+/* Appends the tokens of messages rendered by the template, as the model's
+ * own chat template writes them (chat_template.c names what each writes:
+ * harmony's system and developer messages and its tools as TypeScript,
+ * Llama 3.1's dated system header and tools in the first user message,
+ * Qwen3's tools in the system message), then (add_generation_prompt) the
+ * header of the assistant's reply, to tokens. With a tokenizer (checked with
  * kvio_chat_template_check), the whole rendering is one text encoded with
  * its special tokens, as a server encodes its chat template's output; with
  * NULL, the approximate tokenizer takes each part on its own, so that a
  * message's tokens do not depend on what follows it. */
 kvio_status_t kvio_chat_render(kvio_chat_template_t template_id, const kvio_tokenizer_t *tokenizer,
                                const kvio_chat_message_t *messages, size_t count,
-                               bool add_generation_prompt, kvio_tokens_t *tokens);
+                               const kvio_chat_options_t *options, kvio_tokens_t *tokens);
 
 #endif
