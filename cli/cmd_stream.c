@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/array.h"
+#include "kvio/hashset.h"
 #include "kvio/run.h"
 #include "kvio/stream.h"
 
@@ -22,12 +24,13 @@ typedef struct stream_args {
     const char *output;
     kvio_export_format_t format;
     bool stats;
+    bool anonymize;
     bool help;
 } stream_args_t;
 
 static const char *const usage =
     "usage: kvio stream [WORKLOAD.yaml|PRESET] [--set KEY=VALUE]... [-o|--output FILE]\n"
-    "                   [--format kvio|mooncake] [--stats]\n"
+    "                   [--format kvio|mooncake] [--stats] [--anonymize]\n"
     "                   [--trace FILE [--trace-format F] [--skip-bad] [--strict]\n"
     "                    [--max-tokens N] [--time-scale X] [--start DURATION] [--limit N]]\n\n"
     "Builds the workload's request stream and writes it as JSONL, one request per\n"
@@ -36,7 +39,12 @@ static const char *const usage =
     "timestamp, lengths and 512-token block ids. --stats prints request count, mean\n"
     "lengths and duration. --trace FILE reads a trace (kvio, mooncake, azure,\n"
     "burstgpt; detected from the first line) instead; it and the options after it\n"
-    "are shortcuts for --set stream.trace.KEY=VALUE, and need no workload.\n";
+    "are shortcuts for --set stream.trace.KEY=VALUE, and need no workload.\n"
+    "--anonymize numbers the block ids and content ids 1, 2, 3... in the order\n"
+    "they first appear (Mooncake's trace does the same): equal stays equal, so the\n"
+    "prefix structure is kept, but no id is derived from the text any more (a\n"
+    "conversation log's ids are hashes of its tokens: one who guesses a prompt\n"
+    "could check it against them).\n";
 
 /* Adds "stream.trace.KEY='VALUE'" (single-quoted YAML, quotes doubled). */
 static int add_trace_override(stream_args_t *args, const char *key, const char *value)
@@ -65,7 +73,7 @@ static int add_trace_override(stream_args_t *args, const char *key, const char *
 enum {
     STREAM_HELP = 1, STREAM_SET, STREAM_OUTPUT, STREAM_FORMAT, STREAM_STATS, STREAM_SKIP_BAD,
     STREAM_STRICT, STREAM_TRACE, STREAM_TRACE_FORMAT, STREAM_MAX_TOKENS, STREAM_TIME_SCALE,
-    STREAM_START, STREAM_LIMIT,
+    STREAM_START, STREAM_LIMIT, STREAM_ANONYMIZE,
 };
 
 static const kvio_cli_option_t stream_options[] = {
@@ -75,6 +83,7 @@ static const kvio_cli_option_t stream_options[] = {
     {"out", 0, "a file (- for stdout)", STREAM_OUTPUT},
     {"format", 0, "kvio or mooncake", STREAM_FORMAT},
     {"stats", 0, NULL, STREAM_STATS},
+    {"anonymize", 0, NULL, STREAM_ANONYMIZE},
     /* Shortcuts for --set stream.trace.KEY=VALUE (trace_keys). */
     {"skip-bad", 0, NULL, STREAM_SKIP_BAD},
     {"strict", 0, NULL, STREAM_STRICT},
@@ -110,6 +119,9 @@ static int take_stream_arg(stream_args_t *args, int option, const char *value)
         return KVIO_EXIT_OK;
     case STREAM_STATS:
         args->stats = true;
+        return KVIO_EXIT_OK;
+    case STREAM_ANONYMIZE:
+        args->anonymize = true;
         return KVIO_EXIT_OK;
     case STREAM_SET:
         return kvio_cli_append("kvio stream", "--set options", args->overrides,
@@ -194,8 +206,70 @@ static void stats_print(const stream_stats_t *stats, uint64_t skipped, FILE *out
     fprintf(out, "skipped_lines %llu\n", (unsigned long long)skipped);
 }
 
+/* --anonymize: ids numbered in the order they first appear, and the
+ * request's copy that carries them. */
+typedef struct anonymizer {
+    kvio_map_t numbers; /* id -> its number */
+    uint32_t next;
+    uint64_t *trace_ids;
+    size_t trace_capacity;
+    kvio_segment_t *segments;
+    size_t segments_capacity;
+    kvio_request_t request;
+} anonymizer_t;
+
+static kvio_status_t number_of(anonymizer_t *anonymizer, uint64_t id, uint64_t *number_p)
+{
+    uint32_t number = kvio_map_get(&anonymizer->numbers, id);
+    if (number == 0) {
+        if (anonymizer->next == UINT32_MAX)
+            return KVIO_ERR_INVALID;
+        number = ++anonymizer->next;
+        kvio_status_t status = kvio_map_set(&anonymizer->numbers, id, number);
+        if (status != KVIO_OK)
+            return status;
+    }
+    *number_p = number;
+    return KVIO_OK;
+}
+
+/* request with its ids numbered, into anonymizer->request (valid until the
+ * next call). */
+static kvio_status_t anonymize(anonymizer_t *anonymizer, const kvio_request_t *request)
+{
+    anonymizer->request = *request;
+    kvio_status_t status = kvio_array_reserve((void **)&anonymizer->trace_ids,
+                                              &anonymizer->trace_capacity,
+                                              request->num_trace_hash_ids, sizeof(uint64_t), 64);
+    if (status == KVIO_OK)
+        status = kvio_array_reserve((void **)&anonymizer->segments,
+                                    &anonymizer->segments_capacity, request->num_segments,
+                                    sizeof(kvio_segment_t), 16);
+    for (uint32_t i = 0; status == KVIO_OK && i < request->num_trace_hash_ids; i++)
+        status = number_of(anonymizer, request->trace_hash_ids[i], &anonymizer->trace_ids[i]);
+    for (uint32_t i = 0; status == KVIO_OK && i < request->num_segments; i++) {
+        anonymizer->segments[i] = request->segments[i];
+        status = number_of(anonymizer, request->segments[i].content_id,
+                           &anonymizer->segments[i].content_id);
+    }
+    if (status == KVIO_OK && request->output_content_id != 0)
+        status = number_of(anonymizer, request->output_content_id,
+                           &anonymizer->request.output_content_id);
+    anonymizer->request.trace_hash_ids = request->trace_hash_ids ? anonymizer->trace_ids : NULL;
+    anonymizer->request.segments = request->segments ? anonymizer->segments : NULL;
+    return status;
+}
+
+static void anonymizer_fini(anonymizer_t *anonymizer)
+{
+    kvio_map_fini(&anonymizer->numbers);
+    free(anonymizer->trace_ids);
+    free(anonymizer->segments);
+}
+
 int kvio_cmd_stream(int argc, char **argv)
 {
+    anonymizer_t anonymizer = {0};
     stream_args_t args = {0};
     kvio_workload_t workload;
     bool loaded = false;
@@ -253,7 +327,14 @@ int kvio_cmd_stream(int argc, char **argv)
         if (status != KVIO_OK || request == NULL)
             break;
         stats_add(&stats, request);
-        if (writer != NULL && (status = kvio_stream_writer_write(writer, request)) != KVIO_OK)
+        if (args.anonymize && (status = anonymize(&anonymizer, request)) != KVIO_OK) {
+            snprintf(error, sizeof(error), "--anonymize: %s (more than 4 billion ids?)",
+                     kvio_strerror(status));
+            break;
+        }
+        if (writer != NULL &&
+            (status = kvio_stream_writer_write(writer, args.anonymize ? &anonymizer.request
+                                                                      : request)) != KVIO_OK)
             break;
     }
     if (writer != NULL) {
@@ -282,6 +363,7 @@ cleanup:
         exit_status = KVIO_EXIT_FAILED;
     }
     kvio_stream_destroy(stream);
+    anonymizer_fini(&anonymizer);
     if (loaded)
         kvio_workload_free(&workload);
     for (size_t i = 0; i < args.num_owned; i++)

@@ -5,10 +5,13 @@
  * tools are found and named; ShareGPT gives every turn; bad logs are
  * refused with file, line and key, and nothing printed. */
 #include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvio/conversation.h"
+#include "kvio/hashset.h"
 #include "kvio/log.h"
 #include "tests/helpers.h"
 
@@ -321,6 +324,77 @@ Test(conversation, a_log_replays_as_a_trace_that_shares_what_its_turns_share, .t
     kvio_prefix_result_free(result);
     kvio_conversation_log_free(log);
     kvio_stream_destroy(stream);
+}
+
+/* kvio stream --anonymize numbers the ids in the order they first appear:
+ * the first request's blocks are 1, 2, 3..., two blocks share a number
+ * exactly where they shared a hash, and no hash of the log's text is left. */
+Test(conversation, an_anonymized_export_keeps_the_structure_and_drops_the_hashes, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t plain = test_kvio(dir, "stream", "--trace", agent_log, "-o", "plain.jsonl", NULL);
+    cr_assert_eq(plain.status, 0, "%s", plain.err);
+    test_run_t anonymized = test_kvio(dir, "stream", "--trace", agent_log, "--anonymize", "-o",
+                                      "anonymized.jsonl", NULL);
+    cr_assert_eq(anonymized.status, 0, "%s", anonymized.err);
+    char path[1100];
+    FILE *files[2];
+    snprintf(path, sizeof(path), "%s/plain.jsonl", dir);
+    files[0] = fopen(path, "r");
+    snprintf(path, sizeof(path), "%s/anonymized.jsonl", dir);
+    files[1] = fopen(path, "r");
+    cr_assert(files[0] != NULL && files[1] != NULL);
+    kvio_map_t to_number = {0}, to_hash = {0}; /* both ways: the numbering is one to one */
+    uint64_t hashes[4096];
+    size_t num_hashes = 0, lines = 0;
+    char line[2][65536];
+    while (fgets(line[0], sizeof(line[0]), files[0]) != NULL) {
+        cr_assert_not_null(fgets(line[1], sizeof(line[1]), files[1]));
+        json_t *rows[2] = {json_loads(line[0], 0, NULL), json_loads(line[1], 0, NULL)};
+        const json_t *ids[2] = {json_object_get(rows[0], "hash_ids"),
+                                json_object_get(rows[1], "hash_ids")};
+        cr_assert_eq(json_array_size(ids[0]), json_array_size(ids[1]));
+        cr_assert(json_array_size(ids[0]) > 0);
+        for (size_t i = 0; i < json_array_size(ids[0]); i++) {
+            uint64_t hash = (uint64_t)json_integer_value(json_array_get(ids[0], i));
+            uint64_t number = (uint64_t)json_integer_value(json_array_get(ids[1], i));
+            if (lines == 0)
+                cr_assert_eq(number, i + 1, "the first request's blocks are 1, 2, 3...");
+            uint32_t known = kvio_map_get(&to_number, hash);
+            cr_assert(known == 0 || known == number, "hash %llu numbered twice",
+                      (unsigned long long)hash);
+            uint32_t back = kvio_map_get(&to_hash, number);
+            cr_assert(back == 0 || hashes[back - 1] == hash, "number %llu for two hashes",
+                      (unsigned long long)number);
+            if (known == 0) {
+                cr_assert_lt(num_hashes, 4096);
+                hashes[num_hashes++] = hash;
+                cr_assert_eq(kvio_map_set(&to_number, hash, (uint32_t)number), KVIO_OK);
+                cr_assert_eq(kvio_map_set(&to_hash, number, (uint32_t)num_hashes), KVIO_OK);
+            }
+        }
+        json_decref(rows[0]);
+        json_decref(rows[1]);
+        lines++;
+    }
+    cr_assert_eq(lines, 7);
+    snprintf(path, sizeof(path), "%s/anonymized.jsonl", dir);
+    char *whole = test_read_file(path);
+    for (size_t i = 0; i < num_hashes; i++) {
+        char text[32];
+        snprintf(text, sizeof(text), "%llu", (unsigned long long)hashes[i]);
+        cr_assert(hashes[i] <= num_hashes || !test_contains(whole, text), "hash %s is left",
+                  text);
+    }
+    free(whole);
+    fclose(files[0]);
+    fclose(files[1]);
+    kvio_map_fini(&to_number);
+    kvio_map_fini(&to_hash);
+    test_run_free(&plain);
+    test_run_free(&anonymized);
+    test_rmtree(dir);
+    free(dir);
 }
 
 /* A log without times (ShareGPT here, told by its '['): sessions a second

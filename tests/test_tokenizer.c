@@ -422,6 +422,48 @@ Test(tokenizer, a_tokenizer_json_encodes_by_its_merges_and_added_tokens, .timeou
     free(dir);
 }
 
+/* A tokenizer.json whose normalizer is NFC composes the text first (Qwen's
+ * tokenizers): "e" and a combining acute accent encode as the one
+ * character é does; without a normalizer they stay apart. */
+Test(tokenizer, an_nfc_normalizer_composes_the_text_first, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *plain_path = test_write_tokenizer_json(dir, "plain.json", "");
+    char *json = test_read_file(plain_path);
+    char *null_at = strstr(json, "\"normalizer\": null");
+    cr_assert_not_null(null_at);
+    size_t head = (size_t)(null_at - json);
+    char *nfc_json = malloc(strlen(json) + 32);
+    cr_assert_not_null(nfc_json);
+    sprintf(nfc_json, "%.*s\"normalizer\": {\"type\": \"NFC\"}%s", (int)head, json,
+            null_at + strlen("\"normalizer\": null"));
+    char *nfc_path = test_write_file(dir, "nfc.json", nfc_json);
+    free(json);
+    free(nfc_json);
+    kvio_tokenizer_t *plain = load(plain_path);
+    kvio_tokenizer_t *nfc = load(nfc_path);
+    static const char composed[] = "caf\xc3\xa9", decomposed[] = "cafe\xcc\x81";
+    kvio_tokens_t a = {0}, b = {0}, c = {0};
+    cr_assert_eq(kvio_tokenizer_encode(nfc, decomposed, strlen(decomposed), false, &a), KVIO_OK);
+    cr_assert_eq(kvio_tokenizer_encode(nfc, composed, strlen(composed), false, &b), KVIO_OK);
+    cr_assert_eq(kvio_tokenizer_encode(plain, decomposed, strlen(decomposed), false, &c),
+                 KVIO_OK);
+    cr_assert_eq(a.count, b.count);
+    cr_assert_eq(memcmp(a.ids, b.ids, a.count * sizeof(uint32_t)), 0);
+    cr_assert_eq(b.count, 5, "c a f and the two bytes of \\u00e9");
+    cr_assert_eq(c.count, 6, "without NFC: e and the accent's two bytes");
+    ENCODES(nfc, "<|im_start|>user", true, 300, 'u', 's', 'e', 'r');
+    kvio_tokens_fini(&a);
+    kvio_tokens_fini(&b);
+    kvio_tokens_fini(&c);
+    kvio_tokenizer_destroy(plain);
+    kvio_tokenizer_destroy(nfc);
+    test_rmtree(dir);
+    free(plain_path);
+    free(nfc_path);
+    free(dir);
+}
+
 /* The heap merge (pieces past 64 bytes) chooses as the plain scan does:
  * random strings over a vocabulary of many overlapping merges. */
 Test(tokenizer, the_heap_merge_and_the_plain_merge_agree, .timeout = 60)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 #include <xxhash.h>
 
 /* Pieces up to this many bytes merge by the plain scan; longer ones (a
@@ -604,8 +605,10 @@ static const special_token_t *special_at(const kvio_tokenizer_t *tokenizer, cons
     return NULL;
 }
 
-kvio_status_t kvio_tokenizer_encode(const kvio_tokenizer_t *tokenizer, const char *text,
-                                    size_t length, bool special, kvio_tokens_t *tokens)
+/* The text with its special tokens found (special) and the pieces between
+ * them encoded. */
+static kvio_status_t encode_text(const kvio_tokenizer_t *tokenizer, const char *text,
+                                 size_t length, bool special, kvio_tokens_t *tokens)
 {
     pcre2_match_data *match = NULL;
     if (tokenizer->pattern != NULL) {
@@ -628,5 +631,37 @@ kvio_status_t kvio_tokenizer_encode(const kvio_tokenizer_t *tokenizer, const cha
     if (status == KVIO_OK)
         status = encode_ordinary(tokenizer, match, text + stretch, length - stretch, tokens);
     pcre2_match_data_free(match);
+    return status;
+}
+
+/* Whether text is all ASCII (which NFC leaves as it is). */
+static bool ascii_only(const char *text, size_t length)
+{
+    for (size_t i = 0; i < length; i++)
+        if ((unsigned char)text[i] >= 0x80)
+            return false;
+    return true;
+}
+
+kvio_status_t kvio_tokenizer_encode(const kvio_tokenizer_t *tokenizer, const char *text,
+                                    size_t length, bool special, kvio_tokens_t *tokens)
+{
+    if (!tokenizer->nfc || ascii_only(text, length))
+        return encode_text(tokenizer, text, length, special, tokens);
+    /* NFC as the tokenizer's normalizer (Unicode's composition, by
+     * utf8proc); text that is not UTF-8 is encoded as it is, byte by byte
+     * where it is not. */
+    utf8proc_uint8_t *composed = NULL;
+    utf8proc_ssize_t composed_length =
+        utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)length, &composed,
+                     UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (composed_length == UTF8PROC_ERROR_NOMEM)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status =
+        composed_length < 0
+            ? encode_text(tokenizer, text, length, special, tokens)
+            : encode_text(tokenizer, (const char *)composed, (size_t)composed_length, special,
+                          tokens);
+    free(composed);
     return status;
 }

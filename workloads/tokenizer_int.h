@@ -55,6 +55,7 @@ struct kvio_tokenizer {
     bool whole_piece_first; /* tiktoken, and tokenizer.json's ignore_merges */
     bool add_prefix_space;
     bool line_anchors; /* ^ and $ at every \n (Oniguruma's, tokenizer.json's) */
+    bool nfc;          /* tokenizer.json's NFC normalizer: text composed first */
     special_token_t *specials; /* by length, longest first, then by bytes */
     size_t num_specials, specials_capacity;
     bool special_first_byte[256];

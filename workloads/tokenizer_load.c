@@ -408,6 +408,7 @@ static kvio_status_t load_huggingface(kvio_tokenizer_t *tokenizer, const char *p
     const char *pattern = NULL;
     int byte_of[324];
     byte_level_table(byte_of);
+    tokenizer->nfc = normalizer_type != NULL && strcmp(normalizer_type, "NFC") == 0;
     if (!json_is_object(model)) {
         json_fail(path, "missing or not an object", "model");
     } else if (type != NULL && strcmp(type, "BPE") != 0) {
