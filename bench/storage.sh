@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # kvio's KV tiers against the tools storage engineers measure with, in the
-# same run (#36's yardstick, before its I/O engine):
-#  - the file tier (O_DIRECT, one block at a time, as the engine does now)
-#    against fio on the same directory, same block size and direct flag:
-#    fio's psync at queue depth 1 (what the tier does) and io_uring at queue
-#    depth 8 (what #36 asks the tier to reach);
+# same run (#36):
+#  - the file tier's slab (O_DIRECT, io_uring at queue depth 8, batches of
+#    64 blocks) against fio's io_uring at depth 8 on the same directory,
+#    same block size and direct flag; the slab one block at a time (sync)
+#    and the one-file-per-block layout against fio's psync at depth 1;
 #  - the host tier against memcpy (bench/memcpy_bw.c), same block size;
 #  - the Redis tier against redis-benchmark SET/GET at the block size,
 #    one connection, no pipelining (as the tier is), on a redis-server of
@@ -12,12 +12,13 @@
 # Blocks are BLOCK bytes (default 2 MiB: 16 tokens of Llama-3-8B), COUNT of
 # them (default 256) per phase, median of TRIALS (default 3) runs each.
 # fio is installed with apt-get when missing. Prints a table, then
-# `figure tier_file_over_fio_write|read` (against io_uring QD8),
-# `figure tier_file_over_fio_qd1_write|read`, `figure tier_host_over_memcpy`
-# and `figure tier_redis_over_redis_benchmark` (the slower of SET and GET).
+# `figure tier_file_over_fio_write|read` (slab QD8 against io_uring QD8),
+# `figure tier_file_over_fio_qd1_write|read` (slab QD1 against psync),
+# `figure tier_files_layout_over_fio_qd1_write|read`,
+# `figure tier_host_over_memcpy` and `figure tier_redis_over_redis_benchmark`
+# (the slower of SET and GET).
 # Not measured yet: two storage targets of different speed (a throttled
-# loop device) and the MLPerf scenarios' trial-to-trial spread, which need
-# the rest of #36.
+# loop device) and the MLPerf scenarios' trial-to-trial spread.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_BENCH_BUILD:-$root/build-bench}
@@ -48,11 +49,11 @@ field() { tail -1 <<<"$2" | awk -v k="$1" '{for (i = 1; i < NF; i++) if ($i == k
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
 bytes=$((block * count))
 
-# tier KIND_YAML: trials of tier_rate, medians into tier_write, tier_read
+# tier KIND_YAML [BATCH]: trials of tier_rate, medians into tier_write, tier_read
 tier() {
     local writes=() reads=() out
     for _ in $(seq 1 "$trials"); do
-        out=$("$build/tier_rate" "$1" "$block" "$count")
+        out=$("$build/tier_rate" "$1" "$block" "$count" "${2:-1}")
         tier_info=$(head -1 <<<"$out")
         writes+=("$(field write_gbps "$out")")
         reads+=("$(field read_gbps "$out")")
@@ -71,9 +72,18 @@ fio_rate() {
 }
 
 printf '%-34s %10s %10s\n' "$(printf 'blocks of %d bytes, %d a phase' "$block" "$count")" "write GB/s" "read GB/s"
-tier "{kind: file, size: $((bytes + block)), file: {path: $dir/kvio, o_direct: true}}"
+# The slab at queue depth 8, batches of 64 blocks (the engine hands a
+# request's blocks over together), against fio's io_uring at depth 8; the
+# slab one block at a time (sync) against fio's psync.
+tier "{kind: file, size: $((bytes + block)), file: {path: $dir/kvio, io_engine: io_uring, queue_depth: 8}}" 64
 file_write=$tier_write file_read=$tier_read file_info=$tier_info
-printf '%-34s %10.3f %10.3f\n' "kvio file tier (O_DIRECT, QD1)" "$file_write" "$file_read"
+printf '%-34s %10.3f %10.3f\n' "kvio file tier (slab, QD8)" "$file_write" "$file_read"
+tier "{kind: file, size: $((bytes + block)), file: {path: $dir/kvio, io_engine: sync}}" 1
+file_write1=$tier_write file_read1=$tier_read
+printf '%-34s %10.3f %10.3f\n' "kvio file tier (slab, QD1)" "$file_write1" "$file_read1"
+tier "{kind: file, size: $((bytes + block)), file: {path: $dir/kvio, layout: files}}" 1
+files_write=$tier_write files_read=$tier_read
+printf '%-34s %10.3f %10.3f\n' "kvio file tier (file per block)" "$files_write" "$files_read"
 fio_write1=$(fio_rate write psync 1); fio_read1=$(fio_rate read psync 1)
 printf '%-34s %10.3f %10.3f\n' "fio psync QD1, direct" "$fio_write1" "$fio_read1"
 fio_write8=$(fio_rate write io_uring 8); fio_read8=$(fio_rate read io_uring 8)
@@ -111,8 +121,10 @@ echo "file tier: $file_info; host tier: $host_info"
 echo "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg); directory $dir ($(df -T "$dir" | awk 'NR == 2 {print $2}'))"
 echo "figure tier_file_over_fio_write $(ratio "$file_write" "$fio_write8") x"
 echo "figure tier_file_over_fio_read $(ratio "$file_read" "$fio_read8") x"
-echo "figure tier_file_over_fio_qd1_write $(ratio "$file_write" "$fio_write1") x"
-echo "figure tier_file_over_fio_qd1_read $(ratio "$file_read" "$fio_read1") x"
+echo "figure tier_file_over_fio_qd1_write $(ratio "$file_write1" "$fio_write1") x"
+echo "figure tier_file_over_fio_qd1_read $(ratio "$file_read1" "$fio_read1") x"
+echo "figure tier_files_layout_over_fio_qd1_write $(ratio "$files_write" "$fio_write1") x"
+echo "figure tier_files_layout_over_fio_qd1_read $(ratio "$files_read" "$fio_read1") x"
 host_slower=$(awk -v a="$host_write" -v b="$host_read" 'BEGIN {print (a < b ? a : b)}')
 echo "figure tier_host_over_memcpy $(ratio "$host_slower" "$memcpy") x"
 set_ratio=$(ratio "$redis_write" "$set_rate"); get_ratio=$(ratio "$redis_read" "$get_rate")

@@ -1,11 +1,12 @@
 /* Drives one KV tier (emulate: real bytes) as the engine does, for
  * bench/storage.sh: COUNT blocks of BLOCK_BYTES put, then got back in the
- * same order, each through kvio_tier_put / kvio_tier_get (the framework's
- * index, the backend's I/O, the checksums). Prints what the backend uses,
- * then `write_gbps W read_gbps R put_p50_us P get_p50_us G` (GB = 1e9; the
- * phases' bytes over their wall time; latencies from the tier's own
- * histograms).
- * usage: tier_rate TIER_YAML BLOCK_BYTES COUNT
+ * same order, BATCH at a time through kvio_tier_put_batch /
+ * kvio_tier_get_batch (the framework's index, the backend's I/O, the
+ * checksums). Prints what the backend uses, then `write_gbps W read_gbps R
+ * put_p50_us P get_p50_us G put_p99_us P get_p99_us G read_qd Q` (GB =
+ * 1e9; the phases' bytes over their wall time; latencies and the queue
+ * depth achieved from the tier's own counters).
+ * usage: tier_rate TIER_YAML BLOCK_BYTES COUNT [BATCH]
  *   TIER_YAML: one serve.kvcache.tiers entry, e.g.
  *   '{kind: file, size: 2GiB, file: {path: /tmp/t, o_direct: true}}' */
 #include "kvio/config.h"
@@ -32,12 +33,15 @@ static kvio_hash_t block_hash(uint64_t id)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: tier_rate TIER_YAML BLOCK_BYTES COUNT\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: tier_rate TIER_YAML BLOCK_BYTES COUNT [BATCH]\n");
         return 2;
     }
     uint64_t block_bytes = strtoull(argv[2], NULL, 10);
     uint64_t count = strtoull(argv[3], NULL, 10);
+    uint64_t batch = argc == 5 ? strtoull(argv[4], NULL, 10) : 1;
+    if (batch == 0 || batch > count)
+        batch = count;
     char error[1024] = "";
     kvio_config_doc_t *doc = NULL;
     kvio_tier_config_t config;
@@ -60,27 +64,42 @@ int main(int argc, char **argv)
                 kvio_tier_capacity(tier), (unsigned long long)count);
         return 2;
     }
-    unsigned char *data = aligned_alloc(4096, (block_bytes + 4095) / 4096 * 4096);
-    if (data == NULL)
+    uint64_t stride = (block_bytes + 4095) / 4096 * 4096;
+    unsigned char *data = aligned_alloc(4096, stride * batch);
+    kvio_hash_t *hashes = malloc(batch * sizeof(*hashes));
+    void **buffers = malloc(batch * sizeof(*buffers));
+    if (data == NULL || hashes == NULL || buffers == NULL)
         return 1;
-    for (uint64_t i = 0; i < block_bytes; i++)
-        data[i] = (unsigned char)(i * 131 + 7);
+    for (uint64_t b = 0; b < batch; b++) {
+        buffers[b] = data + b * stride;
+        for (uint64_t i = 0; i < block_bytes; i++)
+            data[b * stride + i] = (unsigned char)(i * 131 + 7);
+    }
     printf("%s\n", kvio_tier_info(tier));
     int64_t cost;
     double start = now_s();
-    for (uint64_t i = 0; i < count; i++) {
-        data[0] = (unsigned char)i; /* each block its own bytes */
-        if (kvio_tier_put(tier, block_hash(i), data, &cost) != KVIO_OK) {
-            fprintf(stderr, "tier_rate: put %llu: %s\n", (unsigned long long)i,
+    for (uint64_t first = 0; first < count; first += batch) {
+        uint64_t n = count - first < batch ? count - first : batch;
+        for (uint64_t b = 0; b < n; b++) {
+            hashes[b] = block_hash(first + b);
+            ((unsigned char *)buffers[b])[0] = (unsigned char)(first + b); /* its own bytes */
+        }
+        if (kvio_tier_put_batch(tier, hashes, (const void *const *)buffers, n, &cost) !=
+            KVIO_OK) {
+            fprintf(stderr, "tier_rate: put %llu: %s\n", (unsigned long long)first,
                     kvio_tier_error(tier));
             return 1;
         }
     }
     double written = now_s() - start;
     start = now_s();
-    for (uint64_t i = 0; i < count; i++) {
-        if (kvio_tier_get(tier, block_hash(i), data, &cost) != KVIO_OK) {
-            fprintf(stderr, "tier_rate: get %llu: %s\n", (unsigned long long)i,
+    for (uint64_t first = 0; first < count; first += batch) {
+        uint64_t n = count - first < batch ? count - first : batch;
+        for (uint64_t b = 0; b < n; b++)
+            hashes[b] = block_hash(first + b);
+        size_t got = 0;
+        if (kvio_tier_get_batch(tier, hashes, buffers, n, &got, &cost) != KVIO_OK) {
+            fprintf(stderr, "tier_rate: get %llu: %s\n", (unsigned long long)(first + got),
                     kvio_tier_error(tier));
             return 1;
         }
@@ -88,9 +107,16 @@ int main(int argc, char **argv)
     double read = now_s() - start;
     const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
     double bytes = (double)block_bytes * (double)count;
-    printf("write_gbps %.3f read_gbps %.3f put_p50_us %.1f get_p50_us %.1f\n", bytes / written / 1e9,
-           bytes / read / 1e9, kvio_hist_quantile(stats->put_latency, 0.5) / 1e3,
-           kvio_hist_quantile(stats->get_latency, 0.5) / 1e3);
+    printf("write_gbps %.3f read_gbps %.3f put_p50_us %.1f get_p50_us %.1f put_p99_us %.1f "
+           "get_p99_us %.1f read_qd %.2f\n",
+           bytes / written / 1e9, bytes / read / 1e9,
+           kvio_hist_quantile(stats->put_latency, 0.5) / 1e3,
+           kvio_hist_quantile(stats->get_latency, 0.5) / 1e3,
+           kvio_hist_quantile(stats->put_latency, 0.99) / 1e3,
+           kvio_hist_quantile(stats->get_latency, 0.99) / 1e3,
+           stats->read_ns > 0 ? (double)stats->get_latency_sum_ns / (double)stats->read_ns : 0);
+    free(hashes);
+    free(buffers);
     kvio_tier_destroy(tier);
     kvio_config_free(kvio_tier_options, &config);
     free(data);

@@ -75,6 +75,13 @@ struct kvio_tier {
     uint32_t *table;          /* open addressing: entry index or NO_ENTRY */
     uint64_t table_mask;
     kvio_tier_stats_t stats;
+    /* A batch's scratch: slots, hashes, buffers, statuses, latencies. */
+    uint32_t *batch_slots;
+    kvio_hash_t *batch_hashes;
+    const void **batch_data;
+    kvio_status_t *batch_statuses;
+    int64_t *batch_latencies;
+    size_t batch_capacity;
     bool error_logged;
     char info[512];
     char error[512];
@@ -117,15 +124,6 @@ bool kvio_tier_in_memory(const kvio_tier_config_t *config)
     return ops != NULL && strcmp(ops->plugin.name, "host") == 0;
 }
 
-/* Emulate: the time a transfer begun at start_ns counts for: what it took,
- * or at the tier's rate, what a block takes (rate: 0, none). The caller
- * waits out the difference (kvio_tier_pace), outside any lock it holds. */
-static int64_t paced(const kvio_tier_t *tier, uint64_t start_ns)
-{
-    int64_t took_ns = (int64_t)(kvio_time_ns() - start_ns);
-    return took_ns >= tier->paced_ns ? took_ns : tier->paced_ns;
-}
-
 void kvio_tier_pace(uint64_t start_ns, int64_t cost_ns)
 {
     int64_t rest_ns = cost_ns - (int64_t)(kvio_time_ns() - start_ns);
@@ -136,12 +134,6 @@ void kvio_tier_pace(uint64_t start_ns, int64_t cost_ns)
                             .tv_nsec = (long)(rest_ns % 1000000000)};
     while (nanosleep(&rest, &rest) != 0 && errno == EINTR)
         ;
-}
-
-/* latency + bytes / bandwidth, rounded to the nearest ns. */
-static int64_t model_cost(const kvio_tier_t *tier)
-{
-    return tier->latency_ns + (int64_t)llround((double)tier->block_bytes * 1e9 / tier->bandwidth);
 }
 
 /* ---------- index ---------- */
@@ -370,6 +362,11 @@ void kvio_tier_destroy(kvio_tier_t *tier)
     free(tier->priv);
     kvio_hist_destroy(tier->stats.put_latency);
     kvio_hist_destroy(tier->stats.get_latency);
+    free(tier->batch_slots);
+    free(tier->batch_hashes);
+    free(tier->batch_data);
+    free(tier->batch_statuses);
+    free(tier->batch_latencies);
     free(tier->entries);
     free(tier->table);
     free(tier);
@@ -389,62 +386,199 @@ bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash)
     return index_find(tier, hash, NULL) != NO_ENTRY;
 }
 
-kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,
-                            int64_t *cost_ns_p)
+/* Frees the least recently used block's slot for a new one (the backend
+ * deletes it unless the store is volatile). */
+static kvio_status_t evict_one(kvio_tier_t *tier)
 {
-    uint64_t position;
-    uint32_t entry = index_find(tier, hash, &position);
-    if (entry != NO_ENTRY) {
-        /* Same hash, same content: refresh, do not rewrite. */
-        lru_unlink(tier, entry);
-        lru_push_front(tier, entry);
-        tier->stats.duplicates++;
+    uint32_t victim = tier->lru_tail;
+    kvio_hash_t victim_hash = tier->entries[victim].hash;
+    uint64_t victim_position;
+    index_find(tier, victim_hash, &victim_position);
+    entry_release(tier, victim, victim_position);
+    tier->stats.evictions++;
+    if (!tier->emulate || (tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
+        return KVIO_OK;
+    char error[512] = "";
+    kvio_status_t status = tier->ops->remove(tier->priv, victim, victim_hash, error,
+                                             sizeof(error));
+    return status == KVIO_OK ? KVIO_OK : tier_failed(tier, status, error);
+}
+
+/* A batch's scratch arrays, grown to count. */
+static kvio_status_t batch_room(kvio_tier_t *tier, size_t count)
+{
+    if (count <= tier->batch_capacity)
+        return KVIO_OK;
+    size_t room = tier->batch_capacity ? tier->batch_capacity : 16;
+    while (room < count)
+        room *= 2;
+    uint32_t *slots = realloc(tier->batch_slots, room * sizeof(*slots));
+    if (slots != NULL)
+        tier->batch_slots = slots;
+    kvio_hash_t *hashes = realloc(tier->batch_hashes, room * sizeof(*hashes));
+    if (hashes != NULL)
+        tier->batch_hashes = hashes;
+    const void **data = realloc(tier->batch_data, room * sizeof(*data));
+    if (data != NULL)
+        tier->batch_data = data;
+    kvio_status_t *statuses = realloc(tier->batch_statuses, room * sizeof(*statuses));
+    if (statuses != NULL)
+        tier->batch_statuses = statuses;
+    int64_t *latencies = realloc(tier->batch_latencies, room * sizeof(*latencies));
+    if (latencies != NULL)
+        tier->batch_latencies = latencies;
+    if (slots == NULL || hashes == NULL || data == NULL || statuses == NULL || latencies == NULL)
+        return KVIO_ERR_NOMEM;
+    tier->batch_capacity = room;
+    return KVIO_OK;
+}
+
+/* The backend moves count blocks (the batch arrays), together where it
+ * can, else one by one; each one's status and latency. Returns the batch's
+ * wall time. */
+static int64_t backend_batch(kvio_tier_t *tier, bool put, size_t count, char *error_p,
+                             size_t error_len)
+{
+    uint64_t start_ns = kvio_time_ns();
+    const kvio_tier_ops_t *ops = tier->ops;
+    if (put && ops->put_batch != NULL) {
+        ops->put_batch(tier->priv, tier->batch_slots, tier->batch_hashes, tier->batch_data,
+                       count, tier->batch_statuses, tier->batch_latencies, error_p, error_len);
+    } else if (!put && ops->get_batch != NULL) {
+        /* The cast: a get's buffers are the caller's, written. */
+        ops->get_batch(tier->priv, tier->batch_slots, tier->batch_hashes,
+                       (void *const *)tier->batch_data, count, tier->batch_statuses,
+                       tier->batch_latencies, error_p, error_len);
+    } else {
+        for (size_t i = 0; i < count; i++) {
+            uint64_t one_ns = kvio_time_ns();
+            char text[512] = "";
+            tier->batch_statuses[i] =
+                put ? ops->put(tier->priv, tier->batch_slots[i], tier->batch_hashes[i],
+                               tier->batch_data[i], text, sizeof(text))
+                    : ops->get(tier->priv, tier->batch_slots[i], tier->batch_hashes[i],
+                               (void *)tier->batch_data[i], text, sizeof(text));
+            tier->batch_latencies[i] = (int64_t)(kvio_time_ns() - one_ns);
+            if (tier->batch_statuses[i] != KVIO_OK && error_p[0] == '\0')
+                snprintf(error_p, error_len, "%s", text);
+        }
+    }
+    return (int64_t)(kvio_time_ns() - start_ns);
+}
+
+/* The batch's cost: emulate, its wall time, at least the rate's time for
+ * its blocks; simulate, one operation's latency and the blocks' bytes over
+ * the bandwidth (the operations overlap, the bytes share the link). */
+static int64_t batch_cost(const kvio_tier_t *tier, size_t count, int64_t wall_ns)
+{
+    if (tier->emulate)
+        return wall_ns >= tier->paced_ns * (int64_t)count ? wall_ns
+                                                            : tier->paced_ns * (int64_t)count;
+    return tier->latency_ns +
+           (int64_t)llround((double)tier->block_bytes * (double)count * 1e9 / tier->bandwidth);
+}
+
+/* Puts up to capacity new blocks: none of their slots is another's of the
+ * same batch (an eviction takes the oldest block, never one of these). */
+static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                               const void *const *data, size_t count, int64_t *cost_ns_p)
+{
+    size_t fresh = 0;
+    kvio_status_t first_error = KVIO_OK;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t entry = index_find(tier, hashes[i], NULL);
+        if (entry != NO_ENTRY) {
+            /* Same hash, same content: refresh, do not rewrite. */
+            lru_unlink(tier, entry);
+            lru_push_front(tier, entry);
+            tier->stats.duplicates++;
+            continue;
+        }
+        if (tier->emulate && data[i] == NULL)
+            return tier_failed(tier, KVIO_ERR_INVALID, "put without data in emulate mode");
+        if (tier->free_head == NO_ENTRY) {
+            kvio_status_t status = evict_one(tier);
+            if (status != KVIO_OK)
+                return status; /* the victim is out of the index */
+        }
+        /* The slot leaves the free list now; it joins the index once written. */
+        entry = tier->free_head;
+        tier->free_head = tier->entries[entry].next;
+        tier->batch_slots[fresh] = entry;
+        tier->batch_hashes[fresh] = hashes[i];
+        tier->batch_data[fresh] = data[i];
+        fresh++;
+    }
+    if (fresh == 0) {
         *cost_ns_p = 0;
         return KVIO_OK;
     }
-    if (tier->emulate && data == NULL)
-        return tier_failed(tier, KVIO_ERR_INVALID, "put without data in emulate mode");
-
     char error[512] = "";
-    uint64_t start_ns = kvio_time_ns();
-    if (tier->free_head == NO_ENTRY) {
-        uint32_t victim = tier->lru_tail;
-        kvio_hash_t victim_hash = tier->entries[victim].hash;
-        uint64_t victim_position;
-        index_find(tier, victim_hash, &victim_position);
-        entry_release(tier, victim, victim_position);
-        tier->stats.evictions++;
-        if (tier->emulate && !(tier->ops->caps & KVIO_TIER_CAP_VOLATILE)) {
-            kvio_status_t status =
-                tier->ops->remove(tier->priv, victim, victim_hash, error, sizeof(error));
-            if (status != KVIO_OK)
-                return tier_failed(tier, status, error); /* the victim is out of the index */
+    int64_t wall_ns = 0;
+    if (tier->emulate)
+        wall_ns = backend_batch(tier, true, fresh, error, sizeof(error));
+    int64_t cost_ns = batch_cost(tier, fresh, wall_ns);
+    for (size_t i = 0; i < fresh; i++) {
+        uint32_t entry = tier->batch_slots[i];
+        uint64_t position;
+        kvio_status_t status = tier->emulate ? tier->batch_statuses[i] : KVIO_OK;
+        if (status != KVIO_OK || index_find(tier, tier->batch_hashes[i], &position) != NO_ENTRY) {
+            /* Not written, or written twice in this batch: the slot is free. */
+            tier->entries[entry].next = tier->free_head;
+            tier->free_head = entry;
+            if (status != KVIO_OK && first_error == KVIO_OK)
+                first_error = tier_failed(tier, status, error);
+            else if (status != KVIO_OK)
+                tier->stats.errors++;
+            continue;
         }
-        index_find(tier, hash, &position); /* the erase may have moved the probe chain */
+        /* Every backend's blocks are checked on the way back (outside the
+         * timed transfer): what a store returns must be what was put. */
+        tier->entries[entry].hash = tier->batch_hashes[i];
+        tier->entries[entry].checksum =
+            tier->emulate ? XXH3_64bits(tier->batch_data[i], tier->block_bytes) : 0;
+        tier->table[position] = entry;
+        lru_push_front(tier, entry);
+        tier->num_held++;
+        tier->stats.puts++;
+        tier->stats.bytes_written += tier->block_bytes;
+        int64_t latency_ns = tier->emulate ? tier->batch_latencies[i] : cost_ns;
+        tier->stats.put_latency_sum_ns += latency_ns;
+        kvio_hist_record(tier->stats.put_latency, (uint64_t)latency_ns);
     }
-    entry = tier->free_head;
-    if (tier->emulate) {
-        kvio_status_t status = tier->ops->put(tier->priv, entry, hash, data, error, sizeof(error));
-        if (status != KVIO_OK)
-            return tier_failed(tier, status, error);
-    }
-    /* Every backend's blocks are checked on the way back (outside the timed
-     * transfer): what a store returns must be what was put. */
-    uint64_t checksum = tier->emulate ? XXH3_64bits(data, tier->block_bytes) : 0;
-    int64_t cost_ns = tier->emulate ? paced(tier, start_ns) : model_cost(tier);
-
-    tier->free_head = tier->entries[entry].next;
-    tier->entries[entry].hash = hash;
-    tier->entries[entry].checksum = checksum;
-    tier->table[position] = entry;
-    lru_push_front(tier, entry);
-    tier->num_held++;
-    tier->stats.puts++;
-    tier->stats.bytes_written += tier->block_bytes;
     tier->stats.write_ns += cost_ns;
-    kvio_hist_record(tier->stats.put_latency, (uint64_t)cost_ns);
+    tier->stats.put_batches++;
     *cost_ns_p = cost_ns;
-    return KVIO_OK;
+    return first_error;
+}
+
+kvio_status_t kvio_tier_put_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                                  const void *const *data, size_t count, int64_t *cost_ns_p)
+{
+    *cost_ns_p = 0;
+    kvio_status_t first_error = KVIO_OK;
+    size_t chunk = count < tier->capacity ? count : tier->capacity;
+    if (batch_room(tier, chunk) != KVIO_OK)
+        return tier_failed(tier, KVIO_ERR_NOMEM, "out of memory for a batch");
+    for (size_t start = 0; start < count; start += chunk) {
+        size_t n = count - start < chunk ? count - start : chunk;
+        int64_t cost_ns = 0;
+        kvio_status_t status = put_chunk(tier, hashes + start, data + start, n, &cost_ns);
+        *cost_ns_p += cost_ns;
+        if (first_error == KVIO_OK)
+            first_error = status;
+    }
+    return first_error;
+}
+
+kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,
+                            int64_t *cost_ns_p)
+{
+    int64_t cost_ns = 0;
+    kvio_status_t status = kvio_tier_put_batch(tier, &hash, &data, 1, &cost_ns);
+    if (status == KVIO_OK)
+        *cost_ns_p = cost_ns;
+    return status;
 }
 
 /* A get's lookup: the entry holding hash (and its table position), or
@@ -467,59 +601,106 @@ static void get_hit(kvio_tier_t *tier, uint32_t entry)
     tier->stats.bytes_read += tier->block_bytes;
 }
 
+/* A read block that failed: its status, the entry dropped when the block
+ * is gone or damaged (a connection error or timeout leaves it listed). */
+static kvio_status_t get_failed(kvio_tier_t *tier, uint32_t entry, kvio_hash_t hash,
+                                kvio_status_t status, const char *error)
+{
+    uint64_t position;
+    index_find(tier, hash, &position);
+    if (status == KVIO_ERR_NOT_FOUND) {
+        /* Lost behind the tier's back (Redis eviction, a deleted file). */
+        entry_release(tier, entry, position);
+        tier->stats.misses++;
+        kvio_debug("%s tier: %s", tier->ops->plugin.name, error);
+        return status;
+    }
+    if (status == KVIO_ERR_CHECKSUM || status == KVIO_ERR_PARSE || status == KVIO_ERR_IO) {
+        entry_release(tier, entry, position);
+        char ignored[512];
+        if (!(tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
+            tier->ops->remove(tier->priv, entry, hash, ignored, sizeof(ignored));
+    }
+    return tier_failed(tier, status, error);
+}
+
+kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                                  void *const *data, size_t count, size_t *got_p,
+                                  int64_t *cost_ns_p)
+{
+    *got_p = 0;
+    *cost_ns_p = 0;
+    if (batch_room(tier, count) != KVIO_OK)
+        return tier_failed(tier, KVIO_ERR_NOMEM, "out of memory for a batch");
+    /* The leading blocks the tier holds: a prefix is read up to its first
+     * miss. */
+    size_t held = 0;
+    kvio_status_t status = KVIO_OK;
+    for (; held < count; held++) {
+        uint32_t entry = get_lookup(tier, hashes[held], NULL);
+        if (entry == NO_ENTRY) {
+            status = KVIO_ERR_NOT_FOUND;
+            break;
+        }
+        if (tier->emulate && data[held] == NULL)
+            return tier_failed(tier, KVIO_ERR_INVALID, "get without a buffer in emulate mode");
+        tier->batch_slots[held] = entry;
+        tier->batch_hashes[held] = hashes[held];
+        tier->batch_data[held] = data[held];
+    }
+    if (held == 0)
+        return status;
+    char error[512] = "";
+    int64_t wall_ns = 0;
+    if (tier->emulate)
+        wall_ns = backend_batch(tier, false, held, error, sizeof(error));
+    int64_t cost_ns = batch_cost(tier, held, wall_ns);
+    size_t got = 0;
+    for (; got < held; got++) {
+        uint32_t entry = tier->batch_slots[got];
+        kvio_status_t block = tier->emulate ? tier->batch_statuses[got] : KVIO_OK;
+        if (block == KVIO_OK && tier->emulate) {
+            uint64_t checksum = XXH3_64bits(data[got], tier->block_bytes);
+            if (checksum != tier->entries[entry].checksum) {
+                tier->stats.checksum_failures++;
+                snprintf(error, sizeof(error), "%s tier: a block came back changed (checksum "
+                         "%016llx, put as %016llx)", tier->ops->plugin.name,
+                         (unsigned long long)checksum,
+                         (unsigned long long)tier->entries[entry].checksum);
+                block = KVIO_ERR_CHECKSUM;
+            }
+        }
+        if (block != KVIO_OK) {
+            status = get_failed(tier, entry, hashes[got], block, error);
+            break;
+        }
+        get_hit(tier, entry);
+        int64_t latency_ns = tier->emulate ? tier->batch_latencies[got] : cost_ns;
+        tier->stats.get_latency_sum_ns += latency_ns;
+        kvio_hist_record(tier->stats.get_latency, (uint64_t)latency_ns);
+    }
+    /* Blocks past a failure were not asked for. */
+    tier->stats.gets -= held - got - (got < held);
+    if (got < held && held < count) {
+        tier->stats.gets--;
+        tier->stats.misses--;
+    }
+    tier->stats.read_ns += cost_ns;
+    tier->stats.get_batches++;
+    *got_p = got;
+    *cost_ns_p = cost_ns;
+    return got == count ? KVIO_OK : status;
+}
+
 kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
                             int64_t *cost_ns_p)
 {
-    uint64_t position;
-    uint32_t entry = get_lookup(tier, hash, &position);
-    if (entry == NO_ENTRY) {
-        *cost_ns_p = 0;
-        return KVIO_ERR_NOT_FOUND;
-    }
-    if (tier->emulate && data == NULL)
-        return tier_failed(tier, KVIO_ERR_INVALID, "get without a buffer in emulate mode");
-    int64_t cost_ns;
-    if (tier->emulate) {
-        char error[512] = "";
-        uint64_t start_ns = kvio_time_ns();
-        kvio_status_t status = tier->ops->get(tier->priv, entry, hash, data, error, sizeof(error));
-        cost_ns = paced(tier, start_ns);
-        if (status == KVIO_OK &&
-            XXH3_64bits(data, tier->block_bytes) != tier->entries[entry].checksum) {
-            tier->stats.checksum_failures++;
-            snprintf(error, sizeof(error), "%s tier: a block came back changed (checksum "
-                     "%016llx, put as %016llx)", tier->ops->plugin.name,
-                     (unsigned long long)XXH3_64bits(data, tier->block_bytes),
-                     (unsigned long long)tier->entries[entry].checksum);
-            status = KVIO_ERR_CHECKSUM;
-        }
-        if (status == KVIO_ERR_NOT_FOUND) {
-            /* Lost behind the tier's back (Redis eviction, a deleted file). */
-            entry_release(tier, entry, position);
-            tier->stats.misses++;
-            tier->stats.read_ns += cost_ns;
-            kvio_debug("%s tier: %s", tier->ops->plugin.name, error);
-            *cost_ns_p = cost_ns;
-            return KVIO_ERR_NOT_FOUND;
-        }
-        if (status == KVIO_ERR_CHECKSUM || status == KVIO_ERR_PARSE || status == KVIO_ERR_IO) {
-            /* The stored block is damaged: drop it so it is not read again.
-             * A connection error or timeout leaves the index as it was. */
-            entry_release(tier, entry, position);
-            char ignored[512];
-            if (!(tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
-                tier->ops->remove(tier->priv, entry, hash, ignored, sizeof(ignored));
-        }
-        if (status != KVIO_OK)
-            return tier_failed(tier, status, error);
-    } else {
-        cost_ns = model_cost(tier);
-    }
-    get_hit(tier, entry);
-    tier->stats.read_ns += cost_ns;
-    kvio_hist_record(tier->stats.get_latency, (uint64_t)cost_ns);
-    *cost_ns_p = cost_ns;
-    return KVIO_OK;
+    size_t got = 0;
+    int64_t cost_ns = 0;
+    kvio_status_t status = kvio_tier_get_batch(tier, &hash, &data, 1, &got, &cost_ns);
+    if (status == KVIO_OK || status == KVIO_ERR_NOT_FOUND)
+        *cost_ns_p = cost_ns;
+    return status;
 }
 
 kvio_status_t kvio_tier_lend(kvio_tier_t *tier, kvio_hash_t hash, const void **data_p)
@@ -582,6 +763,22 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
     json_object_set_new(object, "read_bw_gbps",
                         json_real(stats->read_ns > 0 ? (double)stats->bytes_read /
                                                            (double)stats->read_ns : 0));
+    /* Operations per second of busy time, and the transfers in flight on
+     * average while busy (Little's law: the operations' latencies over it). */
+    json_object_set_new(object, "write_iops",
+                        json_real(stats->write_ns > 0 ? (double)stats->puts * 1e9 /
+                                                            (double)stats->write_ns : 0));
+    json_object_set_new(object, "read_iops",
+                        json_real(stats->read_ns > 0 ? (double)stats->hits * 1e9 /
+                                                           (double)stats->read_ns : 0));
+    json_object_set_new(object, "write_queue_depth",
+                        json_real(stats->write_ns > 0 ? (double)stats->put_latency_sum_ns /
+                                                            (double)stats->write_ns : 0));
+    json_object_set_new(object, "read_queue_depth",
+                        json_real(stats->read_ns > 0 ? (double)stats->get_latency_sum_ns /
+                                                           (double)stats->read_ns : 0));
+    json_object_set_new(object, "put_batches", json_integer((json_int_t)stats->put_batches));
+    json_object_set_new(object, "get_batches", json_integer((json_int_t)stats->get_batches));
     json_object_set_new(object, "put_latency_us", kvio_hist_json(stats->put_latency, 1e-3));
     json_object_set_new(object, "get_latency_us", kvio_hist_json(stats->get_latency, 1e-3));
     json_object_set_new(object, "model",

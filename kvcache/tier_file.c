@@ -1,12 +1,25 @@
-/* The file tier: one file per block, DIR/<hash>.kv. A block is written to an
- * unnamed O_TMPFILE inode and linked in (where the file system has no
- * O_TMPFILE: to DIR/.<hash>.<pid>.tmp, renamed), so a reader never opens a
- * partial block and a killed rank leaves no temporary behind;
- * a short file is reported, never returned. O_DIRECT is optional: where the
- * file system refuses it (tmpfs) or blocks are not 4 KiB multiples, the tier
- * falls back to buffered I/O and says why. No fsync: the page cache (or the
+/* The file tier, in one of two layouts.
+ *
+ * slab (the default): one file of capacity x block bytes, allocated up
+ * front (fallocate), a block at its slot's offset, as fio writes one file:
+ * the tier moves blocks at the device's speed. The file is an unnamed
+ * O_TMPFILE inode (where the file system has none, a named one unlinked
+ * as soon as it is open), so a killed rank leaves nothing behind. Batches
+ * of blocks go through an I/O engine (kvcache/tier_io.h) with queue_depth
+ * transfers in flight: io_uring, else a pool of threads.
+ *
+ * files: one file per block, DIR/<hash>.kv, written to an unnamed
+ * O_TMPFILE inode and linked in (where the file system has no O_TMPFILE:
+ * to DIR/.<hash>.<pid>.tmp, renamed), so a reader never opens a partial
+ * block; a short file is reported, never returned. One block at a time:
+ * what a cache of one object per block (LMCache's local disk) costs.
+ *
+ * O_DIRECT is on by default: where the file system refuses it (tmpfs) or
+ * blocks are not 4 KiB multiples, the tier falls back to buffered I/O and
+ * says why (in its info and results). No fsync: the page cache (or the
  * device, with O_DIRECT) is the tier. */
 #include "kvcache/tier_int.h"
+#include "kvcache/tier_io.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -19,6 +32,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "kvio/clock.h"
 #include "kvio/files.h"
 #include "kvio/log.h"
 
@@ -28,18 +42,38 @@
 #define DIR_MAX (PATH_MAX - 64)
 #define PATH_ROOM (DIR_MAX - 64)
 
+typedef enum { LAYOUT_SLAB = 0, LAYOUT_FILES = 1 } file_layout_t;
+
+static const char *const layout_names[] = {"slab", "files", NULL};
+
 typedef struct file_options {
     char *path;
     bool o_direct;
+    int layout;      /* file_layout_t */
+    int io_engine;   /* tier_io_engine_t */
+    int64_t queue_depth;
 } file_options_t;
 
 static const kvio_opt_t file_options[] = {
     {.key = "path", .type = KVIO_OPT_STRING, .offset = offsetof(file_options_t, path),
      .default_value = "/tmp/kvio-tier",
-     .help = "directory of the block files (created; its parent must exist)"},
+     .help = "directory of the tier's files (created; its parent must exist)"},
     {.key = "o_direct", .type = KVIO_OPT_BOOL, .offset = offsetof(file_options_t, o_direct),
-     .default_value = "false",
-     .help = "O_DIRECT reads and writes (buffered, with a warning, where refused)"},
+     .default_value = "true",
+     .help = "O_DIRECT reads and writes, past the page cache (buffered, and said so in the "
+             "results, where the file system refuses it or blocks are not 4 KiB multiples)"},
+    {.key = "layout", .type = KVIO_OPT_ENUM, .offset = offsetof(file_options_t, layout),
+     .values = layout_names, .default_value = "slab",
+     .help = "slab: one preallocated file, a block at its slot's offset, batches at "
+             "queue_depth (device speed); files: one file per block, one at a time"},
+    {.key = "io_engine", .type = KVIO_OPT_ENUM, .offset = offsetof(file_options_t, io_engine),
+     .values = tier_io_engine_names, .default_value = "io_uring",
+     .help = "slab: io_uring (liburing), threads (queue_depth threads of pread/pwrite; taken, "
+             "and said so, where the kernel refuses a ring) or sync (one block at a time)"},
+    {.key = "queue_depth", .type = KVIO_OPT_INT,
+     .offset = offsetof(file_options_t, queue_depth), .default_value = "8",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 256,
+     .help = "slab: blocks in flight at once within a batch"},
     {.key = NULL},
 };
 
@@ -111,7 +145,7 @@ static kvio_status_t file_preflight(const void *options, uint64_t bytes, const c
 
 /* Simulate default: 2 GB/s + 100 us, one stream to an NVMe SSD (2-3 GB/s)
  * through the page cache or O_DIRECT; 100 us covers open, create and rename
- * plus the device's own latency. */
+ * (files) plus the device's own latency. */
 static void file_model(const void *options, double *bandwidth_p, int64_t *latency_ns_p)
 {
     (void)options;
@@ -126,7 +160,13 @@ typedef struct file_priv {
     char direct_note[200];    /* why O_DIRECT was not used, or "" */
     uint64_t block_bytes;
     uint32_t capacity;
-    void *bounce;             /* aligned block buffer for O_DIRECT */
+    void *bounce;             /* aligned block buffer for O_DIRECT (depth of them: slab) */
+    file_layout_t layout;
+    int slab;                 /* slab: the file's descriptor, -1 when none */
+    tier_io_t *io;            /* slab: the engine */
+    char io_note[200];        /* the engine that ran instead of the one asked, and why */
+    tier_io_op_t *ops;        /* slab: a batch's transfers */
+    size_t ops_capacity;
 } file_priv_t;
 
 static void block_path(const file_priv_t *file, kvio_hash_t hash, bool temporary,
@@ -171,6 +211,50 @@ static kvio_status_t choose_dir(file_priv_t *file, const file_options_t *options
     return KVIO_OK;
 }
 
+/* slab: the tier's one file, nameless (O_TMPFILE, or named and unlinked
+ * at once), allocated whole, and the engine that moves its blocks. */
+static kvio_status_t open_slab(file_priv_t *file, const file_options_t *options, char *error_p,
+                               size_t error_len)
+{
+    int direct = file->direct ? O_DIRECT : 0;
+    int fd = open(file->dir, O_TMPFILE | O_RDWR | O_CLOEXEC | direct, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        char named[PATH_MAX];
+        snprintf(named, sizeof(named), "%s/.kvio-slab.%d", file->dir, (int)getpid());
+        int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | direct;
+        fd = open(named, flags, 0600);
+        if (fd < 0 && errno == EEXIST && unlink(named) == 0)
+            fd = open(named, flags, 0600);
+        if (fd >= 0)
+            unlink(named);
+    }
+    if (fd < 0)
+        return errno_error(errno, file->dir, "cannot create the tier's slab file", error_p,
+                           error_len);
+    uint64_t bytes = file->block_bytes * file->capacity;
+    int failed = posix_fallocate(fd, 0, (off_t)bytes);
+    if (failed == EOPNOTSUPP || failed == EINVAL)
+        failed = ftruncate(fd, (off_t)bytes) == 0 ? 0 : errno;
+    if (failed != 0) {
+        close(fd);
+        char what[128];
+        snprintf(what, sizeof(what), "cannot allocate the slab file's %llu bytes",
+                 (unsigned long long)bytes);
+        return errno_error(failed, file->dir, what, error_p, error_len);
+    }
+    file->slab = fd;
+    kvio_status_t status = tier_io_create((tier_io_engine_t)options->io_engine,
+                                          (uint32_t)options->queue_depth, &file->io,
+                                          file->io_note, sizeof(file->io_note));
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "file tier: out of memory for its I/O engine");
+        return status;
+    }
+    if (file->io_note[0] != '\0')
+        kvio_warn("%s: file tier: %s", file->dir, file->io_note);
+    return KVIO_OK;
+}
+
 static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char *error_p,
                                size_t error_len)
 {
@@ -201,7 +285,11 @@ static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char 
             return KVIO_ERR_CONFIG;
         }
     }
-    uint64_t bounce_bytes = (block_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    file->layout = (file_layout_t)options->layout;
+    file->slab = -1;
+    uint64_t depth = file->layout == LAYOUT_SLAB ? (uint64_t)options->queue_depth : 1;
+    uint64_t bounce_bytes =
+        (block_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN * depth;
     if (posix_memalign(&file->bounce, DIRECT_ALIGN, bounce_bytes) != 0) {
         file->bounce = NULL;
         snprintf(error_p, error_len, "file tier: out of memory");
@@ -245,6 +333,11 @@ static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char 
             goto fail;
         }
     }
+    if (file->layout == LAYOUT_SLAB) {
+        status = open_slab(file, options, error_p, error_len);
+        if (status != KVIO_OK)
+            goto fail;
+    }
     return KVIO_OK;
 fail:
     free(file->bounce);
@@ -257,6 +350,10 @@ fail:
 static void file_fini(void *priv)
 {
     file_priv_t *file = priv;
+    tier_io_destroy(file->io);
+    if (file->slab >= 0)
+        close(file->slab); /* nameless: its blocks go with it */
+    free(file->ops);
     free(file->bounce);
     if (file->created_dir && rmdir(file->dir) != 0 && errno != ENOTEMPTY && errno != EEXIST)
         kvio_debug("%s: cannot remove the file tier's directory: %s", file->dir,
@@ -297,10 +394,126 @@ static int publish(int fd, bool named, const char *temporary, const char *final)
     return linkat(AT_FDCWD, self, AT_FDCWD, final, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
 }
 
+/* slab: count blocks read or written at their slots' offsets, the engine's
+ * depth in flight; with O_DIRECT and a buffer off 4 KiB, through the
+ * bounce buffers, depth at a time. Each block's status and latency; the
+ * first failure's text in error_p. */
+static void slab_batch(file_priv_t *file, bool write, const uint32_t *slots, void *const *data,
+                       size_t count, kvio_status_t *statuses_p, int64_t *latencies_ns_p,
+                       char *error_p, size_t error_len)
+{
+    uint32_t depth = tier_io_depth(file->io);
+    bool bounce = false;
+    for (size_t i = 0; file->direct && i < count; i++)
+        bounce |= (uintptr_t)data[i] % DIRECT_ALIGN != 0;
+    size_t chunk = bounce && count > depth ? depth : count;
+    if (chunk > file->ops_capacity) {
+        tier_io_op_t *ops = realloc(file->ops, chunk * sizeof(*ops));
+        if (ops == NULL) {
+            for (size_t i = 0; i < count; i++)
+                statuses_p[i] = KVIO_ERR_NOMEM;
+            snprintf(error_p, error_len, "file tier: out of memory for a batch of %zu", count);
+            return;
+        }
+        file->ops = ops;
+        file->ops_capacity = chunk;
+    }
+    uint64_t stride = (file->block_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    for (size_t start = 0; start < count; start += chunk) {
+        size_t n = count - start < chunk ? count - start : chunk;
+        for (size_t i = 0; i < n; i++) {
+            void *buffer = data[start + i];
+            if (bounce) {
+                buffer = (unsigned char *)file->bounce + i * stride;
+                if (write)
+                    memcpy(buffer, data[start + i], file->block_bytes);
+            }
+            file->ops[i] = (tier_io_op_t){.buffer = buffer,
+                                          .offset = (uint64_t)slots[start + i] * file->block_bytes,
+                                          .bytes = file->block_bytes};
+        }
+        tier_io_run(file->io, file->slab, write, file->ops, n);
+        for (size_t i = 0; i < n; i++) {
+            const tier_io_op_t *op = &file->ops[i];
+            latencies_ns_p[start + i] = op->latency_ns;
+            statuses_p[start + i] = KVIO_OK;
+            if (op->result != 0) {
+                char what[128];
+                snprintf(what, sizeof(what), "%s the block of slot %u (%llu of %llu bytes)",
+                         write ? "writing" : "reading", slots[start + i],
+                         (unsigned long long)op->done, (unsigned long long)op->bytes);
+                char text[512];
+                statuses_p[start + i] = errno_error(op->result, file->dir, what, text,
+                                                    sizeof(text));
+                if (error_p[0] == '\0')
+                    snprintf(error_p, error_len, "%s", text);
+            } else if (bounce && !write) {
+                memcpy(data[start + i], op->buffer, file->block_bytes);
+            }
+        }
+    }
+}
+
+static kvio_status_t files_put(file_priv_t *file, kvio_hash_t hash, const void *data,
+                               char *error_p, size_t error_len);
+static kvio_status_t files_get(file_priv_t *file, kvio_hash_t hash, void *data, char *error_p,
+                               size_t error_len);
+
+/* files: one block after the other, each timed. */
+static void files_batch(file_priv_t *file, bool write, const kvio_hash_t *hashes,
+                        void *const *data, size_t count, kvio_status_t *statuses_p,
+                        int64_t *latencies_ns_p, char *error_p, size_t error_len)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint64_t start_ns = kvio_time_ns();
+        char text[PATH_MAX + 256] = "";
+        statuses_p[i] = write ? files_put(file, hashes[i], data[i], text, sizeof(text))
+                              : files_get(file, hashes[i], data[i], text, sizeof(text));
+        latencies_ns_p[i] = (int64_t)(kvio_time_ns() - start_ns);
+        if (statuses_p[i] != KVIO_OK && error_p[0] == '\0')
+            snprintf(error_p, error_len, "%s", text);
+    }
+}
+
+static void file_put_batch(void *priv, const uint32_t *slots, const kvio_hash_t *hashes,
+                           const void *const *data, size_t count, kvio_status_t *statuses_p,
+                           int64_t *latencies_ns_p, char *error_p, size_t error_len)
+{
+    file_priv_t *file = priv;
+    /* The casts: a write only reads the buffers. */
+    if (file->layout == LAYOUT_FILES)
+        files_batch(file, true, hashes, (void *const *)data, count, statuses_p, latencies_ns_p,
+                    error_p, error_len);
+    else
+        slab_batch(file, true, slots, (void *const *)data, count, statuses_p, latencies_ns_p,
+                   error_p, error_len);
+}
+
+static void file_get_batch(void *priv, const uint32_t *slots, const kvio_hash_t *hashes,
+                           void *const *data, size_t count, kvio_status_t *statuses_p,
+                           int64_t *latencies_ns_p, char *error_p, size_t error_len)
+{
+    file_priv_t *file = priv;
+    if (file->layout == LAYOUT_FILES)
+        files_batch(file, false, hashes, data, count, statuses_p, latencies_ns_p, error_p,
+                    error_len);
+    else
+        slab_batch(file, false, slots, data, count, statuses_p, latencies_ns_p, error_p,
+                   error_len);
+}
+
 static kvio_status_t file_put(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
                               char *error_p, size_t error_len)
 {
-    file_priv_t *file = priv;
+    kvio_status_t status;
+    int64_t latency_ns;
+    file_put_batch(priv, &slot, &hash, &data, 1, &status, &latency_ns, error_p, error_len);
+    return status;
+}
+
+static kvio_status_t files_put(file_priv_t *file, kvio_hash_t hash, const void *data,
+                               char *error_p, size_t error_len)
+{
     char temporary[PATH_MAX], final[PATH_MAX];
     block_path(file, hash, true, temporary);
     block_path(file, hash, false, final);
@@ -344,7 +557,15 @@ static kvio_status_t file_put(void *priv, uint32_t slot, kvio_hash_t hash, const
 static kvio_status_t file_get(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
                               char *error_p, size_t error_len)
 {
-    file_priv_t *file = priv;
+    kvio_status_t status;
+    int64_t latency_ns;
+    file_get_batch(priv, &slot, &hash, &data, 1, &status, &latency_ns, error_p, error_len);
+    return status;
+}
+
+static kvio_status_t files_get(file_priv_t *file, kvio_hash_t hash, void *data, char *error_p,
+                               size_t error_len)
+{
     char path[PATH_MAX];
     block_path(file, hash, false, path);
     unsigned char *target = data;
@@ -386,6 +607,8 @@ static kvio_status_t file_remove(void *priv, uint32_t slot, kvio_hash_t hash, ch
                                  size_t error_len)
 {
     file_priv_t *file = priv;
+    if (file->layout == LAYOUT_SLAB)
+        return KVIO_OK; /* the slot is written over when it is reused */
     char path[PATH_MAX];
     block_path(file, hash, false, path);
     if (unlink(path) != 0 && errno != ENOENT)
@@ -397,12 +620,17 @@ static kvio_status_t file_remove(void *priv, uint32_t slot, kvio_hash_t hash, ch
 static void file_describe(const void *priv, char *text_p, size_t text_len)
 {
     const file_priv_t *file = priv;
-    snprintf(text_p, text_len, "file: %u blocks of %llu bytes in %s, %s%s%s", file->capacity,
-             (unsigned long long)file->block_bytes, file->dir,
-             file->direct ? "O_DIRECT" : "buffered", file->direct_note[0] ? " (" : "",
-             file->direct_note[0] ? file->direct_note : "");
-    if (file->direct_note[0] != '\0' && strlen(text_p) + 1 < text_len)
-        strcat(text_p, ")");
+    char engine[64] = "";
+    if (file->layout == LAYOUT_SLAB)
+        snprintf(engine, sizeof(engine), ", %s at queue depth %u",
+                 tier_io_engine_names[tier_io_engine(file->io)], tier_io_depth(file->io));
+    snprintf(text_p, text_len, "file: %u blocks of %llu bytes in %s (%s%s), %s%s%s%s%s",
+             file->capacity, (unsigned long long)file->block_bytes, file->dir,
+             layout_names[file->layout], engine, file->direct ? "O_DIRECT" : "buffered",
+             file->direct_note[0] ? " (" : "", file->direct_note,
+             file->direct_note[0] ? ")" : "", file->io_note[0] ? "; " : "");
+    if (file->io_note[0] != '\0' && strlen(text_p) + strlen(file->io_note) < text_len)
+        strcat(text_p, file->io_note);
 }
 
 static void file_report(const void *priv, json_t *object)
@@ -412,10 +640,20 @@ static void file_report(const void *priv, json_t *object)
     json_object_set_new(object, "o_direct", json_boolean(file->direct));
     if (file->direct_note[0] != '\0')
         json_object_set_new(object, "o_direct_note", json_string(file->direct_note));
+    json_object_set_new(object, "layout", json_string(layout_names[file->layout]));
+    if (file->layout == LAYOUT_SLAB) {
+        json_object_set_new(object, "io_engine",
+                            json_string(tier_io_engine_names[tier_io_engine(file->io)]));
+        json_object_set_new(object, "queue_depth", json_integer(tier_io_depth(file->io)));
+        if (file->io_note[0] != '\0')
+            json_object_set_new(object, "io_engine_note", json_string(file->io_note));
+    }
 }
 
 const kvio_tier_ops_t kvio_tier_file = {
-    .plugin = {.name = "file", .help = "one file per block, written unnamed and linked in",
+    .plugin = {.name = "file",
+               .help = "a slab file at device speed (io_uring, queue depth), or one file per "
+                       "block",
                .options = file_options, .options_size = sizeof(file_options_t),
                .check = file_check},
     .model = file_model,
@@ -425,6 +663,8 @@ const kvio_tier_ops_t kvio_tier_file = {
     .fini = file_fini,
     .put = file_put,
     .get = file_get,
+    .put_batch = file_put_batch,
+    .get_batch = file_get_batch,
     .remove = file_remove,
     .describe = file_describe,
     .report = file_report,

@@ -52,6 +52,17 @@ typedef struct kvio_tier_ops {
                          char *error_p, size_t error_len);
     kvio_status_t (*remove)(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
                             size_t error_len);
+    /* Optional: count blocks moved together (slots[i], hashes[i],
+     * data[i]); each one's status into statuses_p[i] and its own latency,
+     * submission to completion, into latencies_ns_p[i]; the first
+     * failure's text in error_p. Without them the framework calls put or
+     * get for each. */
+    void (*put_batch)(void *priv, const uint32_t *slots, const kvio_hash_t *hashes,
+                      const void *const *data, size_t count, kvio_status_t *statuses_p,
+                      int64_t *latencies_ns_p, char *error_p, size_t error_len);
+    void (*get_batch)(void *priv, const uint32_t *slots, const kvio_hash_t *hashes,
+                      void *const *data, size_t count, kvio_status_t *statuses_p,
+                      int64_t *latencies_ns_p, char *error_p, size_t error_len);
     /* Backends holding blocks in host memory (host): where the block in
      * slot lives, for callers that copy it themselves (a GPU pool's batched
      * loads). May be NULL. */

@@ -459,8 +459,13 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
     return status;
 }
 
-/* The load itself, on whichever thread: host blocks one by one (the lock
- * taken per block, so the engine's look-ups interleave). */
+/* Blocks a load hands a tier at once: its I/O engine keeps its queue
+ * depth busy within them, and the tiers' lock is let go between them so
+ * that the engine's look-ups interleave. */
+#define LOAD_BATCH 64
+
+/* The load itself, on whichever thread: host blocks in runs held by one
+ * tier, each run read as a batch, up to the first block no tier has. */
 static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *hashes,
                                  const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
                                  int64_t *tier_ns_p)
@@ -468,21 +473,29 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
     if (store->device != NULL)
         return load_gpu(store, hashes, ids, wanted, loaded_p, tier_ns_p);
     uint32_t loaded = 0;
-    for (; loaded < wanted; loaded++) {
+    void *buffers[LOAD_BATCH];
+    while (loaded < wanted) {
         uint64_t start_ns = kvio_time_ns();
         tiers_lock(store);
         kvio_tier_t *tier = tier_holding(store, hashes[loaded]);
+        size_t run = 0;
+        while (tier != NULL && loaded + run < wanted && run < LOAD_BATCH &&
+               (run == 0 || kvio_tier_contains(tier, hashes[loaded + run]))) {
+            buffers[run] = block_data(store, ids[loaded + run]);
+            run++;
+        }
+        size_t got = 0;
         int64_t cost_ns = 0;
-        kvio_status_t got =
-            tier != NULL
-                ? kvio_tier_get(tier, hashes[loaded], block_data(store, ids[loaded]), &cost_ns)
-                : KVIO_ERR_NOT_FOUND;
+        if (tier != NULL)
+            (void)kvio_tier_get_batch(tier, hashes + loaded, buffers, run, &got, &cost_ns);
         tiers_unlock(store);
         pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
-        if (got != KVIO_OK)
+        for (size_t i = 0; i < got; i++)
+            stamp_drop(store, ids[loaded + i]);
+        loaded += (uint32_t)got;
+        if (got < run || tier == NULL)
             break; /* a miss (or a tier error): compute the rest */
-        stamp_drop(store, ids[loaded]);
     }
     *loaded_p = loaded;
     return KVIO_OK;

@@ -921,7 +921,9 @@ static void *fill_after_first_block(void *arg)
  * disk that filled) ended the whole run with no metrics, though tier
  * errors are meant to count as misses. A file tier (write-through, every
  * request new content) whose disk fills under it after its first block:
- * the run completes and the tier counts the errors. */
+ * the run completes and the tier counts the errors. (The one-file-per-block
+ * layout: a slab takes its space when the tier is made, so a disk filling
+ * later cannot fail its writes.) */
 Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .timeout = 120)
 {
     char *dir = test_tmpdir();
@@ -938,8 +940,8 @@ Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .tim
              "name: tierfull\nseed: 3\nmode: emulate\nduration: 30s\n"
              "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
              "serve:\n  engine: {max_num_seqs: 2}\n"
-             "  kvcache: {block_size: 16, blocks: 100, tiers: [{kind: file, file: {path: %s}, "
-             "size: 64MiB, write: through}]}\n"
+             "  kvcache: {block_size: 16, blocks: 100, tiers: [{kind: file, file: {path: %s, "
+             "layout: files}, size: 64MiB, write: through}]}\n"
              "stream:\n  requests: 24\n  arrival: {process: constant, rate: 20}\n"
              "  input_tokens: {dist: constant, value: 1100}\n"
              "  output_tokens: {dist: constant, value: 4}\n",

@@ -202,7 +202,10 @@ Test(tier, options_defaults_and_yaml, .timeout = 10)
     config = tier_config("file", 1ull << 30, NULL);
     json = backend_json(&config);
     cr_assert_str_eq(test_json_string(json, "file.path"), "/tmp/kvio-tier");
-    cr_assert_not(test_json_true(json, "file.o_direct"));
+    cr_assert(test_json_true(json, "file.o_direct"));
+    cr_assert_str_eq(test_json_string(json, "file.layout"), "slab");
+    cr_assert_str_eq(test_json_string(json, "file.io_engine"), "io_uring");
+    cr_assert_eq(test_json_integer(json, "file.queue_depth"), 8);
     json_decref(json);
     kvio_config_free(kvio_tier_options, &config);
 
@@ -265,6 +268,7 @@ typedef struct backend_case {
     const char *kind;
     const char *label;
     bool emulate;
+    const char *layout; /* file: files or slab */
 } backend_case_t;
 
 static bool is(const backend_case_t *c, const char *kind) { return strcmp(c->kind, kind) == 0; }
@@ -284,7 +288,8 @@ static kvio_tier_t *create_case(const backend_case_t *c, uint32_t capacity, cons
             return NULL;
         config = tier_config("redis", size, "url: \"%s\", key_prefix: \"%s\"", url, prefix);
     } else if (is(c, "file")) {
-        config = tier_config("file", size, "path: \"%s\"", dir);
+        config = tier_config("file", size, "path: \"%s\", layout: %s", dir,
+                             c->layout != NULL ? c->layout : "files");
     } else {
         config = tier_config(c->kind, size, NULL);
     }
@@ -300,13 +305,20 @@ static kvio_tier_t *create_case(const backend_case_t *c, uint32_t capacity, cons
 /* Every backend, emulated and simulated (tests/test_plugins.c finds each
  * registered backend's row here). */
 static const backend_case_t backend_cases[] = {
-    {"host", "host", true},
-    {"file", "file", true},
-    {"redis", "redis", true},
-    {"host", "host simulated", false},
-    {"file", "file simulated", false},
-    {"redis", "redis simulated", false},
+    {"host", "host", true, NULL},
+    {"file", "file", true, "files"},
+    {"redis", "redis", true, NULL},
+    {"host", "host simulated", false, NULL},
+    {"file", "file simulated", false, NULL},
+    {"redis", "redis simulated", false, NULL},
+    {"file", "file slab", true, "slab"},
 };
+
+/* The file tier's one-file-per-block layout (its block files are looked at). */
+static bool files_layout(const backend_case_t *c)
+{
+    return is(c, "file") && c->layout != NULL && strcmp(c->layout, "files") == 0;
+}
 
 static void round_trip(const backend_case_t *c)
 {
@@ -353,7 +365,7 @@ static void round_trip(const backend_case_t *c)
     if (c->emulate && is(c, "host"))
         cr_assert_str_eq(test_json_string(json, "memory"), "pageable");
     json_decref(json);
-    if (is(c, "file") && c->emulate)
+    if (files_layout(c) && c->emulate)
         cr_assert_eq(count_files(path, ".kv"), 3);
     if (is(c, "file") && !c->emulate)
         cr_assert_neq(access(path, F_OK), 0, "simulate created %s", path);
@@ -367,6 +379,7 @@ done:
 
 Test(tier, round_trip_host, .timeout = 20) { round_trip(&backend_cases[0]); }
 Test(tier, round_trip_file, .timeout = 20) { round_trip(&backend_cases[1]); }
+Test(tier, round_trip_file_slab, .timeout = 20) { round_trip(&backend_cases[6]); }
 Test(tier, round_trip_redis, .timeout = 20) { round_trip(&backend_cases[2]); }
 Test(tier, round_trip_simulated, .timeout = 20)
 {
@@ -399,7 +412,7 @@ static void lru_eviction(const backend_case_t *c)
     cr_assert_eq(get_and_verify(tier, 4, BLOCK), KVIO_OK);
     cr_assert_eq(get_and_verify(tier, 3, BLOCK), KVIO_OK);
     cr_assert_eq(get_and_verify(tier, 1, BLOCK), KVIO_OK);
-    if (is(c, "file")) {
+    if (files_layout(c)) {
         char file[600];
         block_file(path, 2, file, sizeof(file));
         cr_assert_neq(access(file, F_OK), 0, "evicted block file %s remains", file);
@@ -430,6 +443,7 @@ done:
 
 Test(tier, lru_eviction_host, .timeout = 20) { lru_eviction(&backend_cases[0]); }
 Test(tier, lru_eviction_file, .timeout = 20) { lru_eviction(&backend_cases[1]); }
+Test(tier, lru_eviction_file_slab, .timeout = 20) { lru_eviction(&backend_cases[6]); }
 Test(tier, lru_eviction_redis, .timeout = 20) { lru_eviction(&backend_cases[2]); }
 
 /* The index against a reference LRU over many puts and gets (simulate mode:
@@ -616,7 +630,7 @@ static kvio_tier_t *create_file_tier(const char *path, uint32_t capacity, uint64
                                      bool o_direct)
 {
     kvio_tier_config_t config = tier_config("file", capacity * block_bytes,
-                                            "path: \"%s\", o_direct: %s", path,
+                                            "path: \"%s\", o_direct: %s, layout: files", path,
                                             o_direct ? "true" : "false");
     kvio_tier_t *tier = NULL;
     char error[512];
@@ -785,7 +799,8 @@ Test(tier, a_killed_writer_leaves_no_temporary_file, .timeout = 60)
         pid_t child = fork();
         cr_assert(child >= 0);
         if (child == 0) {
-            kvio_tier_config_t config = tier_config("file", 64ull * BIG, "path: \"%s\"", dir);
+            kvio_tier_config_t config =
+                tier_config("file", 64ull * BIG, "path: \"%s\", layout: files", dir);
             kvio_tier_t *tier = NULL;
             char error[512];
             if (kvio_tier_create(&config, BIG, true, &tier, error, sizeof(error)) != KVIO_OK)
@@ -812,6 +827,114 @@ Test(tier, a_killed_writer_leaves_no_temporary_file, .timeout = 60)
                      kill_number);
     }
     free(data);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The slab layout: blocks go in batches through each I/O engine, queue
+ * depth 4, and come back whole; a batch of gets stops at its first miss
+ * (the blocks after it are not read or counted). */
+Test(tier, slab_batches_move_blocks_together_on_every_engine, .timeout = 30)
+{
+    static const char *const engines[] = {"io_uring", "threads", "sync"};
+    enum { COUNT = 16 };
+    for (size_t e = 0; e < 3; e++) {
+        char *dir = test_tmpdir();
+        kvio_tier_config_t config =
+            tier_config("file", 32ull * BLOCK, "path: \"%s\", io_engine: %s, queue_depth: 4",
+                        dir, engines[e]);
+        kvio_tier_t *tier = NULL;
+        char error[512];
+        cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
+                     KVIO_OK, "%s", error);
+        kvio_config_free(kvio_tier_options, &config);
+        json_t *json = kvio_tier_stats_json(tier);
+        cr_assert_str_eq(test_json_string(json, "layout"), "slab");
+        /* io_uring may be refused (seccomp): then threads, and the note says so. */
+        const char *engine = test_json_string(json, "io_engine");
+        cr_assert(strcmp(engine, engines[e]) == 0 ||
+                      (e == 0 && strcmp(engine, "threads") == 0 &&
+                       test_contains(test_json_string(json, "io_engine_note"), "io_uring")),
+                  "%s: %s", engines[e], engine);
+        json_decref(json);
+        unsigned char *blocks = malloc((size_t)COUNT * BLOCK), *back = malloc((size_t)COUNT * BLOCK);
+        cr_assert(blocks != NULL && back != NULL);
+        kvio_hash_t hashes[COUNT];
+        const void *put_data[COUNT];
+        void *get_data[COUNT];
+        for (uint64_t i = 0; i < COUNT; i++) {
+            fill_block(blocks + i * BLOCK, 100 + i, BLOCK);
+            hashes[i] = block_hash(100 + i);
+            put_data[i] = blocks + i * BLOCK;
+            get_data[i] = back + i * BLOCK;
+        }
+        int64_t cost = 0;
+        cr_assert_eq(kvio_tier_put_batch(tier, hashes, put_data, COUNT, &cost), KVIO_OK, "%s",
+                     kvio_tier_error(tier));
+        cr_assert_gt(cost, 0);
+        cr_assert_eq(count_files(dir, ""), 2, "%s: the slab is nameless (. and ..)", engines[e]);
+        size_t got = 0;
+        memset(back, 0, (size_t)COUNT * BLOCK);
+        cr_assert_eq(kvio_tier_get_batch(tier, hashes, get_data, COUNT, &got, &cost), KVIO_OK);
+        cr_assert_eq(got, COUNT);
+        cr_assert(memcmp(blocks, back, (size_t)COUNT * BLOCK) == 0, "%s", engines[e]);
+        const kvio_tier_stats_t *stats = kvio_tier_stats(tier);
+        cr_assert_eq(stats->put_batches, 1);
+        cr_assert_eq(stats->get_batches, 1);
+        cr_assert_eq(stats->hits, COUNT);
+        cr_assert_eq(kvio_hist_count(stats->get_latency), COUNT);
+        /* A miss at block 5: blocks 0-4 come back, the rest are not asked for. */
+        hashes[5] = block_hash(999);
+        cr_assert_eq(kvio_tier_get_batch(tier, hashes, get_data, COUNT, &got, &cost),
+                     KVIO_ERR_NOT_FOUND);
+        cr_assert_eq(got, 5);
+        cr_assert_eq(stats->gets, 2 * COUNT - COUNT + 6, "16, then 5 hits and the miss");
+        cr_assert_eq(stats->misses, 1);
+        kvio_tier_destroy(tier);
+        free(blocks);
+        free(back);
+        test_rmtree(dir);
+        free(dir);
+    }
+}
+
+/* A rank killed while writing its slab leaves nothing behind: the slab
+ * never had a name. */
+Test(tier, a_killed_slab_writer_leaves_nothing, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    enum { BIG = 1 << 20 };
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        close(ready[0]);
+        kvio_tier_config_t config = tier_config("file", 64ull * BIG, "path: \"%s\"", dir);
+        kvio_tier_t *tier = NULL;
+        char error[512];
+        unsigned char *data = malloc(BIG);
+        if (data == NULL ||
+            kvio_tier_create(&config, BIG, true, &tier, error, sizeof(error)) != KVIO_OK)
+            _exit(2);
+        for (uint64_t id = 1;; id++) {
+            memset(data, (int)id, BIG);
+            int64_t cost = 0;
+            if (kvio_tier_put(tier, block_hash(id), data, &cost) != KVIO_OK)
+                _exit(3);
+            if (id == 3 && write(ready[1], "x", 1) != 1)
+                _exit(4);
+        }
+    }
+    close(ready[1]);
+    char byte;
+    cr_assert_eq(read(ready[0], &byte, 1), 1, "the writer wrote no blocks");
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    cr_assert(WIFSIGNALED(status), "the writer ended by itself: %d", status);
+    close(ready[0]);
+    cr_assert_eq(count_files(dir, ""), 2, "a killed writer left a file (. and .. only)");
     test_rmtree(dir);
     free(dir);
 }

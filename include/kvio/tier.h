@@ -79,8 +79,10 @@ typedef struct kvio_tier_stats {
     uint64_t checksum_failures; /* gets whose block came back changed (also errors) */
     uint64_t duplicates;            /* puts of a block already held: refreshed, not rewritten */
     uint64_t bytes_written, bytes_read;
-    int64_t write_ns, read_ns;      /* time spent in puts and gets */
-    kvio_hist_t *put_latency;        /* ns per put */
+    int64_t write_ns, read_ns;      /* time spent in puts and gets (a batch: its wall time) */
+    int64_t put_latency_sum_ns, get_latency_sum_ns; /* Σ of each block's own latency */
+    uint64_t put_batches, get_batches; /* calls that moved blocks */
+    kvio_hist_t *put_latency;        /* ns per put, from its submission to its completion */
     kvio_hist_t *get_latency;        /* ns per get that hit */
 } kvio_tier_stats_t;
 
@@ -131,6 +133,23 @@ bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash);
  * text in kvio_tier_error) the tier does not hold the block. */
 kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,
                             int64_t *cost_ns_p);
+
+/* count blocks at once (data[i] for hashes[i]): the backend moves them
+ * together where it can (the file tier's slab: its queue depth in flight),
+ * else one after the other. Blocks held already are refreshed; a block
+ * whose write fails is counted and left out. *cost_ns_p: the batch's
+ * time. Returns the first error (the rest are counted). */
+kvio_status_t kvio_tier_put_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                                  const void *const *data, size_t count, int64_t *cost_ns_p);
+
+/* Loads the leading blocks of hashes the tier holds, up to the first it
+ * does not (not read), into data[i], together where the backend can.
+ * *got_p: how many came back whole, in order; the status is KVIO_OK when
+ * all did, else what stopped them (KVIO_ERR_NOT_FOUND for a miss), as
+ * kvio_tier_get says. *cost_ns_p: the batch's time. */
+kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                                  void *const *data, size_t count, size_t *got_p,
+                                  int64_t *cost_ns_p);
 
 /* Emulate, with a rate: a get or put reports (in *cost_ns_p) at least the
  * time the rate gives a block, and returns as soon as the bytes moved; the
