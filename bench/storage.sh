@@ -7,16 +7,17 @@
 #    and the one-file-per-block layout against fio's psync at depth 1;
 #  - the host tier against memcpy (bench/memcpy_bw.c), same block size;
 #  - the Redis tier against redis-benchmark SET/GET at the block size,
-#    one connection, no pipelining (as the tier is), on a redis-server of
-#    its own.
+#    one connection, on a redis-server of its own: one block at a time
+#    against no pipelining, batches of 8 against 8 pipelined.
 # Blocks are BLOCK bytes (default 2 MiB: 16 tokens of Llama-3-8B), COUNT of
 # them (default 256) per phase, median of TRIALS (default 3) runs each.
 # fio is installed with apt-get when missing. Prints a table, then
 # `figure tier_file_over_fio_write|read` (slab QD8 against io_uring QD8),
 # `figure tier_file_over_fio_qd1_write|read` (slab QD1 against psync),
 # `figure tier_files_layout_over_fio_qd1_write|read`,
-# `figure tier_host_over_memcpy` and `figure tier_redis_over_redis_benchmark`
-# (the slower of SET and GET).
+# `figure tier_host_over_memcpy`, `figure tier_redis_over_redis_benchmark`
+# and `figure tier_redis_pipelined_over_redis_benchmark_p8` (the slower of
+# SET and GET).
 # Not measured yet: two storage targets of different speed (a throttled
 # loop device) and the MLPerf scenarios' trial-to-trial spread.
 set -euo pipefail
@@ -100,13 +101,17 @@ redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$w
     --daemonize no >"$work/redis.log" 2>&1 &
 redis_pid=$!
 for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-tier "{kind: redis, size: $((bytes + block)), redis: {url: \"redis://127.0.0.1:$port\"}}"
+tier "{kind: redis, size: $((bytes + block)), redis: {url: \"redis://127.0.0.1:$port\"}}" 1
 redis_write=$tier_write redis_read=$tier_read
-printf '%-34s %10.3f %10.3f\n' "kvio redis tier" "$redis_write" "$redis_read"
-# redis-benchmark's requests/s at the block size, as GB/s
+printf '%-34s %10.3f %10.3f\n' "kvio redis tier, one at a time" "$redis_write" "$redis_read"
+tier "{kind: redis, size: $((bytes + block)), redis: {url: \"redis://127.0.0.1:$port\"}}" 8
+redis_write8=$tier_write redis_read8=$tier_read
+printf '%-34s %10.3f %10.3f\n' "kvio redis tier, batches of 8" "$redis_write8" "$redis_read8"
+# bench_rate TEST [PIPELINE]: redis-benchmark's requests/s at the block
+# size, as GB/s
 bench_rate() {
     for _ in $(seq 1 "$trials"); do
-        redis-benchmark -p "$port" -t "$1" -d "$block" -n "$count" -c 1 -P 1 -r "$count" --csv -q |
+        redis-benchmark -p "$port" -t "$1" -d "$block" -n "$count" -c 1 -P "${2:-1}" -r "$count" --csv -q |
             awk -F'"' -v b="$block" 'NR > 0 && $2 != "test" {print $4 * b / 1e9; exit}'
     done | median
 }
@@ -116,6 +121,8 @@ set_rate=$(bench_rate set)
 redis-benchmark -p "$port" -t set -d "$block" -n $((count * 8)) -c 1 -P 1 -r "$count" -q >/dev/null
 get_rate=$(bench_rate get)
 printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P1 c1" "$set_rate" "$get_rate"
+set_rate8=$(bench_rate set 8); get_rate8=$(bench_rate get 8)
+printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P8 c1" "$set_rate8" "$get_rate8"
 
 echo "file tier: $file_info; host tier: $host_info"
 echo "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg); directory $dir ($(df -T "$dir" | awk 'NR == 2 {print $2}'))"
@@ -129,3 +136,5 @@ host_slower=$(awk -v a="$host_write" -v b="$host_read" 'BEGIN {print (a < b ? a 
 echo "figure tier_host_over_memcpy $(ratio "$host_slower" "$memcpy") x"
 set_ratio=$(ratio "$redis_write" "$set_rate"); get_ratio=$(ratio "$redis_read" "$get_rate")
 echo "figure tier_redis_over_redis_benchmark $(awk -v a="$set_ratio" -v b="$get_ratio" 'BEGIN {printf "%.2f", (a < b ? a : b)}') x"
+set_ratio8=$(ratio "$redis_write8" "$set_rate8"); get_ratio8=$(ratio "$redis_read8" "$get_rate8")
+echo "figure tier_redis_pipelined_over_redis_benchmark_p8 $(awk -v a="$set_ratio8" -v b="$get_ratio8" 'BEGIN {printf "%.2f", (a < b ? a : b)}') x"

@@ -132,6 +132,12 @@ kvio_status_t kvio_redis_get(kvio_redis_t *redis, const char *key, void *buffer,
 {
     return KVIO_ERR_UNSUPPORTED;
 }
+kvio_status_t kvio_redis_get_many(kvio_redis_t *redis, const char *const *keys,
+                                  void *const *buffers, const size_t *capacities,
+                                  size_t *lengths_p, kvio_status_t *statuses_p, size_t count)
+{
+    return KVIO_ERR_UNSUPPORTED;
+}
 kvio_status_t kvio_redis_del(kvio_redis_t *redis, const char *const *keys, size_t count)
 {
     return KVIO_ERR_UNSUPPORTED;

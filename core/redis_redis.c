@@ -180,10 +180,10 @@ kvio_status_t kvio_redis_set_many(kvio_redis_t *redis, const char *const *keys,
     return status;
 }
 
-kvio_status_t kvio_redis_get(kvio_redis_t *redis, const char *key, void *buffer,
-                             size_t capacity, size_t *length_p)
+/* A GET's reply into buffer (freed here); the key's own status. */
+static kvio_status_t take_value(kvio_redis_t *redis, const char *key, redisReply *reply,
+                                void *buffer, size_t capacity, size_t *length_p)
 {
-    redisReply *reply = redisCommand(redis->context, "GET %s", key);
     kvio_status_t status = reply_error(redis, reply, "GET");
     if (status == KVIO_OK && reply->type == REDIS_REPLY_NIL)
         status = fail(redis, KVIO_ERR_NOT_FOUND, "%s: no such key", key);
@@ -198,6 +198,30 @@ kvio_status_t kvio_redis_get(kvio_redis_t *redis, const char *key, void *buffer,
     }
     freeReplyObject(reply);
     return status;
+}
+
+kvio_status_t kvio_redis_get(kvio_redis_t *redis, const char *key, void *buffer,
+                             size_t capacity, size_t *length_p)
+{
+    redisReply *reply = redisCommand(redis->context, "GET %s", key);
+    return take_value(redis, key, reply, buffer, capacity, length_p);
+}
+
+kvio_status_t kvio_redis_get_many(kvio_redis_t *redis, const char *const *keys,
+                                  void *const *buffers, const size_t *capacities,
+                                  size_t *lengths_p, kvio_status_t *statuses_p, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (redisAppendCommand(redis->context, "GET %s", keys[i]) != REDIS_OK)
+            return context_error(redis);
+    for (size_t i = 0; i < count; i++) {
+        void *reply = NULL;
+        if (redisGetReply(redis->context, &reply) != REDIS_OK)
+            return context_error(redis); /* the connection is unusable now */
+        statuses_p[i] = take_value(redis, keys[i], reply, buffers[i], capacities[i],
+                                   &lengths_p[i]);
+    }
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_redis_del(kvio_redis_t *redis, const char *const *keys, size_t count)

@@ -442,7 +442,7 @@ static void slab_batch(file_priv_t *file, bool write, const uint32_t *slots, voi
                 snprintf(what, sizeof(what), "%s the block of slot %u (%llu of %llu bytes)",
                          write ? "writing" : "reading", slots[start + i],
                          (unsigned long long)op->done, (unsigned long long)op->bytes);
-                char text[512];
+                char text[PATH_MAX + 256];
                 statuses_p[start + i] = errno_error(op->result, file->dir, what, text,
                                                     sizeof(text));
                 if (error_p[0] == '\0')

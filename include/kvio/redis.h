@@ -54,6 +54,14 @@ kvio_status_t kvio_redis_set_many(kvio_redis_t *redis, const char *const *keys,
 kvio_status_t kvio_redis_get(kvio_redis_t *redis, const char *key, void *buffer,
                              size_t capacity, size_t *length_p);
 
+/* GETs count keys in one pipeline: key i into buffers[i] (capacities[i]
+ * bytes), its length into lengths_p[i], and its own status into
+ * statuses_p[i] (KVIO_ERR_NOT_FOUND, KVIO_ERR_NO_SPACE as kvio_redis_get).
+ * Returns a failure of the connection (the statuses then mean nothing). */
+kvio_status_t kvio_redis_get_many(kvio_redis_t *redis, const char *const *keys,
+                                  void *const *buffers, const size_t *capacities,
+                                  size_t *lengths_p, kvio_status_t *statuses_p, size_t count);
+
 kvio_status_t kvio_redis_del(kvio_redis_t *redis, const char *const *keys, size_t count);
 
 kvio_status_t kvio_redis_publish(kvio_redis_t *redis, const char *channel, const void *data,
