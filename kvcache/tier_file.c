@@ -167,6 +167,7 @@ typedef struct file_priv {
     char io_note[200];        /* the engine that ran instead of the one asked, and why */
     tier_io_op_t *ops;        /* slab: a batch's transfers */
     size_t ops_capacity;
+    tier_device_t device;     /* the device under dir */
 } file_priv_t;
 
 static void block_path(const file_priv_t *file, kvio_hash_t hash, bool temporary,
@@ -338,6 +339,7 @@ static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char 
         if (status != KVIO_OK)
             goto fail;
     }
+    tier_device_open(&file->device, file->dir);
     return KVIO_OK;
 fail:
     free(file->bounce);
@@ -641,6 +643,7 @@ static void file_report(const void *priv, json_t *object)
     if (file->direct_note[0] != '\0')
         json_object_set_new(object, "o_direct_note", json_string(file->direct_note));
     json_object_set_new(object, "layout", json_string(layout_names[file->layout]));
+    tier_device_report(&file->device, object);
     if (file->layout == LAYOUT_SLAB) {
         json_object_set_new(object, "io_engine",
                             json_string(tier_io_engine_names[tier_io_engine(file->io)]));

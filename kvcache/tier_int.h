@@ -7,6 +7,7 @@
 #include "kvio/tier.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,5 +72,21 @@ typedef struct kvio_tier_ops {
     void (*describe)(const void *priv, char *text_p, size_t text_len);
     void (*report)(const void *priv, json_t *object);
 } kvio_tier_ops_t;
+
+/* The block device under a directory (kvcache/tier_device.c): found when
+ * a file tier is made, reported with what it did since. */
+typedef struct tier_device {
+    unsigned major, minor;
+    bool known;              /* found in /proc/diskstats */
+    char name[64], model[128], fs[32], options[256];
+    uint64_t start[3];       /* sectors read, sectors written, ms busy, when opened */
+    uint64_t start_ns;
+} tier_device_t;
+
+void tier_device_open(tier_device_t *device, const char *dir);
+
+/* Adds "device": {name, model, file_system, mount_options, bytes_read,
+ * bytes_written, utilization since it was opened} to object. */
+void tier_device_report(const tier_device_t *device, json_t *object);
 
 #endif

@@ -1137,6 +1137,9 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     json_t *warnings = kvio_run_validity(workload, state->metrics);
     json_object_set_new(summary, "valid", json_boolean(json_array_size(warnings) == 0));
     json_object_set_new(summary, "modelled", kvio_run_modelled(workload, state->metrics));
+    json_t *storage = kvio_run_storage(workload, state->metrics);
+    if (storage != NULL)
+        json_object_set_new(summary, "storage", storage);
     json_object_set(summary, "warnings", warnings);
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,

@@ -340,4 +340,10 @@ json_t *kvio_run_validity(const kvio_workload_t *workload, const json_t *metrics
  * modelled): [{what, by, brief}], brief short enough for the table. */
 json_t *kvio_run_modelled(const kvio_workload_t *workload, const json_t *metrics);
 
+/* summary.json's storage block (run/storage.c): the tiers' bandwidth, IOPS,
+ * queue depth and latency percentiles over the serve ranks, cached tokens
+ * per second, storage throughput in tokens per second, and the MLPerf
+ * Storage names for them; NULL without tiers. */
+json_t *kvio_run_storage(const kvio_workload_t *workload, const json_t *metrics);
+
 #endif

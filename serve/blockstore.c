@@ -459,10 +459,10 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
     return status;
 }
 
-/* Blocks a load hands a tier at once: its I/O engine keeps its queue
- * depth busy within them, and the tiers' lock is let go between them so
- * that the engine's look-ups interleave. */
-#define LOAD_BATCH 64
+/* Blocks a load hands a tier at once: enough to keep a file tier's queue
+ * depth busy, few enough that the tiers' lock (held through the batch) is
+ * let go often for the engine's look-ups. */
+#define LOAD_BATCH 16
 
 /* The load itself, on whichever thread: host blocks in runs held by one
  * tier, each run read as a batch, up to the first block no tier has. */

@@ -7,6 +7,7 @@
 #include "kvio/tier.h"
 
 #include <criterion/criterion.h>
+#include <sys/prctl.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -799,6 +800,7 @@ Test(tier, a_killed_writer_leaves_no_temporary_file, .timeout = 60)
         pid_t child = fork();
         cr_assert(child >= 0);
         if (child == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
             kvio_tier_config_t config =
                 tier_config("file", 64ull * BIG, "path: \"%s\", layout: files", dir);
             kvio_tier_t *tier = NULL;
@@ -909,6 +911,7 @@ Test(tier, a_killed_slab_writer_leaves_nothing, .timeout = 60)
     pid_t child = fork();
     cr_assert(child >= 0);
     if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
         close(ready[0]);
         kvio_tier_config_t config = tier_config("file", 64ull * BIG, "path: \"%s\"", dir);
         kvio_tier_t *tier = NULL;
