@@ -85,6 +85,8 @@ struct kvio_tier {
     uint64_t *batch_checksums; /* filled when the copy hashed the blocks (batch_hashed) */
     bool batch_hashed;
     size_t batch_capacity;
+    kvio_tier_t *spill;       /* waterfall: where an evicted block goes (NULL: nowhere) */
+    void *spill_buffer;       /* emulate: the evicted block, read back on its way down */
     bool error_logged;
     char info[512];
     char error[512];
@@ -371,6 +373,7 @@ void kvio_tier_destroy(kvio_tier_t *tier)
     free(tier->batch_statuses);
     free(tier->batch_latencies);
     free(tier->batch_checksums);
+    free(tier->spill_buffer);
     free(tier->entries);
     free(tier->table);
     free(tier);
@@ -379,6 +382,8 @@ void kvio_tier_destroy(kvio_tier_t *tier)
 /* ---------- operations ---------- */
 
 int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->write; }
+
+void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next) { tier->spill = next; }
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
 uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier) { return tier->num_held; }
 const char *kvio_tier_info(const kvio_tier_t *tier) { return tier->info; }
@@ -390,12 +395,43 @@ bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash)
     return index_find(tier, hash, NULL) != NO_ENTRY;
 }
 
+/* Waterfall: the block leaving victim's slot goes down to the next tier
+ * (read back first in emulate mode, checked against its checksum); the
+ * next tier's own evictions go on down. A failure there is that tier's
+ * (counted), not this eviction's. */
+static int64_t spill_down(kvio_tier_t *tier, uint32_t victim, kvio_hash_t hash)
+{
+    const void *data = NULL;
+    if (tier->emulate) {
+        if (tier->spill_buffer == NULL &&
+            posix_memalign(&tier->spill_buffer, 4096,
+                           (tier->block_bytes + 4095) / 4096 * 4096) != 0) {
+            tier->spill_buffer = NULL;
+            return 0;
+        }
+        char error[512] = "";
+        if (tier->ops->get(tier->priv, victim, hash, tier->spill_buffer, error, sizeof(error)) !=
+                KVIO_OK ||
+            XXH3_64bits(tier->spill_buffer, tier->block_bytes) != tier->entries[victim].checksum)
+            return 0; /* lost or damaged on the way: it is not passed on */
+        data = tier->spill_buffer;
+    }
+    int64_t cost_ns = 0;
+    if (kvio_tier_put(tier->spill, hash, data, &cost_ns) != KVIO_OK)
+        return 0;
+    tier->stats.demotions++;
+    return cost_ns; /* the put that evicted waits for it; the next tier counts it */
+}
+
 /* Frees the least recently used block's slot for a new one (the backend
- * deletes it unless the store is volatile). */
-static kvio_status_t evict_one(kvio_tier_t *tier)
+ * deletes it unless the store is volatile); in a waterfall the block goes
+ * down a tier first. */
+static kvio_status_t evict_one(kvio_tier_t *tier, int64_t *spill_ns_p)
 {
     uint32_t victim = tier->lru_tail;
     kvio_hash_t victim_hash = tier->entries[victim].hash;
+    if (tier->spill != NULL && !kvio_tier_contains(tier->spill, victim_hash))
+        *spill_ns_p += spill_down(tier, victim, victim_hash);
     uint64_t victim_position;
     index_find(tier, victim_hash, &victim_position);
     entry_release(tier, victim, victim_position);
@@ -516,12 +552,22 @@ static int64_t batch_cost(const kvio_tier_t *tier, size_t count, int64_t wall_ns
            (int64_t)llround((double)tier->block_bytes * (double)count * 1e9 / tier->bandwidth);
 }
 
+/* Simulate: block i of a batch completes after the operation's latency and
+ * the bytes of the blocks up to it over the bandwidth (they share the
+ * link). */
+static int64_t model_latency(const kvio_tier_t *tier, size_t i)
+{
+    return tier->latency_ns +
+           (int64_t)llround((double)tier->block_bytes * (double)(i + 1) * 1e9 / tier->bandwidth);
+}
+
 /* Puts up to capacity new blocks: none of their slots is another's of the
  * same batch (an eviction takes the oldest block, never one of these). */
 static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
                                const void *const *data, size_t count, int64_t *cost_ns_p)
 {
     size_t fresh = 0;
+    int64_t spill_ns = 0;
     kvio_status_t first_error = KVIO_OK;
     for (size_t i = 0; i < count; i++) {
         uint32_t entry = index_find(tier, hashes[i], NULL);
@@ -535,7 +581,7 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         if (tier->emulate && data[i] == NULL)
             return tier_failed(tier, KVIO_ERR_INVALID, "put without data in emulate mode");
         if (tier->free_head == NO_ENTRY) {
-            kvio_status_t status = evict_one(tier);
+            kvio_status_t status = evict_one(tier, &spill_ns);
             if (status != KVIO_OK)
                 return status; /* the victim is out of the index */
         }
@@ -548,7 +594,7 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         fresh++;
     }
     if (fresh == 0) {
-        *cost_ns_p = 0;
+        *cost_ns_p = spill_ns;
         return KVIO_OK;
     }
     char error[512] = "";
@@ -582,13 +628,13 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         tier->num_held++;
         tier->stats.puts++;
         tier->stats.bytes_written += tier->block_bytes;
-        int64_t latency_ns = tier->emulate ? tier->batch_latencies[i] : cost_ns;
+        int64_t latency_ns = tier->emulate ? tier->batch_latencies[i] : model_latency(tier, i);
         tier->stats.put_latency_sum_ns += latency_ns;
         kvio_hist_record(tier->stats.put_latency, (uint64_t)latency_ns);
     }
     tier->stats.write_ns += cost_ns;
     tier->stats.put_batches++;
-    *cost_ns_p = cost_ns;
+    *cost_ns_p = cost_ns + spill_ns;
     return first_error;
 }
 
@@ -716,7 +762,7 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
             break;
         }
         get_hit(tier, entry);
-        int64_t latency_ns = tier->emulate ? tier->batch_latencies[got] : cost_ns;
+        int64_t latency_ns = tier->emulate ? tier->batch_latencies[got] : model_latency(tier, got);
         tier->stats.get_latency_sum_ns += latency_ns;
         kvio_hist_record(tier->stats.get_latency, (uint64_t)latency_ns);
     }
@@ -802,6 +848,7 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
     json_object_set_new(object, "hit_rate",
                         json_real(stats->gets ? (double)stats->hits / (double)stats->gets : 0));
     json_object_set_new(object, "evictions", json_integer((json_int_t)stats->evictions));
+    json_object_set_new(object, "demotions", json_integer((json_int_t)stats->demotions));
     json_object_set_new(object, "errors", json_integer((json_int_t)stats->errors));
     json_object_set_new(object, "checksum_failures",
                         json_integer((json_int_t)stats->checksum_failures));

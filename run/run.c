@@ -56,6 +56,35 @@ static void add_latency_row(kvio_table_t *table, const json_t *metrics, const ch
     kvio_table_add_row(table, key, mean, p50, p90, p99, NULL);
 }
 
+/* One row per tier of the storage block: its read and write bandwidth and
+ * P95 latency; then the cached tokens per second. */
+static void add_storage_rows(kvio_table_t *table, const kvio_workload_t *workload,
+                             const json_t *metrics)
+{
+    json_t *storage = kvio_run_storage(workload, metrics);
+    if (storage == NULL)
+        return;
+    size_t index;
+    const json_t *tier;
+    json_array_foreach(json_object_get(storage, "tiers"), index, tier) {
+        char label[48], text[160];
+        snprintf(label, sizeof(label), "tier %zu (%s)", index,
+                 json_string_value(json_object_get(tier, "kind")));
+        snprintf(text, sizeof(text),
+                 "read %.2f GB/s p95 %.2f ms, write %.2f GB/s p95 %.2f ms, QD %.1f/%.1f",
+                 metric(tier, "read_gbps", NULL), metric(tier, "read_latency_ms", "p95"),
+                 metric(tier, "write_gbps", NULL), metric(tier, "write_latency_ms", "p95"),
+                 metric(tier, "read_queue_depth", NULL), metric(tier, "write_queue_depth", NULL));
+        kvio_table_add_row(table, label, text, NULL);
+    }
+    char text[96];
+    snprintf(text, sizeof(text), "%.0f tok/s cached, %.0f tok/s moved",
+             metric(storage, "cached_tokens_per_s", NULL),
+             metric(storage, "storage_throughput_tokens_per_s", NULL));
+    kvio_table_add_row(table, "storage throughput", text, NULL);
+    json_decref(storage);
+}
+
 static void print_table(const kvio_workload_t *workload, const json_t *metrics,
                         const char *results_dir, bool complete, bool serving)
 {
@@ -118,6 +147,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
             snprintf(au, sizeof(au), "%.1f %%",
                      100 * metric(metrics, "accelerator_utilization", NULL));
         kvio_table_add_row(table, "accelerator utilization", au, NULL);
+        add_storage_rows(table, workload, metrics);
         if (json_object_get(metrics, "simulated_s") != NULL) {
             snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
             kvio_table_add_row(table, "simulated time", simulated, NULL);

@@ -35,6 +35,7 @@ struct kvio_block_store {
     bool verify_swaps;
     kvio_tier_t *const *tiers;
     size_t num_tiers;
+    size_t saved_tiers;     /* the tiers the pool's blocks are written to (waterfall: the first) */
     kvio_status_t status;    /* first copy error seen inside a pool hook */
     unsigned char *swap_space; /* host swap space, swap_num_slots blocks */
     uint32_t *swap_free;     /* stack of free slot indices */
@@ -127,6 +128,11 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
     store->verify_swaps = params->verify_swaps;
     store->tiers = params->tiers;
     store->num_tiers = params->num_tiers;
+    /* A waterfall: the pool's evictions go to the first tier, each tier's
+     * to the next. Each tier otherwise takes every block it lacks. */
+    store->saved_tiers = params->waterfall && params->num_tiers > 0 ? 1 : params->num_tiers;
+    for (size_t t = 0; params->waterfall && t + 1 < params->num_tiers; t++)
+        kvio_tier_spill_to(params->tiers[t], params->tiers[t + 1]);
     store->swap_space = params->swap_space;
     store->swap_num_slots = params->swap_blocks;
     kvio_status_t status = KVIO_OK;
@@ -309,7 +315,7 @@ static bool wants_save(kvio_block_store_t *store, kvio_hash_t hash, int policy)
 {
     bool wanted = false;
     tiers_lock(store);
-    for (size_t t = 0; t < store->num_tiers && !wanted; t++)
+    for (size_t t = 0; t < store->saved_tiers && !wanted; t++)
         wanted = kvio_tier_write_policy(store->tiers[t]) == policy &&
                  !kvio_tier_contains(store->tiers[t], hash);
     tiers_unlock(store);
@@ -330,7 +336,7 @@ static void pace(const kvio_block_store_t *store, uint64_t start_ns, int64_t cos
 static void put_tiers(kvio_block_store_t *store, kvio_hash_t hash, int policy, const void *data,
                       int64_t *tier_ns_p)
 {
-    for (size_t t = 0; t < store->num_tiers; t++) {
+    for (size_t t = 0; t < store->saved_tiers; t++) {
         kvio_tier_t *tier = store->tiers[t];
         uint64_t start_ns = kvio_time_ns();
         int64_t cost_ns = 0;

@@ -28,6 +28,7 @@ static const char *const preemption_names[] = {"recompute", "swap", NULL};
 static const char *const free_order_names[] = {"append", "prepend_unhashed", NULL};
 static const char *const index_names[] = {"hash", "radix", NULL};
 static const char *const tier_io_names[] = {"async", "sync", NULL};
+static const char *const placement_names[] = {"each", "waterfall", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
     {.key = "max_num_seqs", .type = KVIO_OPT_INT,
@@ -134,6 +135,12 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
              "(a request whose prefix is in a tier waits for it, its blocks reserved, while "
              "the others run); sync: inside the iteration, every request waits (kvio before "
              "#35)"},
+    {.key = "placement", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_kvcache_section_t, placement), .values = placement_names,
+     .default_value = "each",
+     .help = "each: every tier takes the blocks its write policy gives it; waterfall "
+             "(MLPerf Storage's kv-cache.py): the pool's evictions go to the first tier and "
+             "each tier's evictions to the next (only the first tier's write applies)"},
     {.key = "hybrid", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_kvcache_section_t, hybrid),
      .default_value = "false",
      .help = "a model with half its layers on a sliding window (gpt-oss) as vLLM's hybrid KV "
@@ -643,7 +650,8 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .device = params->kv_device, .block_bytes = params->block_bytes,
         .swap_space = params->swap_space, .swap_blocks = params->swap_space_blocks,
         .verify_swaps = params->verify_swaps, .tiers = params->tiers,
-        .num_tiers = params->num_tiers, .async_tiers = params->async_tiers};
+        .num_tiers = params->num_tiers, .async_tiers = params->async_tiers,
+        .waterfall = params->waterfall};
     engine->async_tiers = params->async_tiers;
     status = kvio_block_store_create(&store, &engine->store, error_p, error_len);
     if (status != KVIO_OK)

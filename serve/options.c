@@ -152,6 +152,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .index = serve->kvcache.index,
         .eviction = kvio_choice_name(&serve->kvcache.eviction),
         .window_tokens = serve->kvcache.hybrid ? (uint32_t)run->model->sliding_window : 0,
+        .waterfall = serve->kvcache.placement == KVIO_PLACEMENT_WATERFALL,
         .sched = &serve->scheduler,
         .seed = run->seed + serve_index,
         .cost = cost,

@@ -329,6 +329,7 @@ typedef struct kvio_block_store_params {
     kvio_tier_t *const *tiers;     /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
     bool async_tiers;              /* tier traffic beside the batch (tier_io: async) */
+    bool waterfall;                /* placement: waterfall (kvio_tier_spill_to) */
 } kvio_block_store_params_t;
 
 /* A preempted request's blocks in the swap space (slots NULL: none). */

@@ -544,10 +544,10 @@ Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
     free(dir);
 }
 
-/* The README's three recipes, as written but at small sizes: which
- * scheduler (compare with seeds), an update over ucx, file and redis (16 MiB
- * instead of 16 GB; redis when the test Redis runs), the hit rate of a
- * trace at N GiB of KV. */
+/* The README's recipes, as written but at small sizes: which scheduler
+ * (compare with seeds), an update over ucx, file and redis (16 MiB instead
+ * of 16 GB; redis when the test Redis runs), the hit rate of a trace at N
+ * GiB of KV, and whether a disk holds KV fast enough (3 s, small tiers). */
 Test(cli, the_readme_recipes_run_at_small_sizes, .timeout = 180)
 {
     char *dir = test_tmpdir();
@@ -594,6 +594,20 @@ Test(cli, the_readme_recipes_run_at_small_sizes, .timeout = 180)
                     NULL);
     cr_expect_eq(run.status, 0, "%s", run.err);
     cr_expect(test_contains(run.out, "s3fifo"), "%s", run.out);
+    test_run_free(&run);
+
+    char tiers[1200];
+    snprintf(tiers, sizeof(tiers),
+             "serve.kvcache.tiers=[{kind: host, size: 64MiB}, {kind: file, size: 256MiB, "
+             "file: {path: %s/kvio}}]", dir);
+    run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set", "duration=3s",
+                    "--set", "model.preset=llama3.2-1b", "--set",
+                    "serve.kvcache.capacity=1200MiB", "--set", tiers, "--set",
+                    "serve.kvcache.placement=waterfall", "-o", "disk", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "tier 1 (file)") &&
+                  test_contains(run.out, "storage throughput"),
+              "%s", run.out);
     test_run_free(&run);
     test_rmtree(dir);
     free(dir);

@@ -506,6 +506,39 @@ Test(simulate, hybrid_groups_take_pool_blocks_for_the_window_layers, .timeout = 
     }
 }
 
+/* serve.kvcache.placement: with each, every tier takes the blocks the
+ * pool evicts that it lacks, and passes nothing on; with waterfall (MLPerf Storage's), the first takes them and
+ * passes its own evictions to the second, which takes nothing else. The
+ * storage block reports both tiers, with MLPerf's names. */
+Test(simulate, a_waterfall_passes_evictions_down_the_tiers, .timeout = 60)
+{
+    const char *each[] = {
+        "serve.kvcache.tiers=[{kind: host, size: 64MiB}, {kind: file, size: 1GiB}]"};
+    const char *waterfall[] = {
+        "serve.kvcache.tiers=[{kind: host, size: 64MiB}, {kind: file, size: 1GiB}]",
+        "serve.kvcache.placement=waterfall"};
+    run_output_t output = run_text(shared_prefix, each, 1);
+    const json_t *tiers = json_object_get(json_object_get(output.summary, "metrics"), "tiers");
+    cr_assert_eq(json_array_size(tiers), 2);
+    cr_assert_gt(test_json_number(json_array_get(tiers, 0), "puts"), 0);
+    cr_expect_gt(test_json_number(json_array_get(tiers, 1), "puts"), 0,
+                 "the second tier takes the pool's evictions itself");
+    cr_expect_eq(test_json_number(json_array_get(tiers, 0), "demotions"), 0);
+    run_free(&output);
+
+    output = run_text(shared_prefix, waterfall, 2);
+    tiers = json_object_get(json_object_get(output.summary, "metrics"), "tiers");
+    double demotions = test_json_number(json_array_get(tiers, 0), "demotions");
+    cr_assert_gt(demotions, 0, "the small host tier passed nothing down");
+    cr_expect_eq(test_json_number(json_array_get(tiers, 1), "puts"), demotions);
+    const json_t *storage = json_object_get(output.summary, "storage");
+    cr_assert_not_null(storage);
+    cr_expect_eq(json_array_size(json_object_get(storage, "tiers")), 2);
+    cr_expect_not_null(json_object_get(json_object_get(storage, "mlperf"), "nvme_write_p95_ms"));
+    cr_expect_gt(test_json_number(storage, "storage_throughput_tokens_per_s"), 0);
+    run_free(&output);
+}
+
 /* #21: accelerator utilization counted swap and tier I/O as busy (1.000
  * with a 0.2 GB/s host link while most of the run waited on it). It is now
  * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction.

@@ -942,6 +942,45 @@ Test(tier, a_killed_slab_writer_leaves_nothing, .timeout = 60)
     free(dir);
 }
 
+/* A waterfall (kv-cache.py's placement): a tier that evicts a block hands
+ * it to the next first, which holds it intact; a block the next already has
+ * is not written again. In simulate mode the same happens without bytes. */
+Test(tier, a_waterfall_tier_passes_its_evictions_down, .timeout = 20)
+{
+    for (int emulate = 1; emulate >= 0; emulate--) {
+        kvio_tier_config_t small = tier_config("host", 2 * BLOCK, NULL);
+        kvio_tier_config_t large = tier_config("host", 8 * BLOCK, NULL);
+        kvio_tier_t *upper = NULL, *lower = NULL;
+        char error[512];
+        cr_assert_eq(kvio_tier_create(&small, BLOCK, emulate, &upper, error, sizeof(error)),
+                     KVIO_OK, "%s", error);
+        cr_assert_eq(kvio_tier_create(&large, BLOCK, emulate, &lower, error, sizeof(error)),
+                     KVIO_OK, "%s", error);
+        kvio_config_free(kvio_tier_options, &small);
+        kvio_config_free(kvio_tier_options, &large);
+        kvio_tier_spill_to(upper, lower);
+        unsigned char data[BLOCK];
+        int64_t cost;
+        for (uint64_t id = 1; id <= 4; id++) {
+            fill_block(data, id, BLOCK);
+            cr_assert_eq(kvio_tier_put(upper, block_hash(id), emulate ? data : NULL, &cost),
+                         KVIO_OK, "%s", kvio_tier_error(upper));
+        }
+        /* Blocks 1 and 2 left the upper tier for the lower one. */
+        cr_assert_eq(kvio_tier_stats(upper)->demotions, 2);
+        cr_assert_not(kvio_tier_contains(upper, block_hash(1)));
+        cr_assert(kvio_tier_contains(lower, block_hash(1)) &&
+                  kvio_tier_contains(lower, block_hash(2)));
+        cr_assert_not(kvio_tier_contains(lower, block_hash(3)), "only evictions go down");
+        if (emulate) {
+            cr_assert_eq(get_and_verify(lower, 1, BLOCK), KVIO_OK);
+            cr_assert_eq(get_and_verify(lower, 2, BLOCK), KVIO_OK);
+        }
+        kvio_tier_destroy(upper);
+        kvio_tier_destroy(lower);
+    }
+}
+
 Test(tier, file_refuses_a_path_it_cannot_use, .timeout = 10)
 {
     char *dir = test_tmpdir();

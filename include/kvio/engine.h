@@ -59,7 +59,14 @@ typedef struct kvio_kvcache_section {
     kvio_opt_list_t tiers;         /* of kvio_tier_config_t, checked in order */
     int tier_io;                   /* kvio_tier_io_t */
     bool hybrid;                   /* the model's window layers as vLLM's hybrid groups */
+    int placement;                 /* kvio_placement_t */
 } kvio_kvcache_section_t;
+
+/* Where blocks go in the lower tiers. */
+typedef enum {
+    KVIO_PLACEMENT_EACH = 0,      /* every tier of the write policy takes every block it lacks */
+    KVIO_PLACEMENT_WATERFALL = 1, /* the first takes the pool's; each passes its evictions on */
+} kvio_placement_t;
 
 /* How KV moves between the pool and the lower tiers. */
 typedef enum {
@@ -232,6 +239,7 @@ typedef struct kvio_engine_params {
     int index;                 /* kvio_kvcache_index_t */
     const char *eviction;
     uint32_t window_tokens;    /* > 0: hybrid groups, this window (kvio_kvcache_config_t) */
+    bool waterfall;            /* serve.kvcache.placement: waterfall */
     const kvio_sched_config_t *sched;
     uint64_t seed;
     const kvio_cost_t *cost;   /* borrowed */

@@ -76,6 +76,7 @@ bool kvio_tier_in_memory(const kvio_tier_config_t *config);
 /* Counters of one tier, per run. */
 typedef struct kvio_tier_stats {
     uint64_t puts, gets, hits, misses, evictions, errors;
+    uint64_t demotions;             /* waterfall: evicted blocks written to the next tier */
     uint64_t checksum_failures; /* gets whose block came back changed (also errors) */
     uint64_t duplicates;            /* puts of a block already held: refreshed, not rewritten */
     uint64_t bytes_written, bytes_read;
@@ -106,6 +107,12 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len);
 void kvio_tier_destroy(kvio_tier_t *tier);
+
+/* Waterfall placement (kv-cache.py's): a block this tier evicts is written
+ * to next (when next lacks it) before its slot is reused, read back and
+ * checked in emulate mode; next's evictions go on down its own. NULL: an
+ * evicted block is dropped. */
+void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next);
 
 /* kvio_tier_write_t: when the engine writes blocks down (the tier does not act on it). */
 int kvio_tier_write_policy(const kvio_tier_t *tier);
