@@ -46,9 +46,22 @@ typedef struct host_priv {
     uint64_t block_bytes;
     uint32_t capacity;
     bool pinned;             /* what the arena is */
+    bool huge_pages;         /* transparent huge pages asked for and on */
     kvio_device_t *domain;   /* pinned: true: the domain that page-locked it */
     char note[640];          /* why not pinned when asked ("" otherwise) */
 } host_priv_t;
+
+/* Whether the kernel's transparent huge pages are on (always or madvise). */
+static bool transparent_huge_pages(void)
+{
+    FILE *file = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (file == NULL)
+        return false;
+    char text[128] = "";
+    bool on = fgets(text, sizeof(text), file) != NULL && strstr(text, "[never]") == NULL;
+    fclose(file);
+    return on;
+}
 
 static kvio_status_t host_init(void *priv, const kvio_tier_setup_t *setup, char *error_p,
                                size_t error_len)
@@ -74,12 +87,19 @@ static kvio_status_t host_init(void *priv, const kvio_tier_setup_t *setup, char 
         return KVIO_ERR_NO_SPACE;
     }
     void *arena = mmap(NULL, host->arena_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena == MAP_FAILED) {
         snprintf(error_p, error_len, "host tier: cannot map %llu bytes: %s",
                  (unsigned long long)host->arena_bytes, strerror(errno));
         return KVIO_ERR_NOMEM;
     }
+    /* Huge pages where the kernel gives them (transparent huge pages not
+     * "never"): a 2 MiB block is one TLB entry, not 512. Asked for before
+     * the arena is touched, then every page faulted in at once. */
+    host->huge_pages = madvise(arena, host->arena_bytes, MADV_HUGEPAGE) == 0 &&
+                       transparent_huge_pages();
+    for (uint64_t at = 0; at < host->arena_bytes; at += 4096)
+        ((volatile unsigned char *)arena)[at] = 0;
     host->arena = arena;
     host->pinned = false;
     if (options->pinned) {
@@ -155,6 +175,7 @@ static void host_report(const void *priv, json_t *object)
 {
     const host_priv_t *host = priv;
     json_object_set_new(object, "memory", json_string(host->pinned ? "pinned" : "pageable"));
+    json_object_set_new(object, "huge_pages", json_boolean(host->huge_pages));
     if (host->note[0] != '\0')
         json_object_set_new(object, "memory_note", json_string(host->note));
 }
