@@ -557,6 +557,15 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
             report_label_copy(traffic->field[traffic->num_fields], REPORT_LABEL_MAX, key);
             traffic->value[traffic->num_fields++] = number;
         }
+        static const char *const latency_keys[2] = {"read_latency_ms", "write_latency_ms"};
+        static const char *const quantile_keys[TIER_QUANTILES] = {"p50", "p95", "p99", "p99_9"};
+        for (size_t l = 0; l < 2; l++) {
+            const json_t *latency = json_object_get(tier, latency_keys[l]);
+            traffic->has_latency[l] = json_integer_value(json_object_get(latency, "count")) > 0;
+            for (size_t q = 0; traffic->has_latency[l] && q < TIER_QUANTILES; q++)
+                traffic->latency_ms[l][q] =
+                    json_number_value(json_object_get(latency, quantile_keys[q]));
+        }
         if (traffic->num_fields > 0)
             run->num_tiers++;
     }

@@ -62,12 +62,18 @@ typedef struct update_row {
 #define UPDATE_ACTIVATED 7
 extern const char *const report_update_stage_names[UPDATE_STAGES];
 
-/* A tier's traffic: named byte counters. */
+/* Percentiles of a tier's latencies the report draws: p50, p95, p99, p99.9. */
+#define TIER_QUANTILES 4
+
+/* A tier's traffic: named byte counters, and its read and write latency
+ * percentiles (ms) where summary.json has them. */
 typedef struct tier_traffic {
     char name[REPORT_LABEL_MAX];
     size_t num_fields;
     char field[REPORT_MAX_TIER_FIELDS][REPORT_LABEL_MAX];
     double value[REPORT_MAX_TIER_FIELDS];
+    bool has_latency[2];                  /* read, write */
+    double latency_ms[2][TIER_QUANTILES];
 } tier_traffic_t;
 
 /* The metrics a report reads from one summary.json. */

@@ -479,6 +479,13 @@ Test(report, the_tier_chart_shows_a_real_runs_traffic, .timeout = 60)
     cr_assert_not_null(chart, "no hit-rate chart");
     cr_expect(test_contains(chart, ">with lower-tier hits<"), "%s", chart);
     free(chart);
+    /* Its latency by percentile, reads and writes of the tier. */
+    chart = figure(html, "chart-tier-latency");
+    cr_assert_not_null(chart, "no tier latency chart");
+    cr_expect(test_contains(chart, "host (rank 0) read") &&
+                  test_contains(chart, "host (rank 0) write"),
+              "%s", chart);
+    free(chart);
     free(html);
     test_rmtree(dir);
     free(dir);
