@@ -7,13 +7,16 @@
 #include <ctype.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 struct kvio_redis {
     redisContext *context;
@@ -160,11 +163,82 @@ kvio_status_t kvio_redis_ping(kvio_redis_t *redis)
     return simple(redis, "PING", redisCommand(redis->context, "PING"));
 }
 
+/* Values this large go to the socket from where they are, not through
+ * hiredis's buffers (which copy each one twice: formatting the command,
+ * then appending it to the output buffer). */
+#define DIRECT_VALUE_BYTES (64 << 10)
+
+/* Writes the iovecs whole to the connection's socket (blocking, bounded by
+ * its send timeout), advancing them as they go. */
+static kvio_status_t write_all(kvio_redis_t *redis, struct iovec *parts, size_t count)
+{
+    while (count > 0) {
+        int batch = count < IOV_MAX ? (int)count : IOV_MAX;
+        ssize_t written = writev(redis->context->fd, parts, batch);
+        if (written < 0 && errno == EINTR)
+            continue;
+        if (written < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK
+                       ? fail(redis, KVIO_ERR_TIMEOUT, "timed out writing")
+                       : fail(redis, KVIO_ERR_CONNECTION, "writing: %s", strerror(errno));
+        size_t left = (size_t)written;
+        while (count > 0 && left >= parts->iov_len) {
+            left -= parts->iov_len;
+            parts++;
+            count--;
+        }
+        if (count > 0) {
+            parts->iov_base = (char *)parts->iov_base + left;
+            parts->iov_len -= left;
+        }
+    }
+    return KVIO_OK;
+}
+
+/* SETs written as RESP straight from the caller's values: a header of its
+ * own per command, the value, its end. */
+static kvio_status_t send_sets(kvio_redis_t *redis, const char *const *keys,
+                               const void *const *values, const size_t *lengths, size_t count)
+{
+    enum { HEADER_MAX = 512 };
+    char *headers = malloc(count * HEADER_MAX);
+    struct iovec *parts = malloc(3 * count * sizeof(*parts));
+    kvio_status_t status = headers != NULL && parts != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    for (size_t i = 0; status == KVIO_OK && i < count; i++) {
+        char *header = headers + i * HEADER_MAX;
+        size_t key_length = strlen(keys[i]);
+        int length = snprintf(header, HEADER_MAX, "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
+                              key_length, keys[i], lengths[i]);
+        if (length < 0 || length >= HEADER_MAX) {
+            status = fail(redis, KVIO_ERR_INVALID, "%s: key too long", keys[i]);
+            break;
+        }
+        parts[3 * i] = (struct iovec){.iov_base = header, .iov_len = (size_t)length};
+        parts[3 * i + 1] = (struct iovec){.iov_base = (void *)values[i], .iov_len = lengths[i]};
+        parts[3 * i + 2] = (struct iovec){.iov_base = "\r\n", .iov_len = 2};
+    }
+    if (status == KVIO_OK)
+        status = write_all(redis, parts, 3 * count);
+    free(headers);
+    free(parts);
+    return status;
+}
+
 kvio_status_t kvio_redis_set_many(kvio_redis_t *redis, const char *const *keys,
                                   const void *const *values, const size_t *lengths,
                                   size_t count)
 {
+    bool direct = false;
     for (size_t i = 0; i < count; i++)
+        direct |= lengths[i] >= DIRECT_VALUE_BYTES;
+    /* hiredis's output buffer is empty here: every command before read its
+     * replies, which flushes it. */
+    if (direct) {
+        kvio_status_t sent = send_sets(redis, keys, values, lengths, count);
+        if (sent != KVIO_OK)
+            return sent;
+    }
+    for (size_t i = 0; !direct && i < count; i++)
         if (redisAppendCommand(redis->context, "SET %s %b", keys[i], values[i], lengths[i]) !=
             REDIS_OK)
             return context_error(redis);

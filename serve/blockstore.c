@@ -53,10 +53,13 @@ struct kvio_kv_load {
     kvio_hash_t *hashes;
     uint32_t *ids;
     uint32_t wanted;
-    uint32_t loaded;     /* once done */
+    uint32_t loaded;     /* once done; emulate: so far, under io->lock */
+    int64_t begin_ns;    /* simulate: when it starts on the link */
     int64_t end_ns;      /* simulate: when it ends on the link; emulate: -1 */
     kvio_status_t status;
     bool done;           /* emulate: set by the I/O thread under io->lock */
+    bool stop;           /* emulate: the engine took what had come (load_stop) */
+    bool abandoned;      /* emulate: ... and left the record to the I/O thread */
 };
 
 /* The I/O thread's work, in the order asked: a load, or a staged save. */
@@ -474,7 +477,7 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
  * tier, each run read as a batch, up to the first block no tier has. */
 static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *hashes,
                                  const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
-                                 int64_t *tier_ns_p)
+                                 int64_t *tier_ns_p, kvio_kv_load_t *progress)
 {
     if (store->device != NULL)
         return load_gpu(store, hashes, ids, wanted, loaded_p, tier_ns_p);
@@ -502,6 +505,14 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         loaded += (uint32_t)got;
         if (got < run || tier == NULL)
             break; /* a miss (or a tier error): compute the rest */
+        if (progress != NULL) { /* the I/O thread: say how far, and stop if told */
+            pthread_mutex_lock(&store->io->lock);
+            progress->loaded = loaded;
+            bool stop = progress->stop;
+            pthread_mutex_unlock(&store->io->lock);
+            if (stop)
+                break;
+        }
     }
     *loaded_p = loaded;
     return KVIO_OK;
@@ -511,7 +522,7 @@ kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t
                                     const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
                                     int64_t *tier_ns_p)
 {
-    kvio_status_t status = load_blocks(store, hashes, ids, wanted, loaded_p, tier_ns_p);
+    kvio_status_t status = load_blocks(store, hashes, ids, wanted, loaded_p, tier_ns_p, NULL);
     if (status != KVIO_OK && status != KVIO_ERR_NOMEM)
         gpu_failed(store, status, "loading KV blocks into the GPU");
     return status;
@@ -532,12 +543,19 @@ static void run_job(kvio_block_store_t *store, io_job_t *job)
         kvio_kv_load_t *load = job->load;
         uint32_t loaded = 0;
         kvio_status_t status = load_blocks(store, load->hashes, load->ids, load->wanted,
-                                           &loaded, &ignored_ns);
+                                           &loaded, &ignored_ns, load);
         pthread_mutex_lock(&io->lock);
-        load->loaded = loaded;
+        bool abandoned = load->abandoned;
+        if (!load->stop)
+            load->loaded = loaded; /* a stopped load keeps what the engine took */
         load->status = status;
         load->done = true;
         pthread_mutex_unlock(&io->lock);
+        if (abandoned) {
+            free(load->hashes);
+            free(load->ids);
+            free(load);
+        }
         return;
     }
     put_tiers(store, job->hash, job->policy, stage_data(store, job->slot), &ignored_ns);
@@ -762,9 +780,35 @@ kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_
     kvio_status_t status = kvio_block_store_load(store, load->hashes, load->ids, wanted,
                                                  &load->loaded, &cost_ns);
     load->end_ns = link_queue(store, now_ns, cost_ns);
+    load->begin_ns = load->end_ns - cost_ns;
     load->status = status;
     load->done = true;
     return status;
+}
+
+bool kvio_block_store_load_stop(kvio_block_store_t *store, kvio_kv_load_t *load, int64_t now_ns,
+                                uint32_t *loaded_p)
+{
+    if (store->io == NULL) {
+        /* Simulate: the blocks the link has carried by now. */
+        double share = load->end_ns > load->begin_ns
+                           ? (double)(now_ns - load->begin_ns) /
+                                 (double)(load->end_ns - load->begin_ns)
+                           : 1.0;
+        share = share < 0 ? 0 : share > 1 ? 1 : share;
+        *loaded_p = (uint32_t)((double)load->loaded * share);
+        kvio_block_store_load_free(store, load);
+        return true;
+    }
+    pthread_mutex_lock(&store->io->lock);
+    load->stop = true;
+    *loaded_p = load->loaded;
+    bool done = load->done;
+    load->abandoned = !done;
+    pthread_mutex_unlock(&store->io->lock);
+    if (done)
+        kvio_block_store_load_free(store, load);
+    return !done;
 }
 
 bool kvio_block_store_load_done(kvio_block_store_t *store, kvio_kv_load_t *load, int64_t now_ns,
@@ -786,6 +830,11 @@ bool kvio_block_store_load_done(kvio_block_store_t *store, kvio_kv_load_t *load,
         store->status = KVIO_ERR_NOMEM;
     *loaded_p = load->loaded;
     return true;
+}
+
+uint32_t kvio_block_store_load_wanted(const kvio_kv_load_t *load)
+{
+    return load->wanted;
 }
 
 int64_t kvio_block_store_load_end_ns(const kvio_kv_load_t *load)

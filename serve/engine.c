@@ -29,6 +29,7 @@ static const char *const free_order_names[] = {"append", "prepend_unhashed", NUL
 static const char *const index_names[] = {"hash", "radix", NULL};
 static const char *const tier_io_names[] = {"async", "sync", NULL};
 static const char *const placement_names[] = {"each", "waterfall", NULL};
+static const char *const prefetch_names[] = {"wait_complete", "best_effort", "timeout", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
     {.key = "max_num_seqs", .type = KVIO_OPT_INT,
@@ -141,6 +142,23 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
      .help = "each: every tier takes the blocks its write policy gives it; waterfall "
              "(MLPerf Storage's kv-cache.py): the pool's evictions go to the first tier and "
              "each tier's evictions to the next (only the first tier's write applies)"},
+    {.key = "prefetch", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_kvcache_section_t, prefetch),
+     .values = prefetch_names, .default_value = "wait_complete",
+     .help = "tier_io async: when a request whose prefix is in a tier stops waiting for it "
+             "(SGLang HiCache's prefetch policies): wait_complete (every block), best_effort "
+             "(as soon as it could run, with what has come; the rest is computed) or timeout "
+             "(prefetch_timeout_base + prefetch_timeout_per_1k per 1,024 tokens, at most "
+             "prefetch_timeout_max, then as best_effort)"},
+    {.key = "prefetch_timeout_base", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_kvcache_section_t, prefetch_timeout_base_ns), .default_value = "1s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "prefetch: timeout: the wait for any load"},
+    {.key = "prefetch_timeout_per_1k", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_kvcache_section_t, prefetch_timeout_per_1k_ns),
+     .default_value = "250ms", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "prefetch: timeout: more wait per 1,024 tokens to load"},
+    {.key = "prefetch_timeout_max", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_kvcache_section_t, prefetch_timeout_max_ns), .default_value = "0s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "prefetch: timeout: the longest wait (0s: none)"},
     {.key = "hybrid", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_kvcache_section_t, hybrid),
      .default_value = "false",
      .help = "a model with half its layers on a sliding window (gpt-oss) as vLLM's hybrid KV "
@@ -174,6 +192,7 @@ typedef struct engine_req {
     int64_t max_itl_ns;         /* its longest gap between two tokens */
     kvio_kv_load_t *load;       /* tier_io: async, its blocks on their way from a tier */
     int64_t kv_wait_start_ns;   /* when the load began */
+    int64_t prefetch_deadline_ns; /* prefetch best_effort or timeout: when it stops waiting */
     int64_t kv_wait_ns;         /* its time waiting for KV from a tier */
     bool admitted_once;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
@@ -224,6 +243,8 @@ struct kvio_engine {
                                    vLLM's WAITING_FOR_REMOTE_KVS), their blocks reserved */
     bool async_tiers;
     bool hybrid;                /* the pool has a window group (kvio_kvcache_computed) */
+    int prefetch;               /* kvio_prefetch_t */
+    int64_t prefetch_base_ns, prefetch_per_1k_ns, prefetch_max_ns;
     engine_req_t **scratch;     /* scheduled requests of the current iteration */
     size_t num_scratch, scratch_capacity;
     kvio_engine_scheduled_t *scheduled;
@@ -417,6 +438,8 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->spec_draft_tokens += src->spec_draft_tokens;
     dst->spec_accepted_tokens += src->spec_accepted_tokens;
     dst->kv_wait_requests += src->kv_wait_requests;
+    dst->prefetch_stopped += src->prefetch_stopped;
+    dst->prefetch_left_tokens += src->prefetch_left_tokens;
     dst->kv_wait_ns += src->kv_wait_ns;
     if (src->kv_wait_max_ns > dst->kv_wait_max_ns)
         dst->kv_wait_max_ns = src->kv_wait_max_ns;
@@ -669,6 +692,10 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .window_tokens = params->window_tokens,
     };
     engine->hybrid = params->window_tokens > 0;
+    engine->prefetch = params->prefetch;
+    engine->prefetch_base_ns = params->prefetch_timeout_base_ns;
+    engine->prefetch_per_1k_ns = params->prefetch_timeout_per_1k_ns;
+    engine->prefetch_max_ns = params->prefetch_timeout_max_ns;
     status = kvio_kvcache_create(&cache_config, &engine->cache);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "serve.kvcache: %s (eviction '%s', %u blocks)",
@@ -956,6 +983,9 @@ int64_t kvio_engine_kv_ready_ns(const kvio_engine_t *engine)
         int64_t end = kvio_block_store_load_end_ns(engine->loading.items[i]->load);
         if (end < 0)
             return -1;
+        if (engine->prefetch != KVIO_PREFETCH_WAIT_COMPLETE &&
+            engine->loading.items[i]->prefetch_deadline_ns < end)
+            end = engine->loading.items[i]->prefetch_deadline_ns;
         if (end < first)
             first = end;
     }
@@ -1247,6 +1277,23 @@ static kvio_status_t admission_fits(kvio_engine_t *engine, engine_req_t *req, ui
     return status;
 }
 
+/* When a load of blocks begun at now_ns stops being waited for: at once
+ * (best_effort: the request runs with what has come when it can run), or
+ * after SGLang's linear timeout; wait_complete never. */
+static int64_t prefetch_deadline(const kvio_engine_t *engine, uint32_t blocks, int64_t now_ns)
+{
+    if (engine->prefetch == KVIO_PREFETCH_WAIT_COMPLETE)
+        return INT64_MAX;
+    if (engine->prefetch == KVIO_PREFETCH_BEST_EFFORT)
+        return now_ns;
+    double tokens = (double)blocks * engine->block_size;
+    int64_t wait_ns = engine->prefetch_base_ns +
+                      (int64_t)((double)engine->prefetch_per_1k_ns * tokens / 1024.0);
+    if (engine->prefetch_max_ns > 0 && wait_ns > engine->prefetch_max_ns)
+        wait_ns = engine->prefetch_max_ns;
+    return now_ns + wait_ns;
+}
+
 /* tier_io: async. The request's blocks (the pool's hits and the tier's)
  * are reserved, the tier's begin to load, and the request waits in the
  * loading list, not at the queue's head, while the batch goes on (vLLM's
@@ -1285,25 +1332,38 @@ static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, u
     count_admission(engine, req, hits, hits, req_num_tokens(req), now_ns);
     req->computed = hits;
     req->kv_wait_start_ns = now_ns;
+    req->prefetch_deadline_ns = prefetch_deadline(engine, tier_blocks, now_ns);
     *started_p = true;
     return KVIO_OK;
 }
 
 /* tier_io: async: requests whose blocks have come join the running ones,
  * in the order their loads began, while max_num_seqs allows; a load cut
- * short by a miss leaves the rest of the prefix to compute. */
+ * short by a miss, or ended by the prefetch policy, leaves the rest of the
+ * prefix to compute. */
 static kvio_status_t collect_loaded(kvio_engine_t *engine, int64_t now_ns)
 {
     size_t i = 0;
     while (i < engine->loading.count) {
         engine_req_t *req = engine->loading.items[i];
         uint32_t loaded = 0;
-        if ((int64_t)engine->running.count >= engine->config.max_num_seqs ||
-            !kvio_block_store_load_done(engine->store, req->load, now_ns, &loaded)) {
+        if ((int64_t)engine->running.count >= engine->config.max_num_seqs) {
             i++;
             continue;
         }
-        kvio_block_store_load_free(engine->store, req->load);
+        if (kvio_block_store_load_done(engine->store, req->load, now_ns, &loaded)) {
+            kvio_block_store_load_free(engine->store, req->load);
+        } else if (engine->prefetch != KVIO_PREFETCH_WAIT_COMPLETE &&
+                   now_ns >= req->prefetch_deadline_ns) {
+            uint32_t wanted = kvio_block_store_load_wanted(req->load);
+            kvio_block_store_load_stop(engine->store, req->load, now_ns, &loaded);
+            engine->metrics.prefetch_stopped++;
+            engine->metrics.prefetch_left_tokens +=
+                (uint64_t)(wanted - loaded) * engine->block_size;
+        } else {
+            i++;
+            continue;
+        }
         req->load = NULL;
         uint32_t tokens = loaded * engine->block_size;
         req->computed += tokens;

@@ -76,12 +76,14 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     /* tier_io: async: the requests that waited for their KV from a tier. */
     json_object_set_new(
         object, "kv_wait",
-        json_pack("{s:I, s:f, s:f}", "requests", (json_int_t)metrics->kv_wait_requests,
+        json_pack("{s:I, s:f, s:f, s:I, s:I}", "requests", (json_int_t)metrics->kv_wait_requests,
                   "mean_ms",
                   metrics->kv_wait_requests > 0
                       ? (double)metrics->kv_wait_ns / 1e6 / (double)metrics->kv_wait_requests
                       : 0.0,
-                  "max_ms", (double)metrics->kv_wait_max_ns / 1e6));
+                  "max_ms", (double)metrics->kv_wait_max_ns / 1e6, "prefetch_stopped",
+                  (json_int_t)metrics->prefetch_stopped, "prefetch_left_tokens",
+                  (json_int_t)metrics->prefetch_left_tokens));
     json_object_set_new(object, "resumed_prefix_cache_queries",
                         json_integer((json_int_t)metrics->resumed_prefix_queries));
     json_object_set_new(object, "resumed_prefix_cache_hits",

@@ -400,8 +400,19 @@ bool kvio_block_store_load_done(kvio_block_store_t *store, kvio_kv_load_t *load,
  * again. */
 int64_t kvio_block_store_load_end_ns(const kvio_kv_load_t *load);
 
+/* The blocks a load was asked for. */
+uint32_t kvio_block_store_load_wanted(const kvio_kv_load_t *load);
+
 /* Frees a load (one not yet done is waited for first). */
 void kvio_block_store_load_free(kvio_block_store_t *store, kvio_kv_load_t *load);
+
+/* Ends a load before it is done, as SGLang HiCache's prefetch policies
+ * do: *loaded_p gets the blocks already loaded (simulate: those the link
+ * has carried by now_ns), the rest are left to compute, and the load is
+ * freed (emulate: by the I/O thread, once the batch in flight is done;
+ * then true, and those blocks' bytes may still arrive). */
+bool kvio_block_store_load_stop(kvio_block_store_t *store, kvio_kv_load_t *load, int64_t now_ns,
+                                uint32_t *loaded_p);
 
 /* Simulate, tier_io: async: the saves of the iteration ending at end_ns
  * take the link to the tiers after it. */

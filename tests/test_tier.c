@@ -833,6 +833,36 @@ Test(tier, a_killed_writer_leaves_no_temporary_file, .timeout = 60)
     free(dir);
 }
 
+/* count blocks of bytes (ids first_id on) to put in one batch, and room to
+ * get them back. */
+#define BATCH_MAX 16
+typedef struct test_batch {
+    unsigned char *blocks, *back;
+    kvio_hash_t hashes[BATCH_MAX];
+    const void *put[BATCH_MAX];
+    void *get[BATCH_MAX];
+} test_batch_t;
+
+static void batch_make(test_batch_t *batch, size_t count, size_t bytes, uint64_t first_id)
+{
+    cr_assert_leq(count, BATCH_MAX);
+    batch->blocks = malloc(count * bytes);
+    batch->back = calloc(count, bytes);
+    cr_assert(batch->blocks != NULL && batch->back != NULL);
+    for (size_t i = 0; i < count; i++) {
+        fill_block(batch->blocks + i * bytes, first_id + i, bytes);
+        batch->hashes[i] = block_hash(first_id + i);
+        batch->put[i] = batch->blocks + i * bytes;
+        batch->get[i] = batch->back + i * bytes;
+    }
+}
+
+static void batch_free(test_batch_t *batch)
+{
+    free(batch->blocks);
+    free(batch->back);
+}
+
 /* The slab layout: blocks go in batches through each I/O engine, queue
  * depth 4, and come back whole; a batch of gets stops at its first miss
  * (the blocks after it are not read or counted). */
@@ -859,17 +889,12 @@ Test(tier, slab_batches_move_blocks_together_on_every_engine, .timeout = 30)
                        test_contains(test_json_string(json, "io_engine_note"), "io_uring")),
                   "%s: %s", engines[e], engine);
         json_decref(json);
-        unsigned char *blocks = malloc((size_t)COUNT * BLOCK), *back = malloc((size_t)COUNT * BLOCK);
-        cr_assert(blocks != NULL && back != NULL);
-        kvio_hash_t hashes[COUNT];
-        const void *put_data[COUNT];
-        void *get_data[COUNT];
-        for (uint64_t i = 0; i < COUNT; i++) {
-            fill_block(blocks + i * BLOCK, 100 + i, BLOCK);
-            hashes[i] = block_hash(100 + i);
-            put_data[i] = blocks + i * BLOCK;
-            get_data[i] = back + i * BLOCK;
-        }
+        test_batch_t batch;
+        batch_make(&batch, COUNT, BLOCK, 100);
+        kvio_hash_t *hashes = batch.hashes;
+        const void **put_data = batch.put;
+        void **get_data = batch.get;
+        unsigned char *blocks = batch.blocks, *back = batch.back;
         int64_t cost = 0;
         cr_assert_eq(kvio_tier_put_batch(tier, hashes, put_data, COUNT, &cost), KVIO_OK, "%s",
                      kvio_tier_error(tier));
@@ -893,8 +918,7 @@ Test(tier, slab_batches_move_blocks_together_on_every_engine, .timeout = 30)
         cr_assert_eq(stats->gets, 2 * COUNT - COUNT + 6, "16, then 5 hits and the miss");
         cr_assert_eq(stats->misses, 1);
         kvio_tier_destroy(tier);
-        free(blocks);
-        free(back);
+        batch_free(&batch);
         test_rmtree(dir);
         free(dir);
     }
@@ -979,6 +1003,43 @@ Test(tier, a_waterfall_tier_passes_its_evictions_down, .timeout = 20)
         kvio_tier_destroy(upper);
         kvio_tier_destroy(lower);
     }
+}
+
+/* Redis values of 64 KiB and more are written from where they are (not
+ * through hiredis's buffers): a batch of large blocks round-trips whole. */
+Test(tier, redis_large_blocks_round_trip_in_one_pipeline, .timeout = 30)
+{
+    char reason[512], prefix[128];
+    const char *url = redis_url(reason, sizeof(reason));
+    if (!test_require("redis", url != NULL, reason))
+        return;
+    unique_prefix(prefix, sizeof(prefix), "large");
+    enum { LARGE = 256 << 10, COUNT = 4 };
+    kvio_tier_config_t config = tier_config("redis", 8ull * LARGE,
+                                            "url: \"%s\", key_prefix: \"%s\"", url, prefix);
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&config, LARGE, true, &tier, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
+    test_batch_t batch;
+    batch_make(&batch, COUNT, LARGE, 500);
+    kvio_hash_t *hashes = batch.hashes;
+    const void **put_data = batch.put;
+    void **get_data = batch.get;
+    unsigned char *blocks = batch.blocks, *back = batch.back;
+    int64_t cost;
+    cr_assert_eq(kvio_tier_put_batch(tier, hashes, put_data, COUNT, &cost), KVIO_OK, "%s",
+                 kvio_tier_error(tier));
+    size_t got = 0;
+    cr_assert_eq(kvio_tier_get_batch(tier, hashes, get_data, COUNT, &got, &cost), KVIO_OK, "%s",
+                 kvio_tier_error(tier));
+    cr_assert_eq(got, COUNT);
+    cr_assert(memcmp(blocks, back, (size_t)COUNT * LARGE) == 0);
+    /* And one at a time, after the batch: the connection is in step. */
+    cr_assert_eq(get_and_verify(tier, 502, LARGE), KVIO_OK);
+    kvio_tier_destroy(tier);
+    batch_free(&batch);
 }
 
 Test(tier, file_refuses_a_path_it_cannot_use, .timeout = 10)
@@ -1340,7 +1401,7 @@ static const char *kv_load_trace =
 #define KV_LOAD_YAML                                                                        \
     "name: kvload\nseed: 1\nmode: %s\nmodel: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"  \
     "serve:\n  engine: {max_num_seqs: 8, max_num_batched_tokens: 8192}\n"                   \
-    "  kvcache:\n    block_size: 16\n    blocks: 300\n    tier_io: %s\n"                    \
+    "  kvcache:\n    block_size: 16\n    blocks: 300\n    tier_io: %s\n%s"                  \
     "    tiers: [{kind: host, size: 512MiB, write: back, bandwidth: %s, rate: %s}]\n"    \
     "stream: {trace: {path: trace.jsonl, format: mooncake}}\n"
 
@@ -1351,12 +1412,14 @@ typedef struct kv_load_run {
     double tier_hit_tokens;
 } kv_load_run_t;
 
-static kv_load_run_t run_kv_load(const char *mode, const char *tier_io, const char *rate)
+/* run_kv_load with more serve.kvcache lines (prefetch: the policy's). */
+static kv_load_run_t run_kv_load_with(const char *mode, const char *tier_io, const char *rate,
+                                      const char *kvcache_lines)
 {
     char *dir = test_tmpdir();
     free(test_write_file(dir, "trace.jsonl", kv_load_trace));
     char yaml[1024];
-    snprintf(yaml, sizeof(yaml), KV_LOAD_YAML, mode, tier_io, rate, rate);
+    snprintf(yaml, sizeof(yaml), KV_LOAD_YAML, mode, tier_io, kvcache_lines, rate, rate);
     free(test_write_file(dir, "w.yaml", yaml));
     test_run_t run = test_kvio(dir, "run", "w.yaml", "-o", "out", NULL);
     cr_assert_eq(run.status, 0, "%s %s: %s", mode, tier_io, run.err);
@@ -1392,6 +1455,51 @@ static kv_load_run_t run_kv_load(const char *mode, const char *tier_io, const ch
     test_rmtree(dir);
     free(dir);
     return result;
+}
+
+static kv_load_run_t run_kv_load(const char *mode, const char *tier_io, const char *rate)
+{
+    return run_kv_load_with(mode, tier_io, rate, "");
+}
+
+/* SGLang HiCache's prefetch policies, in both modes, against the slow
+ * tier's 127 blocks (0.66 s at its 100 MB/s): wait_complete takes them
+ * all; timeout (200 ms) stops waiting then and computes the rest, having
+ * taken what came in time; best_effort runs at once, with what had come
+ * (nothing, on the virtual clock). */
+static void prefetch_policies(const char *mode)
+{
+    kv_load_run_t complete = run_kv_load_with(mode, "async", "1e8",
+                                              "    prefetch: wait_complete\n");
+    cr_expect_eq(complete.tier_hit_tokens, 127 * 16, "%s", mode);
+    kv_load_run_t timeout = run_kv_load_with(
+        mode, "async", "1e8",
+        "    prefetch: timeout\n    prefetch_timeout_base: 200ms\n"
+        "    prefetch_timeout_per_1k: 0s\n");
+    cr_expect_lt(timeout.tier_hit_tokens, 127 * 16, "%s: the rest was computed", mode);
+    cr_expect_lt(timeout.wait_ms, complete.wait_ms / 2, "%s: %.1f ms against %.1f ms", mode,
+                 timeout.wait_ms, complete.wait_ms);
+    cr_expect_geq(timeout.wait_ms, 199, "%s: it waited its 200 ms (%.1f)", mode,
+                  timeout.wait_ms);
+    kv_load_run_t best = run_kv_load_with(mode, "async", "1e8", "    prefetch: best_effort\n");
+    cr_expect_lt(best.wait_ms, timeout.wait_ms, "%s: best_effort %.1f ms", mode, best.wait_ms);
+    cr_expect_leq(best.tier_hit_tokens, timeout.tier_hit_tokens, "%s", mode);
+    if (strcmp(mode, "simulate") == 0) {
+        /* The link had carried 200 / 660 of the blocks at the timeout. */
+        cr_expect_float_eq(timeout.wait_ms, 200, 1, "%.3f", timeout.wait_ms);
+        cr_expect_gt(timeout.tier_hit_tokens, 0);
+        cr_expect_eq(best.tier_hit_tokens, 0);
+    }
+}
+
+Test(tier, prefetch_policies_stop_waiting_as_sglang_s_do_simulate, .timeout = 60)
+{
+    prefetch_policies("simulate");
+}
+
+Test(tier, prefetch_policies_stop_waiting_as_sglang_s_do_emulate, .timeout = 120)
+{
+    prefetch_policies("emulate");
 }
 
 /* A tier slower than compute, in both modes: with tier_io: async the

@@ -60,7 +60,19 @@ typedef struct kvio_kvcache_section {
     int tier_io;                   /* kvio_tier_io_t */
     bool hybrid;                   /* the model's window layers as vLLM's hybrid groups */
     int placement;                 /* kvio_placement_t */
+    int prefetch;                  /* kvio_prefetch_t */
+    int64_t prefetch_timeout_base_ns;
+    int64_t prefetch_timeout_per_1k_ns; /* per 1,024 tokens to load */
+    int64_t prefetch_timeout_max_ns;    /* 0: no cap */
 } kvio_kvcache_section_t;
+
+/* When a request whose prefix is in a tier stops waiting for it (tier_io:
+ * async), SGLang HiCache's hicache_storage_prefetch_policy. */
+typedef enum {
+    KVIO_PREFETCH_WAIT_COMPLETE = 0, /* until every block has come */
+    KVIO_PREFETCH_BEST_EFFORT = 1,   /* as soon as it could run: what has come, the rest computed */
+    KVIO_PREFETCH_TIMEOUT = 2,       /* until base + per 1K tokens, capped, then as best_effort */
+} kvio_prefetch_t;
 
 /* Where blocks go in the lower tiers. */
 typedef enum {
@@ -167,6 +179,8 @@ typedef struct kvio_engine_metrics {
                                                          and of them accepted */
     uint64_t kv_wait_requests;      /* measured requests that waited for KV from a tier */
     int64_t kv_wait_ns, kv_wait_max_ns; /* their waits: summed, the longest */
+    uint64_t prefetch_stopped;      /* loads ended early by the prefetch policy */
+    uint64_t prefetch_left_tokens;  /* tokens they left to compute */
     uint64_t swap_verify_failures;  /* swapped blocks whose checksum changed */
     uint64_t swap_space_exhausted;  /* swaps that fell back to recompute for want of space */
     int64_t swap_real_ns, swap_modelled_ns;
@@ -240,6 +254,8 @@ typedef struct kvio_engine_params {
     const char *eviction;
     uint32_t window_tokens;    /* > 0: hybrid groups, this window (kvio_kvcache_config_t) */
     bool waterfall;            /* serve.kvcache.placement: waterfall */
+    int prefetch;              /* kvio_prefetch_t, and its timeout */
+    int64_t prefetch_timeout_base_ns, prefetch_timeout_per_1k_ns, prefetch_timeout_max_ns;
     const kvio_sched_config_t *sched;
     uint64_t seed;
     const kvio_cost_t *cost;   /* borrowed */
