@@ -18,8 +18,10 @@
 # `figure tier_host_over_memcpy`, `figure tier_redis_over_redis_benchmark`
 # and `figure tier_redis_pipelined_over_redis_benchmark_p8` (the slower of
 # SET and GET).
-# Not measured yet: two storage targets of different speed (a throttled
-# loop device) and the MLPerf scenarios' trial-to-trial spread.
+# Then `figure storage_cv` (a whole emulate storage run's coefficient of
+# variation over CV_TRIALS trials, default 5) and `figure
+# storage_cv_over_fio` (against fio's over as many trials). Not measured
+# yet: two storage targets of different speed (a throttled loop device).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_BENCH_BUILD:-$root/build-bench}
@@ -29,7 +31,7 @@ count=${COUNT:-256}
 trials=${TRIALS:-3}
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVIO_BUILD_TESTS=OFF >/dev/null
-cmake --build "$build" -j 2 --target tier_rate memcpy_bw >/dev/null
+cmake --build "$build" -j 2 --target tier_rate memcpy_bw kvio >/dev/null
 if ! command -v fio >/dev/null; then
     echo "installing fio (apt-get)" >&2
     apt-get install -y -qq fio >/dev/null
@@ -124,6 +126,48 @@ printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P1 c1" "$set_rate" "$ge
 set_rate8=$(bench_rate set 8); get_rate8=$(bench_rate get 8)
 printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P8 c1" "$set_rate8" "$get_rate8"
 
+# storage_cv: the spread of a whole storage run, trial to trial (MLPerf
+# Storage's kv-cache.py measured a coefficient of variation of 50-125 % a
+# run): CV_TRIALS emulate runs, the same seed, of Llama 3.2 1B over a small
+# pool, a host tier and a file slab in this directory (waterfall, 10 s),
+# their storage throughput in tokens/s; against fio's own spread over as
+# many io_uring QD8 write trials here.
+cv_trials=${CV_TRIALS:-5}
+cat >"$work/storage.yaml" <<YAML
+name: storage-cv
+seed: 42
+mode: emulate
+duration: 10s
+model: {preset: llama3.2-1b}
+gpu: {preset: h100-pcie}
+serve:
+  engine: {max_num_seqs: 16}
+  kvcache:
+    block_size: 16
+    capacity: 1200MiB
+    placement: waterfall
+    tiers: [{kind: host, size: 256MiB}, {kind: file, size: 4GiB, file: {path: $dir/kvio}}]
+stream:
+  arrival: {process: poisson, rate: 40}
+  input_tokens: {dist: lognormal, mean: 2000, stddev: 1500, min: 64, max: 16384}
+  output_tokens: {dist: lognormal, mean: 100, stddev: 80, min: 4, max: 1024}
+  prefix:
+    sessions: {turns: {dist: uniform, low: 0.5, high: 6.5}, think_time: {dist: exponential, mean: 2s}}
+YAML
+cv_of() { awk '{v[NR] = $1; s += $1} END {m = s / NR; for (i = 1; i <= NR; i++) q += (v[i] - m) ^ 2; printf "%.4f", (NR > 1 && m > 0 ? sqrt(q / (NR - 1)) / m : 0)}'; }
+kvio_rates=$(for t in $(seq 1 "$cv_trials"); do
+    "$build/kvio" run "$work/storage.yaml" -o "$work/cv-$t" --force >/dev/null 2>&1
+    python3 -c "import json; print(json.load(open('$work/cv-$t/summary.json'))['storage']['storage_throughput_tokens_per_s'])"
+done)
+storage_cv=$(cv_of <<<"$kvio_rates")
+fio_cv=$(for _ in $(seq 1 "$cv_trials"); do
+    fio --name=kvio --directory="$dir" --filename=fio.dat --rw=write --bs="$block" \
+        --size="$bytes" --direct=1 --ioengine=io_uring --iodepth=8 --output-format=json |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['write']['bw_bytes'] / 1e9)"
+done | cv_of)
+printf '%-34s %10s %10s\n' "storage run, $cv_trials trials" "CV kvio" "CV fio"
+printf '%-34s %10.4f %10.4f\n' "tokens/s moved; fio QD8 writes" "$storage_cv" "$fio_cv"
+
 echo "file tier: $file_info; host tier: $host_info"
 echo "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg); directory $dir ($(df -T "$dir" | awk 'NR == 2 {print $2}'))"
 echo "figure tier_file_over_fio_write $(ratio "$file_write" "$fio_write8") x"
@@ -137,4 +181,6 @@ echo "figure tier_host_over_memcpy $(ratio "$host_slower" "$memcpy") x"
 set_ratio=$(ratio "$redis_write" "$set_rate"); get_ratio=$(ratio "$redis_read" "$get_rate")
 echo "figure tier_redis_over_redis_benchmark $(awk -v a="$set_ratio" -v b="$get_ratio" 'BEGIN {printf "%.2f", (a < b ? a : b)}') x"
 set_ratio8=$(ratio "$redis_write8" "$set_rate8"); get_ratio8=$(ratio "$redis_read8" "$get_rate8")
+echo "figure storage_cv $storage_cv"
+echo "figure storage_cv_over_fio $(ratio "$storage_cv" "$fio_cv") x"
 echo "figure tier_redis_pipelined_over_redis_benchmark_p8 $(awk -v a="$set_ratio8" -v b="$get_ratio8" 'BEGIN {printf "%.2f", (a < b ? a : b)}') x"

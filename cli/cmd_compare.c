@@ -26,7 +26,9 @@ static void usage(FILE *out)
             "and the table shows means with 95%% confidence intervals; compare.json\n"
             "also has each variant's paired difference from the first (seed by seed).\n"
             "--metrics adds rows: any numeric key of summary.json's metrics, dotted\n"
-            "(model_updates.update_latency_ms.p99, tiers.0.hit_rate, swapped_bytes).\n"
+            "(model_updates.update_latency_ms.p99, tiers.0.hit_rate, swapped_bytes),\n"
+            "or of its storage block (storage.tiers.1.read_gbps). compare.json gives\n"
+            "every row's median and coefficient of variation (cv) over the seeds too.\n"
             "--format json prints compare.json on stdout instead of the table.\n"
             "Rows a variant's runs lack show '-'. Writes DIR/<variant>/ per run and\n"
             "DIR/compare.json (default DIR: results/compare-<name>-<time>).\n");

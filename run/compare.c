@@ -66,17 +66,21 @@ static const compared_t compared_metrics[] = {
     {"update_effects", "stale_hit_tokens", "stale_hit_tokens"},
     {"update_effects", "update_recomputed_tokens", "tokens recomputed (updates)"},
     {"mean_inference_loss", NULL, "mean inference loss"},
+    {"storage", "storage_throughput_tokens_per_s", "storage throughput (tok/s)"},
+    {"storage", "cached_tokens_per_s", "cached tokens (tok/s)"},
 };
 #define NUM_FIXED (sizeof(compared_metrics) / sizeof(compared_metrics[0]))
 #define MAX_COMPARED (NUM_FIXED + KVIO_COMPARE_MAX_METRICS)
 
-/* The metric's value (keys by dots; a number indexes an array); NAN when
- * the run does not have it. */
-static double read_metric(const json_t *metrics, const compared_t *which)
+/* The metric's value in a run's summary (keys by dots under metrics, or
+ * under storage for storage.*; a number indexes an array); NAN when the run
+ * does not have it. */
+static double read_metric(const json_t *summary, const compared_t *which)
 {
     char path[256];
     snprintf(path, sizeof(path), "%s", which->key);
-    const json_t *value = metrics;
+    bool storage = strncmp(path, "storage", 7) == 0 && (path[7] == '\0' || path[7] == '.');
+    const json_t *value = storage ? summary : json_object_get(summary, "metrics");
     char *save = NULL;
     for (char *key = strtok_r(path, ".", &save); key != NULL && value != NULL;
          key = strtok_r(NULL, ".", &save)) {
@@ -89,6 +93,33 @@ static double read_metric(const json_t *metrics, const compared_t *which)
     if (which->field != NULL)
         value = json_object_get(value, which->field);
     return json_is_number(value) ? json_number_value(value) : NAN;
+}
+
+/* The median and the coefficient of variation (sample standard deviation
+ * over the mean) of count values, those that are not NAN. */
+static void spread(const double *values, long count, double *median_p, double *cv_p)
+{
+    double sorted[256];
+    size_t n = 0;
+    for (long r = 0; r < count && n < 256; r++)
+        if (!isnan(values[r]))
+            sorted[n++] = values[r];
+    if (n == 0)
+        return;
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            double swap = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = swap;
+        }
+    *median_p = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    double sum = 0, squares = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += sorted[i];
+    double mean = sum / (double)n;
+    for (size_t i = 0; i < n; i++)
+        squares += (sorted[i] - mean) * (sorted[i] - mean);
+    *cv_p = n > 1 && mean != 0 ? sqrt(squares / (double)(n - 1)) / fabs(mean) : 0;
 }
 
 /* The rows of this compare: the fixed ones, then the options' extra keys. */
@@ -332,7 +363,7 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
         /* The run's summary in memory: compare reads no file it wrote. */
         json_t *metrics = json_object_get(summary, "metrics");
         for (size_t m = 0; m < comparison->num_compared; m++)
-            comparison->values[i][m][r] = read_metric(metrics, &comparison->list[m]);
+            comparison->values[i][m][r] = read_metric(summary, &comparison->list[m]);
         const json_t *warnings = json_object_get(summary, "warnings");
         valid = valid && json_array_size(warnings) == 0;
         json_array_append_new(runs, json_pack("{s:s, s:I, s:O, s:b, s:O}", "dir", run_dir,
@@ -356,8 +387,14 @@ static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **en
         kvio_mean_ci95(comparison->values[i][m], options->repeat, &mean, &half);
         if (isnan(mean))
             continue; /* an optional metric this variant does not have */
+        /* The median and the coefficient of variation too: MLPerf Storage
+         * reports the median of its trials, and their spread is the figure
+         * that says whether a storage result can be trusted. */
+        double median = NAN, cv = NAN;
+        spread(comparison->values[i][m], options->repeat, &median, &cv);
         json_object_set_new(means, comparison->list[m].label,
-                            json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
+                            json_pack("{s:f, s:f, s:f, s:f}", "mean", mean, "ci95", half,
+                                      "median", median, "cv", cv));
     }
     json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
                               variant->settings, "runs", runs, "summary", means);

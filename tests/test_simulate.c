@@ -539,6 +539,41 @@ Test(simulate, a_waterfall_passes_evictions_down_the_tiers, .timeout = 60)
     run_free(&output);
 }
 
+/* kvio compare over seeds reads the storage block too, and gives each row
+ * its median and coefficient of variation (MLPerf Storage reports the
+ * median of 3-5 trials; their spread says whether to trust it). */
+Test(simulate, compare_gives_storage_rows_their_median_and_spread, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", shared_prefix);
+    test_run_t run = test_kvio(dir, "compare", file, "--vary",
+                               "serve.kvcache.placement=each,waterfall", "--repeat", "3", "--set",
+                               "duration=10s", "--set",
+                               "serve.kvcache.tiers=[{kind: host, size: 64MiB}, {kind: file, "
+                               "size: 1GiB}]",
+                               "--format", "json", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    json_t *compare = json_loads(run.out, 0, NULL);
+    cr_assert_not_null(compare, "%s", run.out);
+    const json_t *variants = json_object_get(compare, "variants");
+    cr_assert_eq(json_array_size(variants), 2);
+    for (size_t v = 0; v < 2; v++) {
+        const json_t *row = json_object_get(
+            json_object_get(json_array_get(variants, v), "summary"), "storage throughput (tok/s)");
+        cr_assert_not_null(row, "variant %zu has no storage row", v);
+        double mean = test_json_number(row, "mean"), median = test_json_number(row, "median");
+        cr_expect_gt(mean, 0);
+        cr_expect_gt(median, 0);
+        cr_expect_geq(test_json_number(row, "cv"), 0);
+        cr_expect_lt(test_json_number(row, "cv"), 1);
+    }
+    json_decref(compare);
+    test_run_free(&run);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #21: accelerator utilization counted swap and tier I/O as busy (1.000
  * with a 0.2 GB/s host link while most of the run waited on it). It is now
  * compute over wall time (DLIO's AU); the I/O wait is io_stall_fraction.
