@@ -334,25 +334,45 @@ static void pace(const kvio_block_store_t *store, uint64_t start_ns, int64_t cos
         kvio_tier_pace(start_ns, cost_ns);
 }
 
-/* Writes data (host bytes; NULL in simulate) to every tier of the write
- * policy that lacks hash; their time adds to *tier_ns_p. */
-static void put_tiers(kvio_block_store_t *store, kvio_hash_t hash, int policy, const void *data,
-                      int64_t *tier_ns_p)
+/* Saves the I/O thread writes to a tier at once: consecutive staged saves
+ * of one write policy, so that a file tier's queue depth is used. */
+#define SAVE_BATCH 16
+
+/* Writes count blocks (host bytes; NULL in simulate) of one write policy
+ * to every tier of it that lacks them, each tier's share as one batch;
+ * their time adds to *tier_ns_p. A failed write (Redis away, a full disk)
+ * is counted by the tier (stats.errors, the first one logged) and leaves
+ * the block out of it: a later miss, never the end of the run. */
+static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                            const void *const *data, size_t count, int policy,
+                            int64_t *tier_ns_p)
 {
+    kvio_hash_t wanted[SAVE_BATCH];
+    const void *wanted_data[SAVE_BATCH];
     for (size_t t = 0; t < store->saved_tiers; t++) {
         kvio_tier_t *tier = store->tiers[t];
         uint64_t start_ns = kvio_time_ns();
         int64_t cost_ns = 0;
+        size_t n = 0;
         tiers_lock(store);
-        /* A failed write (Redis away, a full disk) is counted by the tier
-         * (stats.errors, the first one logged) and leaves the block out of
-         * it: a later miss, never the end of the run. */
-        if (kvio_tier_write_policy(tier) == policy && !kvio_tier_contains(tier, hash))
-            (void)kvio_tier_put(tier, hash, data, &cost_ns);
+        for (size_t i = 0; kvio_tier_write_policy(tier) == policy && i < count; i++) {
+            if (!kvio_tier_contains(tier, hashes[i])) {
+                wanted[n] = hashes[i];
+                wanted_data[n++] = data[i];
+            }
+        }
+        if (n > 0)
+            (void)kvio_tier_put_batch(tier, wanted, wanted_data, n, &cost_ns);
         tiers_unlock(store);
         pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
     }
+}
+
+static void put_tiers(kvio_block_store_t *store, kvio_hash_t hash, int policy, const void *data,
+                      int64_t *tier_ns_p)
+{
+    put_tiers_batch(store, &hash, &data, 1, policy, tier_ns_p);
 }
 
 static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy);
@@ -535,33 +555,54 @@ static unsigned char *stage_data(const kvio_block_store_t *store, uint32_t slot)
     return store->io->stage + (uint64_t)slot * store->block_bytes;
 }
 
-static void run_job(kvio_block_store_t *store, io_job_t *job)
+/* A load on the I/O thread: its progress told after each batch, and its
+ * record freed here when the engine stopped waiting for it. */
+static void run_load(kvio_block_store_t *store, kvio_kv_load_t *load)
 {
     kvio_kv_io_t *io = store->io;
     int64_t ignored_ns = 0;
-    if (job->load != NULL) {
-        kvio_kv_load_t *load = job->load;
-        uint32_t loaded = 0;
-        kvio_status_t status = load_blocks(store, load->hashes, load->ids, load->wanted,
-                                           &loaded, &ignored_ns, load);
-        pthread_mutex_lock(&io->lock);
-        bool abandoned = load->abandoned;
-        if (!load->stop)
-            load->loaded = loaded; /* a stopped load keeps what the engine took */
-        load->status = status;
-        load->done = true;
-        pthread_mutex_unlock(&io->lock);
-        if (abandoned) {
-            free(load->hashes);
-            free(load->ids);
-            free(load);
-        }
-        return;
-    }
-    put_tiers(store, job->hash, job->policy, stage_data(store, job->slot), &ignored_ns);
+    uint32_t loaded = 0;
+    kvio_status_t status = load_blocks(store, load->hashes, load->ids, load->wanted, &loaded,
+                                       &ignored_ns, load);
     pthread_mutex_lock(&io->lock);
-    io->free_slots[io->num_free++] = job->slot;
+    bool abandoned = load->abandoned;
+    if (!load->stop)
+        load->loaded = loaded; /* a stopped load keeps what the engine took */
+    load->status = status;
+    load->done = true;
     pthread_mutex_unlock(&io->lock);
+    if (abandoned) {
+        free(load->hashes);
+        free(load->ids);
+        free(load);
+    }
+}
+
+/* Runs count staged saves of one policy as batches and frees their slots. */
+static void run_saves(kvio_block_store_t *store, io_job_t *const *jobs, size_t count)
+{
+    kvio_kv_io_t *io = store->io;
+    kvio_hash_t hashes[SAVE_BATCH];
+    const void *data[SAVE_BATCH];
+    for (size_t i = 0; i < count; i++) {
+        hashes[i] = jobs[i]->hash;
+        data[i] = stage_data(store, jobs[i]->slot);
+    }
+    int64_t ignored_ns = 0;
+    put_tiers_batch(store, hashes, data, count, jobs[0]->policy, &ignored_ns);
+    pthread_mutex_lock(&io->lock);
+    for (size_t i = 0; i < count; i++)
+        io->free_slots[io->num_free++] = jobs[i]->slot;
+    pthread_mutex_unlock(&io->lock);
+}
+
+static io_job_t *io_pop(kvio_kv_io_t *io)
+{
+    io_job_t *job = io->head;
+    io->head = job->next;
+    if (io->head == NULL)
+        io->tail = NULL;
+    return job;
 }
 
 static void *io_main(void *context)
@@ -577,14 +618,20 @@ static void *io_main(void *context)
         }
         if (io->head == NULL)
             break; /* quit, with everything asked done */
-        io_job_t *job = io->head;
-        io->head = job->next;
-        if (io->head == NULL)
-            io->tail = NULL;
+        io_job_t *jobs[SAVE_BATCH];
+        size_t count = 0;
+        jobs[count++] = io_pop(io);
+        while (jobs[0]->load == NULL && count < SAVE_BATCH && io->head != NULL &&
+               io->head->load == NULL && io->head->policy == jobs[0]->policy)
+            jobs[count++] = io_pop(io);
         io->busy = true;
         pthread_mutex_unlock(&io->lock);
-        run_job(store, job);
-        free(job);
+        if (jobs[0]->load != NULL)
+            run_load(store, jobs[0]->load);
+        else
+            run_saves(store, jobs, count);
+        for (size_t i = 0; i < count; i++)
+            free(jobs[i]);
         pthread_mutex_lock(&io->lock);
     }
     io->busy = false;
