@@ -56,14 +56,42 @@ static void add_latency_row(kvio_table_t *table, const json_t *metrics, const ch
     kvio_table_add_row(table, key, mean, p50, p90, p99, NULL);
 }
 
+/* assess: PASS or FAIL, how many criteria held, the first that did not. */
+static void add_assessment_row(kvio_table_t *table, const kvio_workload_t *workload,
+                               const json_t *storage, const json_t *metrics)
+{
+    json_t *assessment = kvio_run_assess(workload, storage, metrics);
+    if (assessment == NULL)
+        return;
+    char text[256];
+    int at = snprintf(text, sizeof(text), "%s, %lld of %lld criteria",
+                      json_is_true(json_object_get(assessment, "passed")) ? "PASS" : "FAIL",
+                      (long long)json_integer_value(json_object_get(assessment, "passed_count")),
+                      (long long)json_integer_value(json_object_get(assessment, "total_count")));
+    size_t index;
+    const json_t *criterion;
+    json_array_foreach(json_object_get(assessment, "criteria"), index, criterion) {
+        if (json_is_true(json_object_get(criterion, "passed")) || at >= (int)sizeof(text))
+            continue;
+        snprintf(text + at, sizeof(text) - (size_t)at, "; failed: %s (%.3g)",
+                 json_string_value(json_object_get(criterion, "name")),
+                 metric(criterion, "actual", NULL));
+        break;
+    }
+    kvio_table_add_row(table, "assessment", text, NULL);
+    json_decref(assessment);
+}
+
 /* One row per tier of the storage block: its read and write bandwidth and
- * P95 latency; then the cached tokens per second. */
+ * P95 latency; then the cached tokens per second and the assessment. */
 static void add_storage_rows(kvio_table_t *table, const kvio_workload_t *workload,
                              const json_t *metrics)
 {
     json_t *storage = kvio_run_storage(workload, metrics);
-    if (storage == NULL)
+    if (storage == NULL) {
+        add_assessment_row(table, workload, NULL, metrics);
         return;
+    }
     size_t index;
     const json_t *tier;
     json_array_foreach(json_object_get(storage, "tiers"), index, tier) {
@@ -82,6 +110,7 @@ static void add_storage_rows(kvio_table_t *table, const kvio_workload_t *workloa
              metric(storage, "cached_tokens_per_s", NULL),
              metric(storage, "storage_throughput_tokens_per_s", NULL));
     kvio_table_add_row(table, "storage throughput", text, NULL);
+    add_assessment_row(table, workload, storage, metrics);
     json_decref(storage);
 }
 
@@ -1168,8 +1197,11 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     json_object_set_new(summary, "valid", json_boolean(json_array_size(warnings) == 0));
     json_object_set_new(summary, "modelled", kvio_run_modelled(workload, state->metrics));
     json_t *storage = kvio_run_storage(workload, state->metrics);
+    json_t *assessment = kvio_run_assess(workload, storage, state->metrics);
     if (storage != NULL)
         json_object_set_new(summary, "storage", storage);
+    if (assessment != NULL)
+        json_object_set_new(summary, "assessment", assessment);
     json_object_set(summary, "warnings", warnings);
     char write_error[512] = "";
     kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,

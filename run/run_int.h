@@ -346,4 +346,14 @@ json_t *kvio_run_modelled(const kvio_workload_t *workload, const json_t *metrics
  * Storage names for them; NULL without tiers. */
 json_t *kvio_run_storage(const kvio_workload_t *workload, const json_t *metrics);
 
+/* The `assess:` section's options (run/storage.c). */
+extern const kvio_opt_t kvio_assess_options[];
+
+/* summary.json's assessment: each threshold of `assess:` against the
+ * storage block and the hit rate, where the run has the figure, in
+ * kv-cache.py's names ({criteria: [{name, target, actual, unit, passed}],
+ * passed_count, total_count, passed}); NULL when nothing is judged. */
+json_t *kvio_run_assess(const kvio_workload_t *workload, const json_t *storage,
+                        const json_t *metrics);
+
 #endif

@@ -9,6 +9,9 @@
  * MLPerf Storage's KV-cache benchmark (kv-cache.py) reports them under. */
 #include "run/run_int.h"
 
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 /* The larger of a latency percentile over the ranks. */
@@ -143,4 +146,84 @@ json_t *kvio_run_storage(const kvio_workload_t *workload, const json_t *metrics)
     json_object_set(mlperf, "cache_hit_rate", json_object_get(metrics, "hit_rate_with_tiers"));
     json_object_set_new(storage, "mlperf", mlperf);
     return storage;
+}
+
+/* ---------- assess: ---------- */
+
+const kvio_opt_t kvio_assess_options[] = {
+    {.key = "mlperf", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_assess_config_t, mlperf),
+     .default_value = "false",
+     .help = "MLPerf Storage kv-cache.py's latency profile for every threshold left 0: storage "
+             "write P95 < 500 ms, read P95 < 200 ms, CPU P95 < 150 ms, hit rate > 30 %"},
+    {.key = "storage_write_p95_ms", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_assess_config_t, storage_write_p95_ms), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "a file tier's write P95 below this (0: none)"},
+    {.key = "storage_read_p95_ms", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_assess_config_t, storage_read_p95_ms), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "a file tier's read P95 below this (0: none)"},
+    {.key = "cpu_p95_ms", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_assess_config_t, cpu_p95_ms), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "a host tier's read and write P95 below this (0: none)"},
+    {.key = "hit_rate", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_assess_config_t, hit_rate),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "the hit rate with the tiers above this, 0-1 (0: none)"},
+    {.key = NULL},
+};
+
+/* One criterion, judged where the run has its figure (actual not NAN). */
+static void criterion(json_t *criteria, const char *name, double target, double actual,
+                      const char *unit, bool below)
+{
+    if (target <= 0 || isnan(actual))
+        return;
+    bool passed = below ? actual < target : actual > target;
+    json_array_append_new(criteria, json_pack("{s:s, s:f, s:f, s:s, s:b}", "name", name, "target",
+                                              target, "actual", actual, "unit", unit, "passed",
+                                              passed));
+}
+
+static double figure_of(const json_t *object, const char *key)
+{
+    const json_t *value = json_object_get(object, key);
+    return json_is_number(value) ? json_number_value(value) : NAN;
+}
+
+json_t *kvio_run_assess(const kvio_workload_t *workload, const json_t *storage,
+                        const json_t *metrics)
+{
+    const kvio_assess_config_t *assess = &workload->assess;
+    double write_ms = assess->storage_write_p95_ms, read_ms = assess->storage_read_p95_ms;
+    double cpu_ms = assess->cpu_p95_ms, hit_rate = assess->hit_rate;
+    if (assess->mlperf) {
+        write_ms = write_ms > 0 ? write_ms : 500;
+        read_ms = read_ms > 0 ? read_ms : 200;
+        cpu_ms = cpu_ms > 0 ? cpu_ms : 150;
+        hit_rate = hit_rate > 0 ? hit_rate : 0.3;
+    }
+    if (write_ms <= 0 && read_ms <= 0 && cpu_ms <= 0 && hit_rate <= 0)
+        return NULL;
+    const json_t *mlperf = json_object_get(storage, "mlperf");
+    json_t *criteria = json_array();
+    char name[96];
+    snprintf(name, sizeof(name), "Storage Tier Write Device P95 < %gms", write_ms);
+    criterion(criteria, name, write_ms, figure_of(mlperf, "nvme_write_p95_ms"), "ms", true);
+    snprintf(name, sizeof(name), "Storage Tier Read Device P95 < %gms", read_ms);
+    criterion(criteria, name, read_ms, figure_of(mlperf, "nvme_read_p95_ms"), "ms", true);
+    /* kv-cache.py takes one P95 over the CPU tier's reads and writes
+     * together; the larger of the two bounds it from above. */
+    double cpu = fmax(figure_of(mlperf, "cpu_read_p95_ms"), figure_of(mlperf, "cpu_write_p95_ms"));
+    snprintf(name, sizeof(name), "CPU RAM P95 < %gms", cpu_ms);
+    criterion(criteria, name, cpu_ms, cpu, "ms", true);
+    snprintf(name, sizeof(name), "Cache Hit Rate > %g%%", hit_rate * 100);
+    criterion(criteria, name, hit_rate, figure_of(metrics, "hit_rate_with_tiers"), "ratio",
+              false);
+    size_t passed = 0;
+    for (size_t i = 0; i < json_array_size(criteria); i++)
+        passed += json_is_true(json_object_get(json_array_get(criteria, i), "passed"));
+    size_t total = json_array_size(criteria);
+    return json_pack("{s:s, s:o, s:I, s:I, s:b}", "profile",
+                     assess->mlperf ? "mlperf latency" : "custom", "criteria", criteria,
+                     "passed_count", (json_int_t)passed, "total_count", (json_int_t)total,
+                     "passed", total > 0 && passed == total);
 }

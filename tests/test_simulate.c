@@ -539,6 +539,33 @@ Test(simulate, a_waterfall_passes_evictions_down_the_tiers, .timeout = 60)
     run_free(&output);
 }
 
+/* assess: judges the storage block as kv-cache.py does: with mlperf its
+ * four thresholds, each where the run has the figure; a threshold the run
+ * misses fails the assessment and names itself. */
+Test(simulate, assess_judges_the_storage_block_by_mlperf_s_thresholds, .timeout = 60)
+{
+    const char *sets[] = {
+        "serve.kvcache.tiers=[{kind: host, size: 64MiB}, {kind: file, size: 1GiB}]",
+        "assess.mlperf=true", "assess.storage_read_p95_ms=0.001"};
+    run_output_t output = run_text(shared_prefix, sets, 3);
+    const json_t *assessment = json_object_get(output.summary, "assessment");
+    cr_assert_not_null(assessment);
+    cr_expect_eq(test_json_integer(assessment, "total_count"), 4);
+    cr_expect_eq(test_json_integer(assessment, "passed_count"), 3);
+    cr_expect(!test_json_true(assessment, "passed"));
+    const json_t *criteria = json_object_get(assessment, "criteria");
+    const json_t *read = json_array_get(criteria, 1);
+    cr_expect_str_eq(test_json_string(read, "name"), "Storage Tier Read Device P95 < 0.001ms");
+    cr_expect(!test_json_true(read, "passed"));
+    cr_expect_str_eq(test_json_string(json_array_get(criteria, 0), "name"),
+                     "Storage Tier Write Device P95 < 500ms");
+    run_free(&output);
+    /* Without assess: no assessment. */
+    output = run_text(shared_prefix, sets, 1);
+    cr_expect_null(json_object_get(output.summary, "assessment"));
+    run_free(&output);
+}
+
 /* kvio compare over seeds reads the storage block too, and gives each row
  * its median and coefficient of variation (MLPerf Storage reports the
  * median of 3-5 trials; their spread says whether to trust it). */

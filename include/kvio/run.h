@@ -34,6 +34,16 @@ typedef struct kvio_ranks_config {
 } kvio_ranks_config_t;
 
 /* The workload: the top level of a YAML file. */
+/* The `assess:` section: pass/fail thresholds on the storage block, as
+ * MLPerf Storage's kv-cache.py judges a run (0: not judged). */
+typedef struct kvio_assess_config {
+    bool mlperf;                  /* kv-cache.py's latency profile for every threshold left 0 */
+    double storage_write_p95_ms;  /* a file tier's write P95 below this */
+    double storage_read_p95_ms;   /* a file tier's read P95 below this */
+    double cpu_p95_ms;            /* a host tier's read and write P95 below this */
+    double hit_rate;              /* the hit rate with the tiers above this */
+} kvio_assess_config_t;
+
 typedef struct kvio_workload {
     char *name;
     int64_t seed;
@@ -49,6 +59,7 @@ typedef struct kvio_workload {
     kvio_cost_config_t cost;
     kvio_serve_config_t serve;
     kvio_slo_config_t slo;
+    kvio_assess_config_t assess;
     kvio_train_config_t train;   /* with train.transport */
     kvio_update_config_t update; /* the serve side of model updates */
     kvio_sync_config_t weight_sync; /* simulate: the update as tensors in buckets */
