@@ -578,12 +578,19 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
             tier->stats.duplicates++;
             continue;
         }
-        if (tier->emulate && data[i] == NULL)
-            return tier_failed(tier, KVIO_ERR_INVALID, "put without data in emulate mode");
-        if (tier->free_head == NO_ENTRY) {
-            kvio_status_t status = evict_one(tier, &spill_ns);
-            if (status != KVIO_OK)
-                return status; /* the victim is out of the index */
+        kvio_status_t status = tier->emulate && data[i] == NULL ? KVIO_ERR_INVALID : KVIO_OK;
+        if (status != KVIO_OK)
+            tier_failed(tier, status, "put without data in emulate mode");
+        else if (tier->free_head == NO_ENTRY)
+            status = evict_one(tier, &spill_ns); /* a failure: the victim is out of the index */
+        if (status != KVIO_OK) {
+            /* The slots taken for this chunk's earlier blocks go back. */
+            while (fresh > 0) {
+                uint32_t taken = tier->batch_slots[--fresh];
+                tier->entries[taken].next = tier->free_head;
+                tier->free_head = taken;
+            }
+            return status;
         }
         /* The slot leaves the free list now; it joins the index once written. */
         entry = tier->free_head;
