@@ -1210,8 +1210,12 @@ static kvio_status_t window_group_need(kvio_kvcache_t *cache, kvio_kvreq_t *req,
         size_t run = kvio_window_hit_run(block_size, cache->config.window_tokens);
         need->hits = hit_blocks;
         need->skip = hit_blocks > run ? hit_blocks - run : 0;
-        for (size_t i = need->skip; i < hit_blocks; i++)
-            need->hits_in_queue += cache->blocks[index_find(cache, window->hashes[i])].refcount == 0;
+        /* The hit's blocks go straight into the table (they count once
+         * num_blocks covers them), as the full group's kept lookup does. */
+        for (size_t i = need->skip; i < hit_blocks; i++) {
+            window->blocks[i] = index_find(cache, window->hashes[i]);
+            need->hits_in_queue += cache->blocks[window->blocks[i]].refcount == 0;
+        }
     }
     size_t have = first ? hit_blocks : window->num_blocks;
     need->new_blocks = needed > have ? needed - have : 0;
@@ -1226,10 +1230,8 @@ static void window_take_hits(kvio_kvcache_t *cache, kvio_kvreq_t *req, const win
     kvio_kvreq_t *window = req->window;
     for (size_t i = 0; i < need->skip; i++)
         window->blocks[i] = 0;
-    for (size_t i = need->skip; i < need->hits; i++) {
-        window->blocks[i] = index_find(cache, window->hashes[i]);
-        take_hit_block(cache, window->blocks[i]);
-    }
+    for (size_t i = need->skip; i < need->hits; i++)
+        take_hit_block(cache, window->blocks[i]); /* found by window_group_need */
     window->num_blocks = window->num_hashed_blocks = need->hits;
     window->num_null = need->skip;
 }

@@ -395,55 +395,6 @@ bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash)
     return index_find(tier, hash, NULL) != NO_ENTRY;
 }
 
-/* Waterfall: the block leaving victim's slot goes down to the next tier
- * (read back first in emulate mode, checked against its checksum); the
- * next tier's own evictions go on down. A failure there is that tier's
- * (counted), not this eviction's. */
-static int64_t spill_down(kvio_tier_t *tier, uint32_t victim, kvio_hash_t hash)
-{
-    const void *data = NULL;
-    if (tier->emulate) {
-        if (tier->spill_buffer == NULL &&
-            posix_memalign(&tier->spill_buffer, 4096,
-                           (tier->block_bytes + 4095) / 4096 * 4096) != 0) {
-            tier->spill_buffer = NULL;
-            return 0;
-        }
-        char error[512] = "";
-        if (tier->ops->get(tier->priv, victim, hash, tier->spill_buffer, error, sizeof(error)) !=
-                KVIO_OK ||
-            XXH3_64bits(tier->spill_buffer, tier->block_bytes) != tier->entries[victim].checksum)
-            return 0; /* lost or damaged on the way: it is not passed on */
-        data = tier->spill_buffer;
-    }
-    int64_t cost_ns = 0;
-    if (kvio_tier_put(tier->spill, hash, data, &cost_ns) != KVIO_OK)
-        return 0;
-    tier->stats.demotions++;
-    return cost_ns; /* the put that evicted waits for it; the next tier counts it */
-}
-
-/* Frees the least recently used block's slot for a new one (the backend
- * deletes it unless the store is volatile); in a waterfall the block goes
- * down a tier first. */
-static kvio_status_t evict_one(kvio_tier_t *tier, int64_t *spill_ns_p)
-{
-    uint32_t victim = tier->lru_tail;
-    kvio_hash_t victim_hash = tier->entries[victim].hash;
-    if (tier->spill != NULL && !kvio_tier_contains(tier->spill, victim_hash))
-        *spill_ns_p += spill_down(tier, victim, victim_hash);
-    uint64_t victim_position;
-    index_find(tier, victim_hash, &victim_position);
-    entry_release(tier, victim, victim_position);
-    tier->stats.evictions++;
-    if (!tier->emulate || (tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
-        return KVIO_OK;
-    char error[512] = "";
-    kvio_status_t status = tier->ops->remove(tier->priv, victim, victim_hash, error,
-                                             sizeof(error));
-    return status == KVIO_OK ? KVIO_OK : tier_failed(tier, status, error);
-}
-
 /* A batch's scratch arrays, grown to count. */
 static kvio_status_t batch_room(kvio_tier_t *tier, size_t count)
 {
@@ -494,50 +445,73 @@ static uint64_t copy_hashed(void *target, const void *source, size_t bytes)
     return XXH3_64bits_digest(&state);
 }
 
-/* The backend moves count blocks (the batch arrays), together where it
- * can, else one by one; each one's status and latency. A store in this
- * process's memory (host) is copied here, hashed as it is copied. Returns
- * the batch's wall time. */
-static int64_t backend_batch(kvio_tier_t *tier, bool put, size_t count, char *error_p,
-                             size_t error_len)
+/* Blocks a backend moves in one call: slots[i] with hashes[i] to or from
+ * data[i]; each one's status, latency and (hashed) the checksum taken as
+ * it was copied. */
+typedef struct moves {
+    const uint32_t *slots;
+    const kvio_hash_t *hashes;
+    const void **data;
+    kvio_status_t *statuses;
+    int64_t *latencies;
+    uint64_t *checksums;
+    bool hashed; /* set: the checksums were taken while copying */
+} moves_t;
+
+/* The backend moves count blocks, together where it can, else one by one.
+ * A store in this process's memory (host) is copied here, hashed as it is
+ * copied. Returns the wall time. */
+static int64_t backend_move(kvio_tier_t *tier, bool put, size_t count, moves_t *moves,
+                            char *error_p, size_t error_len)
 {
     uint64_t start_ns = kvio_time_ns();
     const kvio_tier_ops_t *ops = tier->ops;
-    tier->batch_hashed = ops->address != NULL && (ops->caps & KVIO_TIER_CAP_VOLATILE);
-    if (tier->batch_hashed) {
+    moves->hashed = ops->address != NULL && (ops->caps & KVIO_TIER_CAP_VOLATILE);
+    if (moves->hashed) {
         for (size_t i = 0; i < count; i++) {
             uint64_t one_ns = kvio_time_ns();
             /* The cast: the store's own memory, written on a put. */
-            void *held = (void *)ops->address(tier->priv, tier->batch_slots[i]);
-            tier->batch_checksums[i] =
-                put ? copy_hashed(held, tier->batch_data[i], tier->block_bytes)
-                    : copy_hashed((void *)tier->batch_data[i], held, tier->block_bytes);
-            tier->batch_statuses[i] = KVIO_OK;
-            tier->batch_latencies[i] = (int64_t)(kvio_time_ns() - one_ns);
+            void *held = (void *)ops->address(tier->priv, moves->slots[i]);
+            moves->checksums[i] = put ? copy_hashed(held, moves->data[i], tier->block_bytes)
+                                      : copy_hashed((void *)moves->data[i], held,
+                                                    tier->block_bytes);
+            moves->statuses[i] = KVIO_OK;
+            moves->latencies[i] = (int64_t)(kvio_time_ns() - one_ns);
         }
     } else if (put && ops->put_batch != NULL) {
-        ops->put_batch(tier->priv, tier->batch_slots, tier->batch_hashes, tier->batch_data,
-                       count, tier->batch_statuses, tier->batch_latencies, error_p, error_len);
+        ops->put_batch(tier->priv, moves->slots, moves->hashes, moves->data, count,
+                       moves->statuses, moves->latencies, error_p, error_len);
     } else if (!put && ops->get_batch != NULL) {
         /* The cast: a get's buffers are the caller's, written. */
-        ops->get_batch(tier->priv, tier->batch_slots, tier->batch_hashes,
-                       (void *const *)tier->batch_data, count, tier->batch_statuses,
-                       tier->batch_latencies, error_p, error_len);
+        ops->get_batch(tier->priv, moves->slots, moves->hashes, (void *const *)moves->data,
+                       count, moves->statuses, moves->latencies, error_p, error_len);
     } else {
         for (size_t i = 0; i < count; i++) {
             uint64_t one_ns = kvio_time_ns();
             char text[512] = "";
-            tier->batch_statuses[i] =
-                put ? ops->put(tier->priv, tier->batch_slots[i], tier->batch_hashes[i],
-                               tier->batch_data[i], text, sizeof(text))
-                    : ops->get(tier->priv, tier->batch_slots[i], tier->batch_hashes[i],
-                               (void *)tier->batch_data[i], text, sizeof(text));
-            tier->batch_latencies[i] = (int64_t)(kvio_time_ns() - one_ns);
-            if (tier->batch_statuses[i] != KVIO_OK && error_p[0] == '\0')
+            moves->statuses[i] =
+                put ? ops->put(tier->priv, moves->slots[i], moves->hashes[i], moves->data[i],
+                               text, sizeof(text))
+                    : ops->get(tier->priv, moves->slots[i], moves->hashes[i],
+                               (void *)moves->data[i], text, sizeof(text));
+            moves->latencies[i] = (int64_t)(kvio_time_ns() - one_ns);
+            if (moves->statuses[i] != KVIO_OK && error_p[0] == '\0')
                 snprintf(error_p, error_len, "%s", text);
         }
     }
     return (int64_t)(kvio_time_ns() - start_ns);
+}
+
+/* backend_move over the batch arrays. */
+static int64_t backend_batch(kvio_tier_t *tier, bool put, size_t count, char *error_p,
+                             size_t error_len)
+{
+    moves_t moves = {.slots = tier->batch_slots, .hashes = tier->batch_hashes,
+                     .data = tier->batch_data, .statuses = tier->batch_statuses,
+                     .latencies = tier->batch_latencies, .checksums = tier->batch_checksums};
+    int64_t wall_ns = backend_move(tier, put, count, &moves, error_p, error_len);
+    tier->batch_hashed = moves.hashed;
+    return wall_ns;
 }
 
 /* The batch's cost: emulate, its wall time, at least the rate's time for
@@ -550,6 +524,64 @@ static int64_t batch_cost(const kvio_tier_t *tier, size_t count, int64_t wall_ns
                                                             : tier->paced_ns * (int64_t)count;
     return tier->latency_ns +
            (int64_t)llround((double)tier->block_bytes * (double)count * 1e9 / tier->bandwidth);
+}
+
+/* Waterfall: the block leaving victim's slot goes down to the next tier
+ * (read back first in emulate mode, checked against its checksum); the
+ * next tier's own evictions go on down. A failure there is that tier's
+ * (counted), not this eviction's. */
+static int64_t spill_down(kvio_tier_t *tier, uint32_t victim, kvio_hash_t hash)
+{
+    const void *data = NULL;
+    if (tier->emulate) {
+        if (tier->spill_buffer == NULL &&
+            posix_memalign(&tier->spill_buffer, 4096,
+                           (tier->block_bytes + 4095) / 4096 * 4096) != 0) {
+            tier->spill_buffer = NULL;
+            return 0;
+        }
+        /* Read back as any get is (the batch arrays hold the put under
+         * way: this one block has its own). */
+        char error[512] = "";
+        const void *buffer = tier->spill_buffer;
+        kvio_status_t status = KVIO_OK;
+        int64_t latency_ns = 0;
+        uint64_t checksum = 0;
+        moves_t moves = {.slots = &victim, .hashes = &hash, .data = &buffer, .statuses = &status,
+                         .latencies = &latency_ns, .checksums = &checksum};
+        backend_move(tier, false, 1, &moves, error, sizeof(error));
+        if (status == KVIO_OK && !moves.hashed)
+            checksum = XXH3_64bits(tier->spill_buffer, tier->block_bytes);
+        if (status != KVIO_OK || checksum != tier->entries[victim].checksum)
+            return 0; /* lost or damaged on the way: it is not passed on */
+        data = tier->spill_buffer;
+    }
+    int64_t cost_ns = 0;
+    if (kvio_tier_put(tier->spill, hash, data, &cost_ns) != KVIO_OK)
+        return 0;
+    tier->stats.demotions++;
+    return cost_ns; /* the put that evicted waits for it; the next tier counts it */
+}
+
+/* Frees the least recently used block's slot for a new one (the backend
+ * deletes it unless the store is volatile); in a waterfall the block goes
+ * down a tier first. */
+static kvio_status_t evict_one(kvio_tier_t *tier, int64_t *spill_ns_p)
+{
+    uint32_t victim = tier->lru_tail;
+    kvio_hash_t victim_hash = tier->entries[victim].hash;
+    if (tier->spill != NULL && !kvio_tier_contains(tier->spill, victim_hash))
+        *spill_ns_p += spill_down(tier, victim, victim_hash);
+    uint64_t victim_position;
+    index_find(tier, victim_hash, &victim_position);
+    entry_release(tier, victim, victim_position);
+    tier->stats.evictions++;
+    if (!tier->emulate || (tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
+        return KVIO_OK;
+    char error[512] = "";
+    kvio_status_t status = tier->ops->remove(tier->priv, victim, victim_hash, error,
+                                             sizeof(error));
+    return status == KVIO_OK ? KVIO_OK : tier_failed(tier, status, error);
 }
 
 /* Simulate: block i of a batch completes after the operation's latency and

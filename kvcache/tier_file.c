@@ -504,15 +504,6 @@ static void file_get_batch(void *priv, const uint32_t *slots, const kvio_hash_t 
                    error_len);
 }
 
-static kvio_status_t file_put(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
-                              char *error_p, size_t error_len)
-{
-    kvio_status_t status;
-    int64_t latency_ns;
-    file_put_batch(priv, &slot, &hash, &data, 1, &status, &latency_ns, error_p, error_len);
-    return status;
-}
-
 static kvio_status_t files_put(file_priv_t *file, kvio_hash_t hash, const void *data,
                                char *error_p, size_t error_len)
 {
@@ -554,15 +545,6 @@ static kvio_status_t files_put(file_priv_t *file, kvio_hash_t hash, const void *
         return errno_error(errnum, named ? temporary : final, what, error_p, error_len);
     }
     return KVIO_OK;
-}
-
-static kvio_status_t file_get(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
-                              char *error_p, size_t error_len)
-{
-    kvio_status_t status;
-    int64_t latency_ns;
-    file_get_batch(priv, &slot, &hash, &data, 1, &status, &latency_ns, error_p, error_len);
-    return status;
 }
 
 static kvio_status_t files_get(file_priv_t *file, kvio_hash_t hash, void *data, char *error_p,
@@ -664,8 +646,6 @@ const kvio_tier_ops_t kvio_tier_file = {
     .priv_size = sizeof(file_priv_t),
     .init = file_init,
     .fini = file_fini,
-    .put = file_put,
-    .get = file_get,
     .put_batch = file_put_batch,
     .get_batch = file_get_batch,
     .remove = file_remove,

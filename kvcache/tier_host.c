@@ -135,22 +135,6 @@ static void host_fini(void *priv)
         munmap(host->arena, host->arena_bytes);
 }
 
-static kvio_status_t host_put(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
-                              char *error_p, size_t error_len)
-{
-    host_priv_t *host = priv;
-    memcpy(host->arena + (uint64_t)slot * host->block_bytes, data, host->block_bytes);
-    return KVIO_OK;
-}
-
-static kvio_status_t host_get(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
-                              char *error_p, size_t error_len)
-{
-    host_priv_t *host = priv;
-    memcpy(data, host->arena + (uint64_t)slot * host->block_bytes, host->block_bytes);
-    return KVIO_OK;
-}
-
 static kvio_status_t host_remove(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
                                  size_t error_len)
 {
@@ -188,8 +172,6 @@ const kvio_tier_ops_t kvio_tier_host = {
     .priv_size = sizeof(host_priv_t),
     .init = host_init,
     .fini = host_fini,
-    .put = host_put,
-    .get = host_get,
     .remove = host_remove,
     .address = host_address,
     .describe = host_describe,

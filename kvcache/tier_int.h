@@ -45,19 +45,22 @@ typedef struct kvio_tier_ops {
     kvio_status_t (*init)(void *priv, const kvio_tier_setup_t *setup, char *error_p,
                           size_t error_len);
     void (*fini)(void *priv);
+    /* One block (may be NULL: see put_batch). A get returns
+     * KVIO_ERR_NOT_FOUND when the block is gone (deleted behind the
+     * tier's back); the backend cleans up what is left of it. */
     kvio_status_t (*put)(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
                          char *error_p, size_t error_len);
-    /* KVIO_ERR_NOT_FOUND when the block is gone (deleted behind the tier's
-     * back); the backend cleans up what is left of it. */
     kvio_status_t (*get)(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
                          char *error_p, size_t error_len);
     kvio_status_t (*remove)(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
                             size_t error_len);
-    /* Optional: count blocks moved together (slots[i], hashes[i],
-     * data[i]); each one's status into statuses_p[i] and its own latency,
-     * submission to completion, into latencies_ns_p[i]; the first
-     * failure's text in error_p. Without them the framework calls put or
-     * get for each. */
+    /* count blocks moved together (slots[i], hashes[i], data[i]); each
+     * one's status into statuses_p[i] and its own latency, submission to
+     * completion, into latencies_ns_p[i]; the first failure's text in
+     * error_p. A backend gives these, or put and get (the framework then
+     * calls them block by block), or neither when it holds its blocks in
+     * this process's memory (KVIO_TIER_CAP_VOLATILE with address: the
+     * framework copies them itself). */
     void (*put_batch)(void *priv, const uint32_t *slots, const kvio_hash_t *hashes,
                       const void *const *data, size_t count, kvio_status_t *statuses_p,
                       int64_t *latencies_ns_p, char *error_p, size_t error_len);

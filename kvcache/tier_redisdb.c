@@ -98,7 +98,6 @@ typedef struct redis_priv {
     uint64_t last_connect_ns;  /* the last reconnect attempt */
     char last_connect_error[512];
     uint64_t reconnects;
-    char *data_key, *meta_key; /* buffers for the current block's keys */
     /* A batch's keys (data then meta per block), metadata texts and their
      * pointers, grown as batches need. */
     char *batch_keys;
@@ -111,14 +110,6 @@ typedef struct redis_priv {
     size_t batch_capacity;
     size_t key_len;
 } redis_priv_t;
-
-static void make_keys(redis_priv_t *tier, kvio_hash_t hash)
-{
-    char hex[33];
-    kvio_hash_format(hash, hex);
-    snprintf(tier->data_key, tier->key_len, "%s%s:data", tier->prefix, hex);
-    snprintf(tier->meta_key, tier->key_len, "%s%s:meta", tier->prefix, hex);
-}
 
 /* A connection or timeout error leaves hiredis's context unusable: drop it. */
 static kvio_status_t redis_failed(redis_priv_t *tier, kvio_status_t status, char *error_p,
@@ -157,16 +148,6 @@ static kvio_status_t ensure_connected(redis_priv_t *tier, char *error_p, size_t 
     return KVIO_OK;
 }
 
-/* Every block operation: connected (or the reason not), the block's keys made. */
-static kvio_status_t begin_block(redis_priv_t *tier, kvio_hash_t hash, char *error_p,
-                                 size_t error_len)
-{
-    kvio_status_t status = ensure_connected(tier, error_p, error_len);
-    if (status == KVIO_OK)
-        make_keys(tier, hash);
-    return status;
-}
-
 static void free_priv(redis_priv_t *tier)
 {
     free(tier->batch_keys);
@@ -180,9 +161,7 @@ static void free_priv(redis_priv_t *tier)
     tier->batch_capacity = 0;
     free(tier->url);
     free(tier->prefix);
-    free(tier->data_key);
-    free(tier->meta_key);
-    tier->url = tier->prefix = tier->data_key = tier->meta_key = NULL;
+    tier->url = tier->prefix = NULL;
 }
 
 /* The keys' prefix: the configured one, with a run id PREFIX<id>:r<rank>:
@@ -215,13 +194,6 @@ static kvio_status_t redis_init(void *priv, const kvio_tier_setup_t *setup, char
         return KVIO_ERR_NOMEM;
     }
     tier->key_len = strlen(tier->prefix) + 32 + sizeof(":data");
-    tier->data_key = malloc(tier->key_len);
-    tier->meta_key = malloc(tier->key_len);
-    if (tier->data_key == NULL || tier->meta_key == NULL) {
-        snprintf(error_p, error_len, "redis tier: out of memory");
-        free_priv(tier);
-        return KVIO_ERR_NOMEM;
-    }
     char error[400];
     kvio_status_t status = kvio_redis_connect(tier->url, tier->timeout_ns, &tier->redis, error,
                                               sizeof(error));
@@ -437,33 +409,16 @@ static void redis_get_batch(void *priv, const uint32_t *slots, const kvio_hash_t
     batch_latencies(latencies_ns_p, count, start_ns);
 }
 
-static kvio_status_t redis_put(void *priv, uint32_t slot, kvio_hash_t hash, const void *data,
-                               char *error_p, size_t error_len)
-{
-    kvio_status_t status;
-    int64_t latency_ns;
-    redis_put_batch(priv, &slot, &hash, &data, 1, &status, &latency_ns, error_p, error_len);
-    return status;
-}
-
-static kvio_status_t redis_get(void *priv, uint32_t slot, kvio_hash_t hash, void *data,
-                               char *error_p, size_t error_len)
-{
-    kvio_status_t status;
-    int64_t latency_ns;
-    redis_get_batch(priv, &slot, &hash, &data, 1, &status, &latency_ns, error_p, error_len);
-    return status;
-}
-
 static kvio_status_t redis_remove(void *priv, uint32_t slot, kvio_hash_t hash, char *error_p,
                                   size_t error_len)
 {
+    (void)slot;
     redis_priv_t *tier = priv;
-    kvio_status_t status = begin_block(tier, hash, error_p, error_len);
-    if (status != KVIO_OK)
+    kvio_status_t status;
+    if (batch_begin(tier, &hash, 1, &status, error_p, error_len) != KVIO_OK)
         return status;
     /* Metadata first, so no reader finds metadata without data. */
-    const char *keys[2] = {tier->meta_key, tier->data_key};
+    const char *keys[2] = {tier->key_list[1], tier->key_list[0]};
     status = kvio_redis_del(tier->redis, keys, 2);
     if (status != KVIO_OK)
         return redis_failed(tier, status, error_p, error_len);
@@ -496,8 +451,6 @@ const kvio_tier_ops_t kvio_tier_redis = {
     .priv_size = sizeof(redis_priv_t),
     .init = redis_init,
     .fini = redis_fini,
-    .put = redis_put,
-    .get = redis_get,
     .put_batch = redis_put_batch,
     .get_batch = redis_get_batch,
     .remove = redis_remove,

@@ -57,10 +57,8 @@ static void add_latency_row(kvio_table_t *table, const json_t *metrics, const ch
 }
 
 /* assess: PASS or FAIL, how many criteria held, the first that did not. */
-static void add_assessment_row(kvio_table_t *table, const kvio_workload_t *workload,
-                               const json_t *storage, const json_t *metrics)
+static void add_assessment_row(kvio_table_t *table, const json_t *assessment)
 {
-    json_t *assessment = kvio_run_assess(workload, storage, metrics);
     if (assessment == NULL)
         return;
     char text[256];
@@ -79,19 +77,13 @@ static void add_assessment_row(kvio_table_t *table, const kvio_workload_t *workl
         break;
     }
     kvio_table_add_row(table, "assessment", text, NULL);
-    json_decref(assessment);
 }
 
-/* One row per tier of the storage block: its read and write bandwidth and
- * P95 latency; then the cached tokens per second and the assessment. */
-static void add_storage_rows(kvio_table_t *table, const kvio_workload_t *workload,
-                             const json_t *metrics)
+/* From summary.json: one row per tier of the storage block, its read and
+ * write bandwidth and P95 latency; the tokens per second; the assessment. */
+static void add_storage_rows(kvio_table_t *table, const json_t *summary)
 {
-    json_t *storage = kvio_run_storage(workload, metrics);
-    if (storage == NULL) {
-        add_assessment_row(table, workload, NULL, metrics);
-        return;
-    }
+    const json_t *storage = json_object_get(summary, "storage");
     size_t index;
     const json_t *tier;
     json_array_foreach(json_object_get(storage, "tiers"), index, tier) {
@@ -105,17 +97,19 @@ static void add_storage_rows(kvio_table_t *table, const kvio_workload_t *workloa
                  metric(tier, "read_queue_depth", NULL), metric(tier, "write_queue_depth", NULL));
         kvio_table_add_row(table, label, text, NULL);
     }
-    char text[96];
-    snprintf(text, sizeof(text), "%.0f tok/s cached, %.0f tok/s moved",
-             metric(storage, "cached_tokens_per_s", NULL),
-             metric(storage, "storage_throughput_tokens_per_s", NULL));
-    kvio_table_add_row(table, "storage throughput", text, NULL);
-    add_assessment_row(table, workload, storage, metrics);
-    json_decref(storage);
+    if (storage != NULL) {
+        char text[96];
+        snprintf(text, sizeof(text), "%.0f tok/s cached, %.0f tok/s moved",
+                 metric(storage, "cached_tokens_per_s", NULL),
+                 metric(storage, "storage_throughput_tokens_per_s", NULL));
+        kvio_table_add_row(table, "storage throughput", text, NULL);
+    }
+    add_assessment_row(table, json_object_get(summary, "assessment"));
 }
 
-static void print_table(const kvio_workload_t *workload, const json_t *metrics,
-                        const char *results_dir, bool complete, bool serving)
+static void print_table(const kvio_workload_t *workload, const json_t *summary,
+                        const json_t *metrics, const char *results_dir, bool complete,
+                        bool serving)
 {
     kvio_table_t *table = NULL;
     /* What ran, where: the mode, the model on its GPU, the ranks. */
@@ -176,7 +170,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *metrics,
             snprintf(au, sizeof(au), "%.1f %%",
                      100 * metric(metrics, "accelerator_utilization", NULL));
         kvio_table_add_row(table, "accelerator utilization", au, NULL);
-        add_storage_rows(table, workload, metrics);
+        add_storage_rows(table, summary);
         if (json_object_get(metrics, "simulated_s") != NULL) {
             snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
             kvio_table_add_row(table, "simulated time", simulated, NULL);
@@ -1209,7 +1203,6 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     write_run_log(state, summary, warnings);
     if (options->summary_p != NULL && write_status == KVIO_OK)
         *options->summary_p = json_incref(summary);
-    json_decref(summary);
     if (status == KVIO_OK && write_status != KVIO_OK) {
         snprintf(state->error_p, state->error_len, "%s", write_error);
         status = write_status;
@@ -1218,8 +1211,9 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
              kvio_results_path(state->results));
     result_p->complete = status == KVIO_OK && state->complete;
     if (status == KVIO_OK && !options->quiet)
-        print_table(workload, state->metrics, kvio_results_path(state->results), state->complete,
-                    serving || coupled);
+        print_table(workload, summary, state->metrics, kvio_results_path(state->results),
+                    state->complete, serving || coupled);
+    json_decref(summary);
     /* After the table, -q or not (it hides the log's warnings; compare and
      * capacity, which print no table, keep them in their JSON): what makes
      * these numbers mislead. */

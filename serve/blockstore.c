@@ -369,12 +369,6 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
     }
 }
 
-static void put_tiers(kvio_block_store_t *store, kvio_hash_t hash, int policy, const void *data,
-                      int64_t *tier_ns_p)
-{
-    put_tiers_batch(store, &hash, &data, 1, policy, tier_ns_p);
-}
-
 static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy);
 
 void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
@@ -398,7 +392,7 @@ void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash
         data = store->bounce;
     }
     int64_t cost_ns = 0;
-    put_tiers(store, hash, policy, data, &cost_ns);
+    put_tiers_batch(store, &hash, &data, 1, policy, &cost_ns);
     if (store->async && store->io == NULL)
         store->saves_ns += cost_ns; /* simulate: on the link once the iteration ends */
     else

@@ -587,12 +587,6 @@ static void own_blocks(kvio_engine_t *engine, const kvio_kvreq_t *kv, size_t fir
     kvio_block_store_own(engine->store, ids, first, count, id);
 }
 
-/* Blocks the pool holds for kv, in every group. */
-static size_t num_blocks_of(const kvio_kvreq_t *kv)
-{
-    return kvio_kvreq_held_blocks(kv);
-}
-
 /* Tells the pool of the decode tokens generated since it last heard of the
  * request: a decode step that fills no block only counts its token here
  * (kvio_engine_complete), so that the pool's side of a running request is
@@ -1190,7 +1184,7 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
             kvio_status_t status = kvio_kvcache_allocate_ahead(
                 engine->cache, req->kv, req->computed + new_tokens - drafts, ahead);
             if (status == KVIO_OK) {
-                set_held(engine, req, (uint32_t)num_blocks_of(req->kv));
+                set_held(engine, req, (uint32_t)kvio_kvreq_held_blocks(req->kv));
                 own_blocks(engine, req->kv,
                            kvio_block_store_has_bytes(engine->store) ? had_blocks : 0,
                            req->spec.id);
@@ -1315,7 +1309,7 @@ static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, u
         return KVIO_OK;
     if (status != KVIO_OK)
         return status;
-    set_held(engine, req, (uint32_t)num_blocks_of(req->kv));
+    set_held(engine, req, (uint32_t)kvio_kvreq_held_blocks(req->kv));
     own_blocks(engine, req->kv, pool_hits_taken / engine->block_size, req->spec.id);
     const uint32_t *ids;
     size_t count;
@@ -1477,7 +1471,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             break;
         if (status != KVIO_OK)
             return status;
-        set_held(engine, req, (uint32_t)num_blocks_of(req->kv)); /* counted when it runs */
+        set_held(engine, req, (uint32_t)kvio_kvreq_held_blocks(req->kv)); /* counted when it runs */
         if (tier_blocks > 0) {
             /* Load the lower tiers' blocks into the new pool blocks; the time
              * counts in this iteration, so in the request's TTFT. */
@@ -2013,7 +2007,7 @@ kvio_status_t kvio_engine_request_state(const kvio_engine_t *engine, uint64_t id
                 continue;
             *computed_p = req->computed;
             /* NULL: a deferred request, not looked up yet */
-            *blocks_p = req->kv != NULL ? (uint32_t)num_blocks_of(req->kv) : 0;
+            *blocks_p = req->kv != NULL ? (uint32_t)kvio_kvreq_held_blocks(req->kv) : 0;
             return KVIO_OK;
         }
     }

@@ -451,6 +451,7 @@ typedef struct chat {
     const kvio_chat_options_t *options;
     json_t *tools;     /* the TOOLS message's list (owned), or NULL */
     size_t tools_at;   /* its index (count when none) */
+    size_t first_user; /* the first user message (count when none): llama3's tools go there */
     bool instructions; /* messages[0] is a system or developer message */
     char last_call[256]; /* harmony: the function of the latest tool call */
 } chat_t;
@@ -609,16 +610,6 @@ static void llama3_header(renderer_t *out, const char *role, size_t length)
     literal(out, "\n\n");
 }
 
-/* The first user message past the instructions and the tools: where
- * llama3 writes the tools (count when there is none). */
-static size_t first_user(const chat_t *chat)
-{
-    for (size_t i = 0; i < chat->count; i++)
-        if (role_is(&chat->messages[i], "user"))
-            return i;
-    return chat->count;
-}
-
 /* llama3: the system header the template always writes, with the leading
  * system message's text. */
 static void llama3_system(chat_t *chat)
@@ -645,7 +636,7 @@ static void llama3_message(chat_t *chat, size_t i)
     }
     if (i == chat->tools_at)
         return; /* written with the first user message */
-    if (chat->tools != NULL && i == first_user(chat)) {
+    if (chat->tools != NULL && i == chat->first_user) {
         llama3_header(out, "user", 4);
         literal(out, "Given the following functions, please respond with a JSON for a function "
                      "call with its proper arguments that best answers the given prompt.\n\n"
@@ -808,6 +799,10 @@ static kvio_status_t chat_begin(chat_t *chat)
 {
     chat->tools_at = chat->count;
     chat->instructions = chat->count > 0 && is_instructions(&chat->messages[0]);
+    chat->first_user = chat->count;
+    for (size_t i = chat->count; i-- > 0;)
+        if (role_is(&chat->messages[i], "user"))
+            chat->first_user = i;
     for (size_t i = 0; i < chat->count; i++) {
         if (chat->messages[i].kind != KVIO_CHAT_TOOLS || chat->tools != NULL)
             continue;
