@@ -372,10 +372,13 @@ static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
     return status;
 }
 
+/* A closed loop's requests looked at before the run. */
+#define CLOSED_LOOP_LOOKS 100000
+
 /* A request needs the KV of its prompt and of every output token but the
  * last (which is never fed back): one that needs more than the whole cache
  * could never start, on any engine. Refused before the run, not found an
- * hour into it. */
+ * hour into it. A closed loop's count is left unknown (0). */
 static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_stream_t *stream,
                                         uint32_t blocks, uint64_t *requests_p,
                                         uint64_t *stream_blocks_p, char *error_p,
@@ -388,7 +391,14 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
     const char *trace = workload->stream.trace.path;
     const kvio_request_t *request;
     kvio_status_t status;
+    /* A closed loop's users are answered at once here, and its first
+     * requests are looked at: how many it makes depends on the serving. */
+    bool closed_loop = kvio_stream_closed_loop(stream);
+    uint64_t looked = 0;
     while ((status = kvio_stream_next(stream, &request)) == KVIO_OK && request != NULL) {
+        if (closed_loop && ++looked > CLOSED_LOOP_LOOKS)
+            break;
+        kvio_stream_finished(stream, request->id, request->arrival_ns);
         (*requests_p)++;
         uint64_t output = request->output_tokens;
         if (request->max_tokens > 0 && output > request->max_tokens)
@@ -410,6 +420,10 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
                  (unsigned long long)((tokens + block_size - 1) / block_size),
                  (unsigned long long)block_size, blocks, (unsigned long long)capacity);
         return KVIO_ERR_CONFIG;
+    }
+    if (closed_loop) {
+        *requests_p = 0;
+        *stream_blocks_p = UINT64_MAX;
     }
     return status;
 }
@@ -628,6 +642,15 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         snprintf(error_p, error_len,
                  "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "
                  "update.serving: engine); without trainers the client is a thread anyway");
+        return KVIO_ERR_CONFIG;
+    }
+    if (workload->stream.users > 0 && emulate &&
+        (workload->ranks.serve > 1 || workload->ranks.client > 0)) {
+        snprintf(error_p, error_len,
+                 "stream.users: a closed loop hears each answer where its stream is read; in "
+                 "emulate that is one serve rank without a client rank (ranks.serve: %lld, "
+                 "ranks.client: %lld); mode simulate routes users over several",
+                 (long long)workload->ranks.serve, (long long)workload->ranks.client);
         return KVIO_ERR_CONFIG;
     }
     if (workload->update.die_during_version > 0 &&

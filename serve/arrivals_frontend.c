@@ -312,7 +312,7 @@ static void abort_live(frontend_arrivals_t *source, live_t *live, int64_t now_ns
 {
     if (kvio_engine_abort(source->lane->engine, live->id) != KVIO_OK)
         return; /* finished in the meantime: its listener heard */
-    kvio_serve_loop_finished(source->loop);
+    kvio_serve_loop_finished(source->loop, NULL);
     source->aborted++;
     kvio_frontend_listener_t listener = live->listener;
     drop_live(source, live);

@@ -4,7 +4,9 @@
  * that each sees the ranks as the ones before it left them; a lane that
  * takes a share of the stream (a serve rank without a client rank) keeps
  * the requests i with i mod shares == its index. A request's block hashes
- * are computed when the engine first asks, unless the router reads them. */
+ * are computed when the engine first asks, unless the router reads them.
+ * A closed loop's stream (stream.users) is not read ahead: its next request
+ * is made when due, and each finish it hears may bring one sooner. */
 #include "serve/loop_int.h"
 
 #include <stdio.h>
@@ -15,7 +17,8 @@
 struct kvio_serve_stream_arrivals {
     kvio_serve_arrivals_t base;
     kvio_serve_stream_params_t params;
-    const kvio_request_t *next;
+    const kvio_request_t *next;      /* open loop: read ahead */
+    bool closed_loop;
     uint64_t index;                  /* requests read from the stream */
     kvio_engine_t **engines;         /* the lanes' engines, for the router's view */
     uint32_t num_engines;
@@ -74,13 +77,13 @@ static kvio_status_t make_request(stream_arrivals_t *source, const kvio_request_
 
 /* Queues request on the lane the router (or the share) gives it. */
 static kvio_status_t dispatch(stream_arrivals_t *source, kvio_serve_loop_t *loop,
-                              const kvio_request_t *request, int64_t now_ns)
+                              const kvio_request_t *request, uint64_t index, int64_t now_ns)
 {
     if (request->input_tokens == 0)
         return KVIO_OK; /* nothing to serve; streams do not produce these */
     int64_t t = now_ns - loop->origin_ns;
     bool measured = t >= source->params.warmup_ns &&
-                    source->index >= (uint64_t)source->params.warmup_requests;
+                    index >= (uint64_t)source->params.warmup_requests;
     /* A closed loop held the request back until one in flight finished: it
      * is sent, and its TTFT counts, from now (as vLLM's benchmark under
      * --max-concurrency starts the clock inside its semaphore). */
@@ -104,20 +107,48 @@ static kvio_status_t dispatch(stream_arrivals_t *source, kvio_serve_loop_t *loop
     return kvio_serve_loop_add(loop, lane, &engine_request);
 }
 
+/* When the stream's next request is due (stream clock): INT64_MAX while a
+ * closed loop waits for a finish, -1 at the end. */
+static int64_t due_ns(const stream_arrivals_t *source)
+{
+    if (source->closed_loop)
+        return kvio_stream_due_ns(source->params.stream);
+    return source->next != NULL ? source->next->arrival_ns : -1;
+}
+
+static bool due_by(const stream_arrivals_t *source, const kvio_serve_loop_t *loop, int64_t now_ns)
+{
+    int64_t due = due_ns(source);
+    return due >= 0 && due != INT64_MAX && loop->origin_ns + due <= now_ns;
+}
+
 static int64_t stream_next_ns(kvio_serve_arrivals_t *base, const kvio_serve_loop_t *loop,
                               int64_t now_ns)
 {
     (void)now_ns;
-    stream_arrivals_t *source = (stream_arrivals_t *)base;
-    return source->next != NULL ? loop->origin_ns + source->next->arrival_ns : INT64_MAX;
+    int64_t due = due_ns((stream_arrivals_t *)base);
+    return due >= 0 && due != INT64_MAX ? loop->origin_ns + due : INT64_MAX;
 }
 
-/* Reads the stream's next request (NULL at its end). */
-static kvio_status_t advance(stream_arrivals_t *source)
+/* Takes the stream's next request into *request_p (an open loop's was read
+ * ahead, and the one after it is read now). */
+static kvio_status_t take_next(stream_arrivals_t *source, const kvio_request_t **request_p)
 {
+    kvio_status_t status = KVIO_OK;
+    if (source->closed_loop)
+        status = kvio_stream_next(source->params.stream, &source->next);
+    *request_p = source->next;
     source->index++;
     if (source->progress != NULL)
         kvio_progress_update(source->progress, source->index);
+    return status;
+}
+
+/* The open loop reads the request after the one taken and dispatched. */
+static kvio_status_t read_ahead(stream_arrivals_t *source)
+{
+    if (source->closed_loop)
+        return KVIO_OK;
     return kvio_stream_next(source->params.stream, &source->next);
 }
 
@@ -126,24 +157,38 @@ static kvio_status_t stream_take(kvio_serve_arrivals_t *base, kvio_serve_loop_t 
 {
     stream_arrivals_t *source = (stream_arrivals_t *)base;
     kvio_status_t status = KVIO_OK;
+    const kvio_request_t *request = NULL;
     if (source->params.num_shares == 0) {
         /* Routed: one request per event. */
-        status = dispatch(source, loop, source->next, now_ns);
+        uint64_t index = source->index;
+        status = take_next(source, &request);
+        if (status == KVIO_OK && request != NULL)
+            status = dispatch(source, loop, request, index, now_ns);
         if (status == KVIO_OK)
-            status = advance(source);
-        *more_now_p = status == KVIO_OK && source->next != NULL &&
-                      loop->origin_ns + source->next->arrival_ns <= now_ns;
+            status = read_ahead(source);
+        *more_now_p = status == KVIO_OK && due_by(source, loop, now_ns);
         return status;
     }
-    while (status == KVIO_OK && source->next != NULL &&
-           loop->origin_ns + source->next->arrival_ns <= now_ns) {
-        if (source->index % source->params.num_shares == source->params.share_index)
-            status = dispatch(source, loop, source->next, now_ns);
+    while (status == KVIO_OK && due_by(source, loop, now_ns)) {
+        uint64_t index = source->index;
+        status = take_next(source, &request);
+        if (status == KVIO_OK && request != NULL &&
+            index % source->params.num_shares == source->params.share_index)
+            status = dispatch(source, loop, request, index, now_ns);
         if (status == KVIO_OK)
-            status = advance(source);
+            status = read_ahead(source);
     }
     *more_now_p = false;
     return status;
+}
+
+/* A closed loop's user hears its answer. */
+static void stream_request_finished(kvio_serve_arrivals_t *base,
+                                    const kvio_engine_finished_t *finished)
+{
+    stream_arrivals_t *source = (stream_arrivals_t *)base;
+    if (source->closed_loop)
+        kvio_stream_finished(source->params.stream, finished->id, finished->finish_ns);
 }
 
 /* A lane's share: the requests that came during its iteration are taken at
@@ -152,13 +197,12 @@ static bool stream_due(const kvio_serve_arrivals_t *base, const kvio_serve_loop_
                        int64_t now_ns)
 {
     const stream_arrivals_t *source = (const stream_arrivals_t *)base;
-    return source->params.num_shares > 0 && source->next != NULL &&
-           loop->origin_ns + source->next->arrival_ns <= now_ns;
+    return source->params.num_shares > 0 && due_by(source, loop, now_ns);
 }
 
 static bool stream_ended(const kvio_serve_arrivals_t *base)
 {
-    return ((const stream_arrivals_t *)base)->next == NULL;
+    return due_ns((const stream_arrivals_t *)base) < 0;
 }
 
 static const char *stream_error(const kvio_serve_arrivals_t *base)
@@ -172,6 +216,7 @@ static const kvio_serve_arrivals_ops_t stream_ops = {
     .ended = stream_ended,
     .due = stream_due,
     .error = stream_error,
+    .request_finished = stream_request_finished,
 };
 
 kvio_status_t kvio_serve_stream_arrivals_create(const kvio_serve_stream_params_t *params,
@@ -198,8 +243,9 @@ kvio_status_t kvio_serve_stream_arrivals_create(const kvio_serve_stream_params_t
         status = kvio_deferred_queue_create(params->block_size, &source->deferred);
     if (status == KVIO_OK && params->progress_label != NULL)
         kvio_progress_create(params->progress_label, params->num_requests, &source->progress);
+    source->closed_loop = kvio_stream_closed_loop(params->stream);
     if (status == KVIO_OK)
-        status = kvio_stream_next(params->stream, &source->next);
+        status = read_ahead(source);
     if (status != KVIO_OK) {
         kvio_serve_stream_arrivals_destroy(source);
         return status;

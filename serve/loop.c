@@ -78,10 +78,13 @@ kvio_status_t kvio_serve_loop_add(kvio_serve_loop_t *loop, kvio_serve_lane_t *la
     return KVIO_OK;
 }
 
-void kvio_serve_loop_finished(kvio_serve_loop_t *loop)
+void kvio_serve_loop_finished(kvio_serve_loop_t *loop, const kvio_engine_finished_t *finished)
 {
     if (loop->in_flight > 0)
         loop->in_flight--;
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    if (finished != NULL && arrivals != NULL && arrivals->ops->request_finished != NULL)
+        arrivals->ops->request_finished(arrivals, finished);
 }
 
 /* A lane's failure, in loop->error once (the first one wins): what, after

@@ -107,6 +107,10 @@ typedef struct kvio_serve_arrivals_ops {
     kvio_status_t (*iteration_ended)(kvio_serve_arrivals_t *source, kvio_serve_lane_t *lane);
     kvio_status_t (*finished)(kvio_serve_arrivals_t *source, kvio_serve_lane_t *lane);
     kvio_status_t (*poll)(kvio_serve_arrivals_t *source, bool *wake_p);
+    /* Optional: a request the source gave has finished (a closed loop's
+     * user sends its next one after it). */
+    void (*request_finished)(kvio_serve_arrivals_t *source,
+                             const kvio_engine_finished_t *finished);
     const char *(*error)(const kvio_serve_arrivals_t *source);
     /* Optional: serving is held (the front end's pause, mode keep): the
      * lane starts no iteration and looks again after the poll interval. */
@@ -422,8 +426,10 @@ void kvio_serve_lane_fini(kvio_serve_lane_t *lane);
 kvio_status_t kvio_serve_loop_add(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
                                   const kvio_engine_request_t *request);
 
-/* A finished request leaves the loop's count in flight (engine observer). */
-void kvio_serve_loop_finished(kvio_serve_loop_t *loop);
+/* A finished request leaves the loop's count in flight, and its arrival
+ * source hears of it (engine observer); finished is NULL for a request
+ * taken out unfinished. */
+void kvio_serve_loop_finished(kvio_serve_loop_t *loop, const kvio_engine_finished_t *finished);
 
 /* Runs the lanes until serving and updates are over (or stop is set and the
  * updates are over); a lane's failure ends it with loop->error set. */

@@ -27,7 +27,7 @@
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
 {
     kvio_serve_rank_t *rank = context;
-    kvio_serve_loop_finished(&rank->loop);
+    kvio_serve_loop_finished(&rank->loop, finished);
     kvio_serve_record_finished(&rank->recorder, finished);
     if (rank->frontend != NULL)
         kvio_serve_frontend_arrivals_finished(rank->frontend, finished);

@@ -40,7 +40,7 @@ typedef struct simulation {
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
 {
     sim_rank_t *rank = context;
-    kvio_serve_loop_finished(rank->loop);
+    kvio_serve_loop_finished(rank->loop, finished);
     kvio_serve_record_finished(rank->recorder, finished);
 }
 

@@ -1381,3 +1381,47 @@ Test(simulate, memory_does_not_grow_with_the_number_of_requests, .timeout = 300)
     test_rmtree(dir);
     free(dir);
 }
+
+/* stream.users (MLPerf Storage kv-cache.py's users) over two routed ranks:
+ * at most that many requests are in flight, and every request arrives
+ * either as a user's start (one think time in) or exactly one think time
+ * after some request's answer. */
+Test(simulate, closed_loop_users_send_after_their_answer_and_a_think, .timeout = 60)
+{
+    const char *text =
+        "name: users\nseed: 2\nmode: simulate\nduration: 30s\n"
+        "model: {preset: llama3-8b}\ngpu: {preset: h200}\nranks: {serve: 2}\n"
+        "stream:\n  users: 6\n"
+        "  input_tokens: {dist: uniform, low: 500, high: 3000}\n"
+        "  output_tokens: {dist: uniform, low: 20, high: 200}\n"
+        "  prefix:\n    sessions: {turns: 3, user_tokens: 50, think_time: 250ms}\n";
+    run_output_t output = run_text(text, NULL, 0);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/requests.csv", output.dir);
+    test_csv_t csv = test_csv_read(path);
+    size_t rows = csv.num_rows;
+    cr_assert_gt(rows, 60, "six users for 30 s answer many requests");
+    double *finishes = malloc(rows * sizeof(double));
+    for (size_t r = 0; r < rows; r++)
+        finishes[r] = test_csv_number(&csv, r, "finish_s");
+    size_t starts = 0;
+    for (size_t r = 0; r < rows; r++) {
+        double arrival = test_csv_number(&csv, r, "arrival_s");
+        if (fabs(arrival - 0.25) < 2e-6) {
+            starts++;
+            continue;
+        }
+        bool after_answer = false;
+        for (size_t f = 0; f < rows && !after_answer; f++)
+            after_answer = fabs(finishes[f] + 0.25 - arrival) < 2e-6;
+        cr_assert(after_answer, "request at %.6f s follows no answer", arrival);
+        size_t in_flight = 0;
+        for (size_t o = 0; o < rows; o++)
+            in_flight += test_csv_number(&csv, o, "arrival_s") <= arrival && finishes[o] > arrival;
+        cr_assert_leq(in_flight, 6, "%zu requests in flight at %.6f s", in_flight, arrival);
+    }
+    cr_assert_eq(starts, 6);
+    free(finishes);
+    test_csv_free(&csv);
+    run_free(&output);
+}

@@ -15,22 +15,29 @@
 
 #include <xxhash.h>
 
-/* Binds a workload from YAML text and creates its stream. */
-static kvio_stream_t *stream_from_yaml(const char *yaml, int64_t duration_ns)
+/* Binds a workload from YAML text and creates its stream: the status, with
+ * the message in error_p. */
+static kvio_status_t try_stream_from_yaml(const char *yaml, int64_t duration_ns,
+                                          kvio_stream_t **stream_p, char error_p[1024])
 {
     kvio_config_doc_t *doc = NULL;
-    char error[1024] = "";
-    cr_assert_eq(kvio_config_doc_parse(yaml, strlen(yaml), "test", &doc, error, sizeof(error)),
-                 KVIO_OK, "%s", error);
+    cr_assert_eq(kvio_config_doc_parse(yaml, strlen(yaml), "test", &doc, error_p, 1024),
+                 KVIO_OK, "%s", error_p);
     kvio_workload_t workload = {0};
-    cr_assert_eq(kvio_config_bind(kvio_workload_options, doc, &workload, error, sizeof(error)),
-                 KVIO_OK, "%s", error);
+    cr_assert_eq(kvio_config_bind(kvio_workload_options, doc, &workload, error_p, 1024),
+                 KVIO_OK, "%s", error_p);
     kvio_config_doc_destroy(doc);
-    kvio_stream_t *stream = NULL;
     kvio_status_t status = kvio_stream_create(&workload.stream, (uint64_t)workload.seed,
-                                              duration_ns, &stream, error, sizeof(error));
+                                              duration_ns, stream_p, error_p, 1024);
     kvio_workload_free(&workload);
-    cr_assert_eq(status, KVIO_OK, "%s", error);
+    return status;
+}
+
+static kvio_stream_t *stream_from_yaml(const char *yaml, int64_t duration_ns)
+{
+    char error[1024] = "";
+    kvio_stream_t *stream = NULL;
+    cr_assert_eq(try_stream_from_yaml(yaml, duration_ns, &stream, error), KVIO_OK, "%s", error);
     return stream;
 }
 
@@ -829,4 +836,70 @@ Test(stream, bad_stream_values_cite_file_line_and_column, .timeout = 10)
     }
     test_rmtree(dir);
     free(dir);
+}
+
+/* stream.users (MLPerf Storage kv-cache.py's users): each user sends its
+ * next turn think_time after its answer, and nothing before it. */
+Test(stream, a_closed_loop_user_waits_for_its_answer_then_thinks, .timeout = 20)
+{
+    kvio_stream_t *stream = stream_from_yaml(
+        "stream:\n  users: 3\n  input_tokens: 1000\n  output_tokens: 50\n"
+        "  prefix:\n    sessions: {turns: 2, user_tokens: 40, think_time: 100ms}\n",
+        60000000000ll);
+    cr_assert(kvio_stream_closed_loop(stream));
+    /* Each user starts a think time in: three first turns at 100 ms. */
+    const kvio_request_t *request;
+    uint64_t ids[3];
+    for (int u = 0; u < 3; u++) {
+        cr_assert_eq(kvio_stream_due_ns(stream), 100000000ll);
+        cr_assert_eq(kvio_stream_next(stream, &request), KVIO_OK);
+        cr_assert_not_null(request);
+        cr_assert_eq(request->turn, 0);
+        cr_assert_eq(request->arrival_ns, 100000000ll);
+        ids[u] = request->id;
+    }
+    /* Every user waits: nothing is due, and the stream has not ended. */
+    cr_assert_eq(kvio_stream_next(stream, &request), KVIO_OK);
+    cr_assert_null(request);
+    cr_assert_eq(kvio_stream_due_ns(stream), INT64_MAX);
+    /* An id the stream does not wait for changes nothing. */
+    kvio_stream_finished(stream, 999, 1000000000ll);
+    cr_assert_eq(kvio_stream_due_ns(stream), INT64_MAX);
+    /* The second user's answer at 2 s: its next turn at 2.1 s, whose prompt
+     * holds the first turn and its answer. */
+    kvio_stream_finished(stream, ids[1], 2000000000ll);
+    cr_assert_eq(kvio_stream_due_ns(stream), 2100000000ll);
+    cr_assert_eq(kvio_stream_next(stream, &request), KVIO_OK);
+    cr_assert_not_null(request);
+    cr_assert_eq(request->turn, 1);
+    cr_assert_eq(request->input_tokens, 1000 + 50 + 40);
+    cr_assert_eq(request->arrival_ns, 2100000000ll);
+    uint64_t second = request->id;
+    /* Its conversation had two turns: after this answer the user starts a
+     * new conversation. */
+    kvio_stream_finished(stream, second, 3000000000ll);
+    cr_assert_eq(kvio_stream_next(stream, &request), KVIO_OK);
+    cr_assert_not_null(request);
+    cr_assert_eq(request->turn, 0);
+    cr_assert_eq(request->arrival_ns, 3100000000ll);
+    uint64_t fresh = request->id;
+    /* A turn due past the run's end is never made: once the last user is
+     * answered too late, the stream ends. */
+    kvio_stream_finished(stream, ids[0], 59950000000ll);
+    kvio_stream_finished(stream, ids[2], 59950000000ll);
+    kvio_stream_finished(stream, fresh, 59950000000ll);
+    cr_assert_eq(kvio_stream_next(stream, &request), KVIO_OK);
+    cr_assert_null(request);
+    cr_assert_eq(kvio_stream_due_ns(stream), -1);
+    kvio_stream_destroy(stream);
+}
+
+Test(stream, closed_loop_users_need_the_synthetic_stream)
+{
+    char error[1024] = "";
+    kvio_stream_t *stream = NULL;
+    cr_assert_eq(try_stream_from_yaml("stream:\n  users: 4\n  trace: {path: /nonexistent.jsonl}\n",
+                                      0, &stream, error),
+                 KVIO_ERR_CONFIG);
+    cr_assert(strstr(error, "stream.users") != NULL, "%s", error);
 }

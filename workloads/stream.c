@@ -100,7 +100,8 @@ static const kvio_opt_t session_options[] = {
     {.key = "think_time", .type = KVIO_OPT_DIST,
      .offset = offsetof(kvio_stream_sessions_config_t, think_time),
      .default_value = "{dist: exponential, mean: 20s}", .unit = KVIO_UNIT_DURATION,
-     .help = "from one turn's arrival to the next turn's (open loop)"},
+     .help = "from one turn's arrival to the next turn's (open loop); with stream.users, from "
+             "a user's answer to its next request"},
     {.key = "user_tokens", .type = KVIO_OPT_DIST,
      .offset = offsetof(kvio_stream_sessions_config_t, user_tokens),
      .default_value = "{dist: lognormal, mean: 150, stddev: 150, min: 1, max: 4096}",
@@ -225,6 +226,11 @@ const kvio_opt_t kvio_stream_options[] = {
      .help = "tenants isolating their prefix caches (vLLM cache_salt): each session (or "
              "request outside one) is salted as one of this many, drawn uniformly; a salted "
              "block matches only blocks of its own salt (0: no salt)"},
+    {.key = "users", .type = KVIO_OPT_INT, .offset = offsetof(kvio_stream_config_t, users),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 100000,
+     .help = "closed loop (MLPerf Storage kv-cache.py's users): this many users, each sending "
+             "its conversation's next turn, or a new conversation, prefix.sessions.think_time "
+             "after its previous answer finished; arrival is then unused. 0: open loop"},
     {.key = "prefix", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, prefix),
      .options = prefix_options, .help = "shared prompt structure"},
     {.key = "trace", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, trace),
@@ -249,6 +255,11 @@ kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t se
                                  size_t error_len)
 {
     if (config->trace.path != NULL && config->trace.path[0] != '\0') {
+        if (config->users > 0) {
+            snprintf(error_p, error_len, "stream.users: a closed loop of users runs the "
+                     "synthetic stream; a trace (stream.trace.path) keeps its own times");
+            return KVIO_ERR_CONFIG;
+        }
         kvio_stream_trace_config_t options = config->trace;
         if (config->requests > 0 && (options.limit == 0 || options.limit > config->requests))
             options.limit = config->requests;
@@ -266,6 +277,22 @@ kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t se
 kvio_status_t kvio_stream_next(kvio_stream_t *stream, const kvio_request_t **request_p)
 {
     return stream->ops->next(stream->source, request_p);
+}
+
+bool kvio_stream_closed_loop(const kvio_stream_t *stream)
+{
+    return stream->ops->due_ns != NULL;
+}
+
+int64_t kvio_stream_due_ns(const kvio_stream_t *stream)
+{
+    return stream->ops->due_ns != NULL ? stream->ops->due_ns(stream->source) : -1;
+}
+
+void kvio_stream_finished(kvio_stream_t *stream, uint64_t id, int64_t finish_ns)
+{
+    if (stream->ops->finished != NULL)
+        stream->ops->finished(stream->source, id, finish_ns);
 }
 
 kvio_status_t kvio_stream_rewind(kvio_stream_t *stream)

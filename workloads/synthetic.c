@@ -27,7 +27,15 @@ typedef struct session {
     uint32_t next_free;
 } session_t;
 
-/* A later turn waiting for its arrival time. */
+/* A closed loop's user waiting for the answer to request id: then it
+ * sends its session's next turn (NO_SESSION: a new conversation). */
+typedef struct answer {
+    uint64_t id;
+    uint32_t session;
+} answer_t;
+
+/* A later turn waiting for its arrival time (closed loop, NO_SESSION: a
+ * user's new conversation). */
 typedef struct pending {
     int64_t time_ns;
     uint64_t sequence;  /* ties break in the order turns were scheduled */
@@ -84,6 +92,10 @@ typedef struct synthetic {
     uint64_t next_session_id;
     uint64_t next_unique;          /* content ids of user text, outputs, rewrites */
     uint64_t emitted;
+    /* closed loop: each user is in the heap or waits for one answer */
+    uint32_t users;
+    answer_t *answers;
+    uint32_t num_answers;
     /* the request being handed out */
     kvio_request_t request;
     kvio_segment_t *single;        /* segments of a one-turn request */
@@ -326,6 +338,23 @@ static uint64_t draw_cache_salt(synthetic_t *generator)
     return kvio_cache_salt(name, (size_t)length);
 }
 
+/* What follows the request just made. Open loop: its session's next turn,
+ * think_time after it arrived. Closed loop: its user waits for the answer,
+ * then sends the session's next turn (NO_SESSION: the conversation is over
+ * and a new one starts). */
+static kvio_status_t follow(synthetic_t *generator, int64_t time_ns, uint32_t index)
+{
+    if (generator->users > 0) {
+        generator->answers[generator->num_answers++] =
+            (answer_t){.id = generator->request.id, .session = index};
+        return KVIO_OK;
+    }
+    if (index == NO_SESSION)
+        return KVIO_OK;
+    double think = kvio_dist_sample(&generator->think_time, &generator->session_rng);
+    return heap_push(generator, time_ns + (think > 0 ? llround(think) : 0), index);
+}
+
 /* The first turn of a new conversation (or a one-turn request). */
 static kvio_status_t emit_first(synthetic_t *generator, int64_t time_ns)
 {
@@ -394,11 +423,8 @@ static kvio_status_t emit_first(synthetic_t *generator, int64_t time_ns)
         session->output_content_id = request->output_content_id;
         session->cache_salt = request->cache_salt;
         request->session_id = session->id;
-        double think = kvio_dist_sample(&generator->think_time, &generator->session_rng);
-        int64_t next_ns = time_ns + (think > 0 ? llround(think) : 0);
-        return heap_push(generator, next_ns, index);
     }
-    return KVIO_OK;
+    return follow(generator, time_ns, turns > 1 ? index : NO_SESSION);
 }
 
 /* Replaces [position, position + length) of the session's context with new
@@ -489,10 +515,9 @@ static kvio_status_t emit_turn(synthetic_t *generator, int64_t time_ns, uint32_t
     session->output_content_id = request->output_content_id;
     if (session->turn >= session->turns) {
         session_release(generator, index);
-        return KVIO_OK;
+        index = NO_SESSION;
     }
-    double think = kvio_dist_sample(&generator->think_time, &generator->session_rng);
-    return heap_push(generator, time_ns + (think > 0 ? llround(think) : 0), index);
+    return follow(generator, time_ns, index);
 }
 
 static kvio_status_t synthetic_next(void *source, const kvio_request_t **request_p)
@@ -513,9 +538,19 @@ static kvio_status_t synthetic_next(void *source, const kvio_request_t **request
         kvio_status_t status;
         if (turn) {
             pending_t pending = heap_pop(generator);
-            status = emit_turn(generator, time_ns, pending.session);
-            if (status == KVIO_INPROGRESS)
-                continue;
+            if (pending.session == NO_SESSION) {
+                status = emit_first(generator, time_ns);
+            } else {
+                status = emit_turn(generator, time_ns, pending.session);
+                if (status == KVIO_INPROGRESS) {
+                    /* The conversation ended: a closed loop's user starts another now. */
+                    status = generator->users > 0 ? heap_push(generator, time_ns, NO_SESSION)
+                                                  : KVIO_OK;
+                    if (status != KVIO_OK)
+                        return status;
+                    continue;
+                }
+            }
         } else {
             status = emit_first(generator, time_ns);
             advance_arrival(generator, generator->top_process);
@@ -524,6 +559,32 @@ static kvio_status_t synthetic_next(void *source, const kvio_request_t **request
             return status;
         *request_p = &generator->request;
         return KVIO_OK;
+    }
+}
+
+static int64_t synthetic_due_ns(void *source)
+{
+    const synthetic_t *generator = source;
+    if (generator->max_requests > 0 && generator->emitted >= generator->max_requests)
+        return -1;
+    if (generator->heap_size > 0 &&
+        !(generator->end_ns > 0 && generator->heap[0].time_ns >= generator->end_ns))
+        return generator->heap[0].time_ns;
+    return generator->num_answers > 0 ? INT64_MAX : -1;
+}
+
+static void synthetic_finished(void *source, uint64_t id, int64_t finish_ns)
+{
+    synthetic_t *generator = source;
+    for (uint32_t i = 0; i < generator->num_answers; i++) {
+        if (generator->answers[i].id != id)
+            continue;
+        uint32_t session = generator->answers[i].session;
+        generator->answers[i] = generator->answers[--generator->num_answers];
+        double think = kvio_dist_sample(&generator->think_time, &generator->session_rng);
+        /* Cannot fail: the heap has room for every user. */
+        (void)heap_push(generator, finish_ns + (think > 0 ? llround(think) : 0), session);
+        return;
     }
 }
 
@@ -543,6 +604,7 @@ static void synthetic_destroy(void *source)
         free(generator->sessions[i].segments);
     free(generator->sessions);
     free(generator->heap);
+    free(generator->answers);
     free(generator->phases);
     free(generator->system_prompt_tokens);
     free(generator->document_tokens);
@@ -554,6 +616,15 @@ static void synthetic_destroy(void *source)
 static const kvio_stream_source_ops_t synthetic_ops = {
     .name = "synthetic",
     .next = synthetic_next,
+    .destroy = synthetic_destroy,
+};
+
+/* A closed loop's: it also says when it is due and hears finishes. */
+static const kvio_stream_source_ops_t synthetic_closed_ops = {
+    .name = "synthetic",
+    .next = synthetic_next,
+    .due_ns = synthetic_due_ns,
+    .finished = synthetic_finished,
     .destroy = synthetic_destroy,
 };
 
@@ -617,6 +688,26 @@ static kvio_status_t make_popularity(double zipf, uint32_t count, kvio_dist_t *d
     if (kvio_dist_prepare(&dist, message, sizeof(message)) != KVIO_OK)
         return KVIO_ERR_CONFIG;
     *dist_p = dist;
+    return KVIO_OK;
+}
+
+/* A closed loop: no arrival process; every user starts its first
+ * conversation a think time in, so that they do not all start at once. */
+static kvio_status_t start_users(synthetic_t *generator, uint32_t users)
+{
+    generator->users = users;
+    generator->fresh_time_ns = INT64_MAX;
+    generator->answers = malloc(users * sizeof(answer_t));
+    generator->heap = malloc(users * sizeof(pending_t));
+    if (generator->answers == NULL || generator->heap == NULL)
+        return KVIO_ERR_NOMEM;
+    generator->heap_capacity = users;
+    for (uint32_t u = 0; u < users; u++) {
+        double think = kvio_dist_sample(&generator->think_time, &generator->session_rng);
+        kvio_status_t status = heap_push(generator, think > 0 ? llround(think) : 0, NO_SESSION);
+        if (status != KVIO_OK)
+            return status;
+    }
     return KVIO_OK;
 }
 
@@ -747,20 +838,27 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
     } else {
         set_gap_process(generator, top_process, arrival->rate, arrival->cv);
     }
-    if (generator->max_requests == 0 && generator->end_ns <= 0 &&
-        top_process != KVIO_ARRIVAL_PHASES && top_process != KVIO_ARRIVAL_BATCH) {
+    bool ends = generator->max_requests > 0 || generator->end_ns > 0 ||
+                (config->users == 0 &&
+                 (top_process == KVIO_ARRIVAL_PHASES || top_process == KVIO_ARRIVAL_BATCH));
+    if (!ends) {
         status = fail(error_p, error_len, KVIO_ERR_CONFIG, "%s",
                       "stream: unbounded (set stream.requests or the workload's duration)");
         goto cleanup;
     }
-    advance_arrival(generator, top_process);
+    if (config->users > 0)
+        status = start_users(generator, (uint32_t)config->users);
+    else
+        advance_arrival(generator, top_process);
+    if (status != KVIO_OK)
+        goto cleanup;
 
     stream = calloc(1, sizeof(*stream));
     if (stream == NULL) {
         status = KVIO_ERR_NOMEM;
         goto cleanup;
     }
-    stream->ops = &synthetic_ops;
+    stream->ops = generator->users > 0 ? &synthetic_closed_ops : &synthetic_ops;
     stream->source = generator;
     *stream_p = stream;
     return KVIO_OK;

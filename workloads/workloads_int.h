@@ -21,6 +21,11 @@ typedef struct kvio_stream_source_ops {
     kvio_status_t (*next)(void *source, const kvio_request_t **request_p);
     /* Optional: back to the first request (a loaded trace). */
     void (*rewind)(void *source);
+    /* Optional, a closed loop's (stream.users): when the next request is
+     * due (INT64_MAX: it waits for a request to finish; -1: the end), and
+     * a request it gave has finished. */
+    int64_t (*due_ns)(void *source);
+    void (*finished)(void *source, uint64_t id, int64_t finish_ns);
     void (*destroy)(void *source);
 } kvio_stream_source_ops_t;
 

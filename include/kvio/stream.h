@@ -200,6 +200,8 @@ typedef struct kvio_stream_config {
     int64_t max_tokens;    /* 0: output_tokens' largest value, or the request's own output */
     kvio_dist_t priority;
     int64_t cache_salts;   /* tenants: each session is salted as one of them; 0: none */
+    int64_t users;         /* closed loop: this many users, each waiting for its answer
+                              (think_time after it); 0: open loop (arrival) */
     kvio_stream_prefix_config_t prefix;
     kvio_stream_trace_config_t trace;
 } kvio_stream_config_t;
@@ -235,6 +237,22 @@ kvio_status_t kvio_stream_open_trace(const char *path, kvio_trace_format_t forma
  * is borrowed: valid until the next call or kvio_stream_destroy
  * (kvio_request_clone keeps one). */
 kvio_status_t kvio_stream_next(kvio_stream_t *stream, const kvio_request_t **request_p);
+
+/* A closed loop (stream.users > 0): each user sends its next turn (or,
+ * after its conversation's last, a new conversation's first) think_time
+ * after its previous request finished, so the stream runs as fast as it is
+ * served. kvio_stream_next then yields NULL both at the end and while every
+ * user waits; kvio_stream_due_ns tells them apart, and kvio_stream_finished
+ * says when a request it gave finished (on the stream's clock). */
+bool kvio_stream_closed_loop(const kvio_stream_t *stream);
+
+/* A closed loop's next request's arrival (stream clock), INT64_MAX while
+ * every user waits for an answer, -1 at its end. */
+int64_t kvio_stream_due_ns(const kvio_stream_t *stream);
+
+/* The request id (of a closed loop) finished at finish_ns; an id the stream
+ * does not wait for is ignored. */
+void kvio_stream_finished(kvio_stream_t *stream, uint64_t id, int64_t finish_ns);
 
 /* Starts a loaded trace over at its first request; KVIO_ERR_UNSUPPORTED for
  * a synthetic stream (create it again: the same seed yields the same
