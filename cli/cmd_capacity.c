@@ -29,7 +29,8 @@ static void usage(FILE *out)
             "bracket until it is within --tolerance (default 0.01) of its top. Each\n"
             "probe is a whole run in DIR/rate-<R>; DIR/capacity.json has the capacity,\n"
             "the binding bound and the curve (default DIR: results/capacity-<name>-<time>).\n"
-            "--users: the most users of a closed loop instead (serve.max_concurrency,\n"
+            "--users: the most users of a closed loop instead: stream.users where the\n"
+            "stream has them (MLPerf Storage's QoS search), else serve.max_concurrency,\n"
             "from the workload's or 1, to the last whole user; probes in DIR/users-<N>).\n"
             "--vary KEY=A,B: one search per value, in DIR/KEY-A, ... (needs -o);\n"
             "capacity.json lists them under variants, and kvio report draws them.\n");

@@ -286,15 +286,26 @@ int kvio_cmd_list(int argc, char **argv)
     int width = 0;
     for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
         width = (int)strlen(preset->name) > width ? (int)strlen(preset->name) : width;
-    printf("presets (kvio run NAME):\n");
-    for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
-        if (strncmp(preset->name, "repro/", 6) != 0)
-            printf("  %-*s %s\n", width, preset->name, preset->description);
-    printf("\nreproductions of published results (kvio run repro/NAME; bench/repro.sh runs "
-           "them all):\n");
-    for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++)
-        if (strncmp(preset->name, "repro/", 6) == 0)
-            printf("  %-*s %.*s\n", width, preset->name, 100, preset->description);
+    static const struct {
+        const char *group, *title;
+    } groups[] = {
+        {"", "presets (kvio run NAME)"},
+        {"repro/", "reproductions of published results (kvio run repro/NAME; bench/repro.sh "
+                   "runs them all)"},
+        {"mlperf/", "MLPerf Storage v3 KV-cache scenarios, as kv-cache.py runs them (kvio run "
+                    "mlperf/NAME)"},
+    };
+    for (size_t g = 0; g < sizeof(groups) / sizeof(groups[0]); g++) {
+        printf("%s%s:\n", g > 0 ? "\n" : "", groups[g].title);
+        for (const kvio_preset_t *preset = kvio_presets; preset->name != NULL; preset++) {
+            const char *slash = strchr(preset->name, '/');
+            size_t group_length = slash != NULL ? (size_t)(slash - preset->name) + 1 : 0;
+            if (group_length == strlen(groups[g].group) &&
+                strncmp(preset->name, groups[g].group, group_length) == 0)
+                printf("  %-*s %.*s\n", width, preset->name, g > 0 ? 100 : 1000,
+                       preset->description);
+        }
+    }
     for (const kvio_registry_t *const *registry = kvio_registries; *registry != NULL; registry++) {
         printf("\n");
         kvio_registry_print(*registry, stdout);

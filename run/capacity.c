@@ -45,6 +45,8 @@ typedef struct search {
     const kvio_capacity_options_t *options;
     const char *variant_set;  /* KEY=VALUE of a --vary value, or NULL */
     const char *point;        /* what varies: "rate" or "users" */
+    const char *users_key;    /* --users: stream.users (the stream's closed loop) or
+                                 serve.max_concurrency */
     char directory[1024];
     char ttft_set[96], tpot_set[96];
     probe_t probes[KVIO_CAPACITY_MAX_PROBES];
@@ -72,7 +74,7 @@ static kvio_status_t load_at(search_t *search, double rate, kvio_workload_t *wor
         sets[count++] = search->variant_set;
     char rate_set[64];
     if (options->users)
-        snprintf(rate_set, sizeof(rate_set), "serve.max_concurrency=%.0f", rate);
+        snprintf(rate_set, sizeof(rate_set), "%s=%.0f", search->users_key, rate);
     else
         snprintf(rate_set, sizeof(rate_set), "stream.arrival.rate=%.9g", rate);
     sets[count++] = rate_set;
@@ -224,7 +226,7 @@ static json_t *result_json(search_t *search, double capacity, double high)
     json_t *result = json_pack(
         "{s:s, s:s, s:s, s:f, s:f, s:{s:s?, s:s?}, s:f, s:s, s:I, s:o}", "workload",
         options->source, "directory", search->directory, "varies",
-        options->users ? "serve.max_concurrency" : "stream.arrival.rate", "capacity", capacity,
+        options->users ? search->users_key : "stream.arrival.rate", "capacity", capacity,
         "first_failing", high, "slo", "ttft",
         search->ttft_set[0] ? strchr(search->ttft_set, '=') + 1 : NULL, "tpot",
         search->tpot_set[0] ? strchr(search->tpot_set, '=') + 1 : NULL, "attain",
@@ -288,10 +290,13 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
                  options->source);
         status = KVIO_ERR_CONFIG;
     }
-    *start_p = options->users ? (workload.serve.max_concurrency > 0
-                                     ? (double)workload.serve.max_concurrency
-                                     : 1)
-                              : workload.stream.arrival.rate;
+    /* --users varies the stream's own users where it has a closed loop
+     * (MLPerf Storage's QoS search), else the concurrency limit. */
+    search->users_key = stream->users > 0 ? "stream.users" : "serve.max_concurrency";
+    *start_p = !options->users                     ? workload.stream.arrival.rate
+               : stream->users > 0                 ? (double)stream->users
+               : workload.serve.max_concurrency > 0 ? (double)workload.serve.max_concurrency
+                                                    : 1;
     if (search->directory[0] != '\0') {
         /* a --vary value's, set by the caller */
     } else if (options->output_dir != NULL) {

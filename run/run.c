@@ -107,6 +107,18 @@ static void add_storage_rows(kvio_table_t *table, const json_t *summary)
     add_assessment_row(table, json_object_get(summary, "assessment"));
 }
 
+/* The prefix hit rate, and with tiers the share of prompt tokens they
+ * served too. */
+static void hit_rate_text(const json_t *metrics, char *text_p, size_t text_len)
+{
+    if (metric(metrics, "tier_hit_tokens", NULL) > 0)
+        snprintf(text_p, text_len, "%.2f %% in the pool, %.2f %% with the tiers",
+                 100 * metric(metrics, "hit_rate", NULL),
+                 100 * metric(metrics, "hit_rate_with_tiers", NULL));
+    else
+        snprintf(text_p, text_len, "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
+}
+
 static void print_table(const kvio_workload_t *workload, const json_t *summary,
                         const json_t *metrics, const char *results_dir, bool complete,
                         bool serving)
@@ -154,7 +166,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *summary,
             snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
             kvio_table_add_row(table, "goodput", text[3], NULL);
         }
-        snprintf(text[4], sizeof(text[4]), "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
+        hit_rate_text(metrics, text[4], sizeof(text[4]));
         kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
         snprintf(text[5], sizeof(text[5]), "%.0f", metric(metrics, "preemptions", NULL));
         kvio_table_add_row(table, "preemptions", text[5], NULL);

@@ -79,6 +79,7 @@ struct kvio_kv_io {
     pthread_t thread;
     pthread_mutex_t lock;      /* the queue, the free slots, the loads' results */
     pthread_cond_t work, idle;
+    pthread_cond_t slot_freed; /* a staged save was written: its slot is free again */
     io_job_t *head, *tail;
     bool busy, quit;
     pthread_mutex_t tier_lock; /* every tier call (tiers_lock) */
@@ -313,11 +314,20 @@ static void tiers_unlock(kvio_block_store_t *store)
         pthread_mutex_unlock(&store->io->tier_lock);
 }
 
-/* Whether a tier of the write policy lacks hash. */
+/* Whether a tier of the write policy lacks hash. While the I/O thread
+ * holds the tiers (a batch on its way to a device) the engine does not
+ * wait to ask: it is taken as wanted, and the I/O thread, which asks
+ * again, skips what a tier already holds. */
 static bool wants_save(kvio_block_store_t *store, kvio_hash_t hash, int policy)
 {
+    bool has_policy = false;
+    for (size_t t = 0; t < store->saved_tiers; t++)
+        has_policy = has_policy || kvio_tier_write_policy(store->tiers[t]) == policy;
+    if (!has_policy)
+        return false;
+    if (store->io != NULL && pthread_mutex_trylock(&store->io->tier_lock) != 0)
+        return true;
     bool wanted = false;
-    tiers_lock(store);
     for (size_t t = 0; t < store->saved_tiers && !wanted; t++)
         wanted = kvio_tier_write_policy(store->tiers[t]) == policy &&
                  !kvio_tier_contains(store->tiers[t], hash);
@@ -369,7 +379,8 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
     }
 }
 
-static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy);
+static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy,
+                       int64_t *waited_ns_p);
 
 void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p)
@@ -377,8 +388,16 @@ void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash
     if (!wants_save(store, hash, policy))
         return;
     stamp_flush(store, &block, 1);
-    if (store->io != NULL && stage_save(store, block, hash, policy))
-        return; /* the I/O thread writes it */
+    if (store->io != NULL) {
+        /* The I/O thread writes it; the engine waits only for a free
+         * staging slot (the tiers' backpressure), and that wait is the
+         * iteration's tier time. */
+        int64_t waited_ns = 0;
+        bool staged = stage_save(store, block, hash, policy, &waited_ns);
+        *tier_ns_p += waited_ns;
+        if (staged)
+            return;
+    }
     const void *data = block_data(store, block);
     if (store->device != NULL) {
         /* A GPU block is read to the bounce buffer once (the engine's own:
@@ -408,10 +427,16 @@ static kvio_tier_t *tier_holding(const kvio_block_store_t *store, kvio_hash_t ha
     return NULL;
 }
 
-bool kvio_block_store_in_tier(kvio_block_store_t *store, kvio_hash_t hash)
+size_t kvio_block_store_in_tiers(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                 size_t count, int64_t *tier_ns_p)
 {
+    uint64_t start_ns = store->io != NULL ? kvio_time_ns() : 0;
     tiers_lock(store);
-    bool held = tier_holding(store, hash) != NULL;
+    if (store->io != NULL)
+        *tier_ns_p += (int64_t)(kvio_time_ns() - start_ns);
+    size_t held = 0;
+    while (held < count && tier_holding(store, hashes[held]) != NULL)
+        held++;
     tiers_unlock(store);
     return held;
 }
@@ -587,6 +612,7 @@ static void run_saves(kvio_block_store_t *store, io_job_t *const *jobs, size_t c
     pthread_mutex_lock(&io->lock);
     for (size_t i = 0; i < count; i++)
         io->free_slots[io->num_free++] = jobs[i]->slot;
+    pthread_cond_broadcast(&io->slot_freed);
     pthread_mutex_unlock(&io->lock);
 }
 
@@ -646,15 +672,24 @@ static void io_push(kvio_kv_io_t *io, io_job_t *job)
     pthread_mutex_unlock(&io->lock);
 }
 
-/* Copies the block to a free staging slot and asks the I/O thread to write
- * it; false (nothing asked) when no slot is free or the copy failed. */
-static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy)
+/* Copies the block to a free staging slot, waiting for one while every
+ * slot holds a save not yet written (*waited_ns_p: how long), and asks the
+ * I/O thread to write it; false (nothing asked) when out of memory or the
+ * copy failed. */
+static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy,
+                       int64_t *waited_ns_p)
 {
     kvio_kv_io_t *io = store->io;
     io_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL)
         return false;
     pthread_mutex_lock(&io->lock);
+    if (io->num_free == 0) {
+        uint64_t start_ns = kvio_time_ns();
+        while (io->num_free == 0 && (io->head != NULL || io->busy))
+            pthread_cond_wait(&io->slot_freed, &io->lock);
+        *waited_ns_p = (int64_t)(kvio_time_ns() - start_ns);
+    }
     bool have = io->num_free > 0;
     if (have)
         job->slot = io->free_slots[--io->num_free];
@@ -694,6 +729,7 @@ static void io_free(kvio_block_store_t *store, kvio_kv_io_t *io)
     pthread_mutex_destroy(&io->tier_lock);
     pthread_cond_destroy(&io->work);
     pthread_cond_destroy(&io->idle);
+    pthread_cond_destroy(&io->slot_freed);
     if (store->device != NULL) {
         if (io->stage != NULL)
             kvio_device_host_free(store->device, io->stage);
@@ -746,6 +782,7 @@ static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t e
     pthread_mutex_init(&io->tier_lock, NULL);
     pthread_cond_init(&io->work, NULL);
     pthread_cond_init(&io->idle, NULL);
+    pthread_cond_init(&io->slot_freed, NULL);
     store->io = io; /* before the thread starts: it reads it */
     if (pthread_create(&io->thread, NULL, io_main, store) != 0) {
         snprintf(error_p, error_len, "serve rank %u: cannot start the thread that moves KV "

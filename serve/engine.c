@@ -1418,11 +1418,11 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                 size_t max_blocks = (num_tokens - 1) / engine->block_size;
                 if (max_blocks > req->hashes_given)
                     max_blocks = req->hashes_given;
-                for (size_t b = hits / engine->block_size; b < max_blocks; b++) {
-                    if (!kvio_block_store_in_tier(engine->store, req->hashes[b]))
-                        break;
-                    tier_blocks++;
-                }
+                size_t first = hits / engine->block_size;
+                if (first < max_blocks)
+                    tier_blocks = (uint32_t)kvio_block_store_in_tiers(
+                        engine->store, req->hashes + first, max_blocks - first,
+                        &engine->current.tier_ns);
                 computed += tier_blocks * engine->block_size;
             }
         }

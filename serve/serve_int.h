@@ -363,12 +363,16 @@ void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t
  * Beside the batch (async) it does not: in simulate the save takes the link
  * to the tiers when the iteration ends (kvio_block_store_saves_at); in
  * emulate the block is copied to a staging slot and the store's I/O thread
- * writes it (with every slot taken, it is written here, and timed). */
+ * writes it; with every slot taken the engine waits for one, and that wait
+ * adds to *tier_ns_p (the tiers' backpressure). */
 void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p);
 
-/* Whether some tier holds hash; how many tiers there are. */
-bool kvio_block_store_in_tier(kvio_block_store_t *store, kvio_hash_t hash);
+/* How many of hashes[0..count), from the first on, some tier holds; a wait
+ * for the I/O thread's batch in flight adds to *tier_ns_p. And how many
+ * tiers there are. */
+size_t kvio_block_store_in_tiers(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                 size_t count, int64_t *tier_ns_p);
 size_t kvio_block_store_num_tiers(const kvio_block_store_t *store);
 
 /* Loads up to wanted blocks (hashes) from the tiers into the pool blocks

@@ -613,6 +613,21 @@ Test(cli, the_readme_recipes_run_at_small_sizes, .timeout = 180)
     free(dir);
 }
 
+/* Validates every preset kvio list printed after marker; how many. */
+static size_t validate_listed(const char *listing, const char *marker)
+{
+    size_t validated = 0;
+    for (const char *at = strstr(listing, marker); at != NULL; at = strstr(at + 1, marker)) {
+        char name[64];
+        cr_assert_eq(sscanf(at + 2, "%63s", name), 1);
+        test_run_t check = test_kvio("/", "validate", name, NULL);
+        cr_expect_eq(check.status, 0, "%s: %s", name, check.err);
+        test_run_free(&check);
+        validated++;
+    }
+    return validated;
+}
+
 Test(cli, list_shows_embedded_presets, .timeout = 20)
 {
     test_run_t run = test_kvio("/", "list", NULL);
@@ -623,20 +638,12 @@ Test(cli, list_shows_embedded_presets, .timeout = 20)
     run = test_kvio("/", "validate", "quickstart", NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
-    /* So do the reproductions (workloads/repro/), by name: every one of them
-     * listed validates. */
+    /* So do the reproductions (workloads/repro/) and MLPerf Storage's
+     * scenarios (workloads/mlperf/), by name: every one listed validates. */
     run = test_kvio("/", "list", NULL);
     cr_assert(test_contains(run.out, "repro/pkas-decode-bound"), "%s", run.out);
-    size_t validated = 0;
-    for (const char *at = strstr(run.out, "  repro/"); at != NULL; at = strstr(at + 1, "  repro/")) {
-        char name[64];
-        cr_assert_eq(sscanf(at + 2, "%63s", name), 1);
-        test_run_t check = test_kvio("/", "validate", name, NULL);
-        cr_expect_eq(check.status, 0, "%s: %s", name, check.err);
-        test_run_free(&check);
-        validated++;
-    }
-    cr_assert_geq(validated, 10);
+    cr_assert_geq(validate_listed(run.out, "  repro/"), 10);
+    cr_assert_geq(validate_listed(run.out, "  mlperf/"), 4);
     test_run_free(&run);
 }
 

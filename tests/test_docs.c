@@ -166,7 +166,8 @@ static void check_quoted_path(const char *root, const char *file, int line, cons
 }
 
 /* `kvio COMMAND NAME` with a lower-case NAME that is not a file (nor a
- * placeholder in capitals) must be a preset under workloads/presets/ or workloads/repro/. */
+ * placeholder in capitals) must be a preset under workloads/presets/, workloads/repro/ or
+ * workloads/mlperf/. */
 static void check_command(const char *root, const char *file, int line, const char *text,
                           size_t len, problems_t *p)
 {

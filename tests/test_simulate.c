@@ -1421,6 +1421,11 @@ Test(simulate, closed_loop_users_send_after_their_answer_and_a_think, .timeout =
         cr_assert_leq(in_flight, 6, "%zu requests in flight at %.6f s", in_flight, arrival);
     }
     cr_assert_eq(starts, 6);
+    /* A closed loop offers no rate past its serving: never "overloaded". */
+    json_t *warnings = json_object_get(output.summary, "warnings");
+    for (size_t w = 0; w < json_array_size(warnings); w++)
+        cr_assert_str_neq(json_string_value(json_object_get(json_array_get(warnings, w), "kind")),
+                          "overload");
     free(finishes);
     test_csv_free(&csv);
     run_free(&output);
