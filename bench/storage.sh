@@ -18,10 +18,21 @@
 # `figure tier_host_over_memcpy`, `figure tier_redis_over_redis_benchmark`
 # and `figure tier_redis_pipelined_over_redis_benchmark_p8` (the slower of
 # SET and GET).
-# Then `figure storage_cv` (a whole emulate storage run's coefficient of
-# variation over CV_TRIALS trials, default 5) and `figure
-# storage_cv_over_fio` (against fio's over as many trials). Not measured
-# yet: two storage targets of different speed (a throttled loop device).
+# Then `figure storage_cv` (the coefficient of variation of the storage
+# throughput of CV_TRIALS runs, default 5, of the mlperf/storage-only
+# preset, 20 s and 16 users with its slab in this directory) and `figure
+# storage_cv_over_fio` (against fio's over as many trials).
+# Then two storage targets of different speed made here: one loop device
+# (direct I/O onto a sparse image in this directory, ext4) whose reads and
+# writes a blkio cgroup throttles to FAST_BPS (default 1.2e9) and to
+# SLOW_BPS (default 3e8); `figure tier_ratio_over_fio_ratio` is kvio's
+# storage throughput (the mlperf/stress preset, one turn a user, so that
+# every request writes its KV: 20 s, 16 users) on the fast target over the
+# slow, divided by fio's QD8 write bandwidth on the fast over the slow.
+# Needs root, losetup and cgroup v1 blkio or v2 io; said and skipped where
+# the machine cannot make them. The unthrottled device is measured too,
+# for what it shows about kvio's own ceiling on this machine (`figure
+# tier_ratio_over_fio_ratio_unthrottled`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_BENCH_BUILD:-$root/build-bench}
@@ -39,10 +50,14 @@ fi
 mkdir -p "$dir"
 work=$(mktemp -d /tmp/kvio-bench-storage-XXXXXX)
 redis_pid=""
+loop_dev="" loop_mount="" cgroups=()
 cleanup() {
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
     wait 2>/dev/null || true
-    rm -rf "$work" "$dir/kvio" "$dir/fio.dat"
+    [ -n "$loop_mount" ] && umount "$loop_mount" 2>/dev/null || true
+    [ -n "$loop_dev" ] && losetup -d "$loop_dev" 2>/dev/null || true
+    for cg in "${cgroups[@]}"; do rmdir "$cg" 2>/dev/null || true; done
+    rm -rf "$work" "$dir/kvio" "$dir/fio.dat" "$dir/targets.img"
 }
 trap cleanup EXIT INT TERM
 
@@ -126,38 +141,45 @@ printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P1 c1" "$set_rate" "$ge
 set_rate8=$(bench_rate set 8); get_rate8=$(bench_rate get 8)
 printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P8 c1" "$set_rate8" "$get_rate8"
 
+# preset PRESET OUT TIER_DIR [KEY=VALUE...]: the preset as a workload file,
+# 20 s and 16 users, its file tier's slab (8 GiB) in TIER_DIR, no
+# assessment, with the stream keys given (a dotted path under stream).
+preset() {
+    "$build/kvio" validate "$1" --dump | python3 -c '
+import json, sys
+workload = json.load(sys.stdin)
+out, tier_dir = sys.argv[1], sys.argv[2]
+workload.update(duration="20s")
+workload.pop("assess", None)
+workload["stream"]["users"] = 16
+tier = workload["serve"]["kvcache"]["tiers"][-1]
+tier.update(size="8GiB")
+tier["file"]["path"] = tier_dir + "/kvio"
+for pair in sys.argv[3:]:
+    key, value = pair.split("=", 1)
+    *parents, last = key.split(".")
+    node = workload["stream"]
+    for part in parents:
+        node = node[part]
+    node[last] = json.loads(value)
+json.dump(workload, open(out, "w"), indent=1)
+' "$2" "$3" "${@:4}"
+}
+# moved RUN_DIR: the run's storage throughput (tokens/s moved to and from
+# the tiers)
+moved() { python3 -c "import json; print(json.load(open('$1/summary.json'))['storage']['storage_throughput_tokens_per_s'])"; }
+
 # storage_cv: the spread of a whole storage run, trial to trial (MLPerf
 # Storage's kv-cache.py measured a coefficient of variation of 50-125 % a
-# run): CV_TRIALS emulate runs, the same seed, of Llama 3.2 1B over a small
-# pool, a host tier and a file slab in this directory (waterfall, 10 s),
-# their storage throughput in tokens/s; against fio's own spread over as
-# many io_uring QD8 write trials here.
+# run): CV_TRIALS emulate runs of the mlperf/storage-only preset, the same
+# seed, their storage throughput in tokens/s; against fio's own spread over
+# as many io_uring QD8 write trials here.
 cv_trials=${CV_TRIALS:-5}
-cat >"$work/storage.yaml" <<YAML
-name: storage-cv
-seed: 42
-mode: emulate
-duration: 10s
-model: {preset: llama3.2-1b}
-gpu: {preset: h100-pcie}
-serve:
-  engine: {max_num_seqs: 16}
-  kvcache:
-    block_size: 16
-    capacity: 1200MiB
-    placement: waterfall
-    tiers: [{kind: host, size: 256MiB}, {kind: file, size: 4GiB, file: {path: $dir/kvio}}]
-stream:
-  arrival: {process: poisson, rate: 40}
-  input_tokens: {dist: lognormal, mean: 2000, stddev: 1500, min: 64, max: 16384}
-  output_tokens: {dist: lognormal, mean: 100, stddev: 80, min: 4, max: 1024}
-  prefix:
-    sessions: {turns: {dist: uniform, low: 0.5, high: 6.5}, think_time: {dist: exponential, mean: 2s}}
-YAML
+preset mlperf/storage-only "$work/storage.json" "$dir"
 cv_of() { awk '{v[NR] = $1; s += $1} END {m = s / NR; for (i = 1; i <= NR; i++) q += (v[i] - m) ^ 2; printf "%.4f", (NR > 1 && m > 0 ? sqrt(q / (NR - 1)) / m : 0)}'; }
 kvio_rates=$(for t in $(seq 1 "$cv_trials"); do
-    "$build/kvio" run "$work/storage.yaml" -o "$work/cv-$t" --force >/dev/null 2>&1
-    python3 -c "import json; print(json.load(open('$work/cv-$t/summary.json'))['storage']['storage_throughput_tokens_per_s'])"
+    "$build/kvio" run "$work/storage.json" -o "$work/cv-$t" --force >/dev/null 2>&1
+    moved "$work/cv-$t"
 done)
 storage_cv=$(cv_of <<<"$kvio_rates")
 fio_cv=$(for _ in $(seq 1 "$cv_trials"); do
@@ -167,6 +189,67 @@ fio_cv=$(for _ in $(seq 1 "$cv_trials"); do
 done | cv_of)
 printf '%-34s %10s %10s\n' "storage run, $cv_trials trials" "CV kvio" "CV fio"
 printf '%-34s %10.4f %10.4f\n' "tokens/s moved; fio QD8 writes" "$storage_cv" "$fio_cv"
+
+# Two targets of different speed: one loop device, throttled by a cgroup
+# to each rate in turn (and not at all), kvio and fio inside it.
+targets_why=""
+if [ "$(id -u)" != 0 ]; then targets_why="not root"
+elif ! command -v losetup >/dev/null || ! command -v mkfs.ext4 >/dev/null; then targets_why="no losetup or mkfs.ext4"
+elif [ ! -d /sys/fs/cgroup/blkio ] && [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then targets_why="no blkio (v1) or io (v2) cgroup"
+fi
+# throttled BPS COMMAND...: runs COMMAND in a cgroup whose reads and writes
+# of the loop device are held to BPS bytes/s (0: no cgroup)
+throttled() {
+    local bps=$1; shift
+    if [ "$bps" = 0 ]; then "$@"; return; fi
+    local cg majmin
+    majmin=$(printf '%d:%d' "0x$(stat -c %t "$loop_dev")" "0x$(stat -c %T "$loop_dev")")
+    if [ -d /sys/fs/cgroup/blkio ]; then
+        cg=/sys/fs/cgroup/blkio/kvio-bench-$bps
+        mkdir -p "$cg"
+        echo "$majmin $bps" >"$cg/blkio.throttle.read_bps_device"
+        echo "$majmin $bps" >"$cg/blkio.throttle.write_bps_device"
+    else
+        cg=/sys/fs/cgroup/kvio-bench-$bps
+        mkdir -p "$cg"
+        echo "$majmin rbps=$bps wbps=$bps" >"$cg/io.max"
+    fi
+    cgroups+=("$cg")
+    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"
+}
+fast_bps=${FAST_BPS:-1200000000} slow_bps=${SLOW_BPS:-300000000}
+if [ -z "$targets_why" ]; then
+    truncate -s 16G "$dir/targets.img"
+    loop_dev=$(losetup -f --show --direct-io=on "$dir/targets.img" 2>/dev/null) || targets_why="losetup refused a loop device"
+fi
+if [ -z "$targets_why" ]; then
+    loop_mount="$work/targets"
+    mkdir -p "$loop_mount"
+    mkfs.ext4 -q -F "$loop_dev" && mount "$loop_dev" "$loop_mount" || targets_why="cannot make or mount ext4 on $loop_dev"
+fi
+if [ -z "$targets_why" ]; then
+    preset mlperf/stress "$work/targets.json" "$loop_mount" prefix.sessions.turns=1
+    printf '%-34s %10s %10s\n' "loop device $loop_dev, throttled" "kvio tok/s" "fio GB/s"
+    declare -A target_kvio target_fio
+    for bps in "$fast_bps" "$slow_bps" 0; do
+        throttled "$bps" "$build/kvio" run "$work/targets.json" -o "$work/target-$bps" --force >/dev/null 2>&1
+        target_kvio[$bps]=$(moved "$work/target-$bps")
+        rm -rf "$loop_mount/kvio"
+        target_fio[$bps]=$(throttled "$bps" fio --name=kvio --directory="$loop_mount" --filename=fio.dat \
+            --rw=write --bs="$block" --size=1G --direct=1 --ioengine=io_uring --iodepth=8 \
+            --output-format=json | python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['write']['bw_bytes'] / 1e9)")
+        rm -f "$loop_mount/fio.dat"
+        printf '%-34s %10.0f %10.3f\n' "$([ "$bps" = 0 ] && echo unthrottled || echo "$bps bytes/s")" \
+            "${target_kvio[$bps]}" "${target_fio[$bps]}"
+    done
+    kvio_ratio=$(ratio "${target_kvio[$fast_bps]}" "${target_kvio[$slow_bps]}")
+    fio_ratio=$(ratio "${target_fio[$fast_bps]}" "${target_fio[$slow_bps]}")
+    kvio_ratio0=$(ratio "${target_kvio[0]}" "${target_kvio[$slow_bps]}")
+    fio_ratio0=$(ratio "${target_fio[0]}" "${target_fio[$slow_bps]}")
+    echo "fast over slow: kvio ${kvio_ratio}x, fio ${fio_ratio}x; unthrottled over slow: kvio ${kvio_ratio0}x, fio ${fio_ratio0}x"
+else
+    echo "two storage targets: skipped ($targets_why)"
+fi
 
 echo "file tier: $file_info; host tier: $host_info"
 echo "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg); directory $dir ($(df -T "$dir" | awk 'NR == 2 {print $2}'))"
@@ -184,3 +267,7 @@ set_ratio8=$(ratio "$redis_write8" "$set_rate8"); get_ratio8=$(ratio "$redis_rea
 echo "figure storage_cv $storage_cv"
 echo "figure storage_cv_over_fio $(ratio "$storage_cv" "$fio_cv") x"
 echo "figure tier_redis_pipelined_over_redis_benchmark_p8 $(awk -v a="$set_ratio8" -v b="$get_ratio8" 'BEGIN {printf "%.2f", (a < b ? a : b)}') x"
+if [ -z "$targets_why" ]; then
+    echo "figure tier_ratio_over_fio_ratio $(ratio "$kvio_ratio" "$fio_ratio") x"
+    echo "figure tier_ratio_over_fio_ratio_unthrottled $(ratio "$kvio_ratio0" "$fio_ratio0") x"
+fi
