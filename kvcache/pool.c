@@ -1427,7 +1427,7 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
                     index_insert(cache, req->blocks[i], req->hashes[i]);
                     if (cache->links != NULL)
                         radix_attach(cache, req->blocks[i], i > 0 ? req->blocks[i - 1] : NO_BLOCK);
-                    cache->config.on_cached(cache->config.hook_context, req->blocks[i],
+                    cache->config.on_cached(cache->config.hook_context, req->blocks, i,
                                             req->hashes[i]);
                 }
             }

@@ -32,6 +32,9 @@ struct kvio_block_store {
     kvio_device_t *device;   /* non-NULL: memory is GPU memory (copies only) */
     unsigned char *bounce;   /* GPU pool: one pinned block for tier traffic */
     uint64_t block_bytes;
+    uint32_t chunk_blocks;   /* blocks per tier object */
+    uint64_t object_bytes;   /* a tier object's bytes: chunk_blocks blocks */
+    unsigned char *object;   /* chunks, with bytes: the engine thread's object buffer */
     bool verify_swaps;
     kvio_tier_t *const *tiers;
     size_t num_tiers;
@@ -52,6 +55,7 @@ typedef struct kvio_kv_io kvio_kv_io_t;
 struct kvio_kv_load {
     kvio_hash_t *hashes;
     uint32_t *ids;
+    uint32_t lead;       /* chunks: blocks of the first chunk before ids[0] */
     uint32_t wanted;
     uint32_t loaded;     /* once done; emulate: so far, under io->lock */
     int64_t begin_ns;    /* simulate: when it starts on the link */
@@ -71,8 +75,10 @@ typedef struct io_job {
     int policy;
 } io_job_t;
 
-/* Staged saves wait in at most this many blocks (and STAGE_MAX_BYTES). */
+/* Staged saves wait in at most this many objects (and STAGE_MAX_BYTES), at
+ * least STAGE_MIN_SLOTS of them (a chunk is many blocks' bytes). */
 #define STAGE_MAX_SLOTS 256
+#define STAGE_MIN_SLOTS 4
 #define STAGE_MAX_BYTES (64ull << 20)
 
 struct kvio_kv_io {
@@ -85,6 +91,7 @@ struct kvio_kv_io {
     pthread_mutex_t tier_lock; /* every tier call (tiers_lock) */
     unsigned char *stage;      /* num_slots blocks (pinned with a GPU pool) */
     unsigned char *bounce;     /* GPU pool: the thread's own pinned block for loads */
+    unsigned char *object;     /* chunks: the thread's own object buffer for loads */
     uint32_t free_slots[STAGE_MAX_SLOTS];
     uint32_t num_slots, num_free;
 };
@@ -118,6 +125,62 @@ static uint64_t bounce_bytes(const kvio_block_store_t *store)
     return store->block_bytes > 32 ? store->block_bytes : 32;
 }
 
+/* Host memory for a tier object: pinned with a GPU pool, else aligned for
+ * O_DIRECT. NULL when out of memory. */
+static unsigned char *object_alloc(const kvio_block_store_t *store)
+{
+    void *buffer = NULL;
+    if (store->device != NULL)
+        return kvio_device_host_alloc(store->device, store->object_bytes, &buffer) == KVIO_OK
+                   ? buffer
+                   : NULL;
+    return posix_memalign(&buffer, 4096, store->object_bytes) == 0 ? buffer : NULL;
+}
+
+static void object_free(const kvio_block_store_t *store, unsigned char *buffer)
+{
+    if (buffer != NULL && store->device != NULL)
+        kvio_device_host_free(store->device, buffer);
+    else
+        free(buffer);
+}
+
+/* A chunk's pool blocks, in order, as one object's bytes in target. */
+static kvio_status_t gather(const kvio_block_store_t *store, const uint32_t *blocks,
+                            unsigned char *target)
+{
+    for (uint32_t i = 0; i < store->chunk_blocks; i++) {
+        unsigned char *to = target + (uint64_t)i * store->block_bytes;
+        if (store->device == NULL) {
+            memcpy(to, block_data(store, blocks[i]), store->block_bytes);
+            continue;
+        }
+        kvio_status_t status =
+            kvio_device_copy(store->device, to, block_data(store, blocks[i]), store->block_bytes);
+        if (status != KVIO_OK)
+            return status;
+    }
+    return KVIO_OK;
+}
+
+/* count blocks of an object's bytes (from source) into the pool blocks ids. */
+static kvio_status_t scatter(const kvio_block_store_t *store, const unsigned char *source,
+                             const uint32_t *ids, uint32_t count)
+{
+    for (uint32_t i = 0; i < count; i++) {
+        const unsigned char *from = source + (uint64_t)i * store->block_bytes;
+        if (store->device == NULL) {
+            memcpy(block_data(store, ids[i]), from, store->block_bytes);
+            continue;
+        }
+        kvio_status_t status =
+            kvio_device_copy(store->device, block_data(store, ids[i]), from, store->block_bytes);
+        if (status != KVIO_OK)
+            return status;
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
                                       kvio_block_store_t **store_p, char *error_p,
                                       size_t error_len)
@@ -129,6 +192,8 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
     store->memory = params->memory;
     store->device = params->memory != NULL ? params->device : NULL;
     store->block_bytes = params->block_bytes;
+    store->chunk_blocks = params->chunk_blocks > 1 ? params->chunk_blocks : 1;
+    store->object_bytes = store->block_bytes * store->chunk_blocks;
     store->verify_swaps = params->verify_swaps;
     store->tiers = params->tiers;
     store->num_tiers = params->num_tiers;
@@ -169,6 +234,14 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
         for (size_t b = 0; b <= params->num_blocks; b++)
             store->stamps[b].index = STAMP_NONE;
     }
+    if (store->chunk_blocks > 1 && store->memory != NULL && store->num_tiers > 0 &&
+        (store->object = object_alloc(store)) == NULL) {
+        snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes for a chunk of "
+                 "%u blocks (serve.kvcache.chunk_tokens)", store->rank,
+                 (unsigned long long)store->object_bytes, store->chunk_blocks);
+        status = KVIO_ERR_NOMEM;
+        goto fail;
+    }
     store->async = params->async_tiers;
     if (store->async && store->memory != NULL && store->num_tiers > 0 &&
         (status = io_start(store, error_p, error_len)) != KVIO_OK)
@@ -190,6 +263,7 @@ void kvio_block_store_destroy(kvio_block_store_t *store)
     free(store->stamps);
     if (store->bounce != NULL)
         kvio_device_host_free(store->device, store->bounce);
+    object_free(store, store->object);
     free(store);
 }
 
@@ -379,36 +453,41 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
     }
 }
 
-static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy,
-                       int64_t *waited_ns_p);
+static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
+                       int policy, int64_t *waited_ns_p);
 
-void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
+void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p)
 {
-    if (!wants_save(store, hash, policy))
+    if ((store->chunk_blocks > 1 && policy != KVIO_TIER_WRITE_THROUGH) ||
+        !wants_save(store, hash, policy))
         return;
-    stamp_flush(store, &block, 1);
+    stamp_flush(store, blocks, store->chunk_blocks);
     if (store->io != NULL) {
         /* The I/O thread writes it; the engine waits only for a free
          * staging slot (the tiers' backpressure), and that wait is the
          * iteration's tier time. */
         int64_t waited_ns = 0;
-        bool staged = stage_save(store, block, hash, policy, &waited_ns);
+        bool staged = stage_save(store, blocks, hash, policy, &waited_ns);
         *tier_ns_p += waited_ns;
         if (staged)
             return;
     }
-    const void *data = block_data(store, block);
-    if (store->device != NULL) {
+    const void *data = block_data(store, blocks[0]);
+    kvio_status_t copied = KVIO_OK;
+    if (store->memory != NULL && store->chunk_blocks > 1) {
+        /* A chunk's blocks become one object. */
+        copied = gather(store, blocks, store->object);
+        data = store->object;
+    } else if (store->device != NULL) {
         /* A GPU block is read to the bounce buffer once (the engine's own:
          * the I/O thread has its own). */
-        kvio_status_t copied =
-            kvio_device_copy(store->device, store->bounce, data, store->block_bytes);
-        if (copied != KVIO_OK) {
-            gpu_failed(store, copied, "reading a KV block from the GPU");
-            return;
-        }
+        copied = kvio_device_copy(store->device, store->bounce, data, store->block_bytes);
         data = store->bounce;
+    }
+    if (copied != KVIO_OK) {
+        gpu_failed(store, copied, "reading a KV block from the GPU");
+        return;
     }
     int64_t cost_ns = 0;
     put_tiers_batch(store, &hash, &data, 1, policy, &cost_ns);
@@ -428,17 +507,20 @@ static kvio_tier_t *tier_holding(const kvio_block_store_t *store, kvio_hash_t ha
 }
 
 size_t kvio_block_store_in_tiers(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                 size_t count, int64_t *tier_ns_p)
+                                 size_t first, size_t end, int64_t *tier_ns_p)
 {
+    uint32_t chunk = store->chunk_blocks;
     uint64_t start_ns = store->io != NULL ? kvio_time_ns() : 0;
     tiers_lock(store);
     if (store->io != NULL)
         *tier_ns_p += (int64_t)(kvio_time_ns() - start_ns);
-    size_t held = 0;
-    while (held < count && tier_holding(store, hashes[held]) != NULL)
-        held++;
+    /* Each object is named by its last block's hash. */
+    size_t covered = first;
+    for (size_t next = (first / chunk + 1) * chunk;
+         next <= end && tier_holding(store, hashes[next - 1]) != NULL; next += chunk)
+        covered = next;
     tiers_unlock(store);
-    return held;
+    return covered - first;
 }
 
 size_t kvio_block_store_num_tiers(const kvio_block_store_t *store)
@@ -512,12 +594,73 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
  * let go often for the engine's look-ups. */
 #define LOAD_BATCH 16
 
+/* The I/O thread's load says how far it came; true when the engine has
+ * stopped waiting for it (a prefetch policy's). The engine's own load
+ * (progress NULL) goes on. */
+static bool told_to_stop(kvio_block_store_t *store, kvio_kv_load_t *progress, uint32_t loaded)
+{
+    if (progress == NULL)
+        return false;
+    pthread_mutex_lock(&store->io->lock);
+    progress->loaded = loaded;
+    bool stop = progress->stop;
+    pthread_mutex_unlock(&store->io->lock);
+    return stop;
+}
+
+/* Chunks: each object read whole into the thread's buffer, its blocks from
+ * the load's on copied into the pool; lead: blocks of the first chunk
+ * before hashes[0]. Simulate (no bytes) moves nothing. */
+static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                 const uint32_t *ids, uint32_t lead, uint32_t wanted,
+                                 uint32_t *loaded_p, int64_t *tier_ns_p,
+                                 kvio_kv_load_t *progress)
+{
+    unsigned char *buffer = progress != NULL ? store->io->object : store->object;
+    kvio_status_t status = KVIO_OK;
+    uint32_t loaded = 0;
+    while (loaded < wanted) {
+        uint32_t skip = loaded == 0 ? lead : 0; /* the chunk's blocks before the load's */
+        uint32_t count = store->chunk_blocks - skip;
+        if (count > wanted - loaded)
+            break; /* not a whole chunk (in_tiers counts whole ones only) */
+        kvio_hash_t key = hashes[loaded + count - 1];
+        uint64_t start_ns = kvio_time_ns();
+        int64_t cost_ns = 0;
+        tiers_lock(store);
+        kvio_tier_t *tier = tier_holding(store, key);
+        kvio_status_t got = tier != NULL ? kvio_tier_get(tier, key, buffer, &cost_ns)
+                                         : KVIO_ERR_NOT_FOUND;
+        tiers_unlock(store);
+        pace(store, start_ns, cost_ns);
+        *tier_ns_p += cost_ns;
+        if (got != KVIO_OK)
+            break; /* a miss (or a tier error): compute the rest */
+        if (store->memory != NULL) {
+            status = scatter(store, buffer + (uint64_t)skip * store->block_bytes, ids + loaded,
+                             count);
+            if (status != KVIO_OK)
+                break;
+        }
+        for (uint32_t i = 0; i < count; i++)
+            stamp_drop(store, ids[loaded + i]);
+        loaded += count;
+        if (told_to_stop(store, progress, loaded))
+            break;
+    }
+    *loaded_p = loaded;
+    return status;
+}
+
 /* The load itself, on whichever thread: host blocks in runs held by one
  * tier, each run read as a batch, up to the first block no tier has. */
 static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                 const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
-                                 int64_t *tier_ns_p, kvio_kv_load_t *progress)
+                                 const uint32_t *ids, uint32_t lead, uint32_t wanted,
+                                 uint32_t *loaded_p, int64_t *tier_ns_p,
+                                 kvio_kv_load_t *progress)
 {
+    if (store->chunk_blocks > 1)
+        return load_chunks(store, hashes, ids, lead, wanted, loaded_p, tier_ns_p, progress);
     if (store->device != NULL)
         return load_gpu(store, hashes, ids, wanted, loaded_p, tier_ns_p);
     uint32_t loaded = 0;
@@ -544,24 +687,20 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         loaded += (uint32_t)got;
         if (got < run || tier == NULL)
             break; /* a miss (or a tier error): compute the rest */
-        if (progress != NULL) { /* the I/O thread: say how far, and stop if told */
-            pthread_mutex_lock(&store->io->lock);
-            progress->loaded = loaded;
-            bool stop = progress->stop;
-            pthread_mutex_unlock(&store->io->lock);
-            if (stop)
-                break;
-        }
+        if (told_to_stop(store, progress, loaded))
+            break;
     }
     *loaded_p = loaded;
     return KVIO_OK;
 }
 
 kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                    const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
-                                    int64_t *tier_ns_p)
+                                    const uint32_t *ids, size_t first, uint32_t wanted,
+                                    uint32_t *loaded_p, int64_t *tier_ns_p)
 {
-    kvio_status_t status = load_blocks(store, hashes, ids, wanted, loaded_p, tier_ns_p, NULL);
+    kvio_status_t status =
+        load_blocks(store, hashes, ids, (uint32_t)(first % store->chunk_blocks), wanted,
+                    loaded_p, tier_ns_p, NULL);
     if (status != KVIO_OK && status != KVIO_ERR_NOMEM)
         gpu_failed(store, status, "loading KV blocks into the GPU");
     return status;
@@ -571,7 +710,7 @@ kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t
 
 static unsigned char *stage_data(const kvio_block_store_t *store, uint32_t slot)
 {
-    return store->io->stage + (uint64_t)slot * store->block_bytes;
+    return store->io->stage + (uint64_t)slot * store->object_bytes;
 }
 
 /* A load on the I/O thread: its progress told after each batch, and its
@@ -581,8 +720,8 @@ static void run_load(kvio_block_store_t *store, kvio_kv_load_t *load)
     kvio_kv_io_t *io = store->io;
     int64_t ignored_ns = 0;
     uint32_t loaded = 0;
-    kvio_status_t status = load_blocks(store, load->hashes, load->ids, load->wanted, &loaded,
-                                       &ignored_ns, load);
+    kvio_status_t status = load_blocks(store, load->hashes, load->ids, load->lead, load->wanted,
+                                       &loaded, &ignored_ns, load);
     pthread_mutex_lock(&io->lock);
     bool abandoned = load->abandoned;
     if (!load->stop)
@@ -676,8 +815,8 @@ static void io_push(kvio_kv_io_t *io, io_job_t *job)
  * slot holds a save not yet written (*waited_ns_p: how long), and asks the
  * I/O thread to write it; false (nothing asked) when out of memory or the
  * copy failed. */
-static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash, int policy,
-                       int64_t *waited_ns_p)
+static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
+                       int policy, int64_t *waited_ns_p)
 {
     kvio_kv_io_t *io = store->io;
     io_job_t *job = calloc(1, sizeof(*job));
@@ -696,12 +835,7 @@ static bool stage_save(kvio_block_store_t *store, uint32_t block, kvio_hash_t ha
     pthread_mutex_unlock(&io->lock);
     kvio_status_t copied = KVIO_OK;
     if (have) {
-        unsigned char *slot = stage_data(store, job->slot);
-        if (store->device != NULL)
-            copied = kvio_device_copy(store->device, slot, block_data(store, block),
-                                      store->block_bytes);
-        else
-            memcpy(slot, block_data(store, block), store->block_bytes);
+        copied = gather(store, blocks, stage_data(store, job->slot));
     }
     if (!have || copied != KVIO_OK) {
         if (have) {
@@ -738,6 +872,7 @@ static void io_free(kvio_block_store_t *store, kvio_kv_io_t *io)
     } else {
         free(io->stage);
     }
+    object_free(store, io->object);
     free(io);
 }
 
@@ -747,9 +882,11 @@ static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t e
     kvio_kv_io_t *io = calloc(1, sizeof(*io));
     if (io == NULL)
         return KVIO_ERR_NOMEM;
-    uint64_t slots = STAGE_MAX_BYTES / store->block_bytes;
-    io->num_slots = slots < 1 ? 1 : slots > STAGE_MAX_SLOTS ? STAGE_MAX_SLOTS : (uint32_t)slots;
-    uint64_t bytes = (uint64_t)io->num_slots * store->block_bytes;
+    uint64_t slots = STAGE_MAX_BYTES / store->object_bytes;
+    io->num_slots = slots < STAGE_MIN_SLOTS   ? STAGE_MIN_SLOTS
+                    : slots > STAGE_MAX_SLOTS ? STAGE_MAX_SLOTS
+                                              : (uint32_t)slots;
+    uint64_t bytes = (uint64_t)io->num_slots * store->object_bytes;
     void *stage = NULL;
     kvio_status_t status = KVIO_OK;
     if (store->device != NULL) {
@@ -768,9 +905,9 @@ static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t e
         status = stage != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
     }
     if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes (%u blocks of "
+        snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes (%u objects of "
                  "%llu) to stage KV saves to the tiers", store->rank, (unsigned long long)bytes,
-                 io->num_slots, (unsigned long long)store->block_bytes);
+                 io->num_slots, (unsigned long long)store->object_bytes);
         free(io);
         return status;
     }
@@ -783,6 +920,12 @@ static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t e
     pthread_cond_init(&io->work, NULL);
     pthread_cond_init(&io->idle, NULL);
     pthread_cond_init(&io->slot_freed, NULL);
+    if (store->chunk_blocks > 1 && (io->object = object_alloc(store)) == NULL) {
+        snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes for the I/O "
+                 "thread's chunk", store->rank, (unsigned long long)store->object_bytes);
+        io_free(store, io);
+        return KVIO_ERR_NOMEM;
+    }
     store->io = io; /* before the thread starts: it reads it */
     if (pthread_create(&io->thread, NULL, io_main, store) != 0) {
         snprintf(error_p, error_len, "serve rank %u: cannot start the thread that moves KV "
@@ -828,8 +971,8 @@ static int64_t link_queue(kvio_block_store_t *store, int64_t ready_ns, int64_t c
 }
 
 kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                          const uint32_t *ids, uint32_t wanted, int64_t now_ns,
-                                          kvio_kv_load_t **load_p)
+                                          const uint32_t *ids, size_t first, uint32_t wanted,
+                                          int64_t now_ns, kvio_kv_load_t **load_p)
 {
     kvio_kv_load_t *load = calloc(1, sizeof(*load));
     io_job_t *job = store->io != NULL ? calloc(1, sizeof(*job)) : NULL;
@@ -846,6 +989,7 @@ kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_
     memcpy(load->hashes, hashes, (size_t)wanted * sizeof(*hashes));
     memcpy(load->ids, ids, (size_t)wanted * sizeof(*ids));
     load->wanted = wanted;
+    load->lead = (uint32_t)(first % store->chunk_blocks);
     load->end_ns = -1;
     *load_p = load;
     if (store->io != NULL) {
@@ -855,7 +999,7 @@ kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_
     }
     /* Simulate: the tiers' model says how long; the link is one queue. */
     int64_t cost_ns = 0;
-    kvio_status_t status = kvio_block_store_load(store, load->hashes, load->ids, wanted,
+    kvio_status_t status = kvio_block_store_load(store, load->hashes, load->ids, first, wanted,
                                                  &load->loaded, &cost_ns);
     load->end_ns = link_queue(store, now_ns, cost_ns);
     load->begin_ns = load->end_ns - cost_ns;

@@ -159,6 +159,14 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
     {.key = "prefetch_timeout_max", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_kvcache_section_t, prefetch_timeout_max_ns), .default_value = "0s",
      .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "prefetch: timeout: the longest wait (0s: none)"},
+    {.key = "chunk_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_kvcache_section_t, chunk_tokens), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1 << 20,
+     .help = "tokens per object in the tiers, a multiple of block_size (LMCache's chunk_size, "
+             "256 by default there; vLLM's offloaded block size): a request's blocks are stored "
+             "and loaded that many at a time, each chunk one object keyed by its last block's "
+             "hash, and a prompt's last partial chunk is not stored. Tiers written through only "
+             "(each tier's write: through). 0: one block per object"},
     {.key = "hybrid", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_kvcache_section_t, hybrid),
      .default_value = "false",
      .help = "a model with half its layers on a sliding window (gpt-oss) as vLLM's hybrid KV "
@@ -242,6 +250,7 @@ struct kvio_engine {
     req_list_t loading;         /* admitted, waiting for their KV from a tier (tier_io: async;
                                    vLLM's WAITING_FOR_REMOTE_KVS), their blocks reserved */
     bool async_tiers;
+    uint32_t chunk_blocks;      /* blocks per tier object (serve.kvcache.chunk_tokens) */
     bool hybrid;                /* the pool has a window group (kvio_kvcache_computed) */
     int prefetch;               /* kvio_prefetch_t */
     int64_t prefetch_base_ns, prefetch_per_1k_ns, prefetch_max_ns;
@@ -560,11 +569,16 @@ kvio_status_t kvio_engine_metrics_unpack_merge(kvio_engine_metrics_t *dst, const
 
 /* ---------- the block store's hooks ---------- */
 
-static void on_cached(void *context, uint32_t block, kvio_hash_t hash)
+/* A block became full: written through to the tiers, or with chunks the
+ * chunk it ends (its request's chunk_blocks blocks up to it, one object
+ * under its hash). */
+static void on_cached(void *context, const uint32_t *blocks, size_t index, kvio_hash_t hash)
 {
     kvio_engine_t *engine = context;
-    kvio_block_store_cache(engine->store, block, hash, KVIO_TIER_WRITE_THROUGH,
-                           &engine->current.tier_ns);
+    uint32_t chunk = engine->chunk_blocks;
+    if ((index + 1) % chunk == 0)
+        kvio_block_store_cache(engine->store, blocks + index + 1 - chunk, hash,
+                               KVIO_TIER_WRITE_THROUGH, &engine->current.tier_ns);
     if (engine->observer.on_cache != NULL)
         engine->observer.on_cache(engine->observer.context, hash, true);
 }
@@ -572,7 +586,7 @@ static void on_cached(void *context, uint32_t block, kvio_hash_t hash)
 static void on_evict(void *context, uint32_t block, kvio_hash_t hash)
 {
     kvio_engine_t *engine = context;
-    kvio_block_store_cache(engine->store, block, hash, KVIO_TIER_WRITE_BACK,
+    kvio_block_store_cache(engine->store, &block, hash, KVIO_TIER_WRITE_BACK,
                            &engine->current.tier_ns);
     if (engine->observer.on_cache != NULL)
         engine->observer.on_cache(engine->observer.context, hash, false);
@@ -662,13 +676,14 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         goto fail;
     engine->metrics.engines = 1;
     engine->metrics.itl_records_max = params->itl_records_max;
+    engine->chunk_blocks = params->chunk_blocks > 1 ? params->chunk_blocks : 1;
     kvio_block_store_params_t store = {
         .rank = params->rank, .num_blocks = params->num_blocks, .memory = params->kv_memory,
         .device = params->kv_device, .block_bytes = params->block_bytes,
         .swap_space = params->swap_space, .swap_blocks = params->swap_space_blocks,
         .verify_swaps = params->verify_swaps, .tiers = params->tiers,
         .num_tiers = params->num_tiers, .async_tiers = params->async_tiers,
-        .waterfall = params->waterfall};
+        .waterfall = params->waterfall, .chunk_blocks = engine->chunk_blocks};
     engine->async_tiers = params->async_tiers;
     status = kvio_block_store_create(&store, &engine->store, error_p, error_len);
     if (status != KVIO_OK)
@@ -1315,7 +1330,7 @@ static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, u
     size_t count;
     kvio_kvreq_blocks(req->kv, &ids, &count);
     uint32_t first = hits / engine->block_size;
-    status = kvio_block_store_load_start(engine->store, req->hashes + first, ids + first,
+    status = kvio_block_store_load_start(engine->store, req->hashes + first, ids + first, first,
                                          tier_blocks, now_ns, &req->load);
     if (status != KVIO_OK)
         return status;
@@ -1421,8 +1436,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
                 size_t first = hits / engine->block_size;
                 if (first < max_blocks)
                     tier_blocks = (uint32_t)kvio_block_store_in_tiers(
-                        engine->store, req->hashes + first, max_blocks - first,
-                        &engine->current.tier_ns);
+                        engine->store, req->hashes, first, max_blocks, &engine->current.tier_ns);
                 computed += tier_blocks * engine->block_size;
             }
         }
@@ -1479,7 +1493,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             size_t count;
             kvio_kvreq_blocks(req->kv, &ids, &count);
             uint32_t first = hits / engine->block_size, loaded = 0;
-            status = kvio_block_store_load(engine->store, req->hashes + first, ids + first,
+            status = kvio_block_store_load(engine->store, req->hashes + first, ids + first, first,
                                            tier_blocks, &loaded, &engine->current.tier_ns);
             if (status != KVIO_OK)
                 return status;

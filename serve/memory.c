@@ -174,8 +174,9 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
         config.device_rank = (int)(run->first_serve_rank + rank);
         config.run_id = id;
         config.rank = rank;
-        kvio_status_t status = kvio_tier_create(&config, block_bytes, true, &setup->tiers[t],
-                                                error_p, error_len);
+        kvio_status_t status = kvio_tier_create(
+            &config, block_bytes * kvio_serve_chunk_blocks(&run->serve->kvcache), true,
+            &setup->tiers[t], error_p, error_len);
         if (status != KVIO_OK)
             return status;
         setup->num_tiers++;

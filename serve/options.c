@@ -64,12 +64,49 @@ static kvio_status_t check_hybrid(const kvio_serve_config_t *serve, const kvio_m
     return KVIO_OK;
 }
 
+uint32_t kvio_serve_chunk_blocks(const kvio_kvcache_section_t *kvcache)
+{
+    if (kvcache->chunk_tokens <= 0 || kvcache->block_size <= 0)
+        return 1;
+    return (uint32_t)(kvcache->chunk_tokens / kvcache->block_size);
+}
+
+/* serve.kvcache.chunk_tokens: whole blocks, over tiers that take a block as
+ * soon as it is full (a chunk is saved when its last block is; the pool's
+ * evictions come one block at a time). */
+static kvio_status_t check_chunks(const kvio_kvcache_section_t *kv, char *error_p,
+                                  size_t error_len)
+{
+    if (kv->chunk_tokens <= 0)
+        return KVIO_OK;
+    if (kv->chunk_tokens % kv->block_size != 0) {
+        snprintf(error_p, error_len,
+                 "serve.kvcache.chunk_tokens: %lld is not a multiple of block_size (%lld)",
+                 (long long)kv->chunk_tokens, (long long)kv->block_size);
+        return KVIO_ERR_CONFIG;
+    }
+    for (size_t t = 0; t < kv->tiers.count; t++) {
+        const kvio_tier_config_t *tier = (const kvio_tier_config_t *)kv->tiers.items + t;
+        bool written = kv->placement != KVIO_PLACEMENT_WATERFALL || t == 0;
+        if (written && tier->write != KVIO_TIER_WRITE_THROUGH) {
+            snprintf(error_p, error_len,
+                     "serve.kvcache.tiers[%zu].write: back cannot take chunks of "
+                     "serve.kvcache.chunk_tokens (%lld): the pool evicts one block at a time; "
+                     "set write: through", t, (long long)kv->chunk_tokens);
+            return KVIO_ERR_CONFIG;
+        }
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_model_t *model,
                                    const kvio_gpu_t *gpu, int64_t tensor_parallel,
                                    uint32_t *blocks_p, char *error_p, size_t error_len)
 {
     const kvio_kvcache_section_t *kv = &serve->kvcache;
     kvio_status_t status = check_hybrid(serve, model, error_p, error_len);
+    if (status == KVIO_OK)
+        status = check_chunks(kv, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, tensor_parallel) *
@@ -157,6 +194,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .prefetch_timeout_base_ns = serve->kvcache.prefetch_timeout_base_ns,
         .prefetch_timeout_per_1k_ns = serve->kvcache.prefetch_timeout_per_1k_ns,
         .prefetch_timeout_max_ns = serve->kvcache.prefetch_timeout_max_ns,
+        .chunk_blocks = kvio_serve_chunk_blocks(&serve->kvcache),
         .sched = &serve->scheduler,
         .seed = run->seed + serve_index,
         .cost = cost,

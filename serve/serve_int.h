@@ -330,6 +330,8 @@ typedef struct kvio_block_store_params {
     size_t num_tiers;
     bool async_tiers;              /* tier traffic beside the batch (tier_io: async) */
     bool waterfall;                /* placement: waterfall (kvio_tier_spill_to) */
+    uint32_t chunk_blocks;         /* blocks per tier object (0 or 1: one); the tiers'
+                                      objects are this many blocks' bytes */
 } kvio_block_store_params_t;
 
 /* A preempted request's blocks in the swap space (slots NULL: none). */
@@ -359,28 +361,35 @@ void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t
 
 /* A block whose hash entered (write-through tiers) or is leaving (write-back
  * tiers) the prefix index: written to every tier of that write policy that
- * lacks it. In step (tier_io: sync) the tiers' time adds to *tier_ns_p.
+ * lacks it. blocks holds the pool blocks of the object hash names: the
+ * block, or with chunks (chunk_blocks > 1, write-through only) the chunk's
+ * blocks in order, hash being its last one's. In step (tier_io: sync) the tiers' time adds to *tier_ns_p.
  * Beside the batch (async) it does not: in simulate the save takes the link
  * to the tiers when the iteration ends (kvio_block_store_saves_at); in
  * emulate the block is copied to a staging slot and the store's I/O thread
  * writes it; with every slot taken the engine waits for one, and that wait
  * adds to *tier_ns_p (the tiers' backpressure). */
-void kvio_block_store_cache(kvio_block_store_t *store, uint32_t block, kvio_hash_t hash,
+void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p);
 
-/* How many of hashes[0..count), from the first on, some tier holds; a wait
- * for the I/O thread's batch in flight adds to *tier_ns_p. And how many
- * tiers there are. */
+/* How many blocks of a request, from block first on and before block end,
+ * some tier holds (hashes: the request's; with chunks, whole chunks only,
+ * the first of them the one block first is in); a wait for the I/O
+ * thread's batch in flight adds to *tier_ns_p. And how many tiers there
+ * are. */
 size_t kvio_block_store_in_tiers(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                 size_t count, int64_t *tier_ns_p);
+                                 size_t first, size_t end, int64_t *tier_ns_p);
 size_t kvio_block_store_num_tiers(const kvio_block_store_t *store);
 
 /* Loads up to wanted blocks (hashes) from the tiers into the pool blocks
  * ids, stopping at the first miss; *loaded_p says how many came, their time
- * adds to *tier_ns_p. An error only for a failed GPU copy or memory. */
+ * adds to *tier_ns_p. first: hashes[0]'s block index in its request (with
+ * chunks, the load reads whole chunks and keeps the blocks from first on;
+ * wanted ends at a chunk's end, as kvio_block_store_in_tiers counts). An
+ * error only for a failed GPU copy or memory. */
 kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                    const uint32_t *ids, uint32_t wanted, uint32_t *loaded_p,
-                                    int64_t *tier_ns_p);
+                                    const uint32_t *ids, size_t first, uint32_t wanted,
+                                    uint32_t *loaded_p, int64_t *tier_ns_p);
 
 /* A load beside the batch (tier_io: async), as vLLM's KV connectors load:
  * the request waits for its blocks while the others run. */
@@ -392,8 +401,8 @@ typedef struct kvio_kv_load kvio_kv_load_t;
  * the loads and saves before it; in emulate the I/O thread moves the bytes
  * while iterations run. */
 kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
-                                          const uint32_t *ids, uint32_t wanted, int64_t now_ns,
-                                          kvio_kv_load_t **load_p);
+                                          const uint32_t *ids, size_t first, uint32_t wanted,
+                                          int64_t now_ns, kvio_kv_load_t **load_p);
 
 /* Whether the load has ended by now_ns; then *loaded_p blocks came. A
  * failed GPU copy is the store's error (kvio_block_store_error). */

@@ -87,7 +87,9 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     lane->block_bytes = kv_bytes_per_token * sim->block_size;
     lane->update = run->update;
     if (status == KVIO_OK)
-        status = rank_tiers(sim, rank, lane->block_bytes, error_p, error_len);
+        status = rank_tiers(sim, rank,
+                            lane->block_bytes * kvio_serve_chunk_blocks(&run->serve->kvcache),
+                            error_p, error_len);
     if (status == KVIO_OK && run->updates != NULL) {
         kvio_serve_schedule_params_t params = {
             .updates = run->updates, .num_updates = run->num_updates,

@@ -460,6 +460,17 @@ void test_engine_add(struct kvio_engine *engine, unsigned long long id, unsigned
     free(hashes);
 }
 
+json_t *test_summary(const char *dir, const char *out)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/%s/summary.json", dir, out);
+    char *text = test_read_file(path);
+    json_t *summary = text != NULL ? json_loads(text, 0, NULL) : NULL;
+    cr_assert_not_null(summary, "%s: no summary, or not JSON", path);
+    free(text);
+    return summary;
+}
+
 const json_t *test_json(const json_t *root, const char *path)
 {
     const json_t *at = root;

@@ -88,6 +88,10 @@ long long test_json_integer(const struct json_t *root, const char *path);
 const char *test_json_string(const struct json_t *root, const char *path);
 int test_json_true(const struct json_t *root, const char *path);
 
+/* DIR/OUT/summary.json parsed (asserting it is there and is JSON); the
+ * caller json_decrefs it. */
+struct json_t *test_summary(const char *dir, const char *out);
+
 /* A CSV file read whole (no quoting: kvio's CSVs have none): the header's
  * names and each row's fields. */
 typedef struct test_csv {

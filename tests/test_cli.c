@@ -1053,14 +1053,9 @@ Test(cli, a_warmup_that_covers_the_run_is_a_failed_run, .timeout = 60)
         cr_expect_eq(run.status, 1, "%s: %s", warmups[w], run.err);
         cr_expect(test_contains(run.err, "no request was measured"), "%s", run.err);
         test_run_free(&run);
-        char path[1200];
-        snprintf(path, sizeof(path), "%s/out/summary.json", dir);
-        char *text = test_read_file(path);
-        json_t *summary = json_loads(text, 0, NULL);
-        cr_assert_not_null(summary);
+        json_t *summary = test_summary(dir, "out");
         cr_expect(json_is_false(json_object_get(summary, "complete")), "%s", warmups[w]);
         json_decref(summary);
-        free(text);
     }
     test_rmtree(dir);
     free(dir);

@@ -1412,18 +1412,26 @@ typedef struct kv_load_run {
     double tier_hit_tokens;
 } kv_load_run_t;
 
+/* Runs the workload yaml over the Mooncake trace (trace.jsonl beside it)
+ * into DIR/out, asserting it succeeds; returns DIR (the caller removes it). */
+static char *run_trace(const char *trace, const char *yaml)
+{
+    char *dir = test_tmpdir();
+    free(test_write_file(dir, "trace.jsonl", trace));
+    free(test_write_file(dir, "w.yaml", yaml));
+    test_run_t run = test_kvio(dir, "run", "w.yaml", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s: %s", yaml, run.err);
+    test_run_free(&run);
+    return dir;
+}
+
 /* run_kv_load with more serve.kvcache lines (prefetch: the policy's). */
 static kv_load_run_t run_kv_load_with(const char *mode, const char *tier_io, const char *rate,
                                       const char *kvcache_lines)
 {
-    char *dir = test_tmpdir();
-    free(test_write_file(dir, "trace.jsonl", kv_load_trace));
     char yaml[1024];
     snprintf(yaml, sizeof(yaml), KV_LOAD_YAML, mode, tier_io, kvcache_lines, rate, rate);
-    free(test_write_file(dir, "w.yaml", yaml));
-    test_run_t run = test_kvio(dir, "run", "w.yaml", "-o", "out", NULL);
-    cr_assert_eq(run.status, 0, "%s %s: %s", mode, tier_io, run.err);
-    test_run_free(&run);
+    char *dir = run_trace(kv_load_trace, yaml);
     char path[1200];
     snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
     test_csv_t requests = test_csv_read(path);
@@ -1442,16 +1450,12 @@ static kv_load_run_t run_kv_load_with(const char *mode, const char *tier_io, con
                          "request %.0f found nothing in the tier", id);
     }
     test_csv_free(&requests);
-    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
-    char *text = test_read_file(path);
-    json_t *summary = json_loads(text, 0, NULL);
-    cr_assert_not_null(summary);
+    json_t *summary = test_summary(dir, "out");
     result.itl_max_ms = test_json_number(summary, "metrics.itl_ms.max");
     result.tier_hit_tokens = test_json_number(summary, "metrics.tier_hit_tokens");
     cr_expect_eq(test_json_number(summary, "metrics.kv_wait.requests"),
                  strcmp(tier_io, "async") == 0 ? 1 : 0);
     json_decref(summary);
-    free(text);
     test_rmtree(dir);
     free(dir);
     return result;
@@ -1605,4 +1609,100 @@ Test(tier, a_planted_link_is_never_followed, .timeout = 20)
     free(victim);
     free(dir);
     free(victim_dir);
+}
+
+/* ---------- chunks (serve.kvcache.chunk_tokens, #36) ---------- */
+
+/* Request 0's 2,048-token prompt (128 blocks of 16 tokens: 8 chunks of
+ * 256) is written through to a host tier in chunks, one object each;
+ * request 1 (4,800 tokens, the whole 300-block pool) evicts it from the
+ * pool and is written too (18 whole chunks; its last 12 blocks are no whole
+ * chunk); request 2 brings request 0's prompt back and finds whole chunks
+ * only: 7 of them (112 blocks), as its 128th block is the prompt's last and
+ * is computed again (the last token is never a hit). */
+static const char *chunk_trace =
+    "{\"timestamp\": 0, \"input_length\": 2048, \"output_length\": 2, \"hash_ids\": [1, 2, 3, 4]}\n"
+    "{\"timestamp\": 300, \"input_length\": 4800, \"output_length\": 1, "
+    "\"hash_ids\": [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]}\n"
+    "{\"timestamp\": 2000, \"input_length\": 2048, \"output_length\": 4, \"hash_ids\": [1, 2, 3, 4]}\n";
+
+static json_t *run_chunks(const char *mode, const char *tier_io, const char *chunk_tokens)
+{
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml),
+             "name: chunks\nseed: 1\nmode: %s\nmodel: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+             "serve:\n  engine: {max_num_seqs: 8, max_num_batched_tokens: 8192}\n"
+             "  kvcache:\n    block_size: 16\n    blocks: 300\n    tier_io: %s\n"
+             "    chunk_tokens: %s\n    tiers: [{kind: host, size: 512MiB, write: through}]\n"
+             "stream: {trace: {path: trace.jsonl, format: mooncake}}\n",
+             mode, tier_io, chunk_tokens);
+    char *dir = run_trace(chunk_trace, yaml);
+    json_t *summary = test_summary(dir, "out");
+    test_rmtree(dir);
+    free(dir);
+    return summary;
+}
+
+static void chunks_move_whole(const char *mode, const char *tier_io)
+{
+    const double block_bytes = 16 * 32768.0; /* Llama 3.2 1B: 32 KiB of KV a token */
+    json_t *chunked = run_chunks(mode, tier_io, "256");
+    cr_expect_eq(test_json_number(chunked, "metrics.tier_hit_tokens"), 112 * 16, "%s %s", mode,
+                 tier_io);
+    const json_t *tier = json_array_get(json_object_get(json_object_get(chunked, "metrics"),
+                                                        "tiers"), 0);
+    cr_assert_not_null(tier);
+    cr_expect_eq(test_json_number(tier, "puts"), 8 + 18, "%s %s: one object a chunk", mode,
+                 tier_io);
+    cr_expect_eq(test_json_number(tier, "block_bytes"), 16 * block_bytes);
+    cr_expect_eq(test_json_number(tier, "bytes_written"), 26 * 16 * block_bytes);
+    cr_expect_eq(test_json_number(tier, "hits"), 7, "%s %s: seven chunks read", mode, tier_io);
+    cr_expect_eq(test_json_number(tier, "errors"), 0, "%s %s: every chunk came back as put",
+                 mode, tier_io);
+    json_decref(chunked);
+    /* A block per object: the same prompt hits 127 blocks, 127 reads. */
+    json_t *blocks = run_chunks(mode, tier_io, "0");
+    cr_expect_eq(test_json_number(blocks, "metrics.tier_hit_tokens"), 127 * 16);
+    tier = json_array_get(json_object_get(json_object_get(blocks, "metrics"), "tiers"), 0);
+    cr_expect_eq(test_json_number(tier, "hits"), 127, "%s %s", mode, tier_io);
+    json_decref(blocks);
+}
+
+Test(tier, chunks_are_stored_and_loaded_whole_simulate, .timeout = 60)
+{
+    chunks_move_whole("simulate", "async");
+    chunks_move_whole("simulate", "sync");
+}
+
+Test(tier, chunks_are_stored_and_loaded_whole_emulate, .timeout = 120)
+{
+    chunks_move_whole("emulate", "async");
+    chunks_move_whole("emulate", "sync");
+}
+
+Test(tier, chunks_need_whole_blocks_and_tiers_written_through, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    const char *base = "name: bad\nmode: simulate\nmodel: {preset: llama3.2-1b}\n"
+                       "gpu: {preset: h200}\nstream: {requests: 4}\n"
+                       "serve:\n  kvcache:\n    block_size: 16\n";
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml), "%s    chunk_tokens: 100\n"
+             "    tiers: [{kind: host, size: 64MiB, write: through}]\n", base);
+    free(test_write_file(dir, "a.yaml", yaml));
+    test_run_t run = test_kvio(dir, "validate", "a.yaml", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "serve.kvcache.chunk_tokens: 100 is not a multiple of "
+                                     "block_size (16)"), "%s", run.err);
+    test_run_free(&run);
+    snprintf(yaml, sizeof(yaml), "%s    chunk_tokens: 256\n"
+             "    tiers: [{kind: host, size: 64MiB}]\n", base);
+    free(test_write_file(dir, "b.yaml", yaml));
+    run = test_kvio(dir, "validate", "b.yaml", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "serve.kvcache.tiers[0].write: back cannot take chunks"),
+              "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
 }

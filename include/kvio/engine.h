@@ -64,6 +64,7 @@ typedef struct kvio_kvcache_section {
     int64_t prefetch_timeout_base_ns;
     int64_t prefetch_timeout_per_1k_ns; /* per 1,024 tokens to load */
     int64_t prefetch_timeout_max_ns;    /* 0: no cap */
+    int64_t chunk_tokens;          /* tokens per object in the tiers (0: a block) */
 } kvio_kvcache_section_t;
 
 /* When a request whose prefix is in a tier stops waiting for it (tier_io:
@@ -256,6 +257,7 @@ typedef struct kvio_engine_params {
     bool waterfall;            /* serve.kvcache.placement: waterfall */
     int prefetch;              /* kvio_prefetch_t, and its timeout */
     int64_t prefetch_timeout_base_ns, prefetch_timeout_per_1k_ns, prefetch_timeout_max_ns;
+    uint32_t chunk_blocks;     /* blocks per object in the tiers (0 or 1: one) */
     const kvio_sched_config_t *sched;
     uint64_t seed;
     const kvio_cost_t *cost;   /* borrowed */

@@ -52,11 +52,12 @@ typedef struct kvio_kvcache_config {
     kvio_kvcache_index_t index;
     const char *eviction;       /* policy name; NULL means "lru" */
     /* Optional hooks for lower tiers (may be NULL): on_cached when a block
-     * becomes full and enters the index, on_evict when a cached block is
+     * becomes full and enters the index (blocks[index] of its request's
+     * block table, the blocks before it in the table too), on_evict when a cached block is
      * taken for reuse and its hash leaves the index (its bytes are still
      * intact during the call). A hybrid pool's hooks hear its full-attention
      * group's blocks only. */
-    void (*on_cached)(void *context, uint32_t block_id, kvio_hash_t hash);
+    void (*on_cached)(void *context, const uint32_t *blocks, size_t index, kvio_hash_t hash);
     void (*on_evict)(void *context, uint32_t block_id, kvio_hash_t hash);
     void *hook_context;
     /* > 0: vLLM's hybrid groups (kvio/window.h) for a model whose layers

@@ -246,6 +246,10 @@ kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_
                                    const kvio_gpu_t *gpu, int64_t tensor_parallel,
                                    uint32_t *blocks_p, char *error_p, size_t error_len);
 
+/* Blocks per object in the lower tiers (serve.kvcache.chunk_tokens; 1 when
+ * it is 0). A tier's objects are this many blocks' bytes. */
+uint32_t kvio_serve_chunk_blocks(const kvio_kvcache_section_t *kvcache);
+
 /* Runs the stream through num_ranks engines on a virtual clock until every
  * request finished. *metrics_p receives the serving metrics as JSON (caller
  * owns); *complete_p is false when stopped early. */
