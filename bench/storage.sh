@@ -20,8 +20,9 @@
 # SET and GET).
 # Then `figure storage_cv` (the coefficient of variation of the storage
 # throughput of CV_TRIALS runs, default 5, of the mlperf/storage-only
-# preset, 20 s and 16 users with its slab in this directory) and `figure
-# storage_cv_over_fio` (against fio's over as many trials).
+# preset, CV_DURATION each (default 60s) and 16 users, its slab in this
+# directory) and `figure storage_cv_over_fio` (against fio's over as many
+# time-based QD8 write runs of the same duration, same directory).
 # Then two storage targets of different speed made here: one loop device
 # (direct I/O onto a sparse image in this directory, ext4) whose reads and
 # writes a blkio cgroup throttles to FAST_BPS (default 1.2e9) and to
@@ -141,21 +142,22 @@ printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P1 c1" "$set_rate" "$ge
 set_rate8=$(bench_rate set 8); get_rate8=$(bench_rate get 8)
 printf '%-34s %10.3f %10.3f\n' "redis-benchmark SET/GET, P8 c1" "$set_rate8" "$get_rate8"
 
-# preset PRESET OUT TIER_DIR [KEY=VALUE...]: the preset as a workload file,
-# 20 s and 16 users, its file tier's slab (8 GiB) in TIER_DIR, no
-# assessment, with the stream keys given (a dotted path under stream).
+# preset PRESET OUT TIER_DIR DURATION [KEY=VALUE...]: the preset as a
+# workload file, DURATION long with 16 users, its file tier's slab (8 GiB)
+# in TIER_DIR, no assessment, with the stream keys given (a dotted path
+# under stream).
 preset() {
     "$build/kvio" validate "$1" --dump | python3 -c '
 import json, sys
 workload = json.load(sys.stdin)
-out, tier_dir = sys.argv[1], sys.argv[2]
-workload.update(duration="20s")
+out, tier_dir, duration = sys.argv[1], sys.argv[2], sys.argv[3]
+workload.update(duration=duration)
 workload.pop("assess", None)
 workload["stream"]["users"] = 16
 tier = workload["serve"]["kvcache"]["tiers"][-1]
 tier.update(size="8GiB")
 tier["file"]["path"] = tier_dir + "/kvio"
-for pair in sys.argv[3:]:
+for pair in sys.argv[4:]:
     key, value = pair.split("=", 1)
     *parents, last = key.split(".")
     node = workload["stream"]
@@ -163,7 +165,7 @@ for pair in sys.argv[3:]:
         node = node[part]
     node[last] = json.loads(value)
 json.dump(workload, open(out, "w"), indent=1)
-' "$2" "$3" "${@:4}"
+' "$2" "$3" "$4" "${@:5}"
 }
 # moved RUN_DIR: the run's storage throughput (tokens/s moved to and from
 # the tiers)
@@ -173,9 +175,10 @@ moved() { python3 -c "import json; print(json.load(open('$1/summary.json'))['sto
 # Storage's kv-cache.py measured a coefficient of variation of 50-125 % a
 # run): CV_TRIALS emulate runs of the mlperf/storage-only preset, the same
 # seed, their storage throughput in tokens/s; against fio's own spread over
-# as many io_uring QD8 write trials here.
+# as many io_uring QD8 write runs of the same length here.
 cv_trials=${CV_TRIALS:-5}
-preset mlperf/storage-only "$work/storage.json" "$dir"
+cv_duration=${CV_DURATION:-60s}
+preset mlperf/storage-only "$work/storage.json" "$dir" "$cv_duration"
 cv_of() { awk '{v[NR] = $1; s += $1} END {m = s / NR; for (i = 1; i <= NR; i++) q += (v[i] - m) ^ 2; printf "%.4f", (NR > 1 && m > 0 ? sqrt(q / (NR - 1)) / m : 0)}'; }
 kvio_rates=$(for t in $(seq 1 "$cv_trials"); do
     "$build/kvio" run "$work/storage.json" -o "$work/cv-$t" --force >/dev/null 2>&1
@@ -184,10 +187,11 @@ done)
 storage_cv=$(cv_of <<<"$kvio_rates")
 fio_cv=$(for _ in $(seq 1 "$cv_trials"); do
     fio --name=kvio --directory="$dir" --filename=fio.dat --rw=write --bs="$block" \
-        --size="$bytes" --direct=1 --ioengine=io_uring --iodepth=8 --output-format=json |
+        --size="$bytes" --direct=1 --ioengine=io_uring --iodepth=8 --time_based \
+        --runtime="$cv_duration" --output-format=json |
         python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['write']['bw_bytes'] / 1e9)"
 done | cv_of)
-printf '%-34s %10s %10s\n' "storage run, $cv_trials trials" "CV kvio" "CV fio"
+printf '%-34s %10s %10s\n' "storage run, $cv_trials x $cv_duration" "CV kvio" "CV fio"
 printf '%-34s %10.4f %10.4f\n' "tokens/s moved; fio QD8 writes" "$storage_cv" "$fio_cv"
 
 # Two targets of different speed: one loop device, throttled by a cgroup
@@ -228,7 +232,7 @@ if [ -z "$targets_why" ]; then
     mkfs.ext4 -q -F "$loop_dev" && mount "$loop_dev" "$loop_mount" || targets_why="cannot make or mount ext4 on $loop_dev"
 fi
 if [ -z "$targets_why" ]; then
-    preset mlperf/stress "$work/targets.json" "$loop_mount" prefix.sessions.turns=1
+    preset mlperf/stress "$work/targets.json" "$loop_mount" 20s prefix.sessions.turns=1
     printf '%-34s %10s %10s\n' "loop device $loop_dev, throttled" "kvio tok/s" "fio GB/s"
     declare -A target_kvio target_fio
     for bps in "$fast_bps" "$slow_bps" 0; do
