@@ -86,6 +86,10 @@ struct kvio_tier {
     bool batch_hashed;
     size_t batch_capacity;
     kvio_tier_t *spill;       /* waterfall: where an evicted block goes (NULL: nowhere) */
+    /* emulate: bytes moved each second from the first transfer on */
+    int64_t timeline_origin_ns; /* 0: nothing moved yet */
+    uint64_t *timeline_read, *timeline_write;
+    size_t timeline_bins, timeline_capacity;
     void *spill_buffer;       /* emulate: the evicted block, read back on its way down */
     bool error_logged;
     char info[512];
@@ -374,9 +378,62 @@ void kvio_tier_destroy(kvio_tier_t *tier)
     free(tier->batch_latencies);
     free(tier->batch_checksums);
     free(tier->spill_buffer);
+    free(tier->timeline_read);
+    free(tier->timeline_write);
     free(tier->entries);
     free(tier->table);
     free(tier);
+}
+
+/* ---------- bandwidth over time ---------- */
+
+#define TIMELINE_BIN_NS 1000000000ll
+#define TIMELINE_MAX_BINS 86400 /* a day; later bytes count in the last second */
+
+/* Emulate: bytes a transfer moved, in the second (from the tier's first
+ * transfer) it ended in. Out of memory, the timeline stops growing. */
+static void timeline_add(kvio_tier_t *tier, bool write, uint64_t bytes)
+{
+    if (!tier->emulate)
+        return;
+    int64_t now_ns = (int64_t)kvio_time_ns();
+    if (tier->timeline_origin_ns == 0)
+        tier->timeline_origin_ns = now_ns;
+    size_t bin = (size_t)((now_ns - tier->timeline_origin_ns) / TIMELINE_BIN_NS);
+    if (bin >= TIMELINE_MAX_BINS)
+        bin = TIMELINE_MAX_BINS - 1;
+    if (bin >= tier->timeline_capacity) {
+        size_t capacity = tier->timeline_capacity ? tier->timeline_capacity : 64;
+        while (capacity <= bin)
+            capacity *= 2;
+        uint64_t *read = realloc(tier->timeline_read, capacity * sizeof(*read));
+        if (read != NULL)
+            tier->timeline_read = read;
+        uint64_t *written = realloc(tier->timeline_write, capacity * sizeof(*written));
+        if (written != NULL)
+            tier->timeline_write = written;
+        if (read == NULL || written == NULL)
+            return;
+        memset(read + tier->timeline_capacity, 0,
+               (capacity - tier->timeline_capacity) * sizeof(*read));
+        memset(written + tier->timeline_capacity, 0,
+               (capacity - tier->timeline_capacity) * sizeof(*written));
+        tier->timeline_capacity = capacity;
+    }
+    if (bin >= tier->timeline_bins)
+        tier->timeline_bins = bin + 1;
+    (write ? tier->timeline_write : tier->timeline_read)[bin] += bytes;
+}
+
+/* {"bin_s": 1, "read_gbps": [...], "write_gbps": [...]}: each second's. */
+static json_t *timeline_json(const kvio_tier_t *tier)
+{
+    json_t *read = json_array(), *write = json_array();
+    for (size_t b = 0; b < tier->timeline_bins; b++) {
+        json_array_append_new(read, json_real((double)tier->timeline_read[b] / 1e9));
+        json_array_append_new(write, json_real((double)tier->timeline_write[b] / 1e9));
+    }
+    return json_pack("{s:i, s:o, s:o}", "bin_s", 1, "read_gbps", read, "write_gbps", write);
 }
 
 /* ---------- operations ---------- */
@@ -667,6 +724,7 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         tier->num_held++;
         tier->stats.puts++;
         tier->stats.bytes_written += tier->block_bytes;
+        timeline_add(tier, true, tier->block_bytes);
         int64_t latency_ns = tier->emulate ? tier->batch_latencies[i] : model_latency(tier, i);
         tier->stats.put_latency_sum_ns += latency_ns;
         kvio_hist_record(tier->stats.put_latency, (uint64_t)latency_ns);
@@ -724,6 +782,7 @@ static void get_hit(kvio_tier_t *tier, uint32_t entry)
     lru_push_front(tier, entry);
     tier->stats.hits++;
     tier->stats.bytes_read += tier->block_bytes;
+    timeline_add(tier, false, tier->block_bytes);
 }
 
 /* A read block that failed: its status, the entry dropped when the block
@@ -925,6 +984,8 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
     json_object_set_new(object, "model",
                         json_pack("{s:f, s:I}", "bandwidth_bytes_per_s", tier->bandwidth,
                                   "latency_ns", (json_int_t)tier->latency_ns));
+    if (tier->emulate)
+        json_object_set_new(object, "per_second", timeline_json(tier));
     if (tier->backend_ready)
         tier->ops->report(tier->priv, object);
     if (tier->error[0] != '\0')

@@ -1072,6 +1072,53 @@ static kvio_status_t tier_latency_chart(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* Each tier's read and write bandwidth, second by second from its first
+ * transfer (emulate runs), one line per tier and direction. */
+static kvio_status_t tier_bandwidth_chart(kvio_report_t *report)
+{
+    static const char *const directions[2] = {"read", "write"};
+    report_chart_t *chart = NULL;
+    size_t lines = 0;
+    for (size_t r = 0; r < report->num_runs; r++) {
+        const report_run_t *run = report->runs[r];
+        for (size_t t = 0; t < run->num_tiers; t++) {
+            const tier_traffic_t *tier = &run->tiers[t];
+            for (size_t d = 0; d < 2 && lines < 16 && tier->seconds > 0; d++) {
+                if (chart == NULL) {
+                    chart = chart_new(report, CHART_LINES, "chart-tier-bandwidth",
+                                      "Tier traffic", "KV-cache tier bandwidth over time",
+                                      "time from the tier's first transfer (s)",
+                                      "GB/s (10^9 bytes)");
+                    if (chart == NULL)
+                        return KVIO_ERR_NOMEM;
+                }
+                char label[REPORT_LABEL_MAX];
+                if (report->num_runs > 1)
+                    snprintf(label, sizeof(label), "%.30s: %.30s %s", run->label, tier->name,
+                             directions[d]);
+                else
+                    snprintf(label, sizeof(label), "%.60s %s", tier->name, directions[d]);
+                chart_series_t *series = series_add(chart, label, tier->seconds, false);
+                if (series == NULL)
+                    return KVIO_ERR_NOMEM;
+                series->count = tier->seconds;
+                series->dashed = d == 1;
+                for (size_t i = 0; i < tier->seconds; i++) {
+                    series->x[i] = (double)i + 0.5;
+                    series->y[i] = tier->per_second[d][i];
+                }
+                lines++;
+            }
+        }
+    }
+    if (chart != NULL)
+        snprintf(chart->caption, sizeof(chart->caption),
+                 "From metrics.tiers of summary.json (first seed, emulate runs): the bytes each "
+                 "tier read (solid) and wrote (dashed) in each second, counted when each "
+                 "transfer ended, per serve rank.");
+    return KVIO_OK;
+}
+
 /* ---------- cachesim ---------- */
 
 static kvio_status_t cachesim_charts(kvio_report_t *report)
@@ -1612,6 +1659,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = tier_chart(report);
     if (status == KVIO_OK)
         status = tier_latency_chart(report);
+    if (status == KVIO_OK)
+        status = tier_bandwidth_chart(report);
     if (status == KVIO_OK)
         status = split_crowded(report);
     if (status != KVIO_OK) {

@@ -352,6 +352,54 @@ static kvio_status_t load_sync(const json_t *sync, const char *path, run_metrics
     return status;
 }
 
+
+static void tier_traffic_free(tier_traffic_t *traffic)
+{
+    for (int d = 0; d < 2; d++) {
+        free(traffic->per_second[d]);
+        traffic->per_second[d] = NULL;
+    }
+    traffic->seconds = 0;
+}
+
+/* A tier's per_second {"read_gbps": [...], "write_gbps": [...]} (emulate
+ * runs), kept when both lists are numbers of one length. */
+static kvio_status_t load_per_second(const json_t *tier, tier_traffic_t *traffic,
+                                     const char *path, char *error_p, size_t error_len)
+{
+    const json_t *per_second = json_object_get(tier, "per_second");
+    if (per_second == NULL)
+        return KVIO_OK;
+    static const char *const keys[2] = {"read_gbps", "write_gbps"};
+    const json_t *lists[2];
+    for (int d = 0; d < 2; d++) {
+        lists[d] = json_object_get(per_second, keys[d]);
+        if (!json_is_array(lists[d]) ||
+            json_array_size(lists[d]) != json_array_size(json_object_get(per_second, keys[0]))) {
+            snprintf(error_p, error_len, "%s: metrics.tiers.%s.per_second.%s is not a list as "
+                     "long as read_gbps", path, traffic->name, keys[d]);
+            return KVIO_ERR_PARSE;
+        }
+    }
+    size_t seconds = json_array_size(lists[0]);
+    for (int d = 0; d < 2 && seconds > 0; d++) {
+        traffic->per_second[d] = malloc(seconds * sizeof(double));
+        if (traffic->per_second[d] == NULL)
+            return KVIO_ERR_NOMEM;
+        for (size_t i = 0; i < seconds; i++) {
+            const json_t *value = json_array_get(lists[d], i);
+            if (!json_is_number(value)) {
+                snprintf(error_p, error_len, "%s: metrics.tiers.%s.per_second.%s[%zu] is not a "
+                         "number", path, traffic->name, keys[d], i);
+                return KVIO_ERR_PARSE;
+            }
+            traffic->per_second[d][i] = json_number_value(value);
+        }
+    }
+    traffic->seconds = seconds;
+    return KVIO_OK;
+}
+
 static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, report_run_t *run,
                                   bool first, char *error_p, size_t error_len)
 {
@@ -566,8 +614,13 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
                 traffic->latency_ms[l][q] =
                     json_number_value(json_object_get(latency, quantile_keys[q]));
         }
+        status = load_per_second(tier, traffic, path, error_p, error_len);
+        if (status != KVIO_OK)
+            goto out;
         if (traffic->num_fields > 0)
             run->num_tiers++;
+        else
+            tier_traffic_free(traffic);
     }
 out:
     json_decref(summary);
@@ -845,6 +898,8 @@ void report_run_free(report_run_t *run)
 {
     if (run == NULL)
         return;
+    for (size_t t = 0; t < run->num_tiers; t++)
+        tier_traffic_free(&run->tiers[t]);
     kvio_hist_destroy(run->ttft);
     kvio_hist_destroy(run->tpot);
     kvio_hist_destroy(run->e2el);

@@ -65,8 +65,9 @@ extern const char *const report_update_stage_names[UPDATE_STAGES];
 /* Percentiles of a tier's latencies the report draws: p50, p95, p99, p99.9. */
 #define TIER_QUANTILES 4
 
-/* A tier's traffic: named byte counters, and its read and write latency
- * percentiles (ms) where summary.json has them. */
+/* A tier's traffic: named byte counters, its read and write latency
+ * percentiles (ms), and its bandwidth each second, where summary.json has
+ * them. */
 typedef struct tier_traffic {
     char name[REPORT_LABEL_MAX];
     size_t num_fields;
@@ -74,6 +75,8 @@ typedef struct tier_traffic {
     double value[REPORT_MAX_TIER_FIELDS];
     bool has_latency[2];                  /* read, write */
     double latency_ms[2][TIER_QUANTILES];
+    double *per_second[2];                /* GB/s each second, read and write (emulate) */
+    size_t seconds;
 } tier_traffic_t;
 
 /* The metrics a report reads from one summary.json. */

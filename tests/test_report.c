@@ -491,6 +491,40 @@ Test(report, the_tier_chart_shows_a_real_runs_traffic, .timeout = 60)
     free(dir);
 }
 
+/* An emulate run's tiers say what they moved each second, and the report
+ * draws it: the seconds add up to the tier's bytes. */
+Test(report, the_tier_bandwidth_chart_adds_up_to_the_tier_s_bytes, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set",
+                               "duration=4s", "--set", "serve.kvcache.capacity=512MiB", "--set",
+                               "serve.kvcache.tiers=[{kind: host, size: 256MiB, write: through}]",
+                               "-o", "res", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    json_t *summary = test_summary(dir, "res");
+    const json_t *tier = test_json(summary, "metrics.tiers.0");
+    const json_t *written = test_json(tier, "per_second.write_gbps");
+    double sum = 0;
+    for (size_t i = 0; i < json_array_size(written); i++)
+        sum += json_number_value(json_array_get(written, i));
+    double bytes = test_json_number(tier, "bytes_written");
+    cr_assert_gt(bytes, 0, "the chat run wrote through to the tier");
+    cr_expect_float_eq(sum * 1e9, bytes, 1e-6 * bytes, "%.0f bytes by second, %.0f in all",
+                       sum * 1e9, bytes);
+    cr_expect_eq(json_array_size(written),
+                 json_array_size(test_json(tier, "per_second.read_gbps")));
+    json_decref(summary);
+    char *html = report_of(dir, "res");
+    char *chart = figure(html, "chart-tier-bandwidth");
+    cr_assert_not_null(chart, "no tier bandwidth chart");
+    cr_expect(test_contains(chart, "host (rank 0) write"), "%s", chart);
+    free(chart);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #21: comparing update transports printed rows of zeros and no update
  * latency, and the report refused the result (metrics.request_throughput
  * is missing). An update-only compare shows update rows and --metrics
