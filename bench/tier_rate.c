@@ -3,7 +3,9 @@
  * same order (after a pass that is not timed, which writes every slot once),
  * BATCH at a time through kvio_tier_put_batch /
  * kvio_tier_get_batch (the framework's index, the backend's I/O, the
- * checksums). Prints what the backend uses, then `write_gbps W read_gbps R
+ * checksums). Block i comes from and goes back to its own place in a pool
+ * of COUNT blocks, as an engine's KV pool is (memory, not one buffer the
+ * cache keeps). Prints what the backend uses, then `write_gbps W read_gbps R
  * put_p50_us P get_p50_us G put_p99_us P get_p99_us G read_qd Q` (GB =
  * 1e9; the phases' bytes over their wall time; latencies and the queue
  * depth achieved from the tier's own counters).
@@ -66,24 +68,24 @@ int main(int argc, char **argv)
         return 2;
     }
     uint64_t stride = (block_bytes + 4095) / 4096 * 4096;
-    unsigned char *data = aligned_alloc(4096, stride * batch);
+    unsigned char *data = aligned_alloc(4096, stride * count);
     kvio_hash_t *hashes = malloc(batch * sizeof(*hashes));
     void **buffers = malloc(batch * sizeof(*buffers));
     if (data == NULL || hashes == NULL || buffers == NULL)
         return 1;
-    for (uint64_t b = 0; b < batch; b++) {
-        buffers[b] = data + b * stride;
+    for (uint64_t b = 0; b < count; b++)
         for (uint64_t i = 0; i < block_bytes; i++)
             data[b * stride + i] = (unsigned char)(i * 131 + 7);
-    }
     printf("%s\n", kvio_tier_info(tier));
     int64_t cost;
     /* A pass that is not timed first: every slot of a slab written once, as
      * in a tier that has run a while (fio's file, after its first trial). */
     for (uint64_t first = 0; first < count; first += batch) {
         uint64_t n = count - first < batch ? count - first : batch;
-        for (uint64_t b = 0; b < n; b++)
+        for (uint64_t b = 0; b < n; b++) {
             hashes[b] = block_hash(count + first + b);
+            buffers[b] = data + (first + b) * stride;
+        }
         if (kvio_tier_put_batch(tier, hashes, (const void *const *)buffers, n, &cost) !=
             KVIO_OK) {
             fprintf(stderr, "tier_rate: warm-up put: %s\n", kvio_tier_error(tier));
@@ -95,6 +97,7 @@ int main(int argc, char **argv)
         uint64_t n = count - first < batch ? count - first : batch;
         for (uint64_t b = 0; b < n; b++) {
             hashes[b] = block_hash(first + b);
+            buffers[b] = data + (first + b) * stride;
             ((unsigned char *)buffers[b])[0] = (unsigned char)(first + b); /* its own bytes */
         }
         if (kvio_tier_put_batch(tier, hashes, (const void *const *)buffers, n, &cost) !=
@@ -108,8 +111,10 @@ int main(int argc, char **argv)
     start = now_s();
     for (uint64_t first = 0; first < count; first += batch) {
         uint64_t n = count - first < batch ? count - first : batch;
-        for (uint64_t b = 0; b < n; b++)
+        for (uint64_t b = 0; b < n; b++) {
             hashes[b] = block_hash(first + b);
+            buffers[b] = data + (first + b) * stride;
+        }
         size_t got = 0;
         if (kvio_tier_get_batch(tier, hashes, buffers, n, &got, &cost) != KVIO_OK) {
             fprintf(stderr, "tier_rate: get %llu: %s\n", (unsigned long long)(first + got),

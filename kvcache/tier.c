@@ -16,6 +16,10 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "kvio/clock.h"
 #include "kvio/log.h"
 #include "kvio/results.h"
@@ -485,9 +489,33 @@ static kvio_status_t batch_room(kvio_tier_t *tier, size_t count)
     return KVIO_OK;
 }
 
+/* Copies a piece that is in cache to target past the cache (non-temporal
+ * stores, as glibc's memcpy does for copies larger than the cache: the
+ * target's lines are not read first); memcpy where the target is not
+ * 16-byte aligned, the size not whole 64-byte lines, or there is no SSE2. */
+static void copy_streaming(unsigned char *target, const unsigned char *source, size_t bytes)
+{
+#if defined(__SSE2__)
+    if (((uintptr_t)target & 15) == 0 && bytes % 64 == 0) {
+        for (size_t at = 0; at < bytes; at += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(source + at));
+            __m128i b = _mm_loadu_si128((const __m128i *)(source + at + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(source + at + 32));
+            __m128i d = _mm_loadu_si128((const __m128i *)(source + at + 48));
+            _mm_stream_si128((__m128i *)(target + at), a);
+            _mm_stream_si128((__m128i *)(target + at + 16), b);
+            _mm_stream_si128((__m128i *)(target + at + 32), c);
+            _mm_stream_si128((__m128i *)(target + at + 48), d);
+        }
+        return;
+    }
+#endif
+    memcpy(target, source, bytes);
+}
+
 /* Copies bytes and returns their XXH3-64, a cache-sized piece at a time:
- * each piece is hashed where it was just written, still in cache, so the
- * checksum costs little beside the copy (one pass over memory, not two).
+ * each piece is hashed as it comes from memory, then copied from cache
+ * past the cache, so the copy and the checksum cost one pass over memory.
  * The same value as XXH3_64bits over the bytes. */
 static uint64_t copy_hashed(void *target, const void *source, size_t bytes)
 {
@@ -496,9 +524,12 @@ static uint64_t copy_hashed(void *target, const void *source, size_t bytes)
     XXH3_64bits_reset(&state);
     for (size_t at = 0; at < bytes; at += PIECE) {
         size_t piece = bytes - at < PIECE ? bytes - at : PIECE;
-        memcpy((unsigned char *)target + at, (const unsigned char *)source + at, piece);
-        XXH3_64bits_update(&state, (const unsigned char *)target + at, piece);
+        XXH3_64bits_update(&state, (const unsigned char *)source + at, piece);
+        copy_streaming((unsigned char *)target + at, (const unsigned char *)source + at, piece);
     }
+#if defined(__SSE2__)
+    _mm_sfence(); /* the streamed stores are visible before the block is */
+#endif
     return XXH3_64bits_digest(&state);
 }
 
