@@ -434,6 +434,37 @@ Test(gpu, gpu_pool_loads_blocks_back_from_a_pinned_host_tier, .timeout = 120)
     free(dir);
 }
 
+/* Chunks from a GPU pool: each chunk's blocks are copied from the device
+ * into one object, and a hit's chunk back block by block, whole chunks
+ * only, every one checked against its checksum. */
+Test(gpu, gpu_pool_stores_and_loads_whole_chunks, .timeout = 120)
+{
+    REQUIRE_GPU();
+    char *dir;
+    json_t *summary = run_gpu_workload(
+        "name: gpu-chunks\nseed: 3\nmode: emulate\nduration: 30s\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "device: {memory: cuda, fallback: error}\n"
+        "serve:\n  engine: {max_num_seqs: 2}\n"
+        "  kvcache: {block_size: 16, blocks: 100, chunk_tokens: 256,"
+        " tiers: [{kind: host, size: 256MiB, write: through, host: {pinned: true}}]}\n"
+        "stream:\n  requests: 24\n  arrival: {process: constant, rate: 40}\n"
+        "  input_tokens: {dist: constant, value: 1100}\n"
+        "  output_tokens: {dist: constant, value: 4}\n"
+        "  prefix: {system_prompts: {count: 3, tokens: 1024, zipf: 0}}\n", &dir);
+    const json_t *tier = json_array_get(metric(summary, NULL, "tiers"), 0);
+    cr_assert_eq(test_json_integer(tier, "block_bytes"), 16 * 16 * 32768,
+                 "an object is 16 blocks of Llama 3.2 1B");
+    cr_assert_gt(test_json_integer(tier, "hits"), 0);
+    cr_assert_eq(test_json_integer(tier, "errors"), 0);
+    double tokens = json_number_value(metric(summary, NULL, "tier_hit_tokens"));
+    cr_assert_gt(tokens, 0);
+    cr_assert_eq(json_number_value(metric(summary, NULL, "completed")), 24);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* GPU memory running out while a transport sets up: the run fails (exit
  * 1) with the rank and the allocation, not a peer's "set-up failed". Needs
  * the stand-in runtime, whose memory size can be set. */
