@@ -443,6 +443,7 @@ static json_t *timeline_json(const kvio_tier_t *tier)
 /* ---------- operations ---------- */
 
 int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->write; }
+void kvio_tier_count_skipped(kvio_tier_t *tier) { tier->stats.skipped_puts++; }
 
 void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next) { tier->spill = next; }
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
@@ -971,6 +972,7 @@ json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
     json_object_set_new(object, "blocks_held", json_integer(tier->num_held));
     json_object_set_new(object, "puts", json_integer((json_int_t)stats->puts));
     json_object_set_new(object, "duplicates", json_integer((json_int_t)stats->duplicates));
+    json_object_set_new(object, "skipped_puts", json_integer((json_int_t)stats->skipped_puts));
     json_object_set_new(object, "gets", json_integer((json_int_t)stats->gets));
     json_object_set_new(object, "hits", json_integer((json_int_t)stats->hits));
     json_object_set_new(object, "misses", json_integer((json_int_t)stats->misses));

@@ -35,7 +35,7 @@ static double number(const json_t *object, const char *key)
 typedef struct tier_total {
     const char *kind;
     const json_t *first; /* the first rank's entry (layout, engine, device) */
-    double ranks, bytes_read, bytes_written, read_ns, write_ns, hits, puts;
+    double ranks, bytes_read, bytes_written, read_ns, write_ns, hits, puts, skipped_puts;
     double read_depth_ns, write_depth_ns; /* queue depth x busy time, summed */
     json_t *read_ms, *write_ms;
 } tier_total_t;
@@ -47,6 +47,7 @@ static json_t *tier_json(const tier_total_t *total)
     json_object_set_new(tier, "ranks", json_integer((json_int_t)total->ranks));
     json_object_set_new(tier, "bytes_read", json_integer((json_int_t)total->bytes_read));
     json_object_set_new(tier, "bytes_written", json_integer((json_int_t)total->bytes_written));
+    json_object_set_new(tier, "skipped_puts", json_integer((json_int_t)total->skipped_puts));
     json_object_set_new(tier, "read_gbps",
                         json_real(total->read_ns > 0 ? total->bytes_read / total->read_ns : 0));
     json_object_set_new(tier, "write_gbps",
@@ -117,14 +118,17 @@ json_t *kvio_run_storage(const kvio_workload_t *workload, const json_t *metrics)
         total->write_ns += number(entry, "write_ns");
         total->hits += number(entry, "hits");
         total->puts += number(entry, "puts");
+        total->skipped_puts += number(entry, "skipped_puts");
         total->read_depth_ns += number(entry, "read_queue_depth") * number(entry, "read_ns");
         total->write_depth_ns += number(entry, "write_queue_depth") * number(entry, "write_ns");
         worst(total->read_ms, json_object_get(entry, "read_latency_ms"));
         worst(total->write_ms, json_object_get(entry, "write_latency_ms"));
         bytes_moved += number(entry, "bytes_read") + number(entry, "bytes_written");
+        /* A tier's objects are chunks of blocks (serve.kvcache.chunk_tokens). */
         if (bytes_per_token == 0 && workload->serve.kvcache.block_size > 0)
             bytes_per_token = number(entry, "block_bytes") /
-                              (double)workload->serve.kvcache.block_size;
+                              (double)workload->serve.kvcache.block_size /
+                              (double)kvio_serve_chunk_blocks(&workload->serve.kvcache);
     }
     double seconds = number(metrics, "duration_s");
     json_t *storage = json_object(), *tiers = json_array(), *mlperf = json_object();

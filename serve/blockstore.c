@@ -36,6 +36,7 @@ struct kvio_block_store {
     uint64_t object_bytes;   /* a tier object's bytes: chunk_blocks blocks */
     unsigned char *object;   /* chunks, with bytes: the engine thread's object buffer */
     bool verify_swaps;
+    bool skip_saves_when_full;
     kvio_tier_t *const *tiers;
     size_t num_tiers;
     size_t saved_tiers;     /* the tiers the pool's blocks are written to (waterfall: the first) */
@@ -195,6 +196,7 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
     store->chunk_blocks = params->chunk_blocks > 1 ? params->chunk_blocks : 1;
     store->object_bytes = store->block_bytes * store->chunk_blocks;
     store->verify_swaps = params->verify_swaps;
+    store->skip_saves_when_full = params->skip_saves_when_full;
     store->tiers = params->tiers;
     store->num_tiers = params->num_tiers;
     /* A waterfall: the pool's evictions go to the first tier, each tier's
@@ -454,7 +456,7 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
 }
 
 static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
-                       int policy, int64_t *waited_ns_p);
+                       int policy, int64_t *waited_ns_p, bool *full_p);
 
 void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p)
@@ -468,10 +470,21 @@ void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, k
          * staging slot (the tiers' backpressure), and that wait is the
          * iteration's tier time. */
         int64_t waited_ns = 0;
-        bool staged = stage_save(store, blocks, hash, policy, &waited_ns);
+        bool full = false;
+        bool staged = stage_save(store, blocks, hash, policy, &waited_ns, &full);
         *tier_ns_p += waited_ns;
         if (staged)
             return;
+        if (full) {
+            /* save_full: skip: every tier that lacks it counts the save. */
+            tiers_lock(store);
+            for (size_t t = 0; t < store->saved_tiers; t++)
+                if (kvio_tier_write_policy(store->tiers[t]) == policy &&
+                    !kvio_tier_contains(store->tiers[t], hash))
+                    kvio_tier_count_skipped(store->tiers[t]);
+            tiers_unlock(store);
+            return;
+        }
     }
     const void *data = block_data(store, blocks[0]);
     kvio_status_t copied = KVIO_OK;
@@ -814,15 +827,22 @@ static void io_push(kvio_kv_io_t *io, io_job_t *job)
 /* Copies the block to a free staging slot, waiting for one while every
  * slot holds a save not yet written (*waited_ns_p: how long), and asks the
  * I/O thread to write it; false (nothing asked) when out of memory or the
- * copy failed. */
+ * copy failed, or (*full_p) every slot was taken and the store skips such
+ * saves. */
 static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
-                       int policy, int64_t *waited_ns_p)
+                       int policy, int64_t *waited_ns_p, bool *full_p)
 {
     kvio_kv_io_t *io = store->io;
     io_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL)
         return false;
     pthread_mutex_lock(&io->lock);
+    if (io->num_free == 0 && store->skip_saves_when_full) {
+        pthread_mutex_unlock(&io->lock);
+        free(job);
+        *full_p = true;
+        return false;
+    }
     if (io->num_free == 0) {
         uint64_t start_ns = kvio_time_ns();
         while (io->num_free == 0 && (io->head != NULL || io->busy))

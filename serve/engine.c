@@ -30,6 +30,7 @@ static const char *const index_names[] = {"hash", "radix", NULL};
 static const char *const tier_io_names[] = {"async", "sync", NULL};
 static const char *const placement_names[] = {"each", "waterfall", NULL};
 static const char *const prefetch_names[] = {"wait_complete", "best_effort", "timeout", NULL};
+static const char *const save_full_names[] = {"wait", "skip", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
     {.key = "max_num_seqs", .type = KVIO_OPT_INT,
@@ -167,6 +168,14 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
              "and loaded that many at a time, each chunk one object keyed by its last block's "
              "hash, and a prompt's last partial chunk is not stored. Tiers written through only "
              "(each tier's write: through). 0: one block per object"},
+    {.key = "save_full", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_kvcache_section_t, save_full), .values = save_full_names,
+     .default_value = "wait",
+     .help = "emulate, tier_io async: when the tiers are slower than the engine and every "
+             "staging slot (64 MiB) holds a save not yet written: wait (the engine waits for a "
+             "slot, counted as tier I/O: kv-cache.py's synchronous writes) or skip (the block "
+             "is not saved, counted in each tier's skipped_puts: vLLM's offloading connector "
+             "stores nothing it has no room for)"},
     {.key = "hybrid", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_kvcache_section_t, hybrid),
      .default_value = "false",
      .help = "a model with half its layers on a sliding window (gpt-oss) as vLLM's hybrid KV "
@@ -683,7 +692,8 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .swap_space = params->swap_space, .swap_blocks = params->swap_space_blocks,
         .verify_swaps = params->verify_swaps, .tiers = params->tiers,
         .num_tiers = params->num_tiers, .async_tiers = params->async_tiers,
-        .waterfall = params->waterfall, .chunk_blocks = engine->chunk_blocks};
+        .waterfall = params->waterfall, .chunk_blocks = engine->chunk_blocks,
+        .skip_saves_when_full = params->skip_saves_when_full};
     engine->async_tiers = params->async_tiers;
     status = kvio_block_store_create(&store, &engine->store, error_p, error_len);
     if (status != KVIO_OK)

@@ -195,6 +195,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .prefetch_timeout_per_1k_ns = serve->kvcache.prefetch_timeout_per_1k_ns,
         .prefetch_timeout_max_ns = serve->kvcache.prefetch_timeout_max_ns,
         .chunk_blocks = kvio_serve_chunk_blocks(&serve->kvcache),
+        .skip_saves_when_full = serve->kvcache.save_full == KVIO_SAVE_FULL_SKIP,
         .sched = &serve->scheduler,
         .seed = run->seed + serve_index,
         .cost = cost,

@@ -332,6 +332,8 @@ typedef struct kvio_block_store_params {
     bool waterfall;                /* placement: waterfall (kvio_tier_spill_to) */
     uint32_t chunk_blocks;         /* blocks per tier object (0 or 1: one); the tiers'
                                       objects are this many blocks' bytes */
+    bool skip_saves_when_full;     /* every staging slot taken: skip the save (counted by
+                                      the tiers), not wait */
 } kvio_block_store_params_t;
 
 /* A preempted request's blocks in the swap space (slots NULL: none). */
@@ -368,7 +370,8 @@ void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t
  * to the tiers when the iteration ends (kvio_block_store_saves_at); in
  * emulate the block is copied to a staging slot and the store's I/O thread
  * writes it; with every slot taken the engine waits for one, and that wait
- * adds to *tier_ns_p (the tiers' backpressure). */
+ * adds to *tier_ns_p (the tiers' backpressure), or with skip_saves_when_full
+ * the save is skipped (kvio_tier_count_skipped). */
 void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p);
 

@@ -1706,3 +1706,51 @@ Test(tier, chunks_need_whole_blocks_and_tiers_written_through, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* ---------- saves the tiers cannot keep up with (serve.kvcache.save_full) ---------- */
+
+/* One 4,800-token prompt (300 blocks of 512 KiB) written through to a host
+ * tier held to 1e8 bytes/s (5 ms a block): the 64 MiB of staging (128
+ * blocks) fills. wait: the engine waits for slots (the rest of the saves,
+ * about 0.9 s, as tier I/O) and every block is saved; skip: what finds no
+ * slot is not saved and counted, and the engine does not wait. */
+static json_t *run_save_full(const char *policy)
+{
+    static const char *trace =
+        "{\"timestamp\": 0, \"input_length\": 4800, \"output_length\": 20, "
+        "\"hash_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n";
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml),
+             "name: save-full\nseed: 1\nmode: emulate\nmodel: {preset: llama3.2-1b}\n"
+             "gpu: {preset: h200}\nserve:\n  engine: {max_num_batched_tokens: 8192}\n"
+             "  kvcache:\n    block_size: 16\n    blocks: 400\n    save_full: %s\n"
+             "    tiers: [{kind: host, size: 512MiB, write: through, rate: 1e8}]\n"
+             "stream: {trace: {path: trace.jsonl, format: mooncake}}\n",
+             policy);
+    char *dir = run_trace(trace, yaml);
+    json_t *summary = test_summary(dir, "out");
+    test_rmtree(dir);
+    free(dir);
+    return summary;
+}
+
+Test(tier, saves_past_the_staging_wait_or_are_skipped_and_counted, .timeout = 120)
+{
+    json_t *wait = run_save_full("wait");
+    json_t *skip = run_save_full("skip");
+    double waited_puts = test_json_number(wait, "metrics.tiers.0.puts");
+    double waited_ms = test_json_number(wait, "metrics.io_stall_ms.tier");
+    cr_expect_eq(test_json_number(wait, "metrics.tiers.0.skipped_puts"), 0);
+    cr_expect_geq(waited_puts, 300, "every full block saved");
+    cr_expect_gt(waited_ms, 500, "the engine waited for the slots: %.1f ms", waited_ms);
+    double skipped = test_json_number(skip, "metrics.tiers.0.skipped_puts");
+    cr_expect_gt(skipped, 0, "the saves that found no slot were skipped");
+    cr_expect_eq(test_json_number(skip, "metrics.tiers.0.puts") + skipped, waited_puts,
+                 "each block saved or counted as skipped");
+    cr_expect_lt(test_json_number(skip, "metrics.io_stall_ms.tier"), waited_ms / 4,
+                 "skip does not wait (%.1f ms against %.1f)",
+                 test_json_number(skip, "metrics.io_stall_ms.tier"), waited_ms);
+    cr_expect_eq(test_json_number(skip, "storage.tiers.0.skipped_puts"), skipped);
+    json_decref(wait);
+    json_decref(skip);
+}

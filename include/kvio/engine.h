@@ -65,6 +65,7 @@ typedef struct kvio_kvcache_section {
     int64_t prefetch_timeout_per_1k_ns; /* per 1,024 tokens to load */
     int64_t prefetch_timeout_max_ns;    /* 0: no cap */
     int64_t chunk_tokens;          /* tokens per object in the tiers (0: a block) */
+    int save_full;                 /* kvio_save_full_t */
 } kvio_kvcache_section_t;
 
 /* When a request whose prefix is in a tier stops waiting for it (tier_io:
@@ -80,6 +81,14 @@ typedef enum {
     KVIO_PLACEMENT_EACH = 0,      /* every tier of the write policy takes every block it lacks */
     KVIO_PLACEMENT_WATERFALL = 1, /* the first takes the pool's; each passes its evictions on */
 } kvio_placement_t;
+
+/* What a save does when every staging slot holds a save not yet written
+ * (emulate, tier_io: async): the tiers are slower than the engine. */
+typedef enum {
+    KVIO_SAVE_FULL_WAIT = 0, /* the engine waits for a slot (kv-cache.py's synchronous writes) */
+    KVIO_SAVE_FULL_SKIP = 1, /* the block is not saved, counted (vLLM's offloading connector
+                                stores nothing when it has no room) */
+} kvio_save_full_t;
 
 /* How KV moves between the pool and the lower tiers. */
 typedef enum {
@@ -258,6 +267,7 @@ typedef struct kvio_engine_params {
     int prefetch;              /* kvio_prefetch_t, and its timeout */
     int64_t prefetch_timeout_base_ns, prefetch_timeout_per_1k_ns, prefetch_timeout_max_ns;
     uint32_t chunk_blocks;     /* blocks per object in the tiers (0 or 1: one) */
+    bool skip_saves_when_full; /* serve.kvcache.save_full: skip */
     const kvio_sched_config_t *sched;
     uint64_t seed;
     const kvio_cost_t *cost;   /* borrowed */

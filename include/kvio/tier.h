@@ -79,6 +79,7 @@ typedef struct kvio_tier_stats {
     uint64_t demotions;             /* waterfall: evicted blocks written to the next tier */
     uint64_t checksum_failures; /* gets whose block came back changed (also errors) */
     uint64_t duplicates;            /* puts of a block already held: refreshed, not rewritten */
+    uint64_t skipped_puts;          /* saves not made: the staging was full (save_full: skip) */
     uint64_t bytes_written, bytes_read;
     int64_t write_ns, read_ns;      /* time spent in puts and gets (a batch: its wall time) */
     int64_t put_latency_sum_ns, get_latency_sum_ns; /* Σ of each block's own latency */
@@ -116,6 +117,10 @@ void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next);
 
 /* kvio_tier_write_t: when the engine writes blocks down (the tier does not act on it). */
 int kvio_tier_write_policy(const kvio_tier_t *tier);
+
+/* A save this tier would have taken was skipped (the engine's staging was
+ * full and serve.kvcache.save_full is skip): counted in skipped_puts. */
+void kvio_tier_count_skipped(kvio_tier_t *tier);
 
 /* Blocks the tier can hold (size / block_bytes), and holds now. */
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier);
