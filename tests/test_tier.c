@@ -1659,6 +1659,11 @@ static void chunks_move_whole(const char *mode, const char *tier_io)
     cr_expect_eq(test_json_number(tier, "hits"), 7, "%s %s: seven chunks read", mode, tier_io);
     cr_expect_eq(test_json_number(tier, "errors"), 0, "%s %s: every chunk came back as put",
                  mode, tier_io);
+    /* The storage block counts the tokens a chunk holds (32 KiB each). */
+    double moved = test_json_number(tier, "bytes_read") + test_json_number(tier, "bytes_written");
+    cr_expect_float_eq(test_json_number(chunked, "storage.storage_throughput_tokens_per_s") *
+                           test_json_number(chunked, "metrics.duration_s"),
+                       moved / 32768, 1e-6 * moved / 32768, "%s %s", mode, tier_io);
     json_decref(chunked);
     /* A block per object: the same prompt hits 127 blocks, 127 reads. */
     json_t *blocks = run_chunks(mode, tier_io, "0");
