@@ -1601,3 +1601,31 @@ Test(cli, compare_prints_paired_differences_and_writes_a_csv, .timeout = 90)
     test_rmtree(dir);
     free(dir);
 }
+
+/* stream.users closes its loop where the stream is read: emulate serve
+ * ranks that share one stream (or a client rank) cannot hear each other's
+ * answers, so the workload is refused before the run, naming the key. */
+Test(cli, closed_loop_users_over_shared_emulate_ranks_are_refused, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    free(test_write_file(dir, "w.yaml",
+                         "name: users\nmode: emulate\nduration: 5s\nranks: {serve: 2}\n"
+                         "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+                         "serve: {kvcache: {capacity: 256MiB}}\nstream: {users: 4}\n"));
+    test_run_t run = test_kvio(dir, "validate", "w.yaml", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "stream.users: a closed loop hears each answer where its "
+                                     "stream is read") &&
+                  test_contains(run.err, "ranks.serve: 2"),
+              "%s", run.err);
+    test_run_free(&run);
+    /* One serve rank is fine, and so is simulate over two. */
+    run = test_kvio(dir, "validate", "w.yaml", "--set", "ranks.serve=1", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "validate", "w.yaml", "--set", "mode=simulate", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
