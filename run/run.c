@@ -107,6 +107,22 @@ static void add_storage_rows(kvio_table_t *table, const json_t *summary)
     add_assessment_row(table, json_object_get(summary, "assessment"));
 }
 
+/* The load: the rate offered, or a closed loop's users (it offers what it
+ * is served). */
+static void add_load_row(kvio_table_t *table, const kvio_workload_t *workload,
+                         const json_t *metrics)
+{
+    char text[64];
+    if (workload->stream.users > 0) {
+        snprintf(text, sizeof(text), "%lld, each awaiting its answer",
+                 (long long)workload->stream.users);
+        kvio_table_add_row(table, "users (closed loop)", text, NULL);
+    } else if (metric(metrics, "offered_rate", NULL) > 0) {
+        snprintf(text, sizeof(text), "%.2f req/s", metric(metrics, "offered_rate", NULL));
+        kvio_table_add_row(table, "offered rate", text, NULL);
+    }
+}
+
 /* The prefix hit rate, and with tiers the share of prompt tokens they
  * served too. */
 static void hit_rate_text(const json_t *metrics, char *text_p, size_t text_len)
@@ -141,7 +157,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *summary,
     if (kvio_table_create(title, &table) != KVIO_OK)
         return;
     char text[6][64];
-    char usage[64], au[64], simulated[64], executor_text[128], loss_text[96], offered[48];
+    char usage[64], au[64], simulated[64], executor_text[128], loss_text[96];
     if (serving) {
         kvio_table_add_row(table, "latency", "mean", "p50", "p90", "p99", NULL);
         add_latency_row(table, metrics, "ttft_ms");
@@ -156,10 +172,7 @@ static void print_table(const kvio_workload_t *workload, const json_t *summary,
         kvio_table_add_row(table, "requests completed", text[0], NULL);
         snprintf(text[1], sizeof(text[1]), "%.2f req/s", metric(metrics, "request_throughput", NULL));
         kvio_table_add_row(table, "request throughput", text[1], NULL);
-        if (metric(metrics, "offered_rate", NULL) > 0) {
-            snprintf(offered, sizeof(offered), "%.2f req/s", metric(metrics, "offered_rate", NULL));
-            kvio_table_add_row(table, "offered rate", offered, NULL);
-        }
+        add_load_row(table, workload, metrics);
         snprintf(text[2], sizeof(text[2]), "%.1f tok/s", metric(metrics, "output_throughput", NULL));
         kvio_table_add_row(table, "output throughput", text[2], NULL);
         if (json_object_get(metrics, "goodput") != NULL) {
