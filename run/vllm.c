@@ -270,14 +270,16 @@ static double max_tokens_per_second(const vllm_data_t *data)
 
 /* The traffic as vLLM names it: request_rate (a number, or "inf" when every
  * request arrives at once), burstiness (gamma's shape: 1 for Poisson) and
- * max_concurrency (kvio sends open-loop: none). Phases and traces have no
- * one configured rate: the rate offered, as measured. */
+ * max_concurrency (serve.max_concurrency, or a closed loop's users: none
+ * for an open loop). Phases, traces and a closed loop have no one
+ * configured rate: the rate offered, as measured. */
 static void add_traffic(json_t *vllm, const kvio_workload_t *workload, const json_t *metrics)
 {
     const kvio_stream_arrival_config_t *arrival = &workload->stream.arrival;
     bool trace = workload->stream.trace.path != NULL && workload->stream.trace.path[0] != '\0';
     json_t *rate = NULL, *burstiness = json_null();
-    if (trace || arrival->process == KVIO_ARRIVAL_PHASES) {
+    bool users = !trace && workload->stream.users > 0;
+    if (trace || users || arrival->process == KVIO_ARRIVAL_PHASES) {
         rate = json_real(json_number_value(json_object_get(metrics, "offered_rate")));
     } else if (arrival->process == KVIO_ARRIVAL_BATCH) {
         rate = json_string("inf");
@@ -290,7 +292,11 @@ static void add_traffic(json_t *vllm, const kvio_workload_t *workload, const jso
     }
     json_object_set_new(vllm, "request_rate", rate);
     json_object_set_new(vllm, "burstiness", burstiness);
-    json_object_set_new(vllm, "max_concurrency", json_null());
+    int64_t concurrency = workload->serve.max_concurrency > 0 ? workload->serve.max_concurrency
+                          : users                             ? workload->stream.users
+                                                              : 0;
+    json_object_set_new(vllm, "max_concurrency",
+                        concurrency > 0 ? json_integer((json_int_t)concurrency) : json_null());
 }
 
 /* The scalar keys, in vLLM's order. */

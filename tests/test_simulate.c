@@ -1421,6 +1421,13 @@ Test(simulate, closed_loop_users_send_after_their_answer_and_a_think, .timeout =
         cr_assert_leq(in_flight, 6, "%zu requests in flight at %.6f s", in_flight, arrival);
     }
     cr_assert_eq(starts, 6);
+    /* vllm.json says the loop's bound, as vLLM's --max-concurrency. */
+    char *vllm_text = read_out(&output, "vllm.json");
+    json_t *vllm = json_loads(vllm_text, 0, NULL);
+    cr_assert_not_null(vllm);
+    cr_expect_eq(test_json_integer(vllm, "max_concurrency"), 6);
+    json_decref(vllm);
+    free(vllm_text);
     /* A closed loop offers no rate past its serving: never "overloaded". */
     json_t *warnings = json_object_get(output.summary, "warnings");
     for (size_t w = 0; w < json_array_size(warnings); w++)
