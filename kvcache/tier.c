@@ -90,9 +90,10 @@ struct kvio_tier {
     bool batch_hashed;
     size_t batch_capacity;
     kvio_tier_t *spill;       /* waterfall: where an evicted block goes (NULL: nowhere) */
-    /* emulate: bytes moved each second from the first transfer on */
+    /* emulate: bytes read ([0]) and written ([1]) each second from the
+     * first transfer on */
     int64_t timeline_origin_ns; /* 0: nothing moved yet */
-    uint64_t *timeline_read, *timeline_write;
+    uint64_t (*timeline)[2];
     size_t timeline_bins, timeline_capacity;
     void *spill_buffer;       /* emulate: the evicted block, read back on its way down */
     bool error_logged;
@@ -382,8 +383,7 @@ void kvio_tier_destroy(kvio_tier_t *tier)
     free(tier->batch_latencies);
     free(tier->batch_checksums);
     free(tier->spill_buffer);
-    free(tier->timeline_read);
-    free(tier->timeline_write);
+    free(tier->timeline);
     free(tier->entries);
     free(tier->table);
     free(tier);
@@ -410,23 +410,17 @@ static void timeline_add(kvio_tier_t *tier, bool write, uint64_t bytes)
         size_t capacity = tier->timeline_capacity ? tier->timeline_capacity : 64;
         while (capacity <= bin)
             capacity *= 2;
-        uint64_t *read = realloc(tier->timeline_read, capacity * sizeof(*read));
-        if (read != NULL)
-            tier->timeline_read = read;
-        uint64_t *written = realloc(tier->timeline_write, capacity * sizeof(*written));
-        if (written != NULL)
-            tier->timeline_write = written;
-        if (read == NULL || written == NULL)
+        uint64_t(*bigger)[2] = realloc(tier->timeline, capacity * sizeof(*bigger));
+        if (bigger == NULL)
             return;
-        memset(read + tier->timeline_capacity, 0,
-               (capacity - tier->timeline_capacity) * sizeof(*read));
-        memset(written + tier->timeline_capacity, 0,
-               (capacity - tier->timeline_capacity) * sizeof(*written));
+        memset(bigger + tier->timeline_capacity, 0,
+               (capacity - tier->timeline_capacity) * sizeof(*bigger));
+        tier->timeline = bigger;
         tier->timeline_capacity = capacity;
     }
     if (bin >= tier->timeline_bins)
         tier->timeline_bins = bin + 1;
-    (write ? tier->timeline_write : tier->timeline_read)[bin] += bytes;
+    tier->timeline[bin][write] += bytes;
 }
 
 /* {"bin_s": 1, "read_gbps": [...], "write_gbps": [...]}: each second's. */
@@ -434,8 +428,8 @@ static json_t *timeline_json(const kvio_tier_t *tier)
 {
     json_t *read = json_array(), *write = json_array();
     for (size_t b = 0; b < tier->timeline_bins; b++) {
-        json_array_append_new(read, json_real((double)tier->timeline_read[b] / 1e9));
-        json_array_append_new(write, json_real((double)tier->timeline_write[b] / 1e9));
+        json_array_append_new(read, json_real((double)tier->timeline[b][0] / 1e9));
+        json_array_append_new(write, json_real((double)tier->timeline[b][1] / 1e9));
     }
     return json_pack("{s:i, s:o, s:o}", "bin_s", 1, "read_gbps", read, "write_gbps", write);
 }

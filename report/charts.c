@@ -1021,13 +1021,42 @@ static kvio_status_t tier_chart(kvio_report_t *report)
     return KVIO_OK;
 }
 
+/* One line of a tier chart, the chart made on first use: the tier's reads
+ * (d 0, solid) or writes (d 1, dashed), named by the run where there are
+ * several; count points. NULL when out of memory. */
+static chart_series_t *tier_series(kvio_report_t *report, report_chart_t **chart_p,
+                                   const char *const texts[4], const report_run_t *run,
+                                   const tier_traffic_t *tier, size_t d, size_t count)
+{
+    static const char *const directions[2] = {"read", "write"};
+    if (*chart_p == NULL) {
+        *chart_p = chart_new(report, CHART_LINES, texts[0], "Tier traffic", texts[1], texts[2],
+                             texts[3]);
+        if (*chart_p == NULL)
+            return NULL;
+    }
+    char label[REPORT_LABEL_MAX];
+    if (report->num_runs > 1)
+        snprintf(label, sizeof(label), "%.30s: %.30s %s", run->label, tier->name, directions[d]);
+    else
+        snprintf(label, sizeof(label), "%.60s %s", tier->name, directions[d]);
+    chart_series_t *series = series_add(*chart_p, label, count, false);
+    if (series != NULL) {
+        series->count = count;
+        series->dashed = d == 1;
+    }
+    return series;
+}
+
 /* Each tier's read and write latency by percentile, the percentiles on a
  * scale of nines (a coarse CDF's tail: P50 at 0.3, P95 at 1.3, P99 at 2,
  * P99.9 at 3), one line per tier and direction. */
 static kvio_status_t tier_latency_chart(kvio_report_t *report)
 {
     static const double nines[TIER_QUANTILES] = {0.30103, 1.30103, 2, 3};
-    static const char *const directions[2] = {"read", "write"};
+    static const char *const texts[4] = {
+        "chart-tier-latency", "KV-cache tier latency by percentile",
+        "percentile (nines: 1.3 = P95, 2 = P99, 3 = P99.9)", "latency (ms)"};
     report_chart_t *chart = NULL;
     size_t lines = 0;
     for (size_t r = 0; r < report->num_runs; r++) {
@@ -1036,26 +1065,10 @@ static kvio_status_t tier_latency_chart(kvio_report_t *report)
             for (size_t d = 0; d < 2 && lines < 16; d++) {
                 if (!run->tiers[t].has_latency[d])
                     continue;
-                if (chart == NULL) {
-                    chart = chart_new(report, CHART_LINES, "chart-tier-latency", "Tier traffic",
-                                      "KV-cache tier latency by percentile",
-                                      "percentile (nines: 1.3 = P95, 2 = P99, 3 = P99.9)",
-                                      "latency (ms)");
-                    if (chart == NULL)
-                        return KVIO_ERR_NOMEM;
-                }
-                char label[REPORT_LABEL_MAX];
-                if (report->num_runs > 1)
-                    snprintf(label, sizeof(label), "%.30s: %.30s %s", run->label,
-                             run->tiers[t].name, directions[d]);
-                else
-                    snprintf(label, sizeof(label), "%.60s %s", run->tiers[t].name,
-                             directions[d]);
-                chart_series_t *series = series_add(chart, label, TIER_QUANTILES, false);
+                chart_series_t *series =
+                    tier_series(report, &chart, texts, run, &run->tiers[t], d, TIER_QUANTILES);
                 if (series == NULL)
                     return KVIO_ERR_NOMEM;
-                series->count = TIER_QUANTILES;
-                series->dashed = d == 1;
                 for (size_t q = 0; q < TIER_QUANTILES; q++) {
                     series->x[q] = nines[q];
                     series->y[q] = run->tiers[t].latency_ms[d][q];
@@ -1076,7 +1089,10 @@ static kvio_status_t tier_latency_chart(kvio_report_t *report)
  * transfer (emulate runs), one line per tier and direction. */
 static kvio_status_t tier_bandwidth_chart(kvio_report_t *report)
 {
-    static const char *const directions[2] = {"read", "write"};
+    static const char *const texts[4] = {"chart-tier-bandwidth",
+                                         "KV-cache tier bandwidth over time",
+                                         "time from the tier's first transfer (s)",
+                                         "GB/s (10^9 bytes)"};
     report_chart_t *chart = NULL;
     size_t lines = 0;
     for (size_t r = 0; r < report->num_runs; r++) {
@@ -1084,25 +1100,10 @@ static kvio_status_t tier_bandwidth_chart(kvio_report_t *report)
         for (size_t t = 0; t < run->num_tiers; t++) {
             const tier_traffic_t *tier = &run->tiers[t];
             for (size_t d = 0; d < 2 && lines < 16 && tier->seconds > 0; d++) {
-                if (chart == NULL) {
-                    chart = chart_new(report, CHART_LINES, "chart-tier-bandwidth",
-                                      "Tier traffic", "KV-cache tier bandwidth over time",
-                                      "time from the tier's first transfer (s)",
-                                      "GB/s (10^9 bytes)");
-                    if (chart == NULL)
-                        return KVIO_ERR_NOMEM;
-                }
-                char label[REPORT_LABEL_MAX];
-                if (report->num_runs > 1)
-                    snprintf(label, sizeof(label), "%.30s: %.30s %s", run->label, tier->name,
-                             directions[d]);
-                else
-                    snprintf(label, sizeof(label), "%.60s %s", tier->name, directions[d]);
-                chart_series_t *series = series_add(chart, label, tier->seconds, false);
+                chart_series_t *series =
+                    tier_series(report, &chart, texts, run, tier, d, tier->seconds);
                 if (series == NULL)
                     return KVIO_ERR_NOMEM;
-                series->count = tier->seconds;
-                series->dashed = d == 1;
                 for (size_t i = 0; i < tier->seconds; i++) {
                     series->x[i] = (double)i + 0.5;
                     series->y[i] = tier->per_second[d][i];

@@ -352,7 +352,6 @@ static kvio_status_t load_sync(const json_t *sync, const char *path, run_metrics
     return status;
 }
 
-
 static void tier_traffic_free(tier_traffic_t *traffic)
 {
     for (int d = 0; d < 2; d++) {
@@ -615,12 +614,13 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
                     json_number_value(json_object_get(latency, quantile_keys[q]));
         }
         status = load_per_second(tier, traffic, path, error_p, error_len);
+        if (status == KVIO_OK && traffic->num_fields > 0) {
+            run->num_tiers++;
+            continue;
+        }
+        tier_traffic_free(traffic); /* not kept: run_free does not see it */
         if (status != KVIO_OK)
             goto out;
-        if (traffic->num_fields > 0)
-            run->num_tiers++;
-        else
-            tier_traffic_free(traffic);
     }
 out:
     json_decref(summary);

@@ -146,36 +146,22 @@ static void object_free(const kvio_block_store_t *store, unsigned char *buffer)
         free(buffer);
 }
 
-/* A chunk's pool blocks, in order, as one object's bytes in target. */
-static kvio_status_t gather(const kvio_block_store_t *store, const uint32_t *blocks,
-                            unsigned char *target)
-{
-    for (uint32_t i = 0; i < store->chunk_blocks; i++) {
-        unsigned char *to = target + (uint64_t)i * store->block_bytes;
-        if (store->device == NULL) {
-            memcpy(to, block_data(store, blocks[i]), store->block_bytes);
-            continue;
-        }
-        kvio_status_t status =
-            kvio_device_copy(store->device, to, block_data(store, blocks[i]), store->block_bytes);
-        if (status != KVIO_OK)
-            return status;
-    }
-    return KVIO_OK;
-}
-
-/* count blocks of an object's bytes (from source) into the pool blocks ids. */
-static kvio_status_t scatter(const kvio_block_store_t *store, const unsigned char *source,
-                             const uint32_t *ids, uint32_t count)
+/* Copies count blocks between the pool blocks ids and one object's bytes
+ * in host memory, in order: out of the pool into object (a save), or back
+ * in (a load). A GPU pool's through its copy stream. */
+static kvio_status_t copy_chunk(const kvio_block_store_t *store, const uint32_t *ids,
+                                uint32_t count, unsigned char *object, bool out)
 {
     for (uint32_t i = 0; i < count; i++) {
-        const unsigned char *from = source + (uint64_t)i * store->block_bytes;
+        unsigned char *host = object + (uint64_t)i * store->block_bytes;
+        unsigned char *pool = block_data(store, ids[i]);
+        void *to = out ? host : pool;
+        const void *from = out ? pool : host;
         if (store->device == NULL) {
-            memcpy(block_data(store, ids[i]), from, store->block_bytes);
+            memcpy(to, from, store->block_bytes);
             continue;
         }
-        kvio_status_t status =
-            kvio_device_copy(store->device, block_data(store, ids[i]), from, store->block_bytes);
+        kvio_status_t status = kvio_device_copy(store->device, to, from, store->block_bytes);
         if (status != KVIO_OK)
             return status;
     }
@@ -390,6 +376,13 @@ static void tiers_unlock(kvio_block_store_t *store)
         pthread_mutex_unlock(&store->io->tier_lock);
 }
 
+/* Whether tier takes blocks of the write policy and lacks hash (under the
+ * tiers' lock). */
+static bool tier_wants(const kvio_tier_t *tier, kvio_hash_t hash, int policy)
+{
+    return kvio_tier_write_policy(tier) == policy && !kvio_tier_contains(tier, hash);
+}
+
 /* Whether a tier of the write policy lacks hash. While the I/O thread
  * holds the tiers (a batch on its way to a device) the engine does not
  * wait to ask: it is taken as wanted, and the I/O thread, which asks
@@ -405,8 +398,7 @@ static bool wants_save(kvio_block_store_t *store, kvio_hash_t hash, int policy)
         return true;
     bool wanted = false;
     for (size_t t = 0; t < store->saved_tiers && !wanted; t++)
-        wanted = kvio_tier_write_policy(store->tiers[t]) == policy &&
-                 !kvio_tier_contains(store->tiers[t], hash);
+        wanted = tier_wants(store->tiers[t], hash, policy);
     tiers_unlock(store);
     return wanted;
 }
@@ -441,8 +433,8 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
         int64_t cost_ns = 0;
         size_t n = 0;
         tiers_lock(store);
-        for (size_t i = 0; kvio_tier_write_policy(tier) == policy && i < count; i++) {
-            if (!kvio_tier_contains(tier, hashes[i])) {
+        for (size_t i = 0; i < count; i++) {
+            if (tier_wants(tier, hashes[i], policy)) {
                 wanted[n] = hashes[i];
                 wanted_data[n++] = data[i];
             }
@@ -479,8 +471,7 @@ void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, k
             /* save_full: skip: every tier that lacks it counts the save. */
             tiers_lock(store);
             for (size_t t = 0; t < store->saved_tiers; t++)
-                if (kvio_tier_write_policy(store->tiers[t]) == policy &&
-                    !kvio_tier_contains(store->tiers[t], hash))
+                if (tier_wants(store->tiers[t], hash, policy))
                     kvio_tier_count_skipped(store->tiers[t]);
             tiers_unlock(store);
             return;
@@ -490,7 +481,7 @@ void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, k
     kvio_status_t copied = KVIO_OK;
     if (store->memory != NULL && store->chunk_blocks > 1) {
         /* A chunk's blocks become one object. */
-        copied = gather(store, blocks, store->object);
+        copied = copy_chunk(store, blocks, store->chunk_blocks, store->object, true);
         data = store->object;
     } else if (store->device != NULL) {
         /* A GPU block is read to the bounce buffer once (the engine's own:
@@ -650,8 +641,8 @@ static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *h
         if (got != KVIO_OK)
             break; /* a miss (or a tier error): compute the rest */
         if (store->memory != NULL) {
-            status = scatter(store, buffer + (uint64_t)skip * store->block_bytes, ids + loaded,
-                             count);
+            status = copy_chunk(store, ids + loaded, count,
+                                buffer + (uint64_t)skip * store->block_bytes, false);
             if (status != KVIO_OK)
                 break;
         }
@@ -855,7 +846,8 @@ static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_h
     pthread_mutex_unlock(&io->lock);
     kvio_status_t copied = KVIO_OK;
     if (have) {
-        copied = gather(store, blocks, stage_data(store, job->slot));
+        copied = copy_chunk(store, blocks, store->chunk_blocks, stage_data(store, job->slot),
+                            true);
     }
     if (!have || copied != KVIO_OK) {
         if (have) {
