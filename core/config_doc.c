@@ -448,8 +448,21 @@ bool kvio_config_doc_descend(kvio_config_doc_t *doc, const char *marker, const c
 
 bool kvio_config_doc_has(const kvio_config_doc_t *doc, const char *key)
 {
-    return doc->root != NULL && doc->root->kind == NODE_MAPPING &&
-           config_mapping_get(doc->root, key, NULL) != NULL;
+    const node_t *node = doc->root;
+    char part[128];
+    while (node != NULL && node->kind == NODE_MAPPING) {
+        const char *dot = strchr(key, '.');
+        size_t length = dot != NULL ? (size_t)(dot - key) : strlen(key);
+        if (length >= sizeof(part))
+            return false;
+        memcpy(part, key, length);
+        part[length] = '\0';
+        node = config_mapping_get(node, part, NULL);
+        if (dot == NULL)
+            return node != NULL;
+        key = dot + 1;
+    }
+    return false;
 }
 
 void config_origin_retag(node_t *node, const char *origin)

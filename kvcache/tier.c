@@ -355,6 +355,18 @@ fail:
     return status;
 }
 
+kvio_status_t kvio_tier_create_remote(const kvio_tier_remote_t *remote, uint32_t capacity,
+                                      uint64_t block_bytes, double bandwidth,
+                                      int64_t latency_ns, bool emulate, kvio_tier_t **tier_p,
+                                      char *error_p, size_t error_len)
+{
+    kvio_tier_config_t config = {
+        .kind = {.plugin = &kvio_tier_remote_ops.plugin}, .size = (uint64_t)capacity * block_bytes,
+        .write = KVIO_TIER_WRITE_BACK, .bandwidth = bandwidth, .latency_ns = latency_ns,
+        .remote = remote};
+    return kvio_tier_create(&config, block_bytes, emulate, tier_p, error_p, error_len);
+}
+
 void kvio_tier_destroy(kvio_tier_t *tier)
 {
     if (tier == NULL)
@@ -778,6 +790,40 @@ kvio_status_t kvio_tier_put_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
             first_error = status;
     }
     return first_error;
+}
+
+kvio_status_t kvio_tier_list(kvio_tier_t *tier, kvio_hash_t hash, uint64_t checksum,
+                             uint64_t location)
+{
+    if (tier->ops->locate == NULL)
+        return tier_failed(tier, KVIO_ERR_UNSUPPORTED, "only a remote tier lists blocks");
+    uint32_t entry = index_find(tier, hash, NULL);
+    if (entry != NO_ENTRY) {
+        lru_unlink(tier, entry);
+        lru_push_front(tier, entry);
+        tier->stats.duplicates++;
+    } else {
+        int64_t spill_ns = 0;
+        if (tier->free_head == NO_ENTRY) {
+            kvio_status_t status = evict_one(tier, &spill_ns);
+            if (status != KVIO_OK)
+                return status;
+        }
+        uint64_t position;
+        index_find(tier, hash, &position);
+        entry = tier->free_head;
+        tier->free_head = tier->entries[entry].next;
+        tier->entries[entry].hash = hash;
+        tier->table[position] = entry;
+        lru_push_front(tier, entry);
+        tier->num_held++;
+        tier->stats.puts++;
+        tier->stats.bytes_written += tier->block_bytes;
+    }
+    tier->entries[entry].checksum = checksum;
+    if (tier->emulate)
+        tier->ops->locate(tier->priv, entry, location);
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,

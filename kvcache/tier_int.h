@@ -71,10 +71,16 @@ typedef struct kvio_tier_ops {
      * slot lives, for callers that copy it themselves (a GPU pool's batched
      * loads). May be NULL. */
     const void *(*address)(const void *priv, uint32_t slot);
+    /* Remote tiers: the block in slot is at location (kvio_tier_list). */
+    void (*locate)(void *priv, uint32_t slot, uint64_t location);
     /* One line on what the backend uses, and the same as JSON fields. */
     void (*describe)(const void *priv, char *text_p, size_t text_len);
     void (*report)(const void *priv, json_t *object);
 } kvio_tier_ops_t;
+
+/* The remote backend (kvcache/tier_remote.c): not in the registry, made by
+ * kvio_tier_create_remote. */
+extern const kvio_tier_ops_t kvio_tier_remote_ops;
 
 /* The block device under a directory (kvcache/tier_device.c): found when
  * a file tier is made, reported with what it did since. */

@@ -135,6 +135,34 @@ static void hit_rate_text(const json_t *metrics, char *text_p, size_t text_len)
         snprintf(text_p, text_len, "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
 }
 
+/* Prefill/decode disaggregation: where prompts hit, the KV transfers, TTFT
+ * in its parts, and each pool's utilisation. */
+static void add_pd_rows(kvio_table_t *table, const json_t *pd)
+{
+    char hits[96], moved[128], parts[160], busy[64];
+    snprintf(hits, sizeof(hits), "%.2f %% on the prefill ranks, %.2f %% on the decode ranks",
+             100 * metric(pd, "prefill_hit_rate", NULL),
+             100 * metric(pd, "decode_hit_rate", NULL));
+    kvio_table_add_row(table, "prefix hit rate", hits, NULL);
+    const json_t *ms = json_object_get(pd, "transfer_ms");
+    snprintf(moved, sizeof(moved), "%.0f of %.0f requests, %.2f GB, p50 %.2f ms, p99 %.2f ms",
+             metric(pd, "transfers", NULL), metric(pd, "handoffs", NULL),
+             metric(pd, "transfer_bytes", NULL) / 1e9, metric(ms, "p50", NULL),
+             metric(ms, "p99", NULL));
+    kvio_table_add_row(table, "KV transfers", moved, NULL);
+    const json_t *mean = json_object_get(pd, "mean_ttft_parts_ms");
+    snprintf(parts, sizeof(parts), "queue %.2f + prefill %.2f + decode queue %.2f + "
+             "transfer %.2f + first step %.2f",
+             metric(mean, "prefill_queue", NULL), metric(mean, "prefill", NULL),
+             metric(mean, "decode_queue", NULL), metric(mean, "kv_transfer", NULL),
+             metric(mean, "first_decode_step", NULL));
+    kvio_table_add_row(table, "mean TTFT ms", parts, NULL);
+    snprintf(busy, sizeof(busy), "prefill %.1f %%, decode %.1f %%",
+             100 * metric(pd, "prefill_utilization", NULL),
+             100 * metric(pd, "decode_utilization", NULL));
+    kvio_table_add_row(table, "busy", busy, NULL);
+}
+
 static void print_table(const kvio_workload_t *workload, const json_t *summary,
                         const json_t *metrics, const char *results_dir, bool complete,
                         bool serving)
@@ -143,7 +171,10 @@ static void print_table(const kvio_workload_t *workload, const json_t *summary,
     /* What ran, where: the mode, the model on its GPU, the ranks. */
     char title[384], ranks[96];
     int64_t serve_ranks = workload->ranks.serve > 0 ? workload->ranks.serve : 1;
-    if (kvio_updates_wanted(workload))
+    if (workload->ranks.prefill > 0)
+        snprintf(ranks, sizeof(ranks), "%lld prefill + %lld decode ranks",
+                 (long long)workload->ranks.prefill, (long long)workload->ranks.decode);
+    else if (kvio_updates_wanted(workload))
         snprintf(ranks, sizeof(ranks), "%lld train + %lld serve ranks",
                  (long long)workload->ranks.train, (long long)serve_ranks);
     else
@@ -179,8 +210,12 @@ static void print_table(const kvio_workload_t *workload, const json_t *summary,
             snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
             kvio_table_add_row(table, "goodput", text[3], NULL);
         }
-        hit_rate_text(metrics, text[4], sizeof(text[4]));
-        kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
+        if (json_object_get(metrics, "pd") != NULL) {
+            add_pd_rows(table, json_object_get(metrics, "pd"));
+        } else {
+            hit_rate_text(metrics, text[4], sizeof(text[4]));
+            kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
+        }
         snprintf(text[5], sizeof(text[5]), "%.0f", metric(metrics, "preemptions", NULL));
         kvio_table_add_row(table, "preemptions", text[5], NULL);
         snprintf(usage, sizeof(usage), "%.1f %% mean, %.1f %% max",
@@ -453,6 +488,24 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
     return status;
 }
 
+/* Prefill/decode disaggregation: what kvio builds of it. */
+static kvio_status_t check_pd(const kvio_workload_t *workload, char *error_p, size_t error_len)
+{
+    const char *why = NULL;
+    if (workload->mode == KVIO_MODE_EMULATE)
+        why = "mode: emulate moves no KV between ranks yet; P/D is modelled in mode: simulate";
+    else if (!workload->serve.kvcache.prefix_caching)
+        why = "serve.kvcache.prefix_caching: false; a decode rank finds the prompt's blocks "
+              "by their hashes, as its prefix cache does (set it true)";
+    else if (workload->serve.kvcache.chunk_tokens > 0)
+        why = "serve.kvcache.chunk_tokens is set; the KV moves block by block (leave it 0)";
+    if (why == NULL)
+        return KVIO_OK;
+    snprintf(error_p, error_len, "ranks.prefill: %lld, ranks.decode: %lld: %s",
+             (long long)workload->ranks.prefill, (long long)workload->ranks.decode, why);
+    return KVIO_ERR_CONFIG;
+}
+
 /* Emulate: what each tier backend needs before the ranks start (a file
  * tier's directory, or its parent), checked once, here. */
 static kvio_status_t check_tiers(const kvio_workload_t *workload, char *error_p,
@@ -678,6 +731,8 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  (long long)workload->ranks.serve, (long long)workload->ranks.client);
         return KVIO_ERR_CONFIG;
     }
+    if (workload->ranks.prefill > 0 && check_pd(workload, error_p, error_len) != KVIO_OK)
+        return KVIO_ERR_CONFIG;
     if (workload->update.die_during_version > 0 &&
         workload->update.die_rank > workload->ranks.serve) {
         snprintf(error_p, error_len, "update.die_rank: %lld is no serve rank (they are 1..%lld: "
@@ -1004,6 +1059,8 @@ static kvio_status_t run_serving(run_state_t *state)
         .gpu = &state->gpu,
         .cost = &workload->cost,
         .num_ranks = (uint32_t)workload->ranks.serve,
+        .num_prefill = (uint32_t)workload->ranks.prefill,
+        .pd = workload->ranks.prefill > 0 ? &workload->pd : NULL,
         .seed = (uint64_t)workload->seed,
         .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
         .warmup_ns = workload->warmup_ns,

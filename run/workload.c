@@ -26,6 +26,15 @@ static const kvio_opt_t ranks_options[] = {
      .help = "coupled run: 1 puts the client on its own rank (the last), which generates the "
              "stream and routes requests from the state serve ranks publish; 0: each serve "
              "rank takes requests i mod serve of its own copy of the stream"},
+    {.key = "prefill", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, prefill),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 2048,
+     .help = "prefill/decode disaggregation (with decode): prefill ranks, the first serve "
+             "ranks, which compute prompts and hand their KV to a decode rank (the pd: "
+             "section); ranks.serve is then prefill + decode"},
+    {.key = "decode", .type = KVIO_OPT_INT, .offset = offsetof(kvio_ranks_config_t, decode),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 2048,
+     .help = "prefill/decode disaggregation (with prefill): decode ranks, after the prefill "
+             "ranks, which take each request's KV and generate its output"},
     {.key = "runtime", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_ranks_config_t, runtime),
      .default_value = "auto", .values = runtime_names,
      .help = "auto (mpi under mpirun, else local), local (threads) or mpi (processes)"},
@@ -74,6 +83,10 @@ const kvio_opt_t kvio_workload_options[] = {
     {.key = "serve", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, serve),
      .options = kvio_serve_options,
      .help = "the serving engine: batch limits, KV cache and tiers, scheduler, router"},
+    {.key = "pd", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, pd),
+     .options = kvio_pd_options,
+     .help = "prefill/decode disaggregation (ranks.prefill, ranks.decode): the KV transfer's "
+             "link, push or pull, layer-wise, the decode router, model versions"},
     {.key = "slo", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, slo),
      .options = kvio_slo_options,
      .help = "latency objectives that goodput counts against (none: no goodput)"},
@@ -98,6 +111,31 @@ const kvio_opt_t kvio_workload_options[] = {
     {.key = NULL},
 };
 
+/* Prefill/decode disaggregation: ranks.prefill and ranks.decode, both or
+ * neither, make the serve ranks (ranks.serve, when given, must agree). */
+static kvio_status_t pd_ranks(const kvio_config_doc_t *doc, kvio_workload_t *workload,
+                              char *error_p, size_t error_len)
+{
+    kvio_ranks_config_t *ranks = &workload->ranks;
+    if (ranks->prefill == 0 && ranks->decode == 0)
+        return KVIO_OK;
+    if (ranks->prefill == 0 || ranks->decode == 0) {
+        snprintf(error_p, error_len, "ranks.prefill: %lld and ranks.decode: %lld: prefill/decode "
+                 "disaggregation needs both (or neither: colocated serve ranks)",
+                 (long long)ranks->prefill, (long long)ranks->decode);
+        return KVIO_ERR_CONFIG;
+    }
+    int64_t sum = ranks->prefill + ranks->decode;
+    if (kvio_config_doc_has(doc, "ranks.serve") && ranks->serve != sum) {
+        snprintf(error_p, error_len, "ranks.serve: %lld, but ranks.prefill + ranks.decode is "
+                 "%lld: with prefill and decode ranks leave ranks.serve out (it is their sum)",
+                 (long long)ranks->serve, (long long)sum);
+        return KVIO_ERR_CONFIG;
+    }
+    ranks->serve = sum;
+    return KVIO_OK;
+}
+
 /* Applies the overrides to a parsed document and binds it (the document is
  * destroyed either way). */
 static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *overrides,
@@ -114,6 +152,8 @@ static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *ov
     if (status == KVIO_OK)
         status = kvio_config_bind(kvio_workload_options, doc, &workload, error_p, error_len);
     workload.duration_given = kvio_config_doc_has(doc, "duration");
+    if (status == KVIO_OK && (status = pd_ranks(doc, &workload, error_p, error_len)) != KVIO_OK)
+        kvio_workload_free(&workload);
     kvio_config_doc_destroy(doc);
     /* Simulate with model.from: the emulate run is read now, before any
      * results directory exists. */

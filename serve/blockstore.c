@@ -187,8 +187,9 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
     store->num_tiers = params->num_tiers;
     /* A waterfall: the pool's evictions go to the first tier, each tier's
      * to the next. Each tier otherwise takes every block it lacks. */
-    store->saved_tiers = params->waterfall && params->num_tiers > 0 ? 1 : params->num_tiers;
-    for (size_t t = 0; params->waterfall && t + 1 < params->num_tiers; t++)
+    size_t written = params->num_tiers - params->load_only_tiers;
+    store->saved_tiers = params->waterfall && written > 0 ? 1 : written;
+    for (size_t t = 0; params->waterfall && t + 1 < written; t++)
         kvio_tier_spill_to(params->tiers[t], params->tiers[t + 1]);
     store->swap_space = params->swap_space;
     store->swap_num_slots = params->swap_blocks;
@@ -982,9 +983,29 @@ static int64_t link_queue(kvio_block_store_t *store, int64_t ready_ns, int64_t c
     return store->link_free_ns;
 }
 
+/* Simulate, a P/D request's layer-wise transfer (handoff->layers > 0):
+ * each layer's KV can leave once the prefill computed it, so the link may
+ * carry it from the prefill's start, but the last layer leaves only at the
+ * prefill's end and takes its share of the cost after it. Ends no sooner
+ * than now_ns (the decode's admission: it was there already). */
+static int64_t layerwise_queue(kvio_block_store_t *store, const kvio_engine_handoff_t *handoff,
+                               int64_t now_ns, int64_t cost_ns)
+{
+    int64_t start_ns = store->link_free_ns > handoff->prefill_start_ns
+                           ? store->link_free_ns
+                           : handoff->prefill_start_ns;
+    int64_t end_ns = start_ns + cost_ns;
+    int64_t last_layer_ns = handoff->handoff_ns + cost_ns / handoff->layers;
+    if (end_ns < last_layer_ns)
+        end_ns = last_layer_ns;
+    store->link_free_ns = end_ns;
+    return end_ns > now_ns ? end_ns : now_ns;
+}
+
 kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
                                           const uint32_t *ids, size_t first, uint32_t wanted,
-                                          int64_t now_ns, kvio_kv_load_t **load_p)
+                                          int64_t now_ns, const kvio_engine_handoff_t *handoff,
+                                          kvio_kv_load_t **load_p)
 {
     kvio_kv_load_t *load = calloc(1, sizeof(*load));
     io_job_t *job = store->io != NULL ? calloc(1, sizeof(*job)) : NULL;
@@ -1013,8 +1034,15 @@ kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_
     int64_t cost_ns = 0;
     kvio_status_t status = kvio_block_store_load(store, load->hashes, load->ids, first, wanted,
                                                  &load->loaded, &cost_ns);
-    load->end_ns = link_queue(store, now_ns, cost_ns);
-    load->begin_ns = load->end_ns - cost_ns;
+    if (handoff != NULL)
+        cost_ns += handoff->latency_ns; /* once: the peer tier charges its bytes */
+    if (handoff != NULL && handoff->layers > 0) {
+        load->end_ns = layerwise_queue(store, handoff, now_ns, cost_ns);
+        load->begin_ns = now_ns; /* what was not there at admission comes by end_ns */
+    } else {
+        load->end_ns = link_queue(store, now_ns, cost_ns);
+        load->begin_ns = load->end_ns - cost_ns;
+    }
     load->status = status;
     load->done = true;
     return status;

@@ -211,6 +211,8 @@ typedef struct engine_req {
     int64_t kv_wait_start_ns;   /* when the load began */
     int64_t prefetch_deadline_ns; /* prefetch best_effort or timeout: when it stops waiting */
     int64_t kv_wait_ns;         /* its time waiting for KV from a tier */
+    int64_t kv_transfer_ns;     /* of it, until its loads ended (the rest: an iteration) */
+    uint32_t loaded_tokens;     /* tokens its loads brought */
     bool admitted_once;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
     kvio_swapped_t swap;        /* emulate: where the swapped blocks sit */
@@ -693,7 +695,8 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .verify_swaps = params->verify_swaps, .tiers = params->tiers,
         .num_tiers = params->num_tiers, .async_tiers = params->async_tiers,
         .waterfall = params->waterfall, .chunk_blocks = engine->chunk_blocks,
-        .skip_saves_when_full = params->skip_saves_when_full};
+        .skip_saves_when_full = params->skip_saves_when_full,
+        .load_only_tiers = params->load_only_tiers};
     engine->async_tiers = params->async_tiers;
     status = kvio_block_store_create(&store, &engine->store, error_p, error_len);
     if (status != KVIO_OK)
@@ -1340,8 +1343,10 @@ static kvio_status_t start_tier_load(kvio_engine_t *engine, engine_req_t *req, u
     size_t count;
     kvio_kvreq_blocks(req->kv, &ids, &count);
     uint32_t first = hits / engine->block_size;
+    const kvio_engine_handoff_t *handoff = req->spec.handoff.handoff_ns > 0 ? &req->spec.handoff
+                                                                           : NULL;
     status = kvio_block_store_load_start(engine->store, req->hashes + first, ids + first, first,
-                                         tier_blocks, now_ns, &req->load);
+                                         tier_blocks, now_ns, handoff, &req->load);
     if (status != KVIO_OK)
         return status;
     list_remove_at(&engine->waiting, 0);
@@ -1370,7 +1375,11 @@ static kvio_status_t collect_loaded(kvio_engine_t *engine, int64_t now_ns)
             i++;
             continue;
         }
+        int64_t ended_ns = now_ns;
         if (kvio_block_store_load_done(engine->store, req->load, now_ns, &loaded)) {
+            int64_t end = kvio_block_store_load_end_ns(req->load);
+            if (end >= req->kv_wait_start_ns && end <= now_ns)
+                ended_ns = end; /* simulate: the link's end, before this boundary */
             kvio_block_store_load_free(engine->store, req->load);
         } else if (engine->prefetch != KVIO_PREFETCH_WAIT_COMPLETE &&
                    now_ns >= req->prefetch_deadline_ns) {
@@ -1390,6 +1399,8 @@ static kvio_status_t collect_loaded(kvio_engine_t *engine, int64_t now_ns)
         engine->current.tier_loaded_tokens += tokens;
         int64_t wait_ns = now_ns - req->kv_wait_start_ns;
         req->kv_wait_ns += wait_ns;
+        req->kv_transfer_ns += ended_ns - req->kv_wait_start_ns;
+        req->loaded_tokens += tokens;
         if (req->spec.measured) {
             engine->metrics.kv_wait_requests++;
             engine->metrics.kv_wait_ns += wait_ns;
@@ -1508,6 +1519,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             if (status != KVIO_OK)
                 return status;
             computed = hits + loaded * engine->block_size;
+            req->loaded_tokens += loaded * engine->block_size;
             engine->metrics.tier_hit_tokens += (uint64_t)loaded * engine->block_size;
             engine->current.tier_loaded_tokens += (uint64_t)loaded * engine->block_size;
         }
@@ -1849,7 +1861,12 @@ static void record_finish(kvio_engine_t *engine, engine_req_t *req, int64_t end_
             .recomputed_tokens = req->recomputed_tokens, .measured = req->spec.measured,
             .tag = req->spec.tag, .max_itl_ns = req->max_itl_ns,
             .kv_wait_ns = req->kv_wait_ns, .queued_ns = req->queued_ns,
+            .loaded_tokens = req->loaded_tokens, .kv_transfer_ns = req->kv_transfer_ns,
         };
+        size_t count = 0;
+        if (req->kv != NULL)
+            kvio_kvreq_blocks(req->kv, &finished.block_ids, &count);
+        finished.num_block_ids = (uint32_t)count;
         engine->observer.on_finish(engine->observer.context, &finished);
     }
 }

@@ -66,16 +66,29 @@ static bool closed(const kvio_serve_loop_t *loop)
     return loop->max_concurrency > 0 && loop->in_flight >= (uint64_t)loop->max_concurrency;
 }
 
-kvio_status_t kvio_serve_loop_add(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
-                                  const kvio_engine_request_t *request)
+kvio_status_t kvio_serve_loop_pass(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                   const kvio_engine_request_t *request)
 {
-    kvio_status_t status = kvio_engine_add(lane->engine, request);
-    if (status != KVIO_OK)
+    kvio_status_t status = loop->pd != NULL && kvio_serve_pd_prefills(loop->pd, lane)
+                               ? kvio_serve_pd_prefill(loop->pd, lane, request)
+                               : kvio_engine_add(lane->engine, request);
+    if (status != KVIO_OK) {
+        if (loop->pd != NULL && loop->error[0] == '\0')
+            snprintf(loop->error, sizeof(loop->error), "%s", kvio_serve_pd_error(loop->pd));
         return status;
-    loop->in_flight++;
+    }
     if (lane->state == KVIO_LANE_IDLE)
         lane->woken = true; /* starts once every arrival of this instant is in */
     return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_loop_add(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                  const kvio_engine_request_t *request)
+{
+    kvio_status_t status = kvio_serve_loop_pass(loop, lane, request);
+    if (status == KVIO_OK)
+        loop->in_flight++;
+    return status;
 }
 
 void kvio_serve_loop_finished(kvio_serve_loop_t *loop, const kvio_engine_finished_t *finished)
@@ -570,6 +583,8 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
             status = handle_arrivals(loop, now_ns);
         else
             status = lane_boundary(loop, loop->lanes[event.lane], now_ns);
+        if (status == KVIO_OK && loop->pd != NULL)
+            status = start_woken(loop, now_ns); /* decode lanes a prefill's end woke */
     }
     /* The tiers' traffic still on its way is carried out (its statistics
      * follow). */

@@ -248,6 +248,71 @@ void kvio_serve_schedule_updates_destroy(kvio_serve_schedule_updates_t *updates)
 kvio_serve_updates_t *kvio_update_receiver_updates(kvio_update_receiver_t *receiver);
 bool kvio_update_receiver_trainer_lost(const kvio_serve_updates_t *updates);
 
+/* ---------- prefill/decode disaggregation (serve/pd.c) ---------- */
+
+typedef struct kvio_serve_pd kvio_serve_pd_t;
+
+typedef struct kvio_serve_pd_params {
+    const kvio_pd_config_t *config;
+    kvio_serve_lane_t *const *lanes; /* num_prefill prefill lanes, then num_decode decode
+                                        lanes, their engines created (borrowed) */
+    uint32_t num_prefill, num_decode;
+    kvio_tier_t *const *peers;       /* per decode lane: its load-only tier of the prefill
+                                        ranks' blocks (the last of its engine's tiers) */
+    uint32_t block_size;
+    uint64_t kv_bytes_per_token;
+    uint32_t layers;                 /* the model's (layer-wise transfers) */
+    double bandwidth;                /* the link's model (reported) */
+    int64_t latency_ns;
+} kvio_serve_pd_params_t;
+
+kvio_status_t kvio_serve_pd_create(const kvio_serve_pd_params_t *params, kvio_serve_pd_t **pd_p);
+void kvio_serve_pd_destroy(kvio_serve_pd_t *pd);
+/* Whether lane is one of the prefill lanes. */
+bool kvio_serve_pd_prefills(const kvio_serve_pd_t *pd, const kvio_serve_lane_t *lane);
+/* A request for prefill lane: kept whole, and its prompt with one output
+ * token queued on the lane's engine. */
+kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_lane_t *lane,
+                                    const kvio_engine_request_t *request);
+/* A prefill lane's engine finished the request's prefill: its KV is handed
+ * to the decode lane the router picks, and the request queued there. */
+kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
+                                      const kvio_engine_finished_t *finished);
+/* A decode lane's engine finished the request: finished->pd is filled in
+ * and the transfer counted. */
+void kvio_serve_pd_decoded(kvio_serve_pd_t *pd, kvio_engine_finished_t *finished);
+/* What failed (names the request); "" when nothing did. */
+const char *kvio_serve_pd_error(const kvio_serve_pd_t *pd);
+/* summary.json's metrics.pd: the transfers, their times and bandwidth, the
+ * decode-side hits, each pool's utilisation over run_ns, TTFT's parts. */
+json_t *kvio_serve_pd_json(const kvio_serve_pd_t *pd, int64_t run_ns);
+
+/* The P/D KV link of emulate (serve/pd_link.c): prefill ranks' outboxes
+ * (UCX-mapped host staging) and decode ranks' gets from them. A block's
+ * location is its prefill rank (world) and byte offset in that outbox. */
+typedef struct kvio_pd_link kvio_pd_link_t;
+
+#define KVIO_PD_LOCATION(rank, offset) (((uint64_t)(rank) << 48) | (uint64_t)(offset))
+#define KVIO_PD_LOCATION_RANK(location) ((int)((location) >> 48))
+#define KVIO_PD_LOCATION_OFFSET(location) ((location) & ((1ull << 48) - 1))
+
+/* Collective over every rank of rte: a prefill rank (outbox_bytes > 0)
+ * maps its outbox, a decode rank connects to every outbox, any other rank
+ * only takes part. */
+kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_bytes,
+                                  kvio_pd_link_t **link_p, char *error_p, size_t error_len);
+void kvio_pd_link_destroy(kvio_pd_link_t *link);
+/* A prefill rank's outbox (outbox_bytes of host memory). */
+void *kvio_pd_link_outbox(const kvio_pd_link_t *link);
+/* Moves what the worker has to move (a prefill rank's, between iterations). */
+void kvio_pd_link_progress(kvio_pd_link_t *link);
+/* A decode rank reads count blocks of block_bytes from their locations into
+ * data[i], and waits for them while their prefill ranks live; each one's
+ * status into statuses_p[i], the failure's text in error_p. */
+void kvio_pd_link_fetch(kvio_pd_link_t *link, const uint64_t *locations, void *const *data,
+                        size_t count, uint64_t block_bytes, kvio_status_t *statuses_p,
+                        char *error_p, size_t error_len);
+
 /* ---------- what the lanes record (serve/record.c) ---------- */
 
 /* One iteration as iterations.csv and the event trace need it, with the
@@ -415,6 +480,8 @@ struct kvio_serve_loop {
     int64_t max_concurrency;         /* 0: open loop */
     volatile sig_atomic_t *stop;     /* set asynchronously (may be NULL) */
     bool stopped;                    /* stop was seen: no new iteration starts */
+    struct kvio_serve_pd *pd;        /* P/D: requests added to a prefill lane go through it
+                                        (NULL: none) */
     char error[KVIO_ERROR_MAX];
 };
 
@@ -425,6 +492,11 @@ void kvio_serve_lane_fini(kvio_serve_lane_t *lane);
 /* Queues request on lane (counts it in flight; wakes an idle lane). */
 kvio_status_t kvio_serve_loop_add(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
                                   const kvio_engine_request_t *request);
+
+/* Queues request on lane as the same request in flight, passed on from
+ * another lane (P/D: from its prefill to its decode); wakes an idle lane. */
+kvio_status_t kvio_serve_loop_pass(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                                   const kvio_engine_request_t *request);
 
 /* A finished request leaves the loop's count in flight, and its arrival
  * source hears of it (engine observer); finished is NULL for a request

@@ -171,7 +171,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                               kvio_hist_create(&totals.error_ppm) != KVIO_OK))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK && results != NULL)
-        status = kvio_serve_open_csvs(results, false, &csv, &iterations_csv, error_p, error_len);
+        status = kvio_serve_open_csvs(results, false, false, &csv, &iterations_csv, error_p, error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
         if (kvio_serve_client_blob(blobs[b], lengths[b])) {
             json_decref(client);

@@ -41,7 +41,10 @@ void kvio_serve_record_finished(kvio_serve_recorder_t *recorder,
         recorder->status = KVIO_ERR_NOMEM;
         return;
     }
-    recorder->finished[recorder->num_finished++] = *finished;
+    kvio_engine_finished_t *kept = &recorder->finished[recorder->num_finished++];
+    *kept = *finished;
+    kept->block_ids = NULL; /* freed once on_finish returns */
+    kept->num_block_ids = 0;
 }
 
 void kvio_serve_record_iteration(kvio_serve_recorder_t *recorder, uint32_t rank,

@@ -89,6 +89,22 @@ int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
         out = append_fixed(out, (e2el_ms - ttft_ms) / (finished->output_tokens - 1), 3);
     *out++ = ',';
     out = append_fixed(out, e2el_ms, 3);
+    const kvio_pd_times_t *pd = &finished->pd;
+    if (pd->prefill_rank > 0) {
+        *out++ = ',';
+        out = append_unsigned(out, pd->prefill_rank - 1);
+        int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
+        double parts_ms[] = {pd->prefill_queued_ns / 1e6, pd->prefill_ns / 1e6,
+                             pd->decode_queued_ns / 1e6, finished->kv_transfer_ns / 1e6,
+                             (finished->first_token_ns - admitted_ns - finished->kv_transfer_ns) /
+                                 1e6};
+        for (size_t i = 0; i < sizeof(parts_ms) / sizeof(parts_ms[0]); i++) {
+            *out++ = ',';
+            out = append_fixed(out, parts_ms[i], 3);
+        }
+        *out++ = ',';
+        out = append_unsigned(out, finished->loaded_tokens);
+    }
     int length = (int)(out - row);
     if (text_len > 0) {
         size_t copied = (size_t)length < text_len ? (size_t)length : text_len - 1;
@@ -156,17 +172,17 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
     kvio_csv_line(csv, row, (size_t)(out - row));
 }
 
-kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_control,
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_pd, bool with_control,
                                    kvio_csv_t **requests_p, kvio_csv_t **iterations_p,
                                    char *error_p, size_t error_len)
 {
     kvio_status_t status = KVIO_OK;
+    char header[1024];
+    snprintf(header, sizeof(header), "%s%s%s", KVIO_REQUESTS_CSV_HEADER,
+             with_pd ? KVIO_REQUESTS_PD_HEADER : "",
+             with_control ? KVIO_REQUESTS_CONTROL_HEADER : "");
     if (requests_p != NULL)
-        status = kvio_csv_open(results, "requests.csv",
-                               with_control
-                                   ? KVIO_REQUESTS_CSV_HEADER KVIO_REQUESTS_CONTROL_HEADER
-                                   : KVIO_REQUESTS_CSV_HEADER,
-                               requests_p);
+        status = kvio_csv_open(results, "requests.csv", header, requests_p);
     if (status == KVIO_OK && iterations_p != NULL)
         status = kvio_csv_open(results, "iterations.csv", KVIO_ITERATIONS_CSV_HEADER,
                                iterations_p);

@@ -62,6 +62,11 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 #define KVIO_REQUESTS_CSV_HEADER                                                            \
     "id,rank,arrival_s,first_token_s,finish_s,input_tokens,output_tokens,cached_tokens,"  \
     "preemptions,model_version,measured,kv_wait_ms,ttft_ms,tpot_ms,e2el_ms"
+/* P/D (a decode rank's request, finished->pd.prefill_rank > 0): the prefill's
+ * world rank, TTFT's parts and the bytes the KV transfer moved. */
+#define KVIO_REQUESTS_PD_HEADER                                                             \
+    ",prefill_rank,prefill_queue_ms,prefill_ms,decode_queue_ms,kv_transfer_ms,"           \
+    "first_decode_ms,kv_transfer_tokens"
 /* With a control (kvio_serve_run_t.control): each request minus the same
  * request served without updates. */
 #define KVIO_REQUESTS_CONTROL_HEADER                                                        \
@@ -84,8 +89,8 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
                               const kvio_engine_iteration_t *iteration);
 
 /* Opens requests.csv and iterations.csv in results (either may be skipped by
- * passing NULL). */
-kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_control,
+ * passing NULL); requests.csv with the P/D and the control's columns. */
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_pd, bool with_control,
                                    kvio_csv_t **requests_p,
                                    kvio_csv_t **iterations_p, char *error_p, size_t error_len);
 /* Appends each tier's stats, tagged with rank, to array. */
@@ -334,6 +339,8 @@ typedef struct kvio_block_store_params {
                                       objects are this many blocks' bytes */
     bool skip_saves_when_full;     /* every staging slot taken: skip the save (counted by
                                       the tiers), not wait */
+    size_t load_only_tiers;        /* the last this many tiers are only loaded from, never
+                                      written (P/D: the prefill ranks' blocks) */
 } kvio_block_store_params_t;
 
 /* A preempted request's blocks in the swap space (slots NULL: none). */
@@ -401,11 +408,14 @@ typedef struct kvio_kv_load kvio_kv_load_t;
 /* Starts loading up to wanted blocks (hashes, copied) into the pool blocks
  * ids (copied), stopping at the first miss. now_ns: the engine's clock. In
  * simulate the tiers' model times it on the store's one link to them, after
- * the loads and saves before it; in emulate the I/O thread moves the bytes
- * while iterations run. */
+ * the loads and saves before it (handoff, a P/D request's: a layer-wise
+ * transfer may start on the link when its prefill began, and ends no sooner
+ * than its last layer's share after the prefill's end); in emulate the I/O
+ * thread moves the bytes while iterations run. */
 kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
                                           const uint32_t *ids, size_t first, uint32_t wanted,
-                                          int64_t now_ns, kvio_kv_load_t **load_p);
+                                          int64_t now_ns, const kvio_engine_handoff_t *handoff,
+                                          kvio_kv_load_t **load_p);
 
 /* Whether the load has ended by now_ns; then *loaded_p blocks came. A
  * failed GPU copy is the store's error (kvio_block_store_error). */

@@ -15,8 +15,11 @@
 /* One simulated serve rank. */
 typedef struct sim_rank {
     kvio_serve_lane_t lane;
-    kvio_tier_t **tiers; /* modelled lower tiers */
+    kvio_tier_t **tiers; /* modelled lower tiers; a P/D decode rank's peer tier last */
     size_t num_tiers;
+    kvio_tier_t *peer;   /* P/D decode rank: the prefill ranks' blocks (in tiers, not
+                            reported among them) */
+    bool prefills;       /* P/D: a prefill rank */
     kvio_serve_schedule_updates_t *updates;
     kvio_serve_loop_t *loop;          /* for the observer */
     kvio_serve_recorder_t *recorder;  /* shared by every rank: one order of events */
@@ -29,6 +32,9 @@ typedef struct simulation {
     uint32_t blocks;
     kvio_cost_t *cost;
     kvio_router_t *router;
+    uint32_t num_prefill;  /* P/D: the first ranks prefill, the others decode (0: none) */
+    kvio_serve_pd_t *pd;
+    kvio_tier_t **peers;   /* P/D: each decode rank's peer tier (the pd borrows it) */
     sim_rank_t *ranks;
     kvio_serve_lane_t **lanes;
     kvio_serve_recorder_t recorder;
@@ -40,8 +46,19 @@ typedef struct simulation {
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
 {
     sim_rank_t *rank = context;
-    kvio_serve_loop_finished(rank->loop, finished);
-    kvio_serve_record_finished(rank->recorder, finished);
+    kvio_serve_pd_t *pd = rank->loop->pd;
+    if (rank->prefills) {
+        /* Its decode goes on; a failure ends the run at the next event. */
+        kvio_status_t status = kvio_serve_pd_prefilled(pd, rank->loop, finished);
+        if (status != KVIO_OK && rank->recorder->status == KVIO_OK)
+            rank->recorder->status = status;
+        return;
+    }
+    kvio_engine_finished_t request = *finished;
+    if (pd != NULL)
+        kvio_serve_pd_decoded(pd, &request);
+    kvio_serve_loop_finished(rank->loop, &request);
+    kvio_serve_record_finished(rank->recorder, &request);
 }
 
 static void on_iteration(void *context, uint32_t world_rank,
@@ -51,14 +68,30 @@ static void on_iteration(void *context, uint32_t world_rank,
     kvio_serve_record_iteration(rank->recorder, world_rank, rank->lane.engine, iteration);
 }
 
+/* A P/D decode rank's peer tier: the blocks the prefill ranks hold for it,
+ * as many as their pools, at the P/D link's bandwidth. The link's latency
+ * is charged once per transfer (kvio_engine_handoff_t), not per batch of
+ * blocks the tier model would charge it for: the tier's own is 1 ns, the
+ * least it takes. */
+static kvio_status_t peer_tier(simulation_t *sim, uint64_t block_bytes, kvio_tier_t **tier_p,
+                               char *error_p, size_t error_len)
+{
+    double bandwidth;
+    int64_t latency_ns;
+    kvio_pd_link_model(sim->run->pd, sim->run->gpu, &bandwidth, &latency_ns);
+    return kvio_tier_create_remote(NULL, sim->blocks * sim->num_prefill, block_bytes, bandwidth,
+                                   1, false, tier_p, error_p, error_len);
+}
+
 /* Rank r's modelled tiers: latency + bytes / bandwidth, nothing moves. */
 static kvio_status_t rank_tiers(simulation_t *sim, sim_rank_t *rank, uint64_t block_bytes,
                                 char *error_p, size_t error_len)
 {
     const kvio_opt_list_t *tier_list = &sim->run->serve->kvcache.tiers;
-    if (tier_list->count == 0)
+    bool decodes = sim->num_prefill > 0 && !rank->prefills;
+    if (tier_list->count == 0 && !decodes)
         return KVIO_OK;
-    rank->tiers = calloc(tier_list->count, sizeof(*rank->tiers));
+    rank->tiers = calloc(tier_list->count + 1, sizeof(*rank->tiers));
     if (rank->tiers == NULL)
         return KVIO_ERR_NOMEM;
     for (size_t t = 0; t < tier_list->count; t++) {
@@ -69,7 +102,12 @@ static kvio_status_t rank_tiers(simulation_t *sim, sim_rank_t *rank, uint64_t bl
             return status;
         rank->num_tiers++;
     }
-    return KVIO_OK;
+    if (!decodes)
+        return KVIO_OK;
+    kvio_status_t status = peer_tier(sim, block_bytes, &rank->peer, error_p, error_len);
+    if (status == KVIO_OK)
+        rank->tiers[rank->num_tiers] = rank->peer;
+    return status;
 }
 
 static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_p,
@@ -79,6 +117,7 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     sim_rank_t *rank = &sim->ranks[index];
     rank->loop = &sim->loop;
     rank->recorder = &sim->recorder;
+    rank->prefills = index < sim->num_prefill;
     kvio_serve_lane_t *lane = &rank->lane;
     kvio_status_t status = kvio_serve_lane_init(lane, false);
     uint64_t kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
@@ -106,8 +145,33 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     kvio_engine_params_t params = kvio_serve_engine_params(run, index, sim->blocks, sim->cost,
                                                            observer);
     params.tiers = rank->tiers;
-    params.num_tiers = rank->num_tiers;
+    params.num_tiers = rank->num_tiers + (rank->peer != NULL);
+    if (rank->peer != NULL) {
+        params.load_only_tiers = 1;
+        params.async_tiers = true; /* the decode loads beside its batch */
+    }
     return kvio_engine_create(&params, &lane->engine, error_p, error_len);
+}
+
+/* P/D: the prefill lanes hand over to the decode lanes through their peer
+ * tiers. */
+static kvio_status_t pd_create(simulation_t *sim)
+{
+    uint32_t num_decode = sim->num_ranks - sim->num_prefill;
+    kvio_tier_t **peers = sim->peers = calloc(num_decode, sizeof(*peers));
+    if (peers == NULL)
+        return KVIO_ERR_NOMEM;
+    for (uint32_t d = 0; d < num_decode; d++)
+        peers[d] = sim->ranks[sim->num_prefill + d].peer;
+    const kvio_serve_run_t *run = sim->run;
+    kvio_serve_pd_params_t params = {
+        .config = run->pd, .lanes = sim->lanes, .num_prefill = sim->num_prefill,
+        .num_decode = num_decode, .peers = peers, .block_size = sim->block_size,
+        .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
+                                                            run->cost->tensor_parallel),
+        .layers = (uint32_t)run->model->layers};
+    kvio_pd_link_model(run->pd, run->gpu, &params.bandwidth, &params.latency_ns);
+    return kvio_serve_pd_create(&params, &sim->pd);
 }
 
 static void simulation_free(simulation_t *sim)
@@ -118,9 +182,12 @@ static void simulation_free(simulation_t *sim)
         kvio_serve_lane_fini(&rank->lane);
         for (size_t t = 0; t < rank->num_tiers; t++)
             kvio_tier_destroy(rank->tiers[t]);
+        kvio_tier_destroy(rank->peer);
         free(rank->tiers);
         kvio_serve_schedule_updates_destroy(rank->updates);
     }
+    kvio_serve_pd_destroy(sim->pd);
+    free(sim->peers);
     free(sim->ranks);
     free(sim->lanes);
     /* After the engines released the requests it made. */
@@ -139,6 +206,8 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     memset(sim, 0, sizeof(*sim));
     sim->run = run;
     sim->num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
+    sim->num_prefill = run->pd != NULL && run->num_prefill < sim->num_ranks ? run->num_prefill
+                                                                            : 0;
     sim->block_size = (uint32_t)run->serve->kvcache.block_size;
     sim->recorder.with_ids = run->events != NULL;
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
@@ -167,14 +236,17 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
         .stream = run->stream, .block_size = sim->block_size, .warmup_ns = run->warmup_ns,
         .warmup_requests = run->warmup_requests, .router = sim->router,
         .progress_label = "simulate: requests", .num_requests = run->num_requests};
-    status = kvio_serve_stream_arrivals_create(&stream, sim->lanes, sim->num_ranks,
-                                               &sim->arrivals);
+    status = kvio_serve_stream_arrivals_create(
+        &stream, sim->lanes, sim->num_prefill > 0 ? sim->num_prefill : sim->num_ranks,
+        &sim->arrivals);
+    if (status == KVIO_OK && sim->num_prefill > 0)
+        status = pd_create(sim);
     if (status != KVIO_OK)
         return status;
     sim->loop = (kvio_serve_loop_t){
         .executor = &sim->executor, .arrivals = kvio_serve_stream_arrivals(sim->arrivals),
         .lanes = sim->lanes, .num_lanes = sim->num_ranks,
-        .max_concurrency = run->serve->max_concurrency, .stop = run->stop};
+        .max_concurrency = run->serve->max_concurrency, .stop = run->stop, .pd = sim->pd};
     /* The rows are written as the run makes them; they are kept only when
      * what serving measured is handed over (runs with updates). */
     sim->recorder.rows.on = true;
@@ -183,7 +255,7 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->recorder.rows.control = run->control;
     sim->recorder.rows.host_bandwidth = run->gpu->host_bandwidth;
     if (run->results != NULL)
-        status = kvio_serve_open_csvs(run->results, run->control != NULL,
+        status = kvio_serve_open_csvs(run->results, sim->num_prefill > 0, run->control != NULL,
                                       &sim->recorder.rows.requests,
                                       &sim->recorder.rows.iterations, error_p, error_len);
     return status;
@@ -227,14 +299,19 @@ static json_t *simulation_metrics(const simulation_t *sim)
         return NULL;
     json_t *per_rank = json_array();
     for (uint32_t r = 0; r < sim->num_ranks; r++) {
+        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim->ranks[r].lane.engine);
+        json_t *entry = kvio_serve_metrics_json(metrics);
+        json_object_set_new(entry, "rank", json_integer(sim->ranks[r].lane.world_rank));
+        if (sim->num_prefill > 0)
+            json_object_set_new(entry, "role",
+                                json_string(sim->ranks[r].prefills ? "prefill" : "decode"));
+        json_array_append_new(per_rank, entry);
+        if (sim->ranks[r].prefills)
+            continue; /* a request's serving is its decode's */
         /* The gaps between tokens move (no copy of up to 32 MiB); the rest
          * merges. */
         kvio_engine_move_itls(sim->ranks[r].lane.engine, &total);
-        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim->ranks[r].lane.engine);
         kvio_engine_metrics_merge(&total, metrics);
-        json_t *entry = kvio_serve_metrics_json(metrics);
-        json_object_set_new(entry, "rank", json_integer(sim->ranks[r].lane.world_rank));
-        json_array_append_new(per_rank, entry);
     }
     kvio_serve_itls_take(&total, run->itls);
     json_t *metrics = kvio_serve_metrics_json(&total);
@@ -250,6 +327,8 @@ static json_t *simulation_metrics(const simulation_t *sim)
         kvio_serve_tiers_json(sim->ranks[r].tiers, sim->ranks[r].num_tiers, r, tiers);
     json_object_set_new(metrics, "tiers", tiers);
     json_object_set_new(metrics, "per_rank", per_rank);
+    if (sim->pd != NULL)
+        json_object_set_new(metrics, "pd", kvio_serve_pd_json(sim->pd, sim->executor.virtual_ns));
     if (run->updates != NULL && run->loss != NULL)
         kvio_serve_loss_json(metrics, run, sim->recorder.served, sim->recorder.num_versions);
     kvio_engine_metrics_fini(&total);

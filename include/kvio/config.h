@@ -90,7 +90,8 @@ kvio_status_t kvio_config_doc_load(const char *path, kvio_config_doc_t **doc_p,
 kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment,
                                   char *error_p, size_t error_len);
 
-/* True when the document (with its overrides) gives the top-level key:
+/* True when the document (with its overrides) gives key ("a.b" for a key
+ * of a section):
  * lets a caller tell a value written from the option's default. */
 bool kvio_config_doc_has(const kvio_config_doc_t *doc, const char *key);
 

@@ -111,6 +111,17 @@ typedef struct kvio_engine_hash_source {
     void *context;
 } kvio_engine_hash_source_t;
 
+/* Prefill/decode disaggregation: a request whose prompt a prefill rank
+ * computed, handed to this (decode) engine, its KV in a load-only tier of
+ * this engine's (the prefill rank's blocks, reached over the P/D link). */
+typedef struct kvio_engine_handoff {
+    int64_t prefill_start_ns; /* the prefill's first schedule */
+    int64_t handoff_ns;       /* the prefill's end: its KV may leave (0: no handoff) */
+    uint32_t layers;          /* > 0: layer-wise, each layer's KV left as the prefill
+                                 computed it; 0: the whole request after handoff_ns */
+    int64_t latency_ns;       /* simulate: the link's fixed cost, once per transfer */
+} kvio_engine_handoff_t;
+
 /* A request as the engine takes it. hashes cover the full blocks of the
  * prompt followed by the output (fewer is allowed: those blocks are never
  * cached); they are copied. With hash_source.fill set, hashes is NULL and
@@ -127,7 +138,18 @@ typedef struct kvio_engine_request {
     bool measured;          /* false during warmup: excluded from the metrics */
     uint64_t tag;           /* the caller's (e.g. model version); reported back */
     kvio_engine_hash_source_t hash_source; /* optional; owned by the engine once added */
+    kvio_engine_handoff_t handoff; /* P/D decode side (zero: none) */
 } kvio_engine_request_t;
+
+/* What a P/D decode rank's finished request adds (the serve loop fills it
+ * from the prefill's finish; zero elsewhere). TTFT = prefill_queued_ns +
+ * prefill_ns + queued (the decode's) + kv_transfer_ns + first_step. */
+typedef struct kvio_pd_times {
+    uint32_t prefill_rank;      /* world rank + 1 of the prefill (0: not P/D) */
+    int64_t prefill_queued_ns;  /* arrival to the prefill's first schedule */
+    int64_t prefill_ns;         /* the prefill's first schedule to its end (the handoff) */
+    int64_t decode_queued_ns;   /* the handoff to the decode's admission */
+} kvio_pd_times_t;
 
 /* What a finished request reports. */
 typedef struct kvio_engine_finished {
@@ -142,6 +164,13 @@ typedef struct kvio_engine_finished {
     int64_t max_itl_ns;         /* the longest gap between two of its tokens (0: one token) */
     int64_t kv_wait_ns;         /* waiting for its KV from a lower tier (tier_io: async) */
     int64_t queued_ns;          /* from arrival to its first schedule (vLLM's queue time) */
+    uint32_t loaded_tokens;     /* prompt tokens loaded from a lower tier */
+    int64_t kv_transfer_ns;     /* its first admission to its load's end (of kv_wait_ns) */
+    kvio_pd_times_t pd;
+    /* The pool blocks it holds, in order (borrowed, only during on_finish:
+     * they are freed after it; a P/D prefill copies its KV out of them). */
+    const uint32_t *block_ids;
+    uint32_t num_block_ids;
 } kvio_engine_finished_t;
 
 /* One request's share of an iteration. */
@@ -286,6 +315,8 @@ typedef struct kvio_engine_params {
     uint32_t swap_space_blocks;
     kvio_tier_t *const *tiers; /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
+    size_t load_only_tiers;    /* the last this many of tiers are never written (P/D: the
+                                  prefill ranks' blocks, reached over the P/D link) */
     bool async_tiers;          /* tier_io: async (loads and saves beside the batch) */
     int update_cache;          /* kvio_update_cache_t: what kvio_engine_activate does */
     int update_reset;          /* kvio_reset_t: how a flush resets */

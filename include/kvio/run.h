@@ -29,6 +29,8 @@ typedef struct kvio_ranks_config {
     int64_t train;
     int64_t serve;
     int64_t client;     /* coupled run: 1 = a client rank after the serve ranks */
+    int64_t prefill;    /* P/D: the first `prefill` serve ranks prefill, */
+    int64_t decode;     /*   the next `decode` decode (serve = their sum) */
     char *runtime;      /* auto | local | mpi */
     int64_t timeout_ns; /* longest silence (no heartbeat) of a live peer */
 } kvio_ranks_config_t;
@@ -58,6 +60,7 @@ typedef struct kvio_workload {
     kvio_device_config_t device; /* where KV pool and weights live (emulate) */
     kvio_cost_config_t cost;
     kvio_serve_config_t serve;
+    kvio_pd_config_t pd;         /* ranks.prefill and ranks.decode */
     kvio_slo_config_t slo;
     kvio_assess_config_t assess;
     kvio_train_config_t train;   /* with train.transport */

@@ -55,6 +55,32 @@ typedef struct kvio_slo_config {
 
 extern const kvio_opt_t kvio_slo_options[];
 
+/* The `pd:` section: prefill/decode disaggregation (ranks.prefill and
+ * ranks.decode). A prefill rank computes each prompt; its KV then moves
+ * over the P/D link to the decode rank the router picks, which loads what
+ * its own pool lacks and decodes. */
+typedef enum { KVIO_PD_PULL = 0, KVIO_PD_PUSH = 1 } kvio_pd_transfer_t;
+typedef enum { KVIO_PD_LINK_NIC = 0, KVIO_PD_LINK_GPU = 1, KVIO_PD_LINK_HOST = 2 } kvio_pd_link_kind_t;
+typedef enum { KVIO_PD_VERSION_ANY = 0, KVIO_PD_VERSION_CONSISTENT = 1 } kvio_pd_version_t;
+
+typedef struct kvio_pd_config {
+    int transfer;        /* kvio_pd_transfer_t */
+    bool layerwise;      /* each layer's KV leaves as the prefill computes it */
+    int link;            /* kvio_pd_link_kind_t: whose bandwidth the transfer gets */
+    double bandwidth;    /* bytes/s per decode rank's link (0: the link's) */
+    int64_t latency_ns;  /* per transfer */
+    kvio_router_config_t router; /* picks each request's decode rank */
+    int version;         /* kvio_pd_version_t */
+} kvio_pd_config_t;
+
+extern const kvio_opt_t kvio_pd_options[];
+
+/* The P/D link's bandwidth (bytes/s) and latency: the section's, else the
+ * link's default (nic: one 400 Gb/s NIC per GPU; gpu: the GPU's link; host:
+ * its host link, each way) and 20 us, 5 us or 10 us. */
+void kvio_pd_link_model(const kvio_pd_config_t *config, const kvio_gpu_t *gpu,
+                        double *bandwidth_p, int64_t *latency_ns_p);
+
 /* ---------- router ---------- */
 
 typedef struct kvio_router kvio_router_t;
@@ -223,6 +249,10 @@ typedef struct kvio_serve_run {
      * and, on rank 0, where they go (may be NULL). */
     bool keep_itls;
     kvio_serve_itls_t *itls;
+    /* Prefill/decode disaggregation (simulate): serve ranks 0..num_prefill-1
+     * prefill, the others decode (num_prefill 0: every rank does both). */
+    uint32_t num_prefill;
+    const kvio_pd_config_t *pd;
 } kvio_serve_run_t;
 
 /* The inference loss of the served requests into metrics: served[v]

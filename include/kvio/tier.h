@@ -29,6 +29,20 @@ typedef enum {
  * {kind: redis, size: 1GiB, redis: {url: redis://h:6379}}. */
 extern const kvio_registry_t kvio_tiers;
 
+/* A tier whose blocks are held elsewhere (P/D: in a prefill rank's memory)
+ * and moved by its caller: it lists each block (kvio_tier_list) with the
+ * checksum the block must come back with and an opaque location; a get
+ * asks fetch for the blocks' bytes. Nothing is ever put into it. */
+typedef struct kvio_tier_remote {
+    /* Moves count blocks (locations[i] into data[i], block_bytes each),
+     * each one's status into statuses_p[i], the first failure's text in
+     * error_p. */
+    void (*fetch)(void *context, const uint64_t *locations, void *const *data, size_t count,
+                  kvio_status_t *statuses_p, char *error_p, size_t error_len);
+    void *context;
+    const char *name; /* what the tier is called in its stats ("peer") */
+} kvio_tier_remote_t;
+
 /* One entry of `serve.kvcache.tiers`. */
 typedef struct kvio_tier_config {
     kvio_choice_t kind;    /* of kvio_tiers, with each backend's own options */
@@ -47,6 +61,7 @@ typedef struct kvio_tier_config {
     int device_rank;
     const char *run_id;
     unsigned rank;
+    const kvio_tier_remote_t *remote; /* kvio_tier_create_remote's */
 } kvio_tier_config_t;
 
 /* The option table of one `serve.kvcache.tiers` entry (kvcache/tier.c). */
@@ -108,6 +123,19 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len);
 void kvio_tier_destroy(kvio_tier_t *tier);
+
+/* Creates a remote tier of capacity blocks (simulate: modelled at bandwidth
+ * bytes/s and latency_ns per operation, remote unused and may be NULL). */
+kvio_status_t kvio_tier_create_remote(const kvio_tier_remote_t *remote, uint32_t capacity,
+                                      uint64_t block_bytes, double bandwidth,
+                                      int64_t latency_ns, bool emulate, kvio_tier_t **tier_p,
+                                      char *error_p, size_t error_len);
+
+/* A remote tier lists a block: held from now on (the least recently used
+ * one leaves when full), to come back with checksum (emulate) from
+ * location. A block listed already is refreshed and takes the new ones. */
+kvio_status_t kvio_tier_list(kvio_tier_t *tier, kvio_hash_t hash, uint64_t checksum,
+                             uint64_t location);
 
 /* Waterfall placement (kv-cache.py's): a block this tier evicts is written
  * to next (when next lacks it) before its slot is reused, read back and

@@ -1,0 +1,395 @@
+/* Prefill/decode disaggregation in the serve loop (ranks.prefill,
+ * ranks.decode; simulate). A request routed to a prefill lane runs there
+ * with an output of one token: its prompt is computed (with the prefill
+ * rank's own prefix cache) and the first token made. At that end its KV is
+ * handed over: the P/D router picks a decode lane, whose load-only "peer"
+ * tier then lists the prompt's blocks, and the whole request joins that
+ * lane's engine with its first arrival. The decode engine admits it as it
+ * admits any request: what its own pool holds is a hit and moves nothing,
+ * the rest loads from the peer tier over the P/D link (the link's model,
+ * one queue per decode rank: transfers to one rank contend), and the
+ * request waits in `loading` with its blocks reserved while the others
+ * decode (vLLM's NixlConnector: the decode side pulls after it allocated).
+ * Layer-wise, the transfer may start with the prefill and only the last
+ * layer's share follows its end. Only the decode's finish is the request's;
+ * its TTFT splits into the prefill's queue and compute, the decode's queue,
+ * the transfer, and the first decode step. */
+#include "serve/loop_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const transfer_names[] = {"pull", "push", NULL};
+static const char *const link_names[] = {"nic", "gpu", "host", NULL};
+static const char *const version_names[] = {"any", "consistent", NULL};
+
+const kvio_opt_t kvio_pd_options[] = {
+    {.key = "transfer", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_pd_config_t, transfer),
+     .values = transfer_names, .default_value = "pull",
+     .help = "pull: the decode rank reads the prefill rank's blocks once it has allocated "
+             "its own (vLLM's NixlConnector); push: the prefill rank writes them (SGLang, "
+             "Mooncake). Simulate times both alike: on the decode rank's link, from its "
+             "admission"},
+    {.key = "layerwise", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_pd_config_t, layerwise),
+     .default_value = "false",
+     .help = "each layer's KV leaves as soon as the prefill computed it (the transfer "
+             "overlaps the prefill; the last layer's share follows its end); false: the "
+             "whole request after the prefill"},
+    {.key = "link", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_pd_config_t, link),
+     .values = link_names, .default_value = "nic",
+     .help = "what carries the KV: nic (across nodes, one 400 Gb/s NIC per GPU), gpu (the "
+             "GPU link, gpu.link_bandwidth: same node), host (through host memory, "
+             "gpu.host_bandwidth)"},
+    {.key = "bandwidth", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_pd_config_t, bandwidth),
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "bytes/s into each decode rank, e.g. 25e9 (0: the link's)"},
+    {.key = "latency", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_pd_config_t, latency_ns), .default_value = "0s",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "fixed cost per request's transfer (0s: the link's: nic 20us, gpu 5us, host 10us)"},
+    {.key = "router", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_pd_config_t, router),
+     .options = kvio_router_options,
+     .help = "picks each request's decode rank (serve.router picks its prefill rank): "
+             "round_robin by default (vLLM's and SGLang's reference proxies); least_loaded; "
+             "prefix_affinity sends it where its prefix is cached (a decode-side hit moves "
+             "nothing)"},
+    {.key = "version", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_pd_config_t, version),
+     .values = version_names, .default_value = "any",
+     .help = "with model updates: any (a request prefilled by one version may be decoded by "
+             "the next; counted as mixed-version tokens), consistent (a decode rank that runs "
+             "a newer version than the request's prefill computes its prompt again)"},
+    {.key = NULL},
+};
+
+void kvio_pd_link_model(const kvio_pd_config_t *config, const kvio_gpu_t *gpu,
+                        double *bandwidth_p, int64_t *latency_ns_p)
+{
+    static const double nic_bandwidth = 50e9; /* one 400 Gb/s NIC per GPU */
+    static const int64_t latency_ns[] = {20000, 5000, 10000};
+    double bandwidth = config->link == KVIO_PD_LINK_GPU    ? gpu->link_bandwidth
+                       : config->link == KVIO_PD_LINK_HOST ? gpu->host_bandwidth
+                                                            : nic_bandwidth;
+    *bandwidth_p = config->bandwidth > 0 ? config->bandwidth : bandwidth;
+    *latency_ns_p = config->latency_ns > 0 ? config->latency_ns : latency_ns[config->link];
+}
+
+/* A request between its arrival on a prefill lane and its decode's end. */
+typedef struct pd_entry {
+    uint64_t id;          /* 0 with used false: a free slot */
+    bool used;
+    kvio_engine_request_t request; /* the whole request; hashes owned */
+    kvio_pd_times_t times;
+    uint32_t prompt_blocks; /* full blocks of its prompt: what the peer tier lists */
+} pd_entry_t;
+
+struct kvio_serve_pd {
+    kvio_serve_pd_params_t params;
+    kvio_router_t *router;
+    kvio_engine_t **decode_engines;
+    pd_entry_t *entries;  /* open addressing by id */
+    size_t capacity, count;
+    kvio_hist_t *transfer_ns;   /* per transfer that moved bytes: admission to the load's end */
+    kvio_hist_t *transfer_mbps; /* its bytes over the time the link carried them */
+    uint64_t transfers, transfer_bytes, handoffs;
+    uint64_t decode_hit_tokens; /* prompt tokens a decode pool held: not moved */
+    uint64_t recomputed_tokens; /* prompt tokens a decode rank computed again */
+    int64_t ttft_parts_ns[5];   /* measured requests: summed TTFT parts */
+    uint64_t measured;
+    char error[256];
+};
+
+static size_t slot_of(const kvio_serve_pd_t *pd, uint64_t id)
+{
+    uint64_t h = id * 0x9e3779b97f4a7c15ull;
+    size_t slot = (size_t)(h >> 17) & (pd->capacity - 1);
+    while (pd->entries[slot].used && pd->entries[slot].id != id)
+        slot = (slot + 1) & (pd->capacity - 1);
+    return slot;
+}
+
+static kvio_status_t grow(kvio_serve_pd_t *pd)
+{
+    if (2 * (pd->count + 1) <= pd->capacity)
+        return KVIO_OK;
+    pd_entry_t *old = pd->entries;
+    size_t old_capacity = pd->capacity;
+    pd->capacity = old_capacity > 0 ? 2 * old_capacity : 256;
+    pd->entries = calloc(pd->capacity, sizeof(*pd->entries));
+    if (pd->entries == NULL) {
+        pd->entries = old;
+        pd->capacity = old_capacity;
+        return KVIO_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < old_capacity; i++)
+        if (old[i].used)
+            pd->entries[slot_of(pd, old[i].id)] = old[i];
+    free(old);
+    return KVIO_OK;
+}
+
+/* Takes the entry out (backward-shift deletion keeps the probe chains). */
+static void remove_entry(kvio_serve_pd_t *pd, size_t slot)
+{
+    free((void *)pd->entries[slot].request.hashes);
+    pd->entries[slot] = (pd_entry_t){0};
+    pd->count--;
+    size_t next = (slot + 1) & (pd->capacity - 1);
+    while (pd->entries[next].used) {
+        pd_entry_t moved = pd->entries[next];
+        pd->entries[next] = (pd_entry_t){0};
+        pd->entries[slot_of(pd, moved.id)] = moved;
+        next = (next + 1) & (pd->capacity - 1);
+    }
+}
+
+kvio_status_t kvio_serve_pd_create(const kvio_serve_pd_params_t *params, kvio_serve_pd_t **pd_p)
+{
+    kvio_serve_pd_t *pd = calloc(1, sizeof(*pd));
+    if (pd == NULL)
+        return KVIO_ERR_NOMEM;
+    pd->params = *params;
+    pd->decode_engines = calloc(params->num_decode, sizeof(*pd->decode_engines));
+    kvio_status_t status = pd->decode_engines == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
+    if (status == KVIO_OK)
+        status = kvio_hist_create(&pd->transfer_ns);
+    if (status == KVIO_OK)
+        status = kvio_hist_create(&pd->transfer_mbps);
+    if (status == KVIO_OK)
+        status = kvio_router_create(&params->config->router, &pd->router);
+    for (uint32_t d = 0; status == KVIO_OK && d < params->num_decode; d++)
+        pd->decode_engines[d] = params->lanes[params->num_prefill + d]->engine;
+    if (status == KVIO_OK)
+        status = grow(pd);
+    if (status != KVIO_OK) {
+        kvio_serve_pd_destroy(pd);
+        return status;
+    }
+    *pd_p = pd;
+    return KVIO_OK;
+}
+
+void kvio_serve_pd_destroy(kvio_serve_pd_t *pd)
+{
+    if (pd == NULL)
+        return;
+    for (size_t i = 0; i < pd->capacity; i++)
+        if (pd->entries[i].used)
+            free((void *)pd->entries[i].request.hashes);
+    free(pd->entries);
+    free(pd->decode_engines);
+    kvio_router_destroy(pd->router);
+    kvio_hist_destroy(pd->transfer_ns);
+    kvio_hist_destroy(pd->transfer_mbps);
+    free(pd);
+}
+
+bool kvio_serve_pd_prefills(const kvio_serve_pd_t *pd, const kvio_serve_lane_t *lane)
+{
+    for (uint32_t p = 0; p < pd->params.num_prefill; p++)
+        if (pd->params.lanes[p] == lane)
+            return true;
+    return false;
+}
+
+const char *kvio_serve_pd_error(const kvio_serve_pd_t *pd)
+{
+    return pd->error;
+}
+
+/* The request's hashes, its own copy (a deferred source fills them now and
+ * is released). */
+static kvio_status_t own_hashes(const kvio_engine_request_t *request, kvio_hash_t **hashes_p)
+{
+    size_t count = request->num_hashes;
+    kvio_hash_t *hashes = malloc((count > 0 ? count : 1) * sizeof(*hashes));
+    kvio_status_t status = hashes == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
+    const kvio_engine_hash_source_t *source = &request->hash_source;
+    if (status == KVIO_OK && source->fill != NULL)
+        status = source->fill(source->context, hashes, count);
+    else if (status == KVIO_OK && count > 0)
+        memcpy(hashes, request->hashes, count * sizeof(*hashes));
+    if (source->fill != NULL && source->release != NULL)
+        source->release(source->context);
+    if (status != KVIO_OK) {
+        free(hashes);
+        return status;
+    }
+    *hashes_p = hashes;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_lane_t *lane,
+                                    const kvio_engine_request_t *request)
+{
+    kvio_hash_t *hashes = NULL;
+    kvio_status_t status = grow(pd);
+    if (status == KVIO_OK)
+        status = own_hashes(request, &hashes);
+    if (status != KVIO_OK) {
+        snprintf(pd->error, sizeof(pd->error), "request %llu: cannot keep it for its decode: %s",
+                 (unsigned long long)request->id, kvio_strerror(status));
+        return status;
+    }
+    size_t slot = slot_of(pd, request->id);
+    if (pd->entries[slot].used) {
+        free(hashes);
+        snprintf(pd->error, sizeof(pd->error), "request %llu: a second request with its id",
+                 (unsigned long long)request->id);
+        return KVIO_ERR_INVALID;
+    }
+    pd_entry_t *entry = &pd->entries[slot];
+    *entry = (pd_entry_t){.id = request->id, .used = true, .request = *request};
+    entry->request.hashes = hashes;
+    entry->request.hash_source = (kvio_engine_hash_source_t){0};
+    entry->prompt_blocks = request->prompt_tokens / pd->params.block_size;
+    if (entry->prompt_blocks > request->num_hashes)
+        entry->prompt_blocks = (uint32_t)request->num_hashes;
+    pd->count++;
+    /* The prefill: the prompt and one token (vLLM's proxy sends max_tokens 1). */
+    kvio_engine_request_t prefill = entry->request;
+    prefill.output_tokens = 1;
+    prefill.max_tokens = 1;
+    prefill.num_hashes = entry->prompt_blocks;
+    return kvio_engine_add(lane->engine, &prefill);
+}
+
+kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
+                                      const kvio_engine_finished_t *finished)
+{
+    size_t slot = slot_of(pd, finished->id);
+    if (!pd->entries[slot].used) {
+        snprintf(pd->error, sizeof(pd->error), "request %llu finished a prefill it never began",
+                 (unsigned long long)finished->id);
+        return KVIO_ERR_INVALID;
+    }
+    pd_entry_t *entry = &pd->entries[slot];
+    int64_t start_ns = finished->arrival_ns + finished->queued_ns;
+    entry->times = (kvio_pd_times_t){.prefill_rank = finished->rank + 1,
+                                     .prefill_queued_ns = finished->queued_ns,
+                                     .prefill_ns = finished->finish_ns - start_ns};
+    kvio_engine_request_t decode = entry->request;
+    decode.handoff = (kvio_engine_handoff_t){
+        .prefill_start_ns = start_ns, .handoff_ns = finished->finish_ns,
+        .layers = pd->params.config->layerwise ? pd->params.layers : 0,
+        .latency_ns = pd->params.latency_ns};
+    uint32_t d = kvio_router_choose(pd->router, pd->decode_engines, pd->params.num_decode,
+                                    &decode);
+    kvio_tier_t *peer = pd->params.peers[d];
+    for (uint32_t b = 0; b < entry->prompt_blocks; b++) {
+        kvio_status_t status = kvio_tier_list(peer, entry->request.hashes[b], 0, 0);
+        if (status != KVIO_OK) {
+            snprintf(pd->error, sizeof(pd->error), "request %llu: handing its KV over: %s",
+                     (unsigned long long)finished->id, kvio_tier_error(peer));
+            return status;
+        }
+    }
+    pd->handoffs++;
+    return kvio_serve_loop_pass(loop, pd->params.lanes[pd->params.num_prefill + d], &decode);
+}
+
+void kvio_serve_pd_decoded(kvio_serve_pd_t *pd, kvio_engine_finished_t *finished)
+{
+    size_t slot = slot_of(pd, finished->id);
+    if (!pd->entries[slot].used)
+        return;
+    pd_entry_t *entry = &pd->entries[slot];
+    kvio_pd_times_t *times = &finished->pd;
+    *times = entry->times;
+    int64_t handoff_ns = finished->arrival_ns + times->prefill_queued_ns + times->prefill_ns;
+    int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
+    times->decode_queued_ns = admitted_ns - handoff_ns;
+    uint64_t bytes = (uint64_t)finished->loaded_tokens * pd->params.kv_bytes_per_token;
+    uint32_t transferable = finished->prompt_tokens > 0
+                                ? (finished->prompt_tokens - 1) / pd->params.block_size *
+                                      pd->params.block_size
+                                : 0;
+    pd->decode_hit_tokens += finished->cached_tokens < transferable ? finished->cached_tokens
+                                                                    : transferable;
+    uint32_t moved = finished->cached_tokens + finished->loaded_tokens;
+    pd->recomputed_tokens += moved < transferable ? transferable - moved : 0;
+    if (bytes > 0) {
+        pd->transfers++;
+        pd->transfer_bytes += bytes;
+        kvio_hist_record(pd->transfer_ns, (uint64_t)finished->kv_transfer_ns);
+        if (finished->kv_transfer_ns > 0)
+            kvio_hist_record(pd->transfer_mbps,
+                             (uint64_t)((double)bytes * 1e3 / (double)finished->kv_transfer_ns));
+    }
+    if (finished->measured) {
+        int64_t parts[5] = {times->prefill_queued_ns, times->prefill_ns, times->decode_queued_ns,
+                            finished->kv_transfer_ns,
+                            finished->first_token_ns - admitted_ns - finished->kv_transfer_ns};
+        for (int i = 0; i < 5; i++)
+            pd->ttft_parts_ns[i] += parts[i];
+        pd->measured++;
+    }
+    remove_entry(pd, slot);
+}
+
+/* Busy share of the run for the lanes [first, first + count). */
+static double utilisation(kvio_serve_lane_t *const *lanes, uint32_t first, uint32_t count,
+                          double run_ns)
+{
+    double busy = 0;
+    for (uint32_t i = first; i < first + count; i++)
+        busy += (double)kvio_engine_metrics(lanes[i]->engine)->busy_ns;
+    return run_ns > 0 && count > 0 ? busy / (run_ns * count) : 0;
+}
+
+/* The prefix hit rate (tokens) of the lanes [first, first + count). */
+static double hit_rate(kvio_serve_lane_t *const *lanes, uint32_t first, uint32_t count)
+{
+    double hits = 0, queries = 0;
+    for (uint32_t i = first; i < first + count; i++) {
+        const kvio_engine_metrics_t *metrics = kvio_engine_metrics(lanes[i]->engine);
+        hits += (double)metrics->prefix_hits;
+        queries += (double)metrics->prefix_queries;
+    }
+    return queries > 0 ? hits / queries : 0;
+}
+
+json_t *kvio_serve_pd_json(const kvio_serve_pd_t *pd, int64_t run_ns)
+{
+    const kvio_serve_pd_params_t *params = &pd->params;
+    json_t *out = json_object();
+    json_object_set_new(out, "prefill_ranks", json_integer(params->num_prefill));
+    json_object_set_new(out, "decode_ranks", json_integer(params->num_decode));
+    json_object_set_new(out, "transfer",
+                        json_string(transfer_names[params->config->transfer]));
+    json_object_set_new(out, "layerwise", json_boolean(params->config->layerwise));
+    json_object_set_new(out, "link", json_string(link_names[params->config->link]));
+    json_object_set_new(out, "link_bandwidth_gbps", json_real(params->bandwidth / 1e9));
+    json_object_set_new(out, "link_latency_us", json_real((double)params->latency_ns / 1e3));
+    json_object_set_new(out, "decode_router", json_string(kvio_router_name(pd->router)));
+    json_object_set_new(out, "handoffs", json_integer((json_int_t)pd->handoffs));
+    json_object_set_new(out, "transfers", json_integer((json_int_t)pd->transfers));
+    json_object_set_new(out, "transfer_bytes", json_integer((json_int_t)pd->transfer_bytes));
+    json_object_set_new(out, "prefill_hit_rate",
+                        json_real(hit_rate(params->lanes, 0, params->num_prefill)));
+    json_object_set_new(out, "decode_hit_rate",
+                        json_real(hit_rate(params->lanes, params->num_prefill,
+                                           params->num_decode)));
+    json_object_set_new(out, "decode_hit_tokens",
+                        json_integer((json_int_t)pd->decode_hit_tokens));
+    json_object_set_new(out, "decode_recomputed_tokens",
+                        json_integer((json_int_t)pd->recomputed_tokens));
+    json_object_set_new(out, "transfer_ms", kvio_hist_json(pd->transfer_ns, 1e-6));
+    json_object_set_new(out, "transfer_gbps", kvio_hist_json(pd->transfer_mbps, 1e-3));
+    json_object_set_new(out, "prefill_utilization",
+                        json_real(utilisation(params->lanes, 0, params->num_prefill,
+                                              (double)run_ns)));
+    json_object_set_new(out, "decode_utilization",
+                        json_real(utilisation(params->lanes, params->num_prefill,
+                                              params->num_decode, (double)run_ns)));
+    static const char *const names[5] = {"prefill_queue", "prefill", "decode_queue",
+                                         "kv_transfer", "first_decode_step"};
+    json_t *parts = json_object();
+    for (int i = 0; i < 5; i++)
+        json_object_set_new(parts, names[i],
+                            json_real(pd->measured > 0 ? (double)pd->ttft_parts_ns[i] /
+                                                             (double)pd->measured / 1e6
+                                                       : 0));
+    json_object_set_new(out, "mean_ttft_parts_ms", parts);
+    return out;
+}

@@ -1,0 +1,228 @@
+/* Prefill/decode disaggregation (ranks.prefill, ranks.decode) in simulate:
+ * every request is prefilled once and decoded once, its KV moved once and
+ * only where the decode rank's pool lacks it; a transfer costs the link's
+ * latency plus its bytes over the bandwidth, or, layer-wise, only the last
+ * layer's share once the prefill outlasts it; TTFT's parts add up to TTFT;
+ * and what kvio does not build is refused by name. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers.h"
+
+/* Llama-3-8B in bf16: 128 KiB of KV per token. */
+#define KV_BYTES_PER_TOKEN 131072.0
+
+typedef struct pd_run {
+    char *dir;
+    json_t *summary;
+    test_csv_t requests;
+} pd_run_t;
+
+/* Runs the workload text with --set overrides (NULL-terminated) through the
+ * kvio binary; asserts it succeeded. */
+static pd_run_t pd_run(const char *text, const char *const *sets)
+{
+    pd_run_t run = {.dir = test_tmpdir()};
+    char *file = test_write_file(run.dir, "w.yaml", text);
+    const char *argv[32] = {test_kvio_binary(), "run", file, "-o", "out", "-q"};
+    size_t argc = 6;
+    for (size_t i = 0; sets != NULL && sets[i] != NULL && argc + 3 < 32; i++) {
+        argv[argc++] = "--set";
+        argv[argc++] = sets[i];
+    }
+    argv[argc] = NULL;
+    test_run_t result = test_exec(run.dir, argv);
+    cr_assert_eq(result.status, 0, "kvio run: %s%s", result.out, result.err);
+    test_run_free(&result);
+    run.summary = test_summary(run.dir, "out");
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/requests.csv", run.dir);
+    run.requests = test_csv_read(path);
+    free(file);
+    return run;
+}
+
+static void pd_free(pd_run_t *run)
+{
+    test_csv_free(&run->requests);
+    json_decref(run->summary);
+    test_rmtree(run->dir);
+    free(run->dir);
+}
+
+/* Unique prompts (no shared prefix), arriving 0.2 s apart: 40 requests. */
+static const char *unique_prompts =
+    "name: pd\nseed: 4\nmode: simulate\nduration: 8s\n"
+    "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+    "ranks: {prefill: 1, decode: 2}\n"
+    "stream:\n  requests: 40\n  arrival: {process: constant, rate: 5}\n"
+    "  input_tokens: {dist: uniform, low: 200, high: 3000}\n"
+    "  output_tokens: {dist: uniform, low: 5, high: 60}\n";
+
+/* Tokens of a prompt the decode can take from elsewhere: its full blocks,
+ * short of the last token (computed by the decode's first step). */
+static double transferable(double prompt_tokens)
+{
+    return floor((prompt_tokens - 1) / 16) * 16;
+}
+
+Test(pd, every_request_is_prefilled_and_decoded_once_its_kv_moved_once, .timeout = 60)
+{
+    pd_run_t run = pd_run(unique_prompts, NULL);
+    const test_csv_t *csv = &run.requests;
+    cr_assert_eq(csv->num_rows, 40, "every request finishes once, on its decode rank");
+    bool seen[40] = {false};
+    double tokens = 0;
+    for (size_t r = 0; r < csv->num_rows; r++) {
+        double id = test_csv_number(csv, r, "id");
+        cr_assert(id >= 0 && id < 40 && !seen[(int)id], "request %.0f twice or unknown", id);
+        seen[(int)id] = true;
+        double rank = test_csv_number(csv, r, "rank");
+        cr_assert(rank == 1 || rank == 2, "request %.0f finished on rank %.0f", id, rank);
+        cr_assert_eq(test_csv_number(csv, r, "prefill_rank"), 0);
+        double input = test_csv_number(csv, r, "input_tokens");
+        double moved = test_csv_number(csv, r, "kv_transfer_tokens");
+        cr_assert_eq(moved, transferable(input), "request %.0f: %.0f of %.0f tokens moved", id,
+                     moved, input);
+        cr_assert_eq(test_csv_number(csv, r, "cached_tokens"), 0);
+        tokens += moved;
+        /* TTFT in its parts, each measured on its own. */
+        const char *parts[] = {"prefill_queue_ms", "prefill_ms", "decode_queue_ms",
+                               "kv_transfer_ms", "first_decode_ms"};
+        double sum = 0;
+        for (size_t p = 0; p < 5; p++) {
+            double part = test_csv_number(csv, r, parts[p]);
+            cr_assert_geq(part, 0, "request %.0f: %s %.3f", id, parts[p], part);
+            sum += part;
+        }
+        double ttft = test_csv_number(csv, r, "ttft_ms");
+        cr_assert(fabs(sum - ttft) < 0.01, "request %.0f: parts %.3f, TTFT %.3f", id, sum, ttft);
+        cr_assert_gt(test_csv_number(csv, r, "prefill_ms"), 0);
+        cr_assert_gt(test_csv_number(csv, r, "first_decode_ms"), 0);
+    }
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.handoffs"), 40);
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.transfers"), 40);
+    cr_assert_eq((double)test_json_integer(run.summary, "metrics.pd.transfer_bytes"),
+                 tokens * KV_BYTES_PER_TOKEN);
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.decode_hit_tokens"), 0);
+    /* The serving metrics are the decode ranks': each request once. */
+    cr_assert_eq(test_json_integer(run.summary, "metrics.completed"), 40);
+    cr_assert_str_eq(test_json_string(run.summary, "metrics.per_rank.0.role"), "prefill");
+    cr_assert_str_eq(test_json_string(run.summary, "metrics.per_rank.2.role"), "decode");
+    pd_free(&run);
+}
+
+/* One request of 4,097 prompt tokens: 4,096 move, 512 MiB of KV. */
+static const char *one_long_prompt =
+    "name: pd1\nseed: 1\nmode: simulate\nduration: 1s\n"
+    "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+    "ranks: {prefill: 1, decode: 1}\n"
+    "pd: {bandwidth: 10e9, latency: 100us}\n"
+    "stream:\n  requests: 1\n  arrival: {process: batch}\n"
+    "  input_tokens: {dist: constant, value: 4097}\n"
+    "  output_tokens: {dist: constant, value: 4}\n";
+
+Test(pd, a_transfer_costs_latency_and_bytes_over_bandwidth_layerwise_its_last_layer,
+     .timeout = 60)
+{
+    double cost_ms = 0.1 + 4096 * KV_BYTES_PER_TOKEN / 10e9 * 1e3;
+    pd_run_t whole = pd_run(one_long_prompt, NULL);
+    cr_assert_eq(whole.requests.num_rows, 1);
+    cr_assert(fabs(test_csv_number(&whole.requests, 0, "kv_transfer_ms") - cost_ms) < 0.002,
+              "whole: %.3f ms, modelled %.3f", test_csv_number(&whole.requests, 0,
+                                                               "kv_transfer_ms"), cost_ms);
+    cr_assert_eq(test_csv_number(&whole.requests, 0, "decode_queue_ms"), 0,
+                 "an idle decode admits at the handoff");
+    const char *sets[] = {"pd.layerwise=true", NULL};
+    pd_run_t layered = pd_run(one_long_prompt, sets);
+    double prefill_ms = test_csv_number(&layered.requests, 0, "prefill_ms");
+    cr_assert_gt(prefill_ms, cost_ms, "the prefill (%.3f ms) outlasts the transfer", prefill_ms);
+    /* Llama-3-8B has 32 layers: only the last one's share is left. */
+    cr_assert(fabs(test_csv_number(&layered.requests, 0, "kv_transfer_ms") - cost_ms / 32) < 0.002,
+              "layer-wise: %.3f ms, modelled %.3f",
+              test_csv_number(&layered.requests, 0, "kv_transfer_ms"), cost_ms / 32);
+    cr_assert_lt(test_csv_number(&layered.requests, 0, "ttft_ms"),
+                 test_csv_number(&whole.requests, 0, "ttft_ms") - cost_ms * 0.9);
+    cr_assert_eq(test_csv_number(&layered.requests, 0, "kv_transfer_tokens"), 4096,
+                 "layer-wise moves the same bytes");
+    pd_free(&whole);
+    pd_free(&layered);
+}
+
+/* Every prompt the same 1,024-token system prompt then 76 tokens of its
+ * own, one decode rank: its pool keeps the system prompt's blocks. */
+static const char *shared_prompts =
+    "name: pd2\nseed: 2\nmode: simulate\nduration: 5s\n"
+    "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+    "ranks: {prefill: 1, decode: 1}\n"
+    "stream:\n  requests: 10\n  arrival: {process: constant, rate: 2}\n"
+    "  input_tokens: {dist: constant, value: 1100}\n"
+    "  output_tokens: {dist: constant, value: 8}\n"
+    "  prefix: {system_prompts: {count: 1, tokens: 1024}}\n";
+
+Test(pd, a_decode_side_hit_moves_nothing_of_what_the_pool_holds, .timeout = 60)
+{
+    pd_run_t run = pd_run(shared_prompts, NULL);
+    const test_csv_t *csv = &run.requests;
+    cr_assert_eq(csv->num_rows, 10);
+    double moved_total = 0, hit_total = 0;
+    for (size_t r = 0; r < csv->num_rows; r++) {
+        double moved = test_csv_number(csv, r, "kv_transfer_tokens");
+        double cached = test_csv_number(csv, r, "cached_tokens");
+        cr_assert_eq(moved + cached, transferable(1100), "row %zu: %.0f moved, %.0f hit", r,
+                     moved, cached);
+        if (test_csv_number(csv, r, "id") > 0)
+            cr_assert_eq(cached, 1024, "the system prompt was on the decode rank");
+        moved_total += moved;
+        hit_total += cached;
+    }
+    cr_assert_eq(moved_total, transferable(1100) + 9 * (transferable(1100) - 1024));
+    cr_assert_eq((double)test_json_integer(run.summary, "metrics.pd.decode_hit_tokens"),
+                 hit_total);
+    cr_assert_eq((double)test_json_integer(run.summary, "metrics.pd.transfer_bytes"),
+                 moved_total * KV_BYTES_PER_TOKEN);
+    pd_free(&run);
+    /* The whole prompt shared: after the first, nothing moves, and the
+     * decode still finishes each. */
+    const char *whole[] = {"stream.input_tokens.value=1024", NULL};
+    run = pd_run(shared_prompts, whole);
+    cr_assert_eq(run.requests.num_rows, 10);
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.transfers"), 1);
+    for (size_t r = 0; r < run.requests.num_rows; r++)
+        if (test_csv_number(&run.requests, r, "id") > 0) {
+            cr_assert_eq(test_csv_number(&run.requests, r, "kv_transfer_tokens"), 0);
+            cr_assert_eq(test_csv_number(&run.requests, r, "kv_transfer_ms"), 0);
+        }
+    pd_free(&run);
+}
+
+/* Bad P/D settings: exit 2 and the keys named. */
+Test(pd, what_is_not_built_is_refused_by_name, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", unique_prompts);
+    struct {
+        const char *set, *said;
+    } cases[] = {
+        {"ranks.decode=0", "ranks.decode: 0"},
+        {"ranks.serve=2", "ranks.serve: 2"},
+        {"mode=emulate", "mode: emulate"},
+        {"serve.kvcache.prefix_caching=false", "serve.kvcache.prefix_caching"},
+        {"pd.transfer=sideways", "pd.transfer"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        test_run_t run = test_kvio(dir, "run", file, "-o", "out", "-q", "--set", cases[i].set,
+                                   NULL);
+        cr_assert_eq(run.status, 2, "%s: status %d: %s", cases[i].set, run.status, run.err);
+        cr_assert(test_contains(run.err, cases[i].said), "%s: %s", cases[i].set, run.err);
+        test_run_free(&run);
+    }
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
