@@ -58,6 +58,7 @@ const kvio_opt_t kvio_tier_options[] = {
 typedef struct tier_entry {
     kvio_hash_t hash;
     uint64_t checksum;   /* XXH3-64 of the block as put (emulate) */
+    uint64_t location;   /* a remote tier's: where the block is (kvio_tier_list) */
     uint32_t prev, next; /* LRU list when held; next links the free list */
 } tier_entry_t;
 
@@ -821,9 +822,20 @@ kvio_status_t kvio_tier_list(kvio_tier_t *tier, kvio_hash_t hash, uint64_t check
         tier->stats.bytes_written += tier->block_bytes;
     }
     tier->entries[entry].checksum = checksum;
+    tier->entries[entry].location = location;
     if (tier->emulate)
         tier->ops->locate(tier->priv, entry, location);
     return KVIO_OK;
+}
+
+bool kvio_tier_unlist(kvio_tier_t *tier, kvio_hash_t hash, uint64_t location)
+{
+    uint64_t position;
+    uint32_t entry = index_find(tier, hash, &position);
+    if (entry == NO_ENTRY || tier->entries[entry].location != location)
+        return false;
+    entry_release(tier, entry, position);
+    return true;
 }
 
 kvio_status_t kvio_tier_put(kvio_tier_t *tier, kvio_hash_t hash, const void *data,

@@ -71,7 +71,7 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
                                                   TRAIN_RANK + 1, context->results,
                                                   context->events, &serving, &served,
                                                   &num_versions, output_p, context->itls,
-                                                  error_p, error_len);
+                                                  NULL, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     /* The step each version holds (versions count from 1, in order). */

@@ -492,8 +492,24 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
 static kvio_status_t check_pd(const kvio_workload_t *workload, char *error_p, size_t error_len)
 {
     const char *why = NULL;
-    if (workload->mode == KVIO_MODE_EMULATE)
-        why = "mode: emulate moves no KV between ranks yet; P/D is modelled in mode: simulate";
+    bool emulate = workload->mode == KVIO_MODE_EMULATE;
+    const kvio_pd_config_t *pd = &workload->pd;
+    if (emulate && pd->transfer == KVIO_PD_PUSH)
+        why = "pd.transfer: push in emulate; the decode ranks pull (UCX gets, vLLM's "
+              "NixlConnector), push is modelled in mode: simulate";
+    else if (emulate && pd->layerwise)
+        why = "pd.layerwise in emulate; the KV moves whole once the prefill has ended, "
+              "layer-wise transfers are modelled in mode: simulate";
+    else if (emulate && !kvio_choice_is(&pd->router.policy, "round_robin") &&
+             !kvio_choice_is(&pd->router.policy, "least_loaded"))
+        why = "pd.router in emulate is round_robin or least_loaded (what a prefill rank knows "
+              "of the decode ranks); the others route in mode: simulate";
+    else if (emulate && kvio_updates_wanted(workload))
+        why = "model updates in emulate with prefill and decode ranks are not built; P/D with "
+              "updates runs in mode: simulate";
+    else if (emulate && workload->device.memory == KVIO_MEMORY_CUDA)
+        why = "device.memory: cuda; the KV is staged from host pools (device.memory: host or "
+              "pinned)";
     else if (!workload->serve.kvcache.prefix_caching)
         why = "serve.kvcache.prefix_caching: false; a decode rank finds the prompt's blocks "
               "by their hashes, as its prefix cache does (set it true)";

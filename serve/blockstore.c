@@ -377,6 +377,14 @@ static void tiers_unlock(kvio_block_store_t *store)
         pthread_mutex_unlock(&store->io->tier_lock);
 }
 
+void kvio_block_store_with_tiers(kvio_block_store_t *store, void (*fn)(void *context),
+                                 void *context)
+{
+    tiers_lock(store);
+    fn(context);
+    tiers_unlock(store);
+}
+
 /* Whether tier takes blocks of the write policy and lacks hash (under the
  * tiers' lock). */
 static bool tier_wants(const kvio_tier_t *tier, kvio_hash_t hash, int policy)

@@ -146,7 +146,8 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     if (status != KVIO_OK)
         return status;
     plain_run_t plain = {.run = run, .num_serve = run->num_ranks > 0 ? run->num_ranks : 1};
-    plain.with_client = plain.num_serve > 1 && run->frontend == NULL;
+    /* P/D: the prefill ranks take shares of the stream, no client routes. */
+    plain.with_client = plain.num_serve > 1 && run->frontend == NULL && run->pd == NULL;
     pthread_mutex_init(&plain.setup_lock, NULL);
     int size = (int)plain.num_serve + (plain.with_client ? 1 : 0);
     plain.runs = calloc((size_t)size, sizeof(*plain.runs));
@@ -193,9 +194,15 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
     json_t *metrics = NULL;
     uint64_t *served = NULL;
     size_t num_versions = 0;
+    kvio_serve_pd_merge_t pd = {
+        .config = run->pd, .num_prefill = run->num_prefill,
+        .block_size = (uint32_t)run->serve->kvcache.block_size,
+        .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
+                                                            run->cost->tensor_parallel),
+        .run_ns = plain.end_ns - plain.t0_ns};
     status = kvio_serve_ranks_merge(plain.blobs, plain.lengths, (size_t)size, 0, run->results,
                                     run->events, &metrics, &served, &num_versions, NULL,
-                                    run->itls, error_p, error_len);
+                                    run->itls, run->pd != NULL ? &pd : NULL, error_p, error_len);
     free(served);
     if (status == KVIO_OK && run->frontend != NULL)
         status = kvio_frontend_write_trace(run->frontend, run->results, error_p, error_len);

@@ -998,6 +998,11 @@ bool kvio_engine_has_work(const kvio_engine_t *engine)
     return engine->running.count > 0 || engine->waiting.count > 0 || engine->loading.count > 0;
 }
 
+void kvio_engine_with_tiers(kvio_engine_t *engine, void (*fn)(void *context), void *context)
+{
+    kvio_block_store_with_tiers(engine->store, fn, context);
+}
+
 int64_t kvio_engine_kv_ready_ns(const kvio_engine_t *engine)
 {
     int64_t first = INT64_MAX;

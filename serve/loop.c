@@ -321,6 +321,10 @@ static kvio_status_t start_next(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane
         if (status != KVIO_OK)
             return source_failed(loop, lane, status, arrivals->ops->error(arrivals));
         lane->woken = false; /* it starts here */
+        /* In real time the take may have waited for the core: what it took
+         * came before the iteration now starting, not before now_ns. */
+        if (loop->executor->ops->caps & KVIO_EXECUTOR_CAP_REAL)
+            now_ns = loop->executor->ops->now(loop->executor);
     }
     if (lane->engine == NULL) {
         if (view.stalled && !loop->stopped) {
@@ -460,10 +464,25 @@ static bool next_event(const kvio_serve_loop_t *loop, int64_t now_ns, event_t *e
 
 /* While a real executor waits: every lane's receiver progresses, and an
  * idle lane's arrival source is looked at. */
+/* The loop's chores, their failure in loop->error. */
+static kvio_status_t do_chores(kvio_serve_loop_t *loop)
+{
+    if (loop->chores == NULL)
+        return KVIO_OK;
+    kvio_status_t status = loop->chores(loop->chores_context);
+    if (status != KVIO_OK && loop->error[0] == '\0')
+        snprintf(loop->error, sizeof(loop->error), "%s",
+                 loop->chores_error(loop->chores_context));
+    return status;
+}
+
 static kvio_status_t poll_while_waiting(void *context, int64_t now_ns, bool *worked_p,
                                         bool *wake_p, int64_t *nap_ns_p)
 {
     kvio_serve_loop_t *loop = context;
+    kvio_status_t chores = do_chores(loop);
+    if (chores != KVIO_OK)
+        return chores;
     for (uint32_t i = 0; i < loop->num_lanes; i++) {
         kvio_serve_lane_t *lane = loop->lanes[i];
         if (lane->updates == NULL || lane->updates->ops->poll == NULL)
@@ -585,6 +604,8 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
             status = lane_boundary(loop, loop->lanes[event.lane], now_ns);
         if (status == KVIO_OK && loop->pd != NULL)
             status = start_woken(loop, now_ns); /* decode lanes a prefill's end woke */
+        if (status == KVIO_OK)
+            status = do_chores(loop);
     }
     /* The tiers' traffic still on its way is carried out (its statistics
      * follow). */

@@ -264,7 +264,58 @@ typedef struct kvio_serve_pd_params {
     uint32_t layers;                 /* the model's (layer-wise transfers) */
     double bandwidth;                /* the link's model (reported) */
     int64_t latency_ns;
+    /* Emulate: a prefill's end goes to send (the request as its decode
+     * takes it, handoff set; the prefill's times; its finish, with its
+     * blocks) instead of a decode lane of this loop (num_decode 0). */
+    kvio_status_t (*send)(void *context, const kvio_engine_request_t *decode,
+                          const kvio_pd_times_t *times, const kvio_engine_finished_t *finished);
+    void *send_context;
 } kvio_serve_pd_params_t;
+
+/* What the KV transfers did, summed over the decodes' finished requests
+ * (simulate: as they finish; emulate: as rank 0 merges them). */
+typedef struct kvio_pd_stats {
+    uint32_t block_size;
+    uint64_t kv_bytes_per_token;
+    kvio_hist_t *transfer_ns;   /* per transfer that moved bytes: admission to the load's end */
+    kvio_hist_t *transfer_mbps; /* its bytes over that time */
+    uint64_t handoffs, transfers, transfer_bytes;
+    uint64_t decode_hit_tokens; /* prompt tokens a decode pool held: not moved */
+    uint64_t recomputed_tokens; /* prompt tokens a decode rank computed again */
+    uint64_t checksum_failures; /* blocks that came over changed (emulate) */
+    uint64_t verified_blocks;   /* blocks that came over and matched their checksum (emulate) */
+    int64_t ttft_parts_ns[5];   /* measured requests: TTFT's parts, summed */
+    uint64_t measured;
+} kvio_pd_stats_t;
+
+kvio_status_t kvio_pd_stats_init(kvio_pd_stats_t *stats, uint32_t block_size,
+                                 uint64_t kv_bytes_per_token);
+void kvio_pd_stats_fini(kvio_pd_stats_t *stats);
+/* A decode's finished request (finished->pd filled in). */
+void kvio_pd_stats_add(kvio_pd_stats_t *stats, const kvio_engine_finished_t *finished);
+/* finished->pd from the prefill's times and the decode's own record. */
+void kvio_pd_fill_times(kvio_engine_finished_t *finished, const kvio_pd_times_t *prefill);
+
+/* One pool's ranks summed: their prefix hits and busy time. */
+typedef struct kvio_pd_pool {
+    uint32_t ranks;
+    uint64_t prefix_hits, prefix_queries;
+    int64_t busy_ns;
+} kvio_pd_pool_t;
+void kvio_pd_pool_add(kvio_pd_pool_t *pool, const kvio_engine_metrics_t *metrics);
+
+/* The link as metrics.pd reports it (bandwidth 0: measured, not modelled). */
+typedef struct kvio_pd_link_info {
+    double bandwidth;
+    int64_t latency_ns;
+    const char *router;
+} kvio_pd_link_info_t;
+
+/* metrics.pd: the section's choices, the link, the transfers, each pool's
+ * hits and utilisation over run_ns, TTFT's parts. */
+json_t *kvio_pd_json(const kvio_pd_config_t *config, const kvio_pd_link_info_t *link,
+                     const kvio_pd_stats_t *stats, const kvio_pd_pool_t *prefill,
+                     const kvio_pd_pool_t *decode, int64_t run_ns);
 
 kvio_status_t kvio_serve_pd_create(const kvio_serve_pd_params_t *params, kvio_serve_pd_t **pd_p);
 void kvio_serve_pd_destroy(kvio_serve_pd_t *pd);
@@ -312,6 +363,48 @@ void kvio_pd_link_progress(kvio_pd_link_t *link);
 void kvio_pd_link_fetch(kvio_pd_link_t *link, const uint64_t *locations, void *const *data,
                         size_t count, uint64_t block_bytes, kvio_status_t *statuses_p,
                         char *error_p, size_t error_len);
+
+/* An emulate P/D serve rank's side (serve/pd_emulate.c): a prefill rank
+ * stages each finished prompt's blocks in its outbox and posts the request
+ * to a decode rank; a decode rank takes those handoffs as its arrivals,
+ * loads the blocks its pool lacks through its peer tier, and lets the
+ * prefill rank free them once the request made its first token. */
+typedef struct kvio_serve_pd_rank kvio_serve_pd_rank_t;
+
+typedef struct kvio_serve_pd_rank_params {
+    const kvio_serve_run_t *run;   /* run->rte, num_prefill, pd */
+    uint32_t serve_index;
+    kvio_serve_lane_t *lane;       /* the rank's one lane (its engine made later) */
+    uint64_t block_bytes;
+    uint32_t block_size;
+    const unsigned char *pool;     /* prefill: its KV pool's memory */
+    uint32_t staging_blocks;       /* each prefill rank's outbox, in blocks */
+    kvio_tier_t *const *tiers;     /* decode: the rank's own tiers */
+    size_t num_tiers;
+} kvio_serve_pd_rank_params_t;
+
+/* Collective over the run's ranks (the P/D link). */
+kvio_status_t kvio_serve_pd_rank_create(const kvio_serve_pd_rank_params_t *params,
+                                        kvio_serve_pd_rank_t **pdr_p, char *error_p,
+                                        size_t error_len);
+void kvio_serve_pd_rank_destroy(kvio_serve_pd_rank_t *pdr);
+bool kvio_serve_pd_rank_prefills(const kvio_serve_pd_rank_t *pdr);
+/* Decode: the tiers its engine gets (its own, then the peer tier last). */
+void kvio_serve_pd_rank_tiers(const kvio_serve_pd_rank_t *pdr, kvio_tier_t *const **tiers_p,
+                              size_t *count_p);
+/* Hooks the rank into its loop: its chores; a prefill rank's pd, a decode
+ * rank's arrival source. */
+void kvio_serve_pd_rank_attach(kvio_serve_pd_rank_t *pdr, kvio_serve_loop_t *loop);
+/* The engine observer's calls: a prefill's end; a decode's tokens and end
+ * (finished->pd filled in). */
+void kvio_serve_pd_rank_prefilled(kvio_serve_pd_rank_t *pdr,
+                                  const kvio_engine_finished_t *finished);
+void kvio_serve_pd_rank_tokens(kvio_serve_pd_rank_t *pdr, uint64_t id, uint32_t generated);
+void kvio_serve_pd_rank_decoded(kvio_serve_pd_rank_t *pdr, kvio_engine_finished_t *finished);
+/* After the loop: a prefill rank tells the decode ranks it has ended and
+ * waits until they have read all it sent. */
+kvio_status_t kvio_serve_pd_rank_finish(kvio_serve_pd_rank_t *pdr);
+const char *kvio_serve_pd_rank_error(const kvio_serve_pd_rank_t *pdr);
 
 /* ---------- what the lanes record (serve/record.c) ---------- */
 
@@ -482,6 +575,12 @@ struct kvio_serve_loop {
     bool stopped;                    /* stop was seen: no new iteration starts */
     struct kvio_serve_pd *pd;        /* P/D: requests added to a prefill lane go through it
                                         (NULL: none) */
+    /* Work that must go on while the lanes run (an emulate P/D rank's
+     * messages and transfers): at every boundary and while time passes
+     * (NULL: none); an error ends the loop with chores_error's text. */
+    kvio_status_t (*chores)(void *context);
+    const char *(*chores_error)(void *context);
+    void *chores_context;
     char error[KVIO_ERROR_MAX];
 };
 
@@ -531,6 +630,7 @@ struct kvio_serve_rank {
     kvio_serve_stream_arrivals_t *stream;   /* its share of the stream */
     kvio_serve_client_arrivals_t *client;   /* or the client rank's requests */
     kvio_serve_frontend_arrivals_t *frontend; /* or the front end's (kvio serve) */
+    kvio_serve_pd_rank_t *pd;               /* P/D: its role's side (NULL: colocated) */
     int64_t setup_wait_ns;                  /* waiting for run->setup_lock */
     char error[KVIO_ERROR_MAX];
 };

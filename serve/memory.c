@@ -245,6 +245,13 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
     uint64_t per_rank = pool + swap;
     per_rank = per_rank > UINT64_MAX - host_tiers ? UINT64_MAX : per_rank + host_tiers;
     uint64_t needed = per_rank > UINT64_MAX / num_ranks ? UINT64_MAX : per_rank * num_ranks;
+    /* P/D: each prefill rank's staging buffer, as large as its pool unless
+     * pd.staging says. */
+    uint64_t staging = run->pd == NULL ? 0 : run->pd->staging > 0 ? run->pd->staging : pool;
+    uint64_t stagings = staging > UINT64_MAX / (run->num_prefill + 1)
+                            ? UINT64_MAX
+                            : staging * run->num_prefill;
+    needed = needed > UINT64_MAX - stagings ? UINT64_MAX : needed + stagings;
     uint64_t available = 0;
     char unused[128];
     if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
@@ -286,14 +293,19 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
     }
     /* Refuse, with the numbers, pools this machine cannot hold. */
     if (available > 0 && needed > available / 10 * 8) {
+        char stagings_text[96] = "";
+        if (stagings > 0)
+            snprintf(stagings_text, sizeof(stagings_text),
+                     " + %u P/D staging buffers of %.2f GiB (pd.staging)", run->num_prefill,
+                     (double)staging / 1073741824.0);
         snprintf(error_p, error_len,
                  "emulate: the KV pools need %.2f GiB (%u ranks x (%u blocks x %llu bytes + swap "
-                 "space + %.2f GiB of host tiers)) but this machine has %.2f GiB available; set "
-                 "serve.kvcache.capacity or serve.kvcache.blocks, or the host tiers' size (at "
-                 "most 80%% of it)",
+                 "space + %.2f GiB of host tiers))%s but this machine has %.2f GiB available; "
+                 "set serve.kvcache.capacity or serve.kvcache.blocks, or the host tiers' size "
+                 "(at most 80%% of it)",
                  (double)needed / 1073741824.0, num_ranks, blocks + 1,
                  (unsigned long long)block_bytes, (double)host_tiers / 1073741824.0,
-                 (double)available / 1073741824.0);
+                 stagings_text, (double)available / 1073741824.0);
         return KVIO_ERR_CONFIG;
     }
     if (host_bytes_p != NULL)

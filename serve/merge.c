@@ -44,6 +44,11 @@ typedef struct rank_totals {
     uint64_t iterations_dropped;
     kvio_serve_output_t *output; /* may be NULL */
     size_t finished_capacity;
+    /* P/D: the rank being merged prefills (its metrics are not serving's),
+     * and what the transfers and each pool did. */
+    bool prefills;
+    kvio_pd_stats_t *pd_stats;   /* NULL: not P/D */
+    kvio_pd_pool_t prefill_pool, decode_pool;
 } rank_totals_t;
 
 /* Adds a rank's finished request to the output. */
@@ -74,9 +79,16 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
         size_t used = 0;
         status = kvio_engine_metrics_unpack_merge(&rank_metrics, metrics, metrics_size, &used);
         if (status == KVIO_OK) {
-            kvio_engine_metrics_merge(totals->total, &rank_metrics);
+            if (!totals->prefills)
+                kvio_engine_metrics_merge(totals->total, &rank_metrics);
             json_t *entry = kvio_serve_metrics_json(&rank_metrics);
             json_object_set_new(entry, "rank", json_integer(rank));
+            if (totals->pd_stats != NULL) {
+                json_object_set_new(entry, "role",
+                                    json_string(totals->prefills ? "prefill" : "decode"));
+                kvio_pd_pool_add(totals->prefills ? &totals->prefill_pool : &totals->decode_pool,
+                                 &rank_metrics);
+            }
             json_array_append_new(totals->per_rank, entry);
         }
         kvio_engine_metrics_fini(&rank_metrics);
@@ -104,6 +116,8 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
          at += sizeof(kvio_engine_finished_t)) {
         kvio_engine_finished_t finished; /* copied out: the blob need not be aligned */
         memcpy(&finished, rows + at, sizeof(finished));
+        if (totals->pd_stats != NULL)
+            kvio_pd_stats_add(totals->pd_stats, &finished);
         if (csv != NULL)
             status = kvio_serve_render_requests(csv, &finished, 1, NULL);
         if (status == KVIO_OK && totals->output != NULL)
@@ -154,7 +168,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                                      kvio_event_trace_t *events, json_t **metrics_p,
                                      uint64_t **served_p, size_t *num_versions_p,
                                      kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
-                                     char *error_p, size_t error_len)
+                                     const kvio_serve_pd_merge_t *pd, char *error_p,
+                                     size_t error_len)
 {
     kvio_engine_metrics_t total;
     kvio_csv_t *csv = NULL, *iterations_csv = NULL;
@@ -166,12 +181,17 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     rank_totals_t totals = {.total = &total, .per_rank = json_array(), .tiers = json_array(),
                             .served = &served, .num_versions = &num_versions,
                             .output = output_p != NULL ? &output : NULL};
+    kvio_pd_stats_t pd_stats = {0};
     kvio_status_t status = kvio_engine_metrics_init(&total);
+    if (status == KVIO_OK && pd != NULL &&
+        (status = kvio_pd_stats_init(&pd_stats, pd->block_size, pd->kv_bytes_per_token)) == KVIO_OK)
+        totals.pd_stats = &pd_stats;
     if (status == KVIO_OK && (kvio_hist_create(&totals.error_ns) != KVIO_OK ||
                               kvio_hist_create(&totals.error_ppm) != KVIO_OK))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK && results != NULL)
-        status = kvio_serve_open_csvs(results, false, false, &csv, &iterations_csv, error_p, error_len);
+        status = kvio_serve_open_csvs(results, pd != NULL, false, &csv, &iterations_csv, error_p,
+                                      error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
         if (kvio_serve_client_blob(blobs[b], lengths[b])) {
             json_decref(client);
@@ -180,6 +200,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                 status = KVIO_ERR_PARSE;
             continue;
         }
+        totals.prefills = pd != NULL && num_serve < pd->num_prefill;
         status = merge_rank(blobs[b], lengths[b], first_rank + (uint32_t)num_serve++, csv,
                             iterations_csv, events, &totals);
     }
@@ -209,6 +230,23 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                                             totals.planned));
         json_object_set_new(metrics, "per_rank", totals.per_rank);
         totals.per_rank = NULL;
+        if (pd != NULL) {
+            /* The peer tiers checked every block they got (its checksum). */
+            json_t *tier;
+            size_t t;
+            json_array_foreach(json_object_get(metrics, "tiers"), t, tier) {
+                if (strcmp(json_string_value(json_object_get(tier, "kind")), "remote") != 0)
+                    continue;
+                pd_stats.verified_blocks +=
+                    (uint64_t)json_integer_value(json_object_get(tier, "hits"));
+                pd_stats.checksum_failures +=
+                    (uint64_t)json_integer_value(json_object_get(tier, "checksum_failures"));
+            }
+            kvio_pd_link_info_t link = {.router = kvio_choice_name(&pd->config->router.policy)};
+            json_object_set_new(metrics, "pd",
+                                kvio_pd_json(pd->config, &link, &pd_stats, &totals.prefill_pool,
+                                             &totals.decode_pool, pd->run_ns));
+        }
         *metrics_p = metrics;
         kvio_serve_itls_take(&total, itls_p);
         output.update_recomputed_tokens = total.update_recomputed_tokens;
@@ -233,6 +271,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     free(served);
     kvio_hist_destroy(totals.error_ns);
     kvio_hist_destroy(totals.error_ppm);
+    kvio_pd_stats_fini(&pd_stats);
     kvio_engine_metrics_fini(&total);
     return status;
 }

@@ -54,6 +54,22 @@ const kvio_opt_t kvio_pd_options[] = {
              "round_robin by default (vLLM's and SGLang's reference proxies); least_loaded; "
              "prefix_affinity sends it where its prefix is cached (a decode-side hit moves "
              "nothing)"},
+    {.key = "staging", .type = KVIO_OPT_SIZE, .offset = offsetof(kvio_pd_config_t, staging),
+     .default_value = "0",
+     .help = "emulate: each prefill rank's staging buffer (UCX-mapped host memory its "
+             "prompts' blocks wait in until their decode rank has read them; 0: as large as "
+             "its KV pool). A prefill finding it full waits for its decode ranks"},
+    {.key = "corrupt_every", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_pd_config_t, corrupt_every), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "fault injection (emulate): every Nth block a prefill rank stages is changed after "
+             "its checksum was taken; the decode rank finds it, counts it and computes the "
+             "block itself (0: none)"},
+    {.key = "decode_dies_after", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_pd_config_t, decode_dies_after), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "fault injection (emulate): the first decode rank fails after taking N handoffs; "
+             "the run ends naming it (0: never)"},
     {.key = "version", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_pd_config_t, version),
      .values = version_names, .default_value = "any",
      .help = "with model updates: any (a request prefilled by one version may be decoded by "
@@ -89,13 +105,7 @@ struct kvio_serve_pd {
     kvio_engine_t **decode_engines;
     pd_entry_t *entries;  /* open addressing by id */
     size_t capacity, count;
-    kvio_hist_t *transfer_ns;   /* per transfer that moved bytes: admission to the load's end */
-    kvio_hist_t *transfer_mbps; /* its bytes over the time the link carried them */
-    uint64_t transfers, transfer_bytes, handoffs;
-    uint64_t decode_hit_tokens; /* prompt tokens a decode pool held: not moved */
-    uint64_t recomputed_tokens; /* prompt tokens a decode rank computed again */
-    int64_t ttft_parts_ns[5];   /* measured requests: summed TTFT parts */
-    uint64_t measured;
+    kvio_pd_stats_t stats;
     char error[256];
 };
 
@@ -150,11 +160,10 @@ kvio_status_t kvio_serve_pd_create(const kvio_serve_pd_params_t *params, kvio_se
         return KVIO_ERR_NOMEM;
     pd->params = *params;
     pd->decode_engines = calloc(params->num_decode, sizeof(*pd->decode_engines));
-    kvio_status_t status = pd->decode_engines == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
+    kvio_status_t status = pd->decode_engines == NULL && params->num_decode > 0 ? KVIO_ERR_NOMEM
+                                                                                 : KVIO_OK;
     if (status == KVIO_OK)
-        status = kvio_hist_create(&pd->transfer_ns);
-    if (status == KVIO_OK)
-        status = kvio_hist_create(&pd->transfer_mbps);
+        status = kvio_pd_stats_init(&pd->stats, params->block_size, params->kv_bytes_per_token);
     if (status == KVIO_OK)
         status = kvio_router_create(&params->config->router, &pd->router);
     for (uint32_t d = 0; status == KVIO_OK && d < params->num_decode; d++)
@@ -179,8 +188,7 @@ void kvio_serve_pd_destroy(kvio_serve_pd_t *pd)
     free(pd->entries);
     free(pd->decode_engines);
     kvio_router_destroy(pd->router);
-    kvio_hist_destroy(pd->transfer_ns);
-    kvio_hist_destroy(pd->transfer_mbps);
+    kvio_pd_stats_fini(&pd->stats);
     free(pd);
 }
 
@@ -273,6 +281,13 @@ kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *lo
         .prefill_start_ns = start_ns, .handoff_ns = finished->finish_ns,
         .layers = pd->params.config->layerwise ? pd->params.layers : 0,
         .latency_ns = pd->params.latency_ns};
+    if (pd->params.send != NULL) {
+        /* Emulate: to a decode rank; the request leaves this rank. */
+        kvio_status_t status = pd->params.send(pd->params.send_context, &decode, &entry->times,
+                                               finished);
+        remove_entry(pd, slot);
+        return status;
+    }
     uint32_t d = kvio_router_choose(pd->router, pd->decode_engines, pd->params.num_decode,
                                     &decode);
     kvio_tier_t *peer = pd->params.peers[d];
@@ -284,7 +299,6 @@ kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *lo
             return status;
         }
     }
-    pd->handoffs++;
     return kvio_serve_loop_pass(loop, pd->params.lanes[pd->params.num_prefill + d], &decode);
 }
 
@@ -293,103 +307,155 @@ void kvio_serve_pd_decoded(kvio_serve_pd_t *pd, kvio_engine_finished_t *finished
     size_t slot = slot_of(pd, finished->id);
     if (!pd->entries[slot].used)
         return;
-    pd_entry_t *entry = &pd->entries[slot];
-    kvio_pd_times_t *times = &finished->pd;
-    *times = entry->times;
-    int64_t handoff_ns = finished->arrival_ns + times->prefill_queued_ns + times->prefill_ns;
-    int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
-    times->decode_queued_ns = admitted_ns - handoff_ns;
-    uint64_t bytes = (uint64_t)finished->loaded_tokens * pd->params.kv_bytes_per_token;
-    uint32_t transferable = finished->prompt_tokens > 0
-                                ? (finished->prompt_tokens - 1) / pd->params.block_size *
-                                      pd->params.block_size
-                                : 0;
-    pd->decode_hit_tokens += finished->cached_tokens < transferable ? finished->cached_tokens
-                                                                    : transferable;
-    uint32_t moved = finished->cached_tokens + finished->loaded_tokens;
-    pd->recomputed_tokens += moved < transferable ? transferable - moved : 0;
-    if (bytes > 0) {
-        pd->transfers++;
-        pd->transfer_bytes += bytes;
-        kvio_hist_record(pd->transfer_ns, (uint64_t)finished->kv_transfer_ns);
-        if (finished->kv_transfer_ns > 0)
-            kvio_hist_record(pd->transfer_mbps,
-                             (uint64_t)((double)bytes * 1e3 / (double)finished->kv_transfer_ns));
-    }
-    if (finished->measured) {
-        int64_t parts[5] = {times->prefill_queued_ns, times->prefill_ns, times->decode_queued_ns,
-                            finished->kv_transfer_ns,
-                            finished->first_token_ns - admitted_ns - finished->kv_transfer_ns};
-        for (int i = 0; i < 5; i++)
-            pd->ttft_parts_ns[i] += parts[i];
-        pd->measured++;
-    }
+    kvio_pd_fill_times(finished, &pd->entries[slot].times);
+    kvio_pd_stats_add(&pd->stats, finished);
     remove_entry(pd, slot);
 }
 
-/* Busy share of the run for the lanes [first, first + count). */
-static double utilisation(kvio_serve_lane_t *const *lanes, uint32_t first, uint32_t count,
-                          double run_ns)
+void kvio_pd_fill_times(kvio_engine_finished_t *finished, const kvio_pd_times_t *prefill)
 {
-    double busy = 0;
-    for (uint32_t i = first; i < first + count; i++)
-        busy += (double)kvio_engine_metrics(lanes[i]->engine)->busy_ns;
-    return run_ns > 0 && count > 0 ? busy / (run_ns * count) : 0;
+    kvio_pd_times_t *times = &finished->pd;
+    *times = *prefill;
+    int64_t handoff_ns = finished->arrival_ns + times->prefill_queued_ns + times->prefill_ns +
+                         times->staging_ns;
+    int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
+    times->decode_queued_ns = admitted_ns - handoff_ns;
 }
 
-/* The prefix hit rate (tokens) of the lanes [first, first + count). */
-static double hit_rate(kvio_serve_lane_t *const *lanes, uint32_t first, uint32_t count)
+kvio_status_t kvio_pd_stats_init(kvio_pd_stats_t *stats, uint32_t block_size,
+                                 uint64_t kv_bytes_per_token)
 {
-    double hits = 0, queries = 0;
+    *stats = (kvio_pd_stats_t){.block_size = block_size,
+                               .kv_bytes_per_token = kv_bytes_per_token};
+    kvio_status_t status = kvio_hist_create(&stats->transfer_ns);
+    if (status == KVIO_OK)
+        status = kvio_hist_create(&stats->transfer_mbps);
+    return status;
+}
+
+void kvio_pd_stats_fini(kvio_pd_stats_t *stats)
+{
+    kvio_hist_destroy(stats->transfer_ns);
+    kvio_hist_destroy(stats->transfer_mbps);
+    stats->transfer_ns = stats->transfer_mbps = NULL;
+}
+
+void kvio_pd_stats_add(kvio_pd_stats_t *stats, const kvio_engine_finished_t *finished)
+{
+    const kvio_pd_times_t *times = &finished->pd;
+    if (times->prefill_rank == 0)
+        return;
+    stats->handoffs++;
+    uint64_t bytes = (uint64_t)finished->loaded_tokens * stats->kv_bytes_per_token;
+    uint32_t transferable = finished->prompt_tokens > 0
+                                ? (finished->prompt_tokens - 1) / stats->block_size *
+                                      stats->block_size
+                                : 0;
+    stats->decode_hit_tokens += finished->cached_tokens < transferable ? finished->cached_tokens
+                                                                       : transferable;
+    uint32_t moved = finished->cached_tokens + finished->loaded_tokens;
+    stats->recomputed_tokens += moved < transferable ? transferable - moved : 0;
+    if (bytes > 0) {
+        stats->transfers++;
+        stats->transfer_bytes += bytes;
+        int64_t transfer_ns = times->staging_ns + finished->kv_transfer_ns;
+        kvio_hist_record(stats->transfer_ns, (uint64_t)transfer_ns);
+        if (transfer_ns > 0)
+            kvio_hist_record(stats->transfer_mbps,
+                             (uint64_t)((double)bytes * 1e3 / (double)transfer_ns));
+    }
+    if (finished->measured) {
+        int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
+        int64_t parts[5] = {times->prefill_queued_ns, times->prefill_ns, times->decode_queued_ns,
+                            times->staging_ns + finished->kv_transfer_ns,
+                            finished->first_token_ns - admitted_ns - finished->kv_transfer_ns};
+        for (int i = 0; i < 5; i++)
+            stats->ttft_parts_ns[i] += parts[i];
+        stats->measured++;
+    }
+}
+
+/* The pools' side of metrics.pd from the lanes [first, first + count). */
+static void pools_of(kvio_serve_lane_t *const *lanes, uint32_t first, uint32_t count,
+                     kvio_pd_pool_t *pool_p)
+{
     for (uint32_t i = first; i < first + count; i++) {
         const kvio_engine_metrics_t *metrics = kvio_engine_metrics(lanes[i]->engine);
-        hits += (double)metrics->prefix_hits;
-        queries += (double)metrics->prefix_queries;
+        kvio_pd_pool_add(pool_p, metrics);
     }
-    return queries > 0 ? hits / queries : 0;
+}
+
+void kvio_pd_pool_add(kvio_pd_pool_t *pool, const kvio_engine_metrics_t *metrics)
+{
+    pool->ranks++;
+    pool->prefix_hits += metrics->prefix_hits;
+    pool->prefix_queries += metrics->prefix_queries;
+    pool->busy_ns += metrics->busy_ns;
 }
 
 json_t *kvio_serve_pd_json(const kvio_serve_pd_t *pd, int64_t run_ns)
 {
     const kvio_serve_pd_params_t *params = &pd->params;
+    kvio_pd_pool_t prefill = {0}, decode = {0};
+    pools_of(params->lanes, 0, params->num_prefill, &prefill);
+    pools_of(params->lanes, params->num_prefill, params->num_decode, &decode);
+    kvio_pd_link_info_t link = {.bandwidth = params->bandwidth,
+                                  .latency_ns = params->latency_ns,
+                                  .router = kvio_router_name(pd->router)};
+    return kvio_pd_json(params->config, &link, &pd->stats, &prefill, &decode, run_ns);
+}
+
+static double share(double part, double whole)
+{
+    return whole > 0 ? part / whole : 0;
+}
+
+json_t *kvio_pd_json(const kvio_pd_config_t *config, const kvio_pd_link_info_t *link,
+                     const kvio_pd_stats_t *stats, const kvio_pd_pool_t *prefill,
+                     const kvio_pd_pool_t *decode, int64_t run_ns)
+{
     json_t *out = json_object();
-    json_object_set_new(out, "prefill_ranks", json_integer(params->num_prefill));
-    json_object_set_new(out, "decode_ranks", json_integer(params->num_decode));
-    json_object_set_new(out, "transfer",
-                        json_string(transfer_names[params->config->transfer]));
-    json_object_set_new(out, "layerwise", json_boolean(params->config->layerwise));
-    json_object_set_new(out, "link", json_string(link_names[params->config->link]));
-    json_object_set_new(out, "link_bandwidth_gbps", json_real(params->bandwidth / 1e9));
-    json_object_set_new(out, "link_latency_us", json_real((double)params->latency_ns / 1e3));
-    json_object_set_new(out, "decode_router", json_string(kvio_router_name(pd->router)));
-    json_object_set_new(out, "handoffs", json_integer((json_int_t)pd->handoffs));
-    json_object_set_new(out, "transfers", json_integer((json_int_t)pd->transfers));
-    json_object_set_new(out, "transfer_bytes", json_integer((json_int_t)pd->transfer_bytes));
+    json_object_set_new(out, "prefill_ranks", json_integer(prefill->ranks));
+    json_object_set_new(out, "decode_ranks", json_integer(decode->ranks));
+    json_object_set_new(out, "transfer", json_string(transfer_names[config->transfer]));
+    json_object_set_new(out, "layerwise", json_boolean(config->layerwise));
+    json_object_set_new(out, "link", json_string(link_names[config->link]));
+    json_object_set_new(out, "link_bandwidth_gbps",
+                        link->bandwidth > 0 ? json_real(link->bandwidth / 1e9) : json_null());
+    json_object_set_new(out, "link_latency_us",
+                        link->bandwidth > 0 ? json_real((double)link->latency_ns / 1e3)
+                                            : json_null());
+    json_object_set_new(out, "decode_router", json_string(link->router));
+    json_object_set_new(out, "handoffs", json_integer((json_int_t)stats->handoffs));
+    json_object_set_new(out, "transfers", json_integer((json_int_t)stats->transfers));
+    json_object_set_new(out, "transfer_bytes", json_integer((json_int_t)stats->transfer_bytes));
+    json_object_set_new(out, "verified_blocks", json_integer((json_int_t)stats->verified_blocks));
+    json_object_set_new(out, "checksum_failures",
+                        json_integer((json_int_t)stats->checksum_failures));
     json_object_set_new(out, "prefill_hit_rate",
-                        json_real(hit_rate(params->lanes, 0, params->num_prefill)));
+                        json_real(share((double)prefill->prefix_hits,
+                                        (double)prefill->prefix_queries)));
     json_object_set_new(out, "decode_hit_rate",
-                        json_real(hit_rate(params->lanes, params->num_prefill,
-                                           params->num_decode)));
+                        json_real(share((double)decode->prefix_hits,
+                                        (double)decode->prefix_queries)));
     json_object_set_new(out, "decode_hit_tokens",
-                        json_integer((json_int_t)pd->decode_hit_tokens));
+                        json_integer((json_int_t)stats->decode_hit_tokens));
     json_object_set_new(out, "decode_recomputed_tokens",
-                        json_integer((json_int_t)pd->recomputed_tokens));
-    json_object_set_new(out, "transfer_ms", kvio_hist_json(pd->transfer_ns, 1e-6));
-    json_object_set_new(out, "transfer_gbps", kvio_hist_json(pd->transfer_mbps, 1e-3));
+                        json_integer((json_int_t)stats->recomputed_tokens));
+    json_object_set_new(out, "transfer_ms", kvio_hist_json(stats->transfer_ns, 1e-6));
+    json_object_set_new(out, "transfer_gbps", kvio_hist_json(stats->transfer_mbps, 1e-3));
     json_object_set_new(out, "prefill_utilization",
-                        json_real(utilisation(params->lanes, 0, params->num_prefill,
-                                              (double)run_ns)));
+                        json_real(share((double)prefill->busy_ns,
+                                        (double)run_ns * prefill->ranks)));
     json_object_set_new(out, "decode_utilization",
-                        json_real(utilisation(params->lanes, params->num_prefill,
-                                              params->num_decode, (double)run_ns)));
+                        json_real(share((double)decode->busy_ns, (double)run_ns * decode->ranks)));
     static const char *const names[5] = {"prefill_queue", "prefill", "decode_queue",
                                          "kv_transfer", "first_decode_step"};
     json_t *parts = json_object();
     for (int i = 0; i < 5; i++)
         json_object_set_new(parts, names[i],
-                            json_real(pd->measured > 0 ? (double)pd->ttft_parts_ns[i] /
-                                                             (double)pd->measured / 1e6
-                                                       : 0));
+                            json_real(share((double)stats->ttft_parts_ns[i] / 1e6,
+                                            (double)stats->measured)));
     json_object_set_new(out, "mean_ttft_parts_ms", parts);
     return out;
 }

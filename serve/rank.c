@@ -27,16 +27,26 @@
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
 {
     kvio_serve_rank_t *rank = context;
-    kvio_serve_loop_finished(&rank->loop, finished);
-    kvio_serve_record_finished(&rank->recorder, finished);
+    if (rank->pd != NULL && kvio_serve_pd_rank_prefills(rank->pd)) {
+        kvio_serve_pd_rank_prefilled(rank->pd, finished); /* its decode goes on elsewhere */
+        return;
+    }
+    kvio_engine_finished_t request = *finished;
+    if (rank->pd != NULL)
+        kvio_serve_pd_rank_decoded(rank->pd, &request);
+    kvio_serve_loop_finished(&rank->loop, &request);
+    kvio_serve_record_finished(&rank->recorder, &request);
     if (rank->frontend != NULL)
-        kvio_serve_frontend_arrivals_finished(rank->frontend, finished);
+        kvio_serve_frontend_arrivals_finished(rank->frontend, &request);
 }
 
 static void on_tokens(void *context, uint64_t id, uint32_t generated, int64_t end_ns)
 {
     kvio_serve_rank_t *rank = context;
-    kvio_serve_frontend_arrivals_tokens(rank->frontend, id, generated, end_ns);
+    if (rank->pd != NULL)
+        kvio_serve_pd_rank_tokens(rank->pd, id, generated);
+    if (rank->frontend != NULL)
+        kvio_serve_frontend_arrivals_tokens(rank->frontend, id, generated, end_ns);
 }
 
 static void on_iteration(void *context, uint32_t world_rank,
@@ -59,6 +69,21 @@ static void on_cache(void *context, kvio_hash_t hash, bool cached)
 static bool has_client(const kvio_serve_run_t *run)
 {
     return run->client_rank > 0 && run->rte != NULL;
+}
+
+/* P/D: this rank's side, its staging buffer as large as pd.staging or its
+ * pool (collective: the P/D link). */
+static kvio_status_t create_pd(kvio_serve_rank_t *rank, char *error_p, size_t error_len)
+{
+    const kvio_serve_run_t *run = rank->run;
+    uint64_t staging = run->pd->staging > 0 ? run->pd->staging
+                                            : (uint64_t)rank->blocks * rank->block_bytes;
+    kvio_serve_pd_rank_params_t params = {
+        .run = run, .serve_index = rank->serve_index, .lane = &rank->lane,
+        .block_bytes = rank->block_bytes, .block_size = rank->block_size,
+        .pool = rank->memory.memory, .staging_blocks = (uint32_t)(staging / rank->block_bytes),
+        .tiers = rank->memory.tiers, .num_tiers = rank->memory.num_tiers};
+    return kvio_serve_pd_rank_create(&params, &rank->pd, error_p, error_len);
 }
 
 /* The pool, swap space and tiers (one rank at a time under run->setup_lock:
@@ -89,11 +114,14 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
     if (status != KVIO_OK)
         return status;
     const kvio_serve_memory_t *memory = &rank->memory;
+    if (run->pd != NULL && (status = create_pd(rank, error_p, error_len)) != KVIO_OK)
+        return status;
     bool frontend = run->frontend != NULL;
     kvio_engine_observer_t observer = {.context = rank, .on_finish = on_finish,
                                        .on_iteration = on_iteration,
                                        .on_cache = has_client(run) || frontend ? on_cache : NULL,
-                                       .on_tokens = frontend ? on_tokens : NULL};
+                                       .on_tokens = frontend || rank->pd != NULL ? on_tokens
+                                                                                 : NULL};
     kvio_engine_params_t params = kvio_serve_engine_params(run, rank->serve_index, rank->blocks,
                                                            rank->cost, observer);
     params.kv_memory = memory->memory;
@@ -107,6 +135,11 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
     params.swap_space_blocks = memory->swap_blocks;
     params.tiers = memory->tiers;
     params.num_tiers = memory->num_tiers;
+    if (rank->pd != NULL && !kvio_serve_pd_rank_prefills(rank->pd)) {
+        kvio_serve_pd_rank_tiers(rank->pd, &params.tiers, &params.num_tiers);
+        params.load_only_tiers = 1;
+        params.async_tiers = true; /* the decode loads beside its batch */
+    }
     return kvio_engine_create(&params, &rank->lane.engine, error_p, error_len);
 }
 
@@ -130,11 +163,13 @@ static kvio_status_t create_arrivals(kvio_serve_rank_t *rank)
             rank->loop.arrivals = kvio_serve_client_arrivals(rank->client);
         return status;
     }
+    if (rank->pd != NULL && !kvio_serve_pd_rank_prefills(rank->pd))
+        return KVIO_OK; /* its requests come from the prefill ranks (attached) */
     bool plain = rank->num_serve == 1 && run->first_serve_rank == 0;
     kvio_serve_stream_params_t stream = {
         .stream = run->stream, .block_size = rank->block_size, .warmup_ns = run->warmup_ns,
         .warmup_requests = run->warmup_requests, .share_index = rank->serve_index,
-        .num_shares = rank->num_serve,
+        .num_shares = rank->pd != NULL ? run->num_prefill : rank->num_serve,
         .progress_label = plain ? "emulate: requests sent" : NULL,
         .num_requests = run->num_requests};
     kvio_status_t status = kvio_serve_stream_arrivals_create(&stream, rank->lanes, 1,
@@ -173,6 +208,8 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
                                                             : 0};
     if (status == KVIO_OK && run->serve != NULL)
         status = create_arrivals(rank);
+    if (status == KVIO_OK && rank->pd != NULL)
+        kvio_serve_pd_rank_attach(rank->pd, &rank->loop);
     rank->executor = (kvio_executor_t){
         .ops = kvio_executor_find(rank->memory.spin ? "gpu" : "realtime"),
         .device = rank->memory.device};
@@ -199,6 +236,7 @@ void kvio_serve_rank_destroy(kvio_serve_rank_t *rank)
     if (rank == NULL)
         return;
     kvio_engine_destroy(rank->lane.engine);
+    kvio_serve_pd_rank_destroy(rank->pd); /* after the engine: its I/O thread reads through it */
     kvio_serve_lane_fini(&rank->lane);
     /* After the engine released the requests it made. */
     kvio_serve_stream_arrivals_destroy(rank->stream);
@@ -242,6 +280,10 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
     }
     lane->serve_until_ns = serve_until_ns;
     kvio_status_t status = kvio_serve_loop_run(&rank->loop);
+    if (status == KVIO_OK && rank->pd != NULL &&
+        (status = kvio_serve_pd_rank_finish(rank->pd)) != KVIO_OK)
+        snprintf(rank->loop.error, sizeof(rank->loop.error), "%s",
+                 kvio_serve_pd_rank_error(rank->pd));
     if (status == KVIO_OK && rank->recorder.status != KVIO_OK)
         snprintf(rank->loop.error, sizeof(rank->loop.error),
                  "serve rank %u: out of memory recording its requests", lane->world_rank);
@@ -296,7 +338,11 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
     }
     /* The rank's tiers and where its KV pool lives, as JSON text. */
     json_t *tiers = json_array();
-    kvio_serve_tiers_json(rank->memory.tiers, rank->memory.num_tiers, rank->serve_index, tiers);
+    kvio_tier_t *const *rank_tiers = rank->memory.tiers;
+    size_t num_tiers = rank->memory.num_tiers;
+    if (rank->pd != NULL && !kvio_serve_pd_rank_prefills(rank->pd))
+        kvio_serve_pd_rank_tiers(rank->pd, &rank_tiers, &num_tiers); /* with the peer tier */
+    kvio_serve_tiers_json(rank_tiers, num_tiers, rank->serve_index, tiers);
     json_t *about = json_pack(
         "{s:o, s:s, s:b, s:I}", "tiers", tiers, "kv_memory",
         kvio_serve_memory_where(&rank->memory), "spin_kernel", rank->memory.spin,

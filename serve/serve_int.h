@@ -401,6 +401,10 @@ kvio_status_t kvio_block_store_load(kvio_block_store_t *store, const kvio_hash_t
                                     const uint32_t *ids, size_t first, uint32_t wanted,
                                     uint32_t *loaded_p, int64_t *tier_ns_p);
 
+/* Runs fn(context) under the tiers' lock (the I/O thread keeps off). */
+void kvio_block_store_with_tiers(kvio_block_store_t *store, void (*fn)(void *context),
+                                 void *context);
+
 /* A load beside the batch (tier_io: async), as vLLM's KV connectors load:
  * the request waits for its blocks while the others run. */
 typedef struct kvio_kv_load kvio_kv_load_t;

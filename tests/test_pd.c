@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/helpers.h"
 
@@ -207,16 +208,19 @@ Test(pd, what_is_not_built_is_refused_by_name, .timeout = 60)
     char *dir = test_tmpdir();
     char *file = test_write_file(dir, "w.yaml", unique_prompts);
     struct {
-        const char *set, *said;
+        const char *set, *also, *said;
     } cases[] = {
-        {"ranks.decode=0", "ranks.decode: 0"},
-        {"ranks.serve=2", "ranks.serve: 2"},
-        {"mode=emulate", "mode: emulate"},
-        {"serve.kvcache.prefix_caching=false", "serve.kvcache.prefix_caching"},
-        {"pd.transfer=sideways", "pd.transfer"},
+        {"ranks.decode=0", NULL, "ranks.decode: 0"},
+        {"ranks.serve=2", NULL, "ranks.serve: 2"},
+        {"serve.kvcache.prefix_caching=false", NULL, "serve.kvcache.prefix_caching"},
+        {"pd.transfer=sideways", NULL, "pd.transfer"},
+        {"mode=emulate", "pd.transfer=push", "pd.transfer: push"},
+        {"mode=emulate", "pd.layerwise=true", "pd.layerwise"},
+        {"mode=emulate", "pd.router.policy=prefix_affinity", "pd.router"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         test_run_t run = test_kvio(dir, "run", file, "-o", "out", "-q", "--set", cases[i].set,
+                                   "--set", cases[i].also != NULL ? cases[i].also : "seed=4",
                                    NULL);
         cr_assert_eq(run.status, 2, "%s: status %d: %s", cases[i].set, run.status, run.err);
         cr_assert(test_contains(run.err, cases[i].said), "%s: %s", cases[i].set, run.err);
@@ -225,4 +229,101 @@ Test(pd, what_is_not_built_is_refused_by_name, .timeout = 60)
     free(file);
     test_rmtree(dir);
     free(dir);
+}
+
+/* Emulate: one prefill rank, two decode ranks, real KV pools; Llama-3.2-1B
+ * has 32 KiB of KV per token. */
+static const char *emulate_prompts =
+    "name: pde\nseed: 6\nmode: emulate\nduration: 20s\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "ranks: {prefill: 1, decode: 2, timeout: 20s}\n"
+    "serve:\n  kvcache: {block_size: 16, blocks: 300}\n"
+    "stream:\n  requests: 24\n  arrival: {process: poisson, rate: 20}\n"
+    "  input_tokens: {dist: uniform, low: 200, high: 1500}\n"
+    "  output_tokens: {dist: uniform, low: 4, high: 24}\n";
+
+Test(pd, emulate_moves_each_request_s_kv_once_and_checks_every_block, .timeout = 120)
+{
+    pd_run_t run = pd_run(emulate_prompts, NULL);
+    const test_csv_t *csv = &run.requests;
+    cr_assert_eq(csv->num_rows, 24, "every request finishes once, on its decode rank");
+    bool seen[24] = {false};
+    double tokens = 0;
+    for (size_t r = 0; r < csv->num_rows; r++) {
+        double id = test_csv_number(csv, r, "id");
+        cr_assert(id >= 0 && id < 24 && !seen[(int)id], "request %.0f twice or unknown", id);
+        seen[(int)id] = true;
+        double rank = test_csv_number(csv, r, "rank");
+        cr_assert(rank == 1 || rank == 2, "request %.0f finished on rank %.0f", id, rank);
+        double moved = test_csv_number(csv, r, "kv_transfer_tokens");
+        cr_assert_eq(moved, transferable(test_csv_number(csv, r, "input_tokens")));
+        tokens += moved;
+        const char *parts[] = {"prefill_queue_ms", "prefill_ms", "decode_queue_ms",
+                               "kv_transfer_ms", "first_decode_ms"};
+        double sum = 0;
+        for (size_t p = 0; p < 5; p++) {
+            cr_assert_geq(test_csv_number(csv, r, parts[p]), 0, "request %.0f: %s %.3f", id,
+                          parts[p], test_csv_number(csv, r, parts[p]));
+            sum += test_csv_number(csv, r, parts[p]);
+        }
+        double ttft = test_csv_number(csv, r, "ttft_ms");
+        cr_assert(fabs(sum - ttft) < 0.02, "request %.0f: parts %.3f, TTFT %.3f", id, sum, ttft);
+    }
+    /* Every block that came over was checked against the prefill's checksum. */
+    cr_assert_eq((double)test_json_integer(run.summary, "metrics.pd.verified_blocks"),
+                 tokens / 16);
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.checksum_failures"), 0);
+    cr_assert_eq((double)test_json_integer(run.summary, "metrics.pd.transfer_bytes"),
+                 tokens * 32768);
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.decode_recomputed_tokens"), 0);
+    pd_free(&run);
+}
+
+Test(pd, emulate_a_block_changed_on_its_way_is_counted_and_computed_again, .timeout = 120)
+{
+    const char *sets[] = {"pd.corrupt_every=5", NULL};
+    pd_run_t run = pd_run(emulate_prompts, sets);
+    cr_assert_eq(run.requests.num_rows, 24, "every request still finishes");
+    long long failures = test_json_integer(run.summary, "metrics.pd.checksum_failures");
+    cr_assert_gt(failures, 0);
+    cr_assert_gt(test_json_integer(run.summary, "metrics.pd.decode_recomputed_tokens"), 0,
+                 "what failed its checksum was computed on the decode rank, not used");
+    pd_free(&run);
+}
+
+Test(pd, emulate_a_lost_decode_rank_ends_the_run_naming_it, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", emulate_prompts);
+    struct timespec start, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    test_run_t run = test_kvio(dir, "run", file, "-o", "out", "-q", "--set",
+                               "pd.decode_dies_after=3", NULL);
+    cr_assert_eq(run.status, 1, "status %d: %s", run.status, run.err);
+    cr_assert(test_contains(run.err, "decode rank 1"), "%s", run.err);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    double took = (double)(end.tv_sec - start.tv_sec) + (end.tv_nsec - start.tv_nsec) / 1e9;
+    cr_assert_lt(took, test_seconds(60), "a lost rank is not waited for (%.1f s)", took);
+    test_run_free(&run);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(pd, emulate_a_decode_side_hit_moves_nothing_of_what_the_pool_holds, .timeout = 120)
+{
+    const char *sets[] = {"mode=emulate", "model.preset=llama3.2-1b", "serve.kvcache.blocks=300",
+                          NULL};
+    pd_run_t run = pd_run(shared_prompts, sets);
+    const test_csv_t *csv = &run.requests;
+    cr_assert_eq(csv->num_rows, 10);
+    for (size_t r = 0; r < csv->num_rows; r++) {
+        double moved = test_csv_number(csv, r, "kv_transfer_tokens");
+        double cached = test_csv_number(csv, r, "cached_tokens");
+        cr_assert_eq(moved + cached, transferable(1100));
+        if (test_csv_number(csv, r, "id") > 0)
+            cr_assert_eq(cached, 1024, "the system prompt was on the decode rank");
+    }
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.checksum_failures"), 0);
+    pd_free(&run);
 }

@@ -143,12 +143,15 @@ typedef struct kvio_engine_request {
 
 /* What a P/D decode rank's finished request adds (the serve loop fills it
  * from the prefill's finish; zero elsewhere). TTFT = prefill_queued_ns +
- * prefill_ns + queued (the decode's) + kv_transfer_ns + first_step. */
+ * prefill_ns + staging_ns + decode_queued_ns + kv_transfer_ns + the first
+ * decode step; the KV transfer is staging_ns + kv_transfer_ns. */
 typedef struct kvio_pd_times {
     uint32_t prefill_rank;      /* world rank + 1 of the prefill (0: not P/D) */
     int64_t prefill_queued_ns;  /* arrival to the prefill's first schedule */
     int64_t prefill_ns;         /* the prefill's first schedule to its end (the handoff) */
-    int64_t decode_queued_ns;   /* the handoff to the decode's admission */
+    int64_t staging_ns;         /* emulate: the prefill rank's copy into its staging buffer
+                                   (and any wait for room), after its end */
+    int64_t decode_queued_ns;   /* the KV staged to the decode's admission */
 } kvio_pd_times_t;
 
 /* What a finished request reports. */
@@ -389,6 +392,10 @@ bool kvio_engine_has_work(const kvio_engine_t *engine);
  * when no request waits for one, -1 when it is not known ahead (emulate:
  * look again). */
 int64_t kvio_engine_kv_ready_ns(const kvio_engine_t *engine);
+
+/* Runs fn(context) while the engine's I/O thread keeps off its tiers (an
+ * emulate P/D decode lists and unlists blocks in its peer tier). */
+void kvio_engine_with_tiers(kvio_engine_t *engine, void (*fn)(void *context), void *context);
 
 /* Waits until the tier traffic asked for has been carried out (the tiers'
  * statistics are read after this). */

@@ -43,6 +43,8 @@ typedef struct kvio_rte kvio_rte_t;
 #define KVIO_UPDATE_TAG_TRAINER_LOST (KVIO_RTE_TAG_USER + 32) /* rank 0 to serve ranks */
 #define KVIO_SERVE_TAG_STATE (KVIO_RTE_TAG_USER + 33)         /* serve rank to client */
 #define KVIO_SERVE_TAG_REQUESTS (KVIO_RTE_TAG_USER + 34)      /* client to serve rank */
+#define KVIO_SERVE_TAG_PD_HANDOFF (KVIO_RTE_TAG_USER + 35)    /* prefill to decode rank */
+#define KVIO_SERVE_TAG_PD_RELEASE (KVIO_RTE_TAG_USER + 36)    /* decode to prefill rank */
 #define KVIO_RUN_TAG_TRAINING_DONE (KVIO_RTE_TAG_USER + 40)   /* rank 0 to client */
 
 typedef struct kvio_rte_params {

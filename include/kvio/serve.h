@@ -71,6 +71,11 @@ typedef struct kvio_pd_config {
     int64_t latency_ns;  /* per transfer */
     kvio_router_config_t router; /* picks each request's decode rank */
     int version;         /* kvio_pd_version_t */
+    uint64_t staging;    /* emulate: each prefill rank's outbox, bytes (0: as its pool) */
+    int64_t corrupt_every;      /* fault injection (emulate): every Nth staged block changed
+                                   after its checksum was taken (0: none) */
+    int64_t decode_dies_after;  /* fault injection (emulate): the first decode rank fails
+                                   after taking N handoffs (0: never) */
 } kvio_pd_config_t;
 
 extern const kvio_opt_t kvio_pd_options[];
@@ -337,6 +342,16 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                    size_t *length_p);
 
+/* P/D (emulate): the first num_prefill blobs are prefill ranks' (their
+ * requests are their decodes'), and metrics.pd says what moved. */
+typedef struct kvio_serve_pd_merge {
+    const kvio_pd_config_t *config;
+    uint32_t num_prefill;
+    uint32_t block_size;
+    uint64_t kv_bytes_per_token;
+    int64_t run_ns; /* the run's length (the pools' utilisation) */
+} kvio_serve_pd_merge_t;
+
 /* On rank 0: merges the serve ranks' blobs, from world rank first_rank on
  * (and the client rank's, if one is among them) into serving metrics (JSON),
  * requests.csv and
@@ -350,6 +365,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                                      kvio_event_trace_t *events, json_t **metrics_p,
                                      uint64_t **served_p, size_t *num_versions_p,
                                      kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
+                                     const kvio_serve_pd_merge_t *pd,
                                      char *error_p, size_t error_len);
 
 /* ---------- the client rank of the coupled run (ranks.client: 1) ---------- */

@@ -137,6 +137,11 @@ kvio_status_t kvio_tier_create_remote(const kvio_tier_remote_t *remote, uint32_t
 kvio_status_t kvio_tier_list(kvio_tier_t *tier, kvio_hash_t hash, uint64_t checksum,
                              uint64_t location);
 
+/* A remote tier forgets a block that is no longer at location (its holder
+ * let it go); true when it was listed there (a block listed again since,
+ * elsewhere, stays). */
+bool kvio_tier_unlist(kvio_tier_t *tier, kvio_hash_t hash, uint64_t location);
+
 /* Waterfall placement (kv-cache.py's): a block this tier evicts is written
  * to next (when next lacks it) before its slot is reused, read back and
  * checked in emulate mode; next's evictions go on down its own. NULL: an

@@ -1,0 +1,309 @@
+/* The P/D KV link (emulate): each prefill rank's outbox, host memory mapped
+ * with UCX that its finished prompts' blocks are staged in, and on each
+ * decode rank an endpoint and a key to every outbox, through which its
+ * I/O thread reads a request's blocks straight into its pool with UCX gets
+ * (vLLM's NixlConnector pulls; UCX picks shared memory between ranks of one
+ * node, or what UCX_TLS names). Set up collectively over the runtime. A
+ * wait for a get lasts as long as the prefill rank lives (its heartbeats),
+ * however slowly the bytes move. */
+#include "serve/loop_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+struct kvio_pd_link {
+    kvio_rte_t *rte;
+    int size;
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_mem_h outbox_memory; /* prefill */
+    void *outbox;
+    uint64_t outbox_bytes;
+    ucp_ep_h *eps;           /* decode: per world rank, to each prefill rank */
+    ucp_rkey_h *rkeys;
+    uint64_t *bases;         /* the outboxes' addresses */
+    int inflight;            /* gets posted, not complete */
+    ucs_status_t request_error;
+};
+
+static kvio_status_t from_ucs(ucs_status_t status)
+{
+    if (status == UCS_OK)
+        return KVIO_OK;
+    return status == UCS_ERR_NO_MEMORY ? KVIO_ERR_NOMEM : KVIO_ERR_IO;
+}
+
+/* This rank's UCX: its context and worker (one thread at a time uses it:
+ * the decode rank's I/O thread, the prefill rank's loop). */
+static kvio_status_t open_ucx(kvio_pd_link_t *link, char *error_p, size_t error_len)
+{
+    ucp_config_t *config = NULL;
+    ucs_status_t status = ucp_config_read(NULL, NULL, &config);
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA};
+    if (status == UCS_OK)
+        status = ucp_init(&params, config, &link->context);
+    if (config != NULL)
+        ucp_config_release(config);
+    ucp_worker_params_t worker_params = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                         .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+    if (status == UCS_OK)
+        status = ucp_worker_create(link->context, &worker_params, &link->worker);
+    if (status != UCS_OK)
+        snprintf(error_p, error_len, "P/D link: UCX set-up: %s", ucs_status_string(status));
+    return from_ucs(status);
+}
+
+/* Prefill: the outbox, and [u64 address, rkey] for the decode ranks. */
+static kvio_status_t map_outbox(kvio_pd_link_t *link, void **blob_p, size_t *length_p,
+                                char *error_p, size_t error_len)
+{
+    ucp_mem_map_params_t params = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+        .length = link->outbox_bytes, .flags = UCP_MEM_MAP_ALLOCATE};
+    ucs_status_t status = ucp_mem_map(link->context, &params, &link->outbox_memory);
+    if (status != UCS_OK) {
+        snprintf(error_p, error_len, "P/D link: a staging buffer of %.2f GiB (ucp_mem_map): %s",
+                 (double)link->outbox_bytes / 1073741824.0, ucs_status_string(status));
+        return from_ucs(status);
+    }
+    ucp_mem_attr_t attributes = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+    ucp_mem_query(link->outbox_memory, &attributes);
+    link->outbox = attributes.address;
+    void *rkey = NULL;
+    size_t rkey_size = 0;
+    status = ucp_rkey_pack(link->context, link->outbox_memory, &rkey, &rkey_size);
+    char *blob = status == UCS_OK ? malloc(sizeof(uint64_t) + rkey_size) : NULL;
+    if (blob != NULL) {
+        uint64_t address = (uint64_t)(uintptr_t)link->outbox;
+        memcpy(blob, &address, sizeof(address));
+        memcpy(blob + sizeof(address), rkey, rkey_size);
+        *blob_p = blob;
+        *length_p = sizeof(address) + rkey_size;
+    }
+    if (rkey != NULL)
+        ucp_rkey_buffer_release(rkey);
+    if (status != UCS_OK || blob == NULL) {
+        snprintf(error_p, error_len, "P/D link: packing the staging buffer's key: %s",
+                 status != UCS_OK ? ucs_status_string(status) : "out of memory");
+        return status != UCS_OK ? from_ucs(status) : KVIO_ERR_NOMEM;
+    }
+    return KVIO_OK;
+}
+
+/* Decode: an endpoint and the outbox's key of every rank that has one. */
+static kvio_status_t connect_outboxes(kvio_pd_link_t *link, void **addresses,
+                                      const size_t *address_lengths, void **blobs,
+                                      const size_t *lengths, char *error_p, size_t error_len)
+{
+    link->eps = calloc((size_t)link->size, sizeof(*link->eps));
+    link->rkeys = calloc((size_t)link->size, sizeof(*link->rkeys));
+    link->bases = calloc((size_t)link->size, sizeof(*link->bases));
+    if (link->eps == NULL || link->rkeys == NULL || link->bases == NULL)
+        return KVIO_ERR_NOMEM;
+    for (int rank = 0; rank < link->size; rank++) {
+        if (lengths[rank] <= sizeof(uint64_t))
+            continue; /* no outbox */
+        if (address_lengths[rank] == 0) {
+            snprintf(error_p, error_len, "P/D link: rank %d has a staging buffer but no UCX "
+                     "address (its set-up failed)", rank);
+            return KVIO_ERR_PEER;
+        }
+        ucp_ep_params_t params = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            .address = addresses[rank], .err_mode = UCP_ERR_HANDLING_MODE_NONE};
+        ucs_status_t status = ucp_ep_create(link->worker, &params, &link->eps[rank]);
+        memcpy(&link->bases[rank], blobs[rank], sizeof(uint64_t));
+        if (status == UCS_OK)
+            status = ucp_ep_rkey_unpack(link->eps[rank], (const char *)blobs[rank] +
+                                                             sizeof(uint64_t),
+                                        &link->rkeys[rank]);
+        if (status != UCS_OK) {
+            snprintf(error_p, error_len, "P/D link: connecting to prefill rank %d: %s", rank,
+                     ucs_status_string(status));
+            return from_ucs(status);
+        }
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_bytes,
+                                  kvio_pd_link_t **link_p, char *error_p, size_t error_len)
+{
+    kvio_pd_link_t *link = calloc(1, sizeof(*link));
+    if (link == NULL)
+        return KVIO_ERR_NOMEM;
+    link->rte = rte;
+    link->size = kvio_rte_size(rte);
+    link->outbox_bytes = outbox_bytes;
+    ucp_address_t *address = NULL;
+    size_t address_length = 0;
+    void *blob = NULL;
+    size_t length = 0;
+    kvio_status_t status = KVIO_OK;
+    if (decode || outbox_bytes > 0) {
+        status = open_ucx(link, error_p, error_len);
+        if (status == KVIO_OK && outbox_bytes > 0)
+            status = map_outbox(link, &blob, &length, error_p, error_len);
+        if (status == KVIO_OK)
+            status = from_ucs(ucp_worker_get_address(link->worker, &address, &address_length));
+    }
+    /* Every rank takes part, a failed one with nothing, so that none waits. */
+    void **addresses = NULL, **blobs = NULL;
+    size_t *address_lengths = NULL, *lengths = NULL;
+    kvio_status_t exchange = kvio_rte_allgather_blobs(
+        rte, status == KVIO_OK && address != NULL ? (const void *)address : "",
+        status == KVIO_OK ? address_length : 0, &addresses, &address_lengths);
+    if (exchange == KVIO_OK)
+        exchange = kvio_rte_allgather_blobs(rte, status == KVIO_OK && blob != NULL ? blob : "",
+                                            status == KVIO_OK ? length : 0, &blobs, &lengths);
+    if (status == KVIO_OK && exchange != KVIO_OK) {
+        snprintf(error_p, error_len, "P/D link: exchanging addresses: %s",
+                 kvio_rte_verdict(rte)[0] != '\0' ? kvio_rte_verdict(rte)
+                                                  : kvio_strerror(exchange));
+        status = exchange;
+    }
+    if (status == KVIO_OK && decode)
+        status = connect_outboxes(link, addresses, address_lengths, blobs, lengths, error_p,
+                                  error_len);
+    if (address != NULL)
+        ucp_worker_release_address(link->worker, address);
+    free(blob);
+    if (addresses != NULL)
+        kvio_rte_blobs_free(addresses, address_lengths, link->size);
+    if (blobs != NULL)
+        kvio_rte_blobs_free(blobs, lengths, link->size);
+    if (status != KVIO_OK) {
+        kvio_pd_link_destroy(link);
+        return status;
+    }
+    *link_p = link;
+    return KVIO_OK;
+}
+
+void kvio_pd_link_destroy(kvio_pd_link_t *link)
+{
+    if (link == NULL)
+        return;
+    for (int rank = 0; link->rkeys != NULL && rank < link->size; rank++)
+        if (link->rkeys[rank] != NULL)
+            ucp_rkey_destroy(link->rkeys[rank]);
+    for (int rank = 0; link->eps != NULL && rank < link->size; rank++) {
+        if (link->eps[rank] == NULL)
+            continue;
+        ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                     .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t request = ucp_ep_close_nbx(link->eps[rank], &param);
+        while (request != NULL && !UCS_PTR_IS_ERR(request) &&
+               ucp_request_check_status(request) == UCS_INPROGRESS)
+            ucp_worker_progress(link->worker);
+        if (request != NULL && !UCS_PTR_IS_ERR(request))
+            ucp_request_free(request);
+    }
+    if (link->outbox_memory != NULL)
+        ucp_mem_unmap(link->context, link->outbox_memory);
+    if (link->worker != NULL)
+        ucp_worker_destroy(link->worker);
+    if (link->context != NULL)
+        ucp_cleanup(link->context);
+    free(link->eps);
+    free(link->rkeys);
+    free(link->bases);
+    free(link);
+}
+
+void *kvio_pd_link_outbox(const kvio_pd_link_t *link)
+{
+    return link->outbox;
+}
+
+void kvio_pd_link_progress(kvio_pd_link_t *link)
+{
+    if (link->worker != NULL)
+        while (ucp_worker_progress(link->worker) != 0) {
+        }
+}
+
+static void get_done(void *request, ucs_status_t status, void *user_data)
+{
+    kvio_pd_link_t *link = user_data;
+    link->inflight--;
+    if (status != UCS_OK && link->request_error == UCS_OK)
+        link->request_error = status;
+    ucp_request_free(request);
+}
+
+/* Until every get posted is complete, while the prefill ranks they read
+ * from live. */
+static kvio_status_t wait_gets(kvio_pd_link_t *link, const int *ranks, size_t count,
+                               char *error_p, size_t error_len)
+{
+    while (link->inflight > 0) {
+        if (ucp_worker_progress(link->worker) != 0)
+            continue;
+        for (size_t i = 0; i < count; i++) {
+            if (!kvio_rte_peer_failed(link->rte, ranks[i]))
+                continue;
+            snprintf(error_p, error_len, "P/D link: prefill rank %d was lost while its KV "
+                     "was read", ranks[i]);
+            /* Its requests cannot complete; they are the worker's now. */
+            return KVIO_ERR_PEER;
+        }
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 20000};
+        nanosleep(&pause, NULL);
+    }
+    if (link->request_error != UCS_OK) {
+        snprintf(error_p, error_len, "P/D link: a get failed: %s",
+                 ucs_status_string(link->request_error));
+        link->request_error = UCS_OK;
+        return KVIO_ERR_IO;
+    }
+    return KVIO_OK;
+}
+
+void kvio_pd_link_fetch(kvio_pd_link_t *link, const uint64_t *locations, void *const *data,
+                        size_t count, uint64_t block_bytes, kvio_status_t *statuses_p,
+                        char *error_p, size_t error_len)
+{
+    int ranks[64];
+    size_t num_ranks = 0;
+    kvio_status_t status = KVIO_OK;
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = get_done, .user_data = link};
+    size_t posted = 0;
+    for (; posted < count && status == KVIO_OK; posted++) {
+        int rank = KVIO_PD_LOCATION_RANK(locations[posted]);
+        uint64_t offset = KVIO_PD_LOCATION_OFFSET(locations[posted]);
+        if (rank >= link->size || link->eps[rank] == NULL) {
+            snprintf(error_p, error_len, "P/D link: a block at rank %d, which has no staging "
+                     "buffer", rank);
+            status = KVIO_ERR_INVALID;
+            break;
+        }
+        bool known = false;
+        for (size_t r = 0; r < num_ranks && !known; r++)
+            known = ranks[r] == rank;
+        if (!known && num_ranks < sizeof(ranks) / sizeof(ranks[0]))
+            ranks[num_ranks++] = rank;
+        ucs_status_ptr_t request = ucp_get_nbx(link->eps[rank], data[posted], block_bytes,
+                                               link->bases[rank] + offset, link->rkeys[rank],
+                                               &param);
+        if (UCS_PTR_IS_ERR(request)) {
+            snprintf(error_p, error_len, "P/D link: ucp_get_nbx from rank %d: %s", rank,
+                     ucs_status_string(UCS_PTR_STATUS(request)));
+            status = KVIO_ERR_IO;
+            break;
+        }
+        if (request != NULL)
+            link->inflight++;
+    }
+    kvio_status_t waited = wait_gets(link, ranks, num_ranks, error_p, error_len);
+    if (status == KVIO_OK)
+        status = waited;
+    /* One batch, one outcome: a failed one is computed on the decode rank. */
+    for (size_t i = 0; i < count; i++)
+        statuses_p[i] = status;
+}
