@@ -213,6 +213,7 @@ typedef struct engine_req {
     int64_t kv_wait_ns;         /* its time waiting for KV from a tier */
     int64_t kv_transfer_ns;     /* of it, until its loads ended (the rest: an iteration) */
     uint32_t loaded_tokens;     /* tokens its loads brought */
+    bool pd_stale;              /* P/D: prefilled on an older version, prefilled again here */
     bool admitted_once;
     bool swapped;               /* KV sits in host memory (preempted by swap) */
     kvio_swapped_t swap;        /* emulate: where the swapped blocks sit */
@@ -280,6 +281,7 @@ struct kvio_engine {
     int64_t reset_asked_ns;     /* when (the iteration boundary of the activation) */
     int64_t last_end_ns;        /* the last iteration boundary */
     int in_flight;              /* kvio_in_flight_t */
+    bool pd_consistent;         /* pd.version: consistent */
     uint64_t active_version;    /* the model version the engine runs */
     bool admission_paused;      /* in_flight: wait: draining for an update */
     bool admission_held;        /* kvio_engine_hold_admission (vLLM's pause, mode wait) */
@@ -482,6 +484,8 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     dst->reset_delay_ns += src->reset_delay_ns;
     dst->reset_preempted_requests += src->reset_preempted_requests;
     dst->mixed_version_tokens += src->mixed_version_tokens;
+    dst->pd_reprefills += src->pd_reprefills;
+    dst->pd_reprefilled_tokens += src->pd_reprefilled_tokens;
     dst->update_aborted_requests += src->update_aborted_requests;
     dst->update_recomputed_tokens += src->update_recomputed_tokens;
     dst->colocated_preemptions += src->colocated_preemptions;
@@ -681,6 +685,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->update_cache = params->update_cache;
     engine->update_reset = params->update_reset;
     engine->in_flight = params->in_flight;
+    engine->pd_consistent = params->pd_consistent;
     kvio_status_t status = kvio_engine_metrics_init(&engine->metrics);
     engine->metrics.slo = params->slo.ttft_ns > 0 || params->slo.tpot_ns > 0;
     if (status != KVIO_OK)
@@ -855,8 +860,14 @@ static void salt_hashes(const kvio_engine_t *engine, engine_req_t *req, uint64_t
 
 /* The request will be computed on version's weights from scratch: it is
  * that version's (under versioning, so are its block hashes). */
+static void mark_stale(kvio_engine_t *engine, engine_req_t *req);
+
 static kvio_status_t retag(kvio_engine_t *engine, engine_req_t *req, uint64_t version)
 {
+    /* pd.version: consistent: a handed-over request that becomes the new
+     * version's is prefilled again here, not given its prefill's KV. */
+    if (engine->pd_consistent && req->spec.handoff.handoff_ns > 0)
+        mark_stale(engine, req);
     salt_hashes(engine, req, req->spec.tag); /* undoes the old salt */
     salt_hashes(engine, req, version);
     req->spec.tag = version;
@@ -1321,6 +1332,32 @@ static int64_t prefetch_deadline(const kvio_engine_t *engine, uint32_t blocks, i
     return now_ns + wait_ns;
 }
 
+/* pd.version: consistent: a request handed over by a prefill that ran an
+ * older version than this engine's is not given that prefill's KV: it is
+ * prefilled again here and becomes a request of this version (counted). */
+static void mark_stale(kvio_engine_t *engine, engine_req_t *req)
+{
+    if (req->pd_stale)
+        return;
+    req->pd_stale = true;
+    engine->metrics.pd_reprefills++;
+    engine->metrics.pd_reprefilled_tokens += req->spec.prompt_tokens > 0
+                                                 ? req->spec.prompt_tokens - 1
+                                                 : 0;
+}
+
+static bool stale_handoff(kvio_engine_t *engine, engine_req_t *req)
+{
+    if (req->pd_stale)
+        return true;
+    if (!engine->pd_consistent || req->spec.handoff.handoff_ns == 0 ||
+        req->spec.tag >= engine->active_version)
+        return false;
+    mark_stale(engine, req);
+    req->spec.tag = engine->active_version;
+    return true;
+}
+
 /* tier_io: async. The request's blocks (the pool's hits and the tier's)
  * are reserved, the tier's begin to load, and the request waits in the
  * loading list, not at the queue's head, while the batch goes on (vLLM's
@@ -1455,7 +1492,10 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             if (status != KVIO_OK)
                 return status;
             computed = hits;
-            if (kvio_block_store_num_tiers(engine->store) > 0 && engine->config_prefix_caching) {
+            if (stale_handoff(engine, req)) {
+                /* pd.version: consistent: its KV is the old version's. */
+            } else if (kvio_block_store_num_tiers(engine->store) > 0 &&
+                       engine->config_prefix_caching) {
                 size_t max_blocks = (num_tokens - 1) / engine->block_size;
                 if (max_blocks > req->hashes_given)
                     max_blocks = req->hashes_given;
@@ -1799,6 +1839,11 @@ kvio_status_t kvio_engine_activate(kvio_engine_t *engine, uint64_t version)
      * version's. */
     for (size_t i = 0; i < engine->waiting.count; i++) {
         engine_req_t *req = engine->waiting.items[i];
+        /* A P/D request's KV is its prefill's: with pd.version any it stays
+         * that version's (its tokens here count as mixed). */
+        bool handed_over = req->spec.handoff.handoff_ns > 0;
+        if (handed_over && !engine->pd_consistent)
+            continue;
         if (req->computed == 0 && !req->swapped && req->spec.tag < version) {
             kvio_status_t status = retag(engine, req, version);
             if (status != KVIO_OK)

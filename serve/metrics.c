@@ -90,6 +90,12 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
                         json_integer((json_int_t)metrics->resumed_prefix_hits));
     json_object_set_new(object, "preemptions", json_integer((json_int_t)metrics->preemptions));
     /* Requests taken out unfinished (a client that went away: kvio serve). */
+    if (metrics->pd_reprefills > 0) {
+        json_object_set_new(object, "pd_reprefills",
+                            json_integer((json_int_t)metrics->pd_reprefills));
+        json_object_set_new(object, "pd_reprefilled_tokens",
+                            json_integer((json_int_t)metrics->pd_reprefilled_tokens));
+    }
     if (metrics->aborted_requests > 0)
         json_object_set_new(object, "aborted_requests",
                             json_integer((json_int_t)metrics->aborted_requests));

@@ -173,6 +173,20 @@ kvio_engine_batch_defaults_t kvio_serve_batch_limits(const kvio_engine_config_t 
     return limits;
 }
 
+/* update.in_flight, but under pd.version: consistent a request running
+ * when a version activates never goes on with the new weights over the old
+ * KV: keep becomes abort (it is computed again on the new version); wait
+ * (drained on the old weights) stays. */
+static int pd_in_flight(const kvio_serve_run_t *run)
+{
+    if (run->update == NULL)
+        return 0;
+    if (run->pd != NULL && run->pd->version == KVIO_PD_VERSION_CONSISTENT &&
+        run->update->in_flight == KVIO_IN_FLIGHT_KEEP)
+        return KVIO_IN_FLIGHT_ABORT;
+    return run->update->in_flight;
+}
+
 kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint32_t serve_index,
                                               uint32_t blocks, const kvio_cost_t *cost,
                                               kvio_engine_observer_t observer)
@@ -207,7 +221,8 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .observer = observer,
         .update_cache = run->update != NULL ? run->update->on_activate.cache : 0,
         .update_reset = run->update != NULL ? run->update->on_activate.reset : 0,
-        .in_flight = run->update != NULL ? run->update->in_flight : 0,
+        .in_flight = pd_in_flight(run),
+        .pd_consistent = run->pd != NULL && run->pd->version == KVIO_PD_VERSION_CONSISTENT,
         .itl_records_max = run->keep_itls ? KVIO_SERVE_ITLS_MAX / (run->num_ranks > 0
                                                                        ? run->num_ranks
                                                                        : 1)

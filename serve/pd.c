@@ -73,8 +73,10 @@ const kvio_opt_t kvio_pd_options[] = {
     {.key = "version", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_pd_config_t, version),
      .values = version_names, .default_value = "any",
      .help = "with model updates: any (a request prefilled by one version may be decoded by "
-             "the next; counted as mixed-version tokens), consistent (a decode rank that runs "
-             "a newer version than the request's prefill computes its prompt again)"},
+             "the next: its tokens there count as mixed_version_tokens); consistent (never on "
+             "weights newer than its prefill's: a decode rank prefills such a request again, "
+             "counted in pd_reprefills, and update.in_flight keep becomes abort; wait drains "
+             "them on the old weights)"},
     {.key = NULL},
 };
 

@@ -327,3 +327,43 @@ Test(pd, emulate_a_decode_side_hit_moves_nothing_of_what_the_pool_holds, .timeou
     cr_assert_eq(test_json_integer(run.summary, "metrics.pd.checksum_failures"), 0);
     pd_free(&run);
 }
+
+/* A trainer's updates reach the prefill rank and both decode ranks (every
+ * 100 ms step, a version each 10 steps), while requests run. */
+static const char *coupled_pd =
+    "name: pdv\nseed: 7\nmode: simulate\nduration: 6s\n"
+    "ranks: {train: 1, prefill: 1, decode: 2}\n"
+    "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache: {block_size: 16, capacity: 2GiB}\n"
+    "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 1GiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 10}\n"
+    "  transport: {kind: ucx, model: {latency: 1ms, bandwidth: 5}}\n"
+    "update: {apply: shadow, verify: true, serving: engine, on_activate: {cache: keep}}\n"
+    "stream:\n  arrival: {process: poisson, rate: 30}\n"
+    "  input_tokens: {dist: uniform, low: 200, high: 1200}\n"
+    "  output_tokens: {dist: uniform, low: 20, high: 200}\n"
+    "  prefix: {system_prompts: {count: 4, tokens: 512, zipf: 1.0}}\n";
+
+Test(pd, consistent_versions_decode_nothing_on_weights_newer_than_its_prefill, .timeout = 60)
+{
+    const char *any[] = {"pd.version=any", NULL};
+    pd_run_t mixed = pd_run(coupled_pd, any);
+    cr_assert_gt(test_json_integer(mixed.summary, "metrics.update_effects.versions_activated"), 0);
+    /* any: what a decode rank computes for a request after its version
+     * changed is counted, and nothing is prefilled again. */
+    cr_assert_gt(test_json_integer(mixed.summary, "metrics.update_effects.mixed_version_tokens"),
+                 0);
+    cr_assert_null(json_object_get(json_object_get(mixed.summary, "metrics"), "pd_reprefills"));
+    /* The update's cost against the same stream served without updates. */
+    cr_assert_not_null(test_json(mixed.summary, "metrics.update_cost"));
+    const char *consistent[] = {"pd.version=consistent", NULL};
+    pd_run_t kept = pd_run(coupled_pd, consistent);
+    cr_assert_eq(test_json_integer(kept.summary, "metrics.update_effects.mixed_version_tokens"), 0,
+                 "no token on weights newer than the request's prefill");
+    long long again = test_json_integer(kept.summary, "metrics.pd_reprefills");
+    cr_assert_gt(again, 0, "what the newer version met is prefilled again on the decode rank");
+    cr_assert_gt(test_json_integer(kept.summary, "metrics.pd_reprefilled_tokens"), again);
+    cr_assert_eq(kept.requests.num_rows, mixed.requests.num_rows, "every request still finishes");
+    pd_free(&mixed);
+    pd_free(&kept);
+}

@@ -246,6 +246,9 @@ typedef struct kvio_engine_metrics {
     int64_t reset_delay_ns;           /* activation to reset, summed (reset: when_idle) */
     uint64_t reset_preempted_requests; /* preempted by reset: preempt_all */
     uint64_t mixed_version_tokens;    /* tokens computed on newer weights than the request's */
+    uint64_t pd_reprefills;           /* P/D, pd.version: consistent: handed-over requests whose
+                                         prefill ran an older version, computed again here */
+    uint64_t pd_reprefilled_tokens;   /* their prompt tokens not taken from the prefill */
     uint64_t update_aborted_requests; /* running requests an activation preempted */
     uint64_t update_recomputed_tokens; /* their computed tokens, dropped for recompute */
     uint64_t colocated_preemptions;   /* requests preempted to lend KV memory to an update */
@@ -324,6 +327,9 @@ typedef struct kvio_engine_params {
     int update_cache;          /* kvio_update_cache_t: what kvio_engine_activate does */
     int update_reset;          /* kvio_reset_t: how a flush resets */
     int in_flight;             /* kvio_in_flight_t */
+    bool pd_consistent;        /* pd.version: consistent: a handed-over request whose prefill
+                                  ran an older version than this engine's is prefilled again
+                                  here (its KV not loaded) and takes this engine's version */
     uint64_t itl_records_max;  /* gaps between tokens kept in the metrics (0: none) */
 } kvio_engine_params_t;
 
