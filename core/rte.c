@@ -265,6 +265,11 @@ void kvio_rte_world_destroy(kvio_rte_world_t *world, bool failed)
 const char *kvio_rte_world_kind(const kvio_rte_world_t *world) { return world->ops->name; }
 bool kvio_rte_world_is_root(const kvio_rte_world_t *world) { return world->first_local == 0; }
 
+bool kvio_rte_shared_memory(const kvio_rte_t *rte)
+{
+    return (rte->world->ops->caps & KVIO_RTE_CAP_SHARED_MEMORY) != 0;
+}
+
 int kvio_rte_size(const kvio_rte_t *rte) { return rte->world->size; }
 int kvio_rte_index(const kvio_rte_t *rte) { return rte->index; }
 kvio_rte_world_t *kvio_rte_world(kvio_rte_t *rte) { return rte->world; }

@@ -13,14 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "kvio/clock.h"
+#include "kvio/copysum.h"
 #include "kvio/log.h"
 #include "kvio/results.h"
 
@@ -361,8 +357,11 @@ kvio_status_t kvio_tier_create_remote(const kvio_tier_remote_t *remote, uint32_t
                                       int64_t latency_ns, bool emulate, kvio_tier_t **tier_p,
                                       char *error_p, size_t error_len)
 {
+    const kvio_tier_ops_t *ops = remote != NULL && remote->address != NULL
+                                     ? &kvio_tier_remote_mapped_ops
+                                     : &kvio_tier_remote_ops;
     kvio_tier_config_t config = {
-        .kind = {.plugin = &kvio_tier_remote_ops.plugin}, .size = (uint64_t)capacity * block_bytes,
+        .kind = {.plugin = &ops->plugin}, .size = (uint64_t)capacity * block_bytes,
         .write = KVIO_TIER_WRITE_BACK, .bandwidth = bandwidth, .latency_ns = latency_ns,
         .remote = remote};
     return kvio_tier_create(&config, block_bytes, emulate, tier_p, error_p, error_len);
@@ -497,50 +496,6 @@ static kvio_status_t batch_room(kvio_tier_t *tier, size_t count)
     return KVIO_OK;
 }
 
-/* Copies a piece that is in cache to target past the cache (non-temporal
- * stores, as glibc's memcpy does for copies larger than the cache: the
- * target's lines are not read first); memcpy where the target is not
- * 16-byte aligned, the size not whole 64-byte lines, or there is no SSE2. */
-static void copy_streaming(unsigned char *target, const unsigned char *source, size_t bytes)
-{
-#if defined(__SSE2__)
-    if (((uintptr_t)target & 15) == 0 && bytes % 64 == 0) {
-        for (size_t at = 0; at < bytes; at += 64) {
-            __m128i a = _mm_loadu_si128((const __m128i *)(source + at));
-            __m128i b = _mm_loadu_si128((const __m128i *)(source + at + 16));
-            __m128i c = _mm_loadu_si128((const __m128i *)(source + at + 32));
-            __m128i d = _mm_loadu_si128((const __m128i *)(source + at + 48));
-            _mm_stream_si128((__m128i *)(target + at), a);
-            _mm_stream_si128((__m128i *)(target + at + 16), b);
-            _mm_stream_si128((__m128i *)(target + at + 32), c);
-            _mm_stream_si128((__m128i *)(target + at + 48), d);
-        }
-        return;
-    }
-#endif
-    memcpy(target, source, bytes);
-}
-
-/* Copies bytes and returns their XXH3-64, a cache-sized piece at a time:
- * each piece is hashed as it comes from memory, then copied from cache
- * past the cache, so the copy and the checksum cost one pass over memory.
- * The same value as XXH3_64bits over the bytes. */
-static uint64_t copy_hashed(void *target, const void *source, size_t bytes)
-{
-    enum { PIECE = 32768 };
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    for (size_t at = 0; at < bytes; at += PIECE) {
-        size_t piece = bytes - at < PIECE ? bytes - at : PIECE;
-        XXH3_64bits_update(&state, (const unsigned char *)source + at, piece);
-        copy_streaming((unsigned char *)target + at, (const unsigned char *)source + at, piece);
-    }
-#if defined(__SSE2__)
-    _mm_sfence(); /* the streamed stores are visible before the block is */
-#endif
-    return XXH3_64bits_digest(&state);
-}
-
 /* Blocks a backend moves in one call: slots[i] with hashes[i] to or from
  * data[i]; each one's status, latency and (hashed) the checksum taken as
  * it was copied. */
@@ -568,9 +523,9 @@ static int64_t backend_move(kvio_tier_t *tier, bool put, size_t count, moves_t *
             uint64_t one_ns = kvio_time_ns();
             /* The cast: the store's own memory, written on a put. */
             void *held = (void *)ops->address(tier->priv, moves->slots[i]);
-            moves->checksums[i] = put ? copy_hashed(held, moves->data[i], tier->block_bytes)
-                                      : copy_hashed((void *)moves->data[i], held,
-                                                    tier->block_bytes);
+            moves->checksums[i] = put ? kvio_copy_hashed(held, moves->data[i], tier->block_bytes)
+                                      : kvio_copy_hashed((void *)moves->data[i], held,
+                                                         tier->block_bytes);
             moves->statuses[i] = KVIO_OK;
             moves->latencies[i] = (int64_t)(kvio_time_ns() - one_ns);
         }

@@ -80,7 +80,7 @@ typedef struct kvio_tier_ops {
 
 /* The remote backend (kvcache/tier_remote.c): not in the registry, made by
  * kvio_tier_create_remote. */
-extern const kvio_tier_ops_t kvio_tier_remote_ops;
+extern const kvio_tier_ops_t kvio_tier_remote_ops, kvio_tier_remote_mapped_ops;
 
 /* The block device under a directory (kvcache/tier_device.c): found when
  * a file tier is made, reported with what it did since. */

@@ -1,7 +1,9 @@
 /* The remote backend: blocks held elsewhere (a P/D prefill rank's memory)
  * that the tier's caller lists and moves. Each slot keeps the location the
  * caller gave; a batch of gets goes to the caller's fetch at once (its
- * transfers in flight together). It writes nothing: puts are refused. */
+ * transfers in flight together), or, where the caller maps the blocks into
+ * this process, the framework copies them from there. It writes nothing:
+ * puts are refused. */
 #include "kvcache/tier_int.h"
 
 #include <stdio.h>
@@ -29,7 +31,8 @@ static kvio_status_t remote_init(void *priv_p, const kvio_tier_setup_t *setup, c
                                  size_t error_len)
 {
     remote_priv_t *priv = priv_p;
-    if (setup->config->remote == NULL || setup->config->remote->fetch == NULL) {
+    if (setup->config->remote == NULL || (setup->config->remote->fetch == NULL &&
+                                          setup->config->remote->address == NULL)) {
         snprintf(error_p, error_len, "remote tier: nothing to fetch its blocks");
         return KVIO_ERR_INVALID;
     }
@@ -93,11 +96,19 @@ static void remote_locate(void *priv_p, uint32_t slot, uint64_t location)
     ((remote_priv_t *)priv_p)->locations[slot] = location;
 }
 
+/* Mapped: the block's address in this process (its holder's memory). */
+static const void *remote_address(const void *priv_p, uint32_t slot)
+{
+    const remote_priv_t *priv = priv_p;
+    return priv->remote.address(priv->remote.context, priv->locations[slot]);
+}
+
 static void remote_describe(const void *priv_p, char *text_p, size_t text_len)
 {
     const remote_priv_t *priv = priv_p;
-    snprintf(text_p, text_len, "%s: %u blocks held by peers",
-             priv->remote.name != NULL ? priv->remote.name : "remote", priv->capacity);
+    snprintf(text_p, text_len, "%s: %u blocks held by peers, %s",
+             priv->remote.name != NULL ? priv->remote.name : "remote", priv->capacity,
+             priv->remote.address != NULL ? "read through shared memory" : "fetched");
 }
 
 static void remote_report(const void *priv_p, json_t *object)
@@ -106,6 +117,7 @@ static void remote_report(const void *priv_p, json_t *object)
     json_object_set_new(object, "held_by", json_string("peers"));
 }
 
+/* Blocks the caller moves (fetch). */
 const kvio_tier_ops_t kvio_tier_remote_ops = {
     .plugin = {.name = "remote", .help = "blocks held by peers, listed and fetched by the caller"},
     .priv_size = sizeof(remote_priv_t),
@@ -115,6 +127,23 @@ const kvio_tier_ops_t kvio_tier_remote_ops = {
     .put_batch = remote_put_batch,
     .get_batch = remote_get_batch,
     .remove = remote_remove,
+    .locate = remote_locate,
+    .describe = remote_describe,
+    .report = remote_report,
+};
+
+/* Blocks mapped into this process (address): the framework copies them, as
+ * it copies a host tier's (volatile: nothing to delete). */
+const kvio_tier_ops_t kvio_tier_remote_mapped_ops = {
+    .plugin = {.name = "remote", .help = "blocks held by peers, read through shared memory"},
+    .caps = KVIO_TIER_CAP_VOLATILE,
+    .priv_size = sizeof(remote_priv_t),
+    .model = remote_model,
+    .init = remote_init,
+    .fini = remote_fini,
+    .put_batch = remote_put_batch,
+    .remove = remote_remove,
+    .address = remote_address,
     .locate = remote_locate,
     .describe = remote_describe,
     .report = remote_report,

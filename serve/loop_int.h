@@ -355,6 +355,10 @@ kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_
 void kvio_pd_link_destroy(kvio_pd_link_t *link);
 /* A prefill rank's outbox (outbox_bytes of host memory). */
 void *kvio_pd_link_outbox(const kvio_pd_link_t *link);
+/* Decode: whether every outbox is mapped into this process, and where the
+ * block at location is then. */
+bool kvio_pd_link_mapped(const kvio_pd_link_t *link);
+const void *kvio_pd_link_address(const kvio_pd_link_t *link, uint64_t location);
 /* Moves what the worker has to move (a prefill rank's, between iterations). */
 void kvio_pd_link_progress(kvio_pd_link_t *link);
 /* A decode rank reads count blocks of block_bytes from their locations into

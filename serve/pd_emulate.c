@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
 
 #include "kvio/array.h"
 #include "kvio/clock.h"
+#include "kvio/copysum.h"
 #include "kvio/wire.h"
 
 #define PD_MAGIC 0x6b76696f70646831ull /* "kviopdh1" */
@@ -250,9 +250,9 @@ static kvio_status_t send_handoff(void *context, const kvio_engine_request_t *de
         out.slots[b] = slot;
         offsets[b] = (uint64_t)slot * pdr->block_bytes;
         unsigned char *staged = pdr->outbox + offsets[b];
-        memcpy(staged, pdr->pool + (uint64_t)finished->block_ids[b] * pdr->block_bytes,
-               pdr->block_bytes);
-        checksums[b] = XXH3_64bits(staged, pdr->block_bytes);
+        checksums[b] = kvio_copy_hashed(
+            staged, pdr->pool + (uint64_t)finished->block_ids[b] * pdr->block_bytes,
+            pdr->block_bytes);
         int64_t every = pdr->run->pd->corrupt_every;
         if (every > 0 && ++pdr->staged_blocks % (uint64_t)every == 0)
             staged[pdr->block_bytes / 2] ^= 0x5a; /* fault injection: changed in staging */
@@ -505,6 +505,11 @@ static void peer_fetch(void *context, const uint64_t *locations, void *const *da
                        error_len);
 }
 
+static const void *peer_address(void *context, uint64_t location)
+{
+    return kvio_pd_link_address(((pd_rank_t *)context)->link, location);
+}
+
 static kvio_status_t chores(void *context)
 {
     pd_rank_t *pdr = context;
@@ -545,7 +550,9 @@ static kvio_status_t decode_setup(pd_rank_t *pdr, const kvio_serve_pd_rank_param
     pdr->tiers = calloc(params->num_tiers + 1, sizeof(*pdr->tiers));
     if (pdr->ended == NULL || pdr->tiers == NULL)
         return KVIO_ERR_NOMEM;
-    kvio_tier_remote_t remote = {.fetch = peer_fetch, .context = pdr, .name = "peer"};
+    kvio_tier_remote_t remote = {
+        .fetch = peer_fetch, .context = pdr, .name = "peer",
+        .address = kvio_pd_link_mapped(pdr->link) ? peer_address : NULL};
     kvio_status_t status = kvio_tier_create_remote(
         &remote, pdr->num_slots * pdr->num_prefill, pdr->block_bytes, 0, 0, true, &pdr->peer,
         error_p, error_len);

@@ -1,18 +1,23 @@
 /* The P/D KV link (emulate): each prefill rank's outbox, host memory mapped
  * with UCX that its finished prompts' blocks are staged in, and on each
  * decode rank an endpoint and a key to every outbox, through which its
- * I/O thread reads a request's blocks straight into its pool with UCX gets
- * (vLLM's NixlConnector pulls; UCX picks shared memory between ranks of one
- * node, or what UCX_TLS names). Set up collectively over the runtime. A
+ * I/O thread reads a request's blocks straight into its pool (vLLM's
+ * NixlConnector pulls): by copying from where the outbox is in this
+ * process (ranks that are threads of one process: its own memory; ranks of
+ * one node: UCX's shared-memory mapping), else with UCX gets (over what
+ * UCX_TLS allows; KVIO_PD_GETS=1 forces them). Set up collectively over the runtime. A
  * wait for a get lasts as long as the prefill rank lives (its heartbeats),
  * however slowly the bytes move. */
 #include "serve/loop_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 struct kvio_pd_link {
     kvio_rte_t *rte;
@@ -21,10 +26,14 @@ struct kvio_pd_link {
     ucp_worker_h worker;
     ucp_mem_h outbox_memory; /* prefill */
     void *outbox;
+    void *owned_outbox;      /* ranks of one process: mmap'd here, registered with UCX */
     uint64_t outbox_bytes;
     ucp_ep_h *eps;           /* decode: per world rank, to each prefill rank */
     ucp_rkey_h *rkeys;
     uint64_t *bases;         /* the outboxes' addresses */
+    const unsigned char **mapped; /* the outboxes mapped into this process (shared
+                                     memory, ucp_rkey_ptr), NULL where they cannot be */
+    bool all_mapped;
     int inflight;            /* gets posted, not complete */
     ucs_status_t request_error;
 };
@@ -56,13 +65,31 @@ static kvio_status_t open_ucx(kvio_pd_link_t *link, char *error_p, size_t error_
     return from_ucs(status);
 }
 
-/* Prefill: the outbox, and [u64 address, rkey] for the decode ranks. */
+/* Prefill: the outbox, and [u64 address, u64 length, rkey] for the decode
+ * ranks. Ranks of one process read it where it is: it is this process's
+ * memory on huge pages, faulted in now, registered for UCX's gets; ranks of
+ * one node get memory UCX allocates, which it can map into theirs. */
 static kvio_status_t map_outbox(kvio_pd_link_t *link, void **blob_p, size_t *length_p,
                                 char *error_p, size_t error_len)
 {
     ucp_mem_map_params_t params = {
         .field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
         .length = link->outbox_bytes, .flags = UCP_MEM_MAP_ALLOCATE};
+    if (kvio_rte_shared_memory(link->rte)) {
+        void *memory = mmap(NULL, link->outbox_bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (memory == MAP_FAILED) {
+            snprintf(error_p, error_len, "P/D link: a staging buffer of %.2f GiB: %s",
+                     (double)link->outbox_bytes / 1073741824.0, strerror(errno));
+            return KVIO_ERR_NOMEM;
+        }
+        link->owned_outbox = memory;
+        madvise(memory, link->outbox_bytes, MADV_HUGEPAGE);
+        memset(memory, 0, link->outbox_bytes);
+        params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+        params.address = memory;
+        params.flags = 0;
+    }
     ucs_status_t status = ucp_mem_map(link->context, &params, &link->outbox_memory);
     if (status != UCS_OK) {
         snprintf(error_p, error_len, "P/D link: a staging buffer of %.2f GiB (ucp_mem_map): %s",
@@ -75,13 +102,13 @@ static kvio_status_t map_outbox(kvio_pd_link_t *link, void **blob_p, size_t *len
     void *rkey = NULL;
     size_t rkey_size = 0;
     status = ucp_rkey_pack(link->context, link->outbox_memory, &rkey, &rkey_size);
-    char *blob = status == UCS_OK ? malloc(sizeof(uint64_t) + rkey_size) : NULL;
+    char *blob = status == UCS_OK ? malloc(2 * sizeof(uint64_t) + rkey_size) : NULL;
     if (blob != NULL) {
-        uint64_t address = (uint64_t)(uintptr_t)link->outbox;
-        memcpy(blob, &address, sizeof(address));
-        memcpy(blob + sizeof(address), rkey, rkey_size);
+        uint64_t header[2] = {(uint64_t)(uintptr_t)link->outbox, link->outbox_bytes};
+        memcpy(blob, header, sizeof(header));
+        memcpy(blob + sizeof(header), rkey, rkey_size);
         *blob_p = blob;
-        *length_p = sizeof(address) + rkey_size;
+        *length_p = sizeof(header) + rkey_size;
     }
     if (rkey != NULL)
         ucp_rkey_buffer_release(rkey);
@@ -93,6 +120,24 @@ static kvio_status_t map_outbox(kvio_pd_link_t *link, void **blob_p, size_t *len
     return KVIO_OK;
 }
 
+/* Where UCX maps an outbox into this process (shared memory between ranks
+ * of one node), its page tables faulted in now rather than during the first
+ * reads; NULL where it cannot be (tcp, cma). */
+static const unsigned char *map_outbox_here(ucp_rkey_h rkey, uint64_t address, uint64_t length)
+{
+    void *local = NULL;
+    if (length == 0 || ucp_rkey_ptr(rkey, address, &local) != UCS_OK)
+        return NULL;
+#ifdef MADV_POPULATE_READ
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0) {
+        uintptr_t start = (uintptr_t)local & ~((uintptr_t)page - 1);
+        (void)madvise((void *)start, (uintptr_t)local + length - start, MADV_POPULATE_READ);
+    }
+#endif
+    return local;
+}
+
 /* Decode: an endpoint and the outbox's key of every rank that has one. */
 static kvio_status_t connect_outboxes(kvio_pd_link_t *link, void **addresses,
                                       const size_t *address_lengths, void **blobs,
@@ -101,10 +146,12 @@ static kvio_status_t connect_outboxes(kvio_pd_link_t *link, void **addresses,
     link->eps = calloc((size_t)link->size, sizeof(*link->eps));
     link->rkeys = calloc((size_t)link->size, sizeof(*link->rkeys));
     link->bases = calloc((size_t)link->size, sizeof(*link->bases));
-    if (link->eps == NULL || link->rkeys == NULL || link->bases == NULL)
+    link->mapped = calloc((size_t)link->size, sizeof(*link->mapped));
+    if (link->eps == NULL || link->rkeys == NULL || link->bases == NULL || link->mapped == NULL)
         return KVIO_ERR_NOMEM;
+    link->all_mapped = true;
     for (int rank = 0; rank < link->size; rank++) {
-        if (lengths[rank] <= sizeof(uint64_t))
+        if (lengths[rank] <= 2 * sizeof(uint64_t))
             continue; /* no outbox */
         if (address_lengths[rank] == 0) {
             snprintf(error_p, error_len, "P/D link: rank %d has a staging buffer but no UCX "
@@ -115,11 +162,18 @@ static kvio_status_t connect_outboxes(kvio_pd_link_t *link, void **addresses,
             .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
             .address = addresses[rank], .err_mode = UCP_ERR_HANDLING_MODE_NONE};
         ucs_status_t status = ucp_ep_create(link->worker, &params, &link->eps[rank]);
-        memcpy(&link->bases[rank], blobs[rank], sizeof(uint64_t));
+        uint64_t header[2];
+        memcpy(header, blobs[rank], sizeof(header));
+        link->bases[rank] = header[0];
         if (status == UCS_OK)
             status = ucp_ep_rkey_unpack(link->eps[rank], (const char *)blobs[rank] +
-                                                             sizeof(uint64_t),
+                                                             sizeof(header),
                                         &link->rkeys[rank]);
+        if (status == UCS_OK)
+            link->mapped[rank] = kvio_rte_shared_memory(link->rte)
+                                     ? (const unsigned char *)(uintptr_t)header[0]
+                                     : map_outbox_here(link->rkeys[rank], header[0], header[1]);
+        link->all_mapped = link->all_mapped && link->mapped[rank] != NULL;
         if (status != UCS_OK) {
             snprintf(error_p, error_len, "P/D link: connecting to prefill rank %d: %s", rank,
                      ucs_status_string(status));
@@ -204,6 +258,8 @@ void kvio_pd_link_destroy(kvio_pd_link_t *link)
     }
     if (link->outbox_memory != NULL)
         ucp_mem_unmap(link->context, link->outbox_memory);
+    if (link->owned_outbox != NULL)
+        munmap(link->owned_outbox, link->outbox_bytes);
     if (link->worker != NULL)
         ucp_worker_destroy(link->worker);
     if (link->context != NULL)
@@ -211,12 +267,24 @@ void kvio_pd_link_destroy(kvio_pd_link_t *link)
     free(link->eps);
     free(link->rkeys);
     free(link->bases);
+    free(link->mapped);
     free(link);
 }
 
 void *kvio_pd_link_outbox(const kvio_pd_link_t *link)
 {
     return link->outbox;
+}
+
+bool kvio_pd_link_mapped(const kvio_pd_link_t *link)
+{
+    return link->mapped != NULL && link->all_mapped && getenv("KVIO_PD_GETS") == NULL;
+}
+
+const void *kvio_pd_link_address(const kvio_pd_link_t *link, uint64_t location)
+{
+    const unsigned char *base = link->mapped[KVIO_PD_LOCATION_RANK(location)];
+    return base + KVIO_PD_LOCATION_OFFSET(location);
 }
 
 void kvio_pd_link_progress(kvio_pd_link_t *link)

@@ -832,16 +832,16 @@ Test(xfer, sum_taken_while_copying_is_xxh3_of_the_whole_buffer, .timeout = 20)
                 /* An unaligned target on some runs: the stores are not streamed. */
                 unsigned char *to = target + (r % 2 ? 1 : 0);
                 memset(target, 0, most + 64);
-                kvio_xfer_sum_t sum;
-                kvio_xfer_sum_start(&sum, source, length);
+                kvio_sum_t sum;
+                kvio_sum_start(&sum, source, length);
                 if (scalar)
                     sum.vector = false;
                 for (uint64_t done = 0; done < length;) {
                     uint64_t piece = length - done < regions[r] ? length - done : regions[r];
-                    kvio_xfer_sum_pass(&sum, copying ? to + done : NULL, piece);
+                    kvio_sum_pass(&sum, copying ? to + done : NULL, piece);
                     done += piece;
                 }
-                cr_expect_eq(kvio_xfer_sum_digest(&sum), whole,
+                cr_expect_eq(kvio_sum_digest(&sum), whole,
                              "length %llu, regions of %llu, %s, %s", (unsigned long long)length,
                              (unsigned long long)regions[r], copying ? "copying" : "summing",
                              scalar ? "scalar" : "vector");
@@ -874,16 +874,16 @@ Test(xfer, sum_taken_while_filling_is_xxh3_of_the_whole_buffer, .timeout = 20)
             for (int scalar = 0; scalar < 2; scalar++) {
                 unsigned char *to = target + (p % 2 ? 1 : 0);
                 memset(target, 0, most + 64);
-                kvio_xfer_sum_t sum;
-                kvio_xfer_sum_start(&sum, to, length);
+                kvio_sum_t sum;
+                kvio_sum_start(&sum, to, length);
                 if (scalar)
                     sum.vector = false;
                 for (uint64_t done = 0; done < length;) {
                     uint64_t piece = length - done < pieces[p] ? length - done : pieces[p];
-                    kvio_xfer_sum_fill(&sum, source + done, piece);
+                    kvio_sum_fill(&sum, source + done, piece);
                     done += piece;
                 }
-                cr_expect_eq(kvio_xfer_sum_digest(&sum), whole, "length %llu, pieces of %llu, %s",
+                cr_expect_eq(kvio_sum_digest(&sum), whole, "length %llu, pieces of %llu, %s",
                              (unsigned long long)length, (unsigned long long)pieces[p],
                              scalar ? "scalar" : "vector");
                 cr_expect(memcmp(to, source, length) == 0, "length %llu, pieces of %llu",

@@ -484,17 +484,17 @@ void kvio_xfer_hash_piece(kvio_xfer_t *xfer, uint64_t offset, uint64_t length)
         xfer->hashing = false; /* out of order: the publish fails below */
         return;
     }
-    kvio_xfer_sum_pass(&xfer->put_sum, NULL, length);
+    kvio_sum_pass(&xfer->put_sum, NULL, length);
 }
 
 void kvio_xfer_store_piece(kvio_xfer_t *xfer, void *target, uint64_t offset, uint64_t length)
 {
     if (xfer->hashing && offset == xfer->put_sum.done) {
-        kvio_xfer_sum_pass(&xfer->put_sum, target, length);
+        kvio_sum_pass(&xfer->put_sum, target, length);
         return;
     }
     xfer->hashing = false; /* out of order (if it was summing): the publish fails below */
-    kvio_xfer_copy_streaming(target, (const char *)xfer->send_buffer + offset, length);
+    kvio_copy_streaming(target, (const char *)xfer->send_buffer + offset, length);
 }
 
 /* Whether publish_and_checksum can sum the buffer as the first receiver's
@@ -510,13 +510,13 @@ bool kvio_xfer_put_checksum(const kvio_xfer_t *xfer, uint64_t *checksum_p)
 {
     if (!xfer->hashing || xfer->put_sum.done != xfer->bytes)
         return false;
-    *checksum_p = kvio_xfer_sum_digest(&xfer->put_sum);
+    *checksum_p = kvio_sum_digest(&xfer->put_sum);
     return true;
 }
 
 static void sum_begin(kvio_xfer_t *xfer)
 {
-    kvio_xfer_sum_start(&xfer->put_sum, xfer->send_buffer, xfer->bytes);
+    kvio_sum_start(&xfer->put_sum, xfer->send_buffer, xfer->bytes);
     xfer->hashing = true;
 }
 

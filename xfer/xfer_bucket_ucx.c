@@ -91,7 +91,7 @@ typedef struct bucket_priv {
     char *base;          /* receiver, with deltas: the slot holding the last version
                             (or the starting weights); the next applies on it */
     uint64_t cursor;     /* receiver: changes of the bucket's delta applied */
-    kvio_xfer_sum_t fill; /* receiver: the sum of the version as it fills the slot */
+    kvio_sum_t fill; /* receiver: the sum of the version as it fills the slot */
 } bucket_priv_t;
 
 /* A bucket's turn comes within microseconds: the threads that wait for
@@ -628,7 +628,7 @@ static kvio_status_t apply_delta(kvio_xfer_t *xfer, const bucket_notice_t *notic
                                 (unsigned long long)notice->version);
             return KVIO_ERR_TRANSPORT;
         }
-        kvio_xfer_sum_pass(&priv->fill, NULL, step); /* the rebuilt bytes, from cache */
+        kvio_sum_pass(&priv->fill, NULL, step); /* the rebuilt bytes, from cache */
         done += step;
     }
     *piece_p = piece;
@@ -683,7 +683,7 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     uint64_t piece = end - offset < length ? end - offset : length;
     const char *slot = priv->ring + notice->slot * priv->slot_bytes;
     if (offset == 0) /* the version's sum, taken as the slot fills */
-        kvio_xfer_sum_start(&priv->fill, buffer, xfer->bytes);
+        kvio_sum_start(&priv->fill, buffer, xfer->bytes);
     if (priv->delta != NULL) {
         status = apply_delta(xfer, notice, (char *)buffer - offset, offset, &piece);
         if (status != KVIO_OK)
@@ -691,7 +691,7 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     } else {
         /* Read once: summed and stored with streaming stores (cached ones
          * would first read every line of the weights). */
-        kvio_xfer_sum_fill(&priv->fill, slot + (offset - priv->offsets[b]), piece);
+        kvio_sum_fill(&priv->fill, slot + (offset - priv->offsets[b]), piece);
     }
     *moved_p = piece;
     if (offset + piece < end)
@@ -700,7 +700,7 @@ static kvio_status_t bucket_fetch(kvio_xfer_t *xfer, kvio_xfer_meta_t *meta, voi
     if (b + 1 == priv->num_buckets) {
         meta->checksum = notice->checksum;
         priv->base = (char *)buffer - offset; /* the version's slot: the next delta's base */
-        xfer->fetched_sum = kvio_xfer_sum_digest(&priv->fill);
+        xfer->fetched_sum = kvio_sum_digest(&priv->fill);
         xfer->fetched_version = meta->version;
     }
     priv->queue_head = (priv->queue_head + 1) % BUCKET_QUEUE_LENGTH;

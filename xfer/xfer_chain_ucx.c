@@ -336,7 +336,7 @@ static kvio_status_t forward(kvio_ucx_chain_t *chain, const char *source)
              * publish sums; the flush behind it finds nothing outstanding. */
             kvio_xfer_store_piece(xfer, mapped + offset, offset, piece);
         } else if (mapped != NULL) {
-            kvio_xfer_copy_streaming(mapped + offset, source + offset, piece);
+            kvio_copy_streaming(mapped + offset, source + offset, piece);
         } else {
             if (sender)
                 kvio_xfer_hash_piece(xfer, offset, piece);

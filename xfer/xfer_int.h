@@ -3,6 +3,7 @@
 #ifndef KVIO_XFER_INT_H
 #define KVIO_XFER_INT_H
 
+#include "kvio/copysum.h"
 #include "kvio/xfer.h"
 
 typedef struct kvio_xfer_ops {
@@ -83,38 +84,6 @@ typedef struct kvio_xfer_ops {
     .caps = KVIO_XFER_CAP_PUSH | KVIO_XFER_CAP_GPU_MEM | KVIO_XFER_CAP_GPU_ONLY,            \
     .model = {.latency_ns = 50000, .bandwidth_gbps = 10.0}
 
-/* The sender's sum of a buffer of known length (xfer_checksum.c): XXH3-64,
- * taken while the buffer is passed on region by region in order, copied to
- * a target or only read; the loads that copy a region feed the sum, so
- * summing costs a copy waiting on memory next to nothing. The digest equals
- * kvio_weights_checksum(source, length). */
-typedef struct kvio_xfer_sum {
-    uint64_t acc[8];
-    const unsigned char *source;
-    uint64_t length;
-    uint64_t done;        /* bytes of source passed on so far */
-    uint64_t next_stripe; /* the next 64-byte stripe to accumulate */
-    bool vector;          /* AVX2 (x86 CPUs that have it) */
-} kvio_xfer_sum_t;
-
-void kvio_xfer_sum_start(kvio_xfer_sum_t *sum, const void *source, uint64_t length);
-/* Passes the next length bytes of source on: copied to target (NULL: only
- * summed) with streaming stores, fenced. */
-void kvio_xfer_sum_pass(kvio_xfer_sum_t *sum, void *target, uint64_t length);
-/* Fills source (the receiver's own buffer, so not const to it) in order
- * with the next length bytes, read from input: whole stripes are read once,
- * summed and stored with streaming stores; a stripe split between pieces
- * is summed from source once both parts are in. Fenced. */
-void kvio_xfer_sum_fill(kvio_xfer_sum_t *sum, const void *input, uint64_t length);
-/* After all length bytes were passed. */
-uint64_t kvio_xfer_sum_digest(const kvio_xfer_sum_t *sum);
-
-/* Copies length bytes with stores that bypass the cache where the CPU has
- * them (x86: non-temporal; the reader of a slot reads it from memory
- * anyway, and cached stores would first read every line of it), then a
- * store fence: the bytes are visible before anything stored after. */
-void kvio_xfer_copy_streaming(void *target, const void *source, uint64_t length);
-
 struct kvio_xfer {
     const kvio_xfer_ops_t *ops;
     void *priv;
@@ -139,7 +108,7 @@ struct kvio_xfer {
     /* Sender, kvio_xfer_publish_and_checksum on a HASH_ON_PUT transport:
      * the sum that kvio_xfer_hash_piece and kvio_xfer_store_piece feed
      * while hashing is set. */
-    kvio_xfer_sum_t put_sum;
+    kvio_sum_t put_sum;
     bool hashing;
     kvio_xfer_bucket_stamp_t *stamps; /* bucketed transports: kvio_xfer_bucket_stamp_add */
     size_t num_stamps, stamps_capacity;

@@ -93,6 +93,8 @@ kvio_status_t kvio_rte_world_run(kvio_rte_world_t *world, kvio_rte_main_t body, 
                                  char *error_p, size_t error_len);
 
 int kvio_rte_size(const kvio_rte_t *rte);
+/* True when the ranks share one address space (local: threads). */
+bool kvio_rte_shared_memory(const kvio_rte_t *rte);
 int kvio_rte_index(const kvio_rte_t *rte);
 kvio_rte_world_t *kvio_rte_world(kvio_rte_t *rte);
 int64_t kvio_rte_timeout_ns(const kvio_rte_t *rte);

@@ -39,6 +39,10 @@ typedef struct kvio_tier_remote {
      * error_p. */
     void (*fetch)(void *context, const uint64_t *locations, void *const *data, size_t count,
                   kvio_status_t *statuses_p, char *error_p, size_t error_len);
+    /* Optional: where the block at location is mapped into this process
+     * (shared memory): the tier then copies it itself, taking its checksum
+     * as it copies, and fetch is not called. */
+    const void *(*address)(void *context, uint64_t location);
     void *context;
     const char *name; /* what the tier is called in its stats ("peer") */
 } kvio_tier_remote_t;
