@@ -83,6 +83,11 @@ static uint64_t engine_active_decode_blocks(void *context, uint32_t rank)
     return kvio_engine_active_decode_blocks(((kvio_engine_t *const *)context)[rank]);
 }
 
+static uint32_t engine_free_blocks(void *context, uint32_t rank)
+{
+    return kvio_engine_free_blocks(((kvio_engine_t *const *)context)[rank]);
+}
+
 uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines,
                             uint32_t num_engines, const kvio_engine_request_t *request)
 {
@@ -92,7 +97,8 @@ uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines
                                .block_size = kvio_engine_block_size(engines[0]),
                                .load = engine_load,
                                .cached_prefix = engine_cached_prefix,
-                               .active_decode_blocks = engine_active_decode_blocks};
+                               .active_decode_blocks = engine_active_decode_blocks,
+                               .free_blocks = engine_free_blocks};
     return kvio_router_choose_view(router, &view, num_engines, request);
 }
 

@@ -8,6 +8,7 @@
     X(round_robin)                                                                         \
     X(least_loaded)                                                                        \
     X(prefix_affinity)                                                                     \
-    X(kv_cost)
+    X(kv_cost)                                                                             \
+    X(free_kv)
 
 KVIO_REGISTRY_DEFINE(kvio_routers, "router", ROUTERS)

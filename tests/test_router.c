@@ -14,6 +14,7 @@ typedef struct fake_ranks {
     uint32_t load[RANKS];
     size_t cached_tokens[RANKS];
     uint64_t active[RANKS];
+    uint32_t free[RANKS];
 } fake_ranks_t;
 
 static uint32_t fake_load(void *context, uint32_t rank)
@@ -33,6 +34,11 @@ static size_t fake_cached_prefix(void *context, uint32_t rank, const kvio_hash_t
 static uint64_t fake_active(void *context, uint32_t rank)
 {
     return ((fake_ranks_t *)context)->active[rank];
+}
+
+static uint32_t fake_free(void *context, uint32_t rank)
+{
+    return ((fake_ranks_t *)context)->free[rank];
 }
 
 typedef struct router_case {
@@ -55,6 +61,9 @@ static const router_case_t cases[] = {
      160, {0, -1}},
     {"{policy: kv_cost}", "uncached prefill blocks plus decode blocks, lowest", 4,
      {.active = {10, 20, 5, 9}, .cached_tokens = {0, 128, 64, 128}}, 128, {2, -1}},
+    {"{policy: free_kv}", "most blocks free after the uncached prompt, then fewest requests", 4,
+     {.free = {20, 14, 20, 23}, .cached_tokens = {0, 160, 64, 0}, .load = {3, 2, 1, 9}}, 160,
+     {2, -1}},
 };
 
 Test(router, every_router_picks_as_documented, .timeout = 10)
@@ -71,7 +80,8 @@ Test(router, every_router_picks_as_documented, .timeout = 10)
         fake_ranks_t ranks = test->ranks;
         kvio_router_view_t view = {.context = &ranks, .block_size = 16, .load = fake_load,
                                    .cached_prefix = fake_cached_prefix,
-                                   .active_decode_blocks = fake_active};
+                                   .active_decode_blocks = fake_active,
+                                   .free_blocks = fake_free};
         kvio_engine_request_t request = {.prompt_tokens = test->prompt_tokens};
         for (int call = 0; call < CALLS && test->expected[call] >= 0; call++)
             cr_expect_eq(kvio_router_choose_view(router, &view, test->count, &request),

@@ -104,6 +104,7 @@ typedef struct kvio_router_view {
     size_t (*cached_prefix)(void *context, uint32_t rank, const kvio_hash_t *hashes,
                             size_t num_hashes, uint32_t prompt_tokens);
     uint64_t (*active_decode_blocks)(void *context, uint32_t rank);
+    uint32_t (*free_blocks)(void *context, uint32_t rank); /* may be NULL: not known */
 } kvio_router_view_t;
 
 /* Picks the serve rank for a request from what view shows of num_ranks
