@@ -41,6 +41,8 @@ kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rt
         .client_rank = workload->ranks.client > 0 && frontend == NULL ? 1 + num_serve : 0,
         .first_serve_rank = 1, .update = &workload->update, .setup_lock = setup_lock,
         .stop = stop, .frontend = frontend, .keep_itls = true,
+        .num_prefill = (uint32_t)workload->ranks.prefill,
+        .pd = workload->ranks.prefill > 0 ? &workload->pd : NULL,
     };
     if (serve_index < 0)
         return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
@@ -67,11 +69,21 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
     json_t *serving = NULL;
     uint64_t *served = NULL;
     size_t num_versions = 0;
+    const kvio_workload_t *workload = context->workload;
+    kvio_model_t model = workload->model;
+    kvio_serve_pd_merge_t pd = {
+        .config = &workload->pd, .num_prefill = (uint32_t)workload->ranks.prefill,
+        .block_size = (uint32_t)workload->serve.kvcache.block_size,
+        .run_ns = workload->duration_ns};
+    if (kvio_model_resolve(&model, error_p, error_len) == KVIO_OK)
+        pd.kv_bytes_per_token = kvio_model_kv_bytes_per_token(&model,
+                                                              workload->cost.tensor_parallel);
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
                                                   TRAIN_RANK + 1, context->results,
                                                   context->events, &serving, &served,
                                                   &num_versions, output_p, context->itls,
-                                                  NULL, error_p, error_len);
+                                                  workload->ranks.prefill > 0 ? &pd : NULL,
+                                                  error_p, error_len);
     if (status != KVIO_OK)
         return status;
     /* The step each version holds (versions count from 1, in order). */

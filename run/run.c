@@ -504,9 +504,8 @@ static kvio_status_t check_pd(const kvio_workload_t *workload, char *error_p, si
              !kvio_choice_is(&pd->router.policy, "least_loaded"))
         why = "pd.router in emulate is round_robin or least_loaded (what a prefill rank knows "
               "of the decode ranks); the others route in mode: simulate";
-    else if (emulate && kvio_updates_wanted(workload))
-        why = "model updates in emulate with prefill and decode ranks are not built; P/D with "
-              "updates runs in mode: simulate";
+    else if (emulate && workload->ranks.client > 0)
+        why = "ranks.client: 1; the prefill ranks take their shares of the stream themselves";
     else if (emulate && workload->device.memory == KVIO_MEMORY_CUDA)
         why = "device.memory: cuda; the KV is staged from host pools (device.memory: host or "
               "pinned)";

@@ -442,6 +442,9 @@ static kvio_status_t rank_setup(rank_state_t *state)
                                     &state->coupled, state->error, sizeof(state->error));
         if (status == KVIO_OK && state->coupled.rank != NULL)
             queued_ns = kvio_serve_rank_setup_wait_ns(state->coupled.rank);
+    } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
+        /* The serve ranks' P/D link is set up collectively. */
+        status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
     }
     if (status == KVIO_OK)
         status = kvio_xfer_create(&state->transport, rte,

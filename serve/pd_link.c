@@ -375,3 +375,11 @@ void kvio_pd_link_fetch(kvio_pd_link_t *link, const uint64_t *locations, void *c
     for (size_t i = 0; i < count; i++)
         statuses_p[i] = status;
 }
+
+kvio_status_t kvio_serve_pd_bystander(kvio_rte_t *rte, char *error_p, size_t error_len)
+{
+    kvio_pd_link_t *link = NULL;
+    kvio_status_t status = kvio_pd_link_create(rte, false, 0, &link, error_p, error_len);
+    kvio_pd_link_destroy(link);
+    return status;
+}

@@ -367,3 +367,69 @@ Test(pd, consistent_versions_decode_nothing_on_weights_newer_than_its_prefill, .
     pd_free(&mixed);
     pd_free(&kept);
 }
+
+/* The coupled run under mpirun: a trainer, one prefill and two decode
+ * processes; the updates reach all three serve ranks, the KV moves between
+ * processes (UCX's shared memory between processes of one node). */
+static const char *mpirun_pd =
+    "name: pdm\nseed: 4\nmode: emulate\nduration: 4s\n"
+    "ranks: {train: 1, prefill: 1, decode: 2, runtime: mpi, timeout: 30s}\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache: {block_size: 16, blocks: 400}\n"
+    "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 16MiB\n"
+    "  checkpoint: {policy: every_n_steps, every_n_steps: 5}\n"
+    "  transport: {kind: ucx, chunk: 4MiB, inflight: 2}\n"
+    "update: {apply: shadow, verify: true, serving: engine}\n"
+    "stream:\n  arrival: {process: poisson, rate: 20}\n"
+    "  input_tokens: {dist: lognormal, mean: 600, stddev: 300, min: 16, max: 2048}\n"
+    "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n";
+
+static int mpirun_available(void)
+{
+#ifndef KVIO_HAVE_MPI
+    return 0; /* the mpi runtime is not built */
+#endif
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
+Test(pd, mpirun_prefill_and_decode_processes_move_kv_and_take_updates, .timeout = 120)
+{
+    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", mpirun_pd);
+    char command[4096];
+    snprintf(command, sizeof(command),
+             "cd %s && timeout %.0f mpirun --allow-run-as-root --oversubscribe %s -np 4 %s run %s "
+             "-o out >mpirun.log 2>&1", dir, test_seconds(60), test_mpirun_sanitizer_args(),
+             test_kvio_binary(), file);
+    int status = system(command);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/mpirun.log", dir);
+    char *log = test_read_file(path);
+    cr_assert_eq(status, 0, "mpirun: %s", log != NULL ? log : "");
+    free(log);
+    json_t *summary = test_summary(dir, "out");
+    cr_assert_str_eq(test_json_string(summary, "metrics.model_updates.runtime"), "mpi");
+    cr_assert_gt(test_json_integer(summary, "metrics.model_updates.updates_activated"), 0);
+    snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
+    test_csv_t csv = test_csv_read(path);
+    cr_assert_gt(csv.num_rows, 20);
+    cr_assert_eq((long long)csv.num_rows, test_json_integer(summary, "metrics.completed"));
+    double tokens = 0;
+    for (size_t r = 0; r < csv.num_rows; r++) {
+        double rank = test_csv_number(&csv, r, "rank");
+        cr_assert(rank == 2 || rank == 3, "a request finished on world rank %.0f", rank);
+        tokens += test_csv_number(&csv, r, "kv_transfer_tokens");
+        for (size_t o = 0; o < r; o++)
+            cr_assert_neq(test_csv_number(&csv, o, "id"), test_csv_number(&csv, r, "id"));
+    }
+    cr_assert_gt(tokens, 0);
+    cr_assert_eq((double)test_json_integer(summary, "metrics.pd.verified_blocks"), tokens / 16);
+    cr_assert_eq(test_json_integer(summary, "metrics.pd.checksum_failures"), 0);
+    test_csv_free(&csv);
+    json_decref(summary);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -343,6 +343,10 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                    size_t *length_p);
 
+/* P/D (emulate): a rank that is not a serve rank (the trainer) takes part
+ * in the serve ranks' collective set-up of their KV link. */
+kvio_status_t kvio_serve_pd_bystander(struct kvio_rte *rte, char *error_p, size_t error_len);
+
 /* P/D (emulate): the first num_prefill blobs are prefill ranks' (their
  * requests are their decodes'), and metrics.pd says what moved. */
 typedef struct kvio_serve_pd_merge {
