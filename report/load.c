@@ -507,6 +507,13 @@ static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, rep
             status = json_number(optional[i].object, optional[i].key, optional[i].where, path,
                                  true, optional[i].value, error_p, error_len);
     }
+    const json_t *parts = json_object_get(json_object_get(metrics, "pd"), "mean_ttft_parts_ms");
+    for (size_t i = 0; i < 5 && status == KVIO_OK; i++) {
+        metrics_p->pd_parts_ms[i] = NAN;
+        if (parts != NULL)
+            status = json_number(parts, report_pd_parts[i], "metrics.pd.mean_ttft_parts_ms.",
+                                 path, false, &metrics_p->pd_parts_ms[i], error_p, error_len);
+    }
     if (updates != NULL && json_integer_value(json_object_get(updates, "updates_activated")) == 0)
         metrics_p->update_p50_ms = metrics_p->update_p99_ms = metrics_p->update_gbps = NAN;
     const json_t *sync = json_object_get(json_object_get(metrics, "model_updates"),

@@ -93,7 +93,13 @@ typedef struct run_metrics {
     double accelerator_utilization;   /* 0..1 */
     double cumulative_inference_loss; /* runs with trainers and a loss curve */
     double update_p50_ms, update_p99_ms, update_gbps; /* metrics.model_updates */
+    /* metrics.pd.mean_ttft_parts_ms: prefill queue, prefill, decode queue,
+     * KV transfer, first decode step (prefill/decode runs; NAN otherwise) */
+    double pd_parts_ms[5];
 } run_metrics_t;
+
+/* The keys of metrics.pd.mean_ttft_parts_ms, in TTFT's order. */
+extern const char *const report_pd_parts[5];
 
 /* One result set: a results directory, or a compare variant (its seeds). */
 typedef struct report_run {

@@ -1247,3 +1247,42 @@ Test(report, a_prefix_result_draws_its_causes, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #39: a prefill/decode run's report stacks its mean TTFT in its parts, and
+ * the parts add up to the run's mean TTFT; a colocated run has no such bar. */
+Test(report, a_pd_run_s_ttft_parts_stack_up_to_its_mean_ttft, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "--set",
+                               "ranks.prefill=1", "--set", "ranks.decode=2", "-o", "pd", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "chat", "--set", "duration=20s", "-o", "colocated", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    json_t *summary = test_summary(dir, "pd");
+    const json_t *parts = test_json(summary, "metrics.pd.mean_ttft_parts_ms");
+    double sum = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)parts, key, value)
+        sum += json_number_value(value);
+    double mean = test_json_number(summary, "metrics.ttft_ms.mean");
+    cr_expect(fabs(sum - mean) < 1e-3 * mean, "parts %.4f ms, mean TTFT %.4f ms", sum, mean);
+    json_decref(summary);
+    test_run_t report = test_kvio(dir, "report", "pd", "colocated", "-o", "rep", NULL);
+    cr_assert_eq(report.status, 0, "%s", report.err);
+    test_run_free(&report);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/rep/report.html", dir);
+    char *html = test_read_file(path);
+    cr_assert_not_null(html);
+    char *chart = figure(html, "chart-pd-ttft-parts");
+    cr_assert_not_null(chart, "no TTFT parts chart");
+    cr_expect(test_contains(chart, "KV transfer"), "%s", chart);
+    cr_expect(!test_contains(chart, "colocated"), "the colocated run has no parts: %s", chart);
+    free(chart);
+    free(html);
+    test_rmtree(dir);
+    free(dir);
+}
