@@ -935,8 +935,18 @@ kvio_status_t kvio_tier_lend(kvio_tier_t *tier, kvio_hash_t hash, const void **d
     uint32_t entry = get_lookup(tier, hash, &position);
     if (entry == NO_ENTRY)
         return KVIO_ERR_NOT_FOUND;
+    const void *data = tier->ops->address(tier->priv, entry);
+    /* A remote tier's block is a peer's bytes: checked before it is lent. */
+    if (tier->ops == &kvio_tier_remote_mapped_ops &&
+        XXH3_64bits(data, tier->block_bytes) != tier->entries[entry].checksum) {
+        tier->stats.checksum_failures++;
+        char error[160];
+        snprintf(error, sizeof(error), "%s tier: a block came back changed",
+                 tier->ops->plugin.name);
+        return get_failed(tier, entry, hash, KVIO_ERR_CHECKSUM, error);
+    }
     get_hit(tier, entry);
-    *data_p = tier->ops->address(tier->priv, entry);
+    *data_p = data;
     return KVIO_OK;
 }
 

@@ -506,9 +506,6 @@ static kvio_status_t check_pd(const kvio_workload_t *workload, char *error_p, si
               "of the decode ranks); the others route in mode: simulate";
     else if (emulate && workload->ranks.client > 0)
         why = "ranks.client: 1; the prefill ranks take their shares of the stream themselves";
-    else if (emulate && workload->device.memory == KVIO_MEMORY_CUDA)
-        why = "device.memory: cuda; the KV is staged from host pools (device.memory: host or "
-              "pinned)";
     else if (!workload->serve.kvcache.prefix_caching)
         why = "serve.kvcache.prefix_caching: false; a decode rank finds the prompt's blocks "
               "by their hashes, as its prefix cache does (set it true)";

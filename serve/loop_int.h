@@ -382,6 +382,7 @@ typedef struct kvio_serve_pd_rank_params {
     uint64_t block_bytes;
     uint32_t block_size;
     const unsigned char *pool;     /* prefill: its KV pool's memory */
+    struct kvio_device *device;    /* the pool is GPU memory of this domain (NULL: host) */
     uint32_t staging_blocks;       /* each prefill rank's outbox, in blocks */
     kvio_tier_t *const *tiers;     /* decode: the rank's own tiers */
     size_t num_tiers;

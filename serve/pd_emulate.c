@@ -24,6 +24,7 @@
 #include "kvio/array.h"
 #include "kvio/clock.h"
 #include "kvio/copysum.h"
+#include "kvio/gpu.h"
 #include "kvio/wire.h"
 
 #define PD_MAGIC 0x6b76696f70646831ull /* "kviopdh1" */
@@ -63,6 +64,7 @@ struct kvio_serve_pd_rank {
     uint64_t block_bytes;
     uint32_t block_size;
     const unsigned char *pool; /* prefill: its KV pool (block b at b x block_bytes) */
+    kvio_device_t *device;     /* the pool's GPU (NULL: host memory) */
     kvio_pd_link_t *link;
     /* prefill */
     kvio_serve_pd_t *pd;
@@ -219,6 +221,44 @@ static kvio_status_t pack_handoff(const kvio_engine_request_t *decode,
     return kvio_wire_finish(&out, blob_p, length_p);
 }
 
+/* Copies count pool blocks (ids) to the outbox at offsets, each one's
+ * checksum into checksums: a host pool's in one pass each; a GPU pool's
+ * down to the outbox in one batch of copies, then summed there. */
+static kvio_status_t stage_blocks(pd_rank_t *pdr, const uint32_t *ids, const uint64_t *offsets,
+                                  uint64_t *checksums, uint32_t count)
+{
+    if (pdr->device != NULL) {
+        kvio_device_copy_t *copies = malloc(((size_t)count + 1) * sizeof(*copies));
+        if (copies == NULL)
+            return failed(pdr, KVIO_ERR_NOMEM, "%s", "out of memory for staging copies");
+        for (uint32_t b = 0; b < count; b++)
+            copies[b] = (kvio_device_copy_t){
+                .dst = pdr->outbox + offsets[b],
+                .src = pdr->pool + (uint64_t)ids[b] * pdr->block_bytes,
+                .bytes = pdr->block_bytes};
+        kvio_status_t status = kvio_device_copy_batch(pdr->device, copies, count);
+        free(copies);
+        if (status != KVIO_OK)
+            return failed(pdr, status, "staging KV from the GPU pool: %s", kvio_strerror(status));
+    }
+    for (uint32_t b = 0; b < count; b++) {
+        unsigned char *staged = pdr->outbox + offsets[b];
+        if (pdr->device != NULL) {
+            kvio_sum_t sum;
+            kvio_sum_start(&sum, staged, pdr->block_bytes);
+            kvio_sum_pass(&sum, NULL, pdr->block_bytes);
+            checksums[b] = kvio_sum_digest(&sum);
+        } else {
+            checksums[b] = kvio_copy_hashed(
+                staged, pdr->pool + (uint64_t)ids[b] * pdr->block_bytes, pdr->block_bytes);
+        }
+        int64_t every = pdr->run->pd->corrupt_every;
+        if (every > 0 && ++pdr->staged_blocks % (uint64_t)every == 0)
+            staged[pdr->block_bytes / 2] ^= 0x5a; /* fault injection: changed in staging */
+    }
+    return KVIO_OK;
+}
+
 /* kvio_serve_pd's send: the prompt's blocks into the outbox, the request
  * to a decode rank. */
 static kvio_status_t send_handoff(void *context, const kvio_engine_request_t *decode,
@@ -246,17 +286,11 @@ static kvio_status_t send_handoff(void *context, const kvio_engine_request_t *de
     if (status == KVIO_OK && (out.slots == NULL || offsets == NULL || checksums == NULL))
         status = failed(pdr, KVIO_ERR_NOMEM, "%s", "out of memory for a handoff");
     for (uint32_t b = 0; status == KVIO_OK && b < count; b++) {
-        uint32_t slot = pdr->free_slots[--pdr->num_free];
-        out.slots[b] = slot;
-        offsets[b] = (uint64_t)slot * pdr->block_bytes;
-        unsigned char *staged = pdr->outbox + offsets[b];
-        checksums[b] = kvio_copy_hashed(
-            staged, pdr->pool + (uint64_t)finished->block_ids[b] * pdr->block_bytes,
-            pdr->block_bytes);
-        int64_t every = pdr->run->pd->corrupt_every;
-        if (every > 0 && ++pdr->staged_blocks % (uint64_t)every == 0)
-            staged[pdr->block_bytes / 2] ^= 0x5a; /* fault injection: changed in staging */
+        out.slots[b] = pdr->free_slots[--pdr->num_free];
+        offsets[b] = (uint64_t)out.slots[b] * pdr->block_bytes;
     }
+    if (status == KVIO_OK)
+        status = stage_blocks(pdr, finished->block_ids, offsets, checksums, count);
     void *blob = NULL;
     size_t length = 0;
     out.decode = choose_decode(pdr);
@@ -583,6 +617,7 @@ kvio_status_t kvio_serve_pd_rank_create(const kvio_serve_pd_rank_params_t *param
     pdr->block_bytes = params->block_bytes;
     pdr->block_size = params->block_size;
     pdr->pool = params->pool;
+    pdr->device = params->device;
     pdr->num_slots = params->staging_blocks;
     pdr->lane = pdr->lanes[0] = params->lane;
     kvio_status_t status = kvio_pd_link_create(

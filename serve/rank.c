@@ -82,6 +82,10 @@ static kvio_status_t create_pd(kvio_serve_rank_t *rank, char *error_p, size_t er
         .run = run, .serve_index = rank->serve_index, .lane = &rank->lane,
         .block_bytes = rank->block_bytes, .block_size = rank->block_size,
         .pool = rank->memory.memory, .staging_blocks = (uint32_t)(staging / rank->block_bytes),
+        .device = rank->memory.device != NULL &&
+                          kvio_device_kind(rank->memory.device) == KVIO_MEMORY_CUDA
+                      ? rank->memory.device
+                      : NULL,
         .tiers = rank->memory.tiers, .num_tiers = rank->memory.num_tiers};
     return kvio_serve_pd_rank_create(&params, &rank->pd, error_p, error_len);
 }

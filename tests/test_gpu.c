@@ -465,6 +465,35 @@ Test(gpu, gpu_pool_stores_and_loads_whole_chunks, .timeout = 120)
     free(dir);
 }
 
+/* Prefill/decode disaggregation between GPU pools: a prefill rank copies a
+ * prompt's blocks down to its staging buffer and sums them there, the
+ * decode rank checks each before copying it up into its pool; a block
+ * changed in staging (every 7th) is caught and computed again. */
+Test(gpu, pd_moves_kv_between_gpu_pools_each_block_checked, .timeout = 120)
+{
+    REQUIRE_GPU();
+    char *dir;
+    json_t *summary = run_gpu_workload(
+        "name: gpu-pd\nseed: 3\nmode: emulate\nduration: 30s\n"
+        "ranks: {prefill: 1, decode: 1}\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "device: {memory: cuda, fallback: error}\n"
+        "serve:\n  kvcache: {block_size: 16, blocks: 200}\n"
+        "pd: {corrupt_every: 7}\n"
+        "stream:\n  requests: 16\n  arrival: {process: constant, rate: 20}\n"
+        "  input_tokens: {dist: uniform, low: 200, high: 1500}\n"
+        "  output_tokens: {dist: constant, value: 4}\n", &dir);
+    const char *memory = json_string_value(metric(summary, "executor", "kv_memory"));
+    cr_assert(memory != NULL && strncmp(memory, "cuda (device ", 13) == 0, "%s", memory);
+    cr_assert_eq(json_number_value(metric(summary, NULL, "completed")), 16);
+    cr_assert_gt(json_number_value(metric(summary, "pd", "verified_blocks")), 0);
+    cr_assert_gt(json_number_value(metric(summary, "pd", "checksum_failures")), 0);
+    cr_assert_gt(json_number_value(metric(summary, "pd", "decode_recomputed_tokens")), 0);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* GPU memory running out while a transport sets up: the run fails (exit
  * 1) with the rank and the allocation, not a peer's "set-up failed". Needs
  * the stand-in runtime, whose memory size can be set. */
