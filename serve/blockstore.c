@@ -1002,12 +1002,30 @@ static int64_t layerwise_queue(kvio_block_store_t *store, const kvio_engine_hand
     int64_t start_ns = store->link_free_ns > handoff->prefill_start_ns
                            ? store->link_free_ns
                            : handoff->prefill_start_ns;
+    if (handoff->source_free_ns != NULL && *handoff->source_free_ns > start_ns)
+        start_ns = *handoff->source_free_ns;
     int64_t end_ns = start_ns + cost_ns;
     int64_t last_layer_ns = handoff->handoff_ns + cost_ns / handoff->layers;
     if (end_ns < last_layer_ns)
         end_ns = last_layer_ns;
     store->link_free_ns = end_ns;
+    if (handoff->source_free_ns != NULL)
+        *handoff->source_free_ns = end_ns;
     return end_ns > now_ns ? end_ns : now_ns;
+}
+
+/* Simulate, a P/D request's whole transfer: on the decode rank's link and
+ * on its prefill rank's, each carrying one transfer at a time. */
+static int64_t handoff_queue(kvio_block_store_t *store, const kvio_engine_handoff_t *handoff,
+                             int64_t now_ns, int64_t cost_ns)
+{
+    int64_t ready_ns = now_ns;
+    if (handoff->source_free_ns != NULL && *handoff->source_free_ns > ready_ns)
+        ready_ns = *handoff->source_free_ns;
+    int64_t end_ns = link_queue(store, ready_ns, cost_ns);
+    if (handoff->source_free_ns != NULL)
+        *handoff->source_free_ns = end_ns;
+    return end_ns;
 }
 
 kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_hash_t *hashes,
@@ -1047,6 +1065,9 @@ kvio_status_t kvio_block_store_load_start(kvio_block_store_t *store, const kvio_
     if (handoff != NULL && handoff->layers > 0) {
         load->end_ns = layerwise_queue(store, handoff, now_ns, cost_ns);
         load->begin_ns = now_ns; /* what was not there at admission comes by end_ns */
+    } else if (handoff != NULL) {
+        load->end_ns = handoff_queue(store, handoff, now_ns, cost_ns);
+        load->begin_ns = load->end_ns - cost_ns;
     } else {
         load->end_ns = link_queue(store, now_ns, cost_ns);
         load->begin_ns = load->end_ns - cost_ns;

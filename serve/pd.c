@@ -6,8 +6,9 @@
  * tier then lists the prompt's blocks, and the whole request joins that
  * lane's engine with its first arrival. The decode engine admits it as it
  * admits any request: what its own pool holds is a hit and moves nothing,
- * the rest loads from the peer tier over the P/D link (the link's model,
- * one queue per decode rank: transfers to one rank contend), and the
+ * the rest loads from the peer tier over the P/D link (the link's model:
+ * each decode rank's and each prefill rank's link carry one transfer at a
+ * time), and the
  * request waits in `loading` with its blocks reserved while the others
  * decode (vLLM's NixlConnector: the decode side pulls after it allocated).
  * Layer-wise, the transfer may start with the prefill and only the last
@@ -107,6 +108,7 @@ struct kvio_serve_pd {
     kvio_engine_t **decode_engines;
     pd_entry_t *entries;  /* open addressing by id */
     size_t capacity, count;
+    int64_t *link_free_ns; /* simulate: per prefill lane, when its outgoing link is free */
     kvio_pd_stats_t stats;
     char error[256];
 };
@@ -168,6 +170,9 @@ kvio_status_t kvio_serve_pd_create(const kvio_serve_pd_params_t *params, kvio_se
         status = kvio_pd_stats_init(&pd->stats, params->block_size, params->kv_bytes_per_token);
     if (status == KVIO_OK)
         status = kvio_router_create(&params->config->router, &pd->router);
+    if (status == KVIO_OK && params->send == NULL &&
+        (pd->link_free_ns = calloc(params->num_prefill, sizeof(*pd->link_free_ns))) == NULL)
+        status = KVIO_ERR_NOMEM;
     for (uint32_t d = 0; status == KVIO_OK && d < params->num_decode; d++)
         pd->decode_engines[d] = params->lanes[params->num_prefill + d]->engine;
     if (status == KVIO_OK)
@@ -190,6 +195,7 @@ void kvio_serve_pd_destroy(kvio_serve_pd_t *pd)
     free(pd->entries);
     free(pd->decode_engines);
     kvio_router_destroy(pd->router);
+    free(pd->link_free_ns);
     kvio_pd_stats_fini(&pd->stats);
     free(pd);
 }
@@ -264,6 +270,15 @@ kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_lane_t *lane
     return kvio_engine_add(lane->engine, &prefill);
 }
 
+/* The prefill lane a finished prefill ran on (by its world rank). */
+static uint32_t prefill_index(const kvio_serve_pd_t *pd, const kvio_engine_finished_t *finished)
+{
+    for (uint32_t p = 0; p < pd->params.num_prefill; p++)
+        if (pd->params.lanes[p]->world_rank == finished->rank)
+            return p;
+    return 0;
+}
+
 kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
                                       const kvio_engine_finished_t *finished)
 {
@@ -282,7 +297,9 @@ kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *lo
     decode.handoff = (kvio_engine_handoff_t){
         .prefill_start_ns = start_ns, .handoff_ns = finished->finish_ns,
         .layers = pd->params.config->layerwise ? pd->params.layers : 0,
-        .latency_ns = pd->params.latency_ns};
+        .latency_ns = pd->params.latency_ns,
+        .source_free_ns = pd->link_free_ns != NULL ? &pd->link_free_ns[prefill_index(pd, finished)]
+                                                   : NULL};
     if (pd->params.send != NULL) {
         /* Emulate: to a decode rank; the request leaves this rank. */
         kvio_status_t status = pd->params.send(pd->params.send_context, &decode, &entry->times,

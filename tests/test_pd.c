@@ -155,6 +155,27 @@ Test(pd, a_transfer_costs_latency_and_bytes_over_bandwidth_layerwise_its_last_la
     pd_free(&layered);
 }
 
+/* Two such prompts at once from one prefill rank to two decode ranks, over
+ * a link slower than the prefill (2 GB/s: 268 ms a transfer, 106 ms a
+ * prefill): their transfers share the prefill rank's link, so the second
+ * waits for the first. */
+Test(pd, transfers_from_one_prefill_rank_share_its_link, .timeout = 60)
+{
+    const char *sets[] = {"ranks.decode=2", "stream.requests=2", "pd.bandwidth=2e9", NULL};
+    pd_run_t run = pd_run(one_long_prompt, sets);
+    cr_assert_eq(run.requests.num_rows, 2);
+    double cost_ms = 0.1 + 4096 * KV_BYTES_PER_TOKEN / 2e9 * 1e3;
+    double a = test_csv_number(&run.requests, 0, "kv_transfer_ms");
+    double b = test_csv_number(&run.requests, 1, "kv_transfer_ms");
+    double first = a < b ? a : b, second = a < b ? b : a;
+    cr_assert_neq(test_csv_number(&run.requests, 0, "rank"),
+                  test_csv_number(&run.requests, 1, "rank"), "one to each decode rank");
+    cr_assert(fabs(first - cost_ms) < 0.002, "the first: %.3f ms, modelled %.3f", first, cost_ms);
+    cr_assert_gt(second, 1.5 * cost_ms, "the second waited for the prefill's link: %.3f ms",
+                 second);
+    pd_free(&run);
+}
+
 /* Every prompt the same 1,024-token system prompt then 76 tokens of its
  * own, one decode rank: its pool keeps the system prompt's blocks. */
 static const char *shared_prompts =

@@ -120,6 +120,8 @@ typedef struct kvio_engine_handoff {
     uint32_t layers;          /* > 0: layer-wise, each layer's KV left as the prefill
                                  computed it; 0: the whole request after handoff_ns */
     int64_t latency_ns;       /* simulate: the link's fixed cost, once per transfer */
+    int64_t *source_free_ns;  /* simulate: when the prefill rank's own link is free (its
+                                 transfers to every decode rank queue on it; NULL: none) */
 } kvio_engine_handoff_t;
 
 /* A request as the engine takes it. hashes cover the full blocks of the
