@@ -353,6 +353,10 @@ typedef struct kvio_pd_link kvio_pd_link_t;
 kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_bytes,
                                   kvio_pd_link_t **link_p, char *error_p, size_t error_len);
 void kvio_pd_link_destroy(kvio_pd_link_t *link);
+/* A prefill rank torn down before its decode ranks read all it sent (a
+ * stopped or failed run): its outbox in this process stays mapped, since a
+ * decode rank's thread may still be reading it. */
+void kvio_pd_link_keep_outbox(kvio_pd_link_t *link);
 /* A prefill rank's outbox (outbox_bytes of host memory). */
 void *kvio_pd_link_outbox(const kvio_pd_link_t *link);
 /* Decode: whether every outbox is mapped into this process, and where the

@@ -661,9 +661,11 @@ void kvio_serve_pd_rank_destroy(kvio_serve_pd_rank_t *pdr)
         free(pdr->in[i].hashes);
         free(pdr->in[i].locations);
     }
-    free(pdr->out);
     free(pdr->in);
     kvio_tier_destroy(pdr->peer);
+    if (pdr->num_out > 0 && pdr->link != NULL)
+        kvio_pd_link_keep_outbox(pdr->link);
+    free(pdr->out);
     kvio_pd_link_destroy(pdr->link);
     free(pdr->free_slots);
     free(pdr->in_flight);

@@ -271,6 +271,11 @@ void kvio_pd_link_destroy(kvio_pd_link_t *link)
     free(link);
 }
 
+void kvio_pd_link_keep_outbox(kvio_pd_link_t *link)
+{
+    link->owned_outbox = NULL; /* left mapped: a peer thread may still read it */
+}
+
 void *kvio_pd_link_outbox(const kvio_pd_link_t *link)
 {
     return link->outbox;
