@@ -139,16 +139,20 @@ static void hit_rate_text(const json_t *metrics, char *text_p, size_t text_len)
  * in its parts, and each pool's utilisation. */
 static void add_pd_rows(kvio_table_t *table, const json_t *pd)
 {
-    char hits[96], moved[128], parts[160], busy[64];
+    char hits[96], moved[160], parts[160], busy[64];
     snprintf(hits, sizeof(hits), "%.2f %% on the prefill ranks, %.2f %% on the decode ranks",
              100 * metric(pd, "prefill_hit_rate", NULL),
              100 * metric(pd, "decode_hit_rate", NULL));
     kvio_table_add_row(table, "prefix hit rate", hits, NULL);
     const json_t *ms = json_object_get(pd, "transfer_ms");
-    snprintf(moved, sizeof(moved), "%.0f of %.0f requests, %.2f GB, p50 %.2f ms, p99 %.2f ms",
-             metric(pd, "transfers", NULL), metric(pd, "handoffs", NULL),
-             metric(pd, "transfer_bytes", NULL) / 1e9, metric(ms, "p50", NULL),
-             metric(ms, "p99", NULL));
+    int used = snprintf(moved, sizeof(moved),
+                        "%.0f of %.0f requests, %.2f GB, p50 %.2f ms, p99 %.2f ms",
+                        metric(pd, "transfers", NULL), metric(pd, "handoffs", NULL),
+                        metric(pd, "transfer_bytes", NULL) / 1e9, metric(ms, "p50", NULL),
+                        metric(ms, "p99", NULL));
+    if (metric(pd, "local_prefills", NULL) > 0 && used > 0 && (size_t)used < sizeof(moved))
+        snprintf(moved + used, sizeof(moved) - (size_t)used, "; %.0f prefilled on decode",
+                 metric(pd, "local_prefills", NULL));
     kvio_table_add_row(table, "KV transfers", moved, NULL);
     const json_t *mean = json_object_get(pd, "mean_ttft_parts_ms");
     snprintf(parts, sizeof(parts), "queue %.2f + prefill %.2f + decode queue %.2f + "
@@ -504,6 +508,9 @@ static kvio_status_t check_pd(const kvio_workload_t *workload, char *error_p, si
              !kvio_choice_is(&pd->router.policy, "least_loaded"))
         why = "pd.router in emulate is round_robin or least_loaded (what a prefill rank knows "
               "of the decode ranks); the others route in mode: simulate";
+    else if (emulate && workload->pd.local_prefill_tokens > 0)
+        why = "pd.local_prefill_tokens in emulate; a prefill rank does not see the decode "
+              "ranks' caches, conditional disaggregation is modelled in mode: simulate";
     else if (emulate && workload->ranks.client > 0)
         why = "ranks.client: 1; the prefill ranks take their shares of the stream themselves";
     else if (!workload->serve.kvcache.prefix_caching)

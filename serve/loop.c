@@ -70,7 +70,7 @@ kvio_status_t kvio_serve_loop_pass(kvio_serve_loop_t *loop, kvio_serve_lane_t *l
                                    const kvio_engine_request_t *request)
 {
     kvio_status_t status = loop->pd != NULL && kvio_serve_pd_prefills(loop->pd, lane)
-                               ? kvio_serve_pd_prefill(loop->pd, lane, request)
+                               ? kvio_serve_pd_prefill(loop->pd, loop, lane, request)
                                : kvio_engine_add(lane->engine, request);
     if (status != KVIO_OK) {
         if (loop->pd != NULL && loop->error[0] == '\0')

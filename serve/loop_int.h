@@ -280,6 +280,7 @@ typedef struct kvio_pd_stats {
     kvio_hist_t *transfer_ns;   /* per transfer that moved bytes: admission to the load's end */
     kvio_hist_t *transfer_mbps; /* its bytes over that time */
     uint64_t handoffs, transfers, transfer_bytes;
+    uint64_t local_prefills;    /* prefilled on their decode rank (local_prefill_tokens) */
     uint64_t decode_hit_tokens; /* prompt tokens a decode pool held: not moved */
     uint64_t recomputed_tokens; /* prompt tokens a decode rank computed again */
     uint64_t checksum_failures; /* blocks that came over changed (emulate) */
@@ -322,8 +323,10 @@ void kvio_serve_pd_destroy(kvio_serve_pd_t *pd);
 /* Whether lane is one of the prefill lanes. */
 bool kvio_serve_pd_prefills(const kvio_serve_pd_t *pd, const kvio_serve_lane_t *lane);
 /* A request for prefill lane: kept whole, and its prompt with one output
- * token queued on the lane's engine. */
-kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_lane_t *lane,
+ * token queued on the lane's engine (or, under local_prefill_tokens, the
+ * whole request on its decode lane when that lacks little of it). */
+kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
+                                    kvio_serve_lane_t *lane,
                                     const kvio_engine_request_t *request);
 /* A prefill lane's engine finished the request's prefill: its KV is handed
  * to the decode lane the router picks, and the request queued there. */

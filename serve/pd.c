@@ -60,6 +60,13 @@ const kvio_opt_t kvio_pd_options[] = {
      .help = "emulate: each prefill rank's staging buffer (UCX-mapped host memory its "
              "prompts' blocks wait in until their decode rank has read them; 0: as large as "
              "its KV pool). A prefill finding it full waits for its decode ranks"},
+    {.key = "local_prefill_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_pd_config_t, local_prefill_tokens), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "simulate: a request whose decode rank (picked at its arrival) lacks fewer than "
+             "this many of its prompt's tokens is prefilled there, no transfer (Dynamo's "
+             "conditional disaggregation: remote prefill only when tokens - overlap is large; "
+             "0: every request is prefilled on a prefill rank)"},
     {.key = "corrupt_every", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_pd_config_t, corrupt_every), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
@@ -100,6 +107,7 @@ typedef struct pd_entry {
     kvio_engine_request_t request; /* the whole request; hashes owned */
     kvio_pd_times_t times;
     uint32_t prompt_blocks; /* full blocks of its prompt: what the peer tier lists */
+    bool local;             /* prefilled on its decode rank (local_prefill_tokens) */
 } pd_entry_t;
 
 struct kvio_serve_pd {
@@ -235,7 +243,24 @@ static kvio_status_t own_hashes(const kvio_engine_request_t *request, kvio_hash_
     return KVIO_OK;
 }
 
-kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_lane_t *lane,
+/* local_prefill_tokens: the decode rank the router picks now, and whether it
+ * lacks so little of the prompt that it prefills the request itself. */
+static bool prefill_locally(kvio_serve_pd_t *pd, const kvio_engine_request_t *request,
+                            uint32_t *decode_p)
+{
+    int64_t threshold = pd->params.config->local_prefill_tokens;
+    if (threshold <= 0 || pd->params.num_decode == 0)
+        return false;
+    uint32_t d = kvio_router_choose(pd->router, pd->decode_engines, pd->params.num_decode,
+                                    request);
+    size_t cached = kvio_engine_cached_prefix(pd->decode_engines[d], request->hashes,
+                                              request->num_hashes, request->prompt_tokens);
+    *decode_p = d;
+    return (int64_t)request->prompt_tokens - (int64_t)cached < threshold;
+}
+
+kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
+                                    kvio_serve_lane_t *lane,
                                     const kvio_engine_request_t *request)
 {
     kvio_hash_t *hashes = NULL;
@@ -262,6 +287,13 @@ kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_lane_t *lane
     if (entry->prompt_blocks > request->num_hashes)
         entry->prompt_blocks = (uint32_t)request->num_hashes;
     pd->count++;
+    uint32_t d = 0;
+    if (prefill_locally(pd, &entry->request, &d)) {
+        kvio_serve_lane_t *decode = pd->params.lanes[pd->params.num_prefill + d];
+        entry->local = true;
+        entry->times.prefill_rank = decode->world_rank + 1;
+        return kvio_serve_loop_pass(loop, decode, &entry->request);
+    }
     /* The prefill: the prompt and one token (vLLM's proxy sends max_tokens 1). */
     kvio_engine_request_t prefill = entry->request;
     prefill.output_tokens = 1;
@@ -326,7 +358,11 @@ void kvio_serve_pd_decoded(kvio_serve_pd_t *pd, kvio_engine_finished_t *finished
     size_t slot = slot_of(pd, finished->id);
     if (!pd->entries[slot].used)
         return;
-    kvio_pd_fill_times(finished, &pd->entries[slot].times);
+    const pd_entry_t *entry = &pd->entries[slot];
+    kvio_pd_times_t times = entry->times;
+    if (entry->local) /* its prefill is its own: from admission to the first token */
+        times.prefill_queued_ns = finished->queued_ns;
+    kvio_pd_fill_times(finished, &times);
     kvio_pd_stats_add(&pd->stats, finished);
     remove_entry(pd, slot);
 }
@@ -364,6 +400,10 @@ void kvio_pd_stats_add(kvio_pd_stats_t *stats, const kvio_engine_finished_t *fin
     const kvio_pd_times_t *times = &finished->pd;
     if (times->prefill_rank == 0)
         return;
+    if (times->prefill_rank == finished->rank + 1) {
+        stats->local_prefills++; /* prefilled on its decode rank: nothing handed over */
+        return;
+    }
     stats->handoffs++;
     uint64_t bytes = (uint64_t)finished->loaded_tokens * stats->kv_bytes_per_token;
     uint32_t transferable = finished->prompt_tokens > 0
@@ -446,6 +486,7 @@ json_t *kvio_pd_json(const kvio_pd_config_t *config, const kvio_pd_link_info_t *
                                             : json_null());
     json_object_set_new(out, "decode_router", json_string(link->router));
     json_object_set_new(out, "handoffs", json_integer((json_int_t)stats->handoffs));
+    json_object_set_new(out, "local_prefills", json_integer((json_int_t)stats->local_prefills));
     json_object_set_new(out, "transfers", json_integer((json_int_t)stats->transfers));
     json_object_set_new(out, "transfer_bytes", json_integer((json_int_t)stats->transfer_bytes));
     json_object_set_new(out, "verified_blocks", json_integer((json_int_t)stats->verified_blocks));

@@ -223,6 +223,36 @@ Test(pd, a_decode_side_hit_moves_nothing_of_what_the_pool_holds, .timeout = 60)
     pd_free(&run);
 }
 
+/* Dynamo's conditional disaggregation: once the decode rank holds the
+ * system prompt, 76 tokens are left to compute, under the 200 asked: the
+ * request is prefilled there, nothing handed over. The first is not. */
+Test(pd, a_decode_rank_that_lacks_little_prefills_the_request_itself, .timeout = 60)
+{
+    const char *sets[] = {"pd.local_prefill_tokens=200", NULL};
+    pd_run_t run = pd_run(shared_prompts, sets);
+    const test_csv_t *csv = &run.requests;
+    cr_assert_eq(csv->num_rows, 10);
+    for (size_t r = 0; r < csv->num_rows; r++) {
+        bool first = test_csv_number(csv, r, "id") == 0;
+        double rank = test_csv_number(csv, r, "rank");
+        double prefilled = test_csv_number(csv, r, "prefill_rank");
+        cr_assert_eq(prefilled, first ? 0 : rank, "row %zu: prefilled on rank %.0f", r,
+                     prefilled);
+        cr_assert_eq(test_csv_number(csv, r, "kv_transfer_tokens"), first ? transferable(1100) : 0);
+        const char *parts[] = {"prefill_queue_ms", "prefill_ms", "decode_queue_ms",
+                               "kv_transfer_ms", "first_decode_ms"};
+        double sum = 0;
+        for (size_t p = 0; p < 5; p++)
+            sum += test_csv_number(csv, r, parts[p]);
+        cr_assert(fabs(sum - test_csv_number(csv, r, "ttft_ms")) < 0.01, "row %zu", r);
+    }
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.handoffs"), 1);
+    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.local_prefills"), 9);
+    cr_assert_eq(test_json_integer(run.summary, "metrics.per_rank.0.completed"), 1,
+                 "the prefill rank prefilled only the first");
+    pd_free(&run);
+}
+
 /* Bad P/D settings: exit 2 and the keys named. */
 Test(pd, what_is_not_built_is_refused_by_name, .timeout = 60)
 {
@@ -238,6 +268,7 @@ Test(pd, what_is_not_built_is_refused_by_name, .timeout = 60)
         {"mode=emulate", "pd.transfer=push", "pd.transfer: push"},
         {"mode=emulate", "pd.layerwise=true", "pd.layerwise"},
         {"mode=emulate", "pd.router.policy=prefix_affinity", "pd.router"},
+        {"mode=emulate", "pd.local_prefill_tokens=100", "pd.local_prefill_tokens"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         test_run_t run = test_kvio(dir, "run", file, "-o", "out", "-q", "--set", cases[i].set,

@@ -72,6 +72,9 @@ typedef struct kvio_pd_config {
     kvio_router_config_t router; /* picks each request's decode rank */
     int version;         /* kvio_pd_version_t */
     uint64_t staging;    /* emulate: each prefill rank's outbox, bytes (0: as its pool) */
+    int64_t local_prefill_tokens; /* simulate: a request whose prompt its decode rank lacks
+                                     fewer tokens of is prefilled there (Dynamo's conditional
+                                     disaggregation; 0: never) */
     int64_t corrupt_every;      /* fault injection (emulate): every Nth staged block changed
                                    after its checksum was taken (0: none) */
     int64_t decode_dies_after;  /* fault injection (emulate): the first decode rank fails
