@@ -498,10 +498,7 @@ static kvio_status_t check_pd(const kvio_workload_t *workload, char *error_p, si
     const char *why = NULL;
     bool emulate = workload->mode == KVIO_MODE_EMULATE;
     const kvio_pd_config_t *pd = &workload->pd;
-    if (emulate && pd->transfer == KVIO_PD_PUSH)
-        why = "pd.transfer: push in emulate; the decode ranks pull (UCX gets, vLLM's "
-              "NixlConnector), push is modelled in mode: simulate";
-    else if (emulate && pd->layerwise)
+    if (emulate && pd->layerwise)
         why = "pd.layerwise in emulate; the KV moves whole once the prefill has ended, "
               "layer-wise transfers are modelled in mode: simulate";
     else if (emulate && !kvio_choice_is(&pd->router.policy, "round_robin") &&

@@ -350,22 +350,25 @@ typedef struct kvio_pd_link kvio_pd_link_t;
 #define KVIO_PD_LOCATION_RANK(location) ((int)((location) >> 48))
 #define KVIO_PD_LOCATION_OFFSET(location) ((location) & ((1ull << 48) - 1))
 
-/* Collective over every rank of rte: a prefill rank (outbox_bytes > 0)
- * maps its outbox, a decode rank connects to every outbox, any other rank
- * only takes part. */
-kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_bytes,
+/* Collective over every rank of rte: a rank with outbox_bytes > 0 maps a
+ * staging region of that size (pull: a prefill rank's outbox; push: a
+ * decode rank's inbox), a rank that connects reaches every region (pull:
+ * a decode rank; push: a prefill rank), any other rank only takes part. */
+kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool connect, uint64_t outbox_bytes,
                                   kvio_pd_link_t **link_p, char *error_p, size_t error_len);
 void kvio_pd_link_destroy(kvio_pd_link_t *link);
 /* A prefill rank torn down before its decode ranks read all it sent (a
  * stopped or failed run): its outbox in this process stays mapped, since a
  * decode rank's thread may still be reading it. */
 void kvio_pd_link_keep_outbox(kvio_pd_link_t *link);
-/* A prefill rank's outbox (outbox_bytes of host memory). */
-void *kvio_pd_link_outbox(const kvio_pd_link_t *link);
-/* Decode: whether every outbox is mapped into this process, and where the
- * block at location is then. */
+/* Whether every region this rank reaches is mapped into this process, and
+ * where the block at location is then (this rank's own region: always). */
 bool kvio_pd_link_mapped(const kvio_pd_link_t *link);
-const void *kvio_pd_link_address(const kvio_pd_link_t *link, uint64_t location);
+void *kvio_pd_link_address(const kvio_pd_link_t *link, uint64_t location);
+/* Push over UCX where the region is not mapped: bytes from data to
+ * location, waited for (put and flush) while its rank lives. */
+kvio_status_t kvio_pd_link_put(kvio_pd_link_t *link, uint64_t location, const void *data,
+                               uint64_t bytes, char *error_p, size_t error_len);
 /* Moves what the worker has to move (a prefill rank's, between iterations). */
 void kvio_pd_link_progress(kvio_pd_link_t *link);
 /* A decode rank reads count blocks of block_bytes from their locations into

@@ -248,9 +248,14 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
     /* P/D: each prefill rank's staging buffer, as large as its pool unless
      * pd.staging says. */
     uint64_t staging = run->pd == NULL ? 0 : run->pd->staging > 0 ? run->pd->staging : pool;
-    uint64_t stagings = staging > UINT64_MAX / (run->num_prefill + 1)
-                            ? UINT64_MAX
-                            : staging * run->num_prefill;
+    /* Pull: one per prefill rank; push: one per prefill rank in each decode
+     * rank's inbox. */
+    uint64_t copies = run->pd == NULL ? 0
+                      : run->pd->transfer == KVIO_PD_PUSH
+                          ? (uint64_t)run->num_prefill * (num_ranks - run->num_prefill)
+                          : run->num_prefill;
+    uint64_t stagings = copies > 0 && staging > UINT64_MAX / copies ? UINT64_MAX
+                                                                    : staging * copies;
     needed = needed > UINT64_MAX - stagings ? UINT64_MAX : needed + stagings;
     uint64_t available = 0;
     char unused[128];
@@ -296,8 +301,8 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
         char stagings_text[96] = "";
         if (stagings > 0)
             snprintf(stagings_text, sizeof(stagings_text),
-                     " + %u P/D staging buffers of %.2f GiB (pd.staging)", run->num_prefill,
-                     (double)staging / 1073741824.0);
+                     " + %llu P/D staging buffers of %.2f GiB (pd.staging)",
+                     (unsigned long long)copies, (double)staging / 1073741824.0);
         snprintf(error_p, error_len,
                  "emulate: the KV pools need %.2f GiB (%u ranks x (%u blocks x %llu bytes + swap "
                  "space + %.2f GiB of host tiers))%s but this machine has %.2f GiB available; "

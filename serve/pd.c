@@ -28,10 +28,10 @@ static const char *const version_names[] = {"any", "consistent", NULL};
 const kvio_opt_t kvio_pd_options[] = {
     {.key = "transfer", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_pd_config_t, transfer),
      .values = transfer_names, .default_value = "pull",
-     .help = "pull: the decode rank reads the prefill rank's blocks once it has allocated "
-             "its own (vLLM's NixlConnector); push: the prefill rank writes them (SGLang, "
-             "Mooncake). Simulate times both alike: on the decode rank's link, from its "
-             "admission"},
+     .help = "pull: the decode rank reads the prefill rank's blocks, staged in the "
+             "prefill's outbox, once it has allocated its own (vLLM's NixlConnector); push: the "
+             "prefill rank writes them into its partition of the decode rank's inbox (SGLang, "
+             "Mooncake). Simulate times both alike: on the links, from the decode's admission"},
     {.key = "layerwise", .type = KVIO_OPT_BOOL, .offset = offsetof(kvio_pd_config_t, layerwise),
      .default_value = "false",
      .help = "each layer's KV leaves as soon as the prefill computed it (the transfer "

@@ -69,9 +69,11 @@ struct kvio_serve_pd_rank {
     /* prefill */
     kvio_serve_pd_t *pd;
     kvio_serve_lane_t *lanes[1]; /* its lane, for the pd */
-    unsigned char *outbox;
-    uint32_t *free_slots;
-    uint32_t num_free, num_slots;
+    bool push;                 /* pd.transfer: push (the prefill writes the decode's inbox) */
+    uint32_t *free_slots;      /* per part (pull: its outbox; push: its partition of each
+                                  decode rank's inbox), num_slots each, a stack */
+    uint32_t *num_free;        /* per part */
+    uint32_t num_parts, num_slots;
     outstanding_t *out;
     size_t num_out, out_capacity;
     uint64_t *in_flight;       /* per decode rank: requests there not yet let go */
@@ -129,8 +131,10 @@ static void release(pd_rank_t *pdr, uint64_t id)
         outstanding_t *out = &pdr->out[i];
         if (out->id != id)
             continue;
+        uint32_t part = pdr->push ? out->decode : 0;
         for (uint32_t s = 0; s < out->count; s++)
-            pdr->free_slots[pdr->num_free++] = out->slots[s];
+            pdr->free_slots[(size_t)part * pdr->num_slots + pdr->num_free[part]++] =
+                out->slots[s];
         pdr->in_flight[out->decode]--;
         free(out->slots);
         pdr->out[i] = pdr->out[--pdr->num_out];
@@ -169,17 +173,17 @@ static kvio_status_t take_releases(pd_rank_t *pdr)
     return KVIO_OK;
 }
 
-/* Waits (taking releases) until count slots are free, while the decode
- * ranks holding the others live. */
-static kvio_status_t wait_for_slots(pd_rank_t *pdr, uint32_t count)
+/* Waits (taking releases) until count slots of part are free, while the
+ * decode ranks holding the others live. */
+static kvio_status_t wait_for_slots(pd_rank_t *pdr, uint32_t part, uint32_t count)
 {
-    while (pdr->num_free < count) {
+    while (pdr->num_free[part] < count) {
         kvio_status_t status = take_releases(pdr);
         if (status != KVIO_OK)
             return status;
         if (pdr->run->stop != NULL && *pdr->run->stop)
             return failed(pdr, KVIO_ERR_INTERRUPTED, "%s", "stopped waiting for staging room");
-        if (pdr->num_free < count && pdr->num_out == 0)
+        if (pdr->num_free[part] < count && pdr->num_out == 0)
             return failed(pdr, KVIO_ERR_CONFIG, "%s", "a prompt larger than the staging buffer");
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 20000};
         nanosleep(&pause, NULL);
@@ -221,10 +225,44 @@ static kvio_status_t pack_handoff(const kvio_engine_request_t *decode,
     return kvio_wire_finish(&out, blob_p, length_p);
 }
 
-/* Copies count pool blocks (ids) to the outbox at offsets, each one's
- * checksum into checksums: a host pool's in one pass each; a GPU pool's
- * down to the outbox in one batch of copies, then summed there. */
-static kvio_status_t stage_blocks(pd_rank_t *pdr, const uint32_t *ids, const uint64_t *offsets,
+/* Where slot of the staging for decode rank index decode is: pull, this
+ * prefill rank's outbox; push, this prefill rank's partition of the decode
+ * rank's inbox. */
+static uint64_t slot_location(const pd_rank_t *pdr, uint32_t decode, uint32_t slot)
+{
+    if (!pdr->push)
+        return KVIO_PD_LOCATION(prefill_world(pdr, pdr->index),
+                                (uint64_t)slot * pdr->block_bytes);
+    return KVIO_PD_LOCATION(decode_world(pdr, decode),
+                            ((uint64_t)pdr->index * pdr->num_slots + slot) * pdr->block_bytes);
+}
+
+/* A pool block's bytes and where they go, their checksum taken on the way:
+ * in one pass where the target is in this process (the outbox, or a mapped
+ * inbox), else summed here and put over UCX. */
+static kvio_status_t stage_one(pd_rank_t *pdr, const unsigned char *block, uint64_t location,
+                               uint64_t *checksum_p)
+{
+    if (!pdr->push || kvio_pd_link_mapped(pdr->link)) {
+        *checksum_p = kvio_copy_hashed(kvio_pd_link_address(pdr->link, location), block,
+                                       pdr->block_bytes);
+        return KVIO_OK;
+    }
+    kvio_sum_t sum;
+    kvio_sum_start(&sum, block, pdr->block_bytes);
+    kvio_sum_pass(&sum, NULL, pdr->block_bytes);
+    *checksum_p = kvio_sum_digest(&sum);
+    char why[256] = "";
+    kvio_status_t status = kvio_pd_link_put(pdr->link, location, block, pdr->block_bytes, why,
+                                            sizeof(why));
+    return status == KVIO_OK ? KVIO_OK : failed(pdr, status, "%s", why);
+}
+
+/* Copies count pool blocks (ids) to their locations, each one's checksum
+ * into checksums: a host pool's in one pass each; a GPU pool's down in one
+ * batch of copies, then summed where they landed. Fault injection changes
+ * one byte of every pd.corrupt_every-th block after its checksum. */
+static kvio_status_t stage_blocks(pd_rank_t *pdr, const uint32_t *ids, const uint64_t *locations,
                                   uint64_t *checksums, uint32_t count)
 {
     if (pdr->device != NULL) {
@@ -233,7 +271,7 @@ static kvio_status_t stage_blocks(pd_rank_t *pdr, const uint32_t *ids, const uin
             return failed(pdr, KVIO_ERR_NOMEM, "%s", "out of memory for staging copies");
         for (uint32_t b = 0; b < count; b++)
             copies[b] = (kvio_device_copy_t){
-                .dst = pdr->outbox + offsets[b],
+                .dst = kvio_pd_link_address(pdr->link, locations[b]),
                 .src = pdr->pool + (uint64_t)ids[b] * pdr->block_bytes,
                 .bytes = pdr->block_bytes};
         kvio_status_t status = kvio_device_copy_batch(pdr->device, copies, count);
@@ -242,19 +280,26 @@ static kvio_status_t stage_blocks(pd_rank_t *pdr, const uint32_t *ids, const uin
             return failed(pdr, status, "staging KV from the GPU pool: %s", kvio_strerror(status));
     }
     for (uint32_t b = 0; b < count; b++) {
-        unsigned char *staged = pdr->outbox + offsets[b];
+        unsigned char *staged = kvio_pd_link_address(pdr->link, locations[b]);
         if (pdr->device != NULL) {
             kvio_sum_t sum;
             kvio_sum_start(&sum, staged, pdr->block_bytes);
             kvio_sum_pass(&sum, NULL, pdr->block_bytes);
             checksums[b] = kvio_sum_digest(&sum);
         } else {
-            checksums[b] = kvio_copy_hashed(
-                staged, pdr->pool + (uint64_t)ids[b] * pdr->block_bytes, pdr->block_bytes);
+            kvio_status_t status = stage_one(
+                pdr, pdr->pool + (uint64_t)ids[b] * pdr->block_bytes, locations[b], &checksums[b]);
+            if (status != KVIO_OK)
+                return status;
         }
         int64_t every = pdr->run->pd->corrupt_every;
-        if (every > 0 && ++pdr->staged_blocks % (uint64_t)every == 0)
-            staged[pdr->block_bytes / 2] ^= 0x5a; /* fault injection: changed in staging */
+        if (every > 0 && ++pdr->staged_blocks % (uint64_t)every == 0) {
+            unsigned char flipped = (unsigned char)(checksums[b] | 1);
+            if (!pdr->push || kvio_pd_link_mapped(pdr->link) || pdr->device != NULL)
+                staged[pdr->block_bytes / 2] ^= flipped; /* fault injection: changed */
+            else
+                checksums[b] ^= 1; /* put already: the checksum it goes with is wrong */
+        }
     }
     return KVIO_OK;
 }
@@ -278,22 +323,27 @@ static kvio_status_t send_handoff(void *context, const kvio_engine_request_t *de
                  (unsigned long long)decode->id, count, pdr->num_slots);
         return failed(pdr, KVIO_ERR_CONFIG, "%s", why);
     }
-    kvio_status_t status = wait_for_slots(pdr, count);
-    outstanding_t out = {.id = decode->id, .count = count,
+    outstanding_t out = {.id = decode->id, .count = count, .decode = choose_decode(pdr),
                          .slots = malloc((count + 1) * sizeof(uint32_t))};
+    uint32_t part = pdr->push ? out.decode : 0;
+    kvio_status_t status = wait_for_slots(pdr, part, count);
     uint64_t *offsets = malloc((count + 1) * sizeof(uint64_t));
+    uint64_t *locations = malloc((count + 1) * sizeof(uint64_t));
     uint64_t *checksums = malloc((count + 1) * sizeof(uint64_t));
-    if (status == KVIO_OK && (out.slots == NULL || offsets == NULL || checksums == NULL))
+    if (status == KVIO_OK &&
+        (out.slots == NULL || offsets == NULL || locations == NULL || checksums == NULL))
         status = failed(pdr, KVIO_ERR_NOMEM, "%s", "out of memory for a handoff");
+    uint32_t *free_part = pdr->free_slots + (size_t)part * pdr->num_slots;
     for (uint32_t b = 0; status == KVIO_OK && b < count; b++) {
-        out.slots[b] = pdr->free_slots[--pdr->num_free];
-        offsets[b] = (uint64_t)out.slots[b] * pdr->block_bytes;
+        out.slots[b] = free_part[--pdr->num_free[part]];
+        locations[b] = slot_location(pdr, out.decode, out.slots[b]);
+        offsets[b] = KVIO_PD_LOCATION_OFFSET(locations[b]);
     }
     if (status == KVIO_OK)
-        status = stage_blocks(pdr, finished->block_ids, offsets, checksums, count);
+        status = stage_blocks(pdr, finished->block_ids, locations, checksums, count);
+    free(locations);
     void *blob = NULL;
     size_t length = 0;
-    out.decode = choose_decode(pdr);
     kvio_pd_times_t staged = *times;
     staged.staging_ns = (int64_t)(kvio_time_ns() - start_ns);
     if (status == KVIO_OK)
@@ -373,9 +423,12 @@ static kvio_status_t take_handoff(pd_rank_t *pdr, int prefill, kvio_wire_reader_
         free(in.locations);
         return status;
     }
+    /* Pull: the blocks are in the prefill rank's outbox; push: in this
+     * rank's inbox. */
+    int holder = pdr->push ? decode_world(pdr, pdr->index) : prefill;
     for (uint64_t b = 0; b < count; b++) {
         in.hashes[b] = hashes[b];
-        in.locations[b] = KVIO_PD_LOCATION(prefill, offsets[b]);
+        in.locations[b] = KVIO_PD_LOCATION(holder, offsets[b]);
     }
     listing_t listing = {.pdr = pdr, .in = &in, .checksums = checksums};
     kvio_engine_with_tiers(pdr->lane->engine, list_blocks, &listing);
@@ -560,14 +613,17 @@ static const char *chores_error(void *context)
 /* Prefill: the outbox's slots, the pd that turns requests into prefills. */
 static kvio_status_t prefill_setup(pd_rank_t *pdr)
 {
-    pdr->outbox = kvio_pd_link_outbox(pdr->link);
-    pdr->free_slots = malloc((size_t)pdr->num_slots * sizeof(*pdr->free_slots));
+    pdr->num_parts = pdr->push ? pdr->num_decode : 1;
+    pdr->free_slots = malloc((size_t)pdr->num_parts * pdr->num_slots * sizeof(*pdr->free_slots));
+    pdr->num_free = calloc(pdr->num_parts, sizeof(*pdr->num_free));
     pdr->in_flight = calloc(pdr->num_decode, sizeof(*pdr->in_flight));
-    if (pdr->free_slots == NULL || pdr->in_flight == NULL)
+    if (pdr->free_slots == NULL || pdr->num_free == NULL || pdr->in_flight == NULL)
         return KVIO_ERR_NOMEM;
-    for (uint32_t s = 0; s < pdr->num_slots; s++)
-        pdr->free_slots[s] = pdr->num_slots - 1 - s;
-    pdr->num_free = pdr->num_slots;
+    for (uint32_t part = 0; part < pdr->num_parts; part++) {
+        for (uint32_t s = 0; s < pdr->num_slots; s++)
+            pdr->free_slots[(size_t)part * pdr->num_slots + s] = pdr->num_slots - 1 - s;
+        pdr->num_free[part] = pdr->num_slots;
+    }
     kvio_serve_pd_params_t pd = {
         .config = pdr->run->pd, .lanes = pdr->lanes, .num_prefill = 1,
         .block_size = pdr->block_size, .kv_bytes_per_token = pdr->block_bytes / pdr->block_size,
@@ -586,7 +642,7 @@ static kvio_status_t decode_setup(pd_rank_t *pdr, const kvio_serve_pd_rank_param
         return KVIO_ERR_NOMEM;
     kvio_tier_remote_t remote = {
         .fetch = peer_fetch, .context = pdr, .name = "peer",
-        .address = kvio_pd_link_mapped(pdr->link) ? peer_address : NULL};
+        .address = pdr->push || kvio_pd_link_mapped(pdr->link) ? peer_address : NULL};
     kvio_status_t status = kvio_tier_create_remote(
         &remote, pdr->num_slots * pdr->num_prefill, pdr->block_bytes, 0, 0, true, &pdr->peer,
         error_p, error_len);
@@ -620,10 +676,22 @@ kvio_status_t kvio_serve_pd_rank_create(const kvio_serve_pd_rank_params_t *param
     pdr->device = params->device;
     pdr->num_slots = params->staging_blocks;
     pdr->lane = pdr->lanes[0] = params->lane;
-    kvio_status_t status = kvio_pd_link_create(
-        pdr->rte, !pdr->prefills,
-        pdr->prefills ? (uint64_t)pdr->num_slots * pdr->block_bytes : 0, &pdr->link, error_p,
-        error_len);
+    /* Pull: each prefill rank's outbox, read by the decode ranks; push:
+     * each decode rank's inbox, a partition per prefill rank, written by
+     * them. */
+    pdr->push = run->pd->transfer == KVIO_PD_PUSH;
+    uint64_t staging = (uint64_t)pdr->num_slots * pdr->block_bytes;
+    uint64_t region = pdr->push ? (pdr->prefills ? 0 : staging * pdr->num_prefill)
+                                : (pdr->prefills ? staging : 0);
+    kvio_status_t status = kvio_pd_link_create(pdr->rte, pdr->prefills == pdr->push, region,
+                                               &pdr->link, error_p, error_len);
+    if (status == KVIO_OK && pdr->push && pdr->prefills && pdr->device != NULL &&
+        !kvio_pd_link_mapped(pdr->link)) {
+        snprintf(error_p, error_len, "serve rank %u: pd.transfer: push from a GPU pool needs "
+                 "the decode ranks' inboxes mapped here (ranks of one node)",
+                 params->serve_index);
+        status = KVIO_ERR_CONFIG;
+    }
     if (status == KVIO_OK)
         status = pdr->prefills ? prefill_setup(pdr)
                                : decode_setup(pdr, params, error_p, error_len);
@@ -668,6 +736,7 @@ void kvio_serve_pd_rank_destroy(kvio_serve_pd_rank_t *pdr)
     free(pdr->out);
     kvio_pd_link_destroy(pdr->link);
     free(pdr->free_slots);
+    free(pdr->num_free);
     free(pdr->in_flight);
     free(pdr->ended);
     free(pdr->tiers);

@@ -1,11 +1,14 @@
-/* The P/D KV link (emulate): each prefill rank's outbox, host memory mapped
- * with UCX that its finished prompts' blocks are staged in, and on each
- * decode rank an endpoint and a key to every outbox, through which its
- * I/O thread reads a request's blocks straight into its pool (vLLM's
- * NixlConnector pulls): by copying from where the outbox is in this
+/* The P/D KV link (emulate): the staging regions (host memory mapped with
+ * UCX) that requests' blocks wait in, and on the other side an endpoint and
+ * a key to every region. Pull (vLLM's NixlConnector): each prefill rank
+ * stages its finished prompts' blocks in its own region (its outbox), and
+ * each decode rank's I/O thread reads them into its pool. Push (SGLang,
+ * Mooncake): each decode rank's region (its inbox, a partition per prefill
+ * rank) is written by the prefill ranks, and the decode reads its own. The
+ * far side is reached by copying from or to where the region is in this
  * process (ranks that are threads of one process: its own memory; ranks of
- * one node: UCX's shared-memory mapping), else with UCX gets (over what
- * UCX_TLS allows; KVIO_PD_GETS=1 forces them). Set up collectively over the runtime. A
+ * one node: UCX's shared-memory mapping), else with UCX gets and puts (over
+ * what UCX_TLS allows; KVIO_PD_GETS=1 forces them). Set up collectively over the runtime. A
  * wait for a get lasts as long as the prefill rank lives (its heartbeats),
  * however slowly the bytes move. */
 #include "serve/loop_int.h"
@@ -34,6 +37,7 @@ struct kvio_pd_link {
     const unsigned char **mapped; /* the outboxes mapped into this process (shared
                                      memory, ucp_rkey_ptr), NULL where they cannot be */
     bool all_mapped;
+    int self;                /* this rank's index (its own region's locations) */
     int inflight;            /* gets posted, not complete */
     ucs_status_t request_error;
 };
@@ -183,7 +187,7 @@ static kvio_status_t connect_outboxes(kvio_pd_link_t *link, void **addresses,
     return KVIO_OK;
 }
 
-kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_bytes,
+kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool connect, uint64_t outbox_bytes,
                                   kvio_pd_link_t **link_p, char *error_p, size_t error_len)
 {
     kvio_pd_link_t *link = calloc(1, sizeof(*link));
@@ -197,7 +201,8 @@ kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_
     void *blob = NULL;
     size_t length = 0;
     kvio_status_t status = KVIO_OK;
-    if (decode || outbox_bytes > 0) {
+    link->self = kvio_rte_index(rte);
+    if (connect || outbox_bytes > 0) {
         status = open_ucx(link, error_p, error_len);
         if (status == KVIO_OK && outbox_bytes > 0)
             status = map_outbox(link, &blob, &length, error_p, error_len);
@@ -219,7 +224,7 @@ kvio_status_t kvio_pd_link_create(kvio_rte_t *rte, bool decode, uint64_t outbox_
                                                   : kvio_strerror(exchange));
         status = exchange;
     }
-    if (status == KVIO_OK && decode)
+    if (status == KVIO_OK && connect)
         status = connect_outboxes(link, addresses, address_lengths, blobs, lengths, error_p,
                                   error_len);
     if (address != NULL)
@@ -271,14 +276,13 @@ void kvio_pd_link_destroy(kvio_pd_link_t *link)
     free(link);
 }
 
+static void get_done(void *request, ucs_status_t status, void *user_data);
+static kvio_status_t wait_gets(kvio_pd_link_t *link, const int *ranks, size_t count,
+                               char *error_p, size_t error_len);
+
 void kvio_pd_link_keep_outbox(kvio_pd_link_t *link)
 {
     link->owned_outbox = NULL; /* left mapped: a peer thread may still read it */
-}
-
-void *kvio_pd_link_outbox(const kvio_pd_link_t *link)
-{
-    return link->outbox;
 }
 
 bool kvio_pd_link_mapped(const kvio_pd_link_t *link)
@@ -286,10 +290,45 @@ bool kvio_pd_link_mapped(const kvio_pd_link_t *link)
     return link->mapped != NULL && link->all_mapped && getenv("KVIO_PD_GETS") == NULL;
 }
 
-const void *kvio_pd_link_address(const kvio_pd_link_t *link, uint64_t location)
+void *kvio_pd_link_address(const kvio_pd_link_t *link, uint64_t location)
 {
-    const unsigned char *base = link->mapped[KVIO_PD_LOCATION_RANK(location)];
+    int rank = KVIO_PD_LOCATION_RANK(location);
+    /* The cast: a pushed-to region is written through its mapping. */
+    unsigned char *base = rank == link->self ? (unsigned char *)link->outbox
+                                             : (unsigned char *)(uintptr_t)link->mapped[rank];
     return base + KVIO_PD_LOCATION_OFFSET(location);
+}
+
+kvio_status_t kvio_pd_link_put(kvio_pd_link_t *link, uint64_t location, const void *data,
+                               uint64_t bytes, char *error_p, size_t error_len)
+{
+    int rank = KVIO_PD_LOCATION_RANK(location);
+    if (rank >= link->size || link->eps == NULL || link->eps[rank] == NULL) {
+        snprintf(error_p, error_len, "P/D link: no staging region at rank %d", rank);
+        return KVIO_ERR_INVALID;
+    }
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = get_done, .user_data = link};
+    ucs_status_ptr_t request = ucp_put_nbx(link->eps[rank], data, bytes,
+                                           link->bases[rank] + KVIO_PD_LOCATION_OFFSET(location),
+                                           link->rkeys[rank], &param);
+    if (UCS_PTR_IS_ERR(request)) {
+        snprintf(error_p, error_len, "P/D link: ucp_put_nbx to rank %d: %s", rank,
+                 ucs_status_string(UCS_PTR_STATUS(request)));
+        return KVIO_ERR_IO;
+    }
+    if (request != NULL)
+        link->inflight++;
+    ucs_status_ptr_t flush = ucp_ep_flush_nbx(link->eps[rank], &param);
+    if (UCS_PTR_IS_ERR(flush)) {
+        snprintf(error_p, error_len, "P/D link: flushing to rank %d: %s", rank,
+                 ucs_status_string(UCS_PTR_STATUS(flush)));
+        return KVIO_ERR_IO;
+    }
+    if (flush != NULL)
+        link->inflight++;
+    return wait_gets(link, &rank, 1, error_p, error_len);
 }
 
 void kvio_pd_link_progress(kvio_pd_link_t *link)
@@ -319,8 +358,8 @@ static kvio_status_t wait_gets(kvio_pd_link_t *link, const int *ranks, size_t co
         for (size_t i = 0; i < count; i++) {
             if (!kvio_rte_peer_failed(link->rte, ranks[i]))
                 continue;
-            snprintf(error_p, error_len, "P/D link: prefill rank %d was lost while its KV "
-                     "was read", ranks[i]);
+            snprintf(error_p, error_len, "P/D link: rank %d was lost while KV moved to or "
+                     "from it", ranks[i]);
             /* Its requests cannot complete; they are the worker's now. */
             return KVIO_ERR_PEER;
         }
@@ -340,7 +379,7 @@ void kvio_pd_link_fetch(kvio_pd_link_t *link, const uint64_t *locations, void *c
                         size_t count, uint64_t block_bytes, kvio_status_t *statuses_p,
                         char *error_p, size_t error_len)
 {
-    int ranks[64];
+    int ranks[64] = {0};
     size_t num_ranks = 0;
     kvio_status_t status = KVIO_OK;
     ucp_request_param_t param = {

@@ -265,7 +265,6 @@ Test(pd, what_is_not_built_is_refused_by_name, .timeout = 60)
         {"ranks.serve=2", NULL, "ranks.serve: 2"},
         {"serve.kvcache.prefix_caching=false", NULL, "serve.kvcache.prefix_caching"},
         {"pd.transfer=sideways", NULL, "pd.transfer"},
-        {"mode=emulate", "pd.transfer=push", "pd.transfer: push"},
         {"mode=emulate", "pd.layerwise=true", "pd.layerwise"},
         {"mode=emulate", "pd.router.policy=prefix_affinity", "pd.router"},
         {"mode=emulate", "pd.local_prefill_tokens=100", "pd.local_prefill_tokens"},
@@ -294,10 +293,12 @@ static const char *emulate_prompts =
     "  input_tokens: {dist: uniform, low: 200, high: 1500}\n"
     "  output_tokens: {dist: uniform, low: 4, high: 24}\n";
 
-Test(pd, emulate_moves_each_request_s_kv_once_and_checks_every_block, .timeout = 120)
+/* Every one of the 24 requests finished once on a decode rank, its KV moved
+ * once (the prompt's full blocks less the last token's), every block that
+ * came over checked, the TTFT parts adding up. */
+static void assert_moved_once(const pd_run_t *run)
 {
-    pd_run_t run = pd_run(emulate_prompts, NULL);
-    const test_csv_t *csv = &run.requests;
+    const test_csv_t *csv = &run->requests;
     cr_assert_eq(csv->num_rows, 24, "every request finishes once, on its decode rank");
     bool seen[24] = {false};
     double tokens = 0;
@@ -322,12 +323,30 @@ Test(pd, emulate_moves_each_request_s_kv_once_and_checks_every_block, .timeout =
         cr_assert(fabs(sum - ttft) < 0.02, "request %.0f: parts %.3f, TTFT %.3f", id, sum, ttft);
     }
     /* Every block that came over was checked against the prefill's checksum. */
-    cr_assert_eq((double)test_json_integer(run.summary, "metrics.pd.verified_blocks"),
+    cr_assert_eq((double)test_json_integer(run->summary, "metrics.pd.verified_blocks"),
                  tokens / 16);
-    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.checksum_failures"), 0);
-    cr_assert_eq((double)test_json_integer(run.summary, "metrics.pd.transfer_bytes"),
+    cr_assert_eq(test_json_integer(run->summary, "metrics.pd.checksum_failures"), 0);
+    cr_assert_eq((double)test_json_integer(run->summary, "metrics.pd.transfer_bytes"),
                  tokens * 32768);
-    cr_assert_eq(test_json_integer(run.summary, "metrics.pd.decode_recomputed_tokens"), 0);
+    cr_assert_eq(test_json_integer(run->summary, "metrics.pd.decode_recomputed_tokens"), 0);
+}
+
+Test(pd, emulate_moves_each_request_s_kv_once_and_checks_every_block, .timeout = 120)
+{
+    pd_run_t run = pd_run(emulate_prompts, NULL);
+    assert_moved_once(&run);
+    cr_assert_str_eq(test_json_string(run.summary, "metrics.pd.transfer"), "pull");
+    pd_free(&run);
+}
+
+/* Push: the prefill rank writes each block into its partition of the
+ * decode rank's inbox, which the decode reads into its pool, checked. */
+Test(pd, emulate_pushes_each_request_s_kv_once_and_checks_every_block, .timeout = 120)
+{
+    const char *sets[] = {"pd.transfer=push", NULL};
+    pd_run_t run = pd_run(emulate_prompts, sets);
+    assert_moved_once(&run);
+    cr_assert_str_eq(test_json_string(run.summary, "metrics.pd.transfer"), "push");
     pd_free(&run);
 }
 
@@ -444,7 +463,9 @@ static int mpirun_available(void)
     return system("command -v mpirun >/dev/null 2>&1") == 0;
 }
 
-Test(pd, mpirun_prefill_and_decode_processes_move_kv_and_take_updates, .timeout = 120)
+/* Runs mpirun_pd under mpirun with env (e.g. "KVIO_PD_GETS=1"; "" for
+ * none) and --set set, and checks what every such run must do. */
+static void mpirun_moves_kv(const char *env, const char *set)
 {
     if (!test_require("mpi", mpirun_available(), "mpirun not found"))
         return;
@@ -452,9 +473,9 @@ Test(pd, mpirun_prefill_and_decode_processes_move_kv_and_take_updates, .timeout 
     char *file = test_write_file(dir, "w.yaml", mpirun_pd);
     char command[4096];
     snprintf(command, sizeof(command),
-             "cd %s && timeout %.0f mpirun --allow-run-as-root --oversubscribe %s -np 4 %s run %s "
-             "-o out >mpirun.log 2>&1", dir, test_seconds(60), test_mpirun_sanitizer_args(),
-             test_kvio_binary(), file);
+             "cd %s && %s timeout %.0f mpirun --allow-run-as-root --oversubscribe %s -x "
+             "KVIO_PD_GETS -np 4 %s run %s -o out --set %s >mpirun.log 2>&1", dir, env,
+             test_seconds(60), test_mpirun_sanitizer_args(), test_kvio_binary(), file, set);
     int status = system(command);
     char path[1200];
     snprintf(path, sizeof(path), "%s/mpirun.log", dir);
@@ -484,4 +505,15 @@ Test(pd, mpirun_prefill_and_decode_processes_move_kv_and_take_updates, .timeout 
     free(file);
     test_rmtree(dir);
     free(dir);
+}
+
+Test(pd, mpirun_prefill_and_decode_processes_move_kv_and_take_updates, .timeout = 120)
+{
+    mpirun_moves_kv("", "pd.transfer=pull");
+}
+
+/* Push between processes with UCX puts (KVIO_PD_GETS=1: no mapping used). */
+Test(pd, mpirun_prefill_processes_push_kv_with_ucx_puts, .timeout = 120)
+{
+    mpirun_moves_kv("KVIO_PD_GETS=1", "pd.transfer=push");
 }
