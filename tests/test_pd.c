@@ -72,6 +72,22 @@ static double transferable(double prompt_tokens)
     return floor((prompt_tokens - 1) / 16) * 16;
 }
 
+/* Row r's TTFT parts: each measured on its own, none negative, and
+ * together its TTFT within tolerance_ms (the CSV's rounding). */
+static void assert_parts_add_up(const test_csv_t *csv, size_t r, double tolerance_ms)
+{
+    const char *parts[] = {"prefill_queue_ms", "prefill_ms", "decode_queue_ms", "kv_transfer_ms",
+                           "first_decode_ms"};
+    double sum = 0;
+    for (size_t p = 0; p < 5; p++) {
+        double part = test_csv_number(csv, r, parts[p]);
+        cr_assert_geq(part, 0, "row %zu: %s %.3f", r, parts[p], part);
+        sum += part;
+    }
+    double ttft = test_csv_number(csv, r, "ttft_ms");
+    cr_assert(fabs(sum - ttft) < tolerance_ms, "row %zu: parts %.3f, TTFT %.3f", r, sum, ttft);
+}
+
 Test(pd, every_request_is_prefilled_and_decoded_once_its_kv_moved_once, .timeout = 60)
 {
     pd_run_t run = pd_run(unique_prompts, NULL);
@@ -92,17 +108,7 @@ Test(pd, every_request_is_prefilled_and_decoded_once_its_kv_moved_once, .timeout
                      moved, input);
         cr_assert_eq(test_csv_number(csv, r, "cached_tokens"), 0);
         tokens += moved;
-        /* TTFT in its parts, each measured on its own. */
-        const char *parts[] = {"prefill_queue_ms", "prefill_ms", "decode_queue_ms",
-                               "kv_transfer_ms", "first_decode_ms"};
-        double sum = 0;
-        for (size_t p = 0; p < 5; p++) {
-            double part = test_csv_number(csv, r, parts[p]);
-            cr_assert_geq(part, 0, "request %.0f: %s %.3f", id, parts[p], part);
-            sum += part;
-        }
-        double ttft = test_csv_number(csv, r, "ttft_ms");
-        cr_assert(fabs(sum - ttft) < 0.01, "request %.0f: parts %.3f, TTFT %.3f", id, sum, ttft);
+        assert_parts_add_up(csv, r, 0.01);
         cr_assert_gt(test_csv_number(csv, r, "prefill_ms"), 0);
         cr_assert_gt(test_csv_number(csv, r, "first_decode_ms"), 0);
     }
@@ -239,12 +245,7 @@ Test(pd, a_decode_rank_that_lacks_little_prefills_the_request_itself, .timeout =
         cr_assert_eq(prefilled, first ? 0 : rank, "row %zu: prefilled on rank %.0f", r,
                      prefilled);
         cr_assert_eq(test_csv_number(csv, r, "kv_transfer_tokens"), first ? transferable(1100) : 0);
-        const char *parts[] = {"prefill_queue_ms", "prefill_ms", "decode_queue_ms",
-                               "kv_transfer_ms", "first_decode_ms"};
-        double sum = 0;
-        for (size_t p = 0; p < 5; p++)
-            sum += test_csv_number(csv, r, parts[p]);
-        cr_assert(fabs(sum - test_csv_number(csv, r, "ttft_ms")) < 0.01, "row %zu", r);
+        assert_parts_add_up(csv, r, 0.01);
     }
     cr_assert_eq(test_json_integer(run.summary, "metrics.pd.handoffs"), 1);
     cr_assert_eq(test_json_integer(run.summary, "metrics.pd.local_prefills"), 9);
@@ -311,16 +312,7 @@ static void assert_moved_once(const pd_run_t *run)
         double moved = test_csv_number(csv, r, "kv_transfer_tokens");
         cr_assert_eq(moved, transferable(test_csv_number(csv, r, "input_tokens")));
         tokens += moved;
-        const char *parts[] = {"prefill_queue_ms", "prefill_ms", "decode_queue_ms",
-                               "kv_transfer_ms", "first_decode_ms"};
-        double sum = 0;
-        for (size_t p = 0; p < 5; p++) {
-            cr_assert_geq(test_csv_number(csv, r, parts[p]), 0, "request %.0f: %s %.3f", id,
-                          parts[p], test_csv_number(csv, r, parts[p]));
-            sum += test_csv_number(csv, r, parts[p]);
-        }
-        double ttft = test_csv_number(csv, r, "ttft_ms");
-        cr_assert(fabs(sum - ttft) < 0.02, "request %.0f: parts %.3f, TTFT %.3f", id, sum, ttft);
+        assert_parts_add_up(csv, r, 0.02);
     }
     /* Every block that came over was checked against the prefill's checksum. */
     cr_assert_eq((double)test_json_integer(run->summary, "metrics.pd.verified_blocks"),
