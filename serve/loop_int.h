@@ -285,7 +285,7 @@ typedef struct kvio_pd_stats {
     uint64_t recomputed_tokens; /* prompt tokens a decode rank computed again */
     uint64_t checksum_failures; /* blocks that came over changed (emulate) */
     uint64_t verified_blocks;   /* blocks that came over and matched their checksum (emulate) */
-    int64_t ttft_parts_ns[5];   /* measured requests: TTFT's parts, summed */
+    int64_t ttft_parts_ns[KVIO_PD_TTFT_PARTS]; /* measured requests: TTFT's parts, summed */
     uint64_t measured;
 } kvio_pd_stats_t;
 

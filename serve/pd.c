@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/array.h"
+#include "kvio/hashset.h"
+
 static const char *const transfer_names[] = {"pull", "push", NULL};
 static const char *const link_names[] = {"nic", "gpu", "host", NULL};
 static const char *const version_names[] = {"any", "consistent", NULL};
@@ -102,8 +105,8 @@ void kvio_pd_link_model(const kvio_pd_config_t *config, const kvio_gpu_t *gpu,
 
 /* A request between its arrival on a prefill lane and its decode's end. */
 typedef struct pd_entry {
-    uint64_t id;          /* 0 with used false: a free slot */
-    bool used;
+    uint64_t id;
+    uint32_t prefill;     /* its prefill lane's index */
     kvio_engine_request_t request; /* the whole request; hashes owned */
     kvio_pd_times_t times;
     uint32_t prompt_blocks; /* full blocks of its prompt: what the peer tier lists */
@@ -114,54 +117,41 @@ struct kvio_serve_pd {
     kvio_serve_pd_params_t params;
     kvio_router_t *router;
     kvio_engine_t **decode_engines;
-    pd_entry_t *entries;  /* open addressing by id */
+    pd_entry_t *entries;  /* count of them, in no order */
     size_t capacity, count;
+    kvio_map_t index;     /* id -> its entry's index + 1 */
     int64_t *link_free_ns; /* simulate: per prefill lane, when its outgoing link is free */
     kvio_pd_stats_t stats;
     char error[256];
 };
 
-static size_t slot_of(const kvio_serve_pd_t *pd, uint64_t id)
+static pd_entry_t *find_entry(kvio_serve_pd_t *pd, uint64_t id)
 {
-    uint64_t h = id * 0x9e3779b97f4a7c15ull;
-    size_t slot = (size_t)(h >> 17) & (pd->capacity - 1);
-    while (pd->entries[slot].used && pd->entries[slot].id != id)
-        slot = (slot + 1) & (pd->capacity - 1);
-    return slot;
+    uint32_t at = kvio_map_get(&pd->index, id);
+    return at > 0 ? &pd->entries[at - 1] : NULL;
 }
 
-static kvio_status_t grow(kvio_serve_pd_t *pd)
+/* A new entry for id (its other fields zero), or NULL out of memory. */
+static pd_entry_t *add_entry(kvio_serve_pd_t *pd, uint64_t id)
 {
-    if (2 * (pd->count + 1) <= pd->capacity)
-        return KVIO_OK;
-    pd_entry_t *old = pd->entries;
-    size_t old_capacity = pd->capacity;
-    pd->capacity = old_capacity > 0 ? 2 * old_capacity : 256;
-    pd->entries = calloc(pd->capacity, sizeof(*pd->entries));
-    if (pd->entries == NULL) {
-        pd->entries = old;
-        pd->capacity = old_capacity;
-        return KVIO_ERR_NOMEM;
-    }
-    for (size_t i = 0; i < old_capacity; i++)
-        if (old[i].used)
-            pd->entries[slot_of(pd, old[i].id)] = old[i];
-    free(old);
-    return KVIO_OK;
+    if (kvio_array_reserve((void **)&pd->entries, &pd->capacity, pd->count + 1,
+                           sizeof(*pd->entries), 256) != KVIO_OK ||
+        kvio_map_set(&pd->index, id, (uint32_t)pd->count + 1) != KVIO_OK)
+        return NULL;
+    pd_entry_t *entry = &pd->entries[pd->count++];
+    *entry = (pd_entry_t){.id = id};
+    return entry;
 }
 
-/* Takes the entry out (backward-shift deletion keeps the probe chains). */
-static void remove_entry(kvio_serve_pd_t *pd, size_t slot)
+/* Takes the entry out: the last one takes its place. */
+static void remove_entry(kvio_serve_pd_t *pd, pd_entry_t *entry)
 {
-    free((void *)pd->entries[slot].request.hashes);
-    pd->entries[slot] = (pd_entry_t){0};
-    pd->count--;
-    size_t next = (slot + 1) & (pd->capacity - 1);
-    while (pd->entries[next].used) {
-        pd_entry_t moved = pd->entries[next];
-        pd->entries[next] = (pd_entry_t){0};
-        pd->entries[slot_of(pd, moved.id)] = moved;
-        next = (next + 1) & (pd->capacity - 1);
+    free((void *)entry->request.hashes);
+    (void)kvio_map_set(&pd->index, entry->id, 0); /* taking a key out allocates nothing */
+    pd_entry_t *last = &pd->entries[--pd->count];
+    if (entry != last) {
+        *entry = *last;
+        (void)kvio_map_set(&pd->index, entry->id, (uint32_t)(entry - pd->entries) + 1);
     }
 }
 
@@ -183,8 +173,6 @@ kvio_status_t kvio_serve_pd_create(const kvio_serve_pd_params_t *params, kvio_se
         status = KVIO_ERR_NOMEM;
     for (uint32_t d = 0; status == KVIO_OK && d < params->num_decode; d++)
         pd->decode_engines[d] = params->lanes[params->num_prefill + d]->engine;
-    if (status == KVIO_OK)
-        status = grow(pd);
     if (status != KVIO_OK) {
         kvio_serve_pd_destroy(pd);
         return status;
@@ -197,10 +185,10 @@ void kvio_serve_pd_destroy(kvio_serve_pd_t *pd)
 {
     if (pd == NULL)
         return;
-    for (size_t i = 0; i < pd->capacity; i++)
-        if (pd->entries[i].used)
-            free((void *)pd->entries[i].request.hashes);
+    for (size_t i = 0; i < pd->count; i++)
+        free((void *)pd->entries[i].request.hashes);
     free(pd->entries);
+    kvio_map_fini(&pd->index);
     free(pd->decode_engines);
     kvio_router_destroy(pd->router);
     free(pd->link_free_ns);
@@ -208,12 +196,18 @@ void kvio_serve_pd_destroy(kvio_serve_pd_t *pd)
     free(pd);
 }
 
+/* lane's index among the prefill lanes; num_prefill when it is none. */
+static uint32_t prefill_index(const kvio_serve_pd_t *pd, const kvio_serve_lane_t *lane)
+{
+    uint32_t p = 0;
+    while (p < pd->params.num_prefill && pd->params.lanes[p] != lane)
+        p++;
+    return p;
+}
+
 bool kvio_serve_pd_prefills(const kvio_serve_pd_t *pd, const kvio_serve_lane_t *lane)
 {
-    for (uint32_t p = 0; p < pd->params.num_prefill; p++)
-        if (pd->params.lanes[p] == lane)
-            return true;
-    return false;
+    return prefill_index(pd, lane) < pd->params.num_prefill;
 }
 
 const char *kvio_serve_pd_error(const kvio_serve_pd_t *pd)
@@ -263,30 +257,28 @@ kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop
                                     kvio_serve_lane_t *lane,
                                     const kvio_engine_request_t *request)
 {
-    kvio_hash_t *hashes = NULL;
-    kvio_status_t status = grow(pd);
-    if (status == KVIO_OK)
-        status = own_hashes(request, &hashes);
-    if (status != KVIO_OK) {
-        snprintf(pd->error, sizeof(pd->error), "request %llu: cannot keep it for its decode: %s",
-                 (unsigned long long)request->id, kvio_strerror(status));
-        return status;
-    }
-    size_t slot = slot_of(pd, request->id);
-    if (pd->entries[slot].used) {
-        free(hashes);
+    if (find_entry(pd, request->id) != NULL) {
         snprintf(pd->error, sizeof(pd->error), "request %llu: a second request with its id",
                  (unsigned long long)request->id);
         return KVIO_ERR_INVALID;
     }
-    pd_entry_t *entry = &pd->entries[slot];
-    *entry = (pd_entry_t){.id = request->id, .used = true, .request = *request};
+    kvio_hash_t *hashes = NULL;
+    kvio_status_t status = own_hashes(request, &hashes);
+    pd_entry_t *entry = status == KVIO_OK ? add_entry(pd, request->id) : NULL;
+    if (entry == NULL) {
+        free(hashes);
+        snprintf(pd->error, sizeof(pd->error), "request %llu: cannot keep it for its decode: %s",
+                 (unsigned long long)request->id,
+                 kvio_strerror(status != KVIO_OK ? status : KVIO_ERR_NOMEM));
+        return status != KVIO_OK ? status : KVIO_ERR_NOMEM;
+    }
+    entry->request = *request;
     entry->request.hashes = hashes;
     entry->request.hash_source = (kvio_engine_hash_source_t){0};
+    entry->prefill = prefill_index(pd, lane);
     entry->prompt_blocks = request->prompt_tokens / pd->params.block_size;
     if (entry->prompt_blocks > request->num_hashes)
         entry->prompt_blocks = (uint32_t)request->num_hashes;
-    pd->count++;
     uint32_t d = 0;
     if (prefill_locally(pd, &entry->request, &d)) {
         kvio_serve_lane_t *decode = pd->params.lanes[pd->params.num_prefill + d];
@@ -302,25 +294,15 @@ kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop
     return kvio_engine_add(lane->engine, &prefill);
 }
 
-/* The prefill lane a finished prefill ran on (by its world rank). */
-static uint32_t prefill_index(const kvio_serve_pd_t *pd, const kvio_engine_finished_t *finished)
-{
-    for (uint32_t p = 0; p < pd->params.num_prefill; p++)
-        if (pd->params.lanes[p]->world_rank == finished->rank)
-            return p;
-    return 0;
-}
-
 kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
                                       const kvio_engine_finished_t *finished)
 {
-    size_t slot = slot_of(pd, finished->id);
-    if (!pd->entries[slot].used) {
+    pd_entry_t *entry = find_entry(pd, finished->id);
+    if (entry == NULL) {
         snprintf(pd->error, sizeof(pd->error), "request %llu finished a prefill it never began",
                  (unsigned long long)finished->id);
         return KVIO_ERR_INVALID;
     }
-    pd_entry_t *entry = &pd->entries[slot];
     int64_t start_ns = finished->arrival_ns + finished->queued_ns;
     entry->times = (kvio_pd_times_t){.prefill_rank = finished->rank + 1,
                                      .prefill_queued_ns = finished->queued_ns,
@@ -330,13 +312,12 @@ kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *lo
         .prefill_start_ns = start_ns, .handoff_ns = finished->finish_ns,
         .layers = pd->params.config->layerwise ? pd->params.layers : 0,
         .latency_ns = pd->params.latency_ns,
-        .source_free_ns = pd->link_free_ns != NULL ? &pd->link_free_ns[prefill_index(pd, finished)]
-                                                   : NULL};
+        .source_free_ns = pd->link_free_ns != NULL ? &pd->link_free_ns[entry->prefill] : NULL};
     if (pd->params.send != NULL) {
         /* Emulate: to a decode rank; the request leaves this rank. */
         kvio_status_t status = pd->params.send(pd->params.send_context, &decode, &entry->times,
                                                finished);
-        remove_entry(pd, slot);
+        remove_entry(pd, entry);
         return status;
     }
     uint32_t d = kvio_router_choose(pd->router, pd->decode_engines, pd->params.num_decode,
@@ -355,16 +336,15 @@ kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *lo
 
 void kvio_serve_pd_decoded(kvio_serve_pd_t *pd, kvio_engine_finished_t *finished)
 {
-    size_t slot = slot_of(pd, finished->id);
-    if (!pd->entries[slot].used)
+    pd_entry_t *entry = find_entry(pd, finished->id);
+    if (entry == NULL)
         return;
-    const pd_entry_t *entry = &pd->entries[slot];
     kvio_pd_times_t times = entry->times;
     if (entry->local) /* its prefill is its own: from admission to the first token */
         times.prefill_queued_ns = finished->queued_ns;
     kvio_pd_fill_times(finished, &times);
     kvio_pd_stats_add(&pd->stats, finished);
-    remove_entry(pd, slot);
+    remove_entry(pd, entry);
 }
 
 void kvio_pd_fill_times(kvio_engine_finished_t *finished, const kvio_pd_times_t *prefill)
@@ -424,14 +404,23 @@ void kvio_pd_stats_add(kvio_pd_stats_t *stats, const kvio_engine_finished_t *fin
                              (uint64_t)((double)bytes * 1e3 / (double)transfer_ns));
     }
     if (finished->measured) {
-        int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
-        int64_t parts[5] = {times->prefill_queued_ns, times->prefill_ns, times->decode_queued_ns,
-                            times->staging_ns + finished->kv_transfer_ns,
-                            finished->first_token_ns - admitted_ns - finished->kv_transfer_ns};
-        for (int i = 0; i < 5; i++)
+        int64_t parts[KVIO_PD_TTFT_PARTS];
+        kvio_pd_ttft_parts(finished, parts);
+        for (int i = 0; i < KVIO_PD_TTFT_PARTS; i++)
             stats->ttft_parts_ns[i] += parts[i];
         stats->measured++;
     }
+}
+
+void kvio_pd_ttft_parts(const kvio_engine_finished_t *finished, int64_t parts_p[KVIO_PD_TTFT_PARTS])
+{
+    const kvio_pd_times_t *times = &finished->pd;
+    int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
+    parts_p[0] = times->prefill_queued_ns;
+    parts_p[1] = times->prefill_ns;
+    parts_p[2] = times->decode_queued_ns;
+    parts_p[3] = times->staging_ns + finished->kv_transfer_ns;
+    parts_p[4] = finished->first_token_ns - admitted_ns - finished->kv_transfer_ns;
 }
 
 /* The pools' side of metrics.pd from the lanes [first, first + count). */
@@ -509,10 +498,10 @@ json_t *kvio_pd_json(const kvio_pd_config_t *config, const kvio_pd_link_info_t *
                                         (double)run_ns * prefill->ranks)));
     json_object_set_new(out, "decode_utilization",
                         json_real(share((double)decode->busy_ns, (double)run_ns * decode->ranks)));
-    static const char *const names[5] = {"prefill_queue", "prefill", "decode_queue",
-                                         "kv_transfer", "first_decode_step"};
+    static const char *const names[KVIO_PD_TTFT_PARTS] = {
+        "prefill_queue", "prefill", "decode_queue", "kv_transfer", "first_decode_step"};
     json_t *parts = json_object();
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < KVIO_PD_TTFT_PARTS; i++)
         json_object_set_new(parts, names[i],
                             json_real(share((double)stats->ttft_parts_ns[i] / 1e6,
                                             (double)stats->measured)));

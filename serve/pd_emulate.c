@@ -25,6 +25,7 @@
 #include "kvio/clock.h"
 #include "kvio/copysum.h"
 #include "kvio/gpu.h"
+#include "kvio/hashset.h"
 #include "kvio/wire.h"
 
 #define PD_MAGIC 0x6b76696f70646831ull /* "kviopdh1" */
@@ -89,6 +90,7 @@ struct kvio_serve_pd_rank {
     uint32_t num_ended;
     incoming_t *in;
     size_t num_in, in_capacity;
+    kvio_map_t in_index;       /* id -> its incoming's index + 1 (looked up at every token) */
     bool took;
     uint64_t handoffs;         /* taken so far (fault injection) */
     kvio_status_t status;      /* a failure in an observer, returned by the chores */
@@ -237,13 +239,20 @@ static uint64_t slot_location(const pd_rank_t *pdr, uint32_t decode, uint32_t sl
                             ((uint64_t)pdr->index * pdr->num_slots + slot) * pdr->block_bytes);
 }
 
+/* Whether staged blocks land in memory this process reaches (the outbox,
+ * or a mapped inbox), rather than through UCX puts. */
+static bool stages_here(const pd_rank_t *pdr)
+{
+    return !pdr->push || kvio_pd_link_mapped(pdr->link);
+}
+
 /* A pool block's bytes and where they go, their checksum taken on the way:
- * in one pass where the target is in this process (the outbox, or a mapped
- * inbox), else summed here and put over UCX. */
+ * in one pass where the target is in this process, else summed here and
+ * put over UCX. */
 static kvio_status_t stage_one(pd_rank_t *pdr, const unsigned char *block, uint64_t location,
                                uint64_t *checksum_p)
 {
-    if (!pdr->push || kvio_pd_link_mapped(pdr->link)) {
+    if (stages_here(pdr)) {
         *checksum_p = kvio_copy_hashed(kvio_pd_link_address(pdr->link, location), block,
                                        pdr->block_bytes);
         return KVIO_OK;
@@ -295,7 +304,7 @@ static kvio_status_t stage_blocks(pd_rank_t *pdr, const uint32_t *ids, const uin
         int64_t every = pdr->run->pd->corrupt_every;
         if (every > 0 && ++pdr->staged_blocks % (uint64_t)every == 0) {
             unsigned char flipped = (unsigned char)(checksums[b] | 1);
-            if (!pdr->push || kvio_pd_link_mapped(pdr->link) || pdr->device != NULL)
+            if (stages_here(pdr)) /* a GPU pool stages here only (checked at set-up) */
                 staged[pdr->block_bytes / 2] ^= flipped; /* fault injection: changed */
             else
                 checksums[b] ^= 1; /* put already: the checksum it goes with is wrong */
@@ -418,6 +427,8 @@ static kvio_status_t take_handoff(pd_rank_t *pdr, int prefill, kvio_wire_reader_
     if (status == KVIO_OK)
         status = kvio_array_reserve((void **)&pdr->in, &pdr->in_capacity, pdr->num_in + 1,
                                     sizeof(*pdr->in), 64);
+    if (status == KVIO_OK)
+        status = kvio_map_set(&pdr->in_index, in.id, (uint32_t)pdr->num_in + 1);
     if (status != KVIO_OK) {
         free(in.hashes);
         free(in.locations);
@@ -542,10 +553,8 @@ static const kvio_serve_arrivals_ops_t pd_ops = {
 
 static incoming_t *find_incoming(pd_rank_t *pdr, uint64_t id)
 {
-    for (size_t i = 0; i < pdr->num_in; i++)
-        if (pdr->in[i].id == id)
-            return &pdr->in[i];
-    return NULL;
+    uint32_t at = kvio_map_get(&pdr->in_index, id);
+    return at > 0 ? &pdr->in[at - 1] : NULL;
 }
 
 /* The request's blocks leave the peer tier and its prefill rank hears it
@@ -579,7 +588,10 @@ void kvio_serve_pd_rank_decoded(kvio_serve_pd_rank_t *pdr, kvio_engine_finished_
     kvio_pd_fill_times(finished, &in->times);
     free(in->hashes);
     free(in->locations);
+    (void)kvio_map_set(&pdr->in_index, in->id, 0); /* taking a key out allocates nothing */
     *in = pdr->in[--pdr->num_in];
+    if (in != &pdr->in[pdr->num_in])
+        (void)kvio_map_set(&pdr->in_index, in->id, (uint32_t)(in - pdr->in) + 1);
 }
 
 /* ---------- both ---------- */
@@ -685,8 +697,7 @@ kvio_status_t kvio_serve_pd_rank_create(const kvio_serve_pd_rank_params_t *param
                                 : (pdr->prefills ? staging : 0);
     kvio_status_t status = kvio_pd_link_create(pdr->rte, pdr->prefills == pdr->push, region,
                                                &pdr->link, error_p, error_len);
-    if (status == KVIO_OK && pdr->push && pdr->prefills && pdr->device != NULL &&
-        !kvio_pd_link_mapped(pdr->link)) {
+    if (status == KVIO_OK && pdr->prefills && pdr->device != NULL && !stages_here(pdr)) {
         snprintf(error_p, error_len, "serve rank %u: pd.transfer: push from a GPU pool needs "
                  "the decode ranks' inboxes mapped here (ranks of one node)",
                  params->serve_index);
@@ -734,6 +745,7 @@ void kvio_serve_pd_rank_destroy(kvio_serve_pd_rank_t *pdr)
     if (pdr->num_out > 0 && pdr->link != NULL)
         kvio_pd_link_keep_outbox(pdr->link);
     free(pdr->out);
+    kvio_map_fini(&pdr->in_index);
     kvio_pd_link_destroy(pdr->link);
     free(pdr->free_slots);
     free(pdr->num_free);

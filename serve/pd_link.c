@@ -153,7 +153,7 @@ static kvio_status_t connect_outboxes(kvio_pd_link_t *link, void **addresses,
     link->mapped = calloc((size_t)link->size, sizeof(*link->mapped));
     if (link->eps == NULL || link->rkeys == NULL || link->bases == NULL || link->mapped == NULL)
         return KVIO_ERR_NOMEM;
-    link->all_mapped = true;
+    link->all_mapped = getenv("KVIO_PD_GETS") == NULL; /* set: gets and puts only */
     for (int rank = 0; rank < link->size; rank++) {
         if (lengths[rank] <= 2 * sizeof(uint64_t))
             continue; /* no outbox */
@@ -276,8 +276,8 @@ void kvio_pd_link_destroy(kvio_pd_link_t *link)
     free(link);
 }
 
-static void get_done(void *request, ucs_status_t status, void *user_data);
-static kvio_status_t wait_gets(kvio_pd_link_t *link, const int *ranks, size_t count,
+static void op_done(void *request, ucs_status_t status, void *user_data);
+static kvio_status_t wait_ops(kvio_pd_link_t *link, const int *ranks, size_t count,
                                char *error_p, size_t error_len);
 
 void kvio_pd_link_keep_outbox(kvio_pd_link_t *link)
@@ -287,7 +287,7 @@ void kvio_pd_link_keep_outbox(kvio_pd_link_t *link)
 
 bool kvio_pd_link_mapped(const kvio_pd_link_t *link)
 {
-    return link->mapped != NULL && link->all_mapped && getenv("KVIO_PD_GETS") == NULL;
+    return link->mapped != NULL && link->all_mapped;
 }
 
 void *kvio_pd_link_address(const kvio_pd_link_t *link, uint64_t location)
@@ -309,7 +309,7 @@ kvio_status_t kvio_pd_link_put(kvio_pd_link_t *link, uint64_t location, const vo
     }
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-        .cb.send = get_done, .user_data = link};
+        .cb.send = op_done, .user_data = link};
     ucs_status_ptr_t request = ucp_put_nbx(link->eps[rank], data, bytes,
                                            link->bases[rank] + KVIO_PD_LOCATION_OFFSET(location),
                                            link->rkeys[rank], &param);
@@ -328,7 +328,7 @@ kvio_status_t kvio_pd_link_put(kvio_pd_link_t *link, uint64_t location, const vo
     }
     if (flush != NULL)
         link->inflight++;
-    return wait_gets(link, &rank, 1, error_p, error_len);
+    return wait_ops(link, &rank, 1, error_p, error_len);
 }
 
 void kvio_pd_link_progress(kvio_pd_link_t *link)
@@ -338,7 +338,7 @@ void kvio_pd_link_progress(kvio_pd_link_t *link)
         }
 }
 
-static void get_done(void *request, ucs_status_t status, void *user_data)
+static void op_done(void *request, ucs_status_t status, void *user_data)
 {
     kvio_pd_link_t *link = user_data;
     link->inflight--;
@@ -347,9 +347,9 @@ static void get_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-/* Until every get posted is complete, while the prefill ranks they read
- * from live. */
-static kvio_status_t wait_gets(kvio_pd_link_t *link, const int *ranks, size_t count,
+/* Until every get, put or flush posted is complete, while the ranks they
+ * reach live. */
+static kvio_status_t wait_ops(kvio_pd_link_t *link, const int *ranks, size_t count,
                                char *error_p, size_t error_len)
 {
     while (link->inflight > 0) {
@@ -384,7 +384,7 @@ void kvio_pd_link_fetch(kvio_pd_link_t *link, const uint64_t *locations, void *c
     kvio_status_t status = KVIO_OK;
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-        .cb.send = get_done, .user_data = link};
+        .cb.send = op_done, .user_data = link};
     size_t posted = 0;
     for (; posted < count && status == KVIO_OK; posted++) {
         int rank = KVIO_PD_LOCATION_RANK(locations[posted]);
@@ -412,7 +412,7 @@ void kvio_pd_link_fetch(kvio_pd_link_t *link, const uint64_t *locations, void *c
         if (request != NULL)
             link->inflight++;
     }
-    kvio_status_t waited = wait_gets(link, ranks, num_ranks, error_p, error_len);
+    kvio_status_t waited = wait_ops(link, ranks, num_ranks, error_p, error_len);
     if (status == KVIO_OK)
         status = waited;
     /* One batch, one outcome: a failed one is computed on the decode rank. */

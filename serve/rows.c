@@ -93,15 +93,11 @@ int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
     if (pd->prefill_rank > 0) {
         *out++ = ',';
         out = append_unsigned(out, pd->prefill_rank - 1);
-        int64_t admitted_ns = finished->arrival_ns + finished->queued_ns;
-        double parts_ms[] = {pd->prefill_queued_ns / 1e6, pd->prefill_ns / 1e6,
-                             pd->decode_queued_ns / 1e6,
-                             (pd->staging_ns + finished->kv_transfer_ns) / 1e6,
-                             (finished->first_token_ns - admitted_ns - finished->kv_transfer_ns) /
-                                 1e6};
-        for (size_t i = 0; i < sizeof(parts_ms) / sizeof(parts_ms[0]); i++) {
+        int64_t parts[KVIO_PD_TTFT_PARTS];
+        kvio_pd_ttft_parts(finished, parts);
+        for (size_t i = 0; i < KVIO_PD_TTFT_PARTS; i++) {
             *out++ = ',';
-            out = append_fixed(out, parts_ms[i], 3);
+            out = append_fixed(out, parts[i] / 1e6, 3);
         }
         *out++ = ',';
         out = append_unsigned(out, finished->loaded_tokens);

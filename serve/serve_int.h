@@ -67,6 +67,13 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 #define KVIO_REQUESTS_PD_HEADER                                                             \
     ",prefill_rank,prefill_queue_ms,prefill_ms,decode_queue_ms,kv_transfer_ms,"           \
     "first_decode_ms,kv_transfer_tokens"
+/* A P/D request's TTFT in its parts, which add up to it: the prefill's
+ * queue, the prefill, the decode's queue, the KV transfer (staging and
+ * load), the first decode step (ns; the columns
+ * KVIO_REQUESTS_PD_HEADER names, and metrics.pd's means; serve/pd.c). */
+#define KVIO_PD_TTFT_PARTS 5
+void kvio_pd_ttft_parts(const kvio_engine_finished_t *finished,
+                        int64_t parts_p[KVIO_PD_TTFT_PARTS]);
 /* With a control (kvio_serve_run_t.control): each request minus the same
  * request served without updates. */
 #define KVIO_REQUESTS_CONTROL_HEADER                                                        \
