@@ -39,19 +39,28 @@
  * finds them free of side effects and drops the calls. */
 #define PREFETCH_HELPER static inline __attribute__((always_inline)) void
 
-/* The hash index: a multimap from a block hash to the blocks holding it,
+/* The hash index: a map from a block hash to the earliest block holding it,
  * in buckets of one cache line. An entry goes to its hash's home bucket, or
  * when that is full to the next one with room; a bucket counts the entries
- * that passed it (F14's overflow count), so a search stops at the first
- * bucket that none passed. Which entries of a bucket hold a block is a byte
- * of valid bits beside the table, with the overflow counts: those arrays
- * are small enough to stay in cache, so taking an entry out (an eviction)
- * clears a bit there and never touches the bucket's line; the line is
- * read only to search and written only to add. A bucket is searched for a
- * tag in a few vector instructions, with no branch per entry. The table
- * starts as zeroed memory (no valid entries), whose pages cost nothing
- * until a hash lands in them (a thousand small engines touch little of
- * theirs). */
+ * that passed it (F14's overflow count, exact: it is taken back when the
+ * entry leaves), so a search stops at the first bucket that none passed.
+ * Which entries of a bucket hold a block is a byte of valid bits beside the
+ * table, with the overflow counts: those arrays are small enough to stay in
+ * cache, so taking an entry out (an eviction) clears a bit there and never
+ * touches the bucket's line; the line is read only to search and written
+ * only to add. A bucket is searched for a tag in a few vector instructions,
+ * with no branch per entry. The table starts as zeroed memory (no valid
+ * entries), whose pages cost nothing until a hash lands in them (a thousand
+ * small engines touch little of theirs).
+ *
+ * The table holds each hash once. Other blocks holding a hash already in
+ * it (requests that computed the same block at the same time: vLLM keeps
+ * them all) hang off its entry's block in a ring of duplicates, in the
+ * order they came (duplicate_link_t). So the table is at most half full
+ * whatever the stream (it has two entries per block), every insertion finds
+ * room, and no run of equal hashes can make every bucket look passed (it
+ * did, when each duplicate took an entry of its own: a search then never
+ * ended). */
 #define BUCKET_ENTRIES 8
 
 /* Index entries per block in the pool (a power of two). */
@@ -65,9 +74,12 @@ typedef struct index_bucket {
 /* A bucket's valid bits with every entry taken. */
 #define BUCKET_FULL ((1u << BUCKET_ENTRIES) - 1)
 
-/* An overflow count that reached it stays (searches go on past the bucket
- * for good): counts are bytes, and overflow is rare at the table's load. */
-#define OVERFLOW_SATURATED UINT8_MAX
+/* A block that holds a hash another block holds too: its neighbours in the
+ * ring of blocks holding that hash (the entry's block first, then in the
+ * order they were hashed). Written only for blocks in such a ring. */
+typedef struct duplicate_link {
+    uint32_t next, previous;
+} duplicate_link_t;
 
 /* Everything about one block that allocating, evicting, hashing, freeing
  * and hitting it touches, in half a cache line. */
@@ -75,11 +87,14 @@ typedef struct block_record {
     kvio_hash_t hash;        /* valid while hashed */
     uint32_t refcount;
     uint32_t position;       /* its entry in the free ring, NO_POSITION when not free */
-    uint32_t entry;          /* while hashed, its index entry: bucket * BUCKET_ENTRIES + index */
+    uint32_t entry;          /* while hashed and first of its hash, its index entry:
+                                bucket * BUCKET_ENTRIES + index */
     uint8_t hashed;          /* its hash is in the index */
     uint8_t policy_known;    /* the policy has seen this block's content */
     uint8_t watch;           /* the watch stamp of the kept lookup that last hit it */
-    uint8_t window_group;    /* hashed by a hybrid pool's window group (no hooks) */
+    uint8_t window_group : 1; /* hashed by a hybrid pool's window group (no hooks) */
+    uint8_t duplicated : 1;   /* in a ring of blocks holding one hash (duplicates) */
+    uint8_t duplicate : 1;    /* in that ring, and not the first (it has no entry) */
 } block_record_t;
 
 /* The free queue: block ids from head to tail in a power-of-two ring, with
@@ -121,9 +136,10 @@ struct kvio_kvcache {
     void *index_memory;       /* the buckets, the overflow counts and the valid bits */
     size_t index_bytes;       /* of index_memory (kvio_zeroed_alloc) */
     index_bucket_t *buckets;
-    uint8_t *overflow;        /* per bucket: entries stored past it that probed it */
+    uint32_t *overflow;       /* per bucket: entries stored past it that probed it */
     uint8_t *valid;           /* per bucket: bit i set where entry i holds a block */
     size_t bucket_mask;
+    duplicate_link_t *duplicates; /* per block (zeroed: only rings touch theirs) */
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
     radix_link_t *links;      /* index radix: per block; NULL with the hash index */
@@ -315,73 +331,96 @@ PREFETCH_HELPER prefetch_bucket(const kvio_kvcache_t *cache, kvio_hash_t hash)
     __builtin_prefetch(&cache->buckets[bucket_of(cache->bucket_mask, hash)]);
 }
 
-/* The first block holding hash in search order, which is insertion order
- * (table_insert), or NO_BLOCK. The full hash is compared only where the
- * tag matches. */
+/* Where the table holds hash (bucket * BUCKET_ENTRIES + index), or NO_BLOCK.
+ * The full hash is compared only where the tag matches. The overflow
+ * counts are exact, so a search past every bucket cannot happen; it is
+ * bounded anyway, so that no table state can make it spin. */
+static uint32_t table_find(const index_bucket_t *buckets, const uint32_t *overflow,
+                           const uint8_t *valid, size_t bucket_mask,
+                           const block_record_t *blocks, kvio_hash_t hash)
+{
+    size_t bucket = bucket_of(bucket_mask, hash);
+    uint32_t tag = tag_of(hash);
+    for (size_t visited = 0; visited <= bucket_mask; visited++) {
+        const index_bucket_t *entries = &buckets[bucket];
+        for (unsigned match = match_mask(entries->tags, tag) & valid[bucket]; match != 0;
+             match &= match - 1) {
+            unsigned entry = (unsigned)__builtin_ctz(match);
+            if (kvio_hash_equal(blocks[entries->blocks[entry]].hash, hash))
+                return (uint32_t)(bucket * BUCKET_ENTRIES + entry);
+        }
+        if (overflow[bucket] == 0)
+            break;
+        bucket = (bucket + 1) & bucket_mask;
+    }
+    return NO_BLOCK;
+}
+
+/* The first block holding hash (the earliest hashed of those that do), or
+ * NO_BLOCK. */
 static uint32_t index_find(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
-    size_t bucket = bucket_of(cache->bucket_mask, hash);
-    uint32_t tag = tag_of(hash);
-    for (;;) {
-        const index_bucket_t *entries = &cache->buckets[bucket];
-        for (unsigned match = match_mask(entries->tags, tag) & cache->valid[bucket]; match != 0;
-             match &= match - 1) {
-            uint32_t block = entries->blocks[__builtin_ctz(match)];
-            if (kvio_hash_equal(cache->blocks[block].hash, hash))
-                return block;
-        }
-        if (cache->overflow[bucket] == 0)
-            return NO_BLOCK;
-        bucket = (bucket + 1) & cache->bucket_mask;
-    }
+    uint32_t entry = table_find(cache->buckets, cache->overflow, cache->valid, cache->bucket_mask,
+                                cache->blocks, hash);
+    return entry == NO_BLOCK ? NO_BLOCK
+                             : cache->buckets[entry / BUCKET_ENTRIES].blocks[entry % BUCKET_ENTRIES];
 }
 
 /* Counts an entry homed at bucket home and stored in bucket last as having
  * passed the buckets between (step +1), or no longer (step -1). */
-static void count_passes(uint8_t *overflow, size_t bucket_mask, size_t home, size_t last,
+static void count_passes(uint32_t *overflow, size_t bucket_mask, size_t home, size_t last,
                          int step)
 {
-    for (size_t bucket = home; bucket != last; bucket = (bucket + 1) & bucket_mask) {
-        if (overflow[bucket] != OVERFLOW_SATURATED)
-            overflow[bucket] = (uint8_t)(overflow[bucket] + step);
-    }
+    for (size_t bucket = home; bucket != last; bucket = (bucket + 1) & bucket_mask)
+        overflow[bucket] = (uint32_t)((int64_t)overflow[bucket] + step);
 }
 
-/* Adds block under hash. Entries with one tag (so every block with one
- * hash) keep insertion order in search order: a new one goes to the first
- * empty entry after the last of its tag, which in nearly every case is the
- * first empty entry of the home bucket. */
-static inline void table_insert(index_bucket_t *buckets, uint8_t *overflow, uint8_t *valid,
-                                size_t bucket_mask, uint32_t block, kvio_hash_t hash,
-                                block_record_t *record)
+/* Puts block into the ring of blocks holding its hash, whose first block
+ * (the table's) is first; last in the ring, which is the order hashed. */
+static void duplicate_append(kvio_kvcache_t *cache, uint32_t first, uint32_t block)
 {
+    duplicate_link_t *links = cache->duplicates;
+    block_record_t *head = &cache->blocks[first];
+    if (!head->duplicated) {
+        links[first] = (duplicate_link_t){.next = first, .previous = first};
+        head->duplicated = 1;
+    }
+    uint32_t last = links[first].previous;
+    links[block] = (duplicate_link_t){.next = first, .previous = last};
+    links[last].next = block;
+    links[first].previous = block;
+    cache->blocks[block].duplicated = 1;
+    cache->blocks[block].duplicate = 1;
+}
+
+/* Adds block under hash: the table's entry when no block holds hash yet,
+ * else the end of the ring of those that do. */
+static inline void table_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash)
+{
+    index_bucket_t *buckets = cache->buckets;
+    uint32_t *overflow = cache->overflow;
+    uint8_t *valid = cache->valid;
+    const size_t bucket_mask = cache->bucket_mask;
+    block_record_t *record = &cache->blocks[block];
     size_t home = bucket_of(bucket_mask, hash);
-    uint32_t tag = tag_of(hash);
+    if (valid[home] != 0 || overflow[home] != 0) {
+        uint32_t entry = table_find(buckets, overflow, valid, bucket_mask, cache->blocks, hash);
+        if (entry != NO_BLOCK) {
+            duplicate_append(cache, buckets[entry / BUCKET_ENTRIES].blocks[entry % BUCKET_ENTRIES],
+                             block);
+            return;
+        }
+    }
+    /* The table is at most half full (one entry per hash, two per block):
+     * a bucket with room comes. */
     size_t bucket = home;
-    unsigned allowed = BUCKET_FULL; /* entries of bucket it may take */
-    if ((match_mask(buckets[home].tags, tag) & valid[home]) != 0 || overflow[home] != 0) {
-        /* Past the last entry of its tag among those a search would see. */
-        for (size_t scan = home;; scan = (scan + 1) & bucket_mask) {
-            unsigned match = match_mask(buckets[scan].tags, tag) & valid[scan];
-            if (match != 0) {
-                bucket = scan;
-                allowed = ~((2u << (31 - __builtin_clz(match))) - 1) & BUCKET_FULL;
-            }
-            if (overflow[scan] == 0)
-                break;
-        }
-    }
-    for (;; bucket = (bucket + 1) & bucket_mask, allowed = BUCKET_FULL) {
-        unsigned empty = ~valid[bucket] & allowed;
-        if (empty != 0) {
-            unsigned entry = (unsigned)__builtin_ctz(empty);
-            buckets[bucket].tags[entry] = tag;
-            buckets[bucket].blocks[entry] = block;
-            valid[bucket] = (uint8_t)(valid[bucket] | 1u << entry);
-            record->entry = (uint32_t)(bucket * BUCKET_ENTRIES + entry);
-            break;
-        }
-    }
+    while (valid[bucket] == BUCKET_FULL)
+        bucket = (bucket + 1) & bucket_mask;
+    unsigned entry = (unsigned)__builtin_ctz(~valid[bucket] & BUCKET_FULL);
+    buckets[bucket].tags[entry] = tag_of(hash);
+    buckets[bucket].blocks[entry] = block;
+    valid[bucket] = (uint8_t)(valid[bucket] | 1u << entry);
+    record->entry = (uint32_t)(bucket * BUCKET_ENTRIES + entry);
     if (bucket != home)
         count_passes(overflow, bucket_mask, home, bucket, +1);
 }
@@ -397,26 +436,53 @@ static inline void record_hashed(block_record_t *record, kvio_hash_t hash)
 
 static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash)
 {
-    table_insert(cache->buckets, cache->overflow, cache->valid, cache->bucket_mask, block, hash,
-                 &cache->blocks[block]);
+    /* The record's hash first: a search of the table compares it. */
     record_hashed(&cache->blocks[block], hash);
+    table_insert(cache, block, hash);
     if (cache->epochs_used)
         cache->block_epoch[block] = cache->epoch;
     cache->index_version++;
 }
 
-/* Takes a hashed block's entry out, where its record says it is: no search,
- * nothing moves, and only its valid bit changes, not the bucket's line. An
- * entry stored past its hash's home bucket uncounts the buckets it passed. */
-static inline void table_remove(uint8_t *overflow, uint8_t *valid, size_t bucket_mask,
-                                const block_record_t *record)
+/* Takes a block out of the ring of blocks holding its hash. The first one
+ * hands the table's entry to the next (no search: its record says where
+ * the entry is). A ring left with one block is no ring. */
+static void duplicate_remove(kvio_kvcache_t *cache, uint32_t block)
 {
+    duplicate_link_t *links = cache->duplicates;
+    block_record_t *blocks = cache->blocks;
+    uint32_t next = links[block].next, previous = links[block].previous;
+    links[previous].next = next;
+    links[next].previous = previous;
+    if (!blocks[block].duplicate) {
+        uint32_t entry = blocks[block].entry;
+        cache->buckets[entry / BUCKET_ENTRIES].blocks[entry % BUCKET_ENTRIES] = next;
+        blocks[next].entry = entry;
+        blocks[next].duplicate = 0;
+    }
+    if (next == previous) /* one block left */
+        blocks[next].duplicated = 0;
+    blocks[block].duplicated = 0;
+    blocks[block].duplicate = 0;
+}
+
+/* Takes a hashed block out of the index. A block alone with its hash
+ * leaves its entry, where its record says it is: no search, nothing
+ * moves, and only its valid bit changes, not the bucket's line; an entry
+ * stored past its hash's home bucket uncounts the buckets it passed. */
+static inline void table_remove(kvio_kvcache_t *cache, uint32_t block)
+{
+    const block_record_t *record = &cache->blocks[block];
+    if (record->duplicated) {
+        duplicate_remove(cache, block);
+        return;
+    }
     size_t bucket = record->entry / BUCKET_ENTRIES;
     unsigned entry = record->entry % BUCKET_ENTRIES;
-    valid[bucket] = (uint8_t)(valid[bucket] & ~(1u << entry));
-    size_t home = bucket_of(bucket_mask, record->hash);
+    cache->valid[bucket] = (uint8_t)(cache->valid[bucket] & ~(1u << entry));
+    size_t home = bucket_of(cache->bucket_mask, record->hash);
     if (home != bucket)
-        count_passes(overflow, bucket_mask, home, bucket, -1);
+        count_passes(cache->overflow, cache->bucket_mask, home, bucket, -1);
 }
 
 static void index_remove(kvio_kvcache_t *cache, uint32_t block)
@@ -424,7 +490,7 @@ static void index_remove(kvio_kvcache_t *cache, uint32_t block)
     block_record_t *record = &cache->blocks[block];
     if (record->watch == cache->watch_stamp)
         cache->watch_broken = true;
-    table_remove(cache->overflow, cache->valid, cache->bucket_mask, record);
+    table_remove(cache, block);
     record->hashed = 0;
     cache->index_version++;
 }
@@ -459,7 +525,8 @@ uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index, uint64_t used_bl
                      touched(n, sizeof(uint64_t), u, sizeof(uint64_t)) +
                      n * EVICTION_BYTES_PER_BLOCK + /* some policies fill theirs at once */
                      touched(ring, sizeof(uint32_t), u, sizeof(uint32_t)) +
-                     touched(buckets, sizeof(index_bucket_t) + 2, u, 4096);
+                     touched(buckets, sizeof(index_bucket_t) + sizeof(uint32_t) + 1, u, 4096) +
+                     touched(n, sizeof(duplicate_link_t), u, sizeof(duplicate_link_t));
     if (index == KVIO_KVCACHE_INDEX_RADIX)
         bytes += n * sizeof(radix_link_t); /* written whole when the pool is made */
     return bytes;
@@ -508,14 +575,16 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->tables_bytes = records_bytes + ring_bytes;
     unsigned char *tables = kvio_zeroed_alloc(cache->tables_bytes);
     /* Zeroed (no valid entries, no overflow), the buckets on cache lines. */
-    cache->index_bytes = buckets * sizeof(index_bucket_t) + 2 * buckets + 63;
+    cache->index_bytes =
+        buckets * (sizeof(index_bucket_t) + sizeof(uint32_t) + 1) + n * sizeof(duplicate_link_t) + 63;
     cache->index_memory = kvio_zeroed_alloc(cache->index_bytes);
     cache->block_epoch = kvio_zeroed_alloc(n * sizeof(uint64_t));
     if (tables == NULL || cache->index_memory == NULL || cache->block_epoch == NULL)
         goto cleanup;
     cache->buckets = (index_bucket_t *)(((uintptr_t)cache->index_memory + 63) & ~(uintptr_t)63);
-    cache->overflow = (uint8_t *)(cache->buckets + buckets);
-    cache->valid = cache->overflow + buckets;
+    cache->overflow = (uint32_t *)(cache->buckets + buckets);
+    cache->duplicates = (duplicate_link_t *)(cache->overflow + buckets);
+    cache->valid = (uint8_t *)(cache->duplicates + n);
     cache->blocks = (block_record_t *)tables;
     cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
     cache->free_queue.num_blocks = config->num_blocks;
@@ -722,9 +791,6 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     const uint64_t ring_mask = ring->mask;
     block_record_t *blocks = cache->blocks;
     const uint32_t num_blocks = cache->num_blocks;
-    uint8_t *overflow = cache->overflow;
-    uint8_t *valid = cache->valid;
-    const size_t bucket_mask = cache->bucket_mask;
     const uint8_t watch_stamp = cache->watch_stamp;
     bool watch_broken = false;
     uint64_t head = ring->head, evictions = 0;
@@ -739,7 +805,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         block_record_t *record = &blocks[block];
         position_set(record, block, NO_POSITION);
         if (record->hashed) {
-            table_remove(overflow, valid, bucket_mask, record);
+            table_remove(cache, block);
             record->hashed = 0;
             watch_broken |= record->watch == watch_stamp;
             evictions++;
@@ -762,17 +828,15 @@ static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_ha
                        size_t first, size_t end)
 {
     block_record_t *blocks = cache->blocks;
-    index_bucket_t *buckets = cache->buckets;
-    uint8_t *overflow = cache->overflow;
-    uint8_t *valid = cache->valid;
+    const index_bucket_t *buckets = cache->buckets;
     const size_t bucket_mask = cache->bucket_mask;
     for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++)
         __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i])]);
     for (size_t i = first; i < end; i++) {
         if (i + PREFETCH_AHEAD < end)
             __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i + PREFETCH_AHEAD])]);
-        table_insert(buckets, overflow, valid, bucket_mask, ids[i], hashes[i], &blocks[ids[i]]);
         record_hashed(&blocks[ids[i]], hashes[i]);
+        table_insert(cache, ids[i], hashes[i]);
     }
     for (size_t i = first; cache->epochs_used && i < end; i++)
         cache->block_epoch[ids[i]] = cache->epoch;

@@ -560,8 +560,8 @@ Test(kvcache, a_crowded_home_bucket_keeps_every_hash_findable_and_in_order, .tim
     kvio_kvreq_t *crowd[CROWD];
     for (uint32_t i = 0; i <= CROWD; i++)
         hashes[i] = same_home_hash(i);
-    /* 400 entries for one home: they spill over some 50 buckets, and the
-     * home's overflow count saturates. */
+    /* 400 entries for one home: they spill over some 50 buckets, each
+     * counting the entries that passed it. */
     for (uint32_t i = 0; i < CROWD; i++) {
         crowd[i] = hash_request(cache, &hashes[i]);
         size_t hit = 1;
@@ -603,7 +603,7 @@ Test(kvcache, a_crowded_home_bucket_keeps_every_hash_findable_and_in_order, .tim
     kvio_kvreq_destroy(probe);
     kvio_kvreq_destroy(later);
 
-    /* The crowd again, into the buckets it left (counts saturated): found. */
+    /* The crowd again, into the buckets it left: found. */
     for (uint32_t i = 0; i < CROWD; i++) {
         crowd[i] = hash_request(cache, &hashes[i]);
         size_t hit = 1;
@@ -654,6 +654,57 @@ Test(kvcache, a_later_duplicate_never_takes_a_hole_before_the_earlier_one, .time
     kvio_kvreq_destroy(first);
     kvio_kvreq_destroy(second);
     kvio_kvcache_destroy(cache);
+}
+
+/* Issue 59, item 1: requests that compute one block at the same time each
+ * cache it (vLLM keeps every copy). Hundreds of copies of one hash, taken
+ * and freed over and over, made the index's searches run forever (every
+ * bucket counted as passed); the index holds each hash once, its copies in
+ * the order they came. */
+Test(kvcache, many_copies_of_one_hash_churned_never_stall_the_index, .timeout = 10)
+{
+    enum { BLOCKS = 1024, LIVE = 400, ROUNDS = 400, TURNOVER = 100 };
+    kvio_kvcache_t *cache = make_pool(BLOCKS + 1, KVIO_FREE_ORDER_APPEND, true);
+    kvio_hash_t shared = same_home_hash(7);
+    kvio_kvreq_t *live[LIVE] = {0};
+    size_t oldest = 0;
+    for (uint32_t round = 0; round < ROUNDS; round++) {
+        for (uint32_t i = 0; i < TURNOVER || (round == 0 && i < LIVE); i++) {
+            size_t slot = (oldest + i) % LIVE;
+            if (live[slot] != NULL)
+                kvio_kvreq_destroy(live[slot]); /* freed, still cached */
+            /* A 10-token prompt, then decode fills its block with the
+             * shared content: one more copy of the shared hash. */
+            cr_assert_eq(kvio_kvreq_create_hashes(cache, NULL, 0, 10, &live[slot]), KVIO_OK);
+            cr_assert_eq(kvio_kvcache_allocate(cache, live[slot], 10, NULL), KVIO_OK);
+            cr_assert_eq(kvio_kvreq_append_hashes(live[slot], BLOCK + 1 - 10, &shared, 1), KVIO_OK);
+            cr_assert_eq(kvio_kvcache_allocate(cache, live[slot], BLOCK + 1, NULL), KVIO_OK);
+        }
+        oldest = (oldest + TURNOVER) % LIVE;
+        /* A hash of its own still goes in and is found. */
+        kvio_hash_t own = {.low = 0x9e3779b97f4a7c15ull * (round + 1), .high = round + 1};
+        kvio_kvreq_t *probe = hash_request(cache, &own);
+        cr_assert_eq(kvio_kvcache_allocate(cache, probe, BLOCK + 1, NULL), KVIO_OK);
+        cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &own, 1, BLOCK + 1), BLOCK);
+        cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &shared, 1, BLOCK + 1), BLOCK);
+        kvio_kvreq_destroy(probe);
+    }
+    /* The copy still held is the one a new request shares, once the freed
+     * copies are evicted. */
+    for (size_t i = 0; i < LIVE; i++)
+        if (i != oldest)
+            kvio_kvreq_destroy(live[i]);
+    uint32_t *filler_tokens = token_run(100000, (BLOCKS - 2) * BLOCK);
+    kvio_kvreq_t *filler = request(cache, filler_tokens, (BLOCKS - 2) * BLOCK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, filler, (BLOCKS - 2) * BLOCK, NULL), KVIO_OK);
+    kvio_kvreq_destroy(filler);
+    kvio_kvreq_t *probe = hash_request(cache, &shared);
+    cr_assert_eq(kvio_kvcache_allocate(cache, probe, BLOCK + 1, NULL), KVIO_OK);
+    cr_assert_eq(first_block(probe), first_block(live[oldest]));
+    kvio_kvreq_destroy(probe);
+    kvio_kvreq_destroy(live[oldest]);
+    kvio_kvcache_destroy(cache);
+    free(filler_tokens);
 }
 
 Test(kvcache, a_kept_lookup_serves_the_allocation_only_while_the_index_is_unchanged,

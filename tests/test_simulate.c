@@ -1437,3 +1437,34 @@ Test(simulate, closed_loop_users_send_after_their_answer_and_a_think, .timeout =
     test_csv_free(&csv);
     run_free(&output);
 }
+
+/* Issue 59, item 1: 4,000 identical requests 1 ms apart, whose output
+ * blocks every request fills with the same content, ran forever in the KV
+ * pool's index (every bucket counted as passed). The run ends, serving
+ * every request. */
+Test(simulate, identical_requests_sharing_output_blocks_run_to_the_end, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/identical.jsonl", dir);
+    FILE *trace = fopen(path, "w");
+    cr_assert_not_null(trace);
+    for (int n = 0; n < 4000; n++)
+        fprintf(trace,
+                "{\"id\": %d, \"arrival_ns\": %lld, \"input_length\": 18, \"output_length\": 40, "
+                "\"block_tokens\": 16, \"sequence_hash_ids\": true, \"hash_ids\": [1, 2, 3, %d]}\n",
+                n, (long long)n * 1000000, 1000 + n);
+    cr_assert_eq(fclose(trace), 0);
+    char set_path[1300];
+    snprintf(set_path, sizeof(set_path), "stream.trace.path=%s", path);
+    test_run_t run = test_kvio(dir, "run", "endpoint", "--set", "mode=simulate", "--set", set_path,
+                               "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    json_t *summary = test_summary(dir, "out");
+    cr_assert(test_json_true(summary, "complete"));
+    cr_assert_eq(test_json_integer(summary, "metrics.completed"), 4000);
+    json_decref(summary);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
