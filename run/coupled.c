@@ -66,7 +66,6 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
                                      kvio_serve_output_t *output_p, char *error_p,
                                      size_t error_len)
 {
-    json_t *serving = NULL;
     uint64_t *served = NULL;
     size_t num_versions = 0;
     const kvio_workload_t *workload = context->workload;
@@ -80,8 +79,9 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
                                                               workload->cost.tensor_parallel);
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
                                                   TRAIN_RANK + 1, context->results,
-                                                  context->events, &serving, &served,
+                                                  context->events, context->result, &served,
                                                   &num_versions, output_p, context->itls,
+                                                  context->samples,
                                                   workload->ranks.prefill > 0 ? &pd : NULL,
                                                   error_p, error_len);
     if (status != KVIO_OK)
@@ -89,7 +89,6 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
     /* The step each version holds (versions count from 1, in order). */
     double *steps = calloc(all->num_train + 1, sizeof(double));
     if (steps == NULL) {
-        json_decref(serving);
         free(served);
         return KVIO_ERR_NOMEM;
     }
@@ -98,10 +97,8 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
             steps[all->train[i].version] = (double)all->train[i].step;
     kvio_serve_run_t loss_run = {.version_steps = steps, .num_version_steps = all->num_train + 1,
                                  .loss = &context->workload->train.checkpoint.loss};
-    kvio_serve_loss_json(serving, &loss_run, served, num_versions);
+    kvio_serve_loss_fill(context->result, &loss_run, served, num_versions);
     free(steps);
-    json_object_update(context->metrics, serving);
-    json_decref(serving);
     free(served);
     return KVIO_OK;
 }

@@ -4,6 +4,7 @@
  * which parts ran, complete flag, metrics) and a table on stdout. */
 #include "run/run_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,16 +45,6 @@ static double metric(const json_t *metrics, const char *key, const char *field)
     if (field != NULL)
         value = json_object_get(value, field);
     return json_number_value(value);
-}
-
-static void add_latency_row(kvio_table_t *table, const json_t *metrics, const char *key)
-{
-    char mean[32], p50[32], p90[32], p99[32];
-    snprintf(mean, sizeof(mean), "%.2f", metric(metrics, key, "mean"));
-    snprintf(p50, sizeof(p50), "%.2f", metric(metrics, key, "p50"));
-    snprintf(p90, sizeof(p90), "%.2f", metric(metrics, key, "p90"));
-    snprintf(p99, sizeof(p99), "%.2f", metric(metrics, key, "p99"));
-    kvio_table_add_row(table, key, mean, p50, p90, p99, NULL);
 }
 
 /* assess: PASS or FAIL, how many criteria held, the first that did not. */
@@ -107,34 +98,6 @@ static void add_storage_rows(kvio_table_t *table, const json_t *summary)
     add_assessment_row(table, json_object_get(summary, "assessment"));
 }
 
-/* The load: the rate offered, or a closed loop's users (it offers what it
- * is served). */
-static void add_load_row(kvio_table_t *table, const kvio_workload_t *workload,
-                         const json_t *metrics)
-{
-    char text[64];
-    if (workload->stream.users > 0) {
-        snprintf(text, sizeof(text), "%lld, each awaiting its answer",
-                 (long long)workload->stream.users);
-        kvio_table_add_row(table, "users (closed loop)", text, NULL);
-    } else if (metric(metrics, "offered_rate", NULL) > 0) {
-        snprintf(text, sizeof(text), "%.2f req/s", metric(metrics, "offered_rate", NULL));
-        kvio_table_add_row(table, "offered rate", text, NULL);
-    }
-}
-
-/* The prefix hit rate, and with tiers the share of prompt tokens they
- * served too. */
-static void hit_rate_text(const json_t *metrics, char *text_p, size_t text_len)
-{
-    if (metric(metrics, "tier_hit_tokens", NULL) > 0)
-        snprintf(text_p, text_len, "%.2f %% in the pool, %.2f %% with the tiers",
-                 100 * metric(metrics, "hit_rate", NULL),
-                 100 * metric(metrics, "hit_rate_with_tiers", NULL));
-    else
-        snprintf(text_p, text_len, "%.2f %%", 100 * metric(metrics, "hit_rate", NULL));
-}
-
 /* Prefill/decode disaggregation: where prompts hit, the KV transfers, TTFT
  * in its parts, and each pool's utilisation. */
 static void add_pd_rows(kvio_table_t *table, const json_t *pd)
@@ -167,9 +130,9 @@ static void add_pd_rows(kvio_table_t *table, const json_t *pd)
     kvio_table_add_row(table, "busy", busy, NULL);
 }
 
-static void print_table(const kvio_workload_t *workload, const json_t *summary,
-                        const json_t *metrics, const char *results_dir, bool complete,
-                        bool serving)
+static void print_table(const kvio_workload_t *workload, const kvio_result_t *result,
+                        const json_t *summary, const json_t *metrics, const char *results_dir,
+                        bool complete, bool serving)
 {
     kvio_table_t *table = NULL;
     /* What ran, where: the mode, the model on its GPU, the ranks. */
@@ -191,69 +154,18 @@ static void print_table(const kvio_workload_t *workload, const json_t *summary,
              complete ? "" : "; INCOMPLETE");
     if (kvio_table_create(title, &table) != KVIO_OK)
         return;
-    char text[6][64];
-    char usage[64], au[64], simulated[64], executor_text[128], loss_text[96];
     if (serving) {
-        kvio_table_add_row(table, "latency", "mean", "p50", "p90", "p99", NULL);
-        add_latency_row(table, metrics, "ttft_ms");
-        add_latency_row(table, metrics, "tpot_ms");
-        add_latency_row(table, metrics, "itl_ms");
-        add_latency_row(table, metrics, "e2el_ms");
+        /* The latency grid, then every figure the declaration puts on a row
+         * (kvio/figures.def), then what this run's parts add. */
+        kvio_result_table_rows(result, table, NULL);
         kvio_table_print(table, stdout);
         kvio_table_destroy(table);
         if (kvio_table_create("", &table) != KVIO_OK)
             return;
-        snprintf(text[0], sizeof(text[0]), "%.0f", metric(metrics, "completed", NULL));
-        kvio_table_add_row(table, "requests completed", text[0], NULL);
-        snprintf(text[1], sizeof(text[1]), "%.2f req/s", metric(metrics, "request_throughput", NULL));
-        kvio_table_add_row(table, "request throughput", text[1], NULL);
-        add_load_row(table, workload, metrics);
-        snprintf(text[2], sizeof(text[2]), "%.1f tok/s", metric(metrics, "output_throughput", NULL));
-        kvio_table_add_row(table, "output throughput", text[2], NULL);
-        if (json_object_get(metrics, "goodput") != NULL) {
-            snprintf(text[3], sizeof(text[3]), "%.2f req/s", metric(metrics, "goodput", NULL));
-            kvio_table_add_row(table, "goodput", text[3], NULL);
-        }
-        if (json_object_get(metrics, "pd") != NULL) {
+        kvio_result_table_rows(result, NULL, table);
+        if (json_object_get(metrics, "pd") != NULL)
             add_pd_rows(table, json_object_get(metrics, "pd"));
-        } else {
-            hit_rate_text(metrics, text[4], sizeof(text[4]));
-            kvio_table_add_row(table, "prefix hit rate", text[4], NULL);
-        }
-        snprintf(text[5], sizeof(text[5]), "%.0f", metric(metrics, "preemptions", NULL));
-        kvio_table_add_row(table, "preemptions", text[5], NULL);
-        snprintf(usage, sizeof(usage), "%.1f %% mean, %.1f %% max",
-                 100 * metric(metrics, "kv_usage_mean", NULL),
-                 100 * metric(metrics, "kv_usage_max", NULL));
-        kvio_table_add_row(table, "KV usage", usage, NULL);
-        double stall = metric(metrics, "io_stall_fraction", NULL);
-        if (stall > 0.0005)
-            snprintf(au, sizeof(au), "%.1f %% (%.1f %% waiting on swap and tier I/O)",
-                     100 * metric(metrics, "accelerator_utilization", NULL), 100 * stall);
-        else
-            snprintf(au, sizeof(au), "%.1f %%",
-                     100 * metric(metrics, "accelerator_utilization", NULL));
-        kvio_table_add_row(table, "accelerator utilization", au, NULL);
         add_storage_rows(table, summary);
-        if (json_object_get(metrics, "simulated_s") != NULL) {
-            snprintf(simulated, sizeof(simulated), "%.2f s", metric(metrics, "simulated_s", NULL));
-            kvio_table_add_row(table, "simulated time", simulated, NULL);
-        }
-        const json_t *executor = json_object_get(metrics, "executor");
-        if (executor != NULL) {
-            snprintf(executor_text, sizeof(executor_text),
-                     "p99 %.1f us (%.2f %%), engine overhead %.2f %%",
-                     json_number_value(json_object_get(executor, "timing_error_p99_us")),
-                     json_number_value(json_object_get(executor, "timing_error_p99_pct")),
-                     json_number_value(json_object_get(executor, "engine_overhead_pct")));
-            kvio_table_add_row(table, "iteration timing error", executor_text, NULL);
-        }
-        if (json_object_get(metrics, "cumulative_inference_loss") != NULL) {
-            snprintf(loss_text, sizeof(loss_text), "%.2f (mean %.4f per request)",
-                     metric(metrics, "cumulative_inference_loss", NULL),
-                     metric(metrics, "mean_inference_loss", NULL));
-            kvio_table_add_row(table, "cumulative inference loss", loss_text, NULL);
-        }
     }
     const json_t *model = json_object_get(metrics, "model_updates");
     char latency[128], bandwidth[64], activated[128];
@@ -853,7 +765,8 @@ typedef struct run_state {
     kvio_stream_t *stream;
     kvio_rte_world_t *world;
     kvio_event_trace_t *events;
-    json_t *metrics;
+    kvio_result_t *result;           /* rank 0: the run's figures */
+    kvio_serve_samples_t samples;    /* rank 0: the measured requests */
     json_t *start;                   /* t0 and every rank's set-up (summary.json) */
     json_t *host;                    /* summary.json's host block */
     kvio_updates_schedule_t schedule; /* simulate mode's updates */
@@ -1035,11 +948,14 @@ static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *
     twin.drain_stall_ns = NULL;
     twin.output = &state->control;
     twin.control = NULL;
-    json_t *metrics = NULL;
+    twin.samples = NULL;
+    kvio_result_t *metrics = kvio_result_create();
     bool complete = true;
     /* On a stream of its own: the same seed gives the same requests. */
-    status = kvio_serve_simulate(&twin, &metrics, &complete, state->error_p, state->error_len);
-    json_decref(metrics);
+    status = metrics == NULL ? KVIO_ERR_NOMEM
+                             : kvio_serve_simulate(&twin, metrics, &complete, state->error_p,
+                                                   state->error_len);
+    kvio_result_destroy(metrics);
     kvio_stream_destroy(stream);
     if (status == KVIO_OK && !complete)
         state->complete = false; /* stopped: the run that follows stops too */
@@ -1105,6 +1021,7 @@ static kvio_status_t run_serving(run_state_t *state)
         .frontend = state->options->frontend,
         .keep_itls = true,
         .itls = &state->itls,
+        .samples = &state->samples,
     };
     if (twin_wanted(state)) {
         status = serve_twin(state, &serve_run);
@@ -1112,17 +1029,12 @@ static kvio_status_t run_serving(run_state_t *state)
             return status;
         serve_run.control = &state->control;
     }
-    json_t *serve_metrics = NULL;
-    status = state->emulate ? kvio_serve_emulate(&serve_run, &serve_metrics, &state->complete,
+    status = state->emulate ? kvio_serve_emulate(&serve_run, state->result, &state->complete,
                                                  state->error_p, state->error_len)
-                            : kvio_serve_simulate(&serve_run, &serve_metrics, &state->complete,
+                            : kvio_serve_simulate(&serve_run, state->result, &state->complete,
                                                   state->error_p, state->error_len);
     if (serve_run.control != NULL)
         state->served.control = &state->control;
-    if (serve_metrics != NULL) {
-        json_object_update(state->metrics, serve_metrics);
-        json_decref(serve_metrics);
-    }
     return status;
 }
 
@@ -1147,14 +1059,12 @@ static kvio_status_t run_updates(run_state_t *state)
     kvio_status_t status = kvio_updates_run(
         workload, state->world, state->emulate ? NULL : &state->schedule,
         state->emulate ? NULL : &state->served, state->served_out, &state->itls,
-        state->options->stop,
-        state->options->frontend, state->results,
-        state->root ? state->metrics : NULL, state->root ? state->start : NULL, state->events,
+        &state->samples, state->options->stop, state->options->frontend, state->results,
+        state->root ? state->result : NULL, state->root ? state->start : NULL, state->events,
         state->error_p, state->error_len);
     if (state->emulate && stopped(state))
         state->complete = false;
-    const json_t *ranks = json_object_get(json_object_get(state->metrics, "model_updates"),
-                                          "interrupted_ranks");
+    const json_t *ranks = kvio_result_detail(state->result, "model_updates.interrupted_ranks");
     if (status == KVIO_OK && state->root && !stopped(state) && json_array_size(ranks) > 0) {
         state->complete = false;
         size_t at = (size_t)snprintf(state->incomplete, sizeof(state->incomplete),
@@ -1177,25 +1087,25 @@ static kvio_status_t run_updates(run_state_t *state)
  * to pass off as one (it exited 0 with 0.00 ms latencies). */
 static void check_something_served(run_state_t *state)
 {
-    const json_t *completed = json_object_get(state->metrics, "completed");
-    const json_t *measured = json_object_get(state->metrics, "measured");
+    double completed = kvio_result_get(state->result, KVIO_FIG_COMPLETED);
+    double measured = kvio_result_get(state->result, KVIO_FIG_MEASURED);
     /* A server (kvio serve) measures what its clients sent, maybe nothing. */
     if (!state->root || !(state->serving || state->coupled) || !state->complete ||
-        state->incomplete[0] != '\0' || stopped(state) || completed == NULL ||
+        state->incomplete[0] != '\0' || stopped(state) || isnan(completed) ||
         state->options->frontend != NULL)
         return;
-    if (json_integer_value(completed) == 0) {
+    if (completed == 0) {
         state->complete = false;
         snprintf(state->incomplete, sizeof(state->incomplete),
                  "no request completed: the stream held none within the run (see "
                  "stream.requests, stream.arrival and the workload's duration)");
-    } else if (measured != NULL && json_integer_value(measured) == 0) {
+    } else if (measured == 0) {
         /* Every request fell in the warmup: latencies of nothing. */
         state->complete = false;
         snprintf(state->incomplete, sizeof(state->incomplete),
                  "no request was measured: all %lld that completed fell in the warmup (warmup "
                  "%.3g s, warmup_requests %lld; shorten them or lengthen the run)",
-                 (long long)json_integer_value(completed),
+                 (long long)completed,
                  (double)state->workload->warmup_ns / 1e9,
                  (long long)state->workload->warmup_requests);
     }
@@ -1271,10 +1181,23 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
                    : "serve ranks on the virtual clock (simulate)"},
         {"model_updates", updates && status == KVIO_OK, state->updates_note},
     };
+    /* The figures computed from what was kept: the latencies from every
+     * measured request, then those derived from others. */
+    kvio_result_t *result = state->result;
+    if (kvio_serve_latency_figures(result, &state->samples, &state->itls) != KVIO_OK &&
+        status == KVIO_OK) {
+        snprintf(state->error_p, state->error_len, "latencies: out of memory keeping %zu "
+                 "measured requests", state->samples.count);
+        status = KVIO_ERR_NOMEM;
+    }
+    if (options->server_json != NULL)
+        kvio_result_set_detail(result, "server", options->server_json(options->server_context));
+    kvio_result_derive(result);
+    json_t *metrics = kvio_result_metrics_json(result);
     /* vllm.json beside requests.csv (none when serving wrote nothing). */
     json_t *vllm = NULL;
-    if (json_object_get(state->metrics, "ttft_ms") != NULL) {
-        run_vllm_t source = {.workload = workload, .metrics = state->metrics,
+    if (kvio_result_has(result, KVIO_FIG_TTFT_MS_MEAN) && state->results != NULL) {
+        run_vllm_t source = {.workload = workload, .result = result, .samples = &state->samples,
                              .results = state->results, .itls = &state->itls,
                              .start_wall_ns = state->start_ns};
         char vllm_error[1024] = "";
@@ -1301,18 +1224,16 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     json_object_update(summary, state->start);
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
     json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
-    if (options->server_json != NULL)
-        json_object_set_new(state->metrics, "server", options->server_json(options->server_context));
-    json_object_set(summary, "metrics", state->metrics);
+    json_object_set(summary, "metrics", metrics);
     if (vllm != NULL)
         json_object_set_new(summary, "vllm", vllm);
     if (serving || coupled)
         json_object_set_new(summary, "scheduling", scheduling_json(workload));
-    json_t *warnings = kvio_run_validity(workload, state->metrics);
+    json_t *warnings = kvio_run_validity(workload, metrics);
     json_object_set_new(summary, "valid", json_boolean(json_array_size(warnings) == 0));
-    json_object_set_new(summary, "modelled", kvio_run_modelled(workload, state->metrics));
-    json_t *storage = kvio_run_storage(workload, state->metrics);
-    json_t *assessment = kvio_run_assess(workload, storage, state->metrics);
+    json_object_set_new(summary, "modelled", kvio_run_modelled(workload, metrics));
+    json_t *storage = kvio_run_storage(workload, metrics);
+    json_t *assessment = kvio_run_assess(workload, storage, metrics);
     if (storage != NULL)
         json_object_set_new(summary, "storage", storage);
     if (assessment != NULL)
@@ -1332,9 +1253,10 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
              kvio_results_path(state->results));
     result_p->complete = status == KVIO_OK && state->complete;
     if (status == KVIO_OK && !options->quiet)
-        print_table(workload, summary, state->metrics, kvio_results_path(state->results),
+        print_table(workload, result, summary, metrics, kvio_results_path(state->results),
                     state->complete, serving || coupled);
     json_decref(summary);
+    json_decref(metrics);
     /* After the table, -q or not (it hides the log's warnings; compare and
      * capacity, which print no table, keep them in their JSON): what makes
      * these numbers mislead. */
@@ -1357,7 +1279,8 @@ static void run_state_free(run_state_t *state, bool world_failed)
 {
     kvio_rte_world_destroy(state->world, world_failed);
     kvio_event_trace_close(state->events);
-    json_decref(state->metrics);
+    kvio_result_destroy(state->result);
+    kvio_serve_samples_free(&state->samples);
     json_decref(state->start);
     json_decref(state->host);
     kvio_updates_schedule_free(&state->schedule);
@@ -1414,7 +1337,7 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
     bool updates = kvio_updates_wanted(workload);
     bool emulate = workload->mode == KVIO_MODE_EMULATE;
     run_state_t state = {.workload = workload, .options = options, .error_p = error_p,
-                         .error_len = error_len, .metrics = json_object(),
+                         .error_len = error_len, .result = kvio_result_create(),
                          .start = json_object(), .complete = true, .root = true,
                          .updates = updates, .emulate = emulate,
                          .serving = !emulate || !updates,

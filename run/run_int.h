@@ -23,12 +23,13 @@
 kvio_status_t run_vllm_percentiles(const char *text, double *values, size_t max,
                                    size_t *count_p, char *error_p, size_t error_len);
 
-/* What vllm.json is made of: the measured requests in results' requests.csv
- * and the gaps between their tokens (itls; NULL or incomplete: ITL from the
- * metrics' histogram and no itls list). */
+/* What vllm.json is made of: the run's figures, the measured requests and
+ * the gaps between their tokens (itls; NULL or incomplete: ITL from the
+ * histogram and no itls list). */
 typedef struct run_vllm {
     const kvio_workload_t *workload;
-    const json_t *metrics;
+    const kvio_result_t *result;
+    const kvio_serve_samples_t *samples;
     struct kvio_results *results;
     const kvio_serve_itls_t *itls;
     int64_t start_wall_ns;
@@ -117,8 +118,9 @@ kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t
                                const kvio_updates_schedule_t *schedule,
                                const kvio_serve_output_t *serving,
                                kvio_serve_output_t *served_out, kvio_serve_itls_t *itls,
-                               volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
-                               struct kvio_results *results, json_t *metrics, json_t *start,
+                               kvio_serve_samples_t *samples, volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
+                               struct kvio_results *results, kvio_result_t *result,
+                               json_t *start,
                                kvio_event_trace_t *events, char *error_p, size_t error_len);
 
 
@@ -173,7 +175,7 @@ typedef struct collected {
 typedef struct run_context {
     const kvio_workload_t *workload;
     kvio_results_t *results;
-    json_t *metrics;
+    kvio_result_t *result; /* rank 0: the run's figures (NULL elsewhere) */
     kvio_event_trace_t *events;
     volatile sig_atomic_t *stop; /* shared by every rank thread; only read */
     json_t *start;               /* rank 0: t0 and each rank's set-up (may be NULL) */
@@ -185,6 +187,8 @@ typedef struct run_context {
                                            (kvio serve; NULL: the stream) */
     kvio_serve_itls_t *itls;            /* emulate, coupled: receives the gaps between
                                            tokens (rank 0; NULL: not wanted) */
+    kvio_serve_samples_t *samples;      /* emulate, coupled: receives the measured
+                                           requests (rank 0; NULL: not wanted) */
 } run_context_t;
 
 /* A serve rank's engine in the coupled run: the model, GPU and its own copy

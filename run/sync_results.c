@@ -237,10 +237,10 @@ kvio_status_t run_sync_results(const run_context_t *context, const collected_t *
     free(ranges);
     if (csv != NULL && (status = kvio_csv_finish(csv, "sync.csv", error_p, error_len)) != KVIO_OK)
         return status;
-    if (context->metrics == NULL)
+    if (context->result == NULL)
         return KVIO_OK;
     json_t *object = weight_sync_json(&context->workload->weight_sync, sync, &sums);
-    json_object_set_new(json_object_get(context->metrics, "model_updates"), "weight_sync",
-                        object);
+    json_object_set_new(kvio_result_detail_object(context->result, "model_updates"),
+                        "weight_sync", object);
     return KVIO_OK;
 }

@@ -582,7 +582,7 @@ static kvio_status_t rank0_results(rank_state_t *state)
 {
     const run_context_t *context = state->context;
     collected_t *all = &state->all;
-    bool serving = state->coupled_run && context->metrics != NULL;
+    bool serving = state->coupled_run && context->result != NULL;
     int64_t t0_ns = state->start.t0_ns;
     kvio_status_t status = collect(state->blobs, state->lengths, state->size, all);
     if (status == KVIO_OK && serving)
@@ -604,8 +604,8 @@ static kvio_status_t rank0_results(rank_state_t *state)
     if (status != KVIO_OK)
         return status;
     json_t *lost_json = trainer_lost_json(all, state->num_serve, t0_ns);
-    json_t *updates = context->metrics != NULL
-                          ? json_object_get(context->metrics, "model_updates")
+    json_t *updates = context->result != NULL
+                          ? kvio_result_detail_object(context->result, "model_updates")
                           : NULL;
     json_object_set_new(updates, "runtime",
                         json_string(kvio_rte_world_kind(kvio_rte_world(state->rte))));

@@ -318,11 +318,11 @@ static json_t *stall_by_cause_json(const run_context_t *context, const collected
             update_ms += (double)all->updates[i].stall_ns[c] / 1e6;
     bool emulate = context->workload->mode == KVIO_MODE_EMULATE;
     double overrun_ms = emulate ? metrics->inference_stall_total_ms - update_ms : 0;
-    const json_t *io = json_object_get(context->metrics, "io_stall_ms");
+    double swap_ms = kvio_result_get(context->result, KVIO_FIG_IO_STALL_SWAP_MS);
+    double tier_ms = kvio_result_get(context->result, KVIO_FIG_IO_STALL_TIER_MS);
     return json_pack("{s:f, s:f, s:f, s:f}", "update", update_ms, "executor_overrun",
-                     overrun_ms > 0 ? overrun_ms : 0.0, "swap",
-                     json_number_value(json_object_get(io, "swap")), "tier_io",
-                     json_number_value(json_object_get(io, "tier")));
+                     overrun_ms > 0 ? overrun_ms : 0.0, "swap", isnan(swap_ms) ? 0.0 : swap_ms,
+                     "tier_io", isnan(tier_ms) ? 0.0 : tier_ms);
 }
 
 /* Activations after the last request finished served nothing: counted
@@ -388,13 +388,13 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
     if (status == KVIO_OK && metrics.mismatches > 0)
         kvio_warn("model updates: %llu checksum mismatch%s (see updates.csv)",
                   (unsigned long long)metrics.mismatches, metrics.mismatches == 1 ? "" : "es");
-    if (status == KVIO_OK && context->metrics != NULL) {
+    if (status == KVIO_OK && context->result != NULL) {
         json_t *model_updates = update_metrics_json(&metrics, context->workload, all);
         json_object_set_new(model_updates, "inference_stall_by_cause_ms",
                             stall_by_cause_json(context, all, &metrics));
         if (serving != NULL)
             count_after_serving(model_updates, all, origin_ns, serving);
-        json_object_set_new(context->metrics, "model_updates", model_updates);
+        kvio_result_set_detail(context->result, "model_updates", model_updates);
         if (serving != NULL) {
             json_t *trend = kvio_interference_json(&interference,
                                                    serving->update_recomputed_tokens,
@@ -404,10 +404,10 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
                                                            all->num_updates, origin_ns);
             if (during != NULL)
                 json_object_set_new(trend, "during_updates", during);
-            json_object_set_new(context->metrics, "update_interference", trend);
+            kvio_result_set_detail(context->result, "update_interference", trend);
         }
         if (controlled)
-            json_object_set(context->metrics, "update_cost", cost.json);
+            kvio_result_set_detail(context->result, "update_cost", json_incref(cost.json));
     }
     kvio_control_cost_free(&cost);
     kvio_interference_free(&interference);

@@ -247,8 +247,8 @@ static kvio_status_t simulate(const run_context_t *context,
             .iterations = iteration > 0 ? (uint64_t)(end / iteration) : 0};
     snprintf(all.info, sizeof(all.info), "simulated: latency + bytes / bandwidth");
     status = run_updates_metrics(context, &all, 0, context->serving, error_p, error_len);
-    if (status == KVIO_OK && context->metrics != NULL) {
-        json_t *object = json_object_get(context->metrics, "model_updates");
+    if (status == KVIO_OK && context->result != NULL) {
+        json_t *object = kvio_result_detail_object(context->result, "model_updates");
         json_object_set_new(object, "runtime", json_string("simulate"));
         if (schedule->sync.num_buckets > 0)
             json_object_set_new(object, "weight_sync", sync_json(&schedule->sync));
@@ -266,14 +266,15 @@ kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t
                                const kvio_updates_schedule_t *schedule,
                                const kvio_serve_output_t *serving,
                                kvio_serve_output_t *served_out, kvio_serve_itls_t *itls,
-                               volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
-                               struct kvio_results *results, json_t *metrics, json_t *start,
+                               kvio_serve_samples_t *samples, volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
+                               struct kvio_results *results, kvio_result_t *result,
+                               json_t *start,
                                kvio_event_trace_t *events, char *error_p, size_t error_len)
 {
-    run_context_t context = {.workload = workload, .results = results, .metrics = metrics,
+    run_context_t context = {.workload = workload, .results = results, .result = result,
                              .events = events, .stop = stop, .start = start,
                              .serving = serving, .served_out = served_out,
-                             .frontend = frontend, .itls = itls};
+                             .frontend = frontend, .itls = itls, .samples = samples};
     if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
         return simulate(&context, schedule, error_p, error_len);
     return run_updates_emulate(world, &context, error_p, error_len);

@@ -4,8 +4,10 @@
  * std and the percentiles asked for (metric_percentiles) of TTFT, TPOT, ITL
  * and E2EL computed as vLLM computes them (numpy's, from every request),
  * and the per-request lists input_lens, output_lens, ttfts, itls,
- * latencies, start_times and errors. The measured requests come from
- * requests.csv (as written), the gaps between tokens from the engines
+ * latencies, start_times and errors. The figures vLLM names are the run's
+ * (kvio/figures.def's vllm keys: the same values as summary.json and the
+ * table); the lists and any other percentile asked for come from the same
+ * measured requests (kvio_serve_samples_t) and gaps between tokens
  * (kvio_serve_itls_t); summary.json's vllm holds the same keys without the
  * lists. */
 #include "run/run_int.h"
@@ -72,75 +74,31 @@ kvio_status_t run_vllm_percentiles(const char *text, double *values, size_t max,
     return KVIO_OK;
 }
 
-/* ---------- statistics as numpy computes them ---------- */
+/* ---------- the measured requests ---------- */
 
-/* mean, median, std (population) and each percentile of values (seconds)
- * into vllm as NAME's keys in ms, the way vLLM names them (p99.9: "p99.9"). */
-static void add_statistics(json_t *vllm, const char *name, double *values, size_t count,
-                           const double *percentiles, size_t num_percentiles)
+static kvio_status_t take_samples(const kvio_serve_samples_t *samples, vllm_data_t *data,
+                                  char *error_p, size_t error_len)
 {
-    if (kvio_sort_doubles(values, count) != KVIO_OK)
-        qsort(values, count, sizeof(*values), kvio_compare_double);
-    double mean, stddev;
-    kvio_mean_stddev(values, count, &mean, &stddev);
-    char key[64];
-    snprintf(key, sizeof(key), "mean_%s_ms", name);
-    json_object_set_new(vllm, key, json_real(mean * 1e3));
-    snprintf(key, sizeof(key), "median_%s_ms", name);
-    json_object_set_new(vllm, key, json_real(kvio_percentile_linear(values, count, 50) * 1e3));
-    snprintf(key, sizeof(key), "std_%s_ms", name);
-    json_object_set_new(vllm, key, json_real(stddev * 1e3));
-    for (size_t i = 0; i < num_percentiles; i++) {
-        snprintf(key, sizeof(key), "p%.10g_%s_ms", percentiles[i], name);
-        json_object_set_new(vllm, key,
-                            json_real(kvio_percentile_linear(values, count, percentiles[i]) *
-                                      1e3));
-    }
-}
-
-/* ---------- reading what the run measured ---------- */
-
-static kvio_status_t read_requests(const char *path, vllm_data_t *data, char *error_p,
-                                   size_t error_len)
-{
-    kvio_csv_reader_t *csv = malloc(sizeof(*csv));
-    if (csv == NULL)
+    if (samples == NULL || samples->count == 0)
+        return KVIO_OK;
+    data->requests = malloc(samples->count * sizeof(*data->requests));
+    if (data->requests == NULL) {
+        snprintf(error_p, error_len, "vllm.json: out of memory holding %zu requests (%zu bytes "
+                 "each)", samples->count, sizeof(*data->requests));
         return KVIO_ERR_NOMEM;
-    kvio_status_t status = kvio_csv_reader_open(csv, path, error_p, error_len);
-    if (status != KVIO_OK) {
-        free(csv);
-        return status;
     }
-    static const char *const names[] = {"id", "arrival_s", "first_token_s", "finish_s",
-                                        "input_tokens", "output_tokens", "measured"};
-    int columns[7];
-    status = kvio_csv_reader_columns(csv, names, 7, columns, error_p, error_len);
-    while (status == KVIO_OK &&
-           (status = kvio_csv_reader_next(csv, error_p, error_len)) == KVIO_OK) {
-        if (strcmp(csv->fields[columns[6]], "1") != 0)
-            continue; /* warmup */
-        status = kvio_array_reserve((void **)&data->requests, &data->capacity, data->count + 1,
-                                    sizeof(*data->requests), 4096);
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "vllm.json: out of memory holding %zu requests "
-                     "(%zu bytes each)", data->count + 1, sizeof(*data->requests));
-            break;
-        }
-        double arrival = strtod(csv->fields[columns[1]], NULL);
-        vllm_request_t *request = &data->requests[data->count++];
-        *request = (vllm_request_t){
-            .id = strtoull(csv->fields[columns[0]], NULL, 10),
-            .start_s = arrival,
-            .ttft_s = strtod(csv->fields[columns[2]], NULL) - arrival,
-            .e2el_s = strtod(csv->fields[columns[3]], NULL) - arrival,
-            .input = (uint32_t)strtoul(csv->fields[columns[4]], NULL, 10),
-            .output = (uint32_t)strtoul(csv->fields[columns[5]], NULL, 10)};
-        data->input_tokens += request->input;
-        data->output_tokens += request->output;
+    for (size_t i = 0; i < samples->count; i++) {
+        const kvio_request_sample_t *sample = &samples->items[i];
+        data->requests[i] = (vllm_request_t){
+            .id = sample->id, .start_s = (double)sample->arrival_ns / 1e9,
+            .ttft_s = (double)(sample->first_token_ns - sample->arrival_ns) / 1e9,
+            .e2el_s = (double)(sample->finish_ns - sample->arrival_ns) / 1e9,
+            .input = sample->input_tokens, .output = sample->output_tokens};
+        data->input_tokens += sample->input_tokens;
+        data->output_tokens += sample->output_tokens;
     }
-    kvio_csv_reader_close(csv);
-    free(csv);
-    return status == KVIO_INPROGRESS ? KVIO_OK : status;
+    data->count = data->capacity = samples->count;
+    return KVIO_OK;
 }
 
 /* Past this many request ids the grouping's table would be larger than the
@@ -273,14 +231,14 @@ static double max_tokens_per_second(const vllm_data_t *data)
  * max_concurrency (serve.max_concurrency, or a closed loop's users: none
  * for an open loop). Phases, traces and a closed loop have no one
  * configured rate: the rate offered, as measured. */
-static void add_traffic(json_t *vllm, const kvio_workload_t *workload, const json_t *metrics)
+static void add_traffic(json_t *vllm, const kvio_workload_t *workload, double offered_rate)
 {
     const kvio_stream_arrival_config_t *arrival = &workload->stream.arrival;
     bool trace = workload->stream.trace.path != NULL && workload->stream.trace.path[0] != '\0';
     json_t *rate = NULL, *burstiness = json_null();
     bool users = !trace && workload->stream.users > 0;
     if (trace || users || arrival->process == KVIO_ARRIVAL_PHASES) {
-        rate = json_real(json_number_value(json_object_get(metrics, "offered_rate")));
+        rate = json_real(offered_rate);
     } else if (arrival->process == KVIO_ARRIVAL_BATCH) {
         rate = json_string("inf");
     } else {
@@ -299,71 +257,118 @@ static void add_traffic(json_t *vllm, const kvio_workload_t *workload, const jso
                         concurrency > 0 ? json_integer((json_int_t)concurrency) : json_null());
 }
 
-/* The scalar keys, in vLLM's order. */
+/* A percentile key as vLLM names one ("p99.9_ttft_ms"): *p_p its percentile. */
+static bool percentile_key(const char *key, double *p_p)
+{
+    char *end = NULL;
+    if (key[0] != 'p')
+        return false;
+    *p_p = strtod(key + 1, &end);
+    return end != key + 1 && *end == '_';
+}
+
+static bool asked(double p, const double *percentiles, size_t num_percentiles)
+{
+    for (size_t i = 0; i < num_percentiles; i++)
+        if (percentiles[i] == p)
+            return true;
+    return false;
+}
+
+/* Every figure with a vLLM name (kvio/figures.def), a percentile's only when
+ * asked for; request_goodput null without an SLO, as vLLM writes it. */
+static void add_figures(json_t *vllm, const kvio_result_t *result, const double *percentiles,
+                        size_t num_percentiles)
+{
+    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
+        const kvio_figure_decl_t *decl = kvio_figure_decl((kvio_figure_t)f);
+        double p;
+        if (decl->vllm == NULL || decl->vllm[0] == '\0' ||
+            (percentile_key(decl->vllm, &p) && !asked(p, percentiles, num_percentiles)))
+            continue;
+        if (!kvio_result_has(result, (kvio_figure_t)f))
+            json_object_set_new(vllm, decl->vllm,
+                                decl->kind == KVIO_KIND_COUNT ? json_integer(0) : json_null());
+        else if (decl->kind == KVIO_KIND_COUNT)
+            json_object_set_new(vllm, decl->vllm,
+                                json_integer((json_int_t)llround(kvio_result_get(result, f))));
+        else
+            json_object_set_new(vllm, decl->vllm, json_real(kvio_result_get(result, f)));
+    }
+}
+
+/* Percentiles asked for that no figure has, from the same requests (and
+ * gaps, when all were kept) the figures came from. */
+static kvio_status_t add_other_percentiles(json_t *vllm, const run_vllm_t *source,
+                                           const vllm_data_t *data, const double *percentiles,
+                                           size_t num_percentiles)
+{
+    static const struct {
+        const char *name;
+        int which; /* a kvio_sample_value_t, or -1: the gaps between tokens */
+    } kinds[] = {{"ttft", KVIO_SAMPLE_TTFT}, {"tpot", KVIO_SAMPLE_TPOT},
+                 {"itl", -1}, {"e2el", KVIO_SAMPLE_E2EL}};
+    size_t n = data->count > data->num_records ? data->count : data->num_records;
+    double *values = malloc((n + 1) * sizeof(*values));
+    if (values == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t k = 0; k < 4; k++) {
+        if (kinds[k].which < 0 && data->order == NULL)
+            continue;
+        size_t count = 0;
+        if (kinds[k].which >= 0) {
+            count = kvio_serve_sample_values(source->samples, UINT32_MAX,
+                                             (kvio_sample_value_t)kinds[k].which, values);
+        } else {
+            for (size_t i = 0; i < data->num_records; i++)
+                values[count++] = data->records[i].gap_s;
+        }
+        kvio_latency_stats_t stats;
+        kvio_serve_statistics(values, count, &stats);
+        for (size_t i = 0; i < num_percentiles; i++) {
+            char key[64];
+            snprintf(key, sizeof(key), "p%.10g_%s_ms", percentiles[i], kinds[k].name);
+            if (json_object_get(vllm, key) == NULL)
+                json_object_set_new(vllm, key,
+                                    json_real(kvio_percentile_linear(stats.sorted, stats.count,
+                                                                     percentiles[i]) * 1e3));
+        }
+    }
+    free(values);
+    return KVIO_OK;
+}
+
+/* The scalar keys. */
 static json_t *scalars(const run_vllm_t *source, vllm_data_t *data, const double *percentiles,
                        size_t num_percentiles)
 {
-    const json_t *metrics = source->metrics;
+    const kvio_result_t *result = source->result;
     const kvio_workload_t *workload = source->workload;
     char date[32];
     time_t start = (time_t)(source->start_wall_ns / 1000000000);
     struct tm tm;
     strftime(date, sizeof(date), "%Y%m%d-%H%M%S", localtime_r(&start, &tm));
     const char *model = workload->model.preset != NULL ? workload->model.preset : "custom";
-    double duration = json_number_value(json_object_get(metrics, "duration_s"));
-    bool slo = workload->slo.ttft_ns > 0 || workload->slo.tpot_ns > 0;
     json_t *vllm = json_pack("{s:s, s:s, s:s, s:n, s:s, s:s, s:I}", "date", date,
                              "endpoint_type", "kvio", "backend", "kvio", "label", "model_id",
                              model, "tokenizer_id", model, "num_prompts",
                              (json_int_t)data->count);
-    add_traffic(vllm, workload, metrics);
-    double per_second = duration > 0 ? 1.0 / duration : 0;
-    json_object_set_new(vllm, "duration", json_real(duration));
-    json_object_set_new(vllm, "completed", json_integer((json_int_t)data->count));
-    json_object_set_new(vllm, "failed", json_integer(json_integer_value(
-                                            json_object_get(metrics, "aborted_requests"))));
-    json_object_set_new(vllm, "total_input_tokens", json_integer((json_int_t)data->input_tokens));
-    json_object_set_new(vllm, "total_output_tokens",
-                        json_integer((json_int_t)data->output_tokens));
-    json_object_set_new(vllm, "request_throughput", json_real((double)data->count * per_second));
-    json_object_set_new(vllm, "request_goodput",
-                        slo ? json_real(json_number_value(json_object_get(metrics, "goodput")))
-                            : json_null());
-    json_object_set_new(vllm, "output_throughput",
-                        json_real((double)data->output_tokens * per_second));
+    add_traffic(vllm, workload, kvio_result_get(result, KVIO_FIG_OFFERED_RATE));
+    add_figures(vllm, result, percentiles, num_percentiles);
+    double duration = kvio_result_get(result, KVIO_FIG_DURATION_S);
     json_object_set_new(vllm, "total_token_throughput",
-                        json_real((double)(data->input_tokens + data->output_tokens) *
-                                  per_second));
+                        json_real(duration > 0 ? (double)(data->input_tokens +
+                                                          data->output_tokens) / duration
+                                               : 0));
     double most = max_tokens_per_second(data);
     json_object_set_new(vllm, "max_output_tokens_per_s", most >= 0 ? json_real(most) : json_null());
     int64_t concurrent = max_concurrency(data);
     json_object_set_new(vllm, "max_concurrent_requests",
                         concurrent >= 0 ? json_integer(concurrent) : json_null());
-
-    size_t n = data->count > data->num_records ? data->count : data->num_records;
-    double *values = malloc((n + 1) * sizeof(*values));
-    if (values == NULL) {
+    if (add_other_percentiles(vllm, source, data, percentiles, num_percentiles) != KVIO_OK) {
         json_decref(vllm);
         return NULL;
     }
-    for (size_t i = 0; i < data->count; i++)
-        values[i] = data->requests[i].ttft_s;
-    add_statistics(vllm, "ttft", values, data->count, percentiles, num_percentiles);
-    size_t count = 0;
-    for (size_t i = 0; i < data->count; i++)
-        if (data->requests[i].output > 1)
-            values[count++] = (data->requests[i].e2el_s - data->requests[i].ttft_s) /
-                              (data->requests[i].output - 1);
-    add_statistics(vllm, "tpot", values, count, percentiles, num_percentiles);
-    if (data->order != NULL) {
-        for (size_t i = 0; i < data->num_records; i++)
-            values[i] = data->records[i].gap_s;
-        add_statistics(vllm, "itl", values, data->num_records, percentiles, num_percentiles);
-    }
-    for (size_t i = 0; i < data->count; i++)
-        values[i] = data->requests[i].e2el_s;
-    add_statistics(vllm, "e2el", values, data->count, percentiles, num_percentiles);
-    free(values);
     return vllm;
 }
 
@@ -465,11 +470,9 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
     kvio_status_t status = run_vllm_percentiles(source->workload->metric_percentiles,
                                                 percentiles, RUN_VLLM_PERCENTILES_MAX,
                                                 &num_percentiles, error_p, error_len);
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/requests.csv", kvio_results_path(source->results));
     vllm_data_t data = {0};
     if (status == KVIO_OK)
-        status = read_requests(path, &data, error_p, error_len);
+        status = take_samples(source->samples, &data, error_p, error_len);
     if (status == KVIO_OK)
         status = group_itls(source->itls, &data, error_p, error_len);
     json_t *vllm = status == KVIO_OK ? scalars(source, &data, percentiles, num_percentiles) : NULL;
@@ -478,14 +481,9 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         status = KVIO_ERR_NOMEM;
     }
     if (status == KVIO_OK && data.order == NULL && source->itls != NULL &&
-        source->itls->count + source->itls->dropped > 0) {
+        source->itls->count + source->itls->dropped > 0)
         /* Not every gap was kept: the lists and the statistics would be of a
          * part, so ITL's come from the run's histogram and itls is left out. */
-        const json_t *itl = json_object_get(source->metrics, "itl_ms");
-        json_object_set_new(vllm, "mean_itl_ms", json_real(json_number_value(
-                                                     json_object_get(itl, "mean"))));
-        json_object_set_new(vllm, "median_itl_ms", json_real(json_number_value(
-                                                       json_object_get(itl, "p50"))));
         json_object_set_new(
             vllm, "kvio_itls_omitted",
             source->itls->dropped > 0
@@ -494,7 +492,6 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
                                (unsigned long long)source->itls->dropped, KVIO_SERVE_ITLS_MAX)
                 : json_sprintf("request ids up to %u only are grouped; ITL from the histogram "
                                "(relative error < 1/256)", MAX_GROUPED_ID));
-    }
     vllm_writer_t *out = status == KVIO_OK ? calloc(1, sizeof(*out)) : NULL;
     if (status == KVIO_OK && out == NULL)
         status = KVIO_ERR_NOMEM;
@@ -502,7 +499,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         (status = kvio_csv_open(source->results, "vllm.json", NULL, &out->file)) != KVIO_OK)
         snprintf(error_p, error_len, "vllm.json: cannot be created: %s", kvio_strerror(status));
     if (status == KVIO_OK) {
-        char *head = json_dumps(vllm, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
+        char *head = json_dumps(vllm, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         size_t length = head != NULL ? strlen(head) : 0;
         /* The scalars, then the lists before the closing brace. */
         if (length >= 2 && head[length - 1] == '}') {

@@ -103,7 +103,7 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
 }
 
 /* What only a plain run reports, from the ranks still in memory. */
-static void plain_metrics(const plain_run_t *plain, json_t *metrics)
+static void plain_metrics(const plain_run_t *plain, kvio_result_t *result)
 {
     const kvio_serve_run_t *run = plain->run;
     const kvio_serve_rank_t *first = plain->ranks[0];
@@ -118,28 +118,25 @@ static void plain_metrics(const plain_run_t *plain, json_t *metrics)
         swap_real_ns += engine->swap_real_ns;
         swap_modelled_ns += engine->swap_modelled_ns;
     }
-    json_object_set_new(metrics, "kv_blocks_per_rank", json_integer(first->blocks));
-    json_object_set_new(metrics, "block_size", json_integer(first->block_size));
-    json_object_set_new(metrics, "kv_block_bytes", json_integer((json_int_t)first->block_bytes));
-    json_object_set_new(metrics, "scheduler",
-                        json_string(kvio_choice_name(&run->serve->scheduler.policy)));
+    kvio_result_set(result, KVIO_FIG_KV_BLOCKS_PER_RANK, first->blocks);
+    kvio_result_set(result, KVIO_FIG_BLOCK_SIZE, first->block_size);
+    kvio_result_set(result, KVIO_FIG_KV_BLOCK_BYTES, (double)first->block_bytes);
+    kvio_result_set_text(result, KVIO_FIG_SCHEDULER,
+                         kvio_choice_name(&run->serve->scheduler.policy));
     kvio_router_t *router = NULL;
     if (kvio_router_create(&run->serve->router, &router) == KVIO_OK)
-        json_object_set_new(metrics, "router", json_string(kvio_router_name(router)));
+        kvio_result_set_text(result, KVIO_FIG_ROUTER, kvio_router_name(router));
     kvio_router_destroy(router);
-    json_object_set_new(metrics, "wall_run_s",
-                        json_real((double)(plain->end_ns - plain->t0_ns) / 1e9));
-    json_object_set_new(metrics, "swap_copy_s", json_real((double)swap_real_ns / 1e9));
-    json_object_set_new(metrics, "swap_modelled_s", json_real((double)swap_modelled_ns / 1e9));
-    json_object_set_new(metrics, "swap_reference_copy_gbps",
-                        reference_ns > 0
-                            ? json_real((double)reference_bytes / (double)reference_ns)
-                            : json_null());
-    json_object_set_new(json_object_get(metrics, "executor"), "executor",
-                        json_string(first->executor.ops->plugin.name));
+    kvio_result_set(result, KVIO_FIG_WALL_RUN_S, (double)(plain->end_ns - plain->t0_ns) / 1e9);
+    kvio_result_set(result, KVIO_FIG_SWAP_COPY_S, (double)swap_real_ns / 1e9);
+    kvio_result_set(result, KVIO_FIG_SWAP_MODELLED_S, (double)swap_modelled_ns / 1e9);
+    if (reference_ns > 0)
+        kvio_result_set(result, KVIO_FIG_SWAP_REFERENCE_COPY_GBPS,
+                        (double)reference_bytes / (double)reference_ns);
+    kvio_result_set_text(result, KVIO_FIG_EXECUTOR, first->executor.ops->plugin.name);
 }
 
-kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p,
+kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *result,
                                  bool *complete_p, char *error_p, size_t error_len)
 {
     kvio_status_t status = kvio_serve_emulate_preflight(run, NULL, error_p, error_len);
@@ -191,7 +188,6 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
             goto out;
         }
     }
-    json_t *metrics = NULL;
     uint64_t *served = NULL;
     size_t num_versions = 0;
     kvio_serve_pd_merge_t pd = {
@@ -201,17 +197,15 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p
                                                             run->cost->tensor_parallel),
         .run_ns = plain.end_ns - plain.t0_ns};
     status = kvio_serve_ranks_merge(plain.blobs, plain.lengths, (size_t)size, 0, run->results,
-                                    run->events, &metrics, &served, &num_versions, NULL,
-                                    run->itls, run->pd != NULL ? &pd : NULL, error_p, error_len);
+                                    run->events, result, &served, &num_versions, NULL,
+                                    run->itls, run->samples, run->pd != NULL ? &pd : NULL, error_p,
+                                    error_len);
     free(served);
     if (status == KVIO_OK && run->frontend != NULL)
         status = kvio_frontend_write_trace(run->frontend, run->results, error_p, error_len);
-    if (status != KVIO_OK) {
-        json_decref(metrics);
+    if (status != KVIO_OK)
         goto out;
-    }
-    plain_metrics(&plain, metrics);
-    *metrics_p = metrics;
+    plain_metrics(&plain, result);
     *complete_p = !stopped;
 out:
     for (uint32_t r = 0; plain.ranks != NULL && r < plain.num_serve; r++)

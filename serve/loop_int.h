@@ -447,6 +447,7 @@ typedef struct kvio_serve_recorder {
     uint64_t *served;          /* per version */
     size_t num_versions;
     kvio_status_t status;      /* out of memory in a hook, or a malformed record */
+    kvio_serve_samples_t *samples; /* simulate: where measured requests go (may be NULL) */
     /* Simulate: with rows set, each finished request and iteration is
      * rendered as it is recorded (requests.csv with the control's columns,
      * iterations.csv, the events; each may be NULL) and kept only with
@@ -652,9 +653,9 @@ struct kvio_serve_rank {
 
 /* Where a rank's report (kvio_serve_rank_pack) is merged into the run's
  * totals on rank 0 (serve/merge.c). */
-json_t *kvio_serve_executor_json(const char *executor, const char *kv_memory, bool spin,
-                                 uint64_t spin_bytes, const kvio_hist_t *error_ns,
-                                 const kvio_hist_t *error_ppm, int64_t overhead,
-                                 int64_t planned);
+void kvio_serve_executor_fill(kvio_result_t *result, const char *executor,
+                              const char *kv_memory, bool spin, uint64_t spin_bytes,
+                              const kvio_hist_t *error_ns, const kvio_hist_t *error_ppm,
+                              int64_t overhead, int64_t planned);
 
 #endif

@@ -13,27 +13,33 @@
 
 #define SERVE_RANK_MAGIC 0x6b76696f73727633ull /* "kviosrv3" */
 
-/* The executor's section of the metrics, for the plain and coupled runs:
- * where the KV pool was (kv_memory may be NULL: unknown), the spin, the
- * timing errors and the engine's overhead. */
-json_t *kvio_serve_executor_json(const char *executor, const char *kv_memory, bool spin,
-                                 uint64_t spin_bytes, const kvio_hist_t *error_ns,
-                                 const kvio_hist_t *error_ppm, int64_t overhead,
-                                 int64_t planned)
+/* The executor's figures, for the plain and coupled runs: where the KV
+ * pool was (kv_memory may be NULL: unknown), the spin, the timing errors
+ * and the engine's overhead. */
+void kvio_serve_executor_fill(kvio_result_t *result, const char *executor,
+                              const char *kv_memory, bool spin, uint64_t spin_bytes,
+                              const kvio_hist_t *error_ns, const kvio_hist_t *error_ppm,
+                              int64_t overhead, int64_t planned)
 {
-    return json_pack("{s:s, s:s?, s:b, s:I, s:f, s:f, s:f, s:f}", "executor", executor,
-                     "kv_memory", kv_memory, "spin_kernel", spin, "spin_memory_bytes",
-                     (json_int_t)spin_bytes, "timing_error_p50_us",
-                     kvio_hist_quantile(error_ns, 0.5) / 1e3, "timing_error_p99_us",
-                     kvio_hist_quantile(error_ns, 0.99) / 1e3, "timing_error_p99_pct",
-                     kvio_hist_quantile(error_ppm, 0.99) / 1e4, "engine_overhead_pct",
-                     planned > 0 ? 100.0 * (double)overhead / (double)planned : 0);
+    kvio_result_set_text(result, KVIO_FIG_EXECUTOR, executor);
+    if (kv_memory != NULL)
+        kvio_result_set_text(result, KVIO_FIG_KV_MEMORY, kv_memory);
+    kvio_result_set(result, KVIO_FIG_SPIN_KERNEL, spin);
+    kvio_result_set(result, KVIO_FIG_SPIN_MEMORY_BYTES, (double)spin_bytes);
+    kvio_result_set(result, KVIO_FIG_TIMING_ERROR_P50_US, kvio_hist_quantile(error_ns, 0.5) / 1e3);
+    kvio_result_set(result, KVIO_FIG_TIMING_ERROR_P99_US, kvio_hist_quantile(error_ns, 0.99) / 1e3);
+    kvio_result_set(result, KVIO_FIG_TIMING_ERROR_P99_PCT,
+                    kvio_hist_quantile(error_ppm, 0.99) / 1e4);
+    kvio_result_set(result, KVIO_FIG_ENGINE_OVERHEAD_PCT,
+                    planned > 0 ? 100.0 * (double)overhead / (double)planned : 0);
 }
 
 /* One serve rank's report (kvio_serve_rank_pack) into the run's totals. */
 typedef struct rank_totals {
     kvio_engine_metrics_t *total;
-    json_t *per_rank, *tiers;
+    kvio_result_t *result; /* its per_rank children are the ranks' */
+    json_t *tiers;
+    kvio_serve_samples_t *samples; /* may be NULL */
     json_t *kv_memory; /* the first serve rank's, as executor_json says */
     bool spin_kernel;
     json_int_t spin_bytes;
@@ -81,15 +87,20 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
         if (status == KVIO_OK) {
             if (!totals->prefills)
                 kvio_engine_metrics_merge(totals->total, &rank_metrics);
-            json_t *entry = kvio_serve_metrics_json(&rank_metrics);
-            json_object_set_new(entry, "rank", json_integer(rank));
+            kvio_result_t *entry = kvio_result_child(
+                totals->result, "per_rank",
+                kvio_result_num_children(totals->result, "per_rank"));
+            if (entry == NULL) {
+                kvio_engine_metrics_fini(&rank_metrics);
+                return KVIO_ERR_NOMEM;
+            }
+            kvio_serve_metrics_fill(entry, &rank_metrics);
+            kvio_result_set(entry, KVIO_FIG_RANK, rank);
             if (totals->pd_stats != NULL) {
-                json_object_set_new(entry, "role",
-                                    json_string(totals->prefills ? "prefill" : "decode"));
+                kvio_result_set_text(entry, KVIO_FIG_ROLE, totals->prefills ? "prefill" : "decode");
                 kvio_pd_pool_add(totals->prefills ? &totals->prefill_pool : &totals->decode_pool,
                                  &rank_metrics);
             }
-            json_array_append_new(totals->per_rank, entry);
         }
         kvio_engine_metrics_fini(&rank_metrics);
     }
@@ -111,7 +122,7 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
     }
     const unsigned char *rows = kvio_wire_take_blob(&in, &rows_size);
     for (uint64_t at = 0; status == KVIO_OK && rows != NULL &&
-                          (csv != NULL || totals->output != NULL) &&
+                          (csv != NULL || totals->output != NULL || totals->samples != NULL) &&
                           at + sizeof(kvio_engine_finished_t) <= rows_size;
          at += sizeof(kvio_engine_finished_t)) {
         kvio_engine_finished_t finished; /* copied out: the blob need not be aligned */
@@ -120,6 +131,7 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
             kvio_pd_stats_add(totals->pd_stats, &finished);
         if (csv != NULL)
             status = kvio_serve_render_requests(csv, &finished, 1, NULL);
+        kvio_serve_samples_add(totals->samples, &finished);
         if (status == KVIO_OK && totals->output != NULL)
             status = keep_finished(totals, &finished);
     }
@@ -165,9 +177,10 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
 
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
                                      uint32_t first_rank, kvio_results_t *results,
-                                     kvio_event_trace_t *events, json_t **metrics_p,
+                                     kvio_event_trace_t *events, kvio_result_t *result,
                                      uint64_t **served_p, size_t *num_versions_p,
                                      kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
+                                     kvio_serve_samples_t *samples,
                                      const kvio_serve_pd_merge_t *pd, char *error_p,
                                      size_t error_len)
 {
@@ -178,7 +191,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     uint64_t *served = NULL;
     size_t num_versions = 0;
     kvio_serve_output_t output = {0};
-    rank_totals_t totals = {.total = &total, .per_rank = json_array(), .tiers = json_array(),
+    rank_totals_t totals = {.total = &total, .result = result, .tiers = json_array(),
+                            .samples = samples,
                             .served = &served, .num_versions = &num_versions,
                             .output = output_p != NULL ? &output : NULL};
     kvio_pd_stats_t pd_stats = {0};
@@ -209,32 +223,26 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                   "keeps %u MiB of them)", (unsigned long long)totals.iterations_dropped,
                   KVIO_SERVE_ITERATIONS_MAX_BYTES >> 20);
     if (status == KVIO_OK) {
-        json_t *metrics = kvio_serve_metrics_json(&total);
-        json_object_set_new(metrics, "serve_ranks", json_integer((json_int_t)num_serve));
-        json_object_set_new(metrics, "iterations_not_recorded",
-                            json_integer((json_int_t)totals.iterations_dropped));
+        kvio_serve_metrics_fill(result, &total);
+        kvio_result_set(result, KVIO_FIG_SERVE_RANKS, (double)num_serve);
+        kvio_result_set(result, KVIO_FIG_ITERATIONS_NOT_RECORDED,
+                        (double)totals.iterations_dropped);
         if (client != NULL) {
-            json_object_set_new(metrics, "client", client);
+            kvio_result_set_detail(result, "client", client);
             client = NULL;
         }
-        json_object_set_new(metrics, "swap_verify_failures",
-                            json_integer((json_int_t)total.swap_verify_failures));
-        json_object_set_new(metrics, "tiers", totals.tiers);
-        totals.tiers = NULL;
-        json_object_set_new(metrics, "executor",
-                            kvio_serve_executor_json(totals.spin_kernel ? "gpu (coupled)"
-                                                               : "realtime (coupled)",
-                                            json_string_value(totals.kv_memory),
-                                            totals.spin_kernel, (uint64_t)totals.spin_bytes,
-                                            totals.error_ns, totals.error_ppm, totals.overhead,
-                                            totals.planned));
-        json_object_set_new(metrics, "per_rank", totals.per_rank);
-        totals.per_rank = NULL;
+        kvio_result_set(result, KVIO_FIG_SWAP_VERIFY_FAILURES, (double)total.swap_verify_failures);
+        if (json_array_size(totals.tiers) > 0)
+            kvio_serve_tier_hits_fill(result);
+        kvio_serve_executor_fill(result, totals.spin_kernel ? "gpu (coupled)" : "realtime (coupled)",
+                                 json_string_value(totals.kv_memory), totals.spin_kernel,
+                                 (uint64_t)totals.spin_bytes, totals.error_ns, totals.error_ppm,
+                                 totals.overhead, totals.planned);
         if (pd != NULL) {
             /* The peer tiers checked every block they got (its checksum). */
             json_t *tier;
             size_t t;
-            json_array_foreach(json_object_get(metrics, "tiers"), t, tier) {
+            json_array_foreach(totals.tiers, t, tier) {
                 if (strcmp(json_string_value(json_object_get(tier, "kind")), "remote") != 0)
                     continue;
                 pd_stats.verified_blocks +=
@@ -243,11 +251,12 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                     (uint64_t)json_integer_value(json_object_get(tier, "checksum_failures"));
             }
             kvio_pd_link_info_t link = {.router = kvio_choice_name(&pd->config->router.policy)};
-            json_object_set_new(metrics, "pd",
-                                kvio_pd_json(pd->config, &link, &pd_stats, &totals.prefill_pool,
-                                             &totals.decode_pool, pd->run_ns));
+            kvio_result_set_detail(result, "pd",
+                                   kvio_pd_json(pd->config, &link, &pd_stats, &totals.prefill_pool,
+                                                &totals.decode_pool, pd->run_ns));
         }
-        *metrics_p = metrics;
+        kvio_result_set_detail(result, "tiers", totals.tiers);
+        totals.tiers = NULL;
         kvio_serve_itls_take(&total, itls_p);
         output.update_recomputed_tokens = total.update_recomputed_tokens;
         output.update_aborted_requests = total.update_aborted_requests;
@@ -266,7 +275,6 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     kvio_serve_output_free(&output);
     json_decref(client);
     json_decref(totals.kv_memory);
-    json_decref(totals.per_rank);
     json_decref(totals.tiers);
     free(served);
     kvio_hist_destroy(totals.error_ns);

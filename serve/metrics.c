@@ -1,11 +1,36 @@
-/* The serving metrics as JSON: latencies, throughputs, goodput, the prefix
- * cache, preemptions, KV usage, accelerator utilisation, what updates did
- * to the engine, the inference loss by version, and the tiers' traffic. */
+/* The serving figures of a result (kvio/result.h): latencies, throughputs,
+ * goodput, the prefix cache, preemptions, KV usage, accelerator
+ * utilisation, what updates did to the engine, the inference loss by
+ * version, and the tiers' traffic; and the measured requests kept on rank
+ * 0, from which the latencies are computed as vLLM computes them. */
 #include "serve/serve_int.h"
 
 #include "kvio/model.h"
 
-json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/array.h"
+#include "kvio/stats.h"
+
+/* The latency figures of one histogram (ns), for when no samples are kept:
+ * within its relative error (1/256). */
+static void set_latency(kvio_result_t *result, kvio_figure_t mean, const kvio_hist_t *hist)
+{
+    /* The figures of one latency are declared in this order (figures.def's
+     * KVIO_LATENCY_FIGURES): mean, p50, p90, p99, p99.9, std, max, count. */
+    kvio_result_set(result, mean, kvio_hist_mean(hist) / 1e6);
+    kvio_result_set(result, mean + 1, kvio_hist_quantile(hist, 0.5) / 1e6);
+    kvio_result_set(result, mean + 2, kvio_hist_quantile(hist, 0.9) / 1e6);
+    kvio_result_set(result, mean + 3, kvio_hist_quantile(hist, 0.99) / 1e6);
+    kvio_result_set(result, mean + 4, kvio_hist_quantile(hist, 0.999) / 1e6);
+    kvio_result_set(result, mean + 5, kvio_hist_stddev(hist) / 1e6);
+    kvio_result_set(result, mean + 6, (double)kvio_hist_max(hist) / 1e6);
+    kvio_result_set(result, mean + 7, (double)kvio_hist_count(hist));
+}
+
+void kvio_serve_metrics_fill(kvio_result_t *result, const kvio_engine_metrics_t *metrics)
 {
     double window_s = metrics->measure_end_ns > metrics->measure_start_ns
                           ? (double)(metrics->measure_end_ns - metrics->measure_start_ns) / 1e9
@@ -13,142 +38,120 @@ json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics)
     double span_s = metrics->last_finish_ns > metrics->first_arrival_ns
                         ? (double)(metrics->last_finish_ns - metrics->first_arrival_ns) / 1e9
                         : 0;
-    double per_s = window_s > 0 ? 1.0 / window_s : 0;
-    json_t *object = json_object();
-    json_object_set_new(object, "completed", json_integer((json_int_t)metrics->requests));
-    json_object_set_new(object, "measured", json_integer((json_int_t)metrics->measured_requests));
-    json_object_set_new(object, "duration_s", json_real(window_s));
-    json_object_set_new(object, "ttft_ms", kvio_hist_json(metrics->ttft, 1e-6));
-    json_object_set_new(object, "tpot_ms", kvio_hist_json(metrics->tpot, 1e-6));
-    json_object_set_new(object, "itl_ms", kvio_hist_json(metrics->itl, 1e-6));
-    json_object_set_new(object, "e2el_ms", kvio_hist_json(metrics->e2el, 1e-6));
-    json_object_set_new(object, "request_throughput",
-                        json_real((double)metrics->measured_requests * per_s));
-    json_object_set_new(object, "input_throughput",
-                        json_real((double)metrics->input_tokens * per_s));
-    json_object_set_new(object, "output_throughput",
-                        json_real((double)metrics->output_tokens * per_s));
+    kvio_result_set(result, KVIO_FIG_COMPLETED, (double)metrics->requests);
+    kvio_result_set(result, KVIO_FIG_MEASURED, (double)metrics->measured_requests);
+    kvio_result_set(result, KVIO_FIG_DURATION_S, window_s);
+    set_latency(result, KVIO_FIG_TTFT_MS_MEAN, metrics->ttft);
+    set_latency(result, KVIO_FIG_TPOT_MS_MEAN, metrics->tpot);
+    set_latency(result, KVIO_FIG_ITL_MS_MEAN, metrics->itl);
+    set_latency(result, KVIO_FIG_E2EL_MS_MEAN, metrics->e2el);
+    kvio_result_set(result, KVIO_FIG_INPUT_TOKENS, (double)metrics->input_tokens);
+    kvio_result_set(result, KVIO_FIG_OUTPUT_TOKENS, (double)metrics->output_tokens);
     /* Goodput only against an SLO: without one it would be the throughput
      * again, named as if the requests had met something (vLLM reports none). */
     if (metrics->slo) {
-        json_object_set_new(object, "goodput",
-                            json_real((double)metrics->good_requests * per_s));
-        /* The share of measured requests within each bound, and both. */
         double measured = metrics->measured_requests > 0 ? (double)metrics->measured_requests
                                                          : 1.0;
-        json_object_set_new(object, "slo_attainment",
-                            json_pack("{s:f, s:f, s:f}", "ttft",
-                                      (double)metrics->ttft_met / measured, "tpot",
-                                      (double)metrics->tpot_met / measured, "both",
-                                      (double)metrics->good_requests / measured));
+        kvio_result_set(result, KVIO_FIG_GOOD_REQUESTS, (double)metrics->good_requests);
+        kvio_result_set(result, KVIO_FIG_SLO_TTFT_ATTAINMENT,
+                        (double)metrics->ttft_met / measured);
+        kvio_result_set(result, KVIO_FIG_SLO_TPOT_ATTAINMENT,
+                        (double)metrics->tpot_met / measured);
     }
     /* The load offered: requests per second between the first and the last
      * arrival (throughput below it means the engines fell behind). */
     double arrival_s = metrics->arrivals > 1 && metrics->last_arrival_ns > metrics->first_arrival_ns
                            ? (double)(metrics->last_arrival_ns - metrics->first_arrival_ns) / 1e9
                            : 0;
-    json_object_set_new(object, "offered_rate",
-                        json_real(arrival_s > 0 ? (double)(metrics->arrivals - 1) / arrival_s
-                                                : 0));
-    json_object_set_new(object, "input_tokens", json_integer((json_int_t)metrics->input_tokens));
-    json_object_set_new(object, "output_tokens", json_integer((json_int_t)metrics->output_tokens));
-    json_object_set_new(object, "prefix_cache_queries",
-                        json_integer((json_int_t)metrics->prefix_queries));
-    json_object_set_new(object, "prefix_cache_hits", json_integer((json_int_t)metrics->prefix_hits));
-    json_object_set_new(object, "hit_rate",
-                        json_real(metrics->prefix_queries
-                                      ? (double)metrics->prefix_hits / (double)metrics->prefix_queries
-                                      : 0));
-    json_object_set_new(object, "tier_hit_tokens", json_integer((json_int_t)metrics->tier_hit_tokens));
-    json_object_set_new(object, "hit_rate_with_tiers",
-                        json_real(metrics->prefix_queries
-                                      ? (double)(metrics->prefix_hits + metrics->tier_hit_tokens) /
-                                            (double)metrics->prefix_queries
-                                      : 0));
-    if (metrics->spec_draft_tokens > 0)
-        json_object_set_new(
-            object, "spec_decode",
-            json_pack("{s:I, s:I, s:f}", "draft_tokens", (json_int_t)metrics->spec_draft_tokens,
-                      "accepted_tokens", (json_int_t)metrics->spec_accepted_tokens,
-                      "acceptance_rate",
-                      (double)metrics->spec_accepted_tokens /
-                          (double)metrics->spec_draft_tokens));
-    /* tier_io: async: the requests that waited for their KV from a tier. */
-    json_object_set_new(
-        object, "kv_wait",
-        json_pack("{s:I, s:f, s:f, s:I, s:I}", "requests", (json_int_t)metrics->kv_wait_requests,
-                  "mean_ms",
-                  metrics->kv_wait_requests > 0
-                      ? (double)metrics->kv_wait_ns / 1e6 / (double)metrics->kv_wait_requests
-                      : 0.0,
-                  "max_ms", (double)metrics->kv_wait_max_ns / 1e6, "prefetch_stopped",
-                  (json_int_t)metrics->prefetch_stopped, "prefetch_left_tokens",
-                  (json_int_t)metrics->prefetch_left_tokens));
-    json_object_set_new(object, "resumed_prefix_cache_queries",
-                        json_integer((json_int_t)metrics->resumed_prefix_queries));
-    json_object_set_new(object, "resumed_prefix_cache_hits",
-                        json_integer((json_int_t)metrics->resumed_prefix_hits));
-    json_object_set_new(object, "preemptions", json_integer((json_int_t)metrics->preemptions));
-    /* Requests taken out unfinished (a client that went away: kvio serve). */
-    if (metrics->pd_reprefills > 0) {
-        json_object_set_new(object, "pd_reprefills",
-                            json_integer((json_int_t)metrics->pd_reprefills));
-        json_object_set_new(object, "pd_reprefilled_tokens",
-                            json_integer((json_int_t)metrics->pd_reprefilled_tokens));
+    kvio_result_set(result, KVIO_FIG_OFFERED_RATE,
+                    arrival_s > 0 ? (double)(metrics->arrivals - 1) / arrival_s : 0);
+    kvio_result_set(result, KVIO_FIG_PREFIX_CACHE_QUERIES, (double)metrics->prefix_queries);
+    kvio_result_set(result, KVIO_FIG_PREFIX_CACHE_HITS, (double)metrics->prefix_hits);
+    kvio_result_set(result, KVIO_FIG_TIER_HIT_TOKENS, (double)metrics->tier_hit_tokens);
+    if (metrics->spec_draft_tokens > 0) {
+        kvio_result_set(result, KVIO_FIG_SPEC_DRAFT_TOKENS, (double)metrics->spec_draft_tokens);
+        kvio_result_set(result, KVIO_FIG_SPEC_ACCEPTED_TOKENS,
+                        (double)metrics->spec_accepted_tokens);
     }
+    /* tier_io: async: the requests that waited for their KV from a tier. */
+    kvio_result_set(result, KVIO_FIG_KV_WAIT_REQUESTS, (double)metrics->kv_wait_requests);
+    kvio_result_set(result, KVIO_FIG_KV_WAIT_MEAN_MS,
+                    metrics->kv_wait_requests > 0 ? (double)metrics->kv_wait_ns / 1e6 /
+                                                        (double)metrics->kv_wait_requests
+                                                  : 0.0);
+    kvio_result_set(result, KVIO_FIG_KV_WAIT_MAX_MS, (double)metrics->kv_wait_max_ns / 1e6);
+    kvio_result_set(result, KVIO_FIG_PREFETCH_STOPPED, (double)metrics->prefetch_stopped);
+    kvio_result_set(result, KVIO_FIG_PREFETCH_LEFT_TOKENS,
+                    (double)metrics->prefetch_left_tokens);
+    kvio_result_set(result, KVIO_FIG_RESUMED_PREFIX_CACHE_QUERIES,
+                    (double)metrics->resumed_prefix_queries);
+    kvio_result_set(result, KVIO_FIG_RESUMED_PREFIX_CACHE_HITS,
+                    (double)metrics->resumed_prefix_hits);
+    kvio_result_set(result, KVIO_FIG_PREEMPTIONS, (double)metrics->preemptions);
+    if (metrics->pd_reprefills > 0) {
+        kvio_result_set(result, KVIO_FIG_PD_REPREFILLS, (double)metrics->pd_reprefills);
+        kvio_result_set(result, KVIO_FIG_PD_REPREFILLED_TOKENS,
+                        (double)metrics->pd_reprefilled_tokens);
+    }
+    /* Requests taken out unfinished (a client that went away: kvio serve). */
     if (metrics->aborted_requests > 0)
-        json_object_set_new(object, "aborted_requests",
-                            json_integer((json_int_t)metrics->aborted_requests));
-    json_object_set_new(object, "mispredict_preemptions",
-                        json_integer((json_int_t)metrics->mispredict_preemptions));
-    json_object_set_new(object, "recomputed_tokens",
-                        json_integer((json_int_t)metrics->recomputed_tokens));
-    json_object_set_new(object, "swapped_bytes", json_integer((json_int_t)metrics->swapped_bytes));
-    json_object_set_new(object, "swap_space_exhausted",
-                        json_integer((json_int_t)metrics->swap_space_exhausted));
-    json_object_set_new(object, "iterations", json_integer((json_int_t)metrics->iterations));
-    if (metrics->versions_activated > 0)
-        json_object_set_new(
-            object, "update_effects",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I}",
-                      "versions_activated", (json_int_t)metrics->versions_activated,
-                      "stale_hit_tokens", (json_int_t)metrics->stale_hit_tokens,
-                      "cache_flushed_blocks", (json_int_t)metrics->cache_flushed_blocks,
-                      "mixed_version_tokens", (json_int_t)metrics->mixed_version_tokens,
-                      "update_aborted_requests", (json_int_t)metrics->update_aborted_requests,
-                      "update_recomputed_tokens", (json_int_t)metrics->update_recomputed_tokens,
-                      "colocated_preemptions", (json_int_t)metrics->colocated_preemptions,
-                      "resets", (json_int_t)metrics->resets, "resets_pending",
-                      (json_int_t)metrics->resets_pending, "reset_delay_ms",
-                      metrics->resets > 0 ? (double)metrics->reset_delay_ns / 1e6 /
-                                                (double)metrics->resets
-                                          : 0.0,
-                      "reset_preempted_requests",
-                      (json_int_t)metrics->reset_preempted_requests));
-    json_object_set_new(object, "kv_usage_mean",
-                        json_real(metrics->measured_busy_ns > 0
-                                      ? metrics->usage_time_integral /
-                                            (double)metrics->measured_busy_ns
-                                      : 0));
-    json_object_set_new(object, "kv_usage_max", json_real(metrics->max_usage));
+        kvio_result_set(result, KVIO_FIG_ABORTED_REQUESTS, (double)metrics->aborted_requests);
+    kvio_result_set(result, KVIO_FIG_MISPREDICT_PREEMPTIONS,
+                    (double)metrics->mispredict_preemptions);
+    kvio_result_set(result, KVIO_FIG_RECOMPUTED_TOKENS, (double)metrics->recomputed_tokens);
+    kvio_result_set(result, KVIO_FIG_SWAPPED_BYTES, (double)metrics->swapped_bytes);
+    kvio_result_set(result, KVIO_FIG_SWAP_SPACE_EXHAUSTED,
+                    (double)metrics->swap_space_exhausted);
+    kvio_result_set(result, KVIO_FIG_ITERATIONS, (double)metrics->iterations);
+    if (metrics->versions_activated > 0) {
+        kvio_result_set(result, KVIO_FIG_VERSIONS_ACTIVATED, (double)metrics->versions_activated);
+        kvio_result_set(result, KVIO_FIG_STALE_HIT_TOKENS, (double)metrics->stale_hit_tokens);
+        kvio_result_set(result, KVIO_FIG_CACHE_FLUSHED_BLOCKS,
+                        (double)metrics->cache_flushed_blocks);
+        kvio_result_set(result, KVIO_FIG_MIXED_VERSION_TOKENS,
+                        (double)metrics->mixed_version_tokens);
+        kvio_result_set(result, KVIO_FIG_UPDATE_ABORTED_REQUESTS,
+                        (double)metrics->update_aborted_requests);
+        kvio_result_set(result, KVIO_FIG_UPDATE_RECOMPUTED_TOKENS,
+                        (double)metrics->update_recomputed_tokens);
+        kvio_result_set(result, KVIO_FIG_COLOCATED_PREEMPTIONS,
+                        (double)metrics->colocated_preemptions);
+        kvio_result_set(result, KVIO_FIG_PREFIX_RESETS, (double)metrics->resets);
+        kvio_result_set(result, KVIO_FIG_PREFIX_RESETS_PENDING, (double)metrics->resets_pending);
+        kvio_result_set(result, KVIO_FIG_RESET_DELAY_MS,
+                        metrics->resets > 0
+                            ? (double)metrics->reset_delay_ns / 1e6 / (double)metrics->resets
+                            : 0.0);
+        kvio_result_set(result, KVIO_FIG_RESET_PREEMPTED_REQUESTS,
+                        (double)metrics->reset_preempted_requests);
+    }
+    kvio_result_set(result, KVIO_FIG_KV_USAGE_MEAN,
+                    metrics->measured_busy_ns > 0
+                        ? metrics->usage_time_integral / (double)metrics->measured_busy_ns
+                        : 0);
+    kvio_result_set(result, KVIO_FIG_KV_USAGE_MAX, metrics->max_usage);
     /* DLIO's AU: compute time per engine over the run's span; the time the
      * engine waited on swap and tier transfers is I/O stall, apart. */
     double engines = metrics->engines > 0 ? (double)metrics->engines : 1.0;
     double compute_ns = (double)(metrics->busy_ns - metrics->io_stall_ns);
-    json_object_set_new(object, "accelerator_utilization",
-                        json_real(span_s > 0 ? compute_ns / 1e9 / span_s / engines : 0));
-    json_object_set_new(object, "io_stall_ms",
-                        json_pack("{s:f, s:f}", "swap", (double)metrics->swap_stall_ns / 1e6,
-                                  "tier", (double)metrics->tier_stall_ns / 1e6));
-    json_object_set_new(object, "io_stall_fraction",
-                        json_real(span_s > 0 ? (double)metrics->io_stall_ns / 1e9 / span_s /
-                                                   engines
-                                             : 0));
-    return object;
+    kvio_result_set(result, KVIO_FIG_ACCELERATOR_UTILIZATION,
+                    span_s > 0 ? compute_ns / 1e9 / span_s / engines : 0);
+    kvio_result_set(result, KVIO_FIG_IO_STALL_SWAP_MS, (double)metrics->swap_stall_ns / 1e6);
+    kvio_result_set(result, KVIO_FIG_IO_STALL_TIER_MS, (double)metrics->tier_stall_ns / 1e6);
+    kvio_result_set(result, KVIO_FIG_IO_STALL_FRACTION,
+                    span_s > 0 ? (double)metrics->io_stall_ns / 1e9 / span_s / engines : 0);
 }
 
-void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const uint64_t *served,
-                          size_t num_versions)
+/* With tiers: the tokens the pool or a tier served (hit_rate_with_tiers). */
+void kvio_serve_tier_hits_fill(kvio_result_t *result)
+{
+    kvio_result_set(result, KVIO_FIG_TIER_AND_POOL_HITS,
+                    kvio_result_get(result, KVIO_FIG_PREFIX_CACHE_HITS) +
+                        kvio_result_get(result, KVIO_FIG_TIER_HIT_TOKENS));
+}
+
+void kvio_serve_loss_fill(kvio_result_t *result, const kvio_serve_run_t *run,
+                          const uint64_t *served, size_t num_versions)
 {
     double loss = 0;
     uint64_t requests = 0;
@@ -166,10 +169,173 @@ void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const ui
                                                     (json_int_t)v, "step", step, "requests",
                                                     (json_int_t)served[v], "loss", per_request));
     }
-    json_object_set_new(metrics, "cumulative_inference_loss", json_real(loss));
-    json_object_set_new(metrics, "mean_inference_loss",
-                        json_real(requests > 0 ? loss / (double)requests : 0));
-    json_object_set_new(metrics, "served_by_version", by_version);
+    kvio_result_set(result, KVIO_FIG_CUMULATIVE_INFERENCE_LOSS, loss);
+    kvio_result_set(result, KVIO_FIG_MEAN_INFERENCE_LOSS,
+                    requests > 0 ? loss / (double)requests : 0);
+    kvio_result_set_detail(result, "served_by_version", by_version);
+}
+
+/* ---- the measured requests, and the latencies computed from them ---------- */
+
+void kvio_serve_samples_add(kvio_serve_samples_t *samples, const kvio_engine_finished_t *finished)
+{
+    if (samples == NULL || !finished->measured || samples->status != KVIO_OK)
+        return;
+    if (kvio_array_reserve((void **)&samples->items, &samples->capacity, samples->count + 1,
+                           sizeof(*samples->items), 4096) != KVIO_OK) {
+        samples->status = KVIO_ERR_NOMEM;
+        return;
+    }
+    samples->items[samples->count++] = (kvio_request_sample_t){
+        .id = finished->id, .rank = finished->rank, .arrival_ns = finished->arrival_ns,
+        .first_token_ns = finished->first_token_ns, .finish_ns = finished->finish_ns,
+        .input_tokens = finished->prompt_tokens, .output_tokens = finished->output_tokens};
+}
+
+void kvio_serve_samples_free(kvio_serve_samples_t *samples)
+{
+    free(samples->items);
+    *samples = (kvio_serve_samples_t){0};
+}
+
+double kvio_request_sample_tpot_s(const kvio_request_sample_t *sample)
+{
+    return sample->output_tokens > 1 ? (double)(sample->finish_ns - sample->first_token_ns) /
+                                           1e9 / (sample->output_tokens - 1)
+                                     : NAN;
+}
+
+void kvio_serve_statistics(double *values, size_t count, kvio_latency_stats_t *stats_p)
+{
+    if (kvio_sort_doubles(values, count) != KVIO_OK)
+        qsort(values, count, sizeof(*values), kvio_compare_double);
+    kvio_mean_stddev(values, count, &stats_p->mean, &stats_p->std);
+    stats_p->count = count;
+    stats_p->max = count > 0 ? values[count - 1] : 0;
+    stats_p->sorted = values;
+}
+
+/* One latency's figures from its statistics (values in seconds). */
+static void set_statistics(kvio_result_t *result, kvio_figure_t mean,
+                           const kvio_latency_stats_t *stats)
+{
+    static const double percentiles[] = {50, 90, 99, 99.9};
+    kvio_result_set(result, mean, stats->mean * 1e3);
+    for (int i = 0; i < 4; i++)
+        kvio_result_set(result, mean + 1 + i,
+                        kvio_percentile_linear(stats->sorted, stats->count, percentiles[i]) *
+                            1e3);
+    kvio_result_set(result, mean + 5, stats->std * 1e3);
+    kvio_result_set(result, mean + 6, stats->max * 1e3);
+    kvio_result_set(result, mean + 7, (double)stats->count);
+}
+
+size_t kvio_serve_sample_values(const kvio_serve_samples_t *samples, uint32_t rank,
+                                kvio_sample_value_t which, double *values)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < samples->count; i++) {
+        const kvio_request_sample_t *sample = &samples->items[i];
+        if (rank != UINT32_MAX && sample->rank != rank)
+            continue;
+        double value = which == KVIO_SAMPLE_TTFT ? (double)(sample->first_token_ns -
+                                                            sample->arrival_ns) / 1e9
+                       : which == KVIO_SAMPLE_E2EL
+                           ? (double)(sample->finish_ns - sample->arrival_ns) / 1e9
+                           : kvio_request_sample_tpot_s(sample);
+        if (!isnan(value))
+            values[count++] = value;
+    }
+    return count;
+}
+
+static int compare_sample_ids(const void *a, const void *b)
+{
+    uint64_t x = ((const kvio_request_sample_t *)a)->id;
+    uint64_t y = ((const kvio_request_sample_t *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* The rank of request id among samples sorted by id (UINT32_MAX: none). */
+static uint32_t rank_of(const kvio_serve_samples_t *sorted, uint64_t id)
+{
+    size_t low = 0, high = sorted->count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (sorted->items[middle].id < id)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return low < sorted->count && sorted->items[low].id == id ? sorted->items[low].rank
+                                                              : UINT32_MAX;
+}
+
+/* The TTFT, TPOT, E2EL (and with every gap kept, ITL) figures of one
+ * result from the samples of rank (UINT32_MAX: all). */
+static void latencies_of(kvio_result_t *result, const kvio_serve_samples_t *samples,
+                         const kvio_serve_samples_t *by_id, const kvio_serve_itls_t *itls,
+                         uint32_t rank, double *values)
+{
+    static const struct {
+        kvio_sample_value_t which;
+        kvio_figure_t mean;
+    } kinds[] = {{KVIO_SAMPLE_TTFT, KVIO_FIG_TTFT_MS_MEAN},
+                 {KVIO_SAMPLE_TPOT, KVIO_FIG_TPOT_MS_MEAN},
+                 {KVIO_SAMPLE_E2EL, KVIO_FIG_E2EL_MS_MEAN}};
+    kvio_latency_stats_t stats;
+    for (size_t k = 0; k < 3; k++) {
+        kvio_serve_statistics(values,
+                              kvio_serve_sample_values(samples, rank, kinds[k].which, values),
+                              &stats);
+        set_statistics(result, kinds[k].mean, &stats);
+    }
+    if (itls == NULL || itls->dropped > 0 || itls->records == NULL)
+        return; /* ITL stays the histogram's */
+    size_t count = 0;
+    for (uint64_t i = 0; i < itls->count; i++)
+        if (rank == UINT32_MAX || rank_of(by_id, itls->records[i].id) == rank)
+            values[count++] = itls->records[i].gap_s;
+    kvio_serve_statistics(values, count, &stats);
+    set_statistics(result, KVIO_FIG_ITL_MS_MEAN, &stats);
+}
+
+kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
+                                         const kvio_serve_samples_t *samples,
+                                         const kvio_serve_itls_t *itls)
+{
+    if (samples == NULL || samples->status != KVIO_OK)
+        return samples != NULL ? samples->status : KVIO_OK;
+    size_t largest = samples->count;
+    if (itls != NULL && itls->count > largest)
+        largest = (size_t)itls->count;
+    double *values = malloc((largest + 1) * sizeof(*values));
+    if (values == NULL)
+        return KVIO_ERR_NOMEM;
+    /* A rank's gaps between tokens are found by their request's id: the
+     * samples sorted by id (a copy: the lists keep the finishing order). */
+    kvio_serve_samples_t by_id = {0};
+    size_t num_ranks = kvio_result_num_children(result, "per_rank");
+    if (num_ranks > 0 && itls != NULL && itls->count > 0 && samples->count > 0) {
+        by_id.items = malloc(samples->count * sizeof(*by_id.items));
+        if (by_id.items == NULL) {
+            free(values);
+            return KVIO_ERR_NOMEM;
+        }
+        memcpy(by_id.items, samples->items, samples->count * sizeof(*by_id.items));
+        by_id.count = samples->count;
+        qsort(by_id.items, by_id.count, sizeof(*by_id.items), compare_sample_ids);
+    }
+    latencies_of(result, samples, &by_id, itls, UINT32_MAX, values);
+    for (size_t r = 0; r < num_ranks; r++) {
+        kvio_result_t *child = kvio_result_child(result, "per_rank", r);
+        if (kvio_result_has(child, KVIO_FIG_RANK))
+            latencies_of(child, samples, &by_id, itls,
+                         (uint32_t)kvio_result_get(child, KVIO_FIG_RANK), values);
+    }
+    free(by_id.items);
+    free(values);
+    return KVIO_OK;
 }
 
 void kvio_serve_tiers_json(kvio_tier_t *const *tiers, size_t num_tiers, uint32_t rank,

@@ -28,6 +28,7 @@ void kvio_serve_record_finished(kvio_serve_recorder_t *recorder,
         recorder->num_versions = count;
     }
     recorder->served[finished->tag]++;
+    kvio_serve_samples_add(recorder->samples, finished);
     /* A row not written (a full disk) is the CSV's first error, named when
      * it is closed. */
     if (recorder->rows.on && recorder->rows.requests != NULL)

@@ -44,9 +44,12 @@ uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines
  * fits the runtime's message limit; a plain run's report stays in memory). */
 void kvio_serve_rank_set_iterations_limit(kvio_serve_rank_t *rank, size_t bytes);
 
-/* Metrics of merged engine measurements as JSON (TTFT, TPOT, ITL, E2EL in ms
- * with mean/p50/p90/p99, throughputs, goodput, prefix cache, preemptions). */
-json_t *kvio_serve_metrics_json(const kvio_engine_metrics_t *metrics);
+/* The serving figures of merged engine measurements into result (TTFT,
+ * TPOT, ITL, E2EL from the histograms, counts, the prefix cache,
+ * preemptions, KV usage; kvio_result_derive makes the rates). */
+void kvio_serve_metrics_fill(kvio_result_t *result, const kvio_engine_metrics_t *metrics);
+/* With tiers: the tokens the pool or a tier served (hit_rate_with_tiers). */
+void kvio_serve_tier_hits_fill(kvio_result_t *result);
 
 typedef struct kvio_router_ops {
     kvio_plugin_t plugin;

@@ -210,6 +210,7 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
                                                                             : 0;
     sim->block_size = (uint32_t)run->serve->kvcache.block_size;
     sim->recorder.with_ids = run->events != NULL;
+    sim->recorder.samples = run->samples;
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
                                                 run->cost->tensor_parallel, &sim->blocks,
                                                 error_p, error_len);
@@ -290,22 +291,26 @@ static void hand_over(simulation_t *sim, kvio_serve_output_t *output)
     }
 }
 
-/* The serving metrics of every lane's engine, and of them all. */
-static json_t *simulation_metrics(const simulation_t *sim)
+/* The serving figures of every lane's engine (per_rank), and of them all. */
+static kvio_status_t simulation_metrics(const simulation_t *sim, kvio_result_t *result)
 {
     const kvio_serve_run_t *run = sim->run;
     kvio_engine_metrics_t total;
     if (kvio_engine_metrics_init(&total) != KVIO_OK)
-        return NULL;
-    json_t *per_rank = json_array();
-    for (uint32_t r = 0; r < sim->num_ranks; r++) {
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t r = 0; r < sim->num_ranks && status == KVIO_OK; r++) {
         const kvio_engine_metrics_t *metrics = kvio_engine_metrics(sim->ranks[r].lane.engine);
-        json_t *entry = kvio_serve_metrics_json(metrics);
-        json_object_set_new(entry, "rank", json_integer(sim->ranks[r].lane.world_rank));
+        kvio_result_t *entry = kvio_result_child(result, "per_rank", r);
+        if (entry == NULL) {
+            status = KVIO_ERR_NOMEM;
+            break;
+        }
+        kvio_serve_metrics_fill(entry, metrics);
+        kvio_result_set(entry, KVIO_FIG_RANK, sim->ranks[r].lane.world_rank);
         if (sim->num_prefill > 0)
-            json_object_set_new(entry, "role",
-                                json_string(sim->ranks[r].prefills ? "prefill" : "decode"));
-        json_array_append_new(per_rank, entry);
+            kvio_result_set_text(entry, KVIO_FIG_ROLE,
+                                 sim->ranks[r].prefills ? "prefill" : "decode");
         if (sim->ranks[r].prefills)
             continue; /* a request's serving is its decode's */
         /* The gaps between tokens move (no copy of up to 32 MiB); the rest
@@ -314,28 +319,29 @@ static json_t *simulation_metrics(const simulation_t *sim)
         kvio_engine_metrics_merge(&total, metrics);
     }
     kvio_serve_itls_take(&total, run->itls);
-    json_t *metrics = kvio_serve_metrics_json(&total);
-    json_object_set_new(metrics, "serve_ranks", json_integer(sim->num_ranks));
-    json_object_set_new(metrics, "kv_blocks_per_rank", json_integer(sim->blocks));
-    json_object_set_new(metrics, "block_size", json_integer(sim->block_size));
-    json_object_set_new(metrics, "scheduler",
-                        json_string(kvio_choice_name(&run->serve->scheduler.policy)));
-    json_object_set_new(metrics, "router", json_string(kvio_router_name(sim->router)));
-    json_object_set_new(metrics, "simulated_s", json_real((double)sim->executor.virtual_ns / 1e9));
+    kvio_serve_metrics_fill(result, &total);
+    kvio_result_set(result, KVIO_FIG_SERVE_RANKS, sim->num_ranks);
+    kvio_result_set(result, KVIO_FIG_KV_BLOCKS_PER_RANK, sim->blocks);
+    kvio_result_set(result, KVIO_FIG_BLOCK_SIZE, sim->block_size);
+    kvio_result_set_text(result, KVIO_FIG_SCHEDULER,
+                         kvio_choice_name(&run->serve->scheduler.policy));
+    kvio_result_set_text(result, KVIO_FIG_ROUTER, kvio_router_name(sim->router));
+    kvio_result_set(result, KVIO_FIG_SIMULATED_S, (double)sim->executor.virtual_ns / 1e9);
     json_t *tiers = json_array();
     for (uint32_t r = 0; r < sim->num_ranks; r++)
         kvio_serve_tiers_json(sim->ranks[r].tiers, sim->ranks[r].num_tiers, r, tiers);
-    json_object_set_new(metrics, "tiers", tiers);
-    json_object_set_new(metrics, "per_rank", per_rank);
+    if (json_array_size(tiers) > 0)
+        kvio_serve_tier_hits_fill(result);
+    kvio_result_set_detail(result, "tiers", tiers);
     if (sim->pd != NULL)
-        json_object_set_new(metrics, "pd", kvio_serve_pd_json(sim->pd, sim->executor.virtual_ns));
+        kvio_result_set_detail(result, "pd", kvio_serve_pd_json(sim->pd, sim->executor.virtual_ns));
     if (run->updates != NULL && run->loss != NULL)
-        kvio_serve_loss_json(metrics, run, sim->recorder.served, sim->recorder.num_versions);
+        kvio_serve_loss_fill(result, run, sim->recorder.served, sim->recorder.num_versions);
     kvio_engine_metrics_fini(&total);
-    return metrics;
+    return status;
 }
 
-kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_p,
+kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, kvio_result_t *result,
                                   bool *complete_p, char *error_p, size_t error_len)
 {
     simulation_t sim;
@@ -359,14 +365,11 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
     if (status == KVIO_OK && run->output != NULL)
         hand_over(&sim, run->output);
     if (status == KVIO_OK) {
-        json_t *metrics = simulation_metrics(&sim);
-        if (metrics == NULL) {
+        status = simulation_metrics(&sim, result);
+        if (status != KVIO_OK)
             snprintf(error_p, error_len, "simulate: out of memory");
-            status = KVIO_ERR_NOMEM;
-        } else {
-            *metrics_p = metrics;
+        else
             *complete_p = !sim.loop.stopped;
-        }
     }
     if (status != KVIO_OK && error_p[0] == '\0')
         snprintf(error_p, error_len, "simulate: %s", kvio_strerror(status));

@@ -9,6 +9,7 @@
 #include "kvio/cost.h"
 #include "kvio/engine.h"
 #include "kvio/events.h"
+#include "kvio/result.h"
 #include "kvio/results.h"
 #include "kvio/sched.h"
 #include "kvio/status.h"
@@ -140,6 +141,56 @@ typedef struct kvio_serve_itls {
 /* Moves metrics' gaps into itls (which may be NULL: they stay). */
 void kvio_serve_itls_take(kvio_engine_metrics_t *metrics, kvio_serve_itls_t *itls);
 
+/* One measured request as the latencies are computed from it (rank 0
+ * keeps every one: vllm.json's lists and the percentiles come from them). */
+typedef struct kvio_request_sample {
+    uint64_t id;
+    int64_t arrival_ns, first_token_ns, finish_ns;
+    uint32_t input_tokens, output_tokens;
+    uint32_t rank; /* world rank */
+} kvio_request_sample_t;
+
+typedef struct kvio_serve_samples {
+    kvio_request_sample_t *items; /* malloc'd; kvio_serve_samples_free */
+    size_t count, capacity;
+    kvio_status_t status; /* KVIO_ERR_NOMEM once one could not be kept */
+} kvio_serve_samples_t;
+
+/* Keeps a finished request if it was measured (samples may be NULL). */
+void kvio_serve_samples_add(kvio_serve_samples_t *samples,
+                            const kvio_engine_finished_t *finished);
+void kvio_serve_samples_free(kvio_serve_samples_t *samples);
+
+/* A sample's time per output token after the first (s); NAN for one token. */
+double kvio_request_sample_tpot_s(const kvio_request_sample_t *sample);
+
+/* The samples' TTFT, TPOT (requests of more than one token) or E2EL, in
+ * seconds, of rank (UINT32_MAX: every rank) into values (room for every
+ * sample); returns how many. */
+typedef enum { KVIO_SAMPLE_TTFT, KVIO_SAMPLE_TPOT, KVIO_SAMPLE_E2EL } kvio_sample_value_t;
+size_t kvio_serve_sample_values(const kvio_serve_samples_t *samples, uint32_t rank,
+                                kvio_sample_value_t which, double *values);
+
+/* Statistics of count values as numpy computes them (vLLM's benchmark):
+ * values sorted in place and borrowed as sorted; mean, population std,
+ * max. Percentiles: kvio_percentile_linear(sorted, count, p). */
+typedef struct kvio_latency_stats {
+    const double *sorted;
+    size_t count;
+    double mean, std, max;
+} kvio_latency_stats_t;
+void kvio_serve_statistics(double *values, size_t count, kvio_latency_stats_t *stats_p);
+
+/* The run's latency figures (TTFT, TPOT, E2EL; ITL when every gap was
+ * kept) and each per_rank child's, computed from the measured requests as
+ * vLLM computes them (numpy's mean, std and linear percentiles), replacing
+ * the histograms' values: the one computation the table, summary.json and
+ * vllm.json all show. */
+struct kvio_result;
+kvio_status_t kvio_serve_latency_figures(struct kvio_result *result,
+                                         const kvio_serve_samples_t *samples,
+                                         const kvio_serve_itls_t *itls);
+
 typedef struct kvio_serve_output {
     kvio_engine_finished_t *finished; /* malloc'd; kvio_serve_output_free */
     size_t num_finished;
@@ -258,18 +309,20 @@ typedef struct kvio_serve_run {
      * and, on rank 0, where they go (may be NULL). */
     bool keep_itls;
     kvio_serve_itls_t *itls;
+    /* Rank 0 (may be NULL): every measured request (kvio_serve_samples_t). */
+    kvio_serve_samples_t *samples;
     /* Prefill/decode disaggregation (simulate): serve ranks 0..num_prefill-1
      * prefill, the others decode (num_prefill 0: every rank does both). */
     uint32_t num_prefill;
     const kvio_pd_config_t *pd;
 } kvio_serve_run_t;
 
-/* The inference loss of the served requests into metrics: served[v]
+/* The inference loss of the served requests into result: served[v]
  * requests finished on version v (num_versions of them); each costs
  * L(step of v) (run->version_steps, run->loss). Sets
  * cumulative_inference_loss, mean_inference_loss and served_by_version. */
-void kvio_serve_loss_json(json_t *metrics, const kvio_serve_run_t *run, const uint64_t *served,
-                          size_t num_versions);
+void kvio_serve_loss_fill(struct kvio_result *result, const kvio_serve_run_t *run,
+                          const uint64_t *served, size_t num_versions);
 
 /* vLLM's batch limits for the GPU (EngineArgs.get_batch_defaults, for the
  * OpenAI API server): 1024 sequences and 8192 tokens on a GPU of 70 GiB or
@@ -290,9 +343,9 @@ kvio_status_t kvio_serve_kv_blocks(const kvio_serve_config_t *serve, const kvio_
 uint32_t kvio_serve_chunk_blocks(const kvio_kvcache_section_t *kvcache);
 
 /* Runs the stream through num_ranks engines on a virtual clock until every
- * request finished. *metrics_p receives the serving metrics as JSON (caller
- * owns); *complete_p is false when stopped early. */
-kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_p,
+ * request finished. The serving figures go into result (the caller's);
+ * *complete_p is false when stopped early. */
+kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, struct kvio_result *result,
                                   bool *complete_p, char *error_p, size_t error_len);
 
 /* Runs the stream through num_ranks engines in real time (emulate mode):
@@ -300,7 +353,7 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, json_t **metrics_
  * calling thread dispatches requests at their arrival times. Metrics as for
  * simulate, plus `executor` (timing error, engine overhead), swap copy time
  * and per-tier traffic. */
-kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, json_t **metrics_p,
+kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, struct kvio_result *result,
                                  bool *complete_p, char *error_p, size_t error_len);
 
 /* Refuses, with the numbers, KV pools that this machine's memory cannot
@@ -361,20 +414,21 @@ typedef struct kvio_serve_pd_merge {
 } kvio_serve_pd_merge_t;
 
 /* On rank 0: merges the serve ranks' blobs, from world rank first_rank on
- * (and the client rank's, if one is among them) into serving metrics (JSON),
+ * (and the client rank's, if one is among them) into result's serving figures,
  * requests.csv and
  * iterations.csv in results (may be NULL) and iteration events (events may
  * be NULL), and returns the requests finished per model version (malloc'd;
  * caller frees) and, in *output_p (may be NULL; caller frees), the finished
- * requests and the updates' costs, and in *itls_p (may be NULL) the gaps
- * between tokens. */
+ * requests and the updates' costs, in *itls_p (may be NULL) the gaps
+ * between tokens and in samples (may be NULL) the measured requests. */
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
                                      uint32_t first_rank, kvio_results_t *results,
-                                     kvio_event_trace_t *events, json_t **metrics_p,
+                                     kvio_event_trace_t *events, struct kvio_result *result,
                                      uint64_t **served_p, size_t *num_versions_p,
                                      kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
-                                     const kvio_serve_pd_merge_t *pd,
-                                     char *error_p, size_t error_len);
+                                     kvio_serve_samples_t *samples,
+                                     const kvio_serve_pd_merge_t *pd, char *error_p,
+                                     size_t error_len);
 
 /* ---------- the client rank of the coupled run (ranks.client: 1) ---------- */
 
