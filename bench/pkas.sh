@@ -6,6 +6,10 @@
 #                       fits a chunk: only the prediction differs)
 #   pkas-long-context   12K-token prompts (first-chunk admission thrashes)
 #   pkas-chat           ShareGPT-like chat on a small KV cache
+#   pkas-swap-slow-link the decode-bound stream with preemption by swap over a
+#                       2 GB/s host link and a 20 ms TPOT SLO (where
+#                       prediction pays; pkas-chat under today's vLLM is
+#                       where it does not)
 # under two engine profiles:
 #   paper   the presets as they ship: the vLLM of the paper's time (first-chunk
 #           admission, prefix caching off)
@@ -17,19 +21,21 @@
 # alone (fcfs-whole, to split the gain).
 #
 # Part 1, the rate sweep: output throughput, its ratio over the profile's
-# fcfs, preemptions, mispredict preemptions, TPOT p99. Part 2, SLO capacity
-# (kvio capacity against the SLO each preset fixes in its file: decode-bound
-# TPOT 50 ms; long-context TTFT 10 s, TPOT 100 ms; chat TTFT 2 s, TPOT 80 ms;
-# 90 % of requests) per profile, workload and variant, conservative too.
-# Figures, at the reference rates (decode-bound 4, long-context 1, chat 10
-# req/s) for throughput and TPOT:
+# fcfs, preemptions, mispredict preemptions, TPOT p99, goodput. Part 2, SLO
+# capacity (kvio capacity against the SLO each preset fixes in its file:
+# decode-bound TPOT 50 ms; long-context TTFT 10 s, TPOT 100 ms; chat TTFT
+# 2 s, TPOT 80 ms; swap-slow-link TPOT 20 ms; 90 % of requests; the knee in
+# the offered rate as measured, over 3 seeds) per profile, workload and
+# variant, conservative too. Figures, at the reference rates (decode-bound 4,
+# long-context 1, chat 10, swap-slow-link 4 req/s) for throughput and TPOT:
 #   paper profile, as first measured: pkas_oracle_over_fcfs,
 #     pkas_constant_over_fcfs, pkas_oracle_tpot_p99_over_fcfs (decode-bound),
 #     pkas_whole_prompt_over_fcfs, pkas_prediction_over_whole_prompt
 #     (long-context)
 #   vllm profile, per workload W: pkas_oracle_throughput_over_vllm_W,
 #     pkas_oracle_capacity_over_vllm_W, pkas_oracle_over_conservative_W (SLO
-#     capacity), pkas_oracle_tpot_p99_over_vllm_W, and the oracle's rank
+#     capacity), pkas_oracle_tpot_p99_over_vllm_W,
+#     pkas_oracle_goodput_over_vllm_W, and the oracle's rank
 #     among the predictors by TPOT p99 and by mispredict preemptions
 #     (pkas_oracle_tpot_p99_rank_W, pkas_oracle_mispredict_rank_W; 1 = lowest)
 #   the gain split, throughput ratios per workload W: pkas_split_whole_
@@ -79,6 +85,7 @@ workloads=(
     "pkas-decode-bound|decode_bound|1 2 4 8|4|600"
     "pkas-long-context|long_context|0.5 1 2 4|1|600"
     "pkas-chat|chat|5 10 20 40|10|400"
+    "pkas-swap-slow-link|swap_slow_link|2 4 6 8|4|600"
 )
 
 ratio() { # a / b, nan when b is 0
@@ -92,8 +99,8 @@ args_of() { # profile-sets variant-sets constant
     for set in $1 $2; do list+=(--set "$set"); done
 }
 
-printf '%-18s %-6s %5s %-11s %10s %8s %8s %8s %9s\n' workload profile rate variant \
-    "out tok/s" "x fcfs" preempt mispred "tpot p99"
+printf '%-19s %-6s %5s %-11s %10s %8s %8s %8s %9s %8s\n' workload profile rate variant \
+    "out tok/s" "x fcfs" preempt mispred "tpot p99" goodput
 for entry in "${workloads[@]}"; do
     IFS='|' read -r workload _ rates _ constant <<<"$entry"
     for profile_entry in "${profiles[@]}"; do
@@ -107,24 +114,26 @@ for entry in "${workloads[@]}"; do
                 dir="$out/$workload/$profile/rate-$rate/$name"
                 "$kvio" -q run "$root/workloads/repro/$workload.yaml" "${args[@]}" \
                     --set "stream.arrival.rate=$rate" -o "$dir" --force >/dev/null
-                read -r tokens preemptions mispredicted tpot < <(python3 - "$dir/summary.json" <<'PY'
+                read -r tokens preemptions mispredicted tpot goodput < <(python3 - "$dir/summary.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["metrics"]
 print(m["output_throughput"], m["preemptions"], m.get("mispredict_preemptions", 0),
-      m["tpot_ms"]["p99"])
+      m["tpot_ms"]["p99"], m["goodput"])
 PY
 )
                 [ "$name" = fcfs ] && fcfs=$tokens
-                printf '%-18s %-6s %5s %-11s %10.1f %8.2f %8d %8d %9.1f\n' "$workload" \
+                printf '%-19s %-6s %5s %-11s %10.1f %8.2f %8d %8d %9.1f %8.2f\n' "$workload" \
                     "$profile" "$rate" "$name" "$tokens" "$(ratio "$tokens" "$fcfs")" \
-                    "$preemptions" "$mispredicted" "$tpot"
-                echo "$workload $profile $rate $name $tokens $tpot $mispredicted" >>"$out/sweep.txt"
+                    "$preemptions" "$mispredicted" "$tpot" "$goodput"
+                echo "$workload $profile $rate $name $tokens $tpot $mispredicted $goodput" \
+                    >>"$out/sweep.txt"
             done
         done
     done
 done
 
-value() { # workload profile rate variant column (5: tokens, 6: tpot p99, 7: mispredicted)
+value() { # workload profile rate variant column (5: tokens, 6: tpot p99, 7: mispredicted,
+          # 8: goodput)
     awk -v w="$1" -v p="$2" -v r="$3" -v v="$4" -v c="$5" \
         '$1 == w && $2 == p && $3 == r && $4 == v {print $c}' "$out/sweep.txt"
 }
@@ -157,6 +166,8 @@ for entry in "${workloads[@]}"; do
         "$(ratio "$(v vllm oracle 5)" "$(v vllm fcfs 5)")"
     printf 'figure pkas_oracle_tpot_p99_over_vllm_%s %.3f x\n' "$short" \
         "$(ratio "$(v vllm oracle 6)" "$(v vllm fcfs 6)")"
+    printf 'figure pkas_oracle_goodput_over_vllm_%s %.2f x\n' "$short" \
+        "$(ratio "$(v vllm oracle 8)" "$(v vllm fcfs 8)")"
     printf 'figure pkas_oracle_tpot_p99_rank_%s %d of 7\n' "$short" "$(rank "$workload" "$reference" 6)"
     printf 'figure pkas_oracle_mispredict_rank_%s %d of 7\n' "$short" "$(rank "$workload" "$reference" 7)"
     printf 'figure pkas_split_whole_sequence_%s %.2f x\n' "$short" \
@@ -173,7 +184,7 @@ done
 # SLO capacity (req/s): the highest rate at which 90 % of the requests meet
 # the preset's SLO.
 capacity_variants=("${variants[@]}" "conservative|paper vllm|serve.scheduler.policy=conservative")
-printf '\n%-18s %-6s %-13s %10s %8s %s\n' workload profile variant capacity "x fcfs" binding
+printf '\n%-19s %-6s %-13s %10s %8s %s\n' workload profile variant capacity "x fcfs" binding
 for entry in "${workloads[@]}"; do
     IFS='|' read -r workload _ _ _ constant <<<"$entry"
     for profile_entry in "${profiles[@]}"; do
@@ -194,7 +205,7 @@ PY
 )
             [ "$name" = fcfs ] && fcfs_capacity=$rps
             echo "$workload $profile $name $rps" >>"$out/capacity.txt"
-            printf '%-18s %-6s %-13s %10.3f %8.2f %s\n' "$workload" "$profile" "$name" "$rps" \
+            printf '%-19s %-6s %-13s %10.3f %8.2f %s\n' "$workload" "$profile" "$name" "$rps" \
                 "$(ratio "$rps" "$fcfs_capacity")" "$binding"
         done
     done

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +19,26 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvio capacity WORKLOAD|PRESET [--slo ttft=DURATION[,tpot=DURATION]]\n"
             "                     [--attain SHARE] [--low RATE] [--high RATE]\n"
-            "                     [--tolerance FRACTION] [--users] [--vary KEY=A,B,...]\n"
+            "                     [--tolerance FRACTION] [--seeds N] [--warmup-share F]\n"
+            "                     [--no-confirm] [--users] [--vary KEY=A,B,...]\n"
             "                     [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
             "                     [--format table|json]\n\n"
-            "Finds the highest stream.arrival.rate (req/s) at which the share --attain\n"
-            "(default 0.9) of the requests meets the SLO (TTFT and TPOT bounds; default:\n"
-            "the workload's slo:), by\n"
-            "bisection over simulate runs (deterministic). The search doubles from the\n"
-            "workload's rate (or --low/--high) until a probe fails, then halves the\n"
-            "bracket until it is within --tolerance (default 0.01) of its top. Each\n"
-            "probe is a whole run in DIR/rate-<R>; DIR/capacity.json has the capacity,\n"
-            "the binding bound and the curve (default DIR: results/capacity-<name>-<time>).\n"
+            "Finds the highest load at which the share --attain (default 0.9) of the\n"
+            "requests meets the SLO (TTFT and TPOT bounds; default: the workload's slo:),\n"
+            "over simulate runs. Each probe runs one stream.arrival.rate with --seeds\n"
+            "seeds (default 3); it meets when their mean attainment reaches the share and\n"
+            "no seed fell behind. Arrivals of a warm-up are left out of every figure: the\n"
+            "workload's warmup:, else the first --warmup-share of the duration (default\n"
+            "0.2; 0 for the default, negative for none), while chat sessions still ramp.\n"
+            "The search doubles from the workload's rate (or --low/--high) until a probe\n"
+            "fails, then bisects until the bracket is within --tolerance (default 0.01)\n"
+            "of its top. The knee is the offered rate as measured at the highest rate met\n"
+            "below the first failure (mean and 95 %% interval over the seeds), not the\n"
+            "configured rate; a curve that fails and then meets again is reported as not\n"
+            "monotone. A confirm run then serves the knee's rate for the whole duration\n"
+            "and says whether the SLO held (--no-confirm skips it). Probes are whole runs\n"
+            "in DIR/rate-<R>/seed-<S>; DIR/capacity.json has the knee, the binding bound,\n"
+            "the curve and the confirm run (default DIR: results/capacity-<name>-<time>).\n"
             "--users: the most users of a closed loop instead: stream.users where the\n"
             "stream has them (MLPerf Storage's QoS search), else serve.max_concurrency,\n"
             "from the workload's or 1, to the last whole user; probes in DIR/users-<N>).\n"
@@ -46,7 +56,7 @@ typedef struct capacity_args {
 
 enum {
     CAP_HELP = 1, CAP_SLO, CAP_ATTAIN, CAP_LOW, CAP_HIGH, CAP_TOLERANCE, CAP_SET, CAP_OUTPUT,
-    CAP_FORCE, CAP_FORMAT, CAP_USERS, CAP_VARY,
+    CAP_FORCE, CAP_FORMAT, CAP_USERS, CAP_VARY, CAP_SEEDS, CAP_WARMUP_SHARE, CAP_NO_CONFIRM,
 };
 
 static const kvio_cli_option_t capacity_options[] = {
@@ -62,6 +72,9 @@ static const kvio_cli_option_t capacity_options[] = {
     {"format", 0, "table or json", CAP_FORMAT},
     {"users", 0, NULL, CAP_USERS},
     {"vary", 0, "KEY=A,B,...", CAP_VARY},
+    {"seeds", 0, "a count", CAP_SEEDS},
+    {"warmup-share", 0, "a fraction", CAP_WARMUP_SHARE},
+    {"no-confirm", 0, NULL, CAP_NO_CONFIRM},
     {NULL, 0, NULL, 0},
 };
 
@@ -167,6 +180,30 @@ static int take_capacity_arg(capacity_args_t *args, int option, const char *valu
         return KVIO_EXIT_OK;
     case CAP_VARY:
         return take_vary(args, value);
+    case CAP_SEEDS: {
+        double seeds = 0;
+        int exit_status = take_number("seeds", value, &seeds);
+        if (exit_status == KVIO_EXIT_OK &&
+            (seeds != floor(seeds) || seeds < 1 || seeds > KVIO_CAPACITY_MAX_SEEDS)) {
+            fprintf(stderr, "kvio capacity: --seeds takes a whole number from 1 to %d, got "
+                    "'%s'\n", KVIO_CAPACITY_MAX_SEEDS, value);
+            exit_status = KVIO_EXIT_USAGE;
+        }
+        options->seeds = (long)seeds;
+        return exit_status;
+    }
+    case CAP_WARMUP_SHARE: {
+        int exit_status = take_number("warmup-share", value, &options->warmup_share);
+        if (exit_status == KVIO_EXIT_OK && options->warmup_share >= 1) {
+            fprintf(stderr, "kvio capacity: --warmup-share takes a fraction below 1, got "
+                    "'%s'\n", value);
+            exit_status = KVIO_EXIT_USAGE;
+        }
+        return exit_status;
+    }
+    case CAP_NO_CONFIRM:
+        options->no_confirm = true;
+        return KVIO_EXIT_OK;
     case CAP_FORMAT:
         if (strcmp(value, "json") != 0 && strcmp(value, "table") != 0) {
             fprintf(stderr, "kvio capacity: --format takes table or json\n");
@@ -214,18 +251,20 @@ static int capacity_main(capacity_args_t *args_p, int argc, char **argv)
     }
     args_p->options.stop = kvio_cli_stop_on_signals();
     char error[KVIO_CLI_ERROR_MAX] = "";
-    json_t *result = NULL;
-    kvio_status_t status = kvio_capacity(&args_p->options, &result, error, sizeof(error));
+    kvio_capacity_t *capacity = NULL;
+    kvio_status_t status = kvio_capacity(&args_p->options, &capacity, error, sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error[0] != '\0' ? error : kvio_strerror(status));
         return kvio_cli_exit_status(status);
     }
     if (args_p->json_output) {
+        json_t *result = kvio_capacity_json(capacity);
         json_dumpf(result, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         fputc('\n', stdout);
+        json_decref(result);
     } else {
-        kvio_capacity_table(result, stdout);
+        kvio_capacity_print(capacity, stdout);
     }
-    json_decref(result);
+    kvio_capacity_destroy(capacity);
     return KVIO_EXIT_OK;
 }

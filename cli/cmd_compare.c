@@ -219,20 +219,22 @@ int kvio_cmd_compare(int argc, char **argv)
     options->context = &start_ns;
     options->stop = kvio_cli_stop_on_signals();
     char error[KVIO_CLI_ERROR_MAX] = "";
-    json_t *compare = NULL;
-    kvio_status_t status = kvio_compare(options, &compare, error, sizeof(error));
+    kvio_comparison_t *comparison = NULL;
+    kvio_status_t status = kvio_compare(options, &comparison, error, sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error[0] != '\0' ? error : kvio_strerror(status));
         exit_status = kvio_cli_exit_status(status);
         goto out;
     }
     if (args.json_output) {
+        json_t *compare = kvio_comparison_json(comparison);
         json_dumpf(compare, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         fputc('\n', stdout);
+        json_decref(compare);
     } else {
-        kvio_compare_table(compare, stdout);
+        kvio_comparison_print(comparison, stdout);
     }
-    json_decref(compare);
+    kvio_comparison_destroy(comparison);
     exit_status = KVIO_EXIT_OK;
 out:
     compare_args_free(&args);

@@ -26,13 +26,14 @@ typedef struct run_args {
     bool dump;
     bool help;
     bool json; /* --format json: summary.json on stdout instead of the table */
+    bool allow_invalid; /* exit 0 for a run that completed but is not valid */
     long repeat; /* --repeat: update.control: paired's pairs (0: its default) */
     char percentiles[256]; /* --percentiles LIST, as the override metric_percentiles=LIST */
 } run_args_t;
 
 enum {
     RUN_HELP = 1, RUN_SET, RUN_OUTPUT, RUN_EVENT_TRACE, RUN_FORMAT, RUN_FORCE, RUN_DUMP,
-    RUN_REPEAT, RUN_PERCENTILES,
+    RUN_REPEAT, RUN_PERCENTILES, RUN_ALLOW_INVALID,
 };
 
 static const kvio_cli_option_t run_options[] = {
@@ -44,6 +45,7 @@ static const kvio_cli_option_t run_options[] = {
     {"force", 0, NULL, RUN_FORCE},
     {"repeat", 0, "a count", RUN_REPEAT},
     {"percentiles", 0, "a list such as 50,90,99", RUN_PERCENTILES},
+    {"allow-invalid", 0, NULL, RUN_ALLOW_INVALID},
     {NULL, 0, NULL, 0},
 };
 
@@ -82,6 +84,9 @@ static int take_run_arg(const char *command, int option, const char *value, run_
         return KVIO_EXIT_OK;
     case RUN_DUMP:
         args->dump = true;
+        return KVIO_EXIT_OK;
+    case RUN_ALLOW_INVALID:
+        args->allow_invalid = true;
         return KVIO_EXIT_OK;
     case RUN_REPEAT: {
         char *end = NULL;
@@ -159,7 +164,7 @@ int kvio_cmd_run(int argc, char **argv)
     if (args.help) {
         printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
                "                [--event-trace FILE.pfw] [--format table|json] [--repeat N]\n"
-               "                [--percentiles 50,90,99]\n"
+               "                [--percentiles 50,90,99] [--allow-invalid]\n"
                "       kvio run --help [SECTION|KEY]\n\n"
                "Runs a workload (default: the quickstart preset) and writes a results\n"
                "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
@@ -167,13 +172,21 @@ int kvio_cmd_run(int argc, char **argv)
                "--event-trace writes Chrome trace events, one per line (DFTracer .pfw\n"
                "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n"
                "--format json prints summary.json on stdout instead of the table.\n"
-               "--repeat N: with update.control: paired (emulate), N pairs of the run and\n"
-               "its no-update twin (default 3), paired deltas with 95 %% intervals.\n"
+               "--repeat N: update.control: paired's pairs (default 3).\n"
                "--percentiles LIST: the percentiles vllm.json gives (vllm bench serve's\n"
-               "--metric-percentiles; the same as --set metric_percentiles=LIST).\n");
+               "--metric-percentiles; the same as --set metric_percentiles=LIST).\n"
+               "Exit 0: valid; 1: failed, cut short or not valid (summary.json's warnings,\n"
+               "the first on the last line); 2: bad input. --allow-invalid: 0 for a run\n"
+               "that completed but is not valid (KVIO_ALLOW_INVALID=1: for every run).\n");
         return print_keys("run", args.source, stdout);
     }
     const char *source = args.source != NULL ? args.source : "quickstart";
+    /* KVIO_ALLOW_INVALID=1 in the environment: --allow-invalid for every
+     * run (scripts and test suites that run kvio for what it writes, not
+     * for its verdict). */
+    const char *allow = getenv("KVIO_ALLOW_INVALID");
+    if (allow != NULL && strcmp(allow, "1") == 0)
+        args.allow_invalid = true;
     char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_workload_t workload;
     kvio_status_t status = kvio_workload_load(source, args.overrides, args.num_overrides,
@@ -190,12 +203,14 @@ int kvio_cmd_run(int argc, char **argv)
         return KVIO_EXIT_USAGE;
     }
     json_t *summary = NULL;
+    kvio_result_t *verdict = NULL;
     kvio_run_options_t options = {
         .output_dir = args.output_dir, .force = args.force, .source = source,
         .argv = (const char *const *)argv, .argc = argc, .overrides = args.overrides,
         .num_overrides = args.num_overrides,
         .stop = kvio_cli_stop_on_signals(), .event_trace = args.event_trace, .quiet = args.json,
         .summary_p = args.json ? &summary : NULL, .repeat = args.repeat,
+        .result_p = &verdict,
     };
     kvio_run_result_t result;
     memset(&result, 0, sizeof(result));
@@ -214,10 +229,22 @@ int kvio_cmd_run(int argc, char **argv)
         }
     }
     if (status != KVIO_OK) {
+        kvio_result_destroy(verdict);
         fprintf(stderr, "kvio: %s\n", error[0] ? error : kvio_strerror(status));
         return kvio_cli_exit_status(status);
     }
-    return KVIO_EXIT_OK;
+    /* The verdict decides the exit status; the last line says why. */
+    exit_status = KVIO_EXIT_OK;
+    if (verdict != NULL && !kvio_result_valid(verdict)) {
+        size_t count = kvio_result_num_warnings(verdict);
+        fprintf(stderr, "kvio: the run is not valid (%zu warning%s; %s/summary.json): %s%s\n",
+                count, count == 1 ? "" : "s", result.results_dir,
+                kvio_result_warning_message(verdict, 0),
+                args.allow_invalid ? " (--allow-invalid: exit 0)" : "");
+        exit_status = args.allow_invalid ? KVIO_EXIT_OK : KVIO_EXIT_FAILED;
+    }
+    kvio_result_destroy(verdict);
+    return exit_status;
 }
 
 int kvio_cmd_validate(int argc, char **argv)
@@ -267,16 +294,24 @@ int kvio_cmd_validate(int argc, char **argv)
 
 int kvio_cmd_list(int argc, char **argv)
 {
+    enum { LIST_FIGURES = RUN_ALLOW_INVALID + 1 };
     static const kvio_cli_option_t options[] = {{"help", 'h', NULL, RUN_HELP},
+                                                {"figures", 0, NULL, LIST_FIGURES},
                                                 {NULL, 0, NULL, 0}};
     kvio_cli_parser_t parser;
     kvio_cli_parser_init(&parser, "kvio list", argc, argv, options);
     const char *value;
     int option = kvio_cli_parser_next(&parser, &value);
     if (option == RUN_HELP) {
-        printf("usage: kvio list\n\nLists the presets and reproductions embedded in kvio (run one "
-               "with kvio run NAME),\nthen every plug-in of each kind (a workload names one "
-               "by its name).\n");
+        printf("usage: kvio list [--figures]\n\nLists the presets and reproductions embedded in "
+               "kvio (run one with kvio run NAME),\nthen every plug-in of each kind (a "
+               "workload names one by its name).\n--figures: every figure a run reports, as "
+               "docs/results.md's reference table\n(its name in summary.json's metrics, unit, "
+               "source, meaning, where it shows).\n");
+        return KVIO_EXIT_OK;
+    }
+    if (option == LIST_FIGURES) {
+        kvio_figures_markdown(stdout);
         return KVIO_EXIT_OK;
     }
     if (option == KVIO_CLI_OPERAND)

@@ -9,12 +9,21 @@
 #include <string.h>
 
 #include "kvio/results.h"
+#include "kvio/stats.h"
 
-#define KVIO_FIGURE(id, ...) [KVIO_FIG_##id] = {__VA_ARGS__},
-static const kvio_figure_decl_t figures[KVIO_NUM_FIGURES] = {
+/* This build's declaration: the header's figures, then any a build adds
+ * (KVIO_EXTRA_FIGURES, included at the end of figures.def). */
+#define KVIO_FIGURE(id, ...) {__VA_ARGS__},
+static const kvio_figure_decl_t figures[] = {
 #include "kvio/figures.def"
 };
 #undef KVIO_FIGURE
+#define NUM_DECLARED ((int)(sizeof(figures) / sizeof(figures[0])))
+
+int kvio_num_figures(void)
+{
+    return NUM_DECLARED;
+}
 
 typedef struct child_list {
     char *name;
@@ -28,9 +37,9 @@ typedef struct warning {
 } warning_t;
 
 struct kvio_result {
-    double values[KVIO_NUM_FIGURES];
-    char *texts[KVIO_NUM_FIGURES];
-    bool set[KVIO_NUM_FIGURES];
+    double values[NUM_DECLARED];
+    char *texts[NUM_DECLARED];
+    bool set[NUM_DECLARED];
     child_list_t *lists;
     size_t num_lists;
     json_t *detail; /* an object: paths under metrics no figure has */
@@ -40,15 +49,15 @@ struct kvio_result {
 
 const kvio_figure_decl_t *kvio_figure_decl(kvio_figure_t figure)
 {
-    return (unsigned)figure < KVIO_NUM_FIGURES ? &figures[figure] : NULL;
+    return (unsigned)figure < (unsigned)NUM_DECLARED ? &figures[figure] : NULL;
 }
 
 kvio_figure_t kvio_figure_find(const char *name)
 {
-    for (int f = 0; name != NULL && f < KVIO_NUM_FIGURES; f++)
+    for (int f = 0; name != NULL && f < NUM_DECLARED; f++)
         if (strcmp(figures[f].name, name) == 0)
             return (kvio_figure_t)f;
-    return KVIO_NUM_FIGURES;
+    return KVIO_FIGURE_NONE;
 }
 
 const char *kvio_figure_source_name(kvio_figure_source_t source)
@@ -74,7 +83,7 @@ void kvio_result_destroy(kvio_result_t *result)
 {
     if (result == NULL)
         return;
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++)
+    for (int f = 0; f < NUM_DECLARED; f++)
         free(result->texts[f]);
     for (size_t l = 0; l < result->num_lists; l++) {
         for (size_t i = 0; i < result->lists[l].count; i++)
@@ -94,7 +103,7 @@ void kvio_result_destroy(kvio_result_t *result)
 
 void kvio_result_set(kvio_result_t *result, kvio_figure_t figure, double value)
 {
-    if ((unsigned)figure >= KVIO_NUM_FIGURES)
+    if ((unsigned)figure >= (unsigned)NUM_DECLARED)
         return;
     result->values[figure] = value;
     result->set[figure] = true;
@@ -102,7 +111,7 @@ void kvio_result_set(kvio_result_t *result, kvio_figure_t figure, double value)
 
 void kvio_result_set_text(kvio_result_t *result, kvio_figure_t figure, const char *text)
 {
-    if ((unsigned)figure >= KVIO_NUM_FIGURES || text == NULL)
+    if ((unsigned)figure >= (unsigned)NUM_DECLARED || text == NULL)
         return;
     char *copy = strdup(text);
     if (copy == NULL)
@@ -114,7 +123,7 @@ void kvio_result_set_text(kvio_result_t *result, kvio_figure_t figure, const cha
 
 void kvio_result_unset(kvio_result_t *result, kvio_figure_t figure)
 {
-    if ((unsigned)figure >= KVIO_NUM_FIGURES)
+    if ((unsigned)figure >= (unsigned)NUM_DECLARED)
         return;
     free(result->texts[figure]);
     result->texts[figure] = NULL;
@@ -123,7 +132,7 @@ void kvio_result_unset(kvio_result_t *result, kvio_figure_t figure)
 
 bool kvio_result_has(const kvio_result_t *result, kvio_figure_t figure)
 {
-    return result != NULL && (unsigned)figure < KVIO_NUM_FIGURES && result->set[figure];
+    return result != NULL && (unsigned)figure < (unsigned)NUM_DECLARED && result->set[figure];
 }
 
 double kvio_result_get(const kvio_result_t *result, kvio_figure_t figure)
@@ -136,9 +145,37 @@ const char *kvio_result_text(const kvio_result_t *result, kvio_figure_t figure)
     return kvio_result_has(result, figure) ? result->texts[figure] : NULL;
 }
 
+void kvio_result_merge(kvio_result_t *dst, const kvio_result_t *src)
+{
+    for (int f = 0; f < NUM_DECLARED; f++) {
+        if (!src->set[f])
+            continue;
+        if (figures[f].kind == KVIO_KIND_TEXT)
+            kvio_result_set_text(dst, (kvio_figure_t)f, src->texts[f]);
+        else
+            kvio_result_set(dst, (kvio_figure_t)f, src->values[f]);
+    }
+    json_object_update_recursive(dst->detail, src->detail);
+}
+
+void kvio_result_set_stats(kvio_result_t *result, kvio_figure_t mean, double *values,
+                           size_t count)
+{
+    if (kvio_sort_doubles(values, count) != KVIO_OK)
+        qsort(values, count, sizeof(*values), kvio_compare_double);
+    double average = 0, deviation = 0;
+    kvio_mean_stddev(values, count, &average, &deviation);
+    kvio_result_set(result, mean, average);
+    kvio_result_set(result, mean + 1, kvio_percentile_linear(values, count, 50));
+    kvio_result_set(result, mean + 2, kvio_percentile_linear(values, count, 90));
+    kvio_result_set(result, mean + 3, kvio_percentile_linear(values, count, 99));
+    kvio_result_set(result, mean + 4, count > 0 ? values[count - 1] : 0);
+    kvio_result_set(result, mean + 5, (double)count);
+}
+
 void kvio_result_derive(kvio_result_t *result)
 {
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
+    for (int f = 0; f < NUM_DECLARED; f++) {
         const kvio_figure_decl_t *decl = &figures[f];
         if (decl->source != KVIO_SOURCE_DERIVED ||
             !kvio_result_has(result, (kvio_figure_t)decl->derive.numerator))
@@ -236,14 +273,27 @@ static json_t *parent_of(json_t *root, char *path_copy, char **leaf_p)
     return at;
 }
 
+/* The name a figure shows under in an object of list (NULL: the run's);
+ * NULL when it has no place there. */
+static const char *shown_name(const kvio_figure_decl_t *decl, const char *list)
+{
+    if (decl->scope == NULL)
+        return decl->name;
+    size_t length = strlen(decl->scope);
+    if (list == NULL || strcmp(decl->scope, list) != 0 || strncmp(decl->name, list, length) != 0)
+        return NULL;
+    return decl->name + length + 1;
+}
+
 /* Whether path names a declared figure or lies inside one (a figure's
  * value is a leaf: nothing hangs below it). */
 static bool declared_path(const char *path)
 {
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
-        size_t length = strlen(figures[f].name);
-        if (strncmp(figures[f].name, path, length) == 0 &&
-            (path[length] == '\0' || path[length] == '.'))
+    for (int f = 0; f < NUM_DECLARED; f++) {
+        const char *name = figures[f].scope != NULL ? shown_name(&figures[f], figures[f].scope)
+                                                    : figures[f].name;
+        size_t length = strlen(name);
+        if (strncmp(name, path, length) == 0 && (path[length] == '\0' || path[length] == '.'))
             return true;
     }
     return false;
@@ -378,27 +428,39 @@ static json_t *figure_json(const kvio_result_t *result, int f)
     }
 }
 
-json_t *kvio_result_metrics_json(const kvio_result_t *result)
+static json_t *render(const kvio_result_t *result, const char *list)
 {
     /* The detail first, the figures over it: a figure is never shadowed. */
     json_t *metrics = json_deep_copy(result->detail);
     if (metrics == NULL)
         return NULL;
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
-        if (!result->set[f])
+    for (int f = 0; f < NUM_DECLARED; f++) {
+        const char *name = shown_name(&figures[f], list);
+        if (!result->set[f] || name == NULL)
             continue;
         char copy[256], *leaf;
-        snprintf(copy, sizeof(copy), "%s", figures[f].name);
+        snprintf(copy, sizeof(copy), "%s", name);
         json_t *parent = parent_of(metrics, copy, &leaf);
         json_object_set_new(parent, leaf, figure_json(result, f));
     }
     for (size_t l = 0; l < result->num_lists; l++) {
         json_t *array = json_array();
         for (size_t i = 0; i < result->lists[l].count; i++)
-            json_array_append_new(array, kvio_result_metrics_json(result->lists[l].entries[i]));
+            json_array_append_new(array, render(result->lists[l].entries[i],
+                                                result->lists[l].name));
         json_object_set_new(metrics, result->lists[l].name, array);
     }
     return metrics;
+}
+
+json_t *kvio_result_metrics_json(const kvio_result_t *result)
+{
+    return render(result, NULL);
+}
+
+json_t *kvio_result_entry_json(const kvio_result_t *entry, const char *list)
+{
+    return render(entry, list);
 }
 
 json_t *kvio_result_warnings_json(const kvio_result_t *result)
@@ -416,14 +478,18 @@ json_t *kvio_result_warnings_json(const kvio_result_t *result)
 
 /* ---- the one loader ---------------------------------------------------- */
 
-/* Names earlier schema versions gave figures: (old path, figure). */
+/* Names earlier schema versions gave figures: (old path from the summary's
+ * root, figure). */
 typedef struct renamed {
     const char *old_name;
     kvio_figure_t figure;
 } renamed_t;
 
 static const renamed_t renamed_figures[] = {
-    {"slo_attainment.both", KVIO_FIG_SLO_ATTAINMENT},
+    /* schema 1: beside metrics, under MLPerf Storage's name (another
+     * meaning there). */
+    {"storage.storage_throughput_tokens_per_s", KVIO_FIG_STORAGE_TOKENS_MOVED_PER_S},
+    {"storage.cached_tokens_per_s", KVIO_FIG_STORAGE_CACHED_TOKENS_PER_S},
 };
 
 /* Takes the value at a dotted path out of root (nothing when absent). */
@@ -449,16 +515,17 @@ static void delete_path(json_t *root, const char *path)
         json_object_del(at, leaf);
 }
 
-/* Every figure found in object, and its lists' children; what no figure
- * names stays in detail. */
-static void load_object(const json_t *object, kvio_result_t *result)
+/* Every figure found in object (an object of list; NULL: the run's), and
+ * its lists' children; what no figure names stays in detail. */
+static void load_object(const json_t *object, const char *list, kvio_result_t *result)
 {
     json_decref(result->detail);
     result->detail = json_deep_copy(object);
     if (result->detail == NULL)
         result->detail = json_object();
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
-        const json_t *value = at_path(object, figures[f].name);
+    for (int f = 0; f < NUM_DECLARED; f++) {
+        const char *name = shown_name(&figures[f], list);
+        const json_t *value = name != NULL ? at_path(object, name) : NULL;
         if (value == NULL)
             continue;
         if (figures[f].kind == KVIO_KIND_TEXT && json_is_string(value))
@@ -467,13 +534,7 @@ static void load_object(const json_t *object, kvio_result_t *result)
             kvio_result_set(result, (kvio_figure_t)f, json_number_value(value));
         else if (json_is_boolean(value))
             kvio_result_set(result, (kvio_figure_t)f, json_is_true(value));
-        delete_path(result->detail, figures[f].name);
-    }
-    for (size_t r = 0; r < sizeof(renamed_figures) / sizeof(renamed_figures[0]); r++) {
-        const json_t *value = at_path(object, renamed_figures[r].old_name);
-        if (json_is_number(value) && !kvio_result_has(result, renamed_figures[r].figure))
-            kvio_result_set(result, renamed_figures[r].figure, json_number_value(value));
-        delete_path(result->detail, renamed_figures[r].old_name);
+        delete_path(result->detail, name);
     }
     /* Lists of objects are children (a rank's, a tier's figures). */
     const char *key;
@@ -487,7 +548,7 @@ static void load_object(const json_t *object, kvio_result_t *result)
         json_array_foreach(value, index, entry) {
             kvio_result_t *child = kvio_result_child(result, key, index);
             if (child != NULL && json_is_object(entry))
-                load_object(entry, child);
+                load_object(entry, key, child);
         }
         json_object_del(result->detail, key);
     }
@@ -506,7 +567,12 @@ kvio_status_t kvio_result_load(const json_t *summary, kvio_result_t **result_p, 
     if (result == NULL)
         return KVIO_ERR_NOMEM;
     if (metrics != NULL)
-        load_object(metrics, result);
+        load_object(metrics, NULL, result);
+    for (size_t r = 0; r < sizeof(renamed_figures) / sizeof(renamed_figures[0]); r++) {
+        const json_t *value = at_path(summary, renamed_figures[r].old_name);
+        if (json_is_number(value) && !kvio_result_has(result, renamed_figures[r].figure))
+            kvio_result_set(result, renamed_figures[r].figure, json_number_value(value));
+    }
     size_t index;
     const json_t *warning;
     json_array_foreach(json_object_get(summary, "warnings"), index, warning) {
@@ -524,6 +590,12 @@ kvio_status_t kvio_result_load(const json_t *summary, kvio_result_t **result_p, 
                          "the summary says valid: false without a warning");
     *result_p = result;
     return KVIO_OK;
+}
+
+void kvio_result_load_entry(const json_t *object, const char *list, kvio_result_t *entry)
+{
+    if (json_is_object(object))
+        load_object(object, list, entry);
 }
 
 /* ---- the table --------------------------------------------------------- */
@@ -557,7 +629,7 @@ void kvio_result_table_rows(const kvio_result_t *result, kvio_table_t *grid, kvi
 {
     const char *columns[MAX_GRID_COLUMNS];
     size_t num_columns = 0;
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
+    for (int f = 0; f < NUM_DECLARED; f++) {
         const char *row = figures[f].row;
         if (row == NULL || row[0] != '@')
             continue;
@@ -569,7 +641,7 @@ void kvio_result_table_rows(const kvio_result_t *result, kvio_table_t *grid, kvi
     }
     /* Rows in the order they first appear; each row's cells in order. */
     bool grid_header = false;
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
+    for (int f = 0; f < NUM_DECLARED; f++) {
         const char *row = figures[f].row;
         if (row == NULL || row[0] == '\0')
             continue;
@@ -584,7 +656,7 @@ void kvio_result_table_rows(const kvio_result_t *result, kvio_table_t *grid, kvi
         bool any = false;
         for (size_t c = 0; c < MAX_GRID_COLUMNS; c++)
             snprintf(cells[c], sizeof(cells[c]), "-");
-        for (int g = f; g < KVIO_NUM_FIGURES; g++) {
+        for (int g = f; g < NUM_DECLARED; g++) {
             if (figures[g].row == NULL || strcmp(figures[g].row, row) != 0)
                 continue;
             if (!kvio_result_cell(result, (kvio_figure_t)g, cell, sizeof(cell)))
@@ -627,7 +699,7 @@ void kvio_result_table_rows(const kvio_result_t *result, kvio_table_t *grid, kvi
 void kvio_figures_markdown(FILE *out)
 {
     fprintf(out, "| figure | unit | source | meaning | shown |\n|---|---|---|---|---|\n");
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
+    for (int f = 0; f < NUM_DECLARED; f++) {
         const kvio_figure_decl_t *decl = &figures[f];
         char shown[256] = "";
         size_t at = 0;
@@ -647,7 +719,13 @@ void kvio_figures_markdown(FILE *out)
                      figures[decl->derive.denominator].name);
         else
             snprintf(source, sizeof(source), "%s", kvio_figure_source_name(decl->source));
-        fprintf(out, "| `%s` | %s | %s | %s | %s |\n", decl->name,
-                decl->unit[0] != '\0' ? decl->unit : "-", source, decl->meaning, shown);
+        char name[160];
+        if (decl->scope != NULL)
+            snprintf(name, sizeof(name), "%s[].%s", decl->scope, shown_name(decl, decl->scope));
+        else
+            snprintf(name, sizeof(name), "%s", decl->name);
+        fprintf(out, "| `%s` | %s | %s | %s | %s |\n", name,
+                decl->unit[0] != '\0' ? decl->unit : "-", source, decl->meaning,
+                shown[0] != '\0' ? shown : "-");
     }
 }

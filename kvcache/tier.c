@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "kvio/clock.h"
+#include "kvio/result.h"
 #include "kvio/copysum.h"
 #include "kvio/log.h"
 #include "kvio/results.h"
@@ -962,83 +963,83 @@ void kvio_tier_charge_reads(kvio_tier_t *tier, uint32_t count, int64_t total_ns)
 
 /* The percentiles storage engineers report (MLPerf Storage: P95; fio:
  * P99.9 too), in ms. */
-static json_t *latency_json(const kvio_hist_t *hist)
+/* A latency histogram's figures (a KVIO_TIER_LATENCY group: count, p50,
+ * p95, p99, p99.9, max) in ms. */
+static void set_latency(kvio_result_t *entry, kvio_figure_t count, const kvio_hist_t *hist)
 {
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)kvio_hist_count(hist),
-                     "p50", kvio_hist_quantile(hist, 0.50) / 1e6, "p95",
-                     kvio_hist_quantile(hist, 0.95) / 1e6, "p99",
-                     kvio_hist_quantile(hist, 0.99) / 1e6, "p99_9",
-                     kvio_hist_quantile(hist, 0.999) / 1e6, "max",
-                     (double)kvio_hist_max(hist) / 1e6);
+    static const double quantiles[] = {0.50, 0.95, 0.99, 0.999};
+    kvio_result_set(entry, count, (double)kvio_hist_count(hist));
+    for (int q = 0; q < 4; q++)
+        kvio_result_set(entry, count + 1 + q, kvio_hist_quantile(hist, quantiles[q]) / 1e6);
+    kvio_result_set(entry, count + 5, (double)kvio_hist_max(hist) / 1e6);
+}
+
+void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
+{
+    const kvio_tier_stats_t *stats = &tier->stats;
+    kvio_result_set_text(entry, KVIO_FIG_TIER_KIND, tier->ops->plugin.name);
+    kvio_result_set_text(entry, KVIO_FIG_TIER_MODE, tier->emulate ? "emulate" : "simulate");
+    kvio_result_set_text(entry, KVIO_FIG_TIER_WRITE, kvio_tier_write_names[tier->write]);
+    kvio_result_set(entry, KVIO_FIG_TIER_SIZE_BYTES, (double)tier->size);
+    kvio_result_set(entry, KVIO_FIG_TIER_BLOCK_BYTES, (double)tier->block_bytes);
+    kvio_result_set(entry, KVIO_FIG_TIER_CAPACITY_BLOCKS, (double)tier->capacity);
+    kvio_result_set(entry, KVIO_FIG_TIER_BLOCKS_HELD, (double)tier->num_held);
+    kvio_result_set(entry, KVIO_FIG_TIER_PUTS, (double)stats->puts);
+    kvio_result_set(entry, KVIO_FIG_TIER_DUPLICATES, (double)stats->duplicates);
+    kvio_result_set(entry, KVIO_FIG_TIER_SKIPPED_PUTS, (double)stats->skipped_puts);
+    kvio_result_set(entry, KVIO_FIG_TIER_GETS, (double)stats->gets);
+    kvio_result_set(entry, KVIO_FIG_TIER_HITS, (double)stats->hits);
+    kvio_result_set(entry, KVIO_FIG_TIER_MISSES, (double)stats->misses);
+    kvio_result_set(entry, KVIO_FIG_TIER_EVICTIONS, (double)stats->evictions);
+    kvio_result_set(entry, KVIO_FIG_TIER_DEMOTIONS, (double)stats->demotions);
+    kvio_result_set(entry, KVIO_FIG_TIER_ERRORS, (double)stats->errors);
+    kvio_result_set(entry, KVIO_FIG_TIER_CHECKSUM_FAILURES, (double)stats->checksum_failures);
+    kvio_result_set(entry, KVIO_FIG_TIER_BYTES_WRITTEN, (double)stats->bytes_written);
+    kvio_result_set(entry, KVIO_FIG_TIER_BYTES_READ, (double)stats->bytes_read);
+    kvio_result_set(entry, KVIO_FIG_TIER_WRITE_NS, (double)stats->write_ns);
+    kvio_result_set(entry, KVIO_FIG_TIER_READ_NS, (double)stats->read_ns);
+    /* The transfers in flight on average while busy (Little's law: the
+     * operations' latencies over it). */
+    kvio_result_set(entry, KVIO_FIG_TIER_WRITE_QUEUE_DEPTH,
+                    stats->write_ns > 0
+                        ? (double)stats->put_latency_sum_ns / (double)stats->write_ns
+                        : 0);
+    kvio_result_set(entry, KVIO_FIG_TIER_READ_QUEUE_DEPTH,
+                    stats->read_ns > 0 ? (double)stats->get_latency_sum_ns / (double)stats->read_ns
+                                       : 0);
+    kvio_result_set(entry, KVIO_FIG_TIER_PUT_BATCHES, (double)stats->put_batches);
+    kvio_result_set(entry, KVIO_FIG_TIER_GET_BATCHES, (double)stats->get_batches);
+    set_latency(entry, KVIO_FIG_TIER_READ_LATENCY_COUNT, stats->get_latency);
+    set_latency(entry, KVIO_FIG_TIER_WRITE_LATENCY_COUNT, stats->put_latency);
+    if (tier->error[0] != '\0')
+        kvio_result_set_text(entry, KVIO_FIG_TIER_LAST_ERROR, tier->error);
+    kvio_result_set_detail(entry, "info", json_string(tier->info));
+    kvio_result_set_detail(entry, "model",
+                           json_pack("{s:f, s:I}", "bandwidth_bytes_per_s", tier->bandwidth,
+                                     "latency_ns", (json_int_t)tier->latency_ns));
+    if (tier->emulate)
+        kvio_result_set_detail(entry, "per_second", timeline_json(tier));
+    /* What the kind itself says about it (a file's layout, engine and
+     * device; a host tier's memory). */
+    if (tier->backend_ready) {
+        json_t *about = json_object();
+        tier->ops->report(tier->priv, about);
+        const char *key;
+        json_t *value;
+        json_object_foreach(about, key, value)
+            kvio_result_set_detail(entry, key, json_incref(value));
+        json_decref(about);
+    }
+    kvio_result_derive(entry);
 }
 
 json_t *kvio_tier_stats_json(const kvio_tier_t *tier)
 {
-    const kvio_tier_stats_t *stats = &tier->stats;
-    json_t *object = json_object();
-    if (object == NULL)
+    kvio_result_t *entry = kvio_result_create();
+    if (entry == NULL)
         return NULL;
-    json_object_set_new(object, "name", json_string(tier->ops->plugin.name));
-    json_object_set_new(object, "kind", json_string(tier->ops->plugin.name));
-    json_object_set_new(object, "mode", json_string(tier->emulate ? "emulate" : "simulate"));
-    json_object_set_new(object, "write", json_string(kvio_tier_write_names[tier->write]));
-    json_object_set_new(object, "info", json_string(tier->info));
-    json_object_set_new(object, "size_bytes", json_integer((json_int_t)tier->size));
-    json_object_set_new(object, "block_bytes", json_integer((json_int_t)tier->block_bytes));
-    json_object_set_new(object, "capacity_blocks", json_integer(tier->capacity));
-    json_object_set_new(object, "blocks_held", json_integer(tier->num_held));
-    json_object_set_new(object, "puts", json_integer((json_int_t)stats->puts));
-    json_object_set_new(object, "duplicates", json_integer((json_int_t)stats->duplicates));
-    json_object_set_new(object, "skipped_puts", json_integer((json_int_t)stats->skipped_puts));
-    json_object_set_new(object, "gets", json_integer((json_int_t)stats->gets));
-    json_object_set_new(object, "hits", json_integer((json_int_t)stats->hits));
-    json_object_set_new(object, "misses", json_integer((json_int_t)stats->misses));
-    json_object_set_new(object, "hit_rate",
-                        json_real(stats->gets ? (double)stats->hits / (double)stats->gets : 0));
-    json_object_set_new(object, "evictions", json_integer((json_int_t)stats->evictions));
-    json_object_set_new(object, "demotions", json_integer((json_int_t)stats->demotions));
-    json_object_set_new(object, "errors", json_integer((json_int_t)stats->errors));
-    json_object_set_new(object, "checksum_failures",
-                        json_integer((json_int_t)stats->checksum_failures));
-    json_object_set_new(object, "bytes_written", json_integer((json_int_t)stats->bytes_written));
-    json_object_set_new(object, "bytes_read", json_integer((json_int_t)stats->bytes_read));
-    json_object_set_new(object, "write_ns", json_integer(stats->write_ns));
-    json_object_set_new(object, "read_ns", json_integer(stats->read_ns));
-    /* bytes per ns = GB/s (1e9 bytes). */
-    json_object_set_new(object, "write_bw_gbps",
-                        json_real(stats->write_ns > 0 ? (double)stats->bytes_written /
-                                                            (double)stats->write_ns : 0));
-    json_object_set_new(object, "read_bw_gbps",
-                        json_real(stats->read_ns > 0 ? (double)stats->bytes_read /
-                                                           (double)stats->read_ns : 0));
-    /* Operations per second of busy time, and the transfers in flight on
-     * average while busy (Little's law: the operations' latencies over it). */
-    json_object_set_new(object, "write_iops",
-                        json_real(stats->write_ns > 0 ? (double)stats->puts * 1e9 /
-                                                            (double)stats->write_ns : 0));
-    json_object_set_new(object, "read_iops",
-                        json_real(stats->read_ns > 0 ? (double)stats->hits * 1e9 /
-                                                           (double)stats->read_ns : 0));
-    json_object_set_new(object, "write_queue_depth",
-                        json_real(stats->write_ns > 0 ? (double)stats->put_latency_sum_ns /
-                                                            (double)stats->write_ns : 0));
-    json_object_set_new(object, "read_queue_depth",
-                        json_real(stats->read_ns > 0 ? (double)stats->get_latency_sum_ns /
-                                                           (double)stats->read_ns : 0));
-    json_object_set_new(object, "put_batches", json_integer((json_int_t)stats->put_batches));
-    json_object_set_new(object, "get_batches", json_integer((json_int_t)stats->get_batches));
-    json_object_set_new(object, "read_latency_ms", latency_json(stats->get_latency));
-    json_object_set_new(object, "write_latency_ms", latency_json(stats->put_latency));
-    json_object_set_new(object, "put_latency_us", kvio_hist_json(stats->put_latency, 1e-3));
-    json_object_set_new(object, "get_latency_us", kvio_hist_json(stats->get_latency, 1e-3));
-    json_object_set_new(object, "model",
-                        json_pack("{s:f, s:I}", "bandwidth_bytes_per_s", tier->bandwidth,
-                                  "latency_ns", (json_int_t)tier->latency_ns));
-    if (tier->emulate)
-        json_object_set_new(object, "per_second", timeline_json(tier));
-    if (tier->backend_ready)
-        tier->ops->report(tier->priv, object);
-    if (tier->error[0] != '\0')
-        json_object_set_new(object, "last_error", json_string(tier->error));
+    kvio_tier_stats_fill(tier, entry);
+    json_t *object = kvio_result_entry_json(entry, "tiers");
+    kvio_result_destroy(entry);
     return object;
 }

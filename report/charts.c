@@ -1313,8 +1313,9 @@ static kvio_status_t capacity_chart(kvio_report_t *report, bool users)
             chart = chart_new(report, CHART_LINES, users ? "chart-capacity-users" : "chart-capacity",
                               "SLO capacity",
                               users ? "SLO attainment vs users (closed loop)"
-                                    : "SLO attainment vs arrival rate",
-                              users ? "users in flight" : "arrival rate (req/s, log scale)",
+                                    : "SLO attainment vs offered rate",
+                              users ? "users in flight"
+                                    : "offered rate as measured (req/s, log scale)",
                               "requests within the SLO (%)");
             if (chart == NULL)
                 return KVIO_ERR_NOMEM;
@@ -1324,7 +1325,8 @@ static kvio_status_t capacity_chart(kvio_report_t *report, bool users)
             chart->y_max = 100;
             length = (size_t)snprintf(chart->caption, sizeof(chart->caption),
                                       "From kvio capacity: each probe's share of requests "
-                                      "within the SLO; capacity:");
+                                      "within the SLO (the mean over its seeds, warm-up "
+                                      "left out); capacity, offered as measured:");
         }
         chart_series_t *series = series_add(chart, capacity->label, capacity->num_points, false);
         if (series == NULL)

@@ -1302,7 +1302,8 @@ static kvio_status_t capacity_one(const json_t *search, const char *where, const
     if (capacity == NULL)
         return KVIO_ERR_NOMEM;
     capacity->users = json_object_get(search, "capacity_users") != NULL;
-    const char *point = capacity->users ? "users" : "rate";
+    /* Rates as the probes offered them (the capacity is one of those). */
+    const char *point = capacity->users ? "users" : "offered_rate";
     kvio_status_t status = json_number(search, "capacity", where, path, true,
                                        &capacity->capacity, error_p, error_len);
     if (status == KVIO_OK)

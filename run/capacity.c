@@ -1,13 +1,20 @@
-/* kvio capacity (include/kvio/capacity.h): the highest arrival rate that
- * still meets the SLO for the share of requests asked. A probe is a whole
- * simulate run at one rate with the SLO set; it meets when summary.json's
- * slo_attainment.both is at least the share and the run kept up with the
- * rate (served 80 % of what was offered). The search first brackets
- * (doubling from the workload's own rate while probes meet, halving while
- * they fail), then bisects until the bracket is within the tolerance; the
- * capacity is the highest rate that met. Simulate is deterministic, so the
- * same workload gives the same answer. */
+/* kvio capacity (include/kvio/capacity.h): the highest load that still
+ * meets the SLO for the share of requests asked. A probe runs the workload
+ * at one configured rate with several seeds, the SLO set and, when the
+ * workload has none, a warm-up (the first part of the duration, where chat
+ * sessions are still ramping) left out of every figure; it meets when the
+ * seeds' mean attainment reaches the share and no seed fell behind (its
+ * verdict says overloaded). The search brackets (doubling from the
+ * workload's rate while probes meet, halving while they fail), then
+ * bisects the configured rate to the tolerance. The knee is the offered
+ * rate as measured at the highest configured rate that met below the first
+ * that failed (the seeds' mean and 95 % interval): a configured rate is
+ * what the stream was asked for, not what it offered. A curve whose met and
+ * failed probes interleave is said to be, not bisected through. A confirm
+ * run serves the knee's configured rate for the whole duration. */
 #include "kvio/capacity.h"
+
+#include "run/run_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,71 +24,92 @@
 #include "kvio/format.h"
 #include "kvio/results.h"
 #include "kvio/run.h"
+#include "kvio/stats.h"
 #include "kvio/stream.h"
 
 #define MAX_SETS 132
-
-/* One probe: the rate and what its run measured. */
-typedef struct probe {
-    double rate;
-    double attain, ttft_attain, tpot_attain; /* shares of requests within the SLO */
-    double throughput, offered, ttft_p99_ms, tpot_p99_ms;
-    bool overloaded; /* served under OVERLOAD_SERVED of what was offered */
-    bool met;
-    char dir[1200];
-} probe_t;
-
-/* A run that serves under 80 % of the rate offered fell behind: its queue
- * grows through the run, and the share within the SLO says more about the
- * run's length than about the rate (TPOT alone stays met while TTFT grows
- * without bound). Such a probe fails, the bound "throughput". As kvio
- * compare's overload mark. */
-#define OVERLOAD_SERVED 0.8
+#define DEFAULT_SEEDS 3
+#define DEFAULT_WARMUP_SHARE 0.2
 
 /* Doublings of the rate while probes meet, at most (2^24 x the start). */
 #define MAX_DOUBLINGS 24
 
+/* One run of a probe: what its result says. */
+typedef struct seed_run {
+    double attain, ttft_attain, tpot_attain; /* shares of requests within the SLO */
+    double throughput, offered, ttft_p99_ms, tpot_p99_ms;
+    bool overloaded;                         /* its verdict */
+} seed_run_t;
+
+/* One probe: the configured rate (or users) and its seeds' runs. */
+typedef struct probe {
+    double rate;
+    seed_run_t runs[KVIO_CAPACITY_MAX_SEEDS];
+    long num_runs;
+    double attain, ttft_attain, tpot_attain, throughput, ttft_p99_ms, tpot_p99_ms; /* means */
+    double offered, offered_ci95;
+    bool overloaded, met;
+    char dir[1300];
+} probe_t;
+
 typedef struct search {
     const kvio_capacity_options_t *options;
     const char *variant_set;  /* KEY=VALUE of a --vary value, or NULL */
+    const char *variant_value;
     const char *point;        /* what varies: "rate" or "users" */
     const char *users_key;    /* --users: stream.users (the stream's closed loop) or
                                  serve.max_concurrency */
-    char directory[1024];
-    char ttft_set[96], tpot_set[96];
+    char directory[1200];
+    char ttft_set[96], tpot_set[96], warmup_set[96];
+    double warmup_s;          /* left out of every probe (0: the workload's own) */
+    double duration_s;
+    long long base_seed;
+    long seeds;
     probe_t probes[KVIO_CAPACITY_MAX_PROBES];
     size_t num_probes;
+    /* The answer. */
+    const probe_t *knee;       /* the highest probe that met below the first failure */
+    const probe_t *first_failed;
+    bool monotone;             /* no probe met above one that failed */
+    double reentry_rate;       /* not monotone: the lowest met rate above a failure */
+    probe_t confirm;
+    bool confirmed;            /* the confirm run ran */
+    uint64_t start_ns;
 } search_t;
 
-static double number_at(const json_t *metrics, const char *key, const char *field)
-{
-    const json_t *value = json_object_get(metrics, key);
-    if (field != NULL)
-        value = json_object_get(value, field);
-    return json_is_number(value) ? json_number_value(value) : NAN;
-}
+struct kvio_capacity {
+    const kvio_capacity_options_t *options;
+    search_t **searches;
+    size_t num_searches;
+    uint64_t start_ns;
+};
 
-/* The workload at rate with the SLO set, checked as kvio validate does. */
-static kvio_status_t load_at(search_t *search, double rate, kvio_workload_t *workload_p,
-                             char *error_p, size_t error_len)
+/* The workload at rate with the SLO, warm-up and seed set, checked as kvio
+ * validate does. */
+static kvio_status_t load_at(search_t *search, double rate, long long seed,
+                             kvio_workload_t *workload_p, char *error_p, size_t error_len)
 {
     const kvio_capacity_options_t *options = search->options;
     const char *sets[MAX_SETS];
     size_t count = 0;
-    for (size_t i = 0; i < options->num_sets && count < MAX_SETS - 4; i++)
+    for (size_t i = 0; i < options->num_sets && count < MAX_SETS - 6; i++)
         sets[count++] = options->sets[i];
     if (search->variant_set != NULL)
         sets[count++] = search->variant_set;
-    char rate_set[64];
+    char rate_set[64], seed_set[64];
     if (options->users)
         snprintf(rate_set, sizeof(rate_set), "%s=%.0f", search->users_key, rate);
     else
         snprintf(rate_set, sizeof(rate_set), "stream.arrival.rate=%.9g", rate);
     sets[count++] = rate_set;
+    snprintf(seed_set, sizeof(seed_set), "seed=%lld", seed);
+    sets[count++] = seed_set;
     if (search->ttft_set[0] != '\0')
         sets[count++] = search->ttft_set;
     if (search->tpot_set[0] != '\0')
         sets[count++] = search->tpot_set;
+    if (search->warmup_set[0] != '\0')
+        sets[count++] = search->warmup_set;
     kvio_status_t status = kvio_workload_load(options->source, sets, count, workload_p, error_p,
                                               error_len);
     if (status != KVIO_OK)
@@ -92,58 +120,113 @@ static kvio_status_t load_at(search_t *search, double rate, kvio_workload_t *wor
     return status;
 }
 
-/* Runs the probe at rate into DIR/rate-<rate>. */
+/* One run at rate with seed into dir: its figures and verdict. */
+static kvio_status_t run_seed(search_t *search, double rate, long long seed, const char *dir,
+                              seed_run_t *run_p, char *error_p, size_t error_len)
+{
+    const kvio_capacity_options_t *options = search->options;
+    if (options->stop != NULL && *options->stop) {
+        snprintf(error_p, error_len, "capacity interrupted before the probe at %.6g %s", rate,
+                 options->users ? "users" : "req/s");
+        return KVIO_ERR_INTERRUPTED;
+    }
+    kvio_workload_t workload;
+    char error[1024] = "";
+    kvio_status_t status = load_at(search, rate, seed, &workload, error, sizeof(error));
+    kvio_result_t *result = NULL;
+    if (status == KVIO_OK) {
+        kvio_run_options_t run_options = {.output_dir = dir, .force = options->force,
+                                          .source = options->source, .quiet = true,
+                                          .stop = options->stop, .result_p = &result};
+        kvio_run_result_t ran;
+        status = kvio_run(&workload, &run_options, &ran, error, sizeof(error));
+        kvio_workload_free(&workload);
+    }
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, "capacity: the probe at %.6g %s (seed %lld): %s", rate,
+                 options->users ? "users" : "req/s", seed, error);
+        kvio_result_destroy(result);
+        return status;
+    }
+    *run_p = (seed_run_t){
+        .attain = kvio_result_get(result, KVIO_FIG_SLO_ATTAINMENT),
+        .ttft_attain = kvio_result_get(result, KVIO_FIG_SLO_TTFT_ATTAINMENT),
+        .tpot_attain = kvio_result_get(result, KVIO_FIG_SLO_TPOT_ATTAINMENT),
+        .throughput = kvio_result_get(result, KVIO_FIG_REQUEST_THROUGHPUT),
+        .offered = kvio_result_get(result, KVIO_FIG_OFFERED_RATE),
+        .ttft_p99_ms = kvio_result_get(result, KVIO_FIG_TTFT_MS_P99),
+        .tpot_p99_ms = kvio_result_get(result, KVIO_FIG_TPOT_MS_P99),
+        /* A run that fell behind: its queue grew through the run, and its
+         * share within the SLO says more about the run's length than about
+         * the rate. A closed loop cannot fall behind. */
+        .overloaded = kvio_result_has_warning(result, "overload")};
+    kvio_result_destroy(result);
+    return KVIO_OK;
+}
+
+static double mean_of(const probe_t *probe, size_t offset)
+{
+    double sum = 0;
+    for (long r = 0; r < probe->num_runs; r++)
+        sum += *(const double *)((const char *)&probe->runs[r] + offset);
+    return probe->num_runs > 0 ? sum / (double)probe->num_runs : NAN;
+}
+
+/* The probe's seeds' figures together. */
+static void probe_sum_up(probe_t *probe, double attain)
+{
+    probe->attain = mean_of(probe, offsetof(seed_run_t, attain));
+    probe->ttft_attain = mean_of(probe, offsetof(seed_run_t, ttft_attain));
+    probe->tpot_attain = mean_of(probe, offsetof(seed_run_t, tpot_attain));
+    probe->throughput = mean_of(probe, offsetof(seed_run_t, throughput));
+    probe->ttft_p99_ms = mean_of(probe, offsetof(seed_run_t, ttft_p99_ms));
+    probe->tpot_p99_ms = mean_of(probe, offsetof(seed_run_t, tpot_p99_ms));
+    double offered[KVIO_CAPACITY_MAX_SEEDS];
+    probe->overloaded = false;
+    for (long r = 0; r < probe->num_runs; r++) {
+        offered[r] = probe->runs[r].offered;
+        probe->overloaded = probe->overloaded || probe->runs[r].overloaded;
+    }
+    kvio_mean_ci95(offered, probe->num_runs, &probe->offered, &probe->offered_ci95);
+    probe->met = probe->attain >= attain && !probe->overloaded;
+}
+
+/* A probe at rate, its seeds' runs in DIR/<point>-<rate>/seed-<s>. */
+static kvio_status_t run_probe(search_t *search, double rate, probe_t *probe, char *error_p,
+                               size_t error_len)
+{
+    *probe = (probe_t){.rate = rate};
+    snprintf(probe->dir, sizeof(probe->dir), "%s/%s-%.6g", search->directory, search->point,
+             rate);
+    kvio_status_t status = KVIO_OK;
+    for (long r = 0; r < search->seeds && status == KVIO_OK; r++) {
+        char dir[1400];
+        snprintf(dir, sizeof(dir), "%s/seed-%lld", probe->dir, search->base_seed + r);
+        status = run_seed(search, rate, search->base_seed + r, dir, &probe->runs[r], error_p,
+                          error_len);
+        if (status == KVIO_OK)
+            probe->num_runs++;
+    }
+    if (status == KVIO_OK)
+        probe_sum_up(probe, search->options->attain);
+    return status;
+}
+
 static kvio_status_t probe_at(search_t *search, double rate, probe_t **probe_p, char *error_p,
                               size_t error_len)
 {
-    const kvio_capacity_options_t *options = search->options;
     if (search->num_probes == KVIO_CAPACITY_MAX_PROBES) {
         snprintf(error_p, error_len, "capacity: %d probes without converging (widen "
                  "--tolerance or give --low/--high)", KVIO_CAPACITY_MAX_PROBES);
         return KVIO_ERR_CONFIG;
     }
-    if (options->stop != NULL && *options->stop) {
-        snprintf(error_p, error_len, "capacity interrupted before the probe at %.6g req/s",
-                 rate);
-        return KVIO_ERR_INTERRUPTED;
-    }
     probe_t *probe = &search->probes[search->num_probes];
-    *probe = (probe_t){.rate = rate};
-    snprintf(probe->dir, sizeof(probe->dir), "%s/%s-%.6g", search->directory, search->point,
-             rate);
-    kvio_workload_t workload;
-    char error[1024] = "";
-    kvio_status_t status = load_at(search, rate, &workload, error, sizeof(error));
-    json_t *summary = NULL;
+    kvio_status_t status = run_probe(search, rate, probe, error_p, error_len);
     if (status == KVIO_OK) {
-        kvio_run_options_t run_options = {.output_dir = probe->dir, .force = options->force,
-                                          .source = options->source, .quiet = true,
-                                          .stop = options->stop, .summary_p = &summary};
-        kvio_run_result_t result;
-        status = kvio_run(&workload, &run_options, &result, error, sizeof(error));
-        kvio_workload_free(&workload);
+        search->num_probes++;
+        *probe_p = probe;
     }
-    if (status != KVIO_OK) {
-        snprintf(error_p, error_len, "capacity: the probe at %.6g req/s: %s", rate, error);
-        json_decref(summary);
-        return status;
-    }
-    const json_t *metrics = json_object_get(summary, "metrics");
-    probe->attain = number_at(metrics, "slo_attainment", "both");
-    probe->ttft_attain = number_at(metrics, "slo_attainment", "ttft");
-    probe->tpot_attain = number_at(metrics, "slo_attainment", "tpot");
-    probe->throughput = number_at(metrics, "request_throughput", NULL);
-    probe->offered = number_at(metrics, "offered_rate", NULL);
-    probe->ttft_p99_ms = number_at(metrics, "ttft_ms", "p99");
-    probe->tpot_p99_ms = number_at(metrics, "tpot_ms", "p99");
-    /* Closed loop, the offered rate is what was served: no overload. */
-    probe->overloaded = !options->users && probe->offered > 0 &&
-                        probe->throughput < OVERLOAD_SERVED * probe->offered;
-    probe->met = probe->attain >= options->attain && !probe->overloaded;
-    json_decref(summary);
-    search->num_probes++;
-    *probe_p = probe;
-    return KVIO_OK;
+    return status;
 }
 
 /* Probes rate, which lies in [*low_p, *high_p]: it becomes the new low if
@@ -199,43 +282,25 @@ static int compare_probes(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static json_t *result_json(search_t *search, double capacity, double high)
+/* The curve in rate order; the knee below the first failure; whether a
+ * probe met above a failure (the curve is not monotone: near the knee the
+ * share within the SLO can rise again with the rate). */
+static void find_knee(search_t *search)
 {
-    const kvio_capacity_options_t *options = search->options;
     qsort(search->probes, search->num_probes, sizeof(probe_t), compare_probes);
-    json_t *curve = json_array();
-    const probe_t *first_failed = NULL;
+    search->knee = search->first_failed = NULL;
+    search->monotone = true;
     for (size_t i = 0; i < search->num_probes; i++) {
-        const probe_t *p = &search->probes[i];
-        if (!p->met && first_failed == NULL)
-            first_failed = p;
-        json_array_append_new(
-            curve, json_pack("{s:f, s:b, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
-                             search->point, p->rate, "met", p->met, "overloaded", p->overloaded,
-                             "attainment", p->attain,
-                             "ttft_attainment", p->ttft_attain, "tpot_attainment",
-                             p->tpot_attain, "request_throughput", p->throughput,
-                             "offered_rate", p->offered, "ttft_p99_ms", p->ttft_p99_ms,
-                             "tpot_p99_ms", p->tpot_p99_ms, "dir", p->dir));
+        const probe_t *probe = &search->probes[i];
+        if (!probe->met && search->first_failed == NULL)
+            search->first_failed = probe;
+        else if (probe->met && search->first_failed == NULL)
+            search->knee = probe;
+        else if (probe->met && search->monotone) {
+            search->monotone = false;
+            search->reentry_rate = probe->rate;
+        }
     }
-    /* The bound that fails the most requests where the SLO first fails. */
-    const char *binding = first_failed == NULL ? "none"
-                          : first_failed->attain >= options->attain ? "throughput"
-                          : first_failed->ttft_attain <= first_failed->tpot_attain ? "ttft"
-                                                                                   : "tpot";
-    json_t *result = json_pack(
-        "{s:s, s:s, s:s, s:f, s:f, s:{s:s?, s:s?}, s:f, s:s, s:I, s:o}", "workload",
-        options->source, "directory", search->directory, "varies",
-        options->users ? search->users_key : "stream.arrival.rate", "capacity", capacity,
-        "first_failing", high, "slo", "ttft",
-        search->ttft_set[0] ? strchr(search->ttft_set, '=') + 1 : NULL, "tpot",
-        search->tpot_set[0] ? strchr(search->tpot_set, '=') + 1 : NULL, "attain",
-        options->attain, "binding", binding, "probes", (json_int_t)search->num_probes, "curve",
-        curve);
-    /* The capacity under its unit's name too. */
-    json_object_set_new(result, options->users ? "capacity_users" : "capacity_rps",
-                        json_real(capacity));
-    return result;
 }
 
 /* The options and the workload fit a search: simulate, a synthetic stream
@@ -268,6 +333,21 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
     if (tpot_ns > 0)
         snprintf(search->tpot_set, sizeof(search->tpot_set), "slo.tpot=%lldns",
                  (long long)tpot_ns);
+    search->base_seed = workload.seed;
+    search->duration_s = (double)workload.duration_ns / 1e9;
+    /* A warm-up left out of every probe: the workload's own, else the first
+     * share of its duration (chat sessions ramp up through it). */
+    double share = options->warmup_share == 0 ? DEFAULT_WARMUP_SHARE : options->warmup_share;
+    /* A batch's requests all arrive at once: no ramp to leave out. */
+    bool batch = workload.stream.arrival.process == KVIO_ARRIVAL_BATCH;
+    if (workload.warmup_ns <= 0 && workload.warmup_requests <= 0 && share > 0 && !batch &&
+        workload.duration_ns > 0) {
+        search->warmup_s = share * search->duration_s;
+        snprintf(search->warmup_set, sizeof(search->warmup_set), "warmup=%.6gs",
+                 search->warmup_s);
+    } else {
+        search->warmup_s = (double)workload.warmup_ns / 1e9;
+    }
     const kvio_stream_config_t *stream = &workload.stream;
     bool rate_fixed = stream->trace.path != NULL && stream->trace.path[0] != '\0';
     if (ttft_ns <= 0 && tpot_ns <= 0) {
@@ -314,27 +394,55 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
     return status;
 }
 
+/* The confirm run: the knee's configured rate for the workload's whole
+ * duration, seed as the first probe's. */
+static kvio_status_t confirm(search_t *search, char *error_p, size_t error_len)
+{
+    if (search->knee == NULL || search->options->no_confirm)
+        return KVIO_OK;
+    probe_t *probe = &search->confirm;
+    *probe = (probe_t){.rate = search->knee->rate, .num_runs = 1};
+    snprintf(probe->dir, sizeof(probe->dir), "%s/confirm-%.6g", search->directory,
+             probe->rate);
+    kvio_status_t status = run_seed(search, probe->rate, search->base_seed + search->seeds,
+                                    probe->dir, &probe->runs[0], error_p, error_len);
+    if (status == KVIO_OK) {
+        probe_sum_up(probe, search->options->attain);
+        search->confirmed = true;
+    }
+    return status;
+}
+
 /* One search (a --vary value's when variant_set is set, into directory). */
 static kvio_status_t search_one(const kvio_capacity_options_t *options, const char *variant_set,
-                                const char *directory, json_t **result_p, char *error_p,
-                                size_t error_len)
+                                const char *variant_value, const char *directory,
+                                search_t **search_p, char *error_p, size_t error_len)
 {
-    *result_p = NULL;
     search_t *search = calloc(1, sizeof(*search));
     if (search == NULL)
         return KVIO_ERR_NOMEM;
     search->options = options;
     search->variant_set = variant_set;
+    search->variant_value = variant_value;
     search->point = options->users ? "users" : "rate";
+    search->seeds = options->seeds > 0 ? options->seeds : DEFAULT_SEEDS;
+    search->start_ns = kvio_wall_time_ns();
     if (directory != NULL)
         snprintf(search->directory, sizeof(search->directory), "%s", directory);
     double start = 0, low = 0, high = 0;
     kvio_results_t *top = NULL;
-    kvio_status_t status = check_search(search, &start, error_p, error_len);
+    kvio_status_t status = KVIO_OK;
+    if (search->seeds > KVIO_CAPACITY_MAX_SEEDS) {
+        snprintf(error_p, error_len, "capacity: --seeds takes 1 to %d", KVIO_CAPACITY_MAX_SEEDS);
+        status = KVIO_ERR_CONFIG;
+    }
+    if (status == KVIO_OK)
+        status = check_search(search, &start, error_p, error_len);
     if (status == KVIO_OK) {
         /* Every probe's workload must load before the first runs. */
         kvio_workload_t workload;
-        status = load_at(search, start > 0 ? start : 1, &workload, error_p, error_len);
+        status = load_at(search, start > 0 ? start : 1, search->base_seed, &workload, error_p,
+                         error_len);
         if (status == KVIO_OK)
             kvio_workload_free(&workload);
     }
@@ -349,100 +457,277 @@ static kvio_status_t search_one(const kvio_capacity_options_t *options, const ch
         status = narrow_at(search, options->users ? floor((low + high) / 2) : (low + high) / 2,
                            &low, &high, error_p, error_len);
     if (status == KVIO_OK) {
-        json_t *result = result_json(search, low, high);
-        status = kvio_results_write_json(top, "capacity.json", result, error_p, error_len);
-        if (status == KVIO_OK)
-            *result_p = result;
-        else
-            json_decref(result);
+        find_knee(search);
+        status = confirm(search, error_p, error_len);
     }
     kvio_results_destroy(top);
-    free(search);
+    if (status != KVIO_OK) {
+        free(search);
+        return status;
+    }
+    *search_p = search;
+    return KVIO_OK;
+}
+
+/* ---- rendering ----------------------------------------------------------- */
+
+/* Decimals that the interval supports: its first significant digit, and
+ * one more (a knee of 8.6712 +- 0.42 is 8.67 +- 0.42). */
+static int decimals_for(double ci95, double value)
+{
+    double scale = ci95 > 0 ? ci95 : fabs(value) / 1000;
+    if (!(scale > 0))
+        return 2;
+    int decimals = 1 - (int)floor(log10(scale));
+    return decimals < 0 ? 0 : decimals > 6 ? 6 : decimals;
+}
+
+static void format_knee(const search_t *search, char *text_p, size_t text_len)
+{
+    const probe_t *knee = search->knee;
+    if (knee == NULL) {
+        snprintf(text_p, text_len, "none: the lowest load tried failed");
+        return;
+    }
+    int decimals = decimals_for(knee->offered_ci95, knee->offered);
+    if (search->options->users)
+        snprintf(text_p, text_len, "%.0f users (%.*f +- %.*f req/s offered)", knee->rate,
+                 decimals, knee->offered, decimals, knee->offered_ci95);
+    else
+        snprintf(text_p, text_len, "%.*f +- %.*f req/s offered (95 %% interval over %ld seeds; "
+                 "stream.arrival.rate %.4g)", decimals, knee->offered, decimals,
+                 knee->offered_ci95, knee->num_runs, knee->rate);
+}
+
+/* The bound that fails the most requests where the SLO first fails. */
+static const char *binding_of(const search_t *search)
+{
+    const probe_t *failed = search->first_failed;
+    if (failed == NULL)
+        return "none";
+    if (failed->overloaded || failed->attain >= search->options->attain)
+        return "throughput";
+    return failed->ttft_attain <= failed->tpot_attain ? "ttft" : "tpot";
+}
+
+static json_t *probe_json(const search_t *search, const probe_t *probe)
+{
+    json_t *seeds = json_array();
+    for (long r = 0; r < probe->num_runs; r++) {
+        const seed_run_t *run = &probe->runs[r];
+        json_array_append_new(
+            seeds, json_pack("{s:I, s:f, s:f, s:f, s:f, s:b}", "seed",
+                             (json_int_t)(search->base_seed + r), "offered_rate", run->offered,
+                             "request_throughput", run->throughput, "attainment", run->attain,
+                             "ttft_p99_ms", run->ttft_p99_ms, "overloaded", run->overloaded));
+    }
+    return json_pack("{s:f, s:b, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:o}",
+                     search->point, probe->rate, "met", probe->met, "overloaded",
+                     probe->overloaded, "attainment", probe->attain, "ttft_attainment",
+                     probe->ttft_attain, "tpot_attainment", probe->tpot_attain,
+                     "request_throughput", probe->throughput, "offered_rate", probe->offered,
+                     "offered_rate_ci95", probe->offered_ci95, "ttft_p99_ms", probe->ttft_p99_ms,
+                     "tpot_p99_ms", probe->tpot_p99_ms, "dir", probe->dir, "seeds", seeds);
+}
+
+static json_t *search_json(const search_t *search)
+{
+    const kvio_capacity_options_t *options = search->options;
+    json_t *curve = json_array();
+    for (size_t i = 0; i < search->num_probes; i++)
+        json_array_append_new(curve, probe_json(search, &search->probes[i]));
+    char knee_text[192];
+    format_knee(search, knee_text, sizeof(knee_text));
+    const probe_t *knee = search->knee;
+    json_t *result = json_pack(
+        "{s:s, s:s, s:s, s:{s:s?, s:s?}, s:f, s:I, s:f, s:s, s:I, s:b, s:o}", "workload",
+        options->source, "directory", search->directory, "varies",
+        options->users ? search->users_key : "stream.arrival.rate", "slo", "ttft",
+        search->ttft_set[0] ? strchr(search->ttft_set, '=') + 1 : NULL, "tpot",
+        search->tpot_set[0] ? strchr(search->tpot_set, '=') + 1 : NULL, "attain",
+        options->attain, "seeds", (json_int_t)search->seeds, "warmup_s", search->warmup_s,
+        "binding", binding_of(search), "probes", (json_int_t)search->num_probes, "monotone",
+        search->monotone, "curve", curve);
+    /* The knee in the load as measured (capacity), the configured rate that
+     * offered it, and its text as printed. */
+    json_object_set_new(result, "knee",
+                        knee != NULL ? json_pack("{s:f, s:f, s:f, s:s}", "offered_rate",
+                                                 knee->offered, "offered_rate_ci95",
+                                                 knee->offered_ci95, search->point, knee->rate,
+                                                 "text", knee_text)
+                                     : json_null());
+    json_object_set_new(result, "capacity",
+                        json_real(knee == NULL ? 0 : options->users ? knee->rate
+                                                                    : knee->offered));
+    json_object_set_new(result, options->users ? "capacity_users" : "capacity_rps",
+                        json_real(knee == NULL ? 0 : options->users ? knee->rate
+                                                                    : knee->offered));
+    json_object_set_new(result, "first_failing",
+                        json_real(search->first_failed != NULL ? search->first_failed->rate : 0));
+    if (!search->monotone)
+        json_object_set_new(result, "reentry", json_real(search->reentry_rate));
+    if (search->confirmed)
+        json_object_set_new(result, "confirm", probe_json(search, &search->confirm));
+    if (search->variant_value != NULL) {
+        json_object_set_new(result, "vary", json_string(options->vary_key));
+        json_object_set_new(result, "value", json_string(search->variant_value));
+    }
+    return result;
+}
+
+/* One search's capacity.json: provenance and the search. */
+static json_t *search_document(const kvio_capacity_t *capacity, const search_t *search)
+{
+    json_t *result = run_provenance_json(NULL, NULL, capacity->start_ns);
+    json_t *one = search_json(search);
+    json_object_update(result, one);
+    json_decref(one);
+    return result;
+}
+
+json_t *kvio_capacity_json(const kvio_capacity_t *capacity)
+{
+    const kvio_capacity_options_t *options = capacity->options;
+    if (options->num_vary == 0)
+        return search_document(capacity, capacity->searches[0]);
+    json_t *result = run_provenance_json(NULL, NULL, capacity->start_ns);
+    json_t *variants = json_array();
+    for (size_t s = 0; s < capacity->num_searches; s++)
+        json_array_append_new(variants, search_json(capacity->searches[s]));
+    json_object_set_new(result, "workload", json_string(options->source));
+    json_object_set_new(result, "directory", json_string(options->output_dir));
+    json_object_set_new(result, "vary", json_string(options->vary_key));
+    json_object_set_new(result, "variants", variants);
+    return result;
+}
+
+static void print_search(const search_t *search, FILE *out)
+{
+    const kvio_capacity_options_t *options = search->options;
+    char variant[256] = "", knee_text[192];
+    if (search->variant_value != NULL)
+        snprintf(variant, sizeof(variant), " %s=%s", options->vary_key, search->variant_value);
+    format_knee(search, knee_text, sizeof(knee_text));
+    fprintf(out, "kvio capacity %s%s: %s\n", options->source, variant, knee_text);
+    fprintf(out, "  SLO met by %.0f%% of requests (binding: %s); %ld seeds a probe", 
+            100 * options->attain, binding_of(search), search->seeds);
+    if (search->warmup_s > 0)
+        fprintf(out, "; the first %.3g s of arrivals (warm-up: sessions ramping) left out",
+                search->warmup_s);
+    fprintf(out, "\n");
+    fprintf(out, "  %10s %14s %6s %10s %10s %10s %12s %12s\n", search->point, "offered req/s",
+            "met", "attained", "ttft", "tpot", "ttft p99 ms", "tpot p99 ms");
+    for (size_t i = 0; i < search->num_probes; i++) {
+        const probe_t *p = &search->probes[i];
+        char offered[48];
+        snprintf(offered, sizeof(offered), "%.*f+-%.*f",
+                 decimals_for(p->offered_ci95, p->offered), p->offered,
+                 decimals_for(p->offered_ci95, p->offered), p->offered_ci95);
+        fprintf(out, "  %10.4g %14s %6s %9.1f%% %9.1f%% %9.1f%% %12.2f %12.2f\n", p->rate,
+                offered, p->met ? "yes" : p->overloaded ? "behind" : "no", 100 * p->attain,
+                100 * p->ttft_attain, 100 * p->tpot_attain, p->ttft_p99_ms, p->tpot_p99_ms);
+    }
+    if (!search->monotone)
+        fprintf(out, "  not monotone: the SLO failed at %.4g and was met again at %.4g; the "
+                "knee is the last load met below the first failure\n",
+                search->first_failed->rate, search->reentry_rate);
+    if (search->confirmed) {
+        const probe_t *c = &search->confirm;
+        fprintf(out, "  confirm at %.4g for the whole %.3g s: %s (%.1f%% within the SLO, "
+                "%.4g req/s offered, %.4g served)\n", c->rate, search->duration_s,
+                c->met ? "the SLO held" : "the SLO did NOT hold", 100 * c->attain, c->offered,
+                c->throughput);
+    }
+}
+
+void kvio_capacity_print(const kvio_capacity_t *capacity, FILE *out)
+{
+    for (size_t s = 0; s < capacity->num_searches; s++)
+        print_search(capacity->searches[s], out);
+    fprintf(out, "  results: %s (capacity.json)\n",
+            capacity->options->output_dir != NULL ? capacity->options->output_dir
+                                                  : capacity->searches[0]->directory);
+}
+
+void kvio_capacity_destroy(kvio_capacity_t *capacity)
+{
+    if (capacity == NULL)
+        return;
+    for (size_t s = 0; s < capacity->num_searches; s++)
+        free(capacity->searches[s]);
+    free(capacity->searches);
+    free(capacity);
+}
+
+/* A --vary value's search, in its own directory: capacity.json as a
+ * single search writes it. */
+static kvio_status_t write_search(const kvio_capacity_t *capacity, const search_t *search,
+                                  char *error_p, size_t error_len)
+{
+    json_t *result = search_document(capacity, search);
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/capacity.json", search->directory);
+    kvio_status_t status = kvio_json_write_atomic(path, result, error_p, error_len);
+    json_decref(result);
     return status;
 }
 
-kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **result_p,
-                            char *error_p, size_t error_len)
+kvio_status_t kvio_capacity(const kvio_capacity_options_t *options,
+                            kvio_capacity_t **capacity_p, char *error_p, size_t error_len)
 {
-    if (options->num_vary == 0)
-        return search_one(options, NULL, NULL, result_p, error_p, error_len);
-    *result_p = NULL;
-    if (options->output_dir == NULL) {
+    *capacity_p = NULL;
+    if (options->num_vary > 0 && options->output_dir == NULL) {
         snprintf(error_p, error_len, "capacity: --vary needs -o DIR (one search per value in "
                  "DIR/KEY-VALUE)");
         return KVIO_ERR_CONFIG;
     }
+    kvio_capacity_t *capacity = calloc(1, sizeof(*capacity));
+    size_t count = options->num_vary > 0 ? options->num_vary : 1;
+    if (capacity == NULL || (capacity->searches = calloc(count, sizeof(search_t *))) == NULL) {
+        free(capacity);
+        return KVIO_ERR_NOMEM;
+    }
+    capacity->options = options;
+    capacity->start_ns = kvio_wall_time_ns();
     kvio_results_t *top = NULL;
-    kvio_status_t status = kvio_results_create(options->output_dir, "capacity", options->force,
-                                               &top, error_p, error_len);
-    json_t *variants = json_array();
-    for (size_t v = 0; status == KVIO_OK && v < options->num_vary; v++) {
+    kvio_status_t status = KVIO_OK;
+    if (options->num_vary > 0)
+        status = kvio_results_create(options->output_dir, "capacity", options->force, &top,
+                                     error_p, error_len);
+    for (size_t v = 0; status == KVIO_OK && v < count; v++) {
         char set[512], directory[1200];
-        snprintf(set, sizeof(set), "%s=%s", options->vary_key, options->vary_values[v]);
-        snprintf(directory, sizeof(directory), "%s/%s-%s", options->output_dir,
-                 options->vary_key, options->vary_values[v]);
-        for (char *c = directory + strlen(options->output_dir) + 1; *c != '\0'; c++)
-            if (*c == '/' || *c == ' ')
-                *c = '_';
-        json_t *one = NULL;
-        status = search_one(options, set, directory, &one, error_p, error_len);
-        if (status == KVIO_OK) {
-            json_object_set_new(one, "vary", json_string(options->vary_key));
-            json_object_set_new(one, "value", json_string(options->vary_values[v]));
-            json_array_append_new(variants, one);
+        const char *variant_set = NULL, *value = NULL, *dir = NULL;
+        if (options->num_vary > 0) {
+            value = options->vary_values[v];
+            snprintf(set, sizeof(set), "%s=%s", options->vary_key, value);
+            snprintf(directory, sizeof(directory), "%s/%s-%s", options->output_dir,
+                     options->vary_key, value);
+            for (char *c = directory + strlen(options->output_dir) + 1; *c != '\0'; c++)
+                if (*c == '/' || *c == ' ')
+                    *c = '_';
+            variant_set = set;
+            dir = directory;
         }
+        status = search_one(options, variant_set, value, dir, &capacity->searches[v], error_p,
+                            error_len);
+        if (status == KVIO_OK)
+            capacity->num_searches++;
+        if (status == KVIO_OK && options->num_vary > 0)
+            status = write_search(capacity, capacity->searches[v], error_p, error_len);
     }
     if (status == KVIO_OK) {
-        json_t *result = json_pack("{s:s, s:s, s:s, s:o}", "workload", options->source,
-                                   "directory", options->output_dir, "vary", options->vary_key,
-                                   "variants", variants);
-        variants = NULL;
-        status = kvio_results_write_json(top, "capacity.json", result, error_p, error_len);
-        if (status == KVIO_OK)
-            *result_p = result;
-        else
-            json_decref(result);
+        json_t *result = kvio_capacity_json(capacity);
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/capacity.json",
+                 options->num_vary > 0 ? options->output_dir : capacity->searches[0]->directory);
+        status = kvio_json_write_atomic(path, result, error_p, error_len);
+        json_decref(result);
     }
-    json_decref(variants);
     kvio_results_destroy(top);
-    return status;
-}
-
-static void table_one(const json_t *result, FILE *out)
-{
-    bool users = json_object_get(result, "capacity_users") != NULL;
-    const char *point = users ? "users" : "rate";
-    const json_t *value = json_object_get(result, "value");
-    char variant[256] = "";
-    if (value != NULL)
-        snprintf(variant, sizeof(variant), " %s=%s",
-                 json_string_value(json_object_get(result, "vary")), json_string_value(value));
-    fprintf(out, "kvio capacity %s%s: %.4g %s (SLO met by %.0f%% of requests; binding: %s)\n",
-            json_string_value(json_object_get(result, "workload")), variant,
-            json_number_value(json_object_get(result, "capacity")), users ? "users" : "req/s",
-            100 * json_number_value(json_object_get(result, "attain")),
-            json_string_value(json_object_get(result, "binding")));
-    fprintf(out, "  %10s %6s %10s %10s %10s %12s %12s\n", point, "met", "attained", "ttft",
-            "tpot", "ttft p99 ms", "tpot p99 ms");
-    const json_t *curve = json_object_get(result, "curve");
-    for (size_t i = 0; i < json_array_size(curve); i++) {
-        const json_t *p = json_array_get(curve, i);
-#define F(key) json_number_value(json_object_get(p, key))
-        fprintf(out, "  %10.4g %6s %9.1f%% %9.1f%% %9.1f%% %12.2f %12.2f\n", F(point),
-                json_is_true(json_object_get(p, "met")) ? "yes" : "no", 100 * F("attainment"),
-                100 * F("ttft_attainment"), 100 * F("tpot_attainment"), F("ttft_p99_ms"),
-                F("tpot_p99_ms"));
-#undef F
+    if (status != KVIO_OK) {
+        kvio_capacity_destroy(capacity);
+        return status;
     }
-}
-
-void kvio_capacity_table(const json_t *result, FILE *out)
-{
-    const json_t *variants = json_object_get(result, "variants");
-    if (variants == NULL)
-        table_one(result, out);
-    for (size_t v = 0; v < json_array_size(variants); v++)
-        table_one(json_array_get(variants, v), out);
-    fprintf(out, "  results: %s (capacity.json)\n",
-            json_string_value(json_object_get(result, "directory")));
+    *capacity_p = capacity;
+    return KVIO_OK;
 }

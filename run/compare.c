@@ -1,8 +1,12 @@
 /* kvio_compare: every variant checked before the first runs, then each run
- * on the identical stream (the same seeds), its metrics gathered from the
- * summary kvio_run wrote, means with 95 % confidence intervals (Student t)
- * and, with seeds, the paired difference from the first variant (seed by
- * seed: the same stream), into compare.json; kvio_compare_table prints it. */
+ * on the identical stream (the same seeds); each run's figures taken from
+ * its typed result (kvio/result.h, never from a file or JSON it wrote),
+ * their means with 95 % confidence intervals (Student t) and, with seeds,
+ * the paired difference from the first variant (seed by seed: the same
+ * stream). Each variant's verdict is its runs' (an overloaded run is never
+ * valid). compare.json, compare.csv and the table are rendered from the
+ * comparison. The rows are the figures the declaration gives a compare
+ * label (kvio/figures.def), then those --metrics names. */
 #include "kvio/compare.h"
 
 #include "run/run_int.h"
@@ -19,81 +23,15 @@
 #include "kvio/sysinfo.h"
 
 #define MAX_SETS 160
+/* Rows at most: every figure a build may declare, and the --metrics ones. */
+#define MAX_COMPARED 1024
 
-/* The metrics compared, as (path: keys joined by dots, field, label); a row
- * shows when some variant has its metric (a run without serving has no
- * latencies, one without updates no update latency). */
+/* One row: a declared figure, with its label (the declaration's compare
+ * label, or for --metrics its name). */
 typedef struct compared {
-    const char *key;
-    const char *field;
+    kvio_figure_t figure;
     const char *label;
 } compared_t;
-
-/* Rows whose means decide whether a variant is overloaded. */
-#define OFFERED_ROW "offered_rate (req/s)"
-#define SERVED_ROW "request_throughput (req/s)"
-
-static const compared_t compared_metrics[] = {
-    {"offered_rate", NULL, OFFERED_ROW},
-    {"request_throughput", NULL, SERVED_ROW},
-    {"output_throughput", NULL, "output_throughput (tok/s)"},
-    {"goodput", NULL, "goodput (req/s)"},
-    {"ttft_ms", "p50", "ttft_ms p50"},
-    {"ttft_ms", "p99", "ttft_ms p99"},
-    {"tpot_ms", "p50", "tpot_ms p50"},
-    {"tpot_ms", "p99", "tpot_ms p99"},
-    {"e2el_ms", "p99", "e2el_ms p99"},
-    {"hit_rate", NULL, "hit_rate"},
-    {"preemptions", NULL, "preemptions"},
-    {"recomputed_tokens", NULL, "recomputed_tokens"},
-    {"kv_usage_mean", NULL, "kv_usage_mean"},
-    {"model_updates.update_latency_ms", "mean", "update latency ms (mean)"},
-    {"model_updates", "inference_stall_total_ms", "inference stall ms"},
-    {"model_updates.weight_sync", "update_ms", "weight sync ms (last server)"},
-    {"model_updates", "wire_bytes_from_trainer", "update bytes from trainer"},
-    {"model_updates", "wire_bytes_forwarded", "update bytes forwarded"},
-    {"model_updates.weight_sync", "wire_bytes", "weight sync wire bytes"},
-    {"model_updates.weight_sync", "wire_bytes_from_trainer", "weight sync bytes from src"},
-    {"model_updates.weight_sync", "wire_bytes_forwarded", "weight sync bytes forwarded"},
-    {"update_cost.ttft_p99_ms", "delta", "update cost: ttft p99 ms"},
-    {"update_cost.tpot_p99_ms", "delta", "update cost: tpot p99 ms"},
-    {"update_cost.hit_rate", "delta", "update cost: hit rate"},
-    {"update_cost", "requests_affected", "update cost: requests"},
-    {"update_cost.stall_ms_per_update", "p99", "update cost: stall p99 ms"},
-    {"update_interference", "ttft_p99_ratio", "trend: ttft p99 after/bef."},
-    {"update_interference", "hit_rate_before", "trend: hit_rate before"},
-    {"update_interference", "hit_rate_after", "trend: hit_rate after"},
-    {"update_effects", "stale_hit_tokens", "stale_hit_tokens"},
-    {"update_effects", "update_recomputed_tokens", "tokens recomputed (updates)"},
-    {"mean_inference_loss", NULL, "mean inference loss"},
-    {"storage", "storage_throughput_tokens_per_s", "storage throughput (tok/s)"},
-    {"storage", "cached_tokens_per_s", "cached tokens (tok/s)"},
-};
-#define NUM_FIXED (sizeof(compared_metrics) / sizeof(compared_metrics[0]))
-#define MAX_COMPARED (NUM_FIXED + KVIO_COMPARE_MAX_METRICS)
-
-/* The metric's value in a run's summary (keys by dots under metrics, or
- * under storage for storage.*; a number indexes an array); NAN when the run
- * does not have it. */
-static double read_metric(const json_t *summary, const compared_t *which)
-{
-    char path[256];
-    snprintf(path, sizeof(path), "%s", which->key);
-    bool storage = strncmp(path, "storage", 7) == 0 && (path[7] == '\0' || path[7] == '.');
-    const json_t *value = storage ? summary : json_object_get(summary, "metrics");
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL && value != NULL;
-         key = strtok_r(NULL, ".", &save)) {
-        char *end = NULL;
-        unsigned long index = strtoul(key, &end, 10);
-        value = json_is_array(value) && end != key && *end == '\0'
-                    ? json_array_get(value, index)
-                    : json_object_get(value, key);
-    }
-    if (which->field != NULL)
-        value = json_object_get(value, which->field);
-    return json_is_number(value) ? json_number_value(value) : NAN;
-}
 
 /* The median and the coefficient of variation (sample standard deviation
  * over the mean) of count values, those that are not NAN. */
@@ -122,16 +60,30 @@ static void spread(const double *values, long count, double *median_p, double *c
     *cv_p = n > 1 && mean != 0 ? sqrt(squares / (double)(n - 1)) / fabs(mean) : 0;
 }
 
-/* The rows of this compare: the fixed ones, then the options' extra keys. */
-static size_t compared_list(const kvio_compare_options_t *options, compared_t *list_p)
+/* The rows of this compare: the declared ones, then the options' figures
+ * (each a declared figure's name; KVIO_ERR_CONFIG naming one that is not). */
+static kvio_status_t compared_list(const kvio_compare_options_t *options, compared_t *list_p,
+                                   size_t *count_p, char *error_p, size_t error_len)
 {
     size_t count = 0;
-    for (size_t m = 0; m < NUM_FIXED; m++)
-        list_p[count++] = compared_metrics[m];
-    for (size_t m = 0; m < options->num_metrics && m < KVIO_COMPARE_MAX_METRICS; m++)
-        list_p[count++] = (compared_t){.key = options->metrics[m],
-                                       .label = options->metrics[m]};
-    return count;
+    for (int f = 0; f < kvio_num_figures() && count < MAX_COMPARED - KVIO_COMPARE_MAX_METRICS;
+         f++) {
+        const kvio_figure_decl_t *decl = kvio_figure_decl((kvio_figure_t)f);
+        if (decl->compare != NULL && decl->compare[0] != '\0')
+            list_p[count++] = (compared_t){.figure = (kvio_figure_t)f, .label = decl->compare};
+    }
+    for (size_t m = 0; m < options->num_metrics && m < KVIO_COMPARE_MAX_METRICS; m++) {
+        kvio_figure_t figure = kvio_figure_find(options->metrics[m]);
+        if (figure == KVIO_FIGURE_NONE || kvio_figure_decl(figure)->kind == KVIO_KIND_TEXT) {
+            snprintf(error_p, error_len, "--metrics %s: not a number kvio reports (the names "
+                     "are summary.json's metrics paths, listed in docs/results.md, e.g. "
+                     "model_updates.update_latency_ms.p99)", options->metrics[m]);
+            return KVIO_ERR_CONFIG;
+        }
+        list_p[count++] = (compared_t){.figure = figure, .label = options->metrics[m]};
+    }
+    *count_p = count;
+    return KVIO_OK;
 }
 
 /* A variant: its overrides (the common ones, then KEY=VALUE per varied key)
@@ -191,43 +143,37 @@ static kvio_status_t variant_load(const kvio_compare_options_t *options, variant
     return status;
 }
 
-/* The paired difference of each metric from the first variant, seed by
- * seed (the same stream): mean and 95 % interval. */
-static json_t *paired_deltas(const compared_t *list, size_t count,
-                             const double (*first)[KVIO_COMPARE_MAX_REPEAT],
-                             const double (*mine)[KVIO_COMPARE_MAX_REPEAT], long repeat)
-{
-    json_t *deltas = json_object();
-    for (size_t m = 0; m < count; m++) {
-        double differences[KVIO_COMPARE_MAX_REPEAT], mean, half;
-        bool present = true;
-        for (long r = 0; r < repeat && present; r++) {
-            differences[r] = mine[m][r] - first[m][r];
-            present = !isnan(differences[r]);
-        }
-        if (!present)
-            continue;
-        kvio_mean_ci95(differences, repeat, &mean, &half);
-        json_object_set_new(deltas, list[m].label,
-                            json_pack("{s:f, s:f}", "mean", mean, "ci95", half));
-    }
-    return deltas;
-}
+/* One figure of one variant over its seeds: its mean and interval, median
+ * and coefficient of variation, and its paired difference from the first
+ * variant (with seeds). */
+typedef struct figure_stats {
+    bool present, has_delta;
+    double mean, ci95, median, cv;
+    double delta, delta_ci95;
+} figure_stats_t;
 
-/* Served under 80 % of what was offered: the queue grew through the run, so
- * its latencies say more about the run's length than about the variant. A
- * run that keeps up serves nearly all it is offered: only its drain at the
- * end (the last requests' latency) is not, short beside the run (rate 10 on
- * chat for 30 s serves 94 %; rate 200 serves 39 %). */
-#define OVERLOAD_SERVED_FRACTION 0.8
+/* A variant's runs and what they add up to. */
+typedef struct variant_result {
+    figure_stats_t stats[MAX_COMPARED];
+    bool valid, overloaded; /* every run valid; some run overloaded */
+    json_t *runs;           /* compare.json's list: dir, seed, valid, warnings */
+} variant_result_t;
 
-static bool overloaded(const json_t *means)
-{
-    const json_t *offered = json_object_get(json_object_get(means, OFFERED_ROW), "mean");
-    const json_t *served = json_object_get(json_object_get(means, SERVED_ROW), "mean");
-    return offered != NULL && served != NULL && json_number_value(offered) > 0 &&
-           json_number_value(served) < OVERLOAD_SERVED_FRACTION * json_number_value(offered);
-}
+struct kvio_comparison {
+    const kvio_compare_options_t *options;
+    size_t num_variants, num_loaded, done;
+    variant_t *variants;
+    variant_result_t *results;
+    kvio_workload_t *loaded;     /* every variant and seed, variant-major */
+    compared_t list[MAX_COMPARED];
+    size_t num_compared;
+    double (*values)[MAX_COMPARED][KVIO_COMPARE_MAX_REPEAT];
+    char directory[1024];
+    long long base_seed;         /* the workload's own seed, with the common overrides */
+    struct kvio_control_cache *twins; /* simulate's no-update twins, one per stream */
+    uint64_t start_ns;
+    json_t *host;
+};
 
 /* Refuses options that ask for more than compare holds. *num_variants_p:
  * the product of the varied keys' counts. */
@@ -267,22 +213,8 @@ static kvio_status_t check_options(const kvio_compare_options_t *options,
     return KVIO_OK;
 }
 
-/* What one compare holds while it runs. */
-typedef struct comparison {
-    const kvio_compare_options_t *options;
-    size_t num_variants, num_loaded, done;
-    variant_t *variants;
-    kvio_workload_t *loaded;     /* every variant and seed, variant-major */
-    compared_t list[MAX_COMPARED];
-    size_t num_compared;
-    double (*values)[MAX_COMPARED][KVIO_COMPARE_MAX_REPEAT];
-    char directory[1024];
-    long long base_seed;         /* the workload's own seed, with the common overrides */
-    struct kvio_control_cache *twins; /* simulate's no-update twins, one per stream */
-} comparison_t;
-
 /* The base seed and the output directory from the workload as given. */
-static kvio_status_t base_of(comparison_t *comparison, char *error_p, size_t error_len)
+static kvio_status_t base_of(kvio_comparison_t *comparison, char *error_p, size_t error_len)
 {
     const kvio_compare_options_t *options = comparison->options;
     kvio_workload_t workload;
@@ -308,7 +240,7 @@ static kvio_status_t base_of(comparison_t *comparison, char *error_p, size_t err
 }
 
 /* Every variant and seed is loaded and checked before anything runs. */
-static kvio_status_t load_variants(comparison_t *comparison, char *error_p, size_t error_len)
+static kvio_status_t load_variants(kvio_comparison_t *comparison, char *error_p, size_t error_len)
 {
     const kvio_compare_options_t *options = comparison->options;
     kvio_status_t status = base_of(comparison, error_p, error_len);
@@ -325,223 +257,271 @@ static kvio_status_t load_variants(comparison_t *comparison, char *error_p, size
     return status;
 }
 
-/* Variant i's runs, one per seed; its entry of compare.json in *entry_p. */
-static kvio_status_t run_variant(comparison_t *comparison, size_t i, json_t **entry_p,
-                                 char *error_p, size_t error_len)
+/* The paired difference of each figure from the first variant, seed by
+ * seed (the same stream): mean and 95 % interval. */
+static void paired_deltas(kvio_comparison_t *comparison, size_t i)
+{
+    long repeat = comparison->options->repeat;
+    for (size_t m = 0; m < comparison->num_compared; m++) {
+        double differences[KVIO_COMPARE_MAX_REPEAT];
+        bool present = true;
+        for (long r = 0; r < repeat && present; r++) {
+            differences[r] = comparison->values[i][m][r] - comparison->values[0][m][r];
+            present = !isnan(differences[r]);
+        }
+        figure_stats_t *stats = &comparison->results[i].stats[m];
+        if (!present)
+            continue;
+        kvio_mean_ci95(differences, repeat, &stats->delta, &stats->delta_ci95);
+        stats->has_delta = true;
+    }
+}
+
+/* One run of variant i with seed r: its figures into values, its verdict
+ * into the variant's. */
+static kvio_status_t run_one(kvio_comparison_t *comparison, size_t i, long r, char *error_p,
+                             size_t error_len)
 {
     const kvio_compare_options_t *options = comparison->options;
     variant_t *variant = &comparison->variants[i];
-    json_t *runs = json_array();
-    bool valid = true;
-    kvio_status_t status = KVIO_OK;
-    for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
-        if (options->stop != NULL && *options->stop) {
-            snprintf(error_p, error_len, "compare interrupted before variant %s", variant->name);
-            status = KVIO_ERR_INTERRUPTED;
-            break;
-        }
-        long long seed = comparison->base_seed + r;
-        kvio_workload_t *workload_r = &comparison->loaded[i * (size_t)options->repeat + (size_t)r];
-        char run_dir[1400], run_error[1024];
-        if (options->repeat > 1)
-            snprintf(run_dir, sizeof(run_dir), "%s/%s/seed-%lld", comparison->directory,
-                     variant->name, seed);
-        else
-            snprintf(run_dir, sizeof(run_dir), "%s/%s", comparison->directory, variant->name);
-        json_t *summary = NULL;
-        kvio_run_options_t run_options = {.output_dir = run_dir, .force = options->force,
-                                          .source = options->source, .quiet = true,
-                                          .stop = options->stop, .summary_p = &summary,
-                                          .control_cache = comparison->twins};
-        kvio_run_result_t result;
-        status = kvio_run(workload_r, &run_options, &result, run_error, sizeof(run_error));
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "variant %s: %s", variant->name, run_error);
-            json_decref(summary);
-            break;
-        }
-        /* The run's summary in memory: compare reads no file it wrote. */
-        json_t *metrics = json_object_get(summary, "metrics");
-        for (size_t m = 0; m < comparison->num_compared; m++)
-            comparison->values[i][m][r] = read_metric(summary, &comparison->list[m]);
-        const json_t *warnings = json_object_get(summary, "warnings");
-        valid = valid && json_array_size(warnings) == 0;
-        json_array_append_new(runs, json_pack("{s:s, s:I, s:O, s:b, s:O}", "dir", run_dir,
-                                              "seed", (json_int_t)seed, "metrics",
-                                              metrics != NULL ? metrics : json_null(), "valid",
-                                              json_array_size(warnings) == 0, "warnings",
-                                              warnings != NULL ? warnings : json_null()));
-        json_decref(summary);
-        if (options->progress != NULL)
-            options->progress(options->context, ++comparison->done,
-                              comparison->num_variants * (size_t)options->repeat,
-                              variant->name);
-    }
+    variant_result_t *outcome = &comparison->results[i];
+    long long seed = comparison->base_seed + r;
+    kvio_workload_t *workload = &comparison->loaded[i * (size_t)options->repeat + (size_t)r];
+    char run_dir[1400], run_error[1024];
+    if (options->repeat > 1)
+        snprintf(run_dir, sizeof(run_dir), "%s/%s/seed-%lld", comparison->directory,
+                 variant->name, seed);
+    else
+        snprintf(run_dir, sizeof(run_dir), "%s/%s", comparison->directory, variant->name);
+    kvio_result_t *result = NULL;
+    kvio_run_options_t run_options = {.output_dir = run_dir, .force = options->force,
+                                      .source = options->source, .quiet = true,
+                                      .stop = options->stop, .result_p = &result,
+                                      .control_cache = comparison->twins};
+    kvio_run_result_t ran;
+    kvio_status_t status = kvio_run(workload, &run_options, &ran, run_error, sizeof(run_error));
     if (status != KVIO_OK) {
-        json_decref(runs);
+        snprintf(error_p, error_len, "variant %s: %s", variant->name, run_error);
+        kvio_result_destroy(result);
         return status;
     }
-    json_t *means = json_object();
+    json_t *figures = json_object();
     for (size_t m = 0; m < comparison->num_compared; m++) {
-        double mean, half;
-        kvio_mean_ci95(comparison->values[i][m], options->repeat, &mean, &half);
-        if (isnan(mean))
-            continue; /* an optional metric this variant does not have */
-        /* The median and the coefficient of variation too: MLPerf Storage
-         * reports the median of its trials, and their spread is the figure
-         * that says whether a storage result can be trusted. */
-        double median = NAN, cv = NAN;
-        spread(comparison->values[i][m], options->repeat, &median, &cv);
-        json_object_set_new(means, comparison->list[m].label,
-                            json_pack("{s:f, s:f, s:f, s:f}", "mean", mean, "ci95", half,
-                                      "median", median, "cv", cv));
+        double value = kvio_result_get(result, comparison->list[m].figure);
+        comparison->values[i][m][r] = value;
+        if (!isnan(value))
+            json_object_set_new(figures, comparison->list[m].label, json_real(value));
     }
-    json_t *entry = json_pack("{s:s, s:O, s:o, s:o}", "name", variant->name, "settings",
-                              variant->settings, "runs", runs, "summary", means);
-    json_object_set_new(entry, "overloaded", json_boolean(overloaded(means)));
-    /* Valid when every run of it was (its runs list their warnings). */
-    json_object_set_new(entry, "valid", json_boolean(valid));
-    if (i > 0 && options->repeat > 1)
-        json_object_set_new(entry, "paired_delta_vs_first",
-                            paired_deltas(comparison->list, comparison->num_compared,
-                                          comparison->values[0], comparison->values[i],
-                                          options->repeat));
-    *entry_p = entry;
+    outcome->valid = outcome->valid && kvio_result_valid(result);
+    outcome->overloaded = outcome->overloaded || kvio_result_has_warning(result, "overload");
+    json_array_append_new(outcome->runs,
+                          json_pack("{s:s, s:I, s:o, s:b, s:o}", "dir", run_dir, "seed",
+                                    (json_int_t)seed, "figures", figures, "valid",
+                                    kvio_result_valid(result), "warnings",
+                                    kvio_result_warnings_json(result)));
+    kvio_result_destroy(result);
     return KVIO_OK;
 }
 
-/* compare.csv: a row per variant and metric, its mean and interval and
- * its paired difference from the first variant (empty where none). */
-static kvio_status_t write_compare_csv(kvio_results_t *top, const json_t *compare,
+/* Variant i's runs, one per seed, and their statistics. */
+static kvio_status_t run_variant(kvio_comparison_t *comparison, size_t i, char *error_p,
+                                 size_t error_len)
+{
+    const kvio_compare_options_t *options = comparison->options;
+    variant_result_t *outcome = &comparison->results[i];
+    outcome->valid = true;
+    outcome->runs = json_array();
+    kvio_status_t status = KVIO_OK;
+    for (long r = 0; r < options->repeat && status == KVIO_OK; r++) {
+        if (options->stop != NULL && *options->stop) {
+            snprintf(error_p, error_len, "compare interrupted before variant %s",
+                     comparison->variants[i].name);
+            return KVIO_ERR_INTERRUPTED;
+        }
+        status = run_one(comparison, i, r, error_p, error_len);
+        if (status == KVIO_OK && options->progress != NULL)
+            options->progress(options->context, ++comparison->done,
+                              comparison->num_variants * (size_t)options->repeat,
+                              comparison->variants[i].name);
+    }
+    if (status != KVIO_OK)
+        return status;
+    for (size_t m = 0; m < comparison->num_compared; m++) {
+        figure_stats_t *stats = &outcome->stats[m];
+        kvio_mean_ci95(comparison->values[i][m], options->repeat, &stats->mean, &stats->ci95);
+        if (isnan(stats->mean))
+            continue; /* a figure this variant does not have */
+        /* The median and the coefficient of variation too: MLPerf Storage
+         * reports the median of its trials, and their spread is the figure
+         * that says whether a storage result can be trusted. */
+        stats->median = stats->cv = NAN;
+        spread(comparison->values[i][m], options->repeat, &stats->median, &stats->cv);
+        stats->present = true;
+    }
+    if (i > 0 && options->repeat > 1)
+        paired_deltas(comparison, i);
+    return KVIO_OK;
+}
+
+/* ---- rendering ----------------------------------------------------------- */
+
+json_t *kvio_comparison_json(const kvio_comparison_t *comparison)
+{
+    const kvio_compare_options_t *options = comparison->options;
+    json_t *compare = run_provenance_json(NULL, comparison->host, comparison->start_ns);
+    json_t *rows = json_array(), *variants = json_array();
+    for (size_t m = 0; m < comparison->num_compared; m++)
+        json_array_append_new(rows, json_pack("{s:s, s:s}", "label", comparison->list[m].label,
+                                              "figure",
+                                              kvio_figure_decl(comparison->list[m].figure)->name));
+    for (size_t i = 0; i < comparison->num_variants; i++) {
+        const variant_result_t *outcome = &comparison->results[i];
+        json_t *means = json_object(), *deltas = json_object();
+        for (size_t m = 0; m < comparison->num_compared; m++) {
+            const figure_stats_t *stats = &outcome->stats[m];
+            const char *label = comparison->list[m].label;
+            if (stats->present)
+                json_object_set_new(means, label,
+                                    json_pack("{s:f, s:f, s:f, s:f}", "mean", stats->mean,
+                                              "ci95", stats->ci95, "median", stats->median,
+                                              "cv", stats->cv));
+            if (stats->has_delta)
+                json_object_set_new(deltas, label, json_pack("{s:f, s:f}", "mean", stats->delta,
+                                                             "ci95", stats->delta_ci95));
+        }
+        json_t *entry = json_pack("{s:s, s:O, s:O, s:o, s:b, s:b}", "name",
+                                  comparison->variants[i].name, "settings",
+                                  comparison->variants[i].settings, "runs", outcome->runs,
+                                  "summary", means, "valid", outcome->valid, "overloaded",
+                                  outcome->overloaded);
+        if (i > 0 && options->repeat > 1)
+            json_object_set_new(entry, "paired_delta_vs_first", deltas);
+        else
+            json_decref(deltas);
+        json_array_append_new(variants, entry);
+    }
+    uint64_t served = 0, shared = 0;
+    kvio_control_cache_counts(comparison->twins, &served, &shared);
+    json_object_set_new(compare, "workload", json_string(options->source));
+    json_object_set_new(compare, "directory", json_string(comparison->directory));
+    json_object_set_new(compare, "repeat", json_integer(options->repeat));
+    json_object_set_new(compare, "metrics", rows);
+    json_object_set_new(compare, "variants", variants);
+    /* The twins served, and the runs that shared one served before. */
+    json_object_set_new(compare, "controls", json_pack("{s:I, s:I}", "served", (json_int_t)served,
+                                                       "shared", (json_int_t)shared));
+    return compare;
+}
+
+/* compare.csv: a row per variant and figure, its mean and interval and its
+ * paired difference from the first variant (empty where none). */
+static kvio_status_t write_compare_csv(kvio_results_t *top, const kvio_comparison_t *comparison,
                                        char *error_p, size_t error_len)
 {
     kvio_csv_t *csv = NULL;
-    kvio_status_t status = kvio_csv_open(top, "compare.csv",
-                                         "variant,metric,mean,ci95,delta_vs_first,delta_ci95",
-                                         &csv);
+    kvio_status_t status = kvio_csv_open(
+        top, "compare.csv", "variant,metric,mean,ci95,delta_vs_first,delta_ci95,figure,valid",
+        &csv);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "compare.csv: %s", kvio_strerror(status));
         return status;
     }
-    const json_t *variants = json_object_get(compare, "variants");
-    const json_t *rows = json_object_get(compare, "metrics");
-    for (size_t v = 0; v < json_array_size(variants); v++) {
-        const json_t *variant = json_array_get(variants, v);
-        for (size_t m = 0; m < json_array_size(rows); m++) {
-            const char *label = json_string_value(json_array_get(rows, m));
-            const json_t *value = json_object_get(json_object_get(variant, "summary"), label);
-            if (value == NULL)
+    for (size_t i = 0; i < comparison->num_variants; i++) {
+        const variant_result_t *outcome = &comparison->results[i];
+        for (size_t m = 0; m < comparison->num_compared; m++) {
+            const figure_stats_t *stats = &outcome->stats[m];
+            if (!stats->present)
                 continue;
-            const json_t *delta =
-                json_object_get(json_object_get(variant, "paired_delta_vs_first"), label);
             char delta_text[96] = ",";
-            if (delta != NULL)
-                snprintf(delta_text, sizeof(delta_text), "%.10g,%.10g",
-                         json_number_value(json_object_get(delta, "mean")),
-                         json_number_value(json_object_get(delta, "ci95")));
-            kvio_csv_row(csv, "%s,%s,%.10g,%.10g,%s",
-                         json_string_value(json_object_get(variant, "name")), label,
-                         json_number_value(json_object_get(value, "mean")),
-                         json_number_value(json_object_get(value, "ci95")), delta_text);
+            if (stats->has_delta)
+                snprintf(delta_text, sizeof(delta_text), "%.10g,%.10g", stats->delta,
+                         stats->delta_ci95);
+            kvio_csv_row(csv, "%s,%s,%.10g,%.10g,%s,%s,%s", comparison->variants[i].name,
+                         comparison->list[m].label, stats->mean, stats->ci95, delta_text,
+                         kvio_figure_decl(comparison->list[m].figure)->name,
+                         outcome->valid ? "true" : "false");
         }
     }
     return kvio_csv_finish(csv, "compare.csv", error_p, error_len);
 }
 
-/* --metrics keys that no run of any variant had as a number (a typo added
- * nothing, silently): a warning each, printed and in compare.json. */
-static json_t *unknown_metrics(const comparison_t *comparison)
+static void comparison_free(kvio_comparison_t *comparison)
 {
-    json_t *warnings = json_array();
-    for (size_t m = NUM_FIXED; m < comparison->num_compared; m++) {
-        bool seen = false;
-        for (size_t i = 0; i < comparison->num_variants && !seen; i++)
-            for (long r = 0; r < comparison->options->repeat && !seen; r++)
-                seen = !isnan(comparison->values[i][m][r]);
-        if (seen)
-            continue;
-        char message[512];
-        snprintf(message, sizeof(message), "--metrics %s: no run has this number in "
-                 "summary.json's metrics (a dotted path, e.g. model_updates.update_latency_ms.p99)",
-                 comparison->list[m].key);
-        kvio_warn("compare: %s", message);
-        json_array_append_new(warnings, json_pack("{s:s, s:s, s:s}", "kind", "unknown_metric",
-                                                  "metric", comparison->list[m].key, "message",
-                                                  message));
-    }
-    return warnings;
+    for (size_t i = 0; comparison->variants != NULL && i < comparison->num_variants; i++)
+        json_decref(comparison->variants[i].settings);
+    for (size_t i = 0; comparison->results != NULL && i < comparison->num_variants; i++)
+        json_decref(comparison->results[i].runs);
+    for (size_t i = 0; i < comparison->num_loaded; i++)
+        kvio_workload_free(&comparison->loaded[i]);
+    free(comparison->loaded);
+    free(comparison->variants);
+    free(comparison->results);
+    free(comparison->values);
+    kvio_control_cache_destroy(comparison->twins);
+    json_decref(comparison->host);
+    free(comparison);
 }
 
-kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
-                           char *error_p, size_t error_len)
+void kvio_comparison_destroy(kvio_comparison_t *comparison)
 {
-    *compare_p = NULL;
-    comparison_t comparison = {.options = options};
-    kvio_status_t status = check_options(options, &comparison.num_variants, error_p, error_len);
-    if (status != KVIO_OK)
+    if (comparison != NULL)
+        comparison_free(comparison);
+}
+
+kvio_status_t kvio_compare(const kvio_compare_options_t *options,
+                           kvio_comparison_t **comparison_p, char *error_p, size_t error_len)
+{
+    *comparison_p = NULL;
+    kvio_comparison_t *comparison = calloc(1, sizeof(*comparison));
+    if (comparison == NULL)
+        return KVIO_ERR_NOMEM;
+    comparison->options = options;
+    comparison->start_ns = kvio_wall_time_ns();
+    kvio_status_t status = check_options(options, &comparison->num_variants, error_p, error_len);
+    if (status == KVIO_OK)
+        status = compared_list(options, comparison->list, &comparison->num_compared, error_p,
+                               error_len);
+    if (status != KVIO_OK) {
+        comparison_free(comparison);
         return status;
-    size_t total = comparison.num_variants * (size_t)options->repeat;
-    comparison.variants = calloc(comparison.num_variants, sizeof(*comparison.variants));
-    comparison.loaded = calloc(total, sizeof(*comparison.loaded));
-    comparison.values = calloc(comparison.num_variants, sizeof(*comparison.values));
-    comparison.num_compared = compared_list(options, comparison.list);
-    comparison.twins = kvio_control_cache_create();
-    json_t *variants_json = json_array();
+    }
+    size_t total = comparison->num_variants * (size_t)options->repeat;
+    comparison->variants = calloc(comparison->num_variants, sizeof(*comparison->variants));
+    comparison->results = calloc(comparison->num_variants, sizeof(*comparison->results));
+    comparison->loaded = calloc(total, sizeof(*comparison->loaded));
+    comparison->values = calloc(comparison->num_variants, sizeof(*comparison->values));
+    comparison->twins = kvio_control_cache_create();
+    comparison->host = kvio_host_json();
     kvio_results_t *top = NULL;
-    if (comparison.variants == NULL || comparison.values == NULL || comparison.loaded == NULL ||
-        comparison.twins == NULL) {
+    if (comparison->variants == NULL || comparison->values == NULL ||
+        comparison->loaded == NULL || comparison->results == NULL || comparison->twins == NULL) {
         snprintf(error_p, error_len, "compare: out of memory");
         status = KVIO_ERR_NOMEM;
     }
     if (status == KVIO_OK)
-        status = load_variants(&comparison, error_p, error_len);
+        status = load_variants(comparison, error_p, error_len);
     if (status == KVIO_OK)
-        status = kvio_results_create(comparison.directory, "compare", options->force, &top,
+        status = kvio_results_create(comparison->directory, "compare", options->force, &top,
                                      error_p, error_len);
-    for (size_t i = 0; i < comparison.num_variants && status == KVIO_OK; i++) {
-        json_t *entry = NULL;
-        status = run_variant(&comparison, i, &entry, error_p, error_len);
-        if (status == KVIO_OK)
-            json_array_append_new(variants_json, entry);
-    }
+    for (size_t i = 0; i < comparison->num_variants && status == KVIO_OK; i++)
+        status = run_variant(comparison, i, error_p, error_len);
     if (status == KVIO_OK) {
-        json_t *rows = json_array();
-        for (size_t m = 0; m < comparison.num_compared; m++)
-            json_array_append_new(rows, json_string(comparison.list[m].label));
-        /* The twins served, and the runs that shared one served before. */
-        uint64_t served = 0, shared = 0;
-        kvio_control_cache_counts(comparison.twins, &served, &shared);
-        json_t *compare = json_pack("{s:i, s:s, s:s, s:s, s:I, s:o, s:o, s:{s:I, s:I}}",
-                                    "schema_version", KVIO_SCHEMA_VERSION, "kvio_version",
-                                    KVIO_VERSION, "workload", options->source, "directory",
-                                    comparison.directory, "repeat", (json_int_t)options->repeat,
-                                    "metrics", rows, "variants", variants_json, "controls",
-                                    "served", (json_int_t)served, "shared",
-                                    (json_int_t)shared);
-        variants_json = NULL;
-        json_object_set_new(compare, "host", kvio_host_json());
-        json_object_set_new(compare, "build", kvio_build_json());
-        json_object_set_new(compare, "warnings", unknown_metrics(&comparison));
+        json_t *compare = kvio_comparison_json(comparison);
         status = kvio_results_write_json(top, "compare.json", compare, error_p, error_len);
-        if (status == KVIO_OK)
-            status = write_compare_csv(top, compare, error_p, error_len);
-        if (status == KVIO_OK)
-            *compare_p = compare;
-        else
-            json_decref(compare);
+        json_decref(compare);
     }
-    for (size_t i = 0; comparison.variants != NULL && i < comparison.num_variants; i++)
-        json_decref(comparison.variants[i].settings);
-    for (size_t i = 0; i < comparison.num_loaded; i++)
-        kvio_workload_free(&comparison.loaded[i]);
-    free(comparison.loaded);
-    json_decref(variants_json);
+    if (status == KVIO_OK)
+        status = write_compare_csv(top, comparison, error_p, error_len);
     kvio_results_destroy(top);
-    free(comparison.variants);
-    free(comparison.values);
-    kvio_control_cache_destroy(comparison.twins);
-    return status;
+    if (status != KVIO_OK) {
+        comparison_free(comparison);
+        return status;
+    }
+    *comparison_p = comparison;
+    return KVIO_OK;
 }
+
+/* ---- the table ----------------------------------------------------------- */
 
 /* Columns on a terminal: UTF-8 continuation bytes take none (± is two
  * bytes, one column). */
@@ -581,121 +561,110 @@ static void format_mean(double mean, double ci95, bool sign, char *cell, size_t 
                  ci95);
 }
 
-/* The cell of a variant's metric (from "summary", or a difference from
- * "paired_delta_vs_first"); "-" when the variant has none. */
-static void format_cell(const json_t *variant, const char *section, const char *label,
-                        long repeat, char *cell, size_t size)
+/* A variant's figure m (its mean, or its difference from the first
+ * variant); "-" when the variant has none. */
+static void format_cell(const kvio_comparison_t *comparison, size_t i, size_t m, bool delta,
+                        char *cell, size_t size)
 {
-    const json_t *value = json_object_get(json_object_get(variant, section), label);
-    if (value == NULL) {
+    const figure_stats_t *stats = &comparison->results[i].stats[m];
+    long repeat = comparison->options->repeat;
+    if (delta ? !stats->has_delta : !stats->present) {
         snprintf(cell, size, "-");
         return;
     }
-    format_mean(json_number_value(json_object_get(value, "mean")),
-                repeat > 1 ? json_number_value(json_object_get(value, "ci95")) : NAN,
-                strcmp(section, "summary") != 0, cell, size);
+    format_mean(delta ? stats->delta : stats->mean,
+                repeat > 1 ? (delta ? stats->delta_ci95 : stats->ci95) : NAN, delta, cell, size);
+}
+
+/* Whether some variant (from the first one on) has figure m. */
+static bool row_shown(const kvio_comparison_t *comparison, size_t m, size_t first, bool delta)
+{
+    for (size_t i = first; i < comparison->num_variants; i++)
+        if (delta ? comparison->results[i].stats[m].has_delta
+                  : comparison->results[i].stats[m].present)
+            return true;
+    return false;
 }
 
 /* With several runs per variant: each variant's paired difference from the
  * first, run by run on the same seeds (what the seeds' spread hides). */
-static void print_differences(const json_t *compare, int label_width, int cell_width,
-                              FILE *out)
+static void print_differences(const kvio_comparison_t *comparison, int label_width,
+                              int cell_width, FILE *out)
 {
-    const json_t *variants = json_object_get(compare, "variants");
-    long repeat = (long)json_integer_value(json_object_get(compare, "repeat"));
-    size_t count = json_array_size(variants);
-    if (repeat < 2 || count < 2)
+    if (comparison->options->repeat < 2 || comparison->num_variants < 2)
         return;
     fprintf(out, "  difference from %s, paired by seed (mean ± 95%% CI)\n",
-            json_string_value(json_object_get(json_array_get(variants, 0), "name")));
-    const json_t *rows = json_object_get(compare, "metrics");
+            comparison->variants[0].name);
     char cell[64];
-    for (size_t m = 0; m < json_array_size(rows); m++) {
-        const char *label = json_string_value(json_array_get(rows, m));
-        bool shown = false;
-        for (size_t v = 1; label != NULL && v < count && !shown; v++)
-            shown = json_object_get(json_object_get(json_array_get(variants, v),
-                                                    "paired_delta_vs_first"),
-                                    label) != NULL;
-        if (!shown)
+    for (size_t m = 0; m < comparison->num_compared; m++) {
+        if (!row_shown(comparison, m, 1, true))
             continue;
-        fprintf(out, "  %-*s", label_width, label);
+        fprintf(out, "  %-*s", label_width, comparison->list[m].label);
         print_cell(out, "", cell_width);
-        for (size_t v = 1; v < count; v++) {
-            format_cell(json_array_get(variants, v), "paired_delta_vs_first", label, repeat, cell,
-                        sizeof(cell));
+        for (size_t i = 1; i < comparison->num_variants; i++) {
+            format_cell(comparison, i, m, true, cell, sizeof(cell));
             print_cell(out, cell, cell_width);
         }
         fprintf(out, "\n");
     }
 }
 
-void kvio_compare_table(const json_t *compare, FILE *out)
+/* The variants whose runs were not all valid, and why (their runs' first
+ * warning), under the table. */
+static void print_verdicts(const kvio_comparison_t *comparison, FILE *out)
 {
-    const json_t *variants = json_object_get(compare, "variants");
-    long repeat = (long)json_integer_value(json_object_get(compare, "repeat"));
-    size_t count = json_array_size(variants);
-    fprintf(out, "kvio compare %s (%ld run%s per variant%s)\n",
-            json_string_value(json_object_get(compare, "workload")), repeat,
-            repeat > 1 ? "s" : "", repeat > 1 ? "; mean ± 95% CI" : "");
-    /* Which rows show (some variant has the metric), and the widest name or
-     * cell: every column that wide. */
-    const json_t *rows = json_object_get(compare, "metrics");
-    size_t num_rows = json_array_size(rows);
+    for (size_t i = 0; i < comparison->num_variants; i++) {
+        const variant_result_t *outcome = &comparison->results[i];
+        if (outcome->valid)
+            continue;
+        const char *why = "";
+        for (size_t r = 0; r < json_array_size(outcome->runs) && why[0] == '\0'; r++) {
+            const json_t *warnings = json_object_get(json_array_get(outcome->runs, r), "warnings");
+            if (json_array_size(warnings) > 0)
+                why = json_string_value(json_object_get(json_array_get(warnings, 0), "message"));
+        }
+        fprintf(out, "  not valid: %s%s: %s\n", comparison->variants[i].name,
+                outcome->overloaded ? " (overloaded)" : "", why != NULL ? why : "");
+    }
+}
+
+void kvio_comparison_print(const kvio_comparison_t *comparison, FILE *out)
+{
+    long repeat = comparison->options->repeat;
+    size_t count = comparison->num_variants;
+    fprintf(out, "kvio compare %s (%ld run%s per variant%s)\n", comparison->options->source,
+            repeat, repeat > 1 ? "s" : "", repeat > 1 ? "; mean ± 95% CI" : "");
+    /* Every column as wide as the widest name or cell. */
     int label_width = 28, cell_width = 12;
     char cell[64];
-    for (size_t m = 0; m < num_rows; m++) {
-        const char *label = json_string_value(json_array_get(rows, m));
-        if (label != NULL && (int)strlen(label) + 2 > label_width)
-            label_width = (int)strlen(label) + 2;
-        for (size_t v = 0; label != NULL && v < count; v++) {
-            for (int section = 0; section < 2; section++) {
-                format_cell(json_array_get(variants, v),
-                            section == 0 ? "summary" : "paired_delta_vs_first", label, repeat,
-                            cell, sizeof(cell));
+    for (size_t m = 0; m < comparison->num_compared; m++) {
+        int length = (int)strlen(comparison->list[m].label) + 2;
+        label_width = length > label_width ? length : label_width;
+        for (size_t i = 0; i < count; i++)
+            for (int delta = 0; delta < 2; delta++) {
+                format_cell(comparison, i, m, delta, cell, sizeof(cell));
                 if (display_width(cell) + 2 > cell_width)
                     cell_width = display_width(cell) + 2;
             }
-        }
     }
-    for (size_t v = 0; v < count; v++) {
-        const char *name = json_string_value(json_object_get(json_array_get(variants, v), "name"));
-        if (name != NULL && display_width(name) + 2 > cell_width)
-            cell_width = display_width(name) + 2;
-    }
+    for (size_t i = 0; i < count; i++)
+        if (display_width(comparison->variants[i].name) + 2 > cell_width)
+            cell_width = display_width(comparison->variants[i].name) + 2;
     fprintf(out, "  %-*s", label_width, "metric");
-    for (size_t v = 0; v < count; v++)
-        print_cell(out, json_string_value(json_object_get(json_array_get(variants, v), "name")),
-                   cell_width);
+    for (size_t i = 0; i < count; i++)
+        print_cell(out, comparison->variants[i].name, cell_width);
     fprintf(out, "\n");
-    for (size_t m = 0; m < num_rows; m++) {
-        const char *label = json_string_value(json_array_get(rows, m));
-        bool shown = false;
-        for (size_t v = 0; label != NULL && v < count && !shown; v++)
-            shown = json_object_get(json_object_get(json_array_get(variants, v), "summary"),
-                                    label) != NULL;
-        if (!shown)
+    for (size_t m = 0; m < comparison->num_compared; m++) {
+        if (!row_shown(comparison, m, 0, false))
             continue;
-        fprintf(out, "  %-*s", label_width, label);
-        for (size_t v = 0; v < count; v++) {
-            format_cell(json_array_get(variants, v), "summary", label, repeat, cell,
-                        sizeof(cell));
+        fprintf(out, "  %-*s", label_width, comparison->list[m].label);
+        for (size_t i = 0; i < count; i++) {
+            format_cell(comparison, i, m, false, cell, sizeof(cell));
             print_cell(out, cell, cell_width);
         }
         fprintf(out, "\n");
     }
-    print_differences(compare, label_width, cell_width, out);
-    const char *separator = "  overloaded (served under 80% of the offered rate, so their "
-                            "latencies grow with the run's length): ";
-    for (size_t v = 0; v < count; v++) {
-        const json_t *variant = json_array_get(variants, v);
-        if (!json_is_true(json_object_get(variant, "overloaded")))
-            continue;
-        fprintf(out, "%s%s", separator, json_string_value(json_object_get(variant, "name")));
-        separator = ", ";
-    }
-    if (separator[0] == ',')
-        fprintf(out, "\n");
-    fprintf(out, "  results: %s (compare.json)\n",
-            json_string_value(json_object_get(compare, "directory")));
+    print_differences(comparison, label_width, cell_width, out);
+    print_verdicts(comparison, out);
+    fprintf(out, "  results: %s (compare.json)\n", comparison->directory);
 }

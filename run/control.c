@@ -14,25 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/rng.h"
 #include "kvio/stats.h"
-
-/* The q quantile of count values (sorts them); 0 when none. */
-static double quantile(double *values, size_t count, double q)
-{
-    return count > 0 ? kvio_quantile(values, count, q) : 0;
-}
-
-/* mean, p50, p99 and max of count values (sorted in place). */
-static json_t *distribution_json(double *values, size_t count)
-{
-    double sum = 0;
-    for (size_t i = 0; i < count; i++)
-        sum += values[i];
-    double mean = count > 0 ? sum / (double)count : 0;
-    double p50 = quantile(values, count, 0.5), p99 = quantile(values, count, 0.99);
-    return json_pack("{s:f, s:f, s:f, s:f}", "mean", mean, "p50", p50, "p99", p99, "max",
-                     count > 0 ? values[count - 1] : 0.0);
-}
 
 /* Updates ordered by rank, then ready time: each rank's in the order their
  * effect begins. */
@@ -89,71 +72,181 @@ static void side_add(side_t *side, const kvio_engine_finished_t *request)
     side->cached += request->cached_tokens;
 }
 
-/* {"with", "without", "delta"} of one figure. */
-static json_t *pair_json(double with, double without)
+/* One figure with updates and without, and their difference (the figures
+ * of a KVIO_PAIR_FIGURES group: with, without, delta). */
+static void set_pair(kvio_result_t *result, kvio_figure_t with_figure, double with,
+                     double without)
 {
-    return json_pack("{s:f, s:f, s:f}", "with", with, "without", without, "delta",
-                     with - without);
+    kvio_result_set(result, with_figure, with);
+    kvio_result_set(result, with_figure + 1, without);
+    kvio_result_set(result, with_figure + 2, with - without);
 }
 
-/* The run's cost of the updates, from the per-request deltas. */
+static void sort_values(double *values, size_t count)
+{
+    if (kvio_sort_doubles(values, count) != KVIO_OK)
+        qsort(values, count, sizeof(*values), kvio_compare_double);
+}
+
+/* The p99 of count values (sorted in place) as every figure computes it. */
+static double p99(double *values, size_t count)
+{
+    sort_values(values, count);
+    return kvio_percentile_linear(values, count, 99);
+}
+
+/* The half-width of the 2.5th to 97.5th percentile of count values
+ * (sorted in place). */
+static double percentile_half_width(double *values, size_t count)
+{
+    sort_values(values, count);
+    return (kvio_percentile_linear(values, count, 97.5) -
+            kvio_percentile_linear(values, count, 2.5)) / 2;
+}
+
+/* The run's cost of the updates, from the per-request deltas; the paired
+ * requests' own figures on each side (pair_*: with, then without), for
+ * the bootstrap. */
 typedef struct deltas {
     double *ttft, *tpot, *e2el, *itl, *cached;
     size_t num, num_tpot, affected, unpaired, unattributed;
     int64_t recomputed_tokens, cached_tokens;
+    double *pair_ttft[2], *pair_tpot[2], *pair_cached[2], *pair_prompt;
 } deltas_t;
 
-static json_t *cost_json(deltas_t *deltas, side_t *with, side_t *without,
-                         const kvio_update_record_t *updates, size_t num_updates)
+/* A paired request's own figures on each side, before deltas.num counts it. */
+static void pair_add(deltas_t *deltas, const kvio_engine_finished_t *with,
+                     const kvio_engine_finished_t *without)
 {
-    json_t *object = json_object();
-    json_object_set_new(object, "control", json_string("twin"));
-    json_object_set_new(object, "what",
-                        json_string("each request served with updates minus the same request "
-                                    "served without them (the same stream, seed and "
-                                    "arrivals, in the same process)"));
-    json_object_set_new(object, "requests_paired", json_integer((json_int_t)deltas->num));
-    json_object_set_new(object, "requests_unpaired", json_integer((json_int_t)deltas->unpaired));
-    json_object_set_new(object, "requests_affected", json_integer((json_int_t)deltas->affected));
-    json_object_set_new(object, "affected_share",
-                        json_real(deltas->num > 0 ? (double)deltas->affected / (double)deltas->num
-                                                  : 0));
-    json_object_set_new(object, "requests_unattributed",
-                        json_integer((json_int_t)deltas->unattributed));
-    json_object_set_new(object, "ttft_delta_ms", distribution_json(deltas->ttft, deltas->num));
-    json_object_set_new(object, "tpot_delta_ms",
-                        distribution_json(deltas->tpot, deltas->num_tpot));
-    json_object_set_new(object, "e2el_delta_ms", distribution_json(deltas->e2el, deltas->num));
-    json_object_set_new(object, "max_itl_delta_ms", distribution_json(deltas->itl, deltas->num));
-    json_object_set_new(object, "cached_tokens_delta",
-                        json_integer((json_int_t)deltas->cached_tokens));
-    json_object_set_new(object, "recomputed_tokens",
-                        json_integer((json_int_t)deltas->recomputed_tokens));
-    json_object_set_new(object, "ttft_p99_ms",
-                        pair_json(quantile(with->ttft, with->num, 0.99),
-                                  quantile(without->ttft, without->num, 0.99)));
-    json_object_set_new(object, "tpot_p99_ms",
-                        pair_json(quantile(with->tpot, with->num_tpot, 0.99),
-                                  quantile(without->tpot, without->num_tpot, 0.99)));
-    json_object_set_new(object, "e2el_p99_ms",
-                        pair_json(quantile(with->e2el, with->num, 0.99),
-                                  quantile(without->e2el, without->num, 0.99)));
-    json_object_set_new(object, "hit_rate",
-                        pair_json(with->prompt > 0 ? with->cached / with->prompt : 0,
-                                  without->prompt > 0 ? without->cached / without->prompt : 0));
-    json_t *stall = kvio_update_stall_json(updates, num_updates);
-    if (stall != NULL)
-        json_object_set_new(object, "stall_ms_per_update", stall);
-    static const char *const causes[] = KVIO_STALL_CAUSE_NAMES;
-    json_t *causes_json = json_object();
-    for (int c = 0; c < KVIO_STALL_CAUSES; c++) {
-        double total = 0;
-        for (size_t u = 0; u < num_updates; u++)
-            total += (double)updates[u].stall_ns[c] / 1e6;
-        json_object_set_new(causes_json, causes[c], json_real(total));
+    const kvio_engine_finished_t *sides[2] = {with, without};
+    for (int k = 0; k < 2; k++) {
+        const kvio_engine_finished_t *request = sides[k];
+        deltas->pair_ttft[k][deltas->num] =
+            (double)(request->first_token_ns - request->arrival_ns) / 1e6;
+        deltas->pair_cached[k][deltas->num] = (double)request->cached_tokens;
+        /* Counted as deltas.tpot counts it: when the request (with
+         * updates) has more than one output token. */
+        if (with->output_tokens > 1)
+            deltas->pair_tpot[k][deltas->num_tpot] =
+                request->output_tokens > 1
+                    ? (double)(request->finish_ns - request->first_token_ns) / 1e6 /
+                          (double)(request->output_tokens - 1)
+                    : 0;
     }
-    json_object_set_new(object, "stall_ms_by_cause", causes_json);
-    return object;
+    deltas->pair_prompt[deltas->num] = (double)with->prompt_tokens;
+}
+
+/* Resamples of the bootstrap, at most; fewer for a long run (the work is
+ * resamples x requests, kept under BOOTSTRAP_WORK). */
+#define BOOTSTRAP_RESAMPLES 1000
+#define BOOTSTRAP_MIN_RESAMPLES 200
+#define BOOTSTRAP_WORK 40000000.0
+
+static size_t resamples_for(size_t count)
+{
+    if ((double)BOOTSTRAP_RESAMPLES * (double)count <= BOOTSTRAP_WORK)
+        return BOOTSTRAP_RESAMPLES;
+    return (size_t)fmax(BOOTSTRAP_MIN_RESAMPLES, BOOTSTRAP_WORK / (double)count);
+}
+
+/* The half-width of the 95 % interval of p99(with) - p99(without) over
+ * count paired values: a paired bootstrap (requests drawn with their
+ * twins, with replacement), the 2.5th to 97.5th percentile of the
+ * resampled differences. scratch holds 2 x count values. */
+static double p99_delta_half_width(const double *with, const double *without, size_t count,
+                                   double *scratch, kvio_rng_t *rng)
+{
+    if (count < 2)
+        return 0;
+    size_t resamples = resamples_for(count);
+    double *differences = malloc(resamples * sizeof(double));
+    if (differences == NULL)
+        return NAN;
+    for (size_t b = 0; b < resamples; b++) {
+        for (size_t i = 0; i < count; i++) {
+            size_t k = (size_t)kvio_rng_below(rng, count);
+            scratch[i] = with[k];
+            scratch[count + i] = without[k];
+        }
+        differences[b] = p99(scratch, count) - p99(scratch + count, count);
+    }
+    double half = percentile_half_width(differences, resamples);
+    free(differences);
+    return half;
+}
+
+/* The same for the hit rate (cached over prompt tokens) with minus without. */
+static double hit_rate_delta_half_width(const deltas_t *deltas, double *scratch, kvio_rng_t *rng)
+{
+    size_t count = deltas->num;
+    if (count < 2)
+        return 0;
+    size_t resamples = resamples_for(count);
+    for (size_t b = 0; b < resamples; b++) {
+        double prompt = 0, with = 0, without = 0;
+        for (size_t i = 0; i < count; i++) {
+            size_t k = (size_t)kvio_rng_below(rng, count);
+            prompt += deltas->pair_prompt[k];
+            with += deltas->pair_cached[0][k];
+            without += deltas->pair_cached[1][k];
+        }
+        scratch[b] = prompt > 0 ? (with - without) / prompt : 0;
+    }
+    return percentile_half_width(scratch, resamples);
+}
+
+/* The intervals of the twin's cost (update.control: twin: one run and its
+ * control, so over the requests; paired replaces them with intervals over
+ * the pairs). A placebo's deltas are all 0, and so are its intervals. */
+static kvio_status_t cost_intervals(kvio_result_t *result, const deltas_t *deltas)
+{
+    size_t scratch_count = 2 * deltas->num > BOOTSTRAP_RESAMPLES ? 2 * deltas->num
+                                                                 : BOOTSTRAP_RESAMPLES;
+    double *scratch = malloc(scratch_count * sizeof(double));
+    if (scratch == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_rng_t rng;
+    kvio_rng_seed(&rng, 1, 0, "bootstrap");
+    kvio_result_set(result, KVIO_FIG_COST_TTFT_P99_MS_DELTA_CI95,
+                    p99_delta_half_width(deltas->pair_ttft[0], deltas->pair_ttft[1], deltas->num,
+                                         scratch, &rng));
+    kvio_result_set(result, KVIO_FIG_COST_TPOT_P99_MS_DELTA_CI95,
+                    p99_delta_half_width(deltas->pair_tpot[0], deltas->pair_tpot[1],
+                                         deltas->num_tpot, scratch, &rng));
+    kvio_result_set(result, KVIO_FIG_COST_HIT_RATE_DELTA_CI95,
+                    hit_rate_delta_half_width(deltas, scratch, &rng));
+    free(scratch);
+    return KVIO_OK;
+}
+
+static kvio_status_t cost_fill(kvio_result_t *result, deltas_t *deltas, side_t *with,
+                               side_t *without)
+{
+    kvio_result_set_detail(result, "update_cost.control", json_string("twin"));
+    kvio_result_set_detail(result, "update_cost.what",
+                           json_string("each request served with updates minus the same "
+                                       "request served without them (the same stream, seed "
+                                       "and arrivals)"));
+    kvio_result_set(result, KVIO_FIG_COST_REQUESTS_PAIRED, (double)deltas->num);
+    kvio_result_set(result, KVIO_FIG_COST_REQUESTS_UNPAIRED, (double)deltas->unpaired);
+    kvio_result_set(result, KVIO_FIG_COST_REQUESTS_AFFECTED, (double)deltas->affected);
+    kvio_result_set(result, KVIO_FIG_COST_REQUESTS_UNATTRIBUTED, (double)deltas->unattributed);
+    kvio_result_set_stats(result, KVIO_FIG_COST_TTFT_DELTA_MS_MEAN, deltas->ttft, deltas->num);
+    kvio_result_set_stats(result, KVIO_FIG_COST_TPOT_DELTA_MS_MEAN, deltas->tpot,
+                          deltas->num_tpot);
+    kvio_result_set_stats(result, KVIO_FIG_COST_E2EL_DELTA_MS_MEAN, deltas->e2el, deltas->num);
+    kvio_result_set_stats(result, KVIO_FIG_COST_MAX_ITL_DELTA_MS_MEAN, deltas->itl, deltas->num);
+    kvio_result_set(result, KVIO_FIG_COST_CACHED_TOKENS_DELTA, (double)deltas->cached_tokens);
+    kvio_result_set(result, KVIO_FIG_COST_RECOMPUTED_TOKENS, (double)deltas->recomputed_tokens);
+    set_pair(result, KVIO_FIG_COST_TTFT_P99_MS_WITH, p99(with->ttft, with->num),
+             p99(without->ttft, without->num));
+    set_pair(result, KVIO_FIG_COST_TPOT_P99_MS_WITH, p99(with->tpot, with->num_tpot),
+             p99(without->tpot, without->num_tpot));
+    set_pair(result, KVIO_FIG_COST_E2EL_P99_MS_WITH, p99(with->e2el, with->num),
+             p99(without->e2el, without->num));
+    set_pair(result, KVIO_FIG_COST_HIT_RATE_WITH, with->prompt > 0 ? with->cached / with->prompt : 0,
+             without->prompt > 0 ? without->cached / without->prompt : 0);
+    return cost_intervals(result, deltas);
 }
 
 static void *array_of(size_t count, size_t size)
@@ -161,11 +254,12 @@ static void *array_of(size_t count, size_t size)
     return calloc(count > 0 ? count : 1, size);
 }
 
-json_t *kvio_update_stall_json(const kvio_update_record_t *updates, size_t num_updates)
+kvio_status_t kvio_update_stall_fill(kvio_result_t *result, const kvio_update_record_t *updates,
+                                    size_t num_updates)
 {
     double *stalls = array_of(num_updates, sizeof(double));
     if (stalls == NULL)
-        return NULL;
+        return KVIO_ERR_NOMEM;
     size_t count = 0;
     for (size_t u = 0; u < num_updates; u++) {
         if (updates[u].t_activated_ns == 0)
@@ -175,9 +269,9 @@ json_t *kvio_update_stall_json(const kvio_update_record_t *updates, size_t num_u
             total += (double)updates[u].stall_ns[c] / 1e6;
         stalls[count++] = total;
     }
-    json_t *object = distribution_json(stalls, count);
+    kvio_result_set_stats(result, KVIO_FIG_STALL_PER_UPDATE_MS_MEAN, stalls, count);
     free(stalls);
-    return object;
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
@@ -189,7 +283,7 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
     size_t n = with->num_finished, m = without->num_finished;
     cost.per_update = array_of(num_updates, sizeof(*cost.per_update));
     by_rank_t *sorted = array_of(num_updates, sizeof(*sorted));
-    double *buffers = array_of(5 * n + 3 * n + 3 * m, sizeof(double));
+    double *buffers = array_of(5 * n + 3 * n + 3 * m + 7 * n, sizeof(double));
     if (cost.per_update == NULL || sorted == NULL || buffers == NULL) {
         free(cost.per_update);
         free(sorted);
@@ -203,6 +297,11 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
     side_t with_side = {.ttft = at, .tpot = at + n, .e2el = at + 2 * n};
     at += 3 * n;
     side_t without_side = {.ttft = at, .tpot = at + m, .e2el = at + 2 * m};
+    at += 3 * m;
+    deltas.pair_ttft[0] = at, deltas.pair_ttft[1] = at + n;
+    deltas.pair_tpot[0] = at + 2 * n, deltas.pair_tpot[1] = at + 3 * n;
+    deltas.pair_cached[0] = at + 4 * n, deltas.pair_cached[1] = at + 5 * n;
+    deltas.pair_prompt = at + 6 * n;
     for (size_t u = 0; u < num_updates; u++)
         sorted[u] = (by_rank_t){.rank = updates[u].rank,
                                 .ready_ns = updates[u].t_ready_ns - origin_ns, .index = u};
@@ -221,6 +320,7 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
             continue;
         }
         kvio_request_delta_t delta = kvio_request_delta(request, twin);
+        pair_add(&deltas, request, twin);
         deltas.ttft[deltas.num] = (double)delta.ttft_ns / 1e6;
         deltas.e2el[deltas.num] = (double)delta.e2el_ns / 1e6;
         deltas.itl[deltas.num] = (double)delta.max_itl_ns / 1e6;
@@ -247,12 +347,16 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
             (double)(request->arrival_ns - activated) / 1e6 > update->hit_recovery_ms)
             update->hit_recovery_ms = (double)(request->arrival_ns - activated) / 1e6;
     }
-    cost.json = cost_json(&deltas, &with_side, &without_side, updates, num_updates);
+    cost.figures = kvio_result_create();
+    kvio_status_t status = cost.figures != NULL
+                               ? cost_fill(cost.figures, &deltas, &with_side, &without_side)
+                               : KVIO_ERR_NOMEM;
     free(sorted);
     free(buffers);
-    if (cost.json == NULL) {
+    if (status != KVIO_OK) {
+        kvio_result_destroy(cost.figures);
         free(cost.per_update);
-        return KVIO_ERR_NOMEM;
+        return status;
     }
     *cost_p = cost;
     return KVIO_OK;
@@ -261,21 +365,8 @@ kvio_status_t kvio_control_measure(const kvio_serve_output_t *with,
 void kvio_control_cost_free(kvio_control_cost_t *cost)
 {
     free(cost->per_update);
-    json_decref(cost->json);
+    kvio_result_destroy(cost->figures);
     memset(cost, 0, sizeof(*cost));
-}
-
-void kvio_control_cost_lines(const json_t *cost, char lines[3][96])
-{
-#define FIELD(key, field) json_number_value(json_object_get(json_object_get(cost, key), field))
-    snprintf(lines[0], 96, "TTFT p99 %+.2f ms, TPOT p99 %+.3f ms", FIELD("ttft_p99_ms", "delta"),
-             FIELD("tpot_p99_ms", "delta"));
-    snprintf(lines[1], 96, "hit rate %+.2f pts, %lld requests affected",
-             100 * FIELD("hit_rate", "delta"),
-             (long long)json_integer_value(json_object_get(cost, "requests_affected")));
-    snprintf(lines[2], 96, "stall p50/p99 %.1f/%.1f ms per update",
-             FIELD("stall_ms_per_update", "p50"), FIELD("stall_ms_per_update", "p99"));
-#undef FIELD
 }
 
 /* ---------- twins shared among runs (kvio compare) ---------- */

@@ -177,16 +177,20 @@ void kvio_interference_free(kvio_interference_t *result)
 }
 
 json_t *kvio_interference_json(const kvio_interference_t *result, uint64_t recomputed_tokens,
-                               uint64_t aborted_requests, double stall_ms)
+                               uint64_t aborted_requests)
 {
 #define MEAN(v) (result->measured > 0 ? json_real(result->means[v]) : json_null())
-    return json_pack("{s:f, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:f}", "window_s",
+    return json_pack("{s:s, s:f, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I}",
+                     "trend_no_control",
+                     "serving after each activation over the same window before it: serving "
+                     "changes by itself over such windows, so this is not the updates' cost "
+                     "(see update_cost, or update_interference.during_updates)", "window_s",
                      result->window_s, "updates", (json_int_t)result->num_updates,
                      "updates_measured", (json_int_t)result->measured, "ttft_p50_ratio",
                      MEAN(0), "ttft_p99_ratio", MEAN(1), "tpot_p99_ratio", MEAN(2),
                      "hit_rate_before", MEAN(3), "hit_rate_after", MEAN(4),
                      "recomputed_tokens", (json_int_t)recomputed_tokens, "aborted_requests",
-                     (json_int_t)aborted_requests, "stall_ms", stall_ms);
+                     (json_int_t)aborted_requests);
 #undef MEAN
 }
 
@@ -250,6 +254,17 @@ static double gap_quantile(const gap_t *gaps, size_t count, double q, bool token
     return gaps[count - 1].ms;
 }
 
+/* The decode gaps' figures (a KVIO_GAP_FIGURES group: p50, p99, max,
+ * count) of one side. */
+static void set_gaps(kvio_result_t *result, kvio_figure_t p50, gap_t *gaps, size_t count)
+{
+    qsort(gaps, count, sizeof(*gaps), compare_gaps);
+    kvio_result_set(result, p50, gap_quantile(gaps, count, 0.5, false));
+    kvio_result_set(result, p50 + 1, gap_quantile(gaps, count, 0.99, false));
+    kvio_result_set(result, p50 + 2, count > 0 ? gaps[count - 1].ms : 0.0);
+    kvio_result_set(result, p50 + 3, (double)count);
+}
+
 static json_t *gaps_json(gap_t *gaps, size_t count, bool tokens)
 {
     qsort(gaps, count, sizeof(*gaps), compare_gaps);
@@ -262,9 +277,10 @@ static json_t *gaps_json(gap_t *gaps, size_t count, bool tokens)
                      count > 0 ? gaps[count - 1].ms : 0.0);
 }
 
-json_t *kvio_interference_during_json(const kvio_serve_output_t *serving,
-                                      const kvio_update_record_t *updates, size_t num_updates,
-                                      int64_t origin_ns)
+kvio_status_t kvio_interference_during_fill(kvio_result_t *result,
+                                            const kvio_serve_output_t *serving,
+                                            const kvio_update_record_t *updates,
+                                            size_t num_updates, int64_t origin_ns)
 {
     size_t num_steps = serving->num_steps;
     kvio_serve_step_record_t *steps = malloc((num_steps + 1) * sizeof(*steps));
@@ -276,7 +292,7 @@ json_t *kvio_interference_during_json(const kvio_serve_output_t *serving,
         free(stretches);
         free(during);
         free(outside);
-        return NULL;
+        return KVIO_ERR_NOMEM;
     }
     memcpy(steps, serving->steps, num_steps * sizeof(*steps));
     qsort(steps, num_steps, sizeof(*steps), compare_steps);
@@ -309,15 +325,17 @@ json_t *kvio_interference_during_json(const kvio_serve_output_t *serving,
         else
             outside[num_outside++] = gap;
     }
-    json_t *object = json_pack(
-        "{s:s, s:{s:o, s:o}, s:{s:o, s:o}}", "stretch",
-        "an update's first byte on the wire to its activation, on its rank", "decode_gap_ms",
-        "during", gaps_json(during, num_during, false), "outside",
-        gaps_json(outside, num_outside, false), "itl_ms", "during",
-        gaps_json(during, num_during, true), "outside", gaps_json(outside, num_outside, true));
+    kvio_result_set_detail(result, "update_interference.during_updates.stretch",
+                           json_string("an update's first byte on the wire to its activation, "
+                                       "on its rank"));
+    kvio_result_set_detail(result, "update_interference.during_updates.itl_ms",
+                           json_pack("{s:o, s:o}", "during", gaps_json(during, num_during, true),
+                                     "outside", gaps_json(outside, num_outside, true)));
+    set_gaps(result, KVIO_FIG_DURING_GAP_P50_MS, during, num_during);
+    set_gaps(result, KVIO_FIG_OUTSIDE_GAP_P50_MS, outside, num_outside);
     free(steps);
     free(stretches);
     free(during);
     free(outside);
-    return object;
+    return KVIO_OK;
 }

@@ -175,13 +175,23 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
     }
     kvio_xfer_config_t shape = {0};
     measured_sums_t sums = {0};
-    kvio_status_t status = KVIO_ERR_CONFIG;
+    /* The run's figures through the one loader (any schema version); its
+     * configuration as the workload it ran. */
+    kvio_result_t *result = NULL;
+    char load_error[512];
+    kvio_status_t status = kvio_result_load(summary, &result, load_error, sizeof(load_error));
+    if (status != KVIO_OK) {
+        snprintf(error_p, error_len, FROM_KEY ": %s: %s", path, load_error);
+        json_decref(summary);
+        return KVIO_ERR_CONFIG;
+    }
+    status = KVIO_ERR_CONFIG;
     json_t *config = json_object_get(summary, "config");
     json_t *transport = json_object_get(json_object_get(config, "train"), "transport");
-    json_t *updates = json_object_get(json_object_get(summary, "metrics"), "model_updates");
     const char *mode = json_string_value(json_object_get(config, "mode"));
     const char *measured_kind = json_string_value(json_object_get(transport, "kind"));
-    int num_receivers = (int)json_integer_value(json_object_get(updates, "serve_ranks"));
+    double activated = kvio_result_get(result, KVIO_FIG_UPDATES_ACTIVATED);
+    int num_receivers = (int)kvio_result_get(result, KVIO_FIG_UPDATE_SERVE_RANKS);
     if (!json_is_true(json_object_get(summary, "complete"))) {
         const char *why = json_string_value(json_object_get(summary, "error"));
         snprintf(error_p, error_len, FROM_KEY ": %s: that run did not complete (summary.json: "
@@ -193,11 +203,10 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
                  "what an emulate run measured", dir, mode != NULL ? mode : "(no mode)");
         goto done;
     }
-    if (updates == NULL || json_integer_value(json_object_get(updates, "updates_activated")) <= 0
-        || num_receivers < 1) {
+    if (!(activated > 0) || num_receivers < 1) {
         snprintf(error_p, error_len, FROM_KEY ": %s has no model updates (summary.json: "
-                 "metrics.model_updates %s)", dir, updates == NULL ? "missing"
-                                                                   : "has none activated");
+                 "metrics.model_updates %s)", dir, isnan(activated) ? "missing"
+                                                                     : "has none activated");
         goto done;
     }
     if (measured_kind == NULL || strcmp(measured_kind, kind) != 0) {
@@ -242,6 +251,7 @@ kvio_status_t kvio_updates_model_from(kvio_workload_t *workload, char *error_p,
                num_receivers);
 done:
     kvio_config_free(kvio_xfer_options, &shape);
+    kvio_result_destroy(result);
     json_decref(summary);
     return status;
 }

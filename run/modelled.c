@@ -17,12 +17,12 @@ static void add(json_t *modelled, const char *what, const char *by, const char *
                           json_pack("{s:s, s:s, s:s}", "what", what, "by", by, "brief", brief));
 }
 
-json_t *kvio_run_modelled(const kvio_workload_t *workload, const json_t *metrics)
+json_t *kvio_run_modelled(const kvio_workload_t *workload, const kvio_result_t *result)
 {
     json_t *modelled = json_array();
     char by[320], brief[128];
     bool emulate = workload->mode == KVIO_MODE_EMULATE;
-    if (json_object_get(metrics, "ttft_ms") != NULL) {
+    if (kvio_result_has(result, KVIO_FIG_TTFT_MS_MEAN)) {
         int kind = workload->cost.kind >= 0 && workload->cost.kind <= 2 ? workload->cost.kind : 0;
         bool presets = workload->model.preset != NULL && workload->gpu.preset != NULL;
         snprintf(by, sizeof(by), "the %s cost model of %s on %s%s", cost_kinds[kind],
@@ -39,25 +39,29 @@ json_t *kvio_run_modelled(const kvio_workload_t *workload, const json_t *metrics
                       "virtual clock)",
             by, brief);
     }
-    const json_t *updates = json_object_get(metrics, "model_updates");
-    const json_t *model = json_object_get(updates, "model");
-    if (model != NULL) {
-        const json_t *source = json_object_get(model, "source");
-        const char *from = json_string_value(json_object_get(model, "from"));
-        const char *bandwidth = json_string_value(json_object_get(source, "bandwidth"));
-        const char *latency = json_string_value(json_object_get(source, "latency"));
-        double gbps = json_number_value(json_object_get(model, "bandwidth_gbps"));
-        double us = json_number_value(json_object_get(model, "latency_s")) * 1e6;
-        const char *transport = json_string_value(json_object_get(updates, "transport"));
+    bool updates = kvio_result_has(result, KVIO_FIG_UPDATES_RECEIVED);
+    bool weight_sync = workload->weight_sync.granularity != KVIO_SYNC_OFF;
+    if (updates && !emulate && !weight_sync) {
+        /* The simulated transport: its model's parameters, each a default,
+         * set, or fitted to a measured run (model.from). */
+        static const char *const sources[] = {"default", "set", "from"};
+        const kvio_xfer_config_t *transport = &workload->train.transport;
+        int64_t latency_ns;
+        double gbps;
+        kvio_xfer_model_source_t latency_source, bandwidth_source;
+        kvio_xfer_model_params(transport, &latency_ns, &gbps, &latency_source,
+                               &bandwidth_source);
+        const char *from = transport->model.taken ? transport->model.from : NULL;
+        double us = (double)latency_ns / 1e3;
         snprintf(by, sizeof(by), "the %s transport model: %.4g GB/s (%s), %.4g us (%s)%s%s",
-                 transport != NULL ? transport : "", gbps, bandwidth != NULL ? bandwidth : "?",
-                 us, latency != NULL ? latency : "?", from != NULL ? ", fitted to " : "",
+                 kvio_choice_name(&transport->kind), gbps, sources[bandwidth_source], us,
+                 sources[latency_source], from != NULL ? ", fitted to " : "",
                  from != NULL ? from : "");
         snprintf(brief, sizeof(brief), "updates at %.4g GB/s (%s), %.4g us (%s)", gbps,
-                 bandwidth != NULL ? bandwidth : "?", us, latency != NULL ? latency : "?");
+                 sources[bandwidth_source], us, sources[latency_source]);
         add(modelled, "model-update latency and bandwidth", by, brief);
     }
-    if (json_object_get(updates, "weight_sync") != NULL && !emulate)
+    if (updates && weight_sync && !emulate)
         add(modelled, "weight sync's stages", "the GPU preset's link rates and weight_sync's keys",
             "weight sync from link rates");
     return modelled;

@@ -39,202 +39,6 @@ static json_t *parts_json(const run_part_t *parts, size_t count)
     return array;
 }
 
-static double metric(const json_t *metrics, const char *key, const char *field)
-{
-    const json_t *value = json_object_get(metrics, key);
-    if (field != NULL)
-        value = json_object_get(value, field);
-    return json_number_value(value);
-}
-
-/* assess: PASS or FAIL, how many criteria held, the first that did not. */
-static void add_assessment_row(kvio_table_t *table, const json_t *assessment)
-{
-    if (assessment == NULL)
-        return;
-    char text[256];
-    int at = snprintf(text, sizeof(text), "%s, %lld of %lld criteria",
-                      json_is_true(json_object_get(assessment, "passed")) ? "PASS" : "FAIL",
-                      (long long)json_integer_value(json_object_get(assessment, "passed_count")),
-                      (long long)json_integer_value(json_object_get(assessment, "total_count")));
-    size_t index;
-    const json_t *criterion;
-    json_array_foreach(json_object_get(assessment, "criteria"), index, criterion) {
-        if (json_is_true(json_object_get(criterion, "passed")) || at >= (int)sizeof(text))
-            continue;
-        snprintf(text + at, sizeof(text) - (size_t)at, "; failed: %s (%.3g)",
-                 json_string_value(json_object_get(criterion, "name")),
-                 metric(criterion, "actual", NULL));
-        break;
-    }
-    kvio_table_add_row(table, "assessment", text, NULL);
-}
-
-/* From summary.json: one row per tier of the storage block, its read and
- * write bandwidth and P95 latency; the tokens per second; the assessment. */
-static void add_storage_rows(kvio_table_t *table, const json_t *summary)
-{
-    const json_t *storage = json_object_get(summary, "storage");
-    size_t index;
-    const json_t *tier;
-    json_array_foreach(json_object_get(storage, "tiers"), index, tier) {
-        char label[48], text[160];
-        snprintf(label, sizeof(label), "tier %zu (%s)", index,
-                 json_string_value(json_object_get(tier, "kind")));
-        snprintf(text, sizeof(text),
-                 "read %.2f GB/s p95 %.2f ms, write %.2f GB/s p95 %.2f ms, QD %.1f/%.1f",
-                 metric(tier, "read_gbps", NULL), metric(tier, "read_latency_ms", "p95"),
-                 metric(tier, "write_gbps", NULL), metric(tier, "write_latency_ms", "p95"),
-                 metric(tier, "read_queue_depth", NULL), metric(tier, "write_queue_depth", NULL));
-        kvio_table_add_row(table, label, text, NULL);
-    }
-    if (storage != NULL) {
-        char text[96];
-        snprintf(text, sizeof(text), "%.0f tok/s cached, %.0f tok/s moved",
-                 metric(storage, "cached_tokens_per_s", NULL),
-                 metric(storage, "storage_throughput_tokens_per_s", NULL));
-        kvio_table_add_row(table, "storage throughput", text, NULL);
-    }
-    add_assessment_row(table, json_object_get(summary, "assessment"));
-}
-
-/* Prefill/decode disaggregation: where prompts hit, the KV transfers, TTFT
- * in its parts, and each pool's utilisation. */
-static void add_pd_rows(kvio_table_t *table, const json_t *pd)
-{
-    char hits[96], moved[160], parts[160], busy[64];
-    snprintf(hits, sizeof(hits), "%.2f %% on the prefill ranks, %.2f %% on the decode ranks",
-             100 * metric(pd, "prefill_hit_rate", NULL),
-             100 * metric(pd, "decode_hit_rate", NULL));
-    kvio_table_add_row(table, "prefix hit rate", hits, NULL);
-    const json_t *ms = json_object_get(pd, "transfer_ms");
-    int used = snprintf(moved, sizeof(moved),
-                        "%.0f of %.0f requests, %.2f GB, p50 %.2f ms, p99 %.2f ms",
-                        metric(pd, "transfers", NULL), metric(pd, "handoffs", NULL),
-                        metric(pd, "transfer_bytes", NULL) / 1e9, metric(ms, "p50", NULL),
-                        metric(ms, "p99", NULL));
-    if (metric(pd, "local_prefills", NULL) > 0 && used > 0 && (size_t)used < sizeof(moved))
-        snprintf(moved + used, sizeof(moved) - (size_t)used, "; %.0f prefilled on decode",
-                 metric(pd, "local_prefills", NULL));
-    kvio_table_add_row(table, "KV transfers", moved, NULL);
-    const json_t *mean = json_object_get(pd, "mean_ttft_parts_ms");
-    snprintf(parts, sizeof(parts), "queue %.2f + prefill %.2f + decode queue %.2f + "
-             "transfer %.2f + first step %.2f",
-             metric(mean, "prefill_queue", NULL), metric(mean, "prefill", NULL),
-             metric(mean, "decode_queue", NULL), metric(mean, "kv_transfer", NULL),
-             metric(mean, "first_decode_step", NULL));
-    kvio_table_add_row(table, "mean TTFT ms", parts, NULL);
-    snprintf(busy, sizeof(busy), "prefill %.1f %%, decode %.1f %%",
-             100 * metric(pd, "prefill_utilization", NULL),
-             100 * metric(pd, "decode_utilization", NULL));
-    kvio_table_add_row(table, "busy", busy, NULL);
-}
-
-static void print_table(const kvio_workload_t *workload, const kvio_result_t *result,
-                        const json_t *summary, const json_t *metrics, const char *results_dir,
-                        bool complete, bool serving)
-{
-    kvio_table_t *table = NULL;
-    /* What ran, where: the mode, the model on its GPU, the ranks. */
-    char title[384], ranks[96];
-    int64_t serve_ranks = workload->ranks.serve > 0 ? workload->ranks.serve : 1;
-    if (workload->ranks.prefill > 0)
-        snprintf(ranks, sizeof(ranks), "%lld prefill + %lld decode ranks",
-                 (long long)workload->ranks.prefill, (long long)workload->ranks.decode);
-    else if (kvio_updates_wanted(workload))
-        snprintf(ranks, sizeof(ranks), "%lld train + %lld serve ranks",
-                 (long long)workload->ranks.train, (long long)serve_ranks);
-    else
-        snprintf(ranks, sizeof(ranks), "%lld serve rank%s", (long long)serve_ranks,
-                 serve_ranks == 1 ? "" : "s");
-    snprintf(title, sizeof(title), "kvio run %s (%s: %s on %s, %s%s)", workload->name,
-             workload->mode == KVIO_MODE_EMULATE ? "emulate" : "simulate",
-             workload->model.preset != NULL ? workload->model.preset : "a custom model",
-             workload->gpu.preset != NULL ? workload->gpu.preset : "a custom GPU", ranks,
-             complete ? "" : "; INCOMPLETE");
-    if (kvio_table_create(title, &table) != KVIO_OK)
-        return;
-    if (serving) {
-        /* The latency grid, then every figure the declaration puts on a row
-         * (kvio/figures.def), then what this run's parts add. */
-        kvio_result_table_rows(result, table, NULL);
-        kvio_table_print(table, stdout);
-        kvio_table_destroy(table);
-        if (kvio_table_create("", &table) != KVIO_OK)
-            return;
-        kvio_result_table_rows(result, NULL, table);
-        if (json_object_get(metrics, "pd") != NULL)
-            add_pd_rows(table, json_object_get(metrics, "pd"));
-        add_storage_rows(table, summary);
-    }
-    const json_t *model = json_object_get(metrics, "model_updates");
-    char latency[128], bandwidth[64], activated[128];
-    if (model != NULL) {
-        const json_t *update_latency = json_object_get(model, "update_latency_ms");
-        snprintf(latency, sizeof(latency), "mean %.3f  p50 %.3f  p99 %.3f  max %.3f",
-                 json_number_value(json_object_get(update_latency, "mean")),
-                 json_number_value(json_object_get(update_latency, "p50")),
-                 json_number_value(json_object_get(update_latency, "p99")),
-                 json_number_value(json_object_get(update_latency, "max")));
-        kvio_table_add_row(table, "update latency ms", latency, NULL);
-        snprintf(bandwidth, sizeof(bandwidth), "%.3f",
-                 json_number_value(json_object_get(json_object_get(model, "bandwidth_gbps"), "mean")));
-        kvio_table_add_row(table, "update bandwidth GB/s", bandwidth, NULL);
-        json_int_t after = json_integer_value(json_object_get(model, "activated_after_serving"));
-        char after_text[48] = "";
-        if (after > 0)
-            snprintf(after_text, sizeof(after_text), " (%lld after serving)", (long long)after);
-        snprintf(activated, sizeof(activated), "%lld of %lld%s, %lld bad checksums",
-                 (long long)json_integer_value(json_object_get(model, "updates_activated")),
-                 (long long)json_integer_value(json_object_get(model, "updates_received")),
-                 after_text,
-                 (long long)json_integer_value(json_object_get(model, "checksum_mismatches")));
-        kvio_table_add_row(table, "updates activated", activated, NULL);
-    }
-    const json_t *interference = json_object_get(metrics, "update_interference");
-    const json_t *cost = json_object_get(metrics, "update_cost");
-    char interference_text[160], interference_more[96], cost_lines[3][96];
-    if (cost != NULL) {
-        kvio_control_cost_lines(cost, cost_lines);
-        kvio_table_add_row(table, "update cost vs control", cost_lines[0], NULL);
-        kvio_table_add_row(table, "", cost_lines[1], NULL);
-        kvio_table_add_row(table, "", cost_lines[2], NULL);
-    } else if (interference != NULL &&
-        json_integer_value(json_object_get(interference, "updates_measured")) > 0) {
-        snprintf(interference_text, sizeof(interference_text), "TTFT p99 x%.2f, TPOT p99 x%.2f",
-                 json_number_value(json_object_get(interference, "ttft_p99_ratio")),
-                 json_number_value(json_object_get(interference, "tpot_p99_ratio")));
-        snprintf(interference_more, sizeof(interference_more),
-                 "hit rate %.1f %% -> %.1f %% (%.0f s windows)",
-                 100 * json_number_value(json_object_get(interference, "hit_rate_before")),
-                 100 * json_number_value(json_object_get(interference, "hit_rate_after")),
-                 json_number_value(json_object_get(interference, "window_s")));
-        kvio_table_add_row(table, "trend (no control)", interference_text, NULL);
-        kvio_table_add_row(table, "", interference_more, NULL);
-    }
-    const json_t *during = json_object_get(interference, "during_updates");
-    if (cost == NULL && during != NULL) {
-#define GAP(side, key)                                                                    \
-    json_number_value(json_object_get(                                                   \
-        json_object_get(json_object_get(during, "decode_gap_ms"), side), key))
-        snprintf(interference_text, sizeof(interference_text),
-                 "decode gap p99 %.2f ms (%.0f), outside %.2f ms", GAP("during", "p99"),
-                 GAP("during", "gaps"), GAP("outside", "p99"));
-#undef GAP
-        kvio_table_add_row(table, "during updates", interference_text, NULL);
-    }
-    json_t *modelled = kvio_run_modelled(workload, metrics);
-    for (size_t i = 0; i < json_array_size(modelled); i++)
-        kvio_table_add_row(table, i == 0 ? "modelled" : "",
-                           json_string_value(json_object_get(json_array_get(modelled, i),
-                                                             "brief")),
-                           NULL);
-    kvio_table_add_row(table, "results", results_dir, NULL);
-    kvio_table_print(table, stdout);
-    json_decref(modelled);
-    kvio_table_destroy(table);
-}
-
 /* Simulate mode's start: t0 is the run's start, every rank is ready at once
  * (train ranks first, then serve ranks). */
 static void simulate_start(const kvio_workload_t *workload, uint64_t start_ns, json_t *start)
@@ -245,54 +49,6 @@ static void simulate_start(const kvio_workload_t *workload, uint64_t start_ns, j
         json_array_append_new(ranks, kvio_start_rank_json(rank, rank < num_train ? "train"
                                                                                   : "serve", 0));
     kvio_start_json_set(start, (int64_t)start_ns, ranks);
-}
-
-/* The fields summary.json opens with, in both the provisional and the
- * final one; error may be NULL. The caller owns the object. */
-/* host: the host block, taken once when the run starts (its load average
- * then). */
-/* An argument as results may show it: a URL's password becomes ***. */
-static json_t *redacted(const char *argument)
-{
-    size_t size = strlen(argument) + 4;
-    char *text = malloc(size);
-    if (text == NULL)
-        return json_string("");
-    kvio_url_redact(argument, text, size);
-    json_t *value = json_string(text);
-    free(text);
-    return value;
-}
-
-static json_t *summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,
-                            json_t *host, uint64_t start_ns, bool complete, const char *error)
-{
-    char start_text[64];
-    kvio_format_utc(start_ns, start_text, sizeof(start_text));
-    json_t *summary = json_object();
-    json_object_set_new(summary, "schema_version", json_integer(KVIO_SCHEMA_VERSION));
-    json_object_set_new(summary, "kvio_version", json_string(KVIO_VERSION));
-    json_object_set_new(summary, "name", json_string(workload->name));
-    json_object_set_new(summary, "source", json_string(options->source ? options->source : ""));
-    /* How to run it again: the command as typed and its overrides (the
-     * config below is the effective one; kvio run DIR/summary.json reruns it). */
-    json_t *command = json_array();
-    if (options->argv != NULL)
-        json_array_append_new(command, json_string("kvio"));
-    for (int i = 0; options->argv != NULL && i < options->argc; i++)
-        json_array_append_new(command, redacted(options->argv[i]));
-    json_object_set_new(summary, "command", command);
-    json_t *overrides = json_array();
-    for (size_t i = 0; options->overrides != NULL && i < options->num_overrides; i++)
-        json_array_append_new(overrides, redacted(options->overrides[i]));
-    json_object_set_new(summary, "overrides", overrides);
-    json_object_set_new(summary, "complete", json_boolean(complete));
-    if (error != NULL)
-        json_object_set_new(summary, "error", json_string(error));
-    json_object_set_new(summary, "start_time", json_string(start_text));
-    json_object_set(summary, "host", host);
-    json_object_set_new(summary, "build", kvio_build_json());
-    return summary;
 }
 
 /* The latency and throughput keys `vllm bench serve` writes, from kvio's
@@ -336,7 +92,7 @@ static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
                                                uint64_t start_ns, char *error_p,
                                                size_t error_len)
 {
-    json_t *summary = summary_head(workload, options, host, start_ns, false,
+    json_t *summary = run_summary_head(workload, options, host, start_ns, false,
                                    "the run did not end: kvio is still running, or was killed "
                                    "before it wrote its results");
     json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
@@ -1111,53 +867,6 @@ static void check_something_served(run_state_t *state)
     }
 }
 
-/* run.log in the results: how the run was started, every warning and
- * error kvio logged while it ran (printed or hushed by -q), what makes its
- * numbers mislead, and how it ended. A failed write is a warning only: the
- * summary says how the run went. */
-static void write_run_log(run_state_t *state, const json_t *summary, const json_t *warnings)
-{
-    size_t dropped = 0;
-    char *captured = kvio_log_capture_end(&dropped);
-    kvio_csv_t *log = NULL;
-    if (kvio_csv_open(state->results, "run.log", NULL, &log) != KVIO_OK) {
-        free(captured);
-        return;
-    }
-    char build[1024];
-    kvio_build_describe(build, sizeof(build));
-    char *newline = strchr(build, '\n');
-    if (newline != NULL)
-        *newline = '\0';
-    kvio_csv_row(log, "%s", build);
-    char command[4096] = "";
-    size_t at = 0;
-    /* summary.json's command: its URLs' passwords already ***. */
-    const json_t *typed = json_object_get(summary, "command");
-    for (size_t i = 1; i < json_array_size(typed) && at < sizeof(command); i++)
-        at += (size_t)snprintf(command + at, sizeof(command) - at, i > 1 ? " '%s'" : "kvio %s",
-                               json_string_value(json_array_get(typed, i)));
-    kvio_csv_row(log, "command: %s", command[0] != '\0' ? command : "(a library call)");
-    kvio_csv_row(log, "source: %s", json_string_value(json_object_get(summary, "source")));
-    kvio_csv_row(log, "start: %s", json_string_value(json_object_get(summary, "start_time")));
-    if (captured[0] != '\0')
-        kvio_csv_line(log, captured, strlen(captured) - 1);
-    if (dropped > 0)
-        kvio_csv_row(log, "(%zu more messages not kept)", dropped);
-    for (size_t w = 0; w < json_array_size(warnings); w++)
-        kvio_csv_row(log, "kvio: warning: %s",
-                     json_string_value(json_object_get(json_array_get(warnings, w), "message")));
-    const char *error = json_string_value(json_object_get(summary, "error"));
-    kvio_csv_row(log, "end: %s, complete: %s%s%s",
-                 json_string_value(json_object_get(summary, "end_time")),
-                 json_is_true(json_object_get(summary, "complete")) ? "true" : "false",
-                 error != NULL ? ", error: " : "", error != NULL ? error : "");
-    char write_error[256];
-    if (kvio_csv_finish(log, "run.log", write_error, sizeof(write_error)) != KVIO_OK)
-        kvio_warn("%s", write_error);
-    free(captured);
-}
-
 /* summary.json (rank 0), its table on stdout, and the result. */
 static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
                                  kvio_run_result_t *result_p)
@@ -1166,7 +875,6 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     const kvio_run_options_t *options = state->options;
     bool updates = state->updates, emulate = state->emulate, coupled = state->coupled;
     bool serving = state->serving;
-    uint64_t end_ns = kvio_wall_time_ns();
     const run_part_t parts[] = {
         {"config", true, "validated and recorded"},
         {"engine", (serving || coupled) && status == KVIO_OK,
@@ -1193,7 +901,6 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     if (options->server_json != NULL)
         kvio_result_set_detail(result, "server", options->server_json(options->server_context));
     kvio_result_derive(result);
-    json_t *metrics = kvio_result_metrics_json(result);
     /* vllm.json beside requests.csv (none when serving wrote nothing). */
     json_t *vllm = NULL;
     if (kvio_result_has(result, KVIO_FIG_TTFT_MS_MEAN) && state->results != NULL) {
@@ -1208,43 +915,34 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
             status = vllm_status;
         }
     }
-    char end_text[64];
-    kvio_format_utc(end_ns, end_text, sizeof(end_text));
-    json_t *summary = summary_head(workload, options, state->host, state->start_ns,
-                                   status == KVIO_OK && state->complete,
-                                   status != KVIO_OK               ? state->error_p
-                                   : state->incomplete[0] != '\0' ? state->incomplete
-                                   : !state->complete ? "run interrupted before it finished "
-                                                        "(SIGINT or SIGTERM)"
-                                                      : NULL);
-    json_object_set_new(summary, "end_time", json_string(end_text));
-    json_object_set_new(summary, "wall_s", json_real((double)(end_ns - state->start_ns) / 1e9));
     if (json_object_get(state->start, "t0") == NULL && !emulate)
         simulate_start(workload, state->start_ns, state->start);
-    json_object_update(summary, state->start);
-    json_object_set_new(summary, "config", kvio_config_to_json(kvio_workload_options, workload));
-    json_object_set_new(summary, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
-    json_object_set(summary, "metrics", metrics);
+    json_t *extra = json_object();
+    json_object_set_new(extra, "parts", parts_json(parts, sizeof(parts) / sizeof(parts[0])));
     if (vllm != NULL)
-        json_object_set_new(summary, "vllm", vllm);
+        json_object_set_new(extra, "vllm", vllm);
     if (serving || coupled)
-        json_object_set_new(summary, "scheduling", scheduling_json(workload));
-    json_t *warnings = kvio_run_validity(workload, metrics);
-    json_object_set_new(summary, "valid", json_boolean(json_array_size(warnings) == 0));
-    json_object_set_new(summary, "modelled", kvio_run_modelled(workload, metrics));
-    json_t *storage = kvio_run_storage(workload, metrics);
-    json_t *assessment = kvio_run_assess(workload, storage, metrics);
-    if (storage != NULL)
-        json_object_set_new(summary, "storage", storage);
+        json_object_set_new(extra, "scheduling", scheduling_json(workload));
+    json_object_set_new(extra, "modelled", kvio_run_modelled(workload, result));
+    if (kvio_run_storage(workload, result) != KVIO_OK && status == KVIO_OK) {
+        snprintf(state->error_p, state->error_len, "storage: out of memory");
+        status = KVIO_ERR_NOMEM;
+    }
+    json_t *assessment = kvio_run_assess(workload, result);
     if (assessment != NULL)
-        json_object_set_new(summary, "assessment", assessment);
-    json_object_set(summary, "warnings", warnings);
+        json_object_set_new(extra, "assessment", assessment);
+    kvio_run_verdict(workload, result);
+    run_summary_t summary = {
+        .workload = workload, .options = options, .results = state->results, .result = result,
+        .host = state->host, .start = state->start, .extra = extra,
+        .start_ns = state->start_ns, .complete = status == KVIO_OK && state->complete,
+        .error = status != KVIO_OK               ? state->error_p
+                 : state->incomplete[0] != '\0' ? state->incomplete
+                 : !state->complete ? "run interrupted before it finished (SIGINT or SIGTERM)"
+                                    : NULL,
+        .capture_log = true};
     char write_error[512] = "";
-    kvio_status_t write_status = kvio_results_write_json(state->results, "summary.json", summary,
-                                                         write_error, sizeof(write_error));
-    write_run_log(state, summary, warnings);
-    if (options->summary_p != NULL && write_status == KVIO_OK)
-        *options->summary_p = json_incref(summary);
+    kvio_status_t write_status = run_write_summary(&summary, write_error, sizeof(write_error));
     if (status == KVIO_OK && write_status != KVIO_OK) {
         snprintf(state->error_p, state->error_len, "%s", write_error);
         status = write_status;
@@ -1252,20 +950,20 @@ static kvio_status_t run_summary(run_state_t *state, kvio_status_t status,
     snprintf(result_p->results_dir, sizeof(result_p->results_dir), "%s",
              kvio_results_path(state->results));
     result_p->complete = status == KVIO_OK && state->complete;
-    if (status == KVIO_OK && !options->quiet)
-        print_table(workload, result, summary, metrics, kvio_results_path(state->results),
-                    state->complete, serving || coupled);
-    json_decref(summary);
-    json_decref(metrics);
+    if (status == KVIO_OK && !options->quiet && (serving || coupled || updates))
+        run_print_table(&summary, NULL);
+    json_decref(extra);
     /* After the table, -q or not (it hides the log's warnings; compare and
      * capacity, which print no table, keep them in their JSON): what makes
      * these numbers mislead. */
     for (size_t w = 0; status == KVIO_OK && state->root && !options->quiet &&
-                       w < json_array_size(warnings);
+                       w < kvio_result_num_warnings(result);
          w++)
-        fprintf(stderr, "kvio: warning: %s\n",
-                json_string_value(json_object_get(json_array_get(warnings, w), "message")));
-    json_decref(warnings);
+        fprintf(stderr, "kvio: warning: %s\n", kvio_result_warning_message(result, w));
+    if (options->result_p != NULL && write_status == KVIO_OK) {
+        *options->result_p = result;
+        state->result = NULL;
+    }
     if (status == KVIO_OK && !state->complete) {
         snprintf(state->error_p, state->error_len, "%s; %s/summary.json says complete: false",
                  state->incomplete[0] != '\0' ? state->incomplete : "run interrupted",

@@ -226,6 +226,11 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
                                   int64_t origin_ns, const kvio_serve_output_t *serving,
                                   char *error_p, size_t error_len);
 
+/* weight_sync's figures of one update: the last server done (ms), and the
+ * bytes on the wire, from the trainer's side, forwarded (run/sync_results.c). */
+void run_sync_figures(kvio_result_t *result, double update_ms, double wire_bytes,
+                      double from_trainer, double forwarded);
+
 /* Rank 0, weight_sync in emulate mode: what every bucket's stages took
  * (run/sync_results.c). */
 kvio_status_t run_sync_results(const run_context_t *context, const collected_t *all,
@@ -249,11 +254,44 @@ typedef struct kvio_interference {
 
 /* Without a control: the gaps between a rank's decoding iterations that
  * overlap an update on it (its first byte on the wire to its activation)
- * against the rest, per gap and per token delayed (ITL); summary.json
- * update_interference.during_updates. NULL: out of memory. */
-json_t *kvio_interference_during_json(const kvio_serve_output_t *serving,
-                                      const kvio_update_record_t *updates, size_t num_updates,
-                                      int64_t origin_ns);
+ * against the rest, per gap and per token delayed (ITL): the figures of
+ * update_interference.during_updates. */
+kvio_status_t kvio_interference_during_fill(kvio_result_t *result,
+                                            const kvio_serve_output_t *serving,
+                                            const kvio_update_record_t *updates,
+                                            size_t num_updates, int64_t origin_ns);
+
+/* ---------- rendering a result (run/render.c) ---------- */
+
+/* What summary.json, run.log and the table are rendered from: the run's
+ * identity, its typed result, and the blocks beside metrics (extra: parts,
+ * vllm, scheduling, modelled, storage, assessment; may be NULL). */
+typedef struct run_summary {
+    const kvio_workload_t *workload;
+    const kvio_run_options_t *options;
+    kvio_results_t *results;
+    const kvio_result_t *result;
+    json_t *host;        /* the host block taken at the start (NULL: taken now) */
+    json_t *start;       /* t0 and every rank's set-up (may be NULL) */
+    json_t *extra;
+    uint64_t start_ns;
+    bool complete;
+    const char *error;   /* why it is not complete (NULL: none) */
+    bool capture_log;    /* run.log gets what kvio_log captured since the start */
+} run_summary_t;
+
+/* Provenance, the keys every result kvio writes opens with: schema and kvio
+ * versions, the command and its overrides (passwords ***), the start time,
+ * host (host, or taken now when NULL) and build. A new object. */
+json_t *run_provenance_json(const kvio_run_options_t *options, json_t *host, uint64_t start_ns);
+/* summary.json's head: provenance, name, source, complete and error. */
+json_t *run_summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,
+                         json_t *host, uint64_t start_ns, bool complete, const char *error);
+/* Writes summary.json (atomically) and run.log; hands summary.json to
+ * options->summary_p when asked. */
+kvio_status_t run_write_summary(const run_summary_t *summary, char *error_p, size_t error_len);
+/* The table on stdout; what (may be NULL) is added to its title. */
+void run_print_table(const run_summary_t *summary, const char *what);
 
 /* One run of kvio_run (run/run.c) that also hands over, in emulate's
  * coupled run, what serving measured (served_out may be NULL). */
@@ -282,7 +320,7 @@ typedef struct kvio_control_update {
 typedef struct kvio_control_cost {
     kvio_control_update_t *per_update; /* one per update record */
     size_t num_updates;
-    json_t *json;                      /* summary.json update_cost */
+    kvio_result_t *figures;            /* the update_cost figures (kvio_result_merge) */
 } kvio_control_cost_t;
 
 /* Pairs the requests served with updates with their twins (without, sorted
@@ -314,12 +352,9 @@ void kvio_control_cache_counts(const kvio_control_cache_t *cache, uint64_t *serv
                                uint64_t *shared_p);
 
 /* The serving time each activated update of updates cost its rank (every
- * cause): mean, p50, p99 and max in ms. NULL: out of memory. */
-json_t *kvio_update_stall_json(const kvio_update_record_t *updates, size_t num_updates);
-
-/* What kvio prints of update_cost, in three pieces of a line: the tail
- * latencies, the hit rate and requests affected, the stall per update. */
-void kvio_control_cost_lines(const json_t *cost, char lines[3][96]);
+ * cause): model_updates.stall_ms_per_update's figures. */
+kvio_status_t kvio_update_stall_fill(kvio_result_t *result, const kvio_update_record_t *updates,
+                                    size_t num_updates);
 
 /* The windows around each activation of updates (times on the clock of
  * origin_ns, rank 0's t0) over the finished requests. */
@@ -333,22 +368,29 @@ void kvio_interference_free(kvio_interference_t *result);
 /* summary.json's update_interference, with the updates' recompute and
  * stall costs. */
 json_t *kvio_interference_json(const kvio_interference_t *result, uint64_t recomputed_tokens,
-                               uint64_t aborted_requests, double stall_ms);
+                               uint64_t aborted_requests);
 
 /* The warnings that make a run's numbers mislead (summary.json's warnings;
  * valid when there is none): overload, emulate timing error, tier errors,
  * more emulate ranks than cores. Each: kind, measured, threshold, message. */
-json_t *kvio_run_validity(const kvio_workload_t *workload, const json_t *metrics);
+void kvio_run_verdict(const kvio_workload_t *workload, kvio_result_t *result);
+
+/* Whether the run fell behind the rate offered (the verdict's overload;
+ * kvio compare and kvio capacity judge variants and probes by it): served
+ * and offered rates into *served_p and *offered_p. */
+bool kvio_run_overloaded(const kvio_workload_t *workload, const kvio_result_t *result,
+                         double *served_p, double *offered_p);
 
 /* What in the numbers comes from a model or a default (summary.json's
  * modelled): [{what, by, brief}], brief short enough for the table. */
-json_t *kvio_run_modelled(const kvio_workload_t *workload, const json_t *metrics);
+json_t *kvio_run_modelled(const kvio_workload_t *workload, const kvio_result_t *result);
 
-/* summary.json's storage block (run/storage.c): the tiers' bandwidth, IOPS,
- * queue depth and latency percentiles over the serve ranks, cached tokens
- * per second, storage throughput in tokens per second, and the MLPerf
- * Storage names for them; NULL without tiers. */
-json_t *kvio_run_storage(const kvio_workload_t *workload, const json_t *metrics);
+/* The tiers as storage engineers report them (run/storage.c): each
+ * configured tier over the serve ranks as an entry of the result's
+ * storage_tiers list (bytes, bandwidth and IOPS while busy, queue depths,
+ * the worst rank's latency percentiles, its layout, engine and device), and
+ * the run's cached and moved tokens per second. Nothing without tiers. */
+kvio_status_t kvio_run_storage(const kvio_workload_t *workload, kvio_result_t *result);
 
 /* The `assess:` section's options (run/storage.c). */
 extern const kvio_opt_t kvio_assess_options[];
@@ -357,7 +399,6 @@ extern const kvio_opt_t kvio_assess_options[];
  * storage block and the hit rate, where the run has the figure, in
  * kv-cache.py's names ({criteria: [{name, target, actual, unit, passed}],
  * passed_count, total_count, passed}); NULL when nothing is judged. */
-json_t *kvio_run_assess(const kvio_workload_t *workload, const json_t *storage,
-                        const json_t *metrics);
+json_t *kvio_run_assess(const kvio_workload_t *workload, const kvio_result_t *result);
 
 #endif

@@ -14,142 +14,144 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The larger of a latency percentile over the ranks. */
-static void worst(json_t *into, const json_t *from)
-{
-    const char *key;
-    json_t *value;
-    json_object_foreach((json_t *)from, key, value) {
-        const json_t *known = json_object_get(into, key);
-        if (known == NULL || json_number_value(value) > json_number_value(known))
-            json_object_set(into, key, value);
-    }
-}
-
-static double number(const json_t *object, const char *key)
-{
-    return json_number_value(json_object_get(object, key));
-}
-
 /* One tier over the ranks: its entries' sums into total. */
 typedef struct tier_total {
-    const char *kind;
-    const json_t *first; /* the first rank's entry (layout, engine, device) */
+    const kvio_result_t *first; /* the first rank's entry (its kind, layout, engine, device) */
     double ranks, bytes_read, bytes_written, read_ns, write_ns, hits, puts, skipped_puts;
     double read_depth_ns, write_depth_ns; /* queue depth x busy time, summed */
-    json_t *read_ms, *write_ms;
+    double read_ms[4], write_ms[4];       /* the worst rank's p50, p95, p99, p99.9 */
 } tier_total_t;
 
-static json_t *tier_json(const tier_total_t *total)
+/* The tier's figures over the ranks into entry, an entry of the result's
+ * storage_tiers list; what its kind says about itself (layout, engine,
+ * device) as its detail. */
+static void tier_fill(kvio_result_t *entry, const tier_total_t *total)
 {
-    json_t *tier = json_object();
-    json_object_set_new(tier, "kind", json_string(total->kind));
-    json_object_set_new(tier, "ranks", json_integer((json_int_t)total->ranks));
-    json_object_set_new(tier, "bytes_read", json_integer((json_int_t)total->bytes_read));
-    json_object_set_new(tier, "bytes_written", json_integer((json_int_t)total->bytes_written));
-    json_object_set_new(tier, "skipped_puts", json_integer((json_int_t)total->skipped_puts));
-    json_object_set_new(tier, "read_gbps",
-                        json_real(total->read_ns > 0 ? total->bytes_read / total->read_ns : 0));
-    json_object_set_new(tier, "write_gbps",
-                        json_real(total->write_ns > 0 ? total->bytes_written / total->write_ns
-                                                      : 0));
-    json_object_set_new(tier, "read_iops",
-                        json_real(total->read_ns > 0 ? total->hits * 1e9 / total->read_ns : 0));
-    json_object_set_new(tier, "write_iops",
-                        json_real(total->write_ns > 0 ? total->puts * 1e9 / total->write_ns : 0));
-    json_object_set_new(tier, "read_queue_depth",
-                        json_real(total->read_ns > 0 ? total->read_depth_ns / total->read_ns : 0));
-    json_object_set_new(tier, "write_queue_depth",
-                        json_real(total->write_ns > 0 ? total->write_depth_ns / total->write_ns
-                                                      : 0));
-    json_object_set(tier, "read_latency_ms", total->read_ms);
-    json_object_set(tier, "write_latency_ms", total->write_ms);
+    kvio_result_set_text(entry, KVIO_FIG_STORAGE_TIER_KIND,
+                         kvio_result_text(total->first, KVIO_FIG_TIER_KIND));
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_RANKS, total->ranks);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_BYTES_READ, total->bytes_read);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_BYTES_WRITTEN, total->bytes_written);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_SKIPPED_PUTS, total->skipped_puts);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_READ_GBPS,
+                    total->read_ns > 0 ? total->bytes_read / total->read_ns : 0);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_WRITE_GBPS,
+                    total->write_ns > 0 ? total->bytes_written / total->write_ns : 0);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_READ_IOPS,
+                    total->read_ns > 0 ? total->hits * 1e9 / total->read_ns : 0);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_WRITE_IOPS,
+                    total->write_ns > 0 ? total->puts * 1e9 / total->write_ns : 0);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_READ_QUEUE_DEPTH,
+                    total->read_ns > 0 ? total->read_depth_ns / total->read_ns : 0);
+    kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_WRITE_QUEUE_DEPTH,
+                    total->write_ns > 0 ? total->write_depth_ns / total->write_ns : 0);
+    for (int q = 0; q < 4; q++) {
+        kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_READ_P50_MS + q, total->read_ms[q]);
+        kvio_result_set(entry, KVIO_FIG_STORAGE_TIER_WRITE_P50_MS + q, total->write_ms[q]);
+    }
     static const char *const about[] = {"layout", "io_engine", "queue_depth", "o_direct",
                                         "o_direct_note", "io_engine_note", "device", "memory"};
     for (size_t i = 0; i < sizeof(about) / sizeof(about[0]); i++) {
-        json_t *value = json_object_get(total->first, about[i]);
+        const json_t *value = kvio_result_detail(total->first, about[i]);
         if (value != NULL)
-            json_object_set(tier, about[i], value);
+            kvio_result_set_detail(entry, about[i], json_incref((json_t *)value));
     }
-    return tier;
 }
 
-/* MLPerf Storage's P95 of a tier's reads or writes, by where it sits:
- * host memory is its "cpu", a file its "nvme". */
-static void mlperf_latency(json_t *mlperf, const tier_total_t *total)
+/* A tier's P95 per block read or written, by where it sits: host memory
+ * ("cpu") or a file ("nvme"), the first tier of each. */
+static void p95_by_place(json_t *latency, const tier_total_t *total)
 {
-    const char *where = strcmp(total->kind, "host") == 0   ? "cpu"
-                        : strcmp(total->kind, "file") == 0 ? "nvme"
-                                                           : total->kind;
+    const char *kind = kvio_result_text(total->first, KVIO_FIG_TIER_KIND);
+    const char *where = strcmp(kind, "host") == 0 ? "cpu" : strcmp(kind, "file") == 0 ? "nvme"
+                                                                                      : kind;
     char key[64];
     snprintf(key, sizeof(key), "%s_read_p95_ms", where);
-    if (json_object_get(mlperf, key) == NULL)
-        json_object_set(mlperf, key, json_object_get(total->read_ms, "p95"));
+    if (json_object_get(latency, key) == NULL)
+        json_object_set_new(latency, key, json_real(total->read_ms[1]));
     snprintf(key, sizeof(key), "%s_write_p95_ms", where);
-    if (json_object_get(mlperf, key) == NULL)
-        json_object_set(mlperf, key, json_object_get(total->write_ms, "p95"));
+    if (json_object_get(latency, key) == NULL)
+        json_object_set_new(latency, key, json_real(total->write_ms[1]));
 }
 
-json_t *kvio_run_storage(const kvio_workload_t *workload, const json_t *metrics)
+/* An entry's figure (0 when it has none). */
+static double figure(const kvio_result_t *entry, kvio_figure_t which)
 {
-    const json_t *entries = json_object_get(metrics, "tiers");
+    double value = kvio_result_get(entry, which);
+    return isnan(value) ? 0 : value;
+}
+
+/* One rank's entry of a tier into its total. */
+static void add_entry(tier_total_t *total, const kvio_result_t *entry)
+{
+    if (total->first == NULL)
+        total->first = entry;
+    total->ranks++;
+    total->bytes_read += figure(entry, KVIO_FIG_TIER_BYTES_READ);
+    total->bytes_written += figure(entry, KVIO_FIG_TIER_BYTES_WRITTEN);
+    total->read_ns += figure(entry, KVIO_FIG_TIER_READ_NS);
+    total->write_ns += figure(entry, KVIO_FIG_TIER_WRITE_NS);
+    total->hits += figure(entry, KVIO_FIG_TIER_HITS);
+    total->puts += figure(entry, KVIO_FIG_TIER_PUTS);
+    total->skipped_puts += figure(entry, KVIO_FIG_TIER_SKIPPED_PUTS);
+    total->read_depth_ns += figure(entry, KVIO_FIG_TIER_READ_QUEUE_DEPTH) *
+                            figure(entry, KVIO_FIG_TIER_READ_NS);
+    total->write_depth_ns += figure(entry, KVIO_FIG_TIER_WRITE_QUEUE_DEPTH) *
+                             figure(entry, KVIO_FIG_TIER_WRITE_NS);
+    /* Percentiles do not add: the worst rank's. */
+    for (int q = 0; q < 4; q++) {
+        total->read_ms[q] = fmax(total->read_ms[q],
+                                 figure(entry, KVIO_FIG_TIER_READ_LATENCY_P50 + q));
+        total->write_ms[q] = fmax(total->write_ms[q],
+                                  figure(entry, KVIO_FIG_TIER_WRITE_LATENCY_P50 + q));
+    }
+}
+
+kvio_status_t kvio_run_storage(const kvio_workload_t *workload, kvio_result_t *result)
+{
+    size_t num_entries = kvio_result_num_children(result, "tiers");
     size_t num_tiers = workload->serve.kvcache.tiers.count;
-    if (!json_is_array(entries) || json_array_size(entries) == 0 || num_tiers == 0)
-        return NULL;
+    if (num_entries == 0 || num_tiers == 0)
+        return KVIO_OK;
     tier_total_t totals[16];
     if (num_tiers > 16)
         num_tiers = 16;
     memset(totals, 0, sizeof(totals));
     double bytes_moved = 0, bytes_per_token = 0;
     /* Each rank lists its tiers in the configured order. */
-    for (size_t e = 0; e < json_array_size(entries); e++) {
-        const json_t *entry = json_array_get(entries, e);
-        tier_total_t *total = &totals[e % num_tiers];
-        if (total->first == NULL) {
-            total->first = entry;
-            total->kind = json_string_value(json_object_get(entry, "kind"));
-            total->read_ms = json_object();
-            total->write_ms = json_object();
-        }
-        total->ranks++;
-        total->bytes_read += number(entry, "bytes_read");
-        total->bytes_written += number(entry, "bytes_written");
-        total->read_ns += number(entry, "read_ns");
-        total->write_ns += number(entry, "write_ns");
-        total->hits += number(entry, "hits");
-        total->puts += number(entry, "puts");
-        total->skipped_puts += number(entry, "skipped_puts");
-        total->read_depth_ns += number(entry, "read_queue_depth") * number(entry, "read_ns");
-        total->write_depth_ns += number(entry, "write_queue_depth") * number(entry, "write_ns");
-        worst(total->read_ms, json_object_get(entry, "read_latency_ms"));
-        worst(total->write_ms, json_object_get(entry, "write_latency_ms"));
-        bytes_moved += number(entry, "bytes_read") + number(entry, "bytes_written");
+    for (size_t e = 0; e < num_entries; e++) {
+        const kvio_result_t *entry = kvio_result_child_at(result, "tiers", e);
+        add_entry(&totals[e % num_tiers], entry);
+        bytes_moved += figure(entry, KVIO_FIG_TIER_BYTES_READ) +
+                       figure(entry, KVIO_FIG_TIER_BYTES_WRITTEN);
         /* A tier's objects are chunks of blocks (serve.kvcache.chunk_tokens). */
         if (bytes_per_token == 0 && workload->serve.kvcache.block_size > 0)
-            bytes_per_token = number(entry, "block_bytes") /
+            bytes_per_token = figure(entry, KVIO_FIG_TIER_BLOCK_BYTES) /
                               (double)workload->serve.kvcache.block_size /
                               (double)kvio_serve_chunk_blocks(&workload->serve.kvcache);
     }
-    double seconds = number(metrics, "duration_s");
-    json_t *storage = json_object(), *tiers = json_array(), *mlperf = json_object();
-    for (size_t t = 0; t < num_tiers; t++) {
+    double seconds = kvio_result_get(result, KVIO_FIG_DURATION_S);
+    json_t *latency = json_object();
+    for (size_t t = 0, index = 0; t < num_tiers; t++) {
         if (totals[t].first == NULL)
             continue;
-        json_array_append_new(tiers, tier_json(&totals[t]));
-        mlperf_latency(mlperf, &totals[t]);
-        json_decref(totals[t].read_ms);
-        json_decref(totals[t].write_ms);
+        kvio_result_t *entry = kvio_result_child(result, "storage_tiers", index++);
+        if (entry == NULL) {
+            json_decref(latency);
+            return KVIO_ERR_NOMEM;
+        }
+        tier_fill(entry, &totals[t]);
+        p95_by_place(latency, &totals[t]);
     }
-    double cached = seconds > 0 ? number(metrics, "tier_hit_tokens") / seconds : 0;
-    double moved = seconds > 0 && bytes_per_token > 0 ? bytes_moved / bytes_per_token / seconds
-                                                      : 0;
-    json_object_set_new(storage, "tiers", tiers);
-    json_object_set_new(storage, "cached_tokens_per_s", json_real(cached));
-    json_object_set_new(storage, "storage_throughput_tokens_per_s", json_real(moved));
-    json_object_set_new(mlperf, "storage_throughput_tokens_per_sec", json_real(moved));
-    json_object_set(mlperf, "cache_hit_rate", json_object_get(metrics, "hit_rate_with_tiers"));
-    json_object_set_new(storage, "mlperf", mlperf);
-    return storage;
+    kvio_result_set(result, KVIO_FIG_STORAGE_CACHED_TOKENS_PER_S,
+                    seconds > 0 ? kvio_result_get(result, KVIO_FIG_TIER_HIT_TOKENS) / seconds : 0);
+    kvio_result_set(result, KVIO_FIG_STORAGE_TOKENS_MOVED_PER_S,
+                    seconds > 0 && bytes_per_token > 0 ? bytes_moved / bytes_per_token / seconds
+                                                       : 0);
+    /* The worst P95 per block of each place (host memory, a file), which
+     * assess: judges: per block, not per MLPerf's whole-request object. */
+    kvio_result_set_detail(result, "storage.block_p95_ms", latency);
+    return KVIO_OK;
 }
 
 /* ---------- assess: ---------- */
@@ -193,8 +195,7 @@ static double figure_of(const json_t *object, const char *key)
     return json_is_number(value) ? json_number_value(value) : NAN;
 }
 
-json_t *kvio_run_assess(const kvio_workload_t *workload, const json_t *storage,
-                        const json_t *metrics)
+json_t *kvio_run_assess(const kvio_workload_t *workload, const kvio_result_t *result)
 {
     const kvio_assess_config_t *assess = &workload->assess;
     double write_ms = assess->storage_write_p95_ms, read_ms = assess->storage_read_p95_ms;
@@ -207,7 +208,7 @@ json_t *kvio_run_assess(const kvio_workload_t *workload, const json_t *storage,
     }
     if (write_ms <= 0 && read_ms <= 0 && cpu_ms <= 0 && hit_rate <= 0)
         return NULL;
-    const json_t *mlperf = json_object_get(storage, "mlperf");
+    const json_t *mlperf = kvio_result_detail(result, "storage.block_p95_ms");
     json_t *criteria = json_array();
     char name[96];
     snprintf(name, sizeof(name), "Storage Tier Write Device P95 < %gms", write_ms);
@@ -220,8 +221,8 @@ json_t *kvio_run_assess(const kvio_workload_t *workload, const json_t *storage,
     snprintf(name, sizeof(name), "CPU RAM P95 < %gms", cpu_ms);
     criterion(criteria, name, cpu_ms, cpu, "ms", true);
     snprintf(name, sizeof(name), "Cache Hit Rate > %g%%", hit_rate * 100);
-    criterion(criteria, name, hit_rate, figure_of(metrics, "hit_rate_with_tiers"), "ratio",
-              false);
+    criterion(criteria, name, hit_rate, kvio_result_get(result, KVIO_FIG_HIT_RATE_WITH_TIERS),
+              "ratio", false);
     size_t passed = 0;
     for (size_t i = 0; i < json_array_size(criteria); i++)
         passed += json_is_true(json_object_get(json_array_get(criteria, i), "passed"));

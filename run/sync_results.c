@@ -84,19 +84,11 @@ static json_t *weight_sync_json(const kvio_sync_config_t *config, const kvio_syn
         sums->reloaded > 0 ? (double)sums->reloaded / (double)sync->num_buckets : 0;
     static const char *const names[] = {"off", "whole", "bucket", "tensor"};
     json_t *object = json_pack(
-        "{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-        "s:f}",
+        "{s:s, s:b, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
         "granularity", names[config->granularity], "measured", 1,
         "buckets", (json_int_t)sync->num_buckets, "messages", (json_int_t)sync->messages,
         "tensors", (json_int_t)tensors, "bytes", (json_int_t)sync->bytes,
-        "wire_bytes", (json_int_t)(versions > 0 ? llround(sums->wire / versions) : 0),
-        "wire_bytes_from_trainer",
-        (json_int_t)(versions > 0 ? llround(sums->wire_from_trainer / versions) : 0),
-        "wire_bytes_forwarded",
-        (json_int_t)(versions > 0 ? llround(sums->wire_forwarded / versions) : 0),
         "staged_ms", versions > 0 ? sums->staged_ns / versions / 1e6 : 0.0,
-        "update_ms",
-        sums->versions_done > 0 ? sums->update_ns / (double)sums->versions_done / 1e6 : 0.0,
         "pipeline_depth",
         (json_int_t)((size_t)config->pipeline_depth < sync->num_buckets
                          ? (size_t)config->pipeline_depth
@@ -118,6 +110,17 @@ static json_t *weight_sync_json(const kvio_sync_config_t *config, const kvio_syn
                                       "encoding", encodings[config->delta_encoding]));
     }
     return object;
+}
+
+void run_sync_figures(kvio_result_t *result, double update_ms, double wire_bytes,
+                      double from_trainer, double forwarded)
+{
+    if (result == NULL)
+        return;
+    kvio_result_set(result, KVIO_FIG_SYNC_UPDATE_MS, update_ms);
+    kvio_result_set(result, KVIO_FIG_SYNC_WIRE_BYTES, wire_bytes);
+    kvio_result_set(result, KVIO_FIG_SYNC_WIRE_FROM_TRAINER, from_trainer);
+    kvio_result_set(result, KVIO_FIG_SYNC_WIRE_FORWARDED, forwarded);
 }
 
 kvio_status_t run_sync_results(const run_context_t *context, const collected_t *all,
@@ -242,5 +245,12 @@ kvio_status_t run_sync_results(const run_context_t *context, const collected_t *
     json_t *object = weight_sync_json(&context->workload->weight_sync, sync, &sums);
     json_object_set_new(kvio_result_detail_object(context->result, "model_updates"),
                         "weight_sync", object);
+    double versions = sums.sent > 0 ? (double)sums.sent / (double)sync->num_buckets : 0;
+    run_sync_figures(context->result,
+                     sums.versions_done > 0 ? sums.update_ns / (double)sums.versions_done / 1e6
+                                            : 0.0,
+                     versions > 0 ? sums.wire / versions : 0,
+                     versions > 0 ? sums.wire_from_trainer / versions : 0,
+                     versions > 0 ? sums.wire_forwarded / versions : 0);
     return KVIO_OK;
 }

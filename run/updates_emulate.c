@@ -607,10 +607,13 @@ static kvio_status_t rank0_results(rank_state_t *state)
     json_t *updates = context->result != NULL
                           ? kvio_result_detail_object(context->result, "model_updates")
                           : NULL;
-    json_object_set_new(updates, "runtime",
-                        json_string(kvio_rte_world_kind(kvio_rte_world(state->rte))));
+    if (context->result != NULL)
+        kvio_result_set_text(context->result, KVIO_FIG_UPDATE_RUNTIME,
+                             kvio_rte_world_kind(kvio_rte_world(state->rte)));
     if (lost_json != NULL) {
         json_object_set(updates, "trainer_lost", lost_json);
+        if (context->result != NULL)
+            kvio_result_set(context->result, KVIO_FIG_TRAINER_LOST, 1);
         state->lost = trainer_lost_error(all, state->num_serve, state->error,
                                          sizeof(state->error));
         json_decref(lost_json);

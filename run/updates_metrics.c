@@ -60,26 +60,27 @@ static void staleness(const collected_t *all, int rank, int64_t start, int64_t e
 }
 
 /* What rank 0 reports of the model updates, computed from the collected
- * records before anything is rendered (JSON, updates.csv, the trace). */
+ * records before anything is rendered (figures, updates.csv, the trace). */
 typedef struct update_metrics {
-    kvio_hist_t *latency, *train_stall, *bandwidth; /* ns, ns, MB/s */
+    double *latency_ms, *bandwidth_gbps, *train_stall_ms; /* one per update or version */
+    size_t num_latency, num_bandwidth, num_train_stall;
     uint64_t activated, mismatches, skipped, polls, iterations;
     double stage_mean_ms[5]; /* after t_ready: xfer start/end, notified, verified, activated */
-    double stall_total_ms, inference_stall_total_ms, inference_stall_max_ms;
+    double stall_total_ms;
+    double update_stall_ms[KVIO_STALL_CAUSES]; /* serving time the updates cost, by cause */
+    double update_stall_max_rank_ms;           /* the most one serve rank lost to them */
+    double reported_stall_ms; /* the serve ranks' own count (emulate: overruns too) */
     double staleness_mean;
     uint64_t staleness_max;
     int64_t clock_uncertainty_ns;
     int num_serve;
 } update_metrics_t;
 
-static const char *const stage_names[5] = {"xfer_start", "xfer_end", "notified", "verified",
-                                           "activated"};
-
 static void update_metrics_fini(update_metrics_t *metrics)
 {
-    kvio_hist_destroy(metrics->latency);
-    kvio_hist_destroy(metrics->train_stall);
-    kvio_hist_destroy(metrics->bandwidth);
+    free(metrics->latency_ms);
+    free(metrics->bandwidth_gbps);
+    free(metrics->train_stall_ms);
 }
 
 /* Transfer bandwidth of one update in GB/s (0 when it took no time). */
@@ -89,23 +90,51 @@ static double update_gbps(const kvio_update_record_t *record)
     return xfer_s > 0 ? (double)record->bytes / xfer_s / 1e9 : 0;
 }
 
+/* The serving time each update cost, summed by cause, and the most one
+ * serve rank lost to them. */
+static kvio_status_t update_stalls(const collected_t *all, update_metrics_t *metrics)
+{
+    int top = 0;
+    for (size_t i = 0; i < all->num_updates; i++)
+        top = all->updates[i].rank > top ? all->updates[i].rank : top;
+    double *by_rank = calloc((size_t)top + 1, sizeof(double));
+    if (by_rank == NULL)
+        return KVIO_ERR_NOMEM;
+    for (size_t i = 0; i < all->num_updates; i++) {
+        const kvio_update_record_t *record = &all->updates[i];
+        for (int c = 0; c < KVIO_STALL_CAUSES; c++) {
+            metrics->update_stall_ms[c] += (double)record->stall_ns[c] / 1e6;
+            if (record->rank >= 0)
+                by_rank[record->rank] += (double)record->stall_ns[c] / 1e6;
+        }
+    }
+    for (int r = 0; r <= top; r++)
+        if (by_rank[r] > metrics->update_stall_max_rank_ms)
+            metrics->update_stall_max_rank_ms = by_rank[r];
+    free(by_rank);
+    return KVIO_OK;
+}
+
 static kvio_status_t compute_update_metrics(const collected_t *all, int num_serve_configured,
                                             update_metrics_t *metrics)
 {
     memset(metrics, 0, sizeof(*metrics));
-    if (kvio_hist_create(&metrics->latency) != KVIO_OK ||
-        kvio_hist_create(&metrics->train_stall) != KVIO_OK ||
-        kvio_hist_create(&metrics->bandwidth) != KVIO_OK) {
+    size_t n = all->num_updates, t = all->num_train;
+    metrics->latency_ms = malloc((n + 1) * sizeof(double));
+    metrics->bandwidth_gbps = malloc((n + 1) * sizeof(double));
+    metrics->train_stall_ms = malloc((t + 1) * sizeof(double));
+    if (metrics->latency_ms == NULL || metrics->bandwidth_gbps == NULL ||
+        metrics->train_stall_ms == NULL) {
         update_metrics_fini(metrics);
         return KVIO_ERR_NOMEM;
     }
     double stage_sum[5] = {0};
-    for (size_t i = 0; i < all->num_updates; i++) {
+    for (size_t i = 0; i < n; i++) {
         const kvio_update_record_t *record = &all->updates[i];
         if (record->t_activated_ns) {
             metrics->activated++;
-            kvio_hist_record(metrics->latency,
-                             (uint64_t)(record->t_activated_ns - record->t_ready_ns));
+            metrics->latency_ms[metrics->num_latency++] =
+                (double)(record->t_activated_ns - record->t_ready_ns) / 1e6;
             int64_t stages[5] = {record->t_xfer_start_ns, record->t_xfer_end_ns,
                                  record->t_notified_ns, record->t_verified_ns,
                                  record->t_activated_ns};
@@ -114,16 +143,20 @@ static kvio_status_t compute_update_metrics(const collected_t *all, int num_serv
         }
         double gbps = update_gbps(record);
         if (gbps > 0)
-            kvio_hist_record(metrics->bandwidth, (uint64_t)(gbps * 1e3)); /* MB/s */
+            metrics->bandwidth_gbps[metrics->num_bandwidth++] = gbps;
         metrics->mismatches += record->checksum_ok ? 0 : 1;
         metrics->skipped += (uint64_t)(record->skipped_before > 0 ? record->skipped_before : 0);
     }
     for (int s = 0; s < 5; s++)
         metrics->stage_mean_ms[s] = metrics->activated ? stage_sum[s] / (double)metrics->activated
                                                        : 0;
-    for (size_t i = 0; i < all->num_train; i++) {
-        kvio_hist_record(metrics->train_stall, (uint64_t)all->train[i].stall_ns);
+    for (size_t i = 0; i < t; i++) {
+        metrics->train_stall_ms[metrics->num_train_stall++] = (double)all->train[i].stall_ns / 1e6;
         metrics->stall_total_ms += (double)all->train[i].stall_ns / 1e6;
+    }
+    if (update_stalls(all, metrics) != KVIO_OK) {
+        update_metrics_fini(metrics);
+        return KVIO_ERR_NOMEM;
     }
     double staleness_sum = 0;
     for (int i = 0; i < all->num_reports; i++) {
@@ -133,10 +166,7 @@ static kvio_status_t compute_update_metrics(const collected_t *all, int num_serv
         if (!is_serve_report(report, num_serve_configured))
             continue;
         metrics->num_serve++;
-        double stall_ms = (double)report->inference_stall_ns / 1e6;
-        metrics->inference_stall_total_ms += stall_ms;
-        if (stall_ms > metrics->inference_stall_max_ms)
-            metrics->inference_stall_max_ms = stall_ms;
+        metrics->reported_stall_ms += (double)report->inference_stall_ns / 1e6;
         metrics->polls += report->polls;
         metrics->iterations += report->iterations;
         double mean;
@@ -161,59 +191,77 @@ static int update_source(const kvio_workload_t *workload, const kvio_update_reco
     return chain && record->rank > TRAIN_RANK + 1 ? record->rank - 1 : TRAIN_RANK;
 }
 
-static json_t *update_metrics_json(const update_metrics_t *metrics,
-                                   const kvio_workload_t *workload, const collected_t *all)
+/* The serving time the updates cost, by cause; in emulate, what the serve
+ * ranks' iterations lost beyond it (their executor's overruns). */
+static void set_stalls(kvio_result_t *result, const update_metrics_t *metrics, bool emulate)
 {
-    json_t *object = json_object();
-    json_object_set_new(object, "transport",
-                        json_string(kvio_choice_name(&workload->train.transport.kind)));
-    json_object_set_new(object, "transport_info", json_string(all->info));
-    json_object_set_new(object, "runtime", json_string(all->num_reports ? "" : "simulate"));
-    json_object_set_new(object, "bytes",
-                        json_integer((json_int_t)kvio_train_weights_bytes(&workload->train)));
-    json_object_set_new(object, "serve_ranks", json_integer(metrics->num_serve));
-    json_object_set_new(object, "versions_published", json_integer((json_int_t)all->num_train));
-    json_object_set_new(object, "updates_received", json_integer((json_int_t)all->num_updates));
-    json_object_set_new(object, "updates_activated", json_integer((json_int_t)metrics->activated));
-    json_object_set_new(object, "versions_skipped", json_integer((json_int_t)metrics->skipped));
-    json_object_set_new(object, "checksum_mismatches",
-                        json_integer((json_int_t)metrics->mismatches));
+    static const kvio_figure_t causes[KVIO_STALL_CAUSES] = {
+        [KVIO_STALL_APPLY] = KVIO_FIG_INFERENCE_STALL_APPLY_MS,
+        [KVIO_STALL_DRAIN] = KVIO_FIG_INFERENCE_STALL_DRAIN_MS,
+        [KVIO_STALL_LEND] = KVIO_FIG_INFERENCE_STALL_LEND_MS,
+        [KVIO_STALL_RELEASE] = KVIO_FIG_INFERENCE_STALL_RELEASE_MS};
+    double update_ms = 0;
+    for (int c = 0; c < KVIO_STALL_CAUSES; c++) {
+        kvio_result_set(result, causes[c], metrics->update_stall_ms[c]);
+        update_ms += metrics->update_stall_ms[c];
+    }
+    kvio_result_set(result, KVIO_FIG_INFERENCE_STALL_UPDATE_MS, update_ms);
+    kvio_result_set(result, KVIO_FIG_INFERENCE_STALL_MAX_MS, metrics->update_stall_max_rank_ms);
+    if (emulate) {
+        double overrun_ms = metrics->reported_stall_ms - update_ms;
+        kvio_result_set(result, KVIO_FIG_INFERENCE_STALL_OVERRUN_MS,
+                        overrun_ms > 0 ? overrun_ms : 0);
+    }
+}
+
+static void update_metrics_fill(kvio_result_t *result, update_metrics_t *metrics,
+                                const kvio_workload_t *workload, const collected_t *all)
+{
+    kvio_result_set_text(result, KVIO_FIG_UPDATE_TRANSPORT,
+                         kvio_choice_name(&workload->train.transport.kind));
+    kvio_result_set_detail(result, "model_updates.transport_info", json_string(all->info));
+    kvio_result_set(result, KVIO_FIG_UPDATE_BYTES,
+                    (double)kvio_train_weights_bytes(&workload->train));
+    kvio_result_set(result, KVIO_FIG_UPDATE_SERVE_RANKS, metrics->num_serve);
+    kvio_result_set(result, KVIO_FIG_VERSIONS_PUBLISHED, (double)all->num_train);
+    kvio_result_set(result, KVIO_FIG_UPDATES_RECEIVED, (double)all->num_updates);
+    kvio_result_set(result, KVIO_FIG_UPDATES_ACTIVATED, (double)metrics->activated);
+    kvio_result_set(result, KVIO_FIG_VERSIONS_SKIPPED, (double)metrics->skipped);
+    kvio_result_set(result, KVIO_FIG_CHECKSUM_MISMATCHES, (double)metrics->mismatches);
     /* The bytes each hop carried: from the trainer, and forwarded by a serve
      * rank (a chain fan-out); weight_sync's are its own. */
-    json_int_t from_trainer = 0, forwarded = 0;
+    double from_trainer = 0, forwarded = 0;
     for (size_t i = 0; workload->weight_sync.granularity == KVIO_SYNC_OFF && i < all->num_updates;
          i++) {
-        json_int_t bytes = (json_int_t)all->updates[i].bytes;
+        double bytes = (double)all->updates[i].bytes;
         if (update_source(workload, &all->updates[i]) == TRAIN_RANK)
             from_trainer += bytes;
         else
             forwarded += bytes;
     }
-    json_object_set_new(object, "wire_bytes_from_trainer", json_integer(from_trainer));
-    json_object_set_new(object, "wire_bytes_forwarded", json_integer(forwarded));
-    json_object_set_new(object, "update_latency_ms", kvio_hist_json(metrics->latency, 1e-6));
-    json_t *stall = kvio_update_stall_json(all->updates, all->num_updates);
-    if (stall != NULL)
-        json_object_set_new(object, "stall_ms_per_update", stall);
-    json_object_set_new(object, "bandwidth_gbps", kvio_hist_json(metrics->bandwidth, 1e-3));
-    json_object_set_new(object, "training_stall_ms", kvio_hist_json(metrics->train_stall, 1e-6));
-    json_object_set_new(object, "training_stall_total_ms", json_real(metrics->stall_total_ms));
-    json_object_set_new(object, "inference_stall_total_ms",
-                        json_real(metrics->inference_stall_total_ms));
-    json_object_set_new(object, "inference_stall_max_ms",
-                        json_real(metrics->inference_stall_max_ms));
-    json_object_set_new(object, "staleness_mean_versions", json_real(metrics->staleness_mean));
-    json_object_set_new(object, "staleness_max_versions",
-                        json_integer((json_int_t)metrics->staleness_max));
-    json_object_set_new(object, "serve_iterations", json_integer((json_int_t)metrics->iterations));
-    json_object_set_new(object, "polls", json_integer((json_int_t)metrics->polls));
-    json_object_set_new(object, "clock_offset_uncertainty_us",
-                        json_real((double)metrics->clock_uncertainty_ns / 1e3));
-    json_t *stages = json_object();
+    kvio_result_set(result, KVIO_FIG_WIRE_BYTES_FROM_TRAINER, from_trainer);
+    kvio_result_set(result, KVIO_FIG_WIRE_BYTES_FORWARDED, forwarded);
+    kvio_result_set_stats(result, KVIO_FIG_UPDATE_LATENCY_MS_MEAN, metrics->latency_ms,
+                          metrics->num_latency);
+    kvio_result_set_stats(result, KVIO_FIG_UPDATE_BANDWIDTH_GBPS_MEAN, metrics->bandwidth_gbps,
+                          metrics->num_bandwidth);
+    kvio_result_set_stats(result, KVIO_FIG_TRAINING_STALL_MS_MEAN, metrics->train_stall_ms,
+                          metrics->num_train_stall);
+    kvio_result_set(result, KVIO_FIG_TRAINING_STALL_TOTAL_MS, metrics->stall_total_ms);
+    set_stalls(result, metrics, workload->mode == KVIO_MODE_EMULATE);
+    kvio_update_stall_fill(result, all->updates, all->num_updates);
+    kvio_result_set(result, KVIO_FIG_STALENESS_MEAN_VERSIONS, metrics->staleness_mean);
+    kvio_result_set(result, KVIO_FIG_STALENESS_MAX_VERSIONS, (double)metrics->staleness_max);
+    kvio_result_set(result, KVIO_FIG_SERVE_ITERATIONS, (double)metrics->iterations);
+    kvio_result_set(result, KVIO_FIG_UPDATE_POLLS, (double)metrics->polls);
+    kvio_result_set(result, KVIO_FIG_CLOCK_UNCERTAINTY_US,
+                    (double)metrics->clock_uncertainty_ns / 1e3);
+    static const kvio_figure_t stages[5] = {KVIO_FIG_STAGE_XFER_START_MS,
+                                            KVIO_FIG_STAGE_XFER_END_MS, KVIO_FIG_STAGE_NOTIFIED_MS,
+                                            KVIO_FIG_STAGE_VERIFIED_MS,
+                                            KVIO_FIG_STAGE_ACTIVATED_MS};
     for (int s = 0; s < 5; s++)
-        json_object_set_new(stages, stage_names[s], json_real(metrics->stage_mean_ms[s]));
-    json_object_set_new(object, "stage_mean_ms_after_ready", stages);
-    return object;
+        kvio_result_set(result, stages[s], metrics->stage_mean_ms[s]);
 }
 
 /* updates.csv: one row per update a serve rank received, times since t0;
@@ -305,37 +353,17 @@ static void trace_updates(kvio_event_trace_t *events, const collected_t *all, in
     }
 }
 
-/* The run's inference stall by cause: the updates' (what each cost its
- * rank, summed), the executor's overruns (emulate: the rest of the serve
- * ranks' stall), and the time iterations spent on swap and tier I/O (the
- * serving metrics' io_stall_ms). */
-static json_t *stall_by_cause_json(const run_context_t *context, const collected_t *all,
-                                   const update_metrics_t *metrics)
-{
-    double update_ms = 0;
-    for (size_t i = 0; i < all->num_updates; i++)
-        for (int c = 0; c < KVIO_STALL_CAUSES; c++)
-            update_ms += (double)all->updates[i].stall_ns[c] / 1e6;
-    bool emulate = context->workload->mode == KVIO_MODE_EMULATE;
-    double overrun_ms = emulate ? metrics->inference_stall_total_ms - update_ms : 0;
-    double swap_ms = kvio_result_get(context->result, KVIO_FIG_IO_STALL_SWAP_MS);
-    double tier_ms = kvio_result_get(context->result, KVIO_FIG_IO_STALL_TIER_MS);
-    return json_pack("{s:f, s:f, s:f, s:f}", "update", update_ms, "executor_overrun",
-                     overrun_ms > 0 ? overrun_ms : 0.0, "swap", isnan(swap_ms) ? 0.0 : swap_ms,
-                     "tier_io", isnan(tier_ms) ? 0.0 : tier_ms);
-}
-
 /* Activations after the last request finished served nothing: counted
  * apart (activated_after_serving), the rest as activated_while_serving;
  * updates_activated is their sum. */
-static void count_after_serving(json_t *model_updates, const collected_t *all, int64_t origin_ns,
+static void count_after_serving(kvio_result_t *result, const collected_t *all, int64_t origin_ns,
                                 const kvio_serve_output_t *serving)
 {
     int64_t serving_end_ns = 0;
     for (size_t i = 0; i < serving->num_finished; i++)
         if (serving->finished[i].finish_ns > serving_end_ns)
             serving_end_ns = serving->finished[i].finish_ns;
-    json_int_t after = 0, during = 0;
+    double after = 0, during = 0;
     for (size_t i = 0; i < all->num_updates; i++) {
         int64_t activated = all->updates[i].t_activated_ns;
         if (activated == 0)
@@ -345,8 +373,8 @@ static void count_after_serving(json_t *model_updates, const collected_t *all, i
         else
             during++;
     }
-    json_object_set_new(model_updates, "activated_while_serving", json_integer(during));
-    json_object_set_new(model_updates, "activated_after_serving", json_integer(after));
+    kvio_result_set(result, KVIO_FIG_ACTIVATED_WHILE_SERVING, during);
+    kvio_result_set(result, KVIO_FIG_ACTIVATED_AFTER_SERVING, after);
 }
 
 /* The updates' metrics, updates.csv and their events; with serving, what
@@ -388,26 +416,22 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
     if (status == KVIO_OK && metrics.mismatches > 0)
         kvio_warn("model updates: %llu checksum mismatch%s (see updates.csv)",
                   (unsigned long long)metrics.mismatches, metrics.mismatches == 1 ? "" : "es");
-    if (status == KVIO_OK && context->result != NULL) {
-        json_t *model_updates = update_metrics_json(&metrics, context->workload, all);
-        json_object_set_new(model_updates, "inference_stall_by_cause_ms",
-                            stall_by_cause_json(context, all, &metrics));
-        if (serving != NULL)
-            count_after_serving(model_updates, all, origin_ns, serving);
-        kvio_result_set_detail(context->result, "model_updates", model_updates);
+    kvio_result_t *result = context->result;
+    if (status == KVIO_OK && result != NULL) {
+        update_metrics_fill(result, &metrics, context->workload, all);
         if (serving != NULL) {
+            count_after_serving(result, all, origin_ns, serving);
+            /* The trend around updates has no control: kept as detail,
+             * never printed as a cost. */
             json_t *trend = kvio_interference_json(&interference,
                                                    serving->update_recomputed_tokens,
-                                                   serving->update_aborted_requests,
-                                                   metrics.inference_stall_total_ms);
-            json_t *during = kvio_interference_during_json(serving, all->updates,
-                                                           all->num_updates, origin_ns);
-            if (during != NULL)
-                json_object_set_new(trend, "during_updates", during);
-            kvio_result_set_detail(context->result, "update_interference", trend);
+                                                   serving->update_aborted_requests);
+            kvio_result_set_detail(result, "update_interference", trend);
+            status = kvio_interference_during_fill(result, serving, all->updates,
+                                                   all->num_updates, origin_ns);
         }
         if (controlled)
-            kvio_result_set_detail(context->result, "update_cost", json_incref(cost.json));
+            kvio_result_merge(result, cost.figures);
     }
     kvio_control_cost_free(&cost);
     kvio_interference_free(&interference);

@@ -181,13 +181,9 @@ nomem:
 /* weight_sync: what one update's plan did (summary.json). */
 static json_t *sync_json(const kvio_sync_plan_t *plan)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "buckets",
-                     (json_int_t)plan->num_buckets, "messages", (json_int_t)plan->messages,
-                     "bytes", (json_int_t)plan->bytes, "wire_bytes",
-                     (json_int_t)plan->wire_bytes, "wire_bytes_from_trainer",
-                     (json_int_t)plan->source_wire_bytes, "wire_bytes_forwarded",
-                     (json_int_t)plan->forwarded_wire_bytes, "staged_ms",
-                     (double)plan->staged_ns / 1e6, "update_ms", (double)plan->total_ns / 1e6);
+    return json_pack("{s:I, s:I, s:I, s:f}", "buckets", (json_int_t)plan->num_buckets,
+                     "messages", (json_int_t)plan->messages, "bytes", (json_int_t)plan->bytes,
+                     "staged_ms", (double)plan->staged_ns / 1e6);
 }
 
 /* sync.csv: each bucket of one update (every version's is the same) and when
@@ -249,10 +245,14 @@ static kvio_status_t simulate(const run_context_t *context,
     status = run_updates_metrics(context, &all, 0, context->serving, error_p, error_len);
     if (status == KVIO_OK && context->result != NULL) {
         json_t *object = kvio_result_detail_object(context->result, "model_updates");
-        json_object_set_new(object, "runtime", json_string("simulate"));
-        if (schedule->sync.num_buckets > 0)
-            json_object_set_new(object, "weight_sync", sync_json(&schedule->sync));
-        else
+        kvio_result_set_text(context->result, KVIO_FIG_UPDATE_RUNTIME, "simulate");
+        const kvio_sync_plan_t *plan = &schedule->sync;
+        if (plan->num_buckets > 0) {
+            json_object_set_new(object, "weight_sync", sync_json(plan));
+            run_sync_figures(context->result, (double)plan->total_ns / 1e6,
+                             (double)plan->wire_bytes, (double)plan->source_wire_bytes,
+                             (double)plan->forwarded_wire_bytes);
+        } else
             json_object_set_new(object, "model", model_json(&workload->train.transport));
     }
     if (status == KVIO_OK && context->results != NULL && schedule->sync.num_buckets > 0)

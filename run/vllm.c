@@ -280,7 +280,7 @@ static bool asked(double p, const double *percentiles, size_t num_percentiles)
 static void add_figures(json_t *vllm, const kvio_result_t *result, const double *percentiles,
                         size_t num_percentiles)
 {
-    for (int f = 0; f < KVIO_NUM_FIGURES; f++) {
+    for (int f = 0; f < kvio_num_figures(); f++) {
         const kvio_figure_decl_t *decl = kvio_figure_decl((kvio_figure_t)f);
         double p;
         if (decl->vllm == NULL || decl->vllm[0] == '\0' ||

@@ -1,6 +1,8 @@
 /* pkas (predictive KV-aware admission): admit a request only if the peak KV
  * the running set and it are projected to hold, from predicted remaining
- * outputs, stays within capacity x (1 - margin). */
+ * outputs, stays within capacity x (1 - margin). Blocks are counted as the
+ * pool holds them: a prefix many requests share once (it counted once per
+ * request, so a long shared system prompt admitted a quarter of what fit). */
 #include "sched/sched_int.h"
 
 #include <stdlib.h>
@@ -31,12 +33,40 @@ static int compare_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Blocks a request gains by decoding t more tokens. */
+static uint64_t growth(const kvio_sched_request_t *request, uint64_t t, uint32_t block_size)
+{
+    uint64_t tokens = (uint64_t)request->prompt_tokens + request->generated;
+    return kvio_sched_blocks_for(tokens + t, block_size) -
+           kvio_sched_blocks_for(tokens, block_size);
+}
+
+/* The blocks at step t: those in use now and the candidate's, plus the
+ * growth of every request still running, less the blocks only a finished
+ * request held. */
+static uint64_t blocks_at(const kvio_sched_view_t *view, const kvio_sched_request_t *candidate,
+                          uint64_t t)
+{
+    size_t count = view->num_running + (candidate != NULL);
+    int64_t total = (int64_t)view->used_blocks + (candidate != NULL ? candidate->held_blocks : 0);
+    for (size_t i = 0; i < count; i++) {
+        const kvio_sched_request_t *request =
+            i < view->num_running ? view->running[i] : candidate;
+        if (predicted_left(request) > t)
+            total += (int64_t)growth(request, t, view->block_size);
+        else
+            total -= (int64_t)request->held_blocks -
+                     (int64_t)(i < view->num_running ? request->shared_blocks : 0);
+    }
+    return total > 0 ? (uint64_t)total : 0;
+}
+
 uint64_t kvio_sched_projected_peak(const kvio_sched_view_t *view,
                                    const kvio_sched_request_t *candidate)
 {
-    /* Each request holds ceil((tokens + t) / B) blocks at step t until it
-     * finishes after `left` steps. The total is largest just before some
-     * request finishes, so evaluate it at t = left_j - 1 for every j. */
+    /* Growth only rises until a request ends, so the total is largest just
+     * before some request finishes: evaluate it at t = left_j - 1 for every
+     * j. */
     size_t count = view->num_running + (candidate != NULL);
     if (count == 0)
         return 0;
@@ -52,16 +82,7 @@ uint64_t kvio_sched_projected_peak(const kvio_sched_view_t *view,
     for (size_t j = 0; j < count; j++) {
         if (j > 0 && lefts[j] == lefts[j - 1])
             continue;
-        uint64_t t = lefts[j] - 1;
-        uint64_t total = 0;
-        for (size_t i = 0; i < count; i++) {
-            const kvio_sched_request_t *request =
-                i < view->num_running ? view->running[i] : candidate;
-            if (predicted_left(request) <= t)
-                continue;
-            uint64_t tokens = (uint64_t)request->prompt_tokens + request->generated + t;
-            total += kvio_sched_blocks_for(tokens, view->block_size);
-        }
+        uint64_t total = blocks_at(view, candidate, lefts[j] - 1);
         if (total > peak)
             peak = total;
     }

@@ -500,6 +500,9 @@ void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_met
     if (src->last_arrival_ns > dst->last_arrival_ns)
         dst->last_arrival_ns = src->last_arrival_ns;
     dst->arrivals += src->arrivals;
+    dst->measured_arrivals += src->measured_arrivals;
+    if (src->last_measured_arrival_ns > dst->last_measured_arrival_ns)
+        dst->last_measured_arrival_ns = src->last_measured_arrival_ns;
     if (src->last_finish_ns > dst->last_finish_ns)
         dst->last_finish_ns = src->last_finish_ns;
     if (src->measure_start_ns < dst->measure_start_ns)
@@ -1001,6 +1004,11 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
     engine->metrics.arrivals++;
     if (request->measured && request->arrival_ns < engine->metrics.measure_start_ns)
         engine->metrics.measure_start_ns = request->arrival_ns;
+    if (request->measured) {
+        engine->metrics.measured_arrivals++;
+        if (request->arrival_ns > engine->metrics.last_measured_arrival_ns)
+            engine->metrics.last_measured_arrival_ns = request->arrival_ns;
+    }
     return KVIO_OK;
 }
 
@@ -1052,6 +1060,24 @@ static kvio_status_t lookup_hits(kvio_engine_t *engine, engine_req_t *req, uint3
     return KVIO_OK;
 }
 
+/* For a policy that projects KV use: each running request's blocks and
+ * those of them another request holds too (a shared prefix, which the pool
+ * holds once). */
+static void fill_held(const kvio_engine_t *engine)
+{
+    for (size_t i = 0; i < engine->running.count; i++) {
+        engine_req_t *req = engine->running.items[i];
+        const uint32_t *ids;
+        size_t num_ids;
+        kvio_kvreq_blocks(req->kv, &ids, &num_ids);
+        uint32_t shared = 0;
+        for (size_t b = 0; b < num_ids; b++)
+            shared += ids[b] != 0 && kvio_kvcache_block_refcount(engine->cache, ids[b]) > 1;
+        req->sched.held_blocks = req->held_blocks;
+        req->sched.shared_blocks = shared;
+    }
+}
+
 static void fill_view(const kvio_engine_t *engine, kvio_sched_view_t *view, int64_t now_ns)
 {
     view->running = (kvio_sched_request_t *const *)engine->running.items;
@@ -1059,7 +1085,12 @@ static void fill_view(const kvio_engine_t *engine, kvio_sched_view_t *view, int6
     view->block_size = engine->block_size;
     view->capacity_blocks = engine->num_blocks;
     view->free_blocks = kvio_kvcache_num_free_blocks(engine->cache);
+    view->used_blocks = view->capacity_blocks > view->free_blocks
+                            ? view->capacity_blocks - view->free_blocks
+                            : 0;
     view->now_ns = now_ns;
+    if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_PROJECTS)
+        fill_held(engine);
 }
 
 static uint64_t req_block_bytes(const kvio_engine_t *engine, const engine_req_t *req)
@@ -1514,6 +1545,17 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
             break;
         uint32_t new_tokens = wanted < *budget ? wanted : *budget;
         fill_view(engine, &view, now_ns);
+        if (kvio_sched_caps(engine->sched) & KVIO_SCHED_CAP_PROJECTS) {
+            /* What its admission takes from the free queue: new blocks and
+             * cached ones that sit free (hits on blocks in use cost none). */
+            size_t admit_blocks = 0;
+            kvio_status_t status = kvio_kvcache_blocks_to_allocate(engine->cache, req->kv,
+                                                                   num_tokens, &admit_blocks);
+            if (status != KVIO_OK)
+                return status;
+            req->sched.held_blocks = (uint32_t)admit_blocks;
+            req->sched.shared_blocks = 0;
+        }
         if (!kvio_sched_admit(engine->sched, &req->sched, &view))
             break;
         if (tier_blocks > 0 && engine->async_tiers) {

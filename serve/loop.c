@@ -69,12 +69,13 @@ static bool closed(const kvio_serve_loop_t *loop)
 kvio_status_t kvio_serve_loop_pass(kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
                                    const kvio_engine_request_t *request)
 {
-    kvio_status_t status = loop->pd != NULL && kvio_serve_pd_prefills(loop->pd, lane)
-                               ? kvio_serve_pd_prefill(loop->pd, loop, lane, request)
-                               : kvio_engine_add(lane->engine, request);
+    const kvio_serve_intake_t *intake = &loop->intake;
+    bool taken = intake->add != NULL && intake->takes(intake->context, lane);
+    kvio_status_t status = taken ? intake->add(intake->context, loop, lane, request)
+                                 : kvio_engine_add(lane->engine, request);
     if (status != KVIO_OK) {
-        if (loop->pd != NULL && loop->error[0] == '\0')
-            snprintf(loop->error, sizeof(loop->error), "%s", kvio_serve_pd_error(loop->pd));
+        if (taken && loop->error[0] == '\0')
+            snprintf(loop->error, sizeof(loop->error), "%s", intake->error(intake->context));
         return status;
     }
     if (lane->state == KVIO_LANE_IDLE)
@@ -602,8 +603,8 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
             status = handle_arrivals(loop, now_ns);
         else
             status = lane_boundary(loop, loop->lanes[event.lane], now_ns);
-        if (status == KVIO_OK && loop->pd != NULL)
-            status = start_woken(loop, now_ns); /* decode lanes a prefill's end woke */
+        if (status == KVIO_OK && loop->intake.add != NULL)
+            status = start_woken(loop, now_ns); /* lanes a hand-off woke (P/D: decode) */
         if (status == KVIO_OK)
             status = do_chores(loop);
     }

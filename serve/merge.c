@@ -2,7 +2,7 @@
  * the run's serving metrics, requests.csv, iterations.csv and iteration
  * events, with the client rank's counts; and the executor's section of the
  * metrics (timing error, engine overhead, where the KV pools were). */
-#include "serve/loop_int.h"
+#include "serve/pd_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +37,7 @@ void kvio_serve_executor_fill(kvio_result_t *result, const char *executor,
 /* One serve rank's report (kvio_serve_rank_pack) into the run's totals. */
 typedef struct rank_totals {
     kvio_engine_metrics_t *total;
-    kvio_result_t *result; /* its per_rank children are the ranks' */
-    json_t *tiers;
+    kvio_result_t *result; /* its per_rank and tiers children are the ranks' */
     kvio_serve_samples_t *samples; /* may be NULL */
     json_t *kv_memory; /* the first serve rank's, as executor_json says */
     bool spin_kernel;
@@ -152,9 +151,19 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
     if (status == KVIO_OK && about_text != NULL && about_size > 0) {
         json_error_t json_error;
         json_t *about = json_loadb(about_text, about_size, 0, &json_error);
-        json_t *rank_tiers = json_object_get(about, "tiers");
-        if (json_is_array(rank_tiers))
-            json_array_extend(totals->tiers, rank_tiers);
+        /* Each tier's figures, sent as their JSON, into the run's entries
+         * (the one loader: kvio_result_load_entry). */
+        size_t index;
+        const json_t *tier;
+        json_array_foreach(json_object_get(about, "tiers"), index, tier) {
+            kvio_result_t *entry = kvio_result_child(
+                totals->result, "tiers", kvio_result_num_children(totals->result, "tiers"));
+            if (entry == NULL) {
+                json_decref(about);
+                return KVIO_ERR_NOMEM;
+            }
+            kvio_result_load_entry(tier, "tiers", entry);
+        }
         if (totals->kv_memory == NULL && json_is_string(json_object_get(about, "kv_memory"))) {
             totals->kv_memory = json_incref(json_object_get(about, "kv_memory"));
             totals->spin_kernel = json_is_true(json_object_get(about, "spin_kernel"));
@@ -191,7 +200,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     uint64_t *served = NULL;
     size_t num_versions = 0;
     kvio_serve_output_t output = {0};
-    rank_totals_t totals = {.total = &total, .result = result, .tiers = json_array(),
+    rank_totals_t totals = {.total = &total, .result = result,
                             .samples = samples,
                             .served = &served, .num_versions = &num_versions,
                             .output = output_p != NULL ? &output : NULL};
@@ -232,7 +241,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
             client = NULL;
         }
         kvio_result_set(result, KVIO_FIG_SWAP_VERIFY_FAILURES, (double)total.swap_verify_failures);
-        if (json_array_size(totals.tiers) > 0)
+        size_t num_tiers = kvio_result_num_children(result, "tiers");
+        if (num_tiers > 0)
             kvio_serve_tier_hits_fill(result);
         kvio_serve_executor_fill(result, totals.spin_kernel ? "gpu (coupled)" : "realtime (coupled)",
                                  json_string_value(totals.kv_memory), totals.spin_kernel,
@@ -240,23 +250,20 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                                  totals.overhead, totals.planned);
         if (pd != NULL) {
             /* The peer tiers checked every block they got (its checksum). */
-            json_t *tier;
-            size_t t;
-            json_array_foreach(totals.tiers, t, tier) {
-                if (strcmp(json_string_value(json_object_get(tier, "kind")), "remote") != 0)
+            for (size_t t = 0; t < num_tiers; t++) {
+                const kvio_result_t *tier = kvio_result_child_at(result, "tiers", t);
+                const char *kind = kvio_result_text(tier, KVIO_FIG_TIER_KIND);
+                if (kind == NULL || strcmp(kind, "remote") != 0)
                     continue;
-                pd_stats.verified_blocks +=
-                    (uint64_t)json_integer_value(json_object_get(tier, "hits"));
+                pd_stats.verified_blocks += (uint64_t)kvio_result_get(tier, KVIO_FIG_TIER_HITS);
                 pd_stats.checksum_failures +=
-                    (uint64_t)json_integer_value(json_object_get(tier, "checksum_failures"));
+                    (uint64_t)kvio_result_get(tier, KVIO_FIG_TIER_CHECKSUM_FAILURES);
             }
             kvio_pd_link_info_t link = {.router = kvio_choice_name(&pd->config->router.policy)};
-            kvio_result_set_detail(result, "pd",
-                                   kvio_pd_json(pd->config, &link, &pd_stats, &totals.prefill_pool,
-                                                &totals.decode_pool, pd->run_ns));
+            kvio_pd_fill(result, pd->config, &link, &pd_stats, &totals.prefill_pool,
+                         &totals.decode_pool, pd->run_ns);
         }
-        kvio_result_set_detail(result, "tiers", totals.tiers);
-        totals.tiers = NULL;
+
         kvio_serve_itls_take(&total, itls_p);
         output.update_recomputed_tokens = total.update_recomputed_tokens;
         output.update_aborted_requests = total.update_aborted_requests;
@@ -275,7 +282,6 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     kvio_serve_output_free(&output);
     json_decref(client);
     json_decref(totals.kv_memory);
-    json_decref(totals.tiers);
     free(served);
     kvio_hist_destroy(totals.error_ns);
     kvio_hist_destroy(totals.error_ppm);

@@ -58,13 +58,16 @@ void kvio_serve_metrics_fill(kvio_result_t *result, const kvio_engine_metrics_t 
         kvio_result_set(result, KVIO_FIG_SLO_TPOT_ATTAINMENT,
                         (double)metrics->tpot_met / measured);
     }
-    /* The load offered: requests per second between the first and the last
-     * arrival (throughput below it means the engines fell behind). */
-    double arrival_s = metrics->arrivals > 1 && metrics->last_arrival_ns > metrics->first_arrival_ns
-                           ? (double)(metrics->last_arrival_ns - metrics->first_arrival_ns) / 1e9
+    /* The load offered to the measurement: requests per second between the
+     * first and the last arrival after the warmup (throughput below it means
+     * the engines fell behind; a ramp the warmup covers is left out). */
+    double arrival_s = metrics->measured_arrivals > 1 &&
+                               metrics->last_measured_arrival_ns > metrics->measure_start_ns
+                           ? (double)(metrics->last_measured_arrival_ns -
+                                      metrics->measure_start_ns) / 1e9
                            : 0;
     kvio_result_set(result, KVIO_FIG_OFFERED_RATE,
-                    arrival_s > 0 ? (double)(metrics->arrivals - 1) / arrival_s : 0);
+                    arrival_s > 0 ? (double)(metrics->measured_arrivals - 1) / arrival_s : 0);
     kvio_result_set(result, KVIO_FIG_PREFIX_CACHE_QUERIES, (double)metrics->prefix_queries);
     kvio_result_set(result, KVIO_FIG_PREFIX_CACHE_HITS, (double)metrics->prefix_hits);
     kvio_result_set(result, KVIO_FIG_TIER_HIT_TOKENS, (double)metrics->tier_hit_tokens);
@@ -335,6 +338,20 @@ kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
     }
     free(by_id.items);
     free(values);
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_serve_tiers_fill(kvio_result_t *result, kvio_tier_t *const *tiers,
+                                   size_t num_tiers, uint32_t rank)
+{
+    for (size_t t = 0; t < num_tiers; t++) {
+        kvio_result_t *entry =
+            kvio_result_child(result, "tiers", kvio_result_num_children(result, "tiers"));
+        if (entry == NULL)
+            return KVIO_ERR_NOMEM;
+        kvio_tier_stats_fill(tiers[t], entry);
+        kvio_result_set(entry, KVIO_FIG_TIER_RANK, rank);
+    }
     return KVIO_OK;
 }
 

@@ -15,7 +15,7 @@
  * layer's share follows its end. Only the decode's finish is the request's;
  * its TTFT splits into the prefill's queue and compute, the decode's queue,
  * the transfer, and the first decode step. */
-#include "serve/loop_int.h"
+#include "serve/pd_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,8 +205,9 @@ static uint32_t prefill_index(const kvio_serve_pd_t *pd, const kvio_serve_lane_t
     return p;
 }
 
-bool kvio_serve_pd_prefills(const kvio_serve_pd_t *pd, const kvio_serve_lane_t *lane)
+static bool prefills(const void *context, const kvio_serve_lane_t *lane)
 {
+    const kvio_serve_pd_t *pd = context;
     return prefill_index(pd, lane) < pd->params.num_prefill;
 }
 
@@ -253,10 +254,14 @@ static bool prefill_locally(kvio_serve_pd_t *pd, const kvio_engine_request_t *re
     return (int64_t)request->prompt_tokens - (int64_t)cached < threshold;
 }
 
-kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
-                                    kvio_serve_lane_t *lane,
-                                    const kvio_engine_request_t *request)
+/* A request for prefill lane (the loop's intake): kept whole, and its
+ * prompt with one output token queued on the lane's engine (or, under
+ * local_prefill_tokens, the whole request on its decode lane when that
+ * lacks little of it). */
+static kvio_status_t prefill(void *context, kvio_serve_loop_t *loop, kvio_serve_lane_t *lane,
+                             const kvio_engine_request_t *request)
 {
+    kvio_serve_pd_t *pd = context;
     if (find_entry(pd, request->id) != NULL) {
         snprintf(pd->error, sizeof(pd->error), "request %llu: a second request with its id",
                  (unsigned long long)request->id);
@@ -287,11 +292,22 @@ kvio_status_t kvio_serve_pd_prefill(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop
         return kvio_serve_loop_pass(loop, decode, &entry->request);
     }
     /* The prefill: the prompt and one token (vLLM's proxy sends max_tokens 1). */
-    kvio_engine_request_t prefill = entry->request;
-    prefill.output_tokens = 1;
-    prefill.max_tokens = 1;
-    prefill.num_hashes = entry->prompt_blocks;
-    return kvio_engine_add(lane->engine, &prefill);
+    kvio_engine_request_t prompt = entry->request;
+    prompt.output_tokens = 1;
+    prompt.max_tokens = 1;
+    prompt.num_hashes = entry->prompt_blocks;
+    return kvio_engine_add(lane->engine, &prompt);
+}
+
+static const char *intake_error(const void *context)
+{
+    return kvio_serve_pd_error(context);
+}
+
+kvio_serve_intake_t kvio_serve_pd_intake(kvio_serve_pd_t *pd)
+{
+    return (kvio_serve_intake_t){.takes = prefills, .add = prefill, .error = intake_error,
+                                 .context = pd};
 }
 
 kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *loop,
@@ -441,7 +457,7 @@ void kvio_pd_pool_add(kvio_pd_pool_t *pool, const kvio_engine_metrics_t *metrics
     pool->busy_ns += metrics->busy_ns;
 }
 
-json_t *kvio_serve_pd_json(const kvio_serve_pd_t *pd, int64_t run_ns)
+void kvio_serve_pd_fill(kvio_result_t *result, const kvio_serve_pd_t *pd, int64_t run_ns)
 {
     const kvio_serve_pd_params_t *params = &pd->params;
     kvio_pd_pool_t prefill = {0}, decode = {0};
@@ -450,7 +466,7 @@ json_t *kvio_serve_pd_json(const kvio_serve_pd_t *pd, int64_t run_ns)
     kvio_pd_link_info_t link = {.bandwidth = params->bandwidth,
                                   .latency_ns = params->latency_ns,
                                   .router = kvio_router_name(pd->router)};
-    return kvio_pd_json(params->config, &link, &pd->stats, &prefill, &decode, run_ns);
+    kvio_pd_fill(result, params->config, &link, &pd->stats, &prefill, &decode, run_ns);
 }
 
 static double share(double part, double whole)
@@ -458,53 +474,52 @@ static double share(double part, double whole)
     return whole > 0 ? part / whole : 0;
 }
 
-json_t *kvio_pd_json(const kvio_pd_config_t *config, const kvio_pd_link_info_t *link,
-                     const kvio_pd_stats_t *stats, const kvio_pd_pool_t *prefill,
-                     const kvio_pd_pool_t *decode, int64_t run_ns)
+void kvio_pd_fill(kvio_result_t *result, const kvio_pd_config_t *config,
+                  const kvio_pd_link_info_t *link, const kvio_pd_stats_t *stats,
+                  const kvio_pd_pool_t *prefill, const kvio_pd_pool_t *decode, int64_t run_ns)
 {
-    json_t *out = json_object();
-    json_object_set_new(out, "prefill_ranks", json_integer(prefill->ranks));
-    json_object_set_new(out, "decode_ranks", json_integer(decode->ranks));
-    json_object_set_new(out, "transfer", json_string(transfer_names[config->transfer]));
-    json_object_set_new(out, "layerwise", json_boolean(config->layerwise));
-    json_object_set_new(out, "link", json_string(link_names[config->link]));
-    json_object_set_new(out, "link_bandwidth_gbps",
-                        link->bandwidth > 0 ? json_real(link->bandwidth / 1e9) : json_null());
-    json_object_set_new(out, "link_latency_us",
-                        link->bandwidth > 0 ? json_real((double)link->latency_ns / 1e3)
-                                            : json_null());
-    json_object_set_new(out, "decode_router", json_string(link->router));
-    json_object_set_new(out, "handoffs", json_integer((json_int_t)stats->handoffs));
-    json_object_set_new(out, "local_prefills", json_integer((json_int_t)stats->local_prefills));
-    json_object_set_new(out, "transfers", json_integer((json_int_t)stats->transfers));
-    json_object_set_new(out, "transfer_bytes", json_integer((json_int_t)stats->transfer_bytes));
-    json_object_set_new(out, "verified_blocks", json_integer((json_int_t)stats->verified_blocks));
-    json_object_set_new(out, "checksum_failures",
-                        json_integer((json_int_t)stats->checksum_failures));
-    json_object_set_new(out, "prefill_hit_rate",
-                        json_real(share((double)prefill->prefix_hits,
-                                        (double)prefill->prefix_queries)));
-    json_object_set_new(out, "decode_hit_rate",
-                        json_real(share((double)decode->prefix_hits,
-                                        (double)decode->prefix_queries)));
-    json_object_set_new(out, "decode_hit_tokens",
-                        json_integer((json_int_t)stats->decode_hit_tokens));
-    json_object_set_new(out, "decode_recomputed_tokens",
-                        json_integer((json_int_t)stats->recomputed_tokens));
-    json_object_set_new(out, "transfer_ms", kvio_hist_json(stats->transfer_ns, 1e-6));
-    json_object_set_new(out, "transfer_gbps", kvio_hist_json(stats->transfer_mbps, 1e-3));
-    json_object_set_new(out, "prefill_utilization",
-                        json_real(share((double)prefill->busy_ns,
-                                        (double)run_ns * prefill->ranks)));
-    json_object_set_new(out, "decode_utilization",
-                        json_real(share((double)decode->busy_ns, (double)run_ns * decode->ranks)));
-    static const char *const names[KVIO_PD_TTFT_PARTS] = {
-        "prefill_queue", "prefill", "decode_queue", "kv_transfer", "first_decode_step"};
-    json_t *parts = json_object();
+    kvio_result_set(result, KVIO_FIG_PD_PREFILL_RANKS, prefill->ranks);
+    kvio_result_set(result, KVIO_FIG_PD_DECODE_RANKS, decode->ranks);
+    kvio_result_set_text(result, KVIO_FIG_PD_TRANSFER_KIND, transfer_names[config->transfer]);
+    kvio_result_set(result, KVIO_FIG_PD_LAYERWISE, config->layerwise);
+    kvio_result_set_text(result, KVIO_FIG_PD_LINK, link_names[config->link]);
+    if (link->bandwidth > 0) {
+        kvio_result_set(result, KVIO_FIG_PD_LINK_BANDWIDTH_GBPS, link->bandwidth / 1e9);
+        kvio_result_set(result, KVIO_FIG_PD_LINK_LATENCY_US, (double)link->latency_ns / 1e3);
+    }
+    kvio_result_set_text(result, KVIO_FIG_PD_DECODE_ROUTER, link->router);
+    kvio_result_set(result, KVIO_FIG_PD_HANDOFFS, (double)stats->handoffs);
+    kvio_result_set(result, KVIO_FIG_PD_LOCAL_PREFILLS, (double)stats->local_prefills);
+    kvio_result_set(result, KVIO_FIG_PD_TRANSFERS, (double)stats->transfers);
+    kvio_result_set(result, KVIO_FIG_PD_TRANSFER_BYTES, (double)stats->transfer_bytes);
+    kvio_result_set(result, KVIO_FIG_PD_VERIFIED_BLOCKS, (double)stats->verified_blocks);
+    kvio_result_set(result, KVIO_FIG_PD_CHECKSUM_FAILURES, (double)stats->checksum_failures);
+    kvio_result_set(result, KVIO_FIG_PD_PREFILL_HIT_RATE,
+                    share((double)prefill->prefix_hits, (double)prefill->prefix_queries));
+    kvio_result_set(result, KVIO_FIG_PD_DECODE_HIT_RATE,
+                    share((double)decode->prefix_hits, (double)decode->prefix_queries));
+    kvio_result_set(result, KVIO_FIG_PD_DECODE_HIT_TOKENS, (double)stats->decode_hit_tokens);
+    kvio_result_set(result, KVIO_FIG_PD_DECODE_RECOMPUTED_TOKENS,
+                    (double)stats->recomputed_tokens);
+    kvio_result_set(result, KVIO_FIG_PD_TRANSFER_MS_MEAN, kvio_hist_mean(stats->transfer_ns) / 1e6);
+    kvio_result_set(result, KVIO_FIG_PD_TRANSFER_MS_P50,
+                    kvio_hist_quantile(stats->transfer_ns, 0.5) / 1e6);
+    kvio_result_set(result, KVIO_FIG_PD_TRANSFER_MS_P99,
+                    kvio_hist_quantile(stats->transfer_ns, 0.99) / 1e6);
+    kvio_result_set(result, KVIO_FIG_PD_TRANSFER_MS_MAX,
+                    (double)kvio_hist_max(stats->transfer_ns) / 1e6);
+    kvio_result_set(result, KVIO_FIG_PD_TRANSFER_GBPS_MEAN,
+                    kvio_hist_mean(stats->transfer_mbps) / 1e3);
+    kvio_result_set(result, KVIO_FIG_PD_PREFILL_UTILIZATION,
+                    share((double)prefill->busy_ns, (double)run_ns * prefill->ranks));
+    kvio_result_set(result, KVIO_FIG_PD_DECODE_UTILIZATION,
+                    share((double)decode->busy_ns, (double)run_ns * decode->ranks));
+    /* TTFT's five parts, in the order they happen (kvio_pd_ttft_parts). */
+    static const kvio_figure_t parts[KVIO_PD_TTFT_PARTS] = {
+        KVIO_FIG_PD_TTFT_PREFILL_QUEUE_MS, KVIO_FIG_PD_TTFT_PREFILL_MS,
+        KVIO_FIG_PD_TTFT_DECODE_QUEUE_MS, KVIO_FIG_PD_TTFT_KV_TRANSFER_MS,
+        KVIO_FIG_PD_TTFT_FIRST_STEP_MS};
     for (int i = 0; i < KVIO_PD_TTFT_PARTS; i++)
-        json_object_set_new(parts, names[i],
-                            json_real(share((double)stats->ttft_parts_ns[i] / 1e6,
-                                            (double)stats->measured)));
-    json_object_set_new(out, "mean_ttft_parts_ms", parts);
-    return out;
+        kvio_result_set(result, parts[i],
+                        share((double)stats->ttft_parts_ns[i] / 1e6, (double)stats->measured));
 }

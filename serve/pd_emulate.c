@@ -14,7 +14,7 @@
  * rank so and waits for its last releases; a decode rank ends when every
  * prefill rank has ended and it has served what came. Peers are judged by
  * their heartbeats: a slow one is waited for, a lost one named. */
-#include "serve/loop_int.h"
+#include "serve/pd_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -724,7 +724,7 @@ void kvio_serve_pd_rank_attach(kvio_serve_pd_rank_t *pdr, kvio_serve_loop_t *loo
     loop->chores_error = chores_error;
     loop->chores_context = pdr;
     if (pdr->prefills)
-        loop->pd = pdr->pd;
+        loop->intake = kvio_serve_pd_intake(pdr->pd);
     else
         loop->arrivals = &pdr->base;
 }

@@ -11,7 +11,7 @@
  * what UCX_TLS allows; KVIO_PD_GETS=1 forces them). Set up collectively over the runtime. A
  * wait for a get lasts as long as the prefill rank lives (its heartbeats),
  * however slowly the bytes move. */
-#include "serve/loop_int.h"
+#include "serve/pd_int.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * rank without the serve section runs emulated iterations only (update
  * latency runs). Its report to rank 0 is its engine's metrics and what its
  * lane recorded. */
-#include "serve/loop_int.h"
+#include "serve/pd_int.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -106,6 +106,10 @@ kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_pd, bool w
 /* Appends each tier's stats, tagged with rank, to array. */
 void kvio_serve_tiers_json(kvio_tier_t *const *tiers, size_t num_tiers, uint32_t rank,
                            json_t *array);
+/* Each tier's figures as an entry of result's "tiers" list, tagged with
+ * rank. */
+kvio_status_t kvio_serve_tiers_fill(kvio_result_t *result, kvio_tier_t *const *tiers,
+                                   size_t num_tiers, uint32_t rank);
 /* Closes both (either may be NULL); a failed close becomes KVIO_ERR_IO with
  * the file named, unless status is already an error. Returns the status. */
 kvio_status_t kvio_serve_close_csvs(kvio_csv_t *requests, kvio_csv_t *iterations,

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/loop_int.h"
+#include "serve/pd_int.h"
 
 /* One simulated serve rank. */
 typedef struct sim_rank {
@@ -22,6 +22,7 @@ typedef struct sim_rank {
     bool prefills;       /* P/D: a prefill rank */
     kvio_serve_schedule_updates_t *updates;
     kvio_serve_loop_t *loop;          /* for the observer */
+    kvio_serve_pd_t *pd;              /* P/D: the hand-off (NULL: colocated) */
     kvio_serve_recorder_t *recorder;  /* shared by every rank: one order of events */
 } sim_rank_t;
 
@@ -46,7 +47,7 @@ typedef struct simulation {
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
 {
     sim_rank_t *rank = context;
-    kvio_serve_pd_t *pd = rank->loop->pd;
+    kvio_serve_pd_t *pd = rank->pd;
     if (rank->prefills) {
         /* Its decode goes on; a failure ends the run at the next event. */
         kvio_status_t status = kvio_serve_pd_prefilled(pd, rank->loop, finished);
@@ -171,7 +172,10 @@ static kvio_status_t pd_create(simulation_t *sim)
                                                             run->cost->tensor_parallel),
         .layers = (uint32_t)run->model->layers};
     kvio_pd_link_model(run->pd, run->gpu, &params.bandwidth, &params.latency_ns);
-    return kvio_serve_pd_create(&params, &sim->pd);
+    kvio_status_t status = kvio_serve_pd_create(&params, &sim->pd);
+    for (uint32_t r = 0; status == KVIO_OK && r < sim->num_ranks; r++)
+        sim->ranks[r].pd = sim->pd;
+    return status;
 }
 
 static void simulation_free(simulation_t *sim)
@@ -247,7 +251,9 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->loop = (kvio_serve_loop_t){
         .executor = &sim->executor, .arrivals = kvio_serve_stream_arrivals(sim->arrivals),
         .lanes = sim->lanes, .num_lanes = sim->num_ranks,
-        .max_concurrency = run->serve->max_concurrency, .stop = run->stop, .pd = sim->pd};
+        .max_concurrency = run->serve->max_concurrency, .stop = run->stop};
+    if (sim->pd != NULL)
+        sim->loop.intake = kvio_serve_pd_intake(sim->pd);
     /* The rows are written as the run makes them; they are kept only when
      * what serving measured is handed over (runs with updates). */
     sim->recorder.rows.on = true;
@@ -327,14 +333,12 @@ static kvio_status_t simulation_metrics(const simulation_t *sim, kvio_result_t *
                          kvio_choice_name(&run->serve->scheduler.policy));
     kvio_result_set_text(result, KVIO_FIG_ROUTER, kvio_router_name(sim->router));
     kvio_result_set(result, KVIO_FIG_SIMULATED_S, (double)sim->executor.virtual_ns / 1e9);
-    json_t *tiers = json_array();
-    for (uint32_t r = 0; r < sim->num_ranks; r++)
-        kvio_serve_tiers_json(sim->ranks[r].tiers, sim->ranks[r].num_tiers, r, tiers);
-    if (json_array_size(tiers) > 0)
+    for (uint32_t r = 0; r < sim->num_ranks && status == KVIO_OK; r++)
+        status = kvio_serve_tiers_fill(result, sim->ranks[r].tiers, sim->ranks[r].num_tiers, r);
+    if (kvio_result_num_children(result, "tiers") > 0)
         kvio_serve_tier_hits_fill(result);
-    kvio_result_set_detail(result, "tiers", tiers);
     if (sim->pd != NULL)
-        kvio_result_set_detail(result, "pd", kvio_serve_pd_json(sim->pd, sim->executor.virtual_ns));
+        kvio_serve_pd_fill(result, sim->pd, sim->executor.virtual_ns);
     if (run->updates != NULL && run->loss != NULL)
         kvio_serve_loss_fill(result, run, sim->recorder.served, sim->recorder.num_versions);
     kvio_engine_metrics_fini(&total);

@@ -124,21 +124,45 @@ const char *test_kvio_binary(void)
     return binary != NULL && binary[0] != '\0' ? binary : KVIO_BINARY;
 }
 
+/* argv for kvio: the binary, then arg and the rest up to NULL (at most 62). */
+static void kvio_argv(const char *argv[64], const char *arg, va_list args)
+{
+    int argc = 0;
+    argv[argc++] = test_kvio_binary();
+    for (const char *next = arg; next != NULL && argc < 63; next = va_arg(args, const char *))
+        argv[argc++] = next;
+    argv[argc] = NULL;
+}
+
 test_run_t test_kvio(const char *cwd, const char *arg, ...)
 {
     const char *argv[64];
-    int argc = 0;
-    argv[argc++] = test_kvio_binary();
     va_list args;
     va_start(args, arg);
-    for (const char *next = arg; next != NULL && argc < 63; next = va_arg(args, const char *))
-        argv[argc++] = next;
+    kvio_argv(argv, arg, args);
     va_end(args);
-    argv[argc] = NULL;
     return test_exec(cwd, argv);
 }
 
+/* test_exec, with the verdict deciding the exit status when verdict. */
+static test_run_t exec_run(const char *cwd, const char *const *argv, bool verdict);
+
 test_run_t test_exec(const char *cwd, const char *const *argv)
+{
+    return exec_run(cwd, argv, false);
+}
+
+test_run_t test_kvio_verdict(const char *cwd, const char *arg, ...)
+{
+    const char *argv[64];
+    va_list args;
+    va_start(args, arg);
+    kvio_argv(argv, arg, args);
+    va_end(args);
+    return exec_run(cwd, argv, true);
+}
+
+static test_run_t exec_run(const char *cwd, const char *const *argv, bool verdict)
 {
     char out_path[] = "/tmp/kvio-out-XXXXXX";
     char err_path[] = "/tmp/kvio-err-XXXXXX";
@@ -154,6 +178,8 @@ test_run_t test_exec(const char *cwd, const char *const *argv)
         dup2(err_fd, 2);
         if (cwd != NULL && chdir(cwd) != 0)
             _exit(126);
+        if (verdict)
+            unsetenv("KVIO_ALLOW_INVALID");
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }

@@ -40,6 +40,17 @@ static knee_dir_t knee_dir(void)
     return k;
 }
 
+/* The search's capacity.json, or the test fails with the error. */
+static json_t *capacity_json(const kvio_capacity_options_t *options, char *error_p,
+                             size_t error_len)
+{
+    kvio_capacity_t *capacity = NULL;
+    cr_assert_eq(kvio_capacity(options, &capacity, error_p, error_len), KVIO_OK, "%s", error_p);
+    json_t *result = kvio_capacity_json(capacity);
+    kvio_capacity_destroy(capacity);
+    return result;
+}
+
 static void knee_dir_free(knee_dir_t *k)
 {
     test_rmtree(k->dir);
@@ -53,9 +64,8 @@ Test(capacity, finds_a_knee_computed_by_hand, .timeout = 60)
     char *file = k.file, *out = k.out;
     kvio_capacity_options_t options = {.source = file, .ttft_ns = 30000000, .attain = 0.9,
                                        .tolerance = 0.01, .output_dir = out};
-    json_t *result = NULL;
     char error[1024];
-    cr_assert_eq(kvio_capacity(&options, &result, error, sizeof(error)), KVIO_OK, "%s", error);
+    json_t *result = capacity_json(&options, error, sizeof(error));
     double capacity = test_json_number(result, "capacity_rps");
     cr_expect(capacity >= 95 && capacity <= 105, "capacity %.3f req/s, 100 by hand", capacity);
     cr_expect_str_eq(test_json_string(result, "binding"), "ttft");
@@ -72,13 +82,58 @@ Test(capacity, finds_a_knee_computed_by_hand, .timeout = 60)
         cr_expect_eq(test_json_true(probe, "met"), rate <= capacity + 1e-9, "rate %.4g", rate);
     }
     /* Deterministic: the same search, the same answer. */
-    json_t *again = NULL;
     options.force = true;
-    cr_assert_eq(kvio_capacity(&options, &again, error, sizeof(error)), KVIO_OK, "%s", error);
+    json_t *again = capacity_json(&options, error, sizeof(error));
     cr_expect_eq(test_json_number(again, "capacity_rps"), capacity);
     json_decref(result);
     json_decref(again);
     knee_dir_free(&k);
+}
+
+/* The chat preset at a small size (60 s): sessions ramp up through the
+ * run, so the stream offers less than its configured rate. The knee is
+ * the rate as measured, with an interval over the three seeds; the
+ * warm-up left out is printed; the confirm run at the knee's rate meets
+ * the SLO. */
+Test(capacity, chat_knee_is_the_measured_offered_rate_and_confirms, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(dir, "capacity", "chat", "--set", "serve.kvcache.capacity=4GiB",
+                               "--set", "duration=60s", "--slo", "ttft=2s,tpot=80ms", "-o", out,
+                               NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "req/s offered (95 % interval over 3 seeds"), "%s", run.out);
+    cr_expect(test_contains(run.out, "the first 12 s of arrivals (warm-up: sessions ramping) "
+                                     "left out"), "%s", run.out);
+    cr_expect(test_contains(run.out, "the SLO held"), "%s", run.out);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/capacity.json", out);
+    json_error_t json_error;
+    json_t *result = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(result, "%s: %s", path, json_error.text);
+    const json_t *knee_at = json_object_get(result, "knee");
+    double offered = test_json_number(knee_at, "offered_rate");
+    double configured = test_json_number(knee_at, "rate");
+    cr_expect_eq(test_json_number(result, "capacity_rps"), offered);
+    cr_expect_lt(offered, 0.9 * configured, "offered %.3f of %.3f configured: sessions ramp",
+                 offered, configured);
+    cr_expect_gt(test_json_number(knee_at, "offered_rate_ci95"), 0);
+    cr_expect_eq(test_json_number(result, "seeds"), 3);
+    cr_expect_float_eq(test_json_number(result, "warmup_s"), 12, 1e-9);
+    const json_t *confirm = json_object_get(result, "confirm");
+    cr_assert_not_null(confirm, "a confirm run by default");
+    cr_expect_eq(test_json_number(confirm, "rate"), configured);
+    cr_expect(test_json_true(confirm, "met"), "the SLO held at the knee's rate");
+    /* Every probe ran each seed into its own results directory. */
+    const json_t *curve = json_object_get(result, "curve");
+    cr_assert_gt(json_array_size(curve), 2);
+    cr_expect_eq(json_array_size(json_object_get(json_array_get(curve, 0), "seeds")), 3);
+    json_decref(result);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
 }
 
 /* Closed loop (--users): all 200 requests wait at t = 0 and N are in flight
@@ -94,9 +149,8 @@ Test(capacity, closed_loop_users_computed_by_hand, .timeout = 60)
     kvio_capacity_options_t options = {.source = file, .sets = sets, .num_sets = 2,
                                        .ttft_ns = 35000000, .attain = 0.9, .tolerance = 0.01,
                                        .users = true, .output_dir = out};
-    json_t *result = NULL;
     char error[1024];
-    cr_assert_eq(kvio_capacity(&options, &result, error, sizeof(error)), KVIO_OK, "%s", error);
+    json_t *result = capacity_json(&options, error, sizeof(error));
     cr_expect_eq(test_json_number(result, "capacity_users"), 3);
     cr_expect_str_eq(test_json_string(result, "varies"), "serve.max_concurrency");
     const json_t *curve = json_object_get(result, "curve");
@@ -122,9 +176,8 @@ Test(capacity, vary_searches_each_value, .timeout = 90)
     kvio_capacity_options_t options = {.source = file, .ttft_ns = 30000000, .attain = 0.9,
                                        .tolerance = 0.01, .vary_key = "cost.c1",
                                        .vary_values = values, .num_vary = 2, .output_dir = out};
-    json_t *result = NULL;
     char error[1024];
-    cr_assert_eq(kvio_capacity(&options, &result, error, sizeof(error)), KVIO_OK, "%s", error);
+    json_t *result = capacity_json(&options, error, sizeof(error));
     const json_t *variants = json_object_get(result, "variants");
     cr_assert_eq(json_array_size(variants), 2);
     double expected[] = {100, 200};
@@ -155,6 +208,7 @@ Test(capacity, refuses_what_it_cannot_search, .timeout = 60)
         {{"capacity", file, "--slo", "ttft=fast", NULL}, "--slo 'ttft=fast'"},
         {{"capacity", file, "--slo", "ttft=1s", "--set", "mode=emulate"}, "simulate runs"},
         {{"capacity", file, "--slo", "ttft=1s", "--attain", "1.5"}, "--attain takes"},
+        {{"capacity", file, "--slo", "ttft=1s", "--seeds", "0"}, "--seeds takes a whole"},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         const char *const *a = cases[c].args;

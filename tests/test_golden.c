@@ -72,7 +72,7 @@ static golden_case_t cases[] = {
     {"chat-pkas", "chat",
      {"mode=simulate", "duration=60s", "serve.scheduler.policy=pkas",
       "serve.kvcache.blocks=500"},
-     "a8cd1def510ef01bc6cc9067714d14e3", "2105d9e4ccaf9ee6152c1f6c48ee2e3d", NULL},
+     "e3b971abd42e0219d8ace4d83f637a8a", "56f8c6d2b85bcd0294512b2255b9b6a8", NULL},
     {"agent-priority", "agent",
      {"mode=simulate", "duration=60s", "serve.scheduler.policy=priority",
       "stream.priority={dist: uniform, low: 0, high: 3}", "serve.kvcache.blocks=2500",

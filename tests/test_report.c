@@ -982,8 +982,9 @@ Test(report, capacity_searches_are_drawn, .timeout = 30)
     free(test_write_file(
         path, "capacity.json",
         "{\"varies\": \"stream.arrival.rate\", \"capacity\": 100, \"capacity_rps\": 100,"
-        " \"attain\": 0.9, \"curve\": [{\"rate\": 200, \"attainment\": 0.05},"
-        " {\"rate\": 50, \"attainment\": 1}, {\"rate\": 100, \"attainment\": 0.95}]}"));
+        " \"attain\": 0.9, \"curve\": [{\"offered_rate\": 200, \"attainment\": 0.05},"
+        " {\"offered_rate\": 50, \"attainment\": 1}, {\"offered_rate\": 100,"
+        " \"attainment\": 0.95}]}"));
     snprintf(path, sizeof(path), "%s/users", dir);
     cr_assert_eq(mkdir(path, 0755), 0);
     free(test_write_file(
@@ -1004,7 +1005,7 @@ Test(report, capacity_searches_are_drawn, .timeout = 30)
     cr_assert_not_null(html);
     char *rate = figure(html, "chart-capacity");
     cr_assert_not_null(rate, "no rate chart");
-    cr_expect(test_contains(rate, "SLO attainment vs arrival rate"));
+    cr_expect(test_contains(rate, "SLO attainment vs offered rate"));
     cr_expect(test_contains(rate, "cap 100 req/s"), "the capacity in the caption");
     char *users = figure(html, "chart-capacity-users");
     cr_assert_not_null(users, "no users chart");
@@ -1017,11 +1018,11 @@ Test(report, capacity_searches_are_drawn, .timeout = 30)
     snprintf(path, sizeof(path), "%s/bad", dir);
     cr_assert_eq(mkdir(path, 0755), 0);
     free(test_write_file(path, "capacity.json",
-                         "{\"capacity\": 1, \"attain\": 0.9, \"curve\": [{\"rate\": 1,"
+                         "{\"capacity\": 1, \"attain\": 0.9, \"curve\": [{\"offered_rate\": 1,"
                          " \"attainment\": 1.5}]}"));
     run = test_kvio(dir, "report", "bad", "-o", "out2", NULL);
     cr_expect_eq(run.status, 2);
-    cr_expect(test_contains(run.err, "capacity.json: curve[0].rate must be above 0 and "
+    cr_expect(test_contains(run.err, "capacity.json: curve[0].offered_rate must be above 0 and "
                                      "attainment in 0..1"),
               "%s", run.err);
     test_run_free(&run);

@@ -317,3 +317,173 @@ Test(results, modelled_values_name_their_model_and_defaults, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+/* #52: docs/results.md's figure reference is generated from the one
+ * declaration (kvio list --figures); a figure added, renamed or redefined
+ * without the document following fails here. */
+Test(results, the_documented_figures_are_the_declared_ones, .timeout = 30)
+{
+    test_run_t run = test_kvio(NULL, "list", "--figures", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    char *doc = test_read_file(KVIO_SOURCE_DIR "/docs/results.md");
+    cr_assert_not_null(doc);
+    const char *begin = strstr(doc, "<!-- figures:begin -->\n");
+    const char *end = strstr(doc, "<!-- figures:end -->");
+    cr_assert(begin != NULL && end != NULL && end > begin,
+              "docs/results.md has no <!-- figures:begin --> ... <!-- figures:end --> section");
+    begin += strlen("<!-- figures:begin -->\n");
+    size_t length = (size_t)(end - begin);
+    cr_expect(strlen(run.out) == length && strncmp(run.out, begin, length) == 0,
+              "docs/results.md's figure table differs from kvio list --figures (regenerate it: "
+              "kvio list --figures)");
+    /* Every declared figure has a meaning and a unit column. */
+    cr_expect(!test_contains(run.out, "|  |"), "%s", run.out);
+    free(doc);
+    test_run_free(&run);
+}
+
+/* #52: a figure added by its declaration alone (tests/fixtures/
+ * extra_figure.def, built into kvio_extra_figure with nothing else
+ * changed) shows in summary.json, the run table, vllm.json, compare's
+ * table and compare.csv, and the generated figure table: one declaration
+ * and, for a derived figure, no code that measures it. */
+Test(results, a_figure_added_by_one_declaration_shows_everywhere, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    const char *run_argv[] = {KVIO_EXTRA_FIGURE_BINARY, "run", "chat", "--set", "duration=5s",
+                              "-o", "out", NULL};
+    test_run_t run = test_exec(dir, run_argv);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "output per request"), "the table: %s", run.out);
+    json_t *summary = test_summary(dir, "out");
+    double expected = test_json_number(summary, "metrics.output_tokens") /
+                      test_json_number(summary, "metrics.measured");
+    /* summary.json and vllm.json write 10 significant digits. */
+    cr_expect_float_eq(test_json_number(summary, "metrics.output_tokens_per_request"), expected,
+                       1e-9 * expected);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/vllm.json", dir);
+    json_t *vllm = json_load_file(path, 0, NULL);
+    cr_assert_not_null(vllm);
+    cr_expect_float_eq(test_json_number(vllm, "kvio_output_tokens_per_request"), expected,
+                       1e-9 * expected);
+    json_decref(vllm);
+    json_decref(summary);
+    test_run_free(&run);
+    const char *compare_argv[] = {KVIO_EXTRA_FIGURE_BINARY, "compare", "chat", "--set",
+                                  "duration=5s", "--vary", "serve.scheduler.policy=fcfs,lpm",
+                                  "-o", "cmp", NULL};
+    run = test_exec(dir, compare_argv);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "output tokens per request"), "%s", run.out);
+    snprintf(path, sizeof(path), "%s/cmp/compare.csv", dir);
+    char *csv = test_read_file(path);
+    cr_assert_not_null(csv);
+    cr_expect(test_contains(csv, "policy=fcfs,output tokens per request,"), "%s", csv);
+    free(csv);
+    test_run_free(&run);
+    const char *list_argv[] = {KVIO_EXTRA_FIGURE_BINARY, "list", "--figures", NULL};
+    run = test_exec(dir, list_argv);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "| `output_tokens_per_request` | tokens | derived: "
+                                     "output_tokens / measured |"),
+              "%s", run.out);
+    test_run_free(&run);
+    /* The product's own kvio declares no such figure. */
+    run = test_kvio(dir, "list", "--figures", NULL);
+    cr_expect(!test_contains(run.out, "output_tokens_per_request"));
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The table's latency grid row of name: its four cells (mean, p50, p90,
+ * p99) as printed. */
+static void grid_row(const char *out, const char *name, double cells_p[4])
+{
+    char needle[64];
+    snprintf(needle, sizeof(needle), "\n  %s ", name);
+    const char *at = strstr(out, needle);
+    cr_assert_not_null(at, "no %s row in: %s", name, out);
+    cr_assert_eq(sscanf(at + strlen(needle), "%lf %lf %lf %lf", &cells_p[0], &cells_p[1],
+                        &cells_p[2], &cells_p[3]),
+                 4, "%s", at);
+}
+
+/* A printed number equals a written one to the printed digits. */
+static void same_printed(double printed, double written, int decimals, const char *what)
+{
+    char text[64];
+    snprintf(text, sizeof(text), "%.*f", decimals, written);
+    cr_expect_float_eq(printed, strtod(text, NULL), 1e-9, "%s: printed %.*f, written %s", what,
+                       decimals, printed, text);
+}
+
+/* #52: every latency figure the table prints equals summary.json's and
+ * vllm.json's, to the printed digits (the table's p50 came from a histogram
+ * and vllm.json's median from requests.csv read back: 1,564 against 2,002
+ * ms in one run), in simulate and in emulate. */
+static void table_agrees(const char *mode_set, const char *const *extra)
+{
+    char *dir = test_tmpdir();
+    const char *argv[24] = {test_kvio_binary(), "run", "chat", "--set", mode_set, "--set",
+                            "duration=10s", "--percentiles", "50,90,99", "-o", "out",
+                            "--allow-invalid"};
+    size_t argc = 12;
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    test_run_t run = test_exec(dir, argv);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    json_t *summary = test_summary(dir, "out");
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/vllm.json", dir);
+    json_t *vllm = json_load_file(path, 0, NULL);
+    cr_assert_not_null(vllm);
+    static const char *const names[] = {"ttft", "tpot", "itl", "e2el"};
+    static const char *const fields[] = {"mean", "p50", "p90", "p99"};
+    static const char *const vllm_keys[] = {"mean_%s_ms", "median_%s_ms", "p90_%s_ms",
+                                            "p99_%s_ms"};
+    for (size_t n = 0; n < 4; n++) {
+        char row[32];
+        snprintf(row, sizeof(row), "%s_ms", names[n]);
+        double cells[4];
+        grid_row(run.out, row, cells);
+        for (size_t f = 0; f < 4; f++) {
+            char key[64], vllm_key[64];
+            snprintf(key, sizeof(key), "metrics.%s_ms.%s", names[n], fields[f]);
+            snprintf(vllm_key, sizeof(vllm_key), vllm_keys[f], names[n]);
+            double written = test_json_number(summary, key);
+            same_printed(cells[f], written, 2, key);
+            cr_expect_eq(test_json_number(vllm, vllm_key), written, "%s %s", vllm_key, key);
+        }
+    }
+    cr_expect_eq(test_json_number(vllm, "request_throughput"),
+                 test_json_number(summary, "metrics.request_throughput"));
+    cr_expect_eq(test_json_number(vllm, "output_throughput"),
+                 test_json_number(summary, "metrics.output_throughput"));
+    cr_expect_eq(test_json_integer(vllm, "completed"),
+                 test_json_integer(summary, "metrics.measured"));
+    const char *at = strstr(run.out, "request throughput");
+    cr_assert_not_null(at);
+    double printed = strtod(at + strlen("request throughput"), NULL);
+    same_printed(printed, test_json_number(summary, "metrics.request_throughput"), 2,
+                 "request throughput");
+    json_decref(vllm);
+    json_decref(summary);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(results, the_table_summary_and_vllm_json_agree_in_simulate, .timeout = 60)
+{
+    table_agrees("mode=simulate", NULL);
+}
+
+Test(results, the_table_summary_and_vllm_json_agree_in_emulate, .timeout = 120)
+{
+    const char *extra[] = {"--set", "model.preset=llama3.2-1b", "--set",
+                           "serve.kvcache.capacity=512MiB", "--set", "duration=3s", NULL};
+    table_agrees("mode=emulate", extra);
+}

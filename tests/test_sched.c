@@ -167,11 +167,13 @@ static const admit_case_t admit_cases[] = {
     /* Running a (16 + 16 left) and b (16 + 48 left); candidate c (100 + 50):
      * projected peak 14 blocks (see the projection test). */
     {"pkas: projected peak 14 within 15 x 0.95", "{policy: pkas}", 2,
-     {{.prompt_tokens = 16, .predicted_output = 16}, {.prompt_tokens = 16, .predicted_output = 48}},
-     {.prompt_tokens = 100, .predicted_output = 50}, 15, true},
+     {{.prompt_tokens = 16, .predicted_output = 16, .held_blocks = 1},
+      {.prompt_tokens = 16, .predicted_output = 48, .held_blocks = 1}},
+     {.prompt_tokens = 100, .predicted_output = 50, .held_blocks = 7}, 15, true},
     {"pkas: projected peak 14 over 14 x 0.95", "{policy: pkas}", 2,
-     {{.prompt_tokens = 16, .predicted_output = 16}, {.prompt_tokens = 16, .predicted_output = 48}},
-     {.prompt_tokens = 100, .predicted_output = 50}, 14, false},
+     {{.prompt_tokens = 16, .predicted_output = 16, .held_blocks = 1},
+      {.prompt_tokens = 16, .predicted_output = 48, .held_blocks = 1}},
+     {.prompt_tokens = 100, .predicted_output = 50, .held_blocks = 7}, 14, false},
     {"pkas: nothing running, never starved", "{policy: pkas}", 0, {{0}},
      {.prompt_tokens = 1000, .predicted_output = 5000}, 4, true},
 };
@@ -185,9 +187,13 @@ Test(sched, every_policy_admits_as_documented, .timeout = 10)
         kvio_sched_request_t *running[MAX_CASE];
         for (size_t i = 0; i < test->num_running; i++)
             running[i] = (kvio_sched_request_t *)&test->running[i];
+        uint32_t used = 0;
+        for (size_t i = 0; i < test->num_running; i++)
+            used += test->running[i].held_blocks;
         kvio_sched_view_t view = {.running = running, .num_running = test->num_running,
                                   .block_size = 16, .capacity_blocks = test->capacity_blocks,
-                                  .free_blocks = test->capacity_blocks};
+                                  .free_blocks = test->capacity_blocks - used,
+                                  .used_blocks = used};
         cr_expect_eq(kvio_sched_admit(sched, &test->candidate, &view), test->expected, "%s",
                      test->what);
         destroy(made);
@@ -244,22 +250,51 @@ Test(sched, every_policy_picks_its_victim, .timeout = 10)
 
 Test(sched, pkas_projection_counts_blocks_until_each_request_ends, .timeout = 10)
 {
-    /* Two running requests of 16 tokens: one ends after 16 more tokens, one
-     * after 48; block 16. Peak just before the first ends (t = 15): 2 + 2. */
-    kvio_sched_request_t a = {.prompt_tokens = 16, .predicted_output = 16};
-    kvio_sched_request_t b = {.prompt_tokens = 16, .predicted_output = 48};
+    /* Two running requests of 16 tokens (a block each): one ends after 16
+     * more tokens, one after 48; block 16. Peak just before the first ends
+     * (t = 15): 2 + 2. */
+    kvio_sched_request_t a = {.prompt_tokens = 16, .predicted_output = 16, .held_blocks = 1};
+    kvio_sched_request_t b = {.prompt_tokens = 16, .predicted_output = 48, .held_blocks = 1};
     kvio_sched_request_t *running[] = {&a, &b};
     kvio_sched_view_t view = {.running = running, .num_running = 2, .block_size = 16,
-                              .capacity_blocks = 10};
+                              .capacity_blocks = 10, .used_blocks = 2};
     /* t = 15: a 31 tokens (2 blocks), b 31 (2); t = 47: b alone 63 (4). */
     cr_assert_eq(kvio_sched_projected_peak(&view, NULL), 4);
-    kvio_sched_request_t c = {.prompt_tokens = 100, .predicted_output = 50};
+    /* A candidate whose admission takes 7 free blocks (its 100-token prompt). */
+    kvio_sched_request_t c = {.prompt_tokens = 100, .predicted_output = 50, .held_blocks = 7};
     /* t = 15: 2 + 2 + ceil(115/16)=8 → 12; t = 47: 4 + ceil(147/16)=10 → 14 */
     cr_assert_eq(kvio_sched_projected_peak(&view, &c), 14);
     /* A request past its prediction is assumed to end after one more token. */
     b.generated = 60;
+    b.held_blocks = 5;
+    view.used_blocks = 6;
     /* t = 0: a 16 tokens (1 block), b 76 (5); then a alone. */
     cr_assert_eq(kvio_sched_projected_peak(&view, NULL), 1 + 5);
+}
+
+/* #53 item 3: a prefix the running requests share is held once by the pool,
+ * and a candidate that hits it adds only its own blocks. With a 4,000-token
+ * system prompt (250 blocks of 16) and 10-token questions, ten running
+ * requests hold 250 + 10 blocks, not 2,600: an eleventh fits in 300. */
+Test(sched, pkas_counts_a_shared_prefix_once, .timeout = 10)
+{
+    kvio_sched_request_t requests[10];
+    kvio_sched_request_t *running[10];
+    for (int i = 0; i < 10; i++) {
+        /* 4,010 tokens: the 250 shared blocks and one of its own. */
+        requests[i] = (kvio_sched_request_t){.prompt_tokens = 4010, .predicted_output = 20,
+                                             .held_blocks = 251, .shared_blocks = 250};
+        running[i] = &requests[i];
+    }
+    kvio_sched_view_t view = {.running = running, .num_running = 10, .block_size = 16,
+                              .capacity_blocks = 300, .used_blocks = 260};
+    /* The candidate hits the 250 shared blocks (in use: free to it) and takes
+     * one block of its own. */
+    kvio_sched_request_t candidate = {.prompt_tokens = 4010, .predicted_output = 20,
+                                      .held_blocks = 1};
+    uint64_t peak = kvio_sched_projected_peak(&view, &candidate);
+    /* 260 + 1, and each of the 11 grows by one block within 20 tokens. */
+    cr_assert_eq(peak, 260 + 1 + 11, "peak %llu", (unsigned long long)peak);
 }
 
 /* ---------- predictors ---------- */

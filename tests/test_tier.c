@@ -362,7 +362,8 @@ static void round_trip(const backend_case_t *c)
                      c->emulate ? "emulate" : "simulate");
     cr_assert_eq(test_json_integer(json, "bytes_written"), 3 * BLOCK);
     cr_assert_float_eq(test_json_number(json, "hit_rate"), 0.75, 1e-9);
-    cr_assert_eq(test_json_integer(json, "put_latency_us.count"), 3);
+    cr_assert_eq(test_json_integer(json, "write_latency_ms.count"), 3);
+    cr_assert_eq(test_json_integer(json, "read_latency_ms.count"), 3);
     if (c->emulate && is(c, "host"))
         cr_assert_str_eq(test_json_string(json, "memory"), "pageable");
     json_decref(json);
@@ -1661,7 +1662,7 @@ static void chunks_move_whole(const char *mode, const char *tier_io)
                  mode, tier_io);
     /* The storage block counts the tokens a chunk holds (32 KiB each). */
     double moved = test_json_number(tier, "bytes_read") + test_json_number(tier, "bytes_written");
-    cr_expect_float_eq(test_json_number(chunked, "storage.storage_throughput_tokens_per_s") *
+    cr_expect_float_eq(test_json_number(chunked, "metrics.storage.tokens_moved_per_s") *
                            test_json_number(chunked, "metrics.duration_s"),
                        moved / 32768, 1e-6 * moved / 32768, "%s %s", mode, tier_io);
     json_decref(chunked);
@@ -1755,7 +1756,7 @@ Test(tier, saves_past_the_staging_wait_or_are_skipped_and_counted, .timeout = 12
     cr_expect_lt(test_json_number(skip, "metrics.io_stall_ms.tier"), waited_ms / 4,
                  "skip does not wait (%.1f ms against %.1f)",
                  test_json_number(skip, "metrics.io_stall_ms.tier"), waited_ms);
-    cr_expect_eq(test_json_number(skip, "storage.tiers.0.skipped_puts"), skipped);
+    cr_expect_eq(test_json_number(skip, "metrics.storage_tiers.0.skipped_puts"), skipped);
     json_decref(wait);
     json_decref(skip);
 }

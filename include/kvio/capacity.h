@@ -1,12 +1,19 @@
-/* kvio capacity as a library: the highest arrival rate (or, closed loop,
- * the most users: serve.max_concurrency) at which a workload still meets
- * its SLO for a share of its requests (guidellm's sweep, MLPerf's QoS
- * search), found by bisection over simulate runs (deterministic: the same
- * workload, the same answer). Each probe is a whole run, in DIR/rate-<R>
- * (DIR/users-<N>); the result is capacity.json's object: the capacity, the
- * SLO and attainment asked, the metric that binds at the first probe that
- * fails, and the curve walked. With --vary KEY=A,B one search per value, in
- * DIR/KEY-A, ..., and capacity.json lists them under "variants". */
+/* kvio capacity as a library: the highest load (arrival rate, or with
+ * --users a closed loop's users) at which a workload still meets its SLO
+ * for a share of its requests (guidellm's sweep, MLPerf's QoS search).
+ * Each probe runs the workload at one configured rate with several seeds
+ * (simulate: deterministic per seed), the arrivals of a warm-up (sessions
+ * still ramping) left out of every figure; a probe meets when the seeds'
+ * mean attainment reaches the share asked and no seed fell behind (its
+ * verdict: overloaded). The search brackets (doubling or halving from the
+ * workload's rate), then bisects the configured rate; the knee is reported
+ * in the offered rate as measured (the seeds' mean and its 95 % interval,
+ * printed with the digits the interval supports), never the configured
+ * one. A curve whose met and failed probes interleave is reported as not
+ * monotone, the knee taken below the first failure. A confirm run serves
+ * the knee's rate for the workload's whole duration and says whether the
+ * SLO held. Each probe run is a whole results directory under DIR; with
+ * --vary KEY=A,B one search per value. */
 #ifndef KVIO_CAPACITY_H
 #define KVIO_CAPACITY_H
 
@@ -20,6 +27,7 @@
 #include "kvio/status.h"
 
 #define KVIO_CAPACITY_MAX_PROBES 40
+#define KVIO_CAPACITY_MAX_SEEDS 10
 
 typedef struct kvio_capacity_options {
     const char *source;          /* workload file or preset (mode: simulate) */
@@ -29,7 +37,11 @@ typedef struct kvio_capacity_options {
     double attain;               /* share of requests that must meet it, (0, 1] */
     double low, high;            /* the rates bracketing the search (0: found) */
     double tolerance;            /* stop when (high - low) / high is below it */
-    bool users;                  /* vary serve.max_concurrency (closed loop), not the rate */
+    long seeds;                  /* runs per probe, seed .. seed + seeds - 1 (0: 3) */
+    double warmup_share;         /* of the duration, when the workload has no warmup
+                                    (0: 0.2; negative: none) */
+    bool no_confirm;             /* skip the confirm run */
+    bool users;                  /* vary the closed loop's users, not the rate */
     const char *vary_key;        /* with vary_values: one search per value of this key */
     const char *const *vary_values;
     size_t num_vary;
@@ -38,12 +50,21 @@ typedef struct kvio_capacity_options {
     volatile sig_atomic_t *stop; /* set to stop between probes; may be NULL */
 } kvio_capacity_options_t;
 
-/* Runs the search; *result_p receives capacity.json's object (caller
- * decrefs), also written to DIR/capacity.json. Errors name the probe. */
-kvio_status_t kvio_capacity(const kvio_capacity_options_t *options, json_t **result_p,
-                            char *error_p, size_t error_len);
+/* The outcome: one search, or one per --vary value. */
+typedef struct kvio_capacity kvio_capacity_t;
 
-/* The curve and the answer, as a table. */
-void kvio_capacity_table(const json_t *result, FILE *out);
+/* Runs the search(es) and writes DIR/capacity.json; *capacity_p receives
+ * the outcome (kvio_capacity_destroy). Errors name the probe. */
+kvio_status_t kvio_capacity(const kvio_capacity_options_t *options,
+                            kvio_capacity_t **capacity_p, char *error_p, size_t error_len);
+
+/* capacity.json's content (a new reference): provenance, the knee with its
+ * interval, the curve, the confirm run. */
+json_t *kvio_capacity_json(const kvio_capacity_t *capacity);
+
+/* The knee and the curve, as a table. */
+void kvio_capacity_print(const kvio_capacity_t *capacity, FILE *out);
+
+void kvio_capacity_destroy(kvio_capacity_t *capacity);
 
 #endif

@@ -37,8 +37,8 @@ typedef struct kvio_compare_options {
     long repeat;                   /* seeds per variant: seed .. seed + repeat - 1 */
     const char *output_dir;        /* NULL: results/compare-<name>-<time> */
     bool force;
-    /* Extra rows: numeric keys of summary.json's metrics, dotted
-     * ("model_updates.update_latency_ms.p99", "tiers.0.hit_rate"). */
+    /* Extra rows: declared figures by name (summary.json's metrics paths,
+     * dotted: "model_updates.update_latency_ms.p99"). */
     const char *const *metrics;
     size_t num_metrics;
     volatile sig_atomic_t *stop;   /* set to stop between runs; may be NULL */
@@ -47,15 +47,27 @@ typedef struct kvio_compare_options {
     void *context;
 } kvio_compare_options_t;
 
-/* Checks every variant (as kvio validate does) before running any, runs
- * them, writes DIR/<variant>[/seed-N]/ and DIR/compare.json, and returns
- * compare.json's object in *compare_p (caller decrefs; "directory" says
- * where). Errors name the variant. */
-kvio_status_t kvio_compare(const kvio_compare_options_t *options, json_t **compare_p,
-                           char *error_p, size_t error_len);
+/* The outcome of a compare: every variant's runs, their figures' means
+ * with 95 % intervals, medians and spreads, paired differences from the
+ * first variant, and each variant's verdict. */
+typedef struct kvio_comparison kvio_comparison_t;
 
-/* The variants side by side, one row per compared metric that some variant
- * has (serving, model updates, interference, then the extra ones). */
-void kvio_compare_table(const json_t *compare, FILE *out);
+/* Runs every variant (all loaded and checked before the first runs; a
+ * --metrics name that is not a declared figure is refused then) and writes
+ * compare.json and compare.csv into the output directory. *comparison_p
+ * receives the outcome (kvio_comparison_destroy). */
+kvio_status_t kvio_compare(const kvio_compare_options_t *options,
+                           kvio_comparison_t **comparison_p, char *error_p, size_t error_len);
+
+/* compare.json's content (a new reference): provenance, the rows, the
+ * variants with their settings, runs, verdicts and statistics. */
+json_t *kvio_comparison_json(const kvio_comparison_t *comparison);
+
+/* The table: a row per figure some variant has, a column per variant;
+ * with seeds the paired differences; the variants that are not valid, and
+ * why. */
+void kvio_comparison_print(const kvio_comparison_t *comparison, FILE *out);
+
+void kvio_comparison_destroy(kvio_comparison_t *comparison);
 
 #endif

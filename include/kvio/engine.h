@@ -239,6 +239,9 @@ typedef struct kvio_engine_metrics {
     int64_t last_arrival_ns;
     uint64_t arrivals;          /* requests added (the offered load) */
     int64_t measure_start_ns, measure_end_ns; /* first measured arrival, last measured finish */
+    uint64_t measured_arrivals; /* requests added after the warmup (the load offered to the
+                                   measurement, whether they finished or not) */
+    int64_t last_measured_arrival_ns;
     uint32_t engines;           /* engines merged into these metrics */
     /* Model updates (kvio_engine_activate). */
     uint64_t versions_activated;

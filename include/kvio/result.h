@@ -56,6 +56,10 @@ typedef struct kvio_figure_derive {
  * vllm.json gives it ("" none). */
 typedef struct kvio_figure_decl {
     const char *name;
+    /* A figure of the entries of a list ("tiers": one per tier and rank)
+     * names itself "LIST.NAME"; an entry of that list shows it as NAME.
+     * NULL: a run's figure (and a per_rank entry's). */
+    const char *scope;
     kvio_figure_kind_t kind;
     const char *unit;
     kvio_figure_source_t source;
@@ -67,18 +71,27 @@ typedef struct kvio_figure_decl {
     kvio_figure_derive_t derive; /* KVIO_SOURCE_DERIVED only */
 } kvio_figure_decl_t;
 
+/* The figures, KVIO_FIG_<id>. A build may declare more after these
+ * (KVIO_EXTRA_FIGURES: the test that adds one by its declaration alone), so
+ * code that walks the declaration counts with kvio_num_figures(), which
+ * only core/result.c answers; KVIO_NUM_FIGURES is this header's count and
+ * the end-of-list mark of a derive rule. */
 #define KVIO_FIGURE(id, ...) KVIO_FIG_##id,
 typedef enum {
+    KVIO_FIGURE_NONE = -1,
 #include "kvio/figures.def"
     KVIO_NUM_FIGURES
 } kvio_figure_t;
 #undef KVIO_FIGURE
 
+/* How many figures this build declares (at least KVIO_NUM_FIGURES). */
+int kvio_num_figures(void);
+
 /* The declaration of figure (NULL out of range). */
 const kvio_figure_decl_t *kvio_figure_decl(kvio_figure_t figure);
 
 /* The figure declared under name (its path under metrics), or
- * KVIO_NUM_FIGURES. */
+ * KVIO_FIGURE_NONE. */
 kvio_figure_t kvio_figure_find(const char *name);
 
 /* The source's word ("measured", ...). */
@@ -102,6 +115,15 @@ bool kvio_result_has(const kvio_result_t *result, kvio_figure_t figure);
 double kvio_result_get(const kvio_result_t *result, kvio_figure_t figure);
 /* A text figure's value (borrowed), NULL when it has none. */
 const char *kvio_result_text(const kvio_result_t *result, kvio_figure_t figure);
+
+/* Sets the statistics figures that begin with mean (a KVIO_STATS_FIGURES
+ * group: mean, p50, p90, p99, max, count) from count values, as numpy
+ * computes them (linear percentiles); values are sorted in place. */
+void kvio_result_set_stats(kvio_result_t *result, kvio_figure_t mean, double *values,
+                           size_t count);
+
+/* Copies every figure src has, and its detail, into dst (children not). */
+void kvio_result_merge(kvio_result_t *dst, const kvio_result_t *src);
 
 /* Sets every derived figure whose inputs are set (those whose numerator
  * is missing stay unset). */
@@ -148,6 +170,14 @@ bool kvio_result_valid(const kvio_result_t *result);
 /* summary.json's metrics object: every figure set, at its path, then the
  * children's lists and the detail. The caller owns it. */
 json_t *kvio_result_metrics_json(const kvio_result_t *result);
+
+/* One entry of list (its figures named without "LIST."), as
+ * kvio_result_metrics_json renders it inside the list. */
+json_t *kvio_result_entry_json(const kvio_result_t *entry, const char *list);
+
+/* The one loader's part for a list's entry: an object written by
+ * kvio_result_entry_json (or sent between ranks) into entry. */
+void kvio_result_load_entry(const json_t *object, const char *list, kvio_result_t *entry);
 
 /* summary.json's warnings array ({kind, measured, threshold, message}). */
 json_t *kvio_result_warnings_json(const kvio_result_t *result);

@@ -6,6 +6,7 @@
 
 #include "kvio/config.h"
 #include "kvio/rte.h"
+#include "kvio/result.h"
 #include "kvio/status.h"
 #include "kvio/cost.h"
 #include "kvio/gpu.h"
@@ -117,6 +118,9 @@ typedef struct kvio_run_options {
     const char *event_trace; /* write Chrome trace events (.pfw) here; NULL: none */
     json_t **summary_p;      /* non-NULL: receives the summary.json written (a new
                                 reference, on the rank that wrote it; else NULL) */
+    kvio_result_t **result_p; /* non-NULL: receives the run's figures and verdict (on
+                                 the rank that wrote them, once summary.json is
+                                 written; else NULL); kvio_result_destroy */
     long repeat;             /* update.control: paired: the pairs (0: 3) */
     /* Simulate's twins already served, shared among runs that differ only in
      * what the updates do (kvio compare; NULL: none). */

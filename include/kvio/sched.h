@@ -30,6 +30,14 @@ typedef struct kvio_sched_request {
     uint64_t admit_seq;        /* order of the latest admission (fcfs victim) */
     const kvio_hash_t *hashes; /* block hashes of the prompt (dfs-weight) */
     size_t num_hashes;
+    /* For policies that project KV use (KVIO_SCHED_CAP_PROJECTS), as the
+     * pool holds it: a running request's blocks, and of them those another
+     * running request holds too (a shared prefix, counted once in the
+     * view's used_blocks); a candidate's held_blocks are those its
+     * admission would take from the free queue (new blocks and cached ones
+     * that sit free), its prefix hits on blocks in use costing nothing. */
+    uint32_t held_blocks;
+    uint32_t shared_blocks;
 } kvio_sched_request_t;
 
 /* The engine's state as a policy sees it when deciding. */
@@ -39,6 +47,7 @@ typedef struct kvio_sched_view {
     uint32_t block_size;
     uint32_t capacity_blocks;  /* usable KV blocks */
     uint32_t free_blocks;
+    uint32_t used_blocks;      /* blocks the running requests hold, each counted once */
     int64_t now_ns;
 } kvio_sched_view_t;
 
@@ -94,7 +103,11 @@ bool kvio_sched_admit(kvio_sched_t *sched, const kvio_sched_request_t *candidate
 size_t kvio_sched_victim(kvio_sched_t *sched, const kvio_sched_view_t *view);
 
 /* The peak KV blocks that the running set plus candidate (may be NULL)
- * would hold, projected with predicted outputs (pkas; exposed for tests). */
+ * would hold, projected with predicted outputs and counted as the pool
+ * holds them: the blocks in use now (used_blocks: a prefix shared by many
+ * counted once), the candidate's held_blocks, each request's decode growth
+ * until it ends, and at its end its blocks no one else holds given back
+ * (pkas; exposed for tests). */
 uint64_t kvio_sched_projected_peak(const kvio_sched_view_t *view,
                                    const kvio_sched_request_t *candidate);
 

@@ -11,6 +11,7 @@
 #include "kvio/config.h"
 #include "kvio/hash.h"
 #include "kvio/plugin.h"
+#include "kvio/result.h"
 #include "kvio/stats.h"
 #include "kvio/status.h"
 
@@ -233,9 +234,12 @@ void kvio_tier_charge_reads(kvio_tier_t *tier, uint32_t count, int64_t total_ns)
 /* The tier's counters (borrowed). */
 const kvio_tier_stats_t *kvio_tier_stats(const kvio_tier_t *tier);
 
-/* Counters as JSON: name, kind, mode, capacity, bytes, ops, hit rate,
- * bandwidth (GB/s), latency (us), the simulate model and what the backend
- * uses (memory kind, O_DIRECT, URL). The caller owns the reference. */
+/* The tier's figures (kvio/figures.def's tiers[] ones: traffic, rates,
+ * queue depths, latency percentiles, errors) into entry, an entry of a
+ * result's "tiers" list, with what the kind says about itself as detail. */
+void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry);
+
+/* The same as the JSON object metrics.tiers[] shows (the caller owns it). */
 json_t *kvio_tier_stats_json(const kvio_tier_t *tier);
 
 #endif
