@@ -53,13 +53,11 @@ fi
 mkdir -p "$dir"
 work=$(mktemp -d /tmp/kvio-bench-storage-XXXXXX)
 redis_pid=""
-loop_dev="" loop_mount="" cgroups=()
+. "$root/bench/targets.sh"
 cleanup() {
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
     wait 2>/dev/null || true
-    [ -n "$loop_mount" ] && umount "$loop_mount" 2>/dev/null || true
-    [ -n "$loop_dev" ] && losetup -d "$loop_dev" 2>/dev/null || true
-    for cg in "${cgroups[@]}"; do rmdir "$cg" 2>/dev/null || true; done
+    targets_clean
     rm -rf "$work" "$dir/kvio" "$dir/fio.dat" "$dir/targets.img"
 }
 trap cleanup EXIT INT TERM
@@ -203,41 +201,8 @@ printf '%-34s %10.4f %10.4f\n' "tokens/s moved; fio QD8 writes" "$storage_cv" "$
 
 # Two targets of different speed: one loop device, throttled by a cgroup
 # to each rate in turn (and not at all), kvio and fio inside it.
-targets_why=""
-if [ "$(id -u)" != 0 ]; then targets_why="not root"
-elif ! command -v losetup >/dev/null || ! command -v mkfs.ext4 >/dev/null; then targets_why="no losetup or mkfs.ext4"
-elif [ ! -d /sys/fs/cgroup/blkio ] && [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then targets_why="no blkio (v1) or io (v2) cgroup"
-fi
-# throttled BPS COMMAND...: runs COMMAND in a cgroup whose reads and writes
-# of the loop device are held to BPS bytes/s (0: no cgroup)
-throttled() {
-    local bps=$1; shift
-    if [ "$bps" = 0 ]; then "$@"; return; fi
-    local cg majmin
-    majmin=$(printf '%d:%d' "0x$(stat -c %t "$loop_dev")" "0x$(stat -c %T "$loop_dev")")
-    if [ -d /sys/fs/cgroup/blkio ]; then
-        cg=/sys/fs/cgroup/blkio/kvio-bench-$bps
-        mkdir -p "$cg"
-        echo "$majmin $bps" >"$cg/blkio.throttle.read_bps_device"
-        echo "$majmin $bps" >"$cg/blkio.throttle.write_bps_device"
-    else
-        cg=/sys/fs/cgroup/kvio-bench-$bps
-        mkdir -p "$cg"
-        echo "$majmin rbps=$bps wbps=$bps" >"$cg/io.max"
-    fi
-    cgroups+=("$cg")
-    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"
-}
 fast_bps=${FAST_BPS:-1200000000} slow_bps=${SLOW_BPS:-300000000}
-if [ -z "$targets_why" ]; then
-    truncate -s 16G "$dir/targets.img"
-    loop_dev=$(losetup -f --show --direct-io=on "$dir/targets.img" 2>/dev/null) || targets_why="losetup refused a loop device"
-fi
-if [ -z "$targets_why" ]; then
-    loop_mount="$work/targets"
-    mkdir -p "$loop_mount"
-    mkfs.ext4 -q -F "$loop_dev" && mount "$loop_dev" "$loop_mount" || targets_why="cannot make or mount ext4 on $loop_dev"
-fi
+targets_make "$dir/targets.img" "$work/targets" 16G
 if [ -z "$targets_why" ]; then
     preset mlperf/stress "$work/targets.json" "$loop_mount" 20s prefix.sessions.turns=1
     printf '%-34s %10s %10s\n' "loop device $loop_dev, throttled" "kvio tok/s" "fio GB/s"

@@ -58,6 +58,8 @@ typedef struct bench {
     double storage_io_s;
     uint64_t multi_turn_hits, multi_turn_misses, prefix_hits, prefix_misses, users_lost;
     mlperf_samples_t end_to_end, storage_io, qos_end_to_end[MLPERF_QOS_CLASSES];
+    _Atomic uint64_t read_progress, write_progress; /* file bytes moved so far */
+    uint64_t window_read_bytes, window_write_bytes; /* ... at the stop */
 } bench_t;
 
 /* ---------- the priority queue: (-priority, enqueue time), then order ---------- */
@@ -472,9 +474,11 @@ static double per_second(double value, double seconds)
     return seconds > 0 ? value / seconds : 0;
 }
 
-/* _calculate_stats and get_stats(duration). */
+/* _calculate_stats and get_stats(duration), while late workers may still
+ * run (under the lock; their later counts are not the trial's). */
 static void summarize(bench_t *bench, double elapsed_s, mlperf_rank_summary_t *summary_p)
 {
+    pthread_mutex_lock(&bench->lock);
     mlperf_cache_stats_t stats;
     mlperf_rank_summary_t s = {.rank = bench->params->rank, .trial = bench->params->trial,
                                .elapsed_s = elapsed_s};
@@ -521,50 +525,94 @@ static void summarize(bench_t *bench, double elapsed_s, mlperf_rank_summary_t *s
     s.requests_enqueued = bench->requests_enqueued;
     s.requests_waiting = bench->queue_count;
     s.users_lost = bench->users_lost;
+    s.window_read_bytes = bench->window_read_bytes;
+    s.window_write_bytes = bench->window_write_bytes;
+    s.window_read_gibps = per_second((double)s.window_read_bytes / 1073741824.0, elapsed_s);
+    s.window_write_gibps = per_second((double)s.window_write_bytes / 1073741824.0, elapsed_s);
+    pthread_mutex_unlock(&bench->lock);
     mlperf_cache_stats_free(&stats);
     *summary_p = s;
 }
 
-/* Starts the generator and the workers, waits the duration, stops them
- * (requests in progress finish) and returns the trial's wall time
- * (actual_duration: from the start to the stop, not the drain). */
+/* Starts the workers (each counting the file bytes it moves) and the
+ * users' thread; false with the error when one cannot start. */
+static bool start_threads(bench_t *bench, worker_t *workers, int64_t num_workers,
+                          int64_t *started_p, pthread_t *generator_p, char *error_p,
+                          size_t error_len)
+{
+    for (*started_p = 0; *started_p < num_workers; (*started_p)++) {
+        worker_t *worker = &workers[*started_p];
+        worker->bench = bench;
+        kvio_rng_seed(&worker->rng, bench->params->seed, (uint32_t)*started_p, "mlperf worker");
+        if (mlperf_io_init(&worker->io, bench->params->io_bytes) != KVIO_OK) {
+            snprintf(error_p, error_len, "mlperf: no memory for worker %lld's buffers",
+                     (long long)*started_p + 1);
+            return false;
+        }
+        worker->io.read_progress = &bench->read_progress;
+        worker->io.write_progress = &bench->write_progress;
+        if (pthread_create(&worker->thread, NULL, worker_main, worker) != 0) {
+            mlperf_io_fini(&worker->io);
+            snprintf(error_p, error_len, "mlperf: cannot start worker %lld of %lld",
+                     (long long)*started_p + 1, (long long)num_workers);
+            return false;
+        }
+    }
+    if (pthread_create(generator_p, NULL, generator_main, bench) != 0) {
+        snprintf(error_p, error_len, "mlperf: cannot start the users' thread");
+        return false;
+    }
+    return true;
+}
+
+/* IntegratedBenchmark.run's end: the threads joined in order, each for at
+ * most 2 s (thread.join(timeout=2.0)); what a worker still running did by
+ * then counts, what it does later does not. Returns which were joined. */
+static void join_for_a_while(worker_t *workers, int64_t started, bool *joined)
+{
+    for (int64_t w = 0; w < started; w++) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 2;
+        joined[w] = pthread_timedjoin_np(workers[w].thread, NULL, &deadline) == 0;
+    }
+}
+
+/* The trial: the threads started, the duration waited out (its wall time
+ * is actual_duration: from the start to the stop, not the drain), the
+ * threads stopped and joined as kv-cache.py joins them, the summary taken,
+ * then every worker waited for. */
 static kvio_status_t run_threads(bench_t *bench, worker_t *workers, int64_t num_workers,
-                                 double *elapsed_s_p, char *error_p, size_t error_len)
+                                 mlperf_rank_summary_t *summary_p, char *error_p,
+                                 size_t error_len)
 {
     pthread_t generator;
     int64_t started = 0;
-    kvio_status_t status = KVIO_OK;
-    for (; started < num_workers; started++) {
-        worker_t *worker = &workers[started];
-        worker->bench = bench;
-        kvio_rng_seed(&worker->rng, bench->params->seed, (uint32_t)started, "mlperf worker");
-        if (mlperf_io_init(&worker->io, bench->params->io_bytes) != KVIO_OK ||
-            pthread_create(&worker->thread, NULL, worker_main, worker) != 0) {
-            mlperf_io_fini(&worker->io);
-            snprintf(error_p, error_len, "mlperf: cannot start worker %lld of %lld",
-                     (long long)started + 1, (long long)num_workers);
-            status = KVIO_ERR_NOMEM;
-            break;
-        }
-    }
-    bool generating = status == KVIO_OK &&
-                      pthread_create(&generator, NULL, generator_main, bench) == 0;
+    bool *joined = calloc((size_t)num_workers + 1, sizeof(bool));
+    bool running = joined != NULL && start_threads(bench, workers, num_workers, &started,
+                                                    &generator, error_p, error_len);
     uint64_t start = kvio_time_ns();
-    if (generating)
+    if (running)
         wait_out(bench, start + (uint64_t)(bench->params->params.duration_s * 1e9));
-    *elapsed_s_p = (double)(kvio_time_ns() - start) * 1e-9;
+    double elapsed_s = (double)(kvio_time_ns() - start) * 1e-9;
+    bench->window_read_bytes = atomic_load(&bench->read_progress);
+    bench->window_write_bytes = atomic_load(&bench->write_progress);
     stop_all(bench);
-    if (generating)
+    if (running) {
         pthread_join(generator, NULL);
-    else if (status == KVIO_OK) {
-        snprintf(error_p, error_len, "mlperf: cannot start the users' thread");
-        status = KVIO_ERR_NOMEM;
+        join_for_a_while(workers, started, joined);
+        summarize(bench, elapsed_s, summary_p);
     }
     for (int64_t w = 0; w < started; w++) {
-        pthread_join(workers[w].thread, NULL);
+        if (joined == NULL || !joined[w])
+            pthread_join(workers[w].thread, NULL);
         mlperf_io_fini(&workers[w].io);
     }
-    return status;
+    free(joined);
+    if (joined == NULL && error_p[0] == '\0')
+        snprintf(error_p, error_len, "mlperf: out of memory starting %lld workers",
+                 (long long)num_workers);
+    return running ? KVIO_OK : KVIO_ERR_NOMEM;
 }
 
 kvio_status_t mlperf_trial_run(const mlperf_trial_params_t *params,
@@ -579,11 +627,11 @@ kvio_status_t mlperf_trial_run(const mlperf_trial_params_t *params,
                                           : NULL;
     if (status == KVIO_OK && workers == NULL)
         status = KVIO_ERR_NOMEM;
-    double elapsed_s = 0;
-    if (status == KVIO_OK)
-        status = run_threads(&bench, workers, num_workers, &elapsed_s, error_p, error_len);
     if (status == KVIO_OK) {
-        summarize(&bench, elapsed_s, summary_p);
+        error_p[0] = '\0';
+        status = run_threads(&bench, workers, num_workers, summary_p, error_p, error_len);
+    }
+    if (status == KVIO_OK) {
         if (summary_p->cache.io_errors > 0)
             kvio_warn("mlperf: rank %d trial %d: %llu object reads or writes failed (counted "
                       "as kv-cache.py counts them; the first is logged above)", params->rank,

@@ -11,6 +11,7 @@
 #include "kvio/mlperf.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -159,6 +160,9 @@ typedef struct mlperf_io {
     unsigned char *buffer; /* io_bytes, aligned */
     unsigned char *copy;   /* io_bytes: the host copy np.array makes of a read */
     uint64_t io_bytes;
+    /* Object bytes read from and written to files, counted as each piece
+     * moves (the trial's; may be NULL): what moved within its wall time. */
+    _Atomic uint64_t *read_progress, *write_progress;
 } mlperf_io_t;
 
 kvio_status_t mlperf_io_init(mlperf_io_t *io, uint64_t io_bytes);
@@ -272,6 +276,8 @@ typedef struct mlperf_rank_summary {
     /* kvio's */
     uint64_t requests_enqueued, requests_waiting, users_lost;
     double storage_limit_bytes;
+    uint64_t window_read_bytes, window_write_bytes; /* object bytes moved by the stop */
+    double window_read_gibps, window_write_gibps;   /* ... over the wall time */
     mlperf_percentiles_t qos_end_to_end_ms[MLPERF_QOS_CLASSES];
 } mlperf_rank_summary_t;
 
@@ -305,9 +311,11 @@ typedef struct mlperf_aggregate {
     double storage_throughput_tokens_per_sec, avg_throughput_tokens_per_sec;
     double device_read_p95_ms, device_write_p95_ms, p95_latency_ms;
     uint64_t cpu_tier_ranks;
-    /* kvio's: the per-trial sums they are means of, and their spread */
+    /* kvio's: the per-trial sums they are means of, and their spread; the
+     * same of the file bytes moved within the trials' wall time */
     double trial_read_bandwidth_gbps[64];
     double read_bandwidth_cv;
+    double window_read_gibps, window_write_gibps, window_read_cv;
     int trials, ranks;
 } mlperf_aggregate_t;
 

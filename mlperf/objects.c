@@ -118,6 +118,8 @@ kvio_status_t mlperf_object_write(const mlperf_object_t *object, const kvio_data
         if (from == NULL)
             kvio_data_fill(data, object->content_key, offset, io->buffer, piece);
         errnum = write_fully(fd, bytes, piece, &host_s);
+        if (errnum == 0 && io->write_progress != NULL)
+            atomic_fetch_add(io->write_progress, piece);
     }
     double device_s = 0;
     if (errnum == 0) {
@@ -175,6 +177,8 @@ static int load(const mlperf_object_t *object, const kvio_data_t *data, bool ver
         errnum = read_fully(fd, io->buffer, piece, device_s_p);
         if (errnum != 0)
             break;
+        if (io->read_progress != NULL)
+            atomic_fetch_add(io->read_progress, piece);
         uint64_t copied = kvio_time_ns();
         memcpy(io->copy, io->buffer, piece);
         *copy_s_p += seconds_since(copied);

@@ -89,6 +89,13 @@ static json_t *kvio_rank_json(const mlperf_rank_summary_t *s)
         s->elapsed_s > 0 ? (double)s->cache.tier_storage_read / 1e9 / s->elapsed_s : 0,
         "kvio_storage_write_gbps_decimal",
         s->elapsed_s > 0 ? (double)s->cache.tier_storage_written / 1e9 / s->elapsed_s : 0);
+    json_t *window = json_pack("{s:I, s:I, s:f, s:f}", "kvio_window_read_bytes",
+                               (json_int_t)s->window_read_bytes, "kvio_window_write_bytes",
+                               (json_int_t)s->window_write_bytes, "kvio_window_read_gibps",
+                               s->window_read_gibps, "kvio_window_write_gibps",
+                               s->window_write_gibps);
+    json_object_update(kvio, window);
+    json_decref(window);
     json_t *qos = json_object();
     for (int q = 0; q < MLPERF_QOS_CLASSES; q++)
         if (s->qos_end_to_end_ms[q].count > 0) {
@@ -125,6 +132,37 @@ json_t *mlperf_rank_json(const mlperf_rank_summary_t *s)
                      summary, "kvio", kvio_rank_json(s));
 }
 
+/* The mean over trials of per-trial sums over ranks of one figure, and the
+ * sums' coefficient of variation; sums_p (may be NULL) takes each trial's. */
+static double mean_of_sums(const mlperf_rank_summary_t *summaries, int trials, int ranks,
+                           double (*figure)(const mlperf_rank_summary_t *), double *cv_p,
+                           double *sums_p)
+{
+    double total = 0, squares = 0;
+    for (int t = 0; t < trials; t++) {
+        double sum = 0;
+        for (int r = 0; r < ranks; r++)
+            sum += figure(&summaries[t * ranks + r]);
+        if (sums_p != NULL && t < 64)
+            sums_p[t] = sum;
+        total += sum;
+        squares += sum * sum;
+    }
+    double mean = trials > 0 ? total / trials : 0;
+    if (cv_p != NULL) {
+        double variance = trials > 1 ? (squares - trials * mean * mean) / (trials - 1) : 0;
+        *cv_p = mean > 0 ? sqrt(variance > 0 ? variance : 0) / mean : 0;
+    }
+    return mean;
+}
+
+static double read_gbps(const mlperf_rank_summary_t *s) { return s->tier_storage_read_bandwidth_gbps; }
+static double write_gbps(const mlperf_rank_summary_t *s) { return s->tier_storage_write_bandwidth_gbps; }
+static double storage_tps(const mlperf_rank_summary_t *s) { return s->storage_throughput_tokens_per_sec; }
+static double average_tps(const mlperf_rank_summary_t *s) { return s->avg_throughput_tokens_per_sec; }
+static double window_read(const mlperf_rank_summary_t *s) { return s->window_read_gibps; }
+static double window_write(const mlperf_rank_summary_t *s) { return s->window_write_gibps; }
+
 /* _aggregate_option_results: within a trial the ranks' bandwidths and
  * token throughputs summed, across trials their mean (fmean); the P95s the
  * maximum over every rank and trial (Rules.md 6.3.4.3). */
@@ -132,35 +170,22 @@ void mlperf_aggregate(const mlperf_rank_summary_t *summaries, int trials, int ra
                       mlperf_aggregate_t *aggregate_p)
 {
     mlperf_aggregate_t a = {.trials = trials, .ranks = ranks};
-    double read = 0, write = 0, storage = 0, average = 0, squares = 0;
-    for (int t = 0; t < trials; t++) {
-        double trial_read = 0;
-        for (int r = 0; r < ranks; r++) {
-            const mlperf_rank_summary_t *s = &summaries[t * ranks + r];
-            trial_read += s->tier_storage_read_bandwidth_gbps;
-            write += s->tier_storage_write_bandwidth_gbps;
-            storage += s->storage_throughput_tokens_per_sec;
-            average += s->avg_throughput_tokens_per_sec;
-            a.device_read_p95_ms = fmax(a.device_read_p95_ms, s->storage_read_device_ms.p95);
-            a.device_write_p95_ms = fmax(a.device_write_p95_ms, s->storage_write_device_ms.p95);
-            a.p95_latency_ms = fmax(a.p95_latency_ms, s->storage_io_ms.p95);
-            a.cpu_tier_ranks += s->storage_entries == 0;
-        }
-        if (t < 64)
-            a.trial_read_bandwidth_gbps[t] = trial_read;
-        read += trial_read;
-        squares += trial_read * trial_read;
-    }
-    if (trials > 0) {
-        a.read_bandwidth_gbps = read / trials;
-        a.write_bandwidth_gbps = write / trials;
-        a.storage_throughput_tokens_per_sec = storage / trials;
-        a.avg_throughput_tokens_per_sec = average / trials;
-    }
-    if (trials > 1 && a.read_bandwidth_gbps > 0) {
-        double variance = (squares - trials * a.read_bandwidth_gbps * a.read_bandwidth_gbps) /
-                          (trials - 1);
-        a.read_bandwidth_cv = sqrt(variance > 0 ? variance : 0) / a.read_bandwidth_gbps;
+    a.read_bandwidth_gbps = mean_of_sums(summaries, trials, ranks, read_gbps,
+                                         &a.read_bandwidth_cv, a.trial_read_bandwidth_gbps);
+    a.write_bandwidth_gbps = mean_of_sums(summaries, trials, ranks, write_gbps, NULL, NULL);
+    a.storage_throughput_tokens_per_sec =
+        mean_of_sums(summaries, trials, ranks, storage_tps, NULL, NULL);
+    a.avg_throughput_tokens_per_sec = mean_of_sums(summaries, trials, ranks, average_tps, NULL,
+                                                   NULL);
+    a.window_read_gibps = mean_of_sums(summaries, trials, ranks, window_read, &a.window_read_cv,
+                                       NULL);
+    a.window_write_gibps = mean_of_sums(summaries, trials, ranks, window_write, NULL, NULL);
+    for (int i = 0; i < trials * ranks; i++) {
+        const mlperf_rank_summary_t *s = &summaries[i];
+        a.device_read_p95_ms = fmax(a.device_read_p95_ms, s->storage_read_device_ms.p95);
+        a.device_write_p95_ms = fmax(a.device_write_p95_ms, s->storage_write_device_ms.p95);
+        a.p95_latency_ms = fmax(a.p95_latency_ms, s->storage_io_ms.p95);
+        a.cpu_tier_ranks += s->storage_entries == 0;
     }
     *aggregate_p = a;
 }
@@ -170,7 +195,7 @@ json_t *mlperf_aggregate_json(const mlperf_aggregate_t *a)
     json_t *per_trial = json_array();
     for (int t = 0; t < a->trials && t < 64; t++)
         json_array_append_new(per_trial, json_real(a->trial_read_bandwidth_gbps[t]));
-    return json_pack(
+    json_t *score = json_pack(
         "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i, s:I, s:{s:o, s:f}}",
         "aggregated_read_bandwidth_gbps", a->read_bandwidth_gbps,
         "aggregated_write_bandwidth_gbps", a->write_bandwidth_gbps,
@@ -182,6 +207,12 @@ json_t *mlperf_aggregate_json(const mlperf_aggregate_t *a)
         "cpu_tier_ranks", (json_int_t)a->cpu_tier_ranks, "kvio",
         "kvio_trial_read_bandwidth_gbps", per_trial, "kvio_read_bandwidth_cv",
         a->read_bandwidth_cv);
+    json_t *window = json_pack("{s:f, s:f, s:f}", "kvio_window_read_gibps", a->window_read_gibps,
+                               "kvio_window_write_gibps", a->window_write_gibps,
+                               "kvio_window_read_cv", a->window_read_cv);
+    json_object_update(json_object_get(score, "kvio"), window);
+    json_decref(window);
+    return score;
 }
 
 json_t *mlperf_params_json(const kvio_mlperf_params_t *params)

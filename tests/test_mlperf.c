@@ -171,6 +171,12 @@ Test(mlperf, one_request_moves_kv_cache_pys_bytes_and_its_metrics_follow, .timeo
                        test_json_number(cache, "storage_read_device_p95_ms")));
     cr_expect(close_to(test_json_number(option, "aggregated_device_write_p95_ms"), device));
     cr_expect_str_eq(test_json_string(result, "division"), "open");
+    /* kvio's own count of the objects' bytes moved by the stop (all of
+     * them here: the trial stopped once the request was done). */
+    const json_t *trial = json_array_get(json_object_get(option, "trials"), 0);
+    const json_t *kvio = json_object_get(json_array_get(json_object_get(trial, "ranks"), 0), "kvio");
+    cr_expect_eq(test_json_integer(kvio, "kvio_window_read_bytes"), reads * written);
+    cr_expect_eq(test_json_integer(kvio, "kvio_window_write_bytes"), written);
     /* kvio takes its objects away after the trial. */
     char rank_dir[1200];
     snprintf(rank_dir, sizeof(rank_dir), "%s/cache/rank_0", dir);
@@ -200,6 +206,7 @@ Test(mlperf, options_aggregate_as_mlpstorage_does, .timeout = 10)
     const double tokens[4] = {100, 200, 300, 400}, device_read[4] = {10, 40, 20, 30};
     const double device_write[4] = {5, 6, 9, 7}, request_io[4] = {1, 2, 8, 4};
     for (int i = 0; i < 4; i++) {
+        s[i].window_read_gibps = read[i] / 2;
         s[i].tier_storage_read_bandwidth_gbps = read[i];
         s[i].tier_storage_write_bandwidth_gbps = write[i];
         s[i].storage_throughput_tokens_per_sec = tokens[i];
@@ -224,6 +231,9 @@ Test(mlperf, options_aggregate_as_mlpstorage_does, .timeout = 10)
     cr_expect_float_eq(a.trial_read_bandwidth_gbps[1], 5.0, 1e-12);
     /* The trials' spread: 3 and 5 around 4, sample standard deviation 1.414. */
     cr_expect_float_eq(a.read_bandwidth_cv, sqrt(2.0) / 4, 1e-9);
+    /* kvio's window figure aggregates the same way. */
+    cr_expect_float_eq(a.window_read_gibps, 2, 1e-12);
+    cr_expect_float_eq(a.window_read_cv, sqrt(2.0) / 4, 1e-9);
 }
 
 /* ---------- the objects ---------- */
