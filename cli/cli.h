@@ -97,5 +97,6 @@ int kvio_cmd_capacity(int argc, char **argv);
 int kvio_cmd_report(int argc, char **argv);
 int kvio_cmd_serve(int argc, char **argv);
 int kvio_cmd_prefix(int argc, char **argv);
+int kvio_cmd_mlperf(int argc, char **argv);
 
 #endif

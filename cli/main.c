@@ -29,6 +29,7 @@ static const command_t commands[] = {
     {"cachesim", kvio_cmd_cachesim, "replay a trace's block hashes through a prefix cache"},
     {"prefix", kvio_cmd_prefix, "where a conversation log's prompts stop hitting the prefix cache"},
     {"report", kvio_cmd_report, "charts of results, compare sets and cachesim output as HTML"},
+    {"mlperf", kvio_cmd_mlperf, "MLPerf Storage v3.0's KV-cache benchmark against --dir DIR"},
     {"cost", kvio_cmd_cost, "iteration time the cost model gives a batch"},
     {"fit", kvio_cmd_fit, "fit the linear cost model to measured iterations"},
     {NULL, NULL, NULL},

@@ -178,6 +178,17 @@ const char *kvio_rte_detect(void)
     return "local";
 }
 
+int kvio_rte_launched_size(void)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *value = getenv(names[i]);
+        if (value != NULL && atoi(value) > 0)
+            return atoi(value);
+    }
+    return 0;
+}
+
 kvio_status_t kvio_rte_world_create(const kvio_rte_params_t *params,
                                     kvio_rte_world_t **world_p, char *error_p,
                                     size_t error_len)

@@ -31,6 +31,15 @@ void kvio_weights_fill(void *buffer, uint64_t bytes, uint64_t seed)
         ((unsigned char *)buffer)[i] = (unsigned char)kvio_rng_next(&rng);
 }
 
+void kvio_weights_fill_as(void *buffer, uint64_t bytes, uint64_t seed, const kvio_data_t *data)
+{
+    if (data == NULL || data->kind == KVIO_DATA_RANDOM)
+        kvio_weights_fill(buffer, bytes, seed);
+    else
+        kvio_data_fill(data, kvio_data_key(seed, 0x77656967687473ull /* "weights" */, 0), 0,
+                       buffer, (size_t)bytes);
+}
+
 void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version)
 {
     /* One word per 4 KiB page, at a page offset that moves with the version. */

@@ -34,7 +34,7 @@ kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rt
         .seed = (uint64_t)workload->seed,
         .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
         .warmup_ns = workload->warmup_ns, .warmup_requests = workload->warmup_requests,
-        .stream = coupled->stream, .device = &workload->device,
+        .stream = coupled->stream, .device = &workload->device, .data = &workload->data,
         /* With a client rank (the last), serve_index < 0 is the client; a
          * front end (kvio serve) routes itself, with no client rank. */
         .rte = rte,

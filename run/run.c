@@ -760,6 +760,7 @@ static kvio_status_t run_serving(run_state_t *state)
         .stop = state->options->stop,
         .events = state->events,
         .device = &workload->device,
+        .data = &workload->data,
         /* Serve ranks follow the train ranks in every file, as in updates.csv. */
         .first_serve_rank = state->updates ? (int)workload->ranks.train : 0,
         .start = state->start,

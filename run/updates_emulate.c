@@ -392,6 +392,8 @@ static kvio_status_t rank_transport(rank_state_t *state)
     const kvio_workload_t *workload = state->workload;
     state->transport = workload->train.transport;
     state->transport.device = workload->device;
+    state->transport.data = workload->data;
+    state->transport.data_seed = (uint64_t)workload->seed;
     if (workload->weight_sync.granularity != KVIO_SYNC_OFF) {
         kvio_status_t status = kvio_updates_sync_buckets(workload, &state->sync, state->error,
                                                          sizeof(state->error));

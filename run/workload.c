@@ -108,6 +108,9 @@ const kvio_opt_t kvio_workload_options[] = {
      .offset = offsetof(kvio_workload_t, metric_percentiles), .default_value = "99",
      .help = "the percentiles vllm.json and summary.json's vllm give of TTFT, TPOT, ITL and "
              "E2EL, comma-separated (vllm bench serve --metric-percentiles; e.g. 50,90,99,99.9)"},
+    {.key = "data", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_workload_t, data_text),
+     .default_value = "random",
+     .help = "emulate: what KV and updates hold: random, zero, compress:PCT, dedupe:PCT"},
     {.key = NULL},
 };
 
@@ -152,7 +155,9 @@ static kvio_status_t bind_document(kvio_config_doc_t *doc, const char *const *ov
     if (status == KVIO_OK)
         status = kvio_config_bind(kvio_workload_options, doc, &workload, error_p, error_len);
     workload.duration_given = kvio_config_doc_has(doc, "duration");
-    if (status == KVIO_OK && (status = pd_ranks(doc, &workload, error_p, error_len)) != KVIO_OK)
+    if (status == KVIO_OK && (status = pd_ranks(doc, &workload, error_p, error_len)) == KVIO_OK)
+        status = kvio_data_parse(workload.data_text, &workload.data, error_p, error_len);
+    if (status != KVIO_OK)
         kvio_workload_free(&workload);
     kvio_config_doc_destroy(doc);
     /* Simulate with model.from: the emulate run is read now, before any

@@ -6,6 +6,7 @@
 #
 #   cli -> run -> http -> serve | train -> sched -> {kvcache, xfer, workloads} -> model -> core
 #   report -> core   (report reads results; only cli uses it)
+#   mlperf -> core   (MLPerf Storage's KV-cache benchmark; only cli uses it)
 #
 # A module may include its own headers and those of the modules below it;
 # serve and train stand side by side (neither includes the other); a
@@ -25,7 +26,7 @@ declare -A HEADER_MODULE=(
     [build]=core [clock]=core [config]=core [dist]=core [events]=core [gpu]=core
     [hash]=core [log]=core [presets]=core [progress]=core [redis]=core [results]=core
     [rng]=core [rte]=core [stats]=core [status]=core [sysinfo]=core [wire]=core
-    [format]=core [result]=core [csv]=core [copysum]=core [hashset]=core [plugin]=core [array]=core [files]=core
+    [format]=core [result]=core [csv]=core [data]=core [copysum]=core [hashset]=core [plugin]=core [array]=core [files]=core
     [model]=model
     [stream]=workloads [tokenizer]=workloads [conversation]=workloads
     [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache [window]=kvcache
@@ -36,6 +37,7 @@ declare -A HEADER_MODULE=(
     [http]=http
     [run]=run [compare]=run [capacity]=run
     [report]=report
+    [mlperf]=mlperf
 )
 
 # What each module may include besides itself.
@@ -51,10 +53,11 @@ declare -A ALLOWED=(
     [http]="core model workloads kvcache xfer sched serve train"
     [run]="core model workloads kvcache xfer sched serve train http"
     [report]="core"
-    [cli]="core model workloads kvcache xfer sched serve train http run report"
+    [mlperf]="core"
+    [cli]="core model workloads kvcache xfer sched serve train http run report mlperf"
 )
-MODULES="core model workloads kvcache xfer sched serve train http run report cli"
-LONG_FUNCTION_FOLDERS="run serve"
+MODULES="core model workloads kvcache xfer sched serve train http run report mlperf cli"
+LONG_FUNCTION_FOLDERS="run serve mlperf"
 MAX_FUNCTION_LINES=150
 
 failures=0

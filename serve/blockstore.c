@@ -37,6 +37,8 @@ struct kvio_block_store {
     unsigned char *object;   /* chunks, with bytes: the engine thread's object buffer */
     bool verify_swaps;
     bool skip_saves_when_full;
+    kvio_data_t data;        /* a block's bytes when they are next read (with memory) */
+    uint64_t seed;
     kvio_tier_t *const *tiers;
     size_t num_tiers;
     size_t saved_tiers;     /* the tiers the pool's blocks are written to (waterfall: the first) */
@@ -182,6 +184,8 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
     store->chunk_blocks = params->chunk_blocks > 1 ? params->chunk_blocks : 1;
     store->object_bytes = store->block_bytes * store->chunk_blocks;
     store->verify_swaps = params->verify_swaps;
+    store->data = params->data;
+    store->seed = params->seed;
     store->skip_saves_when_full = params->skip_saves_when_full;
     store->tiers = params->tiers;
     store->num_tiers = params->num_tiers;
@@ -275,11 +279,13 @@ void kvio_block_store_clear_error(kvio_block_store_t *store)
 
 /* Emulate: every block carries a stamp saying who owns it (magic, request
  * id, index in the request, block id), so copies that lose or mix blocks are
- * detectable. A stamp is recorded when the block is handed out and written
- * only when the block's bytes are next read (swap-out, tier write) or dropped
- * when a whole-block copy overwrites them first: the bytes every reader sees
- * are the same as with an immediate write, but an iteration no longer touches
- * a cold page of the pool (a TLB and cache miss each) per new block. */
+ * detectable, and (unless data: zero) the rest of its bytes are its owner's
+ * KV: generated from (seed, block and index, owner), so no device reduces
+ * them and every owner's differ. Both are recorded when the block is handed
+ * out and written only when the block's bytes are next read (swap-out, tier
+ * write, P/D staging) or dropped when a whole-block copy overwrites them
+ * first: the bytes every reader sees are the same as with an immediate
+ * write, but an iteration no longer touches the pool's pages per new block. */
 static size_t stamp_bytes(const kvio_block_store_t *store)
 {
     return 32 < store->block_bytes ? 32 : store->block_bytes;
@@ -291,6 +297,21 @@ static void stamp_of(const kvio_block_store_t *store, uint32_t block, uint64_t s
     stamp_p[1] = store->stamps[block].id;
     stamp_p[2] = store->stamps[block].index;
     stamp_p[3] = block;
+}
+
+/* Writes block's pending bytes into bytes (the block itself, or a host
+ * buffer bound for a GPU block): its KV, then its stamp; data: zero writes
+ * the stamp alone (the rest stays as it was). */
+static void block_content(const kvio_block_store_t *store, uint32_t block, void *bytes)
+{
+    if (store->data.kind != KVIO_DATA_ZERO) {
+        uint64_t identity = (uint64_t)block << 32 ^ store->stamps[block].index;
+        kvio_data_fill(&store->data, kvio_data_key(store->seed, identity, store->stamps[block].id),
+                       0, bytes, store->block_bytes);
+    }
+    uint64_t stamp[4];
+    stamp_of(store, block, stamp);
+    memcpy(bytes, stamp, stamp_bytes(store));
 }
 
 void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t first,
@@ -309,7 +330,26 @@ static void stamp_drop(kvio_block_store_t *store, uint32_t block)
         store->stamps[block].index = STAMP_NONE;
 }
 
-/* Writes the recorded stamps of blocks about to be read. */
+/* GPU pool, whole blocks (data other than zero): each made in the pinned
+ * bounce buffer and copied up. */
+static void flush_gpu_blocks(kvio_block_store_t *store, const uint32_t *blocks, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint32_t block = blocks[i];
+        if (store->stamps[block].index == STAMP_NONE)
+            continue;
+        block_content(store, block, store->bounce);
+        store->stamps[block].index = STAMP_NONE;
+        kvio_status_t status = kvio_device_copy(store->device, block_data(store, block),
+                                                store->bounce, store->block_bytes);
+        if (status != KVIO_OK) {
+            gpu_failed(store, status, "writing KV blocks' bytes on the GPU");
+            return;
+        }
+    }
+}
+
+/* Writes the recorded bytes of blocks about to be read. */
 static void stamp_flush(kvio_block_store_t *store, const uint32_t *blocks, size_t count)
 {
     if (store->stamps == NULL)
@@ -319,9 +359,14 @@ static void stamp_flush(kvio_block_store_t *store, const uint32_t *blocks, size_
         pending += store->stamps[blocks[i]].index != STAMP_NONE;
     if (pending == 0)
         return;
+    if (store->device != NULL && store->data.kind != KVIO_DATA_ZERO) {
+        flush_gpu_blocks(store, blocks, count);
+        return;
+    }
     if (store->device != NULL) {
-        /* GPU pool: the stamps go up in batches of small copies from the
-         * pinned bounce buffer (from pageable memory each copy would wait). */
+        /* GPU pool, stamps alone: they go up in batches of small copies
+         * from the pinned bounce buffer (from pageable memory each copy
+         * would wait). */
         size_t per_batch = bounce_bytes(store) / (4 * sizeof(uint64_t));
         if (per_batch > pending)
             per_batch = pending;
@@ -354,11 +399,15 @@ static void stamp_flush(kvio_block_store_t *store, const uint32_t *blocks, size_
         uint32_t block = blocks[i];
         if (store->stamps[block].index == STAMP_NONE)
             continue;
-        uint64_t stamp[4];
-        stamp_of(store, block, stamp);
-        memcpy(block_data(store, block), stamp, stamp_bytes(store));
+        block_content(store, block, block_data(store, block));
         store->stamps[block].index = STAMP_NONE;
     }
+}
+
+void kvio_block_store_materialize(kvio_block_store_t *store, const uint32_t *blocks,
+                                  size_t count)
+{
+    stamp_flush(store, blocks, count);
 }
 
 /* ---------- lower tiers ---------- */

@@ -700,8 +700,9 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
         .rank = params->rank, .num_blocks = params->num_blocks, .memory = params->kv_memory,
         .device = params->kv_device, .block_bytes = params->block_bytes,
         .swap_space = params->swap_space, .swap_blocks = params->swap_space_blocks,
-        .verify_swaps = params->verify_swaps, .tiers = params->tiers,
-        .num_tiers = params->num_tiers, .async_tiers = params->async_tiers,
+        .verify_swaps = params->verify_swaps, .data = params->data, .seed = params->seed,
+        .tiers = params->tiers, .num_tiers = params->num_tiers,
+        .async_tiers = params->async_tiers,
         .waterfall = params->waterfall, .chunk_blocks = engine->chunk_blocks,
         .skip_saves_when_full = params->skip_saves_when_full,
         .load_only_tiers = params->load_only_tiers};
@@ -1020,6 +1021,11 @@ bool kvio_engine_has_work(const kvio_engine_t *engine)
 void kvio_engine_with_tiers(kvio_engine_t *engine, void (*fn)(void *context), void *context)
 {
     kvio_block_store_with_tiers(engine->store, fn, context);
+}
+
+void kvio_engine_materialize(kvio_engine_t *engine, const uint32_t *blocks, size_t count)
+{
+    kvio_block_store_materialize(engine->store, blocks, count);
 }
 
 int64_t kvio_engine_kv_ready_ns(const kvio_engine_t *engine)

@@ -212,6 +212,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .skip_saves_when_full = serve->kvcache.save_full == KVIO_SAVE_FULL_SKIP,
         .sched = &serve->scheduler,
         .seed = run->seed + serve_index,
+        .data = run->data != NULL ? *run->data : (kvio_data_t){0},
         .cost = cost,
         .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
                                                             run->cost->tensor_parallel),

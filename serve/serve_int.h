@@ -345,6 +345,9 @@ typedef struct kvio_block_store_params {
     void *swap_space;              /* host swap space of swap_blocks blocks (may be NULL) */
     uint32_t swap_blocks;
     bool verify_swaps;             /* checksum swapped blocks out and back */
+    kvio_data_t data;              /* a block's bytes once they travel, made from (seed,
+                                      block and its index in its request, owner) */
+    uint64_t seed;
     kvio_tier_t *const *tiers;     /* lower tiers, checked in order (borrowed) */
     size_t num_tiers;
     bool async_tiers;              /* tier traffic beside the batch (tier_io: async) */
@@ -381,6 +384,11 @@ void kvio_block_store_clear_error(kvio_block_store_t *store);
  * owner stamps are recorded (written when the bytes are next read). */
 void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t first,
                           size_t count, uint64_t id);
+
+/* Writes the recorded bytes of blocks (their owners' KV and stamps) that
+ * something outside the store is about to read (P/D staging). */
+void kvio_block_store_materialize(kvio_block_store_t *store, const uint32_t *blocks,
+                                  size_t count);
 
 /* A block whose hash entered (write-through tiers) or is leaving (write-back
  * tiers) the prefix index: written to every tier of that write policy that

@@ -7,6 +7,8 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <xxhash.h>
+#include <zlib.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -633,4 +635,56 @@ char *test_write_tokenizer_json(const char *dir, const char *name, const char *t
     char *path = test_write_file(dir, name, text);
     free(text);
     return path;
+}
+
+double test_zlib_ratio(const void *bytes, size_t length)
+{
+    uLongf compressed = compressBound((uLong)length);
+    unsigned char *out = malloc(compressed);
+    if (out == NULL || compress2(out, &compressed, bytes, (uLong)length, 1) != Z_OK) {
+        free(out);
+        return 0;
+    }
+    free(out);
+    return (double)length / (double)compressed;
+}
+
+static int compare_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+double test_page_dedupe_ratio(const void *bytes, size_t length)
+{
+    size_t pages = length / 4096;
+    uint64_t *sums = malloc((pages + 1) * sizeof(uint64_t));
+    if (sums == NULL || pages == 0) {
+        free(sums);
+        return 0;
+    }
+    for (size_t p = 0; p < pages; p++)
+        sums[p] = XXH3_64bits((const unsigned char *)bytes + p * 4096, 4096);
+    qsort(sums, pages, sizeof(uint64_t), compare_u64);
+    size_t distinct = 1;
+    for (size_t p = 1; p < pages; p++)
+        distinct += sums[p] != sums[p - 1];
+    free(sums);
+    return (double)pages / (double)distinct;
+}
+
+void test_expect_irreducible(const void *bytes, size_t length, const char *what)
+{
+    double compressed = test_zlib_ratio(bytes, length);
+    double deduped = test_page_dedupe_ratio(bytes, length / 4096 * 4096);
+    cr_expect_lt(compressed, 1.02, "%s: zlib shrinks it %.3fx", what, compressed);
+    cr_expect_lt(deduped, 1.02, "%s: its 4 KiB pages deduplicate %.3fx", what, deduped);
+}
+
+int test_mpirun_available(void)
+{
+#ifndef KVIO_HAVE_MPI
+    return 0; /* the mpi runtime is not built */
+#endif
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
 }

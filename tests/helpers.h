@@ -171,4 +171,20 @@ char *test_write_rank_file(const char *dir, const char *name, const char *const 
  * tail is written before the last brace (the path, malloc'd). */
 char *test_write_tokenizer_json(const char *dir, const char *name, const char *tail);
 
+/* How far zlib (level 1, as the issue measured it) shrinks length bytes:
+ * length over the compressed length (1.0: not at all). */
+double test_zlib_ratio(const void *bytes, size_t length);
+
+/* How far deduplication over 4 KiB pages shrinks length bytes (a whole
+ * number of pages): pages over distinct pages (1.0: every page distinct). */
+double test_page_dedupe_ratio(const void *bytes, size_t length);
+
+/* Expects length bytes (what) to be reducible by neither: zlib and 4 KiB
+ * page deduplication each below 1.02x. */
+void test_expect_irreducible(const void *bytes, size_t length, const char *what);
+
+/* Whether mpirun can start kvio's ranks here (the mpi runtime built and
+ * mpirun on the PATH). */
+int test_mpirun_available(void);
+
 #endif

@@ -5,7 +5,9 @@
  * once and prefix_affinity routes on published state; coupled serve ranks
  * write iterations.csv and trace events with whole batch sizes; a serve rank
  * gives up on a client that is stuck, but not on a sparse stream; pools
- * larger than the machine are refused with the numbers. */
+ * larger than the machine are refused with the numbers; KV blocks reach a
+ * file tier's slab incompressible and with no two pages alike (data: zero
+ * as kvio wrote them before; compress: and dedupe: as fio makes them). */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -387,17 +389,9 @@ Test(emulate, in_process_prefix_affinity_routes_on_published_state, .timeout = 6
     finish_client(affinity, dir[1]);
 }
 
-static int mpirun_available(void)
-{
-#ifndef KVIO_HAVE_MPI
-    return 0; /* the mpi runtime is not built */
-#endif
-    return system("command -v mpirun >/dev/null 2>&1") == 0;
-}
-
 Test(emulate, mpirun_client_rank_routes_to_serve_processes, .timeout = 60)
 {
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     char text[2048];
     client_text("prefix_affinity", "runtime: local", "runtime: mpi", text, sizeof(text));
@@ -965,4 +959,141 @@ Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .tim
     umount(filler.dir);
     test_rmtree(dir);
     free(dir);
+}
+
+/* ---------- what KV blocks hold on their way to a tier (#54) ---------- */
+
+#define SLAB_BLOCKS 48u
+#define SLAB_BLOCK_BYTES (64u * 1024)
+
+/* The file descriptor of the open file whose path starts with dir (the
+ * file tier's slab, an unnamed inode in it), or -1. */
+static int open_file_under(const char *dir)
+{
+    DIR *fds = opendir("/proc/self/fd");
+    if (fds == NULL)
+        return -1;
+    int found = -1;
+    struct dirent *entry;
+    while (found < 0 && (entry = readdir(fds)) != NULL) {
+        char link[300], target[1024];
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", entry->d_name);
+        ssize_t length = readlink(link, target, sizeof(target) - 1);
+        if (length <= 0)
+            continue;
+        target[length] = '\0';
+        if (strncmp(target, dir, strlen(dir)) == 0)
+            found = atoi(entry->d_name);
+    }
+    closedir(fds);
+    return found;
+}
+
+/* SLAB_BLOCKS pool blocks, each owned by a request of its own, saved
+ * through the block store into a file tier of exactly that many slots;
+ * the slab's bytes are read back (as a device would store them) into a
+ * malloc'd buffer. Every block comes back from the tier whole (its
+ * checksum holds). */
+static unsigned char *slab_after_saves(const char *data_text, size_t *length_p)
+{
+    char *dir = test_tmpdir(), error[1024];
+    kvio_data_t data;
+    cr_assert_eq(kvio_data_parse(data_text, &data, error, sizeof(error)), KVIO_OK, "%s", error);
+    char text[512];
+    snprintf(text, sizeof(text), "{kind: file, size: %u, file: {path: \"%s\", o_direct: false}}",
+             SLAB_BLOCKS * SLAB_BLOCK_BYTES, dir);
+    kvio_tier_config_t config = {0};
+    cr_assert_eq(kvio_config_bind_text(kvio_tier_options, text, "t.yaml", &config, error,
+                                       sizeof(error)), KVIO_OK, "%s", error);
+    kvio_tier_t *tier = NULL;
+    cr_assert_eq(kvio_tier_create(&config, SLAB_BLOCK_BYTES, true, &tier, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    unsigned char *pool = calloc(SLAB_BLOCKS + 1, SLAB_BLOCK_BYTES);
+    cr_assert_not_null(pool);
+    kvio_block_store_params_t params = {
+        .num_blocks = SLAB_BLOCKS, .memory = pool, .block_bytes = SLAB_BLOCK_BYTES,
+        .data = data, .seed = 7, .tiers = &tier, .num_tiers = 1};
+    kvio_block_store_t *store = NULL;
+    cr_assert_eq(kvio_block_store_create(&params, &store, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    for (uint32_t block = 1; block <= SLAB_BLOCKS; block++) {
+        kvio_block_store_own(store, &block, 0, 1, 1000 + block);
+        int64_t tier_ns = 0;
+        kvio_block_store_cache(store, &block, (kvio_hash_t){.low = block, .high = 54},
+                               kvio_tier_write_policy(tier), &tier_ns);
+    }
+    int fd = open_file_under(dir);
+    cr_assert_geq(fd, 0, "no open file under %s", dir);
+    struct stat info;
+    cr_assert_eq(fstat(fd, &info), 0);
+    cr_assert_eq((uint64_t)info.st_size, (uint64_t)SLAB_BLOCKS * SLAB_BLOCK_BYTES);
+    unsigned char *slab = malloc((size_t)info.st_size);
+    cr_assert_eq(pread(fd, slab, (size_t)info.st_size, 0), info.st_size);
+    unsigned char *back = malloc(SLAB_BLOCK_BYTES);
+    for (uint32_t block = 1; block <= SLAB_BLOCKS; block++) {
+        int64_t cost_ns = 0;
+        cr_assert_eq(kvio_tier_get(tier, (kvio_hash_t){.low = block, .high = 54}, back,
+                                   &cost_ns), KVIO_OK, "block %u", block);
+        cr_assert_eq(memcmp(back, pool + (size_t)block * SLAB_BLOCK_BYTES, SLAB_BLOCK_BYTES), 0,
+                     "block %u came back changed", block);
+    }
+    free(back);
+    kvio_block_store_destroy(store);
+    kvio_tier_destroy(tier);
+    kvio_config_free(kvio_tier_options, &config);
+    free(pool);
+    test_rmtree(dir);
+    free(dir);
+    *length_p = (size_t)info.st_size;
+    return slab;
+}
+
+Test(emulate, a_file_tier_slab_is_incompressible_and_has_no_duplicate_pages, .timeout = 60)
+{
+    size_t length = 0;
+    unsigned char *slab = slab_after_saves("random", &length);
+    test_expect_irreducible(slab, length, "the slab");
+    free(slab);
+}
+
+Test(emulate, data_zero_writes_blocks_as_before_only_their_owner_stamps, .timeout = 60)
+{
+    size_t length = 0;
+    unsigned char *slab = slab_after_saves("zero", &length);
+    /* 32 bytes of each 64 KiB block are its stamp; the rest is the zeroed pool. */
+    double compressed = test_zlib_ratio(slab, length), deduped = test_page_dedupe_ratio(slab, length);
+    cr_expect_gt(compressed, 100, "zlib shrinks the old slab only %.1fx", compressed);
+    cr_expect_gt(deduped, 10, "4 KiB pages deduplicate only %.1fx", deduped);
+    for (uint32_t block = 0; block < SLAB_BLOCKS; block++) {
+        const unsigned char *bytes = slab + (size_t)block * SLAB_BLOCK_BYTES;
+        uint64_t magic;
+        memcpy(&magic, bytes, sizeof(magic));
+        cr_expect_eq(magic, 0x6b76696f626c6b00ull, "slot %u has no owner stamp", block);
+    }
+    free(slab);
+}
+
+Test(emulate, compress_and_dedupe_give_what_they_say, .timeout = 60)
+{
+    size_t length = 0;
+    unsigned char *slab = slab_after_saves("compress:50", &length);
+    double compressed = test_zlib_ratio(slab, length);
+    cr_expect(compressed > 1.8 && compressed < 2.1, "compress:50: zlib %.3fx", compressed);
+    free(slab);
+    slab = slab_after_saves("dedupe:50", &length);
+    double deduped = test_page_dedupe_ratio(slab, length);
+    cr_expect(deduped > 1.8 && deduped < 2.2, "dedupe:50: pages %.3fx", deduped);
+    free(slab);
+}
+
+Test(emulate, a_data_pattern_kvio_does_not_know_is_refused_naming_it, .timeout = 30)
+{
+    test_run_t run = test_kvio(NULL, "validate", "quickstart", "--set", "data=compress:150", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "data: 'compress:150'"), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(NULL, "validate", "quickstart", "--set", "data=sparse", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "random, zero, compress:PCT, dedupe:PCT"), "%s", run.err);
+    test_run_free(&run);
 }

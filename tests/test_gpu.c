@@ -602,14 +602,6 @@ Test(gpu, ucx_never_gets_a_gpu_pointer_it_cannot_take, .timeout = 30)
 #endif
 }
 
-static int mpirun_available(void)
-{
-#ifndef KVIO_HAVE_MPI
-    return 0; /* the mpi runtime is not built */
-#endif
-    return system("command -v mpirun >/dev/null 2>&1") == 0;
-}
-
 /* A run of 1 trainer and 2 servers (threads of one process under the local
  * runtime, processes under mpirun), versions over kind (with the transport
  * options in extra), verified; corrupt >= 0 flips that byte of every
@@ -688,7 +680,7 @@ Test(gpu, a_byte_flipped_in_gpu_memory_is_caught, .timeout = 120)
 Test(gpu, cuda_ipc_delivers_verified_versions_between_processes, .timeout = 120)
 {
     REQUIRE_GPU();
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     run_transport("cuda-ipc", "", "mpi", -1);
     run_transport("cuda-ipc", "", "mpi", 4099);
@@ -697,7 +689,7 @@ Test(gpu, cuda_ipc_delivers_verified_versions_between_processes, .timeout = 120)
 Test(gpu, staged_delivers_verified_versions_between_processes, .timeout = 120)
 {
     REQUIRE_GPU();
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     run_transport("staged", "", "mpi", -1);
 }
@@ -709,7 +701,7 @@ Test(gpu, staged_mapped_hop_delivers_verified_versions, .timeout = 120)
 {
     REQUIRE_GPU();
     run_transport("staged", ", host_hop: mapped", "local", -1);
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     run_transport("staged", ", host_hop: mapped", "mpi", -1);
     run_transport("staged", ", host_hop: mapped", "mpi", 4099);

@@ -447,19 +447,11 @@ static const char *mpirun_pd =
     "  input_tokens: {dist: lognormal, mean: 600, stddev: 300, min: 16, max: 2048}\n"
     "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n";
 
-static int mpirun_available(void)
-{
-#ifndef KVIO_HAVE_MPI
-    return 0; /* the mpi runtime is not built */
-#endif
-    return system("command -v mpirun >/dev/null 2>&1") == 0;
-}
-
 /* Runs mpirun_pd under mpirun with env (e.g. "KVIO_PD_GETS=1"; "" for
  * none) and --set set, and checks what every such run must do. */
 static void mpirun_moves_kv(const char *env, const char *set)
 {
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
     char *file = test_write_file(dir, "w.yaml", mpirun_pd);

@@ -430,14 +430,6 @@ Test(updates, file_transport_running_out_of_space_is_a_clear_error, .timeout = 3
 
 /* ---- mpirun ---- */
 
-static int mpirun_available(void)
-{
-#ifndef KVIO_HAVE_MPI
-    return 0; /* the mpi runtime is not built */
-#endif
-    return system("command -v mpirun >/dev/null 2>&1") == 0;
-}
-
 /* Runs mpirun with np ranks of kvio on the workload; returns its exit
  * status (128+signal, or -1 when killed after timeout_s) and stderr. */
 static int run_mpirun(const char *dir, int np, const char *const *sets, size_t num_sets,
@@ -516,7 +508,7 @@ static json_t *mpirun_complete(const char *dir, const char *const *sets, size_t 
 Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
 {
     REQUIRE_UCX();
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
     json_t *summary = NULL;
@@ -535,7 +527,7 @@ Test(updates, mpirun_runs_three_ranks_as_processes, .timeout = 60)
 Test(updates, mpirun_moves_weight_sync_buckets_between_processes, .timeout = 60)
 {
     REQUIRE_UCX();
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
     const char *sets[] = {"model.preset=llama3.2-1b", "weight_sync.granularity=bucket",
@@ -560,7 +552,7 @@ Test(updates, mpirun_moves_weight_sync_buckets_between_processes, .timeout = 60)
 
 Test(updates, mpirun_with_the_wrong_rank_count_is_refused, .timeout = 60)
 {
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
     char *err = NULL;
@@ -576,7 +568,7 @@ Test(updates, mpirun_with_the_wrong_rank_count_is_refused, .timeout = 60)
 Test(updates, mpirun_trainer_dying_mid_transfer_fails_every_rank, .timeout = 60)
 {
     REQUIRE_UCX();
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
     char *err = NULL;
@@ -597,7 +589,7 @@ Test(updates, mpirun_trainer_dying_mid_transfer_fails_every_rank, .timeout = 60)
 Test(updates, mpirun_serve_rank_dying_mid_update_fails_every_rank, .timeout = 60)
 {
     REQUIRE_UCX();
-    if (!test_require("mpi", mpirun_available(), "mpirun not found"))
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
         return;
     char *dir = test_tmpdir();
     char *err = NULL;

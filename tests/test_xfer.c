@@ -8,10 +8,12 @@
  * transport's polling finds a version at the first poll after it is ready;
  * a redis receiver away across a version and the end still gets the version;
  * a bad chain message is refused naming the rank before; a failed set-up
- * names the rank. */
+ * names the rank; a file update is incompressible and has no two pages
+ * alike (data: zero makes it zeros but for each version's words). */
 #include "kvio/xfer.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -1157,4 +1159,121 @@ Test(xfer, a_delta_rebuilds_the_next_version_in_its_share_of_the_bytes, .timeout
     free(after);
     free(rebuilt);
     free(encoding);
+}
+
+/* ---------- what a model update's file holds (#54) ---------- */
+
+typedef struct update_file {
+    scenario_t scenario;
+    unsigned char *bytes; /* the newest version's file, as the sender left it */
+    size_t length;
+} update_file_t;
+
+/* The newest vNNNNNNNNNN.model in dir (malloc'd bytes), or NULL. */
+static unsigned char *newest_update_file(const char *dir, size_t *length_p)
+{
+    DIR *listing = opendir(dir);
+    if (listing == NULL)
+        return NULL;
+    char newest[256] = "";
+    struct dirent *entry;
+    while ((entry = readdir(listing)) != NULL)
+        if (entry->d_name[0] == 'v' && strstr(entry->d_name, ".model") != NULL &&
+            strcmp(entry->d_name, newest) > 0)
+            snprintf(newest, sizeof(newest), "%s", entry->d_name);
+    closedir(listing);
+    if (newest[0] == '\0')
+        return NULL;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, newest);
+    FILE *file = fopen(path, "rb");
+    if (file == NULL)
+        return NULL;
+    fseek(file, 0, SEEK_END);
+    long length = ftell(file);
+    fseek(file, 0, SEEK_SET);
+    unsigned char *bytes = malloc((size_t)length + 1);
+    if (bytes != NULL && fread(bytes, 1, (size_t)length, file) != (size_t)length) {
+        free(bytes);
+        bytes = NULL;
+    }
+    fclose(file);
+    *length_p = (size_t)length;
+    return bytes;
+}
+
+/* The scenario's ranks, the trainer reading its newest file back before
+ * the transport is torn down (and the files with it). */
+static kvio_status_t update_file_rank(kvio_rte_t *rte, void *arg)
+{
+    update_file_t *run = arg;
+    scenario_t *scenario = &run->scenario;
+    int self = kvio_rte_index(rte);
+    int receivers[1] = {1};
+    kvio_xfer_t *xfer = NULL;
+    kvio_status_t status = kvio_xfer_create(&scenario->transport, rte,
+                                            self == 0 ? KVIO_XFER_SENDER : KVIO_XFER_RECEIVER, 0,
+                                            receivers, 1, WEIGHTS_BYTES, &xfer,
+                                            scenario->error[self], sizeof(scenario->error[0]));
+    if (status != KVIO_OK)
+        return status;
+    if (self == 0) {
+        status = kvio_train_run(&scenario->train, 3, rte, xfer, 0, NULL, &scenario->train_result,
+                                scenario->error[0], sizeof(scenario->error[0]));
+        if (status == KVIO_OK)
+            run->bytes = newest_update_file(scenario->transport.file.dir, &run->length);
+    } else {
+        status = kvio_update_serve(&scenario->update, rte, xfer, 0,
+                                   kvio_rte_time_ns(rte) + 20000000000LL,
+                                   &scenario->serve_result[0], scenario->error[1],
+                                   sizeof(scenario->error[0]));
+    }
+    if (status == KVIO_OK)
+        status = kvio_rte_barrier(rte);
+    kvio_xfer_destroy(xfer);
+    return status;
+}
+
+/* A file-transport run of the scenario's trainer with data as given; the
+ * newest update file as the sender wrote it. */
+static unsigned char *update_file_with(const char *data_text, size_t *length_p)
+{
+    char *dir = test_tmpdir(), error[512] = "";
+    update_file_t run;
+    memset(&run, 0, sizeof(run));
+    scenario_defaults(&run.scenario, "file", dir);
+    run.scenario.num_serve = 1;
+    run.scenario.train.transport.data_seed = 3;
+    cr_assert_eq(kvio_data_parse(data_text, &run.scenario.train.transport.data, error,
+                                 sizeof(error)), KVIO_OK, "%s", error);
+    run.scenario.transport = run.scenario.train.transport;
+    kvio_status_t status = run_ranks(2, 10000000000LL, update_file_rank, &run, error,
+                                     sizeof(error));
+    cr_assert_eq(status, KVIO_OK, "%s / %s / %s", error, run.scenario.error[0],
+                 run.scenario.error[1]);
+    cr_assert_not_null(run.bytes, "no update file was left to read");
+    cr_assert_eq(run.length, 4096 + WEIGHTS_BYTES);
+    scenario_free(&run.scenario);
+    test_rmtree(dir);
+    free(dir);
+    *length_p = run.length;
+    return run.bytes;
+}
+
+Test(xfer, a_file_update_is_incompressible_and_has_no_duplicate_pages, .timeout = 30)
+{
+    size_t length = 0;
+    unsigned char *bytes = update_file_with("random", &length);
+    test_expect_irreducible(bytes, length, "the update");
+    free(bytes);
+}
+
+Test(xfer, data_zero_makes_a_file_update_of_zeros_but_its_versions_words, .timeout = 30)
+{
+    size_t length = 0;
+    unsigned char *bytes = update_file_with("zero", &length);
+    /* The weights are zeros but for one word per 4 KiB page per version. */
+    double compressed = test_zlib_ratio(bytes, length);
+    cr_expect_gt(compressed, 20, "zlib shrinks a zero update only %.1fx", compressed);
+    free(bytes);
 }

@@ -153,7 +153,7 @@ kvio_status_t kvio_trainer_create(const kvio_train_config_t *config, uint64_t se
         }
         trainer->weights = trainer->mirror;
     }
-    kvio_weights_fill(trainer->weights, trainer->bytes, seed);
+    kvio_weights_fill_as(trainer->weights, trainer->bytes, seed, kvio_xfer_data(xfer));
     *trainer_p = trainer;
     return KVIO_OK;
 }

@@ -362,7 +362,8 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
         if (xfer->slots[slot] == NULL || xfer->bytes == 0)
             continue;
         if (slot == 1 && delta != NULL && role == KVIO_XFER_RECEIVER)
-            kvio_weights_fill(xfer->slots[slot], xfer->bytes, delta->seed);
+            kvio_weights_fill_as(xfer->slots[slot], xfer->bytes, delta->seed,
+                                 &xfer->config->data);
         else
             memset(xfer->slots[slot], 0, xfer->bytes);
     }
@@ -410,6 +411,7 @@ void kvio_xfer_destroy(kvio_xfer_t *xfer)
 
 void *kvio_xfer_send_buffer(kvio_xfer_t *xfer) { return xfer->send_buffer; }
 kvio_device_t *kvio_xfer_device(const kvio_xfer_t *xfer) { return xfer->device; }
+const kvio_data_t *kvio_xfer_data(const kvio_xfer_t *xfer) { return &xfer->config->data; }
 
 int kvio_xfer_route_children(const kvio_xfer_t *xfer, int index, int children[2])
 {

@@ -255,6 +255,19 @@ static kvio_status_t write_file(kvio_xfer_t *xfer, const char *temporary, const 
     return KVIO_OK;
 }
 
+/* A file's header block: the metadata, the rest of the block the run's
+ * data (the version's own bytes), so no page of the file is zeros a device
+ * could drop. */
+static void file_header(kvio_xfer_t *xfer, const kvio_xfer_meta_t *meta)
+{
+    file_priv_t *priv = xfer->priv;
+    kvio_data_fill(&xfer->config->data,
+                   kvio_data_key(xfer->config->data_seed, 0x686561646572ull /* "header" */,
+                                 meta->version),
+                   0, priv->header, HEADER_BYTES);
+    memcpy(priv->header, meta, sizeof(*meta));
+}
+
 static kvio_status_t file_put(kvio_xfer_t *xfer, int target, const kvio_xfer_meta_t *meta)
 {
     file_priv_t *priv = xfer->priv;
@@ -262,8 +275,7 @@ static kvio_status_t file_put(kvio_xfer_t *xfer, int target, const kvio_xfer_met
     char temporary[4096], final[4096];
     version_path(config->dir, meta->version, true, temporary, sizeof(temporary));
     version_path(config->dir, meta->version, false, final, sizeof(final));
-    memset(priv->header, 0, HEADER_BYTES);
-    memcpy(priv->header, meta, sizeof(*meta));
+    file_header(xfer, meta);
     kvio_status_t status = write_file(xfer, temporary, final, priv->header, xfer->send_buffer,
                                       xfer->bytes);
     if (status != KVIO_OK)
@@ -286,8 +298,7 @@ static kvio_status_t file_notify(kvio_xfer_t *xfer, int target, const kvio_xfer_
     char temporary[4096], final[4096];
     snprintf(temporary, sizeof(temporary), "%s/.end.tmp", xfer->config->file.dir);
     snprintf(final, sizeof(final), "%s/end", xfer->config->file.dir);
-    memset(priv->header, 0, HEADER_BYTES);
-    memcpy(priv->header, meta, sizeof(*meta));
+    file_header(xfer, meta);
     return write_file(xfer, temporary, final, priv->header, NULL, 0);
 }
 

@@ -9,6 +9,7 @@
 
 #include "kvio/config.h"
 #include "kvio/cost.h"
+#include "kvio/data.h"
 #include "kvio/hash.h"
 #include "kvio/sched.h"
 #include "kvio/stats.h"
@@ -322,6 +323,8 @@ typedef struct kvio_engine_params {
                                       stream, swap buffers are pinned */
     uint64_t block_bytes;
     bool verify_swaps;
+    kvio_data_t data;          /* emulate: what a block holds when its bytes travel (a tier,
+                                  a swap, P/D), made from (seed, block, owner) */
     void *swap_space;          /* emulate: host swap space of swap_space_blocks blocks */
     uint32_t swap_space_blocks;
     kvio_tier_t *const *tiers; /* lower tiers, checked in order (borrowed) */
@@ -407,6 +410,11 @@ int64_t kvio_engine_kv_ready_ns(const kvio_engine_t *engine);
 /* Runs fn(context) while the engine's I/O thread keeps off its tiers (an
  * emulate P/D decode lists and unlists blocks in its peer tier). */
 void kvio_engine_with_tiers(kvio_engine_t *engine, void (*fn)(void *context), void *context);
+
+/* Emulate: writes the pending bytes of pool blocks that are about to be
+ * read outside the engine (a P/D prefill's staging): their owners' KV (the
+ * run's data:) and owner stamps. */
+void kvio_engine_materialize(kvio_engine_t *engine, const uint32_t *blocks, size_t count);
 
 /* Waits until the tier traffic asked for has been carried out (the tiers'
  * statistics are read after this). */

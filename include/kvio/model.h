@@ -8,6 +8,7 @@
 #define KVIO_MODEL_H
 
 #include "kvio/config.h"
+#include "kvio/data.h"
 #include "kvio/status.h"
 
 #include <stdbool.h>
@@ -120,6 +121,10 @@ const char *kvio_tensor_kind_name(int kind);
 /* Fills a weights buffer from a seed; changes it for version (one word in
  * every 4 KiB page, so a stale page cannot pass); checksums it (XXH3-64). */
 void kvio_weights_fill(void *buffer, uint64_t bytes, uint64_t seed);
+/* The same as data says (the workload's data:): random is kvio_weights_fill,
+ * zero all zeros, compress and dedupe fio's buffers of that kind. Each
+ * version's mutation then touches every page (dedupe's shared pages too). */
+void kvio_weights_fill_as(void *buffer, uint64_t bytes, uint64_t seed, const kvio_data_t *data);
 void kvio_weights_mutate(void *buffer, uint64_t bytes, uint64_t version);
 uint64_t kvio_weights_checksum(const void *buffer, uint64_t bytes);
 

@@ -206,4 +206,9 @@ int64_t kvio_rte_time_ns(const kvio_rte_t *rte);
  * process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK set). */
 const char *kvio_rte_detect(void);
 
+/* The number of processes mpirun started this one among (its world size),
+ * 0 when mpirun did not start it: a command whose ranks are whatever mpirun
+ * gives (kvio mlperf's clients) asks for that many. */
+int kvio_rte_launched_size(void);
+
 #endif

@@ -9,6 +9,7 @@
 #include "kvio/result.h"
 #include "kvio/status.h"
 #include "kvio/cost.h"
+#include "kvio/data.h"
 #include "kvio/gpu.h"
 #include "kvio/serve.h"
 #include "kvio/stream.h"
@@ -69,6 +70,8 @@ typedef struct kvio_workload {
     kvio_sync_config_t weight_sync; /* simulate: the update as tensors in buckets */
     kvio_stream_config_t stream;
     char *metric_percentiles;    /* vllm.json's percentiles: "50,90,99,99.9" */
+    char *data_text;             /* data: as written (random, zero, compress:PCT, dedupe:PCT) */
+    kvio_data_t data;            /* not an option: data_text parsed when the workload binds */
 } kvio_workload_t;
 
 /* The option table of the top level. */

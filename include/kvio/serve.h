@@ -7,6 +7,7 @@
 
 #include "kvio/config.h"
 #include "kvio/cost.h"
+#include "kvio/data.h"
 #include "kvio/engine.h"
 #include "kvio/events.h"
 #include "kvio/result.h"
@@ -315,6 +316,9 @@ typedef struct kvio_serve_run {
      * prefill, the others decode (num_prefill 0: every rank does both). */
     uint32_t num_prefill;
     const kvio_pd_config_t *pd;
+    /* Emulate: what KV blocks hold when their bytes travel (the workload's
+     * data:; NULL: random). */
+    const kvio_data_t *data;
 } kvio_serve_run_t;
 
 /* The inference loss of the served requests into result: served[v]

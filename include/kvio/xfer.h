@@ -8,6 +8,7 @@
 #define KVIO_XFER_H
 
 #include "kvio/config.h"
+#include "kvio/data.h"
 #include "kvio/gpu.h"
 #include "kvio/model.h"
 #include "kvio/rte.h"
@@ -109,6 +110,9 @@ typedef struct kvio_xfer_config {
                                  died) after this many chunks; 0: never */
     kvio_device_config_t device; /* not an option: the run copies the workload's
                                     `device:` section here (zero: host) */
+    kvio_data_t data;            /* not an option: the workload's `data:` (the weights
+                                    and what a file holds beside them; zero: random) */
+    uint64_t data_seed;          /* not an option: the workload's seed */
     /* Not options: weight_sync in emulate mode (the run fills them in). The
      * weights move as num_buckets buckets of these sizes, in order, adding
      * up to the weights' bytes, pipeline_depth of them in flight (ucx only);
@@ -198,6 +202,9 @@ kvio_status_t kvio_xfer_preflight(const kvio_xfer_config_t *config, uint64_t byt
  * memory, else a cuda domain (borrowed; use kvio_device_copy to read or
  * write them). */
 kvio_device_t *kvio_xfer_device(const kvio_xfer_t *xfer);
+
+/* What the weights and a file's spare bytes hold (the config's data). */
+const kvio_data_t *kvio_xfer_data(const kvio_xfer_t *xfer);
 
 /* The sender's buffer (sender only; borrowed). */
 void *kvio_xfer_send_buffer(kvio_xfer_t *xfer);
