@@ -93,7 +93,12 @@ struct kvio_tier {
     int64_t timeline_origin_ns; /* 0: nothing moved yet */
     uint64_t (*timeline)[2];
     size_t timeline_bins, timeline_capacity;
-    void *spill_buffer;       /* emulate: the evicted block, read back on its way down */
+    void *spill_buffer;       /* emulate: SPILL_BATCH evicted blocks, read back on their way down */
+    /* Blocks evicted and not yet passed down and deleted (batch_capacity). */
+    uint32_t *victim_slots;
+    kvio_hash_t *victim_hashes;
+    uint64_t *victim_checksums;
+    size_t num_victims;
     bool error_logged;
     char info[512];
     char error[512];
@@ -396,6 +401,9 @@ void kvio_tier_destroy(kvio_tier_t *tier)
     free(tier->batch_latencies);
     free(tier->batch_checksums);
     free(tier->spill_buffer);
+    free(tier->victim_slots);
+    free(tier->victim_hashes);
+    free(tier->victim_checksums);
     free(tier->timeline);
     free(tier->entries);
     free(tier->table);
@@ -490,8 +498,19 @@ static kvio_status_t batch_room(kvio_tier_t *tier, size_t count)
     uint64_t *checksums = realloc(tier->batch_checksums, room * sizeof(*checksums));
     if (checksums != NULL)
         tier->batch_checksums = checksums;
+    uint32_t *victim_slots = realloc(tier->victim_slots, room * sizeof(*victim_slots));
+    if (victim_slots != NULL)
+        tier->victim_slots = victim_slots;
+    kvio_hash_t *victim_hashes = realloc(tier->victim_hashes, room * sizeof(*victim_hashes));
+    if (victim_hashes != NULL)
+        tier->victim_hashes = victim_hashes;
+    uint64_t *victim_checksums = realloc(tier->victim_checksums,
+                                         room * sizeof(*victim_checksums));
+    if (victim_checksums != NULL)
+        tier->victim_checksums = victim_checksums;
     if (slots == NULL || hashes == NULL || data == NULL || statuses == NULL || latencies == NULL ||
-        checksums == NULL)
+        checksums == NULL || victim_slots == NULL || victim_hashes == NULL ||
+        victim_checksums == NULL)
         return KVIO_ERR_NOMEM;
     tier->batch_capacity = room;
     return KVIO_OK;
@@ -578,62 +597,130 @@ static int64_t batch_cost(const kvio_tier_t *tier, size_t count, int64_t wall_ns
            (int64_t)llround((double)tier->block_bytes * (double)count * 1e9 / tier->bandwidth);
 }
 
-/* Waterfall: the block leaving victim's slot goes down to the next tier
- * (read back first in emulate mode, checked against its checksum); the
- * next tier's own evictions go on down. A failure there is that tier's
- * (counted), not this eviction's. */
-static int64_t spill_down(kvio_tier_t *tier, uint32_t victim, kvio_hash_t hash)
+/* Blocks a waterfall tier hands the next at once: the evictions of one
+ * put batch go down together, so that a file tier below takes them at its
+ * queue depth (one at a time they ran at depth 1). */
+#define SPILL_BATCH 32
+
+/* Waterfall: up to SPILL_BATCH blocks leaving this tier go down to the next
+ * as one batch (read back first in emulate mode, each checked against its
+ * checksum: a block lent in place by a store in this process's memory is
+ * hashed where it is, the others are read into the spill buffers); the
+ * next tier's own evictions go on down. A block lost or damaged on the way
+ * is not passed on; a failure below is that tier's (counted), not this
+ * eviction's. Returns the next tier's cost, which the put that evicted
+ * waits for. */
+static int64_t spill_group(kvio_tier_t *tier, const uint32_t *slots, const kvio_hash_t *hashes,
+                           const uint64_t *checksums, size_t count)
 {
-    const void *data = NULL;
-    if (tier->emulate) {
+    const void *data[SPILL_BATCH];
+    kvio_hash_t down[SPILL_BATCH];
+    size_t n = 0;
+    const kvio_tier_ops_t *ops = tier->ops;
+    bool in_place = ops->address != NULL && (ops->caps & KVIO_TIER_CAP_VOLATILE);
+    if (tier->emulate && !in_place) {
+        uint64_t stride = (tier->block_bytes + 4095) / 4096 * 4096;
         if (tier->spill_buffer == NULL &&
-            posix_memalign(&tier->spill_buffer, 4096,
-                           (tier->block_bytes + 4095) / 4096 * 4096) != 0) {
+            posix_memalign(&tier->spill_buffer, 4096, stride * SPILL_BATCH) != 0) {
             tier->spill_buffer = NULL;
             return 0;
         }
-        /* Read back as any get is (the batch arrays hold the put under
-         * way: this one block has its own). */
+        const void *buffers[SPILL_BATCH];
+        kvio_status_t statuses[SPILL_BATCH];
+        int64_t latencies[SPILL_BATCH];
+        uint64_t read_checksums[SPILL_BATCH];
+        for (size_t i = 0; i < count; i++)
+            buffers[i] = (unsigned char *)tier->spill_buffer + i * stride;
         char error[512] = "";
-        const void *buffer = tier->spill_buffer;
-        kvio_status_t status = KVIO_OK;
-        int64_t latency_ns = 0;
-        uint64_t checksum = 0;
-        moves_t moves = {.slots = &victim, .hashes = &hash, .data = &buffer, .statuses = &status,
-                         .latencies = &latency_ns, .checksums = &checksum};
-        backend_move(tier, false, 1, &moves, error, sizeof(error));
-        if (status == KVIO_OK && !moves.hashed)
-            checksum = XXH3_64bits(tier->spill_buffer, tier->block_bytes);
-        if (status != KVIO_OK || checksum != tier->entries[victim].checksum)
-            return 0; /* lost or damaged on the way: it is not passed on */
-        data = tier->spill_buffer;
+        moves_t moves = {.slots = slots, .hashes = hashes, .data = buffers,
+                         .statuses = statuses, .latencies = latencies,
+                         .checksums = read_checksums};
+        backend_move(tier, false, count, &moves, error, sizeof(error));
+        for (size_t i = 0; i < count; i++) {
+            if (statuses[i] == KVIO_OK &&
+                XXH3_64bits(buffers[i], tier->block_bytes) == checksums[i]) {
+                data[n] = buffers[i];
+                down[n++] = hashes[i];
+            }
+        }
+    } else {
+        for (size_t i = 0; i < count; i++) {
+            const void *held = tier->emulate ? ops->address(tier->priv, slots[i]) : NULL;
+            if (held != NULL && XXH3_64bits(held, tier->block_bytes) != checksums[i])
+                continue;
+            data[n] = held;
+            down[n++] = hashes[i];
+        }
     }
-    int64_t cost_ns = 0;
-    if (kvio_tier_put(tier->spill, hash, data, &cost_ns) != KVIO_OK)
+    if (n == 0)
         return 0;
-    tier->stats.demotions++;
-    return cost_ns; /* the put that evicted waits for it; the next tier counts it */
+    int64_t cost_ns = 0;
+    (void)kvio_tier_put_batch(tier->spill, down, data, n, &cost_ns);
+    /* Those the next tier now holds went down (a failed write there is
+     * its error, counted by it). */
+    for (size_t i = 0; i < n; i++)
+        tier->stats.demotions += kvio_tier_contains(tier->spill, down[i]);
+    return cost_ns;
 }
 
-/* Frees the least recently used block's slot for a new one (the backend
- * deletes it unless the store is volatile); in a waterfall the block goes
- * down a tier first. */
-static kvio_status_t evict_one(kvio_tier_t *tier, int64_t *spill_ns_p)
+/* The blocks evicted since the last flush (victims_*): those the next tier
+ * lacks go down in groups of SPILL_BATCH, then the backend deletes them
+ * (unless its store is volatile). Their slots may already be taken by new
+ * blocks, whose bytes are written only after this. The first deletion's
+ * failure is the status. */
+static kvio_status_t flush_victims(kvio_tier_t *tier, int64_t *spill_ns_p)
+{
+    size_t count = tier->num_victims;
+    tier->num_victims = 0;
+    if (tier->spill != NULL) {
+        uint32_t slots[SPILL_BATCH];
+        kvio_hash_t hashes[SPILL_BATCH];
+        uint64_t checksums[SPILL_BATCH];
+        size_t n = 0;
+        for (size_t i = 0; i < count; i++) {
+            if (kvio_tier_contains(tier->spill, tier->victim_hashes[i]))
+                continue;
+            slots[n] = tier->victim_slots[i];
+            hashes[n] = tier->victim_hashes[i];
+            checksums[n++] = tier->victim_checksums[i];
+            if (n == SPILL_BATCH) {
+                *spill_ns_p += spill_group(tier, slots, hashes, checksums, n);
+                n = 0;
+            }
+        }
+        if (n > 0)
+            *spill_ns_p += spill_group(tier, slots, hashes, checksums, n);
+    }
+    if (!tier->emulate || (tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
+        return KVIO_OK;
+    kvio_status_t first = KVIO_OK;
+    for (size_t i = 0; i < count; i++) {
+        char error[512] = "";
+        kvio_status_t status = tier->ops->remove(tier->priv, tier->victim_slots[i],
+                                                 tier->victim_hashes[i], error, sizeof(error));
+        if (status != KVIO_OK && first == KVIO_OK)
+            first = tier_failed(tier, status, error);
+        else if (status != KVIO_OK)
+            tier->stats.errors++;
+    }
+    return first;
+}
+
+/* Frees the least recently used block's slot for a new one; the block is
+ * passed down (waterfall) and deleted by flush_victims, before any new
+ * block is written to its slot. */
+static void evict_one(kvio_tier_t *tier)
 {
     uint32_t victim = tier->lru_tail;
     kvio_hash_t victim_hash = tier->entries[victim].hash;
-    if (tier->spill != NULL && !kvio_tier_contains(tier->spill, victim_hash))
-        *spill_ns_p += spill_down(tier, victim, victim_hash);
+    size_t v = tier->num_victims++;
+    tier->victim_slots[v] = victim;
+    tier->victim_hashes[v] = victim_hash;
+    tier->victim_checksums[v] = tier->entries[victim].checksum;
     uint64_t victim_position;
     index_find(tier, victim_hash, &victim_position);
     entry_release(tier, victim, victim_position);
     tier->stats.evictions++;
-    if (!tier->emulate || (tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
-        return KVIO_OK;
-    char error[512] = "";
-    kvio_status_t status = tier->ops->remove(tier->priv, victim, victim_hash, error,
-                                             sizeof(error));
-    return status == KVIO_OK ? KVIO_OK : tier_failed(tier, status, error);
 }
 
 /* Simulate: block i of a batch completes after the operation's latency and
@@ -643,6 +730,17 @@ static int64_t model_latency(const kvio_tier_t *tier, size_t i)
 {
     return tier->latency_ns +
            (int64_t)llround((double)tier->block_bytes * (double)(i + 1) * 1e9 / tier->bandwidth);
+}
+
+/* The slots taken for a chunk's first count blocks go back to the free
+ * list (nothing of them was written). */
+static void give_back(kvio_tier_t *tier, size_t count)
+{
+    while (count > 0) {
+        uint32_t taken = tier->batch_slots[--count];
+        tier->entries[taken].next = tier->free_head;
+        tier->free_head = taken;
+    }
 }
 
 /* Puts up to capacity new blocks: none of their slots is another's of the
@@ -662,20 +760,14 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
             tier->stats.duplicates++;
             continue;
         }
-        kvio_status_t status = tier->emulate && data[i] == NULL ? KVIO_ERR_INVALID : KVIO_OK;
-        if (status != KVIO_OK)
-            tier_failed(tier, status, "put without data in emulate mode");
-        else if (tier->free_head == NO_ENTRY)
-            status = evict_one(tier, &spill_ns); /* a failure: the victim is out of the index */
-        if (status != KVIO_OK) {
-            /* The slots taken for this chunk's earlier blocks go back. */
-            while (fresh > 0) {
-                uint32_t taken = tier->batch_slots[--fresh];
-                tier->entries[taken].next = tier->free_head;
-                tier->free_head = taken;
-            }
-            return status;
+        if (tier->emulate && data[i] == NULL) {
+            give_back(tier, fresh);
+            *cost_ns_p = 0;
+            (void)flush_victims(tier, cost_ns_p); /* the evicted blocks still go down */
+            return tier_failed(tier, KVIO_ERR_INVALID, "put without data in emulate mode");
         }
+        if (tier->free_head == NO_ENTRY)
+            evict_one(tier);
         /* The slot leaves the free list now; it joins the index once written. */
         entry = tier->free_head;
         tier->free_head = tier->entries[entry].next;
@@ -683,6 +775,15 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         tier->batch_hashes[fresh] = hashes[i];
         tier->batch_data[fresh] = data[i];
         fresh++;
+    }
+    /* The evicted blocks go down and are deleted before their slots are
+     * written over; a failed deletion (a victim's bytes left in the store)
+     * writes nothing of the chunk. */
+    kvio_status_t removed = flush_victims(tier, &spill_ns);
+    if (removed != KVIO_OK) {
+        give_back(tier, fresh);
+        *cost_ns_p = spill_ns;
+        return removed;
     }
     if (fresh == 0) {
         *cost_ns_p = spill_ns;
@@ -762,7 +863,10 @@ kvio_status_t kvio_tier_list(kvio_tier_t *tier, kvio_hash_t hash, uint64_t check
     } else {
         int64_t spill_ns = 0;
         if (tier->free_head == NO_ENTRY) {
-            kvio_status_t status = evict_one(tier, &spill_ns);
+            if (batch_room(tier, 1) != KVIO_OK)
+                return tier_failed(tier, KVIO_ERR_NOMEM, "out of memory for an eviction");
+            evict_one(tier);
+            kvio_status_t status = flush_victims(tier, &spill_ns);
             if (status != KVIO_OK)
                 return status;
         }

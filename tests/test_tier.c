@@ -1006,6 +1006,54 @@ Test(tier, a_waterfall_tier_passes_its_evictions_down, .timeout = 20)
     }
 }
 
+/* The blocks a put batch evicts go down as one batch, so that a slab
+ * below takes them at its queue depth (one by one, every write ran at
+ * depth 1), and every one of them comes back intact; the evicted slots are
+ * written over only after they left. */
+Test(tier, a_waterfall_passes_a_batch_s_evictions_down_together, .timeout = 30)
+{
+    enum { COUNT = 8 };
+    char *dir = test_tmpdir();
+    kvio_tier_config_t host = tier_config("host", COUNT * BLOCK, NULL);
+    kvio_tier_config_t file =
+        tier_config("file", 4ull * COUNT * BLOCK, "path: \"%s\", queue_depth: 8", dir);
+    kvio_tier_t *upper = NULL, *lower = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&host, BLOCK, true, &upper, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    cr_assert_eq(kvio_tier_create(&file, BLOCK, true, &lower, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &host);
+    kvio_config_free(kvio_tier_options, &file);
+    kvio_tier_spill_to(upper, lower);
+    test_batch_t first, second;
+    batch_make(&first, COUNT, BLOCK, 100);
+    batch_make(&second, COUNT, BLOCK, 200);
+    int64_t cost = 0;
+    cr_assert_eq(kvio_tier_put_batch(upper, first.hashes, first.put, COUNT, &cost), KVIO_OK);
+    cr_assert_eq(kvio_tier_put_batch(upper, second.hashes, second.put, COUNT, &cost), KVIO_OK);
+    const kvio_tier_stats_t *below = kvio_tier_stats(lower);
+    cr_assert_eq(kvio_tier_stats(upper)->demotions, COUNT);
+    cr_assert_eq(below->puts, COUNT);
+    cr_assert_eq(below->put_batches, 1, "the %d evictions in one batch, not %llu", COUNT,
+                 (unsigned long long)below->put_batches);
+    size_t got = 0;
+    cr_assert_eq(kvio_tier_get_batch(lower, first.hashes, first.get, COUNT, &got, &cost),
+                 KVIO_OK, "%s", kvio_tier_error(lower));
+    cr_assert(memcmp(first.blocks, first.back, (size_t)COUNT * BLOCK) == 0,
+              "the evicted blocks came down intact");
+    cr_assert_eq(kvio_tier_get_batch(upper, second.hashes, second.get, COUNT, &got, &cost),
+                 KVIO_OK);
+    cr_assert(memcmp(second.blocks, second.back, (size_t)COUNT * BLOCK) == 0,
+              "the new blocks took the evicted slots");
+    kvio_tier_destroy(upper);
+    kvio_tier_destroy(lower);
+    batch_free(&first);
+    batch_free(&second);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Redis values of 64 KiB and more are written from where they are (not
  * through hiredis's buffers): a batch of large blocks round-trips whole. */
 Test(tier, redis_large_blocks_round_trip_in_one_pipeline, .timeout = 30)
