@@ -111,10 +111,59 @@ static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
  * last (which is never fed back): one that needs more than the whole cache
  * could never start, on any engine. Refused before the run, not found an
  * hour into it. A closed loop's count is left unknown (0). */
+/* With chunked prefill off a prompt is computed in one step, so the step's
+ * token budget must hold it: vLLM refuses max_num_batched_tokens below
+ * max_model_len at start-up in that case. Here the longest prompt the
+ * stream has is the bound (a request the engine could never start). */
+static bool prompt_fits_a_step(const kvio_workload_t *workload, const kvio_request_t *request,
+                               char *error_p, size_t error_len)
+{
+    const kvio_engine_config_t *engine = &workload->serve.engine;
+    if (engine->chunked_prefill || engine->max_num_batched_tokens <= 0 ||
+        (int64_t)request->input_tokens <= engine->max_num_batched_tokens)
+        return true;
+    snprintf(error_p, error_len,
+             "serve.engine.max_num_batched_tokens: %lld is below the prompt of request %llu "
+             "(%u tokens) with serve.engine.chunked_prefill: false: a prompt is then computed "
+             "in one step, which no step could hold (vLLM refuses a token budget below "
+             "max_model_len without chunked prefill); raise max_num_batched_tokens to the "
+             "longest prompt or set chunked_prefill: true",
+             (long long)engine->max_num_batched_tokens, (unsigned long long)request->id,
+             request->input_tokens);
+    return false;
+}
+
+/* The blocks a request needs at the least to run from the pool alone:
+ * its whole sequence's; with hybrid groups (serve.kvcache.hybrid) the
+ * window group's too: at its first step as many as the full group's for
+ * the first chunk (vLLM allocates a fresh request's window blocks for
+ * every new token, freeing those past the window only once computed), and
+ * while it decodes the window's. */
+static uint64_t blocks_needed(const kvio_workload_t *workload, uint64_t window_tokens,
+                              uint64_t input, uint64_t tokens)
+{
+    uint64_t block_size = (uint64_t)workload->serve.kvcache.block_size;
+    uint64_t full = (tokens + block_size - 1) / block_size;
+    if (window_tokens == 0)
+        return full;
+    const kvio_engine_config_t *engine = &workload->serve.engine;
+    uint64_t chunk = input;
+    if (engine->chunked_prefill && engine->max_num_batched_tokens > 0 &&
+        chunk > (uint64_t)engine->max_num_batched_tokens)
+        chunk = (uint64_t)engine->max_num_batched_tokens;
+    if (engine->chunked_prefill && engine->long_prefill_token_threshold > 0 &&
+        chunk > (uint64_t)engine->long_prefill_token_threshold)
+        chunk = (uint64_t)engine->long_prefill_token_threshold;
+    uint64_t first_step = 2 * ((chunk + block_size - 1) / block_size);
+    uint64_t window = (window_tokens + block_size - 1) / block_size + 1;
+    uint64_t decoding = full + (window < full ? window : full);
+    return first_step > decoding ? first_step : decoding;
+}
+
 static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_stream_t *stream,
-                                        uint32_t blocks, uint64_t *requests_p,
-                                        uint64_t *stream_blocks_p, char *error_p,
-                                        size_t error_len)
+                                        uint32_t blocks, uint64_t window_tokens,
+                                        uint64_t *requests_p, uint64_t *stream_blocks_p,
+                                        char *error_p, size_t error_len)
 {
     *requests_p = 0;
     *stream_blocks_p = 0;
@@ -137,11 +186,14 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
             output = request->max_tokens;
         uint64_t tokens = request->input_tokens + (output > 0 ? output - 1 : 0);
         *stream_blocks_p += (tokens + block_size - 1) / block_size + 1;
-        if (tokens <= capacity)
+        if (!prompt_fits_a_step(workload, request, error_p, error_len))
+            return KVIO_ERR_CONFIG;
+        uint64_t needed = blocks_needed(workload, window_tokens, request->input_tokens, tokens);
+        if (needed <= blocks)
             continue;
         snprintf(error_p, error_len,
                  "%s%s%srequest %llu needs the KV of %llu tokens (%u input + %llu output - 1), "
-                 "%llu blocks of %llu, but serve.kvcache holds %u blocks (%llu tokens): no "
+                 "%llu blocks of %llu%s, but serve.kvcache holds %u blocks (%llu tokens): no "
                  "engine could ever start it; raise serve.kvcache.blocks or capacity, or "
                  "shorten the stream's lengths",
                  trace != NULL && trace[0] != '\0' ? "stream.trace.path " : "stream: ",
@@ -149,8 +201,11 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
                  trace != NULL && trace[0] != '\0' ? ": " : "",
                  (unsigned long long)request->id, (unsigned long long)tokens,
                  request->input_tokens, (unsigned long long)output,
-                 (unsigned long long)((tokens + block_size - 1) / block_size),
-                 (unsigned long long)block_size, blocks, (unsigned long long)capacity);
+                 (unsigned long long)needed, (unsigned long long)block_size,
+                 window_tokens > 0 ? " in its full and window groups (serve.kvcache.hybrid: "
+                                     "the window group holds the first chunk's blocks too)"
+                                   : "",
+                 blocks, (unsigned long long)capacity);
         return KVIO_ERR_CONFIG;
     }
     if (closed_loop) {
@@ -480,7 +535,10 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                                     &stream, error_p, error_len);
     uint64_t stream_blocks = UINT64_MAX;
     if (status == KVIO_OK)
-        status = check_requests_fit(workload, stream, blocks, requests_p, &stream_blocks, error_p,
+        status = check_requests_fit(workload, stream, blocks,
+                                    workload->serve.kvcache.hybrid
+                                        ? (uint64_t)model_p->sliding_window : 0,
+                                    requests_p, &stream_blocks, error_p,
                                     error_len);
     if (status == KVIO_OK && !emulate)
         status = check_simulate_memory(workload, model_p, blocks, stream_blocks, error_p,

@@ -431,6 +431,12 @@ Test(cli, validate_refuses_what_run_refuses_before_any_directory, .timeout = 30)
          "but serve.kvcache holds 4 blocks (64 tokens)"},
         {"stream.output_tokens.value=25", "seed=1", "/tier: no such directory, nor its parent"},
         {"serve.kvcache.blocks=1000", trace_set, "t.jsonl:31: 'input_length' is not an integer"},
+        /* #53: a prompt of 40 tokens computed in one step (chunked prefill
+         * off) cannot fit a 32-token budget: vLLM refuses this at start-up;
+         * kvio's run died half-way saying the KV cache was too small. */
+        {"serve.engine.chunked_prefill=false", "serve.engine.max_num_batched_tokens=32",
+         "serve.engine.max_num_batched_tokens: 32 is below the prompt of request 0 (40 tokens) "
+         "with serve.engine.chunked_prefill: false"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         test_run_t check = test_kvio(dir, "validate", file, "--set", cases[i].set1, "--set",
@@ -455,6 +461,51 @@ Test(cli, validate_refuses_what_run_refuses_before_any_directory, .timeout = 30)
     test_run_free(&fits);
     free(file);
     free(trace);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #53: hybrid KV groups (gpt-oss, serve.kvcache.hybrid) need the window
+ * group's blocks too: a fresh request's first step takes as many for the
+ * window group as for the full one. A 1,000-token prompt needs 2 x 63 =
+ * 126 blocks of 16 then; validate passed at 100 and the run died half-way.
+ * Now validate, run and compare (every variant, before any run) refuse it
+ * with the same words and no directory; at 126 it runs. */
+Test(cli, validate_refuses_a_hybrid_cache_too_small_for_both_groups, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(
+        dir, "w.yaml",
+        "name: hybrid\nmode: simulate\nmodel: {preset: gpt-oss-20b}\ngpu: {preset: h200}\n"
+        "serve:\n  kvcache: {block_size: 16, blocks: 100, hybrid: true}\n"
+        "stream:\n  requests: 5\n  arrival: {process: poisson, rate: 10}\n"
+        "  input_tokens: {dist: constant, value: 1000}\n"
+        "  output_tokens: {dist: constant, value: 2}\n");
+    const char *expected = "126 blocks of 16 in its full and window groups";
+    test_run_t check = test_kvio(dir, "validate", file, NULL);
+    cr_expect_eq(check.status, 2, "%s", check.err);
+    cr_expect(test_contains(check.err, expected), "%s", check.err);
+    test_run_t run = test_kvio(dir, "run", file, "-o", "out", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, expected), "%s", run.err);
+    test_run_t compare = test_kvio(dir, "compare", file, "--vary",
+                                   "serve.kvcache.blocks=126,100", "-o", "cmp", NULL);
+    cr_expect_eq(compare.status, 2, "%s", compare.err);
+    cr_expect(test_contains(compare.err, expected), "%s", compare.err);
+    char path[1100];
+    struct stat info;
+    snprintf(path, sizeof(path), "%s/out", dir);
+    cr_expect_neq(stat(path, &info), 0, "the refused run made %s", path);
+    snprintf(path, sizeof(path), "%s/cmp", dir);
+    cr_expect_neq(stat(path, &info), 0, "the refused compare ran a variant into %s", path);
+    test_run_t fits = test_kvio(dir, "run", file, "--set", "serve.kvcache.blocks=126", "-o",
+                                "fits", NULL);
+    cr_expect_eq(fits.status, 0, "%s", fits.err);
+    test_run_free(&check);
+    test_run_free(&run);
+    test_run_free(&compare);
+    test_run_free(&fits);
+    free(file);
     test_rmtree(dir);
     free(dir);
 }
