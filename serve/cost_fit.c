@@ -1,6 +1,9 @@
 /* Fitting the cost model to measurements: the linear form's coefficients
  * by least squares on measured iterations (a CSV of prefill_tokens,
- * decode_seqs, context_tokens, time_ms, or kvio's iterations.csv). */
+ * decode_seqs, context_tokens, time_ms, or kvio's iterations.csv), and the
+ * roofline's efficiencies and step overhead to what benchmarks measured
+ * (serve/cost_measurements.c reads them), by golden-section search of one
+ * parameter after the other on the log ratios. */
 #include "kvio/cost.h"
 
 #include "serve/cost_int.h"
@@ -178,3 +181,189 @@ kvio_status_t kvio_cost_fit_linear(const kvio_cost_sample_t *samples, size_t cou
     return KVIO_OK;
 }
 
+
+/* ---------- the roofline ---------- */
+
+/* A parameter's bounds, in the space it is searched in (log). */
+static const double fit_low[KVIO_FIT_PARAMS] = {0.05, 0.05, 1e-6};
+static const double fit_high[KVIO_FIT_PARAMS] = {1.0, 1.0, 0.1};
+
+/* The parameter's value in config (seconds for the overhead). */
+static double fit_get(const kvio_cost_config_t *config, int param)
+{
+    return param == KVIO_FIT_MEMORY_EFFICIENCY    ? config->memory_efficiency
+           : param == KVIO_FIT_COMPUTE_EFFICIENCY ? config->compute_efficiency
+                                                  : (double)config->overhead_ns / 1e9;
+}
+
+static void fit_set(kvio_cost_config_t *config, int param, double value)
+{
+    if (param == KVIO_FIT_MEMORY_EFFICIENCY)
+        config->memory_efficiency = value;
+    else if (param == KVIO_FIT_COMPUTE_EFFICIENCY)
+        config->compute_efficiency = value;
+    else
+        config->overhead_ns = (int64_t)llround(value * 1e9);
+}
+
+/* What the fit works on. */
+typedef struct fit_problem {
+    const kvio_model_t *model;
+    const kvio_gpu_t *gpu;
+    const kvio_cost_measurement_t *measurements;
+    size_t count;
+} fit_problem_t;
+
+/* Predicts every measurement with config into values (NULL: not kept);
+ * returns the sum of squared log ratios, or -1 when the config is refused. */
+static double fit_error(const fit_problem_t *problem, const kvio_cost_config_t *config,
+                        double *values)
+{
+    kvio_cost_t *cost = NULL;
+    char unused[256];
+    if (kvio_cost_create(config, problem->model, problem->gpu, &cost, unused,
+                         sizeof(unused)) != KVIO_OK)
+        return -1;
+    double sum = 0;
+    for (size_t i = 0; i < problem->count; i++) {
+        double value = kvio_cost_measurement_predict(cost, &problem->measurements[i]);
+        if (values != NULL)
+            values[i] = value;
+        double ratio = value > 0 ? log(value / problem->measurements[i].measured) : 50;
+        sum += ratio * ratio;
+    }
+    kvio_cost_destroy(cost);
+    return sum;
+}
+
+/* How much the predictions move with a parameter: Σ |∂ ln value / ∂ ln θ|. */
+static double fit_sensitivity(const fit_problem_t *problem, const kvio_cost_config_t *config,
+                              int param, const double *base)
+{
+    kvio_cost_config_t moved = *config;
+    double value = fit_get(config, param);
+    fit_set(&moved, param, value * 0.95);
+    double *values = malloc(problem->count * sizeof(double));
+    if (values == NULL || fit_error(problem, &moved, values) < 0) {
+        free(values);
+        return 0;
+    }
+    double sum = 0;
+    for (size_t i = 0; i < problem->count; i++)
+        if (base[i] > 0 && values[i] > 0)
+            sum += fabs(log(values[i] / base[i]) / log(0.95));
+    free(values);
+    return sum;
+}
+
+/* Golden-section search of one parameter over its bounds (log space). */
+static void fit_line(const fit_problem_t *problem, kvio_cost_config_t *config, int param)
+{
+    const double golden = 0.6180339887498949;
+    double low = log(fit_low[param]), high = log(fit_high[param]);
+    kvio_cost_config_t trial = *config;
+    double a = low + (1 - golden) * (high - low), b = low + golden * (high - low);
+    fit_set(&trial, param, exp(a));
+    double fa = fit_error(problem, &trial, NULL);
+    fit_set(&trial, param, exp(b));
+    double fb = fit_error(problem, &trial, NULL);
+    for (int iteration = 0; iteration < 60 && high - low > 1e-7; iteration++) {
+        if (fa >= 0 && (fb < 0 || fa <= fb)) {
+            high = b;
+            b = a;
+            fb = fa;
+            a = low + (1 - golden) * (high - low);
+            fit_set(&trial, param, exp(a));
+            fa = fit_error(problem, &trial, NULL);
+        } else {
+            low = a;
+            a = b;
+            fa = fb;
+            b = low + golden * (high - low);
+            fit_set(&trial, param, exp(b));
+            fb = fit_error(problem, &trial, NULL);
+        }
+    }
+    double before = fit_error(problem, config, NULL);
+    fit_set(&trial, param, exp((low + high) / 2));
+    double after = fit_error(problem, &trial, NULL);
+    if (after >= 0 && (before < 0 || after < before))
+        *config = trial;
+}
+
+/* The parameters to fit: those the measurements depend on, the most
+ * sensitive first, at most one per measurement. */
+static void fit_choose(const fit_problem_t *problem, const kvio_cost_config_t *config,
+                       const double *base, bool fitted[KVIO_FIT_PARAMS])
+{
+    double sensitivity[KVIO_FIT_PARAMS], total = 0;
+    for (int p = 0; p < KVIO_FIT_PARAMS; p++) {
+        sensitivity[p] = fit_sensitivity(problem, config, p, base);
+        total += sensitivity[p];
+    }
+    for (size_t chosen = 0; chosen < problem->count && chosen < KVIO_FIT_PARAMS; chosen++) {
+        int best = -1;
+        for (int p = 0; p < KVIO_FIT_PARAMS; p++)
+            if (!fitted[p] && sensitivity[p] > 0.02 * total &&
+                (best < 0 || sensitivity[p] > sensitivity[best]))
+                best = p;
+        if (best < 0)
+            break;
+        fitted[best] = true;
+    }
+}
+
+kvio_status_t kvio_cost_fit_roofline(const kvio_cost_config_t *config,
+                                     const kvio_model_t *model, const kvio_gpu_t *gpu,
+                                     const kvio_cost_measurement_t *measurements, size_t count,
+                                     kvio_cost_roofline_fit_t *fit_p, char *error_p,
+                                     size_t error_len)
+{
+    if (count == 0) {
+        snprintf(error_p, error_len, "no measurements to fit");
+        return KVIO_ERR_INVALID;
+    }
+    /* Start from the engine profile's parameters and the GPU's efficiencies,
+     * written into the config so that each can move. */
+    kvio_cost_t *cost = NULL;
+    kvio_status_t status = kvio_cost_create(config, model, gpu, &cost, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
+    kvio_cost_params_t params;
+    kvio_cost_params(cost, &params);
+    kvio_cost_destroy(cost);
+    kvio_cost_roofline_fit_t fit = {.config = *config};
+    fit.config.memory_efficiency = params.memory_efficiency;
+    fit.config.compute_efficiency = params.compute_efficiency;
+    fit.config.overhead_ns = params.overhead_ns;
+    fit.before = calloc(count, sizeof(double));
+    fit.after = calloc(count, sizeof(double));
+    if (fit.before == NULL || fit.after == NULL) {
+        kvio_cost_roofline_fit_free(&fit);
+        return KVIO_ERR_NOMEM;
+    }
+    fit_problem_t problem = {model, gpu, measurements, count};
+    fit_error(&problem, &fit.config, fit.before);
+    fit_choose(&problem, &fit.config, fit.before, fit.fitted);
+    for (int sweep = 0; sweep < 8; sweep++)
+        for (int p = 0; p < KVIO_FIT_PARAMS; p++)
+            if (fit.fitted[p])
+                fit_line(&problem, &fit.config, p);
+    fit_error(&problem, &fit.config, fit.after);
+    double squares = 0;
+    for (size_t i = 0; i < count; i++) {
+        double relative = (fit.after[i] - measurements[i].measured) / measurements[i].measured;
+        squares += relative * relative;
+        fit.max_error = fmax(fit.max_error, fabs(relative));
+    }
+    fit.rms_error = sqrt(squares / (double)count);
+    *fit_p = fit;
+    return KVIO_OK;
+}
+
+void kvio_cost_roofline_fit_free(kvio_cost_roofline_fit_t *fit)
+{
+    free(fit->before);
+    free(fit->after);
+    fit->before = fit->after = NULL;
+}

@@ -835,3 +835,105 @@ Test(cost, kvio_cost_published_prints_every_row_with_its_error, .timeout = 30)
     json_decref(rows);
     test_run_free(&run);
 }
+
+/* kvio fit on a vllm bench latency JSON written from a published run (vLLM's
+ * benchmark, build 9515: Llama-3.1-8B on an H200, batch 8 of 32 in, 128 out,
+ * 833.421 ms) and on one 20 % slower: the cost section it prints, given to
+ * a simulate run of that batch, reproduces each within 5 %. */
+Test(cost, fit_of_a_vllm_bench_latency_run_reproduces_it_in_a_simulate_run, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    const double published[] = {0.833421, 1.0};
+    for (int c = 0; c < 2; c++) {
+        char json[256];
+        snprintf(json, sizeof(json),
+                 "{\"avg_latency\": %.6f, \"std_latency\": 0.0003, \"latencies\": [%.6f], "
+                 "\"percentiles\": {\"50\": %.6f}}\n", published[c], published[c], published[c]);
+        free(test_write_file(dir, "latency.json", json));
+        test_run_t run = test_kvio(dir, "fit", "--model", "llama3-8b", "--gpu", "h200",
+                                   "latency.json", NULL);
+        cr_assert_eq(run.status, 0, "%s", run.err);
+        const char *line = strstr(run.out, "cost: {kind: roofline");
+        cr_assert_not_null(line, "%s", run.out);
+        char section[512];
+        size_t length = strcspn(line + 6, "\n");
+        snprintf(section, sizeof(section), "cost=%.*s", (int)length, line + 6);
+        test_run_free(&run);
+        run = test_kvio(dir, "run", "repro/unboxkv-chunk", "--set", section,
+                        "--set", "gpu.preset=h200", "--set", "stream.requests=8", "--set",
+                        "stream.input_tokens=32", "--set", "stream.output_tokens=128", "--set",
+                        "serve.engine.chunked_prefill=false", "-o", c == 0 ? "out0" : "out1",
+                        NULL);
+        cr_assert_eq(run.status, 0, "%s", run.err);
+        test_run_free(&run);
+        json_t *summary = test_summary(dir, c == 0 ? "out0" : "out1");
+        char vllm_json[512];
+        snprintf(vllm_json, sizeof(vllm_json), "%s/out%d/vllm.json", dir, c);
+        json_error_t json_error;
+        json_t *vllm = json_load_file(vllm_json, 0, &json_error);
+        cr_assert_not_null(vllm, "%s", json_error.text);
+        double e2e_s = test_json_number(vllm, "mean_e2el_ms") / 1e3;
+        cr_expect_float_eq(e2e_s, published[c], 0.05 * published[c],
+                           "fitted %s: the simulate run's batch took %.4f s, published %.4f s",
+                           section, e2e_s, published[c]);
+        json_decref(vllm);
+        json_decref(summary);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The other formats: vllm bench serve (mean TTFT of a lone prefill, mean
+ * TPOT at its concurrency; one without max_concurrency is refused, naming
+ * the key), SGLang bench_one_batch lines (a line's missing key names file
+ * and line) and a CSV of steps, together in one fit. */
+Test(cost, fit_reads_vllm_serve_sglang_and_csv_results, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    free(test_write_file(dir, "serve.json",
+                         "{\"completed\": 10, \"total_input_tokens\": 5120, "
+                         "\"total_output_tokens\": 1280, \"max_concurrency\": 4, "
+                         "\"mean_ttft_ms\": 30.0, \"mean_tpot_ms\": 7.5}\n"));
+    free(test_write_file(dir, "sglang.jsonl",
+                         "{\"batch_size\": 1, \"input_len\": 128, \"output_len\": 8, "
+                         "\"prefill_latency\": 0.0095, \"median_decode_latency\": 0.00706}\n"
+                         "{\"batch_size\": 16, \"input_len\": 1024, \"output_len\": 8, "
+                         "\"prefill_latency\": 0.11, \"median_decode_latency\": 0.0079}\n"));
+    free(test_write_file(dir, "steps.csv", "prefill_tokens,decode_seqs,context_tokens,time_ms\n"
+                                            "0,64,64000,9.1\n2048,0,0,45\n"));
+    test_run_t run = test_kvio(dir, "fit", "--model", "llama3-8b", "--gpu", "h100-sxm",
+                               "--engine", "sglang", "serve.json", "sglang.jsonl", "steps.csv",
+                               NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "# kvio fit: 8 measurements"), "%s", run.out);
+    cr_expect(test_contains(run.out, "serve.json: mean TPOT at concurrency 4"), "%s", run.out);
+    cr_expect(test_contains(run.out, "sglang.jsonl:2: prefill of 16 x 1024"), "%s", run.out);
+    cr_expect(test_contains(run.out, "steps.csv:3"), "%s", run.out);
+    cr_expect(test_contains(run.out, "# fitted: memory_efficiency compute_efficiency overhead"),
+              "%s", run.out);
+    cr_expect(test_contains(run.out, "engine: sglang"), "%s", run.out);
+    test_run_free(&run);
+    free(test_write_file(dir, "open.json", "{\"completed\": 10, \"total_input_tokens\": 5120, "
+                                           "\"total_output_tokens\": 1280, \"max_concurrency\": "
+                                           "null, \"mean_ttft_ms\": 30.0, \"mean_tpot_ms\": 7.5}"));
+    run = test_kvio(dir, "fit", "--model", "llama3-8b", "open.json", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "open.json: max_concurrency: not set"), "%s", run.err);
+    test_run_free(&run);
+    free(test_write_file(dir, "bad.jsonl", "{\"batch_size\": 1, \"input_len\": 128, "
+                                           "\"output_len\": 8, \"prefill_latency\": 0.01, "
+                                           "\"median_decode_latency\": 0.007}\n"
+                                           "{\"batch_size\": 2, \"input_len\": 128}\n"));
+    run = test_kvio(dir, "fit", "--model", "llama3-8b", "bad.jsonl", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "bad.jsonl:2: output_len: missing or not a positive number"),
+              "%s", run.err);
+    test_run_free(&run);
+    free(test_write_file(dir, "other.json", "{\"throughput\": 3}"));
+    run = test_kvio(dir, "fit", "--model", "llama3-8b", "other.json", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "other.json: not a result kvio fit reads"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -241,6 +241,67 @@ typedef struct kvio_cost_sample {
 kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samples_p,
                                      size_t *count_p, char *error_p, size_t error_len);
 
+/* ---------- fitting the roofline to measurements ---------- */
+
+/* One measurement kvio fit reads: a step of a batch (a CSV row: prefill
+ * tokens as one sequence, decode sequences sharing the context evenly) or
+ * a benchmark's run of a shape, with what was measured of it (a metric). */
+typedef struct kvio_cost_measurement {
+    bool run;                    /* a run of shape; else a step */
+    kvio_cost_sample_t step;
+    kvio_cost_run_shape_t shape;
+    int metric;                  /* kvio_cost_metric_t, for a run */
+    double measured;             /* ms, or tok/s */
+    char origin[256];            /* where it comes from: "file:line", "file: mean TTFT" */
+} kvio_cost_measurement_t;
+
+/* The formats kvio fit reads (auto: by the file's content). */
+typedef enum {
+    KVIO_FIT_AUTO = 0,
+    KVIO_FIT_CSV,          /* prefill_tokens, decode_seqs, context_tokens, time_ms */
+    KVIO_FIT_VLLM_LATENCY, /* vllm bench latency --output-json: avg_latency of a batch */
+    KVIO_FIT_VLLM_SERVE,   /* vllm bench serve --save-result: mean TTFT and TPOT */
+    KVIO_FIT_SGLANG,       /* sglang.bench_one_batch --result-filename: JSON lines */
+} kvio_fit_format_t;
+extern const char *const kvio_fit_format_names[];
+
+/* Appends path's measurements to *list_p (*count_p of them; realloc'd, the
+ * caller frees). latency is the shape of a vllm bench latency run (its
+ * JSON does not hold it: --batch-size, --input-len, --output-len). Errors
+ * name the file, its line or key. */
+kvio_status_t kvio_cost_read_measurements(const char *path, int format,
+                                          const kvio_cost_run_shape_t *latency,
+                                          kvio_cost_measurement_t **list_p, size_t *count_p,
+                                          char *error_p, size_t error_len);
+
+/* kvio's value for a measurement. */
+double kvio_cost_measurement_predict(const kvio_cost_t *cost,
+                                     const kvio_cost_measurement_t *measurement);
+
+/* The roofline parameters fit_roofline may move. */
+enum { KVIO_FIT_MEMORY_EFFICIENCY = 0, KVIO_FIT_COMPUTE_EFFICIENCY, KVIO_FIT_OVERHEAD,
+       KVIO_FIT_PARAMS };
+
+/* A roofline fit: the config with the fitted parameters set, which ones
+ * moved (at most one per measurement, those the measurements depend on
+ * most), and each measurement's prediction before and after. */
+typedef struct kvio_cost_roofline_fit {
+    kvio_cost_config_t config;   /* the input's, fitted parameters set; table not owned */
+    bool fitted[KVIO_FIT_PARAMS];
+    double *before, *after;      /* per measurement (malloc'd; kvio_cost_roofline_fit_free) */
+    double rms_error, max_error; /* relative, after */
+} kvio_cost_roofline_fit_t;
+
+/* Fits the roofline's memory and compute efficiency and step overhead to
+ * measurements (least squares on log ratios, within bounds), the engine
+ * profile's other parameters held. */
+kvio_status_t kvio_cost_fit_roofline(const kvio_cost_config_t *config,
+                                     const kvio_model_t *model, const kvio_gpu_t *gpu,
+                                     const kvio_cost_measurement_t *measurements, size_t count,
+                                     kvio_cost_roofline_fit_t *fit_p, char *error_p,
+                                     size_t error_len);
+void kvio_cost_roofline_fit_free(kvio_cost_roofline_fit_t *fit);
+
 /* Least-squares fit of t = c0 + c1·prefill + c2·decode + c3·context (ms).
  * Returns the coefficients and the fit's RMSE and R². */
 typedef struct kvio_cost_fit {
