@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Room for a command's error message: one that names a long path (a
  * results directory, a trace) still ends with its cause. */
@@ -114,6 +115,12 @@ enum {
     {"weight-dtype", 0, "a format", KVIO_CLI_COST_WEIGHT_DTYPE},                           \
     {"activation-dtype", 0, "a format", KVIO_CLI_COST_ACTIVATION_DTYPE},                   \
     {"kv-dtype", 0, "a format", KVIO_CLI_COST_KV_DTYPE}
+
+/* A count given to option (its name looked up in options) of at least
+ * min: "kvio fit: --batch-size needs an integer of at least 1, got '0'".
+ * Returns KVIO_EXIT_OK or KVIO_EXIT_USAGE. */
+int kvio_cli_cost_count(const char *command, const kvio_cli_option_t *options, int option,
+                        const char *text, uint64_t min, uint64_t *value_p);
 
 /* Takes a shared option (true) or leaves it to the command (false). */
 bool kvio_cli_cost_setup_take(kvio_cli_cost_setup_t *setup, int option, const char *value);

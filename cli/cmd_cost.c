@@ -5,7 +5,6 @@
  * to (--published). */
 #include "cli/cli.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,20 +13,6 @@
 
 #include "kvio/cost.h"
 #include "kvio/model.h"
-
-static int parse_count(const char *command, const char *flag, const char *text, uint64_t *value_p)
-{
-    char *end = NULL;
-    errno = 0;
-    unsigned long long value = strtoull(text != NULL ? text : "", &end, 10);
-    if (text == NULL || end == text || *end != '\0' || errno == ERANGE || text[0] == '-') {
-        fprintf(stderr, "kvio %s: --%s needs a non-negative integer, got '%s'\n", command, flag,
-                text != NULL ? text : "");
-        return KVIO_EXIT_USAGE;
-    }
-    *value_p = value;
-    return KVIO_EXIT_OK;
-}
 
 static void cost_usage(FILE *out)
 {
@@ -188,10 +173,8 @@ static int parse_cost_args(int argc, char **argv, cost_args_t *args)
                      : option == COST_PUBLISHED ? &args->published
                                                 : NULL;
         if (count != NULL) {
-            const kvio_cli_option_t *entry = cost_options;
-            while (entry->id != option)
-                entry++;
-            if (parse_count("cost", entry->name, value, count) != KVIO_EXIT_OK)
+            if (kvio_cli_cost_count("kvio cost", cost_options, option, value, 0, count) !=
+                KVIO_EXIT_OK)
                 return KVIO_EXIT_USAGE;
         } else if (flag != NULL) {
             *flag = true;

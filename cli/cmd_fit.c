@@ -75,17 +75,9 @@ static int parse_fit_args(int argc, char **argv, fit_args_t *args)
             return KVIO_EXIT_OK;
         }
         if (count != NULL) {
-            char *end = NULL;
-            unsigned long long number = strtoull(value, &end, 10);
-            if (end == value || *end != '\0' || number == 0 || value[0] == '-') {
-                fprintf(stderr, "kvio fit: --%s needs a positive integer, got '%s'\n",
-                        option == FIT_BATCH_SIZE  ? "batch-size"
-                        : option == FIT_INPUT_LEN ? "input-len"
-                                                  : "output-len",
-                        value);
+            if (kvio_cli_cost_count("kvio fit", fit_options, option, value, 1, count) !=
+                KVIO_EXIT_OK)
                 return KVIO_EXIT_USAGE;
-            }
-            *count = number;
         } else if (option == FIT_FORMAT) {
             args->format = -1;
             for (int f = 0; kvio_fit_format_names[f] != NULL; f++)

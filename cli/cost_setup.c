@@ -27,6 +27,28 @@ bool kvio_cli_cost_setup_take(kvio_cli_cost_setup_t *setup, int option, const ch
     }
 }
 
+int kvio_cli_cost_count(const char *command, const kvio_cli_option_t *options, int option,
+                        const char *text, uint64_t min, uint64_t *value_p)
+{
+    const kvio_cli_option_t *entry = options;
+    while (entry->name != NULL && entry->id != option)
+        entry++;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = strtoull(text != NULL ? text : "", &end, 10);
+    if (text == NULL || end == text || *end != '\0' || errno == ERANGE || text[0] == '-' ||
+        value < min) {
+        char what[48] = "a non-negative integer";
+        if (min > 0)
+            snprintf(what, sizeof(what), "an integer of at least %llu", (unsigned long long)min);
+        fprintf(stderr, "%s: --%s needs %s, got '%s'\n", command,
+                entry->name != NULL ? entry->name : "?", what, text != NULL ? text : "");
+        return KVIO_EXIT_USAGE;
+    }
+    *value_p = value;
+    return KVIO_EXIT_OK;
+}
+
 /* The index of name in names (NULL-terminated), or -1 with the names listed. */
 static int name_index(const char *command, const char *flag, const char *name,
                       const char *const *names)
