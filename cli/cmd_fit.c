@@ -184,7 +184,9 @@ static int fit_roofline(fit_args_t *args)
     char error[KVIO_CLI_ERROR_MAX];
     kvio_cost_measurement_t *measurements = NULL;
     size_t count = 0;
-    kvio_status_t status = KVIO_OK;
+    kvio_status_t status =
+        kvio_cost_check_run_shape(&args->latency, "--batch-size, --input-len, --output-len",
+                                  error, sizeof(error));
     for (size_t f = 0; f < args->num_files && status == KVIO_OK; f++)
         status = kvio_cost_read_measurements(args->files[f], args->format, &args->latency,
                                              &measurements, &count, error, sizeof(error));

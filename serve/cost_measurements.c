@@ -30,22 +30,29 @@ typedef struct reader {
 
 static kvio_status_t append(reader_t *reader, const kvio_cost_measurement_t *measurement)
 {
-    kvio_status_t status = kvio_array_reserve((void **)reader->list, &reader->capacity,
-                                              *reader->count + 1, sizeof(**reader->list), 16);
+    kvio_status_t status =
+        measurement->run ? kvio_cost_check_run_shape(&measurement->shape, measurement->origin,
+                                                     reader->error, reader->error_len)
+                         : KVIO_OK;
+    if (status != KVIO_OK)
+        return status;
+    status = kvio_array_reserve((void **)reader->list, &reader->capacity, *reader->count + 1,
+                                sizeof(**reader->list), 16);
     if (status == KVIO_OK)
         (*reader->list)[(*reader->count)++] = *measurement;
     return status;
 }
 
-/* A positive number at key of object, or an error naming the key. */
+/* A positive number at key of object (at most 1e15: counts and times a
+ * run can have), or an error naming the key. */
 static kvio_status_t positive(reader_t *reader, const char *where, json_t *object,
                               const char *key, double *value_p)
 {
     json_t *value = json_object_get(object, key);
     if (!json_is_number(value) || !(json_number_value(value) > 0) ||
-        !isfinite(json_number_value(value))) {
-        snprintf(reader->error, reader->error_len, "%s: %s: missing or not a positive number",
-                 where, key);
+        !(json_number_value(value) <= 1e15)) {
+        snprintf(reader->error, reader->error_len,
+                 "%s: %s: missing or not a positive number (at most 1e15)", where, key);
         return KVIO_ERR_PARSE;
     }
     *value_p = json_number_value(value);

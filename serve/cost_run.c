@@ -8,6 +8,7 @@
 #include "serve/cost_int.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* One request of the run: its prompt tokens in the KV cache, its tokens
@@ -118,4 +119,27 @@ double kvio_cost_run_metric(const kvio_cost_t *cost, const kvio_cost_run_shape_t
                    ? (double)(shape->batch_size * shape->input_tokens) / run.prefill_s
                    : 0;
     }
+}
+
+kvio_status_t kvio_cost_check_run_shape(const kvio_cost_run_shape_t *shape, const char *where,
+                                        char *error_p, size_t error_len)
+{
+    const char *what = shape->batch_size < 1 || shape->batch_size > 65536 ? "batch size"
+                       : shape->input_tokens < 1 || shape->input_tokens > 10000000
+                           ? "prompt length"
+                       : shape->output_tokens < 1 || shape->output_tokens > 1000000
+                           ? "output length"
+                       : (double)shape->batch_size *
+                                 (double)(shape->input_tokens + shape->output_tokens) >
+                               1e8
+                           ? "batch size x (prompt + output)"
+                           : NULL;
+    if (what == NULL)
+        return KVIO_OK;
+    snprintf(error_p, error_len,
+             "%s: a run of %llu x (%llu in, %llu out): the %s is out of range (at most 65,536 "
+             "requests, 10 M prompt and 1 M output tokens each, 100 M tokens in all)", where,
+             (unsigned long long)shape->batch_size, (unsigned long long)shape->input_tokens,
+             (unsigned long long)shape->output_tokens, what);
+    return KVIO_ERR_INVALID;
 }

@@ -929,6 +929,15 @@ Test(cost, fit_reads_vllm_serve_sglang_and_csv_results, .timeout = 60)
     cr_expect(test_contains(run.err, "bad.jsonl:2: output_len: missing or not a positive number"),
               "%s", run.err);
     test_run_free(&run);
+    free(test_write_file(dir, "endless.jsonl", "{\"batch_size\": 1, \"input_len\": 128, "
+                                               "\"output_len\": 1e12, \"prefill_latency\": 0.01, "
+                                               "\"median_decode_latency\": 0.007}\n"));
+    run = test_kvio(dir, "fit", "--model", "llama3-8b", "endless.jsonl", NULL);
+    cr_expect_eq(run.status, 2);
+    cr_expect(test_contains(run.err, "endless.jsonl:1: prefill of 1 x 128: a run of 1 x (128 in, "
+                                     "1000000000000 out): the output length is out of range"),
+              "%s", run.err);
+    test_run_free(&run);
     free(test_write_file(dir, "other.json", "{\"throughput\": 3}"));
     run = test_kvio(dir, "fit", "--model", "llama3-8b", "other.json", NULL);
     cr_expect_eq(run.status, 2);

@@ -183,6 +183,12 @@ typedef struct kvio_cost_run {
 void kvio_cost_run(const kvio_cost_t *cost, const kvio_cost_run_shape_t *shape,
                    kvio_cost_run_t *run_p);
 
+/* Refuses a run kvio_cost_run could not cost in bounded time and memory
+ * (at most 65,536 requests, 10 M prompt and 1 M output tokens each, 100 M
+ * tokens in all), naming where it comes from: KVIO_ERR_INVALID. */
+kvio_status_t kvio_cost_check_run_shape(const kvio_cost_run_shape_t *shape, const char *where,
+                                        char *error_p, size_t error_len);
+
 /* ---------- published measurements ---------- */
 
 /* What a published row measured of its run. */
