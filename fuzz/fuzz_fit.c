@@ -41,8 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cost == NULL) {
         kvio_model_t model = {.preset = "llama3.2-1b", .dtype_bytes = 2};
         kvio_gpu_t gpu = {.preset = "h200"};
-        kvio_cost_config_t config = {.tensor_parallel = 1, .pipeline_parallel = 1};
-        if (kvio_model_resolve(&model, error, sizeof(error)) != KVIO_OK ||
+        kvio_cost_config_t config = {0};
+        if (kvio_config_defaults(kvio_cost_options, &config, error, sizeof(error)) != KVIO_OK ||
+            kvio_model_resolve(&model, error, sizeof(error)) != KVIO_OK ||
             kvio_gpu_resolve(&gpu, error, sizeof(error)) != KVIO_OK ||
             kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)) != KVIO_OK)
             abort();

@@ -20,10 +20,11 @@ static const char *const cost_kind_names[] = {"roofline", "linear", "table", NUL
 
 const char *const kvio_allreduce_names[] = {"auto", "ring", "tree", "one-shot", "two-shot", NULL};
 
-/* An engine overhead: 0 takes the engine profile's. */
+/* An engine overhead: auto takes the engine profile's. */
 #define ENGINE_DURATION(name, field, text)                                                 \
     {.key = name, .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_cost_config_t, field),  \
-     .help = text " (0: the engine profile's; kvio cost --engines lists them)"}
+     .default_value = "auto", .flags = KVIO_OPT_AUTO,                                      \
+     .help = text " (auto: the engine profile's; kvio cost --engines lists them)"}
 
 const kvio_opt_t kvio_cost_options[] = {
     {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_cost_config_t, kind),
@@ -79,10 +80,10 @@ const kvio_opt_t kvio_cost_options[] = {
                     "a request's time before its first step (API server, tokenizer): what a "
                     "client's TTFT adds to the engine's"),
     {.key = "cudagraph_max_batch", .type = KVIO_OPT_INT,
-     .offset = offsetof(kvio_cost_config_t, cudagraph_max_batch), .default_value = "0",
-     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .offset = offsetof(kvio_cost_config_t, cudagraph_max_batch), .default_value = "auto",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_AUTO, .min = 0,
      .help = "the largest decode batch replayed as a CUDA graph, padded up to a captured "
-             "size (0: the engine profile's)"},
+             "size (0: none; auto: the engine profile's)"},
     {.key = "c0", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c0_ms),
      .default_value = "0", .help = "linear form: ms per iteration"},
     {.key = "c1", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c1_ms),
@@ -315,7 +316,7 @@ int64_t kvio_cost_gpus(const kvio_cost_config_t *config)
     return tp * pp;
 }
 
-/* The profile's parameters, each one the config sets (non-zero) taken
+/* The profile's parameters, each one the config sets (not auto) taken
  * from the config; the efficiencies from the config, else the GPU's. */
 static void resolve_params(kvio_cost_t *cost)
 {
@@ -323,7 +324,7 @@ static void resolve_params(kvio_cost_t *cost)
     kvio_cost_params_t params = cost->engine->params;
     params.engine = cost->engine->name;
 #define TAKE(field)                                                                        \
-    if (config->field != 0)                                                                \
+    if (config->field != KVIO_COST_AUTO)                                                   \
         params.field = config->field;
     TAKE(overhead_ns)
     TAKE(sequence_overhead_ns)

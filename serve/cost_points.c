@@ -111,11 +111,17 @@ kvio_status_t kvio_cost_point_predict(const kvio_cost_point_t *point, double *va
         status = kvio_gpu_resolve(&gpu, error_p, error_len);
     if (status != KVIO_OK)
         return status;
-    kvio_cost_config_t config = {.kind = KVIO_COST_ROOFLINE, .engine = point->engine,
-                                 .tensor_parallel = point->tensor_parallel,
-                                 .pipeline_parallel = 1, .link_efficiency = 0.7};
+    kvio_cost_config_t config;
+    memset(&config, 0, sizeof(config));
+    if ((status = kvio_config_defaults(kvio_cost_options, &config, error_p, error_len)) !=
+        KVIO_OK)
+        return status;
+    config.engine = point->engine;
+    config.tensor_parallel = point->tensor_parallel;
     kvio_cost_t *cost = NULL;
-    if ((status = kvio_cost_create(&config, &model, &gpu, &cost, error_p, error_len)) != KVIO_OK)
+    status = kvio_cost_create(&config, &model, &gpu, &cost, error_p, error_len);
+    kvio_config_free(kvio_cost_options, &config);
+    if (status != KVIO_OK)
         return status;
     *value_p = kvio_cost_run_metric(cost, &point->shape, point->metric);
     kvio_cost_destroy(cost);

@@ -433,24 +433,32 @@ Test(cost, fit_counts_only_the_full_attention_layers_per_token, .timeout = 30)
 
 /* ---------- #55: engines, parallelism, formats, chunks, published rows ---------- */
 
-/* A cost model of model on gpu with config's engine and parallelism. */
+/* A cost model of model on gpu: the cost section's defaults (every engine
+ * parameter the profile's) with what given sets (a field left at 0 keeps
+ * its default). */
 static kvio_cost_t *cost_with(const kvio_model_t *model, const kvio_gpu_t *gpu,
-                              kvio_cost_config_t config)
+                              kvio_cost_config_t given)
 {
-    kvio_cost_config_t defaults;
-    memset(&defaults, 0, sizeof(defaults));
+    kvio_cost_config_t config;
+    memset(&config, 0, sizeof(config));
     char error[256];
-    cr_assert_eq(kvio_config_defaults(kvio_cost_options, &defaults, error, sizeof(error)),
+    cr_assert_eq(kvio_config_defaults(kvio_cost_options, &config, error, sizeof(error)),
                  KVIO_OK);
-    if (config.tensor_parallel == 0)
-        config.tensor_parallel = 1;
-    if (config.pipeline_parallel == 0)
-        config.pipeline_parallel = 1;
-    config.link_efficiency = defaults.link_efficiency;
-    kvio_config_free(kvio_cost_options, &defaults);
+    config.engine = given.engine;
+    config.allreduce = given.allreduce;
+    config.expert_parallel = given.expert_parallel;
+    config.memory_efficiency = given.memory_efficiency;
+    config.compute_efficiency = given.compute_efficiency;
+    if (given.tensor_parallel > 0)
+        config.tensor_parallel = given.tensor_parallel;
+    if (given.pipeline_parallel > 0)
+        config.pipeline_parallel = given.pipeline_parallel;
+    if (given.overhead_ns > 0)
+        config.overhead_ns = given.overhead_ns;
     kvio_cost_t *cost = NULL;
     cr_assert_eq(kvio_cost_create(&config, model, gpu, &cost, error, sizeof(error)), KVIO_OK,
                  "%s", error);
+    kvio_config_free(kvio_cost_options, &config);
     return cost;
 }
 
@@ -605,6 +613,45 @@ Test(cost, engine_parameters_come_from_the_profile_unless_set, .timeout = 10)
     cr_expect_float_eq(params.memory_efficiency, 0.5, 1e-12);
     cr_expect_float_eq(params.compute_efficiency, 0.57, 1e-12, "the H100's");
     kvio_cost_destroy(trt);
+}
+
+/* An engine parameter given as 0 is 0 (a workload that turns the mixed
+ * overhead off keeps it off), auto is the profile's, and the config dump
+ * says auto. */
+Test(cost, an_engine_parameter_given_as_zero_is_zero_and_auto_the_profiles, .timeout = 30)
+{
+    char error[256];
+    kvio_cost_config_t config;
+    memset(&config, 0, sizeof(config));
+    cr_assert_eq(kvio_config_bind_text(kvio_cost_options, "{mixed_overhead: 0s}", "test", &config,
+                                       error, sizeof(error)), KVIO_OK, "%s", error);
+    cr_expect_eq(config.mixed_overhead_ns, 0);
+    cr_expect_eq(config.overhead_ns, KVIO_COST_AUTO);
+    kvio_model_t model = test_model("llama3-8b");
+    kvio_gpu_t gpu = test_gpu("h200");
+    kvio_cost_t *cost = NULL;
+    cr_assert_eq(kvio_cost_create(&config, &model, &gpu, &cost, error, sizeof(error)), KVIO_OK);
+    kvio_cost_params_t params;
+    kvio_cost_params(cost, &params);
+    cr_expect_eq(params.mixed_overhead_ns, 0);
+    cr_expect_eq(params.overhead_ns, 2700000, "the profile's");
+    kvio_batch_t mixed = {0};
+    kvio_batch_add_prefill(&mixed, 16, 0);
+    kvio_cost_breakdown_t result;
+    kvio_cost_iteration(cost, &mixed, &result);
+    cr_expect_eq(result.mixed_overhead_s, 0);
+    json_t *dump = kvio_config_to_json(kvio_cost_options, &config);
+    cr_expect_str_eq(json_string_value(json_object_get(dump, "overhead")), "auto");
+    cr_expect_str_eq(json_string_value(json_object_get(dump, "mixed_overhead")), "0s");
+    json_decref(dump);
+    kvio_cost_destroy(cost);
+    kvio_config_free(kvio_cost_options, &config);
+    /* The dump reads back. */
+    test_run_t run = test_kvio(NULL, "validate", "chat", "--set", "cost.overhead=auto", "--dump",
+                               NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "\"overhead\": \"auto\""), "%s", run.out);
+    test_run_free(&run);
 }
 
 /* Two all-reduces per layer: one-shot for a decode batch's 131 KB over an

@@ -37,9 +37,13 @@ typedef enum {
 } kvio_allreduce_t;
 extern const char *const kvio_allreduce_names[];
 
+/* An engine parameter left to the engine profile (`auto` in a workload;
+ * kvio_config_defaults(kvio_cost_options, ...) sets every one of them). */
+#define KVIO_COST_AUTO KVIO_OPT_AUTO_VALUE
+
 /* The cost model's parameters (the `cost:` section). The engine's
- * overheads left at 0 take the engine profile's; the efficiencies left at
- * 0 the GPU's. */
+ * overheads and cudagraph_max_batch at KVIO_COST_AUTO take the engine
+ * profile's; the efficiencies left at 0 the GPU's. */
 typedef struct kvio_cost_config {
     int kind;                   /* kvio_cost_kind_t */
     int engine;                 /* kvio_cost_engine_t */
