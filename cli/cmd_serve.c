@@ -295,7 +295,7 @@ static int context_length(const serve_args_t *args, const kvio_workload_t *workl
         status = kvio_gpu_resolve(&gpu, error, sizeof(error));
     if (status == KVIO_OK)
         status = kvio_serve_kv_blocks(&workload->serve, &model, &gpu,
-                                      workload->cost.tensor_parallel, &blocks, error,
+                                      kvio_cost_gpus(&workload->cost), &blocks, error,
                                       sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error);

@@ -76,7 +76,7 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
         .run_ns = workload->duration_ns};
     if (kvio_model_resolve(&model, error_p, error_len) == KVIO_OK)
         pd.kv_bytes_per_token = kvio_model_kv_bytes_per_token(&model,
-                                                              workload->cost.tensor_parallel);
+                                                              kvio_cost_gpus(&workload->cost));
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
                                                   TRAIN_RANK + 1, context->results,
                                                   context->events, context->result, &served,

@@ -403,8 +403,9 @@ static kvio_status_t check_simulate_memory(const kvio_workload_t *workload,
     if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
         return KVIO_OK; /* unknown: no check */
     const kvio_kvcache_section_t *kvcache = &workload->serve.kvcache;
-    uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, workload->cost.tensor_parallel) *
-                           (uint64_t)kvcache->block_size;
+    uint64_t block_bytes =
+        kvio_model_kv_bytes_per_token(model, kvio_cost_gpus(&workload->cost)) *
+        (uint64_t)kvcache->block_size;
     uint64_t pool = kvio_kvcache_footprint(blocks + 1, kvcache->index, stream_blocks), tiers = 0;
     const kvio_tier_config_t *tier = kvcache->tiers.items;
     for (size_t t = 0; t < kvcache->tiers.count; t++)
@@ -516,7 +517,7 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         status = kvio_gpu_resolve(gpu_p, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_serve_kv_blocks(&workload->serve, model_p, gpu_p,
-                                      workload->cost.tensor_parallel, &blocks, error_p,
+                                      kvio_cost_gpus(&workload->cost), &blocks, error_p,
                                       error_len);
     if (status == KVIO_OK)
         status = check_cost(workload, model_p, gpu_p, error_p, error_len);
