@@ -449,15 +449,22 @@ Test(http, bad_requests_get_openai_errors, .timeout = 120)
 
 /* ---------- clients that go away, and stopping ---------- */
 
+/* The value of the first /metrics sample that starts with prefix (a name
+ * and the first of its labels). */
+static double metric(int port, const char *prefix)
+{
+    reply_t reply = get(port, "/metrics");
+    const char *at = strstr(reply.body, prefix);
+    cr_assert_not_null(at, "no %s in /metrics", prefix);
+    double value = strtod(strchr(at, '}') + 1, NULL);
+    free(reply.body);
+    return value;
+}
+
 /* The KV cache in use on rank 0, from /metrics. */
 static double kv_usage(int port)
 {
-    reply_t reply = get(port, "/metrics");
-    const char *at = strstr(reply.body, "vllm:kv_cache_usage_perc{engine=\"0\"");
-    cr_assert_not_null(at);
-    double usage = strtod(strchr(at, '}') + 1, NULL);
-    free(reply.body);
-    return usage;
+    return metric(port, "vllm:kv_cache_usage_perc{engine=\"0\"");
 }
 
 Test(http, a_client_that_disconnects_mid_stream_frees_its_blocks, .timeout = 120)
@@ -1353,6 +1360,79 @@ Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
     cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 1);
     json_decref(summary);
     server_free(&server);
+}
+
+/* Sends a POST of body to path on a raw connection; the request is whole
+ * once this returns. */
+static void raw_post(int fd, const char *path, const char *body)
+{
+    char head[256];
+    int length = snprintf(head, sizeof(head),
+                          "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: %zu\r\n\r\n",
+                          path, strlen(body));
+    cr_assert_eq(send(fd, head, (size_t)length, 0), length);
+    cr_assert_eq(send(fd, body, strlen(body), 0), (ssize_t)strlen(body));
+}
+
+#define WAITING "vllm:num_requests_waiting{engine=\"0\""
+#define RUNNING "vllm:num_requests_running{engine=\"0\""
+#define ABORTED "vllm:request_success_total{engine=\"0\",finished_reason=\"abort\""
+
+/* Waits until the sample reaches value; false at the deadline. */
+static bool metric_reaches(int port, const char *prefix, double value, double deadline_s)
+{
+    for (double waited = 0; waited < deadline_s; waited += 0.02) {
+        if (metric(port, prefix) == value)
+            return true;
+        pause_ms(20);
+    }
+    return metric(port, prefix) == value;
+}
+
+/* A request still queued in the engine (max_num_seqs 1 and a long request
+ * running) whose client goes away is taken out of the queue within a
+ * bounded time, streamed or not; the running one goes on. */
+static void queued_request_of_a_gone_client(bool stream)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=512MiB", "--set",
+                                   "serve.engine.max_num_seqs=1", NULL);
+    int running = raw_connect(server.port);
+    cr_assert_geq(running, 0);
+    char *body = completion_body(1, 50, 3000, true); /* ~15 s of decoding */
+    raw_post(running, "/v1/completions", body);
+    free(body);
+    cr_assert(metric_reaches(server.port, RUNNING, 1, test_seconds(10)));
+    int queued = raw_connect(server.port);
+    cr_assert_geq(queued, 0);
+    body = completion_body(5000, 50, 8, stream);
+    raw_post(queued, "/v1/completions", body);
+    free(body);
+    cr_assert(metric_reaches(server.port, WAITING, 1, test_seconds(10)),
+              "the second request is not queued");
+    close(queued);
+    cr_assert(metric_reaches(server.port, ABORTED, 1, test_seconds(2)),
+              "the queued request of a client that went away was not aborted");
+    cr_assert_eq(metric(server.port, WAITING), 0);
+    cr_assert_eq(metric(server.port, RUNNING), 1, "the running request was disturbed");
+    close(running);
+    cr_assert(metric_reaches(server.port, ABORTED, 2, test_seconds(5)));
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 2);
+    cr_assert_eq(test_json_integer(summary, "metrics.server.client_disconnects"), 2);
+    json_decref(summary);
+    server_free(&server);
+}
+
+Test(http, a_queued_request_whose_client_left_is_aborted, .timeout = 120)
+{
+    queued_request_of_a_gone_client(false);
+}
+
+Test(http, a_queued_stream_whose_client_left_is_aborted, .timeout = 120)
+{
+    queued_request_of_a_gone_client(true);
 }
 
 /* With a trainer (ranks.train: 1) model updates flow while kvio serve
