@@ -44,6 +44,7 @@ typedef struct daemon_slot {
     uint32_t rank;    /* KVIO_FRONTEND_ROUTE: the router picks */
     uint16_t port;
     int listen_fd;
+    atomic_bool quiesced;    /* its listening socket given back and closed, once */
 } daemon_slot_t;
 
 struct kvio_http_server {
@@ -971,7 +972,9 @@ uint16_t kvio_http_server_port(const kvio_http_server_t *server, uint32_t index)
 void kvio_http_server_quiesce(kvio_http_server_t *server)
 {
     for (uint32_t i = 0; i < server->num_slots; i++) {
-        if (server->slots[i].daemon == NULL)
+        /* Once only: libmicrohttpd hands the same socket back on every call,
+         * and a second close would hit whatever reused its number. */
+        if (server->slots[i].daemon == NULL || atomic_exchange(&server->slots[i].quiesced, true))
             continue;
         /* The listening socket comes back to us, closed here: no new connection. */
         MHD_socket fd = MHD_quiesce_daemon(server->slots[i].daemon);

@@ -1222,6 +1222,32 @@ Test(http, a_tokenizer_file_gives_the_prompts_its_tokens, .timeout = 120)
     free(dir);
 }
 
+/* Stopping quiesces the server twice (at the signal and at the end):
+ * the listening socket is closed once, so a descriptor that took its
+ * number in between (the KV events' ZMQ sockets did) stays open. */
+Test(http, stopping_twice_closes_the_listening_socket_once, .timeout = 60)
+{
+    kvio_frontend_params_t frontend_params = {.num_ranks = 1, .block_size = 16};
+    kvio_frontend_t *frontend = NULL;
+    cr_assert_eq(kvio_frontend_create(&frontend_params, &frontend), KVIO_OK);
+    kvio_http_params_t params = {.host = "127.0.0.1", .num_ports = 1, .frontend = frontend,
+                                 .model_name = "m", .max_model_len = 100,
+                                 .max_connections = 8, .max_body_bytes = 1024};
+    kvio_http_server_t *server = NULL;
+    char error[256];
+    cr_assert_eq(kvio_http_server_start(&params, &server, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    kvio_http_server_quiesce(server);
+    int reused = open("/dev/null", O_RDONLY); /* the lowest free number: the socket's */
+    cr_assert_geq(reused, 0);
+    kvio_http_server_quiesce(server);
+    cr_assert_neq(fcntl(reused, F_GETFD), -1, "a second quiesce closed descriptor %d", reused);
+    close(reused);
+    kvio_http_server_stop(server);
+    kvio_frontend_destroy(frontend);
+    kvio_http_server_destroy(server);
+}
+
 /* ---------- the formats on their own ---------- */
 
 Test(http, numbers_print_as_prometheus_client_prints_them)
