@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/format.h"
 
 #define TICK_NS 50000000
 #define RESET_TIMEOUT_NS 10000000000ll
@@ -730,6 +731,49 @@ static enum MHD_Result dispatch(http_request_t *request, struct MHD_Connection *
     return handle_reset(server, connection);
 }
 
+/* ---------- what is refused before the body is read ---------- */
+
+/* A path or query string that a %-escape makes hold a NUL byte, or that is
+ * not UTF-8, becomes this one byte (no valid string holds it), to be
+ * refused before routing: "/pause%00.png" was served as "/pause". */
+#define BAD_ESCAPE '\xff'
+
+static size_t unescape(void *context, struct MHD_Connection *connection, char *text)
+{
+    (void)context;
+    (void)connection;
+    size_t length = MHD_http_unescape(text);
+    if (memchr(text, '\0', length) == NULL && kvio_utf8_valid_length(text, length) == length)
+        return length;
+    text[0] = BAD_ESCAPE;
+    text[1] = '\0';
+    return 1;
+}
+
+static enum MHD_Result find_bad_argument(void *context, enum MHD_ValueKind kind,
+                                         const char *key, const char *value)
+{
+    (void)kind;
+    bool bad = key[0] == BAD_ESCAPE || (value != NULL && value[0] == BAD_ESCAPE);
+    *(bool *)context = *(bool *)context || bad;
+    return bad ? MHD_NO : MHD_YES;
+}
+
+/* The first call of a request (its headers read, not its body): an answer
+ * when it is refused now, else MHD_YES with nothing queued. */
+static enum MHD_Result refuse_early(kvio_http_server_t *server, struct MHD_Connection *connection,
+                                    const char *url, bool *refused_p)
+{
+    bool bad = url[0] == BAD_ESCAPE;
+    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, find_bad_argument, &bad);
+    *refused_p = bad;
+    if (bad)
+        return respond_problem(server, connection, 400, "BadRequestError",
+                               "the path or query holds a %-escape of a NUL byte or bytes that "
+                               "are not UTF-8");
+    return MHD_YES;
+}
+
 static enum MHD_Result access_handler(void *context, struct MHD_Connection *connection,
                                       const char *url, const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
@@ -744,7 +788,11 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
         if (request == NULL)
             return MHD_NO;
         *request_p = request;
-        return MHD_YES;
+        bool refused = false;
+        enum MHD_Result result = refuse_early(server, connection, url, &refused);
+        if (refused)
+            request->phase = PHASE_DONE;
+        return result;
     }
     if (*upload_data_size > 0) {
         size_t length = *upload_data_size;
@@ -883,7 +931,8 @@ static kvio_status_t start_daemon(kvio_http_server_t *server, daemon_slot_t *slo
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
         NULL, access_handler, slot, MHD_OPTION_LISTEN_SOCKET, slot->listen_fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)server->params.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
+        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
         MHD_OPTION_NOTIFY_CONNECTION, connection_notice, slot, MHD_OPTION_END);
     if (slot->daemon == NULL) {
         close(slot->listen_fd);

@@ -1248,6 +1248,50 @@ Test(http, stopping_twice_closes_the_listening_socket_once, .timeout = 60)
     kvio_http_server_destroy(server);
 }
 
+/* A %-escape that decodes to a NUL byte, or bytes that are not UTF-8, in
+ * the path or the query is refused (400) before routing: a proxy that
+ * blocks /pause but passes static-looking paths cannot be walked past. */
+Test(http, paths_and_queries_with_a_nul_or_bad_utf8_are_refused, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    static const struct {
+        const char *method, *path;
+    } refused[] = {
+        {"GET", "/health%00/x"},          {"POST", "/pause%00.png?mode=keep"},
+        {"POST", "/pause?mode=keep%00"},  {"POST", "/pause?mo%00de=keep"},
+        {"GET", "/health%ff"},            {"GET", "/health?x=%c0%af"},
+        {"GET", "/health%ed%a0%80"},      {"POST", "/resume%00/static/x.css"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        reply_t reply = http_call(server.port, refused[i].method, refused[i].path,
+                                  strcmp(refused[i].method, "POST") == 0 ? "" : NULL, 0);
+        cr_assert_eq(reply.status, 400, "%s %s: %ld %s", refused[i].method, refused[i].path,
+                     reply.status, reply.body);
+        json_t *error = reply_json(&reply);
+        cr_assert(test_contains(json_string_value(json_object_get(
+                                    json_object_get(error, "error"), "message")),
+                                "NUL"));
+        json_decref(error);
+        free(reply.body);
+        reply = get(server.port, "/is_paused");
+        cr_assert(test_contains(reply.body, "false"), "%s paused the server",
+                  refused[i].path);
+        free(reply.body);
+    }
+    /* Valid escapes still route (UTF-8 in a query value is fine). */
+    reply_t reply = get(server.port, "/health?x=%c3%a9");
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    reply = post(server.port, "/pause?mode=%6beep", "");
+    cr_assert_eq(reply.status, 200, "%s", reply.body);
+    free(reply.body);
+    reply = get(server.port, "/is_paused");
+    cr_assert(test_contains(reply.body, "true"));
+    free(reply.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
 /* ---------- the formats on their own ---------- */
 
 Test(http, numbers_print_as_prometheus_client_prints_them)
