@@ -28,6 +28,11 @@
 #define TICK_NS 50000000
 #define RESET_TIMEOUT_NS 10000000000ll
 #define MAX_DAEMONS 256
+/* With max_connections open, a connection gets this long for a request's
+ * headers (a client that means it sends them at once). */
+#define CROWDED_HEADER_TIMEOUT_NS 500000000ll
+/* What a 503 for a full server asks a client to wait, in seconds. */
+#define RETRY_AFTER_S 1
 
 typedef enum {
     PHASE_BODY,       /* reading the body */
@@ -59,7 +64,8 @@ struct kvio_http_server {
     kvio_http_rank_metrics_t *rank_metrics;
     uint64_t by_status[6];              /* 1xx..5xx, other */
     uint64_t requests, completions, disconnects;
-    uint32_t open_connections, max_connections_seen;
+    uint64_t refused_busy;              /* 503s for too many connections or body bytes */
+    kvio_http_limits_t limits;
     struct token_step *steps;           /* record_tokens: every step of every request */
     size_t num_steps, steps_capacity;
     bool steps_dropped;                 /* out of memory: the log is incomplete */
@@ -85,10 +91,12 @@ struct http_request {
     kvio_http_server_t *server;
     struct MHD_Connection *connection; /* NULL once the connection ended */
     uint32_t daemon_rank;
+    kvio_http_conn_t *conn;          /* its connection's record in the limits */
     phase_t phase;
-    char *body;
-    size_t body_length, body_capacity;
+    kvio_http_body_t body;
+    uint64_t declared_length;        /* Content-Length (0: none) */
     bool too_large;
+    bool busy;                       /* the bodies' bound was reached: 503 */
     bool suspended;
     bool listed;                     /* in the server's waiting list */
     http_request_t *prev, *next;
@@ -132,7 +140,7 @@ static void request_release(http_request_t *request)
     if (atomic_fetch_sub(&request->refs, 1) != 1)
         return;
     pthread_mutex_destroy(&request->lock);
-    free(request->body);
+    kvio_http_body_free(&request->server->limits, &request->body);
     free(request->steps);
     free(request->out);
     free(request);
@@ -312,9 +320,11 @@ static void count_status(kvio_http_server_t *server, unsigned status)
     pthread_mutex_unlock(&server->metrics_lock);
 }
 
-static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection *connection,
-                               unsigned status, char *text, size_t length,
-                               const char *content_type)
+/* Queues text (taken) as the answer; retry_after_s > 0 adds Retry-After. */
+static enum MHD_Result respond_with(kvio_http_server_t *server,
+                                    struct MHD_Connection *connection, unsigned status,
+                                    char *text, size_t length, const char *content_type,
+                                    unsigned retry_after_s)
 {
     struct MHD_Response *response =
         MHD_create_response_from_buffer(length, text, MHD_RESPMEM_MUST_FREE);
@@ -324,10 +334,22 @@ static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection
     }
     if (content_type != NULL)
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (retry_after_s > 0) {
+        char seconds[16];
+        snprintf(seconds, sizeof(seconds), "%u", retry_after_s);
+        MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
+    }
     enum MHD_Result result = MHD_queue_response(connection, status, response);
     MHD_destroy_response(response);
     count_status(server, status);
     return result;
+}
+
+static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection *connection,
+                               unsigned status, char *text, size_t length,
+                               const char *content_type)
+{
+    return respond_with(server, connection, status, text, length, content_type, 0);
 }
 
 static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Connection *connection,
@@ -359,6 +381,24 @@ static enum MHD_Result respond_problem(kvio_http_server_t *server,
     kvio_http_error_t error = {.status = status, .type = type};
     snprintf(error.message, sizeof(error.message), "%s", message);
     return respond_error(server, connection, &error);
+}
+
+/* 503 with Retry-After: too many connections or body bytes right now. */
+static enum MHD_Result respond_busy(kvio_http_server_t *server,
+                                    struct MHD_Connection *connection, const char *message)
+{
+    kvio_http_error_t error = {.status = 503, .type = "ServiceUnavailableError"};
+    snprintf(error.message, sizeof(error.message), "%s; retry in %d s", message, RETRY_AFTER_S);
+    json_t *value = kvio_api_error_json(&error);
+    char *text = value != NULL ? json_dumps(value, JSON_COMPACT) : NULL;
+    json_decref(value);
+    if (text == NULL)
+        return MHD_NO;
+    pthread_mutex_lock(&server->metrics_lock);
+    server->refused_busy++;
+    pthread_mutex_unlock(&server->metrics_lock);
+    return respond_with(server, connection, 503, text, strlen(text), "application/json",
+                        RETRY_AFTER_S);
 }
 
 /* ---------- completions ---------- */
@@ -480,10 +520,11 @@ static enum MHD_Result handle_completion(http_request_t *request,
                                                               : "the engine is starting");
     kvio_api_request_t api_request;
     kvio_http_error_t error = {0};
-    bool ok = kvio_api_parse(api, request->body != NULL ? request->body : "",
-                             request->body_length, &server->api, &api_request, &error) &&
+    bool ok = kvio_api_parse(api, request->body.bytes != NULL ? request->body.bytes : "",
+                             request->body.length, &server->api, &api_request, &error) &&
               kvio_api_plan(&api_request, &server->api, server->params.output_tokens,
                             server->params.seed, &request->plan, &error);
+    kvio_http_body_free(&server->limits, &request->body); /* read: its bytes go back now */
     if (!ok) {
         kvio_api_request_fini(&api_request);
         return respond_error(server, connection, &error);
@@ -702,6 +743,12 @@ static enum MHD_Result dispatch(http_request_t *request, struct MHD_Connection *
                  server->params.max_body_bytes);
         return respond_problem(server, connection, 413, "BadRequestError", message);
     }
+    if (request->busy) {
+        char message[128];
+        snprintf(message, sizeof(message), "the request bodies being read passed %zu bytes "
+                 "(--max-bodies)", server->params.max_bodies_bytes);
+        return respond_busy(server, connection, message);
+    }
     kvio_frontend_t *frontend = server->params.frontend;
     if (strcmp(url, "/v1/completions") == 0)
         return handle_completion(request, connection, KVIO_API_COMPLETIONS);
@@ -759,18 +806,45 @@ static enum MHD_Result find_bad_argument(void *context, enum MHD_ValueKind kind,
     return bad ? MHD_NO : MHD_YES;
 }
 
+static bool is_completion(const char *url)
+{
+    return strcmp(url, "/v1/completions") == 0 || strcmp(url, "/v1/chat/completions") == 0;
+}
+
 /* The first call of a request (its headers read, not its body): an answer
- * when it is refused now, else MHD_YES with nothing queued. */
-static enum MHD_Result refuse_early(kvio_http_server_t *server, struct MHD_Connection *connection,
+ * when it is refused now (*refused_p), else MHD_YES with nothing queued. A
+ * server with more than max_connections open refuses completions (the
+ * other endpoints hold nothing and still answer), and a body that would
+ * take the bodies buffered past their bound is refused before a byte of it
+ * is read. */
+static enum MHD_Result refuse_early(http_request_t *request, struct MHD_Connection *connection,
                                     const char *url, bool *refused_p)
 {
+    kvio_http_server_t *server = request->server;
+    *refused_p = true;
     bool bad = url[0] == BAD_ESCAPE;
     MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, find_bad_argument, &bad);
-    *refused_p = bad;
     if (bad)
         return respond_problem(server, connection, 400, "BadRequestError",
                                "the path or query holds a %-escape of a NUL byte or bytes that "
                                "are not UTF-8");
+    const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (length != NULL) /* digits: libmicrohttpd refused anything else */
+        request->declared_length = strtoull(length, NULL, 10);
+    char message[256];
+    if (is_completion(url) && kvio_http_limits_over(&server->limits)) {
+        snprintf(message, sizeof(message), "more than %u connections are open (--max-connections)",
+                 server->params.max_connections);
+        return respond_busy(server, connection, message);
+    }
+    if (request->declared_length <= server->params.max_body_bytes &&
+        !kvio_http_bodies_fit(&server->limits, request->declared_length)) {
+        snprintf(message, sizeof(message), "the request bodies being read would pass %zu bytes "
+                 "(--max-bodies)", server->params.max_bodies_bytes);
+        return respond_busy(server, connection, message);
+    }
+    *refused_p = false;
     return MHD_YES;
 }
 
@@ -788,8 +862,12 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
         if (request == NULL)
             return MHD_NO;
         *request_p = request;
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        request->conn = info != NULL ? info->socket_context : NULL;
+        kvio_http_conn_headers(&server->limits, request->conn, true, kvio_time_ns());
         bool refused = false;
-        enum MHD_Result result = refuse_early(server, connection, url, &refused);
+        enum MHD_Result result = refuse_early(request, connection, url, &refused);
         if (refused)
             request->phase = PHASE_DONE;
         return result;
@@ -797,14 +875,15 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     if (*upload_data_size > 0) {
         size_t length = *upload_data_size;
         *upload_data_size = 0;
-        if (request->too_large || request->body_length + length > server->params.max_body_bytes) {
-            request->too_large = true;
-            return MHD_YES; /* the rest is read and dropped; 413 follows */
-        }
-        if (!kvio_http_append(&request->body, &request->body_length, &request->body_capacity,
-                              upload_data, length))
-            return MHD_NO;
-        return MHD_YES;
+        if (request->too_large || request->busy)
+            return MHD_YES; /* the rest is read and dropped; 413 or 503 follows */
+        kvio_http_body_status_t appended = kvio_http_body_append(
+            &server->limits, &request->body, upload_data, length, request->declared_length);
+        request->too_large = appended == KVIO_HTTP_BODY_TOO_LARGE;
+        request->busy = appended == KVIO_HTTP_BODY_BUSY;
+        if (request->too_large || request->busy)
+            kvio_http_body_free(&server->limits, &request->body);
+        return appended == KVIO_HTTP_BODY_NOMEM ? MHD_NO : MHD_YES;
     }
     switch (request->phase) {
     case PHASE_BODY:
@@ -832,6 +911,8 @@ static void completed(void *context, struct MHD_Connection *connection, void **r
     *request_p = NULL;
     kvio_http_server_t *server = request->server;
     list_remove(server, request);
+    /* Kept alive, it has the header deadline again for its next request. */
+    kvio_http_conn_headers(&server->limits, request->conn, false, kvio_time_ns());
     pthread_mutex_lock(&request->lock);
     bool live = request->submitted && !request->finished && !request->aborted;
     bool answered = request->ended || request->phase == PHASE_DONE;
@@ -851,21 +932,21 @@ static void completed(void *context, struct MHD_Connection *connection, void **r
     request_release(request);
 }
 
+/* Each connection is in the limits from its start (its header deadline
+ * runs) to its close. */
 static void connection_notice(void *context, struct MHD_Connection *connection,
                               void **socket_context, enum MHD_ConnectionNotificationCode code)
 {
-    (void)connection;
-    (void)socket_context;
     kvio_http_server_t *server = ((daemon_slot_t *)context)->server;
-    pthread_mutex_lock(&server->metrics_lock);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        server->open_connections++;
-        if (server->open_connections > server->max_connections_seen)
-            server->max_connections_seen = server->open_connections;
-    } else if (server->open_connections > 0) {
-        server->open_connections--;
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = kvio_http_conn_open(&server->limits, info != NULL ? info->connect_fd : -1,
+                                              kvio_time_ns());
+    } else {
+        kvio_http_conn_close(&server->limits, *socket_context);
+        *socket_context = NULL;
     }
-    pthread_mutex_unlock(&server->metrics_lock);
 }
 
 /* ---------- the ticker: sleeping connections look at their client ---------- */
@@ -888,6 +969,7 @@ static void *ticker_main(void *context)
         struct timespec pause = {.tv_sec = 0, .tv_nsec = TICK_NS};
         nanosleep(&pause, NULL);
         wake_waiting(server);
+        kvio_http_limits_tick(&server->limits, kvio_time_ns());
     }
     return NULL;
 }
@@ -908,7 +990,7 @@ static kvio_status_t listen_on(const char *host, uint16_t port, int *fd_p, uint1
     int one = 1;
     socklen_t length = sizeof(address);
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0 || listen(fd, 1024) != 0 ||
+        bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0 || listen(fd, 4096) != 0 ||
         getsockname(fd, (struct sockaddr *)&address, &length) != 0) {
         snprintf(error_p, error_len, "--listen %s:%u: %s", host, (unsigned)port, strerror(errno));
         if (fd >= 0)
@@ -927,11 +1009,17 @@ static kvio_status_t start_daemon(kvio_http_server_t *server, daemon_slot_t *slo
                                      error_len);
     if (status != KVIO_OK)
         return status;
+    /* Past max_connections a few more are taken, so that /health and
+     * /metrics still answer and completions get a 503 rather than wait. */
+    uint32_t max = server->params.max_connections;
+    uint32_t headroom = max / 16 < 8 ? 8 : max / 16 > 256 ? 256 : max / 16;
+    unsigned idle_s = (unsigned)((server->params.idle_timeout_ns + 999999999) / 1000000000);
     slot->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
         NULL, access_handler, slot, MHD_OPTION_LISTEN_SOCKET, slot->listen_fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)server->params.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max + headroom),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)server->params.max_connections_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
         MHD_OPTION_NOTIFY_CONNECTION, connection_notice, slot, MHD_OPTION_END);
     if (slot->daemon == NULL) {
@@ -983,6 +1071,9 @@ kvio_status_t kvio_http_server_start(const kvio_http_params_t *params,
     server->rank_metrics = calloc(num_ranks, sizeof(*server->rank_metrics));
     pthread_mutex_init(&server->metrics_lock, NULL);
     pthread_mutex_init(&server->waiting_lock, NULL);
+    kvio_http_limits_init(&server->limits, params->max_connections, params->header_timeout_ns,
+                          CROWDED_HEADER_TIMEOUT_NS, params->max_body_bytes,
+                          params->max_bodies_bytes);
     for (uint32_t i = 0; i < MAX_DAEMONS; i++)
         server->slots[i].listen_fd = -1;
     kvio_status_t status = server->host != NULL && server->model_name != NULL &&
@@ -1039,6 +1130,8 @@ uint32_t kvio_http_server_busy(kvio_http_server_t *server)
 
 json_t *kvio_http_server_stats(kvio_http_server_t *server)
 {
+    kvio_http_limit_counts_t counts;
+    kvio_http_limits_counts(&server->limits, &counts);
     pthread_mutex_lock(&server->metrics_lock);
     json_t *by_status = json_object();
     static const char *const classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
@@ -1053,8 +1146,18 @@ json_t *kvio_http_server_stats(kvio_http_server_t *server)
         "{s:s, s:o, s:I, s:I, s:o, s:I, s:i}", "host", server->host, "ports", ports, "requests",
         (json_int_t)server->requests, "completions", (json_int_t)server->completions,
         "responses_by_status", by_status, "client_disconnects",
-        (json_int_t)server->disconnects, "max_open_connections",
-        (int)server->max_connections_seen);
+        (json_int_t)server->disconnects, "max_open_connections", (int)counts.max_open_seen);
+    /* What the bounds on clients did (docs/serve.md "Faults"). */
+    json_object_set_new(
+        stats, "limits",
+        json_pack("{s:i, s:i, s:I, s:f, s:f, s:I, s:I}", "max_connections",
+                  (int)server->params.max_connections, "max_connections_per_ip",
+                  (int)server->params.max_connections_per_ip, "max_bodies_bytes",
+                  (json_int_t)server->params.max_bodies_bytes, "header_timeout_s",
+                  (double)server->params.header_timeout_ns / 1e9, "idle_timeout_s",
+                  (double)server->params.idle_timeout_ns / 1e9, "refused_busy",
+                  (json_int_t)server->refused_busy, "headers_cut",
+                  (json_int_t)counts.headers_cut));
     json_object_set_new(stats, "tokenizer",
                         json_string(server->params.tokenizer != NULL
                                         ? kvio_tokenizer_describe(server->params.tokenizer)
@@ -1113,6 +1216,7 @@ void kvio_http_server_destroy(kvio_http_server_t *server)
     kvio_http_server_stop(server);
     pthread_mutex_destroy(&server->metrics_lock);
     pthread_mutex_destroy(&server->waiting_lock);
+    kvio_http_limits_fini(&server->limits);
     free(server->rank_metrics);
     free(server->steps);
     free(server->host);

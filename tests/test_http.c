@@ -1370,68 +1370,6 @@ static int raw_connect(int port)
     return fd;
 }
 
-/* A client that never reads its stream holds no one else up, connections
- * past --max-connections are refused (the server stays up), and once the
- * slow reader goes its request is taken out: no block stays in use. */
-Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
-{
-    server_t server = server_start("--set", "serve.kvcache.capacity=512MiB", "--max-connections",
-                                   "3", NULL);
-    /* The slow reader: a long stream it never reads (its socket buffers fill). */
-    int slow = raw_connect(server.port);
-    cr_assert_geq(slow, 0);
-    int small = 4096;
-    setsockopt(slow, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    char *body = completion_body(1, 50, 3000, true); /* ~15 s of decoding */
-    char request[4096];
-    int length = snprintf(request, sizeof(request),
-                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                          "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                          strlen(body), body);
-    free(body);
-    cr_assert_eq(send(slow, request, (size_t)length, 0), length);
-    /* Meanwhile another client is served in full. */
-    char *other = completion_body(5000, 50, 8, false);
-    reply_t reply = post(server.port, "/v1/completions", other);
-    cr_assert_eq(reply.status, 200);
-    free(reply.body);
-    /* Two idle connections fill the limit (slow + 2 = 3): a fourth gets no
-     * answer, and the server is fine once they go. */
-    int idle[2] = {raw_connect(server.port), raw_connect(server.port)};
-    cr_assert(idle[0] >= 0 && idle[1] >= 0);
-    pause_ms(200);
-    CURL *curl = curl_easy_init();
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/health", server.port);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 2000L);
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-    CURLcode refused = curl_easy_perform(curl);
-    curl_easy_cleanup(curl);
-    cr_assert_neq(refused, CURLE_OK, "a connection past the limit was served");
-    close(idle[0]);
-    close(idle[1]);
-    pause_ms(200);
-    reply = post(server.port, "/v1/completions", other);
-    cr_assert_eq(reply.status, 200);
-    free(reply.body);
-    free(other);
-    /* The slow reader goes: its request is aborted, its blocks freed. */
-    close(slow);
-    double deadline = test_seconds(15);
-    double usage = 1;
-    for (double waited = 0; waited < deadline && (usage = kv_usage(server.port)) > 0;
-         waited += 0.05)
-        pause_ms(50);
-    cr_assert_eq(usage, 0.0);
-    cr_assert_eq(server_stop(&server, SIGTERM), 0);
-    json_t *summary = server_summary(&server);
-    cr_assert_eq(test_json_integer(summary, "metrics.completed"), 2);
-    cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 1);
-    json_decref(summary);
-    server_free(&server);
-}
-
 /* Sends a POST of body to path on a raw connection; the request is whole
  * once this returns. */
 static void raw_post(int fd, const char *path, const char *body)
@@ -1458,6 +1396,239 @@ static bool metric_reaches(int port, const char *prefix, double value, double de
         pause_ms(20);
     }
     return metric(port, prefix) == value;
+}
+
+/* Waits until the engine holds count requests (running or waiting: a
+ * request preempted for KV waits); false at the deadline. */
+static bool engine_holds(int port, double count, double deadline_s)
+{
+    for (double waited = 0; waited < deadline_s; waited += 0.02) {
+        if (metric(port, RUNNING) + metric(port, WAITING) == count)
+            return true;
+        pause_ms(20);
+    }
+    return false;
+}
+
+/* A long stream its client never reads (its socket buffers fill), once
+ * its answer has begun (a connection of the test's own that the server
+ * has not yet seen close may make it a 503 at first: then again). */
+static int unread_stream(int port, unsigned first)
+{
+    char *body = completion_body(first, 50, 3000, true); /* ~15 s of decoding */
+    char request[4096];
+    int length = snprintf(request, sizeof(request),
+                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                          strlen(body), body);
+    free(body);
+    double deadline = test_seconds(10);
+    for (double waited = 0; waited < deadline; waited += 0.1) {
+        int fd = raw_connect(port);
+        cr_assert_geq(fd, 0);
+        int small = 4096;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+        cr_assert_eq(send(fd, request, (size_t)length, 0), length);
+        char status[13] = "";
+        cr_assert_eq(recv(fd, status, 12, MSG_WAITALL), 12);
+        if (strcmp(status, "HTTP/1.1 200") == 0)
+            return fd;
+        close(fd);
+        pause_ms(100);
+    }
+    cr_assert_fail("no stream began within %.0f s", deadline);
+    return -1;
+}
+
+/* What came back on a raw connection until the server closed it or
+ * deadline_s passed (NUL-terminated; caller frees). */
+static char *raw_read_all(int fd, double deadline_s)
+{
+    struct timeval timeout = {.tv_sec = 0, .tv_usec = 50000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    char *text = NULL;
+    size_t length = 0, capacity = 0;
+    kvio_http_append(&text, &length, &capacity, "", 0);
+    for (double waited = 0; waited < deadline_s; waited += 0.05) {
+        char buffer[4096];
+        ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            break;
+        if (got > 0)
+            kvio_http_append(&text, &length, &capacity, buffer, (size_t)got);
+    }
+    return text;
+}
+
+/* A client that never reads its stream holds no one else up; past
+ * --max-connections a completion gets 503 with Retry-After while /health
+ * still answers, and a connection that has not sent its headers gets 0.5 s;
+ * once the slow readers go their requests are taken out: no block stays
+ * in use. */
+Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=512MiB", "--max-connections",
+                                   "3", NULL);
+    int slow = unread_stream(server.port, 1);
+    cr_assert_geq(slow, 0);
+    /* Meanwhile another client is served in full. */
+    char *other = completion_body(5000, 50, 8, false);
+    reply_t reply = post(server.port, "/v1/completions", other);
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    /* Two more unread streams fill the limit (3): a fourth connection's
+     * completion is refused at once, /health answers. */
+    int more[2] = {unread_stream(server.port, 10000), unread_stream(server.port, 20000)};
+    cr_assert(more[0] >= 0 && more[1] >= 0);
+    cr_assert(engine_holds(server.port, 3, test_seconds(10)));
+    int fourth = raw_connect(server.port);
+    cr_assert_geq(fourth, 0);
+    raw_post(fourth, "/v1/completions", other);
+    char *answer = raw_read_all(fourth, test_seconds(10));
+    close(fourth);
+    cr_assert(test_contains(answer, "HTTP/1.1 503"), "%s", answer);
+    cr_assert(test_contains(answer, "Retry-After: 1"), "%s", answer);
+    cr_assert(test_contains(answer, "more than 3 connections"), "%s", answer);
+    free(answer);
+    reply = get(server.port, "/health");
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    /* A connection that sends half its headers is closed (0.5 s, as the
+     * server is at its limit). */
+    int half = raw_connect(server.port);
+    cr_assert_geq(half, 0);
+    cr_assert_eq(send(half, "GET /health HTTP/1.1\r\nHo", 25, 0), 25);
+    answer = raw_read_all(half, test_seconds(5));
+    close(half);
+    cr_assert_str_eq(answer, "", "a connection with half its headers got %s", answer);
+    free(answer);
+    close(more[0]);
+    close(more[1]);
+    cr_assert(engine_holds(server.port, 1, test_seconds(10)));
+    reply = post(server.port, "/v1/completions", other);
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    free(other);
+    /* The slow reader goes: its request is aborted, its blocks freed. */
+    close(slow);
+    double deadline = test_seconds(15);
+    double usage = 1;
+    for (double waited = 0; waited < deadline && (usage = kv_usage(server.port)) > 0;
+         waited += 0.05)
+        pause_ms(50);
+    cr_assert_eq(usage, 0.0);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.completed"), 2);
+    cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 3);
+    cr_assert_geq(test_json_integer(summary, "metrics.server.limits.refused_busy"), 1);
+    cr_assert_geq(test_json_integer(summary, "metrics.server.limits.headers_cut"), 1);
+    json_decref(summary);
+    server_free(&server);
+}
+
+/* A connection that trickles its headers, or stays idle after an answer,
+ * is closed once --header-timeout has passed (it held a connection slot
+ * for as long as it trickled), and the server serves on. */
+Test(http, a_connection_that_sends_no_headers_in_time_is_closed, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--header-timeout",
+                                   "1s", NULL);
+    int trickle = raw_connect(server.port);
+    cr_assert_geq(trickle, 0);
+    const char *head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    bool closed = false;
+    double deadline = test_seconds(6);
+    for (double waited = 0; !closed && waited < deadline; waited += 0.1) {
+        closed = send(trickle, &head[(size_t)(waited * 10) % strlen(head)], 1, MSG_NOSIGNAL) != 1;
+        char byte;
+        closed = closed || recv(trickle, &byte, 1, MSG_DONTWAIT) == 0;
+        pause_ms(100);
+    }
+    close(trickle);
+    cr_assert(closed, "a connection trickling its headers was kept %.0f s", deadline);
+    /* Kept alive after an answer, an idle connection goes the same way. */
+    int idle = raw_connect(server.port);
+    cr_assert_geq(idle, 0);
+    const char *request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(send(idle, request, strlen(request), 0), (ssize_t)strlen(request));
+    char *answer = raw_read_all(idle, test_seconds(6));
+    close(idle);
+    cr_assert(test_contains(answer, "HTTP/1.1 200"), "%s", answer);
+    free(answer);
+    reply_t reply = get(server.port, "/health");
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.server.limits.headers_cut"), 2);
+    json_decref(summary);
+    server_free(&server);
+}
+
+/* Request bodies held by many connections are bounded together: past
+ * --max-bodies a completion is refused with 503 and Retry-After before a
+ * byte of its body is read, small ones still fit, and once the holders go
+ * the bytes are free again (100 connections each holding 15.9 MiB took
+ * 1.5 GB). */
+Test(http, bodies_held_across_connections_are_bounded, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--max-body",
+                                   "512KiB", "--max-bodies", "1MiB", NULL);
+    /* A valid request padded with spaces to 400 KiB. */
+    size_t padded = 400 * 1024;
+    char *large = malloc(padded + 1);
+    const char *json = "{\"prompt\": [1, 2, 3], \"max_tokens\": 2, \"ignore_eos\": true}";
+    memset(large, ' ', padded);
+    memcpy(large, json, strlen(json));
+    large[padded] = '\0';
+    char head[256];
+    int head_length = snprintf(head, sizeof(head),
+                               "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                               "%zu\r\n\r\n", padded);
+    /* Two holders send their headers and most of their body, then wait. */
+    int holders[2];
+    for (int i = 0; i < 2; i++) {
+        holders[i] = raw_connect(server.port);
+        cr_assert_geq(holders[i], 0);
+        cr_assert_eq(send(holders[i], head, (size_t)head_length, 0), head_length);
+        cr_assert_eq(send(holders[i], large, padded - 10, 0), (ssize_t)(padded - 10));
+    }
+    pause_ms(300);
+    /* A third does not fit: 503 with Retry-After, at once. */
+    int third = raw_connect(server.port);
+    cr_assert_geq(third, 0);
+    cr_assert_eq(send(third, head, (size_t)head_length, 0), head_length);
+    char *answer = raw_read_all(third, test_seconds(5));
+    close(third);
+    cr_assert(test_contains(answer, "HTTP/1.1 503"), "%s", answer);
+    cr_assert(test_contains(answer, "Retry-After: 1"), "%s", answer);
+    cr_assert(test_contains(answer, "--max-bodies"), "%s", answer);
+    free(answer);
+    /* A small request still fits, and /health answers. */
+    char *small = completion_body(1, 10, 2, false);
+    reply_t reply = post(server.port, "/v1/completions", small);
+    cr_assert_eq(reply.status, 200, "%s", reply.body);
+    free(reply.body);
+    free(small);
+    /* The holders finish: both are served; then a third fits. */
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(send(holders[i], large + padded - 10, 10, 0), 10);
+        answer = raw_read_all(holders[i], test_seconds(10));
+        cr_assert(test_contains(answer, "HTTP/1.1 200"), "%s", answer);
+        free(answer);
+        close(holders[i]);
+    }
+    reply = post(server.port, "/v1/completions", large);
+    cr_assert_eq(reply.status, 200, "%s", reply.body);
+    free(reply.body);
+    free(large);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.server.limits.refused_busy"), 1);
+    cr_assert_eq(test_json_integer(summary, "metrics.completed"), 4);
+    json_decref(summary);
+    server_free(&server);
 }
 
 /* A request still queued in the engine (max_num_seqs 1 and a long request
