@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -806,6 +807,31 @@ static enum MHD_Result find_bad_argument(void *context, enum MHD_ValueKind kind,
     return bad ? MHD_NO : MHD_YES;
 }
 
+/* Transfer-Encoding: libmicrohttpd decodes chunked only; anything else it
+ * would read as a body running to the connection's end, answering nothing
+ * ("gzip, chunked" held the connection). */
+typedef struct transfer_coding {
+    bool present, chunked_only;
+    char first_bad[64];
+} transfer_coding_t;
+
+static enum MHD_Result note_transfer_coding(void *context, enum MHD_ValueKind kind,
+                                            const char *key, const char *value)
+{
+    (void)kind;
+    transfer_coding_t *coding = context;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) != 0)
+        return MHD_YES;
+    /* One "chunked", once: a second header is a second coding. */
+    bool ok = value != NULL && strcasecmp(value, "chunked") == 0 && !coding->present;
+    if (!ok && coding->chunked_only)
+        kvio_format_one_line(value != NULL ? value : "", coding->first_bad,
+                             sizeof(coding->first_bad));
+    coding->chunked_only = coding->chunked_only && ok;
+    coding->present = true;
+    return MHD_YES;
+}
+
 static bool is_completion(const char *url)
 {
     return strcmp(url, "/v1/completions") == 0 || strcmp(url, "/v1/chat/completions") == 0;
@@ -830,9 +856,19 @@ static enum MHD_Result refuse_early(http_request_t *request, struct MHD_Connecti
                                "are not UTF-8");
     const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+    transfer_coding_t coding = {.chunked_only = true};
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, note_transfer_coding, &coding);
+    char message[256];
+    if (coding.present && !coding.chunked_only) {
+        snprintf(message, sizeof(message), "Transfer-Encoding '%s' is not served: send the body "
+                 "as it is (with Content-Length) or chunked, once", coding.first_bad);
+        return respond_problem(server, connection, 501, "NotImplementedError", message);
+    }
+    if (coding.present && length != NULL) /* which one frames the body? (request smuggling) */
+        return respond_problem(server, connection, 400, "BadRequestError",
+                               "Transfer-Encoding and Content-Length together");
     if (length != NULL) /* digits: libmicrohttpd refused anything else */
         request->declared_length = strtoull(length, NULL, 10);
-    char message[256];
     if (is_completion(url) && kvio_http_limits_over(&server->limits)) {
         snprintf(message, sizeof(message), "more than %u connections are open (--max-connections)",
                  server->params.max_connections);

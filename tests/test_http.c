@@ -1631,6 +1631,50 @@ Test(http, bodies_held_across_connections_are_bounded, .timeout = 120)
     server_free(&server);
 }
 
+/* The answer to a raw request (head, then body). */
+static char *raw_exchange(int port, const char *head, const char *body)
+{
+    int fd = raw_connect(port);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(send(fd, head, strlen(head), 0), (ssize_t)strlen(head));
+    if (body != NULL)
+        send(fd, body, strlen(body), MSG_NOSIGNAL);
+    char *answer = raw_read_all(fd, test_seconds(5));
+    close(fd);
+    return answer;
+}
+
+/* A transfer coding libmicrohttpd does not decode ("gzip, chunked") is
+ * answered 501 at once (it got no answer and the connection was held),
+ * Transfer-Encoding with Content-Length 400; plain chunked is served. */
+Test(http, transfer_codings_other_than_chunked_are_refused, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    const char *body = "{\"prompt\": [1, 2, 3], \"max_tokens\": 2, \"ignore_eos\": true}";
+    char chunked[256];
+    snprintf(chunked, sizeof(chunked), "%zx\r\n%s\r\n0\r\n\r\n", strlen(body), body);
+    static const struct {
+        const char *coding;
+        const char *status;
+    } cases[] = {
+        {"Transfer-Encoding: gzip, chunked\r\n", "HTTP/1.1 501"},
+        {"Transfer-Encoding: gzip\r\n", "HTTP/1.1 501"},
+        {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "HTTP/1.1 501"},
+        {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "HTTP/1.1 400"},
+        {"Transfer-Encoding: chunked\r\n", "HTTP/1.1 200"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char head[512];
+        snprintf(head, sizeof(head), "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%s"
+                 "Connection: close\r\n\r\n", cases[i].coding);
+        char *answer = raw_exchange(server.port, head, chunked);
+        cr_assert(test_contains(answer, cases[i].status), "%s: %s", cases[i].coding, answer);
+        free(answer);
+    }
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
 /* A request still queued in the engine (max_num_seqs 1 and a long request
  * running) whose client goes away is taken out of the queue within a
  * bounded time, streamed or not; the running one goes on. */
