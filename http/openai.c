@@ -12,6 +12,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "kvio/format.h"
 #include "kvio/hash.h"
 #include "kvio/rng.h"
 
@@ -594,10 +595,21 @@ bool kvio_api_stream_end(const kvio_api_answer_t *answer, const char *finish_rea
     return ok && kvio_http_append(text_p, length_p, capacity_p, "data: [DONE]\n\n", 14);
 }
 
+/* text cut to its whole UTF-8 characters, in place: a message cut at its
+ * buffer's end may split one of the user's, and jansson refuses that. */
+static const char *utf8_whole(char *text)
+{
+    text[kvio_utf8_valid_length(text, strlen(text))] = '\0';
+    return text;
+}
+
 json_t *kvio_api_error_json(const kvio_http_error_t *error)
 {
-    return json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", error->message, "type",
+    char message[sizeof(error->message)], param[sizeof(error->param)];
+    snprintf(message, sizeof(message), "%s", error->message);
+    snprintf(param, sizeof(param), "%s", error->param);
+    return json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", utf8_whole(message), "type",
                      error->type != NULL ? error->type : "BadRequestError", "param",
-                     error->param[0] != '\0' ? json_string(error->param) : json_null(), "code",
+                     param[0] != '\0' ? json_string(utf8_whole(param)) : json_null(), "code",
                      error->status);
 }

@@ -353,13 +353,23 @@ static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection
     return respond_with(server, connection, status, text, length, content_type, 0);
 }
 
+/* value (taken) as the answer; a value that could not be made (jansson
+ * refuses what is not UTF-8, or memory ran out) becomes a 500 that says
+ * so, never an empty reply. */
 static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Connection *connection,
                                     unsigned status, json_t *value)
 {
     char *text = value != NULL ? json_dumps(value, JSON_COMPACT) : NULL;
     json_decref(value);
-    if (text == NULL)
-        return MHD_NO;
+    if (text == NULL) {
+        static const char failed[] = "{\"error\": {\"message\": \"kvio could not render its "
+                                     "answer\", \"type\": "
+                                     "\"InternalServerError\", \"param\": null, \"code\": 500}}";
+        text = strdup(failed);
+        status = 500;
+        if (text == NULL)
+            return MHD_NO;
+    }
     return respond(server, connection, status, text, strlen(text), "application/json");
 }
 
@@ -663,7 +673,9 @@ static enum MHD_Result handle_pause(http_request_t *request, struct MHD_Connecti
         pause = KVIO_PAUSE_ALL;
     } else {
         char message[128];
-        snprintf(message, sizeof(message), "mode must be abort, wait or keep, got '%.40s'", mode);
+        char shown[48];
+        snprintf(message, sizeof(message), "mode must be abort, wait or keep, got '%s'",
+                 kvio_format_one_line(mode, shown, sizeof(shown)));
         return respond_json(server, connection, 400, json_pack("{s:s}", "error", message));
     }
     kvio_frontend_pause(server->params.frontend, pause, abort_in_flight);

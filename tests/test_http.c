@@ -1675,6 +1675,53 @@ Test(http, transfer_codings_other_than_chunked_are_refused, .timeout = 120)
     server_free(&server);
 }
 
+/* n copies of a UTF-8 character (malloc'd). */
+static char *repeated(const char *character, size_t n)
+{
+    size_t length = strlen(character);
+    char *text = malloc(n * length + 1);
+    for (size_t i = 0; i < n; i++)
+        memcpy(text + i * length, character, length);
+    text[n * length] = '\0';
+    return text;
+}
+
+/* An error message that echoes a long field of the user's is cut on a
+ * character boundary: the answer is the error, never an empty reply (a
+ * message cut mid-character made jansson fail: curl's "empty reply"). */
+Test(http, long_non_ascii_fields_in_errors_are_cut_on_a_character, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    char *euros = repeated("\xe2\x82\xac", 300); /* 900 bytes */
+    char body[2048];
+    snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"%s\", \"content\": \"x\"}]}",
+             euros);
+    reply_t reply = post(server.port, "/v1/chat/completions", body);
+    cr_assert_eq(reply.status, 400);
+    json_t *error = reply_json(&reply);
+    const char *message =
+        json_string_value(json_object_get(json_object_get(error, "error"), "message"));
+    cr_assert(test_contains(message, "unknown role"), "%s", message);
+    json_decref(error);
+    free(reply.body);
+    snprintf(body, sizeof(body), "{\"model\": \"%s\", \"prompt\": \"x\"}", euros);
+    reply = post(server.port, "/v1/completions", body);
+    cr_assert_eq(reply.status, 404);
+    json_decref(reply_json(&reply));
+    free(reply.body);
+    char path[1024];
+    snprintf(path, sizeof(path), "/pause?mode=%s", "%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac"
+             "%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac"
+             "%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac");
+    reply = post(server.port, path, "");
+    cr_assert_eq(reply.status, 400, "%ld %s", reply.status, reply.body);
+    json_decref(reply_json(&reply));
+    free(reply.body);
+    free(euros);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
 /* A request still queued in the engine (max_num_seqs 1 and a long request
  * running) whose client goes away is taken out of the queue within a
  * bounded time, streamed or not; the running one goes on. */
