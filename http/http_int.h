@@ -42,6 +42,7 @@ typedef struct kvio_api_request {
     bool ignore_eos;
     int32_t priority;
     uint64_t cache_salt;        /* 0: none */
+    char ignored[128];          /* fields served without their effect ("stop, tools"; "" none) */
 } kvio_api_request_t;
 
 /* What the server knows of itself when it reads a request. */

@@ -107,6 +107,7 @@ struct http_request {
     uint32_t rank;
     kvio_api_answer_t answer;
     kvio_api_plan_t plan;
+    char warning[192];               /* a Warning header: fields served without effect */
     uint32_t *steps;                 /* generated tokens after each step not yet sent */
     size_t num_steps, steps_capacity;
     bool steps_failed;
@@ -321,11 +322,12 @@ static void count_status(kvio_http_server_t *server, unsigned status)
     pthread_mutex_unlock(&server->metrics_lock);
 }
 
-/* Queues text (taken) as the answer; retry_after_s > 0 adds Retry-After. */
+/* Queues text (taken) as the answer, with one more header (header NULL:
+ * none). */
 static enum MHD_Result respond_with(kvio_http_server_t *server,
                                     struct MHD_Connection *connection, unsigned status,
                                     char *text, size_t length, const char *content_type,
-                                    unsigned retry_after_s)
+                                    const char *header, const char *value)
 {
     struct MHD_Response *response =
         MHD_create_response_from_buffer(length, text, MHD_RESPMEM_MUST_FREE);
@@ -335,11 +337,8 @@ static enum MHD_Result respond_with(kvio_http_server_t *server,
     }
     if (content_type != NULL)
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    if (retry_after_s > 0) {
-        char seconds[16];
-        snprintf(seconds, sizeof(seconds), "%u", retry_after_s);
-        MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
-    }
+    if (header != NULL)
+        MHD_add_response_header(response, header, value);
     enum MHD_Result result = MHD_queue_response(connection, status, response);
     MHD_destroy_response(response);
     count_status(server, status);
@@ -350,14 +349,15 @@ static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection
                                unsigned status, char *text, size_t length,
                                const char *content_type)
 {
-    return respond_with(server, connection, status, text, length, content_type, 0);
+    return respond_with(server, connection, status, text, length, content_type, NULL, NULL);
 }
 
 /* value (taken) as the answer; a value that could not be made (jansson
  * refuses what is not UTF-8, or memory ran out) becomes a 500 that says
  * so, never an empty reply. */
-static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Connection *connection,
-                                    unsigned status, json_t *value)
+static enum MHD_Result respond_json_with(kvio_http_server_t *server,
+                                         struct MHD_Connection *connection, unsigned status,
+                                         json_t *value, const char *header, const char *header_value)
 {
     char *text = value != NULL ? json_dumps(value, JSON_COMPACT) : NULL;
     json_decref(value);
@@ -370,7 +370,14 @@ static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Conne
         if (text == NULL)
             return MHD_NO;
     }
-    return respond(server, connection, status, text, strlen(text), "application/json");
+    return respond_with(server, connection, status, text, strlen(text), "application/json",
+                        header, header_value);
+}
+
+static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Connection *connection,
+                                    unsigned status, json_t *value)
+{
+    return respond_json_with(server, connection, status, value, NULL, NULL);
 }
 
 static enum MHD_Result respond_empty(kvio_http_server_t *server, struct MHD_Connection *connection,
@@ -408,8 +415,10 @@ static enum MHD_Result respond_busy(kvio_http_server_t *server,
     pthread_mutex_lock(&server->metrics_lock);
     server->refused_busy++;
     pthread_mutex_unlock(&server->metrics_lock);
+    char seconds[16];
+    snprintf(seconds, sizeof(seconds), "%d", RETRY_AFTER_S);
     return respond_with(server, connection, 503, text, strlen(text), "application/json",
-                        RETRY_AFTER_S);
+                        MHD_HTTP_HEADER_RETRY_AFTER, seconds);
 }
 
 /* ---------- completions ---------- */
@@ -479,7 +488,9 @@ static enum MHD_Result respond_whole(http_request_t *request, struct MHD_Connect
                                               reason, request->cached_tokens);
     pthread_mutex_unlock(&request->lock);
     request->phase = PHASE_DONE;
-    return respond_json(request->server, connection, 200, response);
+    return respond_json_with(request->server, connection, 200, response,
+                             request->warning[0] ? MHD_HTTP_HEADER_WARNING : NULL,
+                             request->warning);
 }
 
 /* Hands the request to the front end: its prompt and planned output as
@@ -548,6 +559,10 @@ static enum MHD_Result handle_completion(http_request_t *request,
                                   .include_usage = api_request.include_usage,
                                   .continuous_usage = api_request.continuous_usage};
     bool stream = api_request.stream;
+    if (api_request.ignored[0] != '\0') /* RFC 7234's form: code, agent, quoted text */
+        snprintf(request->warning, sizeof(request->warning),
+                 "299 kvio \"served without %s: kvio's output is synthetic text\"",
+                 api_request.ignored);
     kvio_status_t status = submit(request, &api_request);
     kvio_api_request_fini(&api_request);
     /* 32 hex digits as vLLM's (a uuid's): the engine's request id (its row
@@ -583,6 +598,8 @@ static enum MHD_Result handle_completion(http_request_t *request,
         return MHD_NO;
     MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (request->warning[0] != '\0')
+        MHD_add_response_header(response, MHD_HTTP_HEADER_WARNING, request->warning);
     enum MHD_Result result = MHD_queue_response(connection, 200, response);
     MHD_destroy_response(response);
     count_status(server, 200);

@@ -1356,6 +1356,57 @@ Test(http, plans_follow_max_tokens_ignore_eos_and_the_context)
     kvio_api_request_fini(&request);
 }
 
+/* min_tokens past max_tokens is refused against max_tokens' default too
+ * (vLLM's message; 1e9 was clipped to 16); what kvio does not model is
+ * refused where a client would read its answer (logprobs, echo) and
+ * served with a warning where it only shapes the text (stop, tools). */
+Test(http, min_tokens_and_unmodelled_fields_are_refused_or_named, .timeout = 30)
+{
+    kvio_api_server_t server = {.model_name = "m", .max_model_len = 1000};
+    static const struct {
+        kvio_api_t api;
+        const char *body;
+        const char *param; /* NULL: accepted */
+        const char *ignored;
+    } cases[] = {
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1, 2], \"min_tokens\": 1000000000}", "min_tokens",
+         NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1, 2], \"min_tokens\": 17}", "min_tokens", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1, 2], \"min_tokens\": 16}", NULL, ""},
+        {KVIO_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                        "\"min_tokens\": 2000}", "min_tokens", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"logprobs\": 5}", "logprobs", NULL},
+        {KVIO_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                        "\"logprobs\": true, \"top_logprobs\": 2}", "logprobs", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"echo\": true}", "echo", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"best_of\": 3}", "best_of", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"logprobs\": null, \"echo\": false, "
+                               "\"stop\": []}", NULL, ""},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"stop\": [\"x\"]}", NULL, "stop"},
+        {KVIO_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                        "\"tools\": [{\"type\": \"function\"}], \"tool_choice\": \"auto\", "
+                        "\"stop\": \"y\", \"response_format\": {\"type\": \"json_object\"}}",
+         NULL, "stop, tools, response_format"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kvio_api_request_t request;
+        kvio_http_error_t error = {0};
+        kvio_api_plan_t plan;
+        bool ok = kvio_api_parse(cases[i].api, cases[i].body, strlen(cases[i].body), &server,
+                                 &request, &error) &&
+                  kvio_api_plan(&request, &server, NULL, 1, &plan, &error);
+        if (cases[i].param == NULL) {
+            cr_assert(ok, "case %zu: %s", i, error.message);
+            cr_assert_str_eq(request.ignored, cases[i].ignored, "case %zu", i);
+        } else {
+            cr_assert_not(ok, "case %zu was accepted", i);
+            cr_assert_eq(error.status, 400);
+            cr_assert_str_eq(error.param, cases[i].param, "case %zu: %s", i, error.message);
+        }
+        kvio_api_request_fini(&request);
+    }
+}
+
 /* A raw connection to the server (no request yet); -1 on failure. */
 static int raw_connect(int port)
 {
@@ -1718,6 +1769,29 @@ Test(http, long_non_ascii_fields_in_errors_are_cut_on_a_character, .timeout = 12
     json_decref(reply_json(&reply));
     free(reply.body);
     free(euros);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
+/* A completion served without a field's effect says so in a Warning
+ * header, whole or streamed. */
+Test(http, answers_name_the_fields_served_without_effect, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    for (int stream = 0; stream < 2; stream++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"prompt\": [1, 2, 3], \"max_tokens\": 2, "
+                 "\"ignore_eos\": true, \"stop\": [\"x\"], \"stream\": %s}",
+                 stream ? "true" : "false");
+        char head[256];
+        snprintf(head, sizeof(head), "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n", strlen(body));
+        char *answer = raw_exchange(server.port, head, body);
+        cr_assert(test_contains(answer, "HTTP/1.1 200"), "%s", answer);
+        cr_assert(test_contains(answer, "Warning: 299 kvio \"served without stop"), "%s",
+                  answer);
+        free(answer);
+    }
     cr_assert_eq(server_stop(&server, SIGTERM), 0);
     server_free(&server);
 }
