@@ -493,7 +493,8 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
     kvio_run_options_t options = {
         .output_dir = args->output_dir, .force = args->force,
         .source = args->source != NULL ? args->source : "endpoint", .stop = &watch.hard_stop,
-        .frontend = parts.frontend, .server_json = server_json, .server_context = parts.server,
+        .frontend = parts.frontend, .frontend_duration_ns = duration_ns,
+        .server_json = server_json, .server_context = parts.server,
         .argv = (const char *const *)args->argv, .argc = args->argc,
         .overrides = args->overrides + 1, .num_overrides = args->num_overrides - 1};
     kvio_run_result_t result;

@@ -1131,6 +1131,32 @@ Test(http, pause_holds_requests_until_resume_and_reset_clears_the_cache, .timeou
     server_free(&server);
 }
 
+/* kvio serve --duration says how long it serves (it said the workload's
+ * 60 s), one without says it serves until stopped, and KV events bind an
+ * IPv6 endpoint (ZMQ_IPV6: it said "No such device"). */
+Test(http, a_timed_serve_names_its_duration_and_binds_ipv6_kv_events, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char results[600], events[64];
+    snprintf(results, sizeof(results), "%s/results", dir);
+    int port = test_free_port();
+    cr_assert_neq(port, 0);
+    snprintf(events, sizeof(events), "tcp://[::1]:%d", port);
+    test_run_t run = test_kvio(NULL, "serve", "--listen", "127.0.0.1:0", "--duration", "1s",
+                               "--kv-events", events, "-o", results, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.err, "then 1 s of real time"), "%s", run.err);
+    test_run_free(&run);
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    char *err = test_read_file(server.err_path);
+    cr_assert(test_contains(err, "then serving until stopped"), "%s", err);
+    free(err);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(http, bad_command_lines_are_refused_before_serving, .timeout = 60)
 {
     test_run_t help = test_kvio(NULL, "serve", "--help", NULL);
