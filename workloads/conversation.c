@@ -233,6 +233,11 @@ static kvio_status_t session_add(kvio_conversation_log_t *log, kvio_conversation
 /* ---------- JSON Lines: OpenAI request logs, kvio's format ---------- */
 
 /* A time: seconds as a number, or ISO 8601 (2026-12-02T16:04:05.25Z). */
+/* A log's times are seconds from 0 (relative) to 2100-01-01 (Unix): past
+ * that a time is a mistake, and 1e30 overflowed the trace's arrival and
+ * the date harmony writes. */
+#define LOG_TIME_MAX_S 4102444800.0
+
 static bool parse_time(const json_t *value, double *seconds_p)
 {
     if (json_is_number(value)) {
@@ -396,6 +401,9 @@ static kvio_status_t read_line(kvio_conversation_log_t *log, kvio_map_t *index,
     const json_t *time = json_is_object(line) ? first_of(line, time_names) : NULL;
     if (status == KVIO_OK && time != NULL && !parse_time(time, &turn.time_s))
         status = bad(place, "time", "not seconds or an ISO 8601 time");
+    if (status == KVIO_OK && time != NULL && !(turn.time_s >= 0 && turn.time_s < LOG_TIME_MAX_S))
+        status = bad(place, "time", "%.6g s is not a time from 0 to %.0f (before 2100-01-01 as "
+                     "Unix seconds)", turn.time_s, LOG_TIME_MAX_S);
     if (status == KVIO_OK)
         status = read_request_messages(body, place, &turn);
     if (status == KVIO_OK)
