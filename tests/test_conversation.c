@@ -234,6 +234,10 @@ Test(conversation, a_bad_log_is_refused_with_file_line_and_key, .timeout = 60)
         {"content.jsonl", "{\"messages\": [{\"role\": \"user\"}]}\n",
          "content.jsonl:1: messages[0]: no content"},
         {"nomessages.jsonl", "{\"model\": \"m\"}\n", "nomessages.jsonl:1: messages: missing"},
+        {"norole.jsonl", "{\"messages\": [{\"content\": \"a\"}]}\n",
+         "norole.jsonl:1: messages[0].role: missing"},
+        {"nofrom.json", "[{\"conversations\": [{\"value\": \"a\"}]}]",
+         "nofrom.json: [0].conversations[0].from: missing"},
         {"time.jsonl", "{\"time\": \"yesterday\", \"messages\": [{\"role\": \"user\", \"content\": "
          "\"a\"}]}\n", "time.jsonl:1: time: not seconds"},
         {"share.json", "[{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": "

@@ -179,10 +179,16 @@ static kvio_status_t read_message(const json_t *message, const place_t *place, s
         role_json = json_object_get(message, "from"); /* ShareGPT */
     const char *role = canonical_role(json_string_value(role_json));
     if (role == NULL) {
-        snprintf(key, sizeof(key), "%s[%zu].%s", list, index,
-                 json_object_get(message, "role") ? "role" : "from");
+        /* The key the format names: ShareGPT's conversations say "from". */
+        const char *name = json_object_get(message, "role") != NULL   ? "role"
+                           : json_object_get(message, "from") != NULL ? "from"
+                           : strcmp(list, "conversations") == 0       ? "from"
+                                                                      : "role";
+        snprintf(key, sizeof(key), "%s[%zu].%s", list, index, name);
+        if (role_json == NULL)
+            return bad(place, key, "missing (system, developer, user, assistant or tool)");
         return bad(place, key, "unknown role '%s' (system, developer, user, assistant, tool)",
-                   json_string_value(role_json) ? json_string_value(role_json) : "(none)");
+                   json_string_value(role_json) ? json_string_value(role_json) : "(not text)");
     }
     char *text = NULL;
     size_t length = 0;
