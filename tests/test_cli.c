@@ -1128,8 +1128,7 @@ Test(cli, validate_refuses_a_cost_model_run_refuses, .timeout = 60)
 {
     static const char *const cases[][2] = {
         {"gpu.flops=1e-300", NULL},      {"gpu.flops=1e3", NULL},
-        {"cost.kind=linear", NULL},      {"cost.kind=linear", "cost.c0=-5"},
-        {"cost.kind=linear", "cost.c0=1e12"},
+        {"cost.kind=linear", NULL},      {"cost.kind=linear", "cost.c0=1e12"},
     };
     char *dir = test_tmpdir();
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -1146,6 +1145,28 @@ Test(cli, validate_refuses_a_cost_model_run_refuses, .timeout = 60)
     test_run_t run = test_kvio(dir, "validate", "chat", NULL);
     cr_expect_eq(run.status, 0, "the preset as it ships: %s", run.err);
     test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A negative linear coefficient is refused naming its key (c0 = -5 with
+ * c1 = -1 was clamped and reported as an iteration taking 0 s). */
+Test(cli, negative_cost_coefficients_are_refused_naming_the_key, .timeout = 60)
+{
+    static const char *const cases[][2] = {
+        {"cost.c0=-5", "cost.c0: -5 is below the minimum 0"},
+        {"cost.c1=-1", "cost.c1: -1 is below the minimum 0"},
+        {"cost.c2=-0.5", "cost.c2: -0.5 is below the minimum 0"},
+        {"cost.c3=-1e-9", "cost.c3: -1e-09 is below the minimum 0"},
+    };
+    char *dir = test_tmpdir();
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        test_run_t run = test_kvio(dir, "validate", "chat", "--set", "cost.kind=linear", "--set",
+                                   "cost.c0=5", "--set", cases[c][0], NULL);
+        cr_expect_eq(run.status, 2, "%s: %s", cases[c][0], run.out);
+        cr_expect(test_contains(run.err, cases[c][1]), "%s: %s", cases[c][0], run.err);
+        test_run_free(&run);
+    }
     test_rmtree(dir);
     free(dir);
 }
