@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "kvio/format.h"
@@ -231,8 +232,8 @@ static void print_help(void)
            "             template defaults to the one whose special tokens it has\n"
            "--max-connections  connections served at once (default 1024); past them\n"
            "             completions get 503 with Retry-After (/health and the other\n"
-           "             endpoints still answer) and a connection has 0.5 s for its\n"
-           "             headers; --max-connections-per-ip bounds one address's\n"
+           "             endpoints still answer) and a connection has 0.1 s to start its\n"
+           "             request; --max-connections-per-ip bounds one address's\n"
            "             (default: none; a load generator is one address)\n"
            "--max-body   one request body (default 16MiB; larger: 413);\n"
            "--max-bodies the bodies being read together (default 256MiB; past it 503)\n"
@@ -364,6 +365,27 @@ static int context_length(const serve_args_t *args, const kvio_workload_t *workl
     return KVIO_EXIT_OK;
 }
 
+/* Descriptors for twice --max-connections per port (the server takes as
+ * many again past the limit to answer 503 and /health) and the run's own:
+ * the soft limit is raised to the hard one, and a hard one too low is said
+ * up front (past it connections wait unaccepted). */
+static void raise_descriptor_limit(uint32_t max_connections, uint32_t num_ports)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+        return;
+    if (limit.rlim_cur < limit.rlim_max) {
+        limit.rlim_cur = limit.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &limit);
+    }
+    uint64_t needed = 2ull * max_connections * num_ports + 256;
+    if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < needed)
+        fprintf(stderr, "kvio serve: warning: --max-connections %u on %u port%s needs about %llu "
+                "descriptors, but the limit is %llu (ulimit -n): connections past it wait\n",
+                max_connections, num_ports, num_ports == 1 ? "" : "s",
+                (unsigned long long)needed, (unsigned long long)limit.rlim_max);
+}
+
 /* The front end, the KV events and the HTTP server, every port bound. */
 static int start_parts(const serve_args_t *args, const kvio_workload_t *workload,
                        uint32_t max_model_len, serve_parts_t *parts)
@@ -425,6 +447,7 @@ static int start_parts(const serve_args_t *args, const kvio_workload_t *workload
                                                          : 10000000000ll,
         .idle_timeout_ns = args->idle_timeout_ns > 0 ? args->idle_timeout_ns : 60000000000ll,
         .record_tokens = args->record_tokens};
+    raise_descriptor_limit(http.max_connections, num_ports);
     if (status == KVIO_OK)
         status = kvio_http_server_start(&http, &parts->server, error, sizeof(error));
     if (status != KVIO_OK) {

@@ -114,6 +114,14 @@ uint32_t kvio_http_limits_tick(kvio_http_limits_t *limits, int64_t now_ns)
         if (conn->fd < 0 || conn->headers_done || conn->cut ||
             now_ns - conn->waiting_since_ns <= allowed_ns)
             continue;
+        /* Only a client that is there and sends nothing: bytes
+         * libmicrohttpd has not read yet say it is the one behind (a
+         * flood's requests were cut so, unread), and a client that closed
+         * or reset is libmicrohttpd's to close. */
+        char byte;
+        if (recv(conn->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
+            (errno != EAGAIN && errno != EWOULDBLOCK))
+            continue;
         /* Its descriptor stays open until libmicrohttpd closes it, which
          * it does only after telling us (kvio_http_conn_close takes the
          * lock held here). */

@@ -1,12 +1,13 @@
 /* The HTTP server of kvio serve, on libmicrohttpd: one daemon per port
  * (one port with the router choosing the serve rank, or one port per
- * rank), each an internal epoll thread with suspend and resume. A
+ * rank), each a pool of epoll threads with suspend and resume. A
  * completion is submitted to the front end; its connection sleeps
  * (suspended) until the serve rank's thread hands it tokens, which wake
  * it: a stream sends one server-sent event per engine step that produced
- * tokens, a whole response goes when the request ends. A ticker wakes
- * sleeping connections every TICK_NS to notice a client that went away
- * (the request is then aborted in the engine). */
+ * tokens, a whole response goes when the request ends. A ticker peeks at
+ * sleeping connections' sockets every TICK_NS and wakes those whose client
+ * went away (the request is then aborted in the engine), and enforces the
+ * limits on what clients hold (http/limits.c). */
 #include "http/http_int.h"
 
 #include <arpa/inet.h>
@@ -29,9 +30,12 @@
 #define TICK_NS 50000000
 #define RESET_TIMEOUT_NS 10000000000ll
 #define MAX_DAEMONS 256
-/* With max_connections open, a connection gets this long for a request's
- * headers (a client that means it sends them at once). */
-#define CROWDED_HEADER_TIMEOUT_NS 500000000ll
+/* With max_connections open, a connection gets this long to start sending
+ * its request (a client sends it with the handshake's last packet, so this
+ * is long even across an ocean; without it, 5,000 connections of a client
+ * that was slow to write each held a slot for 0.5 s, and /health queued
+ * behind them for over a second). */
+#define CROWDED_HEADER_TIMEOUT_NS 100000000ll
 /* What a 503 for a full server asks a client to wait, in seconds. */
 #define RETRY_AFTER_S 1
 
@@ -93,6 +97,7 @@ struct http_request {
     struct MHD_Connection *connection; /* NULL once the connection ended */
     uint32_t daemon_rank;
     kvio_http_conn_t *conn;          /* its connection's record in the limits */
+    int fd;                          /* its connection's socket (-1: unknown) */
     phase_t phase;
     kvio_http_body_t body;
     uint64_t declared_length;        /* Content-Length (0: none) */
@@ -100,6 +105,7 @@ struct http_request {
     bool busy;                       /* the bodies' bound was reached: 503 */
     bool suspended;
     bool listed;                     /* in the server's waiting list */
+    bool polls_engine;               /* woken every tick (set before it is listed) */
     http_request_t *prev, *next;
     /* a completion */
     bool submitted;
@@ -193,17 +199,22 @@ static void sleep_locked(http_request_t *request)
     MHD_suspend_connection(request->connection);
 }
 
-/* Whether the client is still there: a peek at its socket that sees its
- * end (or an error) says it went away. */
+/* Whether the client on fd is still there: a peek at its socket that sees
+ * its end (or an error) says it went away. Reads nothing, so any thread
+ * may ask while the socket is open. */
+static bool fd_alive(int fd)
+{
+    char byte;
+    ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return fd < 0 || got > 0 ||
+           (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
 static bool peer_alive(struct MHD_Connection *connection)
 {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info == NULL)
-        return true;
-    char byte;
-    ssize_t got = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+    return info == NULL || fd_alive(info->connect_fd);
 }
 
 /* ---------- the serve rank's calls (its thread) ---------- */
@@ -699,6 +710,7 @@ static enum MHD_Result handle_pause(http_request_t *request, struct MHD_Connecti
     if (strcmp(mode, "wait") != 0)
         return respond_json(server, connection, 200, json_pack("{s:s}", "status", "paused"));
     request->phase = PHASE_PAUSE_WAIT;
+    request->polls_engine = true;
     list_add(server, request);
     pthread_mutex_lock(&request->lock);
     sleep_locked(request);
@@ -930,6 +942,7 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         request->conn = info != NULL ? info->socket_context : NULL;
+        request->fd = request->conn != NULL ? request->conn->fd : -1;
         kvio_http_conn_headers(&server->limits, request->conn, true, kvio_time_ns());
         bool refused = false;
         enum MHD_Result result = refuse_early(request, connection, url, &refused);
@@ -1014,12 +1027,20 @@ static void connection_notice(void *context, struct MHD_Connection *connection,
     }
 }
 
-/* ---------- the ticker: sleeping connections look at their client ---------- */
+/* ---------- the ticker: sleeping connections' clients looked at ---------- */
 
-static void wake_waiting(kvio_http_server_t *server)
+/* Wakes the sleeping connections: all of them, or (only_gone) those whose
+ * client went away, and /pause?mode=wait's, which look at the engine
+ * again. The peek is the ticker's own: waking every connection to peek
+ * cost libmicrohttpd's thread 20,000 calls a second with 1,000 requests
+ * queued. A listed request's socket is open: its connection's end takes
+ * it off the list (waiting_lock) first. */
+static void wake_waiting(kvio_http_server_t *server, bool only_gone)
 {
     pthread_mutex_lock(&server->waiting_lock);
     for (http_request_t *request = server->waiting; request != NULL; request = request->next) {
+        if (only_gone && !request->polls_engine && fd_alive(request->fd))
+            continue;
         pthread_mutex_lock(&request->lock);
         wake_locked(request);
         pthread_mutex_unlock(&request->lock);
@@ -1033,7 +1054,7 @@ static void *ticker_main(void *context)
     while (!atomic_load(&server->stopping)) {
         struct timespec pause = {.tv_sec = 0, .tv_nsec = TICK_NS};
         nanosleep(&pause, NULL);
-        wake_waiting(server);
+        wake_waiting(server, true);
         kvio_http_limits_tick(&server->limits, kvio_time_ns());
     }
     return NULL;
@@ -1074,15 +1095,23 @@ static kvio_status_t start_daemon(kvio_http_server_t *server, daemon_slot_t *slo
                                      error_len);
     if (status != KVIO_OK)
         return status;
-    /* Past max_connections a few more are taken, so that /health and
-     * /metrics still answer and completions get a 503 rather than wait. */
+    /* Past max_connections as many more are taken, so that /health and
+     * /metrics still answer and completions get a 503 rather than wait in
+     * the listen backlog (an open connection costs a descriptor and a few
+     * KiB until it sends something). */
     uint32_t max = server->params.max_connections;
-    uint32_t headroom = max / 16 < 8 ? 8 : max / 16 > 256 ? 256 : max / 16;
+    uint32_t headroom = max < 8 ? 8 : max;
     unsigned idle_s = (unsigned)((server->params.idle_timeout_ns + 999999999) / 1000000000);
+    /* Several epoll threads: a request read and tokenized on one (16 MiB
+     * bodies took libmicrohttpd's single thread for over a second) holds up
+     * only the connections on it, and a busy thread accepts none. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned threads = cores < 2 ? 4 : cores > 8 ? 16 : (unsigned)(2 * cores);
     slot->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
         NULL, access_handler, slot, MHD_OPTION_LISTEN_SOCKET, slot->listen_fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max + headroom),
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(max + headroom),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)server->params.max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
@@ -1266,7 +1295,7 @@ void kvio_http_server_stop(kvio_http_server_t *server)
     if (server->ticker_started)
         pthread_join(server->ticker, NULL);
     /* MHD must not stop with connections asleep. */
-    wake_waiting(server);
+    wake_waiting(server, false);
     for (uint32_t i = 0; i < server->num_slots; i++) {
         if (server->slots[i].daemon != NULL)
             MHD_stop_daemon(server->slots[i].daemon);

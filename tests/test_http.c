@@ -1539,7 +1539,7 @@ static char *raw_read_all(int fd, double deadline_s)
 
 /* A client that never reads its stream holds no one else up; past
  * --max-connections a completion gets 503 with Retry-After while /health
- * still answers, and a connection that has not sent its headers gets 0.5 s;
+ * still answers, and a connection that has not sent its headers gets 0.1 s;
  * once the slow readers go their requests are taken out: no block stays
  * in use. */
 Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
@@ -1570,7 +1570,7 @@ Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
     reply = get(server.port, "/health");
     cr_assert_eq(reply.status, 200);
     free(reply.body);
-    /* A connection that sends half its headers is closed (0.5 s, as the
+    /* A connection that sends half its headers is closed (0.1 s, as the
      * server is at its limit). */
     int half = raw_connect(server.port);
     cr_assert_geq(half, 0);

@@ -33,7 +33,8 @@ typedef struct kvio_http_params {
     const kvio_dist_t *output_tokens; /* output length when ignore_eos is false (borrowed) */
     uint64_t seed;               /* output lengths and text */
     uint32_t max_connections;    /* past them a completion gets 503 and Retry-After, and a
-                                    connection has 0.5 s for a request's headers */
+                                    connection has 0.1 s to start its request; twice as
+                                    many are open at most */
     uint32_t max_connections_per_ip; /* further ones from one address wait (0: no bound) */
     size_t max_body_bytes;       /* a larger request body gets 413 */
     size_t max_bodies_bytes;     /* the bodies being read together: past it 503 */
