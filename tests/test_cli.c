@@ -1171,6 +1171,31 @@ Test(cli, negative_cost_coefficients_are_refused_naming_the_key, .timeout = 60)
     free(dir);
 }
 
+/* Attention heads that the KV heads do not divide are refused (heads 3
+ * with kv_heads 8, kv_heads 7 with 32 heads ran). */
+Test(cli, heads_the_kv_heads_do_not_divide_are_refused, .timeout = 60)
+{
+    static const char *const cases[][3] = {
+        {"model.heads=3", "model.kv_heads=8", "model.kv_heads: 8 does not divide the 3 attention"},
+        {"model.heads=32", "model.kv_heads=7", "model.kv_heads: 7 does not divide the 32 attention"},
+        {"model.heads=32", "model.kv_heads=64", "model.kv_heads: 64 does not divide the 32"},
+    };
+    char *dir = test_tmpdir();
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        test_run_t run = test_kvio(dir, "validate", "chat", "--set", cases[c][0], "--set",
+                                   cases[c][1], NULL);
+        cr_expect_eq(run.status, 2, "%s %s: %s", cases[c][0], cases[c][1], run.out);
+        cr_expect(test_contains(run.err, cases[c][2]), "%s", run.err);
+        test_run_free(&run);
+    }
+    test_run_t run = test_kvio(dir, "validate", "chat", "--set", "model.heads=32", "--set",
+                               "model.kv_heads=4", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #40 item 15 (part): small inputs refused silently or wrongly. cachesim
  * --eviction ',' exited 2 with no message; serve..kvcache.blocks was read as
  * serve.kvcache.blocks; kvio run DIR said "read error" (exit 1); a tensor
