@@ -921,6 +921,55 @@ Test(cli, a_redis_password_with_an_at_sign_stays_secret, .timeout = 60)
     free(dir);
 }
 
+/* A password in the query (?password=, as redis-py reads it) is read (it
+ * was "bad port"), a bad %-escape is refused (%zz was taken as it was),
+ * and a password the server refuses is named as that, not "is the Redis
+ * server running and reachable?". */
+Test(cli, redis_url_queries_escapes_and_wrong_passwords_are_named, .timeout = 60)
+{
+    kvio_redis_url_t url;
+    char error[512] = "";
+    cr_assert_eq(kvio_redis_parse_url("redis://127.0.0.1:6441/0?password=hun%40ter2&db=3", &url,
+                                      error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_expect_str_eq(url.password, "hun@ter2");
+    cr_expect_eq(url.port, 6441);
+    cr_expect_eq(url.db, 3);
+    static const char *const refused[][2] = {
+        {"redis://:pa%zzss@127.0.0.1:6441", "the password has a bad %-escape"},
+        {"redis://:pass%4@127.0.0.1:6441", "the password has a bad %-escape"},
+        {"redis://127.0.0.1:6441?password=%g1", "the query's password has a bad %-escape"},
+        {"redis://127.0.0.1:6441?user=x", "the query's user is not one kvio reads"},
+        {"redis://127.0.0.1:6441?db=x", "bad database number"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        cr_expect_neq(kvio_redis_parse_url(refused[i][0], &url, error, sizeof(error)), KVIO_OK,
+                      "%s", refused[i][0]);
+        cr_expect(test_contains(error, refused[i][1]), "%s: %s", refused[i][0], error);
+        cr_expect(!test_contains(error, "zz") && !test_contains(error, "pass%"), "%s", error);
+    }
+    int port = test_free_port();
+    if (!test_require("redis", port > 0 && test_redis_up(port), "no redis-server"))
+        return;
+    test_redis_cli(port, "config set requirepass right");
+    char tier[256];
+    snprintf(tier, sizeof(tier), "serve.kvcache.tiers=[{kind: redis, redis: {url: "
+             "\"redis://127.0.0.1:%d?password=hunter2\"}, size: 64MiB}]", port);
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set",
+                               "duration=2s", "--set", "serve.kvcache.blocks=400", "--set", tier,
+                               "-o", "out", NULL);
+    test_redis_cli(port, "-a right config set requirepass ''");
+    test_redis_down(port);
+    cr_expect_eq(run.status, 1, "%s", run.err);
+    cr_expect(test_contains(run.err, "the server refused the password"), "%s", run.err);
+    cr_expect(!test_contains(run.err, "running and reachable"), "%s", run.err);
+    cr_expect(!test_contains(run.err, "hunter2"), "the password was printed: %s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Reliability (#22.8, #22.11): --force reused a directory with the earlier
  * run's files in it (a stale updates.csv that kvio report then drew); and
  * name=../../escape wrote outside results/. Now the earlier run's files go
