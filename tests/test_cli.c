@@ -921,6 +921,16 @@ Test(cli, a_redis_password_with_an_at_sign_stays_secret, .timeout = 60)
     free(dir);
 }
 
+/* A 2 s emulate run of chat in dir with a Redis tier at url, into out. */
+static test_run_t run_with_redis_tier(const char *dir, const char *url)
+{
+    char tier[384];
+    snprintf(tier, sizeof(tier), "serve.kvcache.tiers=[{kind: redis, redis: {url: \"%s\"}, "
+             "size: 64MiB}]", url);
+    return test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set", "duration=2s", "--set",
+                     "serve.kvcache.blocks=400", "--set", tier, "-o", "out", NULL);
+}
+
 /* A password in the query (?password=, as redis-py reads it) is read (it
  * was "bad port"), a bad %-escape is refused (%zz was taken as it was),
  * and a password the server refuses is named as that, not "is the Redis
@@ -952,13 +962,10 @@ Test(cli, redis_url_queries_escapes_and_wrong_passwords_are_named, .timeout = 60
     if (!test_require("redis", port > 0 && test_redis_up(port), "no redis-server"))
         return;
     test_redis_cli(port, "config set requirepass right");
-    char tier[256];
-    snprintf(tier, sizeof(tier), "serve.kvcache.tiers=[{kind: redis, redis: {url: "
-             "\"redis://127.0.0.1:%d?password=hunter2\"}, size: 64MiB}]", port);
+    char tier_url[128];
+    snprintf(tier_url, sizeof(tier_url), "redis://127.0.0.1:%d?password=hunter2", port);
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set",
-                               "duration=2s", "--set", "serve.kvcache.blocks=400", "--set", tier,
-                               "-o", "out", NULL);
+    test_run_t run = run_with_redis_tier(dir, tier_url);
     test_redis_cli(port, "-a right config set requirepass ''");
     test_redis_down(port);
     cr_expect_eq(run.status, 1, "%s", run.err);
@@ -1384,13 +1391,10 @@ Test(cli, an_unreachable_redis_tier_is_refused_before_the_run, .timeout = 30)
 {
     int port = test_free_port();
     cr_assert_gt(port, 0);
-    char tier[256];
-    snprintf(tier, sizeof(tier), "serve.kvcache.tiers=[{kind: redis, redis: {url: "
-             "\"redis://127.0.0.1:%d\"}, size: 64MiB}]", port);
+    char url[128];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set",
-                               "duration=2s", "--set", "serve.kvcache.blocks=400", "--set", tier,
-                               "-o", "out", NULL);
+    test_run_t run = run_with_redis_tier(dir, url);
     cr_expect_eq(run.status, 1, "%s", run.err);
     cr_expect(test_contains(run.err, "serve.kvcache.tiers[0].redis: redis://127.0.0.1:"), "%s",
               run.err);
