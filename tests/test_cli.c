@@ -1176,6 +1176,36 @@ Test(cli, a_full_results_disk_names_its_cause, .timeout = 60)
     free(dir);
 }
 
+/* kvio stream onto a full disk, /dev/full or a closed pipe names the cause
+ * (it said "input/output error") and leaves no partial file behind; a
+ * device it wrote to stays. */
+Test(cli, a_full_disk_under_kvio_stream_names_its_cause_and_leaves_no_part, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "stream", "quickstart", "-o", "/dev/full", NULL);
+    cr_expect_eq(run.status, 1, "%s", run.err);
+    cr_expect(test_contains(run.err, "/dev/full: write failed: No space left on device"), "%s",
+              run.err);
+    cr_expect_eq(access("/dev/full", F_OK), 0);
+    test_run_free(&run);
+    char reason[256];
+    if (!test_private_mount(dir, "tmpfs", 0, "size=64k", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        test_require("mount", 0, reason);
+    }
+    run = test_kvio(dir, "stream", "chat", "-o", "out.jsonl", NULL);
+    cr_expect_eq(run.status, 1, "%s", run.err);
+    cr_expect(test_contains(run.err, "out.jsonl: write failed: No space left on device"), "%s",
+              run.err);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/out.jsonl", dir);
+    cr_expect_neq(access(path, F_OK), 0, "a partial out.jsonl was left");
+    test_run_free(&run);
+    umount2(dir, MNT_DETACH);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #40 item 11: validate said ok for what run refuses: a GPU of 1e-300 or
  * 1e3 FLOP/s, a linear cost of all-zero coefficients, c0 = -5, c0 = 1e12.
  * Both now try the cost model on one decode token and on a full token

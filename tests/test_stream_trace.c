@@ -350,7 +350,7 @@ Test(stream_trace, mooncake_export_of_segments_shares_ids_where_blocks_are_share
     cr_assert_eq(kvio_stream_writer_create(out, KVIO_EXPORT_MOONCAKE, &writer), KVIO_OK);
     cr_assert_eq(kvio_stream_writer_write(writer, &a), KVIO_OK);
     cr_assert_eq(kvio_stream_writer_write(writer, &b), KVIO_OK);
-    cr_assert_eq(kvio_stream_writer_close(writer), KVIO_OK);
+    cr_assert_eq(kvio_stream_writer_close(writer, NULL), KVIO_OK);
     fclose(out);
     unsigned long long ids[2][3];
     char *second_line = strchr(text, '\n') + 1;
