@@ -1206,6 +1206,54 @@ Test(cli, a_full_disk_under_kvio_stream_names_its_cause_and_leaves_no_part, .tim
     free(dir);
 }
 
+/* Small inputs that got a wrong or no message: -o X --event-trace X (it
+ * said "X: exists and is not a directory" of a file kvio had just made),
+ * kvio report on a compare.json ("not a kvio cachesim --json result"),
+ * cachesim --eviction with 70 names (exit 2, nothing said), a --set value
+ * of 3,000 bytes (its message was cut before the reason). */
+Test(cli, small_inputs_get_the_message_that_fits_them, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "mode=simulate", "--set",
+                               "duration=2s", "-o", "X", "--event-trace", "./X/", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "--event-trace ./X/ is the results directory (-o X)"), "%s",
+              run.err);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/X", dir);
+    cr_expect_neq(access(path, F_OK), 0, "X was made");
+    test_run_free(&run);
+    run = test_kvio(dir, "compare", "quickstart", "--set", "mode=simulate", "--set",
+                    "duration=1s", "--vary", "seed=1,2", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", "cmp/compare.json", "-o", "report", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "cmp/compare.json: kvio compare's compare.json; give kvio "
+                                     "report its directory"),
+              "%s", run.err);
+    test_run_free(&run);
+    char names[400] = "lru";
+    for (int i = 1; i < 70; i++)
+        strcat(names, ",lru");
+    char fixture[1200];
+    snprintf(fixture, sizeof(fixture), "%s/tests/fixtures/mooncake_small.jsonl", KVIO_SOURCE_DIR);
+    run = test_kvio(dir, "cachesim", fixture, "--eviction", names, NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "--eviction takes at most 64 policies"), "%s", run.err);
+    test_run_free(&run);
+    char set[3100] = "stream.arrival.rate=";
+    memset(set + strlen(set), 'x', 3000);
+    set[3020] = '\0';
+    run = test_kvio(dir, "validate", "chat", "--set", set, NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "... (3020 bytes): stream.arrival.rate: expected a number"),
+              "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #40 item 11: validate said ok for what run refuses: a GPU of 1e-300 or
  * 1e3 FLOP/s, a linear cost of all-zero coefficients, c0 = -5, c0 = 1e12.
  * Both now try the cost model on one decode token and on a full token
