@@ -196,8 +196,8 @@ typedef enum {
 
 /* Whether a body of bytes fits the bodies' bound now. */
 bool kvio_http_bodies_fit(kvio_http_limits_t *limits, uint64_t bytes);
-/* Appends length bytes to body; declared_length (0: unknown) sizes the
- * buffer at once. Nothing is appended unless KVIO_HTTP_BODY_OK. */
+/* Appends length bytes to body; declared_length (0: unknown) sizes a small
+ * one's buffer at once. Nothing is appended unless KVIO_HTTP_BODY_OK. */
 kvio_http_body_status_t kvio_http_body_append(kvio_http_limits_t *limits, kvio_http_body_t *body,
                                               const char *bytes, size_t length,
                                               uint64_t declared_length);

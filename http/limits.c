@@ -201,8 +201,11 @@ kvio_http_body_status_t kvio_http_body_append(kvio_http_limits_t *limits, kvio_h
     size_t needed = body->length + length + 1; /* and a NUL */
     if (needed > body->capacity) {
         size_t capacity = body->capacity ? 2 * body->capacity : BODY_FIRST_CAPACITY;
-        if (declared_length >= body->length + length && declared_length < limits->max_body_bytes)
-            capacity = (size_t)declared_length + 1; /* the whole of it at once */
+        /* A small declared body at once; a large one grows with what comes
+         * (its bytes, not its claim, count against the bound: a client
+         * that declares 16 MiB and trickles holds no more than it sent). */
+        if (declared_length >= body->length + length && declared_length < BODY_MAP_BYTES)
+            capacity = (size_t)declared_length + 1;
         if (capacity < needed)
             capacity = needed;
         if (capacity > limits->max_body_bytes + 1)
