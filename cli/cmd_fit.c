@@ -114,6 +114,13 @@ static int fit_linear(const char *path)
                    fit.rmse_ms, fit.max_abs_error_ms, fit.r_squared);
             printf("cost: {kind: linear, c0: %.6g, c1: %.6g, c2: %.6g, c3: %.6g}\n", fit.c0,
                    fit.c1, fit.c2, fit.c3);
+            /* The cost model refuses them: time never runs backwards. */
+            const double coefficients[4] = {fit.c0, fit.c1, fit.c2, fit.c3};
+            for (int c = 0; c < 4; c++)
+                if (coefficients[c] < 0)
+                    fprintf(stderr, "kvio fit: warning: c%d came out negative (%.6g ms); "
+                            "cost.c%d must be at least 0: set it to 0, or give samples that "
+                            "vary more\n", c, coefficients[c], c);
         } else {
             snprintf(error + strlen(error), sizeof(error) - strlen(error), " (%s)", path);
         }

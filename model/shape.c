@@ -181,6 +181,14 @@ kvio_status_t kvio_model_resolve(kvio_model_t *model, char *error_p, size_t erro
         snprintf(error_p, error_len, "model.%s: not set and no preset gives it", missing);
         return KVIO_ERR_CONFIG;
     }
+    /* Grouped-query attention: each KV head serves heads / kv_heads query
+     * heads (heads 3 with kv_heads 8, or 32 with 7, ran). */
+    if (model->heads % model->kv_heads != 0) {
+        snprintf(error_p, error_len, "model.kv_heads: %lld does not divide the %lld attention "
+                 "heads (each KV head serves heads / kv_heads of them)",
+                 (long long)model->kv_heads, (long long)model->heads);
+        return KVIO_ERR_CONFIG;
+    }
     if (model->sliding_window_layers > model->layers) {
         snprintf(error_p, error_len, "model.sliding_window_layers: %lld is more than the %lld layers",
                  (long long)model->sliding_window_layers, (long long)model->layers);

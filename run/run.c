@@ -1116,9 +1116,14 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
         /* Emulate builds real pools and connects transports before its t0:
          * say so (the first line came at 17 s of a 20 s run when piped). */
         int64_t ranks = workload->ranks.serve + (updates ? workload->ranks.train : 0);
+        int64_t real_ns = options->frontend != NULL && !state.coupled
+                              ? options->frontend_duration_ns
+                              : workload->duration_ns;
+        char then[64] = "serving until stopped";
+        if (real_ns > 0)
+            snprintf(then, sizeof(then), "%.3g s of real time", (double)real_ns / 1e9);
         fprintf(stderr, "kvio: emulate: setting up %lld rank%s (KV pools, transports), then "
-                "%.3g s of real time\n", (long long)ranks, ranks == 1 ? "" : "s",
-                (double)workload->duration_ns / 1e9);
+                "%s\n", (long long)ranks, ranks == 1 ? "" : "s", then);
     }
     if (state.root)
         status = write_provisional_summary(workload, options, state.results, state.host,

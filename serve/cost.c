@@ -85,13 +85,17 @@ const kvio_opt_t kvio_cost_options[] = {
      .help = "the largest decode batch replayed as a CUDA graph, padded up to a captured "
              "size (0: none; auto: the engine profile's)"},
     {.key = "c0", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c0_ms),
-     .default_value = "0", .help = "linear form: ms per iteration"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per iteration"},
     {.key = "c1", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c1_ms),
-     .default_value = "0", .help = "linear form: ms per prefill token"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per prefill token"},
     {.key = "c2", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c2_ms),
-     .default_value = "0", .help = "linear form: ms per decode sequence"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per decode sequence"},
     {.key = "c3", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c3_ms),
-     .default_value = "0", .help = "linear form: ms per token of decode context"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per token of decode context"},
     {.key = "table", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_cost_config_t, table),
      .help = "table form: CSV of prefill_tokens,decode_seqs,context_tokens,time_ms"},
     {.key = NULL},
@@ -188,7 +192,7 @@ void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,
                     c->linear_c1_ms * (double)(batch->prefill_tokens + batch->spec_tokens) +
                     c->linear_c2_ms * (double)batch->decode_seqs +
                     c->linear_c3_ms * (double)batch->decode_context;
-        out.time_s = fmax(ms, 0) / 1e3;
+        out.time_s = fmax(ms, 0) / 1e3; /* (the options refuse negative coefficients) */
         out.bound = "linear";
         break;
     }
