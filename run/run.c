@@ -800,45 +800,29 @@ static kvio_status_t run_serving(run_state_t *state)
     }
     if (status != KVIO_OK || !state->serving || !state->root)
         return status;
-    kvio_serve_run_t serve_run = {
-        .serve = &workload->serve,
-        .model = &state->model,
-        .gpu = &state->gpu,
-        .cost = &workload->cost,
-        .num_ranks = (uint32_t)workload->ranks.serve,
-        .num_prefill = (uint32_t)workload->ranks.prefill,
-        .pd = workload->ranks.prefill > 0 ? &workload->pd : NULL,
-        .seed = (uint64_t)workload->seed,
-        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
-        .warmup_ns = workload->warmup_ns,
-        .warmup_requests = workload->warmup_requests,
-        .stream = state->stream,
-        .rank_timeout_ns = workload->ranks.timeout_ns,
-        .num_requests = state->num_requests,
-        .results = state->results,
-        .stop = state->options->stop,
-        .events = state->events,
-        .device = &workload->device,
-        .data = &workload->data,
-        /* Serve ranks follow the train ranks in every file, as in updates.csv. */
-        .first_serve_rank = state->updates ? (int)workload->ranks.train : 0,
-        .start = state->start,
-        .updates = state->schedule.updates,
-        .num_updates = state->schedule.num_updates,
-        .stall_for_updates = workload->update.apply == KVIO_APPLY_STALL,
-        .version_steps = state->schedule.version_steps,
-        .num_version_steps = state->schedule.num_version_steps,
-        .loss = &workload->train.checkpoint.loss,
-        .update = state->updates ? &workload->update : NULL,
-        .updates_activated_ns = state->activated_ns,
-        .updates_stall_ns = state->stall_ns,
-        .drain_stall_ns = state->drain_stall_ns,
-        .output = state->updates && !state->emulate ? &state->served : NULL,
-        .frontend = state->options->frontend,
-        .keep_itls = true,
-        .itls = &state->itls,
-        .samples = &state->samples,
-    };
+    kvio_serve_run_t serve_run;
+    run_serve_plan(workload, &state->model, &state->gpu, state->stream, state->updates,
+                   &serve_run);
+    serve_run.num_requests = state->num_requests;
+    serve_run.results = state->results;
+    serve_run.stop = state->options->stop;
+    serve_run.events = state->events;
+    /* Serve ranks follow the train ranks in every file, as in updates.csv. */
+    serve_run.first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
+    serve_run.start = state->start;
+    serve_run.frontend = state->options->frontend;
+    serve_run.itls = &state->itls;
+    serve_run.samples = &state->samples;
+    /* Simulate's updates: the schedule, and where the engines' activations
+     * and stalls go. */
+    serve_run.updates = state->schedule.updates;
+    serve_run.num_updates = state->schedule.num_updates;
+    serve_run.version_steps = state->schedule.version_steps;
+    serve_run.num_version_steps = state->schedule.num_version_steps;
+    serve_run.updates_activated_ns = state->activated_ns;
+    serve_run.updates_stall_ns = state->stall_ns;
+    serve_run.drain_stall_ns = state->drain_stall_ns;
+    serve_run.output = state->updates && !state->emulate ? &state->served : NULL;
     if (twin_wanted(state)) {
         status = serve_twin(state, &serve_run);
         if (status != KVIO_OK)
