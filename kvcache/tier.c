@@ -7,6 +7,7 @@
 #include "kvcache/tier_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,6 +46,11 @@ const kvio_opt_t kvio_tier_options[] = {
      .help = "emulate: most bytes/s the tier moves, e.g. 2e9 (0: as fast as it goes); a "
              "block moved sooner waits out the rest (fio's rate=), to stand in for a slower "
              "device"},
+    {.key = "trace", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_tier_config_t, trace),
+     .help = "a file: every block the tier reads or writes as CSV (time_s, op, offset, bytes, "
+             "latency_us; offset: the block's slot in the slab), with PATH.iolog (fio's iolog "
+             "of the same transfers) and PATH.fio (a job that replays them at the tier's queue "
+             "depth, so fio's GB/s checks kvio's); other serve ranks' get .rankN after PATH"},
     {.key = NULL},
 };
 
@@ -99,6 +105,10 @@ struct kvio_tier {
     kvio_hash_t *victim_hashes;
     uint64_t *victim_checksums;
     size_t num_victims;
+    /* trace: the CSV and fio iolog being written (NULL: none), and where */
+    FILE *trace_csv, *trace_iolog;
+    char *trace_path;
+    int64_t trace_origin_ns;
     bool error_logged;
     char info[512];
     char error[512];
@@ -252,6 +262,117 @@ uint64_t kvio_tier_index_footprint(uint64_t size, uint64_t block_bytes)
     return capacity * sizeof(tier_entry_t) + table_size * sizeof(uint32_t);
 }
 
+/* ---------- trace: ---------- */
+
+/* Opens PATH (PATH.rankN for serve ranks past the first) for the CSV and
+ * PATH.iolog for fio's iolog (version 2: the slab file added and opened,
+ * then one line a transfer), each refused with its path and reason. */
+static kvio_status_t trace_open(kvio_tier_t *tier, const kvio_tier_config_t *config,
+                                char *error_p, size_t error_len)
+{
+    size_t room = strlen(config->trace) + 32;
+    if ((tier->trace_path = malloc(room)) == NULL)
+        return KVIO_ERR_NOMEM;
+    if (config->run_id != NULL && config->rank > 0)
+        snprintf(tier->trace_path, room, "%s.rank%u", config->trace, config->rank);
+    else
+        snprintf(tier->trace_path, room, "%s", config->trace);
+    char iolog[PATH_MAX];
+    snprintf(iolog, sizeof(iolog), "%s.iolog", tier->trace_path);
+    const char *failed = NULL;
+    if ((tier->trace_csv = fopen(tier->trace_path, "w")) == NULL)
+        failed = tier->trace_path;
+    else if ((tier->trace_iolog = fopen(iolog, "w")) == NULL)
+        failed = iolog;
+    if (failed != NULL) {
+        snprintf(error_p, error_len, "%s tier: trace: cannot write %s: %s",
+                 tier->ops->plugin.name, failed, strerror(errno));
+        return KVIO_ERR_CONFIG;
+    }
+    fputs("time_s,op,offset,bytes,latency_us\n", tier->trace_csv);
+    fputs("fio version 2 iolog\nkvio-replay.slab add\nkvio-replay.slab open\n",
+          tier->trace_iolog);
+    tier->trace_origin_ns = (int64_t)kvio_time_ns();
+    return KVIO_OK;
+}
+
+/* One block moved: when it was submitted (emulate: its completion less
+ * its latency, from the tier's creation; simulate: the tier's modelled
+ * busy time before its batch, the device never idle), the op, the slot's
+ * offset, the bytes and the latency. */
+static void trace_op(kvio_tier_t *tier, bool write, uint32_t slot, int64_t latency_ns)
+{
+    if (tier->trace_csv == NULL)
+        return;
+    int64_t at_ns = tier->emulate
+                        ? (int64_t)kvio_time_ns() - latency_ns - tier->trace_origin_ns
+                        : tier->stats.write_ns + tier->stats.read_ns;
+    unsigned long long offset = (unsigned long long)slot * tier->block_bytes;
+    const char *op = write ? "write" : "read";
+    fprintf(tier->trace_csv, "%.9f,%s,%llu,%llu,%.3f\n", (double)(at_ns > 0 ? at_ns : 0) / 1e9,
+            op, offset, (unsigned long long)tier->block_bytes, (double)latency_ns / 1e3);
+    fprintf(tier->trace_iolog, "kvio-replay.slab %s %llu %llu\n", op, offset,
+            (unsigned long long)tier->block_bytes);
+}
+
+/* Closes the trace and writes PATH.fio: fio replays the iolog into a file
+ * the slab's size, in the same order, at the tier's queue depth and
+ * O_DIRECT as the tier ran (a file tier's report says them; 8 and direct
+ * otherwise), as fast as the device goes (replay_no_stall). */
+static void trace_close(kvio_tier_t *tier)
+{
+    if (tier->trace_iolog != NULL) {
+        fputs("kvio-replay.slab close\n", tier->trace_iolog);
+        fclose(tier->trace_iolog);
+    }
+    if (tier->trace_csv != NULL)
+        fclose(tier->trace_csv);
+    if (tier->trace_csv == NULL || tier->trace_iolog == NULL)
+        return;
+    json_int_t depth = 8;
+    bool direct = true;
+    if (tier->backend_ready) {
+        json_t *about = json_object();
+        tier->ops->report(tier->priv, about);
+        if (json_is_integer(json_object_get(about, "queue_depth")))
+            depth = json_integer_value(json_object_get(about, "queue_depth"));
+        if (json_is_boolean(json_object_get(about, "o_direct")))
+            direct = json_is_true(json_object_get(about, "o_direct"));
+        json_decref(about);
+    }
+    char job[PATH_MAX];
+    snprintf(job, sizeof(job), "%s.fio", tier->trace_path);
+    FILE *out = fopen(job, "w");
+    if (out == NULL) {
+        kvio_warn("%s tier: trace: cannot write %s: %s", tier->ops->plugin.name, job,
+                  strerror(errno));
+        return;
+    }
+    const char *slash = strrchr(tier->trace_path, '/');
+    fprintf(out,
+            "; kvio: the blocks the %s tier moved (%s), replayed by fio: the same transfers\n"
+            "; in the same order, at the tier's queue depth, as fast as the device goes.\n"
+            "; Run it in a directory on the device under test, beside %s.iolog:\n"
+            ";   fio %s.fio\n"
+            "; and hold its read and write bandwidth against the tier's read_gbps and\n"
+            "; write_gbps in summary.json (the bytes over the time busy moving them).\n"
+            "[global]\n"
+            "ioengine=io_uring\n"
+            "direct=%d\n"
+            "iodepth=%lld\n"
+            "replay_no_stall=1\n"
+            "\n"
+            "[kvio-replay]\n"
+            "filename=kvio-replay.slab\n"
+            "size=%llu\n"
+            "read_iolog=%s.iolog\n",
+            tier->ops->plugin.name, tier->info, slash != NULL ? slash + 1 : tier->trace_path,
+            slash != NULL ? slash + 1 : tier->trace_path, direct ? 1 : 0, (long long)depth,
+            (unsigned long long)tier->capacity * tier->block_bytes,
+            slash != NULL ? slash + 1 : tier->trace_path);
+    fclose(out);
+}
+
 kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_bytes,
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len)
@@ -349,6 +470,9 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
     for (uint32_t i = 0; i < tier->capacity; i++)
         tier->entries[i].next = i + 1 < tier->capacity ? i + 1 : NO_ENTRY;
     tier->free_head = 0;
+    if (config->trace != NULL && config->trace[0] != '\0' &&
+        (status = trace_open(tier, config, error_p, error_len)) != KVIO_OK)
+        goto fail;
 
     kvio_info("tier %s", tier->info);
     *tier_p = tier;
@@ -377,6 +501,8 @@ void kvio_tier_destroy(kvio_tier_t *tier)
 {
     if (tier == NULL)
         return;
+    trace_close(tier);
+    free(tier->trace_path);
     if (tier->backend_ready) {
         /* Delete what this run wrote (files, Redis keys). */
         if (!(tier->ops->caps & KVIO_TIER_CAP_VOLATILE)) {
@@ -637,6 +763,8 @@ static int64_t spill_group(kvio_tier_t *tier, const uint32_t *slots, const kvio_
                          .checksums = read_checksums};
         backend_move(tier, false, count, &moves, error, sizeof(error));
         for (size_t i = 0; i < count; i++) {
+            if (statuses[i] == KVIO_OK)
+                trace_op(tier, false, slots[i], latencies[i]);
             if (statuses[i] == KVIO_OK &&
                 XXH3_64bits(buffers[i], tier->block_bytes) == checksums[i]) {
                 data[n] = buffers[i];
@@ -824,6 +952,7 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         int64_t latency_ns = tier->emulate ? tier->batch_latencies[i] : model_latency(tier, i);
         tier->stats.put_latency_sum_ns += latency_ns;
         kvio_hist_record(tier->stats.put_latency, (uint64_t)latency_ns);
+        trace_op(tier, true, entry, latency_ns);
     }
     tier->stats.write_ns += cost_ns;
     tier->stats.put_batches++;
@@ -1007,6 +1136,7 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
         int64_t latency_ns = tier->emulate ? tier->batch_latencies[got] : model_latency(tier, got);
         tier->stats.get_latency_sum_ns += latency_ns;
         kvio_hist_record(tier->stats.get_latency, (uint64_t)latency_ns);
+        trace_op(tier, false, entry, latency_ns);
     }
     /* Blocks past a failure were not asked for. */
     tier->stats.gets -= held - got - (got < held);
@@ -1078,6 +1208,29 @@ static void set_latency(kvio_result_t *entry, kvio_figure_t count, const kvio_hi
     kvio_result_set(entry, count + 5, (double)kvio_hist_max(hist) / 1e6);
 }
 
+/* A latency histogram by octave, as fio's completion-latency buckets
+ * (clat): [{from_ns, below_ns, count}] from the first octave with a value
+ * to the last; in emulate a file tier's are io_uring's per-I/O
+ * completion latencies (submission to completion). */
+static json_t *latency_histogram(const kvio_hist_t *hist)
+{
+    uint64_t counts[KVIO_HIST_OCTAVES];
+    kvio_hist_octaves(hist, counts);
+    int first = 0, last = KVIO_HIST_OCTAVES - 1;
+    while (first < KVIO_HIST_OCTAVES && counts[first] == 0)
+        first++;
+    while (last >= first && counts[last] == 0)
+        last--;
+    json_t *octaves = json_array();
+    for (int k = first; k <= last; k++)
+        json_array_append_new(octaves,
+                              json_pack("{s:I, s:I, s:I}", "from_ns",
+                                        (json_int_t)(k == 0 ? 0 : 1ull << k), "below_ns",
+                                        k < 62 ? (json_int_t)(1ull << (k + 1)) : INT64_MAX,
+                                        "count", (json_int_t)counts[k]));
+    return octaves;
+}
+
 void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
 {
     const kvio_tier_stats_t *stats = &tier->stats;
@@ -1117,6 +1270,9 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     set_latency(entry, KVIO_FIG_TIER_WRITE_LATENCY_COUNT, stats->put_latency);
     if (tier->error[0] != '\0')
         kvio_result_set_text(entry, KVIO_FIG_TIER_LAST_ERROR, tier->error);
+    kvio_result_set_detail(entry, "read_latency_histogram", latency_histogram(stats->get_latency));
+    kvio_result_set_detail(entry, "write_latency_histogram",
+                           latency_histogram(stats->put_latency));
     kvio_result_set_detail(entry, "info", json_string(tier->info));
     kvio_result_set_detail(entry, "model",
                            json_pack("{s:f, s:I}", "bandwidth_bytes_per_s", tier->bandwidth,

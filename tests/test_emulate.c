@@ -966,29 +966,6 @@ Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .tim
 #define SLAB_BLOCKS 48u
 #define SLAB_BLOCK_BYTES (64u * 1024)
 
-/* The file descriptor of the open file whose path starts with dir (the
- * file tier's slab, an unnamed inode in it), or -1. */
-static int open_file_under(const char *dir)
-{
-    DIR *fds = opendir("/proc/self/fd");
-    if (fds == NULL)
-        return -1;
-    int found = -1;
-    struct dirent *entry;
-    while (found < 0 && (entry = readdir(fds)) != NULL) {
-        char link[300], target[1024];
-        snprintf(link, sizeof(link), "/proc/self/fd/%s", entry->d_name);
-        ssize_t length = readlink(link, target, sizeof(target) - 1);
-        if (length <= 0)
-            continue;
-        target[length] = '\0';
-        if (strncmp(target, dir, strlen(dir)) == 0)
-            found = atoi(entry->d_name);
-    }
-    closedir(fds);
-    return found;
-}
-
 /* SLAB_BLOCKS pool blocks, each owned by a request of its own, saved
  * through the block store into a file tier of exactly that many slots;
  * the slab's bytes are read back (as a device would store them) into a
@@ -1022,7 +999,7 @@ static unsigned char *slab_after_saves(const char *data_text, size_t *length_p)
         kvio_block_store_cache(store, &block, (kvio_hash_t){.low = block, .high = 54},
                                kvio_tier_write_policy(tier), &tier_ns);
     }
-    int fd = open_file_under(dir);
+    int fd = test_open_file_under(dir);
     cr_assert_geq(fd, 0, "no open file under %s", dir);
     struct stat info;
     cr_assert_eq(fstat(fd, &info), 0);
