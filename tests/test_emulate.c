@@ -198,6 +198,32 @@ Test(emulate, host_tier_traffic_is_real_and_counted, .timeout = 120)
     free(dir);
 }
 
+/* #54: whether a storage run held its duration: 1 s of arrivals whose
+ * saves a host tier held to 1e8 bytes/s (5 ms a 512 KiB block) takes
+ * seconds to write, and the engine waits for them; storage.overrun_s is
+ * the real time past the duration, wall_run_s less it. */
+Test(emulate, a_storage_run_reports_how_far_it_overran_its_duration, .timeout = 120)
+{
+    const char *text =
+        "name: overrun\nseed: 3\nmode: emulate\nduration: 1s\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "serve:\n  kvcache: {block_size: 16, blocks: 400, save_full: wait,\n"
+        "    tiers: [{kind: host, size: 512MiB, write: through, rate: 1e8}]}\n"
+        "stream:\n  arrival: {process: constant, rate: 10}\n"
+        "  input_tokens: {dist: constant, value: 1100}\n"
+        "  output_tokens: {dist: constant, value: 4}\n";
+    char *dir, error[1024];
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    cr_assert_not_null(summary, "%s", error);
+    double overrun = test_json_number(summary, "metrics.storage.overrun_s");
+    double wall = metric(summary, "wall_run_s");
+    cr_expect_gt(overrun, 0.5, "the saves outlast the duration: %.2f s", overrun);
+    cr_expect_float_eq(overrun, wall - 1.0, 1e-6, "overrun %.3f s, wall %.3f s", overrun, wall);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* A request the coupled run's cache can never hold is an error that names it
  * (as in simulate and plain emulate), not a bare "bad configuration". */
 Test(emulate, coupled_run_names_a_request_that_can_never_fit, .timeout = 120)
