@@ -54,6 +54,7 @@ struct kvio_cachesim {
     kvio_map_t table; /* id -> index + 1 */
     uint32_t num_unique;
     uint32_t window;  /* a window group's tokens (hybrid groups); 0: one group */
+    kvio_kvcache_index_t index; /* radix: replays go through kvcache/radix.c */
 };
 
 /* A window group's block ids are the full group's, with this mixed in. */
@@ -61,9 +62,18 @@ struct kvio_cachesim {
 
 kvio_status_t kvio_cachesim_set_window(kvio_cachesim_t *sim, uint32_t window_tokens)
 {
-    if (sim->num_requests > 0)
+    if (sim->num_requests > 0 || (window_tokens > 0 && sim->index == KVIO_KVCACHE_INDEX_RADIX))
         return KVIO_ERR_INVALID;
     sim->window = window_tokens;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_cachesim_set_index(kvio_cachesim_t *sim, kvio_kvcache_index_t index)
+{
+    if ((index != KVIO_KVCACHE_INDEX_HASH && index != KVIO_KVCACHE_INDEX_RADIX) ||
+        (index == KVIO_KVCACHE_INDEX_RADIX && sim->window > 0))
+        return KVIO_ERR_INVALID;
+    sim->index = index;
     return KVIO_OK;
 }
 
@@ -243,6 +253,18 @@ static bool window_resident(const void *view_p, uint32_t i)
     return view->resident[view->request->blocks[entry_of(view->request, 1, i)]];
 }
 
+/* Counts a request whose first hits blocks were a hit. */
+static void count_hits(const kvio_cachesim_t *sim, const sim_request_t *request, uint32_t hits,
+                       kvio_cachesim_result_t *result)
+{
+    uint64_t hit_tokens = (uint64_t)hits * sim->block_tokens;
+    result->hit_blocks += hits;
+    result->blocks += request->num_blocks;
+    result->tokens += request->num_tokens;
+    result->hit_tokens += hit_tokens < request->num_tokens ? hit_tokens : request->num_tokens;
+    result->requests++;
+}
+
 /* Counts one request's hit: the longest prefix of resident blocks (with a
  * window, what both groups serve: kvio_hybrid_hit). */
 static void count_hit(const kvio_cachesim_t *sim, const sim_request_t *request,
@@ -258,26 +280,71 @@ static void count_hit(const kvio_cachesim_t *sim, const sim_request_t *request,
         while (hits < request->num_blocks && resident[blocks[hits]])
             hits++;
     }
-    uint64_t hit_tokens = (uint64_t)hits * sim->block_tokens;
-    result->hit_blocks += hits;
-    result->blocks += request->num_blocks;
-    result->tokens += request->num_tokens;
-    result->hit_tokens += hit_tokens < request->num_tokens ? hit_tokens : request->num_tokens;
+    count_hits(sim, request, hits, result);
 }
 
-kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
-                                uint64_t capacity_blocks, kvio_cachesim_result_t *result_p)
+static void finish_rates(kvio_cachesim_result_t *result)
 {
-    if (capacity_blocks == 0) {
-        kvio_error("cachesim: capacity must be at least 1 block");
+    result->block_hit_rate =
+        result->blocks ? (double)result->hit_blocks / (double)result->blocks : 0;
+    result->token_hit_rate =
+        result->tokens ? (double)result->hit_tokens / (double)result->tokens : 0;
+}
+
+/* The radix index (kvcache/radix.c, SGLang's RadixCache) over the trace's
+ * blocks as pages: per request, insert returns the pages already present
+ * (the hit: match and insert are one walk) and stores the rest, evicting
+ * unlocked leaves (whole nodes, as SGLang) in the policy's order. A request
+ * longer than the cache stores its first capacity blocks. Requests first,
+ * first + stride, ... only (one replica of a fleet). */
+static kvio_status_t replay_radix(const kvio_cachesim_t *sim, const char *policy,
+                                  uint64_t capacity_blocks, size_t first, size_t stride,
+                                  kvio_cachesim_result_t *result)
+{
+    uint64_t capacity = capacity_blocks < sim->num_unique ? capacity_blocks : sim->num_unique;
+    if (capacity == 0)
+        capacity = 1;
+    if (capacity >= UINT32_MAX - 1) {
+        kvio_error("cachesim: the radix index holds at most %u blocks, not %llu",
+                   UINT32_MAX - 2, (unsigned long long)capacity);
         return KVIO_ERR_INVALID;
     }
-    kvio_status_t status = kvio_evict_check_name(policy);
+    kvio_radix_config_t config = {.num_blocks = (uint32_t)capacity,
+                                  .block_size = sim->block_tokens, .eviction = policy};
+    kvio_radix_t *tree = NULL;
+    kvio_status_t status = kvio_radix_create(&config, &tree);
     if (status != KVIO_OK)
         return status;
+    kvio_hash_t *keys = NULL;
+    size_t keys_capacity = 0;
+    for (size_t r = first; r < sim->num_requests && status == KVIO_OK; r += stride) {
+        const sim_request_t *request = &sim->requests[r];
+        size_t count = request->num_blocks < capacity ? request->num_blocks : capacity;
+        status = grow_array((void **)&keys, &keys_capacity, count > 0 ? count : 1,
+                            sizeof(kvio_hash_t));
+        for (size_t i = 0; i < count && status == KVIO_OK; i++)
+            keys[i] = (kvio_hash_t){.low = request->blocks[i], .high = 0};
+        size_t present = 0;
+        if (status == KVIO_OK)
+            status = kvio_radix_insert(tree, keys, count, &present);
+        if (status == KVIO_OK)
+            count_hits(sim, request, (uint32_t)present, result);
+    }
+    result->evictions += kvio_radix_evicted_pages(tree);
+    free(keys);
+    kvio_radix_destroy(tree);
+    return status;
+}
+
+/* Replays requests first, first + stride, ... through one cache (the
+ * block index), adding to *result_p. */
+static kvio_status_t replay_blocks(const kvio_cachesim_t *sim, const char *policy,
+                                   uint64_t capacity_blocks, size_t first, size_t stride,
+                                   kvio_cachesim_result_t *result_p)
+{
+    kvio_status_t status;
     const kvio_evict_ops_t *ops = kvio_evict_find(policy);
-    kvio_cachesim_result_t result = {.policy = ops->plugin.name,
-                                     .capacity_blocks = capacity_blocks};
+    kvio_cachesim_result_t result = *result_p;
     uint32_t num_entries = sim->num_unique;
     uint8_t *resident = calloc(num_entries ? num_entries : 1, 1);
     if (resident == NULL)
@@ -291,7 +358,7 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
             goto cleanup;
     }
     uint64_t size = 0;
-    for (size_t r = 0; r < sim->num_requests; r++) {
+    for (size_t r = first; r < sim->num_requests; r += stride) {
         const sim_request_t *request = &sim->requests[r];
         const uint32_t *blocks = request->blocks;
         count_hit(sim, request, resident, &result);
@@ -322,9 +389,6 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
             size++;
         }
     }
-    result.requests = sim->num_requests;
-    result.block_hit_rate = result.blocks ? (double)result.hit_blocks / (double)result.blocks : 0;
-    result.token_hit_rate = result.tokens ? (double)result.hit_tokens / (double)result.tokens : 0;
     *result_p = result;
     status = KVIO_OK;
 
@@ -332,6 +396,78 @@ cleanup:
     kvio_evict_fini(&evict);
     free(resident);
     return status;
+}
+
+/* One replica's replay (requests first, first + stride, ...) by the sim's
+ * index, added to *result_p. */
+static kvio_status_t replay(const kvio_cachesim_t *sim, const char *policy,
+                            uint64_t capacity_blocks, size_t first, size_t stride,
+                            kvio_cachesim_result_t *result_p)
+{
+    if (sim->index == KVIO_KVCACHE_INDEX_RADIX)
+        return replay_radix(sim, policy, capacity_blocks, first, stride, result_p);
+    return replay_blocks(sim, policy, capacity_blocks, first, stride, result_p);
+}
+
+/* Checks a run's policy and capacity; *result_p starts empty. */
+static kvio_status_t start_result(const char *policy, uint64_t capacity_blocks,
+                                  kvio_cachesim_result_t *result_p)
+{
+    if (capacity_blocks == 0) {
+        kvio_error("cachesim: capacity must be at least 1 block");
+        return KVIO_ERR_INVALID;
+    }
+    kvio_status_t status = kvio_evict_check_name(policy);
+    if (status != KVIO_OK)
+        return status;
+    *result_p = (kvio_cachesim_result_t){.policy = kvio_evict_find(policy)->plugin.name,
+                                         .capacity_blocks = capacity_blocks};
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
+                                uint64_t capacity_blocks, kvio_cachesim_result_t *result_p)
+{
+    kvio_cachesim_result_t result;
+    kvio_status_t status = start_result(policy, capacity_blocks, &result);
+    if (status == KVIO_OK)
+        status = replay(sim, policy, capacity_blocks, 0, 1, &result);
+    if (status != KVIO_OK)
+        return status;
+    finish_rates(&result);
+    *result_p = result;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_cachesim_run_fleet(const kvio_cachesim_t *sim, const char *policy,
+                                      uint64_t capacity_blocks, uint32_t num_replicas,
+                                      kvio_cachesim_result_t *local_p,
+                                      kvio_cachesim_result_t *global_p)
+{
+    if (num_replicas == 0) {
+        kvio_error("cachesim: a fleet needs at least 1 replica");
+        return KVIO_ERR_INVALID;
+    }
+    /* The shared store holds what the replicas' caches hold together. */
+    uint64_t shared = capacity_blocks == KVIO_CACHESIM_UNLIMITED ||
+                              capacity_blocks > (KVIO_CACHESIM_UNLIMITED - 1) / num_replicas
+                          ? KVIO_CACHESIM_UNLIMITED
+                          : capacity_blocks * num_replicas;
+    kvio_cachesim_result_t local, global;
+    kvio_status_t status = start_result(policy, capacity_blocks, &local);
+    if (status == KVIO_OK)
+        status = start_result(policy, shared, &global);
+    for (uint32_t replica = 0; replica < num_replicas && status == KVIO_OK; replica++)
+        status = replay(sim, policy, capacity_blocks, replica, num_replicas, &local);
+    if (status == KVIO_OK)
+        status = replay(sim, policy, shared, 0, 1, &global);
+    if (status != KVIO_OK)
+        return status;
+    finish_rates(&local);
+    finish_rates(&global);
+    *local_p = local;
+    *global_p = global;
+    return KVIO_OK;
 }
 
 /* ---------- LRU at every capacity in one pass ---------- */
@@ -526,7 +662,8 @@ kvio_status_t kvio_cachesim_sweep_lru(const kvio_cachesim_t *sim, const uint64_t
             return KVIO_ERR_INVALID;
         }
     }
-    if (sim->window > 0) { /* the one pass knows one group */
+    /* The one pass knows one group and the block index. */
+    if (sim->window > 0 || sim->index == KVIO_KVCACHE_INDEX_RADIX) {
         kvio_status_t status = KVIO_OK;
         for (size_t i = 0; i < num_capacities && status == KVIO_OK; i++)
             status = kvio_cachesim_run(sim, "lru", capacities[i], &results_p[i]);
@@ -655,7 +792,7 @@ kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const 
     size_t num_jobs = 0;
     /* lru's one pass knows one group: with a window, every policy replays
      * once per capacity. */
-    bool one_pass = sim->window == 0;
+    bool one_pass = sim->window == 0 && sim->index == KVIO_KVCACHE_INDEX_HASH;
     for (size_t i = 0; one_pass && i < num_policies; i++) {
         if (kvio_evict_find(policies[i]) == &kvio_eviction_lru)
             jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = ALL_CAPACITIES};

@@ -31,6 +31,7 @@ struct kvio_radix {
     uint32_t num_free_nodes;
     size_t num_nodes;
     size_t evictable_tokens, protected_tokens;
+    uint64_t evicted_pages;    /* pages freed by eviction since creation */
     kvio_evict_t evict;
     uint8_t *in_set;           /* node is an unlocked leaf known to the policy */
     uint8_t *policy_known;     /* the policy has seen the node since it was made */
@@ -275,6 +276,7 @@ void kvio_radix_evict(kvio_radix_t *tree, size_t num_tokens, size_t *num_evicted
         size_t tokens = node_tokens(tree, victim);
         tree->evictable_tokens -= tokens;
         evicted += tokens;
+        tree->evicted_pages += node->num_pages;
         uint32_t parent = node->parent;
         unlink_child(tree, victim);
         free(node->blocks);
@@ -357,4 +359,59 @@ kvio_radix_node_t kvio_radix_node_parent(const kvio_radix_t *tree, kvio_radix_no
 uint32_t kvio_radix_node_lock_count(const kvio_radix_t *tree, kvio_radix_node_t node)
 {
     return node <= tree->num_blocks ? tree->nodes[node].lock_count : 0;
+}
+
+uint64_t kvio_radix_evicted_pages(const kvio_radix_t *tree)
+{
+    return tree->evicted_pages;
+}
+
+/* ---- token keys ---------------------------------------------------------- */
+
+/* A token sequence's page keys, as SGLang pages a RadixKey: whole pages of
+ * block_size tokens (a tail shorter than a page is never matched nor
+ * stored), each key the chained hash of its page, the salt (SGLang's
+ * extra_key) in the first, so equal keys mean equal prefixes and salts. */
+static kvio_status_t token_keys(const kvio_radix_t *tree, const uint32_t *tokens,
+                                size_t num_tokens, const void *salt, size_t salt_len,
+                                kvio_hash_t **keys_p, size_t *num_keys_p)
+{
+    size_t pages = num_tokens / tree->block_size;
+    kvio_hash_t *keys = malloc((pages > 0 ? pages : 1) * sizeof(kvio_hash_t));
+    if (keys == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_kvcache_hash_tokens(tokens, num_tokens, tree->block_size, salt, salt_len, keys);
+    *keys_p = keys;
+    *num_keys_p = pages;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_radix_match_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                      size_t num_tokens, const void *salt, size_t salt_len,
+                                      kvio_radix_node_t *node_p, size_t *num_tokens_p)
+{
+    kvio_hash_t *keys = NULL;
+    size_t num_keys = 0, matched = 0;
+    kvio_status_t status = token_keys(tree, tokens, num_tokens, salt, salt_len, &keys, &num_keys);
+    if (status == KVIO_OK)
+        status = kvio_radix_match(tree, keys, num_keys, node_p, &matched);
+    free(keys);
+    if (status == KVIO_OK)
+        *num_tokens_p = matched * tree->block_size;
+    return status;
+}
+
+kvio_status_t kvio_radix_insert_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                       size_t num_tokens, const void *salt, size_t salt_len,
+                                       size_t *num_present_tokens_p)
+{
+    kvio_hash_t *keys = NULL;
+    size_t num_keys = 0, present = 0;
+    kvio_status_t status = token_keys(tree, tokens, num_tokens, salt, salt_len, &keys, &num_keys);
+    if (status == KVIO_OK)
+        status = kvio_radix_insert(tree, keys, num_keys, &present);
+    free(keys);
+    if (status == KVIO_OK && num_present_tokens_p != NULL)
+        *num_present_tokens_p = present * tree->block_size;
+    return status;
 }

@@ -312,6 +312,21 @@ size_t kvio_radix_protected_tokens(const kvio_radix_t *tree);
 uint32_t kvio_radix_num_free_blocks(const kvio_radix_t *tree);
 size_t kvio_radix_num_nodes(const kvio_radix_t *tree);
 
+/* Pages freed by eviction since the tree was made. */
+uint64_t kvio_radix_evicted_pages(const kvio_radix_t *tree);
+
+/* Token sequences as keys, as SGLang's RadixKey: whole pages of block_size
+ * tokens (block_size 1: token-granular, SGLang's default page size; a tail
+ * shorter than a page is neither matched nor stored), the salt (may be
+ * NULL; SGLang's extra_key) isolating sequences that differ in it. Match
+ * and insert as above; counts are in tokens, always whole pages. */
+kvio_status_t kvio_radix_match_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                      size_t num_tokens, const void *salt, size_t salt_len,
+                                      kvio_radix_node_t *node_p, size_t *num_tokens_p);
+kvio_status_t kvio_radix_insert_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                       size_t num_tokens, const void *salt, size_t salt_len,
+                                       size_t *num_present_tokens_p);
+
 /* Pages held by a node, its parent, and its lock count. */
 size_t kvio_radix_node_pages(const kvio_radix_t *tree, kvio_radix_node_t node);
 kvio_radix_node_t kvio_radix_node_parent(const kvio_radix_t *tree, kvio_radix_node_t node);
