@@ -940,6 +940,8 @@ static const evict_case_t evict_cases[] = {
      .victims = "0 1 2"},
     {.policy = "lfu", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
      .victims = "0 2 1"},
+    {.policy = "filo", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
+     .victims = "2 1 0"}, /* newest first; hits change nothing */
     /* Small queue target 1 of 10: 0 was hit, so the victim pass moves it to
      * main and evicts 1, whose key becomes a ghost. 1 comes back into main,
      * so 2 (small) goes first; main holds 0 (one hit left) and 1: 1 goes,
@@ -1192,8 +1194,8 @@ Test(radix, leaves_leave_in_policy_order, .timeout = 10)
     struct {
         const char *policy;
         const char *first_victim;
-    } cases[] = {{"lru", "b"}, {"fifo", "a"}, {"mru", "a"}, {"lfu", "b"}};
-    for (size_t c = 0; c < 4; c++) {
+    } cases[] = {{"lru", "b"}, {"fifo", "a"}, {"mru", "a"}, {"lfu", "b"}, {"filo", "c"}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         kvio_radix_t *tree = make_tree(8, cases[c].policy);
         insert(tree, "a");
         insert(tree, "b");
