@@ -6,9 +6,11 @@
 # columns against an independent replay in the same run (local: the trace
 # split round robin, each part through lru_replay.py's semantics; global:
 # lru_replay.py's replay at 4x the capacity), checks global >= local at
-# every capacity, and ends with the largest global/local token hit ratio
-# (the Mooncake paper reports up to 2.36x on its traces) and the ratio with
-# unlimited caches (what only the sharing gives).
+# every capacity; then the same fleet behind prefix_affinity (the local
+# caches with a cache-aware router). Ends with the largest global/local
+# token hit ratio under each router (the Mooncake paper reports up to 2.36x
+# on its traces) and the ratio with unlimited caches (what only the sharing
+# gives); the round-robin one last.
 # Env: KVIO_TRACE, KVIO_REFERENCE, KVIO_BENCH_BUILD, KVIO_BENCH_REPLICAS.
 set -euo pipefail
 
@@ -74,12 +76,25 @@ print(f"local and global hit rates agree with the reference at every capacity; "
       f"global >= local at each")
 EOF
 
-# The largest gain of the shared store over the replicas' own caches.
-awk -F, 'NR > 1 { rate[$2 "," $3] = $6; caps[$2] = 1 }
-    END { best = 0
-          for (c in caps) if (rate[c ",local"] > 0 && rate[c ",global"] / rate[c ",local"] > best) {
-              best = rate[c ",global"] / rate[c ",local"]; at = c }
-          printf "largest gain at %s blocks per replica\n", at
-          printf "figure cachesim_global_over_local %.2f x\n", best
-          printf "figure cachesim_global_over_local_unlimited %.2f x\n",
-              rate["unlimited,global"] / rate["unlimited,local"] }' "$work/kvio.csv"
+# With a cache-aware router in front of the local caches (kvio's
+# prefix_affinity: no reference replays it; its global column is the same
+# store as above).
+"$build/kvio" cachesim "$trace" --format mooncake --replicas "$replicas" \
+    --router prefix_affinity --capacity "$capacities" --eviction lru
+"$build/kvio" cachesim "$trace" --format mooncake --replicas "$replicas" \
+    --router prefix_affinity --capacity "$capacities" --eviction lru --csv >"$work/affinity.csv"
+
+# The largest gain of the shared store over the replicas' own caches, and
+# the gain with unlimited caches, under each router.
+gains() { # CSV suffix
+    awk -F, -v suffix="$2" 'NR > 1 { rate[$2 "," $3] = $6; caps[$2] = 1 }
+        END { best = 0
+              for (c in caps) if (rate[c ",local"] > 0 && rate[c ",global"] / rate[c ",local"] > best) {
+                  best = rate[c ",global"] / rate[c ",local"]; at = c }
+              printf "largest gain%s at %s blocks per replica\n", suffix, at
+              printf "figure cachesim_global_over_local%s %.2f x\n", suffix, best
+              printf "figure cachesim_global_over_local%s_unlimited %.2f x\n", suffix,
+                  rate["unlimited,global"] / rate["unlimited,local"] }' "$1"
+}
+gains "$work/affinity.csv" _affinity
+gains "$work/kvio.csv" ""

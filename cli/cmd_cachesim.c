@@ -48,6 +48,8 @@ typedef struct options {
     uint32_t window;   /* their window (tokens), with --hybrid */
     kvio_kvcache_index_t index; /* --index */
     uint32_t replicas; /* --replicas: local and global hit rates of a fleet; 0: one cache */
+    kvio_cachesim_router_t router; /* --router */
+    bool router_given;
     output_format_t output;
 } options_t;
 
@@ -79,7 +81,8 @@ static void print_help(FILE *out)
     fprintf(out,
             "usage: kvio cachesim TRACE [--format NAME] [--capacity LIST]\n"
             "                     [--eviction LIST] [--index hash|radix]\n"
-            "                     [--replicas N] [--block-tokens N] [--skip-bad]\n"
+            "                     [--replicas N [--router NAME]] [--block-tokens N]\n"
+            "                     [--skip-bad]\n"
             "                     [--threads N] [--json|--csv] [-o FILE]\n\n"
             "Replays the trace's block hash ids (in timestamp order) through a prefix\n"
             "cache: each request hits on the longest prefix of its blocks that is cached,\n"
@@ -106,6 +109,10 @@ static void print_help(FILE *out)
             "                      local (each replica its own cache of the capacity)\n"
             "                      and global (one store of N x the capacity shared by\n"
             "                      all, as Mooncake Store) hit rates side by side\n"
+            "  --router NAME       with --replicas: round_robin (default) or\n"
+            "                      prefix_affinity (the replica caching the longest\n"
+            "                      prefix, within 16 requests of the least routed;\n"
+            "                      --index hash)\n"
             "  --block-tokens N    tokens per trace block (default 512)\n"
             "  --hybrid            the --model's sliding-window layers as vLLM's hybrid\n"
             "                      groups (gpt-oss): a block per group, a hit what both\n"
@@ -259,7 +266,7 @@ enum {
     CACHESIM_HELP = 1, CACHESIM_FORMAT, CACHESIM_CAPACITY, CACHESIM_MODEL, CACHESIM_TP,
     CACHESIM_EVICTION, CACHESIM_BLOCK_TOKENS, CACHESIM_THREADS, CACHESIM_OUTPUT,
     CACHESIM_SKIP_BAD, CACHESIM_JSON, CACHESIM_CSV, CACHESIM_HYBRID, CACHESIM_INDEX,
-    CACHESIM_REPLICAS,
+    CACHESIM_REPLICAS, CACHESIM_ROUTER,
 };
 
 static const kvio_cli_option_t cachesim_options[] = {
@@ -271,6 +278,7 @@ static const kvio_cli_option_t cachesim_options[] = {
     {"eviction", 0, "a list of policies", CACHESIM_EVICTION},
     {"index", 0, "an index name", CACHESIM_INDEX},
     {"replicas", 0, "a count", CACHESIM_REPLICAS},
+    {"router", 0, "a router name", CACHESIM_ROUTER},
     {"block-tokens", 0, "a token count", CACHESIM_BLOCK_TOKENS},
     {"hybrid", 0, NULL, CACHESIM_HYBRID},
     {"threads", 0, "a count", CACHESIM_THREADS},
@@ -328,6 +336,15 @@ static bool take_arg(options_t *options, int option, const char *value)
             return false;
         options->replicas = (uint32_t)number;
         return true;
+    case CACHESIM_ROUTER:
+        options->router_given = true;
+        if (strcmp(value, "round_robin") == 0 || strcmp(value, "prefix_affinity") == 0) {
+            options->router = value[0] == 'p' ? KVIO_CACHESIM_PREFIX_AFFINITY
+                                              : KVIO_CACHESIM_ROUND_ROBIN;
+            return true;
+        }
+        kvio_error("cachesim: bad --router '%s' (round_robin or prefix_affinity)", value);
+        return false;
     case CACHESIM_THREADS:
         if (!parse_count_option("--threads", value, 64, &number))
             return false;
@@ -373,6 +390,16 @@ static int parse_args(int argc, char **argv, options_t *options)
         kvio_error("cachesim: no trace given (see kvio cachesim --help)");
         return KVIO_EXIT_USAGE;
     }
+    if (options->router_given && options->replicas == 0) {
+        kvio_error("cachesim: --router routes a fleet: give --replicas N");
+        return KVIO_EXIT_USAGE;
+    }
+    if (options->router == KVIO_CACHESIM_PREFIX_AFFINITY &&
+        options->index == KVIO_KVCACHE_INDEX_RADIX) {
+        kvio_error("cachesim: --router prefix_affinity takes --index hash (a radix match "
+                   "changes the tree it looks in)");
+        return KVIO_EXIT_USAGE;
+    }
     if (options->hybrid && options->index == KVIO_KVCACHE_INDEX_RADIX) {
         kvio_error("cachesim: --hybrid takes --index hash (vLLM's hybrid groups are its "
                    "block index's)");
@@ -384,6 +411,11 @@ static int parse_args(int argc, char **argv, options_t *options)
 static const char *index_name(kvio_kvcache_index_t index)
 {
     return index == KVIO_KVCACHE_INDEX_RADIX ? "radix" : "hash";
+}
+
+static const char *router_name(kvio_cachesim_router_t router)
+{
+    return router == KVIO_CACHESIM_PREFIX_AFFINITY ? "prefix_affinity" : "round_robin";
 }
 
 static void format_capacity(uint64_t capacity, char *text, size_t size)
@@ -461,7 +493,7 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
     json_object_set_new(config, "index", json_string(index_name(options->index)));
     if (options->replicas > 0) {
         json_object_set_new(config, "replicas", json_integer(options->replicas));
-        json_object_set_new(config, "router", json_string("round_robin"));
+        json_object_set_new(config, "router", json_string(router_name(options->router)));
     }
     if (options->model != NULL) {
         json_object_set_new(config, "model", json_string(options->model));
@@ -548,10 +580,11 @@ static void write_text(FILE *out, const options_t *options, const trace_counts_t
 {
     if (globals != NULL && options->output != OUTPUT_CSV)
         fprintf(out, "%s: requests=%llu skipped=%llu unique_blocks=%zu block_tokens=%u "
-                     "index=%s replicas=%u router=round_robin\n",
+                     "index=%s replicas=%u router=%s\n",
                 options->trace_path, (unsigned long long)counts->requests,
                 (unsigned long long)counts->skipped_lines, kvio_cachesim_num_unique_blocks(sim),
-                options->block_tokens, index_name(options->index), options->replicas);
+                options->block_tokens, index_name(options->index), options->replicas,
+                router_name(options->router));
     if (globals != NULL) {
         write_fleet_text(out, options, results, globals, num_results);
         return;
@@ -719,7 +752,8 @@ int kvio_cmd_cachesim(int argc, char **argv)
         for (size_t i = 0; i < num_results && status == KVIO_OK; i++)
             status = kvio_cachesim_run_fleet(sim, options.policies[i / options.num_capacities],
                                              options.capacities[i % options.num_capacities],
-                                             options.replicas, &results[i], &globals[i]);
+                                             options.replicas, options.router, &results[i],
+                                             &globals[i]);
     } else if (status == KVIO_OK) {
         status = kvio_cachesim_sweep(sim, options.policies, options.num_policies,
                                      options.capacities, options.num_capacities, options.threads,

@@ -209,7 +209,7 @@ Test(cachesim, a_shared_store_hits_what_another_replica_cached, .timeout = 10)
     REQUEST(sim, 2, 1, 3);
     REQUEST(sim, 2, 1, 3);
     kvio_cachesim_result_t local, global;
-    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 2, &local, &global), KVIO_OK);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 2, KVIO_CACHESIM_ROUND_ROBIN, &local, &global), KVIO_OK);
     cr_assert_eq(local.requests, 4);
     cr_assert_eq(local.blocks, 8);
     cr_assert_eq(local.hit_blocks, 2);
@@ -219,10 +219,10 @@ Test(cachesim, a_shared_store_hits_what_another_replica_cached, .timeout = 10)
     cr_assert_eq(global.capacity_blocks, 4, "the store holds the replicas' capacity together");
     /* One replica is the plain replay, local and global alike. */
     kvio_cachesim_result_t one = run(sim, "lru", 2);
-    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 1, &local, &global), KVIO_OK);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 1, KVIO_CACHESIM_ROUND_ROBIN, &local, &global), KVIO_OK);
     cr_assert_eq(local.hit_blocks, one.hit_blocks);
     cr_assert_eq(global.hit_blocks, one.hit_blocks);
-    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 0, &local, &global), KVIO_ERR_INVALID);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 0, KVIO_CACHESIM_ROUND_ROBIN, &local, &global), KVIO_ERR_INVALID);
     kvio_cachesim_destroy(sim);
 }
 
@@ -255,8 +255,8 @@ Test(cachesim, a_shared_store_is_never_below_local_caches_on_the_fixture, .timeo
         for (size_t p = 0; p < 3; p++) {
             for (size_t c = 0; c < sizeof(capacities) / sizeof(capacities[0]); c++) {
                 kvio_cachesim_result_t local, global;
-                cr_assert_eq(kvio_cachesim_run_fleet(sim, policies[p], capacities[c], 4, &local,
-                                                     &global),
+                cr_assert_eq(kvio_cachesim_run_fleet(sim, policies[p], capacities[c], 4,
+                                                     KVIO_CACHESIM_ROUND_ROBIN, &local, &global),
                              KVIO_OK);
                 cr_assert_geq(global.token_hit_rate, local.token_hit_rate,
                               "index %d %s capacity %llu: global %.4f < local %.4f", index,
@@ -269,6 +269,47 @@ Test(cachesim, a_shared_store_is_never_below_local_caches_on_the_fixture, .timeo
             }
         }
     }
+    kvio_cachesim_destroy(sim);
+}
+
+/* [1,2] [1,2] [3,4] [3,4] over 2 replicas of 2 blocks: round robin puts
+ * one of each on each replica (no hit); prefix_affinity sends the second
+ * [1,2] where the first is, and [3,4], cached nowhere, to the less routed
+ * replica, then its twin after it: 4 of 8 blocks, what one store of 4
+ * serves. The load cap holds: 40 copies of one prompt spread once a
+ * replica is 16 ahead. */
+Test(cachesim, prefix_affinity_routes_to_the_replica_holding_the_prefix, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    REQUEST(sim, 2, 1, 2);
+    REQUEST(sim, 2, 1, 2);
+    REQUEST(sim, 2, 3, 4);
+    REQUEST(sim, 2, 3, 4);
+    kvio_cachesim_result_t local, global;
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 2, KVIO_CACHESIM_ROUND_ROBIN, &local,
+                                         &global),
+                 KVIO_OK);
+    cr_assert_eq(local.hit_blocks, 0);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 2, KVIO_CACHESIM_PREFIX_AFFINITY,
+                                         &local, &global),
+                 KVIO_OK);
+    cr_assert_eq(local.hit_blocks, 4);
+    cr_assert_eq(global.hit_blocks, 4);
+    kvio_cachesim_destroy(sim);
+
+    sim = make_sim(1);
+    for (int i = 0; i < 40; i++)
+        REQUEST(sim, 1, 9);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 1, 2, KVIO_CACHESIM_PREFIX_AFFINITY,
+                                         &local, &global),
+                 KVIO_OK);
+    /* Replica 0 takes 17 (hits 16); the 18th goes to replica 1 (a miss),
+     * which holds the block too from then on: 2 misses in all. */
+    cr_assert_eq(local.hit_blocks, 38);
+    cr_assert_eq(kvio_cachesim_set_index(sim, KVIO_KVCACHE_INDEX_RADIX), KVIO_OK);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 1, 2, KVIO_CACHESIM_PREFIX_AFFINITY,
+                                         &local, &global),
+                 KVIO_ERR_INVALID);
     kvio_cachesim_destroy(sim);
 }
 
@@ -302,10 +343,26 @@ Test(cachesim_cli, replicas_print_local_and_global_hit_rates, .timeout = 20)
     cr_assert(test_contains(run_result.out, "\"scope\": \"global\""), "%s", run_result.out);
     cr_assert(test_contains(run_result.out, "\"replicas\": 2"), "%s", run_result.out);
     test_run_free(&run_result);
-    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--replicas", "0", NULL);
-    cr_assert_eq(run_result.status, 2);
-    cr_assert(test_contains(run_result.err, "bad --replicas '0'"), "%s", run_result.err);
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--block-tokens", "1", "--capacity",
+                           "2", "--replicas", "2", "--router", "prefix_affinity", "--csv", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    /* Every request to replica 0: 0 + 2 + 1 + 2 of 8 blocks, as the store. */
+    cr_assert(test_contains(run_result.out, "lru,2,local,2,0.625000,"), "%s", run_result.out);
     test_run_free(&run_result);
+    const char *bad[][4] = {
+        {"--replicas", "0", NULL, NULL},
+        {"--router", "prefix_affinity", NULL, NULL},
+        {"--replicas", "2", "--router", "random"},
+    };
+    const char *says[] = {"bad --replicas '0'", "--router routes a fleet: give --replicas N",
+                          "bad --router 'random' (round_robin or prefix_affinity)"};
+    for (size_t i = 0; i < 3; i++) {
+        run_result = test_kvio(dir, "cachesim", "trace.jsonl", bad[i][0], bad[i][1], bad[i][2],
+                               bad[i][3], NULL);
+        cr_assert_eq(run_result.status, 2, "%s", says[i]);
+        cr_assert(test_contains(run_result.err, says[i]), "%s", run_result.err);
+        test_run_free(&run_result);
+    }
     test_rmtree(dir);
     free(path);
     free(dir);

@@ -68,15 +68,27 @@ kvio_status_t kvio_cachesim_set_index(kvio_cachesim_t *sim, kvio_kvcache_index_t
 kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
                                 uint64_t capacity_blocks, kvio_cachesim_result_t *result_p);
 
-/* A fleet of num_replicas replicas (at least 1) behind a round-robin
- * router: request i goes to replica i mod num_replicas. *local_p: each
- * replica with its own cache of capacity_blocks (the replicas' hits
- * summed); *global_p: one store of num_replicas x capacity_blocks that
- * every replica reads and writes (Mooncake Store's global cache, an LMCache
- * server), the whole trace through it. Both by the policy and the sim's
- * index; global_p's capacity_blocks is the store's. Does not change sim. */
+/* How a fleet's requests reach its replicas. */
+typedef enum {
+    /* request i to replica i mod num_replicas */
+    KVIO_CACHESIM_ROUND_ROBIN = 0,
+    /* to the replica whose own cache holds the request's longest prefix,
+     * among those routed at most 16 requests more than the least routed
+     * (kvio's prefix_affinity with the routed count as the load; ties: the
+     * least routed, then the lower replica). The hash index only. */
+    KVIO_CACHESIM_PREFIX_AFFINITY = 1,
+} kvio_cachesim_router_t;
+
+/* A fleet of num_replicas replicas (at least 1) behind the router.
+ * *local_p: each replica with its own cache of capacity_blocks (the
+ * replicas' hits summed); *global_p: one store of num_replicas x
+ * capacity_blocks that every replica reads and writes (Mooncake Store's
+ * global cache, an LMCache server), the whole trace through it (routing
+ * cannot matter). Both by the policy and the sim's index; global_p's
+ * capacity_blocks is the store's. Does not change sim. */
 kvio_status_t kvio_cachesim_run_fleet(const kvio_cachesim_t *sim, const char *policy,
                                       uint64_t capacity_blocks, uint32_t num_replicas,
+                                      kvio_cachesim_router_t router,
                                       kvio_cachesim_result_t *local_p,
                                       kvio_cachesim_result_t *global_p);
 
