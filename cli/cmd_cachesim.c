@@ -692,6 +692,33 @@ static kvio_status_t add_request(kvio_cachesim_t *sim, const kvio_request_t *req
     return kvio_cachesim_add_request(sim, ids, count, request->input_tokens);
 }
 
+/* Bytes per unique block of one cache in a replay: its residency byte and
+ * the most any policy keeps (lfu's heap slot, position, count and stamp). */
+#define CACHE_BYTES_PER_BLOCK 24u
+
+/* prefix_affinity keeps every replica's cache at once: refused, with the
+ * numbers, when they need more memory than is available. */
+static bool fleet_fits(const options_t *options, const kvio_cachesim_t *sim)
+{
+    uint64_t available = 0;
+    if (options->replicas == 0 || options->router != KVIO_CACHESIM_PREFIX_AFFINITY ||
+        kvio_mem_available(&available, NULL, 0) != KVIO_OK)
+        return true;
+    uint64_t unique = kvio_cachesim_num_unique_blocks(sim);
+    uint64_t need = (uint64_t)options->replicas * unique * CACHE_BYTES_PER_BLOCK;
+    if (need <= available)
+        return true;
+    char need_text[32], available_text[32];
+    kvio_format_size(need, need_text, sizeof(need_text));
+    kvio_format_size(available, available_text, sizeof(available_text));
+    kvio_error("cachesim: --router prefix_affinity keeps %u replicas' caches of %llu unique "
+               "blocks at once (%u bytes each): %s, and %s is available; fewer replicas or "
+               "round_robin (one cache at a time)",
+               options->replicas, (unsigned long long)unique, CACHE_BYTES_PER_BLOCK, need_text,
+               available_text);
+    return false;
+}
+
 int kvio_cmd_cachesim(int argc, char **argv)
 {
     options_t options = {.format = "mooncake", .block_tokens = 512};
@@ -746,6 +773,10 @@ int kvio_cmd_cachesim(int argc, char **argv)
     results = status == KVIO_OK ? calloc(num_results, sizeof(*results)) : NULL;
     if (status == KVIO_OK && results == NULL)
         status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK && !fleet_fits(&options, sim)) {
+        exit_status = KVIO_EXIT_USAGE;
+        goto cleanup;
+    }
     if (status == KVIO_OK && options.replicas > 0) {
         globals = calloc(num_results, sizeof(*globals));
         status = globals == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
