@@ -95,8 +95,12 @@ typedef struct kvio_updates_schedule {
 } kvio_updates_schedule_t;
 
 /* Computes the schedule (deterministic: the same workload, the same
- * schedule). Free with kvio_updates_schedule_free. */
+ * schedule). served (may be NULL): the run served without updates, whose
+ * finished requests give the adaptive checkpoint policy its measured
+ * serving rate (else the policy's prior). Free with
+ * kvio_updates_schedule_free. */
 kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
+                                    const kvio_serve_output_t *served,
                                     kvio_updates_schedule_t *schedule_p, char *error_p,
                                     size_t error_len);
 void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
@@ -190,6 +194,15 @@ typedef struct run_context {
     kvio_serve_samples_t *samples;      /* emulate, coupled: receives the measured
                                            requests (rank 0; NULL: not wanted) */
 } run_context_t;
+
+/* The plan of serving: what every serve run takes from the workload (the
+ * sections, the stream, the SLO, warm-up, seed, P/D, what updates do),
+ * filled in this one place for simulate's run and twin and for emulate's
+ * serve ranks and client (run/coupled.c); each then adds its mode's own
+ * parts (the schedule of updates, the runtime handle, the front end). */
+void run_serve_plan(const kvio_workload_t *workload, const kvio_model_t *model,
+                    const kvio_gpu_t *gpu, kvio_stream_t *stream, bool updates,
+                    kvio_serve_run_t *run_p);
 
 /* A serve rank's engine in the coupled run: the model, GPU and its own copy
  * of the stream (each rank takes its share). */
