@@ -35,6 +35,7 @@ struct kvio_radix {
     kvio_evict_t evict;
     uint8_t *in_set;           /* node is an unlocked leaf known to the policy */
     uint8_t *policy_known;     /* the policy has seen the node since it was made */
+    kvio_radix_config_t hooks; /* on_stored, on_removed, hook_context */
 };
 
 static bool is_leaf(const kvio_radix_t *tree, uint32_t node)
@@ -79,6 +80,8 @@ kvio_status_t kvio_radix_create(const kvio_radix_config_t *config, kvio_radix_t 
         return KVIO_ERR_NOMEM;
     uint32_t num_nodes = config->num_blocks + 1;
     tree->num_blocks = config->num_blocks;
+    tree->hooks = *config;
+    tree->hooks.eviction = NULL; /* not kept: the caller's string */
     tree->block_size = config->block_size;
     tree->block_keys = calloc(config->num_blocks, sizeof(kvio_hash_t));
     tree->free_blocks = malloc(config->num_blocks * sizeof(uint32_t));
@@ -271,8 +274,12 @@ void kvio_radix_evict(kvio_radix_t *tree, size_t num_tokens, size_t *num_evicted
             break;
         tree->in_set[victim] = 0;
         radix_node_t *node = &tree->nodes[victim];
-        for (uint32_t i = 0; i < node->num_pages; i++)
+        for (uint32_t i = 0; i < node->num_pages; i++) {
             tree->free_blocks[tree->num_free_blocks++] = node->blocks[i];
+            if (tree->hooks.on_removed != NULL)
+                tree->hooks.on_removed(tree->hooks.hook_context,
+                                       tree->block_keys[node->blocks[i]]);
+        }
         size_t tokens = node_tokens(tree, victim);
         tree->evictable_tokens -= tokens;
         evicted += tokens;
@@ -316,6 +323,9 @@ kvio_status_t kvio_radix_insert(kvio_radix_t *tree, const kvio_hash_t *keys, siz
             tree->block_keys[block] = keys[present + i];
             tree->nodes[child].blocks[i] = block;
         }
+        for (size_t i = 0; tree->hooks.on_stored != NULL && i < pages; i++)
+            tree->hooks.on_stored(tree->hooks.hook_context, keys[present + i],
+                                  present + i > 0 ? &keys[present + i - 1] : NULL);
         policy_remove(tree, node); /* no longer a leaf */
         link_child(tree, node, child);
         tree->evictable_tokens += node_tokens(tree, child);

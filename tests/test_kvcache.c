@@ -1366,6 +1366,82 @@ Test(radix_sglang, advanced_prefix_match_with_node_splits, .timeout = 10)
     }
 }
 
+/* test_kv_cache_events, test_kv_cache_events_with_eviction and
+ * test_hash_value_repeating_tokens: a page
+ * stored is one BlockStored, chained to the page before it (the first has
+ * no parent); whole pages only (5 tokens at page size 2: 2 events);
+ * evicting them is one BlockRemoved per page, with the same keys. */
+typedef struct radix_events {
+    kvio_hash_t stored[16], parents[16], removed[16];
+    bool has_parent[16];
+    size_t num_stored, num_removed;
+} radix_events_t;
+
+static void heard_stored(void *context, kvio_hash_t key, const kvio_hash_t *parent)
+{
+    radix_events_t *events = context;
+    cr_assert_lt(events->num_stored, 16);
+    events->has_parent[events->num_stored] = parent != NULL;
+    events->parents[events->num_stored] = parent != NULL ? *parent : (kvio_hash_t){0};
+    events->stored[events->num_stored++] = key;
+}
+
+static void heard_removed(void *context, kvio_hash_t key)
+{
+    radix_events_t *events = context;
+    cr_assert_lt(events->num_removed, 16);
+    events->removed[events->num_removed++] = key;
+}
+
+Test(radix_sglang, kv_cache_events_with_eviction, .timeout = 10)
+{
+    for (uint32_t page = 1; page <= 2; page++) {
+        radix_events_t events = {0};
+        kvio_radix_config_t config = {.num_blocks = 64, .block_size = page, .eviction = "lru",
+                                      .on_stored = heard_stored, .on_removed = heard_removed,
+                                      .hook_context = &events};
+        kvio_radix_t *tree = NULL;
+        cr_assert_eq(kvio_radix_create(&config, &tree), KVIO_OK);
+        insert_tokens(tree, TOKENS(1, 2, 3, 4, 5), NULL);
+        size_t pages = 5 / page;
+        cr_assert_eq(events.num_stored, pages, "page %u", page);
+        cr_assert(!events.has_parent[0], "the first page has no parent");
+        for (size_t i = 1; i < pages; i++) {
+            cr_assert(events.has_parent[i]);
+            cr_assert(kvio_hash_equal(events.parents[i], events.stored[i - 1]),
+                      "page %zu chains to the one before", i);
+            cr_assert(!kvio_hash_equal(events.stored[i], events.stored[i - 1]));
+        }
+        /* A continuation stores only its new pages, the first chained to
+         * the last page present. */
+        insert_tokens(tree, TOKENS(1, 2, 3, 4, 5, 6, 7), NULL);
+        cr_assert_eq(events.num_stored, 7 / page);
+        cr_assert(kvio_hash_equal(events.parents[pages], events.stored[pages - 1]));
+        size_t evicted;
+        kvio_radix_evict(tree, 100, &evicted);
+        cr_assert_eq(events.num_removed, 7 / page, "page %u", page);
+        for (size_t i = 0; i < events.num_removed; i++) {
+            bool known = false;
+            for (size_t j = 0; j < events.num_stored; j++)
+                known = known || kvio_hash_equal(events.removed[i], events.stored[j]);
+            cr_assert(known, "a removed key was stored");
+        }
+        kvio_radix_destroy(tree);
+    }
+    /* test_hash_value_repeating_tokens: equal pages at different places
+     * are different blocks. */
+    radix_events_t events = {0};
+    kvio_radix_config_t config = {.num_blocks = 8, .block_size = 2, .on_stored = heard_stored,
+                                  .hook_context = &events};
+    kvio_radix_t *tree = NULL;
+    cr_assert_eq(kvio_radix_create(&config, &tree), KVIO_OK);
+    insert_tokens(tree, TOKENS(1, 2, 1, 2), NULL);
+    cr_assert_eq(events.num_stored, 2);
+    cr_assert(!kvio_hash_equal(events.stored[0], events.stored[1]));
+    cr_assert(kvio_hash_equal(events.parents[1], events.stored[0]));
+    kvio_radix_destroy(tree);
+}
+
 /* Where radix and hash-block caching differ: a prompt sharing 20 tokens
  * with a cached one. SGLang's token-granular tree (page size 1) serves all
  * 20; vLLM's hash index, blocks of 16, serves the one whole block. */

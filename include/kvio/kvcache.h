@@ -274,6 +274,13 @@ typedef struct kvio_radix_config {
     uint32_t num_blocks; /* blocks the tree may own */
     uint32_t block_size; /* tokens per block (SGLang's page size) */
     const char *eviction; /* policy name; NULL means "lru" */
+    /* Optional KV events (NULL: none), as SGLang's BlockStored and
+     * BlockRemoved: on_stored for each page a insert adds, in order (parent:
+     * the key of the page before it, NULL for a sequence's first page),
+     * on_removed for each page eviction frees. */
+    void (*on_stored)(void *context, kvio_hash_t key, const kvio_hash_t *parent);
+    void (*on_removed)(void *context, kvio_hash_t key);
+    void *hook_context;
 } kvio_radix_config_t;
 
 /* Creates an empty tree; the config is copied. */
