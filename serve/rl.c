@@ -163,6 +163,8 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     rl_sim_t *sim = engine->sim;
     rl_sample_t *sample = &sim->samples[finished->id];
     sample->finish_ns = finished->finish_ns;
+    if (finished->finish_ns > sim->last_finish_ns)
+        sim->last_finish_ns = finished->finish_ns;
     sample->recomputed = finished->recomputed_tokens;
     engine->outstanding--;
     kvio_serve_samples_add(sim->run->samples, finished);
@@ -191,7 +193,8 @@ static kvio_status_t engines_create(rl_sim_t *sim, char *error_p, size_t error_l
     sim->engines = calloc(sim->num_engines, sizeof(*sim->engines));
     uint64_t groups = (uint64_t)sim->config->steps * (uint64_t)sim->config->batch;
     sim->done = calloc(groups, sizeof(*sim->done));
-    if (sim->engines == NULL || sim->done == NULL)
+    sim->batch = calloc((size_t)sim->config->batch, sizeof(*sim->batch));
+    if (sim->engines == NULL || sim->done == NULL || sim->batch == NULL)
         return KVIO_ERR_NOMEM;
     for (uint32_t e = 0; e < sim->num_engines && status == KVIO_OK; e++) {
         rl_engine_t *engine = &sim->engines[e];
@@ -220,6 +223,7 @@ static void sim_free(rl_sim_t *sim)
     free(sim->samples);
     free(sim->groups);
     free(sim->done);
+    free(sim->batch);
     free(sim->steps);
 }
 
@@ -325,7 +329,7 @@ kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_
             break;
         status = admit(&sim);
         if (status == KVIO_OK && !sim.trainer_busy && sim.step < (uint64_t)config->steps &&
-            sim.done_tail - sim.done_head >= (size_t)config->batch)
+            rl_pick_batch(&sim))
             status = rl_start_step(&sim);
         if (status == KVIO_OK)
             status = schedule_engines(&sim);
@@ -334,11 +338,11 @@ kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_
         int64_t next = next_event(&sim);
         if (next == INT64_MAX) {
             snprintf(error_p, error_len,
-                     "rl: step %llu of %lld has %zu of its %lld groups and nothing runs: the "
-                     "stream ended after %zu groups (stream.requests counts prompts; the run "
-                     "takes rl.steps x rl.batch = %lld)",
+                     "rl: step %llu of %lld lacks groups and nothing runs: the stream ended "
+                     "after %zu groups (stream.requests counts prompts; the run takes "
+                     "rl.steps x rl.batch = %lld)",
                      (unsigned long long)sim.steps_done + 1, (long long)config->steps,
-                     sim.done_tail - sim.done_head, (long long)config->batch, sim.num_groups,
+                     sim.num_groups,
                      (long long)(config->steps * config->batch));
             status = KVIO_ERR_CONFIG;
             break;

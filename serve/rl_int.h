@@ -34,6 +34,8 @@ typedef struct rl_group {
     uint32_t first_sample, num_samples, finished;
     uint64_t start_version;
     int64_t start_ns, finish_ns;
+    bool consumed;         /* trained on */
+    uint64_t pick_mark;    /* picked by the trainer's attempt of this mark */
 } rl_group_t;
 
 struct rl_sim;
@@ -77,7 +79,10 @@ typedef struct rl_sim {
     size_t num_groups, groups_capacity;
     bool stream_done;
     uint32_t *done;                  /* finished groups in finish order */
-    size_t done_head, done_tail;     /* the trainer has taken done[0 .. done_head) */
+    size_t done_head, done_tail;     /* done[0 .. done_head) are all consumed */
+    size_t oldest;                   /* groups[0 .. oldest) are all consumed */
+    uint32_t *batch;                 /* the next step's groups (rl_pick_batch) */
+    uint64_t pick_mark;
     uint64_t version;                /* the rollout's newest version */
     int64_t now_ns;
     /* The trainer. */
@@ -91,6 +96,7 @@ typedef struct rl_sim {
     /* What the trainer took. */
     uint64_t staleness_tokens[RL_MAX_STALENESS + 1];
     uint64_t output_tokens, samples_trained, recomputed_tokens;
+    int64_t last_finish_ns;          /* the last sample's */
 } rl_sim_t;
 
 /* Whether the engine sleeps or loads weights at now_ns. */
@@ -102,7 +108,13 @@ static inline bool rl_engine_paused(const rl_engine_t *engine, int64_t now_ns)
 /* The weight sync's, sleep's and wake's times and the trainer's FLOP/s. */
 void rl_plan_costs(rl_sim_t *sim);
 
-/* The trainer takes rl.batch finished groups and starts its step at now. */
+/* Picks the next step's rl.batch groups into sim->batch: first every
+ * group that would lag more than the staleness bound at that step (the
+ * trainer waits for them), then the earliest finished; false while they
+ * are not all finished. */
+bool rl_pick_batch(rl_sim_t *sim);
+
+/* The trainer takes the picked groups and starts its step at now. */
 kvio_status_t rl_start_step(rl_sim_t *sim);
 
 /* The rl.* figures, the per-step detail and the engines' serving figures. */

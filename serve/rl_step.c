@@ -160,14 +160,14 @@ static int compare_ns(const void *a, const void *b)
 }
 
 /* The batch's samples' finishes: when tail_quantile of them had finished. */
-static int64_t quantile_finish_ns(rl_sim_t *sim, size_t first, size_t count, size_t num_samples)
+static int64_t quantile_finish_ns(rl_sim_t *sim, size_t count, size_t num_samples)
 {
     int64_t *finishes = malloc(num_samples * sizeof(*finishes));
     if (finishes == NULL)
         return -1;
     size_t n = 0;
-    for (size_t g = first; g < first + count; g++) {
-        const rl_group_t *group = &sim->groups[sim->done[g]];
+    for (size_t b = 0; b < count; b++) {
+        const rl_group_t *group = &sim->groups[sim->batch[b]];
         for (uint32_t i = 0; i < group->num_samples; i++)
             finishes[n++] = sim->samples[group->first_sample + i].finish_ns;
     }
@@ -178,19 +178,52 @@ static int64_t quantile_finish_ns(rl_sim_t *sim, size_t first, size_t count, siz
     return at;
 }
 
+bool rl_pick_batch(rl_sim_t *sim)
+{
+    const kvio_rl_config_t *config = sim->config;
+    uint64_t eta = config->mode == KVIO_RL_ASYNC ? (uint64_t)config->staleness : 0;
+    size_t need = (size_t)config->batch, taken = 0;
+    uint64_t mark = ++sim->pick_mark;
+    while (sim->oldest < sim->num_groups && sim->groups[sim->oldest].consumed)
+        sim->oldest++;
+    while (sim->done_head < sim->done_tail && sim->groups[sim->done[sim->done_head]].consumed)
+        sim->done_head++;
+    /* Groups are admitted in order, so those started too long ago come
+     * first. */
+    for (size_t g = sim->oldest; g < sim->num_groups && taken < need; g++) {
+        rl_group_t *group = &sim->groups[g];
+        if (group->start_version + eta > sim->step)
+            break;
+        if (group->consumed)
+            continue;
+        if (group->finished < group->num_samples)
+            return false;
+        group->pick_mark = mark;
+        sim->batch[taken++] = (uint32_t)g;
+    }
+    for (size_t d = sim->done_head; d < sim->done_tail && taken < need; d++) {
+        rl_group_t *group = &sim->groups[sim->done[d]];
+        if (group->consumed || group->pick_mark == mark)
+            continue;
+        group->pick_mark = mark;
+        sim->batch[taken++] = sim->done[d];
+    }
+    return taken == need;
+}
+
 kvio_status_t rl_start_step(rl_sim_t *sim)
 {
     const kvio_rl_config_t *config = sim->config;
     rl_step_t *step = &sim->steps[sim->step];
-    size_t first = sim->done_head, count = (size_t)config->batch;
-    sim->done_head += count;
+    size_t count = (size_t)config->batch;
     *step = (rl_step_t){.start_ns = sim->trainer_ready_ns};
     size_t num_samples = 0;
-    for (size_t g = first; g < first + count; g++) {
-        const rl_group_t *group = &sim->groups[sim->done[g]];
+    for (size_t b = 0; b < count; b++) {
+        rl_group_t *group = &sim->groups[sim->batch[b]];
+        group->consumed = true;
         step->batch_ready_ns = group->finish_ns > step->batch_ready_ns ? group->finish_ns
                                                                       : step->batch_ready_ns;
-        step->group_id_sum += sim->done[g];
+        step->group_id_sum += sim->batch[b];
         for (uint32_t i = 0; i < group->num_samples; i++) {
             const rl_sample_t *sample = &sim->samples[group->first_sample + i];
             count_sample(sim, sample, sim->step);
@@ -202,7 +235,7 @@ kvio_status_t rl_start_step(rl_sim_t *sim)
         }
         num_samples += group->num_samples;
     }
-    int64_t quantile_ns = quantile_finish_ns(sim, first, count, num_samples);
+    int64_t quantile_ns = quantile_finish_ns(sim, count, num_samples);
     if (quantile_ns < 0)
         return KVIO_ERR_NOMEM;
     int64_t wait_ns = sim->now_ns - sim->trainer_ready_ns;
@@ -318,8 +351,11 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result)
         return KVIO_ERR_NOMEM;
     for (uint32_t e = 0; e < sim->num_engines; e++)
         kvio_engine_metrics_merge(&total, kvio_engine_metrics(sim->engines[e].engine));
+    /* Until the last rollout: after it the engines have nothing left to
+     * generate in a run of rl.steps (a longer run would go on). */
     kvio_result_set(result, KVIO_FIG_RL_ROLLOUT_IDLE,
-                    1 - (double)total.busy_ns / 1e9 / (total_s * sim->num_engines));
+                    1 - (double)total.busy_ns /
+                            ((double)sim->last_finish_ns * sim->num_engines));
     kvio_serve_metrics_fill(result, &total);
     kvio_engine_metrics_fini(&total);
     kvio_result_set(result, KVIO_FIG_SERVE_RANKS, sim->num_engines);

@@ -190,11 +190,30 @@ Test(rl, a_staleness_bound_overlaps_generation_with_training, .timeout = 60)
                  sync_step);
     double lag = kvio_result_get(async.result, KVIO_FIG_RL_STALENESS_MAX);
     cr_assert_gt(lag, 0);
+    cr_assert_leq(lag, 2, "no trained token lags more than rl.staleness: %.0f", lag);
     cr_assert_gt(kvio_result_get(async.result, KVIO_FIG_RL_OFF_POLICY), 0);
     cr_assert_lt(kvio_result_get(async.result, KVIO_FIG_RL_ROLLOUT_IDLE),
                  kvio_result_get(sync.result, KVIO_FIG_RL_ROLLOUT_IDLE));
     run_free(&sync);
     run_free(&async);
+}
+
+/* The bound holds for every token, the long tail's too: the trainer waits
+ * for a group that would lag more. */
+Test(rl, no_trained_token_lags_more_than_the_bound, .timeout = 60)
+{
+    const char *modes[] = {"rl.interrupt=keep", "rl.interrupt=recompute"};
+    for (size_t eta = 1; eta <= 3; eta++) {
+        for (size_t m = 0; m < 2; m++) {
+            char bound[64];
+            snprintf(bound, sizeof(bound), "rl.staleness=%zu", eta);
+            const char *sets[] = {"rl.mode=async", bound, modes[m], "rl.steps=8"};
+            rl_run_t run = run_rl(base_workload, sets, 4);
+            double lag = kvio_result_get(run.result, KVIO_FIG_RL_STALENESS_MAX);
+            cr_assert_leq(lag, (double)eta, "%s %s: a token lags %.0f", bound, modes[m], lag);
+            run_free(&run);
+        }
+    }
 }
 
 Test(rl, colocated_sync_pays_sleep_and_wake, .timeout = 60)
@@ -214,4 +233,23 @@ Test(rl, colocated_sync_pays_sleep_and_wake, .timeout = 60)
     run_free(&separate);
     run_free(&one);
     run_free(&two);
+}
+
+/* The question the presets answer: per staleness bound, the step time,
+ * the rollout throughput and how stale the trained tokens were. */
+Test(rl, compare_over_the_staleness_bound_prints_the_rl_figures, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "compare", "rl-async", "--vary", "rl.staleness=0,1,2,4",
+                               "--set", "rl.steps=4", "--set", "rl.batch=16", "-o", out, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    const char *rows[] = {"rl step (s)", "rl rollout (tok/s)", "rl rollout (samples/s)",
+                          "rl staleness (versions)", "rl off-policy", "staleness=4"};
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+        cr_assert(test_contains(run.out, rows[r]), "no '%s' in:\n%s", rows[r], run.out);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
 }
