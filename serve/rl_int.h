@@ -95,7 +95,7 @@ typedef struct rl_sim {
     double train_flops_per_s;        /* the trainer's FLOP/s (0: configured time) */
     /* What the trainer took. */
     uint64_t staleness_tokens[RL_MAX_STALENESS + 1];
-    uint64_t output_tokens, samples_trained, recomputed_tokens;
+    uint64_t output_tokens, samples_trained, recomputed_tokens, mixed_samples;
     int64_t last_finish_ns;          /* the last sample's */
 } rl_sim_t;
 

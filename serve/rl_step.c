@@ -150,6 +150,7 @@ static void count_sample(rl_sim_t *sim, const rl_sample_t *sample, uint64_t step
     }
     sim->output_tokens += sample->output_tokens;
     sim->samples_trained++;
+    sim->mixed_samples += sample->num_segments > 1;
     sim->recomputed_tokens += sample->recomputed;
 }
 
@@ -345,6 +346,7 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result)
     kvio_result_set(result, KVIO_FIG_RL_ROLLOUT_SAMPLES_PER_S,
                     (double)sim->samples_trained / total_s);
     kvio_result_set(result, KVIO_FIG_RL_RECOMPUTED_TOKENS, (double)sim->recomputed_tokens);
+    kvio_result_set(result, KVIO_FIG_RL_MIXED_SAMPLES, (double)sim->mixed_samples);
     staleness_figures(sim, result);
     kvio_engine_metrics_t total;
     if (kvio_engine_metrics_init(&total) != KVIO_OK)

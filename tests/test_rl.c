@@ -216,6 +216,33 @@ Test(rl, no_trained_token_lags_more_than_the_bound, .timeout = 60)
     }
 }
 
+/* An update mid-rollout: with keep the rollout goes on and its later tokens
+ * count on the new version; with recompute it is aborted and resumed on
+ * the new weights, its KV computed again. */
+Test(rl, an_interrupted_rollout_continues_on_the_new_version, .timeout = 60)
+{
+    const char *keep_sets[] = {"rl.mode=async", "rl.staleness=2", "rl.interrupt=keep"};
+    const char *recompute_sets[] = {"rl.mode=async", "rl.staleness=2", "rl.interrupt=recompute"};
+    rl_run_t sync = run_rl(base_workload, NULL, 0);
+    rl_run_t keep = run_rl(base_workload, keep_sets, 3);
+    rl_run_t recompute = run_rl(base_workload, recompute_sets, 3);
+    cr_assert_eq(kvio_result_get(sync.result, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_gt(kvio_result_get(keep.result, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_gt(kvio_result_get(recompute.result, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    /* The pool is far from full: only an interrupt recomputes. */
+    cr_assert_eq(kvio_result_get(keep.result, KVIO_FIG_RL_RECOMPUTED_TOKENS), 0);
+    double recomputed = kvio_result_get(recompute.result, KVIO_FIG_RL_RECOMPUTED_TOKENS);
+    cr_assert_gt(recomputed, 0);
+    /* At least each interrupted sample's prompt is computed again. */
+    cr_assert_geq(recomputed, 512 * kvio_result_get(recompute.result, KVIO_FIG_RL_MIXED_SAMPLES));
+    /* Tokens after an update are the new version's: they lag less than
+     * their sample's start would say. */
+    cr_assert_lt(kvio_result_get(keep.result, KVIO_FIG_RL_STALENESS_MEAN), 2);
+    run_free(&sync);
+    run_free(&keep);
+    run_free(&recompute);
+}
+
 Test(rl, colocated_sync_pays_sleep_and_wake, .timeout = 60)
 {
     const char *level1[] = {"rl.placement=colocated", "rl.sleep_level=1"};
