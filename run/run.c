@@ -462,6 +462,15 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  workload->rl.mode == KVIO_RL_SYNC ? "sync" : "async");
         return KVIO_ERR_CONFIG;
     }
+    bool synthetic = workload->stream.trace.path == NULL || workload->stream.trace.path[0] == 0;
+    if (workload->rl.mode != KVIO_RL_OFF && synthetic && workload->stream.requests > 0 &&
+        workload->stream.requests < workload->rl.steps * workload->rl.batch) {
+        snprintf(error_p, error_len, "stream.requests: %lld prompts, but rl.steps x rl.batch = "
+                 "%lld x %lld need %lld", (long long)workload->stream.requests,
+                 (long long)workload->rl.steps, (long long)workload->rl.batch,
+                 (long long)(workload->rl.steps * workload->rl.batch));
+        return KVIO_ERR_CONFIG;
+    }
     if (workload->ranks.client > 0 && updates && !coupled) {
         snprintf(error_p, error_len,
                  "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "

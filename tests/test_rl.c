@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvio/result.h"
 #include "kvio/run.h"
@@ -276,6 +277,25 @@ Test(rl, compare_over_the_staleness_bound_prints_the_rl_figures, .timeout = 120)
                           "rl staleness (versions)", "rl off-policy", "staleness=4"};
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
         cr_assert(test_contains(run.out, rows[r]), "no '%s' in:\n%s", rows[r], run.out);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(rl, a_stream_too_short_or_emulate_is_refused_before_the_run, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", "rl-sync", "--set", "stream.requests=100", "-o", out,
+                               NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "rl.steps x rl.batch = 10 x 64 need 640"), "%s", run.err);
+    cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
+    test_run_free(&run);
+    run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "-o", out, NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "rl.mode: sync"), "%s", run.err);
     test_run_free(&run);
     test_rmtree(dir);
     free(dir);
