@@ -43,7 +43,11 @@ typedef struct kvio_api_request {
     int32_t priority;
     uint64_t cache_salt;        /* 0: none */
     char ignored[128];          /* fields served without their effect ("stop, tools"; "" none) */
+    uint32_t n;                 /* choices (vLLM's parallel sampling: n requests of one prompt) */
 } kvio_api_request_t;
+
+/* The most choices one request may ask for (n). */
+#define KVIO_API_MAX_CHOICES 128
 
 /* What the server knows of itself when it reads a request. */
 typedef struct kvio_api_server {

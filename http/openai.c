@@ -334,7 +334,9 @@ static bool read_unmodelled(const json_t *body, kvio_api_request_t *request,
                        "synthetic text: no log probabilities, no echo)", refused[i]);
     const json_t *best_of = json_object_get(body, "best_of");
     if (json_is_integer(best_of) && json_integer_value(best_of) > 1)
-        return BAD(error, "best_of", "best_of must be 1: kvio serves one choice per request");
+        return BAD(error, "best_of", "best_of is not served by kvio serve: it keeps the best "
+                   "of best_of samples by log probability, and kvio's synthetic output has "
+                   "none; ask for n choices instead");
     size_t length = 0;
     for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++) {
         const char *value = NULL;
@@ -372,9 +374,12 @@ static bool read_sampling(kvio_api_t api, const json_t *body, kvio_api_request_t
     if (api == KVIO_API_CHAT && !get_int(body, "max_completion_tokens", 1, &request->max_tokens,
                                          error))
         return false;
-    if (n != 1)
-        return BAD(error, "n", "n must be 1: kvio serves one choice per request (got %" PRId64
-                   ")", n);
+    if (n > KVIO_API_MAX_CHOICES)
+        return BAD(error, "n", "n must be at most %d (got %" PRId64 ")", KVIO_API_MAX_CHOICES, n);
+    if (n > 1 && request->stream)
+        return BAD(error, "n", "n > 1 is served without streaming (stream: false) only: kvio "
+                   "serve streams one choice per request (got n = %" PRId64 ")", n);
+    request->n = (uint32_t)n;
     if (priority > INT32_MAX)
         return BAD(error, "priority", "priority must fit 32 bits");
     request->priority = (int32_t)priority;

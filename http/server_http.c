@@ -125,6 +125,13 @@ struct http_request {
     bool reason_sent, ended;
     char *out;
     size_t out_length, out_capacity, out_sent;
+    /* n > 1 (vLLM's parallel sampling): the other choices, each a request
+     * of its own on the engine with the same prompt, owned here; a child
+     * holds a reference to its parent, the request that answers, and adds
+     * to its children_done (under the parent's lock) when it ends. */
+    http_request_t **children;
+    uint32_t num_children, children_done;
+    http_request_t *parent;
 };
 
 /* ---------- requests ---------- */
@@ -148,6 +155,9 @@ static void request_release(http_request_t *request)
     if (atomic_fetch_sub(&request->refs, 1) != 1)
         return;
     pthread_mutex_destroy(&request->lock);
+    for (uint32_t c = 0; c < request->num_children; c++)
+        request_release(request->children[c]);
+    free(request->children);
     kvio_http_body_free(&request->server->limits, &request->body);
     free(request->steps);
     free(request->out);
@@ -288,6 +298,20 @@ static void on_tokens(void *context, uint32_t generated, int64_t arrival_ns, int
     pthread_mutex_unlock(&request->lock);
 }
 
+/* A choice of a parent's ended: the parent learns it, and the child's
+ * reference to it goes. */
+static void child_ended(http_request_t *request)
+{
+    http_request_t *parent = request->parent;
+    if (parent == NULL)
+        return;
+    pthread_mutex_lock(&parent->lock);
+    parent->children_done++;
+    wake_locked(parent);
+    pthread_mutex_unlock(&parent->lock);
+    request_release(parent);
+}
+
 static void on_finish(void *context, const kvio_engine_finished_t *finished)
 {
     http_request_t *request = context;
@@ -305,6 +329,7 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     request->cached_tokens = finished->cached_tokens;
     wake_locked(request);
     pthread_mutex_unlock(&request->lock);
+    child_ended(request);
     request_release(request);
 }
 
@@ -320,6 +345,7 @@ static void on_abort(void *context, int64_t now_ns)
     request->aborted = true;
     wake_locked(request);
     pthread_mutex_unlock(&request->lock);
+    child_ended(request);
     request_release(request);
 }
 
@@ -489,15 +515,58 @@ static ssize_t stream_reader(void *context, uint64_t position, char *buffer, siz
     return ended ? MHD_CONTENT_READER_END_OF_STREAM : 0;
 }
 
+/* Whether a whole answer's request and its other choices all ended (the
+ * request's lock held). */
+static bool whole_done_locked(const http_request_t *request)
+{
+    return (request->finished || request->aborted) &&
+           request->children_done == request->num_children;
+}
+
+/* One choice's answer (its lock held): its tokens and why it ended. */
+static json_t *choice_response_locked(const http_request_t *choice,
+                                      const kvio_api_answer_t *answer, uint32_t *generated_p)
+{
+    const char *reason = choice->aborted ? "abort" : choice->plan.length ? "length" : "stop";
+    *generated_p = choice->finished ? choice->generated : choice->sent;
+    return kvio_api_response_json(answer, &choice->plan, *generated_p, reason,
+                                  choice->cached_tokens);
+}
+
+/* The other choices' answers join the response's choices, their tokens its
+ * usage (n > 1). */
+static void add_children_choices(http_request_t *request, json_t *response, uint32_t generated)
+{
+    json_t *choices = json_object_get(response, "choices");
+    for (uint32_t c = 0; c < request->num_children && choices != NULL; c++) {
+        http_request_t *child = request->children[c];
+        uint32_t child_generated = 0;
+        pthread_mutex_lock(&child->lock);
+        json_t *child_response = choice_response_locked(child, &request->answer,
+                                                        &child_generated);
+        pthread_mutex_unlock(&child->lock);
+        json_t *choice = json_array_get(json_object_get(child_response, "choices"), 0);
+        if (choice != NULL) {
+            json_object_set_new(choice, "index", json_integer(c + 1));
+            json_array_append(choices, choice);
+        }
+        json_decref(child_response);
+        generated += child_generated;
+    }
+    json_object_set_new(response, "usage",
+                        kvio_api_usage_json(request->answer.prompt_tokens, generated,
+                                            request->cached_tokens));
+}
+
 /* The whole response of a request that ended (MHD's thread). */
 static enum MHD_Result respond_whole(http_request_t *request, struct MHD_Connection *connection)
 {
     pthread_mutex_lock(&request->lock);
-    const char *reason = request->aborted ? "abort" : request->plan.length ? "length" : "stop";
-    uint32_t generated = request->finished ? request->generated : request->sent;
-    json_t *response = kvio_api_response_json(&request->answer, &request->plan, generated,
-                                              reason, request->cached_tokens);
+    uint32_t generated = 0;
+    json_t *response = choice_response_locked(request, &request->answer, &generated);
     pthread_mutex_unlock(&request->lock);
+    if (response != NULL && request->num_children > 0)
+        add_children_choices(request, response, generated);
     request->phase = PHASE_DONE;
     return respond_json_with(request->server, connection, 200, response,
                              request->warning[0] ? MHD_HTTP_HEADER_WARNING : NULL,
@@ -542,6 +611,45 @@ static kvio_status_t submit(http_request_t *request, const kvio_api_request_t *a
     return status;
 }
 
+/* n > 1: the other n - 1 choices, each its own request of the prompt with
+ * an output planned apart (the plan's seed moved by its index), submitted
+ * beside the first as vLLM's parallel sampling adds its children together:
+ * the prefix cache gives them the prompt's blocks. A child that could not
+ * be submitted counts as ended (aborted). */
+static kvio_status_t submit_children(http_request_t *request,
+                                     const kvio_api_request_t *api_request)
+{
+    kvio_http_server_t *server = request->server;
+    uint32_t others = api_request->n > 1 ? api_request->n - 1 : 0;
+    if (others == 0)
+        return KVIO_OK;
+    request->children = calloc(others, sizeof(*request->children));
+    if (request->children == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t c = 1; c <= others && status == KVIO_OK; c++) {
+        http_request_t *child = request_create(server, NULL, request->daemon_rank);
+        if (child == NULL)
+            return KVIO_ERR_NOMEM;
+        kvio_http_error_t error = {0};
+        uint64_t seed = server->params.seed + 0x9e3779b97f4a7c15ull * c;
+        if (!kvio_api_plan(api_request, &server->api, server->params.output_tokens, seed,
+                           &child->plan, &error)) {
+            request_release(child);
+            return KVIO_ERR_INVALID; /* the first choice's plan passed the same checks */
+        }
+        child->parent = request;
+        atomic_fetch_add(&request->refs, 1); /* the child's, until it ends */
+        request->children[request->num_children++] = child;
+        status = submit(child, api_request);
+        if (status != KVIO_OK) {
+            child->aborted = true;
+            child_ended(child);
+        }
+    }
+    return status;
+}
+
 static enum MHD_Result handle_completion(http_request_t *request,
                                          struct MHD_Connection *connection, kvio_api_t api)
 {
@@ -575,6 +683,8 @@ static enum MHD_Result handle_completion(http_request_t *request,
                  "299 kvio \"served without %s: kvio's output is synthetic text\"",
                  api_request.ignored);
     kvio_status_t status = submit(request, &api_request);
+    if (status == KVIO_OK)
+        status = submit_children(request, &api_request);
     kvio_api_request_fini(&api_request);
     /* 32 hex digits as vLLM's (a uuid's): the engine's request id (its row
      * in requests.csv and tokens.csv), then a serial. Nothing is rendered
@@ -582,6 +692,8 @@ static enum MHD_Result handle_completion(http_request_t *request,
     snprintf(answer->id, sizeof(answer->id), "%s-%016llx%016llx",
              api == KVIO_API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)request->engine_id,
              (unsigned long long)atomic_fetch_add(&serial, 1));
+    if (status != KVIO_OK && request->submitted)
+        atomic_fetch_add(&server->busy, 1); /* its close aborts what was submitted */
     if (status != KVIO_OK)
         return respond_problem(server, connection, status == KVIO_ERR_INTERRUPTED ? 503 : 500,
                                status == KVIO_ERR_INTERRUPTED ? "ServiceUnavailableError"
@@ -596,7 +708,7 @@ static enum MHD_Result handle_completion(http_request_t *request,
     if (!stream) {
         request->phase = PHASE_WAIT;
         pthread_mutex_lock(&request->lock);
-        bool done = request->finished || request->aborted;
+        bool done = whole_done_locked(request);
         if (!done)
             sleep_locked(request);
         pthread_mutex_unlock(&request->lock);
@@ -621,7 +733,7 @@ static enum MHD_Result handle_completion(http_request_t *request,
 static enum MHD_Result resume_whole(http_request_t *request, struct MHD_Connection *connection)
 {
     pthread_mutex_lock(&request->lock);
-    bool done = request->finished || request->aborted;
+    bool done = whole_done_locked(request);
     if (!done && !peer_alive(connection)) {
         pthread_mutex_unlock(&request->lock);
         return MHD_NO; /* gone: the connection closes, the request is aborted */
@@ -999,6 +1111,14 @@ static void completed(void *context, struct MHD_Connection *connection, void **r
     pthread_mutex_unlock(&request->lock);
     if (live)
         kvio_frontend_abort(server->params.frontend, request->rank, request->engine_id);
+    for (uint32_t c = 0; c < request->num_children; c++) {
+        http_request_t *child = request->children[c];
+        pthread_mutex_lock(&child->lock);
+        bool child_live = child->submitted && !child->finished && !child->aborted;
+        pthread_mutex_unlock(&child->lock);
+        if (child_live)
+            kvio_frontend_abort(server->params.frontend, child->rank, child->engine_id);
+    }
     if (request->submitted) {
         atomic_fetch_sub(&server->busy, 1);
         if (!answered) {

@@ -456,6 +456,21 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  local ? ", ranks.runtime: local" : updates ? "" : ", no trainers");
         return KVIO_ERR_CONFIG;
     }
+    if (workload->rl.mode != KVIO_RL_OFF && (emulate || updates)) {
+        snprintf(error_p, error_len, "rl.mode: %s: an RL run is simulate's so far and models "
+                 "its own trainer (set mode: simulate and no ranks.train)",
+                 workload->rl.mode == KVIO_RL_SYNC ? "sync" : "async");
+        return KVIO_ERR_CONFIG;
+    }
+    bool synthetic = workload->stream.trace.path == NULL || workload->stream.trace.path[0] == 0;
+    if (workload->rl.mode != KVIO_RL_OFF && synthetic && workload->stream.requests > 0 &&
+        workload->stream.requests < workload->rl.steps * workload->rl.batch) {
+        snprintf(error_p, error_len, "stream.requests: %lld prompts, but rl.steps x rl.batch = "
+                 "%lld x %lld need %lld", (long long)workload->stream.requests,
+                 (long long)workload->rl.steps, (long long)workload->rl.batch,
+                 (long long)(workload->rl.steps * workload->rl.batch));
+        return KVIO_ERR_CONFIG;
+    }
     if (workload->ranks.client > 0 && updates && !coupled) {
         snprintf(error_p, error_len,
                  "ranks.client: 1 needs the coupled run (mode: emulate, train and serve ranks, "
@@ -835,6 +850,12 @@ static kvio_status_t run_serving(run_state_t *state)
     serve_run.drain_stall_ns = state->drain_stall_ns;
     if (control)
         serve_run.control = &state->control;
+    if (workload->rl.mode != KVIO_RL_OFF) {
+        status = kvio_rl_simulate(&workload->rl, &serve_run, state->result, state->error_p,
+                                  state->error_len);
+        state->complete = status == KVIO_OK && !stopped(state);
+        return status;
+    }
     status = state->emulate ? kvio_serve_emulate(&serve_run, state->result, &state->complete,
                                                  state->error_p, state->error_len)
                             : kvio_serve_simulate(&serve_run, state->result, &state->complete,

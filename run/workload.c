@@ -101,6 +101,10 @@ const kvio_opt_t kvio_workload_options[] = {
      .options = kvio_update_options, .help = "serve side of model updates"},
     {.key = "stream", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, stream),
      .options = kvio_stream_options, .help = "the request stream (workloads/README.md)"},
+    {.key = "rl", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, rl),
+     .options = kvio_rl_options,
+     .help = "RL post-training: steps of generate, train and weight sync over rollout "
+             "groups (stream.group), sync or async (docs/rl.md)"},
     {.key = "metric_percentiles", .type = KVIO_OPT_STRING,
      .offset = offsetof(kvio_workload_t, metric_percentiles), .default_value = "99",
      .help = "the percentiles vllm.json and summary.json's vllm give of TTFT, TPOT, ITL and "

@@ -32,7 +32,7 @@ declare -A HEADER_MODULE=(
     [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache [window]=kvcache
     [xfer]=xfer
     [sched]=sched
-    [cost]=serve [engine]=serve [serve]=serve [update]=serve [frontend]=serve
+    [cost]=serve [rl]=serve [engine]=serve [serve]=serve [update]=serve [frontend]=serve
     [train]=train [sync]=train
     [http]=http
     [run]=run [compare]=run [capacity]=run

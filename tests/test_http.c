@@ -400,7 +400,9 @@ Test(http, bad_requests_get_openai_errors, .timeout = 120)
         {"/v1/completions", "POST", "{not json", 400, NULL, "not valid JSON"},
         {"/v1/completions", "POST", "[1, 2]", 400, NULL, "JSON object"},
         {"/v1/completions", "POST", "{\"max_tokens\": 3}", 400, "prompt", "missing"},
-        {"/v1/completions", "POST", "{\"prompt\": \"x\", \"n\": 2}", 400, "n", "n must be 1"},
+        {"/v1/completions", "POST", "{\"prompt\": \"x\", \"n\": 2, \"stream\": true}", 400, "n",
+         "without streaming"},
+        {"/v1/completions", "POST", "{\"prompt\": \"x\", \"n\": 200}", 400, "n", "at most 128"},
         {"/v1/completions", "POST", "{\"prompt\": \"x\", \"max_tokens\": \"5\"}", 400,
          "max_tokens", "an integer"},
         {"/v1/completions", "POST", "{\"prompt\": [1, -2]}", 400, "prompt", "token id"},
@@ -465,6 +467,59 @@ static double metric(int port, const char *prefix)
 static double kv_usage(int port)
 {
     return metric(port, "vllm:kv_cache_usage_perc{engine=\"0\"");
+}
+
+/* n (GRPO's group, vLLM's parallel sampling): n choices of one prompt, each
+ * its own output, their prompt's blocks computed once and shared. */
+Test(http, n_returns_n_choices_sharing_the_prompt, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    char *prompt = token_prompt(1000, 160);
+    char body[4096];
+    snprintf(body, sizeof(body), "{\"prompt\": %s, \"max_tokens\": 8, \"ignore_eos\": true, "
+             "\"n\": 4}", prompt);
+    free(prompt);
+    double hits_before = metric(server.port, "vllm:prefix_cache_hits_total{");
+    reply_t reply = post(server.port, "/v1/completions", body);
+    cr_assert_eq(reply.status, 200, "%s", reply.body);
+    json_t *response = reply_json(&reply);
+    json_t *choices = json_object_get(response, "choices");
+    cr_assert_eq(json_array_size(choices), 4, "%s", reply.body);
+    size_t differ = 0;
+    const char *first = test_json_string(response, "choices.0.text");
+    for (size_t c = 0; c < 4; c++) {
+        json_t *choice = json_array_get(choices, c);
+        cr_assert_eq(json_integer_value(json_object_get(choice, "index")), (json_int_t)c);
+        cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "length");
+        differ += strcmp(json_string_value(json_object_get(choice, "text")), first) != 0;
+    }
+    cr_assert_geq(differ, 2, "each choice has its own text: %s", reply.body);
+    cr_assert_eq(test_json_integer(response, "usage.prompt_tokens"), 160);
+    cr_assert_eq(test_json_integer(response, "usage.completion_tokens"), 4 * 8);
+    cr_assert_eq(test_json_integer(response, "usage.total_tokens"), 160 + 4 * 8);
+    json_decref(response);
+    free(reply.body);
+    /* The prompt's 9 full blocks (of its 159 prefilled tokens) were
+     * computed once: the other three choices hit them. */
+    double hits = metric(server.port, "vllm:prefix_cache_hits_total{") - hits_before;
+    cr_assert_geq(hits, 3 * 9 * 16, "prefix cache hits %.0f tokens", hits);
+    /* Chat too; best_of stays refused with why. */
+    reply_t chat = post(server.port, "/v1/chat/completions",
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                        "\"max_tokens\": 4, \"n\": 3}");
+    cr_assert_eq(chat.status, 200, "%s", chat.body);
+    json_t *chat_response = reply_json(&chat);
+    cr_assert_eq(json_array_size(json_object_get(chat_response, "choices")), 3);
+    cr_assert_str_eq(test_json_string(chat_response, "choices.2.message.role"), "assistant");
+    json_decref(chat_response);
+    free(chat.body);
+    reply_t best_of = post(server.port, "/v1/completions",
+                           "{\"prompt\": \"x\", \"n\": 2, \"best_of\": 4}");
+    cr_assert_eq(best_of.status, 400);
+    cr_assert(test_contains(best_of.body, "ask for n choices instead"), "%s", best_of.body);
+    free(best_of.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
 }
 
 Test(http, a_client_that_disconnects_mid_stream_frees_its_blocks, .timeout = 120)

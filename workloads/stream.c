@@ -198,6 +198,16 @@ const kvio_opt_t kvio_stream_trace_options[] = {
     {.key = NULL},
 };
 
+static const kvio_opt_t group_options[] = {
+    {.key = "n", .type = KVIO_OPT_INT, .offset = offsetof(kvio_stream_group_config_t, n),
+     .default_value = "1", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 1024,
+     .help = "samples per prompt (GRPO's group size; vLLM's n): the n samples arrive "
+             "together with one prompt, each with its own output and an output length drawn "
+             "from output_tokens (a trace's request keeps its own for the first); "
+             "stream.requests and arrival.rate count prompts (1: no groups)"},
+    {.key = NULL},
+};
+
 const kvio_opt_t kvio_stream_options[] = {
     {.key = "requests", .type = KVIO_OPT_INT, .offset = offsetof(kvio_stream_config_t, requests),
      .default_value = "0", .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e10,
@@ -236,6 +246,9 @@ const kvio_opt_t kvio_stream_options[] = {
     {.key = "trace", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, trace),
      .options = kvio_stream_trace_options,
      .help = "replay a trace instead (the synthetic keys above are then ignored)"},
+    {.key = "group", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_stream_config_t, group),
+     .options = group_options,
+     .help = "rollout groups (RL post-training): each prompt sampled n times"},
     {.key = NULL},
 };
 
@@ -250,9 +263,9 @@ kvio_status_t kvio_trace_format_find(const char *name, kvio_trace_format_t *form
     return KVIO_ERR_NOT_FOUND;
 }
 
-kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t seed,
-                                 int64_t duration_ns, kvio_stream_t **stream_p, char *error_p,
-                                 size_t error_len)
+static kvio_status_t stream_create_prompts(const kvio_stream_config_t *config, uint64_t seed,
+                                           int64_t duration_ns, kvio_stream_t **stream_p,
+                                           char *error_p, size_t error_len)
 {
     if (config->trace.path != NULL && config->trace.path[0] != '\0') {
         if (config->users > 0) {
@@ -272,6 +285,31 @@ kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t se
                                       &options, stream_p, error_p, error_len);
     }
     return kvio_synthetic_create(config, seed, duration_ns, stream_p, error_p, error_len);
+}
+
+kvio_status_t kvio_stream_create(const kvio_stream_config_t *config, uint64_t seed,
+                                 int64_t duration_ns, kvio_stream_t **stream_p, char *error_p,
+                                 size_t error_len)
+{
+    if (config->group.n > 1 && config->users > 0) {
+        snprintf(error_p, error_len, "stream.group.n: rollout groups come from an open loop "
+                 "(arrival or a trace), not from stream.users' closed loop");
+        return KVIO_ERR_CONFIG;
+    }
+    kvio_stream_t *prompts = NULL;
+    kvio_status_t status = stream_create_prompts(config, seed, duration_ns, &prompts, error_p,
+                                                 error_len);
+    if (status != KVIO_OK)
+        return status;
+    if (config->group.n <= 1) {
+        *stream_p = prompts;
+        return KVIO_OK;
+    }
+    status = kvio_group_stream_create(prompts, (uint32_t)config->group.n, &config->output_tokens,
+                                      seed, stream_p);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "stream.group: out of memory");
+    return status;
 }
 
 kvio_status_t kvio_stream_next(kvio_stream_t *stream, const kvio_request_t **request_p)

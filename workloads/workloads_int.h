@@ -113,6 +113,15 @@ kvio_status_t kvio_synthetic_create(const kvio_stream_config_t *config, uint64_t
                                     int64_t duration_ns, kvio_stream_t **stream_p,
                                     char *error_p, size_t error_len);
 
+/* Wraps inner (owned, destroyed with the result, or here on failure) so
+ * that each of its requests is yielded n times as a rollout group: the same
+ * prompt and arrival, sample 0 with the request's output, samples 1..n-1
+ * with lengths drawn from output_tokens (capped at max_tokens) and outputs
+ * of their own. */
+kvio_status_t kvio_group_stream_create(kvio_stream_t *inner, uint32_t n,
+                                       const kvio_dist_t *output_tokens, uint64_t seed,
+                                       kvio_stream_t **stream_p);
+
 /* The hash of the possibly partial span [start, end) of a request's tokens,
  * hashed as runs (the writer's last, partial Mooncake block). */
 kvio_status_t kvio_request_span_hash(const kvio_request_t *request, uint64_t start, uint64_t end,

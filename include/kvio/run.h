@@ -11,6 +11,7 @@
 #include "kvio/cost.h"
 #include "kvio/data.h"
 #include "kvio/gpu.h"
+#include "kvio/rl.h"
 #include "kvio/serve.h"
 #include "kvio/stream.h"
 #include "kvio/sync.h"
@@ -69,6 +70,7 @@ typedef struct kvio_workload {
     kvio_update_config_t update; /* the serve side of model updates */
     kvio_sync_config_t weight_sync; /* simulate: the update as tensors in buckets */
     kvio_stream_config_t stream;
+    kvio_rl_config_t rl;         /* RL post-training steps (rl.mode: off: none) */
     char *metric_percentiles;    /* vllm.json's percentiles: "50,90,99,99.9" */
     char *data_text;             /* data: as written (random, zero, compress:PCT, dedupe:PCT) */
     kvio_data_t data;            /* not an option: data_text parsed when the workload binds */

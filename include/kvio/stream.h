@@ -54,6 +54,11 @@ typedef struct kvio_request {
     bool trace_ids_cover_output;     /* the ids cover the output's blocks too (kvio serve's
                                         traces: sequence_hash_ids), not only the prompt's */
     uint64_t cache_salt;             /* vLLM's cache_salt (kvio_cache_salt); 0: none */
+    /* Rollout groups (stream.group.n > 1): the n samples of one prompt
+     * share group_id (from 1) and its prompt; group_size 0: not grouped. */
+    uint64_t group_id;
+    uint32_t group_index;            /* 0 .. group_size-1 */
+    uint32_t group_size;
 } kvio_request_t;
 
 
@@ -192,6 +197,11 @@ typedef struct kvio_stream_trace_config {
     uint64_t seed;
 } kvio_stream_trace_config_t;
 
+/* `stream.group`: each prompt sampled n times (RL rollouts). */
+typedef struct kvio_stream_group_config {
+    int64_t n; /* samples per prompt, each with its own output_tokens draw; 1: no groups */
+} kvio_stream_group_config_t;
+
 typedef struct kvio_stream_config {
     int64_t requests;      /* total requests; 0: until the workload's duration */
     kvio_stream_arrival_config_t arrival;
@@ -204,6 +214,7 @@ typedef struct kvio_stream_config {
                               (think_time after it); 0: open loop (arrival) */
     kvio_stream_prefix_config_t prefix;
     kvio_stream_trace_config_t trace;
+    kvio_stream_group_config_t group;
 } kvio_stream_config_t;
 
 /* The option table of the `stream:` section (kvio/config.h). */

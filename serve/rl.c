@@ -1,0 +1,361 @@
+/* RL post-training on the virtual clock (kvio/rl.h): the serve ranks'
+ * engines generate rollout groups, a trainer takes rl.batch finished groups
+ * per step, trains (a FLOPs model), syncs the weights and activates the
+ * next version on the engines. One loop for every mode: synchronous is the
+ * asynchronous loop with staleness 0 (AReaL's admission rule then admits
+ * one step's groups per version); colocated adds sleep and wake around the
+ * trainer's step. */
+#include "kvio/rl.h"
+
+#include "serve/rl_int.h"
+
+#include "kvio/stream.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A new group may start while started groups < (version + eta + 1) x batch
+ * (AReaL's staleness control); never more than the run trains on. */
+static uint64_t admission_limit(const rl_sim_t *sim)
+{
+    const kvio_rl_config_t *config = sim->config;
+    uint64_t eta = config->mode == KVIO_RL_ASYNC ? (uint64_t)config->staleness : 0;
+    uint64_t limit = (sim->version + eta + 1) * (uint64_t)config->batch;
+    uint64_t total = (uint64_t)config->steps * (uint64_t)config->batch;
+    return limit < total ? limit : total;
+}
+
+static kvio_status_t grow(void **items, size_t *capacity_p, size_t need, size_t size)
+{
+    if (need <= *capacity_p)
+        return KVIO_OK;
+    size_t capacity = *capacity_p > 0 ? *capacity_p * 2 : 64;
+    while (capacity < need)
+        capacity *= 2;
+    void *grown = realloc(*items, capacity * size);
+    if (grown == NULL)
+        return KVIO_ERR_NOMEM;
+    *items = grown;
+    *capacity_p = capacity;
+    return KVIO_OK;
+}
+
+/* The engine with the fewest samples unfinished: a group goes whole to one
+ * engine, where its samples share the prompt's blocks. */
+static rl_engine_t *least_loaded(rl_sim_t *sim)
+{
+    rl_engine_t *best = &sim->engines[0];
+    for (uint32_t e = 1; e < sim->num_engines; e++)
+        if (sim->engines[e].outstanding < best->outstanding)
+            best = &sim->engines[e];
+    return best;
+}
+
+static kvio_status_t add_sample(rl_sim_t *sim, rl_engine_t *engine, const kvio_request_t *request)
+{
+    size_t id = sim->num_samples;
+    kvio_status_t status = grow((void **)&sim->samples, &sim->samples_capacity, id + 1,
+                                sizeof(*sim->samples));
+    size_t num_blocks = ((size_t)request->input_tokens + request->output_tokens) /
+                        sim->block_size;
+    kvio_hash_t *hashes = calloc(num_blocks > 0 ? num_blocks : 1, sizeof(*hashes));
+    if (status == KVIO_OK && hashes == NULL)
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK)
+        status = kvio_request_block_hashes(request, sim->block_size, 0, num_blocks, NULL, hashes);
+    if (status == KVIO_OK) {
+        sim->samples[id] = (rl_sample_t){
+            .group = (uint32_t)(sim->num_groups - 1), .prompt_tokens = request->input_tokens,
+            .output_tokens = request->output_tokens, .engine = engine->index};
+        kvio_engine_request_t add = {
+            .id = id, .arrival_ns = sim->now_ns, .prompt_tokens = request->input_tokens,
+            .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
+            .priority = request->priority, .hashes = hashes, .num_hashes = num_blocks,
+            .measured = true, .tag = engine->version};
+        status = kvio_engine_add(engine->engine, &add);
+    }
+    free(hashes);
+    if (status == KVIO_OK) {
+        sim->num_samples++;
+        engine->outstanding++;
+    }
+    return status;
+}
+
+/* Takes the stream's next group (its samples are consecutive) onto the
+ * least loaded engine; *more_p false at the stream's end. */
+static kvio_status_t admit_group(rl_sim_t *sim, bool *more_p)
+{
+    const kvio_request_t *request = NULL;
+    kvio_status_t status = kvio_stream_next(sim->run->stream, &request);
+    *more_p = status == KVIO_OK && request != NULL;
+    if (!*more_p)
+        return status;
+    status = grow((void **)&sim->groups, &sim->groups_capacity, sim->num_groups + 1,
+                  sizeof(*sim->groups));
+    if (status != KVIO_OK)
+        return status;
+    uint32_t size = request->group_size > 0 ? request->group_size : 1;
+    rl_engine_t *engine = least_loaded(sim);
+    sim->groups[sim->num_groups++] = (rl_group_t){
+        .first_sample = (uint32_t)sim->num_samples, .num_samples = size,
+        .start_version = sim->version, .start_ns = sim->now_ns};
+    for (uint32_t i = 0; i < size && status == KVIO_OK; i++) {
+        if (i > 0) {
+            status = kvio_stream_next(sim->run->stream, &request);
+            if (status == KVIO_OK && request == NULL)
+                status = KVIO_ERR_INVALID; /* a group cut short: the stream's limit */
+        }
+        if (status == KVIO_OK)
+            status = add_sample(sim, engine, request);
+    }
+    return status;
+}
+
+static kvio_status_t admit(rl_sim_t *sim)
+{
+    uint64_t limit = admission_limit(sim);
+    while (sim->num_groups < limit && !sim->stream_done) {
+        bool more = false;
+        kvio_status_t status = admit_group(sim, &more);
+        if (status != KVIO_OK) {
+            snprintf(sim->error_p, sim->error_len,
+                     status == KVIO_ERR_INVALID
+                         ? "rl: the stream ended inside a group (stream.requests counts prompts)"
+                         : "rl: taking rollout groups from the stream: %s",
+                     kvio_strerror(status));
+            return status;
+        }
+        sim->stream_done = !more;
+    }
+    return KVIO_OK;
+}
+
+/* ---------- the engines' observers ---------- */
+
+static void on_tokens(void *context, uint64_t id, uint32_t generated, int64_t end_ns)
+{
+    (void)end_ns;
+    rl_engine_t *engine = context;
+    rl_sample_t *sample = &engine->sim->samples[id];
+    if (generated <= sample->generated)
+        return;
+    uint32_t tokens = generated - sample->generated;
+    sample->generated = generated;
+    uint32_t last = sample->num_segments;
+    if (last > 0 && sample->segment_version[last - 1] == engine->version) {
+        sample->segment_tokens[last - 1] += tokens;
+    } else if (last < RL_MAX_SEGMENTS) {
+        sample->segment_version[last] = engine->version;
+        sample->segment_tokens[last] = tokens;
+        sample->num_segments++;
+    } else {
+        /* More versions than kept apart: the newest ones pool in the last. */
+        sample->segment_version[last - 1] = engine->version;
+        sample->segment_tokens[last - 1] += tokens;
+    }
+}
+
+static void on_finish(void *context, const kvio_engine_finished_t *finished)
+{
+    rl_engine_t *engine = context;
+    rl_sim_t *sim = engine->sim;
+    rl_sample_t *sample = &sim->samples[finished->id];
+    sample->finish_ns = finished->finish_ns;
+    if (finished->finish_ns > sim->last_finish_ns)
+        sim->last_finish_ns = finished->finish_ns;
+    sample->recomputed = finished->recomputed_tokens;
+    engine->outstanding--;
+    kvio_serve_samples_add(sim->run->samples, finished);
+    rl_group_t *group = &sim->groups[sample->group];
+    if (++group->finished < group->num_samples)
+        return;
+    group->finish_ns = finished->finish_ns;
+    sim->done[sim->done_tail++] = sample->group;
+}
+
+/* ---------- set-up ---------- */
+
+static kvio_status_t engines_create(rl_sim_t *sim, char *error_p, size_t error_len)
+{
+    const kvio_serve_run_t *run = sim->run;
+    sim->num_engines = run->num_ranks > 0 ? run->num_ranks : 1;
+    sim->block_size = (uint32_t)run->serve->kvcache.block_size;
+    kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
+                                                kvio_cost_gpus(run->cost), &sim->blocks,
+                                                error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_cost_create(run->cost, run->model, run->gpu, &sim->cost, error_p,
+                                  error_len);
+    if (status != KVIO_OK)
+        return status;
+    sim->engines = calloc(sim->num_engines, sizeof(*sim->engines));
+    uint64_t groups = (uint64_t)sim->config->steps * (uint64_t)sim->config->batch;
+    sim->done = calloc(groups, sizeof(*sim->done));
+    sim->batch = calloc((size_t)sim->config->batch, sizeof(*sim->batch));
+    if (sim->engines == NULL || sim->done == NULL || sim->batch == NULL)
+        return KVIO_ERR_NOMEM;
+    for (uint32_t e = 0; e < sim->num_engines && status == KVIO_OK; e++) {
+        rl_engine_t *engine = &sim->engines[e];
+        engine->sim = sim;
+        engine->index = e;
+        kvio_engine_observer_t observer = {.context = engine, .on_finish = on_finish,
+                                           .on_tokens = on_tokens};
+        kvio_engine_params_t params = kvio_serve_engine_params(run, e, sim->blocks, sim->cost,
+                                                               observer);
+        /* A new version's weights invalidate every cached block. */
+        params.update_cache = KVIO_UPDATE_CACHE_FLUSH;
+        params.in_flight = sim->config->interrupt == KVIO_RL_INTERRUPT_RECOMPUTE
+                               ? KVIO_IN_FLIGHT_ABORT
+                               : KVIO_IN_FLIGHT_KEEP;
+        status = kvio_engine_create(&params, &engine->engine, error_p, error_len);
+    }
+    return status;
+}
+
+static void sim_free(rl_sim_t *sim)
+{
+    for (uint32_t e = 0; sim->engines != NULL && e < sim->num_engines; e++)
+        kvio_engine_destroy(sim->engines[e].engine);
+    free(sim->engines);
+    kvio_cost_destroy(sim->cost);
+    free(sim->samples);
+    free(sim->groups);
+    free(sim->done);
+    free(sim->batch);
+    free(sim->steps);
+}
+
+/* ---------- the loop ---------- */
+
+/* Starts an iteration on every engine that is free, awake and has work. */
+static kvio_status_t schedule_engines(rl_sim_t *sim)
+{
+    for (uint32_t e = 0; e < sim->num_engines; e++) {
+        rl_engine_t *engine = &sim->engines[e];
+        if (engine->busy || rl_engine_paused(engine, sim->now_ns))
+            continue;
+        kvio_engine_iteration_t iteration;
+        kvio_serve_step_t step;
+        kvio_status_t status = kvio_serve_step(engine->engine, sim->now_ns, e, false,
+                                               &iteration, &step, sim->error_p, sim->error_len);
+        if (status != KVIO_OK)
+            return status;
+        if (step != KVIO_SERVE_STEP_RUN)
+            continue;
+        engine->busy = true;
+        engine->end_ns = sim->now_ns + iteration.duration_ns;
+    }
+    return KVIO_OK;
+}
+
+/* The next time anything happens: an iteration's end, the trainer's, an
+ * engine waking with work; INT64_MAX if nothing will. */
+static int64_t next_event(const rl_sim_t *sim)
+{
+    int64_t next = sim->trainer_busy ? sim->trainer_end_ns : INT64_MAX;
+    for (uint32_t e = 0; e < sim->num_engines; e++) {
+        const rl_engine_t *engine = &sim->engines[e];
+        if (engine->busy && engine->end_ns < next)
+            next = engine->end_ns;
+        else if (!engine->busy && kvio_engine_has_work(engine->engine) &&
+                 rl_engine_paused(engine, sim->now_ns) && engine->pause_until_ns < next)
+            next = engine->pause_until_ns;
+    }
+    return next;
+}
+
+static kvio_status_t activate(rl_engine_t *engine, uint64_t version)
+{
+    engine->pending_version = 0;
+    engine->version = version;
+    return kvio_engine_activate(engine->engine, version);
+}
+
+static kvio_status_t complete_engines(rl_sim_t *sim)
+{
+    for (uint32_t e = 0; e < sim->num_engines; e++) {
+        rl_engine_t *engine = &sim->engines[e];
+        if (!engine->busy || engine->end_ns > sim->now_ns)
+            continue;
+        engine->busy = false;
+        kvio_engine_complete(engine->engine, sim->now_ns);
+        if (engine->pending_version > engine->version) {
+            kvio_status_t status = activate(engine, engine->pending_version);
+            if (status != KVIO_OK)
+                return status;
+        }
+    }
+    return KVIO_OK;
+}
+
+/* The trainer's step ended: the rollout takes the new version, each
+ * engine at its next iteration boundary. */
+static kvio_status_t finish_step(rl_sim_t *sim)
+{
+    sim->trainer_busy = false;
+    sim->trainer_ready_ns = sim->now_ns;
+    sim->steps_done++;
+    sim->version++;
+    for (uint32_t e = 0; e < sim->num_engines; e++) {
+        rl_engine_t *engine = &sim->engines[e];
+        if (engine->busy) {
+            engine->pending_version = sim->version;
+            continue;
+        }
+        kvio_status_t status = activate(engine, sim->version);
+        if (status != KVIO_OK)
+            return status;
+    }
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                               kvio_result_t *result, char *error_p, size_t error_len)
+{
+    rl_sim_t sim = {.config = config, .run = run, .error_p = error_p, .error_len = error_len};
+    kvio_status_t status = kvio_rl_check(config, run, error_p, error_len);
+    if (status == KVIO_OK)
+        status = engines_create(&sim, error_p, error_len);
+    if (status == KVIO_OK) {
+        sim.steps = calloc((size_t)config->steps, sizeof(*sim.steps));
+        if (sim.steps == NULL)
+            status = KVIO_ERR_NOMEM;
+    }
+    rl_plan_costs(&sim);
+    while (status == KVIO_OK && sim.steps_done < (uint64_t)config->steps) {
+        if (run->stop != NULL && *run->stop)
+            break;
+        status = admit(&sim);
+        if (status == KVIO_OK && !sim.trainer_busy && sim.step < (uint64_t)config->steps &&
+            rl_pick_batch(&sim))
+            status = rl_start_step(&sim);
+        if (status == KVIO_OK)
+            status = schedule_engines(&sim);
+        if (status != KVIO_OK)
+            break;
+        int64_t next = next_event(&sim);
+        if (next == INT64_MAX) {
+            snprintf(error_p, error_len,
+                     "rl: step %llu of %lld lacks groups and nothing runs: the stream ended "
+                     "after %zu groups (stream.requests counts prompts; the run takes "
+                     "rl.steps x rl.batch = %lld)",
+                     (unsigned long long)sim.steps_done + 1, (long long)config->steps,
+                     sim.num_groups,
+                     (long long)(config->steps * config->batch));
+            status = KVIO_ERR_CONFIG;
+            break;
+        }
+        sim.now_ns = next;
+        status = complete_engines(&sim);
+        if (status == KVIO_OK && sim.trainer_busy && sim.trainer_end_ns <= sim.now_ns)
+            status = finish_step(&sim);
+    }
+    if (status == KVIO_OK)
+        status = rl_figures(&sim, result);
+    if (status != KVIO_OK && error_p[0] == '\0')
+        snprintf(error_p, error_len, "rl: %s", kvio_strerror(status));
+    sim_free(&sim);
+    return status;
+}

@@ -1,0 +1,123 @@
+/* Internals of the RL run shared between serve/rl.c (the loop and its
+ * engines) and serve/rl_step.c (the trainer's step, its costs and the
+ * figures). */
+#ifndef KVIO_SERVE_RL_INT_H
+#define KVIO_SERVE_RL_INT_H
+
+#include "kvio/engine.h"
+#include "kvio/result.h"
+#include "kvio/rl.h"
+#include "serve/serve_int.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RL_MAX_SEGMENTS 8    /* versions a sample's tokens are kept apart by */
+#define RL_MAX_STALENESS 64  /* staleness counted exactly up to this; more pools here */
+
+/* One sample (an engine request whose id is its index). */
+typedef struct rl_sample {
+    uint32_t group;
+    uint32_t engine;
+    uint32_t prompt_tokens, output_tokens;
+    uint32_t generated;               /* reported so far (on_tokens) */
+    uint32_t num_segments;            /* its tokens by the version that generated them */
+    uint64_t segment_version[RL_MAX_SEGMENTS];
+    uint32_t segment_tokens[RL_MAX_SEGMENTS];
+    uint32_t recomputed;              /* tokens computed again (an interrupt, a preemption) */
+    int64_t finish_ns;
+} rl_sample_t;
+
+/* The n samples of one prompt, admitted together onto one engine. */
+typedef struct rl_group {
+    uint32_t first_sample, num_samples, finished;
+    uint64_t start_version;
+    int64_t start_ns, finish_ns;
+    bool consumed;         /* trained on */
+    uint64_t pick_mark;    /* picked by the trainer's attempt of this mark */
+} rl_group_t;
+
+struct rl_sim;
+
+typedef struct rl_engine {
+    struct rl_sim *sim;
+    uint32_t index;
+    kvio_engine_t *engine;
+    bool busy;                 /* an iteration runs until end_ns */
+    int64_t end_ns;
+    int64_t pause_from_ns, pause_until_ns; /* asleep (colocated) or loading weights */
+    uint64_t version;          /* active on this engine */
+    uint64_t pending_version;  /* to activate at the iteration's end (0: none) */
+    uint32_t outstanding;      /* samples added and not finished */
+} rl_engine_t;
+
+/* One training step as it went (seconds in the figures, ns here). */
+typedef struct rl_step {
+    int64_t start_ns, end_ns;        /* the trainer's previous end (its ready) to its own */
+    int64_t generation_ns, long_tail_ns, train_ns, sync_ns, wake_ns;
+    int64_t batch_ready_ns;          /* the batch's last group finished */
+    int64_t longest_finish_ns;       /* when its sample with the longest output finished */
+    uint32_t longest_output_tokens;
+    uint64_t trained_tokens;         /* prompts and outputs of its samples */
+    uint64_t first_group;            /* the id of its first group (by start) */
+    uint64_t group_id_sum;           /* of its groups' ids: what it trained on */
+} rl_step_t;
+
+typedef struct rl_sim {
+    const kvio_rl_config_t *config;
+    const kvio_serve_run_t *run;
+    char *error_p;
+    size_t error_len;
+    kvio_cost_t *cost;
+    uint32_t blocks, block_size;
+    rl_engine_t *engines;
+    uint32_t num_engines;
+    rl_sample_t *samples;
+    size_t num_samples, samples_capacity;
+    rl_group_t *groups;
+    size_t num_groups, groups_capacity;
+    bool stream_done;
+    uint32_t *done;                  /* finished groups in finish order */
+    size_t done_head, done_tail;     /* done[0 .. done_head) are all consumed */
+    size_t oldest;                   /* groups[0 .. oldest) are all consumed */
+    uint32_t *batch;                 /* the next step's groups (rl_pick_batch) */
+    uint64_t pick_mark;
+    uint64_t version;                /* the rollout's newest version */
+    int64_t now_ns;
+    /* The trainer. */
+    bool trainer_busy;
+    int64_t trainer_ready_ns, trainer_end_ns;
+    uint64_t step, steps_done;       /* started, finished */
+    rl_step_t *steps;
+    /* Costs fixed for the run (rl_plan_costs). */
+    int64_t sync_ns, sleep_ns, wake_ns;
+    double train_flops_per_s;        /* the trainer's FLOP/s (0: configured time) */
+    /* What the trainer took. */
+    uint64_t staleness_tokens[RL_MAX_STALENESS + 1];
+    uint64_t output_tokens, samples_trained, recomputed_tokens, mixed_samples;
+    int64_t last_finish_ns;          /* the last sample's */
+} rl_sim_t;
+
+/* Whether the engine sleeps or loads weights at now_ns. */
+static inline bool rl_engine_paused(const rl_engine_t *engine, int64_t now_ns)
+{
+    return now_ns >= engine->pause_from_ns && now_ns < engine->pause_until_ns;
+}
+
+/* The weight sync's, sleep's and wake's times and the trainer's FLOP/s. */
+void rl_plan_costs(rl_sim_t *sim);
+
+/* Picks the next step's rl.batch groups into sim->batch: first every
+ * group that would lag more than the staleness bound at that step (the
+ * trainer waits for them), then the earliest finished; false while they
+ * are not all finished. */
+bool rl_pick_batch(rl_sim_t *sim);
+
+/* The trainer takes the picked groups and starts its step at now. */
+kvio_status_t rl_start_step(rl_sim_t *sim);
+
+/* The rl.* figures, the per-step detail and the engines' serving figures. */
+kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result);
+
+#endif

@@ -1,0 +1,302 @@
+/* RL post-training runs (kvio/rl.h) and rollout groups (stream.group):
+ * groups share their prompt's blocks, a synchronous step waits for its
+ * longest sample, asynchronous with staleness 0 trains on what synchronous
+ * does, and a larger bound lets tokens lag. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvio/result.h"
+#include "kvio/run.h"
+#include "kvio/stream.h"
+#include "tests/helpers.h"
+
+/* A 7B model on one H100, n samples per prompt. */
+static const char *const base_workload =
+    "name: rl-test\n"
+    "seed: 3\n"
+    "mode: simulate\n"
+    "model: {preset: qwen2.5-7b}\n"
+    "gpu: {preset: h100-sxm}\n"
+    "ranks: {serve: 1}\n"
+    "serve:\n"
+    "  engine: {max_num_seqs: 256, max_num_batched_tokens: 8192}\n"
+    "  kvcache: {block_size: 16}\n"
+    "stream:\n"
+    "  requests: 64\n"
+    "  arrival: {process: batch}\n"
+    "  input_tokens: 512\n"
+    "  output_tokens: {dist: lognormal, mean: 800, stddev: 900, min: 16, max: 8192}\n"
+    "  group: {n: 8}\n"
+    "rl: {mode: sync, placement: separate, steps: 4, batch: 8}\n";
+
+typedef struct rl_run {
+    char *dir;
+    kvio_result_t *result;
+} rl_run_t;
+
+static rl_run_t run_rl(const char *text, const char *const *sets, size_t num_sets)
+{
+    rl_run_t run = {.dir = test_tmpdir()};
+    char *file = test_write_file(run.dir, "w.yaml", text);
+    kvio_workload_t workload;
+    char error[1024];
+    cr_assert_eq(kvio_workload_load(file, sets, num_sets, &workload, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", run.dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file,
+                                  .result_p = &run.result};
+    kvio_run_result_t result;
+    cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    cr_assert_not_null(run.result);
+    kvio_workload_free(&workload);
+    free(file);
+    return run;
+}
+
+static void run_free(rl_run_t *run)
+{
+    kvio_result_destroy(run->result);
+    test_rmtree(run->dir);
+    free(run->dir);
+}
+
+static double step_number(const kvio_result_t *result, size_t step, const char *key)
+{
+    const json_t *steps = kvio_result_detail(result, "rl.step_times");
+    cr_assert(json_is_array(steps));
+    cr_assert_lt(step, json_array_size(steps));
+    const json_t *value = json_object_get(json_array_get(steps, step), key);
+    cr_assert(json_is_number(value), "rl.step_times[%zu].%s", step, key);
+    return json_number_value(value);
+}
+
+Test(rl, group_samples_share_prompt_and_arrival, .timeout = 30)
+{
+    kvio_stream_config_t config;
+    kvio_workload_t workload;
+    char error[512];
+    const char *text = "stream:\n  requests: 5\n  group: {n: 4}\n"
+                       "  output_tokens: {dist: lognormal, mean: 500, stddev: 400, min: 1, "
+                       "max: 4096}\n";
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "s.yaml", text);
+    cr_assert_eq(kvio_workload_load(file, NULL, 0, &workload, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    config = workload.stream;
+    kvio_stream_t *stream = NULL;
+    cr_assert_eq(kvio_stream_create(&config, 7, 0, &stream, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    const kvio_request_t *request = NULL;
+    size_t count = 0, distinct_lengths = 0;
+    kvio_request_t *first = NULL;
+    while (kvio_stream_next(stream, &request) == KVIO_OK && request != NULL) {
+        cr_assert_eq(request->group_size, 4);
+        cr_assert_eq(request->group_index, count % 4);
+        cr_assert_eq(request->group_id, count / 4 + 1);
+        cr_assert_eq(request->id, count);
+        if (request->group_index == 0) {
+            kvio_request_destroy(first);
+            cr_assert_eq(kvio_request_clone(request, &first), KVIO_OK);
+        } else {
+            /* The prompt is the group's: same segments, same arrival, same
+             * blocks; the output is the sample's own. */
+            cr_assert_eq(request->arrival_ns, first->arrival_ns);
+            cr_assert_eq(request->input_tokens, first->input_tokens);
+            cr_assert_eq(request->num_segments, first->num_segments);
+            cr_assert_eq(memcmp(request->segments, first->segments,
+                                first->num_segments * sizeof(*first->segments)), 0);
+            cr_assert_neq(request->output_content_id, first->output_content_id);
+            distinct_lengths += request->output_tokens != first->output_tokens;
+        }
+        count++;
+    }
+    cr_assert_eq(count, 20, "5 prompts x 4 samples, got %zu", count);
+    cr_assert_gt(distinct_lengths, 10, "each sample draws its own length");
+    kvio_request_destroy(first);
+    kvio_stream_destroy(stream);
+    kvio_workload_free(&workload);
+    test_rmtree(dir);
+    free(dir);
+    free(file);
+}
+
+/* KV used by a group ~ prompt + n x outputs, not n x (prompt + output). */
+Test(rl, a_group_shares_its_prompt_blocks, .timeout = 60)
+{
+    const char *sets[] = {"stream.input_tokens=4096", "stream.output_tokens=64",
+                          "rl.steps=1", "rl.batch=1", "stream.requests=1"};
+    rl_run_t run = run_rl(base_workload, sets, sizeof(sets) / sizeof(sets[0]));
+    double blocks = kvio_result_get(run.result, KVIO_FIG_KV_BLOCKS_PER_RANK);
+    double peak = kvio_result_get(run.result, KVIO_FIG_KV_USAGE_MAX) * blocks;
+    double shared = (4096.0 + 8 * 64) / 16, unshared = 8 * (4096.0 + 64) / 16;
+    cr_assert_geq(peak, shared * 0.95, "peak %.0f blocks, prompt + 8 outputs %.0f", peak, shared);
+    cr_assert_leq(peak, shared * 1.1, "peak %.0f blocks, prompt + 8 outputs %.0f (unshared %.0f)",
+                  peak, shared, unshared);
+    run_free(&run);
+}
+
+Test(rl, a_sync_step_generates_until_its_longest_sample, .timeout = 60)
+{
+    rl_run_t run = run_rl(base_workload, NULL, 0);
+    cr_assert_eq(kvio_result_get(run.result, KVIO_FIG_RL_STEPS), 4);
+    for (size_t s = 0; s < 4; s++) {
+        double start = step_number(run.result, s, "start_s");
+        double ready = step_number(run.result, s, "batch_ready_s");
+        double longest = step_number(run.result, s, "longest_finish_s");
+        double waited = step_number(run.result, s, "generation_s") +
+                        step_number(run.result, s, "long_tail_s");
+        cr_assert_float_eq(ready, longest, 1e-9, "step %zu: batch ready %.6f s, its longest "
+                           "sample finished %.6f s", s, ready, longest);
+        cr_assert_float_eq(waited, ready - start, 1e-6, "step %zu", s);
+        cr_assert_gt(step_number(run.result, s, "long_tail_s"), 0, "step %zu", s);
+    }
+    cr_assert_eq(kvio_result_get(run.result, KVIO_FIG_RL_STALENESS_MAX), 0);
+    cr_assert_eq(kvio_result_get(run.result, KVIO_FIG_RL_OFF_POLICY), 0);
+    run_free(&run);
+}
+
+Test(rl, async_with_staleness_0_trains_on_what_sync_does, .timeout = 60)
+{
+    const char *async_sets[] = {"rl.mode=async", "rl.staleness=0"};
+    rl_run_t sync = run_rl(base_workload, NULL, 0);
+    rl_run_t async = run_rl(base_workload, async_sets, 2);
+    for (size_t s = 0; s < 4; s++) {
+        cr_assert_eq(step_number(sync.result, s, "group_id_sum"),
+                     step_number(async.result, s, "group_id_sum"), "step %zu", s);
+        cr_assert_eq(step_number(sync.result, s, "trained_tokens"),
+                     step_number(async.result, s, "trained_tokens"), "step %zu", s);
+        cr_assert_float_eq(step_number(sync.result, s, "end_s"),
+                           step_number(async.result, s, "end_s"), 1e-9, "step %zu", s);
+    }
+    cr_assert_eq(kvio_result_get(async.result, KVIO_FIG_RL_STALENESS_MAX), 0);
+    run_free(&sync);
+    run_free(&async);
+}
+
+Test(rl, a_staleness_bound_overlaps_generation_with_training, .timeout = 60)
+{
+    const char *sets[] = {"rl.mode=async", "rl.staleness=2"};
+    rl_run_t sync = run_rl(base_workload, NULL, 0);
+    rl_run_t async = run_rl(base_workload, sets, 2);
+    double sync_step = kvio_result_get(sync.result, KVIO_FIG_RL_STEP_S);
+    double async_step = kvio_result_get(async.result, KVIO_FIG_RL_STEP_S);
+    cr_assert_lt(async_step, sync_step, "async %.3f s a step, sync %.3f s", async_step,
+                 sync_step);
+    double lag = kvio_result_get(async.result, KVIO_FIG_RL_STALENESS_MAX);
+    cr_assert_gt(lag, 0);
+    cr_assert_leq(lag, 2, "no trained token lags more than rl.staleness: %.0f", lag);
+    cr_assert_gt(kvio_result_get(async.result, KVIO_FIG_RL_OFF_POLICY), 0);
+    cr_assert_lt(kvio_result_get(async.result, KVIO_FIG_RL_ROLLOUT_IDLE),
+                 kvio_result_get(sync.result, KVIO_FIG_RL_ROLLOUT_IDLE));
+    run_free(&sync);
+    run_free(&async);
+}
+
+/* The bound holds for every token, the long tail's too: the trainer waits
+ * for a group that would lag more. */
+Test(rl, no_trained_token_lags_more_than_the_bound, .timeout = 60)
+{
+    const char *modes[] = {"rl.interrupt=keep", "rl.interrupt=recompute"};
+    for (size_t eta = 1; eta <= 3; eta++) {
+        for (size_t m = 0; m < 2; m++) {
+            char bound[64];
+            snprintf(bound, sizeof(bound), "rl.staleness=%zu", eta);
+            const char *sets[] = {"rl.mode=async", bound, modes[m], "rl.steps=8"};
+            rl_run_t run = run_rl(base_workload, sets, 4);
+            double lag = kvio_result_get(run.result, KVIO_FIG_RL_STALENESS_MAX);
+            cr_assert_leq(lag, (double)eta, "%s %s: a token lags %.0f", bound, modes[m], lag);
+            run_free(&run);
+        }
+    }
+}
+
+/* An update mid-rollout: with keep the rollout goes on and its later tokens
+ * count on the new version; with recompute it is aborted and resumed on
+ * the new weights, its KV computed again. */
+Test(rl, an_interrupted_rollout_continues_on_the_new_version, .timeout = 60)
+{
+    const char *keep_sets[] = {"rl.mode=async", "rl.staleness=2", "rl.interrupt=keep"};
+    const char *recompute_sets[] = {"rl.mode=async", "rl.staleness=2", "rl.interrupt=recompute"};
+    rl_run_t sync = run_rl(base_workload, NULL, 0);
+    rl_run_t keep = run_rl(base_workload, keep_sets, 3);
+    rl_run_t recompute = run_rl(base_workload, recompute_sets, 3);
+    cr_assert_eq(kvio_result_get(sync.result, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_gt(kvio_result_get(keep.result, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_gt(kvio_result_get(recompute.result, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    /* The pool is far from full: only an interrupt recomputes. */
+    cr_assert_eq(kvio_result_get(keep.result, KVIO_FIG_RL_RECOMPUTED_TOKENS), 0);
+    double recomputed = kvio_result_get(recompute.result, KVIO_FIG_RL_RECOMPUTED_TOKENS);
+    cr_assert_gt(recomputed, 0);
+    /* At least each interrupted sample's prompt is computed again. */
+    cr_assert_geq(recomputed, 512 * kvio_result_get(recompute.result, KVIO_FIG_RL_MIXED_SAMPLES));
+    /* Tokens after an update are the new version's: they lag less than
+     * their sample's start would say. */
+    cr_assert_lt(kvio_result_get(keep.result, KVIO_FIG_RL_STALENESS_MEAN), 2);
+    run_free(&sync);
+    run_free(&keep);
+    run_free(&recompute);
+}
+
+Test(rl, colocated_sync_pays_sleep_and_wake, .timeout = 60)
+{
+    const char *level1[] = {"rl.placement=colocated", "rl.sleep_level=1"};
+    const char *level2[] = {"rl.placement=colocated", "rl.sleep_level=2"};
+    rl_run_t one = run_rl(base_workload, level1, 2);
+    rl_run_t two = run_rl(base_workload, level2, 2);
+    double wake1 = kvio_result_get(one.result, KVIO_FIG_RL_WAKE_S);
+    double wake2 = kvio_result_get(two.result, KVIO_FIG_RL_WAKE_S);
+    /* Level 2 re-creates only the pool (200 ms); level 1 also moves the
+     * 15 GB of weights to host and back. */
+    cr_assert_float_eq(wake2, 0.2, 1e-9);
+    cr_assert_gt(wake1, wake2 + 0.1);
+    rl_run_t separate = run_rl(base_workload, NULL, 0);
+    cr_assert(isnan(kvio_result_get(separate.result, KVIO_FIG_RL_WAKE_S)));
+    run_free(&separate);
+    run_free(&one);
+    run_free(&two);
+}
+
+/* The question the presets answer: per staleness bound, the step time,
+ * the rollout throughput and how stale the trained tokens were. */
+Test(rl, compare_over_the_staleness_bound_prints_the_rl_figures, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "compare", "rl-async", "--vary", "rl.staleness=0,1,2,4",
+                               "--set", "rl.steps=4", "--set", "rl.batch=16", "-o", out, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    const char *rows[] = {"rl step (s)", "rl rollout (tok/s)", "rl rollout (samples/s)",
+                          "rl staleness (versions)", "rl off-policy", "staleness=4"};
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+        cr_assert(test_contains(run.out, rows[r]), "no '%s' in:\n%s", rows[r], run.out);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+Test(rl, a_stream_too_short_or_emulate_is_refused_before_the_run, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", "rl-sync", "--set", "stream.requests=100", "-o", out,
+                               NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "rl.steps x rl.batch = 10 x 64 need 640"), "%s", run.err);
+    cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
+    test_run_free(&run);
+    run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "-o", out, NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "rl.mode: sync"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
