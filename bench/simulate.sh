@@ -13,6 +13,8 @@
 # and `simulate_over_baseline` is the median of the pairs' CPU-time ratios
 # (user + system, this build over the baseline: a shared machine's load
 # moves wall time more than CPU time), with the peak-RSS ratio beside it.
+# The cost of --event-trace FILE.pfw.gz on the chat preset in simulate
+# (CPU time, traced over not, five pairs).
 # KVIO_BENCH_10M=1: also a 10-million-request chat stream (wall time and
 # peak RSS; minutes, and its CSVs take about 3 GB in /tmp while it runs).
 # Env: KVIO_BENCH_BUILD (Release build directory), KVIO_TRACE.
@@ -124,6 +126,27 @@ completed50=$(python3 -c "import json;print(json.load(open('$work/run50/summary.
 printf 'mooncake x%d replay: %s requests, wall %s s (runs: %s), peak RSS %.1f MB\n' "$copies" \
     "$completed50" "$wall_50" "${walls50[*]}" "$(echo "$rss50_kb * 1024 / 1000000" | bc -l)"
 
+# The cost of --event-trace (.pfw.gz, every event) on the chat preset in
+# simulate: five pairs, traced and not in turn, the CPU time (user + system:
+# the background writer's deflate included) pair by pair.
+trace_ratios=()
+for i in 1 2 3 4 5; do
+    for side in plain traced; do
+        rm -rf "$work/run_$side" "$work/trace.pfw.gz"
+        trace_args=()
+        [ "$side" = traced ] && trace_args=(--event-trace "$work/trace.pfw.gz")
+        /usr/bin/time -f '%U %S' -o "$work/time_$side" "$kvio" -q run chat --set mode=simulate \
+            -o "$work/run_$side" "${trace_args[@]}" >/dev/null
+    done
+    read -r user_a sys_a <"$work/time_traced"
+    read -r user_b sys_b <"$work/time_plain"
+    trace_ratios+=("$(echo "($user_a + $sys_a) / ($user_b + $sys_b)" | bc -l)")
+done
+trace_ratio=$(printf '%s\n' "${trace_ratios[@]}" | sort -g | sed -n 3p)
+printf 'chat (simulate) traced to .pfw.gz: %s events in %.1f MB (cpu ratios: %s)\n' \
+    "$(($(gzip -dc "$work/trace.pfw.gz" | wc -l) - 2))" \
+    "$(echo "$(stat -c %s "$work/trace.pfw.gz") / 1000000" | bc -l)" "${trace_ratios[*]}"
+
 # The 10-million-request chat stream, when asked for.
 wall_10m= rss_10m_kb=
 if [ "${KVIO_BENCH_10M:-0}" = 1 ]; then
@@ -144,6 +167,7 @@ printf 'figure peak_rss_1m_mib %.1f MiB\n' "$(echo "$rss_kb / 1024" | bc -l)"
 printf 'figure simulate_mooncake_wall_s %.3f s\n' "$median"
 printf 'figure simulate_50x_wall_s %.2f s\n' "$wall_50"
 printf 'figure simulate_50x_rss_mb %.0f MB\n' "$(echo "$rss50_kb * 1024 / 1000000" | bc -l)"
+printf 'figure simulate_event_trace_overhead_pct %.1f %%\n' "$(echo "($trace_ratio - 1) * 100" | bc -l)"
 if [ -n "$over_baseline" ]; then
     printf 'figure simulate_over_baseline %.3f x\n' "$over_baseline"
     printf 'figure simulate_rss_over_baseline %.3f x\n' "$rss_over_baseline"
