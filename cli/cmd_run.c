@@ -46,6 +46,7 @@ typedef struct run_args {
     size_t num_overrides;
     const char *output_dir;
     const char *event_trace;
+    kvio_event_level_t event_trace_level;
     bool force;
     bool dump;
     bool help;
@@ -57,7 +58,7 @@ typedef struct run_args {
 
 enum {
     RUN_HELP = 1, RUN_SET, RUN_OUTPUT, RUN_EVENT_TRACE, RUN_FORMAT, RUN_FORCE, RUN_DUMP,
-    RUN_REPEAT, RUN_PERCENTILES, RUN_ALLOW_INVALID,
+    RUN_REPEAT, RUN_PERCENTILES, RUN_ALLOW_INVALID, RUN_EVENT_TRACE_LEVEL,
 };
 
 static const kvio_cli_option_t run_options[] = {
@@ -65,6 +66,7 @@ static const kvio_cli_option_t run_options[] = {
     {"set", 0, "KEY=VALUE", RUN_SET},
     {"output", 'o', "a directory", RUN_OUTPUT},
     {"event-trace", 0, "a file", RUN_EVENT_TRACE},
+    {"event-trace-level", 0, "iterations, requests or io", RUN_EVENT_TRACE_LEVEL},
     {"format", 0, "table or json", RUN_FORMAT},
     {"force", 0, NULL, RUN_FORCE},
     {"repeat", 0, "a count", RUN_REPEAT},
@@ -95,6 +97,13 @@ static int take_run_arg(const char *command, int option, const char *value, run_
         return KVIO_EXIT_OK;
     case RUN_EVENT_TRACE:
         args->event_trace = value;
+        return KVIO_EXIT_OK;
+    case RUN_EVENT_TRACE_LEVEL:
+        if (kvio_event_level_parse(value, &args->event_trace_level) != KVIO_OK) {
+            fprintf(stderr, "%s: --event-trace-level %s: not iterations, requests or io\n",
+                    command, value);
+            return KVIO_EXIT_USAGE;
+        }
         return KVIO_EXIT_OK;
     case RUN_FORMAT:
         if (strcmp(value, "json") != 0 && strcmp(value, "table") != 0) {
@@ -187,14 +196,14 @@ int kvio_cmd_run(int argc, char **argv)
         return exit_status;
     if (args.help) {
         printf("usage: kvio run [FILE|PRESET] [--set KEY=VALUE]... [-o|--output DIR] [--force]\n"
-               "                [--event-trace FILE.pfw] [--format table|json] [--repeat N]\n"
-               "                [--percentiles 50,90,99] [--allow-invalid]\n"
+               "                [--event-trace F.pfw[.gz]] [--event-trace-level L] [--repeat N]\n"
+               "                [--format table|json] [--percentiles 50,90,99] [--allow-invalid]\n"
                "       kvio run --help [SECTION|KEY]\n\n"
                "Runs a workload (default: the quickstart preset) and writes a results\n"
                "directory (default results/<name>-<UTC time>-<pid>) with summary.json.\n"
                "An existing output directory is refused unless --force.\n"
-               "--event-trace writes Chrome trace events, one per line (DFTracer .pfw\n"
-               "framing; Perfetto and chrome://tracing open it): every iteration and swap.\n"
+               "--event-trace writes Chrome trace events (DFTracer .pfw; .pfw.gz: gzip) and\n"
+               "--event-trace-level L what they hold: iterations, requests (+ ids), io (all).\n"
                "--format json prints summary.json on stdout instead of the table.\n"
                "--repeat N: update.control: paired's pairs (default 3).\n"
                "--percentiles LIST: the percentiles vllm.json gives (vllm bench serve's\n"
@@ -241,7 +250,8 @@ int kvio_cmd_run(int argc, char **argv)
         .output_dir = args.output_dir, .force = args.force, .source = source,
         .argv = (const char *const *)argv, .argc = argc, .overrides = args.overrides,
         .num_overrides = args.num_overrides,
-        .stop = kvio_cli_stop_on_signals(), .event_trace = args.event_trace, .quiet = args.json,
+        .stop = kvio_cli_stop_on_signals(), .event_trace = args.event_trace,
+        .event_trace_level = args.event_trace_level, .quiet = args.json,
         .summary_p = args.json ? &summary : NULL, .repeat = args.repeat,
         .result_p = &verdict,
     };

@@ -1,6 +1,8 @@
-/* The event-trace writer: formats each event into a line buffer by hand
- * (no printf on the hot path except for fractional arguments) and appends
- * it under a lock; close adds the rank names and the closing "]". */
+/* The event-trace writer: the calling thread formats each event into a
+ * line buffer of its own by hand (no printf on the hot path except for
+ * fractional arguments) and copies it into the trace's chunk under a lock;
+ * a writer thread compresses (.gz) and writes full chunks while the next
+ * fills; close adds the rank names and the closing "]". */
 #include "kvio/events.h"
 
 #include <errno.h>
@@ -10,18 +12,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #define LINE_MAX_BYTES 8192
 #define MAX_NAMED_RANKS 65536
+/* A chunk of whole lines: one write (one gzip member) each. */
+#define CHUNK_BYTES (1u << 20)
 
+/* Two chunks: the callers fill one while the writer thread writes the
+ * other. */
 struct kvio_event_trace {
-    pthread_mutex_t lock; /* guards everything below */
+    pthread_mutex_t lock; /* guards everything below but the writer's own */
+    pthread_cond_t changed; /* a chunk handed over, written, or the end */
+    pthread_t writer;
     FILE *file;
+    bool gzip;
+    kvio_event_level_t level;
+    char *filling, *pending; /* CHUNK_BYTES each; pending is the writer's */
+    size_t filling_length, pending_length;
+    bool has_pending, closing;
     uint64_t next_id;
     kvio_status_t error;
     uint32_t max_rank;
     bool any_rank;
     uint8_t *ranks_seen; /* MAX_NAMED_RANKS flags */
+    /* The writer thread's alone. */
+    z_stream stream;
+    unsigned char *compressed;
+    size_t compressed_capacity;
 };
 
 static const char *const kind_names[] = {"iteration", "update", "swap", "tier"};
@@ -124,39 +142,157 @@ static void put_key(line_t *line, const char *key)
 
 /* ---------- the trace ---------- */
 
-kvio_status_t kvio_event_trace_open(const char *path, kvio_event_trace_t **trace_p,
-                                    char *error_p, size_t error_len)
+kvio_status_t kvio_event_level_parse(const char *text, kvio_event_level_t *level_p)
+{
+    static const struct {
+        const char *name;
+        kvio_event_level_t level;
+    } levels[] = {{"iterations", KVIO_EVENT_LEVEL_ITERATIONS},
+                  {"requests", KVIO_EVENT_LEVEL_REQUESTS},
+                  {"io", KVIO_EVENT_LEVEL_IO}};
+    for (size_t i = 0; text != NULL && i < sizeof(levels) / sizeof(levels[0]); i++)
+        if (strcmp(text, levels[i].name) == 0) {
+            *level_p = levels[i].level;
+            return KVIO_OK;
+        }
+    return KVIO_ERR_INVALID;
+}
+
+/* Writes one chunk (the writer thread, without the lock): raw, or one gzip
+ * member. */
+static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, size_t length)
+{
+    if (length == 0)
+        return KVIO_OK;
+    if (!trace->gzip)
+        return fwrite(text, 1, length, trace->file) == length ? KVIO_OK : KVIO_ERR_IO;
+    if (deflateReset(&trace->stream) != Z_OK)
+        return KVIO_ERR_IO;
+    trace->stream.next_in = (unsigned char *)(uintptr_t)text;
+    trace->stream.avail_in = (uInt)length;
+    trace->stream.next_out = trace->compressed;
+    trace->stream.avail_out = (uInt)trace->compressed_capacity;
+    if (deflate(&trace->stream, Z_FINISH) != Z_STREAM_END)
+        return KVIO_ERR_IO;
+    size_t bytes = trace->compressed_capacity - trace->stream.avail_out;
+    return fwrite(trace->compressed, 1, bytes, trace->file) == bytes ? KVIO_OK : KVIO_ERR_IO;
+}
+
+/* The writer thread: writes each chunk handed over until the trace closes. */
+static void *writer_main(void *argument)
+{
+    kvio_event_trace_t *trace = argument;
+    pthread_mutex_lock(&trace->lock);
+    for (;;) {
+        while (!trace->has_pending && !trace->closing)
+            pthread_cond_wait(&trace->changed, &trace->lock);
+        if (!trace->has_pending)
+            break;
+        pthread_mutex_unlock(&trace->lock);
+        kvio_status_t status = write_chunk(trace, trace->pending, trace->pending_length);
+        pthread_mutex_lock(&trace->lock);
+        if (status != KVIO_OK && trace->error == KVIO_OK)
+            trace->error = status;
+        trace->has_pending = false;
+        pthread_cond_broadcast(&trace->changed);
+    }
+    pthread_mutex_unlock(&trace->lock);
+    return NULL;
+}
+
+/* Hands the filling chunk to the writer (lock held), once it has written
+ * the one before. */
+static void hand_over(kvio_event_trace_t *trace)
+{
+    while (trace->has_pending)
+        pthread_cond_wait(&trace->changed, &trace->lock);
+    char *swap = trace->pending;
+    trace->pending = trace->filling;
+    trace->pending_length = trace->filling_length;
+    trace->filling = swap;
+    trace->filling_length = 0;
+    trace->has_pending = true;
+    pthread_cond_broadcast(&trace->changed);
+}
+
+/* Appends text to the trace (lock held). */
+static void append(kvio_event_trace_t *trace, const char *text, size_t length)
+{
+    if (trace->filling_length + length > CHUNK_BYTES)
+        hand_over(trace);
+    memcpy(trace->filling + trace->filling_length, text, length);
+    trace->filling_length += length;
+}
+
+static void trace_free(kvio_event_trace_t *trace)
+{
+    if (trace->gzip)
+        deflateEnd(&trace->stream);
+    free(trace->compressed);
+    free(trace->filling);
+    free(trace->pending);
+    free(trace->ranks_seen);
+    free(trace);
+}
+
+kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
+                                    kvio_event_trace_t **trace_p, char *error_p,
+                                    size_t error_len)
 {
     kvio_event_trace_t *trace = calloc(1, sizeof(*trace));
     if (trace == NULL)
         return KVIO_ERR_NOMEM;
+    size_t path_length = strlen(path);
+    trace->gzip = path_length > 3 && strcmp(path + path_length - 3, ".gz") == 0;
+    trace->level = level;
     trace->ranks_seen = calloc(MAX_NAMED_RANKS, 1);
-    if (trace->ranks_seen == NULL) {
-        free(trace);
+    trace->filling = malloc(CHUNK_BYTES);
+    trace->pending = malloc(CHUNK_BYTES);
+    if (trace->gzip) {
+        /* windowBits 15 + 16: a gzip header and trailer; level 1: the
+         * writer keeps up with the callers. */
+        if (deflateInit2(&trace->stream, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+            Z_OK) {
+            trace->gzip = false;
+            trace_free(trace);
+            return KVIO_ERR_NOMEM;
+        }
+        trace->compressed_capacity = deflateBound(&trace->stream, CHUNK_BYTES);
+        trace->compressed = malloc(trace->compressed_capacity);
+    }
+    if (trace->ranks_seen == NULL || trace->filling == NULL || trace->pending == NULL ||
+        (trace->gzip && trace->compressed == NULL)) {
+        trace_free(trace);
         return KVIO_ERR_NOMEM;
     }
     trace->file = fopen(path, "w");
     if (trace->file == NULL) {
         kvio_status_t status = kvio_status_from_errno(errno);
         snprintf(error_p, error_len, "--event-trace %s: %s", path, strerror(errno));
-        free(trace->ranks_seen);
-        free(trace);
+        trace_free(trace);
         return status == KVIO_ERR_NOT_FOUND ? KVIO_ERR_INVALID : status;
     }
-    /* Large writes: one line per iteration must stay cheap. */
-    setvbuf(trace->file, NULL, _IOFBF, 1 << 20);
+    setvbuf(trace->file, NULL, _IONBF, 0); /* whole chunks go out as they are */
     pthread_mutex_init(&trace->lock, NULL);
-    if (fputs("[\n", trace->file) == EOF)
-        trace->error = KVIO_ERR_IO;
+    pthread_cond_init(&trace->changed, NULL);
+    int failed = pthread_create(&trace->writer, NULL, writer_main, trace);
+    if (failed != 0) {
+        snprintf(error_p, error_len, "--event-trace %s: no writer thread: %s", path,
+                 strerror(failed));
+        fclose(trace->file);
+        pthread_cond_destroy(&trace->changed);
+        pthread_mutex_destroy(&trace->lock);
+        trace_free(trace);
+        return KVIO_ERR_NOMEM;
+    }
+    append(trace, "[\n", 2);
     *trace_p = trace;
     return KVIO_OK;
 }
 
 static void write_line(kvio_event_trace_t *trace, line_t *line)
 {
-    if (fwrite(line->text, 1, line->length, trace->file) != line->length &&
-        trace->error == KVIO_OK)
-        trace->error = KVIO_ERR_IO;
+    append(trace, line->text, line->length);
 }
 
 void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event)
@@ -164,58 +300,67 @@ void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event
     if (trace == NULL || event == NULL)
         return;
     unsigned kind = (unsigned)event->kind < 4 ? (unsigned)event->kind : 0;
+    if (trace->level != KVIO_EVENT_LEVEL_IO && kind != KVIO_EVENT_ITERATION)
+        return;
+    bool with_ids = trace->level != KVIO_EVENT_LEVEL_ITERATIONS;
     /* Whole microseconds; the duration is the difference of rounded ends so
      * that back-to-back events never overlap. */
     int64_t start_us = event->start_ns / 1000;
     int64_t end_us = (event->start_ns + (event->duration_ns > 0 ? event->duration_ns : 0)) / 1000;
     line_t line;
     line.length = 0;
-    pthread_mutex_lock(&trace->lock);
-    put(&line, "{\"id\":");
-    put_uint(&line, trace->next_id++);
-    put(&line, ",\"name\":");
-    put_string(&line, event->name != NULL ? event->name : kind_names[kind]);
-    put(&line, ",\"cat\":\"");
-    put(&line, kind_names[kind]);
-    put(&line, "\",\"pid\":");
-    put_uint(&line, event->rank);
-    put(&line, ",\"tid\":");
-    put_uint(&line, kind + 1);
-    put(&line, ",\"ts\":");
-    put_int(&line, start_us);
-    put(&line, ",\"dur\":");
-    put_int(&line, end_us - start_us);
-    put(&line, ",\"ph\":\"X\",\"args\":{\"rank\":");
-    put_uint(&line, event->rank);
+    /* The id is taken under the lock with the copy; the rest of the line
+     * is made without it and the id put in front when it is known. */
+    line_t body;
+    body.length = 0;
+    put(&body, ",\"name\":");
+    put_string(&body, event->name != NULL ? event->name : kind_names[kind]);
+    put(&body, ",\"cat\":\"");
+    put(&body, kind_names[kind]);
+    put(&body, "\",\"pid\":");
+    put_uint(&body, event->rank);
+    put(&body, ",\"tid\":");
+    put_uint(&body, kind + 1);
+    put(&body, ",\"ts\":");
+    put_int(&body, start_us);
+    put(&body, ",\"dur\":");
+    put_int(&body, end_us - start_us);
+    put(&body, ",\"ph\":\"X\",\"args\":{\"rank\":");
+    put_uint(&body, event->rank);
     if (event->label != NULL) {
-        put_key(&line, kind == KVIO_EVENT_UPDATE ? "stage" : "tier");
-        put_string(&line, event->label);
+        put_key(&body, kind == KVIO_EVENT_UPDATE ? "stage" : "tier");
+        put_string(&body, event->label);
     }
     if (event->bytes >= 0) {
-        put_key(&line, "bytes");
-        put_int(&line, event->bytes);
+        put_key(&body, "bytes");
+        put_int(&body, event->bytes);
     }
     /* Arguments and ids stop short of the line buffer's end. */
     for (size_t i = 0; i < event->num_args && event->args != NULL &&
-                       line.length < LINE_MAX_BYTES - 1800; i++) {
-        put_key(&line, event->args[i].key != NULL ? event->args[i].key : "value");
-        put_number(&line, event->args[i].value);
+                       body.length < LINE_MAX_BYTES - 1800; i++) {
+        put_key(&body, event->args[i].key != NULL ? event->args[i].key : "value");
+        put_number(&body, event->args[i].value);
     }
-    if (event->request_ids != NULL && event->num_request_ids > 0) {
-        put(&line, ",\"num_requests\":");
-        put_uint(&line, event->num_request_ids);
-        put(&line, ",\"request_ids\":[");
+    if (with_ids && event->request_ids != NULL && event->num_request_ids > 0) {
+        put(&body, ",\"num_requests\":");
+        put_uint(&body, event->num_request_ids);
+        put(&body, ",\"request_ids\":[");
         size_t shown = event->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
                            ? event->num_request_ids
                            : KVIO_EVENT_MAX_REQUEST_IDS;
         for (size_t i = 0; i < shown; i++) {
             if (i > 0)
-                line.text[line.length++] = ',';
-            put_uint(&line, event->request_ids[i]);
+                body.text[body.length++] = ',';
+            put_uint(&body, event->request_ids[i]);
         }
-        line.text[line.length++] = ']';
+        body.text[body.length++] = ']';
     }
-    put(&line, "}},\n");
+    put(&body, "}},\n");
+    pthread_mutex_lock(&trace->lock);
+    put(&line, "{\"id\":");
+    put_uint(&line, trace->next_id++);
+    memcpy(line.text + line.length, body.text, body.length);
+    line.length += body.length;
     if (event->rank < MAX_NAMED_RANKS) {
         trace->ranks_seen[event->rank] |= (uint8_t)(1u << kind);
         if (!trace->any_rank || event->rank > trace->max_rank)
@@ -276,15 +421,18 @@ kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
                                rank == last_rank && kind + 1 == last_tid);
         }
     }
-    if (fputs("]\n", trace->file) == EOF && trace->error == KVIO_OK)
-        trace->error = KVIO_ERR_IO;
+    append(trace, "]\n", 2);
+    hand_over(trace);
+    trace->closing = true;
+    pthread_cond_broadcast(&trace->changed);
+    pthread_mutex_unlock(&trace->lock);
+    pthread_join(trace->writer, NULL);
     if (fclose(trace->file) != 0 && trace->error == KVIO_OK)
         trace->error = KVIO_ERR_IO;
     kvio_status_t status = trace->error;
-    pthread_mutex_unlock(&trace->lock);
+    pthread_cond_destroy(&trace->changed);
     pthread_mutex_destroy(&trace->lock);
-    free(trace->ranks_seen);
-    free(trace);
+    trace_free(trace);
     return status;
 }
 

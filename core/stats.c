@@ -142,21 +142,29 @@ kvio_status_t kvio_sort_doubles(double *values, size_t count)
         qsort(values, count, sizeof(double), kvio_compare_double);
         return KVIO_OK;
     }
-    /* LSD radix over 16-bit digits, keys in place of the values. */
-    uint64_t *keys = malloc(2 * count * sizeof(uint64_t));
+    /* LSD radix over 16-bit digits on the keys, made in place of the values
+     * (one scratch array as large as the values); a digit all keys share is
+     * skipped. */
+    uint64_t *scratch = malloc(count * sizeof(uint64_t));
     size_t *counts = malloc(65536 * sizeof(size_t));
-    if (keys == NULL || counts == NULL) {
-        free(keys);
+    if (scratch == NULL || counts == NULL) {
+        free(scratch);
         free(counts);
         return KVIO_ERR_NOMEM;
     }
-    uint64_t *from = keys, *to = keys + count;
-    for (size_t i = 0; i < count; i++)
-        from[i] = sortable_bits(values[i]);
+    uint64_t *keys = (uint64_t *)(void *)values;
+    for (size_t i = 0; i < count; i++) {
+        double value;
+        memcpy(&value, &keys[i], sizeof(value));
+        keys[i] = sortable_bits(value);
+    }
+    uint64_t *from = keys, *to = scratch;
     for (int shift = 0; shift < 64; shift += 16) {
         memset(counts, 0, 65536 * sizeof(size_t));
         for (size_t i = 0; i < count; i++)
             counts[(from[i] >> shift) & 0xffff]++;
+        if (counts[(from[0] >> shift) & 0xffff] == count)
+            continue;
         size_t at = 0;
         for (size_t d = 0; d < 65536; d++) {
             size_t here = counts[d];
@@ -169,11 +177,13 @@ kvio_status_t kvio_sort_doubles(double *values, size_t count)
         from = to;
         to = swap;
     }
+    if (from != keys)
+        memcpy(keys, from, count * sizeof(uint64_t));
     for (size_t i = 0; i < count; i++) {
-        uint64_t bits = from[i] >> 63 ? from[i] & ~(1ull << 63) : ~from[i];
-        memcpy(&values[i], &bits, sizeof(bits));
+        uint64_t bits = keys[i] >> 63 ? keys[i] & ~(1ull << 63) : ~keys[i];
+        memcpy(&keys[i], &bits, sizeof(bits));
     }
-    free(keys);
+    free(scratch);
     free(counts);
     return KVIO_OK;
 }

@@ -694,7 +694,8 @@ static kvio_status_t run_prepare(run_state_t *state)
      * is opened once the directory exists. */
     bool inside = trace_path != NULL && trace_in_output(trace_path, state->options->output_dir);
     if (status == KVIO_OK && state->root && trace_path != NULL && !inside)
-        status = kvio_event_trace_open(trace_path, &state->events, error_p, error_len);
+        status = kvio_event_trace_open(trace_path, state->options->event_trace_level, &state->events,
+                                       error_p, error_len);
     if (status == KVIO_OK && state->root) {
         status = kvio_results_create(state->options->output_dir, workload->name,
                                      state->options->force, &state->results, error_p,
@@ -707,7 +708,8 @@ static kvio_status_t run_prepare(run_state_t *state)
         }
     }
     if (status == KVIO_OK && state->root && inside)
-        status = kvio_event_trace_open(trace_path, &state->events, error_p, error_len);
+        status = kvio_event_trace_open(trace_path, state->options->event_trace_level, &state->events,
+                                       error_p, error_len);
     if (status != KVIO_OK) {
         kvio_rte_world_destroy(state->world, true);
         state->world = NULL;

@@ -315,6 +315,16 @@ static kvio_status_t add_other_percentiles(json_t *vllm, const run_vllm_t *sourc
     for (size_t k = 0; k < 4; k++) {
         if (kinds[k].which < 0 && data->order == NULL)
             continue;
+        /* Only a kind with a percentile no figure has is collected and
+         * sorted (the default's are all figures). */
+        bool missing = false;
+        for (size_t i = 0; i < num_percentiles && !missing; i++) {
+            char key[64];
+            snprintf(key, sizeof(key), "p%.10g_%s_ms", percentiles[i], kinds[k].name);
+            missing = json_object_get(vllm, key) == NULL;
+        }
+        if (!missing)
+            continue;
         size_t count = 0;
         if (kinds[k].which >= 0) {
             count = kvio_serve_sample_values(source->samples, UINT32_MAX,

@@ -430,7 +430,10 @@ static void record_itl(kvio_engine_metrics_t *metrics, uint64_t id, int64_t gap_
         return;
     }
     kvio_itl_record_t record = {.id = (uint32_t)id, .gap_s = (float)(gap_ns / 1e9)};
-    append_itls(metrics, &record, 1);
+    if (metrics->num_itl_records < metrics->itl_records_capacity) /* no call per token */
+        metrics->itl_records[metrics->num_itl_records++] = record;
+    else
+        append_itls(metrics, &record, 1);
 }
 
 void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_metrics_t *src)

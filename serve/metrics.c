@@ -370,6 +370,15 @@ void kvio_serve_itls_take(kvio_engine_metrics_t *metrics, kvio_serve_itls_t *itl
     if (itls == NULL)
         return;
     free(itls->records);
+    /* The list grew by doubling: what it holds is all it keeps (a shrink of
+     * a large block gives its tail back to the system). */
+    if (metrics->itl_records != NULL && metrics->num_itl_records > 0 &&
+        metrics->num_itl_records < metrics->itl_records_capacity) {
+        kvio_itl_record_t *fitted = realloc(
+            metrics->itl_records, (size_t)metrics->num_itl_records * sizeof(*fitted));
+        if (fitted != NULL)
+            metrics->itl_records = fitted;
+    }
     *itls = (kvio_serve_itls_t){.records = metrics->itl_records,
                                 .count = metrics->num_itl_records,
                                 .dropped = metrics->itl_records_dropped};

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "kvio/events.h"
 #include "tests/helpers.h"
@@ -196,7 +197,8 @@ Test(events, api_events_escape_bound_and_name_ranks, .timeout = 30)
     snprintf(path, sizeof(path), "%s/api.pfw", dir);
     kvio_event_trace_t *trace = NULL;
     char error[512];
-    cr_assert_eq(kvio_event_trace_open(path, &trace, error, sizeof(error)), KVIO_OK, "%s", error);
+    cr_assert_eq(kvio_event_trace_open(path, KVIO_EVENT_LEVEL_IO, &trace, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
     kvio_event_trace_update(trace, 1, 7, "xfer", 1500, 2000000, 16000000000LL);
     uint64_t ids[100];
     for (size_t i = 0; i < 100; i++)
@@ -252,6 +254,102 @@ Test(events, api_events_escape_bound_and_name_ranks, .timeout = 30)
     /* Ranks 0..4 each get a process name and a name per track they used. */
     cr_assert_eq(names, 5 + 5);
     json_decref(events);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* The same events into path at level (iterations with 40 request ids, a
+ * swap and a model-update stage each). */
+static void write_sample(const char *path, kvio_event_level_t level, int count)
+{
+    kvio_event_trace_t *trace = NULL;
+    char error[512];
+    cr_assert_eq(kvio_event_trace_open(path, level, &trace, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    uint64_t ids[40];
+    kvio_event_arg_t args[] = {{"kv_usage", 0.25}, {"batch_size", 40}};
+    for (int i = 0; i < count; i++) {
+        for (size_t k = 0; k < 40; k++)
+            ids[k] = (uint64_t)i * 40 + k;
+        kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration", .rank = 0,
+                              .start_ns = (int64_t)i * 1000000, .duration_ns = 900000,
+                              .bytes = -1, .request_ids = ids, .num_request_ids = 40,
+                              .args = args, .num_args = 2};
+        kvio_event_trace_write(trace, &event);
+        kvio_event_trace_swap(trace, 0, 1, (int64_t)i * 1000000, 1000, 4096, NULL, 0);
+        kvio_event_trace_update(trace, 0, 1, "xfer", (int64_t)i * 1000000, 1000, 1 << 20);
+    }
+    cr_assert_eq(kvio_event_trace_close(trace), KVIO_OK);
+}
+
+/* A .pfw.gz trace is gzip, in several members (whole lines each, written
+ * by the background writer), and gunzips to the very bytes the .pfw of
+ * the same events holds. */
+Test(events, gz_trace_gunzips_to_the_plain_trace, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char plain[1200], packed[1200];
+    snprintf(plain, sizeof(plain), "%s/t.pfw", dir);
+    snprintf(packed, sizeof(packed), "%s/t.pfw.gz", dir);
+    write_sample(plain, KVIO_EVENT_LEVEL_IO, 6000);
+    write_sample(packed, KVIO_EVENT_LEVEL_IO, 6000);
+    char *expected = test_read_file(plain);
+    cr_assert_not_null(expected);
+    size_t expected_length = strlen(expected);
+    cr_assert_gt(expected_length, 2u << 20, "more than one chunk: %zu bytes", expected_length);
+    struct stat info;
+    cr_assert_eq(stat(packed, &info), 0);
+    cr_expect_lt((size_t)info.st_size, expected_length / 4, "compressed: %lld of %zu bytes",
+                 (long long)info.st_size, expected_length);
+    /* zlib reads the members one after the other, as gunzip does. */
+    gzFile file = gzopen(packed, "rb");
+    cr_assert_not_null(file);
+    char *got = malloc(expected_length + 1);
+    cr_assert_not_null(got);
+    int read = gzread(file, got, (unsigned)expected_length + 1);
+    gzclose(file);
+    cr_assert_eq((size_t)read, expected_length);
+    cr_assert(memcmp(got, expected, expected_length) == 0, "the same bytes");
+    free(got);
+    free(expected);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* --event-trace-level: iterations keeps the iteration events without their
+ * request ids; requests keeps the ids; neither writes swaps or model-update
+ * stages; io (the default) writes them all. */
+Test(events, levels_choose_what_is_traced, .timeout = 30)
+{
+    static const struct {
+        const char *name;
+        size_t events; /* complete events of 3 iterations */
+        bool ids;
+    } cases[] = {{"iterations", 3, false}, {"requests", 3, true}, {"io", 9, true}};
+    char *dir = test_tmpdir();
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        kvio_event_level_t level;
+        cr_assert_eq(kvio_event_level_parse(cases[c].name, &level), KVIO_OK);
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/%s.pfw", dir, cases[c].name);
+        write_sample(path, level, 3);
+        json_t *events = read_lines(path);
+        size_t complete = 0, with_ids = 0, index;
+        json_t *event;
+        json_array_foreach(events, index, event)
+        {
+            if (strcmp(test_json_string(event, "ph"), "X") != 0)
+                continue;
+            complete++;
+            with_ids += json_object_get(json_object_get(event, "args"), "request_ids") != NULL;
+        }
+        cr_expect_eq(complete, cases[c].events, "%s: %zu events", cases[c].name, complete);
+        cr_expect_eq(with_ids, cases[c].ids ? 3u : 0u, "%s: %zu with ids", cases[c].name,
+                     with_ids);
+        json_decref(events);
+    }
+    kvio_event_level_t level;
+    cr_expect_eq(kvio_event_level_parse("all", &level), KVIO_ERR_INVALID);
     test_rmtree(dir);
     free(dir);
 }

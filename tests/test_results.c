@@ -177,6 +177,59 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* dir/out/vllm.json, parsed (path_p gets its path). */
+static json_t *load_vllm_json(const char *dir, char *path_p, size_t path_len)
+{
+    snprintf(path_p, path_len, "%s/out/vllm.json", dir);
+    json_error_t json_error;
+    json_t *vllm = json_load_file(path_p, 0, &json_error);
+    cr_assert_not_null(vllm, "vllm.json: %s (line %d)", json_error.text, json_error.line);
+    return vllm;
+}
+
+/* A percentile no figure holds (p25) is computed from vllm.json's own
+ * lists, for every kind, beside those the figures give (p99). */
+Test(results, vllm_json_percentiles_no_figure_holds_come_from_the_lists, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "duration=10s", "--percentiles",
+                               "25,99", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1100];
+    json_t *vllm = load_vllm_json(dir, path, sizeof(path));
+    const json_t *ttfts = json_object_get(vllm, "ttfts"), *itls = json_object_get(vllm, "itls");
+    size_t n = json_array_size(ttfts), num_gaps = 0;
+    cr_assert_gt(n, 20);
+    for (size_t i = 0; i < json_array_size(itls); i++)
+        num_gaps += json_array_size(json_array_get(itls, i));
+    cr_assert_gt(num_gaps, n);
+    double *ttft = malloc(n * sizeof(double)), *gaps = malloc(num_gaps * sizeof(double));
+    cr_assert(ttft != NULL && gaps != NULL);
+    for (size_t i = 0; i < n; i++)
+        ttft[i] = json_number_value(json_array_get(ttfts, i));
+    size_t at = 0;
+    for (size_t i = 0; i < json_array_size(itls); i++)
+        for (size_t g = 0; g < json_array_size(json_array_get(itls, i)); g++)
+            gaps[at++] = json_number_value(json_array_get(json_array_get(itls, i), g));
+    qsort(ttft, n, sizeof(double), by_value);
+    qsort(gaps, num_gaps, sizeof(double), by_value);
+    cr_expect_float_eq(key_number(vllm, "p25_ttft_ms"), numpy_percentile(ttft, n, 25) * 1e3,
+                       1e-3);
+    cr_expect_float_eq(key_number(vllm, "p25_itl_ms"),
+                       numpy_percentile(gaps, num_gaps, 25) * 1e3, 1e-3);
+    cr_expect_float_eq(key_number(vllm, "p99_ttft_ms"), numpy_percentile(ttft, n, 99) * 1e3,
+                       1e-3);
+    const char *keys[] = {"p25_tpot_ms", "p25_e2el_ms", "p99_itl_ms"};
+    for (size_t k = 0; k < 3; k++)
+        key_number(vllm, keys[k]);
+    free(ttft);
+    free(gaps);
+    json_decref(vllm);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* vllm.json is what `vllm bench serve --save-result` writes: its keys, the
  * percentiles asked for (99.9 named p99.9) computed as numpy computes them
  * from every measured request of requests.csv, the per-request lists in
@@ -193,10 +246,7 @@ Test(results, vllm_json_is_what_vllm_bench_serve_saves, .timeout = 60)
     cr_assert_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
     char path[1100];
-    snprintf(path, sizeof(path), "%s/out/vllm.json", dir);
-    json_error_t json_error;
-    json_t *vllm = json_load_file(path, 0, &json_error);
-    cr_assert_not_null(vllm, "vllm.json: %s (line %d)", json_error.text, json_error.line);
+    json_t *vllm = load_vllm_json(dir, path, sizeof(path));
     snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
     test_csv_t requests = test_csv_read(path);
 
@@ -261,8 +311,9 @@ Test(results, vllm_json_is_what_vllm_bench_serve_saves, .timeout = 60)
 
     /* summary.json's vllm: the same keys and values, without the lists. */
     snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    json_error_t json_error;
     json_t *summary = json_load_file(path, 0, &json_error);
-    cr_assert_not_null(summary);
+    cr_assert_not_null(summary, "summary.json: %s", json_error.text);
     const json_t *brief = json_object_get(summary, "vllm");
     cr_assert_not_null(brief);
     cr_expect_null(json_object_get(brief, "itls"));

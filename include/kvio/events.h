@@ -2,7 +2,16 @@
  * object per line after an opening "[" line, as DFTracer writes its .pfw
  * files; closed with "]" so the whole file is also one JSON array that
  * Perfetto and chrome://tracing open. pid is the serve rank, tid the kind
- * of event (1 iterations, 2 model updates, 3 swaps, 4 tier I/O). */
+ * of event (1 iterations, 2 model updates, 3 swaps, 4 tier I/O).
+ *
+ * A path ending in ".gz" (DFTracer's .pfw.gz) is gzip-compressed: the lines
+ * go out in members of whole lines, about 1 MiB of text each, one after the
+ * other in the file, which gunzip, zcat and zlib read as one stream (as
+ * DFTracer's own compressed traces are read). The calling thread formats
+ * an event into its own line and appends it to the trace's chunk under the
+ * lock (a copy); a background writer thread compresses and writes the
+ * full chunks, so the caller never waits on deflate or the file system
+ * unless the writer falls a whole chunk behind. */
 #ifndef KVIO_EVENTS_H
 #define KVIO_EVENTS_H
 
@@ -21,6 +30,19 @@ typedef enum {
     KVIO_EVENT_SWAP,          /* cat "swap": KV blocks to or from host memory */
     KVIO_EVENT_TIER,          /* cat "tier": a KV-cache tier read or write */
 } kvio_event_kind_t;
+
+/* How much is traced: iteration events only (their request ids left
+ * out); iterations with the ids of the requests in them; everything (also
+ * swaps, tier reads and writes, model-update stages: the default). */
+typedef enum {
+    KVIO_EVENT_LEVEL_IO = 0,
+    KVIO_EVENT_LEVEL_ITERATIONS,
+    KVIO_EVENT_LEVEL_REQUESTS,
+} kvio_event_level_t;
+
+/* "iterations", "requests" or "io" into *level_p; KVIO_ERR_INVALID for
+ * anything else. */
+kvio_status_t kvio_event_level_parse(const char *text, kvio_event_level_t *level_p);
 
 /* A numeric argument: written as an integer when it is one. */
 typedef struct kvio_event_arg {
@@ -47,13 +69,15 @@ typedef struct kvio_event {
  * written whole under the writer's lock. */
 typedef struct kvio_event_trace kvio_event_trace_t;
 
-/* Creates path (truncating it) and writes the opening "[" line. The caller
- * closes the trace with kvio_event_trace_close. */
-kvio_status_t kvio_event_trace_open(const char *path, kvio_event_trace_t **trace_p,
-                                    char *error_p, size_t error_len);
+/* Creates path (truncating it; gzip when it ends in ".gz"), starts the
+ * writer thread and writes the opening "[" line. The caller closes the
+ * trace with kvio_event_trace_close. */
+kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
+                                    kvio_event_trace_t **trace_p, char *error_p,
+                                    size_t error_len);
 
-/* Writes the process and thread names of the ranks seen, then "]", and
- * frees the trace. Returns the first write error of the trace's life
+/* Writes the process and thread names of the ranks seen, then "]", waits
+ * for the writer to write it all, and frees the trace. Returns the first write error of the trace's life
  * (KVIO_OK when every event was written). NULL is a no-op. */
 kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace);
 

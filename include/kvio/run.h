@@ -10,6 +10,7 @@
 #include "kvio/status.h"
 #include "kvio/cost.h"
 #include "kvio/data.h"
+#include "kvio/events.h"
 #include "kvio/gpu.h"
 #include "kvio/rl.h"
 #include "kvio/serve.h"
@@ -120,7 +121,8 @@ typedef struct kvio_run_options {
     const char *source;     /* what was loaded, for the summary */
     bool quiet;             /* no table on stdout */
     volatile sig_atomic_t *stop; /* set (e.g. by SIGINT) to stop early; may be NULL */
-    const char *event_trace; /* write Chrome trace events (.pfw) here; NULL: none */
+    const char *event_trace; /* write Chrome trace events (.pfw, .pfw.gz) here; NULL: none */
+    kvio_event_level_t event_trace_level; /* what the trace holds (0: everything) */
     json_t **summary_p;      /* non-NULL: receives the summary.json written (a new
                                 reference, on the rank that wrote it; else NULL) */
     kvio_result_t **result_p; /* non-NULL: receives the run's figures and verdict (on
