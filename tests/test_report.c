@@ -685,7 +685,7 @@ Test(report, bad_input_is_refused_with_the_file_named, .timeout = 60)
         {"summary.json",
          "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, \"goodput\": 1, "
          "\"hit_rate\": 0.5, \"tiers\": 7}}",
-         "metrics.tiers is neither an array nor an object"},
+         "metrics.tiers is not a list"},
         {"summary.json",
          "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, "
          "\"hit_rate\": 0.5, \"model_updates\": {\"weight_sync\": {\"staged_ms\": 1, "
