@@ -231,12 +231,11 @@ static kvio_status_t paired_chart(kvio_report_t *report, const report_paired_t *
             pair->y[c] = p < shown[c]->num_pairs ? shown[c]->pairs[p] * scale : NAN;
     }
     snprintf(chart->caption, sizeof(chart->caption),
-             "From %s/summary.json (update.control: paired): each figure is the coupled run "
-             "minus its no-update twin (the same stream and ranks, the trainer publishing "
-             "nothing), per pair. The first bar is the mean over the %zu pairs with its 95 %% "
-             "interval (Student's t); an interval that holds 0 is a cost within the machine's "
-             "noise. Then each pair's own value (update_cost.per_pair). The pairs' runs are "
-             "pair-N-with and pair-N-without beside it: kvio report draws them as runs.",
+             "From %.96s/summary.json (update.control: paired): the coupled run minus its "
+             "no-update twin (same stream and ranks, the trainer publishing nothing). First "
+             "the mean over the %zu pairs with its 95 %% interval (Student's t; one that holds "
+             "0 is within the machine's noise), then each pair's value. The pairs' own runs "
+             "(pair-N-with, pair-N-without) are runs to kvio report.",
              paired->dir, paired->num_pairs);
     return KVIO_OK;
 }

@@ -125,26 +125,6 @@ static void unique_label(const kvio_report_t *report, size_t count, char *label,
     }
 }
 
-/* A file kvio writes into a results directory, given by its path: the
- * directory is what is read. */
-static bool names_a_directory_file(const char *path, char *dir_p, size_t dir_len)
-{
-    static const char *const names[] = {"summary.json", "compare.json", "capacity.json",
-                                        "mlperf.json"};
-    const char *slash = strrchr(path, '/');
-    const char *base = slash != NULL ? slash + 1 : path;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(base, names[i]) != 0)
-            continue;
-        if (slash == NULL)
-            snprintf(dir_p, dir_len, ".");
-        else
-            snprintf(dir_p, dir_len, "%.*s", (int)(slash - path), path);
-        return true;
-    }
-    return false;
-}
-
 /* A file: kvio prefix --format json (it has clusters) or kvio cachesim
  * --json output. */
 static kvio_status_t add_file(kvio_report_t *report, const char *path, char *error_p,
@@ -236,11 +216,8 @@ kvio_status_t kvio_report_add(kvio_report_t *report, const char *path, char *err
         snprintf(error_p, error_len, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? KVIO_ERR_NOT_FOUND : KVIO_ERR_IO;
     }
-    char dir[REPORT_PATH_MAX];
     kvio_status_t status;
-    if (S_ISREG(info.st_mode) && names_a_directory_file(path, dir, sizeof(dir)))
-        status = add_directory(report, dir, error_p, error_len);
-    else if (S_ISREG(info.st_mode))
+    if (S_ISREG(info.st_mode))
         status = add_file(report, path, error_p, error_len);
     else if (S_ISDIR(info.st_mode))
         status = add_directory(report, path, error_p, error_len);

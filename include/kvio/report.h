@@ -33,7 +33,7 @@ void kvio_report_destroy(kvio_report_t *report);
  * output directory (compare.json; each variant becomes one run, its seeds
  * pooled), a `kvio capacity` directory (capacity.json), a `kvio mlperf`
  * one (mlperf.json), an update.control: paired result (summary.json with
- * update_cost over pairs), one of those files by its path, or a file
+ * update_cost over pairs), or a file
  * written by `kvio cachesim --json` or `kvio prefix --format json`. Bad
  * input returns
  * KVIO_ERR_PARSE/NOT_FOUND/INVALID with a message naming the file (and the
