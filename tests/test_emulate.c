@@ -809,6 +809,33 @@ Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_has_cached_it, .timeo
     kvio_serve_mirror_destroy(mirror);
 }
 
+/* #53.7: in emulate the serve ranks tell the trainer what they served as
+ * the run goes, and the adaptive policy's decisions use that rate, not the
+ * prior (1000 req/s, far above what 20 req/s offered can serve). */
+Test(emulate, adaptive_checkpoints_read_the_serve_ranks_rate, .timeout = 120)
+{
+    char text[2048], *dir, error[1024], path[1200];
+    snprintf(text, sizeof(text), "%s", coupled_workload);
+    replace_in(text, sizeof(text), "{policy: every_n_steps, every_n_steps: 5}",
+               "{policy: adaptive, loss: {a: 4, b: 0.5, c: 1.5}, serving_rate: 1000}");
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    snprintf(path, sizeof(path), "%s/out/updates.csv", dir);
+    test_csv_t updates = test_csv_read(path);
+    size_t measured = 0;
+    for (size_t u = 0; u < updates.num_rows; u++) {
+        if (test_csv_number(&updates, u, "serving_rate_measured") != 1)
+            continue;
+        measured++;
+        double rate = test_csv_number(&updates, u, "serving_rate_rps");
+        cr_assert(rate > 0 && rate < 200, "row %zu: %g req/s", u + 1, rate);
+    }
+    cr_assert_gt(measured, 0, "no decision of %zu used a measured rate", updates.num_rows);
+    test_csv_free(&updates);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* update.in_flight: wait in real time: every request an older version
  * served on a rank finished before the newer version activated there, and
  * the drains count as inference stall. */

@@ -776,6 +776,48 @@ Test(simulate, coupled_runs_serve_the_versions_updates_activate, .timeout = 120)
     }
 }
 
+/* #53.7: the adaptive checkpoint policy weighs an update by the rate the
+ * run serves, measured (here from the no-update twin's completions up to
+ * each step), not by train.checkpoint.serving_rate: it published as many
+ * versions at 1 req/s as at 6. The prior, 1000 req/s, appears nowhere. */
+Test(simulate, adaptive_checkpoints_follow_the_measured_serving_rate)
+{
+    size_t versions[2];
+    const char *rates[] = {"stream.arrival.rate=2", "stream.arrival.rate=30"};
+    for (int r = 0; r < 2; r++) {
+        const char *sets[] = {"duration=12s", "train.checkpoint.policy=adaptive",
+                              "train.checkpoint.loss.a=4", "train.checkpoint.loss.b=0.5",
+                              "train.checkpoint.loss.c=1.5", "train.checkpoint.serving_rate=1000",
+                              rates[r]};
+        run_output_t output = run_text(coupled, sets, sizeof(sets) / sizeof(sets[0]));
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/out/updates.csv", output.dir);
+        test_csv_t updates = test_csv_read(path);
+        snprintf(path, sizeof(path), "%s/out/requests.csv", output.dir);
+        test_csv_t requests = test_csv_read(path);
+        cr_assert_gt(updates.num_rows, 0);
+        double served_rps = (double)requests.num_rows / 12.0, last = 0;
+        for (size_t u = 0; u < updates.num_rows; u++) {
+            cr_assert_eq(test_csv_number(&updates, u, "serving_rate_measured"), 1,
+                         "row %zu: the decision used the prior", u + 1);
+            last = test_csv_number(&updates, u, "serving_rate_rps");
+            cr_assert_lt(last, 100, "row %zu: %g req/s is not what was served", u + 1, last);
+        }
+        /* Late in the run the rate is the steady one served. */
+        cr_assert(last > 0.5 * served_rps && last < 1.5 * served_rps,
+                  "last decision's rate %g req/s, served %g req/s over the run", last,
+                  served_rps);
+        versions[r] = (size_t)test_json_integer(
+            json_object_get(json_object_get(output.summary, "metrics"), "model_updates"),
+            "versions_published");
+        test_csv_free(&updates);
+        test_csv_free(&requests);
+        run_free(&output);
+    }
+    cr_assert_gt(versions[1], 2 * versions[0], "%zu versions at 30 req/s, %zu at 2 req/s",
+                 versions[1], versions[0]);
+}
+
 /* Simulate is deterministic with updates too: byte-identical files. */
 Test(simulate, coupled_runs_are_byte_identical_for_a_seed, .timeout = 120)
 {
