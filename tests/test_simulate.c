@@ -780,7 +780,7 @@ Test(simulate, coupled_runs_serve_the_versions_updates_activate, .timeout = 120)
  * run serves, measured (here from the no-update twin's completions up to
  * each step), not by train.checkpoint.serving_rate: it published as many
  * versions at 1 req/s as at 6. The prior, 1000 req/s, appears nowhere. */
-Test(simulate, adaptive_checkpoints_follow_the_measured_serving_rate)
+Test(simulate, adaptive_checkpoints_follow_the_measured_serving_rate, .timeout = 120)
 {
     size_t versions[2];
     const char *rates[] = {"stream.arrival.rate=2", "stream.arrival.rate=30"};
