@@ -13,6 +13,7 @@
 #include "kvio/log.h"
 #include "kvio/results.h"
 #include "kvio/stream.h"
+#include "kvio/sysinfo.h"
 
 #include <errno.h>
 #include <jansson.h>
