@@ -5,13 +5,15 @@
  * streams module's (kvio/stream.h), the replay is in kvcache/. */
 #include "cli/cli.h"
 
-#include "kvio/sysinfo.h"
 #include "kvio/cachesim.h"
+#include "kvio/clock.h"
 #include "kvio/config.h"
 #include "kvio/cost.h"
 #include "kvio/kvcache.h"
 #include "kvio/log.h"
+#include "kvio/results.h"
 #include "kvio/stream.h"
+#include "kvio/sysinfo.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -51,6 +53,8 @@ typedef struct options {
     kvio_cachesim_router_t router; /* --router */
     bool router_given;
     output_format_t output;
+    kvio_provenance_t provenance; /* the command as typed (the JSON's provenance) */
+    uint64_t start_ns;            /* when it started (wall clock) */
 } options_t;
 
 /* A policy's name and help, the help wrapped at 80 columns under itself. */
@@ -476,7 +480,8 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
                       const kvio_cachesim_t *sim, const kvio_cachesim_result_t *results,
                       const kvio_cachesim_result_t *globals, size_t num_results)
 {
-    json_t *root = json_object(), *config = json_object(), *capacities = json_array();
+    json_t *root = kvio_provenance_json(&options->provenance, NULL, options->start_ns);
+    json_t *config = json_object(), *capacities = json_array();
     json_t *policies = json_array(), *rows = json_array(), *trace_info = json_object();
     for (size_t i = 0; i < options->num_capacities; i++) {
         char text[32];
@@ -522,9 +527,6 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
         json_array_append_new(rows, row);
     }
     json_object_set_new(root, "schema_version", json_integer(SCHEMA_VERSION));
-    json_object_set_new(root, "kvio_version", json_string(KVIO_VERSION));
-    json_object_set_new(root, "host", kvio_host_json());
-    json_object_set_new(root, "build", kvio_build_json());
     json_object_set_new(root, "config", config);
     json_object_set_new(root, "trace", trace_info);
     json_object_set_new(root, "results", rows);
@@ -721,7 +723,9 @@ static bool fleet_fits(const options_t *options, const kvio_cachesim_t *sim)
 
 int kvio_cmd_cachesim(int argc, char **argv)
 {
-    options_t options = {.format = "mooncake", .block_tokens = 512};
+    options_t options = {.format = "mooncake", .block_tokens = 512,
+                         .provenance = {.argc = argc, .argv = (const char *const *)argv},
+                         .start_ns = kvio_wall_time_ns()};
     kvio_stream_t *stream = NULL;
     trace_counts_t counts = {0};
     kvio_cachesim_t *sim = NULL;

@@ -232,6 +232,8 @@ int kvio_cmd_capacity(int argc, char **argv)
 static int capacity_main(capacity_args_t *args_p, int argc, char **argv)
 {
     args_p->options.sets = args_p->sets;
+    args_p->options.argv = (const char *const *)argv;
+    args_p->options.argc = argc;
     kvio_cli_parser_t parser;
     kvio_cli_parser_init(&parser, "kvio capacity", argc, argv, capacity_options);
     const char *value;

@@ -179,6 +179,8 @@ static int parse_compare_args(int argc, char **argv, compare_args_t *args)
     kvio_cli_parser_t parser;
     kvio_cli_parser_init(&parser, "kvio compare", argc, argv, compare_options);
     args->options.sets = args->sets;
+    args->options.argv = (const char *const *)argv;
+    args->options.argc = argc;
     args->options.varies = args->varies;
     args->options.repeat = 1;
     const char *value;

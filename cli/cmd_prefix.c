@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/clock.h"
 #include "kvio/conversation.h"
 #include "kvio/format.h"
+#include "kvio/results.h"
 
 enum {
     PREFIX_HELP = 1, PREFIX_TOKENIZER, PREFIX_TEMPLATE, PREFIX_BLOCK, PREFIX_NO_TEXT,
@@ -32,6 +34,8 @@ typedef struct prefix_args {
     const char *log, *tokenizer, *chat_template;
     long block_size;
     bool help, no_text, turns, json;
+    kvio_provenance_t provenance; /* the command as typed (the JSON's provenance) */
+    uint64_t start_ns;            /* when it started (wall clock) */
 } prefix_args_t;
 
 static void prefix_usage(FILE *out)
@@ -230,7 +234,8 @@ static void print_json(const prefix_args_t *args, const kvio_conversation_log_t 
                                 (json_int_t)cluster->turns, "cached_tokens_without",
                                 (json_int_t)cluster->cached_without));
     }
-    json_t *root = json_pack(
+    json_t *root = kvio_provenance_json(&args->provenance, NULL, args->start_ns);
+    json_t *analysis = json_pack(
         "{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "log", log->path,
         "format", log->format, "tokenizer", tokenizer, "chat_template", template_name,
         "block_size", (int)block_size, "sessions", (json_int_t)log->num_sessions, "turns_total",
@@ -238,6 +243,7 @@ static void print_json(const prefix_args_t *args, const kvio_conversation_log_t 
         "prompt_tokens", (json_int_t)result->prompt_tokens, "cached_tokens",
         (json_int_t)result->cached_tokens, "cached_tokens_without_breaks",
         (json_int_t)result->cached_without_breaks, "clusters", clusters, "turns", turns);
+    json_object_update_new(root, analysis);
     json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     fputc('\n', stdout);
     json_decref(root);
@@ -274,7 +280,9 @@ static int choose_tokens(const prefix_args_t *args, kvio_tokenizer_t **tokenizer
 
 int kvio_cmd_prefix(int argc, char **argv)
 {
-    prefix_args_t args = {.block_size = 16};
+    prefix_args_t args = {.block_size = 16,
+                          .provenance = {.argc = argc, .argv = (const char *const *)argv},
+                          .start_ns = kvio_wall_time_ns()};
     kvio_cli_parser_t parser;
     kvio_cli_parser_init(&parser, "kvio prefix", argc, argv, prefix_options);
     const char *value;

@@ -1,5 +1,6 @@
-/* kvio report: a thin shell around the report module; reads results
- * directories, compare directories and cachesim files, writes
+/* kvio report: a thin shell around the report module; reads every result
+ * kvio writes (results, compare, capacity, mlperf and paired-control
+ * directories, cachesim and prefix files), writes
  * OUT/report.html and, with --png, OUT/<chart>.png through gnuplot. */
 #include "cli/cli.h"
 
@@ -22,8 +23,12 @@ static void print_help(void)
            "over time, prefix hit rate, model-update breakdown and staleness, tier\n"
            "traffic. Each PATH is one of:\n"
            "  a results directory   (kvio run -o DIR: summary.json and CSV files)\n"
+           "  a paired control      (update.control: paired: the cost over the pairs)\n"
            "  a compare directory   (kvio compare -o DIR: each variant is one run)\n"
-           "  a cachesim JSON file  (kvio cachesim --json -o FILE: hit rate vs capacity)\n\n"
+           "  a capacity search     (kvio capacity -o DIR: attainment against load)\n"
+           "  an mlperf result      (kvio mlperf -o DIR: bandwidth, throughput, P95s)\n"
+           "  a cachesim JSON file  (kvio cachesim --json -o FILE: hit rate vs capacity)\n"
+           "  a prefix JSON file    (kvio prefix --format json: where prompts stop hitting)\n\n"
            "options:\n"
            "  -o, --out DIR  where report.html goes (created when missing)\n"
            "  --png          also draw every chart as DIR/<chart>.png with gnuplot\n"
@@ -80,6 +85,9 @@ int kvio_cmd_report(int argc, char **argv)
     }
     kvio_report_t *report = NULL;
     kvio_status_t status = kvio_report_create(&report);
+    kvio_provenance_t provenance = {.argc = argc, .argv = (const char *const *)argv};
+    if (status == KVIO_OK)
+        kvio_report_set_provenance(report, &provenance);
     char error[2048] = "";
     for (size_t i = 0; i < num_inputs && status == KVIO_OK; i++)
         status = kvio_report_add(report, inputs[i], error, sizeof(error));
@@ -99,15 +107,22 @@ int kvio_cmd_report(int argc, char **argv)
         kvio_report_destroy(report);
         return kvio_cli_exit_status(status);
     }
-    size_t capacities = kvio_report_num_capacities(report);
-    char searches[64] = "";
-    if (capacities > 0)
-        snprintf(searches, sizeof(searches), ", %zu capacity search%s", capacities,
-                 capacities == 1 ? "" : "es");
-    size_t prefixes = kvio_report_num_prefixes(report);
-    if (prefixes > 0)
-        snprintf(searches + strlen(searches), sizeof(searches) - strlen(searches),
-                 ", %zu prefix result%s", prefixes, prefixes == 1 ? "" : "s");
+    /* The other kinds of input, where there are any. */
+    struct {
+        size_t count;
+        const char *one, *many;
+    } kinds[] = {
+        {kvio_report_num_capacities(report), "capacity search", "capacity searches"},
+        {kvio_report_num_prefixes(report), "prefix result", "prefix results"},
+        {kvio_report_num_paireds(report), "paired-control result", "paired-control results"},
+        {kvio_report_num_mlperfs(report), "mlperf result", "mlperf results"},
+    };
+    char searches[256] = "";
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+        if (kinds[k].count > 0)
+            snprintf(searches + strlen(searches), sizeof(searches) - strlen(searches),
+                     ", %zu %s", kinds[k].count, kinds[k].count == 1 ? kinds[k].one
+                                                                     : kinds[k].many);
     printf("kvio report: wrote %s (%zu run%s, %zu cachesim result%s%s)\n", path,
            kvio_report_num_runs(report), kvio_report_num_runs(report) == 1 ? "" : "s",
            kvio_report_num_cachesims(report), kvio_report_num_cachesims(report) == 1 ? "" : "s",

@@ -332,8 +332,10 @@ json_t *kvio_result_detail_object(kvio_result_t *result, const char *path)
     return object;
 }
 
-/* The value at a dotted path of root (the same splitting as parent_of). */
-static const json_t *at_path(const json_t *root, const char *path)
+/* The value at a dotted path of root (the same splitting as parent_of).
+ * When a value on the way is there but not an object, *blocked_p (when
+ * not NULL) receives the length of path's part that names it. */
+static const json_t *at_path_blocked(const json_t *root, const char *path, size_t *blocked_p)
 {
     char copy[256];
     snprintf(copy, sizeof(copy), "%s", path);
@@ -348,9 +350,16 @@ static const json_t *at_path(const json_t *root, const char *path)
         }
         *dot = '\0';
         at = json_object_get(at, key);
+        if (at != NULL && !json_is_object(at) && blocked_p != NULL)
+            *blocked_p = (size_t)(dot - copy);
         key = dot + 1;
     }
     return json_object_get(at, key);
+}
+
+static const json_t *at_path(const json_t *root, const char *path)
+{
+    return at_path_blocked(root, path, NULL);
 }
 
 const json_t *kvio_result_detail(const kvio_result_t *result, const char *path)
@@ -515,43 +524,118 @@ static void delete_path(json_t *root, const char *path)
         json_object_del(at, leaf);
 }
 
+/* Names earlier schema versions gave a list entry's figures: (list, old
+ * key, figure). */
+typedef struct renamed_entry {
+    const char *list, *old_name;
+    kvio_figure_t figure;
+} renamed_entry_t;
+
+static const renamed_entry_t renamed_entry_figures[] = {
+    /* A tier's plug-in was its "name" until the kind took it. */
+    {"tiers", "name", KVIO_FIG_TIER_KIND},
+};
+
+/* Whether a figure of this build lists its entries under name. */
+static bool declared_list(const char *name)
+{
+    for (int f = 0; f < NUM_DECLARED; f++)
+        if (figures[f].scope != NULL && strcmp(figures[f].scope, name) == 0)
+            return true;
+    return false;
+}
+
+/* One figure's value, as found in a summary, into result: false with the
+ * reason (where is the object's place, "metrics." or "metrics.tiers[2].")
+ * when it has the wrong type. null is no value. */
+static bool load_figure(const json_t *value, int f, const char *where, const char *name,
+                        kvio_result_t *result, char *error_p, size_t error_len)
+{
+    bool text = figures[f].kind == KVIO_KIND_TEXT;
+    if (json_is_null(value))
+        return true;
+    if (text && json_is_string(value))
+        kvio_result_set_text(result, (kvio_figure_t)f, json_string_value(value));
+    else if (!text && json_is_number(value))
+        kvio_result_set(result, (kvio_figure_t)f, json_number_value(value));
+    else if (!text && json_is_boolean(value))
+        kvio_result_set(result, (kvio_figure_t)f, json_is_true(value));
+    else {
+        snprintf(error_p, error_len, "%s%s is not a %s", where, name, text ? "string" : "number");
+        return false;
+    }
+    return true;
+}
+
 /* Every figure found in object (an object of list; NULL: the run's), and
- * its lists' children; what no figure names stays in detail. */
-static void load_object(const json_t *object, const char *list, kvio_result_t *result)
+ * its lists' children; what no figure names stays in detail. false, with
+ * the reason naming the key, when a figure's value, or an object on the
+ * way to it, or a declared list has the wrong type (error_p may be NULL:
+ * the entries ranks send each other, which are not checked). */
+static bool load_object(const json_t *object, const char *list, const char *where,
+                        kvio_result_t *result, char *error_p, size_t error_len)
 {
     json_decref(result->detail);
     result->detail = json_deep_copy(object);
     if (result->detail == NULL)
         result->detail = json_object();
+    bool checked = error_p != NULL;
     for (int f = 0; f < NUM_DECLARED; f++) {
         const char *name = shown_name(&figures[f], list);
-        const json_t *value = name != NULL ? at_path(object, name) : NULL;
+        size_t blocked = 0;
+        const json_t *value = name != NULL ? at_path_blocked(object, name, &blocked) : NULL;
+        if (checked && blocked > 0) {
+            snprintf(error_p, error_len, "%s%.*s is not an object", where, (int)blocked, name);
+            return false;
+        }
         if (value == NULL)
             continue;
-        if (figures[f].kind == KVIO_KIND_TEXT && json_is_string(value))
-            kvio_result_set_text(result, (kvio_figure_t)f, json_string_value(value));
-        else if (json_is_number(value))
-            kvio_result_set(result, (kvio_figure_t)f, json_number_value(value));
-        else if (json_is_boolean(value))
-            kvio_result_set(result, (kvio_figure_t)f, json_is_true(value));
+        if (!load_figure(value, f, where, name, result, error_p, error_len) && checked)
+            return false;
         delete_path(result->detail, name);
+    }
+    for (size_t r = 0; list != NULL && r < sizeof(renamed_entry_figures) /
+                                               sizeof(renamed_entry_figures[0]); r++) {
+        const renamed_entry_t *renamed = &renamed_entry_figures[r];
+        const json_t *value = json_object_get(object, renamed->old_name);
+        if (strcmp(renamed->list, list) == 0 && json_is_string(value) &&
+            !kvio_result_has(result, renamed->figure)) {
+            kvio_result_set_text(result, renamed->figure, json_string_value(value));
+            json_object_del(result->detail, renamed->old_name);
+        }
     }
     /* Lists of objects are children (a rank's, a tier's figures). */
     const char *key;
     json_t *value;
     void *next;
     json_object_foreach_safe((json_t *)object, next, key, value) {
-        if (!json_is_array(value) || !json_is_object(json_array_get(value, 0)))
+        bool declared = checked && declared_list(key);
+        if (declared && !json_is_array(value)) {
+            snprintf(error_p, error_len, "%s%s is not a list", where, key);
+            return false;
+        }
+        bool objects = json_is_array(value) &&
+                       (declared ? json_array_size(value) > 0
+                                 : json_is_object(json_array_get(value, 0)));
+        if (!objects)
             continue;
         size_t index;
         json_t *entry;
         json_array_foreach(value, index, entry) {
+            char place[128];
+            snprintf(place, sizeof(place), "%s%s[%zu].", where, key, index);
+            if (checked && !json_is_object(entry)) {
+                snprintf(error_p, error_len, "%s%s[%zu] is not an object", where, key, index);
+                return false;
+            }
             kvio_result_t *child = kvio_result_child(result, key, index);
-            if (child != NULL && json_is_object(entry))
-                load_object(entry, key, child);
+            if (child != NULL && json_is_object(entry) &&
+                !load_object(entry, key, place, child, error_p, error_len))
+                return false;
         }
         json_object_del(result->detail, key);
     }
+    return true;
 }
 
 kvio_status_t kvio_result_load(const json_t *summary, kvio_result_t **result_p, char *error_p,
@@ -566,8 +650,10 @@ kvio_status_t kvio_result_load(const json_t *summary, kvio_result_t **result_p, 
     kvio_result_t *result = kvio_result_create();
     if (result == NULL)
         return KVIO_ERR_NOMEM;
-    if (metrics != NULL)
-        load_object(metrics, NULL, result);
+    if (metrics != NULL && !load_object(metrics, NULL, "metrics.", result, error_p, error_len)) {
+        kvio_result_destroy(result);
+        return KVIO_ERR_PARSE;
+    }
     for (size_t r = 0; r < sizeof(renamed_figures) / sizeof(renamed_figures[0]); r++) {
         const json_t *value = at_path(summary, renamed_figures[r].old_name);
         if (json_is_number(value) && !kvio_result_has(result, renamed_figures[r].figure))
@@ -595,7 +681,7 @@ kvio_status_t kvio_result_load(const json_t *summary, kvio_result_t **result_p, 
 void kvio_result_load_entry(const json_t *object, const char *list, kvio_result_t *entry)
 {
     if (json_is_object(object))
-        load_object(object, list, entry);
+        load_object(object, list, "", entry, NULL, 0);
 }
 
 /* ---- the table --------------------------------------------------------- */

@@ -3,8 +3,8 @@
  * its own users, seed (base + rank) and cache directory (DIR/rank_N),
  * mlperf_wrapper's sleeps around each trial and mlpstorage's between
  * options; rank 0 gathers every client's trial, aggregates each option as
- * mlpstorage does and writes mlperf.json (provenance: kvio's build and the
- * host) and the table. */
+ * mlpstorage does and writes mlperf.json (provenance: kvio's version and
+ * build, the command, the start time and the host) and the table. */
 #include "mlperf/mlperf_int.h"
 
 #include <math.h>
@@ -18,7 +18,6 @@
 #include "kvio/log.h"
 #include "kvio/results.h"
 #include "kvio/rte.h"
-#include "kvio/sysinfo.h"
 
 typedef struct run {
     const kvio_mlperf_config_t *config;
@@ -27,6 +26,7 @@ typedef struct run {
     mlperf_rank_summary_t *summaries[KVIO_MLPERF_OPTIONS]; /* trials x ranks */
     int ranks;
     bool stopped;
+    uint64_t start_ns; /* wall clock, for the provenance */
 } run_t;
 
 /* Each override: its flag, and where it is in the parameters. */
@@ -169,14 +169,6 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
 
 /* ---------- rank 0: mlperf.json and the table ---------- */
 
-static json_t *argv_json(const kvio_mlperf_config_t *config)
-{
-    json_t *argv = json_array();
-    for (int i = 0; config->argv != NULL && i < config->argc; i++)
-        json_array_append_new(argv, json_string(config->argv[i]));
-    return argv;
-}
-
 static json_t *option_json(const run_t *run, size_t o, mlperf_aggregate_t *aggregate_p)
 {
     int number = run->config->options[o];
@@ -232,16 +224,18 @@ static kvio_status_t write_results(run_t *run, json_t **result_p, char *error_p,
         return status;
     char data[32];
     kvio_data_format(&config->data, data, sizeof(data));
-    json_t *root = json_pack(
-        "{s:i, s:s, s:o, s:o, s:o, s:s, s:s, s:i, s:I, s:I, s:s, s:b, s:s, s:f, s:f, s:f}",
-        "schema_version", KVIO_SCHEMA_VERSION, "kind", "kvio-mlperf", "build", kvio_build_json(),
-        "host", kvio_host_json(), "command", argv_json(config), "benchmark",
+    kvio_provenance_t provenance = {.argc = config->argc, .argv = config->argv};
+    json_t *root = kvio_provenance_json(&provenance, NULL, run->start_ns);
+    json_t *about = json_pack(
+        "{s:s, s:s, s:s, s:i, s:I, s:I, s:s, s:b, s:s, s:f, s:f, s:f}", "kind", "kvio-mlperf",
+        "benchmark",
         "MLPerf Storage v3.0 KV cache (mlcommons/storage kv_cache_benchmark, mlpstorage_py)",
         "division", closed_division(config) ? "closed" : "open", "clients", run->ranks, "seed",
         (json_int_t)config->seed, "trials", (json_int_t)config->trials, "cache_dir", config->dir,
         "kvio_verify", config->verify, "kvio_data", data, "kvio_start_delay_s",
         config->start_delay_s, "kvio_end_delay_s", config->end_delay_s,
         "inter_option_delay_s", config->inter_option_delay_s);
+    json_object_update_new(root, about);
     if (run->stopped)
         json_object_set_new(root, "incomplete",
                             json_string("stopped early (SIGINT or SIGTERM): the trials that ran"));
@@ -290,7 +284,7 @@ kvio_status_t kvio_mlperf_run(const kvio_mlperf_config_t *config, json_t **resul
     kvio_status_t status = check_config(config, error_p, error_len);
     if (status != KVIO_OK)
         return status;
-    run_t run = {.config = config};
+    run_t run = {.config = config, .start_ns = kvio_wall_time_ns()};
     for (size_t o = 0; o < config->num_options; o++)
         run.params[o] = effective(config, config->options[o]);
     /* Under mpirun every process is a client (mlpstorage's ranks); else

@@ -26,10 +26,7 @@ void report_chart_free(report_chart_t *chart)
     free(chart);
 }
 
-static void add_note(kvio_report_t *report, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void add_note(kvio_report_t *report, const char *fmt, ...)
+void report_add_note(kvio_report_t *report, const char *fmt, ...)
 {
     if (report->num_notes == REPORT_MAX_NOTES)
         return;
@@ -39,7 +36,7 @@ static void add_note(kvio_report_t *report, const char *fmt, ...)
     va_end(args);
 }
 
-static report_chart_t *chart_new(kvio_report_t *report, chart_kind_t kind, const char *id,
+report_chart_t *report_chart_new(kvio_report_t *report, chart_kind_t kind, const char *id,
                                  const char *section, const char *title, const char *x_label,
                                  const char *y_label)
 {
@@ -59,7 +56,7 @@ static report_chart_t *chart_new(kvio_report_t *report, chart_kind_t kind, const
 }
 
 /* Adds a series of count points (lines) or one value per category (bars). */
-static chart_series_t *series_add(report_chart_t *chart, const char *label, size_t count,
+chart_series_t *report_series_add(report_chart_t *chart, const char *label, size_t count,
                                   bool whiskers)
 {
     chart_series_t *series = realloc(chart->series, (chart->num_series + 1) * sizeof(*series));
@@ -88,7 +85,7 @@ static chart_series_t *series_add(report_chart_t *chart, const char *label, size
     return added;
 }
 
-static kvio_status_t categories_set(report_chart_t *chart, size_t count)
+kvio_status_t report_categories_set(report_chart_t *chart, size_t count)
 {
     chart->categories = calloc(count > 0 ? count : 1, sizeof(*chart->categories));
     if (chart->categories == NULL)
@@ -138,7 +135,7 @@ static kvio_status_t latency_cdfs(kvio_report_t *report)
             if (kvio_hist_count(hist) == 0)
                 continue;
             if (chart == NULL) {
-                chart = chart_new(report, CHART_LINES, metrics[m].id, "Latency", metrics[m].title,
+                chart = report_chart_new(report, CHART_LINES, metrics[m].id, "Latency", metrics[m].title,
                                   metrics[m].x_label, "fraction of requests");
                 if (chart == NULL)
                     return KVIO_ERR_NOMEM;
@@ -146,7 +143,7 @@ static kvio_status_t latency_cdfs(kvio_report_t *report)
                 chart->y_min = 0;
                 chart->y_max = 1;
             }
-            chart_series_t *series = series_add(chart, report->runs[r]->label, num_levels, false);
+            chart_series_t *series = report_series_add(chart, report->runs[r]->label, num_levels, false);
             if (series == NULL)
                 return KVIO_ERR_NOMEM;
             for (size_t i = 0; i < num_levels; i++) {
@@ -207,7 +204,7 @@ static kvio_status_t latency_cdfs(kvio_report_t *report)
     for (size_t r = 0; r < report->num_runs; r++)
         any = any || report->runs[r]->has_requests;
     if (!any && report->num_runs > 0)
-        add_note(report, "Latency CDFs skipped: no run has a requests.csv with measured requests.");
+        report_add_note(report, "Latency CDFs skipped: no run has a requests.csv with measured requests.");
     return KVIO_OK;
 }
 
@@ -248,8 +245,8 @@ static kvio_status_t metric_bars(kvio_report_t *report, const char *section, con
                                  const bar_metric_t *metrics, size_t num_metrics,
                                  const char *caption)
 {
-    report_chart_t *chart = chart_new(report, CHART_BARS, id, section, title, "run", y_label);
-    if (chart == NULL || categories_set(chart, report->num_runs) != KVIO_OK)
+    report_chart_t *chart = report_chart_new(report, CHART_BARS, id, section, title, "run", y_label);
+    if (chart == NULL || report_categories_set(chart, report->num_runs) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     bool seeds = false;
     for (size_t r = 0; r < report->num_runs; r++) {
@@ -257,7 +254,7 @@ static kvio_status_t metric_bars(kvio_report_t *report, const char *section, con
         seeds = seeds || report->runs[r]->num_seeds > 1;
     }
     for (size_t m = 0; m < num_metrics; m++) {
-        chart_series_t *series = series_add(chart, metrics[m].label, report->num_runs, seeds);
+        chart_series_t *series = report_series_add(chart, metrics[m].label, report->num_runs, seeds);
         if (series == NULL)
             return KVIO_ERR_NOMEM;
         series->count = report->num_runs;
@@ -288,7 +285,7 @@ static kvio_status_t serving_bars(kvio_report_t *report)
     }
     if (!serving) {
         if (report->num_runs > 0)
-            add_note(report, "Throughput and hit-rate charts skipped: no run served requests "
+            report_add_note(report, "Throughput and hit-rate charts skipped: no run served requests "
                              "(model updates only).");
         return KVIO_OK;
     }
@@ -349,7 +346,7 @@ static kvio_status_t serving_bars(kvio_report_t *report)
     if (status != KVIO_OK)
         return status;
     if (!hits) {
-        add_note(report, "Prefix-cache hit rate chart skipped: every run's hit rate is 0 "
+        report_add_note(report, "Prefix-cache hit rate chart skipped: every run's hit rate is 0 "
                          "(prefix caching off, or no shared prefixes).");
         return KVIO_OK;
     }
@@ -418,7 +415,7 @@ static kvio_status_t rate_chart(kvio_report_t *report, const rate_metric_t *metr
     char id[64], title[REPORT_LABEL_MAX + 64];
     snprintf(id, sizeof(id), index == 0 ? "%s" : "%s-%zu", metric->id, index + 1);
     snprintf(title, sizeof(title), "%s: %s", metric->title, name);
-    report_chart_t *chart = chart_new(report, CHART_LINES, id, "Throughput and cache", title,
+    report_chart_t *chart = report_chart_new(report, CHART_LINES, id, "Throughput and cache", title,
                                       "offered rate, measured (requests per second)",
                                       metric->y_label);
     bool *taken = calloc(num_runs > 0 ? num_runs : 1, sizeof(*taken));
@@ -431,7 +428,7 @@ static kvio_status_t rate_chart(kvio_report_t *report, const rate_metric_t *metr
         if (taken[i])
             continue;
         const char *admission = sorted[i]->admission;
-        chart_series_t *series = series_add(chart, admission, num_runs, false);
+        chart_series_t *series = report_series_add(chart, admission, num_runs, false);
         if (series == NULL) {
             free(taken);
             return KVIO_ERR_NOMEM;
@@ -521,11 +518,11 @@ static kvio_status_t timeline_charts(kvio_report_t *report)
             continue;
         with++;
         if (usage == NULL) {
-            usage = chart_new(report, CHART_LINES, "chart-kv-usage", "KV cache and batches",
+            usage = report_chart_new(report, CHART_LINES, "chart-kv-usage", "KV cache and batches",
                               "KV-cache usage over time", "time (s)", "KV blocks in use (%)");
-            batch = chart_new(report, CHART_LINES, "chart-batch-size", "KV cache and batches",
+            batch = report_chart_new(report, CHART_LINES, "chart-batch-size", "KV cache and batches",
                               "Batch size over time", "time (s)", "requests per iteration");
-            preemptions = chart_new(report, CHART_LINES, "chart-preemptions",
+            preemptions = report_chart_new(report, CHART_LINES, "chart-preemptions",
                                     "KV cache and batches", "Preemptions over time", "time (s)",
                                     "preemptions so far (count)");
             if (usage == NULL || batch == NULL || preemptions == NULL)
@@ -536,10 +533,10 @@ static kvio_status_t timeline_charts(kvio_report_t *report)
             usage->y_max = 100;
         }
         const timeline_t *timeline = run->timeline;
-        chart_series_t *usage_series = series_add(usage, run->label, timeline->used, false);
-        chart_series_t *batch_series = series_add(batch, run->label, timeline->used, false);
+        chart_series_t *usage_series = report_series_add(usage, run->label, timeline->used, false);
+        chart_series_t *batch_series = report_series_add(batch, run->label, timeline->used, false);
         chart_series_t *preempt_series =
-            series_add(preemptions, run->label, timeline->used + 1, false);
+            report_series_add(preemptions, run->label, timeline->used + 1, false);
         if (usage_series == NULL || batch_series == NULL || preempt_series == NULL)
             return KVIO_ERR_NOMEM;
         preempt_series->step = true;
@@ -588,7 +585,7 @@ static kvio_status_t timeline_charts(kvio_report_t *report)
                  " No run preempted a request.");
     }
     if (with == 0 && report->num_runs > 0)
-        add_note(report, "KV usage, batch size and preemption charts skipped: no run has an "
+        report_add_note(report, "KV usage, batch size and preemption charts skipped: no run has an "
                          "iterations.csv.");
     return KVIO_OK;
 }
@@ -721,21 +718,21 @@ static kvio_status_t update_latency_bars(kvio_report_t *report)
     }
     if (with == 0)
         return KVIO_OK;
-    report_chart_t *latency = chart_new(report, CHART_BARS, "chart-update-latency",
+    report_chart_t *latency = report_chart_new(report, CHART_BARS, "chart-update-latency",
                                         "Model updates", "Model-update latency", "run",
                                         "update latency (ms)");
-    report_chart_t *bandwidth = chart_new(report, CHART_BARS, "chart-update-bandwidth",
+    report_chart_t *bandwidth = report_chart_new(report, CHART_BARS, "chart-update-bandwidth",
                                           "Model updates", "Model-update bandwidth", "run",
                                           "GB/s (1e9 bytes per second)");
-    if (latency == NULL || bandwidth == NULL || categories_set(latency, with) != KVIO_OK ||
-        categories_set(bandwidth, with) != KVIO_OK)
+    if (latency == NULL || bandwidth == NULL || report_categories_set(latency, with) != KVIO_OK ||
+        report_categories_set(bandwidth, with) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     /* Adding a series may move the chart's others: pointers after both. */
-    if (series_add(latency, "p50", with, false) == NULL ||
-        series_add(latency, "p99", with, false) == NULL)
+    if (report_series_add(latency, "p50", with, false) == NULL ||
+        report_series_add(latency, "p99", with, false) == NULL)
         return KVIO_ERR_NOMEM;
     chart_series_t *p50 = &latency->series[0], *p99 = &latency->series[1];
-    chart_series_t *gbps = series_add(bandwidth, "mean over updates", with, false);
+    chart_series_t *gbps = report_series_add(bandwidth, "mean over updates", with, false);
     if (gbps == NULL)
         return KVIO_ERR_NOMEM;
     bool modelled = false;
@@ -775,7 +772,7 @@ static kvio_status_t update_charts(kvio_report_t *report)
         with += report->runs[r]->updates != NULL && report->runs[r]->num_updates > 0;
     if (with == 0) {
         if (report->num_runs > 0)
-            add_note(report, "Model-update charts skipped: no run has an updates.csv with "
+            report_add_note(report, "Model-update charts skipped: no run has an updates.csv with "
                              "updates (model updates ran in none of these results).");
         return KVIO_OK;
     }
@@ -785,13 +782,13 @@ static kvio_status_t update_charts(kvio_report_t *report)
     /* Mean breakdown per run, side by side, as shares: runs whose updates
      * differ a hundredfold (ucx and files) each show what takes their time;
      * the latencies themselves are the chart before. */
-    report_chart_t *chart = chart_new(report, CHART_STACKED, "chart-update-breakdown",
+    report_chart_t *chart = report_chart_new(report, CHART_STACKED, "chart-update-breakdown",
                                       "Model updates", "Model-update latency breakdown (mean)",
                                       "run", "share of the update latency (%)");
-    if (chart == NULL || categories_set(chart, with) != KVIO_OK)
+    if (chart == NULL || report_categories_set(chart, with) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     for (size_t k = 0; k < UPDATE_SEGMENTS; k++)
-        if (series_add(chart, segment_names[k], with, false) == NULL)
+        if (report_series_add(chart, segment_names[k], with, false) == NULL)
             return KVIO_ERR_NOMEM;
     chart->y_fixed = true;
     chart->y_min = 0;
@@ -846,14 +843,14 @@ static kvio_status_t update_charts(kvio_report_t *report)
         snprintf(id, sizeof(id), "chart-update-breakdown-%zu", shown_runs + 1);
         snprintf(title, sizeof(title), "Model-update latency per update: %s%s", run->label,
                  run->modelled_updates ? " (modelled)" : "");
-        report_chart_t *per_update = chart_new(report, CHART_STACKED, id, "Model updates", title,
+        report_chart_t *per_update = report_chart_new(report, CHART_STACKED, id, "Model updates", title,
                                                "model version", "time from t_ready (ms)");
-        if (per_update == NULL || categories_set(per_update, shown) != KVIO_OK) {
+        if (per_update == NULL || report_categories_set(per_update, shown) != KVIO_OK) {
             free(sorted);
             return KVIO_ERR_NOMEM;
         }
         for (size_t k = 0; k < UPDATE_SEGMENTS; k++) {
-            chart_series_t *series = series_add(per_update, segment_names[k], shown, false);
+            chart_series_t *series = report_series_add(per_update, segment_names[k], shown, false);
             if (series == NULL) {
                 free(sorted);
                 return KVIO_ERR_NOMEM;
@@ -889,7 +886,7 @@ static kvio_status_t update_charts(kvio_report_t *report)
         shown_runs++;
     }
 
-    report_chart_t *staleness = chart_new(report, CHART_LINES, "chart-staleness",
+    report_chart_t *staleness = report_chart_new(report, CHART_LINES, "chart-staleness",
                                           "Model updates", "Model staleness over time",
                                           "time (s)", "versions behind (count)");
     if (staleness == NULL)
@@ -900,7 +897,7 @@ static kvio_status_t update_charts(kvio_report_t *report)
         if (run->updates == NULL || run->num_updates == 0)
             continue;
         chart_series_t *series =
-            series_add(staleness, run->label, KVIO_REPORT_MAX_POINTS, false);
+            report_series_add(staleness, run->label, KVIO_REPORT_MAX_POINTS, false);
         if (series == NULL)
             return KVIO_ERR_NOMEM;
         series->step = true;
@@ -912,7 +909,7 @@ static kvio_status_t update_charts(kvio_report_t *report)
              "From updates.csv: the newest model version ready at the trainer (t_ready) minus "
              "the oldest version active on any serve rank (t_activated).");
     if (with < report->num_runs)
-        add_note(report, "Model-update charts cover the %zu of %zu runs that have an "
+        report_add_note(report, "Model-update charts cover the %zu of %zu runs that have an "
                          "updates.csv.", with, report->num_runs);
     return KVIO_OK;
 }
@@ -957,7 +954,7 @@ static kvio_status_t sync_charts(kvio_report_t *report)
                              "From summary.json model_updates.weight_sync: wire_bytes over "
                              "bytes; below 100 % with deltas (weight_sync.delta).");
     if (status == KVIO_OK && with < report->num_runs)
-        add_note(report, "Weight-sync charts show 0 for the %zu of %zu runs without "
+        report_add_note(report, "Weight-sync charts show 0 for the %zu of %zu runs without "
                          "weight_sync.", report->num_runs - with, report->num_runs);
     return status;
 }
@@ -986,16 +983,16 @@ static kvio_status_t tier_chart(kvio_report_t *report)
     }
     if (num_categories == 0) {
         if (report->num_runs > 0)
-            add_note(report, "Tier traffic chart skipped: no run's summary.json has "
+            report_add_note(report, "Tier traffic chart skipped: no run's summary.json has "
                              "metrics.tiers (no host, Redis or file tier ran).");
         return KVIO_OK;
     }
-    report_chart_t *chart = chart_new(report, CHART_BARS, "chart-tier-traffic", "Tier traffic",
+    report_chart_t *chart = report_chart_new(report, CHART_BARS, "chart-tier-traffic", "Tier traffic",
                                       "KV-cache tier traffic", "tier", "GB (10^9 bytes)");
-    if (chart == NULL || categories_set(chart, num_categories) != KVIO_OK)
+    if (chart == NULL || report_categories_set(chart, num_categories) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     for (size_t f = 0; f < num_fields; f++) {
-        chart_series_t *series = series_add(chart, fields[f], num_categories, false);
+        chart_series_t *series = report_series_add(chart, fields[f], num_categories, false);
         if (series == NULL)
             return KVIO_ERR_NOMEM;
         series->count = num_categories;
@@ -1030,7 +1027,7 @@ static chart_series_t *tier_series(kvio_report_t *report, report_chart_t **chart
 {
     static const char *const directions[2] = {"read", "write"};
     if (*chart_p == NULL) {
-        *chart_p = chart_new(report, CHART_LINES, texts[0], "Tier traffic", texts[1], texts[2],
+        *chart_p = report_chart_new(report, CHART_LINES, texts[0], "Tier traffic", texts[1], texts[2],
                              texts[3]);
         if (*chart_p == NULL)
             return NULL;
@@ -1040,7 +1037,7 @@ static chart_series_t *tier_series(kvio_report_t *report, report_chart_t **chart
         snprintf(label, sizeof(label), "%.30s: %.30s %s", run->label, tier->name, directions[d]);
     else
         snprintf(label, sizeof(label), "%.60s %s", tier->name, directions[d]);
-    chart_series_t *series = series_add(*chart_p, label, count, false);
+    chart_series_t *series = report_series_add(*chart_p, label, count, false);
     if (series != NULL) {
         series->count = count;
         series->dashed = d == 1;
@@ -1129,7 +1126,7 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
         char id[64], title[160];
         snprintf(id, sizeof(id), "chart-hit-rate-capacity-%zu", c + 1);
         snprintf(title, sizeof(title), "Hit rate vs cache capacity: %s", cachesim->label);
-        report_chart_t *chart = chart_new(report, CHART_LINES, id, "Prefix cache vs capacity",
+        report_chart_t *chart = report_chart_new(report, CHART_LINES, id, "Prefix cache vs capacity",
                                           title, "capacity (blocks, log scale)",
                                           "token hit rate (%)");
         if (chart == NULL)
@@ -1176,7 +1173,7 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
                     unlimited = cachesim->points[i].token_hit_rate;
             }
             if (finite > 0) {
-                chart_series_t *series = series_add(chart, policies[p], finite, false);
+                chart_series_t *series = report_series_add(chart, policies[p], finite, false);
                 if (series == NULL)
                     return KVIO_ERR_NOMEM;
                 series->color = (int)p + 1;
@@ -1204,7 +1201,7 @@ static kvio_status_t cachesim_charts(kvio_report_t *report)
             if (unlimited >= 0) {
                 char label[REPORT_LABEL_MAX];
                 snprintf(label, sizeof(label), "%.60s, unlimited capacity", policies[p]);
-                chart_series_t *series = series_add(chart, label, 2, false);
+                chart_series_t *series = report_series_add(chart, label, 2, false);
                 if (series == NULL)
                     return KVIO_ERR_NOMEM;
                 series->dashed = true;
@@ -1235,11 +1232,11 @@ static kvio_status_t prefix_charts(kvio_report_t *report)
         char id[64], title[160];
         snprintf(id, sizeof(id), "chart-prefix-hits-%zu", p + 1);
         snprintf(title, sizeof(title), "Prefix cache hits and their causes: %s", prefix->label);
-        report_chart_t *bars = chart_new(report, CHART_BARS, id, section, title, "",
+        report_chart_t *bars = report_chart_new(report, CHART_BARS, id, section, title, "",
                                          "prompt tokens from the cache (%)");
-        if (bars == NULL || categories_set(bars, prefix->num_clusters + 2) != KVIO_OK)
+        if (bars == NULL || report_categories_set(bars, prefix->num_clusters + 2) != KVIO_OK)
             return KVIO_ERR_NOMEM;
-        chart_series_t *series = series_add(bars, "hit rate", prefix->num_clusters + 2, false);
+        chart_series_t *series = report_series_add(bars, "hit rate", prefix->num_clusters + 2, false);
         if (series == NULL)
             return KVIO_ERR_NOMEM;
         double whole = prefix->prompt_tokens > 0 ? prefix->prompt_tokens : 1;
@@ -1270,12 +1267,12 @@ static kvio_status_t prefix_charts(kvio_report_t *report)
         snprintf(id, sizeof(id), "chart-prefix-turns-%zu", p + 1);
         snprintf(title, sizeof(title), "Each turn's prompt and what it reused: %s",
                  prefix->label);
-        report_chart_t *lines = chart_new(report, CHART_LINES, id, section, title,
+        report_chart_t *lines = report_chart_new(report, CHART_LINES, id, section, title,
                                           "turn (in the log's order)", "tokens");
         if (lines == NULL)
             return KVIO_ERR_NOMEM;
-        chart_series_t *prompt = series_add(lines, "prompt", prefix->num_turns, false);
-        chart_series_t *reused = prompt ? series_add(lines, "reused from the previous turn",
+        chart_series_t *prompt = report_series_add(lines, "prompt", prefix->num_turns, false);
+        chart_series_t *reused = prompt ? report_series_add(lines, "reused from the previous turn",
                                                      prefix->num_turns, false)
                                         : NULL;
         if (reused == NULL)
@@ -1310,7 +1307,7 @@ static kvio_status_t capacity_chart(kvio_report_t *report, bool users)
         if (capacity->users != users)
             continue;
         if (chart == NULL) {
-            chart = chart_new(report, CHART_LINES, users ? "chart-capacity-users" : "chart-capacity",
+            chart = report_chart_new(report, CHART_LINES, users ? "chart-capacity-users" : "chart-capacity",
                               "SLO capacity",
                               users ? "SLO attainment vs users (closed loop)"
                                     : "SLO attainment vs offered rate",
@@ -1328,7 +1325,7 @@ static kvio_status_t capacity_chart(kvio_report_t *report, bool users)
                                       "within the SLO (the mean over its seeds, warm-up "
                                       "left out); capacity, offered as measured:");
         }
-        chart_series_t *series = series_add(chart, capacity->label, capacity->num_points, false);
+        chart_series_t *series = report_series_add(chart, capacity->label, capacity->num_points, false);
         if (series == NULL)
             return KVIO_ERR_NOMEM;
         for (size_t i = 0; i < capacity->num_points; i++) {
@@ -1346,7 +1343,7 @@ static kvio_status_t capacity_chart(kvio_report_t *report, bool users)
     }
     if (chart == NULL)
         return KVIO_OK;
-    chart_series_t *target = series_add(chart, "share asked", 2, false);
+    chart_series_t *target = report_series_add(chart, "share asked", 2, false);
     if (target == NULL)
         return KVIO_ERR_NOMEM;
     target->dashed = true;
@@ -1385,9 +1382,9 @@ static kvio_status_t activation_charts(kvio_report_t *report, const report_run_t
              run->label);
     snprintf(hits_title, sizeof(hits_title), "Prefix hit rate over time, with the activations: "
              "%.90s", run->label);
-    report_chart_t *ttft = chart_new(report, CHART_LINES, ttft_id, "Model updates", ttft_title,
+    report_chart_t *ttft = report_chart_new(report, CHART_LINES, ttft_id, "Model updates", ttft_title,
                                      "arrival time (s)", "mean TTFT (ms)");
-    report_chart_t *hits = chart_new(report, CHART_LINES, hits_id, "Model updates", hits_title,
+    report_chart_t *hits = report_chart_new(report, CHART_LINES, hits_id, "Model updates", hits_title,
                                      "arrival time (s)", "prompt tokens cached (%)");
     if (ttft == NULL || hits == NULL)
         return KVIO_ERR_NOMEM;
@@ -1405,8 +1402,8 @@ static kvio_status_t activation_charts(kvio_report_t *report, const report_run_t
     size_t group = (arrivals->used + 119) / 120;
     group = group > 0 ? group : 1;
     size_t points = (arrivals->used + group - 1) / group;
-    chart_series_t *ttft_series = series_add(ttft, run->label, points, false);
-    chart_series_t *hit_series = series_add(hits, run->label, points, false);
+    chart_series_t *ttft_series = report_series_add(ttft, run->label, points, false);
+    chart_series_t *hit_series = report_series_add(hits, run->label, points, false);
     if (ttft_series == NULL || hit_series == NULL)
         return KVIO_ERR_NOMEM;
     for (size_t first = 0; first < arrivals->used; first += group) {
@@ -1457,7 +1454,7 @@ static kvio_status_t interference_charts(kvio_report_t *report)
         status = activation_charts(report, run, drawn++);
     }
     if (status == KVIO_OK && skipped > 0)
-        add_note(report, "TTFT and hit rate over time drawn for the first %d runs with model "
+        report_add_note(report, "TTFT and hit rate over time drawn for the first %d runs with model "
                          "updates; %zu more not drawn.", MAX_ACTIVATION_CHARTS, skipped);
     return status;
 }
@@ -1469,7 +1466,7 @@ static kvio_status_t add_cdf(report_chart_t *chart, const char *label, double *v
     qsort(values, count, sizeof(double), kvio_compare_double);
     size_t step = (count + 199) / 200;
     step = step > 0 ? step : 1;
-    chart_series_t *series = series_add(chart, label, count / step + 2, false);
+    chart_series_t *series = report_series_add(chart, label, count / step + 2, false);
     if (series == NULL)
         return KVIO_ERR_NOMEM;
     series->dashed = dashed;
@@ -1496,7 +1493,7 @@ static kvio_status_t update_cost_charts(kvio_report_t *report)
         if (run->num_deltas == 0)
             continue;
         if (cdf == NULL &&
-            (cdf = chart_new(report, CHART_LINES, "chart-update-cost-cdf", "Model updates",
+            (cdf = report_chart_new(report, CHART_LINES, "chart-update-cost-cdf", "Model updates",
                              "What updates cost each request, against the control",
                              "with minus without updates (ms)", "requests at or below (%)")) ==
                 NULL)
@@ -1523,14 +1520,14 @@ static kvio_status_t update_cost_charts(kvio_report_t *report)
     }
     if (first == NULL)
         return KVIO_OK;
-    per_update = chart_new(report, CHART_LINES, "chart-update-cost-per-update",
+    per_update = report_chart_new(report, CHART_LINES, "chart-update-cost-per-update",
                            "Model updates", "What each update cost, against the control",
                            "activation (s)", "ms");
     if (per_update == NULL)
         return KVIO_ERR_NOMEM;
-    if (series_add(per_update, "latency its requests gained (sum)", first->num_updates,
+    if (report_series_add(per_update, "latency its requests gained (sum)", first->num_updates,
                    false) == NULL ||
-        series_add(per_update, "serving time lost (stall)", first->num_updates, false) == NULL)
+        report_series_add(per_update, "serving time lost (stall)", first->num_updates, false) == NULL)
         return KVIO_ERR_NOMEM;
     /* Taken after both: adding a series moves the array. */
     chart_series_t *added = &per_update->series[0], *stall = &per_update->series[1];
@@ -1633,8 +1630,6 @@ static kvio_status_t split_crowded(kvio_report_t *report)
     return KVIO_OK;
 }
 
-const char *const report_pd_parts[5] = {"prefill_queue", "prefill", "decode_queue",
-                                         "kv_transfer", "first_decode_step"};
 
 /* Prefill/decode runs: their mean TTFT stacked in its parts (first seed). */
 static kvio_status_t pd_chart(kvio_report_t *report)
@@ -1644,15 +1639,15 @@ static kvio_status_t pd_chart(kvio_report_t *report)
         with += report->runs[r]->num_seeds > 0 && isfinite(report->runs[r]->seeds[0].pd_parts_ms[0]);
     if (with == 0)
         return KVIO_OK;
-    report_chart_t *chart = chart_new(report, CHART_STACKED, "chart-pd-ttft-parts",
+    report_chart_t *chart = report_chart_new(report, CHART_STACKED, "chart-pd-ttft-parts",
                                       "Prefill/decode disaggregation",
                                       "Mean TTFT in its parts", "run", "mean TTFT (ms)");
-    if (chart == NULL || categories_set(chart, with) != KVIO_OK)
+    if (chart == NULL || report_categories_set(chart, with) != KVIO_OK)
         return KVIO_ERR_NOMEM;
     static const char *const labels[5] = {"prefill queue", "prefill", "decode queue",
                                           "KV transfer", "first decode step"};
     for (size_t k = 0; k < 5; k++)
-        if (series_add(chart, labels[k], with, false) == NULL)
+        if (report_series_add(chart, labels[k], with, false) == NULL)
             return KVIO_ERR_NOMEM;
     for (size_t r = 0, column = 0; r < report->num_runs; r++) {
         const report_run_t *run = report->runs[r];
@@ -1698,6 +1693,8 @@ kvio_status_t report_build(kvio_report_t *report)
     if (status == KVIO_OK)
         status = update_cost_charts(report);
     if (status == KVIO_OK)
+        status = report_paired_charts(report);
+    if (status == KVIO_OK)
         status = tier_chart(report);
     if (status == KVIO_OK)
         status = tier_latency_chart(report);
@@ -1705,6 +1702,8 @@ kvio_status_t report_build(kvio_report_t *report)
         status = tier_bandwidth_chart(report);
     if (status == KVIO_OK)
         status = pd_chart(report);
+    if (status == KVIO_OK)
+        status = report_mlperf_charts(report);
     if (status == KVIO_OK)
         status = split_crowded(report);
     if (status != KVIO_OK) {

@@ -1,7 +1,8 @@
-/* Reading what a report draws: summary.json, requests.csv, iterations.csv
- * and updates.csv of a results directory, compare.json of a `kvio compare`
- * directory, and `kvio cachesim --json` output. Every input is bounded and
- * checked; an error names the file and the line or key. */
+/* Reading what a report draws: requests.csv, iterations.csv and
+ * updates.csv of a results directory (its summary.json: summary.c),
+ * compare.json of a `kvio compare` directory, capacity.json, and `kvio
+ * cachesim --json` and `kvio prefix --format json` output. Every input is
+ * bounded and checked; an error names the file and the line or key. */
 #include "report/report_int.h"
 
 #include "kvio/config.h"
@@ -13,9 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* Any number in an input larger than this is refused as corrupt. */
-#define VALUE_LIMIT 1e15
 
 const char *const report_update_stage_names[UPDATE_STAGES] = {
     "ready",    "publish_start", "publish_end", "xfer_start",
@@ -87,8 +85,7 @@ kvio_status_t report_json_load(const char *path, json_t **json_p, char *error_p,
     return KVIO_OK;
 }
 
-/* A finite number within VALUE_LIMIT, or an error naming path and key. */
-static kvio_status_t json_number(const json_t *object, const char *key, const char *where,
+kvio_status_t report_json_number(const json_t *object, const char *key, const char *where,
                                  const char *path, bool required, double *value_p,
                                  char *error_p, size_t error_len)
 {
@@ -103,7 +100,7 @@ static kvio_status_t json_number(const json_t *object, const char *key, const ch
         return KVIO_ERR_PARSE;
     }
     double number = json_number_value(value);
-    if (!isfinite(number) || fabs(number) > VALUE_LIMIT) {
+    if (!isfinite(number) || fabs(number) > REPORT_VALUE_LIMIT) {
         snprintf(error_p, error_len, "%s: %s%s is out of range", path, where, key);
         return KVIO_ERR_PARSE;
     }
@@ -143,7 +140,7 @@ static kvio_status_t csv_number(const kvio_csv_reader_t *csv, int index, const c
     for (const char *c = text; *c != '\0'; c++)
         digits = digits || (*c >= '0' && *c <= '9');
     if (end == text || *end != '\0' || !digits || errno == ERANGE || !isfinite(value) ||
-        fabs(value) > VALUE_LIMIT) {
+        fabs(value) > REPORT_VALUE_LIMIT) {
         char shown[40];
         report_label_copy(shown, sizeof(shown), text);
         snprintf(error_p, error_len, "%s:%lu: %s: '%s' is not a number in range", csv->path,
@@ -218,425 +215,11 @@ void report_timeline_add_request(timeline_t *timeline, double arrival_s, double 
     bin->cached_tokens += cached_tokens;
     bin->input_tokens += input_tokens;
 }
-/* Where and how the run ran (host, commit), whether its update times are
- * modelled and from what, and its warnings' kinds (its verdict). */
-static void about_run(const json_t *summary, const json_t *metrics, report_run_t *run)
-{
-    report_label_copy(run->host, sizeof(run->host),
-                      json_string_value(json_object_get(json_object_get(summary, "host"),
-                                                        "hostname")));
-    report_label_copy(run->commit, sizeof(run->commit),
-                      json_string_value(json_object_get(json_object_get(summary, "build"),
-                                                        "commit")));
-    const json_t *updates = json_object_get(metrics, "model_updates");
-    const json_t *model = json_object_get(updates, "model");
-    run->modelled_updates = model != NULL;
-    if (model != NULL) {
-        const json_t *source = json_object_get(model, "source");
-        char text[REPORT_LABEL_MAX];
-        snprintf(text, sizeof(text), "%.4g GB/s (%s), %.4g us (%s)",
-                 json_number_value(json_object_get(model, "bandwidth_gbps")),
-                 json_string_value(json_object_get(source, "bandwidth")) != NULL
-                     ? json_string_value(json_object_get(source, "bandwidth"))
-                     : "?",
-                 json_number_value(json_object_get(model, "latency_s")) * 1e6,
-                 json_string_value(json_object_get(source, "latency")) != NULL
-                     ? json_string_value(json_object_get(source, "latency"))
-                     : "?");
-        report_label_copy(run->update_model, sizeof(run->update_model), text);
-    }
-    const json_t *warnings = json_object_get(summary, "warnings");
-    size_t at = 0;
-    run->verdict[0] = '\0';
-    for (size_t i = 0; i < json_array_size(warnings) && at < sizeof(run->verdict); i++) {
-        const char *kind = json_string_value(json_object_get(json_array_get(warnings, i), "kind"));
-        if (kind != NULL && strstr(run->verdict, kind) == NULL)
-            at += (size_t)snprintf(run->verdict + at, sizeof(run->verdict) - at, "%s%s",
-                                   at > 0 ? ", " : "", kind);
-    }
-}
-
-/* What the runs of one rate sweep share: the config without the rate, the
- * seed, the name and the scheduler (a line each), as a hash of its sorted
- * JSON. */
-static void sweep_of(const json_t *config, report_run_t *run)
-{
-    json_t *copy = json_deep_copy(config);
-    json_t *stream = json_object_get(copy, "stream");
-    json_object_del(json_object_get(stream, "arrival"), "rate");
-    json_object_del(copy, "seed");
-    json_object_del(copy, "name");
-    json_object_del(json_object_get(copy, "serve"), "scheduler");
-    char *text = copy != NULL ? json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
-    uint64_t hash = 14695981039346656037ull; /* FNV-1a */
-    for (const char *c = text != NULL ? text : ""; *c != '\0'; c++)
-        hash = (hash ^ (unsigned char)*c) * 1099511628211ull;
-    snprintf(run->sweep, sizeof(run->sweep), "%016llx", (unsigned long long)hash);
-    free(text);
-    json_decref(copy);
-}
-
-/* From the run's summary: the rate it was offered (as measured; the
- * configured one for summaries without it) and how it admits requests (the
- * policy; for sjf and pkas the predictor too, noisy with its sigma,
- * constant with its value), for the charts against rate. */
-static void admission_of(const json_t *config, const json_t *metrics, report_run_t *run)
-{
-    const json_t *scheduler = json_object_get(json_object_get(config, "serve"), "scheduler");
-    const char *policy = json_string_value(json_object_get(scheduler, "policy"));
-    const char *predictor = json_string_value(json_object_get(scheduler, "predictor"));
-    double measured = json_number_value(json_object_get(metrics, "offered_rate"));
-    run->offered_rate =
-        measured > 0
-            ? measured
-            : json_number_value(json_object_get(
-                  json_object_get(json_object_get(config, "stream"), "arrival"), "rate"));
-    sweep_of(config, run);
-    if (policy == NULL) {
-        run->admission[0] = '\0';
-        return;
-    }
-    char text[REPORT_LABEL_MAX];
-    bool predicts = strcmp(policy, "pkas") == 0 || strcmp(policy, "sjf") == 0;
-    if (!predicts || predictor == NULL)
-        snprintf(text, sizeof(text), "%s", policy);
-    else if (strcmp(predictor, "noisy") == 0)
-        snprintf(text, sizeof(text), "%s, noisy %.2g", policy,
-                 json_number_value(json_object_get(json_object_get(scheduler, "noisy"),
-                                                   "sigma")));
-    else if (strcmp(predictor, "constant") == 0)
-        snprintf(text, sizeof(text), "%s, constant %lld", policy,
-                 (long long)json_integer_value(
-                     json_object_get(json_object_get(scheduler, "constant"), "value")));
-    else
-        snprintf(text, sizeof(text), "%s, %s", policy, predictor);
-    report_label_copy(run->admission, sizeof(run->admission), text);
-}
-
 
 /* ---------- one results directory ---------- */
 
-/* metrics.model_updates.weight_sync into metrics_p (and, for the first
- * seed, whether the run has it and measured it into run). */
-static kvio_status_t load_sync(const json_t *sync, const char *path, run_metrics_t *metrics_p,
-                               report_run_t *run, char *error_p, size_t error_len)
-{
-    const char *where = "metrics.model_updates.weight_sync.";
-    bool measured = json_is_true(json_object_get(sync, "measured"));
-    double bytes = 0, wire = 0;
-    struct {
-        const char *key;
-        double *value;
-        bool required;
-    } fields[] = {
-        {"staged_ms", &metrics_p->sync_staged_ms, true},
-        {"update_ms", &metrics_p->sync_update_ms, true},
-        {"stage_ms", &metrics_p->sync_stage_ms, measured},
-        {"transfer_ms", &metrics_p->sync_transfer_ms, measured},
-        {"reload_ms", &metrics_p->sync_reload_ms, measured},
-        {"bytes", &bytes, true},
-        {"wire_bytes", &wire, true},
-    };
-    kvio_status_t status = json_is_object(sync) ? KVIO_OK : KVIO_ERR_PARSE;
-    if (status != KVIO_OK)
-        snprintf(error_p, error_len, "%s: metrics.model_updates.weight_sync is not an object",
-                 path);
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && status == KVIO_OK; i++)
-        status = json_number(sync, fields[i].key, where, path, fields[i].required,
-                             fields[i].value, error_p, error_len);
-    metrics_p->sync_wire_share = bytes > 0 ? wire / bytes : 0;
-    if (status == KVIO_OK && run != NULL) {
-        run->has_sync = true;
-        run->sync_measured = measured;
-    }
-    return status;
-}
-
-static void tier_traffic_free(tier_traffic_t *traffic)
-{
-    for (int d = 0; d < 2; d++) {
-        free(traffic->per_second[d]);
-        traffic->per_second[d] = NULL;
-    }
-    traffic->seconds = 0;
-}
-
-/* A tier's per_second {"read_gbps": [...], "write_gbps": [...]} (emulate
- * runs), kept when both lists are numbers of one length. */
-static kvio_status_t load_per_second(const json_t *tier, tier_traffic_t *traffic,
-                                     const char *path, char *error_p, size_t error_len)
-{
-    const json_t *per_second = json_object_get(tier, "per_second");
-    if (per_second == NULL)
-        return KVIO_OK;
-    static const char *const keys[2] = {"read_gbps", "write_gbps"};
-    const json_t *lists[2];
-    for (int d = 0; d < 2; d++) {
-        lists[d] = json_object_get(per_second, keys[d]);
-        if (!json_is_array(lists[d]) ||
-            json_array_size(lists[d]) != json_array_size(json_object_get(per_second, keys[0]))) {
-            snprintf(error_p, error_len, "%s: metrics.tiers.%s.per_second.%s is not a list as "
-                     "long as read_gbps", path, traffic->name, keys[d]);
-            return KVIO_ERR_PARSE;
-        }
-    }
-    size_t seconds = json_array_size(lists[0]);
-    for (int d = 0; d < 2 && seconds > 0; d++) {
-        traffic->per_second[d] = malloc(seconds * sizeof(double));
-        if (traffic->per_second[d] == NULL)
-            return KVIO_ERR_NOMEM;
-        for (size_t i = 0; i < seconds; i++) {
-            const json_t *value = json_array_get(lists[d], i);
-            if (!json_is_number(value)) {
-                snprintf(error_p, error_len, "%s: metrics.tiers.%s.per_second.%s[%zu] is not a "
-                         "number", path, traffic->name, keys[d], i);
-                return KVIO_ERR_PARSE;
-            }
-            traffic->per_second[d][i] = json_number_value(value);
-        }
-    }
-    traffic->seconds = seconds;
-    return KVIO_OK;
-}
-
-static kvio_status_t load_summary(const char *dir, run_metrics_t *metrics_p, report_run_t *run,
-                                  bool first, char *error_p, size_t error_len)
-{
-    char path[REPORT_PATH_MAX + 32];
-    snprintf(path, sizeof(path), "%s/summary.json", dir);
-    json_t *summary = NULL;
-    kvio_status_t status = report_json_load(path, &summary, error_p, error_len);
-    if (status == KVIO_ERR_NOT_FOUND)
-        snprintf(error_p, error_len, "%s: no summary.json (is it a kvio results directory?)",
-                 dir);
-    if (status != KVIO_OK)
-        return status;
-    /* A schema newer than this kvio's, or a run that failed, says so (not
-     * a missing metric). */
-    const json_t *schema = json_object_get(summary, "schema_version");
-    if (json_is_integer(schema) && json_integer_value(schema) > KVIO_SCHEMA_VERSION) {
-        snprintf(error_p, error_len, "%s: schema_version %lld is newer than this kvio reads "
-                 "(%d): use the kvio that wrote it", path, (long long)json_integer_value(schema),
-                 KVIO_SCHEMA_VERSION);
-        status = KVIO_ERR_PARSE;
-        goto out;
-    }
-    const json_t *metrics = json_object_get(summary, "metrics");
-    const char *failed = json_string_value(json_object_get(summary, "error"));
-    if (!json_is_object(metrics) || json_object_size(metrics) == 0) {
-        if (failed != NULL)
-            snprintf(error_p, error_len, "%s: the run failed and measured nothing: %.300s", path,
-                     failed);
-        else
-            snprintf(error_p, error_len, "%s: no metrics object", path);
-        status = KVIO_ERR_PARSE;
-        goto out;
-    }
-    /* A run without serving (model updates only) has no serving metrics;
-     * one with serving must have them. */
-    bool serving = json_object_get(metrics, "model_updates") == NULL ||
-                   json_object_get(metrics, "request_throughput") != NULL;
-    struct {
-        const char *key;
-        double *value;
-        bool required;
-    } fields[] = {
-        {"request_throughput", &metrics_p->request_throughput, serving},
-        {"output_throughput", &metrics_p->output_throughput, serving},
-        {"input_throughput", &metrics_p->input_throughput, false},
-        {"goodput", &metrics_p->goodput, false}, /* only against an SLO */
-        {"hit_rate", &metrics_p->hit_rate, serving},
-        {"hit_rate_with_tiers", &metrics_p->hit_rate_with_tiers, false},
-        {"preemptions", &metrics_p->preemptions, false},
-        {"completed", &metrics_p->completed, false},
-    };
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && status == KVIO_OK; i++) {
-        status = json_number(metrics, fields[i].key, "metrics.", path, fields[i].required,
-                             fields[i].value, error_p, error_len);
-        /* Rates, rates of hits and counts are never below 0. */
-        if (status == KVIO_OK && *fields[i].value < 0) {
-            snprintf(error_p, error_len, "%s: metrics.%s is negative (%g)", path,
-                     fields[i].key, *fields[i].value);
-            status = KVIO_ERR_PARSE;
-        }
-    }
-    if (json_object_get(metrics, "goodput") == NULL)
-        metrics_p->goodput = NAN; /* no SLO: none, shown as "-" (not 0) */
-    struct {
-        const char *key, *field;
-        double *value;
-    } latencies[] = {
-        {"ttft_ms", "p50", &metrics_p->ttft_p50},
-        {"ttft_ms", "p99", &metrics_p->ttft_p99},
-        {"tpot_ms", "p50", &metrics_p->tpot_p50},
-        {"e2el_ms", "p99", &metrics_p->e2el_p99},
-    };
-    for (size_t i = 0; i < sizeof(latencies) / sizeof(latencies[0]) && status == KVIO_OK; i++) {
-        const json_t *latency = json_object_get(metrics, latencies[i].key);
-        char where[64];
-        snprintf(where, sizeof(where), "metrics.%s.", latencies[i].key);
-        if (latency != NULL && !json_is_object(latency)) {
-            snprintf(error_p, error_len, "%s: metrics.%s is not an object", path,
-                     latencies[i].key);
-            status = KVIO_ERR_PARSE;
-        } else {
-            status = json_number(latency, latencies[i].field, where, path, false,
-                                 latencies[i].value, error_p, error_len);
-        }
-    }
-    /* Present in some runs only: NAN (no bar) where absent. */
-    const json_t *updates = json_object_get(metrics, "model_updates");
-    struct {
-        const json_t *object;
-        const char *key, *where;
-        double *value;
-    } optional[] = {
-        {metrics, "accelerator_utilization", "metrics.", &metrics_p->accelerator_utilization},
-        {metrics, "cumulative_inference_loss", "metrics.",
-         &metrics_p->cumulative_inference_loss},
-        {json_object_get(updates, "update_latency_ms"), "p50",
-         "metrics.model_updates.update_latency_ms.", &metrics_p->update_p50_ms},
-        {json_object_get(updates, "update_latency_ms"), "p99",
-         "metrics.model_updates.update_latency_ms.", &metrics_p->update_p99_ms},
-        {json_object_get(updates, "bandwidth_gbps"), "mean",
-         "metrics.model_updates.bandwidth_gbps.", &metrics_p->update_gbps},
-    };
-    for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]) && status == KVIO_OK; i++) {
-        *optional[i].value = NAN;
-        if (json_object_get(optional[i].object, optional[i].key) != NULL)
-            status = json_number(optional[i].object, optional[i].key, optional[i].where, path,
-                                 true, optional[i].value, error_p, error_len);
-    }
-    const json_t *parts = json_object_get(json_object_get(metrics, "pd"), "mean_ttft_parts_ms");
-    for (size_t i = 0; i < 5 && status == KVIO_OK; i++) {
-        metrics_p->pd_parts_ms[i] = NAN;
-        if (parts != NULL)
-            status = json_number(parts, report_pd_parts[i], "metrics.pd.mean_ttft_parts_ms.",
-                                 path, false, &metrics_p->pd_parts_ms[i], error_p, error_len);
-    }
-    if (updates != NULL && json_integer_value(json_object_get(updates, "updates_activated")) == 0)
-        metrics_p->update_p50_ms = metrics_p->update_p99_ms = metrics_p->update_gbps = NAN;
-    const json_t *sync = json_object_get(json_object_get(metrics, "model_updates"),
-                                         "weight_sync");
-    if (status == KVIO_OK && sync != NULL)
-        status = load_sync(sync, path, metrics_p, first ? run : NULL, error_p, error_len);
-    if (status != KVIO_OK)
-        goto out;
-    const json_t *complete = json_object_get(summary, "complete");
-    if (!json_is_true(complete))
-        run->complete = false;
-    if (!first)
-        goto out;
-    report_label_copy(run->name, sizeof(run->name),
-                      json_string_value(json_object_get(summary, "name")));
-    report_label_copy(run->scheduler, sizeof(run->scheduler),
-                      json_string_value(json_object_get(metrics, "scheduler")));
-    admission_of(json_object_get(summary, "config"), metrics, run);
-    about_run(summary, metrics, run);
-    run->serving = serving;
-    const json_t *slo = json_object_get(json_object_get(summary, "config"), "slo");
-    const char *bounds[] = {json_string_value(json_object_get(slo, "ttft")),
-                            json_string_value(json_object_get(slo, "tpot"))};
-    run->has_slo = false;
-    for (int b = 0; b < 2; b++) {
-        int64_t bound_ns = 0;
-        char ignored[128];
-        bool set = bounds[b] != NULL &&
-                   kvio_parse_duration(bounds[b], &bound_ns, ignored, sizeof(ignored)) ==
-                       KVIO_OK &&
-                   bound_ns > 0;
-        run->has_slo = run->has_slo || set;
-        *(b == 0 ? &run->slo_ttft_ms : &run->slo_tpot_ms) = set ? (double)bound_ns / 1e6 : 0;
-    }
-    /* Tier traffic: metrics.tiers as an array of objects (with "name" or
-     * "kind", and "rank" when there are several serve ranks) or an object of
-     * objects; every numeric field named bytes_* (bytes_written, bytes_read:
-     * traffic, not the tier's size_bytes or block_bytes). */
-    const json_t *tiers = json_object_get(metrics, "tiers");
-    if (tiers != NULL && !json_is_array(tiers) && !json_is_object(tiers)) {
-        snprintf(error_p, error_len, "%s: metrics.tiers is neither an array nor an object", path);
-        status = KVIO_ERR_PARSE;
-        goto out;
-    }
-    size_t index;
-    const char *key;
-    const json_t *tier;
-    void *iterator = json_is_object(tiers) ? json_object_iter((json_t *)tiers) : NULL;
-    char ranked[REPORT_LABEL_MAX];
-    for (index = 0; run->num_tiers < REPORT_MAX_TIERS; index++) {
-        const char *tier_name = NULL;
-        if (json_is_array(tiers)) {
-            if (index >= json_array_size(tiers))
-                break;
-            tier = json_array_get(tiers, index);
-            tier_name = json_string_value(json_object_get(tier, "name"));
-            if (tier_name == NULL)
-                tier_name = json_string_value(json_object_get(tier, "kind"));
-            if (tier_name != NULL && json_is_integer(json_object_get(tier, "rank"))) {
-                snprintf(ranked, sizeof(ranked), "%.60s (rank %lld)", tier_name,
-                         (long long)json_integer_value(json_object_get(tier, "rank")));
-                tier_name = ranked;
-            }
-        } else {
-            if (iterator == NULL)
-                break;
-            tier_name = json_object_iter_key(iterator);
-            tier = json_object_iter_value(iterator);
-            iterator = json_object_iter_next((json_t *)tiers, iterator);
-        }
-        if (!json_is_object(tier)) {
-            snprintf(error_p, error_len, "%s: metrics.tiers[%zu] is not an object", path, index);
-            status = KVIO_ERR_PARSE;
-            goto out;
-        }
-        tier_traffic_t *traffic = &run->tiers[run->num_tiers];
-        memset(traffic, 0, sizeof(*traffic));
-        char fallback[32];
-        snprintf(fallback, sizeof(fallback), "tier %zu", index);
-        report_label_copy(traffic->name, sizeof(traffic->name),
-                          tier_name != NULL ? tier_name : fallback);
-        const json_t *value;
-        json_object_foreach((json_t *)tier, key, value)
-        {
-            if (strncmp(key, "bytes_", 6) != 0 || key[6] == '\0')
-                continue;
-            if (traffic->num_fields == REPORT_MAX_TIER_FIELDS)
-                break;
-            char where[REPORT_LABEL_MAX + 32];
-            snprintf(where, sizeof(where), "metrics.tiers.%s.", traffic->name);
-            double number;
-            status = json_number(tier, key, where, path, true, &number, error_p, error_len);
-            if (status != KVIO_OK)
-                goto out;
-            report_label_copy(traffic->field[traffic->num_fields], REPORT_LABEL_MAX, key);
-            traffic->value[traffic->num_fields++] = number;
-        }
-        static const char *const latency_keys[2] = {"read_latency_ms", "write_latency_ms"};
-        static const char *const quantile_keys[TIER_QUANTILES] = {"p50", "p95", "p99", "p99_9"};
-        for (size_t l = 0; l < 2; l++) {
-            const json_t *latency = json_object_get(tier, latency_keys[l]);
-            traffic->has_latency[l] = json_integer_value(json_object_get(latency, "count")) > 0;
-            for (size_t q = 0; traffic->has_latency[l] && q < TIER_QUANTILES; q++)
-                traffic->latency_ms[l][q] =
-                    json_number_value(json_object_get(latency, quantile_keys[q]));
-        }
-        status = load_per_second(tier, traffic, path, error_p, error_len);
-        if (status == KVIO_OK && traffic->num_fields > 0) {
-            run->num_tiers++;
-            continue;
-        }
-        tier_traffic_free(traffic); /* not kept: run_free does not see it */
-        if (status != KVIO_OK)
-            goto out;
-    }
-out:
-    json_decref(summary);
-    return status;
-}
-
-/* requests.csv → TTFT, TPOT and E2EL histograms (measured requests only). */
 /* Seconds to ns for a histogram, saturating: a CSV value may be up to
- * VALUE_LIMIT s (1e24 ns), past what a uint64_t holds. */
+ * REPORT_VALUE_LIMIT s (1e24 ns), past what a uint64_t holds. */
 static uint64_t seconds_to_ns(double seconds)
 {
     double ns = seconds * 1e9 + 0.5;
@@ -906,7 +489,7 @@ void report_run_free(report_run_t *run)
     if (run == NULL)
         return;
     for (size_t t = 0; t < run->num_tiers; t++)
-        tier_traffic_free(&run->tiers[t]);
+        report_tier_traffic_free(&run->tiers[t]);
     kvio_hist_destroy(run->ttft);
     kvio_hist_destroy(run->tpot);
     kvio_hist_destroy(run->e2el);
@@ -947,7 +530,8 @@ kvio_status_t report_run_load(const char *label, const char *const *dirs, size_t
             status = KVIO_ERR_NOT_FOUND;
             goto fail;
         }
-        status = load_summary(dirs[i], &run->seeds[i], run, i == 0, error_p, error_len);
+        status = report_summary_metrics(dirs[i], &run->seeds[i], run, i == 0, error_p,
+                                        error_len);
         if (status == KVIO_OK)
             status = load_requests(dirs[i], run, i == 0, error_p, error_len);
         if (status == KVIO_OK && i == 0)
@@ -979,7 +563,7 @@ kvio_status_t report_compare_load(kvio_report_t *report, const char *dir, char *
     size_t first_new = report->num_runs;
     const json_t *variants = json_object_get(compare, "variants");
     double repeat = 1;
-    status = json_number(compare, "repeat", "", path, false, &repeat, error_p, error_len);
+    status = report_json_number(compare, "repeat", "", path, false, &repeat, error_p, error_len);
     if (status == KVIO_OK && (!json_is_array(variants) || json_array_size(variants) == 0)) {
         snprintf(error_p, error_len, "%s: variants is not a non-empty array", path);
         status = KVIO_ERR_PARSE;
@@ -1125,19 +709,19 @@ kvio_status_t report_prefix_load(const char *path, const json_t *json,
                        &prefix->cached_without_breaks, &prefix->turns_with_breaks};
     status = KVIO_OK;
     for (size_t i = 0; i < 4 && status == KVIO_OK; i++)
-        status = json_number(json, totals[i], "", path, true, slots[i], error_p, error_len);
+        status = report_json_number(json, totals[i], "", path, true, slots[i], error_p, error_len);
     double sessions = 0;
     if (status == KVIO_OK)
-        status = json_number(json, "sessions", "", path, true, &sessions, error_p, error_len);
+        status = report_json_number(json, "sessions", "", path, true, &sessions, error_p, error_len);
     prefix->later_turns = (double)num_turns - sessions;
     for (size_t t = 0; t < num_turns && status == KVIO_OK; t++) {
         char where[48];
         snprintf(where, sizeof(where), "turns[%zu].", t);
         const json_t *turn = json_array_get(turns, t);
-        status = json_number(turn, "prompt_tokens", where, path, true, &prefix->prompt[t],
+        status = report_json_number(turn, "prompt_tokens", where, path, true, &prefix->prompt[t],
                              error_p, error_len);
         if (status == KVIO_OK)
-            status = json_number(turn, "reusable_tokens", where, path, true, &prefix->reused[t],
+            status = report_json_number(turn, "reusable_tokens", where, path, true, &prefix->reused[t],
                                  error_p, error_len);
     }
     prefix->num_turns = num_turns;
@@ -1152,19 +736,19 @@ kvio_status_t report_prefix_load(const char *path, const json_t *json,
         if (status != KVIO_OK)
             snprintf(error_p, error_len, "%s: %slabel is missing", path, where);
         if (status == KVIO_OK)
-            status = json_number(cluster, "message", where, path, true, &message, error_p,
+            status = report_json_number(cluster, "message", where, path, true, &message, error_p,
                                  error_len);
         if (status == KVIO_OK)
-            status = json_number(cluster, "first_token", where, path, true, &first, error_p,
+            status = report_json_number(cluster, "first_token", where, path, true, &first, error_p,
                                  error_len);
         if (status == KVIO_OK)
-            status = json_number(cluster, "last_token", where, path, true, &last, error_p,
+            status = report_json_number(cluster, "last_token", where, path, true, &last, error_p,
                                  error_len);
         if (status == KVIO_OK)
-            status = json_number(cluster, "turns", where, path, true, &out->turns, error_p,
+            status = report_json_number(cluster, "turns", where, path, true, &out->turns, error_p,
                                  error_len);
         if (status == KVIO_OK)
-            status = json_number(cluster, "cached_tokens_without", where, path, true,
+            status = report_json_number(cluster, "cached_tokens_without", where, path, true,
                                  &out->cached_without, error_p, error_len);
         if (status != KVIO_OK)
             break;
@@ -1233,7 +817,7 @@ kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesi
     snprintf(cachesim->path, sizeof(cachesim->path), "%s", path);
     const char *base = strrchr(path, '/');
     report_label_copy(cachesim->label, sizeof(cachesim->label), base != NULL ? base + 1 : path);
-    status = json_number(json_object_get(json, "config"), "block_tokens", "config.", path, false,
+    status = report_json_number(json_object_get(json, "config"), "block_tokens", "config.", path, false,
                          &cachesim->block_tokens, error_p, error_len);
     if (status != KVIO_OK)
         goto out;
@@ -1260,7 +844,7 @@ kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesi
         if (json_is_string(capacity) && strcmp(json_string_value(capacity), "unlimited") == 0) {
             point->capacity_blocks = -1;
         } else {
-            status = json_number(result, "capacity_blocks", where, path, true,
+            status = report_json_number(result, "capacity_blocks", where, path, true,
                                  &point->capacity_blocks, error_p, error_len);
             if (status == KVIO_OK && point->capacity_blocks < 1) {
                 snprintf(error_p, error_len, "%s: %scapacity_blocks is below 1", path, where);
@@ -1268,10 +852,10 @@ kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesi
             }
         }
         if (status == KVIO_OK)
-            status = json_number(result, "token_hit_rate", where, path, true,
+            status = report_json_number(result, "token_hit_rate", where, path, true,
                                  &point->token_hit_rate, error_p, error_len);
         if (status == KVIO_OK)
-            status = json_number(result, "block_hit_rate", where, path, false,
+            status = report_json_number(result, "block_hit_rate", where, path, false,
                                  &point->block_hit_rate, error_p, error_len);
         if (status == KVIO_OK && (point->token_hit_rate < 0 || point->token_hit_rate > 1 ||
                                   point->block_hit_rate < 0 || point->block_hit_rate > 1)) {
@@ -1314,10 +898,10 @@ static kvio_status_t capacity_one(const json_t *search, const char *where, const
     capacity->users = json_object_get(search, "capacity_users") != NULL;
     /* Rates as the probes offered them (the capacity is one of those). */
     const char *point = capacity->users ? "users" : "offered_rate";
-    kvio_status_t status = json_number(search, "capacity", where, path, true,
+    kvio_status_t status = report_json_number(search, "capacity", where, path, true,
                                        &capacity->capacity, error_p, error_len);
     if (status == KVIO_OK)
-        status = json_number(search, "attain", where, path, true, &capacity->attain, error_p,
+        status = report_json_number(search, "attain", where, path, true, &capacity->attain, error_p,
                              error_len);
     const json_t *curve = json_object_get(search, "curve");
     if (status == KVIO_OK && (!json_is_array(curve) || json_array_size(curve) == 0 ||
@@ -1334,9 +918,9 @@ static kvio_status_t capacity_one(const json_t *search, const char *where, const
         char at[96];
         snprintf(at, sizeof(at), "%scurve[%zu].", where, i);
         const json_t *probe = json_array_get(curve, i);
-        status = json_number(probe, point, at, path, true, &pairs[2 * i], error_p, error_len);
+        status = report_json_number(probe, point, at, path, true, &pairs[2 * i], error_p, error_len);
         if (status == KVIO_OK)
-            status = json_number(probe, "attainment", at, path, true, &pairs[2 * i + 1],
+            status = report_json_number(probe, "attainment", at, path, true, &pairs[2 * i + 1],
                                  error_p, error_len);
         if (status == KVIO_OK && (pairs[2 * i] <= 0 || pairs[2 * i + 1] < 0 ||
                                   pairs[2 * i + 1] > 1)) {

@@ -76,33 +76,58 @@ static void gp_lines(FILE *out, const report_chart_t *chart, size_t index)
     fputc('\n', out);
 }
 
+/* A bar's value as gnuplot gets it: NaN (no bar) for none, 0 for a value
+ * below 0 unless the chart draws them. */
+static void gp_value(FILE *out, const report_chart_t *chart, double value)
+{
+    if (!isfinite(value))
+        fputs(" NaN", out); /* none: no bar (gnuplot skips NaN) */
+    else
+        fprintf(out, " %.10g", value > 0 || chart->y_signed ? value : 0);
+}
+
 static void gp_bars(FILE *out, const report_chart_t *chart, size_t index)
 {
+    /* Whiskers (a seed range, an interval) as error bars: then every
+     * series has three columns, value, low and high. */
+    bool whiskers = false;
+    for (size_t s = 0; s < chart->num_series && chart->kind != CHART_STACKED; s++)
+        whiskers = whiskers || (chart->series[s].low != NULL && chart->series[s].high != NULL);
     fprintf(out, "set style data histograms\nset style histogram %s\n"
                  "set style fill solid 0.9 border -1\nset boxwidth 0.8\n",
-            chart->kind == CHART_STACKED ? "rowstacked" : "clustered gap 1");
+            chart->kind == CHART_STACKED ? "rowstacked"
+            : whiskers                   ? "errorbars gap 1 lw 1"
+                                         : "clustered gap 1");
     if (chart->num_categories > 4)
         fputs("set xtics rotate by -30\n", out);
     fprintf(out, "$d%zu << EOD\n", index);
     for (size_t c = 0; c < chart->num_categories; c++) {
         gp_data_label(out, chart->categories[c]);
         for (size_t s = 0; s < chart->num_series; s++) {
-            double value = chart->series[s].y[c];
-            if (!isfinite(value))
-                fputs(" NaN", out); /* none: no bar (gnuplot skips NaN) */
-            else
-                fprintf(out, " %.10g", value > 0 ? value : 0);
+            const chart_series_t *series = &chart->series[s];
+            gp_value(out, chart, series->y[c]);
+            if (!whiskers)
+                continue;
+            bool range = series->low != NULL && series->high != NULL;
+            gp_value(out, chart, range ? series->low[c] : series->y[c]);
+            gp_value(out, chart, range ? series->high[c] : series->y[c]);
         }
         fputc('\n', out);
     }
     fputs("EOD\nplot ", out);
+    size_t width = whiskers ? 3 : 1;
     for (size_t s = 0; s < chart->num_series; s++) {
+        size_t column = 2 + s * width;
         if (s == 0)
-            fprintf(out, "$d%zu using 2:xtic(1) lc rgb '%s' title ", index,
-                    report_series_color(&chart->series[s], s));
+            fprintf(out, "$d%zu", index);
         else
-            fprintf(out, ", \\\n     '' using %zu lc rgb '%s' title ", s + 2,
-                    report_series_color(&chart->series[s], s));
+            fputs(", \\\n     ''", out);
+        if (whiskers)
+            fprintf(out, " using %zu:%zu:%zu", column, column + 1, column + 2);
+        else
+            fprintf(out, " using %zu", column);
+        fprintf(out, "%s lc rgb '%s' title ", s == 0 ? ":xtic(1)" : "",
+                report_series_color(&chart->series[s], s));
         gp_string(out, chart->series[s].label);
     }
     fputc('\n', out);
@@ -155,6 +180,8 @@ kvio_status_t report_render_gnuplot(const kvio_report_t *report, const char *dir
             fputs("set logscale y 10\nset format y '%.0s%c'\nset yrange [*:*]\n", out);
         else if (chart->y_fixed)
             fprintf(out, "set yrange [%.10g:%.10g]\n", chart->y_min, chart->y_max);
+        else if (chart->y_signed)
+            fputs("set yrange [*:*]\nset xzeroaxis\n", out); /* bars above and below 0 */
         else if (chart_max(chart) > 0)
             fputs("set yrange [0:*]\n", out);
         else

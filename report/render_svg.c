@@ -4,11 +4,10 @@
  * Also the tick helpers the gnuplot renderer shares. */
 #include "report/report_int.h"
 
-#include "kvio/sysinfo.h"
+#include "kvio/results.h"
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #define SVG_WIDTH 640.0
 #define PLOT_LEFT 72.0
@@ -473,7 +472,8 @@ static void render_bars(FILE *out, const report_chart_t *chart)
 {
     bool stacked = chart->kind == CHART_STACKED;
     bool log = chart->y_log && !stacked;
-    double high = 0, low = INFINITY;
+    bool signed_bars = chart->y_signed && !stacked && !log;
+    double high = 0, low = INFINITY, lowest = 0; /* lowest: signed bars' bottom */
     for (size_t c = 0; c < chart->num_categories; c++) {
         double sum = 0;
         for (size_t s = 0; s < chart->num_series; s++) {
@@ -486,6 +486,11 @@ static void render_bars(FILE *out, const report_chart_t *chart)
             sum = stacked ? sum + value : fmax(sum, value);
             if (series->y[c] > 0)
                 low = fmin(low, series->y[c]);
+            if (signed_bars) {
+                lowest = fmin(lowest, series->y[c]);
+                if (series->low != NULL && isfinite(series->low[c]))
+                    lowest = fmin(lowest, series->low[c]);
+            }
         }
         high = fmax(high, sum);
     }
@@ -497,6 +502,8 @@ static void render_bars(FILE *out, const report_chart_t *chart)
         axis_log(&frame.y, low, high);
     else if (chart->y_fixed)
         axis_linear(&frame.y, chart->y_min, chart->y_max, true);
+    else if (signed_bars && lowest < 0)
+        axis_linear(&frame.y, lowest * 1.08, high * 1.08, false);
     else
         axis_linear(&frame.y, 0, high > 0 ? high * 1.08 : 1, false);
     if (chart->y_integer)
@@ -551,7 +558,7 @@ static void render_bars(FILE *out, const report_chart_t *chart)
             const chart_series_t *series = &chart->series[s];
             if (!isfinite(series->y[c]))
                 continue;
-            double value = fmax(series->y[c], 0);
+            double value = signed_bars ? series->y[c] : fmax(series->y[c], 0);
             double x = stacked ? group_left : group_left + bar * (double)s;
             double y0 = log ? frame.top + frame.height : pixel_y(&frame, stacked ? base : 0);
             double y1 = pixel_y(&frame, stacked ? base + value : value);
@@ -561,7 +568,8 @@ static void render_bars(FILE *out, const report_chart_t *chart)
                     x + 1, fmin(y0, y1), fmax(bar - 2, 1), fabs(y0 - y1),
                     palette[s % PALETTE_SIZE]);
             char text[32];
-            report_format_tick(value, value > 0 ? pow(10, floor(log10(value)) - 2) : 1, text,
+            report_format_tick(value,
+                               value != 0 ? pow(10, floor(log10(fabs(value))) - 2) : 1, text,
                                sizeof(text));
             xml_text(out, chart->categories[c]);
             fputs(", ", out);
@@ -718,33 +726,83 @@ static void runs_table(FILE *out, const kvio_report_t *report)
           out);
 }
 
+/* The other results' provenance and verdict: the paired controls and the
+ * mlperf results, a row each. */
+static void results_table(FILE *out, const kvio_report_t *report)
+{
+    if (report->num_paireds + report->num_mlperfs == 0)
+        return;
+    fputs("<h2>Other results</h2>\n<table id=\"results\">\n<tr><th class=\"text\">result</th>"
+          "<th class=\"text\">directory</th><th class=\"text\">kind</th>"
+          "<th class=\"text\">verdict</th><th class=\"text\">host</th>"
+          "<th class=\"text\">commit</th></tr>\n",
+          out);
+    for (size_t i = 0; i < report->num_paireds + report->num_mlperfs; i++) {
+        bool paired = i < report->num_paireds;
+        const report_paired_t *pair = paired ? report->paireds[i] : NULL;
+        const report_mlperf_t *mlperf = paired ? NULL : report->mlperfs[i - report->num_paireds];
+        char kind[REPORT_LABEL_MAX], dir[REPORT_PATH_MAX];
+        if (paired)
+            snprintf(kind, sizeof(kind), "update.control: paired, %zu pairs", pair->num_pairs);
+        else
+            snprintf(kind, sizeof(kind), "kvio mlperf, %s, %lld client(s), %lld trial(s)",
+                     mlperf->division, mlperf->clients, mlperf->trials);
+        report_label_copy(dir, sizeof(dir), paired ? pair->dir : mlperf->dir);
+        const char *cells[] = {paired ? pair->label : mlperf->label, dir, kind,
+                               paired ? (pair->verdict[0] != '\0' ? pair->verdict : "valid")
+                                      : "-",
+                               paired ? pair->host : mlperf->host,
+                               paired ? pair->commit : mlperf->commit};
+        fputs("<tr>", out);
+        for (size_t c = 0; c < sizeof(cells) / sizeof(cells[0]); c++) {
+            fputs("<td class=\"text\">", out);
+            xml_text(out, cells[c][0] != '\0' ? cells[c] : "-");
+            fputs("</td>", out);
+        }
+        fputs("</tr>\n", out);
+    }
+    fputs("</table>\n", out);
+}
+
 kvio_status_t report_render_html(const kvio_report_t *report, FILE *out)
 {
-    /* Which kvio wrote the page, where and when. */
-    json_t *build = kvio_build_json(), *host = kvio_host_json();
+    /* Which kvio wrote the page, where, when and how (the provenance every
+     * output of kvio carries). */
+    json_t *head = kvio_provenance_json(&report->provenance, NULL, report->start_ns);
+    const json_t *build = json_object_get(head, "build");
     const char *commit = json_string_value(json_object_get(build, "commit"));
-    const char *hostname = json_string_value(json_object_get(host, "hostname"));
-    char when[64];
-    time_t now = time(NULL);
-    struct tm tm;
-    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
+    const char *hostname =
+        json_string_value(json_object_get(json_object_get(head, "host"), "hostname"));
+    const char *when = json_string_value(json_object_get(head, "start_time"));
+    char command[2048];
+    kvio_provenance_command_line(head, command, sizeof(command));
     fprintf(out,
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"generator\" content=\"kvio %s\">\n<title>kvio report</title>\n"
             "<style>%s</style>\n</head>\n<body>\n<h1>kvio report</h1>\n"
             "<p class=\"meta\" id=\"provenance\">%zu run%s, %zu cachesim result%s, %zu prefix "
-            "result%s; written by kvio %s (commit ",
+            "result%s, %zu paired-control result%s, %zu mlperf result%s; written by kvio %s "
+            "(commit ",
             KVIO_VERSION, style, report->num_runs, report->num_runs == 1 ? "" : "s",
             report->num_cachesims, report->num_cachesims == 1 ? "" : "s", report->num_prefixes,
-            report->num_prefixes == 1 ? "" : "s", KVIO_VERSION);
+            report->num_prefixes == 1 ? "" : "s", report->num_paireds,
+            report->num_paireds == 1 ? "" : "s", report->num_mlperfs,
+            report->num_mlperfs == 1 ? "" : "s", KVIO_VERSION);
     xml_text(out, commit != NULL ? commit : "unknown");
     fputs(") on ", out);
     xml_text(out, hostname != NULL ? hostname : "an unknown host");
-    fprintf(out, " at %s. Self-contained: charts are inline SVG.</p>\n", when);
-    json_decref(build);
-    json_decref(host);
+    fputs(" at ", out);
+    xml_text(out, when != NULL ? when : "an unknown time");
+    if (command[0] != '\0') {
+        fputs(" as <code>", out);
+        xml_text(out, command);
+        fputs("</code>", out);
+    }
+    fputs(". Self-contained: charts are inline SVG.</p>\n", out);
+    json_decref(head);
     if (report->num_runs > 0)
         runs_table(out, report);
+    results_table(out, report);
     if (report->num_notes > 0) {
         fputs("<ul class=\"notes\" id=\"notes\">\n", out);
         for (size_t i = 0; i < report->num_notes; i++) {

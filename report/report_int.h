@@ -5,6 +5,8 @@
 #define KVIO_REPORT_INT_H
 
 #include "kvio/report.h"
+#include "kvio/result.h"
+#include "kvio/results.h"
 #include "kvio/stats.h"
 
 #include <jansson.h>
@@ -21,6 +23,8 @@
 #define REPORT_MAX_CHARTS 256
 #define REPORT_MAX_NOTES 32
 #define REPORT_MAX_MARKS 256 /* vertical marks on a line chart */
+/* Any number in an input larger than this is refused as corrupt. */
+#define REPORT_VALUE_LIMIT 1e15
 
 /* Iterations binned on time: at most KVIO_REPORT_MAX_POINTS bins; when a
  * time falls past the last bin, pairs of bins merge and the width doubles. */
@@ -97,9 +101,6 @@ typedef struct run_metrics {
      * KV transfer, first decode step (prefill/decode runs; NAN otherwise) */
     double pd_parts_ms[5];
 } run_metrics_t;
-
-/* The keys of metrics.pd.mean_ttft_parts_ms, in TTFT's order. */
-extern const char *const report_pd_parts[5];
 
 /* One result set: a results directory, or a compare variant (its seeds). */
 typedef struct report_run {
@@ -181,6 +182,45 @@ typedef struct report_capacity {
     double *load, *attainment;
 } report_capacity_t;
 
+/* One update.control: paired result (a directory whose summary.json has
+ * update_cost over pairs): each figure averaged over the pairs, its 95 %
+ * interval and every pair's value. */
+#define REPORT_MAX_PAIRED_FIGURES 16
+#define REPORT_MAX_PAIRS 64
+typedef struct paired_figure {
+    kvio_figure_t figure;   /* the mean over the pairs */
+    double mean, ci95;      /* ci95: the interval's half-width */
+    size_t num_pairs;       /* 0: summary.json has no per-pair values */
+    double pairs[REPORT_MAX_PAIRS]; /* NAN where a pair lacks it */
+} paired_figure_t;
+
+typedef struct report_paired {
+    char label[REPORT_LABEL_MAX];
+    char dir[REPORT_PATH_MAX];
+    char host[REPORT_LABEL_MAX], commit[REPORT_LABEL_MAX];
+    char verdict[REPORT_LABEL_MAX]; /* its warnings' kinds ("" when valid) */
+    size_t num_pairs;
+    long long seeds[REPORT_MAX_PAIRS]; /* each pair's seed (-1: not said) */
+    size_t num_figures;
+    paired_figure_t figures[REPORT_MAX_PAIRED_FIGURES];
+} report_paired_t;
+
+/* One kvio mlperf result (mlperf.json): per option its scored figures. */
+#define REPORT_MLPERF_FIGURES 5
+typedef struct mlperf_option {
+    char name[REPORT_LABEL_MAX]; /* "1 ..." */
+    double value[REPORT_MLPERF_FIGURES]; /* report_mlperf_figures' order */
+} mlperf_option_t;
+
+typedef struct report_mlperf {
+    char label[REPORT_LABEL_MAX];
+    char dir[REPORT_PATH_MAX];
+    char host[REPORT_LABEL_MAX], commit[REPORT_LABEL_MAX], division[16];
+    long long clients, trials;
+    size_t num_options;
+    mlperf_option_t options[8];
+} report_mlperf_t;
+
 /* ---------- chart model ---------- */
 
 typedef enum {
@@ -211,6 +251,7 @@ typedef struct report_chart {
     chart_kind_t kind;
     bool x_log;
     bool y_log;              /* lines and grouped bars: a log y axis (values > 0) */
+    bool y_signed;           /* grouped bars: values below 0 drawn down from 0 (else cut) */
     bool y_integer;          /* counts: ticks on whole numbers */
     bool x_fixed;            /* x range is [x_min, x_max] as given */
     double x_min, x_max;
@@ -238,6 +279,12 @@ struct kvio_report {
     report_capacity_t *capacities[KVIO_REPORT_MAX_RUNS];
     size_t num_prefixes;
     report_prefix_t *prefixes[KVIO_REPORT_MAX_RUNS];
+    size_t num_paireds;
+    report_paired_t *paireds[KVIO_REPORT_MAX_RUNS];
+    size_t num_mlperfs;
+    report_mlperf_t *mlperfs[KVIO_REPORT_MAX_RUNS];
+    kvio_provenance_t provenance; /* the report's own command (the page says it) */
+    uint64_t start_ns;
     bool built;
     size_t num_charts;
     report_chart_t *charts[REPORT_MAX_CHARTS];
@@ -263,6 +310,48 @@ void report_prefix_free(report_prefix_t *prefix);
 kvio_status_t report_capacity_load(kvio_report_t *report, const char *dir, const char *label,
                                    char *error_p, size_t error_len);
 void report_capacity_free(report_capacity_t *capacity);
+/* summary.c: a results directory's summary.json through the one loader.
+ * DIR/summary.json as JSON (for what is not a figure: provenance, config)
+ * and as the typed result (both the caller's); refused, naming the file,
+ * when it is none this kvio reads, a run that measured nothing, or a
+ * figure of the wrong type. */
+kvio_status_t report_summary_load(const char *dir, json_t **summary_p, kvio_result_t **result_p,
+                                  char *error_p, size_t error_len);
+/* One seed's figures into metrics_p; the first's also describe run (name,
+ * provenance, verdict, tiers). */
+kvio_status_t report_summary_metrics(const char *dir, run_metrics_t *metrics_p,
+                                     report_run_t *run, bool first, char *error_p,
+                                     size_t error_len);
+/* Figure of result into *value_p (absent: absent, or an error naming
+ * where + the figure when required); out of range (REPORT_VALUE_LIMIT) is
+ * an error naming path. */
+kvio_status_t report_figure(const kvio_result_t *result, kvio_figure_t figure, const char *where,
+                            const char *path, bool required, double absent, double *value_p,
+                            char *error_p, size_t error_len);
+/* The kinds of result's warnings, ", "-joined ("" when valid). */
+void report_verdict(const kvio_result_t *result, char *verdict_p, size_t verdict_len);
+void report_tier_traffic_free(tier_traffic_t *traffic);
+
+/* A finite number within REPORT_VALUE_LIMIT at object's key (absent and
+ * not required: 0), or an error naming path, where and key. */
+kvio_status_t report_json_number(const json_t *object, const char *key, const char *where,
+                                 const char *path, bool required, double *value_p, char *error_p,
+                                 size_t error_len);
+/* paired.c: DIR/summary.json of update.control: paired into the report
+ * (KVIO_INPROGRESS, nothing added, when it is a run's summary), and its
+ * charts. */
+kvio_status_t report_paired_load(kvio_report_t *report, const char *dir, const char *label,
+                                 char *error_p, size_t error_len);
+void report_paired_free(report_paired_t *paired);
+kvio_status_t report_paired_charts(kvio_report_t *report);
+
+/* mlperf.c: DIR/mlperf.json of kvio mlperf into the report, and its
+ * charts. */
+kvio_status_t report_mlperf_load(kvio_report_t *report, const char *dir, const char *label,
+                                 char *error_p, size_t error_len);
+void report_mlperf_free(report_mlperf_t *mlperf);
+kvio_status_t report_mlperf_charts(kvio_report_t *report);
+
 /* Reads a JSON file of at most KVIO_REPORT_MAX_JSON_BYTES. */
 kvio_status_t report_json_load(const char *path, json_t **json_p, char *error_p,
                                size_t error_len);
@@ -276,6 +365,19 @@ void report_timeline_add(timeline_t *timeline, double time_s, double duration_s,
 /* A finished request, binned on its arrival. */
 void report_timeline_add_request(timeline_t *timeline, double arrival_s, double ttft_s,
                                  double cached_tokens, double input_tokens);
+
+/* charts.c: the chart set's parts. A chart added to report (NULL when
+ * full or out of memory), a series of count points (lines) or one value per
+ * category (bars; whiskers: low and high too), the categories (bars), and a
+ * note on the page (a chart skipped, and why). */
+report_chart_t *report_chart_new(kvio_report_t *report, chart_kind_t kind, const char *id,
+                                 const char *section, const char *title, const char *x_label,
+                                 const char *y_label);
+chart_series_t *report_series_add(report_chart_t *chart, const char *label, size_t count,
+                                  bool whiskers);
+kvio_status_t report_categories_set(report_chart_t *chart, size_t count);
+void report_add_note(kvio_report_t *report, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* charts.c: builds the chart set once (idempotent). */
 kvio_status_t report_build(kvio_report_t *report);

@@ -626,10 +626,20 @@ static json_t *search_json(const search_t *search)
     return result;
 }
 
+/* capacity.json's provenance: the command and its --set overrides. */
+static json_t *provenance_json(const kvio_capacity_t *capacity)
+{
+    const kvio_capacity_options_t *options = capacity->options;
+    kvio_provenance_t provenance = {.argc = options->argc, .argv = options->argv,
+                                    .overrides = options->sets,
+                                    .num_overrides = options->num_sets};
+    return kvio_provenance_json(&provenance, NULL, capacity->start_ns);
+}
+
 /* One search's capacity.json: provenance and the search. */
 static json_t *search_document(const kvio_capacity_t *capacity, const search_t *search)
 {
-    json_t *result = run_provenance_json(NULL, NULL, capacity->start_ns);
+    json_t *result = provenance_json(capacity);
     json_t *one = search_json(search);
     json_object_update(result, one);
     json_decref(one);
@@ -641,7 +651,7 @@ json_t *kvio_capacity_json(const kvio_capacity_t *capacity)
     const kvio_capacity_options_t *options = capacity->options;
     if (options->num_vary == 0)
         return search_document(capacity, capacity->searches[0]);
-    json_t *result = run_provenance_json(NULL, NULL, capacity->start_ns);
+    json_t *result = provenance_json(capacity);
     json_t *variants = json_array();
     for (size_t s = 0; s < capacity->num_searches; s++)
         json_array_append_new(variants, search_json(capacity->searches[s]));

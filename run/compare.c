@@ -295,6 +295,9 @@ static kvio_status_t run_one(kvio_comparison_t *comparison, size_t i, long r, ch
         snprintf(run_dir, sizeof(run_dir), "%s/%s", comparison->directory, variant->name);
     kvio_result_t *result = NULL;
     kvio_run_options_t run_options = {.output_dir = run_dir, .force = options->force,
+                                      .argv = options->argv, .argc = options->argc,
+                                      .overrides = options->sets,
+                                      .num_overrides = options->num_sets,
                                       .source = options->source, .quiet = true,
                                       .stop = options->stop, .result_p = &result,
                                       .control_cache = comparison->twins};
@@ -368,7 +371,10 @@ static kvio_status_t run_variant(kvio_comparison_t *comparison, size_t i, char *
 json_t *kvio_comparison_json(const kvio_comparison_t *comparison)
 {
     const kvio_compare_options_t *options = comparison->options;
-    json_t *compare = run_provenance_json(NULL, comparison->host, comparison->start_ns);
+    kvio_provenance_t provenance = {.argc = options->argc, .argv = options->argv,
+                                    .overrides = options->sets,
+                                    .num_overrides = options->num_sets};
+    json_t *compare = kvio_provenance_json(&provenance, comparison->host, comparison->start_ns);
     json_t *rows = json_array(), *variants = json_array();
     for (size_t m = 0; m < comparison->num_compared; m++)
         json_array_append_new(rows, json_pack("{s:s, s:s}", "label", comparison->list[m].label,

@@ -88,6 +88,9 @@ static kvio_status_t run_side(const kvio_workload_t *workload, const kvio_run_op
     char out[1200], error[1024] = "";
     snprintf(out, sizeof(out), "%s/pair-%ld-%s", dir, pair + 1, with ? "with" : "without");
     kvio_run_options_t side_options = {.output_dir = out, .force = options->force,
+                                       .argv = options->argv, .argc = options->argc,
+                                       .overrides = options->overrides,
+                                       .num_overrides = options->num_overrides,
                                        .source = options->source, .quiet = true,
                                        .stop = options->stop, .result_p = result_p};
     kvio_run_result_t result;

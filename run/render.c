@@ -16,42 +16,14 @@
 #include "kvio/results.h"
 #include "kvio/sysinfo.h"
 
-/* An argument as results may show it: a URL's password becomes ***. */
-static json_t *redacted(const char *argument)
-{
-    size_t size = strlen(argument) + 4;
-    char *text = malloc(size);
-    if (text == NULL)
-        return json_string("");
-    kvio_url_redact(argument, text, size);
-    json_t *value = json_string(text);
-    free(text);
-    return value;
-}
-
 json_t *run_provenance_json(const kvio_run_options_t *options, json_t *host, uint64_t start_ns)
 {
-    char start_text[64];
-    kvio_format_utc(start_ns, start_text, sizeof(start_text));
-    json_t *head = json_object();
-    json_object_set_new(head, "schema_version", json_integer(KVIO_SCHEMA_VERSION));
-    json_object_set_new(head, "kvio_version", json_string(KVIO_VERSION));
-    /* How to run it again: the command as typed and its overrides. */
-    json_t *command = json_array();
-    if (options != NULL && options->argv != NULL)
-        json_array_append_new(command, json_string("kvio"));
-    for (int i = 0; options != NULL && options->argv != NULL && i < options->argc; i++)
-        json_array_append_new(command, redacted(options->argv[i]));
-    json_object_set_new(head, "command", command);
-    json_t *overrides = json_array();
-    for (size_t i = 0; options != NULL && options->overrides != NULL && i < options->num_overrides;
-         i++)
-        json_array_append_new(overrides, redacted(options->overrides[i]));
-    json_object_set_new(head, "overrides", overrides);
-    json_object_set_new(head, "start_time", json_string(start_text));
-    json_object_set_new(head, "host", host != NULL ? json_incref(host) : kvio_host_json());
-    json_object_set_new(head, "build", kvio_build_json());
-    return head;
+    kvio_provenance_t provenance = {0};
+    if (options != NULL)
+        provenance = (kvio_provenance_t){.argc = options->argc, .argv = options->argv,
+                                         .overrides = options->overrides,
+                                         .num_overrides = options->num_overrides};
+    return kvio_provenance_json(&provenance, host, start_ns);
 }
 
 json_t *run_summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,
@@ -86,17 +58,9 @@ static void write_run_log(const run_summary_t *summary, const json_t *written)
     if (newline != NULL)
         *newline = '\0';
     kvio_csv_row(log, "%s", build);
-    char command[4096] = "";
-    size_t at = 0;
+    char command[4096];
+    kvio_provenance_command_line(written, command, sizeof(command));
     const kvio_run_options_t *options = summary->options;
-    for (int i = 0; options != NULL && options->argv != NULL && i < options->argc &&
-                    at < sizeof(command);
-         i++) {
-        json_t *argument = redacted(options->argv[i]);
-        at += (size_t)snprintf(command + at, sizeof(command) - at, i > 0 ? " '%s'" : "kvio %s",
-                               json_string_value(argument));
-        json_decref(argument);
-    }
     kvio_csv_row(log, "command: %s", command[0] != '\0' ? command : "(a library call)");
     kvio_csv_row(log, "source: %s", options != NULL && options->source ? options->source : "");
     kvio_csv_row(log, "start: %s", json_string_value(json_object_get(written, "start_time")));

@@ -293,9 +293,9 @@ typedef struct run_summary {
     bool capture_log;    /* run.log gets what kvio_log captured since the start */
 } run_summary_t;
 
-/* Provenance, the keys every result kvio writes opens with: schema and kvio
- * versions, the command and its overrides (passwords ***), the start time,
- * host (host, or taken now when NULL) and build. A new object. */
+/* Provenance (kvio_provenance_json) of a run: its options' command and
+ * overrides, the start time, host (host, or taken now when NULL) and
+ * build. A new object. */
 json_t *run_provenance_json(const kvio_run_options_t *options, json_t *host, uint64_t start_ns);
 /* summary.json's head: provenance, name, source, complete and error. */
 json_t *run_summary_head(const kvio_workload_t *workload, const kvio_run_options_t *options,

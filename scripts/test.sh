@@ -8,16 +8,21 @@
 #                                loops pinned beside it (one per core of a
 #                                two-core machine), as on a shared machine;
 #                                prints how many runs passed
+#   scripts/test.sh --fast       only the suites labelled fast (ctest -L fast:
+#                                the unit tests, about a minute); the default
+#                                runs every suite, fast and slow (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 stress=0
+labels=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --stress) stress=${2:?--stress needs a count}; shift 2 ;;
     --stress=*) stress=${1#--stress=}; shift ;;
-    *) echo "usage: scripts/test.sh [--stress N]" >&2; exit 2 ;;
+    --fast) labels=(-L fast); shift ;;
+    *) echo "usage: scripts/test.sh [--fast] [--stress N]" >&2; exit 2 ;;
     esac
 done
 case "$stress" in ''|*[!0-9]*) echo "scripts/test.sh: --stress takes a count" >&2; exit 2 ;; esac
@@ -49,7 +54,7 @@ fi
 export KVIO_TEST_REQUIRE
 
 run_suite() {
-    (cd "$build" && ctest --output-on-failure --timeout 600 -j 2)
+    (cd "$build" && ctest --output-on-failure --timeout 600 -j 2 ${labels[@]+"${labels[@]}"})
 }
 
 if [ "$stress" -eq 0 ]; then

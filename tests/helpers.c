@@ -547,6 +547,19 @@ const char *test_json_string(const json_t *root, const char *path)
     return json_string_value(value);
 }
 
+void test_expect_provenance(const json_t *root, const char *command)
+{
+    cr_expect_gt(strlen(test_json_string(root, "kvio_version")), 0);
+    cr_expect_gt(strlen(test_json_string(root, "build.commit")), 0);
+    cr_expect_gt(strlen(test_json_string(root, "host.hostname")), 0);
+    cr_expect_gt(strlen(test_json_string(root, "start_time")), 0);
+    const json_t *typed = json_object_get(root, "command");
+    cr_assert(json_is_array(typed) && json_array_size(typed) >= 2, "command: not as typed");
+    cr_expect_str_eq(json_string_value(json_array_get(typed, 0)), "kvio");
+    cr_expect_str_eq(json_string_value(json_array_get(typed, 1)), command);
+    cr_expect(json_is_array(json_object_get(root, "overrides")), "no overrides list");
+}
+
 int test_json_true(const json_t *root, const char *path)
 {
     const json_t *value = test_json(root, path);

@@ -93,6 +93,11 @@ long long test_json_integer(const struct json_t *root, const char *path);
 const char *test_json_string(const struct json_t *root, const char *path);
 int test_json_true(const struct json_t *root, const char *path);
 
+/* #52: root opens with the provenance every output of kvio carries
+ * (core/provenance.c): kvio_version, build.commit, host.hostname, a
+ * start_time and the command as typed, ["kvio", command, ...] (asserted). */
+void test_expect_provenance(const struct json_t *root, const char *command);
+
 /* DIR/OUT/summary.json parsed (asserting it is there and is JSON); the
  * caller json_decrefs it. */
 struct json_t *test_summary(const char *dir, const char *out);

@@ -1,6 +1,8 @@
 /* Tests for cachesim (longest-prefix hits, insert-or-touch in request
  * order, capacities, policies) and the kvio cachesim command on small
  * fixture traces written by the tests. */
+#include <jansson.h>
+
 #include "kvio/cachesim.h"
 
 #include "kvio/kvcache.h"
@@ -781,6 +783,11 @@ Test(cachesim_cli, json_output_carries_schema_config_and_results, .timeout = 20)
     cr_assert(test_contains(json, "\"hit_tokens\": 100"), "%s", json);
     cr_assert(test_contains(json, "\"requests\": 2"), "%s", json);
     cr_assert(test_contains(json, "\"capacity_blocks\": \"unlimited\""));
+    /* #52: the provenance every output carries, the command as typed. */
+    json_t *root = json_loads(json, 0, NULL);
+    cr_assert_not_null(root);
+    test_expect_provenance(root, "cachesim");
+    json_decref(root);
     free(json);
     free(out_path);
     test_run_free(&run_result);

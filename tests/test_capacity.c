@@ -131,6 +131,9 @@ Test(capacity, chat_knee_is_the_measured_offered_rate_and_confirms, .timeout = 1
     cr_expect_gt(test_json_number(knee_at, "offered_rate_ci95"), 0);
     cr_expect_eq(test_json_number(result, "seeds"), 3);
     cr_expect_float_eq(test_json_number(result, "warmup_s"), 12, 1e-9);
+    test_expect_provenance(result, "capacity"); /* #52 */
+    cr_expect_str_eq(json_string_value(json_array_get(json_object_get(result, "overrides"), 0)),
+                     "serve.kvcache.capacity=4GiB");
     const json_t *confirm = json_object_get(result, "confirm");
     cr_assert_not_null(confirm, "a confirm run by default");
     cr_expect_eq(test_json_number(confirm, "rate"), configured);

@@ -216,6 +216,12 @@ Test(conversation, kvio_prefix_names_the_break_and_the_hit_rates, .timeout = 30)
     cr_assert_eq(run.status, 0, "%s", run.err);
     cr_assert(!test_contains(run.out, "UTC"), "--no-text printed the log's text");
     cr_assert(test_contains(run.out, "\"turns_with_breaks\": 5"), "%s", run.out);
+    /* #52: the JSON carries kvio's provenance like every output. */
+    json_error_t error;
+    json_t *root = json_loads(run.out, 0, &error);
+    cr_assert_not_null(root, "%s", error.text);
+    test_expect_provenance(root, "prefix");
+    json_decref(root);
     test_run_free(&run);
 }
 

@@ -2,7 +2,8 @@
  * docs/ and the folders' READMEs reaches a file (and its heading, when the
  * link names one), every source path they quote in backticks exists, and
  * every workload a command in a code block names is an embedded preset.
- * A planted tree with one of each mistake fails, naming file and line. */
+ * A planted tree with one of each mistake fails, naming file and line.
+ * And every test in tests/ names its timeout. */
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <dirent.h>
@@ -333,4 +334,79 @@ Test(docs, a_planted_mistake_of_each_kind_is_named, .timeout = 30)
               p.text);
     test_rmtree(root);
     free(root);
+}
+
+/* #52: every test names its own timeout (Criterion's .timeout), so a hung
+ * test fails by itself instead of holding the suite until ctest's limit:
+ * each Test( or ParameterizedTest( at a line's start in text (file, for
+ * the message) whose arguments lack .timeout is a problem. */
+static void check_timeouts(const char *file, const char *text, problems_t *p)
+{
+    int line = 1;
+    for (const char *at = text; *at != '\0'; at++) {
+        bool start = at == text || at[-1] == '\n';
+        if (at != text && at[-1] == '\n')
+            line++;
+        if (!start || (strncmp(at, "Test(", 5) != 0 && strncmp(at, "ParameterizedTest(", 18) != 0))
+            continue;
+        const char *open = strchr(at, '(');
+        int depth = 0;
+        const char *end = open;
+        for (; *end != '\0'; end++) {
+            depth += *end == '(' ? 1 : *end == ')' ? -1 : 0;
+            if (depth == 0)
+                break;
+        }
+        char name[160];
+        const char *comma = strchr(open, ',');
+        size_t skip = comma != NULL && comma < end ? (size_t)(comma - open) + 1 : 1;
+        while (open[skip] == ' ' || open[skip] == '\n')
+            skip++;
+        size_t length = strcspn(open + skip, ",)\n");
+        snprintf(name, sizeof(name), "%.*s", (int)length, open + skip);
+        bool timed = false;
+        for (const char *t = open; t < end && !timed; t++)
+            timed = strncmp(t, ".timeout", 8) == 0;
+        if (!timed)
+            problem(p, file, line, "test without a .timeout", name);
+    }
+}
+
+Test(docs, every_test_has_a_timeout, .timeout = 30)
+{
+    char folder_path[1100];
+    snprintf(folder_path, sizeof(folder_path), "%s/tests", KVIO_SOURCE_DIR);
+    DIR *folder = opendir(folder_path);
+    cr_assert_not_null(folder);
+    problems_t p = {0};
+    size_t files = 0;
+    for (struct dirent *entry = readdir(folder); entry != NULL; entry = readdir(folder)) {
+        size_t length = strlen(entry->d_name);
+        if (strncmp(entry->d_name, "test_", 5) != 0 || length < 3 ||
+            strcmp(entry->d_name + length - 2, ".c") != 0)
+            continue;
+        char path[1400];
+        snprintf(path, sizeof(path), "%s/%s", folder_path, entry->d_name);
+        char *text = test_read_file(path);
+        cr_assert_not_null(text, "%s", path);
+        char file[300];
+        snprintf(file, sizeof(file), "tests/%s", entry->d_name);
+        check_timeouts(file, text, &p);
+        free(text);
+        files++;
+    }
+    closedir(folder);
+    cr_expect_geq(files, 30);
+    cr_expect_eq(p.count, 0, "%s", p.text);
+    /* A planted test without one is named, with its line. */
+    problems_t planted = {0};
+    check_timeouts("tests/test_x.c",
+                   "#include <x.h>\nTest(x, timed, .timeout = 5)\n{\n}\n\n"
+                   "Test(x, a_long_name_on_two,\n     .init = setup)\n{\n}\n"
+                   "ParameterizedTest(int *n, x, each, .timeout = 5)\n{\n}\n",
+                   &planted);
+    cr_expect_eq(planted.count, 1, "%s", planted.text);
+    cr_expect(test_contains(planted.text, "tests/test_x.c:6: test without a .timeout"), "%s",
+              planted.text);
+    cr_expect(test_contains(planted.text, "a_long_name_on_two"), "%s", planted.text);
 }

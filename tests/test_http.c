@@ -1375,7 +1375,7 @@ Test(http, paths_and_queries_with_a_nul_or_bad_utf8_are_refused, .timeout = 120)
 
 /* ---------- the formats on their own ---------- */
 
-Test(http, numbers_print_as_prometheus_client_prints_them)
+Test(http, numbers_print_as_prometheus_client_prints_them, .timeout = 60)
 {
     struct {
         double value;
@@ -1392,7 +1392,7 @@ Test(http, numbers_print_as_prometheus_client_prints_them)
     }
 }
 
-Test(http, plans_follow_max_tokens_ignore_eos_and_the_context)
+Test(http, plans_follow_max_tokens_ignore_eos_and_the_context, .timeout = 60)
 {
     kvio_api_server_t server = {.model_name = "m", .max_model_len = 100};
     kvio_api_request_t request;

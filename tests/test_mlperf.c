@@ -129,6 +129,7 @@ Test(mlperf, one_request_moves_kv_cache_pys_bytes_and_its_metrics_follow, .timeo
     test_run_t run;
     json_t *result = run_mlperf(dir, &run, args);
     cr_assert_not_null(result, "%s", run.err);
+    test_expect_provenance(result, "mlperf"); /* #52: like every output */
     const json_t *s = rank_summary(result, 0, 0, 0);
     const json_t *cache = json_object_get(s, "cache_stats");
     cr_assert_eq(test_json_integer(s, "total_requests"), 1);

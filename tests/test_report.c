@@ -689,7 +689,7 @@ Test(report, bad_input_is_refused_with_the_file_named, .timeout = 60)
         {"summary.json",
          "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, \"goodput\": 1, "
          "\"hit_rate\": 0.5, \"tiers\": 7}}",
-         "metrics.tiers is neither an array nor an object"},
+         "metrics.tiers is not a list"},
         {"summary.json",
          "{\"metrics\": {\"request_throughput\": 1, \"output_throughput\": 1, "
          "\"hit_rate\": 0.5, \"model_updates\": {\"weight_sync\": {\"staged_ms\": 1, "
@@ -1381,6 +1381,75 @@ Test(report, a_pd_run_s_ttft_parts_stack_up_to_its_mean_ttft, .timeout = 60)
     cr_expect(!test_contains(chart, "colocated"), "the colocated run has no parts: %s", chart);
     free(chart);
     free(html);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #52: kvio report reads the paired-control result (update.control:
+ * paired; it exited 2, "no serving figures"): each averaged figure is a
+ * bar with its 95 % interval and each pair's value beside it, the hit rate
+ * in percentage points below 0, the pairs named by their seeds, and the
+ * result's provenance in the page's table of other results. A per-pair
+ * list of the wrong length is refused naming its key. */
+Test(report, a_paired_control_result_is_drawn_with_its_intervals, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    const char *summary =
+        "{\"schema_version\": 1, \"kvio_version\": \"0.1.0\", \"name\": \"paired\","
+        " \"command\": [\"kvio\", \"run\", \"quickstart\"], \"overrides\": [],"
+        " \"host\": {\"hostname\": \"pairhost\"}, \"build\": {\"commit\": \"c0ffee1\"},"
+        " \"complete\": true, \"metrics\": {"
+        "  \"update_cost\": {\"control\": \"paired\", \"pairs\": 2,"
+        "   \"ttft_p99_ms\": {\"delta\": 12.5, \"delta_ci95\": 3.25},"
+        "   \"hit_rate\": {\"delta\": -0.02, \"delta_ci95\": 0.01},"
+        "   \"per_pair\": {\"update_cost.ttft_p99_ms.delta\": [10.5, 14.5],"
+        "                  \"update_cost.hit_rate.delta\": [-0.01, -0.03]}},"
+        "  \"pairs\": [{\"pair\": 1, \"seed\": 7}, {\"pair\": 2, \"seed\": 8}]},"
+        " \"warnings\": []}";
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/paired", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    free(test_write_file(path, "summary.json", summary));
+    test_run_t run = test_kvio(dir, "report", "paired", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "1 paired-control result"), "%s", run.out);
+    test_run_free(&run);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    char *html = report_html(out);
+    cr_assert_not_null(html);
+    char *cost = figure(html, "chart-paired-cost");
+    cr_assert_not_null(cost, "no paired cost chart");
+    cr_expect(test_contains(cost, "ttft_p99_ms.delta"), "%s", cost);
+    cr_expect(test_contains(cost, "over 2 pairs"), "%s", cost);
+    cr_expect(test_contains(cost, "pair 1 (seed 7)") && test_contains(cost, "pair 2 (seed 8)"),
+              "%s", cost);
+    cr_expect(test_contains(cost, "12.5") && test_contains(cost, "14.5"), "%s", cost);
+    char *hit = figure(html, "chart-paired-hit-rate");
+    cr_assert_not_null(hit, "no paired hit-rate chart");
+    cr_expect(test_contains(hit, "-2"), "the mean in percentage points: %s", hit);
+    cr_expect(test_contains(hit, "-3"), "pair 2 in percentage points: %s", hit);
+    cr_expect(test_contains(html, "update.control: paired, 2 pairs"));
+    cr_expect(test_contains(html, "pairhost") && test_contains(html, "c0ffee1"));
+    cr_expect_gt(check_svgs(html), 0);
+    free(cost);
+    free(hit);
+    free(html);
+    /* A per-pair list that does not match the pairs. */
+    snprintf(path, sizeof(path), "%s/bad", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    char bad[2048];
+    snprintf(bad, sizeof(bad), "%s", summary);
+    char *list = strstr(bad, "[10.5, 14.5]");
+    cr_assert_not_null(list);
+    memcpy(list, "[10.5      ]", strlen("[10.5, 14.5]"));
+    free(test_write_file(path, "summary.json", bad));
+    run = test_kvio(dir, "report", "bad", "-o", "out2", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "metrics.update_cost.per_pair.update_cost.ttft_p99_ms.delta "
+                                     "is not a list of update_cost.pairs (2) values"),
+              "%s", run.err);
+    test_run_free(&run);
     test_rmtree(dir);
     free(dir);
 }

@@ -733,7 +733,7 @@ static int iterations_in_update_windows(const char *dir)
  * updates activate: requests carry them, the loss follows the steps, and
  * apply: stall stops a rank's iterations from notification to activation
  * (shadow does not). */
-Test(simulate, coupled_runs_serve_the_versions_updates_activate)
+Test(simulate, coupled_runs_serve_the_versions_updates_activate, .timeout = 120)
 {
     const char *stall[] = {"update.apply=stall"};
     for (int apply_stall = 0; apply_stall < 2; apply_stall++) {
@@ -786,7 +786,7 @@ Test(simulate, coupled_runs_serve_the_versions_updates_activate)
  * run serves, measured (here from the no-update twin's completions up to
  * each step), not by train.checkpoint.serving_rate: it published as many
  * versions at 1 req/s as at 6. The prior, 1000 req/s, appears nowhere. */
-Test(simulate, adaptive_checkpoints_follow_the_measured_serving_rate)
+Test(simulate, adaptive_checkpoints_follow_the_measured_serving_rate, .timeout = 120)
 {
     size_t versions[2];
     const char *rates[] = {"stream.arrival.rate=2", "stream.arrival.rate=30"};
@@ -825,7 +825,7 @@ Test(simulate, adaptive_checkpoints_follow_the_measured_serving_rate)
 }
 
 /* Simulate is deterministic with updates too: byte-identical files. */
-Test(simulate, coupled_runs_are_byte_identical_for_a_seed)
+Test(simulate, coupled_runs_are_byte_identical_for_a_seed, .timeout = 120)
 {
     run_output_t first = run_text(coupled, NULL, 0), second = run_text(coupled, NULL, 0);
     const char *files[] = {"requests.csv", "iterations.csv", "updates.csv"};
@@ -846,7 +846,7 @@ Test(simulate, coupled_runs_are_byte_identical_for_a_seed)
 /* update.on_activate.cache on the coupled run: flush (the default) never
  * hits KV of older weights, keep does and counts it, and the cache pays for
  * the flush in hit rate; abort recomputes the requests in flight. */
-Test(simulate, activations_flush_or_keep_the_cache_and_abort_or_keep_requests)
+Test(simulate, activations_flush_or_keep_the_cache_and_abort_or_keep_requests, .timeout = 120)
 {
     const char *keep[] = {"update.on_activate.cache=keep"};
     const char *abort_in_flight[] = {"update.in_flight=abort"};
@@ -886,7 +886,7 @@ Test(simulate, activations_flush_or_keep_the_cache_and_abort_or_keep_requests)
 /* update_interference: the windows around each activation, from the run's
  * files. With a flush the prefix hit rate after an update falls below the
  * one before it (the shared prompts must be recomputed); keep leaves it. */
-Test(simulate, interference_windows_show_what_a_flush_costs)
+Test(simulate, interference_windows_show_what_a_flush_costs, .timeout = 120)
 {
     /* The flush at once, the requests running on (kvio's reset: running). */
     const char *flush[] = {"update.interference_window=500ms", "update.on_activate.reset=running"};
@@ -925,7 +925,7 @@ Test(simulate, interference_windows_show_what_a_flush_costs)
  * lets its running requests finish, then activates: every request an older
  * version served on that rank finished by then, the activation comes no
  * earlier than keep's, and the drain is the rank's inference stall. */
-Test(simulate, waiting_for_requests_in_flight_drains_before_an_activation)
+Test(simulate, waiting_for_requests_in_flight_drains_before_an_activation, .timeout = 120)
 {
     const char *wait[] = {"update.in_flight=wait"};
     run_output_t kept = run_text(coupled, NULL, 0), waited = run_text(coupled, wait, 1);
@@ -970,7 +970,7 @@ Test(simulate, waiting_for_requests_in_flight_drains_before_an_activation)
 /* update.colocated: while an update is on its way in, the KV pool lends its
  * bytes (true: 1.8 GiB of a 2 GiB pool) or is released whole (release):
  * requests are preempted for it; without colocation none are. */
-Test(simulate, colocated_updates_take_kv_memory_while_they_arrive)
+Test(simulate, colocated_updates_take_kv_memory_while_they_arrive, .timeout = 120)
 {
     const char *shrink[] = {"update.colocated=true", "train.bytes=1800MiB"};
     const char *release[] = {"update.colocated=release"};
@@ -1044,7 +1044,7 @@ Test(simulate, compare_shows_what_each_cache_mode_costs_after_an_update, .timeou
  * (linear c0 = 1e12 ms) ended "complete" with 0 of 17 requests done (signed
  * overflow); one giving no time (negative c0) or a GPU of 1 FLOP/s read as
  * "needs more KV blocks". Each names the cost model now. */
-Test(simulate, cost_models_out_of_range_are_named_not_overflowed)
+Test(simulate, cost_models_out_of_range_are_named_not_overflowed, .timeout = 120)
 {
     const char *cases[][2] = {{"cost.kind=linear", "cost.c0=1e12"},
                               {"cost.kind=linear", "cost.c0=-5"},
@@ -1114,7 +1114,7 @@ static double first_activation_ms(const test_csv_t *updates, double rank)
 
 /* cache: keep with a shadow transport never touches serving: the twin and
  * the run are the same request by request, and the printed cost is 0. */
-Test(simulate, keeping_the_cache_costs_every_request_exactly_nothing)
+Test(simulate, keeping_the_cache_costs_every_request_exactly_nothing, .timeout = 120)
 {
     const char *keep[] = {"update.on_activate.cache=keep"};
     run_output_t kept = run_text(coupled, keep, 1);
@@ -1170,7 +1170,7 @@ Test(simulate, keeping_the_cache_costs_every_request_exactly_nothing)
  * hits (their first token comes after it), and only requests still
  * running at it carry any difference (before it the two runs are one:
  * a request decoding across it slows beside the recomputed prefixes). */
-Test(simulate, a_flush_costs_hits_only_after_an_activation)
+Test(simulate, a_flush_costs_hits_only_after_an_activation, .timeout = 120)
 {
     run_output_t flushed = run_text(coupled, NULL, 0);
     const json_t *cost = update_cost(&flushed);
@@ -1217,7 +1217,7 @@ Test(simulate, a_flush_costs_hits_only_after_an_activation)
 /* in_flight: wait: requests that arrived on a rank while it drained for an
  * update waited for the activation (a positive TTFT difference); requests
  * that finished before the rank's first update carry none. */
-Test(simulate, waiting_for_a_drain_costs_the_requests_that_arrive_during_it)
+Test(simulate, waiting_for_a_drain_costs_the_requests_that_arrive_during_it, .timeout = 120)
 {
     const char *wait[] = {"update.in_flight=wait"};
     run_output_t waited = run_text(coupled, wait, 1);
@@ -1259,7 +1259,7 @@ Test(simulate, waiting_for_a_drain_costs_the_requests_that_arrive_during_it)
 /* colocated: release: a rank runs no iteration while its pool is the
  * update's; the stall it reports per update covers that lost serving time
  * (each gap between iterations, while requests waited, inside the update). */
-Test(simulate, a_released_pool_reports_the_serving_time_it_lost)
+Test(simulate, a_released_pool_reports_the_serving_time_it_lost, .timeout = 120)
 {
     const char *release[] = {"update.colocated=release"};
     run_output_t released = run_text(coupled, release, 1);
@@ -1308,7 +1308,7 @@ Test(simulate, a_released_pool_reports_the_serving_time_it_lost)
 /* The bytes of each hop: a sequential fan-out puts every serve rank's copy
  * from the trainer, a chain one and forwards the other (updates.csv's
  * source, summary.json's wire_bytes_*). */
-Test(simulate, a_chain_forwards_what_a_sequential_fanout_puts_from_the_trainer)
+Test(simulate, a_chain_forwards_what_a_sequential_fanout_puts_from_the_trainer, .timeout = 120)
 {
     const char *chain[] = {"train.transport.fanout=chain"};
     run_output_t sequential = run_text(coupled, NULL, 0), chained = run_text(coupled, chain, 1);
@@ -1338,7 +1338,7 @@ Test(simulate, a_chain_forwards_what_a_sequential_fanout_puts_from_the_trainer)
 /* Without a control, what serving saw while updates arrived: every gap
  * between two decoding iterations of a rank is during an update (its first
  * byte to its activation) or outside, never both, never lost. */
-Test(simulate, decode_gaps_split_into_during_and_outside_updates)
+Test(simulate, decode_gaps_split_into_during_and_outside_updates, .timeout = 120)
 {
     run_output_t run = run_text(coupled, NULL, 0);
     const json_t *during = test_json(run.summary, "metrics.update_interference.during_updates");

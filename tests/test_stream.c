@@ -506,7 +506,7 @@ Test(stream, trace_block_hashes_match_xxh3_over_the_documented_layout, .timeout 
 /* A block inside one content (one run) is hashed from words in registers:
  * the same value as XXH3-128 over its 32 bytes (parent, content id,
  * offset, length), for parents and fields of every size. */
-Test(stream, one_run_block_hashes_are_xxh3_of_their_bytes)
+Test(stream, one_run_block_hashes_are_xxh3_of_their_bytes, .timeout = 60)
 {
     uint64_t state = 0x2545f4914f6cdd1dull;
     for (int round = 0; round < 2000; round++) {
@@ -534,7 +534,7 @@ Test(stream, one_run_block_hashes_are_xxh3_of_their_bytes)
  * of trace blocks (indices stepping by one), of one-run blocks (offsets
  * stepping by the block's length), blocks of several runs, empty spans,
  * empty chains, and chains of unequal lengths. */
-Test(stream, chains_hashed_side_by_side_match_each_block_hashed_alone)
+Test(stream, chains_hashed_side_by_side_match_each_block_hashed_alone, .timeout = 60)
 {
     enum { CHAINS = 7, MAX_SPANS = 6, MAX_BLOCKS = 200 };
     static const kvio_hash_run_t two_runs[2] = {{.content_id = 5, .offset = 10, .length = 6},
@@ -894,7 +894,7 @@ Test(stream, a_closed_loop_user_waits_for_its_answer_then_thinks, .timeout = 20)
     kvio_stream_destroy(stream);
 }
 
-Test(stream, closed_loop_users_need_the_synthetic_stream)
+Test(stream, closed_loop_users_need_the_synthetic_stream, .timeout = 60)
 {
     char error[1024] = "";
     kvio_stream_t *stream = NULL;

@@ -17,7 +17,7 @@ static kvio_tokens_t tokenize(const char *text)
 /* The token counts of byte-level pre-tokenizing: words with their space,
  * cut at 4 bytes on a character boundary; digits in threes; whitespace
  * runs leaving their last space to the word after. */
-Test(tokenizer, pieces_are_words_digits_punctuation_and_spaces)
+Test(tokenizer, pieces_are_words_digits_punctuation_and_spaces, .timeout = 60)
 {
     struct {
         const char *text;
@@ -34,7 +34,7 @@ Test(tokenizer, pieces_are_words_digits_punctuation_and_spaces)
     }
 }
 
-Test(tokenizer, equal_text_gives_equal_tokens_and_prefixes_stay_prefixes)
+Test(tokenizer, equal_text_gives_equal_tokens_and_prefixes_stay_prefixes, .timeout = 60)
 {
     kvio_tokens_t a = tokenize("The cache keeps the prefix.\n");
     kvio_tokens_t b = tokenize("The cache keeps the prefix.\n");
@@ -51,7 +51,7 @@ Test(tokenizer, equal_text_gives_equal_tokens_and_prefixes_stay_prefixes)
 }
 
 /* About four bytes of English per token, as real vocabularies give. */
-Test(tokenizer, english_runs_near_four_bytes_a_token)
+Test(tokenizer, english_runs_near_four_bytes_a_token, .timeout = 60)
 {
     const char *text = "Prefix caching lets a server reuse the key and value tensors of a "
                        "prompt's beginning when another request starts the same way, so the "
@@ -62,7 +62,7 @@ Test(tokenizer, english_runs_near_four_bytes_a_token)
     kvio_tokens_fini(&tokens);
 }
 
-Test(tokenizer, output_words_read_back_as_their_one_token)
+Test(tokenizer, output_words_read_back_as_their_one_token, .timeout = 60)
 {
     for (uint64_t index = 0; index < 2000; index += 7) {
         char word[5];
@@ -76,7 +76,7 @@ Test(tokenizer, output_words_read_back_as_their_one_token)
     }
 }
 
-Test(tokenizer, a_turn_rendered_is_a_prefix_of_the_next_in_every_template)
+Test(tokenizer, a_turn_rendered_is_a_prefix_of_the_next_in_every_template, .timeout = 60)
 {
     const char *templates[] = {"chatml", "llama3", "harmony"};
     kvio_chat_message_t conversation[] = {
@@ -260,7 +260,7 @@ static void tool_chat_copy(kvio_chat_message_t *chat_p)
         chat_p[i].content_length = strlen(chat_p[i].content);
 }
 
-Test(tokenizer, each_template_writes_what_its_model_s_chat_template_writes)
+Test(tokenizer, each_template_writes_what_its_model_s_chat_template_writes, .timeout = 60)
 {
     kvio_chat_message_t chat[7];
     tool_chat_copy(chat);
@@ -279,7 +279,7 @@ Test(tokenizer, each_template_writes_what_its_model_s_chat_template_writes)
 /* A reply appended after the generation prompt is what the next request's
  * history writes for it, up to its end: the cached prompt and answer are a
  * prefix of the next prompt, a tool call's too. */
-Test(tokenizer, an_answer_is_written_as_the_next_history_writes_it)
+Test(tokenizer, an_answer_is_written_as_the_next_history_writes_it, .timeout = 60)
 {
     kvio_chat_message_t chat[7];
     tool_chat_copy(chat);

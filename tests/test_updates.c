@@ -1367,6 +1367,13 @@ Test(updates, a_paired_control_reports_deltas_with_intervals, .timeout = 240)
     cr_expect_not_null(json_object_get(summary, "build"));
     cr_expect_not_null(json_object_get(summary, "host"));
     cr_expect_not_null(json_object_get(summary, "kvio_version"));
+    test_expect_provenance(summary, "run");
+    char report_dir[1200];
+    snprintf(report_dir, sizeof(report_dir), "%s/report", dir);
+    run = test_kvio(NULL, "report", out, "-o", report_dir, NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "1 paired-control result"), "%s", run.out);
+    test_run_free(&run);
     /* Each side a whole run: the coupled one published, its twin did not,
      * on the same stream (the same requests). */
     for (int p = 1; p <= 2; p++) {

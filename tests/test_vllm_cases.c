@@ -169,7 +169,7 @@ static size_t expected_count(const scheduled_t *list)
     return n;
 }
 
-Test(vllm_cases, admission)
+Test(vllm_cases, admission, .timeout = 60)
 {
     for (size_t k = 0; k < sizeof(admission_cases) / sizeof(admission_cases[0]); k++) {
         const engine_case_t *c = &admission_cases[k];
@@ -223,7 +223,7 @@ static const reset_case_t reset_cases[] = {
      "kvio extension", KVIO_RESET_RUNNING, 1, 0, 0, 55},
 };
 
-Test(vllm_cases, reset_prefix_cache)
+Test(vllm_cases, reset_prefix_cache, .timeout = 60)
 {
     for (size_t k = 0; k < sizeof(reset_cases) / sizeof(reset_cases[0]); k++) {
         const reset_case_t *c = &reset_cases[k];
@@ -267,7 +267,7 @@ Test(vllm_cases, reset_prefix_cache)
  * server): 70 GiB or more and not an A100 gets 1024 sequences and 8192
  * tokens, anything else 256 and 2048 (the A100 is excluded by name: PR
  * #17885 measured a larger budget lowering its throughput). */
-Test(vllm_cases, batch_defaults_by_gpu_class)
+Test(vllm_cases, batch_defaults_by_gpu_class, .timeout = 60)
 {
     static const struct {
         const char *gpu;
@@ -292,7 +292,7 @@ Test(vllm_cases, batch_defaults_by_gpu_class)
 /* tests/v1/core/test_kv_cache_utils.py test_allocate_with_lookahead (block
  * size 4, 10 blocks): 3 new tokens with 2 lookahead slots take ceil(5/4) = 2
  * blocks, with 4 take ceil(7/4) = 2, with 6 take ceil(9/4) = 3. */
-Test(vllm_cases, allocate_with_lookahead)
+Test(vllm_cases, allocate_with_lookahead, .timeout = 60)
 {
     static const struct {
         size_t lookahead, blocks;
@@ -366,7 +366,7 @@ static void run_spec(double acceptance, int64_t lookahead, size_t *iterations_p,
     teardown(&f);
 }
 
-Test(vllm_cases, spec_decode_drafts_roll_back_and_cache_only_verified_tokens)
+Test(vllm_cases, spec_decode_drafts_roll_back_and_cache_only_verified_tokens, .timeout = 60)
 {
     size_t iterations, verified, cached_without, cached_all, cached_none;
     run_spec(0.7, 0, &iterations, &verified, &cached_without);

@@ -16,7 +16,7 @@ static bool letter_cached(const void *context, uint32_t index)
 
 /* vLLM test_sliding_window_possible_cached_prefix: block 2, window 4 (a hit
  * must end with 2 cached blocks, or be the blocks at the start). */
-Test(window, a_hit_ends_with_the_blocks_of_one_window)
+Test(window, a_hit_ends_with_the_blocks_of_one_window, .timeout = 60)
 {
     static const struct {
         const char *cached;
@@ -35,7 +35,7 @@ Test(window, a_hit_ends_with_the_blocks_of_one_window)
 }
 
 /* vLLM test_sliding_window_remove_skipped_blocks: block 2, window 4. */
-Test(window, blocks_wholly_past_the_window_are_freed)
+Test(window, blocks_wholly_past_the_window_are_freed, .timeout = 60)
 {
     static const struct {
         uint64_t computed;
@@ -57,7 +57,7 @@ Test(window, blocks_wholly_past_the_window_are_freed)
  * test_evictable_cached_blocks_not_double_allocated: a hit's cached blocks
  * that no one holds leave the free queue too; its null (skipped) blocks
  * cost nothing. */
-Test(window, a_hit_s_evictable_blocks_count_and_its_nulls_do_not)
+Test(window, a_hit_s_evictable_blocks_count_and_its_nulls_do_not, .timeout = 60)
 {
     /* 20 blocks of 2 tokens; a hit of 10 cached blocks, all evictable. */
     cr_assert_eq(kvio_window_blocks_to_allocate(40, 2, 0, 10, 10), 20);
@@ -87,7 +87,7 @@ static bool window_cached(const void *context, uint32_t index)
 
 /* vLLM test_prefill_hybrid_model: block 16, window 32 (a hit ends with 2
  * blocks), 3 full blocks cached in every group, then blocks evicted. */
-Test(window, the_hybrid_hit_is_what_both_groups_can_serve)
+Test(window, the_hybrid_hit_is_what_both_groups_can_serve, .timeout = 60)
 {
     static const struct {
         const char *evicted;
@@ -153,7 +153,8 @@ static void assert_tables(const kvio_kvreq_t *req, const uint32_t *full, size_t 
  * and 5 other tokens) hits all 48 tokens: full attention's three blocks,
  * the window's last two (its first is the null block), each held twice,
  * and one new block per group. */
-Test(window, a_hybrid_pool_gives_each_group_a_table_and_hits_the_window_s_last_blocks)
+Test(window, a_hybrid_pool_gives_each_group_a_table_and_hits_the_window_s_last_blocks,
+     .timeout = 60)
 {
     kvio_kvcache_t *cache = hybrid_pool(21, 16, 32);
     uint32_t tokens[55];
@@ -201,7 +202,7 @@ Test(window, a_hybrid_pool_gives_each_group_a_table_and_hits_the_window_s_last_b
  * as the tokens they hold leave the window; the full group keeps all; the
  * blocks freed together go to the free queue in reverse (the longer
  * sequence is evicted first). */
-Test(window, a_hybrid_pool_frees_the_window_s_blocks_as_they_leave_it)
+Test(window, a_hybrid_pool_frees_the_window_s_blocks_as_they_leave_it, .timeout = 60)
 {
     kvio_kvcache_t *cache = hybrid_pool(64, 2, 4);
     uint32_t tokens[22];

@@ -34,6 +34,10 @@ typedef struct kvio_capacity_options {
     const char *source;          /* workload file or preset (mode: simulate) */
     const char *const *sets;     /* KEY=VALUE overrides */
     size_t num_sets;
+    /* The command as typed (capacity.json's provenance, with sets as the
+     * overrides); NULL: a library call. */
+    const char *const *argv;
+    int argc;
     int64_t ttft_ns, tpot_ns;    /* the SLO (both 0: the workload's slo:) */
     double attain;               /* share of requests that must meet it, (0, 1] */
     double low, high;            /* the rates bracketing the search (0: found) */

@@ -32,6 +32,10 @@ typedef struct kvio_compare_options {
     const char *source;            /* workload file or preset */
     const char *const *sets;       /* KEY=VALUE overrides for every variant */
     size_t num_sets;
+    /* The command as typed (compare.json's and each run's provenance, with
+     * sets as the overrides); NULL: a library call. */
+    const char *const *argv;
+    int argc;
     const kvio_compare_vary_t *varies;
     size_t num_varies;
     long repeat;                   /* seeds per variant: seed .. seed + repeat - 1 */

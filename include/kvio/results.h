@@ -16,6 +16,30 @@
 /* Version of the summary.json layout; bumped when fields change meaning. */
 #define KVIO_SCHEMA_VERSION 1
 
+/* Provenance: how an output came to be (core/provenance.c). argv: the
+ * command's arguments from its name on ("run", "chat", "--set", ...), as
+ * main passed them; NULL: a library call. overrides: the --set KEY=VALUE
+ * given (NULL / 0: none). Borrowed. */
+typedef struct kvio_provenance {
+    int argc;
+    const char *const *argv;
+    const char *const *overrides;
+    size_t num_overrides;
+} kvio_provenance_t;
+
+/* What every output kvio writes opens with: schema_version, kvio_version,
+ * command (["kvio", argv...]; [] for a library call), overrides (a URL's
+ * password shown as *** in both), start_time (UTC, ms), host (a copy of
+ * host; NULL: this machine's, kvio_host_json) and build (kvio_build_json:
+ * version, commit, build type, parts). provenance may be NULL. The caller
+ * owns the object. */
+json_t *kvio_provenance_json(const kvio_provenance_t *provenance, const json_t *host,
+                             uint64_t start_ns);
+
+/* head's command as one line ("kvio run 'chat' '--set' 'x=1'"; "" for a
+ * library call) into text_p. */
+void kvio_provenance_command_line(const json_t *head, char *text_p, size_t text_len);
+
 typedef struct kvio_results kvio_results_t;
 typedef struct kvio_csv kvio_csv_t;
 typedef struct kvio_table kvio_table_t;
