@@ -182,14 +182,15 @@ Test(updates, simulate_runs_are_repeatable, .timeout = 30)
      * data and the 10 GB/s checksum are in ends (1 ms later when its rank is
      * idle): the bound is that iteration, not a fixed 1 ms (which held only
      * while the cost model's steps happened to end that soon). */
-    char *row = strchr(texts[0], '\n') + 1;
-    double verified = 0, activated = 0, latency = 0;
-    int rank = 0;
-    cr_assert_eq(sscanf(row, "%*[^,],%d,%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],"
-                             "%*[^,],%*[^,],%*[^,],%lf,%lf,%lf", &rank, &verified, &activated,
-                        &latency), 4, "%s", row);
-    cr_expect_geq(latency, 100.02 + 100.0);
     char path[1300];
+    snprintf(path, sizeof(path), "%s/0/out/updates.csv", dir);
+    test_csv_t updates = test_csv_read(path);
+    cr_assert_gt(updates.num_rows, 0);
+    int rank = (int)test_csv_number(&updates, 0, "rank");
+    double verified = test_csv_number(&updates, 0, "t_verified_ms");
+    double activated = test_csv_number(&updates, 0, "t_activated_ms");
+    cr_expect_geq(test_csv_number(&updates, 0, "latency_ms"), 100.02 + 100.0);
+    test_csv_free(&updates);
     snprintf(path, sizeof(path), "%s/1/out/iterations.csv", dir);
     test_csv_t iterations = test_csv_read(path);
     double boundary = verified + 1.0; /* idle: the next 1 ms iteration */
