@@ -111,7 +111,14 @@ for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && brea
 
 echo "kvio model update, $bytes, 1 trainer -> 1 server, chunk $chunk, median of $versions versions (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '%-14s %12s %12s   %s\n' transport latency_ms bw_GB/s "what it used"
-run_case ucx
+# --allow-invalid: a ucx run under half of its own set-up memcpy
+# (update_below_memcpy) still gives its figures, with the verdict printed.
+run_case ucx --allow-invalid
+python3 - "$results/ucx/summary.json" <<'PY'
+import json, sys
+for warning in json.load(open(sys.argv[1])).get("warnings", []):
+    print("  ucx run not valid:", warning.get("message", warning))
+PY
 # The reference for the ucx update, measured right after it: one memcpy of
 # the same bytes between two fresh buffers (faulted in first, as the send
 # buffer and the slots are at set-up), median of 3.
@@ -140,7 +147,14 @@ perf_pid=""
 [ -n "$perf_mbs" ] || { echo "ucx_perftest gave no result" >&2; exit 1; }
 
 ucx_ms=$(metric "$results/ucx/summary.json" update_latency_ms)
-ucx_bw=$(metric "$results/ucx/summary.json" bandwidth_gbps)
+# The first update apart from the warm ones (#53): the receive slots and
+# the send buffer are registered and faulted in at set-up, so the first
+# should cost what the others do; the warm ones are what the transport is
+# judged by.
+ucx_first_ms=$(metric "$results/ucx/summary.json" first_update_ms)
+ucx_warm_ms=$(metric "$results/ucx/summary.json" warm_update_latency_ms)
+ucx_warm_bw=$(metric "$results/ucx/summary.json" warm_bandwidth_gbps)
+ucx_warm_over_setup=$(metric "$results/ucx/summary.json" warm_over_memcpy)
 file_ms=$(metric "$results/file_nofsync/summary.json" update_latency_ms)
 file_fsync_ms=$(metric "$results/file_fsync/summary.json" update_latency_ms)
 redis_ms=$(metric "$results/redis/summary.json" update_latency_ms)
@@ -153,8 +167,15 @@ printf '%-14s %12s %12s   %s\n' ucx_perftest "$perf_ms" "$perf_gbps" \
 # The ucx update latency (t_ready to t_activated: checksum, transfer,
 # verification, activation) over the copy alone; <= 1.5 is the aim.
 echo "figure ucx_update_over_memcpy $(python3 -c "print('%.2f' % ($ucx_ms / $memcpy_ms))") x"
-echo "figure ucx_update_over_perftest $(python3 -c "print('%.2f' % ($ucx_ms / $perf_ms))") x"
-echo "figure ucx_vs_perftest $(python3 -c "print('%.2f' % ($ucx_bw / $perf_gbps))") x"
+# The warm updates' transfer bandwidth (median over the versions after the
+# first) over ucx_perftest's put bandwidth at the same put size and total,
+# measured right after it; >= 0.8 is the aim.
+echo "figure ucx_update_over_perftest $(python3 -c "print('%.2f' % ($ucx_warm_bw / $perf_gbps))") x"
+# The same warm bandwidth over the memcpy the run itself timed at set-up
+# (model_updates.warm_over_memcpy; the verdict warns under 0.5).
+echo "figure ucx_warm_over_setup_memcpy $ucx_warm_over_setup x"
+echo "figure ucx_first_update_ms $ucx_first_ms ms"
+echo "figure ucx_warm_update_ms $ucx_warm_ms ms"
 echo "figure memcpy_ms $memcpy_ms ms"
 echo "figure ucx_update_ms $ucx_ms ms"
 echo "figure file_update_ms $file_ms ms"

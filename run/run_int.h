@@ -155,6 +155,11 @@ typedef struct rank_report {
     uint64_t active_version;
     char lost_reason[512];
     uint64_t num_stamps; /* weight_sync: bucket stamps after the records */
+    /* The first serve rank: a memcpy of the update's bytes between its
+     * receive slots, timed at set-up (0: not timed). The trainer: whether
+     * its transport copies within one host's memory (kvio_xfer_in_memory). */
+    double setup_memcpy_gbps;
+    int32_t transfer_in_memory;
 } rank_report_t;
 
 /* A serve rank's report: not the trainer's, not the client rank's (the

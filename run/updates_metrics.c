@@ -64,6 +64,15 @@ static void staleness(const collected_t *all, int rank, int64_t start, int64_t e
 typedef struct update_metrics {
     double *latency_ms, *bandwidth_gbps, *train_stall_ms; /* one per update or version */
     size_t num_latency, num_bandwidth, num_train_stall;
+    /* Per update: its serve rank's first (updates.csv first); the warm
+     * updates' latencies and bandwidths, the first ones' sums. */
+    bool *first;
+    double *warm_latency_ms, *warm_bandwidth_gbps;
+    size_t num_warm_latency, num_warm_bandwidth;
+    double first_latency_sum_ms, first_bandwidth_sum_gbps;
+    size_t num_first_latency, num_first_bandwidth;
+    double setup_memcpy_gbps; /* 0: not timed */
+    bool in_memory;
     uint64_t activated, mismatches, skipped, polls, iterations;
     double stage_mean_ms[5]; /* after t_ready: xfer start/end, notified, verified, activated */
     double stall_total_ms;
@@ -78,6 +87,9 @@ typedef struct update_metrics {
 
 static void update_metrics_fini(update_metrics_t *metrics)
 {
+    free(metrics->first);
+    free(metrics->warm_latency_ms);
+    free(metrics->warm_bandwidth_gbps);
     free(metrics->latency_ms);
     free(metrics->bandwidth_gbps);
     free(metrics->train_stall_ms);
@@ -115,6 +127,71 @@ static kvio_status_t update_stalls(const collected_t *all, update_metrics_t *met
     return KVIO_OK;
 }
 
+/* Marks in first_p (one per update, allocated) the updates that were
+ * their serve rank's first: the lowest version each rank received, the one
+ * that pays for whatever set-up left undone (cold pages, connections). */
+static kvio_status_t mark_first_updates(const collected_t *all, bool **first_p)
+{
+    int top = 0;
+    for (size_t i = 0; i < all->num_updates; i++)
+        top = all->updates[i].rank > top ? all->updates[i].rank : top;
+    uint64_t *lowest = malloc(((size_t)top + 1) * sizeof(*lowest));
+    bool *first = calloc(all->num_updates + 1, sizeof(*first));
+    if (lowest == NULL || first == NULL) {
+        free(lowest);
+        free(first);
+        return KVIO_ERR_NOMEM;
+    }
+    for (int r = 0; r <= top; r++)
+        lowest[r] = UINT64_MAX;
+    for (size_t i = 0; i < all->num_updates; i++) {
+        const kvio_update_record_t *record = &all->updates[i];
+        if (record->rank >= 0 && record->version < lowest[record->rank])
+            lowest[record->rank] = record->version;
+    }
+    for (size_t i = 0; i < all->num_updates; i++) {
+        const kvio_update_record_t *record = &all->updates[i];
+        first[i] = record->rank >= 0 && record->version == lowest[record->rank];
+    }
+    free(lowest);
+    *first_p = first;
+    return KVIO_OK;
+}
+
+/* The first updates' and the warm ones' latency and bandwidth apart, and
+ * the set-up memcpy they are judged by (the ranks' reports). */
+static void split_first_and_warm(const collected_t *all, update_metrics_t *metrics)
+{
+    for (size_t i = 0; i < all->num_updates; i++) {
+        const kvio_update_record_t *record = &all->updates[i];
+        double gbps = update_gbps(record);
+        if (metrics->first[i]) {
+            if (record->t_activated_ns) {
+                metrics->first_latency_sum_ms +=
+                    (double)(record->t_activated_ns - record->t_ready_ns) / 1e6;
+                metrics->num_first_latency++;
+            }
+            if (gbps > 0) {
+                metrics->first_bandwidth_sum_gbps += gbps;
+                metrics->num_first_bandwidth++;
+            }
+            continue;
+        }
+        if (record->t_activated_ns)
+            metrics->warm_latency_ms[metrics->num_warm_latency++] =
+                (double)(record->t_activated_ns - record->t_ready_ns) / 1e6;
+        if (gbps > 0)
+            metrics->warm_bandwidth_gbps[metrics->num_warm_bandwidth++] = gbps;
+    }
+    for (int i = 0; i < all->num_reports; i++) {
+        const rank_report_t *report = &all->reports[i];
+        if (report->setup_memcpy_gbps > metrics->setup_memcpy_gbps)
+            metrics->setup_memcpy_gbps = report->setup_memcpy_gbps;
+        if (report->is_trainer)
+            metrics->in_memory = report->transfer_in_memory != 0;
+    }
+}
+
 static kvio_status_t compute_update_metrics(const collected_t *all, int num_serve_configured,
                                             update_metrics_t *metrics)
 {
@@ -123,11 +200,15 @@ static kvio_status_t compute_update_metrics(const collected_t *all, int num_serv
     metrics->latency_ms = malloc((n + 1) * sizeof(double));
     metrics->bandwidth_gbps = malloc((n + 1) * sizeof(double));
     metrics->train_stall_ms = malloc((t + 1) * sizeof(double));
+    metrics->warm_latency_ms = malloc((n + 1) * sizeof(double));
+    metrics->warm_bandwidth_gbps = malloc((n + 1) * sizeof(double));
     if (metrics->latency_ms == NULL || metrics->bandwidth_gbps == NULL ||
-        metrics->train_stall_ms == NULL) {
+        metrics->train_stall_ms == NULL || metrics->warm_latency_ms == NULL ||
+        metrics->warm_bandwidth_gbps == NULL || mark_first_updates(all, &metrics->first) != KVIO_OK) {
         update_metrics_fini(metrics);
         return KVIO_ERR_NOMEM;
     }
+    split_first_and_warm(all, metrics);
     double stage_sum[5] = {0};
     for (size_t i = 0; i < n; i++) {
         const kvio_update_record_t *record = &all->updates[i];
@@ -214,6 +295,33 @@ static void set_stalls(kvio_result_t *result, const update_metrics_t *metrics, b
     }
 }
 
+/* The first updates and the warm ones apart; the set-up memcpy and the
+ * warm transfer over it (emulate), which the verdict judges. */
+static void set_first_and_warm(kvio_result_t *result, update_metrics_t *metrics)
+{
+    if (metrics->num_first_latency > 0)
+        kvio_result_set(result, KVIO_FIG_FIRST_UPDATE_MS,
+                        metrics->first_latency_sum_ms / (double)metrics->num_first_latency);
+    if (metrics->num_first_bandwidth > 0)
+        kvio_result_set(result, KVIO_FIG_FIRST_BANDWIDTH_GBPS,
+                        metrics->first_bandwidth_sum_gbps /
+                            (double)metrics->num_first_bandwidth);
+    if (metrics->num_warm_latency > 0)
+        kvio_result_set_stats(result, KVIO_FIG_WARM_UPDATE_LATENCY_MS_MEAN,
+                              metrics->warm_latency_ms, metrics->num_warm_latency);
+    if (metrics->num_warm_bandwidth > 0)
+        kvio_result_set_stats(result, KVIO_FIG_WARM_BANDWIDTH_GBPS_MEAN,
+                              metrics->warm_bandwidth_gbps, metrics->num_warm_bandwidth);
+    if (!(metrics->setup_memcpy_gbps > 0))
+        return; /* simulate, or slots on a GPU: nothing timed */
+    kvio_result_set(result, KVIO_FIG_SETUP_MEMCPY_GBPS, metrics->setup_memcpy_gbps);
+    kvio_result_set(result, KVIO_FIG_TRANSFER_IN_MEMORY, metrics->in_memory);
+    if (metrics->num_warm_bandwidth > 0)
+        kvio_result_set(result, KVIO_FIG_WARM_OVER_MEMCPY,
+                        kvio_result_get(result, KVIO_FIG_WARM_BANDWIDTH_GBPS_MEAN) /
+                            metrics->setup_memcpy_gbps);
+}
+
 static void update_metrics_fill(kvio_result_t *result, update_metrics_t *metrics,
                                 const kvio_workload_t *workload, const collected_t *all)
 {
@@ -245,6 +353,7 @@ static void update_metrics_fill(kvio_result_t *result, update_metrics_t *metrics
                           metrics->num_latency);
     kvio_result_set_stats(result, KVIO_FIG_UPDATE_BANDWIDTH_GBPS_MEAN, metrics->bandwidth_gbps,
                           metrics->num_bandwidth);
+    set_first_and_warm(result, metrics);
     kvio_result_set_stats(result, KVIO_FIG_TRAINING_STALL_MS_MEAN, metrics->train_stall_ms,
                           metrics->num_train_stall);
     kvio_result_set(result, KVIO_FIG_TRAINING_STALL_TOTAL_MS, metrics->stall_total_ms);
@@ -268,14 +377,16 @@ static void update_metrics_fill(kvio_result_t *result, update_metrics_t *metrics
  * then the serving time it cost by cause, with serving the trend around
  * it, and with a control what it cost. */
 static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workload_t *workload,
-                                       const collected_t *all, int64_t origin_ns,
+                                       const collected_t *all, const bool *first,
+                                       int64_t origin_ns,
                                        const kvio_interference_t *interference,
                                        const kvio_control_cost_t *cost, char *error_p,
                                        size_t error_len)
 {
     char header[1024];
     snprintf(header, sizeof(header),
-             "version,rank,source,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
+             "version,rank,source,bytes,checksum_ok,skipped_before,first,t_ready_ms,"
+             "t_publish_start_ms,"
              "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
              "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps,stall_apply_ms,"
              "stall_drain_ms,stall_lend_ms,stall_release_ms,serving_rate_rps,"
@@ -312,11 +423,11 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workl
                      (long long)update->recomputed_tokens, update->hit_recovery_ms);
         }
         kvio_csv_row(csv,
-                     "%llu,%d,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
+                     "%llu,%d,%d,%llu,%d,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
                      "%.4f,%.6f,%.6f,%.6f,%.6f,%.4f,%d%s%s",
                      (unsigned long long)record->version, record->rank,
                      update_source(workload, record), (unsigned long long)record->bytes, record->checksum_ok,
-                     record->skipped_before, REL(record->t_ready_ns),
+                     record->skipped_before, first[i] ? 1 : 0, REL(record->t_ready_ns),
                      train ? REL(train->t_publish_start_ns) : NAN,
                      train ? REL(train->t_publish_end_ns) : NAN, REL(record->t_xfer_start_ns),
                      REL(record->t_xfer_end_ns), REL(record->t_notified_ns),
@@ -414,7 +525,8 @@ kvio_status_t run_updates_metrics(const run_context_t *context, const collected_
     if (status == KVIO_OK && context->events != NULL)
         trace_updates(context->events, all, origin_ns);
     if (status == KVIO_OK && context->results != NULL)
-        status = write_updates_csv(context->results, context->workload, all, origin_ns,
+        status = write_updates_csv(context->results, context->workload, all, metrics.first,
+                                   origin_ns,
                                    serving != NULL ? &interference : NULL,
                                    controlled ? &cost : NULL, error_p, error_len);
     if (status == KVIO_OK && metrics.mismatches > 0)

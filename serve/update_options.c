@@ -73,6 +73,12 @@ const kvio_opt_t kvio_update_options[] = {
     {.key = "iteration", .type = KVIO_OPT_DURATION,
      .offset = offsetof(kvio_update_config_t, iteration_ns), .default_value = "20ms",
      .flags = KVIO_OPT_HAS_MIN, .min = 1000, .help = "one emulated serving iteration"},
+    {.key = "memcpy_floor", .type = KVIO_OPT_DOUBLE,
+     .offset = offsetof(kvio_update_config_t, memcpy_floor), .default_value = "0.5",
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "emulate: when updates of 64 MiB or more move within one host's memory (ucx "
+             "over shared memory), warm transfers under this share of a memcpy of the same bytes, timed "
+             "at set-up, make the run invalid (warning update_below_memcpy; 0: no check)"},
     {.key = "corrupt_offset", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_update_config_t, corrupt_offset), .default_value = "-1",
      .flags = KVIO_OPT_HAS_MIN, .min = -1,

@@ -596,6 +596,37 @@ Test(cli, results_speak_vllm_and_say_where_they_ran, .timeout = 60)
     free(dir);
 }
 
+/* #53 item 4: repro/viper-update as the issue runs it, at 16 MB: each
+ * variant publishes 3 versions by default, and the table and each run's
+ * figures give the first update apart from the warm ones. */
+Test(cli, the_viper_repro_publishes_three_versions_and_keeps_the_first_apart, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char file_dir[1200];
+    snprintf(file_dir, sizeof(file_dir), "train.transport.file.dir=%s/versions", dir);
+    test_run_t run = test_kvio(dir, "compare", "repro/viper-update", "--set", "train.bytes=16MB",
+                               "--set", file_dir, "--vary", "train.transport.kind=ucx,file",
+                               "-o", "viper", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_expect(test_contains(run.out, "first update ms") &&
+                  test_contains(run.out, "warm update latency ms (mean)") &&
+                  test_contains(run.out, "versions published"),
+              "%s", run.out);
+    const char *variants[] = {"viper/kind=ucx", "viper/kind=file"};
+    for (int i = 0; i < 2; i++) {
+        json_t *summary = test_summary(dir, variants[i]);
+        const json_t *updates = test_json(summary, "metrics.model_updates");
+        cr_expect_geq(test_json_integer(updates, "versions_published"), 3, "%s", variants[i]);
+        cr_expect_gt(test_json_number(updates, "first_update_ms"), 0, "%s", variants[i]);
+        cr_expect_geq(test_json_integer(updates, "warm_update_latency_ms.count"), 2, "%s",
+                      variants[i]);
+        json_decref(summary);
+    }
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* The README's recipes, as written but at small sizes: which scheduler
  * (compare with seeds), an update over ucx, file and redis (16 MiB instead
  * of 16 GB; redis when the test Redis runs), the hit rate of a trace at N

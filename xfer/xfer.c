@@ -452,8 +452,20 @@ const kvio_delta_t *kvio_xfer_delta(const kvio_xfer_t *xfer)
                : NULL;
 }
 void *kvio_xfer_slot(kvio_xfer_t *xfer, int slot) { return xfer->slots[slot & 1]; }
+bool kvio_xfer_in_memory(const kvio_xfer_t *xfer) { return xfer != NULL && xfer->in_memory; }
 uint64_t kvio_xfer_polls(const kvio_xfer_t *xfer) { return xfer->polls; }
 int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer) { return xfer->poll_interval_ns; }
+
+void kvio_xfer_touch(const void *memory, uint64_t bytes, size_t page)
+{
+    const volatile unsigned char *bytes_at = memory;
+    unsigned char sink = 0;
+    for (uint64_t at = 0; at < bytes; at += page)
+        sink ^= bytes_at[at];
+    if (bytes > 0)
+        sink ^= bytes_at[bytes - 1]; /* the last page, when memory is not page-aligned */
+    (void)sink;
+}
 
 bool kvio_xfer_fault_now(kvio_xfer_t *xfer)
 {

@@ -112,6 +112,8 @@ struct kvio_xfer {
     bool hashing;
     kvio_xfer_bucket_stamp_t *stamps; /* bucketed transports: kvio_xfer_bucket_stamp_add */
     size_t num_stamps, stamps_capacity;
+    bool in_memory;       /* sender: plug-in sets when every byte moves by a copy
+                             within this host's memory (kvio_xfer_in_memory) */
     char info[512];       /* plug-in fills: what it uses */
     char error[512];      /* the first error, via kvio_xfer_set_error */
 };
@@ -152,6 +154,12 @@ void kvio_xfer_store_piece(kvio_xfer_t *xfer, void *target, uint64_t offset, uin
  * passed through those (a chain's sender puts it into the message that
  * completes the version); false otherwise (meta's checksum stands). */
 bool kvio_xfer_put_checksum(const kvio_xfer_t *xfer, uint64_t *checksum_p);
+
+/* Reads one byte of every page of [memory, memory + bytes) (page: the page
+ * size), changing none: a mapping of a peer's memory faulted in by this
+ * process at set-up, down to the hypervisor's page tables where there is
+ * one (xfer_ucx.c's map_remote says what it costs otherwise). */
+void kvio_xfer_touch(const void *memory, uint64_t bytes, size_t page);
 
 /* Allocates bytes aligned to 4096 (O_DIRECT-safe); free with free(). */
 void *kvio_xfer_aligned_alloc(uint64_t bytes);

@@ -178,18 +178,34 @@ static ucp_request_param_t callback_param(ucx_priv_t *priv)
     return param;
 }
 
-/* Summarises the lanes of an endpoint ("posix/memory cma/memory"). */
-static void describe_lanes(ucp_ep_h ep, char *text_p, size_t text_len)
+/* Transports whose lanes move bytes by a copy within one host's memory
+ * (shared memory, or the kernel copying between two processes). */
+static bool lane_in_memory(const char *transport_name)
+{
+    static const char *const in_memory[] = {"posix", "sysv", "cma", "xpmem", "knem", "self"};
+    size_t length = strcspn(transport_name, "/");
+    for (size_t i = 0; i < sizeof(in_memory) / sizeof(in_memory[0]); i++)
+        if (strlen(in_memory[i]) == length && strncmp(transport_name, in_memory[i], length) == 0)
+            return true;
+    return false;
+}
+
+/* Summarises the lanes of an endpoint ("posix/memory cma/memory"), and
+ * says whether its bulk lanes (rma_bw; am_bw where there is none) all copy
+ * within this host's memory. */
+static void describe_lanes(ucp_ep_h ep, char *text_p, size_t text_len, bool *in_memory_p)
 {
     char *dump = NULL;
     size_t dump_length = 0;
     FILE *stream = open_memstream(&dump, &dump_length);
     text_p[0] = '\0';
+    *in_memory_p = false;
     if (stream == NULL)
         return;
     ucp_ep_print_info(ep, stream);
     fclose(stream);
     size_t used = 0;
+    int rma[2] = {0, 0}, am[2] = {0, 0}; /* bulk lanes: all of them, those in memory */
     for (char *line = strtok(dump, "\n"); line != NULL; line = strtok(NULL, "\n")) {
         char *lane = strstr(line, "lane[");
         if (lane == NULL)
@@ -206,12 +222,20 @@ static void describe_lanes(ucp_ep_h ep, char *text_p, size_t text_len)
         char *close = sysdev ? strchr(sysdev, ']') : NULL;
         if (close != NULL)
             sscanf(close + 1, " %63[^\n]", roles);
-        used += (size_t)snprintf(text_p + used, used < text_len ? text_len - used : 0,
-                                 "%s%s%s%s%s", used ? ", " : "", name, roles[0] ? " (" : "",
-                                 roles, roles[0] ? ")" : "");
-        if (used >= text_len)
-            break;
+        int *count = strstr(roles, "rma_bw") != NULL  ? rma
+                     : strstr(roles, "am_bw") != NULL ? am
+                                                      : NULL;
+        if (count != NULL) {
+            count[0]++;
+            count[1] += lane_in_memory(name);
+        }
+        if (used < text_len)
+            used += (size_t)snprintf(text_p + used, text_len - used, "%s%s%s%s%s",
+                                     used ? ", " : "", name, roles[0] ? " (" : "", roles,
+                                     roles[0] ? ")" : "");
     }
+    const int *bulk = rma[0] > 0 ? rma : am;
+    *in_memory_p = bulk[0] > 0 && bulk[1] == bulk[0];
     free(dump);
 }
 
@@ -308,26 +332,34 @@ kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void
 
 /* When the remote slot is shared memory that UCX attached into this process
  * (sysv/posix rkeys: UCX puts by memcpy through that mapping,
- * uct_sm_ep_put_short), returns the mapping, and faults in its page tables
- * now. The mapping is the sender's own, separate from the receiver's, so
- * the receiver's fault-in at create does not cover it, and otherwise the
- * first version into each slot pays a minor fault per 4 KiB page inside the
- * measured put (a third of the copy's time). MADV_POPULATE_WRITE changes no
- * byte. NULL for an rkey without a local pointer (cma, tcp); a kernel
- * without MADV_POPULATE_WRITE (before 5.14) leaves the faults to the puts. */
+ * uct_sm_ep_put_short), returns the mapping, and faults it in now, at
+ * set-up, as Viper, NIXL and Mooncake register and touch their buffers
+ * before the first transfer. The mapping is the sender's own, separate
+ * from the receiver's, so the receiver's fault-in at create does not cover
+ * it, and otherwise the first version into each slot pays a fault per
+ * 4 KiB page inside the measured put. MADV_POPULATE_WRITE fills this
+ * process's page tables without changing a byte; a read of every page then
+ * makes each one known to whatever translates them below the kernel (a
+ * hypervisor's shadow page tables, where populated tables alone left the
+ * first 1 GB update at 0.43 GB/s against 5 GB/s after). The reads race
+ * nothing that matters: the owner writes the same bytes (its fault-in) or
+ * nothing before the set-up barrier. NULL for an rkey without a local
+ * pointer (cma, tcp); a kernel without MADV_POPULATE_WRITE (before 5.14)
+ * leaves the page tables to the reads. */
 static void *map_remote(ucp_rkey_h rkey, uint64_t address, uint64_t length)
 {
     void *local = NULL;
     if (length == 0 || ucp_rkey_ptr(rkey, address, &local) != UCS_OK)
         return NULL;
-#ifdef MADV_POPULATE_WRITE
     long page = sysconf(_SC_PAGESIZE);
-    if (page > 0) {
-        uintptr_t start = (uintptr_t)local & ~((uintptr_t)page - 1);
-        uintptr_t end = (uintptr_t)local + length;
-        (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
-    }
+    if (page <= 0)
+        page = 4096;
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t start = (uintptr_t)local & ~((uintptr_t)page - 1);
+    uintptr_t end = (uintptr_t)local + length;
+    (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
 #endif
+    kvio_xfer_touch(local, length, (size_t)page);
     return local;
 }
 
@@ -511,13 +543,20 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
         }
         if (status == KVIO_OK && xfer->num_receivers > 0) {
             char lanes[256];
-            describe_lanes(priv->eps[xfer->receivers[0]], lanes, sizeof(lanes));
+            bool lanes_in_memory = true;
+            for (int i = xfer->num_receivers - 1; i >= 0; i--) { /* the text: receiver 0's */
+                bool in_memory = false;
+                describe_lanes(priv->eps[xfer->receivers[i]], lanes, sizeof(lanes), &in_memory);
+                lanes_in_memory = lanes_in_memory && in_memory;
+            }
             const char *tls = getenv("UCX_TLS");
             bool stores = true; /* a chain's first hop; the servers' own hops may differ */
             int mapped_receivers = xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN
                                        ? 1 : xfer->num_receivers;
             for (int i = 0; i < mapped_receivers; i++)
                 stores = stores && priv->remote[i].mapped[0] && priv->remote[i].mapped[1];
+            /* A copy within this host's memory: what a memcpy bounds. */
+            xfer->in_memory = !on_gpu && (stores || lanes_in_memory);
             snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)%s%s%s", lanes,
                      tls ? tls : "default", on_gpu ? ", weights in CUDA memory" : "",
                      xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN ? ", chain fan-out" : "",

@@ -98,6 +98,8 @@ typedef struct kvio_update_config {
     int colocated;                  /* kvio_colocated_t */
     bool verify;
     int64_t iteration_ns;   /* one emulated serving iteration */
+    double memcpy_floor;    /* warm transfers in memory under this share of the set-up
+                               memcpy: the verdict's update_below_memcpy (0: none) */
     int64_t corrupt_offset; /* fault injection: flip this byte of every version
                                received before verifying; -1: never */
     int serving;            /* kvio_serving_t */

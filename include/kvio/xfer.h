@@ -268,6 +268,14 @@ int64_t kvio_xfer_poll_interval_ns(const kvio_xfer_t *xfer);
 uint64_t kvio_xfer_polls(const kvio_xfer_t *xfer);
 const char *kvio_xfer_info(const kvio_xfer_t *xfer);
 
+/* Sender: true when every byte of a version moves by a copy within this
+ * host's memory (ucx whole versions over shared memory: stores into the
+ * mapped slots, or posix, sysv, cma, xpmem or knem lanes), so that a
+ * memcpy of the same bytes bounds the transfer; false over a network, a
+ * file or Redis, GPU memory, and weight_sync's buckets (three copies in a
+ * pipeline). */
+bool kvio_xfer_in_memory(const kvio_xfer_t *xfer);
+
 /* The first error a call on this transport reported ("" when none). */
 const char *kvio_xfer_error(const kvio_xfer_t *xfer);
 
