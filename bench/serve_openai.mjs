@@ -3,11 +3,15 @@
 // as the library hands it over, logged as serve_load logs
 // (request,response_id,event,kind,time_ns) for bench/serve_analyze.py.
 //
-//   node serve_openai.mjs PORT REQUESTS LOG
+//   node serve_openai.mjs PORT REQUESTS LOG [CONCURRENCY]
+//
+// CONCURRENCY (default 1) streams run at once, each taking the next
+// request when its last ended.
 import OpenAI from "openai";
 import { writeFileSync } from "node:fs";
 
 const [port, count, log] = [process.argv[2], Number(process.argv[3]), process.argv[4]];
+const concurrency = Number(process.argv[5] ?? 1);
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "kvio" });
 const nowNs = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
 const lines = [];
@@ -35,5 +39,9 @@ async function one(index) {
   }
 }
 
-for (let i = 0; i < count; i++) await one(i);
+let next = 0;
+async function worker() {
+  while (next < count) await one(next++);
+}
+await Promise.all(Array.from({ length: Math.min(concurrency, count) }, worker));
 writeFileSync(log, lines.join("\n") + "\n");

@@ -84,6 +84,9 @@ struct http_request {
     struct MHD_Connection *connection; /* NULL once the connection ended */
     uint32_t daemon_rank;
     phase_t phase;
+    bool started;                    /* the handler's first call (the headers) came */
+    uint64_t first_byte_ns;          /* its request line was read (kvio_time_ns; 0: unknown) */
+    uint64_t received_ns;            /* its last body byte was read: its arrival */
     char *body;
     size_t body_length, body_capacity;
     bool too_large;
@@ -446,7 +449,8 @@ static kvio_status_t submit(http_request_t *request, const kvio_api_request_t *a
     kvio_frontend_request_t submitted = {
         .tokens = tokens, .prompt_tokens = (uint32_t)prompt,
         .output_tokens = request->plan.output_tokens, .cache_salt = api_request->cache_salt,
-        .priority = api_request->priority,
+        .priority = api_request->priority, .first_byte_host_ns = request->first_byte_ns,
+        .received_host_ns = request->received_ns,
         .listener = {.context = request, .on_tokens = on_tokens, .on_finish = on_finish,
                      .on_abort = on_abort}};
     atomic_fetch_add(&request->refs, 1); /* the listener's, from now on */
@@ -738,16 +742,20 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     daemon_slot_t *slot = context;
     kvio_http_server_t *server = slot->server;
     http_request_t *request = *request_p;
-    if (request == NULL) {
+    if (request == NULL) { /* uri_read could not make it */
         request = request_create(server, connection, slot->rank);
         if (request == NULL)
             return MHD_NO;
         *request_p = request;
+    }
+    if (!request->started) { /* the headers: the body (if any) follows */
+        request->started = true;
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
         size_t length = *upload_data_size;
         *upload_data_size = 0;
+        request->received_ns = kvio_time_ns();
         if (request->too_large || request->body_length + length > server->params.max_body_bytes) {
             request->too_large = true;
             return MHD_YES; /* the rest is read and dropped; 413 follows */
@@ -759,6 +767,8 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     }
     switch (request->phase) {
     case PHASE_BODY:
+        if (request->received_ns == 0) /* no body: the headers were the request */
+            request->received_ns = kvio_time_ns();
         return dispatch(request, connection, url, method);
     case PHASE_WAIT:
         return resume_whole(request, connection);
@@ -767,6 +777,20 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     default:
         return MHD_YES;
     }
+}
+
+/* A request's first line was read: its request starts here, stamped
+ * (MHD's first call for a request; the handler's come once the headers
+ * are in). NULL (out of memory): the handler makes it, unstamped. */
+static void *uri_read(void *context, const char *uri, struct MHD_Connection *connection)
+{
+    (void)uri;
+    daemon_slot_t *slot = context;
+    uint64_t now_ns = kvio_time_ns();
+    http_request_t *request = request_create(slot->server, connection, slot->rank);
+    if (request != NULL)
+        request->first_byte_ns = now_ns;
+    return request;
 }
 
 /* The request's connection ended: normally, or because the client went
@@ -882,7 +906,8 @@ static kvio_status_t start_daemon(kvio_http_server_t *server, daemon_slot_t *slo
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
         NULL, access_handler, slot, MHD_OPTION_LISTEN_SOCKET, slot->listen_fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)server->params.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
+        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_URI_LOG_CALLBACK, uri_read, slot,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
         MHD_OPTION_NOTIFY_CONNECTION, connection_notice, slot, MHD_OPTION_END);
     if (slot->daemon == NULL) {
         close(slot->listen_fd);
