@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_FUZZ_BUILD:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt fuzz_report fuzz_fit fuzz_numbers fuzz_openai fuzz_conversation"}
+targets=${FUZZ_TARGETS:-"fuzz_config fuzz_trace_mooncake fuzz_trace_kvio fuzz_trace_azure fuzz_trace_burstgpt fuzz_trace_conversation fuzz_report fuzz_fit fuzz_numbers fuzz_openai fuzz_conversation"}
 
 if ! command -v clang >/dev/null; then
     echo "fuzz.sh: clang is missing (apt-get install -y clang libclang-rt-14-dev)" >&2
@@ -41,10 +41,14 @@ seed() {
             cp "$file" "$dir/$name"
         fi
     elif [ "$1" = fuzz_conversation ]; then
-        # A log (options byte 00, 02, 04: the template) or a tokenizer (01).
-        for bits in 00 02 04; do
-            { printf "\\x$bits"; cat "$file"; } >"$dir/$name.$bits"
-        done
+        # A log (options byte 00, 02, 04: the template) or a tokenizer (01:
+        # fuzz/seeds' *.tok files).
+        case $name in
+        *.tok) { printf '\x01'; cat "$file"; } >"$dir/$name.01" ;;
+        *) for bits in 00 02 04; do
+               { printf "\\x$bits"; cat "$file"; } >"$dir/$name.$bits"
+           done ;;
+        esac
         # A tiktoken rank file of the 256 bytes and a few merges, named
         # nothing: the reader must refuse it for its rank count.
         { printf '\x01'; python3 -c 'import base64
@@ -89,11 +93,12 @@ seeds_for() {
     fuzz_trace_burstgpt) ls "$fixtures"/burstgpt_*.csv ;;
     fuzz_report) ls -d "$fixtures"/report/run-* "$fixtures"/report/*.json ;;
     fuzz_fit) ls "$fixtures"/report/run-*/iterations.csv ;;
-    fuzz_conversation) ls "$root"/workloads/conversations/*.jsonl ;;
+    fuzz_conversation | fuzz_trace_conversation) ls "$root"/workloads/conversations/*.jsonl ;;
     esac
     # The inputs that reached a defect once (#40: dates a month lacks, a
     # 1970 row among 2023's, a saturating time, a row past fit's bound,
-    # numbers past their range; kvio serve's bodies).
+    # numbers past their range; kvio serve's bodies; #59: log times of 1e30
+    # and 1e17 s, tokenizer files that contradict themselves, a BOM).
     if [ -d "$root/fuzz/seeds/$1" ]; then
         ls "$root/fuzz/seeds/$1"/*
     fi

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Room for a command's error message: one that names a long path (a
  * results directory, a trace) still ends with its cause. */
@@ -83,6 +84,54 @@ int kvio_cli_append(const char *command, const char *what, const char **list, si
  * drains on the first, stops on the second). A signal handler can only
  * reach a global, so there is one flag for the process. */
 volatile sig_atomic_t *kvio_cli_stop_on_signals(void);
+
+struct kvio_model;
+struct kvio_gpu;
+struct kvio_cost_config;
+
+/* What kvio cost and kvio fit are told of the model they cost: presets,
+ * engine profile, parallelism and number formats (cli/cost_setup.c). */
+typedef struct kvio_cli_cost_setup {
+    const char *model_name, *gpu_name, *engine_name;
+    const char *weight_dtype, *activation_dtype, *kv_dtype;
+    const char *tp, *pp;
+    bool expert_parallel;
+} kvio_cli_cost_setup_t;
+
+/* The options both commands take, ids from KVIO_CLI_COST_SETUP_FIRST on
+ * (a command's own ids stay below it). */
+enum {
+    KVIO_CLI_COST_SETUP_FIRST = 100,
+    KVIO_CLI_COST_MODEL = KVIO_CLI_COST_SETUP_FIRST, KVIO_CLI_COST_GPU, KVIO_CLI_COST_ENGINE,
+    KVIO_CLI_COST_TP, KVIO_CLI_COST_PP, KVIO_CLI_COST_EP, KVIO_CLI_COST_WEIGHT_DTYPE,
+    KVIO_CLI_COST_ACTIVATION_DTYPE, KVIO_CLI_COST_KV_DTYPE,
+};
+#define KVIO_CLI_COST_SETUP_OPTIONS                                                        \
+    {"model", 0, "a model preset", KVIO_CLI_COST_MODEL},                                   \
+    {"gpu", 0, "a GPU preset", KVIO_CLI_COST_GPU},                                         \
+    {"engine", 0, "an engine profile", KVIO_CLI_COST_ENGINE},                              \
+    {"tp", 0, "a count", KVIO_CLI_COST_TP}, {"pp", 0, "a count", KVIO_CLI_COST_PP},        \
+    {"ep", 0, NULL, KVIO_CLI_COST_EP},                                                     \
+    {"weight-dtype", 0, "a format", KVIO_CLI_COST_WEIGHT_DTYPE},                           \
+    {"activation-dtype", 0, "a format", KVIO_CLI_COST_ACTIVATION_DTYPE},                   \
+    {"kv-dtype", 0, "a format", KVIO_CLI_COST_KV_DTYPE}
+
+/* A count given to option (its name looked up in options) of at least
+ * min: "kvio fit: --batch-size needs an integer of at least 1, got '0'".
+ * Returns KVIO_EXIT_OK or KVIO_EXIT_USAGE. */
+int kvio_cli_cost_count(const char *command, const kvio_cli_option_t *options, int option,
+                        const char *text, uint64_t min, uint64_t *value_p);
+
+/* Takes a shared option (true) or leaves it to the command (false). */
+bool kvio_cli_cost_setup_take(kvio_cli_cost_setup_t *setup, int option, const char *value);
+
+/* Resolves the model and GPU presets and fills a roofline cost config
+ * from the setup (the defaults of kvio_cost_options otherwise). Prints
+ * "kvio cost: ..." on bad input; returns an exit status. The caller frees
+ * the config with kvio_config_free(kvio_cost_options, config_p). */
+int kvio_cli_cost_setup_build(const kvio_cli_cost_setup_t *setup, const char *command,
+                              struct kvio_model *model_p, struct kvio_gpu *gpu_p,
+                              struct kvio_cost_config *config_p);
 
 /* Each command takes its arguments with argv[0] its own name. */
 int kvio_cmd_run(int argc, char **argv);

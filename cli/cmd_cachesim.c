@@ -174,7 +174,11 @@ static bool parse_policies(const char *text, options_t *options)
     char *save = NULL;
     for (char *item = strtok_r(options->policy_text, ",", &save); item != NULL;
          item = strtok_r(NULL, ",", &save)) {
-        if (options->num_policies == MAX_LIST || kvio_evict_check_name(item) != KVIO_OK)
+        if (options->num_policies == MAX_LIST) { /* (it exited 2 saying nothing) */
+            kvio_error("cachesim: --eviction takes at most %d policies", MAX_LIST);
+            return false;
+        }
+        if (kvio_evict_check_name(item) != KVIO_OK)
             return false;
         options->policies[options->num_policies++] = item;
     }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -14,6 +15,29 @@
 #include "kvio/run.h"
 
 #define MAX_OVERRIDES 256
+
+/* Whether two paths name the same place: their directories resolved, then
+ * their last names (neither need exist). */
+static bool same_path(const char *a, const char *b)
+{
+    char resolved[2][PATH_MAX + 256];
+    const char *paths[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        char copy[PATH_MAX];
+        snprintf(copy, sizeof(copy), "%s", paths[i]);
+        size_t length = strlen(copy);
+        while (length > 1 && copy[length - 1] == '/')
+            copy[--length] = '\0';
+        char *slash = strrchr(copy, '/');
+        const char *name = slash != NULL ? slash + 1 : copy;
+        const char *dir = slash == NULL ? "." : slash == copy ? "/" : (*slash = '\0', copy);
+        char real[PATH_MAX];
+        if (realpath(dir, real) == NULL)
+            snprintf(real, sizeof(real), "%s", dir);
+        snprintf(resolved[i], sizeof(resolved[i]), "%s/%s", real, name);
+    }
+    return strcmp(resolved[0], resolved[1]) == 0;
+}
 
 /* Arguments shared by run and validate. */
 typedef struct run_args {
@@ -179,6 +203,15 @@ int kvio_cmd_run(int argc, char **argv)
                "the first on the last line); 2: bad input. --allow-invalid: 0 for a run\n"
                "that completed but is not valid (KVIO_ALLOW_INVALID=1: for every run).\n");
         return print_keys("run", args.source, stdout);
+    }
+    if (args.event_trace != NULL && args.output_dir != NULL &&
+        same_path(args.event_trace, args.output_dir)) {
+        /* (The trace file was made, then the directory refused: "X: exists
+         * and is not a directory", for a file kvio had made itself.) */
+        fprintf(stderr, "kvio run: --event-trace %s is the results directory (-o %s): give the "
+                "trace a name of its own, such as %s/events.pfw\n", args.event_trace,
+                args.output_dir, args.output_dir);
+        return KVIO_EXIT_USAGE;
     }
     const char *source = args.source != NULL ? args.source : "quickstart";
     /* KVIO_ALLOW_INVALID=1 in the environment: --allow-invalid for every

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "kvio/format.h"
@@ -40,7 +41,11 @@ typedef struct serve_args {
     const char *chat_template;
     const char *tokenizer;
     long max_connections;
+    long max_connections_per_ip;
     uint64_t max_body;
+    uint64_t max_bodies;
+    int64_t header_timeout_ns;
+    int64_t idle_timeout_ns;
     bool record_tokens;
     int argc;    /* the command as typed (provenance) */
     char **argv;
@@ -50,7 +55,8 @@ enum {
     SERVE_HELP = 1, SERVE_SET, SERVE_OUTPUT, SERVE_FORCE, SERVE_LISTEN, SERVE_DURATION,
     SERVE_DRAIN, SERVE_ABORT, SERVE_KV_EVENTS, SERVE_KV_TOPIC, SERVE_MODEL_NAME,
     SERVE_MAX_MODEL_LEN, SERVE_TEMPLATE, SERVE_MAX_CONNECTIONS, SERVE_MAX_BODY,
-    SERVE_RECORD_TOKENS, SERVE_TOKENIZER,
+    SERVE_RECORD_TOKENS, SERVE_TOKENIZER, SERVE_MAX_PER_IP, SERVE_MAX_BODIES,
+    SERVE_HEADER_TIMEOUT, SERVE_IDLE_TIMEOUT,
 };
 
 static const kvio_cli_option_t serve_options[] = {
@@ -69,7 +75,11 @@ static const kvio_cli_option_t serve_options[] = {
     {"chat-template", 0, "chatml, llama3 or harmony", SERVE_TEMPLATE},
     {"tokenizer", 0, "a tokenizer.json or .tiktoken file", SERVE_TOKENIZER},
     {"max-connections", 0, "a count", SERVE_MAX_CONNECTIONS},
+    {"max-connections-per-ip", 0, "a count", SERVE_MAX_PER_IP},
     {"max-body", 0, "a size", SERVE_MAX_BODY},
+    {"max-bodies", 0, "a size", SERVE_MAX_BODIES},
+    {"header-timeout", 0, "a duration", SERVE_HEADER_TIMEOUT},
+    {"idle-timeout", 0, "a duration", SERVE_IDLE_TIMEOUT},
     {"record-tokens", 0, NULL, SERVE_RECORD_TOKENS},
     {NULL, 0, NULL, 0},
 };
@@ -83,6 +93,29 @@ static int positive(const char *option, const char *value, long *value_p)
         return KVIO_EXIT_USAGE;
     }
     *value_p = number;
+    return KVIO_EXIT_OK;
+}
+
+static int positive_size(const char *option, const char *value, uint64_t *bytes_p)
+{
+    char error[256] = "";
+    if (kvio_parse_size(value, bytes_p, error, sizeof(error)) != KVIO_OK || *bytes_p == 0) {
+        fprintf(stderr, "kvio serve: %s: %s\n", option, error[0] ? error : "must be positive");
+        return KVIO_EXIT_USAGE;
+    }
+    return KVIO_EXIT_OK;
+}
+
+/* A duration from 1 ms to a day (a timeout). */
+static int timeout_arg(const char *option, const char *value, int64_t *ns_p)
+{
+    char error[256] = "";
+    if (kvio_parse_duration(value, ns_p, error, sizeof(error)) != KVIO_OK ||
+        *ns_p < 1000000 || *ns_p > 86400000000000ll) {
+        fprintf(stderr, "kvio serve: %s: %s\n", option,
+                error[0] ? error : "takes a duration from 1ms to 24h");
+        return KVIO_EXIT_USAGE;
+    }
     return KVIO_EXIT_OK;
 }
 
@@ -143,13 +176,16 @@ static int take_serve_arg(int option, const char *value, serve_args_t *args)
         return KVIO_EXIT_OK;
     case SERVE_MAX_CONNECTIONS:
         return positive("--max-connections", value, &args->max_connections);
+    case SERVE_MAX_PER_IP:
+        return positive("--max-connections-per-ip", value, &args->max_connections_per_ip);
     case SERVE_MAX_BODY:
-        if (kvio_parse_size(value, &args->max_body, error, sizeof(error)) != KVIO_OK ||
-            args->max_body == 0) {
-            fprintf(stderr, "kvio serve: --max-body: %s\n", error[0] ? error : "must be positive");
-            return KVIO_EXIT_USAGE;
-        }
-        return KVIO_EXIT_OK;
+        return positive_size("--max-body", value, &args->max_body);
+    case SERVE_MAX_BODIES:
+        return positive_size("--max-bodies", value, &args->max_bodies);
+    case SERVE_HEADER_TIMEOUT:
+        return timeout_arg("--header-timeout", value, &args->header_timeout_ns);
+    case SERVE_IDLE_TIMEOUT:
+        return timeout_arg("--idle-timeout", value, &args->idle_timeout_ns);
     case SERVE_RECORD_TOKENS:
         args->record_tokens = true;
         return KVIO_EXIT_OK;
@@ -167,7 +203,9 @@ static void print_help(void)
            "                  [--kv-events ENDPOINT] [--kv-events-topic T]\n"
            "                  [--served-model-name NAME] [--max-model-len N]\n"
            "                  [--chat-template chatml|llama3|harmony] [--tokenizer FILE]\n"
-           "                  [--max-connections N] [--max-body SIZE] [--record-tokens]\n\n"
+           "                  [--max-connections N] [--max-connections-per-ip N]\n"
+           "                  [--max-body SIZE] [--max-bodies SIZE] [--header-timeout D]\n"
+           "                  [--idle-timeout D] [--record-tokens]\n\n"
            "Serves the workload's engine (mode emulate: real time, real KV memory)\n"
            "behind an OpenAI-compatible endpoint, as vLLM's server does:\n"
            "POST /v1/completions and /v1/chat/completions (streamed or not),\n"
@@ -192,6 +230,16 @@ static void print_help(void)
            "             rank file (o200k_base.tiktoken, cl100k_base.tiktoken): prompts\n"
            "             become the tokens the real server would prefill; the chat\n"
            "             template defaults to the one whose special tokens it has\n"
+           "--max-connections  connections served at once (default 1024); past them\n"
+           "             completions get 503 with Retry-After (/health and the other\n"
+           "             endpoints still answer) and a connection has 0.1 s to start its\n"
+           "             request; --max-connections-per-ip bounds one address's\n"
+           "             (default: none; a load generator is one address)\n"
+           "--max-body   one request body (default 16MiB; larger: 413);\n"
+           "--max-bodies the bodies being read together (default 256MiB; past it 503)\n"
+           "--header-timeout  a connection's time to send a request's headers, from\n"
+           "             its start or its last answer (default 10s); --idle-timeout:\n"
+           "             a connection where nothing moves is closed (default 60s)\n"
            "--record-tokens  write tokens.csv: every engine step of every request\n"
            "             (id, tokens, time_s), to compare a client's view with it\n\n"
            "The results directory is written when it stops: summary.json\n"
@@ -295,7 +343,7 @@ static int context_length(const serve_args_t *args, const kvio_workload_t *workl
         status = kvio_gpu_resolve(&gpu, error, sizeof(error));
     if (status == KVIO_OK)
         status = kvio_serve_kv_blocks(&workload->serve, &model, &gpu,
-                                      workload->cost.tensor_parallel, &blocks, error,
+                                      kvio_cost_gpus(&workload->cost), &blocks, error,
                                       sizeof(error));
     if (status != KVIO_OK) {
         fprintf(stderr, "kvio: %s\n", error);
@@ -315,6 +363,27 @@ static int context_length(const serve_args_t *args, const kvio_workload_t *workl
     }
     *max_model_len_p = (uint32_t)wanted;
     return KVIO_EXIT_OK;
+}
+
+/* Descriptors for twice --max-connections per port (the server takes as
+ * many again past the limit to answer 503 and /health) and the run's own:
+ * the soft limit is raised to the hard one, and a hard one too low is said
+ * up front (past it connections wait unaccepted). */
+static void raise_descriptor_limit(uint32_t max_connections, uint32_t num_ports)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+        return;
+    if (limit.rlim_cur < limit.rlim_max) {
+        limit.rlim_cur = limit.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &limit);
+    }
+    uint64_t needed = 2ull * max_connections * num_ports + 256;
+    if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < needed)
+        fprintf(stderr, "kvio serve: warning: --max-connections %u on %u port%s needs about %llu "
+                "descriptors, but the limit is %llu (ulimit -n): connections past it wait\n",
+                max_connections, num_ports, num_ports == 1 ? "" : "s",
+                (unsigned long long)needed, (unsigned long long)limit.rlim_max);
 }
 
 /* The front end, the KV events and the HTTP server, every port bound. */
@@ -371,8 +440,14 @@ static int start_parts(const serve_args_t *args, const kvio_workload_t *workload
         .max_model_len = max_model_len, .chat_template = chat_template,
         .tokenizer = parts->tokenizer, .output_tokens = &workload->stream.output_tokens, .seed = (uint64_t)workload->seed,
         .max_connections = args->max_connections > 0 ? (uint32_t)args->max_connections : 1024,
+        .max_connections_per_ip = (uint32_t)args->max_connections_per_ip,
         .max_body_bytes = args->max_body > 0 ? args->max_body : 16u << 20,
+        .max_bodies_bytes = args->max_bodies > 0 ? args->max_bodies : 256u << 20,
+        .header_timeout_ns = args->header_timeout_ns > 0 ? args->header_timeout_ns
+                                                         : 10000000000ll,
+        .idle_timeout_ns = args->idle_timeout_ns > 0 ? args->idle_timeout_ns : 60000000000ll,
         .record_tokens = args->record_tokens};
+    raise_descriptor_limit(http.max_connections, num_ports);
     if (status == KVIO_OK)
         status = kvio_http_server_start(&http, &parts->server, error, sizeof(error));
     if (status != KVIO_OK) {
@@ -441,7 +516,8 @@ static int serve_workload(const serve_args_t *args, kvio_workload_t *workload)
     kvio_run_options_t options = {
         .output_dir = args->output_dir, .force = args->force,
         .source = args->source != NULL ? args->source : "endpoint", .stop = &watch.hard_stop,
-        .frontend = parts.frontend, .server_json = server_json, .server_context = parts.server,
+        .frontend = parts.frontend, .frontend_duration_ns = duration_ns,
+        .server_json = server_json, .server_context = parts.server,
         .argv = (const char *const *)args->argv, .argc = args->argc,
         .overrides = args->overrides + 1, .num_overrides = args->num_overrides - 1};
     kvio_run_result_t result;

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvio/array.h"
 #include "kvio/hashset.h"
@@ -276,6 +278,7 @@ int kvio_cmd_stream(int argc, char **argv)
     kvio_stream_t *stream = NULL;
     kvio_stream_writer_t *writer = NULL;
     FILE *out = NULL;
+    bool out_regular = false; /* out is a file (removed if cut short) */
     char error[KVIO_CLI_ERROR_MAX] = "";
     kvio_status_t status = KVIO_OK;
     stream_stats_t stats = {0};
@@ -313,6 +316,8 @@ int kvio_cmd_stream(int argc, char **argv)
             status = KVIO_ERR_IO;
             goto failed;
         }
+        struct stat info;
+        out_regular = out != stdout && fstat(fileno(out), &info) == 0 && S_ISREG(info.st_mode);
         if (args.format == KVIO_EXPORT_MOONCAKE)
             fprintf(stderr, "kvio stream: note: the mooncake format is lossy: it keeps "
                             "timestamps, lengths and 512-token block ids, not segments, "
@@ -338,14 +343,21 @@ int kvio_cmd_stream(int argc, char **argv)
             break;
     }
     if (writer != NULL) {
-        kvio_status_t close_status = kvio_stream_writer_close(writer);
+        int errnum = 0;
+        kvio_status_t close_status = kvio_stream_writer_close(writer, &errnum);
         writer = NULL;
+        /* The cause, as the system gave it: "No space left on device",
+         * "Broken pipe" (it said "input/output error"). */
+        if (errnum != 0 && error[0] == '\0')
+            snprintf(error, sizeof(error), "%s: write failed: %s",
+                     strcmp(args.output, "-") == 0 ? "stdout" : args.output, strerror(errnum));
         if (status == KVIO_OK)
             status = close_status;
     }
     if (status != KVIO_OK) {
-        snprintf(error, sizeof(error), "%s: %s", args.output ? args.output : "stream",
-                 kvio_strerror(status));
+        if (error[0] == '\0')
+            snprintf(error, sizeof(error), "%s: %s", args.output ? args.output : "stream",
+                     kvio_strerror(status));
         goto failed;
     }
     if (args.stats)
@@ -357,11 +369,15 @@ failed:
     exit_status = kvio_cli_exit_status(status);
 cleanup:
     if (writer != NULL)
-        kvio_stream_writer_close(writer);
+        kvio_stream_writer_close(writer, NULL);
     if (out != NULL && out != stdout && fclose(out) != 0 && exit_status == KVIO_EXIT_OK) {
         fprintf(stderr, "kvio: %s: %s\n", args.output, strerror(errno));
         exit_status = KVIO_EXIT_FAILED;
     }
+    /* A file of ours cut short goes (a device such as /dev/full, a pipe or
+     * a FIFO stays as it was). */
+    if (out_regular && exit_status != KVIO_EXIT_OK && unlink(args.output) == 0)
+        fprintf(stderr, "kvio: %s: removed (incomplete)\n", args.output);
     kvio_stream_destroy(stream);
     anonymizer_fini(&anonymizer);
     if (loaded)

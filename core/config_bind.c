@@ -309,6 +309,13 @@ static kvio_status_t bind_value(bind_context_t *context, const kvio_opt_t *optio
     void *field = (char *)config + option->offset;
     kvio_status_t status;
     double number = 0;
+    /* Quoted too: summary.json's config echo writes it as a JSON string. */
+    if ((option->flags & KVIO_OPT_AUTO) && node->kind == NODE_SCALAR &&
+        strcmp(node->text, "auto") == 0 &&
+        (option->type == KVIO_OPT_INT || option->type == KVIO_OPT_DURATION)) {
+        *(int64_t *)field = KVIO_OPT_AUTO_VALUE;
+        return KVIO_OK;
+    }
     switch (option->type) {
     case KVIO_OPT_BOOL: {
         if ((status = config_expect_scalar(context, node, path, option)) != KVIO_OK)

@@ -3,6 +3,8 @@
  * tree before it is bound. libyaml's errors are converted here, once. */
 #include "core/config_int.h"
 
+#include "kvio/format.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -489,13 +491,31 @@ static bool parse_index(const char *text, size_t *index_p)
     return true;
 }
 
+/* "--set KEY=VALUE" as messages show it: a long value (or key) cut to its
+ * first characters and its length, so that the reason after it is never
+ * cut off (a 3,000-byte value's message ended mid-value). */
+static void shown_assignment(const char *assignment, char *out_p, size_t out_len)
+{
+    const size_t shown = 64;
+    size_t length = strlen(assignment);
+    if (length <= 2 * shown) {
+        snprintf(out_p, out_len, "--set %s", assignment);
+        return;
+    }
+    char head[2 * 64 + 1];
+    kvio_format_one_line(assignment, head, sizeof(head));
+    snprintf(out_p, out_len, "--set %s... (%zu bytes)", head, length);
+}
+
 kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment,
                                   char *error_p, size_t error_len)
 {
+    char origin_text[600];
+    shown_assignment(assignment, origin_text, sizeof(origin_text));
     const char *equals = strchr(assignment, '=');
     if (equals == NULL || equals == assignment) {
-        snprintf(error_p, error_len, "--set %s: expected KEY=VALUE (for example serve.engine.max_num_seqs=64)",
-                 assignment);
+        snprintf(error_p, error_len, "%s: expected KEY=VALUE (for example "
+                 "serve.engine.max_num_seqs=64)", origin_text);
         return KVIO_ERR_CONFIG;
     }
     /* strtok would read serve..kvcache as serve.kvcache: an empty part of
@@ -503,13 +523,11 @@ kvio_status_t kvio_config_doc_set(kvio_config_doc_t *doc, const char *assignment
     size_t key_length = (size_t)(equals - assignment);
     if (assignment[0] == '.' || assignment[key_length - 1] == '.' ||
         memmem(assignment, key_length, "..", 2) != NULL) {
-        snprintf(error_p, error_len, "--set %s: the key %.*s has an empty part (keys are "
-                 "names joined by single dots: serve.kvcache.blocks)", assignment,
-                 (int)key_length, assignment);
+        snprintf(error_p, error_len, "%s: the key %.*s has an empty part (keys are "
+                 "names joined by single dots: serve.kvcache.blocks)", origin_text,
+                 key_length > 128 ? 128 : (int)key_length, assignment);
         return KVIO_ERR_CONFIG;
     }
-    char origin_text[600];
-    snprintf(origin_text, sizeof(origin_text), "--set %s", assignment);
     const char *origin = origin_add(doc, origin_text);
     char *path = strndup(assignment, (size_t)(equals - assignment));
     if (origin == NULL || path == NULL) {

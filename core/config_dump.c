@@ -101,7 +101,13 @@ json_t *kvio_config_to_json(const kvio_opt_t *options, const void *config)
         const void *field = (const char *)config + option->offset;
         json_t *value = NULL;
         char text[64];
-        switch (option->type) {
+        bool automatic = (option->flags & KVIO_OPT_AUTO) &&
+                         (option->type == KVIO_OPT_INT || option->type == KVIO_OPT_DURATION) &&
+                         *(const int64_t *)field == KVIO_OPT_AUTO_VALUE;
+        switch (automatic ? -1 : (int)option->type) {
+        case -1:
+            value = json_string("auto");
+            break;
         case KVIO_OPT_BOOL:
             value = json_boolean(*(const bool *)field);
             break;

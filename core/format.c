@@ -262,6 +262,30 @@ size_t kvio_format_fixed(char *out, double value, int decimals)
     return length;
 }
 
+size_t kvio_utf8_valid_length(const char *text, size_t length)
+{
+    const unsigned char *bytes = (const unsigned char *)text;
+    size_t at = 0;
+    while (at < length) {
+        unsigned char lead = bytes[at];
+        size_t size = lead < 0x80 ? 1 : lead >= 0xc2 && lead <= 0xdf ? 2
+                      : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0;
+        if (size == 0 || at + size > length)
+            return at;
+        /* The second byte's range rules out overlong forms, surrogates and
+         * code points past U+10FFFF (RFC 3629's table). */
+        unsigned char low = lead == 0xe0 ? 0xa0 : lead == 0xf0 ? 0x90 : 0x80;
+        unsigned char high = lead == 0xed ? 0x9f : lead == 0xf4 ? 0x8f : 0xbf;
+        if (size > 1 && (bytes[at + 1] < low || bytes[at + 1] > high))
+            return at;
+        for (size_t i = 2; i < size; i++)
+            if ((bytes[at + i] & 0xc0) != 0x80)
+                return at;
+        at += size;
+    }
+    return at;
+}
+
 const char *kvio_format_one_line(const char *text, char *out, size_t size)
 {
     size_t at = 0;

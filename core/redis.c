@@ -2,6 +2,7 @@
  * client whose calls fail with "redis support not built". */
 #include "kvio/redis.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,72 @@ void kvio_url_redact(const char *url, char *out_p, size_t out_len)
     }
 }
 
+static int hex_value(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* length bytes of text %-decoded into out (size bytes, NUL-terminated);
+ * false for a '%' not followed by two hex digits (%zz was taken as it
+ * was), or no room. */
+static bool percent_decode(const char *text, size_t length, char *out, size_t size)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < length; i++) {
+        char ch = text[i];
+        if (ch == '%') {
+            int high = i + 2 < length ? hex_value(text[i + 1]) : -1;
+            int low = i + 2 < length ? hex_value(text[i + 2]) : -1;
+            if (high < 0 || low < 0)
+                return false;
+            ch = (char)(high << 4 | low);
+            i += 2;
+        }
+        if (at + 1 >= size)
+            return false;
+        out[at++] = ch;
+    }
+    out[at] = '\0';
+    return true;
+}
+
+/* ?password=...&db=...: the query redis-py reads too. */
+static kvio_status_t parse_query(const char *query, const char *shown, kvio_redis_url_t *parsed,
+                                 char *error_p, size_t error_len)
+{
+    while (*query != '\0') {
+        size_t length = strcspn(query, "&");
+        const char *equals = memchr(query, '=', length);
+        int key_length = (int)(equals != NULL ? (size_t)(equals - query) : length);
+        const char *value = equals != NULL ? equals + 1 : query + length;
+        char decoded[sizeof(parsed->password)];
+        if (!percent_decode(value, (size_t)(query + length - value), decoded, sizeof(decoded))) {
+            snprintf(error_p, error_len, "%s: the query's %.*s has a bad %%-escape (%%XX: two hex "
+                     "digits) or is too long", shown, key_length, query);
+            return KVIO_ERR_CONFIG;
+        }
+        bool password = key_length == 8 && strncmp(query, "password", 8) == 0;
+        bool db = key_length == 2 && strncmp(query, "db", 2) == 0;
+        char *end = NULL;
+        long number = db ? strtol(decoded, &end, 10) : 0;
+        if (password) {
+            memcpy(parsed->password, decoded, sizeof(decoded));
+        } else if (db && end != decoded && *end == '\0' && number >= 0 && number <= 1000000) {
+            parsed->db = (int)number;
+        } else {
+            snprintf(error_p, error_len, db ? "%s: bad database number" :
+                     "%s: the query's %.*s is not one kvio reads (password, db)", shown,
+                     key_length, query);
+            return KVIO_ERR_CONFIG;
+        }
+        query += length + (query[length] == '&');
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_redis_parse_url(const char *url, kvio_redis_url_t *url_p, char *error_p,
                                    size_t error_len)
 {
@@ -50,7 +117,13 @@ kvio_status_t kvio_redis_parse_url(const char *url, kvio_redis_url_t *url_p, cha
         snprintf(error_p, error_len, "%s: a Redis URL starts with redis://", url ? url : "");
         return KVIO_ERR_CONFIG;
     }
-    const char *rest = url + strlen(scheme);
+    /* The query (?password=...&db=...) from the first '?': a '?' in a
+     * password is written %3F. */
+    char address[1024];
+    snprintf(address, sizeof(address), "%.*s", (int)strcspn(url + strlen(scheme), "?"),
+             url + strlen(scheme));
+    const char *query = strchr(url + strlen(scheme), '?');
+    const char *rest = address;
     /* The last '@' ends the password (it may hold '@' itself; the host,
      * port and database cannot). */
     const char *at = strrchr(rest, '@');
@@ -60,19 +133,11 @@ kvio_status_t kvio_redis_parse_url(const char *url, kvio_redis_url_t *url_p, cha
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
         const char *password = colon ? colon + 1 : rest; /* user names are ignored */
         /* %XX escapes decoded (%40 is '@'). */
-        size_t out = 0;
-        for (const char *c = password; c < at; c++) {
-            unsigned int code;
-            char ch = *c;
-            if (ch == '%' && at - c >= 3 && sscanf(c + 1, "%2x", &code) == 1) {
-                ch = (char)code;
-                c += 2;
-            }
-            if (out + 1 >= sizeof(parsed.password)) {
-                snprintf(error_p, error_len, "%s: password too long", shown);
-                return KVIO_ERR_CONFIG;
-            }
-            parsed.password[out++] = ch;
+        if (!percent_decode(password, (size_t)(at - password), parsed.password,
+                            sizeof(parsed.password))) {
+            snprintf(error_p, error_len, "%s: the password has a bad %%-escape (%%XX: two hex "
+                     "digits) or is too long", shown);
+            return KVIO_ERR_CONFIG;
         }
         rest = at + 1;
     }
@@ -105,6 +170,8 @@ kvio_status_t kvio_redis_parse_url(const char *url, kvio_redis_url_t *url_p, cha
         snprintf(error_p, error_len, "%s: unexpected '%s'", shown, rest);
         return KVIO_ERR_CONFIG;
     }
+    if (query != NULL && parse_query(query + 1, shown, &parsed, error_p, error_len) != KVIO_OK)
+        return KVIO_ERR_CONFIG;
     *url_p = parsed;
     return KVIO_OK;
 }

@@ -34,7 +34,8 @@ static kvio_status_t fail(kvio_redis_t *redis, kvio_status_t status, const char 
     va_start(args, fmt);
     vsnprintf(reason, sizeof(reason), fmt, args);
     va_end(args);
-    reason[0] = (char)tolower((unsigned char)reason[0]);
+    if (islower((unsigned char)reason[1])) /* a word, not a command: "AUTH" stays */
+        reason[0] = (char)tolower((unsigned char)reason[0]);
     snprintf(redis->error, sizeof(redis->error), "%s: %s", redis->name, reason);
     return status;
 }

@@ -106,7 +106,7 @@ static void load(const char *bytes, size_t length, kvio_trace_format_t format,
         }
     }
     for (size_t w = 0; w < 2; w++) {
-        if (writers[w] != NULL && kvio_stream_writer_close(writers[w]) != KVIO_OK)
+        if (writers[w] != NULL && kvio_stream_writer_close(writers[w], NULL) != KVIO_OK)
             abort();
     }
     kvio_stream_destroy(stream);

@@ -12,6 +12,8 @@
 #include "kvio/tokenizer.h"
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +42,7 @@ typedef struct kvio_api_request {
     bool ignore_eos;
     int32_t priority;
     uint64_t cache_salt;        /* 0: none */
+    char ignored[128];          /* fields served without their effect ("stop, tools"; "" none) */
 } kvio_api_request_t;
 
 /* What the server knows of itself when it reads a request. */
@@ -122,6 +125,83 @@ json_t *kvio_api_error_json(const kvio_http_error_t *error);
 /* Appends length bytes to a growing buffer (as above). */
 bool kvio_http_append(char **text_p, size_t *length_p, size_t *capacity_p, const char *bytes,
                       size_t length);
+
+/* ---------- what clients may hold (http/limits.c) ---------- */
+
+/* A connection as the limits see it: its socket, and since when it has
+ * been waiting for a request's headers (from its start, or the end of its
+ * last request). */
+typedef struct kvio_http_conn {
+    int fd;
+    int64_t waiting_since_ns;
+    bool headers_done; /* a request's headers came; its answer is under way */
+    bool cut;          /* shut down for being late */
+    struct kvio_http_conn *prev, *next;
+} kvio_http_conn_t;
+
+/* Shared by every daemon's thread and the ticker (lock: the list and
+ * counts; bodies_bytes is atomic). */
+typedef struct kvio_http_limits {
+    pthread_mutex_t lock;
+    kvio_http_conn_t *conns;
+    uint32_t open, max_open_seen;
+    uint32_t max_connections;          /* more: completions get 503, headers less time */
+    int64_t header_timeout_ns;         /* for a request's headers */
+    int64_t crowded_header_timeout_ns; /* the same with max_connections open */
+    uint64_t headers_cut;              /* connections shut down for late headers */
+    size_t max_body_bytes;             /* one request's body */
+    size_t max_bodies_bytes;           /* every connection's bodies together */
+    atomic_size_t bodies_bytes;        /* buffered now (their buffers' capacity) */
+} kvio_http_limits_t;
+
+typedef struct kvio_http_limit_counts {
+    uint32_t open, max_open_seen;
+    uint64_t headers_cut;
+    size_t bodies_bytes;
+} kvio_http_limit_counts_t;
+
+void kvio_http_limits_init(kvio_http_limits_t *limits, uint32_t max_connections,
+                           int64_t header_timeout_ns, int64_t crowded_header_timeout_ns,
+                           size_t max_body_bytes, size_t max_bodies_bytes);
+void kvio_http_limits_fini(kvio_http_limits_t *limits);
+
+/* A connection opened on fd (counted even when its record could not be
+ * allocated: NULL, then it has no header deadline). */
+kvio_http_conn_t *kvio_http_conn_open(kvio_http_limits_t *limits, int fd, int64_t now_ns);
+/* It closed (conn may be NULL); frees the record. */
+void kvio_http_conn_close(kvio_http_limits_t *limits, kvio_http_conn_t *conn);
+/* Its request's headers came (done), or it waits for the next request's. */
+void kvio_http_conn_headers(kvio_http_limits_t *limits, kvio_http_conn_t *conn, bool done,
+                            int64_t now_ns);
+/* More connections are open than max_connections. */
+bool kvio_http_limits_over(kvio_http_limits_t *limits);
+/* Shuts down every connection whose headers are overdue (the crowded
+ * deadline once max_connections are open); returns how many. */
+uint32_t kvio_http_limits_tick(kvio_http_limits_t *limits, int64_t now_ns);
+void kvio_http_limits_counts(kvio_http_limits_t *limits, kvio_http_limit_counts_t *counts_p);
+
+/* A request body: its own mapping from 1 MiB on (returned to the system
+ * when freed), its capacity counted against max_bodies_bytes. */
+typedef struct kvio_http_body {
+    char *bytes; /* NUL-terminated */
+    size_t length, capacity;
+} kvio_http_body_t;
+
+typedef enum {
+    KVIO_HTTP_BODY_OK = 0,
+    KVIO_HTTP_BODY_TOO_LARGE, /* past max_body_bytes: 413 */
+    KVIO_HTTP_BODY_BUSY,      /* past max_bodies_bytes: 503, try again later */
+    KVIO_HTTP_BODY_NOMEM,
+} kvio_http_body_status_t;
+
+/* Whether a body of bytes fits the bodies' bound now. */
+bool kvio_http_bodies_fit(kvio_http_limits_t *limits, uint64_t bytes);
+/* Appends length bytes to body; declared_length (0: unknown) sizes a small
+ * one's buffer at once. Nothing is appended unless KVIO_HTTP_BODY_OK. */
+kvio_http_body_status_t kvio_http_body_append(kvio_http_limits_t *limits, kvio_http_body_t *body,
+                                              const char *bytes, size_t length,
+                                              uint64_t declared_length);
+void kvio_http_body_free(kvio_http_limits_t *limits, kvio_http_body_t *body);
 
 /* ---------- vLLM's Prometheus metrics (http/metrics.c) ---------- */
 

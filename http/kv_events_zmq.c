@@ -87,6 +87,10 @@ kvio_status_t kvio_kv_events_create(const char *endpoint, const char *topic, uin
         if (socket != NULL) {
             zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof(hwm));
             zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+            /* tcp://[::1]:PORT: ZMQ takes IPv6 addresses only when told
+             * (it said "No such device"), as vLLM's publisher tells it. */
+            int ipv6 = strchr(address, '[') != NULL;
+            zmq_setsockopt(socket, ZMQ_IPV6, &ipv6, sizeof(ipv6));
         }
         if (socket == NULL ||
             (binds(address) ? zmq_bind(socket, address) : zmq_connect(socket, address)) != 0) {

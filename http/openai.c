@@ -12,6 +12,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "kvio/format.h"
 #include "kvio/hash.h"
 #include "kvio/rng.h"
 
@@ -304,6 +305,57 @@ static bool read_messages(const json_t *body, const kvio_api_server_t *server,
     return ok;
 }
 
+/* A field that is there and asks for something: not null, false, 0, "" or
+ * an empty list. */
+static bool asks(const json_t *body, const char *key)
+{
+    const json_t *value = json_object_get(body, key);
+    return value != NULL && !json_is_null(value) && !json_is_false(value) &&
+           !(json_is_integer(value) && json_integer_value(value) == 0) &&
+           !(json_is_string(value) && json_string_length(value) == 0) &&
+           !(json_is_array(value) && json_array_size(value) == 0);
+}
+
+/* What kvio serve does not model (its output is synthetic text of a
+ * planned length), as llm-d-inference-sim lists its subset: a field whose
+ * answer a client would read (logprobs, echo, ...) is refused; one that
+ * only shapes the text (stop strings, tools, a response format) is served
+ * without it, and the answer says so (*warning_p, a Warning header). */
+static bool read_unmodelled(const json_t *body, kvio_api_request_t *request,
+                            kvio_http_error_t *error)
+{
+    static const char *const refused[] = {"logprobs", "top_logprobs", "prompt_logprobs", "echo",
+                                          "suffix"};
+    static const char *const ignored[] = {"stop", "stop_token_ids", "tools", "tool_choice",
+                                          "response_format", "logit_bias"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        if (asks(body, refused[i]))
+            return BAD(error, refused[i], "%s is not served by kvio serve (its output is "
+                       "synthetic text: no log probabilities, no echo)", refused[i]);
+    const json_t *best_of = json_object_get(body, "best_of");
+    if (json_is_integer(best_of) && json_integer_value(best_of) > 1)
+        return BAD(error, "best_of", "best_of must be 1: kvio serves one choice per request");
+    size_t length = 0;
+    for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++) {
+        const char *value = NULL;
+        const json_t *choice = json_object_get(body, ignored[i]);
+        if (json_is_string(choice)) /* tool_choice "none" and "auto" shape nothing */
+            value = json_string_value(choice);
+        if (!asks(body, ignored[i]) || (value != NULL && (strcmp(value, "none") == 0 ||
+                                                          strcmp(value, "auto") == 0)))
+            continue;
+        if (strcmp(ignored[i], "response_format") == 0 &&
+            json_is_string(json_object_get(choice, "type")) &&
+            strcmp(json_string_value(json_object_get(choice, "type")), "text") == 0)
+            continue;
+        int wrote = snprintf(request->ignored + length, sizeof(request->ignored) - length,
+                             "%s%s", length > 0 ? ", " : "", ignored[i]);
+        if (wrote > 0 && (size_t)wrote < sizeof(request->ignored) - length)
+            length += (size_t)wrote;
+    }
+    return true;
+}
+
 /* stream, stream_options, n, max_tokens, min_tokens, ignore_eos, priority
  * and cache_salt. */
 static bool read_sampling(kvio_api_t api, const json_t *body, kvio_api_request_t *request,
@@ -373,6 +425,8 @@ bool kvio_api_parse(kvio_api_t api, const char *body_text, size_t length,
     if (ok)
         ok = read_sampling(api, body, request_p, error_p);
     if (ok)
+        ok = read_unmodelled(body, request_p, error_p);
+    if (ok)
         ok = api == KVIO_API_COMPLETIONS
                  ? read_prompt(body, server->tokenizer, &request_p->prompt, error_p)
                  : read_messages(body, server, &request_p->prompt, error_p);
@@ -404,6 +458,12 @@ bool kvio_api_plan(const kvio_api_request_t *request, const kvio_api_server_t *s
                                                               : context - prompt;
     if (request->max_tokens < 0 && max > context - prompt)
         max = context - prompt;
+    /* vLLM's SamplingParams refuses this, against the default too (min_tokens
+     * 1e9 without max_tokens was clipped to 16). */
+    if ((uint64_t)request->min_tokens > max)
+        return BAD(error_p, "min_tokens",
+                   "min_tokens must be less than or equal to max_tokens=%" PRIu64 ", got %"
+                   PRId64 ".", max, request->min_tokens);
     if (prompt + max > context)
         return BAD(error_p, request->api == KVIO_API_CHAT ? "max_completion_tokens"
                                                           : "max_tokens",
@@ -594,10 +654,21 @@ bool kvio_api_stream_end(const kvio_api_answer_t *answer, const char *finish_rea
     return ok && kvio_http_append(text_p, length_p, capacity_p, "data: [DONE]\n\n", 14);
 }
 
+/* text cut to its whole UTF-8 characters, in place: a message cut at its
+ * buffer's end may split one of the user's, and jansson refuses that. */
+static const char *utf8_whole(char *text)
+{
+    text[kvio_utf8_valid_length(text, strlen(text))] = '\0';
+    return text;
+}
+
 json_t *kvio_api_error_json(const kvio_http_error_t *error)
 {
-    return json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", error->message, "type",
+    char message[sizeof(error->message)], param[sizeof(error->param)];
+    snprintf(message, sizeof(message), "%s", error->message);
+    snprintf(param, sizeof(param), "%s", error->param);
+    return json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", utf8_whole(message), "type",
                      error->type != NULL ? error->type : "BadRequestError", "param",
-                     error->param[0] != '\0' ? json_string(error->param) : json_null(), "code",
+                     param[0] != '\0' ? json_string(utf8_whole(param)) : json_null(), "code",
                      error->status);
 }

@@ -1,12 +1,13 @@
 /* The HTTP server of kvio serve, on libmicrohttpd: one daemon per port
  * (one port with the router choosing the serve rank, or one port per
- * rank), each an internal epoll thread with suspend and resume. A
+ * rank), each a pool of epoll threads with suspend and resume. A
  * completion is submitted to the front end; its connection sleeps
  * (suspended) until the serve rank's thread hands it tokens, which wake
  * it: a stream sends one server-sent event per engine step that produced
- * tokens, a whole response goes when the request ends. A ticker wakes
- * sleeping connections every TICK_NS to notice a client that went away
- * (the request is then aborted in the engine). */
+ * tokens, a whole response goes when the request ends. A ticker peeks at
+ * sleeping connections' sockets every TICK_NS and wakes those whose client
+ * went away (the request is then aborted in the engine), and enforces the
+ * limits on what clients hold (http/limits.c). */
 #include "http/http_int.h"
 
 #include <arpa/inet.h>
@@ -18,15 +19,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/format.h"
 
 #define TICK_NS 50000000
 #define RESET_TIMEOUT_NS 10000000000ll
 #define MAX_DAEMONS 256
+/* With max_connections open, a connection gets this long to start sending
+ * its request (a client sends it with the handshake's last packet, so this
+ * is long even across an ocean; without it, 5,000 connections of a client
+ * that was slow to write each held a slot for 0.5 s, and /health queued
+ * behind them for over a second). */
+#define CROWDED_HEADER_TIMEOUT_NS 100000000ll
+/* What a 503 for a full server asks a client to wait, in seconds. */
+#define RETRY_AFTER_S 1
 
 typedef enum {
     PHASE_BODY,       /* reading the body */
@@ -44,6 +55,7 @@ typedef struct daemon_slot {
     uint32_t rank;    /* KVIO_FRONTEND_ROUTE: the router picks */
     uint16_t port;
     int listen_fd;
+    atomic_bool quiesced;    /* its listening socket given back and closed, once */
 } daemon_slot_t;
 
 struct kvio_http_server {
@@ -57,7 +69,8 @@ struct kvio_http_server {
     kvio_http_rank_metrics_t *rank_metrics;
     uint64_t by_status[6];              /* 1xx..5xx, other */
     uint64_t requests, completions, disconnects;
-    uint32_t open_connections, max_connections_seen;
+    uint64_t refused_busy;              /* 503s for too many connections or body bytes */
+    kvio_http_limits_t limits;
     struct token_step *steps;           /* record_tokens: every step of every request */
     size_t num_steps, steps_capacity;
     bool steps_dropped;                 /* out of memory: the log is incomplete */
@@ -83,15 +96,19 @@ struct http_request {
     kvio_http_server_t *server;
     struct MHD_Connection *connection; /* NULL once the connection ended */
     uint32_t daemon_rank;
+    kvio_http_conn_t *conn;          /* its connection's record in the limits */
+    int fd;                          /* its connection's socket (-1: unknown) */
     phase_t phase;
     bool started;                    /* the handler's first call (the headers) came */
     uint64_t first_byte_ns;          /* its request line was read (kvio_time_ns; 0: unknown) */
     uint64_t received_ns;            /* its last body byte was read: its arrival */
-    char *body;
-    size_t body_length, body_capacity;
+    kvio_http_body_t body;
+    uint64_t declared_length;        /* Content-Length (0: none) */
     bool too_large;
+    bool busy;                       /* the bodies' bound was reached: 503 */
     bool suspended;
     bool listed;                     /* in the server's waiting list */
+    bool polls_engine;               /* woken every tick (set before it is listed) */
     http_request_t *prev, *next;
     /* a completion */
     bool submitted;
@@ -99,6 +116,7 @@ struct http_request {
     uint32_t rank;
     kvio_api_answer_t answer;
     kvio_api_plan_t plan;
+    char warning[192];               /* a Warning header: fields served without effect */
     uint32_t *steps;                 /* generated tokens after each step not yet sent */
     size_t num_steps, steps_capacity;
     bool steps_failed;
@@ -125,6 +143,7 @@ static http_request_t *request_create(kvio_http_server_t *server, struct MHD_Con
     request->server = server;
     request->connection = connection;
     request->daemon_rank = daemon_rank;
+    request->fd = -1;
     return request;
 }
 
@@ -133,7 +152,7 @@ static void request_release(http_request_t *request)
     if (atomic_fetch_sub(&request->refs, 1) != 1)
         return;
     pthread_mutex_destroy(&request->lock);
-    free(request->body);
+    kvio_http_body_free(&request->server->limits, &request->body);
     free(request->steps);
     free(request->out);
     free(request);
@@ -184,17 +203,22 @@ static void sleep_locked(http_request_t *request)
     MHD_suspend_connection(request->connection);
 }
 
-/* Whether the client is still there: a peek at its socket that sees its
- * end (or an error) says it went away. */
+/* Whether the client on fd is still there: a peek at its socket that sees
+ * its end (or an error) says it went away. Reads nothing, so any thread
+ * may ask while the socket is open. */
+static bool fd_alive(int fd)
+{
+    char byte;
+    ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return fd < 0 || got > 0 ||
+           (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
 static bool peer_alive(struct MHD_Connection *connection)
 {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info == NULL)
-        return true;
-    char byte;
-    ssize_t got = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+    return info == NULL || fd_alive(info->connect_fd);
 }
 
 /* ---------- the serve rank's calls (its thread) ---------- */
@@ -313,9 +337,12 @@ static void count_status(kvio_http_server_t *server, unsigned status)
     pthread_mutex_unlock(&server->metrics_lock);
 }
 
-static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection *connection,
-                               unsigned status, char *text, size_t length,
-                               const char *content_type)
+/* Queues text (taken) as the answer, with one more header (header NULL:
+ * none). */
+static enum MHD_Result respond_with(kvio_http_server_t *server,
+                                    struct MHD_Connection *connection, unsigned status,
+                                    char *text, size_t length, const char *content_type,
+                                    const char *header, const char *value)
 {
     struct MHD_Response *response =
         MHD_create_response_from_buffer(length, text, MHD_RESPMEM_MUST_FREE);
@@ -325,20 +352,47 @@ static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection
     }
     if (content_type != NULL)
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (header != NULL)
+        MHD_add_response_header(response, header, value);
     enum MHD_Result result = MHD_queue_response(connection, status, response);
     MHD_destroy_response(response);
     count_status(server, status);
     return result;
 }
 
-static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Connection *connection,
-                                    unsigned status, json_t *value)
+static enum MHD_Result respond(kvio_http_server_t *server, struct MHD_Connection *connection,
+                               unsigned status, char *text, size_t length,
+                               const char *content_type)
+{
+    return respond_with(server, connection, status, text, length, content_type, NULL, NULL);
+}
+
+/* value (taken) as the answer; a value that could not be made (jansson
+ * refuses what is not UTF-8, or memory ran out) becomes a 500 that says
+ * so, never an empty reply. */
+static enum MHD_Result respond_json_with(kvio_http_server_t *server,
+                                         struct MHD_Connection *connection, unsigned status,
+                                         json_t *value, const char *header, const char *header_value)
 {
     char *text = value != NULL ? json_dumps(value, JSON_COMPACT) : NULL;
     json_decref(value);
-    if (text == NULL)
-        return MHD_NO;
-    return respond(server, connection, status, text, strlen(text), "application/json");
+    if (text == NULL) {
+        static const char failed[] = "{\"error\": {\"message\": \"kvio could not render its "
+                                     "answer\", \"type\": "
+                                     "\"InternalServerError\", \"param\": null, \"code\": 500}}";
+        text = strdup(failed);
+        status = 500;
+        if (text == NULL)
+            return MHD_NO;
+    }
+    return respond_with(server, connection, status, text, strlen(text), "application/json",
+                        header, header_value);
+}
+
+static enum MHD_Result respond_json(kvio_http_server_t *server, struct MHD_Connection *connection,
+                                    unsigned status, json_t *value)
+{
+    return respond_json_with(server, connection, status, value, NULL, NULL);
 }
 
 static enum MHD_Result respond_empty(kvio_http_server_t *server, struct MHD_Connection *connection,
@@ -360,6 +414,26 @@ static enum MHD_Result respond_problem(kvio_http_server_t *server,
     kvio_http_error_t error = {.status = status, .type = type};
     snprintf(error.message, sizeof(error.message), "%s", message);
     return respond_error(server, connection, &error);
+}
+
+/* 503 with Retry-After: too many connections or body bytes right now. */
+static enum MHD_Result respond_busy(kvio_http_server_t *server,
+                                    struct MHD_Connection *connection, const char *message)
+{
+    kvio_http_error_t error = {.status = 503, .type = "ServiceUnavailableError"};
+    snprintf(error.message, sizeof(error.message), "%s; retry in %d s", message, RETRY_AFTER_S);
+    json_t *value = kvio_api_error_json(&error);
+    char *text = value != NULL ? json_dumps(value, JSON_COMPACT) : NULL;
+    json_decref(value);
+    if (text == NULL)
+        return MHD_NO;
+    pthread_mutex_lock(&server->metrics_lock);
+    server->refused_busy++;
+    pthread_mutex_unlock(&server->metrics_lock);
+    char seconds[16];
+    snprintf(seconds, sizeof(seconds), "%d", RETRY_AFTER_S);
+    return respond_with(server, connection, 503, text, strlen(text), "application/json",
+                        MHD_HTTP_HEADER_RETRY_AFTER, seconds);
 }
 
 /* ---------- completions ---------- */
@@ -429,7 +503,9 @@ static enum MHD_Result respond_whole(http_request_t *request, struct MHD_Connect
                                               reason, request->cached_tokens);
     pthread_mutex_unlock(&request->lock);
     request->phase = PHASE_DONE;
-    return respond_json(request->server, connection, 200, response);
+    return respond_json_with(request->server, connection, 200, response,
+                             request->warning[0] ? MHD_HTTP_HEADER_WARNING : NULL,
+                             request->warning);
 }
 
 /* Hands the request to the front end: its prompt and planned output as
@@ -482,10 +558,11 @@ static enum MHD_Result handle_completion(http_request_t *request,
                                                               : "the engine is starting");
     kvio_api_request_t api_request;
     kvio_http_error_t error = {0};
-    bool ok = kvio_api_parse(api, request->body != NULL ? request->body : "",
-                             request->body_length, &server->api, &api_request, &error) &&
+    bool ok = kvio_api_parse(api, request->body.bytes != NULL ? request->body.bytes : "",
+                             request->body.length, &server->api, &api_request, &error) &&
               kvio_api_plan(&api_request, &server->api, server->params.output_tokens,
                             server->params.seed, &request->plan, &error);
+    kvio_http_body_free(&server->limits, &request->body); /* read: its bytes go back now */
     if (!ok) {
         kvio_api_request_fini(&api_request);
         return respond_error(server, connection, &error);
@@ -498,6 +575,10 @@ static enum MHD_Result handle_completion(http_request_t *request,
                                   .include_usage = api_request.include_usage,
                                   .continuous_usage = api_request.continuous_usage};
     bool stream = api_request.stream;
+    if (api_request.ignored[0] != '\0') /* RFC 7234's form: code, agent, quoted text */
+        snprintf(request->warning, sizeof(request->warning),
+                 "299 kvio \"served without %s: kvio's output is synthetic text\"",
+                 api_request.ignored);
     kvio_status_t status = submit(request, &api_request);
     kvio_api_request_fini(&api_request);
     /* 32 hex digits as vLLM's (a uuid's): the engine's request id (its row
@@ -533,6 +614,8 @@ static enum MHD_Result handle_completion(http_request_t *request,
         return MHD_NO;
     MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (request->warning[0] != '\0')
+        MHD_add_response_header(response, MHD_HTTP_HEADER_WARNING, request->warning);
     enum MHD_Result result = MHD_queue_response(connection, 200, response);
     MHD_destroy_response(response);
     count_status(server, 200);
@@ -623,13 +706,16 @@ static enum MHD_Result handle_pause(http_request_t *request, struct MHD_Connecti
         pause = KVIO_PAUSE_ALL;
     } else {
         char message[128];
-        snprintf(message, sizeof(message), "mode must be abort, wait or keep, got '%.40s'", mode);
+        char shown[48];
+        snprintf(message, sizeof(message), "mode must be abort, wait or keep, got '%s'",
+                 kvio_format_one_line(mode, shown, sizeof(shown)));
         return respond_json(server, connection, 400, json_pack("{s:s}", "error", message));
     }
     kvio_frontend_pause(server->params.frontend, pause, abort_in_flight);
     if (strcmp(mode, "wait") != 0)
         return respond_json(server, connection, 200, json_pack("{s:s}", "status", "paused"));
     request->phase = PHASE_PAUSE_WAIT;
+    request->polls_engine = true;
     list_add(server, request);
     pthread_mutex_lock(&request->lock);
     sleep_locked(request);
@@ -704,6 +790,12 @@ static enum MHD_Result dispatch(http_request_t *request, struct MHD_Connection *
                  server->params.max_body_bytes);
         return respond_problem(server, connection, 413, "BadRequestError", message);
     }
+    if (request->busy) {
+        char message[128];
+        snprintf(message, sizeof(message), "the request bodies being read passed %zu bytes "
+                 "(--max-bodies)", server->params.max_bodies_bytes);
+        return respond_busy(server, connection, message);
+    }
     kvio_frontend_t *frontend = server->params.frontend;
     if (strcmp(url, "/v1/completions") == 0)
         return handle_completion(request, connection, KVIO_API_COMPLETIONS);
@@ -733,6 +825,111 @@ static enum MHD_Result dispatch(http_request_t *request, struct MHD_Connection *
     return handle_reset(server, connection);
 }
 
+/* ---------- what is refused before the body is read ---------- */
+
+/* A path or query string that a %-escape makes hold a NUL byte, or that is
+ * not UTF-8, becomes this one byte (no valid string holds it), to be
+ * refused before routing: "/pause%00.png" was served as "/pause". */
+#define BAD_ESCAPE '\xff'
+
+static size_t unescape(void *context, struct MHD_Connection *connection, char *text)
+{
+    (void)context;
+    (void)connection;
+    size_t length = MHD_http_unescape(text);
+    if (memchr(text, '\0', length) == NULL && kvio_utf8_valid_length(text, length) == length)
+        return length;
+    text[0] = BAD_ESCAPE;
+    text[1] = '\0';
+    return 1;
+}
+
+static enum MHD_Result find_bad_argument(void *context, enum MHD_ValueKind kind,
+                                         const char *key, const char *value)
+{
+    (void)kind;
+    bool bad = key[0] == BAD_ESCAPE || (value != NULL && value[0] == BAD_ESCAPE);
+    *(bool *)context = *(bool *)context || bad;
+    return bad ? MHD_NO : MHD_YES;
+}
+
+/* Transfer-Encoding: libmicrohttpd decodes chunked only; anything else it
+ * would read as a body running to the connection's end, answering nothing
+ * ("gzip, chunked" held the connection). */
+typedef struct transfer_coding {
+    bool present, chunked_only;
+    char first_bad[64];
+} transfer_coding_t;
+
+static enum MHD_Result note_transfer_coding(void *context, enum MHD_ValueKind kind,
+                                            const char *key, const char *value)
+{
+    (void)kind;
+    transfer_coding_t *coding = context;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) != 0)
+        return MHD_YES;
+    /* One "chunked", once: a second header is a second coding. */
+    bool ok = value != NULL && strcasecmp(value, "chunked") == 0 && !coding->present;
+    if (!ok && coding->chunked_only)
+        kvio_format_one_line(value != NULL ? value : "", coding->first_bad,
+                             sizeof(coding->first_bad));
+    coding->chunked_only = coding->chunked_only && ok;
+    coding->present = true;
+    return MHD_YES;
+}
+
+static bool is_completion(const char *url)
+{
+    return strcmp(url, "/v1/completions") == 0 || strcmp(url, "/v1/chat/completions") == 0;
+}
+
+/* The first call of a request (its headers read, not its body): an answer
+ * when it is refused now (*refused_p), else MHD_YES with nothing queued. A
+ * server with more than max_connections open refuses completions (the
+ * other endpoints hold nothing and still answer), and a body that would
+ * take the bodies buffered past their bound is refused before a byte of it
+ * is read. */
+static enum MHD_Result refuse_early(http_request_t *request, struct MHD_Connection *connection,
+                                    const char *url, bool *refused_p)
+{
+    kvio_http_server_t *server = request->server;
+    *refused_p = true;
+    bool bad = url[0] == BAD_ESCAPE;
+    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, find_bad_argument, &bad);
+    if (bad)
+        return respond_problem(server, connection, 400, "BadRequestError",
+                               "the path or query holds a %-escape of a NUL byte or bytes that "
+                               "are not UTF-8");
+    const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    transfer_coding_t coding = {.chunked_only = true};
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, note_transfer_coding, &coding);
+    char message[256];
+    if (coding.present && !coding.chunked_only) {
+        snprintf(message, sizeof(message), "Transfer-Encoding '%s' is not served: send the body "
+                 "as it is (with Content-Length) or chunked, once", coding.first_bad);
+        return respond_problem(server, connection, 501, "NotImplementedError", message);
+    }
+    if (coding.present && length != NULL) /* which one frames the body? (request smuggling) */
+        return respond_problem(server, connection, 400, "BadRequestError",
+                               "Transfer-Encoding and Content-Length together");
+    if (length != NULL) /* digits: libmicrohttpd refused anything else */
+        request->declared_length = strtoull(length, NULL, 10);
+    if (is_completion(url) && kvio_http_limits_over(&server->limits)) {
+        snprintf(message, sizeof(message), "more than %u connections are open (--max-connections)",
+                 server->params.max_connections);
+        return respond_busy(server, connection, message);
+    }
+    if (request->declared_length <= server->params.max_body_bytes &&
+        !kvio_http_bodies_fit(&server->limits, request->declared_length)) {
+        snprintf(message, sizeof(message), "the request bodies being read would pass %zu bytes "
+                 "(--max-bodies)", server->params.max_bodies_bytes);
+        return respond_busy(server, connection, message);
+    }
+    *refused_p = false;
+    return MHD_YES;
+}
+
 static enum MHD_Result access_handler(void *context, struct MHD_Connection *connection,
                                       const char *url, const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
@@ -750,20 +947,30 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     }
     if (!request->started) { /* the headers: the body (if any) follows */
         request->started = true;
-        return MHD_YES;
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        request->conn = info != NULL ? info->socket_context : NULL;
+        request->fd = request->conn != NULL ? request->conn->fd : -1;
+        kvio_http_conn_headers(&server->limits, request->conn, true, kvio_time_ns());
+        bool refused = false;
+        enum MHD_Result result = refuse_early(request, connection, url, &refused);
+        if (refused)
+            request->phase = PHASE_DONE;
+        return result;
     }
     if (*upload_data_size > 0) {
         size_t length = *upload_data_size;
         *upload_data_size = 0;
         request->received_ns = kvio_time_ns();
-        if (request->too_large || request->body_length + length > server->params.max_body_bytes) {
-            request->too_large = true;
-            return MHD_YES; /* the rest is read and dropped; 413 follows */
-        }
-        if (!kvio_http_append(&request->body, &request->body_length, &request->body_capacity,
-                              upload_data, length))
-            return MHD_NO;
-        return MHD_YES;
+        if (request->too_large || request->busy)
+            return MHD_YES; /* the rest is read and dropped; 413 or 503 follows */
+        kvio_http_body_status_t appended = kvio_http_body_append(
+            &server->limits, &request->body, upload_data, length, request->declared_length);
+        request->too_large = appended == KVIO_HTTP_BODY_TOO_LARGE;
+        request->busy = appended == KVIO_HTTP_BODY_BUSY;
+        if (request->too_large || request->busy)
+            kvio_http_body_free(&server->limits, &request->body);
+        return appended == KVIO_HTTP_BODY_NOMEM ? MHD_NO : MHD_YES;
     }
     switch (request->phase) {
     case PHASE_BODY:
@@ -807,6 +1014,8 @@ static void completed(void *context, struct MHD_Connection *connection, void **r
     *request_p = NULL;
     kvio_http_server_t *server = request->server;
     list_remove(server, request);
+    /* Kept alive, it has the header deadline again for its next request. */
+    kvio_http_conn_headers(&server->limits, request->conn, false, kvio_time_ns());
     pthread_mutex_lock(&request->lock);
     bool live = request->submitted && !request->finished && !request->aborted;
     bool answered = request->ended || request->phase == PHASE_DONE;
@@ -826,29 +1035,37 @@ static void completed(void *context, struct MHD_Connection *connection, void **r
     request_release(request);
 }
 
+/* Each connection is in the limits from its start (its header deadline
+ * runs) to its close. */
 static void connection_notice(void *context, struct MHD_Connection *connection,
                               void **socket_context, enum MHD_ConnectionNotificationCode code)
 {
-    (void)connection;
-    (void)socket_context;
     kvio_http_server_t *server = ((daemon_slot_t *)context)->server;
-    pthread_mutex_lock(&server->metrics_lock);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        server->open_connections++;
-        if (server->open_connections > server->max_connections_seen)
-            server->max_connections_seen = server->open_connections;
-    } else if (server->open_connections > 0) {
-        server->open_connections--;
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = kvio_http_conn_open(&server->limits, info != NULL ? info->connect_fd : -1,
+                                              kvio_time_ns());
+    } else {
+        kvio_http_conn_close(&server->limits, *socket_context);
+        *socket_context = NULL;
     }
-    pthread_mutex_unlock(&server->metrics_lock);
 }
 
-/* ---------- the ticker: sleeping connections look at their client ---------- */
+/* ---------- the ticker: sleeping connections' clients looked at ---------- */
 
-static void wake_waiting(kvio_http_server_t *server)
+/* Wakes the sleeping connections: all of them, or (only_gone) those whose
+ * client went away, and /pause?mode=wait's, which look at the engine
+ * again. The peek is the ticker's own: waking every connection to peek
+ * cost libmicrohttpd's thread 20,000 calls a second with 1,000 requests
+ * queued. A listed request's socket is open: its connection's end takes
+ * it off the list (waiting_lock) first. */
+static void wake_waiting(kvio_http_server_t *server, bool only_gone)
 {
     pthread_mutex_lock(&server->waiting_lock);
     for (http_request_t *request = server->waiting; request != NULL; request = request->next) {
+        if (only_gone && !request->polls_engine && fd_alive(request->fd))
+            continue;
         pthread_mutex_lock(&request->lock);
         wake_locked(request);
         pthread_mutex_unlock(&request->lock);
@@ -862,7 +1079,8 @@ static void *ticker_main(void *context)
     while (!atomic_load(&server->stopping)) {
         struct timespec pause = {.tv_sec = 0, .tv_nsec = TICK_NS};
         nanosleep(&pause, NULL);
-        wake_waiting(server);
+        wake_waiting(server, true);
+        kvio_http_limits_tick(&server->limits, kvio_time_ns());
     }
     return NULL;
 }
@@ -883,7 +1101,7 @@ static kvio_status_t listen_on(const char *host, uint16_t port, int *fd_p, uint1
     int one = 1;
     socklen_t length = sizeof(address);
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0 || listen(fd, 1024) != 0 ||
+        bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0 || listen(fd, 4096) != 0 ||
         getsockname(fd, (struct sockaddr *)&address, &length) != 0) {
         snprintf(error_p, error_len, "--listen %s:%u: %s", host, (unsigned)port, strerror(errno));
         if (fd >= 0)
@@ -902,11 +1120,26 @@ static kvio_status_t start_daemon(kvio_http_server_t *server, daemon_slot_t *slo
                                      error_len);
     if (status != KVIO_OK)
         return status;
+    /* Past max_connections as many more are taken, so that /health and
+     * /metrics still answer and completions get a 503 rather than wait in
+     * the listen backlog (an open connection costs a descriptor and a few
+     * KiB until it sends something). */
+    uint32_t max = server->params.max_connections;
+    uint32_t headroom = max < 8 ? 8 : max;
+    unsigned idle_s = (unsigned)((server->params.idle_timeout_ns + 999999999) / 1000000000);
+    /* Several epoll threads: a request read and tokenized on one (16 MiB
+     * bodies took libmicrohttpd's single thread for over a second) holds up
+     * only the connections on it, and a busy thread accepts none. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned threads = cores < 2 ? 4 : cores > 8 ? 16 : (unsigned)(2 * cores);
     slot->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
         NULL, access_handler, slot, MHD_OPTION_LISTEN_SOCKET, slot->listen_fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)server->params.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_URI_LOG_CALLBACK, uri_read, slot,
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(max + headroom),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)server->params.max_connections_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_read, slot,
         MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
         MHD_OPTION_NOTIFY_CONNECTION, connection_notice, slot, MHD_OPTION_END);
     if (slot->daemon == NULL) {
@@ -958,6 +1191,9 @@ kvio_status_t kvio_http_server_start(const kvio_http_params_t *params,
     server->rank_metrics = calloc(num_ranks, sizeof(*server->rank_metrics));
     pthread_mutex_init(&server->metrics_lock, NULL);
     pthread_mutex_init(&server->waiting_lock, NULL);
+    kvio_http_limits_init(&server->limits, params->max_connections, params->header_timeout_ns,
+                          CROWDED_HEADER_TIMEOUT_NS, params->max_body_bytes,
+                          params->max_bodies_bytes);
     for (uint32_t i = 0; i < MAX_DAEMONS; i++)
         server->slots[i].listen_fd = -1;
     kvio_status_t status = server->host != NULL && server->model_name != NULL &&
@@ -996,7 +1232,9 @@ uint16_t kvio_http_server_port(const kvio_http_server_t *server, uint32_t index)
 void kvio_http_server_quiesce(kvio_http_server_t *server)
 {
     for (uint32_t i = 0; i < server->num_slots; i++) {
-        if (server->slots[i].daemon == NULL)
+        /* Once only: libmicrohttpd hands the same socket back on every call,
+         * and a second close would hit whatever reused its number. */
+        if (server->slots[i].daemon == NULL || atomic_exchange(&server->slots[i].quiesced, true))
             continue;
         /* The listening socket comes back to us, closed here: no new connection. */
         MHD_socket fd = MHD_quiesce_daemon(server->slots[i].daemon);
@@ -1012,6 +1250,8 @@ uint32_t kvio_http_server_busy(kvio_http_server_t *server)
 
 json_t *kvio_http_server_stats(kvio_http_server_t *server)
 {
+    kvio_http_limit_counts_t counts;
+    kvio_http_limits_counts(&server->limits, &counts);
     pthread_mutex_lock(&server->metrics_lock);
     json_t *by_status = json_object();
     static const char *const classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
@@ -1026,8 +1266,18 @@ json_t *kvio_http_server_stats(kvio_http_server_t *server)
         "{s:s, s:o, s:I, s:I, s:o, s:I, s:i}", "host", server->host, "ports", ports, "requests",
         (json_int_t)server->requests, "completions", (json_int_t)server->completions,
         "responses_by_status", by_status, "client_disconnects",
-        (json_int_t)server->disconnects, "max_open_connections",
-        (int)server->max_connections_seen);
+        (json_int_t)server->disconnects, "max_open_connections", (int)counts.max_open_seen);
+    /* What the bounds on clients did (docs/serve.md "Faults"). */
+    json_object_set_new(
+        stats, "limits",
+        json_pack("{s:i, s:i, s:I, s:f, s:f, s:I, s:I}", "max_connections",
+                  (int)server->params.max_connections, "max_connections_per_ip",
+                  (int)server->params.max_connections_per_ip, "max_bodies_bytes",
+                  (json_int_t)server->params.max_bodies_bytes, "header_timeout_s",
+                  (double)server->params.header_timeout_ns / 1e9, "idle_timeout_s",
+                  (double)server->params.idle_timeout_ns / 1e9, "refused_busy",
+                  (json_int_t)server->refused_busy, "headers_cut",
+                  (json_int_t)counts.headers_cut));
     json_object_set_new(stats, "tokenizer",
                         json_string(server->params.tokenizer != NULL
                                         ? kvio_tokenizer_describe(server->params.tokenizer)
@@ -1071,7 +1321,7 @@ void kvio_http_server_stop(kvio_http_server_t *server)
     if (server->ticker_started)
         pthread_join(server->ticker, NULL);
     /* MHD must not stop with connections asleep. */
-    wake_waiting(server);
+    wake_waiting(server, false);
     for (uint32_t i = 0; i < server->num_slots; i++) {
         if (server->slots[i].daemon != NULL)
             MHD_stop_daemon(server->slots[i].daemon);
@@ -1086,6 +1336,7 @@ void kvio_http_server_destroy(kvio_http_server_t *server)
     kvio_http_server_stop(server);
     pthread_mutex_destroy(&server->metrics_lock);
     pthread_mutex_destroy(&server->waiting_lock);
+    kvio_http_limits_fini(&server->limits);
     free(server->rank_metrics);
     free(server->steps);
     free(server->host);

@@ -70,9 +70,16 @@ static kvio_status_t redis_preflight(const void *options, uint64_t bytes, const 
     kvio_status_t status = kvio_redis_connect(redis->url, redis->timeout_ns, &connection, error,
                                               sizeof(error));
     kvio_redis_close(connection);
+    /* The hint for what failed: the connection, or the server's answer
+     * (WRONGPASS was asked whether the server was running). */
+    const char *hint = status == KVIO_ERR_CONNECTION || status == KVIO_ERR_TIMEOUT
+                           ? " (is the Redis server running and reachable?)"
+                       : strstr(error, "WRONGPASS") != NULL || strstr(error, "NOAUTH") != NULL ||
+                               strstr(error, "AUTH:") != NULL
+                           ? " (the server refused the password: check the URL's)"
+                           : "";
     if (status != KVIO_OK)
-        snprintf(error_p, error_len, "%s: %s (is the Redis server running and reachable?)",
-                 path, error);
+        snprintf(error_p, error_len, "%s: %s%s", path, error, hint);
     return status;
 }
 

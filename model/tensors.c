@@ -20,7 +20,8 @@ const char *kvio_tensor_kind_name(int kind)
 typedef struct tensor_list {
     kvio_tensor_t *items;
     size_t count, capacity;
-    double element_bytes;
+    double element_bytes;   /* the layers' weights */
+    double embedding_bytes; /* the embedding and LM head */
     kvio_status_t status;
 } tensor_list_t;
 
@@ -46,7 +47,9 @@ static void add(tensor_list_t *list, int layer, int expert, int kind, uint64_t r
     tensor->kind = kind;
     tensor->rows = rows;
     tensor->columns = columns;
-    tensor->bytes = (uint64_t)llround((double)rows * (double)columns * list->element_bytes);
+    double element_bytes = kind == KVIO_TENSOR_EMBEDDING ? list->embedding_bytes
+                                                         : list->element_bytes;
+    tensor->bytes = (uint64_t)llround((double)rows * (double)columns * element_bytes);
 }
 
 /* One MLP's (or expert's) gate, up and down projections. */
@@ -72,6 +75,8 @@ kvio_status_t kvio_model_tensors(const kvio_model_t *model, kvio_tensor_t **tens
     double element_bytes = model->weight_dtype_bytes > 0 ? model->weight_dtype_bytes
                                                          : model->dtype_bytes;
     tensor_list_t list = {.element_bytes = element_bytes > 0 ? element_bytes : 2};
+    list.embedding_bytes =
+        model->embedding_dtype_bytes > 0 ? model->embedding_dtype_bytes : list.element_bytes;
     uint64_t hidden = (uint64_t)model->hidden;
     uint64_t q_width = (uint64_t)(model->heads * model->head_dim);
     uint64_t kv_width = (uint64_t)(model->kv_heads * model->head_dim);

@@ -1212,6 +1212,16 @@ kvio_status_t report_cachesim_load(const char *path, report_cachesim_t **cachesi
         status = KVIO_ERR_NOMEM;
         goto out;
     }
+    /* Another kvio result given as a file: its directory is what reads it
+     * (compare.json was "not a kvio cachesim --json result"). */
+    const char *kind = json_object_get(json, "variants") != NULL ? "kvio compare's compare.json"
+                       : json_object_get(json, "complete") != NULL ? "a run's summary.json"
+                                                                   : NULL;
+    if (kind != NULL) {
+        snprintf(error_p, error_len, "%s: %s; give kvio report its directory", path, kind);
+        status = KVIO_ERR_PARSE;
+        goto out;
+    }
     if (!json_is_array(results) || json_array_size(results) == 0 ||
         json_array_size(results) > 10000) {
         snprintf(error_p, error_len,

@@ -6,16 +6,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "report/report_int.h"
-
-extern char **environ;
 
 /* A gnuplot single-quoted string: quotes doubled, control bytes dropped. */
 static void gp_string(FILE *out, const char *text)
@@ -172,13 +172,23 @@ kvio_status_t report_render_gnuplot(const kvio_report_t *report, const char *dir
     return ferror(out) ? KVIO_ERR_IO : KVIO_OK;
 }
 
-/* The gnuplot to run: $KVIO_GNUPLOT, or the first gnuplot on $PATH. */
-static bool find_gnuplot(char *path_p, size_t path_len)
+/* How long gnuplot may take (a hung one held kvio report forever);
+ * $KVIO_GNUPLOT_TIMEOUT seconds overrides it. */
+#define GNUPLOT_TIMEOUT_S 120.0
+
+/* The gnuplot to run: $KVIO_GNUPLOT, or the first gnuplot on $PATH. A
+ * $KVIO_GNUPLOT that cannot run says why in why_p (else why_p is ""). */
+static bool find_gnuplot(char *path_p, size_t path_len, char *why_p, size_t why_len)
 {
     const char *forced = getenv("KVIO_GNUPLOT");
+    if (why_len > 0)
+        why_p[0] = '\0';
     if (forced != NULL && forced[0] != '\0') {
         snprintf(path_p, path_len, "%s", forced);
-        return access(forced, X_OK) == 0;
+        if (access(forced, X_OK) == 0)
+            return true;
+        snprintf(why_p, why_len, "KVIO_GNUPLOT=%s: %s", forced, strerror(errno));
+        return false;
     }
     const char *search = getenv("PATH");
     if (search == NULL)
@@ -199,18 +209,78 @@ static bool find_gnuplot(char *path_p, size_t path_len)
 
 bool kvio_report_gnuplot_available(void)
 {
-    char path[4096];
-    return find_gnuplot(path, sizeof(path));
+    char path[4096], why[64];
+    return find_gnuplot(path, sizeof(path), why, sizeof(why));
+}
+
+/* Runs gnuplot on script: stdin /dev/null, its own process group (killed
+ * whole at the timeout), and killed if kvio dies first (it outlived a
+ * killed kvio report). */
+static kvio_status_t run_gnuplot(const char *gnuplot, const char *script, char *error_p,
+                                 size_t error_len)
+{
+    const char *limit = getenv("KVIO_GNUPLOT_TIMEOUT");
+    double timeout_s = limit != NULL && atof(limit) > 0 ? atof(limit) : GNUPLOT_TIMEOUT_S;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(error_p, error_len, "%s: cannot start: %s", gnuplot, strerror(errno));
+        return KVIO_ERR_IO;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127); /* kvio died before the line above */
+        setpgid(0, 0);
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0)
+            dup2(null, 0);
+        char *argv[] = {(char *)gnuplot, (char *)script, NULL};
+        execv(gnuplot, argv);
+        _exit(127);
+    }
+    setpgid(pid, pid); /* (either side may win the race; both set it) */
+    int wait_status = 0;
+    double waited = 0;
+    pid_t done;
+    while ((done = waitpid(pid, &wait_status, WNOHANG)) == 0 && waited < timeout_s) {
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 10000000};
+        nanosleep(&pause, NULL);
+        waited += 0.01;
+    }
+    if (done == 0) {
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR)
+            ;
+        snprintf(error_p, error_len, "%s did not finish %s within %.0f s (stopped; "
+                 "KVIO_GNUPLOT_TIMEOUT sets the limit)", gnuplot, script, timeout_s);
+        return KVIO_ERR_TIMEOUT;
+    }
+    if (done < 0 || !WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
+        bool exited = done > 0 && WIFEXITED(wait_status);
+        if (exited && WEXITSTATUS(wait_status) == 127)
+            snprintf(error_p, error_len, "%s: cannot start", gnuplot);
+        else
+            snprintf(error_p, error_len, "gnuplot failed on %s (%s %d)", script,
+                     exited ? "exit status" : "signal",
+                     exited ? WEXITSTATUS(wait_status) : WTERMSIG(wait_status));
+        return KVIO_ERR_IO;
+    }
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_report_write_png(kvio_report_t *report, const char *dir,
                                     size_t *num_written_p, char *error_p, size_t error_len)
 {
-    char gnuplot[4096];
-    if (!find_gnuplot(gnuplot, sizeof(gnuplot))) {
-        snprintf(error_p, error_len,
-                 "--png needs gnuplot, which is not installed (scripts/bootstrap.sh --dev or "
-                 "apt-get install gnuplot installs it)");
+    char gnuplot[4096], why[4200];
+    if (!find_gnuplot(gnuplot, sizeof(gnuplot), why, sizeof(why))) {
+        if (why[0] != '\0')
+            snprintf(error_p, error_len, "--png: %s", why);
+        else
+            snprintf(error_p, error_len,
+                     "--png needs gnuplot, which is not installed (scripts/bootstrap.sh --dev "
+                     "or apt-get install gnuplot installs it)");
         return KVIO_ERR_UNSUPPORTED;
     }
     char script[REPORT_PATH_MAX + 32];
@@ -227,26 +297,9 @@ kvio_status_t kvio_report_write_png(kvio_report_t *report, const char *dir,
         snprintf(error_p, error_len, "%s: cannot write the gnuplot script", script);
         return status;
     }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    char *argv[] = {gnuplot, script, NULL};
-    pid_t pid;
-    int spawn_error = posix_spawn(&pid, gnuplot, &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (spawn_error != 0) {
-        snprintf(error_p, error_len, "%s: cannot start: %s", gnuplot, strerror(spawn_error));
-        return KVIO_ERR_IO;
-    }
-    int wait_status = 0;
-    while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
-        snprintf(error_p, error_len, "gnuplot failed on %s (%s %d)", script,
-                 WIFEXITED(wait_status) ? "exit status" : "signal",
-                 WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : WTERMSIG(wait_status));
-        return KVIO_ERR_IO;
-    }
+    status = run_gnuplot(gnuplot, script, error_p, error_len);
+    if (status != KVIO_OK)
+        return status;
     *num_written_p = count;
     return KVIO_OK;
 }

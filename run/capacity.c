@@ -3,15 +3,17 @@
  * at one configured rate with several seeds, the SLO set and, when the
  * workload has none, a warm-up (the first part of the duration, where chat
  * sessions are still ramping) left out of every figure; it meets when the
- * seeds' mean attainment reaches the share and no seed fell behind (its
+ * attainment of every seed reaches the share and no seed fell behind (its
  * verdict says overloaded). The search brackets (doubling from the
  * workload's rate while probes meet, halving while they fail), then
  * bisects the configured rate to the tolerance. The knee is the offered
  * rate as measured at the highest configured rate that met below the first
  * that failed (the seeds' mean and 95 % interval): a configured rate is
  * what the stream was asked for, not what it offered. A curve whose met and
- * failed probes interleave is said to be, not bisected through. A confirm
- * run serves the knee's configured rate for the whole duration. */
+ * failed probes interleave is said to be, not bisected through. The
+ * confirm serves the knee's configured rate for the workload's own
+ * duration (a --set duration= shortens the probes, not the confirm) with
+ * the probes' seeds, and says whether the SLO held. */
 #include "kvio/capacity.h"
 
 #include "run/run_int.h"
@@ -47,6 +49,7 @@ typedef struct probe {
     seed_run_t runs[KVIO_CAPACITY_MAX_SEEDS];
     long num_runs;
     double attain, ttft_attain, tpot_attain, throughput, ttft_p99_ms, tpot_p99_ms; /* means */
+    double worst_attain;       /* the lowest seed's attainment */
     double offered, offered_ci95;
     bool overloaded, met;
     char dir[1300];
@@ -73,7 +76,10 @@ typedef struct search {
     bool monotone;             /* no probe met above one that failed */
     double reentry_rate;       /* not monotone: the lowest met rate above a failure */
     probe_t confirm;
-    bool confirmed;            /* the confirm run ran */
+    bool confirmed;            /* the confirm was made */
+    bool confirm_reused;       /* the probes ran the full duration: the knee's probe is it */
+    double full_duration_s;    /* the workload's own duration (no duration= of --set) */
+    char duration_set[96];     /* while confirming: duration=<full> */
     uint64_t start_ns;
 } search_t;
 
@@ -92,7 +98,7 @@ static kvio_status_t load_at(search_t *search, double rate, long long seed,
     const kvio_capacity_options_t *options = search->options;
     const char *sets[MAX_SETS];
     size_t count = 0;
-    for (size_t i = 0; i < options->num_sets && count < MAX_SETS - 6; i++)
+    for (size_t i = 0; i < options->num_sets && count < MAX_SETS - 7; i++)
         sets[count++] = options->sets[i];
     if (search->variant_set != NULL)
         sets[count++] = search->variant_set;
@@ -110,6 +116,8 @@ static kvio_status_t load_at(search_t *search, double rate, long long seed,
         sets[count++] = search->tpot_set;
     if (search->warmup_set[0] != '\0')
         sets[count++] = search->warmup_set;
+    if (search->duration_set[0] != '\0')
+        sets[count++] = search->duration_set;
     kvio_status_t status = kvio_workload_load(options->source, sets, count, workload_p, error_p,
                                               error_len);
     if (status != KVIO_OK)
@@ -183,21 +191,24 @@ static void probe_sum_up(probe_t *probe, double attain)
     probe->tpot_p99_ms = mean_of(probe, offsetof(seed_run_t, tpot_p99_ms));
     double offered[KVIO_CAPACITY_MAX_SEEDS];
     probe->overloaded = false;
+    probe->worst_attain = 1;
     for (long r = 0; r < probe->num_runs; r++) {
         offered[r] = probe->runs[r].offered;
         probe->overloaded = probe->overloaded || probe->runs[r].overloaded;
+        probe->worst_attain = fmin(probe->worst_attain, probe->runs[r].attain);
     }
     kvio_mean_ci95(offered, probe->num_runs, &probe->offered, &probe->offered_ci95);
-    probe->met = probe->attain >= attain && !probe->overloaded;
+    /* Every seed must meet it: a knee met on average fails about every
+     * other stream at its rate. */
+    probe->met = probe->worst_attain >= attain && !probe->overloaded;
 }
 
 /* A probe at rate, its seeds' runs in DIR/<point>-<rate>/seed-<s>. */
-static kvio_status_t run_probe(search_t *search, double rate, probe_t *probe, char *error_p,
-                               size_t error_len)
+static kvio_status_t run_probe(search_t *search, double rate, const char *name, probe_t *probe,
+                               char *error_p, size_t error_len)
 {
     *probe = (probe_t){.rate = rate};
-    snprintf(probe->dir, sizeof(probe->dir), "%s/%s-%.6g", search->directory, search->point,
-             rate);
+    snprintf(probe->dir, sizeof(probe->dir), "%s/%s-%.6g", search->directory, name, rate);
     kvio_status_t status = KVIO_OK;
     for (long r = 0; r < search->seeds && status == KVIO_OK; r++) {
         char dir[1400];
@@ -221,7 +232,7 @@ static kvio_status_t probe_at(search_t *search, double rate, probe_t **probe_p, 
         return KVIO_ERR_CONFIG;
     }
     probe_t *probe = &search->probes[search->num_probes];
-    kvio_status_t status = run_probe(search, rate, probe, error_p, error_len);
+    kvio_status_t status = run_probe(search, rate, search->point, probe, error_p, error_len);
     if (status == KVIO_OK) {
         search->num_probes++;
         *probe_p = probe;
@@ -303,6 +314,27 @@ static void find_knee(search_t *search)
     }
 }
 
+/* The workload's own duration: as loaded with every --set but a
+ * duration= (the confirm's). */
+static kvio_status_t own_duration(const search_t *search, double *duration_s_p, char *error_p,
+                                  size_t error_len)
+{
+    const kvio_capacity_options_t *options = search->options;
+    const char *sets[MAX_SETS];
+    size_t count = 0;
+    for (size_t i = 0; i < options->num_sets && count < MAX_SETS; i++)
+        if (strncmp(options->sets[i], "duration=", 9) != 0)
+            sets[count++] = options->sets[i];
+    kvio_workload_t workload;
+    kvio_status_t status = kvio_workload_load(options->source, sets, count, &workload, error_p,
+                                              error_len);
+    if (status != KVIO_OK)
+        return status;
+    *duration_s_p = (double)workload.duration_ns / 1e9;
+    kvio_workload_free(&workload);
+    return KVIO_OK;
+}
+
 /* The options and the workload fit a search: simulate, a synthetic stream
  * whose rate can vary, an SLO. */
 static kvio_status_t check_search(search_t *search, double *start_p, char *error_p,
@@ -335,6 +367,8 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
                  (long long)tpot_ns);
     search->base_seed = workload.seed;
     search->duration_s = (double)workload.duration_ns / 1e9;
+    if (status == KVIO_OK)
+        status = own_duration(search, &search->full_duration_s, error_p, error_len);
     /* A warm-up left out of every probe: the workload's own, else the first
      * share of its duration (chat sessions ramp up through it). */
     double share = options->warmup_share == 0 ? DEFAULT_WARMUP_SHARE : options->warmup_share;
@@ -394,22 +428,34 @@ static kvio_status_t check_search(search_t *search, double *start_p, char *error
     return status;
 }
 
-/* The confirm run: the knee's configured rate for the workload's whole
- * duration, seed as the first probe's. */
+/* The confirm: the knee's configured rate for the workload's own duration
+ * (without a duration= of --set: a knee found on short probes may not
+ * hold for the whole run, sessions still ramping), each of the probe's
+ * seeds. When the probes ran that duration already, the knee's probe is
+ * the confirm (every seed met there), and nothing runs again. */
 static kvio_status_t confirm(search_t *search, char *error_p, size_t error_len)
 {
     if (search->knee == NULL || search->options->no_confirm)
         return KVIO_OK;
     probe_t *probe = &search->confirm;
-    *probe = (probe_t){.rate = search->knee->rate, .num_runs = 1};
-    snprintf(probe->dir, sizeof(probe->dir), "%s/confirm-%.6g", search->directory,
-             probe->rate);
-    kvio_status_t status = run_seed(search, probe->rate, search->base_seed + search->seeds,
-                                    probe->dir, &probe->runs[0], error_p, error_len);
-    if (status == KVIO_OK) {
-        probe_sum_up(probe, search->options->attain);
-        search->confirmed = true;
+    if (fabs(search->full_duration_s - search->duration_s) < 1e-9) {
+        *probe = *search->knee;
+        search->confirmed = search->confirm_reused = true;
+        return KVIO_OK;
     }
+    snprintf(search->duration_set, sizeof(search->duration_set), "duration=%.9gs",
+             search->full_duration_s);
+    /* The warm-up is a share of the duration the probes ran. */
+    char warmup_set[sizeof(search->warmup_set)];
+    memcpy(warmup_set, search->warmup_set, sizeof(warmup_set));
+    if (search->warmup_set[0] != '\0' && search->duration_s > 0)
+        snprintf(search->warmup_set, sizeof(search->warmup_set), "warmup=%.6gs",
+                 search->warmup_s * search->full_duration_s / search->duration_s);
+    kvio_status_t status = run_probe(search, search->knee->rate, "confirm", probe, error_p,
+                                     error_len);
+    search->duration_set[0] = '\0';
+    memcpy(search->warmup_set, warmup_set, sizeof(warmup_set));
+    search->confirmed = status == KVIO_OK;
     return status;
 }
 
@@ -505,7 +551,7 @@ static const char *binding_of(const search_t *search)
     const probe_t *failed = search->first_failed;
     if (failed == NULL)
         return "none";
-    if (failed->overloaded || failed->attain >= search->options->attain)
+    if (failed->overloaded)
         return "throughput";
     return failed->ttft_attain <= failed->tpot_attain ? "ttft" : "tpot";
 }
@@ -521,9 +567,10 @@ static json_t *probe_json(const search_t *search, const probe_t *probe)
                              "request_throughput", run->throughput, "attainment", run->attain,
                              "ttft_p99_ms", run->ttft_p99_ms, "overloaded", run->overloaded));
     }
-    return json_pack("{s:f, s:b, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:o}",
+    return json_pack("{s:f, s:b, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:o}",
                      search->point, probe->rate, "met", probe->met, "overloaded",
-                     probe->overloaded, "attainment", probe->attain, "ttft_attainment",
+                     probe->overloaded, "attainment", probe->attain, "worst_attainment",
+                     probe->worst_attain, "ttft_attainment",
                      probe->ttft_attain, "tpot_attainment", probe->tpot_attain,
                      "request_throughput", probe->throughput, "offered_rate", probe->offered,
                      "offered_rate_ci95", probe->offered_ci95, "ttft_p99_ms", probe->ttft_p99_ms,
@@ -566,8 +613,12 @@ static json_t *search_json(const search_t *search)
                         json_real(search->first_failed != NULL ? search->first_failed->rate : 0));
     if (!search->monotone)
         json_object_set_new(result, "reentry", json_real(search->reentry_rate));
-    if (search->confirmed)
-        json_object_set_new(result, "confirm", probe_json(search, &search->confirm));
+    if (search->confirmed) {
+        json_t *confirmed = probe_json(search, &search->confirm);
+        json_object_set_new(confirmed, "duration_s", json_real(search->full_duration_s));
+        json_object_set_new(confirmed, "probe_reused", json_boolean(search->confirm_reused));
+        json_object_set_new(result, "confirm", confirmed);
+    }
     if (search->variant_value != NULL) {
         json_object_set_new(result, "vary", json_string(options->vary_key));
         json_object_set_new(result, "value", json_string(search->variant_value));
@@ -609,23 +660,23 @@ static void print_search(const search_t *search, FILE *out)
         snprintf(variant, sizeof(variant), " %s=%s", options->vary_key, search->variant_value);
     format_knee(search, knee_text, sizeof(knee_text));
     fprintf(out, "kvio capacity %s%s: %s\n", options->source, variant, knee_text);
-    fprintf(out, "  SLO met by %.0f%% of requests (binding: %s); %ld seeds a probe", 
-            100 * options->attain, binding_of(search), search->seeds);
+    fprintf(out, "  SLO met by %.0f%% of requests in every seed (binding: %s); %ld seeds a "
+            "probe", 100 * options->attain, binding_of(search), search->seeds);
     if (search->warmup_s > 0)
         fprintf(out, "; the first %.3g s of arrivals (warm-up: sessions ramping) left out",
                 search->warmup_s);
     fprintf(out, "\n");
-    fprintf(out, "  %10s %14s %6s %10s %10s %10s %12s %12s\n", search->point, "offered req/s",
-            "met", "attained", "ttft", "tpot", "ttft p99 ms", "tpot p99 ms");
+    fprintf(out, "  %8s %14s %6s %8s %8s %11s %11s\n", search->point, "offered req/s", "met",
+            "attained", "worst", "ttft p99 ms", "tpot p99 ms");
     for (size_t i = 0; i < search->num_probes; i++) {
         const probe_t *p = &search->probes[i];
         char offered[48];
         snprintf(offered, sizeof(offered), "%.*f+-%.*f",
                  decimals_for(p->offered_ci95, p->offered), p->offered,
                  decimals_for(p->offered_ci95, p->offered), p->offered_ci95);
-        fprintf(out, "  %10.4g %14s %6s %9.1f%% %9.1f%% %9.1f%% %12.2f %12.2f\n", p->rate,
-                offered, p->met ? "yes" : p->overloaded ? "behind" : "no", 100 * p->attain,
-                100 * p->ttft_attain, 100 * p->tpot_attain, p->ttft_p99_ms, p->tpot_p99_ms);
+        fprintf(out, "  %8.4g %14s %6s %7.1f%% %7.1f%% %11.2f %11.2f\n", p->rate, offered,
+                p->met ? "yes" : p->overloaded ? "behind" : "no", 100 * p->attain,
+                100 * p->worst_attain, p->ttft_p99_ms, p->tpot_p99_ms);
     }
     if (!search->monotone)
         fprintf(out, "  not monotone: the SLO failed at %.4g and was met again at %.4g; the "
@@ -633,10 +684,16 @@ static void print_search(const search_t *search, FILE *out)
                 search->first_failed->rate, search->reentry_rate);
     if (search->confirmed) {
         const probe_t *c = &search->confirm;
-        fprintf(out, "  confirm at %.4g for the whole %.3g s: %s (%.1f%% within the SLO, "
-                "%.4g req/s offered, %.4g served)\n", c->rate, search->duration_s,
-                c->met ? "the SLO held" : "the SLO did NOT hold", 100 * c->attain, c->offered,
-                c->throughput);
+        if (search->confirm_reused)
+            fprintf(out, "  confirm: the probes ran the workload's whole %.3g s, so the knee's "
+                    "%ld seeds are its confirm: the SLO held in each\n", search->duration_s,
+                    c->num_runs);
+        else
+            fprintf(out, "  confirm at %.4g for the workload's whole %.3g s (%ld seeds): %s "
+                    "(%.1f%% within the SLO, the worst seed %.1f%%; %.4g req/s offered)\n",
+                    c->rate, search->full_duration_s, c->num_runs,
+                    c->met ? "the SLO held" : "the SLO did NOT hold", 100 * c->attain,
+                    100 * c->worst_attain, c->offered);
     }
 }
 

@@ -11,6 +11,33 @@
 #include <string.h>
 
 
+void run_serve_plan(const kvio_workload_t *workload, const kvio_model_t *model,
+                    const kvio_gpu_t *gpu, kvio_stream_t *stream, bool updates,
+                    kvio_serve_run_t *run_p)
+{
+    *run_p = (kvio_serve_run_t){
+        .serve = &workload->serve,
+        .model = model,
+        .gpu = gpu,
+        .cost = &workload->cost,
+        .num_ranks = (uint32_t)workload->ranks.serve,
+        .num_prefill = (uint32_t)workload->ranks.prefill,
+        .pd = workload->ranks.prefill > 0 ? &workload->pd : NULL,
+        .seed = (uint64_t)workload->seed,
+        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
+        .warmup_ns = workload->warmup_ns,
+        .warmup_requests = workload->warmup_requests,
+        .stream = stream,
+        .rank_timeout_ns = workload->ranks.timeout_ns,
+        .device = &workload->device,
+        .data = &workload->data,
+        .update = updates ? &workload->update : NULL,
+        .loss = &workload->train.checkpoint.loss,
+        .stall_for_updates = updates && workload->update.apply == KVIO_APPLY_STALL,
+        .keep_itls = true,
+    };
+}
+
 kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
                                  int serve_index, int num_serve, pthread_mutex_t *setup_lock,
                                  volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
@@ -28,22 +55,18 @@ kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rt
                                     error_p, error_len);
     if (status != KVIO_OK)
         return status;
-    coupled->run = (kvio_serve_run_t){
-        .serve = &workload->serve, .model = &coupled->model, .gpu = &coupled->gpu,
-        .cost = &workload->cost, .num_ranks = (uint32_t)num_serve,
-        .seed = (uint64_t)workload->seed,
-        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
-        .warmup_ns = workload->warmup_ns, .warmup_requests = workload->warmup_requests,
-        .stream = coupled->stream, .device = &workload->device, .data = &workload->data,
-        /* With a client rank (the last), serve_index < 0 is the client; a
-         * front end (kvio serve) routes itself, with no client rank. */
-        .rte = rte,
-        .client_rank = workload->ranks.client > 0 && frontend == NULL ? 1 + num_serve : 0,
-        .first_serve_rank = 1, .update = &workload->update, .setup_lock = setup_lock,
-        .stop = stop, .frontend = frontend, .keep_itls = true,
-        .num_prefill = (uint32_t)workload->ranks.prefill,
-        .pd = workload->ranks.prefill > 0 ? &workload->pd : NULL,
-    };
+    run_serve_plan(workload, &coupled->model, &coupled->gpu, coupled->stream, true,
+                   &coupled->run);
+    kvio_serve_run_t *run = &coupled->run;
+    run->num_ranks = (uint32_t)num_serve;
+    run->rte = rte;
+    /* With a client rank (the last), serve_index < 0 is the client; a
+     * front end (kvio serve) routes itself, with no client rank. */
+    run->client_rank = workload->ranks.client > 0 && frontend == NULL ? 1 + num_serve : 0;
+    run->first_serve_rank = 1;
+    run->setup_lock = setup_lock;
+    run->stop = stop;
+    run->frontend = frontend;
     if (serve_index < 0)
         return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
     return kvio_serve_rank_create(&coupled->run, (uint32_t)serve_index, (uint32_t)num_serve,
@@ -76,7 +99,7 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
         .run_ns = workload->duration_ns};
     if (kvio_model_resolve(&model, error_p, error_len) == KVIO_OK)
         pd.kv_bytes_per_token = kvio_model_kv_bytes_per_token(&model,
-                                                              workload->cost.tensor_parallel);
+                                                              kvio_cost_gpus(&workload->cost));
     kvio_status_t status = kvio_serve_ranks_merge(blobs + 1, lengths + 1, (size_t)size - 1,
                                                   TRAIN_RANK + 1, context->results,
                                                   context->events, context->result, &served,

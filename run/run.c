@@ -111,10 +111,59 @@ static kvio_status_t write_provisional_summary(const kvio_workload_t *workload,
  * last (which is never fed back): one that needs more than the whole cache
  * could never start, on any engine. Refused before the run, not found an
  * hour into it. A closed loop's count is left unknown (0). */
+/* With chunked prefill off a prompt is computed in one step, so the step's
+ * token budget must hold it: vLLM refuses max_num_batched_tokens below
+ * max_model_len at start-up in that case. Here the longest prompt the
+ * stream has is the bound (a request the engine could never start). */
+static bool prompt_fits_a_step(const kvio_workload_t *workload, const kvio_request_t *request,
+                               char *error_p, size_t error_len)
+{
+    const kvio_engine_config_t *engine = &workload->serve.engine;
+    if (engine->chunked_prefill || engine->max_num_batched_tokens <= 0 ||
+        (int64_t)request->input_tokens <= engine->max_num_batched_tokens)
+        return true;
+    snprintf(error_p, error_len,
+             "serve.engine.max_num_batched_tokens: %lld is below the prompt of request %llu "
+             "(%u tokens) with serve.engine.chunked_prefill: false: a prompt is then computed "
+             "in one step, which no step could hold (vLLM refuses a token budget below "
+             "max_model_len without chunked prefill); raise max_num_batched_tokens to the "
+             "longest prompt or set chunked_prefill: true",
+             (long long)engine->max_num_batched_tokens, (unsigned long long)request->id,
+             request->input_tokens);
+    return false;
+}
+
+/* The blocks a request needs at the least to run from the pool alone:
+ * its whole sequence's; with hybrid groups (serve.kvcache.hybrid) the
+ * window group's too: at its first step as many as the full group's for
+ * the first chunk (vLLM allocates a fresh request's window blocks for
+ * every new token, freeing those past the window only once computed), and
+ * while it decodes the window's. */
+static uint64_t blocks_needed(const kvio_workload_t *workload, uint64_t window_tokens,
+                              uint64_t input, uint64_t tokens)
+{
+    uint64_t block_size = (uint64_t)workload->serve.kvcache.block_size;
+    uint64_t full = (tokens + block_size - 1) / block_size;
+    if (window_tokens == 0)
+        return full;
+    const kvio_engine_config_t *engine = &workload->serve.engine;
+    uint64_t chunk = input;
+    if (engine->chunked_prefill && engine->max_num_batched_tokens > 0 &&
+        chunk > (uint64_t)engine->max_num_batched_tokens)
+        chunk = (uint64_t)engine->max_num_batched_tokens;
+    if (engine->chunked_prefill && engine->long_prefill_token_threshold > 0 &&
+        chunk > (uint64_t)engine->long_prefill_token_threshold)
+        chunk = (uint64_t)engine->long_prefill_token_threshold;
+    uint64_t first_step = 2 * ((chunk + block_size - 1) / block_size);
+    uint64_t window = (window_tokens + block_size - 1) / block_size + 1;
+    uint64_t decoding = full + (window < full ? window : full);
+    return first_step > decoding ? first_step : decoding;
+}
+
 static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_stream_t *stream,
-                                        uint32_t blocks, uint64_t *requests_p,
-                                        uint64_t *stream_blocks_p, char *error_p,
-                                        size_t error_len)
+                                        uint32_t blocks, uint64_t window_tokens,
+                                        uint64_t *requests_p, uint64_t *stream_blocks_p,
+                                        char *error_p, size_t error_len)
 {
     *requests_p = 0;
     *stream_blocks_p = 0;
@@ -137,11 +186,14 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
             output = request->max_tokens;
         uint64_t tokens = request->input_tokens + (output > 0 ? output - 1 : 0);
         *stream_blocks_p += (tokens + block_size - 1) / block_size + 1;
-        if (tokens <= capacity)
+        if (!prompt_fits_a_step(workload, request, error_p, error_len))
+            return KVIO_ERR_CONFIG;
+        uint64_t needed = blocks_needed(workload, window_tokens, request->input_tokens, tokens);
+        if (needed <= blocks)
             continue;
         snprintf(error_p, error_len,
                  "%s%s%srequest %llu needs the KV of %llu tokens (%u input + %llu output - 1), "
-                 "%llu blocks of %llu, but serve.kvcache holds %u blocks (%llu tokens): no "
+                 "%llu blocks of %llu%s, but serve.kvcache holds %u blocks (%llu tokens): no "
                  "engine could ever start it; raise serve.kvcache.blocks or capacity, or "
                  "shorten the stream's lengths",
                  trace != NULL && trace[0] != '\0' ? "stream.trace.path " : "stream: ",
@@ -149,8 +201,11 @@ static kvio_status_t check_requests_fit(const kvio_workload_t *workload, kvio_st
                  trace != NULL && trace[0] != '\0' ? ": " : "",
                  (unsigned long long)request->id, (unsigned long long)tokens,
                  request->input_tokens, (unsigned long long)output,
-                 (unsigned long long)((tokens + block_size - 1) / block_size),
-                 (unsigned long long)block_size, blocks, (unsigned long long)capacity);
+                 (unsigned long long)needed, (unsigned long long)block_size,
+                 window_tokens > 0 ? " in its full and window groups (serve.kvcache.hybrid: "
+                                     "the window group holds the first chunk's blocks too)"
+                                   : "",
+                 blocks, (unsigned long long)capacity);
         return KVIO_ERR_CONFIG;
     }
     if (closed_loop) {
@@ -348,8 +403,9 @@ static kvio_status_t check_simulate_memory(const kvio_workload_t *workload,
     if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
         return KVIO_OK; /* unknown: no check */
     const kvio_kvcache_section_t *kvcache = &workload->serve.kvcache;
-    uint64_t block_bytes = kvio_model_kv_bytes_per_token(model, workload->cost.tensor_parallel) *
-                           (uint64_t)kvcache->block_size;
+    uint64_t block_bytes =
+        kvio_model_kv_bytes_per_token(model, kvio_cost_gpus(&workload->cost)) *
+        (uint64_t)kvcache->block_size;
     uint64_t pool = kvio_kvcache_footprint(blocks + 1, kvcache->index, stream_blocks), tiers = 0;
     const kvio_tier_config_t *tier = kvcache->tiers.items;
     for (size_t t = 0; t < kvcache->tiers.count; t++)
@@ -461,7 +517,7 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
         status = kvio_gpu_resolve(gpu_p, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_serve_kv_blocks(&workload->serve, model_p, gpu_p,
-                                      workload->cost.tensor_parallel, &blocks, error_p,
+                                      kvio_cost_gpus(&workload->cost), &blocks, error_p,
                                       error_len);
     if (status == KVIO_OK)
         status = check_cost(workload, model_p, gpu_p, error_p, error_len);
@@ -480,7 +536,10 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                                     &stream, error_p, error_len);
     uint64_t stream_blocks = UINT64_MAX;
     if (status == KVIO_OK)
-        status = check_requests_fit(workload, stream, blocks, requests_p, &stream_blocks, error_p,
+        status = check_requests_fit(workload, stream, blocks,
+                                    workload->serve.kvcache.hybrid
+                                        ? (uint64_t)model_p->sliding_window : 0,
+                                    requests_p, &stream_blocks, error_p,
                                     error_len);
     if (status == KVIO_OK && !emulate)
         status = check_simulate_memory(workload, model_p, blocks, stream_blocks, error_p,
@@ -741,45 +800,29 @@ static kvio_status_t run_serving(run_state_t *state)
     }
     if (status != KVIO_OK || !state->serving || !state->root)
         return status;
-    kvio_serve_run_t serve_run = {
-        .serve = &workload->serve,
-        .model = &state->model,
-        .gpu = &state->gpu,
-        .cost = &workload->cost,
-        .num_ranks = (uint32_t)workload->ranks.serve,
-        .num_prefill = (uint32_t)workload->ranks.prefill,
-        .pd = workload->ranks.prefill > 0 ? &workload->pd : NULL,
-        .seed = (uint64_t)workload->seed,
-        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
-        .warmup_ns = workload->warmup_ns,
-        .warmup_requests = workload->warmup_requests,
-        .stream = state->stream,
-        .rank_timeout_ns = workload->ranks.timeout_ns,
-        .num_requests = state->num_requests,
-        .results = state->results,
-        .stop = state->options->stop,
-        .events = state->events,
-        .device = &workload->device,
-        .data = &workload->data,
-        /* Serve ranks follow the train ranks in every file, as in updates.csv. */
-        .first_serve_rank = state->updates ? (int)workload->ranks.train : 0,
-        .start = state->start,
-        .updates = state->schedule.updates,
-        .num_updates = state->schedule.num_updates,
-        .stall_for_updates = workload->update.apply == KVIO_APPLY_STALL,
-        .version_steps = state->schedule.version_steps,
-        .num_version_steps = state->schedule.num_version_steps,
-        .loss = &workload->train.checkpoint.loss,
-        .update = state->updates ? &workload->update : NULL,
-        .updates_activated_ns = state->activated_ns,
-        .updates_stall_ns = state->stall_ns,
-        .drain_stall_ns = state->drain_stall_ns,
-        .output = state->updates && !state->emulate ? &state->served : NULL,
-        .frontend = state->options->frontend,
-        .keep_itls = true,
-        .itls = &state->itls,
-        .samples = &state->samples,
-    };
+    kvio_serve_run_t serve_run;
+    run_serve_plan(workload, &state->model, &state->gpu, state->stream, state->updates,
+                   &serve_run);
+    serve_run.num_requests = state->num_requests;
+    serve_run.results = state->results;
+    serve_run.stop = state->options->stop;
+    serve_run.events = state->events;
+    /* Serve ranks follow the train ranks in every file, as in updates.csv. */
+    serve_run.first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
+    serve_run.start = state->start;
+    serve_run.frontend = state->options->frontend;
+    serve_run.itls = &state->itls;
+    serve_run.samples = &state->samples;
+    /* Simulate's updates: the schedule, and where the engines' activations
+     * and stalls go. */
+    serve_run.updates = state->schedule.updates;
+    serve_run.num_updates = state->schedule.num_updates;
+    serve_run.version_steps = state->schedule.version_steps;
+    serve_run.num_version_steps = state->schedule.num_version_steps;
+    serve_run.updates_activated_ns = state->activated_ns;
+    serve_run.updates_stall_ns = state->stall_ns;
+    serve_run.drain_stall_ns = state->drain_stall_ns;
+    serve_run.output = state->updates && !state->emulate ? &state->served : NULL;
     if (twin_wanted(state)) {
         status = serve_twin(state, &serve_run);
         if (status != KVIO_OK)
@@ -1057,9 +1100,14 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
         /* Emulate builds real pools and connects transports before its t0:
          * say so (the first line came at 17 s of a 20 s run when piped). */
         int64_t ranks = workload->ranks.serve + (updates ? workload->ranks.train : 0);
+        int64_t real_ns = options->frontend != NULL && !state.coupled
+                              ? options->frontend_duration_ns
+                              : workload->duration_ns;
+        char then[64] = "serving until stopped";
+        if (real_ns > 0)
+            snprintf(then, sizeof(then), "%.3g s of real time", (double)real_ns / 1e9);
         fprintf(stderr, "kvio: emulate: setting up %lld rank%s (KV pools, transports), then "
-                "%.3g s of real time\n", (long long)ranks, ranks == 1 ? "" : "s",
-                (double)workload->duration_ns / 1e9);
+                "%s\n", (long long)ranks, ranks == 1 ? "" : "s", then);
     }
     if (state.root)
         status = write_provisional_summary(workload, options, state.results, state.host,

@@ -191,6 +191,15 @@ typedef struct run_context {
                                            requests (rank 0; NULL: not wanted) */
 } run_context_t;
 
+/* The plan of serving: what every serve run takes from the workload (the
+ * sections, the stream, the SLO, warm-up, seed, P/D, what updates do),
+ * filled in this one place for simulate's run and twin and for emulate's
+ * serve ranks and client (run/coupled.c); each then adds its mode's own
+ * parts (the schedule of updates, the runtime handle, the front end). */
+void run_serve_plan(const kvio_workload_t *workload, const kvio_model_t *model,
+                    const kvio_gpu_t *gpu, kvio_stream_t *stream, bool updates,
+                    kvio_serve_run_t *run_p);
+
 /* A serve rank's engine in the coupled run: the model, GPU and its own copy
  * of the stream (each rank takes its share). */
 typedef struct coupled_serve {

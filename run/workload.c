@@ -85,8 +85,7 @@ const kvio_opt_t kvio_workload_options[] = {
      .help = "the serving engine: batch limits, KV cache and tiers, scheduler, router"},
     {.key = "pd", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, pd),
      .options = kvio_pd_options,
-     .help = "prefill/decode disaggregation (ranks.prefill, ranks.decode): the KV transfer's "
-             "link, push or pull, layer-wise, the decode router, model versions"},
+     .help = "prefill/decode disaggregation: the KV link, push or pull, the decode router"},
     {.key = "slo", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, slo),
      .options = kvio_slo_options,
      .help = "latency objectives that goodput counts against (none: no goodput)"},
@@ -97,9 +96,7 @@ const kvio_opt_t kvio_workload_options[] = {
      .options = kvio_train_options, .help = "training ranks: steps, checkpoints, transport"},
     {.key = "weight_sync", .type = KVIO_OPT_SECTION,
      .offset = offsetof(kvio_workload_t, weight_sync), .options = kvio_sync_options,
-     .help = "simulate: the update as the model's tensors in buckets through a pipelined "
-             "stage/broadcast/reload across GPUs and nodes (off: train.bytes through "
-             "train.transport)"},
+     .help = "simulate: the update as tensors in buckets, staged, broadcast and reloaded"},
     {.key = "update", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, update),
      .options = kvio_update_options, .help = "serve side of model updates"},
     {.key = "stream", .type = KVIO_OPT_SECTION, .offset = offsetof(kvio_workload_t, stream),

@@ -1,7 +1,11 @@
-/* The cost model: roofline time from FLOPs and bytes of one iteration
- * against a GPU spec, a linear form with fitted coefficients, and a measured
- * table interpolated trilinearly, and the `cost:` option table. */
+/* The cost model: the `cost:` option table, a cost model's set-up (the
+ * engine profile's parameters with the config's overrides, the matmuls'
+ * peak), the three forms (roofline in serve/cost_roofline.c, a linear form
+ * with fitted coefficients, a measured table interpolated trilinearly) and
+ * what a benchmark's run of a batch costs (kvio_cost_run). */
 #include "kvio/cost.h"
+
+#include "serve/cost_int.h"
 
 #include "kvio/array.h"
 #include "kvio/results.h"
@@ -14,64 +18,90 @@
 
 static const char *const cost_kind_names[] = {"roofline", "linear", "table", NULL};
 
+const char *const kvio_allreduce_names[] = {"auto", "ring", "tree", "one-shot", "two-shot", NULL};
+
+/* An engine overhead: auto takes the engine profile's. */
+#define ENGINE_DURATION(name, field, text)                                                 \
+    {.key = name, .type = KVIO_OPT_DURATION, .offset = offsetof(kvio_cost_config_t, field),  \
+     .default_value = "auto", .flags = KVIO_OPT_AUTO,                                      \
+     .help = text " (auto: the engine profile's; kvio cost --engines lists them)"}
+
 const kvio_opt_t kvio_cost_options[] = {
     {.key = "kind", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_cost_config_t, kind),
      .values = cost_kind_names, .default_value = "roofline",
      .help = "roofline (model and GPU), linear (coefficients) or table (measured CSV)"},
+    {.key = "engine", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_cost_config_t, engine),
+     .values = kvio_cost_engine_names, .default_value = "vllm-cudagraph",
+     .help = "roofline: the engine profile (host time per step and sequence, CUDA graph "
+             "sizes, eager launches): vllm-cudagraph, vllm-eager, sglang, sglang-eager, trtllm"},
     {.key = "tensor_parallel", .type = KVIO_OPT_INT,
      .offset = offsetof(kvio_cost_config_t, tensor_parallel), .default_value = "1",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 64,
-     .help = "GPUs one serve rank spans"},
+     .help = "GPUs one pipeline stage of a serve rank spans (two all-reduces per layer)"},
+    {.key = "pipeline_parallel", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_cost_config_t, pipeline_parallel), .default_value = "1",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 64,
+     .help = "pipeline stages of a serve rank, each tensor_parallel GPUs holding its share "
+             "of the layers (a step crosses every stage: activations hop between them)"},
+    {.key = "expert_parallel", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(kvio_cost_config_t, expert_parallel), .default_value = "false",
+     .help = "MoE: experts spread over the tensor_parallel GPUs, an all-to-all each way per "
+             "MoE layer instead of its all-reduce (vLLM --enable-expert-parallel)"},
+    {.key = "allreduce", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_cost_config_t, allreduce),
+     .values = kvio_allreduce_names, .default_value = "auto",
+     .help = "all-reduce algorithm: ring, tree, one-shot, two-shot, or auto (the fastest, as "
+             "NCCL and vLLM's custom all-reduce pick; one-/two-shot need NVSwitch or a pair)"},
     {.key = "compute_efficiency", .type = KVIO_OPT_DOUBLE,
-     .offset = offsetof(kvio_cost_config_t, compute_efficiency), .default_value = "0.6",
-     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.01, .max = 1,
-     .help = "fraction of peak FLOP/s a forward pass reaches"},
+     .offset = offsetof(kvio_cost_config_t, compute_efficiency), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "fraction of peak FLOP/s a forward pass reaches (0: the GPU's)"},
     {.key = "memory_efficiency", .type = KVIO_OPT_DOUBLE,
-     .offset = offsetof(kvio_cost_config_t, memory_efficiency), .default_value = "0.8",
-     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.01, .max = 1,
-     .help = "fraction of HBM bandwidth a forward pass reaches"},
+     .offset = offsetof(kvio_cost_config_t, memory_efficiency), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1,
+     .help = "fraction of HBM bandwidth a forward pass reaches (0: the GPU's)"},
     {.key = "link_efficiency", .type = KVIO_OPT_DOUBLE,
      .offset = offsetof(kvio_cost_config_t, link_efficiency), .default_value = "0.7",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.01, .max = 1,
-     .help = "fraction of the GPU link an all-reduce reaches"},
-    {.key = "overhead", .type = KVIO_OPT_DURATION,
-     .offset = offsetof(kvio_cost_config_t, overhead_ns), .default_value = "1ms",
-     .help = "fixed time per iteration (scheduling, kernel launches)"},
-    {.key = "mixed_overhead", .type = KVIO_OPT_DURATION,
-     .offset = offsetof(kvio_cost_config_t, mixed_overhead_ns), .default_value = "0.9ms",
-     .flags = KVIO_OPT_HAS_MIN, .min = 0,
-     .help = "roofline: more fixed time for an iteration with prefill tokens than for a "
-             "decode-only one (vLLM replays one full CUDA graph only for decode-only batches, "
-             "piecewise graphs otherwise: 5.87 vs 4.97 ms a step on an H200, vLLM PR #51167)"},
-    {.key = "allreduce_latency", .type = KVIO_OPT_DURATION,
-     .offset = offsetof(kvio_cost_config_t, allreduce_latency_ns), .default_value = "10us",
-     .help = "start-up time of one all-reduce (tensor parallelism)"},
+     .help = "fraction of the GPU link a collective reaches"},
+    ENGINE_DURATION("overhead", overhead_ns,
+                    "host time per step (scheduler, input preparation, sampler)"),
+    ENGINE_DURATION("sequence_overhead", sequence_overhead_ns,
+                    "host time per sequence of a step"),
+    ENGINE_DURATION("eager_layer", eager_layer_ns,
+                    "host time to launch one layer's kernels eagerly (the GPU waits when it "
+                    "is the longer)"),
+    ENGINE_DURATION("mixed_overhead", mixed_overhead_ns,
+                    "more for a step that replays no full CUDA graph (vLLM: one with prefill "
+                    "tokens runs piecewise graphs, 5.87 vs 4.97 ms a step on an H200, vLLM "
+                    "PR #51167)"),
+    ENGINE_DURATION("allreduce_latency", allreduce_latency_ns,
+                    "the engine's start-up of one all-reduce (tensor parallelism)"),
+    ENGINE_DURATION("request_overhead", request_overhead_ns,
+                    "a request's time before its first step (API server, tokenizer): what a "
+                    "client's TTFT adds to the engine's"),
+    {.key = "cudagraph_max_batch", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_cost_config_t, cudagraph_max_batch), .default_value = "auto",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_AUTO, .min = 0,
+     .help = "the largest decode batch replayed as a CUDA graph, padded up to a captured "
+             "size (0: none; auto: the engine profile's)"},
     {.key = "c0", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c0_ms),
-     .default_value = "0", .help = "linear form: ms per iteration"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per iteration"},
     {.key = "c1", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c1_ms),
-     .default_value = "0", .help = "linear form: ms per prefill token"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per prefill token"},
     {.key = "c2", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c2_ms),
-     .default_value = "0", .help = "linear form: ms per decode sequence"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per decode sequence"},
     {.key = "c3", .type = KVIO_OPT_DOUBLE, .offset = offsetof(kvio_cost_config_t, linear_c3_ms),
-     .default_value = "0", .help = "linear form: ms per token of decode context"},
+     .default_value = "0", .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "linear form: ms per token of decode context"},
     {.key = "table", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_cost_config_t, table),
      .help = "table form: CSV of prefill_tokens,decode_seqs,context_tokens,time_ms"},
     {.key = NULL},
 };
 
-/* A measured grid for the table form. */
-typedef struct cost_table {
-    double *axes[3];
-    size_t sizes[3];
-    double *times_ms; /* [prefill][decode][context] */
-} cost_table_t;
-
-struct kvio_cost {
-    kvio_cost_config_t config;
-    kvio_model_t model;
-    kvio_gpu_t gpu;
-    cost_table_t table;
-};
+#undef ENGINE_DURATION
 
 /* ---------- batches and iteration time ---------- */
 
@@ -99,72 +129,6 @@ void kvio_batch_add_verify(kvio_batch_t *batch, uint64_t context_tokens, uint64_
     double d = (double)drafts, c = (double)context_tokens;
     batch->spec_tokens += drafts;
     batch->spec_attention += d * (c + 1) + d * (d + 1) / 2;
-}
-
-static void roofline(const kvio_cost_t *cost, const kvio_batch_t *batch,
-                     kvio_cost_breakdown_t *out)
-{
-    const kvio_model_t *model = &cost->model;
-    const kvio_gpu_t *gpu = &cost->gpu;
-    double tp = (double)cost->config.tensor_parallel;
-    double tokens = (double)(batch->prefill_tokens + batch->decode_seqs + batch->spec_tokens);
-    double sequences = (double)(batch->prefill_seqs + batch->decode_seqs);
-    double layers = (double)model->layers;
-    double full_layers = (double)(model->layers - model->sliding_window_layers);
-    double window_layers = (double)model->sliding_window_layers;
-    double qk_width = (double)(model->heads * model->head_dim);
-
-    /* Matmul FLOPs: 2 per active weight per token, plus the LM head for each
-     * sequence that samples a token. */
-    double experts = model->num_experts > 0 ? (double)model->experts_per_token : 1.0;
-    double linear_per_token = layers * (kvio_model_attention_params(model) + experts * kvio_model_expert_params(model));
-    double lm_head = (double)model->vocab * (double)model->hidden;
-    double flops = 2.0 * linear_per_token * tokens + 2.0 * lm_head * sequences;
-    /* Attention: QK^T and PV, 4·width FLOPs per (query, key) pair; windowed
-     * layers see at most `window` keys per query. */
-    double pairs = batch->prefill_attention + (double)batch->decode_context +
-                   (double)batch->decode_seqs + batch->spec_attention;
-    double window_pairs = fmin(pairs, tokens * (double)model->sliding_window);
-    flops += 4.0 * qk_width * (full_layers * pairs + window_layers * window_pairs);
-
-    /* Bytes: weights read once per iteration (MoE: only the experts the batch
-     * touches, E·(1 − (1 − k/E)^T)), KV read for every context token and
-     * written for every new one. */
-    double weight_bytes = model->weight_dtype_bytes;
-    double dense_weights = layers * kvio_model_attention_params(model) + kvio_model_embedding_params(model);
-    double expert_weights = 0;
-    if (model->num_experts > 0) {
-        double e = (double)model->num_experts, k = (double)model->experts_per_token;
-        double touched = e * (1.0 - pow(1.0 - k / e, tokens));
-        expert_weights = layers * touched * kvio_model_expert_params(model);
-        dense_weights += layers * (double)(model->hidden * model->num_experts);
-    } else {
-        expert_weights = layers * kvio_model_expert_params(model);
-    }
-    double kv_token = (double)kvio_model_kv_bytes_per_token(model, 1);
-    double context = (double)(batch->prefill_context + batch->decode_context);
-    double window_kv = (double)kvio_model_window_kv_bytes(model, 1);
-    double bytes = (dense_weights + expert_weights) * weight_bytes + kv_token * (context + tokens) +
-                   window_kv * sequences;
-
-    out->flops = flops;
-    out->bytes = bytes;
-    out->compute_s = flops / tp / (gpu->flops * cost->config.compute_efficiency);
-    out->memory_s = bytes / tp / (gpu->hbm_bandwidth * cost->config.memory_efficiency);
-    out->allreduce_s = 0;
-    if (tp > 1 && tokens > 0) {
-        /* Two all-reduces per layer of tokens × hidden activations; a ring
-         * moves 2(tp − 1)/tp of the data over each link. */
-        double size = tokens * (double)model->hidden * model->dtype_bytes;
-        double per = 2.0 * (tp - 1.0) / tp * size /
-                     (gpu->link_bandwidth * cost->config.link_efficiency);
-        out->allreduce_s = 2.0 * layers * (per + (double)cost->config.allreduce_latency_ns / 1e9);
-    }
-    out->mixed_overhead_s =
-        batch->prefill_tokens > 0 ? (double)cost->config.mixed_overhead_ns / 1e9 : 0;
-    out->overhead_s = (double)cost->config.overhead_ns / 1e9 + out->mixed_overhead_s;
-    out->bound = out->compute_s >= out->memory_s ? "compute" : "memory";
-    out->time_s = fmax(out->compute_s, out->memory_s) + out->allreduce_s + out->overhead_s;
 }
 
 /* Index of the cell of axis holding x, and x's position t in it (t may leave
@@ -228,7 +192,7 @@ void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,
                     c->linear_c1_ms * (double)(batch->prefill_tokens + batch->spec_tokens) +
                     c->linear_c2_ms * (double)batch->decode_seqs +
                     c->linear_c3_ms * (double)batch->decode_context;
-        out.time_s = fmax(ms, 0) / 1e3;
+        out.time_s = fmax(ms, 0) / 1e3; /* (the options refuse negative coefficients) */
         out.bound = "linear";
         break;
     }
@@ -241,92 +205,13 @@ void kvio_cost_iteration(const kvio_cost_t *cost, const kvio_batch_t *batch,
         break;
     }
     default:
-        roofline(cost, batch, &out);
+        cost_roofline(cost, batch, &out);
         break;
     }
     *breakdown_p = out;
 }
 
-/* ---------- samples, tables and fitting ---------- */
-
-/* The most rows kvio fit reads (320 MB of samples): an endless or huge
- * file is refused at that row, not read until memory runs out. */
-#define MAX_FIT_SAMPLES 10000000
-
-kvio_status_t kvio_cost_read_samples(const char *path, kvio_cost_sample_t **samples_p,
-                                     size_t *count_p, char *error_p, size_t error_len)
-{
-    /* kvio's own iterations.csv names the time duration_ms and has no
-     * context column: the fit then leaves c3 at 0. */
-    static const char *const columns[4] = {"prefill_tokens", "decode_seqs", "context_tokens",
-                                           "time_ms"};
-    static const char *const aliases[4] = {NULL, NULL, NULL, "duration_ms"};
-    static const bool optional[4] = {false, false, true, false};
-    kvio_csv_reader_t *csv = malloc(sizeof(*csv));
-    if (csv == NULL)
-        return KVIO_ERR_NOMEM;
-    kvio_status_t status = kvio_csv_reader_open(csv, path, error_p, error_len);
-    if (status == KVIO_ERR_NOT_FOUND)
-        snprintf(error_p, error_len, "%s: %s", path, strerror(ENOENT));
-    if (status != KVIO_OK) {
-        free(csv);
-        return status;
-    }
-    int position[4];
-    for (int c = 0; c < 4 && status == KVIO_OK; c++) {
-        position[c] = kvio_csv_reader_column(csv, columns[c]);
-        if (position[c] < 0 && aliases[c] != NULL)
-            position[c] = kvio_csv_reader_column(csv, aliases[c]);
-        if (position[c] < 0 && !optional[c]) {
-            snprintf(error_p, error_len, "%s:%lu: the header has no '%s' column", path,
-                     csv->line_number, columns[c]);
-            status = KVIO_ERR_PARSE;
-        }
-    }
-    kvio_cost_sample_t *samples = NULL;
-    size_t count = 0, capacity = 0;
-    while (status == KVIO_OK && (status = kvio_csv_reader_next(csv, error_p, error_len)) ==
-                                    KVIO_OK) {
-        double values[4];
-        for (int c = 0; c < 4 && status == KVIO_OK; c++) {
-            char *end = NULL;
-            const char *text = position[c] < 0                        ? "0"
-                               : (size_t)position[c] < csv->num_fields ? csv->fields[position[c]]
-                                                                       : "";
-            values[c] = strtod(text, &end);
-            if (end == text || *end != '\0' || !isfinite(values[c]) || values[c] < 0) {
-                snprintf(error_p, error_len, "%s:%lu: %s: '%s' is not a non-negative number",
-                         path, csv->line_number, columns[c], text);
-                status = KVIO_ERR_PARSE;
-            }
-        }
-        if (status == KVIO_OK && count == MAX_FIT_SAMPLES) {
-            snprintf(error_p, error_len, "%s:%lu: more than %d samples (fit a sample of the "
-                     "rows)", path, csv->line_number, MAX_FIT_SAMPLES);
-            status = KVIO_ERR_PARSE;
-        }
-        if (status == KVIO_OK)
-            status = kvio_array_reserve((void **)&samples, &capacity, count + 1,
-                                        sizeof(*samples), 64);
-        if (status == KVIO_OK)
-            samples[count++] = (kvio_cost_sample_t){values[0], values[1], values[2], values[3]};
-    }
-    if (status == KVIO_INPROGRESS)
-        status = KVIO_OK; /* the end */
-    if (status == KVIO_OK && count == 0) {
-        snprintf(error_p, error_len, "%s: no samples (expected a header and rows)", path);
-        status = KVIO_ERR_PARSE;
-    }
-    kvio_csv_reader_close(csv);
-    free(csv);
-    if (status != KVIO_OK) {
-        free(samples);
-        return status;
-    }
-    *samples_p = samples;
-    *count_p = count;
-    return KVIO_OK;
-}
+/* ---------- the table form ---------- */
 
 static int compare_double(const void *a, const void *b)
 {
@@ -408,93 +293,67 @@ static void table_free(cost_table_t *table)
     memset(table, 0, sizeof(*table));
 }
 
-kvio_status_t kvio_cost_fit_linear(const kvio_cost_sample_t *samples, size_t count,
-                                   kvio_cost_fit_t *fit_p, char *error_p, size_t error_len)
+/* ---------- lifetime ---------- */
+
+double kvio_cost_compute_peak(const kvio_model_t *model, const kvio_gpu_t *gpu)
 {
-    /* A term no sample has (iterations.csv: no decode context) is left at
-     * 0; the others are fitted. */
-    bool present[4] = {true, false, false, false};
-    for (size_t i = 0; i < count; i++) {
-        present[1] = present[1] || samples[i].prefill_tokens > 0;
-        present[2] = present[2] || samples[i].decode_seqs > 0;
-        present[3] = present[3] || samples[i].context_tokens > 0;
-    }
-    size_t terms = 1 + (size_t)present[1] + (size_t)present[2] + (size_t)present[3];
-    if (count < terms) {
-        snprintf(error_p, error_len, "need at least %zu samples to fit %zu coefficients, got %zu",
-                 terms, terms, count);
-        return KVIO_ERR_INVALID;
-    }
-    /* Normal equations (X^T X) c = X^T y, solved by Gaussian elimination with
-     * partial pivoting. Columns are scaled to unit maximum for conditioning. */
-    double scale[4] = {1, 0, 0, 0};
-    for (size_t i = 0; i < count; i++) {
-        scale[1] = fmax(scale[1], samples[i].prefill_tokens);
-        scale[2] = fmax(scale[2], samples[i].decode_seqs);
-        scale[3] = fmax(scale[3], samples[i].context_tokens);
-    }
-    for (int j = 1; j < 4; j++)
-        if (scale[j] == 0)
-            scale[j] = 1;
-    double matrix[4][5] = {{0}};
-    for (size_t i = 0; i < count; i++) {
-        double row[4] = {1, samples[i].prefill_tokens / scale[1],
-                         samples[i].decode_seqs / scale[2], samples[i].context_tokens / scale[3]};
-        for (int j = 0; j < 4; j++) {
-            for (int k = 0; k < 4; k++)
-                matrix[j][k] += row[j] * row[k];
-            matrix[j][4] += row[j] * samples[i].time_ms;
-        }
-    }
-    for (int j = 1; j < 4; j++)
-        if (!present[j])
-            matrix[j][j] = 1; /* c_j = 0 */
-    for (int column = 0; column < 4; column++) {
-        int pivot = column;
-        for (int r = column + 1; r < 4; r++)
-            if (fabs(matrix[r][column]) > fabs(matrix[pivot][column]))
-                pivot = r;
-        if (fabs(matrix[pivot][column]) < 1e-12) {
-            snprintf(error_p, error_len,
-                     "the samples do not vary enough to fit the linear model (vary prefill "
-                     "tokens, decode sequences and context independently)");
-            return KVIO_ERR_INVALID;
-        }
-        for (int k = 0; k < 5; k++) {
-            double swap = matrix[column][k];
-            matrix[column][k] = matrix[pivot][k];
-            matrix[pivot][k] = swap;
-        }
-        for (int r = 0; r < 4; r++) {
-            if (r == column)
-                continue;
-            double factor = matrix[r][column] / matrix[column][column];
-            for (int k = column; k < 5; k++)
-                matrix[r][k] -= factor * matrix[column][k];
-        }
-    }
-    double c[4];
-    for (int j = 0; j < 4; j++)
-        c[j] = matrix[j][4] / matrix[j][j] / scale[j];
-    kvio_cost_fit_t fit = {.c0 = c[0], .c1 = c[1], .c2 = c[2], .c3 = c[3], .samples = count};
-    double mean = 0, squares = 0, residual_squares = 0;
-    for (size_t i = 0; i < count; i++)
-        mean += samples[i].time_ms / (double)count;
-    for (size_t i = 0; i < count; i++) {
-        double predicted = c[0] + c[1] * samples[i].prefill_tokens +
-                           c[2] * samples[i].decode_seqs + c[3] * samples[i].context_tokens;
-        double residual = samples[i].time_ms - predicted;
-        residual_squares += residual * residual;
-        squares += (samples[i].time_ms - mean) * (samples[i].time_ms - mean);
-        fit.max_abs_error_ms = fmax(fit.max_abs_error_ms, fabs(residual));
-    }
-    fit.rmse_ms = sqrt(residual_squares / (double)count);
-    fit.r_squared = squares > 0 ? 1.0 - residual_squares / squares : 1.0;
-    *fit_p = fit;
-    return KVIO_OK;
+    int weights = model->weight_dtype, activations = model->activation_dtype;
+    double peaks[] = {[KVIO_DTYPE_FP8] = gpu->fp8_flops, [KVIO_DTYPE_INT8] = gpu->int8_flops,
+                      [KVIO_DTYPE_FP4] = gpu->fp4_flops, [KVIO_DTYPE_MXFP4] = gpu->fp4_flops};
+    int count = (int)(sizeof(peaks) / sizeof(peaks[0]));
+    /* auto: the weights' format where the GPU computes in it (vLLM runs fp8
+     * checkpoints W8A8 on Hopper, weight-only on Ampere), else 16-bit. */
+    if (activations == KVIO_DTYPE_AUTO)
+        activations = weights >= 0 && weights < count && peaks[weights] > 0 ? weights
+                                                                           : KVIO_DTYPE_BF16;
+    bool same = activations == weights ||
+                (activations == KVIO_DTYPE_FP4 && weights == KVIO_DTYPE_MXFP4);
+    if (same && activations >= 0 && activations < count && peaks[activations] > 0)
+        return peaks[activations];
+    return gpu->flops;
 }
 
-/* ---------- lifetime ---------- */
+int64_t kvio_cost_gpus(const kvio_cost_config_t *config)
+{
+    int64_t tp = config->tensor_parallel > 0 ? config->tensor_parallel : 1;
+    int64_t pp = config->pipeline_parallel > 0 ? config->pipeline_parallel : 1;
+    return tp * pp;
+}
+
+/* The profile's parameters, each one the config sets (not auto) taken
+ * from the config; the efficiencies from the config, else the GPU's. */
+static void resolve_params(kvio_cost_t *cost)
+{
+    const kvio_cost_config_t *config = &cost->config;
+    kvio_cost_params_t params = cost->engine->params;
+    params.engine = cost->engine->name;
+#define TAKE(field)                                                                        \
+    if (config->field != KVIO_COST_AUTO)                                                   \
+        params.field = config->field;
+    TAKE(overhead_ns)
+    TAKE(sequence_overhead_ns)
+    TAKE(eager_layer_ns)
+    TAKE(mixed_overhead_ns)
+    TAKE(allreduce_latency_ns)
+    TAKE(request_overhead_ns)
+    TAKE(cudagraph_max_batch)
+#undef TAKE
+    params.compute_efficiency = config->compute_efficiency > 0 ? config->compute_efficiency
+                                                               : cost->gpu.compute_efficiency;
+    params.memory_efficiency = config->memory_efficiency > 0 ? config->memory_efficiency
+                                                             : cost->gpu.memory_efficiency;
+    if (params.compute_efficiency <= 0)
+        params.compute_efficiency = 0.6;
+    if (params.memory_efficiency <= 0)
+        params.memory_efficiency = 0.8;
+    params.link_efficiency = config->link_efficiency > 0 ? config->link_efficiency : 0.7;
+    cost->params = params;
+}
+
+void kvio_cost_params(const kvio_cost_t *cost, kvio_cost_params_t *params_p)
+{
+    *params_p = cost->params;
+}
 
 kvio_status_t kvio_cost_create(const kvio_cost_config_t *config, const kvio_model_t *model,
                                const kvio_gpu_t *gpu, kvio_cost_t **cost_p, char *error_p,
@@ -511,6 +370,17 @@ kvio_status_t kvio_cost_create(const kvio_cost_config_t *config, const kvio_mode
     cost->gpu.preset = NULL;
     if (cost->config.tensor_parallel < 1)
         cost->config.tensor_parallel = 1;
+    if (cost->config.pipeline_parallel < 1)
+        cost->config.pipeline_parallel = 1;
+    cost->engine = cost_engine_find(config->engine);
+    resolve_params(cost);
+    cost->matmul_peak = kvio_cost_compute_peak(model, gpu);
+    if (config->kind == KVIO_COST_ROOFLINE && cost->config.pipeline_parallel > model->layers) {
+        snprintf(error_p, error_len, "cost.pipeline_parallel: %lld stages for %lld layers",
+                 (long long)cost->config.pipeline_parallel, (long long)model->layers);
+        free(cost);
+        return KVIO_ERR_CONFIG;
+    }
     if (config->kind == KVIO_COST_TABLE) {
         if (config->table == NULL || config->table[0] == '\0') {
             snprintf(error_p, error_len, "cost.table: the table form needs a CSV file");

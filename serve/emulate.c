@@ -194,7 +194,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
         .config = run->pd, .num_prefill = run->num_prefill,
         .block_size = (uint32_t)run->serve->kvcache.block_size,
         .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
-                                                            run->cost->tensor_parallel),
+                                                            kvio_cost_gpus(run->cost)),
         .run_ns = plain.end_ns - plain.t0_ns};
     status = kvio_serve_ranks_merge(plain.blobs, plain.lengths, (size_t)size, 0, run->results,
                                     run->events, result, &served, &num_versions, NULL,

@@ -220,12 +220,12 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
 {
     uint32_t blocks = 0;
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
-                                                run->cost->tensor_parallel, &blocks, error_p,
+                                                kvio_cost_gpus(run->cost), &blocks, error_p,
                                                 error_len);
     if (status != KVIO_OK)
         return status;
     uint32_t num_ranks = run->num_ranks > 0 ? run->num_ranks : 1;
-    uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, run->cost->tensor_parallel) *
+    uint64_t block_bytes = kvio_model_kv_bytes_per_token(run->model, kvio_cost_gpus(run->cost)) *
                            (uint64_t)run->serve->kvcache.block_size;
     uint64_t pool = (uint64_t)(blocks + 1) * block_bytes;
     uint64_t swap = run->serve->engine.preemption == KVIO_PREEMPT_SWAP

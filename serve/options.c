@@ -215,7 +215,7 @@ kvio_engine_params_t kvio_serve_engine_params(const kvio_serve_run_t *run, uint3
         .data = run->data != NULL ? *run->data : (kvio_data_t){0},
         .cost = cost,
         .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
-                                                            run->cost->tensor_parallel),
+                                                            kvio_cost_gpus(run->cost)),
         .host_bandwidth = run->gpu->host_bandwidth,
         .slo = run->slo,
         .rank = (uint32_t)run->first_serve_rank + serve_index,

@@ -99,10 +99,10 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
     const kvio_serve_run_t *run = rank->run;
     rank->block_size = (uint32_t)run->serve->kvcache.block_size;
     uint64_t kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
-                                                                run->cost->tensor_parallel);
+                                                                kvio_cost_gpus(run->cost));
     rank->block_bytes = kv_bytes_per_token * rank->block_size;
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
-                                                run->cost->tensor_parallel, &rank->blocks,
+                                                kvio_cost_gpus(run->cost), &rank->blocks,
                                                 error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_cost_create(run->cost, run->model, run->gpu, &rank->cost, error_p,

@@ -122,7 +122,7 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     kvio_serve_lane_t *lane = &rank->lane;
     kvio_status_t status = kvio_serve_lane_init(lane, false);
     uint64_t kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
-                                                                run->cost->tensor_parallel);
+                                                                kvio_cost_gpus(run->cost));
     lane->world_rank = (uint32_t)run->first_serve_rank + index;
     lane->block_bytes = kv_bytes_per_token * sim->block_size;
     lane->update = run->update;
@@ -169,7 +169,7 @@ static kvio_status_t pd_create(simulation_t *sim)
         .config = run->pd, .lanes = sim->lanes, .num_prefill = sim->num_prefill,
         .num_decode = num_decode, .peers = peers, .block_size = sim->block_size,
         .kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
-                                                            run->cost->tensor_parallel),
+                                                            kvio_cost_gpus(run->cost)),
         .layers = (uint32_t)run->model->layers};
     kvio_pd_link_model(run->pd, run->gpu, &params.bandwidth, &params.latency_ns);
     kvio_status_t status = kvio_serve_pd_create(&params, &sim->pd);
@@ -216,7 +216,7 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->recorder.with_ids = run->events != NULL;
     sim->recorder.samples = run->samples;
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
-                                                run->cost->tensor_parallel, &sim->blocks,
+                                                kvio_cost_gpus(run->cost), &sim->blocks,
                                                 error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_cost_create(run->cost, run->model, run->gpu, &sim->cost, error_p,

@@ -424,6 +424,37 @@ Test(cachesim_cli, replays_in_timestamp_order_and_prints_rates, .timeout = 20)
     free(dir);
 }
 
+/* A request of 100 tokens with 1,000 hash ids is one block of 512 tokens
+ * to cachesim as to the run (cachesim counted 1,000): the ids past what
+ * the tokens fill are ignored, and both say so. */
+Test(cachesim_cli, hash_ids_past_the_tokens_are_ignored_alike_by_cachesim_and_the_run,
+     .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char *text = malloc(16384);
+    int length = snprintf(text, 16384, "{\"timestamp\": 0, \"input_length\": 100, "
+                          "\"output_length\": 5, \"hash_ids\": [");
+    for (int i = 0; i < 1000; i++)
+        length += snprintf(text + length, (size_t)(16384 - length), "%s%d", i ? ", " : "", i);
+    snprintf(text + length, (size_t)(16384 - length), "]}\n");
+    char *path = test_write_file(dir, "many.jsonl", text);
+    const char *warning = "1 requests carry more hash_ids than their tokens fill (line 1 first)";
+    test_run_t run = test_kvio(dir, "cachesim", "many.jsonl", "--capacity", "unlimited", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.out, "unique_blocks=1 "), "%s", run.out);
+    cr_assert(test_contains(run.err, warning), "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "endpoint", "--set", "mode=simulate", "--set",
+                    "stream.trace.path=many.jsonl", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.err, warning), "%s", run.err);
+    test_run_free(&run);
+    free(path);
+    free(text);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #21: a capacity as bytes of KV with a model (llama3-8b: 128 KiB per
  * token, so a 512-token block is 64 MiB): 1 GiB holds 16 blocks, 2 GiB 32;
  * without --model it is refused, saying what is missing. */

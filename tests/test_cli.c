@@ -431,6 +431,12 @@ Test(cli, validate_refuses_what_run_refuses_before_any_directory, .timeout = 30)
          "but serve.kvcache holds 4 blocks (64 tokens)"},
         {"stream.output_tokens.value=25", "seed=1", "/tier: no such directory, nor its parent"},
         {"serve.kvcache.blocks=1000", trace_set, "t.jsonl:31: 'input_length' is not an integer"},
+        /* #53: a prompt of 40 tokens computed in one step (chunked prefill
+         * off) cannot fit a 32-token budget: vLLM refuses this at start-up;
+         * kvio's run died half-way saying the KV cache was too small. */
+        {"serve.engine.chunked_prefill=false", "serve.engine.max_num_batched_tokens=32",
+         "serve.engine.max_num_batched_tokens: 32 is below the prompt of request 0 (40 tokens) "
+         "with serve.engine.chunked_prefill: false"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         test_run_t check = test_kvio(dir, "validate", file, "--set", cases[i].set1, "--set",
@@ -455,6 +461,51 @@ Test(cli, validate_refuses_what_run_refuses_before_any_directory, .timeout = 30)
     test_run_free(&fits);
     free(file);
     free(trace);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #53: hybrid KV groups (gpt-oss, serve.kvcache.hybrid) need the window
+ * group's blocks too: a fresh request's first step takes as many for the
+ * window group as for the full one. A 1,000-token prompt needs 2 x 63 =
+ * 126 blocks of 16 then; validate passed at 100 and the run died half-way.
+ * Now validate, run and compare (every variant, before any run) refuse it
+ * with the same words and no directory; at 126 it runs. */
+Test(cli, validate_refuses_a_hybrid_cache_too_small_for_both_groups, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(
+        dir, "w.yaml",
+        "name: hybrid\nmode: simulate\nmodel: {preset: gpt-oss-20b}\ngpu: {preset: h200}\n"
+        "serve:\n  kvcache: {block_size: 16, blocks: 100, hybrid: true}\n"
+        "stream:\n  requests: 5\n  arrival: {process: poisson, rate: 10}\n"
+        "  input_tokens: {dist: constant, value: 1000}\n"
+        "  output_tokens: {dist: constant, value: 2}\n");
+    const char *expected = "126 blocks of 16 in its full and window groups";
+    test_run_t check = test_kvio(dir, "validate", file, NULL);
+    cr_expect_eq(check.status, 2, "%s", check.err);
+    cr_expect(test_contains(check.err, expected), "%s", check.err);
+    test_run_t run = test_kvio(dir, "run", file, "-o", "out", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, expected), "%s", run.err);
+    test_run_t compare = test_kvio(dir, "compare", file, "--vary",
+                                   "serve.kvcache.blocks=126,100", "-o", "cmp", NULL);
+    cr_expect_eq(compare.status, 2, "%s", compare.err);
+    cr_expect(test_contains(compare.err, expected), "%s", compare.err);
+    char path[1100];
+    struct stat info;
+    snprintf(path, sizeof(path), "%s/out", dir);
+    cr_expect_neq(stat(path, &info), 0, "the refused run made %s", path);
+    snprintf(path, sizeof(path), "%s/cmp", dir);
+    cr_expect_neq(stat(path, &info), 0, "the refused compare ran a variant into %s", path);
+    test_run_t fits = test_kvio(dir, "run", file, "--set", "serve.kvcache.blocks=126", "-o",
+                                "fits", NULL);
+    cr_expect_eq(fits.status, 0, "%s", fits.err);
+    test_run_free(&check);
+    test_run_free(&run);
+    test_run_free(&compare);
+    test_run_free(&fits);
+    free(file);
     test_rmtree(dir);
     free(dir);
 }
@@ -922,6 +973,62 @@ Test(cli, a_redis_password_with_an_at_sign_stays_secret, .timeout = 60)
     free(dir);
 }
 
+/* A 2 s emulate run of chat in dir with a Redis tier at url, into out. */
+static test_run_t run_with_redis_tier(const char *dir, const char *url)
+{
+    char tier[384];
+    snprintf(tier, sizeof(tier), "serve.kvcache.tiers=[{kind: redis, redis: {url: \"%s\"}, "
+             "size: 64MiB}]", url);
+    return test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set", "duration=2s", "--set",
+                     "serve.kvcache.blocks=400", "--set", tier, "-o", "out", NULL);
+}
+
+/* A password in the query (?password=, as redis-py reads it) is read (it
+ * was "bad port"), a bad %-escape is refused (%zz was taken as it was),
+ * and a password the server refuses is named as that, not "is the Redis
+ * server running and reachable?". */
+Test(cli, redis_url_queries_escapes_and_wrong_passwords_are_named, .timeout = 60)
+{
+    kvio_redis_url_t url;
+    char error[512] = "";
+    cr_assert_eq(kvio_redis_parse_url("redis://127.0.0.1:6441/0?password=hun%40ter2&db=3", &url,
+                                      error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    cr_expect_str_eq(url.password, "hun@ter2");
+    cr_expect_eq(url.port, 6441);
+    cr_expect_eq(url.db, 3);
+    static const char *const refused[][2] = {
+        {"redis://:pa%zzss@127.0.0.1:6441", "the password has a bad %-escape"},
+        {"redis://:pass%4@127.0.0.1:6441", "the password has a bad %-escape"},
+        {"redis://127.0.0.1:6441?password=%g1", "the query's password has a bad %-escape"},
+        {"redis://127.0.0.1:6441?user=x", "the query's user is not one kvio reads"},
+        {"redis://127.0.0.1:6441?db=x", "bad database number"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        cr_expect_neq(kvio_redis_parse_url(refused[i][0], &url, error, sizeof(error)), KVIO_OK,
+                      "%s", refused[i][0]);
+        cr_expect(test_contains(error, refused[i][1]), "%s: %s", refused[i][0], error);
+        cr_expect(!test_contains(error, "zz") && !test_contains(error, "pass%"), "%s", error);
+    }
+    int port = test_free_port();
+    if (!test_require("redis", port > 0 && test_redis_up(port), "no redis-server"))
+        return;
+    test_redis_cli(port, "config set requirepass right");
+    char tier_url[128];
+    snprintf(tier_url, sizeof(tier_url), "redis://127.0.0.1:%d?password=hunter2", port);
+    char *dir = test_tmpdir();
+    test_run_t run = run_with_redis_tier(dir, tier_url);
+    test_redis_cli(port, "-a right config set requirepass ''");
+    test_redis_down(port);
+    cr_expect_eq(run.status, 1, "%s", run.err);
+    cr_expect(test_contains(run.err, "the server refused the password"), "%s", run.err);
+    cr_expect(!test_contains(run.err, "running and reachable"), "%s", run.err);
+    cr_expect(!test_contains(run.err, "hunter2"), "the password was printed: %s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Reliability (#22.8, #22.11): --force reused a directory with the earlier
  * run's files in it (a stale updates.csv that kvio report then drew); and
  * name=../../escape wrote outside results/. Now the earlier run's files go
@@ -1123,6 +1230,84 @@ Test(cli, a_full_results_disk_names_its_cause, .timeout = 60)
     free(dir);
 }
 
+/* kvio stream onto a full disk, /dev/full or a closed pipe names the cause
+ * (it said "input/output error") and leaves no partial file behind; a
+ * device it wrote to stays. */
+Test(cli, a_full_disk_under_kvio_stream_names_its_cause_and_leaves_no_part, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "stream", "quickstart", "-o", "/dev/full", NULL);
+    cr_expect_eq(run.status, 1, "%s", run.err);
+    cr_expect(test_contains(run.err, "/dev/full: write failed: No space left on device"), "%s",
+              run.err);
+    cr_expect_eq(access("/dev/full", F_OK), 0);
+    test_run_free(&run);
+    char reason[256];
+    if (!test_private_mount(dir, "tmpfs", 0, "size=64k", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        test_require("mount", 0, reason);
+    }
+    run = test_kvio(dir, "stream", "chat", "-o", "out.jsonl", NULL);
+    cr_expect_eq(run.status, 1, "%s", run.err);
+    cr_expect(test_contains(run.err, "out.jsonl: write failed: No space left on device"), "%s",
+              run.err);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/out.jsonl", dir);
+    cr_expect_neq(access(path, F_OK), 0, "a partial out.jsonl was left");
+    test_run_free(&run);
+    umount2(dir, MNT_DETACH);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Small inputs that got a wrong or no message: -o X --event-trace X (it
+ * said "X: exists and is not a directory" of a file kvio had just made),
+ * kvio report on a compare.json ("not a kvio cachesim --json result"),
+ * cachesim --eviction with 70 names (exit 2, nothing said), a --set value
+ * of 3,000 bytes (its message was cut before the reason). */
+Test(cli, small_inputs_get_the_message_that_fits_them, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "quickstart", "--set", "mode=simulate", "--set",
+                               "duration=2s", "-o", "X", "--event-trace", "./X/", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "--event-trace ./X/ is the results directory (-o X)"), "%s",
+              run.err);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/X", dir);
+    cr_expect_neq(access(path, F_OK), 0, "X was made");
+    test_run_free(&run);
+    run = test_kvio(dir, "compare", "quickstart", "--set", "mode=simulate", "--set",
+                    "duration=1s", "--vary", "seed=1,2", "-o", "cmp", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "report", "cmp/compare.json", "-o", "report", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "cmp/compare.json: kvio compare's compare.json; give kvio "
+                                     "report its directory"),
+              "%s", run.err);
+    test_run_free(&run);
+    char names[400] = "lru";
+    for (int i = 1; i < 70; i++)
+        strcat(names, ",lru");
+    char fixture[1200];
+    snprintf(fixture, sizeof(fixture), "%s/tests/fixtures/mooncake_small.jsonl", KVIO_SOURCE_DIR);
+    run = test_kvio(dir, "cachesim", fixture, "--eviction", names, NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "--eviction takes at most 64 policies"), "%s", run.err);
+    test_run_free(&run);
+    char set[3100] = "stream.arrival.rate=";
+    memset(set + strlen(set), 'x', 3000);
+    set[3020] = '\0';
+    run = test_kvio(dir, "validate", "chat", "--set", set, NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "... (3020 bytes): stream.arrival.rate: expected a number"),
+              "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* #40 item 11: validate said ok for what run refuses: a GPU of 1e-300 or
  * 1e3 FLOP/s, a linear cost of all-zero coefficients, c0 = -5, c0 = 1e12.
  * Both now try the cost model on one decode token and on a full token
@@ -1131,8 +1316,7 @@ Test(cli, validate_refuses_a_cost_model_run_refuses, .timeout = 60)
 {
     static const char *const cases[][2] = {
         {"gpu.flops=1e-300", NULL},      {"gpu.flops=1e3", NULL},
-        {"cost.kind=linear", NULL},      {"cost.kind=linear", "cost.c0=-5"},
-        {"cost.kind=linear", "cost.c0=1e12"},
+        {"cost.kind=linear", NULL},      {"cost.kind=linear", "cost.c0=1e12"},
     };
     char *dir = test_tmpdir();
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -1148,6 +1332,53 @@ Test(cli, validate_refuses_a_cost_model_run_refuses, .timeout = 60)
     }
     test_run_t run = test_kvio(dir, "validate", "chat", NULL);
     cr_expect_eq(run.status, 0, "the preset as it ships: %s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A negative linear coefficient is refused naming its key (c0 = -5 with
+ * c1 = -1 was clamped and reported as an iteration taking 0 s). */
+Test(cli, negative_cost_coefficients_are_refused_naming_the_key, .timeout = 60)
+{
+    static const char *const cases[][2] = {
+        {"cost.c0=-5", "cost.c0: -5 is below the minimum 0"},
+        {"cost.c1=-1", "cost.c1: -1 is below the minimum 0"},
+        {"cost.c2=-0.5", "cost.c2: -0.5 is below the minimum 0"},
+        {"cost.c3=-1e-9", "cost.c3: -1e-09 is below the minimum 0"},
+    };
+    char *dir = test_tmpdir();
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        test_run_t run = test_kvio(dir, "validate", "chat", "--set", "cost.kind=linear", "--set",
+                                   "cost.c0=5", "--set", cases[c][0], NULL);
+        cr_expect_eq(run.status, 2, "%s: %s", cases[c][0], run.out);
+        cr_expect(test_contains(run.err, cases[c][1]), "%s: %s", cases[c][0], run.err);
+        test_run_free(&run);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Attention heads that the KV heads do not divide are refused (heads 3
+ * with kv_heads 8, kv_heads 7 with 32 heads ran). */
+Test(cli, heads_the_kv_heads_do_not_divide_are_refused, .timeout = 60)
+{
+    static const char *const cases[][3] = {
+        {"model.heads=3", "model.kv_heads=8", "model.kv_heads: 8 does not divide the 3 attention"},
+        {"model.heads=32", "model.kv_heads=7", "model.kv_heads: 7 does not divide the 32 attention"},
+        {"model.heads=32", "model.kv_heads=64", "model.kv_heads: 64 does not divide the 32"},
+    };
+    char *dir = test_tmpdir();
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        test_run_t run = test_kvio(dir, "validate", "chat", "--set", cases[c][0], "--set",
+                                   cases[c][1], NULL);
+        cr_expect_eq(run.status, 2, "%s %s: %s", cases[c][0], cases[c][1], run.out);
+        cr_expect(test_contains(run.err, cases[c][2]), "%s", run.err);
+        test_run_free(&run);
+    }
+    test_run_t run = test_kvio(dir, "validate", "chat", "--set", "model.heads=32", "--set",
+                               "model.kv_heads=4", NULL);
+    cr_expect_eq(run.status, 0, "%s", run.err);
     test_run_free(&run);
     test_rmtree(dir);
     free(dir);
@@ -1291,13 +1522,10 @@ Test(cli, an_unreachable_redis_tier_is_refused_before_the_run, .timeout = 30)
 {
     int port = test_free_port();
     cr_assert_gt(port, 0);
-    char tier[256];
-    snprintf(tier, sizeof(tier), "serve.kvcache.tiers=[{kind: redis, redis: {url: "
-             "\"redis://127.0.0.1:%d\"}, size: 64MiB}]", port);
+    char url[128];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
     char *dir = test_tmpdir();
-    test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=emulate", "--set",
-                               "duration=2s", "--set", "serve.kvcache.blocks=400", "--set", tier,
-                               "-o", "out", NULL);
+    test_run_t run = run_with_redis_tier(dir, url);
     cr_expect_eq(run.status, 1, "%s", run.err);
     cr_expect(test_contains(run.err, "serve.kvcache.tiers[0].redis: redis://127.0.0.1:"), "%s",
               run.err);

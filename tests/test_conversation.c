@@ -234,6 +234,10 @@ Test(conversation, a_bad_log_is_refused_with_file_line_and_key, .timeout = 60)
         {"content.jsonl", "{\"messages\": [{\"role\": \"user\"}]}\n",
          "content.jsonl:1: messages[0]: no content"},
         {"nomessages.jsonl", "{\"model\": \"m\"}\n", "nomessages.jsonl:1: messages: missing"},
+        {"norole.jsonl", "{\"messages\": [{\"content\": \"a\"}]}\n",
+         "norole.jsonl:1: messages[0].role: missing"},
+        {"nofrom.json", "[{\"conversations\": [{\"value\": \"a\"}]}]",
+         "nofrom.json: [0].conversations[0].from: missing"},
         {"time.jsonl", "{\"time\": \"yesterday\", \"messages\": [{\"role\": \"user\", \"content\": "
          "\"a\"}]}\n", "time.jsonl:1: time: not seconds"},
         {"share.json", "[{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": "
@@ -268,6 +272,62 @@ Test(conversation, a_bad_log_is_refused_with_file_line_and_key, .timeout = 60)
     cr_assert(test_contains(missing.err, "/nonexistent/log.jsonl: No such file"), "%s", missing.err);
     test_run_free(&missing);
     free(path);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Whether text holds "Current date: YYYY-MM-DD\n" (harmony's system
+ * message). */
+static bool whole_date(const char *text)
+{
+    const char *at = strstr(text, "Current date: ");
+    if (at == NULL)
+        return false;
+    at += strlen("Current date: ");
+    for (int i = 0; i < 10; i++)
+        if (i == 4 || i == 7 ? at[i] != '-' : (at[i] < '0' || at[i] > '9'))
+            return false;
+    return at[10] == '\n';
+}
+
+/* A log's time outside 0 .. 2100 (1e30, 1e17 s, negative) is refused with
+ * file:line by kvio prefix and as a trace (1e30 printed stack bytes as
+ * harmony's date, and overflowed a trace's arrival to INT64_MIN); a turn
+ * given such a time anyway renders a whole date. */
+Test(conversation, times_outside_1970_to_2100_are_refused_and_dates_stay_whole, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    static const char *const times[] = {"1e+30", "1e17", "-5", "\"9999-01-01T00:00:00\""};
+    for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "{\"timestamp\": %s, \"request\": {\"messages\": "
+                 "[{\"role\": \"user\", \"content\": \"x\"}]}}\n", times[i]);
+        char *path = test_write_file(dir, "log.jsonl", text);
+        test_run_t run = test_kvio(NULL, "prefix", path, "--chat-template", "harmony", NULL);
+        cr_assert_eq(run.status, 2, "%s: exit %d: %s", times[i], run.status, run.err);
+        cr_assert(test_contains(run.err, "log.jsonl:1: time: "), "%s: %s", times[i], run.err);
+        cr_assert(test_contains(run.err, "is not a time from 0 to"), "%s", run.err);
+        test_run_free(&run);
+        char out[600];
+        snprintf(out, sizeof(out), "%s/out.jsonl", dir);
+        run = test_kvio(NULL, "stream", "--trace", path, "-o", out, NULL);
+        cr_assert_eq(run.status, 2, "%s as a trace: exit %d: %s", times[i], run.status, run.err);
+        cr_assert(test_contains(run.err, "log.jsonl:1: time: "), "%s", run.err);
+        test_run_free(&run);
+        free(path);
+    }
+    kvio_chat_message_t message = {.role = "user", .role_length = 4, .content = "x",
+                                   .content_length = 1};
+    static const double past[] = {1e30, 1e17, 253402300800.0, 1.7e9};
+    for (size_t i = 0; i < sizeof(past) / sizeof(past[0]); i++) {
+        kvio_conversation_turn_t turn = {.messages = &message, .num_messages = 1,
+                                         .time_s = past[i]};
+        kvio_chat_rendering_t rendering = {0};
+        cr_assert_eq(kvio_conversation_render(&turn, NULL, KVIO_CHAT_HARMONY, &rendering),
+                     KVIO_OK);
+        cr_assert(whole_date(rendering.text), "time %g: %s", past[i], rendering.text);
+        kvio_chat_rendering_fini(&rendering);
+    }
     test_rmtree(dir);
     free(dir);
 }

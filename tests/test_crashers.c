@@ -1,6 +1,7 @@
 /* Regression inputs found by the fuzzers (fuzz/): every file in
  * tests/fixtures/crashers/ is fed through the fuzz harness that found it,
- * named by the file's prefix (fuzz_config-*, fuzz_trace_FORMAT-*, fuzz_report-*). The
+ * named by the file's prefix (fuzz_config-*, fuzz_trace_FORMAT-*, fuzz_report-*,
+ * fuzz_conversation-*). The
  * harness aborts on a broken invariant; under bench/sanitize.sh ASan and
  * UBSan check each input too. */
 #include <criterion/criterion.h>
@@ -21,6 +22,9 @@
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_report_input
 #include "fuzz/fuzz_report.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_conversation_input
+#include "fuzz/fuzz_conversation.c"
 #undef LLVMFuzzerTestOneInput
 
 #define CRASHERS KVIO_SOURCE_DIR "/tests/fixtures/crashers"
@@ -60,6 +64,8 @@ Test(crashers, every_kept_input_goes_through_its_harness, .timeout = 60)
             fuzz_config_input(bytes, size);
         } else if (strncmp(name, "fuzz_report-", 12) == 0) {
             fuzz_report_input(bytes, size);
+        } else if (strncmp(name, "fuzz_conversation-", 18) == 0) {
+            fuzz_conversation_input(bytes, size);
         } else if (strncmp(name, trace_prefix, sizeof(trace_prefix) - 1) == 0) {
             char format[32];
             const char *start = name + sizeof(trace_prefix) - 1;
@@ -71,7 +77,8 @@ Test(crashers, every_kept_input_goes_through_its_harness, .timeout = 60)
             fuzz_trace(format, bytes, size);
         } else {
             cr_assert_fail("%s: name it after the fuzz target (fuzz_config-..., "
-                           "fuzz_trace_FORMAT-..., fuzz_report-...)", name);
+                           "fuzz_trace_FORMAT-..., fuzz_report-..., fuzz_conversation-...)",
+                           name);
         }
         free(bytes);
         fed++;

@@ -449,15 +449,22 @@ Test(http, bad_requests_get_openai_errors, .timeout = 120)
 
 /* ---------- clients that go away, and stopping ---------- */
 
+/* The value of the first /metrics sample that starts with prefix (a name
+ * and the first of its labels). */
+static double metric(int port, const char *prefix)
+{
+    reply_t reply = get(port, "/metrics");
+    const char *at = strstr(reply.body, prefix);
+    cr_assert_not_null(at, "no %s in /metrics", prefix);
+    double value = strtod(strchr(at, '}') + 1, NULL);
+    free(reply.body);
+    return value;
+}
+
 /* The KV cache in use on rank 0, from /metrics. */
 static double kv_usage(int port)
 {
-    reply_t reply = get(port, "/metrics");
-    const char *at = strstr(reply.body, "vllm:kv_cache_usage_perc{engine=\"0\"");
-    cr_assert_not_null(at);
-    double usage = strtod(strchr(at, '}') + 1, NULL);
-    free(reply.body);
-    return usage;
+    return metric(port, "vllm:kv_cache_usage_perc{engine=\"0\"");
 }
 
 Test(http, a_client_that_disconnects_mid_stream_frees_its_blocks, .timeout = 120)
@@ -1124,6 +1131,32 @@ Test(http, pause_holds_requests_until_resume_and_reset_clears_the_cache, .timeou
     server_free(&server);
 }
 
+/* kvio serve --duration says how long it serves (it said the workload's
+ * 60 s), one without says it serves until stopped, and KV events bind an
+ * IPv6 endpoint (ZMQ_IPV6: it said "No such device"). */
+Test(http, a_timed_serve_names_its_duration_and_binds_ipv6_kv_events, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char results[600], events[64];
+    snprintf(results, sizeof(results), "%s/results", dir);
+    int port = test_free_port();
+    cr_assert_neq(port, 0);
+    snprintf(events, sizeof(events), "tcp://[::1]:%d", port);
+    test_run_t run = test_kvio(NULL, "serve", "--listen", "127.0.0.1:0", "--duration", "1s",
+                               "--kv-events", events, "-o", results, NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    cr_assert(test_contains(run.err, "then 1 s of real time"), "%s", run.err);
+    test_run_free(&run);
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    char *err = test_read_file(server.err_path);
+    cr_assert(test_contains(err, "then serving until stopped"), "%s", err);
+    free(err);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(http, bad_command_lines_are_refused_before_serving, .timeout = 60)
 {
     test_run_t help = test_kvio(NULL, "serve", "--help", NULL);
@@ -1215,6 +1248,76 @@ Test(http, a_tokenizer_file_gives_the_prompts_its_tokens, .timeout = 120)
     free(dir);
 }
 
+/* Stopping quiesces the server twice (at the signal and at the end):
+ * the listening socket is closed once, so a descriptor that took its
+ * number in between (the KV events' ZMQ sockets did) stays open. */
+Test(http, stopping_twice_closes_the_listening_socket_once, .timeout = 60)
+{
+    kvio_frontend_params_t frontend_params = {.num_ranks = 1, .block_size = 16};
+    kvio_frontend_t *frontend = NULL;
+    cr_assert_eq(kvio_frontend_create(&frontend_params, &frontend), KVIO_OK);
+    kvio_http_params_t params = {.host = "127.0.0.1", .num_ports = 1, .frontend = frontend,
+                                 .model_name = "m", .max_model_len = 100,
+                                 .max_connections = 8, .max_body_bytes = 1024};
+    kvio_http_server_t *server = NULL;
+    char error[256];
+    cr_assert_eq(kvio_http_server_start(&params, &server, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    kvio_http_server_quiesce(server);
+    int reused = open("/dev/null", O_RDONLY); /* the lowest free number: the socket's */
+    cr_assert_geq(reused, 0);
+    kvio_http_server_quiesce(server);
+    cr_assert_neq(fcntl(reused, F_GETFD), -1, "a second quiesce closed descriptor %d", reused);
+    close(reused);
+    kvio_http_server_stop(server);
+    kvio_frontend_destroy(frontend);
+    kvio_http_server_destroy(server);
+}
+
+/* A %-escape that decodes to a NUL byte, or bytes that are not UTF-8, in
+ * the path or the query is refused (400) before routing: a proxy that
+ * blocks /pause but passes static-looking paths cannot be walked past. */
+Test(http, paths_and_queries_with_a_nul_or_bad_utf8_are_refused, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    static const struct {
+        const char *method, *path;
+    } refused[] = {
+        {"GET", "/health%00/x"},          {"POST", "/pause%00.png?mode=keep"},
+        {"POST", "/pause?mode=keep%00"},  {"POST", "/pause?mo%00de=keep"},
+        {"GET", "/health%ff"},            {"GET", "/health?x=%c0%af"},
+        {"GET", "/health%ed%a0%80"},      {"POST", "/resume%00/static/x.css"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        reply_t reply = http_call(server.port, refused[i].method, refused[i].path,
+                                  strcmp(refused[i].method, "POST") == 0 ? "" : NULL, 0);
+        cr_assert_eq(reply.status, 400, "%s %s: %ld %s", refused[i].method, refused[i].path,
+                     reply.status, reply.body);
+        json_t *error = reply_json(&reply);
+        cr_assert(test_contains(json_string_value(json_object_get(
+                                    json_object_get(error, "error"), "message")),
+                                "NUL"));
+        json_decref(error);
+        free(reply.body);
+        reply = get(server.port, "/is_paused");
+        cr_assert(test_contains(reply.body, "false"), "%s paused the server",
+                  refused[i].path);
+        free(reply.body);
+    }
+    /* Valid escapes still route (UTF-8 in a query value is fine). */
+    reply_t reply = get(server.port, "/health?x=%c3%a9");
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    reply = post(server.port, "/pause?mode=%6beep", "");
+    cr_assert_eq(reply.status, 200, "%s", reply.body);
+    free(reply.body);
+    reply = get(server.port, "/is_paused");
+    cr_assert(test_contains(reply.body, "true"));
+    free(reply.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
 /* ---------- the formats on their own ---------- */
 
 Test(http, numbers_print_as_prometheus_client_prints_them)
@@ -1279,6 +1382,57 @@ Test(http, plans_follow_max_tokens_ignore_eos_and_the_context)
     kvio_api_request_fini(&request);
 }
 
+/* min_tokens past max_tokens is refused against max_tokens' default too
+ * (vLLM's message; 1e9 was clipped to 16); what kvio does not model is
+ * refused where a client would read its answer (logprobs, echo) and
+ * served with a warning where it only shapes the text (stop, tools). */
+Test(http, min_tokens_and_unmodelled_fields_are_refused_or_named, .timeout = 30)
+{
+    kvio_api_server_t server = {.model_name = "m", .max_model_len = 1000};
+    static const struct {
+        kvio_api_t api;
+        const char *body;
+        const char *param; /* NULL: accepted */
+        const char *ignored;
+    } cases[] = {
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1, 2], \"min_tokens\": 1000000000}", "min_tokens",
+         NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1, 2], \"min_tokens\": 17}", "min_tokens", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1, 2], \"min_tokens\": 16}", NULL, ""},
+        {KVIO_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                        "\"min_tokens\": 2000}", "min_tokens", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"logprobs\": 5}", "logprobs", NULL},
+        {KVIO_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                        "\"logprobs\": true, \"top_logprobs\": 2}", "logprobs", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"echo\": true}", "echo", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"best_of\": 3}", "best_of", NULL},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"logprobs\": null, \"echo\": false, "
+                               "\"stop\": []}", NULL, ""},
+        {KVIO_API_COMPLETIONS, "{\"prompt\": [1], \"stop\": [\"x\"]}", NULL, "stop"},
+        {KVIO_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                        "\"tools\": [{\"type\": \"function\"}], \"tool_choice\": \"auto\", "
+                        "\"stop\": \"y\", \"response_format\": {\"type\": \"json_object\"}}",
+         NULL, "stop, tools, response_format"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kvio_api_request_t request;
+        kvio_http_error_t error = {0};
+        kvio_api_plan_t plan;
+        bool ok = kvio_api_parse(cases[i].api, cases[i].body, strlen(cases[i].body), &server,
+                                 &request, &error) &&
+                  kvio_api_plan(&request, &server, NULL, 1, &plan, &error);
+        if (cases[i].param == NULL) {
+            cr_assert(ok, "case %zu: %s", i, error.message);
+            cr_assert_str_eq(request.ignored, cases[i].ignored, "case %zu", i);
+        } else {
+            cr_assert_not(ok, "case %zu was accepted", i);
+            cr_assert_eq(error.status, 400);
+            cr_assert_str_eq(error.param, cases[i].param, "case %zu: %s", i, error.message);
+        }
+        kvio_api_request_fini(&request);
+    }
+}
+
 /* A raw connection to the server (no request yet); -1 on failure. */
 static int raw_connect(int port)
 {
@@ -1293,48 +1447,141 @@ static int raw_connect(int port)
     return fd;
 }
 
-/* A client that never reads its stream holds no one else up, connections
- * past --max-connections are refused (the server stays up), and once the
- * slow reader goes its request is taken out: no block stays in use. */
-Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
+/* Sends a POST of body to path on a raw connection; the request is whole
+ * once this returns. */
+static void raw_post(int fd, const char *path, const char *body)
 {
-    server_t server = server_start("--set", "serve.kvcache.capacity=512MiB", "--max-connections",
-                                   "3", NULL);
-    /* The slow reader: a long stream it never reads (its socket buffers fill). */
-    int slow = raw_connect(server.port);
-    cr_assert_geq(slow, 0);
-    int small = 4096;
-    setsockopt(slow, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    char *body = completion_body(1, 50, 3000, true); /* ~15 s of decoding */
+    char head[256];
+    int length = snprintf(head, sizeof(head),
+                          "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: %zu\r\n\r\n",
+                          path, strlen(body));
+    cr_assert_eq(send(fd, head, (size_t)length, 0), length);
+    cr_assert_eq(send(fd, body, strlen(body), 0), (ssize_t)strlen(body));
+}
+
+#define WAITING "vllm:num_requests_waiting{engine=\"0\""
+#define RUNNING "vllm:num_requests_running{engine=\"0\""
+#define ABORTED "vllm:request_success_total{engine=\"0\",finished_reason=\"abort\""
+
+/* Waits until the sample reaches value; false at the deadline. */
+static bool metric_reaches(int port, const char *prefix, double value, double deadline_s)
+{
+    for (double waited = 0; waited < deadline_s; waited += 0.02) {
+        if (metric(port, prefix) == value)
+            return true;
+        pause_ms(20);
+    }
+    return metric(port, prefix) == value;
+}
+
+/* Waits until the engine holds count requests (running or waiting: a
+ * request preempted for KV waits); false at the deadline. */
+static bool engine_holds(int port, double count, double deadline_s)
+{
+    for (double waited = 0; waited < deadline_s; waited += 0.02) {
+        if (metric(port, RUNNING) + metric(port, WAITING) == count)
+            return true;
+        pause_ms(20);
+    }
+    return false;
+}
+
+/* A long stream its client never reads (its socket buffers fill), once
+ * its answer has begun (a connection of the test's own that the server
+ * has not yet seen close may make it a 503 at first: then again). */
+static int unread_stream(int port, unsigned first)
+{
+    char *body = completion_body(first, 50, 3000, true); /* ~15 s of decoding */
     char request[4096];
     int length = snprintf(request, sizeof(request),
                           "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                           "application/json\r\nContent-Length: %zu\r\n\r\n%s",
                           strlen(body), body);
     free(body);
-    cr_assert_eq(send(slow, request, (size_t)length, 0), length);
+    double deadline = test_seconds(10);
+    for (double waited = 0; waited < deadline; waited += 0.1) {
+        int fd = raw_connect(port);
+        cr_assert_geq(fd, 0);
+        int small = 4096;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+        cr_assert_eq(send(fd, request, (size_t)length, 0), length);
+        char status[13] = "";
+        cr_assert_eq(recv(fd, status, 12, MSG_WAITALL), 12);
+        if (strcmp(status, "HTTP/1.1 200") == 0)
+            return fd;
+        close(fd);
+        pause_ms(100);
+    }
+    cr_assert_fail("no stream began within %.0f s", deadline);
+    return -1;
+}
+
+/* What came back on a raw connection until the server closed it or
+ * deadline_s passed (NUL-terminated; caller frees). */
+static char *raw_read_all(int fd, double deadline_s)
+{
+    struct timeval timeout = {.tv_sec = 0, .tv_usec = 50000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    char *text = NULL;
+    size_t length = 0, capacity = 0;
+    kvio_http_append(&text, &length, &capacity, "", 0);
+    for (double waited = 0; waited < deadline_s; waited += 0.05) {
+        char buffer[4096];
+        ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            break;
+        if (got > 0)
+            kvio_http_append(&text, &length, &capacity, buffer, (size_t)got);
+    }
+    return text;
+}
+
+/* A client that never reads its stream holds no one else up; past
+ * --max-connections a completion gets 503 with Retry-After while /health
+ * still answers, and a connection that has not sent its headers gets 0.1 s;
+ * once the slow readers go their requests are taken out: no block stays
+ * in use. */
+Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=512MiB", "--max-connections",
+                                   "3", NULL);
+    int slow = unread_stream(server.port, 1);
+    cr_assert_geq(slow, 0);
     /* Meanwhile another client is served in full. */
     char *other = completion_body(5000, 50, 8, false);
     reply_t reply = post(server.port, "/v1/completions", other);
     cr_assert_eq(reply.status, 200);
     free(reply.body);
-    /* Two idle connections fill the limit (slow + 2 = 3): a fourth gets no
-     * answer, and the server is fine once they go. */
-    int idle[2] = {raw_connect(server.port), raw_connect(server.port)};
-    cr_assert(idle[0] >= 0 && idle[1] >= 0);
-    pause_ms(200);
-    CURL *curl = curl_easy_init();
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/health", server.port);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 2000L);
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-    CURLcode refused = curl_easy_perform(curl);
-    curl_easy_cleanup(curl);
-    cr_assert_neq(refused, CURLE_OK, "a connection past the limit was served");
-    close(idle[0]);
-    close(idle[1]);
-    pause_ms(200);
+    /* Two more unread streams fill the limit (3): a fourth connection's
+     * completion is refused at once, /health answers. */
+    int more[2] = {unread_stream(server.port, 10000), unread_stream(server.port, 20000)};
+    cr_assert(more[0] >= 0 && more[1] >= 0);
+    cr_assert(engine_holds(server.port, 3, test_seconds(10)));
+    int fourth = raw_connect(server.port);
+    cr_assert_geq(fourth, 0);
+    raw_post(fourth, "/v1/completions", other);
+    char *answer = raw_read_all(fourth, test_seconds(10));
+    close(fourth);
+    cr_assert(test_contains(answer, "HTTP/1.1 503"), "%s", answer);
+    cr_assert(test_contains(answer, "Retry-After: 1"), "%s", answer);
+    cr_assert(test_contains(answer, "more than 3 connections"), "%s", answer);
+    free(answer);
+    reply = get(server.port, "/health");
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    /* A connection that sends half its headers is closed (0.1 s, as the
+     * server is at its limit). */
+    int half = raw_connect(server.port);
+    cr_assert_geq(half, 0);
+    cr_assert_eq(send(half, "GET /health HTTP/1.1\r\nHo", 25, 0), 25);
+    answer = raw_read_all(half, test_seconds(5));
+    close(half);
+    cr_assert_str_eq(answer, "", "a connection with half its headers got %s", answer);
+    free(answer);
+    close(more[0]);
+    close(more[1]);
+    cr_assert(engine_holds(server.port, 1, test_seconds(10)));
     reply = post(server.port, "/v1/completions", other);
     cr_assert_eq(reply.status, 200);
     free(reply.body);
@@ -1350,9 +1597,274 @@ Test(http, slow_readers_and_too_many_connections_are_bounded, .timeout = 120)
     cr_assert_eq(server_stop(&server, SIGTERM), 0);
     json_t *summary = server_summary(&server);
     cr_assert_eq(test_json_integer(summary, "metrics.completed"), 2);
-    cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 1);
+    cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 3);
+    cr_assert_geq(test_json_integer(summary, "metrics.server.limits.refused_busy"), 1);
+    cr_assert_geq(test_json_integer(summary, "metrics.server.limits.headers_cut"), 1);
     json_decref(summary);
     server_free(&server);
+}
+
+/* A connection that trickles its headers, or stays idle after an answer,
+ * is closed once --header-timeout has passed (it held a connection slot
+ * for as long as it trickled), and the server serves on. */
+Test(http, a_connection_that_sends_no_headers_in_time_is_closed, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--header-timeout",
+                                   "1s", NULL);
+    int trickle = raw_connect(server.port);
+    cr_assert_geq(trickle, 0);
+    const char *head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    bool closed = false;
+    double deadline = test_seconds(6);
+    for (double waited = 0; !closed && waited < deadline; waited += 0.1) {
+        closed = send(trickle, &head[(size_t)(waited * 10) % strlen(head)], 1, MSG_NOSIGNAL) != 1;
+        char byte;
+        closed = closed || recv(trickle, &byte, 1, MSG_DONTWAIT) == 0;
+        pause_ms(100);
+    }
+    close(trickle);
+    cr_assert(closed, "a connection trickling its headers was kept %.0f s", deadline);
+    /* Kept alive after an answer, an idle connection goes the same way. */
+    int idle = raw_connect(server.port);
+    cr_assert_geq(idle, 0);
+    const char *request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(send(idle, request, strlen(request), 0), (ssize_t)strlen(request));
+    char *answer = raw_read_all(idle, test_seconds(6));
+    close(idle);
+    cr_assert(test_contains(answer, "HTTP/1.1 200"), "%s", answer);
+    free(answer);
+    reply_t reply = get(server.port, "/health");
+    cr_assert_eq(reply.status, 200);
+    free(reply.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.server.limits.headers_cut"), 2);
+    json_decref(summary);
+    server_free(&server);
+}
+
+/* Request bodies held by many connections are bounded together: past
+ * --max-bodies a completion is refused with 503 and Retry-After before a
+ * byte of its body is read, small ones still fit, and once the holders go
+ * the bytes are free again (100 connections each holding 15.9 MiB took
+ * 1.5 GB). */
+Test(http, bodies_held_across_connections_are_bounded, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--max-body",
+                                   "512KiB", "--max-bodies", "1MiB", NULL);
+    /* A valid request padded with spaces to 400 KiB. */
+    size_t padded = 400 * 1024;
+    char *large = malloc(padded + 1);
+    const char *json = "{\"prompt\": [1, 2, 3], \"max_tokens\": 2, \"ignore_eos\": true}";
+    memset(large, ' ', padded);
+    memcpy(large, json, strlen(json));
+    large[padded] = '\0';
+    char head[256];
+    int head_length = snprintf(head, sizeof(head),
+                               "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                               "%zu\r\n\r\n", padded);
+    /* Two holders send their headers and most of their body, then wait. */
+    int holders[2];
+    for (int i = 0; i < 2; i++) {
+        holders[i] = raw_connect(server.port);
+        cr_assert_geq(holders[i], 0);
+        cr_assert_eq(send(holders[i], head, (size_t)head_length, 0), head_length);
+        cr_assert_eq(send(holders[i], large, padded - 10, 0), (ssize_t)(padded - 10));
+    }
+    pause_ms(300);
+    /* A third does not fit: 503 with Retry-After, at once. */
+    int third = raw_connect(server.port);
+    cr_assert_geq(third, 0);
+    cr_assert_eq(send(third, head, (size_t)head_length, 0), head_length);
+    char *answer = raw_read_all(third, test_seconds(5));
+    close(third);
+    cr_assert(test_contains(answer, "HTTP/1.1 503"), "%s", answer);
+    cr_assert(test_contains(answer, "Retry-After: 1"), "%s", answer);
+    cr_assert(test_contains(answer, "--max-bodies"), "%s", answer);
+    free(answer);
+    /* A small request still fits, and /health answers. */
+    char *small = completion_body(1, 10, 2, false);
+    reply_t reply = post(server.port, "/v1/completions", small);
+    cr_assert_eq(reply.status, 200, "%s", reply.body);
+    free(reply.body);
+    free(small);
+    /* The holders finish: both are served; then a third fits. */
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(send(holders[i], large + padded - 10, 10, 0), 10);
+        answer = raw_read_all(holders[i], test_seconds(10));
+        cr_assert(test_contains(answer, "HTTP/1.1 200"), "%s", answer);
+        free(answer);
+        close(holders[i]);
+    }
+    reply = post(server.port, "/v1/completions", large);
+    cr_assert_eq(reply.status, 200, "%s", reply.body);
+    free(reply.body);
+    free(large);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.server.limits.refused_busy"), 1);
+    cr_assert_eq(test_json_integer(summary, "metrics.completed"), 4);
+    json_decref(summary);
+    server_free(&server);
+}
+
+/* The answer to a raw request (head, then body). */
+static char *raw_exchange(int port, const char *head, const char *body)
+{
+    int fd = raw_connect(port);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(send(fd, head, strlen(head), 0), (ssize_t)strlen(head));
+    if (body != NULL)
+        send(fd, body, strlen(body), MSG_NOSIGNAL);
+    char *answer = raw_read_all(fd, test_seconds(5));
+    close(fd);
+    return answer;
+}
+
+/* A transfer coding libmicrohttpd does not decode ("gzip, chunked") is
+ * answered 501 at once (it got no answer and the connection was held),
+ * Transfer-Encoding with Content-Length 400; plain chunked is served. */
+Test(http, transfer_codings_other_than_chunked_are_refused, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    const char *body = "{\"prompt\": [1, 2, 3], \"max_tokens\": 2, \"ignore_eos\": true}";
+    char chunked[256];
+    snprintf(chunked, sizeof(chunked), "%zx\r\n%s\r\n0\r\n\r\n", strlen(body), body);
+    static const struct {
+        const char *coding;
+        const char *status;
+    } cases[] = {
+        {"Transfer-Encoding: gzip, chunked\r\n", "HTTP/1.1 501"},
+        {"Transfer-Encoding: gzip\r\n", "HTTP/1.1 501"},
+        {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "HTTP/1.1 501"},
+        {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "HTTP/1.1 400"},
+        {"Transfer-Encoding: chunked\r\n", "HTTP/1.1 200"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char head[512];
+        snprintf(head, sizeof(head), "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%s"
+                 "Connection: close\r\n\r\n", cases[i].coding);
+        char *answer = raw_exchange(server.port, head, chunked);
+        cr_assert(test_contains(answer, cases[i].status), "%s: %s", cases[i].coding, answer);
+        free(answer);
+    }
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
+/* n copies of a UTF-8 character (malloc'd). */
+static char *repeated(const char *character, size_t n)
+{
+    size_t length = strlen(character);
+    char *text = malloc(n * length + 1);
+    for (size_t i = 0; i < n; i++)
+        memcpy(text + i * length, character, length);
+    text[n * length] = '\0';
+    return text;
+}
+
+/* An error message that echoes a long field of the user's is cut on a
+ * character boundary: the answer is the error, never an empty reply (a
+ * message cut mid-character made jansson fail: curl's "empty reply"). */
+Test(http, long_non_ascii_fields_in_errors_are_cut_on_a_character, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    char *euros = repeated("\xe2\x82\xac", 300); /* 900 bytes */
+    char body[2048];
+    snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"%s\", \"content\": \"x\"}]}",
+             euros);
+    reply_t reply = post(server.port, "/v1/chat/completions", body);
+    cr_assert_eq(reply.status, 400);
+    json_t *error = reply_json(&reply);
+    const char *message =
+        json_string_value(json_object_get(json_object_get(error, "error"), "message"));
+    cr_assert(test_contains(message, "unknown role"), "%s", message);
+    json_decref(error);
+    free(reply.body);
+    snprintf(body, sizeof(body), "{\"model\": \"%s\", \"prompt\": \"x\"}", euros);
+    reply = post(server.port, "/v1/completions", body);
+    cr_assert_eq(reply.status, 404);
+    json_decref(reply_json(&reply));
+    free(reply.body);
+    char path[1024];
+    snprintf(path, sizeof(path), "/pause?mode=%s", "%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac"
+             "%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac"
+             "%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac%e2%82%ac");
+    reply = post(server.port, path, "");
+    cr_assert_eq(reply.status, 400, "%ld %s", reply.status, reply.body);
+    json_decref(reply_json(&reply));
+    free(reply.body);
+    free(euros);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
+/* A completion served without a field's effect says so in a Warning
+ * header, whole or streamed. */
+Test(http, answers_name_the_fields_served_without_effect, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    for (int stream = 0; stream < 2; stream++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"prompt\": [1, 2, 3], \"max_tokens\": 2, "
+                 "\"ignore_eos\": true, \"stop\": [\"x\"], \"stream\": %s}",
+                 stream ? "true" : "false");
+        char head[256];
+        snprintf(head, sizeof(head), "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n", strlen(body));
+        char *answer = raw_exchange(server.port, head, body);
+        cr_assert(test_contains(answer, "HTTP/1.1 200"), "%s", answer);
+        cr_assert(test_contains(answer, "Warning: 299 kvio \"served without stop"), "%s",
+                  answer);
+        free(answer);
+    }
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
+/* A request still queued in the engine (max_num_seqs 1 and a long request
+ * running) whose client goes away is taken out of the queue within a
+ * bounded time, streamed or not; the running one goes on. */
+static void queued_request_of_a_gone_client(bool stream)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=512MiB", "--set",
+                                   "serve.engine.max_num_seqs=1", NULL);
+    int running = raw_connect(server.port);
+    cr_assert_geq(running, 0);
+    char *body = completion_body(1, 50, 3000, true); /* ~15 s of decoding */
+    raw_post(running, "/v1/completions", body);
+    free(body);
+    cr_assert(metric_reaches(server.port, RUNNING, 1, test_seconds(10)));
+    int queued = raw_connect(server.port);
+    cr_assert_geq(queued, 0);
+    body = completion_body(5000, 50, 8, stream);
+    raw_post(queued, "/v1/completions", body);
+    free(body);
+    cr_assert(metric_reaches(server.port, WAITING, 1, test_seconds(10)),
+              "the second request is not queued");
+    close(queued);
+    cr_assert(metric_reaches(server.port, ABORTED, 1, test_seconds(2)),
+              "the queued request of a client that went away was not aborted");
+    cr_assert_eq(metric(server.port, WAITING), 0);
+    cr_assert_eq(metric(server.port, RUNNING), 1, "the running request was disturbed");
+    close(running);
+    cr_assert(metric_reaches(server.port, ABORTED, 2, test_seconds(5)));
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), 2);
+    cr_assert_eq(test_json_integer(summary, "metrics.server.client_disconnects"), 2);
+    json_decref(summary);
+    server_free(&server);
+}
+
+Test(http, a_queued_request_whose_client_left_is_aborted, .timeout = 120)
+{
+    queued_request_of_a_gone_client(false);
+}
+
+Test(http, a_queued_stream_whose_client_left_is_aborted, .timeout = 120)
+{
+    queued_request_of_a_gone_client(true);
 }
 
 /* With a trainer (ranks.train: 1) model updates flow while kvio serve

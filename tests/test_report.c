@@ -11,7 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvio/report.h"
@@ -801,12 +805,27 @@ Test(report, bad_paths_and_arguments_exit_2, .timeout = 30)
     free(dir);
 }
 
+/* Without gnuplot --png says so and the HTML is still written; a
+ * KVIO_GNUPLOT that cannot run is named with why (it said "gnuplot not
+ * installed"). */
 Test(report, png_without_gnuplot_says_so, .timeout = 30)
 {
     char *dir = test_tmpdir();
     setenv("KVIO_GNUPLOT", "/nonexistent/gnuplot", 1);
-    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-lpm", "-o", "out", "--png", NULL);
+    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-lpm", "-o", "named", "--png", NULL);
     unsetenv("KVIO_GNUPLOT");
+    cr_assert_eq(run.status, 1, "%s", run.err);
+    cr_assert(test_contains(run.err, "--png: KVIO_GNUPLOT=/nonexistent/gnuplot: No such file or "
+                                     "directory"),
+              "%s", run.err);
+    test_run_free(&run);
+    const char *path_before = getenv("PATH");
+    char *saved_path = path_before != NULL ? strdup(path_before) : NULL;
+    setenv("PATH", dir, 1);
+    run = test_kvio(dir, "report", FIXTURES "/run-lpm", "-o", "out", "--png", NULL);
+    if (saved_path != NULL)
+        setenv("PATH", saved_path, 1);
+    free(saved_path);
     cr_assert_eq(run.status, 1, "%s", run.err);
     cr_assert(test_contains(run.err, "--png needs gnuplot, which is not installed"), "%s",
               run.err);
@@ -815,6 +834,84 @@ Test(report, png_without_gnuplot_says_so, .timeout = 30)
     struct stat info;
     cr_assert_eq(stat(path, &info), 0, "the HTML is still written");
     test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Whether pid has ended: no such process, or a zombie not yet reaped (its
+ * parent died; whoever adopts it reaps it). */
+static bool process_gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0)
+        return true;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    char *stat = test_read_file(path);
+    const char *paren = stat != NULL ? strrchr(stat, ')') : NULL;
+    bool zombie = paren != NULL && paren[1] == ' ' && paren[2] == 'Z';
+    free(stat);
+    return zombie;
+}
+
+/* A gnuplot that hangs is stopped at KVIO_GNUPLOT_TIMEOUT with an error
+ * naming it (kvio report --png hung), and one whose kvio report is killed
+ * dies with it (it outlived the kill). */
+Test(report, a_hanging_gnuplot_is_stopped_and_dies_with_kvio, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    char script[1200], pid_path[1200];
+    snprintf(pid_path, sizeof(pid_path), "%s/gnuplot.pid", dir);
+    char text[1400];
+    snprintf(text, sizeof(text), "#!/bin/sh\necho $$ > %s\nexec sleep 1000\n", pid_path);
+    char *written = test_write_file(dir, "hang.sh", text);
+    snprintf(script, sizeof(script), "%s", written);
+    free(written);
+    chmod(script, 0755);
+    setenv("KVIO_GNUPLOT", script, 1);
+    setenv("KVIO_GNUPLOT_TIMEOUT", "1", 1);
+    test_run_t run = test_kvio(dir, "report", FIXTURES "/run-lpm", "-o", "out", "--png", NULL);
+    unsetenv("KVIO_GNUPLOT_TIMEOUT");
+    cr_assert_eq(run.status, 1, "%s", run.err);
+    cr_assert(test_contains(run.err, "hang.sh did not finish"), "%s", run.err);
+    test_run_free(&run);
+    char *pid_text = test_read_file(pid_path);
+    cr_assert_not_null(pid_text);
+    pid_t child = (pid_t)atol(pid_text);
+    free(pid_text);
+    cr_assert(child > 0 && process_gone(child), "the hung gnuplot %d was left running", child);
+    /* kvio report killed: its gnuplot goes too. */
+    unlink(pid_path);
+    pid_t kvio = fork();
+    cr_assert_neq(kvio, -1);
+    if (kvio == 0) {
+        if (chdir(dir) != 0)
+            _exit(127);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(test_kvio_binary(), "kvio", "report", FIXTURES "/run-lpm", "-o", "killed", "--png",
+              (char *)NULL);
+        _exit(127);
+    }
+    child = 0;
+    for (double waited = 0; child == 0 && waited < test_seconds(20); waited += 0.02) {
+        pid_text = test_read_file(pid_path);
+        child = pid_text != NULL ? (pid_t)atol(pid_text) : 0;
+        free(pid_text);
+        usleep(20000);
+    }
+    unsetenv("KVIO_GNUPLOT");
+    cr_assert_gt(child, 0, "gnuplot never started");
+    kill(kvio, SIGKILL);
+    waitpid(kvio, NULL, 0);
+    bool gone = false;
+    for (double waited = 0; !gone && waited < test_seconds(5); waited += 0.02) {
+        gone = process_gone(child);
+        usleep(20000);
+    }
+    if (!gone)
+        kill(child, SIGKILL);
+    cr_assert(gone, "gnuplot %d outlived the killed kvio report", child);
     test_rmtree(dir);
     free(dir);
 }

@@ -350,7 +350,7 @@ Test(stream_trace, mooncake_export_of_segments_shares_ids_where_blocks_are_share
     cr_assert_eq(kvio_stream_writer_create(out, KVIO_EXPORT_MOONCAKE, &writer), KVIO_OK);
     cr_assert_eq(kvio_stream_writer_write(writer, &a), KVIO_OK);
     cr_assert_eq(kvio_stream_writer_write(writer, &b), KVIO_OK);
-    cr_assert_eq(kvio_stream_writer_close(writer), KVIO_OK);
+    cr_assert_eq(kvio_stream_writer_close(writer, NULL), KVIO_OK);
     fclose(out);
     unsigned long long ids[2][3];
     char *second_line = strchr(text, '\n') + 1;
@@ -610,11 +610,13 @@ Test(stream_trace, a_trace_read_in_chunks_loses_no_line, .timeout = 60)
                 "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d, "
                 "\"hash_ids\": [%d, %d, %d]}\n",
                 i, 1025 + i % 7, 3 + i % 11, 3 * i, 3 * i + 1, 3 * i + 2);
-    fprintf(out, "{\"timestamp\": %d, \"input_length\": 512, \"output_length\": 1, "
-                 "\"hash_ids\": [", lines);
-    for (int i = 0; i < 700000; i++)
+    /* A last line of 2 MB: as many ids as its 9,999,872 tokens fill, then
+     * spaces. */
+    fprintf(out, "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": 1, "
+                 "\"hash_ids\": [", lines, 19531 * 512);
+    for (int i = 0; i < 19531; i++)
         fprintf(out, "%s%d", i > 0 ? ", " : "", i % 10);
-    fprintf(out, "]}\n");
+    fprintf(out, "]%*s}\n", 2000000, "");
     fclose(out);
     kvio_stream_trace_config_t options = default_options();
     kvio_stream_t *stream = open_trace(path, KVIO_TRACE_MOONCAKE, &options);
@@ -628,8 +630,8 @@ Test(stream_trace, a_trace_read_in_chunks_loses_no_line, .timeout = 60)
             cr_assert_eq(request->output_tokens, 3u + (uint32_t)(count % 11));
             cr_assert_eq(request->trace_hash_ids[2], (uint64_t)(3 * count + 2));
         } else {
-            cr_assert_eq(request->num_trace_hash_ids, 700000u);
-            cr_assert_eq(request->trace_hash_ids[699999], 9u);
+            cr_assert_eq(request->num_trace_hash_ids, 19531u);
+            cr_assert_eq(request->trace_hash_ids[19530], 0u);
         }
         count++;
     }
@@ -705,7 +707,7 @@ Test(stream_trace, mooncake_lines_read_every_field_and_blank_lines_keep_line_num
         "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 6, \"hash_ids\": [0, 1]}\n"
         "\n"
         "{\"hash_ids\": [9], \"timestamp\": 27.5, \"input_length\": 12, \"output_length\": 0}\n"
-        "{\"timestamp\": 30, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [5,6 ,7]}";
+        "{\"timestamp\": 30, \"input_length\": 1100, \"output_length\": 2, \"hash_ids\": [5,6 ,7]}";
     kvio_request_t *requests[4];
     size_t count = read_text(dir, "trace.jsonl", text, &options, requests, 4);
     cr_assert_eq(count, 3);
@@ -738,10 +740,10 @@ Test(stream_trace, hash_ids_of_every_length_read_exactly, .timeout = 10)
     char *dir = test_tmpdir();
     kvio_stream_trace_config_t options = default_options();
     const char *text =
-        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [0, 9, "
-        "10, 99, 100, 4321, 12345, 654321, 1234567, 12345678, 123456789, 9876543210, "
+        "{\"timestamp\": 0, \"input_length\": 7000, \"output_length\": 1, \"hash_ids\": "
+        "[0, 9, 10, 99, 100, 4321, 12345, 654321, 1234567, 12345678, 123456789, 9876543210, "
         "123456789012345678, 7]}\n"
-        "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": "
+        "{\"timestamp\": 1, \"input_length\": 4500, \"output_length\": 1, \"hash_ids\": "
         "[1,22,333,4444,55555,666666,7777777,88888888,1]}\n"
         "{\"timestamp\": 2, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [7654321]}";
     kvio_request_t *requests[4];
@@ -1190,6 +1192,62 @@ Test(stream_trace, impossible_dates_and_saturating_scales_are_refused, .timeout 
             cr_expect(test_contains(run.err, "the trace spans 19677.8 days"), "%s", run.err);
         test_run_free(&run);
     }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A leap second (second 60) is no Azure time, and BurstGPT's seconds are
+ * decimal ("0x10" was read as 16 s, which the Azure reader refuses). */
+Test(stream_trace, leap_seconds_and_hex_seconds_are_refused, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    free(test_write_file(dir, "leap.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                          "2023-11-16 18:17:60.00,100,10\n"));
+    free(test_write_file(dir, "hex.csv", "Timestamp,Model,Request tokens,Response tokens,"
+                                         "Total tokens,Log Type\n"
+                                         "5,ChatGPT,100,10,110,Conversation log\n"
+                                         "0x10,ChatGPT,100,10,110,Conversation log\n"));
+    static const struct {
+        const char *file, *message;
+    } cases[] = {
+        {"leap.csv", "leap.csv:2: TIMESTAMP '2023-11-16 18:17:60.00' is not a date"},
+        {"hex.csv", "hex.csv:3: Timestamp '0x10' is not a number of seconds"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        test_run_t run = test_kvio(dir, "stream", "--trace", cases[c].file, "--stats", NULL);
+        cr_expect_eq(run.status, 2, "%s: %s", cases[c].file, run.err);
+        cr_expect(test_contains(run.err, cases[c].message), "%s: %s", cases[c].file, run.err);
+        test_run_free(&run);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A nested hash_ids list is a type error, not a count one; a request at
+ * arrival_ns INT64_MAX is one past the run's clock, not "no requests
+ * after stream.trace.start" (start is 0). */
+Test(stream_trace, nested_ids_and_endless_arrivals_say_what_is_wrong, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    free(test_write_file(dir, "nested.jsonl", "{\"id\": 1, \"arrival_ns\": 5, \"input_length\": "
+                         "18, \"output_length\": 4, \"block_tokens\": 16, \"hash_ids\": "
+                         "[[1, 2]]}\n"));
+    free(test_write_file(dir, "endless.jsonl", "{\"id\": 1, \"arrival_ns\": "
+                         "9223372036854775807, \"input_length\": 18, \"output_length\": 4, "
+                         "\"block_tokens\": 16, \"hash_ids\": [1, 2]}\n"));
+    test_run_t run = test_kvio(dir, "stream", "--trace", "nested.jsonl", "--stats", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "nested.jsonl:1: 'hash_ids'[0] is not a non-negative "
+                                     "integer (a list: hash_ids is one flat list)"),
+              "%s", run.err);
+    test_run_free(&run);
+    run = test_kvio(dir, "run", "endpoint", "--set", "mode=simulate", "--set",
+                    "stream.trace.path=endless.jsonl", "-o", "out", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "endless.jsonl:1: this request arrives 292 years after the "
+                                     "first"),
+              "%s", run.err);
+    test_run_free(&run);
     test_rmtree(dir);
     free(dir);
 }

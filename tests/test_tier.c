@@ -1388,15 +1388,18 @@ Test(tier, a_block_changed_in_the_store_is_an_error_not_a_hit, .timeout = 20)
  * 2,048-token prompt to a write-back host tier of 1e8 bytes/s (Llama-3.2-1B:
  * 512 KiB blocks); four decoders (2-5) start at 1 s; request 6 brings
  * request 0's prompt back at 2 s, so its 127 full blocks (63.5 MiB, 0.67 s
- * at that rate) come from the tier while the decoders run. */
+ * at that rate) come from the tier while the decoders run (500 tokens at
+ * vLLM's 3.3 ms a step: until 2.67 s). The decoders' 64-token prompts keep
+ * their 4 x 36 blocks and request 6's 128 within the pool: nobody is
+ * preempted. */
 static const char *kv_load_trace =
     "{\"timestamp\": 0, \"input_length\": 2048, \"output_length\": 2, \"hash_ids\": [1, 2, 3, 4]}\n"
     "{\"timestamp\": 300, \"input_length\": 4800, \"output_length\": 1, "
     "\"hash_ids\": [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]}\n"
-    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [30]}\n"
-    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [31]}\n"
-    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [32]}\n"
-    "{\"timestamp\": 1000, \"input_length\": 256, \"output_length\": 500, \"hash_ids\": [33]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 64, \"output_length\": 500, \"hash_ids\": [30]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 64, \"output_length\": 500, \"hash_ids\": [31]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 64, \"output_length\": 500, \"hash_ids\": [32]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 64, \"output_length\": 500, \"hash_ids\": [33]}\n"
     "{\"timestamp\": 2000, \"input_length\": 2048, \"output_length\": 4, \"hash_ids\": [1, 2, 3, 4]}\n";
 
 #define KV_LOAD_YAML                                                                        \

@@ -581,3 +581,80 @@ Test(tokenizer, a_bad_tokenizer_file_is_named_with_what_is_wrong, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* text with the first from replaced by to (malloc'd). */
+static char *replaced(const char *text, const char *from, const char *to)
+{
+    const char *at = strstr(text, from);
+    cr_assert_not_null(at, "no '%s'", from);
+    char *out = malloc(strlen(text) + strlen(to) + 1);
+    sprintf(out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return out;
+}
+
+/* A file that says two things of one token is refused with what and
+ * where: two byte strings sharing a rank, one string with two ranks, two
+ * vocabulary tokens sharing an id, an added token taking a vocabulary id
+ * or added twice, a model type that is not a name, an empty vocabulary
+ * (blamed on model.merges[0]); all were read silently, one of the two
+ * winning. A byte order mark before a tokenizer.json is read past (it was
+ * read as a tiktoken file). */
+Test(tokenizer, contradictory_tokenizer_files_are_refused_naming_the_conflict, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    static const char *const extra[] = {"he"};
+    char *ranks = test_write_rank_file(dir, "good-cl100k_base.tiktoken", extra, 1);
+    char *ranks_text = test_read_file(ranks);
+    char *json = test_write_tokenizer_json(dir, "good.json", "");
+    char *json_text = test_read_file(json);
+    char *two_ranks = malloc(strlen(ranks_text) + 32), *shared_rank = malloc(strlen(ranks_text) + 32);
+    sprintf(two_ranks, "%saGU= 300\n", ranks_text);   /* "he" again */
+    sprintf(shared_rank, "%saXQ= 256\n", ranks_text); /* "it" at he's rank */
+    char *vocab_id = replaced(json_text, "\"id\": 300,", "\"id\": 97,");
+    char *added_twice = replaced(json_text, "\"<|im_end|>\"", "\"<|im_start|>\"");
+    char *id_twice = replaced(json_text, "\"id\": 301,", "\"id\": 300,");
+    char *type_number = replaced(json_text, "\"type\": \"BPE\"", "\"type\": 5");
+    struct {
+        const char *name, *text, *want;
+    } cases[] = {
+        {"two-cl100k_base.tiktoken", two_ranks,
+         "two-cl100k_base.tiktoken:258: \"he\" is given id 256 and also id 300"},
+        {"shared-cl100k_base.tiktoken", shared_rank,
+         "shared-cl100k_base.tiktoken:258: id 256 is given to \"he\" and also to \"it\""},
+        {"shared.json", "{\"model\": {\"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}}",
+         "shared.json: model.vocab: id 0 is given to \"a\" and also to \"b\""},
+        {"vocab-id.json", vocab_id,
+         "vocab-id.json: added_tokens[0]: id 97 is the vocabulary's \"a\", not \"<|im_start|>\""},
+        {"added-twice.json", added_twice,
+         "added-twice.json: added_tokens[1]: \"<|im_start|>\" is added twice"},
+        {"id-twice.json", id_twice, "id-twice.json: added_tokens[1]: id 300 is added twice"},
+        {"type.json", type_number, "type.json: model.type: not a model name"},
+        {"empty.json", "{\"model\": {\"vocab\": {}, \"merges\": []}}",
+         "empty.json: model.vocab: empty"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *path = test_write_file(dir, cases[i].name, cases[i].text);
+        assert_refused(path, cases[i].want);
+        free(path);
+    }
+    char *bom_text = malloc(strlen(json_text) + 4);
+    sprintf(bom_text, "\xef\xbb\xbf%s", json_text);
+    char *bom = test_write_file(dir, "bom.json", bom_text);
+    kvio_tokenizer_t *tokenizer = NULL;
+    cr_assert_eq(kvio_tokenizer_load(bom, &tokenizer), KVIO_OK, "a tokenizer.json after a BOM");
+    kvio_tokenizer_destroy(tokenizer);
+    free(bom);
+    free(bom_text);
+    free(type_number);
+    free(id_twice);
+    free(added_twice);
+    free(vocab_id);
+    free(shared_rank);
+    free(two_ranks);
+    free(json_text);
+    free(json);
+    free(ranks_text);
+    free(ranks);
+    test_rmtree(dir);
+    free(dir);
+}

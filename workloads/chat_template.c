@@ -476,14 +476,15 @@ static shared_message_t shared_message(const chat_t *chat, size_t i)
 static void harmony_system(chat_t *chat)
 {
     renderer_t *out = chat->out;
-    char date[16];
+    char date[32] = "1970-01-01";
     if (chat->options->date != NULL) {
         snprintf(date, sizeof(date), "%s", chat->options->date);
     } else {
         time_t now = time(NULL);
         struct tm day;
-        gmtime_r(&now, &day);
-        strftime(date, sizeof(date), "%Y-%m-%d", &day);
+        /* strftime leaves the buffer undefined when it does not fit. */
+        if (gmtime_r(&now, &day) == NULL || strftime(date, sizeof(date), "%Y-%m-%d", &day) == 0)
+            snprintf(date, sizeof(date), "1970-01-01");
     }
     special(out, TOKEN_START);
     literal(out, "system");

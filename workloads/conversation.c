@@ -179,10 +179,16 @@ static kvio_status_t read_message(const json_t *message, const place_t *place, s
         role_json = json_object_get(message, "from"); /* ShareGPT */
     const char *role = canonical_role(json_string_value(role_json));
     if (role == NULL) {
-        snprintf(key, sizeof(key), "%s[%zu].%s", list, index,
-                 json_object_get(message, "role") ? "role" : "from");
+        /* The key the format names: ShareGPT's conversations say "from". */
+        const char *name = json_object_get(message, "role") != NULL   ? "role"
+                           : json_object_get(message, "from") != NULL ? "from"
+                           : strcmp(list, "conversations") == 0       ? "from"
+                                                                      : "role";
+        snprintf(key, sizeof(key), "%s[%zu].%s", list, index, name);
+        if (role_json == NULL)
+            return bad(place, key, "missing (system, developer, user, assistant or tool)");
         return bad(place, key, "unknown role '%s' (system, developer, user, assistant, tool)",
-                   json_string_value(role_json) ? json_string_value(role_json) : "(none)");
+                   json_string_value(role_json) ? json_string_value(role_json) : "(not text)");
     }
     char *text = NULL;
     size_t length = 0;
@@ -233,6 +239,11 @@ static kvio_status_t session_add(kvio_conversation_log_t *log, kvio_conversation
 /* ---------- JSON Lines: OpenAI request logs, kvio's format ---------- */
 
 /* A time: seconds as a number, or ISO 8601 (2026-12-02T16:04:05.25Z). */
+/* A log's times are seconds from 0 (relative) to 2100-01-01 (Unix): past
+ * that a time is a mistake, and 1e30 overflowed the trace's arrival and
+ * the date harmony writes. */
+#define LOG_TIME_MAX_S 4102444800.0
+
 static bool parse_time(const json_t *value, double *seconds_p)
 {
     if (json_is_number(value)) {
@@ -396,6 +407,9 @@ static kvio_status_t read_line(kvio_conversation_log_t *log, kvio_map_t *index,
     const json_t *time = json_is_object(line) ? first_of(line, time_names) : NULL;
     if (status == KVIO_OK && time != NULL && !parse_time(time, &turn.time_s))
         status = bad(place, "time", "not seconds or an ISO 8601 time");
+    if (status == KVIO_OK && time != NULL && !(turn.time_s >= 0 && turn.time_s < LOG_TIME_MAX_S))
+        status = bad(place, "time", "%.6g s is not a time from 0 to %.0f (before 2100-01-01 as "
+                     "Unix seconds)", turn.time_s, LOG_TIME_MAX_S);
     if (status == KVIO_OK)
         status = read_request_messages(body, place, &turn);
     if (status == KVIO_OK)

@@ -157,14 +157,15 @@ kvio_status_t kvio_conversation_render(const kvio_conversation_turn_t *turn,
 {
     /* harmony writes the day of the request; a log's time is it (a time
      * before 2001 is a relative one: the template's own day). */
-    char date[16];
+    char date[32];
     kvio_chat_options_t options = {.add_generation_prompt = true};
-    if (isfinite(turn->time_s) && turn->time_s > 978307200.0) {
+    struct tm day;
+    /* Only a day gmtime can give and strftime can write whole (a time of
+     * 1e30 s left the buffer unterminated: stack bytes as the date). */
+    if (isfinite(turn->time_s) && turn->time_s > 978307200.0 && turn->time_s < 253402300800.0) {
         time_t seconds = (time_t)turn->time_s;
-        struct tm day;
-        gmtime_r(&seconds, &day);
-        strftime(date, sizeof(date), "%Y-%m-%d", &day);
-        options.date = date;
+        if (gmtime_r(&seconds, &day) != NULL && strftime(date, sizeof(date), "%Y-%m-%d", &day) > 0)
+            options.date = date;
     }
     return kvio_chat_render_spans(template_id, tokenizer, turn->messages, turn->num_messages,
                                   &options, rendering_p);

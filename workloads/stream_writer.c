@@ -5,6 +5,7 @@
  * block's hash (the last, partial block hashed as it stands). */
 #include "workloads/workloads_int.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ struct kvio_stream_writer {
     FILE *out;
     kvio_export_format_t format;
     bool failed;
+    int errnum; /* the first failed write's errno (ENOSPC, EPIPE) */
     size_t used;
     kvio_hash_t *hashes;
     size_t hashes_capacity;
@@ -32,6 +34,7 @@ kvio_status_t kvio_stream_writer_create(FILE *out, kvio_export_format_t format,
     writer->out = out;
     writer->format = format;
     writer->failed = false;
+    writer->errnum = 0;
     writer->used = 0;
     writer->hashes = NULL;
     writer->hashes_capacity = 0;
@@ -39,10 +42,18 @@ kvio_status_t kvio_stream_writer_create(FILE *out, kvio_export_format_t format,
     return KVIO_OK;
 }
 
+static void fail(kvio_stream_writer_t *writer)
+{
+    if (!writer->failed)
+        writer->errnum = errno != 0 ? errno : EIO;
+    writer->failed = true;
+}
+
 static void flush(kvio_stream_writer_t *writer)
 {
+    errno = 0;
     if (writer->used > 0 && fwrite(writer->buffer, 1, writer->used, writer->out) != writer->used)
-        writer->failed = true;
+        fail(writer);
     writer->used = 0;
 }
 
@@ -209,17 +220,22 @@ kvio_status_t kvio_stream_writer_write(kvio_stream_writer_t *writer,
         put_u64(writer, request->output_content_id);
     }
     PUT_LITERAL(writer, "}\n");
-    return writer->failed ? KVIO_ERR_IO : KVIO_OK;
+    return writer->failed ? kvio_status_from_errno(writer->errnum) : KVIO_OK;
 }
 
-kvio_status_t kvio_stream_writer_close(kvio_stream_writer_t *writer)
+kvio_status_t kvio_stream_writer_close(kvio_stream_writer_t *writer, int *errno_p)
 {
+    if (errno_p != NULL)
+        *errno_p = 0;
     if (writer == NULL)
         return KVIO_OK;
     flush(writer);
+    errno = 0;
     if (fflush(writer->out) != 0 || ferror(writer->out))
-        writer->failed = true;
-    kvio_status_t status = writer->failed ? KVIO_ERR_IO : KVIO_OK;
+        fail(writer);
+    kvio_status_t status = writer->failed ? kvio_status_from_errno(writer->errnum) : KVIO_OK;
+    if (errno_p != NULL)
+        *errno_p = writer->failed ? writer->errnum : 0;
     free(writer->hashes);
     free(writer);
     return status;
@@ -230,6 +246,7 @@ kvio_status_t kvio_stream_export(kvio_stream_t *stream, FILE *out, kvio_export_f
 {
     kvio_stream_writer_t *writer = NULL;
     uint64_t count = 0;
+    bool write_failed = false;
     kvio_status_t status = kvio_stream_writer_create(out, format, &writer);
     if (status != KVIO_OK) {
         snprintf(error_p, error_len, "export: %s", kvio_strerror(status));
@@ -245,17 +262,18 @@ kvio_status_t kvio_stream_export(kvio_stream_t *stream, FILE *out, kvio_export_f
         if (request == NULL)
             break;
         status = kvio_stream_writer_write(writer, request);
-        if (status != KVIO_OK) {
-            snprintf(error_p, error_len, "export: %s after %llu requests",
-                     kvio_strerror(status), (unsigned long long)count);
+        write_failed = status != KVIO_OK;
+        if (write_failed)
             break;
-        }
         count++;
     }
-    kvio_status_t close_status = kvio_stream_writer_close(writer);
-    if (status == KVIO_OK && close_status != KVIO_OK) {
-        snprintf(error_p, error_len, "export: write failed");
-        status = close_status;
+    int errnum = 0;
+    kvio_status_t close_status = kvio_stream_writer_close(writer, &errnum);
+    if ((status == KVIO_OK && close_status != KVIO_OK) || write_failed) {
+        snprintf(error_p, error_len, "export: write failed after %llu requests: %s",
+                 (unsigned long long)count, strerror(errnum != 0 ? errnum : EIO));
+        if (status == KVIO_OK)
+            status = close_status;
     }
     if (status == KVIO_OK)
         *count_p = count;

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,49 @@ static long base64_decode(const char *text, size_t length, char *out)
     return (long)(written - padding);
 }
 
+/* ---------- contradictions ---------- */
+
+/* At most 40 of a token's bytes, printable ASCII as is, others as \xNN. */
+static const char *shown_bytes(const char *bytes, size_t length, char out[176])
+{
+    size_t at = 0;
+    for (size_t i = 0; i < length && i < 40; i++) {
+        unsigned char byte = (unsigned char)bytes[i];
+        if (byte >= 0x20 && byte < 0x7f && byte != '"' && byte != '\\')
+            out[at++] = (char)byte;
+        else
+            at += (size_t)snprintf(out + at, 5, "\\x%02x", byte);
+    }
+    snprintf(out + at, 176 - at, "%s", length > 40 ? "..." : "");
+    return out;
+}
+
+/* The token that id already stands for (NULL: none). */
+static const token_entry_t *entry_of(const kvio_tokenizer_t *tokenizer, uint32_t id)
+{
+    if (id >= tokenizer->num_ids || tokenizer->entry_of_id[id] == TOKEN_NONE)
+        return NULL;
+    return &tokenizer->entries[tokenizer->entry_of_id[id]];
+}
+
+/* A token whose bytes or id the file already gave another way: which one
+ * would encode or decode? Written into why (empty: none). */
+static void token_conflict(const kvio_tokenizer_t *tokenizer, const char *bytes, size_t length,
+                           uint32_t id, char *why, size_t why_len)
+{
+    char shown[176], other[176];
+    uint32_t known = kvio_tokenizer_lookup(tokenizer, bytes, length);
+    const token_entry_t *entry = entry_of(tokenizer, id);
+    why[0] = '\0';
+    if (known != TOKEN_NONE)
+        snprintf(why, why_len, "\"%s\" is given id %u and also id %u (one string, two ids)",
+                 shown_bytes(bytes, length, shown), known, id);
+    else if (entry != NULL)
+        snprintf(why, why_len, "id %u is given to \"%s\" and also to \"%s\" (two strings, one "
+                 "id)", id, shown_bytes(tokenizer->arena + entry->offset, entry->length, other),
+                 shown_bytes(bytes, length, shown));
+}
+
 /* One "BASE64 RANK" line into the tokenizer; false after logging. */
 static bool read_rank_line(kvio_tokenizer_t *tokenizer, const char *path, size_t line_number,
                            char *line, size_t length, kvio_status_t *status_p)
@@ -136,6 +180,13 @@ static bool read_rank_line(kvio_tokenizer_t *tokenizer, const char *path, size_t
                  "%s:%zu: not a tiktoken rank line (a token's bytes in base64, a space and its "
                  "rank, below %u)",
                  path, line_number, TOKEN_ID_LIMIT);
+        *status_p = KVIO_ERR_INVALID;
+        return false;
+    }
+    char why[512];
+    token_conflict(tokenizer, bytes, (size_t)num_bytes, (uint32_t)rank, why, sizeof(why));
+    if (why[0] != '\0') {
+        kvio_log(KVIO_LOG_ERROR, "%s:%zu: %s", path, line_number, why);
         *status_p = KVIO_ERR_INVALID;
         return false;
     }
@@ -237,6 +288,8 @@ static kvio_status_t read_vocab(kvio_tokenizer_t *tokenizer, const char *path, c
 {
     if (!json_is_object(vocab))
         return json_fail(path, "missing or not an object of token to id", "model.vocab");
+    if (json_object_size(vocab) == 0)
+        return json_fail(path, "empty: no tokens", "model.vocab");
     const char *key;
     json_t *value;
     json_object_foreach((json_t *)vocab, key, value) {
@@ -259,6 +312,11 @@ static kvio_status_t read_vocab(kvio_tokenizer_t *tokenizer, const char *path, c
                      path, key);
             return KVIO_ERR_INVALID;
         }
+        char why[512];
+        token_conflict(tokenizer, bytes, num_bytes, (uint32_t)json_integer_value(value), why,
+                       sizeof(why));
+        if (why[0] != '\0')
+            return json_fail(path, why, "model.vocab");
         kvio_status_t status =
             kvio_tokenizer_add(tokenizer, bytes, num_bytes, (uint32_t)json_integer_value(value));
         if (status != KVIO_OK)
@@ -342,9 +400,33 @@ static kvio_status_t read_added_tokens(kvio_tokenizer_t *tokenizer, const char *
                      path, i);
             return KVIO_ERR_INVALID;
         }
-        kvio_status_t status = kvio_tokenizer_add_special(
-            tokenizer, json_string_value(content), json_string_length(content),
-            (uint32_t)json_integer_value(id));
+        const char *text = json_string_value(content);
+        size_t length = json_string_length(content);
+        uint32_t token_id = (uint32_t)json_integer_value(id);
+        char why[512] = "", shown[176], other[176];
+        const token_entry_t *entry = entry_of(tokenizer, token_id);
+        /* The vocabulary may hold an added token itself (GPT-2's
+         * <|endoftext|>), with the same bytes; not another's. */
+        if (entry != NULL &&
+            (entry->length != length || memcmp(tokenizer->arena + entry->offset, text, length) != 0))
+            snprintf(why, sizeof(why), "id %u is the vocabulary's \"%s\", not \"%s\"", token_id,
+                     shown_bytes(tokenizer->arena + entry->offset, entry->length, other),
+                     shown_bytes(text, length, shown));
+        for (size_t s = 0; why[0] == '\0' && s < tokenizer->num_specials; s++) {
+            const special_token_t *special = &tokenizer->specials[s];
+            if (special->length == length && memcmp(special->text, text, length) == 0)
+                snprintf(why, sizeof(why), "\"%s\" is added twice (ids %u and %u)",
+                         shown_bytes(text, length, shown), special->id, token_id);
+            else if (special->id == token_id)
+                snprintf(why, sizeof(why), "id %u is added twice (\"%s\" and \"%s\")", token_id,
+                         shown_bytes(special->text, special->length, other),
+                         shown_bytes(text, length, shown));
+        }
+        if (why[0] != '\0') {
+            kvio_log(KVIO_LOG_ERROR, "%s: added_tokens[%zu]: %s", path, i, why);
+            return KVIO_ERR_INVALID;
+        }
+        kvio_status_t status = kvio_tokenizer_add_special(tokenizer, text, length, token_id);
         if (status != KVIO_OK)
             return status;
     }
@@ -392,17 +474,19 @@ static kvio_status_t read_pre_tokenizer(kvio_tokenizer_t *tokenizer, const char 
     return KVIO_OK;
 }
 
-static kvio_status_t load_huggingface(kvio_tokenizer_t *tokenizer, const char *path)
+/* From file's position on (after a byte order mark, if it had one). */
+static kvio_status_t load_huggingface(kvio_tokenizer_t *tokenizer, const char *path, FILE *file)
 {
     json_error_t error;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
+    json_t *root = json_loadf(file, JSON_REJECT_DUPLICATES, &error);
     if (root == NULL) {
         kvio_log(KVIO_LOG_ERROR, "%s:%d:%d: %s", path, error.line, error.column, error.text);
         return KVIO_ERR_INVALID;
     }
     kvio_status_t status = KVIO_ERR_INVALID;
     const json_t *model = json_object_get(root, "model");
-    const char *type = json_string_value(json_object_get(model, "type"));
+    const json_t *type_json = json_object_get(model, "type");
+    const char *type = json_string_value(type_json);
     const json_t *normalizer = json_object_get(root, "normalizer");
     const char *normalizer_type = json_string_value(json_object_get(normalizer, "type"));
     const char *pattern = NULL;
@@ -411,6 +495,9 @@ static kvio_status_t load_huggingface(kvio_tokenizer_t *tokenizer, const char *p
     tokenizer->nfc = normalizer_type != NULL && strcmp(normalizer_type, "NFC") == 0;
     if (!json_is_object(model)) {
         json_fail(path, "missing or not an object", "model");
+    } else if (type_json != NULL && type == NULL) {
+        json_fail(path, "not a model name (kvio reads byte-level BPE models: \"BPE\")",
+                  "model.type");
     } else if (type != NULL && strcmp(type, "BPE") != 0) {
         kvio_log(KVIO_LOG_ERROR, "%s: model.type: %s; kvio reads byte-level BPE models", path, type);
     } else if (normalizer != NULL && !json_is_null(normalizer) &&
@@ -457,12 +544,25 @@ kvio_status_t kvio_tokenizer_load(const char *path, kvio_tokenizer_t **tokenizer
     }
     for (int byte = 0; byte < 256; byte++)
         tokenizer->byte_ids[byte] = TOKEN_NONE;
-    int first = kvio_file_first_byte(file);
+    /* A UTF-8 byte order mark before the JSON (it was read as a tiktoken
+     * file: "not a tiktoken rank line"). */
+    char bom[3];
+    bool has_bom = fread(bom, 1, 3, file) == 3 && memcmp(bom, "\xef\xbb\xbf", 3) == 0;
+    if (!has_bom)
+        rewind(file);
+    int first = fgetc(file);
+    while (first == ' ' || first == '\n' || first == '\t' || first == '\r')
+        first = fgetc(file);
+    fseek(file, has_bom ? 3 : 0, SEEK_SET);
     kvio_status_t status;
     if (first == '{') {
         status = kvio_file_check_json_memory(path, file);
         if (status == KVIO_OK)
-            status = load_huggingface(tokenizer, path);
+            status = load_huggingface(tokenizer, path, file);
+    } else if (has_bom) {
+        kvio_log(KVIO_LOG_ERROR, "%s: a byte order mark, then not JSON: a tiktoken rank file has "
+                 "none", path);
+        status = KVIO_ERR_INVALID;
     } else {
         status = load_tiktoken(tokenizer, path, file);
     }

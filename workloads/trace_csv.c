@@ -123,8 +123,10 @@ static kvio_status_t parse_date(const char *text, int64_t *ns_p, char *error_p, 
     if (sscanf(text, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &year, &month, &day, &separator, &hour,
                &minute, &second, &consumed) != 7 ||
         (separator != ' ' && separator != 'T') || year < 1970 || year > 2200 || month < 1 ||
-        month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60 ||
+        month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 59 ||
         hour < 0 || minute < 0 || second < 0) {
+        /* (A second of 60 is a leap second, which UTC times in a log do
+         * not carry and Python's datetime refuses.) */
         snprintf(error_p, error_len, "TIMESTAMP '%.40s' is not a date like 2023-11-16 18:17:03.98",
                  text);
         return KVIO_ERR_PARSE;
@@ -169,7 +171,10 @@ static kvio_status_t parse_seconds(const char *text, int64_t *ns_p, char *error_
     char *end;
     errno = 0;
     double seconds = strtod(text, &end);
-    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(seconds)) {
+    /* Decimal only: strtod reads "0x10" as 16 s, and the Azure reader
+     * refuses it. */
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(seconds) ||
+        strspn(text, "0123456789.eE+-") != strlen(text)) {
         snprintf(error_p, error_len, "Timestamp '%.40s' is not a number of seconds", text);
         return KVIO_ERR_PARSE;
     }

@@ -316,9 +316,11 @@ static bool parse_plain_line(kvio_trace_t *trace, const char *text, size_t lengt
     request->input_tokens = (uint32_t)line.input_length;
     request->output_tokens = (uint32_t)line.output_length;
     request->output_content_id = KVIO_CONTENT_TRACE | (trace->line << 1 | 1);
-    request->num_trace_hash_ids = (uint32_t)line.num_ids;
+    size_t kept = kvio_trace_keep_ids(trace, line.num_ids, (uint64_t)line.input_length,
+                                      block_tokens);
+    request->num_trace_hash_ids = (uint32_t)kept;
     request->trace_block_tokens = block_tokens;
-    trace->num_hash_ids += line.num_ids;
+    trace->num_hash_ids += kept;
     return true;
 }
 
@@ -396,6 +398,20 @@ static kvio_status_t read_hash_ids(kvio_trace_t *trace, kvio_trace_record_t *rec
         return KVIO_ERR_PARSE;
     }
     size_t count = json_array_size(ids);
+    if (count > KVIO_STREAM_MAX_TOKENS) {
+        snprintf(error_p, error_len, "'hash_ids' has an absurd %zu ids", count);
+        return KVIO_ERR_PARSE;
+    }
+    /* Each id's type before their count (nested lists got a count
+     * complaint). */
+    for (size_t i = 0; i < count; i++) {
+        json_t *id = json_array_get(ids, i);
+        if (!json_is_integer(id) || json_integer_value(id) < 0) {
+            snprintf(error_p, error_len, "'hash_ids'[%zu] is not a non-negative integer%s", i,
+                     json_is_array(id) ? " (a list: hash_ids is one flat list)" : "");
+            return KVIO_ERR_PARSE;
+        }
+    }
     bool sequence = record->request.trace_ids_cover_output;
     uint64_t tokens = (uint64_t)record->request.input_tokens +
                       (sequence ? record->request.output_tokens : 0);
@@ -406,21 +422,12 @@ static kvio_status_t read_hash_ids(kvio_trace_t *trace, kvio_trace_record_t *rec
                  (unsigned long long)tokens, needed, block_tokens);
         return KVIO_ERR_PARSE;
     }
-    if (count > KVIO_STREAM_MAX_TOKENS) {
-        snprintf(error_p, error_len, "'hash_ids' has an absurd %zu ids", count);
-        return KVIO_ERR_PARSE;
-    }
+    count = kvio_trace_keep_ids(trace, count, tokens, block_tokens);
     uint64_t *out = kvio_trace_reserve_hash_ids(trace, count);
     if (out == NULL)
         return KVIO_ERR_NOMEM;
-    for (size_t i = 0; i < count; i++) {
-        json_t *id = json_array_get(ids, i);
-        if (!json_is_integer(id) || json_integer_value(id) < 0) {
-            snprintf(error_p, error_len, "'hash_ids'[%zu] is not a non-negative integer", i);
-            return KVIO_ERR_PARSE;
-        }
-        out[i] = (uint64_t)json_integer_value(id);
-    }
+    for (size_t i = 0; i < count; i++)
+        out[i] = (uint64_t)json_integer_value(json_array_get(ids, i));
     trace->num_hash_ids += count;
     record->request.num_trace_hash_ids = (uint32_t)count;
     record->request.trace_block_tokens = block_tokens;

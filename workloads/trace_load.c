@@ -83,6 +83,17 @@ uint64_t *kvio_trace_reserve_hash_ids(kvio_trace_t *trace, size_t count)
     return trace->hash_ids + trace->num_hash_ids;
 }
 
+size_t kvio_trace_keep_ids(kvio_trace_t *trace, size_t count, uint64_t tokens,
+                           uint32_t block_tokens)
+{
+    size_t needed = (size_t)((tokens + block_tokens - 1) / block_tokens);
+    if (count <= needed)
+        return count;
+    if (trace->ids_cut++ == 0)
+        trace->ids_cut_line = trace->line;
+    return needed;
+}
+
 void kvio_trace_drop_last(kvio_trace_t *trace)
 {
     if (trace->num_records == 0)
@@ -447,8 +458,8 @@ static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t 
         if (options->limit > 0 && kept >= (size_t)options->limit)
             break;
         double scaled = (double)(request->arrival_ns - origin) * options->time_scale;
-        if (options->end_ns > 0 && scaled >= (double)options->end_ns)
-            break; /* sorted: every later request arrives later still */
+        /* Past the clock's limit before past the window's end: a request at
+         * INT64_MAX was "no requests after stream.trace.start". */
         if (scaled > (double)KVIO_CLOCK_LIMIT_NS) {
             /* It saturated: requests past a run's clock, never served. */
             snprintf(error_p, error_len,
@@ -459,6 +470,8 @@ static kvio_status_t arrange(kvio_trace_t *trace, const kvio_trace_format_ops_t 
                      options->time_scale, KVIO_CLOCK_LIMIT_YEARS);
             return KVIO_ERR_CONFIG;
         }
+        if (options->end_ns > 0 && scaled >= (double)options->end_ns)
+            break; /* sorted: every later request arrives later still */
         request->arrival_ns = options->time_scale == 1.0 ? request->arrival_ns - origin
                                                          : llround(scaled);
         if (options->end_ns > 0 && request->arrival_ns >= options->end_ns)
@@ -498,6 +511,10 @@ static kvio_status_t make_stream(trace_source_t *replay, const kvio_trace_format
         return status;
     if (skipped > 0)
         kvio_warn("%s: skipped %llu bad lines", trace->path, (unsigned long long)skipped);
+    if (trace->ids_cut > 0) /* cachesim counted them as blocks, the run did not */
+        kvio_warn("%s: %llu requests carry more hash_ids than their tokens fill (line %llu "
+                  "first); the ids past them are ignored", trace->path,
+                  (unsigned long long)trace->ids_cut, (unsigned long long)trace->ids_cut_line);
     kvio_stream_t *stream = calloc(1, sizeof(*stream));
     if (stream == NULL)
         return KVIO_ERR_NOMEM;

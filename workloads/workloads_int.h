@@ -58,7 +58,16 @@ typedef struct kvio_trace {
     const kvio_stream_trace_config_t *options;
     kvio_trace_format_t format;
     void *format_state;       /* the format's own state (header columns, sessions) */
+    /* Requests with more hash_ids than their tokens need, the extra ones
+     * dropped (said once: kvio run and cachesim alike ignore them), and the
+     * first such line. */
+    uint64_t ids_cut, ids_cut_line;
 } kvio_trace_t;
+
+/* Of count hash ids for tokens in blocks of block_tokens, the ones kept
+ * (those the tokens need), noting a cut in the trace. */
+size_t kvio_trace_keep_ids(kvio_trace_t *trace, size_t count, uint64_t tokens,
+                           uint32_t block_tokens);
 
 /* A trace format: reads one line at a time into the trace. parse_line
  * returns KVIO_OK after adding a record, KVIO_INPROGRESS for a line that

@@ -3,16 +3,17 @@
  * for a share of its requests (guidellm's sweep, MLPerf's QoS search).
  * Each probe runs the workload at one configured rate with several seeds
  * (simulate: deterministic per seed), the arrivals of a warm-up (sessions
- * still ramping) left out of every figure; a probe meets when the seeds'
- * mean attainment reaches the share asked and no seed fell behind (its
+ * still ramping) left out of every figure; a probe meets when every
+ * seed's attainment reaches the share asked and none fell behind (its
  * verdict: overloaded). The search brackets (doubling or halving from the
  * workload's rate), then bisects the configured rate; the knee is reported
  * in the offered rate as measured (the seeds' mean and its 95 % interval,
  * printed with the digits the interval supports), never the configured
  * one. A curve whose met and failed probes interleave is reported as not
- * monotone, the knee taken below the first failure. A confirm run serves
- * the knee's rate for the workload's whole duration and says whether the
- * SLO held. Each probe run is a whole results directory under DIR; with
+ * monotone, the knee taken below the first failure. The confirm serves
+ * the knee's rate for the workload's own duration (a --set duration=
+ * shortens the probes only) with the probes' seeds and says whether the
+ * SLO held (when the probes ran that duration, the knee's probe is it). Each probe run is a whole results directory under DIR; with
  * --vary KEY=A,B one search per value. */
 #ifndef KVIO_CAPACITY_H
 #define KVIO_CAPACITY_H

@@ -46,6 +46,9 @@ typedef enum {
 #define KVIO_OPT_HAS_MAX 2u
 #define KVIO_OPT_NAME 4u /* STRING: a plain name (letters, digits, . _ -; no leading .),
                             safe in a path */
+#define KVIO_OPT_AUTO 8u /* INT, DURATION: "auto" binds as KVIO_OPT_AUTO_VALUE (the owner
+                            fills it in: an engine profile's value), and dumps back as auto */
+#define KVIO_OPT_AUTO_VALUE (-1)
 
 typedef struct kvio_opt {
     const char *key;

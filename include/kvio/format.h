@@ -32,6 +32,11 @@ void kvio_format_utc(unsigned long long wall_ns, char *text_p, size_t text_len);
  * whole UTF-8 characters where out is full. */
 const char *kvio_format_one_line(const char *text, char *out, size_t size);
 
+/* How many of text's first length bytes are whole, valid UTF-8 characters
+ * (no overlong forms, surrogates or code points past U+10FFFF): length
+ * when all are; a text cut mid-character keeps this many. */
+size_t kvio_utf8_valid_length(const char *text, size_t length);
+
 /* Writes value's decimal digits at out (at most 20, no NUL); returns how
  * many. */
 size_t kvio_format_unsigned(char *out, uint64_t value);

@@ -32,8 +32,15 @@ typedef struct kvio_http_params {
                                           tokenizer */
     const kvio_dist_t *output_tokens; /* output length when ignore_eos is false (borrowed) */
     uint64_t seed;               /* output lengths and text */
-    uint32_t max_connections;    /* further ones are refused */
+    uint32_t max_connections;    /* past them a completion gets 503 and Retry-After, and a
+                                    connection has 0.1 s to start its request; twice as
+                                    many are open at most */
+    uint32_t max_connections_per_ip; /* further ones from one address wait (0: no bound) */
     size_t max_body_bytes;       /* a larger request body gets 413 */
+    size_t max_bodies_bytes;     /* the bodies being read together: past it 503 */
+    int64_t header_timeout_ns;   /* a connection's time to send a request's headers (from
+                                    its start or its last answer); then it is closed (0: none) */
+    int64_t idle_timeout_ns;     /* a connection with nothing moving is closed (seconds) */
     bool record_tokens;          /* keep every engine step of every request (tokens.csv) */
 } kvio_http_params_t;
 

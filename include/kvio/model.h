@@ -18,6 +18,28 @@
 
 /* ---------- shape and GPU ---------- */
 
+/* Number formats of weights, activations and the KV cache. The compute peak
+ * a matmul runs at follows its inputs (kvio_cost_compute_peak): fp8 x fp8
+ * at the GPU's fp8 peak, int4 weights with bf16 activations at the bf16
+ * peak (weight-only), and so on. */
+typedef enum {
+    KVIO_DTYPE_AUTO = 0, /* from the byte counts (dtype_bytes, weight_dtype_bytes) */
+    KVIO_DTYPE_BF16,
+    KVIO_DTYPE_FP16,
+    KVIO_DTYPE_FP8,
+    KVIO_DTYPE_INT8,
+    KVIO_DTYPE_INT4,  /* weight-only, group-quantized (GPTQ/AWQ: a 16-bit scale and a
+                         4-bit zero per 128 weights) */
+    KVIO_DTYPE_FP4,   /* NVFP4: an fp8 scale per 16 values */
+    KVIO_DTYPE_MXFP4, /* OCP MXFP4: an 8-bit scale per 32 values */
+    KVIO_DTYPE_FP32,
+} kvio_dtype_t;
+
+/* The names of the formats ("auto", "bf16", ...), NULL-terminated, in
+ * kvio_dtype_t order; and the bytes one value takes, scales included. */
+extern const char *const kvio_dtype_names[];
+double kvio_dtype_bytes(int dtype);
+
 /* A transformer's shape. MoE models set num_experts > 0 (the MLP holds
  * num_experts experts of intermediate_size, experts_per_token active);
  * sliding_window_layers of the layers keep only sliding_window tokens of KV. */
@@ -37,16 +59,44 @@ typedef struct kvio_model {
     double dtype_bytes;        /* activations and KV (bf16: 2) */
     double weight_dtype_bytes; /* weights; 0 means dtype_bytes */
     bool tied_embeddings;
+    /* Formats (kvio_dtype_t; AUTO: from the byte counts above). weight_dtype
+     * quantizes the layers' linear weights (the embedding and LM head stay
+     * in the activations' format, as quantized checkpoints ship them);
+     * activation_dtype is the matmuls' input format (AUTO: the weights' where
+     * the GPU computes in it, else 16-bit); kv_cache_dtype the KV cache's. */
+    int weight_dtype, activation_dtype, kv_cache_dtype;
+    double kv_dtype_bytes;        /* resolved: bytes per KV element */
+    double embedding_dtype_bytes; /* resolved: bytes per embedding/LM-head weight */
 } kvio_model_t;
 
-/* A GPU's datasheet figures. */
+/* How GPUs of one node reach each other: NVLink through an NVSwitch (every
+ * pair at full link bandwidth), an NVLink bridge (pairs), or PCIe. */
+typedef enum {
+    KVIO_LINK_AUTO = 0, /* the preset's; without one, PCIe when the link is no faster */
+    KVIO_LINK_NVSWITCH,
+    KVIO_LINK_NVLINK_BRIDGE,
+    KVIO_LINK_PCIE,
+} kvio_link_kind_t;
+extern const char *const kvio_link_kind_names[];
+
+/* A GPU's datasheet figures (dense tensor-core peaks, without sparsity; a
+ * format the GPU has no tensor-core path for has peak 0), and what a
+ * forward pass reaches of them (achievable fractions, from published
+ * measurements: see docs/engine.md, cost model). */
 typedef struct kvio_gpu {
     char *preset;
     double flops;          /* dense bf16 FLOP/s */
+    double fp8_flops;      /* dense fp8 FLOP/s (0: none) */
+    double int8_flops;     /* dense int8 OP/s (0: none) */
+    double fp4_flops;      /* dense fp4 FLOP/s (0: none) */
     double hbm_bandwidth;  /* bytes/s */
     uint64_t memory;       /* bytes */
     double host_bandwidth; /* host link (PCIe), bytes/s per direction */
-    double link_bandwidth; /* GPU-GPU link for tensor parallelism, bytes/s */
+    double link_bandwidth; /* GPU-GPU link for tensor parallelism, bytes/s per direction */
+    int link_kind;         /* kvio_link_kind_t */
+    int64_t link_latency_ns; /* one step of a collective over the link (a hop, a sync) */
+    double compute_efficiency; /* fraction of the peak a forward pass's matmuls reach */
+    double memory_efficiency;  /* fraction of HBM bandwidth a forward pass reaches */
 } kvio_gpu_t;
 
 /* Option tables for the `model:` and `gpu:` sections. A `preset` key fills
@@ -71,6 +121,9 @@ double kvio_model_embedding_params(const kvio_model_t *model);
 
 /* Parameter count: all weights. */
 double kvio_model_params(const kvio_model_t *model);
+
+/* Bytes of the embedding and LM head (one table when tied). */
+double kvio_model_embedding_bytes(const kvio_model_t *model);
 
 /* Bytes of all weights (what a checkpoint or model update moves). */
 uint64_t kvio_model_weight_bytes(const kvio_model_t *model);

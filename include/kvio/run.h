@@ -132,6 +132,9 @@ typedef struct kvio_run_options {
      * serve's HTTP server) instead of the stream, until it closes; NULL:
      * the stream. Borrowed. */
     struct kvio_frontend *frontend;
+    /* How long that front end serves (0: until stopped; a coupled run lasts
+     * the workload's duration), for what the run says it will take. */
+    int64_t frontend_duration_ns;
     /* The server in front of it: its own numbers go in summary.json's
      * metrics.server (a new reference; NULL: none). */
     json_t *(*server_json)(void *context);

@@ -284,13 +284,16 @@ typedef struct kvio_stream_writer kvio_stream_writer_t;
 kvio_status_t kvio_stream_writer_create(FILE *out, kvio_export_format_t format,
                                         kvio_stream_writer_t **writer_p);
 
-/* Writes one request. Returns KVIO_ERR_IO when out fails. */
+/* Writes one request. Returns the status of out's errno when it fails
+ * (KVIO_ERR_NO_SPACE for a full disk, KVIO_ERR_CONNECTION for a closed
+ * pipe, else KVIO_ERR_IO). */
 kvio_status_t kvio_stream_writer_write(kvio_stream_writer_t *writer,
                                        const kvio_request_t *request);
 
-/* Flushes what is buffered and frees the writer; returns KVIO_ERR_IO if any
- * write failed. */
-kvio_status_t kvio_stream_writer_close(kvio_stream_writer_t *writer);
+/* Flushes what is buffered and frees the writer; returns the status of the
+ * first failed write's errno, which goes in *errno_p (0 if none; may be
+ * NULL) for a message that names the cause. */
+kvio_status_t kvio_stream_writer_close(kvio_stream_writer_t *writer, int *errno_p);
 
 /* Drains stream into out; sets *count_p to the number of requests written. */
 kvio_status_t kvio_stream_export(kvio_stream_t *stream, FILE *out, kvio_export_format_t format,
