@@ -329,9 +329,9 @@ static kvio_status_t take_pending(frontend_arrivals_t *source, kvio_frontend_pen
                                   int64_t now_ns)
 {
     kvio_status_t status = KVIO_OK;
-    /* The pick-up: the rank's clock as it takes them, on the run's clock. */
-    const kvio_serve_loop_t *loop = source->loop;
-    int64_t taken_ns = loop->executor->ops->now(loop->executor) - loop->origin_ns;
+    /* The pick-up: now, on the clock their arrivals were put on (the front
+     * end's), just before the engine queues them as waiting. */
+    int64_t taken_ns = kvio_frontend_now_ns(source->frontend);
     while (pending != NULL) {
         kvio_frontend_pending_t *next = pending->next;
         live_t *live = NULL;
