@@ -9,7 +9,10 @@
 #    at once, KVIO_BENCH_CLIENT_REQUESTS (default 150) requests in all:
 #    serve_client_ttft_error_p99_ms, the client's TTFT (its send to the
 #    library handing over the first token) minus kvio's (the request read
-#    whole at the server to its first step); the parts of the difference
+#    whole at the server to its first step), and beside it
+#    serve_client_itl_error_p99_ms, the same streams' ITL error, which no
+#    arrival stamp enters: the client's own lateness in handing events
+#    over (a floor for the TTFT error); the parts of the difference
 #    are printed (send to the first byte read, the first byte to the last,
 #    the serve rank's pick-up, the first step to the client's event).
 #    Where the openai package cannot be installed (no registry) this stage
@@ -127,6 +130,7 @@ stop_server
 many=$(python3 bench/serve_analyze.py "$work/client.log" "$work/client")
 echo "$client: $many"
 echo "figure serve_client_ttft_error_p99_ms $(field "$many" ttft_error_ms.p99) ms"
+echo "figure serve_client_itl_error_p99_ms $(field "$many" itl_error_ms.p99) ms"
 fi
 
 # --- the fixed-rate load generator ---
