@@ -565,9 +565,11 @@ void kvio_serve_frontend_arrivals_received(const kvio_serve_frontend_arrivals_t 
                                            kvio_engine_finished_t *finished)
 {
     const live_t *live = find_live(source, finished->id);
-    if (live != NULL)
-        finished->received = (kvio_engine_received_t){
-            .known = true, .first_byte_ns = live->first_byte_ns, .taken_ns = live->taken_ns};
+    finished->received = live != NULL
+                             ? (kvio_engine_received_t){.frontend = true, .known = true,
+                                                        .first_byte_ns = live->first_byte_ns,
+                                                        .taken_ns = live->taken_ns}
+                             : (kvio_engine_received_t){.frontend = true};
 }
 
 void kvio_serve_frontend_arrivals_note(kvio_serve_frontend_arrivals_t *source, kvio_hash_t hash,

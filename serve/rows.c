@@ -103,7 +103,10 @@ int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
         out = append_unsigned(out, finished->loaded_tokens);
     }
     const kvio_engine_received_t *received = &finished->received;
-    if (received->known) {
+    if (received->frontend && !received->known) {
+        memcpy(out, ",,,", 3); /* the front end's columns, not known here */
+        out += 3;
+    } else if (received->frontend) {
         *out++ = ',';
         out = append_fixed(out, received->first_byte_ns / 1e9, 6);
         *out++ = ',';

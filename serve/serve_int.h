@@ -77,7 +77,7 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 #define KVIO_PD_TTFT_PARTS 5
 void kvio_pd_ttft_parts(const kvio_engine_finished_t *finished,
                         int64_t parts_p[KVIO_PD_TTFT_PARTS]);
-/* A front end's request (kvio serve, finished->received.known): its HTTP
+/* A front end's request (kvio serve, finished->received.frontend): its HTTP
  * request's first byte and its last read at the server (the last is its
  * arrival), and the serve rank's pick-up (arrival to taken). */
 #define KVIO_REQUESTS_FRONTEND_HEADER ",request_first_byte_s,request_complete_s,pickup_ms"

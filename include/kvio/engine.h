@@ -162,7 +162,9 @@ typedef struct kvio_pd_times {
  * server: when its first byte was read, and when its serve rank took it
  * into the engine (the pick-up). The serve rank fills it, not the engine. */
 typedef struct kvio_engine_received {
-    bool known;                 /* false: not from a front end */
+    bool frontend;              /* served by a rank with a front end (its columns) */
+    bool known;                 /* the times below are this request's (false: not
+                                 * taken from this rank's front end: a P/D decode) */
     int64_t first_byte_ns;
     int64_t taken_ns;
 } kvio_engine_received_t;
