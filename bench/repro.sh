@@ -13,6 +13,10 @@
 # Emulate runs are real time on a shared machine: expect noise; full mode
 # publishes 3 versions per run and takes medians.
 set -euo pipefail
+# The reproductions sweep load past the knee on purpose (UnboxKV, PKAS): an
+# overloaded run is a point of the published curve, not a failure; its
+# verdict stays in its summary.json.
+export KVIO_ALLOW_INVALID=1
 cd "$(dirname "$0")/.."
 quick=0
 build=build

@@ -46,6 +46,10 @@ typedef struct options {
     bool skip_bad;
     bool hybrid;       /* --hybrid: the model's window layers as vLLM's groups */
     uint32_t window;   /* their window (tokens), with --hybrid */
+    kvio_kvcache_index_t index; /* --index */
+    uint32_t replicas; /* --replicas: local and global hit rates of a fleet; 0: one cache */
+    kvio_cachesim_router_t router; /* --router */
+    bool router_given;
     output_format_t output;
 } options_t;
 
@@ -76,7 +80,9 @@ static void print_help(FILE *out)
 {
     fprintf(out,
             "usage: kvio cachesim TRACE [--format NAME] [--capacity LIST]\n"
-            "                     [--eviction LIST] [--block-tokens N] [--skip-bad]\n"
+            "                     [--eviction LIST] [--index hash|radix]\n"
+            "                     [--replicas N [--router NAME]] [--block-tokens N]\n"
+            "                     [--skip-bad]\n"
             "                     [--threads N] [--json|--csv] [-o FILE]\n\n"
             "Replays the trace's block hash ids (in timestamp order) through a prefix\n"
             "cache: each request hits on the longest prefix of its blocks that is cached,\n"
@@ -95,6 +101,18 @@ static void print_help(FILE *out)
     for (size_t i = 0; i < kvio_evictions.count; i++)
         print_policy(out, kvio_evictions.plugins[i]->name, kvio_evictions.plugins[i]->help);
     fprintf(out,
+            "  --index NAME        hash (default: vLLM's block index, any cached block\n"
+            "                      may be evicted) or radix (SGLang's radix tree,\n"
+            "                      kvcache/radix.c: blocks are its pages, only leaves\n"
+            "                      are evicted, a whole node at a time)\n"
+            "  --replicas N        a fleet of N replicas behind a round-robin router:\n"
+            "                      local (each replica its own cache of the capacity)\n"
+            "                      and global (one store of N x the capacity shared by\n"
+            "                      all, as Mooncake Store) hit rates side by side\n"
+            "  --router NAME       with --replicas: round_robin (default) or\n"
+            "                      prefix_affinity (the replica caching the longest\n"
+            "                      prefix, within 16 requests of the least routed;\n"
+            "                      --index hash)\n"
             "  --block-tokens N    tokens per trace block (default 512)\n"
             "  --hybrid            the --model's sliding-window layers as vLLM's hybrid\n"
             "                      groups (gpt-oss): a block per group, a hit what both\n"
@@ -247,7 +265,8 @@ static int capacities_in_blocks(options_t *options)
 enum {
     CACHESIM_HELP = 1, CACHESIM_FORMAT, CACHESIM_CAPACITY, CACHESIM_MODEL, CACHESIM_TP,
     CACHESIM_EVICTION, CACHESIM_BLOCK_TOKENS, CACHESIM_THREADS, CACHESIM_OUTPUT,
-    CACHESIM_SKIP_BAD, CACHESIM_JSON, CACHESIM_CSV, CACHESIM_HYBRID,
+    CACHESIM_SKIP_BAD, CACHESIM_JSON, CACHESIM_CSV, CACHESIM_HYBRID, CACHESIM_INDEX,
+    CACHESIM_REPLICAS, CACHESIM_ROUTER,
 };
 
 static const kvio_cli_option_t cachesim_options[] = {
@@ -257,6 +276,9 @@ static const kvio_cli_option_t cachesim_options[] = {
     {"model", 0, "a model preset", CACHESIM_MODEL},
     {"tp", 0, "a count", CACHESIM_TP},
     {"eviction", 0, "a list of policies", CACHESIM_EVICTION},
+    {"index", 0, "an index name", CACHESIM_INDEX},
+    {"replicas", 0, "a count", CACHESIM_REPLICAS},
+    {"router", 0, "a router name", CACHESIM_ROUTER},
     {"block-tokens", 0, "a token count", CACHESIM_BLOCK_TOKENS},
     {"hybrid", 0, NULL, CACHESIM_HYBRID},
     {"threads", 0, "a count", CACHESIM_THREADS},
@@ -297,11 +319,32 @@ static bool take_arg(options_t *options, int option, const char *value)
         return parse_count_option("--tp", value, 1024, &options->tensor_parallel);
     case CACHESIM_EVICTION:
         return parse_policies(value, options);
+    case CACHESIM_INDEX:
+        if (strcmp(value, "hash") == 0 || strcmp(value, "radix") == 0) {
+            options->index = value[0] == 'r' ? KVIO_KVCACHE_INDEX_RADIX : KVIO_KVCACHE_INDEX_HASH;
+            return true;
+        }
+        kvio_error("cachesim: bad --index '%s' (hash or radix)", value);
+        return false;
     case CACHESIM_BLOCK_TOKENS:
         if (!parse_count_option("--block-tokens", value, UINT32_MAX, &number))
             return false;
         options->block_tokens = (uint32_t)number;
         return true;
+    case CACHESIM_REPLICAS:
+        if (!parse_count_option("--replicas", value, 4096, &number))
+            return false;
+        options->replicas = (uint32_t)number;
+        return true;
+    case CACHESIM_ROUTER:
+        options->router_given = true;
+        if (strcmp(value, "round_robin") == 0 || strcmp(value, "prefix_affinity") == 0) {
+            options->router = value[0] == 'p' ? KVIO_CACHESIM_PREFIX_AFFINITY
+                                              : KVIO_CACHESIM_ROUND_ROBIN;
+            return true;
+        }
+        kvio_error("cachesim: bad --router '%s' (round_robin or prefix_affinity)", value);
+        return false;
     case CACHESIM_THREADS:
         if (!parse_count_option("--threads", value, 64, &number))
             return false;
@@ -347,7 +390,32 @@ static int parse_args(int argc, char **argv, options_t *options)
         kvio_error("cachesim: no trace given (see kvio cachesim --help)");
         return KVIO_EXIT_USAGE;
     }
+    if (options->router_given && options->replicas == 0) {
+        kvio_error("cachesim: --router routes a fleet: give --replicas N");
+        return KVIO_EXIT_USAGE;
+    }
+    if (options->router == KVIO_CACHESIM_PREFIX_AFFINITY &&
+        options->index == KVIO_KVCACHE_INDEX_RADIX) {
+        kvio_error("cachesim: --router prefix_affinity takes --index hash (a radix match "
+                   "changes the tree it looks in)");
+        return KVIO_EXIT_USAGE;
+    }
+    if (options->hybrid && options->index == KVIO_KVCACHE_INDEX_RADIX) {
+        kvio_error("cachesim: --hybrid takes --index hash (vLLM's hybrid groups are its "
+                   "block index's)");
+        return KVIO_EXIT_USAGE;
+    }
     return capacities_in_blocks(options);
+}
+
+static const char *index_name(kvio_kvcache_index_t index)
+{
+    return index == KVIO_KVCACHE_INDEX_RADIX ? "radix" : "hash";
+}
+
+static const char *router_name(kvio_cachesim_router_t router)
+{
+    return router == KVIO_CACHESIM_PREFIX_AFFINITY ? "prefix_affinity" : "round_robin";
 }
 
 static void format_capacity(uint64_t capacity, char *text, size_t size)
@@ -377,9 +445,36 @@ typedef struct trace_counts {
     uint64_t skipped_lines;
 } trace_counts_t;
 
+/* A result's row: hit rates and counts. */
+static json_t *result_json(const options_t *options, const kvio_cachesim_result_t *result,
+                           uint64_t capacity_blocks)
+{
+    json_t *row = json_object();
+    char text[32];
+    char asked[32];
+    asked_capacity(options, capacity_blocks, asked, sizeof(asked));
+    format_capacity(result->capacity_blocks, text, sizeof(text));
+    json_object_set_new(row, "eviction", json_string(result->policy));
+    json_object_set_new(row, "capacity", json_string(asked));
+    json_object_set_new(row, "capacity_blocks",
+                        result->capacity_blocks == KVIO_CACHESIM_UNLIMITED
+                            ? json_string(text)
+                            : json_integer((json_int_t)result->capacity_blocks));
+    json_object_set_new(row, "block_hit_rate", json_real(result->block_hit_rate));
+    json_object_set_new(row, "token_hit_rate", json_real(result->token_hit_rate));
+    json_object_set_new(row, "hit_blocks", json_integer((json_int_t)result->hit_blocks));
+    json_object_set_new(row, "blocks", json_integer((json_int_t)result->blocks));
+    json_object_set_new(row, "hit_tokens", json_integer((json_int_t)result->hit_tokens));
+    json_object_set_new(row, "tokens", json_integer((json_int_t)result->tokens));
+    json_object_set_new(row, "evictions", json_integer((json_int_t)result->evictions));
+    return row;
+}
+
+/* globals: with --replicas, the shared store's result beside each local one
+ * (NULL otherwise). */
 static int write_json(FILE *out, const options_t *options, const trace_counts_t *counts,
                       const kvio_cachesim_t *sim, const kvio_cachesim_result_t *results,
-                      size_t num_results)
+                      const kvio_cachesim_result_t *globals, size_t num_results)
 {
     json_t *root = json_object(), *config = json_object(), *capacities = json_array();
     json_t *policies = json_array(), *rows = json_array(), *trace_info = json_object();
@@ -395,6 +490,11 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
     json_object_set_new(config, "trace", json_string(options->trace_path));
     json_object_set_new(config, "format", json_string(options->format));
     json_object_set_new(config, "block_tokens", json_integer(options->block_tokens));
+    json_object_set_new(config, "index", json_string(index_name(options->index)));
+    if (options->replicas > 0) {
+        json_object_set_new(config, "replicas", json_integer(options->replicas));
+        json_object_set_new(config, "router", json_string(router_name(options->router)));
+    }
     if (options->model != NULL) {
         json_object_set_new(config, "model", json_string(options->model));
         json_object_set_new(config, "kv_bytes_per_block",
@@ -411,25 +511,14 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
     json_object_set_new(trace_info, "unique_blocks",
                         json_integer((json_int_t)kvio_cachesim_num_unique_blocks(sim)));
     for (size_t i = 0; i < num_results; i++) {
-        const kvio_cachesim_result_t *result = &results[i];
-        json_t *row = json_object();
-        char text[32];
-        char asked[32];
-        asked_capacity(options, result->capacity_blocks, asked, sizeof(asked));
-        format_capacity(result->capacity_blocks, text, sizeof(text));
-        json_object_set_new(row, "eviction", json_string(result->policy));
-        json_object_set_new(row, "capacity", json_string(asked));
-        json_object_set_new(row, "capacity_blocks",
-                            result->capacity_blocks == KVIO_CACHESIM_UNLIMITED
-                                ? json_string(text)
-                                : json_integer((json_int_t)result->capacity_blocks));
-        json_object_set_new(row, "block_hit_rate", json_real(result->block_hit_rate));
-        json_object_set_new(row, "token_hit_rate", json_real(result->token_hit_rate));
-        json_object_set_new(row, "hit_blocks", json_integer((json_int_t)result->hit_blocks));
-        json_object_set_new(row, "blocks", json_integer((json_int_t)result->blocks));
-        json_object_set_new(row, "hit_tokens", json_integer((json_int_t)result->hit_tokens));
-        json_object_set_new(row, "tokens", json_integer((json_int_t)result->tokens));
-        json_object_set_new(row, "evictions", json_integer((json_int_t)result->evictions));
+        json_t *row = result_json(options, &results[i], results[i].capacity_blocks);
+        if (globals != NULL) {
+            json_object_set_new(row, "scope", json_string("local"));
+            json_array_append_new(rows, row);
+            /* The store's row names the replica capacity it was asked as. */
+            row = result_json(options, &globals[i], results[i].capacity_blocks);
+            json_object_set_new(row, "scope", json_string("global"));
+        }
         json_array_append_new(rows, row);
     }
     json_object_set_new(root, "schema_version", json_integer(SCHEMA_VERSION));
@@ -445,18 +534,70 @@ static int write_json(FILE *out, const options_t *options, const trace_counts_t 
     return failed;
 }
 
+/* With --replicas: a row per scope (CSV) or local and global side by side
+ * with the global token hit rate over the local one (table). */
+static void write_fleet_text(FILE *out, const options_t *options,
+                             const kvio_cachesim_result_t *results,
+                             const kvio_cachesim_result_t *globals, size_t num_results)
+{
+    if (options->output == OUTPUT_CSV)
+        fprintf(out, "eviction,capacity,scope,capacity_blocks,block_hit_rate,token_hit_rate,"
+                     "hit_blocks,blocks,hit_tokens,tokens,evictions\n");
+    else
+        fprintf(out, "%-8s %10s %10s %10s %10s %10s %8s\n", "eviction", "capacity",
+                "local_blk", "local_tok", "global_blk", "global_tok", "gain");
+    for (size_t i = 0; i < num_results; i++) {
+        char asked[32];
+        asked_capacity(options, results[i].capacity_blocks, asked, sizeof(asked));
+        if (options->output == OUTPUT_CSV) {
+            for (int g = 0; g < 2; g++) {
+                const kvio_cachesim_result_t *result = g ? &globals[i] : &results[i];
+                char capacity[32];
+                format_capacity(result->capacity_blocks, capacity, sizeof(capacity));
+                fprintf(out, "%s,%s,%s,%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu\n", result->policy,
+                        asked, g ? "global" : "local", capacity, result->block_hit_rate,
+                        result->token_hit_rate, (unsigned long long)result->hit_blocks,
+                        (unsigned long long)result->blocks,
+                        (unsigned long long)result->hit_tokens,
+                        (unsigned long long)result->tokens,
+                        (unsigned long long)result->evictions);
+            }
+            continue;
+        }
+        char gain[32] = "-";
+        if (results[i].token_hit_rate > 0)
+            snprintf(gain, sizeof(gain), "%.3f",
+                     globals[i].token_hit_rate / results[i].token_hit_rate);
+        fprintf(out, "%-8s %10s %10.4f %10.4f %10.4f %10.4f %8s\n", results[i].policy, asked,
+                results[i].block_hit_rate, results[i].token_hit_rate, globals[i].block_hit_rate,
+                globals[i].token_hit_rate, gain);
+    }
+}
+
 static void write_text(FILE *out, const options_t *options, const trace_counts_t *counts,
                        const kvio_cachesim_t *sim, const kvio_cachesim_result_t *results,
-                       size_t num_results)
+                       const kvio_cachesim_result_t *globals, size_t num_results)
 {
+    if (globals != NULL && options->output != OUTPUT_CSV)
+        fprintf(out, "%s: requests=%llu skipped=%llu unique_blocks=%zu block_tokens=%u "
+                     "index=%s replicas=%u router=%s\n",
+                options->trace_path, (unsigned long long)counts->requests,
+                (unsigned long long)counts->skipped_lines, kvio_cachesim_num_unique_blocks(sim),
+                options->block_tokens, index_name(options->index), options->replicas,
+                router_name(options->router));
+    if (globals != NULL) {
+        write_fleet_text(out, options, results, globals, num_results);
+        return;
+    }
     if (options->output == OUTPUT_CSV) {
         fprintf(out, "eviction,capacity,capacity_blocks,block_hit_rate,token_hit_rate,hit_blocks,"
                      "blocks,hit_tokens,tokens,evictions\n");
     } else {
-        fprintf(out, "%s: requests=%llu skipped=%llu unique_blocks=%zu block_tokens=%u\n",
+        fprintf(out, "%s: requests=%llu skipped=%llu unique_blocks=%zu block_tokens=%u "
+                     "index=%s\n",
                 options->trace_path, (unsigned long long)counts->requests,
                 (unsigned long long)counts->skipped_lines, kvio_cachesim_num_unique_blocks(sim),
-                options->block_tokens);
+                options->block_tokens, index_name(options->index));
         fprintf(out, "%-8s %10s %15s %10s %10s %12s\n", "eviction", "capacity",
                 "capacity_blocks", "block_hit", "token_hit", "evictions");
     }
@@ -551,6 +692,33 @@ static kvio_status_t add_request(kvio_cachesim_t *sim, const kvio_request_t *req
     return kvio_cachesim_add_request(sim, ids, count, request->input_tokens);
 }
 
+/* Bytes per unique block of one cache in a replay: its residency byte and
+ * the most any policy keeps (lfu's heap slot, position, count and stamp). */
+#define CACHE_BYTES_PER_BLOCK 24u
+
+/* prefix_affinity keeps every replica's cache at once: refused, with the
+ * numbers, when they need more memory than is available. */
+static bool fleet_fits(const options_t *options, const kvio_cachesim_t *sim)
+{
+    uint64_t available = 0;
+    if (options->replicas == 0 || options->router != KVIO_CACHESIM_PREFIX_AFFINITY ||
+        kvio_mem_available(&available, NULL, 0) != KVIO_OK)
+        return true;
+    uint64_t unique = kvio_cachesim_num_unique_blocks(sim);
+    uint64_t need = (uint64_t)options->replicas * unique * CACHE_BYTES_PER_BLOCK;
+    if (need <= available)
+        return true;
+    char need_text[32], available_text[32];
+    kvio_format_size(need, need_text, sizeof(need_text));
+    kvio_format_size(available, available_text, sizeof(available_text));
+    kvio_error("cachesim: --router prefix_affinity keeps %u replicas' caches of %llu unique "
+               "blocks at once (%u bytes each): %s, and %s is available; fewer replicas or "
+               "round_robin (one cache at a time)",
+               options->replicas, (unsigned long long)unique, CACHE_BYTES_PER_BLOCK, need_text,
+               available_text);
+    return false;
+}
+
 int kvio_cmd_cachesim(int argc, char **argv)
 {
     options_t options = {.format = "mooncake", .block_tokens = 512};
@@ -558,6 +726,7 @@ int kvio_cmd_cachesim(int argc, char **argv)
     trace_counts_t counts = {0};
     kvio_cachesim_t *sim = NULL;
     kvio_cachesim_result_t *results = NULL;
+    kvio_cachesim_result_t *globals = NULL; /* --replicas: the shared store's */
     FILE *out = stdout;
     uint64_t *salted = NULL; /* a salted request's ids */
     size_t salted_capacity = 0;
@@ -584,6 +753,8 @@ int kvio_cmd_cachesim(int argc, char **argv)
     status = kvio_cachesim_create(options.block_tokens, &sim);
     if (status == KVIO_OK && options.hybrid)
         status = kvio_cachesim_set_window(sim, options.window);
+    if (status == KVIO_OK)
+        status = kvio_cachesim_set_index(sim, options.index);
     for (;;) {
         const kvio_request_t *request = NULL;
         if (status == KVIO_OK)
@@ -602,10 +773,23 @@ int kvio_cmd_cachesim(int argc, char **argv)
     results = status == KVIO_OK ? calloc(num_results, sizeof(*results)) : NULL;
     if (status == KVIO_OK && results == NULL)
         status = KVIO_ERR_NOMEM;
-    if (status == KVIO_OK)
+    if (status == KVIO_OK && !fleet_fits(&options, sim)) {
+        exit_status = KVIO_EXIT_USAGE;
+        goto cleanup;
+    }
+    if (status == KVIO_OK && options.replicas > 0) {
+        globals = calloc(num_results, sizeof(*globals));
+        status = globals == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
+        for (size_t i = 0; i < num_results && status == KVIO_OK; i++)
+            status = kvio_cachesim_run_fleet(sim, options.policies[i / options.num_capacities],
+                                             options.capacities[i % options.num_capacities],
+                                             options.replicas, options.router, &results[i],
+                                             &globals[i]);
+    } else if (status == KVIO_OK) {
         status = kvio_cachesim_sweep(sim, options.policies, options.num_policies,
                                      options.capacities, options.num_capacities, options.threads,
                                      results);
+    }
     if (status != KVIO_OK) {
         kvio_error("cachesim: %s", kvio_strerror(status));
         exit_status = KVIO_EXIT_FAILED;
@@ -621,9 +805,9 @@ int kvio_cmd_cachesim(int argc, char **argv)
         }
     }
     if (options.output == OUTPUT_JSON)
-        write_json(out, &options, &counts, sim, results, num_results);
+        write_json(out, &options, &counts, sim, results, globals, num_results);
     else
-        write_text(out, &options, &counts, sim, results, num_results);
+        write_text(out, &options, &counts, sim, results, globals, num_results);
     exit_status = fflush(out) == 0 && !ferror(out) ? KVIO_EXIT_OK : KVIO_EXIT_FAILED;
     if (exit_status != KVIO_EXIT_OK)
         kvio_error("cachesim: writing the output failed");
@@ -632,6 +816,7 @@ cleanup:
     if (out != stdout)
         fclose(out);
     free(results);
+    free(globals);
     free(salted);
     kvio_cachesim_destroy(sim);
     kvio_stream_destroy(stream);

@@ -285,6 +285,18 @@ void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
     *summary_p = summary;
 }
 
+void kvio_hist_octaves(const kvio_hist_t *hist, uint64_t counts_p[KVIO_HIST_OCTAVES])
+{
+    memset(counts_p, 0, KVIO_HIST_OCTAVES * sizeof(*counts_p));
+    for (unsigned i = 0; i < KVIO_HIST_NUM_BUCKETS; i++) {
+        if (hist->buckets[i] == 0)
+            continue;
+        uint64_t low, high;
+        kvio_hist_bucket_bounds(i, &low, &high);
+        counts_p[low < 2 ? 0 : 63 - __builtin_clzll(low)] += hist->buckets[i];
+    }
+}
+
 /* Packed form: u64 count, f64 sum, u64 min, u64 max, u32 buckets, then
  * (u32 index, u64 count) per non-empty bucket; host byte order (ranks of
  * one run share an architecture). */

@@ -54,6 +54,7 @@ struct kvio_cachesim {
     kvio_map_t table; /* id -> index + 1 */
     uint32_t num_unique;
     uint32_t window;  /* a window group's tokens (hybrid groups); 0: one group */
+    kvio_kvcache_index_t index; /* radix: replays go through kvcache/radix.c */
 };
 
 /* A window group's block ids are the full group's, with this mixed in. */
@@ -61,9 +62,18 @@ struct kvio_cachesim {
 
 kvio_status_t kvio_cachesim_set_window(kvio_cachesim_t *sim, uint32_t window_tokens)
 {
-    if (sim->num_requests > 0)
+    if (sim->num_requests > 0 || (window_tokens > 0 && sim->index == KVIO_KVCACHE_INDEX_RADIX))
         return KVIO_ERR_INVALID;
     sim->window = window_tokens;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_cachesim_set_index(kvio_cachesim_t *sim, kvio_kvcache_index_t index)
+{
+    if ((index != KVIO_KVCACHE_INDEX_HASH && index != KVIO_KVCACHE_INDEX_RADIX) ||
+        (index == KVIO_KVCACHE_INDEX_RADIX && sim->window > 0))
+        return KVIO_ERR_INVALID;
+    sim->index = index;
     return KVIO_OK;
 }
 
@@ -243,30 +253,240 @@ static bool window_resident(const void *view_p, uint32_t i)
     return view->resident[view->request->blocks[entry_of(view->request, 1, i)]];
 }
 
-/* Counts one request's hit: the longest prefix of resident blocks (with a
- * window, what both groups serve: kvio_hybrid_hit). */
-static void count_hit(const kvio_cachesim_t *sim, const sim_request_t *request,
-                      const uint8_t *resident, kvio_cachesim_result_t *result)
+/* Counts a request whose first hits blocks were a hit. */
+static void count_hits(const kvio_cachesim_t *sim, const sim_request_t *request, uint32_t hits,
+                       kvio_cachesim_result_t *result)
 {
-    const uint32_t *blocks = request->blocks;
-    uint32_t hits = 0;
-    if (sim->window > 0) {
-        group_view_t view = {.request = request, .resident = resident};
-        hits = kvio_hybrid_hit(request->num_blocks, sim->block_tokens, sim->window,
-                               full_resident, window_resident, &view);
-    } else {
-        while (hits < request->num_blocks && resident[blocks[hits]])
-            hits++;
-    }
     uint64_t hit_tokens = (uint64_t)hits * sim->block_tokens;
     result->hit_blocks += hits;
     result->blocks += request->num_blocks;
     result->tokens += request->num_tokens;
     result->hit_tokens += hit_tokens < request->num_tokens ? hit_tokens : request->num_tokens;
+    result->requests++;
 }
 
-kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
-                                uint64_t capacity_blocks, kvio_cachesim_result_t *result_p)
+/* A request's hit in a cache: the longest prefix of resident blocks (with
+ * a window, what both groups serve: kvio_hybrid_hit). */
+static uint32_t resident_prefix(const kvio_cachesim_t *sim, const sim_request_t *request,
+                                const uint8_t *resident)
+{
+    const uint32_t *blocks = request->blocks;
+    uint32_t hits = 0;
+    if (sim->window > 0) {
+        group_view_t view = {.request = request, .resident = resident};
+        return kvio_hybrid_hit(request->num_blocks, sim->block_tokens, sim->window,
+                               full_resident, window_resident, &view);
+    }
+    while (hits < request->num_blocks && resident[blocks[hits]])
+        hits++;
+    return hits;
+}
+
+/* Counts one request's hit in a cache. */
+static void count_hit(const kvio_cachesim_t *sim, const sim_request_t *request,
+                      const uint8_t *resident, kvio_cachesim_result_t *result)
+{
+    count_hits(sim, request, resident_prefix(sim, request, resident), result);
+}
+
+static void finish_rates(kvio_cachesim_result_t *result)
+{
+    result->block_hit_rate =
+        result->blocks ? (double)result->hit_blocks / (double)result->blocks : 0;
+    result->token_hit_rate =
+        result->tokens ? (double)result->hit_tokens / (double)result->tokens : 0;
+}
+
+/* The radix index (kvcache/radix.c, SGLang's RadixCache) over the trace's
+ * blocks as pages: per request, insert returns the pages already present
+ * (the hit: match and insert are one walk) and stores the rest, evicting
+ * unlocked leaves (whole nodes, as SGLang) in the policy's order. A request
+ * longer than the cache stores its first capacity blocks. Requests first,
+ * first + stride, ... only (one replica of a fleet). */
+static kvio_status_t replay_radix(const kvio_cachesim_t *sim, const char *policy,
+                                  uint64_t capacity_blocks, size_t first, size_t stride,
+                                  kvio_cachesim_result_t *result)
+{
+    uint64_t capacity = capacity_blocks < sim->num_unique ? capacity_blocks : sim->num_unique;
+    if (capacity == 0)
+        capacity = 1;
+    if (capacity >= UINT32_MAX - 1) {
+        kvio_error("cachesim: the radix index holds at most %u blocks, not %llu",
+                   UINT32_MAX - 2, (unsigned long long)capacity);
+        return KVIO_ERR_INVALID;
+    }
+    kvio_radix_config_t config = {.num_blocks = (uint32_t)capacity,
+                                  .block_size = sim->block_tokens, .eviction = policy};
+    kvio_radix_t *tree = NULL;
+    kvio_status_t status = kvio_radix_create(&config, &tree);
+    if (status != KVIO_OK)
+        return status;
+    kvio_hash_t *keys = NULL;
+    size_t keys_capacity = 0;
+    for (size_t r = first; r < sim->num_requests && status == KVIO_OK; r += stride) {
+        const sim_request_t *request = &sim->requests[r];
+        size_t count = request->num_blocks < capacity ? request->num_blocks : capacity;
+        status = grow_array((void **)&keys, &keys_capacity, count > 0 ? count : 1,
+                            sizeof(kvio_hash_t));
+        for (size_t i = 0; i < count && status == KVIO_OK; i++)
+            keys[i] = (kvio_hash_t){.low = request->blocks[i], .high = 0};
+        size_t present = 0;
+        if (status == KVIO_OK)
+            status = kvio_radix_insert(tree, keys, count, &present);
+        if (status == KVIO_OK)
+            count_hits(sim, request, (uint32_t)present, result);
+    }
+    result->evictions += kvio_radix_evicted_pages(tree);
+    free(keys);
+    kvio_radix_destroy(tree);
+    return status;
+}
+
+/* One cache of the block index: which blocks are resident, the policy
+ * over them, how many. */
+typedef struct block_cache {
+    const kvio_evict_ops_t *ops;
+    uint8_t *resident;
+    kvio_evict_t evict;
+    uint64_t capacity, size;
+    bool evicts; /* holds fewer than the unique blocks: else never evicts */
+} block_cache_t;
+
+static kvio_status_t block_cache_init(block_cache_t *cache, const kvio_cachesim_t *sim,
+                                      const char *policy, uint64_t capacity_blocks)
+{
+    uint32_t num_entries = sim->num_unique;
+    /* A cache that holds every block never evicts: the policy cannot matter. */
+    *cache = (block_cache_t){.ops = kvio_evict_find(policy), .capacity = capacity_blocks,
+                             .evicts = capacity_blocks < num_entries};
+    cache->resident = calloc(num_entries ? num_entries : 1, 1);
+    if (cache->resident == NULL)
+        return KVIO_ERR_NOMEM;
+    return cache->evicts ? kvio_evict_init(&cache->evict, policy, num_entries, capacity_blocks)
+                         : KVIO_OK;
+}
+
+static void block_cache_fini(block_cache_t *cache)
+{
+    kvio_evict_fini(&cache->evict);
+    free(cache->resident);
+}
+
+/* Inserts or touches every block of the request, in order. */
+static void block_cache_take(block_cache_t *cache, const sim_request_t *request,
+                             kvio_cachesim_result_t *result)
+{
+    const uint32_t *blocks = request->blocks;
+    uint8_t *resident = cache->resident;
+    if (!cache->evicts) {
+        for (uint32_t i = 0; i < request->num_entries; i++)
+            resident[blocks[i]] = 1;
+        return;
+    }
+    const kvio_evict_ops_t *ops = cache->ops;
+    void *priv = cache->evict.priv;
+    for (uint32_t i = 0; i < request->num_entries; i++) {
+        uint32_t block = blocks[i];
+        if (resident[block]) {
+            ops->access(priv, block);
+            continue;
+        }
+        if (ops->arriving != NULL)
+            ops->arriving(priv, block);
+        /* Evicting before inserting equals the reference's insert-then-
+         * trim for any capacity of at least one block. */
+        if (cache->size == cache->capacity) {
+            uint32_t victim = ops->victim(priv);
+            resident[victim] = 0;
+            cache->size--;
+            result->evictions++;
+        }
+        ops->add(priv, block, block, true);
+        resident[block] = 1;
+        cache->size++;
+    }
+}
+
+/* Replays requests first, first + stride, ... through one cache (the
+ * block index), adding to *result_p. */
+static kvio_status_t replay_blocks(const kvio_cachesim_t *sim, const char *policy,
+                                   uint64_t capacity_blocks, size_t first, size_t stride,
+                                   kvio_cachesim_result_t *result_p)
+{
+    block_cache_t cache;
+    kvio_status_t status = block_cache_init(&cache, sim, policy, capacity_blocks);
+    for (size_t r = first; status == KVIO_OK && r < sim->num_requests; r += stride) {
+        count_hit(sim, &sim->requests[r], cache.resident, result_p);
+        block_cache_take(&cache, &sim->requests[r], result_p);
+    }
+    block_cache_fini(&cache);
+    return status;
+}
+
+/* A replica may take a request while it has been routed at most this many
+ * more than the least routed one (kvio's prefix_affinity load_cap, with
+ * the routed count as the load). */
+#define AFFINITY_LOAD_CAP 16
+
+/* prefix_affinity over num_replicas caches of the block index: each
+ * request goes to the replica holding its longest prefix among those
+ * within the load cap (ties: the least routed, then the lower replica). */
+static kvio_status_t replay_affinity(const kvio_cachesim_t *sim, const char *policy,
+                                     uint64_t capacity_blocks, uint32_t num_replicas,
+                                     kvio_cachesim_result_t *result_p)
+{
+    if (sim->index != KVIO_KVCACHE_INDEX_HASH) {
+        kvio_error("cachesim: the prefix_affinity router takes the hash index (a radix "
+                   "match changes the tree it looks in)");
+        return KVIO_ERR_INVALID;
+    }
+    block_cache_t *caches = calloc(num_replicas, sizeof(*caches));
+    uint64_t *routed = calloc(num_replicas, sizeof(*routed));
+    kvio_status_t status = caches != NULL && routed != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    uint32_t made = 0;
+    for (; status == KVIO_OK && made < num_replicas; made++)
+        status = block_cache_init(&caches[made], sim, policy, capacity_blocks);
+    for (size_t r = 0; status == KVIO_OK && r < sim->num_requests; r++) {
+        const sim_request_t *request = &sim->requests[r];
+        uint64_t least = routed[0];
+        for (uint32_t k = 1; k < num_replicas; k++)
+            least = routed[k] < least ? routed[k] : least;
+        uint32_t best = UINT32_MAX, best_hits = 0;
+        for (uint32_t k = 0; k < num_replicas; k++) {
+            if (routed[k] > least + AFFINITY_LOAD_CAP)
+                continue;
+            uint32_t hits = resident_prefix(sim, request, caches[k].resident);
+            if (best == UINT32_MAX || hits > best_hits ||
+                (hits == best_hits && routed[k] < routed[best])) {
+                best = k;
+                best_hits = hits;
+            }
+        }
+        count_hits(sim, request, best_hits, result_p);
+        block_cache_take(&caches[best], request, result_p);
+        routed[best]++;
+    }
+    for (uint32_t k = 0; caches != NULL && k < made; k++)
+        block_cache_fini(&caches[k]);
+    free(caches);
+    free(routed);
+    return status;
+}
+
+/* One replica's replay (requests first, first + stride, ...) by the sim's
+ * index, added to *result_p. */
+static kvio_status_t replay(const kvio_cachesim_t *sim, const char *policy,
+                            uint64_t capacity_blocks, size_t first, size_t stride,
+                            kvio_cachesim_result_t *result_p)
+{
+    if (sim->index == KVIO_KVCACHE_INDEX_RADIX)
+        return replay_radix(sim, policy, capacity_blocks, first, stride, result_p);
+    return replay_blocks(sim, policy, capacity_blocks, first, stride, result_p);
+}
+
+/* Checks a run's policy and capacity; *result_p starts empty. */
+static kvio_status_t start_result(const char *policy, uint64_t capacity_blocks,
+                                  kvio_cachesim_result_t *result_p)
 {
     if (capacity_blocks == 0) {
         kvio_error("cachesim: capacity must be at least 1 block");
@@ -275,63 +495,60 @@ kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
     kvio_status_t status = kvio_evict_check_name(policy);
     if (status != KVIO_OK)
         return status;
-    const kvio_evict_ops_t *ops = kvio_evict_find(policy);
-    kvio_cachesim_result_t result = {.policy = ops->plugin.name,
-                                     .capacity_blocks = capacity_blocks};
-    uint32_t num_entries = sim->num_unique;
-    uint8_t *resident = calloc(num_entries ? num_entries : 1, 1);
-    if (resident == NULL)
-        return KVIO_ERR_NOMEM;
-    /* A cache that holds every block never evicts: the policy cannot matter. */
-    bool evicts = capacity_blocks < num_entries;
-    kvio_evict_t evict = {0};
-    if (evicts) {
-        status = kvio_evict_init(&evict, policy, num_entries, capacity_blocks);
-        if (status != KVIO_OK)
-            goto cleanup;
-    }
-    uint64_t size = 0;
-    for (size_t r = 0; r < sim->num_requests; r++) {
-        const sim_request_t *request = &sim->requests[r];
-        const uint32_t *blocks = request->blocks;
-        count_hit(sim, request, resident, &result);
-        if (!evicts) {
-            for (uint32_t i = 0; i < request->num_entries; i++)
-                resident[blocks[i]] = 1;
-            continue;
-        }
-        void *priv = evict.priv;
-        for (uint32_t i = 0; i < request->num_entries; i++) {
-            uint32_t block = blocks[i];
-            if (resident[block]) {
-                ops->access(priv, block);
-                continue;
-            }
-            if (ops->arriving != NULL)
-                ops->arriving(priv, block);
-            /* Evicting before inserting equals the reference's insert-then-
-             * trim for any capacity of at least one block. */
-            if (size == capacity_blocks) {
-                uint32_t victim = ops->victim(priv);
-                resident[victim] = 0;
-                size--;
-                result.evictions++;
-            }
-            ops->add(priv, block, block, true);
-            resident[block] = 1;
-            size++;
-        }
-    }
-    result.requests = sim->num_requests;
-    result.block_hit_rate = result.blocks ? (double)result.hit_blocks / (double)result.blocks : 0;
-    result.token_hit_rate = result.tokens ? (double)result.hit_tokens / (double)result.tokens : 0;
-    *result_p = result;
-    status = KVIO_OK;
+    *result_p = (kvio_cachesim_result_t){.policy = kvio_evict_find(policy)->plugin.name,
+                                         .capacity_blocks = capacity_blocks};
+    return KVIO_OK;
+}
 
-cleanup:
-    kvio_evict_fini(&evict);
-    free(resident);
-    return status;
+kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
+                                uint64_t capacity_blocks, kvio_cachesim_result_t *result_p)
+{
+    kvio_cachesim_result_t result;
+    kvio_status_t status = start_result(policy, capacity_blocks, &result);
+    if (status == KVIO_OK)
+        status = replay(sim, policy, capacity_blocks, 0, 1, &result);
+    if (status != KVIO_OK)
+        return status;
+    finish_rates(&result);
+    *result_p = result;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_cachesim_run_fleet(const kvio_cachesim_t *sim, const char *policy,
+                                      uint64_t capacity_blocks, uint32_t num_replicas,
+                                      kvio_cachesim_router_t router,
+                                      kvio_cachesim_result_t *local_p,
+                                      kvio_cachesim_result_t *global_p)
+{
+    if (num_replicas == 0 || (router != KVIO_CACHESIM_ROUND_ROBIN &&
+                              router != KVIO_CACHESIM_PREFIX_AFFINITY)) {
+        kvio_error("cachesim: a fleet needs at least 1 replica and a known router");
+        return KVIO_ERR_INVALID;
+    }
+    /* The shared store holds what the replicas' caches hold together. */
+    uint64_t shared = capacity_blocks == KVIO_CACHESIM_UNLIMITED ||
+                              capacity_blocks > (KVIO_CACHESIM_UNLIMITED - 1) / num_replicas
+                          ? KVIO_CACHESIM_UNLIMITED
+                          : capacity_blocks * num_replicas;
+    kvio_cachesim_result_t local, global;
+    kvio_status_t status = start_result(policy, capacity_blocks, &local);
+    if (status == KVIO_OK)
+        status = start_result(policy, shared, &global);
+    if (status == KVIO_OK && router == KVIO_CACHESIM_PREFIX_AFFINITY)
+        status = replay_affinity(sim, policy, capacity_blocks, num_replicas, &local);
+    for (uint32_t replica = 0;
+         router == KVIO_CACHESIM_ROUND_ROBIN && replica < num_replicas && status == KVIO_OK;
+         replica++)
+        status = replay(sim, policy, capacity_blocks, replica, num_replicas, &local);
+    if (status == KVIO_OK)
+        status = replay(sim, policy, shared, 0, 1, &global);
+    if (status != KVIO_OK)
+        return status;
+    finish_rates(&local);
+    finish_rates(&global);
+    *local_p = local;
+    *global_p = global;
+    return KVIO_OK;
 }
 
 /* ---------- LRU at every capacity in one pass ---------- */
@@ -526,7 +743,8 @@ kvio_status_t kvio_cachesim_sweep_lru(const kvio_cachesim_t *sim, const uint64_t
             return KVIO_ERR_INVALID;
         }
     }
-    if (sim->window > 0) { /* the one pass knows one group */
+    /* The one pass knows one group and the block index. */
+    if (sim->window > 0 || sim->index == KVIO_KVCACHE_INDEX_RADIX) {
         kvio_status_t status = KVIO_OK;
         for (size_t i = 0; i < num_capacities && status == KVIO_OK; i++)
             status = kvio_cachesim_run(sim, "lru", capacities[i], &results_p[i]);
@@ -655,7 +873,7 @@ kvio_status_t kvio_cachesim_sweep(const kvio_cachesim_t *sim, const char *const 
     size_t num_jobs = 0;
     /* lru's one pass knows one group: with a window, every policy replays
      * once per capacity. */
-    bool one_pass = sim->window == 0;
+    bool one_pass = sim->window == 0 && sim->index == KVIO_KVCACHE_INDEX_HASH;
     for (size_t i = 0; one_pass && i < num_policies; i++) {
         if (kvio_evict_find(policies[i]) == &kvio_eviction_lru)
             jobs[num_jobs++] = (sweep_job_t){.policy = i, .capacity = ALL_CAPACITIES};

@@ -10,6 +10,7 @@
     X(lfu)                                                                                 \
     X(fifo)                                                                                \
     X(mru)                                                                                 \
+    X(filo)                                                                                \
     X(s3fifo)                                                                              \
     X(arc)
 

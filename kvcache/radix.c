@@ -31,9 +31,11 @@ struct kvio_radix {
     uint32_t num_free_nodes;
     size_t num_nodes;
     size_t evictable_tokens, protected_tokens;
+    uint64_t evicted_pages;    /* pages freed by eviction since creation */
     kvio_evict_t evict;
     uint8_t *in_set;           /* node is an unlocked leaf known to the policy */
     uint8_t *policy_known;     /* the policy has seen the node since it was made */
+    kvio_radix_config_t hooks; /* on_stored, on_removed, hook_context */
 };
 
 static bool is_leaf(const kvio_radix_t *tree, uint32_t node)
@@ -78,6 +80,8 @@ kvio_status_t kvio_radix_create(const kvio_radix_config_t *config, kvio_radix_t 
         return KVIO_ERR_NOMEM;
     uint32_t num_nodes = config->num_blocks + 1;
     tree->num_blocks = config->num_blocks;
+    tree->hooks = *config;
+    tree->hooks.eviction = NULL; /* not kept: the caller's string */
     tree->block_size = config->block_size;
     tree->block_keys = calloc(config->num_blocks, sizeof(kvio_hash_t));
     tree->free_blocks = malloc(config->num_blocks * sizeof(uint32_t));
@@ -270,11 +274,16 @@ void kvio_radix_evict(kvio_radix_t *tree, size_t num_tokens, size_t *num_evicted
             break;
         tree->in_set[victim] = 0;
         radix_node_t *node = &tree->nodes[victim];
-        for (uint32_t i = 0; i < node->num_pages; i++)
+        for (uint32_t i = 0; i < node->num_pages; i++) {
             tree->free_blocks[tree->num_free_blocks++] = node->blocks[i];
+            if (tree->hooks.on_removed != NULL)
+                tree->hooks.on_removed(tree->hooks.hook_context,
+                                       tree->block_keys[node->blocks[i]]);
+        }
         size_t tokens = node_tokens(tree, victim);
         tree->evictable_tokens -= tokens;
         evicted += tokens;
+        tree->evicted_pages += node->num_pages;
         uint32_t parent = node->parent;
         unlink_child(tree, victim);
         free(node->blocks);
@@ -314,6 +323,9 @@ kvio_status_t kvio_radix_insert(kvio_radix_t *tree, const kvio_hash_t *keys, siz
             tree->block_keys[block] = keys[present + i];
             tree->nodes[child].blocks[i] = block;
         }
+        for (size_t i = 0; tree->hooks.on_stored != NULL && i < pages; i++)
+            tree->hooks.on_stored(tree->hooks.hook_context, keys[present + i],
+                                  present + i > 0 ? &keys[present + i - 1] : NULL);
         policy_remove(tree, node); /* no longer a leaf */
         link_child(tree, node, child);
         tree->evictable_tokens += node_tokens(tree, child);
@@ -357,4 +369,59 @@ kvio_radix_node_t kvio_radix_node_parent(const kvio_radix_t *tree, kvio_radix_no
 uint32_t kvio_radix_node_lock_count(const kvio_radix_t *tree, kvio_radix_node_t node)
 {
     return node <= tree->num_blocks ? tree->nodes[node].lock_count : 0;
+}
+
+uint64_t kvio_radix_evicted_pages(const kvio_radix_t *tree)
+{
+    return tree->evicted_pages;
+}
+
+/* ---- token keys ---------------------------------------------------------- */
+
+/* A token sequence's page keys, as SGLang pages a RadixKey: whole pages of
+ * block_size tokens (a tail shorter than a page is never matched nor
+ * stored), each key the chained hash of its page, the salt (SGLang's
+ * extra_key) in the first, so equal keys mean equal prefixes and salts. */
+static kvio_status_t token_keys(const kvio_radix_t *tree, const uint32_t *tokens,
+                                size_t num_tokens, const void *salt, size_t salt_len,
+                                kvio_hash_t **keys_p, size_t *num_keys_p)
+{
+    size_t pages = num_tokens / tree->block_size;
+    kvio_hash_t *keys = malloc((pages > 0 ? pages : 1) * sizeof(kvio_hash_t));
+    if (keys == NULL)
+        return KVIO_ERR_NOMEM;
+    kvio_kvcache_hash_tokens(tokens, num_tokens, tree->block_size, salt, salt_len, keys);
+    *keys_p = keys;
+    *num_keys_p = pages;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_radix_match_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                      size_t num_tokens, const void *salt, size_t salt_len,
+                                      kvio_radix_node_t *node_p, size_t *num_tokens_p)
+{
+    kvio_hash_t *keys = NULL;
+    size_t num_keys = 0, matched = 0;
+    kvio_status_t status = token_keys(tree, tokens, num_tokens, salt, salt_len, &keys, &num_keys);
+    if (status == KVIO_OK)
+        status = kvio_radix_match(tree, keys, num_keys, node_p, &matched);
+    free(keys);
+    if (status == KVIO_OK)
+        *num_tokens_p = matched * tree->block_size;
+    return status;
+}
+
+kvio_status_t kvio_radix_insert_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                       size_t num_tokens, const void *salt, size_t salt_len,
+                                       size_t *num_present_tokens_p)
+{
+    kvio_hash_t *keys = NULL;
+    size_t num_keys = 0, present = 0;
+    kvio_status_t status = token_keys(tree, tokens, num_tokens, salt, salt_len, &keys, &num_keys);
+    if (status == KVIO_OK)
+        status = kvio_radix_insert(tree, keys, num_keys, &present);
+    free(keys);
+    if (status == KVIO_OK && num_present_tokens_p != NULL)
+        *num_present_tokens_p = present * tree->block_size;
+    return status;
 }

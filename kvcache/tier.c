@@ -7,6 +7,7 @@
 #include "kvcache/tier_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,6 +46,11 @@ const kvio_opt_t kvio_tier_options[] = {
      .help = "emulate: most bytes/s the tier moves, e.g. 2e9 (0: as fast as it goes); a "
              "block moved sooner waits out the rest (fio's rate=), to stand in for a slower "
              "device"},
+    {.key = "trace", .type = KVIO_OPT_STRING, .offset = offsetof(kvio_tier_config_t, trace),
+     .help = "a file: every block the tier reads or writes as CSV (time_s, op, offset, bytes, "
+             "latency_us; offset: the block's slot in the slab), with PATH.iolog (fio's iolog "
+             "of the same transfers) and PATH.fio (a job that replays them at the tier's queue "
+             "depth, so fio's GB/s checks kvio's); other serve ranks' get .rankN after PATH"},
     {.key = NULL},
 };
 
@@ -93,7 +99,16 @@ struct kvio_tier {
     int64_t timeline_origin_ns; /* 0: nothing moved yet */
     uint64_t (*timeline)[2];
     size_t timeline_bins, timeline_capacity;
-    void *spill_buffer;       /* emulate: the evicted block, read back on its way down */
+    void *spill_buffer;       /* emulate: SPILL_BATCH evicted blocks, read back on their way down */
+    /* Blocks evicted and not yet passed down and deleted (batch_capacity). */
+    uint32_t *victim_slots;
+    kvio_hash_t *victim_hashes;
+    uint64_t *victim_checksums;
+    size_t num_victims;
+    /* trace: the CSV and fio iolog being written (NULL: none), and where */
+    FILE *trace_csv, *trace_iolog;
+    char *trace_path;
+    int64_t trace_origin_ns;
     bool error_logged;
     char info[512];
     char error[512];
@@ -247,6 +262,117 @@ uint64_t kvio_tier_index_footprint(uint64_t size, uint64_t block_bytes)
     return capacity * sizeof(tier_entry_t) + table_size * sizeof(uint32_t);
 }
 
+/* ---------- trace: ---------- */
+
+/* Opens PATH (PATH.rankN for serve ranks past the first) for the CSV and
+ * PATH.iolog for fio's iolog (version 2: the slab file added and opened,
+ * then one line a transfer), each refused with its path and reason. */
+static kvio_status_t trace_open(kvio_tier_t *tier, const kvio_tier_config_t *config,
+                                char *error_p, size_t error_len)
+{
+    size_t room = strlen(config->trace) + 32;
+    if ((tier->trace_path = malloc(room)) == NULL)
+        return KVIO_ERR_NOMEM;
+    if (config->run_id != NULL && config->rank > 0)
+        snprintf(tier->trace_path, room, "%s.rank%u", config->trace, config->rank);
+    else
+        snprintf(tier->trace_path, room, "%s", config->trace);
+    char iolog[PATH_MAX];
+    snprintf(iolog, sizeof(iolog), "%s.iolog", tier->trace_path);
+    const char *failed = NULL;
+    if ((tier->trace_csv = fopen(tier->trace_path, "w")) == NULL)
+        failed = tier->trace_path;
+    else if ((tier->trace_iolog = fopen(iolog, "w")) == NULL)
+        failed = iolog;
+    if (failed != NULL) {
+        snprintf(error_p, error_len, "%s tier: trace: cannot write %s: %s",
+                 tier->ops->plugin.name, failed, strerror(errno));
+        return KVIO_ERR_CONFIG;
+    }
+    fputs("time_s,op,offset,bytes,latency_us\n", tier->trace_csv);
+    fputs("fio version 2 iolog\nkvio-replay.slab add\nkvio-replay.slab open\n",
+          tier->trace_iolog);
+    tier->trace_origin_ns = (int64_t)kvio_time_ns();
+    return KVIO_OK;
+}
+
+/* One block moved: when it was submitted (emulate: its completion less
+ * its latency, from the tier's creation; simulate: the tier's modelled
+ * busy time before its batch, the device never idle), the op, the slot's
+ * offset, the bytes and the latency. */
+static void trace_op(kvio_tier_t *tier, bool write, uint32_t slot, int64_t latency_ns)
+{
+    if (tier->trace_csv == NULL)
+        return;
+    int64_t at_ns = tier->emulate
+                        ? (int64_t)kvio_time_ns() - latency_ns - tier->trace_origin_ns
+                        : tier->stats.write_ns + tier->stats.read_ns;
+    unsigned long long offset = (unsigned long long)slot * tier->block_bytes;
+    const char *op = write ? "write" : "read";
+    fprintf(tier->trace_csv, "%.9f,%s,%llu,%llu,%.3f\n", (double)(at_ns > 0 ? at_ns : 0) / 1e9,
+            op, offset, (unsigned long long)tier->block_bytes, (double)latency_ns / 1e3);
+    fprintf(tier->trace_iolog, "kvio-replay.slab %s %llu %llu\n", op, offset,
+            (unsigned long long)tier->block_bytes);
+}
+
+/* Closes the trace and writes PATH.fio: fio replays the iolog into a file
+ * the slab's size, in the same order, at the tier's queue depth and
+ * O_DIRECT as the tier ran (a file tier's report says them; 8 and direct
+ * otherwise), as fast as the device goes (replay_no_stall). */
+static void trace_close(kvio_tier_t *tier)
+{
+    if (tier->trace_iolog != NULL) {
+        fputs("kvio-replay.slab close\n", tier->trace_iolog);
+        fclose(tier->trace_iolog);
+    }
+    if (tier->trace_csv != NULL)
+        fclose(tier->trace_csv);
+    if (tier->trace_csv == NULL || tier->trace_iolog == NULL)
+        return;
+    json_int_t depth = 8;
+    bool direct = true;
+    if (tier->backend_ready) {
+        json_t *about = json_object();
+        tier->ops->report(tier->priv, about);
+        if (json_is_integer(json_object_get(about, "queue_depth")))
+            depth = json_integer_value(json_object_get(about, "queue_depth"));
+        if (json_is_boolean(json_object_get(about, "o_direct")))
+            direct = json_is_true(json_object_get(about, "o_direct"));
+        json_decref(about);
+    }
+    char job[PATH_MAX];
+    snprintf(job, sizeof(job), "%s.fio", tier->trace_path);
+    FILE *out = fopen(job, "w");
+    if (out == NULL) {
+        kvio_warn("%s tier: trace: cannot write %s: %s", tier->ops->plugin.name, job,
+                  strerror(errno));
+        return;
+    }
+    const char *slash = strrchr(tier->trace_path, '/');
+    fprintf(out,
+            "; kvio: the blocks the %s tier moved (%s), replayed by fio: the same transfers\n"
+            "; in the same order, at the tier's queue depth, as fast as the device goes.\n"
+            "; Run it in a directory on the device under test, beside %s.iolog:\n"
+            ";   fio %s.fio\n"
+            "; and hold its read and write bandwidth against the tier's read_gbps and\n"
+            "; write_gbps in summary.json (the bytes over the time busy moving them).\n"
+            "[global]\n"
+            "ioengine=io_uring\n"
+            "direct=%d\n"
+            "iodepth=%lld\n"
+            "replay_no_stall=1\n"
+            "\n"
+            "[kvio-replay]\n"
+            "filename=kvio-replay.slab\n"
+            "size=%llu\n"
+            "read_iolog=%s.iolog\n",
+            tier->ops->plugin.name, tier->info, slash != NULL ? slash + 1 : tier->trace_path,
+            slash != NULL ? slash + 1 : tier->trace_path, direct ? 1 : 0, (long long)depth,
+            (unsigned long long)tier->capacity * tier->block_bytes,
+            slash != NULL ? slash + 1 : tier->trace_path);
+    fclose(out);
+}
+
 kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_bytes,
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len)
@@ -344,6 +470,9 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
     for (uint32_t i = 0; i < tier->capacity; i++)
         tier->entries[i].next = i + 1 < tier->capacity ? i + 1 : NO_ENTRY;
     tier->free_head = 0;
+    if (config->trace != NULL && config->trace[0] != '\0' &&
+        (status = trace_open(tier, config, error_p, error_len)) != KVIO_OK)
+        goto fail;
 
     kvio_info("tier %s", tier->info);
     *tier_p = tier;
@@ -372,6 +501,8 @@ void kvio_tier_destroy(kvio_tier_t *tier)
 {
     if (tier == NULL)
         return;
+    trace_close(tier);
+    free(tier->trace_path);
     if (tier->backend_ready) {
         /* Delete what this run wrote (files, Redis keys). */
         if (!(tier->ops->caps & KVIO_TIER_CAP_VOLATILE)) {
@@ -396,6 +527,9 @@ void kvio_tier_destroy(kvio_tier_t *tier)
     free(tier->batch_latencies);
     free(tier->batch_checksums);
     free(tier->spill_buffer);
+    free(tier->victim_slots);
+    free(tier->victim_hashes);
+    free(tier->victim_checksums);
     free(tier->timeline);
     free(tier->entries);
     free(tier->table);
@@ -490,8 +624,19 @@ static kvio_status_t batch_room(kvio_tier_t *tier, size_t count)
     uint64_t *checksums = realloc(tier->batch_checksums, room * sizeof(*checksums));
     if (checksums != NULL)
         tier->batch_checksums = checksums;
+    uint32_t *victim_slots = realloc(tier->victim_slots, room * sizeof(*victim_slots));
+    if (victim_slots != NULL)
+        tier->victim_slots = victim_slots;
+    kvio_hash_t *victim_hashes = realloc(tier->victim_hashes, room * sizeof(*victim_hashes));
+    if (victim_hashes != NULL)
+        tier->victim_hashes = victim_hashes;
+    uint64_t *victim_checksums = realloc(tier->victim_checksums,
+                                         room * sizeof(*victim_checksums));
+    if (victim_checksums != NULL)
+        tier->victim_checksums = victim_checksums;
     if (slots == NULL || hashes == NULL || data == NULL || statuses == NULL || latencies == NULL ||
-        checksums == NULL)
+        checksums == NULL || victim_slots == NULL || victim_hashes == NULL ||
+        victim_checksums == NULL)
         return KVIO_ERR_NOMEM;
     tier->batch_capacity = room;
     return KVIO_OK;
@@ -578,62 +723,132 @@ static int64_t batch_cost(const kvio_tier_t *tier, size_t count, int64_t wall_ns
            (int64_t)llround((double)tier->block_bytes * (double)count * 1e9 / tier->bandwidth);
 }
 
-/* Waterfall: the block leaving victim's slot goes down to the next tier
- * (read back first in emulate mode, checked against its checksum); the
- * next tier's own evictions go on down. A failure there is that tier's
- * (counted), not this eviction's. */
-static int64_t spill_down(kvio_tier_t *tier, uint32_t victim, kvio_hash_t hash)
+/* Blocks a waterfall tier hands the next at once: the evictions of one
+ * put batch go down together, so that a file tier below takes them at its
+ * queue depth (one at a time they ran at depth 1). */
+#define SPILL_BATCH 32
+
+/* Waterfall: up to SPILL_BATCH blocks leaving this tier go down to the next
+ * as one batch (read back first in emulate mode, each checked against its
+ * checksum: a block lent in place by a store in this process's memory is
+ * hashed where it is, the others are read into the spill buffers); the
+ * next tier's own evictions go on down. A block lost or damaged on the way
+ * is not passed on; a failure below is that tier's (counted), not this
+ * eviction's. Returns the next tier's cost, which the put that evicted
+ * waits for. */
+static int64_t spill_group(kvio_tier_t *tier, const uint32_t *slots, const kvio_hash_t *hashes,
+                           const uint64_t *checksums, size_t count)
 {
-    const void *data = NULL;
-    if (tier->emulate) {
+    const void *data[SPILL_BATCH];
+    kvio_hash_t down[SPILL_BATCH];
+    size_t n = 0;
+    const kvio_tier_ops_t *ops = tier->ops;
+    bool in_place = ops->address != NULL && (ops->caps & KVIO_TIER_CAP_VOLATILE);
+    if (tier->emulate && !in_place) {
+        uint64_t stride = (tier->block_bytes + 4095) / 4096 * 4096;
         if (tier->spill_buffer == NULL &&
-            posix_memalign(&tier->spill_buffer, 4096,
-                           (tier->block_bytes + 4095) / 4096 * 4096) != 0) {
+            posix_memalign(&tier->spill_buffer, 4096, stride * SPILL_BATCH) != 0) {
             tier->spill_buffer = NULL;
             return 0;
         }
-        /* Read back as any get is (the batch arrays hold the put under
-         * way: this one block has its own). */
+        const void *buffers[SPILL_BATCH];
+        kvio_status_t statuses[SPILL_BATCH];
+        int64_t latencies[SPILL_BATCH];
+        uint64_t read_checksums[SPILL_BATCH];
+        for (size_t i = 0; i < count; i++)
+            buffers[i] = (unsigned char *)tier->spill_buffer + i * stride;
         char error[512] = "";
-        const void *buffer = tier->spill_buffer;
-        kvio_status_t status = KVIO_OK;
-        int64_t latency_ns = 0;
-        uint64_t checksum = 0;
-        moves_t moves = {.slots = &victim, .hashes = &hash, .data = &buffer, .statuses = &status,
-                         .latencies = &latency_ns, .checksums = &checksum};
-        backend_move(tier, false, 1, &moves, error, sizeof(error));
-        if (status == KVIO_OK && !moves.hashed)
-            checksum = XXH3_64bits(tier->spill_buffer, tier->block_bytes);
-        if (status != KVIO_OK || checksum != tier->entries[victim].checksum)
-            return 0; /* lost or damaged on the way: it is not passed on */
-        data = tier->spill_buffer;
+        moves_t moves = {.slots = slots, .hashes = hashes, .data = buffers,
+                         .statuses = statuses, .latencies = latencies,
+                         .checksums = read_checksums};
+        backend_move(tier, false, count, &moves, error, sizeof(error));
+        for (size_t i = 0; i < count; i++) {
+            if (statuses[i] == KVIO_OK)
+                trace_op(tier, false, slots[i], latencies[i]);
+            if (statuses[i] == KVIO_OK &&
+                XXH3_64bits(buffers[i], tier->block_bytes) == checksums[i]) {
+                data[n] = buffers[i];
+                down[n++] = hashes[i];
+            }
+        }
+    } else {
+        for (size_t i = 0; i < count; i++) {
+            const void *held = tier->emulate ? ops->address(tier->priv, slots[i]) : NULL;
+            if (held != NULL && XXH3_64bits(held, tier->block_bytes) != checksums[i])
+                continue;
+            data[n] = held;
+            down[n++] = hashes[i];
+        }
     }
-    int64_t cost_ns = 0;
-    if (kvio_tier_put(tier->spill, hash, data, &cost_ns) != KVIO_OK)
+    if (n == 0)
         return 0;
-    tier->stats.demotions++;
-    return cost_ns; /* the put that evicted waits for it; the next tier counts it */
+    int64_t cost_ns = 0;
+    (void)kvio_tier_put_batch(tier->spill, down, data, n, &cost_ns);
+    /* Those the next tier now holds went down (a failed write there is
+     * its error, counted by it). */
+    for (size_t i = 0; i < n; i++)
+        tier->stats.demotions += kvio_tier_contains(tier->spill, down[i]);
+    return cost_ns;
 }
 
-/* Frees the least recently used block's slot for a new one (the backend
- * deletes it unless the store is volatile); in a waterfall the block goes
- * down a tier first. */
-static kvio_status_t evict_one(kvio_tier_t *tier, int64_t *spill_ns_p)
+/* The blocks evicted since the last flush (victims_*): those the next tier
+ * lacks go down in groups of SPILL_BATCH, then the backend deletes them
+ * (unless its store is volatile). Their slots may already be taken by new
+ * blocks, whose bytes are written only after this. The first deletion's
+ * failure is the status. */
+static kvio_status_t flush_victims(kvio_tier_t *tier, int64_t *spill_ns_p)
+{
+    size_t count = tier->num_victims;
+    tier->num_victims = 0;
+    if (tier->spill != NULL) {
+        uint32_t slots[SPILL_BATCH];
+        kvio_hash_t hashes[SPILL_BATCH];
+        uint64_t checksums[SPILL_BATCH];
+        size_t n = 0;
+        for (size_t i = 0; i < count; i++) {
+            if (kvio_tier_contains(tier->spill, tier->victim_hashes[i]))
+                continue;
+            slots[n] = tier->victim_slots[i];
+            hashes[n] = tier->victim_hashes[i];
+            checksums[n++] = tier->victim_checksums[i];
+            if (n == SPILL_BATCH) {
+                *spill_ns_p += spill_group(tier, slots, hashes, checksums, n);
+                n = 0;
+            }
+        }
+        if (n > 0)
+            *spill_ns_p += spill_group(tier, slots, hashes, checksums, n);
+    }
+    if (!tier->emulate || (tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
+        return KVIO_OK;
+    kvio_status_t first = KVIO_OK;
+    for (size_t i = 0; i < count; i++) {
+        char error[512] = "";
+        kvio_status_t status = tier->ops->remove(tier->priv, tier->victim_slots[i],
+                                                 tier->victim_hashes[i], error, sizeof(error));
+        if (status != KVIO_OK && first == KVIO_OK)
+            first = tier_failed(tier, status, error);
+        else if (status != KVIO_OK)
+            tier->stats.errors++;
+    }
+    return first;
+}
+
+/* Frees the least recently used block's slot for a new one; the block is
+ * passed down (waterfall) and deleted by flush_victims, before any new
+ * block is written to its slot. */
+static void evict_one(kvio_tier_t *tier)
 {
     uint32_t victim = tier->lru_tail;
     kvio_hash_t victim_hash = tier->entries[victim].hash;
-    if (tier->spill != NULL && !kvio_tier_contains(tier->spill, victim_hash))
-        *spill_ns_p += spill_down(tier, victim, victim_hash);
+    size_t v = tier->num_victims++;
+    tier->victim_slots[v] = victim;
+    tier->victim_hashes[v] = victim_hash;
+    tier->victim_checksums[v] = tier->entries[victim].checksum;
     uint64_t victim_position;
     index_find(tier, victim_hash, &victim_position);
     entry_release(tier, victim, victim_position);
     tier->stats.evictions++;
-    if (!tier->emulate || (tier->ops->caps & KVIO_TIER_CAP_VOLATILE))
-        return KVIO_OK;
-    char error[512] = "";
-    kvio_status_t status = tier->ops->remove(tier->priv, victim, victim_hash, error,
-                                             sizeof(error));
-    return status == KVIO_OK ? KVIO_OK : tier_failed(tier, status, error);
 }
 
 /* Simulate: block i of a batch completes after the operation's latency and
@@ -643,6 +858,17 @@ static int64_t model_latency(const kvio_tier_t *tier, size_t i)
 {
     return tier->latency_ns +
            (int64_t)llround((double)tier->block_bytes * (double)(i + 1) * 1e9 / tier->bandwidth);
+}
+
+/* The slots taken for a chunk's first count blocks go back to the free
+ * list (nothing of them was written). */
+static void give_back(kvio_tier_t *tier, size_t count)
+{
+    while (count > 0) {
+        uint32_t taken = tier->batch_slots[--count];
+        tier->entries[taken].next = tier->free_head;
+        tier->free_head = taken;
+    }
 }
 
 /* Puts up to capacity new blocks: none of their slots is another's of the
@@ -662,20 +888,14 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
             tier->stats.duplicates++;
             continue;
         }
-        kvio_status_t status = tier->emulate && data[i] == NULL ? KVIO_ERR_INVALID : KVIO_OK;
-        if (status != KVIO_OK)
-            tier_failed(tier, status, "put without data in emulate mode");
-        else if (tier->free_head == NO_ENTRY)
-            status = evict_one(tier, &spill_ns); /* a failure: the victim is out of the index */
-        if (status != KVIO_OK) {
-            /* The slots taken for this chunk's earlier blocks go back. */
-            while (fresh > 0) {
-                uint32_t taken = tier->batch_slots[--fresh];
-                tier->entries[taken].next = tier->free_head;
-                tier->free_head = taken;
-            }
-            return status;
+        if (tier->emulate && data[i] == NULL) {
+            give_back(tier, fresh);
+            *cost_ns_p = 0;
+            (void)flush_victims(tier, cost_ns_p); /* the evicted blocks still go down */
+            return tier_failed(tier, KVIO_ERR_INVALID, "put without data in emulate mode");
         }
+        if (tier->free_head == NO_ENTRY)
+            evict_one(tier);
         /* The slot leaves the free list now; it joins the index once written. */
         entry = tier->free_head;
         tier->free_head = tier->entries[entry].next;
@@ -683,6 +903,15 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         tier->batch_hashes[fresh] = hashes[i];
         tier->batch_data[fresh] = data[i];
         fresh++;
+    }
+    /* The evicted blocks go down and are deleted before their slots are
+     * written over; a failed deletion (a victim's bytes left in the store)
+     * writes nothing of the chunk. */
+    kvio_status_t removed = flush_victims(tier, &spill_ns);
+    if (removed != KVIO_OK) {
+        give_back(tier, fresh);
+        *cost_ns_p = spill_ns;
+        return removed;
     }
     if (fresh == 0) {
         *cost_ns_p = spill_ns;
@@ -723,6 +952,7 @@ static kvio_status_t put_chunk(kvio_tier_t *tier, const kvio_hash_t *hashes,
         int64_t latency_ns = tier->emulate ? tier->batch_latencies[i] : model_latency(tier, i);
         tier->stats.put_latency_sum_ns += latency_ns;
         kvio_hist_record(tier->stats.put_latency, (uint64_t)latency_ns);
+        trace_op(tier, true, entry, latency_ns);
     }
     tier->stats.write_ns += cost_ns;
     tier->stats.put_batches++;
@@ -762,7 +992,10 @@ kvio_status_t kvio_tier_list(kvio_tier_t *tier, kvio_hash_t hash, uint64_t check
     } else {
         int64_t spill_ns = 0;
         if (tier->free_head == NO_ENTRY) {
-            kvio_status_t status = evict_one(tier, &spill_ns);
+            if (batch_room(tier, 1) != KVIO_OK)
+                return tier_failed(tier, KVIO_ERR_NOMEM, "out of memory for an eviction");
+            evict_one(tier);
+            kvio_status_t status = flush_victims(tier, &spill_ns);
             if (status != KVIO_OK)
                 return status;
         }
@@ -903,6 +1136,7 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
         int64_t latency_ns = tier->emulate ? tier->batch_latencies[got] : model_latency(tier, got);
         tier->stats.get_latency_sum_ns += latency_ns;
         kvio_hist_record(tier->stats.get_latency, (uint64_t)latency_ns);
+        trace_op(tier, false, entry, latency_ns);
     }
     /* Blocks past a failure were not asked for. */
     tier->stats.gets -= held - got - (got < held);
@@ -974,6 +1208,29 @@ static void set_latency(kvio_result_t *entry, kvio_figure_t count, const kvio_hi
     kvio_result_set(entry, count + 5, (double)kvio_hist_max(hist) / 1e6);
 }
 
+/* A latency histogram by octave, as fio's completion-latency buckets
+ * (clat): [{from_ns, below_ns, count}] from the first octave with a value
+ * to the last; in emulate a file tier's are io_uring's per-I/O
+ * completion latencies (submission to completion). */
+static json_t *latency_histogram(const kvio_hist_t *hist)
+{
+    uint64_t counts[KVIO_HIST_OCTAVES];
+    kvio_hist_octaves(hist, counts);
+    int first = 0, last = KVIO_HIST_OCTAVES - 1;
+    while (first < KVIO_HIST_OCTAVES && counts[first] == 0)
+        first++;
+    while (last >= first && counts[last] == 0)
+        last--;
+    json_t *octaves = json_array();
+    for (int k = first; k <= last; k++)
+        json_array_append_new(octaves,
+                              json_pack("{s:I, s:I, s:I}", "from_ns",
+                                        (json_int_t)(k == 0 ? 0 : 1ull << k), "below_ns",
+                                        k < 62 ? (json_int_t)(1ull << (k + 1)) : INT64_MAX,
+                                        "count", (json_int_t)counts[k]));
+    return octaves;
+}
+
 void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
 {
     const kvio_tier_stats_t *stats = &tier->stats;
@@ -1013,6 +1270,9 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     set_latency(entry, KVIO_FIG_TIER_WRITE_LATENCY_COUNT, stats->put_latency);
     if (tier->error[0] != '\0')
         kvio_result_set_text(entry, KVIO_FIG_TIER_LAST_ERROR, tier->error);
+    kvio_result_set_detail(entry, "read_latency_histogram", latency_histogram(stats->get_latency));
+    kvio_result_set_detail(entry, "write_latency_histogram",
+                           latency_histogram(stats->put_latency));
     kvio_result_set_detail(entry, "info", json_string(tier->info));
     kvio_result_set_detail(entry, "model",
                            json_pack("{s:f, s:I}", "bandwidth_bytes_per_s", tier->bandwidth,

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/data.h"
 #include "kvio/files.h"
 #include "kvio/log.h"
 
@@ -52,6 +53,7 @@ typedef struct file_options {
     int layout;      /* file_layout_t */
     int io_engine;   /* tier_io_engine_t */
     int64_t queue_depth;
+    bool precondition;
 } file_options_t;
 
 static const kvio_opt_t file_options[] = {
@@ -74,6 +76,13 @@ static const kvio_opt_t file_options[] = {
      .offset = offsetof(file_options_t, queue_depth), .default_value = "8",
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 1, .max = 256,
      .help = "slab: blocks in flight at once within a batch"},
+    {.key = "precondition", .type = KVIO_OPT_BOOL,
+     .offset = offsetof(file_options_t, precondition), .default_value = "false",
+     .help = "slab, emulate: before the run, write the whole slab in order and then as many "
+             "blocks again at random slots, at queue_depth, with bytes no device reduces (an "
+             "SSD's steady state, as fio's precondition jobs reach it), so the device is "
+             "measured as after long use; the time it took and each pass's GB/s are in the "
+             "tier's results"},
     {.key = NULL},
 };
 
@@ -168,6 +177,9 @@ typedef struct file_priv {
     tier_io_op_t *ops;        /* slab: a batch's transfers */
     size_t ops_capacity;
     tier_device_t device;     /* the device under dir */
+    /* precondition: the bytes of each pass and the time each took */
+    uint64_t precondition_bytes;
+    int64_t precondition_ns[2]; /* sequential fill, random overwrite */
 } file_priv_t;
 
 static void block_path(const file_priv_t *file, kvio_hash_t hash, bool temporary,
@@ -256,6 +268,62 @@ static kvio_status_t open_slab(file_priv_t *file, const file_options_t *options,
     return KVIO_OK;
 }
 
+/* precondition: the slab written whole in slot order, then capacity blocks
+ * at random slots (splitmix64 from the slab's size: the same slots every
+ * run), depth at a time through the bounce buffers, each batch's bytes
+ * fresh random data (no device compresses or deduplicates them). The
+ * first failed write ends it with its slot and reason. */
+static kvio_status_t precondition_slab(file_priv_t *file, char *error_p, size_t error_len)
+{
+    uint32_t depth = tier_io_depth(file->io);
+    uint64_t stride = (file->block_bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    tier_io_op_t ops[256];
+    const kvio_data_t random = {.kind = KVIO_DATA_RANDOM};
+    uint64_t state = (uint64_t)file->capacity * file->block_bytes;
+    uint64_t batch = 0;
+    kvio_info("%s: file tier: preconditioning the slab (%.2f GiB written twice: in order, then "
+              "at random slots)", file->dir,
+              (double)file->block_bytes * file->capacity / 1073741824.0);
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t start_ns = (int64_t)kvio_time_ns();
+        for (uint64_t done = 0; done < file->capacity; done += depth) {
+            size_t n = file->capacity - done < depth ? (size_t)(file->capacity - done) : depth;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t slot = done + i;
+                if (pass == 1) {
+                    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+                    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+                    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+                    slot = (z ^ (z >> 31)) % file->capacity;
+                }
+                void *buffer = (unsigned char *)file->bounce + i * stride;
+                kvio_data_fill(&random, kvio_data_key(state, batch, i), 0, buffer,
+                               file->block_bytes);
+                ops[i] = (tier_io_op_t){.buffer = buffer, .offset = slot * file->block_bytes,
+                                        .bytes = file->block_bytes};
+            }
+            batch++;
+            tier_io_run(file->io, file->slab, true, ops, n);
+            for (size_t i = 0; i < n; i++) {
+                if (ops[i].result == 0)
+                    continue;
+                char what[160];
+                snprintf(what, sizeof(what), "preconditioning the slab: writing at offset %llu "
+                         "(%llu of %llu bytes)", (unsigned long long)ops[i].offset,
+                         (unsigned long long)ops[i].done, (unsigned long long)ops[i].bytes);
+                return errno_error(ops[i].result, file->dir, what, error_p, error_len);
+            }
+        }
+        file->precondition_ns[pass] = (int64_t)kvio_time_ns() - start_ns;
+    }
+    file->precondition_bytes = (uint64_t)file->capacity * file->block_bytes;
+    kvio_info("%s: file tier: preconditioned in %.1f s (in order %.2f GB/s, random %.2f GB/s)",
+              file->dir, (double)(file->precondition_ns[0] + file->precondition_ns[1]) / 1e9,
+              (double)file->precondition_bytes / (double)file->precondition_ns[0],
+              (double)file->precondition_bytes / (double)file->precondition_ns[1]);
+    return KVIO_OK;
+}
+
 static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char *error_p,
                                size_t error_len)
 {
@@ -336,12 +404,24 @@ static kvio_status_t file_init(void *priv, const kvio_tier_setup_t *setup, char 
     }
     if (file->layout == LAYOUT_SLAB) {
         status = open_slab(file, options, error_p, error_len);
+        if (status == KVIO_OK && options->precondition)
+            status = precondition_slab(file, error_p, error_len);
         if (status != KVIO_OK)
             goto fail;
+    } else if (options->precondition) {
+        snprintf(error_p, error_len, "%s: file tier: precondition needs layout: slab (files "
+                 "makes a file per block, so there is no slab to fill)", file->dir);
+        status = KVIO_ERR_CONFIG;
+        goto fail;
     }
     tier_device_open(&file->device, file->dir);
     return KVIO_OK;
 fail:
+    tier_io_destroy(file->io);
+    file->io = NULL;
+    if (file->slab >= 0)
+        close(file->slab);
+    file->slab = -1;
     free(file->bounce);
     file->bounce = NULL;
     if (file->created_dir)
@@ -632,6 +712,16 @@ static void file_report(const void *priv, json_t *object)
         json_object_set_new(object, "queue_depth", json_integer(tier_io_depth(file->io)));
         if (file->io_note[0] != '\0')
             json_object_set_new(object, "io_engine_note", json_string(file->io_note));
+    }
+    if (file->precondition_bytes > 0) {
+        double bytes = (double)file->precondition_bytes;
+        json_object_set_new(
+            object, "precondition",
+            json_pack("{s:I, s:f, s:f, s:f}", "bytes_per_pass",
+                      (json_int_t)file->precondition_bytes, "seconds",
+                      (double)(file->precondition_ns[0] + file->precondition_ns[1]) / 1e9,
+                      "sequential_gbps", bytes / (double)file->precondition_ns[0],
+                      "random_gbps", bytes / (double)file->precondition_ns[1]));
     }
 }
 

@@ -778,16 +778,40 @@ static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *
     return status;
 }
 
-/* The serve ranks (simulate, or emulate without trainers), after simulate
- * mode's schedule of updates, which they serve on (and, with a control,
- * after their no-update twin). */
+/* The serve ranks (simulate, or emulate without trainers), after their
+ * no-update twin when it is the control or the adaptive checkpoint policy
+ * reads the rate it served, then simulate mode's schedule of updates, which
+ * they serve on. */
 static kvio_status_t run_serving(run_state_t *state)
 {
     const kvio_workload_t *workload = state->workload;
+    bool scheduled = state->updates && !state->emulate;
+    bool serving = state->serving && state->root;
+    bool control = serving && twin_wanted(state);
+    bool rate_read = serving && scheduled &&
+                     workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE;
+    kvio_serve_run_t serve_run;
+    if (serving) {
+        run_serve_plan(workload, &state->model, &state->gpu, state->stream, state->updates,
+                       &serve_run);
+        serve_run.num_requests = state->num_requests;
+        serve_run.results = state->results;
+        serve_run.stop = state->options->stop;
+        serve_run.events = state->events;
+        /* Serve ranks follow the train ranks in every file, as in updates.csv. */
+        serve_run.first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
+        serve_run.start = state->start;
+        serve_run.frontend = state->options->frontend;
+        serve_run.itls = &state->itls;
+        serve_run.samples = &state->samples;
+        serve_run.output = scheduled ? &state->served : NULL;
+    }
     kvio_status_t status = KVIO_OK;
-    if (state->updates && !state->emulate) {
-        status = kvio_updates_schedule(workload, &state->schedule, state->error_p,
-                                       state->error_len);
+    if (control || rate_read)
+        status = serve_twin(state, &serve_run);
+    if (status == KVIO_OK && scheduled) {
+        status = kvio_updates_schedule(workload, rate_read ? &state->control : NULL,
+                                       &state->schedule, state->error_p, state->error_len);
         size_t num_updates = state->schedule.num_updates;
         state->activated_ns = calloc(num_updates + 1, sizeof(int64_t));
         state->stall_ns = calloc((num_updates + 1) * KVIO_STALL_CAUSES, sizeof(int64_t));
@@ -798,21 +822,8 @@ static kvio_status_t run_serving(run_state_t *state)
             status = KVIO_ERR_NOMEM;
         }
     }
-    if (status != KVIO_OK || !state->serving || !state->root)
+    if (status != KVIO_OK || !serving)
         return status;
-    kvio_serve_run_t serve_run;
-    run_serve_plan(workload, &state->model, &state->gpu, state->stream, state->updates,
-                   &serve_run);
-    serve_run.num_requests = state->num_requests;
-    serve_run.results = state->results;
-    serve_run.stop = state->options->stop;
-    serve_run.events = state->events;
-    /* Serve ranks follow the train ranks in every file, as in updates.csv. */
-    serve_run.first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
-    serve_run.start = state->start;
-    serve_run.frontend = state->options->frontend;
-    serve_run.itls = &state->itls;
-    serve_run.samples = &state->samples;
     /* Simulate's updates: the schedule, and where the engines' activations
      * and stalls go. */
     serve_run.updates = state->schedule.updates;
@@ -822,13 +833,8 @@ static kvio_status_t run_serving(run_state_t *state)
     serve_run.updates_activated_ns = state->activated_ns;
     serve_run.updates_stall_ns = state->stall_ns;
     serve_run.drain_stall_ns = state->drain_stall_ns;
-    serve_run.output = state->updates && !state->emulate ? &state->served : NULL;
-    if (twin_wanted(state)) {
-        status = serve_twin(state, &serve_run);
-        if (status != KVIO_OK)
-            return status;
+    if (control)
         serve_run.control = &state->control;
-    }
     status = state->emulate ? kvio_serve_emulate(&serve_run, state->result, &state->complete,
                                                  state->error_p, state->error_len)
                             : kvio_serve_simulate(&serve_run, state->result, &state->complete,

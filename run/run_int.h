@@ -95,8 +95,12 @@ typedef struct kvio_updates_schedule {
 } kvio_updates_schedule_t;
 
 /* Computes the schedule (deterministic: the same workload, the same
- * schedule). Free with kvio_updates_schedule_free. */
+ * schedule). served (may be NULL): the run served without updates, whose
+ * finished requests give the adaptive checkpoint policy its measured
+ * serving rate (else the policy's prior). Free with
+ * kvio_updates_schedule_free. */
 kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
+                                    const kvio_serve_output_t *served,
                                     kvio_updates_schedule_t *schedule_p, char *error_p,
                                     size_t error_len);
 void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);

@@ -322,6 +322,9 @@ static void start_json(const run_context_t *context, const collected_t *all,
     kvio_start_json_set(context->start, start->t0_wall_ns, ranks);
 }
 
+/* How often a serve rank tells the trainer how many requests it served. */
+#define SERVED_REPORT_NS 500000000ll
+
 /* A serve rank's part: its serve loop with the transport's receiver as its
  * update source; without serving (update.serving: emulated) an engine-less
  * rank runs emulated iterations. */
@@ -344,6 +347,11 @@ static kvio_status_t serve_rank(kvio_rte_t *rte, const run_context_t *context,
     if (status == KVIO_OK)
         status = kvio_update_receiver_create(&workload->update, rte, xfer, TRAIN_RANK,
                                              run_end_ns, &receiver, error_p, error_len);
+    /* The adaptive checkpoint policy weighs an update by the rate served
+     * (emulated iterations serve no requests: the policy keeps its prior). */
+    if (status == KVIO_OK && workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE &&
+        workload->update.serving == KVIO_SERVING_ENGINE)
+        kvio_update_receiver_report_served(receiver, SERVED_REPORT_NS);
     if (status == KVIO_OK)
         status = kvio_serve_rank_serve(coupled->rank, receiver, run_end_ns, result_p, error_p,
                                        error_len);

@@ -278,7 +278,8 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workl
              "version,rank,source,bytes,checksum_ok,skipped_before,t_ready_ms,t_publish_start_ms,"
              "t_publish_end_ms,t_xfer_start_ms,t_xfer_end_ms,t_notified_ms,t_verified_ms,"
              "t_activated_ms,latency_ms,training_stall_ms,bandwidth_gbps,stall_apply_ms,"
-             "stall_drain_ms,stall_lend_ms,stall_release_ms%s%s",
+             "stall_drain_ms,stall_lend_ms,stall_release_ms,serving_rate_rps,"
+             "serving_rate_measured%s%s",
              interference != NULL ? ",ttft_p50_ratio,ttft_p99_ratio,tpot_p99_ratio,"
                                     "hit_rate_before,hit_rate_after"
                                   : "",
@@ -290,6 +291,7 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workl
         snprintf(error_p, error_len, "%s/updates.csv: cannot write", kvio_results_path(results));
         return status;
     }
+    bool adaptive = workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE;
     for (size_t i = 0; i < all->num_updates; i++) {
         const kvio_update_record_t *record = &all->updates[i];
         const kvio_train_record_t *train = run_find_train(all, record->version);
@@ -311,7 +313,7 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workl
         }
         kvio_csv_row(csv,
                      "%llu,%d,%d,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,"
-                     "%.4f,%.6f,%.6f,%.6f,%.6f%s%s",
+                     "%.4f,%.6f,%.6f,%.6f,%.6f,%.4f,%d%s%s",
                      (unsigned long long)record->version, record->rank,
                      update_source(workload, record), (unsigned long long)record->bytes, record->checksum_ok,
                      record->skipped_before, REL(record->t_ready_ns),
@@ -323,7 +325,9 @@ static kvio_status_t write_updates_csv(kvio_results_t *results, const kvio_workl
                      (double)record->stall_ns[KVIO_STALL_APPLY] / 1e6,
                      (double)record->stall_ns[KVIO_STALL_DRAIN] / 1e6,
                      (double)record->stall_ns[KVIO_STALL_LEND] / 1e6,
-                     (double)record->stall_ns[KVIO_STALL_RELEASE] / 1e6, ratios, costs);
+                     (double)record->stall_ns[KVIO_STALL_RELEASE] / 1e6,
+                     adaptive && train ? train->serving_rate : NAN,
+                     adaptive && train ? train->serving_rate_measured : 0, ratios, costs);
 #undef REL
     }
     return kvio_csv_finish(csv, "updates.csv", error_p, error_len);

@@ -48,7 +48,57 @@ void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule)
     memset(schedule, 0, sizeof(*schedule));
 }
 
+static int compare_ns(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rate the run's no-update twin served, as the trainer's clock passes
+ * (adaptive checkpoints): its finish times in order, fed to a meter. */
+typedef struct twin_rate {
+    bool on;
+    int64_t *finishes;
+    size_t count, finished;
+    kvio_served_meter_t meter;
+} twin_rate_t;
+
+static kvio_status_t twin_rate_init(twin_rate_t *rate, const kvio_serve_output_t *served,
+                                    bool adaptive)
+{
+    *rate = (twin_rate_t){.on = adaptive && served != NULL};
+    if (!rate->on)
+        return KVIO_OK;
+    rate->count = served->num_finished;
+    rate->finishes = malloc((rate->count + 1) * sizeof(*rate->finishes));
+    if (rate->finishes == NULL || kvio_served_meter_init(&rate->meter, 1, 0) != KVIO_OK)
+        return KVIO_ERR_NOMEM;
+    for (size_t i = 0; i < rate->count; i++)
+        rate->finishes[i] = served->finished[i].finish_ns;
+    qsort(rate->finishes, rate->count, sizeof(*rate->finishes), compare_ns);
+    return KVIO_OK;
+}
+
+/* Requests per second served up to now_ns (-1: not read, the prior holds). */
+static double twin_rate_at(twin_rate_t *rate, int64_t now_ns)
+{
+    if (!rate->on)
+        return -1;
+    while (rate->finished < rate->count && rate->finishes[rate->finished] <= now_ns)
+        rate->finished++;
+    kvio_served_meter_report(&rate->meter, 0,
+                             &(kvio_served_report_t){.t_ns = now_ns, .count = rate->finished});
+    return kvio_served_meter_rate(&rate->meter);
+}
+
+static void twin_rate_free(twin_rate_t *rate)
+{
+    free(rate->finishes);
+    kvio_served_meter_free(&rate->meter);
+}
+
 kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
+                                    const kvio_serve_output_t *served,
                                     kvio_updates_schedule_t *schedule_p, char *error_p,
                                     size_t error_len)
 {
@@ -58,6 +108,10 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
     int64_t iteration = workload->update.iteration_ns;
     kvio_rng_t rng;
     kvio_rng_seed(&rng, (uint64_t)workload->seed, TRAIN_RANK, "train.step_time");
+    /* Adaptive checkpoints weigh an update by the rate served, as the run's
+     * no-update twin served it up to the trainer's step (causal: what a
+     * trainer could have learnt by then). */
+    twin_rate_t rate = {0};
     kvio_updates_schedule_t schedule = {0};
     size_t capacity = 64;
     schedule.train = malloc(capacity * sizeof(*schedule.train));
@@ -67,6 +121,9 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
         schedule.inference_stall_ns == NULL)
         goto nomem;
     int64_t now = 0, last_ns = 0, last_step = 0, cost = 0, step = 0;
+    if (twin_rate_init(&rate, served, config->checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE) !=
+        KVIO_OK)
+        goto nomem;
     /* Verification runs at 10 GB/s (XXH3 on one core), documented; with
      * model.from at the measured rate, and the trainer's checksum before the
      * publish at its measured rate too (over ucx both now overlap the
@@ -99,6 +156,7 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
                                     workload->cost.tensor_parallel, num_serve, &schedule.sync,
                                     error_p, error_len);
         if (status != KVIO_OK) {
+            twin_rate_free(&rate);
             kvio_updates_schedule_free(&schedule);
             return status;
         }
@@ -111,7 +169,9 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
             break;
         now += (int64_t)fmax(0.0, kvio_dist_sample(&config->step_time, &rng));
         step++;
-        if (!kvio_checkpoint_due(&config->checkpoint, step, now, last_step, last_ns, cost))
+        double served_rate = twin_rate_at(&rate, now);
+        if (!kvio_checkpoint_due(&config->checkpoint, step, now, last_step, last_ns, cost,
+                                 served_rate))
             continue;
         if (schedule.num_train == capacity) {
             capacity *= 2;
@@ -156,7 +216,9 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
         schedule.train[schedule.num_train] = (kvio_train_record_t){
             .version = schedule.num_train + 1, .step = step, .t_ready_ns = now,
             .t_publish_start_ns = publish, .t_publish_end_ns = publish + busy,
-            .stall_ns = prepare_ns + busy, .bytes_moved = bytes * (uint64_t)num_serve};
+            .stall_ns = prepare_ns + busy, .bytes_moved = bytes * (uint64_t)num_serve,
+            .serving_rate = served_rate >= 0 ? served_rate : config->checkpoint.serving_rate,
+            .serving_rate_measured = served_rate >= 0};
         schedule.num_train++;
         last_step = step;
         last_ns = now;
@@ -170,9 +232,11 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
         goto nomem;
     for (size_t v = 0; v < schedule.num_train; v++)
         schedule.version_steps[schedule.train[v].version] = (double)schedule.train[v].step;
+    twin_rate_free(&rate);
     *schedule_p = schedule;
     return KVIO_OK;
 nomem:
+    twin_rate_free(&rate);
     kvio_updates_schedule_free(&schedule);
     snprintf(error_p, error_len, "model updates: out of memory");
     return KVIO_ERR_NOMEM;
@@ -220,7 +284,7 @@ static kvio_status_t simulate(const run_context_t *context,
     kvio_updates_schedule_t own = {0};
     kvio_status_t status = KVIO_OK;
     if (served_on == NULL) {
-        status = kvio_updates_schedule(workload, &own, error_p, error_len);
+        status = kvio_updates_schedule(workload, NULL, &own, error_p, error_len);
         if (status != KVIO_OK)
             return status;
     }

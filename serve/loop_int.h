@@ -494,6 +494,7 @@ struct kvio_serve_rank {
     kvio_serve_client_arrivals_t *client;   /* or the client rank's requests */
     kvio_serve_frontend_arrivals_t *frontend; /* or the front end's (kvio serve) */
     kvio_serve_pd_rank_t *pd;               /* P/D: its role's side (NULL: colocated) */
+    kvio_update_receiver_t *receiver;       /* model updates' receiver (NULL: none) */
     int64_t setup_wait_ns;                  /* waiting for run->setup_lock */
     char error[KVIO_ERROR_MAX];
 };

@@ -38,6 +38,8 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
         kvio_serve_frontend_arrivals_received(rank->frontend, &request);
     kvio_serve_loop_finished(&rank->loop, &request);
     kvio_serve_record_finished(&rank->recorder, &request);
+    if (rank->receiver != NULL)
+        kvio_update_receiver_served(rank->receiver);
     if (rank->frontend != NULL)
         kvio_serve_frontend_arrivals_finished(rank->frontend, &request);
 }
@@ -280,6 +282,7 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
     int64_t now_ns = kvio_rte_time_ns(run->rte);
     rank->executor.origin_ns = kvio_time_ns() - (uint64_t)now_ns;
     rank->loop.origin_ns = run->t0_ns > 0 ? run->t0_ns : now_ns;
+    rank->receiver = receiver;
     if (receiver != NULL) {
         lane->updates = kvio_update_receiver_updates(receiver);
         lane->trainer_lost = kvio_update_receiver_trainer_lost;

@@ -60,6 +60,10 @@ struct kvio_update_receiver {
     int64_t serve_until_ns;    /* owed versions are waited for until then */
     int64_t poll_interval_ns;  /* the transport's discovery interval */
     int64_t next_poll_ns;
+    int64_t served_interval_ns; /* adaptive checkpoints: report requests served to the
+                                   sender this often (0: never) */
+    int64_t next_served_ns;
+    uint64_t served;            /* requests this rank finished */
     char message[768];         /* why the receiver failed, naming the rank */
 };
 
@@ -495,6 +499,17 @@ static kvio_status_t receiver_poll(kvio_serve_updates_t *base, int64_t now_ns,
         if (status != KVIO_OK)
             return status;
     }
+    if (state->served_interval_ns > 0 && now_ns >= state->next_served_ns &&
+        !state->end_seen && !state->trainer_lost) {
+        /* Posted, not waited for: a report the trainer never reads (it ended
+         * first) costs nothing. */
+        kvio_served_report_t report = {.t_ns = now_ns, .count = state->served};
+        kvio_status_t status = kvio_rte_post(state->rte, state->sender, KVIO_UPDATE_TAG_SERVED,
+                                             &report, sizeof(report));
+        if (status != KVIO_OK)
+            return check_peer(state); /* the trainer's loss is reported there */
+        state->next_served_ns = now_ns + state->served_interval_ns;
+    }
     bool worked = false;
     if (state->config->apply == KVIO_APPLY_SHADOW || !state->pending || lane_stalled) {
         kvio_status_t status = work_or_drop(state, &worked);
@@ -528,6 +543,17 @@ static const kvio_serve_updates_ops_t receiver_ops = {
     .next_ns = receiver_next_ns,
     .error = receiver_error,
 };
+
+void kvio_update_receiver_report_served(kvio_update_receiver_t *receiver, int64_t interval_ns)
+{
+    receiver->served_interval_ns = interval_ns;
+    receiver->next_served_ns = receiver->result.t_start_ns + interval_ns;
+}
+
+void kvio_update_receiver_served(kvio_update_receiver_t *receiver)
+{
+    receiver->served++;
+}
 
 kvio_serve_updates_t *kvio_update_receiver_updates(kvio_update_receiver_t *receiver)
 {

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <xxhash.h>
 #include <zlib.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -687,4 +688,25 @@ int test_mpirun_available(void)
     return 0; /* the mpi runtime is not built */
 #endif
     return system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
+int test_open_file_under(const char *dir)
+{
+    DIR *fds = opendir("/proc/self/fd");
+    if (fds == NULL)
+        return -1;
+    int found = -1;
+    struct dirent *entry;
+    while (found < 0 && (entry = readdir(fds)) != NULL) {
+        char link[300], target[1024];
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", entry->d_name);
+        ssize_t length = readlink(link, target, sizeof(target) - 1);
+        if (length <= 0)
+            continue;
+        target[length] = '\0';
+        if (strncmp(target, dir, strlen(dir)) == 0)
+            found = atoi(entry->d_name);
+    }
+    closedir(fds);
+    return found;
 }

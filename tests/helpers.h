@@ -183,6 +183,10 @@ double test_page_dedupe_ratio(const void *bytes, size_t length);
  * page deduplication each below 1.02x. */
 void test_expect_irreducible(const void *bytes, size_t length, const char *what);
 
+/* A descriptor this process holds open on a file under dir (a tier's
+ * nameless slab: /proc/self/fd's link names dir/#inode), or -1. */
+int test_open_file_under(const char *dir);
+
 /* Whether mpirun can start kvio's ranks here (the mpi runtime built and
  * mpirun on the PATH). */
 int test_mpirun_available(void);

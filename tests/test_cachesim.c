@@ -89,6 +89,285 @@ Test(cachesim, a_request_longer_than_the_cache_evicts_its_own_head, .timeout = 1
     kvio_cachesim_destroy(sim);
 }
 
+/* The radix index (kvcache/radix.c) evicts leaves only: a prefix's head
+ * shared by two requests stays while a tail can go, where the block index
+ * (touching a request's blocks in order) evicts the head first. Capacity 3,
+ * lru: [1,2], [1,3] (1 hits), [4], [5], [1,3]. Blocks: 2 goes for 4, then
+ * 1 (least recent) for 5, so the last [1,3] misses. Radix: leaf 2 goes for
+ * 4, then leaf 3 for 5 (1 is an inner node, and a leaf only after), so the
+ * last [1,3] hits 1. */
+static kvio_cachesim_t *shared_head_sim(void)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    REQUEST(sim, 2, 1, 2);
+    REQUEST(sim, 2, 1, 3);
+    REQUEST(sim, 1, 4);
+    REQUEST(sim, 1, 5);
+    REQUEST(sim, 2, 1, 3);
+    return sim;
+}
+
+Test(cachesim, radix_index_keeps_a_shared_head_the_block_index_evicts, .timeout = 10)
+{
+    kvio_cachesim_t *sim = shared_head_sim();
+    kvio_cachesim_result_t blocks = run(sim, "lru", 3);
+    cr_assert_eq(blocks.hit_blocks, 1);
+    cr_assert_eq(kvio_cachesim_set_index(sim, KVIO_KVCACHE_INDEX_RADIX), KVIO_OK);
+    kvio_cachesim_result_t radix = run(sim, "lru", 3);
+    cr_assert_eq(radix.requests, 5);
+    cr_assert_eq(radix.blocks, 8);
+    cr_assert_eq(radix.hit_blocks, 2, "the head 1 survived as an inner node");
+    cr_assert_eq(radix.evictions, 3, "2, 3, then 4 for the last 3");
+    /* The sweep's lru takes one replay per capacity under radix. */
+    uint64_t capacities[] = {3, KVIO_CACHESIM_UNLIMITED};
+    kvio_cachesim_result_t swept[2];
+    cr_assert_eq(kvio_cachesim_sweep_lru(sim, capacities, 2, swept), KVIO_OK);
+    cr_assert_eq(swept[0].hit_blocks, 2);
+    cr_assert_eq(swept[1].hit_blocks, 3, "unlimited: 1, 1 and 3");
+    cr_assert_eq(swept[1].evictions, 0);
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim, radix_and_block_indexes_agree_when_nothing_is_evicted, .timeout = 20)
+{
+    kvio_cachesim_t *sim = make_sim(4);
+    uint64_t seed = 7;
+    for (int r = 0; r < 300; r++) {
+        uint64_t ids[12];
+        size_t count = 1 + (seed >> 33) % 12;
+        uint64_t root = (seed >> 20) % 5;
+        for (size_t i = 0; i < count; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            /* Chained ids, as a trace's: each names its whole prefix (a
+             * root, then one of 3 branches past the fourth block). */
+            uint64_t branch = i > 3 ? (seed >> 40) % 3 : 0;
+            ids[i] = i == 0 ? root + 1 : ids[i - 1] * 7 + branch + 1;
+        }
+        cr_assert_eq(kvio_cachesim_add_request(sim, ids, count, count * 4), KVIO_OK);
+    }
+    const char *policies[] = {"lru", "lfu", "fifo"};
+    for (size_t p = 0; p < 3; p++) {
+        cr_assert_eq(kvio_cachesim_set_index(sim, KVIO_KVCACHE_INDEX_HASH), KVIO_OK);
+        kvio_cachesim_result_t blocks = run(sim, policies[p], KVIO_CACHESIM_UNLIMITED);
+        cr_assert_eq(kvio_cachesim_set_index(sim, KVIO_KVCACHE_INDEX_RADIX), KVIO_OK);
+        kvio_cachesim_result_t radix = run(sim, policies[p], KVIO_CACHESIM_UNLIMITED);
+        cr_assert_gt(blocks.hit_blocks, 0);
+        cr_assert_eq(radix.hit_blocks, blocks.hit_blocks, "%s", policies[p]);
+        cr_assert_eq(radix.hit_tokens, blocks.hit_tokens);
+        cr_assert_eq(radix.evictions, 0);
+    }
+    cr_assert_eq(kvio_cachesim_set_window(sim, 128), KVIO_ERR_INVALID,
+                 "hybrid groups are the block index's");
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim_cli, index_radix_replays_through_the_tree, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "trace.jsonl",
+                                 "{\"timestamp\": 1, \"input_length\": 2, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+                                 "{\"timestamp\": 2, \"input_length\": 2, \"output_length\": 1, \"hash_ids\": [1, 3]}\n"
+                                 "{\"timestamp\": 3, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [4]}\n"
+                                 "{\"timestamp\": 4, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [5]}\n"
+                                 "{\"timestamp\": 5, \"input_length\": 2, \"output_length\": 1, \"hash_ids\": [1, 3]}\n");
+    test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--block-tokens", "1",
+                                      "--capacity", "3", "--index", "radix", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    cr_assert(test_contains(run_result.out, "index=radix"), "%s", run_result.out);
+    cr_assert(test_contains(run_result.out, "0.2500"), "2 of 8 blocks: %s", run_result.out);
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--block-tokens", "1", "--capacity",
+                           "3", "--json", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    cr_assert(test_contains(run_result.out, "\"index\": \"hash\""), "%s", run_result.out);
+    cr_assert(test_contains(run_result.out, "\"hit_blocks\": 1"), "%s", run_result.out);
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--index", "tree", NULL);
+    cr_assert_eq(run_result.status, 2);
+    cr_assert(test_contains(run_result.err, "bad --index 'tree' (hash or radix)"), "%s",
+              run_result.err);
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--index", "radix", "--hybrid",
+                           "--model", "gpt-oss-20b", NULL);
+    cr_assert_eq(run_result.status, 2);
+    cr_assert(test_contains(run_result.err, "--hybrid takes --index hash"), "%s",
+              run_result.err);
+    test_run_free(&run_result);
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+/* Two replicas, round robin, 2 blocks each: [1,2] [1,2] [1,3] [1,3] puts
+ * [1,2] then [1,3] on each replica (1 hits once on each: 2 of 8 blocks);
+ * one store of 4 blocks serves 0 + 2 + 1 + 2 of them. */
+Test(cachesim, a_shared_store_hits_what_another_replica_cached, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    REQUEST(sim, 2, 1, 2);
+    REQUEST(sim, 2, 1, 2);
+    REQUEST(sim, 2, 1, 3);
+    REQUEST(sim, 2, 1, 3);
+    kvio_cachesim_result_t local, global;
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 2, KVIO_CACHESIM_ROUND_ROBIN, &local, &global), KVIO_OK);
+    cr_assert_eq(local.requests, 4);
+    cr_assert_eq(local.blocks, 8);
+    cr_assert_eq(local.hit_blocks, 2);
+    cr_assert_eq(local.capacity_blocks, 2);
+    cr_assert_eq(global.requests, 4);
+    cr_assert_eq(global.hit_blocks, 5);
+    cr_assert_eq(global.capacity_blocks, 4, "the store holds the replicas' capacity together");
+    /* One replica is the plain replay, local and global alike. */
+    kvio_cachesim_result_t one = run(sim, "lru", 2);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 1, KVIO_CACHESIM_ROUND_ROBIN, &local, &global), KVIO_OK);
+    cr_assert_eq(local.hit_blocks, one.hit_blocks);
+    cr_assert_eq(global.hit_blocks, one.hit_blocks);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 0, KVIO_CACHESIM_ROUND_ROBIN, &local, &global), KVIO_ERR_INVALID);
+    kvio_cachesim_destroy(sim);
+}
+
+/* A small fixture of sessions sharing system prompts, four replicas: the
+ * shared store's hit rate is at least the replicas' own at every capacity,
+ * for either index and several policies. */
+Test(cachesim, a_shared_store_is_never_below_local_caches_on_the_fixture, .timeout = 60)
+{
+    kvio_cachesim_t *sim = make_sim(16);
+    uint64_t seed = 11;
+    uint64_t turns[8] = {0};
+    for (int r = 0; r < 400; r++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t session = (seed >> 33) % 8, prompt = session % 3;
+        uint64_t ids[64];
+        size_t count = 0;
+        for (size_t i = 0; i < 6; i++) /* the system prompt */
+            ids[count++] = prompt * 100000 + i;
+        turns[session] = turns[session] % 20 + 1;
+        for (uint64_t t = 0; t < turns[session] && count < 64; t++) /* the history */
+            ids[count++] = 1000000 + session * 1000 + t;
+        cr_assert_eq(kvio_cachesim_add_request(sim, ids, count, count * 16 - 5), KVIO_OK);
+    }
+    const uint64_t capacities[] = {1, 2, 4, 8, 16, 32, 64, KVIO_CACHESIM_UNLIMITED};
+    const char *policies[] = {"lru", "lfu", "fifo"};
+    for (int index = 0; index < 2; index++) {
+        cr_assert_eq(kvio_cachesim_set_index(sim, index ? KVIO_KVCACHE_INDEX_RADIX
+                                                        : KVIO_KVCACHE_INDEX_HASH),
+                     KVIO_OK);
+        for (size_t p = 0; p < 3; p++) {
+            for (size_t c = 0; c < sizeof(capacities) / sizeof(capacities[0]); c++) {
+                kvio_cachesim_result_t local, global;
+                cr_assert_eq(kvio_cachesim_run_fleet(sim, policies[p], capacities[c], 4,
+                                                     KVIO_CACHESIM_ROUND_ROBIN, &local, &global),
+                             KVIO_OK);
+                cr_assert_geq(global.token_hit_rate, local.token_hit_rate,
+                              "index %d %s capacity %llu: global %.4f < local %.4f", index,
+                              policies[p], (unsigned long long)capacities[c],
+                              global.token_hit_rate, local.token_hit_rate);
+                if (capacities[c] == 64)
+                    cr_assert_gt(global.token_hit_rate, local.token_hit_rate,
+                                 "sessions spread over replicas find their history only "
+                                 "in the store");
+            }
+        }
+    }
+    kvio_cachesim_destroy(sim);
+}
+
+/* [1,2] [1,2] [3,4] [3,4] over 2 replicas of 2 blocks: round robin puts
+ * one of each on each replica (no hit); prefix_affinity sends the second
+ * [1,2] where the first is, and [3,4], cached nowhere, to the less routed
+ * replica, then its twin after it: 4 of 8 blocks, what one store of 4
+ * serves. The load cap holds: 40 copies of one prompt spread once a
+ * replica is 16 ahead. */
+Test(cachesim, prefix_affinity_routes_to_the_replica_holding_the_prefix, .timeout = 10)
+{
+    kvio_cachesim_t *sim = make_sim(1);
+    REQUEST(sim, 2, 1, 2);
+    REQUEST(sim, 2, 1, 2);
+    REQUEST(sim, 2, 3, 4);
+    REQUEST(sim, 2, 3, 4);
+    kvio_cachesim_result_t local, global;
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 2, KVIO_CACHESIM_ROUND_ROBIN, &local,
+                                         &global),
+                 KVIO_OK);
+    cr_assert_eq(local.hit_blocks, 0);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 2, 2, KVIO_CACHESIM_PREFIX_AFFINITY,
+                                         &local, &global),
+                 KVIO_OK);
+    cr_assert_eq(local.hit_blocks, 4);
+    cr_assert_eq(global.hit_blocks, 4);
+    kvio_cachesim_destroy(sim);
+
+    sim = make_sim(1);
+    for (int i = 0; i < 40; i++)
+        REQUEST(sim, 1, 9);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 1, 2, KVIO_CACHESIM_PREFIX_AFFINITY,
+                                         &local, &global),
+                 KVIO_OK);
+    /* Replica 0 takes 17 (hits 16); the 18th goes to replica 1 (a miss),
+     * which holds the block too from then on: 2 misses in all. */
+    cr_assert_eq(local.hit_blocks, 38);
+    cr_assert_eq(kvio_cachesim_set_index(sim, KVIO_KVCACHE_INDEX_RADIX), KVIO_OK);
+    cr_assert_eq(kvio_cachesim_run_fleet(sim, "lru", 1, 2, KVIO_CACHESIM_PREFIX_AFFINITY,
+                                         &local, &global),
+                 KVIO_ERR_INVALID);
+    kvio_cachesim_destroy(sim);
+}
+
+Test(cachesim_cli, replicas_print_local_and_global_hit_rates, .timeout = 20)
+{
+    char *dir = test_tmpdir();
+    char *path = test_write_file(dir, "trace.jsonl",
+                                 "{\"timestamp\": 1, \"input_length\": 2, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+                                 "{\"timestamp\": 2, \"input_length\": 2, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+                                 "{\"timestamp\": 3, \"input_length\": 2, \"output_length\": 1, \"hash_ids\": [1, 3]}\n"
+                                 "{\"timestamp\": 4, \"input_length\": 2, \"output_length\": 1, \"hash_ids\": [1, 3]}\n");
+    test_run_t run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--block-tokens", "1",
+                                      "--capacity", "2", "--replicas", "2", "--csv", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    cr_assert(test_contains(run_result.out, "lru,2,local,2,0.250000,0.250000,2,8,2,8,"), "%s",
+              run_result.out);
+    cr_assert(test_contains(run_result.out, "lru,2,global,4,0.625000,0.625000,5,8,5,8,"), "%s",
+              run_result.out);
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--block-tokens", "1", "--capacity",
+                           "2", "--replicas", "2", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    cr_assert(test_contains(run_result.out, "replicas=2 router=round_robin"), "%s",
+              run_result.out);
+    cr_assert(test_contains(run_result.out, "2.500"), "the gain, 0.625 / 0.25: %s",
+              run_result.out);
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--block-tokens", "1", "--capacity",
+                           "2", "--replicas", "2", "--json", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    cr_assert(test_contains(run_result.out, "\"scope\": \"global\""), "%s", run_result.out);
+    cr_assert(test_contains(run_result.out, "\"replicas\": 2"), "%s", run_result.out);
+    test_run_free(&run_result);
+    run_result = test_kvio(dir, "cachesim", "trace.jsonl", "--block-tokens", "1", "--capacity",
+                           "2", "--replicas", "2", "--router", "prefix_affinity", "--csv", NULL);
+    cr_assert_eq(run_result.status, 0, "stderr: %s", run_result.err);
+    /* Every request to replica 0: 0 + 2 + 1 + 2 of 8 blocks, as the store. */
+    cr_assert(test_contains(run_result.out, "lru,2,local,2,0.625000,"), "%s", run_result.out);
+    test_run_free(&run_result);
+    const char *bad[][4] = {
+        {"--replicas", "0", NULL, NULL},
+        {"--router", "prefix_affinity", NULL, NULL},
+        {"--replicas", "2", "--router", "random"},
+    };
+    const char *says[] = {"bad --replicas '0'", "--router routes a fleet: give --replicas N",
+                          "bad --router 'random' (round_robin or prefix_affinity)"};
+    for (size_t i = 0; i < 3; i++) {
+        run_result = test_kvio(dir, "cachesim", "trace.jsonl", bad[i][0], bad[i][1], bad[i][2],
+                               bad[i][3], NULL);
+        cr_assert_eq(run_result.status, 2, "%s", says[i]);
+        cr_assert(test_contains(run_result.err, says[i]), "%s", run_result.err);
+        test_run_free(&run_result);
+    }
+    test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
 /* One-block requests make each policy's victim visible in the hit count. */
 typedef struct policy_case {
     const char *policy;

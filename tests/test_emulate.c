@@ -198,6 +198,32 @@ Test(emulate, host_tier_traffic_is_real_and_counted, .timeout = 120)
     free(dir);
 }
 
+/* #54: whether a storage run held its duration: 1 s of arrivals whose
+ * saves a host tier held to 1e8 bytes/s (5 ms a 512 KiB block) takes
+ * seconds to write, and the engine waits for them; storage.overrun_s is
+ * the real time past the duration, wall_run_s less it. */
+Test(emulate, a_storage_run_reports_how_far_it_overran_its_duration, .timeout = 120)
+{
+    const char *text =
+        "name: overrun\nseed: 3\nmode: emulate\nduration: 1s\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "serve:\n  kvcache: {block_size: 16, blocks: 400, save_full: wait,\n"
+        "    tiers: [{kind: host, size: 512MiB, write: through, rate: 1e8}]}\n"
+        "stream:\n  arrival: {process: constant, rate: 10}\n"
+        "  input_tokens: {dist: constant, value: 1100}\n"
+        "  output_tokens: {dist: constant, value: 4}\n";
+    char *dir, error[1024];
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    cr_assert_not_null(summary, "%s", error);
+    double overrun = test_json_number(summary, "metrics.storage.overrun_s");
+    double wall = metric(summary, "wall_run_s");
+    cr_expect_gt(overrun, 0.5, "the saves outlast the duration: %.2f s", overrun);
+    cr_expect_float_eq(overrun, wall - 1.0, 1e-6, "overrun %.3f s, wall %.3f s", overrun, wall);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* A request the coupled run's cache can never hold is an error that names it
  * (as in simulate and plain emulate), not a bare "bad configuration". */
 Test(emulate, coupled_run_names_a_request_that_can_never_fit, .timeout = 120)
@@ -809,6 +835,33 @@ Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_has_cached_it, .timeo
     kvio_serve_mirror_destroy(mirror);
 }
 
+/* #53.7: in emulate the serve ranks tell the trainer what they served as
+ * the run goes, and the adaptive policy's decisions use that rate, not the
+ * prior (1000 req/s, far above what 20 req/s offered can serve). */
+Test(emulate, adaptive_checkpoints_read_the_serve_ranks_rate, .timeout = 120)
+{
+    char text[2048], *dir, error[1024], path[1200];
+    snprintf(text, sizeof(text), "%s", coupled_workload);
+    replace_in(text, sizeof(text), "{policy: every_n_steps, every_n_steps: 5}",
+               "{policy: adaptive, loss: {a: 4, b: 0.5, c: 1.5}, serving_rate: 1000}");
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    snprintf(path, sizeof(path), "%s/out/updates.csv", dir);
+    test_csv_t updates = test_csv_read(path);
+    size_t measured = 0;
+    for (size_t u = 0; u < updates.num_rows; u++) {
+        if (test_csv_number(&updates, u, "serving_rate_measured") != 1)
+            continue;
+        measured++;
+        double rate = test_csv_number(&updates, u, "serving_rate_rps");
+        cr_assert(rate > 0 && rate < 200, "row %zu: %g req/s", u + 1, rate);
+    }
+    cr_assert_gt(measured, 0, "no decision of %zu used a measured rate", updates.num_rows);
+    test_csv_free(&updates);
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* update.in_flight: wait in real time: every request an older version
  * served on a rank finished before the newer version activated there, and
  * the drains count as inference stall. */
@@ -966,29 +1019,6 @@ Test(emulate, a_tier_that_fails_to_write_counts_errors_and_the_run_goes_on, .tim
 #define SLAB_BLOCKS 48u
 #define SLAB_BLOCK_BYTES (64u * 1024)
 
-/* The file descriptor of the open file whose path starts with dir (the
- * file tier's slab, an unnamed inode in it), or -1. */
-static int open_file_under(const char *dir)
-{
-    DIR *fds = opendir("/proc/self/fd");
-    if (fds == NULL)
-        return -1;
-    int found = -1;
-    struct dirent *entry;
-    while (found < 0 && (entry = readdir(fds)) != NULL) {
-        char link[300], target[1024];
-        snprintf(link, sizeof(link), "/proc/self/fd/%s", entry->d_name);
-        ssize_t length = readlink(link, target, sizeof(target) - 1);
-        if (length <= 0)
-            continue;
-        target[length] = '\0';
-        if (strncmp(target, dir, strlen(dir)) == 0)
-            found = atoi(entry->d_name);
-    }
-    closedir(fds);
-    return found;
-}
-
 /* SLAB_BLOCKS pool blocks, each owned by a request of its own, saved
  * through the block store into a file tier of exactly that many slots;
  * the slab's bytes are read back (as a device would store them) into a
@@ -1022,7 +1052,7 @@ static unsigned char *slab_after_saves(const char *data_text, size_t *length_p)
         kvio_block_store_cache(store, &block, (kvio_hash_t){.low = block, .high = 54},
                                kvio_tier_write_policy(tier), &tier_ns);
     }
-    int fd = open_file_under(dir);
+    int fd = test_open_file_under(dir);
     cr_assert_geq(fd, 0, "no open file under %s", dir);
     struct stat info;
     cr_assert_eq(fstat(fd, &info), 0);

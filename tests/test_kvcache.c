@@ -940,6 +940,8 @@ static const evict_case_t evict_cases[] = {
      .victims = "0 1 2"},
     {.policy = "lfu", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
      .victims = "0 2 1"},
+    {.policy = "filo", .capacity = 8, .script = "0 1 2 3 1 2 1 -3", .hits = "1 2 1",
+     .victims = "2 1 0"}, /* newest first; hits change nothing */
     /* Small queue target 1 of 10: 0 was hit, so the victim pass moves it to
      * main and evicts 1, whose key becomes a ghost. 1 comes back into main,
      * so 2 (small) goes first; main holds 0 (one hit left) and 1: 1 goes,
@@ -1192,8 +1194,8 @@ Test(radix, leaves_leave_in_policy_order, .timeout = 10)
     struct {
         const char *policy;
         const char *first_victim;
-    } cases[] = {{"lru", "b"}, {"fifo", "a"}, {"mru", "a"}, {"lfu", "b"}};
-    for (size_t c = 0; c < 4; c++) {
+    } cases[] = {{"lru", "b"}, {"fifo", "a"}, {"mru", "a"}, {"lfu", "b"}, {"filo", "c"}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         kvio_radix_t *tree = make_tree(8, cases[c].policy);
         insert(tree, "a");
         insert(tree, "b");
@@ -1207,6 +1209,265 @@ Test(radix, leaves_leave_in_policy_order, .timeout = 10)
                      cases[c].first_victim);
         kvio_radix_destroy(tree);
     }
+}
+
+/* ---- SGLang's RadixCache cases, on token keys ------------------------------
+ * Ported from sgl-project/sglang test/registered/radix_cache/
+ * test_radix_cache_unit.py (TestRadixCache), each named after its case; a
+ * tree of page_size tokens per page, as RadixCache.create_simulated. */
+
+static kvio_radix_t *token_tree(uint32_t num_slots, uint32_t page_size)
+{
+    kvio_radix_config_t config = {.num_blocks = num_slots, .block_size = page_size,
+                                  .eviction = "lru"};
+    kvio_radix_t *tree = NULL;
+    cr_assert_eq(kvio_radix_create(&config, &tree), KVIO_OK);
+    return tree;
+}
+
+#define TOKENS(...) (const uint32_t[]){__VA_ARGS__}, sizeof((uint32_t[]){__VA_ARGS__}) / sizeof(uint32_t)
+
+static size_t insert_tokens(kvio_radix_t *tree, const uint32_t *tokens, size_t count,
+                            const char *extra_key)
+{
+    size_t present = 99;
+    cr_assert_eq(kvio_radix_insert_tokens(tree, tokens, count, extra_key,
+                                          extra_key ? strlen(extra_key) : 0, &present),
+                 KVIO_OK);
+    return present;
+}
+
+static size_t match_tokens(kvio_radix_t *tree, const uint32_t *tokens, size_t count,
+                           const char *extra_key)
+{
+    size_t matched = 99;
+    kvio_radix_node_t node;
+    cr_assert_eq(kvio_radix_match_tokens(tree, tokens, count, extra_key,
+                                         extra_key ? strlen(extra_key) : 0, &node, &matched),
+                 KVIO_OK);
+    return matched;
+}
+
+static size_t total_size(const kvio_radix_t *tree)
+{
+    return kvio_radix_evictable_tokens(tree) + kvio_radix_protected_tokens(tree);
+}
+
+/* test_insert_and_match_basic */
+Test(radix_sglang, insert_and_match_basic, .timeout = 10)
+{
+    kvio_radix_t *tree = token_tree(64, 1);
+    cr_assert_eq(insert_tokens(tree, TOKENS(1, 2, 3), NULL), 0, "no existing prefix");
+    cr_assert_eq(total_size(tree), 3);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), 3);
+    cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3), NULL), 3);
+    cr_assert_eq(match_tokens(tree, TOKENS(1, 2), NULL), 2, "a partial match");
+    kvio_radix_destroy(tree);
+}
+
+/* test_total_size */
+Test(radix_sglang, total_size_counts_every_stored_token, .timeout = 10)
+{
+    kvio_radix_t *tree = token_tree(64, 1);
+    cr_assert_eq(total_size(tree), 0);
+    insert_tokens(tree, TOKENS(1, 2, 3), NULL);
+    cr_assert_eq(total_size(tree), 3);
+    insert_tokens(tree, TOKENS(4, 5), NULL);
+    cr_assert_eq(total_size(tree), 5);
+    kvio_radix_destroy(tree);
+}
+
+/* test_extra_key_isolation: the same tokens under different extra keys
+ * (kvio: the cache salt) never match each other. */
+Test(radix_sglang, extra_key_isolation, .timeout = 10)
+{
+    kvio_radix_t *tree = token_tree(64, 1);
+    insert_tokens(tree, TOKENS(1, 2, 3), "key1");
+    cr_assert_eq(insert_tokens(tree, TOKENS(1, 2, 3), "key2"), 0);
+    cr_assert_eq(insert_tokens(tree, TOKENS(1, 2, 3), NULL), 0);
+    cr_assert_eq(total_size(tree), 9, "three separate copies");
+    cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3), "key1"), 3);
+    cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3), "key2"), 3);
+    cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3), NULL), 3);
+    cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3), "nonexistent"), 0);
+    kvio_radix_destroy(tree);
+}
+
+/* test_lock_ref_operations */
+Test(radix_sglang, lock_ref_operations, .timeout = 10)
+{
+    kvio_radix_t *tree = token_tree(64, 1);
+    insert_tokens(tree, TOKENS(1, 2, 3), NULL);
+    kvio_radix_node_t node;
+    size_t matched;
+    cr_assert_eq(kvio_radix_match_tokens(tree, TOKENS(1, 2, 3), NULL, 0, &node, &matched),
+                 KVIO_OK);
+    size_t evictable = kvio_radix_evictable_tokens(tree);
+    size_t protected = kvio_radix_protected_tokens(tree);
+    kvio_radix_lock(tree, node);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), protected + 3);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), evictable - 3);
+    kvio_radix_unlock(tree, node);
+    cr_assert_eq(kvio_radix_protected_tokens(tree), protected);
+    cr_assert_eq(kvio_radix_evictable_tokens(tree), evictable);
+    kvio_radix_destroy(tree);
+}
+
+/* test_evict_functionality */
+Test(radix_sglang, evict_frees_tokens, .timeout = 10)
+{
+    kvio_radix_t *tree = token_tree(64, 1);
+    insert_tokens(tree, TOKENS(1, 2), NULL);
+    insert_tokens(tree, TOKENS(3, 4), NULL);
+    size_t before = total_size(tree), evicted = 0;
+    kvio_radix_evict(tree, 2, &evicted);
+    cr_assert_eq(evicted, 2, "one leaf of two tokens");
+    cr_assert_lt(total_size(tree), before);
+    cr_assert_eq(kvio_radix_num_free_blocks(tree), 64 - 2, "its slots are free again");
+    cr_assert_eq(kvio_radix_evicted_pages(tree), 2);
+    kvio_radix_destroy(tree);
+}
+
+/* test_page_alignment_boundary: (page size, sequence length). */
+Test(radix_sglang, page_alignment_boundary, .timeout = 10)
+{
+    const size_t cases[][2] = {{1, 5}, {2, 5}, {4, 6}};
+    for (size_t c = 0; c < 3; c++) {
+        kvio_radix_t *tree = token_tree(64, (uint32_t)cases[c][0]);
+        uint32_t *tokens = token_run(0, cases[c][1]);
+        insert_tokens(tree, tokens, cases[c][1], NULL);
+        size_t matched = match_tokens(tree, tokens, cases[c][1], NULL);
+        cr_assert_gt(matched, 0, "page size %zu", cases[c][0]);
+        cr_assert_eq(matched % cases[c][0], 0, "page size %zu: %zu matched", cases[c][0],
+                     matched);
+        cr_assert_eq(matched, cases[c][1] / cases[c][0] * cases[c][0], "every whole page");
+        free(tokens);
+        kvio_radix_destroy(tree);
+    }
+}
+
+/* test_advanced_prefix_match_with_node_splits, page sizes 1 and 2. */
+Test(radix_sglang, advanced_prefix_match_with_node_splits, .timeout = 10)
+{
+    for (uint32_t page = 1; page <= 2; page++) {
+        kvio_radix_t *tree = token_tree(64, page);
+        insert_tokens(tree, TOKENS(1, 2, 3, 4, 5, 6, 7, 8), NULL);
+        insert_tokens(tree, TOKENS(1, 2, 9, 10), NULL);
+        cr_assert_eq(total_size(tree), 10, "page %u: 8 + 2", page);
+        cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3, 4, 999, 1000), NULL), 4);
+        cr_assert_eq(total_size(tree), 10, "a split inside a node moves no data");
+        cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3, 4, 5, 6, 7, 8), NULL), 8);
+        cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 3, 4, 5, 6, 777, 888), NULL), 6);
+        cr_assert_eq(total_size(tree), 10);
+        cr_assert_eq(match_tokens(tree, TOKENS(1, 2, 9, 10), NULL), 4);
+        /* 1,2 | 3,4 | 5,6 | 7,8 and 9,10: five nodes after the splits. */
+        cr_assert_eq(kvio_radix_num_nodes(tree), 5, "page %u", page);
+        kvio_radix_destroy(tree);
+    }
+}
+
+/* test_kv_cache_events, test_kv_cache_events_with_eviction and
+ * test_hash_value_repeating_tokens: a page
+ * stored is one BlockStored, chained to the page before it (the first has
+ * no parent); whole pages only (5 tokens at page size 2: 2 events);
+ * evicting them is one BlockRemoved per page, with the same keys. */
+typedef struct radix_events {
+    kvio_hash_t stored[16], parents[16], removed[16];
+    bool has_parent[16];
+    size_t num_stored, num_removed;
+} radix_events_t;
+
+static void heard_stored(void *context, kvio_hash_t key, const kvio_hash_t *parent)
+{
+    radix_events_t *events = context;
+    cr_assert_lt(events->num_stored, 16);
+    events->has_parent[events->num_stored] = parent != NULL;
+    events->parents[events->num_stored] = parent != NULL ? *parent : (kvio_hash_t){0};
+    events->stored[events->num_stored++] = key;
+}
+
+static void heard_removed(void *context, kvio_hash_t key)
+{
+    radix_events_t *events = context;
+    cr_assert_lt(events->num_removed, 16);
+    events->removed[events->num_removed++] = key;
+}
+
+Test(radix_sglang, kv_cache_events_with_eviction, .timeout = 10)
+{
+    for (uint32_t page = 1; page <= 2; page++) {
+        radix_events_t events = {0};
+        kvio_radix_config_t config = {.num_blocks = 64, .block_size = page, .eviction = "lru",
+                                      .on_stored = heard_stored, .on_removed = heard_removed,
+                                      .hook_context = &events};
+        kvio_radix_t *tree = NULL;
+        cr_assert_eq(kvio_radix_create(&config, &tree), KVIO_OK);
+        insert_tokens(tree, TOKENS(1, 2, 3, 4, 5), NULL);
+        size_t pages = 5 / page;
+        cr_assert_eq(events.num_stored, pages, "page %u", page);
+        cr_assert(!events.has_parent[0], "the first page has no parent");
+        for (size_t i = 1; i < pages; i++) {
+            cr_assert(events.has_parent[i]);
+            cr_assert(kvio_hash_equal(events.parents[i], events.stored[i - 1]),
+                      "page %zu chains to the one before", i);
+            cr_assert(!kvio_hash_equal(events.stored[i], events.stored[i - 1]));
+        }
+        /* A continuation stores only its new pages, the first chained to
+         * the last page present. */
+        insert_tokens(tree, TOKENS(1, 2, 3, 4, 5, 6, 7), NULL);
+        cr_assert_eq(events.num_stored, 7 / page);
+        cr_assert(kvio_hash_equal(events.parents[pages], events.stored[pages - 1]));
+        size_t evicted;
+        kvio_radix_evict(tree, 100, &evicted);
+        cr_assert_eq(events.num_removed, 7 / page, "page %u", page);
+        for (size_t i = 0; i < events.num_removed; i++) {
+            bool known = false;
+            for (size_t j = 0; j < events.num_stored; j++)
+                known = known || kvio_hash_equal(events.removed[i], events.stored[j]);
+            cr_assert(known, "a removed key was stored");
+        }
+        kvio_radix_destroy(tree);
+    }
+    /* test_hash_value_repeating_tokens: equal pages at different places
+     * are different blocks. */
+    radix_events_t events = {0};
+    kvio_radix_config_t config = {.num_blocks = 8, .block_size = 2, .on_stored = heard_stored,
+                                  .hook_context = &events};
+    kvio_radix_t *tree = NULL;
+    cr_assert_eq(kvio_radix_create(&config, &tree), KVIO_OK);
+    insert_tokens(tree, TOKENS(1, 2, 1, 2), NULL);
+    cr_assert_eq(events.num_stored, 2);
+    cr_assert(!kvio_hash_equal(events.stored[0], events.stored[1]));
+    cr_assert(kvio_hash_equal(events.parents[1], events.stored[0]));
+    kvio_radix_destroy(tree);
+}
+
+/* Where radix and hash-block caching differ: a prompt sharing 20 tokens
+ * with a cached one. SGLang's token-granular tree (page size 1) serves all
+ * 20; vLLM's hash index, blocks of 16, serves the one whole block. */
+Test(radix, token_granular_tree_hits_a_partial_block_the_hash_index_misses, .timeout = 10)
+{
+    enum { SHARED = BLOCK + 4, LENGTH = 3 * BLOCK };
+    uint32_t *first = token_run(0, LENGTH), *second = token_run(0, LENGTH);
+    for (size_t i = SHARED; i < LENGTH; i++)
+        second[i] += 1000;
+    kvio_radix_t *tree = token_tree(4 * LENGTH, 1);
+    insert_tokens(tree, first, LENGTH, NULL);
+    cr_assert_eq(insert_tokens(tree, second, LENGTH, NULL), SHARED);
+    cr_assert_eq(total_size(tree), 2 * LENGTH - SHARED, "the shared 20 tokens stored once");
+    kvio_radix_destroy(tree);
+
+    kvio_kvcache_t *cache = make_pool(16, KVIO_FREE_ORDER_APPEND, true);
+    kvio_kvreq_t *a = request(cache, first, LENGTH);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, LENGTH, NULL), KVIO_OK);
+    kvio_kvcache_free(cache, a);
+    kvio_kvreq_t *b = request(cache, second, LENGTH);
+    cr_assert_eq(kvio_kvcache_lookup(cache, b), BLOCK, "whole blocks only");
+    kvio_kvreq_destroy(b);
+    kvio_kvreq_destroy(a);
+    kvio_kvcache_destroy(cache);
+    free(first);
+    free(second);
 }
 
 /* vLLM's reset of the prefix cache: every hash leaves the index, free blocks

@@ -593,6 +593,93 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
     free(dir);
 }
 
+/* #54: each tier's latencies as a histogram by octave (fio's clat
+ * buckets): a simulated batch of three 1 MiB blocks at 2 GB/s completes
+ * after 0.52, 1.05 and 1.57 ms, one in [2^19, 2^20) ns and two in the
+ * octave above; the counts add up to the operations. */
+Test(tier, a_tier_reports_its_latencies_as_a_histogram_by_octave, .timeout = 10)
+{
+    kvio_tier_config_t config = tier_config("file", 8ull << 20, "path: \"/nonexistent/tier\"");
+    config.bandwidth = 2e9;
+    config.latency_ns = 1;
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&config, 1u << 20, false, &tier, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
+    kvio_hash_t hashes[3] = {block_hash(1), block_hash(2), block_hash(3)};
+    const void *data[3] = {NULL, NULL, NULL};
+    int64_t cost = 0;
+    cr_assert_eq(kvio_tier_put_batch(tier, hashes, data, 3, &cost), KVIO_OK);
+    kvio_result_t *entry = kvio_result_create();
+    cr_assert_not_null(entry);
+    kvio_tier_stats_fill(tier, entry);
+    const json_t *writes = kvio_result_detail(entry, "write_latency_histogram");
+    cr_assert_eq(json_array_size(writes), 2, "%zu octaves", json_array_size(writes));
+    const json_t *low = json_array_get(writes, 0), *high = json_array_get(writes, 1);
+    cr_expect_eq(test_json_integer(low, "from_ns"), 1 << 19);
+    cr_expect_eq(test_json_integer(low, "below_ns"), 1 << 20);
+    cr_expect_eq(test_json_integer(low, "count"), 1);
+    cr_expect_eq(test_json_integer(high, "from_ns"), 1 << 20);
+    cr_expect_eq(test_json_integer(high, "below_ns"), 1 << 21);
+    cr_expect_eq(test_json_integer(high, "count"), 2);
+    cr_expect_eq(json_array_size(kvio_result_detail(entry, "read_latency_histogram")), 0,
+                 "nothing read");
+    kvio_result_destroy(entry);
+    kvio_tier_destroy(tier);
+}
+
+/* #54: precondition: the slab is written whole before the run (in slot
+ * order, then as many blocks at random slots) with bytes no device
+ * reduces, and the tier says how long each pass took; without it the
+ * slab is the zeros fallocate left; layout: files has no slab to fill. */
+Test(tier, precondition_fills_the_slab_with_irreducible_bytes_before_the_run, .timeout = 30)
+{
+    enum { SLOTS = 64 };
+    char *dir = test_tmpdir();
+    for (int precondition = 0; precondition < 2; precondition++) {
+        kvio_tier_config_t config =
+            tier_config("file", (uint64_t)SLOTS * BLOCK,
+                        "path: \"%s\", o_direct: false, queue_depth: 4, precondition: %s", dir,
+                        precondition ? "true" : "false");
+        kvio_tier_t *tier = NULL;
+        char error[512];
+        cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
+                     KVIO_OK, "%s", error);
+        kvio_config_free(kvio_tier_options, &config);
+        int fd = test_open_file_under(dir);
+        cr_assert_geq(fd, 0, "no slab open under %s", dir);
+        unsigned char *slab = malloc((size_t)SLOTS * BLOCK);
+        cr_assert_eq(pread(fd, slab, (size_t)SLOTS * BLOCK, 0), (ssize_t)SLOTS * BLOCK);
+        kvio_result_t *entry = kvio_result_create();
+        kvio_tier_stats_fill(tier, entry);
+        const json_t *report = kvio_result_detail(entry, "precondition");
+        if (precondition) {
+            test_expect_irreducible(slab, (size_t)SLOTS * BLOCK, "the preconditioned slab");
+            cr_assert_not_null(report, "the tier reports its preconditioning");
+            cr_expect_eq(test_json_integer(report, "bytes_per_pass"), SLOTS * BLOCK);
+            cr_expect_gt(test_json_number(report, "sequential_gbps"), 0);
+            cr_expect_gt(test_json_number(report, "random_gbps"), 0);
+        } else {
+            cr_expect_gt(test_zlib_ratio(slab, (size_t)SLOTS * BLOCK), 100,
+                         "without precondition the slab is fallocate's zeros");
+            cr_expect_null(report);
+        }
+        free(slab);
+        kvio_result_destroy(entry);
+        kvio_tier_destroy(tier);
+    }
+    kvio_tier_config_t files = tier_config(
+        "file", (uint64_t)SLOTS * BLOCK, "path: \"%s\", layout: files, precondition: true", dir);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+    cr_expect_neq(kvio_tier_create(&files, BLOCK, true, &tier, error, sizeof(error)), KVIO_OK);
+    cr_expect(test_contains(error, "precondition needs layout: slab"), "%s", error);
+    kvio_config_free(kvio_tier_options, &files);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* ---------- sizes ---------- */
 
 Test(tier, refuses_a_size_that_holds_no_block, .timeout = 10)
@@ -1004,6 +1091,141 @@ Test(tier, a_waterfall_tier_passes_its_evictions_down, .timeout = 20)
         kvio_tier_destroy(upper);
         kvio_tier_destroy(lower);
     }
+}
+
+/* The blocks a put batch evicts go down as one batch, so that a slab
+ * below takes them at its queue depth (one by one, every write ran at
+ * depth 1), and every one of them comes back intact; the evicted slots are
+ * written over only after they left. */
+Test(tier, a_waterfall_passes_a_batch_s_evictions_down_together, .timeout = 30)
+{
+    enum { COUNT = 8 };
+    char *dir = test_tmpdir();
+    kvio_tier_config_t host = tier_config("host", COUNT * BLOCK, NULL);
+    kvio_tier_config_t file =
+        tier_config("file", 4ull * COUNT * BLOCK, "path: \"%s\", queue_depth: 8", dir);
+    kvio_tier_t *upper = NULL, *lower = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&host, BLOCK, true, &upper, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    cr_assert_eq(kvio_tier_create(&file, BLOCK, true, &lower, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &host);
+    kvio_config_free(kvio_tier_options, &file);
+    kvio_tier_spill_to(upper, lower);
+    test_batch_t first, second;
+    batch_make(&first, COUNT, BLOCK, 100);
+    batch_make(&second, COUNT, BLOCK, 200);
+    int64_t cost = 0;
+    cr_assert_eq(kvio_tier_put_batch(upper, first.hashes, first.put, COUNT, &cost), KVIO_OK);
+    cr_assert_eq(kvio_tier_put_batch(upper, second.hashes, second.put, COUNT, &cost), KVIO_OK);
+    const kvio_tier_stats_t *below = kvio_tier_stats(lower);
+    cr_assert_eq(kvio_tier_stats(upper)->demotions, COUNT);
+    cr_assert_eq(below->puts, COUNT);
+    cr_assert_eq(below->put_batches, 1, "the %d evictions in one batch, not %llu", COUNT,
+                 (unsigned long long)below->put_batches);
+    size_t got = 0;
+    cr_assert_eq(kvio_tier_get_batch(lower, first.hashes, first.get, COUNT, &got, &cost),
+                 KVIO_OK, "%s", kvio_tier_error(lower));
+    cr_assert(memcmp(first.blocks, first.back, (size_t)COUNT * BLOCK) == 0,
+              "the evicted blocks came down intact");
+    cr_assert_eq(kvio_tier_get_batch(upper, second.hashes, second.get, COUNT, &got, &cost),
+                 KVIO_OK);
+    cr_assert(memcmp(second.blocks, second.back, (size_t)COUNT * BLOCK) == 0,
+              "the new blocks took the evicted slots");
+    kvio_tier_destroy(upper);
+    kvio_tier_destroy(lower);
+    batch_free(&first);
+    batch_free(&second);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Lines of text that start with prefix. */
+static size_t count_lines_starting(const char *text, const char *prefix)
+{
+    size_t count = 0;
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        count += strncmp(line, prefix, strlen(prefix)) == 0;
+        line = strchr(line, '\n');
+        line = line != NULL ? line + 1 : NULL;
+    }
+    return count;
+}
+
+/* #54: trace: every block a tier moves is a CSV line (time, op, its slot's
+ * offset, bytes, latency) and a line of fio's iolog, and PATH.fio replays
+ * them: fio moves the same transfers (where fio is installed, it is run on
+ * them). */
+Test(tier, trace_logs_every_block_moved_and_fio_replays_them, .timeout = 60)
+{
+    enum { SLOTS = 16 };
+    char *dir = test_tmpdir();
+    char trace[1024];
+    snprintf(trace, sizeof(trace), "%s/trace.csv", dir);
+    kvio_tier_config_t config =
+        tier_config("file", (uint64_t)SLOTS * BLOCK, "path: \"%s\", o_direct: false, "
+                    "queue_depth: 4", dir);
+    config.trace = strdup(trace);
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
+    test_batch_t batch;
+    batch_make(&batch, 4, BLOCK, 300);
+    int64_t cost = 0;
+    size_t got = 0;
+    cr_assert_eq(kvio_tier_put_batch(tier, batch.hashes, batch.put, 4, &cost), KVIO_OK);
+    cr_assert_eq(kvio_tier_get_batch(tier, batch.hashes, batch.get, 2, &got, &cost), KVIO_OK);
+    kvio_tier_destroy(tier);
+    batch_free(&batch);
+
+    char *csv = test_read_file(trace);
+    cr_assert_not_null(csv);
+    cr_expect(strncmp(csv, "time_s,op,offset,bytes,latency_us\n", 34) == 0, "%s", csv);
+    cr_expect_eq(count_lines_starting(csv, "") - 1, 6, "%s", csv);
+    cr_expect_eq(strstr(csv, ",write,") != NULL && strstr(csv, ",read,") != NULL, 1, "%s", csv);
+    char line_start[64];
+    size_t in_slab = 0;
+    for (int slot = 0; slot < SLOTS; slot++) {
+        snprintf(line_start, sizeof(line_start), ",%d,%d,", slot * BLOCK, BLOCK);
+        for (const char *at = csv; (at = strstr(at, line_start)) != NULL; at++)
+            in_slab++;
+    }
+    cr_expect_eq(in_slab, 6, "every transfer at a slot's offset: %s", csv);
+    free(csv);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s.iolog", trace);
+    char *iolog = test_read_file(path);
+    cr_assert_not_null(iolog);
+    cr_expect(strncmp(iolog, "fio version 2 iolog\n", 20) == 0);
+    cr_expect_eq(count_lines_starting(iolog, "kvio-replay.slab write "), 4, "%s", iolog);
+    cr_expect_eq(count_lines_starting(iolog, "kvio-replay.slab read "), 2, "%s", iolog);
+    free(iolog);
+    snprintf(path, sizeof(path), "%s.fio", trace);
+    char *job = test_read_file(path);
+    cr_assert_not_null(job);
+    cr_expect(test_contains(job, "iodepth=4\n"), "%s", job);
+    cr_expect(test_contains(job, "direct=0\n"), "the tier ran buffered: %s", job);
+    cr_expect(test_contains(job, "read_iolog=trace.csv.iolog\n"), "%s", job);
+    free(job);
+    if (system("command -v fio >/dev/null 2>&1") == 0) {
+        char command[1400];
+        snprintf(command, sizeof(command),
+                 "cd '%s' && fio --output-format=json trace.csv.fio > fio.json 2>fio.err", dir);
+        cr_assert_eq(system(command), 0, "fio failed on the job");
+        snprintf(path, sizeof(path), "%s/fio.json", dir);
+        json_error_t json_error;
+        json_t *report = json_load_file(path, 0, &json_error);
+        cr_assert_not_null(report, "%s", json_error.text);
+        const json_t *replay = json_array_get(json_object_get(report, "jobs"), 0);
+        cr_expect_eq(test_json_integer(replay, "write.total_ios"), 4);
+        cr_expect_eq(test_json_integer(replay, "read.total_ios"), 2);
+        json_decref(report);
+    }
+    test_rmtree(dir);
+    free(dir);
 }
 
 /* Redis values of 64 KiB and more are written from where they are (not

@@ -37,7 +37,9 @@ static const kvio_opt_t checkpoint_options[] = {
      .options = kvio_loss_options, .help = "adaptive: learning curve L(step) = a*step^-b + c"},
     {.key = "serving_rate", .type = KVIO_OPT_DOUBLE,
      .offset = offsetof(kvio_checkpoint_config_t, serving_rate), .default_value = "100",
-     .flags = KVIO_OPT_HAS_MIN, .min = 0, .help = "adaptive: requests per second served"},
+     .flags = KVIO_OPT_HAS_MIN, .min = 0,
+     .help = "adaptive: requests per second served, the prior until the serve ranks' rate "
+             "is measured"},
     {.key = "cost_weight", .type = KVIO_OPT_DOUBLE,
      .offset = offsetof(kvio_checkpoint_config_t, cost_weight), .default_value = "1.0",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
@@ -81,7 +83,7 @@ uint64_t kvio_train_weights_bytes(const kvio_train_config_t *config)
 
 bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
                          int64_t now_ns, int64_t last_step, int64_t last_ns,
-                         int64_t cost_ns)
+                         int64_t cost_ns, double served_rate)
 {
     switch (config->policy) {
     case KVIO_CHECKPOINT_EVERY_N_STEPS:
@@ -94,11 +96,64 @@ bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
         /* Viper's idea: the loss the servers would shed per second with the
          * new weights, against what an update costs the trainer. */
         double gain = (kvio_loss_at(&config->loss, (double)(last_step > 0 ? last_step : 1)) -
-                       kvio_loss_at(&config->loss, (double)step)) * config->serving_rate;
+                       kvio_loss_at(&config->loss, (double)step)) *
+                      (served_rate >= 0 ? served_rate : config->serving_rate);
         double cost_s = (double)(cost_ns > 0 ? cost_ns : config->initial_cost_ns) / 1e9;
         return gain >= config->cost_weight * cost_s;
     }
     }
+}
+
+kvio_status_t kvio_served_meter_init(kvio_served_meter_t *meter, int num_ranks,
+                                     int64_t start_ns)
+{
+    *meter = (kvio_served_meter_t){.num_ranks = num_ranks, .start_ns = start_ns};
+    meter->ranks = calloc((size_t)(num_ranks > 0 ? num_ranks : 1), sizeof(*meter->ranks));
+    return meter->ranks != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+}
+
+void kvio_served_meter_free(kvio_served_meter_t *meter)
+{
+    free(meter->ranks);
+    meter->ranks = NULL;
+}
+
+void kvio_served_meter_report(kvio_served_meter_t *meter, int rank,
+                              const kvio_served_report_t *report)
+{
+    if (rank < 0 || rank >= meter->num_ranks)
+        return;
+    struct kvio_served_rank *r = &meter->ranks[rank];
+    if (!r->seen) {
+        r->mark = (kvio_served_report_t){.t_ns = meter->start_ns, .count = 0};
+        r->seen = true;
+    }
+    r->latest = *report;
+    /* The window slides by whole windows: the rate is over the reports since
+     * the mark before last, one to two windows back. */
+    if (report->t_ns - r->mark.t_ns >= KVIO_SERVED_WINDOW_NS) {
+        r->prev = r->mark;
+        r->has_prev = true;
+        r->mark = *report;
+    }
+}
+
+double kvio_served_meter_rate(const kvio_served_meter_t *meter)
+{
+    double rate = 0;
+    bool any = false;
+    for (int i = 0; i < meter->num_ranks; i++) {
+        const struct kvio_served_rank *r = &meter->ranks[i];
+        if (!r->seen)
+            continue;
+        const kvio_served_report_t *from = r->has_prev ? &r->prev : &r->mark;
+        if (r->latest.t_ns <= from->t_ns)
+            continue;
+        rate += (double)(r->latest.count - from->count) * 1e9 /
+                (double)(r->latest.t_ns - from->t_ns);
+        any = true;
+    }
+    return any ? rate : -1;
 }
 
 static void wait_until(int wait, uint64_t deadline_ns)
@@ -181,6 +236,24 @@ kvio_status_t kvio_train_run(const kvio_train_config_t *config, uint64_t seed,
     return status;
 }
 
+/* The serve ranks' reports of requests served that have arrived (adaptive
+ * checkpoints): every rank but this one may send them; a lost rank's are
+ * no longer counted, its loss is the receivers' and the run's to report. */
+static void take_served_reports(kvio_rte_t *rte, kvio_served_meter_t *meter)
+{
+    for (int from = 0; from < kvio_rte_size(rte); from++) {
+        if (from == kvio_rte_index(rte))
+            continue;
+        void *data;
+        size_t length;
+        while (kvio_rte_try_recv(rte, from, KVIO_UPDATE_TAG_SERVED, &data, &length) == KVIO_OK) {
+            if (length == sizeof(kvio_served_report_t))
+                kvio_served_meter_report(meter, from, data);
+            free(data);
+        }
+    }
+}
+
 kvio_status_t kvio_trainer_run(kvio_trainer_t *trainer, kvio_rte_t *rte, int64_t duration_ns,
                                volatile sig_atomic_t *stop, kvio_train_result_t *result_p,
                                char *error_p, size_t error_len)
@@ -206,6 +279,13 @@ kvio_status_t kvio_trainer_run(kvio_trainer_t *trainer, kvio_rte_t *rte, int64_t
     int64_t start_ns = kvio_rte_time_ns(rte), last_ns = start_ns, last_step = 0,
             cost_ns = 0;
     int64_t step = 0;
+    bool adaptive = config->checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE;
+    kvio_served_meter_t served = {0};
+    if (adaptive && kvio_served_meter_init(&served, kvio_rte_size(rte), start_ns) != KVIO_OK) {
+        free(records);
+        snprintf(error_p, error_len, "trainer: out of memory");
+        return KVIO_ERR_NOMEM;
+    }
     /* Progress: steps when the run counts them, else seconds of its duration. */
     kvio_progress_t *progress = NULL;
     kvio_progress_create(config->steps > 0 ? "emulate: training steps" : "emulate: training s",
@@ -257,10 +337,18 @@ kvio_status_t kvio_trainer_run(kvio_trainer_t *trainer, kvio_rte_t *rte, int64_t
             break; /* stopped during the step: no new version (a big one can outlast
                       mpirun's grace before SIGKILL) */
         int64_t now = kvio_rte_time_ns(rte);
+        double served_rate = -1;
+        if (adaptive) {
+            take_served_reports(rte, &served);
+            served_rate = kvio_served_meter_rate(&served);
+        }
         if (!kvio_checkpoint_due(&config->checkpoint, step, now - start_ns, last_step,
-                                 last_ns - start_ns, cost_ns))
+                                 last_ns - start_ns, cost_ns, served_rate))
             continue;
-        kvio_train_record_t record = {.version = ++version, .step = step, .t_ready_ns = now};
+        kvio_train_record_t record = {
+            .version = ++version, .step = step, .t_ready_ns = now,
+            .serving_rate = served_rate >= 0 ? served_rate : config->checkpoint.serving_rate,
+            .serving_rate_measured = served_rate >= 0};
         kvio_xfer_publish_times_t times;
         if (device == NULL) {
             /* The transport sums the buffer as it puts it when it can (else
@@ -303,6 +391,7 @@ kvio_status_t kvio_trainer_run(kvio_trainer_t *trainer, kvio_rte_t *rte, int64_t
         snprintf(error_p, error_len, "trainer: %s", kvio_xfer_error(xfer));
 done:
     kvio_progress_destroy(progress);
+    kvio_served_meter_free(&served);
     *result_p = (kvio_train_result_t){.records = records, .count = count, .steps = step,
                                       .t_start_ns = start_ns,
                                       .t_end_ns = kvio_rte_time_ns(rte)};

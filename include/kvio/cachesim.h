@@ -6,6 +6,7 @@
 #ifndef KVIO_CACHESIM_H
 #define KVIO_CACHESIM_H
 
+#include "kvio/kvcache.h"
 #include "kvio/status.h"
 
 #include <stddef.h>
@@ -51,12 +52,45 @@ size_t kvio_cachesim_num_unique_blocks(const kvio_cachesim_t *sim);
  * (else KVIO_ERR_INVALID); 0 goes back to one group. */
 kvio_status_t kvio_cachesim_set_window(kvio_cachesim_t *sim, uint32_t window_tokens);
 
+/* Which index the replays keep: KVIO_KVCACHE_INDEX_HASH (default: any
+ * cached block may be evicted, the policy orders all of them) or
+ * KVIO_KVCACHE_INDEX_RADIX (kvcache/radix.c, SGLang's RadixCache: the
+ * trace's blocks are the tree's pages, only unlocked leaves are evicted,
+ * a whole node at a time, in the policy's order; a request longer than
+ * the cache stores its first capacity blocks; lru takes one replay per
+ * capacity). KVIO_ERR_INVALID for another value, or radix with a window. */
+kvio_status_t kvio_cachesim_set_index(kvio_cachesim_t *sim, kvio_kvcache_index_t index);
+
 /* Replays every request through a cache of capacity_blocks (at least 1)
  * managed by the named policy (one of kvio_evictions). Does not change
  * sim, so several runs may go on at once from different threads. Returns
  * KVIO_ERR_NOT_FOUND for an unknown policy, KVIO_ERR_INVALID for capacity 0. */
 kvio_status_t kvio_cachesim_run(const kvio_cachesim_t *sim, const char *policy,
                                 uint64_t capacity_blocks, kvio_cachesim_result_t *result_p);
+
+/* How a fleet's requests reach its replicas. */
+typedef enum {
+    /* request i to replica i mod num_replicas */
+    KVIO_CACHESIM_ROUND_ROBIN = 0,
+    /* to the replica whose own cache holds the request's longest prefix,
+     * among those routed at most 16 requests more than the least routed
+     * (kvio's prefix_affinity with the routed count as the load; ties: the
+     * least routed, then the lower replica). The hash index only. */
+    KVIO_CACHESIM_PREFIX_AFFINITY = 1,
+} kvio_cachesim_router_t;
+
+/* A fleet of num_replicas replicas (at least 1) behind the router.
+ * *local_p: each replica with its own cache of capacity_blocks (the
+ * replicas' hits summed); *global_p: one store of num_replicas x
+ * capacity_blocks that every replica reads and writes (Mooncake Store's
+ * global cache, an LMCache server), the whole trace through it (routing
+ * cannot matter). Both by the policy and the sim's index; global_p's
+ * capacity_blocks is the store's. Does not change sim. */
+kvio_status_t kvio_cachesim_run_fleet(const kvio_cachesim_t *sim, const char *policy,
+                                      uint64_t capacity_blocks, uint32_t num_replicas,
+                                      kvio_cachesim_router_t router,
+                                      kvio_cachesim_result_t *local_p,
+                                      kvio_cachesim_result_t *global_p);
 
 /* LRU at every capacity (each at least 1; KVIO_CACHESIM_UNLIMITED
  * possible) in one pass over the requests: results_p[i] (num_capacities

@@ -274,6 +274,13 @@ typedef struct kvio_radix_config {
     uint32_t num_blocks; /* blocks the tree may own */
     uint32_t block_size; /* tokens per block (SGLang's page size) */
     const char *eviction; /* policy name; NULL means "lru" */
+    /* Optional KV events (NULL: none), as SGLang's BlockStored and
+     * BlockRemoved: on_stored for each page a insert adds, in order (parent:
+     * the key of the page before it, NULL for a sequence's first page),
+     * on_removed for each page eviction frees. */
+    void (*on_stored)(void *context, kvio_hash_t key, const kvio_hash_t *parent);
+    void (*on_removed)(void *context, kvio_hash_t key);
+    void *hook_context;
 } kvio_radix_config_t;
 
 /* Creates an empty tree; the config is copied. */
@@ -311,6 +318,21 @@ size_t kvio_radix_evictable_tokens(const kvio_radix_t *tree);
 size_t kvio_radix_protected_tokens(const kvio_radix_t *tree);
 uint32_t kvio_radix_num_free_blocks(const kvio_radix_t *tree);
 size_t kvio_radix_num_nodes(const kvio_radix_t *tree);
+
+/* Pages freed by eviction since the tree was made. */
+uint64_t kvio_radix_evicted_pages(const kvio_radix_t *tree);
+
+/* Token sequences as keys, as SGLang's RadixKey: whole pages of block_size
+ * tokens (block_size 1: token-granular, SGLang's default page size; a tail
+ * shorter than a page is neither matched nor stored), the salt (may be
+ * NULL; SGLang's extra_key) isolating sequences that differ in it. Match
+ * and insert as above; counts are in tokens, always whole pages. */
+kvio_status_t kvio_radix_match_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                      size_t num_tokens, const void *salt, size_t salt_len,
+                                      kvio_radix_node_t *node_p, size_t *num_tokens_p);
+kvio_status_t kvio_radix_insert_tokens(kvio_radix_t *tree, const uint32_t *tokens,
+                                       size_t num_tokens, const void *salt, size_t salt_len,
+                                       size_t *num_present_tokens_p);
 
 /* Pages held by a node, its parent, and its lock count. */
 size_t kvio_radix_node_pages(const kvio_radix_t *tree, kvio_radix_node_t node);

@@ -46,6 +46,14 @@ typedef struct kvio_rte kvio_rte_t;
 #define KVIO_SERVE_TAG_PD_HANDOFF (KVIO_RTE_TAG_USER + 35)    /* prefill to decode rank */
 #define KVIO_SERVE_TAG_PD_RELEASE (KVIO_RTE_TAG_USER + 36)    /* decode to prefill rank */
 #define KVIO_RUN_TAG_TRAINING_DONE (KVIO_RTE_TAG_USER + 40)   /* rank 0 to client */
+#define KVIO_UPDATE_TAG_SERVED (KVIO_RTE_TAG_USER + 41)       /* serve rank to trainer */
+
+/* The message of KVIO_UPDATE_TAG_SERVED: a serve rank's requests served so
+ * far, which the trainer's adaptive checkpoint policy reads. */
+typedef struct kvio_served_report {
+    int64_t t_ns;   /* the rank's clock (rank 0's) */
+    uint64_t count; /* requests finished since the run's start */
+} kvio_served_report_t;
 
 typedef struct kvio_rte_params {
     const char *kind;   /* "auto" (mpi under mpirun, else local), "local", "mpi" */

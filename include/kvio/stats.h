@@ -71,6 +71,12 @@ void kvio_mean_stddev(const double *samples, size_t count, double *mean_p, doubl
  * count sorted values; 0 for none, as vLLM's `np.percentile(x or 0, p)`. */
 double kvio_percentile_linear(const double *sorted, size_t count, double p);
 
+/* The values recorded in each octave: counts_p[k] those in [2^k, 2^(k+1))
+ * (counts_p[0] holds 0 and 1 too), exactly: an octave's edges are bucket
+ * edges. */
+#define KVIO_HIST_OCTAVES 64
+void kvio_hist_octaves(const kvio_hist_t *hist, uint64_t counts_p[KVIO_HIST_OCTAVES]);
+
 /* Fills a summary; scale multiplies every value (1e-6 turns ns into ms). */
 void kvio_hist_summarize(const kvio_hist_t *hist, double scale,
                          kvio_hist_summary_t *summary_p);

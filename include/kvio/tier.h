@@ -56,6 +56,7 @@ typedef struct kvio_tier_config {
     double bandwidth;      /* simulate: bytes/s (0: the backend's default) */
     int64_t latency_ns;    /* simulate: per operation (0: the backend's default) */
     double rate;           /* emulate: most bytes/s moved (0: as fast as it goes) */
+    char *trace;           /* a CSV of every block moved, an fio iolog and job (NULL: none) */
     /* Not options: where the tier sits, filled in by the serve rank.
      * device_index, device_rank: the GPU a pinned host tier page-locks its
      * arena with, as for the rank's KV pool (device.index, else rank modulo

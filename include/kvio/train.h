@@ -31,7 +31,8 @@ typedef struct kvio_checkpoint_config {
     int64_t every_n_steps;
     int64_t interval_ns;
     kvio_loss_curve_t loss;
-    double serving_rate;      /* adaptive: requests per second served */
+    double serving_rate;      /* adaptive: requests per second served, the prior: used
+                                 until the serve ranks' served rate is measured */
     double cost_weight;       /* adaptive: loss per request per second of stall */
     int64_t initial_cost_ns;  /* adaptive: cost assumed before one is measured */
 } kvio_checkpoint_config_t;
@@ -66,6 +67,9 @@ typedef struct kvio_train_record {
     int64_t stall_ns;           /* step loop blocked: checksum + publish */
     int64_t credit_ns;          /* of which waiting for receivers' free slots */
     uint64_t bytes_moved;
+    double serving_rate;        /* adaptive: the served req/s the decision used
+                                   (measured; the prior before any was) */
+    int serving_rate_measured;  /* 1: serving_rate was measured */
 } kvio_train_record_t;
 
 typedef struct kvio_train_result {
@@ -76,13 +80,39 @@ typedef struct kvio_train_result {
 } kvio_train_result_t;
 
 /* The checkpoint policy: true when a version should be published after step,
- * given the last published step and time (0 before the first) and the
- * measured cost of an update (training stall, ns; <= 0: not measured yet).
+ * given the last published step and time (0 before the first), the
+ * measured cost of an update (training stall, ns; <= 0: not measured yet)
+ * and the measured serving rate (requests per second; < 0: not measured
+ * yet, config->serving_rate is the prior).
  * adaptive: publish when (L(last) - L(step)) * serving_rate
  *           >= cost_weight * cost_s. */
 bool kvio_checkpoint_due(const kvio_checkpoint_config_t *config, int64_t step,
                          int64_t now_ns, int64_t last_step, int64_t last_ns,
-                         int64_t cost_ns);
+                         int64_t cost_ns, double served_rate);
+
+/* The serve ranks' served rate as the trainer learns it during the run
+ * (adaptive checkpoints): each serve rank reports its count of finished
+ * requests now and then (emulate: over the runtime; simulate: the run's
+ * no-update twin, as its virtual clock passes); a rank's rate is over its
+ * reports of the last one to two windows, and the rates are summed. */
+#define KVIO_SERVED_WINDOW_NS 10000000000ll /* 10 s */
+
+typedef struct kvio_served_meter {
+    int num_ranks;
+    int64_t start_ns;
+    struct kvio_served_rank {
+        kvio_served_report_t latest, mark, prev;
+        bool seen, has_prev;
+    } *ranks;
+} kvio_served_meter_t;
+
+kvio_status_t kvio_served_meter_init(kvio_served_meter_t *meter, int num_ranks,
+                                     int64_t start_ns);
+void kvio_served_meter_free(kvio_served_meter_t *meter);
+void kvio_served_meter_report(kvio_served_meter_t *meter, int rank,
+                              const kvio_served_report_t *report);
+/* Requests per second over the ranks that reported; -1 before any did. */
+double kvio_served_meter_rate(const kvio_served_meter_t *meter);
 
 /* A trainer set up before the run starts: its weights filled (the
  * transport's send buffer, or a pinned host mirror of GPU weights), so that

@@ -177,6 +177,13 @@ kvio_status_t kvio_update_receiver_create(const kvio_update_config_t *config, kv
                                           size_t error_len);
 void kvio_update_receiver_destroy(kvio_update_receiver_t *receiver);
 
+/* Adaptive checkpoints: the receiver posts the rank's count of finished
+ * requests (kvio_served_report_t, tag KVIO_UPDATE_TAG_SERVED) to the sender
+ * every interval_ns until the end of updates; the serve loop counts each
+ * finished request with kvio_update_receiver_served. */
+void kvio_update_receiver_report_served(kvio_update_receiver_t *receiver, int64_t interval_ns);
+void kvio_update_receiver_served(kvio_update_receiver_t *receiver);
+
 /* After the loop: moves the records into *result_p with the loop's count of
  * iterations and its inference stall (caller frees with
  * kvio_update_result_free). */

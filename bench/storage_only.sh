@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# kvio run mlperf/storage-only as it ships, against #54's bounds for it:
+# peak RSS <= 2 GB and wall time <= duration + set-up + 10 s. Runs the
+# preset once (its 4 GiB host tier and 48 GiB slab; the slab in DIR, on
+# the disk under test) under /usr/bin/time and prints the peak RSS, the
+# wall time, the set-up and tear-down (the wall time less wall_run_s, the
+# real time from t0 to the last serve rank's end) and storage.overrun_s
+# (the real time the run went on past its duration while its requests and
+# tier I/O drained), then `figure storage_only_peak_rss_mb`,
+# `figure storage_only_wall_s`, `figure storage_only_setup_s` and
+# `figure storage_only_overrun_s`. Usage: bench/storage_only.sh
+# (DURATION: seconds, default the preset's 120; KVIO_STORAGE_DIR: where the
+# slab goes, default bench/.cache/storage-only; KVIO_BENCH_BUILD: the
+# build directory, default build-bench, made as a Release build when it
+# has none, else only kvio rebuilt in it).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${KVIO_BENCH_BUILD:-$root/build-bench}
+dir=${KVIO_STORAGE_DIR:-$root/bench/.cache/storage-only}
+duration=${DURATION:-}
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVIO_BUILD_TESTS=OFF >/dev/null
+fi
+cmake --build "$build" -j 2 --target kvio >/dev/null
+mkdir -p "$dir"
+work=$(mktemp -d /tmp/kvio-bench-storage-only-XXXXXX)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+sets=(--set "serve.kvcache.tiers.1.file.path=$dir")
+if [ -n "$duration" ]; then
+    sets+=(--set "duration=${duration}s")
+fi
+status=0
+KVIO_ALLOW_INVALID=1 /usr/bin/time -f '%M %e' -o "$work/time" \
+    "$build/kvio" run mlperf/storage-only "${sets[@]}" -o "$work/out" >"$work/log" 2>&1 || status=$?
+if [ "$status" -ne 0 ]; then
+    tail -20 "$work/log" >&2
+    echo "kvio run mlperf/storage-only failed (exit $status)" >&2
+    exit 1
+fi
+read -r rss_kb wall_s <"$work/time"
+python3 - "$work/out/summary.json" "$rss_kb" "$wall_s" <<'PY'
+import json, sys
+summary = json.load(open(sys.argv[1]))
+metrics = summary["metrics"]
+rss_mb = int(sys.argv[2]) * 1024 / 1e6
+wall = float(sys.argv[3])
+run = metrics["wall_run_s"]
+overrun = metrics["storage"]["overrun_s"]
+setup = wall - run
+duration = run - overrun
+print(f"mlperf/storage-only, {duration:.0f} s: peak RSS {rss_mb:.0f} MB (bound 2000), wall "
+      f"{wall:.1f} s = set-up and tear-down {setup:.1f} s + run {run:.1f} s, of which "
+      f"{overrun:.1f} s past the duration (bound 10)")
+print(f"figure storage_only_peak_rss_mb {rss_mb:.0f} MB")
+print(f"figure storage_only_wall_s {wall:.1f} s")
+print(f"figure storage_only_setup_s {setup:.1f} s")
+print(f"figure storage_only_overrun_s {overrun:.1f} s")
+PY
