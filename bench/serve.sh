@@ -5,6 +5,19 @@
 #    bench/.cache/node when missing) streams completions and chat
 #    completions one after another: serve_openai_ttft_error_p99_ms and
 #    serve_openai_itl_error_p99_ms;
+#  - the same client with KVIO_BENCH_CLIENT_STREAMS (default 50) streams
+#    at once, KVIO_BENCH_CLIENT_REQUESTS (default 150) requests in all:
+#    serve_client_ttft_error_p99_ms, the client's TTFT (its send to the
+#    library handing over the first token) minus kvio's (the request read
+#    whole at the server to its first step), and beside it
+#    serve_client_itl_error_p99_ms, the same streams' ITL error, which no
+#    arrival stamp enters: the client's own lateness in handing events
+#    over (a floor for the TTFT error); the parts of the difference
+#    are printed (send to the first byte read, the first byte to the last,
+#    the serve rank's pick-up, the first step to the client's event).
+#    Where the openai package cannot be installed (no registry) this stage
+#    uses bench/serve_load's plain sockets at the same concurrency and
+#    says so;
 #  - bench/serve_load, a fixed-rate load generator on plain sockets (its
 #    own time is a few microseconds): KVIO_BENCH_RATE requests per second
 #    (default 8) of 256 prompt and 64 output tokens: serve_ttft_error_p99_ms
@@ -24,8 +37,8 @@
 #    or gone, and every one the engine took completed or aborted, none left
 #    in it.
 # Prints `figure NAME VALUE UNIT` lines. Usage: bench/serve.sh [BUILD_DIR].
-# KVIO_BENCH_SERVE_STAGES picks stages (default "openai rate streams
-# hostile").
+# KVIO_BENCH_SERVE_STAGES picks stages (default "openai client rate
+# streams hostile").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -33,7 +46,9 @@ build=${1:-build}
 kvio=$build/kvio
 rate=${KVIO_BENCH_RATE:-8}
 max_streams=${KVIO_BENCH_MAX_STREAMS:-512}
-stages=${KVIO_BENCH_SERVE_STAGES:-openai rate streams hostile}
+client_streams=${KVIO_BENCH_CLIENT_STREAMS:-50}
+client_requests=${KVIO_BENCH_CLIENT_REQUESTS:-150}
+stages=${KVIO_BENCH_SERVE_STAGES:-openai client rate streams hostile}
 stage() { [[ " $stages " == *" $1 "* ]]; }
 [ -x "$kvio" ] || { echo "build kvio first ($kvio not found)" >&2; exit 1; }
 cmake --build "$build" --target serve_load >/dev/null
@@ -46,12 +61,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_server NAME: kvio serve (1 GiB of KV: 8K tokens of Llama-3-8B), its
-# port in $port once it answers /health.
+# start_server NAME [CAPACITY]: kvio serve (default 1 GiB of KV: 8K tokens
+# of Llama-3-8B), its port in $port once it answers /health.
 start_server() {
-    local name=$1
+    local name=$1 capacity=${2:-1GiB}
     "$kvio" serve --listen 127.0.0.1:0 -o "$work/$name" --record-tokens \
-        --set serve.kvcache.capacity=1GiB >"$work/$name.out" 2>"$work/$name.err" &
+        --set serve.kvcache.capacity="$capacity" >"$work/$name.out" 2>"$work/$name.err" &
     server_pid=$!
     port=""
     for _ in $(seq 1 300); do
@@ -79,20 +94,43 @@ print(f"{v:.3f}" if isinstance(v, float) else v)' "$1" "$2"
 }
 
 # --- the npm openai client ---
-if stage openai; then
 node_dir=$root/bench/.cache/node
-if [ ! -d "$node_dir/node_modules/openai" ]; then
-    mkdir -p "$node_dir"
-    npm install --silent --prefix "$node_dir" openai@4 >/dev/null
-fi
+have_openai() {
+    if [ ! -d "$node_dir/node_modules/openai" ]; then
+        mkdir -p "$node_dir"
+        npm install --silent --prefix "$node_dir" openai@4 >/dev/null 2>&1 || return 1
+    fi
+    cp bench/serve_openai.mjs "$node_dir/serve_openai.mjs"
+}
+if stage openai; then
+have_openai || { echo "npm could not install the openai package" >&2; exit 1; }
 start_server openai
-cp bench/serve_openai.mjs "$node_dir/serve_openai.mjs"
 node "$node_dir/serve_openai.mjs" "$port" 20 "$work/openai.log"
 stop_server
 openai=$(python3 bench/serve_analyze.py "$work/openai.log" "$work/openai")
 echo "openai client: $openai"
 echo "figure serve_openai_ttft_error_p99_ms $(field "$openai" ttft_error_ms.p99) ms"
 echo "figure serve_openai_itl_error_p99_ms $(field "$openai" itl_error_ms.p99) ms"
+fi
+
+# --- many streams at once: the client's TTFT against kvio's ---
+if stage client; then
+# 4 GiB of KV (32K tokens) holds every stream's prompt and answer.
+start_server client 4GiB
+if have_openai; then
+    client="openai $client_streams streams"
+    node "$node_dir/serve_openai.mjs" "$port" "$client_requests" "$work/client.log" \
+        "$client_streams"
+else
+    client="serve_load $client_streams streams (the npm openai package could not be installed)"
+    "$load" --port "$port" --concurrency "$client_streams" --requests "$client_requests" \
+        --prompt-tokens 256 --max-tokens 48 --log "$work/client.log"
+fi
+stop_server
+many=$(python3 bench/serve_analyze.py "$work/client.log" "$work/client")
+echo "$client: $many"
+echo "figure serve_client_ttft_error_p99_ms $(field "$many" ttft_error_ms.p99) ms"
+echo "figure serve_client_itl_error_p99_ms $(field "$many" itl_error_ms.p99) ms"
 fi
 
 # --- the fixed-rate load generator ---

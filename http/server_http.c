@@ -99,6 +99,9 @@ struct http_request {
     kvio_http_conn_t *conn;          /* its connection's record in the limits */
     int fd;                          /* its connection's socket (-1: unknown) */
     phase_t phase;
+    bool started;                    /* the handler's first call (the headers) came */
+    uint64_t first_byte_ns;          /* its request line was read (kvio_time_ns; 0: unknown) */
+    uint64_t received_ns;            /* its last body byte was read: its arrival */
     kvio_http_body_t body;
     uint64_t declared_length;        /* Content-Length (0: none) */
     bool too_large;
@@ -147,6 +150,7 @@ static http_request_t *request_create(kvio_http_server_t *server, struct MHD_Con
     request->server = server;
     request->connection = connection;
     request->daemon_rank = daemon_rank;
+    request->fd = -1;
     return request;
 }
 
@@ -590,7 +594,8 @@ static kvio_status_t submit(http_request_t *request, const kvio_api_request_t *a
     kvio_frontend_request_t submitted = {
         .tokens = tokens, .prompt_tokens = (uint32_t)prompt,
         .output_tokens = request->plan.output_tokens, .cache_salt = api_request->cache_salt,
-        .priority = api_request->priority,
+        .priority = api_request->priority, .first_byte_host_ns = request->first_byte_ns,
+        .received_host_ns = request->received_ns,
         .listener = {.context = request, .on_tokens = on_tokens, .on_finish = on_finish,
                      .on_abort = on_abort}};
     atomic_fetch_add(&request->refs, 1); /* the listener's, from now on */
@@ -1046,11 +1051,14 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     daemon_slot_t *slot = context;
     kvio_http_server_t *server = slot->server;
     http_request_t *request = *request_p;
-    if (request == NULL) {
+    if (request == NULL) { /* uri_read could not make it */
         request = request_create(server, connection, slot->rank);
         if (request == NULL)
             return MHD_NO;
         *request_p = request;
+    }
+    if (!request->started) { /* the headers: the body (if any) follows */
+        request->started = true;
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         request->conn = info != NULL ? info->socket_context : NULL;
@@ -1065,6 +1073,7 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     if (*upload_data_size > 0) {
         size_t length = *upload_data_size;
         *upload_data_size = 0;
+        request->received_ns = kvio_time_ns();
         if (request->too_large || request->busy)
             return MHD_YES; /* the rest is read and dropped; 413 or 503 follows */
         kvio_http_body_status_t appended = kvio_http_body_append(
@@ -1077,6 +1086,8 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     }
     switch (request->phase) {
     case PHASE_BODY:
+        if (request->received_ns == 0) /* no body: the headers were the request */
+            request->received_ns = kvio_time_ns();
         return dispatch(request, connection, url, method);
     case PHASE_WAIT:
         return resume_whole(request, connection);
@@ -1085,6 +1096,20 @@ static enum MHD_Result access_handler(void *context, struct MHD_Connection *conn
     default:
         return MHD_YES;
     }
+}
+
+/* A request's first line was read: its request starts here, stamped
+ * (MHD's first call for a request; the handler's come once the headers
+ * are in). NULL (out of memory): the handler makes it, unstamped. */
+static void *uri_read(void *context, const char *uri, struct MHD_Connection *connection)
+{
+    (void)uri;
+    daemon_slot_t *slot = context;
+    uint64_t now_ns = kvio_time_ns();
+    http_request_t *request = request_create(slot->server, connection, slot->rank);
+    if (request != NULL)
+        request->first_byte_ns = now_ns;
+    return request;
 }
 
 /* The request's connection ended: normally, or because the client went
@@ -1234,6 +1259,7 @@ static kvio_status_t start_daemon(kvio_http_server_t *server, daemon_slot_t *slo
         (unsigned)(max + headroom),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)server->params.max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_read, slot,
         MHD_OPTION_NOTIFY_COMPLETED, completed, slot,
         MHD_OPTION_NOTIFY_CONNECTION, connection_notice, slot, MHD_OPTION_END);
     if (slot->daemon == NULL) {

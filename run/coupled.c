@@ -106,7 +106,7 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
                                                   &num_versions, output_p, context->itls,
                                                   context->samples,
                                                   workload->ranks.prefill > 0 ? &pd : NULL,
-                                                  error_p, error_len);
+                                                  context->frontend != NULL, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     /* The step each version holds (versions count from 1, in order). */

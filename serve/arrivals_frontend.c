@@ -28,6 +28,8 @@ typedef struct live {
     size_t num_hashes;
     uint32_t prompt_tokens;
     int64_t arrival_ns;
+    int64_t first_byte_ns;  /* its first byte at the server (run clock) */
+    int64_t taken_ns;       /* this rank took it (run clock) */
     uint32_t generated;     /* tokens its listener has heard of */
     uint32_t next_free;     /* free list (index + 1; 0: end) */
     bool in_use;
@@ -261,7 +263,7 @@ static live_t *find_live(const frontend_arrivals_t *source, uint64_t id)
 }
 
 static kvio_status_t add_live(frontend_arrivals_t *source, const kvio_frontend_pending_t *pending,
-                              live_t **live_p)
+                              int64_t taken_ns, live_t **live_p)
 {
     uint32_t index = source->free_live;
     if (index != 0) {
@@ -278,6 +280,7 @@ static kvio_status_t add_live(frontend_arrivals_t *source, const kvio_frontend_p
                      .listener = pending->listener, .num_hashes = pending->request.num_hashes,
                      .prompt_tokens = pending->request.prompt_tokens, .in_use = true,
                      .arrival_ns = pending->request.arrival_ns,
+                     .first_byte_ns = pending->first_byte_ns, .taken_ns = taken_ns,
                      .hashes = malloc(bytes + 1)};
     kvio_status_t status = live->hashes != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
     if (status == KVIO_OK) {
@@ -326,11 +329,14 @@ static kvio_status_t take_pending(frontend_arrivals_t *source, kvio_frontend_pen
                                   int64_t now_ns)
 {
     kvio_status_t status = KVIO_OK;
+    /* The pick-up: now, on the clock their arrivals were put on (the front
+     * end's), just before the engine queues them as waiting. */
+    int64_t taken_ns = kvio_frontend_now_ns(source->frontend);
     while (pending != NULL) {
         kvio_frontend_pending_t *next = pending->next;
         live_t *live = NULL;
         if (status == KVIO_OK)
-            status = add_live(source, pending, &live);
+            status = add_live(source, pending, taken_ns, &live);
         if (status == KVIO_OK && source->with_events)
             status = hold_blocks(source, pending);
         if (status == KVIO_OK) {
@@ -553,6 +559,17 @@ void kvio_serve_frontend_arrivals_finished(kvio_serve_frontend_arrivals_t *sourc
     drop_live(source, live);
     if (listener.on_finish != NULL)
         listener.on_finish(listener.context, finished);
+}
+
+void kvio_serve_frontend_arrivals_received(const kvio_serve_frontend_arrivals_t *source,
+                                           kvio_engine_finished_t *finished)
+{
+    const live_t *live = find_live(source, finished->id);
+    finished->received = live != NULL
+                             ? (kvio_engine_received_t){.frontend = true, .known = true,
+                                                        .first_byte_ns = live->first_byte_ns,
+                                                        .taken_ns = live->taken_ns}
+                             : (kvio_engine_received_t){.frontend = true};
 }
 
 void kvio_serve_frontend_arrivals_note(kvio_serve_frontend_arrivals_t *source, kvio_hash_t hash,

@@ -198,8 +198,8 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
         .run_ns = plain.end_ns - plain.t0_ns};
     status = kvio_serve_ranks_merge(plain.blobs, plain.lengths, (size_t)size, 0, run->results,
                                     run->events, result, &served, &num_versions, NULL,
-                                    run->itls, run->samples, run->pd != NULL ? &pd : NULL, error_p,
-                                    error_len);
+                                    run->itls, run->samples, run->pd != NULL ? &pd : NULL,
+                                    run->frontend != NULL, error_p, error_len);
     free(served);
     if (status == KVIO_OK && run->frontend != NULL)
         status = kvio_frontend_write_trace(run->frontend, run->results, error_p, error_len);

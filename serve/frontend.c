@@ -128,11 +128,18 @@ bool kvio_frontend_ready(const kvio_frontend_t *frontend)
     return atomic_load(&frontend->ready_ranks) >= frontend->params.num_ranks;
 }
 
-int64_t kvio_frontend_now_ns(const kvio_frontend_t *frontend)
+int64_t kvio_frontend_run_ns(const kvio_frontend_t *frontend, uint64_t host_ns)
 {
     uint64_t origin = atomic_load(&frontend->origin_ns);
-    uint64_t now = kvio_time_ns();
-    return origin > 0 && now > origin ? (int64_t)(now - origin) : 0;
+    if (origin == 0)
+        return 0;
+    return host_ns >= origin ? (int64_t)(host_ns - origin) : -(int64_t)(origin - host_ns);
+}
+
+int64_t kvio_frontend_now_ns(const kvio_frontend_t *frontend)
+{
+    int64_t now = kvio_frontend_run_ns(frontend, kvio_time_ns());
+    return now > 0 ? now : 0;
 }
 
 void kvio_frontend_rank_ready(kvio_frontend_t *frontend, uint32_t rank, uint64_t origin_ns)
@@ -263,6 +270,17 @@ static kvio_status_t trace_record(kvio_frontend_t *frontend,
     return status;
 }
 
+/* A request's arrival on the run's clock: when it was read whole at the
+ * server (now when not said), never before t0 (the engines' clocks start
+ * there: one read just before it arrived at it). */
+static int64_t arrival_ns(const kvio_frontend_t *frontend, uint64_t received_host_ns)
+{
+    if (received_host_ns == 0)
+        return kvio_frontend_now_ns(frontend);
+    int64_t at = kvio_frontend_run_ns(frontend, received_host_ns);
+    return at > 0 ? at : 0;
+}
+
 kvio_status_t kvio_frontend_submit(kvio_frontend_t *frontend, uint32_t rank,
                                    const kvio_frontend_request_t *request, uint64_t *id_p,
                                    uint32_t *rank_p)
@@ -284,7 +302,10 @@ kvio_status_t kvio_frontend_submit(kvio_frontend_t *frontend, uint32_t rank,
     }
     pending->request.id = frontend->next_id;
     pending->abort_epoch = frontend->abort_epoch;
-    pending->request.arrival_ns = kvio_frontend_now_ns(frontend);
+    pending->request.arrival_ns = arrival_ns(frontend, request->received_host_ns);
+    pending->first_byte_ns = request->first_byte_host_ns != 0
+                                 ? kvio_frontend_run_ns(frontend, request->first_byte_host_ns)
+                                 : pending->request.arrival_ns;
     if (rank == KVIO_FRONTEND_ROUTE)
         rank = route(frontend, &pending->request);
     if (frontend->mirror != NULL)

@@ -182,6 +182,10 @@ void kvio_serve_frontend_arrivals_tokens(kvio_serve_frontend_arrivals_t *source,
                                          uint32_t generated, int64_t end_ns);
 void kvio_serve_frontend_arrivals_finished(kvio_serve_frontend_arrivals_t *source,
                                            const kvio_engine_finished_t *finished);
+/* Fills finished->received (when its first byte was read, when the rank
+ * took it) for a request of the front end, before it is recorded. */
+void kvio_serve_frontend_arrivals_received(const kvio_serve_frontend_arrivals_t *source,
+                                           kvio_engine_finished_t *finished);
 void kvio_serve_frontend_arrivals_note(kvio_serve_frontend_arrivals_t *source, kvio_hash_t hash,
                                        bool cached);
 

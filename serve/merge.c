@@ -52,9 +52,27 @@ typedef struct rank_totals {
     /* P/D: the rank being merged prefills (its metrics are not serving's),
      * and what the transfers and each pool did. */
     bool prefills;
+    /* a front end's requests: each one's pick-up, ms (NULL: not kept) */
+    double *pickups_ms;
+    size_t num_pickups, pickups_capacity;
+    bool pickups_dropped;        /* out of memory: the statistics are not set */
     kvio_pd_stats_t *pd_stats;   /* NULL: not P/D */
     kvio_pd_pool_t prefill_pool, decode_pool;
 } rank_totals_t;
+
+/* A front end's request's pick-up (arrival to its rank taking it). */
+static void keep_pickup(rank_totals_t *totals, const kvio_engine_finished_t *finished)
+{
+    if (!finished->received.known || totals->pickups_dropped)
+        return;
+    if (kvio_array_reserve((void **)&totals->pickups_ms, &totals->pickups_capacity,
+                           totals->num_pickups + 1, sizeof(double), 1024) != KVIO_OK) {
+        totals->pickups_dropped = true;
+        return;
+    }
+    totals->pickups_ms[totals->num_pickups++] =
+        (double)(finished->received.taken_ns - finished->arrival_ns) / 1e6;
+}
 
 /* Adds a rank's finished request to the output. */
 static kvio_status_t keep_finished(rank_totals_t *totals, const kvio_engine_finished_t *finished)
@@ -131,6 +149,7 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
         if (csv != NULL)
             status = kvio_serve_render_requests(csv, &finished, 1, NULL);
         kvio_serve_samples_add(totals->samples, &finished);
+        keep_pickup(totals, &finished);
         if (status == KVIO_OK && totals->output != NULL)
             status = keep_finished(totals, &finished);
     }
@@ -190,8 +209,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                                      uint64_t **served_p, size_t *num_versions_p,
                                      kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
                                      kvio_serve_samples_t *samples,
-                                     const kvio_serve_pd_merge_t *pd, char *error_p,
-                                     size_t error_len)
+                                     const kvio_serve_pd_merge_t *pd, bool frontend,
+                                     char *error_p, size_t error_len)
 {
     kvio_engine_metrics_t total;
     kvio_csv_t *csv = NULL, *iterations_csv = NULL;
@@ -213,8 +232,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
                               kvio_hist_create(&totals.error_ppm) != KVIO_OK))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK && results != NULL)
-        status = kvio_serve_open_csvs(results, pd != NULL, false, &csv, &iterations_csv, error_p,
-                                      error_len);
+        status = kvio_serve_open_csvs(results, pd != NULL, frontend, false, &csv,
+                                      &iterations_csv, error_p, error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
         if (kvio_serve_client_blob(blobs[b], lengths[b])) {
             json_decref(client);
@@ -241,6 +260,9 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
             client = NULL;
         }
         kvio_result_set(result, KVIO_FIG_SWAP_VERIFY_FAILURES, (double)total.swap_verify_failures);
+        if (frontend && !totals.pickups_dropped)
+            kvio_result_set_stats(result, KVIO_FIG_FRONTEND_PICKUP_MS_MEAN, totals.pickups_ms,
+                                  totals.num_pickups);
         size_t num_tiers = kvio_result_num_children(result, "tiers");
         if (num_tiers > 0)
             kvio_serve_tier_hits_fill(result);
@@ -283,6 +305,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
     json_decref(client);
     json_decref(totals.kv_memory);
     free(served);
+    free(totals.pickups_ms);
     kvio_hist_destroy(totals.error_ns);
     kvio_hist_destroy(totals.error_ppm);
     kvio_pd_stats_fini(&pd_stats);

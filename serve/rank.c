@@ -34,6 +34,8 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     kvio_engine_finished_t request = *finished;
     if (rank->pd != NULL)
         kvio_serve_pd_rank_decoded(rank->pd, &request);
+    if (rank->frontend != NULL)
+        kvio_serve_frontend_arrivals_received(rank->frontend, &request);
     kvio_serve_loop_finished(&rank->loop, &request);
     kvio_serve_record_finished(&rank->recorder, &request);
     if (rank->receiver != NULL)

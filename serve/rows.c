@@ -102,6 +102,18 @@ int kvio_serve_request_row(const kvio_engine_finished_t *finished, char *text_p,
         *out++ = ',';
         out = append_unsigned(out, finished->loaded_tokens);
     }
+    const kvio_engine_received_t *received = &finished->received;
+    if (received->frontend && !received->known) {
+        memcpy(out, ",,,", 3); /* the front end's columns, not known here */
+        out += 3;
+    } else if (received->frontend) {
+        *out++ = ',';
+        out = append_fixed(out, received->first_byte_ns / 1e9, 6);
+        *out++ = ',';
+        out = append_fixed(out, finished->arrival_ns / 1e9, 6);
+        *out++ = ',';
+        out = append_fixed(out, (double)(received->taken_ns - finished->arrival_ns) / 1e6, 3);
+    }
     int length = (int)(out - row);
     if (text_len > 0) {
         size_t copied = (size_t)length < text_len ? (size_t)length : text_len - 1;
@@ -169,14 +181,15 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
     kvio_csv_line(csv, row, (size_t)(out - row));
 }
 
-kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_pd, bool with_control,
-                                   kvio_csv_t **requests_p, kvio_csv_t **iterations_p,
-                                   char *error_p, size_t error_len)
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_pd, bool with_frontend,
+                                   bool with_control, kvio_csv_t **requests_p,
+                                   kvio_csv_t **iterations_p, char *error_p, size_t error_len)
 {
     kvio_status_t status = KVIO_OK;
     char header[1024];
-    snprintf(header, sizeof(header), "%s%s%s", KVIO_REQUESTS_CSV_HEADER,
+    snprintf(header, sizeof(header), "%s%s%s%s", KVIO_REQUESTS_CSV_HEADER,
              with_pd ? KVIO_REQUESTS_PD_HEADER : "",
+             with_frontend ? KVIO_REQUESTS_FRONTEND_HEADER : "",
              with_control ? KVIO_REQUESTS_CONTROL_HEADER : "");
     if (requests_p != NULL)
         status = kvio_csv_open(results, "requests.csv", header, requests_p);

@@ -77,6 +77,10 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
 #define KVIO_PD_TTFT_PARTS 5
 void kvio_pd_ttft_parts(const kvio_engine_finished_t *finished,
                         int64_t parts_p[KVIO_PD_TTFT_PARTS]);
+/* A front end's request (kvio serve, finished->received.frontend): its HTTP
+ * request's first byte and its last read at the server (the last is its
+ * arrival), and the serve rank's pick-up (arrival to taken). */
+#define KVIO_REQUESTS_FRONTEND_HEADER ",request_first_byte_s,request_complete_s,pickup_ms"
 /* With a control (kvio_serve_run_t.control): each request minus the same
  * request served without updates. */
 #define KVIO_REQUESTS_CONTROL_HEADER                                                        \
@@ -99,8 +103,10 @@ void kvio_serve_iteration_row(kvio_csv_t *csv, uint32_t rank,
                               const kvio_engine_iteration_t *iteration);
 
 /* Opens requests.csv and iterations.csv in results (either may be skipped by
- * passing NULL); requests.csv with the P/D and the control's columns. */
-kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_pd, bool with_control,
+ * passing NULL); requests.csv with the P/D, the front end's and the
+ * control's columns. */
+kvio_status_t kvio_serve_open_csvs(kvio_results_t *results, bool with_pd, bool with_frontend,
+                                   bool with_control,
                                    kvio_csv_t **requests_p,
                                    kvio_csv_t **iterations_p, char *error_p, size_t error_len);
 /* Appends each tier's stats, tagged with rank, to array. */
@@ -275,6 +281,7 @@ typedef struct kvio_frontend_pending {
     uint32_t *block_tokens;
     kvio_frontend_listener_t listener;
     uint64_t abort_epoch;   /* the front end's abort-all count when it was submitted */
+    int64_t first_byte_ns;  /* its first byte at the server (run clock) */
     struct kvio_frontend_pending *next;
 } kvio_frontend_pending_t;
 

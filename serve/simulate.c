@@ -262,7 +262,7 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->recorder.rows.control = run->control;
     sim->recorder.rows.host_bandwidth = run->gpu->host_bandwidth;
     if (run->results != NULL)
-        status = kvio_serve_open_csvs(run->results, sim->num_prefill > 0, run->control != NULL,
+        status = kvio_serve_open_csvs(run->results, sim->num_prefill > 0, false, run->control != NULL,
                                       &sim->recorder.rows.requests,
                                       &sim->recorder.rows.iterations, error_p, error_len);
     return status;

@@ -1698,6 +1698,75 @@ Test(http, a_connection_that_sends_no_headers_in_time_is_closed, .timeout = 120)
     server_free(&server);
 }
 
+/* A request arrives when its HTTP request has been read whole at the
+ * server (vLLM stamps arrival_time as its API server receives it): a body
+ * that trickles in over a pause arrives at its last byte, not at its first.
+ * requests.csv names both and the pick-up (the arrival to the serve rank
+ * taking it into its waiting queue), whose statistics are the summary's
+ * frontend.pickup_ms. */
+Test(http, a_trickled_body_arrives_when_it_is_whole, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    char *body = completion_body(1, 40, 3, false);
+    size_t half = strlen(body) / 2;
+    char head[256];
+    int head_length = snprintf(head, sizeof(head),
+                               "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                               "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                               strlen(body));
+    double pause_s = test_seconds(0.5);
+    int fd = raw_connect(server.port);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(send(fd, head, (size_t)head_length, 0), head_length);
+    cr_assert_eq(send(fd, body, half, 0), (ssize_t)half);
+    pause_ms((long)(pause_s * 1000));
+    cr_assert_eq(send(fd, body + half, strlen(body) - half, 0), (ssize_t)(strlen(body) - half));
+    char *answer = raw_read_all(fd, test_seconds(10));
+    close(fd);
+    cr_assert(test_contains(answer, "HTTP/1.1 200"), "%s", answer);
+    free(answer);
+    /* One sent whole, for the statistics' count. */
+    reply_t whole = post(server.port, "/v1/completions", body);
+    cr_assert_eq(whole.status, 200, "%s", whole.body);
+    free(whole.body);
+    free(body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+
+    char csv_path[600];
+    snprintf(csv_path, sizeof(csv_path), "%s/requests.csv", server.results);
+    test_csv_t csv = test_csv_read(csv_path);
+    cr_assert_eq(csv.num_rows, 2);
+    double read_s[2], max_pickup_ms = 0;
+    for (size_t row = 0; row < 2; row++) {
+        double first_byte = test_csv_number(&csv, row, "request_first_byte_s");
+        double complete = test_csv_number(&csv, row, "request_complete_s");
+        double arrival = test_csv_number(&csv, row, "arrival_s");
+        double pickup_ms = test_csv_number(&csv, row, "pickup_ms");
+        cr_assert_eq(arrival, complete, "the arrival is the request read whole");
+        cr_assert_geq(first_byte, 0);
+        read_s[row] = complete - first_byte;
+        cr_assert_geq(read_s[row], 0);
+        cr_assert_geq(pickup_ms, 0);
+        /* Taken after it arrived and before its first token. */
+        cr_assert_leq(arrival + pickup_ms / 1e3,
+                      test_csv_number(&csv, row, "first_token_s") + 1e-6);
+        if (pickup_ms > max_pickup_ms)
+            max_pickup_ms = pickup_ms;
+    }
+    /* The trickled one (first) took the pause to be read whole. */
+    cr_assert_geq(read_s[0], pause_s * 0.9, "read in %.3f s over a pause of %.3f s", read_s[0],
+                  pause_s);
+    cr_assert_lt(read_s[1], pause_s * 0.9, "a whole request read in %.3f s", read_s[1]);
+    test_csv_free(&csv);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_integer(summary, "metrics.frontend.pickup_ms.count"), 2);
+    cr_assert_geq(test_json_number(summary, "metrics.frontend.pickup_ms.p50"), 0);
+    cr_assert_float_eq(test_json_number(summary, "metrics.frontend.pickup_ms.max"), max_pickup_ms,
+                       1e-3);
+    json_decref(summary);
+    server_free(&server);
+}
+
 /* Request bodies held by many connections are bounded together: past
  * --max-bodies a completion is refused with 503 and Retry-After before a
  * byte of its body is read, small ones still fit, and once the holders go

@@ -157,6 +157,18 @@ typedef struct kvio_pd_times {
     int64_t decode_queued_ns;   /* the KV staged to the decode's admission */
 } kvio_pd_times_t;
 
+/* A request served through a front end (kvio serve), in the run's clock
+ * as arrival_ns, which is when the whole HTTP request had been read at the
+ * server: when its first byte was read, and when its serve rank took it
+ * into the engine (the pick-up). The serve rank fills it, not the engine. */
+typedef struct kvio_engine_received {
+    bool frontend;              /* served by a rank with a front end (its columns) */
+    bool known;                 /* the times below are this request's (false: not
+                                 * taken from this rank's front end: a P/D decode) */
+    int64_t first_byte_ns;
+    int64_t taken_ns;
+} kvio_engine_received_t;
+
 /* What a finished request reports. */
 typedef struct kvio_engine_finished {
     uint64_t id;
@@ -173,6 +185,7 @@ typedef struct kvio_engine_finished {
     uint32_t loaded_tokens;     /* prompt tokens loaded from a lower tier */
     int64_t kv_transfer_ns;     /* its first admission to its load's end (of kv_wait_ns) */
     kvio_pd_times_t pd;
+    kvio_engine_received_t received;
     /* The pool blocks it holds, in order (borrowed, only during on_finish:
      * they are freed after it; a P/D prefill copies its KV out of them). */
     const uint32_t *block_ids;

@@ -40,6 +40,11 @@ typedef struct kvio_frontend_request {
     uint32_t output_tokens;
     uint64_t cache_salt;       /* vLLM's cache_salt (kvio_cache_salt); 0: none */
     int32_t priority;
+    /* When the request was at the server, in host time (kvio_time_ns):
+     * its first byte read, and the whole of it read, which is its arrival
+     * (vLLM's arrival_time: when the API server has the request). 0: the
+     * time of the submit. */
+    uint64_t first_byte_host_ns, received_host_ns;
     kvio_frontend_listener_t listener;
 } kvio_frontend_request_t;
 
@@ -88,10 +93,14 @@ bool kvio_frontend_ready(const kvio_frontend_t *frontend);
 /* The run's clock now (ns since its t0); 0 before it is ready. */
 int64_t kvio_frontend_now_ns(const kvio_frontend_t *frontend);
 
+/* Host time host_ns (kvio_time_ns) on the run's clock (ns since t0, < 0
+ * before it); 0 before the front end is ready. */
+int64_t kvio_frontend_run_ns(const kvio_frontend_t *frontend, uint64_t host_ns);
+
 #define KVIO_FRONTEND_ROUTE UINT32_MAX
 
 /* Queues request for serve rank rank (KVIO_FRONTEND_ROUTE: the router
- * picks); its arrival is now. *id_p and *rank_p (may be NULL) say which
+ * picks); its arrival is request->received_host_ns (0: now). *id_p and *rank_p (may be NULL) say which
  * request it is and where it went. KVIO_ERR_INTERRUPTED once closed or not
  * yet ready (nothing is called then), KVIO_ERR_INVALID for no prompt or a
  * rank out of range, KVIO_ERR_NOMEM. */

@@ -424,15 +424,17 @@ typedef struct kvio_serve_pd_merge {
  * be NULL), and returns the requests finished per model version (malloc'd;
  * caller frees) and, in *output_p (may be NULL; caller frees), the finished
  * requests and the updates' costs, in *itls_p (may be NULL) the gaps
- * between tokens and in samples (may be NULL) the measured requests. */
+ * between tokens and in samples (may be NULL) the measured requests.
+ * frontend: the requests came from a front end (kvio serve): requests.csv
+ * has their times at the server, and the pick-up's statistics are set. */
 kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, size_t count,
                                      uint32_t first_rank, kvio_results_t *results,
                                      kvio_event_trace_t *events, struct kvio_result *result,
                                      uint64_t **served_p, size_t *num_versions_p,
                                      kvio_serve_output_t *output_p, kvio_serve_itls_t *itls_p,
                                      kvio_serve_samples_t *samples,
-                                     const kvio_serve_pd_merge_t *pd, char *error_p,
-                                     size_t error_len);
+                                     const kvio_serve_pd_merge_t *pd, bool frontend,
+                                     char *error_p, size_t error_len);
 
 /* ---------- the client rank of the coupled run (ranks.client: 1) ---------- */
 
