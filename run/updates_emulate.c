@@ -442,9 +442,10 @@ static kvio_status_t setup_stopped(rank_state_t *state)
     return KVIO_ERR_INTERRUPTED;
 }
 
-/* Set-up first: a serve rank builds its engine and KV pool, every rank
- * connects its transport; then all start together at t0 (the trainer's
- * first step is not spent waiting for a pool being built). */
+/* Set-up first: every rank connects its transport, then a serve rank builds
+ * its engine and KV pool while the trainer fills its weights; then all
+ * start together at t0 (the trainer's first step is not spent waiting for a
+ * pool being built). */
 static kvio_status_t rank_setup(rank_state_t *state)
 {
     const kvio_workload_t *workload = state->workload;
@@ -461,17 +462,9 @@ static kvio_status_t rank_setup(rank_state_t *state)
     for (int i = 0; i < state->num_serve; i++)
         state->receivers[i] = 1 + i;
     kvio_status_t status = rank_transport(state);
-    if (status == KVIO_OK && state->coupled_run && state->self != TRAIN_RANK) {
-        status = run_coupled_create(workload, rte, state->is_client ? -1 : state->self - 1,
-                                    state->num_serve, state->context->stop,
-                                    state->context->frontend, &state->coupled, state->error,
-                                    sizeof(state->error));
-    } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
-        /* The serve ranks' P/D link is set up collectively. */
-        status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
-    }
-    if (status == KVIO_OK)
-        status = setup_stopped(state);
+    /* The transport first (its slots and send buffer faulted in), then at
+     * once the serve ranks' pools and engines and the trainer's fill of its
+     * weights. */
     int64_t connect_ns = kvio_rte_time_ns(rte);
     if (status == KVIO_OK)
         status = kvio_xfer_create(&state->transport, rte,
@@ -500,6 +493,17 @@ static kvio_status_t rank_setup(rank_state_t *state)
                                   (double)kvio_train_weights_bytes(&workload->train) /
                                       1073741824.0,
                                   (double)(kvio_rte_time_ns(rte) - fill_ns) / 1e9);
+    }
+    if (status == KVIO_OK)
+        status = setup_stopped(state);
+    if (status == KVIO_OK && state->coupled_run && state->self != TRAIN_RANK) {
+        status = run_coupled_create(workload, rte, state->is_client ? -1 : state->self - 1,
+                                    state->num_serve, state->context->stop,
+                                    state->context->frontend, &state->coupled, state->error,
+                                    sizeof(state->error));
+    } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
+        /* The serve ranks' P/D link is set up collectively. */
+        status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
     }
     if (status == KVIO_OK)
         status = setup_stopped(state);
