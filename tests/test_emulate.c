@@ -134,6 +134,22 @@ Test(emulate, coupled_run_serves_while_updates_arrive, .timeout = 120)
     cr_assert_not_null(updates);
     cr_assert_geq(test_json_integer(updates, "updates_activated"), 1);
     cr_assert_gt(metric(summary, "cumulative_inference_loss"), 0);
+    /* Each rank's set-up in the typed result (#58): the trainer and both
+     * serve ranks, and the slowest of them as the run's. */
+    const json_t *setup = json_object_get(metrics, "setup");
+    cr_assert_eq(json_array_size(setup), 3, "metrics.setup has %zu entries",
+                 json_array_size(setup));
+    double slowest = 0;
+    for (size_t i = 0; i < json_array_size(setup); i++) {
+        const json_t *rank = json_array_get(setup, i);
+        cr_expect_eq(test_json_integer(rank, "rank"), (long long)i);
+        cr_expect_str_eq(json_string_value(json_object_get(rank, "role")),
+                         i == 0 ? "train" : "serve");
+        double rank_s = test_json_number(rank, "setup_s");
+        cr_expect_gt(rank_s, 0);
+        slowest = rank_s > slowest ? rank_s : slowest;
+    }
+    cr_expect_float_eq(metric(summary, "setup_s"), slowest, 1e-9);
     /* Requests that arrived after an update carry its version. */
     char path[1200];
     snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
