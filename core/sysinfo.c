@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -84,4 +85,31 @@ json_t *kvio_host_json(void)
                         loads == 3 ? json_pack("[f, f, f]", load[0], load[1], load[2])
                                    : json_null());
     return host;
+}
+
+/* How much is faulted in between looks at the stop. */
+#define FAULT_PIECE_BYTES (256ull << 20)
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; an older kernel refuses it (EINVAL) */
+#endif
+
+kvio_status_t kvio_fault_in(void *memory, size_t bytes, bool huge, volatile sig_atomic_t *stop)
+{
+    if (memory == NULL || bytes == 0)
+        return KVIO_OK;
+    if (huge)
+        madvise(memory, bytes, MADV_HUGEPAGE);
+    bool populate = true;
+    for (size_t at = 0; at < bytes; at += FAULT_PIECE_BYTES) {
+        if (stop != NULL && *stop)
+            return KVIO_ERR_INTERRUPTED;
+        size_t piece = bytes - at < FAULT_PIECE_BYTES ? bytes - at : FAULT_PIECE_BYTES;
+        unsigned char *start = (unsigned char *)memory + at;
+        if (populate && madvise(start, piece, MADV_POPULATE_WRITE) == 0)
+            continue;
+        populate = false; /* refused once (old kernel, odd mapping): the rest by hand */
+        memset(start, 0, piece);
+    }
+    return KVIO_OK;
 }

@@ -28,6 +28,7 @@ void run_serve_plan(const kvio_workload_t *workload, const kvio_model_t *model,
         .warmup_ns = workload->warmup_ns,
         .warmup_requests = workload->warmup_requests,
         .stream = stream,
+        .duration_ns = kvio_workload_stream_duration(workload),
         .rank_timeout_ns = workload->ranks.timeout_ns,
         .device = &workload->device,
         .data = &workload->data,
@@ -39,7 +40,7 @@ void run_serve_plan(const kvio_workload_t *workload, const kvio_model_t *model,
 }
 
 kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
-                                 int serve_index, int num_serve, pthread_mutex_t *setup_lock,
+                                 int serve_index, int num_serve,
                                  volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
                                  coupled_serve_t *coupled, char *error_p, size_t error_len)
 {
@@ -64,7 +65,6 @@ kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rt
      * front end (kvio serve) routes itself, with no client rank. */
     run->client_rank = workload->ranks.client > 0 && frontend == NULL ? 1 + num_serve : 0;
     run->first_serve_rank = 1;
-    run->setup_lock = setup_lock;
     run->stop = stop;
     run->frontend = frontend;
     if (serve_index < 0)

@@ -1133,7 +1133,10 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
                               ? options->frontend_duration_ns
                               : workload->duration_ns;
         char then[64] = "serving until stopped";
-        if (real_ns > 0)
+        if (real_ns > 0 && workload->serve.drain_timeout_ns > 0)
+            snprintf(then, sizeof(then), "%.3g s of real time and at most %.3g s of drain",
+                     (double)real_ns / 1e9, (double)workload->serve.drain_timeout_ns / 1e9);
+        else if (real_ns > 0)
             snprintf(then, sizeof(then), "%.3g s of real time", (double)real_ns / 1e9);
         fprintf(stderr, "kvio: emulate: setting up %lld rank%s (KV pools, transports), then "
                 "%s\n", (long long)ranks, ranks == 1 ? "" : "s", then);

@@ -188,7 +188,6 @@ typedef struct run_context {
     kvio_event_trace_t *events;
     volatile sig_atomic_t *stop; /* shared by every rank thread; only read */
     json_t *start;               /* rank 0: t0 and each rank's set-up (may be NULL) */
-    pthread_mutex_t *setup_lock; /* serve ranks' pools, one at a time (kvio_serve_run_t) */
     const kvio_serve_output_t *serving; /* simulate: what serving measured (NULL: none) */
     kvio_serve_output_t *served_out;    /* emulate, coupled: receives what serving measured
                                            (rank 0; NULL: not wanted) */
@@ -224,7 +223,7 @@ typedef struct coupled_serve {
 
 /* The coupled run's serve rank or client (run/coupled.c). */
 kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
-                                 int serve_index, int num_serve, pthread_mutex_t *setup_lock,
+                                 int serve_index, int num_serve,
                                  volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
                                  coupled_serve_t *coupled, char *error_p, size_t error_len);
 void run_coupled_destroy(coupled_serve_t *coupled);

@@ -111,6 +111,16 @@ kvio_status_t kvio_updates_preflight(const kvio_workload_t *workload, uint64_t o
                      (double)available / 1073741824.0);
             return KVIO_ERR_CONFIG;
         }
+        /* What the run will hold, said before it starts (its peak RSS, less
+         * the requests' and records' own memory). */
+        kvio_serve_setup_note("the run will allocate about %.2f GiB of host memory: %.2f GiB of KV "
+                              "pools and swap space, %.2f GiB of weights (train.bytes x %llu "
+                              "buffers)%s; %.2f GiB available",
+                              (weights + rings + (double)other_bytes) / 1073741824.0,
+                              (double)other_bytes / 1073741824.0, weights / 1073741824.0,
+                              (unsigned long long)buffers,
+                              ring > 0 ? " and weight_sync's bucket slots" : "",
+                              (double)available / 1073741824.0);
         if (weights + (double)other_bytes > (double)available * 0.8) {
             snprintf(error_p, error_len,
                      "emulate: the weights need %.2f GiB (train.bytes %.2f GiB x %llu buffers: "

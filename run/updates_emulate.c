@@ -302,10 +302,15 @@ static const char *role_of(int rank, int num_serve)
 }
 
 /* Rank 0: the run's start (t0 on the wall clock) and each rank's role and
- * set-up time (before t0, not part of any measurement) into context->start. */
+ * set-up time (before t0, not part of any measurement) into context->start
+ * (may be NULL) and the result's setup figures. */
 static void start_json(const run_context_t *context, const collected_t *all,
                        const kvio_rte_start_t *start, int num_serve)
 {
+    for (int i = 0; i < all->num_reports; i++)
+        kvio_serve_setup_rank(context->result, all->reports[i].rank,
+                              role_of(all->reports[i].rank, num_serve),
+                              (double)all->reports[i].setup_ns / 1e9);
     if (context->start == NULL)
         return;
     json_t *ranks = json_array();
@@ -457,32 +462,45 @@ static kvio_status_t time_setup_memcpy(rank_state_t *state, double *gbps_p)
     return KVIO_OK;
 }
 
-/* Set-up first: a serve rank builds its engine and KV pool, every rank
- * connects its transport; then all start together at t0 (the trainer's
- * first step is not spent waiting for a pool being built). */
+/* A stop during set-up ends this rank's set-up at once: nothing has been
+ * served, and there is nothing to measure (every rank sees the stop, or a
+ * peer's failure in its next wait). */
+static kvio_status_t setup_stopped(rank_state_t *state)
+{
+    if (state->context->stop == NULL || !*state->context->stop)
+        return KVIO_OK;
+    if (state->self == 0)
+        kvio_serve_setup_interrupted(state->context->result);
+    snprintf(state->error, sizeof(state->error),
+             "stopped during set-up (SIGINT or SIGTERM), before t0: nothing was served or "
+             "measured");
+    return KVIO_ERR_INTERRUPTED;
+}
+
+/* Set-up first: every rank connects its transport, then a serve rank builds
+ * its engine and KV pool while the trainer fills its weights; then all
+ * start together at t0 (the trainer's first step is not spent waiting for a
+ * pool being built). */
 static kvio_status_t rank_setup(rank_state_t *state)
 {
     const kvio_workload_t *workload = state->workload;
     kvio_rte_t *rte = state->rte;
     int64_t entered_ns = kvio_rte_time_ns(rte);
+    if (state->self == 0)
+        kvio_serve_setup_note("%d ranks (%lld train, %d serve%s) set up", state->size,
+                              (long long)workload->ranks.train, state->num_serve,
+                              state->is_client || workload->ranks.client > 0 ? ", a client"
+                                                                             : "");
     state->receivers = calloc((size_t)state->num_serve + 1, sizeof(int));
     if (state->receivers == NULL)
         return KVIO_ERR_NOMEM;
     for (int i = 0; i < state->num_serve; i++)
         state->receivers[i] = 1 + i;
     kvio_status_t status = rank_transport(state);
-    int64_t queued_ns = 0; /* waiting for another rank's pool: not this rank's set-up */
-    if (status == KVIO_OK && state->coupled_run && state->self != TRAIN_RANK) {
-        status = run_coupled_create(workload, rte, state->is_client ? -1 : state->self - 1,
-                                    state->num_serve, state->context->setup_lock,
-                                    state->context->stop, state->context->frontend,
-                                    &state->coupled, state->error, sizeof(state->error));
-        if (status == KVIO_OK && state->coupled.rank != NULL)
-            queued_ns = kvio_serve_rank_setup_wait_ns(state->coupled.rank);
-    } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
-        /* The serve ranks' P/D link is set up collectively. */
-        status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
-    }
+    /* The transport first (its slots and send buffer faulted in), then at
+     * once the serve ranks' pools and engines and the trainer's fill of its
+     * weights. */
+    int64_t connect_ns = kvio_rte_time_ns(rte);
     if (status == KVIO_OK)
         status = kvio_xfer_create(&state->transport, rte,
                                   state->self == TRAIN_RANK ? KVIO_XFER_SENDER
@@ -491,28 +509,58 @@ static kvio_status_t rank_setup(rank_state_t *state)
                                   TRAIN_RANK, state->receivers, state->num_serve,
                                   kvio_train_weights_bytes(&workload->train), &state->xfer,
                                   state->error, sizeof(state->error));
+    if (status == KVIO_OK && state->self <= state->num_serve)
+        kvio_serve_setup_note("%s rank %d: transport %s connected in %.1f s",
+                              state->self == TRAIN_RANK ? "train" : "serve", state->self,
+                              kvio_choice_name(&state->transport.kind),
+                              (double)(kvio_rte_time_ns(rte) - connect_ns) / 1e9);
+    if (status == KVIO_OK)
+        status = setup_stopped(state);
     /* The trainer's weights are filled before t0: its first version is as
      * on time as the rest. */
-    if (status == KVIO_OK && state->self == TRAIN_RANK)
+    int64_t fill_ns = kvio_rte_time_ns(rte);
+    if (status == KVIO_OK && state->self == TRAIN_RANK) {
         status = kvio_trainer_create(&workload->train, (uint64_t)workload->seed, state->xfer,
                                      &state->trainer, state->error, sizeof(state->error));
+        if (status == KVIO_OK)
+            kvio_serve_setup_note("train rank %d: %.2f GiB of weights filled in %.1f s",
+                                  state->self,
+                                  (double)kvio_train_weights_bytes(&workload->train) /
+                                      1073741824.0,
+                                  (double)(kvio_rte_time_ns(rte) - fill_ns) / 1e9);
+    }
+    if (status == KVIO_OK)
+        status = setup_stopped(state);
+    if (status == KVIO_OK && state->coupled_run && state->self != TRAIN_RANK) {
+        status = run_coupled_create(workload, rte, state->is_client ? -1 : state->self - 1,
+                                    state->num_serve, state->context->stop,
+                                    state->context->frontend, &state->coupled, state->error,
+                                    sizeof(state->error));
+    } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
+        /* The serve ranks' P/D link is set up collectively. */
+        status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
+    }
+    if (status == KVIO_OK)
+        status = setup_stopped(state);
     double memcpy_gbps = 0;
     if (status == KVIO_OK)
         status = time_setup_memcpy(state, &memcpy_gbps);
     if (status != KVIO_OK)
         return status;
     state->report = (rank_report_t){.is_trainer = state->self == TRAIN_RANK, .rank = state->self,
-                                    .setup_ns = kvio_rte_time_ns(rte) - entered_ns - queued_ns,
+                                    .setup_ns = kvio_rte_time_ns(rte) - entered_ns,
                                     .setup_memcpy_gbps = memcpy_gbps,
                                     .transfer_in_memory = state->self == TRAIN_RANK &&
                                                           kvio_xfer_in_memory(state->xfer)};
     gethostname(state->report.hostname, sizeof(state->report.hostname) - 1);
     status = kvio_rte_start(rte, &state->start);
+    if (status == KVIO_OK)
+        status = setup_stopped(state);
     if (status != KVIO_OK)
         return status;
     if (state->self == 0)
-        kvio_info("every rank is set up (this one in %.2f s); the run starts now (t0)",
-                  (double)state->report.setup_ns / 1e9);
+        kvio_serve_setup_note("every rank is set up (this one in %.1f s); the run starts now "
+                              "(t0)", (double)state->report.setup_ns / 1e9);
     state->coupled.run.t0_ns = state->start.t0_ns;
     kvio_rte_clock_offset(rte, &state->report.clock_offset_ns,
                           &state->report.clock_uncertainty_ns);
@@ -703,6 +751,8 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     state->is_client = state->self > state->num_serve;
     state->coupled_run = kvio_updates_coupled(state->workload);
     kvio_status_t status = rank_setup(state);
+    if (status != KVIO_OK && setup_stopped(state) != KVIO_OK)
+        status = KVIO_ERR_INTERRUPTED; /* whatever failed, a stop came first */
     if (status == KVIO_OK)
         status = state->self == TRAIN_RANK ? rank_train(state) : rank_serve(state);
     if (status == KVIO_OK)
@@ -736,7 +786,15 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
 kvio_status_t run_updates_emulate(kvio_rte_world_t *world, run_context_t *context,
                                   char *error_p, size_t error_len)
 {
-    pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
-    context->setup_lock = &setup_lock;
-    return kvio_rte_world_run(world, rank_main, context, error_p, error_len);
+    kvio_serve_setup_begin();
+    kvio_status_t status = kvio_rte_world_run(world, rank_main, context, error_p, error_len);
+    /* Stopped during set-up: whichever rank's wait noticed first, that is
+     * what happened. */
+    if (status != KVIO_OK && context->result != NULL &&
+        kvio_result_get(context->result, KVIO_FIG_SETUP_INTERRUPTED) > 0) {
+        snprintf(error_p, error_len, "stopped during set-up (SIGINT or SIGTERM), before t0: "
+                 "nothing was served or measured");
+        status = KVIO_ERR_INTERRUPTED;
+    }
+    return status;
 }

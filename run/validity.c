@@ -12,6 +12,10 @@
  * run (as kvio capacity's overload). */
 #define OVERLOAD_SERVED 0.8
 
+/* Emulate: serve.drain_timeout cut more than this share of the requests
+ * (cut and completed): the latencies leave out the slowest requests. */
+#define DRAIN_CUT_SHARE 0.01
+
 /* Emulate: an iteration timing error p99 above this share of the planned
  * iteration (%): the machine did not keep the cost model's time. */
 #define TIMING_ERROR_PCT 10.0
@@ -89,6 +93,23 @@ void kvio_run_verdict(const kvio_workload_t *workload, kvio_result_t *result)
                  "grew through the run, and its latencies measure the run's length more than "
                  "the engine", served, offered, OVERLOAD_SERVED * 100);
         kvio_result_warn(result, "overload", served, OVERLOAD_SERVED * offered, message);
+    }
+    if (kvio_result_get(result, KVIO_FIG_SETUP_INTERRUPTED) > 0) {
+        snprintf(message, sizeof(message),
+                 "incomplete: stopped during set-up (SIGINT or SIGTERM), before t0: nothing was "
+                 "served or measured");
+        kvio_result_warn(result, "incomplete", 1, 0, message);
+    }
+    double cut = kvio_result_get(result, KVIO_FIG_DRAIN_CUT_REQUESTS);
+    double finished = kvio_result_get(result, KVIO_FIG_COMPLETED);
+    if (cut > 0 && cut > DRAIN_CUT_SHARE * (cut + (finished > 0 ? finished : 0))) {
+        snprintf(message, sizeof(message),
+                 "serve.drain_timeout cut %.0f requests still in flight (%.1f %% of the %.0f "
+                 "served and cut; over %.0f %%): the latencies leave out the slowest; raise "
+                 "serve.drain_timeout or shorten the queue", cut,
+                 100.0 * cut / (cut + (finished > 0 ? finished : 0)),
+                 cut + (finished > 0 ? finished : 0), DRAIN_CUT_SHARE * 100);
+        kvio_result_warn(result, "drain_cut", cut, DRAIN_CUT_SHARE * (cut + finished), message);
     }
     double timing = kvio_result_get(result, KVIO_FIG_TIMING_ERROR_P99_PCT);
     if (timing > TIMING_ERROR_PCT) {

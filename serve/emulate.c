@@ -7,7 +7,6 @@
  * the transport's receiver as their update source. */
 #include "kvio/serve.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +34,6 @@ typedef struct plain_run {
     int64_t t0_wall_ns;
     int64_t t0_ns;
     int64_t end_ns;               /* rte clock: the last rank's end */
-    pthread_mutex_t setup_lock; /* run->setup_lock of every rank */
 } plain_run_t;
 
 /* A serve rank of the plain run: its serve loop, until serving is over. */
@@ -60,15 +58,14 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
     run->first_serve_rank = 0;
     run->start = NULL;
     char error[KVIO_ERROR_MAX] = "";
-    run->setup_lock = &plain->setup_lock;
     int64_t entered = kvio_rte_time_ns(rte);
     kvio_status_t status =
         client ? kvio_serve_client_create(run, &plain->client, error, sizeof(error))
                : kvio_serve_rank_create(run, (uint32_t)self, plain->num_serve,
                                         &plain->ranks[self], error, sizeof(error));
-    int64_t waited =
-        status == KVIO_OK && !client ? kvio_serve_rank_setup_wait_ns(plain->ranks[self]) : 0;
-    plain->setup_s[self] = (double)(kvio_rte_time_ns(rte) - entered - waited) / 1e9;
+    plain->setup_s[self] = (double)(kvio_rte_time_ns(rte) - entered) / 1e9;
+    if (status == KVIO_OK && run->stop != NULL && *run->stop)
+        status = KVIO_ERR_INTERRUPTED; /* during set-up: nothing to serve or measure */
     if (status != KVIO_OK) {
         kvio_rte_set_error(rte, "%s", error[0] ? error : kvio_strerror(status));
         return status;
@@ -78,12 +75,15 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
     /* Every rank has built its pool: one t0 for all. */
     kvio_rte_start_t start;
     status = kvio_rte_start(rte, &start);
+    if (status == KVIO_OK && run->stop != NULL && *run->stop)
+        status = KVIO_ERR_INTERRUPTED;
     if (status != KVIO_OK)
         return status;
     run->t0_ns = start.t0_ns;
     if (self == 0) {
         plain->t0_ns = start.t0_ns;
         plain->t0_wall_ns = start.t0_wall_ns;
+        kvio_serve_setup_note("every rank is set up; the run starts now (t0)");
     }
     if (client) {
         status = kvio_serve_client_run(plain->client, run->stop, error, sizeof(error));
@@ -139,13 +139,18 @@ static void plain_metrics(const plain_run_t *plain, kvio_result_t *result)
 kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *result,
                                  bool *complete_p, char *error_p, size_t error_len)
 {
-    kvio_status_t status = kvio_serve_emulate_preflight(run, NULL, error_p, error_len);
+    kvio_serve_setup_begin();
+    uint64_t host_bytes = 0;
+    kvio_status_t status = kvio_serve_emulate_preflight(run, &host_bytes, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     plain_run_t plain = {.run = run, .num_serve = run->num_ranks > 0 ? run->num_ranks : 1};
     /* P/D: the prefill ranks take shares of the stream, no client routes. */
     plain.with_client = plain.num_serve > 1 && run->frontend == NULL && run->pd == NULL;
-    pthread_mutex_init(&plain.setup_lock, NULL);
+    kvio_serve_setup_note("%u serve rank%s set up: %.2f GiB of host memory for KV pools, swap "
+                          "space and host tiers (checked against what this machine has)",
+                          plain.num_serve, plain.num_serve == 1 ? "" : "s",
+                          (double)host_bytes / 1073741824.0);
     int size = (int)plain.num_serve + (plain.with_client ? 1 : 0);
     plain.runs = calloc((size_t)size, sizeof(*plain.runs));
     plain.ranks = calloc(plain.num_serve, sizeof(*plain.ranks));
@@ -169,6 +174,18 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
     bool stopped = status == KVIO_ERR_INTERRUPTED || (run->stop != NULL && *run->stop);
     if (status != KVIO_OK && !stopped)
         goto out;
+    bool before_t0 = plain.t0_wall_ns == 0;
+    for (int r = 0; r < size && !before_t0; r++)
+        kvio_serve_setup_rank(result, r,
+                              plain.with_client && r == size - 1 ? "client" : "serve",
+                              plain.setup_s[r]);
+    if (stopped && before_t0) {
+        kvio_serve_setup_interrupted(result);
+        snprintf(error_p, error_len, "emulate: stopped during set-up (SIGINT or SIGTERM), before "
+                 "t0: nothing was served or measured");
+        status = KVIO_ERR_INTERRUPTED;
+        goto out;
+    }
     if (run->start != NULL) {
         json_t *ranks = json_array();
         for (int r = 0; r < size; r++)
@@ -219,6 +236,5 @@ out:
     free(plain.setup_s);
     free(plain.blobs);
     free(plain.lengths);
-    pthread_mutex_destroy(&plain.setup_lock);
     return status;
 }

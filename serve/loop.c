@@ -565,6 +565,29 @@ static kvio_status_t loop_ready(kvio_serve_loop_t *loop)
     return KVIO_OK;
 }
 
+/* The drain's cap (real executors): from the moment the arrivals end (or
+ * the duration, if later), serving goes on for loop->drain_timeout_ns; then the requests still in
+ * flight are cut (counted) and the lanes finish as on a stop. */
+static void drain_cap(kvio_serve_loop_t *loop, int64_t now_ns)
+{
+    kvio_serve_arrivals_t *arrivals = loop->arrivals;
+    if (loop->drain_timeout_ns <= 0 || loop->stopped || arrivals == NULL ||
+        !(loop->executor->ops->caps & KVIO_EXECUTOR_CAP_REAL))
+        return;
+    if (loop->drain_deadline_ns == 0) {
+        if (arrivals->ops->ended(arrivals)) {
+            int64_t end_ns = loop->origin_ns + loop->duration_ns;
+            loop->drain_deadline_ns = (end_ns > now_ns ? end_ns : now_ns) +
+                                      loop->drain_timeout_ns;
+        }
+        return;
+    }
+    if (now_ns < loop->drain_deadline_ns)
+        return;
+    loop->drain_cut = loop->in_flight; /* the verdict says what it means */
+    loop->stopped = true;
+}
+
 /* Nothing more can happen: an idle lane not yet finished finishes now
  * (its source hears so, e.g. the client rank its final state). */
 static kvio_status_t finish_idle_lanes(kvio_serve_loop_t *loop, int64_t now_ns)
@@ -588,12 +611,16 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
         if (loop->stop != NULL && *loop->stop)
             loop->stopped = true;
         int64_t now_ns = executor->ops->now(executor);
+        drain_cap(loop, now_ns);
         event_t event;
         if (!next_event(loop, now_ns, &event)) {
             status = finish_idle_lanes(loop, now_ns);
             break;
         }
-        status = executor->ops->wait_until(executor, event.at_ns, &poll);
+        int64_t wait_ns = event.at_ns;
+        if (loop->drain_deadline_ns > 0 && !loop->stopped && loop->drain_deadline_ns < wait_ns)
+            wait_ns = loop->drain_deadline_ns; /* the cap ends the wait: look again then */
+        status = executor->ops->wait_until(executor, wait_ns, &poll);
         if (status != KVIO_OK)
             break;
         now_ns = executor->ops->now(executor);

@@ -436,6 +436,14 @@ struct kvio_serve_loop {
     int64_t max_concurrency;         /* 0: open loop */
     volatile sig_atomic_t *stop;     /* set asynchronously (may be NULL) */
     bool stopped;                    /* stop was seen: no new iteration starts */
+    /* Real executors: once the arrivals have ended and the duration has
+     * passed, serving goes on at most this long (0: until every request
+     * finished); the requests in flight then are cut, drain_cut of them (the
+     * loop's clock: drain_deadline_ns, 0 until the arrivals end). */
+    int64_t drain_timeout_ns;
+    int64_t duration_ns;             /* the arrivals' planned end after origin (0: none) */
+    int64_t drain_deadline_ns;
+    uint64_t drain_cut;
     kvio_serve_intake_t intake;      /* requests added to the lanes it takes go through
                                         it (add NULL: none) */
     /* Work that must go on while the lanes run (an emulate P/D rank's
@@ -495,7 +503,6 @@ struct kvio_serve_rank {
     kvio_serve_frontend_arrivals_t *frontend; /* or the front end's (kvio serve) */
     kvio_serve_pd_rank_t *pd;               /* P/D: its role's side (NULL: colocated) */
     kvio_update_receiver_t *receiver;       /* model updates' receiver (NULL: none) */
-    int64_t setup_wait_ns;                  /* waiting for run->setup_lock */
     char error[KVIO_ERROR_MAX];
 };
 

@@ -118,13 +118,12 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
                  rank, setup->memory_bytes, strerror(errno));
         return KVIO_ERR_NOMEM;
     }
-    /* Touch every page now so the pool is real memory, not a promise (an
-     * allocation in a domain is zeroed already); in huge pages where the
-     * kernel has them (a GPU's memory is not paged in 4 KiB either, and a
-     * large pool faults in far faster). */
-    if (setup->device == NULL || kvio_device_kind(setup->device) == KVIO_MEMORY_HOST) {
-        madvise(setup->memory, setup->memory_bytes, MADV_HUGEPAGE);
-        memset(setup->memory, 0, setup->memory_bytes);
+    /* Every page of a host pool real now (an allocation in a domain is
+     * zeroed already). */
+    if ((setup->device == NULL || kvio_device_kind(setup->device) == KVIO_MEMORY_HOST) &&
+        kvio_fault_in(setup->memory, setup->memory_bytes, true, run->stop) != KVIO_OK) {
+        snprintf(error_p, error_len, "serve rank %u: stopped during set-up", rank);
+        return KVIO_ERR_INTERRUPTED;
     }
     uint32_t swap_blocks = 0;
     bool gpu_pool = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
@@ -153,8 +152,10 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
                          rank, setup->swap_bytes);
                 return KVIO_ERR_NOMEM;
             }
-            madvise(setup->swap_space, setup->swap_bytes, MADV_HUGEPAGE);
-            memset(setup->swap_space, 0, setup->swap_bytes);
+            if (kvio_fault_in(setup->swap_space, setup->swap_bytes, true, run->stop) != KVIO_OK) {
+                snprintf(error_p, error_len, "serve rank %u: stopped during set-up", rank);
+                return KVIO_ERR_INTERRUPTED;
+            }
         }
     }
     const kvio_opt_list_t *tier_list = &run->serve->kvcache.tiers;

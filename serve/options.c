@@ -20,6 +20,11 @@ const kvio_opt_t kvio_serve_options[] = {
      .offset = offsetof(kvio_serve_config_t, max_concurrency), .default_value = "0",
      .flags = KVIO_OPT_HAS_MIN, .min = 0,
      .help = "closed loop: at most this many requests in flight (0: open loop)"},
+    {.key = "drain_timeout", .type = KVIO_OPT_DURATION,
+     .offset = offsetof(kvio_serve_config_t, drain_timeout_ns), .default_value = "5s",
+     .help = "emulate: serving goes on at most this long after the arrivals end; the "
+             "requests still in flight then are cut and counted (drain_cut_requests; 0s: no "
+             "cap)"},
     {.key = NULL},
 };
 

@@ -94,8 +94,8 @@ static kvio_status_t create_pd(kvio_serve_rank_t *rank, char *error_p, size_t er
     return kvio_serve_pd_rank_create(&params, &rank->pd, error_p, error_len);
 }
 
-/* The pool, swap space and tiers (one rank at a time under run->setup_lock:
- * each rank's set-up time is its own), then the engine over them. */
+/* The pool, swap space and tiers (every rank at once, each faulting its own
+ * pool in: kvio_serve_memory_create), then the engine over them. */
 static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_t error_len)
 {
     const kvio_serve_run_t *run = rank->run;
@@ -111,16 +111,18 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
                                   error_len);
     if (status != KVIO_OK)
         return status;
-    int64_t queued_from = (int64_t)kvio_time_ns();
-    if (run->setup_lock != NULL)
-        pthread_mutex_lock(run->setup_lock);
-    rank->setup_wait_ns = (int64_t)kvio_time_ns() - queued_from;
+    int64_t from_ns = (int64_t)kvio_time_ns();
     status = kvio_serve_memory_create(run, rank->serve_index, rank->blocks, rank->block_bytes,
                                       &rank->memory, error_p, error_len);
-    if (run->setup_lock != NULL)
-        pthread_mutex_unlock(run->setup_lock);
     if (status != KVIO_OK)
         return status;
+    kvio_serve_setup_note("serve rank %u: KV pool of %.2f GiB (%u blocks) and %.2f GiB of swap "
+                          "space in %s, faulted in in %.1f s",
+                          (unsigned)run->first_serve_rank + rank->serve_index,
+                          (double)rank->memory.memory_bytes / 1073741824.0, rank->blocks,
+                          (double)rank->memory.swap_bytes / 1073741824.0,
+                          kvio_serve_memory_where(&rank->memory),
+                          (double)((int64_t)kvio_time_ns() - from_ns) / 1e9);
     const kvio_serve_memory_t *memory = &rank->memory;
     if (run->pd != NULL && (status = create_pd(rank, error_p, error_len)) != KVIO_OK)
         return status;
@@ -213,7 +215,11 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
                                      .num_lanes = 1, .poll_ns = LOOK_NS, .stop = run->stop,
                                      .max_concurrency = run->serve != NULL
                                                             ? run->serve->max_concurrency
-                                                            : 0};
+                                                            : 0,
+                                     .drain_timeout_ns = run->serve != NULL
+                                                             ? run->serve->drain_timeout_ns
+                                                             : 0,
+                                     .duration_ns = run->duration_ns};
     if (status == KVIO_OK && run->serve != NULL)
         status = create_arrivals(rank);
     if (status == KVIO_OK && rank->pd != NULL)
@@ -227,11 +233,6 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
     }
     *rank_p = rank;
     return KVIO_OK;
-}
-
-int64_t kvio_serve_rank_setup_wait_ns(const kvio_serve_rank_t *rank)
-{
-    return rank->setup_wait_ns;
 }
 
 void kvio_serve_rank_set_iterations_limit(kvio_serve_rank_t *rank, size_t bytes)
@@ -353,9 +354,10 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
         kvio_serve_pd_rank_tiers(rank->pd, &rank_tiers, &num_tiers); /* with the peer tier */
     kvio_serve_tiers_json(rank_tiers, num_tiers, rank->serve_index, tiers);
     json_t *about = json_pack(
-        "{s:o, s:s, s:b, s:I}", "tiers", tiers, "kv_memory",
+        "{s:o, s:s, s:b, s:I, s:I}", "tiers", tiers, "kv_memory",
         kvio_serve_memory_where(&rank->memory), "spin_kernel", rank->memory.spin,
-        "spin_memory_bytes", (json_int_t)kvio_serve_memory_spin_bytes(&rank->memory, rank->run));
+        "spin_memory_bytes", (json_int_t)kvio_serve_memory_spin_bytes(&rank->memory, rank->run),
+        "drain_cut", (json_int_t)rank->loop.drain_cut);
     char *about_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
     json_decref(about);
     kvio_wire_put_blob(&out, about_text, about_text != NULL ? strlen(about_text) : 0);

@@ -862,6 +862,91 @@ Test(cli, sigterm_stops_the_coupled_run, .timeout = 60)
     interrupt_coupled_run(SIGTERM);
 }
 
+/* #53.8: SIGINT during emulate's set-up (here a 3 GiB KV pool being faulted
+ * in, a transport connected, weights filled) stopped only once every rank
+ * was set up (15.8 s) and printed a table of zeros. Now the set-up prints
+ * its progress, stops within about a second, and summary.json says
+ * complete: false, setup_interrupted, and the verdict incomplete; exit 1,
+ * no table. */
+Test(cli, sigint_during_setup_stops_at_once_with_an_incomplete_result, .timeout = 90)
+{
+    char *dir = test_tmpdir();
+    char *yaml = test_write_file(
+        dir, "setup.yaml",
+        "name: setup-stop\nseed: 4\nmode: emulate\nduration: 30s\n"
+        "ranks: {train: 1, serve: 1, runtime: local, timeout: 20s}\n"
+        "model: {preset: llama3-8b}\ngpu: {preset: h200}\n"
+        "serve:\n  kvcache: {block_size: 16, capacity: 3GiB}\n"
+        "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 64MiB\n"
+        "  checkpoint: {policy: every_n_steps, every_n_steps: 3}\n"
+        "  transport: {kind: ucx, chunk: 4MiB, inflight: 2}\n"
+        "update: {apply: shadow, verify: true, serving: engine}\n"
+        "stream:\n  arrival: {process: poisson, rate: 5}\n"
+        "  input_tokens: {dist: constant, value: 200}\n"
+        "  output_tokens: {dist: constant, value: 20}\n");
+    char out[1100], log_path[1100], stdout_path[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    snprintf(log_path, sizeof(log_path), "%s/err.log", dir);
+    snprintf(stdout_path, sizeof(stdout_path), "%s/out.txt", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int out_fd = open(stdout_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out_fd, 1);
+        dup2(log_fd, 2);
+        execl(KVIO_BINARY, KVIO_BINARY, "run", yaml, "-o", out, (char *)NULL);
+        _exit(127);
+    }
+    /* The set-up's first line: the ranks have only begun (the pool alone is
+     * 12 pieces of 256 MiB to fault in). */
+    uint64_t begun_by = kvio_time_ns() + (uint64_t)(test_seconds(30) * 1e9);
+    bool begun = false;
+    while (!begun && kvio_time_ns() < begun_by) {
+        char *log = test_read_file(log_path);
+        begun = log != NULL && test_contains(log, "kvio: set-up ");
+        free(log);
+        if (!begun)
+            usleep(2000);
+    }
+    cr_assert(begun, "no set-up progress on stderr");
+    kill(pid, SIGINT);
+    uint64_t signalled = kvio_time_ns();
+    int wait_status = 0;
+    pid_t waited = 0;
+    uint64_t deadline = signalled + (uint64_t)(test_seconds(2) * 1e9);
+    while ((waited = waitpid(pid, &wait_status, WNOHANG)) == 0 && kvio_time_ns() < deadline)
+        usleep(5000);
+    double took_s = (double)(kvio_time_ns() - signalled) / 1e9;
+    if (waited == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &wait_status, 0);
+    }
+    char *log = test_read_file(log_path);
+    cr_assert_neq(waited, 0, "SIGINT during set-up: still running %.1f s later: %s", took_s,
+                  log != NULL ? log : "");
+    cr_assert(WIFEXITED(wait_status));
+    cr_expect_eq(WEXITSTATUS(wait_status), 1, "%s", log != NULL ? log : "");
+    cr_expect(!test_contains(log, "the run starts now (t0)"), "the run started: %s", log);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    char *summary = test_read_file(path);
+    cr_assert_not_null(summary, "no summary after SIGINT during set-up: %s", log);
+    cr_expect(test_contains(summary, "\"complete\": false"), "%s", summary);
+    cr_expect(test_contains(summary, "\"setup_interrupted\": true"), "%s", summary);
+    cr_expect(test_contains(summary, "\"kind\": \"incomplete\""), "%s", summary);
+    cr_expect(test_contains(summary, "\"error\": \"stopped during set-up"), "%s", summary);
+    /* No table of zeros on stdout. */
+    char *table = test_read_file(stdout_path);
+    cr_expect(table == NULL || !test_contains(table, "TTFT"), "a table: %s", table);
+    free(table);
+    free(summary);
+    free(log);
+    free(yaml);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Reliability (#22.1), deterministically: nothing ignored SIGPIPE, so any
  * write to a closed pipe or socket (Redis gone mid-write; `kvio run | head`)
  * killed kvio (exit 141). The binary, its stdout a pipe nobody reads, now

@@ -134,6 +134,22 @@ Test(emulate, coupled_run_serves_while_updates_arrive, .timeout = 120)
     cr_assert_not_null(updates);
     cr_assert_geq(test_json_integer(updates, "updates_activated"), 1);
     cr_assert_gt(metric(summary, "cumulative_inference_loss"), 0);
+    /* Each rank's set-up in the typed result (#58): the trainer and both
+     * serve ranks, and the slowest of them as the run's. */
+    const json_t *setup = json_object_get(metrics, "setup");
+    cr_assert_eq(json_array_size(setup), 3, "metrics.setup has %zu entries",
+                 json_array_size(setup));
+    double slowest = 0;
+    for (size_t i = 0; i < json_array_size(setup); i++) {
+        const json_t *rank = json_array_get(setup, i);
+        cr_expect_eq(test_json_integer(rank, "rank"), (long long)i);
+        cr_expect_str_eq(json_string_value(json_object_get(rank, "role")),
+                         i == 0 ? "train" : "serve");
+        double rank_s = test_json_number(rank, "setup_s");
+        cr_expect_gt(rank_s, 0);
+        slowest = rank_s > slowest ? rank_s : slowest;
+    }
+    cr_expect_float_eq(metric(summary, "setup_s"), slowest, 1e-9);
     /* Requests that arrived after an update carry its version. */
     char path[1200];
     snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
@@ -1126,4 +1142,42 @@ Test(emulate, a_data_pattern_kvio_does_not_know_is_refused_naming_it, .timeout =
     cr_expect_eq(run.status, 2);
     cr_expect(test_contains(run.err, "random, zero, compress:PCT, dedupe:PCT"), "%s", run.err);
     test_run_free(&run);
+}
+
+/* #53.8: the drain after the duration had no cap (20 s runs took 85-165 s).
+ * Requests of up to 600 output tokens arriving at 20/s for 2 s, 2 served at
+ * a time (about 2 a second): serving
+ * stops serve.drain_timeout (0.5 s) after the duration, the requests still
+ * in flight are counted as cut, the run is complete, and the verdict warns
+ * that they are many. */
+Test(emulate, the_drain_after_the_duration_is_capped_and_what_it_cut_is_counted, .timeout = 120)
+{
+    const char *text =
+        "name: drain\nseed: 3\nmode: emulate\nduration: 2s\n"
+        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+        "serve:\n  engine: {max_num_seqs: 2}\n  kvcache: {block_size: 16, blocks: 2000}\n"
+        "  drain_timeout: 500ms\n"
+        "stream:\n  arrival: {process: poisson, rate: 20}\n"
+        "  input_tokens: {dist: constant, value: 100}\n"
+        "  output_tokens: {dist: uniform, low: 10, high: 600}\n";
+    char *dir, error[1024];
+    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    cr_assert(test_json_true(summary, "complete"));
+    double cut = metric(summary, "drain_cut_requests");
+    cr_expect_gt(cut, 10, "the drain cut %.0f requests", cut);
+    cr_expect_gt(metric(summary, "completed"), 0);
+    /* Serving ended 0.5 s after the 2 s, not 4,000 tokens per request later. */
+    double wall = metric(summary, "wall_run_s");
+    cr_expect_lt(wall, 2.5 + test_seconds(1.0), "serving lasted %.2f s", wall);
+    cr_expect_geq(wall, 2.4, "serving lasted %.2f s", wall);
+    const json_t *warnings = json_object_get(summary, "warnings");
+    bool warned = false;
+    for (size_t i = 0; i < json_array_size(warnings); i++)
+        warned = warned || strcmp(json_string_value(json_object_get(json_array_get(warnings, i),
+                                                                    "kind")),
+                                  "drain_cut") == 0;
+    cr_expect(warned, "no drain_cut warning");
+    json_decref(summary);
+    test_rmtree(dir);
+    free(dir);
 }

@@ -14,6 +14,7 @@
 #include "kvio/clock.h"
 #include "kvio/log.h"
 #include "kvio/model.h"
+#include "kvio/sysinfo.h"
 
 const char *const kvio_xfer_fanout_names[] = {"sequential", "chain", NULL};
 static const char *const host_hop_names[] = {"put", "mapped", NULL};
@@ -352,24 +353,27 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
     if (status != KVIO_OK)
         goto fail_init;
     /* Fault in host receive slots now, so the first version into each slot
-     * is not charged the page faults the later ones never pay. GPU slots
-     * (xfer->device) came zeroed from kvio_device_alloc, and the host must
-     * not touch them. With deltas, slot 1 (active when the serve loop
+     * is not charged the page faults the later ones never pay, and the
+     * sender's buffer, so the trainer's fill is not slowed by them: the
+     * kernel populates them (kvio_fault_in; a memset where it cannot). GPU
+     * slots (xfer->device) came zeroed from kvio_device_alloc, and the host
+     * must not touch them. With deltas, slot 1 (active when the serve loop
      * starts) takes the trainer's starting weights: the first delta
      * applies on them. */
     const kvio_delta_t *delta = kvio_xfer_delta(xfer);
     for (int slot = 0; slot < 2 && xfer->device == NULL; slot++) {
         if (xfer->slots[slot] == NULL || xfer->bytes == 0)
             continue;
+        kvio_fault_in(xfer->slots[slot], xfer->bytes, false, NULL);
         if (slot == 1 && delta != NULL && role == KVIO_XFER_RECEIVER)
             kvio_weights_fill_as(xfer->slots[slot], xfer->bytes, delta->seed,
                                  &xfer->config->data);
-        else
-            memset(xfer->slots[slot], 0, xfer->bytes);
     }
-    /* No rank may put into a slot before its owner has zeroed it: a sender
-     * (or, in a chain, a server) that got there first had its first version
-     * wiped by that memset now and then. */
+    if (xfer->device == NULL && role == KVIO_XFER_SENDER)
+        kvio_fault_in(xfer->send_buffer, xfer->bytes, false, NULL);
+    /* No rank may put into a slot before its owner has faulted it in: a
+     * sender (or, in a chain, a server) that got there first had its first
+     * version wiped by the memset that did it now and then. */
     status = kvio_rte_barrier(rte);
     if (status != KVIO_OK) {
         setup_barrier_error(xfer, status, error_p, error_len);

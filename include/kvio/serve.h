@@ -45,6 +45,10 @@ typedef struct kvio_serve_config {
     kvio_kvcache_section_t kvcache;
     kvio_router_config_t router;
     int64_t max_concurrency; /* 0: open loop (the stream's arrival times) */
+    /* Emulate: serving goes on at most this long once the arrivals have
+     * ended; the requests still in flight then are cut (drain_cut_requests;
+     * 0: no cap). */
+    int64_t drain_timeout_ns;
 } kvio_serve_config_t;
 
 extern const kvio_opt_t kvio_serve_options[];
@@ -242,12 +246,11 @@ typedef struct kvio_serve_run {
     int64_t warmup_ns;              /* requests arriving earlier are not measured */
     int64_t warmup_requests;        /* the first N requests are not measured */
     kvio_stream_t *stream;          /* borrowed; drained */
+    /* Emulate: how long the arrivals last from t0 (0: as long as the stream
+     * has requests); serving ends serve->drain_timeout_ns after this or the
+     * arrivals' end, whichever is later. */
+    int64_t duration_ns;
     int64_t rank_timeout_ns;        /* emulate: longest silence of a live rank (0: 30 s) */
-    /* Emulate, serve ranks that are threads of one process: they build their
-     * KV pools one at a time under this lock, so that each rank's set-up
-     * time is its own (together they fault gigabytes into one process's page
-     * tables at once); NULL: no lock. */
-    pthread_mutex_t *setup_lock;
     uint64_t num_requests;          /* the stream's length when known (progress), else 0 */
     kvio_results_t *results;        /* borrowed; requests.csv and iterations.csv (may be NULL) */
     volatile sig_atomic_t *stop;    /* set asynchronously to stop early (may be NULL) */
@@ -367,6 +370,24 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, struct kvio_result
 kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t *host_bytes_p,
                                            char *error_p, size_t error_len);
 
+/* ---------- emulate's set-up: its progress and its figures ---------- */
+
+/* Starts the set-up's clock (once per run, before any rank sets up). */
+void kvio_serve_setup_begin(void);
+
+/* A line of the set-up's progress on stderr (not under -q), with the time
+ * since kvio_serve_setup_begin: "kvio: set-up 1.2 s: <what>". */
+void kvio_serve_setup_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One rank's set-up into result: an entry of metrics.setup[] (rank, role,
+ * setup_s), and setup_s, the slowest rank's. */
+void kvio_serve_setup_rank(struct kvio_result *result, int rank, const char *role,
+                           double setup_s);
+
+/* The stop came during set-up: result says so (setup_interrupted), the
+ * verdict then calls the run incomplete. */
+void kvio_serve_setup_interrupted(struct kvio_result *result);
+
 /* ---------- a serve rank inside the coupled run (emulate with trainers) ---------- */
 
 typedef struct kvio_serve_rank kvio_serve_rank_t;
@@ -379,10 +400,6 @@ kvio_status_t kvio_serve_rank_create(const kvio_serve_run_t *run, uint32_t serve
                                      uint32_t num_serve, kvio_serve_rank_t **rank_p,
                                      char *error_p, size_t error_len);
 void kvio_serve_rank_destroy(kvio_serve_rank_t *rank);
-
-/* How long kvio_serve_rank_create waited for run->setup_lock (ns): time
- * another rank's set-up took, not this one's. */
-int64_t kvio_serve_rank_setup_wait_ns(const kvio_serve_rank_t *rank);
 
 /* Runs the rank's serve loop until serving is over (its stream share, or
  * the client rank's last batch, served) and, with a receiver (may be NULL),

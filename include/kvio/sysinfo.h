@@ -8,12 +8,24 @@
 
 #include <jansson.h>
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Bytes of memory the kernel reports available (/proc/meminfo
  * MemAvailable). On error the reason is in error_p. */
 kvio_status_t kvio_mem_available(uint64_t *bytes_p, char *error_p, size_t error_len);
+
+/* Makes fresh host memory real now, not a promise (emulate's KV pools,
+ * swap space and weight buffers, before t0): in huge pages where the kernel
+ * has them when huge is true, each 256 MiB piece populated by the kernel
+ * (MADV_POPULATE_WRITE, Linux 5.14: its bytes unchanged) or, where it
+ * cannot, zeroed by a memset. Between pieces it looks at *stop (may be
+ * NULL) and returns KVIO_ERR_INTERRUPTED once it is set, so a stop during
+ * set-up is seen within a fraction of a second. */
+kvio_status_t kvio_fault_in(void *memory, size_t bytes, bool huge,
+                            volatile sig_atomic_t *stop);
 
 /* Where a run runs (summary.json's host block): hostname, CPU model, cores
  * online, memory total and available, OS, kernel, architecture and the load

@@ -1,0 +1,64 @@
+/* Emulate's set-up, before t0: its progress on stderr with its own clock
+ * (pools, weights and transports can take seconds, and a silent start reads
+ * as a hang), each rank's set-up time in the typed result, and a stop that
+ * came before anything was served. */
+#include "kvio/serve.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "kvio/clock.h"
+#include "kvio/log.h"
+#include "kvio/result.h"
+
+/* The host time the set-up began (0: not yet); one per process. */
+static _Atomic uint64_t setup_origin_ns;
+
+void kvio_serve_setup_begin(void)
+{
+    atomic_store(&setup_origin_ns, kvio_time_ns());
+}
+
+void kvio_serve_setup_note(const char *fmt, ...)
+{
+    if (kvio_log_get_level() <= KVIO_LOG_ERROR) /* -q */
+        return;
+    uint64_t origin = atomic_load(&setup_origin_ns), now = kvio_time_ns();
+    if (origin == 0) {
+        uint64_t expected = 0;
+        atomic_compare_exchange_strong(&setup_origin_ns, &expected, now);
+        origin = atomic_load(&setup_origin_ns);
+    }
+    char text[400];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(text, sizeof(text), fmt, args);
+    va_end(args);
+    /* One write per line: the ranks are threads printing at once. */
+    fprintf(stderr, "kvio: set-up %.1f s: %s\n", (double)(now - origin) / 1e9, text);
+    fflush(stderr);
+}
+
+void kvio_serve_setup_rank(kvio_result_t *result, int rank, const char *role, double setup_s)
+{
+    if (result == NULL)
+        return;
+    kvio_result_t *entry = kvio_result_child(result, "setup",
+                                             kvio_result_num_children(result, "setup"));
+    if (entry == NULL)
+        return;
+    kvio_result_set(entry, KVIO_FIG_SETUP_RANK, rank);
+    kvio_result_set_text(entry, KVIO_FIG_SETUP_ROLE, role);
+    kvio_result_set(entry, KVIO_FIG_SETUP_RANK_S, setup_s);
+    double slowest = kvio_result_get(result, KVIO_FIG_SETUP_S);
+    if (isnan(slowest) || setup_s > slowest)
+        kvio_result_set(result, KVIO_FIG_SETUP_S, setup_s);
+}
+
+void kvio_serve_setup_interrupted(kvio_result_t *result)
+{
+    if (result != NULL)
+        kvio_result_set(result, KVIO_FIG_SETUP_INTERRUPTED, 1);
+}
