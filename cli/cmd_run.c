@@ -206,8 +206,7 @@ int kvio_cmd_run(int argc, char **argv)
                "--event-trace-level L what they hold: iterations, requests (+ ids), io (all).\n"
                "--format json prints summary.json on stdout instead of the table.\n"
                "--repeat N: update.control: paired's pairs (default 3).\n"
-               "--percentiles LIST: the percentiles vllm.json gives (vllm bench serve's\n"
-               "--metric-percentiles; the same as --set metric_percentiles=LIST).\n"
+               "--percentiles LIST: vllm.json's percentiles (--set metric_percentiles=LIST).\n"
                "Exit 0: valid; 1: failed, cut short or not valid (summary.json's warnings,\n"
                "the first on the last line); 2: bad input. --allow-invalid: 0 for a run\n"
                "that completed but is not valid (KVIO_ALLOW_INVALID=1: for every run).\n");
