@@ -112,7 +112,7 @@ static kvio_status_t make_dir(const char *path, bool force, bool *existed_p, cha
 static const char *const written_files[] = {
     "summary.json", "summary.json.tmp", "requests.csv", "iterations.csv", "updates.csv",
     "updates.csv.tmp", "sync.csv", "compare.json", "capacity.json", "trace.jsonl", "tokens.csv",
-    "run.log", "compare.csv",
+    "run.log", "compare.csv", "vllm.json", "mlperf.json",
 };
 
 static kvio_status_t remove_earlier(const char *path, char *error_p, size_t error_len)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/clock.h"
 #include "kvio/results.h"
 #include "kvio/rng.h"
 
@@ -95,6 +96,27 @@ static void twin_rate_free(twin_rate_t *rate)
 {
     free(rate->finishes);
     kvio_served_meter_free(&rate->meter);
+}
+
+/* #59 item 11: a schedule whose updates land past the run clock's limit
+ * (weight_sync's per-tensor time over a big model's tensors and many steps
+ * reached 26 years) is refused, naming what set it, not reported complete. */
+static bool past_the_clock(const kvio_updates_schedule_t *schedule, char *error_p,
+                           size_t error_len)
+{
+    for (size_t u = 0; u < schedule->num_updates; u++) {
+        const kvio_update_record_t *update = &schedule->updates[u];
+        if (update->t_activated_ns <= KVIO_CLOCK_LIMIT_NS)
+            continue;
+        snprintf(error_p, error_len,
+                 "model updates: version %llu would activate %.1f years into the run, past "
+                 "the run clock's %d-year limit: check weight_sync.* (tensor_overhead, "
+                 "bucket_size, nic_bandwidth), train.transport.model and train.step_time",
+                 (unsigned long long)update->version,
+                 (double)update->t_activated_ns / 1e9 / (365.0 * 86400), KVIO_CLOCK_LIMIT_YEARS);
+        return true;
+    }
+    return false;
 }
 
 kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
@@ -226,6 +248,8 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
         now += prepare_ns + busy; /* the step loop is blocked while publishing */
     }
     schedule.end_ns = now;
+    if (past_the_clock(&schedule, error_p, error_len))
+        goto refused;
     schedule.num_version_steps = schedule.num_train + 1;
     schedule.version_steps = calloc(schedule.num_version_steps, sizeof(double));
     if (schedule.version_steps == NULL)
@@ -235,6 +259,10 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
     twin_rate_free(&rate);
     *schedule_p = schedule;
     return KVIO_OK;
+refused:
+    twin_rate_free(&rate);
+    kvio_updates_schedule_free(&schedule);
+    return KVIO_ERR_CONFIG;
 nomem:
     twin_rate_free(&rate);
     kvio_updates_schedule_free(&schedule);

@@ -1192,8 +1192,9 @@ Test(cli, force_never_follows_a_planted_link_and_one_run_holds_a_directory, .tim
     char out[1100], path[1300];
     snprintf(out, sizeof(out), "%s/out", dir);
     cr_assert_eq(mkdir(out, 0755), 0);
+    /* #59 item 10: vllm.json too (a stale one stayed; a link made the run fail). */
     const char *planted[] = {"summary.json.tmp", "updates.csv.tmp", "requests.csv",
-                             "iterations.csv", "summary.json"};
+                             "iterations.csv", "summary.json", "vllm.json"};
     for (size_t i = 0; i < sizeof(planted) / sizeof(planted[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", out, planted[i]);
         cr_assert_eq(symlink(victim, path), 0);
@@ -1206,8 +1207,8 @@ Test(cli, force_never_follows_a_planted_link_and_one_run_holds_a_directory, .tim
     char *text = test_read_file(victim);
     cr_expect_str_eq(text, "precious bytes\n", "a planted link's target was written");
     free(text);
-    const char *written[] = {"summary.json", "requests.csv", "iterations.csv"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *written[] = {"summary.json", "requests.csv", "iterations.csv", "vllm.json"};
+    for (size_t i = 0; i < 4; i++) {
         snprintf(path, sizeof(path), "%s/%s", out, written[i]);
         struct stat info;
         cr_assert_eq(lstat(path, &info), 0, "%s", path);
@@ -1283,6 +1284,24 @@ Test(cli, a_warmup_that_covers_the_run_is_a_failed_run, .timeout = 60)
         cr_expect(json_is_false(json_object_get(summary, "complete")), "%s", warmups[w]);
         json_decref(summary);
     }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #59 item 11: weight_sync's per-tensor time at its bound (60 s) over
+ * Kimi-K2's tensors for 200 steps put the last update 26 years into the run,
+ * reported complete and valid. Now it is refused, naming the keys. */
+Test(cli, a_weight_sync_schedule_past_the_clock_is_refused, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "repro/checkpoint-engine-kimi-k2", "--set",
+                               "weight_sync.tensor_overhead=60s", "--set", "train.steps=200",
+                               "-o", "out", NULL);
+    cr_expect_eq(run.status, 2, "%s", run.err);
+    cr_expect(test_contains(run.err, "past the run clock's 10-year limit") &&
+                  test_contains(run.err, "weight_sync.*"),
+              "%s", run.err);
+    test_run_free(&run);
     test_rmtree(dir);
     free(dir);
 }
