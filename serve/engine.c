@@ -1797,6 +1797,8 @@ kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks)
         return status;
     /* Running requests give way, the latest admitted first, until the
      * blocks are free (cached free blocks are evicted for them). */
+    kvio_kvcache_metrics_t before;
+    kvio_kvcache_get_metrics(engine->cache, &before);
     engine->num_scratch = 0;
     while ((status = kvio_kvcache_allocate(engine->cache, engine->reservation,
                                            (size_t)blocks * engine->block_size, NULL)) ==
@@ -1810,6 +1812,13 @@ kvio_status_t kvio_engine_reserve(kvio_engine_t *engine, uint32_t blocks)
     }
     if (status != KVIO_OK)
         return status;
+    if (blocks == usable) {
+        /* The whole pool released (update.colocated: release): its cached
+         * blocks are gone, as a flush drops them (#59 item 13). */
+        kvio_kvcache_metrics_t after;
+        kvio_kvcache_get_metrics(engine->cache, &after);
+        engine->metrics.cache_flushed_blocks += after.evictions - before.evictions;
+    }
     engine->reserved_blocks = blocks;
     return KVIO_OK;
 }

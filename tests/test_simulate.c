@@ -1268,6 +1268,10 @@ Test(simulate, a_released_pool_reports_the_serving_time_it_lost, .timeout = 120)
     const json_t *model = test_json(released.summary, "metrics.model_updates");
     cr_assert_gt(test_json_number(model, "inference_stall_ms.release"), 0);
     cr_assert_gt(test_json_number(model, "stall_ms_per_update.p50"), 0);
+    /* #59 item 13: the released pool's cached blocks are gone, and said so
+     * (cache_flushed_blocks read 0). */
+    cr_assert_gt(test_json_number(released.summary, "metrics.update_effects.cache_flushed_blocks"),
+                 0);
     test_csv_t updates = read_csv(&released, "updates.csv");
     test_csv_t iterations = read_csv(&released, "iterations.csv");
     /* The run's inference stall is the updates', the releases summed (it
