@@ -87,7 +87,17 @@ void kvio_run_verdict(const kvio_workload_t *workload, kvio_result_t *result)
 {
     char message[512];
     double served, offered;
-    if (kvio_run_overloaded(workload, result, &served, &offered)) {
+    double completed = kvio_result_get(result, KVIO_FIG_COMPLETED);
+    double aborted = kvio_result_get(result, KVIO_FIG_ABORTED_REQUESTS);
+    if (!(completed > 0) && aborted > 0) {
+        /* #59 item 9: every request aborted is not an overload (it was blamed
+         * on one, "served 0 req/s"): nothing finished, nothing to measure. */
+        snprintf(message, sizeof(message),
+                 "no request completed: all %.0f were aborted unfinished (a client that went "
+                 "away, kvio serve's --abort or /pause?mode=abort): there are no latencies to "
+                 "report", aborted);
+        kvio_result_warn(result, "all_aborted", 0, 1, message);
+    } else if (kvio_run_overloaded(workload, result, &served, &offered)) {
         snprintf(message, sizeof(message),
                  "overloaded: served %.3g req/s of the %.3g offered (under %.0f %%): the queue "
                  "grew through the run, and its latencies measure the run's length more than "

@@ -610,8 +610,20 @@ static void sigterm_with_streams(bool abort_in_flight)
     json_t *summary = server_summary(&server);
     cr_assert(test_json_true(summary, "complete"));
     cr_assert_eq(test_json_integer(summary, "metrics.completed"), abort_in_flight ? 0 : STREAMS);
-    if (abort_in_flight)
+    if (abort_in_flight) {
         cr_assert_eq(test_json_integer(summary, "metrics.aborted_requests"), STREAMS);
+        /* #59 item 9: all aborted is its own verdict, not an overload. */
+        const json_t *warnings = json_object_get(summary, "warnings");
+        bool all_aborted = false, overload = false;
+        for (size_t w = 0; w < json_array_size(warnings); w++) {
+            const char *kind = json_string_value(json_object_get(json_array_get(warnings, w),
+                                                                 "kind"));
+            all_aborted = all_aborted || (kind != NULL && strcmp(kind, "all_aborted") == 0);
+            overload = overload || (kind != NULL && strcmp(kind, "overload") == 0);
+        }
+        cr_assert(all_aborted && !overload, "warnings: %s", json_dumps(warnings, 0));
+        cr_assert(!test_json_true(summary, "valid"));
+    }
     json_decref(summary);
     server_free(&server);
 }
