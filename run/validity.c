@@ -111,15 +111,14 @@ void kvio_run_verdict(const kvio_workload_t *workload, kvio_result_t *result)
         kvio_result_warn(result, "incomplete", 1, 0, message);
     }
     double cut = kvio_result_get(result, KVIO_FIG_DRAIN_CUT_REQUESTS);
-    double finished = kvio_result_get(result, KVIO_FIG_COMPLETED);
-    if (cut > 0 && cut > DRAIN_CUT_SHARE * (cut + (finished > 0 ? finished : 0))) {
+    double served_and_cut = cut + (completed > 0 ? completed : 0);
+    if (cut > 0 && cut > DRAIN_CUT_SHARE * served_and_cut) {
         snprintf(message, sizeof(message),
                  "serve.drain_timeout cut %.0f requests still in flight (%.1f %% of the %.0f "
                  "served and cut; over %.0f %%): the latencies leave out the slowest; raise "
                  "serve.drain_timeout or shorten the queue", cut,
-                 100.0 * cut / (cut + (finished > 0 ? finished : 0)),
-                 cut + (finished > 0 ? finished : 0), DRAIN_CUT_SHARE * 100);
-        kvio_result_warn(result, "drain_cut", cut, DRAIN_CUT_SHARE * (cut + finished), message);
+                 100.0 * cut / served_and_cut, served_and_cut, DRAIN_CUT_SHARE * 100);
+        kvio_result_warn(result, "drain_cut", cut, DRAIN_CUT_SHARE * served_and_cut, message);
     }
     double timing = kvio_result_get(result, KVIO_FIG_TIMING_ERROR_P99_PCT);
     if (timing > TIMING_ERROR_PCT) {
