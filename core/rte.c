@@ -53,6 +53,8 @@ struct kvio_rte {
     char verdict[320]; /* the last failed wait's, on its peer */
     bool peer_silent;  /* a wait of this rank ended on a silent peer: a cause the silent
                           rank itself cannot report */
+    int given_up;      /* rank 0: the rank a sparing gather gave up on (-1: none); later
+                          collectives leave it out */
     kvio_rte_main_t body;
     void *arg;
 };
@@ -558,11 +560,13 @@ static kvio_status_t barrier_with(kvio_rte_t *rte, void *release, size_t length,
     int size = rte->world->size;
     if (rte->index == 0) {
         for (int rank = 1; rank < size && status == KVIO_OK; rank++)
-            status = recv_exact(rte, rank, TAG_BARRIER_IN, &token, 1);
+            if (rank != rte->given_up)
+                status = recv_exact(rte, rank, TAG_BARRIER_IN, &token, 1);
         if (status == KVIO_OK && fill != NULL)
             fill(rte, release);
         for (int rank = 1; rank < size && status == KVIO_OK; rank++)
-            status = raw_send(rte, rank, TAG_BARRIER_OUT, release, length);
+            if (rank != rte->given_up)
+                status = raw_send(rte, rank, TAG_BARRIER_OUT, release, length);
         return status;
     }
     status = raw_send(rte, 0, TAG_BARRIER_IN, &token, 1);
@@ -603,8 +607,32 @@ void kvio_rte_blobs_free(void **blobs, size_t *lengths, int count)
     free(lengths);
 }
 
-kvio_status_t kvio_rte_gather_blobs(kvio_rte_t *rte, const void *data, size_t length,
-                                    void ***blobs_p, size_t **lengths_p)
+/* Rank 0's receipt of rank's gathered blob; a rank it gave up on, or the
+ * expendable one found lost now (failed, or silent past ranks.timeout),
+ * leaves its blob NULL: the second with why in reason_p, the run's error
+ * untouched (what was gathered decides it). */
+static kvio_status_t gather_one(kvio_rte_t *rte, int rank, int expendable, void **blob_p,
+                                size_t *length_p, char *reason_p, size_t reason_len)
+{
+    if (rank == rte->given_up)
+        return KVIO_OK;
+    bool had_error = rte->error[0] != '\0';
+    kvio_status_t status = raw_recv(rte, rank, TAG_GATHER, blob_p, length_p);
+    if (status != KVIO_ERR_PEER || rank != expendable)
+        return status;
+    if (!had_error)
+        rte->error[0] = '\0';
+    rte->given_up = rank;
+    snprintf(reason_p, reason_len, "%s", rte->verdict);
+    *blob_p = NULL;
+    *length_p = 0;
+    return KVIO_OK;
+}
+
+kvio_status_t kvio_rte_gather_blobs_sparing(kvio_rte_t *rte, const void *data, size_t length,
+                                            int expendable, void ***blobs_p,
+                                            size_t **lengths_p, char *reason_p,
+                                            size_t reason_len)
 {
     int size = rte->world->size;
     if (rte->index != 0) {
@@ -621,7 +649,8 @@ kvio_status_t kvio_rte_gather_blobs(kvio_rte_t *rte, const void *data, size_t le
     lengths[0] = length;
     status = KVIO_OK;
     for (int rank = 1; rank < size && status == KVIO_OK; rank++)
-        status = raw_recv(rte, rank, TAG_GATHER, &blobs[rank], &lengths[rank]);
+        status = gather_one(rte, rank, expendable, &blobs[rank], &lengths[rank], reason_p,
+                            reason_len);
     if (status != KVIO_OK)
         goto fail;
     *blobs_p = blobs;
@@ -630,6 +659,12 @@ kvio_status_t kvio_rte_gather_blobs(kvio_rte_t *rte, const void *data, size_t le
 fail:
     kvio_rte_blobs_free(blobs, lengths, size);
     return status;
+}
+
+kvio_status_t kvio_rte_gather_blobs(kvio_rte_t *rte, const void *data, size_t length,
+                                    void ***blobs_p, size_t **lengths_p)
+{
+    return kvio_rte_gather_blobs_sparing(rte, data, length, -1, blobs_p, lengths_p, NULL, 0);
 }
 
 /* Packs blobs as [u64 length, bytes]... for the broadcast of an allgather. */
@@ -689,7 +724,8 @@ kvio_status_t kvio_rte_allgather_blobs(kvio_rte_t *rte, const void *data, size_t
     if (rte->index == 0) {
         status = pack_blobs(blobs, lengths, size, &packed, &packed_length);
         for (int rank = 1; rank < size && status == KVIO_OK; rank++)
-            status = raw_send(rte, rank, TAG_BROADCAST, packed, packed_length);
+            if (rank != rte->given_up)
+                status = raw_send(rte, rank, TAG_BROADCAST, packed, packed_length);
         free(packed);
         if (status != KVIO_OK)
             goto fail;
@@ -930,7 +966,7 @@ kvio_status_t kvio_rte_world_run(kvio_rte_world_t *world, kvio_rte_main_t body, 
     }
     for (int i = 0; i < count; i++)
         ranks[i] = (kvio_rte_t){.world = world, .index = world->first_local + i,
-                                .body = body, .arg = arg};
+                                .body = body, .arg = arg, .given_up = -1};
     if (count == 1) {
         rank_thread(&ranks[0]);
     } else {

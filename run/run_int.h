@@ -154,6 +154,7 @@ typedef struct rank_report {
     int32_t trainer_status; /* the trainer's failure (kvio_status_t) */
     uint64_t active_version;
     char lost_reason[512];
+    char client_lost[512]; /* a serve rank: why it gave up on the client rank ("": it did not) */
     uint64_t num_stamps; /* weight_sync: bucket stamps after the records */
     /* The first serve rank: a memcpy of the update's bytes between its
      * receive slots, timed at set-up (0: not timed). The trainer: whether

@@ -60,6 +60,8 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
     for (int rank = 0; rank < size; rank++) {
         rank_report_t report;
         const void *records = NULL, *stamps = NULL;
+        if (blobs[rank] == NULL)
+            continue; /* a lost client rank's: it reports nothing */
         if (read_report(blobs[rank], lengths[rank], &report, &records, &stamps) != KVIO_OK)
             return KVIO_ERR_INTERNAL;
         if (!report.is_trainer)
@@ -75,6 +77,9 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
     for (int rank = 0; rank < size; rank++) {
         rank_report_t *report = &all->reports[rank];
         const void *records = NULL, *stamps = NULL;
+        report->rank = rank;
+        if (blobs[rank] == NULL)
+            continue;
         read_report(blobs[rank], lengths[rank], report, &records, &stamps);
         memcpy(all->stamps + all->num_stamps, stamps, report->num_stamps * sizeof(*all->stamps));
         all->num_stamps += report->num_stamps;
@@ -394,8 +399,10 @@ typedef struct rank_state {
     size_t serve_blob_length, *serve_lengths;
     collected_t all;                 /* rank 0 */
     kvio_serve_output_t serving;     /* rank 0: what the serve ranks measured */
-    kvio_status_t lost;              /* a rank lost the trainer: the run fails with this
-                                        after the results */
+    kvio_status_t lost;              /* a rank lost the trainer, or rank 0 the client: the
+                                        run fails with this after the results */
+    bool gave_up_client;             /* rank 0 gathered without the client's report */
+    char client_lost[320];           /* why (rank 0's wait) */
 } rank_state_t;
 
 /* This rank's transport: the workload's device: section (it outlives the
@@ -621,6 +628,12 @@ static kvio_status_t rank_serve(rank_state_t *state)
     report->trainer_lost_ns = serve->trainer_lost_ns;
     report->active_version = serve->active_version;
     snprintf(report->lost_reason, sizeof(report->lost_reason), "%s", serve->trainer_lost_reason);
+    const char *client_lost = state->coupled.rank != NULL
+                                  ? kvio_serve_rank_client_lost(state->coupled.rank)
+                                  : NULL;
+    if (client_lost != NULL)
+        snprintf(report->client_lost, sizeof(report->client_lost),
+                 "serve rank %d: the client rank is lost: %s", state->self - 1, client_lost);
     report->count = serve->count;
     report->iterations = serve->iterations;
     report->polls = serve->polls;
@@ -647,9 +660,15 @@ static kvio_status_t rank_gather(rank_state_t *state)
     report->num_stamps = num_stamps;
     kvio_status_t status = pack_report(report, state->records, state->record_size, stamps,
                                        &state->blob, &state->blob_length);
+    /* A lost client rank (stopped, crashed) loses only its routing counts:
+     * what the serve ranks served is gathered without it. */
+    int client = state->workload->ranks.client > 0 ? state->size - 1 : -1;
     if (status == KVIO_OK)
-        status = kvio_rte_gather_blobs(state->rte, state->blob, state->blob_length,
-                                       &state->blobs, &state->lengths);
+        status = kvio_rte_gather_blobs_sparing(state->rte, state->blob, state->blob_length,
+                                               client, &state->blobs, &state->lengths,
+                                               state->client_lost, sizeof(state->client_lost));
+    state->gave_up_client = status == KVIO_OK && state->self == 0 && client >= 0 &&
+                            state->blobs[client] == NULL;
     if (status != KVIO_OK || !state->coupled_run)
         return status;
     if (state->is_client)
@@ -664,6 +683,31 @@ static kvio_status_t rank_gather(rank_state_t *state)
         status = kvio_rte_gather_blobs(state->rte, state->serve_blob, state->serve_blob_length,
                                        &state->serve_blobs, &state->serve_lengths);
     return status;
+}
+
+/* Rank 0: a client rank lost (a serve rank gave up on it, or rank 0 on
+ * its report) fails the run after the results, with what the serve ranks
+ * served until then in them. */
+static void client_lost_error(rank_state_t *state)
+{
+    const char *served = "what the serve ranks served until then is in the results";
+    if (state->lost != KVIO_OK)
+        return;
+    for (int i = 0; i < state->all.num_reports; i++)
+        if (state->all.reports[i].client_lost[0] != '\0') {
+            /* The first serve rank to notice says how. */
+            char text[sizeof(state->error)];
+            snprintf(text, sizeof(text), "%s; %s", state->all.reports[i].client_lost, served);
+            snprintf(state->error, sizeof(state->error), "%s", text);
+            state->lost = KVIO_ERR_PEER;
+            return;
+        }
+    if (state->gave_up_client) {
+        snprintf(state->error, sizeof(state->error), "the client rank is lost: %s; %s",
+                 state->client_lost[0] != '\0' ? state->client_lost : "its report never came",
+                 served);
+        state->lost = KVIO_ERR_PEER;
+    }
 }
 
 /* Rank 0: serving first (what updates did to it goes into updates.csv),
@@ -709,6 +753,7 @@ static kvio_status_t rank0_results(rank_state_t *state)
                                          sizeof(state->error));
         json_decref(lost_json);
     }
+    client_lost_error(state);
     json_t *interrupted = json_array();
     for (int i = 0; i < all->num_reports; i++)
         if (all->reports[i].interrupted)

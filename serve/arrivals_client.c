@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kvio/log.h"
+
 /* How soon an idle serve rank with a client looks for requests again. */
 #define CLIENT_POLL_NS 200000
 
@@ -23,7 +25,9 @@ struct kvio_serve_client_arrivals {
     kvio_serve_lane_t *lane;
     kvio_serve_publisher_t publisher;
     kvio_hash_buffer_t hashes;
-    bool ended;                   /* the last batch has arrived */
+    bool ended;                   /* the last batch has arrived, or the client is lost */
+    bool lost;                    /* the client failed, ended early or fell silent */
+    char lost_reason[512];
     bool origin_known;            /* the loop counts from the client's time zero */
     int64_t now_ns;               /* the time requests are being taken at */
     bool took;                    /* a request was taken since the last look */
@@ -46,18 +50,23 @@ static kvio_status_t take_request(void *context, const kvio_engine_request_t *re
     return kvio_serve_loop_add(source->loop, lane, &tagged);
 }
 
-/* Fails when the client rank is lost before its last batch: failed, ended
- * or silent (no heartbeat) for longer than the runtime's timeout. */
-static kvio_status_t client_lost(client_arrivals_t *source)
+/* The client rank lost before its last batch (failed, ended, or silent
+ * past the runtime's timeout) ends the arrivals, not the rank: it serves
+ * what it holds and applies updates until the run's end, so what it
+ * served reaches the results; rank 0, missing the client's report, fails
+ * the run naming the client. */
+static void check_client(client_arrivals_t *source)
 {
     char reason[512];
-    kvio_status_t status = kvio_rte_peer_check(source->rte, source->client_rank, true,
-                                               "its next request batch", reason,
-                                               sizeof(reason));
-    if (status != KVIO_OK)
-        snprintf(source->error, sizeof(source->error),
-                 "serve rank %u: the client rank is lost: %s", source->serve_index, reason);
-    return status;
+    if (kvio_rte_peer_check(source->rte, source->client_rank, true, "its next request batch",
+                            reason, sizeof(reason)) == KVIO_OK)
+        return;
+    kvio_warn("serve rank %u: the client rank is lost: %s; no more requests come, so it "
+              "serves those it holds and applies updates until the run's end",
+              source->serve_index, reason);
+    snprintf(source->lost_reason, sizeof(source->lost_reason), "%s", reason);
+    source->lost = true;
+    source->ended = true;
 }
 
 /* Takes every batch the client has sent; the first sets the time zero. */
@@ -69,8 +78,10 @@ static kvio_status_t receive(client_arrivals_t *source, int64_t now_ns)
         size_t length = 0;
         kvio_status_t status = kvio_rte_try_recv(source->rte, source->client_rank,
                                                  KVIO_SERVE_TAG_REQUESTS, &data, &length);
-        if (status == KVIO_INPROGRESS || status == KVIO_ERR_PEER)
-            return client_lost(source);
+        if (status == KVIO_INPROGRESS || status == KVIO_ERR_PEER) {
+            check_client(source);
+            return KVIO_OK;
+        }
         int64_t origin_ns = 0;
         bool last = false;
         if (status == KVIO_OK) {
@@ -95,9 +106,13 @@ static kvio_status_t receive(client_arrivals_t *source, int64_t now_ns)
 }
 
 /* Posts the lane's state to the client (final: serving is over; then
- * waits until everything posted has left). */
+ * waits until everything posted has left). To a lost client only the
+ * final state goes, unwaited for: a client that was only stopped and
+ * goes on can end. */
 static kvio_status_t publish(client_arrivals_t *source, bool final)
 {
+    if (source->lost && !final)
+        return KVIO_OK;
     void *blob = NULL;
     size_t length = 0;
     kvio_status_t status = kvio_serve_publisher_pack(&source->publisher, source->lane->engine,
@@ -106,6 +121,8 @@ static kvio_status_t publish(client_arrivals_t *source, bool final)
         status = kvio_rte_post(source->rte, source->client_rank, KVIO_SERVE_TAG_STATE, blob,
                                length);
     free(blob);
+    if (source->lost)
+        return KVIO_OK;
     if (status == KVIO_OK && final)
         status = kvio_rte_flush(source->rte);
     if (status != KVIO_OK)
@@ -212,6 +229,11 @@ kvio_status_t kvio_serve_client_arrivals_create(kvio_rte_t *rte, int client_rank
 kvio_serve_arrivals_t *kvio_serve_client_arrivals(kvio_serve_client_arrivals_t *source)
 {
     return &source->base;
+}
+
+const char *kvio_serve_client_arrivals_lost(const kvio_serve_client_arrivals_t *source)
+{
+    return source->lost ? source->lost_reason : NULL;
 }
 
 void kvio_serve_client_arrivals_note(kvio_serve_client_arrivals_t *source, kvio_hash_t hash,

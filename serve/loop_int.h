@@ -158,6 +158,8 @@ kvio_status_t kvio_serve_client_arrivals_create(kvio_rte_t *rte, int client_rank
                                                 kvio_serve_lane_t *lane,
                                                 kvio_serve_client_arrivals_t **source_p);
 kvio_serve_arrivals_t *kvio_serve_client_arrivals(kvio_serve_client_arrivals_t *source);
+/* Why the client rank is lost, or NULL while it is not. */
+const char *kvio_serve_client_arrivals_lost(const kvio_serve_client_arrivals_t *source);
 /* A block's hash entered (cached) or left the lane's prefix index: what the
  * next state message tells the client's router. */
 void kvio_serve_client_arrivals_note(kvio_serve_client_arrivals_t *source, kvio_hash_t hash,

@@ -237,6 +237,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
         status = kvio_serve_open_csvs(results, pd != NULL, frontend, false, &csv,
                                       &iterations_csv, error_p, error_len);
     for (size_t b = 0; b < count && status == KVIO_OK; b++) {
+        if (blobs[b] == NULL)
+            continue; /* a lost client rank's */
         if (kvio_serve_client_blob(blobs[b], lengths[b])) {
             json_decref(client);
             client = kvio_serve_client_json(blobs[b], lengths[b]);

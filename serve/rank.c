@@ -312,6 +312,11 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
     return KVIO_OK;
 }
 
+const char *kvio_serve_rank_client_lost(const kvio_serve_rank_t *rank)
+{
+    return rank->client != NULL ? kvio_serve_client_arrivals_lost(rank->client) : NULL;
+}
+
 /* A serve rank's report to rank 0: its engine metrics, requests served per
  * version, its finished requests, timing, its tiers and KV memory (JSON
  * text), then its iteration records (kvio/wire.h; read by

@@ -623,16 +623,18 @@ Test(faults, mpirun_a_stopped_rank_is_named_silent, .timeout = 180)
 /* #40 item 8: the client rank of a coupled run stopped (SIGSTOP) under
  * mpirun: the serve ranks named it lost and exited, mpirun ended the job,
  * and rank 0 (its rank failed too, the process still writing) was killed
- * before summary.json: only the provisional one was left. Now every rank
- * waits for rank 0's release while its process answers, and the summary
- * names the cause, the silent client. */
+ * before summary.json: only the provisional one was left. Now the summary
+ * names the cause, the silent client. #59 item 12: and what was served
+ * before is kept: the serve ranks serve on without new requests, rank 0
+ * gathers without the client, so metrics and requests.csv are there (they
+ * were `{}` and missing). */
 Test(faults, mpirun_a_stopped_client_rank_is_named_in_the_summary, .timeout = 180)
 {
 #ifndef KVIO_HAVE_UCX
     test_require("ucx", 0, "ucx transport not built");
 #endif
     static const char *client_text =
-        "name: faults-client\nseed: 4\nmode: emulate\nduration: 60s\n"
+        "name: faults-client\nseed: 4\nmode: emulate\nduration: 15s\n"
         "ranks: {train: 1, serve: 2, client: 1, timeout: 4s}\n"
         "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
         "serve:\n  kvcache: {block_size: 16, blocks: 400}\n"
@@ -645,9 +647,23 @@ Test(faults, mpirun_a_stopped_client_rank_is_named_in_the_summary, .timeout = 18
         "  output_tokens: {dist: lognormal, mean: 40, stddev: 30, min: 1, max: 128}\n";
     char *dir = test_tmpdir();
     pid_t pid = start_mpirun_with(dir, client_text, 4, "");
-    if (test_require("mpi", pid > 0, "mpirun not found"))
+    if (test_require("mpi", pid > 0, "mpirun not found")) {
+        wait_under_way(dir);
+        usleep((useconds_t)(test_seconds(2) * 1e6)); /* some 40 requests sent */
         expect_stopped_rank_named(dir, pid, 3,
                                   "the client rank is lost: rank 3 has been silent for", "");
+        json_t *summary = load_summary(dir);
+        cr_assert_not_null(summary);
+        cr_expect_gt(test_json_number(summary, "metrics.completed"), 0,
+                     "what was served before the client stopped is lost");
+        json_decref(summary);
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/out/requests.csv", dir);
+        char *csv = test_read_file(path);
+        cr_expect(csv != NULL && strchr(csv, '\n') != NULL && strchr(csv, '\n')[1] != '\0',
+                  "requests.csv is missing or holds no request");
+        free(csv);
+    }
     test_rmtree(dir);
     free(dir);
 }

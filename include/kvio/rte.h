@@ -194,6 +194,16 @@ kvio_status_t kvio_rte_allgather_blobs(kvio_rte_t *rte, const void *data, size_t
 kvio_status_t kvio_rte_gather_blobs(kvio_rte_t *rte, const void *data, size_t length,
                                     void ***blobs_p, size_t **lengths_p);
 
+/* kvio_rte_gather_blobs, except that rank 0 gives up on rank `expendable`
+ * (-1: none) when that rank is lost, failed or silent past ranks.timeout:
+ * its blob is NULL with length 0, why is in reason_p (rank 0's), and the
+ * later gathers and barriers of rank 0 leave it out. Any other failure
+ * fails the gather as kvio_rte_gather_blobs does. */
+kvio_status_t kvio_rte_gather_blobs_sparing(kvio_rte_t *rte, const void *data, size_t length,
+                                            int expendable, void ***blobs_p,
+                                            size_t **lengths_p, char *reason_p,
+                                            size_t reason_len);
+
 void kvio_rte_blobs_free(void **blobs, size_t *lengths, int count);
 
 /* Element-wise reduction of count doubles to rank 0 (result_p is written on

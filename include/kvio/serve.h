@@ -407,16 +407,20 @@ void kvio_serve_rank_destroy(kvio_serve_rank_t *rank);
  * receiver's records, the iterations run and the inference stall. A rank
  * created without run->serve runs emulated iterations of
  * update.iteration, until the updates are over (and, with the trainer
- * lost, until serve_until_ns). With a client rank, it fails (KVIO_ERR_PEER,
- * "the client rank is lost: ...") when the client failed, ended or fell
- * silent (no heartbeat for the runtime's timeout) before its last batch; a
- * slow client is waited for. stop (run->stop) ends serving after the
+ * lost, until serve_until_ns). With a client rank that failed, ended or
+ * fell silent (no heartbeat for the runtime's timeout) before its last
+ * batch, it takes no more requests and serves on (what it served is kept;
+ * kvio_serve_rank_client_lost says why); a slow client is waited for. stop (run->stop) ends serving after the
  * iteration under way; the updates are still taken to their end. */
 kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receiver_t *receiver,
                                     int64_t serve_until_ns, kvio_update_result_t *result_p,
                                     char *error_p, size_t error_len);
 
 /* The rank's measurements as a blob for rank 0 (caller frees). */
+/* Why this rank's client rank was lost (it stopped taking requests and
+ * served on), or NULL while the client is not lost or there is none. */
+const char *kvio_serve_rank_client_lost(const kvio_serve_rank_t *rank);
+
 kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
                                    size_t *length_p);
 
