@@ -360,6 +360,14 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result)
                             ((double)sim->last_finish_ns * sim->num_engines));
     kvio_serve_metrics_fill(result, &total);
     kvio_engine_metrics_fini(&total);
+    /* The rate the loop offered its samples at: they arrive as it admits
+     * them (a step's groups at once, at time 0 for the first), so the
+     * arrivals' own span says nothing (one step: none at all); the loop
+     * offered what it admitted over the rollout's time. */
+    kvio_result_set(result, KVIO_FIG_OFFERED_RATE,
+                    sim->last_finish_ns > 0
+                        ? (double)sim->num_samples / ((double)sim->last_finish_ns / 1e9)
+                        : 0);
     kvio_result_set(result, KVIO_FIG_SERVE_RANKS, sim->num_engines);
     kvio_result_set(result, KVIO_FIG_KV_BLOCKS_PER_RANK, sim->blocks);
     kvio_result_set(result, KVIO_FIG_BLOCK_SIZE, sim->block_size);

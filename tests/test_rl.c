@@ -162,6 +162,34 @@ Test(rl, a_sync_step_generates_until_its_longest_sample, .timeout = 60)
     run_free(&run);
 }
 
+/* The loop hands its samples to the engines as it admits them (the first
+ * step's all at time 0): the rate offered is what it admitted over the
+ * rollout's time, never 0, and a loop that admits only what its trainer's
+ * versions allow is never overloaded. */
+Test(rl, the_offered_rate_is_what_the_loop_admitted_and_never_overloads, .timeout = 60)
+{
+    const char *one_step[] = {"rl.steps=1"};
+    rl_run_t one = run_rl(base_workload, one_step, 1);
+    double samples = kvio_result_get(one.result, KVIO_FIG_COMPLETED);
+    cr_assert_eq(samples, 8 * 8);
+    double last_finish = step_number(one.result, 0, "batch_ready_s");
+    double offered = kvio_result_get(one.result, KVIO_FIG_OFFERED_RATE);
+    cr_assert_float_eq(offered, samples / last_finish, 1e-9 * offered,
+                       "offered %.4f req/s, %.0f samples over %.3f s", offered, samples,
+                       last_finish);
+    run_free(&one);
+    rl_run_t four = run_rl(base_workload, NULL, 0);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/summary.json", four.dir);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s: %s", path, json_error.text);
+    cr_assert(test_json_true(summary, "valid"), "%s",
+              json_dumps(json_object_get(summary, "warnings"), 0));
+    json_decref(summary);
+    run_free(&four);
+}
+
 Test(rl, async_with_staleness_0_trains_on_what_sync_does, .timeout = 60)
 {
     const char *async_sets[] = {"rl.mode=async", "rl.staleness=0"};
