@@ -272,6 +272,49 @@ Test(rl, an_interrupted_rollout_continues_on_the_new_version, .timeout = 60)
     run_free(&recompute);
 }
 
+/* Partial rollouts (Kimi k1.5): a sample generates at most
+ * rl.partial_tokens per version; one that reaches them unfinished is set
+ * aside, its group's place goes to a new one, and it continues on the next
+ * version. A synchronous step no longer waits for its longest sample, and
+ * the continued samples' tokens span versions. */
+Test(rl, partial_rollouts_cap_a_samples_tokens_per_version_and_continue_it, .timeout = 60)
+{
+    const char *partial_sets[] = {"rl.partial_tokens=200"};
+    rl_run_t whole = run_rl(base_workload, NULL, 0);
+    rl_run_t partial = run_rl(base_workload, partial_sets, 1);
+    const kvio_result_t *p = partial.result, *w = whole.result;
+    cr_assert_eq(kvio_result_get(p, KVIO_FIG_RL_STEPS), 4);
+    cr_assert(isnan(kvio_result_get(w, KVIO_FIG_RL_CONTINUATIONS)));
+    double continuations = kvio_result_get(p, KVIO_FIG_RL_CONTINUATIONS);
+    /* The longest sample trained took ceil(tokens / 200) parts. */
+    double longest = 0;
+    for (size_t s = 0; s < 4; s++)
+        longest = fmax(longest, step_number(p, s, "longest_output_tokens"));
+    cr_assert_gt(longest, 400);
+    cr_assert_geq(continuations, ceil(longest / 200) - 1, "%.0f continuations, longest %.0f",
+                  continuations, longest);
+    /* Every sample's tokens were generated once over its parts: the same
+     * groups (rl.steps x rl.batch) give the same output tokens. */
+    cr_assert_eq(kvio_result_get(p, KVIO_FIG_OUTPUT_TOKENS),
+                 kvio_result_get(w, KVIO_FIG_OUTPUT_TOKENS));
+    cr_assert_eq(kvio_result_get(p, KVIO_FIG_COMPLETED),
+                 kvio_result_get(w, KVIO_FIG_COMPLETED) + continuations,
+                 "each continuation is a request of the engine's");
+    /* Continued samples' later tokens are later versions'; a continuation
+     * recomputes its prompt and tokens so far on the new weights. */
+    cr_assert_eq(kvio_result_get(w, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_gt(kvio_result_get(p, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_geq(kvio_result_get(p, KVIO_FIG_RL_STALENESS_MAX), 1);
+    cr_assert_gt(kvio_result_get(p, KVIO_FIG_RL_RECOMPUTED_TOKENS),
+                 200 * kvio_result_get(p, KVIO_FIG_RL_MIXED_SAMPLES));
+    /* The long tail is cut: steps are shorter. */
+    cr_assert_lt(kvio_result_get(p, KVIO_FIG_RL_LONG_TAIL_S),
+                 kvio_result_get(w, KVIO_FIG_RL_LONG_TAIL_S));
+    cr_assert_lt(kvio_result_get(p, KVIO_FIG_RL_STEP_S), kvio_result_get(w, KVIO_FIG_RL_STEP_S));
+    run_free(&whole);
+    run_free(&partial);
+}
+
 Test(rl, colocated_sync_pays_sleep_and_wake, .timeout = 60)
 {
     const char *level1[] = {"rl.placement=colocated", "rl.sleep_level=1"};
