@@ -315,6 +315,45 @@ Test(rl, partial_rollouts_cap_a_samples_tokens_per_version_and_continue_it, .tim
     run_free(&partial);
 }
 
+/* kvio stream's export of a rollout stream keeps its groups: an RL run on
+ * the exported trace (stream.group.n: 1, the trace's samples are the
+ * groups) trains on the same samples as the run that generated them, and
+ * sampling the trace's samples again is refused naming the line. */
+Test(rl, an_exported_rollout_stream_replays_as_the_same_rl_run, .timeout = 60)
+{
+    rl_run_t generated = run_rl(base_workload, NULL, 0);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/rollouts.jsonl", generated.dir);
+    char *workload = test_write_file(generated.dir, "again.yaml", base_workload);
+    test_run_t exported = test_kvio(NULL, "stream", workload, "-o", path, NULL);
+    cr_assert_eq(exported.status, 0, "%s", exported.err);
+    test_run_free(&exported);
+    char trace_set[1300];
+    snprintf(trace_set, sizeof(trace_set), "stream.trace.path=%s", path);
+    const char *replay_sets[] = {trace_set, "stream.group.n=1", "stream.requests=0"};
+    rl_run_t replayed = run_rl(base_workload, replay_sets, 3);
+    const kvio_figure_t same[] = {KVIO_FIG_RL_STEP_S, KVIO_FIG_RL_TRAIN_S,
+                                  KVIO_FIG_RL_ROLLOUT_TOKENS_PER_S, KVIO_FIG_OUTPUT_TOKENS,
+                                  KVIO_FIG_COMPLETED, KVIO_FIG_PREFIX_CACHE_HITS};
+    for (size_t f = 0; f < sizeof(same) / sizeof(same[0]); f++)
+        cr_assert_eq(kvio_result_get(replayed.result, same[f]),
+                     kvio_result_get(generated.result, same[f]), "figure %zu", f);
+    for (size_t s = 0; s < 4; s++)
+        cr_assert_eq(step_number(replayed.result, s, "group_id_sum"),
+                     step_number(generated.result, s, "group_id_sum"), "step %zu", s);
+    run_free(&replayed);
+    char out[1300];
+    snprintf(out, sizeof(out), "%s/again", generated.dir);
+    test_run_t twice = test_kvio(NULL, "run", workload, "--set", trace_set, "-o", out, NULL);
+    cr_assert_eq(twice.status, 2, "%s", twice.err);
+    cr_assert(test_contains(twice.err, "rollouts.jsonl:1: a rollout group's sample (group 1 of "
+                                       "8), but stream.group.n: 8 would sample each line again"),
+              "%s", twice.err);
+    test_run_free(&twice);
+    free(workload);
+    run_free(&generated);
+}
+
 Test(rl, colocated_sync_pays_sleep_and_wake, .timeout = 60)
 {
     const char *level1[] = {"rl.placement=colocated", "rl.sleep_level=1"};

@@ -613,6 +613,14 @@ static kvio_status_t parse_object(kvio_trace_t *trace, json_t *object, bool extr
             status = get_group(object, request, error_p, error_len);
         if (status != KVIO_OK)
             return status;
+        const kvio_stream_config_t *stream = trace->options->stream;
+        if (request->group_size > 0 && stream != NULL && stream->group.n > 1) {
+            snprintf(error_p, error_len, "a rollout group's sample (group %llu of %u), but "
+                     "stream.group.n: %lld would sample each line again: replay the trace's "
+                     "groups with stream.group.n: 1", (unsigned long long)request->group_id,
+                     request->group_size, (long long)stream->group.n);
+            return KVIO_ERR_PARSE;
+        }
         if (values[5] >= 0)
             request->output_content_id = (uint64_t)values[5];
         if (segments != NULL)
