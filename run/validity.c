@@ -30,8 +30,11 @@ bool kvio_run_overloaded(const kvio_workload_t *workload, const kvio_result_t *r
     *served_p = served;
     *offered_p = offered;
     /* A closed loop (stream.users) cannot queue more than its users: it
-     * waits for its answers, and no rate is offered past the serving. */
-    if (workload->stream.users > 0 || !(offered > 0) || isnan(served))
+     * waits for its answers, and no rate is offered past the serving. An
+     * RL run is one too: its loop admits a step's groups only as the
+     * trainer's versions (and the staleness bound) let it. */
+    if (workload->stream.users > 0 || workload->rl.mode != KVIO_RL_OFF || !(offered > 0) ||
+        isnan(served))
         return false;
     /* A short run's last requests finish after its arrivals (the drain):
      * its throughput is under the rate offered without any overload. So

@@ -21,7 +21,9 @@ static uint64_t admission_limit(const rl_sim_t *sim)
 {
     const kvio_rl_config_t *config = sim->config;
     uint64_t eta = config->mode == KVIO_RL_ASYNC ? (uint64_t)config->staleness : 0;
-    uint64_t limit = (sim->version + eta + 1) * (uint64_t)config->batch;
+    /* A group set aside by partial rollouts leaves its place to a new one
+     * (Kimi k1.5's rollout keeps its batch of prompts generating). */
+    uint64_t limit = (sim->version + eta + 1) * (uint64_t)config->batch + sim->parked_groups;
     uint64_t total = (uint64_t)config->steps * (uint64_t)config->batch;
     return limit < total ? limit : total;
 }
@@ -52,6 +54,31 @@ static rl_engine_t *least_loaded(rl_sim_t *sim)
     return best;
 }
 
+/* The sample's next part on its engine: its prompt and the tokens it has
+ * so far as the prompt, at most rl.partial_tokens of the rest as the
+ * output (all of it without partial rollouts). Each part is a request of
+ * the engine's own, as a continuation is a new request to the rollout
+ * engine in Kimi k1.5's partial rollouts: the serving rows count parts. */
+static kvio_status_t add_part(rl_sim_t *sim, rl_engine_t *engine, size_t id, int32_t priority,
+                              uint32_t max_tokens)
+{
+    rl_sample_t *sample = &sim->samples[id];
+    uint32_t rest = sample->output_tokens - sample->generated;
+    uint64_t cap = (uint64_t)sim->config->partial_tokens;
+    kvio_engine_request_t add = {
+        .id = id, .arrival_ns = sim->now_ns, .prompt_tokens = sample->prompt_tokens +
+                                                             sample->generated,
+        .output_tokens = cap > 0 && rest > cap ? (uint32_t)cap : rest,
+        .max_tokens = sample->generated == 0 ? max_tokens : 0, .priority = priority,
+        .hashes = sample->hashes, .num_hashes = sample->num_hashes,
+        .measured = true, .tag = engine->version};
+    sample->base = sample->generated;
+    kvio_status_t status = kvio_engine_add(engine->engine, &add);
+    if (status == KVIO_OK)
+        engine->outstanding++;
+    return status;
+}
+
 static kvio_status_t add_sample(rl_sim_t *sim, rl_engine_t *engine, const kvio_request_t *request)
 {
     size_t id = sim->num_samples;
@@ -64,21 +91,20 @@ static kvio_status_t add_sample(rl_sim_t *sim, rl_engine_t *engine, const kvio_r
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK)
         status = kvio_request_block_hashes(request, sim->block_size, 0, num_blocks, NULL, hashes);
-    if (status == KVIO_OK) {
-        sim->samples[id] = (rl_sample_t){
-            .group = (uint32_t)(sim->num_groups - 1), .prompt_tokens = request->input_tokens,
-            .output_tokens = request->output_tokens, .engine = engine->index};
-        kvio_engine_request_t add = {
-            .id = id, .arrival_ns = sim->now_ns, .prompt_tokens = request->input_tokens,
-            .output_tokens = request->output_tokens, .max_tokens = request->max_tokens,
-            .priority = request->priority, .hashes = hashes, .num_hashes = num_blocks,
-            .measured = true, .tag = engine->version};
-        status = kvio_engine_add(engine->engine, &add);
+    if (status != KVIO_OK) {
+        free(hashes);
+        return status;
     }
-    free(hashes);
-    if (status == KVIO_OK) {
-        sim->num_samples++;
-        engine->outstanding++;
+    sim->samples[id] = (rl_sample_t){
+        .group = (uint32_t)(sim->num_groups - 1), .prompt_tokens = request->input_tokens,
+        .output_tokens = request->output_tokens, .engine = engine->index, .hashes = hashes,
+        .num_hashes = num_blocks};
+    sim->num_samples++;
+    status = add_part(sim, engine, id, request->priority, request->max_tokens);
+    /* Kept only while a part may follow. */
+    if (sim->config->partial_tokens == 0 || status != KVIO_OK) {
+        free(hashes);
+        sim->samples[id].hashes = NULL;
     }
     return status;
 }
@@ -139,6 +165,7 @@ static void on_tokens(void *context, uint64_t id, uint32_t generated, int64_t en
     (void)end_ns;
     rl_engine_t *engine = context;
     rl_sample_t *sample = &engine->sim->samples[id];
+    generated += sample->base; /* the engine counts the part's */
     if (generated <= sample->generated)
         return;
     uint32_t tokens = generated - sample->generated;
@@ -165,10 +192,26 @@ static void on_finish(void *context, const kvio_engine_finished_t *finished)
     sample->finish_ns = finished->finish_ns;
     if (finished->finish_ns > sim->last_finish_ns)
         sim->last_finish_ns = finished->finish_ns;
-    sample->recomputed = finished->recomputed_tokens;
+    sample->recomputed += finished->recomputed_tokens;
+    /* A continuation's prompt (the sample's prompt and tokens so far) was
+     * all computed before: what the prefix cache did not give back is
+     * computed again. */
+    if (sample->base > 0)
+        sample->recomputed += finished->prompt_tokens - finished->cached_tokens;
     engine->outstanding--;
     kvio_serve_samples_add(sim->run->samples, finished);
     rl_group_t *group = &sim->groups[sample->group];
+    if (sample->generated < sample->output_tokens) {
+        /* Partial rollouts: the part's cap reached; the rest waits for the
+         * engine's next version. */
+        sample->parked = true;
+        sample->parked_version = engine->version;
+        sim->parked_samples++;
+        sim->parked_groups += group->parked++ == 0;
+        return;
+    }
+    free(sample->hashes);
+    sample->hashes = NULL;
     if (++group->finished < group->num_samples)
         return;
     group->finish_ns = finished->finish_ns;
@@ -216,6 +259,8 @@ static kvio_status_t engines_create(rl_sim_t *sim, char *error_p, size_t error_l
 
 static void sim_free(rl_sim_t *sim)
 {
+    for (size_t s = 0; s < sim->num_samples; s++)
+        free(sim->samples[s].hashes);
     for (uint32_t e = 0; sim->engines != NULL && e < sim->num_engines; e++)
         kvio_engine_destroy(sim->engines[e].engine);
     free(sim->engines);
@@ -266,11 +311,39 @@ static int64_t next_event(const rl_sim_t *sim)
     return next;
 }
 
+/* Partial rollouts: the samples set aside before version below (on
+ * engine; NULL: on any) continue, each on its own engine. */
+static kvio_status_t continue_parked(rl_sim_t *sim, const rl_engine_t *engine, uint64_t below)
+{
+    kvio_status_t status = KVIO_OK;
+    for (size_t g = sim->oldest; g < sim->num_groups && sim->parked_samples > 0; g++) {
+        rl_group_t *group = &sim->groups[g];
+        for (uint32_t i = 0; i < group->num_samples && group->parked > 0; i++) {
+            size_t id = group->first_sample + i;
+            rl_sample_t *sample = &sim->samples[id];
+            if (!sample->parked || sample->parked_version >= below ||
+                (engine != NULL && sample->engine != engine->index))
+                continue;
+            sample->parked = false;
+            sim->parked_samples--;
+            sim->parked_groups -= --group->parked == 0;
+            sim->continuations++;
+            status = add_part(sim, &sim->engines[sample->engine], id, 0, 0);
+            if (status != KVIO_OK)
+                return status;
+        }
+    }
+    return status;
+}
+
 static kvio_status_t activate(rl_engine_t *engine, uint64_t version)
 {
     engine->pending_version = 0;
     engine->version = version;
-    return kvio_engine_activate(engine->engine, version);
+    kvio_status_t status = kvio_engine_activate(engine->engine, version);
+    if (status == KVIO_OK && engine->sim->parked_samples > 0)
+        status = continue_parked(engine->sim, engine, version);
+    return status;
 }
 
 static kvio_status_t complete_engines(rl_sim_t *sim)
@@ -336,6 +409,12 @@ kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_
         if (status != KVIO_OK)
             break;
         int64_t next = next_event(&sim);
+        if (next == INT64_MAX && sim.parked_samples > 0) {
+            /* The step's batch waits for groups set aside and no new
+             * version can come: they continue on this one. */
+            status = continue_parked(&sim, NULL, UINT64_MAX);
+            continue;
+        }
         if (next == INT64_MAX) {
             snprintf(error_p, error_len,
                      "rl: step %llu of %lld lacks groups and nothing runs: the stream ended "

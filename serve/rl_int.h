@@ -27,11 +27,20 @@ typedef struct rl_sample {
     uint32_t segment_tokens[RL_MAX_SEGMENTS];
     uint32_t recomputed;              /* tokens computed again (an interrupt, a preemption) */
     int64_t finish_ns;
+    /* Partial rollouts (rl.partial_tokens): each version's part is an
+     * engine request of its own, its prompt the sample's prompt and tokens
+     * so far. */
+    uint32_t base;                    /* tokens generated before the engine request running */
+    bool parked;                      /* reached the cap unfinished: waits for a new version */
+    uint64_t parked_version;
+    kvio_hash_t *hashes;              /* its blocks' (owned; kept while it may continue) */
+    size_t num_hashes;
 } rl_sample_t;
 
 /* The n samples of one prompt, admitted together onto one engine. */
 typedef struct rl_group {
     uint32_t first_sample, num_samples, finished;
+    uint32_t parked;       /* its samples waiting to continue (partial rollouts) */
     uint64_t start_version;
     int64_t start_ns, finish_ns;
     bool consumed;         /* trained on */
@@ -96,6 +105,9 @@ typedef struct rl_sim {
     /* What the trainer took. */
     uint64_t staleness_tokens[RL_MAX_STALENESS + 1];
     uint64_t output_tokens, samples_trained, recomputed_tokens, mixed_samples;
+    /* Partial rollouts. */
+    size_t parked_samples, parked_groups;
+    uint64_t continuations;
     int64_t last_finish_ns;          /* the last sample's */
 } rl_sim_t;
 

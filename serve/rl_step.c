@@ -81,6 +81,13 @@ const kvio_opt_t kvio_rl_options[] = {
      .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0.01, .max = 1,
      .help = "a step's generation ends when this share of its samples finished; the trainer's "
              "wait after it is the long tail"},
+    {.key = "partial_tokens", .type = KVIO_OPT_INT,
+     .offset = offsetof(kvio_rl_config_t, partial_tokens), .default_value = "0",
+     .flags = KVIO_OPT_HAS_MIN | KVIO_OPT_HAS_MAX, .min = 0, .max = 1e7,
+     .help = "partial rollouts (Kimi k1.5): the tokens a sample generates per version; one "
+             "that reaches them unfinished is set aside and continues when its engine takes "
+             "the next version, its prompt and tokens so far computed again on the new "
+             "weights (0: off)"},
     {.key = NULL},
 };
 
@@ -196,6 +203,10 @@ bool rl_pick_batch(rl_sim_t *sim)
         if (group->start_version + eta > sim->step)
             break;
         if (group->consumed)
+            continue;
+        /* A group set aside (partial rollouts) continues on a later
+         * version; one still generating is waited for. */
+        if (group->parked > 0)
             continue;
         if (group->finished < group->num_samples)
             return false;
@@ -347,6 +358,8 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result)
                     (double)sim->samples_trained / total_s);
     kvio_result_set(result, KVIO_FIG_RL_RECOMPUTED_TOKENS, (double)sim->recomputed_tokens);
     kvio_result_set(result, KVIO_FIG_RL_MIXED_SAMPLES, (double)sim->mixed_samples);
+    if (config->partial_tokens > 0)
+        kvio_result_set(result, KVIO_FIG_RL_CONTINUATIONS, (double)sim->continuations);
     staleness_figures(sim, result);
     kvio_engine_metrics_t total;
     if (kvio_engine_metrics_init(&total) != KVIO_OK)
@@ -360,6 +373,15 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result)
                             ((double)sim->last_finish_ns * sim->num_engines));
     kvio_serve_metrics_fill(result, &total);
     kvio_engine_metrics_fini(&total);
+    /* The rate the loop offered its samples at: they arrive as it admits
+     * them (a step's groups at once, at time 0 for the first), so the
+     * arrivals' own span says nothing (one step: none at all); the loop
+     * offered what it admitted (samples, and the continuations of partial
+     * rollouts) over the rollout's time. */
+    kvio_result_set(result, KVIO_FIG_OFFERED_RATE,
+                    sim->last_finish_ns > 0 ? (double)(sim->num_samples + sim->continuations) /
+                                                  ((double)sim->last_finish_ns / 1e9)
+                                            : 0);
     kvio_result_set(result, KVIO_FIG_SERVE_RANKS, sim->num_engines);
     kvio_result_set(result, KVIO_FIG_KV_BLOCKS_PER_RANK, sim->blocks);
     kvio_result_set(result, KVIO_FIG_BLOCK_SIZE, sim->block_size);

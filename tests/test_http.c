@@ -177,9 +177,11 @@ static size_t collect(char *data, size_t size, size_t count, void *context)
     return size * count;
 }
 
-/* method path (body NULL: GET) on the server's port; the reply. */
-static reply_t http_call(int port, const char *method, const char *path, const char *body,
-                         size_t abort_after)
+/* method path (body NULL: GET) on the server's port, with the headers of
+ * headers (NULL-terminated; NULL: Content-Type: application/json only);
+ * the reply. */
+static reply_t http_call_with(int port, const char *method, const char *path, const char *body,
+                              size_t abort_after, const char *const *headers_in)
 {
     reply_t reply = {.abort_after = abort_after};
     kvio_http_append(&reply.body, &reply.length, &reply.capacity, "", 0);
@@ -189,7 +191,11 @@ static reply_t http_call(int port, const char *method, const char *path, const c
     cr_assert_not_null(curl);
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *headers = NULL;
+    if (headers_in == NULL)
+        headers = curl_slist_append(NULL, "Content-Type: application/json");
+    for (size_t h = 0; headers_in != NULL && headers_in[h] != NULL; h++)
+        headers = curl_slist_append(headers, headers_in[h]);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     if (body != NULL)
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
@@ -205,6 +211,12 @@ static reply_t http_call(int port, const char *method, const char *path, const c
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
     return reply;
+}
+
+static reply_t http_call(int port, const char *method, const char *path, const char *body,
+                         size_t abort_after)
+{
+    return http_call_with(port, method, path, body, abort_after, NULL);
 }
 
 static reply_t post(int port, const char *path, const char *body)
@@ -518,6 +530,90 @@ Test(http, n_returns_n_choices_sharing_the_prompt, .timeout = 120)
     cr_assert_eq(best_of.status, 400);
     cr_assert(test_contains(best_of.body, "ask for n choices instead"), "%s", best_of.body);
     free(best_of.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    server_free(&server);
+}
+
+/* The request OpenAI's Python SDK (openai 1.x) sends for
+ * client.completions.create(model=..., prompt=..., max_tokens=8, n=4) and
+ * client.chat.completions.create(messages=..., model=..., max_tokens=8,
+ * n=4): its headers, and its body as openapi_dumps writes it (compact, the
+ * keys in the order of create()'s parameters, the unset ones left out).
+ * The package is not installed here (neither pip's nor a Debian one), and
+ * the tests may not reach the network, so libcurl sends those exact bytes;
+ * the answer must hold what the SDK's Completion and ChatCompletion models
+ * read: n choices, indexed 0..n-1, each with its finish_reason. */
+static const char *const openai_python_headers[] = {
+    "Accept: application/json",
+    "Content-Type: application/json",
+    "User-Agent: OpenAI/Python 1.54.4",
+    "X-Stainless-Lang: python",
+    "X-Stainless-Package-Version: 1.54.4",
+    "X-Stainless-OS: Linux",
+    "X-Stainless-Arch: x64",
+    "X-Stainless-Runtime: CPython",
+    "X-Stainless-Runtime-Version: 3.11.2",
+    "Authorization: Bearer sk-kvio",
+    "X-Stainless-Async: false",
+    "x-stainless-retry-count: 0",
+    "x-stainless-read-timeout: 600.0",
+    NULL,
+};
+
+static void assert_sdk_choices(const reply_t *reply, bool chat, size_t n)
+{
+    cr_assert_eq(reply->status, 200, "%s", reply->body);
+    json_t *response = reply_json(reply);
+    cr_assert_str_eq(test_json_string(response, "object"),
+                     chat ? "chat.completion" : "text_completion");
+    cr_assert(json_is_string(json_object_get(response, "id")), "%s", reply->body);
+    cr_assert(json_is_integer(json_object_get(response, "created")), "%s", reply->body);
+    cr_assert(json_is_string(json_object_get(response, "model")), "%s", reply->body);
+    json_t *choices = json_object_get(response, "choices");
+    cr_assert_eq(json_array_size(choices), n, "%s", reply->body);
+    for (size_t c = 0; c < n; c++) {
+        json_t *choice = json_array_get(choices, c);
+        cr_assert_eq(json_integer_value(json_object_get(choice, "index")), (json_int_t)c);
+        cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "length");
+        cr_assert_not_null(json_object_get(choice, "logprobs"), "%s", reply->body);
+        json_t *text = chat ? json_object_get(json_object_get(choice, "message"), "content")
+                            : json_object_get(choice, "text");
+        cr_assert(json_is_string(text) && json_string_length(text) > 0, "%s", reply->body);
+        if (chat)
+            cr_assert_str_eq(
+                json_string_value(json_object_get(json_object_get(choice, "message"), "role")),
+                "assistant");
+    }
+    cr_assert_eq(test_json_integer(response, "usage.completion_tokens"), (long long)(n * 8));
+    cr_assert_eq(test_json_integer(response, "usage.total_tokens"),
+                 test_json_integer(response, "usage.prompt_tokens") + (long long)(n * 8));
+    json_decref(response);
+}
+
+Test(http, the_openai_python_sdks_n_4_request_gets_4_choices, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", NULL);
+    reply_t models = get(server.port, "/v1/models");
+    json_t *listed = reply_json(&models);
+    char model[256];
+    snprintf(model, sizeof(model), "%s", test_json_string(listed, "data.0.id"));
+    json_decref(listed);
+    free(models.body);
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"model\":\"%s\",\"prompt\":\"Solve: 12 * 7 = ?\",\"max_tokens\":8,"
+             "\"n\":4}", model);
+    reply_t reply = http_call_with(server.port, "POST", "/v1/completions", body, 0,
+                                   openai_python_headers);
+    assert_sdk_choices(&reply, false, 4);
+    free(reply.body);
+    snprintf(body, sizeof(body),
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Solve: 12 * 7 = ?\"}],"
+             "\"model\":\"%s\",\"max_tokens\":8,\"n\":4}", model);
+    reply = http_call_with(server.port, "POST", "/v1/chat/completions", body, 0,
+                           openai_python_headers);
+    assert_sdk_choices(&reply, true, 4);
+    free(reply.body);
     cr_assert_eq(server_stop(&server, SIGTERM), 0);
     server_free(&server);
 }

@@ -162,6 +162,34 @@ Test(rl, a_sync_step_generates_until_its_longest_sample, .timeout = 60)
     run_free(&run);
 }
 
+/* The loop hands its samples to the engines as it admits them (the first
+ * step's all at time 0): the rate offered is what it admitted over the
+ * rollout's time, never 0, and a loop that admits only what its trainer's
+ * versions allow is never overloaded. */
+Test(rl, the_offered_rate_is_what_the_loop_admitted_and_never_overloads, .timeout = 60)
+{
+    const char *one_step[] = {"rl.steps=1"};
+    rl_run_t one = run_rl(base_workload, one_step, 1);
+    double samples = kvio_result_get(one.result, KVIO_FIG_COMPLETED);
+    cr_assert_eq(samples, 8 * 8);
+    double last_finish = step_number(one.result, 0, "batch_ready_s");
+    double offered = kvio_result_get(one.result, KVIO_FIG_OFFERED_RATE);
+    cr_assert_float_eq(offered, samples / last_finish, 1e-9 * offered,
+                       "offered %.4f req/s, %.0f samples over %.3f s", offered, samples,
+                       last_finish);
+    run_free(&one);
+    rl_run_t four = run_rl(base_workload, NULL, 0);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/out/summary.json", four.dir);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s: %s", path, json_error.text);
+    cr_assert(test_json_true(summary, "valid"), "%s",
+              json_dumps(json_object_get(summary, "warnings"), 0));
+    json_decref(summary);
+    run_free(&four);
+}
+
 Test(rl, async_with_staleness_0_trains_on_what_sync_does, .timeout = 60)
 {
     const char *async_sets[] = {"rl.mode=async", "rl.staleness=0"};
@@ -242,6 +270,88 @@ Test(rl, an_interrupted_rollout_continues_on_the_new_version, .timeout = 60)
     run_free(&sync);
     run_free(&keep);
     run_free(&recompute);
+}
+
+/* Partial rollouts (Kimi k1.5): a sample generates at most
+ * rl.partial_tokens per version; one that reaches them unfinished is set
+ * aside, its group's place goes to a new one, and it continues on the next
+ * version. A synchronous step no longer waits for its longest sample, and
+ * the continued samples' tokens span versions. */
+Test(rl, partial_rollouts_cap_a_samples_tokens_per_version_and_continue_it, .timeout = 60)
+{
+    const char *partial_sets[] = {"rl.partial_tokens=200"};
+    rl_run_t whole = run_rl(base_workload, NULL, 0);
+    rl_run_t partial = run_rl(base_workload, partial_sets, 1);
+    const kvio_result_t *p = partial.result, *w = whole.result;
+    cr_assert_eq(kvio_result_get(p, KVIO_FIG_RL_STEPS), 4);
+    cr_assert(isnan(kvio_result_get(w, KVIO_FIG_RL_CONTINUATIONS)));
+    double continuations = kvio_result_get(p, KVIO_FIG_RL_CONTINUATIONS);
+    /* The longest sample trained took ceil(tokens / 200) parts. */
+    double longest = 0;
+    for (size_t s = 0; s < 4; s++)
+        longest = fmax(longest, step_number(p, s, "longest_output_tokens"));
+    cr_assert_gt(longest, 400);
+    cr_assert_geq(continuations, ceil(longest / 200) - 1, "%.0f continuations, longest %.0f",
+                  continuations, longest);
+    /* Every sample's tokens were generated once over its parts: the same
+     * groups (rl.steps x rl.batch) give the same output tokens. */
+    cr_assert_eq(kvio_result_get(p, KVIO_FIG_OUTPUT_TOKENS),
+                 kvio_result_get(w, KVIO_FIG_OUTPUT_TOKENS));
+    cr_assert_eq(kvio_result_get(p, KVIO_FIG_COMPLETED),
+                 kvio_result_get(w, KVIO_FIG_COMPLETED) + continuations,
+                 "each continuation is a request of the engine's");
+    /* Continued samples' later tokens are later versions'; a continuation
+     * recomputes its prompt and tokens so far on the new weights. */
+    cr_assert_eq(kvio_result_get(w, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_gt(kvio_result_get(p, KVIO_FIG_RL_MIXED_SAMPLES), 0);
+    cr_assert_geq(kvio_result_get(p, KVIO_FIG_RL_STALENESS_MAX), 1);
+    cr_assert_gt(kvio_result_get(p, KVIO_FIG_RL_RECOMPUTED_TOKENS),
+                 200 * kvio_result_get(p, KVIO_FIG_RL_MIXED_SAMPLES));
+    /* The long tail is cut: steps are shorter. */
+    cr_assert_lt(kvio_result_get(p, KVIO_FIG_RL_LONG_TAIL_S),
+                 kvio_result_get(w, KVIO_FIG_RL_LONG_TAIL_S));
+    cr_assert_lt(kvio_result_get(p, KVIO_FIG_RL_STEP_S), kvio_result_get(w, KVIO_FIG_RL_STEP_S));
+    run_free(&whole);
+    run_free(&partial);
+}
+
+/* kvio stream's export of a rollout stream keeps its groups: an RL run on
+ * the exported trace (stream.group.n: 1, the trace's samples are the
+ * groups) trains on the same samples as the run that generated them, and
+ * sampling the trace's samples again is refused naming the line. */
+Test(rl, an_exported_rollout_stream_replays_as_the_same_rl_run, .timeout = 60)
+{
+    rl_run_t generated = run_rl(base_workload, NULL, 0);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/rollouts.jsonl", generated.dir);
+    char *workload = test_write_file(generated.dir, "again.yaml", base_workload);
+    test_run_t exported = test_kvio(NULL, "stream", workload, "-o", path, NULL);
+    cr_assert_eq(exported.status, 0, "%s", exported.err);
+    test_run_free(&exported);
+    char trace_set[1300];
+    snprintf(trace_set, sizeof(trace_set), "stream.trace.path=%s", path);
+    const char *replay_sets[] = {trace_set, "stream.group.n=1", "stream.requests=0"};
+    rl_run_t replayed = run_rl(base_workload, replay_sets, 3);
+    const kvio_figure_t same[] = {KVIO_FIG_RL_STEP_S, KVIO_FIG_RL_TRAIN_S,
+                                  KVIO_FIG_RL_ROLLOUT_TOKENS_PER_S, KVIO_FIG_OUTPUT_TOKENS,
+                                  KVIO_FIG_COMPLETED, KVIO_FIG_PREFIX_CACHE_HITS};
+    for (size_t f = 0; f < sizeof(same) / sizeof(same[0]); f++)
+        cr_assert_eq(kvio_result_get(replayed.result, same[f]),
+                     kvio_result_get(generated.result, same[f]), "figure %zu", f);
+    for (size_t s = 0; s < 4; s++)
+        cr_assert_eq(step_number(replayed.result, s, "group_id_sum"),
+                     step_number(generated.result, s, "group_id_sum"), "step %zu", s);
+    run_free(&replayed);
+    char out[1300];
+    snprintf(out, sizeof(out), "%s/again", generated.dir);
+    test_run_t twice = test_kvio(NULL, "run", workload, "--set", trace_set, "-o", out, NULL);
+    cr_assert_eq(twice.status, 2, "%s", twice.err);
+    cr_assert(test_contains(twice.err, "rollouts.jsonl:1: a rollout group's sample (group 1 of "
+                                       "8), but stream.group.n: 8 would sample each line again"),
+              "%s", twice.err);
+    test_run_free(&twice);
+    free(workload);
+    run_free(&generated);
 }
 
 Test(rl, colocated_sync_pays_sleep_and_wake, .timeout = 60)

@@ -304,6 +304,55 @@ Test(stream_trace, kvio_export_import_export_is_identical, .timeout = 30)
     free(dir);
 }
 
+/* A rollout stream's samples keep their group (id, index, size) through
+ * export and import, so an RL run replays the exported trace's groups. */
+Test(stream_trace, rollout_groups_round_trip_through_a_kvio_trace, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *workload = test_write_file(
+        dir, "w.yaml",
+        "seed: 7\nstream:\n  requests: 50\n  arrival: {process: poisson, rate: 10}\n"
+        "  input_tokens: {dist: uniform, low: 100, high: 400}\n"
+        "  output_tokens: {dist: lognormal, mean: 300, stddev: 400, max: 4000}\n"
+        "  group: {n: 4}\n");
+    test_run_t run = test_kvio(dir, "stream", workload, "-o", "first.jsonl", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char first_path[512], second_path[512];
+    snprintf(first_path, sizeof(first_path), "%s/first.jsonl", dir);
+    snprintf(second_path, sizeof(second_path), "%s/second.jsonl", dir);
+    kvio_stream_trace_config_t options = default_options();
+    kvio_stream_t *stream = open_trace(first_path, KVIO_TRACE_AUTO, &options);
+    kvio_request_t *requests[256];
+    size_t count = read_all(stream, requests, 256);
+    kvio_stream_destroy(stream);
+    cr_assert_eq(count, 200, "50 prompts x 4 samples, got %zu", count);
+    for (size_t i = 0; i < count; i++) {
+        const kvio_request_t *request = requests[i];
+        const kvio_request_t *first = requests[i - i % 4];
+        cr_assert_eq(request->group_id, i / 4 + 1, "line %zu", i + 1);
+        cr_assert_eq(request->group_index, i % 4, "line %zu", i + 1);
+        cr_assert_eq(request->group_size, 4, "line %zu", i + 1);
+        /* The samples of a group share the prompt, not the output. */
+        cr_assert_eq(request->input_tokens, first->input_tokens);
+        cr_assert_eq(request->arrival_ns, first->arrival_ns);
+        if (i % 4 > 0)
+            cr_assert_neq(request->output_content_id, first->output_content_id);
+    }
+    free_requests(requests, count);
+    stream = open_trace(first_path, KVIO_TRACE_AUTO, &options);
+    char *second = export_to(stream, second_path, KVIO_EXPORT_KVIO);
+    kvio_stream_destroy(stream);
+    char *first = test_read_file(first_path);
+    cr_assert_str_eq(first, second);
+    cr_assert(test_contains(first, "\"group\": 50, \"group_index\": 3, \"group_size\": 4"));
+    free(first);
+    free(second);
+    free(workload);
+    test_rmtree(dir);
+    free(dir);
+}
+
 Test(stream_trace, kvio_fixture_imports_and_exports_byte_for_byte, .timeout = 10)
 {
     char *dir = test_tmpdir();
@@ -420,6 +469,15 @@ static const bad_case_t bad_cases[] = {
      "{\"arrival_ns\": 0, \"input_length\": 5, \"output_length\": 9, \"max_tokens\": 4, "
      "\"segments\": [[1, 0, 5]]}\n",
      "max.jsonl:1: output_length 9 is above max_tokens 4"},
+    {"groupindex.jsonl", KVIO_TRACE_KVIO,
+     "{\"arrival_ns\": 0, \"input_length\": 5, \"output_length\": 1, \"group\": 1, "
+     "\"group_index\": 4, \"group_size\": 4, \"segments\": [[1, 0, 5]]}\n",
+     "groupindex.jsonl:1: 'group_index' is 4, not below 'group_size' 4"},
+    {"groupsize.jsonl", KVIO_TRACE_KVIO,
+     "{\"arrival_ns\": 0, \"input_length\": 5, \"output_length\": 1, \"group\": 1, "
+     "\"group_index\": 0, \"segments\": [[1, 0, 5]]}\n",
+     "groupsize.jsonl:1: a group's sample needs all of 'group', 'group_index' and "
+     "'group_size' (missing 'group_size')"},
     {"date.csv", KVIO_TRACE_AZURE,
      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,10,1\n2023-13-16 1:2:3,4,5\n",
      "date.csv:3: TIMESTAMP '2023-13-16 1:2:3' is not a date"},

@@ -195,6 +195,14 @@ kvio_status_t kvio_stream_writer_write(kvio_stream_writer_t *writer,
             PUT_LITERAL(writer, ", \"cache_salt\": ");
             put_u64(writer, request->cache_salt);
         }
+        if (request->group_size > 0) {
+            PUT_LITERAL(writer, ", \"group\": ");
+            put_u64(writer, request->group_id);
+            PUT_LITERAL(writer, ", \"group_index\": ");
+            put_u64(writer, request->group_index);
+            PUT_LITERAL(writer, ", \"group_size\": ");
+            put_u64(writer, request->group_size);
+        }
         if (request->segments != NULL) {
             PUT_LITERAL(writer, ", \"segments\": [");
             for (uint32_t i = 0; i < request->num_segments; i++) {

@@ -1,7 +1,8 @@
 /* JSONL traces, one request per line: Mooncake's fields (timestamp in ms,
  * input_length, output_length, hash_ids of trace blocks) and, in kvio
  * format, the extras that make export and import lossless (id, arrival_ns,
- * max_tokens, priority, session, turn, cache_salt, segments, output_id, block_tokens).
+ * max_tokens, priority, session, turn, cache_salt, group, group_index, group_size,
+ * segments, output_id, block_tokens).
  * A strict scanner reads the plain Mooncake lines that real traces consist
  * of; any line it does not fully recognise or that is out of range goes
  * through jansson, which checks every value and words the errors. */
@@ -507,6 +508,41 @@ static kvio_status_t get_cache_salt(json_t *object, uint64_t *salt_p, char *erro
     return KVIO_ERR_PARSE;
 }
 
+/* "group", "group_index", "group_size": a rollout group's sample (written
+ * by export when stream.group.n > 1): all three or none. */
+static kvio_status_t get_group(json_t *object, kvio_request_t *request, char *error_p,
+                               size_t error_len)
+{
+    long long id = -1, index = -1, size = -1;
+    kvio_status_t status = get_integer(object, "group", false, 1, INT64_MAX, &id, error_p,
+                                       error_len);
+    if (status == KVIO_OK)
+        status = get_integer(object, "group_index", false, 0, UINT32_MAX, &index, error_p,
+                             error_len);
+    if (status == KVIO_OK)
+        status = get_integer(object, "group_size", false, 1, UINT32_MAX, &size, error_p,
+                             error_len);
+    if (status != KVIO_OK)
+        return status;
+    if (id < 0 && index < 0 && size < 0)
+        return KVIO_OK;
+    if (id < 0 || index < 0 || size < 0) {
+        snprintf(error_p, error_len, "a group's sample needs all of 'group', 'group_index' and "
+                 "'group_size' (missing '%s')", id < 0 ? "group" : index < 0 ? "group_index"
+                                                                 : "group_size");
+        return KVIO_ERR_PARSE;
+    }
+    if (index >= size) {
+        snprintf(error_p, error_len, "'group_index' is %lld, not below 'group_size' %lld",
+                 index, size);
+        return KVIO_ERR_PARSE;
+    }
+    request->group_id = (uint64_t)id;
+    request->group_index = (uint32_t)index;
+    request->group_size = (uint32_t)size;
+    return KVIO_OK;
+}
+
 static kvio_status_t parse_object(kvio_trace_t *trace, json_t *object, bool extras,
                                   char *error_p, size_t error_len)
 {
@@ -573,8 +609,18 @@ static kvio_status_t parse_object(kvio_trace_t *trace, json_t *object, bool extr
         request->session_id = (uint64_t)values[3];
         request->turn = (uint32_t)values[4];
         status = get_cache_salt(object, &request->cache_salt, error_p, error_len);
+        if (status == KVIO_OK)
+            status = get_group(object, request, error_p, error_len);
         if (status != KVIO_OK)
             return status;
+        const kvio_stream_config_t *stream = trace->options->stream;
+        if (request->group_size > 0 && stream != NULL && stream->group.n > 1) {
+            snprintf(error_p, error_len, "a rollout group's sample (group %llu of %u), but "
+                     "stream.group.n: %lld would sample each line again: replay the trace's "
+                     "groups with stream.group.n: 1", (unsigned long long)request->group_id,
+                     request->group_size, (long long)stream->group.n);
+            return KVIO_ERR_PARSE;
+        }
         if (values[5] >= 0)
             request->output_content_id = (uint64_t)values[5];
         if (segments != NULL)

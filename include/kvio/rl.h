@@ -43,6 +43,9 @@ typedef struct kvio_rl_config {
     int64_t sync_latency_ns;
     double tail_quantile;   /* a step's generation ends at this share of its samples;
                                the rest is the long-tail wait */
+    int64_t partial_tokens; /* partial rollouts (Kimi k1.5): tokens a sample generates per
+                               version; one that reaches it unfinished continues on the
+                               next; 0: off */
 } kvio_rl_config_t;
 
 extern const kvio_opt_t kvio_rl_options[];
