@@ -590,15 +590,8 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->blocks = (block_record_t *)tables;
     cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
     cache->free_queue.num_blocks = config->num_blocks;
-    status = kvio_evict_init(&cache->evict, config->eviction, config->num_blocks,
-                             config->num_blocks - 1);
-    if (status != KVIO_OK)
-        goto cleanup;
-    /* The radix index asks the tree for a leaf: the queue's head may be a
-     * parent. */
-    cache->queue_order = (cache->evict.ops->caps & KVIO_EVICT_CAP_QUEUE_ORDER) != 0 &&
-                         config->index != KVIO_KVCACHE_INDEX_RADIX;
     if (config->index == KVIO_KVCACHE_INDEX_RADIX) {
+        /* The tree keeps the policy (over its leaves); the pool none. */
         kvio_radix_config_t tree_config = {
             .num_blocks = config->num_blocks, .block_size = config->block_size,
             .eviction = config->eviction, .external_blocks = true,
@@ -606,6 +599,12 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
         status = kvio_radix_create(&tree_config, &cache->tree);
         if (status != KVIO_OK)
             goto cleanup;
+    } else {
+        status = kvio_evict_init(&cache->evict, config->eviction, config->num_blocks,
+                                 config->num_blocks - 1);
+        if (status != KVIO_OK)
+            goto cleanup;
+        cache->queue_order = (cache->evict.ops->caps & KVIO_EVICT_CAP_QUEUE_ORDER) != 0;
     }
     /* Block 0 is the null block: never free, never handed out; the others
      * are free in order, as the zeroed tables say. */

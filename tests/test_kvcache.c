@@ -1746,7 +1746,8 @@ Test(kvcache_radix, a_shared_prefix_the_hash_index_evicts_is_hit_under_radix, .t
 
 /* A running request locks its path (SGLang's inc_lock_ref): its blocks are
  * the tree's protected tokens and no eviction takes them; freed, they are
- * evictable, and a pool that needs them evicts the leaf whole. */
+ * evictable, and a request that needs one of them evicts their leaf whole
+ * (SGLang's evict frees a node at a time). */
 Test(kvcache_radix, a_running_request_locks_its_path, .timeout = 10)
 {
     kvio_kvcache_t *cache = radix_pool(7, "lru", KVIO_KVCACHE_INDEX_RADIX); /* 6 usable */
@@ -1756,26 +1757,31 @@ Test(kvcache_radix, a_running_request_locks_its_path, .timeout = 10)
     cr_assert_eq(kvio_kvcache_allocate(cache, a, 3 * BLOCK + 1, NULL), KVIO_OK);
     cr_expect_eq(kvio_radix_protected_tokens(tree), 3 * BLOCK);
     cr_expect_eq(kvio_radix_evictable_tokens(tree), 0);
-    /* Two more blocks fit (2 free); a third would need a's, which are locked. */
-    kvio_kvreq_t *b = chain_request(cache, 2, 0, 3);
-    cr_expect_eq(kvio_kvcache_allocate(cache, b, 3 * BLOCK + 1, NULL), KVIO_ERR_NO_SPACE);
+    /* Two blocks are free; three more would need a's, which are locked. */
+    kvio_kvreq_t *b = chain_request(cache, 2, 0, 2);
+    cr_expect_eq(kvio_kvcache_allocate(cache, b, 2 * BLOCK + 1, NULL), KVIO_ERR_NO_SPACE);
     kvio_kvreq_t *c = chain_request(cache, 3, 0, 1);
     cr_assert_eq(kvio_kvcache_allocate(cache, c, BLOCK + 1, NULL), KVIO_OK);
     kvio_kvcache_free(cache, a);
     cr_expect_eq(kvio_radix_protected_tokens(tree), BLOCK, "c's block");
     cr_expect_eq(kvio_radix_evictable_tokens(tree), 3 * BLOCK);
-    /* b takes a's leaf (three blocks at once) for its four. */
-    cr_assert_eq(kvio_kvcache_allocate(cache, b, 3 * BLOCK + 1, NULL), KVIO_OK);
+    /* d's two blocks: a's uncached last block, then one of a's three
+     * cached ones: the tree evicts their leaf, all three. */
+    kvio_kvreq_t *d = chain_request(cache, 4, 0, 1);
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, BLOCK + 1, NULL), KVIO_OK);
     kvio_kvcache_metrics_t metrics;
     kvio_kvcache_get_metrics(cache, &metrics);
-    cr_expect_eq(metrics.evictions, 3);
-    cr_expect_eq(kvio_radix_num_nodes(tree), 2, "b's and c's");
+    cr_expect_eq(metrics.evictions, 3, "the whole leaf: %llu",
+                 (unsigned long long)metrics.evictions);
+    cr_expect_eq(kvio_radix_num_nodes(tree), 2, "c's and d's");
+    cr_expect_eq(kvio_kvcache_num_free_blocks(cache), 2);
     kvio_kvreq_t *again = chain_request(cache, 1, 0, 3);
     cr_expect_eq(kvio_kvcache_lookup(cache, again), 0);
     kvio_kvreq_destroy(again);
     kvio_kvreq_destroy(a);
     kvio_kvreq_destroy(b);
     kvio_kvreq_destroy(c);
+    kvio_kvreq_destroy(d);
     kvio_kvcache_destroy(cache);
 }
 
