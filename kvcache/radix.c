@@ -8,6 +8,7 @@
  * new page its block and hears each block eviction frees. */
 #include "kvcache/kvcache_int.h"
 
+#include "kvio/hashset.h"
 #include "kvio/log.h"
 
 #include <stdlib.h>
@@ -39,6 +40,12 @@ struct kvio_radix {
     uint8_t *in_set;           /* node is an unlocked leaf known to the policy */
     uint8_t *policy_known;     /* the policy has seen the node since it was made */
     kvio_radix_config_t hooks; /* on_stored, on_removed, hook_context */
+    /* (parent, first page key) -> child, so a walk finds a child in O(1)
+     * however many siblings it has (SGLang keys node.children by it);
+     * scanned_children: a 64-bit collision or no memory for the map, and
+     * siblings are scanned instead until the next reset. */
+    kvio_map_t children;
+    bool scanned_children;
 };
 
 uint64_t kvio_radix_footprint(uint32_t num_blocks, uint64_t used_blocks)
@@ -47,9 +54,10 @@ uint64_t kvio_radix_footprint(uint32_t num_blocks, uint64_t used_blocks)
     /* Written whole when the tree is made: the free node stack (and the
      * free block stack of a tree that owns its blocks); the policy's state
      * at most (arc's lists and ghost keys); per block used, its key, its
-     * node, the node's flags and page array (malloc'd, 32 bytes at least). */
+     * node, the node's flags and page array (malloc'd, 32 bytes at least),
+     * and its entry in the children map (at most 4 slots of 12 bytes). */
     return n * sizeof(uint32_t) * 2 + n * 48 +
-           u * (sizeof(kvio_hash_t) + sizeof(radix_node_t) + 2 + 32) + 4096;
+           u * (sizeof(kvio_hash_t) + sizeof(radix_node_t) + 2 + 32 + 48) + 4096;
 }
 
 static bool is_leaf(const kvio_radix_t *tree, uint32_t node)
@@ -146,6 +154,7 @@ void kvio_radix_destroy(kvio_radix_t *tree)
             free(tree->nodes[i].blocks);
     }
     kvio_evict_fini(&tree->evict);
+    kvio_map_fini(&tree->children);
     free(tree->block_keys);
     free(tree->free_blocks);
     free(tree->nodes);
@@ -153,6 +162,36 @@ void kvio_radix_destroy(kvio_radix_t *tree)
     free(tree->in_set);
     free(tree->policy_known);
     free(tree);
+}
+
+static kvio_hash_t first_key(const kvio_radix_t *tree, uint32_t node)
+{
+    return tree->block_keys[tree->nodes[node].blocks[0]];
+}
+
+static uint64_t child_key(uint32_t parent, kvio_hash_t key)
+{
+    return key.low ^ (key.high + parent) * 0x9e3779b97f4a7c15ull;
+}
+
+/* child, under its parent, is found by its first page key. */
+static void index_child(kvio_radix_t *tree, uint32_t child)
+{
+    if (tree->scanned_children)
+        return;
+    uint64_t key = child_key(tree->nodes[child].parent, first_key(tree, child));
+    uint32_t held = kvio_map_get(&tree->children, key);
+    if ((held != 0 && held != child) || kvio_map_set(&tree->children, key, child) != KVIO_OK)
+        tree->scanned_children = true;
+}
+
+static void unindex_child(kvio_radix_t *tree, uint32_t child)
+{
+    if (tree->scanned_children)
+        return;
+    uint64_t key = child_key(tree->nodes[child].parent, first_key(tree, child));
+    if (kvio_map_get(&tree->children, key) == child)
+        kvio_map_set(&tree->children, key, 0); /* taking a key out allocates nothing */
 }
 
 static void link_child(kvio_radix_t *tree, uint32_t parent, uint32_t child)
@@ -164,10 +203,12 @@ static void link_child(kvio_radix_t *tree, uint32_t parent, uint32_t child)
     if (node->next_sibling != NO_NODE)
         tree->nodes[node->next_sibling].prev_sibling = child;
     tree->nodes[parent].first_child = child;
+    index_child(tree, child);
 }
 
 static void unlink_child(kvio_radix_t *tree, uint32_t child)
 {
+    unindex_child(tree, child);
     radix_node_t *node = &tree->nodes[child];
     if (node->prev_sibling != NO_NODE)
         tree->nodes[node->prev_sibling].next_sibling = node->next_sibling;
@@ -196,6 +237,15 @@ static uint32_t new_node(kvio_radix_t *tree, uint32_t num_pages)
 
 static uint32_t find_child(const kvio_radix_t *tree, uint32_t parent, kvio_hash_t key)
 {
+    if (!tree->scanned_children) {
+        /* The map holds every child: a different node under this key is a
+         * collision that would have switched the map off. */
+        uint32_t child = kvio_map_get(&tree->children, child_key(parent, key));
+        return child != 0 && tree->nodes[child].parent == parent &&
+                       kvio_hash_equal(first_key(tree, child), key)
+                   ? child
+                   : NO_NODE;
+    }
     for (uint32_t child = tree->nodes[parent].first_child; child != NO_NODE;
          child = tree->nodes[child].next_sibling) {
         if (kvio_hash_equal(tree->block_keys[tree->nodes[child].blocks[0]], key))
@@ -211,6 +261,7 @@ static uint32_t split(kvio_radix_t *tree, uint32_t child, uint32_t pages)
     uint32_t parent = new_node(tree, pages);
     if (parent == NO_NODE)
         return NO_NODE;
+    unindex_child(tree, child);
     radix_node_t *old = &tree->nodes[child];
     radix_node_t *top = &tree->nodes[parent];
     memcpy(top->blocks, old->blocks, pages * sizeof(uint32_t));
@@ -230,6 +281,8 @@ static uint32_t split(kvio_radix_t *tree, uint32_t child, uint32_t pages)
     old->prev_sibling = old->next_sibling = NO_NODE;
     old->parent = parent;
     top->first_child = child;
+    index_child(tree, parent);
+    index_child(tree, child);
     return parent;
 }
 
@@ -421,6 +474,8 @@ void kvio_radix_reset(kvio_radix_t *tree)
         tree->nodes[i] = (radix_node_t){0};
     }
     reset_nodes(tree);
+    kvio_map_fini(&tree->children);
+    tree->scanned_children = false;
     tree->evictable_tokens = tree->protected_tokens = 0;
     if (!tree->hooks.external_blocks) {
         for (uint32_t i = 0; i < tree->num_blocks; i++)

@@ -1442,6 +1442,32 @@ Test(radix_sglang, kv_cache_events_with_eviction, .timeout = 10)
     kvio_radix_destroy(tree);
 }
 
+/* Children are found through a map of (parent, first page key); two
+ * first pages whose map keys collide (crafted here) switch the tree to
+ * scanning siblings, and both stay found, as do their continuations. */
+Test(radix, children_whose_map_keys_collide_are_still_found, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    const uint64_t mix = 0x9e3779b97f4a7c15ull;
+    kvio_hash_t first[2] = {{.low = 11, .high = 1}, {.low = 22, .high = 1}};
+    kvio_hash_t other[2] = {{.low = 11 ^ 1 * mix ^ 5 * mix, .high = 5}, {.low = 33, .high = 5}};
+    cr_assert_eq(first[0].low ^ first[0].high * mix, other[0].low ^ other[0].high * mix,
+                 "the two first pages share a map key under the root");
+    size_t present = 99;
+    cr_assert_eq(kvio_radix_insert(tree, first, 2, &present), KVIO_OK);
+    cr_assert_eq(kvio_radix_insert(tree, other, 2, &present), KVIO_OK);
+    cr_expect_eq(present, 0);
+    cr_expect_eq(kvio_radix_peek(tree, first, 2, NULL), 2);
+    cr_expect_eq(kvio_radix_peek(tree, other, 2, NULL), 2);
+    kvio_radix_node_t node;
+    size_t matched;
+    cr_assert_eq(kvio_radix_match(tree, other, 1, &node, &matched), KVIO_OK);
+    cr_expect_eq(matched, 1, "a split under the scanned root");
+    cr_expect_eq(kvio_radix_peek(tree, other, 2, NULL), 2);
+    cr_expect_eq(kvio_radix_peek(tree, first, 2, NULL), 2);
+    kvio_radix_destroy(tree);
+}
+
 /* Where radix and hash-block caching differ: a prompt sharing 20 tokens
  * with a cached one. SGLang's token-granular tree (page size 1) serves all
  * 20; vLLM's hash index, blocks of 16, serves the one whole block. */
