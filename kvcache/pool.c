@@ -115,17 +115,6 @@ typedef struct free_ring {
     uint32_t length;     /* live entries (free blocks) */
 } free_ring_t;
 
-/* index radix: where a cached block hangs in the tree of chained blocks.
- * A child records its parent's generation, which moves on whenever the
- * parent's hash leaves the index, so a child outliving its parent's content
- * (a forced eviction) never counts against the block's next content. */
-typedef struct radix_link {
-    uint32_t parent;            /* the block before it in the request that cached it */
-    uint32_t parent_generation;
-    uint32_t children;          /* cached blocks whose parent it is */
-    uint32_t generation;
-} radix_link_t;
-
 struct kvio_kvcache {
     kvio_kvcache_config_t config;
     uint32_t num_blocks;
@@ -142,7 +131,13 @@ struct kvio_kvcache {
     duplicate_link_t *duplicates; /* per block (zeroed: only rings touch theirs) */
     kvio_evict_t evict;
     bool queue_order;         /* the policy is the free queue (lru) */
-    radix_link_t *links;      /* index radix: per block; NULL with the hash index */
+    /* index radix: SGLang's RadixCache (kvcache/radix.c) over the pool's
+     * blocks: the cached blocks are its pages, a lookup is its match, a
+     * running request locks its path, and a cached block is evicted only
+     * as part of a leaf the tree's policy picks. NULL with the hash index. */
+    kvio_radix_t *tree;
+    uint32_t *scratch;        /* index radix: the tree's blocks of a request's pages */
+    size_t scratch_capacity;
     uint64_t index_version;   /* bumped whenever a hash enters or leaves the index */
     uint64_t epoch;           /* the model version blocks entering the index get */
     bool epochs_used;         /* an epoch other than 0 was ever set (block_epoch written) */
@@ -180,6 +175,11 @@ struct kvio_kvreq {
      * this one's (synced before each use); NULL in a pool of one group. */
     struct kvio_kvreq *window;
     size_t num_null; /* leading null entries (block 0) of a window group's table */
+    /* index radix: the tree node the request locks (its cached path) and
+     * the tree's generation then; radix_locked false: none. */
+    bool radix_locked;
+    kvio_radix_node_t radix_node;
+    uint64_t radix_generation;
 };
 
 /* ---- free ring ---------------------------------------------------------- */
@@ -509,6 +509,8 @@ static uint64_t touched(uint64_t count, uint64_t size, uint64_t used, uint64_t p
     return some < all ? some : all;
 }
 
+static void tree_released(void *context, uint32_t block, kvio_hash_t hash);
+
 uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index, uint64_t used_blocks)
 {
     uint64_t n = num_blocks, buckets = 2, ring = 16;
@@ -528,7 +530,7 @@ uint64_t kvio_kvcache_footprint(uint32_t num_blocks, int index, uint64_t used_bl
                      touched(buckets, sizeof(index_bucket_t) + sizeof(uint32_t) + 1, u, 4096) +
                      touched(n, sizeof(duplicate_link_t), u, sizeof(duplicate_link_t));
     if (index == KVIO_KVCACHE_INDEX_RADIX)
-        bytes += n * sizeof(radix_link_t); /* written whole when the pool is made */
+        bytes += kvio_radix_footprint(num_blocks, u);
     return bytes;
 }
 
@@ -588,22 +590,21 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->blocks = (block_record_t *)tables;
     cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
     cache->free_queue.num_blocks = config->num_blocks;
-    status = kvio_evict_init(&cache->evict, config->eviction, config->num_blocks,
-                             config->num_blocks - 1);
-    if (status != KVIO_OK)
-        goto cleanup;
-    /* The radix index asks the policy for a leaf: the queue's head may be a
-     * parent. */
-    cache->queue_order = (cache->evict.ops->caps & KVIO_EVICT_CAP_QUEUE_ORDER) != 0 &&
-                         config->index != KVIO_KVCACHE_INDEX_RADIX;
     if (config->index == KVIO_KVCACHE_INDEX_RADIX) {
-        cache->links = malloc(n * sizeof(radix_link_t));
-        if (cache->links == NULL) {
-            status = KVIO_ERR_NOMEM;
+        /* The tree keeps the policy (over its leaves); the pool none. */
+        kvio_radix_config_t tree_config = {
+            .num_blocks = config->num_blocks, .block_size = config->block_size,
+            .eviction = config->eviction, .external_blocks = true,
+            .on_released = tree_released, .hook_context = cache};
+        status = kvio_radix_create(&tree_config, &cache->tree);
+        if (status != KVIO_OK)
             goto cleanup;
-        }
-        for (size_t i = 0; i < n; i++)
-            cache->links[i] = (radix_link_t){.parent = NO_BLOCK};
+    } else {
+        status = kvio_evict_init(&cache->evict, config->eviction, config->num_blocks,
+                                 config->num_blocks - 1);
+        if (status != KVIO_OK)
+            goto cleanup;
+        cache->queue_order = (cache->evict.ops->caps & KVIO_EVICT_CAP_QUEUE_ORDER) != 0;
     }
     /* Block 0 is the null block: never free, never handed out; the others
      * are free in order, as the zeroed tables say. */
@@ -627,7 +628,8 @@ void kvio_kvcache_destroy(kvio_kvcache_t *cache)
     kvio_zeroed_free(cache->blocks, cache->tables_bytes); /* the records and the ring */
     kvio_zeroed_free(cache->index_memory, cache->index_bytes);
     kvio_zeroed_free(cache->block_epoch, cache->num_blocks * sizeof(uint64_t));
-    free(cache->links);
+    kvio_radix_destroy(cache->tree);
+    free(cache->scratch);
     free(cache);
 }
 
@@ -671,24 +673,22 @@ kvio_status_t kvio_kvcache_block_hash(const kvio_kvcache_t *cache, uint32_t bloc
     return KVIO_OK;
 }
 
+const kvio_radix_t *kvio_kvcache_radix(const kvio_kvcache_t *cache)
+{
+    return cache->tree;
+}
+
 void kvio_kvcache_get_metrics(const kvio_kvcache_t *cache, kvio_kvcache_metrics_t *metrics_p)
 {
     *metrics_p = cache->metrics;
 }
 
-/* A free cached block is among the policy's candidates: always with the hash
- * index, only as a leaf with the radix index. */
-static inline bool evictable(const kvio_kvcache_t *cache, uint32_t block)
-{
-    return cache->links == NULL || cache->links[block].children == 0;
-}
-
-/* A free block becomes evictable content for a non-queue policy (a parent,
- * under the radix index, once its last child goes). */
+/* A free cached block becomes evictable content for a non-queue policy
+ * (the hash index's; the radix index's tree keeps its own). */
 static void policy_add(kvio_kvcache_t *cache, uint32_t block)
 {
     block_record_t *record = &cache->blocks[block];
-    if (!evictable(cache, block))
+    if (cache->tree != NULL)
         return;
     bool fresh = !record->policy_known;
     record->policy_known = 1;
@@ -698,38 +698,29 @@ static void policy_add(kvio_kvcache_t *cache, uint32_t block)
 /* A free block leaves the policy's candidates (a hit, a reset). */
 static void policy_remove(kvio_kvcache_t *cache, uint32_t block)
 {
-    if (evictable(cache, block))
+    if (cache->tree == NULL)
         cache->evict.ops->remove(cache->evict.priv, block);
 }
 
-/* index radix: block's hash entered the index after parent's (NO_BLOCK: the
- * first block). The parent is held by the same request, so never a
- * candidate here. */
-static inline void radix_attach(kvio_kvcache_t *cache, uint32_t block, uint32_t parent)
+/* index radix: the tree evicted a leaf holding block (free: only unlocked
+ * leaves go, and a request locks the path of every cached block it
+ * holds); its hash leaves the index and it goes to the queue's head, to be
+ * reused before any cached block. */
+static void tree_released(void *context, uint32_t block, kvio_hash_t hash)
 {
-    radix_link_t *link = &cache->links[block];
-    link->parent = parent;
-    link->children = 0;
-    if (parent == NO_BLOCK)
+    kvio_kvcache_t *cache = context;
+    (void)hash;
+    if (cache->blocks[block].refcount != 0) {
+        /* A broken invariant, not an input: say so rather than reuse it. */
+        kvio_error("kvcache: the radix tree evicted block %u, which a request holds", block);
         return;
-    link->parent_generation = cache->links[parent].generation;
-    cache->links[parent].children++;
-}
-
-/* index radix: block's hash left the index; a free parent left with no
- * cached child becomes a candidate. */
-static void radix_detach(kvio_kvcache_t *cache, uint32_t block)
-{
-    radix_link_t *link = &cache->links[block];
-    link->generation++;
-    link->children = 0;
-    uint32_t parent = link->parent;
-    link->parent = NO_BLOCK;
-    if (parent == NO_BLOCK || cache->links[parent].generation != link->parent_generation)
-        return;
-    if (--cache->links[parent].children == 0 && cache->blocks[parent].refcount == 0 &&
-        cache->blocks[parent].hashed)
-        policy_add(cache, parent);
+    }
+    if (cache->config.on_evict != NULL)
+        cache->config.on_evict(cache->config.hook_context, block, cache->blocks[block].hash);
+    index_remove(cache, block);
+    cache->metrics.evictions++;
+    ring_unlink(cache, block);
+    ring_push_head(cache, block);
 }
 
 /* Takes a free block for new content: the queue head with lru; otherwise an
@@ -742,10 +733,15 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
         block = ring_pop_head(cache);
     } else {
         block = ring_head(cache);
-        if (cache->blocks[block].hashed) {
+        if (cache->blocks[block].hashed && cache->tree != NULL) {
+            /* Every free block is cached: the tree evicts a leaf (a whole
+             * node, as SGLang's evict), whose blocks come to the head. */
+            kvio_radix_evict(cache->tree, 1, NULL);
+            block = ring_head(cache);
+            if (cache->blocks[block].hashed)
+                kvio_error("kvcache: a free cached block no radix leaf holds (block %u)", block);
+        } else if (cache->blocks[block].hashed) {
             uint32_t victim = cache->evict.ops->victim(cache->evict.priv);
-            /* The radix index with no free leaf (every free cached block is
-             * the parent of a block in use through a duplicate): the head. */
             if (victim != KVIO_EVICT_NONE)
                 block = victim;
         }
@@ -753,11 +749,11 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
     }
     block_record_t *record = &cache->blocks[block];
     if (record->hashed) {
+        /* Never under the radix index: a free cached block's leaf is
+         * unlocked, so the tree always has one to evict. */
         if (cache->config.on_evict != NULL && !record->window_group)
             cache->config.on_evict(cache->config.hook_context, block, record->hash);
         index_remove(cache, block);
-        if (cache->links != NULL)
-            radix_detach(cache, block);
         cache->metrics.evictions++;
     }
     record->refcount = 1;
@@ -776,7 +772,7 @@ static void take_hit_block(kvio_kvcache_t *cache, uint32_t block)
             policy_remove(cache, block);
     }
     record->refcount++;
-    if (!cache->queue_order)
+    if (!cache->queue_order && cache->tree == NULL)
         cache->evict.ops->access(cache->evict.priv, block);
 }
 
@@ -840,8 +836,6 @@ static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_ha
     }
     for (size_t i = first; cache->epochs_used && i < end; i++)
         cache->block_epoch[ids[i]] = cache->epoch;
-    for (size_t i = first; cache->links != NULL && i < end; i++)
-        radix_attach(cache, ids[i], i > 0 ? ids[i - 1] : NO_BLOCK);
     cache->index_version += end - first;
 }
 
@@ -1136,6 +1130,8 @@ void kvio_kvreq_destroy(kvio_kvreq_t *req)
 static size_t find_prefix(const kvio_kvcache_t *cache, const kvio_hash_t *hashes,
                           size_t max_blocks, uint32_t *hits_p)
 {
+    if (cache->tree != NULL)
+        return kvio_radix_peek(cache->tree, hashes, max_blocks, hits_p);
     size_t count = 0;
     for (size_t i = 0; i < PREFETCH_AHEAD && i < max_blocks; i++)
         prefetch_bucket(cache, hashes[i]);
@@ -1189,10 +1185,10 @@ uint32_t kvio_kvcache_reset_prefix(kvio_kvcache_t *cache,
         if (dropped != NULL)
             dropped(context, record->hash);
         index_remove(cache, block);
-        if (cache->links != NULL)
-            radix_detach(cache, block);
         count++;
     }
+    if (cache->tree != NULL)
+        kvio_radix_reset(cache->tree); /* the requests' locks go with it */
     cache->metrics.prefix_resets++;
     cache->metrics.prefix_reset_blocks += count;
     return count;
@@ -1341,10 +1337,12 @@ static size_t kept_lookup(kvio_kvcache_t *cache, kvio_kvreq_t *req)
     if (req->lookup_kept && req->lookup_version == cache->index_version)
         return req->lookup_hits;
     size_t start = 0;
-    bool watch = req->lookup_kept && cache->watched == req && !cache->watch_broken;
+    /* The tree is searched from its root: no watch. */
+    bool watch = req->lookup_kept && cache->watched == req && !cache->watch_broken &&
+                 cache->tree == NULL;
     if (watch) {
         start = req->lookup_hits;
-    } else if (cache->last_looked_up == req) {
+    } else if (cache->last_looked_up == req && cache->tree == NULL) {
         cache->watch_stamp = cache->watch_stamp == UINT8_MAX ? 1 : cache->watch_stamp + 1;
         cache->watched = req;
         cache->watch_broken = false;
@@ -1437,6 +1435,85 @@ kvio_status_t kvio_kvcache_blocks_to_allocate(kvio_kvcache_t *cache, kvio_kvreq_
     return status;
 }
 
+/* ---- the radix index's side of a request (index radix) ----------------- */
+
+static void release_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t count);
+
+/* The request lets go of the path it locks (a lock from before a prefix
+ * reset went with the tree's nodes). */
+static void radix_unlock_request(kvio_kvcache_t *cache, kvio_kvreq_t *req)
+{
+    if (req->radix_locked && req->radix_generation == kvio_radix_generation(cache->tree))
+        kvio_radix_unlock(cache->tree, req->radix_node);
+    req->radix_locked = false;
+}
+
+/* The request locks node's path (SGLang's inc_lock_ref), in place of the
+ * one it locked (dec_lock_ref), as SGLang moves a request's last node. */
+static void radix_relock(kvio_kvcache_t *cache, kvio_kvreq_t *req, kvio_radix_node_t node)
+{
+    kvio_radix_lock(cache->tree, node);
+    radix_unlock_request(cache, req);
+    req->radix_locked = true;
+    req->radix_node = node;
+    req->radix_generation = kvio_radix_generation(cache->tree);
+}
+
+/* A first allocation's hits (the tree's blocks of its first hits pages, as
+ * the lookup found them): the match refreshes the path for the policy and
+ * splits the node it ends in (SGLang's match_prefix), and the request
+ * locks it. */
+static void radix_lock_hits(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t hits)
+{
+    kvio_radix_node_t node = 0;
+    size_t matched = 0;
+    if (hits == 0)
+        return;
+    if (kvio_radix_match(cache->tree, req->hashes, hits, &node, &matched) != KVIO_OK ||
+        matched != hits) {
+        /* Out of memory for a split: the path up to the node above stays
+         * locked through its ancestors, no tighter. */
+        kvio_error("kvcache: radix match of a %zu-block hit found %zu", hits, matched);
+    }
+    radix_relock(cache, req, node);
+}
+
+/* The request's first full blocks enter the tree (SGLang's
+ * cache_unfinished_req): a page the tree lacks takes the request's block,
+ * whose hash enters the index; a page another request cached meanwhile
+ * (the same content computed twice) keeps the tree's block, which the
+ * request takes in place of its own (freed, uncached, as SGLang frees the
+ * duplicate and rewrites req_to_token). The request then locks the path. */
+static kvio_status_t radix_cache_blocks(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t full)
+{
+    kvio_status_t status = grow((void **)&cache->scratch, &cache->scratch_capacity, full,
+                                sizeof(uint32_t));
+    if (status != KVIO_OK)
+        return status;
+    kvio_radix_node_t node;
+    size_t present;
+    status = kvio_radix_insert_blocks(cache->tree, req->hashes, req->blocks, full, cache->scratch,
+                                      &node, &present);
+    if (status != KVIO_OK)
+        return status;
+    size_t from = present < req->num_hashed_blocks ? present : req->num_hashed_blocks;
+    for (size_t i = from; i < full; i++) {
+        uint32_t mine = req->blocks[i], tree_block = cache->scratch[i];
+        if (mine != tree_block) {
+            take_hit_block(cache, tree_block);
+            req->blocks[i] = tree_block;
+            release_run(cache, &mine, 1);
+        } else if (!cache->blocks[mine].hashed) {
+            index_insert(cache, mine, req->hashes[i]);
+            if (cache->config.on_cached != NULL)
+                cache->config.on_cached(cache->config.hook_context, req->blocks, i,
+                                        req->hashes[i]);
+        }
+    }
+    radix_relock(cache, req, node);
+    return KVIO_OK;
+}
+
 /* Blocks for num_tokens known tokens and ahead slots past them (not
  * hashed: their tokens are not known yet); hash_new false: none of the new
  * blocks is hashed. */
@@ -1465,6 +1542,8 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
 
     for (size_t i = 0; i < num_hits; i++)
         take_hit_block(cache, req->blocks[i]);
+    if (first && cache->tree != NULL)
+        radix_lock_hits(cache, req, num_hits); /* before any new block evicts a leaf */
     if (first && req->window != NULL)
         window_take_hits(cache, req, &need.window);
     if (first) {
@@ -1484,13 +1563,15 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
         if (full > req->num_hashes)
             full = req->num_hashes;
         if (full > req->num_hashed_blocks) {
-            if (cache->config.on_cached == NULL) {
+            if (cache->tree != NULL) {
+                status = radix_cache_blocks(cache, req, full);
+                if (status != KVIO_OK)
+                    return status;
+            } else if (cache->config.on_cached == NULL) {
                 insert_run(cache, req->blocks, req->hashes, req->num_hashed_blocks, full);
             } else {
                 for (size_t i = req->num_hashed_blocks; i < full; i++) {
                     index_insert(cache, req->blocks[i], req->hashes[i]);
-                    if (cache->links != NULL)
-                        radix_attach(cache, req->blocks[i], i > 0 ? req->blocks[i - 1] : NO_BLOCK);
                     cache->config.on_cached(cache->config.hook_context, req->blocks, i,
                                             req->hashes[i]);
                 }
@@ -1620,6 +1701,7 @@ static void release_table(kvio_kvcache_t *cache, kvio_kvreq_t *req)
 
 void kvio_kvcache_free(kvio_kvcache_t *cache, kvio_kvreq_t *req)
 {
+    radix_unlock_request(cache, req);
     release_table(cache, req); /* the full group first, as vLLM's coordinator */
     if (req->window != NULL)
         release_table(cache, req->window);

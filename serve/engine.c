@@ -115,8 +115,10 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
              "(every freed block at the tail, kvio before #35)"},
     {.key = "index", .type = KVIO_OPT_ENUM, .offset = offsetof(kvio_kvcache_section_t, index),
      .values = index_names, .default_value = "hash",
-     .help = "hash (vLLM: any free cached block may be evicted) or radix (SGLang: only "
-             "leaves, so a cached prefix never loses a block before its continuations)"},
+     .help = "hash (vLLM: a hash-chain table; any free cached block may be evicted) or "
+             "radix (SGLang's RadixCache over the pool's blocks: whole-block matches, "
+             "running requests lock their paths, only unlocked leaves are evicted, a node "
+             "at a time)"},
     {.key = "eviction", .type = KVIO_OPT_PLUGIN,
      .offset = offsetof(kvio_kvcache_section_t, eviction), .default_value = "lru",
      .registry = &kvio_evictions,

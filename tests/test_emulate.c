@@ -187,28 +187,55 @@ Test(emulate, pools_larger_than_the_machine_are_refused_with_the_numbers, .timeo
     free(dir);
 }
 
-Test(emulate, host_tier_traffic_is_real_and_counted, .timeout = 120)
+/* Twelve requests sharing a 1,024-token prefix through a 100-block pool
+ * (kvcache_keys added to its section): evicted prefix blocks go to the host
+ * tier and come back from it. Returns the summary. */
+static json_t *host_tier_run(const char *kvcache_keys, char **dir_p)
 {
-    /* Twelve requests sharing a 1,024-token prefix through a 100-block pool:
-     * evicted prefix blocks go to the host tier and come back from it. */
-    const char *text =
-        "name: tier\nseed: 3\nmode: emulate\nduration: 30s\n"
-        "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
-        "serve:\n  engine: {max_num_seqs: 2}\n"
-        "  kvcache: {block_size: 16, blocks: 100, tiers: [{kind: host, size: 256MiB}]}\n"
-        "stream:\n  requests: 24\n  arrival: {process: constant, rate: 40}\n"
-        "  input_tokens: {dist: constant, value: 1100}\n"
-        "  output_tokens: {dist: constant, value: 4}\n"
-        "  prefix: {system_prompts: {count: 3, tokens: 1024, zipf: 0}}\n";
-    char *dir, error[1024];
-    json_t *summary = run_workload(text, &dir, KVIO_OK, error, sizeof(error));
+    char text[1024], error[1024];
+    snprintf(text, sizeof(text),
+             "name: tier\nseed: 3\nmode: emulate\nduration: 30s\n"
+             "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+             "serve:\n  engine: {max_num_seqs: 2}\n"
+             "  kvcache: {block_size: 16, blocks: 100%s, tiers: [{kind: host, size: 256MiB}]}\n"
+             "stream:\n  requests: 24\n  arrival: {process: constant, rate: 40}\n"
+             "  input_tokens: {dist: constant, value: 1100}\n"
+             "  output_tokens: {dist: constant, value: 4}\n"
+             "  prefix: {system_prompts: {count: 3, tokens: 1024, zipf: 0}}\n",
+             kvcache_keys);
+    json_t *summary = run_workload(text, dir_p, KVIO_OK, error, sizeof(error));
     const json_t *tier = json_array_get(json_object_get(json_object_get(summary, "metrics"),
                                                         "tiers"), 0);
     cr_assert_not_null(tier);
     cr_assert_gt(test_json_integer(tier, "puts"), 0);
     cr_assert_gt(test_json_integer(tier, "bytes_written"), 0);
     cr_assert_gt(test_json_integer(tier, "hits"), 0);
+    cr_assert_eq(test_json_integer(tier, "errors"), 0);
     cr_assert_gt(metric(summary, "tier_hit_tokens"), 0);
+    return summary;
+}
+
+Test(emulate, host_tier_traffic_is_real_and_counted, .timeout = 120)
+{
+    char *dir;
+    json_decref(host_tier_run("", &dir));
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #57: serve.kvcache.index: radix in emulate: the pool's index is the
+ * radix tree (kvcache/radix.c) with real bytes under it: prefixes are hit
+ * in the pool, and the leaves the tree evicts go down to the host tier and
+ * come back from it, every block checked. */
+Test(emulate, the_radix_index_serves_real_bytes_over_a_host_tier, .timeout = 120)
+{
+    char *dir;
+    json_t *summary = host_tier_run(", index: radix, eviction: fifo", &dir);
+    cr_assert_eq(metric(summary, "completed"), 24);
+    cr_expect_gt(metric(summary, "hit_rate"), 0, "no prefix hit in the pool");
+    const json_t *kvcache = json_object_get(
+        json_object_get(json_object_get(summary, "config"), "serve"), "kvcache");
+    cr_expect_str_eq(test_json_string(kvcache, "index"), "radix");
     json_decref(summary);
     test_rmtree(dir);
     free(dir);

@@ -90,6 +90,16 @@ static golden_case_t cases[] = {
      {"mode=simulate", "ranks.serve=3", "serve.router.policy=kv_cost",
       "serve.kvcache.blocks=500"},
      "b5ec7b3edf509c168e2b94c7de7db882", "e511100fc97f0ed0220c46442700563a", NULL},
+    /* #57: serve.kvcache.index: radix, SGLang's tree over the pool, under
+     * the schedulers that read it. */
+    {"rag-lpm-radix", "rag",
+     {"mode=simulate", "serve.scheduler.policy=lpm", "serve.kvcache.blocks=300",
+      "serve.kvcache.index=radix"},
+     "17835bd1fecc91a351c6f0427b19ef89", "bac7736b75247ba3b665e0166582b4d9", NULL},
+    {"chat-dfs-weight-radix-fifo", "chat",
+     {"mode=simulate", "duration=60s", "serve.scheduler.policy=dfs-weight",
+      "serve.kvcache.blocks=500", "serve.kvcache.index=radix", "serve.kvcache.eviction=fifo"},
+     "4cec08664b1589488a75d150cdfc882b", "8efa9ac9f5f8465da625af3e9b2ef969", NULL},
     /* #36: a load's blocks go to a tier as one batch, charged one latency
      * and their bytes over the link, not a latency per block. */
     {"chat-host-tier", "chat",

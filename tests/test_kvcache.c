@@ -1442,6 +1442,32 @@ Test(radix_sglang, kv_cache_events_with_eviction, .timeout = 10)
     kvio_radix_destroy(tree);
 }
 
+/* Children are found through a map of (parent, first page key); two
+ * first pages whose map keys collide (crafted here) switch the tree to
+ * scanning siblings, and both stay found, as do their continuations. */
+Test(radix, children_whose_map_keys_collide_are_still_found, .timeout = 10)
+{
+    kvio_radix_t *tree = make_tree(16, "lru");
+    const uint64_t mix = 0x9e3779b97f4a7c15ull;
+    kvio_hash_t first[2] = {{.low = 11, .high = 1}, {.low = 22, .high = 1}};
+    kvio_hash_t other[2] = {{.low = 11 ^ 1 * mix ^ 5 * mix, .high = 5}, {.low = 33, .high = 5}};
+    cr_assert_eq(first[0].low ^ first[0].high * mix, other[0].low ^ other[0].high * mix,
+                 "the two first pages share a map key under the root");
+    size_t present = 99;
+    cr_assert_eq(kvio_radix_insert(tree, first, 2, &present), KVIO_OK);
+    cr_assert_eq(kvio_radix_insert(tree, other, 2, &present), KVIO_OK);
+    cr_expect_eq(present, 0);
+    cr_expect_eq(kvio_radix_peek(tree, first, 2, NULL), 2);
+    cr_expect_eq(kvio_radix_peek(tree, other, 2, NULL), 2);
+    kvio_radix_node_t node;
+    size_t matched;
+    cr_assert_eq(kvio_radix_match(tree, other, 1, &node, &matched), KVIO_OK);
+    cr_expect_eq(matched, 1, "a split under the scanned root");
+    cr_expect_eq(kvio_radix_peek(tree, other, 2, NULL), 2);
+    cr_expect_eq(kvio_radix_peek(tree, first, 2, NULL), 2);
+    kvio_radix_destroy(tree);
+}
+
 /* Where radix and hash-block caching differ: a prompt sharing 20 tokens
  * with a cached one. SGLang's token-granular tree (page size 1) serves all
  * 20; vLLM's hash index, blocks of 16, serves the one whole block. */
@@ -1537,9 +1563,15 @@ static void chain_of(uint32_t branch, uint32_t shared, uint32_t length, kvio_has
     }
 }
 
+/* Some block of the pool holds hash (asked of each block: a lookup starts
+ * at a chain's first block, and the radix tree at its root). */
 static bool cached(const kvio_kvcache_t *cache, kvio_hash_t hash)
 {
-    return kvio_kvcache_lookup_hashes(cache, &hash, 1, 2 * BLOCK) > 0;
+    kvio_hash_t held;
+    for (uint32_t block = 1; block < 41; block++)
+        if (kvio_kvcache_block_hash(cache, block, &held) == KVIO_OK && kvio_hash_equal(held, hash))
+            return true;
+    return false;
 }
 
 /* Replays requests over a tree of prefixes (each done before the next) and
@@ -1643,5 +1675,216 @@ Test(kvcache, a_pool_never_filled_costs_what_it_uses, .timeout = 30)
     kvio_kvreq_destroy(second);
     kvio_kvreq_destroy(first);
     free(tokens);
+    kvio_kvcache_destroy(cache);
+}
+
+/* ---- index radix: the engine's pool under SGLang's tree ----------------- */
+
+static kvio_kvcache_t *radix_pool(uint32_t num_blocks, const char *policy,
+                                  kvio_kvcache_index_t index)
+{
+    kvio_kvcache_config_t config = {.num_blocks = num_blocks, .block_size = BLOCK,
+                                    .enable_prefix_caching = true, .eviction = policy,
+                                    .index = index};
+    kvio_kvcache_t *cache = NULL;
+    cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+    return cache;
+}
+
+/* A request of the chain's first length blocks and one token more. */
+static kvio_kvreq_t *chain_request(kvio_kvcache_t *cache, uint32_t branch, uint32_t shared,
+                                   uint32_t length)
+{
+    kvio_hash_t hashes[16];
+    chain_of(branch, shared, length, hashes);
+    kvio_kvreq_t *req = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, hashes, length, length * BLOCK + 1, &req),
+                 KVIO_OK);
+    return req;
+}
+
+/* Allocates a whole chain request and frees it; returns its hit tokens. */
+static size_t run_chain(kvio_kvcache_t *cache, uint32_t branch, uint32_t shared, uint32_t length)
+{
+    kvio_kvreq_t *req = chain_request(cache, branch, shared, length);
+    size_t hits = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, req, length * BLOCK + 1, &hits), KVIO_OK);
+    kvio_kvreq_destroy(req);
+    return hits;
+}
+
+/* The granularity of the engine's radix index: the pool's block, SGLang's
+ * paged RadixCache with page_size = block_size (its _key_match_paged and
+ * page-aligned keys), so a prompt sharing 40 tokens with a cached one hits
+ * 32 under both indexes at blocks of 16; a pool of 1-token blocks is
+ * SGLang's default page size 1 and hits all 40. */
+Test(kvcache_radix, the_engine_index_matches_whole_blocks_as_sglang_paged, .timeout = 10)
+{
+    enum { SHARED = 2 * BLOCK + 8, LENGTH = 4 * BLOCK };
+    uint32_t *first = token_run(0, LENGTH), *second = token_run(0, LENGTH);
+    for (size_t i = SHARED; i < LENGTH; i++)
+        second[i] += 1000;
+    for (uint32_t block_size = BLOCK; block_size >= 1; block_size -= BLOCK - 1) {
+        for (int index = 0; index < 2; index++) {
+            kvio_kvcache_config_t config = {.num_blocks = 400, .block_size = block_size,
+                                            .enable_prefix_caching = true, .index = index};
+            kvio_kvcache_t *cache = NULL;
+            cr_assert_eq(kvio_kvcache_create(&config, &cache), KVIO_OK);
+            kvio_kvreq_t *a = request(cache, first, LENGTH), *b = request(cache, second, LENGTH);
+            cr_assert_eq(kvio_kvcache_allocate(cache, a, LENGTH, NULL), KVIO_OK);
+            kvio_kvcache_free(cache, a);
+            size_t hits = 0;
+            cr_assert_eq(kvio_kvcache_allocate(cache, b, LENGTH, &hits), KVIO_OK);
+            cr_expect_eq(hits, block_size == 1 ? SHARED : 2 * BLOCK,
+                         "index %d, blocks of %u: %zu", index, block_size, hits);
+            kvio_kvreq_destroy(a);
+            kvio_kvreq_destroy(b);
+            kvio_kvcache_destroy(cache);
+        }
+        if (block_size == 1)
+            break;
+    }
+    free(first);
+    free(second);
+}
+
+/* Where the engine's radix and hash indexes differ: two requests share a
+ * first block P (A = P a1, B = P b1), then a new request needs two cached
+ * blocks evicted. Under fifo the hash index takes the oldest free blocks,
+ * a1 and P, and a later request on P misses; the tree takes only leaves
+ * (a1, then b1), keeps P, and the request hits it. */
+Test(kvcache_radix, a_shared_prefix_the_hash_index_evicts_is_hit_under_radix, .timeout = 10)
+{
+    for (int index = 0; index < 2; index++) {
+        kvio_kvcache_t *cache = radix_pool(5, "fifo", index); /* 4 usable blocks */
+        cr_assert_eq(run_chain(cache, 1, 1, 2), 0);          /* A = P a1 (+1 token) */
+        cr_assert_eq(run_chain(cache, 2, 1, 2), BLOCK);      /* B = P b1: hits P */
+        cr_assert_eq(run_chain(cache, 3, 0, 2), 0);          /* fresh: evicts two */
+        kvio_kvcache_metrics_t metrics;
+        kvio_kvcache_get_metrics(cache, &metrics);
+        cr_expect_eq(metrics.evictions, 2, "index %d", index);
+        size_t hits = run_chain(cache, 4, 1, 2); /* C = P c1 */
+        cr_expect_eq(hits, index == KVIO_KVCACHE_INDEX_RADIX ? BLOCK : 0, "index %d: %zu",
+                     index, hits);
+        kvio_kvcache_destroy(cache);
+    }
+}
+
+/* A running request locks its path (SGLang's inc_lock_ref): its blocks are
+ * the tree's protected tokens and no eviction takes them; freed, they are
+ * evictable, and a request that needs one of them evicts their leaf whole
+ * (SGLang's evict frees a node at a time). */
+Test(kvcache_radix, a_running_request_locks_its_path, .timeout = 10)
+{
+    kvio_kvcache_t *cache = radix_pool(7, "lru", KVIO_KVCACHE_INDEX_RADIX); /* 6 usable */
+    const kvio_radix_t *tree = kvio_kvcache_radix(cache);
+    cr_assert_not_null(tree);
+    kvio_kvreq_t *a = chain_request(cache, 1, 0, 3);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 3 * BLOCK + 1, NULL), KVIO_OK);
+    cr_expect_eq(kvio_radix_protected_tokens(tree), 3 * BLOCK);
+    cr_expect_eq(kvio_radix_evictable_tokens(tree), 0);
+    /* Two blocks are free; three more would need a's, which are locked. */
+    kvio_kvreq_t *b = chain_request(cache, 2, 0, 2);
+    cr_expect_eq(kvio_kvcache_allocate(cache, b, 2 * BLOCK + 1, NULL), KVIO_ERR_NO_SPACE);
+    kvio_kvreq_t *c = chain_request(cache, 3, 0, 1);
+    cr_assert_eq(kvio_kvcache_allocate(cache, c, BLOCK + 1, NULL), KVIO_OK);
+    kvio_kvcache_free(cache, a);
+    cr_expect_eq(kvio_radix_protected_tokens(tree), BLOCK, "c's block");
+    cr_expect_eq(kvio_radix_evictable_tokens(tree), 3 * BLOCK);
+    /* d's two blocks: a's uncached last block, then one of a's three
+     * cached ones: the tree evicts their leaf, all three. */
+    kvio_kvreq_t *d = chain_request(cache, 4, 0, 1);
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, BLOCK + 1, NULL), KVIO_OK);
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_expect_eq(metrics.evictions, 3, "the whole leaf: %llu",
+                 (unsigned long long)metrics.evictions);
+    cr_expect_eq(kvio_radix_num_nodes(tree), 2, "c's and d's");
+    cr_expect_eq(kvio_kvcache_num_free_blocks(cache), 2);
+    kvio_kvreq_t *again = chain_request(cache, 1, 0, 3);
+    cr_expect_eq(kvio_kvcache_lookup(cache, again), 0);
+    kvio_kvreq_destroy(again);
+    kvio_kvreq_destroy(a);
+    kvio_kvreq_destroy(b);
+    kvio_kvreq_destroy(c);
+    kvio_kvreq_destroy(d);
+    kvio_kvcache_destroy(cache);
+}
+
+/* The same content cached twice (a chunked prefill overtaken by a request
+ * that computed its whole prompt): the tree keeps the first block, and the
+ * later request takes it in place of its own, which goes back uncached
+ * (SGLang's cache_unfinished_req); every block comes back when both end. */
+Test(kvcache_radix, a_page_cached_meanwhile_is_taken_from_the_tree, .timeout = 10)
+{
+    kvio_kvcache_t *cache = radix_pool(11, "lru", KVIO_KVCACHE_INDEX_RADIX);
+    kvio_kvreq_t *chunked = chain_request(cache, 1, 0, 3);
+    kvio_kvreq_t *whole = chain_request(cache, 1, 0, 3);
+    cr_assert_eq(kvio_kvcache_allocate(cache, chunked, BLOCK, NULL), KVIO_OK);
+    size_t hits = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, whole, 3 * BLOCK + 1, &hits), KVIO_OK);
+    cr_assert_eq(hits, BLOCK, "the chunk's block");
+    cr_assert_eq(kvio_kvcache_allocate(cache, chunked, 3 * BLOCK + 1, NULL), KVIO_OK);
+    const uint32_t *mine, *theirs;
+    size_t count_mine, count_theirs;
+    kvio_kvreq_blocks(chunked, &mine, &count_mine);
+    kvio_kvreq_blocks(whole, &theirs, &count_theirs);
+    cr_assert_eq(count_mine, 4);
+    for (size_t i = 0; i < 3; i++) {
+        cr_expect_eq(mine[i], theirs[i], "page %zu is the tree's block", i);
+        cr_expect_eq(kvio_kvcache_block_refcount(cache, mine[i]), 2);
+    }
+    cr_expect_neq(mine[3], theirs[3], "the partial last blocks are each their own");
+    cr_expect_eq(kvio_kvcache_num_free_blocks(cache), 10 - 5);
+    kvio_kvreq_destroy(chunked);
+    kvio_kvreq_destroy(whole);
+    cr_expect_eq(kvio_kvcache_num_free_blocks(cache), 10);
+    cr_expect_eq(kvio_radix_protected_tokens(kvio_kvcache_radix(cache)), 0);
+    cr_expect_eq(run_chain(cache, 1, 0, 3), 3 * BLOCK);
+    kvio_kvcache_destroy(cache);
+}
+
+/* A prefix reset empties the tree; a request holding a lock from before
+ * lets go of nothing, and the pool caches again. */
+Test(kvcache_radix, a_prefix_reset_empties_the_tree, .timeout = 10)
+{
+    kvio_kvcache_t *cache = radix_pool(11, "lru", KVIO_KVCACHE_INDEX_RADIX);
+    const kvio_radix_t *tree = kvio_kvcache_radix(cache);
+    kvio_kvreq_t *held = chain_request(cache, 1, 0, 2);
+    cr_assert_eq(kvio_kvcache_allocate(cache, held, 2 * BLOCK + 1, NULL), KVIO_OK);
+    cr_assert_eq(run_chain(cache, 2, 0, 2), 0);
+    cr_assert_eq(kvio_kvcache_reset_prefix(cache, NULL, NULL), 4);
+    cr_expect_eq(kvio_radix_num_nodes(tree), 0);
+    cr_expect_eq(kvio_radix_protected_tokens(tree) + kvio_radix_evictable_tokens(tree), 0);
+    kvio_kvreq_destroy(held);
+    cr_expect_eq(kvio_radix_protected_tokens(tree), 0);
+    cr_expect_eq(run_chain(cache, 2, 0, 2), 0);
+    cr_expect_eq(run_chain(cache, 2, 0, 2), 2 * BLOCK);
+    cr_expect_eq(kvio_kvcache_num_free_blocks(cache), 10);
+    kvio_kvcache_destroy(cache);
+}
+
+/* What lpm and dfs-weight read under radix: the pool's lookup is the
+ * tree's match (blocks evicted from a leaf are gone from it at once) and
+ * changes nothing; the allocation that follows takes the path, splitting
+ * the node the match ends in, as SGLang's match_prefix. */
+Test(kvcache_radix, a_lookup_is_the_trees_match_and_changes_nothing, .timeout = 10)
+{
+    kvio_kvcache_t *cache = radix_pool(11, "lru", KVIO_KVCACHE_INDEX_RADIX);
+    const kvio_radix_t *tree = kvio_kvcache_radix(cache);
+    cr_assert_eq(run_chain(cache, 1, 4, 4), 0); /* one node of 4 pages */
+    cr_assert_eq(kvio_radix_num_nodes(tree), 1);
+    kvio_kvreq_t *branch = chain_request(cache, 2, 2, 4); /* shares the first 2 */
+    cr_expect_eq(kvio_kvcache_lookup(cache, branch), 2 * BLOCK);
+    kvio_hash_t hashes[16];
+    chain_of(2, 2, 4, hashes);
+    cr_expect_eq(kvio_radix_peek(tree, hashes, 4, NULL), 2);
+    cr_expect_eq(kvio_kvcache_lookup_hashes(cache, hashes, 4, 4 * BLOCK + 1), 2 * BLOCK);
+    cr_expect_eq(kvio_radix_num_nodes(tree), 1, "a lookup splits nothing");
+    size_t hits = 0;
+    cr_assert_eq(kvio_kvcache_allocate(cache, branch, 4 * BLOCK + 1, &hits), KVIO_OK);
+    cr_expect_eq(hits, 2 * BLOCK);
+    cr_expect_eq(kvio_radix_num_nodes(tree), 3, "the shared 2 pages, each branch's 2");
+    kvio_kvreq_destroy(branch);
     kvio_kvcache_destroy(cache);
 }

@@ -30,6 +30,7 @@ kvio_status_t kvio_evict_check_name(const char *name);
 
 typedef struct kvio_kvcache kvio_kvcache_t;
 typedef struct kvio_kvreq kvio_kvreq_t;
+typedef struct kvio_radix kvio_radix_t;
 
 /* Where freed blocks without a hash go in the free queue. */
 typedef enum {
@@ -40,8 +41,9 @@ typedef enum {
 /* What a cached block may be evicted as. */
 typedef enum {
     KVIO_KVCACHE_INDEX_HASH = 0,  /* vLLM: any free cached block, in the policy's order */
-    KVIO_KVCACHE_INDEX_RADIX = 1, /* SGLang: only a leaf (no cached block chains from it);
-                                     a parent joins the policy when its last child goes */
+    KVIO_KVCACHE_INDEX_RADIX = 1, /* SGLang's RadixCache (kvio_radix_*) over the pool's
+                                     blocks: whole-block (page) matches, running requests
+                                     lock their paths, leaves evicted in the policy's order */
 } kvio_kvcache_index_t;
 
 typedef struct kvio_kvcache_config {
@@ -123,6 +125,11 @@ uint32_t kvio_kvcache_block_refcount(const kvio_kvcache_t *cache, uint32_t block
  * block holds no hash (never full, or evicted). */
 kvio_status_t kvio_kvcache_block_hash(const kvio_kvcache_t *cache, uint32_t block_id,
                                       kvio_hash_t *hash_p);
+
+/* The pool's radix tree (index radix; NULL with the hash index): its
+ * pages are the pool's cached blocks. For reading (totals, node shapes,
+ * kvio_radix_peek); the pool alone changes it. */
+const kvio_radix_t *kvio_kvcache_radix(const kvio_kvcache_t *cache);
 
 /* Copies the counters. */
 void kvio_kvcache_get_metrics(const kvio_kvcache_t *cache, kvio_kvcache_metrics_t *metrics_p);
@@ -264,8 +271,6 @@ void kvio_kvcache_hash_tokens(const uint32_t *tokens, size_t num_tokens, uint32_
 
 /* ---- Radix index (SGLang semantics) -------------------------------------- */
 
-typedef struct kvio_radix kvio_radix_t;
-
 /* A node of the tree (an index; 0 is the root). Valid until the tree
  * changes shape (insert, evict), except while locked. */
 typedef uint32_t kvio_radix_node_t;
@@ -280,8 +285,18 @@ typedef struct kvio_radix_config {
      * on_removed for each page eviction frees. */
     void (*on_stored)(void *context, kvio_hash_t key, const kvio_hash_t *parent);
     void (*on_removed)(void *context, kvio_hash_t key);
+    /* A block pool's pages under the tree (the engine's radix index): the
+     * tree owns no block; kvio_radix_insert_blocks gives each new page its
+     * block (ids below num_blocks, each in the tree at most once), and
+     * eviction hands each block it frees to on_released (required then). */
+    bool external_blocks;
+    void (*on_released)(void *context, uint32_t block, kvio_hash_t key);
     void *hook_context;
 } kvio_radix_config_t;
+
+/* Bytes a tree of num_blocks takes at most (its arrays, nodes and policy)
+ * when at most used_blocks of them are ever cached (UINT64_MAX: all). */
+uint64_t kvio_radix_footprint(uint32_t num_blocks, uint64_t used_blocks);
 
 /* Creates an empty tree; the config is copied. */
 kvio_status_t kvio_radix_create(const kvio_radix_config_t *config, kvio_radix_t **tree_p);
@@ -302,6 +317,30 @@ kvio_status_t kvio_radix_match(kvio_radix_t *tree, const kvio_hash_t *keys, size
  * KVIO_ERR_NO_SPACE when not enough blocks can be freed (nothing added). */
 kvio_status_t kvio_radix_insert(kvio_radix_t *tree, const kvio_hash_t *keys, size_t num_keys,
                                 size_t *num_present_p);
+
+/* With external_blocks (kvio_radix_insert refuses then): inserts keys,
+ * new pages on blocks[i] (the caller's block for page i; those of pages
+ * already present are not taken). tree_blocks_p (num_keys of them)
+ * receives the tree's block of every page afterwards: blocks[i] where the
+ * page is new, the block already there where it was present (a duplicate
+ * of the caller's, which stays the caller's). *node_p: the node the keys
+ * end in; *num_present_p: pages already present. Never evicts. */
+kvio_status_t kvio_radix_insert_blocks(kvio_radix_t *tree, const kvio_hash_t *keys,
+                                       const uint32_t *blocks, size_t num_keys,
+                                       uint32_t *tree_blocks_p, kvio_radix_node_t *node_p,
+                                       size_t *num_present_p);
+
+/* The longest cached prefix of keys in pages, its blocks written to
+ * blocks_p (may be NULL): a query (a scheduler's, a pool's lookup) that
+ * changes nothing, neither the tree's shape nor the policy's order. */
+size_t kvio_radix_peek(const kvio_radix_t *tree, const kvio_hash_t *keys, size_t num_keys,
+                       uint32_t *blocks_p);
+
+/* Drops every node at once, with no hook (a prefix-cache reset: the
+ * content is stale, not evicted) and every lock; bumps the generation, so
+ * a holder of a lock from before knows not to unlock it. */
+void kvio_radix_reset(kvio_radix_t *tree);
+uint64_t kvio_radix_generation(const kvio_radix_t *tree);
 
 /* Lock or unlock a node and its ancestors (a running request holds its
  * prefix); moves tokens between the evictable and protected totals. */
