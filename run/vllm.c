@@ -23,7 +23,9 @@
 #include "kvio/results.h"
 #include "kvio/stats.h"
 
-/* One measured request of requests.csv. */
+/* One measured request as vLLM's lists hold it (made from its sample when
+ * it is read: a copy of every request would double what the samples
+ * take). */
 typedef struct vllm_request {
     uint64_t id;
     double start_s, ttft_s, e2el_s;
@@ -32,8 +34,8 @@ typedef struct vllm_request {
 
 /* The measured requests, and what vLLM's lists are made of. */
 typedef struct vllm_data {
-    vllm_request_t *requests;
-    size_t count, capacity;
+    const kvio_request_sample_t *samples;
+    size_t count;
     uint64_t input_tokens, output_tokens;
     /* The gaps between tokens, grouped by request: records[order[k]] for k
      * in [starts[id], starts[id + 1]), in the order they came. order is
@@ -76,29 +78,27 @@ kvio_status_t run_vllm_percentiles(const char *text, double *values, size_t max,
 
 /* ---------- the measured requests ---------- */
 
-static kvio_status_t take_samples(const kvio_serve_samples_t *samples, vllm_data_t *data,
-                                  char *error_p, size_t error_len)
+static void take_samples(const kvio_serve_samples_t *samples, vllm_data_t *data)
 {
     if (samples == NULL || samples->count == 0)
-        return KVIO_OK;
-    data->requests = malloc(samples->count * sizeof(*data->requests));
-    if (data->requests == NULL) {
-        snprintf(error_p, error_len, "vllm.json: out of memory holding %zu requests (%zu bytes "
-                 "each)", samples->count, sizeof(*data->requests));
-        return KVIO_ERR_NOMEM;
-    }
+        return;
     for (size_t i = 0; i < samples->count; i++) {
-        const kvio_request_sample_t *sample = &samples->items[i];
-        data->requests[i] = (vllm_request_t){
-            .id = sample->id, .start_s = (double)sample->arrival_ns / 1e9,
-            .ttft_s = (double)(sample->first_token_ns - sample->arrival_ns) / 1e9,
-            .e2el_s = (double)(sample->finish_ns - sample->arrival_ns) / 1e9,
-            .input = sample->input_tokens, .output = sample->output_tokens};
-        data->input_tokens += sample->input_tokens;
-        data->output_tokens += sample->output_tokens;
+        data->input_tokens += samples->items[i].input_tokens;
+        data->output_tokens += samples->items[i].output_tokens;
     }
-    data->count = data->capacity = samples->count;
-    return KVIO_OK;
+    data->samples = samples->items;
+    data->count = samples->count;
+}
+
+/* Request i, as vLLM's lists hold it. */
+static vllm_request_t request_at(const vllm_data_t *data, size_t i)
+{
+    const kvio_request_sample_t *sample = &data->samples[i];
+    return (vllm_request_t){
+        .id = sample->id, .start_s = (double)sample->arrival_ns / 1e9,
+        .ttft_s = (double)(sample->first_token_ns - sample->arrival_ns) / 1e9,
+        .e2el_s = (double)(sample->finish_ns - sample->arrival_ns) / 1e9,
+        .input = sample->input_tokens, .output = sample->output_tokens};
 }
 
 /* Past this many request ids the grouping's table would be larger than the
@@ -167,11 +167,14 @@ static int64_t max_concurrency(const vllm_data_t *data)
     /* Arrivals and departures sorted apart, then merged. */
     double *arrivals = events, *departures = events + data->count;
     for (size_t i = 0; i < data->count; i++) {
-        arrivals[i] = data->requests[i].start_s;
-        departures[i] = data->requests[i].start_s + data->requests[i].e2el_s;
+        vllm_request_t r = request_at(data, i);
+        arrivals[i] = r.start_s;
+        departures[i] = r.start_s + r.e2el_s;
     }
-    qsort(arrivals, data->count, sizeof(double), kvio_compare_double);
-    qsort(departures, data->count, sizeof(double), kvio_compare_double);
+    if (kvio_sort_doubles(arrivals, data->count) != KVIO_OK)
+        qsort(arrivals, data->count, sizeof(double), kvio_compare_double);
+    if (kvio_sort_doubles(departures, data->count) != KVIO_OK)
+        qsort(departures, data->count, sizeof(double), kvio_compare_double);
     int64_t now = 0, peak = 0;
     for (size_t a = 0, d = 0; a < data->count;) {
         if (d < data->count && departures[d] <= arrivals[a]) {
@@ -196,7 +199,8 @@ static double max_tokens_per_second(const vllm_data_t *data)
         return -1;
     double first = INFINITY, last = 0;
     for (size_t i = 0; i < data->count; i++) {
-        const vllm_request_t *r = &data->requests[i];
+        vllm_request_t request = request_at(data, i);
+        const vllm_request_t *r = &request;
         first = fmin(first, r->start_s);
         last = fmax(last, r->start_s + r->e2el_s);
     }
@@ -205,7 +209,8 @@ static double max_tokens_per_second(const vllm_data_t *data)
     if (buckets == NULL)
         return -1;
     for (size_t i = 0; i < data->count; i++) {
-        const vllm_request_t *r = &data->requests[i];
+        vllm_request_t request = request_at(data, i);
+        const vllm_request_t *r = &request;
         double at = r->start_s + r->ttft_s;
         size_t bucket = (size_t)(at - first);
         if (bucket < seconds)
@@ -445,7 +450,8 @@ static void put_list(vllm_writer_t *out, const vllm_data_t *data, const char *na
     put_text(out, name);
     put_text(out, "\": [");
     for (size_t i = 0; i < data->count; i++) {
-        const vllm_request_t *r = &data->requests[i];
+        vllm_request_t request = request_at(data, i);
+        const vllm_request_t *r = &request;
         switch (field) {
         case LIST_INPUT: put_number(out, i == 0, 0, r->input, true); break;
         case LIST_OUTPUT: put_number(out, i == 0, 0, r->output, true); break;
@@ -463,7 +469,7 @@ static void put_itls(vllm_writer_t *out, const vllm_data_t *data)
     for (size_t i = 0; i < data->count; i++) {
         put_text(out, i > 0 ? ", [" : "[");
         size_t begin, end;
-        gaps_of(data, data->requests[i].id, &begin, &end);
+        gaps_of(data, data->samples[i].id, &begin, &end);
         for (size_t k = begin; k < end; k++)
             put_number(out, k == begin, data->records[data->order[k]].gap_s, 0, false);
         put_text(out, "]");
@@ -482,7 +488,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
                                                 &num_percentiles, error_p, error_len);
     vllm_data_t data = {0};
     if (status == KVIO_OK)
-        status = take_samples(source->samples, &data, error_p, error_len);
+        take_samples(source->samples, &data);
     if (status == KVIO_OK)
         status = group_itls(source->itls, &data, error_p, error_len);
     json_t *vllm = status == KVIO_OK ? scalars(source, &data, percentiles, num_percentiles) : NULL;
@@ -533,7 +539,6 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         status = out->status != KVIO_OK ? out->status : closed;
     }
     free(out);
-    free(data.requests);
     free(data.order);
     free(data.starts);
     if (status == KVIO_OK)

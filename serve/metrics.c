@@ -208,14 +208,20 @@ double kvio_request_sample_tpot_s(const kvio_request_sample_t *sample)
                                      : NAN;
 }
 
-void kvio_serve_statistics(double *values, size_t count, kvio_latency_stats_t *stats_p)
+/* The statistics of values already sorted. */
+static void sorted_statistics(double *values, size_t count, kvio_latency_stats_t *stats_p)
 {
-    if (kvio_sort_doubles(values, count) != KVIO_OK)
-        qsort(values, count, sizeof(*values), kvio_compare_double);
     kvio_mean_stddev(values, count, &stats_p->mean, &stats_p->std);
     stats_p->count = count;
     stats_p->max = count > 0 ? values[count - 1] : 0;
     stats_p->sorted = values;
+}
+
+void kvio_serve_statistics(double *values, size_t count, kvio_latency_stats_t *stats_p)
+{
+    if (kvio_sort_doubles(values, count) != KVIO_OK)
+        qsort(values, count, sizeof(*values), kvio_compare_double);
+    sorted_statistics(values, count, stats_p);
 }
 
 /* One latency's figures from its statistics (values in seconds). */
@@ -260,47 +266,138 @@ static int compare_sample_ids(const void *a, const void *b)
 }
 
 /* The rank of request id among samples sorted by id (UINT32_MAX: none). */
-static uint32_t rank_of(const kvio_serve_samples_t *sorted, uint64_t id)
+static uint32_t rank_of(const kvio_request_sample_t *sorted, size_t count, uint64_t id)
 {
-    size_t low = 0, high = sorted->count;
+    size_t low = 0, high = count;
     while (low < high) {
         size_t middle = low + (high - low) / 2;
-        if (sorted->items[middle].id < id)
+        if (sorted[middle].id < id)
             low = middle + 1;
         else
             high = middle;
     }
-    return low < sorted->count && sorted->items[low].id == id ? sorted->items[low].rank
-                                                              : UINT32_MAX;
+    return low < count && sorted[low].id == id ? sorted[low].rank : UINT32_MAX;
+}
+
+/* The kinds of latency from the samples, each with its figures (ITL's from
+ * the gaps between tokens). */
+static const struct {
+    kvio_sample_value_t which;
+    kvio_figure_t mean;
+} sample_kinds[] = {{KVIO_SAMPLE_TTFT, KVIO_FIG_TTFT_MS_MEAN},
+                    {KVIO_SAMPLE_TPOT, KVIO_FIG_TPOT_MS_MEAN},
+                    {KVIO_SAMPLE_E2EL, KVIO_FIG_E2EL_MS_MEAN}};
+
+/* The figures of a latency (mean .. count, figures.def's order), copied. */
+static void copy_latency(kvio_result_t *dst, const kvio_result_t *src, kvio_figure_t mean)
+{
+    for (int i = 0; i < 8; i++)
+        if (kvio_result_has(src, mean + i))
+            kvio_result_set(dst, mean + i, kvio_result_get(src, mean + i));
+}
+
+/* The gaps' statistics: sorted as the floats they are kept as (half a
+ * double's bytes), then widened in order into values (the same sorted
+ * doubles). */
+static void gap_statistics(float *gaps, size_t count, double *values,
+                           kvio_latency_stats_t *stats_p)
+{
+    if (kvio_sort_floats(gaps, count) != KVIO_OK) {
+        for (size_t i = 0; i < count; i++)
+            values[i] = gaps[i];
+        kvio_serve_statistics(values, count, stats_p);
+        return;
+    }
+    for (size_t i = 0; i < count; i++)
+        values[i] = gaps[i];
+    sorted_statistics(values, count, stats_p);
 }
 
 /* The TTFT, TPOT, E2EL (and with every gap kept, ITL) figures of one
- * result from the samples of rank (UINT32_MAX: all). */
+ * result from the samples of rank (UINT32_MAX: all); gap_ranks: each
+ * gap's rank (NULL: every gap for all ranks, none for one); gaps: room
+ * for every gap. */
 static void latencies_of(kvio_result_t *result, const kvio_serve_samples_t *samples,
-                         const kvio_serve_samples_t *by_id, const kvio_serve_itls_t *itls,
-                         uint32_t rank, double *values)
+                         const kvio_serve_itls_t *itls, const uint32_t *gap_ranks,
+                         uint32_t rank, double *values, float *gaps)
 {
-    static const struct {
-        kvio_sample_value_t which;
-        kvio_figure_t mean;
-    } kinds[] = {{KVIO_SAMPLE_TTFT, KVIO_FIG_TTFT_MS_MEAN},
-                 {KVIO_SAMPLE_TPOT, KVIO_FIG_TPOT_MS_MEAN},
-                 {KVIO_SAMPLE_E2EL, KVIO_FIG_E2EL_MS_MEAN}};
     kvio_latency_stats_t stats;
     for (size_t k = 0; k < 3; k++) {
         kvio_serve_statistics(values,
-                              kvio_serve_sample_values(samples, rank, kinds[k].which, values),
+                              kvio_serve_sample_values(samples, rank, sample_kinds[k].which,
+                                                       values),
                               &stats);
-        set_statistics(result, kinds[k].mean, &stats);
+        set_statistics(result, sample_kinds[k].mean, &stats);
     }
     if (itls == NULL || itls->dropped > 0 || itls->records == NULL)
         return; /* ITL stays the histogram's */
     size_t count = 0;
     for (uint64_t i = 0; i < itls->count; i++)
-        if (rank == UINT32_MAX || rank_of(by_id, itls->records[i].id) == rank)
-            values[count++] = itls->records[i].gap_s;
-    kvio_serve_statistics(values, count, &stats);
+        if (gap_ranks != NULL ? gap_ranks[i] == rank : rank == UINT32_MAX)
+            gaps[count++] = itls->records[i].gap_s;
+    gap_statistics(gaps, count, values, &stats);
     set_statistics(result, KVIO_FIG_ITL_MS_MEAN, &stats);
+}
+
+/* The one rank every sample belongs to (UINT32_MAX: none, or several). */
+static uint32_t only_rank(const kvio_serve_samples_t *samples)
+{
+    if (samples->count == 0)
+        return UINT32_MAX;
+    uint32_t rank = samples->items[0].rank;
+    for (size_t i = 1; i < samples->count; i++)
+        if (samples->items[i].rank != rank)
+            return UINT32_MAX;
+    return rank;
+}
+
+/* Past this largest request id, the ranks are found by a binary search in
+ * a sorted copy of the samples rather than in a table by id. */
+#define MAX_TABLED_ID (64u << 20)
+
+/* Each gap's rank, by its request's id (UINT32_MAX: a request not among
+ * the samples, one that did not finish); *matched_p: how many are rank
+ * only's. *gap_ranks_p NULL when there are no gaps. */
+static kvio_status_t gap_ranks_of(const kvio_serve_samples_t *samples,
+                                  const kvio_serve_itls_t *itls, uint32_t only,
+                                  uint32_t **gap_ranks_p, uint64_t *matched_p)
+{
+    *gap_ranks_p = NULL;
+    *matched_p = 0;
+    if (itls == NULL || itls->records == NULL || itls->count == 0)
+        return KVIO_OK;
+    uint64_t max_id = 0;
+    for (size_t i = 0; i < samples->count; i++)
+        max_id = samples->items[i].id > max_id ? samples->items[i].id : max_id;
+    bool tabled = max_id < MAX_TABLED_ID;
+    size_t entries = tabled ? (size_t)max_id + 1 : samples->count;
+    void *index = malloc(entries * (tabled ? sizeof(uint32_t) : sizeof(kvio_request_sample_t)));
+    uint32_t *gap_ranks = malloc((size_t)itls->count * sizeof(*gap_ranks));
+    if (index == NULL || gap_ranks == NULL) {
+        free(index);
+        free(gap_ranks);
+        return KVIO_ERR_NOMEM;
+    }
+    if (tabled) {
+        uint32_t *rank_by_id = index;
+        memset(rank_by_id, 0xff, entries * sizeof(*rank_by_id));
+        for (size_t i = 0; i < samples->count; i++)
+            rank_by_id[samples->items[i].id] = samples->items[i].rank;
+        for (uint64_t i = 0; i < itls->count; i++)
+            gap_ranks[i] = itls->records[i].id <= max_id ? rank_by_id[itls->records[i].id]
+                                                         : UINT32_MAX;
+    } else {
+        kvio_request_sample_t *by_id = index;
+        memcpy(by_id, samples->items, samples->count * sizeof(*by_id));
+        qsort(by_id, samples->count, sizeof(*by_id), compare_sample_ids);
+        for (uint64_t i = 0; i < itls->count; i++)
+            gap_ranks[i] = rank_of(by_id, samples->count, itls->records[i].id);
+    }
+    free(index);
+    for (uint64_t i = 0; i < itls->count; i++)
+        *matched_p += gap_ranks[i] == only;
+    *gap_ranks_p = gap_ranks;
+    return KVIO_OK;
 }
 
 kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
@@ -313,32 +410,41 @@ kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
     if (itls != NULL && itls->count > largest)
         largest = (size_t)itls->count;
     double *values = malloc((largest + 1) * sizeof(*values));
-    if (values == NULL)
+    float *gaps = malloc(((itls != NULL ? (size_t)itls->count : 0) + 1) * sizeof(*gaps));
+    if (values == NULL || gaps == NULL) {
+        free(values);
+        free(gaps);
         return KVIO_ERR_NOMEM;
-    /* A rank's gaps between tokens are found by their request's id: the
-     * samples sorted by id (a copy: the lists keep the finishing order). */
-    kvio_serve_samples_t by_id = {0};
+    }
+    latencies_of(result, samples, itls, NULL, UINT32_MAX, values, gaps);
+    /* A rank that served every sample (and every gap) has the run's
+     * figures: copied, not computed and sorted again. */
     size_t num_ranks = kvio_result_num_children(result, "per_rank");
-    if (num_ranks > 0 && itls != NULL && itls->count > 0 && samples->count > 0) {
-        by_id.items = malloc(samples->count * sizeof(*by_id.items));
-        if (by_id.items == NULL) {
-            free(values);
-            return KVIO_ERR_NOMEM;
-        }
-        memcpy(by_id.items, samples->items, samples->count * sizeof(*by_id.items));
-        by_id.count = samples->count;
-        qsort(by_id.items, by_id.count, sizeof(*by_id.items), compare_sample_ids);
-    }
-    latencies_of(result, samples, &by_id, itls, UINT32_MAX, values);
-    for (size_t r = 0; r < num_ranks; r++) {
+    uint32_t only = only_rank(samples);
+    uint32_t *gap_ranks = NULL;
+    uint64_t matched = 0;
+    kvio_status_t status = KVIO_OK;
+    if (num_ranks > 0 && itls != NULL && itls->dropped == 0)
+        status = gap_ranks_of(samples, itls, only, &gap_ranks, &matched);
+    for (size_t r = 0; r < num_ranks && status == KVIO_OK; r++) {
         kvio_result_t *child = kvio_result_child(result, "per_rank", r);
-        if (kvio_result_has(child, KVIO_FIG_RANK))
-            latencies_of(child, samples, &by_id, itls,
-                         (uint32_t)kvio_result_get(child, KVIO_FIG_RANK), values);
+        if (!kvio_result_has(child, KVIO_FIG_RANK))
+            continue;
+        uint32_t rank = (uint32_t)kvio_result_get(child, KVIO_FIG_RANK);
+        bool every_gap = gap_ranks == NULL || matched == itls->count;
+        if (rank == only && every_gap) {
+            for (size_t k = 0; k < 3; k++)
+                copy_latency(child, result, sample_kinds[k].mean);
+            if (itls != NULL && itls->dropped == 0 && itls->records != NULL)
+                copy_latency(child, result, KVIO_FIG_ITL_MS_MEAN);
+        } else {
+            latencies_of(child, samples, itls, gap_ranks, rank, values, gaps);
+        }
     }
-    free(by_id.items);
+    free(gap_ranks);
+    free(gaps);
     free(values);
-    return KVIO_OK;
+    return status;
 }
 
 kvio_status_t kvio_serve_tiers_fill(kvio_result_t *result, kvio_tier_t *const *tiers,
