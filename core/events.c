@@ -2,8 +2,11 @@
  * line buffer of its own by hand (no printf on the hot path except for
  * fractional arguments) and copies it into the trace's chunk under a lock;
  * a writer thread compresses (.gz) and writes full chunks while the next
- * fills; close adds the rank names and the closing "]". */
+ * fills (libdeflate where it was built, else zlib); close adds the rank
+ * names and the closing "]". */
 #include "kvio/events.h"
+
+#include "kvio/format.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,7 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if KVIO_HAVE_LIBDEFLATE
+#include <libdeflate.h>
+#else
 #include <zlib.h>
+#endif
 
 #define LINE_MAX_BYTES 8192
 #define MAX_NAMED_RANKS 65536
@@ -36,8 +43,14 @@ struct kvio_event_trace {
     uint32_t max_rank;
     bool any_rank;
     uint8_t *ranks_seen; /* MAX_NAMED_RANKS flags */
-    /* The writer thread's alone. */
+    /* The writer thread's alone: libdeflate's compressor where it was
+     * built (about 1.6x zlib's speed at level 1, and smaller), else zlib's
+     * stream. */
+#if KVIO_HAVE_LIBDEFLATE
+    struct libdeflate_compressor *compressor;
+#else
     z_stream stream;
+#endif
     unsigned char *compressed;
     size_t compressed_capacity;
 };
@@ -81,14 +94,7 @@ static void put_string(line_t *line, const char *text)
 
 static void put_uint(line_t *line, uint64_t value)
 {
-    char digits[24];
-    size_t count = 0;
-    do {
-        digits[count++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value > 0);
-    while (count > 0)
-        line->text[line->length++] = digits[--count];
+    line->length += kvio_format_unsigned(line->text + line->length, value);
 }
 
 static void put_int(line_t *line, int64_t value)
@@ -166,6 +172,12 @@ static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, si
         return KVIO_OK;
     if (!trace->gzip)
         return fwrite(text, 1, length, trace->file) == length ? KVIO_OK : KVIO_ERR_IO;
+#if KVIO_HAVE_LIBDEFLATE
+    size_t bytes = libdeflate_gzip_compress(trace->compressor, text, length, trace->compressed,
+                                            trace->compressed_capacity);
+    if (bytes == 0)
+        return KVIO_ERR_IO;
+#else
     if (deflateReset(&trace->stream) != Z_OK)
         return KVIO_ERR_IO;
     trace->stream.next_in = (unsigned char *)(uintptr_t)text;
@@ -175,6 +187,7 @@ static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, si
     if (deflate(&trace->stream, Z_FINISH) != Z_STREAM_END)
         return KVIO_ERR_IO;
     size_t bytes = trace->compressed_capacity - trace->stream.avail_out;
+#endif
     return fwrite(trace->compressed, 1, bytes, trace->file) == bytes ? KVIO_OK : KVIO_ERR_IO;
 }
 
@@ -226,8 +239,12 @@ static void append(kvio_event_trace_t *trace, const char *text, size_t length)
 
 static void trace_free(kvio_event_trace_t *trace)
 {
+#if KVIO_HAVE_LIBDEFLATE
+    libdeflate_free_compressor(trace->compressor);
+#else
     if (trace->gzip)
         deflateEnd(&trace->stream);
+#endif
     free(trace->compressed);
     free(trace->filling);
     free(trace->pending);
@@ -249,8 +266,17 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
     trace->filling = malloc(CHUNK_BYTES);
     trace->pending = malloc(CHUNK_BYTES);
     if (trace->gzip) {
-        /* windowBits 15 + 16: a gzip header and trailer; level 1: the
+        /* Each chunk one gzip member (header and trailer); level 1: the
          * writer keeps up with the callers. */
+#if KVIO_HAVE_LIBDEFLATE
+        trace->compressor = libdeflate_alloc_compressor(1);
+        if (trace->compressor == NULL) {
+            trace_free(trace);
+            return KVIO_ERR_NOMEM;
+        }
+        trace->compressed_capacity = libdeflate_gzip_compress_bound(trace->compressor,
+                                                                    CHUNK_BYTES);
+#else
         if (deflateInit2(&trace->stream, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
             Z_OK) {
             trace->gzip = false;
@@ -258,6 +284,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
             return KVIO_ERR_NOMEM;
         }
         trace->compressed_capacity = deflateBound(&trace->stream, CHUNK_BYTES);
+#endif
         trace->compressed = malloc(trace->compressed_capacity);
     }
     if (trace->ranks_seen == NULL || trace->filling == NULL || trace->pending == NULL ||
