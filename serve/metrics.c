@@ -208,20 +208,14 @@ double kvio_request_sample_tpot_s(const kvio_request_sample_t *sample)
                                      : NAN;
 }
 
-/* The statistics of values already sorted. */
-static void sorted_statistics(double *values, size_t count, kvio_latency_stats_t *stats_p)
-{
-    kvio_mean_stddev(values, count, &stats_p->mean, &stats_p->std);
-    stats_p->count = count;
-    stats_p->max = count > 0 ? values[count - 1] : 0;
-    stats_p->sorted = values;
-}
-
 void kvio_serve_statistics(double *values, size_t count, kvio_latency_stats_t *stats_p)
 {
     if (kvio_sort_doubles(values, count) != KVIO_OK)
         qsort(values, count, sizeof(*values), kvio_compare_double);
-    sorted_statistics(values, count, stats_p);
+    kvio_mean_stddev(values, count, &stats_p->mean, &stats_p->std);
+    stats_p->count = count;
+    stats_p->max = count > 0 ? values[count - 1] : 0;
+    stats_p->sorted = values;
 }
 
 /* One latency's figures from its statistics (values in seconds). */
@@ -296,21 +290,49 @@ static void copy_latency(kvio_result_t *dst, const kvio_result_t *src, kvio_figu
             kvio_result_set(dst, mean + i, kvio_result_get(src, mean + i));
 }
 
-/* The gaps' statistics: sorted as the floats they are kept as (half a
- * double's bytes), then widened in order into values (the same sorted
- * doubles). */
-static void gap_statistics(float *gaps, size_t count, double *values,
-                           kvio_latency_stats_t *stats_p)
+static int compare_floats(const void *a, const void *b)
 {
-    if (kvio_sort_floats(gaps, count) != KVIO_OK) {
-        for (size_t i = 0; i < count; i++)
-            values[i] = gaps[i];
-        kvio_serve_statistics(values, count, stats_p);
-        return;
-    }
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* kvio_percentile_linear of sorted floats, each widened to a double. */
+static double gap_percentile(const float *sorted, size_t count, double p)
+{
+    if (count == 0)
+        return 0;
+    double rank = p / 100.0 * (double)(count - 1);
+    size_t low = (size_t)floor(rank);
+    if (low + 1 >= count)
+        return (double)sorted[count - 1];
+    return (double)sorted[low] +
+           ((double)sorted[low + 1] - (double)sorted[low]) * (rank - (double)low);
+}
+
+/* The ITL figures of gaps, sorted as the floats they are kept as (half a
+ * double's bytes, and no widened copy): every operation on the doubles
+ * the floats widen to, in the same order as kvio_serve_statistics and
+ * set_statistics take them, so the figures are the same bits. */
+static void set_gap_statistics(kvio_result_t *result, float *gaps, size_t count)
+{
+    if (kvio_sort_floats(gaps, count) != KVIO_OK)
+        qsort(gaps, count, sizeof(*gaps), compare_floats);
+    double sum = 0, squares = 0;
     for (size_t i = 0; i < count; i++)
-        values[i] = gaps[i];
-    sorted_statistics(values, count, stats_p);
+        sum += (double)gaps[i];
+    double mean = count > 0 ? sum / (double)count : 0;
+    for (size_t i = 0; i < count; i++)
+        squares += ((double)gaps[i] - mean) * ((double)gaps[i] - mean);
+    static const double percentiles[] = {50, 90, 99, 99.9};
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN, mean * 1e3);
+    for (int i = 0; i < 4; i++)
+        kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 1 + i,
+                        gap_percentile(gaps, count, percentiles[i]) * 1e3);
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 5,
+                    (count > 0 ? sqrt(squares / (double)count) : 0) * 1e3);
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 6,
+                    (count > 0 ? (double)gaps[count - 1] : 0) * 1e3);
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 7, (double)count);
 }
 
 /* The TTFT, TPOT, E2EL (and with every gap kept, ITL) figures of one
@@ -335,8 +357,7 @@ static void latencies_of(kvio_result_t *result, const kvio_serve_samples_t *samp
     for (uint64_t i = 0; i < itls->count; i++)
         if (gap_ranks != NULL ? gap_ranks[i] == rank : rank == UINT32_MAX)
             gaps[count++] = itls->records[i].gap_s;
-    gap_statistics(gaps, count, values, &stats);
-    set_statistics(result, KVIO_FIG_ITL_MS_MEAN, &stats);
+    set_gap_statistics(result, gaps, count);
 }
 
 /* The one rank every sample belongs to (UINT32_MAX: none, or several). */
@@ -406,10 +427,7 @@ kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
 {
     if (samples == NULL || samples->status != KVIO_OK)
         return samples != NULL ? samples->status : KVIO_OK;
-    size_t largest = samples->count;
-    if (itls != NULL && itls->count > largest)
-        largest = (size_t)itls->count;
-    double *values = malloc((largest + 1) * sizeof(*values));
+    double *values = malloc((samples->count + 1) * sizeof(*values));
     float *gaps = malloc(((itls != NULL ? (size_t)itls->count : 0) + 1) * sizeof(*gaps));
     if (values == NULL || gaps == NULL) {
         free(values);
