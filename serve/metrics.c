@@ -184,7 +184,8 @@ void kvio_serve_samples_add(kvio_serve_samples_t *samples, const kvio_engine_fin
 {
     if (samples == NULL || !finished->measured || samples->status != KVIO_OK)
         return;
-    if (kvio_array_reserve((void **)&samples->items, &samples->capacity, samples->count + 1,
+    if (samples->count == samples->capacity &&
+        kvio_array_reserve((void **)&samples->items, &samples->capacity, samples->count + 1,
                            sizeof(*samples->items), 4096) != KVIO_OK) {
         samples->status = KVIO_ERR_NOMEM;
         return;
