@@ -3,6 +3,8 @@
  * at the bucket's midpoint, so the relative error is at most 1/256. */
 #include "kvio/stats.h"
 
+#include "kvio/array.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,7 +149,7 @@ static inline uint64_t sortable_bits(double value)
     static kvio_status_t name(key_t *keys, size_t count)                                  \
     {                                                                                     \
         enum { DIGITS = (width + RADIX_BITS - 1) / RADIX_BITS };                          \
-        key_t *scratch = malloc(count * sizeof(key_t));                                   \
+        key_t *scratch = kvio_large_alloc(count * sizeof(key_t));                         \
         size_t(*counts)[RADIX_BUCKETS] = calloc(DIGITS, sizeof(*counts));                 \
         if (scratch == NULL || counts == NULL) {                                          \
             free(scratch);                                                                \

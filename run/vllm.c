@@ -117,7 +117,7 @@ static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data
         max_id = itls->records[i].id > max_id ? itls->records[i].id : max_id;
     if (max_id >= MAX_GROUPED_ID)
         return KVIO_OK;
-    data->order = malloc(itls->count * sizeof(*data->order));
+    data->order = kvio_large_alloc(itls->count * sizeof(*data->order));
     data->starts = calloc(max_id + 2, sizeof(*data->starts));
     if (data->order == NULL || data->starts == NULL) {
         snprintf(error_p, error_len, "vllm.json: out of memory grouping %llu gaps between "
@@ -161,7 +161,7 @@ static void gaps_of(const vllm_data_t *data, uint64_t id, size_t *begin_p, size_
  * a departure before an arrival at the same time. */
 static int64_t max_concurrency(const vllm_data_t *data)
 {
-    double *events = malloc((data->count * 2 + 1) * sizeof(*events));
+    double *events = kvio_large_alloc((data->count * 2 + 1) * sizeof(*events));
     if (events == NULL)
         return -1;
     /* Arrivals and departures sorted apart, then merged. */

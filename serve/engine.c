@@ -439,7 +439,8 @@ static void record_itl(kvio_engine_metrics_t *metrics, uint64_t id, int64_t gap_
          * until written (a large block is mapped, not taken from the
          * heap), where doubling copied the list and touched twice its
          * pages. */
-        metrics->itl_records = malloc((size_t)metrics->itl_records_max * sizeof(record));
+        metrics->itl_records = kvio_large_alloc((size_t)metrics->itl_records_max *
+                                                sizeof(record));
         if (metrics->itl_records != NULL)
             metrics->itl_records_capacity = metrics->itl_records_max;
     }

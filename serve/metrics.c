@@ -394,7 +394,7 @@ static kvio_status_t gap_ranks_of(const kvio_serve_samples_t *samples,
     bool tabled = max_id < MAX_TABLED_ID;
     size_t entries = tabled ? (size_t)max_id + 1 : samples->count;
     void *index = malloc(entries * (tabled ? sizeof(uint32_t) : sizeof(kvio_request_sample_t)));
-    uint32_t *gap_ranks = malloc((size_t)itls->count * sizeof(*gap_ranks));
+    uint32_t *gap_ranks = kvio_large_alloc((size_t)itls->count * sizeof(*gap_ranks));
     if (index == NULL || gap_ranks == NULL) {
         free(index);
         free(gap_ranks);
@@ -428,8 +428,9 @@ kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
 {
     if (samples == NULL || samples->status != KVIO_OK)
         return samples != NULL ? samples->status : KVIO_OK;
-    double *values = malloc((samples->count + 1) * sizeof(*values));
-    float *gaps = malloc(((itls != NULL ? (size_t)itls->count : 0) + 1) * sizeof(*gaps));
+    double *values = kvio_large_alloc((samples->count + 1) * sizeof(*values));
+    float *gaps = kvio_large_alloc(((itls != NULL ? (size_t)itls->count : 0) + 1) *
+                                   sizeof(*gaps));
     if (values == NULL || gaps == NULL) {
         free(values);
         free(gaps);
