@@ -146,13 +146,15 @@ static inline uint64_t sortable_bits(double value)
 #define RADIX_BUCKETS (1u << RADIX_BITS)
 
 #define DEFINE_RADIX_SORT(name, key_t, width)                                              \
-    static kvio_status_t name(key_t *keys, size_t count)                                  \
+    static kvio_status_t name(key_t *keys, size_t count, key_t *given_scratch)            \
     {                                                                                     \
         enum { DIGITS = (width + RADIX_BITS - 1) / RADIX_BITS };                          \
-        key_t *scratch = kvio_large_alloc(count * sizeof(key_t));                         \
+        key_t *scratch = given_scratch != NULL ? given_scratch                            \
+                                               : kvio_large_alloc(count * sizeof(key_t)); \
         size_t(*counts)[RADIX_BUCKETS] = calloc(DIGITS, sizeof(*counts));                 \
         if (scratch == NULL || counts == NULL) {                                          \
-            free(scratch);                                                                \
+            if (scratch != given_scratch)                                                 \
+                free(scratch);                                                            \
             free(counts);                                                                 \
             return KVIO_ERR_NOMEM;                                                        \
         }                                                                                 \
@@ -178,7 +180,8 @@ static inline uint64_t sortable_bits(double value)
         }                                                                                 \
         if (from != keys)                                                                 \
             memcpy(keys, from, count * sizeof(key_t));                                    \
-        free(scratch);                                                                    \
+        if (scratch != given_scratch)                                                     \
+            free(scratch);                                                                \
         free(counts);                                                                     \
         return KVIO_OK;                                                                   \
     }
@@ -199,7 +202,7 @@ kvio_status_t kvio_sort_doubles(double *values, size_t count)
         memcpy(&value, &keys[i], sizeof(value));
         keys[i] = sortable_bits(value);
     }
-    kvio_status_t status = radix_sort_u64(keys, count);
+    kvio_status_t status = radix_sort_u64(keys, count, NULL);
     for (size_t i = 0; i < count; i++) {
         uint64_t bits = keys[i] >> 63 ? keys[i] & ~(1ull << 63) : ~keys[i];
         memcpy(&keys[i], &bits, sizeof(bits));
@@ -217,6 +220,11 @@ static inline uint32_t sortable_float_bits(float value)
 
 kvio_status_t kvio_sort_floats(float *values, size_t count)
 {
+    return kvio_sort_floats_with(values, count, NULL);
+}
+
+kvio_status_t kvio_sort_floats_with(float *values, size_t count, float *scratch)
+{
     if (count < 2)
         return KVIO_OK;
     uint32_t *keys = (uint32_t *)(void *)values;
@@ -225,7 +233,7 @@ kvio_status_t kvio_sort_floats(float *values, size_t count)
         memcpy(&value, &keys[i], sizeof(value));
         keys[i] = sortable_float_bits(value);
     }
-    kvio_status_t status = radix_sort_u32(keys, count);
+    kvio_status_t status = radix_sort_u32(keys, count, (uint32_t *)(void *)scratch);
     for (size_t i = 0; i < count; i++) {
         uint32_t bits = keys[i] >> 31 ? keys[i] & ~(1u << 31) : ~keys[i];
         memcpy(&keys[i], &bits, sizeof(bits));

@@ -314,9 +314,10 @@ static double gap_percentile(const float *sorted, size_t count, double p)
  * double's bytes, and no widened copy): every operation on the doubles
  * the floats widen to, in the same order as kvio_serve_statistics and
  * set_statistics take them, so the figures are the same bits. */
-static void set_gap_statistics(kvio_result_t *result, float *gaps, size_t count)
+static void set_gap_statistics(kvio_result_t *result, float *gaps, size_t count,
+                               float *scratch)
 {
-    if (kvio_sort_floats(gaps, count) != KVIO_OK)
+    if (kvio_sort_floats_with(gaps, count, scratch) != KVIO_OK)
         qsort(gaps, count, sizeof(*gaps), compare_floats);
     double sum = 0, squares = 0;
     for (size_t i = 0; i < count; i++)
@@ -339,7 +340,7 @@ static void set_gap_statistics(kvio_result_t *result, float *gaps, size_t count)
 /* The TTFT, TPOT, E2EL (and with every gap kept, ITL) figures of one
  * result from the samples of rank (UINT32_MAX: all); gap_ranks: each
  * gap's rank (NULL: every gap for all ranks, none for one); gaps: room
- * for every gap. */
+ * for every gap twice (the second half the sort's scratch). */
 static void latencies_of(kvio_result_t *result, const kvio_serve_samples_t *samples,
                          const kvio_serve_itls_t *itls, const uint32_t *gap_ranks,
                          uint32_t rank, double *values, float *gaps)
@@ -358,7 +359,7 @@ static void latencies_of(kvio_result_t *result, const kvio_serve_samples_t *samp
     for (uint64_t i = 0; i < itls->count; i++)
         if (gap_ranks != NULL ? gap_ranks[i] == rank : rank == UINT32_MAX)
             gaps[count++] = itls->records[i].gap_s;
-    set_gap_statistics(result, gaps, count);
+    set_gap_statistics(result, gaps, count, gaps + itls->count);
 }
 
 /* The one rank every sample belongs to (UINT32_MAX: none, or several). */
@@ -429,7 +430,9 @@ kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
     if (samples == NULL || samples->status != KVIO_OK)
         return samples != NULL ? samples->status : KVIO_OK;
     double *values = kvio_large_alloc((samples->count + 1) * sizeof(*values));
-    float *gaps = kvio_large_alloc(((itls != NULL ? (size_t)itls->count : 0) + 1) *
+    /* The gaps of a rank, then the sort's scratch: one allocation, large
+     * enough for huge pages sooner. */
+    float *gaps = kvio_large_alloc((2 * (itls != NULL ? (size_t)itls->count : 0) + 1) *
                                    sizeof(*gaps));
     if (values == NULL || gaps == NULL) {
         free(values);

@@ -246,7 +246,8 @@ static int compare_float(const void *a, const void *b)
 
 /* kvio_sort_floats (the gaps between tokens, sorted as the floats they are
  * kept as) gives qsort's order: negatives, zeros, repeats, values that
- * share digits and a count too small for more than one pass. */
+ * share digits and a count too small for more than one pass; with its own
+ * scratch or the caller's. */
 Test(stats, floats_sort_as_qsort_sorts_them, .timeout = 10)
 {
     static const size_t counts[] = {1, 2, 7, 4095, 70000};
@@ -266,7 +267,10 @@ Test(stats, floats_sort_as_qsort_sorts_them, .timeout = 10)
             expected[i] = values[i];
         }
         qsort(expected, count, sizeof(float), compare_float);
-        cr_assert_eq(kvio_sort_floats(values, count), KVIO_OK);
+        /* Every other count with the caller's scratch. */
+        float *scratch = c % 2 == 1 ? malloc(count * sizeof(float)) : NULL;
+        cr_assert_eq(kvio_sort_floats_with(values, count, scratch), KVIO_OK);
+        free(scratch);
         for (size_t i = 0; i < count; i++)
             cr_assert_eq(values[i], expected[i], "count %zu, index %zu: %g, not %g", count, i,
                          (double)values[i], (double)expected[i]);
