@@ -33,6 +33,13 @@ void *kvio_zeroed_alloc(size_t bytes)
     return memory == MAP_FAILED ? NULL : memory;
 }
 
+void *kvio_populated_alloc(size_t bytes)
+{
+    void *memory = mmap(NULL, bytes > 0 ? bytes : 1, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return memory == MAP_FAILED ? NULL : memory;
+}
+
 void kvio_zeroed_free(void *memory, size_t bytes)
 {
     if (memory != NULL)

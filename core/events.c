@@ -6,6 +6,7 @@
  * names and the closing "]". */
 #include "kvio/events.h"
 
+#include "kvio/array.h"
 #include "kvio/format.h"
 
 #include <errno.h>
@@ -47,6 +48,7 @@ struct kvio_event_trace {
     FILE *file;
     bool gzip;
     kvio_event_level_t level;
+    char *chunks;            /* both, populated at once (kvio_populated_alloc) */
     char *filling, *pending; /* CHUNK_BYTES each; pending is the writer's */
     size_t filling_length, pending_length;
     bool has_pending, closing;
@@ -258,9 +260,8 @@ static void trace_free(kvio_event_trace_t *trace)
     if (trace->gzip)
         deflateEnd(&trace->stream);
 #endif
-    free(trace->compressed);
-    free(trace->filling);
-    free(trace->pending);
+    kvio_zeroed_free(trace->compressed, trace->compressed_capacity);
+    kvio_zeroed_free(trace->chunks, 2 * CHUNK_BYTES);
     free(trace->ranks_seen);
     pthread_mutex_destroy(&trace->id_cache.lock);
     free(trace);
@@ -278,8 +279,11 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
     trace->level = level;
     pthread_mutex_init(&trace->id_cache.lock, NULL);
     trace->ranks_seen = calloc(MAX_NAMED_RANKS, 1);
-    trace->filling = malloc(CHUNK_BYTES);
-    trace->pending = malloc(CHUNK_BYTES);
+    trace->chunks = kvio_populated_alloc(2 * CHUNK_BYTES);
+    if (trace->chunks != NULL) {
+        trace->filling = trace->chunks;
+        trace->pending = trace->chunks + CHUNK_BYTES;
+    }
     if (trace->gzip) {
         /* Each chunk one gzip member (header and trailer); level 1: the
          * writer keeps up with the callers. */
@@ -300,7 +304,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
         }
         trace->compressed_capacity = deflateBound(&trace->stream, CHUNK_BYTES);
 #endif
-        trace->compressed = malloc(trace->compressed_capacity);
+        trace->compressed = kvio_populated_alloc(trace->compressed_capacity);
     }
     if (trace->ranks_seen == NULL || trace->filling == NULL || trace->pending == NULL ||
         (trace->gzip && trace->compressed == NULL)) {
