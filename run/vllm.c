@@ -37,10 +37,12 @@ typedef struct vllm_data {
     const kvio_request_sample_t *samples;
     size_t count;
     uint64_t input_tokens, output_tokens;
-    /* The gaps between tokens, grouped by request: records[order[k]] for k
-     * in [starts[id], starts[id + 1]), in the order they came. order is
+    /* The gaps between tokens, grouped by request: grouped[k] for k in
+     * [starts[id], starts[id + 1]), in the order they came (read in order
+     * when the lists are written, not through an index). grouped is
      * NULL when not all were kept. */
-    uint32_t *order, *starts;
+    float *grouped;
+    uint32_t *starts;
     uint64_t max_id;
     const kvio_itl_record_t *records;
     size_t num_records;
@@ -117,16 +119,17 @@ static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data
         max_id = itls->records[i].id > max_id ? itls->records[i].id : max_id;
     if (max_id >= MAX_GROUPED_ID)
         return KVIO_OK;
-    data->order = kvio_large_alloc(itls->count * sizeof(*data->order));
+    data->grouped = kvio_large_alloc(itls->count * sizeof(*data->grouped));
     data->starts = calloc(max_id + 2, sizeof(*data->starts));
-    if (data->order == NULL || data->starts == NULL) {
+    if (data->grouped == NULL || data->starts == NULL) {
         snprintf(error_p, error_len, "vllm.json: out of memory grouping %llu gaps between "
                  "tokens of %llu requests (%llu bytes)", (unsigned long long)itls->count,
                  (unsigned long long)max_id + 1,
                  (unsigned long long)(itls->count + max_id + 2) * sizeof(uint32_t));
-        free(data->order);
+        free(data->grouped);
         free(data->starts);
-        data->order = data->starts = NULL;
+        data->grouped = NULL;
+        data->starts = NULL;
         return KVIO_ERR_NOMEM;
     }
     for (uint64_t i = 0; i < itls->count; i++)
@@ -135,7 +138,7 @@ static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data
         data->starts[id + 1] += data->starts[id];
     /* Scatter, then starts[id] has moved to starts[id + 1]: shift back. */
     for (uint64_t i = 0; i < itls->count; i++)
-        data->order[data->starts[itls->records[i].id]++] = (uint32_t)i;
+        data->grouped[data->starts[itls->records[i].id]++] = itls->records[i].gap_s;
     for (uint64_t id = max_id + 1; id > 0; id--)
         data->starts[id] = data->starts[id - 1];
     data->starts[0] = 0;
@@ -145,11 +148,11 @@ static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data
     return KVIO_OK;
 }
 
-/* Request id's gaps: records[order[k]] for k in [*begin_p, *end_p). */
+/* Request id's gaps: grouped[k] for k in [*begin_p, *end_p). */
 static void gaps_of(const vllm_data_t *data, uint64_t id, size_t *begin_p, size_t *end_p)
 {
     *begin_p = *end_p = 0;
-    if (data->order != NULL && id <= data->max_id) {
+    if (data->grouped != NULL && id <= data->max_id) {
         *begin_p = data->starts[id];
         *end_p = data->starts[id + 1];
     }
@@ -195,7 +198,7 @@ static int64_t max_concurrency(const vllm_data_t *data)
  * from each token's time (first token, then the gaps): needs every gap. */
 static double max_tokens_per_second(const vllm_data_t *data)
 {
-    if (data->order == NULL || data->count == 0)
+    if (data->grouped == NULL || data->count == 0)
         return -1;
     double first = INFINITY, last = 0;
     for (size_t i = 0; i < data->count; i++) {
@@ -218,7 +221,7 @@ static double max_tokens_per_second(const vllm_data_t *data)
         size_t begin, end;
         gaps_of(data, r->id, &begin, &end);
         for (size_t k = begin; k < end; k++) {
-            at += data->records[data->order[k]].gap_s;
+            at += data->grouped[k];
             bucket = (size_t)(at - first);
             if (bucket < seconds)
                 buckets[bucket]++;
@@ -318,7 +321,7 @@ static kvio_status_t add_other_percentiles(json_t *vllm, const run_vllm_t *sourc
     if (values == NULL)
         return KVIO_ERR_NOMEM;
     for (size_t k = 0; k < 4; k++) {
-        if (kinds[k].which < 0 && data->order == NULL)
+        if (kinds[k].which < 0 && data->grouped == NULL)
             continue;
         /* Only a kind with a percentile no figure has is collected and
          * sorted (the default's are all figures). */
@@ -471,7 +474,7 @@ static void put_itls(vllm_writer_t *out, const vllm_data_t *data)
         size_t begin, end;
         gaps_of(data, data->samples[i].id, &begin, &end);
         for (size_t k = begin; k < end; k++)
-            put_number(out, k == begin, data->records[data->order[k]].gap_s, 0, false);
+            put_number(out, k == begin, data->grouped[k], 0, false);
         put_text(out, "]");
     }
     put_text(out, "]");
@@ -496,7 +499,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         snprintf(error_p, error_len, "vllm.json: out of memory");
         status = KVIO_ERR_NOMEM;
     }
-    if (status == KVIO_OK && data.order == NULL && source->itls != NULL &&
+    if (status == KVIO_OK && data.grouped == NULL && source->itls != NULL &&
         source->itls->count + source->itls->dropped > 0)
         /* Not every gap was kept: the lists and the statistics would be of a
          * part, so ITL's come from the run's histogram and itls is left out. */
@@ -526,7 +529,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         put_list(out, &data, "input_lens", LIST_INPUT);
         put_list(out, &data, "output_lens", LIST_OUTPUT);
         put_list(out, &data, "ttfts", LIST_TTFT);
-        if (data.order != NULL)
+        if (data.grouped != NULL)
             put_itls(out, &data);
         put_list(out, &data, "latencies", LIST_LATENCY);
         put_list(out, &data, "start_times", LIST_START);
@@ -539,7 +542,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         status = out->status != KVIO_OK ? out->status : closed;
     }
     free(out);
-    free(data.order);
+    free(data.grouped);
     free(data.starts);
     if (status == KVIO_OK)
         *scalars_p = vllm;

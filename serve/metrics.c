@@ -378,9 +378,20 @@ static uint32_t only_rank(const kvio_serve_samples_t *samples)
  * a sorted copy of the samples rather than in a table by id. */
 #define MAX_TABLED_ID (64u << 20)
 
-/* Each gap's rank, by its request's id (UINT32_MAX: a request not among
- * the samples, one that did not finish); *matched_p: how many are rank
- * only's. *gap_ranks_p NULL when there are no gaps. */
+/* The rank of gap i's request (UINT32_MAX: one not among the samples, that
+ * did not finish): from a table by id, or the samples sorted by id. */
+static uint32_t gap_rank(const kvio_serve_itls_t *itls, uint64_t i, const uint32_t *rank_by_id,
+                         uint64_t max_id, const kvio_request_sample_t *by_id, size_t count)
+{
+    uint64_t id = itls->records[i].id;
+    if (rank_by_id != NULL)
+        return id <= max_id ? rank_by_id[id] : UINT32_MAX;
+    return rank_of(by_id, count, id);
+}
+
+/* Each gap's rank (gap_rank); *matched_p: how many are rank only's. When
+ * every gap is only's, no array is made: *gap_ranks_p stays NULL (as when
+ * there are no gaps). */
 static kvio_status_t gap_ranks_of(const kvio_serve_samples_t *samples,
                                   const kvio_serve_itls_t *itls, uint32_t only,
                                   uint32_t **gap_ranks_p, uint64_t *matched_p)
@@ -395,32 +406,36 @@ static kvio_status_t gap_ranks_of(const kvio_serve_samples_t *samples,
     bool tabled = max_id < MAX_TABLED_ID;
     size_t entries = tabled ? (size_t)max_id + 1 : samples->count;
     void *index = malloc(entries * (tabled ? sizeof(uint32_t) : sizeof(kvio_request_sample_t)));
-    uint32_t *gap_ranks = kvio_large_alloc((size_t)itls->count * sizeof(*gap_ranks));
-    if (index == NULL || gap_ranks == NULL) {
-        free(index);
-        free(gap_ranks);
+    if (index == NULL)
         return KVIO_ERR_NOMEM;
-    }
+    uint32_t *rank_by_id = tabled ? index : NULL;
+    kvio_request_sample_t *by_id = tabled ? NULL : index;
     if (tabled) {
-        uint32_t *rank_by_id = index;
         memset(rank_by_id, 0xff, entries * sizeof(*rank_by_id));
         for (size_t i = 0; i < samples->count; i++)
             rank_by_id[samples->items[i].id] = samples->items[i].rank;
-        for (uint64_t i = 0; i < itls->count; i++)
-            gap_ranks[i] = itls->records[i].id <= max_id ? rank_by_id[itls->records[i].id]
-                                                         : UINT32_MAX;
     } else {
-        kvio_request_sample_t *by_id = index;
         memcpy(by_id, samples->items, samples->count * sizeof(*by_id));
         qsort(by_id, samples->count, sizeof(*by_id), compare_sample_ids);
+    }
+    uint64_t matched = 0;
+    if (only != UINT32_MAX)
         for (uint64_t i = 0; i < itls->count; i++)
-            gap_ranks[i] = rank_of(by_id, samples->count, itls->records[i].id);
+            matched += gap_rank(itls, i, rank_by_id, max_id, by_id, samples->count) == only;
+    kvio_status_t status = KVIO_OK;
+    if (matched < itls->count) {
+        uint32_t *gap_ranks = kvio_large_alloc((size_t)itls->count * sizeof(*gap_ranks));
+        if (gap_ranks == NULL) {
+            status = KVIO_ERR_NOMEM;
+        } else {
+            for (uint64_t i = 0; i < itls->count; i++)
+                gap_ranks[i] = gap_rank(itls, i, rank_by_id, max_id, by_id, samples->count);
+            *gap_ranks_p = gap_ranks;
+        }
     }
     free(index);
-    for (uint64_t i = 0; i < itls->count; i++)
-        *matched_p += gap_ranks[i] == only;
-    *gap_ranks_p = gap_ranks;
-    return KVIO_OK;
+    *matched_p = matched;
+    return status;
 }
 
 kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
