@@ -33,8 +33,32 @@ void *kvio_zeroed_alloc(size_t bytes)
     return memory == MAP_FAILED ? NULL : memory;
 }
 
+void *kvio_populated_alloc(size_t bytes)
+{
+    void *memory = mmap(NULL, bytes > 0 ? bytes : 1, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return memory == MAP_FAILED ? NULL : memory;
+}
+
 void kvio_zeroed_free(void *memory, size_t bytes)
 {
     if (memory != NULL)
         munmap(memory, bytes > 0 ? bytes : 1);
+}
+
+/* Below this, a block is not worth a huge page (nor mapped by malloc). */
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+
+void *kvio_large_alloc(size_t bytes)
+{
+    void *memory = malloc(bytes > 0 ? bytes : 1);
+    if (memory == NULL || bytes < 2 * HUGE_PAGE_BYTES)
+        return memory;
+    /* The whole huge pages inside the block (madvise wants them aligned);
+     * refused where the system has none: then it is small pages. */
+    uintptr_t start = ((uintptr_t)memory + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+    uintptr_t end = ((uintptr_t)memory + bytes) & ~(HUGE_PAGE_BYTES - 1);
+    if (end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+    return memory;
 }

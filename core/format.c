@@ -180,11 +180,24 @@ static void format_8_digits(char *end, uint32_t value)
     }
 }
 
-/* 32-bit arithmetic in chunks of 8 digits. */
+/* The number of decimal digits of value (at least 1). */
+static size_t count_digits(uint64_t value)
+{
+    size_t count = 1;
+    while (value >= 10000) {
+        value /= 10000;
+        count += 4;
+    }
+    return count + (value >= 10) + (value >= 100) + (value >= 1000);
+}
+
+/* Written in place from its last digit (the length counted first: no
+ * copy, which for a short number cost more than the digits); 32-bit
+ * arithmetic in chunks of 8 digits. */
 size_t kvio_format_unsigned(char *out, uint64_t value)
 {
-    char digits[24];
-    char *end = digits + sizeof(digits), *at = end;
+    size_t length = count_digits(value);
+    char *at = out + length;
     while (value >= 100000000) {
         format_8_digits(at, (uint32_t)(value % 100000000));
         at -= 8;
@@ -203,8 +216,6 @@ size_t kvio_format_unsigned(char *out, uint64_t value)
     } else {
         *--at = (char)('0' + small);
     }
-    size_t length = (size_t)(end - at);
-    memcpy(out, at, length);
     return length;
 }
 
@@ -253,10 +264,18 @@ size_t kvio_format_fixed(char *out, double value, int decimals)
         if (remainder > half || (remainder == half && (units & 1)))
             units++;
     }
-    size_t length = kvio_format_unsigned(out, units / powers[decimals]);
+    /* The split at the point by a constant for the common precisions (a
+     * multiplication, where a divisor read from the table is a division). */
+    uint64_t whole, fraction;
+    switch (decimals) {
+    case 3: whole = units / 1000, fraction = units % 1000; break;
+    case 6: whole = units / 1000000, fraction = units % 1000000; break;
+    default: whole = units / powers[decimals], fraction = units % powers[decimals]; break;
+    }
+    size_t length = kvio_format_unsigned(out, whole);
     if (decimals > 0) {
         out[length++] = '.';
-        put_digits(out + length + decimals, units % powers[decimals], decimals);
+        put_digits(out + length + decimals, fraction, decimals);
         length += (size_t)decimals;
     }
     return length;

@@ -314,6 +314,8 @@ kvio_status_t kvio_csv_open(const kvio_results_t *results, const char *file_name
         free(csv);
         return status;
     }
+    /* 256 KiB at a time: a run's CSVs reach gigabytes. */
+    setvbuf(csv->file, NULL, _IOFBF, 256 * 1024);
     if (header != NULL && fprintf(csv->file, "%s\n", header) < 0)
         csv_failed(csv);
     *csv_p = csv;
@@ -335,7 +337,9 @@ kvio_status_t kvio_csv_row(kvio_csv_t *csv, const char *fmt, ...)
 
 kvio_status_t kvio_csv_line(kvio_csv_t *csv, const char *text, size_t length)
 {
-    if (fwrite(text, 1, length, csv->file) != length || putc('\n', csv->file) == EOF) {
+    /* Unlocked: a row is two calls, made by the hundred thousand. */
+    if (fwrite_unlocked(text, 1, length, csv->file) != length ||
+        putc_unlocked('\n', csv->file) == EOF) {
         csv_failed(csv);
         return KVIO_ERR_IO;
     }

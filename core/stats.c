@@ -3,6 +3,8 @@
  * at the bucket's midpoint, so the relative error is at most 1/256. */
 #include "kvio/stats.h"
 
+#include "kvio/array.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,56 +138,107 @@ static inline uint64_t sortable_bits(double value)
     return bits >> 63 ? ~bits : bits | (1ull << 63);
 }
 
+/* LSD radix sorts over 11-bit digits (2048 buckets: the scatter's
+ * destinations stay in cache, where 16-bit digits' 65536 did not), the
+ * counts of every digit taken in one pass and a digit all keys share
+ * skipped: keys of width bits, in place, with one scratch array as large. */
+#define RADIX_BITS 11
+#define RADIX_BUCKETS (1u << RADIX_BITS)
+
+#define DEFINE_RADIX_SORT(name, key_t, width)                                              \
+    static kvio_status_t name(key_t *keys, size_t count, key_t *given_scratch)            \
+    {                                                                                     \
+        enum { DIGITS = (width + RADIX_BITS - 1) / RADIX_BITS };                          \
+        key_t *scratch = given_scratch != NULL ? given_scratch                            \
+                                               : kvio_large_alloc(count * sizeof(key_t)); \
+        size_t(*counts)[RADIX_BUCKETS] = calloc(DIGITS, sizeof(*counts));                 \
+        if (scratch == NULL || counts == NULL) {                                          \
+            if (scratch != given_scratch)                                                 \
+                free(scratch);                                                            \
+            free(counts);                                                                 \
+            return KVIO_ERR_NOMEM;                                                        \
+        }                                                                                 \
+        for (size_t i = 0; i < count; i++)                                                \
+            for (int d = 0; d < DIGITS; d++)                                              \
+                counts[d][(keys[i] >> (d * RADIX_BITS)) & (RADIX_BUCKETS - 1)]++;         \
+        key_t *from = keys, *to = scratch;                                                \
+        for (int d = 0; d < DIGITS; d++) {                                                \
+            unsigned shift = (unsigned)(d * RADIX_BITS);                                  \
+            if (counts[d][(keys[0] >> shift) & (RADIX_BUCKETS - 1)] == count)             \
+                continue;                                                                 \
+            size_t at = 0;                                                                \
+            for (size_t b = 0; b < RADIX_BUCKETS; b++) {                                  \
+                size_t here = counts[d][b];                                               \
+                counts[d][b] = at;                                                        \
+                at += here;                                                               \
+            }                                                                             \
+            for (size_t i = 0; i < count; i++)                                            \
+                to[counts[d][(from[i] >> shift) & (RADIX_BUCKETS - 1)]++] = from[i];      \
+            key_t *swap = from;                                                           \
+            from = to;                                                                    \
+            to = swap;                                                                    \
+        }                                                                                 \
+        if (from != keys)                                                                 \
+            memcpy(keys, from, count * sizeof(key_t));                                    \
+        if (scratch != given_scratch)                                                     \
+            free(scratch);                                                                \
+        free(counts);                                                                     \
+        return KVIO_OK;                                                                   \
+    }
+
+DEFINE_RADIX_SORT(radix_sort_u64, uint64_t, 64)
+DEFINE_RADIX_SORT(radix_sort_u32, uint32_t, 32)
+
 kvio_status_t kvio_sort_doubles(double *values, size_t count)
 {
     if (count < 4096) {
         qsort(values, count, sizeof(double), kvio_compare_double);
         return KVIO_OK;
     }
-    /* LSD radix over 16-bit digits on the keys, made in place of the values
-     * (one scratch array as large as the values); a digit all keys share is
-     * skipped. */
-    uint64_t *scratch = malloc(count * sizeof(uint64_t));
-    size_t *counts = malloc(65536 * sizeof(size_t));
-    if (scratch == NULL || counts == NULL) {
-        free(scratch);
-        free(counts);
-        return KVIO_ERR_NOMEM;
-    }
+    /* The keys are made in place of the values. */
     uint64_t *keys = (uint64_t *)(void *)values;
     for (size_t i = 0; i < count; i++) {
         double value;
         memcpy(&value, &keys[i], sizeof(value));
         keys[i] = sortable_bits(value);
     }
-    uint64_t *from = keys, *to = scratch;
-    for (int shift = 0; shift < 64; shift += 16) {
-        memset(counts, 0, 65536 * sizeof(size_t));
-        for (size_t i = 0; i < count; i++)
-            counts[(from[i] >> shift) & 0xffff]++;
-        if (counts[(from[0] >> shift) & 0xffff] == count)
-            continue;
-        size_t at = 0;
-        for (size_t d = 0; d < 65536; d++) {
-            size_t here = counts[d];
-            counts[d] = at;
-            at += here;
-        }
-        for (size_t i = 0; i < count; i++)
-            to[counts[(from[i] >> shift) & 0xffff]++] = from[i];
-        uint64_t *swap = from;
-        from = to;
-        to = swap;
-    }
-    if (from != keys)
-        memcpy(keys, from, count * sizeof(uint64_t));
+    kvio_status_t status = radix_sort_u64(keys, count, NULL);
     for (size_t i = 0; i < count; i++) {
         uint64_t bits = keys[i] >> 63 ? keys[i] & ~(1ull << 63) : ~keys[i];
         memcpy(&keys[i], &bits, sizeof(bits));
     }
-    free(scratch);
-    free(counts);
-    return KVIO_OK;
+    return status;
+}
+
+/* A float's bits as an unsigned key in the same order. */
+static inline uint32_t sortable_float_bits(float value)
+{
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof(bits));
+    return bits >> 31 ? ~bits : bits | (1u << 31);
+}
+
+kvio_status_t kvio_sort_floats(float *values, size_t count)
+{
+    return kvio_sort_floats_with(values, count, NULL);
+}
+
+kvio_status_t kvio_sort_floats_with(float *values, size_t count, float *scratch)
+{
+    if (count < 2)
+        return KVIO_OK;
+    uint32_t *keys = (uint32_t *)(void *)values;
+    for (size_t i = 0; i < count; i++) {
+        float value;
+        memcpy(&value, &keys[i], sizeof(value));
+        keys[i] = sortable_float_bits(value);
+    }
+    kvio_status_t status = radix_sort_u32(keys, count, (uint32_t *)(void *)scratch);
+    for (size_t i = 0; i < count; i++) {
+        uint32_t bits = keys[i] >> 31 ? keys[i] & ~(1u << 31) : ~keys[i];
+        memcpy(&keys[i], &bits, sizeof(bits));
+    }
+    return status;
 }
 
 double kvio_quantile(double *values, size_t count, double q)

@@ -23,7 +23,9 @@
 #include "kvio/results.h"
 #include "kvio/stats.h"
 
-/* One measured request of requests.csv. */
+/* One measured request as vLLM's lists hold it (made from its sample when
+ * it is read: a copy of every request would double what the samples
+ * take). */
 typedef struct vllm_request {
     uint64_t id;
     double start_s, ttft_s, e2el_s;
@@ -32,13 +34,15 @@ typedef struct vllm_request {
 
 /* The measured requests, and what vLLM's lists are made of. */
 typedef struct vllm_data {
-    vllm_request_t *requests;
-    size_t count, capacity;
+    const kvio_request_sample_t *samples;
+    size_t count;
     uint64_t input_tokens, output_tokens;
-    /* The gaps between tokens, grouped by request: records[order[k]] for k
-     * in [starts[id], starts[id + 1]), in the order they came. order is
+    /* The gaps between tokens, grouped by request: grouped[k] for k in
+     * [starts[id], starts[id + 1]), in the order they came (read in order
+     * when the lists are written, not through an index). grouped is
      * NULL when not all were kept. */
-    uint32_t *order, *starts;
+    float *grouped;
+    uint32_t *starts;
     uint64_t max_id;
     const kvio_itl_record_t *records;
     size_t num_records;
@@ -76,29 +80,27 @@ kvio_status_t run_vllm_percentiles(const char *text, double *values, size_t max,
 
 /* ---------- the measured requests ---------- */
 
-static kvio_status_t take_samples(const kvio_serve_samples_t *samples, vllm_data_t *data,
-                                  char *error_p, size_t error_len)
+static void take_samples(const kvio_serve_samples_t *samples, vllm_data_t *data)
 {
     if (samples == NULL || samples->count == 0)
-        return KVIO_OK;
-    data->requests = malloc(samples->count * sizeof(*data->requests));
-    if (data->requests == NULL) {
-        snprintf(error_p, error_len, "vllm.json: out of memory holding %zu requests (%zu bytes "
-                 "each)", samples->count, sizeof(*data->requests));
-        return KVIO_ERR_NOMEM;
-    }
+        return;
     for (size_t i = 0; i < samples->count; i++) {
-        const kvio_request_sample_t *sample = &samples->items[i];
-        data->requests[i] = (vllm_request_t){
-            .id = sample->id, .start_s = (double)sample->arrival_ns / 1e9,
-            .ttft_s = (double)(sample->first_token_ns - sample->arrival_ns) / 1e9,
-            .e2el_s = (double)(sample->finish_ns - sample->arrival_ns) / 1e9,
-            .input = sample->input_tokens, .output = sample->output_tokens};
-        data->input_tokens += sample->input_tokens;
-        data->output_tokens += sample->output_tokens;
+        data->input_tokens += samples->items[i].input_tokens;
+        data->output_tokens += samples->items[i].output_tokens;
     }
-    data->count = data->capacity = samples->count;
-    return KVIO_OK;
+    data->samples = samples->items;
+    data->count = samples->count;
+}
+
+/* Request i, as vLLM's lists hold it. */
+static vllm_request_t request_at(const vllm_data_t *data, size_t i)
+{
+    const kvio_request_sample_t *sample = &data->samples[i];
+    return (vllm_request_t){
+        .id = sample->id, .start_s = (double)sample->arrival_ns / 1e9,
+        .ttft_s = (double)(sample->first_token_ns - sample->arrival_ns) / 1e9,
+        .e2el_s = (double)(sample->finish_ns - sample->arrival_ns) / 1e9,
+        .input = sample->input_tokens, .output = sample->output_tokens};
 }
 
 /* Past this many request ids the grouping's table would be larger than the
@@ -117,16 +119,17 @@ static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data
         max_id = itls->records[i].id > max_id ? itls->records[i].id : max_id;
     if (max_id >= MAX_GROUPED_ID)
         return KVIO_OK;
-    data->order = malloc(itls->count * sizeof(*data->order));
+    data->grouped = kvio_large_alloc(itls->count * sizeof(*data->grouped));
     data->starts = calloc(max_id + 2, sizeof(*data->starts));
-    if (data->order == NULL || data->starts == NULL) {
+    if (data->grouped == NULL || data->starts == NULL) {
         snprintf(error_p, error_len, "vllm.json: out of memory grouping %llu gaps between "
                  "tokens of %llu requests (%llu bytes)", (unsigned long long)itls->count,
                  (unsigned long long)max_id + 1,
                  (unsigned long long)(itls->count + max_id + 2) * sizeof(uint32_t));
-        free(data->order);
+        free(data->grouped);
         free(data->starts);
-        data->order = data->starts = NULL;
+        data->grouped = NULL;
+        data->starts = NULL;
         return KVIO_ERR_NOMEM;
     }
     for (uint64_t i = 0; i < itls->count; i++)
@@ -135,7 +138,7 @@ static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data
         data->starts[id + 1] += data->starts[id];
     /* Scatter, then starts[id] has moved to starts[id + 1]: shift back. */
     for (uint64_t i = 0; i < itls->count; i++)
-        data->order[data->starts[itls->records[i].id]++] = (uint32_t)i;
+        data->grouped[data->starts[itls->records[i].id]++] = itls->records[i].gap_s;
     for (uint64_t id = max_id + 1; id > 0; id--)
         data->starts[id] = data->starts[id - 1];
     data->starts[0] = 0;
@@ -145,11 +148,11 @@ static kvio_status_t group_itls(const kvio_serve_itls_t *itls, vllm_data_t *data
     return KVIO_OK;
 }
 
-/* Request id's gaps: records[order[k]] for k in [*begin_p, *end_p). */
+/* Request id's gaps: grouped[k] for k in [*begin_p, *end_p). */
 static void gaps_of(const vllm_data_t *data, uint64_t id, size_t *begin_p, size_t *end_p)
 {
     *begin_p = *end_p = 0;
-    if (data->order != NULL && id <= data->max_id) {
+    if (data->grouped != NULL && id <= data->max_id) {
         *begin_p = data->starts[id];
         *end_p = data->starts[id + 1];
     }
@@ -161,17 +164,20 @@ static void gaps_of(const vllm_data_t *data, uint64_t id, size_t *begin_p, size_
  * a departure before an arrival at the same time. */
 static int64_t max_concurrency(const vllm_data_t *data)
 {
-    double *events = malloc((data->count * 2 + 1) * sizeof(*events));
+    double *events = kvio_large_alloc((data->count * 2 + 1) * sizeof(*events));
     if (events == NULL)
         return -1;
     /* Arrivals and departures sorted apart, then merged. */
     double *arrivals = events, *departures = events + data->count;
     for (size_t i = 0; i < data->count; i++) {
-        arrivals[i] = data->requests[i].start_s;
-        departures[i] = data->requests[i].start_s + data->requests[i].e2el_s;
+        vllm_request_t r = request_at(data, i);
+        arrivals[i] = r.start_s;
+        departures[i] = r.start_s + r.e2el_s;
     }
-    qsort(arrivals, data->count, sizeof(double), kvio_compare_double);
-    qsort(departures, data->count, sizeof(double), kvio_compare_double);
+    if (kvio_sort_doubles(arrivals, data->count) != KVIO_OK)
+        qsort(arrivals, data->count, sizeof(double), kvio_compare_double);
+    if (kvio_sort_doubles(departures, data->count) != KVIO_OK)
+        qsort(departures, data->count, sizeof(double), kvio_compare_double);
     int64_t now = 0, peak = 0;
     for (size_t a = 0, d = 0; a < data->count;) {
         if (d < data->count && departures[d] <= arrivals[a]) {
@@ -192,11 +198,12 @@ static int64_t max_concurrency(const vllm_data_t *data)
  * from each token's time (first token, then the gaps): needs every gap. */
 static double max_tokens_per_second(const vllm_data_t *data)
 {
-    if (data->order == NULL || data->count == 0)
+    if (data->grouped == NULL || data->count == 0)
         return -1;
     double first = INFINITY, last = 0;
     for (size_t i = 0; i < data->count; i++) {
-        const vllm_request_t *r = &data->requests[i];
+        vllm_request_t request = request_at(data, i);
+        const vllm_request_t *r = &request;
         first = fmin(first, r->start_s);
         last = fmax(last, r->start_s + r->e2el_s);
     }
@@ -205,7 +212,8 @@ static double max_tokens_per_second(const vllm_data_t *data)
     if (buckets == NULL)
         return -1;
     for (size_t i = 0; i < data->count; i++) {
-        const vllm_request_t *r = &data->requests[i];
+        vllm_request_t request = request_at(data, i);
+        const vllm_request_t *r = &request;
         double at = r->start_s + r->ttft_s;
         size_t bucket = (size_t)(at - first);
         if (bucket < seconds)
@@ -213,7 +221,7 @@ static double max_tokens_per_second(const vllm_data_t *data)
         size_t begin, end;
         gaps_of(data, r->id, &begin, &end);
         for (size_t k = begin; k < end; k++) {
-            at += data->records[data->order[k]].gap_s;
+            at += data->grouped[k];
             bucket = (size_t)(at - first);
             if (bucket < seconds)
                 buckets[bucket]++;
@@ -313,7 +321,7 @@ static kvio_status_t add_other_percentiles(json_t *vllm, const run_vllm_t *sourc
     if (values == NULL)
         return KVIO_ERR_NOMEM;
     for (size_t k = 0; k < 4; k++) {
-        if (kinds[k].which < 0 && data->order == NULL)
+        if (kinds[k].which < 0 && data->grouped == NULL)
             continue;
         /* Only a kind with a percentile no figure has is collected and
          * sorted (the default's are all figures). */
@@ -445,7 +453,8 @@ static void put_list(vllm_writer_t *out, const vllm_data_t *data, const char *na
     put_text(out, name);
     put_text(out, "\": [");
     for (size_t i = 0; i < data->count; i++) {
-        const vllm_request_t *r = &data->requests[i];
+        vllm_request_t request = request_at(data, i);
+        const vllm_request_t *r = &request;
         switch (field) {
         case LIST_INPUT: put_number(out, i == 0, 0, r->input, true); break;
         case LIST_OUTPUT: put_number(out, i == 0, 0, r->output, true); break;
@@ -463,9 +472,9 @@ static void put_itls(vllm_writer_t *out, const vllm_data_t *data)
     for (size_t i = 0; i < data->count; i++) {
         put_text(out, i > 0 ? ", [" : "[");
         size_t begin, end;
-        gaps_of(data, data->requests[i].id, &begin, &end);
+        gaps_of(data, data->samples[i].id, &begin, &end);
         for (size_t k = begin; k < end; k++)
-            put_number(out, k == begin, data->records[data->order[k]].gap_s, 0, false);
+            put_number(out, k == begin, data->grouped[k], 0, false);
         put_text(out, "]");
     }
     put_text(out, "]");
@@ -482,7 +491,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
                                                 &num_percentiles, error_p, error_len);
     vllm_data_t data = {0};
     if (status == KVIO_OK)
-        status = take_samples(source->samples, &data, error_p, error_len);
+        take_samples(source->samples, &data);
     if (status == KVIO_OK)
         status = group_itls(source->itls, &data, error_p, error_len);
     json_t *vllm = status == KVIO_OK ? scalars(source, &data, percentiles, num_percentiles) : NULL;
@@ -490,7 +499,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         snprintf(error_p, error_len, "vllm.json: out of memory");
         status = KVIO_ERR_NOMEM;
     }
-    if (status == KVIO_OK && data.order == NULL && source->itls != NULL &&
+    if (status == KVIO_OK && data.grouped == NULL && source->itls != NULL &&
         source->itls->count + source->itls->dropped > 0)
         /* Not every gap was kept: the lists and the statistics would be of a
          * part, so ITL's come from the run's histogram and itls is left out. */
@@ -520,7 +529,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         put_list(out, &data, "input_lens", LIST_INPUT);
         put_list(out, &data, "output_lens", LIST_OUTPUT);
         put_list(out, &data, "ttfts", LIST_TTFT);
-        if (data.order != NULL)
+        if (data.grouped != NULL)
             put_itls(out, &data);
         put_list(out, &data, "latencies", LIST_LATENCY);
         put_list(out, &data, "start_times", LIST_START);
@@ -533,8 +542,7 @@ kvio_status_t run_vllm_write(const run_vllm_t *source, json_t **scalars_p, char 
         status = out->status != KVIO_OK ? out->status : closed;
     }
     free(out);
-    free(data.requests);
-    free(data.order);
+    free(data.grouped);
     free(data.starts);
     if (status == KVIO_OK)
         *scalars_p = vllm;

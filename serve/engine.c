@@ -432,10 +432,21 @@ static void record_itl(kvio_engine_metrics_t *metrics, uint64_t id, int64_t gap_
         return;
     }
     kvio_itl_record_t record = {.id = (uint32_t)id, .gap_s = (float)(gap_ns / 1e9)};
-    if (metrics->num_itl_records < metrics->itl_records_capacity) /* no call per token */
+    if (metrics->num_itl_records < metrics->itl_records_capacity) { /* no call per token */
         metrics->itl_records[metrics->num_itl_records++] = record;
-    else
-        append_itls(metrics, &record, 1);
+        return;
+    }
+    if (metrics->itl_records == NULL) {
+        /* All the room the list may take, at once: address space only
+         * until written (a large block is mapped, not taken from the
+         * heap), where doubling copied the list and touched twice its
+         * pages. */
+        metrics->itl_records = kvio_large_alloc((size_t)metrics->itl_records_max *
+                                                sizeof(record));
+        if (metrics->itl_records != NULL)
+            metrics->itl_records_capacity = metrics->itl_records_max;
+    }
+    append_itls(metrics, &record, 1);
 }
 
 void kvio_engine_metrics_merge(kvio_engine_metrics_t *dst, const kvio_engine_metrics_t *src)
@@ -2003,6 +2014,10 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
 {
     engine->last_end_ns = end_ns;
     kvio_block_store_saves_at(engine->store, end_ns);
+    /* The gaps go into the ITL histogram as runs of one value: the
+     * sequences that also ran in the iteration before all have the same
+     * one (a histogram per token was a twentieth of a chat stream's time). */
+    uint64_t gap_run = 0, gap_run_count = 0;
     for (size_t i = 0; i < engine->num_scratch; i++) {
         engine_req_t *req = engine->scratch[i];
         /* A speculative step keeps its accepted drafts and rolls back the
@@ -2020,7 +2035,13 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
             req->first_token_ns = end_ns;
         } else {
             if (req->spec.measured) {
-                kvio_hist_record(engine->metrics.itl, (uint64_t)(end_ns - req->last_token_ns));
+                uint64_t gap = (uint64_t)(end_ns - req->last_token_ns);
+                if (gap != gap_run && gap_run_count > 0) {
+                    kvio_hist_record_n(engine->metrics.itl, gap_run, gap_run_count);
+                    gap_run_count = 0;
+                }
+                gap_run = gap;
+                gap_run_count++;
                 record_itl(&engine->metrics, req->spec.id, end_ns - req->last_token_ns);
             }
             if (end_ns - req->last_token_ns > req->max_itl_ns)
@@ -2065,6 +2086,8 @@ void kvio_engine_complete(kvio_engine_t *engine, int64_t end_ns)
             req->unappended += produced;
         }
     }
+    if (gap_run_count > 0)
+        kvio_hist_record_n(engine->metrics.itl, gap_run, gap_run_count);
     engine->num_scratch = 0;
 }
 

@@ -184,7 +184,8 @@ void kvio_serve_samples_add(kvio_serve_samples_t *samples, const kvio_engine_fin
 {
     if (samples == NULL || !finished->measured || samples->status != KVIO_OK)
         return;
-    if (kvio_array_reserve((void **)&samples->items, &samples->capacity, samples->count + 1,
+    if (samples->count == samples->capacity &&
+        kvio_array_reserve((void **)&samples->items, &samples->capacity, samples->count + 1,
                            sizeof(*samples->items), 4096) != KVIO_OK) {
         samples->status = KVIO_ERR_NOMEM;
         return;
@@ -260,47 +261,181 @@ static int compare_sample_ids(const void *a, const void *b)
 }
 
 /* The rank of request id among samples sorted by id (UINT32_MAX: none). */
-static uint32_t rank_of(const kvio_serve_samples_t *sorted, uint64_t id)
+static uint32_t rank_of(const kvio_request_sample_t *sorted, size_t count, uint64_t id)
 {
-    size_t low = 0, high = sorted->count;
+    size_t low = 0, high = count;
     while (low < high) {
         size_t middle = low + (high - low) / 2;
-        if (sorted->items[middle].id < id)
+        if (sorted[middle].id < id)
             low = middle + 1;
         else
             high = middle;
     }
-    return low < sorted->count && sorted->items[low].id == id ? sorted->items[low].rank
-                                                              : UINT32_MAX;
+    return low < count && sorted[low].id == id ? sorted[low].rank : UINT32_MAX;
+}
+
+/* The kinds of latency from the samples, each with its figures (ITL's from
+ * the gaps between tokens). */
+static const struct {
+    kvio_sample_value_t which;
+    kvio_figure_t mean;
+} sample_kinds[] = {{KVIO_SAMPLE_TTFT, KVIO_FIG_TTFT_MS_MEAN},
+                    {KVIO_SAMPLE_TPOT, KVIO_FIG_TPOT_MS_MEAN},
+                    {KVIO_SAMPLE_E2EL, KVIO_FIG_E2EL_MS_MEAN}};
+
+/* The figures of a latency (mean .. count, figures.def's order), copied. */
+static void copy_latency(kvio_result_t *dst, const kvio_result_t *src, kvio_figure_t mean)
+{
+    for (int i = 0; i < 8; i++)
+        if (kvio_result_has(src, mean + i))
+            kvio_result_set(dst, mean + i, kvio_result_get(src, mean + i));
+}
+
+static int compare_floats(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* kvio_percentile_linear of sorted floats, each widened to a double. */
+static double gap_percentile(const float *sorted, size_t count, double p)
+{
+    if (count == 0)
+        return 0;
+    double rank = p / 100.0 * (double)(count - 1);
+    size_t low = (size_t)floor(rank);
+    if (low + 1 >= count)
+        return (double)sorted[count - 1];
+    return (double)sorted[low] +
+           ((double)sorted[low + 1] - (double)sorted[low]) * (rank - (double)low);
+}
+
+/* The ITL figures of gaps, sorted as the floats they are kept as (half a
+ * double's bytes, and no widened copy): every operation on the doubles
+ * the floats widen to, in the same order as kvio_serve_statistics and
+ * set_statistics take them, so the figures are the same bits. */
+static void set_gap_statistics(kvio_result_t *result, float *gaps, size_t count,
+                               float *scratch)
+{
+    if (kvio_sort_floats_with(gaps, count, scratch) != KVIO_OK)
+        qsort(gaps, count, sizeof(*gaps), compare_floats);
+    double sum = 0, squares = 0;
+    for (size_t i = 0; i < count; i++)
+        sum += (double)gaps[i];
+    double mean = count > 0 ? sum / (double)count : 0;
+    for (size_t i = 0; i < count; i++)
+        squares += ((double)gaps[i] - mean) * ((double)gaps[i] - mean);
+    static const double percentiles[] = {50, 90, 99, 99.9};
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN, mean * 1e3);
+    for (int i = 0; i < 4; i++)
+        kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 1 + i,
+                        gap_percentile(gaps, count, percentiles[i]) * 1e3);
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 5,
+                    (count > 0 ? sqrt(squares / (double)count) : 0) * 1e3);
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 6,
+                    (count > 0 ? (double)gaps[count - 1] : 0) * 1e3);
+    kvio_result_set(result, KVIO_FIG_ITL_MS_MEAN + 7, (double)count);
 }
 
 /* The TTFT, TPOT, E2EL (and with every gap kept, ITL) figures of one
- * result from the samples of rank (UINT32_MAX: all). */
+ * result from the samples of rank (UINT32_MAX: all); gap_ranks: each
+ * gap's rank (NULL: every gap for all ranks, none for one); gaps: room
+ * for every gap twice (the second half the sort's scratch). */
 static void latencies_of(kvio_result_t *result, const kvio_serve_samples_t *samples,
-                         const kvio_serve_samples_t *by_id, const kvio_serve_itls_t *itls,
-                         uint32_t rank, double *values)
+                         const kvio_serve_itls_t *itls, const uint32_t *gap_ranks,
+                         uint32_t rank, double *values, float *gaps)
 {
-    static const struct {
-        kvio_sample_value_t which;
-        kvio_figure_t mean;
-    } kinds[] = {{KVIO_SAMPLE_TTFT, KVIO_FIG_TTFT_MS_MEAN},
-                 {KVIO_SAMPLE_TPOT, KVIO_FIG_TPOT_MS_MEAN},
-                 {KVIO_SAMPLE_E2EL, KVIO_FIG_E2EL_MS_MEAN}};
     kvio_latency_stats_t stats;
     for (size_t k = 0; k < 3; k++) {
         kvio_serve_statistics(values,
-                              kvio_serve_sample_values(samples, rank, kinds[k].which, values),
+                              kvio_serve_sample_values(samples, rank, sample_kinds[k].which,
+                                                       values),
                               &stats);
-        set_statistics(result, kinds[k].mean, &stats);
+        set_statistics(result, sample_kinds[k].mean, &stats);
     }
     if (itls == NULL || itls->dropped > 0 || itls->records == NULL)
         return; /* ITL stays the histogram's */
     size_t count = 0;
     for (uint64_t i = 0; i < itls->count; i++)
-        if (rank == UINT32_MAX || rank_of(by_id, itls->records[i].id) == rank)
-            values[count++] = itls->records[i].gap_s;
-    kvio_serve_statistics(values, count, &stats);
-    set_statistics(result, KVIO_FIG_ITL_MS_MEAN, &stats);
+        if (gap_ranks != NULL ? gap_ranks[i] == rank : rank == UINT32_MAX)
+            gaps[count++] = itls->records[i].gap_s;
+    set_gap_statistics(result, gaps, count, gaps + itls->count);
+}
+
+/* The one rank every sample belongs to (UINT32_MAX: none, or several). */
+static uint32_t only_rank(const kvio_serve_samples_t *samples)
+{
+    if (samples->count == 0)
+        return UINT32_MAX;
+    uint32_t rank = samples->items[0].rank;
+    for (size_t i = 1; i < samples->count; i++)
+        if (samples->items[i].rank != rank)
+            return UINT32_MAX;
+    return rank;
+}
+
+/* Past this largest request id, the ranks are found by a binary search in
+ * a sorted copy of the samples rather than in a table by id. */
+#define MAX_TABLED_ID (64u << 20)
+
+/* The rank of gap i's request (UINT32_MAX: one not among the samples, that
+ * did not finish): from a table by id, or the samples sorted by id. */
+static uint32_t gap_rank(const kvio_serve_itls_t *itls, uint64_t i, const uint32_t *rank_by_id,
+                         uint64_t max_id, const kvio_request_sample_t *by_id, size_t count)
+{
+    uint64_t id = itls->records[i].id;
+    if (rank_by_id != NULL)
+        return id <= max_id ? rank_by_id[id] : UINT32_MAX;
+    return rank_of(by_id, count, id);
+}
+
+/* Each gap's rank (gap_rank); *matched_p: how many are rank only's. When
+ * every gap is only's, no array is made: *gap_ranks_p stays NULL (as when
+ * there are no gaps). */
+static kvio_status_t gap_ranks_of(const kvio_serve_samples_t *samples,
+                                  const kvio_serve_itls_t *itls, uint32_t only,
+                                  uint32_t **gap_ranks_p, uint64_t *matched_p)
+{
+    *gap_ranks_p = NULL;
+    *matched_p = 0;
+    if (itls == NULL || itls->records == NULL || itls->count == 0)
+        return KVIO_OK;
+    uint64_t max_id = 0;
+    for (size_t i = 0; i < samples->count; i++)
+        max_id = samples->items[i].id > max_id ? samples->items[i].id : max_id;
+    bool tabled = max_id < MAX_TABLED_ID;
+    size_t entries = tabled ? (size_t)max_id + 1 : samples->count;
+    void *index = malloc(entries * (tabled ? sizeof(uint32_t) : sizeof(kvio_request_sample_t)));
+    if (index == NULL)
+        return KVIO_ERR_NOMEM;
+    uint32_t *rank_by_id = tabled ? index : NULL;
+    kvio_request_sample_t *by_id = tabled ? NULL : index;
+    if (tabled) {
+        memset(rank_by_id, 0xff, entries * sizeof(*rank_by_id));
+        for (size_t i = 0; i < samples->count; i++)
+            rank_by_id[samples->items[i].id] = samples->items[i].rank;
+    } else {
+        memcpy(by_id, samples->items, samples->count * sizeof(*by_id));
+        qsort(by_id, samples->count, sizeof(*by_id), compare_sample_ids);
+    }
+    uint64_t matched = 0;
+    if (only != UINT32_MAX)
+        for (uint64_t i = 0; i < itls->count; i++)
+            matched += gap_rank(itls, i, rank_by_id, max_id, by_id, samples->count) == only;
+    kvio_status_t status = KVIO_OK;
+    if (matched < itls->count) {
+        uint32_t *gap_ranks = kvio_large_alloc((size_t)itls->count * sizeof(*gap_ranks));
+        if (gap_ranks == NULL) {
+            status = KVIO_ERR_NOMEM;
+        } else {
+            for (uint64_t i = 0; i < itls->count; i++)
+                gap_ranks[i] = gap_rank(itls, i, rank_by_id, max_id, by_id, samples->count);
+            *gap_ranks_p = gap_ranks;
+        }
+    }
+    free(index);
+    *matched_p = matched;
+    return status;
 }
 
 kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
@@ -309,36 +444,45 @@ kvio_status_t kvio_serve_latency_figures(kvio_result_t *result,
 {
     if (samples == NULL || samples->status != KVIO_OK)
         return samples != NULL ? samples->status : KVIO_OK;
-    size_t largest = samples->count;
-    if (itls != NULL && itls->count > largest)
-        largest = (size_t)itls->count;
-    double *values = malloc((largest + 1) * sizeof(*values));
-    if (values == NULL)
+    double *values = kvio_large_alloc((samples->count + 1) * sizeof(*values));
+    /* The gaps of a rank, then the sort's scratch: one allocation, large
+     * enough for huge pages sooner. */
+    float *gaps = kvio_large_alloc((2 * (itls != NULL ? (size_t)itls->count : 0) + 1) *
+                                   sizeof(*gaps));
+    if (values == NULL || gaps == NULL) {
+        free(values);
+        free(gaps);
         return KVIO_ERR_NOMEM;
-    /* A rank's gaps between tokens are found by their request's id: the
-     * samples sorted by id (a copy: the lists keep the finishing order). */
-    kvio_serve_samples_t by_id = {0};
+    }
+    latencies_of(result, samples, itls, NULL, UINT32_MAX, values, gaps);
+    /* A rank that served every sample (and every gap) has the run's
+     * figures: copied, not computed and sorted again. */
     size_t num_ranks = kvio_result_num_children(result, "per_rank");
-    if (num_ranks > 0 && itls != NULL && itls->count > 0 && samples->count > 0) {
-        by_id.items = malloc(samples->count * sizeof(*by_id.items));
-        if (by_id.items == NULL) {
-            free(values);
-            return KVIO_ERR_NOMEM;
-        }
-        memcpy(by_id.items, samples->items, samples->count * sizeof(*by_id.items));
-        by_id.count = samples->count;
-        qsort(by_id.items, by_id.count, sizeof(*by_id.items), compare_sample_ids);
-    }
-    latencies_of(result, samples, &by_id, itls, UINT32_MAX, values);
-    for (size_t r = 0; r < num_ranks; r++) {
+    uint32_t only = only_rank(samples);
+    uint32_t *gap_ranks = NULL;
+    uint64_t matched = 0;
+    kvio_status_t status = KVIO_OK;
+    if (num_ranks > 0 && itls != NULL && itls->dropped == 0)
+        status = gap_ranks_of(samples, itls, only, &gap_ranks, &matched);
+    for (size_t r = 0; r < num_ranks && status == KVIO_OK; r++) {
         kvio_result_t *child = kvio_result_child(result, "per_rank", r);
-        if (kvio_result_has(child, KVIO_FIG_RANK))
-            latencies_of(child, samples, &by_id, itls,
-                         (uint32_t)kvio_result_get(child, KVIO_FIG_RANK), values);
+        if (!kvio_result_has(child, KVIO_FIG_RANK))
+            continue;
+        uint32_t rank = (uint32_t)kvio_result_get(child, KVIO_FIG_RANK);
+        bool every_gap = gap_ranks == NULL || matched == itls->count;
+        if (rank == only && every_gap) {
+            for (size_t k = 0; k < 3; k++)
+                copy_latency(child, result, sample_kinds[k].mean);
+            if (itls != NULL && itls->dropped == 0 && itls->records != NULL)
+                copy_latency(child, result, KVIO_FIG_ITL_MS_MEAN);
+        } else {
+            latencies_of(child, samples, itls, gap_ranks, rank, values, gaps);
+        }
     }
-    free(by_id.items);
+    free(gap_ranks);
+    free(gaps);
     free(values);
-    return KVIO_OK;
+    return status;
 }
 
 kvio_status_t kvio_serve_tiers_fill(kvio_result_t *result, kvio_tier_t *const *tiers,

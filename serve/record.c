@@ -61,22 +61,17 @@ void kvio_serve_record_iteration(kvio_serve_recorder_t *recorder, uint32_t rank,
                                                      : KVIO_EVENT_MAX_REQUEST_IDS;
     size_t size = sizeof(kvio_serve_iteration_record_t) + num_ids * sizeof(uint64_t);
     if (recorder->rows.on) {
-        /* Rendered now, from a record of its own. */
-        union {
-            kvio_serve_iteration_record_t record;
-            unsigned char bytes[sizeof(kvio_serve_iteration_record_t) +
-                                KVIO_EVENT_MAX_REQUEST_IDS * sizeof(uint64_t)];
-        } now;
-        now.record = (kvio_serve_iteration_record_t){.iteration = *iteration, .rank = rank,
-                                                     .batch_size = (uint32_t)count,
-                                                     .num_ids = num_ids};
-        for (uint32_t i = 0; i < num_ids; i++)
-            now.record.ids[i] = items[i].id;
-        kvio_status_t rendered = kvio_serve_render_iterations(
-            recorder->rows.iterations, recorder->rows.events, now.bytes, size,
-            recorder->rows.host_bandwidth);
-        if (recorder->status == KVIO_OK)
-            recorder->status = rendered;
+        /* Rendered now, as render_iteration renders a record, from the
+         * iteration itself (no record made and read back). */
+        if (recorder->rows.iterations != NULL)
+            kvio_serve_iteration_row(recorder->rows.iterations, rank, iteration);
+        if (recorder->rows.events != NULL) {
+            uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
+            for (uint32_t i = 0; i < num_ids; i++)
+                ids[i] = items[i].id;
+            kvio_serve_trace_iteration_ids(recorder->rows.events, rank, iteration, ids, count,
+                                           recorder->rows.host_bandwidth);
+        }
         if (!recorder->rows.keep)
             return;
     }

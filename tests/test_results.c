@@ -1,10 +1,12 @@
 /* Tests for results directories: summary.json parses back, the write is
  * atomic (a temporary name, then rename), an existing directory is refused
  * unless forced, and an unwritable one is refused before a run. */
+#include "kvio/format.h"
 #include "kvio/results.h"
 #include "kvio/run.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -537,4 +539,36 @@ Test(results, the_table_summary_and_vllm_json_agree_in_emulate, .timeout = 120)
     const char *extra[] = {"--set", "model.preset=llama3.2-1b", "--set",
                            "serve.kvcache.capacity=512MiB", "--set", "duration=3s", NULL};
     table_agrees("mode=emulate", extra);
+}
+
+/* The CSV rows' numbers, formatted by hand (kvio_format_fixed,
+ * kvio_format_unsigned), are printf's bytes: every precision, ties,
+ * values past the fast path's range, negatives and zero. */
+Test(results, hand_formatted_numbers_are_printfs_bytes, .timeout = 10)
+{
+    static const double fixed[] = {0, 0.5, 1.5, 2.5, 0.0005, 0.0015, 123.4565, 1e-7, 999999.9999995,
+                                   1e11 + 0.25, 1e12, 3e15, -2.5, -0.0, 0.1, 0.7, 1.0 / 3};
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < 20000 + sizeof(fixed) / sizeof(fixed[0]); i++) {
+        double value;
+        if (i < sizeof(fixed) / sizeof(fixed[0])) {
+            value = fixed[i];
+        } else {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            value = (double)(state % 100000000000ull) / (double)(1ull << (state % 40));
+        }
+        for (int decimals = 0; decimals <= 6; decimals++) {
+            char mine[512], theirs[512];
+            size_t length = kvio_format_fixed(mine, value, decimals);
+            mine[length] = '\0';
+            snprintf(theirs, sizeof(theirs), "%.*f", decimals, value);
+            cr_assert_str_eq(mine, theirs, "%.17g at %d decimals", value, decimals);
+        }
+        char mine[32], theirs[32];
+        mine[kvio_format_unsigned(mine, state)] = '\0';
+        snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)state);
+        cr_assert_str_eq(mine, theirs);
+    }
 }

@@ -247,6 +247,39 @@ Test(simulate, several_serve_ranks_share_the_stream, .timeout = 60)
     }
 }
 
+/* Each rank's latency figures are its own requests' (and their gaps'):
+ * three ranks' counts add up to the run's, every rank's median lies within
+ * the run's range; one rank's figures are the run's. */
+Test(simulate, per_rank_latencies_are_the_ranks_own_requests, .timeout = 60)
+{
+    static const char *const kinds[] = {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"};
+    const char *three[] = {"ranks.serve=3", "serve.router.policy=round_robin"};
+    run_output_t output = run_text(shared_prefix, three, 2);
+    const json_t *metrics = json_object_get(output.summary, "metrics");
+    const json_t *per_rank = json_object_get(metrics, "per_rank");
+    cr_assert_eq(json_array_size(per_rank), 3);
+    for (size_t k = 0; k < 4; k++) {
+        const json_t *run = json_object_get(metrics, kinds[k]);
+        double counts = 0;
+        for (size_t r = 0; r < 3; r++) {
+            const json_t *rank = json_object_get(json_array_get(per_rank, r), kinds[k]);
+            cr_assert_gt(test_json_number(rank, "count"), 0, "%s rank %zu", kinds[k], r);
+            counts += test_json_number(rank, "count");
+            cr_expect_geq(test_json_number(rank, "p50"), 0);
+            cr_expect_leq(test_json_number(rank, "max"), test_json_number(run, "max"));
+        }
+        cr_expect_eq(counts, test_json_number(run, "count"), "%s", kinds[k]);
+    }
+    run_free(&output);
+    output = run_text(shared_prefix, NULL, 0);
+    metrics = json_object_get(output.summary, "metrics");
+    const json_t *only = json_array_get(json_object_get(metrics, "per_rank"), 0);
+    for (size_t k = 0; k < 4; k++)
+        cr_expect(json_equal(json_object_get(only, kinds[k]), json_object_get(metrics, kinds[k])),
+                  "%s", kinds[k]);
+    run_free(&output);
+}
+
 Test(simulate, warmup_requests_are_not_measured, .timeout = 60)
 {
     const char *sets[] = {"warmup_requests=100"};

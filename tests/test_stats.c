@@ -237,3 +237,44 @@ Test(stats, many_doubles_sort_as_qsort_sorts_them, .timeout = 10)
     }
     expect_sorted_as_qsort_sorts(values, expected, count);
 }
+
+static int compare_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* kvio_sort_floats (the gaps between tokens, sorted as the floats they are
+ * kept as) gives qsort's order: negatives, zeros, repeats, values that
+ * share digits and a count too small for more than one pass; with its own
+ * scratch or the caller's. */
+Test(stats, floats_sort_as_qsort_sorts_them, .timeout = 10)
+{
+    static const size_t counts[] = {1, 2, 7, 4095, 70000};
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        size_t count = counts[c];
+        float *values = malloc(count * sizeof(float)), *expected = malloc(count * sizeof(float));
+        cr_assert(values != NULL && expected != NULL);
+        for (size_t i = 0; i < count; i++) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            float magnitude = (float)(state % 100003) * (i % 3 == 0 ? 1e-6f : 1e2f);
+            values[i] = i % 5 == 0 ? -magnitude : i % 11 == 0 ? 0.0f : magnitude;
+            if (c == 3) /* one exponent and sign: the high digits all shared */
+                values[i] = 1.0f + (float)(state % 1000) / 1024.0f;
+            expected[i] = values[i];
+        }
+        qsort(expected, count, sizeof(float), compare_float);
+        /* Every other count with the caller's scratch. */
+        float *scratch = c % 2 == 1 ? malloc(count * sizeof(float)) : NULL;
+        cr_assert_eq(kvio_sort_floats_with(values, count, scratch), KVIO_OK);
+        free(scratch);
+        for (size_t i = 0; i < count; i++)
+            cr_assert_eq(values[i], expected[i], "count %zu, index %zu: %g, not %g", count, i,
+                         (double)values[i], (double)expected[i]);
+        free(values);
+        free(expected);
+    }
+}

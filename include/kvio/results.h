@@ -66,7 +66,8 @@ kvio_status_t kvio_json_write_atomic(const char *path, const json_t *value, char
                                      size_t error_len);
 
 /* Opens dir/file_name for CSV and writes the header (comma-separated
- * column names; NULL: none, a file of lines such as JSONL). Caller closes. */
+ * column names; NULL: none, a file of lines such as JSONL). Caller closes.
+ * A CSV is one thread's at a time: its writes take no lock. */
 kvio_status_t kvio_csv_open(const kvio_results_t *results, const char *file_name,
                             const char *header, kvio_csv_t **csv_p);
 
