@@ -649,7 +649,7 @@ static kvio_status_t run_prepare(run_state_t *state)
     const kvio_workload_t *workload = state->workload;
     char *error_p = state->error_p;
     size_t error_len = state->error_len;
-    uint64_t pool_bytes = 0; /* host memory of the coupled run's KV pools */
+    uint64_t pool_bytes = 0; /* host memory of the KV pools (coupled, RL emulate) */
     kvio_status_t status = check_workload(workload, &state->model, &state->gpu, &state->stream,
                                           state->options->frontend == NULL,
                                           &state->num_requests, error_p, error_len);
@@ -663,10 +663,12 @@ static kvio_status_t run_prepare(run_state_t *state)
                                   .gpu = &state->gpu, .cost = &workload->cost,
                                   .device = &workload->device,
                                   .num_ranks = (uint32_t)workload->ranks.serve};
-        status = kvio_serve_emulate_preflight(&check, state->coupled ? &pool_bytes : NULL,
+        bool rl = workload->rl.mode != KVIO_RL_OFF;
+        status = kvio_serve_emulate_preflight(&check, state->coupled || rl ? &pool_bytes : NULL,
                                               error_p, error_len);
-        if (status == KVIO_OK && workload->rl.mode != KVIO_RL_OFF)
-            status = kvio_rl_emulate_preflight(&workload->rl, &check, error_p, error_len);
+        if (status == KVIO_OK && rl)
+            status = kvio_rl_emulate_preflight(&workload->rl, &check, pool_bytes, error_p,
+                                               error_len);
     }
     if (status == KVIO_OK && state->updates)
         status = kvio_updates_preflight(workload, pool_bytes, error_p, error_len);

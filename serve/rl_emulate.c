@@ -73,12 +73,14 @@ uint64_t rl_emu_weight_bytes(const kvio_rl_config_t *config, const kvio_serve_ru
 }
 
 /* Host memory the weight buffers take: the trainer's, and each engine's
- * (and its host copy at sleep level 1). */
+ * (and its host copy at sleep level 1), beside pool_bytes of KV pools. */
 static kvio_status_t check_memory(const kvio_rl_config_t *config, uint64_t weight_bytes,
-                                  uint32_t num_engines, char *error_p, size_t error_len)
+                                  uint32_t num_engines, uint64_t pool_bytes, char *error_p,
+                                  size_t error_len)
 {
     uint64_t copies = 1 + (uint64_t)num_engines * (config->sleep_level == 1 ? 2 : 1);
-    uint64_t needed = weight_bytes > UINT64_MAX / copies ? UINT64_MAX : weight_bytes * copies;
+    uint64_t weights = weight_bytes > UINT64_MAX / copies ? UINT64_MAX : weight_bytes * copies;
+    uint64_t needed = weights > UINT64_MAX - pool_bytes ? UINT64_MAX : weights + pool_bytes;
     uint64_t available = 0;
     char unused[128];
     if (kvio_mem_available(&available, unused, sizeof(unused)) != KVIO_OK)
@@ -86,23 +88,24 @@ static kvio_status_t check_memory(const kvio_rl_config_t *config, uint64_t weigh
     if (available > 0 && needed > available / 10 * 8) {
         snprintf(error_p, error_len,
                  "rl.weight_bytes: the RL run's weights need %.2f GiB (%llu copies of %llu bytes: "
-                 "the trainer's, each of %u serve ranks'%s) but this machine has %.2f GiB "
-                 "available; set rl.weight_bytes (at most 80%% of it)",
-                 (double)needed / 1073741824.0, (unsigned long long)copies,
+                 "the trainer's, each of %u serve ranks'%s) beside %.2f GiB of KV pools, but "
+                 "this machine has %.2f GiB available; set rl.weight_bytes or "
+                 "serve.kvcache.blocks (together at most 80%% of it)",
+                 (double)weights / 1073741824.0, (unsigned long long)copies,
                  (unsigned long long)weight_bytes, num_engines,
                  config->sleep_level == 1 ? " and its host copy (rl.sleep_level: 1)" : "",
-                 (double)available / 1073741824.0);
+                 (double)pool_bytes / 1073741824.0, (double)available / 1073741824.0);
         return KVIO_ERR_CONFIG;
     }
     return KVIO_OK;
 }
 
 kvio_status_t kvio_rl_emulate_preflight(const kvio_rl_config_t *config,
-                                        const kvio_serve_run_t *run, char *error_p,
-                                        size_t error_len)
+                                        const kvio_serve_run_t *run, uint64_t pool_bytes,
+                                        char *error_p, size_t error_len)
 {
     return check_memory(config, rl_emu_weight_bytes(config, run),
-                        run->num_ranks > 0 ? run->num_ranks : 1, error_p, error_len);
+                        run->num_ranks > 0 ? run->num_ranks : 1, pool_bytes, error_p, error_len);
 }
 
 static kvio_status_t fault_in(const rl_sim_t *sim, void *memory, uint64_t bytes)
@@ -119,10 +122,7 @@ kvio_status_t rl_emu_create(rl_sim_t *sim)
     const kvio_serve_run_t *run = sim->run;
     uint32_t num_engines = run->num_ranks > 0 ? run->num_ranks : 1;
     uint64_t weight_bytes = rl_emu_weight_bytes(sim->config, run);
-    kvio_status_t status = check_memory(sim->config, weight_bytes, num_engines, sim->error_p,
-                                        sim->error_len);
-    if (status != KVIO_OK)
-        return status;
+    kvio_status_t status = KVIO_OK;
     rl_emu_t *emu = calloc(1, sizeof(*emu));
     if (emu == NULL)
         return KVIO_ERR_NOMEM;

@@ -144,8 +144,8 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result);
 /* The weight bytes a sync moves per serve rank (rl.weight_bytes, or the
  * model's weights over its tensor parallel). */
 uint64_t rl_emu_weight_bytes(const kvio_rl_config_t *config, const kvio_serve_run_t *run);
-/* Checks the weight buffers against this machine's memory (the numbers in
- * the error), then maps and faults them in; sets sim->emu. */
+/* Maps the weight buffers (checked before the run by
+ * kvio_rl_emulate_preflight) and faults them in; sets sim->emu. */
 kvio_status_t rl_emu_create(rl_sim_t *sim);
 /* Engine e's real KV pool (and swap space) into its params. */
 kvio_status_t rl_emu_engine_params(rl_sim_t *sim, uint32_t e, kvio_engine_params_t *params);

@@ -407,7 +407,8 @@ Test(rl, a_stream_too_short_or_an_emulate_mode_not_built_is_refused_before_the_r
      * refused naming its key. */
     const char *const refused[][2] = {{"rl.mode=async", "rl.mode: async in emulate"},
                                       {"rl.placement=separate", "rl.placement: separate"},
-                                      {"ranks.client=1", "ranks.client in an emulate RL run"}};
+                                      {"ranks.client=1", "ranks.client in an emulate RL run"},
+                                      {"device.memory=cuda", "device.memory in an emulate RL"}};
     for (size_t r = 0; r < sizeof(refused) / sizeof(refused[0]); r++) {
         run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "--set",
                         refused[r][0], "-o", out, NULL);

@@ -63,10 +63,11 @@ kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t clie
                                     bool device_pool, char *error_p, size_t error_len);
 
 /* Emulate: refuses, with the numbers, weight buffers (rl.weight_bytes) this
- * machine cannot hold, before anything starts. */
+ * machine cannot hold beside pool_bytes of KV pools, before anything
+ * starts. */
 kvio_status_t kvio_rl_emulate_preflight(const kvio_rl_config_t *config,
-                                        const kvio_serve_run_t *run, char *error_p,
-                                        size_t error_len);
+                                        const kvio_serve_run_t *run, uint64_t pool_bytes,
+                                        char *error_p, size_t error_len);
 
 /* Runs rl.steps steps on run's engines (simulate: the virtual clock),
  * taking rl.batch groups of the stream per step, and sets the rl.* figures
