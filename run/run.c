@@ -456,12 +456,17 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
                  local ? ", ranks.runtime: local" : updates ? "" : ", no trainers");
         return KVIO_ERR_CONFIG;
     }
-    if (workload->rl.mode != KVIO_RL_OFF && (emulate || updates)) {
-        snprintf(error_p, error_len, "rl.mode: %s: an RL run is simulate's so far and models "
-                 "its own trainer (set mode: simulate and no ranks.train)",
+    if (workload->rl.mode != KVIO_RL_OFF && updates) {
+        snprintf(error_p, error_len, "rl.mode: %s: an RL run models its own trainer; trainer "
+                 "ranks are not coupled to it (set no ranks.train)",
                  workload->rl.mode == KVIO_RL_SYNC ? "sync" : "async");
         return KVIO_ERR_CONFIG;
     }
+    if (workload->rl.mode != KVIO_RL_OFF && emulate &&
+        kvio_rl_check_emulate(&workload->rl, workload->ranks.client,
+                              workload->device.memory != KVIO_MEMORY_HOST, error_p,
+                              error_len) != KVIO_OK)
+        return KVIO_ERR_CONFIG;
     bool synthetic = workload->stream.trace.path == NULL || workload->stream.trace.path[0] == 0;
     if (workload->rl.mode != KVIO_RL_OFF && synthetic && workload->stream.requests > 0 &&
         workload->stream.requests < workload->rl.steps * workload->rl.batch) {
@@ -644,7 +649,7 @@ static kvio_status_t run_prepare(run_state_t *state)
     const kvio_workload_t *workload = state->workload;
     char *error_p = state->error_p;
     size_t error_len = state->error_len;
-    uint64_t pool_bytes = 0; /* host memory of the coupled run's KV pools */
+    uint64_t pool_bytes = 0; /* host memory of the KV pools (coupled, RL emulate) */
     kvio_status_t status = check_workload(workload, &state->model, &state->gpu, &state->stream,
                                           state->options->frontend == NULL,
                                           &state->num_requests, error_p, error_len);
@@ -658,8 +663,12 @@ static kvio_status_t run_prepare(run_state_t *state)
                                   .gpu = &state->gpu, .cost = &workload->cost,
                                   .device = &workload->device,
                                   .num_ranks = (uint32_t)workload->ranks.serve};
-        status = kvio_serve_emulate_preflight(&check, state->coupled ? &pool_bytes : NULL,
+        bool rl = workload->rl.mode != KVIO_RL_OFF;
+        status = kvio_serve_emulate_preflight(&check, state->coupled || rl ? &pool_bytes : NULL,
                                               error_p, error_len);
+        if (status == KVIO_OK && rl)
+            status = kvio_rl_emulate_preflight(&workload->rl, &check, pool_bytes, error_p,
+                                               error_len);
     }
     if (status == KVIO_OK && state->updates)
         status = kvio_updates_preflight(workload, pool_bytes, error_p, error_len);
@@ -853,8 +862,8 @@ static kvio_status_t run_serving(run_state_t *state)
     if (control)
         serve_run.control = &state->control;
     if (workload->rl.mode != KVIO_RL_OFF) {
-        status = kvio_rl_simulate(&workload->rl, &serve_run, state->result, state->error_p,
-                                  state->error_len);
+        status = (state->emulate ? kvio_rl_emulate : kvio_rl_simulate)(
+            &workload->rl, &serve_run, state->result, state->error_p, state->error_len);
         state->complete = status == KVIO_OK && !stopped(state);
         return status;
     }

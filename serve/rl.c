@@ -247,6 +247,8 @@ static kvio_status_t engines_create(rl_sim_t *sim, char *error_p, size_t error_l
                                            .on_tokens = on_tokens};
         kvio_engine_params_t params = kvio_serve_engine_params(run, e, sim->blocks, sim->cost,
                                                                observer);
+        if (sim->emu != NULL && (status = rl_emu_engine_params(sim, e, &params)) != KVIO_OK)
+            return status;
         /* A new version's weights invalidate every cached block. */
         params.update_cache = KVIO_UPDATE_CACHE_FLUSH;
         params.in_flight = sim->config->interrupt == KVIO_RL_INTERRUPT_RECOMPUTE
@@ -263,6 +265,7 @@ static void sim_free(rl_sim_t *sim)
         free(sim->samples[s].hashes);
     for (uint32_t e = 0; sim->engines != NULL && e < sim->num_engines; e++)
         kvio_engine_destroy(sim->engines[e].engine);
+    rl_emu_destroy(sim); /* the engines' KV pools, after the engines */
     free(sim->engines);
     kvio_cost_destroy(sim->cost);
     free(sim->samples);
@@ -384,11 +387,14 @@ static kvio_status_t finish_step(rl_sim_t *sim)
     return KVIO_OK;
 }
 
-kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
-                               kvio_result_t *result, char *error_p, size_t error_len)
+/* The loop, on the virtual clock or (emulate) the host's. */
+static kvio_status_t rl_run(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                            bool emulate, kvio_result_t *result, char *error_p, size_t error_len)
 {
     rl_sim_t sim = {.config = config, .run = run, .error_p = error_p, .error_len = error_len};
     kvio_status_t status = kvio_rl_check(config, run, error_p, error_len);
+    if (status == KVIO_OK && emulate)
+        status = rl_emu_create(&sim);
     if (status == KVIO_OK)
         status = engines_create(&sim, error_p, error_len);
     if (status == KVIO_OK) {
@@ -397,6 +403,8 @@ kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_
             status = KVIO_ERR_NOMEM;
     }
     rl_plan_costs(&sim);
+    if (status == KVIO_OK && sim.emu != NULL)
+        rl_emu_start(&sim);
     while (status == KVIO_OK && sim.steps_done < (uint64_t)config->steps) {
         if (run->stop != NULL && *run->stop)
             break;
@@ -426,7 +434,7 @@ kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_
             status = KVIO_ERR_CONFIG;
             break;
         }
-        sim.now_ns = next;
+        sim.now_ns = sim.emu != NULL ? rl_emu_wait(&sim, next) : next;
         status = complete_engines(&sim);
         if (status == KVIO_OK && sim.trainer_busy && sim.trainer_end_ns <= sim.now_ns)
             status = finish_step(&sim);
@@ -437,4 +445,16 @@ kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_
         snprintf(error_p, error_len, "rl: %s", kvio_strerror(status));
     sim_free(&sim);
     return status;
+}
+
+kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                               kvio_result_t *result, char *error_p, size_t error_len)
+{
+    return rl_run(config, run, false, result, error_p, error_len);
+}
+
+kvio_status_t kvio_rl_emulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                              kvio_result_t *result, char *error_p, size_t error_len)
+{
+    return rl_run(config, run, true, result, error_p, error_len);
 }

@@ -64,7 +64,8 @@ typedef struct rl_engine {
 /* One training step as it went (seconds in the figures, ns here). */
 typedef struct rl_step {
     int64_t start_ns, end_ns;        /* the trainer's previous end (its ready) to its own */
-    int64_t generation_ns, long_tail_ns, train_ns, sync_ns, wake_ns;
+    int64_t generation_ns, long_tail_ns, train_ns, sync_ns, wake_ns; /* wake: sleep + wake */
+    int64_t sleep_ns;                /* colocated: the sleep alone */
     int64_t batch_ready_ns;          /* the batch's last group finished */
     int64_t longest_finish_ns;       /* when its sample with the longest output finished */
     uint32_t longest_output_tokens;
@@ -72,6 +73,9 @@ typedef struct rl_step {
     uint64_t first_group;            /* the id of its first group (by start) */
     uint64_t group_id_sum;           /* of its groups' ids: what it trained on */
 } rl_step_t;
+
+/* Emulate's real memory and clock (serve/rl_emulate.c). */
+typedef struct rl_emu rl_emu_t;
 
 typedef struct rl_sim {
     const kvio_rl_config_t *config;
@@ -109,6 +113,9 @@ typedef struct rl_sim {
     size_t parked_samples, parked_groups;
     uint64_t continuations;
     int64_t last_finish_ns;          /* the last sample's */
+    /* Emulate (NULL: simulate). */
+    rl_emu_t *emu;
+    uint64_t sync_bytes;             /* weight bytes the syncs copied */
 } rl_sim_t;
 
 /* Whether the engine sleeps or loads weights at now_ns. */
@@ -131,5 +138,26 @@ kvio_status_t rl_start_step(rl_sim_t *sim);
 
 /* The rl.* figures, the per-step detail and the engines' serving figures. */
 kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result);
+
+/* ---------- emulate (serve/rl_emulate.c) ---------- */
+
+/* The weight bytes a sync moves per serve rank (rl.weight_bytes, or the
+ * model's weights over its tensor parallel). */
+uint64_t rl_emu_weight_bytes(const kvio_rl_config_t *config, const kvio_serve_run_t *run);
+/* Maps the weight buffers (checked before the run by
+ * kvio_rl_emulate_preflight) and faults them in; sets sim->emu. */
+kvio_status_t rl_emu_create(rl_sim_t *sim);
+/* Engine e's real KV pool (and swap space) into its params. */
+kvio_status_t rl_emu_engine_params(rl_sim_t *sim, uint32_t e, kvio_engine_params_t *params);
+void rl_emu_destroy(rl_sim_t *sim);
+/* Time 0 of the run is now. */
+void rl_emu_start(rl_sim_t *sim);
+/* Waits until the run's clock reads until_ns; returns the clock (at least
+ * until_ns). */
+int64_t rl_emu_wait(rl_sim_t *sim, int64_t until_ns);
+/* The trainer's step for real: sleep, train for step->train_ns, wake the
+ * weights, sync, wake the pool; sets the step's measured parts and
+ * sim->now_ns to its end. */
+kvio_status_t rl_emu_step(rl_sim_t *sim, rl_step_t *step);
 
 #endif

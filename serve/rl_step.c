@@ -88,6 +88,11 @@ const kvio_opt_t kvio_rl_options[] = {
              "that reaches them unfinished is set aside and continues when its engine takes "
              "the next version, its prompt and tokens so far computed again on the new "
              "weights (0: off)"},
+    {.key = "weight_bytes", .type = KVIO_OPT_SIZE,
+     .offset = offsetof(kvio_rl_config_t, weight_bytes), .default_value = "0",
+     .help = "emulate: the weight bytes each step's sync copies into each serve rank's "
+             "weights, and sleep level 1 moves to host and back (0: the model's weights over "
+             "its tensor parallel)"},
     {.key = NULL},
 };
 
@@ -101,6 +106,28 @@ kvio_status_t kvio_rl_check(const kvio_rl_config_t *config, const kvio_serve_run
         return KVIO_ERR_CONFIG;
     }
     return KVIO_OK;
+}
+
+kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t client_ranks,
+                                    bool device_pool, char *error_p, size_t error_len)
+{
+    const char *why = NULL;
+    if (config->mode == KVIO_RL_ASYNC)
+        why = "rl.mode: async in emulate: only the synchronous colocated loop runs in real time "
+              "(rl.mode: sync, rl.placement: colocated); async is simulate's";
+    else if (config->placement == KVIO_RL_SEPARATE)
+        why = "rl.placement: separate in emulate: only the colocated loop runs in real time (the "
+              "serve rank is the trainer, as verl's hybrid engine); separate is simulate's";
+    else if (client_ranks > 0)
+        why = "ranks.client in an emulate RL run: the loop admits its groups itself (set "
+              "ranks.client: 0)";
+    else if (device_pool)
+        why = "device.memory in an emulate RL run: sleep and wake release and fault in a host "
+              "KV pool; a device pool is not built yet (set device.memory: host)";
+    if (why == NULL)
+        return KVIO_OK;
+    snprintf(error_p, error_len, "%s", why);
+    return KVIO_ERR_CONFIG;
 }
 
 /* Whether the trainer shares the rollout's GPUs. */
@@ -255,10 +282,20 @@ kvio_status_t rl_start_step(rl_sim_t *sim)
     step->long_tail_ns = sim->now_ns > tail_from ? sim->now_ns - tail_from : 0;
     step->generation_ns = wait_ns - step->long_tail_ns;
     step->train_ns = train_ns(sim, step->trained_tokens);
-    step->sync_ns = sim->sync_ns;
-    step->wake_ns = sim->sleep_ns + sim->wake_ns;
-    int64_t train_end = sim->now_ns + sim->sleep_ns + step->train_ns;
-    sim->trainer_end_ns = train_end + step->sync_ns + sim->wake_ns;
+    int64_t train_end;
+    if (sim->emu != NULL) {
+        /* Emulate: the step runs now, for real, and measures its parts. */
+        kvio_status_t status = rl_emu_step(sim, step);
+        if (status != KVIO_OK)
+            return status;
+        train_end = sim->trainer_end_ns = sim->now_ns;
+    } else {
+        step->sync_ns = sim->sync_ns;
+        step->sleep_ns = sim->sleep_ns;
+        step->wake_ns = sim->sleep_ns + sim->wake_ns;
+        train_end = sim->now_ns + sim->sleep_ns + step->train_ns;
+        sim->trainer_end_ns = train_end + step->sync_ns + sim->wake_ns;
+    }
     step->end_ns = sim->trainer_end_ns;
     /* Colocated engines sleep through the whole step; separate ones stop
      * only to load the new weights. */
@@ -305,13 +342,14 @@ static void staleness_figures(const rl_sim_t *sim, kvio_result_t *result)
 
 static json_t *step_json(const rl_step_t *step, uint64_t index)
 {
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}",
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}",
                      "step", (json_int_t)index, "start_s", (double)step->start_ns / 1e9,
                      "end_s", (double)step->end_ns / 1e9, "generation_s",
                      (double)step->generation_ns / 1e9, "long_tail_s",
                      (double)step->long_tail_ns / 1e9, "train_s", (double)step->train_ns / 1e9,
                      "sync_s", (double)step->sync_ns / 1e9, "wake_s",
-                     (double)step->wake_ns / 1e9, "batch_ready_s",
+                     (double)step->wake_ns / 1e9, "sleep_s", (double)step->sleep_ns / 1e9,
+                     "batch_ready_s",
                      (double)step->batch_ready_ns / 1e9, "longest_finish_s",
                      (double)step->longest_finish_ns / 1e9, "longest_output_tokens",
                      (json_int_t)step->longest_output_tokens, "trained_tokens",
@@ -337,6 +375,14 @@ static void step_figures(const rl_sim_t *sim, kvio_result_t *result, double tota
     for (size_t p = 0; p < 5; p++)
         if (p != 4 || colocated(sim->config))
             kvio_result_set(result, figures[p], parts[p] / steps / 1e9);
+    if (colocated(sim->config)) {
+        double sleep = 0;
+        for (uint64_t s = 0; s < sim->steps_done; s++)
+            sleep += (double)sim->steps[s].sleep_ns;
+        kvio_result_set(result, KVIO_FIG_RL_SLEEP_S, sleep / steps / 1e9);
+    }
+    if (sim->emu != NULL)
+        kvio_result_set(result, KVIO_FIG_RL_SYNC_BYTES, (double)sim->sync_bytes);
     kvio_result_set(result, KVIO_FIG_RL_STEPS, steps);
     kvio_result_set(result, KVIO_FIG_RL_STEP_S, total_s / steps);
     kvio_result_set(result, KVIO_FIG_RL_TRAINER_IDLE, 1 - parts[2] / 1e9 / total_s);
@@ -385,7 +431,8 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result)
     kvio_result_set(result, KVIO_FIG_SERVE_RANKS, sim->num_engines);
     kvio_result_set(result, KVIO_FIG_KV_BLOCKS_PER_RANK, sim->blocks);
     kvio_result_set(result, KVIO_FIG_BLOCK_SIZE, sim->block_size);
-    kvio_result_set(result, KVIO_FIG_SIMULATED_S, (double)sim->now_ns / 1e9);
+    if (sim->emu == NULL) /* emulate's clock is the host's: wall_run_s */
+        kvio_result_set(result, KVIO_FIG_SIMULATED_S, (double)sim->now_ns / 1e9);
     json_t *steps = json_array();
     for (uint64_t s = 0; steps != NULL && s < sim->steps_done; s++)
         json_array_append_new(steps, step_json(&sim->steps[s], s));

@@ -392,7 +392,7 @@ Test(rl, compare_over_the_staleness_bound_prints_the_rl_figures, .timeout = 120)
     free(dir);
 }
 
-Test(rl, a_stream_too_short_or_emulate_is_refused_before_the_run, .timeout = 30)
+Test(rl, a_stream_too_short_or_an_emulate_mode_not_built_is_refused_before_the_run, .timeout = 30)
 {
     char *dir = test_tmpdir();
     char out[1100];
@@ -403,10 +403,98 @@ Test(rl, a_stream_too_short_or_emulate_is_refused_before_the_run, .timeout = 30)
     cr_assert(test_contains(run.err, "rl.steps x rl.batch = 10 x 64 need 640"), "%s", run.err);
     cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
     test_run_free(&run);
-    run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "-o", out, NULL);
+    /* Emulate runs the synchronous colocated loop only: the rest is
+     * refused naming its key. */
+    const char *const refused[][2] = {{"rl.mode=async", "rl.mode: async in emulate"},
+                                      {"rl.placement=separate", "rl.placement: separate"},
+                                      {"ranks.client=1", "ranks.client in an emulate RL run"},
+                                      {"device.memory=cuda", "device.memory in an emulate RL"}};
+    for (size_t r = 0; r < sizeof(refused) / sizeof(refused[0]); r++) {
+        run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "--set",
+                        refused[r][0], "-o", out, NULL);
+        cr_assert_eq(run.status, 2, "%s: %s", refused[r][0], run.err);
+        cr_assert(test_contains(run.err, refused[r][1]), "%s", run.err);
+        cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
+        test_run_free(&run);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Emulate: a small model's synchronous colocated steps in real time. */
+static const char *const emulate_workload =
+    "name: rl-emulate\n"
+    "seed: 5\n"
+    "mode: emulate\n"
+    "model: {preset: llama3.2-1b}\n"
+    "gpu: {preset: h200}\n"
+    "ranks: {serve: 1}\n"
+    "serve:\n"
+    "  engine: {max_num_seqs: 64, max_num_batched_tokens: 4096}\n"
+    "  kvcache: {block_size: 16, blocks: 64}\n"
+    "stream:\n"
+    "  requests: 6\n"
+    "  arrival: {process: batch}\n"
+    "  input_tokens: 64\n"
+    "  output_tokens: {dist: uniform, low: 8, high: 32}\n"
+    "  group: {n: 4}\n"
+    "rl: {mode: sync, placement: colocated, steps: 3, batch: 2, train_time: 20ms,\n"
+    "     weight_bytes: 8MiB, pool_create: 100s, sync_latency: 100s}\n";
+
+/* Each step's sync copies the trainer's weight bytes into the rollout's
+ * (checksummed), and the sleep and the wake are measured, not modelled:
+ * the model's wake would be rl.pool_create and its sync rl.sync_latency,
+ * both 100 s here. */
+static void check_emulated_steps(const char *level, double weight_bytes)
+{
+    const char *sets[] = {level};
+    rl_run_t run = run_rl(emulate_workload, sets, 1);
+    cr_assert(kvio_result_valid(run.result), "%s: %s", level,
+              kvio_result_num_warnings(run.result) > 0
+                  ? kvio_result_warning_message(run.result, 0)
+                  : "");
+    cr_assert_float_eq(kvio_result_get(run.result, KVIO_FIG_RL_STEPS), 3, 1e-9);
+    cr_assert_float_eq(kvio_result_get(run.result, KVIO_FIG_RL_SYNC_BYTES), weight_bytes * 3,
+                       0.5, "%s", level);
+    double wake = kvio_result_get(run.result, KVIO_FIG_RL_WAKE_S);
+    double sleep = kvio_result_get(run.result, KVIO_FIG_RL_SLEEP_S);
+    double sync = kvio_result_get(run.result, KVIO_FIG_RL_SYNC_S);
+    cr_assert_gt(wake, 0, "%s", level);
+    cr_assert_gt(sleep, 0, "%s", level);
+    cr_assert_gt(sync, 0, "%s", level);
+    cr_assert_geq(wake, sleep, "%s: the wake figure holds the sleep", level);
+    cr_assert_lt(wake, 100, "%s: wake %g s is measured, not rl.pool_create", level, wake);
+    cr_assert_lt(sync, 100, "%s: sync %g s is measured, not rl.sync_latency", level, sync);
+    /* Training is the configured 20 ms, waited for real. */
+    double train = kvio_result_get(run.result, KVIO_FIG_RL_TRAIN_S);
+    cr_assert_geq(train, 0.02, "%s", level);
+    cr_assert_lt(train, test_seconds(0.5), "%s", level);
+    cr_assert_gt(step_number(run.result, 2, "sleep_s"), 0, "%s", level);
+    run_free(&run);
+}
+
+Test(rl, an_emulated_colocated_step_moves_real_weight_bytes_and_measures_its_wake,
+     .timeout = 120)
+{
+    check_emulated_steps("rl.sleep_level=1", 8.0 * 1048576);
+    check_emulated_steps("rl.sleep_level=2", 8.0 * 1048576);
+}
+
+Test(rl, emulate_refuses_weights_this_machine_cannot_hold, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", emulate_workload);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(dir, "run", file, "--set", "rl.weight_bytes=64TiB", "-o", out,
+                               NULL);
     cr_assert_eq(run.status, 2, "%s", run.err);
-    cr_assert(test_contains(run.err, "rl.mode: sync"), "%s", run.err);
+    cr_assert(test_contains(run.err, "rl.weight_bytes: the RL run's weights need"), "%s",
+              run.err);
+    cr_assert(test_contains(run.err, "GiB available"), "%s", run.err);
+    cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
     test_run_free(&run);
+    free(file);
     test_rmtree(dir);
     free(dir);
 }

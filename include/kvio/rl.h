@@ -46,6 +46,8 @@ typedef struct kvio_rl_config {
     int64_t partial_tokens; /* partial rollouts (Kimi k1.5): tokens a sample generates per
                                version; one that reaches it unfinished continues on the
                                next; 0: off */
+    uint64_t weight_bytes;  /* emulate: the weight bytes a sync moves per serve rank
+                               (0: the model's weights over its tensor parallel) */
 } kvio_rl_config_t;
 
 extern const kvio_opt_t kvio_rl_options[];
@@ -55,10 +57,31 @@ extern const kvio_opt_t kvio_rl_options[];
 kvio_status_t kvio_rl_check(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
                             char *error_p, size_t error_len);
 
+/* What emulate runs of the section: synchronous, colocated, one process
+ * (no client rank), a host KV pool; error names the key of anything else. */
+kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t client_ranks,
+                                    bool device_pool, char *error_p, size_t error_len);
+
+/* Emulate: refuses, with the numbers, weight buffers (rl.weight_bytes) this
+ * machine cannot hold beside pool_bytes of KV pools, before anything
+ * starts. */
+kvio_status_t kvio_rl_emulate_preflight(const kvio_rl_config_t *config,
+                                        const kvio_serve_run_t *run, uint64_t pool_bytes,
+                                        char *error_p, size_t error_len);
+
 /* Runs rl.steps steps on run's engines (simulate: the virtual clock),
  * taking rl.batch groups of the stream per step, and sets the rl.* figures
  * and the rollout engines' serving figures in result. */
 kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
                                struct kvio_result *result, char *error_p, size_t error_len);
+
+/* The same loop in real time (emulate; synchronous colocated only): the
+ * engines generate on real KV memory, and each step sleeps (level 1 copies
+ * the rollout's weights to host, both levels release the KV pool), trains
+ * (the FLOPs model's time, waited), wakes the weights, syncs the trainer's
+ * weight bytes into the rollout's (checksummed) and re-creates the pool:
+ * sleep, sync and wake measured. */
+kvio_status_t kvio_rl_emulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                              struct kvio_result *result, char *error_p, size_t error_len);
 
 #endif
