@@ -1142,7 +1142,10 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
                               ? options->frontend_duration_ns
                               : workload->duration_ns;
         char then[64] = "serving until stopped";
-        if (real_ns > 0 && workload->serve.drain_timeout_ns > 0)
+        if (workload->rl.mode != KVIO_RL_OFF)
+            snprintf(then, sizeof(then), "%lld RL steps in real time",
+                     (long long)workload->rl.steps); /* the steps, not the duration, end it */
+        else if (real_ns > 0 && workload->serve.drain_timeout_ns > 0)
             snprintf(then, sizeof(then), "%.3g s of real time and at most %.3g s of drain",
                      (double)real_ns / 1e9, (double)workload->serve.drain_timeout_ns / 1e9);
         else if (real_ns > 0)
