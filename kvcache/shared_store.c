@@ -254,10 +254,11 @@ static int64_t batch_cost(kvio_shared_store_t *store, uint32_t rank, bool put)
     return slowest_ns;
 }
 
-void kvio_shared_store_put(kvio_shared_store_t *store, uint32_t rank, const kvio_hash_t *hashes,
-                           size_t count, int64_t *cost_ns_p)
+size_t kvio_shared_store_put(kvio_shared_store_t *store, uint32_t rank,
+                             const kvio_hash_t *hashes, size_t count, int64_t *cost_ns_p)
 {
     uint32_t ranks = store->config.num_ranks;
+    size_t stored = 0;
     for (size_t i = 0; i < count; i++) {
         uint32_t holder = kvio_shared_store_holder(hashes[i], ranks);
         kvio_shared_link_stats_t *link = link_of(store, rank, holder);
@@ -270,8 +271,10 @@ void kvio_shared_store_put(kvio_shared_store_t *store, uint32_t rank, const kvio
         link->puts++;
         link->bytes_written += store->config.block_bytes;
         store->batch_blocks[holder]++;
+        stored++;
     }
     *cost_ns_p = batch_cost(store, rank, true);
+    return stored;
 }
 
 size_t kvio_shared_store_get(kvio_shared_store_t *store, uint32_t rank, const kvio_hash_t *hashes,
@@ -293,6 +296,11 @@ size_t kvio_shared_store_get(kvio_shared_store_t *store, uint32_t rank, const kv
     }
     *cost_ns_p = batch_cost(store, rank, false);
     return got;
+}
+
+uint32_t kvio_shared_store_ranks(const kvio_shared_store_t *store)
+{
+    return store->config.num_ranks;
 }
 
 bool kvio_shared_store_contains(const kvio_shared_store_t *store, kvio_hash_t hash)

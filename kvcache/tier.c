@@ -94,6 +94,8 @@ struct kvio_tier {
     bool batch_hashed;
     size_t batch_capacity;
     kvio_tier_t *spill;       /* waterfall: where an evicted block goes (NULL: nowhere) */
+    kvio_shared_store_t *shared; /* kind shared, simulate: the store this rank's view reads */
+    uint32_t shared_rank;
     /* emulate: bytes read ([0]) and written ([1]) each second from the
      * first transfer on */
     int64_t timeline_origin_ns; /* 0: nothing moved yet */
@@ -431,6 +433,16 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
     tier->paced_ns = config->rate > 0 ? (int64_t)llround((double)block_bytes * 1e9 / config->rate)
                                       : 0;
 
+    if (kvio_tier_is_shared(config) && !emulate) {
+        status = KVIO_ERR_INVALID;
+        if (config->shared_store == NULL) {
+            snprintf(error_p, error_len, "shared tier: no store to view (the serve ranks' "
+                     "owner makes one per run)");
+            goto fail;
+        }
+        tier->shared = config->shared_store;
+        tier->shared_rank = config->rank;
+    }
     /* The backend first: it refuses sizes (memory, disk) before the index
      * is built for them. */
     if (emulate) {
@@ -588,14 +600,98 @@ void kvio_tier_count_skipped(kvio_tier_t *tier) { tier->stats.skipped_puts++; }
 
 void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next) { tier->spill = next; }
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
-uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier) { return tier->num_held; }
+uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier)
+{
+    /* A shared tier's: what its rank's shard holds. */
+    return tier->shared != NULL ? kvio_shared_store_shard(tier->shared, tier->shared_rank).held
+                                : tier->num_held;
+}
 const char *kvio_tier_info(const kvio_tier_t *tier) { return tier->info; }
 const char *kvio_tier_error(const kvio_tier_t *tier) { return tier->error; }
 const kvio_tier_stats_t *kvio_tier_stats(const kvio_tier_t *tier) { return &tier->stats; }
 
 bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash)
 {
+    if (tier->shared != NULL)
+        return kvio_shared_store_contains(tier->shared, hash);
     return index_find(tier, hash, NULL) != NO_ENTRY;
+}
+
+/* ---------- a view of the shared store (simulate) ---------- */
+
+/* count blocks into the store from this view's rank, counted as this
+ * tier's puts (the new ones) and duplicates (those it held). */
+static void shared_put(kvio_tier_t *tier, const kvio_hash_t *hashes, size_t count,
+                       int64_t *cost_ns_p)
+{
+    size_t stored = kvio_shared_store_put(tier->shared, tier->shared_rank, hashes, count,
+                                          cost_ns_p);
+    kvio_tier_stats_t *stats = &tier->stats;
+    stats->duplicates += count - stored;
+    if (stored == 0)
+        return;
+    stats->puts += stored;
+    stats->bytes_written += stored * tier->block_bytes;
+    stats->write_ns += *cost_ns_p;
+    stats->put_batches++;
+    stats->put_latency_sum_ns += *cost_ns_p * (int64_t)stored;
+    kvio_hist_record_n(stats->put_latency, (uint64_t)*cost_ns_p, stored);
+}
+
+/* The leading blocks the store holds, read by this view's rank. */
+static kvio_status_t shared_get(kvio_tier_t *tier, const kvio_hash_t *hashes, size_t count,
+                                size_t *got_p, int64_t *cost_ns_p)
+{
+    size_t got = kvio_shared_store_get(tier->shared, tier->shared_rank, hashes, count,
+                                       cost_ns_p);
+    kvio_tier_stats_t *stats = &tier->stats;
+    stats->gets += got + (got < count);
+    stats->hits += got;
+    stats->misses += got < count;
+    *got_p = got;
+    if (got > 0) {
+        stats->bytes_read += got * tier->block_bytes;
+        stats->read_ns += *cost_ns_p;
+        stats->get_batches++;
+        stats->get_latency_sum_ns += *cost_ns_p * (int64_t)got;
+        kvio_hist_record_n(stats->get_latency, (uint64_t)*cost_ns_p, got);
+    }
+    return got == count ? KVIO_OK : KVIO_ERR_NOT_FOUND;
+}
+
+/* The shared tier's own figures: hits its rank's shard served and those
+ * other ranks' did, the bytes over the links to them, and each link's
+ * counts (detail "links", one per holding rank). */
+static void shared_fill(const kvio_tier_t *tier, kvio_result_t *entry)
+{
+    uint32_t ranks = kvio_shared_store_ranks(tier->shared);
+    uint64_t own_hits = 0, peer_hits = 0, peer_read = 0, peer_written = 0;
+    json_t *links = json_array();
+    for (uint32_t holder = 0; holder < ranks; holder++) {
+        const kvio_shared_link_stats_t *link = kvio_shared_store_link(tier->shared,
+                                                                      tier->shared_rank, holder);
+        if (holder == tier->shared_rank) {
+            own_hits += link->hits;
+        } else {
+            peer_hits += link->hits;
+            peer_read += link->bytes_read;
+            peer_written += link->bytes_written;
+        }
+        json_array_append_new(
+            links, json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "holder", (int)holder,
+                             "puts", (json_int_t)link->puts, "gets", (json_int_t)link->gets,
+                             "hits", (json_int_t)link->hits, "bytes_written",
+                             (json_int_t)link->bytes_written, "bytes_read",
+                             (json_int_t)link->bytes_read, "put_ns", (json_int_t)link->put_ns,
+                             "get_ns", (json_int_t)link->get_ns));
+    }
+    kvio_shared_shard_stats_t shard = kvio_shared_store_shard(tier->shared, tier->shared_rank);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_OWN_SHARD_HITS, (double)own_hits);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_PEER_SHARD_HITS, (double)peer_hits);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_PEER_BYTES_READ, (double)peer_read);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_PEER_BYTES_WRITTEN, (double)peer_written);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_SHARD_EVICTIONS, (double)shard.evictions);
+    kvio_result_set_detail(entry, "links", links);
 }
 
 /* A batch's scratch arrays, grown to count. */
@@ -964,6 +1060,10 @@ kvio_status_t kvio_tier_put_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
                                   const void *const *data, size_t count, int64_t *cost_ns_p)
 {
     *cost_ns_p = 0;
+    if (tier->shared != NULL) {
+        shared_put(tier, hashes, count, cost_ns_p);
+        return KVIO_OK;
+    }
     kvio_status_t first_error = KVIO_OK;
     size_t chunk = count < tier->capacity ? count : tier->capacity;
     if (batch_room(tier, chunk) != KVIO_OK)
@@ -1087,6 +1187,8 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
 {
     *got_p = 0;
     *cost_ns_p = 0;
+    if (tier->shared != NULL)
+        return shared_get(tier, hashes, count, got_p, cost_ns_p);
     if (batch_room(tier, count) != KVIO_OK)
         return tier_failed(tier, KVIO_ERR_NOMEM, "out of memory for a batch");
     /* The leading blocks the tier holds: a prefix is read up to its first
@@ -1240,7 +1342,7 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     kvio_result_set(entry, KVIO_FIG_TIER_SIZE_BYTES, (double)tier->size);
     kvio_result_set(entry, KVIO_FIG_TIER_BLOCK_BYTES, (double)tier->block_bytes);
     kvio_result_set(entry, KVIO_FIG_TIER_CAPACITY_BLOCKS, (double)tier->capacity);
-    kvio_result_set(entry, KVIO_FIG_TIER_BLOCKS_HELD, (double)tier->num_held);
+    kvio_result_set(entry, KVIO_FIG_TIER_BLOCKS_HELD, (double)kvio_tier_num_blocks(tier));
     kvio_result_set(entry, KVIO_FIG_TIER_PUTS, (double)stats->puts);
     kvio_result_set(entry, KVIO_FIG_TIER_DUPLICATES, (double)stats->duplicates);
     kvio_result_set(entry, KVIO_FIG_TIER_SKIPPED_PUTS, (double)stats->skipped_puts);
@@ -1270,6 +1372,8 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     set_latency(entry, KVIO_FIG_TIER_WRITE_LATENCY_COUNT, stats->put_latency);
     if (tier->error[0] != '\0')
         kvio_result_set_text(entry, KVIO_FIG_TIER_LAST_ERROR, tier->error);
+    if (tier->shared != NULL)
+        shared_fill(tier, entry);
     kvio_result_set_detail(entry, "read_latency_histogram", latency_histogram(stats->get_latency));
     kvio_result_set_detail(entry, "write_latency_histogram",
                            latency_histogram(stats->put_latency));

@@ -79,16 +79,20 @@ kvio_status_t kvio_shared_store_create(const kvio_shared_store_config_t *config,
 void kvio_shared_store_destroy(kvio_shared_store_t *store);
 
 /* rank stores count blocks, each in its holder's shard (a block held
- * already is refreshed). *cost_ns_p: the modelled time, the links moving
- * their blocks side by side (the slowest link's time). */
-void kvio_shared_store_put(kvio_shared_store_t *store, uint32_t rank, const kvio_hash_t *hashes,
-                           size_t count, int64_t *cost_ns_p);
+ * already is refreshed); returns how many were new. *cost_ns_p: the
+ * modelled time, the links moving their blocks side by side (the slowest
+ * link's time). */
+size_t kvio_shared_store_put(kvio_shared_store_t *store, uint32_t rank,
+                             const kvio_hash_t *hashes, size_t count, int64_t *cost_ns_p);
 
 /* rank loads the leading blocks of hashes the store holds, up to the first
  * it does not; returns how many. *cost_ns_p as for a put, over the blocks
  * loaded. */
 size_t kvio_shared_store_get(kvio_shared_store_t *store, uint32_t rank, const kvio_hash_t *hashes,
                              size_t count, int64_t *cost_ns_p);
+
+/* The ranks whose shards make the store. */
+uint32_t kvio_shared_store_ranks(const kvio_shared_store_t *store);
 
 /* True when the store holds hash (no access counted). */
 bool kvio_shared_store_contains(const kvio_shared_store_t *store, kvio_hash_t hash);
