@@ -326,12 +326,12 @@ kvio_shared_shard_stats_t kvio_shared_store_shard(const kvio_shared_store_t *sto
 #ifndef KVIO_HAVE_UCX
 /* ---------- emulate without UCX: a clear refusal ---------- */
 
-kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte,
+kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
                                           const kvio_shared_store_config_t *config,
                                           kvio_shared_endpoint_t **endpoint_p, char *error_p,
                                           size_t error_len)
 {
-    (void)rte, (void)config, (void)endpoint_p;
+    (void)rte, (void)first_rank, (void)config, (void)endpoint_p;
     snprintf(error_p, error_len, "shared store: emulate moves blocks over UCX, not built");
     return KVIO_ERR_UNSUPPORTED;
 }
@@ -352,10 +352,28 @@ kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
     return KVIO_ERR_UNSUPPORTED;
 }
 
+bool kvio_shared_endpoint_contains(kvio_shared_endpoint_t *endpoint, kvio_hash_t hash)
+{
+    (void)endpoint, (void)hash;
+    return false;
+}
+
 const char *kvio_shared_endpoint_error(const kvio_shared_endpoint_t *endpoint)
 {
     (void)endpoint;
     return "shared store: UCX not built";
+}
+
+uint32_t kvio_shared_endpoint_rank(const kvio_shared_endpoint_t *endpoint)
+{
+    (void)endpoint;
+    return 0;
+}
+
+uint32_t kvio_shared_endpoint_ranks(const kvio_shared_endpoint_t *endpoint)
+{
+    (void)endpoint;
+    return 0;
 }
 
 const kvio_shared_link_stats_t *kvio_shared_endpoint_link(const kvio_shared_endpoint_t *endpoint,

@@ -31,7 +31,7 @@
 #define TAG_KIND_MASK (0xffull << 56)
 #define TAG_ALL (~0ull)
 
-enum { OP_PUT = 1, OP_GET = 2 };
+enum { OP_PUT = 1, OP_GET = 2, OP_HAS = 3 };
 
 typedef struct wire_request {
     uint32_t op;
@@ -75,6 +75,9 @@ typedef struct server {
     kvio_status_t status;     /* the first failure, with its text */
     char error[256];
     uint64_t checksum_failures; /* blocks refused as they arrived */
+    /* The shard's counts as of the last request, for readers on other
+     * threads while it is served. */
+    atomic_uint_fast64_t published_held, published_stored, published_evictions;
 } server_t;
 
 /* One block of a batch in flight. */
@@ -89,7 +92,8 @@ typedef struct pending {
 struct kvio_shared_endpoint {
     kvio_rte_t *rte;
     kvio_shared_store_config_t config;
-    uint32_t rank, size;
+    int first_rank;           /* the world rank of the store's rank 0 */
+    uint32_t rank, size;      /* this rank's index among the store's, their count */
     int64_t timeout_ns;
     ucp_context_h context;
     ucp_worker_h worker;
@@ -288,9 +292,16 @@ static bool serve_one(server_t *server, size_t length)
             iov[1].length = server->block_bytes;
             parts = 2;
         }
+    } else if (request.op == OP_HAS) {
+        if (shared_shard_find(&server->shard, request.hash, false) != SHARED_NO_ENTRY)
+            reply.status = KVIO_OK;
     } else {
         reply.status = KVIO_ERR_INVALID;
     }
+    kvio_shared_shard_stats_t counts = shared_shard_stats(&server->shard);
+    atomic_store(&server->published_held, counts.held);
+    atomic_store(&server->published_stored, counts.stored);
+    atomic_store(&server->published_evictions, counts.evictions);
     completion_t sent;
     post_send(&sent, server->eps[request.rank], TAG_REPLY | request.seq, iov, parts, true);
     bool done = server_wait(server, &sent, false);
@@ -471,7 +482,31 @@ static kvio_status_t connect_all(kvio_shared_endpoint_t *endpoint, void **blobs,
     return KVIO_OK;
 }
 
-kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte,
+/* Each of the store's ranks posts its blob to every other and takes
+ * theirs (its own copied): the other world ranks do not take part. */
+static kvio_status_t exchange_addresses(kvio_shared_endpoint_t *endpoint, const void *blob,
+                                        size_t length, void **blobs, size_t *lengths)
+{
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++)
+        if (r != endpoint->rank)
+            status = kvio_rte_post(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_ADDRESSES, blob, length);
+    blobs[endpoint->rank] = malloc(length > 0 ? length : 1);
+    if (blobs[endpoint->rank] == NULL)
+        status = KVIO_ERR_NOMEM;
+    else
+        memcpy(blobs[endpoint->rank], blob, length);
+    lengths[endpoint->rank] = length;
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++)
+        if (r != endpoint->rank)
+            status = kvio_rte_recv(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_ADDRESSES, &blobs[r], &lengths[r]);
+    kvio_status_t flushed = kvio_rte_flush(endpoint->rte);
+    return status != KVIO_OK ? status : flushed;
+}
+
+kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
                                           const kvio_shared_store_config_t *config,
                                           kvio_shared_endpoint_t **endpoint_p, char *error_p,
                                           size_t error_len)
@@ -481,15 +516,21 @@ kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte,
         return KVIO_ERR_NOMEM;
     endpoint->rte = rte;
     endpoint->config = *config;
-    endpoint->rank = (uint32_t)kvio_rte_index(rte);
-    endpoint->size = (uint32_t)kvio_rte_size(rte);
+    endpoint->first_rank = first_rank;
+    endpoint->rank = (uint32_t)(kvio_rte_index(rte) - first_rank);
+    endpoint->size = config->num_ranks;
     endpoint->timeout_ns = kvio_rte_timeout_ns(rte);
     atomic_init(&endpoint->server.stop, 0);
     kvio_status_t status = kvio_shared_store_check(config, false, error_p, error_len);
-    if (status == KVIO_OK && config->num_ranks != endpoint->size) {
-        snprintf(error_p, error_len, "shared store: configured for %u ranks, the run has %u",
-                 config->num_ranks, endpoint->size);
-        status = KVIO_ERR_CONFIG;
+    if (status == KVIO_OK &&
+        (first_rank < 0 || kvio_rte_index(rte) < first_rank ||
+         first_rank + (int64_t)config->num_ranks > kvio_rte_size(rte) ||
+         endpoint->rank >= config->num_ranks)) {
+        snprintf(error_p, error_len, "shared store: ranks %d..%lld of a run of %d do not include "
+                 "this one (%d)", first_rank, (long long)first_rank + config->num_ranks - 1,
+                 kvio_rte_size(rte), kvio_rte_index(rte));
+        kvio_shared_endpoint_destroy(endpoint);
+        return KVIO_ERR_CONFIG; /* a caller's mistake: no rank waits on this one */
     }
     endpoint->links = calloc(endpoint->size, sizeof(*endpoint->links));
     if (status == KVIO_OK && endpoint->links == NULL)
@@ -510,21 +551,25 @@ kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte,
         snprintf(error_p, error_len, "shared store: rank %u's UCX addresses: %s",
                  endpoint->rank, kvio_strerror(status));
     /* Every rank takes part, a failed one with nothing, so that none waits. */
-    void **blobs = NULL;
-    size_t *lengths = NULL;
-    kvio_status_t exchange = kvio_rte_allgather_blobs(rte, blob != NULL ? blob : "",
-                                                      status == KVIO_OK ? length : 0, &blobs,
-                                                      &lengths);
+    void **blobs = calloc(endpoint->size, sizeof(*blobs));
+    size_t *lengths = calloc(endpoint->size, sizeof(*lengths));
+    kvio_status_t exchange = blobs != NULL && lengths != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    if (exchange == KVIO_OK)
+        exchange = exchange_addresses(endpoint, blob != NULL ? blob : "",
+                                      status == KVIO_OK ? length : 0, blobs, lengths);
     free(blob);
     if (status == KVIO_OK && exchange != KVIO_OK) {
         snprintf(error_p, error_len, "shared store: exchanging addresses: %s",
-                 kvio_strerror(exchange));
+                 kvio_rte_verdict(rte)[0] != '\0' ? kvio_rte_verdict(rte)
+                                                  : kvio_strerror(exchange));
         status = exchange;
     }
     if (status == KVIO_OK)
         status = connect_all(endpoint, blobs, lengths, error_p, error_len);
-    if (blobs != NULL)
-        kvio_rte_blobs_free(blobs, lengths, (int)endpoint->size);
+    for (uint32_t r = 0; blobs != NULL && r < endpoint->size; r++)
+        free(blobs[r]);
+    free(blobs);
+    free(lengths);
     if (status == KVIO_OK) {
         int started = pthread_create(&endpoint->server.thread, NULL, serve, &endpoint->server);
         endpoint->server.started = started == 0;
@@ -624,6 +669,16 @@ static void post_block(kvio_shared_endpoint_t *endpoint, size_t i, uint32_t op, 
               put_data != NULL ? 2 : 1, true);
 }
 
+/* What the holder answered, or how the messages failed. */
+static kvio_status_t got_block_status(const pending_t *p)
+{
+    if (p->sent.status != UCS_OK)
+        return from_ucs(p->sent.status);
+    if (p->received.status != UCS_OK)
+        return from_ucs(p->received.status);
+    return (kvio_status_t)p->reply.status;
+}
+
 /* A batch's requests, all in flight, and their replies; KVIO_ERR_NOMEM
  * only when nothing was sent. */
 static kvio_status_t batch_move(kvio_shared_endpoint_t *endpoint, uint32_t op,
@@ -653,9 +708,7 @@ kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
         pending_t *p = &endpoint->pending[i];
         kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
         link->put_ns += elapsed_ns;
-        kvio_status_t block = p->sent.status != UCS_OK       ? from_ucs(p->sent.status)
-                              : p->received.status != UCS_OK ? from_ucs(p->received.status)
-                                                             : (kvio_status_t)p->reply.status;
+        kvio_status_t block = got_block_status(p);
         if (block != KVIO_OK) {
             link->errors++;
             link->checksum_failures += block == KVIO_ERR_CHECKSUM;
@@ -679,12 +732,9 @@ static kvio_status_t got_block(kvio_shared_endpoint_t *endpoint, size_t i, const
 {
     pending_t *p = &endpoint->pending[i];
     uint64_t block_bytes = endpoint->config.block_bytes;
-    if (p->sent.status != UCS_OK)
-        return from_ucs(p->sent.status);
-    if (p->received.status != UCS_OK)
-        return from_ucs(p->received.status);
-    if (p->reply.status != KVIO_OK)
-        return p->reply.status;
+    kvio_status_t status = got_block_status(p);
+    if (status != KVIO_OK)
+        return status;
     if (p->received.length != sizeof(p->reply) + block_bytes)
         return KVIO_ERR_IO;
     return XXH3_64bits(data, block_bytes) == p->reply.checksum ? KVIO_OK : KVIO_ERR_CHECKSUM;
@@ -737,6 +787,17 @@ kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
     return status;
 }
 
+bool kvio_shared_endpoint_contains(kvio_shared_endpoint_t *endpoint, kvio_hash_t hash)
+{
+    if (batch_move(endpoint, OP_HAS, &hash, NULL, NULL, 1) != KVIO_OK)
+        return false;
+    kvio_status_t status = got_block_status(&endpoint->pending[0]);
+    if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND)
+        endpoint_failed(endpoint, status, "asking rank %u for a block: %s",
+                        endpoint->pending[0].holder, kvio_strerror(status));
+    return status == KVIO_OK;
+}
+
 const char *kvio_shared_endpoint_error(const kvio_shared_endpoint_t *endpoint)
 {
     return endpoint->error;
@@ -763,8 +824,23 @@ static void server_stop(server_t *server)
 
 kvio_status_t kvio_shared_endpoint_stop(kvio_shared_endpoint_t *endpoint)
 {
-    /* No rank asks for anything once every rank is here. */
-    kvio_status_t status = kvio_rte_barrier(endpoint->rte);
+    /* No rank asks for anything once every rank said it is done. */
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++)
+        if (r != endpoint->rank)
+            status = kvio_rte_post(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_DONE, "", 0);
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++) {
+        void *message = NULL;
+        size_t length = 0;
+        if (r != endpoint->rank)
+            status = kvio_rte_recv(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_DONE, &message, &length);
+        free(message);
+    }
+    kvio_status_t flushed = kvio_rte_flush(endpoint->rte);
+    if (status == KVIO_OK)
+        status = flushed;
     server_stop(&endpoint->server);
     endpoint->stopped = true;
     if (status != KVIO_OK)
@@ -778,7 +854,23 @@ kvio_status_t kvio_shared_endpoint_stop(kvio_shared_endpoint_t *endpoint)
 
 kvio_shared_shard_stats_t kvio_shared_endpoint_shard(const kvio_shared_endpoint_t *endpoint)
 {
-    return shared_shard_stats(&endpoint->server.shard);
+    /* The cast: reading an atomic changes nothing. */
+    server_t *server = (server_t *)&endpoint->server;
+    return (kvio_shared_shard_stats_t){
+        .capacity = server->shard.capacity,
+        .held = (uint32_t)atomic_load(&server->published_held),
+        .stored = atomic_load(&server->published_stored),
+        .evictions = atomic_load(&server->published_evictions)};
+}
+
+uint32_t kvio_shared_endpoint_rank(const kvio_shared_endpoint_t *endpoint)
+{
+    return endpoint->rank;
+}
+
+uint32_t kvio_shared_endpoint_ranks(const kvio_shared_endpoint_t *endpoint)
+{
+    return endpoint->size;
 }
 
 static void close_eps(ucp_worker_h worker, ucp_ep_h *eps, uint32_t count)

@@ -3,9 +3,10 @@
  * view of it (kvio/shared_store.h: placement by block hash, an LRU shard of
  * `size` bytes per rank). The entry's bandwidth and latency are a link to
  * another rank's shard; `shared: {local_bandwidth, local_latency}` the link
- * to the rank's own. In simulate every lane's view reads one store (the
- * framework, kvcache/tier.c, calls it instead of its own index); this
- * backend's table gives the kind its name, options and model. */
+ * to the rank's own. In simulate every lane's view reads one store, in
+ * emulate the rank's endpoint to it (blocks over UCX): the framework,
+ * kvcache/tier.c, calls them instead of its own index; this backend's table
+ * gives the kind its name, options and model. */
 #include "kvcache/tier_int.h"
 
 #include <stddef.h>
@@ -39,16 +40,15 @@ static void shared_model(const void *options, double *bandwidth_p, int64_t *late
     *latency_ns_p = 20000;
 }
 
-/* Emulate: the store's endpoint (kvio_shared_endpoint_t) moves blocks
- * between ranks over UCX, but serve ranks do not open one yet. */
+/* Never called: the framework makes a shared entry a view of the store
+ * (simulate) or of the rank's endpoint to it (emulate, whose blocks move
+ * over UCX), never a backend of its own. */
 static kvio_status_t shared_init(void *priv, const kvio_tier_setup_t *setup, char *error_p,
                                  size_t error_len)
 {
     (void)priv, (void)setup;
-    snprintf(error_p, error_len,
-             "shared tier: emulate serve runs do not open the shared store yet (simulate "
-             "models it; kvio_shared_endpoint_t moves its blocks over UCX)");
-    return KVIO_ERR_UNSUPPORTED;
+    snprintf(error_p, error_len, "shared tier: a view of a store, never a backend alone");
+    return KVIO_ERR_INVALID;
 }
 
 static void shared_fini(void *priv) { (void)priv; }

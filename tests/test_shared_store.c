@@ -2,16 +2,19 @@
  * simulate model's per-link costs and counts (a prefix one rank computed is
  * a hit on another, served by the holder), and the emulate endpoint: three
  * ranks (threads) moving real blocks over UCX, every block checked, one
- * rank's hits on another's prefix counted per holder. */
+ * rank's hits on another's prefix counted per holder; and a whole emulate
+ * run whose three serve ranks share the store as a tier. */
 #include "kvio/shared_store.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvio/hash.h"
 #include "kvio/rte.h"
+#include "kvio/run.h"
 #include "tests/helpers.h"
 
 #define BLOCK 4096
@@ -183,7 +186,7 @@ static kvio_status_t emulate_body(kvio_rte_t *rte, void *arg)
     kvio_shared_store_config_t config = {.num_ranks = RANKS, .block_bytes = BLOCK,
                                          .shard_bytes = (uint64_t)results->shard_blocks * BLOCK};
     kvio_shared_endpoint_t *endpoint = NULL;
-    kvio_status_t status = kvio_shared_endpoint_create(rte, &config, &endpoint,
+    kvio_status_t status = kvio_shared_endpoint_create(rte, 0, &config, &endpoint,
                                                        results->error[rank], 512);
     if (status != KVIO_OK)
         return results->status[rank] = status;
@@ -289,4 +292,63 @@ Test(shared_store, an_evicted_block_is_a_miss_for_every_rank, .timeout = 120)
     }
     cr_expect_eq(held + evictions, RANKS * PREFIX);
     free(results);
+}
+
+/* ---------- an emulate run: three serve ranks, the store as their tier ---------- */
+
+Test(shared_store, an_emulate_run_shares_prefixes_between_serve_ranks_over_ucx, .timeout = 180)
+{
+    char *dir = test_tmpdir();
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "name: shared\nseed: 5\nmode: emulate\nduration: 3s\n"
+             "model: {preset: llama3.2-1b}\n"
+             "ranks: {serve: 3, runtime: local, timeout: %.0fs}\n"
+             "serve:\n  router: {policy: round_robin}\n"
+             "  engine: {max_num_seqs: 8, max_num_batched_tokens: 2048}\n"
+             "  kvcache:\n    block_size: 16\n    blocks: 200\n"
+             "    tiers: [{kind: shared, size: 64MiB, write: through}]\n"
+             "stream:\n  requests: 24\n  arrival: {process: poisson, rate: 8}\n"
+             "  input_tokens: {dist: constant, value: 600}\n"
+             "  output_tokens: {dist: constant, value: 2}\n"
+             "  prefix: {system_prompts: {count: 2, tokens: 512, zipf: 0}}\n",
+             test_seconds(30));
+    char *file = test_write_file(dir, "w.yaml", text);
+    kvio_workload_t workload;
+    char error[1024] = "";
+    cr_assert_eq(kvio_workload_load(file, NULL, 0, &workload, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file};
+    kvio_run_result_t result;
+    cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    kvio_workload_free(&workload);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s", json_error.text);
+    json_t *tiers = json_object_get(json_object_get(summary, "metrics"), "tiers");
+    cr_assert_eq(json_array_size(tiers), 3, "one shared tier per serve rank");
+    double peer_hits = 0, hits = 0, own_hits = 0, peer_bytes = 0;
+    for (size_t r = 0; r < 3; r++) {
+        json_t *tier = json_array_get(tiers, r);
+        cr_expect_eq(test_json_number(tier, "checksum_failures"), 0, "rank %zu", r);
+        cr_expect_eq(test_json_number(tier, "errors"), 0, "rank %zu", r);
+        cr_expect_eq(json_array_size(json_object_get(tier, "links")), 3);
+        hits += test_json_number(tier, "hits");
+        own_hits += test_json_number(tier, "shared.own_shard_hits");
+        peer_hits += test_json_number(tier, "shared.peer_shard_hits");
+        peer_bytes += test_json_number(tier, "shared.peer_bytes_read");
+    }
+    double block_bytes = test_json_number(json_array_get(tiers, 0), "block_bytes");
+    cr_expect_gt(peer_hits, 0, "no serve rank loaded a block another rank's shard held");
+    cr_expect_eq(own_hits + peer_hits, hits);
+    cr_expect_eq(peer_bytes, peer_hits * block_bytes, "the bytes over the links to other ranks");
+    json_decref(summary);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
 }

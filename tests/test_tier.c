@@ -555,6 +555,7 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
         {"file", false, 0, 0, 100000 + 524288},  /* 2 GB/s */
         {"file", false, 4e9, 1000, 1000 + 262144},
         {"host", true, 3e9, 0, 10000 + 349525},  /* 349525.33 ns */
+        {"shared", false, 0, 0, 20000 + 83886},  /* another rank's shard: 12.5 GB/s */
     };
     char *dir = test_tmpdir();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -568,11 +569,22 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
             strcmp(c->kind, "host") == 0
                 ? tier_config("host", 2ull << 20, "pinned: %s", c->pinned ? "true" : "false")
             : strcmp(c->kind, "redis") == 0 ? tier_config("redis", 2ull << 20, "url: \"%s\"", url)
-                                            : tier_config("file", 2ull << 20, "path: \"%s\"", path);
+            : strcmp(c->kind, "shared") == 0 ? tier_config("shared", 2ull << 20, NULL)
+                                             : tier_config("file", 2ull << 20, "path: \"%s\"", path);
         config.bandwidth = c->bandwidth;
         config.latency_ns = c->latency_ns;
         kvio_tier_t *tier = NULL;
         char error[512];
+        kvio_shared_store_t *store = NULL;
+        if (strcmp(c->kind, "shared") == 0) {
+            /* Two ranks; the view is the one that does not hold the block. */
+            kvio_shared_store_config_t store_config;
+            kvio_tier_shared_config(&config, 2, 1u << 20, &store_config);
+            cr_assert_eq(kvio_shared_store_create(&store_config, &store, error, sizeof(error)),
+                         KVIO_OK, "%s", error);
+            config.shared_store = store;
+            config.rank = 1 - kvio_shared_store_holder(block_hash(1), 2);
+        }
         cr_assert_eq(kvio_tier_create(&config, 1u << 20, false, &tier, error, sizeof(error)),
                      KVIO_OK, "case %zu: %s", i, error);
         kvio_config_free(kvio_tier_options, &config);
@@ -588,6 +600,7 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
         cr_assert_eq(kvio_hist_max(kvio_tier_stats(tier)->put_latency), (uint64_t)c->expected_ns);
         cr_assert_neq(access(path, F_OK), 0, "simulate created %s", path);
         kvio_tier_destroy(tier);
+        kvio_shared_store_destroy(store);
     }
     test_rmtree(dir);
     free(dir);
@@ -2052,7 +2065,7 @@ Test(tier, shared_prefix_rank0_computed_is_a_hit_on_rank1_from_its_holder, .time
     kvio_config_free(kvio_tier_options, &config);
 }
 
-Test(tier, shared_without_a_store_or_in_emulate_is_refused, .timeout = 10)
+Test(tier, shared_without_a_store_or_an_endpoint_is_refused, .timeout = 10)
 {
     kvio_tier_config_t config = tier_config("shared", 64 * BLOCK, NULL);
     kvio_tier_t *tier = NULL;
@@ -2061,8 +2074,7 @@ Test(tier, shared_without_a_store_or_in_emulate_is_refused, .timeout = 10)
                  KVIO_ERR_INVALID);
     cr_expect(test_contains(error, "shared tier: no store"), "%s", error);
     cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
-                 KVIO_ERR_UNSUPPORTED);
-    cr_expect(test_contains(error, "emulate serve runs do not open the shared store"), "%s",
-              error);
+                 KVIO_ERR_INVALID);
+    cr_expect(test_contains(error, "shared tier: no endpoint"), "%s", error);
     kvio_config_free(kvio_tier_options, &config);
 }

@@ -107,14 +107,19 @@ kvio_shared_shard_stats_t kvio_shared_store_shard(const kvio_shared_store_t *sto
 
 typedef struct kvio_shared_endpoint kvio_shared_endpoint_t;
 
-/* Collective: every rank of rte calls it (config->num_ranks must be the
- * runtime's size). Allocates and registers this rank's shard, starts the
+/* Collective among the store's ranks, world ranks first_rank ..
+ * first_rank + config->num_ranks - 1 of rte (each calls it; other ranks do
+ * not take part). Allocates and registers this rank's shard, starts the
  * thread that serves it and connects to every rank's. A failure on one rank
  * (memory, UCX) is reported there; the others fail in the exchange. */
-kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte,
+kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
                                           const kvio_shared_store_config_t *config,
                                           kvio_shared_endpoint_t **endpoint_p, char *error_p,
                                           size_t error_len);
+
+/* True when the store holds hash: a round trip to its holder (no access
+ * counted; an error reads as false, its text in kvio_shared_endpoint_error). */
+bool kvio_shared_endpoint_contains(kvio_shared_endpoint_t *endpoint, kvio_hash_t hash);
 
 /* Stores count blocks (data[i], block_bytes each, borrowed) in their
  * holders' shards, all in flight together. Returns the first failure (a
@@ -138,12 +143,19 @@ const char *kvio_shared_endpoint_error(const kvio_shared_endpoint_t *endpoint);
 const kvio_shared_link_stats_t *kvio_shared_endpoint_link(const kvio_shared_endpoint_t *endpoint,
                                                           uint32_t holder);
 
-/* Collective: waits until every rank is done with the store, then stops
- * serving this rank's shard. Returns the first error the server met. */
+/* Collective among the store's ranks: waits until every one is done with
+ * the store, then stops serving this rank's shard. Returns the first error
+ * the server met. */
 kvio_status_t kvio_shared_endpoint_stop(kvio_shared_endpoint_t *endpoint);
 
-/* This rank's shard, after kvio_shared_endpoint_stop. */
+/* This rank's shard (while it is served: as of the last request served). */
 kvio_shared_shard_stats_t kvio_shared_endpoint_shard(const kvio_shared_endpoint_t *endpoint);
+
+/* This rank's index among the store's ranks. */
+uint32_t kvio_shared_endpoint_rank(const kvio_shared_endpoint_t *endpoint);
+
+/* The ranks whose shards make the store. */
+uint32_t kvio_shared_endpoint_ranks(const kvio_shared_endpoint_t *endpoint);
 
 /* Frees everything (stops the server first, not collectively, if
  * kvio_shared_endpoint_stop was not called). */

@@ -69,10 +69,12 @@ typedef struct kvio_tier_config {
     const char *run_id;
     unsigned rank;
     const kvio_tier_remote_t *remote; /* kvio_tier_create_remote's */
-    /* kind shared, simulate: the store every rank's entry views (made once
-     * per run by the serve ranks' owner, kvio_tier_shared_config); rank is
-     * this view's rank among the store's. */
+    /* kind shared: simulate, the store every rank's entry views (made once
+     * per run by the serve ranks' owner, kvio_tier_shared_config; rank is
+     * this view's rank among the store's); emulate, this rank's endpoint to
+     * it (made collectively by the serve ranks). Borrowed. */
     kvio_shared_store_t *shared_store;
+    kvio_shared_endpoint_t *shared_endpoint;
 } kvio_tier_config_t;
 
 /* Whether the entry is a shared tier (kind: shared), and the store its
