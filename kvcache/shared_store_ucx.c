@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -624,8 +625,12 @@ static kvio_status_t batch_wait(kvio_shared_endpoint_t *endpoint, size_t count)
     uint64_t last_ns = kvio_time_ns();
     size_t waiting = count;
     while (waiting > 0) {
+        /* Nothing came: let the holders' threads run (ranks and their
+         * servers may share cores; a spinning wait starves them). */
         if (ucp_worker_progress(endpoint->worker) != 0)
             last_ns = kvio_time_ns();
+        else
+            sched_yield();
         waiting = 0;
         for (size_t i = 0; i < count; i++)
             waiting += !is_done(&pending[i].sent) + !is_done(&pending[i].received);
