@@ -94,6 +94,11 @@ struct kvio_tier {
     bool batch_hashed;
     size_t batch_capacity;
     kvio_tier_t *spill;       /* waterfall: where an evicted block goes (NULL: nowhere) */
+    /* kind shared: the store this rank's view reads (simulate) or its
+     * endpoint to it (emulate); NULL both for other kinds */
+    kvio_shared_store_t *shared;
+    kvio_shared_endpoint_t *shared_endpoint;
+    uint32_t shared_rank;
     /* emulate: bytes read ([0]) and written ([1]) each second from the
      * first transfer on */
     int64_t timeline_origin_ns; /* 0: nothing moved yet */
@@ -373,6 +378,35 @@ static void trace_close(kvio_tier_t *tier)
     fclose(out);
 }
 
+/* A shared tier is a view of the store (simulate) or of this rank's
+ * endpoint to it (emulate), which the caller made. */
+static kvio_status_t view_shared(kvio_tier_t *tier, const kvio_tier_config_t *config,
+                                 char *error_p, size_t error_len)
+{
+    if (tier->emulate) {
+        tier->shared_endpoint = config->shared_endpoint;
+        if (tier->shared_endpoint == NULL) {
+            snprintf(error_p, error_len, "shared tier: no endpoint to the store (the serve "
+                     "ranks open one together)");
+            return KVIO_ERR_INVALID;
+        }
+        tier->shared_rank = kvio_shared_endpoint_rank(tier->shared_endpoint);
+        snprintf(tier->info, sizeof(tier->info),
+                 "shared: rank %u of %u, a shard of %u blocks of %llu bytes each, over UCX",
+                 tier->shared_rank, kvio_shared_endpoint_ranks(tier->shared_endpoint),
+                 tier->capacity, (unsigned long long)tier->block_bytes);
+        return KVIO_OK;
+    }
+    tier->shared = config->shared_store;
+    tier->shared_rank = config->rank;
+    if (tier->shared == NULL) {
+        snprintf(error_p, error_len, "shared tier: no store to view (the serve ranks' owner "
+                 "makes one per run)");
+        return KVIO_ERR_INVALID;
+    }
+    return KVIO_OK;
+}
+
 kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_bytes,
                                bool emulate, kvio_tier_t **tier_p, char *error_p,
                                size_t error_len)
@@ -431,9 +465,15 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
     tier->paced_ns = config->rate > 0 ? (int64_t)llround((double)block_bytes * 1e9 / config->rate)
                                       : 0;
 
+    bool shared = kvio_tier_is_shared(config);
+    if (shared) {
+        status = view_shared(tier, config, error_p, error_len);
+        if (status != KVIO_OK)
+            goto fail;
+    }
     /* The backend first: it refuses sizes (memory, disk) before the index
      * is built for them. */
-    if (emulate) {
+    if (emulate && !shared) {
         if (tier->ops->priv_size > 0 && (tier->priv = calloc(1, tier->ops->priv_size)) == NULL) {
             snprintf(error_p, error_len, "%s tier: out of memory", kind);
             goto fail;
@@ -446,7 +486,7 @@ kvio_status_t kvio_tier_create(const kvio_tier_config_t *config, uint64_t block_
             goto fail;
         tier->backend_ready = true;
         tier->ops->describe(tier->priv, tier->info, sizeof(tier->info));
-    } else {
+    } else if (!emulate) {
         snprintf(tier->info, sizeof(tier->info),
                  "%s: %u blocks of %llu bytes, simulated at %.3g bytes/s + %lld ns per operation",
                  kind, tier->capacity, (unsigned long long)block_bytes, tier->bandwidth,
@@ -587,15 +627,159 @@ int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->write; }
 void kvio_tier_count_skipped(kvio_tier_t *tier) { tier->stats.skipped_puts++; }
 
 void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next) { tier->spill = next; }
+/* The view's link to holder, the store's ranks and this rank's shard. */
+static const kvio_shared_link_stats_t *view_link(const kvio_tier_t *tier, uint32_t holder)
+{
+    return tier->shared != NULL
+               ? kvio_shared_store_link(tier->shared, tier->shared_rank, holder)
+               : kvio_shared_endpoint_link(tier->shared_endpoint, holder);
+}
+
+static uint32_t view_ranks(const kvio_tier_t *tier)
+{
+    return tier->shared != NULL ? kvio_shared_store_ranks(tier->shared)
+                                : kvio_shared_endpoint_ranks(tier->shared_endpoint);
+}
+
+static kvio_shared_shard_stats_t view_shard(const kvio_tier_t *tier)
+{
+    return tier->shared != NULL ? kvio_shared_store_shard(tier->shared, tier->shared_rank)
+                                : kvio_shared_endpoint_shard(tier->shared_endpoint);
+}
+
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier) { return tier->capacity; }
-uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier) { return tier->num_held; }
+uint32_t kvio_tier_num_blocks(const kvio_tier_t *tier)
+{
+    /* A shared tier's: what its rank's shard holds. */
+    return tier->shared != NULL || tier->shared_endpoint != NULL ? view_shard(tier).held
+                                                                 : tier->num_held;
+}
 const char *kvio_tier_info(const kvio_tier_t *tier) { return tier->info; }
 const char *kvio_tier_error(const kvio_tier_t *tier) { return tier->error; }
 const kvio_tier_stats_t *kvio_tier_stats(const kvio_tier_t *tier) { return &tier->stats; }
 
 bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash)
 {
+    if (tier->shared != NULL)
+        return kvio_shared_store_contains(tier->shared, hash);
+    if (tier->shared_endpoint != NULL)
+        return kvio_shared_endpoint_contains(tier->shared_endpoint, hash);
     return index_find(tier, hash, NULL) != NO_ENTRY;
+}
+
+/* ---------- a view of the shared store (simulate) ---------- */
+
+/* The view's puts over every link so far. */
+static uint64_t view_puts(const kvio_tier_t *tier)
+{
+    uint64_t puts = 0;
+    for (uint32_t holder = 0; holder < view_ranks(tier); holder++)
+        puts += view_link(tier, holder)->puts;
+    return puts;
+}
+
+/* An endpoint's failure, counted with its text (a changed block also as a
+ * checksum failure). */
+static kvio_status_t view_failed(kvio_tier_t *tier, kvio_status_t status)
+{
+    tier->stats.checksum_failures += status == KVIO_ERR_CHECKSUM;
+    return tier_failed(tier, status, kvio_shared_endpoint_error(tier->shared_endpoint));
+}
+
+/* count blocks into the store from this view's rank, counted as this
+ * tier's puts (the new ones) and duplicates (those it held). */
+static kvio_status_t shared_put(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                                const void *const *data, size_t count, int64_t *cost_ns_p)
+{
+    kvio_status_t status = KVIO_OK;
+    size_t stored;
+    if (tier->shared != NULL) {
+        stored = kvio_shared_store_put(tier->shared, tier->shared_rank, hashes, count,
+                                       cost_ns_p);
+    } else {
+        uint64_t before = view_puts(tier);
+        status = kvio_shared_endpoint_put(tier->shared_endpoint, hashes, data, count, cost_ns_p);
+        stored = (size_t)(view_puts(tier) - before);
+        if (status != KVIO_OK)
+            status = view_failed(tier, status);
+    }
+    kvio_tier_stats_t *stats = &tier->stats;
+    stats->duplicates += status == KVIO_OK ? count - stored : 0;
+    if (stored == 0)
+        return status;
+    stats->puts += stored;
+    stats->bytes_written += stored * tier->block_bytes;
+    stats->write_ns += *cost_ns_p;
+    stats->put_batches++;
+    stats->put_latency_sum_ns += *cost_ns_p * (int64_t)stored;
+    kvio_hist_record_n(stats->put_latency, (uint64_t)*cost_ns_p, stored);
+    return status;
+}
+
+/* The leading blocks the store holds, read by this view's rank (emulate:
+ * into data, each checked). */
+static kvio_status_t shared_get(kvio_tier_t *tier, const kvio_hash_t *hashes, void *const *data,
+                                size_t count, size_t *got_p, int64_t *cost_ns_p)
+{
+    size_t got = 0;
+    kvio_status_t status = KVIO_OK;
+    if (tier->shared != NULL) {
+        got = kvio_shared_store_get(tier->shared, tier->shared_rank, hashes, count, cost_ns_p);
+    } else {
+        status = kvio_shared_endpoint_get(tier->shared_endpoint, hashes, data, count, &got,
+                                          cost_ns_p);
+        if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND)
+            status = view_failed(tier, status);
+    }
+    kvio_tier_stats_t *stats = &tier->stats;
+    stats->gets += got + (got < count);
+    stats->hits += got;
+    stats->misses += got < count && (status == KVIO_OK || status == KVIO_ERR_NOT_FOUND);
+    *got_p = got;
+    if (got > 0) {
+        stats->bytes_read += got * tier->block_bytes;
+        stats->read_ns += *cost_ns_p;
+        stats->get_batches++;
+        stats->get_latency_sum_ns += *cost_ns_p * (int64_t)got;
+        kvio_hist_record_n(stats->get_latency, (uint64_t)*cost_ns_p, got);
+    }
+    if (status != KVIO_OK)
+        return status;
+    return got == count ? KVIO_OK : KVIO_ERR_NOT_FOUND;
+}
+
+/* The shared tier's own figures: hits its rank's shard served and those
+ * other ranks' did, the bytes over the links to them, and each link's
+ * counts (detail "links", one per holding rank). */
+static void shared_fill(const kvio_tier_t *tier, kvio_result_t *entry)
+{
+    uint32_t ranks = view_ranks(tier);
+    uint64_t own_hits = 0, peer_hits = 0, peer_read = 0, peer_written = 0;
+    json_t *links = json_array();
+    for (uint32_t holder = 0; holder < ranks; holder++) {
+        const kvio_shared_link_stats_t *link = view_link(tier, holder);
+        if (holder == tier->shared_rank) {
+            own_hits += link->hits;
+        } else {
+            peer_hits += link->hits;
+            peer_read += link->bytes_read;
+            peer_written += link->bytes_written;
+        }
+        json_array_append_new(
+            links, json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "holder", (int)holder,
+                             "puts", (json_int_t)link->puts, "gets", (json_int_t)link->gets,
+                             "hits", (json_int_t)link->hits, "bytes_written",
+                             (json_int_t)link->bytes_written, "bytes_read",
+                             (json_int_t)link->bytes_read, "put_ns", (json_int_t)link->put_ns,
+                             "get_ns", (json_int_t)link->get_ns));
+    }
+    kvio_shared_shard_stats_t shard = view_shard(tier);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_OWN_SHARD_HITS, (double)own_hits);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_PEER_SHARD_HITS, (double)peer_hits);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_PEER_BYTES_READ, (double)peer_read);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_PEER_BYTES_WRITTEN, (double)peer_written);
+    kvio_result_set(entry, KVIO_FIG_TIER_SHARED_SHARD_EVICTIONS, (double)shard.evictions);
+    kvio_result_set_detail(entry, "links", links);
 }
 
 /* A batch's scratch arrays, grown to count. */
@@ -964,6 +1148,8 @@ kvio_status_t kvio_tier_put_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
                                   const void *const *data, size_t count, int64_t *cost_ns_p)
 {
     *cost_ns_p = 0;
+    if (tier->shared != NULL || tier->shared_endpoint != NULL)
+        return shared_put(tier, hashes, data, count, cost_ns_p);
     kvio_status_t first_error = KVIO_OK;
     size_t chunk = count < tier->capacity ? count : tier->capacity;
     if (batch_room(tier, chunk) != KVIO_OK)
@@ -1087,6 +1273,8 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
 {
     *got_p = 0;
     *cost_ns_p = 0;
+    if (tier->shared != NULL || tier->shared_endpoint != NULL)
+        return shared_get(tier, hashes, data, count, got_p, cost_ns_p);
     if (batch_room(tier, count) != KVIO_OK)
         return tier_failed(tier, KVIO_ERR_NOMEM, "out of memory for a batch");
     /* The leading blocks the tier holds: a prefix is read up to its first
@@ -1240,7 +1428,7 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     kvio_result_set(entry, KVIO_FIG_TIER_SIZE_BYTES, (double)tier->size);
     kvio_result_set(entry, KVIO_FIG_TIER_BLOCK_BYTES, (double)tier->block_bytes);
     kvio_result_set(entry, KVIO_FIG_TIER_CAPACITY_BLOCKS, (double)tier->capacity);
-    kvio_result_set(entry, KVIO_FIG_TIER_BLOCKS_HELD, (double)tier->num_held);
+    kvio_result_set(entry, KVIO_FIG_TIER_BLOCKS_HELD, (double)kvio_tier_num_blocks(tier));
     kvio_result_set(entry, KVIO_FIG_TIER_PUTS, (double)stats->puts);
     kvio_result_set(entry, KVIO_FIG_TIER_DUPLICATES, (double)stats->duplicates);
     kvio_result_set(entry, KVIO_FIG_TIER_SKIPPED_PUTS, (double)stats->skipped_puts);
@@ -1270,6 +1458,8 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     set_latency(entry, KVIO_FIG_TIER_WRITE_LATENCY_COUNT, stats->put_latency);
     if (tier->error[0] != '\0')
         kvio_result_set_text(entry, KVIO_FIG_TIER_LAST_ERROR, tier->error);
+    if (tier->shared != NULL || tier->shared_endpoint != NULL)
+        shared_fill(tier, entry);
     kvio_result_set_detail(entry, "read_latency_histogram", latency_histogram(stats->get_latency));
     kvio_result_set_detail(entry, "write_latency_histogram",
                            latency_histogram(stats->put_latency));

@@ -7,6 +7,7 @@
 #define TIERS(X)                                                                           \
     X(host)                                                                                \
     X(redis)                                                                               \
-    X(file)
+    X(file)                                                                                \
+    X(shared)
 
 KVIO_REGISTRY_DEFINE(kvio_tiers, "tier", TIERS)

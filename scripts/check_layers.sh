@@ -29,7 +29,7 @@ declare -A HEADER_MODULE=(
     [format]=core [result]=core [csv]=core [data]=core [copysum]=core [hashset]=core [plugin]=core [array]=core [files]=core
     [model]=model
     [stream]=workloads [tokenizer]=workloads [conversation]=workloads
-    [kvcache]=kvcache [tier]=kvcache [cachesim]=kvcache [window]=kvcache
+    [kvcache]=kvcache [tier]=kvcache [shared_store]=kvcache [cachesim]=kvcache [window]=kvcache
     [xfer]=xfer
     [sched]=sched
     [cost]=serve [rl]=serve [engine]=serve [serve]=serve [update]=serve [frontend]=serve

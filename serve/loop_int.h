@@ -357,14 +357,24 @@ typedef struct kvio_serve_memory {
     bool spin;               /* a spin kernel runs for each iteration (gpu executor) */
     kvio_tier_t **tiers;     /* lower tiers, their data real */
     size_t num_tiers;
+    /* a shared tier's endpoint to the store (the serve ranks open it
+     * together, and stop it together when they are destroyed; NULL: none) */
+    struct kvio_shared_endpoint *shared;
 } kvio_serve_memory_t;
 
-/* Serve rank rank's pool of blocks usable blocks, its swap space and its
- * tiers (named apart from every other rank's and run's). */
+/* Serve rank rank's (of num_serve) pool of blocks usable blocks, its swap
+ * space and its tiers (named apart from every other rank's and run's; a
+ * shared tier's store opened with the other serve ranks). */
 kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t rank,
+                                       uint32_t num_serve,
                                        uint32_t blocks, uint64_t block_bytes,
                                        kvio_serve_memory_t *setup, char *error_p,
                                        size_t error_len);
+/* With the other serve ranks, once this one has served its last request:
+ * a shared tier's store stops (none asks this rank's shard for anything
+ * after it). The error names the store's failure. */
+kvio_status_t kvio_serve_memory_close(kvio_serve_memory_t *setup, char *error_p,
+                                      size_t error_len);
 void kvio_serve_memory_destroy(kvio_serve_memory_t *setup);
 
 /* Device memory a rank's spin kernel streams over (0: none), and where its

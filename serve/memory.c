@@ -72,8 +72,22 @@ static uint64_t process_id_ns(void)
     return process_id_value;
 }
 
+/* A shared tier's store: this rank's endpoint, opened with the other
+ * serve ranks (world ranks first_serve_rank on), once for the run. */
+static kvio_status_t open_shared(const kvio_serve_run_t *run, uint32_t num_serve,
+                                 const kvio_tier_config_t *config, uint64_t object_bytes,
+                                 kvio_serve_memory_t *setup, char *error_p, size_t error_len)
+{
+    if (setup->shared != NULL)
+        return KVIO_OK;
+    kvio_shared_store_config_t store;
+    kvio_tier_shared_config(config, num_serve, object_bytes, &store);
+    return kvio_shared_endpoint_create(run->rte, run->first_serve_rank, &store, &setup->shared,
+                                       error_p, error_len);
+}
+
 kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t rank,
-                                       uint32_t blocks, uint64_t block_bytes,
+                                       uint32_t num_serve, uint32_t blocks, uint64_t block_bytes,
                                        kvio_serve_memory_t *setup, char *error_p,
                                        size_t error_len)
 {
@@ -175,9 +189,16 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
         config.device_rank = (int)(run->first_serve_rank + rank);
         config.run_id = id;
         config.rank = rank;
-        kvio_status_t status = kvio_tier_create(
-            &config, block_bytes * kvio_serve_chunk_blocks(&run->serve->kvcache), true,
-            &setup->tiers[t], error_p, error_len);
+        uint64_t object_bytes = block_bytes * kvio_serve_chunk_blocks(&run->serve->kvcache);
+        if (kvio_tier_is_shared(&config)) {
+            kvio_status_t status = open_shared(run, num_serve, &config, object_bytes, setup,
+                                               error_p, error_len);
+            if (status != KVIO_OK)
+                return status;
+            config.shared_endpoint = setup->shared;
+        }
+        kvio_status_t status = kvio_tier_create(&config, object_bytes, true, &setup->tiers[t],
+                                                error_p, error_len);
         if (status != KVIO_OK)
             return status;
         setup->num_tiers++;
@@ -185,11 +206,23 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
     return KVIO_OK;
 }
 
+kvio_status_t kvio_serve_memory_close(kvio_serve_memory_t *setup, char *error_p,
+                                      size_t error_len)
+{
+    if (setup->shared == NULL)
+        return KVIO_OK;
+    kvio_status_t status = kvio_shared_endpoint_stop(setup->shared);
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "%s", kvio_shared_endpoint_error(setup->shared));
+    return status;
+}
+
 void kvio_serve_memory_destroy(kvio_serve_memory_t *setup)
 {
     for (size_t t = 0; t < setup->num_tiers; t++)
         kvio_tier_destroy(setup->tiers[t]);
     free(setup->tiers);
+    kvio_shared_endpoint_destroy(setup->shared); /* after kvio_serve_memory_close */
     if (setup->memory != NULL && setup->device != NULL &&
         kvio_device_kind(setup->device) != KVIO_MEMORY_HOST)
         kvio_device_free(setup->device, setup->memory);

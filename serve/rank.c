@@ -112,8 +112,8 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
     if (status != KVIO_OK)
         return status;
     int64_t from_ns = (int64_t)kvio_time_ns();
-    status = kvio_serve_memory_create(run, rank->serve_index, rank->blocks, rank->block_bytes,
-                                      &rank->memory, error_p, error_len);
+    status = kvio_serve_memory_create(run, rank->serve_index, rank->num_serve, rank->blocks,
+                                      rank->block_bytes, &rank->memory, error_p, error_len);
     if (status != KVIO_OK)
         return status;
     kvio_serve_setup_note("serve rank %u: KV pool of %.2f GiB (%u blocks) and %.2f GiB of swap "
@@ -294,6 +294,9 @@ kvio_status_t kvio_serve_rank_serve(kvio_serve_rank_t *rank, kvio_update_receive
         (status = kvio_serve_pd_rank_finish(rank->pd)) != KVIO_OK)
         snprintf(rank->loop.error, sizeof(rank->loop.error), "%s",
                  kvio_serve_pd_rank_error(rank->pd));
+    if (status == KVIO_OK)
+        status = kvio_serve_memory_close(&rank->memory, rank->loop.error,
+                                         sizeof(rank->loop.error));
     if (status == KVIO_OK && rank->recorder.status != KVIO_OK)
         snprintf(rank->loop.error, sizeof(rank->loop.error),
                  "serve rank %u: out of memory recording its requests", lane->world_rank);

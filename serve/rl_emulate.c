@@ -165,8 +165,9 @@ kvio_status_t rl_emu_engine_params(rl_sim_t *sim, uint32_t e, kvio_engine_params
 {
     rl_emu_t *emu = sim->emu;
     kvio_serve_memory_t *memory = &emu->engines[e].memory;
-    kvio_status_t status = kvio_serve_memory_create(sim->run, e, sim->blocks, emu->block_bytes,
-                                                    memory, sim->error_p, sim->error_len);
+    kvio_status_t status = kvio_serve_memory_create(sim->run, e, sim->num_engines, sim->blocks,
+                                                    emu->block_bytes, memory, sim->error_p,
+                                                    sim->error_len);
     if (status != KVIO_OK)
         return status;
     params->kv_memory = memory->memory;

@@ -36,6 +36,7 @@ typedef struct simulation {
     uint32_t num_prefill;  /* P/D: the first ranks prefill, the others decode (0: none) */
     kvio_serve_pd_t *pd;
     kvio_tier_t **peers;   /* P/D: each decode rank's peer tier (the pd borrows it) */
+    kvio_shared_store_t *shared; /* a shared tier's store, every lane's view reads it */
     sim_rank_t *ranks;
     kvio_serve_lane_t **lanes;
     kvio_serve_recorder_t recorder;
@@ -84,6 +85,18 @@ static kvio_status_t peer_tier(simulation_t *sim, uint64_t block_bytes, kvio_tie
                                    1, false, tier_p, error_p, error_len);
 }
 
+/* The store a shared tier's entries view, one per run: a shard per lane
+ * (made by the first lane that asks). */
+static kvio_status_t shared_store(simulation_t *sim, const kvio_tier_config_t *config,
+                                  uint64_t block_bytes, char *error_p, size_t error_len)
+{
+    if (sim->shared != NULL)
+        return KVIO_OK;
+    kvio_shared_store_config_t store;
+    kvio_tier_shared_config(config, sim->num_ranks, block_bytes, &store);
+    return kvio_shared_store_create(&store, &sim->shared, error_p, error_len);
+}
+
 /* Rank r's modelled tiers: latency + bytes / bandwidth, nothing moves. */
 static kvio_status_t rank_tiers(simulation_t *sim, sim_rank_t *rank, uint64_t block_bytes,
                                 char *error_p, size_t error_len)
@@ -96,9 +109,16 @@ static kvio_status_t rank_tiers(simulation_t *sim, sim_rank_t *rank, uint64_t bl
     if (rank->tiers == NULL)
         return KVIO_ERR_NOMEM;
     for (size_t t = 0; t < tier_list->count; t++) {
-        kvio_status_t status = kvio_tier_create(&((const kvio_tier_config_t *)tier_list->items)[t],
-                                                block_bytes, false, &rank->tiers[t], error_p,
-                                                error_len);
+        kvio_tier_config_t config = ((const kvio_tier_config_t *)tier_list->items)[t];
+        if (kvio_tier_is_shared(&config)) {
+            kvio_status_t status = shared_store(sim, &config, block_bytes, error_p, error_len);
+            if (status != KVIO_OK)
+                return status;
+            config.shared_store = sim->shared;
+            config.rank = (unsigned)(rank - sim->ranks);
+        }
+        kvio_status_t status = kvio_tier_create(&config, block_bytes, false, &rank->tiers[t],
+                                                error_p, error_len);
         if (status != KVIO_OK)
             return status;
         rank->num_tiers++;
@@ -191,6 +211,7 @@ static void simulation_free(simulation_t *sim)
         kvio_serve_schedule_updates_destroy(rank->updates);
     }
     kvio_serve_pd_destroy(sim->pd);
+    kvio_shared_store_destroy(sim->shared); /* after the views */
     free(sim->peers);
     free(sim->ranks);
     free(sim->lanes);

@@ -280,6 +280,39 @@ Test(simulate, per_rank_latencies_are_the_ranks_own_requests, .timeout = 60)
     run_free(&output);
 }
 
+/* Three ranks, round robin, shared prompts: a prompt one rank computed and
+ * wrote through to the shared store is a hit on the others (served by the
+ * block's holder, over its link), where each rank's own host tier misses
+ * it until the rank computed it itself. */
+Test(simulate, a_shared_tier_serves_one_ranks_prefix_to_the_others, .timeout = 60)
+{
+    const char *host[] = {"ranks.serve=3", "serve.router.policy=round_robin",
+                          "serve.kvcache.tiers=[{kind: host, size: 2GiB, write: through}]"};
+    const char *shared[] = {"ranks.serve=3", "serve.router.policy=round_robin",
+                            "serve.kvcache.tiers=[{kind: shared, size: 2GiB, write: through}]"};
+    run_output_t local = run_text(shared_prefix, host, 3);
+    run_output_t global = run_text(shared_prefix, shared, 3);
+    cr_assert_eq(metric(&global, "completed"), 600);
+    cr_expect_gt(metric(&global, "hit_rate_with_tiers"), metric(&local, "hit_rate_with_tiers"),
+                 "shared %.4f, local %.4f", metric(&global, "hit_rate_with_tiers"),
+                 metric(&local, "hit_rate_with_tiers"));
+    json_t *tiers = json_object_get(json_object_get(global.summary, "metrics"), "tiers");
+    cr_assert_eq(json_array_size(tiers), 3, "one view per rank");
+    double peer_hits = 0, own_hits = 0, hits = 0;
+    for (size_t r = 0; r < 3; r++) {
+        json_t *tier = json_array_get(tiers, r);
+        cr_expect_str_eq(json_string_value(json_object_get(tier, "kind")), "shared");
+        peer_hits += test_json_number(tier, "shared.peer_shard_hits");
+        own_hits += test_json_number(tier, "shared.own_shard_hits");
+        hits += test_json_number(tier, "hits");
+        cr_expect_eq(json_array_size(json_object_get(tier, "links")), 3, "a link per holder");
+    }
+    cr_expect_gt(peer_hits, 0, "no rank read a block another rank's shard held");
+    cr_expect_eq(own_hits + peer_hits, hits, "every hit served by one shard");
+    run_free(&local);
+    run_free(&global);
+}
+
 Test(simulate, warmup_requests_are_not_measured, .timeout = 60)
 {
     const char *sets[] = {"warmup_requests=100"};

@@ -555,6 +555,7 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
         {"file", false, 0, 0, 100000 + 524288},  /* 2 GB/s */
         {"file", false, 4e9, 1000, 1000 + 262144},
         {"host", true, 3e9, 0, 10000 + 349525},  /* 349525.33 ns */
+        {"shared", false, 0, 0, 20000 + 83886},  /* another rank's shard: 12.5 GB/s */
     };
     char *dir = test_tmpdir();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -568,11 +569,22 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
             strcmp(c->kind, "host") == 0
                 ? tier_config("host", 2ull << 20, "pinned: %s", c->pinned ? "true" : "false")
             : strcmp(c->kind, "redis") == 0 ? tier_config("redis", 2ull << 20, "url: \"%s\"", url)
-                                            : tier_config("file", 2ull << 20, "path: \"%s\"", path);
+            : strcmp(c->kind, "shared") == 0 ? tier_config("shared", 2ull << 20, NULL)
+                                             : tier_config("file", 2ull << 20, "path: \"%s\"", path);
         config.bandwidth = c->bandwidth;
         config.latency_ns = c->latency_ns;
         kvio_tier_t *tier = NULL;
         char error[512];
+        kvio_shared_store_t *store = NULL;
+        if (strcmp(c->kind, "shared") == 0) {
+            /* Two ranks; the view is the one that does not hold the block. */
+            kvio_shared_store_config_t store_config;
+            kvio_tier_shared_config(&config, 2, 1u << 20, &store_config);
+            cr_assert_eq(kvio_shared_store_create(&store_config, &store, error, sizeof(error)),
+                         KVIO_OK, "%s", error);
+            config.shared_store = store;
+            config.rank = 1 - kvio_shared_store_holder(block_hash(1), 2);
+        }
         cr_assert_eq(kvio_tier_create(&config, 1u << 20, false, &tier, error, sizeof(error)),
                      KVIO_OK, "case %zu: %s", i, error);
         kvio_config_free(kvio_tier_options, &config);
@@ -588,6 +600,7 @@ Test(tier, simulate_costs_follow_the_model, .timeout = 10)
         cr_assert_eq(kvio_hist_max(kvio_tier_stats(tier)->put_latency), (uint64_t)c->expected_ns);
         cr_assert_neq(access(path, F_OK), 0, "simulate created %s", path);
         kvio_tier_destroy(tier);
+        kvio_shared_store_destroy(store);
     }
     test_rmtree(dir);
     free(dir);
@@ -1984,4 +1997,84 @@ Test(tier, saves_past_the_staging_wait_or_are_skipped_and_counted, .timeout = 12
     cr_expect_eq(test_json_number(skip, "metrics.storage_tiers.0.skipped_puts"), skipped);
     json_decref(wait);
     json_decref(skip);
+}
+
+/* ---------- the shared tier (simulate): every rank's entry views one store ---------- */
+
+Test(tier, shared_prefix_rank0_computed_is_a_hit_on_rank1_from_its_holder, .timeout = 10)
+{
+    kvio_tier_config_t config = tier_config("shared", 64 * BLOCK,
+                                            "local_bandwidth: 8192e6, local_latency: 1us");
+    config.bandwidth = 819.2e6; /* another rank's shard: 10 us a block */
+    config.latency_ns = 5000;
+    config.write = KVIO_TIER_WRITE_THROUGH;
+    kvio_shared_store_config_t store_config;
+    kvio_tier_shared_config(&config, 2, BLOCK, &store_config);
+    cr_assert_eq(store_config.shard_bytes, 64 * BLOCK, "size is each rank's shard");
+    cr_assert_eq(store_config.local_latency_ns, 1000);
+    cr_assert_eq(store_config.remote_bandwidth, 819.2e6);
+    kvio_shared_store_t *store = NULL;
+    char error[512] = "";
+    cr_assert_eq(kvio_shared_store_create(&store_config, &store, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_tier_t *views[2] = {NULL, NULL};
+    config.shared_store = store;
+    for (unsigned r = 0; r < 2; r++) {
+        config.rank = r;
+        cr_assert_eq(kvio_tier_create(&config, BLOCK, false, &views[r], error, sizeof(error)),
+                     KVIO_OK, "%s", error);
+    }
+    kvio_hash_t prefix[8];
+    const void *none[8] = {NULL};
+    void *into[8] = {NULL};
+    uint32_t own = 0; /* of rank 1's reads, those its own shard serves */
+    for (uint64_t i = 0; i < 8; i++) {
+        prefix[i] = block_hash(100 + i);
+        own += kvio_shared_store_holder(prefix[i], 2) == 1;
+    }
+    cr_assert(own > 0 && own < 8, "the prefix spans both shards (%u on rank 1)", own);
+    int64_t cost_ns = 0;
+    cr_assert(!kvio_tier_contains(views[1], prefix[0]));
+    cr_assert_eq(kvio_tier_put_batch(views[0], prefix, none, 8, &cost_ns), KVIO_OK);
+    for (size_t i = 0; i < 8; i++)
+        cr_assert(kvio_tier_contains(views[1], prefix[i]), "rank 1 sees rank 0's block %zu", i);
+    size_t got = 0;
+    cr_assert_eq(kvio_tier_get_batch(views[1], prefix, into, 8, &got, &cost_ns), KVIO_OK);
+    cr_assert_eq(got, 8);
+    int64_t local_ns = 1000 + 1000 * (int64_t)own, remote_ns = 5000 + 10000 * (int64_t)(8 - own);
+    cr_expect_eq(cost_ns, local_ns > remote_ns ? local_ns : remote_ns,
+                 "the links side by side: the slower one's time");
+    kvio_result_t *entry = kvio_result_create();
+    kvio_tier_stats_fill(views[1], entry);
+    cr_expect_eq(kvio_result_get(entry, KVIO_FIG_TIER_HITS), 8);
+    cr_expect_eq(kvio_result_get(entry, KVIO_FIG_TIER_PUTS), 0, "rank 1 wrote nothing");
+    cr_expect_eq(kvio_result_get(entry, KVIO_FIG_TIER_SHARED_OWN_SHARD_HITS), own);
+    cr_expect_eq(kvio_result_get(entry, KVIO_FIG_TIER_SHARED_PEER_SHARD_HITS), 8 - own);
+    cr_expect_eq(kvio_result_get(entry, KVIO_FIG_TIER_SHARED_PEER_BYTES_READ),
+                 (double)(8 - own) * BLOCK);
+    kvio_result_destroy(entry);
+    entry = kvio_result_create();
+    kvio_tier_stats_fill(views[0], entry);
+    cr_expect_eq(kvio_result_get(entry, KVIO_FIG_TIER_PUTS), 8);
+    cr_expect_eq(kvio_result_get(entry, KVIO_FIG_TIER_SHARED_PEER_BYTES_WRITTEN),
+                 (double)own * BLOCK, "rank 0 wrote rank 1's share over its link");
+    kvio_result_destroy(entry);
+    for (int r = 0; r < 2; r++)
+        kvio_tier_destroy(views[r]);
+    kvio_shared_store_destroy(store);
+    kvio_config_free(kvio_tier_options, &config);
+}
+
+Test(tier, shared_without_a_store_or_an_endpoint_is_refused, .timeout = 10)
+{
+    kvio_tier_config_t config = tier_config("shared", 64 * BLOCK, NULL);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, false, &tier, error, sizeof(error)),
+                 KVIO_ERR_INVALID);
+    cr_expect(test_contains(error, "shared tier: no store"), "%s", error);
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)),
+                 KVIO_ERR_INVALID);
+    cr_expect(test_contains(error, "shared tier: no endpoint"), "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
 }

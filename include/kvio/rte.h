@@ -47,6 +47,8 @@ typedef struct kvio_rte kvio_rte_t;
 #define KVIO_SERVE_TAG_PD_RELEASE (KVIO_RTE_TAG_USER + 36)    /* decode to prefill rank */
 #define KVIO_RUN_TAG_TRAINING_DONE (KVIO_RTE_TAG_USER + 40)   /* rank 0 to client */
 #define KVIO_UPDATE_TAG_SERVED (KVIO_RTE_TAG_USER + 41)       /* serve rank to trainer */
+#define KVIO_SHARED_TAG_ADDRESSES (KVIO_RTE_TAG_USER + 50)    /* shared KV store, rank to rank */
+#define KVIO_SHARED_TAG_DONE (KVIO_RTE_TAG_USER + 51)         /* shared KV store, rank to rank */
 
 /* The message of KVIO_UPDATE_TAG_SERVED: a serve rank's requests served so
  * far, which the trainer's adaptive checkpoint policy reads. */

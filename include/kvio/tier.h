@@ -12,6 +12,7 @@
 #include "kvio/hash.h"
 #include "kvio/plugin.h"
 #include "kvio/result.h"
+#include "kvio/shared_store.h"
 #include "kvio/stats.h"
 #include "kvio/status.h"
 
@@ -68,7 +69,20 @@ typedef struct kvio_tier_config {
     const char *run_id;
     unsigned rank;
     const kvio_tier_remote_t *remote; /* kvio_tier_create_remote's */
+    /* kind shared: simulate, the store every rank's entry views (made once
+     * per run by the serve ranks' owner, kvio_tier_shared_config; rank is
+     * this view's rank among the store's); emulate, this rank's endpoint to
+     * it (made collectively by the serve ranks). Borrowed. */
+    kvio_shared_store_t *shared_store;
+    kvio_shared_endpoint_t *shared_endpoint;
 } kvio_tier_config_t;
+
+/* Whether the entry is a shared tier (kind: shared), and the store its
+ * entries view: num_ranks shards of the entry's size, blocks of
+ * block_bytes, the links as configured (kvcache/tier_shared.c). */
+bool kvio_tier_is_shared(const kvio_tier_config_t *config);
+void kvio_tier_shared_config(const kvio_tier_config_t *config, uint32_t num_ranks,
+                             uint64_t block_bytes, kvio_shared_store_config_t *store_p);
 
 /* The option table of one `serve.kvcache.tiers` entry (kvcache/tier.c). */
 extern const kvio_opt_t kvio_tier_options[];

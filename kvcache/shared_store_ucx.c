@@ -1,0 +1,923 @@
+/* The shared KV store in emulate mode: each rank holds its shard in its own
+ * memory (registered with UCX) and serves it from a thread with a UCX worker
+ * of its own; the rank's engine reaches every shard, its own included, over
+ * UCX tag messages from a second worker. A put sends [request, block] to
+ * the holder, which checks the block's checksum and copies it into a slot
+ * of its shard (evicting the least recently used block when full); a get
+ * sends the request and the holder answers [reply, block] straight from the
+ * slot, which the reader checks against the checksum taken at the put. A
+ * batch's messages are all in flight together. Every wait is bounded by the
+ * runtime's timeout. */
+#include "kvcache/shared_store_int.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <xxhash.h>
+
+#include "kvio/clock.h"
+
+/* Tags: the kind in the top byte, then the asking rank (requests) or the
+ * batch's sequence number (replies, which reach only their asker's worker). */
+#define TAG_REQUEST (1ull << 56)
+#define TAG_REPLY (2ull << 56)
+#define TAG_KIND_MASK (0xffull << 56)
+#define TAG_ALL (~0ull)
+
+enum { OP_PUT = 1, OP_GET = 2, OP_HAS = 3 };
+
+typedef struct wire_request {
+    uint32_t op;
+    uint32_t rank;      /* the asker: where the reply goes */
+    uint64_t seq;       /* the reply's tag */
+    kvio_hash_t hash;
+    uint64_t checksum;  /* put: XXH3-64 of the block that follows */
+} wire_request_t;
+
+typedef struct wire_reply {
+    int32_t status;     /* kvio_status_t */
+    uint32_t fresh;     /* put: the block was new to the shard */
+    uint64_t checksum;  /* get: the block's, as put (the block follows) */
+} wire_reply_t;
+
+/* One UCX operation, completed by its callback. */
+typedef struct completion {
+    void *request;
+    volatile int done;
+    ucs_status_t status;
+    size_t length; /* a receive's bytes */
+} completion_t;
+
+/* This rank's shard and the thread serving it. */
+typedef struct server {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    bool wakeup;              /* the worker can sleep until a message comes */
+    ucp_mem_h memory;
+    unsigned char *slab;      /* capacity blocks, a block per slot */
+    uint64_t slab_bytes;
+    ucp_ep_h *eps;            /* to every rank's engine worker */
+    unsigned char *inbox;     /* a request and its block */
+    shared_shard_t shard;
+    uint64_t block_bytes;
+    uint32_t size;
+    int64_t timeout_ns;
+    pthread_t thread;
+    bool started;
+    atomic_int stop;
+    kvio_status_t status;     /* the first failure, with its text */
+    char error[256];
+    uint64_t checksum_failures; /* blocks refused as they arrived */
+    /* The shard's counts as of the last request, for readers on other
+     * threads while it is served. */
+    atomic_uint_fast64_t published_held, published_stored, published_evictions;
+} server_t;
+
+/* One block of a batch in flight. */
+typedef struct pending {
+    wire_request_t request;
+    wire_reply_t reply;
+    ucp_dt_iov_t send_iov[2], recv_iov[2]; /* UCX reads them until the operation is done */
+    completion_t sent, received;
+    uint32_t holder;
+} pending_t;
+
+struct kvio_shared_endpoint {
+    kvio_rte_t *rte;
+    kvio_shared_store_config_t config;
+    int first_rank;           /* the world rank of the store's rank 0 */
+    uint32_t rank, size;      /* this rank's index among the store's, their count */
+    int64_t timeout_ns;
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;            /* to every rank's server */
+    server_t server;
+    kvio_shared_link_stats_t *links; /* to each holder */
+    pending_t *pending;
+    size_t pending_capacity;
+    uint64_t seq;
+    bool stopped;
+    char error[512];
+};
+
+static kvio_status_t from_ucs(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK:
+        return KVIO_OK;
+    case UCS_ERR_NO_MEMORY:
+        return KVIO_ERR_NOMEM;
+    case UCS_ERR_TIMED_OUT:
+        return KVIO_ERR_TIMEOUT;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+        return KVIO_ERR_PEER;
+    default:
+        return KVIO_ERR_TRANSPORT;
+    }
+}
+
+/* ---------- operations ---------- */
+
+static void on_sent(void *request, ucs_status_t status, void *user_data)
+{
+    (void)request;
+    completion_t *completion = user_data;
+    completion->status = status;
+    completion->done = 1;
+}
+
+static void on_received(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                        void *user_data)
+{
+    (void)request;
+    completion_t *completion = user_data;
+    completion->status = status;
+    completion->length = status == UCS_OK ? info->length : 0;
+    completion->done = 1;
+}
+
+/* A posted operation (its completion cleared before the call: the callback
+ * may run inside it): in flight, or done at once with an error. */
+static void track(completion_t *completion, ucs_status_ptr_t request)
+{
+    if (UCS_PTR_IS_ERR(request)) {
+        completion->status = UCS_PTR_STATUS(request);
+        completion->done = 1;
+    } else {
+        completion->request = request;
+    }
+}
+
+static void post_send(completion_t *completion, ucp_ep_h ep, ucp_tag_t tag, const void *buffer,
+                      size_t count, bool iov)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL | (iov ? UCP_OP_ATTR_FIELD_DATATYPE : 0),
+        .cb.send = on_sent, .user_data = completion, .datatype = ucp_dt_make_iov()};
+    memset(completion, 0, sizeof(*completion));
+    track(completion, ucp_tag_send_nbx(ep, buffer, count, tag, &param));
+}
+
+static void post_recv(completion_t *completion, ucp_worker_h worker, ucp_tag_t tag,
+                      ucp_tag_t mask, void *buffer, size_t count, bool iov)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL | (iov ? UCP_OP_ATTR_FIELD_DATATYPE : 0),
+        .cb.recv = on_received, .user_data = completion, .datatype = ucp_dt_make_iov()};
+    memset(completion, 0, sizeof(*completion));
+    track(completion, ucp_tag_recv_nbx(worker, buffer, count, tag, mask, &param));
+}
+
+/* Whether an operation is done: its callback ran, or UCX says so (a send
+ * that completed inside the call is done without its callback). */
+static bool is_done(completion_t *completion)
+{
+    if (completion->done)
+        return true;
+    ucs_status_t status = ucp_request_check_status(completion->request);
+    if (status == UCS_INPROGRESS)
+        return false;
+    completion->status = status;
+    completion->done = 1;
+    return true;
+}
+
+/* The request's memory goes back to UCX once it is done. */
+static void release(completion_t *completion)
+{
+    if (completion->request != NULL)
+        ucp_request_free(completion->request);
+    completion->request = NULL;
+}
+
+/* Cancels an operation still in flight and waits for its callback. */
+static void cancel(ucp_worker_h worker, completion_t *completion)
+{
+    if (!is_done(completion)) {
+        ucp_request_cancel(worker, completion->request);
+        while (!is_done(completion))
+            ucp_worker_progress(worker);
+    }
+    release(completion);
+}
+
+/* ---------- the server ---------- */
+
+/* Waits for one operation of the server's; false when stopped or silent
+ * for the timeout (stop_counts: a stop ends the wait). */
+static bool server_wait(server_t *server, completion_t *completion, bool stop_counts)
+{
+    uint64_t last_ns = kvio_time_ns();
+    while (!is_done(completion)) {
+        if (stop_counts && atomic_load(&server->stop))
+            return false;
+        if (ucp_worker_progress(server->worker) != 0) {
+            last_ns = kvio_time_ns();
+            continue;
+        }
+        if (!stop_counts && (int64_t)(kvio_time_ns() - last_ns) > server->timeout_ns)
+            return false;
+        if (server->wakeup && ucp_worker_arm(server->worker) == UCS_OK) {
+            ucp_worker_wait(server->worker);
+        } else if (!server->wakeup) {
+            struct timespec pause = {.tv_nsec = 20000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    return true;
+}
+
+static void server_failed(server_t *server, kvio_status_t status, const char *text)
+{
+    if (server->status == KVIO_OK) {
+        server->status = status;
+        snprintf(server->error, sizeof(server->error), "shared store: %s", text);
+    }
+}
+
+/* A put: checked as it arrived, then written into its slot (a block held
+ * already is refreshed, not rewritten). */
+static wire_reply_t serve_put(server_t *server, const wire_request_t *request, size_t length)
+{
+    wire_reply_t reply = {.status = KVIO_OK};
+    const unsigned char *block = server->inbox + sizeof(*request);
+    if (length != sizeof(*request) + server->block_bytes) {
+        reply.status = KVIO_ERR_INVALID;
+        return reply;
+    }
+    if (XXH3_64bits(block, server->block_bytes) != request->checksum) {
+        server->checksum_failures++;
+        reply.status = KVIO_ERR_CHECKSUM;
+        return reply;
+    }
+    bool fresh = false;
+    uint32_t slot = shared_shard_insert(&server->shard, request->hash, request->checksum, &fresh);
+    if (fresh)
+        memcpy(server->slab + (uint64_t)slot * server->block_bytes, block, server->block_bytes);
+    reply.fresh = fresh;
+    return reply;
+}
+
+/* Answers one request; false when the reply could not be sent. */
+static bool serve_one(server_t *server, size_t length)
+{
+    wire_request_t request;
+    if (length < sizeof(request))
+        return true; /* not a request: nothing to answer */
+    memcpy(&request, server->inbox, sizeof(request));
+    if (request.rank >= server->size)
+        return true;
+    wire_reply_t reply = {.status = KVIO_ERR_NOT_FOUND};
+    ucp_dt_iov_t iov[2] = {{.buffer = &reply, .length = sizeof(reply)}};
+    size_t parts = 1;
+    if (request.op == OP_PUT) {
+        reply = serve_put(server, &request, length);
+    } else if (request.op == OP_GET) {
+        uint32_t slot = shared_shard_find(&server->shard, request.hash, true);
+        if (slot != SHARED_NO_ENTRY) {
+            reply.status = KVIO_OK;
+            reply.checksum = server->shard.entries[slot].checksum;
+            iov[1].buffer = server->slab + (uint64_t)slot * server->block_bytes;
+            iov[1].length = server->block_bytes;
+            parts = 2;
+        }
+    } else if (request.op == OP_HAS) {
+        if (shared_shard_find(&server->shard, request.hash, false) != SHARED_NO_ENTRY)
+            reply.status = KVIO_OK;
+    } else {
+        reply.status = KVIO_ERR_INVALID;
+    }
+    kvio_shared_shard_stats_t counts = shared_shard_stats(&server->shard);
+    atomic_store(&server->published_held, counts.held);
+    atomic_store(&server->published_stored, counts.stored);
+    atomic_store(&server->published_evictions, counts.evictions);
+    completion_t sent;
+    post_send(&sent, server->eps[request.rank], TAG_REPLY | request.seq, iov, parts, true);
+    bool done = server_wait(server, &sent, false);
+    if (!done)
+        cancel(server->worker, &sent);
+    release(&sent);
+    if (!done || sent.status != UCS_OK) {
+        char text[160];
+        snprintf(text, sizeof(text), "rank %u's reply: %s", request.rank,
+                 done ? ucs_status_string(sent.status) : "no progress within the timeout");
+        server_failed(server, done ? from_ucs(sent.status) : KVIO_ERR_TIMEOUT, text);
+        return false;
+    }
+    return true;
+}
+
+static void *serve(void *arg)
+{
+    server_t *server = arg;
+    size_t inbox_bytes = sizeof(wire_request_t) + server->block_bytes;
+    while (!atomic_load(&server->stop)) {
+        completion_t received;
+        post_recv(&received, server->worker, TAG_REQUEST, TAG_KIND_MASK, server->inbox,
+                  inbox_bytes, false);
+        if (!server_wait(server, &received, true)) {
+            cancel(server->worker, &received);
+            break;
+        }
+        release(&received);
+        if (received.status != UCS_OK) {
+            /* A message larger than a request and a block: not ours. */
+            if (received.status != UCS_ERR_MESSAGE_TRUNCATED)
+                server_failed(server, from_ucs(received.status),
+                              ucs_status_string(received.status));
+            continue;
+        }
+        (void)serve_one(server, received.length);
+    }
+    return NULL;
+}
+
+/* ---------- set-up ---------- */
+
+static ucs_status_t open_worker(uint64_t features, ucp_context_h *context_p,
+                                ucp_worker_h *worker_p)
+{
+    ucp_config_t *config = NULL;
+    ucs_status_t status = ucp_config_read(NULL, NULL, &config);
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = features};
+    if (status == UCS_OK)
+        status = ucp_init(&params, config, context_p);
+    if (config != NULL)
+        ucp_config_release(config);
+    ucp_worker_params_t worker_params = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                         .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+    if (status == UCS_OK)
+        status = ucp_worker_create(*context_p, &worker_params, worker_p);
+    return status;
+}
+
+/* The server's worker (sleeping between messages where UCX can), its shard
+ * and the shard's bytes, allocated and registered up front. */
+static kvio_status_t server_open(kvio_shared_endpoint_t *endpoint, char *error_p,
+                                 size_t error_len)
+{
+    server_t *server = &endpoint->server;
+    server->block_bytes = endpoint->config.block_bytes;
+    server->size = endpoint->size;
+    server->timeout_ns = endpoint->timeout_ns;
+    uint32_t capacity = shared_shard_capacity(&endpoint->config);
+    server->slab_bytes = (uint64_t)capacity * server->block_bytes;
+    ucs_status_t status = open_worker(UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP, &server->context,
+                                      &server->worker);
+    server->wakeup = status == UCS_OK;
+    if (status != UCS_OK) {
+        if (server->context != NULL)
+            ucp_cleanup(server->context);
+        server->context = NULL;
+        status = open_worker(UCP_FEATURE_TAG, &server->context, &server->worker);
+    }
+    if (status != UCS_OK) {
+        snprintf(error_p, error_len, "shared store: UCX set-up of rank %u's shard: %s",
+                 endpoint->rank, ucs_status_string(status));
+        return from_ucs(status);
+    }
+    void *slab = mmap(NULL, server->slab_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    server->inbox = malloc(sizeof(wire_request_t) + server->block_bytes);
+    if (slab == MAP_FAILED || server->inbox == NULL ||
+        shared_shard_init(&server->shard, capacity) != KVIO_OK) {
+        snprintf(error_p, error_len,
+                 "shared store: rank %u's shard of %u blocks of %llu bytes (%.2f GiB): %s",
+                 endpoint->rank, capacity, (unsigned long long)server->block_bytes,
+                 (double)server->slab_bytes / 1073741824.0,
+                 slab == MAP_FAILED ? strerror(errno) : "out of memory");
+        if (slab != MAP_FAILED)
+            munmap(slab, server->slab_bytes);
+        return KVIO_ERR_NOMEM;
+    }
+    server->slab = slab;
+    ucp_mem_map_params_t params = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address = slab, .length = server->slab_bytes};
+    status = ucp_mem_map(server->context, &params, &server->memory);
+    if (status != UCS_OK) {
+        snprintf(error_p, error_len, "shared store: registering rank %u's shard (%.2f GiB): %s",
+                 endpoint->rank, (double)server->slab_bytes / 1073741824.0,
+                 ucs_status_string(status));
+        return from_ucs(status);
+    }
+    return KVIO_OK;
+}
+
+/* The worker's address as a blob for the exchange: [u32 server length,
+ * server address, engine address]. */
+static kvio_status_t own_addresses(kvio_shared_endpoint_t *endpoint, void **blob_p,
+                                   size_t *length_p)
+{
+    ucp_address_t *server = NULL, *engine = NULL;
+    size_t server_length = 0, engine_length = 0;
+    ucs_status_t status = ucp_worker_get_address(endpoint->server.worker, &server,
+                                                 &server_length);
+    if (status == UCS_OK)
+        status = ucp_worker_get_address(endpoint->worker, &engine, &engine_length);
+    unsigned char *blob = status == UCS_OK ? malloc(4 + server_length + engine_length) : NULL;
+    if (blob != NULL) {
+        uint32_t length = (uint32_t)server_length;
+        memcpy(blob, &length, 4);
+        memcpy(blob + 4, server, server_length);
+        memcpy(blob + 4 + server_length, engine, engine_length);
+        *blob_p = blob;
+        *length_p = 4 + server_length + engine_length;
+    }
+    if (server != NULL)
+        ucp_worker_release_address(endpoint->server.worker, server);
+    if (engine != NULL)
+        ucp_worker_release_address(endpoint->worker, engine);
+    return status != UCS_OK ? from_ucs(status) : blob == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
+}
+
+static ucs_status_t connect_to(ucp_worker_h worker, const void *address, ucp_ep_h *ep_p)
+{
+    ucp_ep_params_t params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        .address = address, .err_mode = UCP_ERR_HANDLING_MODE_NONE};
+    return ucp_ep_create(worker, &params, ep_p);
+}
+
+/* Endpoints from this rank's engine to every server, and from its server
+ * to every engine. */
+static kvio_status_t connect_all(kvio_shared_endpoint_t *endpoint, void **blobs,
+                                 const size_t *lengths, char *error_p, size_t error_len)
+{
+    endpoint->eps = calloc(endpoint->size, sizeof(*endpoint->eps));
+    endpoint->server.eps = calloc(endpoint->size, sizeof(*endpoint->server.eps));
+    if (endpoint->eps == NULL || endpoint->server.eps == NULL)
+        return KVIO_ERR_NOMEM;
+    for (uint32_t rank = 0; rank < endpoint->size; rank++) {
+        uint32_t server_length = 0;
+        if (lengths[rank] > 4)
+            memcpy(&server_length, blobs[rank], 4);
+        if (lengths[rank] <= 4 || server_length >= lengths[rank] - 4) {
+            snprintf(error_p, error_len, "shared store: rank %u has no UCX address (its set-up "
+                     "failed)", rank);
+            return KVIO_ERR_PEER;
+        }
+        const unsigned char *blob = blobs[rank];
+        ucs_status_t status = connect_to(endpoint->worker, blob + 4, &endpoint->eps[rank]);
+        if (status == UCS_OK)
+            status = connect_to(endpoint->server.worker, blob + 4 + server_length,
+                                &endpoint->server.eps[rank]);
+        if (status != UCS_OK) {
+            snprintf(error_p, error_len, "shared store: connecting to rank %u: %s", rank,
+                     ucs_status_string(status));
+            return from_ucs(status);
+        }
+    }
+    return KVIO_OK;
+}
+
+/* Each of the store's ranks posts its blob to every other and takes
+ * theirs (its own copied): the other world ranks do not take part. */
+static kvio_status_t exchange_addresses(kvio_shared_endpoint_t *endpoint, const void *blob,
+                                        size_t length, void **blobs, size_t *lengths)
+{
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++)
+        if (r != endpoint->rank)
+            status = kvio_rte_post(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_ADDRESSES, blob, length);
+    blobs[endpoint->rank] = malloc(length > 0 ? length : 1);
+    if (blobs[endpoint->rank] == NULL)
+        status = KVIO_ERR_NOMEM;
+    else
+        memcpy(blobs[endpoint->rank], blob, length);
+    lengths[endpoint->rank] = length;
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++)
+        if (r != endpoint->rank)
+            status = kvio_rte_recv(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_ADDRESSES, &blobs[r], &lengths[r]);
+    kvio_status_t flushed = kvio_rte_flush(endpoint->rte);
+    return status != KVIO_OK ? status : flushed;
+}
+
+kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
+                                          const kvio_shared_store_config_t *config,
+                                          kvio_shared_endpoint_t **endpoint_p, char *error_p,
+                                          size_t error_len)
+{
+    kvio_shared_endpoint_t *endpoint = calloc(1, sizeof(*endpoint));
+    if (endpoint == NULL)
+        return KVIO_ERR_NOMEM;
+    endpoint->rte = rte;
+    endpoint->config = *config;
+    endpoint->first_rank = first_rank;
+    endpoint->rank = (uint32_t)(kvio_rte_index(rte) - first_rank);
+    endpoint->size = config->num_ranks;
+    endpoint->timeout_ns = kvio_rte_timeout_ns(rte);
+    atomic_init(&endpoint->server.stop, 0);
+    kvio_status_t status = kvio_shared_store_check(config, false, error_p, error_len);
+    if (status == KVIO_OK &&
+        (first_rank < 0 || kvio_rte_index(rte) < first_rank ||
+         first_rank + (int64_t)config->num_ranks > kvio_rte_size(rte) ||
+         endpoint->rank >= config->num_ranks)) {
+        snprintf(error_p, error_len, "shared store: ranks %d..%lld of a run of %d do not include "
+                 "this one (%d)", first_rank, (long long)first_rank + config->num_ranks - 1,
+                 kvio_rte_size(rte), kvio_rte_index(rte));
+        kvio_shared_endpoint_destroy(endpoint);
+        return KVIO_ERR_CONFIG; /* a caller's mistake: no rank waits on this one */
+    }
+    endpoint->links = calloc(endpoint->size, sizeof(*endpoint->links));
+    if (status == KVIO_OK && endpoint->links == NULL)
+        status = KVIO_ERR_NOMEM;
+    if (status == KVIO_OK) {
+        ucs_status_t opened = open_worker(UCP_FEATURE_TAG, &endpoint->context, &endpoint->worker);
+        if (opened != UCS_OK) {
+            snprintf(error_p, error_len, "shared store: UCX set-up of rank %u: %s",
+                     endpoint->rank, ucs_status_string(opened));
+            status = from_ucs(opened);
+        }
+    }
+    if (status == KVIO_OK)
+        status = server_open(endpoint, error_p, error_len);
+    void *blob = NULL;
+    size_t length = 0;
+    if (status == KVIO_OK && (status = own_addresses(endpoint, &blob, &length)) != KVIO_OK)
+        snprintf(error_p, error_len, "shared store: rank %u's UCX addresses: %s",
+                 endpoint->rank, kvio_strerror(status));
+    /* Every rank takes part, a failed one with nothing, so that none waits. */
+    void **blobs = calloc(endpoint->size, sizeof(*blobs));
+    size_t *lengths = calloc(endpoint->size, sizeof(*lengths));
+    kvio_status_t exchange = blobs != NULL && lengths != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
+    if (exchange == KVIO_OK)
+        exchange = exchange_addresses(endpoint, blob != NULL ? blob : "",
+                                      status == KVIO_OK ? length : 0, blobs, lengths);
+    free(blob);
+    if (status == KVIO_OK && exchange != KVIO_OK) {
+        snprintf(error_p, error_len, "shared store: exchanging addresses: %s",
+                 kvio_rte_verdict(rte)[0] != '\0' ? kvio_rte_verdict(rte)
+                                                  : kvio_strerror(exchange));
+        status = exchange;
+    }
+    if (status == KVIO_OK)
+        status = connect_all(endpoint, blobs, lengths, error_p, error_len);
+    for (uint32_t r = 0; blobs != NULL && r < endpoint->size; r++)
+        free(blobs[r]);
+    free(blobs);
+    free(lengths);
+    if (status == KVIO_OK) {
+        int started = pthread_create(&endpoint->server.thread, NULL, serve, &endpoint->server);
+        endpoint->server.started = started == 0;
+        if (started != 0) {
+            snprintf(error_p, error_len, "shared store: rank %u's server thread: %s",
+                     endpoint->rank, strerror(started));
+            status = KVIO_ERR_IO;
+        }
+    }
+    if (status != KVIO_OK) {
+        kvio_shared_endpoint_destroy(endpoint);
+        return status;
+    }
+    *endpoint_p = endpoint;
+    return KVIO_OK;
+}
+
+/* ---------- the engine's side ---------- */
+
+static kvio_status_t endpoint_failed(kvio_shared_endpoint_t *endpoint, kvio_status_t status,
+                                     const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static kvio_status_t endpoint_failed(kvio_shared_endpoint_t *endpoint, kvio_status_t status,
+                                     const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    int used = snprintf(endpoint->error, sizeof(endpoint->error), "shared store: ");
+    vsnprintf(endpoint->error + used, sizeof(endpoint->error) - (size_t)used, format, args);
+    va_end(args);
+    return status;
+}
+
+static kvio_status_t pending_room(kvio_shared_endpoint_t *endpoint, size_t count)
+{
+    if (count <= endpoint->pending_capacity)
+        return KVIO_OK;
+    pending_t *pending = realloc(endpoint->pending, count * sizeof(*pending));
+    if (pending == NULL)
+        return KVIO_ERR_NOMEM;
+    endpoint->pending = pending;
+    endpoint->pending_capacity = count;
+    return KVIO_OK;
+}
+
+/* Waits for the batch's sends and replies; on a silence as long as the
+ * timeout, cancels what is left and says so. */
+static kvio_status_t batch_wait(kvio_shared_endpoint_t *endpoint, size_t count)
+{
+    pending_t *pending = endpoint->pending;
+    uint64_t last_ns = kvio_time_ns();
+    size_t waiting = count;
+    while (waiting > 0) {
+        /* Nothing came: let the holders' threads run (ranks and their
+         * servers may share cores; a spinning wait starves them). */
+        if (ucp_worker_progress(endpoint->worker) != 0)
+            last_ns = kvio_time_ns();
+        else
+            sched_yield();
+        waiting = 0;
+        for (size_t i = 0; i < count; i++)
+            waiting += !is_done(&pending[i].sent) + !is_done(&pending[i].received);
+        if (waiting > 0 && (int64_t)(kvio_time_ns() - last_ns) > endpoint->timeout_ns)
+            break;
+    }
+    for (size_t i = 0; i < count; i++) {
+        cancel(endpoint->worker, &pending[i].sent);
+        cancel(endpoint->worker, &pending[i].received);
+    }
+    if (waiting > 0)
+        return endpoint_failed(endpoint, KVIO_ERR_TIMEOUT,
+                               "%zu of %zu blocks' messages unanswered for %.1f s", waiting,
+                               2 * count, (double)endpoint->timeout_ns / 1e9);
+    return KVIO_OK;
+}
+
+/* Block i's request to its holder (its block after it on a put); the
+ * reply's receive is posted first. */
+static void post_block(kvio_shared_endpoint_t *endpoint, size_t i, uint32_t op, kvio_hash_t hash,
+                       const void *put_data, void *get_data)
+{
+    pending_t *p = &endpoint->pending[i];
+    uint64_t seq = ++endpoint->seq & ~TAG_KIND_MASK;
+    p->holder = kvio_shared_store_holder(hash, endpoint->size);
+    p->request = (wire_request_t){.op = op, .rank = endpoint->rank, .seq = seq, .hash = hash};
+    p->reply = (wire_reply_t){.status = KVIO_ERR_IO};
+    p->recv_iov[0] = (ucp_dt_iov_t){.buffer = &p->reply, .length = sizeof(p->reply)};
+    p->recv_iov[1] = (ucp_dt_iov_t){.buffer = get_data,
+                                    .length = get_data != NULL ? endpoint->config.block_bytes : 0};
+    post_recv(&p->received, endpoint->worker, TAG_REPLY | seq, TAG_ALL, p->recv_iov,
+              get_data != NULL ? 2 : 1, true);
+    p->send_iov[0] = (ucp_dt_iov_t){.buffer = &p->request, .length = sizeof(p->request)};
+    if (put_data != NULL) {
+        p->request.checksum = XXH3_64bits(put_data, endpoint->config.block_bytes);
+        /* The cast: a send only reads the block. */
+        p->send_iov[1] = (ucp_dt_iov_t){.buffer = (void *)put_data,
+                                        .length = endpoint->config.block_bytes};
+    }
+    post_send(&p->sent, endpoint->eps[p->holder], TAG_REQUEST | endpoint->rank, p->send_iov,
+              put_data != NULL ? 2 : 1, true);
+}
+
+/* What the holder answered, or how the messages failed. */
+static kvio_status_t got_block_status(const pending_t *p)
+{
+    if (p->sent.status != UCS_OK)
+        return from_ucs(p->sent.status);
+    if (p->received.status != UCS_OK)
+        return from_ucs(p->received.status);
+    return (kvio_status_t)p->reply.status;
+}
+
+/* A batch's requests, all in flight, and their replies; KVIO_ERR_NOMEM
+ * only when nothing was sent. */
+static kvio_status_t batch_move(kvio_shared_endpoint_t *endpoint, uint32_t op,
+                                const kvio_hash_t *hashes, const void *const *put_data,
+                                void *const *get_data, size_t count)
+{
+    if (pending_room(endpoint, count) != KVIO_OK)
+        return endpoint_failed(endpoint, KVIO_ERR_NOMEM, "out of memory for a batch of %zu",
+                               count);
+    for (size_t i = 0; i < count; i++)
+        post_block(endpoint, i, op, hashes[i], put_data != NULL ? put_data[i] : NULL,
+                   get_data != NULL ? get_data[i] : NULL);
+    return batch_wait(endpoint, count);
+}
+
+kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
+                                       const kvio_hash_t *hashes, const void *const *data,
+                                       size_t count, int64_t *elapsed_ns_p)
+{
+    uint64_t start_ns = kvio_time_ns();
+    kvio_status_t status = batch_move(endpoint, OP_PUT, hashes, data, NULL, count);
+    *elapsed_ns_p = 0;
+    if (status == KVIO_ERR_NOMEM)
+        return status; /* nothing was sent (a batch's wait never runs out of memory) */
+    int64_t elapsed_ns = (int64_t)(kvio_time_ns() - start_ns);
+    for (size_t i = 0; i < count; i++) {
+        pending_t *p = &endpoint->pending[i];
+        kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
+        link->put_ns += elapsed_ns;
+        kvio_status_t block = got_block_status(p);
+        if (block != KVIO_OK) {
+            link->errors++;
+            link->checksum_failures += block == KVIO_ERR_CHECKSUM;
+            if (status == KVIO_OK)
+                status = endpoint_failed(endpoint, block, "a put to rank %u: %s", p->holder,
+                                         kvio_strerror(block));
+            continue;
+        }
+        link->bytes_written += endpoint->config.block_bytes;
+        if (p->reply.fresh)
+            link->puts++;
+        else
+            link->duplicates++;
+    }
+    *elapsed_ns_p = elapsed_ns;
+    return status;
+}
+
+/* A get's block i: ok, a miss, or what went wrong (a changed block). */
+static kvio_status_t got_block(kvio_shared_endpoint_t *endpoint, size_t i, const void *data)
+{
+    pending_t *p = &endpoint->pending[i];
+    uint64_t block_bytes = endpoint->config.block_bytes;
+    kvio_status_t status = got_block_status(p);
+    if (status != KVIO_OK)
+        return status;
+    if (p->received.length != sizeof(p->reply) + block_bytes)
+        return KVIO_ERR_IO;
+    return XXH3_64bits(data, block_bytes) == p->reply.checksum ? KVIO_OK : KVIO_ERR_CHECKSUM;
+}
+
+kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
+                                       const kvio_hash_t *hashes, void *const *data,
+                                       size_t count, size_t *got_p, int64_t *elapsed_ns_p)
+{
+    *got_p = 0;
+    uint64_t start_ns = kvio_time_ns();
+    kvio_status_t status = batch_move(endpoint, OP_GET, hashes, NULL, data, count);
+    *elapsed_ns_p = 0;
+    if (status == KVIO_ERR_NOMEM)
+        return status; /* nothing was sent (a batch's wait never runs out of memory) */
+    int64_t elapsed_ns = (int64_t)(kvio_time_ns() - start_ns);
+    size_t got = 0;
+    bool stopped = status != KVIO_OK;
+    for (size_t i = 0; i < count; i++) {
+        pending_t *p = &endpoint->pending[i];
+        kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
+        link->get_ns += elapsed_ns;
+        /* What crossed the link, counted whether or not it was wanted. */
+        if (p->received.done && p->received.status == UCS_OK &&
+            p->received.length > sizeof(p->reply))
+            link->bytes_read += p->received.length - sizeof(p->reply);
+        if (stopped)
+            continue;
+        kvio_status_t block = got_block(endpoint, i, data[i]);
+        link->gets++;
+        if (block == KVIO_OK) {
+            link->hits++;
+            got++;
+            continue;
+        }
+        stopped = true;
+        if (block == KVIO_ERR_NOT_FOUND) {
+            link->misses++;
+            status = KVIO_ERR_NOT_FOUND;
+            continue;
+        }
+        link->errors++;
+        link->checksum_failures += block == KVIO_ERR_CHECKSUM;
+        status = endpoint_failed(endpoint, block, "a get from rank %u: %s", p->holder,
+                                 block == KVIO_ERR_CHECKSUM ? "the block came back changed"
+                                                            : kvio_strerror(block));
+    }
+    *got_p = got;
+    *elapsed_ns_p = elapsed_ns;
+    return status;
+}
+
+bool kvio_shared_endpoint_contains(kvio_shared_endpoint_t *endpoint, kvio_hash_t hash)
+{
+    if (batch_move(endpoint, OP_HAS, &hash, NULL, NULL, 1) != KVIO_OK)
+        return false;
+    kvio_status_t status = got_block_status(&endpoint->pending[0]);
+    if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND)
+        endpoint_failed(endpoint, status, "asking rank %u for a block: %s",
+                        endpoint->pending[0].holder, kvio_strerror(status));
+    return status == KVIO_OK;
+}
+
+const char *kvio_shared_endpoint_error(const kvio_shared_endpoint_t *endpoint)
+{
+    return endpoint->error;
+}
+
+const kvio_shared_link_stats_t *kvio_shared_endpoint_link(const kvio_shared_endpoint_t *endpoint,
+                                                          uint32_t holder)
+{
+    return &endpoint->links[holder];
+}
+
+/* ---------- the end ---------- */
+
+static void server_stop(server_t *server)
+{
+    if (!server->started)
+        return;
+    atomic_store(&server->stop, 1);
+    if (server->wakeup)
+        ucp_worker_signal(server->worker);
+    pthread_join(server->thread, NULL);
+    server->started = false;
+}
+
+kvio_status_t kvio_shared_endpoint_stop(kvio_shared_endpoint_t *endpoint)
+{
+    /* No rank asks for anything once every rank said it is done. */
+    kvio_status_t status = KVIO_OK;
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++)
+        if (r != endpoint->rank)
+            status = kvio_rte_post(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_DONE, "", 0);
+    for (uint32_t r = 0; r < endpoint->size && status == KVIO_OK; r++) {
+        void *message = NULL;
+        size_t length = 0;
+        if (r != endpoint->rank)
+            status = kvio_rte_recv(endpoint->rte, endpoint->first_rank + (int)r,
+                                   KVIO_SHARED_TAG_DONE, &message, &length);
+        free(message);
+    }
+    kvio_status_t flushed = kvio_rte_flush(endpoint->rte);
+    if (status == KVIO_OK)
+        status = flushed;
+    server_stop(&endpoint->server);
+    endpoint->stopped = true;
+    if (status != KVIO_OK)
+        return endpoint_failed(endpoint, status, "waiting for the other ranks to finish: %s",
+                               kvio_strerror(status));
+    if (endpoint->server.status != KVIO_OK)
+        return endpoint_failed(endpoint, endpoint->server.status, "%s",
+                               endpoint->server.error);
+    return KVIO_OK;
+}
+
+kvio_shared_shard_stats_t kvio_shared_endpoint_shard(const kvio_shared_endpoint_t *endpoint)
+{
+    /* The cast: reading an atomic changes nothing. */
+    server_t *server = (server_t *)&endpoint->server;
+    return (kvio_shared_shard_stats_t){
+        .capacity = server->shard.capacity,
+        .held = (uint32_t)atomic_load(&server->published_held),
+        .stored = atomic_load(&server->published_stored),
+        .evictions = atomic_load(&server->published_evictions)};
+}
+
+uint32_t kvio_shared_endpoint_rank(const kvio_shared_endpoint_t *endpoint)
+{
+    return endpoint->rank;
+}
+
+uint32_t kvio_shared_endpoint_ranks(const kvio_shared_endpoint_t *endpoint)
+{
+    return endpoint->size;
+}
+
+static void close_eps(ucp_worker_h worker, ucp_ep_h *eps, uint32_t count)
+{
+    for (uint32_t rank = 0; eps != NULL && rank < count; rank++) {
+        if (eps[rank] == NULL)
+            continue;
+        ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                     .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t request = ucp_ep_close_nbx(eps[rank], &param);
+        while (request != NULL && !UCS_PTR_IS_ERR(request) &&
+               ucp_request_check_status(request) == UCS_INPROGRESS)
+            ucp_worker_progress(worker);
+        if (request != NULL && !UCS_PTR_IS_ERR(request))
+            ucp_request_free(request);
+    }
+    free(eps);
+}
+
+void kvio_shared_endpoint_destroy(kvio_shared_endpoint_t *endpoint)
+{
+    if (endpoint == NULL)
+        return;
+    server_t *server = &endpoint->server;
+    server_stop(server);
+    close_eps(endpoint->worker, endpoint->eps, endpoint->size);
+    close_eps(server->worker, server->eps, endpoint->size);
+    if (server->memory != NULL)
+        ucp_mem_unmap(server->context, server->memory);
+    if (server->slab != NULL)
+        munmap(server->slab, server->slab_bytes);
+    free(server->inbox);
+    shared_shard_fini(&server->shard);
+    if (server->worker != NULL)
+        ucp_worker_destroy(server->worker);
+    if (server->context != NULL)
+        ucp_cleanup(server->context);
+    if (endpoint->worker != NULL)
+        ucp_worker_destroy(endpoint->worker);
+    if (endpoint->context != NULL)
+        ucp_cleanup(endpoint->context);
+    free(endpoint->links);
+    free(endpoint->pending);
+    free(endpoint);
+}

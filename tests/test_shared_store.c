@@ -1,0 +1,354 @@
+/* Tests for the shared KV store: placement by hash, LRU per shard, the
+ * simulate model's per-link costs and counts (a prefix one rank computed is
+ * a hit on another, served by the holder), and the emulate endpoint: three
+ * ranks (threads) moving real blocks over UCX, every block checked, one
+ * rank's hits on another's prefix counted per holder; and a whole emulate
+ * run whose three serve ranks share the store as a tier. */
+#include "kvio/shared_store.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvio/hash.h"
+#include "kvio/rte.h"
+#include "kvio/run.h"
+#include "tests/helpers.h"
+
+#define BLOCK 4096
+
+/* The i-th block of a prefix named content (a chain, as the engine's). */
+static void prefix_hashes(uint64_t content, kvio_hash_t *hashes, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        hashes[i] = kvio_hash_trace_block(i > 0 ? &hashes[i - 1] : NULL, content, (uint32_t)i);
+}
+
+static kvio_shared_store_config_t sim_config(uint32_t ranks, uint32_t shard_blocks)
+{
+    return (kvio_shared_store_config_t){
+        .num_ranks = ranks, .block_bytes = BLOCK, .shard_bytes = (uint64_t)shard_blocks * BLOCK,
+        .local_bandwidth = 4096e6, .local_latency_ns = 1000,   /* a block: 1 us */
+        .remote_bandwidth = 409.6e6, .remote_latency_ns = 5000}; /* a block: 10 us */
+}
+
+/* A simulated store of ranks shards of shard_blocks blocks each. */
+static kvio_shared_store_t *sim_store(uint32_t ranks, uint32_t shard_blocks)
+{
+    kvio_shared_store_config_t config = sim_config(ranks, shard_blocks);
+    kvio_shared_store_t *store = NULL;
+    char error[256] = "";
+    cr_assert_eq(kvio_shared_store_create(&config, &store, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    return store;
+}
+
+/* ---------- simulate ---------- */
+
+Test(shared_store, placement_is_the_hash_modulo_the_ranks, .timeout = 10)
+{
+    kvio_hash_t hashes[64];
+    prefix_hashes(7, hashes, 64);
+    uint32_t seen[3] = {0};
+    for (size_t i = 0; i < 64; i++) {
+        uint32_t holder = kvio_shared_store_holder(hashes[i], 3);
+        cr_assert_eq(holder, hashes[i].high % 3);
+        seen[holder]++;
+    }
+    for (int r = 0; r < 3; r++)
+        cr_expect_gt(seen[r], 5, "rank %d holds %u of 64 blocks", r, seen[r]);
+}
+
+Test(shared_store, a_prefix_rank0_computed_is_a_hit_on_rank1_from_its_holder, .timeout = 10)
+{
+    kvio_shared_store_t *store = sim_store(3, 64);
+    kvio_hash_t prefix[12];
+    prefix_hashes(42, prefix, 12);
+    int64_t cost_ns = 0;
+    cr_assert_eq(kvio_shared_store_get(store, 1, prefix, 12, &cost_ns), 0, "empty at first");
+    kvio_shared_store_put(store, 0, prefix, 12, &cost_ns);
+    uint32_t per_holder[3] = {0};
+    for (size_t i = 0; i < 12; i++)
+        per_holder[kvio_shared_store_holder(prefix[i], 3)]++;
+    /* Rank 0's puts: its own shard over the local link, the others' over remote ones. */
+    for (uint32_t h = 0; h < 3; h++) {
+        const kvio_shared_link_stats_t *link = kvio_shared_store_link(store, 0, h);
+        cr_expect_eq(link->puts, per_holder[h]);
+        cr_expect_eq(link->bytes_written, (uint64_t)per_holder[h] * BLOCK);
+        cr_expect_eq(kvio_shared_store_shard(store, h).held, per_holder[h]);
+    }
+    cr_assert_eq(kvio_shared_store_get(store, 1, prefix, 12, &cost_ns), 12);
+    int64_t slowest_ns = 0;
+    for (uint32_t h = 0; h < 3; h++) {
+        const kvio_shared_link_stats_t *link = kvio_shared_store_link(store, 1, h);
+        cr_expect_eq(link->hits, per_holder[h], "rank 1's hits served by rank %u", h);
+        cr_expect_eq(link->bytes_read, (uint64_t)per_holder[h] * BLOCK);
+        int64_t link_ns = per_holder[h] == 0 ? 0
+                          : h == 1           ? 1000 + 1000 * (int64_t)per_holder[h]
+                                             : 5000 + 10000 * (int64_t)per_holder[h];
+        cr_expect_eq(link->get_ns, link_ns, "link 1->%u", h);
+        slowest_ns = link_ns > slowest_ns ? link_ns : slowest_ns;
+    }
+    cr_expect_eq(cost_ns, slowest_ns, "the links move side by side: the batch is the slowest");
+    /* A second put of the same prefix is refreshed, not moved again. */
+    kvio_shared_store_put(store, 2, prefix, 12, &cost_ns);
+    cr_expect_eq(cost_ns, 0);
+    uint64_t duplicates = 0;
+    for (uint32_t h = 0; h < 3; h++)
+        duplicates += kvio_shared_store_link(store, 2, h)->duplicates;
+    cr_expect_eq(duplicates, 12);
+    kvio_shared_store_destroy(store);
+}
+
+Test(shared_store, a_get_stops_at_the_first_block_the_store_lacks, .timeout = 10)
+{
+    kvio_shared_store_t *store = sim_store(2, 64);
+    kvio_hash_t prefix[8];
+    prefix_hashes(5, prefix, 8);
+    int64_t cost_ns = 0;
+    kvio_shared_store_put(store, 0, prefix, 5, &cost_ns);
+    cr_expect_eq(kvio_shared_store_get(store, 1, prefix, 8, &cost_ns), 5);
+    uint64_t misses = 0, gets = 0;
+    for (uint32_t h = 0; h < 2; h++) {
+        misses += kvio_shared_store_link(store, 1, h)->misses;
+        gets += kvio_shared_store_link(store, 1, h)->gets;
+    }
+    cr_expect_eq(misses, 1, "one miss ends the prefix");
+    cr_expect_eq(gets, 6);
+    kvio_shared_store_destroy(store);
+}
+
+Test(shared_store, a_full_shard_evicts_its_least_recently_used_block, .timeout = 10)
+{
+    kvio_shared_store_t *store = sim_store(1, 3);
+    kvio_hash_t blocks[4];
+    prefix_hashes(9, blocks, 4);
+    int64_t cost_ns = 0;
+    kvio_shared_store_put(store, 0, blocks, 3, &cost_ns);
+    cr_assert_eq(kvio_shared_store_get(store, 0, &blocks[0], 1, &cost_ns), 1); /* a is fresh */
+    kvio_shared_store_put(store, 0, &blocks[3], 1, &cost_ns);
+    cr_expect(kvio_shared_store_contains(store, blocks[0]));
+    cr_expect(!kvio_shared_store_contains(store, blocks[1]), "b was the least recently used");
+    cr_expect(kvio_shared_store_contains(store, blocks[2]));
+    cr_expect(kvio_shared_store_contains(store, blocks[3]));
+    kvio_shared_shard_stats_t shard = kvio_shared_store_shard(store, 0);
+    cr_expect_eq(shard.evictions, 1);
+    cr_expect_eq(shard.held, 3);
+    cr_expect_eq(shard.stored, 4);
+    kvio_shared_store_destroy(store);
+}
+
+Test(shared_store, a_shard_that_holds_no_block_is_refused_with_its_numbers, .timeout = 10)
+{
+    kvio_shared_store_config_t config = sim_config(2, 1);
+    config.shard_bytes = 100;
+    kvio_shared_store_t *store = NULL;
+    char error[256] = "";
+    cr_assert_eq(kvio_shared_store_create(&config, &store, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_expect(test_contains(error, "100 bytes per rank") && test_contains(error, "4096"), "%s",
+              error);
+    config = sim_config(2, 4);
+    config.remote_bandwidth = 0;
+    cr_assert_eq(kvio_shared_store_create(&config, &store, error, sizeof(error)),
+                 KVIO_ERR_CONFIG);
+    cr_expect(test_contains(error, "remote 0 bytes/s"), "%s", error);
+}
+
+/* ---------- emulate: three ranks over UCX ---------- */
+
+#define RANKS 3
+#define PREFIX 24
+
+typedef struct emulate_results {
+    uint32_t shard_blocks;
+    kvio_status_t status[RANKS];
+    size_t got[RANKS];             /* blocks of the next rank's prefix loaded */
+    int matched[RANKS];            /* of them, byte for byte as written */
+    kvio_shared_link_stats_t links[RANKS][RANKS];
+    kvio_shared_shard_stats_t shards[RANKS];
+    char error[RANKS][512];
+} emulate_results_t;
+
+/* Block i of rank r's prefix: bytes that say whose and which. */
+static void fill_block(unsigned char *block, uint32_t rank, size_t i)
+{
+    for (size_t b = 0; b < BLOCK; b++)
+        block[b] = (unsigned char)(rank * 131 + i * 7 + b * 13 + (b >> 8));
+}
+
+static kvio_status_t emulate_body(kvio_rte_t *rte, void *arg)
+{
+    emulate_results_t *results = arg;
+    uint32_t rank = (uint32_t)kvio_rte_index(rte);
+    kvio_shared_store_config_t config = {.num_ranks = RANKS, .block_bytes = BLOCK,
+                                         .shard_bytes = (uint64_t)results->shard_blocks * BLOCK};
+    kvio_shared_endpoint_t *endpoint = NULL;
+    kvio_status_t status = kvio_shared_endpoint_create(rte, 0, &config, &endpoint,
+                                                       results->error[rank], 512);
+    if (status != KVIO_OK)
+        return results->status[rank] = status;
+    static unsigned char blocks[RANKS][PREFIX][BLOCK];
+    static unsigned char loaded[RANKS][PREFIX][BLOCK];
+    kvio_hash_t own[PREFIX], next[PREFIX];
+    const void *data[PREFIX];
+    void *into[PREFIX];
+    prefix_hashes(1000 + rank, own, PREFIX);
+    prefix_hashes(1000 + (rank + 1) % RANKS, next, PREFIX);
+    for (size_t i = 0; i < PREFIX; i++) {
+        fill_block(blocks[rank][i], rank, i);
+        data[i] = blocks[rank][i];
+        into[i] = loaded[rank][i];
+    }
+    int64_t elapsed_ns = 0;
+    status = kvio_shared_endpoint_put(endpoint, own, data, PREFIX, &elapsed_ns);
+    /* Every prefix is in before any rank reads another's. */
+    kvio_status_t barrier = kvio_rte_barrier(rte);
+    if (status == KVIO_OK)
+        status = barrier;
+    if (status == KVIO_OK)
+        status = kvio_shared_endpoint_get(endpoint, next, into, PREFIX, &results->got[rank],
+                                          &elapsed_ns);
+    if (status == KVIO_ERR_NOT_FOUND)
+        status = KVIO_OK; /* a miss ends the prefix: counted, not a failure */
+    if (status != KVIO_OK)
+        snprintf(results->error[rank], 512, "%s", kvio_shared_endpoint_error(endpoint));
+    for (size_t i = 0; i < results->got[rank]; i++) {
+        unsigned char expected[BLOCK];
+        fill_block(expected, (rank + 1) % RANKS, i);
+        results->matched[rank] += memcmp(expected, loaded[rank][i], BLOCK) == 0;
+    }
+    kvio_status_t stopped = kvio_shared_endpoint_stop(endpoint);
+    if (status == KVIO_OK)
+        status = stopped;
+    for (uint32_t h = 0; h < RANKS; h++)
+        results->links[rank][h] = *kvio_shared_endpoint_link(endpoint, h);
+    results->shards[rank] = kvio_shared_endpoint_shard(endpoint);
+    kvio_shared_endpoint_destroy(endpoint);
+    return results->status[rank] = status;
+}
+
+static void run_ranks(emulate_results_t *results)
+{
+    kvio_rte_params_t params = {.kind = "local", .num_ranks = RANKS,
+                                .timeout_ns = (int64_t)(test_seconds(10) * 1e9)};
+    kvio_rte_world_t *world = NULL;
+    char error[512] = "";
+    cr_assert_eq(kvio_rte_world_create(&params, &world, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    kvio_status_t status = kvio_rte_world_run(world, emulate_body, results, error,
+                                              sizeof(error));
+    kvio_rte_world_destroy(world, status != KVIO_OK);
+    for (int r = 0; r < RANKS; r++)
+        cr_assert_eq(results->status[r], KVIO_OK, "rank %d: %s", r, results->error[r]);
+    cr_assert_eq(status, KVIO_OK, "%s", error);
+}
+
+Test(shared_store, three_ranks_share_prefixes_over_ucx_each_block_checked, .timeout = 120)
+{
+    emulate_results_t *results = calloc(1, sizeof(*results));
+    results->shard_blocks = 64; /* room for every block */
+    run_ranks(results);
+    uint64_t stored = 0;
+    for (int r = 0; r < RANKS; r++) {
+        cr_expect_eq(results->got[r], PREFIX, "rank %d loaded %zu of rank %d's prefix", r,
+                     results->got[r], (r + 1) % RANKS);
+        cr_expect_eq(results->matched[r], (int)results->got[r], "rank %d: blocks came back "
+                     "changed", r);
+        uint64_t hits = 0, from_others = 0, bytes_in = 0, puts = 0;
+        for (int h = 0; h < RANKS; h++) {
+            const kvio_shared_link_stats_t *link = &results->links[r][h];
+            hits += link->hits;
+            puts += link->puts;
+            from_others += h != r ? link->hits : 0;
+            bytes_in += h != r ? link->bytes_read : 0;
+            cr_expect_eq(link->checksum_failures, 0);
+            cr_expect_eq(link->errors, 0);
+        }
+        cr_expect_eq(hits, PREFIX);
+        cr_expect_eq(puts, PREFIX, "rank %d's prefix was new to the store", r);
+        cr_expect_gt(from_others, 0, "rank %d: no hit served by another rank", r);
+        cr_expect_eq(bytes_in, from_others * BLOCK, "bytes over the links from other ranks");
+        stored += results->shards[r].stored;
+    }
+    cr_expect_eq(stored, RANKS * PREFIX, "each block held by one rank");
+    free(results);
+}
+
+Test(shared_store, an_evicted_block_is_a_miss_for_every_rank, .timeout = 120)
+{
+    emulate_results_t *results = calloc(1, sizeof(*results));
+    results->shard_blocks = 4; /* each shard keeps 4 of the ~24 blocks placed on it */
+    run_ranks(results);
+    uint64_t held = 0, evictions = 0;
+    for (int r = 0; r < RANKS; r++) {
+        held += results->shards[r].held;
+        evictions += results->shards[r].evictions;
+        cr_expect_eq(results->shards[r].held, 4);
+        cr_expect_lt(results->got[r], PREFIX, "rank %d loaded a prefix the store let go", r);
+        cr_expect_eq(results->matched[r], (int)results->got[r]);
+    }
+    cr_expect_eq(held + evictions, RANKS * PREFIX);
+    free(results);
+}
+
+/* ---------- an emulate run: three serve ranks, the store as their tier ---------- */
+
+Test(shared_store, an_emulate_run_shares_prefixes_between_serve_ranks_over_ucx, .timeout = 180)
+{
+    char *dir = test_tmpdir();
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "name: shared\nseed: 5\nmode: emulate\nduration: 3s\n"
+             "model: {preset: llama3.2-1b}\n"
+             "ranks: {serve: 3, runtime: local, timeout: %.0fs}\n"
+             "serve:\n  router: {policy: round_robin}\n"
+             "  engine: {max_num_seqs: 8, max_num_batched_tokens: 2048}\n"
+             "  kvcache:\n    block_size: 16\n    blocks: 200\n"
+             "    tiers: [{kind: shared, size: 64MiB, write: through}]\n"
+             "stream:\n  requests: 24\n  arrival: {process: poisson, rate: 8}\n"
+             "  input_tokens: {dist: constant, value: 600}\n"
+             "  output_tokens: {dist: constant, value: 2}\n"
+             "  prefix: {system_prompts: {count: 2, tokens: 512, zipf: 0}}\n",
+             test_seconds(30));
+    char *file = test_write_file(dir, "w.yaml", text);
+    kvio_workload_t workload;
+    char error[1024] = "";
+    cr_assert_eq(kvio_workload_load(file, NULL, 0, &workload, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    kvio_run_options_t options = {.output_dir = out, .quiet = true, .source = file};
+    kvio_run_result_t result;
+    cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)), KVIO_OK, "%s",
+                 error);
+    kvio_workload_free(&workload);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/summary.json", out);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s", json_error.text);
+    json_t *tiers = json_object_get(json_object_get(summary, "metrics"), "tiers");
+    cr_assert_eq(json_array_size(tiers), 3, "one shared tier per serve rank");
+    double peer_hits = 0, hits = 0, own_hits = 0, peer_bytes = 0;
+    for (size_t r = 0; r < 3; r++) {
+        json_t *tier = json_array_get(tiers, r);
+        cr_expect_eq(test_json_number(tier, "checksum_failures"), 0, "rank %zu", r);
+        cr_expect_eq(test_json_number(tier, "errors"), 0, "rank %zu", r);
+        cr_expect_eq(json_array_size(json_object_get(tier, "links")), 3);
+        hits += test_json_number(tier, "hits");
+        own_hits += test_json_number(tier, "shared.own_shard_hits");
+        peer_hits += test_json_number(tier, "shared.peer_shard_hits");
+        peer_bytes += test_json_number(tier, "shared.peer_bytes_read");
+    }
+    double block_bytes = test_json_number(json_array_get(tiers, 0), "block_bytes");
+    cr_expect_gt(peer_hits, 0, "no serve rank loaded a block another rank's shard held");
+    cr_expect_eq(own_hits + peer_hits, hits);
+    cr_expect_eq(peer_bytes, peer_hits * block_bytes, "the bytes over the links to other ranks");
+    json_decref(summary);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
