@@ -612,9 +612,10 @@ static void on_cached(void *context, const uint32_t *blocks, size_t index, kvio_
     /* A block filled by the step being allocated is cached before the
      * allocation returns: it is its request's (owned) before its bytes are
      * read, not its previous owner's (a generated pool's fresh block has
-     * none). */
-    if (engine->allocating != NULL && (index + 1) % chunk == 0)
-        kvio_block_store_own(engine->store, blocks, index + 1 - chunk, index + 1,
+     * none). Each block once, as it is cached: a chunk's earlier blocks
+     * were owned when they were. */
+    if (engine->allocating != NULL)
+        kvio_block_store_own(engine->store, blocks, index, index + 1,
                              engine->allocating->spec.id);
     if ((index + 1) % chunk == 0)
         kvio_block_store_cache(engine->store, blocks + index + 1 - chunk, hash,
