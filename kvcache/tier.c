@@ -625,6 +625,7 @@ static json_t *timeline_json(const kvio_tier_t *tier)
 
 int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->write; }
 void kvio_tier_count_skipped(kvio_tier_t *tier) { tier->stats.skipped_puts++; }
+void kvio_tier_count_cut(kvio_tier_t *tier) { tier->stats.cut_puts++; }
 
 void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next) { tier->spill = next; }
 /* The view's link to holder, the store's ranks and this rank's shard. */
@@ -1339,6 +1340,19 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
     return got == count ? KVIO_OK : status;
 }
 
+void kvio_tier_count_corrupt(kvio_tier_t *tier, kvio_hash_t hash, const char *why)
+{
+    char error[256];
+    snprintf(error, sizeof(error), "%s tier: a block came back changed (%s)",
+             tier->ops->plugin.name, why);
+    tier->stats.checksum_failures++;
+    uint32_t entry = index_find(tier, hash, NULL);
+    if (entry != NO_ENTRY)
+        (void)get_failed(tier, entry, hash, KVIO_ERR_CHECKSUM, error);
+    else
+        (void)tier_failed(tier, KVIO_ERR_CHECKSUM, error);
+}
+
 kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,
                             int64_t *cost_ns_p)
 {
@@ -1432,6 +1446,7 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     kvio_result_set(entry, KVIO_FIG_TIER_PUTS, (double)stats->puts);
     kvio_result_set(entry, KVIO_FIG_TIER_DUPLICATES, (double)stats->duplicates);
     kvio_result_set(entry, KVIO_FIG_TIER_SKIPPED_PUTS, (double)stats->skipped_puts);
+    kvio_result_set(entry, KVIO_FIG_TIER_CUT_PUTS, (double)stats->cut_puts);
     kvio_result_set(entry, KVIO_FIG_TIER_GETS, (double)stats->gets);
     kvio_result_set(entry, KVIO_FIG_TIER_HITS, (double)stats->hits);
     kvio_result_set(entry, KVIO_FIG_TIER_MISSES, (double)stats->misses);

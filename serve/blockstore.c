@@ -1,8 +1,9 @@
 /* The bytes behind the engine's block decisions (serve/serve_int.h): the
- * KV pool's memory (host or GPU, none in simulate), the owner stamps of its
- * blocks, the host swap space and the lower tiers. The engine decides which
- * blocks are cached, swapped, loaded or evicted; every copy, checksum and
- * tier transfer happens here. */
+ * KV pool's memory (host or GPU, none in simulate, none either with a
+ * generated pool, whose blocks' bytes are made when they travel), the owner
+ * stamps of its blocks, the host swap space and the lower tiers. The engine
+ * decides which blocks are cached, swapped, loaded or evicted; every copy,
+ * checksum and tier transfer happens here. */
 #include "serve/serve_int.h"
 
 #include <pthread.h>
@@ -18,17 +19,25 @@
 #include <xxhash.h>
 
 /* A block's owner stamp, recorded but not yet written (index STAMP_NONE:
- * nothing pending). */
+ * nothing pending); with a generated pool, what the block holds (never
+ * written: its bytes are made from it whenever they are read). source: the
+ * pool block the content was first made in (a block loaded back from a tier
+ * holds another block's bytes). */
 typedef struct block_stamp {
     uint64_t id;
     uint64_t index;
+    uint32_t source;
 } block_stamp_t;
 
 #define STAMP_NONE UINT64_MAX
+/* A stamp's first word. */
+#define STAMP_MAGIC 0x6b76696f626c6b00ull
 
 struct kvio_block_store {
     uint32_t rank;
     unsigned char *memory;   /* block b at memory + b × block_bytes (NULL: no bytes) */
+    bool generated;          /* no memory, yet bytes: each made from its stamp when read */
+    unsigned char *scratch;  /* generated: LOAD_BATCH blocks the engine thread loads into */
     kvio_device_t *device;   /* non-NULL: memory is GPU memory (copies only) */
     unsigned char *bounce;   /* GPU pool: one pinned block for tier traffic */
     uint64_t block_bytes;
@@ -91,10 +100,12 @@ struct kvio_kv_io {
     pthread_cond_t slot_freed; /* a staged save was written: its slot is free again */
     io_job_t *head, *tail;
     bool busy, quit;
+    bool cut;                  /* the run stopped: loads end after their batch (block_store_cut) */
     pthread_mutex_t tier_lock; /* every tier call (tiers_lock) */
     unsigned char *stage;      /* num_slots blocks (pinned with a GPU pool) */
     unsigned char *bounce;     /* GPU pool: the thread's own pinned block for loads */
     unsigned char *object;     /* chunks: the thread's own object buffer for loads */
+    unsigned char *scratch;    /* generated: LOAD_BATCH blocks the thread loads into */
     uint32_t free_slots[STAGE_MAX_SLOTS];
     uint32_t num_slots, num_free;
 };
@@ -107,6 +118,17 @@ static unsigned char *block_data(const kvio_block_store_t *store, uint32_t block
 {
     return store->memory != NULL ? store->memory + (uint64_t)block * store->block_bytes : NULL;
 }
+
+/* Whether blocks have bytes (emulate): in memory, or generated. */
+static bool has_bytes(const kvio_block_store_t *store)
+{
+    return store->memory != NULL || store->generated;
+}
+
+/* Blocks a load hands a tier at once: enough to keep a file tier's queue
+ * depth busy, few enough that the tiers' lock (held through the batch) is
+ * let go often for the engine's look-ups. */
+#define LOAD_BATCH 16
 
 static unsigned char *swap_slot_data(const kvio_block_store_t *store, uint32_t slot)
 {
@@ -148,14 +170,38 @@ static void object_free(const kvio_block_store_t *store, unsigned char *buffer)
         free(buffer);
 }
 
+/* Generated pool: the blocks one thread's loads read into (LOAD_BATCH of
+ * them, aligned for O_DIRECT), NULL with the error said. */
+static unsigned char *scratch_alloc(const kvio_block_store_t *store, char *error_p,
+                                    size_t error_len)
+{
+    void *buffer = NULL;
+    uint64_t bytes = (uint64_t)LOAD_BATCH * store->block_bytes;
+    if (posix_memalign(&buffer, 4096, bytes) != 0) {
+        snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes (%u blocks of "
+                 "%llu) to load a generated pool's blocks into", store->rank,
+                 (unsigned long long)bytes, LOAD_BATCH,
+                 (unsigned long long)store->block_bytes);
+        return NULL;
+    }
+    return buffer;
+}
+
+static void block_content(const kvio_block_store_t *store, uint32_t block, void *bytes);
+
 /* Copies count blocks between the pool blocks ids and one object's bytes
  * in host memory, in order: out of the pool into object (a save), or back
- * in (a load). A GPU pool's through its copy stream. */
+ * in (a load). A GPU pool's through its copy stream; a generated pool's
+ * made (out only: a load into one is adopt_blocks). */
 static kvio_status_t copy_chunk(const kvio_block_store_t *store, const uint32_t *ids,
                                 uint32_t count, unsigned char *object, bool out)
 {
     for (uint32_t i = 0; i < count; i++) {
         unsigned char *host = object + (uint64_t)i * store->block_bytes;
+        if (store->generated) {
+            block_content(store, ids[i], host);
+            continue;
+        }
         unsigned char *pool = block_data(store, ids[i]);
         void *to = out ? host : pool;
         const void *from = out ? pool : host;
@@ -179,6 +225,7 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
         return KVIO_ERR_NOMEM;
     store->rank = params->rank;
     store->memory = params->memory;
+    store->generated = params->memory == NULL && params->generated;
     store->device = params->memory != NULL ? params->device : NULL;
     store->block_bytes = params->block_bytes;
     store->chunk_blocks = params->chunk_blocks > 1 ? params->chunk_blocks : 1;
@@ -218,7 +265,14 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
             store->swap_free[i] = store->swap_num_slots - 1 - i;
         store->swap_num_free = store->swap_num_slots;
     }
-    if (store->memory != NULL) {
+    if (store->generated && store->block_bytes < 32) {
+        snprintf(error_p, error_len, "serve rank %u: a generated pool needs blocks of at least "
+                 "32 bytes (its owner stamp), not %llu", store->rank,
+                 (unsigned long long)store->block_bytes);
+        status = KVIO_ERR_CONFIG;
+        goto fail;
+    }
+    if (has_bytes(store)) {
         store->stamps = malloc(((size_t)params->num_blocks + 1) * sizeof(*store->stamps));
         if (store->stamps == NULL) {
             status = KVIO_ERR_NOMEM;
@@ -227,16 +281,22 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
         for (size_t b = 0; b <= params->num_blocks; b++)
             store->stamps[b].index = STAMP_NONE;
     }
-    if (store->chunk_blocks > 1 && store->memory != NULL && store->num_tiers > 0 &&
-        (store->object = object_alloc(store)) == NULL) {
+    /* A generated pool's saves are made in the object buffer too. */
+    if ((store->chunk_blocks > 1 || store->generated) && has_bytes(store) &&
+        store->num_tiers > 0 && (store->object = object_alloc(store)) == NULL) {
         snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes for a chunk of "
                  "%u blocks (serve.kvcache.chunk_tokens)", store->rank,
                  (unsigned long long)store->object_bytes, store->chunk_blocks);
         status = KVIO_ERR_NOMEM;
         goto fail;
     }
+    if (store->generated && store->num_tiers > 0 &&
+        (store->scratch = scratch_alloc(store, error_p, error_len)) == NULL) {
+        status = KVIO_ERR_NOMEM;
+        goto fail;
+    }
     store->async = params->async_tiers;
-    if (store->async && store->memory != NULL && store->num_tiers > 0 &&
+    if (store->async && has_bytes(store) && store->num_tiers > 0 &&
         (status = io_start(store, error_p, error_len)) != KVIO_OK)
         goto fail;
     *store_p = store;
@@ -254,6 +314,7 @@ void kvio_block_store_destroy(kvio_block_store_t *store)
         io_stop(store);
     free(store->swap_free);
     free(store->stamps);
+    free(store->scratch);
     if (store->bounce != NULL)
         kvio_device_host_free(store->device, store->bounce);
     object_free(store, store->object);
@@ -262,7 +323,7 @@ void kvio_block_store_destroy(kvio_block_store_t *store)
 
 bool kvio_block_store_has_bytes(const kvio_block_store_t *store)
 {
-    return store->memory != NULL;
+    return has_bytes(store);
 }
 
 kvio_status_t kvio_block_store_error(const kvio_block_store_t *store)
@@ -293,22 +354,33 @@ static size_t stamp_bytes(const kvio_block_store_t *store)
 
 static void stamp_of(const kvio_block_store_t *store, uint32_t block, uint64_t stamp_p[4])
 {
-    stamp_p[0] = 0x6b76696f626c6b00ull;
+    stamp_p[0] = STAMP_MAGIC;
     stamp_p[1] = store->stamps[block].id;
     stamp_p[2] = store->stamps[block].index;
-    stamp_p[3] = block;
+    stamp_p[3] = store->stamps[block].source;
+}
+
+/* The key of the KV bytes a stamp stands for. */
+static uint64_t content_key(const kvio_block_store_t *store, const block_stamp_t *stamp)
+{
+    uint64_t identity = (uint64_t)stamp->source << 32 ^ stamp->index;
+    return kvio_data_key(store->seed, identity, stamp->id);
 }
 
 /* Writes block's pending bytes into bytes (the block itself, or a host
  * buffer bound for a GPU block): its KV, then its stamp; data: zero writes
- * the stamp alone (the rest stays as it was). */
+ * the stamp alone (the rest stays as it was: zeros in a pool, made zeros
+ * for a generated one's). A generated block no request ever owned is
+ * zeros, as a fresh pool's. */
 static void block_content(const kvio_block_store_t *store, uint32_t block, void *bytes)
 {
-    if (store->data.kind != KVIO_DATA_ZERO) {
-        uint64_t identity = (uint64_t)block << 32 ^ store->stamps[block].index;
-        kvio_data_fill(&store->data, kvio_data_key(store->seed, identity, store->stamps[block].id),
-                       0, bytes, store->block_bytes);
+    if (store->generated && store->stamps[block].index == STAMP_NONE) {
+        memset(bytes, 0, store->block_bytes);
+        return;
     }
+    if (store->data.kind != KVIO_DATA_ZERO || store->generated)
+        kvio_data_fill(&store->data, content_key(store, &store->stamps[block]), 0, bytes,
+                       store->block_bytes);
     uint64_t stamp[4];
     stamp_of(store, block, stamp);
     memcpy(bytes, stamp, stamp_bytes(store));
@@ -320,14 +392,34 @@ void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t
     if (store->stamps == NULL)
         return;
     for (size_t i = first; i < count; i++)
-        store->stamps[ids[i]] = (block_stamp_t){.id = id, .index = i};
+        store->stamps[ids[i]] = (block_stamp_t){.id = id, .index = i, .source = ids[i]};
 }
 
-/* A whole-block copy overwrote the block: its recorded stamp is void. */
+/* A whole-block copy overwrote the block: its recorded stamp is void (a
+ * generated block's is what adopt_block read from the copy). */
 static void stamp_drop(kvio_block_store_t *store, uint32_t block)
 {
-    if (store->stamps != NULL)
+    if (store->stamps != NULL && !store->generated)
         store->stamps[block].index = STAMP_NONE;
+}
+
+/* Generated pool: a block's bytes came back (from a tier or the swap
+ * space): it now holds what their stamp says, and every byte must be what
+ * that stamp makes. False (the block holds nothing) when they are not: a
+ * tier gave back bytes no block of this store ever had. */
+static bool adopt_block(kvio_block_store_t *store, uint32_t block, const unsigned char *bytes)
+{
+    uint64_t stamp[4];
+    memcpy(stamp, bytes, sizeof(stamp));
+    block_stamp_t *held = &store->stamps[block];
+    *held = (block_stamp_t){.id = stamp[1], .index = stamp[2], .source = (uint32_t)stamp[3]};
+    if (stamp[0] != STAMP_MAGIC || stamp[2] == STAMP_NONE || stamp[3] > UINT32_MAX ||
+        !kvio_data_verify(&store->data, content_key(store, held), sizeof(stamp),
+                          bytes + sizeof(stamp), store->block_bytes - sizeof(stamp))) {
+        held->index = STAMP_NONE;
+        return false;
+    }
+    return true;
 }
 
 /* GPU pool, whole blocks (data other than zero): each made in the pinned
@@ -352,7 +444,7 @@ static void flush_gpu_blocks(kvio_block_store_t *store, const uint32_t *blocks, 
 /* Writes the recorded bytes of blocks about to be read. */
 static void stamp_flush(kvio_block_store_t *store, const uint32_t *blocks, size_t count)
 {
-    if (store->stamps == NULL)
+    if (store->stamps == NULL || store->generated)
         return;
     size_t pending = 0;
     for (size_t i = 0; i < count; i++)
@@ -466,7 +558,7 @@ static bool wants_save(kvio_block_store_t *store, kvio_hash_t hash, int policy)
  * modelled, not waited. */
 static void pace(const kvio_block_store_t *store, uint64_t start_ns, int64_t cost_ns)
 {
-    if (store->memory != NULL)
+    if (has_bytes(store))
         kvio_tier_pace(start_ns, cost_ns);
 }
 
@@ -537,8 +629,8 @@ void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, k
     }
     const void *data = block_data(store, blocks[0]);
     kvio_status_t copied = KVIO_OK;
-    if (store->memory != NULL && store->chunk_blocks > 1) {
-        /* A chunk's blocks become one object. */
+    if (has_bytes(store) && (store->chunk_blocks > 1 || store->generated)) {
+        /* A chunk's blocks become one object (a generated block is made in it). */
         copied = copy_chunk(store, blocks, store->chunk_blocks, store->object, true);
         data = store->object;
     } else if (store->device != NULL) {
@@ -651,11 +743,6 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
     return status;
 }
 
-/* Blocks a load hands a tier at once: enough to keep a file tier's queue
- * depth busy, few enough that the tiers' lock (held through the batch) is
- * let go often for the engine's look-ups. */
-#define LOAD_BATCH 16
-
 /* The I/O thread's load says how far it came; true when the engine has
  * stopped waiting for it (a prefetch policy's). The engine's own load
  * (progress NULL) goes on. */
@@ -665,9 +752,30 @@ static bool told_to_stop(kvio_block_store_t *store, kvio_kv_load_t *progress, ui
         return false;
     pthread_mutex_lock(&store->io->lock);
     progress->loaded = loaded;
-    bool stop = progress->stop;
+    bool stop = progress->stop || store->io->cut;
     pthread_mutex_unlock(&store->io->lock);
     return stop;
+}
+
+/* Generated pool: count blocks read back from tier into bytes
+ * (consecutive) become the pool blocks ids, each checked against what its
+ * stamp makes; the first that is not stops them, and tier counts the
+ * object it came in (named by object_hash, or with NULL the block's own
+ * hash in hashes) as one that came back changed. How many were taken. */
+static uint32_t adopt_blocks(kvio_block_store_t *store, kvio_tier_t *tier,
+                             const kvio_hash_t *hashes, const kvio_hash_t *object_hash,
+                             const uint32_t *ids, uint32_t count, const unsigned char *bytes)
+{
+    for (uint32_t i = 0; i < count; i++) {
+        if (!adopt_block(store, ids[i], bytes + (uint64_t)i * store->block_bytes)) {
+            tiers_lock(store);
+            kvio_tier_count_corrupt(tier, object_hash != NULL ? *object_hash : hashes[i],
+                                    "not the bytes its owner stamp makes");
+            tiers_unlock(store);
+            return i;
+        }
+    }
+    return count;
 }
 
 /* Chunks: each object read whole into the thread's buffer, its blocks from
@@ -698,6 +806,16 @@ static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *h
         *tier_ns_p += cost_ns;
         if (got != KVIO_OK)
             break; /* a miss (or a tier error): compute the rest */
+        if (store->generated) {
+            uint32_t adopted = adopt_blocks(store, tier, NULL, &key, ids + loaded, count,
+                                            buffer + (uint64_t)skip * store->block_bytes);
+            loaded += adopted;
+            if (adopted < count)
+                break; /* not what was saved: compute the rest */
+            if (told_to_stop(store, progress, loaded))
+                break;
+            continue;
+        }
         if (store->memory != NULL) {
             status = copy_chunk(store, ids + loaded, count,
                                 buffer + (uint64_t)skip * store->block_bytes, false);
@@ -727,6 +845,7 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         return load_gpu(store, hashes, ids, wanted, loaded_p, tier_ns_p);
     uint32_t loaded = 0;
     void *buffers[LOAD_BATCH];
+    unsigned char *scratch = progress != NULL ? store->io->scratch : store->scratch;
     while (loaded < wanted) {
         uint64_t start_ns = kvio_time_ns();
         tiers_lock(store);
@@ -734,7 +853,8 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         size_t run = 0;
         while (tier != NULL && loaded + run < wanted && run < LOAD_BATCH &&
                (run == 0 || kvio_tier_contains(tier, hashes[loaded + run]))) {
-            buffers[run] = block_data(store, ids[loaded + run]);
+            buffers[run] = store->generated ? scratch + (uint64_t)run * store->block_bytes
+                                            : block_data(store, ids[loaded + run]);
             run++;
         }
         size_t got = 0;
@@ -742,6 +862,9 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         if (tier != NULL)
             (void)kvio_tier_get_batch(tier, hashes + loaded, buffers, run, &got, &cost_ns);
         tiers_unlock(store);
+        if (store->generated && got > 0) /* what was not saved is a miss */
+            got = adopt_blocks(store, tier, hashes + loaded, NULL, ids + loaded, (uint32_t)got,
+                               scratch);
         pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
         for (size_t i = 0; i < got; i++)
@@ -943,6 +1066,7 @@ static void io_free(kvio_block_store_t *store, kvio_kv_io_t *io)
         free(io->stage);
     }
     object_free(store, io->object);
+    free(io->scratch);
     free(io);
 }
 
@@ -996,6 +1120,10 @@ static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t e
         io_free(store, io);
         return KVIO_ERR_NOMEM;
     }
+    if (store->generated && (io->scratch = scratch_alloc(store, error_p, error_len)) == NULL) {
+        io_free(store, io);
+        return KVIO_ERR_NOMEM;
+    }
     store->io = io; /* before the thread starts: it reads it */
     if (pthread_create(&io->thread, NULL, io_main, store) != 0) {
         snprintf(error_p, error_len, "serve rank %u: cannot start the thread that moves KV "
@@ -1018,6 +1146,55 @@ static void io_stop(kvio_block_store_t *store)
     pthread_join(io->thread, NULL);
     store->io = NULL;
     io_free(store, io);
+}
+
+/* A load the run's end cut before it began: done, with nothing loaded
+ * (its record freed here when the engine stopped waiting for it). Under
+ * io->lock. */
+static void cut_load(kvio_kv_load_t *load)
+{
+    load->done = true;
+    if (!load->stop)
+        load->loaded = 0;
+    if (load->abandoned) {
+        free(load->hashes);
+        free(load->ids);
+        free(load);
+    }
+}
+
+void kvio_block_store_cut(kvio_block_store_t *store)
+{
+    kvio_kv_io_t *io = store->io;
+    if (io == NULL)
+        return;
+    pthread_mutex_lock(&io->lock);
+    io->cut = true;
+    io_job_t *jobs = io->head;
+    io->head = io->tail = NULL;
+    for (io_job_t *job = jobs; job != NULL; job = job->next)
+        if (job->load != NULL)
+            cut_load(job->load);
+    pthread_mutex_unlock(&io->lock);
+    /* Each staged save every tier of its policy that lacks it counts, and
+     * its slot is free again. */
+    while (jobs != NULL) {
+        io_job_t *job = jobs;
+        jobs = job->next;
+        if (job->load == NULL) {
+            tiers_lock(store);
+            for (size_t t = 0; t < store->saved_tiers; t++)
+                if (tier_wants(store->tiers[t], job->hash, job->policy))
+                    kvio_tier_count_cut(store->tiers[t]);
+            tiers_unlock(store);
+            pthread_mutex_lock(&io->lock);
+            io->free_slots[io->num_free++] = job->slot;
+            pthread_cond_broadcast(&io->slot_freed);
+            pthread_mutex_unlock(&io->lock);
+        }
+        free(job);
+    }
+    kvio_block_store_settle(store); /* the batch under way */
 }
 
 void kvio_block_store_settle(kvio_block_store_t *store)
@@ -1264,7 +1441,9 @@ kvio_status_t kvio_block_store_swap_out(kvio_block_store_t *store, const uint32_
     }
     for (size_t i = 0; i < count; i++) {
         unsigned char *slot = swap_slot_data(store, swapped->slots[i]);
-        if (store->device == NULL)
+        if (store->generated)
+            block_content(store, ids[i], slot); /* the block's bytes, made where they go */
+        else if (store->device == NULL)
             memcpy(slot, block_data(store, ids[i]), store->block_bytes);
         if (swapped->checksums != NULL)
             swapped->checksums[i] = XXH3_64bits(slot, store->block_bytes);
@@ -1321,7 +1500,16 @@ kvio_status_t kvio_block_store_swap_in(kvio_block_store_t *store, kvio_swapped_t
         if (status != KVIO_OK)
             return status;
     }
-    for (size_t i = resident; store->device == NULL && i < last; i++) {
+    for (size_t i = resident; store->generated && i < last; i++) {
+        /* The slot's bytes are the block's now: checked against what they
+         * were swapped out as and against what their stamp makes. */
+        const unsigned char *slot = swap_slot_data(store, swapped->slots[i]);
+        bool changed = swapped->checksums != NULL &&
+                       XXH3_64bits(slot, store->block_bytes) != swapped->checksums[i];
+        if (!adopt_block(store, ids[i], slot) || changed)
+            (*failures_p)++;
+    }
+    for (size_t i = resident; store->device == NULL && !store->generated && i < last; i++) {
         unsigned char *data = block_data(store, ids[i]);
         memcpy(data, swap_slot_data(store, swapped->slots[i]), store->block_bytes);
         stamp_drop(store, ids[i]);

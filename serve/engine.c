@@ -31,6 +31,7 @@ static const char *const tier_io_names[] = {"async", "sync", NULL};
 static const char *const placement_names[] = {"each", "waterfall", NULL};
 static const char *const prefetch_names[] = {"wait_complete", "best_effort", "timeout", NULL};
 static const char *const save_full_names[] = {"wait", "skip", NULL};
+static const char *const pool_memory_names[] = {"resident", "generated", NULL};
 
 const kvio_opt_t kvio_engine_options[] = {
     {.key = "max_num_seqs", .type = KVIO_OPT_INT,
@@ -126,6 +127,15 @@ const kvio_opt_t kvio_kvcache_section_options[] = {
     {.key = "verify_swaps", .type = KVIO_OPT_BOOL,
      .offset = offsetof(kvio_kvcache_section_t, verify_swaps), .default_value = "false",
      .help = "emulate: checksum every swapped block out and back"},
+    {.key = "pool_memory", .type = KVIO_OPT_ENUM,
+     .offset = offsetof(kvio_kvcache_section_t, pool_memory), .values = pool_memory_names,
+     .default_value = "resident",
+     .help = "emulate: what holds the KV pool's bytes: resident (real memory, host pages "
+             "touched up front or device.memory's) or generated (none: a block's bytes are made "
+             "from the run's seed, the block and its owner whenever a tier save or a swap reads "
+             "them, and a block loaded back is checked byte for byte against them, so a run "
+             "whose tiers are the point, as mlperf/storage-only, needs no pool-sized memory; "
+             "not with device.memory other than host or P/D)"},
     {.key = "swap_space", .type = KVIO_OPT_SIZE,
      .offset = offsetof(kvio_kvcache_section_t, swap_space), .default_value = "0",
      .help = "emulate: host memory for swapped blocks, like vLLM's swap_space (0: the pool's "
@@ -276,6 +286,8 @@ struct kvio_engine {
     kvio_engine_iteration_t current;
     kvio_engine_metrics_t metrics;
     kvio_block_store_t *store;  /* the blocks' bytes, swap space and tiers */
+    const engine_req_t *allocating; /* the request kvio_kvcache_allocate is giving blocks
+                                       (its hooks may save them before it returns) */
     bool config_prefix_caching;
     int update_cache;           /* kvio_update_cache_t */
     int update_reset;           /* kvio_reset_t */
@@ -610,6 +622,14 @@ static void on_cached(void *context, const uint32_t *blocks, size_t index, kvio_
 {
     kvio_engine_t *engine = context;
     uint32_t chunk = engine->chunk_blocks;
+    /* A block filled by the step being allocated is cached before the
+     * allocation returns: it is its request's (owned) before its bytes are
+     * read, not its previous owner's (a generated pool's fresh block has
+     * none). Each block once, as it is cached: a chunk's earlier blocks
+     * were owned when they were. */
+    if (engine->allocating != NULL)
+        kvio_block_store_own(engine->store, blocks, index, index + 1,
+                             engine->allocating->spec.id);
     if ((index + 1) % chunk == 0)
         kvio_block_store_cache(engine->store, blocks + index + 1 - chunk, hash,
                                KVIO_TIER_WRITE_THROUGH, &engine->current.tier_ns);
@@ -624,6 +644,18 @@ static void on_evict(void *context, uint32_t block, kvio_hash_t hash)
                            &engine->current.tier_ns);
     if (engine->observer.on_cache != NULL)
         engine->observer.on_cache(engine->observer.context, hash, false);
+}
+
+/* kvio_kvcache_allocate for req, whose blocks its step fills are owned as
+ * the pool caches them (on_cached), before any is saved. */
+static kvio_status_t allocate_owned(kvio_engine_t *engine, const engine_req_t *req,
+                                    size_t tokens, size_t *pool_hits_taken_p)
+{
+    engine->allocating = req;
+    kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv, tokens,
+                                                 pool_hits_taken_p);
+    engine->allocating = NULL;
+    return status;
 }
 
 /* Request id owns the request's blocks from index first on. */
@@ -714,6 +746,7 @@ kvio_status_t kvio_engine_create(const kvio_engine_params_t *params, kvio_engine
     engine->chunk_blocks = params->chunk_blocks > 1 ? params->chunk_blocks : 1;
     kvio_block_store_params_t store = {
         .rank = params->rank, .num_blocks = params->num_blocks, .memory = params->kv_memory,
+        .generated = params->kv_generated,
         .device = params->kv_device, .block_bytes = params->block_bytes,
         .swap_space = params->swap_space, .swap_blocks = params->swap_space_blocks,
         .verify_swaps = params->verify_swaps, .data = params->data, .seed = params->seed,
@@ -1065,6 +1098,11 @@ void kvio_engine_settle(kvio_engine_t *engine)
     kvio_block_store_settle(engine->store);
 }
 
+void kvio_engine_cut_tiers(kvio_engine_t *engine)
+{
+    kvio_block_store_cut(engine->store);
+}
+
 /* ---------- scheduling ---------- */
 
 /* Cached prefix of a waiting request, looked up again only when the
@@ -1278,8 +1316,10 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
              * verified tokens are ever cached. */
             uint32_t ahead = drafts > 0 ? drafts + (uint32_t)engine->config.num_lookahead_tokens
                                         : 0;
+            engine->allocating = req;
             kvio_status_t status = kvio_kvcache_allocate_ahead(
                 engine->cache, req->kv, req->computed + new_tokens - drafts, ahead);
+            engine->allocating = NULL;
             if (status == KVIO_OK) {
                 set_held(engine, req, (uint32_t)kvio_kvreq_held_blocks(req->kv));
                 own_blocks(engine, req->kv,
@@ -1609,8 +1649,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         if (!fits)
             break;
         size_t pool_hits_taken = 0;
-        status = kvio_kvcache_allocate(engine->cache, req->kv, computed + new_tokens,
-                                                     &pool_hits_taken);
+        status = allocate_owned(engine, req, computed + new_tokens, &pool_hits_taken);
         if (status == KVIO_ERR_NO_SPACE)
             break;
         if (status != KVIO_OK)

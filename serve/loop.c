@@ -565,21 +565,30 @@ static kvio_status_t loop_ready(kvio_serve_loop_t *loop)
     return KVIO_OK;
 }
 
+/* Whether the drain's cap applies to this loop (real executors). */
+static bool drain_capped(const kvio_serve_loop_t *loop)
+{
+    return loop->drain_timeout_ns > 0 && !loop->stopped && loop->arrivals != NULL &&
+           (loop->executor->ops->caps & KVIO_EXECUTOR_CAP_REAL);
+}
+
 /* The drain's cap (real executors): from the moment the arrivals end (or
- * the duration, if later), serving goes on for loop->drain_timeout_ns; then the requests still in
- * flight are cut (counted) and the lanes finish as on a stop. */
+ * the duration, if later), serving goes on for loop->drain_timeout_ns; then
+ * the requests still in flight are cut (counted) and the lanes finish as on
+ * a stop. The duration's end starts it even when the arrivals have not
+ * said they ended: a closed loop's (stream.users) end only once every user
+ * has its answer, which is the drain itself. */
 static void drain_cap(kvio_serve_loop_t *loop, int64_t now_ns)
 {
-    kvio_serve_arrivals_t *arrivals = loop->arrivals;
-    if (loop->drain_timeout_ns <= 0 || loop->stopped || arrivals == NULL ||
-        !(loop->executor->ops->caps & KVIO_EXECUTOR_CAP_REAL))
+    if (!drain_capped(loop))
         return;
     if (loop->drain_deadline_ns == 0) {
-        if (arrivals->ops->ended(arrivals)) {
-            int64_t end_ns = loop->origin_ns + loop->duration_ns;
+        int64_t end_ns = loop->origin_ns + loop->duration_ns;
+        if (loop->duration_ns > 0 && now_ns >= end_ns)
+            loop->drain_deadline_ns = end_ns + loop->drain_timeout_ns;
+        else if (loop->arrivals->ops->ended(loop->arrivals))
             loop->drain_deadline_ns = (end_ns > now_ns ? end_ns : now_ns) +
                                       loop->drain_timeout_ns;
-        }
         return;
     }
     if (now_ns < loop->drain_deadline_ns)
@@ -618,8 +627,13 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
             break;
         }
         int64_t wait_ns = event.at_ns;
-        if (loop->drain_deadline_ns > 0 && !loop->stopped && loop->drain_deadline_ns < wait_ns)
-            wait_ns = loop->drain_deadline_ns; /* the cap ends the wait: look again then */
+        /* The cap ends the wait (and the duration's end, which starts it):
+         * look again then. */
+        int64_t cap_ns = loop->drain_deadline_ns > 0 ? loop->drain_deadline_ns
+                         : loop->duration_ns > 0   ? loop->origin_ns + loop->duration_ns
+                                                   : INT64_MAX;
+        if (drain_capped(loop) && cap_ns > now_ns && cap_ns < wait_ns)
+            wait_ns = cap_ns;
         status = executor->ops->wait_until(executor, wait_ns, &poll);
         if (status != KVIO_OK)
             break;
@@ -636,9 +650,15 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
             status = do_chores(loop);
     }
     /* The tiers' traffic still on its way is carried out (its statistics
-     * follow). */
-    for (uint32_t i = 0; i < loop->num_lanes; i++)
-        if (loop->lanes[i]->engine != NULL)
-            kvio_engine_settle(loop->lanes[i]->engine);
+     * follow); a stopped run's (the drain's cap, a signal) only the batch
+     * under way, the rest counted as cut: the tiers do not drain for longer
+     * than one batch past the cap. */
+    for (uint32_t i = 0; i < loop->num_lanes; i++) {
+        if (loop->lanes[i]->engine == NULL)
+            continue;
+        if (loop->stopped)
+            kvio_engine_cut_tiers(loop->lanes[i]->engine);
+        kvio_engine_settle(loop->lanes[i]->engine);
+    }
     return status;
 }

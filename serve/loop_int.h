@@ -346,7 +346,8 @@ kvio_status_t kvio_serve_render_iterations(kvio_csv_t *csv, kvio_event_trace_t *
 /* ---------- a serve rank's real memory (serve/memory.c) ---------- */
 
 typedef struct kvio_serve_memory {
-    void *memory;            /* the KV pool: (blocks + 1) x block_bytes */
+    void *memory;            /* the KV pool: (blocks + 1) x block_bytes (NULL: generated) */
+    bool generated;          /* serve.kvcache.pool_memory: generated: no pool memory */
     size_t memory_bytes;
     void *swap_space;        /* swap preemption: the host swap space */
     bool swap_pinned;        /* swap_space is pinned memory of device (a GPU pool) */

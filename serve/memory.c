@@ -86,13 +86,11 @@ static kvio_status_t open_shared(const kvio_serve_run_t *run, uint32_t num_serve
                                        error_p, error_len);
 }
 
-kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t rank,
-                                       uint32_t num_serve, uint32_t blocks, uint64_t block_bytes,
-                                       kvio_serve_memory_t *setup, char *error_p,
-                                       size_t error_len)
+/* The pool's memory: a device domain's allocation (device.memory pinned or
+ * cuda), or mmap'd host memory with every page touched now. */
+static kvio_status_t create_pool(const kvio_serve_run_t *run, uint32_t rank,
+                                 kvio_serve_memory_t *setup, char *error_p, size_t error_len)
 {
-    memset(setup, 0, sizeof(*setup));
-    setup->memory_bytes = (size_t)(blocks + 1) * block_bytes;
     const kvio_device_config_t *device = run->device;
     if (device != NULL && device->memory != KVIO_MEMORY_HOST) {
         char reason[512];
@@ -139,6 +137,31 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
         snprintf(error_p, error_len, "serve rank %u: stopped during set-up", rank);
         return KVIO_ERR_INTERRUPTED;
     }
+    return KVIO_OK;
+}
+
+static kvio_status_t check_generated(const kvio_serve_run_t *run, char *error_p,
+                                     size_t error_len);
+
+kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t rank,
+                                       uint32_t num_serve, uint32_t blocks, uint64_t block_bytes,
+                                       kvio_serve_memory_t *setup, char *error_p,
+                                       size_t error_len)
+{
+    memset(setup, 0, sizeof(*setup));
+    /* Here too: P/D's ranks are set up without the preflight. */
+    kvio_status_t checked = check_generated(run, error_p, error_len);
+    if (checked != KVIO_OK)
+        return checked;
+    setup->memory_bytes = (size_t)(blocks + 1) * block_bytes;
+    const kvio_device_config_t *device = run->device;
+    /* A generated pool has no memory: its blocks' bytes are made when read. */
+    setup->generated = run->serve->kvcache.pool_memory == KVIO_POOL_MEMORY_GENERATED;
+    kvio_status_t pool_status = setup->generated ? KVIO_OK
+                                                 : create_pool(run, rank, setup, error_p,
+                                                               error_len);
+    if (pool_status != KVIO_OK)
+        return pool_status;
     uint32_t swap_blocks = 0;
     bool gpu_pool = setup->device != NULL && kvio_device_kind(setup->device) == KVIO_MEMORY_CUDA;
     if (run->serve->engine.preemption == KVIO_PREEMPT_SWAP) {
@@ -246,12 +269,35 @@ uint64_t kvio_serve_memory_spin_bytes(const kvio_serve_memory_t *setup,
 /* Where a rank's KV pool lives, for the results. */
 const char *kvio_serve_memory_where(const kvio_serve_memory_t *setup)
 {
+    if (setup->generated)
+        return "generated (no memory: each block's bytes made when read)";
     return setup->device != NULL ? kvio_device_describe(setup->device) : "host";
+}
+
+/* serve.kvcache.pool_memory: generated: a pool with no memory is neither on
+ * a device nor staged for P/D (both read its memory). */
+static kvio_status_t check_generated(const kvio_serve_run_t *run, char *error_p,
+                                     size_t error_len)
+{
+    if (run->serve->kvcache.pool_memory != KVIO_POOL_MEMORY_GENERATED)
+        return KVIO_OK;
+    const char *clash = run->device != NULL && run->device->memory != KVIO_MEMORY_HOST
+                            ? "device.memory other than host (the pool would be its memory)"
+                        : run->pd != NULL ? "pd (its staging copies the pool's memory)"
+                                          : NULL;
+    if (clash == NULL)
+        return KVIO_OK;
+    snprintf(error_p, error_len, "serve.kvcache.pool_memory: generated keeps no pool memory: "
+             "not with %s; set pool_memory: resident", clash);
+    return KVIO_ERR_CONFIG;
 }
 
 kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t *host_bytes_p,
                                            char *error_p, size_t error_len)
 {
+    kvio_status_t checked = check_generated(run, error_p, error_len);
+    if (checked != KVIO_OK)
+        return checked;
     uint32_t blocks = 0;
     kvio_status_t status = kvio_serve_kv_blocks(run->serve, run->model, run->gpu,
                                                 kvio_cost_gpus(run->cost), &blocks, error_p,
@@ -275,8 +321,10 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
             host_tiers = host_tiers > UINT64_MAX - tier->size ? UINT64_MAX
                                                               : host_tiers + tier->size;
     }
-    /* Saturating: a size of exabytes is refused, not wrapped to a small one. */
-    uint64_t per_rank = pool + swap;
+    /* Saturating: a size of exabytes is refused, not wrapped to a small one.
+     * A generated pool takes no memory. */
+    bool generated = run->serve->kvcache.pool_memory == KVIO_POOL_MEMORY_GENERATED;
+    uint64_t per_rank = (generated ? 0 : pool) + swap;
     per_rank = per_rank > UINT64_MAX - host_tiers ? UINT64_MAX : per_rank + host_tiers;
     uint64_t needed = per_rank > UINT64_MAX / num_ranks ? UINT64_MAX : per_rank * num_ranks;
     /* P/D: each prefill rank's staging buffer, as large as its pool unless
@@ -342,7 +390,7 @@ kvio_status_t kvio_serve_emulate_preflight(const kvio_serve_run_t *run, uint64_t
                  "space + %.2f GiB of host tiers))%s but this machine has %.2f GiB available; "
                  "set serve.kvcache.capacity or serve.kvcache.blocks, or the host tiers' size "
                  "(at most 80%% of it)",
-                 (double)needed / 1073741824.0, num_ranks, blocks + 1,
+                 (double)needed / 1073741824.0, num_ranks, generated ? 0 : blocks + 1,
                  (unsigned long long)block_bytes, (double)host_tiers / 1073741824.0,
                  stagings_text, (double)available / 1073741824.0);
         return KVIO_ERR_CONFIG;

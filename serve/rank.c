@@ -135,6 +135,7 @@ static kvio_status_t create_engine(kvio_serve_rank_t *rank, char *error_p, size_
     kvio_engine_params_t params = kvio_serve_engine_params(run, rank->serve_index, rank->blocks,
                                                            rank->cost, observer);
     params.kv_memory = memory->memory;
+    params.kv_generated = memory->generated;
     params.kv_device = memory->device != NULL &&
                                kvio_device_kind(memory->device) == KVIO_MEMORY_CUDA
                            ? memory->device

@@ -347,6 +347,9 @@ typedef struct kvio_block_store_params {
     uint32_t rank;
     uint32_t num_blocks;           /* usable blocks, ids 1..num_blocks */
     void *memory;                  /* (num_blocks + 1) × block_bytes, or NULL: no bytes */
+    bool generated;                /* memory NULL, yet emulate: each block's bytes made from
+                                      its owner stamp whenever they are read (a generated
+                                      pool, serve.kvcache.pool_memory) */
     struct kvio_device *device;    /* non-NULL: memory is GPU memory of this device */
     uint64_t block_bytes;
     void *swap_space;              /* host swap space of swap_blocks blocks (may be NULL) */
@@ -396,6 +399,14 @@ void kvio_block_store_own(kvio_block_store_t *store, const uint32_t *ids, size_t
  * something outside the store is about to read (P/D staging). */
 void kvio_block_store_materialize(kvio_block_store_t *store, const uint32_t *blocks,
                                   size_t count);
+
+/* The run stopped (serve.drain_timeout, a signal): the tier traffic still
+ * queued is dropped (each save counted in its tiers' cut_puts, each load
+ * done with nothing), a load under way ends after its batch, and this
+ * returns once the batch under way is done; so the tiers' drain after a
+ * run is one batch, not every staged save and whole prompts' loads.
+ * Nothing without an I/O thread. */
+void kvio_block_store_cut(kvio_block_store_t *store);
 
 /* A block whose hash entered (write-through tiers) or is leaving (write-back
  * tiers) the prefix index: written to every tier of that write policy that

@@ -56,6 +56,7 @@ typedef struct kvio_kvcache_section {
     int index;                     /* kvio_kvcache_index_t */
     kvio_choice_t eviction;        /* of kvio_evictions */
     bool verify_swaps;             /* emulate: checksum swapped blocks out and back */
+    int pool_memory;               /* kvio_pool_memory_t */
     uint64_t swap_space;           /* emulate: host memory for swapped blocks (0: as the pool) */
     kvio_opt_list_t tiers;         /* of kvio_tier_config_t, checked in order */
     int tier_io;                   /* kvio_tier_io_t */
@@ -68,6 +69,13 @@ typedef struct kvio_kvcache_section {
     int64_t chunk_tokens;          /* tokens per object in the tiers (0: a block) */
     int save_full;                 /* kvio_save_full_t */
 } kvio_kvcache_section_t;
+
+/* What holds the KV pool's bytes in emulate (serve.kvcache.pool_memory). */
+typedef enum {
+    KVIO_POOL_MEMORY_RESIDENT = 0,  /* real memory (host, touched up front, or device.memory) */
+    KVIO_POOL_MEMORY_GENERATED = 1, /* none: a block's bytes are made from (seed, block, owner)
+                                       whenever a tier save, a swap or a load reads them */
+} kvio_pool_memory_t;
 
 /* When a request whose prefix is in a tier stops waiting for it (tier_io:
  * async), SGLang HiCache's hicache_storage_prefetch_policy. */
@@ -331,6 +339,8 @@ typedef struct kvio_engine_params {
     uint32_t rank;
     kvio_engine_observer_t observer;
     void *kv_memory;           /* emulate: (num_blocks + 1) × block_bytes (NULL: none) */
+    bool kv_generated;         /* emulate, kv_memory NULL: a generated pool (its blocks'
+                                  bytes made whenever they travel) */
     struct kvio_device *kv_device; /* non-NULL: kv_memory is GPU memory of this cuda
                                       domain (borrowed); block copies go through its
                                       stream, swap buffers are pinned */
@@ -432,6 +442,11 @@ void kvio_engine_materialize(kvio_engine_t *engine, const uint32_t *blocks, size
 /* Waits until the tier traffic asked for has been carried out (the tiers'
  * statistics are read after this). */
 void kvio_engine_settle(kvio_engine_t *engine);
+
+/* The run was stopped (serve.drain_timeout, a signal): the tier traffic
+ * still queued is dropped (saves counted in the tiers' cut_puts), a load
+ * under way ends after its batch; returns when the tiers are idle. */
+void kvio_engine_cut_tiers(kvio_engine_t *engine);
 
 /* Decides the next iteration at now_ns: fills iteration_p (duration 0 and
  * nothing scheduled when idle or when nothing fits). */

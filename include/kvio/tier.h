@@ -115,6 +115,7 @@ typedef struct kvio_tier_stats {
     uint64_t checksum_failures; /* gets whose block came back changed (also errors) */
     uint64_t duplicates;            /* puts of a block already held: refreshed, not rewritten */
     uint64_t skipped_puts;          /* saves not made: the staging was full (save_full: skip) */
+    uint64_t cut_puts;              /* saves not made: staged when the run was cut */
     uint64_t bytes_written, bytes_read;
     int64_t write_ns, read_ns;      /* time spent in puts and gets (a batch: its wall time) */
     int64_t put_latency_sum_ns, get_latency_sum_ns; /* Σ of each block's own latency */
@@ -174,6 +175,16 @@ int kvio_tier_write_policy(const kvio_tier_t *tier);
 /* A save this tier would have taken was skipped (the engine's staging was
  * full and serve.kvcache.save_full is skip): counted in skipped_puts. */
 void kvio_tier_count_skipped(kvio_tier_t *tier);
+
+/* A save this tier would have taken was staged when the run stopped and
+ * dropped (the tiers' drain is bounded): counted in cut_puts. */
+void kvio_tier_count_cut(kvio_tier_t *tier);
+
+/* A block hash's bytes, read back whole (its checksum held), are not what
+ * their reader knows they must be (a generated pool checks them against
+ * their owner stamp, why says so): counted in checksum_failures and errors,
+ * and the block leaves the tier. */
+void kvio_tier_count_corrupt(kvio_tier_t *tier, kvio_hash_t hash, const char *why);
 
 /* Blocks the tier can hold (size / block_bytes), and holds now. */
 uint32_t kvio_tier_capacity(const kvio_tier_t *tier);
