@@ -9,6 +9,7 @@
     X(least_loaded)                                                                        \
     X(prefix_affinity)                                                                     \
     X(kv_cost)                                                                             \
-    X(free_kv)
+    X(free_kv)                                                                             \
+    X(kv_events)
 
 KVIO_REGISTRY_DEFINE(kvio_routers, "router", ROUTERS)

@@ -17,6 +17,8 @@
 /* A router reads the requests' block hashes (they must be computed before
  * it chooses). */
 #define KVIO_ROUTER_CAP_READS_HASHES 1u
+/* A router keeps an index fed by the ranks' KV events (ops->on_event). */
+#define KVIO_ROUTER_CAP_HEARS_EVENTS 2u
 
 /* What a router's choose() is given. */
 typedef struct kvio_router_call {
@@ -25,6 +27,9 @@ typedef struct kvio_router_call {
     const kvio_router_view_t *view;
     uint32_t count;                    /* ranks to choose among (at least 2) */
     const kvio_engine_request_t *request;
+    /* A router with an index sets the prefix (in blocks) its index said
+     * the chosen rank held (left 0: none); the framework checks it. */
+    size_t *indexed_blocks_p;
 } kvio_router_call_t;
 
 /* ---------- serve's own parts of the public types ---------- */
@@ -36,9 +41,15 @@ const char *kvio_router_name(const kvio_router_t *router);
  * (prefix_affinity, kv_cost): else they may be computed later. */
 bool kvio_router_reads_hashes(const kvio_router_t *router, uint32_t num_ranks);
 
-/* Picks the serve rank for a request from the engines' current state. */
+/* Picks the serve rank for a request from the engines' current state
+ * (now_ns: the run's clock, for the events' delivery). */
 uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines,
-                            uint32_t num_engines, const kvio_engine_request_t *request);
+                            uint32_t num_engines, const kvio_engine_request_t *request,
+                            int64_t now_ns);
+
+/* A router with an event-fed index: its lag, the events it took in and its
+ * routing decisions (indexed, stale) into result (nothing for another). */
+void kvio_router_fill(kvio_result_t *result, const kvio_router_t *router);
 
 /* Keeps at most bytes of iteration records for the report (the default
  * fits the runtime's message limit; a plain run's report stays in memory). */
@@ -56,6 +67,10 @@ typedef struct kvio_router_ops {
     unsigned caps;     /* KVIO_ROUTER_CAP_* */
     size_t state_size; /* bytes of private state, zeroed at create */
     uint32_t (*choose)(const kvio_router_call_t *call);
+    /* KVIO_ROUTER_CAP_HEARS_EVENTS: an event delivered (after the lag) to
+     * the index in state; returns KVIO_ERR_NOMEM when it cannot grow. */
+    kvio_status_t (*on_event)(void *state, uint32_t rank, kvio_hash_t hash, bool stored);
+    void (*fini)(void *state); /* frees what state holds (may be NULL) */
 } kvio_router_ops_t;
 
 /* The least loaded of count ranks in view (ties: the lower rank). */
