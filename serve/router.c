@@ -143,18 +143,28 @@ void kvio_router_event(kvio_router_t *router, uint32_t rank, kvio_hash_t hash, b
 void kvio_router_stats(const kvio_router_t *router, kvio_router_stats_t *stats_p)
 {
     *stats_p = router->stats;
+    stats_p->hears_events = kvio_router_hears_events(router);
+    stats_p->event_lag_ns = router->event_lag_ns;
+}
+
+void kvio_router_stats_fill(kvio_result_t *result, const kvio_router_stats_t *stats)
+{
+    if (!stats->hears_events)
+        return;
+    kvio_result_set(result, KVIO_FIG_ROUTING_EVENT_LAG_MS, (double)stats->event_lag_ns / 1e6);
+    kvio_result_set(result, KVIO_FIG_ROUTING_EVENTS, (double)stats->events);
+    kvio_result_set(result, KVIO_FIG_ROUTING_DECISIONS, (double)stats->decisions);
+    kvio_result_set(result, KVIO_FIG_ROUTING_INDEXED_ROUTES, (double)stats->indexed_routes);
+    kvio_result_set(result, KVIO_FIG_ROUTING_STALE_ROUTES, (double)stats->stale_routes);
 }
 
 void kvio_router_fill(kvio_result_t *result, const kvio_router_t *router)
 {
-    if (router == NULL || !kvio_router_hears_events(router))
+    if (router == NULL)
         return;
-    kvio_result_set(result, KVIO_FIG_ROUTING_EVENT_LAG_MS, (double)router->event_lag_ns / 1e6);
-    kvio_result_set(result, KVIO_FIG_ROUTING_EVENTS, (double)router->stats.events);
-    kvio_result_set(result, KVIO_FIG_ROUTING_DECISIONS, (double)router->stats.decisions);
-    kvio_result_set(result, KVIO_FIG_ROUTING_INDEXED_ROUTES,
-                    (double)router->stats.indexed_routes);
-    kvio_result_set(result, KVIO_FIG_ROUTING_STALE_ROUTES, (double)router->stats.stale_routes);
+    kvio_router_stats_t stats;
+    kvio_router_stats(router, &stats);
+    kvio_router_stats_fill(result, &stats);
 }
 
 const char *kvio_router_name(const kvio_router_t *router)

@@ -50,6 +50,8 @@ uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines
 /* A router with an event-fed index: its lag, the events it took in and its
  * routing decisions (indexed, stale) into result (nothing for another). */
 void kvio_router_fill(kvio_result_t *result, const kvio_router_t *router);
+/* The same from stats (a client rank's, sent to rank 0). */
+void kvio_router_stats_fill(kvio_result_t *result, const kvio_router_stats_t *stats);
 
 /* Keeps at most bytes of iteration records for the report (the default
  * fits the runtime's message limit; a plain run's report stays in memory). */
@@ -243,6 +245,11 @@ kvio_status_t kvio_serve_mirror_create(uint32_t num_ranks, uint32_t block_size,
 void kvio_serve_mirror_destroy(kvio_serve_mirror_t *mirror);
 kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank,
                                       const void *blob, size_t length, bool *final_p);
+/* From now on each hash a state adds to or takes from a rank's set reaches
+ * router (borrowed; one that hears events) as a KV event, stamped with
+ * kvio_time_ns() when the state is applied: what the rank published is what
+ * a fleet index hears (BlockStored / BlockRemoved), event_lag later. */
+void kvio_serve_mirror_hear(kvio_serve_mirror_t *mirror, kvio_router_t *router);
 /* Notes a request sent to rank: its load counts until the rank says it took
  * it, and its prompt blocks count as the rank's until then. */
 kvio_status_t kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank,
@@ -280,6 +287,8 @@ kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
  * as JSON (generated, routed_per_rank, state_messages, router). */
 bool kvio_serve_client_blob(const void *blob, size_t length);
 json_t *kvio_serve_client_json(const void *blob, size_t length);
+/* Its router's decisions (kv_events: routing.*) into result. */
+void kvio_serve_client_routing_fill(kvio_result_t *result, const void *blob, size_t length);
 json_t *kvio_serve_client_counts_json(const char *where, const char *router,
                                       uint64_t generated, const uint64_t *routed,
                                       uint32_t num_ranks, uint64_t states);
@@ -340,6 +349,8 @@ void kvio_frontend_publish(kvio_frontend_t *frontend, uint32_t rank,
 
 /* The KV events sink and block size (for the ranks' sources). */
 const kvio_kv_event_sink_t *kvio_frontend_events(const kvio_frontend_t *frontend);
+/* The front end's router's decisions (kv_events: routing.*) into result. */
+void kvio_frontend_routing_fill(kvio_frontend_t *frontend, kvio_result_t *result);
 uint32_t kvio_frontend_block_size(const kvio_frontend_t *frontend);
 
 /* Writes every submitted request as a trace line (kvio JSONL: timestamp in

@@ -132,7 +132,9 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     rank->recorder = &sim->recorder;
     rank->prefills = index < sim->num_prefill;
     rank->index = index;
-    if (sim->num_prefill == 0 && kvio_router_hears_events(sim->router))
+    /* The routed ranks: every one, or with P/D the prefill ranks (the
+     * decode ranks' router, pd.router, keeps no index). */
+    if ((sim->num_prefill == 0 || rank->prefills) && kvio_router_hears_events(sim->router))
         rank->router = sim->router;
     kvio_serve_lane_t *lane = &rank->lane;
     kvio_status_t status = kvio_serve_lane_init(lane, false);

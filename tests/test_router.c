@@ -227,3 +227,18 @@ Test(router, kv_events_cost_weighs_indexed_overlap_against_decode_blocks, .timeo
         kvio_config_free(kvio_router_options, &config);
     }
 }
+
+/* The decode ranks' events feed no index: pd.router: kv_events is refused
+ * before anything runs, naming the key (serve.router: kv_events over the
+ * prefill ranks is fine). */
+Test(router, kv_events_as_the_decode_router_is_refused, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "pd-mooncake", "--set", "pd.router.policy=kv_events",
+                               "-o", "out", NULL);
+    cr_assert_eq(run.status, 2, "%s", run.err);
+    cr_assert(test_contains(run.err, "pd.router: kv_events"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
