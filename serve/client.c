@@ -735,9 +735,9 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
 
 /* The client rank's report to rank 0 (kvio/wire.h): magic, serve ranks,
  * requests generated, state messages, the router's name, the requests
- * routed to each serve rank, then what its routing decisions were (an
- * event-fed index's: whether it has one, its lag, events, decisions,
- * indexed and stale routes). */
+ * routed to each serve rank, then what its routing decisions were (flags:
+ * bit 0 the router keeps an index, bit 1 fed by KV events; the events' lag,
+ * events, decisions, indexed and stale routes). */
 kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **blob_p,
                                      size_t *length_p)
 {
@@ -752,7 +752,7 @@ kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **b
         kvio_wire_put_u64(&out, kvio_serve_mirror_sent(client->mirror, r));
     kvio_router_stats_t routes;
     kvio_router_stats(client->router, &routes);
-    kvio_wire_put_u64(&out, routes.hears_events);
+    kvio_wire_put_u64(&out, (routes.indexed ? 1u : 0u) | (routes.hears_events ? 2u : 0u));
     kvio_wire_put_u64(&out, (uint64_t)routes.event_lag_ns);
     kvio_wire_put_u64(&out, routes.events);
     kvio_wire_put_u64(&out, routes.decisions);
@@ -779,7 +779,7 @@ typedef struct client_report {
 static bool client_report_read(const void *blob, size_t length, client_report_t *report)
 {
     kvio_wire_reader_t in = kvio_wire_reader(blob, length);
-    uint64_t magic = 0, hears = 0, lag = 0;
+    uint64_t magic = 0, hears = 0, lag = 0; /* hears: bit 0 indexed, bit 1 events */
     *report = (client_report_t){0};
     kvio_wire_get_u64(&in, &magic);
     kvio_wire_get_u64(&in, &report->num_serve);
@@ -793,7 +793,8 @@ static bool client_report_read(const void *blob, size_t length, client_report_t 
     kvio_wire_get_u64(&in, &report->routes.decisions);
     kvio_wire_get_u64(&in, &report->routes.indexed_routes);
     kvio_wire_get_u64(&in, &report->routes.stale_routes);
-    report->routes.hears_events = hears != 0;
+    report->routes.indexed = (hears & 1u) != 0;
+    report->routes.hears_events = (hears & 2u) != 0;
     report->routes.event_lag_ns = (int64_t)lag;
     return kvio_wire_status(&in) == KVIO_OK && magic == CLIENT_MAGIC &&
            kvio_wire_left(&in) == 0 && report->num_serve <= UINT32_MAX;

@@ -143,16 +143,21 @@ void kvio_router_event(kvio_router_t *router, uint32_t rank, kvio_hash_t hash, b
 void kvio_router_stats(const kvio_router_t *router, kvio_router_stats_t *stats_p)
 {
     *stats_p = router->stats;
+    stats_p->indexed = (router->ops->caps & KVIO_ROUTER_CAP_INDEX) != 0;
     stats_p->hears_events = kvio_router_hears_events(router);
-    stats_p->event_lag_ns = router->event_lag_ns;
+    stats_p->event_lag_ns = stats_p->hears_events ? router->event_lag_ns : 0;
+    if (stats_p->status == KVIO_OK && router->ops->status != NULL)
+        stats_p->status = router->ops->status(router->state);
 }
 
 void kvio_router_stats_fill(kvio_result_t *result, const kvio_router_stats_t *stats)
 {
-    if (!stats->hears_events)
+    if (!stats->indexed)
         return;
-    kvio_result_set(result, KVIO_FIG_ROUTING_EVENT_LAG_MS, (double)stats->event_lag_ns / 1e6);
-    kvio_result_set(result, KVIO_FIG_ROUTING_EVENTS, (double)stats->events);
+    if (stats->hears_events) {
+        kvio_result_set(result, KVIO_FIG_ROUTING_EVENT_LAG_MS, (double)stats->event_lag_ns / 1e6);
+        kvio_result_set(result, KVIO_FIG_ROUTING_EVENTS, (double)stats->events);
+    }
     kvio_result_set(result, KVIO_FIG_ROUTING_DECISIONS, (double)stats->decisions);
     kvio_result_set(result, KVIO_FIG_ROUTING_INDEXED_ROUTES, (double)stats->indexed_routes);
     kvio_result_set(result, KVIO_FIG_ROUTING_STALE_ROUTES, (double)stats->stale_routes);
@@ -250,5 +255,45 @@ uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t 
             best_load = load;
         }
     }
+    return best;
+}
+
+uint64_t kvio_router_block_key(kvio_hash_t hash)
+{
+    return hash.low ^ (hash.high * 0x9e3779b97f4a7c15ull);
+}
+
+size_t kvio_router_prefix_blocks(const kvio_engine_request_t *request, uint32_t block_size,
+                                 kvio_router_holds_t holds, const void *index, uint32_t rank)
+{
+    if (request->prompt_tokens == 0 || request->hashes == NULL)
+        return 0;
+    size_t limit = (request->prompt_tokens - 1) / block_size;
+    if (limit > request->num_hashes)
+        limit = request->num_hashes;
+    size_t blocks = 0;
+    while (blocks < limit && holds(index, rank, kvio_router_block_key(request->hashes[blocks])))
+        blocks++;
+    return blocks;
+}
+
+uint32_t kvio_router_pick_longest_prefix(const kvio_router_call_t *call,
+                                         kvio_router_holds_t holds, const void *index,
+                                         size_t *blocks_p)
+{
+    const kvio_router_view_t *view = call->view;
+    uint32_t best = 0, best_load = UINT32_MAX;
+    size_t best_blocks = 0;
+    for (uint32_t rank = 0; rank < call->count; rank++) {
+        size_t blocks = kvio_router_prefix_blocks(call->request, view->block_size, holds, index,
+                                                  rank);
+        uint32_t load = view->load(view->context, rank);
+        if (blocks > best_blocks || (blocks == best_blocks && load < best_load)) {
+            best = rank;
+            best_blocks = blocks;
+            best_load = load;
+        }
+    }
+    *blocks_p = best_blocks;
     return best;
 }

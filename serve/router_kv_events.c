@@ -46,12 +46,6 @@ typedef struct fleet_index {
     uint32_t num_ranks;
 } fleet_index_t;
 
-/* The map's 64-bit key of a 128-bit block hash (both halves mixed). */
-static uint64_t block_key(kvio_hash_t hash)
-{
-    return hash.low ^ (hash.high * 0x9e3779b97f4a7c15ull);
-}
-
 static kvio_status_t index_event(void *state, uint32_t rank, kvio_hash_t hash, bool stored)
 {
     fleet_index_t *index = state;
@@ -67,48 +61,18 @@ static kvio_status_t index_event(void *state, uint32_t rank, kvio_hash_t hash, b
         index->num_ranks = rank + 1;
     }
     kvio_map_t *map = &index->ranks[rank];
-    uint64_t key = block_key(hash);
+    uint64_t key = kvio_router_block_key(hash);
     uint32_t count = kvio_map_get(map, key);
     if (!stored)
         return count > 0 ? kvio_map_set(map, key, count - 1) : KVIO_OK;
     return kvio_map_set(map, key, count + 1);
 }
 
-/* The request's blocks from the first that the index says rank holds, at
- * most the ones a hit may cover (never the last prompt token, as the
- * engine's lookup). */
-static size_t indexed_prefix(const fleet_index_t *index, uint32_t rank,
-                             const kvio_engine_request_t *request, uint32_t block_size)
+/* Whether the events say rank holds key. */
+static bool index_holds(const void *state, uint32_t rank, uint64_t key)
 {
-    if (rank >= index->num_ranks || request->prompt_tokens == 0)
-        return 0;
-    size_t limit = (request->prompt_tokens - 1) / block_size;
-    if (limit > request->num_hashes)
-        limit = request->num_hashes;
-    if (request->hashes == NULL)
-        return 0;
-    size_t blocks = 0;
-    while (blocks < limit && kvio_map_get(&index->ranks[rank], block_key(request->hashes[blocks])))
-        blocks++;
-    return blocks;
-}
-
-static uint32_t longest_indexed_prefix(const kvio_router_call_t *call, size_t *blocks_p)
-{
-    const kvio_router_view_t *view = call->view;
-    uint32_t best = 0, best_load = UINT32_MAX;
-    size_t best_blocks = 0;
-    for (uint32_t rank = 0; rank < call->count; rank++) {
-        size_t blocks = indexed_prefix(call->state, rank, call->request, view->block_size);
-        uint32_t load = view->load(view->context, rank);
-        if (blocks > best_blocks || (blocks == best_blocks && load < best_load)) {
-            best = rank;
-            best_blocks = blocks;
-            best_load = load;
-        }
-    }
-    *blocks_p = best_blocks;
-    return best;
+    const fleet_index_t *index = state;
+    return rank < index->num_ranks && kvio_map_get(&index->ranks[rank], key) > 0;
 }
 
 static uint32_t lowest_indexed_cost(const kvio_router_call_t *call, size_t *blocks_p)
@@ -121,7 +85,8 @@ static uint32_t lowest_indexed_cost(const kvio_router_call_t *call, size_t *bloc
     double best_cost = 0;
     size_t best_blocks = 0;
     for (uint32_t rank = 0; rank < call->count; rank++) {
-        size_t blocks = indexed_prefix(call->state, rank, call->request, block_size);
+        size_t blocks = kvio_router_prefix_blocks(call->request, block_size, index_holds,
+                                                  call->state, rank);
         double cost = options->overlap_weight * (prompt_blocks - (double)blocks) +
                       (double)view->active_decode_blocks(view->context, rank);
         if (rank == 0 || cost < best_cost) {
@@ -137,8 +102,10 @@ static uint32_t lowest_indexed_cost(const kvio_router_call_t *call, size_t *bloc
 static uint32_t choose_from_index(const kvio_router_call_t *call)
 {
     const kv_events_options_t *options = call->options;
-    return options->score == SCORE_COST ? lowest_indexed_cost(call, call->indexed_blocks_p)
-                                        : longest_indexed_prefix(call, call->indexed_blocks_p);
+    return options->score == SCORE_COST
+               ? lowest_indexed_cost(call, call->indexed_blocks_p)
+               : kvio_router_pick_longest_prefix(call, index_holds, call->state,
+                                                 call->indexed_blocks_p);
 }
 
 static void index_fini(void *state)
@@ -154,7 +121,7 @@ const kvio_router_ops_t kvio_router_kv_events = {
                .help = "the longest prefix in a fleet index fed by the ranks' KV events "
                        "(llm-d's precise scorer; score: cost for Dynamo's formula)",
                .options = kv_events_options, .options_size = sizeof(kv_events_options_t)},
-    .caps = KVIO_ROUTER_CAP_READS_HASHES | KVIO_ROUTER_CAP_HEARS_EVENTS,
+    .caps = KVIO_ROUTER_CAP_READS_HASHES | KVIO_ROUTER_CAP_HEARS_EVENTS | KVIO_ROUTER_CAP_INDEX,
     .state_size = sizeof(fleet_index_t),
     .choose = choose_from_index,
     .on_event = index_event,

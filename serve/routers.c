@@ -10,6 +10,7 @@
     X(prefix_affinity)                                                                     \
     X(kv_cost)                                                                             \
     X(free_kv)                                                                             \
-    X(kv_events)
+    X(kv_events)                                                                           \
+    X(kv_approx)
 
 KVIO_REGISTRY_DEFINE(kvio_routers, "router", ROUTERS)

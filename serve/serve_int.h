@@ -19,6 +19,9 @@
 #define KVIO_ROUTER_CAP_READS_HASHES 1u
 /* A router keeps an index fed by the ranks' KV events (ops->on_event). */
 #define KVIO_ROUTER_CAP_HEARS_EVENTS 2u
+/* A router keeps its own index of the ranks' blocks: it says what prefix
+ * it routed on (call->indexed_blocks_p), and its routes are checked. */
+#define KVIO_ROUTER_CAP_INDEX 4u
 
 /* What a router's choose() is given. */
 typedef struct kvio_router_call {
@@ -47,8 +50,9 @@ uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines
                             uint32_t num_engines, const kvio_engine_request_t *request,
                             int64_t now_ns);
 
-/* A router with an event-fed index: its lag, the events it took in and its
- * routing decisions (indexed, stale) into result (nothing for another). */
+/* A router with its own index: its routing decisions (indexed, stale)
+ * into result, with an event-fed one's lag and events (nothing for a
+ * router without an index). */
 void kvio_router_fill(kvio_result_t *result, const kvio_router_t *router);
 /* The same from stats (a client rank's, sent to rank 0). */
 void kvio_router_stats_fill(kvio_result_t *result, const kvio_router_stats_t *stats);
@@ -72,11 +76,27 @@ typedef struct kvio_router_ops {
     /* KVIO_ROUTER_CAP_HEARS_EVENTS: an event delivered (after the lag) to
      * the index in state; returns KVIO_ERR_NOMEM when it cannot grow. */
     kvio_status_t (*on_event)(void *state, uint32_t rank, kvio_hash_t hash, bool stored);
+    /* The first failure of the router's own upkeep (may be NULL: none). */
+    kvio_status_t (*status)(const void *state);
     void (*fini)(void *state); /* frees what state holds (may be NULL) */
 } kvio_router_ops_t;
 
 /* The least loaded of count ranks in view (ties: the lower rank). */
 uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t count);
+
+/* For routers with their own index (kv_events, kv_approx): the 64-bit key
+ * of a block hash (both halves mixed), whether index says rank holds a
+ * key, the run of the request's blocks from the first that it holds (at
+ * most the blocks a hit may cover: never the last prompt token, as the
+ * engine's lookup), and the rank with the longest run (equal runs: the
+ * less loaded; none anywhere: the least loaded), *blocks_p its run. */
+typedef bool (*kvio_router_holds_t)(const void *index, uint32_t rank, uint64_t key);
+uint64_t kvio_router_block_key(kvio_hash_t hash);
+size_t kvio_router_prefix_blocks(const kvio_engine_request_t *request, uint32_t block_size,
+                                 kvio_router_holds_t holds, const void *index, uint32_t rank);
+uint32_t kvio_router_pick_longest_prefix(const kvio_router_call_t *call,
+                                         kvio_router_holds_t holds, const void *index,
+                                         size_t *blocks_p);
 
 /* Column names of requests.csv and iterations.csv, and one row of each. */
 #define KVIO_REQUESTS_CSV_HEADER                                                            \

@@ -242,3 +242,56 @@ Test(router, kv_events_as_the_decode_router_is_refused, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* kv_approx (llm-d's approximate scorer) hears no events: it predicts a
+ * rank's cache from what it routed there, an LRU of capacity blocks per
+ * rank. A repeated prompt goes back to where it went, whether or not the
+ * rank kept it (a route the rank does not hold is stale); a prompt routed
+ * later pushes the least recent blocks out, the tail of the older prompt
+ * first (its head was touched last). */
+Test(router, kv_approx_predicts_from_its_own_routes, .timeout = 10)
+{
+    kvio_router_config_t config = {0};
+    char error[256];
+    cr_assert_eq(kvio_config_bind_text(kvio_router_options,
+                                       "{policy: kv_approx, kv_approx: {capacity: 8}}", "test",
+                                       &config, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    kvio_router_t *router = NULL;
+    cr_assert_eq(kvio_router_create(&config, &router), KVIO_OK);
+    cr_assert(!kvio_router_hears_events(router));
+    kvio_hash_t first[PROMPT_BLOCKS], second[PROMPT_BLOCKS];
+    for (uint64_t b = 0; b < PROMPT_BLOCKS; b++) {
+        first[b] = (kvio_hash_t){.low = 10 + b, .high = 3};
+        second[b] = (kvio_hash_t){.low = 50 + b, .high = 3};
+    }
+    fake_ranks_t ranks = {.load = {1, 0, 2, 3}};
+    kvio_router_view_t view = {.context = &ranks, .block_size = 16, .load = fake_load,
+                               .cached_prefix = fake_cached_prefix,
+                               .active_decode_blocks = fake_active};
+    kvio_engine_request_t request = {.prompt_tokens = 16 * PROMPT_BLOCKS + 1, .hashes = first,
+                                     .num_hashes = PROMPT_BLOCKS};
+    cr_expect_eq(kvio_router_choose_view(router, &view, RANKS, &request), 1, "no history");
+    ranks.load[1] = 5;
+    cr_expect_eq(kvio_router_choose_view(router, &view, RANKS, &request), 1,
+                 "back where it went, though rank 1 holds none of it (stale)");
+    ranks.cached_tokens[1] = 80;
+    cr_expect_eq(kvio_router_choose_view(router, &view, RANKS, &request), 1);
+    /* The second prompt goes to rank 1 too: 10 blocks for 8 places. */
+    ranks.load[1] = 0;
+    request.hashes = second;
+    cr_expect_eq(kvio_router_choose_view(router, &view, RANKS, &request), 1);
+    request.hashes = first;
+    ranks.load[1] = 9;
+    cr_expect_eq(kvio_router_choose_view(router, &view, RANKS, &request), 1,
+                 "3 of its 5 blocks still remembered");
+    kvio_router_stats_t stats;
+    kvio_router_stats(router, &stats);
+    cr_expect(stats.indexed && !stats.hears_events);
+    cr_expect_eq(stats.decisions, 5);
+    cr_expect_eq(stats.indexed_routes, 3);
+    cr_expect_eq(stats.stale_routes, 1);
+    cr_expect_eq(stats.events, 0);
+    kvio_router_destroy(router);
+    kvio_config_free(kvio_router_options, &config);
+}

@@ -143,7 +143,8 @@ void kvio_router_event(kvio_router_t *router, uint32_t rank, kvio_hash_t hash, b
  * many of those the rank no longer held (stale), and the first failure of
  * its index (KVIO_ERR_NOMEM: the run must fail). */
 typedef struct kvio_router_stats {
-    bool hears_events;   /* the router keeps an index (else the rest is 0) */
+    bool indexed;        /* the router keeps an index (else the counts are 0) */
+    bool hears_events;   /* fed by KV events (kv_events; else lag and events are 0) */
     int64_t event_lag_ns;
     uint64_t decisions;
     uint64_t indexed_routes;
