@@ -224,6 +224,9 @@ static kvio_status_t check_pd(const kvio_workload_t *workload, char *error_p, si
     if (emulate && pd->layerwise)
         why = "pd.layerwise in emulate; the KV moves whole once the prefill has ended, "
               "layer-wise transfers are modelled in mode: simulate";
+    else if (kvio_choice_is(&pd->router.policy, "kv_events"))
+        why = "pd.router: kv_events; the decode ranks' KV events feed no index (serve.router: "
+              "kv_events routes over the prefill ranks or colocated ones)";
     else if (emulate && !kvio_choice_is(&pd->router.policy, "round_robin") &&
              !kvio_choice_is(&pd->router.policy, "least_loaded"))
         why = "pd.router in emulate is round_robin or least_loaded (what a prefill rank knows "

@@ -100,7 +100,7 @@ static kvio_status_t dispatch(stream_arrivals_t *source, kvio_serve_loop_t *loop
     uint32_t lane_index = 0;
     if (source->params.num_shares == 0)
         lane_index = kvio_router_choose(source->params.router, source->engines,
-                                        source->num_engines, &engine_request);
+                                        source->num_engines, &engine_request, now_ns);
     kvio_serve_lane_t *lane = loop->lanes[lane_index];
     if (lane->updates != NULL)
         engine_request.tag = lane->updates->ops->version_at(lane->updates, now_ns);

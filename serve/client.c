@@ -21,7 +21,7 @@
 
 #define STATE_MAGIC 0x6b767374u   /* "kvst" */
 #define BATCH_MAGIC 0x6b766271u   /* "kvbq" */
-#define CLIENT_MAGIC 0x6b76696f636c6e32ull /* "kvioclnt2" */
+#define CLIENT_MAGIC 0x6b76696f636c6e33ull /* "kvioclnt3" */
 #define STATE_FINAL 1u
 #define BATCH_LAST 1u
 
@@ -209,7 +209,13 @@ struct kvio_serve_mirror {
     uint32_t num_ranks;
     uint32_t block_size;
     mirrored_rank_t *ranks;
+    kvio_router_t *router; /* hears the deltas as KV events (NULL: none) */
 };
+
+void kvio_serve_mirror_hear(kvio_serve_mirror_t *mirror, kvio_router_t *router)
+{
+    mirror->router = router;
+}
 
 kvio_status_t kvio_serve_mirror_create(uint32_t num_ranks, uint32_t block_size,
                                        kvio_serve_mirror_t **mirror_p)
@@ -256,6 +262,7 @@ kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank
     if (kvio_wire_status(&in) != KVIO_OK || kvio_wire_left(&in) != 0)
         return KVIO_ERR_PARSE;
     mirrored_rank_t *mirrored = &mirror->ranks[rank];
+    int64_t now_ns = mirror->router != NULL ? (int64_t)kvio_time_ns() : 0;
     /* Additions first: every eviction then finds what it removes, even a
      * block cached and evicted within the same iteration. */
     for (uint32_t i = 0; i < header.num_cached; i++) {
@@ -263,11 +270,15 @@ kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank
         memcpy(&hash, added + (size_t)i * sizeof(hash), sizeof(hash));
         if (set_add(&mirrored->cached, hash) != KVIO_OK)
             return KVIO_ERR_NOMEM;
+        if (mirror->router != NULL)
+            kvio_router_event(mirror->router, rank, hash, true, now_ns);
     }
     for (uint32_t i = 0; i < header.num_evicted; i++) {
         kvio_hash_t hash;
         memcpy(&hash, evicted + (size_t)i * sizeof(hash), sizeof(hash));
         set_remove(&mirrored->cached, hash);
+        if (mirror->router != NULL)
+            kvio_router_event(mirror->router, rank, hash, false, now_ns);
     }
     mirrored->state = header;
     mirrored->states++;
@@ -525,6 +536,8 @@ kvio_status_t kvio_serve_client_create(const kvio_serve_run_t *run,
         status = kvio_serve_mirror_create(client->num_serve,
                                           (uint32_t)run->serve->kvcache.block_size,
                                           &client->mirror);
+    if (status == KVIO_OK && kvio_router_hears_events(client->router))
+        kvio_serve_mirror_hear(client->mirror, client->router);
     if (status == KVIO_OK &&
         ((client->batches = calloc(client->num_serve, sizeof(*client->batches))) == NULL ||
          (client->final = calloc(client->num_serve, sizeof(*client->final))) == NULL))
@@ -678,6 +691,7 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
                 status = kvio_serve_engine_request(next, (uint32_t)run->serve->kvcache.block_size,
                                                    now, measured, 0, &hashes, &request);
                 if (status == KVIO_OK && request.prompt_tokens > 0) {
+                    view.now_ns = (int64_t)kvio_time_ns(); /* the mirror's event clock */
                     uint32_t rank = kvio_router_choose_view(client->router, &view,
                                                             client->num_serve, &request);
                     status = kvio_serve_batch_add(&client->batches[rank], &request);
@@ -720,8 +734,10 @@ kvio_status_t kvio_serve_client_run(kvio_serve_client_t *client, volatile sig_at
 }
 
 /* The client rank's report to rank 0 (kvio/wire.h): magic, serve ranks,
- * requests generated, state messages, the router's name, then the requests
- * routed to each serve rank. */
+ * requests generated, state messages, the router's name, the requests
+ * routed to each serve rank, then what its routing decisions were (flags:
+ * bit 0 the router keeps an index, bit 1 fed by KV events; the events' lag,
+ * events, decisions, indexed and stale routes). */
 kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **blob_p,
                                      size_t *length_p)
 {
@@ -734,6 +750,14 @@ kvio_status_t kvio_serve_client_pack(const kvio_serve_client_t *client, void **b
     kvio_wire_put_blob(&out, router, strlen(router));
     for (uint32_t r = 0; r < client->num_serve; r++)
         kvio_wire_put_u64(&out, kvio_serve_mirror_sent(client->mirror, r));
+    kvio_router_stats_t routes;
+    kvio_router_stats(client->router, &routes);
+    kvio_wire_put_u64(&out, (routes.indexed ? 1u : 0u) | (routes.hears_events ? 2u : 0u));
+    kvio_wire_put_u64(&out, (uint64_t)routes.event_lag_ns);
+    kvio_wire_put_u64(&out, routes.events);
+    kvio_wire_put_u64(&out, routes.decisions);
+    kvio_wire_put_u64(&out, routes.indexed_routes);
+    kvio_wire_put_u64(&out, routes.stale_routes);
     return kvio_wire_finish(&out, blob_p, length_p);
 }
 
@@ -744,29 +768,61 @@ bool kvio_serve_client_blob(const void *blob, size_t length)
     return kvio_wire_get_u64(&in, &magic) && magic == CLIENT_MAGIC;
 }
 
-json_t *kvio_serve_client_json(const void *blob, size_t length)
+/* The client's report as it was packed (its arrays borrowed from blob). */
+typedef struct client_report {
+    uint64_t num_serve, generated, states, name_length;
+    const char *name;
+    const unsigned char *sent;
+    kvio_router_stats_t routes;
+} client_report_t;
+
+static bool client_report_read(const void *blob, size_t length, client_report_t *report)
 {
     kvio_wire_reader_t in = kvio_wire_reader(blob, length);
-    uint64_t magic = 0, num_serve = 0, generated = 0, states = 0, name_length = 0;
+    uint64_t magic = 0, hears = 0, lag = 0; /* hears: bit 0 indexed, bit 1 events */
+    *report = (client_report_t){0};
     kvio_wire_get_u64(&in, &magic);
-    kvio_wire_get_u64(&in, &num_serve);
-    kvio_wire_get_u64(&in, &generated);
-    kvio_wire_get_u64(&in, &states);
-    const char *name = kvio_wire_take_blob(&in, &name_length);
-    const unsigned char *sent = kvio_wire_take_array(&in, num_serve, sizeof(uint64_t));
-    if (kvio_wire_status(&in) != KVIO_OK || magic != CLIENT_MAGIC || kvio_wire_left(&in) != 0 ||
-        num_serve > UINT32_MAX)
+    kvio_wire_get_u64(&in, &report->num_serve);
+    kvio_wire_get_u64(&in, &report->generated);
+    kvio_wire_get_u64(&in, &report->states);
+    report->name = kvio_wire_take_blob(&in, &report->name_length);
+    report->sent = kvio_wire_take_array(&in, report->num_serve, sizeof(uint64_t));
+    kvio_wire_get_u64(&in, &hears);
+    kvio_wire_get_u64(&in, &lag);
+    kvio_wire_get_u64(&in, &report->routes.events);
+    kvio_wire_get_u64(&in, &report->routes.decisions);
+    kvio_wire_get_u64(&in, &report->routes.indexed_routes);
+    kvio_wire_get_u64(&in, &report->routes.stale_routes);
+    report->routes.indexed = (hears & 1u) != 0;
+    report->routes.hears_events = (hears & 2u) != 0;
+    report->routes.event_lag_ns = (int64_t)lag;
+    return kvio_wire_status(&in) == KVIO_OK && magic == CLIENT_MAGIC &&
+           kvio_wire_left(&in) == 0 && report->num_serve <= UINT32_MAX;
+}
+
+json_t *kvio_serve_client_json(const void *blob, size_t length)
+{
+    client_report_t report;
+    if (!client_report_read(blob, length, &report))
         return NULL;
-    uint64_t *routed = malloc(num_serve * sizeof(uint64_t) + 1);
+    uint64_t *routed = malloc(report.num_serve * sizeof(uint64_t) + 1);
     if (routed == NULL)
         return NULL;
-    memcpy(routed, sent, num_serve * sizeof(uint64_t));
+    memcpy(routed, report.sent, report.num_serve * sizeof(uint64_t));
     char router[64];
-    snprintf(router, sizeof(router), "%.*s", (int)(name_length < 63 ? name_length : 63), name);
-    json_t *object = kvio_serve_client_counts_json("rank", router, generated, routed,
-                                                   (uint32_t)num_serve, states);
+    snprintf(router, sizeof(router), "%.*s",
+             (int)(report.name_length < 63 ? report.name_length : 63), report.name);
+    json_t *object = kvio_serve_client_counts_json("rank", router, report.generated, routed,
+                                                   (uint32_t)report.num_serve, report.states);
     free(routed);
     return object;
+}
+
+void kvio_serve_client_routing_fill(kvio_result_t *result, const void *blob, size_t length)
+{
+    client_report_t report;
+    if (client_report_read(blob, length, &report))
+        kvio_router_stats_fill(result, &report.routes);
 }
 
 json_t *kvio_serve_client_counts_json(const char *where, const char *router,

@@ -218,8 +218,10 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
                                     run->itls, run->samples, run->pd != NULL ? &pd : NULL,
                                     run->frontend != NULL, error_p, error_len);
     free(served);
-    if (status == KVIO_OK && run->frontend != NULL)
+    if (status == KVIO_OK && run->frontend != NULL) {
+        kvio_frontend_routing_fill(run->frontend, result);
         status = kvio_frontend_write_trace(run->frontend, run->results, error_p, error_len);
+    }
     if (status != KVIO_OK)
         goto out;
     plain_metrics(&plain, result);

@@ -82,6 +82,8 @@ kvio_status_t kvio_frontend_create(const kvio_frontend_params_t *params,
         if (status == KVIO_OK)
             status = kvio_serve_mirror_create(params->num_ranks, params->block_size,
                                               &frontend->mirror);
+        if (status == KVIO_OK && kvio_router_hears_events(frontend->router))
+            kvio_serve_mirror_hear(frontend->mirror, frontend->router);
     }
     if (status != KVIO_OK) {
         kvio_frontend_destroy(frontend);
@@ -207,6 +209,7 @@ static uint32_t route(kvio_frontend_t *frontend, const kvio_engine_request_t *re
         return 0;
     kvio_router_view_t view;
     kvio_serve_mirror_view(frontend->mirror, &view);
+    view.now_ns = (int64_t)kvio_time_ns(); /* the mirror's event clock */
     return kvio_router_choose_view(frontend->router, &view, frontend->params.num_ranks,
                                    request);
 }
@@ -519,6 +522,15 @@ void kvio_frontend_state(const kvio_frontend_t *frontend, uint32_t rank,
     *state_p = frontend->ranks[rank].state;
     state_p->waiting += (uint32_t)frontend->ranks[rank].queued;
     pthread_mutex_unlock(&shared->lock);
+}
+
+void kvio_frontend_routing_fill(kvio_frontend_t *frontend, kvio_result_t *result)
+{
+    if (frontend->router == NULL)
+        return;
+    pthread_mutex_lock(&frontend->lock); /* the router routes under it */
+    kvio_router_fill(result, frontend->router);
+    pthread_mutex_unlock(&frontend->lock);
 }
 
 const kvio_kv_event_sink_t *kvio_frontend_events(const kvio_frontend_t *frontend)

@@ -244,6 +244,8 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
             client = kvio_serve_client_json(blobs[b], lengths[b]);
             if (client == NULL)
                 status = KVIO_ERR_PARSE;
+            else
+                kvio_serve_client_routing_fill(result, blobs[b], lengths[b]);
             continue;
         }
         totals.prefills = pd != NULL && num_serve < pd->num_prefill;

@@ -247,7 +247,7 @@ static bool prefill_locally(kvio_serve_pd_t *pd, const kvio_engine_request_t *re
     if (threshold <= 0 || pd->params.num_decode == 0)
         return false;
     uint32_t d = kvio_router_choose(pd->router, pd->decode_engines, pd->params.num_decode,
-                                    request);
+                                    request, 0);
     size_t cached = kvio_engine_cached_prefix(pd->decode_engines[d], request->hashes,
                                               request->num_hashes, request->prompt_tokens);
     *decode_p = d;
@@ -337,7 +337,7 @@ kvio_status_t kvio_serve_pd_prefilled(kvio_serve_pd_t *pd, kvio_serve_loop_t *lo
         return status;
     }
     uint32_t d = kvio_router_choose(pd->router, pd->decode_engines, pd->params.num_decode,
-                                    &decode);
+                                    &decode, 0);
     kvio_tier_t *peer = pd->params.peers[d];
     for (uint32_t b = 0; b < entry->prompt_blocks; b++) {
         kvio_status_t status = kvio_tier_list(peer, entry->request.hashes[b], 0, 0);

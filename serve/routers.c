@@ -9,6 +9,8 @@
     X(least_loaded)                                                                        \
     X(prefix_affinity)                                                                     \
     X(kv_cost)                                                                             \
-    X(free_kv)
+    X(free_kv)                                                                             \
+    X(kv_events)                                                                           \
+    X(kv_approx)
 
 KVIO_REGISTRY_DEFINE(kvio_routers, "router", ROUTERS)

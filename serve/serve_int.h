@@ -17,6 +17,11 @@
 /* A router reads the requests' block hashes (they must be computed before
  * it chooses). */
 #define KVIO_ROUTER_CAP_READS_HASHES 1u
+/* A router keeps an index fed by the ranks' KV events (ops->on_event). */
+#define KVIO_ROUTER_CAP_HEARS_EVENTS 2u
+/* A router keeps its own index of the ranks' blocks: it says what prefix
+ * it routed on (call->indexed_blocks_p), and its routes are checked. */
+#define KVIO_ROUTER_CAP_INDEX 4u
 
 /* What a router's choose() is given. */
 typedef struct kvio_router_call {
@@ -25,6 +30,9 @@ typedef struct kvio_router_call {
     const kvio_router_view_t *view;
     uint32_t count;                    /* ranks to choose among (at least 2) */
     const kvio_engine_request_t *request;
+    /* A router with an index sets the prefix (in blocks) its index said
+     * the chosen rank held (left 0: none); the framework checks it. */
+    size_t *indexed_blocks_p;
 } kvio_router_call_t;
 
 /* ---------- serve's own parts of the public types ---------- */
@@ -36,9 +44,18 @@ const char *kvio_router_name(const kvio_router_t *router);
  * (prefix_affinity, kv_cost): else they may be computed later. */
 bool kvio_router_reads_hashes(const kvio_router_t *router, uint32_t num_ranks);
 
-/* Picks the serve rank for a request from the engines' current state. */
+/* Picks the serve rank for a request from the engines' current state
+ * (now_ns: the run's clock, for the events' delivery). */
 uint32_t kvio_router_choose(kvio_router_t *router, kvio_engine_t *const *engines,
-                            uint32_t num_engines, const kvio_engine_request_t *request);
+                            uint32_t num_engines, const kvio_engine_request_t *request,
+                            int64_t now_ns);
+
+/* A router with its own index: its routing decisions (indexed, stale)
+ * into result, with an event-fed one's lag and events (nothing for a
+ * router without an index). */
+void kvio_router_fill(kvio_result_t *result, const kvio_router_t *router);
+/* The same from stats (a client rank's, sent to rank 0). */
+void kvio_router_stats_fill(kvio_result_t *result, const kvio_router_stats_t *stats);
 
 /* Keeps at most bytes of iteration records for the report (the default
  * fits the runtime's message limit; a plain run's report stays in memory). */
@@ -56,10 +73,30 @@ typedef struct kvio_router_ops {
     unsigned caps;     /* KVIO_ROUTER_CAP_* */
     size_t state_size; /* bytes of private state, zeroed at create */
     uint32_t (*choose)(const kvio_router_call_t *call);
+    /* KVIO_ROUTER_CAP_HEARS_EVENTS: an event delivered (after the lag) to
+     * the index in state; returns KVIO_ERR_NOMEM when it cannot grow. */
+    kvio_status_t (*on_event)(void *state, uint32_t rank, kvio_hash_t hash, bool stored);
+    /* The first failure of the router's own upkeep (may be NULL: none). */
+    kvio_status_t (*status)(const void *state);
+    void (*fini)(void *state); /* frees what state holds (may be NULL) */
 } kvio_router_ops_t;
 
 /* The least loaded of count ranks in view (ties: the lower rank). */
 uint32_t kvio_router_pick_least_loaded(const kvio_router_view_t *view, uint32_t count);
+
+/* For routers with their own index (kv_events, kv_approx): the 64-bit key
+ * of a block hash (both halves mixed), whether index says rank holds a
+ * key, the run of the request's blocks from the first that it holds (at
+ * most the blocks a hit may cover: never the last prompt token, as the
+ * engine's lookup), and the rank with the longest run (equal runs: the
+ * less loaded; none anywhere: the least loaded), *blocks_p its run. */
+typedef bool (*kvio_router_holds_t)(const void *index, uint32_t rank, uint64_t key);
+uint64_t kvio_router_block_key(kvio_hash_t hash);
+size_t kvio_router_prefix_blocks(const kvio_engine_request_t *request, uint32_t block_size,
+                                 kvio_router_holds_t holds, const void *index, uint32_t rank);
+uint32_t kvio_router_pick_longest_prefix(const kvio_router_call_t *call,
+                                         kvio_router_holds_t holds, const void *index,
+                                         size_t *blocks_p);
 
 /* Column names of requests.csv and iterations.csv, and one row of each. */
 #define KVIO_REQUESTS_CSV_HEADER                                                            \
@@ -228,6 +265,11 @@ kvio_status_t kvio_serve_mirror_create(uint32_t num_ranks, uint32_t block_size,
 void kvio_serve_mirror_destroy(kvio_serve_mirror_t *mirror);
 kvio_status_t kvio_serve_mirror_apply(kvio_serve_mirror_t *mirror, uint32_t rank,
                                       const void *blob, size_t length, bool *final_p);
+/* From now on each hash a state adds to or takes from a rank's set reaches
+ * router (borrowed; one that hears events) as a KV event, stamped with
+ * kvio_time_ns() when the state is applied: what the rank published is what
+ * a fleet index hears (BlockStored / BlockRemoved), event_lag later. */
+void kvio_serve_mirror_hear(kvio_serve_mirror_t *mirror, kvio_router_t *router);
 /* Notes a request sent to rank: its load counts until the rank says it took
  * it, and its prompt blocks count as the rank's until then. */
 kvio_status_t kvio_serve_mirror_dispatched(kvio_serve_mirror_t *mirror, uint32_t rank,
@@ -265,6 +307,8 @@ kvio_status_t kvio_serve_batch_read(const void *blob, size_t length,
  * as JSON (generated, routed_per_rank, state_messages, router). */
 bool kvio_serve_client_blob(const void *blob, size_t length);
 json_t *kvio_serve_client_json(const void *blob, size_t length);
+/* Its router's decisions (kv_events: routing.*) into result. */
+void kvio_serve_client_routing_fill(kvio_result_t *result, const void *blob, size_t length);
 json_t *kvio_serve_client_counts_json(const char *where, const char *router,
                                       uint64_t generated, const uint64_t *routed,
                                       uint32_t num_ranks, uint64_t states);
@@ -325,6 +369,8 @@ void kvio_frontend_publish(kvio_frontend_t *frontend, uint32_t rank,
 
 /* The KV events sink and block size (for the ranks' sources). */
 const kvio_kv_event_sink_t *kvio_frontend_events(const kvio_frontend_t *frontend);
+/* The front end's router's decisions (kv_events: routing.*) into result. */
+void kvio_frontend_routing_fill(kvio_frontend_t *frontend, kvio_result_t *result);
 uint32_t kvio_frontend_block_size(const kvio_frontend_t *frontend);
 
 /* Writes every submitted request as a trace line (kvio JSONL: timestamp in

@@ -24,6 +24,8 @@ typedef struct sim_rank {
     kvio_serve_loop_t *loop;          /* for the observer */
     kvio_serve_pd_t *pd;              /* P/D: the hand-off (NULL: colocated) */
     kvio_serve_recorder_t *recorder;  /* shared by every rank: one order of events */
+    kvio_router_t *router;            /* hears this rank's KV events (NULL: none does) */
+    uint32_t index;                   /* among the routed lanes */
 } sim_rank_t;
 
 typedef struct simulation {
@@ -68,6 +70,16 @@ static void on_iteration(void *context, uint32_t world_rank,
 {
     sim_rank_t *rank = context;
     kvio_serve_record_iteration(rank->recorder, world_rank, rank->lane.engine, iteration);
+}
+
+/* A block's hash entered or left the rank's prefix index: a KV event
+ * (BlockStored / BlockRemoved) to a router that keeps a fleet index, at
+ * this moment of the virtual clock. */
+static void on_cache(void *context, kvio_hash_t hash, bool cached)
+{
+    sim_rank_t *rank = context;
+    kvio_executor_t *executor = rank->loop->executor;
+    kvio_router_event(rank->router, rank->index, hash, cached, executor->ops->now(executor));
 }
 
 /* A P/D decode rank's peer tier: the blocks the prefill ranks hold for it,
@@ -139,6 +151,11 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     rank->loop = &sim->loop;
     rank->recorder = &sim->recorder;
     rank->prefills = index < sim->num_prefill;
+    rank->index = index;
+    /* The routed ranks: every one, or with P/D the prefill ranks (the
+     * decode ranks' router, pd.router, keeps no index). */
+    if ((sim->num_prefill == 0 || rank->prefills) && kvio_router_hears_events(sim->router))
+        rank->router = sim->router;
     kvio_serve_lane_t *lane = &rank->lane;
     kvio_status_t status = kvio_serve_lane_init(lane, false);
     uint64_t kv_bytes_per_token = kvio_model_kv_bytes_per_token(run->model,
@@ -162,7 +179,8 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     if (status != KVIO_OK)
         return status;
     kvio_engine_observer_t observer = {.context = rank, .on_finish = on_finish,
-                                       .on_iteration = on_iteration};
+                                       .on_iteration = on_iteration,
+                                       .on_cache = rank->router != NULL ? on_cache : NULL};
     kvio_engine_params_t params = kvio_serve_engine_params(run, index, sim->blocks, sim->cost,
                                                            observer);
     params.tiers = rank->tiers;
@@ -353,6 +371,7 @@ static kvio_status_t simulation_metrics(const simulation_t *sim, kvio_result_t *
     kvio_result_set_text(result, KVIO_FIG_SCHEDULER,
                          kvio_choice_name(&run->serve->scheduler.policy));
     kvio_result_set_text(result, KVIO_FIG_ROUTER, kvio_router_name(sim->router));
+    kvio_router_fill(result, sim->router);
     kvio_result_set(result, KVIO_FIG_SIMULATED_S, (double)sim->executor.virtual_ns / 1e9);
     for (uint32_t r = 0; r < sim->num_ranks && status == KVIO_OK; r++)
         status = kvio_serve_tiers_fill(result, sim->ranks[r].tiers, sim->ranks[r].num_tiers, r);
@@ -376,6 +395,14 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, kvio_result_t *re
         if (status != KVIO_OK)
             snprintf(error_p, error_len, "%s",
                      sim.loop.error[0] != '\0' ? sim.loop.error : kvio_strerror(status));
+    }
+    kvio_router_stats_t routes = {.status = KVIO_OK};
+    if (sim.router != NULL)
+        kvio_router_stats(sim.router, &routes);
+    if (status == KVIO_OK && routes.status != KVIO_OK) {
+        snprintf(error_p, error_len, "simulate: the router's index of KV events: %s",
+                 kvio_strerror(routes.status));
+        status = routes.status;
     }
     if (status == KVIO_OK && sim.recorder.status != KVIO_OK) {
         snprintf(error_p, error_len, "simulate: recording the requests and iterations: %s",

@@ -881,6 +881,65 @@ Test(emulate, mirror_counts_a_routed_prefix_until_the_rank_has_cached_it, .timeo
     kvio_serve_mirror_destroy(mirror);
 }
 
+/* #57 item 3: the client's mirror hands each hash a rank published as
+ * cached or evicted to a kv_events router as BlockStored / BlockRemoved:
+ * with no lag the router's index has them at once, and a repeated prefix
+ * goes to the rank that published it; with a lag no run reaches (1 h) the
+ * index hears nothing yet, and the same request goes to the least loaded. */
+Test(emulate, mirror_hands_published_blocks_to_a_kv_events_router, .timeout = 10)
+{
+    const char *texts[] = {"{policy: kv_events}", "{policy: kv_events, event_lag: 1h}"};
+    const uint32_t expected[] = {1, 0};
+    const uint64_t expected_events[] = {3, 0};
+    for (int t = 0; t < 2; t++) {
+        kvio_router_config_t config = {0};
+        char error[256];
+        cr_assert_eq(kvio_config_bind_text(kvio_router_options, texts[t], "test", &config, error,
+                                           sizeof(error)),
+                     KVIO_OK, "%s", error);
+        kvio_router_t *router = NULL;
+        cr_assert_eq(kvio_router_create(&config, &router), KVIO_OK);
+        kvio_serve_mirror_t *mirror = NULL;
+        cr_assert_eq(kvio_serve_mirror_create(2, 16, &mirror), KVIO_OK);
+        kvio_serve_mirror_hear(mirror, router);
+        const kvio_hash_t hashes[3] = {{5, 15}, {6, 16}, {7, 17}};
+        publish_state(mirror, 0, hashes, 3, NULL, 0);
+        kvio_router_view_t view;
+        kvio_serve_mirror_view(mirror, &view);
+        view.now_ns = (int64_t)kvio_time_ns();
+        kvio_engine_request_t request = {.id = 1, .prompt_tokens = 60, .output_tokens = 8,
+                                         .hashes = hashes, .num_hashes = 3};
+        cr_expect_eq(kvio_router_choose_view(router, &view, 2, &request), expected[t], "%s",
+                     texts[t]);
+        kvio_router_stats_t stats;
+        kvio_router_stats(router, &stats);
+        cr_expect_eq(stats.events, expected_events[t], "%s", texts[t]);
+        cr_expect_eq(stats.indexed_routes, expected_events[t] > 0, "%s", texts[t]);
+        cr_expect_eq(stats.stale_routes, 0, "%s", texts[t]);
+        kvio_serve_mirror_destroy(mirror);
+        kvio_router_destroy(router);
+        kvio_config_free(kvio_router_options, &config);
+    }
+}
+
+/* kv_events from the client rank, end to end: the serve ranks' published
+ * blocks are its index's only input; every request is one of its
+ * decisions, many on an indexed prefix, none stale at lag 0 (the index is
+ * then the client's copy of what the ranks published). */
+Test(emulate, in_process_kv_events_routes_on_the_ranks_published_blocks, .timeout = 60)
+{
+    char *dir;
+    json_int_t generated;
+    json_t *summary = run_client("kv_events", "train: 1, serve: 2, client: 1",
+                                 "train: 0, serve: 2", "rank", &dir, &generated);
+    cr_assert_eq(metric(summary, "routing.decisions"), (double)generated);
+    cr_assert_gt(metric(summary, "routing.events"), 0);
+    cr_assert_gt(metric(summary, "routing.indexed_routes"), 0);
+    cr_assert_eq(metric(summary, "routing.stale_routes"), 0);
+    cr_assert_eq(metric(summary, "routing.stale_route_share"), 0);
+    finish_client(summary, dir);
+}
+
 /* #53.7: in emulate the serve ranks tell the trainer what they served as
  * the run goes, and the adaptive policy's decisions use that rate, not the
  * prior (1000 req/s, far above what 20 req/s offered can serve). */

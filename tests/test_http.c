@@ -1155,6 +1155,42 @@ static int free_port_pair(void)
     return 0;
 }
 
+/* #57 item 3: kvio serve with kv_events in front routes on the ranks' own
+ * published blocks: the same prompt again goes to the rank that cached it
+ * (round robin would alternate), and summary.json counts the decisions. */
+Test(http, a_kv_events_router_in_front_sends_a_repeated_prompt_where_it_is_cached,
+     .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--set",
+                                   "ranks.serve=2", "--set", "serve.router.policy=kv_events",
+                                   NULL);
+    for (unsigned i = 0; i < 4; i++) {
+        char *body = completion_body(1000, 200, 2, false);
+        reply_t reply = post(server.port, "/v1/completions", body);
+        cr_assert_eq(reply.status, 200);
+        free(body);
+        free(reply.body);
+        /* The rank publishes its blocks at its next iteration boundary. */
+        pause_ms((long)(test_seconds(0.3) * 1000));
+    }
+    reply_t metrics = get(server.port, "/metrics");
+    size_t count = 0;
+    sample_t *samples = parse_prometheus(metrics.body, &count);
+    double on[2] = {sample_sum(samples, count, "vllm:request_success_total", "engine=\"0\""),
+                    sample_sum(samples, count, "vllm:request_success_total", "engine=\"1\"")};
+    cr_assert(on[0] + on[1] == 4 && (on[0] == 4 || on[1] == 4), "rank 0: %g, rank 1: %g", on[0],
+              on[1]);
+    free(samples);
+    free(metrics.body);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_number(summary, "metrics.routing.decisions"), 4);
+    cr_assert_eq(test_json_number(summary, "metrics.routing.indexed_routes"), 3);
+    cr_assert_eq(test_json_number(summary, "metrics.routing.stale_routes"), 0);
+    json_decref(summary);
+    server_free(&server);
+}
+
 Test(http, one_port_per_rank_or_a_router_in_front, .timeout = 120)
 {
     int first = free_port_pair();

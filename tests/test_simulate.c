@@ -1667,3 +1667,69 @@ Test(simulate, pkas_runs_as_many_requests_as_fit_beside_a_shared_prompt, .timeou
     run_free(&fcfs);
     run_free(&pkas);
 }
+
+/* #57 item 3: the routers over a fleet on a Mooncake-format trace (the
+ * fleet-routers preset: three serve ranks, pools that hold about three of
+ * the trace's twelve shared prefixes), in one compare: hit rate, TTFT p99
+ * and, for kv_events, the share of routes its index sent to a rank that had
+ * already evicted the prefix. At lag 0 the index is the ranks' caches (no
+ * stale route); 100 ms late it routes some requests stale; prefix routing
+ * beats round robin's hits. */
+static const json_t *variant_figures(const json_t *compare, const char *name)
+{
+    const json_t *variants = json_object_get(compare, "variants");
+    for (size_t v = 0; v < json_array_size(variants); v++) {
+        const json_t *variant = json_array_get(variants, v);
+        if (strcmp(json_string_value(json_object_get(variant, "name")), name) == 0)
+            return json_object_get(json_array_get(json_object_get(variant, "runs"), 0),
+                                   "figures");
+    }
+    cr_assert_fail("no variant %s", name);
+    return NULL;
+}
+
+Test(simulate, compare_of_routers_counts_stale_routes_only_when_events_lag, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char out[1100], error[1024] = "";
+    snprintf(out, sizeof(out), "%s/cmp", dir);
+    const char *policies[] = {"prefix_affinity", "kv_events", "kv_approx", "round_robin"};
+    const char *lags[] = {"0s", "100ms"};
+    kvio_compare_vary_t varies[] = {
+        {.key = "serve.router.policy", .values = policies, .count = 4},
+        {.key = "serve.router.event_lag", .values = lags, .count = 2}};
+    const char *sets[] = {
+        "stream.trace.path=" KVIO_SOURCE_DIR "/tests/fixtures/mooncake_fleet.jsonl",
+        "stream.trace.format=mooncake"};
+    kvio_compare_options_t options = {.source = "fleet-routers", .sets = sets, .num_sets = 2,
+                                      .varies = varies, .num_varies = 2, .repeat = 1,
+                                      .output_dir = out};
+    kvio_comparison_t *comparison = NULL;
+    cr_assert_eq(kvio_compare(&options, &comparison, error, sizeof(error)), KVIO_OK, "%s", error);
+    json_t *compare = kvio_comparison_json(comparison);
+    kvio_comparison_destroy(comparison);
+    cr_assert_eq(json_array_size(json_object_get(compare, "variants")), 8);
+    const json_t *exact = variant_figures(compare, "policy=kv_events,event_lag=0s");
+    const json_t *late = variant_figures(compare, "policy=kv_events,event_lag=100ms");
+    const json_t *affinity = variant_figures(compare, "policy=prefix_affinity,event_lag=0s");
+    const json_t *turns = variant_figures(compare, "policy=round_robin,event_lag=0s");
+    const json_t *guess = variant_figures(compare, "policy=kv_approx,event_lag=0s");
+    cr_assert_eq(test_json_number(exact, "stale_route_share"), 0);
+    cr_assert_gt(test_json_number(late, "stale_route_share"), 0);
+    cr_assert_null(json_object_get(turns, "stale_route_share"), "round robin keeps no index");
+    /* Without lag the index is what prefix_affinity reads from the engines. */
+    cr_assert_float_eq(test_json_number(exact, "hit_rate"), test_json_number(affinity, "hit_rate"),
+                       1e-12);
+    cr_assert_gt(test_json_number(exact, "hit_rate"), test_json_number(turns, "hit_rate") + 0.1);
+    /* kv_approx predicts from its own routes: far better than round robin,
+     * but it never hears an eviction, so some of its routes are stale. */
+    cr_assert_gt(test_json_number(guess, "hit_rate"), test_json_number(turns, "hit_rate") + 0.1);
+    cr_assert_gt(test_json_number(guess, "stale_route_share"), 0);
+    for (const json_t *const *f = (const json_t *const[]){exact, late, affinity, turns, guess,
+                                                           NULL};
+         *f != NULL; f++)
+        cr_assert_gt(test_json_number(*f, "ttft_ms p99"), 0);
+    json_decref(compare);
+    test_rmtree(dir);
+    free(dir);
+}

@@ -28,9 +28,12 @@
  * iteration). The mode and device choose one; `kvio list` shows them. */
 extern const kvio_registry_t kvio_executors;
 /* The `serve.router` section: a router by name, with its own options
- * (serve.router: {policy: prefix_affinity, prefix_affinity: {load_cap: 8}}). */
+ * (serve.router: {policy: prefix_affinity, prefix_affinity: {load_cap: 8}}),
+ * and how late the ranks' KV events reach a router that hears them
+ * (kv_events): an event of time t is delivered at t + event_lag. */
 typedef struct kvio_router_config {
     kvio_choice_t policy; /* of kvio_routers */
+    int64_t event_lag_ns; /* >= 0 */
 } kvio_router_config_t;
 
 extern const kvio_opt_t kvio_router_options[];
@@ -114,12 +117,43 @@ typedef struct kvio_router_view {
                             size_t num_hashes, uint32_t prompt_tokens);
     uint64_t (*active_decode_blocks)(void *context, uint32_t rank);
     uint32_t (*free_blocks)(void *context, uint32_t rank); /* may be NULL: not known */
+    int64_t now_ns; /* the router's clock: the events of time <= now_ns - event_lag are in */
 } kvio_router_view_t;
 
 /* Picks the serve rank for a request from what view shows of num_ranks
- * ranks. */
+ * ranks. A router with an index of the ranks' blocks (kv_events) first
+ * takes in the events due by view->now_ns; when its index said the chosen
+ * rank held a prefix that view's cached_prefix no longer shows (the rank
+ * evicted it within the lag), the route counts as stale. */
 uint32_t kvio_router_choose_view(kvio_router_t *router, const kvio_router_view_t *view,
                                  uint32_t num_ranks, const kvio_engine_request_t *request);
+
+/* Whether the router keeps an index fed by the ranks' KV events (then the
+ * run hands it every BlockStored / BlockRemoved with kvio_router_event). */
+bool kvio_router_hears_events(const kvio_router_t *router);
+
+/* Serve rank rank's block hash entered its prefix index (stored) or left
+ * it, at now_ns on the clock view->now_ns reads: queued, and delivered to
+ * the router's index event_lag later. Events come in time order. */
+void kvio_router_event(kvio_router_t *router, uint32_t rank, kvio_hash_t hash, bool stored,
+                       int64_t now_ns);
+
+/* What a router's routing decisions were: how many it made, how many went
+ * to a rank its index said held a prefix of the request (indexed), how
+ * many of those the rank no longer held (stale), and the first failure of
+ * its index (KVIO_ERR_NOMEM: the run must fail). */
+typedef struct kvio_router_stats {
+    bool indexed;        /* the router keeps an index (else the counts are 0) */
+    bool hears_events;   /* fed by KV events (kv_events; else lag and events are 0) */
+    int64_t event_lag_ns;
+    uint64_t decisions;
+    uint64_t indexed_routes;
+    uint64_t stale_routes;
+    uint64_t events;     /* events delivered to the index */
+    kvio_status_t status;
+} kvio_router_stats_t;
+
+void kvio_router_stats(const kvio_router_t *router, kvio_router_stats_t *stats_p);
 
 /* ---------- simulate-mode driver ---------- */
 
