@@ -64,6 +64,8 @@ static const router_case_t cases[] = {
     {"{policy: free_kv}", "most blocks free after the uncached prompt, then fewest requests", 4,
      {.free = {20, 14, 20, 23}, .cached_tokens = {0, 160, 64, 0}, .load = {3, 2, 1, 9}}, 160,
      {2, -1}},
+    {"{policy: kv_approx}", "no routed prefix anywhere: the least loaded (its history below)", 3,
+     {.load = {3, 1, 2}}, 16, {1, 1, -1}},
 };
 
 Test(router, every_router_picks_as_documented, .timeout = 10)
