@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include "kvio/clock.h"
+#include "kvio/ucx_status.h"
 
 /* Tags: the kind in the top byte, then the asking rank (requests) or the
  * batch's sequence number (replies, which reach only their asker's worker). */
@@ -107,24 +108,6 @@ struct kvio_shared_endpoint {
     bool stopped;
     char error[512];
 };
-
-static kvio_status_t from_ucs(ucs_status_t status)
-{
-    switch (status) {
-    case UCS_OK:
-        return KVIO_OK;
-    case UCS_ERR_NO_MEMORY:
-        return KVIO_ERR_NOMEM;
-    case UCS_ERR_TIMED_OUT:
-        return KVIO_ERR_TIMEOUT;
-    case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-        return KVIO_ERR_PEER;
-    default:
-        return KVIO_ERR_TRANSPORT;
-    }
-}
 
 /* ---------- operations ---------- */
 
@@ -313,7 +296,7 @@ static bool serve_one(server_t *server, size_t length)
         char text[160];
         snprintf(text, sizeof(text), "rank %u's reply: %s", request.rank,
                  done ? ucs_status_string(sent.status) : "no progress within the timeout");
-        server_failed(server, done ? from_ucs(sent.status) : KVIO_ERR_TIMEOUT, text);
+        server_failed(server, done ? kvio_status_from_ucs(sent.status) : KVIO_ERR_TIMEOUT, text);
         return false;
     }
     return true;
@@ -335,7 +318,7 @@ static void *serve(void *arg)
         if (received.status != UCS_OK) {
             /* A message larger than a request and a block: not ours. */
             if (received.status != UCS_ERR_MESSAGE_TRUNCATED)
-                server_failed(server, from_ucs(received.status),
+                server_failed(server, kvio_status_from_ucs(received.status),
                               ucs_status_string(received.status));
             continue;
         }
@@ -386,7 +369,7 @@ static kvio_status_t server_open(kvio_shared_endpoint_t *endpoint, char *error_p
     if (status != UCS_OK) {
         snprintf(error_p, error_len, "shared store: UCX set-up of rank %u's shard: %s",
                  endpoint->rank, ucs_status_string(status));
-        return from_ucs(status);
+        return kvio_status_from_ucs(status);
     }
     void *slab = mmap(NULL, server->slab_bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -411,7 +394,7 @@ static kvio_status_t server_open(kvio_shared_endpoint_t *endpoint, char *error_p
         snprintf(error_p, error_len, "shared store: registering rank %u's shard (%.2f GiB): %s",
                  endpoint->rank, (double)server->slab_bytes / 1073741824.0,
                  ucs_status_string(status));
-        return from_ucs(status);
+        return kvio_status_from_ucs(status);
     }
     return KVIO_OK;
 }
@@ -440,7 +423,7 @@ static kvio_status_t own_addresses(kvio_shared_endpoint_t *endpoint, void **blob
         ucp_worker_release_address(endpoint->server.worker, server);
     if (engine != NULL)
         ucp_worker_release_address(endpoint->worker, engine);
-    return status != UCS_OK ? from_ucs(status) : blob == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
+    return status != UCS_OK ? kvio_status_from_ucs(status) : blob == NULL ? KVIO_ERR_NOMEM : KVIO_OK;
 }
 
 static ucs_status_t connect_to(ucp_worker_h worker, const void *address, ucp_ep_h *ep_p)
@@ -477,7 +460,7 @@ static kvio_status_t connect_all(kvio_shared_endpoint_t *endpoint, void **blobs,
         if (status != UCS_OK) {
             snprintf(error_p, error_len, "shared store: connecting to rank %u: %s", rank,
                      ucs_status_string(status));
-            return from_ucs(status);
+            return kvio_status_from_ucs(status);
         }
     }
     return KVIO_OK;
@@ -541,7 +524,7 @@ kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
         if (opened != UCS_OK) {
             snprintf(error_p, error_len, "shared store: UCX set-up of rank %u: %s",
                      endpoint->rank, ucs_status_string(opened));
-            status = from_ucs(opened);
+            status = kvio_status_from_ucs(opened);
         }
     }
     if (status == KVIO_OK)
@@ -678,9 +661,9 @@ static void post_block(kvio_shared_endpoint_t *endpoint, size_t i, uint32_t op, 
 static kvio_status_t got_block_status(const pending_t *p)
 {
     if (p->sent.status != UCS_OK)
-        return from_ucs(p->sent.status);
+        return kvio_status_from_ucs(p->sent.status);
     if (p->received.status != UCS_OK)
-        return from_ucs(p->received.status);
+        return kvio_status_from_ucs(p->received.status);
     return (kvio_status_t)p->reply.status;
 }
 

@@ -696,9 +696,8 @@ static void client_lost_error(rank_state_t *state)
     for (int i = 0; i < state->all.num_reports; i++)
         if (state->all.reports[i].client_lost[0] != '\0') {
             /* The first serve rank to notice says how. */
-            char text[sizeof(state->error)];
-            snprintf(text, sizeof(text), "%s; %s", state->all.reports[i].client_lost, served);
-            snprintf(state->error, sizeof(state->error), "%s", text);
+            snprintf(state->error, sizeof(state->error), "%s; %s",
+                     state->all.reports[i].client_lost, served);
             state->lost = KVIO_ERR_PEER;
             return;
         }

@@ -25,7 +25,7 @@ cd "$root"
 declare -A HEADER_MODULE=(
     [build]=core [clock]=core [config]=core [dist]=core [events]=core [gpu]=core
     [hash]=core [log]=core [presets]=core [progress]=core [redis]=core [results]=core
-    [rng]=core [rte]=core [stats]=core [status]=core [sysinfo]=core [wire]=core
+    [rng]=core [rte]=core [stats]=core [status]=core [ucx_status]=core [sysinfo]=core [wire]=core
     [format]=core [result]=core [csv]=core [data]=core [copysum]=core [hashset]=core [plugin]=core [array]=core [files]=core
     [model]=model
     [stream]=workloads [tokenizer]=workloads [conversation]=workloads

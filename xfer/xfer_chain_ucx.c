@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kvio/clock.h"
+#include "kvio/ucx_status.h"
 
 #define INBOX_LENGTH 16
 
@@ -201,7 +202,7 @@ static kvio_status_t posted(kvio_ucx_chain_t *chain, ucs_status_ptr_t request, i
 {
     if (!UCS_PTR_IS_ERR(request))
         return KVIO_OK;
-    return chain_fail(chain, kvio_xfer_ucx_status(UCS_PTR_STATUS(request)), "%s rank %d: %s",
+    return chain_fail(chain, kvio_status_from_ucs(UCS_PTR_STATUS(request)), "%s rank %d: %s",
                       what, rank, ucs_status_string(UCS_PTR_STATUS(request)));
 }
 
@@ -396,7 +397,7 @@ static kvio_status_t chain_step(kvio_ucx_chain_t *chain)
     if (chain->failure != KVIO_OK)
         return chain->failure;
     if (chain->request_error != UCS_OK)
-        return chain_fail(chain, kvio_xfer_ucx_status(chain->request_error), "rank %d: %s",
+        return chain_fail(chain, kvio_status_from_ucs(chain->request_error), "rank %d: %s",
                           chain->next, ucs_status_string(chain->request_error));
     if (chain->inbox_overflow)
         return chain_fail(chain, KVIO_ERR_INTERNAL, "more than %d versions queued at rank %d",

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/ucx_status.h"
 
 typedef struct ack_message {
     uint64_t version;
@@ -30,29 +31,6 @@ typedef kvio_ucx_t ucx_priv_t;
 #define AM_UPDATE KVIO_UCX_AM_UPDATE
 #define AM_ACK KVIO_UCX_AM_ACK
 
-static kvio_status_t from_ucs(ucs_status_t status)
-{
-    switch (status) {
-    case UCS_OK:
-        return KVIO_OK;
-    case UCS_INPROGRESS:
-        return KVIO_INPROGRESS;
-    case UCS_ERR_NO_MEMORY:
-        return KVIO_ERR_NOMEM;
-    case UCS_ERR_TIMED_OUT:
-        return KVIO_ERR_TIMEOUT;
-    case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-        return KVIO_ERR_PEER;
-    case UCS_ERR_UNSUPPORTED:
-        return KVIO_ERR_UNSUPPORTED;
-    default:
-        return KVIO_ERR_TRANSPORT;
-    }
-}
-
-kvio_status_t kvio_xfer_ucx_status(ucs_status_t status) { return from_ucs(status); }
 
 static ucs_status_t on_update(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param)
@@ -149,7 +127,7 @@ static kvio_status_t wait_inflight(kvio_xfer_t *xfer, int limit, int peer, const
     if (priv->request_error != UCS_OK) {
         kvio_xfer_set_error(xfer, "%s transport: %s rank %d: %s", xfer->ops->plugin.name, what, peer,
                             ucs_status_string(priv->request_error));
-        return from_ucs(priv->request_error);
+        return kvio_status_from_ucs(priv->request_error);
     }
     return KVIO_OK;
 }
@@ -161,7 +139,7 @@ static kvio_status_t track(kvio_xfer_t *xfer, ucs_status_ptr_t request, const ch
     if (UCS_PTR_IS_ERR(request)) {
         kvio_xfer_set_error(xfer, "%s transport: %s: %s", xfer->ops->plugin.name, what,
                             ucs_status_string(UCS_PTR_STATUS(request)));
-        return from_ucs(UCS_PTR_STATUS(request));
+        return kvio_status_from_ucs(UCS_PTR_STATUS(request));
     }
     if (request != NULL)
         priv->inflight++; /* request_done counts it down and frees it */
@@ -259,7 +237,7 @@ kvio_status_t kvio_xfer_ucx_map(kvio_xfer_t *xfer, void *address, uint64_t bytes
                             xfer->ops->plugin.name, (unsigned long long)bytes,
                             memory_type == UCS_MEMORY_TYPE_CUDA ? ", CUDA" : "",
                             ucs_status_string(status));
-        return from_ucs(status);
+        return kvio_status_from_ucs(status);
     }
     ucp_mem_attr_t attributes = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
     ucp_mem_query(*memory_p, &attributes);
@@ -274,7 +252,7 @@ kvio_status_t kvio_xfer_ucx_set_handler(kvio_ucx_t *ucx, unsigned id,
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG,
         .id = id, .cb = callback, .arg = arg};
-    return from_ucs(ucp_worker_set_am_recv_handler(ucx->worker, &param));
+    return kvio_status_from_ucs(ucp_worker_set_am_recv_handler(ucx->worker, &param));
 }
 
 kvio_status_t kvio_xfer_ucx_pack_slots(kvio_xfer_t *xfer, void *address0, void *address1,
@@ -285,7 +263,7 @@ kvio_status_t kvio_xfer_ucx_pack_slots(kvio_xfer_t *xfer, void *address0, void *
     size_t sizes[2] = {0, 0};
     kvio_status_t status = KVIO_OK;
     for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
-        status = from_ucs(ucp_rkey_pack(priv->context, priv->memory[slot], &rkeys[slot],
+        status = kvio_status_from_ucs(ucp_rkey_pack(priv->context, priv->memory[slot], &rkeys[slot],
                                         &sizes[slot]));
     char *blob = NULL;
     if (status == KVIO_OK && (blob = malloc(3 * sizeof(uint64_t) + sizes[0] + sizes[1])) == NULL)
@@ -325,7 +303,7 @@ kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void
                             (const char *)blob + sizeof(header) + header[2]};
     kvio_status_t status = KVIO_OK;
     for (int slot = 0; slot < 2 && status == KVIO_OK; slot++)
-        status = from_ucs(ucp_ep_rkey_unpack(priv->eps[rank], rkeys[slot],
+        status = kvio_status_from_ucs(ucp_ep_rkey_unpack(priv->eps[rank], rkeys[slot],
                                              &remote_p->rkey[slot]));
     return status;
 }
@@ -386,7 +364,7 @@ static kvio_status_t connect_to(kvio_xfer_t *xfer, int rank, void **addresses)
     }
     kvio_xfer_set_error(xfer, "%s transport: connecting to rank %d: %s", xfer->ops->plugin.name,
                         rank, ucs_status_string(status));
-    return from_ucs(status);
+    return kvio_status_from_ucs(status);
 }
 
 bool kvio_xfer_ucx_takes_cuda(const kvio_ucx_t *ucx)
@@ -399,12 +377,12 @@ kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer)
     ucx_priv_t *priv = xfer->priv;
     ucp_config_t *config = NULL;
     priv->size = kvio_rte_size(xfer->rte);
-    kvio_status_t status = from_ucs(ucp_config_read(NULL, NULL, &config));
+    kvio_status_t status = kvio_status_from_ucs(ucp_config_read(NULL, NULL, &config));
     if (status != KVIO_OK)
         return status;
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_RMA | UCP_FEATURE_AM};
-    status = from_ucs(ucp_init(&params, config, &priv->context));
+    status = kvio_status_from_ucs(ucp_init(&params, config, &priv->context));
     ucp_config_release(config);
     if (status != KVIO_OK)
         return status;
@@ -413,7 +391,7 @@ kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer)
         priv->memory_types = context_attributes.memory_types;
     ucp_worker_params_t worker_params = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                          .thread_mode = UCS_THREAD_MODE_SINGLE};
-    status = from_ucs(ucp_worker_create(priv->context, &worker_params, &priv->worker));
+    status = kvio_status_from_ucs(ucp_worker_create(priv->context, &worker_params, &priv->worker));
     if (status == KVIO_OK)
         status = kvio_xfer_ucx_set_handler(priv, AM_UPDATE, on_update, priv);
     if (status == KVIO_OK)
@@ -446,7 +424,7 @@ kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t 
     /* A rank whose set-up failed still takes part (with an empty address),
      * so that its peers are not left waiting; it then reports its error. */
     kvio_status_t status = priv->worker != NULL
-                               ? from_ucs(ucp_worker_get_address(priv->worker, &address,
+                               ? kvio_status_from_ucs(ucp_worker_get_address(priv->worker, &address,
                                                                  &address_length))
                                : KVIO_ERR_INTERNAL;
     kvio_status_t exchange = kvio_rte_allgather_blobs(
@@ -803,7 +781,7 @@ static kvio_status_t announce_landed(kvio_xfer_t *xfer, ucp_ep_h ep, int rank)
     if (landing->error != UCS_OK) {
         kvio_xfer_set_error(xfer, "%s transport: telling rank %d what has landed: %s",
                             xfer->ops->plugin.name, rank, ucs_status_string(landing->error));
-        return from_ucs(landing->error);
+        return kvio_status_from_ucs(landing->error);
     }
     if (landing->stored) {
         landing->flushed = landing->posted;

@@ -84,9 +84,6 @@ typedef struct kvio_ucx {
 /* Queues a notice for the receiver's poll; false when the queue is full. */
 bool kvio_xfer_ucx_queue_push(kvio_ucx_t *ucx, const kvio_xfer_meta_t *meta);
 
-/* UCX's status as kvio's. */
-kvio_status_t kvio_xfer_ucx_status(ucs_status_t status);
-
 /* Creates the context (and reads its memory types), the worker and the
  * notice/ack handlers; sender: per-receiver credit state. */
 kvio_status_t kvio_xfer_ucx_open(kvio_xfer_t *xfer);
