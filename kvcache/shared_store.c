@@ -244,6 +244,7 @@ static int64_t batch_cost(kvio_shared_store_t *store, uint32_t rank, bool put)
         int64_t cost_ns = (local ? config->local_latency_ns : config->remote_latency_ns) +
                           (int64_t)llround((double)config->block_bytes * blocks * 1e9 / bandwidth);
         kvio_shared_link_stats_t *link = link_of(store, rank, holder);
+        link->requests += put ? blocks : 1;
         if (put)
             link->put_ns += cost_ns;
         else
@@ -356,6 +357,15 @@ bool kvio_shared_endpoint_contains(kvio_shared_endpoint_t *endpoint, kvio_hash_t
 {
     (void)endpoint, (void)hash;
     return false;
+}
+
+size_t kvio_shared_endpoint_lookup(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
+                                   size_t count, bool *held_p)
+{
+    (void)endpoint, (void)hashes;
+    for (size_t i = 0; held_p != NULL && i < count; i++)
+        held_p[i] = false;
+    return 0;
 }
 
 const char *kvio_shared_endpoint_error(const kvio_shared_endpoint_t *endpoint)

@@ -4,10 +4,13 @@
  * UCX tag messages from a second worker. A put sends [request, block] to
  * the holder, which checks the block's checksum and copies it into a slot
  * of its shard (evicting the least recently used block when full); a get
- * sends the request and the holder answers [reply, block] straight from the
- * slot, which the reader checks against the checksum taken at the put. A
- * batch's messages are all in flight together. Every wait is bounded by the
- * runtime's timeout. */
+ * sends each holder one request with its hashes of the batch (up to
+ * BATCH_HASHES) and the holder answers the leading ones it holds, [reply,
+ * checksums, blocks] straight from the slots, which the reader checks
+ * against the checksums taken at the puts; a lookup (has) is the same
+ * without the blocks. A put sends a message per block. A batch's messages
+ * are all in flight together. Every wait is bounded by the runtime's
+ * timeout. */
 #include "kvcache/shared_store_int.h"
 
 #include <errno.h>
@@ -35,18 +38,27 @@
 
 enum { OP_PUT = 1, OP_GET = 2, OP_HAS = 3 };
 
+/* The most hashes one get or has request carries (a get's reply: as many
+ * blocks); a batch's hashes go one request per holder, in pieces of this. */
+#define BATCH_HASHES 64
+
+/* A request; a put's block follows it, a get's or has's count hashes. */
 typedef struct wire_request {
     uint32_t op;
     uint32_t rank;      /* the asker: where the reply goes */
     uint64_t seq;       /* the reply's tag */
-    kvio_hash_t hash;
+    kvio_hash_t hash;   /* put: the block's */
     uint64_t checksum;  /* put: XXH3-64 of the block that follows */
+    uint32_t count;     /* get, has: the hashes that follow, 1..BATCH_HASHES */
+    uint32_t unused;
 } wire_request_t;
 
+/* A reply; a get's carries count checksums (as put) and its found blocks. */
 typedef struct wire_reply {
     int32_t status;     /* kvio_status_t */
     uint32_t fresh;     /* put: the block was new to the shard */
-    uint64_t checksum;  /* get: the block's, as put (the block follows) */
+    uint32_t found;     /* get, has: the leading hashes of the request held */
+    uint32_t unused;
 } wire_reply_t;
 
 /* One UCX operation, completed by its callback. */
@@ -66,7 +78,11 @@ typedef struct server {
     unsigned char *slab;      /* capacity blocks, a block per slot */
     uint64_t slab_bytes;
     ucp_ep_h *eps;            /* to every rank's engine worker */
-    unsigned char *inbox;     /* a request and its block */
+    unsigned char *inbox;     /* a request and its block or hashes */
+    size_t inbox_bytes;
+    uint64_t checksums[BATCH_HASHES];       /* a get's reply */
+    uint8_t held[BATCH_HASHES];             /* a has's reply */
+    ucp_dt_iov_t reply_iov[BATCH_HASHES + 2]; /* [reply, checksums, blocks] */
     shared_shard_t shard;
     uint64_t block_bytes;
     uint32_t size;
@@ -82,13 +98,19 @@ typedef struct server {
     atomic_uint_fast64_t published_held, published_stored, published_evictions;
 } server_t;
 
-/* One block of a batch in flight. */
+/* One message of a batch in flight: a put's block, or a get's or has's
+ * hashes held by one rank (their places in the caller's batch in index). */
 typedef struct pending {
     wire_request_t request;
     wire_reply_t reply;
-    ucp_dt_iov_t send_iov[2], recv_iov[2]; /* UCX reads them until the operation is done */
+    uint32_t holder, count;
+    kvio_hash_t hashes[BATCH_HASHES];
+    uint32_t index[BATCH_HASHES];
+    uint64_t checksums[BATCH_HASHES]; /* a get's reply */
+    uint8_t held[BATCH_HASHES];       /* a has's reply */
+    /* UCX reads them until the operation is done */
+    ucp_dt_iov_t send_iov[2], recv_iov[BATCH_HASHES + 2];
     completion_t sent, received;
-    uint32_t holder;
 } pending_t;
 
 struct kvio_shared_endpoint {
@@ -102,8 +124,11 @@ struct kvio_shared_endpoint {
     ucp_ep_h *eps;            /* to every rank's server */
     server_t server;
     kvio_shared_link_stats_t *links; /* to each holder */
-    pending_t *pending;
+    pending_t *pending;       /* a batch's messages */
     size_t pending_capacity;
+    uint32_t *block_message;  /* a get's or has's block i: its message, */
+    uint32_t *block_position; /* and its place there (pending_capacity each) */
+    uint32_t *open_message;   /* per holder: the message filling, or UINT32_MAX */
     uint64_t seq;
     bool stopped;
     char error[512];
@@ -253,6 +278,48 @@ static wire_reply_t serve_put(server_t *server, const wire_request_t *request, s
     return reply;
 }
 
+/* A get: the leading hashes of the request the shard holds, touched, their
+ * blocks answered straight from their slots after the checksums taken at
+ * their puts; a has: whether it holds each (a byte per hash after the
+ * reply), found the leading ones. Returns the reply's parts. */
+static size_t serve_lookup(server_t *server, const wire_request_t *request, size_t length,
+                           wire_reply_t *reply)
+{
+    if (request->count == 0 || request->count > BATCH_HASHES ||
+        length != sizeof(*request) + request->count * sizeof(kvio_hash_t)) {
+        reply->status = KVIO_ERR_INVALID;
+        return 1;
+    }
+    bool get = request->op == OP_GET;
+    const unsigned char *hashes = server->inbox + sizeof(*request);
+    uint32_t found = 0;
+    bool leading = true;
+    for (uint32_t i = 0; i < request->count && (leading || !get); i++) {
+        kvio_hash_t hash;
+        memcpy(&hash, hashes + i * sizeof(hash), sizeof(hash));
+        uint32_t slot = shared_shard_find(&server->shard, hash, get);
+        leading = leading && slot != SHARED_NO_ENTRY;
+        found += leading;
+        if (!get) {
+            server->held[i] = slot != SHARED_NO_ENTRY;
+        } else if (leading) {
+            server->checksums[i] = server->shard.entries[slot].checksum;
+            server->reply_iov[2 + i] = (ucp_dt_iov_t){
+                .buffer = server->slab + (uint64_t)slot * server->block_bytes,
+                .length = server->block_bytes};
+        }
+    }
+    reply->status = KVIO_OK;
+    reply->found = found;
+    if (!get) {
+        server->reply_iov[1] = (ucp_dt_iov_t){.buffer = server->held, .length = request->count};
+        return 2;
+    }
+    server->reply_iov[1] = (ucp_dt_iov_t){.buffer = server->checksums,
+                                          .length = request->count * sizeof(uint64_t)};
+    return 2 + found;
+}
+
 /* Answers one request; false when the reply could not be sent. */
 static bool serve_one(server_t *server, size_t length)
 {
@@ -262,32 +329,20 @@ static bool serve_one(server_t *server, size_t length)
     memcpy(&request, server->inbox, sizeof(request));
     if (request.rank >= server->size)
         return true;
-    wire_reply_t reply = {.status = KVIO_ERR_NOT_FOUND};
-    ucp_dt_iov_t iov[2] = {{.buffer = &reply, .length = sizeof(reply)}};
+    wire_reply_t reply = {.status = KVIO_ERR_INVALID};
     size_t parts = 1;
-    if (request.op == OP_PUT) {
+    if (request.op == OP_PUT)
         reply = serve_put(server, &request, length);
-    } else if (request.op == OP_GET) {
-        uint32_t slot = shared_shard_find(&server->shard, request.hash, true);
-        if (slot != SHARED_NO_ENTRY) {
-            reply.status = KVIO_OK;
-            reply.checksum = server->shard.entries[slot].checksum;
-            iov[1].buffer = server->slab + (uint64_t)slot * server->block_bytes;
-            iov[1].length = server->block_bytes;
-            parts = 2;
-        }
-    } else if (request.op == OP_HAS) {
-        if (shared_shard_find(&server->shard, request.hash, false) != SHARED_NO_ENTRY)
-            reply.status = KVIO_OK;
-    } else {
-        reply.status = KVIO_ERR_INVALID;
-    }
+    else if (request.op == OP_GET || request.op == OP_HAS)
+        parts = serve_lookup(server, &request, length, &reply);
+    server->reply_iov[0] = (ucp_dt_iov_t){.buffer = &reply, .length = sizeof(reply)};
     kvio_shared_shard_stats_t counts = shared_shard_stats(&server->shard);
     atomic_store(&server->published_held, counts.held);
     atomic_store(&server->published_stored, counts.stored);
     atomic_store(&server->published_evictions, counts.evictions);
     completion_t sent;
-    post_send(&sent, server->eps[request.rank], TAG_REPLY | request.seq, iov, parts, true);
+    post_send(&sent, server->eps[request.rank], TAG_REPLY | request.seq, server->reply_iov, parts,
+              true);
     bool done = server_wait(server, &sent, false);
     if (!done)
         cancel(server->worker, &sent);
@@ -305,11 +360,10 @@ static bool serve_one(server_t *server, size_t length)
 static void *serve(void *arg)
 {
     server_t *server = arg;
-    size_t inbox_bytes = sizeof(wire_request_t) + server->block_bytes;
     while (!atomic_load(&server->stop)) {
         completion_t received;
         post_recv(&received, server->worker, TAG_REQUEST, TAG_KIND_MASK, server->inbox,
-                  inbox_bytes, false);
+                  server->inbox_bytes, false);
         if (!server_wait(server, &received, true)) {
             cancel(server->worker, &received);
             break;
@@ -373,7 +427,10 @@ static kvio_status_t server_open(kvio_shared_endpoint_t *endpoint, char *error_p
     }
     void *slab = mmap(NULL, server->slab_bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    server->inbox = malloc(sizeof(wire_request_t) + server->block_bytes);
+    uint64_t hashes_bytes = BATCH_HASHES * sizeof(kvio_hash_t);
+    server->inbox_bytes = sizeof(wire_request_t) +
+                          (server->block_bytes > hashes_bytes ? server->block_bytes : hashes_bytes);
+    server->inbox = malloc(server->inbox_bytes);
     if (slab == MAP_FAILED || server->inbox == NULL ||
         shared_shard_init(&server->shard, capacity) != KVIO_OK) {
         snprintf(error_p, error_len,
@@ -517,7 +574,8 @@ kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
         return KVIO_ERR_CONFIG; /* a caller's mistake: no rank waits on this one */
     }
     endpoint->links = calloc(endpoint->size, sizeof(*endpoint->links));
-    if (status == KVIO_OK && endpoint->links == NULL)
+    endpoint->open_message = calloc(endpoint->size, sizeof(*endpoint->open_message));
+    if (status == KVIO_OK && (endpoint->links == NULL || endpoint->open_message == NULL))
         status = KVIO_ERR_NOMEM;
     if (status == KVIO_OK) {
         ucs_status_t opened = open_worker(UCP_FEATURE_TAG, &endpoint->context, &endpoint->worker);
@@ -588,25 +646,33 @@ static kvio_status_t endpoint_failed(kvio_shared_endpoint_t *endpoint, kvio_stat
     return status;
 }
 
+/* Room for a batch of count blocks (at most count messages). */
 static kvio_status_t pending_room(kvio_shared_endpoint_t *endpoint, size_t count)
 {
     if (count <= endpoint->pending_capacity)
         return KVIO_OK;
     pending_t *pending = realloc(endpoint->pending, count * sizeof(*pending));
-    if (pending == NULL)
+    if (pending != NULL)
+        endpoint->pending = pending;
+    uint32_t *message = realloc(endpoint->block_message, count * sizeof(*message));
+    if (message != NULL)
+        endpoint->block_message = message;
+    uint32_t *position = realloc(endpoint->block_position, count * sizeof(*position));
+    if (position != NULL)
+        endpoint->block_position = position;
+    if (pending == NULL || message == NULL || position == NULL)
         return KVIO_ERR_NOMEM;
-    endpoint->pending = pending;
     endpoint->pending_capacity = count;
     return KVIO_OK;
 }
 
-/* Waits for the batch's sends and replies; on a silence as long as the
- * timeout, cancels what is left and says so. */
-static kvio_status_t batch_wait(kvio_shared_endpoint_t *endpoint, size_t count)
+/* Waits for the batch's messages and their replies; on a silence as long
+ * as the timeout, cancels what is left and says so. */
+static kvio_status_t batch_wait(kvio_shared_endpoint_t *endpoint, size_t messages)
 {
     pending_t *pending = endpoint->pending;
     uint64_t last_ns = kvio_time_ns();
-    size_t waiting = count;
+    size_t waiting = messages;
     while (waiting > 0) {
         /* Nothing came: let the holders' threads run (ranks and their
          * servers may share cores; a spinning wait starves them). */
@@ -615,50 +681,43 @@ static kvio_status_t batch_wait(kvio_shared_endpoint_t *endpoint, size_t count)
         else
             sched_yield();
         waiting = 0;
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = 0; i < messages; i++)
             waiting += !is_done(&pending[i].sent) + !is_done(&pending[i].received);
         if (waiting > 0 && (int64_t)(kvio_time_ns() - last_ns) > endpoint->timeout_ns)
             break;
     }
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = 0; i < messages; i++) {
         cancel(endpoint->worker, &pending[i].sent);
         cancel(endpoint->worker, &pending[i].received);
     }
     if (waiting > 0)
         return endpoint_failed(endpoint, KVIO_ERR_TIMEOUT,
-                               "%zu of %zu blocks' messages unanswered for %.1f s", waiting,
-                               2 * count, (double)endpoint->timeout_ns / 1e9);
+                               "%zu of %zu messages unanswered for %.1f s", waiting,
+                               2 * messages, (double)endpoint->timeout_ns / 1e9);
     return KVIO_OK;
 }
 
-/* Block i's request to its holder (its block after it on a put); the
- * reply's receive is posted first. */
-static void post_block(kvio_shared_endpoint_t *endpoint, size_t i, uint32_t op, kvio_hash_t hash,
-                       const void *put_data, void *get_data)
+/* Message m's request (the reply's receive posted first): recv_parts of
+ * recv_iov, then send_parts of send_iov, both set by the caller. */
+static void post_message(kvio_shared_endpoint_t *endpoint, pending_t *p, uint32_t op,
+                         size_t recv_parts, size_t send_parts)
 {
-    pending_t *p = &endpoint->pending[i];
     uint64_t seq = ++endpoint->seq & ~TAG_KIND_MASK;
-    p->holder = kvio_shared_store_holder(hash, endpoint->size);
-    p->request = (wire_request_t){.op = op, .rank = endpoint->rank, .seq = seq, .hash = hash};
+    p->request.op = op;
+    p->request.rank = endpoint->rank;
+    p->request.seq = seq;
     p->reply = (wire_reply_t){.status = KVIO_ERR_IO};
     p->recv_iov[0] = (ucp_dt_iov_t){.buffer = &p->reply, .length = sizeof(p->reply)};
-    p->recv_iov[1] = (ucp_dt_iov_t){.buffer = get_data,
-                                    .length = get_data != NULL ? endpoint->config.block_bytes : 0};
-    post_recv(&p->received, endpoint->worker, TAG_REPLY | seq, TAG_ALL, p->recv_iov,
-              get_data != NULL ? 2 : 1, true);
+    post_recv(&p->received, endpoint->worker, TAG_REPLY | seq, TAG_ALL, p->recv_iov, recv_parts,
+              true);
     p->send_iov[0] = (ucp_dt_iov_t){.buffer = &p->request, .length = sizeof(p->request)};
-    if (put_data != NULL) {
-        p->request.checksum = XXH3_64bits(put_data, endpoint->config.block_bytes);
-        /* The cast: a send only reads the block. */
-        p->send_iov[1] = (ucp_dt_iov_t){.buffer = (void *)put_data,
-                                        .length = endpoint->config.block_bytes};
-    }
+    endpoint->links[p->holder].requests++;
     post_send(&p->sent, endpoint->eps[p->holder], TAG_REQUEST | endpoint->rank, p->send_iov,
-              put_data != NULL ? 2 : 1, true);
+              send_parts, true);
 }
 
 /* What the holder answered, or how the messages failed. */
-static kvio_status_t got_block_status(const pending_t *p)
+static kvio_status_t got_message_status(const pending_t *p)
 {
     if (p->sent.status != UCS_OK)
         return kvio_status_from_ucs(p->sent.status);
@@ -667,19 +726,76 @@ static kvio_status_t got_block_status(const pending_t *p)
     return (kvio_status_t)p->reply.status;
 }
 
-/* A batch's requests, all in flight, and their replies; KVIO_ERR_NOMEM
- * only when nothing was sent. */
-static kvio_status_t batch_move(kvio_shared_endpoint_t *endpoint, uint32_t op,
-                                const kvio_hash_t *hashes, const void *const *put_data,
-                                void *const *get_data, size_t count)
+/* A put's blocks, a message each, all in flight; KVIO_ERR_NOMEM only when
+ * nothing was sent. */
+static kvio_status_t batch_put(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
+                               const void *const *data, size_t count)
 {
     if (pending_room(endpoint, count) != KVIO_OK)
         return endpoint_failed(endpoint, KVIO_ERR_NOMEM, "out of memory for a batch of %zu",
                                count);
-    for (size_t i = 0; i < count; i++)
-        post_block(endpoint, i, op, hashes[i], put_data != NULL ? put_data[i] : NULL,
-                   get_data != NULL ? get_data[i] : NULL);
+    for (size_t i = 0; i < count; i++) {
+        pending_t *p = &endpoint->pending[i];
+        p->holder = kvio_shared_store_holder(hashes[i], endpoint->size);
+        p->request = (wire_request_t){.hash = hashes[i],
+                                      .checksum = XXH3_64bits(data[i],
+                                                              endpoint->config.block_bytes)};
+        /* The cast: a send only reads the block. */
+        p->send_iov[1] = (ucp_dt_iov_t){.buffer = (void *)data[i],
+                                        .length = endpoint->config.block_bytes};
+        post_message(endpoint, p, OP_PUT, 1, 2);
+    }
     return batch_wait(endpoint, count);
+}
+
+/* A get's or has's hashes, one message per holder (in pieces of
+ * BATCH_HASHES), all in flight: one round trip for the batch. A get's
+ * blocks land in data (its reply's checksums in the message). *messages_p:
+ * the messages sent; KVIO_ERR_NOMEM only when nothing was. */
+static kvio_status_t batch_lookup(kvio_shared_endpoint_t *endpoint, uint32_t op,
+                                  const kvio_hash_t *hashes, void *const *data, size_t count,
+                                  size_t *messages_p)
+{
+    *messages_p = 0;
+    if (pending_room(endpoint, count) != KVIO_OK)
+        return endpoint_failed(endpoint, KVIO_ERR_NOMEM, "out of memory for a batch of %zu",
+                               count);
+    for (uint32_t h = 0; h < endpoint->size; h++)
+        endpoint->open_message[h] = UINT32_MAX;
+    uint32_t messages = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t holder = kvio_shared_store_holder(hashes[i], endpoint->size);
+        uint32_t m = endpoint->open_message[holder];
+        if (m == UINT32_MAX || endpoint->pending[m].count == BATCH_HASHES) {
+            m = endpoint->open_message[holder] = messages++;
+            endpoint->pending[m].holder = holder;
+            endpoint->pending[m].count = 0;
+        }
+        pending_t *p = &endpoint->pending[m];
+        endpoint->block_message[i] = m;
+        endpoint->block_position[i] = p->count;
+        p->hashes[p->count] = hashes[i];
+        p->index[p->count++] = (uint32_t)i;
+    }
+    for (uint32_t m = 0; m < messages; m++) {
+        pending_t *p = &endpoint->pending[m];
+        p->request = (wire_request_t){.count = p->count};
+        p->send_iov[1] = (ucp_dt_iov_t){.buffer = p->hashes,
+                                        .length = p->count * sizeof(kvio_hash_t)};
+        size_t recv_parts = 1;
+        if (op == OP_HAS)
+            p->recv_iov[recv_parts++] = (ucp_dt_iov_t){.buffer = p->held, .length = p->count};
+        if (op == OP_GET) {
+            p->recv_iov[recv_parts++] = (ucp_dt_iov_t){
+                .buffer = p->checksums, .length = p->count * sizeof(uint64_t)};
+            for (uint32_t j = 0; j < p->count; j++)
+                p->recv_iov[recv_parts++] = (ucp_dt_iov_t){
+                    .buffer = data[p->index[j]], .length = endpoint->config.block_bytes};
+        }
+        post_message(endpoint, p, op, recv_parts, 2);
+    }
+    *messages_p = messages;
+    return batch_wait(endpoint, messages);
 }
 
 kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
@@ -687,7 +803,7 @@ kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
                                        size_t count, int64_t *elapsed_ns_p)
 {
     uint64_t start_ns = kvio_time_ns();
-    kvio_status_t status = batch_move(endpoint, OP_PUT, hashes, data, NULL, count);
+    kvio_status_t status = batch_put(endpoint, hashes, data, count);
     *elapsed_ns_p = 0;
     if (status == KVIO_ERR_NOMEM)
         return status; /* nothing was sent (a batch's wait never runs out of memory) */
@@ -696,7 +812,7 @@ kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
         pending_t *p = &endpoint->pending[i];
         kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
         link->put_ns += elapsed_ns;
-        kvio_status_t block = got_block_status(p);
+        kvio_status_t block = got_message_status(p);
         if (block != KVIO_OK) {
             link->errors++;
             link->checksum_failures += block == KVIO_ERR_CHECKSUM;
@@ -715,17 +831,46 @@ kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
     return status;
 }
 
-/* A get's block i: ok, a miss, or what went wrong (a changed block). */
-static kvio_status_t got_block(kvio_shared_endpoint_t *endpoint, size_t i, const void *data)
+/* A lookup's block i: held (KVIO_OK), not (KVIO_ERR_NOT_FOUND), or how its
+ * message failed; a get's block also checked against its checksum (a
+ * get's block after its holder's first miss: not found, unasked). */
+static kvio_status_t looked_up(kvio_shared_endpoint_t *endpoint, size_t i, const void *data)
 {
-    pending_t *p = &endpoint->pending[i];
-    uint64_t block_bytes = endpoint->config.block_bytes;
-    kvio_status_t status = got_block_status(p);
+    pending_t *p = &endpoint->pending[endpoint->block_message[i]];
+    uint32_t position = endpoint->block_position[i];
+    kvio_status_t status = got_message_status(p);
     if (status != KVIO_OK)
         return status;
-    if (p->received.length != sizeof(p->reply) + block_bytes)
+    if (p->reply.found > p->count)
         return KVIO_ERR_IO;
-    return XXH3_64bits(data, block_bytes) == p->reply.checksum ? KVIO_OK : KVIO_ERR_CHECKSUM;
+    if (data == NULL) {
+        if (p->received.length != sizeof(p->reply) + p->count)
+            return KVIO_ERR_IO;
+        return p->held[position] ? KVIO_OK : KVIO_ERR_NOT_FOUND;
+    }
+    if (position >= p->reply.found)
+        return KVIO_ERR_NOT_FOUND;
+    uint64_t block_bytes = endpoint->config.block_bytes;
+    if (p->received.length != sizeof(p->reply) + p->count * sizeof(uint64_t) +
+                                  p->reply.found * block_bytes)
+        return KVIO_ERR_IO;
+    return XXH3_64bits(data, block_bytes) == p->checksums[position] ? KVIO_OK
+                                                                    : KVIO_ERR_CHECKSUM;
+}
+
+/* A get's messages: their time and the block bytes that crossed each link,
+ * counted whether or not they were wanted. */
+static void count_get_messages(kvio_shared_endpoint_t *endpoint, size_t messages,
+                               int64_t elapsed_ns)
+{
+    for (size_t m = 0; m < messages; m++) {
+        pending_t *p = &endpoint->pending[m];
+        kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
+        link->get_ns += elapsed_ns;
+        size_t header = sizeof(p->reply) + p->count * sizeof(uint64_t);
+        if (p->received.done && p->received.status == UCS_OK && p->received.length > header)
+            link->bytes_read += p->received.length - header;
+    }
 }
 
 kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
@@ -734,31 +879,24 @@ kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
 {
     *got_p = 0;
     uint64_t start_ns = kvio_time_ns();
-    kvio_status_t status = batch_move(endpoint, OP_GET, hashes, NULL, data, count);
+    size_t messages = 0;
+    kvio_status_t status = batch_lookup(endpoint, OP_GET, hashes, data, count, &messages);
     *elapsed_ns_p = 0;
     if (status == KVIO_ERR_NOMEM)
         return status; /* nothing was sent (a batch's wait never runs out of memory) */
     int64_t elapsed_ns = (int64_t)(kvio_time_ns() - start_ns);
+    count_get_messages(endpoint, messages, elapsed_ns);
     size_t got = 0;
-    bool stopped = status != KVIO_OK;
-    for (size_t i = 0; i < count; i++) {
-        pending_t *p = &endpoint->pending[i];
-        kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
-        link->get_ns += elapsed_ns;
-        /* What crossed the link, counted whether or not it was wanted. */
-        if (p->received.done && p->received.status == UCS_OK &&
-            p->received.length > sizeof(p->reply))
-            link->bytes_read += p->received.length - sizeof(p->reply);
-        if (stopped)
-            continue;
-        kvio_status_t block = got_block(endpoint, i, data[i]);
+    for (size_t i = 0; status == KVIO_OK && i < count; i++) {
+        uint32_t holder = endpoint->pending[endpoint->block_message[i]].holder;
+        kvio_shared_link_stats_t *link = &endpoint->links[holder];
+        kvio_status_t block = looked_up(endpoint, i, data[i]);
         link->gets++;
         if (block == KVIO_OK) {
             link->hits++;
             got++;
             continue;
         }
-        stopped = true;
         if (block == KVIO_ERR_NOT_FOUND) {
             link->misses++;
             status = KVIO_ERR_NOT_FOUND;
@@ -766,7 +904,7 @@ kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
         }
         link->errors++;
         link->checksum_failures += block == KVIO_ERR_CHECKSUM;
-        status = endpoint_failed(endpoint, block, "a get from rank %u: %s", p->holder,
+        status = endpoint_failed(endpoint, block, "a get from rank %u: %s", holder,
                                  block == KVIO_ERR_CHECKSUM ? "the block came back changed"
                                                             : kvio_strerror(block));
     }
@@ -775,15 +913,32 @@ kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
     return status;
 }
 
+size_t kvio_shared_endpoint_lookup(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
+                                   size_t count, bool *held_p)
+{
+    size_t messages = 0, leading = 0;
+    for (size_t i = 0; held_p != NULL && i < count; i++)
+        held_p[i] = false;
+    if (count > 0 && batch_lookup(endpoint, OP_HAS, hashes, NULL, count, &messages) != KVIO_OK)
+        count = 0;
+    for (size_t i = 0; i < count; i++) {
+        kvio_status_t status = looked_up(endpoint, i, NULL);
+        if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND) {
+            endpoint_failed(endpoint, status, "asking rank %u for blocks: %s",
+                            endpoint->pending[endpoint->block_message[i]].holder,
+                            kvio_strerror(status));
+            break;
+        }
+        leading += leading == i && status == KVIO_OK;
+        if (held_p != NULL)
+            held_p[i] = status == KVIO_OK;
+    }
+    return leading;
+}
+
 bool kvio_shared_endpoint_contains(kvio_shared_endpoint_t *endpoint, kvio_hash_t hash)
 {
-    if (batch_move(endpoint, OP_HAS, &hash, NULL, NULL, 1) != KVIO_OK)
-        return false;
-    kvio_status_t status = got_block_status(&endpoint->pending[0]);
-    if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND)
-        endpoint_failed(endpoint, status, "asking rank %u for a block: %s",
-                        endpoint->pending[0].holder, kvio_strerror(status));
-    return status == KVIO_OK;
+    return kvio_shared_endpoint_lookup(endpoint, &hash, 1, NULL) == 1;
 }
 
 const char *kvio_shared_endpoint_error(const kvio_shared_endpoint_t *endpoint)
@@ -902,5 +1057,8 @@ void kvio_shared_endpoint_destroy(kvio_shared_endpoint_t *endpoint)
         ucp_cleanup(endpoint->context);
     free(endpoint->links);
     free(endpoint->pending);
+    free(endpoint->block_message);
+    free(endpoint->block_position);
+    free(endpoint->open_message);
     free(endpoint);
 }

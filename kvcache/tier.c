@@ -668,6 +668,21 @@ bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash)
     return index_find(tier, hash, NULL) != NO_ENTRY;
 }
 
+size_t kvio_tier_lookup(const kvio_tier_t *tier, const kvio_hash_t *hashes, size_t count,
+                        bool *held_p)
+{
+    if (tier->shared_endpoint != NULL)
+        return kvio_shared_endpoint_lookup(tier->shared_endpoint, hashes, count, held_p);
+    size_t leading = 0;
+    for (size_t i = 0; i < count && (held_p != NULL || leading == i); i++) {
+        bool held = kvio_tier_contains(tier, hashes[i]);
+        leading += leading == i && held;
+        if (held_p != NULL)
+            held_p[i] = held;
+    }
+    return leading;
+}
+
 /* ---------- a view of the shared store (simulate) ---------- */
 
 /* The view's puts over every link so far. */

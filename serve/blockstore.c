@@ -582,9 +582,13 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
         uint64_t start_ns = kvio_time_ns();
         int64_t cost_ns = 0;
         size_t n = 0;
+        bool held[SAVE_BATCH];
         tiers_lock(store);
+        /* One lookup for the batch: a shared tier's is one round trip. */
+        if (kvio_tier_write_policy(tier) == policy)
+            (void)kvio_tier_lookup(tier, hashes, count, held);
         for (size_t i = 0; i < count; i++) {
-            if (tier_wants(tier, hashes[i], policy)) {
+            if (kvio_tier_write_policy(tier) == policy && !held[i]) {
                 wanted[n] = hashes[i];
                 wanted_data[n++] = data[i];
             }
@@ -660,6 +664,24 @@ static kvio_tier_t *tier_holding(const kvio_block_store_t *store, kvio_hash_t ha
     return NULL;
 }
 
+/* How many leading hashes some tier holds: each tier's run asked at once
+ * (a shared tier's is one round trip), from where the longest ends. */
+static size_t held_in_tiers(const kvio_block_store_t *store, const kvio_hash_t *hashes,
+                            size_t count)
+{
+    size_t covered = 0, longest = 1;
+    while (covered < count && longest > 0) {
+        longest = 0;
+        for (size_t t = 0; t < store->num_tiers; t++) {
+            size_t run = kvio_tier_lookup(store->tiers[t], hashes + covered, count - covered,
+                                          NULL);
+            longest = run > longest ? run : longest;
+        }
+        covered += longest;
+    }
+    return covered;
+}
+
 size_t kvio_block_store_in_tiers(kvio_block_store_t *store, const kvio_hash_t *hashes,
                                  size_t first, size_t end, int64_t *tier_ns_p)
 {
@@ -670,8 +692,10 @@ size_t kvio_block_store_in_tiers(kvio_block_store_t *store, const kvio_hash_t *h
         *tier_ns_p += (int64_t)(kvio_time_ns() - start_ns);
     /* Each object is named by its last block's hash. */
     size_t covered = first;
+    if (chunk == 1)
+        covered += held_in_tiers(store, hashes + first, end - first);
     for (size_t next = (first / chunk + 1) * chunk;
-         next <= end && tier_holding(store, hashes[next - 1]) != NULL; next += chunk)
+         chunk > 1 && next <= end && tier_holding(store, hashes[next - 1]) != NULL; next += chunk)
         covered = next;
     tiers_unlock(store);
     return covered - first;
@@ -851,12 +875,13 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         tiers_lock(store);
         kvio_tier_t *tier = tier_holding(store, hashes[loaded]);
         size_t run = 0;
-        while (tier != NULL && loaded + run < wanted && run < LOAD_BATCH &&
-               (run == 0 || kvio_tier_contains(tier, hashes[loaded + run]))) {
-            buffers[run] = store->generated ? scratch + (uint64_t)run * store->block_bytes
-                                            : block_data(store, ids[loaded + run]);
-            run++;
-        }
+        if (tier != NULL) /* the run after the first block: one lookup */
+            run = 1 + kvio_tier_lookup(tier, hashes + loaded + 1,
+                                       (wanted - loaded < LOAD_BATCH ? wanted - loaded
+                                                                     : LOAD_BATCH) - 1, NULL);
+        for (size_t i = 0; i < run; i++)
+            buffers[i] = store->generated ? scratch + (uint64_t)i * store->block_bytes
+                                          : block_data(store, ids[loaded + i]);
         size_t got = 0;
         int64_t cost_ns = 0;
         if (tier != NULL)

@@ -695,6 +695,22 @@ void test_expect_irreducible(const void *bytes, size_t length, const char *what)
     cr_expect_lt(deduped, 1.02, "%s: its 4 KiB pages deduplicate %.3fx", what, deduped);
 }
 
+json_t *test_mpirun_kvio(const char *dir, int processes, const char *file, double timeout_s)
+{
+    char command[4096];
+    snprintf(command, sizeof(command),
+             "cd %s && KVIO_ALLOW_INVALID=1 timeout %.0f mpirun --allow-run-as-root "
+             "--oversubscribe -x KVIO_ALLOW_INVALID %s -np %d %s run %s -o out >mpirun.log 2>&1",
+             dir, timeout_s, test_mpirun_sanitizer_args(), processes, test_kvio_binary(), file);
+    int status = system(command);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/mpirun.log", dir);
+    char *log = test_read_file(path);
+    cr_assert_eq(status, 0, "mpirun: %s", log ? log : "");
+    free(log);
+    return test_summary(dir, "out");
+}
+
 int test_mpirun_available(void)
 {
 #ifndef KVIO_HAVE_MPI

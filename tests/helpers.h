@@ -102,6 +102,13 @@ void test_expect_provenance(const struct json_t *root, const char *command);
  * caller json_decrefs it. */
 struct json_t *test_summary(const char *dir, const char *out);
 
+/* `kvio run FILE -o out` in dir under mpirun -np processes (as root,
+ * oversubscribed, KVIO_ALLOW_INVALID passed on, bounded by timeout_s),
+ * asserting it exits 0 (its log in the message); DIR/out/summary.json
+ * parsed, the caller json_decrefs it. */
+struct json_t *test_mpirun_kvio(const char *dir, int processes, const char *file,
+                                double timeout_s);
+
 /* A CSV file read whole (no quoting: kvio's CSVs have none): the header's
  * names and each row's fields. */
 typedef struct test_csv {

@@ -2,7 +2,8 @@
  * simulate model's per-link costs and counts (a prefix one rank computed is
  * a hit on another, served by the holder), and the emulate endpoint: three
  * ranks (threads) moving real blocks over UCX, every block checked, one
- * rank's hits on another's prefix counted per holder; and a whole emulate
+ * rank's hits on another's prefix counted per holder, a batch's get and
+ * lookup one request per holder; and a whole emulate
  * run whose three serve ranks share the store as a tier. */
 #include "kvio/shared_store.h"
 
@@ -168,6 +169,9 @@ typedef struct emulate_results {
     size_t got[RANKS];             /* blocks of the next rank's prefix loaded */
     int matched[RANKS];            /* of them, byte for byte as written */
     kvio_shared_link_stats_t links[RANKS][RANKS];
+    uint64_t get_requests[RANKS];  /* messages the get of PREFIX blocks sent */
+    size_t lookup_leading[RANKS];  /* a lookup of 8 of the prefix, one unknown, 8 more */
+    bool lookup_held[RANKS][17];
     kvio_shared_shard_stats_t shards[RANKS];
     char error[RANKS][512];
 } emulate_results_t;
@@ -208,11 +212,24 @@ static kvio_status_t emulate_body(kvio_rte_t *rte, void *arg)
     kvio_status_t barrier = kvio_rte_barrier(rte);
     if (status == KVIO_OK)
         status = barrier;
+    uint64_t requests_before = 0;
+    for (uint32_t h = 0; h < RANKS; h++)
+        requests_before += kvio_shared_endpoint_link(endpoint, h)->requests;
     if (status == KVIO_OK)
         status = kvio_shared_endpoint_get(endpoint, next, into, PREFIX, &results->got[rank],
                                           &elapsed_ns);
+    for (uint32_t h = 0; h < RANKS; h++)
+        results->get_requests[rank] += kvio_shared_endpoint_link(endpoint, h)->requests;
+    results->get_requests[rank] -= requests_before;
     if (status == KVIO_ERR_NOT_FOUND)
         status = KVIO_OK; /* a miss ends the prefix: counted, not a failure */
+    kvio_hash_t asked[17];
+    memcpy(asked, next, 8 * sizeof(*asked));
+    prefix_hashes(999999, &asked[8], 1); /* a block no rank put */
+    memcpy(&asked[9], &next[8], 8 * sizeof(*asked));
+    if (status == KVIO_OK)
+        results->lookup_leading[rank] = kvio_shared_endpoint_lookup(endpoint, asked, 17,
+                                                                    results->lookup_held[rank]);
     if (status != KVIO_OK)
         snprintf(results->error[rank], 512, "%s", kvio_shared_endpoint_error(endpoint));
     for (size_t i = 0; i < results->got[rank]; i++) {
@@ -269,6 +286,13 @@ Test(shared_store, three_ranks_share_prefixes_over_ucx_each_block_checked, .time
         }
         cr_expect_eq(hits, PREFIX);
         cr_expect_eq(puts, PREFIX, "rank %d's prefix was new to the store", r);
+        /* One request per holder for the whole batch, not one per block. */
+        cr_expect_leq(results->get_requests[r], RANKS, "rank %d's get of %d blocks sent %llu "
+                      "requests", r, PREFIX, (unsigned long long)results->get_requests[r]);
+        cr_expect_eq(results->lookup_leading[r], 8, "rank %d", r);
+        for (int i = 0; i < 17; i++)
+            cr_expect_eq(results->lookup_held[r][i], i != 8, "rank %d: block %d of the lookup",
+                         r, i);
         cr_expect_gt(from_others, 0, "rank %d: no hit served by another rank", r);
         cr_expect_eq(bytes_in, from_others * BLOCK, "bytes over the links from other ranks");
         stored += results->shards[r].stored;
@@ -325,11 +349,7 @@ Test(shared_store, an_emulate_run_shares_prefixes_between_serve_ranks_over_ucx, 
     cr_assert_eq(kvio_run(&workload, &options, &result, error, sizeof(error)), KVIO_OK, "%s",
                  error);
     kvio_workload_free(&workload);
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/summary.json", out);
-    json_error_t json_error;
-    json_t *summary = json_load_file(path, 0, &json_error);
-    cr_assert_not_null(summary, "%s", json_error.text);
+    json_t *summary = test_summary(dir, "out");
     json_t *tiers = json_object_get(json_object_get(summary, "metrics"), "tiers");
     cr_assert_eq(json_array_size(tiers), 3, "one shared tier per serve rank");
     double peer_hits = 0, hits = 0, own_hits = 0, peer_bytes = 0;
@@ -348,6 +368,66 @@ Test(shared_store, an_emulate_run_shares_prefixes_between_serve_ranks_over_ucx, 
     cr_expect_eq(own_hits + peer_hits, hits);
     cr_expect_eq(peer_bytes, peer_hits * block_bytes, "the bytes over the links to other ranks");
     json_decref(summary);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* ---------- mpirun: serve ranks as processes (a trainer beside them, as an
+ * mpi run has), serve rank 1 loads the prefix serve rank 0 computed ---------- */
+
+Test(shared_store, under_mpirun_rank1_loads_the_prefix_rank0_computed_over_ucx, .timeout = 120)
+{
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    /* Round robin: the first request to rank 0, the same prompt 1.5 s later
+     * to rank 1, which computed nothing before it. */
+    char *trace = test_write_file(
+        dir, "t.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 2, \"hash_ids\": [7, 8]}\n"
+        "{\"timestamp\": 1500, \"input_length\": 1024, \"output_length\": 2, \"hash_ids\": [7, 8]}"
+        "\n");
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "name: shared-mpi\nseed: 5\nmode: emulate\nduration: 3s\n"
+             "model: {preset: llama3.2-1b}\n"
+             "ranks: {train: 1, serve: 2, runtime: mpi, timeout: %.0fs}\n"
+             "serve:\n  router: {policy: round_robin}\n"
+             "  engine: {max_num_seqs: 4, max_num_batched_tokens: 2048}\n"
+             "  kvcache:\n    block_size: 16\n    blocks: 200\n"
+             "    tiers: [{kind: shared, size: 64MiB, write: through}]\n"
+             "train:\n  step_time: {dist: constant, value: 100ms}\n  bytes: 4MiB\n"
+             "  transport: {kind: ucx}\n"
+             "stream:\n  trace: {path: %s, format: mooncake}\n"
+             "update: {serving: engine}\n",
+             test_seconds(30), trace);
+    char *file = test_write_file(dir, "w.yaml", text);
+    json_t *summary = test_mpirun_kvio(dir, 3, file, test_seconds(90));
+    json_t *tiers = json_object_get(json_object_get(summary, "metrics"), "tiers");
+    cr_assert_eq(json_array_size(tiers), 2, "one shared tier per serve process");
+    json_t *computed = json_array_get(tiers, 0), *loaded = json_array_get(tiers, 1);
+    double put = 0;
+    json_t *link;
+    size_t holder;
+    json_array_foreach(json_object_get(computed, "links"), holder, link)
+        put += test_json_number(link, "puts");
+    double hits = test_json_number(loaded, "hits");
+    double block_bytes = test_json_number(loaded, "block_bytes");
+    /* 1024 tokens: 64 blocks of 16, the last one computed again (a hit
+     * never covers the prompt's last token). */
+    cr_expect_eq(hits, 63, "rank 1 loaded %.0f blocks of the prompt rank 0 computed", hits);
+    cr_expect_geq(put, 64, "rank 0 put %.0f blocks", put);
+    cr_expect_gt(test_json_number(loaded, "shared.peer_shard_hits"), 0,
+                 "no block came from rank 0's shard (another process, over UCX)");
+    cr_expect_eq(test_json_number(loaded, "shared.peer_bytes_read"),
+                 test_json_number(loaded, "shared.peer_shard_hits") * block_bytes);
+    for (size_t r = 0; r < 2; r++) {
+        cr_expect_eq(test_json_number(json_array_get(tiers, r), "checksum_failures"), 0);
+        cr_expect_eq(test_json_number(json_array_get(tiers, r), "errors"), 0);
+    }
+    json_decref(summary);
+    free(trace);
     free(file);
     test_rmtree(dir);
     free(dir);

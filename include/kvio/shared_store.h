@@ -14,7 +14,8 @@
  * - emulate (kvio_shared_endpoint_t): each rank holds its shard in its own
  *   memory, registered with UCX, and serves it from a thread of its own;
  *   ranks (threads of one process or mpirun processes) put and get blocks
- *   over UCX tag messages, each block's XXH3-64 checksum taken by the writer,
+ *   over UCX tag messages (a get or a lookup of a batch: one request per
+ *   holder, its blocks in one reply), each block's XXH3-64 checksum taken by the writer,
  *   checked by the holder as it arrives and by the reader as it comes back. */
 #ifndef KVIO_SHARED_STORE_H
 #define KVIO_SHARED_STORE_H
@@ -48,6 +49,8 @@ typedef struct kvio_shared_link_stats {
     uint64_t errors;            /* puts or gets that failed */
     uint64_t bytes_written, bytes_read;
     int64_t put_ns, get_ns;     /* time in batches over this link */
+    uint64_t requests;          /* messages to the holder: a put's one per block, a get's
+                                   or lookup's one per batch (up to 64 hashes) */
 } kvio_shared_link_stats_t;
 
 /* A shard, as its holder sees it. */
@@ -117,8 +120,14 @@ kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
                                           kvio_shared_endpoint_t **endpoint_p, char *error_p,
                                           size_t error_len);
 
-/* True when the store holds hash: a round trip to its holder (no access
- * counted; an error reads as false, its text in kvio_shared_endpoint_error). */
+/* Which of hashes the store holds (held_p[i], when held_p is not NULL):
+ * one round trip for the batch, a request to each holder with its hashes,
+ * all in flight; no access counted. Returns how many leading ones it holds.
+ * An error reads as not held, its text in kvio_shared_endpoint_error. */
+size_t kvio_shared_endpoint_lookup(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
+                                   size_t count, bool *held_p);
+
+/* True when the store holds hash (kvio_shared_endpoint_lookup of one). */
 bool kvio_shared_endpoint_contains(kvio_shared_endpoint_t *endpoint, kvio_hash_t hash);
 
 /* Stores count blocks (data[i], block_bytes each, borrowed) in their
@@ -131,7 +140,9 @@ kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
 
 /* Loads the leading blocks of hashes the store holds into data[i], up to
  * the first it does not (KVIO_ERR_NOT_FOUND) or that came back changed
- * (KVIO_ERR_CHECKSUM); *got_p: how many came back whole. */
+ * (KVIO_ERR_CHECKSUM); *got_p: how many came back whole. One round trip:
+ * a request to each holder with its hashes, answered with the leading ones
+ * it holds, their blocks in one reply. */
 kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
                                        const kvio_hash_t *hashes, void *const *data,
                                        size_t count, size_t *got_p, int64_t *elapsed_ns_p);

@@ -201,6 +201,13 @@ const char *kvio_tier_error(const kvio_tier_t *tier);
 /* True when the tier holds the block (no I/O; the framework's index). */
 bool kvio_tier_contains(const kvio_tier_t *tier, kvio_hash_t hash);
 
+/* Which of hashes the tier holds (held_p[i], when not NULL); returns how
+ * many leading ones it holds. A shared tier in emulate asks every holder at
+ * once: one round trip for the batch, where kvio_tier_contains is one per
+ * block. */
+size_t kvio_tier_lookup(const kvio_tier_t *tier, const kvio_hash_t *hashes, size_t count,
+                        bool *held_p);
+
 /* Stores a block of block_bytes (data is borrowed; may be NULL in simulate
  * mode); evicts the least recently used block when full (the backend deletes
  * it). A block already held is only refreshed (counted in duplicates, cost
