@@ -31,7 +31,45 @@
 typedef struct compared {
     kvio_figure_t figure;
     const char *label;
+    /* A list entry's figure (--metrics tiers.0.hits): its list ("tiers"),
+     * the entry's index; NULL: a run's figure. */
+    const char *list;
+    size_t index;
 } compared_t;
+
+/* The figure a --metrics name says: a declared name, or a list entry's
+ * (LIST.INDEX.NAME for a figure declared as LIST.NAME, e.g. tiers.0.hits:
+ * the first tier's). */
+static compared_t compared_find(const char *name)
+{
+    compared_t row = {.figure = kvio_figure_find(name), .label = name};
+    const char *dot = strchr(name, '.');
+    char *end = NULL;
+    unsigned long long index = dot != NULL ? strtoull(dot + 1, &end, 10) : 0;
+    if (row.figure != KVIO_FIGURE_NONE || dot == NULL || end == dot + 1 || *end != '.')
+        return row;
+    char declared[256];
+    snprintf(declared, sizeof(declared), "%.*s%s", (int)(dot - name), name, end);
+    row.figure = kvio_figure_find(declared);
+    const kvio_figure_decl_t *decl =
+        row.figure != KVIO_FIGURE_NONE ? kvio_figure_decl(row.figure) : NULL;
+    if (decl == NULL || decl->scope == NULL ||
+        strncmp(decl->scope, name, (size_t)(dot - name)) != 0 ||
+        decl->scope[dot - name] != '\0')
+        return (compared_t){.figure = KVIO_FIGURE_NONE, .label = name};
+    row.list = decl->scope;
+    row.index = (size_t)index;
+    return row;
+}
+
+/* A row's value in a run's result (NAN when it has none). */
+static double compared_value(const compared_t *row, const kvio_result_t *result)
+{
+    if (row->list == NULL)
+        return kvio_result_get(result, row->figure);
+    const kvio_result_t *entry = kvio_result_child_at(result, row->list, row->index);
+    return entry != NULL ? kvio_result_get(entry, row->figure) : NAN;
+}
 
 /* The median and the coefficient of variation (sample standard deviation
  * over the mean) of count values, those that are not NAN. */
@@ -73,14 +111,16 @@ static kvio_status_t compared_list(const kvio_compare_options_t *options, compar
             list_p[count++] = (compared_t){.figure = (kvio_figure_t)f, .label = decl->compare};
     }
     for (size_t m = 0; m < options->num_metrics && m < KVIO_COMPARE_MAX_METRICS; m++) {
-        kvio_figure_t figure = kvio_figure_find(options->metrics[m]);
-        if (figure == KVIO_FIGURE_NONE || kvio_figure_decl(figure)->kind == KVIO_KIND_TEXT) {
+        compared_t row = compared_find(options->metrics[m]);
+        if (row.figure == KVIO_FIGURE_NONE ||
+            kvio_figure_decl(row.figure)->kind == KVIO_KIND_TEXT) {
             snprintf(error_p, error_len, "--metrics %s: not a number kvio reports (the names "
                      "are summary.json's metrics paths, listed in docs/results.md, e.g. "
-                     "model_updates.update_latency_ms.p99)", options->metrics[m]);
+                     "model_updates.update_latency_ms.p99, or a list entry's as "
+                     "tiers.0.hits)", options->metrics[m]);
             return KVIO_ERR_CONFIG;
         }
-        list_p[count++] = (compared_t){.figure = figure, .label = options->metrics[m]};
+        list_p[count++] = row;
     }
     *count_p = count;
     return KVIO_OK;
@@ -310,7 +350,7 @@ static kvio_status_t run_one(kvio_comparison_t *comparison, size_t i, long r, ch
     }
     json_t *figures = json_object();
     for (size_t m = 0; m < comparison->num_compared; m++) {
-        double value = kvio_result_get(result, comparison->list[m].figure);
+        double value = compared_value(&comparison->list[m], result);
         comparison->values[i][m][r] = value;
         if (!isnan(value))
             json_object_set_new(figures, comparison->list[m].label, json_real(value));

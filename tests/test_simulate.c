@@ -1733,3 +1733,57 @@ Test(simulate, compare_of_routers_counts_stale_routes_only_when_events_lag, .tim
     test_rmtree(dir);
     free(dir);
 }
+
+/* #57: a compare that varies the event lag alone (the preset's kv_events
+ * router) gives each lag its own runs, and --metrics takes a list entry's
+ * figure (tiers.0.hits: the first rank's tier, which compare refused as
+ * "not a number kvio reports"), read from the run's result as its
+ * summary.json has it. */
+Test(simulate, compare_varies_the_event_lag_alone_and_reads_tier_entries, .timeout = 120)
+{
+    char *dir = test_tmpdir();
+    char out[1100], error[1024] = "";
+    snprintf(out, sizeof(out), "%s/cmp", dir);
+    const char *lags[] = {"0s", "1s"};
+    kvio_compare_vary_t varies[] = {{.key = "serve.router.event_lag", .values = lags, .count = 2}};
+    const char *sets[] = {
+        "stream.trace.path=" KVIO_SOURCE_DIR "/tests/fixtures/mooncake_fleet.jsonl",
+        "stream.trace.format=mooncake", "serve.kvcache.tiers=[{kind: shared, size: 1GiB}]"};
+    const char *metrics[] = {"tiers.0.hits", "tiers.2.shared.peer_shard_hits"};
+    kvio_compare_options_t options = {.source = "fleet-routers", .sets = sets, .num_sets = 3,
+                                      .varies = varies, .num_varies = 1, .repeat = 1,
+                                      .metrics = metrics, .num_metrics = 2, .output_dir = out};
+    kvio_comparison_t *comparison = NULL;
+    cr_assert_eq(kvio_compare(&options, &comparison, error, sizeof(error)), KVIO_OK, "%s", error);
+    json_t *compare = kvio_comparison_json(comparison);
+    kvio_comparison_destroy(comparison);
+    cr_assert_eq(json_array_size(json_object_get(compare, "variants")), 2);
+    const json_t *exact = variant_figures(compare, "event_lag=0s");
+    const json_t *late = variant_figures(compare, "event_lag=1s");
+    cr_expect_eq(test_json_number(exact, "stale_route_share"), 0);
+    cr_expect_gt(test_json_number(late, "stale_route_share"), 0, "the lag was not applied");
+    const char *names[] = {"event_lag=0s", "event_lag=1s"};
+    for (int v = 0; v < 2; v++) {
+        const json_t *figures = variant_figures(compare, names[v]);
+        char path[1300];
+        snprintf(path, sizeof(path), "%s/%s/summary.json", out, names[v]);
+        json_error_t json_error;
+        json_t *summary = json_load_file(path, 0, &json_error);
+        cr_assert_not_null(summary, "%s: %s", path, json_error.text);
+        const json_t *tiers = json_object_get(json_object_get(summary, "metrics"), "tiers");
+        const json_t *hits = json_object_get(figures, "tiers.0.hits");
+        const json_t *peer = json_object_get(figures, "tiers.2.shared.peer_shard_hits");
+        cr_assert_not_null(hits, "%s: no tiers.0.hits row", names[v]);
+        cr_assert_not_null(peer, "%s: no tiers.2.shared.peer_shard_hits row", names[v]);
+        cr_expect_gt(json_number_value(hits), 0, "%s", names[v]);
+        cr_expect_eq(json_number_value(hits),
+                     test_json_number(json_array_get(tiers, 0), "hits"), "%s", names[v]);
+        cr_expect_eq(json_number_value(peer),
+                     test_json_number(json_array_get(tiers, 2), "shared.peer_shard_hits"), "%s",
+                     names[v]);
+        json_decref(summary);
+    }
+    json_decref(compare);
+    test_rmtree(dir);
+    free(dir);
+}
