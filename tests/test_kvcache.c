@@ -1346,6 +1346,41 @@ Test(radix_sglang, page_alignment_boundary, .timeout = 10)
     }
 }
 
+/* Where radix and hash-block caching differ (#57): two prompts that share
+ * 20 tokens, then part. SGLang's RadixCache at its default page size 1
+ * matches all 20 (test_radix_cache_unit.py, test_insert_and_match_basic's
+ * partial match and test_advanced_prefix_match_with_node_splits: a match
+ * ends inside a node, at any token); vLLM's hash-block cache matches whole
+ * blocks only, 16 of them at block_size 16 (the second block's chained
+ * hash covers tokens 16-31, which differ). kvio's engine index
+ * (serve.kvcache.index: radix) pages the tree by the pool's blocks (page =
+ * block_size, as SGLang with page_size > 1), so in the engine radix
+ * matches what hash blocks do: 16, and a page-1 tree is cachesim's and
+ * these tests' only. */
+Test(radix_sglang, a_partial_block_prefix_matches_under_radix_not_hash_blocks, .timeout = 10)
+{
+    uint32_t first[40], second[40];
+    for (uint32_t i = 0; i < 40; i++) {
+        first[i] = i;
+        second[i] = i < 20 ? i : 1000 + i;
+    }
+    kvio_radix_t *tokens = token_tree(64, 1);
+    insert_tokens(tokens, first, 40, NULL);
+    cr_expect_eq(match_tokens(tokens, second, 40, NULL), 20, "radix, page 1: every shared token");
+    kvio_radix_destroy(tokens);
+    kvio_hash_t first_keys[2], second_keys[2];
+    kvio_kvcache_hash_tokens(first, 40, 16, NULL, 0, first_keys);
+    kvio_kvcache_hash_tokens(second, 40, 16, NULL, 0, second_keys);
+    size_t blocks = 0;
+    while (blocks < 2 && kvio_hash_equal(first_keys[blocks], second_keys[blocks]))
+        blocks++;
+    cr_expect_eq(blocks * 16, 16, "hash blocks of 16: the whole first block only");
+    kvio_radix_t *pages = token_tree(64, 16);
+    insert_tokens(pages, first, 40, NULL);
+    cr_expect_eq(match_tokens(pages, second, 40, NULL), 16, "radix paged by the pool's blocks");
+    kvio_radix_destroy(pages);
+}
+
 /* test_advanced_prefix_match_with_node_splits, page sizes 1 and 2. */
 Test(radix_sglang, advanced_prefix_match_with_node_splits, .timeout = 10)
 {
