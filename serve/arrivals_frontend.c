@@ -53,6 +53,7 @@ struct kvio_serve_frontend_arrivals {
     bool routed;
     uint32_t block_size;
     bool with_events;
+    bool clearing; /* a reset: its blocks' removals are one AllBlocksCleared */
     /* live requests: by id in a map to index + 1 */
     live_t *lives;
     size_t num_lives, lives_capacity;
@@ -374,7 +375,11 @@ static void abort_all(frontend_arrivals_t *source, uint64_t epoch, int64_t now_n
 static void do_reset(frontend_arrivals_t *source, uint64_t reset)
 {
     bool done = false;
+    /* The router's mirror hears each block go; the KV events say it once,
+     * as vLLM's reset does (AllBlocksCleared). */
+    source->clearing = true;
     kvio_engine_reset_prefix_cache(source->lane->engine, &done);
+    source->clearing = false;
     if (done)
         event_simple(source, KVIO_KV_EVENT_CLEARED, (kvio_hash_t){0, 0});
     kvio_frontend_reset_done(source->frontend, source->rank, reset, !done);
@@ -577,7 +582,7 @@ void kvio_serve_frontend_arrivals_note(kvio_serve_frontend_arrivals_t *source, k
 {
     if (source->routed)
         kvio_serve_publisher_note(&source->publisher, hash, cached);
-    if (!source->with_events)
+    if (!source->with_events || source->clearing)
         return;
     if (cached)
         event_stored(source, hash);

@@ -2182,7 +2182,8 @@ void kvio_engine_reset_prefix_cache(kvio_engine_t *engine, bool *reset_p)
 {
     *reset_p = kvio_kvcache_num_free_blocks(engine->cache) >= engine->num_blocks;
     if (*reset_p)
-        kvio_kvcache_reset_prefix(engine->cache, NULL, NULL);
+        kvio_kvcache_reset_prefix(engine->cache,
+                                  engine->observer.on_cache != NULL ? on_flushed : NULL, engine);
 }
 
 /* ---------- inspection ---------- */

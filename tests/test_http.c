@@ -1155,6 +1155,18 @@ static int free_port_pair(void)
     return 0;
 }
 
+/* A 1000-token prompt (the same each time) as a completion, then a pause:
+ * its rank publishes its blocks at its next iteration boundary. */
+static void post_repeated_prompt(const server_t *server)
+{
+    char *body = completion_body(1000, 200, 2, false);
+    reply_t reply = post(server->port, "/v1/completions", body);
+    cr_assert_eq(reply.status, 200);
+    free(body);
+    free(reply.body);
+    pause_ms((long)(test_seconds(0.3) * 1000));
+}
+
 /* #57 item 3: kvio serve with kv_events in front routes on the ranks' own
  * published blocks: the same prompt again goes to the rank that cached it
  * (round robin would alternate), and summary.json counts the decisions. */
@@ -1164,15 +1176,8 @@ Test(http, a_kv_events_router_in_front_sends_a_repeated_prompt_where_it_is_cache
     server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--set",
                                    "ranks.serve=2", "--set", "serve.router.policy=kv_events",
                                    NULL);
-    for (unsigned i = 0; i < 4; i++) {
-        char *body = completion_body(1000, 200, 2, false);
-        reply_t reply = post(server.port, "/v1/completions", body);
-        cr_assert_eq(reply.status, 200);
-        free(body);
-        free(reply.body);
-        /* The rank publishes its blocks at its next iteration boundary. */
-        pause_ms((long)(test_seconds(0.3) * 1000));
-    }
+    for (unsigned i = 0; i < 4; i++)
+        post_repeated_prompt(&server);
     reply_t metrics = get(server.port, "/metrics");
     size_t count = 0;
     sample_t *samples = parse_prometheus(metrics.body, &count);
@@ -1187,6 +1192,31 @@ Test(http, a_kv_events_router_in_front_sends_a_repeated_prompt_where_it_is_cache
     cr_assert_eq(test_json_number(summary, "metrics.routing.decisions"), 4);
     cr_assert_eq(test_json_number(summary, "metrics.routing.indexed_routes"), 3);
     cr_assert_eq(test_json_number(summary, "metrics.routing.stale_routes"), 0);
+    json_decref(summary);
+    server_free(&server);
+}
+
+/* #57: a prefix cache reset tells the router in front (vLLM's reset sends
+ * AllBlocksCleared): the kv_events index forgets the ranks' blocks, so the
+ * prompt after the reset is not routed on what the ranks no longer hold
+ * (the index kept them: an indexed route, and a stale one). */
+Test(http, a_prefix_cache_reset_empties_the_kv_events_routers_index, .timeout = 120)
+{
+    server_t server = server_start("--set", "serve.kvcache.capacity=64MiB", "--set",
+                                   "ranks.serve=2", "--set", "serve.router.policy=kv_events",
+                                   NULL);
+    post_repeated_prompt(&server);
+    reply_t reset = post(server.port, "/reset_prefix_cache", "");
+    cr_assert_eq(reset.status, 200);
+    free(reset.body);
+    pause_ms((long)(test_seconds(0.3) * 1000)); /* the removals, at the next boundary */
+    post_repeated_prompt(&server);
+    cr_assert_eq(server_stop(&server, SIGTERM), 0);
+    json_t *summary = server_summary(&server);
+    cr_assert_eq(test_json_number(summary, "metrics.routing.decisions"), 2);
+    cr_expect_eq(test_json_number(summary, "metrics.routing.indexed_routes"), 0,
+                 "the index still held the blocks the reset dropped");
+    cr_expect_eq(test_json_number(summary, "metrics.routing.stale_routes"), 0);
     json_decref(summary);
     server_free(&server);
 }

@@ -413,8 +413,9 @@ kvio_status_t kvio_engine_add(kvio_engine_t *engine, const kvio_engine_request_t
 kvio_status_t kvio_engine_abort(kvio_engine_t *engine, uint64_t id);
 
 /* vLLM's reset_prefix_cache, at an iteration boundary: every cached block's
- * hash leaves the index (on_cache hears none of them), unless a block is in
- * use, when nothing changes and *reset_p is false (vLLM refuses then). */
+ * hash leaves the index, on_cache hearing each go (a router's index of this
+ * rank forgets them), unless a block is in use, when nothing changes and
+ * *reset_p is false (vLLM refuses then). */
 void kvio_engine_reset_prefix_cache(kvio_engine_t *engine, bool *reset_p);
 
 /* Holds (or lets go) admission: running requests go on, waiting ones are
