@@ -782,9 +782,10 @@ static void shared_fill(const kvio_tier_t *tier, kvio_result_t *entry)
             peer_written += link->bytes_written;
         }
         json_array_append_new(
-            links, json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "holder", (int)holder,
-                             "puts", (json_int_t)link->puts, "gets", (json_int_t)link->gets,
-                             "hits", (json_int_t)link->hits, "bytes_written",
+            links, json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "holder",
+                             (int)holder, "puts", (json_int_t)link->puts, "gets",
+                             (json_int_t)link->gets, "hits", (json_int_t)link->hits,
+                             "requests", (json_int_t)link->requests, "bytes_written",
                              (json_int_t)link->bytes_written, "bytes_read",
                              (json_int_t)link->bytes_read, "put_ns", (json_int_t)link->put_ns,
                              "get_ns", (json_int_t)link->get_ns));
