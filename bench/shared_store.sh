@@ -2,8 +2,9 @@
 # The shared KV store in emulate (#57) against ucx_perftest in the same run:
 # bench/shared_store_rate.c moves BLOCK-byte blocks (default 512 KiB: 16
 # tokens of Llama-3.2-1B) between two ranks of one node over UCX (rank 0
-# gets blocks rank 1's shard holds, BATCH of them per request, default 64,
-# every block checksummed at the put and checked at the get), and
+# gets blocks rank 1's shard holds, BATCH of them per request, default 16
+# as the engine loads them, every block checksummed at the put and checked
+# at the get), and
 # ucx_perftest's tag_bw moves messages of the same size between two
 # processes of this node with UCX's default transports. Median of TRIALS
 # runs (default 3) each. Prints both, the store one block per request (as
@@ -16,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVIO_BENCH_BUILD:-$root/build}
 block=${BLOCK:-524288}
 count=${COUNT:-256}
-batch=${BATCH:-64}
+batch=${BATCH:-16}
 seconds=${SECONDS_PER_PHASE:-2}
 trials=${TRIALS:-3}
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)" >&2; exit 1; }

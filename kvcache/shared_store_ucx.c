@@ -5,10 +5,11 @@
  * the holder, which checks the block's checksum and copies it into a slot
  * of its shard (evicting the least recently used block when full); a get
  * sends each holder one request with its hashes of the batch (up to
- * BATCH_HASHES) and the holder answers the leading ones it holds, [reply,
- * checksums, blocks] straight from the slots, which the reader checks
- * against the checksums taken at the puts; a lookup (has) is the same
- * without the blocks. A put sends a message per block. A batch's messages
+ * BATCH_HASHES) and the holder answers the leading ones it holds: [reply,
+ * checksums], then each block as a message of its own straight from its
+ * slot into the reader's buffer (contiguous, so UCX moves it without a copy
+ * where it can), which the reader checks against the checksum taken at the
+ * put; a lookup (has) answers a byte per hash, no blocks. A put sends a message per block. A batch's messages
  * are all in flight together. Every wait is bounded by the runtime's
  * timeout. */
 #include "kvcache/shared_store_int.h"
@@ -82,7 +83,9 @@ typedef struct server {
     size_t inbox_bytes;
     uint64_t checksums[BATCH_HASHES];       /* a get's reply */
     uint8_t held[BATCH_HASHES];             /* a has's reply */
-    ucp_dt_iov_t reply_iov[BATCH_HASHES + 2]; /* [reply, checksums, blocks] */
+    ucp_dt_iov_t reply_iov[2];              /* [reply, checksums or held] */
+    unsigned char *block_out[BATCH_HASHES]; /* a get's blocks, each its own message */
+    completion_t block_sent[BATCH_HASHES];
     shared_shard_t shard;
     uint64_t block_bytes;
     uint32_t size;
@@ -109,8 +112,12 @@ typedef struct pending {
     uint64_t checksums[BATCH_HASHES]; /* a get's reply */
     uint8_t held[BATCH_HASHES];       /* a has's reply */
     /* UCX reads them until the operation is done */
-    ucp_dt_iov_t send_iov[2], recv_iov[BATCH_HASHES + 2];
+    ucp_dt_iov_t send_iov[2], recv_iov[2];
     completion_t sent, received;
+    /* a get's blocks, each its own message after the reply (the reply's
+     * tag + 1 + j), received straight into the caller's buffers */
+    completion_t blocks[BATCH_HASHES];
+    uint32_t posted_blocks;
 } pending_t;
 
 struct kvio_shared_endpoint {
@@ -278,9 +285,10 @@ static wire_reply_t serve_put(server_t *server, const wire_request_t *request, s
     return reply;
 }
 
-/* A get: the leading hashes of the request the shard holds, touched, their
- * blocks answered straight from their slots after the checksums taken at
- * their puts; a has: whether it holds each (a byte per hash after the
+/* A get: the leading hashes of the request the shard holds, touched, the
+ * checksums taken at their puts in the reply, and each block after it as
+ * a message of its own, straight from its slot (contiguous: UCX moves it
+ * without a copy where it can); a has: whether it holds each (a byte per hash after the
  * reply), found the leading ones. Returns the reply's parts. */
 static size_t serve_lookup(server_t *server, const wire_request_t *request, size_t length,
                            wire_reply_t *reply)
@@ -304,9 +312,7 @@ static size_t serve_lookup(server_t *server, const wire_request_t *request, size
             server->held[i] = slot != SHARED_NO_ENTRY;
         } else if (leading) {
             server->checksums[i] = server->shard.entries[slot].checksum;
-            server->reply_iov[2 + i] = (ucp_dt_iov_t){
-                .buffer = server->slab + (uint64_t)slot * server->block_bytes,
-                .length = server->block_bytes};
+            server->block_out[i] = server->slab + (uint64_t)slot * server->block_bytes;
         }
     }
     reply->status = KVIO_OK;
@@ -317,7 +323,7 @@ static size_t serve_lookup(server_t *server, const wire_request_t *request, size
     }
     server->reply_iov[1] = (ucp_dt_iov_t){.buffer = server->checksums,
                                           .length = request->count * sizeof(uint64_t)};
-    return 2 + found;
+    return 2;
 }
 
 /* Answers one request; false when the reply could not be sent. */
@@ -343,7 +349,23 @@ static bool serve_one(server_t *server, size_t length)
     completion_t sent;
     post_send(&sent, server->eps[request.rank], TAG_REPLY | request.seq, server->reply_iov, parts,
               true);
+    /* A get's found blocks: block j under the reply's tag + 1 + j. */
+    uint32_t blocks = request.op == OP_GET && reply.status == KVIO_OK ? reply.found : 0;
+    for (uint32_t j = 0; j < blocks; j++)
+        post_send(&server->block_sent[j], server->eps[request.rank],
+                  TAG_REPLY | ((request.seq + 1 + j) & ~TAG_KIND_MASK), server->block_out[j],
+                  server->block_bytes, false);
     bool done = server_wait(server, &sent, false);
+    for (uint32_t j = 0; j < blocks; j++) {
+        bool block_done = done && server_wait(server, &server->block_sent[j], false);
+        if (!block_done)
+            cancel(server->worker, &server->block_sent[j]);
+        release(&server->block_sent[j]);
+        if (done && (!block_done || server->block_sent[j].status != UCS_OK)) {
+            sent.status = block_done ? server->block_sent[j].status : UCS_ERR_TIMED_OUT;
+            done = block_done;
+        }
+    }
     if (!done)
         cancel(server->worker, &sent);
     release(&sent);
@@ -666,6 +688,25 @@ static kvio_status_t pending_room(kvio_shared_endpoint_t *endpoint, size_t count
     return KVIO_OK;
 }
 
+/* What message p still waits for: its request's send, its reply, and once
+ * the reply says how many blocks follow, those (the receives of the others
+ * are cancelled). */
+static size_t message_waiting(kvio_shared_endpoint_t *endpoint, pending_t *p)
+{
+    size_t waiting = !is_done(&p->sent) + !is_done(&p->received);
+    uint32_t needed = p->posted_blocks;
+    if (is_done(&p->received)) {
+        bool told = p->received.status == UCS_OK && p->reply.status == KVIO_OK &&
+                    p->reply.found <= p->posted_blocks;
+        needed = told ? p->reply.found : 0;
+        for (uint32_t j = needed; j < p->posted_blocks; j++)
+            cancel(endpoint->worker, &p->blocks[j]);
+    }
+    for (uint32_t j = 0; j < needed; j++)
+        waiting += !is_done(&p->blocks[j]);
+    return waiting;
+}
+
 /* Waits for the batch's messages and their replies; on a silence as long
  * as the timeout, cancels what is left and says so. */
 static kvio_status_t batch_wait(kvio_shared_endpoint_t *endpoint, size_t messages)
@@ -682,13 +723,15 @@ static kvio_status_t batch_wait(kvio_shared_endpoint_t *endpoint, size_t message
             sched_yield();
         waiting = 0;
         for (size_t i = 0; i < messages; i++)
-            waiting += !is_done(&pending[i].sent) + !is_done(&pending[i].received);
+            waiting += message_waiting(endpoint, &pending[i]);
         if (waiting > 0 && (int64_t)(kvio_time_ns() - last_ns) > endpoint->timeout_ns)
             break;
     }
     for (size_t i = 0; i < messages; i++) {
         cancel(endpoint->worker, &pending[i].sent);
         cancel(endpoint->worker, &pending[i].received);
+        for (uint32_t j = 0; j < pending[i].posted_blocks; j++)
+            cancel(endpoint->worker, &pending[i].blocks[j]);
     }
     if (waiting > 0)
         return endpoint_failed(endpoint, KVIO_ERR_TIMEOUT,
@@ -737,6 +780,7 @@ static kvio_status_t batch_put(kvio_shared_endpoint_t *endpoint, const kvio_hash
     for (size_t i = 0; i < count; i++) {
         pending_t *p = &endpoint->pending[i];
         p->holder = kvio_shared_store_holder(hashes[i], endpoint->size);
+        p->posted_blocks = 0;
         p->request = (wire_request_t){.hash = hashes[i],
                                       .checksum = XXH3_64bits(data[i],
                                                               endpoint->config.block_bytes)};
@@ -782,17 +826,19 @@ static kvio_status_t batch_lookup(kvio_shared_endpoint_t *endpoint, uint32_t op,
         p->request = (wire_request_t){.count = p->count};
         p->send_iov[1] = (ucp_dt_iov_t){.buffer = p->hashes,
                                         .length = p->count * sizeof(kvio_hash_t)};
-        size_t recv_parts = 1;
-        if (op == OP_HAS)
-            p->recv_iov[recv_parts++] = (ucp_dt_iov_t){.buffer = p->held, .length = p->count};
-        if (op == OP_GET) {
-            p->recv_iov[recv_parts++] = (ucp_dt_iov_t){
-                .buffer = p->checksums, .length = p->count * sizeof(uint64_t)};
-            for (uint32_t j = 0; j < p->count; j++)
-                p->recv_iov[recv_parts++] = (ucp_dt_iov_t){
-                    .buffer = data[p->index[j]], .length = endpoint->config.block_bytes};
-        }
-        post_message(endpoint, p, op, recv_parts, 2);
+        p->recv_iov[1] = op == OP_HAS ? (ucp_dt_iov_t){.buffer = p->held, .length = p->count}
+                                      : (ucp_dt_iov_t){.buffer = p->checksums,
+                                                       .length = p->count * sizeof(uint64_t)};
+        /* A get's blocks: their receives first, under the tags after the
+         * reply's (post_message takes the next sequence number). */
+        uint64_t seq = (endpoint->seq + 1) & ~TAG_KIND_MASK;
+        p->posted_blocks = op == OP_GET ? p->count : 0;
+        for (uint32_t j = 0; j < p->posted_blocks; j++)
+            post_recv(&p->blocks[j], endpoint->worker,
+                      TAG_REPLY | ((seq + 1 + j) & ~TAG_KIND_MASK), TAG_ALL, data[p->index[j]],
+                      endpoint->config.block_bytes, false);
+        post_message(endpoint, p, op, 2, 2);
+        endpoint->seq += p->posted_blocks;
     }
     *messages_p = messages;
     return batch_wait(endpoint, messages);
@@ -848,11 +894,15 @@ static kvio_status_t looked_up(kvio_shared_endpoint_t *endpoint, size_t i, const
             return KVIO_ERR_IO;
         return p->held[position] ? KVIO_OK : KVIO_ERR_NOT_FOUND;
     }
+    if (p->received.length != sizeof(p->reply) + p->count * sizeof(uint64_t))
+        return KVIO_ERR_IO;
     if (position >= p->reply.found)
         return KVIO_ERR_NOT_FOUND;
     uint64_t block_bytes = endpoint->config.block_bytes;
-    if (p->received.length != sizeof(p->reply) + p->count * sizeof(uint64_t) +
-                                  p->reply.found * block_bytes)
+    const completion_t *block = &p->blocks[position];
+    if (block->status != UCS_OK)
+        return kvio_status_from_ucs(block->status);
+    if (block->length != block_bytes)
         return KVIO_ERR_IO;
     return XXH3_64bits(data, block_bytes) == p->checksums[position] ? KVIO_OK
                                                                     : KVIO_ERR_CHECKSUM;
@@ -867,9 +917,9 @@ static void count_get_messages(kvio_shared_endpoint_t *endpoint, size_t messages
         pending_t *p = &endpoint->pending[m];
         kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
         link->get_ns += elapsed_ns;
-        size_t header = sizeof(p->reply) + p->count * sizeof(uint64_t);
-        if (p->received.done && p->received.status == UCS_OK && p->received.length > header)
-            link->bytes_read += p->received.length - header;
+        for (uint32_t j = 0; j < p->posted_blocks; j++)
+            if (p->blocks[j].done && p->blocks[j].status == UCS_OK)
+                link->bytes_read += p->blocks[j].length;
     }
 }
 
