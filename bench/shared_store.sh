@@ -8,9 +8,11 @@
 # ucx_perftest's tag_bw moves messages of the same size between two
 # processes of this node with UCX's default transports. Median of TRIALS
 # runs (default 3) each. Prints both, the store one block per request (as
-# it was before gets were batched) and its batched lookups, then
-# `figure shared_store_get_over_ucx_perftest` (batched get GB/s over
-# tag_bw's) and `figure shared_store_batched_over_per_block_get`.
+# it was before gets were batched) and its lookups, batched and one hash a
+# request (as each contains was), then `figure
+# shared_store_get_over_ucx_perftest` (batched get GB/s over tag_bw's),
+# `figure shared_store_batched_over_per_block_get` and `figure
+# shared_store_batched_over_per_hash_lookup`.
 # Env: KVIO_BENCH_BUILD, BLOCK, COUNT, BATCH, SECONDS_PER_PHASE, TRIALS.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,6 +54,7 @@ get=$(field get_gbps)
 get1=$(field get1_gbps)
 put=$(field put_gbps)
 lookups=$(field lookup_per_s)
+lookups1=$(field lookup1_per_s)
 lookup_us=$(field lookup_batch_us)
 tag=$(median <"$work/perftest.txt")
 printf '%-44s %10s\n' "blocks of $block bytes, $trials trials (median)" "GB/s"
@@ -59,6 +62,8 @@ printf '%-44s %10.3f\n' "ucx_perftest tag_bw" "$tag"
 printf '%-44s %10.3f\n' "shared store get, $batch blocks a request" "$get"
 printf '%-44s %10.3f\n' "shared store get, a request per block" "$get1"
 printf '%-44s %10.3f\n' "shared store put (a message per block)" "$put"
-printf 'lookups: %.0f hashes/s, %.1f us per batch of %s\n' "$lookups" "$lookup_us" "$batch"
+printf 'lookups: %.0f hashes/s, %.1f us per batch of %s; one hash a request: %.0f hashes/s\n' \
+    "$lookups" "$lookup_us" "$batch" "$lookups1"
 awk -v a="$get" -v b="$tag" 'BEGIN {printf "figure shared_store_get_over_ucx_perftest %.3f x\n", a / b}'
 awk -v a="$get" -v b="$get1" 'BEGIN {printf "figure shared_store_batched_over_per_block_get %.2f x\n", a / b}'
+awk -v a="$lookups" -v b="$lookups1" 'BEGIN {printf "figure shared_store_batched_over_per_hash_lookup %.2f x\n", a / b}'
