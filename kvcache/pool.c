@@ -102,14 +102,15 @@ typedef struct block_record {
  * policy's victim). Positions count up and wrap; the ring is compacted when
  * live entries and tombstones fill it. */
 /* The ring's entries and the records' positions are stored XOR their
- * values in a new pool (blocks 1..n-1 free in order at positions 0..n-2,
- * the rest tombstones), so a new pool is all zeros: calloc'd pages the
- * kernel maps only when a block is first used. A simulate run's pools of
- * hundreds of thousands of blocks, most never touched, cost almost nothing
- * until they are. */
+ * values in a new pool (blocks 1..n-1 free in order at positions 0..n-2),
+ * so a new pool is all zeros: calloc'd pages the kernel maps only when a
+ * block is first used. A simulate run's pools of hundreds of thousands of
+ * blocks, most never touched, cost almost nothing until they are. The
+ * positions past n-2 are free slots, written before they are read (only a
+ * prefetch hint reads past the tail), so the same XOR, with no bound to
+ * check, serves them. */
 typedef struct free_ring {
     uint32_t *entries;   /* stored: entry ^ ring_initial(index) */
-    uint32_t num_blocks; /* the pool's (ring_initial's bound) */
     uint32_t mask;
     uint64_t head, tail; /* entries [head, tail) */
     uint32_t length;     /* live entries (free blocks) */
@@ -184,26 +185,28 @@ struct kvio_kvreq {
 
 /* ---- free ring ---------------------------------------------------------- */
 
-/* What entry index held in a new pool: block index + 1, then tombstones. */
-static inline uint32_t ring_initial(const free_ring_t *ring, uint64_t index)
+/* What entry index held in a new pool: block index + 1 (below n-1; past
+ * it a free slot, whatever it held). */
+static inline uint32_t ring_initial(uint64_t index)
 {
-    return index + 1 < ring->num_blocks ? (uint32_t)index + 1 : TOMBSTONE;
+    return (uint32_t)index + 1;
 }
 
 static inline uint32_t ring_get(const free_ring_t *ring, uint64_t index)
 {
-    return ring->entries[index] ^ ring_initial(ring, index);
+    return ring->entries[index] ^ ring_initial(index);
 }
 
 static inline void ring_set(free_ring_t *ring, uint64_t index, uint32_t block)
 {
-    ring->entries[index] = block ^ ring_initial(ring, index);
+    ring->entries[index] = block ^ ring_initial(index);
 }
 
-/* Where block sat in a new pool's ring: block - 1 (the null block 0: none). */
+/* Where block sat in a new pool's ring: block - 1 (the null block 0: none,
+ * 0 - 1 being NO_POSITION). */
 static inline uint32_t position_initial(uint32_t block)
 {
-    return block == 0 ? NO_POSITION : block - 1;
+    return block - 1;
 }
 
 static inline uint32_t position_get(const block_record_t *record, uint32_t block)
@@ -592,7 +595,6 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->valid = (uint8_t *)(cache->duplicates + n);
     cache->blocks = (block_record_t *)tables;
     cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
-    cache->free_queue.num_blocks = config->num_blocks;
     if (config->index == KVIO_KVCACHE_INDEX_RADIX) {
         /* The tree keeps the policy (over its leaves); the pool none. */
         kvio_radix_config_t tree_config = {
@@ -1666,7 +1668,7 @@ static void free_queue_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t co
 {
     free_ring_t *ring = &cache->free_queue;
     block_record_t *blocks = cache->blocks;
-    const uint64_t ring_mask = ring->mask;
+    const uint64_t ring_mask = ring->mask, head = ring->head; /* compaction keeps head */
     uint64_t tail = ring->tail;
     uint32_t freed = 0, to_tail = 0;
     size_t first_unhashed = count, end_unhashed = 0; /* [first, end) of ids */
@@ -1686,7 +1688,7 @@ static void free_queue_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t co
                 end_unhashed = i + 1;
             continue;
         }
-        if (tail - ring->head == ring_mask + 1) {
+        if (tail - head == ring_mask + 1) {
             ring->tail = tail; /* full of tombstones: squeeze them out */
             ring_compact(cache);
             tail = ring->tail;
