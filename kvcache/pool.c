@@ -338,9 +338,9 @@ PREFETCH_HELPER prefetch_bucket(const kvio_kvcache_t *cache, kvio_hash_t hash)
  * The full hash is compared only where the tag matches. The overflow
  * counts are exact, so a search past every bucket cannot happen; it is
  * bounded anyway, so that no table state can make it spin. */
-static uint32_t table_find(const index_bucket_t *buckets, const uint32_t *overflow,
-                           const uint8_t *valid, size_t bucket_mask,
-                           const block_record_t *blocks, kvio_hash_t hash)
+static inline __attribute__((always_inline)) uint32_t
+table_find(const index_bucket_t *buckets, const uint32_t *overflow, const uint8_t *valid,
+           size_t bucket_mask, const block_record_t *blocks, kvio_hash_t hash)
 {
     size_t bucket = bucket_of(bucket_mask, hash);
     uint32_t tag = tag_of(hash);
@@ -768,7 +768,7 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
 
 /* A cached block joins a request (a hit): out of the free queue if it
  * sat there. */
-static void take_hit_block(kvio_kvcache_t *cache, uint32_t block)
+static inline void take_hit_block(kvio_kvcache_t *cache, uint32_t block)
 {
     block_record_t *record = &cache->blocks[block];
     if (record->refcount == 0) {
