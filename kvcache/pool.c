@@ -102,14 +102,15 @@ typedef struct block_record {
  * policy's victim). Positions count up and wrap; the ring is compacted when
  * live entries and tombstones fill it. */
 /* The ring's entries and the records' positions are stored XOR their
- * values in a new pool (blocks 1..n-1 free in order at positions 0..n-2,
- * the rest tombstones), so a new pool is all zeros: calloc'd pages the
- * kernel maps only when a block is first used. A simulate run's pools of
- * hundreds of thousands of blocks, most never touched, cost almost nothing
- * until they are. */
+ * values in a new pool (blocks 1..n-1 free in order at positions 0..n-2),
+ * so a new pool is all zeros: calloc'd pages the kernel maps only when a
+ * block is first used. A simulate run's pools of hundreds of thousands of
+ * blocks, most never touched, cost almost nothing until they are. The
+ * positions past n-2 are free slots, written before they are read (only a
+ * prefetch hint reads past the tail), so the same XOR, with no bound to
+ * check, serves them. */
 typedef struct free_ring {
     uint32_t *entries;   /* stored: entry ^ ring_initial(index) */
-    uint32_t num_blocks; /* the pool's (ring_initial's bound) */
     uint32_t mask;
     uint64_t head, tail; /* entries [head, tail) */
     uint32_t length;     /* live entries (free blocks) */
@@ -184,26 +185,28 @@ struct kvio_kvreq {
 
 /* ---- free ring ---------------------------------------------------------- */
 
-/* What entry index held in a new pool: block index + 1, then tombstones. */
-static inline uint32_t ring_initial(const free_ring_t *ring, uint64_t index)
+/* What entry index held in a new pool: block index + 1 (below n-1; past
+ * it a free slot, whatever it held). */
+static inline uint32_t ring_initial(uint64_t index)
 {
-    return index + 1 < ring->num_blocks ? (uint32_t)index + 1 : TOMBSTONE;
+    return (uint32_t)index + 1;
 }
 
 static inline uint32_t ring_get(const free_ring_t *ring, uint64_t index)
 {
-    return ring->entries[index] ^ ring_initial(ring, index);
+    return ring->entries[index] ^ ring_initial(index);
 }
 
 static inline void ring_set(free_ring_t *ring, uint64_t index, uint32_t block)
 {
-    ring->entries[index] = block ^ ring_initial(ring, index);
+    ring->entries[index] = block ^ ring_initial(index);
 }
 
-/* Where block sat in a new pool's ring: block - 1 (the null block 0: none). */
+/* Where block sat in a new pool's ring: block - 1 (the null block 0: none,
+ * 0 - 1 being NO_POSITION). */
 static inline uint32_t position_initial(uint32_t block)
 {
-    return block == 0 ? NO_POSITION : block - 1;
+    return block - 1;
 }
 
 static inline uint32_t position_get(const block_record_t *record, uint32_t block)
@@ -335,9 +338,9 @@ PREFETCH_HELPER prefetch_bucket(const kvio_kvcache_t *cache, kvio_hash_t hash)
  * The full hash is compared only where the tag matches. The overflow
  * counts are exact, so a search past every bucket cannot happen; it is
  * bounded anyway, so that no table state can make it spin. */
-static uint32_t table_find(const index_bucket_t *buckets, const uint32_t *overflow,
-                           const uint8_t *valid, size_t bucket_mask,
-                           const block_record_t *blocks, kvio_hash_t hash)
+static inline __attribute__((always_inline)) uint32_t
+table_find(const index_bucket_t *buckets, const uint32_t *overflow, const uint8_t *valid,
+           size_t bucket_mask, const block_record_t *blocks, kvio_hash_t hash)
 {
     size_t bucket = bucket_of(bucket_mask, hash);
     uint32_t tag = tag_of(hash);
@@ -403,7 +406,10 @@ static inline void table_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash
     const size_t bucket_mask = cache->bucket_mask;
     block_record_t *record = &cache->blocks[block];
     size_t home = bucket_of(bucket_mask, hash);
-    if (valid[home] != 0 || overflow[home] != 0) {
+    uint32_t tag = tag_of(hash);
+    /* The home bucket's tags answer most inserts (no entry of the tag
+     * there, none passed it): no search. */
+    if ((match_mask(buckets[home].tags, tag) & valid[home]) != 0 || overflow[home] != 0) {
         uint32_t entry = table_find(buckets, overflow, valid, bucket_mask, cache->blocks, hash);
         if (entry != NO_BLOCK) {
             duplicate_append(cache, buckets[entry / BUCKET_ENTRIES].blocks[entry % BUCKET_ENTRIES],
@@ -417,7 +423,7 @@ static inline void table_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash
     while (valid[bucket] == BUCKET_FULL)
         bucket = (bucket + 1) & bucket_mask;
     unsigned entry = (unsigned)__builtin_ctz(~valid[bucket] & BUCKET_FULL);
-    buckets[bucket].tags[entry] = tag_of(hash);
+    buckets[bucket].tags[entry] = tag;
     buckets[bucket].blocks[entry] = block;
     valid[bucket] = (uint8_t)(valid[bucket] | 1u << entry);
     record->entry = (uint32_t)(bucket * BUCKET_ENTRIES + entry);
@@ -589,7 +595,6 @@ kvio_status_t kvio_kvcache_create(const kvio_kvcache_config_t *config, kvio_kvca
     cache->valid = (uint8_t *)(cache->duplicates + n);
     cache->blocks = (block_record_t *)tables;
     cache->free_queue.entries = (uint32_t *)(tables + records_bytes);
-    cache->free_queue.num_blocks = config->num_blocks;
     if (config->index == KVIO_KVCACHE_INDEX_RADIX) {
         /* The tree keeps the policy (over its leaves); the pool none. */
         kvio_radix_config_t tree_config = {
@@ -763,7 +768,7 @@ static uint32_t take_free_block(kvio_kvcache_t *cache)
 
 /* A cached block joins a request (a hit): out of the free queue if it
  * sat there. */
-static void take_hit_block(kvio_kvcache_t *cache, uint32_t block)
+static inline void take_hit_block(kvio_kvcache_t *cache, uint32_t block)
 {
     block_record_t *record = &cache->blocks[block];
     if (record->refcount == 0) {
@@ -777,23 +782,36 @@ static void take_hit_block(kvio_kvcache_t *cache, uint32_t block)
 }
 
 /* lru: takes the count blocks at the queue's head into blocks_p, as count
- * calls of take_free_block would. Before each it starts loading the record
- * of the block PREFETCH_AHEAD entries on, all that evicting it touches
- * besides the valid bits. Entries past the tail are stale ids or
- * tombstones: only a hint, checked for range. */
-static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t count)
+ * calls of take_free_block would, and hashes the first num_hashes of them
+ * (hashes[i] for blocks_p[i]) into the index as they are taken, as
+ * insert_run after the run would: one pass over their records, not two.
+ * (The index ends up holding the same blocks under the same hashes either
+ * way: a hash taken in that also sat in a block evicted later in the run
+ * is first a duplicate of it, then takes its entry when it goes.) Before
+ * each block it starts loading the record of the block PREFETCH_AHEAD
+ * entries on, all that evicting it touches besides the valid bits, and the
+ * index bucket of the hash as far on. Entries past the tail are stale ids
+ * or tombstones: only a hint, checked for range. */
+static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t count,
+                          const kvio_hash_t *hashes, size_t num_hashes)
 {
     free_ring_t *ring = &cache->free_queue;
     const uint64_t ring_mask = ring->mask;
     block_record_t *blocks = cache->blocks;
+    const index_bucket_t *buckets = cache->buckets;
+    const size_t bucket_mask = cache->bucket_mask;
     const uint32_t num_blocks = cache->num_blocks;
     const uint8_t watch_stamp = cache->watch_stamp;
     bool watch_broken = false;
     uint64_t head = ring->head, evictions = 0;
+    for (size_t i = 0; i < num_hashes && i < PREFETCH_AHEAD; i++)
+        __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i])]);
     for (size_t i = 0; i < count; i++) {
         uint32_t far = ring_get(ring, (head + PREFETCH_AHEAD) & ring_mask);
         if (far < num_blocks)
             __builtin_prefetch(&blocks[far]);
+        if (i + PREFETCH_AHEAD < num_hashes)
+            __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i + PREFETCH_AHEAD])]);
         uint32_t block;
         while ((block = ring_get(ring, head & ring_mask)) == TOMBSTONE)
             head++;
@@ -808,29 +826,40 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         }
         record->refcount = 1;
         blocks_p[i] = block;
+        if (i < num_hashes) {
+            record_hashed(record, hashes[i]);
+            table_insert(cache, block, hashes[i]);
+        }
     }
     ring->head = head;
     ring->length -= (uint32_t)count;
+    for (size_t i = 0; cache->epochs_used && i < num_hashes; i++)
+        cache->block_epoch[blocks_p[i]] = cache->epoch;
     cache->watch_broken |= watch_broken;
-    cache->index_version += evictions;
+    cache->index_version += evictions + num_hashes;
     cache->metrics.evictions += evictions;
     cache->metrics.blocks_allocated += count;
 }
 
 /* Hashes blocks [first, end) of a request into the index, as index_insert
- * on each would; the bucket of the hash PREFETCH_AHEAD on is loaded
- * meanwhile. */
+ * on each would; the bucket of the hash and the record of the block
+ * PREFETCH_AHEAD on are loaded meanwhile (the records were taken long ago,
+ * when a whole prompt's blocks are taken before its chunks are computed). */
 static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_hash_t *hashes,
                        size_t first, size_t end)
 {
     block_record_t *blocks = cache->blocks;
     const index_bucket_t *buckets = cache->buckets;
     const size_t bucket_mask = cache->bucket_mask;
-    for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++)
+    for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++) {
         __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i])]);
+        __builtin_prefetch(&blocks[ids[i]], 1);
+    }
     for (size_t i = first; i < end; i++) {
-        if (i + PREFETCH_AHEAD < end)
+        if (i + PREFETCH_AHEAD < end) {
             __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i + PREFETCH_AHEAD])]);
+            __builtin_prefetch(&blocks[ids[i + PREFETCH_AHEAD]], 1);
+        }
         record_hashed(&blocks[ids[i]], hashes[i]);
         table_insert(cache, ids[i], hashes[i]);
     }
@@ -1550,34 +1579,46 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
         req->num_blocks = num_hits;
         req->num_hashed_blocks = num_hits;
     }
+    size_t full = 0; /* the leading blocks hashed once the allocation is done */
+    if (cache->config.enable_prefix_caching && hash_new) {
+        full = covered / block_size;
+        if (full > req->num_hashes)
+            full = req->num_hashes;
+    }
     if (cache->queue_order && cache->config.on_evict == NULL) {
-        take_head_run(cache, req->blocks + req->num_blocks, new_blocks);
+        /* Without hooks the new blocks are hashed as they are taken; the
+         * request's blocks before them that filled up, first. */
+        size_t base = req->num_blocks, hashed_in_run = 0;
+        if (cache->tree == NULL && cache->config.on_cached == NULL &&
+            full > req->num_hashed_blocks) {
+            if (req->num_hashed_blocks < base)
+                insert_run(cache, req->blocks, req->hashes, req->num_hashed_blocks,
+                           full < base ? full : base);
+            hashed_in_run = full > base ? full - base : 0; /* hashed blocks lead the table */
+            req->num_hashed_blocks = full;
+        }
+        take_head_run(cache, req->blocks + base, new_blocks, req->hashes + base, hashed_in_run);
         req->num_blocks += new_blocks;
     } else {
         for (size_t i = 0; i < new_blocks; i++)
             req->blocks[req->num_blocks++] = take_free_block(cache);
     }
 
-    if (cache->config.enable_prefix_caching && hash_new) {
-        size_t full = covered / block_size;
-        if (full > req->num_hashes)
-            full = req->num_hashes;
-        if (full > req->num_hashed_blocks) {
-            if (cache->tree != NULL) {
-                status = radix_cache_blocks(cache, req, full);
-                if (status != KVIO_OK)
-                    return status;
-            } else if (cache->config.on_cached == NULL) {
-                insert_run(cache, req->blocks, req->hashes, req->num_hashed_blocks, full);
-            } else {
-                for (size_t i = req->num_hashed_blocks; i < full; i++) {
-                    index_insert(cache, req->blocks[i], req->hashes[i]);
-                    cache->config.on_cached(cache->config.hook_context, req->blocks, i,
-                                            req->hashes[i]);
-                }
+    if (full > req->num_hashed_blocks) {
+        if (cache->tree != NULL) {
+            status = radix_cache_blocks(cache, req, full);
+            if (status != KVIO_OK)
+                return status;
+        } else if (cache->config.on_cached == NULL) {
+            insert_run(cache, req->blocks, req->hashes, req->num_hashed_blocks, full);
+        } else {
+            for (size_t i = req->num_hashed_blocks; i < full; i++) {
+                index_insert(cache, req->blocks[i], req->hashes[i]);
+                cache->config.on_cached(cache->config.hook_context, req->blocks, i,
+                                        req->hashes[i]);
             }
-            req->num_hashed_blocks = full;
         }
+        req->num_hashed_blocks = full;
     }
     if (req->window != NULL)
         window_take_new(cache, req, &need.window, covered, hash_new);
@@ -1616,16 +1657,21 @@ kvio_status_t kvio_kvcache_allocate_unhashed(kvio_kvcache_t *cache, kvio_kvreq_t
     return allocate(cache, req, num_tokens, 0, false, num_hit_tokens_p);
 }
 
-/* lru, every freed block to the tail: releases blocks count-1 .. 0, as the
- * general loop below does, with the ring held in registers; the records of
- * the first FREE_PREFETCH_AHEAD are asked for before the loop starts. */
-static void free_tail_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t count)
+/* lru: releases blocks count-1 .. 0, as the general loop below does, with
+ * the ring held in registers; the records of the first FREE_PREFETCH_AHEAD
+ * are asked for before the loop starts. Freed blocks go to the tail, but
+ * with prepend_unhashed the unhashed ones, which go to the head as a group
+ * in the order they were freed (reverse): the loop notes where in ids they
+ * lie, and only that stretch is read again to push them in forward order. */
+static void free_queue_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t count,
+                           bool prepend_unhashed)
 {
     free_ring_t *ring = &cache->free_queue;
     block_record_t *blocks = cache->blocks;
-    const uint64_t ring_mask = ring->mask;
+    const uint64_t ring_mask = ring->mask, head = ring->head; /* compaction keeps head */
     uint64_t tail = ring->tail;
-    uint32_t freed = 0;
+    uint32_t freed = 0, to_tail = 0;
+    size_t first_unhashed = count, end_unhashed = 0; /* [first, end) of ids */
     for (size_t i = count; i-- > 0 && i + FREE_PREFETCH_AHEAD >= count;)
         __builtin_prefetch(&blocks[ids[i]]);
     for (size_t i = count; i-- > 0;) {
@@ -1635,7 +1681,14 @@ static void free_tail_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t cou
         block_record_t *record = &blocks[block];
         if (--record->refcount > 0)
             continue;
-        if (tail - ring->head == ring_mask + 1) {
+        freed++;
+        if (prepend_unhashed && !record->hashed) {
+            first_unhashed = i;
+            if (end_unhashed == 0)
+                end_unhashed = i + 1;
+            continue;
+        }
+        if (tail - head == ring_mask + 1) {
             ring->tail = tail; /* full of tombstones: squeeze them out */
             ring_compact(cache);
             tail = ring->tail;
@@ -1643,11 +1696,16 @@ static void free_tail_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t cou
         uint32_t position = (uint32_t)(tail++ & ring_mask);
         ring_set(ring, position, block);
         position_set(record, block, position);
-        freed++;
+        to_tail++;
     }
     ring->tail = tail;
-    ring->length += freed;
+    ring->length += to_tail;
     cache->metrics.blocks_freed += freed;
+    for (size_t i = first_unhashed; i < end_unhashed; i++) {
+        const block_record_t *record = &blocks[ids[i]];
+        if (record->refcount == 0 && !record->hashed)
+            ring_push_head(cache, ids[i]);
+    }
 }
 
 /* Releases blocks count-1 .. 0 of ids (a prefix's tail is evicted before
@@ -1656,13 +1714,13 @@ static void release_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t count
 {
     /* Unhashed blocks go to the head with prepend_unhashed (and always with
      * a non-queue policy, so that they are reused before cached ones). */
-    bool prepend = cache->config.enable_prefix_caching &&
-                   (cache->config.free_order == KVIO_FREE_ORDER_PREPEND_UNHASHED ||
-                    !cache->queue_order);
-    if (!prepend && cache->queue_order) {
-        free_tail_run(cache, ids, count);
+    if (cache->queue_order) {
+        free_queue_run(cache, ids, count,
+                       cache->config.enable_prefix_caching &&
+                           cache->config.free_order == KVIO_FREE_ORDER_PREPEND_UNHASHED);
         return;
     }
+    bool prepend = cache->config.enable_prefix_caching;
     for (size_t i = count; i-- > 0;) {
         if (i >= PREFETCH_AHEAD)
             __builtin_prefetch(&cache->blocks[ids[i - PREFETCH_AHEAD]]);
@@ -1673,8 +1731,7 @@ static void release_run(kvio_kvcache_t *cache, const uint32_t *ids, size_t count
         cache->metrics.blocks_freed++;
         if (record->hashed) {
             ring_push_tail(cache, block);
-            if (!cache->queue_order)
-                policy_add(cache, block);
+            policy_add(cache, block);
         } else if (!prepend) {
             ring_push_tail(cache, block);
         }

@@ -9,7 +9,7 @@ packages=(build-essential cmake pkg-config libyaml-dev libjansson-dev
           libxxhash-dev xxhash libhiredis-dev redis-server libucx-dev ucx-utils
           libopenmpi-dev openmpi-bin libcriterion-dev libmicrohttpd-dev libzmq3-dev
           libmsgpack-dev libcurl4-openssl-dev libpcre2-dev libutf8proc-dev
-          liburing-dev zlib1g-dev libdeflate-dev)
+          liburing-dev zlib1g-dev libdeflate-dev libisal-dev)
 if [ "${1:-}" = "--dev" ]; then
     packages+=(clang libclang-rt-14-dev gnuplot chromium fio)
 fi

@@ -355,13 +355,16 @@ Test(events, levels_choose_what_is_traced, .timeout = 30)
 }
 
 /* A batch's id list is copied from the last one written when it is the
- * same (consecutive iterations mostly run one batch); a list that differs
- * in one id, in length, or comes back after another is written as given. */
+ * same (consecutive iterations mostly run one batch), and so is the start
+ * it shares with it; a list that differs in one id, in length, in its
+ * first id, or comes back after another is written as given. */
 Test(events, repeated_id_lists_are_written_as_given, .timeout = 30)
 {
     static const uint64_t lists[][4] = {
-        {7, 8, 9, 10}, {7, 8, 9, 10}, {7, 8, 9, 11}, {7, 8, 9, 0}, {7, 8, 9, 10}, {7, 8, 9, 10}};
-    static const size_t counts[] = {4, 4, 4, 3, 4, 2};
+        {7, 8, 9, 10},    {7, 8, 9, 10},  {7, 8, 9, 11},      {7, 8, 9, 0},
+        {7, 8, 9, 10},    {7, 8, 9, 10},  {7, 123456, 9, 10}, {7, 123456, 9, 10},
+        {7, 12, 9, 10},   {5, 12, 9, 10}, {7, 8, 0, 0},       {7, 8, 99999, 10}};
+    static const size_t counts[] = {4, 4, 4, 3, 4, 2, 4, 1, 4, 4, 2, 4};
     size_t num_events = sizeof(counts) / sizeof(counts[0]);
     char *dir = test_tmpdir();
     char path[1200];

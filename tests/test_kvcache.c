@@ -527,6 +527,70 @@ Test(kvcache, duplicate_hash_lookup_returns_the_earliest_block, .timeout = 10)
     free(filler);
 }
 
+/* An allocation takes its blocks from the queue's head and hashes each as
+ * it takes it: a hash it takes in that a block further along the run still
+ * holds (cached, free) is a copy of that block's until the run evicts it,
+ * then the only one. The index ends as if the run had evicted first. */
+Test(kvcache, a_run_that_evicts_a_hash_it_also_takes_in_keeps_the_index_whole, .timeout = 10)
+{
+    kvio_kvcache_t *cache = make_pool(4, KVIO_FREE_ORDER_APPEND, true);
+    const kvio_hash_t h1 = {.low = 11, .high = 1}, h2 = {.low = 12, .high = 1},
+                      h3 = {.low = 13, .high = 1}, x = {.low = 21, .high = 2},
+                      y = {.low = 23, .high = 2};
+    kvio_kvreq_t *a = NULL, *b = NULL, *c = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, (kvio_hash_t[]){h1, h2, h3}, 3, 3 * BLOCK, &a),
+                 KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, a, 3 * BLOCK, NULL), KVIO_OK);
+    assert_blocks(a, (uint32_t[]){1, 2, 3}, 3);
+    kvio_kvcache_free(cache, a);
+    assert_queue(cache, (uint32_t[]){3, 2, 1}, 3); /* a prefix's tail goes first */
+    /* b misses at x, so all three blocks are new: block 2 takes h1 while
+     * block 1, taken after it, still holds h1. */
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, (kvio_hash_t[]){x, h1, y}, 3, 3 * BLOCK, &b),
+                 KVIO_OK);
+    size_t hit_tokens = 1;
+    cr_assert_eq(kvio_kvcache_allocate(cache, b, 3 * BLOCK, &hit_tokens), KVIO_OK);
+    cr_assert_eq(hit_tokens, 0);
+    assert_blocks(b, (uint32_t[]){3, 2, 1}, 3);
+    const kvio_hash_t held[] = {y, h1, x}; /* blocks 1, 2, 3 */
+    for (uint32_t block = 1; block <= 3; block++) {
+        kvio_hash_t hash;
+        cr_assert_eq(kvio_kvcache_block_hash(cache, block, &hash), KVIO_OK);
+        cr_assert(kvio_hash_equal(hash, held[block - 1]), "block %u holds the wrong hash", block);
+    }
+    kvio_kvcache_metrics_t metrics;
+    kvio_kvcache_get_metrics(cache, &metrics);
+    cr_assert_eq(metrics.evictions, 3);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &h1, 1, BLOCK + 1), BLOCK);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &h2, 1, BLOCK + 1), 0);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &h3, 1, BLOCK + 1), 0);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, (kvio_hash_t[]){x, h1, y}, 3, 3 * BLOCK + 1),
+                 3 * BLOCK);
+    kvio_kvcache_free(cache, b);
+    /* h1 leads to block 2 alone: hit, then evicted with the rest by new
+     * content, after which nothing of b's is found. */
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, &h1, 1, BLOCK + 1, &c), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, c, BLOCK + 1, &hit_tokens), KVIO_OK);
+    cr_assert_eq(hit_tokens, BLOCK);
+    assert_blocks(c, (uint32_t[]){2, 1}, 2);
+    kvio_kvcache_free(cache, c);
+    const kvio_hash_t fresh[] = {{.low = 31, .high = 3}, {.low = 32, .high = 3},
+                                 {.low = 33, .high = 3}};
+    kvio_kvreq_t *d = NULL;
+    cr_assert_eq(kvio_kvreq_create_hashes(cache, fresh, 3, 3 * BLOCK, &d), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_allocate(cache, d, 3 * BLOCK, NULL), KVIO_OK);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &h1, 1, BLOCK + 1), 0);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &x, 1, BLOCK + 1), 0);
+    cr_assert_eq(kvio_kvcache_lookup_hashes(cache, &y, 1, BLOCK + 1), 0);
+    kvio_kvcache_free(cache, d);
+    cr_assert_eq(kvio_kvcache_num_free_blocks(cache), 3);
+    kvio_kvreq_destroy(a);
+    kvio_kvreq_destroy(b);
+    kvio_kvreq_destroy(c);
+    kvio_kvreq_destroy(d);
+    kvio_kvcache_destroy(cache);
+}
+
 /* Hashes that all land in one home bucket of the pool's index (its key is
  * the low word when the high one is 0) with distinct tags: the crowd an
  * unlucky or adversarial stream makes. */
