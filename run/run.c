@@ -610,8 +610,6 @@ typedef struct run_state {
     kvio_updates_schedule_t schedule; /* simulate mode's updates */
     kvio_serve_output_t served;      /* simulate mode: what serving measured */
     kvio_serve_output_t control;     /* simulate mode: the no-update twin's (sorted by id) */
-    int64_t *activated_ns, *drain_stall_ns; /* as the serve ranks took them */
-    int64_t *stall_ns;               /* per update, by cause (KVIO_STALL_CAUSES) */
     kvio_model_t model;
     kvio_gpu_t gpu;
     uint64_t num_requests;
@@ -787,8 +785,6 @@ static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *
     twin.num_updates = 0;
     twin.stall_for_updates = false;
     twin.update = NULL;
-    twin.updates_activated_ns = NULL;
-    twin.updates_stall_ns = NULL;
     twin.drain_stall_ns = NULL;
     twin.output = &state->control;
     twin.control = NULL;
@@ -838,30 +834,19 @@ static kvio_status_t run_serving(run_state_t *state)
     kvio_status_t status = KVIO_OK;
     if (control || rate_read)
         status = serve_twin(state, &serve_run);
-    if (status == KVIO_OK && scheduled) {
+    if (status == KVIO_OK && scheduled)
         status = kvio_updates_schedule(workload, rate_read ? &state->control : NULL,
                                        &state->schedule, state->error_p, state->error_len);
-        size_t num_updates = state->schedule.num_updates;
-        state->activated_ns = calloc(num_updates + 1, sizeof(int64_t));
-        state->stall_ns = calloc((num_updates + 1) * KVIO_STALL_CAUSES, sizeof(int64_t));
-        state->drain_stall_ns = calloc((size_t)workload->ranks.serve + 1, sizeof(int64_t));
-        if (status == KVIO_OK && (state->activated_ns == NULL || state->drain_stall_ns == NULL ||
-                                  state->stall_ns == NULL)) {
-            snprintf(state->error_p, state->error_len, "model updates: out of memory");
-            status = KVIO_ERR_NOMEM;
-        }
-    }
     if (status != KVIO_OK || !serving)
         return status;
-    /* Simulate's updates: the schedule, and where the engines' activations
-     * and stalls go. */
+    /* Simulate's updates: the schedule's records, into which the engines
+     * write when they took each and what it cost, and its stall per rank,
+     * to which their drains and lent pools add. */
     serve_run.updates = state->schedule.updates;
     serve_run.num_updates = state->schedule.num_updates;
     serve_run.version_steps = state->schedule.version_steps;
     serve_run.num_version_steps = state->schedule.num_version_steps;
-    serve_run.updates_activated_ns = state->activated_ns;
-    serve_run.updates_stall_ns = state->stall_ns;
-    serve_run.drain_stall_ns = state->drain_stall_ns;
+    serve_run.drain_stall_ns = state->schedule.inference_stall_ns;
     if (control)
         serve_run.control = &state->control;
     if (workload->rl.mode != KVIO_RL_OFF) {
@@ -889,14 +874,6 @@ static kvio_status_t run_updates(run_state_t *state)
     state->updates_note = "no train and serve ranks in this workload";
     if (!state->updates)
         return KVIO_OK;
-    for (size_t u = 0; state->activated_ns != NULL && u < state->schedule.num_updates; u++) {
-        kvio_update_record_t *update = &state->schedule.updates[u];
-        update->t_activated_ns = state->activated_ns[u];
-        for (int c = 0; state->stall_ns != NULL && c < KVIO_STALL_CAUSES; c++)
-            update->stall_ns[c] = state->stall_ns[u * KVIO_STALL_CAUSES + c];
-    }
-    for (int64_t r = 0; state->drain_stall_ns != NULL && r < workload->ranks.serve; r++)
-        state->schedule.inference_stall_ns[r] += state->drain_stall_ns[r];
     kvio_status_t status = kvio_updates_run(
         workload, state->world, state->emulate ? NULL : &state->schedule,
         state->emulate ? NULL : &state->served, state->served_out, &state->itls,
@@ -1070,9 +1047,6 @@ static void run_state_free(run_state_t *state, bool world_failed)
     kvio_serve_output_free(&state->served);
     free(state->itls.records);
     kvio_serve_output_free(&state->control);
-    free(state->activated_ns);
-    free(state->stall_ns);
-    free(state->drain_stall_ns);
     kvio_stream_destroy(state->stream);
     kvio_results_destroy(state->results);
 }
