@@ -1,7 +1,8 @@
-/* kvio_run: checks everything the workload needs (model, GPU, KV capacity,
- * stream or trace) before creating the results directory, runs the serve
- * ranks, and writes summary.json (schema version, effective config, times,
- * which parts ran, complete flag, metrics) and a table on stdout. */
+/* One run (run_workload; kvio_run, run/entry.c, calls it): checks
+ * everything the workload needs (model, GPU, KV capacity, stream or trace)
+ * before creating the results directory, runs the serve ranks, and writes
+ * summary.json (schema version, effective config, times, which parts ran,
+ * complete flag, metrics) and a table on stdout. */
 #include "run/run_int.h"
 
 #include <math.h>
@@ -1069,14 +1070,6 @@ static bool frontend_runs(const kvio_workload_t *workload, char *error_p, size_t
     if (why != NULL)
         snprintf(error_p, error_len, "kvio serve: %s", why);
     return why == NULL;
-}
-
-kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
-                       kvio_run_result_t *result_p, char *error_p, size_t error_len)
-{
-    if (workload->mode == KVIO_MODE_EMULATE && workload->update.control == KVIO_CONTROL_PAIRED)
-        return run_paired(workload, options, result_p, error_p, error_len);
-    return run_workload(workload, options, NULL, result_p, error_p, error_len);
 }
 
 kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_options_t *options,
