@@ -377,7 +377,8 @@ static kvio_status_t simulation_metrics(const simulation_t *sim, kvio_result_t *
     if (sim->pd != NULL)
         kvio_serve_pd_fill(result, sim->pd, sim->executor.virtual_ns);
     if (run->updates != NULL && run->loss != NULL)
-        kvio_serve_loss_fill(result, run, sim->recorder.served, sim->recorder.num_versions);
+        kvio_serve_loss_fill(result, run->version_steps, run->num_version_steps, run->loss,
+                             sim->recorder.served, sim->recorder.num_versions);
     kvio_engine_metrics_fini(&total);
     return status;
 }

@@ -362,9 +362,12 @@ typedef struct kvio_serve_run {
 
 /* The inference loss of the served requests into result: served[v]
  * requests finished on version v (num_versions of them); each costs
- * L(step of v) (run->version_steps, run->loss). Sets
- * cumulative_inference_loss, mean_inference_loss and served_by_version. */
-void kvio_serve_loss_fill(struct kvio_result *result, const kvio_serve_run_t *run,
+ * L(step of v) on loss_curve, version v holding step version_steps[v] (version
+ * 0, the initial weights, and any missing or beyond num_version_steps:
+ * step 1). Sets cumulative_inference_loss, mean_inference_loss and
+ * served_by_version. */
+void kvio_serve_loss_fill(struct kvio_result *result, const double *version_steps,
+                          size_t num_version_steps, const struct kvio_loss_curve *loss_curve,
                           const uint64_t *served, size_t num_versions);
 
 /* vLLM's batch limits for the GPU (EngineArgs.get_batch_defaults, for the
