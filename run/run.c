@@ -737,12 +737,56 @@ static bool twin_wanted(const run_state_t *state)
            (control == KVIO_CONTROL_AUTO || control == KVIO_CONTROL_TWIN);
 }
 
-static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *serve_run);
+/* This process's serve run on stream: the plan of serving from the
+ * workload (run_serve_plan, with or without updates) and what this run
+ * alone decides (its stop, the serve ranks' numbers beside the trainers,
+ * the front end). Where its results go and its schedule of updates are the
+ * caller's. */
+static void plan_serving(const run_state_t *state, kvio_stream_t *stream, bool updates,
+                         kvio_serve_run_t *run_p)
+{
+    const kvio_workload_t *workload = state->workload;
+    run_serve_plan(workload, &state->model, &state->gpu, stream, updates, run_p);
+    run_p->num_requests = state->num_requests;
+    run_p->stop = state->options->stop;
+    /* Serve ranks follow the train ranks in every file, as in updates.csv. */
+    run_p->first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
+    run_p->frontend = state->options->frontend;
+}
 
-/* The no-update twin of serve_run into state->control: from the options'
+/* The twin is the plan without updates on a stream of its own, writing
+ * nothing but state->control. */
+static kvio_status_t serve_twin_now(run_state_t *state)
+{
+    const kvio_workload_t *workload = state->workload;
+    kvio_stream_t *stream = NULL;
+    kvio_status_t status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                              kvio_workload_stream_duration(workload), &stream,
+                                              state->error_p, state->error_len);
+    if (status != KVIO_OK)
+        return status;
+    kvio_serve_run_t twin;
+    plan_serving(state, stream, false, &twin);
+    twin.keep_itls = false;
+    twin.output = &state->control;
+    kvio_result_t *metrics = kvio_result_create();
+    bool complete = true;
+    /* On a stream of its own: the same seed gives the same requests. */
+    status = metrics == NULL ? KVIO_ERR_NOMEM
+                             : kvio_serve_simulate(&twin, metrics, &complete, state->error_p,
+                                                   state->error_len);
+    kvio_result_destroy(metrics);
+    kvio_stream_destroy(stream);
+    if (status == KVIO_OK && !complete)
+        state->complete = false; /* stopped: the run that follows stops too */
+    kvio_serve_output_sort(&state->control);
+    return status;
+}
+
+/* The no-update twin of the run into state->control: from the options'
  * cache when an earlier run served the same one (kvio compare), else
  * served now. */
-static kvio_status_t serve_twin(run_state_t *state, const kvio_serve_run_t *serve_run)
+static kvio_status_t serve_twin(run_state_t *state)
 {
     const kvio_workload_t *workload = state->workload;
     kvio_control_cache_t *cache = state->options->control_cache;
@@ -756,51 +800,13 @@ static kvio_status_t serve_twin(run_state_t *state, const kvio_serve_run_t *serv
     if (key != NULL)
         status = kvio_control_cache_take(cache, key, &state->control, &found);
     if (status == KVIO_OK && !found)
-        status = serve_twin_now(state, serve_run);
+        status = serve_twin_now(state);
     if (status == KVIO_OK && key != NULL && !found)
         status = kvio_control_cache_put(cache, key, &state->control);
     free(key);
     if (status == KVIO_ERR_NOMEM)
         snprintf(state->error_p, state->error_len, "update.control: out of memory keeping "
                  "the twin's %zu requests", state->control.num_finished);
-    return status;
-}
-
-static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *serve_run)
-{
-    const kvio_workload_t *workload = state->workload;
-    kvio_stream_t *stream = NULL;
-    kvio_status_t status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                              kvio_workload_stream_duration(workload), &stream,
-                                              state->error_p, state->error_len);
-    if (status != KVIO_OK)
-        return status;
-    kvio_serve_run_t twin = *serve_run;
-    twin.keep_itls = false;
-    twin.itls = NULL;
-    twin.stream = stream;
-    twin.results = NULL;
-    twin.events = NULL;
-    twin.start = NULL;
-    twin.updates = NULL;
-    twin.num_updates = 0;
-    twin.stall_for_updates = false;
-    twin.update = NULL;
-    twin.drain_stall_ns = NULL;
-    twin.output = &state->control;
-    twin.control = NULL;
-    twin.samples = NULL;
-    kvio_result_t *metrics = kvio_result_create();
-    bool complete = true;
-    /* On a stream of its own: the same seed gives the same requests. */
-    status = metrics == NULL ? KVIO_ERR_NOMEM
-                             : kvio_serve_simulate(&twin, metrics, &complete, state->error_p,
-                                                   state->error_len);
-    kvio_result_destroy(metrics);
-    kvio_stream_destroy(stream);
-    if (status == KVIO_OK && !complete)
-        state->complete = false; /* stopped: the run that follows stops too */
-    kvio_serve_output_sort(&state->control);
     return status;
 }
 
@@ -818,23 +824,18 @@ static kvio_status_t run_serving(run_state_t *state)
                      workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE;
     kvio_serve_run_t serve_run;
     if (serving) {
-        run_serve_plan(workload, &state->model, &state->gpu, state->stream, state->updates,
-                       &serve_run);
-        serve_run.num_requests = state->num_requests;
+        plan_serving(state, state->stream, state->updates, &serve_run);
+        /* Where the run's results go. */
         serve_run.results = state->results;
-        serve_run.stop = state->options->stop;
         serve_run.events = state->events;
-        /* Serve ranks follow the train ranks in every file, as in updates.csv. */
-        serve_run.first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
         serve_run.start = state->start;
-        serve_run.frontend = state->options->frontend;
         serve_run.itls = &state->itls;
         serve_run.samples = &state->samples;
         serve_run.output = scheduled ? &state->served : NULL;
     }
     kvio_status_t status = KVIO_OK;
     if (control || rate_read)
-        status = serve_twin(state, &serve_run);
+        status = serve_twin(state);
     if (status == KVIO_OK && scheduled)
         status = kvio_updates_schedule(workload, rate_read ? &state->control : NULL,
                                        &state->schedule, state->error_p, state->error_len);
