@@ -332,8 +332,8 @@ kvio_status_t report_figure(const kvio_result_t *result, kvio_figure_t figure, c
 void report_verdict(const kvio_result_t *result, char *verdict_p, size_t verdict_len);
 void report_tier_traffic_free(tier_traffic_t *traffic);
 
-/* A finite number within REPORT_VALUE_LIMIT at object's key (absent and
- * not required: 0), or an error naming path, where and key. */
+/* json.c: a finite number within REPORT_VALUE_LIMIT at object's key
+ * (absent and not required: 0), or an error naming path, where and key. */
 kvio_status_t report_json_number(const json_t *object, const char *key, const char *where,
                                  const char *path, bool required, double *value_p, char *error_p,
                                  size_t error_len);
@@ -352,7 +352,7 @@ kvio_status_t report_mlperf_load(kvio_report_t *report, const char *dir, const c
 void report_mlperf_free(report_mlperf_t *mlperf);
 kvio_status_t report_mlperf_charts(kvio_report_t *report);
 
-/* Reads a JSON file of at most KVIO_REPORT_MAX_JSON_BYTES. */
+/* json.c: reads a JSON file of at most KVIO_REPORT_MAX_JSON_BYTES. */
 kvio_status_t report_json_load(const char *path, json_t **json_p, char *error_p,
                                size_t error_len);
 /* Copies text as a label: valid UTF-8, no control characters, bounded. */
@@ -366,7 +366,7 @@ void report_timeline_add(timeline_t *timeline, double time_s, double duration_s,
 void report_timeline_add_request(timeline_t *timeline, double arrival_s, double ttft_s,
                                  double cached_tokens, double input_tokens);
 
-/* charts.c: the chart set's parts. A chart added to report (NULL when
+/* chart.c: the chart set's parts. A chart added to report (NULL when
  * full or out of memory), a series of count points (lines) or one value per
  * category (bars; whiskers: low and high too), the categories (bars), and a
  * note on the page (a chart skipped, and why). */
@@ -376,6 +376,7 @@ report_chart_t *report_chart_new(kvio_report_t *report, chart_kind_t kind, const
 chart_series_t *report_series_add(report_chart_t *chart, const char *label, size_t count,
                                   bool whiskers);
 kvio_status_t report_categories_set(report_chart_t *chart, size_t count);
+void report_chart_free(report_chart_t *chart);
 void report_add_note(kvio_report_t *report, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -387,7 +388,6 @@ void report_charts_clear(kvio_report_t *report);
  * failed (the charts, or path and errno). */
 kvio_status_t report_build_open(kvio_report_t *report, const char *path, FILE **out_p,
                                 char *error_p, size_t error_len);
-void report_chart_free(report_chart_t *chart);
 
 /* render_svg.c, render_gnuplot.c */
 kvio_status_t report_render_html(const kvio_report_t *report, FILE *out);

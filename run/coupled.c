@@ -118,9 +118,8 @@ kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_
     for (size_t i = 0; i < all->num_train; i++)
         if (all->train[i].version <= all->num_train)
             steps[all->train[i].version] = (double)all->train[i].step;
-    kvio_serve_run_t loss_run = {.version_steps = steps, .num_version_steps = all->num_train + 1,
-                                 .loss = &context->workload->train.checkpoint.loss};
-    kvio_serve_loss_fill(context->result, &loss_run, served, num_versions);
+    kvio_serve_loss_fill(context->result, steps, all->num_train + 1,
+                         &context->workload->train.checkpoint.loss, served, num_versions);
     free(steps);
     free(served);
     return KVIO_OK;

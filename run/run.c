@@ -1,7 +1,8 @@
-/* kvio_run: checks everything the workload needs (model, GPU, KV capacity,
- * stream or trace) before creating the results directory, runs the serve
- * ranks, and writes summary.json (schema version, effective config, times,
- * which parts ran, complete flag, metrics) and a table on stdout. */
+/* One run (run_workload; kvio_run, run/entry.c, calls it): checks
+ * everything the workload needs (model, GPU, KV capacity, stream or trace)
+ * before creating the results directory, runs the serve ranks, and writes
+ * summary.json (schema version, effective config, times, which parts ran,
+ * complete flag, metrics) and a table on stdout. */
 #include "run/run_int.h"
 
 #include <math.h>
@@ -610,8 +611,6 @@ typedef struct run_state {
     kvio_updates_schedule_t schedule; /* simulate mode's updates */
     kvio_serve_output_t served;      /* simulate mode: what serving measured */
     kvio_serve_output_t control;     /* simulate mode: the no-update twin's (sorted by id) */
-    int64_t *activated_ns, *drain_stall_ns; /* as the serve ranks took them */
-    int64_t *stall_ns;               /* per update, by cause (KVIO_STALL_CAUSES) */
     kvio_model_t model;
     kvio_gpu_t gpu;
     uint64_t num_requests;
@@ -738,12 +737,56 @@ static bool twin_wanted(const run_state_t *state)
            (control == KVIO_CONTROL_AUTO || control == KVIO_CONTROL_TWIN);
 }
 
-static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *serve_run);
+/* This process's serve run on stream: the plan of serving from the
+ * workload (run_serve_plan, with or without updates) and what this run
+ * alone decides (its stop, the serve ranks' numbers beside the trainers,
+ * the front end). Where its results go and its schedule of updates are the
+ * caller's. */
+static void plan_serving(const run_state_t *state, kvio_stream_t *stream, bool updates,
+                         kvio_serve_run_t *run_p)
+{
+    const kvio_workload_t *workload = state->workload;
+    run_serve_plan(workload, &state->model, &state->gpu, stream, updates, run_p);
+    run_p->num_requests = state->num_requests;
+    run_p->stop = state->options->stop;
+    /* Serve ranks follow the train ranks in every file, as in updates.csv. */
+    run_p->first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
+    run_p->frontend = state->options->frontend;
+}
 
-/* The no-update twin of serve_run into state->control: from the options'
+/* The twin is the plan without updates on a stream of its own, writing
+ * nothing but state->control. */
+static kvio_status_t serve_twin_now(run_state_t *state)
+{
+    const kvio_workload_t *workload = state->workload;
+    kvio_stream_t *stream = NULL;
+    kvio_status_t status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
+                                              kvio_workload_stream_duration(workload), &stream,
+                                              state->error_p, state->error_len);
+    if (status != KVIO_OK)
+        return status;
+    kvio_serve_run_t twin;
+    plan_serving(state, stream, false, &twin);
+    twin.keep_itls = false;
+    twin.output = &state->control;
+    kvio_result_t *metrics = kvio_result_create();
+    bool complete = true;
+    /* On a stream of its own: the same seed gives the same requests. */
+    status = metrics == NULL ? KVIO_ERR_NOMEM
+                             : kvio_serve_simulate(&twin, metrics, &complete, state->error_p,
+                                                   state->error_len);
+    kvio_result_destroy(metrics);
+    kvio_stream_destroy(stream);
+    if (status == KVIO_OK && !complete)
+        state->complete = false; /* stopped: the run that follows stops too */
+    kvio_serve_output_sort(&state->control);
+    return status;
+}
+
+/* The no-update twin of the run into state->control: from the options'
  * cache when an earlier run served the same one (kvio compare), else
  * served now. */
-static kvio_status_t serve_twin(run_state_t *state, const kvio_serve_run_t *serve_run)
+static kvio_status_t serve_twin(run_state_t *state)
 {
     const kvio_workload_t *workload = state->workload;
     kvio_control_cache_t *cache = state->options->control_cache;
@@ -757,53 +800,13 @@ static kvio_status_t serve_twin(run_state_t *state, const kvio_serve_run_t *serv
     if (key != NULL)
         status = kvio_control_cache_take(cache, key, &state->control, &found);
     if (status == KVIO_OK && !found)
-        status = serve_twin_now(state, serve_run);
+        status = serve_twin_now(state);
     if (status == KVIO_OK && key != NULL && !found)
         status = kvio_control_cache_put(cache, key, &state->control);
     free(key);
     if (status == KVIO_ERR_NOMEM)
         snprintf(state->error_p, state->error_len, "update.control: out of memory keeping "
                  "the twin's %zu requests", state->control.num_finished);
-    return status;
-}
-
-static kvio_status_t serve_twin_now(run_state_t *state, const kvio_serve_run_t *serve_run)
-{
-    const kvio_workload_t *workload = state->workload;
-    kvio_stream_t *stream = NULL;
-    kvio_status_t status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                              kvio_workload_stream_duration(workload), &stream,
-                                              state->error_p, state->error_len);
-    if (status != KVIO_OK)
-        return status;
-    kvio_serve_run_t twin = *serve_run;
-    twin.keep_itls = false;
-    twin.itls = NULL;
-    twin.stream = stream;
-    twin.results = NULL;
-    twin.events = NULL;
-    twin.start = NULL;
-    twin.updates = NULL;
-    twin.num_updates = 0;
-    twin.stall_for_updates = false;
-    twin.update = NULL;
-    twin.updates_activated_ns = NULL;
-    twin.updates_stall_ns = NULL;
-    twin.drain_stall_ns = NULL;
-    twin.output = &state->control;
-    twin.control = NULL;
-    twin.samples = NULL;
-    kvio_result_t *metrics = kvio_result_create();
-    bool complete = true;
-    /* On a stream of its own: the same seed gives the same requests. */
-    status = metrics == NULL ? KVIO_ERR_NOMEM
-                             : kvio_serve_simulate(&twin, metrics, &complete, state->error_p,
-                                                   state->error_len);
-    kvio_result_destroy(metrics);
-    kvio_stream_destroy(stream);
-    if (status == KVIO_OK && !complete)
-        state->complete = false; /* stopped: the run that follows stops too */
-    kvio_serve_output_sort(&state->control);
     return status;
 }
 
@@ -821,47 +824,31 @@ static kvio_status_t run_serving(run_state_t *state)
                      workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE;
     kvio_serve_run_t serve_run;
     if (serving) {
-        run_serve_plan(workload, &state->model, &state->gpu, state->stream, state->updates,
-                       &serve_run);
-        serve_run.num_requests = state->num_requests;
+        plan_serving(state, state->stream, state->updates, &serve_run);
+        /* Where the run's results go. */
         serve_run.results = state->results;
-        serve_run.stop = state->options->stop;
         serve_run.events = state->events;
-        /* Serve ranks follow the train ranks in every file, as in updates.csv. */
-        serve_run.first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
         serve_run.start = state->start;
-        serve_run.frontend = state->options->frontend;
         serve_run.itls = &state->itls;
         serve_run.samples = &state->samples;
         serve_run.output = scheduled ? &state->served : NULL;
     }
     kvio_status_t status = KVIO_OK;
     if (control || rate_read)
-        status = serve_twin(state, &serve_run);
-    if (status == KVIO_OK && scheduled) {
+        status = serve_twin(state);
+    if (status == KVIO_OK && scheduled)
         status = kvio_updates_schedule(workload, rate_read ? &state->control : NULL,
                                        &state->schedule, state->error_p, state->error_len);
-        size_t num_updates = state->schedule.num_updates;
-        state->activated_ns = calloc(num_updates + 1, sizeof(int64_t));
-        state->stall_ns = calloc((num_updates + 1) * KVIO_STALL_CAUSES, sizeof(int64_t));
-        state->drain_stall_ns = calloc((size_t)workload->ranks.serve + 1, sizeof(int64_t));
-        if (status == KVIO_OK && (state->activated_ns == NULL || state->drain_stall_ns == NULL ||
-                                  state->stall_ns == NULL)) {
-            snprintf(state->error_p, state->error_len, "model updates: out of memory");
-            status = KVIO_ERR_NOMEM;
-        }
-    }
     if (status != KVIO_OK || !serving)
         return status;
-    /* Simulate's updates: the schedule, and where the engines' activations
-     * and stalls go. */
+    /* Simulate's updates: the schedule's records, into which the engines
+     * write when they took each and what it cost, and its stall per rank,
+     * to which their drains and lent pools add. */
     serve_run.updates = state->schedule.updates;
     serve_run.num_updates = state->schedule.num_updates;
     serve_run.version_steps = state->schedule.version_steps;
     serve_run.num_version_steps = state->schedule.num_version_steps;
-    serve_run.updates_activated_ns = state->activated_ns;
-    serve_run.updates_stall_ns = state->stall_ns;
-    serve_run.drain_stall_ns = state->drain_stall_ns;
+    serve_run.drain_stall_ns = state->schedule.inference_stall_ns;
     if (control)
         serve_run.control = &state->control;
     if (workload->rl.mode != KVIO_RL_OFF) {
@@ -889,14 +876,6 @@ static kvio_status_t run_updates(run_state_t *state)
     state->updates_note = "no train and serve ranks in this workload";
     if (!state->updates)
         return KVIO_OK;
-    for (size_t u = 0; state->activated_ns != NULL && u < state->schedule.num_updates; u++) {
-        kvio_update_record_t *update = &state->schedule.updates[u];
-        update->t_activated_ns = state->activated_ns[u];
-        for (int c = 0; state->stall_ns != NULL && c < KVIO_STALL_CAUSES; c++)
-            update->stall_ns[c] = state->stall_ns[u * KVIO_STALL_CAUSES + c];
-    }
-    for (int64_t r = 0; state->drain_stall_ns != NULL && r < workload->ranks.serve; r++)
-        state->schedule.inference_stall_ns[r] += state->drain_stall_ns[r];
     kvio_status_t status = kvio_updates_run(
         workload, state->world, state->emulate ? NULL : &state->schedule,
         state->emulate ? NULL : &state->served, state->served_out, &state->itls,
@@ -1070,9 +1049,6 @@ static void run_state_free(run_state_t *state, bool world_failed)
     kvio_serve_output_free(&state->served);
     free(state->itls.records);
     kvio_serve_output_free(&state->control);
-    free(state->activated_ns);
-    free(state->stall_ns);
-    free(state->drain_stall_ns);
     kvio_stream_destroy(state->stream);
     kvio_results_destroy(state->results);
 }
@@ -1095,14 +1071,6 @@ static bool frontend_runs(const kvio_workload_t *workload, char *error_p, size_t
     if (why != NULL)
         snprintf(error_p, error_len, "kvio serve: %s", why);
     return why == NULL;
-}
-
-kvio_status_t kvio_run(const kvio_workload_t *workload, const kvio_run_options_t *options,
-                       kvio_run_result_t *result_p, char *error_p, size_t error_len)
-{
-    if (workload->mode == KVIO_MODE_EMULATE && workload->update.control == KVIO_CONTROL_PAIRED)
-        return run_paired(workload, options, result_p, error_p, error_len);
-    return run_workload(workload, options, NULL, result_p, error_p, error_len);
 }
 
 kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_options_t *options,

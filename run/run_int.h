@@ -311,7 +311,7 @@ kvio_status_t run_write_summary(const run_summary_t *summary, char *error_p, siz
 /* The table on stdout; what (may be NULL) is added to its title. */
 void run_print_table(const run_summary_t *summary, const char *what);
 
-/* One run of kvio_run (run/run.c) that also hands over, in emulate's
+/* One run (run/run.c; kvio_run's, run/entry.c) that also hands over, in emulate's
  * coupled run, what serving measured (served_out may be NULL). */
 kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_options_t *options,
                            kvio_serve_output_t *served_out, kvio_run_result_t *result_p,

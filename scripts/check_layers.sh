@@ -13,6 +13,7 @@
 # folder's private header (<folder>/<name>_int.h) is for that folder only.
 # Each public header in include/kvio/ belongs to one module (HEADER_MODULE
 # below): a new header must be listed there, or the check fails on it.
+# Headers must not include each other in a circle (the chain is named).
 # It also fails on a function longer than MAX_FUNCTION_LINES in the folders
 # of LONG_FUNCTION_FOLDERS (a function that long is several named steps).
 #
@@ -119,6 +120,51 @@ for file in include/kvio/*.h; do
     fi
     check_file "$file" "${HEADER_MODULE[$header]}"
 done
+
+# Include circles: a header that includes itself through the headers it
+# includes (include guards hide that from the compiler, and the files it
+# ties together can no longer be read or changed apart), named as the chain
+# of headers, e.g. serve/loop_int.h -> serve/pd_int.h -> serve/loop_int.h.
+header_edges() {
+    local file target headers=()
+    for file in include/kvio/*.h $(for module in $MODULES; do echo "$module"/*.h; done); do
+        [ -e "$file" ] && headers+=("$file")
+    done
+    [ "${#headers[@]}" -gt 0 ] || return 0
+    grep -H -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "${headers[@]}" |
+        sed -E 's/^([^:]+):[^"]*"([^"]+)".*/\1 \2/' |
+        while read -r file target; do
+            case "$target" in kvio/*) target=include/$target ;; esac
+            [ -e "$target" ] && echo "$file $target"
+        done
+}
+circles=$(header_edges | awk '
+    function visit(node,    count, i, k, target, targets, chain) {
+        state[node] = 1
+        stack[++depth] = node
+        count = split(edges[node], targets, " ")
+        for (i = 1; i <= count; i++) {
+            target = targets[i]
+            if (state[target] == 1) {
+                for (k = 1; stack[k] != target; k++)
+                    ;
+                chain = stack[k]
+                for (k++; k <= depth; k++)
+                    chain = chain " -> " stack[k]
+                print chain " -> " target
+            } else if (state[target] == 0) {
+                visit(target)
+            }
+        }
+        depth--
+        state[node] = 2
+    }
+    { edges[$1] = edges[$1] " " $2; if (!($1 in seen)) { seen[$1]; order[++n] = $1 } }
+    END { for (i = 1; i <= n; i++) if (state[order[i]] == 0) visit(order[i]) }')
+while read -r circle; do
+    [ -n "$circle" ] || continue
+    fail "include circle: $circle"
+done <<<"$circles"
 
 # Functions longer than MAX_FUNCTION_LINES: a definition starts at a line
 # in column 0 that opens its body ("{" alone) and ends at the first "}" in

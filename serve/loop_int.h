@@ -232,14 +232,13 @@ struct kvio_serve_updates {
 
 /* Simulate's modelled updates (serve/updates_schedule.c). */
 typedef struct kvio_serve_schedule_params {
-    const kvio_update_record_t *updates; /* every rank's, in version order (borrowed) */
+    /* Every rank's, in version order (borrowed). The lane writes into its
+     * rank's records when the engine took each (t_activated_ns, after the
+     * scheduled time was read) and what it cost (added to stall_ns). */
+    kvio_update_record_t *updates;
     size_t num_updates;
     int world_rank;                      /* the lane's */
     bool stall;                          /* update.apply: stall */
-    int64_t *activated_ns;               /* per update: when the engine took it
-                                            (written for this rank's; may be NULL) */
-    int64_t *stall_ns;                   /* per update, KVIO_STALL_CAUSES each: the
-                                            serving time it cost (may be NULL) */
 } kvio_serve_schedule_params_t;
 
 typedef struct kvio_serve_schedule_updates kvio_serve_schedule_updates_t;

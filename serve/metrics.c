@@ -153,7 +153,8 @@ void kvio_serve_tier_hits_fill(kvio_result_t *result)
                         kvio_result_get(result, KVIO_FIG_TIER_HIT_TOKENS));
 }
 
-void kvio_serve_loss_fill(kvio_result_t *result, const kvio_serve_run_t *run,
+void kvio_serve_loss_fill(kvio_result_t *result, const double *version_steps,
+                          size_t num_version_steps, const kvio_loss_curve_t *loss_curve,
                           const uint64_t *served, size_t num_versions)
 {
     double loss = 0;
@@ -162,10 +163,10 @@ void kvio_serve_loss_fill(kvio_result_t *result, const kvio_serve_run_t *run,
     for (size_t v = 0; v < num_versions; v++) {
         if (served[v] == 0)
             continue;
-        double step = v > 0 && v < run->num_version_steps && run->version_steps[v] > 0
-                          ? run->version_steps[v]
+        double step = v > 0 && v < num_version_steps && version_steps[v] > 0
+                          ? version_steps[v]
                           : 1.0;
-        double per_request = kvio_loss_at(run->loss, step);
+        double per_request = kvio_loss_at(loss_curve, step);
         loss += per_request * (double)served[v];
         requests += served[v];
         json_array_append_new(by_version, json_pack("{s:I, s:f, s:I, s:f}", "version",

@@ -170,8 +170,7 @@ static kvio_status_t rank_create(simulation_t *sim, uint32_t index, char *error_
     if (status == KVIO_OK && run->updates != NULL) {
         kvio_serve_schedule_params_t params = {
             .updates = run->updates, .num_updates = run->num_updates,
-            .world_rank = (int)lane->world_rank, .stall = run->stall_for_updates,
-            .activated_ns = run->updates_activated_ns, .stall_ns = run->updates_stall_ns};
+            .world_rank = (int)lane->world_rank, .stall = run->stall_for_updates};
         status = kvio_serve_schedule_updates_create(&params, &rank->updates);
         if (status == KVIO_OK)
             lane->updates = kvio_serve_schedule_updates(rank->updates);
@@ -268,8 +267,6 @@ static kvio_status_t simulation_init(simulation_t *sim, const kvio_serve_run_t *
     sim->lanes = calloc(sim->num_ranks, sizeof(*sim->lanes));
     if (sim->ranks == NULL || sim->lanes == NULL)
         return KVIO_ERR_NOMEM;
-    for (size_t u = 0; run->updates_activated_ns != NULL && u < run->num_updates; u++)
-        run->updates_activated_ns[u] = run->updates[u].t_activated_ns;
     for (uint32_t r = 0; r < sim->num_ranks; r++) {
         if ((status = rank_create(sim, r, error_p, error_len)) != KVIO_OK)
             return status;
@@ -380,7 +377,8 @@ static kvio_status_t simulation_metrics(const simulation_t *sim, kvio_result_t *
     if (sim->pd != NULL)
         kvio_serve_pd_fill(result, sim->pd, sim->executor.virtual_ns);
     if (run->updates != NULL && run->loss != NULL)
-        kvio_serve_loss_fill(result, run, sim->recorder.served, sim->recorder.num_versions);
+        kvio_serve_loss_fill(result, run->version_steps, run->num_version_steps, run->loss,
+                             sim->recorder.served, sim->recorder.num_versions);
     kvio_engine_metrics_fini(&total);
     return status;
 }

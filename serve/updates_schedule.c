@@ -3,7 +3,7 @@
  * virtual clock). A version is active on the lane's rank from its scheduled
  * activation; the engine takes it at the first iteration boundary after
  * that (at once on an idle rank, which then counts from the scheduled
- * time), and what it took is written back into the activation times. */
+ * time), and when it took each is written into the record itself. */
 #include "serve/loop_int.h"
 
 #include <stdlib.h>
@@ -90,19 +90,18 @@ static kvio_status_t schedule_activate(kvio_serve_updates_t *base, int64_t now_n
     schedule_t *schedule = (schedule_t *)base;
     const kvio_serve_schedule_params_t *params = &schedule->params;
     uint64_t version = active_version(schedule, now_ns);
-    for (size_t u = 0; params->activated_ns != NULL && u < params->num_updates; u++) {
-        const kvio_update_record_t *update = &params->updates[u];
+    /* Every update taken here was scheduled by now_ns, so the cursor of
+     * active_version is past it: its scheduled time is not read again. */
+    for (size_t u = 0; u < params->num_updates; u++) {
+        kvio_update_record_t *update = &params->updates[u];
         if (!mine(schedule, update) || update->version <= schedule->taken ||
             update->version > version)
             continue;
-        params->activated_ns[u] = idle && idle_since_ns <= update->t_activated_ns
-                                      ? update->t_activated_ns
-                                      : now_ns;
+        if (!(idle && idle_since_ns <= update->t_activated_ns))
+            update->t_activated_ns = now_ns;
         /* The lane's loss goes to the newest version it takes. */
-        for (int c = 0; params->stall_ns != NULL && update->version == version &&
-                        c < KVIO_STALL_CAUSES;
-             c++)
-            params->stall_ns[u * KVIO_STALL_CAUSES + c] += stall_ns[c];
+        for (int c = 0; update->version == version && c < KVIO_STALL_CAUSES; c++)
+            update->stall_ns[c] += stall_ns[c];
     }
     schedule->taken = version;
     *version_p = version;

@@ -1,7 +1,8 @@
 /* The layering check (scripts/check_layers.sh): main's tree follows the
  * module order, and a planted include that points up, one that reaches
- * into another folder's private header, a header no module owns and an
- * over-long serve function each fail it, naming the file and line. */
+ * into another folder's private header, a header no module owns, headers
+ * in an include circle and an over-long serve function each fail it,
+ * naming the file and line (or the circle). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,26 @@ Test(layers, each_planted_breach_fails_naming_file_and_line, .timeout = 60)
         test_rmtree(root);
         free(root);
     }
+}
+
+/* Two private headers that include each other: a circle the compiler's
+ * include guards hide, named as its chain. */
+Test(layers, headers_that_include_each_other_fail_naming_the_circle, .timeout = 60)
+{
+    char *root = planted_tree();
+    free(test_write_file(root, "serve/loop_int.h", "#include \"serve/pd_int.h\"\n"));
+    free(test_write_file(root, "serve/pd_int.h", "#include \"kvio/status.h\"\n"
+                                                 "#include \"serve/loop_int.h\"\n"));
+    test_run_t run = check(root);
+    cr_expect_eq(run.status, 1, "exit %d", run.status);
+    cr_expect(test_contains(run.err, "include circle: serve/loop_int.h -> serve/pd_int.h -> "
+                                     "serve/loop_int.h") ||
+                  test_contains(run.err, "include circle: serve/pd_int.h -> serve/loop_int.h -> "
+                                         "serve/pd_int.h"),
+              "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(root);
+    free(root);
 }
 
 Test(layers, a_serve_function_over_150_lines_fails, .timeout = 60)

@@ -308,11 +308,18 @@ typedef struct kvio_serve_run {
      * NULL; not in coupled runs, whose ranks report to kvio_updates_run). */
     json_t *start;
     /* Simulate mode's coupled run (NULL and 0 elsewhere): the model updates
-     * on the virtual clock (kvio_updates_run's records, world ranks). A
-     * request takes the version active on its rank when it arrives; with
-     * stall_for_updates a rank starts no iteration between an update's
-     * notification and its activation. */
-    const kvio_update_record_t *updates;
+     * on the virtual clock (kvio_updates_run's records, world ranks), the
+     * run's own records, which serving completes. A request takes the
+     * version active on its rank when it arrives; with stall_for_updates a
+     * rank starts no iteration between an update's notification and its
+     * activation. kvio_serve_simulate writes into each record its rank took
+     * when the engine took it (t_activated_ns: the first iteration boundary
+     * after the scheduled activation, at once on an idle rank; with
+     * update.in_flight: wait once the running requests drained) and adds to
+     * stall_ns the serving time it cost by cause. A record's scheduled
+     * activation is read before it is overwritten (a rank takes its updates
+     * in version order). */
+    kvio_update_record_t *updates;
     size_t num_updates;
     bool stall_for_updates;
     /* The training step each version holds (version v: version_steps[v];
@@ -324,14 +331,9 @@ typedef struct kvio_serve_run {
     /* Runs with model updates, both modes: what an activated version does
      * to the engine (the prefix cache, running requests); NULL: none. */
     const kvio_update_config_t *update;
-    /* Simulate mode with updates, written by kvio_serve_simulate (NULL: not
-     * wanted): when each of updates activated on its engine (at the first
-     * iteration boundary after its scheduled activation, at once on an idle
-     * rank; with update.in_flight: wait once the running requests drained),
-     * per update the serving time it cost by cause (KVIO_STALL_CAUSES each),
-     * and per serve rank the time it spent draining or with its pool lent. */
-    int64_t *updates_activated_ns;
-    int64_t *updates_stall_ns;
+    /* Simulate mode with updates (NULL: not wanted): kvio_serve_simulate
+     * adds to it, per serve rank, the time the rank spent draining or with
+     * its pool lent (the schedule's inference stall per rank). */
     int64_t *drain_stall_ns;
     /* Simulate mode (may be NULL): filled with what serving measured. */
     kvio_serve_output_t *output;
@@ -360,9 +362,12 @@ typedef struct kvio_serve_run {
 
 /* The inference loss of the served requests into result: served[v]
  * requests finished on version v (num_versions of them); each costs
- * L(step of v) (run->version_steps, run->loss). Sets
- * cumulative_inference_loss, mean_inference_loss and served_by_version. */
-void kvio_serve_loss_fill(struct kvio_result *result, const kvio_serve_run_t *run,
+ * L(step of v) on loss_curve, version v holding step version_steps[v] (version
+ * 0, the initial weights, and any missing or beyond num_version_steps:
+ * step 1). Sets cumulative_inference_loss, mean_inference_loss and
+ * served_by_version. */
+void kvio_serve_loss_fill(struct kvio_result *result, const double *version_steps,
+                          size_t num_version_steps, const struct kvio_loss_curve *loss_curve,
                           const uint64_t *served, size_t num_versions);
 
 /* vLLM's batch limits for the GPU (EngineArgs.get_batch_defaults, for the
