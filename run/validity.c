@@ -20,6 +20,13 @@
  * iteration (%): the machine did not keep the cost model's time. */
 #define TIMING_ERROR_PCT 10.0
 
+/* ... and above this (us): a p99 under a millisecond is the operating
+ * system's own scheduling (a timer tick at HZ=1000, a wake-up on a busy
+ * core), which no clock holds, and iterations of microseconds (MLPerf's
+ * generation none: the mlperf presets' 10 us) were late by over 10 % in
+ * every run (#54: mlperf/storage-only's p99 0.78 ms, p50 1.6 us). */
+#define TIMING_ERROR_FLOOR_US 1000.0
+
 bool kvio_run_overloaded(const kvio_workload_t *workload, const kvio_result_t *result,
                          double *served_p, double *offered_p)
 {
@@ -115,20 +122,37 @@ void kvio_run_verdict(const kvio_workload_t *workload, kvio_result_t *result)
     }
     double cut = kvio_result_get(result, KVIO_FIG_DRAIN_CUT_REQUESTS);
     double served_and_cut = cut + (completed > 0 ? completed : 0);
-    if (cut > 0 && cut > DRAIN_CUT_SHARE * served_and_cut) {
-        snprintf(message, sizeof(message),
-                 "serve.drain_timeout cut %.0f requests still in flight (%.1f %% of the %.0f "
-                 "served and cut; over %.0f %%): the latencies leave out the slowest; raise "
-                 "serve.drain_timeout or shorten the queue", cut,
-                 100.0 * cut / served_and_cut, served_and_cut, DRAIN_CUT_SHARE * 100);
-        kvio_result_warn(result, "drain_cut", cut, DRAIN_CUT_SHARE * served_and_cut, message);
+    /* A closed loop (stream.users) always has its users' requests in flight,
+     * and where each takes longer than the drain (mlperf/storage-only's
+     * 10-20 s) the cap cuts about one per user, every run: only those
+     * already past the p99 latency are the slowest left out (#54). */
+    bool closed_loop = workload->stream.users > 0;
+    double judged = closed_loop ? kvio_result_get(result, KVIO_FIG_DRAIN_CUT_OVERDUE_REQUESTS)
+                                : cut;
+    if (judged > 0 && judged > DRAIN_CUT_SHARE * served_and_cut) {
+        if (closed_loop)
+            snprintf(message, sizeof(message),
+                     "serve.drain_timeout cut %.0f requests already in flight longer than the "
+                     "p99 latency (%.1f %% of the %.0f served and cut; over %.0f %%): the "
+                     "latencies leave out the slowest; raise serve.drain_timeout or lengthen "
+                     "the run", judged, 100.0 * judged / served_and_cut, served_and_cut,
+                     DRAIN_CUT_SHARE * 100);
+        else
+            snprintf(message, sizeof(message),
+                     "serve.drain_timeout cut %.0f requests still in flight (%.1f %% of the "
+                     "%.0f served and cut; over %.0f %%): the latencies leave out the slowest; "
+                     "raise serve.drain_timeout or shorten the queue", cut,
+                     100.0 * cut / served_and_cut, served_and_cut, DRAIN_CUT_SHARE * 100);
+        kvio_result_warn(result, "drain_cut", judged, DRAIN_CUT_SHARE * served_and_cut, message);
     }
     double timing = kvio_result_get(result, KVIO_FIG_TIMING_ERROR_P99_PCT);
-    if (timing > TIMING_ERROR_PCT) {
+    double timing_us = kvio_result_get(result, KVIO_FIG_TIMING_ERROR_P99_US);
+    if (timing > TIMING_ERROR_PCT && !(timing_us <= TIMING_ERROR_FLOOR_US)) {
         snprintf(message, sizeof(message),
-                 "iteration timing error p99 %.1f %% of an iteration (over %.0f %%): the machine "
-                 "did not keep the cost model's time (busy cores, or more ranks than cores)",
-                 timing, TIMING_ERROR_PCT);
+                 "iteration timing error p99 %.1f %% of an iteration (over %.0f %%; %.0f us, "
+                 "over %.0f us): the machine did not keep the cost model's time (busy cores, "
+                 "or more ranks than cores)", timing, TIMING_ERROR_PCT, timing_us,
+                 TIMING_ERROR_FLOOR_US);
         kvio_result_warn(result, "timing_error", timing, TIMING_ERROR_PCT, message);
     }
     double errors = tier_errors(result);

@@ -2230,6 +2230,18 @@ kvio_status_t kvio_engine_request_state(const kvio_engine_t *engine, uint64_t id
     return KVIO_ERR_NOT_FOUND;
 }
 
+size_t kvio_engine_overdue(const kvio_engine_t *engine, int64_t now_ns)
+{
+    const kvio_hist_t *e2el = engine->metrics.e2el;
+    int64_t p99_ns = kvio_hist_count(e2el) > 0 ? (int64_t)kvio_hist_quantile(e2el, 0.99) : -1;
+    const req_list_t *lists[] = {&engine->running, &engine->waiting, &engine->loading};
+    size_t overdue = 0;
+    for (size_t l = 0; l < 3; l++)
+        for (size_t i = 0; i < lists[l]->count; i++)
+            overdue += now_ns - lists[l]->items[i]->spec.arrival_ns > p99_ns;
+    return overdue;
+}
+
 uint32_t kvio_engine_load(const kvio_engine_t *engine)
 {
     return (uint32_t)(engine->running.count + engine->waiting.count);

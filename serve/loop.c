@@ -594,6 +594,10 @@ static void drain_cap(kvio_serve_loop_t *loop, int64_t now_ns)
     if (now_ns < loop->drain_deadline_ns)
         return;
     loop->drain_cut = loop->in_flight; /* the verdict says what it means */
+    for (uint32_t i = 0; i < loop->num_lanes; i++)
+        if (loop->lanes[i]->engine != NULL)
+            loop->drain_overdue +=
+                kvio_engine_overdue(loop->lanes[i]->engine, now_ns - loop->origin_ns);
     loop->stopped = true;
 }
 

@@ -456,6 +456,7 @@ struct kvio_serve_loop {
     int64_t duration_ns;             /* the arrivals' planned end after origin (0: none) */
     int64_t drain_deadline_ns;
     uint64_t drain_cut;
+    uint64_t drain_overdue;          /* of drain_cut: in flight past their lane's p99 e2el */
     kvio_serve_intake_t intake;      /* requests added to the lanes it takes go through
                                         it (add NULL: none) */
     /* Work that must go on while the lanes run (an emulate P/D rank's

@@ -48,6 +48,7 @@ typedef struct rank_totals {
     kvio_hist_t *error_ns, *error_ppm;
     uint64_t iterations_dropped;
     uint64_t drain_cut; /* requests serve.drain_timeout cut */
+    uint64_t drain_overdue; /* of them, past their rank's p99 e2el */
     kvio_serve_output_t *output; /* may be NULL */
     size_t finished_capacity;
     /* P/D: the rank being merged prefills (its metrics are not serving's),
@@ -190,6 +191,8 @@ static kvio_status_t merge_rank(const void *blob, size_t length, uint32_t rank,
             totals->spin_bytes = json_integer_value(json_object_get(about, "spin_memory_bytes"));
         }
         totals->drain_cut += (uint64_t)json_integer_value(json_object_get(about, "drain_cut"));
+        totals->drain_overdue +=
+            (uint64_t)json_integer_value(json_object_get(about, "drain_overdue"));
         json_decref(about);
     }
     double host_bandwidth = 0;
@@ -270,6 +273,7 @@ kvio_status_t kvio_serve_ranks_merge(void *const *blobs, const size_t *lengths, 
             kvio_result_set_stats(result, KVIO_FIG_FRONTEND_PICKUP_MS_MEAN, totals.pickups_ms,
                                   totals.num_pickups);
         kvio_result_set(result, KVIO_FIG_DRAIN_CUT_REQUESTS, (double)totals.drain_cut);
+        kvio_result_set(result, KVIO_FIG_DRAIN_CUT_OVERDUE_REQUESTS, (double)totals.drain_overdue);
         size_t num_tiers = kvio_result_num_children(result, "tiers");
         if (num_tiers > 0)
             kvio_serve_tier_hits_fill(result);

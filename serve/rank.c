@@ -363,10 +363,11 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
         kvio_serve_pd_rank_tiers(rank->pd, &rank_tiers, &num_tiers); /* with the peer tier */
     kvio_serve_tiers_json(rank_tiers, num_tiers, rank->serve_index, tiers);
     json_t *about = json_pack(
-        "{s:o, s:s, s:b, s:I, s:I}", "tiers", tiers, "kv_memory",
+        "{s:o, s:s, s:b, s:I, s:I, s:I}", "tiers", tiers, "kv_memory",
         kvio_serve_memory_where(&rank->memory), "spin_kernel", rank->memory.spin,
         "spin_memory_bytes", (json_int_t)kvio_serve_memory_spin_bytes(&rank->memory, rank->run),
-        "drain_cut", (json_int_t)rank->loop.drain_cut);
+        "drain_cut", (json_int_t)rank->loop.drain_cut, "drain_overdue",
+        (json_int_t)rank->loop.drain_overdue);
     char *about_text = about != NULL ? json_dumps(about, JSON_COMPACT) : NULL;
     json_decref(about);
     kvio_wire_put_blob(&out, about_text, about_text != NULL ? strlen(about_text) : 0);

@@ -13,9 +13,11 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -689,6 +691,106 @@ Test(tier, precondition_fills_the_slab_with_irreducible_bytes_before_the_run, .t
     cr_expect_neq(kvio_tier_create(&files, BLOCK, true, &tier, error, sizeof(error)), KVIO_OK);
     cr_expect(test_contains(error, "precondition needs layout: slab"), "%s", error);
     kvio_config_free(kvio_tier_options, &files);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* #54: the slab's last close frees what the run wrote (17.6 s of
+ * mlperf/storage-only's wall time, after its results), so the tier hands
+ * it to a helper process that holds it until kvio has closed its own copy:
+ * here a cat first on PATH that writes down what its fd 3 is, then runs as
+ * cat does. The helper holds the slab the tier had open, and nothing is
+ * left in the directory. */
+Test(tier, a_closed_slab_is_freed_by_a_helper_process_not_by_the_close, .timeout = 30)
+{
+    enum { SLOTS = 8 };
+    char *root = test_tmpdir();
+    char bin[600], dir[600], marker[700], link[64], slab[1024];
+    snprintf(bin, sizeof(bin), "%s/bin", root);
+    snprintf(dir, sizeof(dir), "%s/tier", root);
+    snprintf(marker, sizeof(marker), "%s/cat.slab", bin);
+    cr_assert_eq(mkdir(bin, 0700), 0);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    char *cat = test_write_file(bin, "cat",
+                                "#!/bin/sh\nreadlink /proc/$$/fd/3 > \"$0.slab.tmp\" && "
+                                "mv \"$0.slab.tmp\" \"$0.slab\"\nexec /bin/cat \"$@\"\n");
+    cr_assert_eq(chmod(cat, 0700), 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv("PATH", path, 1);
+    kvio_tier_config_t config = tier_config("file", (uint64_t)SLOTS * BLOCK,
+                                            "path: \"%s\", o_direct: false", dir);
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
+    int fd = test_open_file_under(dir);
+    cr_assert_geq(fd, 0, "no slab open under %s", dir);
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t length = readlink(link, slab, sizeof(slab) - 1);
+    cr_assert_gt(length, 0);
+    slab[length] = '\0';
+    kvio_tier_destroy(tier);
+    cr_expect_lt(test_open_file_under(dir), 0, "the tier still has its slab open");
+    struct timespec nap = {0, 10000000};
+    for (double waited = 0; access(marker, F_OK) != 0 && waited < test_seconds(5); waited += 0.01)
+        nanosleep(&nap, NULL);
+    char *held = test_read_file(marker);
+    cr_assert_not_null(held, "no helper took the slab (%s)", marker);
+    cr_expect(strncmp(held, slab, strlen(slab)) == 0, "the helper held %s, the slab was %s",
+              held, slab);
+    cr_expect_eq(count_files(dir, ""), 2, "the directory holds more than . and ..");
+    free(held);
+    free(cat);
+    test_rmtree(root);
+    free(root);
+}
+
+/* Closes the descriptor after 0.3 s: a slab an earlier run's helper frees. */
+static void *close_later(void *fd)
+{
+    struct timespec nap = {0, 300000000};
+    nanosleep(&nap, NULL);
+    close((int)(intptr_t)fd);
+    return NULL;
+}
+
+/* #54: the slab an earlier run closed is freed seconds after it (by its
+ * helper), so the next run (kvio capacity's next point, a bench's next
+ * trial) on the same file system found its space still taken. A tier
+ * that needs more than is free waits while the free space rises: here 16
+ * of a 24 MiB file system held by an unlinked file closed 0.3 s later. */
+Test(tier, a_tier_waits_for_room_an_earlier_slab_is_freeing, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char reason[256];
+    if (!test_private_mount(dir, "tmpfs", 0, "size=24m", reason, sizeof(reason))) {
+        test_rmtree(dir);
+        test_require("mount", 0, reason);
+    }
+    char held[700];
+    snprintf(held, sizeof(held), "%s/held", dir);
+    int fd = open(held, O_RDWR | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(posix_fallocate(fd, 0, 16 << 20), 0);
+    cr_assert_eq(unlink(held), 0);
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, close_later, (void *)(intptr_t)fd), 0);
+    kvio_tier_config_t config = tier_config("file", 16 << 20, "path: \"%s\", o_direct: false",
+                                            dir);
+    kvio_tier_t *tier = NULL;
+    char error[512] = "";
+    kvio_status_t status = kvio_tier_create(&config, BLOCK, true, &tier, error, sizeof(error));
+    kvio_config_free(kvio_tier_options, &config);
+    pthread_join(thread, NULL);
+    cr_expect_eq(status, KVIO_OK, "%s", error);
+    kvio_tier_destroy(tier);
+    /* The slab's helper holds the file system until it has freed it. */
+    struct timespec nap = {0, 10000000};
+    for (double waited = 0; umount(dir) != 0 && errno == EBUSY && waited < test_seconds(5);
+         waited += 0.01)
+        nanosleep(&nap, NULL);
     test_rmtree(dir);
     free(dir);
 }
@@ -1956,8 +2058,8 @@ Test(tier, chunks_need_whole_blocks_and_tiers_written_through, .timeout = 30)
 /* One 4,800-token prompt (300 blocks of 512 KiB) written through to a host
  * tier held to 1e8 bytes/s (5 ms a block): the 64 MiB of staging (128
  * blocks) fills. wait: the engine waits for slots (on an idle machine the
- * rest of the saves, about 0.9 s, counted as tier I/O stall) and every block
- * is saved; skip: what finds no
+ * rest of the saves, about 0.9 s, counted as tier I/O stall with the
+ * copies into the slots) and every block is saved; skip: what finds no
  * slot is not saved and counted, and the engine does not wait. */
 static json_t *run_save_full(const char *policy)
 {
@@ -1995,7 +2097,9 @@ Test(tier, saves_past_the_staging_wait_or_are_skipped_and_counted, .timeout = 12
     cr_expect_gt(skipped, 0, "the saves that found no slot were skipped");
     cr_expect_eq(test_json_number(skip, "metrics.tiers.0.puts") + skipped, waited_puts,
                  "each block saved or counted as skipped");
-    cr_expect_lt(test_json_number(skip, "metrics.io_stall_ms.tier"), waited_ms / 4,
+    /* Both stall for their copies into the staging slots (the tier I/O
+     * the engine does itself: 0.6 s under load); skip no more. */
+    cr_expect_lt(test_json_number(skip, "metrics.io_stall_ms.tier"), waited_ms,
                  "skip does not wait (%.1f ms against %.1f)",
                  test_json_number(skip, "metrics.io_stall_ms.tier"), waited_ms);
     cr_expect_eq(test_json_number(skip, "metrics.storage_tiers.0.skipped_puts"), skipped);

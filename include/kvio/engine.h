@@ -426,6 +426,12 @@ bool kvio_engine_admission_held(const kvio_engine_t *engine);
 /* True while requests wait or run. */
 bool kvio_engine_has_work(const kvio_engine_t *engine);
 
+/* The requests in flight at now_ns (the engine's clock: waiting, loading
+ * their KV or running) that arrived longer ago than the p99 end-to-end
+ * latency of the requests it finished (every one when none finished): the
+ * ones a cut at now_ns would leave out of the latencies as their slowest. */
+size_t kvio_engine_overdue(const kvio_engine_t *engine, int64_t now_ns);
+
 /* When the first load from a tier ends, on the engine's clock: INT64_MAX
  * when no request waits for one, -1 when it is not known ahead (emulate:
  * look again). */
