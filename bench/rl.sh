@@ -7,6 +7,13 @@
 # (deterministic, a few seconds). Prints each run's step time and split,
 # then `figure rl_async_speedup_eta<E> R x` lines (sync step / async step)
 # and the published figure.
+# Partial rollouts: Kimi k1.5 (arXiv 2501.12599) gives no number for its
+# partial rollouts; APRIL (arXiv 2509.18521v3, partial rollouts in slime's
+# synchronous loop: unfinished responses set aside and continued next
+# step) reports rollout throughput +22.5 % on average (at most +44 %). The
+# rl-sync preset with rl.partial_tokens 2048 and 4096 against without
+# prints `figure rl_partial_rollout_throughput_gain_<N> R x` (rollout
+# tokens/s with over without) beside it.
 # Usage: bench/rl.sh [BUILD_DIR]   (default build/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +27,10 @@ trap 'rm -rf "$work"' EXIT
 for eta in 1 2 4; do
     "$kvio" -q run rl-async --set rl.staleness=$eta -o "$work/async-$eta" --force >/dev/null
 done
+for cap in 2048 4096; do
+    "$kvio" -q run rl-sync --set rl.partial_tokens=$cap -o "$work/partial-$cap" --force \
+        >/dev/null
+done
 
 python3 - "$work" <<'PY'
 import json, os, sys
@@ -29,13 +40,15 @@ def metrics(name):
     return json.load(open(os.path.join(work, name, "summary.json")))["metrics"]["rl"]
 
 runs = [("sync", "rl-sync (8 GPUs colocated)")] + \
-       [(f"async-{e}", f"rl-async eta={e} (4+4 GPUs)") for e in (1, 2, 4)]
+       [(f"async-{e}", f"rl-async eta={e} (4+4 GPUs)") for e in (1, 2, 4)] + \
+       [(f"partial-{c}", f"rl-sync partial_tokens={c}") for c in (2048, 4096)]
 print(f"{'run':30} {'step s':>8} {'gen s':>7} {'tail s':>7} {'train s':>8} {'sync s':>7} "
       f"{'wake s':>7} {'tok/s':>8} {'stale':>6}")
-got = {}
+got, tokens = {}, {}
 for key, label in runs:
     m = metrics(key)
     got[key] = m["step_s"]
+    tokens[key] = m["rollout_tokens_per_s"]
     print(f"{label:30} {m['step_s']:8.1f} {m['generation_s']:7.1f} {m['long_tail_s']:7.1f} "
           f"{m['train_s']:8.1f} {m['sync_s']:7.2f} {m.get('wake_s', 0):7.2f} "
           f"{m['rollout_tokens_per_s']:8.0f} {m['staleness']['mean']:6.2f}")
@@ -44,4 +57,10 @@ print("published: AReaL, up to 2.77x over synchronous systems on the same GPUs "
 for eta in (1, 2, 4):
     print(f"figure rl_async_speedup_eta{eta} {got['sync'] / got[f'async-{eta}']:.2f} x")
 print("figure rl_async_speedup_published 2.77 x")
+print("published: APRIL, partial rollouts in a synchronous loop, rollout throughput +22.5 % "
+      "on average, at most +44 % (arXiv 2509.18521v3, abstract); Kimi k1.5 publishes none")
+for cap in (2048, 4096):
+    print(f"figure rl_partial_rollout_throughput_gain_{cap} "
+          f"{tokens[f'partial-{cap}'] / tokens['sync']:.2f} x")
+print("figure rl_partial_rollout_throughput_gain_published 1.225 x")
 PY

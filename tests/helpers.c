@@ -703,6 +703,26 @@ int test_mpirun_available(void)
     return system("command -v mpirun >/dev/null 2>&1") == 0;
 }
 
+json_t *test_mpirun_summary(const char *dir, int np, const char *args, int timeout_s)
+{
+    char command[4096];
+    snprintf(command, sizeof(command),
+             "cd %s && timeout %d mpirun --allow-run-as-root --oversubscribe %s -np %d %s run "
+             "%s -o out >mpirun.log 2>&1", dir, timeout_s, test_mpirun_sanitizer_args(), np,
+             test_kvio_binary(), args);
+    int status = system(command);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/mpirun.log", dir);
+    char *log = test_read_file(path);
+    cr_assert_eq(status, 0, "mpirun: %s", log ? log : "");
+    free(log);
+    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
+    json_error_t json_error;
+    json_t *summary = json_load_file(path, 0, &json_error);
+    cr_assert_not_null(summary, "%s: %s", path, json_error.text);
+    return summary;
+}
+
 int test_open_file_under(const char *dir)
 {
     DIR *fds = opendir("/proc/self/fd");

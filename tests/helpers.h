@@ -196,4 +196,9 @@ int test_open_file_under(const char *dir);
  * mpirun on the PATH). */
 int test_mpirun_available(void);
 
+/* Runs `kvio run ARGS -o out` under `mpirun -np NP` in dir (at most
+ * timeout_s), asserts that it exited 0 (with mpirun.log's text if not) and
+ * returns dir/out/summary.json (the caller json_decrefs it). */
+struct json_t *test_mpirun_summary(const char *dir, int np, const char *args, int timeout_s);
+
 #endif

@@ -466,20 +466,7 @@ Test(emulate, mpirun_client_rank_routes_to_serve_processes, .timeout = 60)
     client_text("prefix_affinity", "runtime: local", "runtime: mpi", text, sizeof(text));
     char *dir = test_tmpdir();
     char *file = test_write_file(dir, "w.yaml", text);
-    char command[4096];
-    snprintf(command, sizeof(command),
-             "cd %s && timeout 40 mpirun --allow-run-as-root --oversubscribe %s -np 4 %s run %s "
-             "-o out >mpirun.log 2>&1", dir, test_mpirun_sanitizer_args(), KVIO_BINARY, file);
-    int status = system(command);
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/mpirun.log", dir);
-    char *log = test_read_file(path);
-    cr_assert_eq(status, 0, "mpirun: %s", log ? log : "");
-    free(log);
-    snprintf(path, sizeof(path), "%s/out/summary.json", dir);
-    json_error_t json_error;
-    json_t *summary = json_load_file(path, 0, &json_error);
-    cr_assert_not_null(summary, "%s", json_error.text);
+    json_t *summary = test_mpirun_summary(dir, 4, file, 40);
     const json_t *client = client_of(summary);
     json_int_t generated = test_json_integer(client, "generated");
     cr_assert_gt(generated, 40);
