@@ -223,10 +223,34 @@ kvio_status_t rl_emu_engine_params(rl_sim_t *sim, uint32_t e, kvio_engine_params
 
 /* Tells the trainer rank there are no more steps, then both let go of
  * the transport together. */
-static void link_destroy(rl_emu_t *emu)
+static kvio_status_t poll_weights(rl_sim_t *sim, bool *landed_p);
+
+/* A run stopped while the trainer rank trains: its weights are taken in
+ * first (over tcp its puts land only while this rank progresses, so it
+ * could not hear that there are no more steps). Errors here are the
+ * drain's own: the run's message stays. */
+static void drain_weights(rl_sim_t *sim)
 {
+    char *error_p = sim->error_p;
+    size_t error_len = sim->error_len;
+    char scratch[256];
+    sim->error_p = scratch;
+    sim->error_len = sizeof(scratch);
+    bool landed = false;
+    while (sim->emu->training != NULL && !landed && poll_weights(sim, &landed) == KVIO_OK) {
+        struct timespec nap = {.tv_nsec = 100000};
+        nanosleep(&nap, NULL);
+    }
+    sim->error_p = error_p;
+    sim->error_len = error_len;
+}
+
+static void link_destroy(rl_sim_t *sim)
+{
+    rl_emu_t *emu = sim->emu;
     if (emu->xfer == NULL)
         return;
+    drain_weights(sim);
     rl_train_message_t done = {.step = RL_STEP_NONE};
     kvio_status_t status = kvio_rte_send(emu->rte, RL_TRAINER_RANK, KVIO_RL_TAG_TRAIN, &done,
                                          sizeof(done));
@@ -242,7 +266,7 @@ void rl_emu_destroy(rl_sim_t *sim)
     rl_emu_t *emu = sim->emu;
     if (emu == NULL)
         return;
-    link_destroy(emu);
+    link_destroy(sim);
     for (uint32_t e = 0; emu->engines != NULL && e < emu->num_engines; e++) {
         kvio_serve_memory_destroy(&emu->engines[e].memory);
         unmap_bytes(emu->engines[e].weights, emu->weight_bytes);
