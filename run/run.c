@@ -469,8 +469,8 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
     }
     if (workload->rl.mode != KVIO_RL_OFF && emulate &&
         kvio_rl_check_emulate(&workload->rl, workload->ranks.client,
-                              workload->device.memory != KVIO_MEMORY_HOST, error_p,
-                              error_len) != KVIO_OK)
+                              workload->device.memory != KVIO_MEMORY_HOST,
+                              &workload->train.transport, error_p, error_len) != KVIO_OK)
         return KVIO_ERR_CONFIG;
     bool synthetic = workload->stream.trace.path == NULL || workload->stream.trace.path[0] == 0;
     if (workload->rl.mode != KVIO_RL_OFF && synthetic && workload->stream.requests > 0 &&

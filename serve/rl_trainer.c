@@ -58,7 +58,7 @@ kvio_status_t rl_link_create(kvio_rte_t *rte, const kvio_xfer_config_t *transpor
 {
     /* Host weights as one blob: the trainer rank moves them whole. */
     *config_p = *transport;
-    config_p->device = (kvio_device_config_t){0};
+    config_p->device = (kvio_device_config_t){.weights = KVIO_WEIGHTS_HOST};
     config_p->bucket_bytes = NULL;
     config_p->num_buckets = 0;
     int receivers[1] = {0};

@@ -405,13 +405,16 @@ Test(rl, a_stream_too_short_or_an_emulate_setting_not_built_is_refused_before_th
     test_run_free(&run);
     /* Emulate runs every mode on a host pool with no client rank: the
      * rest is refused naming its key. */
-    const char *const refused[][2] = {{"ranks.client=1", "ranks.client in an emulate RL run"},
-                                      {"device.memory=cuda", "device.memory in an emulate RL"}};
+    const char *const refused[][3] = {
+        {"ranks.client=1", "rl.mode=sync", "ranks.client in an emulate RL run"},
+        {"device.memory=cuda", "rl.mode=sync", "device.memory in an emulate RL"},
+        {"train.transport.kind=cuda-ipc", "rl.mode=async",
+         "train.transport.kind: cuda-ipc in an emulate RL run"}};
     for (size_t r = 0; r < sizeof(refused) / sizeof(refused[0]); r++) {
         run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "--set",
-                        refused[r][0], "-o", out, NULL);
+                        refused[r][0], "--set", refused[r][1], "-o", out, NULL);
         cr_assert_eq(run.status, 2, "%s: %s", refused[r][0], run.err);
-        cr_assert(test_contains(run.err, refused[r][1]), "%s", run.err);
+        cr_assert(test_contains(run.err, refused[r][2]), "%s", run.err);
         cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
         test_run_free(&run);
     }

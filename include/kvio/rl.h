@@ -60,9 +60,12 @@ kvio_status_t kvio_rl_check(const kvio_rl_config_t *config, const kvio_serve_run
                             char *error_p, size_t error_len);
 
 /* What emulate runs of the section: a host KV pool, no client rank (the
- * loop admits its groups itself); error names the key of anything else. */
+ * loop admits its groups itself), with a trainer rank a transport of host
+ * memory (transport: train.transport); error names the key of anything
+ * else. */
 kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t client_ranks,
-                                    bool device_pool, char *error_p, size_t error_len);
+                                    bool device_pool, const kvio_xfer_config_t *transport,
+                                    char *error_p, size_t error_len);
 
 /* The ranks an emulate run of the section takes: 1 when the trainer and
  * the rollout share the process (synchronous colocated), else 2 (rank 0
