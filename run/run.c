@@ -451,7 +451,9 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
      * mpirun would start that many independent copies of it. */
     const char *world = getenv("OMPI_COMM_WORLD_SIZE");
     bool local = workload->ranks.runtime != NULL && strcmp(workload->ranks.runtime, "local") == 0;
-    if (world != NULL && atoi(world) > 1 && (!(updates && emulate) || local)) {
+    bool rl_ranks = emulate && workload->rl.mode != KVIO_RL_OFF &&
+                    kvio_rl_emulate_ranks(&workload->rl) > 1; /* a trainer rank */
+    if (world != NULL && atoi(world) > 1 && (!((updates || rl_ranks) && emulate) || local)) {
         snprintf(error_p, error_len,
                  "mpirun started %s processes, but this run (mode: %s%s) is one process: "
                  "start it without mpirun (only an emulate run with trainers and serve ranks "
@@ -468,8 +470,8 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
     }
     if (workload->rl.mode != KVIO_RL_OFF && emulate &&
         kvio_rl_check_emulate(&workload->rl, workload->ranks.client,
-                              workload->device.memory != KVIO_MEMORY_HOST, error_p,
-                              error_len) != KVIO_OK)
+                              workload->device.memory != KVIO_MEMORY_HOST,
+                              &workload->train.transport, error_p, error_len) != KVIO_OK)
         return KVIO_ERR_CONFIG;
     bool synthetic = workload->stream.trace.path == NULL || workload->stream.trace.path[0] == 0;
     if (workload->rl.mode != KVIO_RL_OFF && synthetic && workload->stream.requests > 0 &&
@@ -674,11 +676,17 @@ static kvio_status_t run_prepare(run_state_t *state)
     }
     if (status == KVIO_OK && state->updates)
         status = kvio_updates_preflight(workload, pool_bytes, error_p, error_len);
-    if (status == KVIO_OK && state->updates && state->emulate) {
+    /* An emulate RL run with a trainer rank: rank 0 the rollout, rank 1
+     * the trainer (kvio/rl.h). */
+    int rl_ranks = state->emulate && workload->rl.mode != KVIO_RL_OFF
+                       ? kvio_rl_emulate_ranks(&workload->rl)
+                       : 1;
+    if (status == KVIO_OK && ((state->updates && state->emulate) || rl_ranks > 1)) {
         kvio_rte_params_t params = {
             .kind = workload->ranks.runtime,
-            .num_ranks = (int)(workload->ranks.train + workload->ranks.serve +
-                               (state->coupled ? workload->ranks.client : 0)),
+            .num_ranks = rl_ranks > 1 ? rl_ranks
+                                      : (int)(workload->ranks.train + workload->ranks.serve +
+                                              (state->coupled ? workload->ranks.client : 0)),
             .timeout_ns = workload->ranks.timeout_ns};
         status = kvio_rte_world_create(&params, &state->world, error_p, error_len);
         if (status == KVIO_OK) {
@@ -819,6 +827,10 @@ static kvio_status_t run_serving(run_state_t *state)
     const kvio_workload_t *workload = state->workload;
     bool scheduled = state->updates && !state->emulate;
     bool serving = state->serving && state->root;
+    if (!state->root && state->world != NULL && workload->rl.mode != KVIO_RL_OFF)
+        /* This process hosts the RL run's trainer rank only. */
+        return kvio_rl_emulate(&workload->rl, NULL, state->world, &workload->train.transport,
+                               NULL, state->error_p, state->error_len);
     bool control = serving && twin_wanted(state);
     bool rate_read = serving && scheduled &&
                      workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE;
@@ -852,8 +864,12 @@ static kvio_status_t run_serving(run_state_t *state)
     if (control)
         serve_run.control = &state->control;
     if (workload->rl.mode != KVIO_RL_OFF) {
-        status = (state->emulate ? kvio_rl_emulate : kvio_rl_simulate)(
-            &workload->rl, &serve_run, state->result, state->error_p, state->error_len);
+        status = state->emulate
+                     ? kvio_rl_emulate(&workload->rl, &serve_run, state->world,
+                                       &workload->train.transport, state->result,
+                                       state->error_p, state->error_len)
+                     : kvio_rl_simulate(&workload->rl, &serve_run, state->result,
+                                        state->error_p, state->error_len);
         state->complete = status == KVIO_OK && !stopped(state);
         return status;
     }
@@ -1109,6 +1125,8 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
         /* Emulate builds real pools and connects transports before its t0:
          * say so (the first line came at 17 s of a 20 s run when piped). */
         int64_t ranks = workload->ranks.serve + (updates ? workload->ranks.train : 0);
+        if (workload->rl.mode != KVIO_RL_OFF && kvio_rl_emulate_ranks(&workload->rl) > 1)
+            ranks = kvio_rl_emulate_ranks(&workload->rl); /* the rollout's and the trainer's */
         int64_t real_ns = options->frontend != NULL && !state.coupled
                               ? options->frontend_duration_ns
                               : workload->duration_ns;

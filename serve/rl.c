@@ -387,14 +387,16 @@ static kvio_status_t finish_step(rl_sim_t *sim)
     return KVIO_OK;
 }
 
-/* The loop, on the virtual clock or (emulate) the host's. */
+/* The loop, on the virtual clock or (emulate) the host's; rte: rank 0 of
+ * a run whose trainer is rank 1 (emulate). */
 static kvio_status_t rl_run(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
-                            bool emulate, kvio_result_t *result, char *error_p, size_t error_len)
+                            bool emulate, kvio_rte_t *rte, const kvio_xfer_config_t *transport,
+                            kvio_result_t *result, char *error_p, size_t error_len)
 {
     rl_sim_t sim = {.config = config, .run = run, .error_p = error_p, .error_len = error_len};
     kvio_status_t status = kvio_rl_check(config, run, error_p, error_len);
     if (status == KVIO_OK && emulate)
-        status = rl_emu_create(&sim);
+        status = rl_emu_create(&sim, rte, transport);
     if (status == KVIO_OK)
         status = engines_create(&sim, error_p, error_len);
     if (status == KVIO_OK) {
@@ -434,8 +436,12 @@ static kvio_status_t rl_run(const kvio_rl_config_t *config, const kvio_serve_run
             status = KVIO_ERR_CONFIG;
             break;
         }
-        sim.now_ns = sim.emu != NULL ? rl_emu_wait(&sim, next) : next;
-        status = complete_engines(&sim);
+        if (sim.emu != NULL)
+            status = rl_emu_wait(&sim, next, &sim.now_ns);
+        else
+            sim.now_ns = next;
+        if (status == KVIO_OK)
+            status = complete_engines(&sim);
         if (status == KVIO_OK && sim.trainer_busy && sim.trainer_end_ns <= sim.now_ns)
             status = finish_step(&sim);
     }
@@ -450,11 +456,47 @@ static kvio_status_t rl_run(const kvio_rl_config_t *config, const kvio_serve_run
 kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
                                kvio_result_t *result, char *error_p, size_t error_len)
 {
-    return rl_run(config, run, false, result, error_p, error_len);
+    return rl_run(config, run, false, NULL, NULL, result, error_p, error_len);
+}
+
+/* What each rank of an emulate run with a trainer rank runs. */
+typedef struct rl_ranks {
+    const kvio_rl_config_t *config;
+    const kvio_serve_run_t *run; /* rank 0's */
+    const kvio_xfer_config_t *transport;
+    kvio_result_t *result;       /* rank 0's */
+    char error[2][1024];         /* each rank writes its own */
+} rl_ranks_t;
+
+static kvio_status_t rl_rank(kvio_rte_t *rte, void *arg)
+{
+    rl_ranks_t *ranks = arg;
+    int self = kvio_rte_index(rte);
+    char *error = ranks->error[self == 0 ? 0 : 1];
+    kvio_status_t status =
+        self == 0 ? rl_run(ranks->config, ranks->run, true, rte, ranks->transport,
+                           ranks->result, error, sizeof(ranks->error[0]))
+                  : rl_trainer_rank(rte, ranks->transport, error, sizeof(ranks->error[0]));
+    if (status != KVIO_OK)
+        kvio_rte_set_error(rte, "%s", error[0] ? error : kvio_strerror(status));
+    return status;
 }
 
 kvio_status_t kvio_rl_emulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                              kvio_rte_world_t *world, const kvio_xfer_config_t *transport,
                               kvio_result_t *result, char *error_p, size_t error_len)
 {
-    return rl_run(config, run, true, result, error_p, error_len);
+    if (world == NULL)
+        return rl_run(config, run, true, NULL, NULL, result, error_p, error_len);
+    rl_ranks_t *ranks = calloc(1, sizeof(*ranks));
+    if (ranks == NULL)
+        return KVIO_ERR_NOMEM;
+    *ranks = (rl_ranks_t){.config = config, .run = run, .transport = transport,
+                          .result = result};
+    kvio_status_t status = kvio_rte_world_run(world, rl_rank, ranks, error_p, error_len);
+    /* Rank 0's own message says most (a trainer rank lost says which). */
+    if (status != KVIO_OK && ranks->error[0][0] != '\0')
+        snprintf(error_p, error_len, "%s", ranks->error[0]);
+    free(ranks);
+    return status;
 }

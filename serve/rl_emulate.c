@@ -1,4 +1,4 @@
-/* The RL loop in real time (emulate), synchronous and colocated, as verl
+/* The RL loop in real time (emulate). Synchronous and colocated, as verl
  * runs it in one process: the serve ranks' engines generate on real KV
  * memory; then each step the rollout sleeps (vLLM sleep mode: level 1
  * copies the weights to a host buffer, level 2 drops them; both release the
@@ -6,7 +6,10 @@
  * weights changed), the rollout wakes its weights (level 1 copies them
  * back), the trainer's weight bytes are copied into the rollout's and
  * checked by checksum, and the KV pool is faulted in again. Sleep, sync and
- * wake are measured. */
+ * wake are measured. Separate placement and async: the trainer is a rank
+ * of its own (serve/rl_trainer.c) whose weights land in this rank's
+ * receive slots over the transport while the engines idle (sync) or
+ * generate on (async); each landing is checked and activated. */
 #include "kvio/rl.h"
 
 #include "serve/loop_int.h"
@@ -16,12 +19,15 @@
 #include "kvio/copysum.h"
 #include "kvio/model.h"
 #include "kvio/sysinfo.h"
+#include "kvio/xfer.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define PAGE_BYTES 4096u
 
@@ -41,6 +47,15 @@ struct rl_emu {
     int64_t train_ns;           /* the step training now: the model's time */
     rl_emu_engine_t *engines;
     uint32_t num_engines;
+    /* A trainer rank (separate, async): its weights land in xfer's slots. */
+    kvio_rte_t *rte;
+    kvio_xfer_t *xfer;
+    kvio_xfer_config_t xfer_config; /* borrowed by xfer */
+    int active_slot;            /* the slot the engines generate with */
+    rl_step_t *training;        /* the step the trainer rank trains (NULL: none) */
+    int64_t train_sent_ns;      /* when it was asked to */
+    bool receiving;             /* its weights' notice came */
+    kvio_xfer_receive_t receive;
 };
 
 static void *map_bytes(uint64_t bytes)
@@ -73,12 +88,16 @@ uint64_t rl_emu_weight_bytes(const kvio_rl_config_t *config, const kvio_serve_ru
 }
 
 /* Host memory the weight buffers take: the trainer's, and each engine's
- * (and its host copy at sleep level 1), beside pool_bytes of KV pools. */
+ * (and its host copy at sleep level 1), beside pool_bytes of KV pools; with
+ * a trainer rank, its send buffer and the rollout's two receive slots, each
+ * every engine's shard. */
 static kvio_status_t check_memory(const kvio_rl_config_t *config, uint64_t weight_bytes,
                                   uint32_t num_engines, uint64_t pool_bytes, char *error_p,
                                   size_t error_len)
 {
-    uint64_t copies = 1 + (uint64_t)num_engines * (config->sleep_level == 1 ? 2 : 1);
+    bool separate = kvio_rl_emulate_ranks(config) > 1;
+    uint64_t copies = separate ? 3 * (uint64_t)num_engines
+                               : 1 + (uint64_t)num_engines * (config->sleep_level == 1 ? 2 : 1);
     uint64_t weights = weight_bytes > UINT64_MAX / copies ? UINT64_MAX : weight_bytes * copies;
     uint64_t needed = weights > UINT64_MAX - pool_bytes ? UINT64_MAX : weights + pool_bytes;
     uint64_t available = 0;
@@ -88,11 +107,15 @@ static kvio_status_t check_memory(const kvio_rl_config_t *config, uint64_t weigh
     if (available > 0 && needed > available / 10 * 8) {
         snprintf(error_p, error_len,
                  "rl.weight_bytes: the RL run's weights need %.2f GiB (%llu copies of %llu bytes: "
-                 "the trainer's, each of %u serve ranks'%s) beside %.2f GiB of KV pools, but "
+                 "%s, each of %u serve ranks'%s) beside %.2f GiB of KV pools, but "
                  "this machine has %.2f GiB available; set rl.weight_bytes or "
                  "serve.kvcache.blocks (together at most 80%% of it)",
                  (double)weights / 1073741824.0, (unsigned long long)copies,
-                 (unsigned long long)weight_bytes, num_engines,
+                 (unsigned long long)weight_bytes,
+                 separate ? "the trainer rank's send buffer and the rollout's two receive "
+                            "slots"
+                          : "the trainer's",
+                 num_engines,
                  config->sleep_level == 1 ? " and its host copy (rl.sleep_level: 1)" : "",
                  (double)pool_bytes / 1073741824.0, (double)available / 1073741824.0);
         return KVIO_ERR_CONFIG;
@@ -117,7 +140,26 @@ static kvio_status_t fault_in(const rl_sim_t *sim, void *memory, uint64_t bytes)
     return status;
 }
 
-kvio_status_t rl_emu_create(rl_sim_t *sim)
+/* The rollout's side of a trainer rank: tells it the weights' size, then
+ * both create the transport (rank 0 receives into two slots). */
+static kvio_status_t link_create(rl_sim_t *sim, kvio_rte_t *rte,
+                                 const kvio_xfer_config_t *transport)
+{
+    rl_emu_t *emu = sim->emu;
+    emu->rte = rte;
+    rl_plan_message_t plan = {.bytes = emu->weight_bytes * emu->num_engines};
+    kvio_status_t status = kvio_rte_send(rte, RL_TRAINER_RANK, KVIO_RL_TAG_PLAN, &plan,
+                                         sizeof(plan));
+    if (status != KVIO_OK) {
+        snprintf(sim->error_p, sim->error_len, "rl: telling the trainer rank the weights' size: "
+                 "%s", kvio_rte_verdict(rte));
+        return status;
+    }
+    return rl_link_create(rte, transport, KVIO_XFER_RECEIVER, plan.bytes, &emu->xfer_config,
+                          &emu->xfer, sim->error_p, sim->error_len);
+}
+
+kvio_status_t rl_emu_create(rl_sim_t *sim, kvio_rte_t *rte, const kvio_xfer_config_t *transport)
 {
     const kvio_serve_run_t *run = sim->run;
     uint32_t num_engines = run->num_ranks > 0 ? run->num_ranks : 1;
@@ -134,6 +176,8 @@ kvio_status_t rl_emu_create(rl_sim_t *sim)
     emu->engines = calloc(num_engines, sizeof(*emu->engines));
     if (emu->engines == NULL)
         return KVIO_ERR_NOMEM;
+    if (rte != NULL)
+        return link_create(sim, rte, transport);
     bool level1 = sim->config->sleep_level == 1;
     emu->trainer = map_bytes(weight_bytes);
     for (uint32_t e = 0; e < num_engines && emu->trainer != NULL; e++) {
@@ -177,11 +221,52 @@ kvio_status_t rl_emu_engine_params(rl_sim_t *sim, uint32_t e, kvio_engine_params
     return KVIO_OK;
 }
 
+/* Tells the trainer rank there are no more steps, then both let go of
+ * the transport together. */
+static kvio_status_t poll_weights(rl_sim_t *sim, bool *landed_p);
+
+/* A run stopped while the trainer rank trains: its weights are taken in
+ * first (over tcp its puts land only while this rank progresses, so it
+ * could not hear that there are no more steps). Errors here are the
+ * drain's own: the run's message stays. */
+static void drain_weights(rl_sim_t *sim)
+{
+    char *error_p = sim->error_p;
+    size_t error_len = sim->error_len;
+    char scratch[256];
+    sim->error_p = scratch;
+    sim->error_len = sizeof(scratch);
+    bool landed = false;
+    while (sim->emu->training != NULL && !landed && poll_weights(sim, &landed) == KVIO_OK) {
+        struct timespec nap = {.tv_nsec = 100000};
+        nanosleep(&nap, NULL);
+    }
+    sim->error_p = error_p;
+    sim->error_len = error_len;
+}
+
+static void link_destroy(rl_sim_t *sim)
+{
+    rl_emu_t *emu = sim->emu;
+    if (emu->xfer == NULL)
+        return;
+    drain_weights(sim);
+    rl_train_message_t done = {.step = RL_STEP_NONE};
+    kvio_status_t status = kvio_rte_send(emu->rte, RL_TRAINER_RANK, KVIO_RL_TAG_TRAIN, &done,
+                                         sizeof(done));
+    kvio_xfer_detach(emu->xfer);
+    if (status == KVIO_OK)
+        kvio_rte_barrier(emu->rte);
+    kvio_xfer_destroy(emu->xfer);
+    emu->xfer = NULL;
+}
+
 void rl_emu_destroy(rl_sim_t *sim)
 {
     rl_emu_t *emu = sim->emu;
     if (emu == NULL)
         return;
+    link_destroy(sim);
     for (uint32_t e = 0; emu->engines != NULL && e < emu->num_engines; e++) {
         kvio_serve_memory_destroy(&emu->engines[e].memory);
         unmap_bytes(emu->engines[e].weights, emu->weight_bytes);
@@ -203,23 +288,156 @@ static int64_t emu_now(const rl_emu_t *emu)
     return (int64_t)(kvio_time_ns() - emu->origin_ns);
 }
 
-int64_t rl_emu_wait(rl_sim_t *sim, int64_t until_ns)
+json_t *rl_emu_trainer_json(const rl_sim_t *sim)
 {
     rl_emu_t *emu = sim->emu;
-    kvio_wait_until_ns(emu->origin_ns + (uint64_t)until_ns);
-    int64_t now = emu_now(emu);
-    return now > until_ns ? now : until_ns;
+    return json_pack("{s:i, s:s, s:s, s:I}", "rank", RL_TRAINER_RANK, "runtime",
+                     kvio_rte_world_kind(kvio_rte_world(emu->rte)), "transport",
+                     kvio_xfer_info(emu->xfer), "bytes_per_sync",
+                     (json_int_t)(emu->weight_bytes * emu->num_engines));
 }
 
-/* The trainer's step changes its weights: one word of every page, by the
- * step (every byte's sum changes, as an optimizer step changes every
- * tensor), then sums them for the sync's check. */
+bool rl_emu_separate(const rl_sim_t *sim)
+{
+    return sim->emu != NULL && sim->emu->rte != NULL;
+}
+
+kvio_status_t rl_emu_train_start(rl_sim_t *sim, rl_step_t *step)
+{
+    rl_emu_t *emu = sim->emu;
+    rl_train_message_t message = {.step = sim->step, .train_ns = step->train_ns};
+    emu->training = step;
+    emu->receiving = false;
+    emu->train_sent_ns = emu_now(emu);
+    kvio_status_t status = kvio_rte_post(emu->rte, RL_TRAINER_RANK, KVIO_RL_TAG_TRAIN, &message,
+                                         sizeof(message));
+    if (status != KVIO_OK)
+        snprintf(sim->error_p, sim->error_len, "rl: step %llu: asking the trainer rank to "
+                 "train: %s", (unsigned long long)sim->step + 1, kvio_rte_verdict(emu->rte));
+    return status;
+}
+
+/* The trained weights in the free slot: checked against the checksum the
+ * trainer sent, then the engines' (the slots swap, as a serve rank
+ * activates a version). */
+static kvio_status_t land(rl_sim_t *sim, int64_t now_ns)
+{
+    rl_emu_t *emu = sim->emu;
+    const kvio_xfer_receive_t *receive = &emu->receive;
+    uint64_t bytes = receive->meta.bytes;
+    uint64_t expected = sim->step; /* the step training is sim->step - 1: version step */
+    if (receive->meta.version != expected || bytes != emu->weight_bytes * emu->num_engines) {
+        snprintf(sim->error_p, sim->error_len, "rl: the trainer rank sent version %llu of %llu "
+                 "bytes, not version %llu of %llu", (unsigned long long)receive->meta.version,
+                 (unsigned long long)bytes, (unsigned long long)expected,
+                 (unsigned long long)(emu->weight_bytes * emu->num_engines));
+        return KVIO_ERR_IO;
+    }
+    uint64_t sum = 0;
+    if (!kvio_xfer_fetched_sum(emu->xfer, receive->meta.version, &sum))
+        sum = kvio_weights_checksum(kvio_xfer_slot(emu->xfer, receive->slot), bytes);
+    if (sum != receive->meta.checksum) {
+        snprintf(sim->error_p, sim->error_len, "rl: step %llu: the weights landed summing to "
+                 "%016llx, the trainer's to %016llx", (unsigned long long)expected,
+                 (unsigned long long)sum, (unsigned long long)receive->meta.checksum);
+        return KVIO_ERR_IO;
+    }
+    kvio_status_t status = kvio_xfer_ack(emu->xfer, receive, emu->active_slot);
+    if (status != KVIO_OK) {
+        snprintf(sim->error_p, sim->error_len, "rl: acknowledging version %llu: %s",
+                 (unsigned long long)expected, kvio_xfer_error(emu->xfer));
+        return status;
+    }
+    emu->active_slot = receive->slot;
+    /* The trainer's ready on this run's clock; the sync lasts until the
+     * bytes were in place (the check after it is the rollout's). */
+    int64_t ready_ns = receive->meta.t_ready_ns - (int64_t)emu->origin_ns;
+    rl_step_t *step = emu->training;
+    step->train_ns = ready_ns - emu->train_sent_ns;
+    step->sync_ns = receive->t_xfer_end_ns - (int64_t)emu->origin_ns - ready_ns;
+    if (step->sync_ns < 0)
+        step->sync_ns = now_ns - ready_ns;
+    step->end_ns = now_ns;
+    sim->trainer_end_ns = now_ns;
+    sim->sync_bytes += bytes;
+    emu->training = NULL;
+    return KVIO_OK;
+}
+
+/* Moves the weights the trainer rank publishes; *landed_p once they are in
+ * place and checked. */
+static kvio_status_t poll_weights(rl_sim_t *sim, bool *landed_p)
+{
+    rl_emu_t *emu = sim->emu;
+    *landed_p = false;
+    if (emu->training == NULL)
+        return KVIO_OK;
+    kvio_xfer_progress(emu->xfer);
+    kvio_status_t status = KVIO_OK;
+    if (!emu->receiving) {
+        status = kvio_xfer_poll(emu->xfer, 1 - emu->active_slot, &emu->receive);
+        if (status == KVIO_INPROGRESS)
+            return kvio_rte_peer_check(emu->rte, RL_TRAINER_RANK, true,
+                                       "the trained weights", sim->error_p, sim->error_len);
+        emu->receiving = status == KVIO_OK;
+    }
+    if (status == KVIO_OK && !emu->receive.complete)
+        status = kvio_xfer_fetch_step(emu->xfer, &emu->receive);
+    if (status != KVIO_OK) {
+        snprintf(sim->error_p, sim->error_len, "rl: receiving step %llu's weights: %s",
+                 (unsigned long long)sim->step, kvio_xfer_error(emu->xfer));
+        return status;
+    }
+    if (!emu->receive.complete)
+        return KVIO_OK;
+    *landed_p = true;
+    return land(sim, emu_now(emu));
+}
+
+kvio_status_t rl_emu_wait(rl_sim_t *sim, int64_t until_ns, int64_t *now_p)
+{
+    rl_emu_t *emu = sim->emu;
+    if (emu->rte == NULL) {
+        kvio_wait_until_ns(emu->origin_ns + (uint64_t)until_ns);
+        int64_t now = emu_now(emu);
+        *now_p = now > until_ns ? now : until_ns;
+        return KVIO_OK;
+    }
+    /* Polls the transport while waiting: short sleeps, the last stretch
+     * spun. */
+    for (;;) {
+        bool landed = false;
+        kvio_status_t status = poll_weights(sim, &landed);
+        int64_t now = emu_now(emu);
+        if (status != KVIO_OK || landed || now >= until_ns) {
+            *now_p = landed || now > until_ns ? now : until_ns;
+            return status;
+        }
+        if (sim->run->stop != NULL && *sim->run->stop) {
+            *now_p = now;
+            return KVIO_OK;
+        }
+        int64_t left = until_ns - now;
+        if (left > 300000) {
+            struct timespec nap = {.tv_nsec = 100000};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+void rl_emu_train_bytes(unsigned char *weights, uint64_t bytes, uint64_t step)
+{
+    for (uint64_t at = 0; at + sizeof(uint64_t) <= bytes; at += PAGE_BYTES) {
+        uint64_t word = (step + 1) * 0x9e3779b97f4a7c15ull ^ at;
+        memcpy(weights + at, &word, sizeof(word));
+    }
+}
+
+/* The trainer's step changes its weights, then sums them for the sync's
+ * check. */
 static void train_weights(rl_emu_t *emu, uint64_t step)
 {
-    for (uint64_t at = 0; at + sizeof(uint64_t) <= emu->weight_bytes; at += PAGE_BYTES) {
-        uint64_t word = (step + 1) * 0x9e3779b97f4a7c15ull ^ at;
-        memcpy(emu->trainer + at, &word, sizeof(word));
-    }
+    rl_emu_train_bytes(emu->trainer, emu->weight_bytes, step);
     kvio_sum_t sum;
     kvio_sum_start(&sum, emu->trainer, emu->weight_bytes);
     kvio_sum_pass(&sum, NULL, emu->weight_bytes);

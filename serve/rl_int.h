@@ -9,6 +9,8 @@
 #include "kvio/rl.h"
 #include "serve/serve_int.h"
 
+#include <jansson.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -145,19 +147,68 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result);
  * model's weights over its tensor parallel). */
 uint64_t rl_emu_weight_bytes(const kvio_rl_config_t *config, const kvio_serve_run_t *run);
 /* Maps the weight buffers (checked before the run by
- * kvio_rl_emulate_preflight) and faults them in; sets sim->emu. */
-kvio_status_t rl_emu_create(rl_sim_t *sim);
+ * kvio_rl_emulate_preflight) and faults them in; sets sim->emu. With rte
+ * (separate placement, async: this is rank 0, the trainer rank 1) the
+ * rollout's weights are the receive slots of transport instead, created
+ * with the trainer's send buffer. */
+kvio_status_t rl_emu_create(rl_sim_t *sim, kvio_rte_t *rte, const kvio_xfer_config_t *transport);
 /* Engine e's real KV pool (and swap space) into its params. */
 kvio_status_t rl_emu_engine_params(rl_sim_t *sim, uint32_t e, kvio_engine_params_t *params);
+/* Tells a trainer rank there are no more steps, and frees it all. */
 void rl_emu_destroy(rl_sim_t *sim);
 /* Time 0 of the run is now. */
 void rl_emu_start(rl_sim_t *sim);
-/* Waits until the run's clock reads until_ns; returns the clock (at least
- * until_ns). */
-int64_t rl_emu_wait(rl_sim_t *sim, int64_t until_ns);
-/* The trainer's step for real: sleep, train for step->train_ns, wake the
- * weights, sync, wake the pool; sets the step's measured parts and
- * sim->now_ns to its end. */
+/* Waits until the run's clock reads until_ns, or (a trainer rank) until
+ * the step it trains has landed in the rollout's slot, checked: that step
+ * then has its measured training and sync, and sim->trainer_end_ns is its
+ * landing. *now_p is the clock (at least until_ns when nothing landed). */
+kvio_status_t rl_emu_wait(rl_sim_t *sim, int64_t until_ns, int64_t *now_p);
+/* The trainer's step for real (colocated): sleep, train for
+ * step->train_ns, wake the weights, sync, wake the pool; sets the step's
+ * measured parts and sim->now_ns to its end. */
 kvio_status_t rl_emu_step(rl_sim_t *sim, rl_step_t *step);
+/* Separate and async: asks the trainer rank to train step (for
+ * step->train_ns) and publish its weights; rl_emu_wait hears them land. */
+kvio_status_t rl_emu_train_start(rl_sim_t *sim, rl_step_t *step);
+/* Whether the trainer is a rank of its own. */
+bool rl_emu_separate(const rl_sim_t *sim);
+/* The trainer rank's rank, runtime ("local", "mpi"), transport and bytes
+ * per sync (new reference; NULL: out of memory). */
+json_t *rl_emu_trainer_json(const rl_sim_t *sim);
+
+/* The trainer's step changes its weights: one word of every page, by the
+ * step (every byte's sum changes, as an optimizer step changes every
+ * tensor). */
+void rl_emu_train_bytes(unsigned char *weights, uint64_t bytes, uint64_t step);
+
+/* This rank's side (rank 1 sends, rank 0 receives) of the transport that
+ * moves the trainer rank's weights, bytes of host memory as one blob;
+ * collective over both ranks. The transport's config (transport's, for
+ * host memory) goes to *config_p, which the transport borrows: it must
+ * outlive *xfer_p. */
+kvio_status_t rl_link_create(kvio_rte_t *rte, const kvio_xfer_config_t *transport,
+                             kvio_xfer_role_t role, uint64_t bytes, kvio_xfer_config_t *config_p,
+                             kvio_xfer_t **xfer_p, char *error_p, size_t error_len);
+
+/* Rank 1 of an emulate run with a trainer rank: takes the weights' size
+ * from rank 0, creates the sender of transport, then trains each step rank
+ * 0 asks for (its time waited, its weights changed) and publishes the
+ * weights, until rank 0 says there are no more. */
+kvio_status_t rl_trainer_rank(kvio_rte_t *rte, const kvio_xfer_config_t *transport,
+                              char *error_p, size_t error_len);
+
+/* Messages between rank 0 (the rollout) and rank 1 (the trainer):
+ * KVIO_RL_TAG_PLAN, then KVIO_RL_TAG_TRAIN each step. */
+#define RL_TRAINER_RANK 1
+#define RL_STEP_NONE UINT64_MAX /* rl_train_message_t.step: no more steps */
+
+typedef struct rl_plan_message {
+    uint64_t bytes; /* the rollout's weights: every engine's shard */
+} rl_plan_message_t;
+
+typedef struct rl_train_message {
+    uint64_t step;     /* 0-based; its weights are version step + 1 */
+    int64_t train_ns;  /* the training's time */
+} rl_train_message_t;
 
 #endif

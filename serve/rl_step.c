@@ -109,16 +109,20 @@ kvio_status_t kvio_rl_check(const kvio_rl_config_t *config, const kvio_serve_run
 }
 
 kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t client_ranks,
-                                    bool device_pool, char *error_p, size_t error_len)
+                                    bool device_pool, const kvio_xfer_config_t *transport,
+                                    char *error_p, size_t error_len)
 {
     const char *why = NULL;
-    if (config->mode == KVIO_RL_ASYNC)
-        why = "rl.mode: async in emulate: only the synchronous colocated loop runs in real time "
-              "(rl.mode: sync, rl.placement: colocated); async is simulate's";
-    else if (config->placement == KVIO_RL_SEPARATE)
-        why = "rl.placement: separate in emulate: only the colocated loop runs in real time (the "
-              "serve rank is the trainer, as verl's hybrid engine); separate is simulate's";
-    else if (client_ranks > 0)
+    if (kvio_rl_emulate_ranks(config) > 1 &&
+        (kvio_xfer_kind_caps(transport) & KVIO_XFER_CAP_GPU_ONLY)) {
+        snprintf(error_p, error_len,
+                 "train.transport.kind: %s in an emulate RL run: the trainer rank's weights "
+                 "are host memory, and %s moves GPU memory only (GPU weights are not built; "
+                 "use ucx, file or redis)", kvio_choice_name(&transport->kind),
+                 kvio_choice_name(&transport->kind));
+        return KVIO_ERR_CONFIG;
+    }
+    if (client_ranks > 0)
         why = "ranks.client in an emulate RL run: the loop admits its groups itself (set "
               "ranks.client: 0)";
     else if (device_pool)
@@ -128,6 +132,11 @@ kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t clie
         return KVIO_OK;
     snprintf(error_p, error_len, "%s", why);
     return KVIO_ERR_CONFIG;
+}
+
+int kvio_rl_emulate_ranks(const kvio_rl_config_t *config)
+{
+    return config->mode == KVIO_RL_SYNC && config->placement == KVIO_RL_COLOCATED ? 1 : 2;
 }
 
 /* Whether the trainer shares the rollout's GPUs. */
@@ -283,7 +292,15 @@ kvio_status_t rl_start_step(rl_sim_t *sim)
     step->generation_ns = wait_ns - step->long_tail_ns;
     step->train_ns = train_ns(sim, step->trained_tokens);
     int64_t train_end;
-    if (sim->emu != NULL) {
+    if (rl_emu_separate(sim)) {
+        /* Emulate with a trainer rank: it trains while the rollout idles
+         * (sync) or generates on (async); the wait hears its weights land
+         * and ends the step then. Their slot was free: no engine pauses. */
+        kvio_status_t status = rl_emu_train_start(sim, step);
+        if (status != KVIO_OK)
+            return status;
+        train_end = sim->trainer_end_ns = INT64_MAX / 4;
+    } else if (sim->emu != NULL) {
         /* Emulate: the step runs now, for real, and measures its parts. */
         kvio_status_t status = rl_emu_step(sim, step);
         if (status != KVIO_OK)
@@ -438,5 +455,10 @@ kvio_status_t rl_figures(rl_sim_t *sim, kvio_result_t *result)
         json_array_append_new(steps, step_json(&sim->steps[s], s));
     if (steps == NULL || kvio_result_set_detail(result, "rl.step_times", steps) != KVIO_OK)
         return KVIO_ERR_NOMEM;
+    if (rl_emu_separate(sim)) {
+        json_t *trainer = rl_emu_trainer_json(sim);
+        if (trainer == NULL || kvio_result_set_detail(result, "rl.trainer", trainer) != KVIO_OK)
+            return KVIO_ERR_NOMEM;
+    }
     return KVIO_OK;
 }

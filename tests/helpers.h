@@ -203,4 +203,5 @@ int test_open_file_under(const char *dir);
  * mpirun on the PATH). */
 int test_mpirun_available(void);
 
+
 #endif

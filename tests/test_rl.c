@@ -392,7 +392,7 @@ Test(rl, compare_over_the_staleness_bound_prints_the_rl_figures, .timeout = 120)
     free(dir);
 }
 
-Test(rl, a_stream_too_short_or_an_emulate_mode_not_built_is_refused_before_the_run, .timeout = 30)
+Test(rl, a_stream_too_short_or_an_emulate_setting_not_built_is_refused_before_the_run, .timeout = 30)
 {
     char *dir = test_tmpdir();
     char out[1100];
@@ -403,17 +403,18 @@ Test(rl, a_stream_too_short_or_an_emulate_mode_not_built_is_refused_before_the_r
     cr_assert(test_contains(run.err, "rl.steps x rl.batch = 10 x 64 need 640"), "%s", run.err);
     cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
     test_run_free(&run);
-    /* Emulate runs the synchronous colocated loop only: the rest is
-     * refused naming its key. */
-    const char *const refused[][2] = {{"rl.mode=async", "rl.mode: async in emulate"},
-                                      {"rl.placement=separate", "rl.placement: separate"},
-                                      {"ranks.client=1", "ranks.client in an emulate RL run"},
-                                      {"device.memory=cuda", "device.memory in an emulate RL"}};
+    /* Emulate runs every mode on a host pool with no client rank: the
+     * rest is refused naming its key. */
+    const char *const refused[][3] = {
+        {"ranks.client=1", "rl.mode=sync", "ranks.client in an emulate RL run"},
+        {"device.memory=cuda", "rl.mode=sync", "device.memory in an emulate RL"},
+        {"train.transport.kind=cuda-ipc", "rl.mode=async",
+         "train.transport.kind: cuda-ipc in an emulate RL run"}};
     for (size_t r = 0; r < sizeof(refused) / sizeof(refused[0]); r++) {
         run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "--set",
-                        refused[r][0], "-o", out, NULL);
+                        refused[r][0], "--set", refused[r][1], "-o", out, NULL);
         cr_assert_eq(run.status, 2, "%s: %s", refused[r][0], run.err);
-        cr_assert(test_contains(run.err, refused[r][1]), "%s", run.err);
+        cr_assert(test_contains(run.err, refused[r][2]), "%s", run.err);
         cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
         test_run_free(&run);
     }
@@ -497,4 +498,101 @@ Test(rl, emulate_refuses_weights_this_machine_cannot_hold, .timeout = 30)
     free(file);
     test_rmtree(dir);
     free(dir);
+}
+
+/* The emulate workload with the trainer on a rank of its own. */
+static const char *const separate_sets[] = {"rl.placement=separate"};
+
+static double rl_figure(const json_t *summary, const char *path)
+{
+    char full[256];
+    snprintf(full, sizeof(full), "metrics.rl.%s", path);
+    return test_json_number(summary, full);
+}
+
+/* Synchronous separate: the trainer is rank 1, its weight bytes move each
+ * step over UCX into the rollout's free slot, where they are checked;
+ * the rollout idles (no sleep, no wake) while it trains, and the sync is
+ * measured (the model's would be rl.sync_latency, 100 s). */
+static void check_separate_steps(const kvio_result_t *result)
+{
+    cr_assert(kvio_result_valid(result));
+    cr_assert_str_eq(kvio_result_text(result, KVIO_FIG_RL_MODE), "sync separate");
+    cr_assert_float_eq(kvio_result_get(result, KVIO_FIG_RL_STEPS), 3, 1e-9);
+    cr_assert_float_eq(kvio_result_get(result, KVIO_FIG_RL_SYNC_BYTES), 3 * 8.0 * 1048576, 0.5);
+    double sync = kvio_result_get(result, KVIO_FIG_RL_SYNC_S);
+    cr_assert_gt(sync, 0);
+    cr_assert_lt(sync, 100, "sync %g s is measured, not rl.sync_latency", sync);
+    double train = kvio_result_get(result, KVIO_FIG_RL_TRAIN_S);
+    cr_assert_geq(train, 0.02);
+    cr_assert_lt(train, test_seconds(0.5));
+    cr_assert(!kvio_result_has(result, KVIO_FIG_RL_WAKE_S), "a separate rollout never sleeps");
+    cr_assert(!kvio_result_has(result, KVIO_FIG_RL_SLEEP_S));
+    /* The rollout idled through each training and sync. */
+    cr_assert_gt(kvio_result_get(result, KVIO_FIG_RL_ROLLOUT_IDLE), 0);
+    for (size_t s = 0; s < 3; s++) {
+        double generation_end = step_number(result, s, "batch_ready_s");
+        double end = step_number(result, s, "end_s");
+        cr_assert_geq(end - generation_end, step_number(result, s, "train_s"), "step %zu", s);
+    }
+    const json_t *trainer = kvio_result_detail(result, "rl.trainer");
+    cr_assert_not_null(trainer);
+    cr_assert(test_contains(test_json_string(trainer, "transport"), "ucx"), "%s",
+              test_json_string(trainer, "transport"));
+}
+
+Test(rl, an_emulated_separate_step_moves_the_trainer_ranks_weights_over_ucx, .timeout = 120)
+{
+    rl_run_t run = run_rl(emulate_workload, separate_sets, 1);
+    check_separate_steps(run.result);
+    cr_assert_str_eq(test_json_string(kvio_result_detail(run.result, "rl.trainer"), "runtime"),
+                     "local");
+    run_free(&run);
+}
+
+Test(rl, mpirun_runs_the_separate_trainer_as_a_process_of_its_own, .timeout = 120)
+{
+    if (!test_require("mpi", test_mpirun_available(), "mpirun not found"))
+        return;
+    char *dir = test_tmpdir();
+    char *file = test_write_file(dir, "w.yaml", emulate_workload);
+    json_t *summary = test_mpirun_kvio(dir, 2, "w.yaml --set rl.placement=separate", test_seconds(100));
+    cr_assert_str_eq(test_json_string(summary, "metrics.rl.trainer.runtime"), "mpi");
+    cr_assert_str_eq(test_json_string(summary, "metrics.rl.mode"), "sync separate");
+    cr_assert_float_eq(rl_figure(summary, "steps"), 3, 1e-9);
+    cr_assert_float_eq(rl_figure(summary, "sync_bytes"), 3 * 8.0 * 1048576, 0.5);
+    cr_assert_gt(rl_figure(summary, "sync_s"), 0);
+    cr_assert_lt(rl_figure(summary, "sync_s"), 100);
+    json_decref(summary);
+    free(file);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* Asynchronous in real time: with eta = 0 the trainer takes the groups
+ * synchronous separate takes, step by step; with eta = 2 generation goes
+ * on while it trains (an 80 ms step beside about 100 ms of generation), so
+ * tokens lag and a step is shorter. */
+Test(rl, emulated_async_trains_on_sync_at_staleness_0_and_overlaps_above, .timeout = 120)
+{
+    const char *sync_sets[] = {"rl.placement=separate", "rl.train_time=80ms"};
+    const char *eta0_sets[] = {"rl.mode=async", "rl.staleness=0", "rl.train_time=80ms"};
+    const char *eta2_sets[] = {"rl.mode=async", "rl.staleness=2", "rl.train_time=80ms"};
+    rl_run_t sync = run_rl(emulate_workload, sync_sets, 2);
+    rl_run_t eta0 = run_rl(emulate_workload, eta0_sets, 3);
+    rl_run_t eta2 = run_rl(emulate_workload, eta2_sets, 3);
+    for (size_t s = 0; s < 3; s++)
+        cr_assert_float_eq(step_number(eta0.result, s, "group_id_sum"),
+                           step_number(sync.result, s, "group_id_sum"), 1e-9, "step %zu", s);
+    cr_assert_float_eq(kvio_result_get(eta0.result, KVIO_FIG_RL_STALENESS_MAX), 0, 1e-9);
+    cr_assert_float_eq(kvio_result_get(eta2.result, KVIO_FIG_RL_SYNC_BYTES), 3 * 8.0 * 1048576,
+                       0.5, "every step's weights moved");
+    cr_assert_gt(kvio_result_get(eta2.result, KVIO_FIG_RL_STALENESS_MAX), 0);
+    cr_assert_leq(kvio_result_get(eta2.result, KVIO_FIG_RL_STALENESS_MAX), 2);
+    double sync_step = kvio_result_get(sync.result, KVIO_FIG_RL_STEP_S);
+    double async_step = kvio_result_get(eta2.result, KVIO_FIG_RL_STEP_S);
+    cr_assert_lt(async_step, 0.9 * sync_step, "async %g s, sync %g s", async_step, sync_step);
+    run_free(&sync);
+    run_free(&eta0);
+    run_free(&eta2);
 }

@@ -156,6 +156,12 @@ static const kvio_xfer_ops_t *chosen_ops(const kvio_xfer_config_t *config)
     return (const kvio_xfer_ops_t *)config->kind.plugin;
 }
 
+uint32_t kvio_xfer_kind_caps(const kvio_xfer_config_t *config)
+{
+    const kvio_xfer_ops_t *ops = chosen_ops(config);
+    return ops != NULL ? ops->caps : 0;
+}
+
 /* The plug-in for config: its kind's, or, with weight_sync's buckets, the
  * bucketed one (ucx only; NULL with the reason otherwise). */
 static const kvio_xfer_ops_t *config_ops(const kvio_xfer_config_t *config, char *error_p,

@@ -7,6 +7,8 @@
 #define KVIO_RL_H
 
 #include "kvio/config.h"
+#include "kvio/rte.h"
+#include "kvio/xfer.h"
 #include "kvio/serve.h"
 #include "kvio/status.h"
 
@@ -57,10 +59,19 @@ extern const kvio_opt_t kvio_rl_options[];
 kvio_status_t kvio_rl_check(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
                             char *error_p, size_t error_len);
 
-/* What emulate runs of the section: synchronous, colocated, one process
- * (no client rank), a host KV pool; error names the key of anything else. */
+/* What emulate runs of the section: a host KV pool, no client rank (the
+ * loop admits its groups itself), with a trainer rank a transport of host
+ * memory (transport: train.transport); error names the key of anything
+ * else. */
 kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t client_ranks,
-                                    bool device_pool, char *error_p, size_t error_len);
+                                    bool device_pool, const kvio_xfer_config_t *transport,
+                                    char *error_p, size_t error_len);
+
+/* The ranks an emulate run of the section takes: 1 when the trainer and
+ * the rollout share the process (synchronous colocated), else 2 (rank 0
+ * the rollout engines, rank 1 the trainer, its weights moving to rank 0
+ * over the transport each step). */
+int kvio_rl_emulate_ranks(const kvio_rl_config_t *config);
 
 /* Emulate: refuses, with the numbers, weight buffers (rl.weight_bytes) this
  * machine cannot hold beside pool_bytes of KV pools, before anything
@@ -75,13 +86,20 @@ kvio_status_t kvio_rl_emulate_preflight(const kvio_rl_config_t *config,
 kvio_status_t kvio_rl_simulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
                                struct kvio_result *result, char *error_p, size_t error_len);
 
-/* The same loop in real time (emulate; synchronous colocated only): the
- * engines generate on real KV memory, and each step sleeps (level 1 copies
- * the rollout's weights to host, both levels release the KV pool), trains
- * (the FLOPs model's time, waited), wakes the weights, syncs the trainer's
- * weight bytes into the rollout's (checksummed) and re-creates the pool:
- * sleep, sync and wake measured. */
+/* The same loop in real time (emulate): the engines generate on real KV
+ * memory. Synchronous colocated (one process, world NULL): each step
+ * sleeps (level 1 copies the rollout's weights to host, both levels
+ * release the KV pool), trains (the FLOPs model's time, waited), wakes the
+ * weights, syncs the trainer's weight bytes into the rollout's
+ * (checksummed) and re-creates the pool: sleep, sync and wake measured.
+ * Separate placement and async (world of kvio_rl_emulate_ranks ranks): the
+ * trainer is rank 1, which trains and publishes its weight bytes over
+ * transport (train.transport, host memory) into rank 0's rollout, where
+ * they land, are checked and are activated; the sync is measured from the
+ * trainer's end of training to the bytes in place. run and result are
+ * rank 0's (NULL in a process that hosts only the trainer). */
 kvio_status_t kvio_rl_emulate(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                              kvio_rte_world_t *world, const kvio_xfer_config_t *transport,
                               struct kvio_result *result, char *error_p, size_t error_len);
 
 #endif

@@ -49,6 +49,8 @@ typedef struct kvio_rte kvio_rte_t;
 #define KVIO_UPDATE_TAG_SERVED (KVIO_RTE_TAG_USER + 41)       /* serve rank to trainer */
 #define KVIO_SHARED_TAG_ADDRESSES (KVIO_RTE_TAG_USER + 50)    /* shared KV store, rank to rank */
 #define KVIO_SHARED_TAG_DONE (KVIO_RTE_TAG_USER + 51)         /* shared KV store, rank to rank */
+#define KVIO_RL_TAG_PLAN (KVIO_RTE_TAG_USER + 60)             /* RL rollout to trainer */
+#define KVIO_RL_TAG_TRAIN (KVIO_RTE_TAG_USER + 61)            /* RL rollout to trainer */
 
 /* The message of KVIO_UPDATE_TAG_SERVED: a serve rank's requests served so
  * far, which the trainer's adaptive checkpoint policy reads. */

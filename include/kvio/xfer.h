@@ -173,6 +173,10 @@ typedef struct kvio_xfer_receive {
 
 typedef enum { KVIO_XFER_SENDER = 0, KVIO_XFER_RECEIVER = 1, KVIO_XFER_BYSTANDER = 2 } kvio_xfer_role_t;
 
+/* The KVIO_XFER_CAP_* bits of the transport config->kind chose (0: none
+ * chosen), for checks before any transport is created. */
+uint32_t kvio_xfer_kind_caps(const kvio_xfer_config_t *config);
+
 /* Creates this rank's side of a transport; collective over every rank of
  * rte (all call it, bystanders included, since address exchanges are).
  * bytes is the weights size; the transport allocates the send buffer
