@@ -177,4 +177,9 @@ void kvio_evict_heap_key_grew(kvio_evict_heap_state_t *state, uint32_t entry);
     .fini = kvio_evict_heap_fini, .add = kvio_evict_heap_add,                               \
     .remove = kvio_evict_heap_remove, .victim = kvio_evict_heap_victim
 
+/* Hashes blocks [first, end) of tokens into hashes[first..end), chained on
+ * hashes[first - 1] (the salt goes in block 0): block_hash.c. */
+void kvio_kvcache_hash_blocks(const uint32_t *tokens, uint32_t block_size, const void *salt,
+                              size_t salt_len, size_t first, size_t end, kvio_hash_t *hashes);
+
 #endif

@@ -887,16 +887,6 @@ static kvio_status_t grow(void **array, size_t *capacity, size_t needed, size_t 
     return KVIO_OK;
 }
 
-void kvio_kvcache_hash_tokens(const uint32_t *tokens, size_t num_tokens, uint32_t block_size,
-                              const void *salt, size_t salt_len, kvio_hash_t *hashes_p)
-{
-    size_t full = num_tokens / block_size;
-    for (size_t i = 0; i < full; i++) {
-        hashes_p[i] = kvio_hash_tokens(i == 0 ? NULL : &hashes_p[i - 1], tokens + i * block_size,
-                                       block_size, i == 0 ? salt : NULL, i == 0 ? salt_len : 0);
-    }
-}
-
 /* Token requests: hashes every newly full block, chained. */
 static kvio_status_t hash_new_full_blocks(kvio_kvreq_t *req)
 {
@@ -906,11 +896,8 @@ static kvio_status_t hash_new_full_blocks(kvio_kvreq_t *req)
                                 sizeof(kvio_hash_t));
     if (status != KVIO_OK)
         return status;
-    for (size_t i = req->num_hashes; i < full; i++) {
-        req->hashes[i] = kvio_hash_tokens(i == 0 ? NULL : &req->hashes[i - 1],
-                                          req->tokens + i * block_size, block_size,
-                                          i == 0 ? req->salt : NULL, i == 0 ? req->salt_len : 0);
-    }
+    kvio_kvcache_hash_blocks(req->tokens, block_size, req->salt, req->salt_len, req->num_hashes,
+                             full, req->hashes);
     req->num_hashes = full;
     return KVIO_OK;
 }

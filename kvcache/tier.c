@@ -136,6 +136,12 @@ void kvio_tier_model(const kvio_tier_config_t *config, double *bandwidth_p,
     *latency_ns_p = config->latency_ns > 0 ? config->latency_ns : latency_ns;
 }
 
+bool kvio_tier_is_shared(const kvio_tier_config_t *config)
+{
+    const kvio_tier_ops_t *ops = config_ops(config);
+    return ops != NULL && (ops->caps & KVIO_TIER_CAP_SHARED) != 0;
+}
+
 kvio_status_t kvio_tier_preflight(const kvio_tier_config_t *config, uint32_t num_ranks,
                                   const char *path, char *error_p, size_t error_len)
 {

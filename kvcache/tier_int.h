@@ -14,6 +14,9 @@
 /* The store disappears with the process (host memory): the framework does
  * not ask the backend to delete evicted blocks or to clean up at the end. */
 #define KVIO_TIER_CAP_VOLATILE (1u << 0)
+/* The entry is a view of the shared store (kind: shared), never a backend
+ * of its own: the framework reads and writes the store instead. */
+#define KVIO_TIER_CAP_SHARED (1u << 1)
 
 /* What a backend's init gets. */
 typedef struct kvio_tier_setup {

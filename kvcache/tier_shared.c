@@ -71,18 +71,13 @@ const kvio_tier_ops_t kvio_tier_shared = {
                        "(placement by block hash, LRU per shard); bandwidth and latency: the "
                        "link to another rank's shard",
                .options = shared_options, .options_size = sizeof(shared_options_t)},
-    .caps = KVIO_TIER_CAP_VOLATILE,
+    .caps = KVIO_TIER_CAP_VOLATILE | KVIO_TIER_CAP_SHARED,
     .model = shared_model,
     .init = shared_init,
     .fini = shared_fini,
     .describe = shared_describe,
     .report = shared_report,
 };
-
-bool kvio_tier_is_shared(const kvio_tier_config_t *config)
-{
-    return config->kind.plugin == &kvio_tier_shared.plugin;
-}
 
 void kvio_tier_shared_config(const kvio_tier_config_t *config, uint32_t num_ranks,
                              uint64_t block_bytes, kvio_shared_store_config_t *store_p)

@@ -16,10 +16,22 @@
 # Headers must not include each other in a circle (the chain is named).
 # It also fails on a function longer than MAX_FUNCTION_LINES in the folders
 # of LONG_FUNCTION_FOLDERS (a function that long is several named steps).
+# Given the library's object files, it also fails on source files that call
+# each other in a circle (a function two files need moves down into a file
+# below both; a plug-in reaches its framework through its ops table), read
+# from their symbols with nm: file A calls file B when A uses a function
+# that B alone defines.
 #
-#   scripts/check_layers.sh [ROOT]     ROOT: the source tree (default: this one)
+#   scripts/check_layers.sh [ROOT [OBJECTS]]
+#     ROOT: the source tree (default: this one)
+#     OBJECTS: a folder of the library's objects, SOURCE.o each under the
+#              source's path (CMake: BUILD/CMakeFiles/kvio_lib.dir)
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+objects=${2:-}
+if [ -n "$objects" ]; then
+    objects=$(cd "$objects" && pwd) || { echo "check_layers: $2: no such folder" >&2; exit 2; }
+fi
 cd "$root"
 
 # The module that owns each public header.
@@ -138,7 +150,9 @@ header_edges() {
             [ -e "$target" ] && echo "$file $target"
         done
 }
-circles=$(header_edges | awk '
+# circles: reads "FROM TO" edges, prints each circle found as its chain.
+circles() {
+    awk '
     function visit(node,    count, i, k, target, targets, chain) {
         state[node] = 1
         stack[++depth] = node
@@ -160,11 +174,44 @@ circles=$(header_edges | awk '
         state[node] = 2
     }
     { edges[$1] = edges[$1] " " $2; if (!($1 in seen)) { seen[$1]; order[++n] = $1 } }
-    END { for (i = 1; i <= n; i++) if (state[order[i]] == 0) visit(order[i]) }')
+    END { for (i = 1; i <= n; i++) if (state[order[i]] == 0) visit(order[i]) }'
+}
 while read -r circle; do
     [ -n "$circle" ] || continue
     fail "include circle: $circle"
-done <<<"$circles"
+done <<<"$(header_edges | circles)"
+
+# Call circles: "FROM TO" for each pair of object files where FROM uses a
+# function (nm type T) that TO alone defines.
+call_edges() {
+    find "$objects" -name '*.o' -print0 | xargs -0 -r nm -P -A | awk -v prefix="$objects/" '
+        {
+            file = $1
+            sub(/:$/, "", file)
+            sub(/\.o$/, "", file)
+            file = substr(file, length(prefix) + 1)
+        }
+        $3 == "T" { print "D", $2, file }
+        $3 == "U" { print "U", $2, file }' | awk '
+        $1 == "D" { definers[$2]++; definer[$2] = $3 }
+        $1 == "U" { uses[++n] = $2 " " $3 }
+        END {
+            for (i = 1; i <= n; i++) {
+                split(uses[i], use, " ")
+                if (definers[use[1]] == 1 && definer[use[1]] != use[2] &&
+                    !((use[2] " " definer[use[1]]) in printed)) {
+                    printed[use[2] " " definer[use[1]]]
+                    print use[2], definer[use[1]]
+                }
+            }
+        }'
+}
+if [ -n "$objects" ]; then
+    while read -r circle; do
+        [ -n "$circle" ] || continue
+        fail "call circle: $circle"
+    done <<<"$(call_edges | circles)"
+fi
 
 # Functions longer than MAX_FUNCTION_LINES: a definition starts at a line
 # in column 0 that opens its body ("{" alone) and ends at the first "}" in

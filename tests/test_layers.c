@@ -1,7 +1,8 @@
 /* The layering check (scripts/check_layers.sh): main's tree follows the
- * module order, and a planted include that points up, one that reaches
- * into another folder's private header, a header no module owns, headers
- * in an include circle and an over-long serve function each fail it,
+ * module order and no two of its library's files call each other, and a
+ * planted include that points up, one that reaches into another folder's
+ * private header, a header no module owns, headers in an include circle,
+ * files that call each other and an over-long serve function each fail it,
  * naming the file and line (or the circle). */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -18,9 +19,16 @@ static test_run_t check(const char *root)
     return test_exec(NULL, argv);
 }
 
-Test(layers, main_follows_the_module_order, .timeout = 60)
+/* The check with the library's object files: call circles too. */
+static test_run_t check_calls(const char *root, const char *objects)
 {
-    test_run_t run = check(KVIO_SOURCE_DIR);
+    const char *argv[] = {"bash", CHECK, root, objects, NULL};
+    return test_exec(NULL, argv);
+}
+
+Test(layers, main_follows_the_module_order, .timeout = 120)
+{
+    test_run_t run = check_calls(KVIO_SOURCE_DIR, KVIO_LIB_OBJECTS);
     cr_expect_eq(run.status, 0, "the check fails on main:\n%s", run.err);
     test_run_free(&run);
 }
@@ -119,6 +127,47 @@ Test(layers, a_serve_function_over_150_lines_fails, .timeout = 60)
     test_run_t run = check(root);
     cr_expect_eq(run.status, 1);
     cr_expect(test_contains(run.err, "serve/loop.c:1: long_step is 152 lines"), "%s", run.err);
+    test_run_free(&run);
+    test_rmtree(root);
+    free(root);
+}
+
+/* Compiles root/NAME (a one-line C file of the given text) into
+ * root/objects/NAME.o, as CMake lays the library's objects out. */
+static void planted_object(const char *root, const char *name, const char *text)
+{
+    char *source = test_write_file(root, name, text);
+    char object[512];
+    snprintf(object, sizeof(object), "%s/objects/%s.o", root, name);
+    const char *argv[] = {"cc", "-c", source, "-o", object, NULL};
+    test_run_t run = test_exec(NULL, argv);
+    cr_assert_eq(run.status, 0, "cc %s: %s", name, run.err);
+    test_run_free(&run);
+    free(source);
+}
+
+/* Two files of a module that call each other: a circle the linker accepts,
+ * named as its chain; the same call one way only passes. */
+Test(layers, files_that_call_each_other_fail_naming_the_circle, .timeout = 60)
+{
+    char *root = planted_tree();
+    char objects[512], folder[600];
+    snprintf(objects, sizeof(objects), "%s/objects", root);
+    snprintf(folder, sizeof(folder), "%s/xfer", objects);
+    cr_assert_eq(mkdir(objects, 0755), 0);
+    cr_assert_eq(mkdir(folder, 0755), 0);
+    planted_object(root, "xfer/a.c", "int b(void);\nint a(void) { return b(); }\n");
+    planted_object(root, "xfer/b.c", "int b(void) { return 1; }\n");
+    test_run_t run = check_calls(root, objects);
+    cr_expect_eq(run.status, 0, "a calls b alone: %s", run.err);
+    test_run_free(&run);
+
+    planted_object(root, "xfer/b.c", "int a(void);\nint b(void) { return a() + 1; }\n");
+    run = check_calls(root, objects);
+    cr_expect_eq(run.status, 1, "exit %d", run.status);
+    cr_expect(test_contains(run.err, "call circle: xfer/a.c -> xfer/b.c -> xfer/a.c") ||
+                  test_contains(run.err, "call circle: xfer/b.c -> xfer/a.c -> xfer/b.c"),
+              "%s", run.err);
     test_run_free(&run);
     test_rmtree(root);
     free(root);

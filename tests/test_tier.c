@@ -181,6 +181,21 @@ static bool redis_has(kvio_redis_t *redis, const char *key)
 
 /* ---------- options ---------- */
 
+/* The framework tells a shared entry by its kind's capability, not by its
+ * name: only kind shared is a view of the shared store. */
+Test(tier, only_the_shared_kind_is_shared, .timeout = 10)
+{
+    static const struct {
+        const char *kind;
+        bool shared;
+    } cases[] = {{"host", false}, {"redis", false}, {"file", false}, {"shared", true}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kvio_tier_config_t config = tier_config(cases[i].kind, 1ull << 30, NULL);
+        cr_assert_eq(kvio_tier_is_shared(&config), cases[i].shared, "kind %s", cases[i].kind);
+        kvio_config_free(kvio_tier_options, &config);
+    }
+}
+
 Test(tier, options_defaults_and_yaml, .timeout = 10)
 {
     /* Each backend's defaults, in the section of its name. */

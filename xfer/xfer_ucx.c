@@ -45,17 +45,6 @@ static ucs_status_t on_update(void *arg, const void *header, size_t header_lengt
     return UCS_OK;
 }
 
-bool kvio_xfer_ucx_queue_push(kvio_ucx_t *ucx, const kvio_xfer_meta_t *meta)
-{
-    if (ucx->queue_count == QUEUE_LENGTH)
-        return false;
-    ucx->queue[(ucx->queue_head + ucx->queue_count) % QUEUE_LENGTH] = *meta;
-    ucx->queue_count++;
-    if (meta->version > ucx->noticed_version)
-        ucx->noticed_version = meta->version; /* its landed messages are old news */
-    return true;
-}
-
 /* News of a put under way: keeps the furthest prefix of the newest version
  * whose notice has not come (a message overtaken by its notice is dropped). */
 static ucs_status_t on_landed(void *arg, const void *header, size_t header_length, void *data,
@@ -243,16 +232,6 @@ kvio_status_t kvio_xfer_ucx_map(kvio_xfer_t *xfer, void *address, uint64_t bytes
     ucp_mem_query(*memory_p, &attributes);
     *address_p = attributes.address;
     return KVIO_OK;
-}
-
-kvio_status_t kvio_xfer_ucx_set_handler(kvio_ucx_t *ucx, unsigned id,
-                                        ucp_am_recv_callback_t callback, void *arg)
-{
-    ucp_am_handler_param_t param = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
-        .id = id, .cb = callback, .arg = arg};
-    return kvio_status_from_ucs(ucp_worker_set_am_recv_handler(ucx->worker, &param));
 }
 
 kvio_status_t kvio_xfer_ucx_pack_slots(kvio_xfer_t *xfer, void *address0, void *address1,

@@ -77,9 +77,10 @@ typedef struct kvio_tier_config {
     kvio_shared_endpoint_t *shared_endpoint;
 } kvio_tier_config_t;
 
-/* Whether the entry is a shared tier (kind: shared), and the store its
- * entries view: num_ranks shards of the entry's size, blocks of
- * block_bytes, the links as configured (kvcache/tier_shared.c). */
+/* Whether the entry is a shared tier (its kind has KVIO_TIER_CAP_SHARED:
+ * kind shared; kvcache/tier.c), and the store its entries view: num_ranks
+ * shards of the entry's size, blocks of block_bytes, the links as
+ * configured (kvcache/tier_shared.c). */
 bool kvio_tier_is_shared(const kvio_tier_config_t *config);
 void kvio_tier_shared_config(const kvio_tier_config_t *config, uint32_t num_ranks,
                              uint64_t block_bytes, kvio_shared_store_config_t *store_p);
