@@ -58,6 +58,11 @@ struct rl_emu {
     kvio_xfer_receive_t receive;
 };
 
+int kvio_rl_emulate_ranks(const kvio_rl_config_t *config)
+{
+    return config->mode == KVIO_RL_SYNC && config->placement == KVIO_RL_COLOCATED ? 1 : 2;
+}
+
 static void *map_bytes(uint64_t bytes)
 {
     void *memory = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -422,14 +427,6 @@ kvio_status_t rl_emu_wait(rl_sim_t *sim, int64_t until_ns, int64_t *now_p)
             struct timespec nap = {.tv_nsec = 100000};
             nanosleep(&nap, NULL);
         }
-    }
-}
-
-void rl_emu_train_bytes(unsigned char *weights, uint64_t bytes, uint64_t step)
-{
-    for (uint64_t at = 0; at + sizeof(uint64_t) <= bytes; at += PAGE_BYTES) {
-        uint64_t word = (step + 1) * 0x9e3779b97f4a7c15ull ^ at;
-        memcpy(weights + at, &word, sizeof(word));
     }
 }
 

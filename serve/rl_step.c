@@ -134,11 +134,6 @@ kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t clie
     return KVIO_ERR_CONFIG;
 }
 
-int kvio_rl_emulate_ranks(const kvio_rl_config_t *config)
-{
-    return config->mode == KVIO_RL_SYNC && config->placement == KVIO_RL_COLOCATED ? 1 : 2;
-}
-
 /* Whether the trainer shares the rollout's GPUs. */
 static bool colocated(const kvio_rl_config_t *config)
 {

@@ -13,6 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One word of every page changed by the step (rl_int.h). */
+void rl_emu_train_bytes(unsigned char *weights, uint64_t bytes, uint64_t step)
+{
+    for (uint64_t at = 0; at + sizeof(uint64_t) <= bytes; at += 4096u) {
+        uint64_t word = (step + 1) * 0x9e3779b97f4a7c15ull ^ at;
+        memcpy(weights + at, &word, sizeof(word));
+    }
+}
+
 /* Takes the next message from rank 0 with tag into message (length
  * bytes). */
 static kvio_status_t receive(kvio_rte_t *rte, int tag, void *message, size_t length,
