@@ -634,4 +634,20 @@ Test(results, hand_formatted_numbers_are_printfs_bytes, .timeout = 10)
         snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)state);
         cr_assert_str_eq(mine, theirs);
     }
+    /* Every short integer, and each power of ten and its neighbours. */
+    static uint64_t numbers[200000 + 3 * 20];
+    size_t count = 0;
+    for (uint64_t value = 0; value < 200000; value++)
+        numbers[count++] = value;
+    for (uint64_t power = 10; power != 0; power = power <= UINT64_MAX / 10 ? power * 10 : 0) {
+        numbers[count++] = power - 1;
+        numbers[count++] = power;
+        numbers[count++] = power + 1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        char mine[32], theirs[32];
+        mine[kvio_format_unsigned(mine, numbers[i])] = '\0';
+        snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)numbers[i]);
+        cr_assert_str_eq(mine, theirs);
+    }
 }
