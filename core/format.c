@@ -196,6 +196,16 @@ static size_t count_digits(uint64_t value)
  * arithmetic in chunks of 8 digits. */
 size_t kvio_format_unsigned(char *out, uint64_t value)
 {
+    /* Most numbers of a row or an event are one or two digits (ranks,
+     * tracks, counts of a batch): those without counting or looping. */
+    if (value < 10) {
+        out[0] = (char)('0' + value);
+        return 1;
+    }
+    if (value < 100) {
+        memcpy(out, &digit_pairs[2 * value], 2);
+        return 2;
+    }
     size_t length = count_digits(value);
     char *at = out + length;
     while (value >= 100000000) {

@@ -233,6 +233,69 @@ Test(results, vllm_json_percentiles_no_figure_holds_come_from_the_lists, .timeou
     free(dir);
 }
 
+/* In simulate the requests decoding in one iteration share its gap, so
+ * vllm.json's itls repeat a few values many times (written from the text of
+ * the first): each is still printf's "%.6f" of itself, and each request's
+ * gaps add up to its e2el - ttft. */
+Test(results, vllm_json_repeated_gaps_are_written_exactly, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    test_run_t run = test_kvio(dir, "run", "chat", "--set", "mode=simulate", "--set",
+                               "duration=20s", "-o", "out", NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    test_run_free(&run);
+    char path[1100];
+    json_t *vllm = load_vllm_json(dir, path, sizeof(path));
+    char *text = test_read_file(path);
+    cr_assert_not_null(text);
+    const char *at = strstr(text, "\"itls\": [");
+    cr_assert_not_null(at);
+    at += strlen("\"itls\": [");
+    /* Every number of the list as written: its bytes are printf's. */
+    size_t num_gaps = 0, num_repeated = 0;
+    char first[64] = "";
+    while (*at != '\0' && !(at[0] == ']' && at[1] == ']')) {
+        if (strchr("[], \n", *at) != NULL) {
+            at++;
+            continue;
+        }
+        char *end = NULL;
+        double gap = strtod(at, &end);
+        cr_assert(end > at, "itls: not a number at '%.20s'", at);
+        char expected[64];
+        int length = snprintf(expected, sizeof(expected), "%.6f", gap);
+        cr_expect(length == end - at && memcmp(expected, at, (size_t)length) == 0,
+                  "itls: '%.*s' is not printf's '%s'", (int)(end - at), at, expected);
+        if (num_gaps == 0)
+            snprintf(first, sizeof(first), "%s", expected);
+        else if (strcmp(first, expected) == 0)
+            num_repeated++;
+        num_gaps++;
+        at = end;
+    }
+    cr_assert_gt(num_gaps, 1000);
+    cr_expect_gt(num_repeated, 0, "no gap repeats: the test does not reach the copies");
+    /* Each request's gaps add up to its decode time (each rounded to 1 us). */
+    const json_t *ttfts = json_object_get(vllm, "ttfts"), *itls = json_object_get(vllm, "itls");
+    const json_t *latencies = json_object_get(vllm, "latencies");
+    for (size_t i = 0; i < json_array_size(itls); i++) {
+        const json_t *gaps = json_array_get(itls, i);
+        double sum = 0;
+        for (size_t g = 0; g < json_array_size(gaps); g++)
+            sum += json_number_value(json_array_get(gaps, g));
+        if (json_array_size(gaps) == 0)
+            continue;
+        double decode = json_number_value(json_array_get(latencies, i)) -
+                        json_number_value(json_array_get(ttfts, i));
+        cr_expect_float_eq(sum, decode, 2e-6 * (double)(json_array_size(gaps) + 2),
+                           "request %zu", i);
+    }
+    free(text);
+    json_decref(vllm);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* vllm.json is what `vllm bench serve --save-result` writes: its keys, the
  * percentiles asked for (99.9 named p99.9) computed as numpy computes them
  * from every measured request of requests.csv, the per-request lists in
@@ -570,6 +633,22 @@ Test(results, hand_formatted_numbers_are_printfs_bytes, .timeout = 10)
         char mine[32], theirs[32];
         mine[kvio_format_unsigned(mine, state)] = '\0';
         snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)state);
+        cr_assert_str_eq(mine, theirs);
+    }
+    /* Every short integer, and each power of ten and its neighbours. */
+    static uint64_t numbers[200000 + 3 * 20];
+    size_t count = 0;
+    for (uint64_t value = 0; value < 200000; value++)
+        numbers[count++] = value;
+    for (uint64_t power = 10; power != 0; power = power <= UINT64_MAX / 10 ? power * 10 : 0) {
+        numbers[count++] = power - 1;
+        numbers[count++] = power;
+        numbers[count++] = power + 1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        char mine[32], theirs[32];
+        mine[kvio_format_unsigned(mine, numbers[i])] = '\0';
+        snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)numbers[i]);
         cr_assert_str_eq(mine, theirs);
     }
 }
