@@ -30,8 +30,19 @@ typedef struct block_stamp {
 } block_stamp_t;
 
 #define STAMP_NONE UINT64_MAX
+
 /* A stamp's first word. */
 #define STAMP_MAGIC 0x6b76696f626c6b00ull
+
+/* Which tiers (bit t: store->tiers[t], the first 32) a pool block's content
+ * was just loaded from, under the hash it was loaded as: the write-through
+ * check of the block as the pool caches it (wants_save) need not ask them
+ * again whether they hold it (#57: a shared tier's is a request per block).
+ * Written and read under the tiers' lock; the check consumes it. */
+typedef struct loaded_from {
+    kvio_hash_t hash;
+    uint32_t tiers;
+} loaded_from_t;
 
 struct kvio_block_store {
     uint32_t rank;
@@ -56,6 +67,7 @@ struct kvio_block_store {
     uint32_t *swap_free;     /* stack of free slot indices */
     uint32_t swap_num_free, swap_num_slots;
     block_stamp_t *stamps;   /* per block, the stamp not yet written (with memory) */
+    loaded_from_t *loaded_from; /* with tiers: per block, the tiers it was just loaded from */
     bool async;              /* tier traffic beside the batch (tier_io: async) */
     int64_t link_free_ns;    /* simulate, async: when the link to the tiers is next free */
     int64_t saves_ns;        /* simulate, async: the iteration's saves, on the link at its end */
@@ -281,6 +293,17 @@ kvio_status_t kvio_block_store_create(const kvio_block_store_params_t *params,
         for (size_t b = 0; b <= params->num_blocks; b++)
             store->stamps[b].index = STAMP_NONE;
     }
+    if (store->num_tiers > 0 &&
+        (store->loaded_from = calloc((size_t)params->num_blocks + 1,
+                                     sizeof(*store->loaded_from))) == NULL) {
+        snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes for which "
+                 "tier each of %llu blocks came from", store->rank,
+                 (unsigned long long)(((uint64_t)params->num_blocks + 1) *
+                                      sizeof(*store->loaded_from)),
+                 (unsigned long long)params->num_blocks);
+        status = KVIO_ERR_NOMEM;
+        goto fail;
+    }
     /* A generated pool's saves are made in the object buffer too. */
     if ((store->chunk_blocks > 1 || store->generated) && has_bytes(store) &&
         store->num_tiers > 0 && (store->object = object_alloc(store)) == NULL) {
@@ -314,6 +337,7 @@ void kvio_block_store_destroy(kvio_block_store_t *store)
         io_stop(store);
     free(store->swap_free);
     free(store->stamps);
+    free(store->loaded_from);
     free(store->scratch);
     if (store->bounce != NULL)
         kvio_device_host_free(store->device, store->bounce);
@@ -533,11 +557,28 @@ static bool tier_wants(const kvio_tier_t *tier, kvio_hash_t hash, int policy)
     return kvio_tier_write_policy(tier) == policy && !kvio_tier_contains(tier, hash);
 }
 
-/* Whether a tier of the write policy lacks hash. While the I/O thread
- * holds the tiers (a batch on its way to a device) the engine does not
- * wait to ask: it is taken as wanted, and the I/O thread, which asks
- * again, skips what a tier already holds. */
-static bool wants_save(kvio_block_store_t *store, kvio_hash_t hash, int policy)
+/* Records (under the tiers' lock) that pool block id now holds hash, read
+ * from tier: the first 32 tiers only, a later one is asked as before. */
+static void mark_loaded(kvio_block_store_t *store, const kvio_tier_t *tier, kvio_hash_t hash,
+                        uint32_t id)
+{
+    loaded_from_t *from = &store->loaded_from[id];
+    if (!kvio_hash_equal(from->hash, hash))
+        *from = (loaded_from_t){.hash = hash};
+    for (size_t t = 0; t < store->num_tiers && t < 32; t++)
+        if (store->tiers[t] == tier)
+            from->tiers |= 1u << t;
+}
+
+/* Whether a tier of the write policy lacks hash, which pool block id holds.
+ * A write-through check skips the tiers the block was just loaded from
+ * (they hold it: no request to a shared tier) and forgets them: a later
+ * save of the hash asks them all again, so a block a tier has evicted
+ * meanwhile is saved again. While the I/O thread holds the tiers (a batch
+ * on its way to a device) the engine does not wait to ask: it is taken as
+ * wanted, and the I/O thread, which asks again, skips what a tier already
+ * holds. */
+static bool wants_save(kvio_block_store_t *store, uint32_t id, kvio_hash_t hash, int policy)
 {
     bool has_policy = false;
     for (size_t t = 0; t < store->saved_tiers; t++)
@@ -546,9 +587,15 @@ static bool wants_save(kvio_block_store_t *store, kvio_hash_t hash, int policy)
         return false;
     if (store->io != NULL && pthread_mutex_trylock(&store->io->tier_lock) != 0)
         return true;
+    uint32_t held = 0;
+    loaded_from_t *from = &store->loaded_from[id];
+    if (policy == KVIO_TIER_WRITE_THROUGH && kvio_hash_equal(from->hash, hash)) {
+        held = from->tiers;
+        from->tiers = 0;
+    }
     bool wanted = false;
     for (size_t t = 0; t < store->saved_tiers && !wanted; t++)
-        wanted = tier_wants(store->tiers[t], hash, policy);
+        wanted = (t >= 32 || !(held & (1u << t))) && tier_wants(store->tiers[t], hash, policy);
     tiers_unlock(store);
     return wanted;
 }
@@ -608,7 +655,7 @@ void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, k
                             int policy, int64_t *tier_ns_p)
 {
     if ((store->chunk_blocks > 1 && policy != KVIO_TIER_WRITE_THROUGH) ||
-        !wants_save(store, hash, policy))
+        !wants_save(store, blocks[store->chunk_blocks - 1], hash, policy))
         return;
     stamp_flush(store, blocks, store->chunk_blocks);
     if (store->io != NULL) {
@@ -751,6 +798,7 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
         }
         if (got != KVIO_OK)
             break; /* a miss (or a tier error): compute the rest */
+        mark_loaded(store, tier, hash, ids[loaded]);
         stamp_drop(store, ids[loaded]);
     }
     if (status == KVIO_OK && num_lent > 0) {
@@ -805,6 +853,15 @@ static uint32_t adopt_blocks(kvio_block_store_t *store, kvio_tier_t *tier,
     return count;
 }
 
+/* A chunk loaded whole from tier, under its last block's hash key. */
+static void mark_chunk_loaded(kvio_block_store_t *store, const kvio_tier_t *tier,
+                              kvio_hash_t key, uint32_t last)
+{
+    tiers_lock(store);
+    mark_loaded(store, tier, key, last);
+    tiers_unlock(store);
+}
+
 /* Chunks: each object read whole into the thread's buffer, its blocks from
  * the load's on copied into the pool; lead: blocks of the first chunk
  * before hashes[0]. Simulate (no bytes) moves nothing. */
@@ -836,6 +893,8 @@ static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *h
         if (store->generated) {
             uint32_t adopted = adopt_blocks(store, tier, NULL, &key, ids + loaded, count,
                                             buffer + (uint64_t)skip * store->block_bytes);
+            if (adopted == count)
+                mark_chunk_loaded(store, tier, key, ids[loaded + count - 1]);
             loaded += adopted;
             if (adopted < count)
                 break; /* not what was saved: compute the rest */
@@ -851,6 +910,7 @@ static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *h
         }
         for (uint32_t i = 0; i < count; i++)
             stamp_drop(store, ids[loaded + i]);
+        mark_chunk_loaded(store, tier, key, ids[loaded + count - 1]);
         loaded += count;
         if (told_to_stop(store, progress, loaded))
             break;
@@ -893,6 +953,10 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         if (store->generated && got > 0) /* what was not saved is a miss */
             got = adopt_blocks(store, tier, hashes + loaded, NULL, ids + loaded, (uint32_t)got,
                                scratch);
+        tiers_lock(store);
+        for (size_t i = 0; i < got; i++)
+            mark_loaded(store, tier, hashes[loaded + i], ids[loaded + i]);
+        tiers_unlock(store);
         pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
         for (size_t i = 0; i < got; i++)
