@@ -7,6 +7,8 @@
  * against the ranks' caches (stale routes). */
 #include "serve/serve_int.h"
 
+#include "kvio/array.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,13 +97,8 @@ static bool pending_room(kvio_router_t *router)
         if (router->tail < router->capacity)
             return true;
     }
-    size_t capacity = router->capacity ? 2 * router->capacity : 1024;
-    pending_event_t *bigger = realloc(router->pending, capacity * sizeof(*bigger));
-    if (bigger == NULL)
-        return false;
-    router->pending = bigger;
-    router->capacity = capacity;
-    return true;
+    return kvio_array_reserve((void **)&router->pending, &router->capacity, router->tail + 1,
+                              sizeof(*router->pending), 1024) == KVIO_OK;
 }
 
 static void deliver(kvio_router_t *router, const pending_event_t *event)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvio/array.h"
 #include "kvio/hashset.h"
 
 typedef struct approx_options {
@@ -70,13 +71,8 @@ static kvio_status_t touches_room(rank_lru_t *lru)
     lru->tail = kept;
     if (kept < lru->capacity / 2)
         return KVIO_OK;
-    size_t capacity = lru->capacity ? 2 * lru->capacity : 1024;
-    touch_t *bigger = realloc(lru->touches, capacity * sizeof(*bigger));
-    if (bigger == NULL)
-        return KVIO_ERR_NOMEM;
-    lru->touches = bigger;
-    lru->capacity = capacity;
-    return KVIO_OK;
+    return kvio_array_reserve((void **)&lru->touches, &lru->capacity, lru->capacity + 1,
+                              sizeof(*lru->touches), 1024);
 }
 
 /* key becomes the rank's most recent; the least recent go past limit. */
