@@ -1494,6 +1494,14 @@ static void radix_lock_hits(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t hit
     radix_relock(cache, req, node);
 }
 
+/* Block i of req enters the index, and the cache's owner hears of it. */
+static void cache_block(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t i)
+{
+    index_insert(cache, req->blocks[i], req->hashes[i]);
+    if (cache->config.on_cached != NULL)
+        cache->config.on_cached(cache->config.hook_context, req->blocks, i, req->hashes[i]);
+}
+
 /* The request's first full blocks enter the tree (SGLang's
  * cache_unfinished_req): a page the tree lacks takes the request's block,
  * whose hash enters the index; a page another request cached meanwhile
@@ -1520,10 +1528,7 @@ static kvio_status_t radix_cache_blocks(kvio_kvcache_t *cache, kvio_kvreq_t *req
             req->blocks[i] = tree_block;
             release_run(cache, &mine, 1);
         } else if (!cache->blocks[mine].hashed) {
-            index_insert(cache, mine, req->hashes[i]);
-            if (cache->config.on_cached != NULL)
-                cache->config.on_cached(cache->config.hook_context, req->blocks, i,
-                                        req->hashes[i]);
+            cache_block(cache, req, i);
         }
     }
     radix_relock(cache, req, node);
@@ -1599,11 +1604,8 @@ static kvio_status_t allocate(kvio_kvcache_t *cache, kvio_kvreq_t *req, size_t n
         } else if (cache->config.on_cached == NULL) {
             insert_run(cache, req->blocks, req->hashes, req->num_hashed_blocks, full);
         } else {
-            for (size_t i = req->num_hashed_blocks; i < full; i++) {
-                index_insert(cache, req->blocks[i], req->hashes[i]);
-                cache->config.on_cached(cache->config.hook_context, req->blocks, i,
-                                        req->hashes[i]);
-            }
+            for (size_t i = req->num_hashed_blocks; i < full; i++)
+                cache_block(cache, req, i);
         }
         req->num_hashed_blocks = full;
     }

@@ -422,16 +422,6 @@ static kvio_status_t add_leaf(kvio_radix_t *tree, uint32_t node, const kvio_hash
     return KVIO_OK;
 }
 
-/* The blocks of the path from the root to node (pages of them), in order. */
-static void path_blocks(const kvio_radix_t *tree, uint32_t node, size_t pages, uint32_t *blocks_p)
-{
-    for (uint32_t x = node; x != ROOT; x = tree->nodes[x].parent) {
-        const radix_node_t *n = &tree->nodes[x];
-        pages -= n->num_pages;
-        memcpy(blocks_p + pages, n->blocks, n->num_pages * sizeof(uint32_t));
-    }
-}
-
 kvio_status_t kvio_radix_insert_blocks(kvio_radix_t *tree, const kvio_hash_t *keys,
                                        const uint32_t *blocks, size_t num_keys,
                                        uint32_t *tree_blocks_p, kvio_radix_node_t *node_p,
@@ -441,10 +431,10 @@ kvio_status_t kvio_radix_insert_blocks(kvio_radix_t *tree, const kvio_hash_t *ke
         return KVIO_ERR_INVALID;
     kvio_radix_node_t node;
     size_t present;
-    kvio_status_t status = kvio_radix_match(tree, keys, num_keys, &node, &present);
+    /* The walk copies the matched path's blocks on its way down. */
+    kvio_status_t status = walk(tree, tree, keys, num_keys, tree_blocks_p, &node, &present);
     if (status != KVIO_OK)
         return status;
-    path_blocks(tree, node, present, tree_blocks_p);
     if (present < num_keys) {
         status = add_leaf(tree, node, keys, present, num_keys, blocks + present, &node);
         if (status != KVIO_OK)

@@ -1125,8 +1125,10 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
         /* Emulate builds real pools and connects transports before its t0:
          * say so (the first line came at 17 s of a 20 s run when piped). */
         int64_t ranks = workload->ranks.serve + (updates ? workload->ranks.train : 0);
-        if (workload->rl.mode != KVIO_RL_OFF && kvio_rl_emulate_ranks(&workload->rl) > 1)
-            ranks = kvio_rl_emulate_ranks(&workload->rl); /* the rollout's and the trainer's */
+        int64_t rl_ranks = workload->rl.mode != KVIO_RL_OFF ? kvio_rl_emulate_ranks(&workload->rl)
+                                                             : 0;
+        if (rl_ranks > 1)
+            ranks = rl_ranks; /* the rollout's and the trainer's */
         int64_t real_ns = options->frontend != NULL && !state.coupled
                               ? options->frontend_duration_ns
                               : workload->duration_ns;

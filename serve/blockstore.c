@@ -626,16 +626,17 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
     const void *wanted_data[SAVE_BATCH];
     for (size_t t = 0; t < store->saved_tiers; t++) {
         kvio_tier_t *tier = store->tiers[t];
+        if (kvio_tier_write_policy(tier) != policy)
+            continue;
         uint64_t start_ns = kvio_time_ns();
         int64_t cost_ns = 0;
         size_t n = 0;
         bool held[SAVE_BATCH];
         tiers_lock(store);
         /* One lookup for the batch: a shared tier's is one round trip. */
-        if (kvio_tier_write_policy(tier) == policy)
-            (void)kvio_tier_lookup(tier, hashes, count, held);
+        (void)kvio_tier_lookup(tier, hashes, count, held);
         for (size_t i = 0; i < count; i++) {
-            if (kvio_tier_write_policy(tier) == policy && !held[i]) {
+            if (!held[i]) {
                 wanted[n] = hashes[i];
                 wanted_data[n++] = data[i];
             }
@@ -953,10 +954,12 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         if (store->generated && got > 0) /* what was not saved is a miss */
             got = adopt_blocks(store, tier, hashes + loaded, NULL, ids + loaded, (uint32_t)got,
                                scratch);
-        tiers_lock(store);
-        for (size_t i = 0; i < got; i++)
-            mark_loaded(store, tier, hashes[loaded + i], ids[loaded + i]);
-        tiers_unlock(store);
+        if (got > 0) {
+            tiers_lock(store);
+            for (size_t i = 0; i < got; i++)
+                mark_loaded(store, tier, hashes[loaded + i], ids[loaded + i]);
+            tiers_unlock(store);
+        }
         pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
         for (size_t i = 0; i < got; i++)

@@ -226,8 +226,6 @@ kvio_status_t rl_emu_engine_params(rl_sim_t *sim, uint32_t e, kvio_engine_params
     return KVIO_OK;
 }
 
-/* Tells the trainer rank there are no more steps, then both let go of
- * the transport together. */
 static kvio_status_t poll_weights(rl_sim_t *sim, bool *landed_p);
 
 /* A run stopped while the trainer rank trains: its weights are taken in
@@ -250,6 +248,8 @@ static void drain_weights(rl_sim_t *sim)
     sim->error_len = error_len;
 }
 
+/* Tells the trainer rank there are no more steps, then both let go of
+ * the transport together. */
 static void link_destroy(rl_sim_t *sim)
 {
     rl_emu_t *emu = sim->emu;
@@ -430,23 +430,20 @@ kvio_status_t rl_emu_wait(rl_sim_t *sim, int64_t until_ns, int64_t *now_p)
     }
 }
 
-/* The trainer's step changes its weights, then sums them for the sync's
- * check. */
-static void train_weights(rl_emu_t *emu, uint64_t step)
-{
-    rl_emu_train_bytes(emu->trainer, emu->weight_bytes, step);
-    kvio_sum_t sum;
-    kvio_sum_start(&sum, emu->trainer, emu->weight_bytes);
-    kvio_sum_pass(&sum, NULL, emu->weight_bytes);
-    emu->trainer_sum = kvio_sum_digest(&sum);
-}
-
 static uint64_t sum_of(const void *memory, uint64_t bytes)
 {
     kvio_sum_t sum;
     kvio_sum_start(&sum, memory, bytes);
     kvio_sum_pass(&sum, NULL, bytes);
     return kvio_sum_digest(&sum);
+}
+
+/* The trainer's step changes its weights, then sums them for the sync's
+ * check. */
+static void train_weights(rl_emu_t *emu, uint64_t step)
+{
+    rl_emu_train_bytes(emu->trainer, emu->weight_bytes, step);
+    emu->trainer_sum = sum_of(emu->trainer, emu->weight_bytes);
 }
 
 static kvio_status_t sleep_engines(rl_sim_t *sim)

@@ -371,7 +371,7 @@ static json_t *step_json(const rl_step_t *step, uint64_t index)
 
 static void step_figures(const rl_sim_t *sim, kvio_result_t *result, double total_s)
 {
-    double parts[5] = {0};
+    double parts[6] = {0};
     for (uint64_t s = 0; s < sim->steps_done; s++) {
         const rl_step_t *step = &sim->steps[s];
         parts[0] += (double)step->generation_ns;
@@ -379,20 +379,15 @@ static void step_figures(const rl_sim_t *sim, kvio_result_t *result, double tota
         parts[2] += (double)step->train_ns;
         parts[3] += (double)step->sync_ns;
         parts[4] += (double)step->wake_ns;
+        parts[5] += (double)step->sleep_ns;
     }
     const kvio_figure_t figures[] = {KVIO_FIG_RL_GENERATION_S, KVIO_FIG_RL_LONG_TAIL_S,
                                      KVIO_FIG_RL_TRAIN_S, KVIO_FIG_RL_SYNC_S,
-                                     KVIO_FIG_RL_WAKE_S};
+                                     KVIO_FIG_RL_WAKE_S, KVIO_FIG_RL_SLEEP_S};
     double steps = (double)sim->steps_done;
-    for (size_t p = 0; p < 5; p++)
-        if (p != 4 || colocated(sim->config))
+    for (size_t p = 0; p < 6; p++) /* wake and sleep: colocated only */
+        if (p < 4 || colocated(sim->config))
             kvio_result_set(result, figures[p], parts[p] / steps / 1e9);
-    if (colocated(sim->config)) {
-        double sleep = 0;
-        for (uint64_t s = 0; s < sim->steps_done; s++)
-            sleep += (double)sim->steps[s].sleep_ns;
-        kvio_result_set(result, KVIO_FIG_RL_SLEEP_S, sleep / steps / 1e9);
-    }
     if (sim->emu != NULL)
         kvio_result_set(result, KVIO_FIG_RL_SYNC_BYTES, (double)sim->sync_bytes);
     kvio_result_set(result, KVIO_FIG_RL_STEPS, steps);
