@@ -7,9 +7,11 @@
 #include "serve/serve_int.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvio/clock.h"
 #include "kvio/gpu.h"
@@ -72,6 +74,10 @@ struct kvio_block_store {
     int64_t link_free_ns;    /* simulate, async: when the link to the tiers is next free */
     int64_t saves_ns;        /* simulate, async: the iteration's saves, on the link at its end */
     struct kvio_kv_io *io;   /* emulate, async, with tiers: the I/O thread (else NULL) */
+    /* Emulate: the host time (kvio_time_ns) past which no tier transfer
+     * begins (the drain's cap, kvio_block_store_until; 0: none). Set on the
+     * engine's thread, read on the I/O thread too. */
+    _Atomic uint64_t until_ns;
 };
 
 typedef struct kvio_kv_io kvio_kv_io_t;
@@ -557,6 +563,31 @@ static bool tier_wants(const kvio_tier_t *tier, kvio_hash_t hash, int policy)
     return kvio_tier_write_policy(tier) == policy && !kvio_tier_contains(tier, hash);
 }
 
+/* A save not made: every tier of its write policy that lacks hash counts
+ * it (count: kvio_tier_count_skipped or kvio_tier_count_cut). */
+static void count_unsaved(kvio_block_store_t *store, kvio_hash_t hash, int policy,
+                          void (*count)(kvio_tier_t *tier))
+{
+    tiers_lock(store);
+    for (size_t t = 0; t < store->saved_tiers; t++)
+        if (tier_wants(store->tiers[t], hash, policy))
+            count(store->tiers[t]);
+    tiers_unlock(store);
+}
+
+/* Whether the run's end for the tiers (kvio_block_store_until) has come:
+ * no transfer begins then. */
+static bool past_until(kvio_block_store_t *store)
+{
+    uint64_t until_ns = atomic_load_explicit(&store->until_ns, memory_order_relaxed);
+    return until_ns != 0 && kvio_time_ns() >= until_ns;
+}
+
+void kvio_block_store_until(kvio_block_store_t *store, uint64_t until_ns)
+{
+    atomic_store_explicit(&store->until_ns, until_ns, memory_order_relaxed);
+}
+
 /* Records (under the tiers' lock) that pool block id now holds hash, read
  * from tier: the first 32 tiers only, a later one is asked as before. */
 static void mark_loaded(kvio_block_store_t *store, const kvio_tier_t *tier, kvio_hash_t hash,
@@ -649,8 +680,16 @@ static void put_tiers_batch(kvio_block_store_t *store, const kvio_hash_t *hashes
     }
 }
 
-static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
-                       int policy, bool *full_p);
+/* What became of a save handed to the I/O thread. */
+typedef enum {
+    STAGE_QUEUED, /* staged: the I/O thread writes it */
+    STAGE_FULL,   /* every slot taken and the store skips such saves */
+    STAGE_CUT,    /* the tiers' end (until_ns) came while it waited for a slot */
+    STAGE_FAILED, /* out of memory, or the copy failed: the engine thread writes it */
+} stage_outcome_t;
+
+static stage_outcome_t stage_save(kvio_block_store_t *store, const uint32_t *blocks,
+                                  kvio_hash_t hash, int policy);
 
 void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
                             int policy, int64_t *tier_ns_p)
@@ -658,6 +697,12 @@ void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, k
     if ((store->chunk_blocks > 1 && policy != KVIO_TIER_WRITE_THROUGH) ||
         !wants_save(store, blocks[store->chunk_blocks - 1], hash, policy))
         return;
+    if (past_until(store)) {
+        /* The run has ended for the tiers (#54: a long prompt's saves kept
+         * a step, and the run, going for seconds past the drain's cap). */
+        count_unsaved(store, hash, policy, kvio_tier_count_cut);
+        return;
+    }
     stamp_flush(store, blocks, store->chunk_blocks);
     if (store->io != NULL) {
         /* The I/O thread writes it; the engine waits for a free staging
@@ -666,19 +711,15 @@ void kvio_block_store_cache(kvio_block_store_t *store, const uint32_t *blocks, k
          * both are the iteration's tier time (#54: the copies of a long
          * prompt's blocks, uncounted, made mlperf/storage-only's
          * iterations end 58 ms past their plan at p99). */
-        bool full = false;
         uint64_t start_ns = kvio_time_ns();
-        bool staged = stage_save(store, blocks, hash, policy, &full);
+        stage_outcome_t staged = stage_save(store, blocks, hash, policy);
         *tier_ns_p += (int64_t)(kvio_time_ns() - start_ns);
-        if (staged)
+        if (staged == STAGE_QUEUED)
             return;
-        if (full) {
-            /* save_full: skip: every tier that lacks it counts the save. */
-            tiers_lock(store);
-            for (size_t t = 0; t < store->saved_tiers; t++)
-                if (tier_wants(store->tiers[t], hash, policy))
-                    kvio_tier_count_skipped(store->tiers[t]);
-            tiers_unlock(store);
+        if (staged != STAGE_FAILED) {
+            /* save_full: skip, or the tiers' end came while it waited. */
+            count_unsaved(store, hash, policy,
+                          staged == STAGE_FULL ? kvio_tier_count_skipped : kvio_tier_count_cut);
             return;
         }
     }
@@ -820,15 +861,15 @@ static kvio_status_t load_gpu(kvio_block_store_t *store, const kvio_hash_t *hash
 }
 
 /* The I/O thread's load says how far it came; true when the engine has
- * stopped waiting for it (a prefetch policy's). The engine's own load
- * (progress NULL) goes on. */
+ * stopped waiting for it (a prefetch policy's) or the run's end for the
+ * tiers has come (the engine's own load, progress NULL, only then). */
 static bool told_to_stop(kvio_block_store_t *store, kvio_kv_load_t *progress, uint32_t loaded)
 {
     if (progress == NULL)
-        return false;
+        return past_until(store);
     pthread_mutex_lock(&store->io->lock);
     progress->loaded = loaded;
-    bool stop = progress->stop || store->io->cut;
+    bool stop = progress->stop || store->io->cut || past_until(store);
     pthread_mutex_unlock(&store->io->lock);
     return stop;
 }
@@ -874,7 +915,7 @@ static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *h
     unsigned char *buffer = progress != NULL ? store->io->object : store->object;
     kvio_status_t status = KVIO_OK;
     uint32_t loaded = 0;
-    while (loaded < wanted) {
+    while (loaded < wanted && !past_until(store)) {
         uint32_t skip = loaded == 0 ? lead : 0; /* the chunk's blocks before the load's */
         uint32_t count = store->chunk_blocks - skip;
         if (count > wanted - loaded)
@@ -934,7 +975,7 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
     uint32_t loaded = 0;
     void *buffers[LOAD_BATCH];
     unsigned char *scratch = progress != NULL ? store->io->scratch : store->scratch;
-    while (loaded < wanted) {
+    while (loaded < wanted && !past_until(store)) {
         uint64_t start_ns = kvio_time_ns();
         tiers_lock(store);
         kvio_tier_t *tier = tier_holding(store, hashes[loaded]);
@@ -1035,6 +1076,40 @@ static void run_saves(kvio_block_store_t *store, io_job_t *const *jobs, size_t c
     pthread_mutex_unlock(&io->lock);
 }
 
+/* A load the run's end cut before it began: done, with nothing loaded
+ * (its record freed here when the engine stopped waiting for it). Under
+ * io->lock. */
+static void cut_load(kvio_kv_load_t *load)
+{
+    load->done = true;
+    if (!load->stop)
+        load->loaded = 0;
+    if (load->abandoned) {
+        free(load->hashes);
+        free(load->ids);
+        free(load);
+    }
+}
+
+/* A job the run's end cut before it began (kvio_block_store_cut, or the
+ * tiers' end come: kvio_block_store_until): a load done with nothing, a
+ * save counted in its tiers' cut_puts and its slot free again. Frees job. */
+static void drop_job(kvio_block_store_t *store, io_job_t *job)
+{
+    kvio_kv_io_t *io = store->io;
+    if (job->load == NULL)
+        count_unsaved(store, job->hash, job->policy, kvio_tier_count_cut);
+    pthread_mutex_lock(&io->lock);
+    if (job->load != NULL) {
+        cut_load(job->load);
+    } else {
+        io->free_slots[io->num_free++] = job->slot;
+        pthread_cond_broadcast(&io->slot_freed);
+    }
+    pthread_mutex_unlock(&io->lock);
+    free(job);
+}
+
 static io_job_t *io_pop(kvio_kv_io_t *io)
 {
     io_job_t *job = io->head;
@@ -1065,12 +1140,17 @@ static void *io_main(void *context)
             jobs[count++] = io_pop(io);
         io->busy = true;
         pthread_mutex_unlock(&io->lock);
-        if (jobs[0]->load != NULL)
-            run_load(store, jobs[0]->load);
-        else
-            run_saves(store, jobs, count);
-        for (size_t i = 0; i < count; i++)
-            free(jobs[i]);
+        if (past_until(store)) {
+            for (size_t i = 0; i < count; i++)
+                drop_job(store, jobs[i]);
+        } else {
+            if (jobs[0]->load != NULL)
+                run_load(store, jobs[0]->load);
+            else
+                run_saves(store, jobs, count);
+            for (size_t i = 0; i < count; i++)
+                free(jobs[i]);
+        }
         pthread_mutex_lock(&io->lock);
     }
     io->busy = false;
@@ -1091,27 +1171,47 @@ static void io_push(kvio_kv_io_t *io, io_job_t *job)
     pthread_mutex_unlock(&io->lock);
 }
 
+/* Waits (under io->lock) for a slot to be freed, until the tiers' end
+ * when it is set; false once that has come. */
+static bool wait_for_slot(kvio_block_store_t *store)
+{
+    uint64_t until_ns = atomic_load_explicit(&store->until_ns, memory_order_relaxed);
+    if (until_ns == 0) {
+        pthread_cond_wait(&store->io->slot_freed, &store->io->lock);
+        return true;
+    }
+    if (kvio_time_ns() >= until_ns)
+        return false;
+    struct timespec until = {.tv_sec = (time_t)(until_ns / 1000000000u),
+                             .tv_nsec = (long)(until_ns % 1000000000u)};
+    (void)pthread_cond_timedwait(&store->io->slot_freed, &store->io->lock, &until);
+    return true;
+}
+
 /* Copies the block to a free staging slot, waiting for one while every
- * slot holds a save not yet written, and asks the
- * I/O thread to write it; false (nothing asked) when out of memory or the
- * copy failed, or (*full_p) every slot was taken and the store skips such
- * saves. */
-static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_hash_t hash,
-                       int policy, bool *full_p)
+ * slot holds a save not yet written (until the tiers' end: STAGE_CUT),
+ * and asks the I/O thread to write it. */
+static stage_outcome_t stage_save(kvio_block_store_t *store, const uint32_t *blocks,
+                                  kvio_hash_t hash, int policy)
 {
     kvio_kv_io_t *io = store->io;
     io_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL)
-        return false;
+        return STAGE_FAILED;
     pthread_mutex_lock(&io->lock);
     if (io->num_free == 0 && store->skip_saves_when_full) {
         pthread_mutex_unlock(&io->lock);
         free(job);
-        *full_p = true;
-        return false;
+        return STAGE_FULL;
     }
-    while (io->num_free == 0 && (io->head != NULL || io->busy))
-        pthread_cond_wait(&io->slot_freed, &io->lock);
+    bool waiting = true;
+    while (io->num_free == 0 && (io->head != NULL || io->busy) && waiting)
+        waiting = wait_for_slot(store);
+    if (io->num_free == 0 && !waiting) {
+        pthread_mutex_unlock(&io->lock);
+        free(job);
+        return STAGE_CUT;
+    }
     bool have = io->num_free > 0;
     if (have)
         job->slot = io->free_slots[--io->num_free];
@@ -1128,12 +1228,12 @@ static bool stage_save(kvio_block_store_t *store, const uint32_t *blocks, kvio_h
             pthread_mutex_unlock(&io->lock);
         }
         free(job);
-        return false;
+        return STAGE_FAILED;
     }
     job->hash = hash;
     job->policy = policy;
     io_push(io, job);
-    return true;
+    return STAGE_QUEUED;
 }
 
 static void io_free(kvio_block_store_t *store, kvio_kv_io_t *io)
@@ -1204,7 +1304,11 @@ static kvio_status_t io_start(kvio_block_store_t *store, char *error_p, size_t e
     pthread_mutex_init(&io->tier_lock, NULL);
     pthread_cond_init(&io->work, NULL);
     pthread_cond_init(&io->idle, NULL);
-    pthread_cond_init(&io->slot_freed, NULL);
+    pthread_condattr_t monotonic; /* wait_for_slot's deadline is kvio_time_ns's */
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&io->slot_freed, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     if (store->chunk_blocks > 1 && (io->object = object_alloc(store)) == NULL) {
         snprintf(error_p, error_len, "serve rank %u: cannot allocate %llu bytes for the I/O "
                  "thread's chunk", store->rank, (unsigned long long)store->object_bytes);
@@ -1239,21 +1343,6 @@ static void io_stop(kvio_block_store_t *store)
     io_free(store, io);
 }
 
-/* A load the run's end cut before it began: done, with nothing loaded
- * (its record freed here when the engine stopped waiting for it). Under
- * io->lock. */
-static void cut_load(kvio_kv_load_t *load)
-{
-    load->done = true;
-    if (!load->stop)
-        load->loaded = 0;
-    if (load->abandoned) {
-        free(load->hashes);
-        free(load->ids);
-        free(load);
-    }
-}
-
 void kvio_block_store_cut(kvio_block_store_t *store)
 {
     kvio_kv_io_t *io = store->io;
@@ -1263,27 +1352,11 @@ void kvio_block_store_cut(kvio_block_store_t *store)
     io->cut = true;
     io_job_t *jobs = io->head;
     io->head = io->tail = NULL;
-    for (io_job_t *job = jobs; job != NULL; job = job->next)
-        if (job->load != NULL)
-            cut_load(job->load);
     pthread_mutex_unlock(&io->lock);
-    /* Each staged save every tier of its policy that lacks it counts, and
-     * its slot is free again. */
     while (jobs != NULL) {
         io_job_t *job = jobs;
         jobs = job->next;
-        if (job->load == NULL) {
-            tiers_lock(store);
-            for (size_t t = 0; t < store->saved_tiers; t++)
-                if (tier_wants(store->tiers[t], job->hash, job->policy))
-                    kvio_tier_count_cut(store->tiers[t]);
-            tiers_unlock(store);
-            pthread_mutex_lock(&io->lock);
-            io->free_slots[io->num_free++] = job->slot;
-            pthread_cond_broadcast(&io->slot_freed);
-            pthread_mutex_unlock(&io->lock);
-        }
-        free(job);
+        drop_job(store, job);
     }
     kvio_block_store_settle(store); /* the batch under way */
 }

@@ -1103,6 +1103,11 @@ void kvio_engine_cut_tiers(kvio_engine_t *engine)
     kvio_block_store_cut(engine->store);
 }
 
+void kvio_engine_tiers_until(kvio_engine_t *engine, uint64_t until_ns)
+{
+    kvio_block_store_until(engine->store, until_ns);
+}
+
 /* ---------- scheduling ---------- */
 
 /* Cached prefix of a waiting request, looked up again only when the

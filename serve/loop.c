@@ -572,6 +572,17 @@ static bool drain_capped(const kvio_serve_loop_t *loop)
            (loop->executor->ops->caps & KVIO_EXECUTOR_CAP_REAL);
 }
 
+/* The tiers' transfers end at the drain's cap (cap_ns, the loop's clock)
+ * too, even inside an engine step: a long prompt's saves waiting on a slow
+ * device kept the run going seconds past it (#54). */
+static void tiers_until(kvio_serve_loop_t *loop, int64_t cap_ns, int64_t now_ns)
+{
+    uint64_t until_ns = kvio_time_ns() + (uint64_t)(cap_ns - now_ns);
+    for (uint32_t i = 0; i < loop->num_lanes; i++)
+        if (loop->lanes[i]->engine != NULL)
+            kvio_engine_tiers_until(loop->lanes[i]->engine, until_ns);
+}
+
 /* The drain's cap (real executors): from the moment the arrivals end (or
  * the duration, if later), serving goes on for loop->drain_timeout_ns; then
  * the requests still in flight are cut (counted) and the lanes finish as on
@@ -589,6 +600,11 @@ static void drain_cap(kvio_serve_loop_t *loop, int64_t now_ns)
         else if (loop->arrivals->ops->ended(loop->arrivals))
             loop->drain_deadline_ns = (end_ns > now_ns ? end_ns : now_ns) +
                                       loop->drain_timeout_ns;
+        int64_t cap_ns = loop->drain_deadline_ns > 0 ? loop->drain_deadline_ns
+                         : loop->duration_ns > 0     ? end_ns + loop->drain_timeout_ns
+                                                     : 0; /* the cap it will be */
+        if (cap_ns > 0)
+            tiers_until(loop, cap_ns, now_ns);
         return;
     }
     if (now_ns < loop->drain_deadline_ns)

@@ -454,6 +454,13 @@ void kvio_block_store_materialize(kvio_block_store_t *store, const uint32_t *blo
  * Nothing without an I/O thread. */
 void kvio_block_store_cut(kvio_block_store_t *store);
 
+/* Emulate: the run ends for the tiers at host time until_ns (kvio_time_ns;
+ * the drain's cap): past it no tier transfer begins, inside an engine step
+ * or on the I/O thread; a save is counted in its tiers' cut_puts, a load
+ * ends with what it has (the rest is computed), and a step waiting for a
+ * staging slot stops waiting. 0: no end. */
+void kvio_block_store_until(kvio_block_store_t *store, uint64_t until_ns);
+
 /* A block whose hash entered (write-through tiers) or is leaving (write-back
  * tiers) the prefix index: written to every tier of that write policy that
  * lacks it. blocks holds the pool blocks of the object hash names: the

@@ -455,6 +455,10 @@ void kvio_engine_settle(kvio_engine_t *engine);
  * under way ends after its batch; returns when the tiers are idle. */
 void kvio_engine_cut_tiers(kvio_engine_t *engine);
 
+/* Emulate: no tier transfer begins past host time until_ns (kvio_time_ns:
+ * the drain's cap), not even inside a step (kvio_block_store_until). */
+void kvio_engine_tiers_until(kvio_engine_t *engine, uint64_t until_ns);
+
 /* Decides the next iteration at now_ns: fills iteration_p (duration 0 and
  * nothing scheduled when idle or when nothing fits). */
 kvio_status_t kvio_engine_schedule(kvio_engine_t *engine, int64_t now_ns,
