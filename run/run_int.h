@@ -419,4 +419,17 @@ extern const kvio_opt_t kvio_assess_options[];
  * passed_count, total_count, passed}); NULL when nothing is judged. */
 json_t *kvio_run_assess(const kvio_workload_t *workload, const kvio_result_t *result);
 
+/* Where assess: judges the hit rate (#52: MLPerf's criterion needs long
+ * runs) and the run failed it while too short to judge it: the measured
+ * window (duration_s) it would need, else 0. A conversation's first turn
+ * finds none of its own context (the hits are later turns'), so a closed
+ * loop (stream.users) judges it once its users have gone through a mean
+ * conversation each (the turns' mean of requests): users × that mean at
+ * the run's own request throughput. */
+double kvio_run_hit_rate_needs_s(const kvio_workload_t *workload, const kvio_result_t *result);
+
+/* The hit rate assess: judges (0: none): hit_rate, or with mlperf
+ * kv-cache.py's 30 %. */
+double kvio_run_assessed_hit_rate(const kvio_assess_config_t *assess);
+
 #endif

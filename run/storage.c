@@ -184,6 +184,25 @@ const kvio_opt_t kvio_assess_options[] = {
     {.key = NULL},
 };
 
+double kvio_run_assessed_hit_rate(const kvio_assess_config_t *assess)
+{
+    return assess->hit_rate > 0 ? assess->hit_rate : assess->mlperf ? 0.3 : 0;
+}
+
+double kvio_run_hit_rate_needs_s(const kvio_workload_t *workload, const kvio_result_t *result)
+{
+    double target = kvio_run_assessed_hit_rate(&workload->assess);
+    double hit_rate = kvio_result_get(result, KVIO_FIG_HIT_RATE_WITH_TIERS);
+    double turns = kvio_dist_mean(&workload->stream.prefix.sessions.turns);
+    double throughput = kvio_result_get(result, KVIO_FIG_REQUEST_THROUGHPUT);
+    double window_s = kvio_result_get(result, KVIO_FIG_DURATION_S);
+    if (!(target > 0) || !(hit_rate <= target) || workload->stream.users <= 0 || !(turns > 1) ||
+        !(throughput > 0) || !(window_s > 0))
+        return 0;
+    double needs_s = turns * (double)workload->stream.users / throughput;
+    return window_s < needs_s ? needs_s : 0;
+}
+
 /* One criterion, judged where the run has its figure (actual not NAN). */
 static void criterion(json_t *criteria, const char *name, double target, double actual,
                       const char *unit, bool below)
@@ -206,12 +225,11 @@ json_t *kvio_run_assess(const kvio_workload_t *workload, const kvio_result_t *re
 {
     const kvio_assess_config_t *assess = &workload->assess;
     double write_ms = assess->storage_write_p95_ms, read_ms = assess->storage_read_p95_ms;
-    double cpu_ms = assess->cpu_p95_ms, hit_rate = assess->hit_rate;
+    double cpu_ms = assess->cpu_p95_ms, hit_rate = kvio_run_assessed_hit_rate(assess);
     if (assess->mlperf) {
         write_ms = write_ms > 0 ? write_ms : 500;
         read_ms = read_ms > 0 ? read_ms : 200;
         cpu_ms = cpu_ms > 0 ? cpu_ms : 150;
-        hit_rate = hit_rate > 0 ? hit_rate : 0.3;
     }
     if (write_ms <= 0 && read_ms <= 0 && cpu_ms <= 0 && hit_rate <= 0)
         return NULL;
@@ -235,6 +253,10 @@ json_t *kvio_run_assess(const kvio_workload_t *workload, const kvio_result_t *re
     snprintf(name, sizeof(name), "prompt-token hit rate with the tiers > %g %%", hit_rate * 100);
     criterion(criteria, name, hit_rate, kvio_result_get(result, KVIO_FIG_HIT_RATE_WITH_TIERS),
               "ratio", false);
+    double needs_s = kvio_run_hit_rate_needs_s(workload, result);
+    if (needs_s > 0) /* the verdict's too_short says so too */
+        json_object_set_new(json_array_get(criteria, json_array_size(criteria) - 1),
+                            "too_short_needs_s", json_real(ceil(needs_s)));
     size_t passed = 0;
     for (size_t i = 0; i < json_array_size(criteria); i++)
         passed += json_is_true(json_object_get(json_array_get(criteria, i), "passed"));

@@ -93,6 +93,32 @@ static void update_below_memcpy(const kvio_workload_t *workload, kvio_result_t *
     kvio_result_warn(result, "update_below_memcpy", warm_gbps, floor * memcpy_gbps, message);
 }
 
+/* #52: a preset is never invalid by design: a run too short for assess:'s
+ * hit rate (its users not yet into the later turns that hit) says so,
+ * with the length it needs, instead of a bare FAIL. */
+static void hit_rate_too_short(const kvio_workload_t *workload, kvio_result_t *result)
+{
+    double needs_s = kvio_run_hit_rate_needs_s(workload, result);
+    if (!(needs_s > 0))
+        return;
+    double window_s = kvio_result_get(result, KVIO_FIG_DURATION_S);
+    double measured = kvio_result_get(result, KVIO_FIG_MEASURED);
+    double users = (double)workload->stream.users;
+    double turns = kvio_dist_mean(&workload->stream.prefix.sessions.turns);
+    double target = kvio_run_assessed_hit_rate(&workload->assess);
+    char message[512];
+    snprintf(message, sizeof(message),
+             "too short to judge the hit rate: %.1f %% with the tiers, under assess's %.0f %%, "
+             "but the %.0f users completed %.1f requests each (%.0f in %.1f s), fewer than a "
+             "conversation's %.1f turns on average, and only later turns find their context; "
+             "at this run's %.3g req/s the window needs about %.0f s: lengthen the duration by "
+             "%.0f s or more", 100.0 * kvio_result_get(result, KVIO_FIG_HIT_RATE_WITH_TIERS),
+             100.0 * target, users, measured / users, measured, window_s, turns,
+             kvio_result_get(result, KVIO_FIG_REQUEST_THROUGHPUT), ceil(needs_s),
+             ceil(needs_s - window_s));
+    kvio_result_warn(result, "too_short", window_s, ceil(needs_s), message);
+}
+
 void kvio_run_verdict(const kvio_workload_t *workload, kvio_result_t *result)
 {
     char message[512];
@@ -176,6 +202,7 @@ void kvio_run_verdict(const kvio_workload_t *workload, kvio_result_t *result)
         kvio_result_warn(result, "trainer_lost", 1, 0, message);
     }
     update_below_memcpy(workload, result);
+    hit_rate_too_short(workload, result);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long ranks = (long)(workload->ranks.train + workload->ranks.serve + workload->ranks.client);
     if (workload->mode == KVIO_MODE_EMULATE && cores > 0 && ranks > cores) {

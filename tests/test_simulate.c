@@ -646,6 +646,76 @@ Test(simulate, assess_judges_the_storage_block_by_mlperf_s_thresholds, .timeout 
     run_free(&output);
 }
 
+/* #52/#54: a run too short for assess:'s hit rate says so, with the length
+ * it needs, computed from the run: 4 users in conversations of 10 turns
+ * (1,000 tokens, 100 more a turn, 5 s of think time) into a host tier. In
+ * 20 s each user completes about 3 requests, mostly early turns: the hit
+ * rate is under 80 %, and the verdict's too_short names the window of 10
+ * turns x 4 users at the run's request throughput. 600 s passes it; a
+ * threshold a long run misses (95 %) fails without too_short. */
+static const char users_in_conversations[] =
+    "name: conversations\nseed: 3\nmode: simulate\n"
+    "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
+    "serve:\n  kvcache:\n    block_size: 16\n    blocks: 2000\n"
+    "    tiers: [{kind: host, size: 4GiB}]\n"
+    "stream:\n  users: 4\n"
+    "  input_tokens: {dist: constant, value: 1000}\n"
+    "  output_tokens: {dist: constant, value: 200}\n"
+    "  prefix:\n    sessions:\n      turns: {dist: constant, value: 10}\n"
+    "      think_time: {dist: constant, value: 5s}\n"
+    "      user_tokens: {dist: constant, value: 100}\n";
+
+/* The too_short warning of a run's verdict, or NULL. */
+static const json_t *too_short_warning(const json_t *summary)
+{
+    const json_t *warnings = json_object_get(summary, "warnings");
+    for (size_t w = 0; w < json_array_size(warnings); w++) {
+        const json_t *warning = json_array_get(warnings, w);
+        if (strcmp(test_json_string(warning, "kind"), "too_short") == 0)
+            return warning;
+    }
+    return NULL;
+}
+
+Test(simulate, a_run_too_short_for_the_hit_rate_says_the_length_it_needs, .timeout = 60)
+{
+    const char *sets[] = {"duration=20s", "assess.hit_rate=0.8"};
+    run_output_t output = run_text(users_in_conversations, sets, 2);
+    double hit_rate = test_json_number(output.summary, "metrics.hit_rate_with_tiers");
+    double throughput = test_json_number(output.summary, "metrics.request_throughput");
+    double window = test_json_number(output.summary, "metrics.duration_s");
+    cr_assert_lt(hit_rate, 0.8);
+    double needs = ceil(10 * 4 / throughput);
+    cr_assert_gt(needs, window, "the window %.1f s already holds %.0f s", window, needs);
+    const json_t *warning = too_short_warning(output.summary);
+    cr_assert_not_null(warning, "no too_short warning");
+    cr_expect(!test_json_true(output.summary, "valid"));
+    cr_expect_float_eq(test_json_number(warning, "threshold"), needs, 1e-9);
+    cr_expect_float_eq(test_json_number(warning, "measured"), window, 1e-9);
+    char said[64];
+    snprintf(said, sizeof(said), "needs about %.0f s", needs);
+    cr_expect(strstr(test_json_string(warning, "message"), said) != NULL, "%s",
+              test_json_string(warning, "message"));
+    const json_t *criterion = test_json(output.summary, "assessment.criteria.0");
+    cr_expect(!test_json_true(criterion, "passed"));
+    cr_expect_float_eq(test_json_number(criterion, "too_short_needs_s"), needs, 1e-9);
+    run_free(&output);
+    /* Long enough: judged, and passed. */
+    sets[0] = "duration=600s";
+    output = run_text(users_in_conversations, sets, 2);
+    cr_expect_gt(test_json_number(output.summary, "metrics.hit_rate_with_tiers"), 0.8);
+    cr_expect_null(too_short_warning(output.summary));
+    run_free(&output);
+    /* Long enough, and under the threshold: a plain FAIL, no too_short. */
+    sets[1] = "assess.hit_rate=0.95";
+    output = run_text(users_in_conversations, sets, 2);
+    cr_expect(!test_json_true(output.summary, "assessment.passed"));
+    cr_expect_null(too_short_warning(output.summary));
+    cr_expect_null(json_object_get(test_json(output.summary, "assessment.criteria.0"),
+                                   "too_short_needs_s"));
+    run_free(&output);
+}
+
 /* kvio compare over seeds reads the storage block too, and gives each row
  * its median and coefficient of variation (MLPerf Storage reports the
  * median of 3-5 trials; their spread says whether to trust it). */
