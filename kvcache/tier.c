@@ -50,7 +50,8 @@ const kvio_opt_t kvio_tier_options[] = {
      .help = "a file: every block the tier reads or writes as CSV (time_s, op, offset, bytes, "
              "latency_us; offset: the block's slot in the slab), with PATH.iolog (fio's iolog "
              "of the same transfers) and PATH.fio (a job that replays them at the tier's queue "
-             "depth, so fio's GB/s checks kvio's); other serve ranks' get .rankN after PATH"},
+             "depth, so fio's GB/s checks kvio's); other serve ranks' get .rankN after PATH; "
+             "in simulate (the log-only mode) written without any I/O, latencies modelled"},
     {.key = NULL},
 };
 

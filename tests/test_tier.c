@@ -1358,6 +1358,58 @@ Test(tier, trace_logs_every_block_moved_and_fio_replays_them, .timeout = 60)
     free(dir);
 }
 
+/* #54: the log-only trace is simulate's: a file tier there writes the same
+ * CSV, each transfer with the tier's modelled latency (latency + the
+ * batch's bytes so far / bandwidth), and touches no device: its directory
+ * is never made. */
+Test(tier, a_simulated_tier_traces_its_transfers_without_any_io, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char trace[1024], never[1024];
+    snprintf(trace, sizeof(trace), "%s/trace.csv", dir);
+    snprintf(never, sizeof(never), "%s/not-made", dir);
+    kvio_tier_config_t config = tier_config("file", 16ull * BLOCK, "path: \"%s\"", never);
+    config.trace = strdup(trace);
+    config.bandwidth = 1e9;
+    config.latency_ns = 100000;
+    kvio_tier_t *tier = NULL;
+    char error[512];
+    cr_assert_eq(kvio_tier_create(&config, BLOCK, false, &tier, error, sizeof(error)), KVIO_OK,
+                 "%s", error);
+    kvio_config_free(kvio_tier_options, &config);
+    test_batch_t batch;
+    batch_make(&batch, 4, BLOCK, 700);
+    const void *none[4] = {NULL, NULL, NULL, NULL}; /* simulate: no bytes */
+    void *const nowhere[2] = {NULL, NULL};
+    int64_t cost = 0;
+    size_t got = 0;
+    cr_assert_eq(kvio_tier_put_batch(tier, batch.hashes, none, 4, &cost), KVIO_OK);
+    cr_assert_eq(kvio_tier_get_batch(tier, batch.hashes, nowhere, 2, &got, &cost), KVIO_OK);
+    cr_expect_eq(got, 2);
+    kvio_tier_destroy(tier);
+    batch_free(&batch);
+    struct stat info;
+    cr_expect_neq(stat(never, &info), 0, "simulate made the tier's directory");
+    char *csv = test_read_file(trace);
+    cr_assert_not_null(csv);
+    cr_expect_eq(count_lines_starting(csv, "") - 1, 6, "%s", csv);
+    const char *line = strchr(csv, '\n') + 1;
+    for (int i = 0; i < 6; i++, line = strchr(line, '\n') + 1) {
+        double at_s, latency_us;
+        char op[8];
+        unsigned long long offset, bytes;
+        cr_assert_eq(sscanf(line, "%lf,%7[a-z],%llu,%llu,%lf", &at_s, op, &offset, &bytes,
+                            &latency_us), 5, "%s", line);
+        int within = i < 4 ? i : i - 4; /* the put batch, then the get batch */
+        cr_expect_str_eq(op, i < 4 ? "write" : "read");
+        cr_expect_eq(bytes, BLOCK);
+        cr_expect_float_eq(latency_us, 100 + BLOCK * (within + 1) / 1e3, 1e-3, "%s", line);
+    }
+    free(csv);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Redis values of 64 KiB and more are written from where they are (not
  * through hiredis's buffers): a batch of large blocks round-trips whole. */
 Test(tier, redis_large_blocks_round_trip_in_one_pipeline, .timeout = 30)
