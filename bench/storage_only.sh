@@ -11,7 +11,8 @@
 # `figure storage_only_setup_s`, `figure storage_only_overrun_s`,
 # `figure storage_only_wall_past_duration_and_setup_s` and
 # `figure storage_only_valid` (1: the run's verdict is valid), after a line
-# with the verdict's warnings and how long after kvio's exit the slab's
+# with the verdict's warnings, the tier saves and reads the drain's cap
+# cut (tiers[].cut_puts, cut_gets), and how long after kvio's exit the slab's
 # space came back (its helper frees it; the script waits for it so the
 # next bench finds the disk quiet). Usage: bench/storage_only.sh
 # (DURATION: seconds, default the preset's 120; KVIO_STORAGE_DIR: where the
@@ -73,9 +74,12 @@ print(f"mlperf/storage-only, {duration:.0f} s: peak RSS {rss_mb:.0f} MB (bound 2
       f"tear-down) {teardown:.1f} s; the run {overrun:.1f} s past the duration, the wall "
       f"{past:.1f} s past duration + set-up (bound 10)")
 warnings = ", ".join(w["kind"] for w in summary.get("warnings", [])) or "none"
+cut_puts = sum(t.get("cut_puts", 0) for t in metrics.get("tiers", []))
+cut_gets = sum(t.get("cut_gets", 0) for t in metrics.get("tiers", []))
 print(f"verdict: {'valid' if summary.get('valid') else 'not valid'} (warnings: {warnings}); "
       f"drain cut {metrics.get('drain_cut_requests', 0):.0f} requests, "
       f"{metrics.get('drain_cut_overdue_requests', 0):.0f} of them past the p99 latency; "
+      f"the tiers' end cut {cut_puts:.0f} saves and {cut_gets:.0f} reads; "
       f"iteration timing error p99 {metrics['executor']['timing_error_p99_us']:.0f} us; "
       f"the slab's space back {sys.argv[4]} s after kvio's exit (freed by its helper)")
 print(f"figure storage_only_peak_rss_mb {rss_mb:.0f} MB")

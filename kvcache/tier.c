@@ -633,6 +633,7 @@ static json_t *timeline_json(const kvio_tier_t *tier)
 int kvio_tier_write_policy(const kvio_tier_t *tier) { return tier->write; }
 void kvio_tier_count_skipped(kvio_tier_t *tier) { tier->stats.skipped_puts++; }
 void kvio_tier_count_cut(kvio_tier_t *tier) { tier->stats.cut_puts++; }
+void kvio_tier_count_cut_get(kvio_tier_t *tier) { tier->stats.cut_gets++; }
 
 void kvio_tier_spill_to(kvio_tier_t *tier, kvio_tier_t *next) { tier->spill = next; }
 /* The view's link to holder, the store's ranks and this rank's shard. */
@@ -1470,6 +1471,7 @@ void kvio_tier_stats_fill(const kvio_tier_t *tier, kvio_result_t *entry)
     kvio_result_set(entry, KVIO_FIG_TIER_DUPLICATES, (double)stats->duplicates);
     kvio_result_set(entry, KVIO_FIG_TIER_SKIPPED_PUTS, (double)stats->skipped_puts);
     kvio_result_set(entry, KVIO_FIG_TIER_CUT_PUTS, (double)stats->cut_puts);
+    kvio_result_set(entry, KVIO_FIG_TIER_CUT_GETS, (double)stats->cut_gets);
     kvio_result_set(entry, KVIO_FIG_TIER_GETS, (double)stats->gets);
     kvio_result_set(entry, KVIO_FIG_TIER_HITS, (double)stats->hits);
     kvio_result_set(entry, KVIO_FIG_TIER_MISSES, (double)stats->misses);

@@ -756,6 +756,20 @@ static kvio_tier_t *tier_holding(const kvio_block_store_t *store, kvio_hash_t ha
     return NULL;
 }
 
+/* Reads a load wanted that the run's end cut: each object of hashes a
+ * tier holds is counted by it (cut_gets; with chunks only a chunk's last
+ * block names an object). */
+static void count_cut_gets(kvio_block_store_t *store, const kvio_hash_t *hashes, uint32_t count)
+{
+    tiers_lock(store);
+    for (uint32_t i = 0; i < count; i++) {
+        kvio_tier_t *tier = tier_holding(store, hashes[i]);
+        if (tier != NULL)
+            kvio_tier_count_cut_get(tier);
+    }
+    tiers_unlock(store);
+}
+
 /* How many leading hashes some tier holds: each tier's run asked at once
  * (a shared tier's is one round trip), from where the longest ends. */
 static size_t held_in_tiers(const kvio_block_store_t *store, const kvio_hash_t *hashes,
@@ -874,6 +888,24 @@ static bool told_to_stop(kvio_block_store_t *store, kvio_kv_load_t *progress, ui
     return stop;
 }
 
+/* A load that ended with loaded of its wanted blocks: where the run's end
+ * (the tiers' end, or the run cut) ended it, not the engine (a prefetch
+ * policy's stop), the reads it did not make are counted. */
+static void count_if_cut(kvio_block_store_t *store, const kvio_hash_t *hashes, uint32_t loaded,
+                         uint32_t wanted, kvio_kv_load_t *progress)
+{
+    if (loaded >= wanted)
+        return;
+    bool ended = past_until(store);
+    if (progress != NULL) {
+        pthread_mutex_lock(&store->io->lock);
+        ended = (ended || store->io->cut) && !progress->stop;
+        pthread_mutex_unlock(&store->io->lock);
+    }
+    if (ended)
+        count_cut_gets(store, hashes + loaded, wanted - loaded);
+}
+
 /* Generated pool: count blocks read back from tier into bytes
  * (consecutive) become the pool blocks ids, each checked against what its
  * stamp makes; the first that is not stops them, and tier counts the
@@ -957,6 +989,8 @@ static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *h
         if (told_to_stop(store, progress, loaded))
             break;
     }
+    if (status == KVIO_OK)
+        count_if_cut(store, hashes, loaded, wanted, progress);
     *loaded_p = loaded;
     return status;
 }
@@ -1011,6 +1045,7 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         if (told_to_stop(store, progress, loaded))
             break;
     }
+    count_if_cut(store, hashes, loaded, wanted, progress);
     *loaded_p = loaded;
     return KVIO_OK;
 }
@@ -1092,13 +1127,23 @@ static void cut_load(kvio_kv_load_t *load)
 }
 
 /* A job the run's end cut before it began (kvio_block_store_cut, or the
- * tiers' end come: kvio_block_store_until): a load done with nothing, a
- * save counted in its tiers' cut_puts and its slot free again. Frees job. */
+ * tiers' end come: kvio_block_store_until): a load done with nothing, its
+ * reads counted in its tiers' cut_gets, a save counted in their cut_puts
+ * and its slot free again. Frees job. */
 static void drop_job(kvio_block_store_t *store, io_job_t *job)
 {
     kvio_kv_io_t *io = store->io;
-    if (job->load == NULL)
+    if (job->load == NULL) {
         count_unsaved(store, job->hash, job->policy, kvio_tier_count_cut);
+    } else {
+        /* Its record stays until it is done (an abandoned one is freed
+         * here): its hashes can be read outside the lock. */
+        pthread_mutex_lock(&io->lock);
+        bool stopped = job->load->stop;
+        pthread_mutex_unlock(&io->lock);
+        if (!stopped)
+            count_cut_gets(store, job->load->hashes, job->load->wanted);
+    }
     pthread_mutex_lock(&io->lock);
     if (job->load != NULL) {
         cut_load(job->load);

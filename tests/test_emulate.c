@@ -1316,6 +1316,41 @@ Test(emulate, a_block_loaded_into_a_generated_pool_is_checked_against_its_owner_
     kvio_config_free(kvio_tier_options, &config);
 }
 
+/* #54: past the tiers' end (the drain's cap, kvio_block_store_until) no
+ * tier transfer begins: 4 saved blocks are not loaded (the load ends with
+ * none, each a read counted in the tier's cut_gets) and a fifth block is
+ * not saved (cut_puts); before it, the same load brings all 4 back. */
+Test(emulate, past_the_tiers_end_loads_and_saves_are_cut_and_counted, .timeout = 60)
+{
+    kvio_tier_t *tier = NULL;
+    kvio_tier_config_t config;
+    kvio_block_store_t *store = generated_store(&tier, &config);
+    int policy = kvio_tier_write_policy(tier);
+    kvio_hash_t hashes[5];
+    int64_t tier_ns = 0;
+    for (uint32_t block = 1; block <= 5; block++) {
+        hashes[block - 1] = (kvio_hash_t){.low = block, .high = 56};
+        kvio_block_store_own(store, &block, 0, 1, 700 + block);
+        if (block <= 4)
+            kvio_block_store_cache(store, &block, hashes[block - 1], policy, &tier_ns);
+    }
+    uint32_t into[4] = {9, 10, 11, 12}, loaded = 0;
+    kvio_block_store_until(store, kvio_time_ns() + 60000000000ull);
+    cr_assert_eq(kvio_block_store_load(store, hashes, into, 0, 4, &loaded, &tier_ns), KVIO_OK);
+    cr_expect_eq(loaded, 4, "before the end: %u of 4 loaded", loaded);
+    kvio_block_store_until(store, kvio_time_ns());
+    cr_assert_eq(kvio_block_store_load(store, hashes, into, 0, 4, &loaded, &tier_ns), KVIO_OK);
+    cr_expect_eq(loaded, 0, "past the end: %u of 4 loaded", loaded);
+    cr_expect_eq(kvio_tier_stats(tier)->cut_gets, 4);
+    uint32_t fifth = 5;
+    kvio_block_store_cache(store, &fifth, hashes[4], policy, &tier_ns);
+    cr_expect(!kvio_tier_contains(tier, hashes[4]), "saved past the end");
+    cr_expect_eq(kvio_tier_stats(tier)->cut_puts, 1);
+    kvio_block_store_destroy(store);
+    kvio_tier_destroy(tier);
+    kvio_config_free(kvio_tier_options, &config);
+}
+
 /* #54: mlperf/storage-only keeps its 6 GiB pool generated: the machine check
  * counts no pool memory (only its 1 GiB host tier), and a pool that cannot
  * be generated (P/D stages the pool's memory) is refused naming the key. */

@@ -117,6 +117,7 @@ typedef struct kvio_tier_stats {
     uint64_t duplicates;            /* puts of a block already held: refreshed, not rewritten */
     uint64_t skipped_puts;          /* saves not made: the staging was full (save_full: skip) */
     uint64_t cut_puts;              /* saves not made: staged when the run was cut */
+    uint64_t cut_gets;              /* reads not made: a load the run's end cut */
     uint64_t bytes_written, bytes_read;
     int64_t write_ns, read_ns;      /* time spent in puts and gets (a batch: its wall time) */
     int64_t put_latency_sum_ns, get_latency_sum_ns; /* Σ of each block's own latency */
@@ -180,6 +181,10 @@ void kvio_tier_count_skipped(kvio_tier_t *tier);
 /* A save this tier would have taken was staged when the run stopped and
  * dropped (the tiers' drain is bounded): counted in cut_puts. */
 void kvio_tier_count_cut(kvio_tier_t *tier);
+
+/* A read of an object this tier holds was not made: the run's end (the
+ * drain's cap, a signal) cut the load that wanted it. Counted in cut_gets. */
+void kvio_tier_count_cut_get(kvio_tier_t *tier);
 
 /* A block hash's bytes, read back whole (its checksum held), are not what
  * their reader knows they must be (a generated pool checks them against
