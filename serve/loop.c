@@ -600,11 +600,8 @@ static void drain_cap(kvio_serve_loop_t *loop, int64_t now_ns)
         else if (loop->arrivals->ops->ended(loop->arrivals))
             loop->drain_deadline_ns = (end_ns > now_ns ? end_ns : now_ns) +
                                       loop->drain_timeout_ns;
-        int64_t cap_ns = loop->drain_deadline_ns > 0 ? loop->drain_deadline_ns
-                         : loop->duration_ns > 0     ? end_ns + loop->drain_timeout_ns
-                                                     : 0; /* the cap it will be */
-        if (cap_ns > 0)
-            tiers_until(loop, cap_ns, now_ns);
+        if (loop->drain_deadline_ns > 0)
+            tiers_until(loop, loop->drain_deadline_ns, now_ns);
         return;
     }
     if (now_ns < loop->drain_deadline_ns)
@@ -636,6 +633,9 @@ kvio_status_t kvio_serve_loop_run(kvio_serve_loop_t *loop)
     kvio_serve_poll_t poll = {.poll = poll_while_waiting, .nap = nap_while_waiting,
                               .context = loop};
     kvio_status_t status = loop_ready(loop);
+    if (drain_capped(loop) && loop->duration_ns > 0) /* the cap it will be, from the start */
+        tiers_until(loop, loop->origin_ns + loop->duration_ns + loop->drain_timeout_ns,
+                    executor->ops->now(executor));
     while (status == KVIO_OK) {
         if (loop->stop != NULL && *loop->stop)
             loop->stopped = true;

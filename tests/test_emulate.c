@@ -1419,23 +1419,23 @@ Test(emulate, a_closed_loop_stops_at_the_drain_cap_after_its_duration, .timeout 
 
 /* #54: 1 s of constant arrivals whose saves a host tier holds to
  * tier_rate bytes/s, the engine waiting on a full staging, the drain's
- * cap 0.2 s after the 1 s: the run's summary (the caller frees it and
- * *dir_p). */
+ * cap 0.2 s after the 1 s, a step's tokens engine_keys' (serve.engine):
+ * the run's summary (the caller frees it and *dir_p). */
 static json_t *run_slow_saves(const char *tier_rate, const char *arrival_rate, int input_tokens,
-                              int output_tokens, char **dir_p)
+                              int output_tokens, const char *engine_keys, char **dir_p)
 {
     char text[1024], error[1024];
     snprintf(text, sizeof(text),
              "name: cut\nseed: 3\nmode: emulate\nduration: 1s\n"
              "model: {preset: llama3.2-1b}\ngpu: {preset: h200}\n"
              "serve:\n  drain_timeout: 200ms\n"
-             "  engine: {max_num_batched_tokens: 8192}\n"
+             "  engine: {%s}\n"
              "  kvcache: {block_size: 16, blocks: 400, save_full: wait,\n"
              "    tiers: [{kind: host, size: 512MiB, write: through, rate: %s}]}\n"
              "stream:\n  arrival: {process: constant, rate: %s}\n"
              "  input_tokens: {dist: constant, value: %d}\n"
              "  output_tokens: {dist: constant, value: %d}\n",
-             tier_rate, arrival_rate, input_tokens, output_tokens);
+             engine_keys, tier_rate, arrival_rate, input_tokens, output_tokens);
     json_t *summary = run_workload(text, dir_p, KVIO_OK, error, sizeof(error));
     cr_assert_not_null(summary, "%s", error);
     return summary;
@@ -1451,7 +1451,7 @@ static json_t *run_slow_saves(const char *tier_rate, const char *arrival_rate, i
 Test(emulate, a_stopped_run_cuts_the_tier_saves_still_staged_and_counts_them, .timeout = 120)
 {
     char *dir;
-    json_t *summary = run_slow_saves("1e8", "10", 1100, 4, &dir);
+    json_t *summary = run_slow_saves("1e8", "10", 1100, 4, "", &dir);
     cr_expect_gt(metric(summary, "tiers.0.cut_puts"), 0, "no staged save was cut");
     cr_expect_gt(metric(summary, "drain_cut_requests"), 0);
     double wall = metric(summary, "wall_run_s");
@@ -1462,9 +1462,10 @@ Test(emulate, a_stopped_run_cuts_the_tier_saves_still_staged_and_counts_them, .t
 }
 
 /* #54: the tiers stop at the drain's cap even inside an engine step: one
- * 6,000-token prompt at 0.67 s (its answer one token) whose 375 saves a
- * host tier holds to 2e7 bytes/s (26 ms a 512 KiB block) fills the
- * staging (128 slots) and its step waits for slots for 6.4 s; the cap
+ * 6,000-token prompt at 0.67 s (its answer one token), prefilled in one
+ * step, whose 375 saves a host tier holds to 2e7 bytes/s (26 ms a 512 KiB
+ * block) fill the staging (128 slots), and the step waits for slots for
+ * 6.4 s; the cap
  * (0.2 s after the 1 s) ends that wait, the saves not made are counted in
  * cut_puts, and the run ends a batch (16 blocks, 0.42 s) past the cap, not
  * when the step's saves are through (mlperf/storage-only ran 1-3.6 s past
@@ -1472,7 +1473,7 @@ Test(emulate, a_stopped_run_cuts_the_tier_saves_still_staged_and_counts_them, .t
 Test(emulate, the_tiers_stop_at_the_drain_cap_inside_a_step_that_waits_on_saves, .timeout = 120)
 {
     char *dir;
-    json_t *summary = run_slow_saves("2e7", "1.5", 6000, 1, &dir);
+    json_t *summary = run_slow_saves("2e7", "1.5", 6000, 1, "max_num_batched_tokens: 8192", &dir);
     double cut = metric(summary, "tiers.0.cut_puts");
     cr_expect_gt(cut, 100, "%.0f saves cut, %.0f made", cut, metric(summary, "tiers.0.puts"));
     double wall = metric(summary, "wall_run_s");
