@@ -127,7 +127,7 @@ static int64_t planned_length_ns(const kvio_workload_t *workload)
  * (the gather that follows reports it); false, without pausing, then. */
 static bool pause_unless_over(kvio_rte_t *rte, const run_context_t *context)
 {
-    if (context->stop != NULL && *context->stop)
+    if (run_stop_asked(context->stop))
         return false;
     for (int rank = 0; rank < kvio_rte_size(rte); rank++)
         if (rank != kvio_rte_index(rte) && kvio_rte_peer_failed(rte, rank))
@@ -299,29 +299,28 @@ static kvio_status_t run_names(kvio_rte_t *rte, kvio_xfer_config_t *transport, c
     return status;
 }
 
-/* The role of a world rank: train ranks first, then serve ranks, then the
- * client rank if any. */
-static const char *role_of(int rank, int num_serve)
+/* The role of a world rank (the plan's parts of it). */
+static const char *role_of(const run_context_t *context, int rank)
 {
-    return rank == TRAIN_RANK ? "train" : rank <= num_serve ? "serve" : "client";
+    return run_rank_parts(context->workload, context->frontend != NULL, rank).role;
 }
 
 /* Rank 0: the run's start (t0 on the wall clock) and each rank's role and
  * set-up time (before t0, not part of any measurement) into context->start
  * (may be NULL) and the result's setup figures. */
 static void start_json(const run_context_t *context, const collected_t *all,
-                       const kvio_rte_start_t *start, int num_serve)
+                       const kvio_rte_start_t *start)
 {
     for (int i = 0; i < all->num_reports; i++)
         kvio_serve_setup_rank(context->result, all->reports[i].rank,
-                              role_of(all->reports[i].rank, num_serve),
+                              role_of(context, all->reports[i].rank),
                               (double)all->reports[i].setup_ns / 1e9);
     if (context->start == NULL)
         return;
     json_t *ranks = json_array();
     for (int i = 0; i < all->num_reports; i++) {
         const rank_report_t *report = &all->reports[i];
-        json_t *rank = kvio_start_rank_json(report->rank, role_of(report->rank, num_serve),
+        json_t *rank = kvio_start_rank_json(report->rank, role_of(context, report->rank),
                                             (double)report->setup_ns / 1e9);
         /* Each rank's host: under mpirun, not all rank 0's. */
         char host[sizeof(report->hostname)];
@@ -335,28 +334,19 @@ static void start_json(const run_context_t *context, const collected_t *all,
 /* How often a serve rank tells the trainer how many requests it served. */
 #define SERVED_REPORT_NS 500000000ll
 
-/* A serve rank's part: its serve loop with the transport's receiver as its
- * update source; without serving (update.serving: emulated) an engine-less
- * rank runs emulated iterations. */
+/* A serve rank's part: its serve loop (the engine, or without serving,
+ * update.serving: emulated, emulated iterations) with the transport's
+ * receiver as its update source. */
 static kvio_status_t serve_rank(kvio_rte_t *rte, const run_context_t *context,
-                                coupled_serve_t *coupled, kvio_xfer_t *xfer, int64_t t0_ns,
+                                coupled_serve_t *coupled, kvio_xfer_t *xfer,
                                 int64_t run_end_ns, kvio_update_result_t *result_p,
                                 char *error_p, size_t error_len)
 {
     const kvio_workload_t *workload = context->workload;
-    kvio_status_t status = KVIO_OK;
-    if (coupled->rank == NULL) {
-        coupled->run = (kvio_serve_run_t){.update = &workload->update, .rte = rte,
-                                          .first_serve_rank = 1, .t0_ns = t0_ns,
-                                          .stop = context->stop};
-        status = kvio_serve_rank_create(&coupled->run, (uint32_t)(kvio_rte_index(rte) - 1),
-                                        (uint32_t)workload->ranks.serve, &coupled->rank,
-                                        error_p, error_len);
-    }
     kvio_update_receiver_t *receiver = NULL;
-    if (status == KVIO_OK)
-        status = kvio_update_receiver_create(&workload->update, rte, xfer, TRAIN_RANK,
-                                             run_end_ns, &receiver, error_p, error_len);
+    kvio_status_t status = kvio_update_receiver_create(&workload->update, rte, xfer, TRAIN_RANK,
+                                                       run_end_ns, &receiver, error_p,
+                                                       error_len);
     /* The adaptive checkpoint policy weighs an update by the rate served
      * (emulated iterations serve no requests: the policy keeps its prior). */
     if (status == KVIO_OK && workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE &&
@@ -375,7 +365,7 @@ typedef struct rank_state {
     const run_context_t *context;
     const kvio_workload_t *workload;
     int self, size, num_serve;
-    bool is_client;                  /* a client rank, if any, is the last */
+    run_rank_parts_t parts;          /* what this rank runs (run_rank_parts) */
     bool coupled_run;
     char error[KVIO_ERROR_MAX];
     int *receivers;                  /* the serve ranks' world ranks */
@@ -474,7 +464,7 @@ static kvio_status_t time_setup_memcpy(rank_state_t *state, double *gbps_p)
  * peer's failure in its next wait). */
 static kvio_status_t setup_stopped(rank_state_t *state)
 {
-    if (state->context->stop == NULL || !*state->context->stop)
+    if (!run_stop_asked(state->context->stop))
         return KVIO_OK;
     if (state->self == 0)
         kvio_serve_setup_interrupted(state->context->result);
@@ -496,13 +486,12 @@ static kvio_status_t rank_setup(rank_state_t *state)
     if (state->self == 0)
         kvio_serve_setup_note("%d ranks (%lld train, %d serve%s) set up", state->size,
                               (long long)workload->ranks.train, state->num_serve,
-                              state->is_client || workload->ranks.client > 0 ? ", a client"
-                                                                             : "");
+                              workload->ranks.client > 0 ? ", a client" : "");
     state->receivers = calloc((size_t)state->num_serve + 1, sizeof(int));
     if (state->receivers == NULL)
         return KVIO_ERR_NOMEM;
     for (int i = 0; i < state->num_serve; i++)
-        state->receivers[i] = 1 + i;
+        state->receivers[i] = run_first_serve_rank(workload) + i;
     kvio_status_t status = rank_transport(state);
     /* The transport first (its slots and send buffer faulted in), then at
      * once the serve ranks' pools and engines and the trainer's fill of its
@@ -510,15 +499,15 @@ static kvio_status_t rank_setup(rank_state_t *state)
     int64_t connect_ns = kvio_rte_time_ns(rte);
     if (status == KVIO_OK)
         status = kvio_xfer_create(&state->transport, rte,
-                                  state->self == TRAIN_RANK ? KVIO_XFER_SENDER
-                                  : state->is_client        ? KVIO_XFER_BYSTANDER
-                                                            : KVIO_XFER_RECEIVER,
+                                  state->parts.train    ? KVIO_XFER_SENDER
+                                  : state->parts.client ? KVIO_XFER_BYSTANDER
+                                                        : KVIO_XFER_RECEIVER,
                                   TRAIN_RANK, state->receivers, state->num_serve,
                                   kvio_train_weights_bytes(&workload->train), &state->xfer,
                                   state->error, sizeof(state->error));
-    if (status == KVIO_OK && state->self <= state->num_serve)
+    if (status == KVIO_OK && !state->parts.client)
         kvio_serve_setup_note("%s rank %d: transport %s connected in %.1f s",
-                              state->self == TRAIN_RANK ? "train" : "serve", state->self,
+                              state->parts.role, state->self,
                               kvio_choice_name(&state->transport.kind),
                               (double)(kvio_rte_time_ns(rte) - connect_ns) / 1e9);
     if (status == KVIO_OK)
@@ -526,7 +515,7 @@ static kvio_status_t rank_setup(rank_state_t *state)
     /* The trainer's weights are filled before t0: its first version is as
      * on time as the rest. */
     int64_t fill_ns = kvio_rte_time_ns(rte);
-    if (status == KVIO_OK && state->self == TRAIN_RANK) {
+    if (status == KVIO_OK && state->parts.train) {
         status = kvio_trainer_create(&workload->train, (uint64_t)workload->seed, state->xfer,
                                      &state->trainer, state->error, sizeof(state->error));
         if (status == KVIO_OK)
@@ -538,11 +527,9 @@ static kvio_status_t rank_setup(rank_state_t *state)
     }
     if (status == KVIO_OK)
         status = setup_stopped(state);
-    if (status == KVIO_OK && state->coupled_run && state->self != TRAIN_RANK) {
-        status = run_coupled_create(workload, rte, state->is_client ? -1 : state->self - 1,
-                                    state->num_serve, state->context->stop,
-                                    state->context->frontend, &state->coupled, state->error,
-                                    sizeof(state->error));
+    if (status == KVIO_OK && !state->parts.train) {
+        status = run_coupled_create(state->context, rte, &state->parts, &state->coupled,
+                                    state->error, sizeof(state->error));
     } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
         /* The serve ranks' P/D link is set up collectively. */
         status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
@@ -554,10 +541,10 @@ static kvio_status_t rank_setup(rank_state_t *state)
         status = time_setup_memcpy(state, &memcpy_gbps);
     if (status != KVIO_OK)
         return status;
-    state->report = (rank_report_t){.is_trainer = state->self == TRAIN_RANK, .rank = state->self,
+    state->report = (rank_report_t){.is_trainer = state->parts.train, .rank = state->self,
                                     .setup_ns = kvio_rte_time_ns(rte) - entered_ns,
                                     .setup_memcpy_gbps = memcpy_gbps,
-                                    .transfer_in_memory = state->self == TRAIN_RANK &&
+                                    .transfer_in_memory = state->parts.train &&
                                                           kvio_xfer_in_memory(state->xfer)};
     gethostname(state->report.hostname, sizeof(state->report.hostname) - 1);
     status = kvio_rte_start(rte, &state->start);
@@ -611,14 +598,14 @@ static kvio_status_t rank_train(rank_state_t *state)
 static kvio_status_t rank_serve(rank_state_t *state)
 {
     kvio_status_t status;
-    if (state->is_client) {
+    if (state->parts.client) {
         status = kvio_serve_client_run(state->coupled.client, state->context->stop,
                                        state->error, sizeof(state->error));
         if (status == KVIO_OK)
             status = wait_training_done(state->rte, state->context);
     } else {
         status = serve_rank(state->rte, state->context, &state->coupled, state->xfer,
-                            state->start.t0_ns, state->run_end_ns, &state->serve, state->error,
+                            state->run_end_ns, &state->serve, state->error,
                             sizeof(state->error));
     }
     if (status != KVIO_OK)
@@ -653,7 +640,7 @@ static kvio_status_t rank_gather(rank_state_t *state)
     rank_report_t *report = &state->report;
     /* Stopped early (a signal to this rank alone, under mpirun): the run
      * as a whole is incomplete, whatever rank 0 saw. */
-    report->interrupted = state->context->stop != NULL && *state->context->stop;
+    report->interrupted = run_stop_asked(state->context->stop);
     const kvio_xfer_bucket_stamp_t *stamps = NULL;
     size_t num_stamps = 0;
     kvio_xfer_bucket_stamps(state->xfer, &stamps, &num_stamps);
@@ -671,10 +658,10 @@ static kvio_status_t rank_gather(rank_state_t *state)
                             state->blobs[client] == NULL;
     if (status != KVIO_OK || !state->coupled_run)
         return status;
-    if (state->is_client)
+    if (state->parts.client)
         status = kvio_serve_client_pack(state->coupled.client, &state->serve_blob,
                                         &state->serve_blob_length);
-    else if (state->self != TRAIN_RANK)
+    else if (state->parts.serve)
         status = kvio_serve_rank_pack(state->coupled.rank, &state->serve_blob,
                                       &state->serve_blob_length);
     else
@@ -709,6 +696,33 @@ static void client_lost_error(rank_state_t *state)
     }
 }
 
+/* Rank 0: the ranks stopped early (a signal to one alone, under mpirun)
+ * into model_updates.interrupted_ranks and, when rank 0 itself was not
+ * stopped, the run's note of why it is incomplete. */
+static void interrupted_ranks(const run_context_t *context, const collected_t *all,
+                              json_t *updates)
+{
+    json_t *ranks = json_array();
+    size_t at = 0;
+    bool note = context->incomplete != NULL && !run_stop_asked(context->stop);
+    for (int i = 0; i < all->num_reports; i++) {
+        if (!all->reports[i].interrupted)
+            continue;
+        json_array_append_new(ranks, json_integer(all->reports[i].rank));
+        if (note && at < context->incomplete_len)
+            at += (size_t)snprintf(context->incomplete + at, context->incomplete_len - at,
+                                   "%s %d", at == 0 ? "interrupted: rank" : "",
+                                   all->reports[i].rank);
+    }
+    if (note && at > 0 && at < context->incomplete_len)
+        snprintf(context->incomplete + at, context->incomplete_len - at,
+                 " stopped early (SIGINT or SIGTERM); what it measured until then is in the "
+                 "results");
+    if (json_array_size(ranks) > 0)
+        json_object_set(updates, "interrupted_ranks", ranks);
+    json_decref(ranks);
+}
+
 /* Rank 0: serving first (what updates did to it goes into updates.csv),
  * then the updates' metrics, the start, weight_sync's results, a lost
  * trainer and the ranks stopped early. */
@@ -731,7 +745,7 @@ static kvio_status_t rank0_results(rank_state_t *state)
         memset(&state->serving, 0, sizeof(state->serving));
     }
     if (status == KVIO_OK)
-        start_json(context, all, &state->start, state->num_serve);
+        start_json(context, all, &state->start);
     if (status == KVIO_OK && state->sync.num_buckets > 0)
         status = run_sync_results(context, all, &state->sync, t0_ns, state->error,
                                   sizeof(state->error));
@@ -753,13 +767,7 @@ static kvio_status_t rank0_results(rank_state_t *state)
         json_decref(lost_json);
     }
     client_lost_error(state);
-    json_t *interrupted = json_array();
-    for (int i = 0; i < all->num_reports; i++)
-        if (all->reports[i].interrupted)
-            json_array_append_new(interrupted, json_integer(all->reports[i].rank));
-    if (json_array_size(interrupted) > 0)
-        json_object_set(updates, "interrupted_ranks", interrupted);
-    json_decref(interrupted);
+    interrupted_ranks(context, all, updates);
     return KVIO_OK;
 }
 
@@ -791,14 +799,14 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     state->workload = context->workload;
     state->self = kvio_rte_index(rte);
     state->size = kvio_rte_size(rte);
-    state->num_serve = state->size - 1 - (int)state->workload->ranks.client;
-    state->is_client = state->self > state->num_serve;
+    state->num_serve = (int)state->workload->ranks.serve;
+    state->parts = run_rank_parts(state->workload, context->frontend != NULL, state->self);
     state->coupled_run = kvio_updates_coupled(state->workload);
     kvio_status_t status = rank_setup(state);
     if (status != KVIO_OK && setup_stopped(state) != KVIO_OK)
         status = KVIO_ERR_INTERRUPTED; /* whatever failed, a stop came first */
     if (status == KVIO_OK)
-        status = state->self == TRAIN_RANK ? rank_train(state) : rank_serve(state);
+        status = state->parts.train ? rank_train(state) : rank_serve(state);
     if (status == KVIO_OK)
         status = rank_gather(state);
     if (status == KVIO_OK && state->self == 0)

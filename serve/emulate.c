@@ -52,10 +52,8 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
     int self = kvio_rte_index(rte);
     bool client = plain->with_client && self == (int)plain->num_serve;
     kvio_serve_run_t *run = &plain->runs[self];
-    *run = *plain->run;
+    *run = *plain->run; /* the plan's, on this rank's runtime handle */
     run->rte = rte;
-    run->client_rank = plain->with_client ? (int)plain->num_serve : 0;
-    run->first_serve_rank = 0;
     run->start = NULL;
     char error[KVIO_ERROR_MAX] = "";
     int64_t entered = kvio_rte_time_ns(rte);
@@ -145,8 +143,14 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
     if (status != KVIO_OK)
         return status;
     plain_run_t plain = {.run = run, .num_serve = run->num_ranks > 0 ? run->num_ranks : 1};
-    /* P/D: the prefill ranks take shares of the stream, no client routes. */
-    plain.with_client = plain.num_serve > 1 && run->frontend == NULL && run->pd == NULL;
+    /* The plan's client rank (the last) routes the stream over several
+     * serve ranks (none with P/D, or a front end, which routes itself). */
+    plain.with_client = run->client_rank > 0;
+    if (plain.with_client && run->client_rank != (int)plain.num_serve) {
+        snprintf(error_p, error_len, "emulate: the client is world rank %d, not the one after "
+                 "the %u serve ranks", run->client_rank, plain.num_serve);
+        return KVIO_ERR_INTERNAL;
+    }
     kvio_serve_setup_note("%u serve rank%s set up: %.2f GiB of host memory for KV pools, swap "
                           "space and host tiers (checked against what this machine has)",
                           plain.num_serve, plain.num_serve == 1 ? "" : "s",

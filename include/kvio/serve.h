@@ -293,8 +293,10 @@ typedef struct kvio_serve_run {
     /* Coupled run: this rank's runtime handle (NULL elsewhere). Serve rank i
      * is world rank first_serve_rank + i (0 outside coupled runs), the index
      * that picks its GPU as the transports pick theirs; with a client rank
-     * (client_rank > 0) it takes its requests from the client instead of a
-     * share of its own stream. */
+     * (client_rank > 0, its world rank) it takes its requests from the
+     * client instead of a share of its own stream. kvio_serve_emulate's
+     * ranks without trainers: client_rank num_ranks puts a client rank
+     * after the serve ranks, which routes the stream over them. */
     struct kvio_rte *rte;
     int client_rank;
     /* Serve rank i is world rank first_serve_rank + i in every file the run
@@ -395,8 +397,9 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, struct kvio_resul
                                   bool *complete_p, char *error_p, size_t error_len);
 
 /* Runs the stream through num_ranks engines in real time (emulate mode):
- * one thread per serve rank with real KV memory, swaps and tier traffic; the
- * calling thread dispatches requests at their arrival times. Metrics as for
+ * one thread per serve rank with real KV memory, swaps and tier traffic,
+ * and with client_rank (num_ranks) a client rank that routes the stream
+ * over them (else each takes its share). Metrics as for
  * simulate, plus `executor` (timing error, engine overhead), swap copy time
  * and per-tier traffic. */
 kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, struct kvio_result *result,
