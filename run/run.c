@@ -470,8 +470,8 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
     }
     if (workload->rl.mode != KVIO_RL_OFF && emulate &&
         kvio_rl_check_emulate(&workload->rl, workload->ranks.client,
-                              workload->device.memory != KVIO_MEMORY_HOST,
-                              &workload->train.transport, error_p, error_len) != KVIO_OK)
+                              workload->device.memory != KVIO_MEMORY_HOST, error_p,
+                              error_len) != KVIO_OK)
         return KVIO_ERR_CONFIG;
     bool synthetic = workload->stream.trace.path == NULL || workload->stream.trace.path[0] == 0;
     if (workload->rl.mode != KVIO_RL_OFF && synthetic && workload->stream.requests > 0 &&
@@ -667,8 +667,13 @@ static kvio_status_t run_prepare(run_state_t *state)
         run_serve_given_t given = {.model = &state->model, .gpu = &state->gpu};
         run_plan_serve(workload, RUN_SERVE_CHECK, &given, &check);
         bool rl = workload->rl.mode != KVIO_RL_OFF;
-        status = kvio_serve_emulate_preflight(&check, state->coupled || rl ? &pool_bytes : NULL,
-                                              error_p, error_len);
+        if (rl)
+            status = kvio_rl_link_preflight(&workload->rl, &check, &workload->train.transport,
+                                            error_p, error_len);
+        if (status == KVIO_OK)
+            status = kvio_serve_emulate_preflight(&check,
+                                                  state->coupled || rl ? &pool_bytes : NULL,
+                                                  error_p, error_len);
         if (status == KVIO_OK && rl)
             status = kvio_rl_emulate_preflight(&workload->rl, &check, pool_bytes, error_p,
                                                error_len);
