@@ -44,12 +44,15 @@ static json_t *parts_json(const run_part_t *parts, size_t count)
  * (train ranks first, then serve ranks). */
 static void simulate_start(const kvio_workload_t *workload, uint64_t start_ns, json_t *start)
 {
-    json_t *ranks = json_array();
     int size = run_first_serve_rank(workload) + (int)workload->ranks.serve;
+    kvio_serve_setup_entry_t *ranks = calloc((size_t)size + 1, sizeof(*ranks));
+    if (ranks == NULL)
+        return; /* out of memory: summary.json says no start */
     for (int rank = 0; rank < size; rank++)
-        json_array_append_new(
-            ranks, kvio_start_rank_json(rank, run_rank_parts(workload, false, rank).role, 0));
-    kvio_start_json_set(start, (int64_t)start_ns, ranks);
+        ranks[rank] = (kvio_serve_setup_entry_t){
+            .rank = rank, .role = run_rank_parts(workload, false, rank).role};
+    kvio_serve_setup_record(NULL, start, (int64_t)start_ns, ranks, (size_t)size);
+    free(ranks);
 }
 
 /* The latency and throughput keys `vllm bench serve` writes, from kvio's

@@ -81,6 +81,7 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
         if (blobs[rank] == NULL)
             continue;
         read_report(blobs[rank], lengths[rank], report, &records, &stamps);
+        report->hostname[sizeof(report->hostname) - 1] = '\0'; /* a peer's text */
         memcpy(all->stamps + all->num_stamps, stamps, report->num_stamps * sizeof(*all->stamps));
         all->num_stamps += report->num_stamps;
         if (report->is_trainer) {
@@ -299,36 +300,28 @@ static kvio_status_t run_names(kvio_rte_t *rte, kvio_xfer_config_t *transport, c
     return status;
 }
 
-/* The role of a world rank (the plan's parts of it). */
-static const char *role_of(const run_context_t *context, int rank)
+/* Rank 0: the run's start (t0 on the wall clock) and each rank's role (the
+ * plan's), set-up time (before t0, not part of any measurement) and host
+ * (under mpirun, not all rank 0's) into context->start (may be NULL) and
+ * the result's setup figures. */
+static kvio_status_t start_json(const run_context_t *context, const collected_t *all,
+                                const kvio_rte_start_t *start)
 {
-    return run_rank_parts(context->workload, context->frontend != NULL, rank).role;
-}
-
-/* Rank 0: the run's start (t0 on the wall clock) and each rank's role and
- * set-up time (before t0, not part of any measurement) into context->start
- * (may be NULL) and the result's setup figures. */
-static void start_json(const run_context_t *context, const collected_t *all,
-                       const kvio_rte_start_t *start)
-{
-    for (int i = 0; i < all->num_reports; i++)
-        kvio_serve_setup_rank(context->result, all->reports[i].rank,
-                              role_of(context, all->reports[i].rank),
-                              (double)all->reports[i].setup_ns / 1e9);
-    if (context->start == NULL)
-        return;
-    json_t *ranks = json_array();
+    kvio_serve_setup_entry_t *ranks = calloc((size_t)all->num_reports + 1, sizeof(*ranks));
+    if (ranks == NULL)
+        return KVIO_ERR_NOMEM;
     for (int i = 0; i < all->num_reports; i++) {
         const rank_report_t *report = &all->reports[i];
-        json_t *rank = kvio_start_rank_json(report->rank, role_of(context, report->rank),
-                                            (double)report->setup_ns / 1e9);
-        /* Each rank's host: under mpirun, not all rank 0's. */
-        char host[sizeof(report->hostname)];
-        snprintf(host, sizeof(host), "%s", report->hostname);
-        json_object_set_new(rank, "host", json_string(host));
-        json_array_append_new(ranks, rank);
+        ranks[i] = (kvio_serve_setup_entry_t){
+            .rank = report->rank,
+            .role = run_rank_parts(context->workload, context->frontend != NULL, report->rank)
+                        .role,
+            .setup_s = (double)report->setup_ns / 1e9, .host = report->hostname};
     }
-    kvio_start_json_set(context->start, start->t0_wall_ns, ranks);
+    kvio_serve_setup_record(context->result, context->start, start->t0_wall_ns, ranks,
+                            (size_t)all->num_reports);
+    free(ranks);
+    return KVIO_OK;
 }
 
 /* How often a serve rank tells the trainer how many requests it served. */
@@ -745,7 +738,7 @@ static kvio_status_t rank0_results(rank_state_t *state)
         memset(&state->serving, 0, sizeof(state->serving));
     }
     if (status == KVIO_OK)
-        start_json(context, all, &state->start);
+        status = start_json(context, all, &state->start);
     if (status == KVIO_OK && state->sync.num_buckets > 0)
         status = run_sync_results(context, all, &state->sync, t0_ns, state->error,
                                   sizeof(state->error));

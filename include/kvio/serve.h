@@ -421,10 +421,20 @@ void kvio_serve_setup_begin(void);
  * since kvio_serve_setup_begin: "kvio: set-up 1.2 s: <what>". */
 void kvio_serve_setup_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* One rank's set-up into result: an entry of metrics.setup[] (rank, role,
- * setup_s), and setup_s, the slowest rank's. */
-void kvio_serve_setup_rank(struct kvio_result *result, int rank, const char *role,
-                           double setup_s);
+/* One rank's set-up, as the run's start records it. */
+typedef struct kvio_serve_setup_entry {
+    int rank;
+    const char *role;  /* "train", "serve", "client" */
+    double setup_s;    /* from its start to t0 */
+    const char *host;  /* where it ran (NULL: not said; under mpirun each says) */
+} kvio_serve_setup_entry_t;
+
+/* The ranks' set-up, every orchestrator's one record of it: into result
+ * (may be NULL) an entry of metrics.setup[] per rank (rank, role, setup_s)
+ * and setup_s, the slowest rank's; into start (may be NULL) the run's t0 on
+ * the wall clock and every rank (kvio_start_json_set). */
+void kvio_serve_setup_record(struct kvio_result *result, json_t *start, int64_t t0_wall_ns,
+                             const kvio_serve_setup_entry_t *ranks, size_t count);
 
 /* The stop came during set-up: result says so (setup_interrupted), the
  * verdict then calls the run incomplete. */
