@@ -459,12 +459,9 @@ static kvio_status_t setup_stopped(rank_state_t *state)
 {
     if (!run_stop_asked(state->context->stop))
         return KVIO_OK;
-    if (state->self == 0)
-        kvio_serve_setup_interrupted(state->context->result);
-    snprintf(state->error, sizeof(state->error),
-             "stopped during set-up (SIGINT or SIGTERM), before t0: nothing was served or "
-             "measured");
-    return KVIO_ERR_INTERRUPTED;
+    /* Rank 0's result (the ranks may be threads sharing the context). */
+    return kvio_serve_setup_interrupted(state->self == 0 ? state->context->result : NULL, "",
+                                        state->error, sizeof(state->error));
 }
 
 /* Set-up first: every rank connects its transport, then a serve rank builds
@@ -836,10 +833,7 @@ kvio_status_t run_updates_emulate(kvio_rte_world_t *world, run_context_t *contex
     /* Stopped during set-up: whichever rank's wait noticed first, that is
      * what happened. */
     if (status != KVIO_OK && context->result != NULL &&
-        kvio_result_get(context->result, KVIO_FIG_SETUP_INTERRUPTED) > 0) {
-        snprintf(error_p, error_len, "stopped during set-up (SIGINT or SIGTERM), before t0: "
-                 "nothing was served or measured");
-        status = KVIO_ERR_INTERRUPTED;
-    }
+        kvio_result_get(context->result, KVIO_FIG_SETUP_INTERRUPTED) > 0)
+        status = kvio_serve_setup_interrupted(NULL, "", error_p, error_len);
     return status;
 }

@@ -182,10 +182,7 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
         goto out;
     bool before_t0 = plain.t0_wall_ns == 0;
     if (stopped && before_t0) {
-        kvio_serve_setup_interrupted(result);
-        snprintf(error_p, error_len, "emulate: stopped during set-up (SIGINT or SIGTERM), before "
-                 "t0: nothing was served or measured");
-        status = KVIO_ERR_INTERRUPTED;
+        status = kvio_serve_setup_interrupted(result, "emulate: ", error_p, error_len);
         goto out;
     }
     kvio_serve_setup_record(result, run->start, plain.t0_wall_ns, plain.setup, (size_t)size);

@@ -74,8 +74,12 @@ void kvio_serve_setup_record(kvio_result_t *result, json_t *start, int64_t t0_wa
     kvio_start_json_set(start, t0_wall_ns, list);
 }
 
-void kvio_serve_setup_interrupted(kvio_result_t *result)
+kvio_status_t kvio_serve_setup_interrupted(kvio_result_t *result, const char *who,
+                                           char *error_p, size_t error_len)
 {
     if (result != NULL)
         kvio_result_set(result, KVIO_FIG_SETUP_INTERRUPTED, 1);
+    snprintf(error_p, error_len, "%sstopped during set-up (SIGINT or SIGTERM), before t0: "
+             "nothing was served or measured", who);
+    return KVIO_ERR_INTERRUPTED;
 }

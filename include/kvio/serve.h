@@ -436,9 +436,12 @@ typedef struct kvio_serve_setup_entry {
 void kvio_serve_setup_record(struct kvio_result *result, json_t *start, int64_t t0_wall_ns,
                              const kvio_serve_setup_entry_t *ranks, size_t count);
 
-/* The stop came during set-up: result says so (setup_interrupted), the
- * verdict then calls the run incomplete. */
-void kvio_serve_setup_interrupted(struct kvio_result *result);
+/* The stop came during set-up: result (may be NULL) says so
+ * (setup_interrupted; the verdict then calls the run incomplete), error_p
+ * says what a run stopped before t0 has (nothing served or measured), after
+ * who ("emulate: " or ""). Returns KVIO_ERR_INTERRUPTED. */
+kvio_status_t kvio_serve_setup_interrupted(struct kvio_result *result, const char *who,
+                                           char *error_p, size_t error_len);
 
 /* ---------- a serve rank inside the coupled run (emulate with trainers) ---------- */
 
