@@ -10,47 +10,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-kvio_status_t run_coupled_create(const run_context_t *context, kvio_rte_t *rte,
-                                 const run_rank_parts_t *parts, coupled_serve_t *coupled,
-                                 char *error_p, size_t error_len)
+kvio_status_t run_rank_serve_create(const run_context_t *context, kvio_rte_t *rte,
+                                    const run_rank_parts_t *parts, run_rank_serve_t *part,
+                                    char *error_p, size_t error_len)
 {
     const kvio_workload_t *workload = context->workload;
-    memset(coupled, 0, sizeof(*coupled));
+    memset(part, 0, sizeof(*part));
     run_serve_given_t given = {.context = context, .rte = rte};
     if (parts->serve && !parts->engine) {
-        run_plan_serve(workload, RUN_SERVE_EMULATED, &given, &coupled->run);
-        return kvio_serve_rank_create(&coupled->run, (uint32_t)parts->serve_index,
-                                      (uint32_t)workload->ranks.serve, &coupled->rank, error_p,
+        run_plan_serve(workload, RUN_SERVE_EMULATED, &given, &part->run);
+        return kvio_serve_rank_create(&part->run, (uint32_t)parts->serve_index,
+                                      (uint32_t)workload->ranks.serve, &part->rank, error_p,
                                       error_len);
     }
-    coupled->model = workload->model;
-    coupled->gpu = workload->gpu;
-    kvio_status_t status = kvio_model_resolve(&coupled->model, error_p, error_len);
+    part->model = workload->model;
+    part->gpu = workload->gpu;
+    kvio_status_t status = kvio_model_resolve(&part->model, error_p, error_len);
     if (status == KVIO_OK)
-        status = kvio_gpu_resolve(&coupled->gpu, error_p, error_len);
+        status = kvio_gpu_resolve(&part->gpu, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    kvio_workload_stream_duration(workload), &coupled->stream,
+                                    kvio_workload_stream_duration(workload), &part->stream,
                                     error_p, error_len);
     if (status != KVIO_OK)
         return status;
-    given.model = &coupled->model;
-    given.gpu = &coupled->gpu;
-    given.stream = coupled->stream;
-    run_plan_serve(workload, RUN_SERVE_RANK, &given, &coupled->run);
+    given.model = &part->model;
+    given.gpu = &part->gpu;
+    given.stream = part->stream;
+    run_plan_serve(workload, RUN_SERVE_RANK, &given, &part->run);
     if (parts->client)
-        return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
-    return kvio_serve_rank_create(&coupled->run, (uint32_t)parts->serve_index,
-                                  (uint32_t)workload->ranks.serve, &coupled->rank, error_p,
+        return kvio_serve_client_create(&part->run, &part->client, error_p, error_len);
+    return kvio_serve_rank_create(&part->run, (uint32_t)parts->serve_index,
+                                  (uint32_t)workload->ranks.serve, &part->rank, error_p,
                                   error_len);
 }
 
-void run_coupled_destroy(coupled_serve_t *coupled)
+void run_rank_serve_destroy(run_rank_serve_t *part)
 {
-    kvio_serve_rank_destroy(coupled->rank);
-    kvio_serve_client_destroy(coupled->client);
-    kvio_stream_destroy(coupled->stream);
-    memset(coupled, 0, sizeof(*coupled));
+    kvio_serve_rank_destroy(part->rank);
+    kvio_serve_client_destroy(part->client);
+    kvio_stream_destroy(part->stream);
+    memset(part, 0, sizeof(*part));
 }
 
 /* Rank 0: the serving metrics of the coupled run, and the cumulative

@@ -269,27 +269,29 @@ typedef struct run_serve_given {
 void run_plan_serve(const kvio_workload_t *workload, run_serve_part_t part,
                     const run_serve_given_t *given, kvio_serve_run_t *run_p);
 
-/* A serve rank's engine in the coupled run: the model, GPU and its own copy
- * of the stream (each rank takes its share). */
-typedef struct coupled_serve {
+/* What a rank of emulate's run with updates serves: the coupled run's
+ * engine with the model, GPU and its own copy of the stream (each rank
+ * takes its share), or the client; an engine-less rank's emulated
+ * iterations. */
+typedef struct run_rank_serve {
     kvio_model_t model;
     kvio_gpu_t gpu;
     kvio_stream_t *stream;
     kvio_serve_run_t run;
     kvio_serve_rank_t *rank;
     kvio_serve_client_t *client;
-} coupled_serve_t;
+} run_rank_serve_t;
 
 /* ---------- the parts of a run with model updates ---------- */
 
 /* A serve rank's part or the client's (parts) of emulate's run with
  * updates (run/coupled.c): in the coupled run the engine with its own copy
  * of the stream (or the client), else an engine-less rank of emulated
- * iterations. The run's t0 goes into coupled->run.t0_ns at the start. */
-kvio_status_t run_coupled_create(const run_context_t *context, kvio_rte_t *rte,
-                                 const run_rank_parts_t *parts, coupled_serve_t *coupled,
-                                 char *error_p, size_t error_len);
-void run_coupled_destroy(coupled_serve_t *coupled);
+ * iterations. The run's t0 goes into part->run.t0_ns at the start. */
+kvio_status_t run_rank_serve_create(const run_context_t *context, kvio_rte_t *rte,
+                                    const run_rank_parts_t *parts, run_rank_serve_t *part,
+                                    char *error_p, size_t error_len);
+void run_rank_serve_destroy(run_rank_serve_t *part);
 /* Rank 0: the serve ranks' reports merged into the serving metrics and the
  * cumulative inference loss; *output_p gets what serving measured. */
 kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_t *all,

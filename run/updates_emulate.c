@@ -331,7 +331,7 @@ static kvio_status_t start_json(const run_context_t *context, const collected_t 
  * update.serving: emulated, emulated iterations) with the transport's
  * receiver as its update source. */
 static kvio_status_t serve_rank(kvio_rte_t *rte, const run_context_t *context,
-                                coupled_serve_t *coupled, kvio_xfer_t *xfer,
+                                run_rank_serve_t *part, kvio_xfer_t *xfer,
                                 int64_t run_end_ns, kvio_update_result_t *result_p,
                                 char *error_p, size_t error_len)
 {
@@ -346,7 +346,7 @@ static kvio_status_t serve_rank(kvio_rte_t *rte, const run_context_t *context,
         workload->update.serving == KVIO_SERVING_ENGINE)
         kvio_update_receiver_report_served(receiver, SERVED_REPORT_NS);
     if (status == KVIO_OK)
-        status = kvio_serve_rank_serve(coupled->rank, receiver, run_end_ns, result_p, error_p,
+        status = kvio_serve_rank_serve(part->rank, receiver, run_end_ns, result_p, error_p,
                                        error_len);
     kvio_update_receiver_destroy(receiver);
     return status;
@@ -366,7 +366,7 @@ typedef struct rank_state {
     uint64_t *bucket_bytes;
     kvio_sync_plan_t sync;           /* weight_sync: the buckets */
     char run_dir[4200], run_prefix[512];
-    coupled_serve_t coupled;
+    run_rank_serve_t serve_part;     /* a serve rank's engine or iterations, or the client */
     kvio_xfer_t *xfer;
     kvio_trainer_t *trainer;         /* the train rank's, set up before t0 */
     kvio_rte_start_t start;
@@ -518,8 +518,8 @@ static kvio_status_t rank_setup(rank_state_t *state)
     if (status == KVIO_OK)
         status = setup_stopped(state);
     if (status == KVIO_OK && !state->parts.train) {
-        status = run_coupled_create(state->context, rte, &state->parts, &state->coupled,
-                                    state->error, sizeof(state->error));
+        status = run_rank_serve_create(state->context, rte, &state->parts,
+                                       &state->serve_part, state->error, sizeof(state->error));
     } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
         /* The serve ranks' P/D link is set up collectively. */
         status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
@@ -545,7 +545,7 @@ static kvio_status_t rank_setup(rank_state_t *state)
     if (state->self == 0)
         kvio_serve_setup_note("every rank is set up (this one in %.1f s); the run starts now "
                               "(t0)", (double)state->report.setup_ns / 1e9);
-    state->coupled.run.t0_ns = state->start.t0_ns;
+    state->serve_part.run.t0_ns = state->start.t0_ns;
     kvio_rte_clock_offset(rte, &state->report.clock_offset_ns,
                           &state->report.clock_uncertainty_ns);
     snprintf(state->report.info, sizeof(state->report.info), "%s", kvio_xfer_info(state->xfer));
@@ -589,12 +589,12 @@ static kvio_status_t rank_serve(rank_state_t *state)
 {
     kvio_status_t status;
     if (state->parts.client) {
-        status = kvio_serve_client_run(state->coupled.client, state->context->stop,
+        status = kvio_serve_client_run(state->serve_part.client, state->context->stop,
                                        state->error, sizeof(state->error));
         if (status == KVIO_OK)
             status = wait_training_done(state->rte, state->context);
     } else {
-        status = serve_rank(state->rte, state->context, &state->coupled, state->xfer,
+        status = serve_rank(state->rte, state->context, &state->serve_part, state->xfer,
                             state->run_end_ns, &state->serve, state->error,
                             sizeof(state->error));
     }
@@ -605,8 +605,8 @@ static kvio_status_t rank_serve(rank_state_t *state)
     report->trainer_lost_ns = serve->trainer_lost_ns;
     report->active_version = serve->active_version;
     snprintf(report->lost_reason, sizeof(report->lost_reason), "%s", serve->trainer_lost_reason);
-    const char *client_lost = state->coupled.rank != NULL
-                                  ? kvio_serve_rank_client_lost(state->coupled.rank)
+    const char *client_lost = state->serve_part.rank != NULL
+                                  ? kvio_serve_rank_client_lost(state->serve_part.rank)
                                   : NULL;
     if (client_lost != NULL)
         snprintf(report->client_lost, sizeof(report->client_lost),
@@ -649,10 +649,10 @@ static kvio_status_t rank_gather(rank_state_t *state)
     if (status != KVIO_OK || !state->coupled_run)
         return status;
     if (state->parts.client)
-        status = kvio_serve_client_pack(state->coupled.client, &state->serve_blob,
+        status = kvio_serve_client_pack(state->serve_part.client, &state->serve_blob,
                                         &state->serve_blob_length);
     else if (state->parts.serve)
-        status = kvio_serve_rank_pack(state->coupled.rank, &state->serve_blob,
+        status = kvio_serve_rank_pack(state->serve_part.rank, &state->serve_blob,
                                       &state->serve_blob_length);
     else
         status = (state->serve_blob = malloc(1)) != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
@@ -767,7 +767,7 @@ static void rank_state_free(rank_state_t *state)
     if (state->serve_blobs != NULL)
         kvio_rte_blobs_free(state->serve_blobs, state->serve_lengths, state->size);
     free(state->serve_blob);
-    run_coupled_destroy(&state->coupled);
+    run_rank_serve_destroy(&state->serve_part);
     collected_free(&state->all);
     kvio_serve_output_free(&state->serving);
     free(state->blob);
