@@ -1,6 +1,6 @@
-/* The coupled run's serving side: whether a run couples serving to model
- * updates, each serve rank's engine (or the client) with its own copy of
- * the stream, and on rank 0 the serve ranks' reports merged into the
+/* The serving side of emulate's run with model updates: each serve rank's
+ * engine (or the client) with its own copy of the stream, or an engine-less
+ * rank of emulated iterations, and on rank 0 the serve ranks' reports merged into the
  * serving metrics with the cumulative inference loss. */
 #include "run/run_int.h"
 
@@ -10,75 +10,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-void run_serve_plan(const kvio_workload_t *workload, const kvio_model_t *model,
-                    const kvio_gpu_t *gpu, kvio_stream_t *stream, bool updates,
-                    kvio_serve_run_t *run_p)
+kvio_status_t run_rank_serve_create(const run_context_t *context, kvio_rte_t *rte,
+                                    const run_rank_parts_t *parts, run_rank_serve_t *part,
+                                    char *error_p, size_t error_len)
 {
-    *run_p = (kvio_serve_run_t){
-        .serve = &workload->serve,
-        .model = model,
-        .gpu = gpu,
-        .cost = &workload->cost,
-        .num_ranks = (uint32_t)workload->ranks.serve,
-        .num_prefill = (uint32_t)workload->ranks.prefill,
-        .pd = workload->ranks.prefill > 0 ? &workload->pd : NULL,
-        .seed = (uint64_t)workload->seed,
-        .slo = {.ttft_ns = workload->slo.ttft_ns, .tpot_ns = workload->slo.tpot_ns},
-        .warmup_ns = workload->warmup_ns,
-        .warmup_requests = workload->warmup_requests,
-        .stream = stream,
-        .duration_ns = kvio_workload_stream_duration(workload),
-        .rank_timeout_ns = workload->ranks.timeout_ns,
-        .device = &workload->device,
-        .data = &workload->data,
-        .update = updates ? &workload->update : NULL,
-        .loss = &workload->train.checkpoint.loss,
-        .stall_for_updates = updates && workload->update.apply == KVIO_APPLY_STALL,
-        .keep_itls = true,
-    };
-}
-
-kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
-                                 int serve_index, int num_serve,
-                                 volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
-                                 coupled_serve_t *coupled, char *error_p, size_t error_len)
-{
-    memset(coupled, 0, sizeof(*coupled));
-    coupled->model = workload->model;
-    coupled->gpu = workload->gpu;
-    kvio_status_t status = kvio_model_resolve(&coupled->model, error_p, error_len);
+    const kvio_workload_t *workload = context->workload;
+    memset(part, 0, sizeof(*part));
+    run_serve_given_t given = {.context = context, .rte = rte};
+    if (parts->serve && !parts->engine) {
+        run_plan_serve(workload, RUN_SERVE_EMULATED, &given, &part->run);
+        return kvio_serve_rank_create(&part->run, (uint32_t)parts->serve_index,
+                                      (uint32_t)workload->ranks.serve, &part->rank, error_p,
+                                      error_len);
+    }
+    part->model = workload->model;
+    part->gpu = workload->gpu;
+    kvio_status_t status = kvio_model_resolve(&part->model, error_p, error_len);
     if (status == KVIO_OK)
-        status = kvio_gpu_resolve(&coupled->gpu, error_p, error_len);
+        status = kvio_gpu_resolve(&part->gpu, error_p, error_len);
     if (status == KVIO_OK)
         status = kvio_stream_create(&workload->stream, (uint64_t)workload->seed,
-                                    kvio_workload_stream_duration(workload), &coupled->stream,
+                                    kvio_workload_stream_duration(workload), &part->stream,
                                     error_p, error_len);
     if (status != KVIO_OK)
         return status;
-    run_serve_plan(workload, &coupled->model, &coupled->gpu, coupled->stream, true,
-                   &coupled->run);
-    kvio_serve_run_t *run = &coupled->run;
-    run->num_ranks = (uint32_t)num_serve;
-    run->rte = rte;
-    /* With a client rank (the last), serve_index < 0 is the client; a
-     * front end (kvio serve) routes itself, with no client rank. */
-    run->client_rank = workload->ranks.client > 0 && frontend == NULL ? 1 + num_serve : 0;
-    run->first_serve_rank = 1;
-    run->stop = stop;
-    run->frontend = frontend;
-    if (serve_index < 0)
-        return kvio_serve_client_create(&coupled->run, &coupled->client, error_p, error_len);
-    return kvio_serve_rank_create(&coupled->run, (uint32_t)serve_index, (uint32_t)num_serve,
-                                  &coupled->rank, error_p, error_len);
+    given.model = &part->model;
+    given.gpu = &part->gpu;
+    given.stream = part->stream;
+    run_plan_serve(workload, RUN_SERVE_RANK, &given, &part->run);
+    if (parts->client)
+        return kvio_serve_client_create(&part->run, &part->client, error_p, error_len);
+    return kvio_serve_rank_create(&part->run, (uint32_t)parts->serve_index,
+                                  (uint32_t)workload->ranks.serve, &part->rank, error_p,
+                                  error_len);
 }
 
-void run_coupled_destroy(coupled_serve_t *coupled)
+void run_rank_serve_destroy(run_rank_serve_t *part)
 {
-    kvio_serve_rank_destroy(coupled->rank);
-    kvio_serve_client_destroy(coupled->client);
-    kvio_stream_destroy(coupled->stream);
-    memset(coupled, 0, sizeof(*coupled));
+    kvio_serve_rank_destroy(part->rank);
+    kvio_serve_client_destroy(part->client);
+    kvio_stream_destroy(part->stream);
+    memset(part, 0, sizeof(*part));
 }
 
 /* Rank 0: the serving metrics of the coupled run, and the cumulative

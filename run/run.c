@@ -44,12 +44,15 @@ static json_t *parts_json(const run_part_t *parts, size_t count)
  * (train ranks first, then serve ranks). */
 static void simulate_start(const kvio_workload_t *workload, uint64_t start_ns, json_t *start)
 {
-    json_t *ranks = json_array();
-    int num_train = kvio_updates_wanted(workload) ? (int)workload->ranks.train : 0;
-    for (int rank = 0; rank < num_train + (int)workload->ranks.serve; rank++)
-        json_array_append_new(ranks, kvio_start_rank_json(rank, rank < num_train ? "train"
-                                                                                  : "serve", 0));
-    kvio_start_json_set(start, (int64_t)start_ns, ranks);
+    int size = run_first_serve_rank(workload) + (int)workload->ranks.serve;
+    kvio_serve_setup_entry_t *ranks = calloc((size_t)size + 1, sizeof(*ranks));
+    if (ranks == NULL)
+        return; /* out of memory: summary.json says no start */
+    for (int rank = 0; rank < size; rank++)
+        ranks[rank] = (kvio_serve_setup_entry_t){
+            .rank = rank, .role = run_rank_parts(workload, false, rank).role};
+    kvio_serve_setup_record(NULL, start, (int64_t)start_ns, ranks, (size_t)size);
+    free(ranks);
 }
 
 /* The latency and throughput keys `vllm bench serve` writes, from kvio's
@@ -470,8 +473,8 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
     }
     if (workload->rl.mode != KVIO_RL_OFF && emulate &&
         kvio_rl_check_emulate(&workload->rl, workload->ranks.client,
-                              workload->device.memory != KVIO_MEMORY_HOST,
-                              &workload->train.transport, error_p, error_len) != KVIO_OK)
+                              workload->device.memory != KVIO_MEMORY_HOST, error_p,
+                              error_len) != KVIO_OK)
         return KVIO_ERR_CONFIG;
     bool synthetic = workload->stream.trace.path == NULL || workload->stream.trace.path[0] == 0;
     if (workload->rl.mode != KVIO_RL_OFF && synthetic && workload->stream.requests > 0 &&
@@ -628,7 +631,7 @@ typedef struct run_state {
 
 static bool stopped(const run_state_t *state)
 {
-    return state->options->stop != NULL && *state->options->stop;
+    return run_stop_asked(state->options->stop);
 }
 
 /* Whether the event trace goes straight into the results directory
@@ -663,13 +666,17 @@ static kvio_status_t run_prepare(run_state_t *state)
                                        workload->device.index, "device.memory: cuda", error_p,
                                        error_len);
     if (status == KVIO_OK && serves && state->emulate) {
-        kvio_serve_run_t check = {.serve = &workload->serve, .model = &state->model,
-                                  .gpu = &state->gpu, .cost = &workload->cost,
-                                  .device = &workload->device,
-                                  .num_ranks = (uint32_t)workload->ranks.serve};
+        kvio_serve_run_t check;
+        run_serve_given_t given = {.model = &state->model, .gpu = &state->gpu};
+        run_plan_serve(workload, RUN_SERVE_CHECK, &given, &check);
         bool rl = workload->rl.mode != KVIO_RL_OFF;
-        status = kvio_serve_emulate_preflight(&check, state->coupled || rl ? &pool_bytes : NULL,
-                                              error_p, error_len);
+        if (rl)
+            status = kvio_rl_link_preflight(&workload->rl, &check, &workload->train.transport,
+                                            error_p, error_len);
+        if (status == KVIO_OK)
+            status = kvio_serve_emulate_preflight(&check,
+                                                  state->coupled || rl ? &pool_bytes : NULL,
+                                                  error_p, error_len);
         if (status == KVIO_OK && rl)
             status = kvio_rl_emulate_preflight(&workload->rl, &check, pool_bytes, error_p,
                                                error_len);
@@ -684,9 +691,7 @@ static kvio_status_t run_prepare(run_state_t *state)
     if (status == KVIO_OK && ((state->updates && state->emulate) || rl_ranks > 1)) {
         kvio_rte_params_t params = {
             .kind = workload->ranks.runtime,
-            .num_ranks = rl_ranks > 1 ? rl_ranks
-                                      : (int)(workload->ranks.train + workload->ranks.serve +
-                                              (state->coupled ? workload->ranks.client : 0)),
+            .num_ranks = rl_ranks > 1 ? rl_ranks : run_world_size(workload),
             .timeout_ns = workload->ranks.timeout_ns};
         status = kvio_rte_world_create(&params, &state->world, error_p, error_len);
         if (status == KVIO_OK) {
@@ -745,21 +750,19 @@ static bool twin_wanted(const run_state_t *state)
            (control == KVIO_CONTROL_AUTO || control == KVIO_CONTROL_TWIN);
 }
 
-/* This process's serve run on stream: the plan of serving from the
- * workload (run_serve_plan, with or without updates) and what this run
- * alone decides (its stop, the serve ranks' numbers beside the trainers,
- * the front end). Where its results go and its schedule of updates are the
- * caller's. */
-static void plan_serving(const run_state_t *state, kvio_stream_t *stream, bool updates,
-                         kvio_serve_run_t *run_p)
+/* Where this process's serve runs and updates put what they measure, and
+ * when they stop: one context for both (rank 0's result, start and
+ * results; NULL on the others). */
+static run_context_t run_context_of(run_state_t *state)
 {
-    const kvio_workload_t *workload = state->workload;
-    run_serve_plan(workload, &state->model, &state->gpu, stream, updates, run_p);
-    run_p->num_requests = state->num_requests;
-    run_p->stop = state->options->stop;
-    /* Serve ranks follow the train ranks in every file, as in updates.csv. */
-    run_p->first_serve_rank = state->updates ? (int)workload->ranks.train : 0;
-    run_p->frontend = state->options->frontend;
+    return (run_context_t){
+        .workload = state->workload, .results = state->results,
+        .result = state->root ? state->result : NULL, .events = state->events,
+        .stop = state->options->stop, .start = state->root ? state->start : NULL,
+        .serving = state->emulate ? NULL : &state->served, .served_out = state->served_out,
+        .frontend = state->options->frontend, .itls = &state->itls,
+        .samples = &state->samples, .incomplete = state->incomplete,
+        .incomplete_len = sizeof(state->incomplete)};
 }
 
 /* The twin is the plan without updates on a stream of its own, writing
@@ -773,10 +776,12 @@ static kvio_status_t serve_twin_now(run_state_t *state)
                                               state->error_p, state->error_len);
     if (status != KVIO_OK)
         return status;
+    run_context_t context = run_context_of(state);
+    run_serve_given_t given = {.context = &context, .model = &state->model, .gpu = &state->gpu,
+                               .stream = stream, .num_requests = state->num_requests,
+                               .output = &state->control};
     kvio_serve_run_t twin;
-    plan_serving(state, stream, false, &twin);
-    twin.keep_itls = false;
-    twin.output = &state->control;
+    run_plan_serve(workload, RUN_SERVE_TWIN, &given, &twin);
     kvio_result_t *metrics = kvio_result_create();
     bool complete = true;
     /* On a stream of its own: the same seed gives the same requests. */
@@ -834,17 +839,6 @@ static kvio_status_t run_serving(run_state_t *state)
     bool control = serving && twin_wanted(state);
     bool rate_read = serving && scheduled &&
                      workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE;
-    kvio_serve_run_t serve_run;
-    if (serving) {
-        plan_serving(state, state->stream, state->updates, &serve_run);
-        /* Where the run's results go. */
-        serve_run.results = state->results;
-        serve_run.events = state->events;
-        serve_run.start = state->start;
-        serve_run.itls = &state->itls;
-        serve_run.samples = &state->samples;
-        serve_run.output = scheduled ? &state->served : NULL;
-    }
     kvio_status_t status = KVIO_OK;
     if (control || rate_read)
         status = serve_twin(state);
@@ -853,16 +847,15 @@ static kvio_status_t run_serving(run_state_t *state)
                                        &state->schedule, state->error_p, state->error_len);
     if (status != KVIO_OK || !serving)
         return status;
-    /* Simulate's updates: the schedule's records, into which the engines
-     * write when they took each and what it cost, and its stall per rank,
-     * to which their drains and lent pools add. */
-    serve_run.updates = state->schedule.updates;
-    serve_run.num_updates = state->schedule.num_updates;
-    serve_run.version_steps = state->schedule.version_steps;
-    serve_run.num_version_steps = state->schedule.num_version_steps;
-    serve_run.drain_stall_ns = state->schedule.inference_stall_ns;
-    if (control)
-        serve_run.control = &state->control;
+    run_context_t context = run_context_of(state);
+    run_serve_given_t given = {
+        .context = &context, .model = &state->model, .gpu = &state->gpu,
+        .stream = state->stream, .num_requests = state->num_requests,
+        .schedule = scheduled ? &state->schedule : NULL,
+        .control = control ? &state->control : NULL,
+        .output = scheduled ? &state->served : NULL};
+    kvio_serve_run_t serve_run;
+    run_plan_serve(workload, RUN_SERVE_RUN, &given, &serve_run);
     if (workload->rl.mode != KVIO_RL_OFF) {
         status = state->emulate
                      ? kvio_rl_emulate(&workload->rl, &serve_run, state->world,
@@ -888,31 +881,15 @@ static kvio_status_t run_serving(run_state_t *state)
  * it when any one rank was stopped (a signal to it alone under mpirun). */
 static kvio_status_t run_updates(run_state_t *state)
 {
-    const kvio_workload_t *workload = state->workload;
     state->updates_note = "no train and serve ranks in this workload";
     if (!state->updates)
         return KVIO_OK;
-    kvio_status_t status = kvio_updates_run(
-        workload, state->world, state->emulate ? NULL : &state->schedule,
-        state->emulate ? NULL : &state->served, state->served_out, &state->itls,
-        &state->samples, state->options->stop, state->options->frontend, state->results,
-        state->root ? state->result : NULL, state->root ? state->start : NULL, state->events,
-        state->error_p, state->error_len);
-    if (state->emulate && stopped(state))
+    run_context_t context = run_context_of(state);
+    kvio_status_t status = kvio_updates_run(&context, state->world,
+                                            state->emulate ? NULL : &state->schedule,
+                                            state->error_p, state->error_len);
+    if ((state->emulate && stopped(state)) || state->incomplete[0] != '\0')
         state->complete = false;
-    const json_t *ranks = kvio_result_detail(state->result, "model_updates.interrupted_ranks");
-    if (status == KVIO_OK && state->root && !stopped(state) && json_array_size(ranks) > 0) {
-        state->complete = false;
-        size_t at = (size_t)snprintf(state->incomplete, sizeof(state->incomplete),
-                                     "interrupted: rank");
-        for (size_t i = 0; i < json_array_size(ranks) && at < sizeof(state->incomplete); i++)
-            at += (size_t)snprintf(state->incomplete + at, sizeof(state->incomplete) - at,
-                                   " %lld", (long long)json_integer_value(json_array_get(ranks, i)));
-        if (at < sizeof(state->incomplete))
-            snprintf(state->incomplete + at, sizeof(state->incomplete) - at,
-                     " stopped early (SIGINT or SIGTERM); what it measured until then is in the "
-                     "results");
-    }
     state->updates_note = state->emulate
                               ? "trainer published, serve ranks received (updates.csv)"
                               : "simulated: latency + bytes / bandwidth (updates.csv)";

@@ -105,29 +105,6 @@ kvio_status_t kvio_updates_schedule(const kvio_workload_t *workload,
                                     size_t error_len);
 void kvio_updates_schedule_free(kvio_updates_schedule_t *schedule);
 
-/* Runs the train and serve ranks (emulate: on world; simulate: world NULL,
- * on a virtual clock), and on the process of rank 0 writes updates.csv into
- * results, the model-update metrics into metrics (an object, borrowed), the
- * run's start (t0, every rank's role and set-up time; see
- * kvio_start_json_set) into start (an object, borrowed, may be NULL) and one
- * trace event per update stage into events (may be NULL). results, metrics
- * and start are NULL on other processes. Simulate mode writes schedule
- * (the one the serve ranks served on, with the activations they took) or,
- * when it is NULL, kvio_updates_schedule's. Emulate's coupled run moves
- * what serving measured into served_out (may be NULL) on rank 0. stop (may be NULL; emulate only) ends
- * the trainer and the serve ranks early, keeping what was measured.
- * frontend (may be NULL; the coupled run on the local runtime): the serve
- * ranks take their requests from it (kvio serve), not from the stream. */
-kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
-                               const kvio_updates_schedule_t *schedule,
-                               const kvio_serve_output_t *serving,
-                               kvio_serve_output_t *served_out, kvio_serve_itls_t *itls,
-                               kvio_serve_samples_t *samples, volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
-                               struct kvio_results *results, kvio_result_t *result,
-                               json_t *start,
-                               kvio_event_trace_t *events, char *error_p, size_t error_len);
-
-
 /* The training rank: the first; serve ranks follow, then the client. */
 #define TRAIN_RANK 0
 
@@ -198,36 +175,123 @@ typedef struct run_context {
                                            tokens (rank 0; NULL: not wanted) */
     kvio_serve_samples_t *samples;      /* emulate, coupled: receives the measured
                                            requests (rank 0; NULL: not wanted) */
+    /* Rank 0: why the run that ended is not complete ("": it is), e.g. the
+     * ranks stopped early by a signal to them alone (NULL: not wanted). */
+    char *incomplete;
+    size_t incomplete_len;
 } run_context_t;
 
-/* The plan of serving: what every serve run takes from the workload (the
- * sections, the stream, the SLO, warm-up, seed, P/D, what updates do),
- * filled in this one place for simulate's run and twin and for emulate's
- * serve ranks and client (run/coupled.c); each then adds its mode's own
- * parts (the schedule of updates, the runtime handle, the front end). */
-void run_serve_plan(const kvio_workload_t *workload, const kvio_model_t *model,
-                    const kvio_gpu_t *gpu, kvio_stream_t *stream, bool updates,
-                    kvio_serve_run_t *run_p);
+/* Whether the run was asked to stop (SIGINT, SIGTERM; stop may be NULL):
+ * every orchestrator's one test of it. */
+static inline bool run_stop_asked(const volatile sig_atomic_t *stop)
+{
+    return stop != NULL && *stop;
+}
 
-/* A serve rank's engine in the coupled run: the model, GPU and its own copy
- * of the stream (each rank takes its share). */
-typedef struct coupled_serve {
+/* Runs the train and serve ranks (emulate: on world; simulate: world NULL,
+ * on a virtual clock), and on the process of rank 0 writes updates.csv into
+ * context->results, the model-update metrics into context->result, the
+ * run's start (t0, every rank's role and set-up time; see
+ * kvio_start_json_set) into context->start (may be NULL) and one trace
+ * event per update stage into context->events (may be NULL); those are NULL
+ * on other processes. Simulate mode writes schedule (the one the serve
+ * ranks served on, with the activations they took, with context->serving
+ * what they measured) or, when it is NULL, kvio_updates_schedule's.
+ * Emulate's coupled run moves what serving measured into
+ * context->served_out (may be NULL) on rank 0. context->stop (may be NULL;
+ * emulate only) ends the trainer and the serve ranks early, keeping what was
+ * measured; context->frontend (may be NULL; the coupled run on the local
+ * runtime): the serve ranks take their requests from it (kvio serve). */
+kvio_status_t kvio_updates_run(const run_context_t *context, kvio_rte_world_t *world,
+                               const kvio_updates_schedule_t *schedule, char *error_p,
+                               size_t error_len);
+
+
+/* ---------- the plan (run/plan.c) ---------- */
+
+/* The world rank of serve rank 0 (the train ranks come first), and the
+ * ranks of a run with model updates in emulate (train, serve, client). */
+int run_first_serve_rank(const kvio_workload_t *workload);
+int run_world_size(const kvio_workload_t *workload);
+/* The world rank of the client, which generates the stream and routes its
+ * requests over the serve ranks (0: none): the coupled run's with
+ * ranks.client, emulate's without trainers with several serve ranks (not
+ * P/D's, nor with a front end, which routes itself). */
+int run_client_rank(const kvio_workload_t *workload, bool frontend);
+
+/* The parts one world rank runs: the one place that says what each rank of
+ * a run is, asked by both modes (simulate's start, emulate's ranks). */
+typedef struct run_rank_parts {
+    bool train;       /* a training rank (the first) */
+    bool serve;       /* a serve rank: an engine, or emulated iterations */
+    bool client;      /* the client rank (the last): routes the stream */
+    bool engine;      /* serve: runs the engine (not update.serving: emulated) */
+    bool frontend;    /* serve: takes its requests from a front end (kvio serve) */
+    bool prefill;     /* serve, P/D: computes prompts, hands their KV on */
+    bool decode;      /* serve, P/D: takes the KV, generates the output */
+    int serve_index;  /* serve: 0 on; else -1 */
+    const char *role; /* "train", "serve" or "client" (start, set-up) */
+} run_rank_parts_t;
+
+run_rank_parts_t run_rank_parts(const kvio_workload_t *workload, bool frontend, int world_rank);
+
+/* Which serve run the caller wants. */
+typedef enum run_serve_part {
+    RUN_SERVE_RUN,      /* this process's serve ranks (simulate; emulate without trainers) */
+    RUN_SERVE_TWIN,     /* simulate's no-update twin of the run, writing only output */
+    RUN_SERVE_RANK,     /* a serve rank or the client of emulate's coupled run */
+    RUN_SERVE_EMULATED, /* an engine-less serve rank (update.serving: emulated) */
+    RUN_SERVE_CHECK,    /* the serve ranks' memory, checked before the run */
+} run_serve_part_t;
+
+/* What the caller decides of one serve run; the rest is the workload's. */
+typedef struct run_serve_given {
+    const run_context_t *context; /* stop, front end, where results go (may be NULL) */
+    const kvio_model_t *model;    /* resolved (NULL: RUN_SERVE_EMULATED) */
+    const kvio_gpu_t *gpu;
+    kvio_stream_t *stream;        /* the stream served (NULL: none) */
+    uint64_t num_requests;        /* the stream's, when counted (0: unknown) */
+    kvio_rte_t *rte;              /* a rank of the coupled run (NULL elsewhere) */
+    int64_t t0_ns;                /* the run's start, when known */
+    /* RUN_SERVE_RUN in simulate with updates: the schedule served on, and
+     * the twin's requests (NULL: no control); RUN_SERVE_RUN or TWIN: what
+     * serving measured goes to output (may be NULL). */
+    const kvio_updates_schedule_t *schedule;
+    const kvio_serve_output_t *control;
+    kvio_serve_output_t *output;
+} run_serve_given_t;
+
+/* Every kvio_serve_run_t of the product is made here: the plan of serving
+ * from the workload (the sections, the stream, the SLO, warm-up, seed, P/D,
+ * what updates do, the serve ranks' numbering beside the trainers) with
+ * what given says, for part. Pointers in *run_p borrow from workload and
+ * given. */
+void run_plan_serve(const kvio_workload_t *workload, run_serve_part_t part,
+                    const run_serve_given_t *given, kvio_serve_run_t *run_p);
+
+/* What a rank of emulate's run with updates serves: the coupled run's
+ * engine with the model, GPU and its own copy of the stream (each rank
+ * takes its share), or the client; an engine-less rank's emulated
+ * iterations. */
+typedef struct run_rank_serve {
     kvio_model_t model;
     kvio_gpu_t gpu;
     kvio_stream_t *stream;
     kvio_serve_run_t run;
     kvio_serve_rank_t *rank;
     kvio_serve_client_t *client;
-} coupled_serve_t;
+} run_rank_serve_t;
 
 /* ---------- the parts of a run with model updates ---------- */
 
-/* The coupled run's serve rank or client (run/coupled.c). */
-kvio_status_t run_coupled_create(const kvio_workload_t *workload, kvio_rte_t *rte,
-                                 int serve_index, int num_serve,
-                                 volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
-                                 coupled_serve_t *coupled, char *error_p, size_t error_len);
-void run_coupled_destroy(coupled_serve_t *coupled);
+/* A serve rank's part or the client's (parts) of emulate's run with
+ * updates (run/coupled.c): in the coupled run the engine with its own copy
+ * of the stream (or the client), else an engine-less rank of emulated
+ * iterations. The run's t0 goes into part->run.t0_ns at the start. */
+kvio_status_t run_rank_serve_create(const run_context_t *context, kvio_rte_t *rte,
+                                    const run_rank_parts_t *parts, run_rank_serve_t *part,
+                                    char *error_p, size_t error_len);
+void run_rank_serve_destroy(run_rank_serve_t *part);
 /* Rank 0: the serve ranks' reports merged into the serving metrics and the
  * cumulative inference loss; *output_p gets what serving measured. */
 kvio_status_t run_coupled_metrics(const run_context_t *context, const collected_t *all,

@@ -81,6 +81,7 @@ static kvio_status_t collect(void **blobs, size_t *lengths, int size, collected_
         if (blobs[rank] == NULL)
             continue;
         read_report(blobs[rank], lengths[rank], report, &records, &stamps);
+        report->hostname[sizeof(report->hostname) - 1] = '\0'; /* a peer's text */
         memcpy(all->stamps + all->num_stamps, stamps, report->num_stamps * sizeof(*all->stamps));
         all->num_stamps += report->num_stamps;
         if (report->is_trainer) {
@@ -127,7 +128,7 @@ static int64_t planned_length_ns(const kvio_workload_t *workload)
  * (the gather that follows reports it); false, without pausing, then. */
 static bool pause_unless_over(kvio_rte_t *rte, const run_context_t *context)
 {
-    if (context->stop != NULL && *context->stop)
+    if (run_stop_asked(context->stop))
         return false;
     for (int rank = 0; rank < kvio_rte_size(rte); rank++)
         if (rank != kvio_rte_index(rte) && kvio_rte_peer_failed(rte, rank))
@@ -299,71 +300,53 @@ static kvio_status_t run_names(kvio_rte_t *rte, kvio_xfer_config_t *transport, c
     return status;
 }
 
-/* The role of a world rank: train ranks first, then serve ranks, then the
- * client rank if any. */
-static const char *role_of(int rank, int num_serve)
+/* Rank 0: the run's start (t0 on the wall clock) and each rank's role (the
+ * plan's), set-up time (before t0, not part of any measurement) and host
+ * (under mpirun, not all rank 0's) into context->start (may be NULL) and
+ * the result's setup figures. */
+static kvio_status_t start_json(const run_context_t *context, const collected_t *all,
+                                const kvio_rte_start_t *start)
 {
-    return rank == TRAIN_RANK ? "train" : rank <= num_serve ? "serve" : "client";
-}
-
-/* Rank 0: the run's start (t0 on the wall clock) and each rank's role and
- * set-up time (before t0, not part of any measurement) into context->start
- * (may be NULL) and the result's setup figures. */
-static void start_json(const run_context_t *context, const collected_t *all,
-                       const kvio_rte_start_t *start, int num_serve)
-{
-    for (int i = 0; i < all->num_reports; i++)
-        kvio_serve_setup_rank(context->result, all->reports[i].rank,
-                              role_of(all->reports[i].rank, num_serve),
-                              (double)all->reports[i].setup_ns / 1e9);
-    if (context->start == NULL)
-        return;
-    json_t *ranks = json_array();
+    kvio_serve_setup_entry_t *ranks = calloc((size_t)all->num_reports + 1, sizeof(*ranks));
+    if (ranks == NULL)
+        return KVIO_ERR_NOMEM;
     for (int i = 0; i < all->num_reports; i++) {
         const rank_report_t *report = &all->reports[i];
-        json_t *rank = kvio_start_rank_json(report->rank, role_of(report->rank, num_serve),
-                                            (double)report->setup_ns / 1e9);
-        /* Each rank's host: under mpirun, not all rank 0's. */
-        char host[sizeof(report->hostname)];
-        snprintf(host, sizeof(host), "%s", report->hostname);
-        json_object_set_new(rank, "host", json_string(host));
-        json_array_append_new(ranks, rank);
+        ranks[i] = (kvio_serve_setup_entry_t){
+            .rank = report->rank,
+            .role = run_rank_parts(context->workload, context->frontend != NULL, report->rank)
+                        .role,
+            .setup_s = (double)report->setup_ns / 1e9, .host = report->hostname};
     }
-    kvio_start_json_set(context->start, start->t0_wall_ns, ranks);
+    kvio_serve_setup_record(context->result, context->start, start->t0_wall_ns, ranks,
+                            (size_t)all->num_reports);
+    free(ranks);
+    return KVIO_OK;
 }
 
 /* How often a serve rank tells the trainer how many requests it served. */
 #define SERVED_REPORT_NS 500000000ll
 
-/* A serve rank's part: its serve loop with the transport's receiver as its
- * update source; without serving (update.serving: emulated) an engine-less
- * rank runs emulated iterations. */
+/* A serve rank's part: its serve loop (the engine, or without serving,
+ * update.serving: emulated, emulated iterations) with the transport's
+ * receiver as its update source. */
 static kvio_status_t serve_rank(kvio_rte_t *rte, const run_context_t *context,
-                                coupled_serve_t *coupled, kvio_xfer_t *xfer, int64_t t0_ns,
+                                run_rank_serve_t *part, kvio_xfer_t *xfer,
                                 int64_t run_end_ns, kvio_update_result_t *result_p,
                                 char *error_p, size_t error_len)
 {
     const kvio_workload_t *workload = context->workload;
-    kvio_status_t status = KVIO_OK;
-    if (coupled->rank == NULL) {
-        coupled->run = (kvio_serve_run_t){.update = &workload->update, .rte = rte,
-                                          .first_serve_rank = 1, .t0_ns = t0_ns,
-                                          .stop = context->stop};
-        status = kvio_serve_rank_create(&coupled->run, (uint32_t)(kvio_rte_index(rte) - 1),
-                                        (uint32_t)workload->ranks.serve, &coupled->rank,
-                                        error_p, error_len);
-    }
     kvio_update_receiver_t *receiver = NULL;
-    if (status == KVIO_OK)
-        status = kvio_update_receiver_create(&workload->update, rte, xfer, TRAIN_RANK,
-                                             run_end_ns, &receiver, error_p, error_len);
+    kvio_status_t status = kvio_update_receiver_create(&workload->update, rte, xfer, TRAIN_RANK,
+                                                       run_end_ns, &receiver, error_p,
+                                                       error_len);
     /* The adaptive checkpoint policy weighs an update by the rate served
      * (emulated iterations serve no requests: the policy keeps its prior). */
     if (status == KVIO_OK && workload->train.checkpoint.policy == KVIO_CHECKPOINT_ADAPTIVE &&
         workload->update.serving == KVIO_SERVING_ENGINE)
         kvio_update_receiver_report_served(receiver, SERVED_REPORT_NS);
     if (status == KVIO_OK)
-        status = kvio_serve_rank_serve(coupled->rank, receiver, run_end_ns, result_p, error_p,
+        status = kvio_serve_rank_serve(part->rank, receiver, run_end_ns, result_p, error_p,
                                        error_len);
     kvio_update_receiver_destroy(receiver);
     return status;
@@ -375,7 +358,7 @@ typedef struct rank_state {
     const run_context_t *context;
     const kvio_workload_t *workload;
     int self, size, num_serve;
-    bool is_client;                  /* a client rank, if any, is the last */
+    run_rank_parts_t parts;          /* what this rank runs (run_rank_parts) */
     bool coupled_run;
     char error[KVIO_ERROR_MAX];
     int *receivers;                  /* the serve ranks' world ranks */
@@ -383,7 +366,7 @@ typedef struct rank_state {
     uint64_t *bucket_bytes;
     kvio_sync_plan_t sync;           /* weight_sync: the buckets */
     char run_dir[4200], run_prefix[512];
-    coupled_serve_t coupled;
+    run_rank_serve_t serve_part;     /* a serve rank's engine or iterations, or the client */
     kvio_xfer_t *xfer;
     kvio_trainer_t *trainer;         /* the train rank's, set up before t0 */
     kvio_rte_start_t start;
@@ -474,14 +457,11 @@ static kvio_status_t time_setup_memcpy(rank_state_t *state, double *gbps_p)
  * peer's failure in its next wait). */
 static kvio_status_t setup_stopped(rank_state_t *state)
 {
-    if (state->context->stop == NULL || !*state->context->stop)
+    if (!run_stop_asked(state->context->stop))
         return KVIO_OK;
-    if (state->self == 0)
-        kvio_serve_setup_interrupted(state->context->result);
-    snprintf(state->error, sizeof(state->error),
-             "stopped during set-up (SIGINT or SIGTERM), before t0: nothing was served or "
-             "measured");
-    return KVIO_ERR_INTERRUPTED;
+    /* Rank 0's result (the ranks may be threads sharing the context). */
+    return kvio_serve_setup_interrupted(state->self == 0 ? state->context->result : NULL, "",
+                                        state->error, sizeof(state->error));
 }
 
 /* Set-up first: every rank connects its transport, then a serve rank builds
@@ -496,13 +476,12 @@ static kvio_status_t rank_setup(rank_state_t *state)
     if (state->self == 0)
         kvio_serve_setup_note("%d ranks (%lld train, %d serve%s) set up", state->size,
                               (long long)workload->ranks.train, state->num_serve,
-                              state->is_client || workload->ranks.client > 0 ? ", a client"
-                                                                             : "");
+                              workload->ranks.client > 0 ? ", a client" : "");
     state->receivers = calloc((size_t)state->num_serve + 1, sizeof(int));
     if (state->receivers == NULL)
         return KVIO_ERR_NOMEM;
     for (int i = 0; i < state->num_serve; i++)
-        state->receivers[i] = 1 + i;
+        state->receivers[i] = run_first_serve_rank(workload) + i;
     kvio_status_t status = rank_transport(state);
     /* The transport first (its slots and send buffer faulted in), then at
      * once the serve ranks' pools and engines and the trainer's fill of its
@@ -510,15 +489,15 @@ static kvio_status_t rank_setup(rank_state_t *state)
     int64_t connect_ns = kvio_rte_time_ns(rte);
     if (status == KVIO_OK)
         status = kvio_xfer_create(&state->transport, rte,
-                                  state->self == TRAIN_RANK ? KVIO_XFER_SENDER
-                                  : state->is_client        ? KVIO_XFER_BYSTANDER
-                                                            : KVIO_XFER_RECEIVER,
+                                  state->parts.train    ? KVIO_XFER_SENDER
+                                  : state->parts.client ? KVIO_XFER_BYSTANDER
+                                                        : KVIO_XFER_RECEIVER,
                                   TRAIN_RANK, state->receivers, state->num_serve,
                                   kvio_train_weights_bytes(&workload->train), &state->xfer,
                                   state->error, sizeof(state->error));
-    if (status == KVIO_OK && state->self <= state->num_serve)
+    if (status == KVIO_OK && !state->parts.client)
         kvio_serve_setup_note("%s rank %d: transport %s connected in %.1f s",
-                              state->self == TRAIN_RANK ? "train" : "serve", state->self,
+                              state->parts.role, state->self,
                               kvio_choice_name(&state->transport.kind),
                               (double)(kvio_rte_time_ns(rte) - connect_ns) / 1e9);
     if (status == KVIO_OK)
@@ -526,7 +505,7 @@ static kvio_status_t rank_setup(rank_state_t *state)
     /* The trainer's weights are filled before t0: its first version is as
      * on time as the rest. */
     int64_t fill_ns = kvio_rte_time_ns(rte);
-    if (status == KVIO_OK && state->self == TRAIN_RANK) {
+    if (status == KVIO_OK && state->parts.train) {
         status = kvio_trainer_create(&workload->train, (uint64_t)workload->seed, state->xfer,
                                      &state->trainer, state->error, sizeof(state->error));
         if (status == KVIO_OK)
@@ -538,11 +517,9 @@ static kvio_status_t rank_setup(rank_state_t *state)
     }
     if (status == KVIO_OK)
         status = setup_stopped(state);
-    if (status == KVIO_OK && state->coupled_run && state->self != TRAIN_RANK) {
-        status = run_coupled_create(workload, rte, state->is_client ? -1 : state->self - 1,
-                                    state->num_serve, state->context->stop,
-                                    state->context->frontend, &state->coupled, state->error,
-                                    sizeof(state->error));
+    if (status == KVIO_OK && !state->parts.train) {
+        status = run_rank_serve_create(state->context, rte, &state->parts,
+                                       &state->serve_part, state->error, sizeof(state->error));
     } else if (status == KVIO_OK && state->coupled_run && workload->ranks.prefill > 0) {
         /* The serve ranks' P/D link is set up collectively. */
         status = kvio_serve_pd_bystander(rte, state->error, sizeof(state->error));
@@ -554,10 +531,10 @@ static kvio_status_t rank_setup(rank_state_t *state)
         status = time_setup_memcpy(state, &memcpy_gbps);
     if (status != KVIO_OK)
         return status;
-    state->report = (rank_report_t){.is_trainer = state->self == TRAIN_RANK, .rank = state->self,
+    state->report = (rank_report_t){.is_trainer = state->parts.train, .rank = state->self,
                                     .setup_ns = kvio_rte_time_ns(rte) - entered_ns,
                                     .setup_memcpy_gbps = memcpy_gbps,
-                                    .transfer_in_memory = state->self == TRAIN_RANK &&
+                                    .transfer_in_memory = state->parts.train &&
                                                           kvio_xfer_in_memory(state->xfer)};
     gethostname(state->report.hostname, sizeof(state->report.hostname) - 1);
     status = kvio_rte_start(rte, &state->start);
@@ -568,7 +545,7 @@ static kvio_status_t rank_setup(rank_state_t *state)
     if (state->self == 0)
         kvio_serve_setup_note("every rank is set up (this one in %.1f s); the run starts now "
                               "(t0)", (double)state->report.setup_ns / 1e9);
-    state->coupled.run.t0_ns = state->start.t0_ns;
+    state->serve_part.run.t0_ns = state->start.t0_ns;
     kvio_rte_clock_offset(rte, &state->report.clock_offset_ns,
                           &state->report.clock_uncertainty_ns);
     snprintf(state->report.info, sizeof(state->report.info), "%s", kvio_xfer_info(state->xfer));
@@ -611,14 +588,14 @@ static kvio_status_t rank_train(rank_state_t *state)
 static kvio_status_t rank_serve(rank_state_t *state)
 {
     kvio_status_t status;
-    if (state->is_client) {
-        status = kvio_serve_client_run(state->coupled.client, state->context->stop,
+    if (state->parts.client) {
+        status = kvio_serve_client_run(state->serve_part.client, state->context->stop,
                                        state->error, sizeof(state->error));
         if (status == KVIO_OK)
             status = wait_training_done(state->rte, state->context);
     } else {
-        status = serve_rank(state->rte, state->context, &state->coupled, state->xfer,
-                            state->start.t0_ns, state->run_end_ns, &state->serve, state->error,
+        status = serve_rank(state->rte, state->context, &state->serve_part, state->xfer,
+                            state->run_end_ns, &state->serve, state->error,
                             sizeof(state->error));
     }
     if (status != KVIO_OK)
@@ -628,8 +605,8 @@ static kvio_status_t rank_serve(rank_state_t *state)
     report->trainer_lost_ns = serve->trainer_lost_ns;
     report->active_version = serve->active_version;
     snprintf(report->lost_reason, sizeof(report->lost_reason), "%s", serve->trainer_lost_reason);
-    const char *client_lost = state->coupled.rank != NULL
-                                  ? kvio_serve_rank_client_lost(state->coupled.rank)
+    const char *client_lost = state->serve_part.rank != NULL
+                                  ? kvio_serve_rank_client_lost(state->serve_part.rank)
                                   : NULL;
     if (client_lost != NULL)
         snprintf(report->client_lost, sizeof(report->client_lost),
@@ -653,7 +630,7 @@ static kvio_status_t rank_gather(rank_state_t *state)
     rank_report_t *report = &state->report;
     /* Stopped early (a signal to this rank alone, under mpirun): the run
      * as a whole is incomplete, whatever rank 0 saw. */
-    report->interrupted = state->context->stop != NULL && *state->context->stop;
+    report->interrupted = run_stop_asked(state->context->stop);
     const kvio_xfer_bucket_stamp_t *stamps = NULL;
     size_t num_stamps = 0;
     kvio_xfer_bucket_stamps(state->xfer, &stamps, &num_stamps);
@@ -671,11 +648,11 @@ static kvio_status_t rank_gather(rank_state_t *state)
                             state->blobs[client] == NULL;
     if (status != KVIO_OK || !state->coupled_run)
         return status;
-    if (state->is_client)
-        status = kvio_serve_client_pack(state->coupled.client, &state->serve_blob,
+    if (state->parts.client)
+        status = kvio_serve_client_pack(state->serve_part.client, &state->serve_blob,
                                         &state->serve_blob_length);
-    else if (state->self != TRAIN_RANK)
-        status = kvio_serve_rank_pack(state->coupled.rank, &state->serve_blob,
+    else if (state->parts.serve)
+        status = kvio_serve_rank_pack(state->serve_part.rank, &state->serve_blob,
                                       &state->serve_blob_length);
     else
         status = (state->serve_blob = malloc(1)) != NULL ? KVIO_OK : KVIO_ERR_NOMEM;
@@ -709,6 +686,33 @@ static void client_lost_error(rank_state_t *state)
     }
 }
 
+/* Rank 0: the ranks stopped early (a signal to one alone, under mpirun)
+ * into model_updates.interrupted_ranks and, when rank 0 itself was not
+ * stopped, the run's note of why it is incomplete. */
+static void interrupted_ranks(const run_context_t *context, const collected_t *all,
+                              json_t *updates)
+{
+    json_t *ranks = json_array();
+    size_t at = 0;
+    bool note = context->incomplete != NULL && !run_stop_asked(context->stop);
+    for (int i = 0; i < all->num_reports; i++) {
+        if (!all->reports[i].interrupted)
+            continue;
+        json_array_append_new(ranks, json_integer(all->reports[i].rank));
+        if (note && at < context->incomplete_len)
+            at += (size_t)snprintf(context->incomplete + at, context->incomplete_len - at,
+                                   "%s %d", at == 0 ? "interrupted: rank" : "",
+                                   all->reports[i].rank);
+    }
+    if (note && at > 0 && at < context->incomplete_len)
+        snprintf(context->incomplete + at, context->incomplete_len - at,
+                 " stopped early (SIGINT or SIGTERM); what it measured until then is in the "
+                 "results");
+    if (json_array_size(ranks) > 0)
+        json_object_set(updates, "interrupted_ranks", ranks);
+    json_decref(ranks);
+}
+
 /* Rank 0: serving first (what updates did to it goes into updates.csv),
  * then the updates' metrics, the start, weight_sync's results, a lost
  * trainer and the ranks stopped early. */
@@ -731,7 +735,7 @@ static kvio_status_t rank0_results(rank_state_t *state)
         memset(&state->serving, 0, sizeof(state->serving));
     }
     if (status == KVIO_OK)
-        start_json(context, all, &state->start, state->num_serve);
+        status = start_json(context, all, &state->start);
     if (status == KVIO_OK && state->sync.num_buckets > 0)
         status = run_sync_results(context, all, &state->sync, t0_ns, state->error,
                                   sizeof(state->error));
@@ -753,13 +757,7 @@ static kvio_status_t rank0_results(rank_state_t *state)
         json_decref(lost_json);
     }
     client_lost_error(state);
-    json_t *interrupted = json_array();
-    for (int i = 0; i < all->num_reports; i++)
-        if (all->reports[i].interrupted)
-            json_array_append_new(interrupted, json_integer(all->reports[i].rank));
-    if (json_array_size(interrupted) > 0)
-        json_object_set(updates, "interrupted_ranks", interrupted);
-    json_decref(interrupted);
+    interrupted_ranks(context, all, updates);
     return KVIO_OK;
 }
 
@@ -769,7 +767,7 @@ static void rank_state_free(rank_state_t *state)
     if (state->serve_blobs != NULL)
         kvio_rte_blobs_free(state->serve_blobs, state->serve_lengths, state->size);
     free(state->serve_blob);
-    run_coupled_destroy(&state->coupled);
+    run_rank_serve_destroy(&state->serve_part);
     collected_free(&state->all);
     kvio_serve_output_free(&state->serving);
     free(state->blob);
@@ -791,14 +789,14 @@ static kvio_status_t rank_main(kvio_rte_t *rte, void *arg)
     state->workload = context->workload;
     state->self = kvio_rte_index(rte);
     state->size = kvio_rte_size(rte);
-    state->num_serve = state->size - 1 - (int)state->workload->ranks.client;
-    state->is_client = state->self > state->num_serve;
+    state->num_serve = (int)state->workload->ranks.serve;
+    state->parts = run_rank_parts(state->workload, context->frontend != NULL, state->self);
     state->coupled_run = kvio_updates_coupled(state->workload);
     kvio_status_t status = rank_setup(state);
     if (status != KVIO_OK && setup_stopped(state) != KVIO_OK)
         status = KVIO_ERR_INTERRUPTED; /* whatever failed, a stop came first */
     if (status == KVIO_OK)
-        status = state->self == TRAIN_RANK ? rank_train(state) : rank_serve(state);
+        status = state->parts.train ? rank_train(state) : rank_serve(state);
     if (status == KVIO_OK)
         status = rank_gather(state);
     if (status == KVIO_OK && state->self == 0)
@@ -835,10 +833,7 @@ kvio_status_t run_updates_emulate(kvio_rte_world_t *world, run_context_t *contex
     /* Stopped during set-up: whichever rank's wait noticed first, that is
      * what happened. */
     if (status != KVIO_OK && context->result != NULL &&
-        kvio_result_get(context->result, KVIO_FIG_SETUP_INTERRUPTED) > 0) {
-        snprintf(error_p, error_len, "stopped during set-up (SIGINT or SIGTERM), before t0: "
-                 "nothing was served or measured");
-        status = KVIO_ERR_INTERRUPTED;
-    }
+        kvio_result_get(context->result, KVIO_FIG_SETUP_INTERRUPTED) > 0)
+        status = kvio_serve_setup_interrupted(NULL, "", error_p, error_len);
     return status;
 }

@@ -317,22 +317,29 @@ static kvio_status_t simulate(const run_context_t *context,
             return status;
     }
     const kvio_updates_schedule_t *schedule = served_on != NULL ? served_on : &own;
+    int size = run_first_serve_rank(workload) + num_serve;
     collected_t all = {.train = schedule->train, .num_train = schedule->num_train,
                        .updates = schedule->updates, .num_updates = schedule->num_updates,
-                       .num_reports = num_serve + 1};
-    all.reports = calloc((size_t)num_serve + 1, sizeof(*all.reports));
+                       .num_reports = size};
+    all.reports = calloc((size_t)size, sizeof(*all.reports));
     if (all.reports == NULL) {
         kvio_updates_schedule_free(&own);
         snprintf(error_p, error_len, "model updates: out of memory");
         return KVIO_ERR_NOMEM;
     }
+    /* Each rank's report as emulate's ranks send theirs, from the plan's
+     * parts of it. */
     int64_t end = schedule->end_ns;
-    all.reports[0] = (rank_report_t){.is_trainer = 1, .rank = 0, .t_end_ns = end};
-    for (int receiver = 0; receiver < num_serve; receiver++)
-        all.reports[1 + receiver] = (rank_report_t){
-            .rank = 1 + receiver, .t_start_ns = 0, .t_end_ns = end,
-            .inference_stall_ns = schedule->inference_stall_ns[receiver],
-            .iterations = iteration > 0 ? (uint64_t)(end / iteration) : 0};
+    for (int rank = 0; rank < size; rank++) {
+        run_rank_parts_t parts = run_rank_parts(workload, false, rank);
+        all.reports[rank] = (rank_report_t){.is_trainer = parts.train, .rank = rank,
+                                            .t_end_ns = end};
+        if (parts.serve) {
+            all.reports[rank].inference_stall_ns =
+                schedule->inference_stall_ns[parts.serve_index];
+            all.reports[rank].iterations = iteration > 0 ? (uint64_t)(end / iteration) : 0;
+        }
+    }
     snprintf(all.info, sizeof(all.info), "simulated: latency + bytes / bandwidth");
     status = run_updates_metrics(context, &all, 0, context->serving, error_p, error_len);
     if (status == KVIO_OK && context->result != NULL) {
@@ -354,21 +361,12 @@ static kvio_status_t simulate(const run_context_t *context,
     return status;
 }
 
-kvio_status_t kvio_updates_run(const kvio_workload_t *workload, kvio_rte_world_t *world,
-                               const kvio_updates_schedule_t *schedule,
-                               const kvio_serve_output_t *serving,
-                               kvio_serve_output_t *served_out, kvio_serve_itls_t *itls,
-                               kvio_serve_samples_t *samples, volatile sig_atomic_t *stop, struct kvio_frontend *frontend,
-                               struct kvio_results *results, kvio_result_t *result,
-                               json_t *start,
-                               kvio_event_trace_t *events, char *error_p, size_t error_len)
+kvio_status_t kvio_updates_run(const run_context_t *context, kvio_rte_world_t *world,
+                               const kvio_updates_schedule_t *schedule, char *error_p,
+                               size_t error_len)
 {
-    run_context_t context = {.workload = workload, .results = results, .result = result,
-                             .events = events, .stop = stop, .start = start,
-                             .serving = serving, .served_out = served_out,
-                             .frontend = frontend, .itls = itls, .samples = samples};
-    if (workload->mode != KVIO_MODE_EMULATE || world == NULL)
-        return simulate(&context, schedule, error_p, error_len);
-    return run_updates_emulate(world, &context, error_p, error_len);
+    if (context->workload->mode != KVIO_MODE_EMULATE || world == NULL)
+        return simulate(context, schedule, error_p, error_len);
+    run_context_t own = *context; /* each rank reads it; rank 0 writes its result */
+    return run_updates_emulate(world, &own, error_p, error_len);
 }
-

@@ -28,7 +28,7 @@ typedef struct plain_run {
     kvio_serve_run_t *runs;       /* per world rank: run with its rte */
     kvio_serve_rank_t **ranks;    /* per serve rank */
     kvio_serve_client_t *client;
-    double *setup_s;              /* per world rank */
+    kvio_serve_setup_entry_t *setup; /* per world rank: its role and set-up time */
     void **blobs;                 /* per world rank: its report */
     size_t *lengths;
     int64_t t0_wall_ns;
@@ -52,10 +52,8 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
     int self = kvio_rte_index(rte);
     bool client = plain->with_client && self == (int)plain->num_serve;
     kvio_serve_run_t *run = &plain->runs[self];
-    *run = *plain->run;
+    *run = *plain->run; /* the plan's, on this rank's runtime handle */
     run->rte = rte;
-    run->client_rank = plain->with_client ? (int)plain->num_serve : 0;
-    run->first_serve_rank = 0;
     run->start = NULL;
     char error[KVIO_ERROR_MAX] = "";
     int64_t entered = kvio_rte_time_ns(rte);
@@ -63,7 +61,9 @@ static kvio_status_t plain_body(kvio_rte_t *rte, void *arg)
         client ? kvio_serve_client_create(run, &plain->client, error, sizeof(error))
                : kvio_serve_rank_create(run, (uint32_t)self, plain->num_serve,
                                         &plain->ranks[self], error, sizeof(error));
-    plain->setup_s[self] = (double)(kvio_rte_time_ns(rte) - entered) / 1e9;
+    plain->setup[self] = (kvio_serve_setup_entry_t){
+        .rank = self, .role = client ? "client" : "serve",
+        .setup_s = (double)(kvio_rte_time_ns(rte) - entered) / 1e9};
     if (status == KVIO_OK && run->stop != NULL && *run->stop)
         status = KVIO_ERR_INTERRUPTED; /* during set-up: nothing to serve or measure */
     if (status != KVIO_OK) {
@@ -145,8 +145,14 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
     if (status != KVIO_OK)
         return status;
     plain_run_t plain = {.run = run, .num_serve = run->num_ranks > 0 ? run->num_ranks : 1};
-    /* P/D: the prefill ranks take shares of the stream, no client routes. */
-    plain.with_client = plain.num_serve > 1 && run->frontend == NULL && run->pd == NULL;
+    /* The plan's client rank (the last) routes the stream over several
+     * serve ranks (none with P/D, or a front end, which routes itself). */
+    plain.with_client = run->client_rank > 0;
+    if (plain.with_client && run->client_rank != (int)plain.num_serve) {
+        snprintf(error_p, error_len, "emulate: the client is world rank %d, not the one after "
+                 "the %u serve ranks", run->client_rank, plain.num_serve);
+        return KVIO_ERR_INTERNAL;
+    }
     kvio_serve_setup_note("%u serve rank%s set up: %.2f GiB of host memory for KV pools, swap "
                           "space and host tiers (checked against what this machine has)",
                           plain.num_serve, plain.num_serve == 1 ? "" : "s",
@@ -154,11 +160,11 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
     int size = (int)plain.num_serve + (plain.with_client ? 1 : 0);
     plain.runs = calloc((size_t)size, sizeof(*plain.runs));
     plain.ranks = calloc(plain.num_serve, sizeof(*plain.ranks));
-    plain.setup_s = calloc((size_t)size, sizeof(*plain.setup_s));
+    plain.setup = calloc((size_t)size, sizeof(*plain.setup));
     plain.blobs = calloc((size_t)size, sizeof(*plain.blobs));
     plain.lengths = calloc((size_t)size, sizeof(*plain.lengths));
     kvio_rte_world_t *world = NULL;
-    if (plain.runs == NULL || plain.ranks == NULL || plain.setup_s == NULL ||
+    if (plain.runs == NULL || plain.ranks == NULL || plain.setup == NULL ||
         plain.blobs == NULL || plain.lengths == NULL) {
         snprintf(error_p, error_len, "emulate: out of memory");
         status = KVIO_ERR_NOMEM;
@@ -175,26 +181,11 @@ kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, kvio_result_t *res
     if (status != KVIO_OK && !stopped)
         goto out;
     bool before_t0 = plain.t0_wall_ns == 0;
-    for (int r = 0; r < size && !before_t0; r++)
-        kvio_serve_setup_rank(result, r,
-                              plain.with_client && r == size - 1 ? "client" : "serve",
-                              plain.setup_s[r]);
     if (stopped && before_t0) {
-        kvio_serve_setup_interrupted(result);
-        snprintf(error_p, error_len, "emulate: stopped during set-up (SIGINT or SIGTERM), before "
-                 "t0: nothing was served or measured");
-        status = KVIO_ERR_INTERRUPTED;
+        status = kvio_serve_setup_interrupted(result, "emulate: ", error_p, error_len);
         goto out;
     }
-    if (run->start != NULL) {
-        json_t *ranks = json_array();
-        for (int r = 0; r < size; r++)
-            json_array_append_new(
-                ranks, kvio_start_rank_json(r, plain.with_client && r == size - 1 ? "client"
-                                                                                  : "serve",
-                                            plain.setup_s[r]));
-        kvio_start_json_set(run->start, plain.t0_wall_ns, ranks);
-    }
+    kvio_serve_setup_record(result, run->start, plain.t0_wall_ns, plain.setup, (size_t)size);
     if (stopped) {
         /* Interrupted: what the ranks reported, if every one did. */
         for (int r = 0; r < size; r++)
@@ -235,7 +226,7 @@ out:
     kvio_rte_world_destroy(world, status != KVIO_OK);
     free(plain.runs);
     free(plain.ranks);
-    free(plain.setup_s);
+    free(plain.setup);
     free(plain.blobs);
     free(plain.lengths);
     return status;

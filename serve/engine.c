@@ -646,14 +646,18 @@ static void on_evict(void *context, uint32_t block, kvio_hash_t hash)
         engine->observer.on_cache(engine->observer.context, hash, false);
 }
 
-/* kvio_kvcache_allocate for req, whose blocks its step fills are owned as
- * the pool caches them (on_cached), before any is saved. */
+/* kvio_kvcache_allocate for req (with ahead > 0, kvio_kvcache_allocate_ahead:
+ * slots for a speculative step's drafts and lookahead; pool_hits_taken_p
+ * then stays as it is), whose blocks its step fills are owned as the pool
+ * caches them (on_cached), before any is saved: the one place that says
+ * which request is allocating. */
 static kvio_status_t allocate_owned(kvio_engine_t *engine, const engine_req_t *req,
-                                    size_t tokens, size_t *pool_hits_taken_p)
+                                    size_t tokens, size_t ahead, size_t *pool_hits_taken_p)
 {
     engine->allocating = req;
-    kvio_status_t status = kvio_kvcache_allocate(engine->cache, req->kv, tokens,
-                                                 pool_hits_taken_p);
+    kvio_status_t status =
+        ahead > 0 ? kvio_kvcache_allocate_ahead(engine->cache, req->kv, tokens, ahead)
+                  : kvio_kvcache_allocate(engine->cache, req->kv, tokens, pool_hits_taken_p);
     engine->allocating = NULL;
     return status;
 }
@@ -1321,10 +1325,9 @@ static kvio_status_t schedule_running(kvio_engine_t *engine, uint32_t *budget, i
              * verified tokens are ever cached. */
             uint32_t ahead = drafts > 0 ? drafts + (uint32_t)engine->config.num_lookahead_tokens
                                         : 0;
-            engine->allocating = req;
-            kvio_status_t status = kvio_kvcache_allocate_ahead(
-                engine->cache, req->kv, req->computed + new_tokens - drafts, ahead);
-            engine->allocating = NULL;
+            kvio_status_t status = allocate_owned(engine, req,
+                                                  req->computed + new_tokens - drafts, ahead,
+                                                  NULL);
             if (status == KVIO_OK) {
                 set_held(engine, req, (uint32_t)kvio_kvreq_held_blocks(req->kv));
                 own_blocks(engine, req->kv,
@@ -1654,7 +1657,7 @@ static kvio_status_t schedule_waiting(kvio_engine_t *engine, uint32_t *budget, i
         if (!fits)
             break;
         size_t pool_hits_taken = 0;
-        status = allocate_owned(engine, req, computed + new_tokens, &pool_hits_taken);
+        status = allocate_owned(engine, req, computed + new_tokens, 0, &pool_hits_taken);
         if (status == KVIO_ERR_NO_SPACE)
             break;
         if (status != KVIO_OK)

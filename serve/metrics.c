@@ -419,22 +419,29 @@ static kvio_status_t gap_ranks_of(const kvio_serve_samples_t *samples,
         memcpy(by_id, samples->items, samples->count * sizeof(*by_id));
         qsort(by_id, samples->count, sizeof(*by_id), compare_sample_ids);
     }
+    /* One lookup per gap: the array is made at the first gap that is not
+     * only's (the gaps before it are only's). */
     uint64_t matched = 0;
-    if (only != UINT32_MAX)
-        for (uint64_t i = 0; i < itls->count; i++)
-            matched += gap_rank(itls, i, rank_by_id, max_id, by_id, samples->count) == only;
+    uint32_t *gap_ranks = NULL;
     kvio_status_t status = KVIO_OK;
-    if (matched < itls->count) {
-        uint32_t *gap_ranks = kvio_large_alloc((size_t)itls->count * sizeof(*gap_ranks));
-        if (gap_ranks == NULL) {
-            status = KVIO_ERR_NOMEM;
-        } else {
-            for (uint64_t i = 0; i < itls->count; i++)
-                gap_ranks[i] = gap_rank(itls, i, rank_by_id, max_id, by_id, samples->count);
-            *gap_ranks_p = gap_ranks;
+    for (uint64_t i = 0; i < itls->count; i++) {
+        uint32_t rank = gap_rank(itls, i, rank_by_id, max_id, by_id, samples->count);
+        bool mine = only != UINT32_MAX && rank == only;
+        matched += mine;
+        if (gap_ranks == NULL && !mine) {
+            gap_ranks = kvio_large_alloc((size_t)itls->count * sizeof(*gap_ranks));
+            if (gap_ranks == NULL) {
+                status = KVIO_ERR_NOMEM;
+                break;
+            }
+            for (uint64_t before = 0; before < i; before++)
+                gap_ranks[before] = only;
         }
+        if (gap_ranks != NULL)
+            gap_ranks[i] = rank;
     }
     free(index);
+    *gap_ranks_p = gap_ranks;
     *matched_p = matched;
     return status;
 }

@@ -377,25 +377,3 @@ kvio_status_t kvio_serve_rank_pack(const kvio_serve_rank_t *rank, void **blob_p,
     kvio_wire_put_blob(&out, recorder->iterations, recorder->iterations_length);
     return kvio_wire_finish(&out, blob_p, length_p);
 }
-
-kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
-                                kvio_update_result_t *result_p, char *error_p,
-                                size_t error_len)
-{
-    kvio_serve_run_t run = {.update = config, .rte = rte, .first_serve_rank = 1};
-    int index = kvio_rte_index(rte) - 1;
-    kvio_serve_rank_t *rank = NULL;
-    kvio_update_receiver_t *receiver = NULL;
-    kvio_status_t status = kvio_serve_rank_create(&run, index > 0 ? (uint32_t)index : 0, 1,
-                                                  &rank, error_p, error_len);
-    if (status == KVIO_OK)
-        status = kvio_update_receiver_create(config, rte, xfer, sender, serve_until_ns,
-                                             &receiver, error_p, error_len);
-    if (status == KVIO_OK)
-        status = kvio_serve_rank_serve(rank, receiver, serve_until_ns, result_p, error_p,
-                                       error_len);
-    kvio_update_receiver_destroy(receiver);
-    kvio_serve_rank_destroy(rank);
-    return status;
-}

@@ -136,6 +136,27 @@ kvio_status_t kvio_rl_emulate_preflight(const kvio_rl_config_t *config,
                         run->num_ranks > 0 ? run->num_ranks : 1, pool_bytes, error_p, error_len);
 }
 
+kvio_status_t kvio_rl_link_preflight(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                                     const kvio_xfer_config_t *transport, char *error_p,
+                                     size_t error_len)
+{
+    if (kvio_rl_emulate_ranks(config) < 2)
+        return KVIO_OK;
+    /* The trainer rank's link, checked as every transport is before a run
+     * (built, its Redis answering, its directory writable, the memory it
+     * moves: host here, which a GPU-only transport refuses). */
+    kvio_xfer_config_t link;
+    rl_link_config(transport, &link);
+    uint64_t bytes = rl_emu_weight_bytes(config, run) * (run->num_ranks > 0 ? run->num_ranks : 1);
+    char why[KVIO_ERROR_MAX / 2] = "";
+    kvio_status_t status = kvio_xfer_preflight(&link, bytes, why, sizeof(why));
+    if (status != KVIO_OK)
+        snprintf(error_p, error_len, "train.transport.kind: %s in an emulate RL run (the "
+                 "trainer rank sends host memory; use ucx, file or redis): %s",
+                 kvio_choice_name(&transport->kind), why);
+    return status;
+}
+
 static kvio_status_t fault_in(const rl_sim_t *sim, void *memory, uint64_t bytes)
 {
     kvio_status_t status = kvio_fault_in(memory, (size_t)bytes, true, sim->run->stop);

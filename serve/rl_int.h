@@ -181,6 +181,10 @@ json_t *rl_emu_trainer_json(const rl_sim_t *sim);
  * tensor). */
 void rl_emu_train_bytes(unsigned char *weights, uint64_t bytes, uint64_t step);
 
+/* The link's transport: transport's, for the trainer's host weights moved
+ * whole (what rl_link_create creates and the preflight checks). */
+void rl_link_config(const kvio_xfer_config_t *transport, kvio_xfer_config_t *config_p);
+
 /* This rank's side (rank 1 sends, rank 0 receives) of the transport that
  * moves the trainer rank's weights, bytes of host memory as one blob;
  * collective over both ranks. The transport's config (transport's, for

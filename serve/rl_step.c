@@ -109,19 +109,10 @@ kvio_status_t kvio_rl_check(const kvio_rl_config_t *config, const kvio_serve_run
 }
 
 kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t client_ranks,
-                                    bool device_pool, const kvio_xfer_config_t *transport,
-                                    char *error_p, size_t error_len)
+                                    bool device_pool, char *error_p, size_t error_len)
 {
+    (void)config;
     const char *why = NULL;
-    if (kvio_rl_emulate_ranks(config) > 1 &&
-        (kvio_xfer_kind_caps(transport) & KVIO_XFER_CAP_GPU_ONLY)) {
-        snprintf(error_p, error_len,
-                 "train.transport.kind: %s in an emulate RL run: the trainer rank's weights "
-                 "are host memory, and %s moves GPU memory only (GPU weights are not built; "
-                 "use ucx, file or redis)", kvio_choice_name(&transport->kind),
-                 kvio_choice_name(&transport->kind));
-        return KVIO_ERR_CONFIG;
-    }
     if (client_ranks > 0)
         why = "ranks.client in an emulate RL run: the loop admits its groups itself (set "
               "ranks.client: 0)";

@@ -61,15 +61,20 @@ static kvio_status_t train_and_publish(kvio_rte_t *rte, kvio_xfer_t *xfer, uint6
     return status;
 }
 
-kvio_status_t rl_link_create(kvio_rte_t *rte, const kvio_xfer_config_t *transport,
-                             kvio_xfer_role_t role, uint64_t bytes, kvio_xfer_config_t *config_p,
-                             kvio_xfer_t **xfer_p, char *error_p, size_t error_len)
+void rl_link_config(const kvio_xfer_config_t *transport, kvio_xfer_config_t *config_p)
 {
     /* Host weights as one blob: the trainer rank moves them whole. */
     *config_p = *transport;
     config_p->device = (kvio_device_config_t){.weights = KVIO_WEIGHTS_HOST};
     config_p->bucket_bytes = NULL;
     config_p->num_buckets = 0;
+}
+
+kvio_status_t rl_link_create(kvio_rte_t *rte, const kvio_xfer_config_t *transport,
+                             kvio_xfer_role_t role, uint64_t bytes, kvio_xfer_config_t *config_p,
+                             kvio_xfer_t **xfer_p, char *error_p, size_t error_len)
+{
+    rl_link_config(transport, config_p);
     int receivers[1] = {0};
     return kvio_xfer_create(config_p, rte, role, RL_TRAINER_RANK, receivers, 1, bytes, xfer_p,
                             error_p, error_len);

@@ -422,6 +422,30 @@ Test(rl, a_stream_too_short_or_an_emulate_setting_not_built_is_refused_before_th
     free(dir);
 }
 
+/* The trainer rank's transport is checked before the run as every
+ * transport is (kvio_xfer_preflight): a Redis that does not answer fails
+ * the run naming the key, with no results directory, instead of at the
+ * ranks' set-up. */
+Test(rl, a_trainer_rank_transport_that_cannot_connect_is_refused_before_the_run, .timeout = 30)
+{
+    char *dir = test_tmpdir();
+    char out[1100];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    test_run_t run = test_kvio(NULL, "run", "rl-sync", "--set", "mode=emulate", "--set",
+                               "rl.mode=async", "--set", "ranks.serve=1", "--set",
+                               "serve.kvcache.blocks=2048", "--set", "rl.weight_bytes=1MiB",
+                               "--set", "train.transport.kind=redis", "--set",
+                               "train.transport.redis.url=redis://127.0.0.1:1", "-o", out, NULL);
+    cr_assert_eq(run.status, 1, "%s", run.err);
+    cr_assert(test_contains(run.err, "train.transport.kind: redis in an emulate RL run"), "%s",
+              run.err);
+    cr_assert(test_contains(run.err, "redis://127.0.0.1:1"), "%s", run.err);
+    cr_assert_eq(access(out, F_OK), -1, "no results directory for a refused run");
+    test_run_free(&run);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Emulate: a small model's synchronous colocated steps in real time. */
 static const char *const emulate_workload =
     "name: rl-emulate\n"

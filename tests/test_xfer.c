@@ -27,6 +27,7 @@
 
 #include "kvio/clock.h"
 #include "kvio/redis.h"
+#include "kvio/serve.h"
 #include "kvio/train.h"
 #include "kvio/update.h"
 #include "tests/helpers.h"
@@ -83,6 +84,33 @@ typedef struct scenario {
     char error[MAX_SERVE + 1][512];
 } scenario_t;
 
+
+/* The receiver on its own (update latency only): a serve rank of emulated
+ * iterations (update.iteration) receiving from sender until the updates
+ * are over (serve rank index: kvio_rte_index(rte) - 1), as a run's
+ * engine-less serve rank runs it. */
+static kvio_status_t receive_updates(const kvio_update_config_t *config, kvio_rte_t *rte,
+                                     kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
+                                     kvio_update_result_t *result_p, char *error_p,
+                                     size_t error_len)
+{
+    kvio_serve_run_t run = {.update = config, .rte = rte, .first_serve_rank = 1};
+    int index = kvio_rte_index(rte) - 1;
+    kvio_serve_rank_t *rank = NULL;
+    kvio_update_receiver_t *receiver = NULL;
+    kvio_status_t status = kvio_serve_rank_create(&run, index > 0 ? (uint32_t)index : 0, 1,
+                                                  &rank, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_update_receiver_create(config, rte, xfer, sender, serve_until_ns,
+                                             &receiver, error_p, error_len);
+    if (status == KVIO_OK)
+        status = kvio_serve_rank_serve(rank, receiver, serve_until_ns, result_p, error_p,
+                                       error_len);
+    kvio_update_receiver_destroy(receiver);
+    kvio_serve_rank_destroy(rank);
+    return status;
+}
+
 static kvio_status_t scenario_rank(kvio_rte_t *rte, void *arg)
 {
     scenario_t *scenario = arg;
@@ -101,9 +129,9 @@ static kvio_status_t scenario_rank(kvio_rte_t *rte, void *arg)
                                 scenario->error[0], sizeof(scenario->error[0]));
     } else {
         kvio_update_result_t *result = &scenario->serve_result[self - 1];
-        status = kvio_update_serve(&scenario->update, rte, xfer, 0,
-                                   kvio_rte_time_ns(rte) + 20000000000LL, result,
-                                   scenario->error[self], sizeof(scenario->error[0]));
+        status = receive_updates(&scenario->update, rte, xfer, 0,
+                                 kvio_rte_time_ns(rte) + 20000000000LL, result,
+                                 scenario->error[self], sizeof(scenario->error[0]));
         if (status == KVIO_OK)
             scenario->active_checksum[self - 1] = kvio_weights_checksum(
                 kvio_xfer_slot(xfer, result->active_slot), WEIGHTS_BYTES);
@@ -1223,10 +1251,10 @@ static kvio_status_t update_file_rank(kvio_rte_t *rte, void *arg)
         if (status == KVIO_OK)
             run->bytes = newest_update_file(scenario->transport.file.dir, &run->length);
     } else {
-        status = kvio_update_serve(&scenario->update, rte, xfer, 0,
-                                   kvio_rte_time_ns(rte) + 20000000000LL,
-                                   &scenario->serve_result[0], scenario->error[1],
-                                   sizeof(scenario->error[0]));
+        status = receive_updates(&scenario->update, rte, xfer, 0,
+                                 kvio_rte_time_ns(rte) + 20000000000LL,
+                                 &scenario->serve_result[0], scenario->error[1],
+                                 sizeof(scenario->error[0]));
     }
     if (status == KVIO_OK)
         status = kvio_rte_barrier(rte);

@@ -60,12 +60,10 @@ kvio_status_t kvio_rl_check(const kvio_rl_config_t *config, const kvio_serve_run
                             char *error_p, size_t error_len);
 
 /* What emulate runs of the section: a host KV pool, no client rank (the
- * loop admits its groups itself), with a trainer rank a transport of host
- * memory (transport: train.transport); error names the key of anything
- * else. */
+ * loop admits its groups itself); error names the key of anything else
+ * (the trainer rank's transport is kvio_rl_emulate_preflight's). */
 kvio_status_t kvio_rl_check_emulate(const kvio_rl_config_t *config, int64_t client_ranks,
-                                    bool device_pool, const kvio_xfer_config_t *transport,
-                                    char *error_p, size_t error_len);
+                                    bool device_pool, char *error_p, size_t error_len);
 
 /* The ranks an emulate run of the section takes: 1 when the trainer and
  * the rollout share the process (synchronous colocated), else 2 (rank 0
@@ -79,6 +77,14 @@ int kvio_rl_emulate_ranks(const kvio_rl_config_t *config);
 kvio_status_t kvio_rl_emulate_preflight(const kvio_rl_config_t *config,
                                         const kvio_serve_run_t *run, uint64_t pool_bytes,
                                         char *error_p, size_t error_len);
+
+/* Emulate with a trainer rank (kvio_rl_emulate_ranks 2): refuses what
+ * kvio_xfer_preflight refuses of transport (train.transport) for the
+ * trainer's host weights (not built, GPU memory only, its Redis silent,
+ * its directory not writable), naming train.transport.kind. */
+kvio_status_t kvio_rl_link_preflight(const kvio_rl_config_t *config, const kvio_serve_run_t *run,
+                                     const kvio_xfer_config_t *transport, char *error_p,
+                                     size_t error_len);
 
 /* Runs rl.steps steps on run's engines (simulate: the virtual clock),
  * taking rl.batch groups of the stream per step, and sets the rl.* figures

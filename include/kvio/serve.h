@@ -293,8 +293,10 @@ typedef struct kvio_serve_run {
     /* Coupled run: this rank's runtime handle (NULL elsewhere). Serve rank i
      * is world rank first_serve_rank + i (0 outside coupled runs), the index
      * that picks its GPU as the transports pick theirs; with a client rank
-     * (client_rank > 0) it takes its requests from the client instead of a
-     * share of its own stream. */
+     * (client_rank > 0, its world rank) it takes its requests from the
+     * client instead of a share of its own stream. kvio_serve_emulate's
+     * ranks without trainers: client_rank num_ranks puts a client rank
+     * after the serve ranks, which routes the stream over them. */
     struct kvio_rte *rte;
     int client_rank;
     /* Serve rank i is world rank first_serve_rank + i in every file the run
@@ -395,8 +397,9 @@ kvio_status_t kvio_serve_simulate(const kvio_serve_run_t *run, struct kvio_resul
                                   bool *complete_p, char *error_p, size_t error_len);
 
 /* Runs the stream through num_ranks engines in real time (emulate mode):
- * one thread per serve rank with real KV memory, swaps and tier traffic; the
- * calling thread dispatches requests at their arrival times. Metrics as for
+ * one thread per serve rank with real KV memory, swaps and tier traffic,
+ * and with client_rank (num_ranks) a client rank that routes the stream
+ * over them (else each takes its share). Metrics as for
  * simulate, plus `executor` (timing error, engine overhead), swap copy time
  * and per-tier traffic. */
 kvio_status_t kvio_serve_emulate(const kvio_serve_run_t *run, struct kvio_result *result,
@@ -418,14 +421,27 @@ void kvio_serve_setup_begin(void);
  * since kvio_serve_setup_begin: "kvio: set-up 1.2 s: <what>". */
 void kvio_serve_setup_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* One rank's set-up into result: an entry of metrics.setup[] (rank, role,
- * setup_s), and setup_s, the slowest rank's. */
-void kvio_serve_setup_rank(struct kvio_result *result, int rank, const char *role,
-                           double setup_s);
+/* One rank's set-up, as the run's start records it. */
+typedef struct kvio_serve_setup_entry {
+    int rank;
+    const char *role;  /* "train", "serve", "client" */
+    double setup_s;    /* from its start to t0 */
+    const char *host;  /* where it ran (NULL: not said; under mpirun each says) */
+} kvio_serve_setup_entry_t;
 
-/* The stop came during set-up: result says so (setup_interrupted), the
- * verdict then calls the run incomplete. */
-void kvio_serve_setup_interrupted(struct kvio_result *result);
+/* The ranks' set-up, every orchestrator's one record of it: into result
+ * (may be NULL) an entry of metrics.setup[] per rank (rank, role, setup_s)
+ * and setup_s, the slowest rank's; into start (may be NULL) the run's t0 on
+ * the wall clock and every rank (kvio_start_json_set). */
+void kvio_serve_setup_record(struct kvio_result *result, json_t *start, int64_t t0_wall_ns,
+                             const kvio_serve_setup_entry_t *ranks, size_t count);
+
+/* The stop came during set-up: result (may be NULL) says so
+ * (setup_interrupted; the verdict then calls the run incomplete), error_p
+ * says what a run stopped before t0 has (nothing served or measured), after
+ * who ("emulate: " or ""). Returns KVIO_ERR_INTERRUPTED. */
+kvio_status_t kvio_serve_setup_interrupted(struct kvio_result *result, const char *who,
+                                           char *error_p, size_t error_len);
 
 /* ---------- a serve rank inside the coupled run (emulate with trainers) ---------- */
 

@@ -192,15 +192,6 @@ void kvio_update_receiver_served(kvio_update_receiver_t *receiver);
 void kvio_update_receiver_finish(kvio_update_receiver_t *receiver, uint64_t iterations,
                                  int64_t inference_stall_ns, kvio_update_result_t *result_p);
 
-/* The receiver on its own (update latency only): a serve rank of emulated
- * iterations (update.iteration) receiving from sender until the updates
- * are over (serve rank index: kvio_rte_index(rte) - 1), as
- * kvio_serve_rank_serve runs it; *result_p as there. */
-kvio_status_t kvio_update_serve(const kvio_update_config_t *config, kvio_rte_t *rte,
-                                kvio_xfer_t *xfer, int sender, int64_t serve_until_ns,
-                                kvio_update_result_t *result_p, char *error_p,
-                                size_t error_len);
-
 void kvio_update_result_free(kvio_update_result_t *result);
 
 #endif
