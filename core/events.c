@@ -1,9 +1,11 @@
-/* The event-trace writer: the calling thread formats each event into a
- * line buffer of its own by hand (no printf on the hot path except for
- * fractional arguments) and copies it into the trace's chunk under a lock;
- * a writer thread compresses (.gz) and writes full chunks while the next
- * fills (ISA-L's igzip or libdeflate where it was built, else zlib); close
- * adds the rank names and the closing "]". */
+/* The event-trace writer: each calling thread formats its events by hand
+ * (no printf on the hot path except for fractional arguments) straight
+ * into a 1 MiB chunk of its own, with no lock and no atomic operation per
+ * event; a full chunk is handed to a writer thread (under the lock, once a
+ * MiB), which compresses (.gz) and writes it while the caller fills the
+ * next (ISA-L's igzip or libdeflate where it was built, else zlib); close
+ * hands over what every thread holds, then adds the rank names and the
+ * closing "]". */
 #include "kvio/events.h"
 
 #include "kvio/array.h"
@@ -12,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,43 +29,78 @@
 
 #define LINE_MAX_BYTES 8192
 #define MAX_NAMED_RANKS 65536
-/* A chunk of whole lines: one write (one gzip member) each. */
-#define CHUNK_BYTES (1u << 20)
+/* A chunk of whole lines: one write (one gzip member) each. A thread hands
+ * its chunk over when less than a line's room is left. 256 KiB: a thread's
+ * chunk and those queued stay in the caches (with 1 MiB chunks, each line
+ * of a chunk was a cache miss when written, which made formatting take
+ * twice as long); the trace comes out 1 % larger than with 1 MiB. */
+#define CHUNK_BYTES (1u << 18)
+/* Room past CHUNK_BYTES: the opening "[" line, put in front of the first
+ * chunk handed over. */
+#define CHUNK_SLACK 64
+/* Threads with a chunk of their own; more share one under the lock. */
+#define MAX_WRITERS 64
+/* Chunks handed over and not yet written: a caller that gets further
+ * ahead of the writer waits. */
+#define QUEUE_MAX 2
+/* Event ids are taken in blocks (under the lock): one thread's ids are
+ * consecutive, as are a single-threaded trace's. */
+#define ID_BLOCK 4096
 
-/* The last request id list written, as text: consecutive iterations of a
- * rank mostly run the same batch (three in four on the chat preset), whose
- * ids are then copied, not formatted again; a list that starts as the last
- * one did (a request finished or joined past them) copies that start (on
- * the chat preset 220,000 of the 350,000 ids the whole-list copy left to
- * format). Its own lock, tried: a caller that finds it taken formats its
- * ids itself. */
+static const char opening[] = "[\n";
+
+/* The last request id list a thread wrote, as text: consecutive iterations
+ * of a rank mostly run the same batch (three in four on the chat preset),
+ * whose ids are then copied, not formatted again; a list that starts as
+ * the last one did (a request finished or joined past them) copies that
+ * start (on the chat preset 220,000 of the 350,000 ids the whole-list copy
+ * left to format). */
 typedef struct id_list_cache {
-    pthread_mutex_t lock;
     uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
     size_t count; /* 0: empty */
     char text[KVIO_EVENT_MAX_REQUEST_IDS * 21];
     uint16_t ends[KVIO_EVENT_MAX_REQUEST_IDS]; /* where each id's text ends in text */
 } id_list_cache_t;
 
-/* Two chunks: the callers fill one while the writer thread writes the
- * other. */
+/* What one writing thread owns: only that thread touches it (the shared
+ * slot of threads past MAX_WRITERS: under the lock), until close, which
+ * every write has returned before. */
+typedef struct slot {
+    pthread_t thread;
+    char *chunk; /* CHUNK_BYTES + CHUNK_SLACK */
+    size_t length;
+    uint64_t next_id, ids_left;
+    uint8_t ranks_seen[MAX_NAMED_RANKS]; /* bit kind: the rank had an event of kind */
+    uint32_t max_rank;
+    bool any_rank;
+    id_list_cache_t id_cache;
+} slot_t;
+
 struct kvio_event_trace {
-    pthread_mutex_t lock; /* guards everything below but the writer's own */
+    pthread_mutex_t lock;   /* guards everything below but the slots' contents */
     pthread_cond_t changed; /* a chunk handed over, written, or the end */
     pthread_t writer;
     FILE *file;
     bool gzip;
     kvio_event_level_t level;
-    char *chunks;            /* both, populated at once (kvio_populated_alloc) */
-    char *filling, *pending; /* CHUNK_BYTES each; pending is the writer's */
-    size_t filling_length, pending_length;
-    bool has_pending, closing;
-    uint64_t next_id;
+    /* The writing threads' slots: slots[i] is set before num_slots counts
+     * it (a release store), so a caller finds its own with plain loads. */
+    slot_t *slots[MAX_WRITERS];
+    _Atomic size_t num_slots;
+    slot_t *shared; /* threads past MAX_WRITERS, under the lock */
+    /* Full chunks in the order handed over; the writer writes the first
+     * and then puts it among the spares. */
+    char *queue[QUEUE_MAX];
+    size_t queue_lengths[QUEUE_MAX];
+    size_t queue_first, queue_count;
+    /* Chunks not in use: room for every one there can be (one a slot,
+     * the shared slot's, and those queued). */
+    char *spares[MAX_WRITERS + 1 + QUEUE_MAX];
+    size_t num_spares;
+    bool opened;  /* the opening line has gone out */
+    bool closing;
+    uint64_t next_id_block;
     kvio_status_t error;
-    uint32_t max_rank;
-    bool any_rank;
-    uint8_t *ranks_seen; /* MAX_NAMED_RANKS flags */
-    id_list_cache_t id_cache;
     /* The writer thread's alone: ISA-L's igzip where it was built (level
      * 1: about 4x libdeflate's speed on a trace, 10 % larger), else
      * libdeflate's compressor (about 1.6x zlib's speed at level 1), else
@@ -83,8 +121,10 @@ static const char *const track_names[] = {"iterations", "model updates", "swaps"
 
 /* ---------- line building ---------- */
 
+/* A line being made in place, at the end of a thread's chunk (which has
+ * LINE_MAX_BYTES of room for it). */
 typedef struct line {
-    char text[LINE_MAX_BYTES];
+    char *text;
     size_t length;
 } line_t;
 
@@ -151,7 +191,8 @@ static void put_number(line_t *line, double value)
 {
     if (!isfinite(value)) {
         put(line, "null");
-    } else if (value == floor(value) && fabs(value) < 9e15) {
+    } else if (fabs(value) < 9e15 && (double)(int64_t)value == value) {
+        /* An integer (floor() was a library call a number). */
         put_int(line, (int64_t)value);
     } else if (fabs(value) < 1e9) {
         /* Six decimals by hand: printf("%g") would cost more than the rest
@@ -251,50 +292,119 @@ static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, si
     return fwrite(trace->compressed, 1, bytes, trace->file) == bytes ? KVIO_OK : KVIO_ERR_IO;
 }
 
-/* The writer thread: writes each chunk handed over until the trace closes. */
+/* The writer thread: writes each chunk handed over, in order, until the
+ * trace closes. */
 static void *writer_main(void *argument)
 {
     kvio_event_trace_t *trace = argument;
     pthread_mutex_lock(&trace->lock);
     for (;;) {
-        while (!trace->has_pending && !trace->closing)
+        while (trace->queue_count == 0 && !trace->closing)
             pthread_cond_wait(&trace->changed, &trace->lock);
-        if (!trace->has_pending)
+        if (trace->queue_count == 0)
             break;
+        char *chunk = trace->queue[trace->queue_first];
+        size_t length = trace->queue_lengths[trace->queue_first];
         pthread_mutex_unlock(&trace->lock);
-        kvio_status_t status = write_chunk(trace, trace->pending, trace->pending_length);
+        kvio_status_t status = write_chunk(trace, chunk, length);
         pthread_mutex_lock(&trace->lock);
         if (status != KVIO_OK && trace->error == KVIO_OK)
             trace->error = status;
-        trace->has_pending = false;
+        trace->queue_first = (trace->queue_first + 1) % QUEUE_MAX;
+        trace->queue_count--;
+        trace->spares[trace->num_spares++] = chunk;
         pthread_cond_broadcast(&trace->changed);
     }
     pthread_mutex_unlock(&trace->lock);
     return NULL;
 }
 
-/* Hands the filling chunk to the writer (lock held), once it has written
- * the one before. */
-static void hand_over(kvio_event_trace_t *trace)
+/* A chunk for a slot (lock held, or the trace not yet shared): a spare,
+ * else a new one, its pages put in now rather than event by event. NULL
+ * when out of memory. */
+static char *chunk_new(kvio_event_trace_t *trace)
 {
-    while (trace->has_pending)
-        pthread_cond_wait(&trace->changed, &trace->lock);
-    char *swap = trace->pending;
-    trace->pending = trace->filling;
-    trace->pending_length = trace->filling_length;
-    trace->filling = swap;
-    trace->filling_length = 0;
-    trace->has_pending = true;
-    pthread_cond_broadcast(&trace->changed);
+    if (trace->num_spares > 0)
+        return trace->spares[--trace->num_spares];
+    return kvio_populated_alloc(CHUNK_BYTES + CHUNK_SLACK);
 }
 
-/* Appends text to the trace (lock held). */
-static void append(kvio_event_trace_t *trace, const char *text, size_t length)
+/* Hands the slot's chunk to the writer (lock held) and gives the slot a
+ * fresh one; the first chunk handed over gets the opening line in front.
+ * false (the error kept for close) when no chunk could be had: the slot
+ * then starts its chunk over, its events lost. */
+static bool hand_over(kvio_event_trace_t *trace, slot_t *slot)
 {
-    if (trace->filling_length + length > CHUNK_BYTES)
-        hand_over(trace);
-    memcpy(trace->filling + trace->filling_length, text, length);
-    trace->filling_length += length;
+    while (trace->queue_count == QUEUE_MAX)
+        pthread_cond_wait(&trace->changed, &trace->lock);
+    char *fresh = chunk_new(trace);
+    if (fresh == NULL) {
+        if (trace->error == KVIO_OK)
+            trace->error = KVIO_ERR_NOMEM;
+        slot->length = 0;
+        return false;
+    }
+    if (!trace->opened) {
+        memmove(slot->chunk + sizeof(opening) - 1, slot->chunk, slot->length);
+        memcpy(slot->chunk, opening, sizeof(opening) - 1);
+        slot->length += sizeof(opening) - 1;
+        trace->opened = true;
+    }
+    size_t at = (trace->queue_first + trace->queue_count) % QUEUE_MAX;
+    trace->queue[at] = slot->chunk;
+    trace->queue_lengths[at] = slot->length;
+    trace->queue_count++;
+    slot->chunk = fresh;
+    slot->length = 0;
+    pthread_cond_broadcast(&trace->changed);
+    return true;
+}
+
+static slot_t *slot_new(kvio_event_trace_t *trace, pthread_t thread)
+{
+    slot_t *slot = calloc(1, sizeof(*slot));
+    if (slot == NULL)
+        return NULL;
+    slot->chunk = chunk_new(trace);
+    if (slot->chunk == NULL) {
+        free(slot);
+        return NULL;
+    }
+    slot->thread = thread;
+    return slot;
+}
+
+static void slot_free(slot_t *slot)
+{
+    if (slot == NULL)
+        return;
+    kvio_zeroed_free(slot->chunk, CHUNK_BYTES + CHUNK_SLACK);
+    free(slot);
+}
+
+/* The calling thread's slot, made on its first event (under the lock);
+ * NULL past MAX_WRITERS threads or out of memory. */
+static slot_t *slot_of(kvio_event_trace_t *trace)
+{
+    pthread_t self = pthread_self();
+    size_t count = atomic_load_explicit(&trace->num_slots, memory_order_acquire);
+    for (size_t i = 0; i < count; i++)
+        if (pthread_equal(trace->slots[i]->thread, self))
+            return trace->slots[i];
+    pthread_mutex_lock(&trace->lock);
+    slot_t *slot = NULL;
+    count = atomic_load_explicit(&trace->num_slots, memory_order_relaxed);
+    if (count < MAX_WRITERS) {
+        slot = slot_new(trace, self);
+        if (slot != NULL) {
+            trace->slots[count] = slot;
+            atomic_store_explicit(&trace->num_slots, count + 1, memory_order_release);
+        } else if (trace->error == KVIO_OK) {
+            trace->error = KVIO_ERR_NOMEM;
+        }
+    }
+    pthread_mutex_unlock(&trace->lock);
+    return slot;
 }
 
 static void trace_free(kvio_event_trace_t *trace)
@@ -308,9 +418,15 @@ static void trace_free(kvio_event_trace_t *trace)
         deflateEnd(&trace->stream);
 #endif
     kvio_zeroed_free(trace->compressed, trace->compressed_capacity);
-    kvio_zeroed_free(trace->chunks, 2 * CHUNK_BYTES);
-    free(trace->ranks_seen);
-    pthread_mutex_destroy(&trace->id_cache.lock);
+    size_t count = atomic_load_explicit(&trace->num_slots, memory_order_relaxed);
+    for (size_t i = 0; i < count; i++)
+        slot_free(trace->slots[i]);
+    slot_free(trace->shared);
+    for (size_t i = 0; i < trace->queue_count; i++)
+        kvio_zeroed_free(trace->queue[(trace->queue_first + i) % QUEUE_MAX],
+                         CHUNK_BYTES + CHUNK_SLACK);
+    for (size_t i = 0; i < trace->num_spares; i++)
+        kvio_zeroed_free(trace->spares[i], CHUNK_BYTES + CHUNK_SLACK);
     free(trace);
 }
 
@@ -324,13 +440,16 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
     size_t path_length = strlen(path);
     trace->gzip = path_length > 3 && strcmp(path + path_length - 3, ".gz") == 0;
     trace->level = level;
-    pthread_mutex_init(&trace->id_cache.lock, NULL);
-    trace->ranks_seen = calloc(MAX_NAMED_RANKS, 1);
-    trace->chunks = kvio_populated_alloc(2 * CHUNK_BYTES);
-    if (trace->chunks != NULL) {
-        trace->filling = trace->chunks;
-        trace->pending = trace->chunks + CHUNK_BYTES;
+    atomic_init(&trace->num_slots, 0);
+    /* The opening thread's slot now: its chunk's pages are put in before
+     * the run, not on its first event. */
+    slot_t *first = slot_new(trace, pthread_self());
+    if (first == NULL) {
+        trace_free(trace);
+        return KVIO_ERR_NOMEM;
     }
+    trace->slots[0] = first;
+    atomic_store_explicit(&trace->num_slots, 1, memory_order_relaxed);
     if (trace->gzip) {
         /* Each chunk one gzip member (header and trailer); level 1: the
          * writer keeps up with the callers. */
@@ -342,7 +461,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
         }
         /* igzip's bound: the input in stored blocks, their headers, and
          * the gzip header and trailer. */
-        trace->compressed_capacity = CHUNK_BYTES + CHUNK_BYTES / 1024 + 1024;
+        trace->compressed_capacity = CHUNK_BYTES + CHUNK_SLACK + CHUNK_BYTES / 1024 + 1024;
 #elif KVIO_HAVE_LIBDEFLATE
         trace->compressor = libdeflate_alloc_compressor(1);
         if (trace->compressor == NULL) {
@@ -350,7 +469,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
             return KVIO_ERR_NOMEM;
         }
         trace->compressed_capacity = libdeflate_gzip_compress_bound(trace->compressor,
-                                                                    CHUNK_BYTES);
+                                                                    CHUNK_BYTES + CHUNK_SLACK);
 #else
         if (deflateInit2(&trace->stream, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
             Z_OK) {
@@ -358,14 +477,13 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
             trace_free(trace);
             return KVIO_ERR_NOMEM;
         }
-        trace->compressed_capacity = deflateBound(&trace->stream, CHUNK_BYTES);
+        trace->compressed_capacity = deflateBound(&trace->stream, CHUNK_BYTES + CHUNK_SLACK);
 #endif
         trace->compressed = kvio_populated_alloc(trace->compressed_capacity);
-    }
-    if (trace->ranks_seen == NULL || trace->filling == NULL || trace->pending == NULL ||
-        (trace->gzip && trace->compressed == NULL)) {
-        trace_free(trace);
-        return KVIO_ERR_NOMEM;
+        if (trace->compressed == NULL) {
+            trace_free(trace);
+            return KVIO_ERR_NOMEM;
+        }
     }
     trace->file = fopen(path, "w");
     if (trace->file == NULL) {
@@ -387,7 +505,6 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
         trace_free(trace);
         return KVIO_ERR_NOMEM;
     }
-    append(trace, "[\n", 2);
     *trace_p = trace;
     return KVIO_OK;
 }
@@ -397,37 +514,137 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
 static void put_request_ids(id_list_cache_t *cache, line_t *line, const uint64_t *ids,
                             size_t count)
 {
-    size_t start = line->length, shared = 0, kept = 0; /* ids, and bytes of text */
-    bool cached = pthread_mutex_trylock(&cache->lock) == 0;
-    if (cached) {
-        while (shared < count && shared < cache->count && ids[shared] == cache->ids[shared])
-            shared++;
-        kept = shared > 0 ? cache->ends[shared - 1] : 0;
-        memcpy(line->text + start, cache->text, kept);
-        line->length += kept;
-        if (shared == count && shared == cache->count) {
-            pthread_mutex_unlock(&cache->lock);
-            return;
-        }
+    size_t start = line->length, shared = 0;
+    if (count == cache->count && memcmp(ids, cache->ids, count * sizeof(*ids)) == 0) {
+        memcpy(line->text + start, cache->text, cache->ends[count - 1]);
+        line->length += cache->ends[count - 1];
+        return;
     }
+    while (shared < count && shared < cache->count && ids[shared] == cache->ids[shared])
+        shared++;
+    size_t kept = shared > 0 ? cache->ends[shared - 1] : 0; /* bytes of text */
+    memcpy(line->text + start, cache->text, kept);
+    line->length += kept;
+    if (shared == count && shared == cache->count)
+        return;
     for (size_t i = shared; i < count; i++) {
         if (i > 0)
             line->text[line->length++] = ',';
         put_uint(line, ids[i]);
-        if (cached)
-            cache->ends[i] = (uint16_t)(line->length - start);
+        cache->ends[i] = (uint16_t)(line->length - start);
     }
-    if (!cached)
-        return;
     cache->count = count;
     memcpy(cache->ids + shared, ids + shared, (count - shared) * sizeof(*ids));
     memcpy(cache->text + kept, line->text + start + kept, line->length - start - kept);
-    pthread_mutex_unlock(&cache->lock);
 }
 
-static void write_line(kvio_event_trace_t *trace, line_t *line)
+/* Room for a line at the end of the slot's chunk, and the line there:
+ * false when the chunk could not be handed over (lock held or not, as
+ * locked says). */
+static bool line_start(kvio_event_trace_t *trace, slot_t *slot, bool locked, line_t *line_p)
 {
-    append(trace, line->text, line->length);
+    if (slot->length + LINE_MAX_BYTES > CHUNK_BYTES) {
+        if (!locked)
+            pthread_mutex_lock(&trace->lock);
+        bool handed = hand_over(trace, slot);
+        if (!locked)
+            pthread_mutex_unlock(&trace->lock);
+        if (!handed)
+            return false;
+    }
+    line_p->text = slot->chunk + slot->length;
+    line_p->length = 0;
+    return true;
+}
+
+/* The next event id of the slot, a new block taken when it has none left
+ * (under the lock, held or not as locked says). */
+static void take_id(kvio_event_trace_t *trace, slot_t *slot, bool locked)
+{
+    if (slot->ids_left == 0) {
+        if (!locked)
+            pthread_mutex_lock(&trace->lock);
+        slot->next_id = trace->next_id_block;
+        slot->ids_left = ID_BLOCK;
+        trace->next_id_block += ID_BLOCK;
+        if (!locked)
+            pthread_mutex_unlock(&trace->lock);
+    }
+    slot->ids_left--;
+}
+
+/* The request ids (unless the level leaves them out) and the line's end;
+ * the line then joins the slot's chunk. */
+static void put_ids_and_end(const kvio_event_trace_t *trace, slot_t *slot, line_t *line,
+                            const uint64_t *ids, size_t count)
+{
+    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && ids != NULL && count > 0) {
+        PUT_LITERAL(line, ",\"num_requests\":");
+        put_uint(line, count);
+        PUT_LITERAL(line, ",\"request_ids\":[");
+        put_request_ids(&slot->id_cache, line, ids,
+                        count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS);
+        line->text[line->length++] = ']';
+    }
+    PUT_LITERAL(line, "}},\n");
+    slot->length += line->length;
+}
+
+/* The rank and the kind of its event, for the names close writes. */
+static void note_rank(slot_t *slot, uint32_t rank, unsigned kind)
+{
+    if (rank >= MAX_NAMED_RANKS || (slot->ranks_seen[rank] & (1u << kind)))
+        return;
+    slot->ranks_seen[rank] |= (uint8_t)(1u << kind);
+    if (!slot->any_rank || rank > slot->max_rank)
+        slot->max_rank = rank;
+    slot->any_rank = true;
+}
+
+/* The event's line at the end of the slot's chunk. */
+static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
+                         const kvio_event_t *event, unsigned kind)
+{
+    line_t line;
+    if (!line_start(trace, slot, locked, &line))
+        return;
+    take_id(trace, slot, locked);
+    /* Whole microseconds; the duration is the difference of rounded ends so
+     * that back-to-back events never overlap. */
+    int64_t start_us = event->start_ns / 1000;
+    int64_t end_us = (event->start_ns + (event->duration_ns > 0 ? event->duration_ns : 0)) / 1000;
+    PUT_LITERAL(&line, "{\"id\":");
+    put_uint(&line, slot->next_id++);
+    PUT_LITERAL(&line, ",\"name\":");
+    put_string(&line, event->name != NULL ? event->name : kind_names[kind]);
+    PUT_LITERAL(&line, ",\"cat\":\"");
+    put(&line, kind_names[kind]);
+    PUT_LITERAL(&line, "\",\"pid\":");
+    put_uint(&line, event->rank);
+    PUT_LITERAL(&line, ",\"tid\":");
+    put_uint(&line, kind + 1);
+    PUT_LITERAL(&line, ",\"ts\":");
+    put_int(&line, start_us);
+    PUT_LITERAL(&line, ",\"dur\":");
+    put_int(&line, end_us - start_us);
+    PUT_LITERAL(&line, ",\"ph\":\"X\",\"args\":{\"rank\":");
+    put_uint(&line, event->rank);
+    if (event->label != NULL) {
+        put_key(&line, kind == KVIO_EVENT_UPDATE ? "stage" : "tier");
+        put_string(&line, event->label);
+    }
+    if (event->bytes >= 0) {
+        put_key(&line, "bytes");
+        put_int(&line, event->bytes);
+    }
+    /* Arguments and ids stop short of the line buffer's end. */
+    for (size_t i = 0; i < event->num_args && event->args != NULL &&
+                       line.length < LINE_MAX_BYTES - 1800; i++) {
+        put_key(&line, event->args[i].key != NULL ? event->args[i].key : "value");
+        put_number(&line, event->args[i].value);
+    }
+    put_ids_and_end(trace, slot, &line, event->request_ids, event->num_request_ids);
+    note_rank(slot, event->rank, kind);
 }
 
 void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event)
@@ -437,78 +654,102 @@ void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event
     unsigned kind = (unsigned)event->kind < 4 ? (unsigned)event->kind : 0;
     if (trace->level != KVIO_EVENT_LEVEL_IO && kind != KVIO_EVENT_ITERATION)
         return;
-    bool with_ids = trace->level != KVIO_EVENT_LEVEL_ITERATIONS;
-    /* Whole microseconds; the duration is the difference of rounded ends so
-     * that back-to-back events never overlap. */
-    int64_t start_us = event->start_ns / 1000;
-    int64_t end_us = (event->start_ns + (event->duration_ns > 0 ? event->duration_ns : 0)) / 1000;
-    /* The line is made without the lock from its "name" on, leaving room
-     * in front for the id, which is taken under the lock with the copy and
-     * put just before it. */
-    enum { ID_ROOM = 32 };
-    line_t body;
-    body.length = ID_ROOM;
-    PUT_LITERAL(&body, ",\"name\":");
-    put_string(&body, event->name != NULL ? event->name : kind_names[kind]);
-    PUT_LITERAL(&body, ",\"cat\":\"");
-    put(&body, kind_names[kind]);
-    PUT_LITERAL(&body, "\",\"pid\":");
-    put_uint(&body, event->rank);
-    PUT_LITERAL(&body, ",\"tid\":");
-    put_uint(&body, kind + 1);
-    PUT_LITERAL(&body, ",\"ts\":");
-    put_int(&body, start_us);
-    PUT_LITERAL(&body, ",\"dur\":");
-    put_int(&body, end_us - start_us);
-    PUT_LITERAL(&body, ",\"ph\":\"X\",\"args\":{\"rank\":");
-    put_uint(&body, event->rank);
-    if (event->label != NULL) {
-        put_key(&body, kind == KVIO_EVENT_UPDATE ? "stage" : "tier");
-        put_string(&body, event->label);
+    slot_t *slot = slot_of(trace);
+    if (slot != NULL) {
+        format_event(trace, slot, false, event, kind);
+        return;
     }
-    if (event->bytes >= 0) {
-        put_key(&body, "bytes");
-        put_int(&body, event->bytes);
-    }
-    /* Arguments and ids stop short of the line buffer's end. */
-    for (size_t i = 0; i < event->num_args && event->args != NULL &&
-                       body.length < LINE_MAX_BYTES - 1800; i++) {
-        put_key(&body, event->args[i].key != NULL ? event->args[i].key : "value");
-        put_number(&body, event->args[i].value);
-    }
-    if (with_ids && event->request_ids != NULL && event->num_request_ids > 0) {
-        PUT_LITERAL(&body, ",\"num_requests\":");
-        put_uint(&body, event->num_request_ids);
-        PUT_LITERAL(&body, ",\"request_ids\":[");
-        size_t shown = event->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
-                           ? event->num_request_ids
-                           : KVIO_EVENT_MAX_REQUEST_IDS;
-        put_request_ids(&trace->id_cache, &body, event->request_ids, shown);
-        body.text[body.length++] = ']';
-    }
-    PUT_LITERAL(&body, "}},\n");
+    /* Past MAX_WRITERS threads (or out of memory for a slot): the shared
+     * slot, under the lock. */
     pthread_mutex_lock(&trace->lock);
-    char id[ID_ROOM] = "{\"id\":"; /* and up to 20 digits */
-    size_t id_length = 6 + kvio_format_unsigned(id + 6, trace->next_id++);
-    char *start = body.text + ID_ROOM - id_length;
-    memcpy(start, id, id_length);
-    if (event->rank < MAX_NAMED_RANKS) {
-        trace->ranks_seen[event->rank] |= (uint8_t)(1u << kind);
-        if (!trace->any_rank || event->rank > trace->max_rank)
-            trace->max_rank = event->rank;
-        trace->any_rank = true;
-    }
-    append(trace, start, body.length - (ID_ROOM - id_length));
+    if (trace->shared == NULL)
+        trace->shared = slot_new(trace, pthread_self());
+    if (trace->shared != NULL)
+        format_event(trace, trace->shared, true, event, kind);
+    else if (trace->error == KVIO_OK)
+        trace->error = KVIO_ERR_NOMEM;
     pthread_mutex_unlock(&trace->lock);
 }
 
-/* A metadata event naming a process (tid < 0) or a thread; the last one of
- * the file has no trailing comma so that the file is one JSON array. */
-static void write_name(kvio_event_trace_t *trace, uint32_t pid, int tid, const char *name,
-                       bool last)
+/* The iteration event's line from its template at the end of the slot's
+ * chunk: the same bytes as format_event makes of it (its arguments are
+ * integers but kv_usage). */
+static void format_iteration(kvio_event_trace_t *trace, slot_t *slot,
+                             const kvio_event_iteration_t *iteration)
 {
     line_t line;
-    line.length = 0;
+    if (!line_start(trace, slot, false, &line))
+        return;
+    take_id(trace, slot, false);
+    int64_t start_us = iteration->start_ns / 1000;
+    int64_t end_us =
+        (iteration->start_ns + (iteration->duration_ns > 0 ? iteration->duration_ns : 0)) / 1000;
+    PUT_LITERAL(&line, "{\"id\":");
+    put_uint(&line, slot->next_id++);
+    PUT_LITERAL(&line, ",\"name\":\"iteration\",\"cat\":\"iteration\",\"pid\":");
+    put_uint(&line, iteration->rank);
+    PUT_LITERAL(&line, ",\"tid\":1,\"ts\":");
+    put_int(&line, start_us);
+    PUT_LITERAL(&line, ",\"dur\":");
+    put_int(&line, end_us - start_us);
+    PUT_LITERAL(&line, ",\"ph\":\"X\",\"args\":{\"rank\":");
+    put_uint(&line, iteration->rank);
+    PUT_LITERAL(&line, ",\"batch_size\":");
+    put_uint(&line, iteration->batch_size);
+    PUT_LITERAL(&line, ",\"prefill_tokens\":");
+    put_uint(&line, iteration->prefill_tokens);
+    PUT_LITERAL(&line, ",\"decode_seqs\":");
+    put_uint(&line, iteration->decode_seqs);
+    PUT_LITERAL(&line, ",\"kv_usage\":");
+    put_number(&line, iteration->kv_usage);
+    PUT_LITERAL(&line, ",\"running\":");
+    put_uint(&line, iteration->running);
+    PUT_LITERAL(&line, ",\"waiting\":");
+    put_uint(&line, iteration->waiting);
+    PUT_LITERAL(&line, ",\"preempted\":");
+    put_uint(&line, iteration->preempted);
+    put_ids_and_end(trace, slot, &line, iteration->request_ids, iteration->num_request_ids);
+    note_rank(slot, iteration->rank, KVIO_EVENT_ITERATION);
+}
+
+void kvio_event_trace_iteration(kvio_event_trace_t *trace,
+                                const kvio_event_iteration_t *iteration)
+{
+    if (trace == NULL || iteration == NULL)
+        return;
+    slot_t *slot = slot_of(trace);
+    if (slot != NULL) {
+        format_iteration(trace, slot, iteration);
+        return;
+    }
+    /* As kvio_event_trace_write does past MAX_WRITERS threads. */
+    kvio_event_arg_t args[] = {
+        {"batch_size", (double)iteration->batch_size},
+        {"prefill_tokens", (double)iteration->prefill_tokens},
+        {"decode_seqs", (double)iteration->decode_seqs},
+        {"kv_usage", iteration->kv_usage},
+        {"running", (double)iteration->running},
+        {"waiting", (double)iteration->waiting},
+        {"preempted", (double)iteration->preempted},
+    };
+    kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration",
+                          .rank = iteration->rank, .start_ns = iteration->start_ns,
+                          .duration_ns = iteration->duration_ns, .bytes = -1,
+                          .request_ids = iteration->request_ids,
+                          .num_request_ids = iteration->num_request_ids, .args = args,
+                          .num_args = sizeof(args) / sizeof(args[0])};
+    kvio_event_trace_write(trace, &event);
+}
+
+/* A metadata event naming a process (tid < 0) or a thread, at the end of
+ * the slot's chunk (lock held); the last one of the file has no trailing
+ * comma so that the file is one JSON array. */
+static void write_name(kvio_event_trace_t *trace, slot_t *slot, uint32_t pid, int tid,
+                       const char *name, bool last)
+{
+    line_t line;
+    if (!line_start(trace, slot, true, &line))
+        return;
     put(&line, tid < 0 ? "{\"name\":\"process_name\"" : "{\"name\":\"thread_name\"");
     put(&line, ",\"cat\":\"kvio\",\"ph\":\"M\",\"pid\":");
     put_uint(&line, pid);
@@ -517,7 +758,7 @@ static void write_name(kvio_event_trace_t *trace, uint32_t pid, int tid, const c
     put(&line, ",\"args\":{\"name\":");
     put_string(&line, name);
     put(&line, last ? "}}\n" : "}},\n");
-    write_line(trace, &line);
+    slot->length += line.length;
 }
 
 kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
@@ -525,35 +766,61 @@ kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
     if (trace == NULL)
         return KVIO_OK;
     pthread_mutex_lock(&trace->lock);
-    if (!trace->any_rank) {
-        write_name(trace, 0, -1, "kvio", true);
+    /* Every thread's events, in the order the threads first wrote; the
+     * ranks they saw, together. */
+    size_t count = atomic_load_explicit(&trace->num_slots, memory_order_relaxed);
+    slot_t *all[MAX_WRITERS + 1];
+    memcpy(all, trace->slots, count * sizeof(*all));
+    if (trace->shared != NULL)
+        all[count++] = trace->shared;
+    slot_t *last_slot = trace->slots[0]; /* the names go in its chunk */
+    uint8_t *seen = last_slot->ranks_seen;
+    bool any_rank = false;
+    uint32_t max_rank = 0;
+    for (size_t i = 0; i < count; i++) {
+        /* One thread's events stay in the chunk the names and "]" follow
+         * (a single-threaded trace's last chunk holds all three). */
+        if (all[i]->length > 0 && count > 1)
+            hand_over(trace, all[i]);
+        if (!all[i]->any_rank)
+            continue;
+        if (!any_rank || all[i]->max_rank > max_rank)
+            max_rank = all[i]->max_rank;
+        any_rank = true;
+        if (all[i] != last_slot)
+            for (uint32_t rank = 0; rank <= all[i]->max_rank; rank++)
+                seen[rank] |= all[i]->ranks_seen[rank];
+    }
+    if (!any_rank) {
+        write_name(trace, last_slot, 0, -1, "kvio", true);
     } else {
         /* Find the last name written, to leave its comma off. */
         uint32_t last_rank = 0;
         int last_tid = -1;
-        for (uint32_t rank = 0; rank <= trace->max_rank; rank++) {
-            if (trace->ranks_seen[rank] == 0)
+        for (uint32_t rank = 0; rank <= max_rank; rank++) {
+            if (seen[rank] == 0)
                 continue;
             last_rank = rank;
             last_tid = -1;
             for (int kind = 0; kind < 4; kind++)
-                if (trace->ranks_seen[rank] & (1u << kind))
+                if (seen[rank] & (1u << kind))
                     last_tid = kind + 1;
         }
-        for (uint32_t rank = 0; rank <= trace->max_rank; rank++) {
-            if (trace->ranks_seen[rank] == 0)
+        for (uint32_t rank = 0; rank <= max_rank; rank++) {
+            if (seen[rank] == 0)
                 continue;
             char name[48];
             snprintf(name, sizeof(name), "serve rank %u", rank);
-            write_name(trace, rank, -1, name, rank == last_rank && last_tid < 0);
+            write_name(trace, last_slot, rank, -1, name, rank == last_rank && last_tid < 0);
             for (int kind = 0; kind < 4; kind++)
-                if (trace->ranks_seen[rank] & (1u << kind))
-                    write_name(trace, rank, kind + 1, track_names[kind],
+                if (seen[rank] & (1u << kind))
+                    write_name(trace, last_slot, rank, kind + 1, track_names[kind],
                                rank == last_rank && kind + 1 == last_tid);
         }
     }
-    append(trace, "]\n", 2);
-    hand_over(trace);
+    memcpy(last_slot->chunk + last_slot->length, "]\n", 2);
+    last_slot->length += 2;
+    hand_over(trace, last_slot);
     trace->closing = true;
     pthread_cond_broadcast(&trace->changed);
     pthread_mutex_unlock(&trace->lock);

@@ -401,3 +401,182 @@ Test(events, repeated_id_lists_are_written_as_given, .timeout = 30)
     test_rmtree(dir);
     free(dir);
 }
+
+/* The iteration event's line template writes the bytes the generic event
+ * with the same arguments does, at every level: fractional, whole, zero
+ * and large numbers, more ids than are written, none. */
+Test(events, iteration_template_writes_the_generic_event, .timeout = 30)
+{
+    static const struct {
+        int64_t start_ns, duration_ns;
+        uint64_t batch, prefill, decode;
+        double usage;
+        uint64_t running, waiting, preempted;
+        size_t num_ids;
+    } cases[] = {
+        {0, 0, 1, 1395, 0, 0.001665, 1, 0, 0, 1},
+        {1999, 999, 64, 0, 64, 0.5, 64, 3, 0, 64},
+        {123456789012345, 40000000, 100, 16384, 99, 1.0, 100, 12345, 7, 100},
+        {5000, -10, 2, 7, 1, 0.0, 2, 0, 0, 0},
+        {86400000000000, 1, 3, 4294967296ULL, 2, 0.1234567, 3, 1, 1, 3},
+    };
+    uint64_t ids[100];
+    for (size_t i = 0; i < 100; i++)
+        ids[i] = i * 997 + (i % 3 == 0 ? 123456789 : 0);
+    char *dir = test_tmpdir();
+    const char *levels[] = {"io", "requests", "iterations"};
+    for (size_t l = 0; l < 3; l++) {
+        kvio_event_level_t level;
+        cr_assert_eq(kvio_event_level_parse(levels[l], &level), KVIO_OK);
+        char paths[2][1200];
+        for (int way = 0; way < 2; way++) {
+            snprintf(paths[way], sizeof(paths[way]), "%s/%s_%d.pfw", dir, levels[l], way);
+            kvio_event_trace_t *trace = NULL;
+            char error[512];
+            cr_assert_eq(kvio_event_trace_open(paths[way], level, &trace, error, sizeof(error)),
+                         KVIO_OK, "%s", error);
+            for (int repeat = 0; repeat < 2; repeat++)
+                for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+                    uint32_t rank = (uint32_t)(c % 2);
+                    const uint64_t *list = cases[c].num_ids > 0 ? ids + c : NULL;
+                    if (way == 0) {
+                        kvio_event_iteration_t iteration = {
+                            .rank = rank, .start_ns = cases[c].start_ns,
+                            .duration_ns = cases[c].duration_ns,
+                            .batch_size = cases[c].batch, .prefill_tokens = cases[c].prefill,
+                            .decode_seqs = cases[c].decode, .kv_usage = cases[c].usage,
+                            .running = cases[c].running, .waiting = cases[c].waiting,
+                            .preempted = cases[c].preempted, .request_ids = list,
+                            .num_request_ids = cases[c].num_ids};
+                        kvio_event_trace_iteration(trace, &iteration);
+                        continue;
+                    }
+                    kvio_event_arg_t args[] = {
+                        {"batch_size", (double)cases[c].batch},
+                        {"prefill_tokens", (double)cases[c].prefill},
+                        {"decode_seqs", (double)cases[c].decode},
+                        {"kv_usage", cases[c].usage},
+                        {"running", (double)cases[c].running},
+                        {"waiting", (double)cases[c].waiting},
+                        {"preempted", (double)cases[c].preempted},
+                    };
+                    kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration",
+                                          .rank = rank, .start_ns = cases[c].start_ns,
+                                          .duration_ns = cases[c].duration_ns, .bytes = -1,
+                                          .request_ids = list,
+                                          .num_request_ids = cases[c].num_ids, .args = args,
+                                          .num_args = 7};
+                    kvio_event_trace_write(trace, &event);
+                }
+            kvio_event_trace_iteration(trace, NULL); /* nothing */
+            cr_assert_eq(kvio_event_trace_close(trace), KVIO_OK);
+        }
+        char *template = test_read_file(paths[0]), *generic = test_read_file(paths[1]);
+        cr_assert(template != NULL && generic != NULL);
+        cr_assert_str_eq(template, generic, "level %s", levels[l]);
+        json_t *events = read_lines(paths[0]);
+        cr_assert_eq(json_array_size(events), 10 + 2 + 2, "10 events, 2 ranks named");
+        json_decref(events);
+        free(template);
+        free(generic);
+    }
+    kvio_event_iteration_t none = {0};
+    kvio_event_trace_iteration(NULL, &none); /* tracing off: a no-op */
+    test_rmtree(dir);
+    free(dir);
+}
+
+typedef struct iteration_writer {
+    kvio_event_trace_t *trace;
+    uint32_t rank;
+    int count;
+} iteration_writer_t;
+
+static void *write_iterations(void *argument)
+{
+    iteration_writer_t *writer = argument;
+    uint64_t ids[40];
+    for (int i = 0; i < writer->count; i++) {
+        for (size_t k = 0; k < 40; k++)
+            ids[k] = (uint64_t)i * 40 + k;
+        kvio_event_iteration_t iteration = {
+            .rank = writer->rank, .start_ns = (int64_t)i * 1000000, .duration_ns = 900000,
+            .batch_size = 40, .kv_usage = 0.25, .request_ids = ids, .num_request_ids = 40};
+        kvio_event_trace_iteration(writer->trace, &iteration);
+    }
+    return NULL;
+}
+
+/* Threads that write at once, none of them the one that opened the trace,
+ * each many chunks' worth: the file opens with "[", every line is whole,
+ * ids are unique, and each thread's events keep their order, their ids
+ * increasing. */
+Test(events, threads_write_whole_lines_in_their_order, .timeout = 60)
+{
+    enum { THREADS = 4, PER_THREAD = 5000 };
+    char *dir = test_tmpdir();
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/threads.pfw.gz", dir);
+    kvio_event_trace_t *trace = NULL;
+    char error[512];
+    cr_assert_eq(kvio_event_trace_open(path, KVIO_EVENT_LEVEL_IO, &trace, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    pthread_t threads[THREADS];
+    iteration_writer_t writers[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        writers[t] = (iteration_writer_t){trace, (uint32_t)t, PER_THREAD};
+        cr_assert_eq(pthread_create(&threads[t], NULL, write_iterations, &writers[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(threads[t], NULL);
+    cr_assert_eq(kvio_event_trace_close(trace), KVIO_OK);
+
+    /* Gunzipped, as DFTracer's readers take a .pfw.gz. */
+    char plain[1200];
+    snprintf(plain, sizeof(plain), "%s/threads.pfw", dir);
+    gzFile in = gzopen(path, "rb");
+    FILE *out = fopen(plain, "wb");
+    cr_assert(in != NULL && out != NULL);
+    char buffer[65536];
+    int got;
+    size_t total = 0;
+    while ((got = gzread(in, buffer, sizeof(buffer))) > 0) {
+        fwrite(buffer, 1, (size_t)got, out);
+        total += (size_t)got;
+    }
+    gzclose(in);
+    fclose(out);
+    cr_assert_gt(total, 4u << 20, "several chunks a thread: %zu bytes", total);
+    json_t *events = read_lines(plain);
+    size_t count = 0, index;
+    json_t *event;
+    json_int_t last_id[THREADS], last_ts[THREADS];
+    for (int t = 0; t < THREADS; t++)
+        last_id[t] = last_ts[t] = -1;
+    char *seen = calloc((size_t)THREADS * PER_THREAD * 2, 1);
+    cr_assert_not_null(seen);
+    json_array_foreach(events, index, event)
+    {
+        if (strcmp(test_json_string(event, "ph"), "X") != 0)
+            continue;
+        count++;
+        json_int_t id = test_json_integer(event, "id"), ts = test_json_integer(event, "ts");
+        json_int_t rank = test_json_integer(event, "pid");
+        cr_assert(rank >= 0 && rank < THREADS);
+        cr_assert(id >= 0 && id < (json_int_t)THREADS * PER_THREAD * 2, "id %lld",
+                  (long long)id);
+        cr_assert(!seen[id], "id %lld twice", (long long)id);
+        seen[id] = 1;
+        if (last_id[rank] >= 0) {
+            cr_assert_eq(ts, last_ts[rank] + 1000, "rank %lld in order", (long long)rank);
+            cr_assert_gt(id, last_id[rank], "rank %lld's ids increasing", (long long)rank);
+        }
+        last_id[rank] = id;
+        last_ts[rank] = ts;
+    }
+    cr_assert_eq(count, (size_t)THREADS * PER_THREAD);
+    free(seen);
+    json_decref(events);
+    test_rmtree(dir);
+    free(dir);
+}
