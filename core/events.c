@@ -1,11 +1,17 @@
-/* The event-trace writer: each calling thread formats its events by hand
- * (no printf on the hot path except for fractional arguments) straight
- * into a 1 MiB chunk of its own, with no lock and no atomic operation per
- * event; a full chunk is handed to a writer thread (under the lock, once a
- * MiB), which compresses (.gz) and writes it while the caller fills the
- * next (ISA-L's igzip or libdeflate where it was built, else zlib); close
- * hands over what every thread holds, then adds the rank names and the
- * closing "]". */
+/* The event-trace writer. A calling thread writes its events into a chunk
+ * of its own, with no lock and no atomic operation per event: an
+ * iteration as a small binary record (its numbers, and of its request ids
+ * only those its last list did not start with), any other event as its
+ * finished line. A full chunk is handed to a writer thread (under the
+ * lock, once a chunk), which makes the text (an iteration's line from a
+ * template: its fixed text copied, only the numbers formatted by hand),
+ * compresses it (.gz: ISA-L's igzip or libdeflate where it was built, else
+ * zlib) and writes it. The run's thread so touches a few cache lines per
+ * event, and the text is compressed while it is in the writer's caches
+ * (formatting in the caller, between the run's own work, took twice as
+ * long as the same code in a loop, and slowed the run's code by evicting
+ * its data). Close hands over what every thread holds, then the rank
+ * names and the closing "]". */
 #include "kvio/events.h"
 
 #include "kvio/array.h"
@@ -29,28 +35,45 @@
 
 #define LINE_MAX_BYTES 8192
 #define MAX_NAMED_RANKS 65536
-/* A chunk of whole lines: one write (one gzip member) each. A thread hands
- * its chunk over when less than a line's room is left. 256 KiB: a thread's
- * chunk and those queued stay in the caches (with 1 MiB chunks, each line
- * of a chunk was a cache miss when written, which made formatting take
- * twice as long); the trace comes out 1 % larger than with 1 MiB. */
+/* A thread's chunk of records; handed over when a record might not fit. */
 #define CHUNK_BYTES (1u << 18)
-/* Room past CHUNK_BYTES: the opening "[" line, put in front of the first
- * chunk handed over. */
-#define CHUNK_SLACK 64
+/* The writer's text: whole lines, one write (one gzip member) each. */
+#define TEXT_BYTES (1u << 20)
 /* Threads with a chunk of their own; more share one under the lock. */
 #define MAX_WRITERS 64
 /* Chunks handed over and not yet written: a caller that gets further
  * ahead of the writer waits. */
 #define QUEUE_MAX 2
-/* Event ids are taken in blocks (under the lock): one thread's ids are
- * consecutive, as are a single-threaded trace's. */
+/* Event ids are taken in blocks (under the lock): one thread's ids
+ * increase, and a single-threaded trace's are consecutive. */
 #define ID_BLOCK 4096
 
-static const char opening[] = "[\n";
+/* A chunk is a run of records, each 8-byte aligned: a head, then length
+ * bytes of payload. */
+enum { RECORD_TEXT = 1, RECORD_ITERATION = 2 };
+typedef struct record_head {
+    uint32_t type;
+    uint32_t length;
+} record_head_t;
 
-/* The last request id list a thread wrote, as text: consecutive iterations
- * of a rank mostly run the same batch (three in four on the chat preset),
+/* An iteration (kvio_event_iteration_t) with its event id and whole
+ * microseconds; then fresh request ids (uint64_t each) that follow the
+ * first shared ids of the thread's last list. num_requests 0: no ids. */
+typedef struct iteration_record {
+    uint64_t id;
+    int64_t start_us, duration_us;
+    uint64_t batch_size, prefill_tokens, decode_seqs;
+    double kv_usage;
+    uint64_t running, waiting, preempted, num_requests;
+    uint32_t rank;
+    uint16_t shared, fresh;
+} iteration_record_t;
+
+/* Room a record may take at most: a line, or an iteration with all its ids. */
+#define RECORD_MAX_BYTES (sizeof(record_head_t) + LINE_MAX_BYTES)
+
+/* The last request id list written, as text: consecutive iterations of a
+ * rank mostly run the same batch (three in four on the chat preset),
  * whose ids are then copied, not formatted again; a list that starts as
  * the last one did (a request finished or joined past them) copies that
  * start (on the chat preset 220,000 of the 350,000 ids the whole-list copy
@@ -64,16 +87,19 @@ typedef struct id_list_cache {
 
 /* What one writing thread owns: only that thread touches it (the shared
  * slot of threads past MAX_WRITERS: under the lock), until close, which
- * every write has returned before. */
+ * every write has returned before; but id_cache, the writer thread's. */
 typedef struct slot {
     pthread_t thread;
-    char *chunk; /* CHUNK_BYTES + CHUNK_SLACK */
+    char *chunk; /* CHUNK_BYTES */
     size_t length;
     uint64_t next_id, ids_left;
+    /* The thread's last iteration id list, as its records say it. */
+    uint64_t last_ids[KVIO_EVENT_MAX_REQUEST_IDS];
+    size_t num_last_ids;
     uint8_t ranks_seen[MAX_NAMED_RANKS]; /* bit kind: the rank had an event of kind */
     uint32_t max_rank;
     bool any_rank;
-    id_list_cache_t id_cache;
+    id_list_cache_t id_cache; /* the writer's: the same lists, as text */
 } slot_t;
 
 struct kvio_event_trace {
@@ -88,23 +114,26 @@ struct kvio_event_trace {
     slot_t *slots[MAX_WRITERS];
     _Atomic size_t num_slots;
     slot_t *shared; /* threads past MAX_WRITERS, under the lock */
-    /* Full chunks in the order handed over; the writer writes the first
-     * and then puts it among the spares. */
+    /* Full chunks in the order handed over, with their slots; the writer
+     * writes the first and then puts it among the spares. */
     char *queue[QUEUE_MAX];
     size_t queue_lengths[QUEUE_MAX];
+    slot_t *queue_slots[QUEUE_MAX];
     size_t queue_first, queue_count;
     /* Chunks not in use: room for every one there can be (one a slot,
      * the shared slot's, and those queued). */
     char *spares[MAX_WRITERS + 1 + QUEUE_MAX];
     size_t num_spares;
-    bool opened;  /* the opening line has gone out */
     bool closing;
     uint64_t next_id_block;
     kvio_status_t error;
-    /* The writer thread's alone: ISA-L's igzip where it was built (level
-     * 1: about 4x libdeflate's speed on a trace, 10 % larger), else
-     * libdeflate's compressor (about 1.6x zlib's speed at level 1), else
-     * zlib's stream. */
+    /* The writer thread's alone: the text of the records (the opening
+     * line first), written out when a line might not fit; ISA-L's igzip
+     * where it was built (level 1: about 4x libdeflate's speed on a
+     * trace, 10 % larger), else libdeflate's compressor (about 1.6x zlib's
+     * speed at level 1), else zlib's stream. */
+    char *text; /* TEXT_BYTES + LINE_MAX_BYTES */
+    size_t text_length;
 #if KVIO_HAVE_ISAL
     uint8_t *level_buffer; /* igzip's level-1 hash tables */
 #elif KVIO_HAVE_LIBDEFLATE
@@ -119,10 +148,14 @@ struct kvio_event_trace {
 static const char *const kind_names[] = {"iteration", "update", "swap", "tier"};
 static const char *const track_names[] = {"iterations", "model updates", "swaps", "tier I/O"};
 
+static size_t record_size(size_t length)
+{
+    return sizeof(record_head_t) + ((length + 7) & ~(size_t)7);
+}
+
 /* ---------- line building ---------- */
 
-/* A line being made in place, at the end of a thread's chunk (which has
- * LINE_MAX_BYTES of room for it). */
+/* A line being made in place (with LINE_MAX_BYTES of room for it). */
 typedef struct line {
     char *text;
     size_t length;
@@ -249,7 +282,7 @@ kvio_status_t kvio_event_level_parse(const char *text, kvio_event_level_t *level
     return KVIO_ERR_INVALID;
 }
 
-/* Writes one chunk (the writer thread, without the lock): raw, or one gzip
+/* Writes text (the writer thread, without the lock): raw, or one gzip
  * member. */
 static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, size_t length)
 {
@@ -292,8 +325,136 @@ static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, si
     return fwrite(trace->compressed, 1, bytes, trace->file) == bytes ? KVIO_OK : KVIO_ERR_IO;
 }
 
-/* The writer thread: writes each chunk handed over, in order, until the
- * trace closes. */
+/* count ids, comma-separated: the cache's text for as many leading ids as
+ * are its own, the rest formatted (and the cache then holds this list). */
+static void put_request_ids(id_list_cache_t *cache, line_t *line, const uint64_t *ids,
+                            size_t count)
+{
+    size_t start = line->length, shared = 0;
+    if (count == cache->count && memcmp(ids, cache->ids, count * sizeof(*ids)) == 0) {
+        memcpy(line->text + start, cache->text, cache->ends[count - 1]);
+        line->length += cache->ends[count - 1];
+        return;
+    }
+    while (shared < count && shared < cache->count && ids[shared] == cache->ids[shared])
+        shared++;
+    size_t kept = shared > 0 ? cache->ends[shared - 1] : 0; /* bytes of text */
+    memcpy(line->text + start, cache->text, kept);
+    line->length += kept;
+    if (shared == count && shared == cache->count)
+        return;
+    for (size_t i = shared; i < count; i++) {
+        if (i > 0)
+            line->text[line->length++] = ',';
+        put_uint(line, ids[i]);
+        cache->ends[i] = (uint16_t)(line->length - start);
+    }
+    cache->count = count;
+    memcpy(cache->ids + shared, ids + shared, (count - shared) * sizeof(*ids));
+    memcpy(cache->text + kept, line->text + start + kept, line->length - start - kept);
+}
+
+/* The request ids and the line's end: the id list's text through the
+ * slot's cache (the writer's), or formatted as it is without one. */
+static void put_ids_and_end(line_t *line, id_list_cache_t *cache, const uint64_t *ids,
+                            size_t count, size_t shown)
+{
+    if (shown > 0) {
+        PUT_LITERAL(line, ",\"num_requests\":");
+        put_uint(line, count);
+        PUT_LITERAL(line, ",\"request_ids\":[");
+        if (cache != NULL) {
+            put_request_ids(cache, line, ids, shown);
+        } else {
+            for (size_t i = 0; i < shown; i++) {
+                if (i > 0)
+                    line->text[line->length++] = ',';
+                put_uint(line, ids[i]);
+            }
+        }
+        line->text[line->length++] = ']';
+    }
+    PUT_LITERAL(line, "}},\n");
+}
+
+/* An iteration record's line from its template (the writer thread): the
+ * same bytes as format_event makes of the event (its arguments are
+ * integers but kv_usage). */
+static void render_iteration(line_t *line, id_list_cache_t *cache,
+                             const iteration_record_t *record, const uint64_t *fresh)
+{
+    PUT_LITERAL(line, "{\"id\":");
+    put_uint(line, record->id);
+    PUT_LITERAL(line, ",\"name\":\"iteration\",\"cat\":\"iteration\",\"pid\":");
+    put_uint(line, record->rank);
+    PUT_LITERAL(line, ",\"tid\":1,\"ts\":");
+    put_int(line, record->start_us);
+    PUT_LITERAL(line, ",\"dur\":");
+    put_int(line, record->duration_us);
+    PUT_LITERAL(line, ",\"ph\":\"X\",\"args\":{\"rank\":");
+    put_uint(line, record->rank);
+    PUT_LITERAL(line, ",\"batch_size\":");
+    put_uint(line, record->batch_size);
+    PUT_LITERAL(line, ",\"prefill_tokens\":");
+    put_uint(line, record->prefill_tokens);
+    PUT_LITERAL(line, ",\"decode_seqs\":");
+    put_uint(line, record->decode_seqs);
+    PUT_LITERAL(line, ",\"kv_usage\":");
+    put_number(line, record->kv_usage);
+    PUT_LITERAL(line, ",\"running\":");
+    put_uint(line, record->running);
+    PUT_LITERAL(line, ",\"waiting\":");
+    put_uint(line, record->waiting);
+    PUT_LITERAL(line, ",\"preempted\":");
+    put_uint(line, record->preempted);
+    /* The list: the start it shares with the slot's last one (the
+     * cache's, which holds the same lists in the same order), then the
+     * fresh ids. */
+    size_t shown = (size_t)record->shared + record->fresh;
+    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
+    memcpy(ids, cache->ids, record->shared * sizeof(*ids));
+    memcpy(ids + record->shared, fresh, record->fresh * sizeof(*ids));
+    put_ids_and_end(line, cache, ids, record->num_requests, shown);
+}
+
+/* Writes the text made so far (the writer thread); the error kept. */
+static void text_out(kvio_event_trace_t *trace)
+{
+    kvio_status_t status = write_chunk(trace, trace->text, trace->text_length);
+    trace->text_length = 0;
+    if (status != KVIO_OK) {
+        pthread_mutex_lock(&trace->lock);
+        if (trace->error == KVIO_OK)
+            trace->error = status;
+        pthread_mutex_unlock(&trace->lock);
+    }
+}
+
+/* The text of a chunk's records (the writer thread, without the lock). */
+static void render_chunk(kvio_event_trace_t *trace, slot_t *slot, const char *chunk,
+                         size_t length)
+{
+    for (size_t at = 0; at < length;) {
+        const record_head_t *head = (const record_head_t *)(const void *)(chunk + at);
+        const char *payload = chunk + at + sizeof(*head);
+        if (trace->text_length + LINE_MAX_BYTES > TEXT_BYTES)
+            text_out(trace);
+        if (head->type == RECORD_TEXT) {
+            memcpy(trace->text + trace->text_length, payload, head->length);
+            trace->text_length += head->length;
+        } else {
+            line_t line = {.text = trace->text + trace->text_length, .length = 0};
+            const iteration_record_t *record = (const iteration_record_t *)(const void *)payload;
+            render_iteration(&line, &slot->id_cache, record,
+                             (const uint64_t *)(const void *)(payload + sizeof(*record)));
+            trace->text_length += line.length;
+        }
+        at += record_size(head->length);
+    }
+}
+
+/* The writer thread: makes the text of each chunk handed over, in order,
+ * writing it out a TEXT_BYTES at a time, until the trace closes. */
 static void *writer_main(void *argument)
 {
     kvio_event_trace_t *trace = argument;
@@ -305,17 +466,17 @@ static void *writer_main(void *argument)
             break;
         char *chunk = trace->queue[trace->queue_first];
         size_t length = trace->queue_lengths[trace->queue_first];
+        slot_t *slot = trace->queue_slots[trace->queue_first];
         pthread_mutex_unlock(&trace->lock);
-        kvio_status_t status = write_chunk(trace, chunk, length);
+        render_chunk(trace, slot, chunk, length);
         pthread_mutex_lock(&trace->lock);
-        if (status != KVIO_OK && trace->error == KVIO_OK)
-            trace->error = status;
         trace->queue_first = (trace->queue_first + 1) % QUEUE_MAX;
         trace->queue_count--;
         trace->spares[trace->num_spares++] = chunk;
         pthread_cond_broadcast(&trace->changed);
     }
     pthread_mutex_unlock(&trace->lock);
+    text_out(trace);
     return NULL;
 }
 
@@ -326,13 +487,12 @@ static char *chunk_new(kvio_event_trace_t *trace)
 {
     if (trace->num_spares > 0)
         return trace->spares[--trace->num_spares];
-    return kvio_populated_alloc(CHUNK_BYTES + CHUNK_SLACK);
+    return kvio_populated_alloc(CHUNK_BYTES);
 }
 
 /* Hands the slot's chunk to the writer (lock held) and gives the slot a
- * fresh one; the first chunk handed over gets the opening line in front.
- * false (the error kept for close) when no chunk could be had: the slot
- * then starts its chunk over, its events lost. */
+ * fresh one. false (the error kept for close) when no chunk could be had:
+ * the slot then starts its chunk over, its events lost. */
 static bool hand_over(kvio_event_trace_t *trace, slot_t *slot)
 {
     while (trace->queue_count == QUEUE_MAX)
@@ -344,15 +504,10 @@ static bool hand_over(kvio_event_trace_t *trace, slot_t *slot)
         slot->length = 0;
         return false;
     }
-    if (!trace->opened) {
-        memmove(slot->chunk + sizeof(opening) - 1, slot->chunk, slot->length);
-        memcpy(slot->chunk, opening, sizeof(opening) - 1);
-        slot->length += sizeof(opening) - 1;
-        trace->opened = true;
-    }
     size_t at = (trace->queue_first + trace->queue_count) % QUEUE_MAX;
     trace->queue[at] = slot->chunk;
     trace->queue_lengths[at] = slot->length;
+    trace->queue_slots[at] = slot;
     trace->queue_count++;
     slot->chunk = fresh;
     slot->length = 0;
@@ -378,7 +533,7 @@ static void slot_free(slot_t *slot)
 {
     if (slot == NULL)
         return;
-    kvio_zeroed_free(slot->chunk, CHUNK_BYTES + CHUNK_SLACK);
+    kvio_zeroed_free(slot->chunk, CHUNK_BYTES);
     free(slot);
 }
 
@@ -418,15 +573,15 @@ static void trace_free(kvio_event_trace_t *trace)
         deflateEnd(&trace->stream);
 #endif
     kvio_zeroed_free(trace->compressed, trace->compressed_capacity);
+    kvio_zeroed_free(trace->text, TEXT_BYTES + LINE_MAX_BYTES);
     size_t count = atomic_load_explicit(&trace->num_slots, memory_order_relaxed);
     for (size_t i = 0; i < count; i++)
         slot_free(trace->slots[i]);
     slot_free(trace->shared);
     for (size_t i = 0; i < trace->queue_count; i++)
-        kvio_zeroed_free(trace->queue[(trace->queue_first + i) % QUEUE_MAX],
-                         CHUNK_BYTES + CHUNK_SLACK);
+        kvio_zeroed_free(trace->queue[(trace->queue_first + i) % QUEUE_MAX], CHUNK_BYTES);
     for (size_t i = 0; i < trace->num_spares; i++)
-        kvio_zeroed_free(trace->spares[i], CHUNK_BYTES + CHUNK_SLACK);
+        kvio_zeroed_free(trace->spares[i], CHUNK_BYTES);
     free(trace);
 }
 
@@ -450,8 +605,15 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
     }
     trace->slots[0] = first;
     atomic_store_explicit(&trace->num_slots, 1, memory_order_relaxed);
+    trace->text = kvio_populated_alloc(TEXT_BYTES + LINE_MAX_BYTES);
+    if (trace->text == NULL) {
+        trace_free(trace);
+        return KVIO_ERR_NOMEM;
+    }
+    memcpy(trace->text, "[\n", 2);
+    trace->text_length = 2;
     if (trace->gzip) {
-        /* Each chunk one gzip member (header and trailer); level 1: the
+        /* Each text one gzip member (header and trailer); level 1: the
          * writer keeps up with the callers. */
 #if KVIO_HAVE_ISAL
         trace->level_buffer = malloc(ISAL_DEF_LVL1_DEFAULT);
@@ -461,7 +623,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
         }
         /* igzip's bound: the input in stored blocks, their headers, and
          * the gzip header and trailer. */
-        trace->compressed_capacity = CHUNK_BYTES + CHUNK_SLACK + CHUNK_BYTES / 1024 + 1024;
+        trace->compressed_capacity = TEXT_BYTES + LINE_MAX_BYTES + TEXT_BYTES / 1024 + 1024;
 #elif KVIO_HAVE_LIBDEFLATE
         trace->compressor = libdeflate_alloc_compressor(1);
         if (trace->compressor == NULL) {
@@ -469,7 +631,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
             return KVIO_ERR_NOMEM;
         }
         trace->compressed_capacity = libdeflate_gzip_compress_bound(trace->compressor,
-                                                                    CHUNK_BYTES + CHUNK_SLACK);
+                                                                    TEXT_BYTES + LINE_MAX_BYTES);
 #else
         if (deflateInit2(&trace->stream, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
             Z_OK) {
@@ -477,7 +639,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
             trace_free(trace);
             return KVIO_ERR_NOMEM;
         }
-        trace->compressed_capacity = deflateBound(&trace->stream, CHUNK_BYTES + CHUNK_SLACK);
+        trace->compressed_capacity = deflateBound(&trace->stream, TEXT_BYTES + LINE_MAX_BYTES);
 #endif
         trace->compressed = kvio_populated_alloc(trace->compressed_capacity);
         if (trace->compressed == NULL) {
@@ -509,57 +671,43 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
     return KVIO_OK;
 }
 
-/* count ids, comma-separated: the cache's text for as many leading ids as
- * are its own, the rest formatted (and the cache then holds this list). */
-static void put_request_ids(id_list_cache_t *cache, line_t *line, const uint64_t *ids,
-                            size_t count)
+/* Room for a record of up to RECORD_MAX_BYTES at the end of the slot's
+ * chunk (the chunk handed over first when it lacks it): false when it
+ * could not be (lock held or not, as locked says). */
+static bool room(kvio_event_trace_t *trace, slot_t *slot, bool locked)
 {
-    size_t start = line->length, shared = 0;
-    if (count == cache->count && memcmp(ids, cache->ids, count * sizeof(*ids)) == 0) {
-        memcpy(line->text + start, cache->text, cache->ends[count - 1]);
-        line->length += cache->ends[count - 1];
-        return;
-    }
-    while (shared < count && shared < cache->count && ids[shared] == cache->ids[shared])
-        shared++;
-    size_t kept = shared > 0 ? cache->ends[shared - 1] : 0; /* bytes of text */
-    memcpy(line->text + start, cache->text, kept);
-    line->length += kept;
-    if (shared == count && shared == cache->count)
-        return;
-    for (size_t i = shared; i < count; i++) {
-        if (i > 0)
-            line->text[line->length++] = ',';
-        put_uint(line, ids[i]);
-        cache->ends[i] = (uint16_t)(line->length - start);
-    }
-    cache->count = count;
-    memcpy(cache->ids + shared, ids + shared, (count - shared) * sizeof(*ids));
-    memcpy(cache->text + kept, line->text + start + kept, line->length - start - kept);
+    if (slot->length + RECORD_MAX_BYTES <= CHUNK_BYTES)
+        return true;
+    if (!locked)
+        pthread_mutex_lock(&trace->lock);
+    bool handed = hand_over(trace, slot);
+    if (!locked)
+        pthread_mutex_unlock(&trace->lock);
+    return handed;
 }
 
-/* Room for a line at the end of the slot's chunk, and the line there:
- * false when the chunk could not be handed over (lock held or not, as
- * locked says). */
+/* A text record's line, begun at the end of the slot's chunk. */
 static bool line_start(kvio_event_trace_t *trace, slot_t *slot, bool locked, line_t *line_p)
 {
-    if (slot->length + LINE_MAX_BYTES > CHUNK_BYTES) {
-        if (!locked)
-            pthread_mutex_lock(&trace->lock);
-        bool handed = hand_over(trace, slot);
-        if (!locked)
-            pthread_mutex_unlock(&trace->lock);
-        if (!handed)
-            return false;
-    }
-    line_p->text = slot->chunk + slot->length;
+    if (!room(trace, slot, locked))
+        return false;
+    line_p->text = slot->chunk + slot->length + sizeof(record_head_t);
     line_p->length = 0;
     return true;
 }
 
+/* The line made becomes the record. */
+static void line_end(slot_t *slot, const line_t *line)
+{
+    record_head_t *head = (record_head_t *)(void *)(slot->chunk + slot->length);
+    head->type = RECORD_TEXT;
+    head->length = (uint32_t)line->length;
+    slot->length += record_size(line->length);
+}
+
 /* The next event id of the slot, a new block taken when it has none left
  * (under the lock, held or not as locked says). */
-static void take_id(kvio_event_trace_t *trace, slot_t *slot, bool locked)
+static uint64_t take_id(kvio_event_trace_t *trace, slot_t *slot, bool locked)
 {
     if (slot->ids_left == 0) {
         if (!locked)
@@ -571,23 +719,7 @@ static void take_id(kvio_event_trace_t *trace, slot_t *slot, bool locked)
             pthread_mutex_unlock(&trace->lock);
     }
     slot->ids_left--;
-}
-
-/* The request ids (unless the level leaves them out) and the line's end;
- * the line then joins the slot's chunk. */
-static void put_ids_and_end(const kvio_event_trace_t *trace, slot_t *slot, line_t *line,
-                            const uint64_t *ids, size_t count)
-{
-    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && ids != NULL && count > 0) {
-        PUT_LITERAL(line, ",\"num_requests\":");
-        put_uint(line, count);
-        PUT_LITERAL(line, ",\"request_ids\":[");
-        put_request_ids(&slot->id_cache, line, ids,
-                        count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS);
-        line->text[line->length++] = ']';
-    }
-    PUT_LITERAL(line, "}},\n");
-    slot->length += line->length;
+    return slot->next_id++;
 }
 
 /* The rank and the kind of its event, for the names close writes. */
@@ -601,20 +733,19 @@ static void note_rank(slot_t *slot, uint32_t rank, unsigned kind)
     slot->any_rank = true;
 }
 
-/* The event's line at the end of the slot's chunk. */
+/* The event's line, a text record at the end of the slot's chunk. */
 static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
                          const kvio_event_t *event, unsigned kind)
 {
     line_t line;
     if (!line_start(trace, slot, locked, &line))
         return;
-    take_id(trace, slot, locked);
     /* Whole microseconds; the duration is the difference of rounded ends so
      * that back-to-back events never overlap. */
     int64_t start_us = event->start_ns / 1000;
     int64_t end_us = (event->start_ns + (event->duration_ns > 0 ? event->duration_ns : 0)) / 1000;
     PUT_LITERAL(&line, "{\"id\":");
-    put_uint(&line, slot->next_id++);
+    put_uint(&line, take_id(trace, slot, locked));
     PUT_LITERAL(&line, ",\"name\":");
     put_string(&line, event->name != NULL ? event->name : kind_names[kind]);
     PUT_LITERAL(&line, ",\"cat\":\"");
@@ -643,7 +774,13 @@ static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
         put_key(&line, event->args[i].key != NULL ? event->args[i].key : "value");
         put_number(&line, event->args[i].value);
     }
-    put_ids_and_end(trace, slot, &line, event->request_ids, event->num_request_ids);
+    size_t shown = 0;
+    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && event->request_ids != NULL)
+        shown = event->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
+                    ? event->num_request_ids
+                    : KVIO_EVENT_MAX_REQUEST_IDS;
+    put_ids_and_end(&line, NULL, event->request_ids, event->num_request_ids, shown);
+    line_end(slot, &line);
     note_rank(slot, event->rank, kind);
 }
 
@@ -671,44 +808,48 @@ void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event
     pthread_mutex_unlock(&trace->lock);
 }
 
-/* The iteration event's line from its template at the end of the slot's
- * chunk: the same bytes as format_event makes of it (its arguments are
- * integers but kv_usage). */
-static void format_iteration(kvio_event_trace_t *trace, slot_t *slot,
+/* An iteration's record at the end of the slot's chunk: its numbers, and
+ * the ids past the start its list shares with the slot's last one. */
+static void record_iteration(kvio_event_trace_t *trace, slot_t *slot, bool locked,
                              const kvio_event_iteration_t *iteration)
 {
-    line_t line;
-    if (!line_start(trace, slot, false, &line))
+    if (!room(trace, slot, locked))
         return;
-    take_id(trace, slot, false);
+    record_head_t *head = (record_head_t *)(void *)(slot->chunk + slot->length);
+    iteration_record_t *record = (iteration_record_t *)(void *)(head + 1);
+    uint64_t *fresh = (uint64_t *)(void *)(record + 1);
+    /* Whole microseconds, the duration the difference of rounded ends (as
+     * format_event). */
     int64_t start_us = iteration->start_ns / 1000;
     int64_t end_us =
         (iteration->start_ns + (iteration->duration_ns > 0 ? iteration->duration_ns : 0)) / 1000;
-    PUT_LITERAL(&line, "{\"id\":");
-    put_uint(&line, slot->next_id++);
-    PUT_LITERAL(&line, ",\"name\":\"iteration\",\"cat\":\"iteration\",\"pid\":");
-    put_uint(&line, iteration->rank);
-    PUT_LITERAL(&line, ",\"tid\":1,\"ts\":");
-    put_int(&line, start_us);
-    PUT_LITERAL(&line, ",\"dur\":");
-    put_int(&line, end_us - start_us);
-    PUT_LITERAL(&line, ",\"ph\":\"X\",\"args\":{\"rank\":");
-    put_uint(&line, iteration->rank);
-    PUT_LITERAL(&line, ",\"batch_size\":");
-    put_uint(&line, iteration->batch_size);
-    PUT_LITERAL(&line, ",\"prefill_tokens\":");
-    put_uint(&line, iteration->prefill_tokens);
-    PUT_LITERAL(&line, ",\"decode_seqs\":");
-    put_uint(&line, iteration->decode_seqs);
-    PUT_LITERAL(&line, ",\"kv_usage\":");
-    put_number(&line, iteration->kv_usage);
-    PUT_LITERAL(&line, ",\"running\":");
-    put_uint(&line, iteration->running);
-    PUT_LITERAL(&line, ",\"waiting\":");
-    put_uint(&line, iteration->waiting);
-    PUT_LITERAL(&line, ",\"preempted\":");
-    put_uint(&line, iteration->preempted);
-    put_ids_and_end(trace, slot, &line, iteration->request_ids, iteration->num_request_ids);
+    size_t shown = 0, shared = 0;
+    const uint64_t *ids = iteration->request_ids;
+    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && ids != NULL)
+        shown = iteration->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
+                    ? iteration->num_request_ids
+                    : KVIO_EVENT_MAX_REQUEST_IDS;
+    if (shown > 0) {
+        if (shown == slot->num_last_ids &&
+            memcmp(ids, slot->last_ids, shown * sizeof(*ids)) == 0)
+            shared = shown;
+        while (shared < shown && shared < slot->num_last_ids && ids[shared] == slot->last_ids[shared])
+            shared++;
+        memcpy(fresh, ids + shared, (shown - shared) * sizeof(*ids));
+        memcpy(slot->last_ids + shared, ids + shared, (shown - shared) * sizeof(*ids));
+        slot->num_last_ids = shown;
+    }
+    *record = (iteration_record_t){
+        .id = take_id(trace, slot, locked), .start_us = start_us,
+        .duration_us = end_us - start_us, .batch_size = iteration->batch_size,
+        .prefill_tokens = iteration->prefill_tokens, .decode_seqs = iteration->decode_seqs,
+        .kv_usage = iteration->kv_usage, .running = iteration->running,
+        .waiting = iteration->waiting, .preempted = iteration->preempted,
+        .num_requests = shown > 0 ? iteration->num_request_ids : 0, .rank = iteration->rank,
+        .shared = (uint16_t)shared, .fresh = (uint16_t)(shown - shared)};
+    head->type = RECORD_ITERATION;
+    head->length = (uint32_t)(sizeof(*record) + (shown - shared) * sizeof(*ids));
+    slot->length += record_size(head->length);
     note_rank(slot, iteration->rank, KVIO_EVENT_ITERATION);
 }
 
@@ -719,30 +860,22 @@ void kvio_event_trace_iteration(kvio_event_trace_t *trace,
         return;
     slot_t *slot = slot_of(trace);
     if (slot != NULL) {
-        format_iteration(trace, slot, iteration);
+        record_iteration(trace, slot, false, iteration);
         return;
     }
     /* As kvio_event_trace_write does past MAX_WRITERS threads. */
-    kvio_event_arg_t args[] = {
-        {"batch_size", (double)iteration->batch_size},
-        {"prefill_tokens", (double)iteration->prefill_tokens},
-        {"decode_seqs", (double)iteration->decode_seqs},
-        {"kv_usage", iteration->kv_usage},
-        {"running", (double)iteration->running},
-        {"waiting", (double)iteration->waiting},
-        {"preempted", (double)iteration->preempted},
-    };
-    kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration",
-                          .rank = iteration->rank, .start_ns = iteration->start_ns,
-                          .duration_ns = iteration->duration_ns, .bytes = -1,
-                          .request_ids = iteration->request_ids,
-                          .num_request_ids = iteration->num_request_ids, .args = args,
-                          .num_args = sizeof(args) / sizeof(args[0])};
-    kvio_event_trace_write(trace, &event);
+    pthread_mutex_lock(&trace->lock);
+    if (trace->shared == NULL)
+        trace->shared = slot_new(trace, pthread_self());
+    if (trace->shared != NULL)
+        record_iteration(trace, trace->shared, true, iteration);
+    else if (trace->error == KVIO_OK)
+        trace->error = KVIO_ERR_NOMEM;
+    pthread_mutex_unlock(&trace->lock);
 }
 
-/* A metadata event naming a process (tid < 0) or a thread, at the end of
- * the slot's chunk (lock held); the last one of the file has no trailing
+/* A metadata event naming a process (tid < 0) or a thread, a text record
+ * of the slot's (lock held); the last one of the file has no trailing
  * comma so that the file is one JSON array. */
 static void write_name(kvio_event_trace_t *trace, slot_t *slot, uint32_t pid, int tid,
                        const char *name, bool last)
@@ -758,7 +891,7 @@ static void write_name(kvio_event_trace_t *trace, slot_t *slot, uint32_t pid, in
     put(&line, ",\"args\":{\"name\":");
     put_string(&line, name);
     put(&line, last ? "}}\n" : "}},\n");
-    slot->length += line.length;
+    line_end(slot, &line);
 }
 
 kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
@@ -778,9 +911,7 @@ kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
     bool any_rank = false;
     uint32_t max_rank = 0;
     for (size_t i = 0; i < count; i++) {
-        /* One thread's events stay in the chunk the names and "]" follow
-         * (a single-threaded trace's last chunk holds all three). */
-        if (all[i]->length > 0 && count > 1)
+        if (all[i]->length > 0)
             hand_over(trace, all[i]);
         if (!all[i]->any_rank)
             continue;
@@ -818,8 +949,11 @@ kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
                                rank == last_rank && kind + 1 == last_tid);
         }
     }
-    memcpy(last_slot->chunk + last_slot->length, "]\n", 2);
-    last_slot->length += 2;
+    line_t line;
+    if (line_start(trace, last_slot, true, &line)) {
+        PUT_LITERAL(&line, "]\n");
+        line_end(last_slot, &line);
+    }
     hand_over(trace, last_slot);
     trace->closing = true;
     pthread_cond_broadcast(&trace->changed);

@@ -5,16 +5,17 @@
  * of event (1 iterations, 2 model updates, 3 swaps, 4 tier I/O).
  *
  * A path ending in ".gz" (DFTracer's .pfw.gz) is gzip-compressed: the lines
- * go out in members of whole lines, about 256 KiB of text each, one after
+ * go out in members of whole lines, about 1 MiB of text each, one after
  * the other in the file, which gunzip, zcat and zlib read as one stream (as
- * DFTracer's own compressed traces are read). Each calling thread formats
- * its events straight into a chunk of its own, without a lock or an
- * atomic operation per event; a background writer thread compresses and
- * writes the full chunks, so the caller never waits on deflate or the file
- * system unless the writer falls two chunks behind. One thread's events
- * keep their order, their ids increasing (a single-threaded trace's are
- * 0, 1, 2, ...); the chunks of several threads go out in the order they
- * filled, ids unique. */
+ * DFTracer's own compressed traces are read). Each calling thread puts its
+ * events in a chunk of its own, without a lock or an atomic operation per
+ * event: an iteration as a small binary record, any other event as its
+ * line. A background writer thread makes the iterations' lines, then
+ * compresses and writes the text, so the caller never waits on
+ * formatting, deflate or the file system unless the writer falls two
+ * chunks behind. One thread's events keep their order, their ids
+ * increasing (a single-threaded trace's are 0, 1, 2, ...); the chunks of
+ * several threads go out in the order they filled, ids unique. */
 #ifndef KVIO_EVENTS_H
 #define KVIO_EVENTS_H
 
@@ -89,9 +90,11 @@ kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace);
 void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event);
 
 /* An iteration's event, as kvio_event_trace_write writes a KVIO_EVENT_ITERATION
- * named "iteration" with these arguments in this order, byte for byte,
- * from a line template (its fixed text copied, only the numbers
- * formatted): the event every iteration of a run writes. */
+ * named "iteration" with these arguments in this order, byte for byte:
+ * the event every iteration of a run writes. The caller only records its
+ * numbers (and the request ids its thread's last list did not start
+ * with); the writer thread makes the line from a template (its fixed text
+ * copied, only the numbers formatted). */
 typedef struct kvio_event_iteration {
     uint32_t rank;
     int64_t start_ns; /* on the run's clock */
