@@ -597,3 +597,79 @@ Test(events, threads_write_whole_lines_in_their_order, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+typedef struct crowd_writer {
+    kvio_event_trace_t *trace;
+    pthread_barrier_t *all_alive;
+    uint32_t rank;
+} crowd_writer_t;
+
+static void *write_in_a_crowd(void *argument)
+{
+    crowd_writer_t *writer = argument;
+    uint64_t ids[3] = {writer->rank, writer->rank + 1, writer->rank + 2};
+    for (int i = 0; i < 40; i++) {
+        if (i == 1)
+            pthread_barrier_wait(writer->all_alive); /* every thread has its own id now */
+        kvio_event_iteration_t iteration = {.rank = writer->rank % 8,
+                                            .start_ns = (int64_t)i * 1000000,
+                                            .duration_ns = 1000, .batch_size = 3,
+                                            .request_ids = ids, .num_request_ids = 3};
+        kvio_event_trace_iteration(writer->trace, &iteration);
+        kvio_event_trace_tier(writer->trace, writer->rank % 8, "host", i % 2,
+                              (int64_t)i * 1000000, 500, 4096, ids, 2);
+    }
+    return NULL;
+}
+
+/* More threads alive at once than have chunks of their own: the rest
+ * share one under the lock, and every event of every thread is written
+ * whole. */
+Test(events, threads_past_their_own_chunks_share_one, .timeout = 60)
+{
+    enum { THREADS = 80 };
+    char *dir = test_tmpdir();
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/crowd.pfw", dir);
+    kvio_event_trace_t *trace = NULL;
+    char error[512];
+    cr_assert_eq(kvio_event_trace_open(path, KVIO_EVENT_LEVEL_IO, &trace, error, sizeof(error)),
+                 KVIO_OK, "%s", error);
+    pthread_barrier_t all_alive;
+    cr_assert_eq(pthread_barrier_init(&all_alive, NULL, THREADS), 0);
+    pthread_t threads[THREADS];
+    crowd_writer_t writers[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        writers[t] = (crowd_writer_t){trace, &all_alive, (uint32_t)t};
+        cr_assert_eq(pthread_create(&threads[t], NULL, write_in_a_crowd, &writers[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(threads[t], NULL);
+    pthread_barrier_destroy(&all_alive);
+    cr_assert_eq(kvio_event_trace_close(trace), KVIO_OK);
+    json_t *events = read_lines(path);
+    size_t iterations = 0, tiers = 0, index;
+    json_t *event;
+    json_array_foreach(events, index, event)
+    {
+        if (strcmp(test_json_string(event, "ph"), "X") != 0)
+            continue;
+        json_t *ids = json_object_get(json_object_get(event, "args"), "request_ids");
+        cr_assert(json_is_array(ids));
+        json_int_t first = json_integer_value(json_array_get(ids, 0));
+        cr_assert_eq(json_integer_value(json_array_get(ids, 1)), first + 1);
+        if (strcmp(test_json_string(event, "cat"), "iteration") == 0) {
+            iterations++;
+            cr_assert_eq(json_array_size(ids), 3);
+            cr_assert_eq(json_integer_value(json_array_get(ids, 2)), first + 2);
+        } else {
+            tiers++;
+            cr_assert_eq(json_array_size(ids), 2);
+        }
+    }
+    cr_assert_eq(iterations, (size_t)THREADS * 40);
+    cr_assert_eq(tiers, (size_t)THREADS * 40);
+    json_decref(events);
+    test_rmtree(dir);
+    free(dir);
+}
