@@ -1,9 +1,17 @@
-/* The event-trace writer: the calling thread formats each event into a
- * line buffer of its own by hand (no printf on the hot path except for
- * fractional arguments) and copies it into the trace's chunk under a lock;
- * a writer thread compresses (.gz) and writes full chunks while the next
- * fills (ISA-L's igzip or libdeflate where it was built, else zlib); close
- * adds the rank names and the closing "]". */
+/* The event-trace writer. A calling thread writes its events into a chunk
+ * of its own, with no lock and no atomic operation per event: an
+ * iteration as a small binary record (its numbers, and of its request ids
+ * only those its last list did not start with), any other event as its
+ * finished line. A full chunk is handed to a writer thread (under the
+ * lock, once a chunk), which makes the text (an iteration's line from a
+ * template: its fixed text copied, only the numbers formatted by hand),
+ * compresses it (.gz: ISA-L's igzip or libdeflate where it was built, else
+ * zlib) and writes it. The run's thread so touches a few cache lines per
+ * event, and the text is compressed while it is in the writer's caches
+ * (formatting in the caller, between the run's own work, took twice as
+ * long as the same code in a loop, and slowed the run's code by evicting
+ * its data). Close hands over what every thread holds, then the rank
+ * names and the closing "]". */
 #include "kvio/events.h"
 
 #include "kvio/array.h"
@@ -12,6 +20,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,47 +35,105 @@
 
 #define LINE_MAX_BYTES 8192
 #define MAX_NAMED_RANKS 65536
-/* A chunk of whole lines: one write (one gzip member) each. */
-#define CHUNK_BYTES (1u << 20)
+/* A thread's chunk of records; handed over when a record might not fit. */
+#define CHUNK_BYTES (1u << 18)
+/* The writer's text: whole lines, one write (one gzip member) each. */
+#define TEXT_BYTES (1u << 20)
+/* Threads with a chunk of their own; more share one under the lock. */
+#define MAX_WRITERS 64
+/* Chunks handed over and not yet written: a caller that gets further
+ * ahead of the writer waits. */
+#define QUEUE_MAX 2
+/* Event ids are taken in blocks (under the lock): one thread's ids
+ * increase, and a single-threaded trace's are consecutive. */
+#define ID_BLOCK 4096
+
+/* A chunk is a run of records, each 8-byte aligned: a head, then length
+ * bytes of payload. */
+enum { RECORD_TEXT = 1, RECORD_ITERATION = 2 };
+typedef struct record_head {
+    uint32_t type;
+    uint32_t length;
+} record_head_t;
+
+/* An iteration (kvio_event_iteration_t) with its event id and whole
+ * microseconds; then fresh request ids (uint64_t each) that follow the
+ * first shared ids of the thread's last list. num_requests 0: no ids. */
+typedef struct iteration_record {
+    uint64_t id;
+    int64_t start_us, duration_us;
+    uint64_t batch_size, prefill_tokens, decode_seqs;
+    double kv_usage;
+    uint64_t running, waiting, preempted, num_requests;
+    uint32_t rank;
+    uint16_t shared, fresh;
+} iteration_record_t;
+
+/* Room a record may take at most: a line, or an iteration with all its ids. */
+#define RECORD_MAX_BYTES (sizeof(record_head_t) + LINE_MAX_BYTES)
 
 /* The last request id list written, as text: consecutive iterations of a
- * rank mostly run the same batch (three in four on the chat preset), whose
- * ids are then copied, not formatted again; a list that starts as the last
- * one did (a request finished or joined past them) copies that start (on
- * the chat preset 220,000 of the 350,000 ids the whole-list copy left to
- * format). Its own lock, tried: a caller that finds it taken formats its
- * ids itself. */
+ * rank mostly run the same batch (three in four on the chat preset),
+ * whose ids are then copied, not formatted again; a list that starts as
+ * the last one did (a request finished or joined past them) copies that
+ * start (on the chat preset 220,000 of the 350,000 ids the whole-list copy
+ * left to format). */
 typedef struct id_list_cache {
-    pthread_mutex_t lock;
     uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
     size_t count; /* 0: empty */
     char text[KVIO_EVENT_MAX_REQUEST_IDS * 21];
     uint16_t ends[KVIO_EVENT_MAX_REQUEST_IDS]; /* where each id's text ends in text */
 } id_list_cache_t;
 
-/* Two chunks: the callers fill one while the writer thread writes the
- * other. */
+/* What one writing thread owns: only that thread touches it (the shared
+ * slot of threads past MAX_WRITERS: under the lock), until close, which
+ * every write has returned before; but id_cache, the writer thread's. */
+typedef struct slot {
+    pthread_t thread;
+    char *chunk; /* CHUNK_BYTES */
+    size_t length;
+    uint64_t next_id, ids_left;
+    /* The thread's last iteration id list, as its records say it. */
+    uint64_t last_ids[KVIO_EVENT_MAX_REQUEST_IDS];
+    size_t num_last_ids;
+    uint8_t ranks_seen[MAX_NAMED_RANKS]; /* bit kind: the rank had an event of kind */
+    uint32_t max_rank;
+    bool any_rank;
+    id_list_cache_t id_cache; /* the writer's: the same lists, as text */
+} slot_t;
+
 struct kvio_event_trace {
-    pthread_mutex_t lock; /* guards everything below but the writer's own */
+    pthread_mutex_t lock;   /* guards everything below but the slots' contents */
     pthread_cond_t changed; /* a chunk handed over, written, or the end */
     pthread_t writer;
     FILE *file;
     bool gzip;
     kvio_event_level_t level;
-    char *chunks;            /* both, populated at once (kvio_populated_alloc) */
-    char *filling, *pending; /* CHUNK_BYTES each; pending is the writer's */
-    size_t filling_length, pending_length;
-    bool has_pending, closing;
-    uint64_t next_id;
+    /* The writing threads' slots: slots[i] is set before num_slots counts
+     * it (a release store), so a caller finds its own with plain loads. */
+    slot_t *slots[MAX_WRITERS];
+    _Atomic size_t num_slots;
+    slot_t *shared; /* threads past MAX_WRITERS, under the lock */
+    /* Full chunks in the order handed over, with their slots; the writer
+     * writes the first and then puts it among the spares. */
+    char *queue[QUEUE_MAX];
+    size_t queue_lengths[QUEUE_MAX];
+    slot_t *queue_slots[QUEUE_MAX];
+    size_t queue_first, queue_count;
+    /* Chunks not in use: room for every one there can be (one a slot,
+     * the shared slot's, and those queued). */
+    char *spares[MAX_WRITERS + 1 + QUEUE_MAX];
+    size_t num_spares;
+    bool closing;
+    uint64_t next_id_block;
     kvio_status_t error;
-    uint32_t max_rank;
-    bool any_rank;
-    uint8_t *ranks_seen; /* MAX_NAMED_RANKS flags */
-    id_list_cache_t id_cache;
-    /* The writer thread's alone: ISA-L's igzip where it was built (level
-     * 1: about 4x libdeflate's speed on a trace, 10 % larger), else
-     * libdeflate's compressor (about 1.6x zlib's speed at level 1), else
-     * zlib's stream. */
+    /* The writer thread's alone: the text of the records (the opening
+     * line first), written out when a line might not fit; ISA-L's igzip
+     * where it was built (level 1: about 4x libdeflate's speed on a
+     * trace, 10 % larger), else libdeflate's compressor (about 1.6x zlib's
+     * speed at level 1), else zlib's stream. */
+    char *text; /* TEXT_BYTES + LINE_MAX_BYTES */
+    size_t text_length;
 #if KVIO_HAVE_ISAL
     uint8_t *level_buffer; /* igzip's level-1 hash tables */
 #elif KVIO_HAVE_LIBDEFLATE
@@ -81,10 +148,16 @@ struct kvio_event_trace {
 static const char *const kind_names[] = {"iteration", "update", "swap", "tier"};
 static const char *const track_names[] = {"iterations", "model updates", "swaps", "tier I/O"};
 
+static size_t record_size(size_t length)
+{
+    return sizeof(record_head_t) + ((length + 7) & ~(size_t)7);
+}
+
 /* ---------- line building ---------- */
 
+/* A line being made in place (with LINE_MAX_BYTES of room for it). */
 typedef struct line {
-    char text[LINE_MAX_BYTES];
+    char *text;
     size_t length;
 } line_t;
 
@@ -151,7 +224,8 @@ static void put_number(line_t *line, double value)
 {
     if (!isfinite(value)) {
         put(line, "null");
-    } else if (value == floor(value) && fabs(value) < 9e15) {
+    } else if (fabs(value) < 9e15 && (double)(int64_t)value == value) {
+        /* An integer (floor() was a library call a number). */
         put_int(line, (int64_t)value);
     } else if (fabs(value) < 1e9) {
         /* Six decimals by hand: printf("%g") would cost more than the rest
@@ -208,7 +282,7 @@ kvio_status_t kvio_event_level_parse(const char *text, kvio_event_level_t *level
     return KVIO_ERR_INVALID;
 }
 
-/* Writes one chunk (the writer thread, without the lock): raw, or one gzip
+/* Writes text (the writer thread, without the lock): raw, or one gzip
  * member. */
 static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, size_t length)
 {
@@ -251,50 +325,241 @@ static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, si
     return fwrite(trace->compressed, 1, bytes, trace->file) == bytes ? KVIO_OK : KVIO_ERR_IO;
 }
 
-/* The writer thread: writes each chunk handed over until the trace closes. */
+/* count ids, comma-separated: the cache's text for as many leading ids as
+ * are its own, the rest formatted (and the cache then holds this list). */
+static void put_request_ids(id_list_cache_t *cache, line_t *line, const uint64_t *ids,
+                            size_t count)
+{
+    size_t start = line->length, shared = 0;
+    if (count == cache->count && memcmp(ids, cache->ids, count * sizeof(*ids)) == 0) {
+        memcpy(line->text + start, cache->text, cache->ends[count - 1]);
+        line->length += cache->ends[count - 1];
+        return;
+    }
+    while (shared < count && shared < cache->count && ids[shared] == cache->ids[shared])
+        shared++;
+    size_t kept = shared > 0 ? cache->ends[shared - 1] : 0; /* bytes of text */
+    memcpy(line->text + start, cache->text, kept);
+    line->length += kept;
+    if (shared == count && shared == cache->count)
+        return;
+    for (size_t i = shared; i < count; i++) {
+        if (i > 0)
+            line->text[line->length++] = ',';
+        put_uint(line, ids[i]);
+        cache->ends[i] = (uint16_t)(line->length - start);
+    }
+    cache->count = count;
+    memcpy(cache->ids + shared, ids + shared, (count - shared) * sizeof(*ids));
+    memcpy(cache->text + kept, line->text + start + kept, line->length - start - kept);
+}
+
+/* The request ids and the line's end: the id list's text through the
+ * slot's cache (the writer's), or formatted as it is without one. */
+static void put_ids_and_end(line_t *line, id_list_cache_t *cache, const uint64_t *ids,
+                            size_t count, size_t shown)
+{
+    if (shown > 0) {
+        PUT_LITERAL(line, ",\"num_requests\":");
+        put_uint(line, count);
+        PUT_LITERAL(line, ",\"request_ids\":[");
+        if (cache != NULL) {
+            put_request_ids(cache, line, ids, shown);
+        } else {
+            for (size_t i = 0; i < shown; i++) {
+                if (i > 0)
+                    line->text[line->length++] = ',';
+                put_uint(line, ids[i]);
+            }
+        }
+        line->text[line->length++] = ']';
+    }
+    PUT_LITERAL(line, "}},\n");
+}
+
+/* An iteration record's line from its template (the writer thread): the
+ * same bytes as format_event makes of the event (its arguments are
+ * integers but kv_usage). */
+static void render_iteration(line_t *line, id_list_cache_t *cache,
+                             const iteration_record_t *record, const uint64_t *fresh)
+{
+    PUT_LITERAL(line, "{\"id\":");
+    put_uint(line, record->id);
+    PUT_LITERAL(line, ",\"name\":\"iteration\",\"cat\":\"iteration\",\"pid\":");
+    put_uint(line, record->rank);
+    PUT_LITERAL(line, ",\"tid\":1,\"ts\":");
+    put_int(line, record->start_us);
+    PUT_LITERAL(line, ",\"dur\":");
+    put_int(line, record->duration_us);
+    PUT_LITERAL(line, ",\"ph\":\"X\",\"args\":{\"rank\":");
+    put_uint(line, record->rank);
+    PUT_LITERAL(line, ",\"batch_size\":");
+    put_uint(line, record->batch_size);
+    PUT_LITERAL(line, ",\"prefill_tokens\":");
+    put_uint(line, record->prefill_tokens);
+    PUT_LITERAL(line, ",\"decode_seqs\":");
+    put_uint(line, record->decode_seqs);
+    PUT_LITERAL(line, ",\"kv_usage\":");
+    put_number(line, record->kv_usage);
+    PUT_LITERAL(line, ",\"running\":");
+    put_uint(line, record->running);
+    PUT_LITERAL(line, ",\"waiting\":");
+    put_uint(line, record->waiting);
+    PUT_LITERAL(line, ",\"preempted\":");
+    put_uint(line, record->preempted);
+    /* The list: the start it shares with the slot's last one (the
+     * cache's, which holds the same lists in the same order), then the
+     * fresh ids. */
+    size_t shown = (size_t)record->shared + record->fresh;
+    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
+    memcpy(ids, cache->ids, record->shared * sizeof(*ids));
+    memcpy(ids + record->shared, fresh, record->fresh * sizeof(*ids));
+    put_ids_and_end(line, cache, ids, record->num_requests, shown);
+}
+
+/* Writes the text made so far (the writer thread); the error kept. */
+static void text_out(kvio_event_trace_t *trace)
+{
+    kvio_status_t status = write_chunk(trace, trace->text, trace->text_length);
+    trace->text_length = 0;
+    if (status != KVIO_OK) {
+        pthread_mutex_lock(&trace->lock);
+        if (trace->error == KVIO_OK)
+            trace->error = status;
+        pthread_mutex_unlock(&trace->lock);
+    }
+}
+
+/* The text of a chunk's records (the writer thread, without the lock). */
+static void render_chunk(kvio_event_trace_t *trace, slot_t *slot, const char *chunk,
+                         size_t length)
+{
+    for (size_t at = 0; at < length;) {
+        const record_head_t *head = (const record_head_t *)(const void *)(chunk + at);
+        const char *payload = chunk + at + sizeof(*head);
+        if (trace->text_length + LINE_MAX_BYTES > TEXT_BYTES)
+            text_out(trace);
+        if (head->type == RECORD_TEXT) {
+            memcpy(trace->text + trace->text_length, payload, head->length);
+            trace->text_length += head->length;
+        } else {
+            line_t line = {.text = trace->text + trace->text_length, .length = 0};
+            const iteration_record_t *record = (const iteration_record_t *)(const void *)payload;
+            render_iteration(&line, &slot->id_cache, record,
+                             (const uint64_t *)(const void *)(payload + sizeof(*record)));
+            trace->text_length += line.length;
+        }
+        at += record_size(head->length);
+    }
+}
+
+/* The writer thread: makes the text of each chunk handed over, in order,
+ * writing it out a TEXT_BYTES at a time, until the trace closes. */
 static void *writer_main(void *argument)
 {
     kvio_event_trace_t *trace = argument;
     pthread_mutex_lock(&trace->lock);
     for (;;) {
-        while (!trace->has_pending && !trace->closing)
+        while (trace->queue_count == 0 && !trace->closing)
             pthread_cond_wait(&trace->changed, &trace->lock);
-        if (!trace->has_pending)
+        if (trace->queue_count == 0)
             break;
+        char *chunk = trace->queue[trace->queue_first];
+        size_t length = trace->queue_lengths[trace->queue_first];
+        slot_t *slot = trace->queue_slots[trace->queue_first];
         pthread_mutex_unlock(&trace->lock);
-        kvio_status_t status = write_chunk(trace, trace->pending, trace->pending_length);
+        render_chunk(trace, slot, chunk, length);
         pthread_mutex_lock(&trace->lock);
-        if (status != KVIO_OK && trace->error == KVIO_OK)
-            trace->error = status;
-        trace->has_pending = false;
+        trace->queue_first = (trace->queue_first + 1) % QUEUE_MAX;
+        trace->queue_count--;
+        trace->spares[trace->num_spares++] = chunk;
         pthread_cond_broadcast(&trace->changed);
     }
     pthread_mutex_unlock(&trace->lock);
+    text_out(trace);
     return NULL;
 }
 
-/* Hands the filling chunk to the writer (lock held), once it has written
- * the one before. */
-static void hand_over(kvio_event_trace_t *trace)
+/* A chunk for a slot (lock held, or the trace not yet shared): a spare,
+ * else a new one, its pages put in now rather than event by event. NULL
+ * when out of memory. */
+static char *chunk_new(kvio_event_trace_t *trace)
 {
-    while (trace->has_pending)
-        pthread_cond_wait(&trace->changed, &trace->lock);
-    char *swap = trace->pending;
-    trace->pending = trace->filling;
-    trace->pending_length = trace->filling_length;
-    trace->filling = swap;
-    trace->filling_length = 0;
-    trace->has_pending = true;
-    pthread_cond_broadcast(&trace->changed);
+    if (trace->num_spares > 0)
+        return trace->spares[--trace->num_spares];
+    return kvio_populated_alloc(CHUNK_BYTES);
 }
 
-/* Appends text to the trace (lock held). */
-static void append(kvio_event_trace_t *trace, const char *text, size_t length)
+/* Hands the slot's chunk to the writer (lock held) and gives the slot a
+ * fresh one. false (the error kept for close) when no chunk could be had:
+ * the slot then starts its chunk over, its events lost. */
+static bool hand_over(kvio_event_trace_t *trace, slot_t *slot)
 {
-    if (trace->filling_length + length > CHUNK_BYTES)
-        hand_over(trace);
-    memcpy(trace->filling + trace->filling_length, text, length);
-    trace->filling_length += length;
+    while (trace->queue_count == QUEUE_MAX)
+        pthread_cond_wait(&trace->changed, &trace->lock);
+    char *fresh = chunk_new(trace);
+    if (fresh == NULL) {
+        if (trace->error == KVIO_OK)
+            trace->error = KVIO_ERR_NOMEM;
+        slot->length = 0;
+        return false;
+    }
+    size_t at = (trace->queue_first + trace->queue_count) % QUEUE_MAX;
+    trace->queue[at] = slot->chunk;
+    trace->queue_lengths[at] = slot->length;
+    trace->queue_slots[at] = slot;
+    trace->queue_count++;
+    slot->chunk = fresh;
+    slot->length = 0;
+    pthread_cond_broadcast(&trace->changed);
+    return true;
+}
+
+static slot_t *slot_new(kvio_event_trace_t *trace, pthread_t thread)
+{
+    slot_t *slot = calloc(1, sizeof(*slot));
+    if (slot == NULL)
+        return NULL;
+    slot->chunk = chunk_new(trace);
+    if (slot->chunk == NULL) {
+        free(slot);
+        return NULL;
+    }
+    slot->thread = thread;
+    return slot;
+}
+
+static void slot_free(slot_t *slot)
+{
+    if (slot == NULL)
+        return;
+    kvio_zeroed_free(slot->chunk, CHUNK_BYTES);
+    free(slot);
+}
+
+/* The calling thread's slot, made on its first event (under the lock);
+ * NULL past MAX_WRITERS threads or out of memory. */
+static slot_t *slot_of(kvio_event_trace_t *trace)
+{
+    pthread_t self = pthread_self();
+    size_t count = atomic_load_explicit(&trace->num_slots, memory_order_acquire);
+    for (size_t i = 0; i < count; i++)
+        if (pthread_equal(trace->slots[i]->thread, self))
+            return trace->slots[i];
+    pthread_mutex_lock(&trace->lock);
+    slot_t *slot = NULL;
+    count = atomic_load_explicit(&trace->num_slots, memory_order_relaxed);
+    if (count < MAX_WRITERS) {
+        slot = slot_new(trace, self);
+        if (slot != NULL) {
+            trace->slots[count] = slot;
+            atomic_store_explicit(&trace->num_slots, count + 1, memory_order_release);
+        } else if (trace->error == KVIO_OK) {
+            trace->error = KVIO_ERR_NOMEM;
+        }
+    }
+    pthread_mutex_unlock(&trace->lock);
+    return slot;
 }
 
 static void trace_free(kvio_event_trace_t *trace)
@@ -308,9 +573,15 @@ static void trace_free(kvio_event_trace_t *trace)
         deflateEnd(&trace->stream);
 #endif
     kvio_zeroed_free(trace->compressed, trace->compressed_capacity);
-    kvio_zeroed_free(trace->chunks, 2 * CHUNK_BYTES);
-    free(trace->ranks_seen);
-    pthread_mutex_destroy(&trace->id_cache.lock);
+    kvio_zeroed_free(trace->text, TEXT_BYTES + LINE_MAX_BYTES);
+    size_t count = atomic_load_explicit(&trace->num_slots, memory_order_relaxed);
+    for (size_t i = 0; i < count; i++)
+        slot_free(trace->slots[i]);
+    slot_free(trace->shared);
+    for (size_t i = 0; i < trace->queue_count; i++)
+        kvio_zeroed_free(trace->queue[(trace->queue_first + i) % QUEUE_MAX], CHUNK_BYTES);
+    for (size_t i = 0; i < trace->num_spares; i++)
+        kvio_zeroed_free(trace->spares[i], CHUNK_BYTES);
     free(trace);
 }
 
@@ -324,15 +595,25 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
     size_t path_length = strlen(path);
     trace->gzip = path_length > 3 && strcmp(path + path_length - 3, ".gz") == 0;
     trace->level = level;
-    pthread_mutex_init(&trace->id_cache.lock, NULL);
-    trace->ranks_seen = calloc(MAX_NAMED_RANKS, 1);
-    trace->chunks = kvio_populated_alloc(2 * CHUNK_BYTES);
-    if (trace->chunks != NULL) {
-        trace->filling = trace->chunks;
-        trace->pending = trace->chunks + CHUNK_BYTES;
+    atomic_init(&trace->num_slots, 0);
+    /* The opening thread's slot now: its chunk's pages are put in before
+     * the run, not on its first event. */
+    slot_t *first = slot_new(trace, pthread_self());
+    if (first == NULL) {
+        trace_free(trace);
+        return KVIO_ERR_NOMEM;
     }
+    trace->slots[0] = first;
+    atomic_store_explicit(&trace->num_slots, 1, memory_order_relaxed);
+    trace->text = kvio_populated_alloc(TEXT_BYTES + LINE_MAX_BYTES);
+    if (trace->text == NULL) {
+        trace_free(trace);
+        return KVIO_ERR_NOMEM;
+    }
+    memcpy(trace->text, "[\n", 2);
+    trace->text_length = 2;
     if (trace->gzip) {
-        /* Each chunk one gzip member (header and trailer); level 1: the
+        /* Each text one gzip member (header and trailer); level 1: the
          * writer keeps up with the callers. */
 #if KVIO_HAVE_ISAL
         trace->level_buffer = malloc(ISAL_DEF_LVL1_DEFAULT);
@@ -342,7 +623,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
         }
         /* igzip's bound: the input in stored blocks, their headers, and
          * the gzip header and trailer. */
-        trace->compressed_capacity = CHUNK_BYTES + CHUNK_BYTES / 1024 + 1024;
+        trace->compressed_capacity = TEXT_BYTES + LINE_MAX_BYTES + TEXT_BYTES / 1024 + 1024;
 #elif KVIO_HAVE_LIBDEFLATE
         trace->compressor = libdeflate_alloc_compressor(1);
         if (trace->compressor == NULL) {
@@ -350,7 +631,7 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
             return KVIO_ERR_NOMEM;
         }
         trace->compressed_capacity = libdeflate_gzip_compress_bound(trace->compressor,
-                                                                    CHUNK_BYTES);
+                                                                    TEXT_BYTES + LINE_MAX_BYTES);
 #else
         if (deflateInit2(&trace->stream, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
             Z_OK) {
@@ -358,14 +639,13 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
             trace_free(trace);
             return KVIO_ERR_NOMEM;
         }
-        trace->compressed_capacity = deflateBound(&trace->stream, CHUNK_BYTES);
+        trace->compressed_capacity = deflateBound(&trace->stream, TEXT_BYTES + LINE_MAX_BYTES);
 #endif
         trace->compressed = kvio_populated_alloc(trace->compressed_capacity);
-    }
-    if (trace->ranks_seen == NULL || trace->filling == NULL || trace->pending == NULL ||
-        (trace->gzip && trace->compressed == NULL)) {
-        trace_free(trace);
-        return KVIO_ERR_NOMEM;
+        if (trace->compressed == NULL) {
+            trace_free(trace);
+            return KVIO_ERR_NOMEM;
+        }
     }
     trace->file = fopen(path, "w");
     if (trace->file == NULL) {
@@ -387,47 +667,121 @@ kvio_status_t kvio_event_trace_open(const char *path, kvio_event_level_t level,
         trace_free(trace);
         return KVIO_ERR_NOMEM;
     }
-    append(trace, "[\n", 2);
     *trace_p = trace;
     return KVIO_OK;
 }
 
-/* count ids, comma-separated: the cache's text for as many leading ids as
- * are its own, the rest formatted (and the cache then holds this list). */
-static void put_request_ids(id_list_cache_t *cache, line_t *line, const uint64_t *ids,
-                            size_t count)
+/* Room for a record of up to RECORD_MAX_BYTES at the end of the slot's
+ * chunk (the chunk handed over first when it lacks it): false when it
+ * could not be (lock held or not, as locked says). */
+static bool room(kvio_event_trace_t *trace, slot_t *slot, bool locked)
 {
-    size_t start = line->length, shared = 0, kept = 0; /* ids, and bytes of text */
-    bool cached = pthread_mutex_trylock(&cache->lock) == 0;
-    if (cached) {
-        while (shared < count && shared < cache->count && ids[shared] == cache->ids[shared])
-            shared++;
-        kept = shared > 0 ? cache->ends[shared - 1] : 0;
-        memcpy(line->text + start, cache->text, kept);
-        line->length += kept;
-        if (shared == count && shared == cache->count) {
-            pthread_mutex_unlock(&cache->lock);
-            return;
-        }
-    }
-    for (size_t i = shared; i < count; i++) {
-        if (i > 0)
-            line->text[line->length++] = ',';
-        put_uint(line, ids[i]);
-        if (cached)
-            cache->ends[i] = (uint16_t)(line->length - start);
-    }
-    if (!cached)
-        return;
-    cache->count = count;
-    memcpy(cache->ids + shared, ids + shared, (count - shared) * sizeof(*ids));
-    memcpy(cache->text + kept, line->text + start + kept, line->length - start - kept);
-    pthread_mutex_unlock(&cache->lock);
+    if (slot->length + RECORD_MAX_BYTES <= CHUNK_BYTES)
+        return true;
+    if (!locked)
+        pthread_mutex_lock(&trace->lock);
+    bool handed = hand_over(trace, slot);
+    if (!locked)
+        pthread_mutex_unlock(&trace->lock);
+    return handed;
 }
 
-static void write_line(kvio_event_trace_t *trace, line_t *line)
+/* A text record's line, begun at the end of the slot's chunk. */
+static bool line_start(kvio_event_trace_t *trace, slot_t *slot, bool locked, line_t *line_p)
 {
-    append(trace, line->text, line->length);
+    if (!room(trace, slot, locked))
+        return false;
+    line_p->text = slot->chunk + slot->length + sizeof(record_head_t);
+    line_p->length = 0;
+    return true;
+}
+
+/* The line made becomes the record. */
+static void line_end(slot_t *slot, const line_t *line)
+{
+    record_head_t *head = (record_head_t *)(void *)(slot->chunk + slot->length);
+    head->type = RECORD_TEXT;
+    head->length = (uint32_t)line->length;
+    slot->length += record_size(line->length);
+}
+
+/* The next event id of the slot, a new block taken when it has none left
+ * (under the lock, held or not as locked says). */
+static uint64_t take_id(kvio_event_trace_t *trace, slot_t *slot, bool locked)
+{
+    if (slot->ids_left == 0) {
+        if (!locked)
+            pthread_mutex_lock(&trace->lock);
+        slot->next_id = trace->next_id_block;
+        slot->ids_left = ID_BLOCK;
+        trace->next_id_block += ID_BLOCK;
+        if (!locked)
+            pthread_mutex_unlock(&trace->lock);
+    }
+    slot->ids_left--;
+    return slot->next_id++;
+}
+
+/* The rank and the kind of its event, for the names close writes. */
+static void note_rank(slot_t *slot, uint32_t rank, unsigned kind)
+{
+    if (rank >= MAX_NAMED_RANKS || (slot->ranks_seen[rank] & (1u << kind)))
+        return;
+    slot->ranks_seen[rank] |= (uint8_t)(1u << kind);
+    if (!slot->any_rank || rank > slot->max_rank)
+        slot->max_rank = rank;
+    slot->any_rank = true;
+}
+
+/* The event's line, a text record at the end of the slot's chunk. */
+static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
+                         const kvio_event_t *event, unsigned kind)
+{
+    line_t line;
+    if (!line_start(trace, slot, locked, &line))
+        return;
+    /* Whole microseconds; the duration is the difference of rounded ends so
+     * that back-to-back events never overlap. */
+    int64_t start_us = event->start_ns / 1000;
+    int64_t end_us = (event->start_ns + (event->duration_ns > 0 ? event->duration_ns : 0)) / 1000;
+    PUT_LITERAL(&line, "{\"id\":");
+    put_uint(&line, take_id(trace, slot, locked));
+    PUT_LITERAL(&line, ",\"name\":");
+    put_string(&line, event->name != NULL ? event->name : kind_names[kind]);
+    PUT_LITERAL(&line, ",\"cat\":\"");
+    put(&line, kind_names[kind]);
+    PUT_LITERAL(&line, "\",\"pid\":");
+    put_uint(&line, event->rank);
+    PUT_LITERAL(&line, ",\"tid\":");
+    put_uint(&line, kind + 1);
+    PUT_LITERAL(&line, ",\"ts\":");
+    put_int(&line, start_us);
+    PUT_LITERAL(&line, ",\"dur\":");
+    put_int(&line, end_us - start_us);
+    PUT_LITERAL(&line, ",\"ph\":\"X\",\"args\":{\"rank\":");
+    put_uint(&line, event->rank);
+    if (event->label != NULL) {
+        put_key(&line, kind == KVIO_EVENT_UPDATE ? "stage" : "tier");
+        put_string(&line, event->label);
+    }
+    if (event->bytes >= 0) {
+        put_key(&line, "bytes");
+        put_int(&line, event->bytes);
+    }
+    /* Arguments and ids stop short of the line buffer's end. */
+    for (size_t i = 0; i < event->num_args && event->args != NULL &&
+                       line.length < LINE_MAX_BYTES - 1800; i++) {
+        put_key(&line, event->args[i].key != NULL ? event->args[i].key : "value");
+        put_number(&line, event->args[i].value);
+    }
+    size_t shown = 0;
+    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && event->request_ids != NULL)
+        shown = event->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
+                    ? event->num_request_ids
+                    : KVIO_EVENT_MAX_REQUEST_IDS;
+    put_ids_and_end(&line, NULL, event->request_ids, event->num_request_ids, shown);
+    line_end(slot, &line);
+    note_rank(slot, event->rank, kind);
 }
 
 void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event)
@@ -437,78 +791,98 @@ void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event
     unsigned kind = (unsigned)event->kind < 4 ? (unsigned)event->kind : 0;
     if (trace->level != KVIO_EVENT_LEVEL_IO && kind != KVIO_EVENT_ITERATION)
         return;
-    bool with_ids = trace->level != KVIO_EVENT_LEVEL_ITERATIONS;
-    /* Whole microseconds; the duration is the difference of rounded ends so
-     * that back-to-back events never overlap. */
-    int64_t start_us = event->start_ns / 1000;
-    int64_t end_us = (event->start_ns + (event->duration_ns > 0 ? event->duration_ns : 0)) / 1000;
-    /* The line is made without the lock from its "name" on, leaving room
-     * in front for the id, which is taken under the lock with the copy and
-     * put just before it. */
-    enum { ID_ROOM = 32 };
-    line_t body;
-    body.length = ID_ROOM;
-    PUT_LITERAL(&body, ",\"name\":");
-    put_string(&body, event->name != NULL ? event->name : kind_names[kind]);
-    PUT_LITERAL(&body, ",\"cat\":\"");
-    put(&body, kind_names[kind]);
-    PUT_LITERAL(&body, "\",\"pid\":");
-    put_uint(&body, event->rank);
-    PUT_LITERAL(&body, ",\"tid\":");
-    put_uint(&body, kind + 1);
-    PUT_LITERAL(&body, ",\"ts\":");
-    put_int(&body, start_us);
-    PUT_LITERAL(&body, ",\"dur\":");
-    put_int(&body, end_us - start_us);
-    PUT_LITERAL(&body, ",\"ph\":\"X\",\"args\":{\"rank\":");
-    put_uint(&body, event->rank);
-    if (event->label != NULL) {
-        put_key(&body, kind == KVIO_EVENT_UPDATE ? "stage" : "tier");
-        put_string(&body, event->label);
+    slot_t *slot = slot_of(trace);
+    if (slot != NULL) {
+        format_event(trace, slot, false, event, kind);
+        return;
     }
-    if (event->bytes >= 0) {
-        put_key(&body, "bytes");
-        put_int(&body, event->bytes);
-    }
-    /* Arguments and ids stop short of the line buffer's end. */
-    for (size_t i = 0; i < event->num_args && event->args != NULL &&
-                       body.length < LINE_MAX_BYTES - 1800; i++) {
-        put_key(&body, event->args[i].key != NULL ? event->args[i].key : "value");
-        put_number(&body, event->args[i].value);
-    }
-    if (with_ids && event->request_ids != NULL && event->num_request_ids > 0) {
-        PUT_LITERAL(&body, ",\"num_requests\":");
-        put_uint(&body, event->num_request_ids);
-        PUT_LITERAL(&body, ",\"request_ids\":[");
-        size_t shown = event->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
-                           ? event->num_request_ids
-                           : KVIO_EVENT_MAX_REQUEST_IDS;
-        put_request_ids(&trace->id_cache, &body, event->request_ids, shown);
-        body.text[body.length++] = ']';
-    }
-    PUT_LITERAL(&body, "}},\n");
+    /* Past MAX_WRITERS threads (or out of memory for a slot): the shared
+     * slot, under the lock. */
     pthread_mutex_lock(&trace->lock);
-    char id[ID_ROOM] = "{\"id\":"; /* and up to 20 digits */
-    size_t id_length = 6 + kvio_format_unsigned(id + 6, trace->next_id++);
-    char *start = body.text + ID_ROOM - id_length;
-    memcpy(start, id, id_length);
-    if (event->rank < MAX_NAMED_RANKS) {
-        trace->ranks_seen[event->rank] |= (uint8_t)(1u << kind);
-        if (!trace->any_rank || event->rank > trace->max_rank)
-            trace->max_rank = event->rank;
-        trace->any_rank = true;
-    }
-    append(trace, start, body.length - (ID_ROOM - id_length));
+    if (trace->shared == NULL)
+        trace->shared = slot_new(trace, pthread_self());
+    if (trace->shared != NULL)
+        format_event(trace, trace->shared, true, event, kind);
+    else if (trace->error == KVIO_OK)
+        trace->error = KVIO_ERR_NOMEM;
     pthread_mutex_unlock(&trace->lock);
 }
 
-/* A metadata event naming a process (tid < 0) or a thread; the last one of
- * the file has no trailing comma so that the file is one JSON array. */
-static void write_name(kvio_event_trace_t *trace, uint32_t pid, int tid, const char *name,
-                       bool last)
+/* An iteration's record at the end of the slot's chunk: its numbers, and
+ * the ids past the start its list shares with the slot's last one. */
+static void record_iteration(kvio_event_trace_t *trace, slot_t *slot, bool locked,
+                             const kvio_event_iteration_t *iteration)
+{
+    if (!room(trace, slot, locked))
+        return;
+    record_head_t *head = (record_head_t *)(void *)(slot->chunk + slot->length);
+    iteration_record_t *record = (iteration_record_t *)(void *)(head + 1);
+    uint64_t *fresh = (uint64_t *)(void *)(record + 1);
+    /* Whole microseconds, the duration the difference of rounded ends (as
+     * format_event). */
+    int64_t start_us = iteration->start_ns / 1000;
+    int64_t end_us =
+        (iteration->start_ns + (iteration->duration_ns > 0 ? iteration->duration_ns : 0)) / 1000;
+    size_t shown = 0, shared = 0;
+    const uint64_t *ids = iteration->request_ids;
+    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && ids != NULL)
+        shown = iteration->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
+                    ? iteration->num_request_ids
+                    : KVIO_EVENT_MAX_REQUEST_IDS;
+    if (shown > 0) {
+        if (shown == slot->num_last_ids &&
+            memcmp(ids, slot->last_ids, shown * sizeof(*ids)) == 0)
+            shared = shown;
+        while (shared < shown && shared < slot->num_last_ids && ids[shared] == slot->last_ids[shared])
+            shared++;
+        memcpy(fresh, ids + shared, (shown - shared) * sizeof(*ids));
+        memcpy(slot->last_ids + shared, ids + shared, (shown - shared) * sizeof(*ids));
+        slot->num_last_ids = shown;
+    }
+    *record = (iteration_record_t){
+        .id = take_id(trace, slot, locked), .start_us = start_us,
+        .duration_us = end_us - start_us, .batch_size = iteration->batch_size,
+        .prefill_tokens = iteration->prefill_tokens, .decode_seqs = iteration->decode_seqs,
+        .kv_usage = iteration->kv_usage, .running = iteration->running,
+        .waiting = iteration->waiting, .preempted = iteration->preempted,
+        .num_requests = shown > 0 ? iteration->num_request_ids : 0, .rank = iteration->rank,
+        .shared = (uint16_t)shared, .fresh = (uint16_t)(shown - shared)};
+    head->type = RECORD_ITERATION;
+    head->length = (uint32_t)(sizeof(*record) + (shown - shared) * sizeof(*ids));
+    slot->length += record_size(head->length);
+    note_rank(slot, iteration->rank, KVIO_EVENT_ITERATION);
+}
+
+void kvio_event_trace_iteration(kvio_event_trace_t *trace,
+                                const kvio_event_iteration_t *iteration)
+{
+    if (trace == NULL || iteration == NULL)
+        return;
+    slot_t *slot = slot_of(trace);
+    if (slot != NULL) {
+        record_iteration(trace, slot, false, iteration);
+        return;
+    }
+    /* As kvio_event_trace_write does past MAX_WRITERS threads. */
+    pthread_mutex_lock(&trace->lock);
+    if (trace->shared == NULL)
+        trace->shared = slot_new(trace, pthread_self());
+    if (trace->shared != NULL)
+        record_iteration(trace, trace->shared, true, iteration);
+    else if (trace->error == KVIO_OK)
+        trace->error = KVIO_ERR_NOMEM;
+    pthread_mutex_unlock(&trace->lock);
+}
+
+/* A metadata event naming a process (tid < 0) or a thread, a text record
+ * of the slot's (lock held); the last one of the file has no trailing
+ * comma so that the file is one JSON array. */
+static void write_name(kvio_event_trace_t *trace, slot_t *slot, uint32_t pid, int tid,
+                       const char *name, bool last)
 {
     line_t line;
-    line.length = 0;
+    if (!line_start(trace, slot, true, &line))
+        return;
     put(&line, tid < 0 ? "{\"name\":\"process_name\"" : "{\"name\":\"thread_name\"");
     put(&line, ",\"cat\":\"kvio\",\"ph\":\"M\",\"pid\":");
     put_uint(&line, pid);
@@ -517,7 +891,7 @@ static void write_name(kvio_event_trace_t *trace, uint32_t pid, int tid, const c
     put(&line, ",\"args\":{\"name\":");
     put_string(&line, name);
     put(&line, last ? "}}\n" : "}},\n");
-    write_line(trace, &line);
+    line_end(slot, &line);
 }
 
 kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
@@ -525,35 +899,62 @@ kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace)
     if (trace == NULL)
         return KVIO_OK;
     pthread_mutex_lock(&trace->lock);
-    if (!trace->any_rank) {
-        write_name(trace, 0, -1, "kvio", true);
+    /* Every thread's events, in the order the threads first wrote; the
+     * ranks they saw, together. */
+    size_t count = atomic_load_explicit(&trace->num_slots, memory_order_relaxed);
+    slot_t *all[MAX_WRITERS + 1];
+    memcpy(all, trace->slots, count * sizeof(*all));
+    if (trace->shared != NULL)
+        all[count++] = trace->shared;
+    slot_t *last_slot = trace->slots[0]; /* the names go in its chunk */
+    uint8_t *seen = last_slot->ranks_seen;
+    bool any_rank = false;
+    uint32_t max_rank = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (all[i]->length > 0)
+            hand_over(trace, all[i]);
+        if (!all[i]->any_rank)
+            continue;
+        if (!any_rank || all[i]->max_rank > max_rank)
+            max_rank = all[i]->max_rank;
+        any_rank = true;
+        if (all[i] != last_slot)
+            for (uint32_t rank = 0; rank <= all[i]->max_rank; rank++)
+                seen[rank] |= all[i]->ranks_seen[rank];
+    }
+    if (!any_rank) {
+        write_name(trace, last_slot, 0, -1, "kvio", true);
     } else {
         /* Find the last name written, to leave its comma off. */
         uint32_t last_rank = 0;
         int last_tid = -1;
-        for (uint32_t rank = 0; rank <= trace->max_rank; rank++) {
-            if (trace->ranks_seen[rank] == 0)
+        for (uint32_t rank = 0; rank <= max_rank; rank++) {
+            if (seen[rank] == 0)
                 continue;
             last_rank = rank;
             last_tid = -1;
             for (int kind = 0; kind < 4; kind++)
-                if (trace->ranks_seen[rank] & (1u << kind))
+                if (seen[rank] & (1u << kind))
                     last_tid = kind + 1;
         }
-        for (uint32_t rank = 0; rank <= trace->max_rank; rank++) {
-            if (trace->ranks_seen[rank] == 0)
+        for (uint32_t rank = 0; rank <= max_rank; rank++) {
+            if (seen[rank] == 0)
                 continue;
             char name[48];
             snprintf(name, sizeof(name), "serve rank %u", rank);
-            write_name(trace, rank, -1, name, rank == last_rank && last_tid < 0);
+            write_name(trace, last_slot, rank, -1, name, rank == last_rank && last_tid < 0);
             for (int kind = 0; kind < 4; kind++)
-                if (trace->ranks_seen[rank] & (1u << kind))
-                    write_name(trace, rank, kind + 1, track_names[kind],
+                if (seen[rank] & (1u << kind))
+                    write_name(trace, last_slot, rank, kind + 1, track_names[kind],
                                rank == last_rank && kind + 1 == last_tid);
         }
     }
-    append(trace, "]\n", 2);
-    hand_over(trace);
+    line_t line;
+    if (line_start(trace, last_slot, true, &line)) {
+        PUT_LITERAL(&line, "]\n");
+        line_end(last_slot, &line);
+    }
+    hand_over(trace, last_slot);
     trace->closing = true;
     pthread_cond_broadcast(&trace->changed);
     pthread_mutex_unlock(&trace->lock);

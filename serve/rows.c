@@ -13,20 +13,14 @@ void kvio_serve_trace_iteration_ids(kvio_event_trace_t *events, uint32_t rank,
 {
     if (events == NULL)
         return;
-    kvio_event_arg_t args[] = {
-        {"batch_size", iteration->num_scheduled},
-        {"prefill_tokens", (double)iteration->batch.prefill_tokens},
-        {"decode_seqs", (double)iteration->batch.decode_seqs},
-        {"kv_usage", iteration->kv_usage},
-        {"running", iteration->running},
-        {"waiting", iteration->waiting},
-        {"preempted", iteration->num_preempted},
-    };
-    kvio_event_t event = {.kind = KVIO_EVENT_ITERATION, .name = "iteration", .rank = rank,
-                          .start_ns = iteration->start_ns, .duration_ns = iteration->duration_ns,
-                          .bytes = -1, .request_ids = ids, .num_request_ids = num_ids,
-                          .args = args, .num_args = sizeof(args) / sizeof(args[0])};
-    kvio_event_trace_write(events, &event);
+    kvio_event_iteration_t event = {
+        .rank = rank, .start_ns = iteration->start_ns, .duration_ns = iteration->duration_ns,
+        .batch_size = iteration->num_scheduled,
+        .prefill_tokens = iteration->batch.prefill_tokens,
+        .decode_seqs = iteration->batch.decode_seqs, .kv_usage = iteration->kv_usage,
+        .running = iteration->running, .waiting = iteration->waiting,
+        .preempted = iteration->num_preempted, .request_ids = ids, .num_request_ids = num_ids};
+    kvio_event_trace_iteration(events, &event);
     if (iteration->swap_bytes > 0 && host_bandwidth > 0)
         kvio_event_trace_swap(events, rank, 1, iteration->start_ns,
                               (int64_t)((double)iteration->swap_bytes / host_bandwidth * 1e9),

@@ -5,13 +5,17 @@
  * of event (1 iterations, 2 model updates, 3 swaps, 4 tier I/O).
  *
  * A path ending in ".gz" (DFTracer's .pfw.gz) is gzip-compressed: the lines
- * go out in members of whole lines, about 1 MiB of text each, one after the
- * other in the file, which gunzip, zcat and zlib read as one stream (as
- * DFTracer's own compressed traces are read). The calling thread formats
- * an event into its own line and appends it to the trace's chunk under the
- * lock (a copy); a background writer thread compresses and writes the
- * full chunks, so the caller never waits on deflate or the file system
- * unless the writer falls a whole chunk behind. */
+ * go out in members of whole lines, about 1 MiB of text each, one after
+ * the other in the file, which gunzip, zcat and zlib read as one stream (as
+ * DFTracer's own compressed traces are read). Each calling thread puts its
+ * events in a chunk of its own, without a lock or an atomic operation per
+ * event: an iteration as a small binary record, any other event as its
+ * line. A background writer thread makes the iterations' lines, then
+ * compresses and writes the text, so the caller never waits on
+ * formatting, deflate or the file system unless the writer falls two
+ * chunks behind. One thread's events keep their order, their ids
+ * increasing (a single-threaded trace's are 0, 1, 2, ...); the chunks of
+ * several threads go out in the order they filled, ids unique. */
 #ifndef KVIO_EVENTS_H
 #define KVIO_EVENTS_H
 
@@ -65,8 +69,8 @@ typedef struct kvio_event {
     const char *label;              /* optional string arg "tier" or "stage"; NULL: none */
 } kvio_event_t;
 
-/* The trace writer. Calls may come from several threads: each event is
- * written whole under the writer's lock. */
+/* The trace writer. Calls may come from several threads at once (each
+ * event's line stays whole); close only after every call has returned. */
 typedef struct kvio_event_trace kvio_event_trace_t;
 
 /* Creates path (truncating it; gzip when it ends in ".gz"), starts the
@@ -84,6 +88,26 @@ kvio_status_t kvio_event_trace_close(kvio_event_trace_t *trace);
 /* Writes one event; with trace NULL it does nothing, so callers need not
  * check whether tracing is on. */
 void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event);
+
+/* An iteration's event, as kvio_event_trace_write writes a KVIO_EVENT_ITERATION
+ * named "iteration" with these arguments in this order, byte for byte:
+ * the event every iteration of a run writes. The caller only records its
+ * numbers (and the request ids its thread's last list did not start
+ * with); the writer thread makes the line from a template (its fixed text
+ * copied, only the numbers formatted). */
+typedef struct kvio_event_iteration {
+    uint32_t rank;
+    int64_t start_ns; /* on the run's clock */
+    int64_t duration_ns;
+    uint64_t batch_size, prefill_tokens, decode_seqs;
+    double kv_usage;
+    uint64_t running, waiting, preempted;
+    const uint64_t *request_ids; /* borrowed for the call */
+    size_t num_request_ids;      /* the batch's size; at most 64 ids are written */
+} kvio_event_iteration_t;
+
+void kvio_event_trace_iteration(kvio_event_trace_t *trace,
+                                const kvio_event_iteration_t *iteration);
 
 /* A model-update stage (name: "xfer", "notify", "verify", "activate", ...)
  * of version on a serve rank. */
