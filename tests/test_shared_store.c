@@ -2,9 +2,10 @@
  * simulate model's per-link costs and counts (a prefix one rank computed is
  * a hit on another, served by the holder), and the emulate endpoint: three
  * ranks (threads) moving real blocks over UCX, every block checked, one
- * rank's hits on another's prefix counted per holder, a batch's get and
- * lookup one request per holder; and a whole emulate
- * run whose three serve ranks share the store as a tier. */
+ * rank's hits on another's prefix counted per holder, a batch's put, get
+ * and lookup one request per holder, the block store's load of a batch one
+ * request to the store; and a whole emulate run whose three serve ranks
+ * share the store as a tier. */
 #include "kvio/shared_store.h"
 
 #include <criterion/criterion.h>
@@ -577,7 +578,8 @@ Test(shared_store, under_mpirun_rank1_loads_the_prefix_rank0_computed_over_ucx, 
      * to 16 blocks (they were three per block: a lookup for the count, a
      * lookup and a get for the load); the write-through check of a block
      * the pool caches asks nothing of the store it was just loaded from
-     * (#57: it asked one per block, 86 requests for the 63 blocks; 23 now). */
+     * (#57: it asked one per block, 86 requests for the 63 blocks; 23 before a
+     * load asked each batch once). */
     cr_expect_lt(requests, 0.5 * hits, "rank 1 sent %.0f requests for %.0f blocks", requests,
                  hits);
     cr_expect_gt(test_json_number(loaded, "shared.peer_shard_hits"), 0,
