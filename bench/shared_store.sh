@@ -7,11 +7,16 @@
 # at the get), and
 # ucx_perftest's tag_bw moves messages of the same size between two
 # processes of this node with UCX's default transports. Median of TRIALS
-# runs (default 3) each. Prints both, the store one block per request (as
-# it was before gets were batched) and its lookups, batched and one hash a
-# request (as each contains was), then `figure
+# runs (default 3) each. Prints both, the store's puts (BATCH blocks new to
+# the store a request, the holder's shard full: it evicts), the store one
+# block per request (as it was before gets were batched), a load as the
+# block store did it (three round trips: is the first held, how far, get)
+# and as it does (one: a get of what is held), and its lookups, batched and
+# one hash a request (as each contains was), then `figure
 # shared_store_get_over_ucx_perftest` (batched get GB/s over tag_bw's),
-# `figure shared_store_batched_over_per_block_get` and `figure
+# `figure shared_store_put_over_ucx_perftest` (put GB/s over tag_bw's),
+# `figure shared_store_batched_over_per_block_get`, `figure
+# shared_store_load_one_over_three_round_trips` and `figure
 # shared_store_batched_over_per_hash_lookup`.
 # Env: KVIO_BENCH_BUILD, BLOCK, COUNT, BATCH, SECONDS_PER_PHASE, TRIALS.
 set -euo pipefail
@@ -53,6 +58,8 @@ field() { awk -v k="$1" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}'
 get=$(field get_gbps)
 get1=$(field get1_gbps)
 put=$(field put_gbps)
+load3=$(field load3_gbps)
+load1=$(field load1_gbps)
 lookups=$(field lookup_per_s)
 lookups1=$(field lookup1_per_s)
 lookup_us=$(field lookup_batch_us)
@@ -61,9 +68,13 @@ printf '%-44s %10s\n' "blocks of $block bytes, $trials trials (median)" "GB/s"
 printf '%-44s %10.3f\n' "ucx_perftest tag_bw" "$tag"
 printf '%-44s %10.3f\n' "shared store get, $batch blocks a request" "$get"
 printf '%-44s %10.3f\n' "shared store get, a request per block" "$get1"
-printf '%-44s %10.3f\n' "shared store put (a message per block)" "$put"
+printf '%-44s %10.3f\n' "shared store put, $batch blocks a request" "$put"
+printf '%-44s %10.3f\n' "shared store load, 3 round trips a batch" "$load3"
+printf '%-44s %10.3f\n' "shared store load, 1 round trip a batch" "$load1"
 printf 'lookups: %.0f hashes/s, %.1f us per batch of %s; one hash a request: %.0f hashes/s\n' \
     "$lookups" "$lookup_us" "$batch" "$lookups1"
 awk -v a="$get" -v b="$tag" 'BEGIN {printf "figure shared_store_get_over_ucx_perftest %.3f x\n", a / b}'
+awk -v a="$put" -v b="$tag" 'BEGIN {printf "figure shared_store_put_over_ucx_perftest %.3f x\n", a / b}'
 awk -v a="$get" -v b="$get1" 'BEGIN {printf "figure shared_store_batched_over_per_block_get %.2f x\n", a / b}'
+awk -v a="$load1" -v b="$load3" 'BEGIN {printf "figure shared_store_load_one_over_three_round_trips %.2f x\n", a / b}'
 awk -v a="$lookups" -v b="$lookups1" 'BEGIN {printf "figure shared_store_batched_over_per_hash_lookup %.2f x\n", a / b}'

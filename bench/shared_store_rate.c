@@ -1,15 +1,19 @@
 /* Drives the shared KV store in emulate (kvcache/shared_store_ucx.c) as the
  * engine does, for bench/shared_store.sh: two ranks (threads of this
  * process, each with its shard, its server thread and its UCX workers);
- * rank 0 puts COUNT blocks of BLOCK_BYTES that rank 1's shard holds (the
- * placement picks them), then for SECONDS each: gets them back BATCH at a
- * time (one request to the holder per batch, every block checked), gets
- * them one at a time (a request per block, as the store did before it
- * batched), and asks whether the store holds them BATCH at a time
- * (kvio_shared_endpoint_lookup), then one at a time. Prints `put_gbps P
- * get_gbps G get1_gbps G1 lookup_per_s L lookup1_per_s L1 lookup_batch_us
- * U` (GB = 1e9; bytes over wall time; lookups: hashes answered per
- * second).
+ * for SECONDS, rank 0 puts blocks of BLOCK_BYTES new to the store that
+ * rank 1's shard holds (the placement picks them; a full shard evicts),
+ * BATCH at a time (one request per batch, every block checked as it
+ * arrives); then it puts COUNT of them and for SECONDS each: gets them back
+ * BATCH at a time (one request to the holder per batch, every block
+ * checked), gets them one at a time (a request per block, as the store did
+ * before it batched), loads them BATCH at a time as the block store did
+ * (is the first held, how far, get: three round trips) and as it does
+ * (kvio_shared_endpoint_get_held: one), and asks whether the store holds
+ * them BATCH at a time (kvio_shared_endpoint_lookup), then one at a time.
+ * Prints `put_gbps P get_gbps G get1_gbps G1 load3_gbps L3 load1_gbps L1
+ * lookup_per_s L lookup1_per_s L1 lookup_batch_us U` (GB = 1e9; bytes
+ * over wall time; lookups: hashes answered per second).
  * usage: shared_store_rate BLOCK_BYTES COUNT BATCH SECONDS */
 #include "kvio/hash.h"
 #include "kvio/rte.h"
@@ -24,7 +28,8 @@ typedef struct bench {
     uint64_t block_bytes;
     size_t count, batch;
     double seconds;
-    double put_gbps, get_gbps, get1_gbps, lookup_per_s, lookup1_per_s, lookup_batch_us;
+    double put_gbps, get_gbps, get1_gbps, load3_gbps, load1_gbps;
+    double lookup_per_s, lookup1_per_s, lookup_batch_us;
     char error[512];
 } bench_t;
 
@@ -35,8 +40,28 @@ static double now_s(void)
     return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
 }
 
-/* Gets every block, batch at a time, for the bench's seconds; GB/s. */
-static kvio_status_t get_rate(kvio_shared_endpoint_t *endpoint, bench_t *bench,
+/* How a batch is loaded: a get; the block store's load before #57's fold
+ * (is the first held, which of the rest, then a get); a get of what is
+ * held. */
+enum { GET, LOAD_THREE_TRIPS, LOAD_ONE_TRIP };
+
+static kvio_status_t get_batch(kvio_shared_endpoint_t *endpoint, int how,
+                               const kvio_hash_t *hashes, void *const *into, size_t n,
+                               size_t *got_p)
+{
+    int64_t ns = 0;
+    if (how == LOAD_ONE_TRIP)
+        return kvio_shared_endpoint_get_held(endpoint, hashes, into, n, got_p, &ns);
+    if (how == LOAD_THREE_TRIPS &&
+        (!kvio_shared_endpoint_contains(endpoint, hashes[0]) ||
+         (n > 1 && kvio_shared_endpoint_lookup(endpoint, hashes + 1, n - 1, NULL) != n - 1)))
+        return KVIO_ERR_NOT_FOUND;
+    return kvio_shared_endpoint_get(endpoint, hashes, into, n, got_p, &ns);
+}
+
+/* Gets every block, batch at a time, as how says, for the bench's seconds;
+ * GB/s. */
+static kvio_status_t get_rate(kvio_shared_endpoint_t *endpoint, bench_t *bench, int how,
                               const kvio_hash_t *hashes, void *const *into, size_t batch,
                               double *gbps_p)
 {
@@ -45,9 +70,7 @@ static kvio_status_t get_rate(kvio_shared_endpoint_t *endpoint, bench_t *bench,
     while (elapsed < bench->seconds) {
         for (size_t i = 0; i < bench->count; i += batch) {
             size_t n = bench->count - i < batch ? bench->count - i : batch, got = 0;
-            int64_t ns = 0;
-            kvio_status_t status = kvio_shared_endpoint_get(endpoint, hashes + i, into + i, n,
-                                                            &got, &ns);
+            kvio_status_t status = get_batch(endpoint, how, hashes + i, into + i, n, &got);
             if (status != KVIO_OK || got != n) {
                 snprintf(bench->error, sizeof(bench->error), "get: %zu of %zu: %s", got, n,
                          kvio_shared_endpoint_error(endpoint));
@@ -86,41 +109,81 @@ static kvio_status_t lookup_rate(kvio_shared_endpoint_t *endpoint, bench_t *benc
     return KVIO_OK;
 }
 
+/* The next count hashes from *id on that rank 1 holds: every access
+ * crosses to the other rank. */
+static void rank1_hashes(uint64_t *id, kvio_hash_t *hashes, size_t count)
+{
+    for (size_t n = 0; n < count; (*id)++) {
+        kvio_hash_t hash = kvio_hash_trace_block(NULL, *id, 0);
+        if (kvio_shared_store_holder(hash, 2) == 1)
+            hashes[n++] = hash;
+    }
+}
+
+/* Puts blocks new to the store (hashes from *id on), batch at a time, for
+ * the bench's seconds; GB/s. */
+static kvio_status_t put_rate(kvio_shared_endpoint_t *endpoint, bench_t *bench, uint64_t *id,
+                              const void *const *data, double *gbps_p)
+{
+    kvio_hash_t hashes[1024];
+    size_t batch = bench->batch < 1024 ? bench->batch : 1024;
+    uint64_t bytes = 0;
+    double start = now_s(), elapsed = 0;
+    while (elapsed < bench->seconds) {
+        rank1_hashes(id, hashes, batch);
+        int64_t ns = 0;
+        if (kvio_shared_endpoint_put(endpoint, hashes, data, batch, &ns) != KVIO_OK) {
+            snprintf(bench->error, sizeof(bench->error), "put: %s",
+                     kvio_shared_endpoint_error(endpoint));
+            return KVIO_ERR_IO;
+        }
+        bytes += batch * bench->block_bytes;
+        elapsed = now_s() - start;
+    }
+    *gbps_p = (double)bytes / elapsed / 1e9;
+    return KVIO_OK;
+}
+
 /* Rank 0's part: the puts, then the timed phases. */
 static kvio_status_t drive(kvio_shared_endpoint_t *endpoint, bench_t *bench)
 {
+    size_t blocks = bench->count > bench->batch ? bench->count : bench->batch;
     kvio_hash_t *hashes = calloc(bench->count, sizeof(*hashes));
-    unsigned char *pool = malloc(bench->count * bench->block_bytes);
-    const void **data = calloc(bench->count, sizeof(*data));
+    unsigned char *pool = malloc(blocks * bench->block_bytes);
+    const void **data = calloc(blocks, sizeof(*data));
     void **into = calloc(bench->count, sizeof(*into));
     kvio_status_t status = hashes && pool && data && into ? KVIO_OK : KVIO_ERR_NOMEM;
-    /* Blocks rank 1 holds: every access crosses to the other rank. */
-    for (uint64_t id = 0, n = 0; status == KVIO_OK && n < bench->count; id++) {
-        kvio_hash_t hash = kvio_hash_trace_block(NULL, id, 0);
-        if (kvio_shared_store_holder(hash, 2) != 1)
-            continue;
-        hashes[n] = hash;
-        data[n] = into[n] = pool + n * bench->block_bytes;
+    for (uint64_t n = 0; status == KVIO_OK && n < blocks; n++) {
+        data[n] = pool + n * bench->block_bytes;
+        if (n < bench->count)
+            into[n] = pool + n * bench->block_bytes;
         for (uint64_t b = 0; b < bench->block_bytes; b += 8) {
-            uint64_t word = (id + 1) * 0x9e3779b97f4a7c15ull ^ b;
+            uint64_t word = (n + 1) * 0x9e3779b97f4a7c15ull ^ b;
             memcpy(pool + n * bench->block_bytes + b, &word, 8);
         }
-        n++;
     }
-    double start = now_s();
+    uint64_t id = 0;
+    if (status == KVIO_OK)
+        status = put_rate(endpoint, bench, &id, data, &bench->put_gbps);
+    rank1_hashes(&id, hashes, bench->count);
     for (size_t i = 0; status == KVIO_OK && i < bench->count; i += bench->batch) {
         size_t n = bench->count - i < bench->batch ? bench->count - i : bench->batch;
         int64_t ns = 0;
         status = kvio_shared_endpoint_put(endpoint, hashes + i, data + i, n, &ns);
+        if (status != KVIO_OK)
+            snprintf(bench->error, sizeof(bench->error), "put: %s",
+                     kvio_shared_endpoint_error(endpoint));
     }
-    if (status != KVIO_OK)
-        snprintf(bench->error, sizeof(bench->error), "put: %s",
-                 kvio_shared_endpoint_error(endpoint));
-    bench->put_gbps = (double)(bench->count * bench->block_bytes) / (now_s() - start) / 1e9;
     if (status == KVIO_OK)
-        status = get_rate(endpoint, bench, hashes, into, bench->batch, &bench->get_gbps);
+        status = get_rate(endpoint, bench, GET, hashes, into, bench->batch, &bench->get_gbps);
     if (status == KVIO_OK)
-        status = get_rate(endpoint, bench, hashes, into, 1, &bench->get1_gbps);
+        status = get_rate(endpoint, bench, GET, hashes, into, 1, &bench->get1_gbps);
+    if (status == KVIO_OK)
+        status = get_rate(endpoint, bench, LOAD_THREE_TRIPS, hashes, into, bench->batch,
+                          &bench->load3_gbps);
+    if (status == KVIO_OK)
+        status = get_rate(endpoint, bench, LOAD_ONE_TRIP, hashes, into, bench->batch,
+                          &bench->load1_gbps);
     double one_us = 0;
     if (status == KVIO_OK)
         status = lookup_rate(endpoint, bench, hashes, bench->batch, &bench->lookup_per_s,
@@ -188,9 +251,9 @@ int main(int argc, char **argv)
                 bench.error);
         return 1;
     }
-    printf("put_gbps %.3f get_gbps %.3f get1_gbps %.3f lookup_per_s %.0f lookup1_per_s %.0f "
-           "lookup_batch_us %.1f\n",
-           bench.put_gbps, bench.get_gbps, bench.get1_gbps, bench.lookup_per_s,
-           bench.lookup1_per_s, bench.lookup_batch_us);
+    printf("put_gbps %.3f get_gbps %.3f get1_gbps %.3f load3_gbps %.3f load1_gbps %.3f "
+           "lookup_per_s %.0f lookup1_per_s %.0f lookup_batch_us %.1f\n",
+           bench.put_gbps, bench.get_gbps, bench.get1_gbps, bench.load3_gbps, bench.load1_gbps,
+           bench.lookup_per_s, bench.lookup1_per_s, bench.lookup_batch_us);
     return 0;
 }

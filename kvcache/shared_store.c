@@ -162,10 +162,21 @@ uint32_t shared_shard_insert(shared_shard_t *shard, kvio_hash_t hash, uint64_t c
     return entry;
 }
 
+void shared_shard_remove(shared_shard_t *shard, uint32_t entry)
+{
+    lru_unlink(shard, entry);
+    (void)kvio_map_set(&shard->map, shard->entries[entry].hash.low, 0);
+    shard->entries[entry].next = shard->free_head;
+    shard->free_head = entry;
+    shard->held--;
+    shard->stored--;
+}
+
 kvio_shared_shard_stats_t shared_shard_stats(const shared_shard_t *shard)
 {
     return (kvio_shared_shard_stats_t){.capacity = shard->capacity, .held = shard->held,
-                                       .stored = shard->stored, .evictions = shard->evictions};
+                                       .stored = shard->stored, .evictions = shard->evictions,
+                                       .requests = shard->requests};
 }
 
 /* ---------- simulate: every shard here ---------- */
@@ -244,7 +255,10 @@ static int64_t batch_cost(kvio_shared_store_t *store, uint32_t rank, bool put)
         int64_t cost_ns = (local ? config->local_latency_ns : config->remote_latency_ns) +
                           (int64_t)llround((double)config->block_bytes * blocks * 1e9 / bandwidth);
         kvio_shared_link_stats_t *link = link_of(store, rank, holder);
-        link->requests += put ? blocks : 1;
+        /* As emulate sends them: a request per holder per piece. */
+        uint32_t requests = (blocks + SHARED_BATCH_HASHES - 1) / SHARED_BATCH_HASHES;
+        link->requests += requests;
+        store->shards[holder].requests += requests;
         if (put)
             link->put_ns += cost_ns;
         else

@@ -13,6 +13,10 @@
 
 #define SHARED_NO_ENTRY UINT32_MAX
 
+/* The most hashes one request carries (a get's reply: as many blocks); a
+ * batch's hashes go one request per holder, in pieces of this. */
+#define SHARED_BATCH_HASHES 64
+
 typedef struct shared_entry {
     kvio_hash_t hash;
     uint64_t checksum;   /* emulate: XXH3-64 of the block as written */
@@ -26,6 +30,7 @@ typedef struct shared_shard {
     uint32_t free_head, lru_head, lru_tail; /* head: most recently used */
     kvio_map_t map;                         /* hash.low -> entry + 1 */
     uint64_t stored, evictions;
+    uint64_t requests; /* requests answered (emulate) or batches reaching it (simulate) */
 } shared_shard_t;
 
 kvio_status_t shared_shard_init(shared_shard_t *shard, uint32_t capacity);
@@ -39,6 +44,10 @@ uint32_t shared_shard_find(shared_shard_t *shard, kvio_hash_t hash, bool touch);
  * else a free one or the least recently used block's (evicted). */
 uint32_t shared_shard_insert(shared_shard_t *shard, kvio_hash_t hash, uint64_t checksum,
                              bool *fresh_p);
+
+/* Takes back an entry shared_shard_insert made fresh whose bytes never
+ * arrived whole (refused for its checksum, or lost): not held, not stored. */
+void shared_shard_remove(shared_shard_t *shard, uint32_t entry);
 
 kvio_shared_shard_stats_t shared_shard_stats(const shared_shard_t *shard);
 

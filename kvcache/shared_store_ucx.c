@@ -1,17 +1,18 @@
 /* The shared KV store in emulate mode: each rank holds its shard in its own
  * memory (registered with UCX) and serves it from a thread with a UCX worker
  * of its own; the rank's engine reaches every shard, its own included, over
- * UCX tag messages from a second worker. A put sends [request, block] to
- * the holder, which checks the block's checksum and copies it into a slot
- * of its shard (evicting the least recently used block when full); a get
- * sends each holder one request with its hashes of the batch (up to
- * BATCH_HASHES) and the holder answers the leading ones it holds: [reply,
- * checksums], then each block as a message of its own straight from its
- * slot into the reader's buffer (contiguous, so UCX moves it without a copy
- * where it can), which the reader checks against the checksum taken at the
- * put; a lookup (has) answers a byte per hash, no blocks. A put sends a message per block. A batch's messages
- * are all in flight together. Every wait is bounded by the runtime's
- * timeout. */
+ * UCX tag messages from a second worker. Every batch sends each holder one
+ * request with its hashes of the batch (up to BATCH_HASHES): a put's
+ * carries their checksums and each block follows as a message of its own,
+ * which the holder receives straight into the slot its shard gives it
+ * (evicting the least recently used block when full) and checks against
+ * the checksum; a get's is answered with the leading ones the holder has:
+ * [reply, checksums], then each block as a message of its own straight
+ * from its slot into the reader's buffer (contiguous, so UCX moves it
+ * without a copy where it can), which the reader checks against the
+ * checksum taken at the put; a lookup (has) answers a byte per hash, no
+ * blocks. A batch's messages are all in flight together. Every wait is
+ * bounded by the runtime's timeout. */
 #include "kvcache/shared_store_int.h"
 
 #include <errno.h>
@@ -30,36 +31,42 @@
 #include "kvio/clock.h"
 #include "kvio/ucx_status.h"
 
-/* Tags: the kind in the top byte, then the asking rank (requests) or the
- * batch's sequence number (replies, which reach only their asker's worker). */
+/* Tags: the kind in the top byte, then the asking rank (requests), the
+ * batch's sequence number (replies, which reach only their asker's worker),
+ * or a put's block: the asking rank (16 bits) and a sequence number (40
+ * bits), as every rank's blocks reach one server. */
 #define TAG_REQUEST (1ull << 56)
 #define TAG_REPLY (2ull << 56)
+#define TAG_BLOCK (3ull << 56)
 #define TAG_KIND_MASK (0xffull << 56)
 #define TAG_ALL (~0ull)
+#define TAG_BLOCK_RANK_SHIFT 40
+#define TAG_BLOCK_SEQ_MASK ((1ull << TAG_BLOCK_RANK_SHIFT) - 1)
+#define MAX_RANKS (1u << 16)
 
 enum { OP_PUT = 1, OP_GET = 2, OP_HAS = 3 };
 
-/* The most hashes one get or has request carries (a get's reply: as many
- * blocks); a batch's hashes go one request per holder, in pieces of this. */
-#define BATCH_HASHES 64
+/* What a put's reply says of each block (a byte each). */
+enum { PUT_STORED = 1, PUT_DUPLICATE = 2, PUT_REFUSED = 3, PUT_LOST = 4 };
 
-/* A request; a put's block follows it, a get's or has's count hashes. */
+#define BATCH_HASHES SHARED_BATCH_HASHES
+
+/* A request; count hashes follow it, a put's then their count checksums
+ * (XXH3-64 of each block, which follow as messages of their own). */
 typedef struct wire_request {
     uint32_t op;
     uint32_t rank;      /* the asker: where the reply goes */
-    uint64_t seq;       /* the reply's tag */
-    kvio_hash_t hash;   /* put: the block's */
-    uint64_t checksum;  /* put: XXH3-64 of the block that follows */
-    uint32_t count;     /* get, has: the hashes that follow, 1..BATCH_HASHES */
+    uint64_t seq;       /* the reply's tag; a put's block j: seq + 1 + j */
+    uint32_t count;     /* the hashes that follow, 1..BATCH_HASHES */
     uint32_t unused;
 } wire_request_t;
 
-/* A reply; a get's carries count checksums (as put) and its found blocks. */
+/* A reply; a get's carries count checksums (as put) and its found blocks,
+ * a has's a byte per hash (held), a put's a byte per block (PUT_*). */
 typedef struct wire_reply {
     int32_t status;     /* kvio_status_t */
-    uint32_t fresh;     /* put: the block was new to the shard */
-    uint32_t found;     /* get, has: the leading hashes of the request held */
-    uint32_t unused;
+    uint32_t found;     /* get, has: the leading hashes of the request held;
+                           put: the blocks new to the shard */
 } wire_reply_t;
 
 /* One UCX operation, completed by its callback. */
@@ -79,13 +86,15 @@ typedef struct server {
     unsigned char *slab;      /* capacity blocks, a block per slot */
     uint64_t slab_bytes;
     ucp_ep_h *eps;            /* to every rank's engine worker */
-    unsigned char *inbox;     /* a request and its block or hashes */
+    unsigned char *inbox;     /* a request and its hashes (a put's: and checksums) */
     size_t inbox_bytes;
+    unsigned char *discard;   /* a put's block the shard does not keep lands here */
     uint64_t checksums[BATCH_HASHES];       /* a get's reply */
-    uint8_t held[BATCH_HASHES];             /* a has's reply */
+    uint8_t held[BATCH_HASHES];             /* a has's or a put's reply */
     ucp_dt_iov_t reply_iov[2];              /* [reply, checksums or held] */
     unsigned char *block_out[BATCH_HASHES]; /* a get's blocks, each its own message */
-    completion_t block_sent[BATCH_HASHES];
+    uint32_t put_slot[BATCH_HASHES];        /* a put's blocks: where each lands */
+    completion_t block_ops[BATCH_HASHES];   /* a get's sends or a put's receives */
     shared_shard_t shard;
     uint64_t block_bytes;
     uint32_t size;
@@ -98,24 +107,26 @@ typedef struct server {
     uint64_t checksum_failures; /* blocks refused as they arrived */
     /* The shard's counts as of the last request, for readers on other
      * threads while it is served. */
-    atomic_uint_fast64_t published_held, published_stored, published_evictions;
+    atomic_uint_fast64_t published_held, published_stored, published_evictions,
+        published_requests;
 } server_t;
 
-/* One message of a batch in flight: a put's block, or a get's or has's
- * hashes held by one rank (their places in the caller's batch in index). */
+/* One request of a batch in flight: a put's, a get's or a has's hashes
+ * held by one rank (their places in the caller's batch in index). */
 typedef struct pending {
     wire_request_t request;
     wire_reply_t reply;
-    uint32_t holder, count;
+    uint32_t op, holder, count;
     kvio_hash_t hashes[BATCH_HASHES];
     uint32_t index[BATCH_HASHES];
-    uint64_t checksums[BATCH_HASHES]; /* a get's reply */
-    uint8_t held[BATCH_HASHES];       /* a has's reply */
+    uint64_t checksums[BATCH_HASHES]; /* a put's request, a get's reply */
+    uint8_t held[BATCH_HASHES];       /* a has's or a put's reply */
     /* UCX reads them until the operation is done */
-    ucp_dt_iov_t send_iov[2], recv_iov[2];
+    ucp_dt_iov_t send_iov[3], recv_iov[2];
     completion_t sent, received;
-    /* a get's blocks, each its own message after the reply (the reply's
-     * tag + 1 + j), received straight into the caller's buffers */
+    /* its blocks, each a message of its own: a get's after the reply (the
+     * reply's tag + 1 + j), received straight into the caller's buffers; a
+     * put's after the request (put_block_tag), sent straight from them */
     completion_t blocks[BATCH_HASHES];
     uint32_t posted_blocks;
 } pending_t;
@@ -244,7 +255,9 @@ static bool server_wait(server_t *server, completion_t *completion, bool stop_co
         }
         if (!stop_counts && (int64_t)(kvio_time_ns() - last_ns) > server->timeout_ns)
             return false;
-        if (server->wakeup && ucp_worker_arm(server->worker) == UCS_OK) {
+        if (!stop_counts) {
+            sched_yield();
+        } else if (server->wakeup && ucp_worker_arm(server->worker) == UCS_OK) {
             ucp_worker_wait(server->worker);
         } else if (!server->wakeup) {
             struct timespec pause = {.tv_nsec = 20000};
@@ -262,27 +275,90 @@ static void server_failed(server_t *server, kvio_status_t status, const char *te
     }
 }
 
-/* A put: checked as it arrived, then written into its slot (a block held
- * already is refreshed, not rewritten). */
-static wire_reply_t serve_put(server_t *server, const wire_request_t *request, size_t length)
+/* The tag of block j of the put request asked under seq by rank. */
+static ucp_tag_t put_block_tag(uint32_t rank, uint64_t seq, uint32_t j)
 {
-    wire_reply_t reply = {.status = KVIO_OK};
-    const unsigned char *block = server->inbox + sizeof(*request);
-    if (length != sizeof(*request) + server->block_bytes) {
-        reply.status = KVIO_ERR_INVALID;
-        return reply;
+    return TAG_BLOCK | ((uint64_t)rank << TAG_BLOCK_RANK_SHIFT) |
+           ((seq + 1 + j) & TAG_BLOCK_SEQ_MASK);
+}
+
+/* Where a put's blocks land: a fresh block in the slot the shard gives it,
+ * straight off the wire (the shard's memory is registered: UCX moves it
+ * without a copy where it can); a block held already (refreshed) or one
+ * whose slot a later block of the batch took (a full shard evicting its
+ * least recently used) into the discard buffer, not kept. */
+static void place_put(server_t *server, const unsigned char *hashes, const unsigned char *sums,
+                      uint32_t count)
+{
+    for (uint32_t i = 0; i < count; i++) {
+        kvio_hash_t hash;
+        uint64_t checksum;
+        memcpy(&hash, hashes + i * sizeof(hash), sizeof(hash));
+        memcpy(&checksum, sums + i * sizeof(checksum), sizeof(checksum));
+        bool fresh = false;
+        uint32_t slot = shared_shard_insert(&server->shard, hash, checksum, &fresh);
+        for (uint32_t j = 0; fresh && j < i; j++)
+            if (server->put_slot[j] == slot)
+                server->put_slot[j] = SHARED_NO_ENTRY; /* stored, then evicted */
+        server->put_slot[i] = fresh ? slot : SHARED_NO_ENTRY;
+        server->held[i] = fresh ? PUT_STORED : PUT_DUPLICATE;
     }
-    if (XXH3_64bits(block, server->block_bytes) != request->checksum) {
-        server->checksum_failures++;
-        reply.status = KVIO_ERR_CHECKSUM;
-        return reply;
+}
+
+/* A put: the request's blocks received all at once, each where place_put
+ * says, then each kept one checked against the checksum its writer took
+ * (a block that arrived changed or not at all leaves the shard). A
+ * duplicate's bytes are dropped unchecked: the shard keeps the copy it
+ * checked at its first put. Returns the reply's parts. */
+static size_t serve_put(server_t *server, const wire_request_t *request, size_t length,
+                        wire_reply_t *reply)
+{
+    uint32_t count = request->count;
+    if (count == 0 || count > BATCH_HASHES ||
+        length != sizeof(*request) + count * (sizeof(kvio_hash_t) + sizeof(uint64_t))) {
+        reply->status = KVIO_ERR_INVALID;
+        return 1;
     }
-    bool fresh = false;
-    uint32_t slot = shared_shard_insert(&server->shard, request->hash, request->checksum, &fresh);
-    if (fresh)
-        memcpy(server->slab + (uint64_t)slot * server->block_bytes, block, server->block_bytes);
-    reply.fresh = fresh;
-    return reply;
+    const unsigned char *hashes = server->inbox + sizeof(*request);
+    const unsigned char *sums = hashes + count * sizeof(kvio_hash_t);
+    place_put(server, hashes, sums, count);
+    for (uint32_t j = 0; j < count; j++) {
+        uint32_t slot = server->put_slot[j];
+        void *into = slot != SHARED_NO_ENTRY ? server->slab + (uint64_t)slot * server->block_bytes
+                                             : server->discard;
+        post_recv(&server->block_ops[j], server->worker,
+                  put_block_tag(request->rank, request->seq, j), TAG_ALL, into,
+                  server->block_bytes, false);
+    }
+    uint32_t fresh = 0;
+    bool in_time = true;
+    for (uint32_t j = 0; j < count; j++) {
+        completion_t *block = &server->block_ops[j];
+        in_time = in_time && server_wait(server, block, false);
+        if (!is_done(block))
+            cancel(server->worker, block);
+        release(block);
+        uint32_t slot = server->put_slot[j];
+        bool whole = block->status == UCS_OK && block->length == server->block_bytes;
+        if (slot != SHARED_NO_ENTRY && whole) {
+            const unsigned char *bytes = server->slab + (uint64_t)slot * server->block_bytes;
+            whole = XXH3_64bits(bytes, server->block_bytes) ==
+                    server->shard.entries[slot].checksum;
+            if (!whole) {
+                server->checksum_failures++;
+                server->held[j] = PUT_REFUSED;
+            }
+        }
+        if (!whole && server->held[j] != PUT_REFUSED)
+            server->held[j] = PUT_LOST;
+        if (!whole && slot != SHARED_NO_ENTRY)
+            shared_shard_remove(&server->shard, slot);
+        fresh += server->held[j] == PUT_STORED;
+    }
+    reply->status = KVIO_OK;
+    reply->found = fresh;
+    server->reply_iov[1] = (ucp_dt_iov_t){.buffer = server->held, .length = count};
+    return 2;
 }
 
 /* A get: the leading hashes of the request the shard holds, touched, the
@@ -337,8 +413,9 @@ static bool serve_one(server_t *server, size_t length)
         return true;
     wire_reply_t reply = {.status = KVIO_ERR_INVALID};
     size_t parts = 1;
+    server->shard.requests++;
     if (request.op == OP_PUT)
-        reply = serve_put(server, &request, length);
+        parts = serve_put(server, &request, length, &reply);
     else if (request.op == OP_GET || request.op == OP_HAS)
         parts = serve_lookup(server, &request, length, &reply);
     server->reply_iov[0] = (ucp_dt_iov_t){.buffer = &reply, .length = sizeof(reply)};
@@ -346,23 +423,24 @@ static bool serve_one(server_t *server, size_t length)
     atomic_store(&server->published_held, counts.held);
     atomic_store(&server->published_stored, counts.stored);
     atomic_store(&server->published_evictions, counts.evictions);
+    atomic_store(&server->published_requests, counts.requests);
     completion_t sent;
     post_send(&sent, server->eps[request.rank], TAG_REPLY | request.seq, server->reply_iov, parts,
               true);
     /* A get's found blocks: block j under the reply's tag + 1 + j. */
     uint32_t blocks = request.op == OP_GET && reply.status == KVIO_OK ? reply.found : 0;
     for (uint32_t j = 0; j < blocks; j++)
-        post_send(&server->block_sent[j], server->eps[request.rank],
+        post_send(&server->block_ops[j], server->eps[request.rank],
                   TAG_REPLY | ((request.seq + 1 + j) & ~TAG_KIND_MASK), server->block_out[j],
                   server->block_bytes, false);
     bool done = server_wait(server, &sent, false);
     for (uint32_t j = 0; j < blocks; j++) {
-        bool block_done = done && server_wait(server, &server->block_sent[j], false);
+        bool block_done = done && server_wait(server, &server->block_ops[j], false);
         if (!block_done)
-            cancel(server->worker, &server->block_sent[j]);
-        release(&server->block_sent[j]);
-        if (done && (!block_done || server->block_sent[j].status != UCS_OK)) {
-            sent.status = block_done ? server->block_sent[j].status : UCS_ERR_TIMED_OUT;
+            cancel(server->worker, &server->block_ops[j]);
+        release(&server->block_ops[j]);
+        if (done && (!block_done || server->block_ops[j].status != UCS_OK)) {
+            sent.status = block_done ? server->block_ops[j].status : UCS_ERR_TIMED_OUT;
             done = block_done;
         }
     }
@@ -392,7 +470,7 @@ static void *serve(void *arg)
         }
         release(&received);
         if (received.status != UCS_OK) {
-            /* A message larger than a request and a block: not ours. */
+            /* A message larger than a request and its hashes: not ours. */
             if (received.status != UCS_ERR_MESSAGE_TRUNCATED)
                 server_failed(server, kvio_status_from_ucs(received.status),
                               ucs_status_string(received.status));
@@ -405,11 +483,20 @@ static void *serve(void *arg)
 
 /* ---------- set-up ---------- */
 
+/* A context and its worker, every one of the store's alike (UCX refuses
+ * to connect workers of different rendezvous schemes). Blocks move by
+ * rendezvous put: a put's writer copies its blocks into the holder's
+ * slots, where by default (get) the holder's one thread would copy every
+ * rank's puts (0.8-1.6 against 3.4 GB/s in bench/shared_store.sh; a
+ * get's holder copies instead of its reader, as fast there).
+ * UCX_RNDV_SCHEME, when set, wins. */
 static ucs_status_t open_worker(uint64_t features, ucp_context_h *context_p,
                                 ucp_worker_h *worker_p)
 {
     ucp_config_t *config = NULL;
     ucs_status_t status = ucp_config_read(NULL, NULL, &config);
+    if (status == UCS_OK && getenv("UCX_RNDV_SCHEME") == NULL)
+        (void)ucp_config_modify(config, "RNDV_SCHEME", "put_zcopy");
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = features};
     if (status == UCS_OK)
         status = ucp_init(&params, config, context_p);
@@ -448,12 +535,12 @@ static kvio_status_t server_open(kvio_shared_endpoint_t *endpoint, char *error_p
         return kvio_status_from_ucs(status);
     }
     void *slab = mmap(NULL, server->slab_bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    uint64_t hashes_bytes = BATCH_HASHES * sizeof(kvio_hash_t);
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     server->inbox_bytes = sizeof(wire_request_t) +
-                          (server->block_bytes > hashes_bytes ? server->block_bytes : hashes_bytes);
+                          BATCH_HASHES * (sizeof(kvio_hash_t) + sizeof(uint64_t));
     server->inbox = malloc(server->inbox_bytes);
-    if (slab == MAP_FAILED || server->inbox == NULL ||
+    server->discard = malloc(server->block_bytes);
+    if (slab == MAP_FAILED || server->inbox == NULL || server->discard == NULL ||
         shared_shard_init(&server->shard, capacity) != KVIO_OK) {
         snprintf(error_p, error_len,
                  "shared store: rank %u's shard of %u blocks of %llu bytes (%.2f GiB): %s",
@@ -585,6 +672,11 @@ kvio_status_t kvio_shared_endpoint_create(kvio_rte_t *rte, int first_rank,
     endpoint->timeout_ns = kvio_rte_timeout_ns(rte);
     atomic_init(&endpoint->server.stop, 0);
     kvio_status_t status = kvio_shared_store_check(config, false, error_p, error_len);
+    if (status == KVIO_OK && config->num_ranks > MAX_RANKS) {
+        snprintf(error_p, error_len, "shared store: %u ranks; emulate's tags carry at most %u",
+                 config->num_ranks, MAX_RANKS);
+        status = KVIO_ERR_CONFIG;
+    }
     if (status == KVIO_OK &&
         (first_rank < 0 || kvio_rte_index(rte) < first_rank ||
          first_rank + (int64_t)config->num_ranks > kvio_rte_size(rte) ||
@@ -688,14 +780,20 @@ static kvio_status_t pending_room(kvio_shared_endpoint_t *endpoint, size_t count
     return KVIO_OK;
 }
 
-/* What message p still waits for: its request's send, its reply, and once
- * the reply says how many blocks follow, those (the receives of the others
- * are cancelled). */
+/* What message p still waits for: its request's send, its reply, and a
+ * put's blocks, or once a get's reply says how many blocks follow, those
+ * (the receives of the others are cancelled). */
 static size_t message_waiting(kvio_shared_endpoint_t *endpoint, pending_t *p)
 {
     size_t waiting = !is_done(&p->sent) + !is_done(&p->received);
     uint32_t needed = p->posted_blocks;
-    if (is_done(&p->received)) {
+    if (p->op == OP_PUT) {
+        /* A put refused whole: its holder takes none of its blocks. */
+        if (is_done(&p->received) &&
+            (p->received.status != UCS_OK || p->reply.status != KVIO_OK))
+            for (uint32_t j = 0; j < p->posted_blocks; j++)
+                cancel(endpoint->worker, &p->blocks[j]);
+    } else if (is_done(&p->received)) {
         bool told = p->received.status == UCS_OK && p->reply.status == KVIO_OK &&
                     p->reply.found <= p->posted_blocks;
         needed = told ? p->reply.found : 0;
@@ -746,6 +844,7 @@ static void post_message(kvio_shared_endpoint_t *endpoint, pending_t *p, uint32_
                          size_t recv_parts, size_t send_parts)
 {
     uint64_t seq = ++endpoint->seq & ~TAG_KIND_MASK;
+    p->op = op;
     p->request.op = op;
     p->request.rank = endpoint->rank;
     p->request.seq = seq;
@@ -769,41 +868,18 @@ static kvio_status_t got_message_status(const pending_t *p)
     return (kvio_status_t)p->reply.status;
 }
 
-/* A put's blocks, a message each, all in flight; KVIO_ERR_NOMEM only when
- * nothing was sent. */
-static kvio_status_t batch_put(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
-                               const void *const *data, size_t count)
+/* A batch's hashes, one request per holder (in pieces of BATCH_HASHES),
+ * block i's request and its place there in block_message and
+ * block_position; the requests' count, 0 with KVIO_ERR_NOMEM in
+ * *status_p when there is no room for them. */
+static uint32_t group_by_holder(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
+                                size_t count, kvio_status_t *status_p)
 {
-    if (pending_room(endpoint, count) != KVIO_OK)
-        return endpoint_failed(endpoint, KVIO_ERR_NOMEM, "out of memory for a batch of %zu",
-                               count);
-    for (size_t i = 0; i < count; i++) {
-        pending_t *p = &endpoint->pending[i];
-        p->holder = kvio_shared_store_holder(hashes[i], endpoint->size);
-        p->posted_blocks = 0;
-        p->request = (wire_request_t){.hash = hashes[i],
-                                      .checksum = XXH3_64bits(data[i],
-                                                              endpoint->config.block_bytes)};
-        /* The cast: a send only reads the block. */
-        p->send_iov[1] = (ucp_dt_iov_t){.buffer = (void *)data[i],
-                                        .length = endpoint->config.block_bytes};
-        post_message(endpoint, p, OP_PUT, 1, 2);
+    *status_p = pending_room(endpoint, count);
+    if (*status_p != KVIO_OK) {
+        endpoint_failed(endpoint, KVIO_ERR_NOMEM, "out of memory for a batch of %zu", count);
+        return 0;
     }
-    return batch_wait(endpoint, count);
-}
-
-/* A get's or has's hashes, one message per holder (in pieces of
- * BATCH_HASHES), all in flight: one round trip for the batch. A get's
- * blocks land in data (its reply's checksums in the message). *messages_p:
- * the messages sent; KVIO_ERR_NOMEM only when nothing was. */
-static kvio_status_t batch_lookup(kvio_shared_endpoint_t *endpoint, uint32_t op,
-                                  const kvio_hash_t *hashes, void *const *data, size_t count,
-                                  size_t *messages_p)
-{
-    *messages_p = 0;
-    if (pending_room(endpoint, count) != KVIO_OK)
-        return endpoint_failed(endpoint, KVIO_ERR_NOMEM, "out of memory for a batch of %zu",
-                               count);
     for (uint32_t h = 0; h < endpoint->size; h++)
         endpoint->open_message[h] = UINT32_MAX;
     uint32_t messages = 0;
@@ -821,6 +897,58 @@ static kvio_status_t batch_lookup(kvio_shared_endpoint_t *endpoint, uint32_t op,
         p->hashes[p->count] = hashes[i];
         p->index[p->count++] = (uint32_t)i;
     }
+    return messages;
+}
+
+/* A put's blocks, one request per holder with their hashes and checksums,
+ * each block after it as a message of its own straight from the caller's
+ * buffer (contiguous: UCX moves it without a copy where it can), all in
+ * flight: one round trip for the batch. *messages_p: the requests sent;
+ * KVIO_ERR_NOMEM only when nothing was. */
+static kvio_status_t batch_put(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
+                               const void *const *data, size_t count, size_t *messages_p)
+{
+    kvio_status_t status;
+    uint32_t messages = group_by_holder(endpoint, hashes, count, &status);
+    *messages_p = messages;
+    if (status != KVIO_OK)
+        return status;
+    uint64_t block_bytes = endpoint->config.block_bytes;
+    for (uint32_t m = 0; m < messages; m++) {
+        pending_t *p = &endpoint->pending[m];
+        for (uint32_t j = 0; j < p->count; j++)
+            p->checksums[j] = XXH3_64bits(data[p->index[j]], block_bytes);
+        p->request = (wire_request_t){.count = p->count};
+        p->send_iov[1] = (ucp_dt_iov_t){.buffer = p->hashes,
+                                        .length = p->count * sizeof(kvio_hash_t)};
+        p->send_iov[2] = (ucp_dt_iov_t){.buffer = p->checksums,
+                                        .length = p->count * sizeof(uint64_t)};
+        p->recv_iov[1] = (ucp_dt_iov_t){.buffer = p->held, .length = p->count};
+        post_message(endpoint, p, OP_PUT, 2, 3);
+        p->posted_blocks = p->count;
+        /* The cast: a send only reads the block. */
+        for (uint32_t j = 0; j < p->count; j++)
+            post_send(&p->blocks[j], endpoint->eps[p->holder],
+                      put_block_tag(endpoint->rank, p->request.seq, j),
+                      (void *)data[p->index[j]], block_bytes, false);
+        endpoint->seq += p->count;
+    }
+    return batch_wait(endpoint, messages);
+}
+
+/* A get's or has's hashes, one message per holder (in pieces of
+ * BATCH_HASHES), all in flight: one round trip for the batch. A get's
+ * blocks land in data (its reply's checksums in the message). *messages_p:
+ * the messages sent; KVIO_ERR_NOMEM only when nothing was. */
+static kvio_status_t batch_lookup(kvio_shared_endpoint_t *endpoint, uint32_t op,
+                                  const kvio_hash_t *hashes, void *const *data, size_t count,
+                                  size_t *messages_p)
+{
+    kvio_status_t status;
+    uint32_t messages = group_by_holder(endpoint, hashes, count, &status);
+    *messages_p = messages;
+    if (status != KVIO_OK)
+        return status;
     for (uint32_t m = 0; m < messages; m++) {
         pending_t *p = &endpoint->pending[m];
         p->request = (wire_request_t){.count = p->count};
@@ -840,8 +968,34 @@ static kvio_status_t batch_lookup(kvio_shared_endpoint_t *endpoint, uint32_t op,
         post_message(endpoint, p, op, 2, 2);
         endpoint->seq += p->posted_blocks;
     }
-    *messages_p = messages;
     return batch_wait(endpoint, messages);
+}
+
+/* A put's block i: stored or refreshed (KVIO_OK, *fresh_p), or how it
+ * failed (refused for its checksum: KVIO_ERR_CHECKSUM). */
+static kvio_status_t put_block_status(const kvio_shared_endpoint_t *endpoint, size_t i,
+                                      bool *fresh_p)
+{
+    const pending_t *p = &endpoint->pending[endpoint->block_message[i]];
+    uint32_t position = endpoint->block_position[i];
+    kvio_status_t status = got_message_status(p);
+    if (status != KVIO_OK)
+        return status;
+    if (p->received.length != sizeof(p->reply) + p->count)
+        return KVIO_ERR_IO;
+    const completion_t *block = &p->blocks[position];
+    if (block->status != UCS_OK)
+        return kvio_status_from_ucs(block->status);
+    *fresh_p = p->held[position] == PUT_STORED;
+    switch (p->held[position]) {
+    case PUT_STORED:
+    case PUT_DUPLICATE:
+        return KVIO_OK;
+    case PUT_REFUSED:
+        return KVIO_ERR_CHECKSUM;
+    default:
+        return KVIO_ERR_IO;
+    }
 }
 
 kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
@@ -849,26 +1003,31 @@ kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
                                        size_t count, int64_t *elapsed_ns_p)
 {
     uint64_t start_ns = kvio_time_ns();
-    kvio_status_t status = batch_put(endpoint, hashes, data, count);
+    size_t messages = 0;
+    kvio_status_t status = batch_put(endpoint, hashes, data, count, &messages);
     *elapsed_ns_p = 0;
     if (status == KVIO_ERR_NOMEM)
         return status; /* nothing was sent (a batch's wait never runs out of memory) */
     int64_t elapsed_ns = (int64_t)(kvio_time_ns() - start_ns);
+    for (size_t m = 0; m < messages; m++)
+        endpoint->links[endpoint->pending[m].holder].put_ns += elapsed_ns;
     for (size_t i = 0; i < count; i++) {
-        pending_t *p = &endpoint->pending[i];
-        kvio_shared_link_stats_t *link = &endpoint->links[p->holder];
-        link->put_ns += elapsed_ns;
-        kvio_status_t block = got_message_status(p);
+        uint32_t holder = endpoint->pending[endpoint->block_message[i]].holder;
+        kvio_shared_link_stats_t *link = &endpoint->links[holder];
+        bool fresh = false;
+        kvio_status_t block = put_block_status(endpoint, i, &fresh);
         if (block != KVIO_OK) {
             link->errors++;
             link->checksum_failures += block == KVIO_ERR_CHECKSUM;
             if (status == KVIO_OK)
-                status = endpoint_failed(endpoint, block, "a put to rank %u: %s", p->holder,
-                                         kvio_strerror(block));
+                status = endpoint_failed(endpoint, block, "a put to rank %u: %s", holder,
+                                         block == KVIO_ERR_CHECKSUM
+                                             ? "the block arrived changed"
+                                             : kvio_strerror(block));
             continue;
         }
         link->bytes_written += endpoint->config.block_bytes;
-        if (p->reply.fresh)
+        if (fresh)
             link->puts++;
         else
             link->duplicates++;
@@ -923,9 +1082,12 @@ static void count_get_messages(kvio_shared_endpoint_t *endpoint, size_t messages
     }
 }
 
-kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
-                                       const kvio_hash_t *hashes, void *const *data,
-                                       size_t count, size_t *got_p, int64_t *elapsed_ns_p)
+/* A get of the leading blocks of hashes the store holds; the first not
+ * held is a miss (KVIO_ERR_NOT_FOUND) when shortfall_counts, else it only
+ * ends them (the caller takes what is held). */
+static kvio_status_t endpoint_get(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
+                                  void *const *data, size_t count, bool shortfall_counts,
+                                  size_t *got_p, int64_t *elapsed_ns_p)
 {
     *got_p = 0;
     uint64_t start_ns = kvio_time_ns();
@@ -941,6 +1103,8 @@ kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
         uint32_t holder = endpoint->pending[endpoint->block_message[i]].holder;
         kvio_shared_link_stats_t *link = &endpoint->links[holder];
         kvio_status_t block = looked_up(endpoint, i, data[i]);
+        if (block == KVIO_ERR_NOT_FOUND && !shortfall_counts)
+            break;
         link->gets++;
         if (block == KVIO_OK) {
             link->hits++;
@@ -961,6 +1125,20 @@ kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
     *got_p = got;
     *elapsed_ns_p = elapsed_ns;
     return status;
+}
+
+kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
+                                       const kvio_hash_t *hashes, void *const *data,
+                                       size_t count, size_t *got_p, int64_t *elapsed_ns_p)
+{
+    return endpoint_get(endpoint, hashes, data, count, true, got_p, elapsed_ns_p);
+}
+
+kvio_status_t kvio_shared_endpoint_get_held(kvio_shared_endpoint_t *endpoint,
+                                            const kvio_hash_t *hashes, void *const *data,
+                                            size_t count, size_t *got_p, int64_t *elapsed_ns_p)
+{
+    return endpoint_get(endpoint, hashes, data, count, false, got_p, elapsed_ns_p);
 }
 
 size_t kvio_shared_endpoint_lookup(kvio_shared_endpoint_t *endpoint, const kvio_hash_t *hashes,
@@ -1053,7 +1231,8 @@ kvio_shared_shard_stats_t kvio_shared_endpoint_shard(const kvio_shared_endpoint_
         .capacity = server->shard.capacity,
         .held = (uint32_t)atomic_load(&server->published_held),
         .stored = atomic_load(&server->published_stored),
-        .evictions = atomic_load(&server->published_evictions)};
+        .evictions = atomic_load(&server->published_evictions),
+        .requests = atomic_load(&server->published_requests)};
 }
 
 uint32_t kvio_shared_endpoint_rank(const kvio_shared_endpoint_t *endpoint)
@@ -1096,6 +1275,7 @@ void kvio_shared_endpoint_destroy(kvio_shared_endpoint_t *endpoint)
     if (server->slab != NULL)
         munmap(server->slab, server->slab_bytes);
     free(server->inbox);
+    free(server->discard);
     shared_shard_fini(&server->shard);
     if (server->worker != NULL)
         ucp_worker_destroy(server->worker);

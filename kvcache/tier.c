@@ -741,24 +741,31 @@ static kvio_status_t shared_put(kvio_tier_t *tier, const kvio_hash_t *hashes,
 }
 
 /* The leading blocks the store holds, read by this view's rank (emulate:
- * into data, each checked). */
+ * into data, each checked); the first not held is a miss when
+ * shortfall_counts (emulate only: else it only ends them, see
+ * kvio_tier_get_held). */
 static kvio_status_t shared_get(kvio_tier_t *tier, const kvio_hash_t *hashes, void *const *data,
-                                size_t count, size_t *got_p, int64_t *cost_ns_p)
+                                size_t count, bool shortfall_counts, size_t *got_p,
+                                int64_t *cost_ns_p)
 {
     size_t got = 0;
     kvio_status_t status = KVIO_OK;
     if (tier->shared != NULL) {
         got = kvio_shared_store_get(tier->shared, tier->shared_rank, hashes, count, cost_ns_p);
     } else {
-        status = kvio_shared_endpoint_get(tier->shared_endpoint, hashes, data, count, &got,
-                                          cost_ns_p);
+        status = shortfall_counts
+                     ? kvio_shared_endpoint_get(tier->shared_endpoint, hashes, data, count, &got,
+                                                cost_ns_p)
+                     : kvio_shared_endpoint_get_held(tier->shared_endpoint, hashes, data, count,
+                                                     &got, cost_ns_p);
         if (status != KVIO_OK && status != KVIO_ERR_NOT_FOUND)
             status = view_failed(tier, status);
     }
     kvio_tier_stats_t *stats = &tier->stats;
-    stats->gets += got + (got < count);
+    bool missed = got < count && (shortfall_counts || status != KVIO_OK);
+    stats->gets += got + missed;
     stats->hits += got;
-    stats->misses += got < count && (status == KVIO_OK || status == KVIO_ERR_NOT_FOUND);
+    stats->misses += missed && (status == KVIO_OK || status == KVIO_ERR_NOT_FOUND);
     *got_p = got;
     if (got > 0) {
         stats->bytes_read += got * tier->block_bytes;
@@ -1299,7 +1306,7 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
     *got_p = 0;
     *cost_ns_p = 0;
     if (tier->shared != NULL || tier->shared_endpoint != NULL)
-        return shared_get(tier, hashes, data, count, got_p, cost_ns_p);
+        return shared_get(tier, hashes, data, count, true, got_p, cost_ns_p);
     if (batch_room(tier, count) != KVIO_OK)
         return tier_failed(tier, KVIO_ERR_NOMEM, "out of memory for a batch");
     /* The leading blocks the tier holds: a prefix is read up to its first
@@ -1375,6 +1382,25 @@ void kvio_tier_count_corrupt(kvio_tier_t *tier, kvio_hash_t hash, const char *wh
         (void)get_failed(tier, entry, hash, KVIO_ERR_CHECKSUM, error);
     else
         (void)tier_failed(tier, KVIO_ERR_CHECKSUM, error);
+}
+
+kvio_status_t kvio_tier_get_held(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                                 void *const *data, size_t count, size_t *got_p,
+                                 int64_t *cost_ns_p)
+{
+    *got_p = 0;
+    *cost_ns_p = 0;
+    if (tier->shared_endpoint != NULL) {
+        kvio_status_t status = shared_get(tier, hashes, data, count, false, got_p, cost_ns_p);
+        return status == KVIO_ERR_NOT_FOUND ? KVIO_OK : status;
+    }
+    /* The run asked of the tier's own index (or the simulated store's):
+     * nothing moves to learn it. */
+    size_t run = kvio_tier_lookup(tier, hashes, count, NULL);
+    if (run == 0)
+        return KVIO_OK;
+    kvio_status_t status = kvio_tier_get_batch(tier, hashes, data, run, got_p, cost_ns_p);
+    return status == KVIO_ERR_NOT_FOUND && *got_p == run ? KVIO_OK : status;
 }
 
 kvio_status_t kvio_tier_get(kvio_tier_t *tier, kvio_hash_t hash, void *data,

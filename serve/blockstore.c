@@ -770,6 +770,34 @@ static void count_cut_gets(kvio_block_store_t *store, const kvio_hash_t *hashes,
     tiers_unlock(store);
 }
 
+/* The leading run of hashes (up to count) the first tier holding
+ * hashes[0] has, read into data, each tier asked in order for what it
+ * holds and its bytes at once (a shared tier's: one round trip, where
+ * asking which holds it, how far, then getting them took three). *got_p:
+ * how many came back whole, *tier_p the tier they came from (NULL: none
+ * holds hashes[0]). Returns what ended the run: KVIO_OK when the tier
+ * holds no more, else the tier's failure (the rest is computed). Under
+ * the tiers' lock. */
+static kvio_status_t get_from_tiers(kvio_block_store_t *store, const kvio_hash_t *hashes,
+                                    void *const *data, size_t count, size_t *got_p,
+                                    kvio_tier_t **tier_p, int64_t *cost_ns_p)
+{
+    *tier_p = NULL;
+    *got_p = 0;
+    *cost_ns_p = 0;
+    for (size_t t = 0; t < store->num_tiers; t++) {
+        int64_t cost_ns = 0;
+        kvio_status_t status = kvio_tier_get_held(store->tiers[t], hashes, data, count, got_p,
+                                                  &cost_ns);
+        *cost_ns_p += cost_ns;
+        if (*got_p > 0)
+            *tier_p = store->tiers[t];
+        if (*got_p > 0 || status != KVIO_OK)
+            return status;
+    }
+    return KVIO_OK;
+}
+
 /* How many leading hashes some tier holds: each tier's run asked at once
  * (a shared tier's is one round trip), from where the longest ends. */
 static size_t held_in_tiers(const kvio_block_store_t *store, const kvio_hash_t *hashes,
@@ -956,13 +984,14 @@ static kvio_status_t load_chunks(kvio_block_store_t *store, const kvio_hash_t *h
         uint64_t start_ns = kvio_time_ns();
         int64_t cost_ns = 0;
         tiers_lock(store);
-        kvio_tier_t *tier = tier_holding(store, key);
-        kvio_status_t got = tier != NULL ? kvio_tier_get(tier, key, buffer, &cost_ns)
-                                         : KVIO_ERR_NOT_FOUND;
+        kvio_tier_t *tier = NULL;
+        void *into = buffer;
+        size_t got = 0;
+        (void)get_from_tiers(store, &key, &into, 1, &got, &tier, &cost_ns);
         tiers_unlock(store);
         pace(store, start_ns, cost_ns);
         *tier_ns_p += cost_ns;
-        if (got != KVIO_OK)
+        if (got == 0)
             break; /* a miss (or a tier error): compute the rest */
         if (store->generated) {
             uint32_t adopted = adopt_blocks(store, tier, NULL, &key, ids + loaded, count,
@@ -1011,21 +1040,18 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
     unsigned char *scratch = progress != NULL ? store->io->scratch : store->scratch;
     while (loaded < wanted && !past_until(store)) {
         uint64_t start_ns = kvio_time_ns();
-        tiers_lock(store);
-        kvio_tier_t *tier = tier_holding(store, hashes[loaded]);
-        size_t run = 0;
-        if (tier != NULL) /* the run after the first block: one lookup */
-            run = 1 + kvio_tier_lookup(tier, hashes + loaded + 1,
-                                       (wanted - loaded < LOAD_BATCH ? wanted - loaded
-                                                                     : LOAD_BATCH) - 1, NULL);
-        for (size_t i = 0; i < run; i++)
+        size_t asked = wanted - loaded < LOAD_BATCH ? wanted - loaded : LOAD_BATCH;
+        for (size_t i = 0; i < asked; i++)
             buffers[i] = store->generated ? scratch + (uint64_t)i * store->block_bytes
                                           : block_data(store, ids[loaded + i]);
-        size_t got = 0;
+        kvio_tier_t *tier = NULL;
         int64_t cost_ns = 0;
-        if (tier != NULL)
-            (void)kvio_tier_get_batch(tier, hashes + loaded, buffers, run, &got, &cost_ns);
+        size_t came = 0;
+        tiers_lock(store);
+        kvio_status_t status = get_from_tiers(store, hashes + loaded, buffers, asked, &came,
+                                              &tier, &cost_ns);
         tiers_unlock(store);
+        size_t got = came;
         if (store->generated && got > 0) /* what was not saved is a miss */
             got = adopt_blocks(store, tier, hashes + loaded, NULL, ids + loaded, (uint32_t)got,
                                scratch);
@@ -1040,7 +1066,7 @@ static kvio_status_t load_blocks(kvio_block_store_t *store, const kvio_hash_t *h
         for (size_t i = 0; i < got; i++)
             stamp_drop(store, ids[loaded + i]);
         loaded += (uint32_t)got;
-        if (got < run || tier == NULL)
+        if (got == 0 || got < came || status != KVIO_OK)
             break; /* a miss (or a tier error): compute the rest */
         if (told_to_stop(store, progress, loaded))
             break;

@@ -14,9 +14,10 @@
  * - emulate (kvio_shared_endpoint_t): each rank holds its shard in its own
  *   memory, registered with UCX, and serves it from a thread of its own;
  *   ranks (threads of one process or mpirun processes) put and get blocks
- *   over UCX tag messages (a get or a lookup of a batch: one request per
- *   holder, its blocks in one reply), each block's XXH3-64 checksum taken by the writer,
- *   checked by the holder as it arrives and by the reader as it comes back. */
+ *   over UCX tag messages (a put, a get or a lookup of a batch: one request
+ *   per holder, its blocks each a message after it), each block's XXH3-64
+ *   checksum taken by the writer, checked by the holder as it arrives and
+ *   by the reader as it comes back. */
 #ifndef KVIO_SHARED_STORE_H
 #define KVIO_SHARED_STORE_H
 
@@ -49,8 +50,8 @@ typedef struct kvio_shared_link_stats {
     uint64_t errors;            /* puts or gets that failed */
     uint64_t bytes_written, bytes_read;
     int64_t put_ns, get_ns;     /* time in batches over this link */
-    uint64_t requests;          /* messages to the holder: a put's one per block, a get's
-                                   or lookup's one per batch (up to 64 hashes) */
+    uint64_t requests;          /* requests to the holder: a put's, a get's or a lookup's
+                                   one per batch (up to 64 hashes) */
 } kvio_shared_link_stats_t;
 
 /* A shard, as its holder sees it. */
@@ -59,6 +60,7 @@ typedef struct kvio_shared_shard_stats {
     uint32_t held;      /* blocks it holds now */
     uint64_t stored;    /* blocks written into it */
     uint64_t evictions; /* blocks it let go to make room */
+    uint64_t requests;  /* requests it answered (emulate; simulate: batches that reached it) */
 } kvio_shared_shard_stats_t;
 
 /* The rank holding hash among num_ranks (placement). */
@@ -146,6 +148,15 @@ kvio_status_t kvio_shared_endpoint_put(kvio_shared_endpoint_t *endpoint,
 kvio_status_t kvio_shared_endpoint_get(kvio_shared_endpoint_t *endpoint,
                                        const kvio_hash_t *hashes, void *const *data,
                                        size_t count, size_t *got_p, int64_t *elapsed_ns_p);
+
+/* As kvio_shared_endpoint_get, for a caller that asks for as many blocks
+ * as the store may hold and takes the leading ones it does (a load trying
+ * tier after tier): the first block not held only ends them (KVIO_OK,
+ * neither a get nor a miss counted). Learning what is held and bringing it
+ * is one round trip. */
+kvio_status_t kvio_shared_endpoint_get_held(kvio_shared_endpoint_t *endpoint,
+                                            const kvio_hash_t *hashes, void *const *data,
+                                            size_t count, size_t *got_p, int64_t *elapsed_ns_p);
 
 /* The text of the last failure, "" if none (borrowed). */
 const char *kvio_shared_endpoint_error(const kvio_shared_endpoint_t *endpoint);

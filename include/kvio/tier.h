@@ -240,6 +240,15 @@ kvio_status_t kvio_tier_get_batch(kvio_tier_t *tier, const kvio_hash_t *hashes,
                                   void *const *data, size_t count, size_t *got_p,
                                   int64_t *cost_ns_p);
 
+/* As kvio_tier_get_batch, for a load that asks tier after tier: the
+ * leading blocks of hashes the tier holds, as many as it does, a shorter
+ * run (none: *got_p 0) no miss; KVIO_OK unless a block failed. A shared
+ * tier in emulate learns what it holds and brings it in one round trip
+ * (where a lookup, then a get, take two). */
+kvio_status_t kvio_tier_get_held(kvio_tier_t *tier, const kvio_hash_t *hashes,
+                                 void *const *data, size_t count, size_t *got_p,
+                                 int64_t *cost_ns_p);
+
 /* Emulate, with a rate: a get or put reports (in *cost_ns_p) at least the
  * time the rate gives a block, and returns as soon as the bytes moved; the
  * caller waits out the rest from the transfer's start_ns (a no-op once
