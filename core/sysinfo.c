@@ -113,3 +113,24 @@ kvio_status_t kvio_fault_in(void *memory, size_t bytes, bool huge, volatile sig_
     }
     return KVIO_OK;
 }
+
+kvio_status_t kvio_fault_in_alloc(size_t bytes, volatile sig_atomic_t *stop, void **memory_p)
+{
+    void *memory = mmap(NULL, bytes > 0 ? bytes : 1, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = kvio_fault_in(memory, bytes, true, stop);
+    if (status != KVIO_OK) {
+        kvio_fault_in_free(memory, bytes);
+        return status;
+    }
+    *memory_p = memory;
+    return KVIO_OK;
+}
+
+void kvio_fault_in_free(void *memory, size_t bytes)
+{
+    if (memory != NULL)
+        munmap(memory, bytes > 0 ? bytes : 1);
+}

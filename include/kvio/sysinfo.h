@@ -27,6 +27,19 @@ kvio_status_t kvio_mem_available(uint64_t *bytes_p, char *error_p, size_t error_
 kvio_status_t kvio_fault_in(void *memory, size_t bytes, bool huge,
                             volatile sig_atomic_t *stop);
 
+/* The one way kvio allocates a large host region it needs real before t0:
+ * fresh anonymous memory (mmap), in huge pages where the kernel has them,
+ * faulted in by kvio_fault_in. On a virtual machine a 4 KiB page costs a
+ * trap on its first touch through each mapping (measured at ~10 us, 0.4
+ * GB/s) where a 2 MiB one costs one per 512 pages. Sets *memory_p (free
+ * with kvio_fault_in_free) and returns KVIO_OK; KVIO_ERR_NOMEM when the
+ * mapping is refused, KVIO_ERR_INTERRUPTED when *stop (may be NULL) was set
+ * on the way (nothing is left mapped). */
+kvio_status_t kvio_fault_in_alloc(size_t bytes, volatile sig_atomic_t *stop, void **memory_p);
+
+/* Frees what kvio_fault_in_alloc returned (bytes as asked; NULL is a no-op). */
+void kvio_fault_in_free(void *memory, size_t bytes);
+
 /* Where a run runs (summary.json's host block): hostname, CPU model, cores
  * online, memory total and available, OS, kernel, architecture and the load
  * average when asked. */
