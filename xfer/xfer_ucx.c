@@ -798,6 +798,12 @@ static void landing_send_done(void *request, ucs_status_t status, void *user_dat
     ucp_request_free(request);
 }
 
+static bool landing_idle(void *arg)
+{
+    const kvio_ucx_landing_t *landing = arg;
+    return !landing->flushing && !landing->sending;
+}
+
 /* Tells the receiver of a put under way how much is certainly in its slot,
  * without waiting: when no flush is in flight, flushes what is posted (a
  * flush completes once the puts posted before it are at the target; puts
@@ -813,8 +819,6 @@ static kvio_status_t announce_landed(kvio_xfer_t *xfer, ucp_ep_h ep, int rank)
                             xfer->ops->plugin.name, rank, ucs_status_string(landing->error));
         return kvio_status_from_ucs(landing->error);
     }
-    if (landing->sending)
-        ucp_worker_progress(priv->worker); /* stores alone never push a message along */
     if (landing->stored) {
         landing->flushed = landing->posted;
     } else if (!landing->flushing && landing->posted > landing->flush_target) {
@@ -844,14 +848,14 @@ static kvio_status_t announce_landed(kvio_xfer_t *xfer, ucp_ep_h ep, int rank)
             return track(xfer, request, "ucp_am_send_nbx");
         landing->sending = request != NULL;
         landing->announced = landing->flushed;
+        /* Stores make no UCX progress of their own: the news of a stored
+         * chunk is out before the next one (an active message within this
+         * host's memory, microseconds against a chunk's copy), so a sender
+         * that dies leaves its receiver told of every chunk it stored. */
+        if (landing->stored && landing->sending)
+            return kvio_xfer_ucx_wait(xfer, landing_idle, landing, rank, "news of a store to");
     }
     return KVIO_OK;
-}
-
-static bool landing_idle(void *arg)
-{
-    const kvio_ucx_landing_t *landing = arg;
-    return !landing->flushing && !landing->sending;
 }
 
 /* The sequential put of the whole buffer into one receiver's slot, in
