@@ -87,8 +87,13 @@ json_t *kvio_host_json(void)
     return host;
 }
 
-/* How much is faulted in between looks at the stop. */
-#define FAULT_PIECE_BYTES (256ull << 20)
+/* How much is faulted in between looks at the stop. Small, because
+ * MADV_POPULATE_WRITE holds the process's mmap lock (read) through its
+ * piece, and every mmap or munmap of another thread (a rank's malloc of a
+ * large block, UCX's set-up) waits for it: with 256 MiB pieces, faulted in
+ * at 0.5 GB/s on a virtual machine, a serve rank waited 1 s to start its
+ * pool while the other faulted its own in. */
+#define FAULT_PIECE_BYTES (16ull << 20)
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; an older kernel refuses it (EINVAL) */
