@@ -19,7 +19,7 @@ kvio_status_t kvio_mem_available(uint64_t *bytes_p, char *error_p, size_t error_
 
 /* Makes fresh host memory real now, not a promise (emulate's KV pools,
  * swap space and weight buffers, before t0): in huge pages where the kernel
- * has them when huge is true, each 256 MiB piece populated by the kernel
+ * has them when huge is true, each 16 MiB piece populated by the kernel
  * (MADV_POPULATE_WRITE, Linux 5.14: its bytes unchanged) or, where it
  * cannot, zeroed by a memset. Between pieces it looks at *stop (may be
  * NULL) and returns KVIO_ERR_INTERRUPTED once it is set, so a stop during
