@@ -87,8 +87,13 @@ json_t *kvio_host_json(void)
     return host;
 }
 
-/* How much is faulted in between looks at the stop. */
-#define FAULT_PIECE_BYTES (256ull << 20)
+/* How much is faulted in between looks at the stop. Small, because
+ * MADV_POPULATE_WRITE holds the process's mmap lock (read) through its
+ * piece, and every mmap or munmap of another thread (a rank's malloc of a
+ * large block, UCX's set-up) waits for it: with 256 MiB pieces, faulted in
+ * at 0.5 GB/s on a virtual machine, a serve rank waited 1 s to start its
+ * pool while the other faulted its own in. */
+#define FAULT_PIECE_BYTES (16ull << 20)
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; an older kernel refuses it (EINVAL) */
@@ -112,4 +117,25 @@ kvio_status_t kvio_fault_in(void *memory, size_t bytes, bool huge, volatile sig_
         memset(start, 0, piece);
     }
     return KVIO_OK;
+}
+
+kvio_status_t kvio_fault_in_alloc(size_t bytes, volatile sig_atomic_t *stop, void **memory_p)
+{
+    void *memory = mmap(NULL, bytes > 0 ? bytes : 1, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED)
+        return KVIO_ERR_NOMEM;
+    kvio_status_t status = kvio_fault_in(memory, bytes, true, stop);
+    if (status != KVIO_OK) {
+        kvio_fault_in_free(memory, bytes);
+        return status;
+    }
+    *memory_p = memory;
+    return KVIO_OK;
+}
+
+void kvio_fault_in_free(void *memory, size_t bytes)
+{
+    if (memory != NULL)
+        munmap(memory, bytes > 0 ? bytes : 1);
 }

@@ -86,6 +86,21 @@ static kvio_status_t open_shared(const kvio_serve_run_t *run, uint32_t num_serve
                                        error_p, error_len);
 }
 
+/* Host memory of a rank, real before t0 (kvio_fault_in_alloc: huge pages,
+ * a stop seen within a fraction of a second). */
+static kvio_status_t host_alloc(const kvio_serve_run_t *run, uint32_t rank, size_t bytes,
+                                const char *what, void **memory_p, char *error_p,
+                                size_t error_len)
+{
+    kvio_status_t status = kvio_fault_in_alloc(bytes, run->stop, memory_p);
+    if (status == KVIO_ERR_NOMEM)
+        snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of %s: %s", rank,
+                 bytes, what, strerror(errno));
+    else if (status != KVIO_OK)
+        snprintf(error_p, error_len, "serve rank %u: stopped during set-up", rank);
+    return status;
+}
+
 /* The pool's memory: a device domain's allocation (device.memory pinned or
  * cuda), or mmap'd host memory with every page touched now. */
 static kvio_status_t create_pool(const kvio_serve_run_t *run, uint32_t rank,
@@ -123,21 +138,11 @@ static kvio_status_t create_pool(const kvio_serve_run_t *run, uint32_t rank,
                      kvio_device_error(setup->device));
             return KVIO_ERR_NOMEM;
         }
-    } else if ((setup->memory = mmap(NULL, setup->memory_bytes, PROT_READ | PROT_WRITE,
-                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) {
-        setup->memory = NULL;
-        snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of KV memory: %s",
-                 rank, setup->memory_bytes, strerror(errno));
-        return KVIO_ERR_NOMEM;
+        return KVIO_OK; /* an allocation in a domain is zeroed already */
     }
-    /* Every page of a host pool real now (an allocation in a domain is
-     * zeroed already). */
-    if ((setup->device == NULL || kvio_device_kind(setup->device) == KVIO_MEMORY_HOST) &&
-        kvio_fault_in(setup->memory, setup->memory_bytes, true, run->stop) != KVIO_OK) {
-        snprintf(error_p, error_len, "serve rank %u: stopped during set-up", rank);
-        return KVIO_ERR_INTERRUPTED;
-    }
-    return KVIO_OK;
+    /* Every page of a host pool real now. */
+    return host_alloc(run, rank, setup->memory_bytes, "KV memory", &setup->memory, error_p,
+                      error_len);
 }
 
 static kvio_status_t check_generated(const kvio_serve_run_t *run, char *error_p,
@@ -181,18 +186,10 @@ kvio_status_t kvio_serve_memory_create(const kvio_serve_run_t *run, uint32_t ran
             setup->swap_space = pinned;
             setup->swap_pinned = true;
         } else if (swap_blocks > 0) {
-            setup->swap_space = mmap(NULL, setup->swap_bytes, PROT_READ | PROT_WRITE,
-                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (setup->swap_space == MAP_FAILED) {
-                setup->swap_space = NULL;
-                snprintf(error_p, error_len, "serve rank %u: cannot map %zu bytes of swap space",
-                         rank, setup->swap_bytes);
-                return KVIO_ERR_NOMEM;
-            }
-            if (kvio_fault_in(setup->swap_space, setup->swap_bytes, true, run->stop) != KVIO_OK) {
-                snprintf(error_p, error_len, "serve rank %u: stopped during set-up", rank);
-                return KVIO_ERR_INTERRUPTED;
-            }
+            kvio_status_t status = host_alloc(run, rank, setup->swap_bytes, "swap space",
+                                              &setup->swap_space, error_p, error_len);
+            if (status != KVIO_OK)
+                return status;
         }
     }
     const kvio_opt_list_t *tier_list = &run->serve->kvcache.tiers;
@@ -249,12 +246,12 @@ void kvio_serve_memory_destroy(kvio_serve_memory_t *setup)
     if (setup->memory != NULL && setup->device != NULL &&
         kvio_device_kind(setup->device) != KVIO_MEMORY_HOST)
         kvio_device_free(setup->device, setup->memory);
-    else if (setup->memory != NULL)
-        munmap(setup->memory, setup->memory_bytes);
+    else
+        kvio_fault_in_free(setup->memory, setup->memory_bytes);
     if (setup->swap_space != NULL && setup->swap_pinned)
         kvio_device_host_free(setup->device, setup->swap_space);
-    else if (setup->swap_space != NULL)
-        munmap(setup->swap_space, setup->swap_bytes);
+    else
+        kvio_fault_in_free(setup->swap_space, setup->swap_bytes);
     kvio_device_destroy(setup->device);
     memset(setup, 0, sizeof(*setup));
 }

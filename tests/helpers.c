@@ -15,6 +15,7 @@
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -738,4 +739,38 @@ int test_open_file_under(const char *dir)
     }
     closedir(fds);
     return found;
+}
+
+long test_huge_kib_at(const void *address)
+{
+    FILE *smaps = fopen("/proc/self/smaps", "r");
+    if (smaps == NULL)
+        return -1;
+    char line[512];
+    int inside = 0;
+    long kib = -1;
+    while (fgets(line, sizeof(line), smaps) != NULL) {
+        unsigned long start = 0, end = 0;
+        char dash = 0;
+        /* A mapping's first line: "start-end perms ..."; its fields: "Name: value". */
+        if (sscanf(line, "%lx%c%lx ", &start, &dash, &end) == 3 && dash == '-') {
+            inside = (uintptr_t)address >= start && (uintptr_t)address < end;
+            continue;
+        }
+        if (inside && sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+            break;
+    }
+    fclose(smaps);
+    return kib;
+}
+
+int test_huge_pages_on_request(void)
+{
+    FILE *file = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char text[128] = "";
+    if (file == NULL)
+        return 0;
+    int read = fgets(text, sizeof(text), file) != NULL;
+    fclose(file);
+    return read && (strstr(text, "[always]") != NULL || strstr(text, "[madvise]") != NULL);
 }

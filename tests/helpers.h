@@ -61,6 +61,14 @@ int test_require(const char *what, int available, const char *reason);
 int test_private_mount(const char *dir, const char *type, unsigned long flags,
                        const char *options, char *reason, size_t reason_len);
 
+/* Kilobytes of the mapping holding address that are in 2 MiB pages
+ * (/proc/self/smaps AnonHugePages), or -1 when no mapping holds it. */
+long test_huge_kib_at(const void *address);
+
+/* True when the kernel gives 2 MiB pages to memory that asks for them
+ * (transparent huge pages "always" or "madvise"). */
+int test_huge_pages_on_request(void);
+
 /* A TCP port on loopback that nothing listens on (bound, then released);
  * 0 when none could be had. */
 int test_free_port(void);

@@ -9,7 +9,8 @@
  * a redis receiver away across a version and the end still gets the version;
  * a bad chain message is refused naming the rank before; a failed set-up
  * names the rank; a file update is incompressible and has no two pages
- * alike (data: zero makes it zeros but for each version's words). */
+ * alike (data: zero makes it zeros but for each version's words); on the
+ * local runtime the ucx slots and send buffer are in 2 MiB pages. */
 #include "kvio/xfer.h"
 
 #include <arpa/inet.h>
@@ -256,6 +257,64 @@ Test(xfer, ucx_over_tcp_delivers_every_version_in_order, .timeout = 30)
     expect_ucx_delivers_in_order(info, sizeof(info));
     cr_expect(strstr(info, "tcp/") != NULL, "the lanes UCX chose are reported: %s", info);
     cr_expect(strstr(info, "UCX_TLS=tcp") != NULL, "%s", info);
+    cr_expect(strstr(info, "stores") == NULL, "over tcp the bytes go as puts: %s", info);
+}
+
+#define HUGE_SLOT_BYTES (8u << 20)
+
+typedef struct huge_case {
+    kvio_xfer_config_t transport;
+    long slot_huge_kib[2]; /* the receiver's slots' mappings, in 2 MiB pages */
+    long send_huge_kib;    /* the sender's buffer's */
+    char info[512];
+    char error[2][512];
+} huge_case_t;
+
+static kvio_status_t huge_rank(kvio_rte_t *rte, void *arg)
+{
+    huge_case_t *test = arg;
+    int self = kvio_rte_index(rte);
+    kvio_xfer_t *xfer = NULL;
+    kvio_status_t status = create_pair(&test->transport, rte, HUGE_SLOT_BYTES, &xfer,
+                                       test->error[self], sizeof(test->error[0]));
+    if (status != KVIO_OK)
+        return status;
+    if (self == 0) {
+        test->send_huge_kib = test_huge_kib_at(kvio_xfer_send_buffer(xfer));
+        snprintf(test->info, sizeof(test->info), "%s", kvio_xfer_info(xfer));
+    } else {
+        for (int slot = 0; slot < 2; slot++)
+            test->slot_huge_kib[slot] = test_huge_kib_at(kvio_xfer_slot(xfer, slot));
+    }
+    status = kvio_rte_barrier(rte);
+    kvio_xfer_destroy(xfer);
+    return status;
+}
+
+/* #58: ranks that are threads of one process (the local runtime) get their
+ * ucx slots and send buffer in 2 MiB pages, faulted in at set-up, and the
+ * sender stores into a slot at its owner's address: UCX's own shared
+ * memory comes in 4 KiB pages, each a trap on its first touch through each
+ * mapping on a virtual machine (the quickstart's set-up spent 5 s there). */
+Test(xfer, ucx_slots_are_huge_pages_in_one_address_space, .timeout = 30)
+{
+    REQUIRE_UCX();
+    if (!test_huge_pages_on_request())
+        cr_skip_test("this kernel gives no transparent huge pages on request");
+    huge_case_t test;
+    memset(&test, 0, sizeof(test));
+    char error[512] = "";
+    cr_assert_eq(kvio_config_defaults(kvio_xfer_options, &test.transport, error,
+                                      sizeof(error)), KVIO_OK);
+    cr_assert_eq(kvio_choice_set(&test.transport.kind, "ucx"), KVIO_OK);
+    kvio_status_t status = run_ranks(2, 10000000000LL, huge_rank, &test, error, sizeof(error));
+    cr_assert_eq(status, KVIO_OK, "%s / %s / %s", error, test.error[0], test.error[1]);
+    cr_expect_gt(test.slot_huge_kib[0], 0, "slot 0 in 2 MiB pages");
+    cr_expect_gt(test.slot_huge_kib[1], 0, "slot 1 in 2 MiB pages");
+    cr_expect_gt(test.send_huge_kib, 0, "the send buffer in 2 MiB pages");
+    cr_expect(strstr(test.info, "stores into the slots") != NULL,
+              "the sender stores at the slots' own addresses: %s", test.info);
+    kvio_config_free(kvio_xfer_options, &test.transport);
 }
 
 /* Chain fan-out to 3 servers: every version arrives verified on all of

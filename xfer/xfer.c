@@ -370,13 +370,13 @@ kvio_status_t kvio_xfer_create(const kvio_xfer_config_t *config, kvio_rte_t *rte
     for (int slot = 0; slot < 2 && xfer->device == NULL; slot++) {
         if (xfer->slots[slot] == NULL || xfer->bytes == 0)
             continue;
-        kvio_fault_in(xfer->slots[slot], xfer->bytes, false, NULL);
+        kvio_fault_in(xfer->slots[slot], xfer->bytes, true, NULL);
         if (slot == 1 && delta != NULL && role == KVIO_XFER_RECEIVER)
             kvio_weights_fill_as(xfer->slots[slot], xfer->bytes, delta->seed,
                                  &xfer->config->data);
     }
     if (xfer->device == NULL && role == KVIO_XFER_SENDER)
-        kvio_fault_in(xfer->send_buffer, xfer->bytes, false, NULL);
+        kvio_fault_in(xfer->send_buffer, xfer->bytes, true, NULL);
     /* No rank may put into a slot before its owner has faulted it in: a
      * sender (or, in a chain, a server) that got there first had its first
      * version wiped by the memset that did it now and then. */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kvio/clock.h"
+#include "kvio/sysinfo.h"
 #include "kvio/ucx_status.h"
 
 typedef struct ack_message {
@@ -287,24 +288,37 @@ kvio_status_t kvio_xfer_ucx_unpack_slots(kvio_xfer_t *xfer, int rank, const void
     return status;
 }
 
-/* When the remote slot is shared memory that UCX attached into this process
- * (sysv/posix rkeys: UCX puts by memcpy through that mapping,
- * uct_sm_ep_put_short), returns the mapping, and faults it in now, at
- * set-up, as Viper, NIXL and Mooncake register and touch their buffers
- * before the first transfer. The mapping is the sender's own, separate
- * from the receiver's, so the receiver's fault-in at create does not cover
- * it, and otherwise the first version into each slot pays a fault per
- * 4 KiB page inside the measured put. MADV_POPULATE_WRITE fills this
- * process's page tables without changing a byte; a read of every page then
- * makes each one known to whatever translates them below the kernel (a
- * hypervisor's shadow page tables, where populated tables alone left the
- * first 1 GB update at 0.43 GB/s against 5 GB/s after). The reads race
- * nothing that matters: the owner writes the same bytes (its fault-in) or
- * nothing before the set-up barrier. NULL for an rkey without a local
- * pointer (cma, tcp); a kernel without MADV_POPULATE_WRITE (before 5.14)
- * leaves the page tables to the reads. */
-static void *map_remote(ucp_rkey_h rkey, uint64_t address, uint64_t length)
+/* The remote slot as this process can store into it, or NULL for puts.
+ * Ranks in one address space (own_memory: the local runtime's threads,
+ * slots in kvio's own huge pages) whose UCX lanes copy within this host's
+ * memory anyway (sm, cma): the receiver's own address, faulted in by its
+ * owner. Otherwise, when the slot is shared memory that UCX attached
+ * into this process (sysv/posix rkeys: UCX puts by memcpy through that
+ * mapping, uct_sm_ep_put_short), the mapping, faulted in now, at set-up, as
+ * Viper, NIXL and Mooncake register and touch their buffers before the
+ * first transfer. That mapping is the sender's own, separate from the
+ * receiver's, so the receiver's fault-in at create does not cover it, and
+ * otherwise the first version into each slot pays a fault per 4 KiB page
+ * inside the measured put. MADV_POPULATE_WRITE fills this process's page
+ * tables without changing a byte; a read of every page then makes each one
+ * known to whatever translates them below the kernel (a hypervisor's shadow
+ * page tables, where populated tables alone left the first 1 GB update at
+ * 0.43 GB/s against 5 GB/s after). The reads race nothing that matters: the
+ * owner writes the same bytes (its fault-in) or nothing before the set-up
+ * barrier. NULL for an rkey without a local pointer (cma, tcp); a kernel
+ * without MADV_POPULATE_WRITE (before 5.14) leaves the page tables to the
+ * reads. */
+static void *map_remote(ucp_ep_h ep, ucp_rkey_h rkey, uint64_t address, uint64_t length,
+                        bool own_memory)
 {
+    char lanes[256];
+    bool in_memory = false;
+    if (own_memory && length > 0) {
+        /* Only where UCX's own bulk lanes copy within this memory too (sm,
+         * cma): over tcp the bytes go as puts. */
+        describe_lanes(ep, lanes, sizeof(lanes), &in_memory);
+        return in_memory ? (void *)(uintptr_t)address : NULL;
+    }
     void *local = NULL;
     if (length == 0 || ucp_rkey_ptr(rkey, address, &local) != UCS_OK)
         return NULL;
@@ -443,6 +457,46 @@ kvio_status_t kvio_xfer_ucx_connect(kvio_xfer_t *xfer, const void *blob, size_t 
     return status;
 }
 
+/* The memory of the sender's buffer or a receiver's slot, before UCX
+ * registers it: GPU memory on a device; kvio's own huge pages, faulted in
+ * now, when own_memory (UCX then maps nothing: the sender stores at the
+ * slot's own address); else NULL, and UCX allocates it (shared memory that
+ * a rank in another process can attach). */
+static kvio_status_t buffer_alloc(kvio_xfer_t *xfer, bool on_gpu, bool own_memory, int slot,
+                                  void **buffer_p)
+{
+    ucx_priv_t *priv = xfer->priv;
+    if (on_gpu)
+        return kvio_device_alloc(xfer->device, xfer->bytes, buffer_p);
+    if (!own_memory)
+        return KVIO_OK;
+    kvio_status_t status = kvio_fault_in_alloc(xfer->bytes, NULL, &priv->owned[slot]);
+    if (status != KVIO_OK) {
+        kvio_xfer_set_error(xfer, "%s transport: cannot map %llu bytes for the %s: %s",
+                            xfer->ops->plugin.name, (unsigned long long)xfer->bytes,
+                            xfer->role == KVIO_XFER_SENDER ? "send buffer" : "receive slots",
+                            kvio_strerror(status));
+        return status;
+    }
+    *buffer_p = priv->owned[slot];
+    return KVIO_OK;
+}
+
+/* Closes UCX (unmapping every buffer), then frees the buffers kvio gave it:
+ * gpu_buffers (the device's) and the huge pages of own memory. */
+static void buffers_free(kvio_xfer_t *xfer, void *gpu_buffers[2])
+{
+    ucx_priv_t *priv = xfer->priv;
+    void *owned[2] = {priv->owned[0], priv->owned[1]};
+    kvio_xfer_ucx_close(xfer); /* clears priv */
+    for (int slot = 0; slot < 2; slot++) {
+        if (gpu_buffers[slot] != NULL && xfer->device != NULL)
+            kvio_device_free(xfer->device, gpu_buffers[slot]);
+        else
+            kvio_fault_in_free(owned[slot], xfer->bytes);
+    }
+}
+
 static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len)
 {
     ucx_priv_t *priv = xfer->priv;
@@ -460,16 +514,18 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
     }
     void *gpu_buffers[2] = {NULL, NULL};
     ucs_memory_type_t memory_type = on_gpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    /* ucx_path: put keeps every chunk a UCX put, even where UCX could map
+     * the slot. */
+    bool mapped_path = xfer->config->ucx_path == KVIO_XFER_HOP_MAPPED;
+    bool own_memory = !on_gpu && mapped_path && kvio_rte_shared_memory(xfer->rte);
     if (status == KVIO_OK && xfer->role == KVIO_XFER_SENDER) {
-        if (on_gpu)
-            status = kvio_device_alloc(xfer->device, xfer->bytes, &gpu_buffers[0]);
+        status = buffer_alloc(xfer, on_gpu, own_memory, 0, &gpu_buffers[0]);
         if (status == KVIO_OK)
             status = kvio_xfer_ucx_map(xfer, gpu_buffers[0], xfer->bytes, memory_type,
                                        &priv->memory[0], &xfer->send_buffer);
     } else if (status == KVIO_OK && xfer->role == KVIO_XFER_RECEIVER) {
         for (int slot = 0; slot < 2 && status == KVIO_OK; slot++) {
-            if (on_gpu)
-                status = kvio_device_alloc(xfer->device, xfer->bytes, &gpu_buffers[slot]);
+            status = buffer_alloc(xfer, on_gpu, own_memory, slot, &gpu_buffers[slot]);
             if (status == KVIO_OK)
                 status = kvio_xfer_ucx_map(xfer, gpu_buffers[slot], xfer->bytes, memory_type,
                                            &priv->memory[slot], &xfer->slots[slot]);
@@ -486,9 +542,6 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
         status = exchange;
     if (status != KVIO_OK)
         goto fail;
-    /* ucx_path: put keeps every chunk a UCX put, even where UCX could map
-     * the slot. */
-    bool mapped_path = xfer->config->ucx_path == KVIO_XFER_HOP_MAPPED;
     if (xfer->role == KVIO_XFER_SENDER) {
         for (int i = 0; i < xfer->num_receivers && status == KVIO_OK; i++) {
             int rank = xfer->receivers[i];
@@ -496,7 +549,8 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
                                                 &priv->remote[i]);
             for (int slot = 0; slot < 2 && status == KVIO_OK && !on_gpu && mapped_path; slot++)
                 priv->remote[i].mapped[slot] = map_remote(
-                    priv->remote[i].rkey[slot], priv->remote[i].address[slot], xfer->bytes);
+                    priv->eps[rank], priv->remote[i].rkey[slot], priv->remote[i].address[slot],
+                    xfer->bytes, own_memory);
         }
         if (status == KVIO_OK && xfer->num_receivers > 0) {
             char lanes[256];
@@ -517,7 +571,9 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
             snprintf(xfer->info, sizeof(xfer->info), "ucx: lanes %s (UCX_TLS=%s)%s%s%s", lanes,
                      tls ? tls : "default", on_gpu ? ", weights in CUDA memory" : "",
                      xfer->config->fanout == KVIO_XFER_FANOUT_CHAIN ? ", chain fan-out" : "",
-                     stores ? ", stores through the mapped slots" : "");
+                     !stores      ? ""
+                     : own_memory ? ", stores into the slots (one address space, huge pages)"
+                                  : ", stores through the mapped slots");
         }
     } else if (xfer->role == KVIO_XFER_RECEIVER) {
         int next = xfer->self_index + 1;
@@ -527,8 +583,9 @@ static kvio_status_t ucx_init(kvio_xfer_t *xfer, char *error_p, size_t error_len
             status = kvio_xfer_ucx_unpack_slots(xfer, rank, slot_blobs[rank], slot_lengths[rank],
                                                 &priv->next);
             for (int slot = 0; slot < 2 && status == KVIO_OK && !on_gpu && mapped_path; slot++)
-                priv->next.mapped[slot] = map_remote(priv->next.rkey[slot],
-                                                     priv->next.address[slot], xfer->bytes);
+                priv->next.mapped[slot] = map_remote(priv->eps[rank], priv->next.rkey[slot],
+                                                     priv->next.address[slot], xfer->bytes,
+                                                     own_memory);
         }
         snprintf(xfer->info, sizeof(xfer->info), "ucx receiver");
     }
@@ -548,10 +605,7 @@ fail:
     kvio_rte_blobs_free(slot_blobs, slot_lengths, priv->size);
     free(my_slots);
     /* fini runs only after a successful init: undo here. */
-    kvio_xfer_ucx_close(xfer);
-    for (int slot = 0; slot < 2; slot++)
-        if (gpu_buffers[slot] != NULL)
-            kvio_device_free(xfer->device, gpu_buffers[slot]);
+    buffers_free(xfer, gpu_buffers);
     return status;
 }
 
@@ -605,10 +659,7 @@ static void ucx_fini(kvio_xfer_t *xfer)
         gpu_buffers[0] = xfer->role == KVIO_XFER_SENDER ? xfer->send_buffer : xfer->slots[0];
         gpu_buffers[1] = xfer->role == KVIO_XFER_SENDER ? NULL : xfer->slots[1];
     }
-    kvio_xfer_ucx_close(xfer);
-    for (int slot = 0; slot < 2; slot++)
-        if (gpu_buffers[slot] != NULL)
-            kvio_device_free(xfer->device, gpu_buffers[slot]);
+    buffers_free(xfer, gpu_buffers);
 }
 
 static kvio_status_t ucx_preflight(const kvio_xfer_config_t *config, uint64_t bytes,
@@ -747,6 +798,12 @@ static void landing_send_done(void *request, ucs_status_t status, void *user_dat
     ucp_request_free(request);
 }
 
+static bool landing_idle(void *arg)
+{
+    const kvio_ucx_landing_t *landing = arg;
+    return !landing->flushing && !landing->sending;
+}
+
 /* Tells the receiver of a put under way how much is certainly in its slot,
  * without waiting: when no flush is in flight, flushes what is posted (a
  * flush completes once the puts posted before it are at the target; puts
@@ -791,14 +848,14 @@ static kvio_status_t announce_landed(kvio_xfer_t *xfer, ucp_ep_h ep, int rank)
             return track(xfer, request, "ucp_am_send_nbx");
         landing->sending = request != NULL;
         landing->announced = landing->flushed;
+        /* Stores make no UCX progress of their own: the news of a stored
+         * chunk is out before the next one (an active message within this
+         * host's memory, microseconds against a chunk's copy), so a sender
+         * that dies leaves its receiver told of every chunk it stored. */
+        if (landing->stored && landing->sending)
+            return kvio_xfer_ucx_wait(xfer, landing_idle, landing, rank, "news of a store to");
     }
     return KVIO_OK;
-}
-
-static bool landing_idle(void *arg)
-{
-    const kvio_ucx_landing_t *landing = arg;
-    return !landing->flushing && !landing->sending;
 }
 
 /* The sequential put of the whole buffer into one receiver's slot, in

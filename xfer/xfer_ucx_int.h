@@ -66,6 +66,8 @@ typedef struct kvio_ucx {
     int size;
     uint64_t memory_types;    /* ucp_context_query: UCS_BIT(UCS_MEMORY_TYPE_*) */
     ucp_mem_h memory[2];      /* receiver: slots; sender: [0] the send buffer */
+    void *owned[2];           /* those of memory[] kvio allocated itself (ranks in one
+                                 address space: huge pages, kvio_fault_in_alloc) */
     kvio_ucx_remote_slots_t *remote; /* sender: per receiver */
     kvio_ucx_landing_t landing;      /* sender: the put under way */
     kvio_ucx_landed_message_t landed; /* receiver: the newest landed message */
