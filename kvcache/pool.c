@@ -396,21 +396,40 @@ static void duplicate_append(kvio_kvcache_t *cache, uint32_t first, uint32_t blo
     cache->blocks[block].duplicate = 1;
 }
 
-/* Adds block under hash: the table's entry when no block holds hash yet,
- * else the end of the ring of those that do. */
-static inline void table_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash)
+/* The table's arrays, read from the pool once for a run of blocks: a
+ * record's byte fields may alias anything, so each store to one made the
+ * compiler load them all again for the next block. */
+typedef struct table_view {
+    index_bucket_t *buckets;
+    uint32_t *overflow;
+    uint8_t *valid;
+    size_t bucket_mask;
+    block_record_t *blocks;
+} table_view_t;
+
+static inline table_view_t table_view(const kvio_kvcache_t *cache)
 {
-    index_bucket_t *buckets = cache->buckets;
-    uint32_t *overflow = cache->overflow;
-    uint8_t *valid = cache->valid;
-    const size_t bucket_mask = cache->bucket_mask;
-    block_record_t *record = &cache->blocks[block];
+    return (table_view_t){.buckets = cache->buckets, .overflow = cache->overflow,
+                          .valid = cache->valid, .bucket_mask = cache->bucket_mask,
+                          .blocks = cache->blocks};
+}
+
+/* Adds block under hash: the table's entry when no block holds hash yet,
+ * else the end of the ring of those that do (view: table_view(cache)). */
+static inline __attribute__((always_inline)) void
+table_insert(kvio_kvcache_t *cache, table_view_t view, uint32_t block, kvio_hash_t hash)
+{
+    index_bucket_t *buckets = view.buckets;
+    uint32_t *overflow = view.overflow;
+    uint8_t *valid = view.valid;
+    const size_t bucket_mask = view.bucket_mask;
+    block_record_t *record = &view.blocks[block];
     size_t home = bucket_of(bucket_mask, hash);
     uint32_t tag = tag_of(hash);
     /* The home bucket's tags answer most inserts (no entry of the tag
      * there, none passed it): no search. */
     if ((match_mask(buckets[home].tags, tag) & valid[home]) != 0 || overflow[home] != 0) {
-        uint32_t entry = table_find(buckets, overflow, valid, bucket_mask, cache->blocks, hash);
+        uint32_t entry = table_find(buckets, overflow, valid, bucket_mask, view.blocks, hash);
         if (entry != NO_BLOCK) {
             duplicate_append(cache, buckets[entry / BUCKET_ENTRIES].blocks[entry % BUCKET_ENTRIES],
                              block);
@@ -444,7 +463,7 @@ static void index_insert(kvio_kvcache_t *cache, uint32_t block, kvio_hash_t hash
 {
     /* The record's hash first: a search of the table compares it. */
     record_hashed(&cache->blocks[block], hash);
-    table_insert(cache, block, hash);
+    table_insert(cache, table_view(cache), block, hash);
     if (cache->epochs_used)
         cache->block_epoch[block] = cache->epoch;
     cache->index_version++;
@@ -476,19 +495,20 @@ static void duplicate_remove(kvio_kvcache_t *cache, uint32_t block)
  * leaves its entry, where its record says it is: no search, nothing
  * moves, and only its valid bit changes, not the bucket's line; an entry
  * stored past its hash's home bucket uncounts the buckets it passed. */
-static inline void table_remove(kvio_kvcache_t *cache, uint32_t block)
+static inline __attribute__((always_inline)) void table_remove(kvio_kvcache_t *cache,
+                                                                table_view_t view, uint32_t block)
 {
-    const block_record_t *record = &cache->blocks[block];
+    const block_record_t *record = &view.blocks[block];
     if (record->duplicated) {
         duplicate_remove(cache, block);
         return;
     }
     size_t bucket = record->entry / BUCKET_ENTRIES;
     unsigned entry = record->entry % BUCKET_ENTRIES;
-    cache->valid[bucket] = (uint8_t)(cache->valid[bucket] & ~(1u << entry));
-    size_t home = bucket_of(cache->bucket_mask, record->hash);
+    view.valid[bucket] = (uint8_t)(view.valid[bucket] & ~(1u << entry));
+    size_t home = bucket_of(view.bucket_mask, record->hash);
     if (home != bucket)
-        count_passes(cache->overflow, cache->bucket_mask, home, bucket, -1);
+        count_passes(view.overflow, view.bucket_mask, home, bucket, -1);
 }
 
 static void index_remove(kvio_kvcache_t *cache, uint32_t block)
@@ -496,7 +516,7 @@ static void index_remove(kvio_kvcache_t *cache, uint32_t block)
     block_record_t *record = &cache->blocks[block];
     if (record->watch == cache->watch_stamp)
         cache->watch_broken = true;
-    table_remove(cache, block);
+    table_remove(cache, table_view(cache), block);
     record->hashed = 0;
     cache->index_version++;
 }
@@ -802,6 +822,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
     const size_t bucket_mask = cache->bucket_mask;
     const uint32_t num_blocks = cache->num_blocks;
     const uint8_t watch_stamp = cache->watch_stamp;
+    const table_view_t view = table_view(cache);
     bool watch_broken = false;
     uint64_t head = ring->head, evictions = 0;
     for (size_t i = 0; i < num_hashes && i < PREFETCH_AHEAD; i++)
@@ -819,7 +840,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         block_record_t *record = &blocks[block];
         position_set(record, block, NO_POSITION);
         if (record->hashed) {
-            table_remove(cache, block);
+            table_remove(cache, view, block);
             record->hashed = 0;
             watch_broken |= record->watch == watch_stamp;
             evictions++;
@@ -828,7 +849,7 @@ static void take_head_run(kvio_kvcache_t *cache, uint32_t *blocks_p, size_t coun
         blocks_p[i] = block;
         if (i < num_hashes) {
             record_hashed(record, hashes[i]);
-            table_insert(cache, block, hashes[i]);
+            table_insert(cache, view, block, hashes[i]);
         }
     }
     ring->head = head;
@@ -851,6 +872,7 @@ static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_ha
     block_record_t *blocks = cache->blocks;
     const index_bucket_t *buckets = cache->buckets;
     const size_t bucket_mask = cache->bucket_mask;
+    const table_view_t view = table_view(cache);
     for (size_t i = first; i < end && i < first + PREFETCH_AHEAD; i++) {
         __builtin_prefetch(&buckets[bucket_of(bucket_mask, hashes[i])]);
         __builtin_prefetch(&blocks[ids[i]], 1);
@@ -861,7 +883,7 @@ static void insert_run(kvio_kvcache_t *cache, const uint32_t *ids, const kvio_ha
             __builtin_prefetch(&blocks[ids[i + PREFETCH_AHEAD]], 1);
         }
         record_hashed(&blocks[ids[i]], hashes[i]);
-        table_insert(cache, ids[i], hashes[i]);
+        table_insert(cache, view, ids[i], hashes[i]);
     }
     for (size_t i = first; cache->epochs_used && i < end; i++)
         cache->block_epoch[ids[i]] = cache->epoch;
