@@ -79,8 +79,7 @@ typedef struct iteration_record {
  * start (on the chat preset 220,000 of the 350,000 ids the whole-list copy
  * left to format). */
 typedef struct id_list_cache {
-    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
-    size_t count; /* 0: empty */
+    size_t count; /* 0: empty; the ids are the slot's last_ids as its records said them */
     char text[KVIO_EVENT_MAX_REQUEST_IDS * 21];
     uint16_t ends[KVIO_EVENT_MAX_REQUEST_IDS]; /* where each id's text ends in text */
 } id_list_cache_t;
@@ -325,19 +324,14 @@ static kvio_status_t write_chunk(kvio_event_trace_t *trace, const char *text, si
     return fwrite(trace->compressed, 1, bytes, trace->file) == bytes ? KVIO_OK : KVIO_ERR_IO;
 }
 
-/* count ids, comma-separated: the cache's text for as many leading ids as
- * are its own, the rest formatted (and the cache then holds this list). */
-static void put_request_ids(id_list_cache_t *cache, line_t *line, const uint64_t *ids,
-                            size_t count)
+/* count ids, comma-separated: the cache's text for the first shared (the
+ * record found them equal to the last list's, which the cache holds), then
+ * fresh, the count - shared others, formatted (and the cache then holds
+ * this list). */
+static void put_request_ids(id_list_cache_t *cache, line_t *line, size_t shared,
+                            const uint64_t *fresh, size_t count)
 {
-    size_t start = line->length, shared = 0;
-    if (count == cache->count && memcmp(ids, cache->ids, count * sizeof(*ids)) == 0) {
-        memcpy(line->text + start, cache->text, cache->ends[count - 1]);
-        line->length += cache->ends[count - 1];
-        return;
-    }
-    while (shared < count && shared < cache->count && ids[shared] == cache->ids[shared])
-        shared++;
+    size_t start = line->length;
     size_t kept = shared > 0 ? cache->ends[shared - 1] : 0; /* bytes of text */
     memcpy(line->text + start, cache->text, kept);
     line->length += kept;
@@ -346,25 +340,25 @@ static void put_request_ids(id_list_cache_t *cache, line_t *line, const uint64_t
     for (size_t i = shared; i < count; i++) {
         if (i > 0)
             line->text[line->length++] = ',';
-        put_uint(line, ids[i]);
+        put_uint(line, fresh[i - shared]);
         cache->ends[i] = (uint16_t)(line->length - start);
     }
     cache->count = count;
-    memcpy(cache->ids + shared, ids + shared, (count - shared) * sizeof(*ids));
     memcpy(cache->text + kept, line->text + start + kept, line->length - start - kept);
 }
 
-/* The request ids and the line's end: the id list's text through the
- * slot's cache (the writer's), or formatted as it is without one. */
-static void put_ids_and_end(line_t *line, id_list_cache_t *cache, const uint64_t *ids,
-                            size_t count, size_t shown)
+/* The request ids and the line's end: with the slot's cache (the
+ * writer's), its text for the first shared and ids the shown - shared
+ * others; without one (shared 0), the shown ids formatted as they are. */
+static void put_ids_and_end(line_t *line, id_list_cache_t *cache, size_t shared,
+                            const uint64_t *ids, size_t count, size_t shown)
 {
     if (shown > 0) {
         PUT_LITERAL(line, ",\"num_requests\":");
         put_uint(line, count);
         PUT_LITERAL(line, ",\"request_ids\":[");
         if (cache != NULL) {
-            put_request_ids(cache, line, ids, shown);
+            put_request_ids(cache, line, shared, ids, shown);
         } else {
             for (size_t i = 0; i < shown; i++) {
                 if (i > 0)
@@ -410,11 +404,8 @@ static void render_iteration(line_t *line, id_list_cache_t *cache,
     /* The list: the start it shares with the slot's last one (the
      * cache's, which holds the same lists in the same order), then the
      * fresh ids. */
-    size_t shown = (size_t)record->shared + record->fresh;
-    uint64_t ids[KVIO_EVENT_MAX_REQUEST_IDS];
-    memcpy(ids, cache->ids, record->shared * sizeof(*ids));
-    memcpy(ids + record->shared, fresh, record->fresh * sizeof(*ids));
-    put_ids_and_end(line, cache, ids, record->num_requests, shown);
+    put_ids_and_end(line, cache, record->shared, fresh, record->num_requests,
+                    (size_t)record->shared + record->fresh);
 }
 
 /* Writes the text made so far (the writer thread); the error kept. */
@@ -733,6 +724,37 @@ static void note_rank(slot_t *slot, uint32_t rank, unsigned kind)
     slot->any_rank = true;
 }
 
+/* Whole microseconds of an event; the duration is the difference of
+ * rounded ends so that back-to-back events never overlap. */
+static void whole_us(int64_t start_ns, int64_t duration_ns, int64_t *start_us_p,
+                     int64_t *duration_us_p)
+{
+    int64_t start_us = start_ns / 1000;
+    *start_us_p = start_us;
+    *duration_us_p = (start_ns + (duration_ns > 0 ? duration_ns : 0)) / 1000 - start_us;
+}
+
+/* How many of an event's count ids its line shows (none at the level
+ * iterations). */
+static size_t ids_shown(const kvio_event_trace_t *trace, const uint64_t *ids, size_t count)
+{
+    if (trace->level == KVIO_EVENT_LEVEL_ITERATIONS || ids == NULL)
+        return 0;
+    return count < KVIO_EVENT_MAX_REQUEST_IDS ? count : KVIO_EVENT_MAX_REQUEST_IDS;
+}
+
+/* The slot shared by threads past MAX_WRITERS (or out of memory for their
+ * own), made on first use; NULL, the error kept, when it cannot be. Under
+ * the lock. */
+static slot_t *shared_slot(kvio_event_trace_t *trace)
+{
+    if (trace->shared == NULL)
+        trace->shared = slot_new(trace, pthread_self());
+    if (trace->shared == NULL && trace->error == KVIO_OK)
+        trace->error = KVIO_ERR_NOMEM;
+    return trace->shared;
+}
+
 /* The event's line, a text record at the end of the slot's chunk. */
 static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
                          const kvio_event_t *event, unsigned kind)
@@ -740,10 +762,8 @@ static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
     line_t line;
     if (!line_start(trace, slot, locked, &line))
         return;
-    /* Whole microseconds; the duration is the difference of rounded ends so
-     * that back-to-back events never overlap. */
-    int64_t start_us = event->start_ns / 1000;
-    int64_t end_us = (event->start_ns + (event->duration_ns > 0 ? event->duration_ns : 0)) / 1000;
+    int64_t start_us, duration_us;
+    whole_us(event->start_ns, event->duration_ns, &start_us, &duration_us);
     PUT_LITERAL(&line, "{\"id\":");
     put_uint(&line, take_id(trace, slot, locked));
     PUT_LITERAL(&line, ",\"name\":");
@@ -757,7 +777,7 @@ static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
     PUT_LITERAL(&line, ",\"ts\":");
     put_int(&line, start_us);
     PUT_LITERAL(&line, ",\"dur\":");
-    put_int(&line, end_us - start_us);
+    put_int(&line, duration_us);
     PUT_LITERAL(&line, ",\"ph\":\"X\",\"args\":{\"rank\":");
     put_uint(&line, event->rank);
     if (event->label != NULL) {
@@ -774,12 +794,8 @@ static void format_event(kvio_event_trace_t *trace, slot_t *slot, bool locked,
         put_key(&line, event->args[i].key != NULL ? event->args[i].key : "value");
         put_number(&line, event->args[i].value);
     }
-    size_t shown = 0;
-    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && event->request_ids != NULL)
-        shown = event->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
-                    ? event->num_request_ids
-                    : KVIO_EVENT_MAX_REQUEST_IDS;
-    put_ids_and_end(&line, NULL, event->request_ids, event->num_request_ids, shown);
+    put_ids_and_end(&line, NULL, 0, event->request_ids, event->num_request_ids,
+                    ids_shown(trace, event->request_ids, event->num_request_ids));
     line_end(slot, &line);
     note_rank(slot, event->rank, kind);
 }
@@ -799,12 +815,9 @@ void kvio_event_trace_write(kvio_event_trace_t *trace, const kvio_event_t *event
     /* Past MAX_WRITERS threads (or out of memory for a slot): the shared
      * slot, under the lock. */
     pthread_mutex_lock(&trace->lock);
-    if (trace->shared == NULL)
-        trace->shared = slot_new(trace, pthread_self());
-    if (trace->shared != NULL)
-        format_event(trace, trace->shared, true, event, kind);
-    else if (trace->error == KVIO_OK)
-        trace->error = KVIO_ERR_NOMEM;
+    slot = shared_slot(trace);
+    if (slot != NULL)
+        format_event(trace, slot, true, event, kind);
     pthread_mutex_unlock(&trace->lock);
 }
 
@@ -818,21 +831,11 @@ static void record_iteration(kvio_event_trace_t *trace, slot_t *slot, bool locke
     record_head_t *head = (record_head_t *)(void *)(slot->chunk + slot->length);
     iteration_record_t *record = (iteration_record_t *)(void *)(head + 1);
     uint64_t *fresh = (uint64_t *)(void *)(record + 1);
-    /* Whole microseconds, the duration the difference of rounded ends (as
-     * format_event). */
-    int64_t start_us = iteration->start_ns / 1000;
-    int64_t end_us =
-        (iteration->start_ns + (iteration->duration_ns > 0 ? iteration->duration_ns : 0)) / 1000;
-    size_t shown = 0, shared = 0;
+    int64_t start_us, duration_us;
+    whole_us(iteration->start_ns, iteration->duration_ns, &start_us, &duration_us);
     const uint64_t *ids = iteration->request_ids;
-    if (trace->level != KVIO_EVENT_LEVEL_ITERATIONS && ids != NULL)
-        shown = iteration->num_request_ids < KVIO_EVENT_MAX_REQUEST_IDS
-                    ? iteration->num_request_ids
-                    : KVIO_EVENT_MAX_REQUEST_IDS;
+    size_t shown = ids_shown(trace, ids, iteration->num_request_ids), shared = 0;
     if (shown > 0) {
-        if (shown == slot->num_last_ids &&
-            memcmp(ids, slot->last_ids, shown * sizeof(*ids)) == 0)
-            shared = shown;
         while (shared < shown && shared < slot->num_last_ids && ids[shared] == slot->last_ids[shared])
             shared++;
         memcpy(fresh, ids + shared, (shown - shared) * sizeof(*ids));
@@ -841,7 +844,7 @@ static void record_iteration(kvio_event_trace_t *trace, slot_t *slot, bool locke
     }
     *record = (iteration_record_t){
         .id = take_id(trace, slot, locked), .start_us = start_us,
-        .duration_us = end_us - start_us, .batch_size = iteration->batch_size,
+        .duration_us = duration_us, .batch_size = iteration->batch_size,
         .prefill_tokens = iteration->prefill_tokens, .decode_seqs = iteration->decode_seqs,
         .kv_usage = iteration->kv_usage, .running = iteration->running,
         .waiting = iteration->waiting, .preempted = iteration->preempted,
@@ -865,12 +868,9 @@ void kvio_event_trace_iteration(kvio_event_trace_t *trace,
     }
     /* As kvio_event_trace_write does past MAX_WRITERS threads. */
     pthread_mutex_lock(&trace->lock);
-    if (trace->shared == NULL)
-        trace->shared = slot_new(trace, pthread_self());
-    if (trace->shared != NULL)
-        record_iteration(trace, trace->shared, true, iteration);
-    else if (trace->error == KVIO_OK)
-        trace->error = KVIO_ERR_NOMEM;
+    slot = shared_slot(trace);
+    if (slot != NULL)
+        record_iteration(trace, slot, true, iteration);
     pthread_mutex_unlock(&trace->lock);
 }
 

@@ -34,6 +34,13 @@ int run_world_size(const kvio_workload_t *workload)
            (kvio_updates_coupled(workload) ? (int)workload->ranks.client : 0);
 }
 
+int run_rl_ranks(const kvio_workload_t *workload)
+{
+    return workload->mode == KVIO_MODE_EMULATE && workload->rl.mode != KVIO_RL_OFF
+               ? kvio_rl_emulate_ranks(&workload->rl)
+               : 1;
+}
+
 run_rank_parts_t run_rank_parts(const kvio_workload_t *workload, bool frontend, int world_rank)
 {
     int first_serve = run_first_serve_rank(workload);
@@ -91,7 +98,6 @@ static kvio_serve_run_t engine_plan(const kvio_workload_t *workload,
         .stop = given->context != NULL ? given->context->stop : NULL,
         .frontend = given->context != NULL ? given->context->frontend : NULL,
         .rte = given->rte,
-        .t0_ns = given->t0_ns,
     };
 }
 
@@ -104,7 +110,6 @@ void run_plan_serve(const kvio_workload_t *workload, run_serve_part_t part,
          * updates, no engine, no stream. */
         *run_p = (kvio_serve_run_t){.update = &workload->update, .rte = given->rte,
                                     .first_serve_rank = run_first_serve_rank(workload),
-                                    .t0_ns = given->t0_ns,
                                     .stop = context != NULL ? context->stop : NULL};
         return;
     }

@@ -454,8 +454,7 @@ static kvio_status_t check_workload(const kvio_workload_t *workload, kvio_model_
      * mpirun would start that many independent copies of it. */
     const char *world = getenv("OMPI_COMM_WORLD_SIZE");
     bool local = workload->ranks.runtime != NULL && strcmp(workload->ranks.runtime, "local") == 0;
-    bool rl_ranks = emulate && workload->rl.mode != KVIO_RL_OFF &&
-                    kvio_rl_emulate_ranks(&workload->rl) > 1; /* a trainer rank */
+    bool rl_ranks = run_rl_ranks(workload) > 1; /* a trainer rank */
     if (world != NULL && atoi(world) > 1 && (!((updates || rl_ranks) && emulate) || local)) {
         snprintf(error_p, error_len,
                  "mpirun started %s processes, but this run (mode: %s%s) is one process: "
@@ -685,9 +684,7 @@ static kvio_status_t run_prepare(run_state_t *state)
         status = kvio_updates_preflight(workload, pool_bytes, error_p, error_len);
     /* An emulate RL run with a trainer rank: rank 0 the rollout, rank 1
      * the trainer (kvio/rl.h). */
-    int rl_ranks = state->emulate && workload->rl.mode != KVIO_RL_OFF
-                       ? kvio_rl_emulate_ranks(&workload->rl)
-                       : 1;
+    int rl_ranks = run_rl_ranks(workload);
     if (status == KVIO_OK && ((state->updates && state->emulate) || rl_ranks > 1)) {
         kvio_rte_params_t params = {
             .kind = workload->ranks.runtime,
@@ -1102,8 +1099,7 @@ kvio_status_t run_workload(const kvio_workload_t *workload, const kvio_run_optio
         /* Emulate builds real pools and connects transports before its t0:
          * say so (the first line came at 17 s of a 20 s run when piped). */
         int64_t ranks = workload->ranks.serve + (updates ? workload->ranks.train : 0);
-        int64_t rl_ranks = workload->rl.mode != KVIO_RL_OFF ? kvio_rl_emulate_ranks(&workload->rl)
-                                                             : 0;
+        int64_t rl_ranks = run_rl_ranks(workload);
         if (rl_ranks > 1)
             ranks = rl_ranks; /* the rollout's and the trainer's */
         int64_t real_ns = options->frontend != NULL && !state.coupled

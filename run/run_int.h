@@ -213,6 +213,9 @@ kvio_status_t kvio_updates_run(const run_context_t *context, kvio_rte_world_t *w
  * ranks of a run with model updates in emulate (train, serve, client). */
 int run_first_serve_rank(const kvio_workload_t *workload);
 int run_world_size(const kvio_workload_t *workload);
+/* An emulate RL run's ranks (the rollout's, and the trainer's when it has
+ * one: 2); 1 for any other run. */
+int run_rl_ranks(const kvio_workload_t *workload);
 /* The world rank of the client, which generates the stream and routes its
  * requests over the serve ranks (0: none): the coupled run's with
  * ranks.client, emulate's without trainers with several serve ranks (not
@@ -252,7 +255,6 @@ typedef struct run_serve_given {
     kvio_stream_t *stream;        /* the stream served (NULL: none) */
     uint64_t num_requests;        /* the stream's, when counted (0: unknown) */
     kvio_rte_t *rte;              /* a rank of the coupled run (NULL elsewhere) */
-    int64_t t0_ns;                /* the run's start, when known */
     /* RUN_SERVE_RUN in simulate with updates: the schedule served on, and
      * the twin's requests (NULL: no control); RUN_SERVE_RUN or TWIN: what
      * serving measured goes to output (may be NULL). */

@@ -29,7 +29,6 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#define PAGE_BYTES 4096u
 
 typedef struct rl_emu_engine {
     kvio_serve_memory_t memory; /* its KV pool (host) */
